@@ -1,0 +1,153 @@
+// C client library for the causeway wire protocol: connect, HELLO, pipelined
+// requests whose replies complete by request id, and bulk byte streams that
+// go straight from/to caller memory (writev on send; reply bulk is read
+// directly into the caller's buffer). Thread-safe: any thread may send; one
+// reader thread per connection completes requests.
+#ifndef CW_CLIENT_CLIENT_H_
+#define CW_CLIENT_CLIENT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "cw_frame.h"
+#include "cw_status.h"
+
+typedef struct cw_client_s cw_client_t;
+
+typedef struct cw_client_options_s {
+  const char* token;       // shared secret for HELLO; NULL: $CW_TOKEN or none
+  uint64_t session_id;     // 0: the worker opens a new session
+  const char* peer_name;   // for the worker's logs and per-peer stats
+  int role;                // Causeway__V1__Role; 0 means ROLE_CLIENT
+  int connect_timeout_ms;  // 0: 10000
+} cw_client_options_t;
+
+// Connects to `address` ("host:port", or a Unix socket path containing '/'),
+// sends HELLO and waits for its reply. `options` may be NULL. On success
+// *out_client owns the connection and its reader thread.
+CW_MUST_USE cw_status_t cw_client_connect(const char* address,
+                                          const cw_client_options_t* options,
+                                          cw_client_t** out_client);
+
+// Closes the connection, fails requests still outstanding with UNAVAILABLE
+// (their callbacks run), joins the reader thread and frees the client.
+void cw_client_release(cw_client_t* client);
+
+uint64_t cw_client_session_id(const cw_client_t* client);
+// The worker's name from its HELLO reply (borrowed; lives with the client).
+const char* cw_client_peer_name(const cw_client_t* client);
+
+// Completion callback. Runs on the reader thread (or in cw_client_release).
+// Takes `status`; `reply` is borrowed for the call (NULL on error).
+typedef void (*cw_client_done_fn)(void* user, cw_status_t status,
+                                  const ProtobufCMessage* reply);
+
+// Where a reply's bulk bytes go: `data` with room for `capacity` bytes.
+// A reply whose bulk exceeds capacity completes with OUT_OF_RANGE (its bytes
+// are read and dropped so the stream stays in step).
+typedef struct cw_client_sink_s {
+  void* data;
+  size_t capacity;
+} cw_client_sink_t;
+
+// Sends one request without waiting. `request` is packed now; `bulk` (may be
+// NULL/0) is written after it before this returns, so the caller may reuse
+// that memory on return. `sink` (may be NULL) receives reply bulk and must
+// stay valid until completion. `done` (may be NULL) runs at completion; with
+// done == NULL the completion is kept for cw_client_wait. Returns the
+// request id in *out_request_id (may be NULL).
+CW_MUST_USE cw_status_t cw_client_send(cw_client_t* client, uint16_t type,
+                                       const ProtobufCMessage* request,
+                                       const struct iovec* bulk, int bulk_count,
+                                       const cw_client_sink_t* sink,
+                                       cw_client_done_fn done, void* user,
+                                       uint64_t* out_request_id);
+
+// Waits for a request sent with done == NULL. Returns its status; on success
+// and if out_reply is non-NULL, *out_reply is the decoded reply (free with
+// protobuf_c_message_free_unpacked(reply, NULL)); *out_bulk_len (may be
+// NULL) is the bulk length received into the sink.
+CW_MUST_USE cw_status_t cw_client_wait(cw_client_t* client, uint64_t request_id,
+                                       ProtobufCMessage** out_reply,
+                                       uint64_t* out_bulk_len);
+
+// Send + wait.
+CW_MUST_USE cw_status_t cw_client_call(cw_client_t* client, uint16_t type,
+                                       const ProtobufCMessage* request,
+                                       const struct iovec* bulk, int bulk_count,
+                                       const cw_client_sink_t* sink,
+                                       ProtobufCMessage** out_reply,
+                                       uint64_t* out_bulk_len);
+
+// Waits until every request sent so far has completed. Returns the first
+// error among completions that nobody waits for (sent with done == NULL and
+// never passed to cw_client_wait are kept; this drains them), or OK.
+CW_MUST_USE cw_status_t cw_client_flush(cw_client_t* client);
+
+// ---- Typed helpers (each a thin wrapper over cw_client_send/call) ----------
+
+CW_MUST_USE cw_status_t cw_client_ping(cw_client_t* client);
+
+// *out_inventory: free with protobuf_c_message_free_unpacked.
+CW_MUST_USE cw_status_t cw_client_inventory(cw_client_t* client,
+                                            Causeway__V1__Inventory** out_inventory);
+CW_MUST_USE cw_status_t cw_client_stats(cw_client_t* client, Causeway__V1__Stats** out_stats);
+
+// Compiles `code` (format "mlir": StableHLO text or bytecode) under exe_id.
+// compile_options: serialized xla.CompileOptionsProto (may be empty).
+// out_num_outputs may be NULL.
+CW_MUST_USE cw_status_t cw_client_compile(cw_client_t* client, uint64_t exe_id,
+                                          const char* format, const void* code,
+                                          size_t code_size, const void* compile_options,
+                                          size_t options_size, uint32_t* out_num_outputs);
+
+// Serialized executable into a malloc'd buffer the caller frees.
+CW_MUST_USE cw_status_t cw_client_serialize(cw_client_t* client, uint64_t exe_id,
+                                            void** out_data, size_t* out_size);
+CW_MUST_USE cw_status_t cw_client_load(cw_client_t* client, uint64_t exe_id,
+                                       const void* serialized, size_t size,
+                                       const void* compile_options, size_t options_size,
+                                       uint32_t* out_num_outputs);
+
+// Uploads an array (dense row-major when byte_strides is NULL). Pipelined:
+// returns once the bytes are written; `done` (may be NULL) runs when the
+// worker has stored it; with done == NULL errors surface in cw_client_flush.
+CW_MUST_USE cw_status_t cw_client_upload(cw_client_t* client, uint64_t buffer_id,
+                                         int dtype, const int64_t* dims, size_t rank,
+                                         const int64_t* byte_strides, int device,
+                                         const void* data, size_t size,
+                                         cw_client_done_fn done, void* user);
+
+// Launches exe_id on num_devices devices: args[d][0..num_args) and
+// outputs[d][0..num_outputs) are ids. Pipelined like upload.
+CW_MUST_USE cw_status_t cw_client_launch(cw_client_t* client, uint64_t exe_id,
+                                         size_t num_devices, size_t num_args,
+                                         const uint64_t* const* args, size_t num_outputs,
+                                         const uint64_t* const* outputs,
+                                         cw_client_done_fn done, void* user);
+
+// Downloads a buffer into `data` (capacity bytes). Blocks. *out_info (may be
+// NULL) gets dtype and dims; free with protobuf_c_message_free_unpacked.
+CW_MUST_USE cw_status_t cw_client_download(cw_client_t* client, uint64_t buffer_id,
+                                           void* data, size_t capacity, size_t* out_size,
+                                           Causeway__V1__ArrayInfo** out_info);
+
+// Blocks until the buffer is ready (or returns its error).
+CW_MUST_USE cw_status_t cw_client_await(cw_client_t* client, uint64_t buffer_id);
+
+// Pipelined. copy: to another device of the same worker. expect: declares a
+// pending id a peer will fill. send: src_id goes worker-to-worker to the
+// worker listening at peer_address, as dst_id of session dst_session there.
+CW_MUST_USE cw_status_t cw_client_copy(cw_client_t* client, uint64_t src_id, uint64_t dst_id,
+                                       int dst_device, cw_client_done_fn done, void* user);
+CW_MUST_USE cw_status_t cw_client_expect(cw_client_t* client, uint64_t buffer_id,
+                                         cw_client_done_fn done, void* user);
+CW_MUST_USE cw_status_t cw_client_send_to_peer(cw_client_t* client, uint64_t src_id,
+                                               const char* peer_address, uint64_t dst_id,
+                                               int dst_device, uint64_t dst_session,
+                                               cw_client_done_fn done, void* user);
+CW_MUST_USE cw_status_t cw_client_delete(cw_client_t* client, const uint64_t* ids,
+                                         size_t count, cw_client_done_fn done, void* user);
+
+#endif  // CW_CLIENT_CLIENT_H_

@@ -1,0 +1,161 @@
+#include "cw_settings.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KIB (1024LL)
+#define MIB (1024LL * 1024)
+#define GIB (1024LL * 1024 * 1024)
+
+static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
+    [CW_SET_LOG_LEVEL] = {"log-level", CW_SETTING_STRING, 0, 0, "warn", "CW_LOG_LEVEL", false,
+                          "error, warn, info or debug"},
+    [CW_SET_MAX_PAYLOAD] = {"max-payload", CW_SETTING_INT, 4 * KIB, 1 * GIB, "16777216",
+                            "CW_MAX_PAYLOAD", false,
+                            "largest control payload (bytes) after HELLO"},
+    [CW_SET_PREHELLO_MAX_PAYLOAD] = {"prehello-max-payload", CW_SETTING_INT, 256, 64 * KIB,
+                                     "4096", "CW_PREHELLO_MAX_PAYLOAD", false,
+                                     "largest payload accepted before HELLO"},
+    [CW_SET_MAX_BULK] = {"max-bulk", CW_SETTING_INT, 1, 1024 * GIB, "68719476736",
+                         "CW_MAX_BULK", false, "largest bulk byte stream of one frame"},
+    [CW_SET_TOKEN] = {"token", CW_SETTING_STRING, 0, 0, "", "CW_TOKEN", true,
+                      "shared secret presented in HELLO (environment only)"},
+    [CW_SET_TOKEN_FILE] = {"token-file", CW_SETTING_STRING, 0, 0, "", "CW_TOKEN_FILE", false,
+                           "file whose first line is the shared secret"},
+    [CW_SET_HELLO_TIMEOUT_MS] = {"hello-timeout-ms", CW_SETTING_INT, 10, 600000, "10000",
+                                 "CW_HELLO_TIMEOUT_MS", false,
+                                 "close connections that send no HELLO in this time"},
+    [CW_SET_CONNECT_TIMEOUT_MS] = {"connect-timeout-ms", CW_SETTING_INT, 10, 600000, "10000",
+                                   "CW_CONNECT_TIMEOUT_MS", false,
+                                   "give up connecting to a peer after this time"},
+    [CW_SET_MAX_CONNECTIONS] = {"max-connections", CW_SETTING_INT, 1, 65536, "1024",
+                                "CW_MAX_CONNECTIONS", false, "accepted connections at once"},
+    [CW_SET_FRAMES_PER_WAKEUP] = {"frames-per-wakeup", CW_SETTING_INT, 1, 1 << 20, "64",
+                                  "CW_FRAMES_PER_WAKEUP", false,
+                                  "frames one connection may have handled per loop wakeup"},
+    [CW_SET_PLUGIN] = {"plugin", CW_SETTING_STRING, 0, 0, "", "CW_PJRT_PLUGIN", false,
+                       "path of the vendor PJRT plugin library"},
+    [CW_SET_DEVICES] = {"devices", CW_SETTING_INT, 1, 4096, "4", "CW_DEVICES", false,
+                        "devices the worker's PJRT client creates (CPU plugin)"},
+    [CW_SET_LISTEN] = {"listen", CW_SETTING_STRING, 0, 0, "", "CW_LISTEN", false,
+                       "host:port or a Unix socket path (contains '/')"},
+    [CW_SET_WORKER_NAME] = {"name", CW_SETTING_STRING, 0, 0, "", "CW_WORKER_NAME", false,
+                            "worker name for logs and errors (default: listen address)"},
+};
+
+const cw_setting_def_t* cw_settings_def(cw_setting_id_t id) {
+  return ((unsigned)id < CW_SET_COUNT) ? &cw__defs[id] : NULL;
+}
+
+static cw_status_t cw__set_one(cw_settings_t* s, cw_setting_id_t id, const char* value) {
+  const cw_setting_def_t* d = &cw__defs[id];
+  if (d->type == CW_SETTING_INT) {
+    errno = 0;
+    char* end = NULL;
+    long long v = strtoll(value, &end, 0);
+    if (errno || !end || end == value || *end) {
+      return cw_make_status(CW_INVALID_ARGUMENT, "setting %s: '%s' is not an integer",
+                            d->name, value);
+    }
+    if (v < d->min || v > d->max) {
+      return cw_make_status(CW_OUT_OF_RANGE,
+                            "setting %s: %lld is outside [%" PRId64 ", %" PRId64 "]",
+                            d->name, v, d->min, d->max);
+    }
+    s->ints[id] = v;
+    return cw_ok_status();
+  }
+  char* copy = strdup(value);
+  if (!copy) return cw_make_status(CW_RESOURCE_EXHAUSTED, "setting %s: out of memory", d->name);
+  free(s->strings[id]);
+  s->strings[id] = copy;
+  return cw_ok_status();
+}
+
+cw_status_t cw_settings_initialize(cw_settings_t* out) {
+  memset(out, 0, sizeof(*out));
+  for (int i = 0; i < CW_SET_COUNT; ++i) {
+    CW_RETURN_IF_ERROR(cw__set_one(out, (cw_setting_id_t)i, cw__defs[i].default_value),
+                       "default");
+    const char* env = getenv(cw__defs[i].env);
+    if (env && *env) {
+      CW_RETURN_IF_ERROR(cw__set_one(out, (cw_setting_id_t)i, env), "environment %s",
+                         cw__defs[i].env);
+    }
+  }
+  return cw_ok_status();
+}
+
+void cw_settings_deinitialize(cw_settings_t* settings) {
+  for (int i = 0; i < CW_SET_COUNT; ++i) {
+    free(settings->strings[i]);
+    settings->strings[i] = NULL;
+  }
+}
+
+cw_status_t cw_settings_set(cw_settings_t* settings, const char* name, const char* value,
+                            bool from_command_line) {
+  for (int i = 0; i < CW_SET_COUNT; ++i) {
+    if (strcmp(cw__defs[i].name, name) != 0) continue;
+    if (from_command_line && cw__defs[i].secret) {
+      return cw_make_status(CW_INVALID_ARGUMENT,
+                            "--%s may not be given on the command line; set %s or use a file",
+                            name, cw__defs[i].env);
+    }
+    return cw__set_one(settings, (cw_setting_id_t)i, value);
+  }
+  return cw_make_status(CW_INVALID_ARGUMENT, "unknown setting --%s (see --help)", name);
+}
+
+cw_status_t cw_settings_parse_args(cw_settings_t* settings, int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const char* a = argv[i];
+    if (strncmp(a, "--", 2) != 0) {
+      return cw_make_status(CW_INVALID_ARGUMENT, "unexpected argument '%s'", a);
+    }
+    char name[64];
+    const char* eq = strchr(a + 2, '=');
+    const char* value;
+    size_t n = eq ? (size_t)(eq - (a + 2)) : strlen(a + 2);
+    if (n == 0 || n >= sizeof(name)) {
+      return cw_make_status(CW_INVALID_ARGUMENT, "bad flag '%s'", a);
+    }
+    memcpy(name, a + 2, n);
+    name[n] = 0;
+    if (eq) {
+      value = eq + 1;
+    } else {
+      if (i + 1 >= argc) return cw_make_status(CW_INVALID_ARGUMENT, "--%s needs a value", name);
+      value = argv[++i];
+    }
+    CW_RETURN_IF_ERROR(cw_settings_set(settings, name, value, true), "");
+  }
+  return cw_ok_status();
+}
+
+cw_status_t cw_settings_load_token(cw_settings_t* settings) {
+  if (cw_settings_string(settings, CW_SET_TOKEN)[0]) return cw_ok_status();
+  const char* path = cw_settings_string(settings, CW_SET_TOKEN_FILE);
+  if (!path[0]) return cw_ok_status();
+  FILE* f = fopen(path, "r");
+  if (!f) {
+    return cw_make_status(CW_NOT_FOUND, "token file %s: %s", path, strerror(errno));
+  }
+  char line[1024];
+  if (!fgets(line, sizeof(line), f)) line[0] = 0;
+  fclose(f);
+  line[strcspn(line, "\r\n")] = 0;
+  if (!line[0]) return cw_make_status(CW_INVALID_ARGUMENT, "token file %s is empty", path);
+  return cw__set_one(settings, CW_SET_TOKEN, line);
+}
+
+void cw_settings_print_help(FILE* out) {
+  for (int i = 0; i < CW_SET_COUNT; ++i) {
+    const cw_setting_def_t* d = &cw__defs[i];
+    fprintf(out, "  %s%-22s %-22s %s (default %s)\n", d->secret ? "  " : "--",
+            d->secret ? "" : d->name, d->env, d->help,
+            d->secret ? "unset" : (d->default_value[0] ? d->default_value : "\"\""));
+  }
+}
