@@ -9,6 +9,7 @@
 
 #include "cw_array.h"
 #include "cw_frame.h"
+#include "cw_xla_options.h"
 
 static const cw_frame_limits_t limits = {.max_payload = 4096, .max_bulk = 1 << 20};
 
@@ -147,12 +148,66 @@ static void test_array_extent(void** state) {
   cw_status_free(s);
 }
 
+
+static void test_xla_options(void** state) {
+  static cw_xla_options_info_t info;
+  uint8_t* data = NULL;
+  size_t size = 0;
+  assert_null(cw_xla_options_single_device(3, &data, &size));
+  assert_null(cw_xla_options_check(data, size, 4, &info));
+  assert_int_equal(info.num_replicas, 1);
+  assert_int_equal(info.num_partitions, 1);
+  assert_int_equal(info.num_assigned, 1);
+  assert_int_equal(info.assigned[0], 3);
+  cw_status_t s = cw_xla_options_check(data, size, 3, &info);  // id 3 of 3 devices
+  assert_non_null(strstr(cw_status_message(s), "device id 3 is not one of the 3 devices"));
+  cw_status_free(s);
+
+  // Rewrite global id 3 -> local id 1; an unknown trailing field survives.
+  uint8_t* extended = malloc(size + 3);
+  memcpy(extended, data, size);
+  extended[size] = 0x48;  // field 9 (allow_in_place_mlir_modification), varint
+  extended[size + 1] = 0x01;
+  extended[size + 2] = 0x00;
+  int64_t map[] = {0, 0, 0, 1};
+  uint8_t* out = NULL;
+  size_t out_size = 0;
+  assert_null(cw_xla_options_rewrite_devices(extended, size + 2, map, 4, &out, &out_size));
+  assert_int_equal(out_size, size + 2);
+  assert_memory_equal(out + out_size - 2, "\x48\x01", 2);
+  assert_null(cw_xla_options_check(out, out_size, 2, &info));
+  assert_int_equal(info.assigned[0], 1);
+  free(out);
+  free(extended);
+  free(data);
+
+  // Options the CPU plugin would abort on are refused here.
+  s = cw_xla_options_check(NULL, 0, 4, &info);
+  assert_non_null(strstr(cw_status_message(s), "executable_build_options is missing"));
+  cw_status_free(s);
+  const uint8_t zero_replicas[] = {0x1a, 0x02, 0x28, 0x01};  // only num_partitions=1
+  s = cw_xla_options_check(zero_replicas, sizeof(zero_replicas), 4, &info);
+  assert_non_null(strstr(cw_status_message(s), "must be at least 1"));
+  cw_status_free(s);
+  const uint8_t garbage[] = {0x1a, 0x7f};
+  s = cw_xla_options_check(garbage, sizeof(garbage), 4, &info);
+  assert_non_null(strstr(cw_status_message(s), "not a valid CompileOptionsProto"));
+  cw_status_free(s);
+  // 1 replica x 2 partitions but the assignment lists one computation.
+  const uint8_t mismatch[] = {0x1a, 0x0e, 0x20, 0x01, 0x28, 0x02, 0x4a, 0x08,
+                              0x08, 0x01, 0x10, 0x02, 0x1a, 0x02, 0x08, 0x00};
+  s = cw_xla_options_check(mismatch, sizeof(mismatch), 4, &info);
+  assert_non_null(strstr(cw_status_message(s), "device assignment is 1 replicas x 2"));
+  cw_status_free(s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_header_roundtrip),
       cmocka_unit_test(test_header_violations),
       cmocka_unit_test(test_payload_decode),
       cmocka_unit_test(test_array_extent),
+      cmocka_unit_test(test_xla_options),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
