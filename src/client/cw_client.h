@@ -56,7 +56,10 @@ typedef struct cw_client_sink_s {
 // that memory on return. `sink` (may be NULL) receives reply bulk and must
 // stay valid until completion. `done` (may be NULL) runs at completion; with
 // done == NULL the completion is kept for cw_client_wait. Returns the
-// request id in *out_request_id (may be NULL).
+// request id in *out_request_id (may be NULL). If this returns an error,
+// `done` never runs and nothing is parked; otherwise the result is reported
+// exactly once. Callbacks must not send large bulk: they run on the reader
+// thread, which then cannot drain replies while it writes.
 CW_MUST_USE cw_status_t cw_client_send(cw_client_t* client, uint16_t type,
                                        const ProtobufCMessage* request,
                                        const struct iovec* bulk, int bulk_count,
