@@ -23,6 +23,10 @@ CW__PIN(EXPECT);
 CW__PIN(DELETE);
 CW__PIN(STATS);
 CW__PIN(AWAIT);
+CW__PIN(REGISTER);
+CW__PIN(OPEN_SESSION);
+CW__PIN(EXE_INFO);
+CW__PIN(EVENT);
 #undef CW__PIN
 _Static_assert(CAUSEWAY__V1__ROLE__ROLE_CLIENT == 1 && CAUSEWAY__V1__ROLE__ROLE_WORKER == 2 &&
                    CAUSEWAY__V1__ROLE__ROLE_CONTROLLER == 3,
@@ -65,6 +69,15 @@ static const cw__msg_entry_t cw__msgs[CW_MSG_TYPE_MAX + 1] = {
                       &causeway__v1__stats__descriptor},
     [CW_MSG_AWAIT] = {"AWAIT", &causeway__v1__await_request__descriptor,
                       &causeway__v1__array_info__descriptor},
+    [CW_MSG_REGISTER] = {"REGISTER", &causeway__v1__register_request__descriptor,
+                         &causeway__v1__register_reply__descriptor},
+    [CW_MSG_OPEN_SESSION] = {"OPEN_SESSION", &causeway__v1__open_session_request__descriptor,
+                             &causeway__v1__session_info__descriptor},
+    [CW_MSG_EXE_INFO] = {"EXE_INFO", &causeway__v1__exe_info_request__descriptor,
+                         &causeway__v1__executable_info__descriptor},
+    // Unsolicited notice; the reply descriptor is unused (no reply is sent).
+    [CW_MSG_EVENT] = {"EVENT", &causeway__v1__cluster_event__descriptor,
+                      &causeway__v1__cluster_event__descriptor},
 };
 
 static bool cw__type_known(uint16_t type) {

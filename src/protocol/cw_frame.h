@@ -38,7 +38,11 @@ typedef enum cw_msg_type_e {
   CW_MSG_DELETE = 14,
   CW_MSG_STATS = 15,
   CW_MSG_AWAIT = 16,
-  CW_MSG_TYPE_MAX = 16,
+  CW_MSG_REGISTER = 32,
+  CW_MSG_OPEN_SESSION = 33,
+  CW_MSG_EXE_INFO = 34,
+  CW_MSG_EVENT = 35,
+  CW_MSG_TYPE_MAX = 35,
 } cw_msg_type_t;
 
 typedef struct cw_frame_header_s {
