@@ -46,11 +46,14 @@ if [ ! -x .venv/bin/python ] || ! py_ok .venv/bin/python; then
 fi
 
 stamp=.venv/.cw-requirements.sha256
-want="$(sha256sum requirements.txt | cut -d' ' -f1)"
+want="$(cat requirements.txt python/causeway_jax/pyproject.toml | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup: installing pinned Python packages"
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -r requirements.txt
+  # The JAX plugin package (entry point jax_plugins: causeway), editable so it
+  # loads the repository's build of libcauseway_pjrt.so.
+  .venv/bin/python -m pip install -q -e python/causeway_jax
   echo "$want" > "$stamp"
 fi
 

@@ -105,6 +105,8 @@ struct cw_client_s {
   bool reader_started;
   uint8_t* payload_buf;  // reader-owned scratch for payloads
   size_t payload_cap;
+  void (*on_event)(void* user, const ProtobufCMessage* event);
+  void* event_user;
 };
 
 static void cw__pending_free(cw__pending_t* p) {
@@ -795,7 +797,7 @@ static cw_status_t cw__read_one(cw_client_t* c) {
   cw_frame_header_t h;
   CW_RETURN_IF_ERROR(cw_frame_header_decode(hdr, sizeof(hdr), &c->limits, &h),
                      "protocol violation from peer");
-  if (!(h.flags & CW_FRAME_REPLY)) {
+  if (!(h.flags & CW_FRAME_REPLY) && h.type != CW_MSG_EVENT) {
     return cw_make_status(CW_UNAVAILABLE, "protocol violation from peer: unexpected %s request",
                           cw_msg_type_name(h.type));
   }
@@ -815,6 +817,12 @@ static cw_status_t cw__read_one(cw_client_t* c) {
   CW_RETURN_IF_ERROR(cw_frame_decode_payload(&h, c->payload_buf, &msg),
                      "protocol violation from peer: %s reply", cw_msg_type_name(h.type));
 
+  if (!(h.flags & CW_FRAME_REPLY)) {
+    // An unsolicited EVENT (no bulk: the header check refuses it).
+    if (c->on_event) c->on_event(c->event_user, msg);
+    protobuf_c_message_free_unpacked(msg, NULL);
+    return cw_ok_status();
+  }
   if (h.request_id == 0 && (h.flags & CW_FRAME_ERROR)) {
     // The peer could not read one of our frames and is closing.
     const Causeway__V1__ErrorReply* e = (const Causeway__V1__ErrorReply*)msg;
@@ -1048,6 +1056,10 @@ cw_status_t cw_client_connect(const char* address, const cw_client_options_t* op
   c->limits.max_payload = CW__DEFAULT_MAX_PAYLOAD;
   c->limits.max_bulk = CW__DEFAULT_MAX_BULK;
   c->address = strdup(address);
+  if (options) {
+    c->on_event = options->on_event;
+    c->event_user = options->event_user;
+  }
   cw_status_t s = c->address ? cw__table_initialize(&c->table)
                              : cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   if (!s) s = cw__open_socket(address, timeout_ms, &c->fd);

@@ -21,6 +21,10 @@ typedef struct cw_client_options_s {
   const char* peer_name;   // for the worker's logs and per-peer stats
   int role;                // Causeway__V1__Role; 0 means ROLE_CLIENT
   int connect_timeout_ms;  // 0: 10000
+  // Unsolicited EVENT frames (a controller's ClusterEvent) go here, on the
+  // reader thread; `event` is borrowed for the call. NULL: they are dropped.
+  void (*on_event)(void* user, const ProtobufCMessage* event);
+  void* event_user;
 } cw_client_options_t;
 
 // Connects to `address` ("host:port", or a Unix socket path containing '/'),

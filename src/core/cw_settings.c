@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cw_log.h"
+
 #define KIB (1024LL)
 #define MIB (1024LL * 1024)
 #define GIB (1024LL * 1024 * 1024)
@@ -43,6 +45,25 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
                        "host:port or a Unix socket path (contains '/')"},
     [CW_SET_WORKER_NAME] = {"name", CW_SETTING_STRING, 0, 0, "", "CW_WORKER_NAME", false,
                             "worker name for logs and errors (default: listen address)"},
+    [CW_SET_CONTROLLER] = {"controller", CW_SETTING_STRING, 0, 0, "", "CW_CONTROLLER", false,
+                           "worker: the controller to register with (host:port or socket path)"},
+    [CW_SET_EXIT_WITH_CONTROLLER] = {"exit-with-controller", CW_SETTING_BOOL, 0, 1, "0",
+                                     "CW_EXIT_WITH_CONTROLLER", false,
+                                     "worker: exit when the controller connection is lost"},
+    [CW_SET_WATCH_FD] = {"watch-fd", CW_SETTING_INT, -1, 1 << 20, "-1", "CW_WATCH_FD", false,
+                         "exit cleanly when this inherited descriptor reaches EOF (-1: none)"},
+    [CW_SET_COMPILE_CACHE_BYTES] = {"compile-cache-bytes", CW_SETTING_INT, 0, 1024 * GIB,
+                                    "1073741824", "CW_COMPILE_CACHE_BYTES", false,
+                                    "controller: memory for serialized executables (LRU)"},
+    [CW_SET_MAX_HELD_REQUESTS] = {"max-held-requests", CW_SETTING_INT, 1, 1 << 20, "4096",
+                                  "CW_MAX_HELD_REQUESTS", false,
+                                  "worker: requests one session may have waiting for their seq"},
+    [CW_SET_MAX_HELD_BYTES] = {"max-held-bytes", CW_SETTING_INT, 0, 1024 * GIB, "4294967296",
+                               "CW_MAX_HELD_BYTES", false,
+                               "worker: upload bytes one session may have waiting for their seq"},
+    [CW_SET_STAGING_CACHE_BYTES] = {"staging-cache-bytes", CW_SETTING_INT, 0, 1024 * GIB,
+                                    "1073741824", "CW_STAGING_CACHE_BYTES", false,
+                                    "worker: freed bulk staging blocks (>= 1 MiB) kept for reuse"},
 };
 
 const cw_setting_def_t* cw_settings_def(cw_setting_id_t id) {
@@ -51,6 +72,17 @@ const cw_setting_def_t* cw_settings_def(cw_setting_id_t id) {
 
 static cw_status_t cw__set_one(cw_settings_t* s, cw_setting_id_t id, const char* value) {
   const cw_setting_def_t* d = &cw__defs[id];
+  if (d->type == CW_SETTING_BOOL) {
+    if (!strcmp(value, "1") || !strcmp(value, "true") || !strcmp(value, "yes")) {
+      s->ints[id] = 1;
+    } else if (!strcmp(value, "0") || !strcmp(value, "false") || !strcmp(value, "no")) {
+      s->ints[id] = 0;
+    } else {
+      return cw_make_status(CW_INVALID_ARGUMENT, "setting %s: '%s' is not a boolean", d->name,
+                            value);
+    }
+    return cw_ok_status();
+  }
   if (d->type == CW_SETTING_INT) {
     errno = 0;
     char* end = NULL;
@@ -124,8 +156,14 @@ cw_status_t cw_settings_parse_args(cw_settings_t* settings, int argc, char** arg
     }
     memcpy(name, a + 2, n);
     name[n] = 0;
+    const cw_setting_def_t* def = NULL;
+    for (int k = 0; k < CW_SET_COUNT; ++k) {
+      if (!strcmp(cw__defs[k].name, name)) def = &cw__defs[k];
+    }
     if (eq) {
       value = eq + 1;
+    } else if (def && def->type == CW_SETTING_BOOL) {
+      value = "1";  // a bare boolean flag
     } else {
       if (i + 1 >= argc) return cw_make_status(CW_INVALID_ARGUMENT, "--%s needs a value", name);
       value = argv[++i];
@@ -158,4 +196,43 @@ void cw_settings_print_help(FILE* out) {
             d->secret ? "" : d->name, d->env, d->help,
             d->secret ? "unset" : (d->default_value[0] ? d->default_value : "\"\""));
   }
+}
+
+bool cw_settings_initialize_for_main(const char* program, const char* usage,
+                                     const char* log_name, int argc, char** argv,
+                                     cw_settings_t* settings, int* out_exit_code) {
+  *out_exit_code = 0;
+  for (int i = 1; i < argc; ++i) {
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      printf("usage: %s %s\n\n", program, usage);
+      cw_settings_print_help(stdout);
+      memset(settings, 0, sizeof(*settings));
+      return false;
+    }
+  }
+  cw_status_t st = cw_settings_initialize(settings);
+  if (!st) st = cw_settings_parse_args(settings, argc, argv);
+  if (!st) st = cw_settings_load_token(settings);
+  if (st) {
+    fprintf(stderr, "%s: settings: %s\n", program, cw_status_message(st));
+    cw_status_free(st);
+    cw_settings_deinitialize(settings);
+    *out_exit_code = 1;
+    return false;
+  }
+  cw_log_level_t level = CW_LOG_WARN;
+  const char* text = cw_settings_string(settings, CW_SET_LOG_LEVEL);
+  if (!cw_log_parse_level(text, &level)) {
+    fprintf(stderr, "%s: unknown log level '%s'\n", program, text);
+    *out_exit_code = 2;
+  } else if (!*cw_settings_string(settings, CW_SET_LISTEN)) {
+    fprintf(stderr, "%s: --listen is required (see --help)\n", program);
+    *out_exit_code = 2;
+  }
+  if (*out_exit_code) {
+    cw_settings_deinitialize(settings);
+    return false;
+  }
+  cw_log_initialize(log_name, level);
+  return true;
 }

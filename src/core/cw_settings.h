@@ -12,6 +12,7 @@
 typedef enum cw_setting_type_e {
   CW_SETTING_INT,
   CW_SETTING_STRING,
+  CW_SETTING_BOOL,  // stored as 0/1 in ints; a bare --flag means 1
 } cw_setting_type_t;
 
 typedef enum cw_setting_id_e {
@@ -29,13 +30,20 @@ typedef enum cw_setting_id_e {
   CW_SET_DEVICES,
   CW_SET_LISTEN,
   CW_SET_WORKER_NAME,
+  CW_SET_CONTROLLER,
+  CW_SET_EXIT_WITH_CONTROLLER,
+  CW_SET_WATCH_FD,
+  CW_SET_COMPILE_CACHE_BYTES,
+  CW_SET_MAX_HELD_REQUESTS,
+  CW_SET_MAX_HELD_BYTES,
+  CW_SET_STAGING_CACHE_BYTES,
   CW_SET_COUNT,
 } cw_setting_id_t;
 
 typedef struct cw_setting_def_s {
   const char* name;      // command-line flag without "--"
   cw_setting_type_t type;
-  int64_t min, max;      // bounds for ints
+  int64_t min, max;      // bounds for ints (and bools: 0, 1)
   const char* default_value;
   const char* env;       // environment variable
   bool secret;           // never from the command line, never printed
@@ -75,5 +83,14 @@ static inline const char* cw_settings_string(const cw_settings_t* s, cw_setting_
 }
 
 void cw_settings_print_help(FILE* out);
+
+// Start-up shared by the daemons' main(): --help (prints `usage` and the
+// table), settings from defaults, environment and flags, the token, the log
+// level (logs named `log_name`, a literal), and a required --listen. Returns
+// true to run; otherwise false with *out_exit_code (0 after --help) and
+// `settings` already deinitialized.
+bool cw_settings_initialize_for_main(const char* program, const char* usage,
+                                     const char* log_name, int argc, char** argv,
+                                     cw_settings_t* settings, int* out_exit_code);
 
 #endif  // CW_CORE_SETTINGS_H_

@@ -49,6 +49,13 @@ static cw_status_t cw__check(const cw__opts_t* opts, int64_t num_devices,
                           (long long)b->num_replicas, (long long)b->num_partitions,
                           CW_XLA_MAX_ASSIGNED_DEVICES);
   }
+  if (b->num_replicas * b->num_partitions > num_devices) {
+    return cw_make_status(CW_INVALID_ARGUMENT,
+                          "compile options: %lld replicas x %lld partitions need more than the "
+                          "%lld devices there are",
+                          (long long)b->num_replicas, (long long)b->num_partitions,
+                          (long long)num_devices);
+  }
   info->num_replicas = b->num_replicas;
   info->num_partitions = b->num_partitions;
   const Causeway__Xla__DeviceAssignment* da = b->device_assignment;
@@ -93,6 +100,32 @@ cw_status_t cw_xla_options_check(const uint8_t* data, size_t size, int64_t num_d
   cw__opts_t* opts = NULL;
   CW_RETURN_IF_ERROR(cw__unpack(data, size, &opts), "");
   cw_status_t s = cw__check(opts, num_devices, out_info);
+  causeway__xla__compile_options__free_unpacked(opts, NULL);
+  return s;
+}
+
+cw_status_t cw_xla_options_normalize(const uint8_t* data, size_t size, int64_t num_devices,
+                                     uint8_t** out_data, size_t* out_size) {
+  *out_data = NULL;
+  *out_size = 0;
+  cw__opts_t* opts = NULL;
+  CW_RETURN_IF_ERROR(cw__unpack(data, size, &opts), "");
+  // Stack storage for build options the peer left out; detached before free.
+  Causeway__Xla__ExecutableBuildOptions defaults = CAUSEWAY__XLA__EXECUTABLE_BUILD_OPTIONS__INIT;
+  bool borrowed = !opts->executable_build_options;
+  if (borrowed) {
+    defaults.device_ordinal = -1;
+    opts->executable_build_options = &defaults;
+  }
+  Causeway__Xla__ExecutableBuildOptions* b = opts->executable_build_options;
+  if (b->num_replicas == 0) b->num_replicas = 1;
+  if (b->num_partitions == 0) b->num_partitions = 1;
+  cw_xla_options_info_t* info = malloc(sizeof(*info));
+  cw_status_t s = info ? cw__check(opts, num_devices, info)
+                       : cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  free(info);
+  if (!s) s = cw__pack(opts, out_data, out_size);
+  if (borrowed) opts->executable_build_options = NULL;
   causeway__xla__compile_options__free_unpacked(opts, NULL);
   return s;
 }

@@ -30,6 +30,14 @@ CW_MUST_USE cw_status_t cw_xla_options_check(const uint8_t* data, size_t size,
                                              int64_t num_devices,
                                              cw_xla_options_info_t* out_info);
 
+// The options to hand a plugin for a peer's `data`: absent or zero
+// num_replicas / num_partitions become 1 (empty input means one device), then
+// the result must pass cw_xla_options_check against `num_devices`. Fields
+// causeway does not declare are kept. *out_data is malloc'd; the caller frees it.
+CW_MUST_USE cw_status_t cw_xla_options_normalize(const uint8_t* data, size_t size,
+                                                 int64_t num_devices, uint8_t** out_data,
+                                                 size_t* out_size);
+
 // Serialized options for one replica and one partition on `device_id`.
 // *out_data is malloc'd; the caller frees it.
 CW_MUST_USE cw_status_t cw_xla_options_single_device(int64_t device_id, uint8_t** out_data,

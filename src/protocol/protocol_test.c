@@ -149,6 +149,47 @@ static void test_array_extent(void** state) {
 }
 
 
+static cw_status_code_t normalize(const uint8_t* in, size_t len, size_t* out_len) {
+  uint8_t* out = NULL;
+  size_t n = 0;
+  cw_status_t st = cw_xla_options_normalize(in, len, 4, &out, &n);
+  cw_status_code_t code = cw_status_code(st);
+  if (!st) {
+    static cw_xla_options_info_t info;
+    assert_null(cw_xla_options_check(out, n, 4, &info));  // what we hand on passes the check
+  }
+  cw_status_free(st);
+  free(out);
+  if (out_len) *out_len = n;
+  return code;
+}
+
+static void test_xla_options_normalize(void** state) {
+  size_t n;
+  assert_int_equal(normalize(NULL, 0, &n), CW_OK);  // empty: one replica, one partition
+  assert_true(n > 0);
+  const uint8_t two_parts[] = {0x1a, 0x04, 0x20, 0x01, 0x28, 0x02};
+  assert_int_equal(normalize(two_parts, sizeof(two_parts), &n), CW_OK);
+  assert_int_equal(n, sizeof(two_parts));
+  const uint8_t only_partitions[] = {0x1a, 0x02, 0x28, 0x01};
+  assert_int_equal(normalize(only_partitions, sizeof(only_partitions), NULL), CW_OK);
+  const uint8_t too_many[] = {0x1a, 0x04, 0x20, 0x03, 0x28, 0x02};  // 6 > 4 devices
+  assert_int_equal(normalize(too_many, sizeof(too_many), NULL), CW_INVALID_ARGUMENT);
+  const uint8_t truncated[] = {0x1a, 0x09, 0x20};
+  assert_int_equal(normalize(truncated, sizeof(truncated), NULL), CW_INVALID_ARGUMENT);
+  // 1 replica x 2 computations: {0}, {1}.
+  const uint8_t da_ok[] = {0x1a, 0x12, 0x20, 0x01, 0x28, 0x02, 0x4a, 0x0c, 0x08, 0x01, 0x10,
+                           0x02, 0x1a, 0x02, 0x08, 0x00, 0x1a, 0x02, 0x08, 0x01};
+  assert_int_equal(normalize(da_ok, sizeof(da_ok), NULL), CW_OK);
+  // replica_count 0 in the assignment: refused (the plugin would abort).
+  const uint8_t da_zero[] = {0x1a, 0x08, 0x20, 0x01, 0x4a, 0x04, 0x08, 0x00, 0x10, 0x01};
+  assert_int_equal(normalize(da_zero, sizeof(da_zero), NULL), CW_INVALID_ARGUMENT);
+  // Device id 9 does not exist.
+  const uint8_t da_bad_id[] = {0x1a, 0x0c, 0x20, 0x01, 0x28, 0x01, 0x4a, 0x06, 0x08, 0x01, 0x10,
+                               0x01, 0x1a, 0x02, 0x08, 0x09};
+  assert_int_equal(normalize(da_bad_id, sizeof(da_bad_id), NULL), CW_INVALID_ARGUMENT);
+}
+
 static void test_xla_options(void** state) {
   static cw_xla_options_info_t info;
   uint8_t* data = NULL;
@@ -208,6 +249,7 @@ int main(void) {
       cmocka_unit_test(test_payload_decode),
       cmocka_unit_test(test_array_extent),
       cmocka_unit_test(test_xla_options),
+      cmocka_unit_test(test_xla_options_normalize),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,824 @@
+// cw_bench: latency and bandwidth of causeway's wire paths, each beside a raw
+// loopback TCP baseline measured in the same run on the same machine.
+//
+// It starts two causeway-worker processes on 127.0.0.1 (port 0), connects a
+// client to each (cw_client.h), and measures:
+//   - PING round trips over the client library vs raw TCP ping-pong of the
+//     same byte count (two threads, TCP_NODELAY);
+//   - UPLOAD (client -> worker, until the Ack), DOWNLOAD (worker -> caller
+//     buffer) and worker-to-worker (EXPECT on B, SEND A -> B, until the SEND's
+//     Ack) for float32 1-D arrays, vs raw TCP bulk of the same size (a sender
+//     writes N bytes, a receiver reads them into a preallocated buffer and
+//     answers with a 1-byte ack).
+// Every path's data is read back and compared with what was sent; a transfer
+// error or a mismatch makes the run fail (exit 1). Nothing is asserted about
+// speed. --quick: tiny sizes and few repetitions (the CTest `bench_quick`).
+//
+// Usage: cw_bench [--quick] [--plugin PATH] [--worker PATH] [--pings N]
+//                 [--max-mib N] [--sizes LIST] [--reps-scale X] [--only LIST]
+//   --plugin defaults to $CW_PJRT_PLUGIN; --worker to causeway-worker next to
+//   this executable. --only: comma list of ping,upload,download,w2w.
+//   --sizes: comma list of byte counts with k/m suffixes (multiples of 4).
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cw_client.h"
+
+#define KIB ((size_t)1024)
+#define MIB (KIB * 1024)
+
+// ---------------------------------------------------------------------------
+// Small utilities
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void die(const char* fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+
+static int cmp_double(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return (x > y) - (x < y);
+}
+
+// Sorts `v` in place; q in [0,1], nearest-rank.
+static double quantile(double* v, size_t n, double q) {
+  qsort(v, n, sizeof(double), cmp_double);
+  size_t i = (size_t)(q * (double)(n - 1) + 0.5);
+  if (i >= n) i = n - 1;
+  return v[i];
+}
+
+static const char* human_size(size_t bytes, char* buf, size_t cap) {
+  if (bytes >= MIB && bytes % MIB == 0) {
+    snprintf(buf, cap, "%zu MiB", bytes / MIB);
+  } else if (bytes >= KIB && bytes % KIB == 0) {
+    snprintf(buf, cap, "%zu KiB", bytes / KIB);
+  } else {
+    snprintf(buf, cap, "%zu B", bytes);
+  }
+  return buf;
+}
+
+// ---------------------------------------------------------------------------
+// Workers (child processes)
+
+typedef struct worker_s {
+  pid_t pid;
+  char address[256];
+  char log_path[256];
+  int out_fd;          // the child's stdout; drained by a thread
+  pthread_t drain;
+  bool drain_started;
+  _Atomic bool drain_stop;  // the drain thread polls it: a grandchild may
+                            // hold the pipe open after the worker is gone
+} worker_t;
+
+static worker_t g_workers[2];
+static int g_num_workers;
+static bool g_keep_logs;
+
+static void* drain_main(void* arg) {
+  worker_t* w = arg;
+  char buf[4096];
+  while (!w->drain_stop) {
+    struct pollfd pfd = {.fd = w->out_fd, .events = POLLIN};
+    int r = poll(&pfd, 1, 100);
+    if (r < 0 && errno != EINTR) break;
+    if (r > 0 && read(w->out_fd, buf, sizeof buf) <= 0) break;
+  }
+  return NULL;
+}
+
+static void print_worker_log(const worker_t* w) {
+  FILE* f = fopen(w->log_path, "r");
+  if (!f) return;
+  fprintf(stderr, "---- %s ----\n", w->log_path);
+  char line[1024];
+  while (fgets(line, sizeof line, f)) fputs(line, stderr);
+  fclose(f);
+}
+
+static void stop_workers(bool failed) {
+  for (int i = 0; i < g_num_workers; ++i) {
+    worker_t* w = &g_workers[i];
+    if (w->pid <= 0) continue;
+    kill(w->pid, SIGTERM);
+    int status = 0;
+    bool exited = false;
+    for (int t = 0; t < 500; ++t) {  // 5 s
+      pid_t r = waitpid(w->pid, &status, WNOHANG);
+      if (r == w->pid) {
+        exited = true;
+        break;
+      }
+      usleep(10000);
+    }
+    if (!exited) {
+      fprintf(stderr, "cw_bench: worker %d (pid %d) ignored SIGTERM; killing\n", i, (int)w->pid);
+      kill(w->pid, SIGKILL);
+      waitpid(w->pid, &status, 0);
+      failed = true;
+    } else if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+      fprintf(stderr, "cw_bench: worker %d exited with status 0x%x after SIGTERM\n", i, status);
+    }
+    w->pid = 0;
+    w->drain_stop = true;
+    if (w->drain_started) pthread_join(w->drain, NULL);
+    if (w->out_fd >= 0) close(w->out_fd);
+    w->out_fd = -1;
+  }
+  for (int i = 0; i < g_num_workers; ++i) {
+    if (failed) print_worker_log(&g_workers[i]);
+    if (!g_keep_logs) unlink(g_workers[i].log_path);
+  }
+  g_num_workers = 0;
+}
+
+static void die(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "cw_bench: FAILED: ");
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  stop_workers(true);
+  exit(1);
+}
+
+static void die_status(cw_status_t st, const char* what) {
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s: %s: %s", what, cw_status_code_name(cw_status_code(st)),
+           cw_status_message(st));
+  cw_status_free(st);
+  die("%s", msg);
+}
+
+#define CHECK_OK(expr, what)                 \
+  do {                                       \
+    cw_status_t s__ = (expr);                \
+    if (s__) die_status(s__, (what));        \
+  } while (0)
+
+static void start_worker(int index, const char* worker_path, const char* plugin) {
+  worker_t* w = &g_workers[index];
+  memset(w, 0, sizeof *w);
+  w->out_fd = -1;
+  const char* tmp = getenv("TMPDIR");
+  if (!tmp || !*tmp) tmp = "/tmp";
+  snprintf(w->log_path, sizeof w->log_path, "%s/cw_bench.%d.worker%c.log", tmp, (int)getpid(),
+           'A' + index);
+  int log_fd = open(w->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (log_fd < 0) die("open %s: %s", w->log_path, strerror(errno));
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) die("pipe: %s", strerror(errno));
+  pid_t pid = fork();
+  if (pid < 0) die("fork: %s", strerror(errno));
+  if (pid == 0) {
+    dup2(p[1], STDOUT_FILENO);
+    dup2(log_fd, STDERR_FILENO);
+    char name[8];
+    snprintf(name, sizeof name, "%c", 'A' + index);
+    execl(worker_path, worker_path, "--plugin", plugin, "--devices", "1", "--listen",
+          "127.0.0.1:0", (char*)NULL);
+    dprintf(STDERR_FILENO, "exec %s: %s\n", worker_path, strerror(errno));
+    _exit(127);
+  }
+  close(p[1]);
+  close(log_fd);
+  w->pid = pid;
+  w->out_fd = p[0];
+  g_num_workers = index + 1;
+
+  // Read the first stdout line: "causeway-worker listening on <ADDR>".
+  char line[512];
+  size_t len = 0;
+  double deadline = now_s() + 60.0;
+  for (;;) {
+    double left = deadline - now_s();
+    if (left <= 0) die("worker %c did not print its listen line within 60 s", 'A' + index);
+    struct pollfd pfd = {.fd = w->out_fd, .events = POLLIN};
+    int r = poll(&pfd, 1, (int)(left * 1000) + 1);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) continue;
+    ssize_t n = read(w->out_fd, line + len, 1);
+    if (n <= 0) die("worker %c exited before printing its listen line", 'A' + index);
+    if (line[len] == '\n') break;
+    if (++len >= sizeof line - 1) die("worker %c: listen line too long", 'A' + index);
+  }
+  line[len] = '\0';
+  const char* prefix = "causeway-worker listening on ";
+  if (strncmp(line, prefix, strlen(prefix)) != 0) {
+    die("worker %c: unexpected first line: '%s'", 'A' + index, line);
+  }
+  snprintf(w->address, sizeof w->address, "%s", line + strlen(prefix));
+  if (pthread_create(&w->drain, NULL, drain_main, w) != 0) die("pthread_create");
+  w->drain_started = true;
+}
+
+// ---------------------------------------------------------------------------
+// Completion helper for pipelined client calls
+
+typedef struct sync_s {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool done;
+  cw_status_t status;
+} sync_t;
+
+static void sync_init(sync_t* s) {
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv, NULL);
+  s->done = false;
+  s->status = cw_ok_status();
+}
+
+static void sync_done(void* user, cw_status_t status, const ProtobufCMessage* reply) {
+  sync_t* s = user;
+  pthread_mutex_lock(&s->mu);
+  s->status = status;
+  s->done = true;
+  pthread_cond_signal(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+static cw_status_t sync_wait(sync_t* s) {
+  pthread_mutex_lock(&s->mu);
+  while (!s->done) pthread_cond_wait(&s->cv, &s->mu);
+  cw_status_t st = s->status;
+  s->done = false;
+  s->status = cw_ok_status();
+  pthread_mutex_unlock(&s->mu);
+  return st;
+}
+
+static void sync_deinit(sync_t* s) {
+  pthread_cond_destroy(&s->cv);
+  pthread_mutex_destroy(&s->mu);
+}
+
+// ---------------------------------------------------------------------------
+// Raw loopback TCP baseline: a peer thread in this process.
+//
+// Stream of 32-byte headers {u64 kind, u64 len, 16 bytes pad}. kind 0: ping,
+// answered with a 32-byte header. kind 1: bulk, `len` bytes follow and are
+// read into the preallocated `dst`; answered with 1 byte. kind 2: quit.
+
+enum { RAW_PING = 0, RAW_BULK = 1, RAW_QUIT = 2 };
+
+typedef struct raw_s {
+  int client_fd;  // the measuring side
+  int peer_fd;    // the peer thread's side
+  pthread_t thread;
+  uint8_t* dst;   // peer's receive buffer (borrowed)
+  size_t dst_cap;
+  bool failed;
+} raw_t;
+
+static bool read_full(int fd, void* buf, size_t n) {
+  uint8_t* p = buf;
+  while (n > 0) {
+    ssize_t r = read(fd, p, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r;
+    n -= (size_t)r;
+  }
+  return true;
+}
+
+static bool write_full(int fd, const void* buf, size_t n) {
+  const uint8_t* p = buf;
+  while (n > 0) {
+    ssize_t r = write(fd, p, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r;
+    n -= (size_t)r;
+  }
+  return true;
+}
+
+static bool writev_full(int fd, struct iovec* iov, int cnt) {
+  while (cnt > 0) {
+    ssize_t r = writev(fd, iov, cnt);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    size_t n = (size_t)r;
+    while (cnt > 0 && n >= iov->iov_len) {
+      n -= iov->iov_len;
+      ++iov;
+      --cnt;
+    }
+    if (cnt > 0) {
+      iov->iov_base = (uint8_t*)iov->iov_base + n;
+      iov->iov_len -= n;
+    }
+  }
+  return true;
+}
+
+static void* raw_peer_main(void* arg) {
+  raw_t* raw = arg;
+  uint64_t hdr[4];
+  for (;;) {
+    if (!read_full(raw->peer_fd, hdr, sizeof hdr)) break;
+    if (hdr[0] == RAW_PING) {
+      if (!write_full(raw->peer_fd, hdr, sizeof hdr)) break;
+    } else if (hdr[0] == RAW_BULK) {
+      if (hdr[1] > raw->dst_cap) break;
+      if (!read_full(raw->peer_fd, raw->dst, hdr[1])) break;
+      uint8_t ack = 1;
+      if (!write_full(raw->peer_fd, &ack, 1)) break;
+    } else {
+      return NULL;
+    }
+  }
+  raw->failed = true;
+  shutdown(raw->peer_fd, SHUT_RDWR);  // the measuring side sees EOF, not a hang
+  return NULL;
+}
+
+static void raw_start(raw_t* raw, uint8_t* dst, size_t dst_cap) {
+  memset(raw, 0, sizeof *raw);
+  raw->dst = dst;
+  raw->dst_cap = dst_cap;
+  int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (lfd < 0) die("socket: %s", strerror(errno));
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t slen = sizeof sa;
+  if (bind(lfd, (struct sockaddr*)&sa, sizeof sa) != 0 || listen(lfd, 1) != 0 ||
+      getsockname(lfd, (struct sockaddr*)&sa, &slen) != 0) {
+    die("raw listen: %s", strerror(errno));
+  }
+  raw->client_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (raw->client_fd < 0 || connect(raw->client_fd, (struct sockaddr*)&sa, sizeof sa) != 0) {
+    die("raw connect: %s", strerror(errno));
+  }
+  raw->peer_fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+  if (raw->peer_fd < 0) die("raw accept: %s", strerror(errno));
+  close(lfd);
+  int one = 1;
+  setsockopt(raw->client_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  setsockopt(raw->peer_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (pthread_create(&raw->thread, NULL, raw_peer_main, raw) != 0) die("pthread_create");
+}
+
+static void raw_stop(raw_t* raw) {
+  uint64_t hdr[4] = {RAW_QUIT, 0, 0, 0};
+  (void)write_full(raw->client_fd, hdr, sizeof hdr);
+  pthread_join(raw->thread, NULL);
+  close(raw->client_fd);
+  close(raw->peer_fd);
+}
+
+static double raw_ping_once(raw_t* raw) {
+  uint64_t hdr[4] = {RAW_PING, 0, 0, 0};
+  double t0 = now_s();
+  if (!write_full(raw->client_fd, hdr, sizeof hdr) || !read_full(raw->client_fd, hdr, sizeof hdr)) {
+    die("raw ping failed");
+  }
+  return now_s() - t0;
+}
+
+static double raw_bulk_once(raw_t* raw, const uint8_t* src, size_t n) {
+  uint64_t hdr[4] = {RAW_BULK, n, 0, 0};
+  struct iovec iov[2] = {{hdr, sizeof hdr}, {(void*)src, n}};
+  uint8_t ack = 0;
+  double t0 = now_s();
+  if (!writev_full(raw->client_fd, iov, 2) || !read_full(raw->client_fd, &ack, 1)) {
+    die("raw bulk transfer of %zu bytes failed", n);
+  }
+  return now_s() - t0;
+}
+
+// ---------------------------------------------------------------------------
+// Bench state
+
+typedef struct bench_s {
+  cw_client_t* a;  // client connected to worker A
+  cw_client_t* b;  // client connected to worker B
+  uint64_t session_b;
+  uint64_t next_id;
+  uint8_t* src;    // pattern source, max_size bytes
+  uint8_t* dst;    // receive buffer, max_size bytes
+  size_t max_size;
+  raw_t raw;
+  sync_t sync;
+  bool quick;
+  double reps_scale;
+  uint64_t transfers;  // causeway transfers verified
+} bench_t;
+
+static void fill_pattern(uint8_t* p, size_t n, uint32_t seed) {
+  float* f = (float*)p;
+  size_t count = n / sizeof(float);
+  for (size_t i = 0; i < count; ++i) f[i] = (float)((uint32_t)i * 2654435761u ^ seed);
+}
+
+static void verify(const bench_t* b, size_t n, const char* what, int rep) {
+  if (memcmp(b->src, b->dst, n) != 0) {
+    size_t i = 0;
+    while (i < n && b->src[i] == b->dst[i]) ++i;
+    die("%s, %zu bytes, rep %d: data differs from what was sent (first at byte %zu: sent 0x%02x, "
+        "got 0x%02x)",
+        what, n, rep, i, b->src[i], b->dst[i]);
+  }
+}
+
+static void upload(bench_t* b, cw_client_t* c, uint64_t id, size_t n) {
+  int64_t dims[1] = {(int64_t)(n / sizeof(float))};
+  CHECK_OK(cw_client_upload(c, id, CAUSEWAY__V1__DTYPE__DTYPE_F32, dims, 1, NULL, 0, b->src, n,
+                            sync_done, &b->sync),
+           "upload");
+  CHECK_OK(sync_wait(&b->sync), "upload ack");
+}
+
+static void delete_id(bench_t* b, cw_client_t* c, uint64_t id) {
+  CHECK_OK(cw_client_delete(c, &id, 1, sync_done, &b->sync), "delete");
+  CHECK_OK(sync_wait(&b->sync), "delete ack");
+}
+
+static void download(bench_t* b, cw_client_t* c, uint64_t id, size_t n, const char* what) {
+  size_t got = 0;
+  Causeway__V1__ArrayInfo* info = NULL;
+  CHECK_OK(cw_client_download(c, id, b->dst, n, &got, &info), what);
+  if (got != n) die("%s: got %zu bytes, expected %zu", what, got, n);
+  if (info) {
+    if (info->dtype != CAUSEWAY__V1__DTYPE__DTYPE_F32 || info->n_dims != 1 ||
+        info->dims[0] != (int64_t)(n / sizeof(float))) {
+      die("%s: ArrayInfo says dtype %d rank %zu, expected f32[%zu]", what, (int)info->dtype,
+          info->n_dims, n / sizeof(float));
+    }
+    protobuf_c_message_free_unpacked(&info->base, NULL);
+  }
+}
+
+static int reps_for(const bench_t* b, size_t n) {
+  int reps;
+  if (b->quick) {
+    reps = 3;
+  } else if (n <= 4 * KIB) {
+    reps = 300;
+  } else if (n <= 64 * KIB) {
+    reps = 200;
+  } else if (n <= MIB) {
+    reps = 50;
+  } else if (n <= 16 * MIB) {
+    reps = 15;
+  } else {
+    reps = 5;
+  }
+  reps = (int)((double)reps * b->reps_scale + 0.5);
+  return reps < 1 ? 1 : reps;
+}
+
+typedef struct result_s {
+  double med_s;
+  double min_s;
+} result_t;
+
+static result_t summarize(double* t, int n) {
+  result_t r;
+  r.med_s = quantile(t, (size_t)n, 0.5);
+  r.min_s = t[0];
+  return r;
+}
+
+// One size: every repetition runs the raw baseline and then each selected
+// causeway path once, so all of them see the same machine conditions (two
+// cores, noisy neighbours). Repetition -1 is a warm-up and is not timed. The
+// data of repetitions -1 and 0 (every one in --quick) is read back and
+// compared. Buffers are deleted after each repetition, so at most two arrays
+// of `n` bytes live on a worker at a time.
+
+typedef struct size_results_s {
+  result_t raw, path[3];
+} size_results_t;
+
+static double time_upload(bench_t* b, size_t n, int r) {
+  uint64_t id = b->next_id++;
+  double t0 = now_s();
+  upload(b, b->a, id, n);
+  double dt = now_s() - t0;
+  if (b->quick || r <= 0) {
+    memset(b->dst, 0, n);
+    download(b, b->a, id, n, "download after upload");
+    verify(b, n, "upload", r);
+    ++b->transfers;
+  }
+  delete_id(b, b->a, id);
+  return dt;
+}
+
+static double time_download(bench_t* b, size_t n, int r, uint64_t src_id) {
+  bool check = b->quick || r <= 0;
+  if (check) memset(b->dst, 0, n);
+  double t0 = now_s();
+  download(b, b->a, src_id, n, "download");
+  double dt = now_s() - t0;
+  if (check) {
+    verify(b, n, "download", r);
+    ++b->transfers;
+  }
+  return dt;
+}
+
+static double time_w2w(bench_t* b, size_t n, int r, uint64_t src_id, const char* addr_b) {
+  uint64_t dst_id = b->next_id++;
+  CHECK_OK(cw_client_expect(b->b, dst_id, sync_done, &b->sync), "expect");
+  CHECK_OK(sync_wait(&b->sync), "expect ack");
+  double t0 = now_s();
+  CHECK_OK(cw_client_send_to_peer(b->a, src_id, addr_b, dst_id, 0, b->session_b, sync_done,
+                                  &b->sync),
+           "send");
+  CHECK_OK(sync_wait(&b->sync), "send ack");
+  double dt = now_s() - t0;
+  if (b->quick || r <= 0) {
+    memset(b->dst, 0, n);
+    download(b, b->b, dst_id, n, "download from worker B after SEND");
+    verify(b, n, "worker-to-worker", r);
+    ++b->transfers;
+  }
+  delete_id(b, b->b, dst_id);
+  return dt;
+}
+
+static size_results_t bench_size(bench_t* b, size_t n, int reps, const bool want_path[3],
+                                 const char* addr_b) {
+  double* t[4];
+  for (int p = 0; p < 4; ++p) t[p] = calloc((size_t)reps, sizeof(double));
+  // The source of DOWNLOAD and SEND: one array on worker A.
+  uint64_t src_id = 0;
+  if (want_path[1] || want_path[2]) {
+    src_id = b->next_id++;
+    upload(b, b->a, src_id, n);
+  }
+  for (int r = -1; r < reps; ++r) {
+    double dt[4] = {0, 0, 0, 0};
+    dt[3] = raw_bulk_once(&b->raw, b->src, n);
+    if (memcmp(b->src, b->dst, n) != 0) die("raw TCP baseline: data differs (bench bug)");
+    if (want_path[0]) dt[0] = time_upload(b, n, r);
+    if (want_path[1]) dt[1] = time_download(b, n, r, src_id);
+    if (want_path[2]) dt[2] = time_w2w(b, n, r, src_id, addr_b);
+    if (r >= 0) {
+      for (int p = 0; p < 4; ++p) t[p][r] = dt[p];
+    }
+  }
+  if (src_id) delete_id(b, b->a, src_id);
+  size_results_t res;
+  memset(&res, 0, sizeof res);
+  res.raw = summarize(t[3], reps);
+  for (int p = 0; p < 3; ++p) {
+    if (want_path[p]) res.path[p] = summarize(t[p], reps);
+  }
+  for (int p = 0; p < 4; ++p) free(t[p]);
+  return res;
+}
+
+// ---------------------------------------------------------------------------
+// main
+
+static void usage(void) {
+  fprintf(stderr,
+          "usage: cw_bench [--quick] [--plugin PATH] [--worker PATH] [--pings N]\n"
+          "                [--max-mib N] [--sizes 4k,1m,...] [--reps-scale X]\n"
+          "                [--only ping,upload,download,w2w]\n"
+          "                [--keep-logs]\n");
+  exit(2);
+}
+
+static char* default_worker_path(void) {
+  static char path[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", path, sizeof path - 32);
+  if (n <= 0) return "causeway-worker";
+  path[n] = '\0';
+  char* slash = strrchr(path, '/');
+  if (!slash) return "causeway-worker";
+  strcpy(slash + 1, "causeway-worker");
+  return path;
+}
+
+static bool want(const char* only, const char* what) {
+  if (!only) return true;
+  size_t wl = strlen(what);
+  for (const char* p = only; *p;) {
+    const char* e = strchr(p, ',');
+    size_t l = e ? (size_t)(e - p) : strlen(p);
+    if (l == wl && strncmp(p, what, l) == 0) return true;
+    if (!e) break;
+    p = e + 1;
+  }
+  return false;
+}
+
+int main(int argc, char** argv) {
+  bench_t bench;
+  memset(&bench, 0, sizeof bench);
+  bench_t* b = &bench;
+  b->reps_scale = 1.0;
+  b->next_id = 1;
+  const char* plugin = getenv("CW_PJRT_PLUGIN");
+  const char* worker_path = NULL;
+  const char* only = NULL;
+  long pings = -1;
+  long max_mib = 256;
+  size_t custom_sizes[8];
+  size_t num_custom = 0;
+  for (int i = 1; i < argc; ++i) {
+    const char* a = argv[i];
+    const char* v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(a, "--quick") == 0) {
+      b->quick = true;
+    } else if (strcmp(a, "--keep-logs") == 0) {
+      g_keep_logs = true;
+    } else if (strcmp(a, "--plugin") == 0 && v) {
+      plugin = v, ++i;
+    } else if (strcmp(a, "--worker") == 0 && v) {
+      worker_path = v, ++i;
+    } else if (strcmp(a, "--pings") == 0 && v) {
+      pings = strtol(v, NULL, 10), ++i;
+    } else if (strcmp(a, "--max-mib") == 0 && v) {
+      max_mib = strtol(v, NULL, 10), ++i;
+    } else if (strcmp(a, "--reps-scale") == 0 && v) {
+      b->reps_scale = strtod(v, NULL), ++i;
+    } else if (strcmp(a, "--sizes") == 0 && v) {
+      // Comma list of sizes with an optional k/m suffix (KiB, MiB).
+      ++i;
+      for (const char* q = v; *q && num_custom < 8;) {
+        char* end = NULL;
+        unsigned long long x = strtoull(q, &end, 10);
+        if (end == q) usage();
+        if (*end == 'k' || *end == 'K') x *= KIB, ++end;
+        else if (*end == 'm' || *end == 'M') x *= MIB, ++end;
+        if (x == 0 || x % sizeof(float) != 0) usage();
+        custom_sizes[num_custom++] = (size_t)x;
+        q = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') usage();
+      }
+    } else if (strcmp(a, "--only") == 0 && v) {
+      only = v, ++i;
+    } else {
+      usage();
+    }
+  }
+  if (!plugin || !*plugin) {
+    fprintf(stderr, "cw_bench: no plugin: pass --plugin PATH or set CW_PJRT_PLUGIN\n");
+    return 2;
+  }
+  if (!worker_path) worker_path = default_worker_path();
+  if (pings < 0) pings = b->quick ? 200 : 20000;
+  signal(SIGPIPE, SIG_IGN);
+
+  size_t full_sizes[] = {4 * KIB, 64 * KIB, MIB, 16 * MIB, 256 * MIB};
+  // --quick: tiny sizes, one of them not a multiple of a page.
+  size_t quick_sizes[] = {4 * KIB, 64 * KIB + 12, MIB};
+  size_t* sizes = b->quick ? quick_sizes : full_sizes;
+  size_t num_sizes = b->quick ? sizeof quick_sizes / sizeof *quick_sizes
+                              : sizeof full_sizes / sizeof *full_sizes;
+  if (num_custom) {
+    sizes = custom_sizes;
+    num_sizes = num_custom;
+  }
+  while (num_sizes > 0 && sizes[num_sizes - 1] > (size_t)max_mib * MIB) --num_sizes;
+  b->max_size = 4 * KIB;
+  for (size_t i = 0; i < num_sizes; ++i) {
+    if (sizes[i] > b->max_size) b->max_size = sizes[i];
+  }
+
+  double t_start = now_s();
+  // Buffers, touched up front so no page faults land inside timed regions.
+  b->src = aligned_alloc(4096, (b->max_size + 4095) / 4096 * 4096);
+  b->dst = aligned_alloc(4096, (b->max_size + 4095) / 4096 * 4096);
+  if (!b->src || !b->dst) die("out of memory for %zu-byte buffers", b->max_size);
+  memset(b->dst, 0, b->max_size);
+  fill_pattern(b->src, b->max_size, 0x5eed);
+
+  start_worker(0, worker_path, plugin);
+  start_worker(1, worker_path, plugin);
+  CHECK_OK(cw_client_connect(g_workers[0].address, NULL, &b->a), "connect to worker A");
+  CHECK_OK(cw_client_connect(g_workers[1].address, NULL, &b->b), "connect to worker B");
+  b->session_b = cw_client_session_id(b->b);
+  sync_init(&b->sync);
+  raw_start(&b->raw, b->dst, b->max_size);
+
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  printf("causeway bench%s: 2 workers (A %s, B %s), 1 device each, loopback TCP 127.0.0.1\n",
+         b->quick ? " (--quick: tiny sizes, few reps; numbers not meaningful)" : "",
+         g_workers[0].address, g_workers[1].address);
+  printf("machine: %ld CPU core%s online; the raw TCP baseline and causeway (bench, client reader "
+         "thread, both workers) share them\n",
+         cores, cores == 1 ? "" : "s");
+  printf("raw TCP baseline: two threads in the bench process, TCP_NODELAY, default socket "
+         "buffers, measured in this run\n\n");
+  fflush(stdout);
+
+  if (want(only, "ping")) {
+    // PING frames: 32-byte header and an empty Ping payload each way (the
+    // raw ping-pong moves 32 bytes each way too).
+    long warm = pings / 20 + 10;
+    double* tc = calloc((size_t)pings, sizeof *tc);
+    double* tr = calloc((size_t)pings, sizeof *tr);
+    for (long i = 0; i < warm; ++i) {
+      CHECK_OK(cw_client_ping(b->a), "ping");
+      (void)raw_ping_once(&b->raw);
+    }
+    // Interleave in blocks so both see the same machine conditions.
+    const long block = 1000;
+    for (long base = 0; base < pings; base += block) {
+      long end = base + block < pings ? base + block : pings;
+      for (long i = base; i < end; ++i) tr[i] = raw_ping_once(&b->raw);
+      for (long i = base; i < end; ++i) {
+        double t0 = now_s();
+        CHECK_OK(cw_client_ping(b->a), "ping");
+        tc[i] = now_s() - t0;
+      }
+    }
+    double c50 = quantile(tc, (size_t)pings, 0.5), c99 = quantile(tc, (size_t)pings, 0.99);
+    double r50 = quantile(tr, (size_t)pings, 0.5), r99 = quantile(tr, (size_t)pings, 0.99);
+    printf("Round-trip latency, 32 B each way, %ld round trips each (%ld warm-up)\n", pings, warm);
+    printf("  %-40s %10s %10s\n", "path", "median us", "p99 us");
+    printf("  %-40s %10.1f %10.1f\n", "raw TCP ping-pong (2 threads)", r50 * 1e6, r99 * 1e6);
+    printf("  %-40s %10.1f %10.1f\n", "causeway PING (cw_client_ping -> A)", c50 * 1e6,
+           c99 * 1e6);
+    printf("  %-40s %10.2f %10.2f\n\n", "ratio causeway / raw", c50 / r50, c99 / r99);
+    fflush(stdout);
+    free(tc);
+    free(tr);
+  }
+
+  struct {
+    const char* key;
+    const char* title;
+  } paths[3] = {
+      {"upload", "Upload: client -> worker A (UPLOAD + Ack)"},
+      {"download", "Download: worker A -> caller's buffer (DOWNLOAD)"},
+      {"w2w", "Worker-to-worker: A -> B (EXPECT on B, then SEND on A until its Ack)"},
+  };
+  size_results_t res[8];
+  int reps[8];
+  bool want_path[3] = {want(only, "upload"), want(only, "download"), want(only, "w2w")};
+  if (want_path[0] || want_path[1] || want_path[2]) {
+    for (size_t s = 0; s < num_sizes; ++s) {
+      size_t n = sizes[s];
+      reps[s] = reps_for(b, n);
+      char hs[32];
+      fprintf(stderr, "cw_bench: %s x %d ...\n", human_size(n, hs, sizeof hs), reps[s]);
+      res[s] = bench_size(b, n, reps[s], want_path, g_workers[1].address);
+    }
+    for (int p = 0; p < 3; ++p) {
+      if (!want(only, paths[p].key)) continue;
+      printf("%s, float32 1-D; GB/s = 1e9 B/s of median time\n", paths[p].title);
+      printf("  %-9s %5s %11s %10s %10s %10s %8s\n", "size", "reps", "median us", "GB/s",
+             "best GB/s", "raw GB/s", "% raw");
+      for (size_t s = 0; s < num_sizes; ++s) {
+        size_t n = sizes[s];
+        char hs[32];
+        double gbs = (double)n / res[s].path[p].med_s / 1e9;
+        double best = (double)n / res[s].path[p].min_s / 1e9;
+        double raw = (double)n / res[s].raw.med_s / 1e9;
+        printf("  %-9s %5d %11.1f %10.3f %10.3f %10.3f %7.1f%%\n", human_size(n, hs, sizeof hs),
+               reps[s], res[s].path[p].med_s * 1e6, gbs, best, raw, 100.0 * gbs / raw);
+      }
+      printf("\n");
+    }
+  }
+
+  CHECK_OK(cw_client_flush(b->a), "flush A");
+  CHECK_OK(cw_client_flush(b->b), "flush B");
+  raw_stop(&b->raw);
+  if (b->raw.failed) die("raw TCP peer failed");
+  cw_client_release(b->a);
+  cw_client_release(b->b);
+  sync_deinit(&b->sync);
+  stop_workers(false);
+  free(b->src);
+  free(b->dst);
+  printf("ok: %" PRIu64 " causeway transfers verified byte for byte; %.1f s\n", b->transfers,
+         now_s() - t_start);
+  return 0;
+}

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Full benchmark on the release build: builds build/release if needed, then
+# runs cw_bench (two local workers on 127.0.0.1) with the XLA CPU plugin of the
+# pinned venv. Extra arguments go to cw_bench (e.g. --quick, --max-mib 16).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+if [[ ! -f build/release/build.ninja ]]; then
+  cmake -S . -B build/release -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Release >&2
+fi
+cmake --build build/release --target cw_bench causeway-worker >&2
+plugin="$(.venv/bin/python -c 'import lammps_jax_pjrt_cpu as m; print(m.PLUGIN_PATH)')"
+build/release/bin/cw_bench --plugin "$plugin" "$@"
+# JAX on causeway (embedded cluster) against stock in-process JAX on CPU: sync
+# call latency, async dispatch throughput, training step time (full run; with
+# --quick among the arguments, its quick mode).
+cmake --build build/release --target causeway_pjrt causeway-controller causeway-worker >&2
+jax_args=(); for a in "$@"; do [[ "$a" == --quick ]] && jax_args=(--quick); done
+.venv/bin/python bench/jax_bench.py "${jax_args[@]}"

@@ -1,0 +1,60 @@
+"""JAX plugin entry point for causeway (selected with JAX_PLATFORMS=causeway).
+
+JAX calls initialize() at start-up (entry point group `jax_plugins`). It
+registers libcauseway_pjrt.so under the name "causeway" and, for the embedded
+cluster the plugin starts when CAUSEWAY_CONTROLLER is unset, tells it where
+the vendor PJRT plugin for the local workers lives (CW_PJRT_PLUGIN).
+
+Environment:
+  CAUSEWAY_PJRT_LIBRARY  path of libcauseway_pjrt.so (default: the repository's
+                         build/release/lib/libcauseway_pjrt.so)
+  CAUSEWAY_CONTROLLER    host:port or socket path of a running controller;
+                         unset: start a private local cluster
+  CW_PJRT_PLUGIN         the workers' PJRT plugin (default: lammps_jax_pjrt_cpu)
+"""
+from __future__ import annotations
+
+import logging
+import os
+import pathlib
+
+logger = logging.getLogger(__name__)
+
+PLUGIN_NAME = "causeway"
+
+
+def _repo_root() -> pathlib.Path:
+    # python/causeway_jax/__init__.py -> repository root.
+    return pathlib.Path(__file__).resolve().parents[2]
+
+
+def library_path() -> str:
+    """Where libcauseway_pjrt.so is loaded from."""
+    env = os.environ.get("CAUSEWAY_PJRT_LIBRARY")
+    if env:
+        return env
+    return str(_repo_root() / "build" / "release" / "lib" / "libcauseway_pjrt.so")
+
+
+def _set_worker_plugin() -> None:
+    # The C library cannot ask Python where the wheel put the CPU plugin, so
+    # it reads CW_PJRT_PLUGIN; child processes inherit it.
+    if os.environ.get("CW_PJRT_PLUGIN"):
+        return
+    try:
+        import lammps_jax_pjrt_cpu as cpu_plugin
+    except ImportError:
+        return  # joining a running cluster needs no local plugin
+    os.environ["CW_PJRT_PLUGIN"] = str(cpu_plugin.PLUGIN_PATH)
+
+
+def initialize() -> None:
+    path = library_path()
+    if not os.path.exists(path):
+        logger.warning(
+            "causeway: %s not found; build it (cmake --build build/release) or set "
+            "CAUSEWAY_PJRT_LIBRARY", path)
+        return
+    _set_worker_plugin()
+    from jax._src import xla_bridge
+    xla_bridge.register_plugin(PLUGIN_NAME, library_path=path)

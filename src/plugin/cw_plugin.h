@@ -1,0 +1,378 @@
+// Internal declarations of libcauseway_pjrt.so, the PJRT C API plugin that
+// makes a causeway cluster look like one local client to JAX.
+//
+// Object model (every PJRT handle is one of these structs, cast):
+//   PJRT_Client            -> cw__client_t
+//   PJRT_Device            -> cw__device_t (also its PJRT_DeviceDescription)
+//   PJRT_Memory            -> cw__memory_t (starts with the memory vtable)
+//   PJRT_Buffer            -> cw__buffer_t (a proxy for a worker-side id)
+//   PJRT_LoadedExecutable  -> cw__loaded_t, PJRT_Executable -> cw__exe_t
+//   PJRT_Event             -> cw__future_t (one reference of a shared future)
+//   PJRT_Error             -> cw__error_t (starts with the error vtable)
+// Status travels as cw_status_t internally and becomes a PJRT_Error* only in
+// the API entry points (cw_plugin_error_from_status).
+#ifndef CW_PLUGIN_PLUGIN_H_
+#define CW_PLUGIN_PLUGIN_H_
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "cw_client.h"
+#include "cw_pjrt_c_api.h"
+#include "cw_status.h"
+
+// ---- Errors ----------------------------------------------------------------
+
+// Takes `status` (must not be OK) and returns an owned PJRT_Error.
+PJRT_Error* cw_plugin_error_from_status(cw_status_t status);
+// NULL for OK, else cw_plugin_error_from_status.
+PJRT_Error* cw_plugin_error_or_null(cw_status_t status);
+// A fresh status with the same code and message as `status` (borrowed).
+CW_MUST_USE cw_status_t cw__status_copy(cw_status_t status);
+
+// Checks the caller's args pointer and struct_size against the fields we read.
+#define CW__CHECK_ARGS(args, type, last_field)                                   \
+  do {                                                                           \
+    if (!(args) || (args)->struct_size < CW_PJRT_STRUCT_SIZE(type, last_field)) { \
+      return cw_plugin_error_from_status(cw_make_status(                         \
+          CW_INVALID_ARGUMENT, "%s: args missing or struct_size %zu too small",  \
+          #type, (args) ? (args)->struct_size : (size_t)0));                     \
+    }                                                                            \
+  } while (0)
+
+// ---- Futures (shared completions) and events --------------------------------
+
+typedef struct cw__future_s cw__future_t;
+// Internal continuation: runs once when the future completes, on the
+// completing thread (or at once, if already complete). `status` is borrowed.
+typedef void (*cw__future_fn)(void* user, cw_status_t status);
+
+// New pending future with one reference.
+cw__future_t* cw__future_create(void);
+// New completed future (takes `status`; OK for success).
+cw__future_t* cw__future_create_done(cw_status_t status);
+void cw__future_retain(cw__future_t* f);
+void cw__future_release(cw__future_t* f);
+// Completes `f` with `status` (taken). Only the first completion counts.
+void cw__future_complete(cw__future_t* f, cw_status_t status);
+bool cw__future_is_done(cw__future_t* f);
+// Blocks until done; returns a copy of its error (OK on success).
+CW_MUST_USE cw_status_t cw__future_wait(cw__future_t* f);
+// Returns false if out of memory. The callback runs exactly once.
+bool cw__future_then(cw__future_t* f, cw__future_fn fn, void* user);
+// A new PJRT_Event holding its own reference to `f`.
+static inline PJRT_Event* cw__event_of(cw__future_t* f) {
+  cw__future_retain(f);
+  return (PJRT_Event*)f;
+}
+
+// cw_client completion callback that completes the future in `user` and
+// releases that reference.
+void cw__complete_future_cb(void* user, cw_status_t status, const ProtobufCMessage* reply);
+
+// ---- Cluster, workers, devices, memories -----------------------------------
+
+typedef struct cw__client_s cw__client_t;
+typedef struct cw__device_s cw__device_t;
+
+typedef struct cw__worker_s {
+  cw__client_t* client;
+  uint32_t index;
+  char* name;
+  char* address;
+  uint32_t island;
+  cw_client_t* conn;            // direct connection in the session
+  _Atomic uint64_t seq;         // last seq handed out (first request gets 1)
+  // Held from taking a seq to sending its request: each connection then
+  // carries this worker's seqs in increasing order, which the worker's flow
+  // control relies on (docs/protocol.md, "Ordering across connections").
+  pthread_mutex_t send_mu;
+  // Ids of dropped buffers whose DELETE waits (guarded by send_mu): sent as
+  // one DELETE before this worker's next seq'd request, or at CW__DELETE_BATCH.
+  uint64_t* pending_deletes;
+  size_t n_pending_deletes, cap_pending_deletes;
+  _Atomic bool dead;
+  pthread_mutex_t mu;           // guards dead_reason, deferred_error
+  char* dead_reason;
+  // The first error reply to a pipelined request nobody waits on (DELETE):
+  // surfaced by the next blocking call on this worker (cw__worker_take_deferred).
+  char* deferred_error;
+  int deferred_code;            // its cw_status_code_t
+  uint64_t deferred_count;      // such errors since it was last surfaced
+} cw__worker_t;
+
+typedef struct cw__user_data_s {
+  struct cw__user_data_s* next;
+  const void* key;
+  void* data;
+  void (*dtor)(void*);
+} cw__user_data_t;
+
+typedef struct cw__memory_s {
+  const PJRT_Memory_FunctionTable* vtable;  // first: callers read it
+  cw__device_t* device;
+  int id;
+  int kind_id;
+  char* debug_string;
+  char* to_string;
+  pthread_mutex_t mu;
+  cw__user_data_t* user_data;
+} cw__memory_t;
+
+struct cw__device_s {
+  cw__client_t* client;
+  int global_id;
+  int local_id;            // index on its worker
+  cw__worker_t* worker;
+  uint32_t island;
+  char* kind;
+  char* debug_string;
+  char* to_string;
+  PJRT_NamedValue* attributes;
+  size_t num_attributes;
+  char** attr_strings;     // owned storage behind `attributes`
+  size_t num_attr_strings;
+  int64_t** attr_lists;
+  size_t num_attr_lists;
+  cw__memory_t memory;     // one memory per device: kind "device"
+  PJRT_Memory* memory_ptr;  // &memory, as an array of one
+  PJRT_Device* self_ptr;    // this, as an array of one
+};
+
+typedef struct cw__cluster_s cw__cluster_t;
+
+struct cw__client_s {
+  cw_client_t* ctrl;        // connection to the controller
+  char* ctrl_address;
+  uint64_t session_id;
+  cw__worker_t* workers;
+  size_t num_workers;
+  cw__device_t* devices;
+  size_t num_devices;
+  PJRT_Device** device_ptrs;
+  PJRT_Memory** memory_ptrs;
+  char* platform_name;
+  char* platform_version;
+  _Atomic uint64_t next_id;  // client-chosen object ids
+  cw__cluster_t* cluster;    // embedded cluster, NULL when joining one
+  _Atomic bool ready;        // workers and devices are set up (events may look)
+};
+
+// Finds a device by global id (NULL if unknown).
+cw__device_t* cw__client_device(cw__client_t* c, int global_id);
+// Next object id (never 0, never reused).
+static inline uint64_t cw__client_new_id(cw__client_t* c) {
+  return atomic_fetch_add_explicit(&c->next_id, 1, memory_order_relaxed);
+}
+// Next per-session seq for requests to `w`.
+static inline uint64_t cw__worker_next_seq(cw__worker_t* w) {
+  return atomic_fetch_add_explicit(&w->seq, 1, memory_order_relaxed) + 1;
+}
+// UNAVAILABLE naming the worker, if it is known dead; else OK.
+CW_MUST_USE cw_status_t cw__worker_check(cw__worker_t* w);
+// Sends a seq'd request directly to `w`. On a local failure that happened
+// before the frame went out, fills the seq hole so the worker does not stall.
+// `req_seq` points at the request's seq field, set here. Same completion
+// contract as cw_client_send.
+CW_MUST_USE cw_status_t cw__worker_send(cw__worker_t* w, uint16_t type, ProtobufCMessage* req,
+                                        uint64_t* req_seq, const struct iovec* bulk,
+                                        int bulk_count, const cw_client_sink_t* sink,
+                                        cw_client_done_fn done, void* user);
+#define CW__DELETE_BATCH 256
+// Deletes buffer `id` on `w`: batched (see pending_deletes), in seq order.
+void cw__worker_delete(cw__worker_t* w, uint64_t id);
+// Sends the batched DELETEs now; the _locked form with send_mu held (callers
+// that take a seq for `w` themselves, before taking it).
+void cw__worker_flush_deletes(cw__worker_t* w);
+void cw__worker_flush_deletes_locked(cw__worker_t* w);
+// Records the error of a pipelined request nobody waits on (takes `status`;
+// OK is ignored); `what` names the request.
+void cw__worker_defer_error(cw__worker_t* w, const char* what, cw_status_t status);
+// The recorded error(s) of pipelined requests, cleared; OK if none.
+CW_MUST_USE cw_status_t cw__worker_take_deferred(cw__worker_t* w);
+// Takes `status`: if it shows the worker's connection is lost, marks the
+// worker dead and returns UNAVAILABLE naming it; otherwise returns `status`.
+CW_MUST_USE cw_status_t cw__worker_map_error(cw__worker_t* w, cw_status_t status);
+
+// ---- Embedded cluster ------------------------------------------------------
+
+// Starts a private controller and `num_workers` workers as child processes.
+// *out_controller_address is borrowed from the cluster.
+CW_MUST_USE cw_status_t cw__cluster_start(cw__cluster_t** out_cluster,
+                                          const char** out_controller_address,
+                                          uint32_t* out_num_workers);
+// Appends the tail of the children's logs (for error messages); may be NULL.
+CW_MUST_USE cw_status_t cw__cluster_annotate(cw__cluster_t* cluster, cw_status_t status);
+// True if a child has exited (with a description in buf).
+bool cw__cluster_child_exited(cw__cluster_t* cluster, char* buf, size_t cap);
+void cw__cluster_stop(cw__cluster_t* cluster);
+
+// ---- Buffers ---------------------------------------------------------------
+
+#define CW__INLINE_DIMS 6
+
+typedef struct cw__buffer_s {
+  cw__client_t* client;
+  cw__device_t* device;
+  uint64_t id;
+  PJRT_Buffer_Type type;
+  size_t rank;
+  int64_t* dims;            // points at inline_dims or heap
+  int64_t inline_dims[CW__INLINE_DIMS];
+  cw__future_t* ready;      // the value exists on the worker (or failed)
+  _Atomic bool deleted;
+} cw__buffer_t;
+
+// Creates a proxy (no message sent). Takes a reference to `ready`.
+CW_MUST_USE cw_status_t cw__buffer_create(cw__client_t* c, cw__device_t* d, uint64_t id,
+                                          PJRT_Buffer_Type type, const int64_t* dims,
+                                          size_t rank, cw__future_t* ready,
+                                          cw__buffer_t** out_buffer);
+size_t cw__dtype_size(PJRT_Buffer_Type type);
+
+// ---- Executables -----------------------------------------------------------
+
+typedef struct cw__exe_s {
+  _Atomic int refs;
+  cw__client_t* client;
+  uint64_t id;
+  char* name;
+  size_t num_replicas;
+  size_t num_partitions;
+  size_t num_outputs;
+  PJRT_Buffer_Type* output_types;
+  int64_t* output_dims;     // concatenated
+  size_t* output_ranks;
+  size_t* output_dim_offsets;
+  const char** output_kinds;  // "device" each
+  size_t* output_kind_sizes;
+  char* fingerprint;
+  uint8_t* program;
+  size_t program_size;
+  char* program_format;
+  size_t num_devices;
+  cw__device_t** devices;   // in launch order
+  PJRT_Device** device_ptrs;
+  cw__worker_t* worker;     // where it runs
+  uint8_t* compile_options;
+  size_t compile_options_size;
+  PJRT_LogicalDeviceIds* logical_ids;
+  uint8_t* device_assignment;  // serialized DeviceAssignmentProto
+  size_t device_assignment_size;
+  uint32_t* donated_params;  // parameters aliased to outputs (taken unless non-donatable)
+  size_t num_donated_params;
+} cw__exe_t;
+
+typedef struct cw__loaded_s {
+  cw__exe_t* exe;
+  _Atomic bool deleted;
+} cw__loaded_t;
+
+void cw__exe_release(cw__exe_t* e);
+
+// ---- API entry points implemented across files ------------------------------
+
+PJRT_Error* cw_plugin_client_create(PJRT_Client_Create_Args* args);
+PJRT_Error* cw_plugin_client_destroy(PJRT_Client_Destroy_Args* args);
+PJRT_Error* cw_plugin_client_platform_name(PJRT_Client_PlatformName_Args* args);
+PJRT_Error* cw_plugin_client_process_index(PJRT_Client_ProcessIndex_Args* args);
+PJRT_Error* cw_plugin_client_platform_version(PJRT_Client_PlatformVersion_Args* args);
+PJRT_Error* cw_plugin_client_devices(PJRT_Client_Devices_Args* args);
+PJRT_Error* cw_plugin_client_addressable_devices(PJRT_Client_AddressableDevices_Args* args);
+PJRT_Error* cw_plugin_client_lookup_device(PJRT_Client_LookupDevice_Args* args);
+PJRT_Error* cw_plugin_client_lookup_addressable_device(
+    PJRT_Client_LookupAddressableDevice_Args* args);
+PJRT_Error* cw_plugin_client_addressable_memories(PJRT_Client_AddressableMemories_Args* args);
+PJRT_Error* cw_plugin_client_default_device_assignment(
+    PJRT_Client_DefaultDeviceAssignment_Args* args);
+
+PJRT_Error* cw_plugin_device_description_id(PJRT_DeviceDescription_Id_Args* args);
+PJRT_Error* cw_plugin_device_description_process_index(
+    PJRT_DeviceDescription_ProcessIndex_Args* args);
+PJRT_Error* cw_plugin_device_description_attributes(
+    PJRT_DeviceDescription_Attributes_Args* args);
+PJRT_Error* cw_plugin_device_description_kind(PJRT_DeviceDescription_Kind_Args* args);
+PJRT_Error* cw_plugin_device_description_debug_string(
+    PJRT_DeviceDescription_DebugString_Args* args);
+PJRT_Error* cw_plugin_device_description_to_string(PJRT_DeviceDescription_ToString_Args* args);
+PJRT_Error* cw_plugin_device_get_description(PJRT_Device_GetDescription_Args* args);
+PJRT_Error* cw_plugin_device_is_addressable(PJRT_Device_IsAddressable_Args* args);
+PJRT_Error* cw_plugin_device_local_hardware_id(PJRT_Device_LocalHardwareId_Args* args);
+PJRT_Error* cw_plugin_device_addressable_memories(PJRT_Device_AddressableMemories_Args* args);
+PJRT_Error* cw_plugin_device_default_memory(PJRT_Device_DefaultMemory_Args* args);
+PJRT_Error* cw_plugin_device_get_attributes(PJRT_Device_GetAttributes_Args* args);
+PJRT_Error* cw_plugin_device_create_async_tracking_event(
+    PJRT_Device_CreateAsyncTrackingEvent_Args* args);
+
+PJRT_Error* cw_plugin_memory_id(PJRT_Memory_Id_Args* args);
+PJRT_Error* cw_plugin_memory_kind(PJRT_Memory_Kind_Args* args);
+PJRT_Error* cw_plugin_memory_kind_id(PJRT_Memory_Kind_Id_Args* args);
+PJRT_Error* cw_plugin_memory_debug_string(PJRT_Memory_DebugString_Args* args);
+PJRT_Error* cw_plugin_memory_to_string(PJRT_Memory_ToString_Args* args);
+PJRT_Error* cw_plugin_memory_addressable_by_devices(PJRT_Memory_AddressableByDevices_Args* args);
+
+PJRT_Error* cw_plugin_event_destroy(PJRT_Event_Destroy_Args* args);
+PJRT_Error* cw_plugin_event_is_ready(PJRT_Event_IsReady_Args* args);
+PJRT_Error* cw_plugin_event_error(PJRT_Event_Error_Args* args);
+PJRT_Error* cw_plugin_event_await(PJRT_Event_Await_Args* args);
+PJRT_Error* cw_plugin_event_on_ready(PJRT_Event_OnReady_Args* args);
+PJRT_Error* cw_plugin_event_create(PJRT_Event_Create_Args* args);
+PJRT_Error* cw_plugin_event_set(PJRT_Event_Set_Args* args);
+
+PJRT_Error* cw_plugin_buffer_from_host(PJRT_Client_BufferFromHostBuffer_Args* args);
+PJRT_Error* cw_plugin_buffer_destroy(PJRT_Buffer_Destroy_Args* args);
+PJRT_Error* cw_plugin_buffer_element_type(PJRT_Buffer_ElementType_Args* args);
+PJRT_Error* cw_plugin_buffer_dimensions(PJRT_Buffer_Dimensions_Args* args);
+PJRT_Error* cw_plugin_buffer_unpadded_dimensions(PJRT_Buffer_UnpaddedDimensions_Args* args);
+PJRT_Error* cw_plugin_buffer_dynamic_dimension_indices(
+    PJRT_Buffer_DynamicDimensionIndices_Args* args);
+PJRT_Error* cw_plugin_buffer_on_device_size(PJRT_Buffer_OnDeviceSizeInBytes_Args* args);
+PJRT_Error* cw_plugin_buffer_device(PJRT_Buffer_Device_Args* args);
+PJRT_Error* cw_plugin_buffer_memory(PJRT_Buffer_Memory_Args* args);
+PJRT_Error* cw_plugin_buffer_delete(PJRT_Buffer_Delete_Args* args);
+PJRT_Error* cw_plugin_buffer_is_deleted(PJRT_Buffer_IsDeleted_Args* args);
+PJRT_Error* cw_plugin_buffer_copy_to_device(PJRT_Buffer_CopyToDevice_Args* args);
+PJRT_Error* cw_plugin_buffer_copy_to_memory(PJRT_Buffer_CopyToMemory_Args* args);
+PJRT_Error* cw_plugin_buffer_to_host(PJRT_Buffer_ToHostBuffer_Args* args);
+PJRT_Error* cw_plugin_buffer_is_on_cpu(PJRT_Buffer_IsOnCpu_Args* args);
+PJRT_Error* cw_plugin_buffer_ready_event(PJRT_Buffer_ReadyEvent_Args* args);
+PJRT_Error* cw_plugin_client_create_error_buffer(PJRT_Client_CreateErrorBuffer_Args* args);
+
+PJRT_Error* cw_plugin_client_compile(PJRT_Client_Compile_Args* args);
+PJRT_Error* cw_plugin_executable_destroy(PJRT_Executable_Destroy_Args* args);
+PJRT_Error* cw_plugin_executable_name(PJRT_Executable_Name_Args* args);
+PJRT_Error* cw_plugin_executable_num_replicas(PJRT_Executable_NumReplicas_Args* args);
+PJRT_Error* cw_plugin_executable_num_partitions(PJRT_Executable_NumPartitions_Args* args);
+PJRT_Error* cw_plugin_executable_num_outputs(PJRT_Executable_NumOutputs_Args* args);
+PJRT_Error* cw_plugin_executable_code_size(PJRT_Executable_SizeOfGeneratedCodeInBytes_Args* args);
+PJRT_Error* cw_plugin_executable_output_memory_kinds(
+    PJRT_Executable_OutputMemoryKinds_Args* args);
+PJRT_Error* cw_plugin_executable_optimized_program(PJRT_Executable_OptimizedProgram_Args* args);
+PJRT_Error* cw_plugin_executable_output_element_types(
+    PJRT_Executable_OutputElementTypes_Args* args);
+PJRT_Error* cw_plugin_executable_output_dimensions(PJRT_Executable_OutputDimensions_Args* args);
+PJRT_Error* cw_plugin_executable_fingerprint(PJRT_Executable_Fingerprint_Args* args);
+PJRT_Error* cw_plugin_executable_get_compile_options(
+    PJRT_Executable_GetCompileOptions_Args* args);
+PJRT_Error* cw_plugin_loaded_destroy(PJRT_LoadedExecutable_Destroy_Args* args);
+PJRT_Error* cw_plugin_loaded_get_executable(PJRT_LoadedExecutable_GetExecutable_Args* args);
+PJRT_Error* cw_plugin_loaded_addressable_devices(
+    PJRT_LoadedExecutable_AddressableDevices_Args* args);
+PJRT_Error* cw_plugin_loaded_delete(PJRT_LoadedExecutable_Delete_Args* args);
+PJRT_Error* cw_plugin_loaded_is_deleted(PJRT_LoadedExecutable_IsDeleted_Args* args);
+PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args);
+PJRT_Error* cw_plugin_loaded_fingerprint(PJRT_LoadedExecutable_Fingerprint_Args* args);
+PJRT_Error* cw_plugin_loaded_get_device_assignment(
+    PJRT_LoadedExecutable_GetDeviceAssignment_Args* args);
+PJRT_Error* cw_plugin_loaded_logical_ids(
+    PJRT_LoadedExecutable_AddressableDeviceLogicalIds_Args* args);
+
+// Plugin attributes: the workers' plugin attributes once a session exists
+// (defaults before). Set by client creation; never freed (process lifetime).
+void cw__plugin_attributes_set(Causeway__V1__NamedValue* const* values, size_t count);
+
+#endif  // CW_PLUGIN_PLUGIN_H_

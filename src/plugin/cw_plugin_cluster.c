@@ -1,0 +1,312 @@
+// The embedded cluster: with no CAUSEWAY_CONTROLLER, the plugin starts a
+// private controller and CAUSEWAY_LOCAL_WORKERS workers as child processes on
+// Unix sockets in a private temporary directory.
+//
+// Lifetime: the children get the read end of a pipe (--watch-fd) whose only
+// write end stays in this process, close-on-exec. When this process exits,
+// even by SIGKILL, the kernel closes the write end and every child sees EOF
+// and exits. Client destruction also stops them (SIGTERM, then SIGKILL) and
+// removes the directory.
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cw_plugin.h"
+
+extern char** environ;
+
+#define CW__MAX_LOCAL_WORKERS 64
+#define CW__LOG_TAIL 1500
+
+typedef struct cw__child_s {
+  pid_t pid;
+  char* name;
+  char* log_path;
+  int exit_status;  // valid when reaped
+  bool reaped;
+} cw__child_t;
+
+struct cw__cluster_s {
+  char* dir;
+  char* controller_address;
+  int watch_write_fd;
+  cw__child_t children[CW__MAX_LOCAL_WORKERS + 1];
+  size_t num_children;
+};
+
+static char* cw__printf(const char* fmt, ...) CW_PRINTF(1, 2);
+static char* cw__printf(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char* out = NULL;
+  if (vasprintf(&out, fmt, ap) < 0) out = NULL;
+  va_end(ap);
+  return out;
+}
+
+// The bin/ directory beside this library's lib/ directory.
+static char* cw__default_bin_dir(void) {
+  Dl_info info;
+  if (!dladdr((void*)cw__default_bin_dir, &info) || !info.dli_fname) return NULL;
+  char* path = realpath(info.dli_fname, NULL);
+  if (!path) return NULL;
+  char* slash = strrchr(path, '/');
+  if (slash) *slash = '\0';  // .../lib
+  slash = strrchr(path, '/');
+  if (slash) *slash = '\0';  // ...
+  char* bin = cw__printf("%s/bin", path);
+  free(path);
+  return bin;
+}
+
+// Spawns argv with stdout and stderr to log_path (or inherited when
+// CAUSEWAY_CHILD_LOGS=inherit); the watch fd is inherited.
+static cw_status_t cw__spawn(cw__cluster_t* cl, const char* name, char* const argv[]) {
+  cw__child_t* ch = &cl->children[cl->num_children];
+  memset(ch, 0, sizeof(*ch));
+  ch->name = strdup(name);
+  ch->log_path = cw__printf("%s/%s.log", cl->dir, name);
+  if (!ch->name || !ch->log_path) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  const char* logs = getenv("CAUSEWAY_CHILD_LOGS");
+  if (!logs || strcmp(logs, "inherit") != 0) {
+    posix_spawn_file_actions_addopen(&fa, 1, ch->log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  }
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  // Children must not inherit the caller's signal mask or handlers.
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  int err = posix_spawn(&ch->pid, argv[0], &fa, &attr, argv, environ);
+  posix_spawnattr_destroy(&attr);
+  posix_spawn_file_actions_destroy(&fa);
+  if (err) {
+    return cw_make_status(CW_UNAVAILABLE, "causeway: cannot start %s (%s): %s", name, argv[0],
+                          strerror(err));
+  }
+  cl->num_children++;
+  return cw_ok_status();
+}
+
+static cw_status_t cw__check_exe(const char* path, const char* what) {
+  if (access(path, X_OK) == 0) return cw_ok_status();
+  return cw_make_status(CW_NOT_FOUND,
+                        "causeway: %s not found at %s (set CAUSEWAY_BIN_DIR to the directory "
+                        "holding causeway-controller and causeway-worker)", what, path);
+}
+
+cw_status_t cw__cluster_start(cw__cluster_t** out_cluster, const char** out_controller_address,
+                              uint32_t* out_num_workers) {
+  *out_cluster = NULL;
+  *out_controller_address = NULL;
+  const char* nw = getenv("CAUSEWAY_LOCAL_WORKERS");
+  const char* nd = getenv("CAUSEWAY_LOCAL_DEVICES");
+  long workers = nw && *nw ? strtol(nw, NULL, 10) : 2;
+  long devices = nd && *nd ? strtol(nd, NULL, 10) : 4;
+  if (workers < 1 || workers > CW__MAX_LOCAL_WORKERS) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "CAUSEWAY_LOCAL_WORKERS=%s: want 1..%d", nw,
+                          CW__MAX_LOCAL_WORKERS);
+  }
+  if (devices < 1 || devices > 4096) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "CAUSEWAY_LOCAL_DEVICES=%s: want 1..4096", nd);
+  }
+  const char* plugin = getenv("CW_PJRT_PLUGIN");
+  if (!plugin || !*plugin) {
+    return cw_make_status(CW_FAILED_PRECONDITION,
+                          "causeway: CW_PJRT_PLUGIN is not set (the XLA PJRT plugin the local "
+                          "workers load; causeway_jax sets it from lammps_jax_pjrt_cpu), or set "
+                          "CAUSEWAY_CONTROLLER to join a running cluster");
+  }
+  char* bin = NULL;
+  const char* env_bin = getenv("CAUSEWAY_BIN_DIR");
+  bin = env_bin && *env_bin ? strdup(env_bin) : cw__default_bin_dir();
+  if (!bin) return cw_make_status(CW_NOT_FOUND, "causeway: cannot locate the binary directory");
+  char* ctl_exe = cw__printf("%s/causeway-controller", bin);
+  char* wrk_exe = cw__printf("%s/causeway-worker", bin);
+  free(bin);
+  cw__cluster_t* cl = calloc(1, sizeof(*cl));
+  if (cl) cl->watch_write_fd = -1;
+  cw_status_t s = (!ctl_exe || !wrk_exe || !cl)
+                      ? cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory")
+                      : cw_ok_status();
+  if (!s) s = cw__check_exe(ctl_exe, "causeway-controller");
+  if (!s) s = cw__check_exe(wrk_exe, "causeway-worker");
+  int pipefd[2] = {-1, -1};
+  if (!s) {
+    const char* tmp = getenv("TMPDIR");
+    char* templ = cw__printf("%s/causeway-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!templ || !mkdtemp(templ)) {
+      s = cw_make_status(CW_UNAVAILABLE, "causeway: cannot create a temporary directory: %s",
+                         strerror(errno));
+      free(templ);
+    } else {
+      cl->dir = templ;
+    }
+  }
+  // The read end is inheritable only while we spawn; the write end never is.
+  if (!s && pipe2(pipefd, O_CLOEXEC) != 0) {
+    s = cw_make_status(CW_UNAVAILABLE, "causeway: pipe: %s", strerror(errno));
+  }
+  if (!s) {
+    cl->watch_write_fd = pipefd[1];
+    if (fcntl(pipefd[0], F_SETFD, 0) != 0) {
+      s = cw_make_status(CW_UNAVAILABLE, "causeway: fcntl: %s", strerror(errno));
+    }
+  }
+  if (!s) {
+    cl->controller_address = cw__printf("%s/controller.sock", cl->dir);
+    if (!cl->controller_address) s = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  char fdbuf[16];
+  snprintf(fdbuf, sizeof(fdbuf), "%d", pipefd[0]);
+  if (!s) {
+    char* argv[] = {ctl_exe, "--listen", cl->controller_address, "--watch-fd", fdbuf, NULL};
+    s = cw__spawn(cl, "controller", argv);
+  }
+  char devbuf[16];
+  snprintf(devbuf, sizeof(devbuf), "%ld", devices);
+  for (long i = 0; !s && i < workers; ++i) {
+    char name[32];
+    snprintf(name, sizeof(name), "worker-%ld", i);
+    char* listen = cw__printf("%s/%s.sock", cl->dir, name);
+    if (!listen) {
+      s = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+      break;
+    }
+    char* argv[] = {wrk_exe, "--plugin", (char*)plugin, "--devices", devbuf, "--listen", listen,
+                    "--name", name, "--controller", cl->controller_address,
+                    "--exit-with-controller", "--watch-fd", fdbuf, NULL};
+    s = cw__spawn(cl, name, argv);
+    free(listen);
+  }
+  if (pipefd[0] >= 0) close(pipefd[0]);  // only the children hold it now
+  free(ctl_exe);
+  free(wrk_exe);
+  if (s) {
+    cw__cluster_stop(cl);
+    return s;
+  }
+  *out_cluster = cl;
+  *out_controller_address = cl->controller_address;
+  *out_num_workers = (uint32_t)workers;
+  return cw_ok_status();
+}
+
+static void cw__reap(cw__cluster_t* cl, bool block) {
+  for (size_t i = 0; i < cl->num_children; ++i) {
+    cw__child_t* ch = &cl->children[i];
+    if (ch->reaped || ch->pid <= 0) continue;
+    int st = 0;
+    pid_t r = waitpid(ch->pid, &st, block ? 0 : WNOHANG);
+    if (r == ch->pid || (r < 0 && errno == ECHILD)) {
+      ch->reaped = true;
+      ch->exit_status = st;
+    }
+  }
+}
+
+bool cw__cluster_child_exited(cw__cluster_t* cl, char* buf, size_t cap) {
+  cw__reap(cl, false);
+  for (size_t i = 0; i < cl->num_children; ++i) {
+    cw__child_t* ch = &cl->children[i];
+    if (!ch->reaped) continue;
+    if (WIFSIGNALED(ch->exit_status)) {
+      snprintf(buf, cap, "%s was killed by signal %d", ch->name, WTERMSIG(ch->exit_status));
+    } else {
+      snprintf(buf, cap, "%s exited with status %d", ch->name, WEXITSTATUS(ch->exit_status));
+    }
+    return true;
+  }
+  return false;
+}
+
+// Appends the last bytes of every child's log to `status`.
+cw_status_t cw__cluster_annotate(cw__cluster_t* cl, cw_status_t status) {
+  if (!status || !cl) return status;
+  char* all = NULL;
+  for (size_t i = 0; i < cl->num_children; ++i) {
+    FILE* f = fopen(cl->children[i].log_path, "r");
+    if (!f) continue;
+    char tail[CW__LOG_TAIL + 1];
+    size_t n = 0;
+    if (fseek(f, 0, SEEK_END) == 0) {
+      long size = ftell(f);
+      if (size > CW__LOG_TAIL) fseek(f, size - CW__LOG_TAIL, SEEK_SET);
+      else fseek(f, 0, SEEK_SET);
+      n = fread(tail, 1, CW__LOG_TAIL, f);
+    }
+    fclose(f);
+    tail[n] = '\0';
+    if (!n) continue;
+    char* next = cw__printf("%s\n--- %s log (%s) ---\n%s", all ? all : "", cl->children[i].name,
+                            cl->children[i].log_path, tail);
+    free(all);
+    all = next;
+  }
+  if (!all) return status;
+  cw_status_t out = cw_make_status(cw_status_code(status), "%s%s", cw_status_message(status), all);
+  free(all);
+  cw_status_free(status);
+  return out;
+}
+
+static void cw__remove_dir(const char* dir) {
+  DIR* d = opendir(dir);
+  if (d) {
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) {
+      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+      char* p = cw__printf("%s/%s", dir, e->d_name);
+      if (p) unlink(p);
+      free(p);
+    }
+    closedir(d);
+  }
+  rmdir(dir);
+}
+
+void cw__cluster_stop(cw__cluster_t* cl) {
+  if (!cl) return;
+  if (cl->watch_write_fd >= 0) close(cl->watch_write_fd);  // children see EOF
+  for (size_t i = 0; i < cl->num_children; ++i) {
+    if (!cl->children[i].reaped && cl->children[i].pid > 0) kill(cl->children[i].pid, SIGTERM);
+  }
+  // Give them 2 s to exit cleanly, then kill what is left.
+  for (int t = 0; t < 200; ++t) {
+    cw__reap(cl, false);
+    bool all = true;
+    for (size_t i = 0; i < cl->num_children; ++i) all = all && cl->children[i].reaped;
+    if (all) break;
+    usleep(10 * 1000);
+  }
+  for (size_t i = 0; i < cl->num_children; ++i) {
+    if (!cl->children[i].reaped && cl->children[i].pid > 0) kill(cl->children[i].pid, SIGKILL);
+  }
+  cw__reap(cl, true);
+  if (cl->dir && !getenv("CAUSEWAY_KEEP_TMP")) cw__remove_dir(cl->dir);
+  for (size_t i = 0; i < cl->num_children; ++i) {
+    free(cl->children[i].name);
+    free(cl->children[i].log_path);
+  }
+  free(cl->controller_address);
+  free(cl->dir);
+  free(cl);
+}

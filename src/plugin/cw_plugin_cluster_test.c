@@ -1,0 +1,317 @@
+// End-to-end test of libcauseway_pjrt.so against a real cluster: the
+// embedded one (controller + 2 workers as children), or the one at
+// CAUSEWAY_CONTROLLER. Drives the plugin as JAX does: devices, uploads,
+// downloads, copies within and across workers, compile, execute, errors,
+// and clean-up of the embedded cluster's directory and processes.
+// Exits 77 (skipped) when CW_PJRT_PLUGIN is not set.
+#include <dirent.h>
+#include <dlfcn.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cw_pjrt_c_api.h"
+
+static const PJRT_Api* api;
+static PJRT_Client* client;
+
+#define INIT_ARGS(var)              \
+  do {                              \
+    memset(&(var), 0, sizeof(var)); \
+    (var).struct_size = sizeof(var); \
+  } while (0)
+
+static char* error_text(PJRT_Error* e) {
+  PJRT_Error_Message_Args m;
+  INIT_ARGS(m);
+  m.error = e;
+  api->PJRT_Error_Message(&m);
+  return strndup(m.message, m.message_size);
+}
+
+static void error_free(PJRT_Error* e) {
+  PJRT_Error_Destroy_Args d;
+  INIT_ARGS(d);
+  d.error = e;
+  api->PJRT_Error_Destroy(&d);
+}
+
+#define OK(call)                                                  \
+  do {                                                            \
+    PJRT_Error* e_ = (call);                                      \
+    if (e_) {                                                     \
+      char* m_ = error_text(e_);                                  \
+      fail_msg("%s failed: %s", #call, m_);                      \
+    }                                                             \
+  } while (0)
+
+static void await_event(PJRT_Event* ev) {
+  PJRT_Event_Await_Args a;
+  INIT_ARGS(a);
+  a.event = ev;
+  OK(api->PJRT_Event_Await(&a));
+  PJRT_Event_Destroy_Args d;
+  INIT_ARGS(d);
+  d.event = ev;
+  OK(api->PJRT_Event_Destroy(&d));
+}
+
+static int setup(void** state) {
+  (void)state;
+  void* h = dlopen(CW_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
+  if (!h) return -1;
+  api = ((CW_PJRT_GetPjrtApi_Fn)dlsym(h, CW_PJRT_GET_API_SYMBOL))();
+  PJRT_Client_Create_Args c;
+  INIT_ARGS(c);
+  PJRT_Error* e = api->PJRT_Client_Create(&c);
+  if (e) {
+    char* m = error_text(e);
+    fprintf(stderr, "PJRT_Client_Create: %s\n", m);
+    free(m);
+    error_free(e);
+    return -1;
+  }
+  client = c.client;
+  return 0;
+}
+
+static void get_devices(PJRT_Device* const** out, size_t* n) {
+  PJRT_Client_Devices_Args d;
+  INIT_ARGS(d);
+  d.client = client;
+  OK(api->PJRT_Client_Devices(&d));
+  *out = d.devices;
+  *n = d.num_devices;
+}
+
+static int device_id(PJRT_Device* dev) {
+  PJRT_Device_GetDescription_Args g;
+  INIT_ARGS(g);
+  g.device = dev;
+  OK(api->PJRT_Device_GetDescription(&g));
+  PJRT_DeviceDescription_Id_Args i;
+  INIT_ARGS(i);
+  i.device_description = g.device_description;
+  OK(api->PJRT_DeviceDescription_Id(&i));
+  return i.id;
+}
+
+static const char* device_worker(PJRT_Device* dev) {
+  PJRT_DeviceDescription_Attributes_Args a;
+  INIT_ARGS(a);
+  a.device_description = (PJRT_DeviceDescription*)dev;
+  OK(api->PJRT_DeviceDescription_Attributes(&a));
+  for (size_t k = 0; k < a.num_attributes; ++k) {
+    if (!strcmp(a.attributes[k].name, "worker")) return a.attributes[k].string_value;
+  }
+  return "";
+}
+
+static PJRT_Buffer* upload(PJRT_Device* dev, const float* data, int64_t n) {
+  PJRT_Device_DefaultMemory_Args m;
+  INIT_ARGS(m);
+  m.device = dev;
+  OK(api->PJRT_Device_DefaultMemory(&m));
+  PJRT_Client_BufferFromHostBuffer_Args b;
+  INIT_ARGS(b);
+  b.client = client;
+  b.data = data;
+  b.type = PJRT_Buffer_Type_F32;
+  b.dims = &n;
+  b.num_dims = 1;
+  b.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes;
+  b.memory = m.memory;
+  OK(api->PJRT_Client_BufferFromHostBuffer(&b));
+  await_event(b.done_with_host_buffer);
+  return b.buffer;
+}
+
+static void download(PJRT_Buffer* buf, float* out, size_t n) {
+  PJRT_Buffer_ToHostBuffer_Args t;
+  INIT_ARGS(t);
+  t.src = buf;
+  OK(api->PJRT_Buffer_ToHostBuffer(&t));
+  assert_int_equal(t.dst_size, n * sizeof(float));
+  t.dst = out;
+  OK(api->PJRT_Buffer_ToHostBuffer(&t));
+  assert_non_null(t.event);
+  await_event(t.event);
+}
+
+static void destroy_buffer(PJRT_Buffer* b) {
+  PJRT_Buffer_Destroy_Args d;
+  INIT_ARGS(d);
+  d.buffer = b;
+  OK(api->PJRT_Buffer_Destroy(&d));
+}
+
+static void test_devices(void** state) {
+  (void)state;
+  PJRT_Device* const* devs;
+  size_t n;
+  get_devices(&devs, &n);
+  assert_true(n >= 2);
+  PJRT_Client_PlatformName_Args p;
+  INIT_ARGS(p);
+  p.client = client;
+  OK(api->PJRT_Client_PlatformName(&p));
+  assert_int_equal(p.platform_name_size, 3);
+  assert_memory_equal(p.platform_name, "cpu", 3);
+  for (size_t i = 0; i < n; ++i) {
+    PJRT_Client_LookupDevice_Args l;
+    INIT_ARGS(l);
+    l.client = client;
+    l.id = device_id(devs[i]);
+    OK(api->PJRT_Client_LookupDevice(&l));
+    assert_ptr_equal(l.device, devs[i]);
+    assert_true(device_worker(devs[i])[0] != '\0');
+  }
+}
+
+static void test_upload_download_copy(void** state) {
+  (void)state;
+  PJRT_Device* const* devs;
+  size_t n;
+  get_devices(&devs, &n);
+  float in[6] = {1, 2, 3, 4, 5, 6}, out[6] = {0};
+  PJRT_Buffer* a = upload(devs[0], in, 6);
+  download(a, out, 6);
+  assert_memory_equal(in, out, sizeof(in));
+  // To every other device: same worker (COPY) and other workers (SEND).
+  for (size_t i = 1; i < n; ++i) {
+    PJRT_Device_DefaultMemory_Args m;
+    INIT_ARGS(m);
+    m.device = devs[i];
+    OK(api->PJRT_Device_DefaultMemory(&m));
+    PJRT_Buffer_CopyToMemory_Args c;
+    INIT_ARGS(c);
+    c.buffer = a;
+    c.dst_memory = m.memory;
+    OK(api->PJRT_Buffer_CopyToMemory(&c));
+    PJRT_Buffer_ReadyEvent_Args r;
+    INIT_ARGS(r);
+    r.buffer = c.dst_buffer;
+    OK(api->PJRT_Buffer_ReadyEvent(&r));
+    await_event(r.event);
+    memset(out, 0, sizeof(out));
+    download(c.dst_buffer, out, 6);
+    assert_memory_equal(in, out, sizeof(in));
+    destroy_buffer(c.dst_buffer);
+  }
+  destroy_buffer(a);
+}
+
+static const char kAddModule[] =
+    "module @add attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {\n"
+    "  func.func public @main(%arg0: tensor<6xf32>, %arg1: tensor<6xf32>) -> (tensor<6xf32>) {\n"
+    "    %0 = stablehlo.add %arg0, %arg1 : tensor<6xf32>\n"
+    "    return %0 : tensor<6xf32>\n"
+    "  }\n"
+    "}\n";
+
+static PJRT_Error* compile(const char* code, PJRT_LoadedExecutable** out) {
+  PJRT_Program prog;
+  INIT_ARGS(prog);
+  prog.code = (char*)code;
+  prog.code_size = strlen(code);
+  prog.format = "mlir";
+  prog.format_size = 4;
+  PJRT_Client_Compile_Args c;
+  INIT_ARGS(c);
+  c.client = client;
+  c.program = &prog;
+  PJRT_Error* e = api->PJRT_Client_Compile(&c);
+  *out = c.executable;
+  return e;
+}
+
+static void test_compile_execute(void** state) {
+  (void)state;
+  PJRT_LoadedExecutable* exe = NULL;
+  OK(compile(kAddModule, &exe));
+  PJRT_LoadedExecutable_AddressableDevices_Args ad;
+  INIT_ARGS(ad);
+  ad.executable = exe;
+  OK(api->PJRT_LoadedExecutable_AddressableDevices(&ad));
+  assert_int_equal(ad.num_addressable_devices, 1);
+  float x[6] = {1, 2, 3, 4, 5, 6}, y[6] = {10, 20, 30, 40, 50, 60}, out[6];
+  PJRT_Buffer* bx = upload(ad.addressable_devices[0], x, 6);
+  PJRT_Buffer* by = upload(ad.addressable_devices[0], y, 6);
+  // Launch many times back to back: nothing waits on the network.
+  for (int iter = 0; iter < 50; ++iter) {
+    PJRT_Buffer* argv[2] = {bx, by};
+    PJRT_Buffer* const* arg_lists[1] = {argv};
+    PJRT_Buffer* outv[1] = {NULL};
+    PJRT_Buffer** out_lists[1] = {outv};
+    PJRT_Event* done[1] = {NULL};
+    PJRT_ExecuteOptions opt;
+    INIT_ARGS(opt);
+    PJRT_LoadedExecutable_Execute_Args e;
+    INIT_ARGS(e);
+    e.executable = exe;
+    e.options = &opt;
+    e.argument_lists = arg_lists;
+    e.num_devices = 1;
+    e.num_args = 2;
+    e.output_lists = out_lists;
+    e.device_complete_events = done;
+    OK(api->PJRT_LoadedExecutable_Execute(&e));
+    assert_non_null(outv[0]);
+    if (iter == 49) {
+      await_event(done[0]);
+      download(outv[0], out, 6);
+      for (int i = 0; i < 6; ++i) assert_true(out[i] == x[i] + y[i]);
+    } else {
+      PJRT_Event_Destroy_Args d;
+      INIT_ARGS(d);
+      d.event = done[0];
+      OK(api->PJRT_Event_Destroy(&d));
+    }
+    destroy_buffer(outv[0]);
+  }
+  destroy_buffer(bx);
+  destroy_buffer(by);
+  PJRT_LoadedExecutable_Destroy_Args d;
+  INIT_ARGS(d);
+  d.executable = exe;
+  OK(api->PJRT_LoadedExecutable_Destroy(&d));
+}
+
+static void test_compile_error_reaches_caller(void** state) {
+  (void)state;
+  PJRT_LoadedExecutable* exe = NULL;
+  PJRT_Error* e = compile("module { func.func @main() { stablehlo.frobnicate } }", &exe);
+  assert_non_null(e);
+  assert_null(exe);
+  char* m = error_text(e);
+  assert_non_null(strstr(m, "frobnicate"));
+  free(m);
+  error_free(e);
+}
+
+static int teardown(void** state) {
+  (void)state;
+  PJRT_Client_Destroy_Args d;
+  INIT_ARGS(d);
+  d.client = client;
+  PJRT_Error* e = api->PJRT_Client_Destroy(&d);
+  return e ? -1 : 0;
+}
+
+int main(void) {
+  if (!getenv("CW_PJRT_PLUGIN") || !*getenv("CW_PJRT_PLUGIN")) return 77;
+  if (!getenv("CAUSEWAY_BIN_DIR")) setenv("CAUSEWAY_BIN_DIR", CW_BIN_DIR, 0);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_devices),
+      cmocka_unit_test(test_upload_download_copy),
+      cmocka_unit_test(test_compile_execute),
+      cmocka_unit_test(test_compile_error_reaches_caller),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,223 @@
+// Futures and PJRT events. A future is a reference-counted one-shot
+// completion; every PJRT_Event handed to JAX is one reference to a future, so
+// a launch's output buffers, its device-complete events and their ready
+// events all share one allocation.
+#include <stdlib.h>
+#include <string.h>
+
+#include "cw_plugin.h"
+
+typedef struct cw__waiter_s {
+  struct cw__waiter_s* next;
+  cw__future_fn fn;              // internal continuation, or
+  PJRT_Event_OnReadyCallback cb;  // a PJRT callback (gets an owned error)
+  void* user;
+} cw__waiter_t;
+
+struct cw__future_s {
+  _Atomic int refs;
+  _Atomic bool done;  // set (release) after status is final
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  cw_status_t status;
+  cw__waiter_t* waiters;  // LIFO; order among callbacks is unspecified
+};
+
+cw__future_t* cw__future_create(void) {
+  cw__future_t* f = calloc(1, sizeof(*f));
+  if (!f) return NULL;
+  atomic_init(&f->refs, 1);
+  atomic_init(&f->done, false);
+  pthread_mutex_init(&f->mu, NULL);
+  pthread_cond_init(&f->cv, NULL);
+  return f;
+}
+
+cw__future_t* cw__future_create_done(cw_status_t status) {
+  cw__future_t* f = cw__future_create();
+  if (!f) {
+    cw_status_free(status);
+    return NULL;
+  }
+  f->status = status;
+  atomic_store_explicit(&f->done, true, memory_order_release);
+  return f;
+}
+
+void cw__future_retain(cw__future_t* f) {
+  atomic_fetch_add_explicit(&f->refs, 1, memory_order_relaxed);
+}
+
+void cw__future_release(cw__future_t* f) {
+  if (!f) return;
+  if (atomic_fetch_sub_explicit(&f->refs, 1, memory_order_acq_rel) != 1) return;
+  // Waiters hold no reference of their own: a future dropped before it
+  // completes just loses them (only possible for futures nobody completes).
+  cw__waiter_t* w = f->waiters;
+  while (w) {
+    cw__waiter_t* next = w->next;
+    free(w);
+    w = next;
+  }
+  cw_status_free(f->status);
+  pthread_cond_destroy(&f->cv);
+  pthread_mutex_destroy(&f->mu);
+  free(f);
+}
+
+static void cw__waiter_run(cw__waiter_t* w, cw_status_t status) {
+  if (w->fn) {
+    w->fn(w->user, status);
+  } else {
+    // The PJRT callback owns the error it receives.
+    w->cb(status ? cw_plugin_error_from_status(cw__status_copy(status)) : NULL, w->user);
+  }
+  free(w);
+}
+
+void cw__future_complete(cw__future_t* f, cw_status_t status) {
+  pthread_mutex_lock(&f->mu);
+  if (atomic_load_explicit(&f->done, memory_order_relaxed)) {
+    pthread_mutex_unlock(&f->mu);
+    cw_status_free(status);
+    return;
+  }
+  f->status = status;
+  atomic_store_explicit(&f->done, true, memory_order_release);
+  cw__waiter_t* w = f->waiters;
+  f->waiters = NULL;
+  pthread_cond_broadcast(&f->cv);
+  // Callbacks may drop the last outside reference; keep `f` alive for them.
+  cw__future_retain(f);
+  pthread_mutex_unlock(&f->mu);
+  while (w) {
+    cw__waiter_t* next = w->next;
+    cw__waiter_run(w, f->status);
+    w = next;
+  }
+  cw__future_release(f);
+}
+
+bool cw__future_is_done(cw__future_t* f) {
+  return atomic_load_explicit(&f->done, memory_order_acquire);
+}
+
+cw_status_t cw__future_wait(cw__future_t* f) {
+  if (!atomic_load_explicit(&f->done, memory_order_acquire)) {
+    pthread_mutex_lock(&f->mu);
+    while (!atomic_load_explicit(&f->done, memory_order_relaxed)) {
+      pthread_cond_wait(&f->cv, &f->mu);
+    }
+    pthread_mutex_unlock(&f->mu);
+  }
+  return f->status ? cw__status_copy(f->status) : cw_ok_status();
+}
+
+static bool cw__future_add(cw__future_t* f, cw__waiter_t* w) {
+  pthread_mutex_lock(&f->mu);
+  if (!atomic_load_explicit(&f->done, memory_order_relaxed)) {
+    w->next = f->waiters;
+    f->waiters = w;
+    pthread_mutex_unlock(&f->mu);
+    return true;
+  }
+  pthread_mutex_unlock(&f->mu);
+  cw__waiter_run(w, f->status);  // done: status is final
+  return true;
+}
+
+bool cw__future_then(cw__future_t* f, cw__future_fn fn, void* user) {
+  cw__waiter_t* w = calloc(1, sizeof(*w));
+  if (!w) return false;
+  w->fn = fn;
+  w->user = user;
+  return cw__future_add(f, w);
+}
+
+void cw__complete_future_cb(void* user, cw_status_t status, const ProtobufCMessage* reply) {
+  (void)reply;
+  cw__future_t* f = user;
+  cw__future_complete(f, status);
+  cw__future_release(f);
+}
+
+// ---- PJRT_Event_* ------------------------------------------------------------
+
+#define CW__EVENT(args) ((cw__future_t*)(args)->event)
+
+static PJRT_Error* cw__no_event(const char* what) {
+  return cw_plugin_error_from_status(
+      cw_make_status(CW_INVALID_ARGUMENT, "%s: event is NULL", what));
+}
+
+PJRT_Error* cw_plugin_event_destroy(PJRT_Event_Destroy_Args* args) {
+  CW__CHECK_ARGS(args, PJRT_Event_Destroy_Args, event);
+  cw__future_release(CW__EVENT(args));
+  return NULL;
+}
+
+PJRT_Error* cw_plugin_event_is_ready(PJRT_Event_IsReady_Args* args) {
+  CW__CHECK_ARGS(args, PJRT_Event_IsReady_Args, is_ready);
+  if (!args->event) return cw__no_event("PJRT_Event_IsReady");
+  args->is_ready = cw__future_is_done(CW__EVENT(args));
+  return NULL;
+}
+
+PJRT_Error* cw_plugin_event_error(PJRT_Event_Error_Args* args) {
+  CW__CHECK_ARGS(args, PJRT_Event_Error_Args, event);
+  if (!args->event) return cw__no_event("PJRT_Event_Error");
+  cw__future_t* f = CW__EVENT(args);
+  if (!cw__future_is_done(f)) {
+    return cw_plugin_error_from_status(
+        cw_make_status(CW_FAILED_PRECONDITION, "PJRT_Event_Error: event is not ready"));
+  }
+  return cw_plugin_error_or_null(f->status ? cw__status_copy(f->status) : cw_ok_status());
+}
+
+PJRT_Error* cw_plugin_event_await(PJRT_Event_Await_Args* args) {
+  CW__CHECK_ARGS(args, PJRT_Event_Await_Args, event);
+  if (!args->event) return cw__no_event("PJRT_Event_Await");
+  return cw_plugin_error_or_null(cw__future_wait(CW__EVENT(args)));
+}
+
+PJRT_Error* cw_plugin_event_on_ready(PJRT_Event_OnReady_Args* args) {
+  CW__CHECK_ARGS(args, PJRT_Event_OnReady_Args, user_arg);
+  if (!args->event) return cw__no_event("PJRT_Event_OnReady");
+  if (!args->callback) {
+    return cw_plugin_error_from_status(
+        cw_make_status(CW_INVALID_ARGUMENT, "PJRT_Event_OnReady: callback is NULL"));
+  }
+  cw__waiter_t* w = calloc(1, sizeof(*w));
+  if (!w) {
+    return cw_plugin_error_from_status(
+        cw_make_status(CW_RESOURCE_EXHAUSTED, "PJRT_Event_OnReady: out of memory"));
+  }
+  w->cb = args->callback;
+  w->user = args->user_arg;
+  cw__future_add(CW__EVENT(args), w);
+  return NULL;
+}
+
+PJRT_Error* cw_plugin_event_create(PJRT_Event_Create_Args* args) {
+  CW__CHECK_ARGS(args, PJRT_Event_Create_Args, event);
+  cw__future_t* f = cw__future_create();
+  if (!f) {
+    return cw_plugin_error_from_status(
+        cw_make_status(CW_RESOURCE_EXHAUSTED, "PJRT_Event_Create: out of memory"));
+  }
+  args->event = (PJRT_Event*)f;
+  return NULL;
+}
+
+PJRT_Error* cw_plugin_event_set(PJRT_Event_Set_Args* args) {
+  CW__CHECK_ARGS(args, PJRT_Event_Set_Args, error_message_size);
+  if (!args->event) return cw__no_event("PJRT_Event_Set");
+  cw_status_t s = cw_ok_status();
+  if (args->error_code != PJRT_Error_Code_OK) {
+    s = cw_make_status(cw_status_code_from_u32((uint32_t)args->error_code), "%.*s",
+                       (int)args->error_message_size,
+                       args->error_message ? args->error_message : "");
+  }
+  cw__future_complete(CW__EVENT(args), s);
+  return NULL;
+}

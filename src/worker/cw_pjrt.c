@@ -1,0 +1,800 @@
+#include "cw_pjrt.h"
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cw_log.h"
+#include "proto/xla_hlo_subset.pb-c.h"
+
+// Status codes equal PJRT_Error_Code: pinned here, where both headers meet.
+#define CW__PIN(name) \
+  _Static_assert((int)CW_##name == (int)PJRT_Error_Code_##name, #name " must equal PJRT's")
+CW__PIN(CANCELLED);
+CW__PIN(UNKNOWN);
+CW__PIN(INVALID_ARGUMENT);
+CW__PIN(DEADLINE_EXCEEDED);
+CW__PIN(NOT_FOUND);
+CW__PIN(ALREADY_EXISTS);
+CW__PIN(PERMISSION_DENIED);
+CW__PIN(RESOURCE_EXHAUSTED);
+CW__PIN(FAILED_PRECONDITION);
+CW__PIN(ABORTED);
+CW__PIN(OUT_OF_RANGE);
+CW__PIN(UNIMPLEMENTED);
+CW__PIN(INTERNAL);
+CW__PIN(UNAVAILABLE);
+CW__PIN(DATA_LOSS);
+CW__PIN(UNAUTHENTICATED);
+#undef CW__PIN
+// Wire dtypes equal PJRT_Buffer_Type.
+_Static_assert((int)CAUSEWAY__V1__DTYPE__DTYPE_F32 == (int)PJRT_Buffer_Type_F32, "dtype pin");
+_Static_assert((int)CAUSEWAY__V1__DTYPE__DTYPE_C128 == (int)PJRT_Buffer_Type_C128, "dtype pin");
+_Static_assert((int)CAUSEWAY__V1__DTYPE__DTYPE_PRED == (int)PJRT_Buffer_Type_PRED, "dtype pin");
+_Static_assert((int)CAUSEWAY__V1__DTYPE__DTYPE_BF16 == (int)PJRT_Buffer_Type_BF16, "dtype pin");
+
+// Declares `var` of args type T, zeroed, with struct_size set.
+#define CW__ARGS(T, var) \
+  T var;                 \
+  memset(&var, 0, sizeof(var)); \
+  var.struct_size = sizeof(T)
+
+#define CW__CALL(p, fn, args, ...) \
+  CW_RETURN_IF_ERROR(cw_pjrt_status((p), (p)->api->fn(&(args))), __VA_ARGS__)
+
+cw_status_t cw_pjrt_status(const cw_pjrt_t* p, PJRT_Error* error) {
+  if (!error) return cw_ok_status();
+  CW__ARGS(PJRT_Error_Message_Args, m);
+  m.error = error;
+  p->api->PJRT_Error_Message(&m);
+  CW__ARGS(PJRT_Error_GetCode_Args, c);
+  c.error = error;
+  cw_status_code_t code = CW_UNKNOWN;
+  if (!p->api->PJRT_Error_GetCode(&c)) code = cw_status_code_from_u32((uint32_t)c.code);
+  cw_status_t st = cw_make_status(code, "%.*s", (int)m.message_size,
+                                  m.message ? m.message : "");
+  CW__ARGS(PJRT_Error_Destroy_Args, d);
+  d.error = error;
+  p->api->PJRT_Error_Destroy(&d);
+  return st;
+}
+
+static cw_status_t cw__load_devices(cw_pjrt_t* p) {
+  CW__ARGS(PJRT_Client_AddressableDevices_Args, a);
+  a.client = p->client;
+  CW__CALL(p, PJRT_Client_AddressableDevices, a, "addressable devices");
+  p->num_devices = a.num_addressable_devices;
+  p->devices = calloc(p->num_devices ? p->num_devices : 1, sizeof(*p->devices));
+  p->default_memories = calloc(p->num_devices ? p->num_devices : 1, sizeof(PJRT_Memory*));
+  if (!p->devices || !p->default_memories) {
+    return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for devices");
+  }
+  for (size_t i = 0; i < p->num_devices; ++i) {
+    p->devices[i] = a.addressable_devices[i];
+    CW__ARGS(PJRT_Device_DefaultMemory_Args, m);
+    m.device = p->devices[i];
+    // Optional: fall back to device placement without a default memory.
+    cw_status_free(cw_pjrt_status(p, p->api->PJRT_Device_DefaultMemory(&m)));
+    p->default_memories[i] = m.memory;
+  }
+  return cw_ok_status();
+}
+
+cw_status_t cw_pjrt_create(const char* path, int num_devices, cw_pjrt_t** out) {
+  *out = NULL;
+  if (!path || !*path) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "no PJRT plugin given (--plugin or CW_PJRT_PLUGIN)");
+  }
+  cw_pjrt_t* p = calloc(1, sizeof(*p));
+  if (!p) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  p->library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!p->library) {
+    cw_status_t st = cw_make_status(CW_NOT_FOUND, "cannot load PJRT plugin %s: %s", path,
+                                    dlerror());
+    free(p);
+    return st;
+  }
+  typedef const PJRT_Api* (*get_api_fn)(void);
+  get_api_fn get_api = (get_api_fn)(uintptr_t)dlsym(p->library, "GetPjrtApi");
+  p->api = get_api ? get_api() : NULL;
+  cw_status_t st = cw_ok_status();
+  if (!p->api) {
+    st = cw_make_status(CW_INVALID_ARGUMENT, "%s has no GetPjrtApi", path);
+    goto fail;
+  }
+  int major = p->api->pjrt_api_version.major_version;
+  int minor = p->api->pjrt_api_version.minor_version;
+  if (major != CW_PJRT_API_MAJOR || minor < CW_PJRT_MIN_MINOR) {
+    st = cw_make_status(CW_FAILED_PRECONDITION,
+                        "%s speaks PJRT %d.%d; causeway needs %d.%d or newer (major %d)", path,
+                        major, minor, CW_PJRT_API_MAJOR, CW_PJRT_MIN_MINOR, CW_PJRT_API_MAJOR);
+    goto fail;
+  }
+  CW_LOGI("PJRT plugin %s: API %d.%d (ours %d.%d)", path, major, minor, CW_PJRT_API_MAJOR,
+          CW_PJRT_API_MINOR);
+  {
+    CW__ARGS(PJRT_Plugin_Initialize_Args, init);
+    st = cw_pjrt_status(p, p->api->PJRT_Plugin_Initialize(&init));
+    if (st) goto fail;
+    PJRT_NamedValue opt;
+    memset(&opt, 0, sizeof(opt));
+    opt.struct_size = sizeof(opt);
+    opt.name = "cpu_device_count";
+    opt.name_size = strlen(opt.name);
+    opt.type = PJRT_NamedValue_kInt64;
+    opt.int64_value = num_devices;
+    opt.value_size = 1;
+    CW__ARGS(PJRT_Client_Create_Args, c);
+    c.create_options = &opt;
+    c.num_options = 1;
+    st = cw_pjrt_status(p, p->api->PJRT_Client_Create(&c));
+    if (st) goto fail;
+    p->client = c.client;
+  }
+  st = cw__load_devices(p);
+  if (st) goto fail;
+  {
+    // XLA's CPU plugin keeps device buffers in this process's memory, so
+    // ready buffers can be written to sockets in place.
+    CW__ARGS(PJRT_Client_PlatformName_Args, pn);
+    pn.client = p->client;
+    cw_status_t pst = cw_pjrt_status(p, p->api->PJRT_Client_PlatformName(&pn));
+    p->host_memory = !pst && pn.platform_name_size == 3 && !memcmp(pn.platform_name, "cpu", 3);
+    cw_status_free(pst);
+  }
+  *out = p;
+  return cw_ok_status();
+fail:
+  cw_pjrt_release(p);
+  return cw_status_annotate(st, "PJRT plugin %s", path);
+}
+
+void cw_pjrt_release(cw_pjrt_t* p) {
+  if (!p) return;
+  if (p->client) {
+    CW__ARGS(PJRT_Client_Destroy_Args, d);
+    d.client = p->client;
+    cw_status_t st = cw_pjrt_status(p, p->api->PJRT_Client_Destroy(&d));
+    if (st) CW_LOGW("destroying the PJRT client: %s", cw_status_message(st));
+    cw_status_free(st);
+  }
+  free(p->devices);
+  free(p->default_memories);
+  // The library stays loaded: plugins keep process-wide state (thread pools,
+  // registries) that unloading would pull out from under them.
+  free(p);
+}
+
+int cw_pjrt_device_index(const cw_pjrt_t* p, PJRT_Device* device) {
+  for (size_t i = 0; i < p->num_devices; ++i) {
+    if (p->devices[i] == device) return (int)i;
+  }
+  return -1;
+}
+
+typedef struct cw__ready_s {
+  const cw_pjrt_t* pjrt;
+  cw_pjrt_ready_fn fn;
+  void* user;
+} cw__ready_t;
+
+// Runs on a plugin thread; owns `error`.
+static void cw__on_ready(PJRT_Error* error, void* arg) {
+  cw__ready_t r = *(cw__ready_t*)arg;
+  free(arg);
+  r.fn(r.user, cw_pjrt_status(r.pjrt, error));
+}
+
+cw_status_t cw_pjrt_event_on_ready(const cw_pjrt_t* p, PJRT_Event* event, cw_pjrt_ready_fn fn,
+                                   void* user) {
+  cw__ready_t* r = malloc(sizeof(*r));
+  if (!r) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for an event");
+  *r = (cw__ready_t){p, fn, user};
+  CW__ARGS(PJRT_Event_OnReady_Args, a);
+  a.event = event;
+  a.callback = cw__on_ready;
+  a.user_arg = r;
+  cw_status_t st = cw_pjrt_status(p, p->api->PJRT_Event_OnReady(&a));
+  if (st) free(r);  // the callback will not run
+  return st;
+}
+
+void cw_pjrt_event_destroy(const cw_pjrt_t* p, PJRT_Event* event) {
+  if (!event) return;
+  CW__ARGS(PJRT_Event_Destroy_Args, a);
+  a.event = event;
+  cw_status_free(cw_pjrt_status(p, p->api->PJRT_Event_Destroy(&a)));
+}
+
+// Serialized xla.CompileOptionsProto{executable_build_options{num_replicas: 1,
+// num_partitions: 1}}: field 3 (length 4) holding fields 4 and 5 = 1.
+static const uint8_t cw__default_options[] = {0x1a, 0x04, 0x20, 0x01, 0x28, 0x01};
+
+cw_status_t cw_pjrt_compile(const cw_pjrt_t* p, const char* format, const uint8_t* code,
+                            size_t code_size, const uint8_t* options, size_t options_size,
+                            PJRT_LoadedExecutable** out) {
+  *out = NULL;
+  CW__ARGS(PJRT_Program, prog);
+  prog.code = (char*)(uintptr_t)code;
+  prog.code_size = code_size;
+  prog.format = format;
+  prog.format_size = strlen(format);
+  if (!options_size) {
+    options = cw__default_options;
+    options_size = sizeof(cw__default_options);
+  }
+  CW__ARGS(PJRT_Client_Compile_Args, a);
+  a.client = p->client;
+  a.program = &prog;
+  a.compile_options = (const char*)options;
+  a.compile_options_size = options_size;
+  CW__CALL(p, PJRT_Client_Compile, a, "compile");
+  *out = a.executable;
+  return cw_ok_status();
+}
+
+cw_status_t cw_pjrt_deserialize(const cw_pjrt_t* p, const uint8_t* bytes, size_t size,
+                                const uint8_t* options, size_t options_size,
+                                PJRT_LoadedExecutable** out) {
+  *out = NULL;
+  CW__ARGS(PJRT_Executable_DeserializeAndLoad_Args, a);
+  a.client = p->client;
+  a.serialized_executable = (const char*)bytes;
+  a.serialized_executable_size = size;
+  if (options_size) {
+    a.overridden_serialized_compile_options = (const char*)options;
+    a.overridden_serialized_compile_options_size = options_size;
+  }
+  CW__CALL(p, PJRT_Executable_DeserializeAndLoad, a, "deserialize executable");
+  *out = a.loaded_executable;
+  return cw_ok_status();
+}
+
+static cw_status_t cw__get_executable(const cw_pjrt_t* p, PJRT_LoadedExecutable* exe,
+                                      PJRT_Executable** out) {
+  CW__ARGS(PJRT_LoadedExecutable_GetExecutable_Args, a);
+  a.loaded_executable = exe;
+  CW__CALL(p, PJRT_LoadedExecutable_GetExecutable, a, "get executable");
+  *out = a.executable;
+  return cw_ok_status();
+}
+
+static void cw__executable_free(const cw_pjrt_t* p, PJRT_Executable* e) {
+  CW__ARGS(PJRT_Executable_Destroy_Args, a);
+  a.executable = e;
+  cw_status_free(cw_pjrt_status(p, p->api->PJRT_Executable_Destroy(&a)));
+}
+
+cw_status_t cw_pjrt_executable_info(const cw_pjrt_t* p, PJRT_LoadedExecutable* exe,
+                                    uint32_t* out_num_outputs, uint32_t* out_num_devices,
+                                    char** out_name) {
+  *out_name = NULL;
+  CW__ARGS(PJRT_LoadedExecutable_AddressableDevices_Args, d);
+  d.executable = exe;
+  CW__CALL(p, PJRT_LoadedExecutable_AddressableDevices, d, "addressable devices");
+  *out_num_devices = (uint32_t)d.num_addressable_devices;
+  PJRT_Executable* e = NULL;
+  CW_RETURN_IF_ERROR(cw__get_executable(p, exe, &e), "executable info");
+  CW__ARGS(PJRT_Executable_NumOutputs_Args, n);
+  n.executable = e;
+  cw_status_t st = cw_pjrt_status(p, p->api->PJRT_Executable_NumOutputs(&n));
+  CW__ARGS(PJRT_Executable_Name_Args, nm);
+  nm.executable = e;
+  if (!st) st = cw_pjrt_status(p, p->api->PJRT_Executable_Name(&nm));
+  if (!st) {
+    *out_num_outputs = (uint32_t)n.num_outputs;
+    *out_name = strndup(nm.executable_name ? nm.executable_name : "", nm.executable_name_size);
+  }
+  cw__executable_free(p, e);
+  return st;
+}
+
+int cw_pjrt_dtype_from_xla(int t) {
+  // XLA's PrimitiveType numbers (xla_data.proto), checked against modules
+  // the CPU plugin compiled; they part from PJRT_Buffer_Type at BF16.
+  switch (t) {
+    case 1: return PJRT_Buffer_Type_PRED;
+    case 2: return PJRT_Buffer_Type_S8;
+    case 3: return PJRT_Buffer_Type_S16;
+    case 4: return PJRT_Buffer_Type_S32;
+    case 5: return PJRT_Buffer_Type_S64;
+    case 6: return PJRT_Buffer_Type_U8;
+    case 7: return PJRT_Buffer_Type_U16;
+    case 8: return PJRT_Buffer_Type_U32;
+    case 9: return PJRT_Buffer_Type_U64;
+    case 10: return PJRT_Buffer_Type_F16;
+    case 11: return PJRT_Buffer_Type_F32;
+    case 12: return PJRT_Buffer_Type_F64;
+    case 15: return PJRT_Buffer_Type_C64;
+    case 16: return PJRT_Buffer_Type_BF16;
+    case 18: return PJRT_Buffer_Type_C128;
+    default: return -1;  // TUPLE 13, OPAQUE 14, TOKEN 17, sub-byte and fp8 types
+  }
+}
+
+void cw_pjrt_shapes_free(cw_pjrt_shape_t* shapes, size_t n) {
+  for (size_t i = 0; shapes && i < n; ++i) free(shapes[i].dims);
+  free(shapes);
+}
+
+cw_status_t cw_pjrt_params_from_hlo(const uint8_t* bytes, size_t size, bool with_config,
+                                    cw_pjrt_shape_t** out, size_t* out_n) {
+  *out = NULL;
+  *out_n = 0;
+  Causeway__Xla__HloModuleWithConfig* wrap = NULL;
+  Causeway__Xla__HloModule* mod = NULL;
+  if (with_config) {
+    wrap = causeway__xla__hlo_module_with_config__unpack(NULL, size, bytes);
+    if (!wrap) return cw_make_status(CW_INTERNAL, "optimized program does not decode");
+  } else {
+    mod = causeway__xla__hlo_module__unpack(NULL, size, bytes);
+    if (!mod) return cw_make_status(CW_INTERNAL, "optimized program does not decode");
+  }
+  const Causeway__Xla__HloModule* m = with_config ? wrap->hlo_module : mod;
+  const Causeway__Xla__ProgramShape* ps = m ? m->host_program_shape : NULL;
+  cw_status_t st = cw_ok_status();
+  cw_pjrt_shape_t* shapes = NULL;
+  size_t n = 0;
+  if (!ps) {
+    st = cw_make_status(CW_UNIMPLEMENTED, "optimized program has no host program shape");
+  } else {
+    Causeway__Xla__Shape* const* params = ps->parameters;
+    size_t np = ps->n_parameters;
+    shapes = calloc(np ? np : 1, sizeof(*shapes));
+    if (!shapes) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+    for (size_t i = 0; !st && i < np; ++i) {
+      const Causeway__Xla__Shape* sh = params[i];
+      shapes[i].dtype = sh->n_tuple_shapes ? -1 : cw_pjrt_dtype_from_xla(sh->element_type);
+      shapes[i].rank = sh->n_dimensions;
+      shapes[i].dims = malloc((sh->n_dimensions ? sh->n_dimensions : 1) * sizeof(int64_t));
+      if (!shapes[i].dims) {
+        st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+        break;
+      }
+      if (sh->n_dimensions) memcpy(shapes[i].dims, sh->dimensions, sh->n_dimensions * sizeof(int64_t));
+      n++;
+    }
+    // A parameter any of whose buffers is aliased is donated whole, as
+    // XLA's PJRT clients do.
+    const Causeway__Xla__InputOutputAlias* io = m->input_output_alias;
+    for (size_t i = 0; !st && io && i < io->n_entries; ++i) {
+      int64_t pn = io->entries[i]->parameter_number;
+      if (pn >= 0 && (uint64_t)pn < n) shapes[pn].donated = true;
+    }
+  }
+  if (wrap) causeway__xla__hlo_module_with_config__free_unpacked(wrap, NULL);
+  if (mod) causeway__xla__hlo_module__free_unpacked(mod, NULL);
+  if (st) {
+    cw_pjrt_shapes_free(shapes, n);
+    return st;
+  }
+  *out = shapes;
+  *out_n = n;
+  return cw_ok_status();
+}
+
+cw_status_t cw_pjrt_executable_params(const cw_pjrt_t* p, PJRT_LoadedExecutable* exe,
+                                      cw_pjrt_shape_t** out, size_t* out_n) {
+  *out = NULL;
+  *out_n = 0;
+  if (!p->api->PJRT_Executable_OptimizedProgram) {
+    return cw_make_status(CW_UNIMPLEMENTED, "the plugin has no PJRT_Executable_OptimizedProgram");
+  }
+  PJRT_Executable* e = NULL;
+  CW_RETURN_IF_ERROR(cw__get_executable(p, exe, &e), "parameter shapes");
+  // Two calls: the size (code NULL), then the bytes.
+  CW__ARGS(PJRT_Program, prog);
+  CW__ARGS(PJRT_Executable_OptimizedProgram_Args, a);
+  a.executable = e;
+  a.program = &prog;
+  cw_status_t st = cw_pjrt_status(p, p->api->PJRT_Executable_OptimizedProgram(&a));
+  char* code = NULL;
+  if (!st) {
+    code = malloc(prog.code_size ? prog.code_size : 1);
+    if (!code) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  if (!st) {
+    prog.code = code;
+    st = cw_pjrt_status(p, p->api->PJRT_Executable_OptimizedProgram(&a));
+  }
+  if (!st) {
+    size_t fl = prog.format ? prog.format_size : 0;
+    bool hlo = fl == 3 && !memcmp(prog.format, "hlo", 3);
+    bool with_config = fl == 15 && !memcmp(prog.format, "hlo_with_config", 15);
+    if (hlo || with_config) {
+      st = cw_pjrt_params_from_hlo((const uint8_t*)code, prog.code_size, with_config, out, out_n);
+    } else {
+      st = cw_make_status(CW_UNIMPLEMENTED, "optimized program in format '%.*s'", (int)fl,
+                          prog.format ? prog.format : "");
+    }
+  }
+  free(code);
+  cw__executable_free(p, e);
+  return st;
+}
+
+cw_status_t cw_pjrt_serialize(const cw_pjrt_t* p, PJRT_LoadedExecutable* exe,
+                              const uint8_t** out_bytes, size_t* out_size, void** out_handle,
+                              void (**out_deleter)(void*)) {
+  PJRT_Executable* e = NULL;
+  CW_RETURN_IF_ERROR(cw__get_executable(p, exe, &e), "serialize");
+  CW__ARGS(PJRT_Executable_Serialize_Args, a);
+  a.executable = e;
+  cw_status_t st = cw_pjrt_status(p, p->api->PJRT_Executable_Serialize(&a));
+  cw__executable_free(p, e);
+  CW_RETURN_IF_ERROR(st, "serialize");
+  *out_bytes = (const uint8_t*)a.serialized_bytes;
+  *out_size = a.serialized_bytes_size;
+  *out_handle = a.serialized_executable;
+  *out_deleter = (void (*)(void*))a.serialized_executable_deleter;
+  return cw_ok_status();
+}
+
+void cw_pjrt_executable_destroy(const cw_pjrt_t* p, PJRT_LoadedExecutable* exe) {
+  if (!exe) return;
+  CW__ARGS(PJRT_LoadedExecutable_Destroy_Args, a);
+  a.executable = exe;
+  cw_status_free(cw_pjrt_status(p, p->api->PJRT_LoadedExecutable_Destroy(&a)));
+}
+
+static cw_status_t cw__check_device(const cw_pjrt_t* p, int device) {
+  if (device < 0 || (size_t)device >= p->num_devices) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "device %d is not one of this worker's %zu devices",
+                          device, p->num_devices);
+  }
+  return cw_ok_status();
+}
+
+cw_status_t cw_pjrt_upload(const cw_pjrt_t* p, const void* data, int dtype, const int64_t* dims,
+                           size_t rank, const int64_t* strides, size_t num_strides, int device,
+                           bool zero_copy, PJRT_Buffer** out_buffer, PJRT_Event** out_done) {
+  *out_buffer = NULL;
+  *out_done = NULL;
+  CW_RETURN_IF_ERROR(cw__check_device(p, device), "upload");
+  CW__ARGS(PJRT_Client_BufferFromHostBuffer_Args, a);
+  a.client = p->client;
+  a.data = data;
+  a.type = (PJRT_Buffer_Type)dtype;
+  a.dims = dims;
+  a.num_dims = rank;
+  a.byte_strides = num_strides ? strides : NULL;
+  a.num_byte_strides = num_strides;
+  a.host_buffer_semantics = zero_copy ? PJRT_HostBufferSemantics_kImmutableZeroCopy
+                                      : PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes;
+  // As JAX does: the device's default memory, device NULL.
+  if (p->default_memories[device]) {
+    a.memory = p->default_memories[device];
+  } else {
+    a.device = p->devices[device];
+  }
+  CW__CALL(p, PJRT_Client_BufferFromHostBuffer, a, "upload to device %d", device);
+  *out_buffer = a.buffer;
+  *out_done = a.done_with_host_buffer;
+  return cw_ok_status();
+}
+
+cw_status_t cw_pjrt_to_host(const cw_pjrt_t* p, PJRT_Buffer* buffer, void* dst, size_t size,
+                            PJRT_Event** out_event) {
+  *out_event = NULL;
+  CW__ARGS(PJRT_Buffer_ToHostBuffer_Args, a);
+  a.src = buffer;
+  a.dst = dst;
+  a.dst_size = size;
+  CW__CALL(p, PJRT_Buffer_ToHostBuffer, a, "download");
+  *out_event = a.event;
+  return cw_ok_status();
+}
+
+cw_status_t cw_pjrt_ready_event(const cw_pjrt_t* p, PJRT_Buffer* buffer, PJRT_Event** out) {
+  *out = NULL;
+  CW__ARGS(PJRT_Buffer_ReadyEvent_Args, a);
+  a.buffer = buffer;
+  CW__CALL(p, PJRT_Buffer_ReadyEvent, a, "ready event");
+  *out = a.event;
+  return cw_ok_status();
+}
+
+cw_status_t cw_pjrt_copy(const cw_pjrt_t* p, PJRT_Buffer* buffer, int device,
+                         PJRT_Buffer** out) {
+  *out = NULL;
+  CW_RETURN_IF_ERROR(cw__check_device(p, device), "copy");
+  if (p->default_memories[device]) {
+    CW__ARGS(PJRT_Buffer_CopyToMemory_Args, a);
+    a.buffer = buffer;
+    a.dst_memory = p->default_memories[device];
+    CW__CALL(p, PJRT_Buffer_CopyToMemory, a, "copy to device %d", device);
+    *out = a.dst_buffer;
+  } else {
+    CW__ARGS(PJRT_Buffer_CopyToDevice_Args, a);
+    a.buffer = buffer;
+    a.dst_device = p->devices[device];
+    CW__CALL(p, PJRT_Buffer_CopyToDevice, a, "copy to device %d", device);
+    *out = a.dst_buffer;
+  }
+  return cw_ok_status();
+}
+
+cw_status_t cw_pjrt_buffer_info(const cw_pjrt_t* p, PJRT_Buffer* buffer, int* out_dtype,
+                                int64_t** out_dims, size_t* out_rank, int* out_device) {
+  *out_dims = NULL;
+  CW__ARGS(PJRT_Buffer_ElementType_Args, t);
+  t.buffer = buffer;
+  CW__CALL(p, PJRT_Buffer_ElementType, t, "element type");
+  CW__ARGS(PJRT_Buffer_Dimensions_Args, d);
+  d.buffer = buffer;
+  CW__CALL(p, PJRT_Buffer_Dimensions, d, "dimensions");
+  CW__ARGS(PJRT_Buffer_Device_Args, dev);
+  dev.buffer = buffer;
+  CW__CALL(p, PJRT_Buffer_Device, dev, "device");
+  int64_t* dims = malloc((d.num_dims ? d.num_dims : 1) * sizeof(int64_t));
+  if (!dims) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  if (d.num_dims) memcpy(dims, d.dims, d.num_dims * sizeof(int64_t));
+  *out_dtype = (int)t.type;
+  *out_dims = dims;
+  *out_rank = d.num_dims;
+  *out_device = cw_pjrt_device_index(p, dev.device);
+  return cw_ok_status();
+}
+
+uintptr_t cw_pjrt_buffer_pointer(const cw_pjrt_t* p, PJRT_Buffer* buffer) {
+  CW__ARGS(PJRT_Buffer_UnsafePointer_Args, a);
+  a.buffer = buffer;
+  cw_status_t st = cw_pjrt_status(p, p->api->PJRT_Buffer_UnsafePointer(&a));
+  if (st) {
+    cw_status_free(st);
+    return 0;
+  }
+  return a.buffer_pointer;
+}
+
+const void* cw_pjrt_buffer_host_view(const cw_pjrt_t* p, PJRT_Buffer* buffer, size_t rank) {
+  if (!p->host_memory || !p->api->PJRT_Buffer_UnsafePointer) return NULL;
+  if (p->api->PJRT_Buffer_GetMemoryLayout) {
+    CW__ARGS(PJRT_Buffer_GetMemoryLayout_Args, l);
+    l.buffer = buffer;
+    cw_status_t st = cw_pjrt_status(p, p->api->PJRT_Buffer_GetMemoryLayout(&l));
+    if (st) {
+      cw_status_free(st);
+      return NULL;
+    }
+    // Dense row-major: tiled with no tiles and minor_to_major = rank-1 .. 0.
+    if (l.layout.type != PJRT_Buffer_MemoryLayout_Type_Tiled || l.layout.tiled.num_tiles ||
+        l.layout.tiled.minor_to_major_size != rank) {
+      return NULL;
+    }
+    for (size_t i = 0; i < rank; ++i) {
+      if (l.layout.tiled.minor_to_major[i] != (int64_t)(rank - 1 - i)) return NULL;
+    }
+  } else {
+    return NULL;
+  }
+  uintptr_t ptr = cw_pjrt_buffer_pointer(p, buffer);
+  return ptr ? (const void*)ptr : NULL;
+}
+
+bool cw_pjrt_buffer_hold(const cw_pjrt_t* p, PJRT_Buffer* buffer) {
+  if (!p->api->PJRT_Buffer_IncreaseExternalReferenceCount) return false;
+  CW__ARGS(PJRT_Buffer_IncreaseExternalReferenceCount_Args, a);
+  a.buffer = buffer;
+  cw_status_t st = cw_pjrt_status(p, p->api->PJRT_Buffer_IncreaseExternalReferenceCount(&a));
+  if (st) {
+    cw_status_free(st);
+    return false;
+  }
+  return true;
+}
+
+void cw_pjrt_buffer_unhold(const cw_pjrt_t* p, PJRT_Buffer* buffer) {
+  CW__ARGS(PJRT_Buffer_DecreaseExternalReferenceCount_Args, a);
+  a.buffer = buffer;
+  cw_status_free(cw_pjrt_status(p, p->api->PJRT_Buffer_DecreaseExternalReferenceCount(&a)));
+}
+
+void cw_pjrt_buffer_destroy(const cw_pjrt_t* p, PJRT_Buffer* buffer) {
+  if (!buffer) return;
+  CW__ARGS(PJRT_Buffer_Destroy_Args, a);
+  a.buffer = buffer;
+  cw_status_free(cw_pjrt_status(p, p->api->PJRT_Buffer_Destroy(&a)));
+}
+
+cw_status_t cw_pjrt_execute(const cw_pjrt_t* p, PJRT_LoadedExecutable* exe, size_t num_devices,
+                            size_t num_args, PJRT_Buffer* const* const* argument_lists,
+                            PJRT_Buffer** const* output_lists, PJRT_Event** events,
+                            int launch_id, const bool* donate) {
+  // Inputs stay owned by the store unless the caller donates them.
+  int64_t* keep = calloc(num_args ? num_args : 1, sizeof(int64_t));
+  if (!keep) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  size_t num_keep = 0;
+  for (size_t i = 0; i < num_args; ++i) {
+    if (!donate || !donate[i]) keep[num_keep++] = (int64_t)i;
+  }
+  CW__ARGS(PJRT_ExecuteOptions, o);
+  o.launch_id = launch_id;
+  o.non_donatable_input_indices = keep;
+  o.num_non_donatable_input_indices = num_keep;
+  CW__ARGS(PJRT_LoadedExecutable_Execute_Args, a);
+  a.executable = exe;
+  a.options = &o;
+  a.argument_lists = argument_lists;
+  a.num_devices = num_devices;
+  a.num_args = num_args;
+  a.output_lists = output_lists;
+  a.device_complete_events = events;
+  cw_status_t st = cw_pjrt_status(p, p->api->PJRT_LoadedExecutable_Execute(&a));
+  free(keep);
+  return cw_status_annotate(st, "execute");
+}
+
+// --- Inventory ------------------------------------------------------------
+
+static char* cw__strndup(const char* s, size_t n) { return strndup(s ? s : "", s ? n : 0); }
+
+// Converts PJRT named values to wire NamedValues (malloc'd array).
+static cw_status_t cw__named_values(const PJRT_NamedValue* in, size_t n,
+                                    Causeway__V1__NamedValue*** out, size_t* out_n) {
+  *out = calloc(n ? n : 1, sizeof(**out));
+  *out_n = 0;
+  if (!*out) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  for (size_t i = 0; i < n; ++i) {
+    Causeway__V1__NamedValue* v = calloc(1, sizeof(*v));
+    if (!v) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+    causeway__v1__named_value__init(v);
+    (*out)[(*out_n)++] = v;
+    v->name = cw__strndup(in[i].name, in[i].name_size);
+    switch (in[i].type) {
+      case PJRT_NamedValue_kString:
+        v->value_case = CAUSEWAY__V1__NAMED_VALUE__VALUE_S;
+        v->s = cw__strndup(in[i].string_value, in[i].value_size);
+        break;
+      case PJRT_NamedValue_kInt64:
+        v->value_case = CAUSEWAY__V1__NAMED_VALUE__VALUE_I;
+        v->i = in[i].int64_value;
+        break;
+      case PJRT_NamedValue_kInt64List: {
+        v->value_case = CAUSEWAY__V1__NAMED_VALUE__VALUE_LIST;
+        v->list = calloc(1, sizeof(*v->list));
+        if (!v->list) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+        causeway__v1__int64_list__init(v->list);
+        v->list->values = calloc(in[i].value_size ? in[i].value_size : 1, sizeof(int64_t));
+        if (!v->list->values) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+        if (in[i].value_size) {
+          memcpy(v->list->values, in[i].int64_array_value, in[i].value_size * sizeof(int64_t));
+        }
+        v->list->n_values = in[i].value_size;
+        break;
+      }
+      case PJRT_NamedValue_kFloat:
+        v->value_case = CAUSEWAY__V1__NAMED_VALUE__VALUE_F;
+        v->f = in[i].float_value;
+        break;
+      case PJRT_NamedValue_kBool:
+        v->value_case = CAUSEWAY__V1__NAMED_VALUE__VALUE_B;
+        v->b = in[i].bool_value;
+        break;
+      default:
+        break;
+    }
+  }
+  return cw_ok_status();
+}
+
+static cw_status_t cw__device(const cw_pjrt_t* p, size_t index, Causeway__V1__Device* d) {
+  PJRT_Device* dev = p->devices[index];
+  d->local_id = (int32_t)index;
+  CW__ARGS(PJRT_Device_GetDescription_Args, g);
+  g.device = dev;
+  CW__CALL(p, PJRT_Device_GetDescription, g, "device %zu", index);
+  CW__ARGS(PJRT_DeviceDescription_Id_Args, id);
+  id.device_description = g.device_description;
+  CW__CALL(p, PJRT_DeviceDescription_Id, id, "device id");
+  d->id = id.id;
+  CW__ARGS(PJRT_DeviceDescription_Kind_Args, k);
+  k.device_description = g.device_description;
+  CW__CALL(p, PJRT_DeviceDescription_Kind, k, "device kind");
+  d->kind = cw__strndup(k.device_kind, k.device_kind_size);
+  CW__ARGS(PJRT_DeviceDescription_DebugString_Args, ds);
+  ds.device_description = g.device_description;
+  CW__CALL(p, PJRT_DeviceDescription_DebugString, ds, "device debug string");
+  d->debug_string = cw__strndup(ds.debug_string, ds.debug_string_size);
+  CW__ARGS(PJRT_DeviceDescription_Attributes_Args, at);
+  at.device_description = g.device_description;
+  CW__CALL(p, PJRT_DeviceDescription_Attributes, at, "device attributes");
+  CW_RETURN_IF_ERROR(cw__named_values(at.attributes, at.num_attributes, &d->attributes,
+                                      &d->n_attributes), "device attributes");
+  CW__ARGS(PJRT_Device_LocalHardwareId_Args, hw);
+  hw.device = dev;
+  CW__CALL(p, PJRT_Device_LocalHardwareId, hw, "local hardware id");
+  d->local_hardware_id = hw.local_hardware_id;
+  d->default_memory = -1;
+  CW__ARGS(PJRT_Device_AddressableMemories_Args, ms);
+  ms.device = dev;
+  CW__CALL(p, PJRT_Device_AddressableMemories, ms, "device memories");
+  d->memories = calloc(ms.num_memories ? ms.num_memories : 1, sizeof(*d->memories));
+  if (!d->memories) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  for (size_t i = 0; i < ms.num_memories; ++i) {
+    Causeway__V1__Memory* m = calloc(1, sizeof(*m));
+    if (!m) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+    causeway__v1__memory__init(m);
+    d->memories[d->n_memories++] = m;
+    CW__ARGS(PJRT_Memory_Id_Args, mi);
+    mi.memory = ms.memories[i];
+    CW__CALL(p, PJRT_Memory_Id, mi, "memory id");
+    m->id = mi.id;
+    CW__ARGS(PJRT_Memory_Kind_Args, mk);
+    mk.memory = ms.memories[i];
+    CW__CALL(p, PJRT_Memory_Kind, mk, "memory kind");
+    m->kind = cw__strndup(mk.kind, mk.kind_size);
+    CW__ARGS(PJRT_Memory_Kind_Id_Args, mki);
+    mki.memory = ms.memories[i];
+    CW__CALL(p, PJRT_Memory_Kind_Id, mki, "memory kind id");
+    m->kind_id = mki.kind_id;
+    if (ms.memories[i] == p->default_memories[index]) d->default_memory = mi.id;
+  }
+  return cw_ok_status();
+}
+
+cw_status_t cw_pjrt_inventory_initialize(const cw_pjrt_t* p, Causeway__V1__Inventory* inv) {
+  causeway__v1__inventory__init(inv);
+  CW__ARGS(PJRT_Client_PlatformName_Args, pn);
+  pn.client = p->client;
+  CW__CALL(p, PJRT_Client_PlatformName, pn, "platform name");
+  inv->platform_name = cw__strndup(pn.platform_name, pn.platform_name_size);
+  CW__ARGS(PJRT_Client_PlatformVersion_Args, pv);
+  pv.client = p->client;
+  CW__CALL(p, PJRT_Client_PlatformVersion, pv, "platform version");
+  inv->platform_version = cw__strndup(pv.platform_version, pv.platform_version_size);
+  inv->pjrt_major = (uint32_t)p->api->pjrt_api_version.major_version;
+  inv->pjrt_minor = (uint32_t)p->api->pjrt_api_version.minor_version;
+  CW__ARGS(PJRT_Plugin_Attributes_Args, pa);
+  CW__CALL(p, PJRT_Plugin_Attributes, pa, "plugin attributes");
+  CW_RETURN_IF_ERROR(cw__named_values(pa.attributes, pa.num_attributes, &inv->plugin_attributes,
+                                      &inv->n_plugin_attributes), "plugin attributes");
+  inv->devices = calloc(p->num_devices ? p->num_devices : 1, sizeof(*inv->devices));
+  if (!inv->devices) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  for (size_t i = 0; i < p->num_devices; ++i) {
+    Causeway__V1__Device* d = calloc(1, sizeof(*d));
+    if (!d) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+    causeway__v1__device__init(d);
+    inv->devices[inv->n_devices++] = d;
+    CW_RETURN_IF_ERROR(cw__device(p, i, d), "inventory");
+  }
+  return cw_ok_status();
+}
+
+static void cw__free_named_values(Causeway__V1__NamedValue** v, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (!v[i]) continue;
+    if (v[i]->name != protobuf_c_empty_string) free(v[i]->name);
+    if (v[i]->value_case == CAUSEWAY__V1__NAMED_VALUE__VALUE_S) free(v[i]->s);
+    if (v[i]->value_case == CAUSEWAY__V1__NAMED_VALUE__VALUE_LIST && v[i]->list) {
+      free(v[i]->list->values);
+      free(v[i]->list);
+    }
+    free(v[i]);
+  }
+  free(v);
+}
+
+static void cw__free_str(char* s) {
+  if (s != protobuf_c_empty_string) free(s);
+}
+
+void cw_pjrt_inventory_deinitialize(Causeway__V1__Inventory* inv) {
+  cw__free_str(inv->platform_name);
+  cw__free_str(inv->platform_version);
+  cw__free_named_values(inv->plugin_attributes, inv->n_plugin_attributes);
+  for (size_t i = 0; i < inv->n_devices; ++i) {
+    Causeway__V1__Device* d = inv->devices[i];
+    cw__free_str(d->kind);
+    cw__free_str(d->debug_string);
+    cw__free_named_values(d->attributes, d->n_attributes);
+    for (size_t j = 0; j < d->n_memories; ++j) {
+      cw__free_str(d->memories[j]->kind);
+      free(d->memories[j]);
+    }
+    free(d->memories);
+    free(d);
+  }
+  free(inv->devices);
+  causeway__v1__inventory__init(inv);
+}

@@ -1,0 +1,147 @@
+// A thin wrapper over one vendor PJRT plugin: load and version check, client
+// creation, and the calls the worker makes (compile, upload, download,
+// execute, events), each returning cw_status_t with XLA's message and code.
+// Every function may be called from any thread unless noted (PJRT is
+// thread-safe); the wrapper itself holds no mutable state after creation.
+#ifndef CW_WORKER_PJRT_H_
+#define CW_WORKER_PJRT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cw_frame.h"
+#include "cw_pjrt_c_api.h"
+#include "cw_status.h"
+
+#define CW_PJRT_MIN_MINOR 29  // the floor XLA's own loader enforces
+
+typedef struct cw_pjrt_s {
+  void* library;  // dlopen handle
+  const PJRT_Api* api;
+  PJRT_Client* client;
+  size_t num_devices;
+  PJRT_Device** devices;          // owned array of borrowed handles
+  PJRT_Memory** default_memories;  // per device, may hold NULL
+  bool host_memory;  // device memory is this process's memory (the CPU plugin)
+} cw_pjrt_t;
+
+// Loads `plugin_path`, checks its API version, creates a client with
+// `num_devices` CPU devices (create option cpu_device_count).
+CW_MUST_USE cw_status_t cw_pjrt_create(const char* plugin_path, int num_devices,
+                                       cw_pjrt_t** out_pjrt);
+// Destroys the client (all buffers and executables must be gone) and frees.
+// The library stays loaded: plugins register process-wide state.
+void cw_pjrt_release(cw_pjrt_t* pjrt);
+
+// Takes `error` (NULL is OK) and returns it as a status with XLA's message.
+CW_MUST_USE cw_status_t cw_pjrt_status(const cw_pjrt_t* pjrt, PJRT_Error* error);
+
+// Local index of `device`, -1 if unknown.
+int cw_pjrt_device_index(const cw_pjrt_t* pjrt, PJRT_Device* device);
+
+// Runs `fn(user, status)` on a plugin thread (or this one if already ready)
+// when `event` is ready; fn takes the status. `event` is borrowed: destroy it
+// only after fn ran.
+typedef void (*cw_pjrt_ready_fn)(void* user, cw_status_t status);
+CW_MUST_USE cw_status_t cw_pjrt_event_on_ready(const cw_pjrt_t* pjrt, PJRT_Event* event,
+                                               cw_pjrt_ready_fn fn, void* user);
+void cw_pjrt_event_destroy(const cw_pjrt_t* pjrt, PJRT_Event* event);
+
+// Compiles; `options` may be empty (then one replica, one partition).
+CW_MUST_USE cw_status_t cw_pjrt_compile(const cw_pjrt_t* pjrt, const char* format,
+                                        const uint8_t* code, size_t code_size,
+                                        const uint8_t* options, size_t options_size,
+                                        PJRT_LoadedExecutable** out_exe);
+CW_MUST_USE cw_status_t cw_pjrt_deserialize(const cw_pjrt_t* pjrt, const uint8_t* bytes,
+                                            size_t size, const uint8_t* options,
+                                            size_t options_size,
+                                            PJRT_LoadedExecutable** out_exe);
+// Outputs per device, addressable devices, name (*out_name malloc'd).
+CW_MUST_USE cw_status_t cw_pjrt_executable_info(const cw_pjrt_t* pjrt,
+                                                PJRT_LoadedExecutable* exe,
+                                                uint32_t* out_num_outputs,
+                                                uint32_t* out_num_devices, char** out_name);
+// One array shape: `dtype` a PJRT_Buffer_Type (-1 for an XLA type with no
+// PJRT equivalent, a tuple or a token), `dims` owned.
+typedef struct cw_pjrt_shape_s {
+  int dtype;
+  size_t rank;
+  int64_t* dims;
+  // Parameters only: the program aliases it to an output
+  // (input_output_alias), so PJRT takes the buffer unless told not to.
+  bool donated;
+} cw_pjrt_shape_t;
+// The parameter shapes of the executable's optimized entry computation, read
+// from PJRT_Executable_OptimizedProgram (an HloModuleProto's
+// host_program_shape; `donated` from its input_output_alias). They are per device: an SPMD program's parameters are
+// its shards. UNIMPLEMENTED when the plugin cannot say. *out_params is
+// malloc'd (free with cw_pjrt_shapes_free).
+CW_MUST_USE cw_status_t cw_pjrt_executable_params(const cw_pjrt_t* pjrt,
+                                                  PJRT_LoadedExecutable* exe,
+                                                  cw_pjrt_shape_t** out_params,
+                                                  size_t* out_num_params);
+// Decodes a serialized HloModuleProto (format "hlo") or
+// HloModuleProtoWithConfig ("hlo_with_config"); exposed for tests.
+CW_MUST_USE cw_status_t cw_pjrt_params_from_hlo(const uint8_t* bytes, size_t size,
+                                                bool with_config,
+                                                cw_pjrt_shape_t** out_params,
+                                                size_t* out_num_params);
+void cw_pjrt_shapes_free(cw_pjrt_shape_t* shapes, size_t n);
+// XLA PrimitiveType -> PJRT_Buffer_Type, -1 if none.
+int cw_pjrt_dtype_from_xla(int primitive_type);
+
+// Serialized bytes stay valid until `*out_deleter(*out_handle)`.
+CW_MUST_USE cw_status_t cw_pjrt_serialize(const cw_pjrt_t* pjrt, PJRT_LoadedExecutable* exe,
+                                          const uint8_t** out_bytes, size_t* out_size,
+                                          void** out_handle, void (**out_deleter)(void*));
+void cw_pjrt_executable_destroy(const cw_pjrt_t* pjrt, PJRT_LoadedExecutable* exe);
+
+// Creates a buffer on `device` from host memory that must stay unchanged
+// until *out_done fires (zero-copy when `zero_copy` and the plugin aliases).
+CW_MUST_USE cw_status_t cw_pjrt_upload(const cw_pjrt_t* pjrt, const void* data, int dtype,
+                                       const int64_t* dims, size_t rank,
+                                       const int64_t* byte_strides, size_t num_strides,
+                                       int device, bool zero_copy, PJRT_Buffer** out_buffer,
+                                       PJRT_Event** out_done);
+// Dense row-major copy into `dst`; completion on *out_event.
+CW_MUST_USE cw_status_t cw_pjrt_to_host(const cw_pjrt_t* pjrt, PJRT_Buffer* buffer, void* dst,
+                                        size_t size, PJRT_Event** out_event);
+CW_MUST_USE cw_status_t cw_pjrt_ready_event(const cw_pjrt_t* pjrt, PJRT_Buffer* buffer,
+                                            PJRT_Event** out_event);
+CW_MUST_USE cw_status_t cw_pjrt_copy(const cw_pjrt_t* pjrt, PJRT_Buffer* buffer, int device,
+                                     PJRT_Buffer** out_buffer);
+// dtype, dims (*out_dims malloc'd), local device index.
+CW_MUST_USE cw_status_t cw_pjrt_buffer_info(const cw_pjrt_t* pjrt, PJRT_Buffer* buffer,
+                                            int* out_dtype, int64_t** out_dims,
+                                            size_t* out_rank, int* out_device);
+// Device address of the buffer's data (CPU: host address), 0 if unknown.
+uintptr_t cw_pjrt_buffer_pointer(const cw_pjrt_t* pjrt, PJRT_Buffer* buffer);
+// The host address of a ready buffer whose memory this process can read in
+// place, dense and row-major (`size` bytes); NULL when that is not so (a
+// device that is not host memory, another layout): copy with cw_pjrt_to_host.
+const void* cw_pjrt_buffer_host_view(const cw_pjrt_t* pjrt, PJRT_Buffer* buffer,
+                                     size_t rank);
+// Holds the buffer's device memory for a reader outside PJRT (external
+// reference); false if the plugin refuses.
+bool cw_pjrt_buffer_hold(const cw_pjrt_t* pjrt, PJRT_Buffer* buffer);
+void cw_pjrt_buffer_unhold(const cw_pjrt_t* pjrt, PJRT_Buffer* buffer);
+void cw_pjrt_buffer_destroy(const cw_pjrt_t* pjrt, PJRT_Buffer* buffer);
+
+// argument_lists[num_devices][num_args]; output_lists[num_devices][*]
+// preallocated; events[num_devices] filled. `donate[num_args]` (NULL: none)
+// marks the arguments PJRT may take (it does where the program aliases the
+// parameter); every other argument is passed as non-donatable.
+CW_MUST_USE cw_status_t cw_pjrt_execute(const cw_pjrt_t* pjrt, PJRT_LoadedExecutable* exe,
+                                        size_t num_devices, size_t num_args,
+                                        PJRT_Buffer* const* const* argument_lists,
+                                        PJRT_Buffer** const* output_lists,
+                                        PJRT_Event** events, int launch_id,
+                                        const bool* donate);
+
+// Fills `inv` (platform, version, plugin attributes, devices). Strings and
+// arrays are malloc'd; free with cw_pjrt_inventory_deinitialize.
+CW_MUST_USE cw_status_t cw_pjrt_inventory_initialize(const cw_pjrt_t* pjrt,
+                                                     Causeway__V1__Inventory* inv);
+void cw_pjrt_inventory_deinitialize(Causeway__V1__Inventory* inv);
+
+#endif  // CW_WORKER_PJRT_H_

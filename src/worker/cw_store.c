@@ -1,0 +1,346 @@
+#include "cw_store.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+// Open addressing with linear probing; removed slots become tombstones until
+// the next rehash. The table grows from the number of live entries only.
+#define CW__TOMBSTONE ((cw_store_entry_t*)(uintptr_t)1)
+#define CW__MIN_CAPACITY 64
+
+struct cw_store_s {
+  cw_store_entry_t** slots;
+  size_t capacity;  // power of two
+  size_t count;
+  size_t tombstones;
+  uint64_t next_serial;
+  cw_store_entry_t* detached;  // removed but referenced entries
+  size_t num_detached;
+  cw_store_release_fn release;
+  void* release_user;
+};
+
+static uint64_t cw__hash(uint64_t session, uint64_t id) {
+  uint64_t h = session * 0x9E3779B97F4A7C15ull ^ id;
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ull;
+  h ^= h >> 33;
+  return h;
+}
+
+cw_status_t cw_store_create(cw_store_release_fn release, void* user, cw_store_t** out) {
+  *out = NULL;
+  cw_store_t* s = calloc(1, sizeof(*s));
+  if (!s) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for the store");
+  s->slots = calloc(CW__MIN_CAPACITY, sizeof(*s->slots));
+  if (!s->slots) {
+    free(s);
+    return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for the store");
+  }
+  s->capacity = CW__MIN_CAPACITY;
+  s->next_serial = 1;
+  s->release = release;
+  s->release_user = user;
+  *out = s;
+  return cw_ok_status();
+}
+
+static size_t cw__probe(const cw_store_t* s, uint64_t session, uint64_t id, bool* out_found) {
+  size_t mask = s->capacity - 1;
+  size_t i = (size_t)cw__hash(session, id) & mask;
+  size_t first_free = SIZE_MAX;
+  for (;;) {
+    cw_store_entry_t* e = s->slots[i];
+    if (!e) {
+      *out_found = false;
+      return first_free != SIZE_MAX ? first_free : i;
+    }
+    if (e == CW__TOMBSTONE) {
+      if (first_free == SIZE_MAX) first_free = i;
+    } else if (e->session == session && e->id == id) {
+      *out_found = true;
+      return i;
+    }
+    i = (i + 1) & mask;
+  }
+}
+
+static cw_status_t cw__rehash(cw_store_t* s) {
+  size_t cap = CW__MIN_CAPACITY;
+  while (cap < (s->count + 1) * 2) cap *= 2;
+  cw_store_entry_t** slots = calloc(cap, sizeof(*slots));
+  if (!slots) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory growing the store");
+  for (size_t i = 0; i < s->capacity; ++i) {
+    cw_store_entry_t* e = s->slots[i];
+    if (!e || e == CW__TOMBSTONE) continue;
+    size_t j = (size_t)cw__hash(e->session, e->id) & (cap - 1);
+    while (slots[j]) j = (j + 1) & (cap - 1);
+    slots[j] = e;
+  }
+  free(s->slots);
+  s->slots = slots;
+  s->capacity = cap;
+  s->tombstones = 0;
+  return cw_ok_status();
+}
+
+cw_status_t cw_store_insert(cw_store_t* s, uint64_t session, uint64_t id, cw_store_kind_t kind,
+                            cw_store_entry_t** out) {
+  *out = NULL;
+  if (id == 0) return cw_make_status(CW_INVALID_ARGUMENT, "object id 0 is reserved");
+  bool found;
+  cw__probe(s, session, id, &found);
+  if (found) return cw_make_status(CW_ALREADY_EXISTS, "object %llu already exists",
+                                   (unsigned long long)id);
+  // Keep the load (live + tombstones) under 70%.
+  if ((s->count + s->tombstones + 1) * 10 > s->capacity * 7) {
+    CW_RETURN_IF_ERROR(cw__rehash(s), "insert %llu", (unsigned long long)id);
+  }
+  cw_store_entry_t* e = calloc(1, sizeof(*e));
+  if (!e) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for object %llu",
+                                (unsigned long long)id);
+  e->session = session;
+  e->id = id;
+  e->serial = s->next_serial++;
+  e->kind = kind;
+  e->state = CW_STORE_PENDING;
+  e->device = -1;
+  size_t i = cw__probe(s, session, id, &found);
+  if (s->slots[i] == CW__TOMBSTONE) s->tombstones--;
+  s->slots[i] = e;
+  s->count++;
+  *out = e;
+  return cw_ok_status();
+}
+
+cw_store_entry_t* cw_store_lookup(cw_store_t* s, uint64_t session, uint64_t id) {
+  bool found;
+  size_t i = cw__probe(s, session, id, &found);
+  return found ? s->slots[i] : NULL;
+}
+
+static const char* cw__kind_name(cw_store_kind_t kind) {
+  return kind == CW_STORE_BUFFER ? "buffer" : kind == CW_STORE_EXECUTABLE ? "executable" : "object";
+}
+
+cw_status_t cw_store_find(cw_store_t* s, uint64_t session, uint64_t id, cw_store_kind_t kind,
+                          cw_store_entry_t** out) {
+  *out = cw_store_lookup(s, session, id);
+  if (!*out) {
+    return cw_make_status(CW_NOT_FOUND, "%s %llu not found", cw__kind_name(kind),
+                          (unsigned long long)id);
+  }
+  if ((*out)->kind != kind) {
+    cw_store_kind_t have = (*out)->kind;
+    *out = NULL;
+    return cw_make_status(CW_INVALID_ARGUMENT, "object %llu is a %s, not a %s",
+                          (unsigned long long)id, cw__kind_name(have), cw__kind_name(kind));
+  }
+  return cw_ok_status();
+}
+
+cw_status_t cw_store_add_waiter(cw_store_t* s, cw_store_entry_t* e, cw_store_waiter_fn fn,
+                                void* user) {
+  cw_store_waiter_t* w = malloc(sizeof(*w));
+  if (!w) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for a waiter");
+  w->fn = fn;
+  w->user = user;
+  // Append so waiters run in registration order.
+  w->next = NULL;
+  cw_store_waiter_t** tail = &e->waiters;
+  while (*tail) tail = &(*tail)->next;
+  *tail = w;
+  return cw_ok_status();
+}
+
+// Runs a detached waiter list; the callbacks may change the store.
+static void cw__run_waiters(cw_store_waiter_t* w) {
+  while (w) {
+    cw_store_waiter_t* next = w->next;
+    w->fn(w->user);
+    free(w);
+    w = next;
+  }
+}
+
+static void cw__release_handle(cw_store_t* s, cw_store_entry_t* e) {
+  if (e->handle && s->release) s->release(s->release_user, e);
+  e->handle = NULL;
+}
+
+void cw_store_set_ready(cw_store_t* s, cw_store_entry_t* e, void* handle) {
+  e->handle = handle;
+  e->state = CW_STORE_READY;
+  cw_store_waiter_t* w = e->waiters;
+  e->waiters = NULL;
+  cw__run_waiters(w);
+}
+
+void cw_store_set_error(cw_store_t* s, cw_store_entry_t* e, cw_status_t status) {
+  cw__release_handle(s, e);
+  cw_status_free(e->error);
+  e->error = status;
+  e->state = CW_STORE_ERROR;
+  cw_store_waiter_t* w = e->waiters;
+  e->waiters = NULL;
+  cw__run_waiters(w);
+}
+
+static void cw__free_entry(cw_store_t* s, cw_store_entry_t* e) {
+  cw__release_handle(s, e);
+  cw_store_waiter_t* w = e->waiters;
+  cw_status_free(e->error);
+  free(e->dims);
+  free(e->name);
+  for (size_t k = 0; e->params && k < e->num_params; ++k) free(e->params[k].dims);
+  free(e->params);
+  free(e);
+  cw__run_waiters(w);
+}
+
+static void cw__unlink_detached(cw_store_t* s, cw_store_entry_t* e) {
+  if (e->detached_prev) e->detached_prev->detached_next = e->detached_next;
+  else s->detached = e->detached_next;
+  if (e->detached_next) e->detached_next->detached_prev = e->detached_prev;
+  e->detached_prev = e->detached_next = NULL;
+  e->detached = false;
+  s->num_detached--;
+}
+
+void cw_store_remove(cw_store_t* s, cw_store_entry_t* e) {
+  if (e->detached) return;  // already removed; its holders free it
+  bool found;
+  size_t i = cw__probe(s, e->session, e->id, &found);
+  if (found && s->slots[i] == e) {
+    s->slots[i] = CW__TOMBSTONE;
+    s->tombstones++;
+    s->count--;
+  }
+  if (e->refs > 0) {
+    // A request applied earlier still uses it: keep it, out of the table.
+    e->detached = true;
+    e->detached_prev = NULL;
+    e->detached_next = s->detached;
+    if (s->detached) s->detached->detached_prev = e;
+    s->detached = e;
+    s->num_detached++;
+    return;
+  }
+  cw__free_entry(s, e);
+}
+
+void cw_store_entry_retain(cw_store_entry_t* e) { e->refs++; }
+
+void cw_store_entry_release(cw_store_t* s, cw_store_entry_t* e) {
+  if (!e) return;
+  if (--e->refs > 0 || !e->detached) return;
+  cw__unlink_detached(s, e);
+  cw__free_entry(s, e);
+}
+
+cw_store_entry_t* cw_store_lookup_serial(cw_store_t* s, uint64_t session, uint64_t id,
+                                         uint64_t serial) {
+  cw_store_entry_t* e = cw_store_lookup(s, session, id);
+  if (e && e->serial == serial) return e;
+  for (e = s->detached; e; e = e->detached_next) {
+    if (e->serial == serial && e->session == session && e->id == id) return e;
+  }
+  return NULL;
+}
+
+cw_store_entry_t* cw_store_lookup_detached_put(cw_store_t* s, uint64_t session, uint64_t id) {
+  cw_store_entry_t* best = NULL;
+  for (cw_store_entry_t* e = s->detached; e; e = e->detached_next) {
+    if (e->session != session || e->id != id || !e->awaits_put || e->filling ||
+        e->kind != CW_STORE_BUFFER || e->state != CW_STORE_PENDING) {
+      continue;
+    }
+    if (!best || e->serial < best->serial) best = e;
+  }
+  return best;
+}
+
+size_t cw_store_detached_count(const cw_store_t* s) { return s->num_detached; }
+
+void cw_store_remove_session(cw_store_t* s, uint64_t session) {
+  // Collect keys first: waiters that run during removal may change the table.
+  size_t n = 0;
+  for (size_t i = 0; i < s->capacity; ++i) {
+    cw_store_entry_t* e = s->slots[i];
+    if (e && e != CW__TOMBSTONE && (session == 0 || e->session == session)) n++;
+  }
+  if (!n) return;
+  typedef struct { uint64_t session, id, serial; } cw__key_t;
+  cw__key_t* keys = malloc(n * sizeof(*keys));
+  if (keys) {
+    size_t k = 0;
+    for (size_t i = 0; i < s->capacity && k < n; ++i) {
+      cw_store_entry_t* e = s->slots[i];
+      if (e && e != CW__TOMBSTONE && (session == 0 || e->session == session)) {
+        keys[k++] = (cw__key_t){e->session, e->id, e->serial};
+      }
+    }
+    for (size_t k2 = 0; k2 < k; ++k2) {
+      cw_store_entry_t* e = cw_store_lookup(s, keys[k2].session, keys[k2].id);
+      if (e && e->serial == keys[k2].serial) cw_store_remove(s, e);
+    }
+    free(keys);
+  }
+  // Without memory for the key list (or if waiters added entries), fall back
+  // to removing one at a time.
+  for (;;) {
+    cw_store_entry_t* victim = NULL;
+    for (size_t i = 0; i < s->capacity && !victim; ++i) {
+      cw_store_entry_t* e = s->slots[i];
+      if (e && e != CW__TOMBSTONE && (session == 0 || e->session == session)) victim = e;
+    }
+    if (!victim) break;
+    cw_store_remove(s, victim);
+  }
+  // Detached entries of the session still pending will not be filled now (or
+  // their fill no longer matters): fail them so their holders finish and
+  // release them. Waiters may change the list: rescan after each.
+  for (;;) {
+    cw_store_entry_t* victim = NULL;
+    for (cw_store_entry_t* e = s->detached; e && !victim; e = e->detached_next) {
+      if (e->state == CW_STORE_PENDING && (session == 0 || e->session == session)) victim = e;
+    }
+    if (!victim) break;
+    cw_store_set_error(s, victim, cw_make_status(CW_CANCELLED, "object %llu: its session closed",
+                                                 (unsigned long long)victim->id));
+  }
+}
+
+void cw_store_release(cw_store_t* s) {
+  if (!s) return;
+  cw_store_remove_session(s, 0);
+  // Holders that never released (none should be left once the worker's loop
+  // finished): free their entries anyway.
+  while (s->detached) {
+    cw_store_entry_t* e = s->detached;
+    cw__unlink_detached(s, e);
+    cw__free_entry(s, e);
+  }
+  free(s->slots);
+  free(s);
+}
+
+void cw_store_stats(const cw_store_t* s, uint64_t session, cw_store_stats_t* out) {
+  memset(out, 0, sizeof(*out));
+  for (size_t i = 0; i < s->capacity; ++i) {
+    const cw_store_entry_t* e = s->slots[i];
+    if (!e || e == CW__TOMBSTONE) continue;
+    if (session && e->session != session) continue;
+    if (e->kind == CW_STORE_BUFFER) {
+      if (e->state == CW_STORE_ERROR) continue;
+      out->buffers++;
+      out->buffer_bytes += e->bytes;
+    } else {
+      out->executables++;
+    }
+  }
+}
+
+size_t cw_store_size(const cw_store_t* s) { return s->count; }

@@ -1,0 +1,231 @@
+// Unit tests of the worker's object store: keys, states, waiters, growth,
+// session removal and references.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+#include "cw_store.h"
+
+static int g_released;
+static void release_fn(void* user, cw_store_entry_t* e) {
+  (void)user;
+  if (e->handle) g_released++;
+}
+
+static cw_store_t* make_store(void) {
+  cw_store_t* s = NULL;
+  cw_status_t st = cw_store_create(release_fn, NULL, &s);
+  assert_null(st);
+  g_released = 0;
+  return s;
+}
+
+static void test_insert_lookup(void** state) {
+  (void)state;
+  cw_store_t* s = make_store();
+  cw_store_entry_t* e = NULL;
+  assert_null(cw_store_insert(s, 1, 7, CW_STORE_BUFFER, &e));
+  assert_non_null(e);
+  assert_int_equal(e->state, CW_STORE_PENDING);
+  assert_ptr_equal(cw_store_lookup(s, 1, 7), e);
+  assert_null(cw_store_lookup(s, 2, 7));  // ids are per session
+  cw_store_entry_t* e2 = NULL;
+  cw_status_t st = cw_store_insert(s, 1, 7, CW_STORE_BUFFER, &e2);
+  assert_int_equal(cw_status_code(st), CW_ALREADY_EXISTS);
+  cw_status_free(st);
+  st = cw_store_insert(s, 1, 0, CW_STORE_BUFFER, &e2);
+  assert_int_equal(cw_status_code(st), CW_INVALID_ARGUMENT);
+  cw_status_free(st);
+  st = cw_store_find(s, 1, 8, CW_STORE_BUFFER, &e2);
+  assert_int_equal(cw_status_code(st), CW_NOT_FOUND);
+  cw_status_free(st);
+  st = cw_store_find(s, 1, 7, CW_STORE_EXECUTABLE, &e2);
+  assert_int_equal(cw_status_code(st), CW_INVALID_ARGUMENT);
+  cw_status_free(st);
+  assert_null(cw_store_insert(s, 2, 7, CW_STORE_EXECUTABLE, &e2));
+  assert_int_equal(cw_store_size(s), 2);
+  cw_store_release(s);
+}
+
+static int g_order[8];
+static int g_norder;
+static void waiter_fn(void* user) { g_order[g_norder++] = (int)(intptr_t)user; }
+
+static void test_waiters(void** state) {
+  (void)state;
+  cw_store_t* s = make_store();
+  cw_store_entry_t* e = NULL;
+  assert_null(cw_store_insert(s, 1, 1, CW_STORE_BUFFER, &e));
+  g_norder = 0;
+  assert_null(cw_store_add_waiter(s, e, waiter_fn, (void*)1));
+  assert_null(cw_store_add_waiter(s, e, waiter_fn, (void*)2));
+  static int handle;
+  cw_store_set_ready(s, e, &handle);
+  assert_int_equal(g_norder, 2);
+  assert_int_equal(g_order[0], 1);
+  assert_int_equal(g_order[1], 2);
+  assert_int_equal(e->state, CW_STORE_READY);
+  // Error releases the handle and runs waiters; removal runs them too.
+  cw_store_entry_t* e2 = NULL;
+  assert_null(cw_store_insert(s, 1, 2, CW_STORE_BUFFER, &e2));
+  assert_null(cw_store_add_waiter(s, e2, waiter_fn, (void*)3));
+  cw_store_set_error(s, e2, cw_make_status(CW_INTERNAL, "boom"));
+  assert_int_equal(g_norder, 3);
+  assert_int_equal(e2->state, CW_STORE_ERROR);
+  cw_store_entry_t* e3 = NULL;
+  assert_null(cw_store_insert(s, 1, 3, CW_STORE_BUFFER, &e3));
+  assert_null(cw_store_add_waiter(s, e3, waiter_fn, (void*)4));
+  cw_store_remove(s, e3);
+  assert_int_equal(g_norder, 4);
+  assert_null(cw_store_lookup(s, 1, 3));
+  cw_store_release(s);
+  assert_int_equal(g_released, 1);
+}
+
+static void test_growth_and_sessions(void** state) {
+  (void)state;
+  cw_store_t* s = make_store();
+  static int handle;
+  for (uint64_t i = 1; i <= 5000; ++i) {
+    cw_store_entry_t* e = NULL;
+    assert_null(cw_store_insert(s, 1 + (i % 3), i, CW_STORE_BUFFER, &e));
+    e->bytes = 4;
+    cw_store_set_ready(s, e, &handle);
+  }
+  // Delete and re-insert to exercise tombstones.
+  for (uint64_t i = 1; i <= 5000; i += 2) cw_store_remove(s, cw_store_lookup(s, 1 + (i % 3), i));
+  for (uint64_t i = 1; i <= 5000; i += 2) {
+    cw_store_entry_t* e = NULL;
+    assert_null(cw_store_insert(s, 1 + (i % 3), i, CW_STORE_BUFFER, &e));
+  }
+  assert_int_equal(cw_store_size(s), 5000);
+  for (uint64_t i = 1; i <= 5000; ++i) assert_non_null(cw_store_lookup(s, 1 + (i % 3), i));
+  cw_store_stats_t st;
+  cw_store_stats(s, 0, &st);
+  assert_int_equal(st.buffers, 5000);
+  assert_int_equal(st.buffer_bytes, 2500 * 4);
+  cw_store_remove_session(s, 2);
+  cw_store_stats(s, 2, &st);
+  assert_int_equal(st.buffers, 0);
+  cw_store_stats(s, 1, &st);
+  assert_true(st.buffers > 1000);
+  cw_store_release(s);
+  assert_int_equal(g_released, 5000);
+}
+
+// References: removal takes the id out of the table at once; a referenced
+// entry lives on detached (handle, state, waiters kept) until its last
+// release.
+static void test_references(void** state) {
+  (void)state;
+  cw_store_t* s = make_store();
+  static int h1, h2, h3;
+  // A ready entry held across its removal.
+  cw_store_entry_t* e = NULL;
+  assert_null(cw_store_insert(s, 1, 5, CW_STORE_BUFFER, &e));
+  cw_store_set_ready(s, e, &h1);
+  cw_store_entry_retain(e);
+  cw_store_entry_retain(e);
+  uint64_t serial = e->serial;
+  cw_store_remove(s, e);
+  assert_null(cw_store_lookup(s, 1, 5));  // NOT_FOUND at once
+  assert_int_equal(cw_store_size(s), 0);
+  assert_int_equal(g_released, 0);  // the handle is kept for the holders
+  assert_true(e->detached);
+  assert_ptr_equal(e->handle, &h1);
+  assert_int_equal(cw_store_detached_count(s), 1);
+  assert_ptr_equal(cw_store_lookup_serial(s, 1, 5, serial), e);
+  cw_store_remove(s, e);  // removing a detached entry does nothing
+  assert_int_equal(cw_store_detached_count(s), 1);
+  // The id may be created again; it is another entry.
+  cw_store_entry_t* again = NULL;
+  assert_null(cw_store_insert(s, 1, 5, CW_STORE_BUFFER, &again));
+  assert_ptr_not_equal(again, e);
+  assert_ptr_equal(cw_store_lookup_serial(s, 1, 5, serial), e);
+  assert_ptr_equal(cw_store_lookup_serial(s, 1, 5, again->serial), again);
+  cw_store_stats_t st;
+  cw_store_stats(s, 0, &st);
+  assert_int_equal(st.buffers, 1);  // detached entries are not counted
+  cw_store_entry_release(s, e);
+  assert_int_equal(g_released, 0);
+  cw_store_entry_release(s, e);  // the last one frees it
+  assert_int_equal(g_released, 1);
+  assert_int_equal(cw_store_detached_count(s), 0);
+  assert_null(cw_store_lookup_serial(s, 1, 5, serial));
+  // Retain/release without removal leaves the entry in the table.
+  cw_store_entry_retain(again);
+  cw_store_entry_release(s, again);
+  assert_ptr_equal(cw_store_lookup(s, 1, 5), again);
+  cw_store_entry_release(s, NULL);
+
+  // A pending entry held across its removal keeps its waiters; filling it
+  // (its producer finds it by serial) runs them.
+  g_norder = 0;
+  cw_store_entry_t* p = NULL;
+  assert_null(cw_store_insert(s, 1, 6, CW_STORE_BUFFER, &p));
+  cw_store_entry_retain(p);
+  assert_null(cw_store_add_waiter(s, p, waiter_fn, (void*)7));
+  cw_store_remove(s, p);
+  assert_int_equal(g_norder, 0);
+  assert_ptr_equal(cw_store_lookup_serial(s, 1, 6, p->serial), p);
+  assert_null(cw_store_lookup_detached_put(s, 1, 6));  // not EXPECT-ed
+  cw_store_set_ready(s, p, &h2);
+  assert_int_equal(g_norder, 1);
+  assert_int_equal(g_order[0], 7);
+  cw_store_entry_release(s, p);
+  assert_int_equal(g_released, 2);
+
+  // An EXPECT-ed entry deleted while held: a PUT finds it, oldest first,
+  // before an entry created again under the id.
+  cw_store_entry_t* x = NULL;
+  assert_null(cw_store_insert(s, 1, 8, CW_STORE_BUFFER, &x));
+  x->awaits_put = true;
+  cw_store_entry_retain(x);
+  cw_store_remove(s, x);
+  cw_store_entry_t* x2 = NULL;
+  assert_null(cw_store_insert(s, 1, 8, CW_STORE_BUFFER, &x2));
+  x2->awaits_put = true;
+  cw_store_entry_retain(x2);
+  cw_store_remove(s, x2);
+  assert_ptr_equal(cw_store_lookup_detached_put(s, 1, 8), x);
+  assert_null(cw_store_lookup_detached_put(s, 2, 8));  // per session
+  x->filling = true;
+  assert_ptr_equal(cw_store_lookup_detached_put(s, 1, 8), x2);
+  x->filling = false;
+  cw_store_set_ready(s, x, &h3);
+  assert_ptr_equal(cw_store_lookup_detached_put(s, 1, 8), x2);
+  cw_store_entry_release(s, x);
+  assert_int_equal(g_released, 3);
+
+  // Session teardown fails detached pending entries so their holders finish;
+  // the holder's release frees them.
+  g_norder = 0;
+  cw_store_entry_t* q = NULL;
+  assert_null(cw_store_insert(s, 2, 9, CW_STORE_BUFFER, &q));
+  cw_store_entry_retain(q);
+  assert_null(cw_store_add_waiter(s, q, waiter_fn, (void*)9));
+  cw_store_remove_session(s, 2);
+  assert_int_equal(g_norder, 1);
+  assert_int_equal(q->state, CW_STORE_ERROR);
+  assert_int_equal(cw_status_code(q->error), CW_CANCELLED);
+  assert_true(q->detached);
+  cw_store_entry_release(s, q);
+  assert_int_equal(cw_store_detached_count(s), 1);  // x2, session 1
+
+  // Releasing the store frees entries still held (no leak under LSan).
+  cw_store_release(s);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_insert_lookup),
+      cmocka_unit_test(test_waiters),
+      cmocka_unit_test(test_growth_and_sessions),
+      cmocka_unit_test(test_references),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

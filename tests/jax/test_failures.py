@@ -1,0 +1,154 @@
+"""Failures are events, not crashes: unreachable controller, a worker killed
+mid-run, a client killed mid-run, and the embedded cluster's lifetime.
+
+These use real processes: a cluster started by hand (causeway-controller and
+causeway-worker binaries) where a test kills one of them, and runner clients
+that a test kills with SIGKILL.
+"""
+import os
+import signal
+import socket
+import tempfile
+import time
+
+import pytest
+
+import harness
+from conftest import requires_causeway
+
+pytestmark = requires_causeway
+
+DEADLINE_S = 10.0
+
+
+@pytest.fixture
+def hand_cluster():
+    c = harness.HandCluster()
+    yield c
+    c.stop()
+
+
+def _hand_runner(name, cluster, **env):
+    e = harness.causeway_env(controller=cluster.controller)
+    e.update(env)
+    return harness.Runner(name, e)
+
+
+@pytest.mark.parametrize("kind", ["refused", "no-such-socket", "silent"])
+def test_unreachable_controller(kind):
+    listener = None
+    if kind == "refused":
+        addr = f"127.0.0.1:{harness.free_tcp_port()}"  # nothing listens there
+    elif kind == "no-such-socket":
+        addr = os.path.join(tempfile.gettempdir(), f"cw-none-{os.getpid()}", "controller.sock")
+    else:  # accepts TCP connections (kernel backlog) but never answers HELLO
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        addr = f"127.0.0.1:{listener.getsockname()[1]}"
+    env = harness.causeway_env(controller=addr)
+    env["CW_RUNNER_LAZY"] = "1"
+    r = harness.Runner(f"unreachable-{kind}", env)
+    try:
+        got = r.call("backend_init", timeout=60)
+    finally:
+        r.close()
+        if listener:
+            listener.close()
+    print(f"{kind}: {got.get('elapsed', 0):.2f} s: {got.get('error', '')[:300]}")
+    assert not got["ok"], f"jax.devices() succeeded against {addr}?"
+    assert addr in got["error"], f"error does not name {addr}: {got['error']}"
+    assert got["elapsed"] <= DEADLINE_S, \
+        f"took {got['elapsed']:.1f} s (limit {DEADLINE_S} s): {got['error']}"
+
+
+def test_worker_killed_mid_run(hand_cluster):
+    r = _hand_runner("hand-kill", hand_cluster)
+    try:
+        prep = r.call("kill_prepare")
+        victim, keep = prep["victim"], prep["keep"]
+        assert victim in hand_cluster.procs, (victim, list(hand_cluster.procs))
+        hand_cluster.kill(victim, signal.SIGKILL)
+        # A hang shows up as RunnerHung (the call is bounded); each read is timed.
+        got = r.call("kill_after", timeout=120)
+    finally:
+        log = r.log_tail()
+        r.close()
+    report = f"{got!r:.3000}\n--- cluster logs ---\n{hand_cluster.logs()}\n--- client ---\n{log}"
+    for what in ("victim_read", "pending_read", "victim_compute", "victim_put"):
+        res = got[what]
+        assert not res["ok"], f"{what} on the killed worker succeeded\n{report}"
+        assert "UNAVAILABLE" in res["error"], f"{what}: not UNAVAILABLE: {res['error']}"
+        assert victim in res["error"], f"{what}: does not name {victim}: {res['error']}"
+        assert res["elapsed"] <= DEADLINE_S, f"{what}: {res['elapsed']:.1f} s\n{report}"
+    print({k: (v["ok"], round(v["elapsed"], 3), v.get("error", "")[:200])
+           for k, v in got.items() if isinstance(v, dict)})
+    for what in ("keep_read", "keep_compute", "keep_after"):
+        assert got[what]["ok"], f"{what} on the surviving worker {keep} failed\n{report}"
+    expected = got["expected_keep"]
+    assert (got["keep_read"]["value"] == expected).all()
+    assert (got["keep_compute"]["value"] == expected + 1).all()
+    assert hand_cluster.procs["controller"].poll() is None, "the controller died"
+    assert hand_cluster.procs[keep].poll() is None, f"{keep} died"
+
+
+def test_client_killed_mid_run(ref, hand_cluster):
+    addrs = hand_cluster.addresses
+    a = _hand_runner("hand-client-a", hand_cluster)
+    try:
+        held = a.call("client_hold", mib=4)
+        during = {w: harness.stats(addr) for w, addr in addrs.items()}
+        assert sum(s["buffers"] for s in during.values()) >= held["arrays"], during
+        a.kill(signal.SIGKILL)
+    finally:
+        a.close()
+
+    def all_freed():
+        now = {w: harness.stats(addr) for w, addr in addrs.items()}
+        return now if all(s["buffers"] == 0 and s["buffer_bytes"] == 0
+                          for s in now.values()) else None
+    t = time.monotonic()
+    freed = harness.wait_until(all_freed, DEADLINE_S, interval=0.2)
+    after = {w: harness.stats(addr) for w, addr in addrs.items()}
+    assert freed, (f"the killed client's buffers were not freed within {DEADLINE_S} s:\n"
+                   f"during: {during}\nafter: {after}\n{hand_cluster.logs()}")
+    print(f"freed in {time.monotonic() - t:.2f} s")
+    ctl = harness.stats(hand_cluster.controller)
+    assert ctl["workers"] == harness.NUM_WORKERS and ctl["workers_dead"] == 0, ctl
+    assert all(p.poll() is None for p in hand_cluster.procs.values()), hand_cluster.logs()
+    # Another client is served, and computes what stock JAX computes.
+    b = _hand_runner("hand-client-b", hand_cluster)
+    try:
+        want, got = harness.run_both(ref, b, "health")
+        harness.assert_same(want, got, "health of the next client")
+    finally:
+        b.close()
+
+
+@pytest.mark.parametrize("how", ["exit", "sigkill"])
+def test_embedded_cluster_dies_with_client(how):
+    r = harness.Runner(f"embedded-{how}", harness.causeway_env())
+    try:
+        r.call("health")
+        kids = harness.cluster_children(r.pid)
+    except BaseException:
+        r.kill()
+        raise
+    assert sorted(kids) == ["controller"] + [f"worker-{i}" for i in range(harness.NUM_WORKERS)], \
+        f"embedded cluster processes: {kids}"
+    sock_dir = os.path.dirname(kids["controller"][1] or "")
+    if how == "exit":
+        rc = r.close()
+        assert rc == 0, f"client exit status {rc}\n{r.log_tail()}"
+    else:
+        r.kill(signal.SIGKILL)
+        r.close()
+    pids = {n: pid for n, (pid, _) in kids.items()}
+    gone = harness.wait_until(lambda: not any(harness.proc_alive(p) for p in pids.values()),
+                              DEADLINE_S)
+    alive = {n: p for n, p in pids.items() if harness.proc_alive(p)}
+    for p in alive.values():  # do not leak them into the next test
+        os.kill(p, signal.SIGKILL)
+    assert gone, f"still running {DEADLINE_S} s after the client's {how}: {alive}"
+    if how == "exit" and sock_dir and os.path.isdir(sock_dir):
+        print(f"note: the embedded cluster's directory {sock_dir} outlived the client")

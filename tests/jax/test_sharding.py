@@ -1,0 +1,97 @@
+"""SPMD within an island, copies between islands, an MPMD pipeline, training."""
+import re
+
+import harness
+from conftest import requires_causeway
+
+
+def test_sharding_within_island(check):
+    want, got = check("sharding_island")
+    # Output shardings as reported by JAX: on island 0's devices, as requested.
+    assert got["out_shardings"]["spec"] == "P(None, 'x')"
+    assert got["out_shardings"]["devices"] == [0, 1, 2, 3]
+    assert got["constraint"]["spec"] == "P('a', 'b')"
+    assert got["replicated_shards_equal"]
+
+
+def test_device_put_between_islands(check):
+    want, got = check("cross_island_put")
+    assert got["single"]["y_island"] == 1
+    assert got["sharded"]["y"]["devices"] == [4, 5, 6, 7]
+
+
+@requires_causeway
+def test_cross_island_bytes_go_worker_to_worker(cw):
+    cw.wait_ready()
+    kids = harness.cluster_children(cw.pid)
+    nbytes = 32 << 20
+    info = cw.call("xfer_prepare", nbytes=nbytes)
+    src, dst = info["src_worker"], info["dst_worker"]
+    assert src in kids and dst in kids, f"cluster processes {kids}, workers {src} {dst}"
+    addr = {w: kids[w][1] for w in (src, dst)}
+    before = {w: harness.stats(addr[w]) for w in (src, dst)}
+    cw.call("xfer_move")
+    after = {w: harness.stats(addr[w]) for w in (src, dst)}
+    assert cw.call("xfer_check")["equal"]
+
+    def delta(w):
+        peers = {}
+        for peer, (bi, bo) in after[w]["peers"].items():
+            bi0, bo0 = before[w]["peers"].get(peer, (0, 0))
+            peers[peer] = (bi - bi0, bo - bo0)
+        return peers
+
+    d_src, d_dst = delta(src), delta(dst)
+    report = (f"per-peer (bytes_in, bytes_out) deltas\n  {src} (source): {d_src}\n"
+              f"  {dst} (destination): {d_dst}\n  stats before: {before}\n  after: {after}")
+    print(report)
+    big_out = [p for p, (_, bo) in d_src.items() if bo >= nbytes]
+    big_in = [p for p, (bi, _) in d_dst.items() if bi >= nbytes]
+    assert big_out, f"the source worker sent no {nbytes} bytes to anyone\n{report}"
+    assert big_in, f"the destination worker received no {nbytes} bytes\n{report}"
+    # The bytes went to the other worker, not to the client.
+    assert all(re.search(re.escape(dst) + "|" + re.escape(addr[dst]), p) for p in big_out), \
+        f"source sent the bytes to {big_out}, not to {dst}\n{report}"
+    assert all(re.search(re.escape(src) + "|" + re.escape(addr[src]), p) for p in big_in), \
+        f"destination got the bytes from {big_in}, not from {src}\n{report}"
+    client_bytes = sum(bi + bo for p, (bi, bo) in d_src.items() if p not in big_out) + \
+        sum(bi + bo for p, (bi, bo) in d_dst.items() if p not in big_in)
+    assert client_bytes < nbytes // 100, f"the client carried {client_bytes} bytes\n{report}"
+    assert after[src]["downloads"] == before[src]["downloads"], report
+    assert after[dst]["uploads"] == before[dst]["uploads"], report
+
+
+def test_mpmd_pipeline_two_islands(check):
+    want, got = check("mpmd_pipeline")
+    assert all(w == {"h": [0], "y": [1]} for w in got["where"]), got["where"]
+
+
+def test_training_loop_50_steps(check):
+    want, got = check("train_mlp", steps=50)
+    losses = got["losses"]
+    assert losses.shape == (50,) and losses[-1] < losses[0]
+
+
+def test_data_parallel_pipelined_steps(check):
+    # 200 pipelined 4-device launches with an all-reduce each: the worker
+    # must bound what it hands XLA (CW__MAX_LAUNCHES_IN_FLIGHT in cw_worker.c)
+    # or XLA's CPU client deadlocks and aborts the worker. Bit-exact results.
+    want, got = check("dp_training_pipelined", steps=200, timeout=240.0)
+    losses = got["losses"]
+    assert losses.shape == (200,) and losses[-1] < losses[0]
+    assert got["params_sharding"]["devices"] == [0, 1, 2, 3]
+
+
+@requires_causeway
+def test_jit_spanning_islands_is_refused(ref, cw):
+    want, got = harness.run_both(ref, cw, "cross_island_jit")
+    assert want["jit"]["ok"], "stock JAX runs it on 8 devices of one process"
+    assert not got["jit"]["ok"], "a program spanning two islands must be refused"
+    msg = got["jit"]["error"]
+    assert re.search(r"island", msg, re.I), f"error does not name islands: {msg}"
+    assert re.search(r"\b0\b", msg) and re.search(r"\b1\b", msg), \
+        f"error does not name both islands (0 and 1): {msg}"
+    assert re.search(r"device_put", msg), f"error does not name the remedy (jax.device_put): {msg}"
+    # And the cluster still computes.
+    want, got = harness.run_both(ref, cw, "health")
+    harness.assert_same(want, got, "health")

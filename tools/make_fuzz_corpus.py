@@ -1,0 +1,381 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora of the causeway fuzz targets.
+
+  src/protocol/corpus/frame_fuzz/        one frame per file (header + payload
+                                         [+ bulk]): every message type in both
+                                         directions, error replies, frames with
+                                         bulk, and broken frames.
+  src/worker/corpus/conn_parser_fuzz/    byte streams of several frames, as a
+                                         connection would carry them, behind the
+                                         one leading byte that conn_parser_fuzz.c
+                                         takes as its split point (byte % size).
+
+Only the Python standard library is used: the protobuf payloads are encoded
+by hand from proto/causeway.proto (field numbers and wire types below), so the
+corpus does not depend on a protobuf installation. The output is deterministic
+(fixed seed); rerunning rewrites identical files.
+
+Usage: tools/make_fuzz_corpus.py [--root DIR]   (DIR defaults to the repo root)
+"""
+
+import argparse
+import os
+import random
+import struct
+
+MAGIC = 0x59415743
+VERSION = 1
+REPLY = 0x1
+ERROR = 0x2
+
+HELLO, PING, INVENTORY, COMPILE, SERIALIZE, LOAD, UPLOAD, LAUNCH, DOWNLOAD, \
+    COPY, SEND, PUT, EXPECT, DELETE, STATS, AWAIT = range(1, 17)
+
+ROLE_CLIENT, ROLE_WORKER, ROLE_CONTROLLER = 1, 2, 3
+F32, S32, U8, F64, BF16, PRED = 11, 4, 6, 12, 13, 1
+
+
+# --- protobuf wire encoding ---------------------------------------------------
+
+def varint(v):
+    if v < 0:
+        v += 1 << 64  # int64/int32 negatives are 10-byte varints
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def key(field, wire):
+    return varint((field << 3) | wire)
+
+
+def f_varint(field, v):
+    return key(field, 0) + varint(v)
+
+
+def f_bytes(field, b):
+    if isinstance(b, str):
+        b = b.encode()
+    return key(field, 2) + varint(len(b)) + b
+
+
+def f_float(field, x):
+    return key(field, 5) + struct.pack("<f", x)
+
+
+def f_packed(field, values):
+    body = b"".join(varint(v) for v in values)
+    return f_bytes(field, body)
+
+
+def f_unpacked(field, values):
+    return b"".join(f_varint(field, v) for v in values)
+
+
+# --- messages (field numbers from proto/causeway.proto) -----------------------
+
+def error_reply(code, message):
+    return f_varint(1, code) + f_bytes(2, message)
+
+
+def hello_request(lo=1, hi=1, role=ROLE_CLIENT, token=b"", session=0, name="fuzz"):
+    m = f_varint(1, lo) + f_varint(2, hi) + f_varint(3, role)
+    if token:
+        m += f_bytes(4, token)
+    if session:
+        m += f_varint(5, session)
+    return m + f_bytes(6, name)
+
+
+def hello_reply():
+    return (f_varint(1, 1) + f_varint(2, 7) + f_bytes(3, "worker-0") + f_varint(4, 16 << 20) +
+            f_varint(5, 64 << 30))
+
+
+def named_value(name, kind, v):
+    m = f_bytes(1, name)
+    if kind == "s":
+        m += f_bytes(2, v)
+    elif kind == "i":
+        m += f_varint(3, v)
+    elif kind == "list":
+        m += f_bytes(4, f_packed(1, v))
+    elif kind == "f":
+        m += f_float(5, v)
+    elif kind == "b":
+        m += f_varint(6, 1 if v else 0)
+    return m
+
+
+def inventory():
+    dev = (f_varint(1, 0) + f_varint(2, 0) + f_bytes(3, "cpu") + f_bytes(4, "TFRT_CPU_0") +
+           f_bytes(5, named_value("core", "i", 0)) +
+           f_bytes(6, f_varint(1, 0) + f_bytes(2, "device") + f_varint(3, 0)) +
+           f_varint(7, 0) + f_varint(8, 0))
+    return (f_bytes(1, "worker-0") + f_bytes(2, "cpu") + f_bytes(3, "xla 0.4") +
+            f_varint(4, 0) + f_varint(5, 81) +
+            f_bytes(6, named_value("stablehlo_current_version", "list", [1, 9, 3])) +
+            f_bytes(6, named_value("xla_version", "s", "x")) +
+            f_bytes(6, named_value("ratio", "f", 0.5)) +
+            f_bytes(6, named_value("supports", "b", True)) +
+            f_bytes(7, dev) + f_bytes(7, dev.replace(b"TFRT_CPU_0", b"TFRT_CPU_1")))
+
+
+MLIR = (b"module @add { func.func public @main(%a: tensor<4xf32>, %b: tensor<4xf32>) "
+        b"-> tensor<4xf32> { %0 = stablehlo.add %a, %b : tensor<4xf32> "
+        b"return %0 : tensor<4xf32> } }")
+
+
+def compile_request(exe=100, fmt="mlir", code=MLIR, opts=b""):
+    m = f_varint(1, exe) + f_bytes(2, fmt) + f_bytes(3, code)
+    if opts:
+        m += f_bytes(4, opts)
+    return m
+
+
+def compile_reply(exe=100):
+    return f_varint(1, exe) + f_varint(2, 1) + f_varint(3, 1) + f_bytes(4, "add")
+
+
+def upload_request(buf=1, dtype=F32, dims=(4,), strides=(), device=0, packed=True):
+    enc = f_packed if packed else f_unpacked
+    m = f_varint(1, buf) + f_varint(2, dtype)
+    if dims:
+        m += enc(3, list(dims))
+    if strides:
+        m += enc(4, list(strides))
+    return m + f_varint(5, device)
+
+
+def ack(i):
+    return f_varint(1, i)
+
+
+def id_list(ids):
+    return f_packed(1, ids)
+
+
+def launch_request(exe=100, args=((1, 2),), outs=((3,),), launch_id=9):
+    m = f_varint(1, exe)
+    for a in args:
+        m += f_bytes(2, id_list(list(a)))
+    for o in outs:
+        m += f_bytes(3, id_list(list(o)))
+    return m + f_varint(4, launch_id)
+
+
+def array_info(buf=1, dtype=F32, dims=(4,), device=0, size=16):
+    return (f_varint(1, buf) + f_varint(2, dtype) + f_packed(3, list(dims)) + f_varint(4, device) +
+            f_varint(5, size))
+
+
+def stats():
+    peer = f_bytes(1, "127.0.0.1:5000") + f_varint(2, 10) + f_varint(3, 20)
+    m = b"".join(f_varint(i, i * 3) for i in range(1, 9))
+    return m + f_bytes(9, peer) + f_varint(10, 2) + f_varint(11, 1)
+
+
+def put_request(dst=5, session=7, dtype=F32, dims=(4,), device=0, error=None):
+    m = (f_varint(1, dst) + f_varint(2, session) + f_varint(3, dtype) + f_packed(4, list(dims)) +
+         f_varint(5, device))
+    if error:
+        m += f_bytes(6, error_reply(*error))
+    return m
+
+
+# --- frames -------------------------------------------------------------------
+
+def header(mtype, flags, payload_len, req_id, bulk_len, magic=MAGIC, version=VERSION):
+    return struct.pack("<IHHIIQQ", magic, version, mtype, flags, payload_len, req_id, bulk_len)
+
+
+def frame(mtype, payload, flags=0, req_id=1, bulk=b"", bulk_len=None, **kw):
+    bl = len(bulk) if bulk_len is None else bulk_len
+    return header(mtype, flags, len(payload), req_id, bl, **kw) + payload + bulk
+
+
+def f32_bytes(values):
+    return struct.pack("<%df" % len(values), *values)
+
+
+def frame_corpus():
+    """name -> bytes for the single-frame target."""
+    c = {}
+    four = f32_bytes([1.0, 2.0, 3.0, 4.0])
+    # Requests, one per type.
+    c["req_hello"] = frame(HELLO, hello_request())
+    c["req_hello_token_session"] = frame(HELLO, hello_request(token=b"s3cret", session=42,
+                                                              role=ROLE_WORKER))
+    c["req_hello_range"] = frame(HELLO, hello_request(lo=0, hi=7, role=ROLE_CONTROLLER))
+    c["req_ping"] = frame(PING, f_bytes(1, b"ping-data"), req_id=2)
+    c["req_ping_empty"] = frame(PING, b"", req_id=3)
+    c["req_inventory"] = frame(INVENTORY, b"", req_id=4)
+    c["req_compile"] = frame(COMPILE, compile_request(), req_id=5)
+    c["req_compile_opts"] = frame(COMPILE, compile_request(fmt="hlo", opts=b"\x1a\x04\x08\x01\x10\x01"),
+                                  req_id=5)
+    c["req_serialize"] = frame(SERIALIZE, f_varint(1, 100), req_id=6)
+    c["req_load_bulk"] = frame(LOAD, f_varint(1, 101) + f_bytes(2, b"\x08\x01"), req_id=7,
+                               bulk=b"\x00serialized-executable\xff" * 3)
+    c["req_upload_f32"] = frame(UPLOAD, upload_request(), req_id=8, bulk=four)
+    c["req_upload_2d_strided"] = frame(UPLOAD, upload_request(dims=(2, 2), strides=(4, 8)),
+                                       req_id=8, bulk=bytes(16))
+    c["req_upload_unpacked_dims"] = frame(UPLOAD, upload_request(dtype=S32, dims=(2, 3),
+                                                                 packed=False),
+                                          req_id=8, bulk=bytes(24))
+    c["req_upload_scalar"] = frame(UPLOAD, upload_request(dtype=F64, dims=()), req_id=8,
+                                   bulk=bytes(8))
+    c["req_upload_zero_extent"] = frame(UPLOAD, upload_request(dtype=U8, dims=(0, 5)), req_id=8)
+    c["req_upload_bf16"] = frame(UPLOAD, upload_request(dtype=BF16, dims=(3,)), req_id=8,
+                                 bulk=bytes(6))
+    c["req_launch"] = frame(LAUNCH, launch_request(), req_id=9)
+    c["req_launch_2dev"] = frame(LAUNCH, launch_request(args=((1, 2), (11, 12)),
+                                                        outs=((3,), (13,))), req_id=9)
+    c["req_download"] = frame(DOWNLOAD, f_varint(1, 3), req_id=10)
+    c["req_copy"] = frame(COPY, f_varint(1, 3) + f_varint(2, 4) + f_varint(3, 1), req_id=11)
+    c["req_send"] = frame(SEND, f_varint(1, 3) + f_bytes(2, "127.0.0.1:7001") + f_varint(3, 5) +
+                          f_varint(4, 0) + f_varint(5, 77), req_id=12)
+    c["req_put_bulk"] = frame(PUT, put_request(), req_id=13, bulk=four)
+    c["req_put_error"] = frame(PUT, put_request(error=(14, "worker w1 died")), req_id=13)
+    c["req_expect"] = frame(EXPECT, f_varint(1, 5), req_id=14)
+    c["req_delete"] = frame(DELETE, f_packed(1, [1, 2, 3, 4, 5]), req_id=15)
+    c["req_stats"] = frame(STATS, b"", req_id=16)
+    c["req_await"] = frame(AWAIT, f_varint(1, 3), req_id=17)
+    # Replies, one per type.
+    c["rep_hello"] = frame(HELLO, hello_reply(), flags=REPLY)
+    c["rep_ping"] = frame(PING, f_bytes(1, b"ping-data"), flags=REPLY, req_id=2)
+    c["rep_inventory"] = frame(INVENTORY, inventory(), flags=REPLY, req_id=4)
+    c["rep_compile"] = frame(COMPILE, compile_reply(), flags=REPLY, req_id=5)
+    c["rep_serialize_bulk"] = frame(SERIALIZE, f_varint(1, 100) + f_varint(2, 24), flags=REPLY,
+                                    req_id=6, bulk=b"serialized-executable..!")
+    c["rep_load"] = frame(LOAD, compile_reply(101), flags=REPLY, req_id=7)
+    c["rep_upload"] = frame(UPLOAD, ack(1), flags=REPLY, req_id=8)
+    c["rep_launch"] = frame(LAUNCH, ack(9), flags=REPLY, req_id=9)
+    c["rep_download_bulk"] = frame(DOWNLOAD, array_info(buf=3), flags=REPLY, req_id=10,
+                                   bulk=four)
+    c["rep_copy"] = frame(COPY, ack(4), flags=REPLY, req_id=11)
+    c["rep_send"] = frame(SEND, ack(3), flags=REPLY, req_id=12)
+    c["rep_put"] = frame(PUT, ack(5), flags=REPLY, req_id=13)
+    c["rep_expect"] = frame(EXPECT, ack(5), flags=REPLY, req_id=14)
+    c["rep_delete"] = frame(DELETE, ack(0), flags=REPLY, req_id=15)
+    c["rep_stats"] = frame(STATS, stats(), flags=REPLY, req_id=16)
+    c["rep_await"] = frame(AWAIT, array_info(buf=3), flags=REPLY, req_id=17)
+    # Error replies.
+    c["err_not_found"] = frame(DOWNLOAD, error_reply(5, "buffer 3 not found"),
+                               flags=REPLY | ERROR, req_id=10)
+    c["err_hello_unimplemented"] = frame(HELLO, error_reply(12, "no common version"),
+                                         flags=REPLY | ERROR, req_id=1)
+    c["err_header_unreadable"] = frame(PING, error_reply(3, "bad frame magic"),
+                                       flags=REPLY | ERROR, req_id=0)
+    # Broken frames: each trips one check of the decoder.
+    good = c["req_ping"]
+    c["bad_truncated_header"] = good[:20]
+    c["bad_truncated_payload"] = good[:36]
+    c["bad_magic"] = b"XWAY" + good[4:]
+    c["bad_version_0"] = frame(PING, f_bytes(1, b"x"), version=0)
+    c["bad_version_2"] = frame(PING, f_bytes(1, b"x"), version=2)
+    c["bad_type_0"] = frame(0, b"")
+    c["bad_type_17"] = frame(17, b"")
+    c["bad_type_65535"] = frame(65535, b"")
+    c["bad_flags"] = frame(PING, b"", flags=0x4)
+    c["bad_error_without_reply"] = frame(PING, error_reply(3, "x"), flags=ERROR)
+    c["bad_bulk_on_ping"] = frame(PING, b"", bulk=b"abcd")
+    c["bad_bulk_on_error"] = frame(DOWNLOAD, error_reply(5, "x"), flags=REPLY | ERROR, bulk=b"ab")
+    c["bad_bulk_max"] = header(UPLOAD, 0, 0, 1, 0xFFFFFFFFFFFFFFFF)
+    c["bad_payload_oversize"] = header(PING, 0, 0xFFFFFFFF, 1, 0)
+    c["bad_protobuf"] = frame(HELLO, b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff")
+    c["bad_protobuf_len"] = frame(PING, b"\x0a\x7f\x01")  # bytes field longer than payload
+    c["bad_protobuf_wiretype"] = frame(DOWNLOAD, b"\x0f\x01")  # wire type 7
+    c["bad_upload_dims_overflow"] = frame(UPLOAD, upload_request(dims=(1 << 40, 1 << 40)),
+                                          bulk_len=16)
+    c["bad_upload_dims_negative"] = frame(UPLOAD, upload_request(dims=(-4,)), bulk_len=16)
+    c["bad_upload_dtype"] = frame(UPLOAD, upload_request(dtype=99), bulk_len=16)
+    c["bad_upload_extent"] = frame(UPLOAD, upload_request(dims=(4,)), bulk=bytes(12))
+    c["bad_upload_rank65"] = frame(UPLOAD, upload_request(dtype=PRED, dims=(1,) * 65),
+                                   bulk_len=1)
+    c["bad_upload_strides_mismatch"] = frame(UPLOAD, upload_request(dims=(2, 2), strides=(4,)),
+                                             bulk_len=16)
+    c["bad_upload_strides_negative"] = frame(UPLOAD, upload_request(dims=(2, 2), strides=(-8, 4)),
+                                             bulk_len=16)
+    c["bad_upload_strides_overflow"] = frame(UPLOAD, upload_request(dims=(5,),
+                                                                    strides=(1 << 62,)),
+                                             bulk_len=16)
+    # Random bytes behind a valid header prefix (fixed seed).
+    rng = random.Random(0xC0FFEE)
+    for i in range(4):
+        n = rng.randrange(8, 64)
+        payload = bytes(rng.randrange(256) for _ in range(n))
+        c["rand_payload_%d" % i] = frame(rng.randrange(1, 17), payload,
+                                         flags=rng.choice([0, REPLY]))
+    return c
+
+
+def stream_corpus(frames):
+    """name -> bytes for the connection-stream target."""
+    hello = frames["req_hello"]
+    s = {}
+    s["stream_hello_ping"] = hello + frames["req_ping"]
+    s["stream_session"] = (hello + frames["req_inventory"] + frames["req_upload_f32"] +
+                           frames["req_await"] + frames["req_download"] + frames["req_delete"] +
+                           frames["req_stats"])
+    s["stream_compile_launch"] = (hello + frames["req_compile"] + frames["req_upload_f32"] +
+                                  frames["req_launch"] + frames["req_serialize"] +
+                                  frames["req_load_bulk"])
+    s["stream_worker_put"] = (frames["req_hello_token_session"] + frames["req_expect"] +
+                              frames["req_put_bulk"] + frames["req_put_error"])
+    s["stream_all_replies"] = b"".join(v for k, v in sorted(frames.items())
+                                       if k.startswith("rep_") or k.startswith("err_"))
+    s["stream_all_requests"] = b"".join(v for k, v in sorted(frames.items())
+                                        if k.startswith("req_"))
+    s["stream_bulk_then_bad"] = hello + frames["req_upload_2d_strided"] + frames["bad_magic"]
+    s["stream_truncated_bulk"] = hello + frames["req_upload_f32"][:-5]
+    s["stream_truncated_header"] = hello + frames["req_ping"][:17]
+    s["stream_oversize_prehello"] = header(PING, 0, 5000, 1, 0)
+    s["stream_bulk_max"] = hello + frames["bad_bulk_max"]
+    s["stream_bad_extent"] = hello + frames["bad_upload_extent"] + frames["req_ping"]
+    s["stream_bad_protobuf"] = hello + frames["bad_protobuf_len"]
+    s["stream_second_hello"] = hello + hello
+    rng = random.Random(0xBADF00D)
+    s["stream_garbage"] = bytes(rng.randrange(256) for _ in range(200))
+    s["stream_hello_garbage"] = hello + bytes(rng.randrange(256) for _ in range(100))
+    # conn_parser_fuzz.c feeds the stream in two chunks split at data[0] % size:
+    # vary the split so seeds cut headers, payloads and bulk in different places.
+    out = {}
+    for i, (name, data) in enumerate(sorted(s.items())):
+        out[name] = bytes([(7 + 37 * i) & 0xFF]) + data
+    return out
+
+
+GENERATED_PREFIXES = ("req_", "rep_", "err_", "bad_", "rand_", "stream_")
+
+
+def write_dir(path, files):
+    # Replace only what this script generates; reproducers added by hand
+    # (any other name, e.g. crash-<sha1>) are kept.
+    os.makedirs(path, exist_ok=True)
+    for old in os.listdir(path):
+        if old.startswith(GENERATED_PREFIXES):
+            os.remove(os.path.join(path, old))
+    for name, data in sorted(files.items()):
+        with open(os.path.join(path, name), "wb") as f:
+            f.write(data)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    args = ap.parse_args()
+    frames = frame_corpus()
+    write_dir(os.path.join(args.root, "src/protocol/corpus/frame_fuzz"), frames)
+    streams = stream_corpus(frames)
+    write_dir(os.path.join(args.root, "src/worker/corpus/conn_parser_fuzz"), streams)
+    print("wrote %d frame seeds and %d stream seeds" % (len(frames), len(streams)))
+
+
+if __name__ == "__main__":
+    main()
