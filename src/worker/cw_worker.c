@@ -1216,20 +1216,26 @@ static void cw__handle_compile(cw_conn_t* c, const cw_frame_header_t* h, Protobu
   if (op) cw__queue_compile(op);
 }
 
-static void cw__serialize_cont(cw_op_t* op, cw_store_entry_t* e) {
+// Fails `op` unless `e` is an executable that did not fail; true if usable.
+static bool cw__op_need_executable(cw_op_t* op, const cw_store_entry_t* e) {
   if (!e) {
     cw__op_fail(op, cw_make_status(CW_NOT_FOUND, "executable %" PRIu64 " not found", op->id));
-    return;
+    return false;
   }
   if (e->kind != CW_STORE_EXECUTABLE) {
     cw__op_fail(op, cw_make_status(CW_INVALID_ARGUMENT, "object %" PRIu64 " is not an executable",
                                    op->id));
-    return;
+    return false;
   }
   if (e->state == CW_STORE_ERROR) {
     cw__op_fail(op, cw__status_copy(e->error));
-    return;
+    return false;
   }
+  return true;
+}
+
+static void cw__serialize_cont(cw_op_t* op, cw_store_entry_t* e) {
+  if (!cw__op_need_executable(op, e)) return;
   const uint8_t* bytes = NULL;
   size_t size = 0;
   void* handle = NULL;
@@ -2504,19 +2510,7 @@ static void cw__handle_send(cw_conn_t* c, const cw_frame_header_t* h,
 // --- EXE_INFO -------------------------------------------------------------------
 
 static void cw__exe_info_cont(cw_op_t* op, cw_store_entry_t* e) {
-  if (!e) {
-    cw__op_fail(op, cw_make_status(CW_NOT_FOUND, "executable %" PRIu64 " not found", op->id));
-    return;
-  }
-  if (e->kind != CW_STORE_EXECUTABLE) {
-    cw__op_fail(op, cw_make_status(CW_INVALID_ARGUMENT, "object %" PRIu64 " is not an executable",
-                                   op->id));
-    return;
-  }
-  if (e->state == CW_STORE_ERROR) {
-    cw__op_fail(op, cw__status_copy(e->error));
-    return;
-  }
+  if (!cw__op_need_executable(op, e)) return;
   Causeway__V1__ExecutableInfo info;
   cw_status_t st = cw_pjrt_exe_info_initialize(op->w->pjrt, (PJRT_LoadedExecutable*)e->handle,
                                                &info);
