@@ -1,0 +1,170 @@
+// Internal to the controller: its state, shared by the files in
+// src/controller (cw_controller.c and the modules it grew). Not installed.
+#ifndef CW_CTL_INTERNAL_H_
+#define CW_CTL_INTERNAL_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "cw_frame.h"
+#include "cw_compile_cache.h"
+#include "cw_controller.h"
+#include "cw_net.h"
+#include "cw_settings.h"
+
+#define CW__OPEN_TICK_MS 50
+#define CW__MAX_WAIT_MS (10 * 60 * 1000)
+#define CW__MAX_NAME 128
+#define CW__MAX_ADDRESS 200
+#define CW__MAX_WORKERS 4096
+
+typedef struct cw_ctl_session_s cw_ctl_session_t;
+typedef struct cw_ctl_peer_s cw_ctl_peer_t;
+
+typedef struct cw_ctl_item_s cw_ctl_item_t;
+
+typedef struct cw_ctl_worker_s {
+  cw_controller_t* ctl;
+  uint32_t index;
+  char name[CW__MAX_NAME];
+  char address[CW__MAX_ADDRESS + 1];
+  bool alive;
+  int32_t first_device;
+  uint32_t num_devices;
+  Causeway__V1__RegisterRequest* reg;  // owned: the worker's inventory
+  cw_net_conn_t* private_conn;         // retained: the controller's compile session
+  cw_ctl_item_t* queue_head;           // the island's queue
+  cw_ctl_item_t* queue_tail;
+} cw_ctl_worker_t;
+
+typedef enum cw_ctl_exe_state_e {
+  CW__EXE_LOADING = 0,
+  CW__EXE_READY,
+  CW__EXE_FAILED,
+} cw_ctl_exe_state_t;
+
+// An executable of a session: where it lives and whether it is loaded.
+typedef struct cw_ctl_exe_s {
+  struct cw_ctl_exe_s* next;
+  uint64_t id;
+  uint64_t serial;  // distinguishes a re-created id from a stale one
+  uint32_t worker;
+  cw_ctl_exe_state_t state;
+  cw_status_t error;  // FAILED
+} cw_ctl_exe_t;
+
+struct cw_ctl_session_s {
+  cw_ctl_session_t* next;
+  cw_controller_t* ctl;
+  uint64_t id;
+  int refs;          // client connections, operations and queue items
+  int clients;       // client connections
+  bool closed;       // every client connection is gone
+  cw_net_conn_t** links;  // [ctl->num_workers at open], retained; NULL: none
+  size_t num_links;
+  cw_ctl_exe_t* exes;
+};
+
+struct cw_ctl_peer_s {
+  cw_ctl_peer_t* next;
+  cw_controller_t* ctl;
+  cw_net_conn_t* conn;  // retained
+  int role;
+  bool hello_done;
+  cw_ctl_session_t* session;  // clients: retained
+  cw_ctl_worker_t* worker;    // a registered worker's connection
+};
+
+// A client request waiting in an island queue.
+typedef struct cw_ctl_multi_s cw_ctl_multi_t;
+struct cw_ctl_item_s {
+  cw_ctl_item_t* next;
+  uint16_t type;
+  cw_net_conn_t* client;  // retained
+  uint64_t request_id;
+  cw_ctl_session_t* session;  // retained
+  ProtobufCMessage* msg;      // owned; relayed as it is
+  cw_ctl_multi_t* multi;      // DELETE spanning workers; NULL otherwise
+  uint32_t worker;
+};
+
+// A DELETE split over several workers: one reply when all are done.
+struct cw_ctl_multi_s {
+  int left;
+  cw_status_t first_error;
+  cw_net_conn_t* client;  // retained
+  uint64_t request_id;
+  uint64_t first_id;
+};
+
+// An OPEN_SESSION waiting for enough workers.
+typedef struct cw_ctl_open_wait_s {
+  struct cw_ctl_open_wait_s* next;
+  cw_ctl_peer_t* peer;
+  cw_net_conn_t* conn;  // retained
+  uint64_t request_id;
+  uint32_t min_workers;
+  int64_t deadline_ms;
+} cw_ctl_open_wait_t;
+
+// One client COMPILE in progress.
+typedef struct cw_ctl_compile_s {
+  struct cw_ctl_compile_s* next;  // waiters of one in-flight compilation
+  cw_controller_t* ctl;
+  cw_net_conn_t* client;  // retained
+  uint64_t request_id;
+  cw_ctl_session_t* session;  // retained
+  uint64_t exe_id;
+  uint64_t exe_serial;
+  uint32_t worker;
+  uint8_t* options;  // rewritten to worker-local ids
+  size_t options_size;
+  int32_t* devices;  // global ids in the executable's device order
+  size_t num_devices;
+  bool cache_hit;
+  int64_t start_ms;
+  Causeway__V1__CompileReply* load_reply;  // owned, from LOAD
+} cw_ctl_compile_t;
+
+// One compilation on a worker's private session; identical requests wait on it.
+typedef struct cw_ctl_inflight_s {
+  struct cw_ctl_inflight_s* next;
+  cw_controller_t* ctl;
+  uint8_t* key;
+  size_t key_size;
+  uint32_t worker;
+  uint64_t private_exe_id;
+  cw_ctl_compile_t* waiters;
+} cw_ctl_inflight_t;
+
+struct cw_controller_s {
+  const cw_settings_t* settings;
+  uv_loop_t loop;
+  bool loop_initialized;
+  cw_net_t net;
+  bool net_initialized;
+  uv_signal_t sigterm, sigint;
+  uv_timer_t open_tick;
+  cw_net_watch_t watch;
+  bool handles_open;
+  bool shutting_down;
+  const char* token;
+  char name[64];
+  cw_compile_cache_t* cache;
+  cw_ctl_worker_t** workers;
+  size_t num_workers;
+  int32_t next_device;
+  cw_ctl_peer_t* peers;
+  cw_ctl_session_t* sessions;
+  cw_ctl_open_wait_t* open_waits;
+  cw_ctl_inflight_t* inflight;
+  uint64_t session_id_seed;
+  uint64_t next_private_exe_id;
+  uint64_t next_exe_serial;
+  // Counters for STATS.
+  uint64_t compiles, cache_hits, cache_misses, launches_relayed, errors;
+};
+
+#endif  // CW_CTL_INTERNAL_H_

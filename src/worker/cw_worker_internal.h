@@ -1,0 +1,257 @@
+// Internal to the worker: its state, shared by the files in src/worker that
+// make up causeway-worker. Not installed.
+#ifndef CW_WORKER_INTERNAL_H_
+#define CW_WORKER_INTERNAL_H_
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "cw_conn_parser.h"
+#include "cw_frame.h"
+#include "cw_pjrt.h"
+#include "cw_staging.h"
+#include "cw_store.h"
+#include "cw_worker.h"
+#include "cw_worker_cluster.h"
+#include "cw_worker_seq.h"
+
+#define CW__READAHEAD (64 * 1024)
+#define CW__BULK_ALIGN 64
+#define CW__MAX_PEER_STATS 1024
+#define CW__SHUTDOWN_GRACE_MS 10000
+// Bound on launches in flight (handed to PJRT, not yet complete) when a
+// multi-device launch is issued; until then it waits in its connection's
+// queue. XLA's CPU client gives each device a
+// semaphore of 32 in-flight computations (max_inflight_computations_per_device)
+// and a multi-device Execute acquires it inside tasks on its client thread
+// pool, which has only max(cores, devices) threads: exactly enough for one
+// collective. With more than 32 launches queued, a dispatch task blocks one
+// pool thread on that semaphore while the other devices' threads wait in an
+// all-reduce rendezvous for the device that now has no thread to run on; XLA
+// then aborts the process after 40 s (rendezvous.cc "only 3 of 4 arrived").
+// In-process JAX with 4 CPU devices on 2 cores hits the same deadlock. So a
+// multi-device launch is issued only while fewer than this many launches (of
+// any kind: all count against the devices' semaphores) are in flight, well
+// under 32, and its dispatch never blocks. Single-device launches are not
+// held: XLA dispatches them on the calling thread (this loop), not its pool.
+#ifndef CW__MAX_LAUNCHES_IN_FLIGHT  // a test build may raise it to show the deadlock
+#define CW__MAX_LAUNCHES_IN_FLIGHT 16
+#endif
+
+typedef struct cw_conn_s cw_conn_t;
+typedef struct cw_op_s cw_op_t;
+
+typedef struct cw_session_s {
+  struct cw_session_s* next;
+  uint64_t id;   // the wire id
+  uint64_t key;  // store key, unique per incarnation (never reused)
+  int connections;  // client connections that keep it alive
+  cw_seq_t seq;     // ordering across its connections (cw_worker_seq.h)
+} cw_session_t;
+
+typedef struct cw_peer_stat_s {
+  char* name;
+  uint64_t bytes_in;
+  uint64_t bytes_out;
+} cw_peer_stat_t;
+
+// A request this worker sent on an outbound connection, awaiting its reply.
+typedef void (*cw_outreq_fn)(cw_conn_t* c, cw_op_t* op, cw_status_t status);  // takes status
+typedef struct cw_outreq_s {
+  struct cw_outreq_s* next;
+  uint64_t request_id;
+  cw_outreq_fn fn;
+  cw_op_t* op;  // NULL for HELLO
+} cw_outreq_t;
+
+typedef struct cw_launch_s {
+  struct cw_launch_s* next;
+  cw_conn_t* conn;  // referenced
+  uint64_t request_id;
+  uint64_t skey;
+  Causeway__V1__LaunchRequest* req;  // owned
+  size_t num_devices, num_args, num_outputs;
+  uint64_t* out_serials;  // [num_devices * num_outputs]
+  // Retained when the launch is applied, released when it is freed: a DELETE
+  // of an id later in program order cannot take them from a waiting launch.
+  cw_store_entry_t* exe;
+  cw_store_entry_t** inputs;  // [num_devices * num_args]
+  cw_status_t apply_error;    // an id missing (or of the wrong kind) when applied
+  size_t events_left;
+  cw_status_t first_error;
+  bool donated_dropped;  // the donated inputs' ids are deleted
+} cw_launch_t;
+
+struct cw_conn_s {
+  cw_conn_t* prev;
+  cw_conn_t* next;
+  cw_worker_t* w;
+  union {
+    uv_handle_t handle;
+    uv_stream_t stream;
+    uv_tcp_t tcp;
+    uv_pipe_t pipe;
+  } h;
+  uv_timer_t timer;  // HELLO or connect deadline
+  uv_connect_t connect_req;
+  int refs;
+  bool closing;
+  bool outbound;
+  bool connected;  // outbound: the connect completed
+  bool hello_done;
+  bool close_after_write;
+  bool reading;
+  bool paused;  // on the worker's resume list
+  cw_conn_t* resume_next;
+  int role;
+  cw_session_t* session;  // keeps it alive when keeps_session
+  bool keeps_session;
+  size_t peer_stat;
+  uint64_t uncounted_in, uncounted_out;  // moved before peer_stat was known
+  int last_error;  // the libuv error that closed it, 0 if none
+  char name[128];
+  cw_conn_parser_t parser;
+  uint8_t* readahead;
+  size_t ra_off, ra_len;  // unparsed bytes while paused
+  size_t writes_pending;
+  // The frame whose bulk bytes are arriving, NULL when they are discarded.
+  cw_op_t* recv;
+  // Launches of this connection, issued in arrival order.
+  cw_launch_t* launch_head;
+  cw_launch_t* launch_tail;
+  bool launch_waiting;
+  cw_conn_t* throttle_next;  // on the worker's launch_throttled list
+  // Outbound (SEND to a peer): the peer's address and session.
+  char* peer_address;
+  uint64_t dst_session;
+  cw_outreq_t* outreqs;
+  uint64_t next_request_id;
+  // seq: the held request whose bulk bytes are arriving; the held request
+  // being applied now (its bytes already received).
+  cw_seq_held_t* recv_held;
+  cw_seq_held_t* seq_applying;
+  // seq flow control: requests of this connection held, and whether reading
+  // stopped because the session holds its caps' worth (cw__seq_block).
+  size_t seq_held;
+  bool seq_blocked;
+  bool is_controller;  // outbound: this worker's REGISTER connection
+};
+
+// One request in progress that outlives its frame: waits on entries, PJRT
+// events or a peer's reply.
+typedef void (*cw_op_fn)(cw_op_t* op, cw_store_entry_t* entry);
+struct cw_op_s {
+  cw_worker_t* w;
+  cw_conn_t* conn;  // referenced
+  uint16_t type;
+  uint64_t request_id;
+  uint64_t skey;
+  uint64_t id;       // the object waited on (source)
+  uint64_t serial;   // of the entry this op creates or fills
+  uint64_t dst_id;
+  int dst_device;
+  cw_op_fn cont;
+  ProtobufCMessage* msg;  // owned request
+  uint8_t* staging;       // owned (posix_memalign)
+  uint64_t size;
+  int dtype;
+  int64_t* dims;  // owned
+  size_t rank;
+  int device;
+  char* peer_address;
+  uint64_t dst_session;
+  cw_status_t status;  // SEND: the source's error, sent on as a poisoned PUT
+  // Threadpool jobs.
+  uv_work_t work;
+  PJRT_LoadedExecutable* exe;
+  uint32_t num_outputs, num_devices;
+  char* name;
+  cw_pjrt_shape_t* params;  // owned; parameter shapes when params_known
+  size_t num_params;
+  bool params_known;
+  // op->staging came from elsewhere (a held request's bytes): plain free().
+  bool staging_foreign;
+  // DOWNLOAD/SEND straight from device memory: the source, pinned, and
+  // (once ready) its bytes.
+  struct cw_pin_s* pin;  // owned reference
+  const void* view;
+  // The entry op->id named when the request was applied (retained; NULL if
+  // absent): waiting resumes on it, not on whatever op->id names by then.
+  cw_store_entry_t* src;
+  bool src_resolved;
+};
+
+// A PJRT event completion, marshalled from a plugin thread to the loop.
+typedef void (*cw_done_fn)(cw_worker_t* w, void* user, cw_status_t status);  // takes status
+typedef struct cw_completion_s {
+  struct cw_completion_s* next;
+  cw_worker_t* w;
+  PJRT_Event* event;
+  cw_status_t status;
+  cw_done_fn fn;
+  void* user;
+} cw_completion_t;
+
+struct cw_worker_s {
+  const cw_settings_t* settings;
+  uv_loop_t loop;
+  bool loop_initialized;
+  union {
+    uv_handle_t handle;
+    uv_stream_t stream;
+    uv_tcp_t tcp;
+    uv_pipe_t pipe;
+  } listener;
+  bool listening;
+  bool is_pipe;
+  char* unix_path;
+  uv_async_t async;
+  uv_idle_t idle;
+  uv_signal_t sigterm, sigint;
+  uv_timer_t shutdown_timer;
+  bool handles_open;
+  bool shutting_down;
+  bool leak_on_exit;
+  bool zero_copy_reported;
+  char listen_address[256];
+  const char* name;
+  const char* token;
+  cw_frame_limits_t prehello_limits, limits;
+  cw_pjrt_t* pjrt;
+  cw_store_t* store;
+  Causeway__V1__Inventory inventory;
+  bool inventory_ready;
+  cw_conn_t* conns;  // inbound and outbound
+  cw_conn_t* resume_list;
+  cw_session_t* sessions;
+  uint64_t next_session_key;
+  uint64_t session_id_seed;
+  cw_peer_stat_t* peer_stats;
+  size_t num_peer_stats;
+  // Completion queue from plugin threads.
+  pthread_mutex_t mu;
+  cw_completion_t* completions;  // LIFO under mu
+  size_t outstanding;  // completions and threadpool jobs not yet applied
+  // Counters for STATS.
+  uint64_t launches, uploads, downloads, errors;
+  // Launches handed to PJRT whose completion events have not all fired, and
+  // the connections (referenced, FIFO) whose next launch waits for that
+  // count to drop below CW__MAX_LAUNCHES_IN_FLIGHT.
+  size_t launches_in_flight;
+  cw_conn_t* launch_throttled;
+  cw_conn_t* launch_throttled_tail;
+  size_t inbound_connections;
+  // Bulk staging blocks, reused (staging-cache-bytes).
+  cw_staging_t* staging;
+  // Buffers whose device memory a write is reading in place.
+  struct cw_pin_s* pins;
+  // Cluster: the controller connection (REGISTER), the parent watch.
+  cw_conn_t* controller;
+  char advertised_address[256];
+  cw_net_watch_t watch;
+};
+
+#endif  // CW_WORKER_INTERNAL_H_
