@@ -46,6 +46,16 @@ def main():
             from jax._src import xla_bridge
             xla_bridge.discover_pjrt_plugins = lambda: None
         import checks
+        # More check modules (tests/cluster/*_checks.py), looked up first:
+        # CW_RUNNER_CHECKS="path/a_checks.py:path/b_checks.py".
+        extra = []
+        for path in filter(None, os.environ.get("CW_RUNNER_CHECKS", "").split(":")):
+            import importlib.util
+            spec = importlib.util.spec_from_file_location(
+                os.path.splitext(os.path.basename(path))[0], path)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            extra.append(mod)
         info = checks.startup()
     except BaseException as e:  # noqa: BLE001 - reported to the test
         _write(rep, _error(e))
@@ -64,7 +74,8 @@ def main():
             return 0
         name, kwargs = msg
         try:
-            result = getattr(checks, name)(**kwargs)
+            mod = next((m for m in extra if hasattr(m, name)), checks)
+            result = getattr(mod, name)(**kwargs)
             reply = ("ok", result)
         except BaseException as e:  # noqa: BLE001 - reported to the test
             reply = _error(e)
