@@ -127,6 +127,10 @@ static void test_seq_across_connections(void** state) {
   ASSERT_OK(send_upload(relay, 102, 2, data, &rid));
   assert_code(cw_client_wait(relay, rid, NULL, NULL), CW_INVALID_ARGUMENT);
   ASSERT_OK(send_delete(direct, (uint64_t[]){101}, 1, 6, &del_rid));  // held
+  // Once the PING is answered the DELETE above is held: only then is the one
+  // on the other connection surely the duplicate (else the two race, and the
+  // loser was the one this test waits for: an intermittent hang).
+  ASSERT_OK(cw_client_ping(direct));
   ASSERT_OK(send_delete(relay, (uint64_t[]){101}, 1, 6, &rid));
   assert_code(cw_client_wait(relay, rid, NULL, NULL), CW_INVALID_ARGUMENT);
   // seq 0 is unordered: applies at once, whatever waits.
