@@ -35,6 +35,7 @@
 #include "cw_frame.h"
 #include "cw_log.h"
 #include "cw_net.h"
+#include "cw_random.h"
 #include "cw_xla_options.h"
 
 #include "cw_ctl_internal.h"
@@ -167,9 +168,12 @@ static cw_ctl_session_t* cw__session_create(cw_controller_t* ctl, uint64_t id) {
   cw_ctl_session_t* s = calloc(1, sizeof(*s));
   if (!s) return NULL;
   while (id == 0 || cw__session_find(ctl, id)) {
-    // Fresh ids are hard to guess and never 0.
-    ctl->session_id_seed = ctl->session_id_seed * 6364136223846793005ull + 1442695040888963407ull;
-    id = ctl->session_id_seed >> 1;
+    // Fresh ids come from getrandom: knowing one is what it takes to join a
+    // session (docs/protocol.md "Sessions are capabilities").
+    if (!cw_random_id_or_log("session id", &id)) {
+      free(s);
+      return NULL;
+    }
   }
   s->ctl = ctl;
   s->id = id;
@@ -1165,6 +1169,13 @@ static void cw__handle_register(cw_ctl_peer_t* p, const cw_frame_header_t* h,
 static void cw__handle_hello(cw_ctl_peer_t* p, const cw_frame_header_t* h,
                              const Causeway__V1__HelloRequest* r) {
   cw_controller_t* ctl = p->ctl;
+  // Credentials first: an unauthenticated peer learns nothing else.
+  cw_status_t auth = cw_net_hello_authenticate(ctl->token, r->token.data, r->token.len,
+                                               cw_net_conn_name(p->conn), r->role);
+  if (auth) {
+    cw_net_conn_violation(p->conn, h->type, h->request_id, auth);
+    return;
+  }
   if (r->min_version > r->max_version || r->max_version < CW_PROTOCOL_MIN_VERSION ||
       r->min_version > CW_PROTOCOL_VERSION) {
     cw_net_conn_violation(p->conn, h->type, h->request_id,
@@ -1172,12 +1183,6 @@ static void cw__handle_hello(cw_ctl_peer_t* p, const cw_frame_header_t* h,
                                          "supported (controller speaks %u..%u)", r->min_version,
                                          r->max_version, CW_PROTOCOL_MIN_VERSION,
                                          CW_PROTOCOL_VERSION));
-    return;
-  }
-  if (ctl->token[0] && !cw_net_token_matches(ctl->token, r->token.data, r->token.len)) {
-    CW_LOGW("%s: HELLO with a wrong token refused", cw_net_conn_name(p->conn));
-    cw_net_conn_violation(p->conn, h->type, h->request_id,
-                          cw_make_status(CW_UNAUTHENTICATED, "wrong or missing token"));
     return;
   }
   if (r->role != CAUSEWAY__V1__ROLE__ROLE_CLIENT && r->role != CAUSEWAY__V1__ROLE__ROLE_WORKER) {
@@ -1380,7 +1385,6 @@ cw_status_t cw_controller_create(const cw_settings_t* settings, cw_controller_t*
   ctl->token = cw_settings_string(settings, CW_SET_TOKEN);
   const char* name = cw_settings_string(settings, CW_SET_WORKER_NAME);
   snprintf(ctl->name, sizeof(ctl->name), "%s", name[0] ? name : "controller");
-  ctl->session_id_seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)ctl;
   int rc = uv_loop_init(&ctl->loop);
   if (rc < 0) return cw_make_status(CW_INTERNAL, "uv_loop_init: %s", uv_strerror(rc));
   ctl->loop_initialized = true;

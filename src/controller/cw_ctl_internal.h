@@ -160,7 +160,6 @@ struct cw_controller_s {
   cw_ctl_session_t* sessions;
   cw_ctl_open_wait_t* open_waits;
   cw_ctl_inflight_t* inflight;
-  uint64_t session_id_seed;
   uint64_t next_private_exe_id;
   uint64_t next_exe_serial;
   // Counters for STATS.
