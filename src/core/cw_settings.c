@@ -65,6 +65,13 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
     [CW_SET_STAGING_CACHE_BYTES] = {"staging-cache-bytes", CW_SETTING_INT, 0, 1024 * GIB,
                                     "1073741824", "CW_STAGING_CACHE_BYTES", false,
                                     "worker: freed bulk staging blocks (>= 1 MiB) kept for reuse"},
+    [CW_SET_COMPILE_CACHE_DIR] = {"compile-cache-dir", CW_SETTING_STRING, 0, 0, "",
+                                  "CW_COMPILE_CACHE_DIR", false,
+                                  "controller: directory of the compile cache on disk (\"\": off)"},
+    [CW_SET_COMPILE_CACHE_DISK_BYTES] = {"compile-cache-disk-bytes", CW_SETTING_INT, 0,
+                                         1024 * 1024 * GIB, "10737418240",
+                                         "CW_COMPILE_CACHE_DISK_BYTES", false,
+                                         "controller: bound of the disk cache (oldest out first)"},
 };
 
 const cw_setting_def_t* cw_settings_def(cw_setting_id_t id) {

@@ -12,6 +12,8 @@
 // 0600 file in the 0700 private directory; the children find it through
 // CW_TOKEN_FILE in their environment, never in argv (which `ps` shows to
 // every user). The plugin presents the same token in its own HELLOs.
+// The controller also gets its compile cache directory through the
+// environment (cw__compile_cache_setting).
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
@@ -171,6 +173,22 @@ oom:
 
 const char* cw__cluster_token(const cw__cluster_t* cl) { return cl->token; }
 
+// "CW_COMPILE_CACHE_DIR=..." for the embedded controller: the compile cache
+// on disk is on by default, per user. CAUSEWAY_COMPILE_CACHE_DIR overrides
+// (empty: off); else $XDG_CACHE_HOME/causeway/compile, else
+// ~/.cache/causeway/compile. Malloc'd.
+static char* cw__compile_cache_setting(void) {
+  const char* dir = getenv("CAUSEWAY_COMPILE_CACHE_DIR");
+  if (dir) return cw__printf("CW_COMPILE_CACHE_DIR=%s", dir);
+  const char* xdg = getenv("XDG_CACHE_HOME");
+  if (xdg && xdg[0] == '/') return cw__printf("CW_COMPILE_CACHE_DIR=%s/causeway/compile", xdg);
+  const char* home = getenv("HOME");
+  if (home && home[0] == '/') {
+    return cw__printf("CW_COMPILE_CACHE_DIR=%s/.cache/causeway/compile", home);
+  }
+  return strdup("CW_COMPILE_CACHE_DIR=");
+}
+
 static cw_status_t cw__check_exe(const char* path, const char* what) {
   if (access(path, X_OK) == 0) return cw_ok_status();
   return cw_make_status(CW_NOT_FOUND,
@@ -229,7 +247,11 @@ cw_status_t cw__cluster_start(cw__cluster_t** out_cluster, const char** out_cont
   if (!s) {
     char* token_path = NULL;
     s = cw__make_token(cl, &token_path);
-    if (!s) s = cw__make_child_env(cl, token_path, NULL);
+    char* cache = cw__compile_cache_setting();
+    const char* extra[] = {cache, NULL};
+    if (!s && !cache) s = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+    if (!s) s = cw__make_child_env(cl, token_path, extra);
+    free(cache);
     free(token_path);
   }
   // The read end is inheritable only while we spawn; the write end never is.

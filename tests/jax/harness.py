@@ -142,6 +142,8 @@ def causeway_env(x64: bool = False, controller: str | None = None) -> dict:
     env["CW_PJRT_PLUGIN"] = cpu_plugin()
     env["CAUSEWAY_LOCAL_WORKERS"] = str(NUM_WORKERS)
     env["CAUSEWAY_LOCAL_DEVICES"] = str(DEVICES_PER_WORKER)
+    # The embedded cluster's compile cache on disk: the test run's own, not the user's.
+    env.setdefault("CAUSEWAY_COMPILE_CACHE_DIR", os.path.join(log_dir(), "compile-cache"))
     if controller:
         env["CAUSEWAY_CONTROLLER"] = controller
     return env
@@ -556,7 +558,9 @@ def _pb_fields(data: bytes) -> list:
 _STATS_FIELDS = {1: "buffers", 2: "buffer_bytes", 3: "executables", 4: "launches",
                  5: "uploads", 6: "downloads", 7: "sessions", 8: "connections",
                  10: "session_buffers", 11: "errors", 12: "workers", 13: "compiles",
-                 14: "cache_hits", 15: "cache_misses", 16: "cache_bytes", 17: "workers_dead"}
+                 14: "cache_hits", 15: "cache_misses", 16: "cache_bytes", 17: "workers_dead",
+                 80: "disk_hits", 81: "disk_misses", 82: "disk_bytes", 83: "disk_errors",
+                 84: "compiles_sent"}
 
 _clib = None
 
