@@ -103,3 +103,27 @@ def test_size_bound_evicts_oldest(tmp_path):
         assert harness.stats(cluster.controller)["disk_bytes"] == 0
     finally:
         cluster.stop()
+
+
+def test_embedded_cluster_default_cache_dir(tmp_path):
+    """The embedded cluster caches in $XDG_CACHE_HOME/causeway/compile by
+    default; CAUSEWAY_COMPILE_CACHE_DIR= (empty) turns it off."""
+    for name, cc in (("cc-default", None), ("cc-off", "")):
+        xdg = tmp_path / name
+        env = harness.causeway_env()
+        env.pop("CAUSEWAY_COMPILE_CACHE_DIR", None)
+        if cc is not None:
+            env["CAUSEWAY_COMPILE_CACHE_DIR"] = cc
+        env["XDG_CACHE_HOME"] = str(xdg)
+        env["CW_RUNNER_CHECKS"] = str(HERE / "compile_cache_checks.py")
+        r = harness.Runner(name, env)
+        try:
+            np.testing.assert_allclose(r.call("cc_program", timeout=120), _expected(), rtol=1e-6)
+            want = xdg / "causeway" / "compile"
+            if cc is None:
+                assert harness.wait_until(lambda: list(want.glob("*.cwx")), 30), want
+                assert stat.S_IMODE(want.stat().st_mode) == 0o700
+        finally:
+            r.close()
+        if cc is not None:
+            assert not xdg.exists(), list(xdg.rglob("*"))

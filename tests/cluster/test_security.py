@@ -264,9 +264,12 @@ def test_embedded_cluster_token_stays_off_command_lines(tmp_path):
                 environ = f.read().split(b"\0")
             assert f"CW_TOKEN_FILE={tok_path}".encode() in environ, name
             assert not any(e.startswith(b"CW_TOKEN=") for e in environ), name
+            # The compile cache directory travels the same way (on by default).
+            want_cc = f"CW_COMPILE_CACHE_DIR={env['CAUSEWAY_COMPILE_CACHE_DIR']}".encode()
+            assert want_cc in environ, name
         # The embedded daemons require it: a client without it is refused.
         with pytest.raises(RuntimeError, match="code 16"):
-            harness.stats(ctl_addr)
+            harness.stats(ctl_addr, token="")
         assert harness.stats(ctl_addr, token)["workers"] == harness.NUM_WORKERS
         want = {i: float((np.arange(16, dtype=np.float32) * 3 + 1).sum())
                 for i in range(harness.NUM_DEVICES)}

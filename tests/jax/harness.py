@@ -597,7 +597,8 @@ def stats(address: str, token: str | None = None) -> dict:
     """STATS of a worker or controller, through libcauseway_client's cw_client_stats.
 
     `token`: the cluster's token, presented through CW_TOKEN (the client
-    library's default) for the duration of the call.
+    library's default) for the duration of the call. None: for a Unix socket
+    of an embedded cluster, the token file beside it (the cluster's own, 0600).
 
     The reply struct is packed back to protobuf bytes with protobuf-c and
     decoded here, so no C struct layout is mirrored in Python. Returns the
@@ -613,6 +614,12 @@ def stats(address: str, token: str | None = None) -> dict:
             lib.cw_status_free(st)
             raise RuntimeError(f"STATS {address}: code {code}: {msg}")
 
+    if token is None and "/" in address:
+        try:
+            with open(os.path.join(os.path.dirname(address), "token")) as f:
+                token = f.readline().strip()
+        except OSError:
+            pass
     saved = os.environ.get("CW_TOKEN")
     if token is not None:
         os.environ["CW_TOKEN"] = token
