@@ -131,6 +131,7 @@ static void cw__lookup_done(uv_work_t* req, int status) {
     if (e) {
       d->hits++;
       CW_LOGI("compile cache: disk hit (%zu bytes)", j->size);
+      for (cw_ctl_compile_t* cp = f->waiters; cp; cp = cp->next) cp->cache_hit = true;
       cw__inflight_drop_request(f);
       cw__inflight_finish(f, e, cw_ok_status());
       cw__job_free(j);
