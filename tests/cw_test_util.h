@@ -95,4 +95,17 @@ int cw_test_write_file(const char* path, const void* data, size_t size);
 // getenv that returns `fallback` for unset or empty variables.
 const char* cw_test_getenv(const char* name, const char* fallback);
 
+// In cmocka tests: fails the test with the status message unless `expr`
+// (a cw_status_t, taken) is OK. Needs cmocka.h and cw_status.h included.
+#define CW_TEST_ASSERT_OK(expr)                                                 \
+  do {                                                                          \
+    cw_status_t cw_s__ = (expr);                                                \
+    if (!cw_status_is_ok(cw_s__)) {                                             \
+      fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #expr,          \
+              cw_status_message(cw_s__));                                       \
+      cw_status_free(cw_s__);                                                   \
+      fail();                                                                   \
+    }                                                                           \
+  } while (0)
+
 #endif  // CW_TESTS_TEST_UTIL_H_

@@ -1139,20 +1139,25 @@ static void test_hello_version_range(void** state) {
   close(fd);
 }
 
+// Sends HELLO (role CLIENT) with `token` (NULL: none) and a version range.
+static void send_hello(int fd, uint64_t rid, const char* token, uint32_t min_v, uint32_t max_v) {
+  Causeway__V1__HelloRequest m = CAUSEWAY__V1__HELLO_REQUEST__INIT;
+  m.min_version = min_v;
+  m.max_version = max_v;
+  m.role = CAUSEWAY__V1__ROLE__ROLE_CLIENT;
+  if (token) {
+    m.token.data = (uint8_t*)token;
+    m.token.len = strlen(token);
+  }
+  assert_true(send_msg(fd, T_HELLO, rid, &m.base, NULL, 0));
+}
+
 static void test_token(void** state) {
   (void)state;
   static const char* tokens[] = {"wrong-token", NULL, "", TOKEN "x", "hostile-secret-toke"};
   for (size_t i = 0; i < sizeof tokens / sizeof tokens[0]; ++i) {
     int fd = conn_open(&g_token);
-    Causeway__V1__HelloRequest m = CAUSEWAY__V1__HELLO_REQUEST__INIT;
-    m.min_version = 1;
-    m.max_version = 1;
-    m.role = CAUSEWAY__V1__ROLE__ROLE_CLIENT;
-    if (tokens[i]) {
-      m.token.data = (uint8_t*)tokens[i];
-      m.token.len = strlen(tokens[i]);
-    }
-    assert_true(send_msg(fd, T_HELLO, 26, &m.base, NULL, 0));
+    send_hello(fd, 26, tokens[i], 1, 1);
     char what[96];
     snprintf(what, sizeof what, "HELLO token \"%s\"", tokens[i] ? tokens[i] : "(absent)");
     got_error_t e;
@@ -1163,6 +1168,34 @@ static void test_token(void** state) {
     expect_closed(fd, what);
     close(fd);
     assert_serving(&g_token);
+  }
+  // Requests pipelined behind a refused HELLO are never looked at: one
+  // refusal, then the connection closes (no STATS or PING reply leaks).
+  {
+    int pfd = conn_open(&g_token);
+    send_hello(pfd, 30, "wrong-token", 1, 1);
+    Causeway__V1__StatsRequest sm = CAUSEWAY__V1__STATS_REQUEST__INIT;
+    Causeway__V1__Ping pm = CAUSEWAY__V1__PING__INIT;
+    assert_true(send_msg(pfd, T_STATS, 31, &sm.base, NULL, 0));
+    assert_true(send_msg(pfd, T_PING, 32, &pm.base, NULL, 0));
+    const uint32_t codes[] = {C_UNAUTHENTICATED, 0};
+    got_error_t e;
+    expect_error_codes(pfd, "bad-token HELLO with pipelined requests", 30, codes,
+                       "credentials refused", &e);
+    expect_closed(pfd, "bad-token HELLO with pipelined requests");
+    close(pfd);
+  }
+  // Credentials are checked before anything else in HELLO: a bad token with
+  // an unsupported version range is refused for the token, not the version.
+  {
+    int vfd = conn_open(&g_token);
+    send_hello(vfd, 33, NULL, 90, 99);
+    const uint32_t codes[] = {C_UNAUTHENTICATED, 0};
+    got_error_t e;
+    expect_error_codes(vfd, "no-token HELLO with versions 90..99", 33, codes,
+                       "credentials refused", &e);
+    expect_closed(vfd, "no-token HELLO with versions 90..99");
+    close(vfd);
   }
   // Requests before an authenticated HELLO are refused on a token worker too.
   int fd = conn_open(&g_token);

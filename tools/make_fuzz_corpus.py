@@ -9,6 +9,10 @@
                                          connection would carry them, behind the
                                          one leading byte that conn_parser_fuzz.c
                                          takes as its split point (byte % size).
+  src/controller/corpus/compile_disk_fuzz/  compile cache files (header +
+                                         payload, valid and broken) and
+                                         CompileOptionsProto bytes with
+                                         DebugOptions map entries.
 
 Only the Python standard library is used: the protobuf payloads are encoded
 by hand from proto/causeway.proto (field numbers and wire types below), so the
@@ -19,6 +23,7 @@ Usage: tools/make_fuzz_corpus.py [--root DIR]   (DIR defaults to the repo root)
 """
 
 import argparse
+import hashlib
 import os
 import random
 import struct
@@ -351,7 +356,46 @@ def stream_corpus(frames):
     return out
 
 
-GENERATED_PREFIXES = ("req_", "rep_", "err_", "bad_", "rand_", "stream_")
+GENERATED_PREFIXES = ("req_", "rep_", "err_", "bad_", "rand_", "stream_", "seed_")
+
+
+def cache_file(payload, key=None, magic=0x43585743, version=1, length=None, checksum=None):
+    """A compile cache file (src/controller/cw_compile_disk.h). The fuzz target
+    takes bytes 8..40 as the key looked for, so `key` defaults to a fixed one."""
+    key = key if key is not None else hashlib.sha256(b"fuzz key").digest()
+    length = len(payload) if length is None else length
+    checksum = checksum if checksum is not None else hashlib.sha256(payload).digest()
+    return struct.pack("<II", magic, version) + key + struct.pack("<Q", length) + checksum + payload
+
+
+def debug_options_opts(entries):
+    """CompileOptions{3: ExecutableBuildOptions{1: 0, 3: DebugOptions{...}}}."""
+    dbg = f_varint(1, 1)
+    for k, v in entries:
+        dbg += f_bytes(357, f_bytes(1, k) + f_bytes(2, v))
+    dbg += f_bytes(500, f_bytes(1, b"extra") + f_bytes(2, b"1"))
+    ebo = f_varint(1, 0) + f_varint(4, 1) + f_varint(5, 1) + f_bytes(3, dbg)
+    return f_bytes(3, ebo)
+
+
+def compile_disk_corpus():
+    payload = bytes(range(64)) * 4
+    files = {
+        "seed_valid": cache_file(payload),
+        "seed_valid_empty": cache_file(b""),
+        "bad_truncated_header": cache_file(payload)[:50],
+        "bad_truncated_payload": cache_file(payload)[:-10],
+        "bad_magic": cache_file(payload, magic=0x11223344),
+        "bad_version": cache_file(payload, version=2),
+        "bad_length_long": cache_file(payload, length=len(payload) + 1),
+        "bad_length_huge": cache_file(payload, length=(1 << 64) - 1),
+        "bad_checksum": cache_file(payload, checksum=b"\0" * 32),
+        "seed_options_map": debug_options_opts([(b"rtt_us", b"-1"), (b"gpus_per_node", b"-1"),
+                                                (b"nic_speed_gbps", b"-1")]),
+        "seed_options_plain": f_bytes(3, f_varint(4, 1) + f_varint(5, 1)),
+        "bad_options_len": f_bytes(3, f_bytes(3, b"\xaa\x16\x7f")),
+    }
+    return files
 
 
 def write_dir(path, files):
@@ -374,7 +418,10 @@ def main():
     write_dir(os.path.join(args.root, "src/protocol/corpus/frame_fuzz"), frames)
     streams = stream_corpus(frames)
     write_dir(os.path.join(args.root, "src/worker/corpus/conn_parser_fuzz"), streams)
-    print("wrote %d frame seeds and %d stream seeds" % (len(frames), len(streams)))
+    disk = compile_disk_corpus()
+    write_dir(os.path.join(args.root, "src/controller/corpus/compile_disk_fuzz"), disk)
+    print("wrote %d frame seeds, %d stream seeds and %d compile cache seeds"
+          % (len(frames), len(streams), len(disk)))
 
 
 if __name__ == "__main__":

@@ -32,9 +32,11 @@
 #include <uv.h>
 
 #include "cw_compile_cache.h"
+#include "cw_compile_disk.h"
 #include "cw_frame.h"
 #include "cw_log.h"
 #include "cw_net.h"
+#include "cw_random.h"
 #include "cw_xla_options.h"
 
 #include "cw_ctl_internal.h"
@@ -167,9 +169,12 @@ static cw_ctl_session_t* cw__session_create(cw_controller_t* ctl, uint64_t id) {
   cw_ctl_session_t* s = calloc(1, sizeof(*s));
   if (!s) return NULL;
   while (id == 0 || cw__session_find(ctl, id)) {
-    // Fresh ids are hard to guess and never 0.
-    ctl->session_id_seed = ctl->session_id_seed * 6364136223846793005ull + 1442695040888963407ull;
-    id = ctl->session_id_seed >> 1;
+    // Fresh ids come from getrandom: knowing one is what it takes to join a
+    // session (docs/protocol.md "Sessions are capabilities").
+    if (!cw_random_id_or_log("session id", &id)) {
+      free(s);
+      return NULL;
+    }
   }
   s->ctl = ctl;
   s->id = id;
@@ -666,8 +671,8 @@ static void cw__compile_load(cw_ctl_compile_t* cp, cw_compile_cache_entry_t* ent
                       entry, cw__compile_loaded, cp);
 }
 
-static void cw__inflight_finish(cw_ctl_inflight_t* f, cw_compile_cache_entry_t* entry,
-                                cw_status_t st) {
+void cw__inflight_finish(cw_ctl_inflight_t* f, cw_compile_cache_entry_t* entry,
+                         cw_status_t st) {
   cw_controller_t* ctl = f->ctl;
   cw_ctl_inflight_t** pp = &ctl->inflight;
   while (*pp && *pp != f) pp = &(*pp)->next;
@@ -714,6 +719,7 @@ static void cw__inflight_serialized(void* user, cw_net_conn_t* conn, cw_status_t
                                                 "serialized executable"));
     return;
   }
+  cw_ctl_disk_store(ctl, f->key, f->key_size, e);
   cw__inflight_finish(f, e, cw_ok_status());
 }
 
@@ -732,6 +738,32 @@ static void cw__inflight_compiled(void* user, cw_net_conn_t* conn, cw_status_t s
   req.exe_id = f->private_exe_id;
   cw_net_conn_request(conn, CW_MSG_SERIALIZE, &req.base, NULL, 0, NULL, NULL,
                       cw__inflight_serialized, f);
+}
+
+void cw__inflight_send_compile(cw_ctl_inflight_t* f, const char* format, const uint8_t* code,
+                               size_t code_size, const uint8_t* options, size_t options_size) {
+  cw_controller_t* ctl = f->ctl;
+  cw_ctl_worker_t* w = ctl->workers[f->worker];
+  if (!w->private_conn || !cw_net_conn_is_open(w->private_conn)) {
+    if (w->private_conn) cw__link_drop(&w->private_conn);
+    w->private_conn = cw__link_open(ctl, w, 0);
+  }
+  if (!w->private_conn) {
+    cw__inflight_finish(f, NULL, cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable "
+                                                "for compiling", w->name, w->address));
+    return;
+  }
+  f->private_exe_id = ++ctl->next_private_exe_id;
+  ctl->compiles_sent++;
+  Causeway__V1__CompileRequest req = CAUSEWAY__V1__COMPILE_REQUEST__INIT;
+  req.exe_id = f->private_exe_id;
+  req.format = (char*)format;
+  req.code.data = (uint8_t*)code;
+  req.code.len = code_size;
+  req.compile_options.data = (uint8_t*)options;
+  req.compile_options.len = options_size;
+  cw_net_conn_request(w->private_conn, CW_MSG_COMPILE, &req.base, NULL, 0, NULL, NULL,
+                      cw__inflight_compiled, f);
 }
 
 // Maps the request's global device assignment onto one island and rewrites
@@ -858,17 +890,23 @@ static void cw__handle_compile(cw_ctl_peer_t* p, const cw_frame_header_t* h,
     e = calloc(1, sizeof(*e));
     if (!e) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   }
-  // The cache key: program, format, rewritten options, the worker's plugin.
+  // The cache key: program, format, rewritten options, the worker's plugin
+  // (platform name and version, PJRT API version).
   uint8_t* key = NULL;
   size_t key_size = 0;
   if (!st) {
     const Causeway__V1__Inventory* inv = ctl->workers[cp->worker]->reg->inventory;
     const char* format = (r->format && r->format[0]) ? r->format : "mlir";
-    const void* parts[5] = {r->code.data, format, cp->options, inv->platform_name,
-                            inv->platform_version};
-    size_t sizes[5] = {r->code.len, strlen(format), cp->options_size,
-                       strlen(inv->platform_name), strlen(inv->platform_version)};
-    st = cw_compile_cache_key_create(parts, sizes, 5, &key, &key_size);
+    char api[32];
+    snprintf(api, sizeof(api), "%u.%u", inv->pjrt_major, inv->pjrt_minor);
+    // Options as a key: the same options always give the same bytes.
+    uint8_t* canon = cw_compile_disk_canonical_options(cp->options, cp->options_size);
+    const void* parts[6] = {r->code.data, format, canon ? canon : cp->options,
+                            inv->platform_name, inv->platform_version, api};
+    size_t sizes[6] = {r->code.len, strlen(format), cp->options_size,
+                       strlen(inv->platform_name), strlen(inv->platform_version), strlen(api)};
+    st = cw_compile_cache_key_create(parts, sizes, 6, &key, &key_size);
+    free(canon);
   }
   if (st) {
     free(e);
@@ -904,34 +942,26 @@ static void cw__handle_compile(cw_ctl_peer_t* p, const cw_frame_header_t* h,
     }
   }
   ctl->cache_misses++;
-  cw_ctl_worker_t* w = ctl->workers[cp->worker];
   cw_ctl_inflight_t* f = calloc(1, sizeof(*f));
-  if (!w->private_conn || !cw_net_conn_is_open(w->private_conn)) {
-    if (w->private_conn) cw__link_drop(&w->private_conn);
-    w->private_conn = cw__link_open(ctl, w, 0);
-  }
-  if (!f || !w->private_conn) {
-    free(f);
+  if (!f) {
     free(key);
-    cw__compile_fail(cp, cw_make_status(f ? CW_UNAVAILABLE : CW_RESOURCE_EXHAUSTED,
-                                        "worker %s (%s) is unavailable for compiling", w->name,
-                                        w->address));
+    cw__compile_fail(cp, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
     return;
   }
   f->ctl = ctl;
   f->key = key;
   f->key_size = key_size;
   f->worker = cp->worker;
-  f->private_exe_id = ++ctl->next_private_exe_id;
   f->waiters = cp;
   f->next = ctl->inflight;
   ctl->inflight = f;
-  Causeway__V1__CompileRequest req = *r;
-  req.exe_id = f->private_exe_id;
-  req.compile_options.data = cp->options;
-  req.compile_options.len = cp->options_size;
-  cw_net_conn_request(w->private_conn, CW_MSG_COMPILE, &req.base, NULL, 0, NULL, NULL,
-                      cw__inflight_compiled, f);
+  // The disk next (asynchronously), then the worker.
+  const char* format = r->format ? r->format : "";
+  if (cw_ctl_disk_lookup(ctl, f, format, r->code.data, r->code.len, cp->options,
+                         cp->options_size)) {
+    return;
+  }
+  cw__inflight_send_compile(f, format, r->code.data, r->code.len, cp->options, cp->options_size);
 }
 
 // --- OPEN_SESSION ------------------------------------------------------------------
@@ -1165,6 +1195,13 @@ static void cw__handle_register(cw_ctl_peer_t* p, const cw_frame_header_t* h,
 static void cw__handle_hello(cw_ctl_peer_t* p, const cw_frame_header_t* h,
                              const Causeway__V1__HelloRequest* r) {
   cw_controller_t* ctl = p->ctl;
+  // Credentials first: an unauthenticated peer learns nothing else.
+  cw_status_t auth = cw_net_hello_authenticate(ctl->token, r->token.data, r->token.len,
+                                               cw_net_conn_name(p->conn), r->role);
+  if (auth) {
+    cw_net_conn_violation(p->conn, h->type, h->request_id, auth);
+    return;
+  }
   if (r->min_version > r->max_version || r->max_version < CW_PROTOCOL_MIN_VERSION ||
       r->min_version > CW_PROTOCOL_VERSION) {
     cw_net_conn_violation(p->conn, h->type, h->request_id,
@@ -1172,12 +1209,6 @@ static void cw__handle_hello(cw_ctl_peer_t* p, const cw_frame_header_t* h,
                                          "supported (controller speaks %u..%u)", r->min_version,
                                          r->max_version, CW_PROTOCOL_MIN_VERSION,
                                          CW_PROTOCOL_VERSION));
-    return;
-  }
-  if (ctl->token[0] && !cw_net_token_matches(ctl->token, r->token.data, r->token.len)) {
-    CW_LOGW("%s: HELLO with a wrong token refused", cw_net_conn_name(p->conn));
-    cw_net_conn_violation(p->conn, h->type, h->request_id,
-                          cw_make_status(CW_UNAUTHENTICATED, "wrong or missing token"));
     return;
   }
   if (r->role != CAUSEWAY__V1__ROLE__ROLE_CLIENT && r->role != CAUSEWAY__V1__ROLE__ROLE_WORKER) {
@@ -1230,6 +1261,7 @@ static void cw__handle_stats(cw_ctl_peer_t* p, const cw_frame_header_t* h) {
   st.cache_hits = ctl->cache_hits;
   st.cache_misses = ctl->cache_misses;
   st.cache_bytes = cw_compile_cache_bytes(ctl->cache);
+  cw_ctl_disk_stats(ctl, &st);
   cw_net_conn_reply(p->conn, h->type, h->request_id, &st.base);
 }
 
@@ -1380,13 +1412,13 @@ cw_status_t cw_controller_create(const cw_settings_t* settings, cw_controller_t*
   ctl->token = cw_settings_string(settings, CW_SET_TOKEN);
   const char* name = cw_settings_string(settings, CW_SET_WORKER_NAME);
   snprintf(ctl->name, sizeof(ctl->name), "%s", name[0] ? name : "controller");
-  ctl->session_id_seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)ctl;
   int rc = uv_loop_init(&ctl->loop);
   if (rc < 0) return cw_make_status(CW_INTERNAL, "uv_loop_init: %s", uv_strerror(rc));
   ctl->loop_initialized = true;
   CW_RETURN_IF_ERROR(cw_compile_cache_create(
                          (uint64_t)cw_settings_int(settings, CW_SET_COMPILE_CACHE_BYTES),
                          &ctl->cache), "controller");
+  CW_RETURN_IF_ERROR(cw_ctl_disk_create(ctl), "controller");
   cw_frame_limits_t pre = {(uint32_t)cw_settings_int(settings, CW_SET_PREHELLO_MAX_PAYLOAD), 0};
   cw_frame_limits_t lim = {(uint32_t)cw_settings_int(settings, CW_SET_MAX_PAYLOAD),
                            (uint64_t)cw_settings_int(settings, CW_SET_MAX_BULK)};
@@ -1441,5 +1473,6 @@ void cw_controller_release(cw_controller_t* ctl) {
   }
   free(ctl->workers);
   cw_compile_cache_release(ctl->cache);
+  cw_ctl_disk_release(ctl);
   free(ctl);
 }

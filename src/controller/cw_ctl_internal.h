@@ -137,7 +137,16 @@ typedef struct cw_ctl_inflight_s {
   uint32_t worker;
   uint64_t private_exe_id;
   cw_ctl_compile_t* waiters;
+  // Kept while the disk cache is looked at (cw_ctl_disk.c): what COMPILE
+  // sends to the worker on a miss. NULL otherwise.
+  uint8_t* code;
+  size_t code_size;
+  char* format;
+  uint8_t* options;
+  size_t options_size;
 } cw_ctl_inflight_t;
+
+typedef struct cw_ctl_disk_s cw_ctl_disk_t;
 
 struct cw_controller_s {
   const cw_settings_t* settings;
@@ -160,11 +169,41 @@ struct cw_controller_s {
   cw_ctl_session_t* sessions;
   cw_ctl_open_wait_t* open_waits;
   cw_ctl_inflight_t* inflight;
-  uint64_t session_id_seed;
   uint64_t next_private_exe_id;
   uint64_t next_exe_serial;
   // Counters for STATS.
   uint64_t compiles, cache_hits, cache_misses, launches_relayed, errors;
+  uint64_t compiles_sent;  // COMPILE requests sent to workers
+  cw_ctl_disk_t* disk;     // compile cache on disk; NULL when off
 };
+
+// --- cw_controller.c, used by the modules below --------------------------------------
+
+// Finishes an in-flight compilation: its waiters load `entry` or fail with
+// `st` (taken); frees `f`.
+void cw__inflight_finish(cw_ctl_inflight_t* f, cw_compile_cache_entry_t* entry, cw_status_t st);
+// Sends the in-flight compilation's COMPILE to its worker (reopening the
+// private link if needed); finishes `f` with UNAVAILABLE if it cannot.
+void cw__inflight_send_compile(cw_ctl_inflight_t* f, const char* format, const uint8_t* code,
+                               size_t code_size, const uint8_t* options, size_t options_size);
+
+// --- cw_ctl_disk.c: the compile cache on disk (docs/operations.md) -------------------
+
+// Opens the cache in --compile-cache-dir (off when empty): creates the
+// directory, trims it to --compile-cache-disk-bytes.
+CW_MUST_USE cw_status_t cw_ctl_disk_create(cw_controller_t* ctl);
+void cw_ctl_disk_release(cw_controller_t* ctl);
+// After a memory miss: looks for f's key on disk off the loop thread (the
+// thread pool). Returns false when the disk cache is off (the caller sends
+// COMPILE); true when the lookup runs: a hit then finishes `f` with the
+// entry, a miss sends COMPILE with copies of the request's parts.
+bool cw_ctl_disk_lookup(cw_controller_t* ctl, cw_ctl_inflight_t* f, const char* format,
+                        const uint8_t* code, size_t code_size, const uint8_t* options,
+                        size_t options_size);
+// Stores a freshly compiled entry (retained until written) off the loop thread.
+void cw_ctl_disk_store(cw_controller_t* ctl, const uint8_t* key, size_t key_size,
+                       cw_compile_cache_entry_t* entry);
+// Fills the disk fields of a STATS reply.
+void cw_ctl_disk_stats(const cw_controller_t* ctl, Causeway__V1__Stats* st);
 
 #endif  // CW_CTL_INTERNAL_H_

@@ -4,6 +4,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cw_log.h"
 
@@ -64,6 +65,13 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
     [CW_SET_STAGING_CACHE_BYTES] = {"staging-cache-bytes", CW_SETTING_INT, 0, 1024 * GIB,
                                     "1073741824", "CW_STAGING_CACHE_BYTES", false,
                                     "worker: freed bulk staging blocks (>= 1 MiB) kept for reuse"},
+    [CW_SET_COMPILE_CACHE_DIR] = {"compile-cache-dir", CW_SETTING_STRING, 0, 0, "",
+                                  "CW_COMPILE_CACHE_DIR", false,
+                                  "controller: directory of the compile cache on disk (\"\": off)"},
+    [CW_SET_COMPILE_CACHE_DISK_BYTES] = {"compile-cache-disk-bytes", CW_SETTING_INT, 0,
+                                         1024 * 1024 * GIB, "10737418240",
+                                         "CW_COMPILE_CACHE_DISK_BYTES", false,
+                                         "controller: bound of the disk cache (oldest out first)"},
 };
 
 const cw_setting_def_t* cw_settings_def(cw_setting_id_t id) {
@@ -173,20 +181,37 @@ cw_status_t cw_settings_parse_args(cw_settings_t* settings, int argc, char** arg
   return cw_ok_status();
 }
 
-cw_status_t cw_settings_load_token(cw_settings_t* settings) {
-  if (cw_settings_string(settings, CW_SET_TOKEN)[0]) return cw_ok_status();
-  const char* path = cw_settings_string(settings, CW_SET_TOKEN_FILE);
-  if (!path[0]) return cw_ok_status();
+cw_status_t cw_settings_read_token_file(const char* path, char** out_token) {
+  *out_token = NULL;
   FILE* f = fopen(path, "r");
   if (!f) {
     return cw_make_status(CW_NOT_FOUND, "token file %s: %s", path, strerror(errno));
+  }
+  struct stat sb;
+  if (fstat(fileno(f), &sb) == 0 && (sb.st_mode & 077)) {
+    CW_LOGW("token file %s is readable by group or others (mode %03o); chmod 600 it", path,
+            (unsigned)(sb.st_mode & 0777));
   }
   char line[1024];
   if (!fgets(line, sizeof(line), f)) line[0] = 0;
   fclose(f);
   line[strcspn(line, "\r\n")] = 0;
   if (!line[0]) return cw_make_status(CW_INVALID_ARGUMENT, "token file %s is empty", path);
-  return cw__set_one(settings, CW_SET_TOKEN, line);
+  *out_token = strdup(line);
+  explicit_bzero(line, sizeof(line));
+  if (!*out_token) return cw_make_status(CW_RESOURCE_EXHAUSTED, "token file %s: out of memory", path);
+  return cw_ok_status();
+}
+
+cw_status_t cw_settings_load_token(cw_settings_t* settings) {
+  if (cw_settings_string(settings, CW_SET_TOKEN)[0]) return cw_ok_status();
+  const char* path = cw_settings_string(settings, CW_SET_TOKEN_FILE);
+  if (!path[0]) return cw_ok_status();
+  char* token = NULL;
+  CW_RETURN_IF_ERROR(cw_settings_read_token_file(path, &token), "");
+  free(settings->strings[CW_SET_TOKEN]);
+  settings->strings[CW_SET_TOKEN] = token;
+  return cw_ok_status();
 }
 
 void cw_settings_print_help(FILE* out) {

@@ -37,6 +37,8 @@ typedef enum cw_setting_id_e {
   CW_SET_MAX_HELD_REQUESTS,
   CW_SET_MAX_HELD_BYTES,
   CW_SET_STAGING_CACHE_BYTES,
+  CW_SET_COMPILE_CACHE_DIR,
+  CW_SET_COMPILE_CACHE_DISK_BYTES,
   CW_SET_COUNT,
 } cw_setting_id_t;
 
@@ -74,6 +76,11 @@ CW_MUST_USE cw_status_t cw_settings_parse_args(cw_settings_t* settings,
 // Reads the token: CW_TOKEN if set, else the first line of the token file.
 // Borrowed result, "" when none.
 CW_MUST_USE cw_status_t cw_settings_load_token(cw_settings_t* settings);
+
+// Reads the first line of a token file into *out_token (heap, caller frees);
+// warns when the file is readable by group or others. Shared with the PJRT
+// plugin's CAUSEWAY_TOKEN_FILE.
+CW_MUST_USE cw_status_t cw_settings_read_token_file(const char* path, char** out_token);
 
 static inline int64_t cw_settings_int(const cw_settings_t* s, cw_setting_id_t id) {
   return s->ints[id];

@@ -579,7 +579,9 @@ static void cw__on_connection(uv_stream_t* server, int status) {
     cw_net_conn_close(c, NULL);
     return;
   }
-  snprintf(c->name, sizeof(c->name), "unix-peer");
+  uv_os_fd_t peer_fd = -1;
+  if (uv_fileno(&c->h.handle, &peer_fd) != 0) peer_fd = -1;
+  cw_net_describe_unix_peer(peer_fd, c->name, sizeof(c->name));
   if (!net->is_pipe) {
     struct sockaddr_storage sa;
     int len = sizeof(sa);

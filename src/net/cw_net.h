@@ -156,4 +156,16 @@ void cw_net_watch_stop(cw_net_watch_t* watch);
 // Compares a presented HELLO token with the configured one in constant time.
 bool cw_net_token_matches(const char* want, const uint8_t* got, size_t got_len);
 
+// --- Credentials (cw_net_auth.c; docs/protocol.md "Credentials") -------------
+
+// Checks a HELLO's token against `want` ("" accepts anything) in constant
+// time. A refusal is logged as a warning naming `peer` and `role` (never
+// either token) and returned as UNAUTHENTICATED "credentials refused: ...".
+CW_MUST_USE cw_status_t cw_net_hello_authenticate(const char* want, const uint8_t* got,
+                                                  size_t got_len, const char* peer, int role);
+
+// Names an accepted Unix-socket peer for logs: "unix-peer pid P uid U" from
+// SO_PEERCRED, or "unix-peer" when the kernel cannot say.
+void cw_net_describe_unix_peer(int fd, char* out, size_t capacity);
+
 #endif  // CW_NET_NET_H_

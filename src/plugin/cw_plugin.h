@@ -159,6 +159,7 @@ struct cw__client_s {
   char* platform_version;
   _Atomic uint64_t next_id;  // client-chosen object ids
   cw__cluster_t* cluster;    // embedded cluster, NULL when joining one
+  char* token;               // presented in every HELLO ("" when none)
   _Atomic bool ready;        // workers and devices are set up (events may look)
 };
 
@@ -210,6 +211,18 @@ CW_MUST_USE cw_status_t cw__cluster_annotate(cw__cluster_t* cluster, cw_status_t
 // True if a child has exited (with a description in buf).
 bool cw__cluster_child_exited(cw__cluster_t* cluster, char* buf, size_t cap);
 void cw__cluster_stop(cw__cluster_t* cluster);
+// The embedded cluster's random token (borrowed; lives with the cluster).
+const char* cw__cluster_token(const cw__cluster_t* cluster);
+
+// ---- Credentials (cw_plugin_token.c) ----------------------------------------
+
+// CAUSEWAY_TOKEN, else the first line of CAUSEWAY_TOKEN_FILE, else "".
+// *out_token is heap (caller frees).
+CW_MUST_USE cw_status_t cw__client_token_load(char** out_token);
+// Takes `status`: an UNAUTHENTICATED refusal by the `what` at `address` is
+// reworded to say the token was refused and how to set it; others pass.
+CW_MUST_USE cw_status_t cw__client_token_refused(cw_status_t status, const char* what,
+                                                 const char* address);
 
 // ---- Buffers ---------------------------------------------------------------
 

@@ -427,6 +427,8 @@ static void cw__client_free(cw__client_t* c) {
   free(c->platform_name);
   free(c->platform_version);
   free(c->ctrl_address);
+  if (c->token) explicit_bzero(c->token, strlen(c->token));
+  free(c->token);
   if (c->cluster) cw__cluster_stop(c->cluster);
   free(c);
 }
@@ -447,13 +449,17 @@ static void cw__on_cluster_event(void* user, const ProtobufCMessage* msg) {
 // Connects to the controller; with an embedded cluster, retries while the
 // children start (their sockets appear when they are ready).
 static cw_status_t cw__connect_controller(cw__client_t* c) {
-  cw_client_options_t o = {.peer_name = "causeway-pjrt",
+  cw_client_options_t o = {.token = c->token,
+                           .peer_name = "causeway-pjrt",
                            .connect_timeout_ms = CW__CONNECT_TIMEOUT_MS,
                            .on_event = cw__on_cluster_event,
                            .event_user = c};
   if (!c->cluster) {
-    CW_RETURN_IF_ERROR(cw_client_connect(c->ctrl_address, &o, &c->ctrl),
-                       "causeway: cannot reach the controller at %s (CAUSEWAY_CONTROLLER)",
+    cw_status_t s = cw_client_connect(c->ctrl_address, &o, &c->ctrl);
+    if (s && cw_status_code(s) == CW_UNAUTHENTICATED) {
+      return cw__client_token_refused(s, "controller", c->ctrl_address);
+    }
+    CW_RETURN_IF_ERROR(s, "causeway: cannot reach the controller at %s (CAUSEWAY_CONTROLLER)",
                        c->ctrl_address);
     return cw_ok_status();
   }
@@ -540,7 +546,8 @@ static cw_status_t cw__connect_workers(cw__client_t* c) {
   size_t live = 0;
   for (size_t i = 0; i < c->num_workers; ++i) {
     cw__worker_t* w = &c->workers[i];
-    cw_client_options_t o = {.session_id = c->session_id,
+    cw_client_options_t o = {.token = c->token,
+                             .session_id = c->session_id,
                              .peer_name = "causeway-pjrt",
                              .connect_timeout_ms = CW__CONNECT_TIMEOUT_MS};
     cw_status_t s = cw_client_connect(w->address, &o, &w->conn);
@@ -548,6 +555,7 @@ static cw_status_t cw__connect_workers(cw__client_t* c) {
       ++live;
       continue;
     }
+    s = cw__client_token_refused(s, "worker", w->address);
     cw__worker_mark_dead(w, cw_status_message(s));
     if (!first) {
       first = cw_status_annotate(s, "causeway: connecting to worker %s at %s", w->name,
@@ -574,6 +582,12 @@ PJRT_Error* cw_plugin_client_create(PJRT_Client_Create_Args* args) {
   cw_status_t s = cw_ok_status();
   if (!addr || !*addr) {
     s = cw__cluster_start(&c->cluster, &addr, &min_workers);
+    if (!s) {
+      c->token = strdup(cw__cluster_token(c->cluster));
+      if (!c->token) s = cw__oom();
+    }
+  } else {
+    s = cw__client_token_load(&c->token);
   }
   if (!s) {
     c->ctrl_address = strdup(addr);

@@ -7,6 +7,13 @@
 // even by SIGKILL, the kernel closes the write end and every child sees EOF
 // and exits. Client destruction also stops them (SIGTERM, then SIGKILL) and
 // removes the directory.
+//
+// Credentials: each cluster gets a random token (getrandom), written to a
+// 0600 file in the 0700 private directory; the children find it through
+// CW_TOKEN_FILE in their environment, never in argv (which `ps` shows to
+// every user). The plugin presents the same token in its own HELLOs.
+// The controller also gets its compile cache directory through the
+// environment (cw__compile_cache_setting).
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
@@ -24,6 +31,7 @@
 #include <unistd.h>
 
 #include "cw_plugin.h"
+#include "cw_random.h"
 
 extern char** environ;
 
@@ -40,6 +48,8 @@ typedef struct cw__child_s {
 
 struct cw__cluster_s {
   char* dir;
+  char token[65];  // 32 random bytes in hex
+  char** envp;     // the children's environment (owned strings)
   char* controller_address;
   int watch_write_fd;
   cw__child_t children[CW__MAX_LOCAL_WORKERS + 1];
@@ -95,7 +105,7 @@ static cw_status_t cw__spawn(cw__cluster_t* cl, const char* name, char* const ar
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setsigdefault(&attr, &all);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  int err = posix_spawn(&ch->pid, argv[0], &fa, &attr, argv, environ);
+  int err = posix_spawn(&ch->pid, argv[0], &fa, &attr, argv, cl->envp);
   posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&fa);
   if (err) {
@@ -104,6 +114,79 @@ static cw_status_t cw__spawn(cw__cluster_t* cl, const char* name, char* const ar
   }
   cl->num_children++;
   return cw_ok_status();
+}
+
+// Makes the cluster's token and its file `dir`/token (0600, created fresh).
+static cw_status_t cw__make_token(cw__cluster_t* cl, char** out_path) {
+  *out_path = NULL;
+  uint8_t raw[32];
+  CW_RETURN_IF_ERROR(cw_random_bytes(raw, sizeof(raw)), "causeway: the embedded cluster's token");
+  for (size_t i = 0; i < sizeof(raw); ++i) snprintf(cl->token + 2 * i, 3, "%02x", raw[i]);
+  explicit_bzero(raw, sizeof(raw));
+  char* path = cw__printf("%s/token", cl->dir);
+  if (!path) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  size_t n = strlen(cl->token);
+  bool ok = fd >= 0 && write(fd, cl->token, n) == (ssize_t)n && write(fd, "\n", 1) == 1;
+  int err = errno;
+  if (fd >= 0) close(fd);
+  if (!ok) {
+    cw_status_t s = cw_make_status(CW_UNAVAILABLE, "causeway: cannot write %s: %s", path,
+                                   strerror(err));
+    free(path);
+    return s;
+  }
+  *out_path = path;
+  return cw_ok_status();
+}
+
+// The children's environment: ours without any token settings of the
+// caller's, plus CW_TOKEN_FILE=token_path and `extra` ("K=V", may be NULL).
+static cw_status_t cw__make_child_env(cw__cluster_t* cl, const char* token_path,
+                                      const char* const* extra) {
+  size_t n = 0, n_extra = 0;
+  while (environ[n]) ++n;
+  while (extra && extra[n_extra]) ++n_extra;
+  cl->envp = calloc(n + n_extra + 2, sizeof(char*));
+  if (!cl->envp) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  size_t k = 0;
+  for (size_t i = 0; i < n; ++i) {
+    // The caller's CW_TOKEN would win over the file in the daemons.
+    if (!strncmp(environ[i], "CW_TOKEN=", 9) || !strncmp(environ[i], "CW_TOKEN_FILE=", 14)) {
+      continue;
+    }
+    bool overridden = false;
+    for (size_t j = 0; j < n_extra; ++j) {
+      size_t name_len = strcspn(extra[j], "=") + 1;
+      overridden = overridden || !strncmp(environ[i], extra[j], name_len);
+    }
+    if (!overridden && !(cl->envp[k++] = strdup(environ[i]))) goto oom;
+  }
+  if (!(cl->envp[k++] = cw__printf("CW_TOKEN_FILE=%s", token_path))) goto oom;
+  for (size_t j = 0; j < n_extra; ++j) {
+    if (!(cl->envp[k++] = strdup(extra[j]))) goto oom;
+  }
+  return cw_ok_status();
+oom:
+  return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+}
+
+const char* cw__cluster_token(const cw__cluster_t* cl) { return cl->token; }
+
+// "CW_COMPILE_CACHE_DIR=..." for the embedded controller: the compile cache
+// on disk is on by default, per user. CAUSEWAY_COMPILE_CACHE_DIR overrides
+// (empty: off); else $XDG_CACHE_HOME/causeway/compile, else
+// ~/.cache/causeway/compile. Malloc'd.
+static char* cw__compile_cache_setting(void) {
+  const char* dir = getenv("CAUSEWAY_COMPILE_CACHE_DIR");
+  if (dir) return cw__printf("CW_COMPILE_CACHE_DIR=%s", dir);
+  const char* xdg = getenv("XDG_CACHE_HOME");
+  if (xdg && xdg[0] == '/') return cw__printf("CW_COMPILE_CACHE_DIR=%s/causeway/compile", xdg);
+  const char* home = getenv("HOME");
+  if (home && home[0] == '/') {
+    return cw__printf("CW_COMPILE_CACHE_DIR=%s/.cache/causeway/compile", home);
+  }
+  return strdup("CW_COMPILE_CACHE_DIR=");
 }
 
 static cw_status_t cw__check_exe(const char* path, const char* what) {
@@ -160,6 +243,16 @@ cw_status_t cw__cluster_start(cw__cluster_t** out_cluster, const char** out_cont
     } else {
       cl->dir = templ;
     }
+  }
+  if (!s) {
+    char* token_path = NULL;
+    s = cw__make_token(cl, &token_path);
+    char* cache = cw__compile_cache_setting();
+    const char* extra[] = {cache, NULL};
+    if (!s && !cache) s = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+    if (!s) s = cw__make_child_env(cl, token_path, extra);
+    free(cache);
+    free(token_path);
   }
   // The read end is inheritable only while we spawn; the write end never is.
   if (!s && pipe2(pipefd, O_CLOEXEC) != 0) {
@@ -308,5 +401,8 @@ void cw__cluster_stop(cw__cluster_t* cl) {
   }
   free(cl->controller_address);
   free(cl->dir);
+  for (size_t i = 0; cl->envp && cl->envp[i]; ++i) free(cl->envp[i]);
+  free(cl->envp);
+  explicit_bzero(cl->token, sizeof(cl->token));
   free(cl);
 }

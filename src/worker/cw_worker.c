@@ -37,6 +37,7 @@
 #include "cw_frame.h"
 #include "cw_log.h"
 #include "cw_net.h"
+#include "cw_random.h"
 #include "cw_pjrt.h"
 #include "cw_staging.h"
 #include "cw_store.h"
@@ -506,9 +507,12 @@ static cw_session_t* cw__session_create(cw_worker_t* w, uint64_t id) {
   cw_session_t* s = calloc(1, sizeof(*s));
   if (!s) return NULL;
   while (id == 0 || cw__session_find(w, id)) {
-    // Fresh ids are hard to guess and never 0.
-    w->session_id_seed = w->session_id_seed * 6364136223846793005ull + 1442695040888963407ull;
-    id = w->session_id_seed >> 1;
+    // Fresh ids come from getrandom: knowing one is what it takes to join a
+    // session (docs/protocol.md "Sessions are capabilities").
+    if (!cw_random_id_or_log("session id", &id)) {
+      free(s);
+      return NULL;
+    }
   }
   s->id = id;
   s->key = w->next_session_key++;
@@ -735,19 +739,16 @@ static void cw__conn_start_reading(cw_conn_t* c) {
 
 // --- HELLO, PING, INVENTORY, STATS -------------------------------------------
 
-static bool cw__token_matches(const char* want, const ProtobufCBinaryData* got) {
-  size_t n = strlen(want);
-  // Compare every byte regardless of where they differ.
-  unsigned diff = (unsigned)(n != got->len);
-  for (size_t i = 0; i < n; ++i) {
-    diff |= (unsigned)(want[i] ^ (i < got->len ? got->data[i] : 0));
-  }
-  return diff == 0;
-}
-
 static void cw__handle_hello(cw_conn_t* c, const cw_frame_header_t* h,
                              const Causeway__V1__HelloRequest* r) {
   cw_worker_t* w = c->w;
+  // Credentials first: an unauthenticated peer learns nothing else.
+  cw_status_t auth = cw_net_hello_authenticate(w->token, r->token.data, r->token.len, c->name,
+                                               r->role);
+  if (auth) {
+    cw__violation(c, h->type, h->request_id, auth);
+    return;
+  }
   if (r->min_version > r->max_version || r->max_version < CW_PROTOCOL_MIN_VERSION ||
       r->min_version > CW_PROTOCOL_VERSION) {
     cw__violation(c, h->type, h->request_id,
@@ -755,12 +756,6 @@ static void cw__handle_hello(cw_conn_t* c, const cw_frame_header_t* h,
                                  "protocol versions %u..%u not supported (worker speaks %u..%u)",
                                  r->min_version, r->max_version, CW_PROTOCOL_MIN_VERSION,
                                  CW_PROTOCOL_VERSION));
-    return;
-  }
-  if (w->token[0] && !cw__token_matches(w->token, &r->token)) {
-    CW_LOGW("%s: HELLO with a wrong token refused", c->name);
-    cw__violation(c, h->type, h->request_id,
-                  cw_make_status(CW_UNAUTHENTICATED, "wrong or missing token"));
     return;
   }
   c->role = r->role;
@@ -2659,7 +2654,9 @@ static void cw__on_connection(uv_stream_t* server, int status) {
     cw__conn_close(c);
     return;
   }
-  snprintf(c->name, sizeof(c->name), "unix-peer");
+  uv_os_fd_t peer_fd = -1;
+  if (uv_fileno(&c->h.handle, &peer_fd) != 0) peer_fd = -1;
+  cw_net_describe_unix_peer(peer_fd, c->name, sizeof(c->name));
   if (!w->is_pipe) {
     struct sockaddr_storage sa;
     int len = sizeof(sa);
@@ -2791,7 +2788,6 @@ cw_status_t cw_worker_create(const cw_settings_t* settings, cw_worker_t** out) {
   w->limits.max_payload = (uint32_t)cw_settings_int(settings, CW_SET_MAX_PAYLOAD);
   w->limits.max_bulk = (uint64_t)cw_settings_int(settings, CW_SET_MAX_BULK);
   w->next_session_key = 1;
-  w->session_id_seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)w;
   pthread_mutex_init(&w->mu, NULL);
   causeway__v1__inventory__init(&w->inventory);
   int rc = uv_loop_init(&w->loop);

@@ -228,7 +228,6 @@ struct cw_worker_s {
   cw_conn_t* resume_list;
   cw_session_t* sessions;
   uint64_t next_session_key;
-  uint64_t session_id_seed;
   cw_peer_stat_t* peer_stats;
   size_t num_peer_stats;
   // Completion queue from plugin threads.

@@ -142,6 +142,8 @@ def causeway_env(x64: bool = False, controller: str | None = None) -> dict:
     env["CW_PJRT_PLUGIN"] = cpu_plugin()
     env["CAUSEWAY_LOCAL_WORKERS"] = str(NUM_WORKERS)
     env["CAUSEWAY_LOCAL_DEVICES"] = str(DEVICES_PER_WORKER)
+    # The embedded cluster's compile cache on disk: the test run's own, not the user's.
+    env.setdefault("CAUSEWAY_COMPILE_CACHE_DIR", os.path.join(log_dir(), "compile-cache"))
     if controller:
         env["CAUSEWAY_CONTROLLER"] = controller
     return env
@@ -556,7 +558,9 @@ def _pb_fields(data: bytes) -> list:
 _STATS_FIELDS = {1: "buffers", 2: "buffer_bytes", 3: "executables", 4: "launches",
                  5: "uploads", 6: "downloads", 7: "sessions", 8: "connections",
                  10: "session_buffers", 11: "errors", 12: "workers", 13: "compiles",
-                 14: "cache_hits", 15: "cache_misses", 16: "cache_bytes", 17: "workers_dead"}
+                 14: "cache_hits", 15: "cache_misses", 16: "cache_bytes", 17: "workers_dead",
+                 80: "disk_hits", 81: "disk_misses", 82: "disk_bytes", 83: "disk_errors",
+                 84: "compiles_sent"}
 
 _clib = None
 
@@ -589,8 +593,12 @@ def _client_lib():
     return _clib
 
 
-def stats(address: str) -> dict:
+def stats(address: str, token: str | None = None) -> dict:
     """STATS of a worker or controller, through libcauseway_client's cw_client_stats.
+
+    `token`: the cluster's token, presented through CW_TOKEN (the client
+    library's default) for the duration of the call. None: for a Unix socket
+    of an embedded cluster, the token file beside it (the cluster's own, 0600).
 
     The reply struct is packed back to protobuf bytes with protobuf-c and
     decoded here, so no C struct layout is mirrored in Python. Returns the
@@ -606,7 +614,23 @@ def stats(address: str) -> dict:
             lib.cw_status_free(st)
             raise RuntimeError(f"STATS {address}: code {code}: {msg}")
 
-    check(lib.cw_client_connect(address.encode(), None, ctypes.byref(conn)))
+    if token is None and "/" in address:
+        try:
+            with open(os.path.join(os.path.dirname(address), "token")) as f:
+                token = f.readline().strip()
+        except OSError:
+            pass
+    saved = os.environ.get("CW_TOKEN")
+    if token is not None:
+        os.environ["CW_TOKEN"] = token
+    try:
+        check(lib.cw_client_connect(address.encode(), None, ctypes.byref(conn)))
+    finally:
+        if token is not None:
+            if saved is None:
+                del os.environ["CW_TOKEN"]
+            else:
+                os.environ["CW_TOKEN"] = saved
     try:
         msg = ctypes.c_void_p()
         check(lib.cw_client_stats(conn, ctypes.byref(msg)))
@@ -652,17 +676,30 @@ class HandCluster:
     """
 
     def __init__(self, workers: int = NUM_WORKERS, devices: int = DEVICES_PER_WORKER,
-                 tcp: bool = False):
+                 tcp: bool = False, token: str | None = None, token_via: str = "file",
+                 controller_args: tuple = (), controller_env: dict | None = None):
+        """`token`: every daemon requires it, given through a 0600 token file
+        in the cluster's directory (token_via="file", CW_TOKEN_FILE) or the
+        environment (token_via="env", CW_TOKEN); never on a command line.
+        `controller_args` / `controller_env`: extra flags and environment of
+        the controller."""
         self.dir = tempfile.mkdtemp(prefix="cw-hand-")
+        self.token = token
+        self.tcp = tcp
         if tcp:
             self.controller = f"127.0.0.1:{free_tcp_port()}"
         else:
             self.controller = os.path.join(self.dir, "controller.sock")
         self.procs: dict[str, subprocess.Popen] = {}
         self.addresses: dict[str, str] = {}
-        env = {k: v for k, v in os.environ.items() if k not in _STRIP}
+        env = {k: v for k, v in os.environ.items()
+               if k not in _STRIP and k not in ("CW_TOKEN", "CW_TOKEN_FILE")}
+        if token is not None:
+            env.update(self.token_env(token, token_via))
+        self.env = env
         self._spawn("controller", [os.path.join(bin_dir(), "causeway-controller"),
-                                   "--listen", self.controller], env)
+                                   "--listen", self.controller, *controller_args],
+                    {**env, **(controller_env or {})})
         self._wait_listening("controller", self.controller)
         for i in range(workers):
             name = f"hand-worker-{i}"
@@ -682,9 +719,37 @@ class HandCluster:
             self.stop()
             raise AssertionError(f"hand cluster: {workers} workers did not register\n{logs}")
 
+    def token_env(self, token: str, via: str = "file") -> dict:
+        """Daemon environment that presents `token` (a fresh 0600 file for "file")."""
+        if via == "env":
+            return {"CW_TOKEN": token}
+        fd, path = tempfile.mkstemp(prefix="token-", dir=self.dir)
+        os.write(fd, token.encode() + b"\n")
+        os.close(fd)  # mkstemp makes it 0600
+        return {"CW_TOKEN_FILE": path}
+
+    def start_worker(self, name: str, devices: int = DEVICES_PER_WORKER,
+                     env: dict | None = None) -> str:
+        """Starts one more worker (environment `env` over the cluster's); its address."""
+        addr = (f"127.0.0.1:{free_tcp_port()}" if self.tcp
+                else os.path.join(self.dir, f"{name}.sock"))
+        self.addresses[name] = addr
+        self._spawn(name, [os.path.join(bin_dir(), "causeway-worker"),
+                           "--plugin", cpu_plugin(), "--devices", str(devices),
+                           "--listen", addr, "--name", name,
+                           "--controller", self.controller], {**self.env, **(env or {})})
+        return addr
+
+    def log(self, name: str) -> str:
+        try:
+            with open(os.path.join(self.dir, f"{name}.log"), "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
     def _registered(self) -> int:
         try:
-            return stats(self.controller)["workers"]
+            return stats(self.controller, self.token)["workers"]
         except Exception:  # noqa: BLE001 - not up yet
             return 0
 

@@ -1,0 +1,41 @@
+// HELLO credentials shared by the controller and the worker: one check, one
+// refusal text, one log line, so every connection kind (client, worker,
+// controller links, worker PUT links) is refused the same way.
+#include <stdio.h>
+#include <sys/socket.h>
+
+#include "cw_log.h"
+#include "cw_net.h"
+#include "proto/causeway.pb-c.h"
+
+static const char* cw__role_name(int role) {
+  switch (role) {
+    case CAUSEWAY__V1__ROLE__ROLE_CLIENT: return "client";
+    case CAUSEWAY__V1__ROLE__ROLE_WORKER: return "worker";
+    case CAUSEWAY__V1__ROLE__ROLE_CONTROLLER: return "controller";
+    default: return "unknown";
+  }
+}
+
+cw_status_t cw_net_hello_authenticate(const char* want, const uint8_t* got, size_t got_len,
+                                      const char* peer, int role) {
+  if (!want[0] || cw_net_token_matches(want, got, got_len)) return cw_ok_status();
+  // Saying "none" versus "wrong" tells a peer nothing about the secret.
+  const char* why = got_len ? "wrong token" : "no token presented";
+  CW_LOGW("refused HELLO from %s (role %s): credentials refused (%s)", peer,
+          cw__role_name(role), why);
+  return cw_make_status(CW_UNAUTHENTICATED,
+                        "credentials refused: %s (this cluster requires its shared token: "
+                        "CW_TOKEN or --token-file for daemons, CAUSEWAY_TOKEN or "
+                        "CAUSEWAY_TOKEN_FILE for JAX clients)", why);
+}
+
+void cw_net_describe_unix_peer(int fd, char* out, size_t capacity) {
+  struct ucred cred;
+  socklen_t len = sizeof(cred);
+  if (fd >= 0 && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+    snprintf(out, capacity, "unix-peer pid %d uid %u", (int)cred.pid, (unsigned)cred.uid);
+  } else {
+    snprintf(out, capacity, "unix-peer");
+  }
+}

@@ -1,0 +1,129 @@
+"""The compile cache on disk (issue 4 item 7): a controller started with
+--compile-cache-dir writes what its workers compiled; after the whole
+cluster is stopped, a new controller and workers with the same directory
+answer the same program from disk -- zero compiles sent to workers -- and
+the results are right. A corrupted entry is ignored with a warning and
+recompiled, never trusted."""
+from __future__ import annotations
+
+import os
+import pathlib
+import stat
+
+import numpy as np
+import pytest
+
+import harness
+
+pytestmark = pytest.mark.skipif(harness.missing_build() is not None,
+                                reason=str(harness.missing_build()))
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def _expected() -> list:
+    x = np.arange(12, dtype=np.float32).reshape(3, 4) / 10
+    return (np.tanh(x @ np.ones((4, 2), dtype=np.float32)) * 2.0 + 1.0).tolist()
+
+
+def _run_once(cache_dir: pathlib.Path, name: str) -> dict:
+    """A fresh cluster on `cache_dir` runs cc_program once; its controller's stats."""
+    cluster = harness.HandCluster(workers=1, devices=2,
+                                  controller_args=("--compile-cache-dir", str(cache_dir)))
+    try:
+        env = harness.causeway_env(controller=cluster.controller)
+        env["CW_RUNNER_CHECKS"] = str(HERE / "compile_cache_checks.py")
+        r = harness.Runner(name, env)
+        try:
+            got = r.call("cc_program", timeout=120)
+        finally:
+            r.close()
+        np.testing.assert_allclose(got, _expected(), rtol=1e-6)
+        # Writes are asynchronous: wait for them before stopping.
+        st = harness.wait_until(
+            lambda: (lambda s: s if s["disk_bytes"] > 0 or s["compiles_sent"] == 0 else None)(
+                harness.stats(cluster.controller)), 30)
+        assert st, harness.stats(cluster.controller)
+        st["log"] = cluster.log("controller")
+        return st
+    finally:
+        cluster.stop()
+
+
+def test_second_cluster_compiles_nothing(tmp_path):
+    cache = tmp_path / "cc"
+    first = _run_once(cache, "cc-first")
+    assert first["compiles_sent"] >= 1, first
+    assert first["disk_misses"] >= 1 and first["disk_hits"] == 0, first
+    files = sorted(cache.glob("*.cwx"))
+    assert files, list(cache.iterdir())
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o700
+    for f in files:
+        assert stat.S_IMODE(f.stat().st_mode) == 0o600, f
+        assert f.read_bytes()[:4] == b"CWXC"
+    assert first["disk_bytes"] == sum(f.stat().st_size for f in files), first
+
+    second = _run_once(cache, "cc-second")
+    assert second["compiles_sent"] == 0, second
+    assert second["disk_hits"] >= 1, second
+    assert second["disk_errors"] == 0, second
+    assert second["cache_misses"] == second["disk_hits"], second  # every memory miss hit disk
+
+
+def test_corrupt_entry_is_recompiled(tmp_path):
+    cache = tmp_path / "cc"
+    _run_once(cache, "cc-seed")
+    files = sorted(cache.glob("*.cwx"))
+    assert files
+    for f in files:  # flip a payload byte: the checksum no longer matches
+        data = bytearray(f.read_bytes())
+        data[-1] ^= 0xFF
+        f.write_bytes(bytes(data))
+    st = _run_once(cache, "cc-corrupt")
+    assert st["disk_errors"] >= len(files), st
+    assert st["disk_hits"] == 0 and st["compiles_sent"] >= 1, st
+    assert "ignoring a disk entry (recompiling)" in st["log"], st["log"]
+    assert "payload checksum mismatch" in st["log"], st["log"]
+    # Rewritten whole: the next cluster hits again.
+    again = _run_once(cache, "cc-after")
+    assert again["compiles_sent"] == 0 and again["disk_hits"] >= 1, again
+
+
+def test_size_bound_evicts_oldest(tmp_path):
+    cache = tmp_path / "cc"
+    cache.mkdir(mode=0o700)
+    old = cache / ("0" * 64 + ".cwx")
+    old.write_bytes(b"x" * 4096)
+    os.utime(old, (1, 1))
+    cluster = harness.HandCluster(workers=1, devices=1, controller_args=(
+        "--compile-cache-dir", str(cache), "--compile-cache-disk-bytes", "1000"))
+    try:
+        # At start-up the directory is trimmed to its bound.
+        assert not old.exists()
+        assert harness.stats(cluster.controller)["disk_bytes"] == 0
+    finally:
+        cluster.stop()
+
+
+def test_embedded_cluster_default_cache_dir(tmp_path):
+    """The embedded cluster caches in $XDG_CACHE_HOME/causeway/compile by
+    default; CAUSEWAY_COMPILE_CACHE_DIR= (empty) turns it off."""
+    for name, cc in (("cc-default", None), ("cc-off", "")):
+        xdg = tmp_path / name
+        env = harness.causeway_env()
+        env.pop("CAUSEWAY_COMPILE_CACHE_DIR", None)
+        if cc is not None:
+            env["CAUSEWAY_COMPILE_CACHE_DIR"] = cc
+        env["XDG_CACHE_HOME"] = str(xdg)
+        env["CW_RUNNER_CHECKS"] = str(HERE / "compile_cache_checks.py")
+        r = harness.Runner(name, env)
+        try:
+            np.testing.assert_allclose(r.call("cc_program", timeout=120), _expected(), rtol=1e-6)
+            want = xdg / "causeway" / "compile"
+            if cc is None:
+                assert harness.wait_until(lambda: list(want.glob("*.cwx")), 30), want
+                assert stat.S_IMODE(want.stat().st_mode) == 0o700
+        finally:
+            r.close()
+        if cc is not None:
+            assert not xdg.exists(), list(xdg.rglob("*"))
