@@ -64,6 +64,9 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
     [CW_SET_STAGING_CACHE_BYTES] = {"staging-cache-bytes", CW_SETTING_INT, 0, 1024 * GIB,
                                     "1073741824", "CW_STAGING_CACHE_BYTES", false,
                                     "worker: freed bulk staging blocks (>= 1 MiB) kept for reuse"},
+    [CW_SET_METRICS_LISTEN] = {"metrics-listen", CW_SETTING_STRING, 0, 0, "", "CW_METRICS_LISTEN",
+                               false, "controller: serve Prometheus metrics over HTTP on "
+                               "host:port (GET /metrics); empty: off"},
 };
 
 const cw_setting_def_t* cw_settings_def(cw_setting_id_t id) {

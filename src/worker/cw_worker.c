@@ -821,6 +821,12 @@ static void cw__handle_stats(cw_conn_t* c, const cw_frame_header_t* h) {
   st.uploads = w->uploads;
   st.downloads = w->downloads;
   st.errors = w->errors;
+  st.upload_bytes = w->upload_bytes;
+  st.download_bytes = w->download_bytes;
+  st.send_bytes = w->send_bytes;
+  st.put_bytes = w->put_bytes;
+  st.sends = w->sends;
+  st.puts = w->puts;
   for (cw_session_t* s = w->sessions; s; s = s->next) st.sessions++;
   st.connections = w->inbound_connections;
   st.session_buffers = mine.buffers;
@@ -1101,7 +1107,13 @@ static void cw__upload_finish(cw_op_t* op) {
   *ref = (cw_block_ref_t){op->staging_foreign ? NULL : w, op->staging, op->size};
   op->staging = NULL;
   cw__when_ready(w, done, cw__upload_staging_done, ref);
-  if (op->type == CW_MSG_UPLOAD) w->uploads++;
+  if (op->type == CW_MSG_UPLOAD) {
+    w->uploads++;
+    w->upload_bytes += op->size;
+  } else if (op->type == CW_MSG_PUT) {
+    w->puts++;
+    w->put_bytes += op->size;
+  }
   PJRT_Event* ready = NULL;
   st = cw_pjrt_ready_event(w->pjrt, buffer, &ready);
   cw_store_set_ready(w->store, e, buffer);  // may run waiters
@@ -1376,6 +1388,7 @@ static void cw__download_done(cw_worker_t* w, void* user, cw_status_t status) {
   info.device = op->device;
   info.size = op->size;
   w->downloads++;
+  w->download_bytes += op->size;
   cw__send(op->conn, op->type, CW_FRAME_REPLY, op->request_id, &info.base, bulk, op->size,
            bulk_free, bulk_user);
   cw__op_free(op);
@@ -2158,6 +2171,8 @@ static void cw__send_put_done(cw_conn_t* peer, cw_op_t* op, cw_status_t status) 
     cw__op_fail(op, st);
     return;
   }
+  op->w->sends++;
+  op->w->send_bytes += op->size;
   cw__op_ack(op, op->dst_id);
 }
 

@@ -237,6 +237,8 @@ struct cw_worker_s {
   size_t outstanding;  // completions and threadpool jobs not yet applied
   // Counters for STATS.
   uint64_t launches, uploads, downloads, errors;
+  // obs: bytes moved, for STATS fields 100-105 (controller metrics).
+  uint64_t upload_bytes, download_bytes, send_bytes, put_bytes, sends, puts;
   // Launches handed to PJRT whose completion events have not all fired, and
   // the connections (referenced, FIFO) whose next launch waits for that
   // count to drop below CW__MAX_LAUNCHES_IN_FLIGHT.
