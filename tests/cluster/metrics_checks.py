@@ -6,6 +6,8 @@ import numpy as np
 
 import jax
 
+import checks
+
 STATE: dict = {}
 
 
@@ -16,12 +18,13 @@ def _double_plus_one(a):
 def metrics_setup(size: int, device: int = 0) -> dict:
     """Uploads `size` float32s to one device and compiles (and runs once) a jit."""
     x = np.arange(size, dtype=np.float32)
-    xa = jax.device_put(x, jax.devices()[device])
+    dev = jax.devices()[device]
+    xa = jax.device_put(x, dev)
     xa.block_until_ready()
     f = jax.jit(_double_plus_one)
     f(xa).block_until_ready()
     STATE.update(f=f, x=xa)
-    return {"bytes": int(x.nbytes)}
+    return {"bytes": int(x.nbytes), "worker": checks.worker_of(dev)}
 
 
 def metrics_launch(n: int) -> dict:
