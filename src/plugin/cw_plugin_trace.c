@@ -49,22 +49,41 @@ typedef struct cw__wclock_s {
 // One traced client's recording. Detached from cw__tr before it is written,
 // so the (slow) write holds no lock that a reader thread recording a
 // completion could wait on.
+// A worker's event as fetched (worker clock; mapped when written, with the
+// best offset estimate by then).
+typedef struct cw__wev_s {
+  uint32_t worker;
+  char cat[16];
+  char name[96];
+  char peer[64];
+  int32_t device;
+  int64_t start_ns, dur_ns;
+  uint64_t id, seq, bytes, launch_id;
+} cw__wev_t;
+
+#define CW__TRACE_MAX_WORKER_EVENTS (1u << 22)
+
 typedef struct cw__trace_state_s {
   char* path;
   cw__client_t* client;
   int64_t origin_ns;
-  cw__tev_t* ring;
+  cw__tev_t* ring;  // the client's events (under cw__tr.mu while attached)
   size_t head, count;
   uint64_t dropped;
   cw__wclock_t* clocks;  // [client->num_workers]
+  // Fetched so far (under cw__tr.io): every write shows all of them.
+  cw__wev_t* wevents;
+  size_t num_wevents, cap_wevents;
+  uint64_t wdropped;  // beyond CW__TRACE_MAX_WORKER_EVENTS
 } cw__trace_state_t;
 
 static struct {
-  pthread_mutex_t mu;  // guards st
+  pthread_mutex_t io;  // serializes fetching and writing (flush, finish)
+  pthread_mutex_t mu;  // guards st and its client ring; never held across I/O
   _Atomic bool on;
   cw__trace_state_t* st;  // the traced client's (one per process); NULL: none
   bool atexit_registered;
-} cw__tr = {.mu = PTHREAD_MUTEX_INITIALIZER};
+} cw__tr = {.io = PTHREAD_MUTEX_INITIALIZER, .mu = PTHREAD_MUTEX_INITIALIZER};
 
 int64_t cw__trace_now_ns(void) {
   struct timespec ts;
@@ -163,15 +182,11 @@ static int cw__worker_lane(const char* cat, int device) {
   return CW__WLANE_OTHER;
 }
 
-// Fetches worker `i`'s events and writes them (worker clock -> client clock).
-static void cw__write_worker(FILE* f, bool* first, cw__trace_state_t* st, size_t i) {
-  cw__client_t* c = st->client;
-  cw__worker_t* w = &c->workers[i];
+// Fetches worker `i`'s new events into st->wevents (cw__tr.io held).
+static void cw__fetch_worker(cw__trace_state_t* st, size_t i) {
+  cw__worker_t* w = &st->client->workers[i];
   cw__wclock_t* k = &st->clocks[i];
-  if (!k->started || !w->conn) return;
-  bool named = false;
-  bool lanes[CW__WLANE_OTHER + 1 - CW__WLANE_UPLOAD] = {0};
-  bool devices[256] = {0};
+  if (!k->started || !w->conn || atomic_load(&w->dead)) return;
   for (int rounds = 0; rounds < 1000; ++rounds) {
     Causeway__V1__TraceFetchRequest req = CAUSEWAY__V1__TRACE_FETCH_REQUEST__INIT;
     ProtobufCMessage* reply = NULL;
@@ -188,42 +203,31 @@ static void cw__write_worker(FILE* f, bool* first, cw__trace_state_t* st, size_t
     const Causeway__V1__TraceEvents* r = (const Causeway__V1__TraceEvents*)reply;
     cw__clock_sample(k, r->clock, t0, t1);
     k->dropped = r->dropped;
-    if (!named) {
-      char pname[256];
-      snprintf(pname, sizeof(pname), "causeway worker %s (island %u)", w->name, w->island);
-      cw__meta(f, first, k->pid, 0, "process_name", pname);
-      named = true;
-    }
     for (size_t e = 0; e < r->n_events; ++e) {
       const Causeway__V1__TraceEvent* ev = r->events[e];
-      const char* cat = ev->cat ? ev->cat : "";
-      int lane = cw__worker_lane(cat, ev->device);
-      if (lane < CW__WLANE_UPLOAD && lane >= 0 && lane < 256 && !devices[lane]) {
-        char tname[32];
-        snprintf(tname, sizeof(tname), "device %d", lane);
-        cw__meta(f, first, k->pid, lane, "thread_name", tname);
-        devices[lane] = true;
-      }
-      if (lane >= CW__WLANE_UPLOAD) {
-        if (!lanes[lane - CW__WLANE_UPLOAD]) {
-          static const char* const kNames[] = {"uploads", "downloads", "sends (to peers)",
-                                               "puts (from peers)", "other"};
-          cw__meta(f, first, k->pid, lane, "thread_name", kNames[lane - CW__WLANE_UPLOAD]);
-          lanes[lane - CW__WLANE_UPLOAD] = true;
+      if (st->num_wevents == st->cap_wevents) {
+        size_t cap = st->cap_wevents ? 2 * st->cap_wevents : 1024;
+        cw__wev_t* grown = cap <= CW__TRACE_MAX_WORKER_EVENTS
+                               ? realloc(st->wevents, cap * sizeof(*grown)) : NULL;
+        if (!grown) {
+          st->wdropped += r->n_events - e;
+          break;
         }
+        st->wevents = grown;
+        st->cap_wevents = cap;
       }
-      cw__complete(f, first, k->pid, lane, cat, ev->name ? ev->name : cat,
-                   (int64_t)ev->start_ns - k->offset_ns - st->origin_ns, (int64_t)ev->dur_ns);
-      fprintf(f, ",\"args\":{\"worker\":");
-      cw__json_string(f, w->name);
-      fprintf(f, ",\"id\":%" PRIu64 ",\"seq\":%" PRIu64 ",\"bytes\":%" PRIu64
-              ",\"launch_id\":%" PRIu64 ",\"device\":%d", ev->id, ev->seq, ev->bytes,
-              ev->launch_id, ev->device);
-      if (ev->peer && ev->peer[0]) {
-        fputs(",\"peer\":", f);
-        cw__json_string(f, ev->peer);
-      }
-      fputs("}}", f);
+      cw__wev_t* x = &st->wevents[st->num_wevents++];
+      x->worker = (uint32_t)i;
+      snprintf(x->cat, sizeof(x->cat), "%s", ev->cat ? ev->cat : "");
+      snprintf(x->name, sizeof(x->name), "%s", ev->name && ev->name[0] ? ev->name : x->cat);
+      snprintf(x->peer, sizeof(x->peer), "%s", ev->peer ? ev->peer : "");
+      x->device = ev->device;
+      x->start_ns = (int64_t)ev->start_ns;
+      x->dur_ns = (int64_t)ev->dur_ns;
+      x->id = ev->id;
+      x->seq = ev->seq;
+      x->bytes = ev->bytes;
+      x->launch_id = ev->launch_id;
     }
     bool more = r->more && r->n_events;
     protobuf_c_message_free_unpacked(reply, NULL);
@@ -231,8 +235,51 @@ static void cw__write_worker(FILE* f, bool* first, cw__trace_state_t* st, size_t
   }
 }
 
-// Writes the file of a detached recording.
-static void cw__write(cw__trace_state_t* st) {
+// Writes worker `i`'s process: its name, lanes and fetched events.
+static void cw__write_worker(FILE* f, bool* first, const cw__trace_state_t* st, size_t i) {
+  const cw__worker_t* w = &st->client->workers[i];
+  const cw__wclock_t* k = &st->clocks[i];
+  if (!k->started) return;
+  char pname[256];
+  snprintf(pname, sizeof(pname), "causeway worker %s (island %u)", w->name, w->island);
+  cw__meta(f, first, k->pid, 0, "process_name", pname);
+  bool lanes[CW__WLANE_OTHER + 1 - CW__WLANE_UPLOAD] = {0};
+  bool devices[256] = {0};
+  for (size_t e = 0; e < st->num_wevents; ++e) {
+    const cw__wev_t* ev = &st->wevents[e];
+    if (ev->worker != i) continue;
+    int lane = cw__worker_lane(ev->cat, ev->device);
+    if (lane < CW__WLANE_UPLOAD && !devices[lane]) {
+      char tname[32];
+      snprintf(tname, sizeof(tname), "device %d", lane);
+      cw__meta(f, first, k->pid, lane, "thread_name", tname);
+      devices[lane] = true;
+    }
+    if (lane >= CW__WLANE_UPLOAD && !lanes[lane - CW__WLANE_UPLOAD]) {
+      static const char* const kNames[] = {"uploads", "downloads", "sends (to peers)",
+                                           "puts (from peers)", "other"};
+      cw__meta(f, first, k->pid, lane, "thread_name", kNames[lane - CW__WLANE_UPLOAD]);
+      lanes[lane - CW__WLANE_UPLOAD] = true;
+    }
+    cw__complete(f, first, k->pid, lane, ev->cat, ev->name,
+                 ev->start_ns - k->offset_ns - st->origin_ns, ev->dur_ns);
+    fprintf(f, ",\"args\":{\"worker\":");
+    cw__json_string(f, w->name);
+    fprintf(f, ",\"id\":%" PRIu64 ",\"seq\":%" PRIu64 ",\"bytes\":%" PRIu64
+            ",\"launch_id\":%" PRIu64 ",\"device\":%d", ev->id, ev->seq, ev->bytes,
+            ev->launch_id, ev->device);
+    if (ev->peer[0]) {
+      fputs(",\"peer\":", f);
+      cw__json_string(f, ev->peer);
+    }
+    fputs("}}", f);
+  }
+}
+
+// Writes the file: the client's events `cev` (head `chead`, `ccount` of
+// them in the ring), and every worker event fetched so far (cw__tr.io held).
+static void cw__write(const cw__trace_state_t* st, const cw__tev_t* cev, size_t chead,
+                      size_t ccount, uint64_t cdropped) {
   cw__client_t* c = st->client;
   char tmp[4096];
   snprintf(tmp, sizeof(tmp), "%s.tmp%d", st->path, (int)getpid());
@@ -251,8 +298,8 @@ static void cw__write(cw__trace_state_t* st) {
   cw__meta(f, &first, pid, CW__TRACE_LANE_DISPATCH, "thread_name", "dispatch");
   cw__meta(f, &first, pid, CW__TRACE_LANE_TRANSFER, "thread_name", "transfers (dispatch to ack)");
   cw__meta(f, &first, pid, CW__TRACE_LANE_WAIT, "thread_name", "waits");
-  for (size_t i = 0; i < st->count; ++i) {
-    const cw__tev_t* ev = &st->ring[(st->head + i) % CW__TRACE_CLIENT_CAPACITY];
+  for (size_t i = 0; i < ccount; ++i) {
+    const cw__tev_t* ev = &cev[(chead + i) % CW__TRACE_CLIENT_CAPACITY];
     cw__complete(f, &first, pid, ev->lane, ev->cat, ev->name, ev->start_ns - st->origin_ns,
                  ev->end_ns - ev->start_ns);
     fputs(",\"args\":{", f);
@@ -268,7 +315,8 @@ static void cw__write(cw__trace_state_t* st) {
   fputs("\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"clock\":\"CLOCK_MONOTONIC\","
         "\"ts_origin_ns\":", f);
   fprintf(f, "%" PRId64 ",\"session\":%" PRIu64 ",\"client_dropped\":%" PRIu64
-          ",\"workers\":[", st->origin_ns, c->session_id, st->dropped);
+          ",\"worker_events_dropped\":%" PRIu64 ",\"workers\":[", st->origin_ns,
+          c->session_id, cdropped, st->wdropped);
   bool firstw = true;
   for (size_t i = 0; i < c->num_workers; ++i) {
     const cw__wclock_t* k = &st->clocks[i];
@@ -295,6 +343,7 @@ static void cw__state_free(cw__trace_state_t* st) {
   free(st->path);
   free(st->ring);
   free(st->clocks);
+  free(st->wevents);
   free(st);
 }
 
@@ -363,15 +412,53 @@ void cw__trace_start(cw__client_t* c) {
 }
 
 void cw__trace_finish(cw__client_t* c) {
+  pthread_mutex_lock(&cw__tr.io);
   pthread_mutex_lock(&cw__tr.mu);
   cw__trace_state_t* st = cw__tr.st;
   if (!st || st->client != c) {
     pthread_mutex_unlock(&cw__tr.mu);
+    pthread_mutex_unlock(&cw__tr.io);
     return;
   }
-  cw__tr.st = NULL;
+  cw__tr.st = NULL;  // detached: recording stops, no one else reaches it
   atomic_store(&cw__tr.on, false);
   pthread_mutex_unlock(&cw__tr.mu);
-  cw__write(st);
+  for (size_t i = 0; i < c->num_workers; ++i) cw__fetch_worker(st, i);
+  cw__write(st, st->ring, st->head, st->count, st->dropped);
   cw__state_free(st);
+  pthread_mutex_unlock(&cw__tr.io);
+}
+
+// Flush on demand: writes the trace so far and keeps recording (later writes
+// rewrite the whole file). For a process that may not exit normally:
+// ctypes.CDLL(<libcauseway_pjrt.so>).CausewayTraceFlush(). Returns 0 when a
+// trace was written, -1 when this process is not tracing.
+__attribute__((visibility("default"))) int CausewayTraceFlush(void);
+int CausewayTraceFlush(void) {
+  pthread_mutex_lock(&cw__tr.io);
+  pthread_mutex_lock(&cw__tr.mu);
+  cw__trace_state_t* st = cw__tr.st;
+  cw__tev_t* copy = NULL;
+  size_t count = 0;
+  uint64_t dropped = 0;
+  if (st) {
+    // A copy of the client's events, so recording goes on while we write.
+    count = st->count;
+    dropped = st->dropped;
+    copy = malloc((count ? count : 1) * sizeof(*copy));
+    for (size_t i = 0; copy && i < count; ++i) {
+      copy[i] = st->ring[(st->head + i) % CW__TRACE_CLIENT_CAPACITY];
+    }
+  }
+  pthread_mutex_unlock(&cw__tr.mu);
+  int rc = -1;
+  if (st && copy) {
+    // st stays attached (and alive: finishing waits for cw__tr.io).
+    for (size_t i = 0; i < st->client->num_workers; ++i) cw__fetch_worker(st, i);
+    cw__write(st, copy, 0, count, dropped);
+    rc = 0;
+  }
+  free(copy);
+  pthread_mutex_unlock(&cw__tr.io);
+  return rc;
 }

@@ -30,6 +30,13 @@ def _run_traced(cluster, path: str) -> dict:
     try:
         r.wait_ready()
         out = r.call("trace_work")
+        # Flush on demand: the file exists before the process ends and
+        # already holds the workers' executions.
+        assert r.call("trace_flush")["rc"] == 0
+        with open(path) as f:
+            early = json.load(f)["traceEvents"]
+        assert any(e.get("cat") == "execute" and e["pid"] != r.pid for e in early), early
+        out["early_events"] = len(early)
     finally:
         rc = r.close()
     assert rc == 0, f"runner exited with {rc}\n{r.log_tail()}"
@@ -49,6 +56,8 @@ def test_trace_of_two_islands_and_a_transfer():
         cluster.stop()
     events = doc["traceEvents"]
     assert isinstance(events, list) and events
+    # The final write keeps what the flush had fetched (workers hand events over once).
+    assert len(events) >= out["early_events"]
 
     # Processes: the client and both workers, each named.
     names = {e["pid"]: e["args"]["name"] for e in events

@@ -31,3 +31,12 @@ def trace_work(size: int = 1024) -> dict:
     got = np.asarray(moved)
     assert np.allclose(got, x * 3.0 - 1.0)
     return {"workers": [checks.worker_of(devs[0]) for devs in isl[:2]]}
+
+
+def trace_flush() -> dict:
+    """Flush on demand: the plugin's exported CausewayTraceFlush (the library
+    JAX loaded; dlopen hands back the same one)."""
+    import ctypes
+    import os
+    lib = ctypes.CDLL(os.environ["CAUSEWAY_PJRT_LIBRARY"])
+    return {"rc": int(lib.CausewayTraceFlush())}
