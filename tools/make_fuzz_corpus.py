@@ -36,6 +36,8 @@ ERROR = 0x2
 HELLO, PING, INVENTORY, COMPILE, SERIALIZE, LOAD, UPLOAD, LAUNCH, DOWNLOAD, \
     COPY, SEND, PUT, EXPECT, DELETE, STATS, AWAIT = range(1, 17)
 
+TRACE_START, TRACE_FETCH = 65, 66  # obs: session timelines
+
 ROLE_CLIENT, ROLE_WORKER, ROLE_CONTROLLER = 1, 2, 3
 F32, S32, U8, F64, BF16, PRED = 11, 4, 6, 12, 13, 1
 
@@ -270,6 +272,16 @@ def frame_corpus():
     c["rep_delete"] = frame(DELETE, ack(0), flags=REPLY, req_id=15)
     c["rep_stats"] = frame(STATS, stats(), flags=REPLY, req_id=16)
     c["rep_await"] = frame(AWAIT, array_info(buf=3), flags=REPLY, req_id=17)
+    # obs: session timelines.
+    clock = f_varint(1, 123456789) + f_bytes(2, "worker-0") + f_varint(3, 4242)
+    trace_event = (f_bytes(1, "jit_add") + f_bytes(2, "execute") + f_varint(3, 1) +
+                   f_varint(4, 1000) + f_varint(5, 50) + f_varint(6, 100) + f_varint(7, 3) +
+                   f_varint(8, 16) + f_varint(9, 9) + f_bytes(10, "worker-1"))
+    c["req_trace_start"] = frame(TRACE_START, f_varint(1, 4096), req_id=18)
+    c["req_trace_fetch"] = frame(TRACE_FETCH, f_varint(1, 100), req_id=19)
+    c["rep_trace_start"] = frame(TRACE_START, clock, flags=REPLY, req_id=18)
+    c["rep_trace_fetch"] = frame(TRACE_FETCH, f_bytes(1, clock) + f_bytes(2, trace_event) * 2 +
+                                 f_varint(3, 7) + f_varint(4, 1), flags=REPLY, req_id=19)
     # Error replies.
     c["err_not_found"] = frame(DOWNLOAD, error_reply(5, "buffer 3 not found"),
                                flags=REPLY | ERROR, req_id=10)
@@ -337,6 +349,8 @@ def stream_corpus(frames):
                                        if k.startswith("rep_") or k.startswith("err_"))
     s["stream_all_requests"] = b"".join(v for k, v in sorted(frames.items())
                                         if k.startswith("req_"))
+    s["stream_trace"] = (hello + frames["req_trace_fetch"] + frames["req_trace_start"] +
+                         frames["req_upload_f32"] + frames["req_trace_fetch"])
     s["stream_bulk_then_bad"] = hello + frames["req_upload_2d_strided"] + frames["bad_magic"]
     s["stream_truncated_bulk"] = hello + frames["req_upload_f32"][:-5]
     s["stream_truncated_header"] = hello + frames["req_ping"][:17]

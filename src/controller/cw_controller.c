@@ -106,8 +106,7 @@ static const cw_net_conn_callbacks_t cw__link_callbacks = {NULL, NULL, cw__link_
 
 // Opens the controller's own connection to worker `w` in `session_id` (0: a
 // new private session); HELLO goes out at once. Returns it retained, or NULL.
-static cw_net_conn_t* cw__link_open(cw_controller_t* ctl, cw_ctl_worker_t* w,
-                                    uint64_t session_id) {
+cw_net_conn_t* cw__link_open(cw_controller_t* ctl, cw_ctl_worker_t* w, uint64_t session_id) {
   if (ctl->shutting_down || !w->alive) return NULL;
   char name[CW__MAX_NAME + 48];
   snprintf(name, sizeof(name), "worker %s%s", w->name, session_id ? "" : " (compile)");
@@ -327,6 +326,7 @@ static void cw__relay_reply(void* user, cw_net_conn_t* conn, cw_status_t status,
   cw_ctl_item_t* it = user;
   cw_controller_t* ctl = it->session->ctl;
   free(bulk);
+  if (it->type == CW_MSG_LAUNCH) cw_ctl_metrics_on_launch_reply(ctl, it);
   cw_ctl_worker_t* w = it->worker < ctl->num_workers ? ctl->workers[it->worker] : NULL;
   if (status) {
     if (w) status = cw__worker_error(w, conn, status);
@@ -413,7 +413,10 @@ static void cw__island_pump(cw_controller_t* ctl, uint32_t index) {
                                             "no connection", w->name, w->address));
       continue;
     }
-    if (it->type == CW_MSG_LAUNCH) ctl->launches_relayed++;
+    if (it->type == CW_MSG_LAUNCH) {
+      ctl->launches_relayed++;
+      s->launches++;
+    }
     // The message goes out as it came (with the client's seq for this worker).
     cw_net_conn_request(link, it->type, it->msg, NULL, 0, NULL, NULL, cw__relay_reply, it);
   }
@@ -442,6 +445,7 @@ static cw_ctl_item_t* cw__item_create(cw_ctl_peer_t* p, const cw_frame_header_t*
   cw__session_retain(p->session);
   it->msg = msg;
   it->worker = worker;
+  it->received_ns = cw_ctl_metrics_now_ns();
   return it;
 }
 
@@ -610,6 +614,7 @@ static void cw__compile_exe_info(void* user, cw_net_conn_t* conn, cw_status_t st
   cw_ctl_exe_t* e = cw__compile_exe(cp);
   if (e) e->state = CW__EXE_READY;
   ctl->compiles++;
+  cw_ctl_metrics_on_compile(ctl, cw__now_ms() - cp->start_ms, cp->cache_hit);
   CW_LOGI("compile of executable %" PRIu64 " for worker %s: %s, %" PRId64 " ms", cp->exe_id,
           w->name, cp->cache_hit ? "cache hit" : "compiled", cw__now_ms() - cp->start_ms);
   cw_net_conn_reply(cp->client, CW_MSG_COMPILE, cp->request_id, &rep.base);
@@ -1383,6 +1388,7 @@ void cw_controller_stop(cw_controller_t* ctl) {
   uv_close((uv_handle_t*)&ctl->sigterm, NULL);
   uv_close((uv_handle_t*)&ctl->sigint, NULL);
   cw_net_watch_stop(&ctl->watch);
+  cw_ctl_metrics_stop(ctl);
   for (size_t i = 0; i < ctl->num_workers; ++i) cw__link_drop(&ctl->workers[i]->private_conn);
   while (ctl->sessions) cw__session_close(ctl->sessions);
   // Closing every connection fails what is pending on it.
@@ -1445,6 +1451,7 @@ cw_status_t cw_controller_create(const cw_settings_t* settings, cw_controller_t*
                                    cw__on_accept), "controller");
   printf("causeway-controller listening on %s\n", ctl->net.listen_address);
   fflush(stdout);
+  CW_RETURN_IF_ERROR(cw_ctl_metrics_start(ctl), "controller");
   return cw_ok_status();
 }
 
@@ -1472,6 +1479,7 @@ void cw_controller_release(cw_controller_t* ctl) {
     free(w);
   }
   free(ctl->workers);
+  cw_ctl_metrics_release(ctl);
   cw_compile_cache_release(ctl->cache);
   cw_ctl_disk_release(ctl);
   free(ctl);

@@ -65,6 +65,7 @@ struct cw_ctl_session_s {
   cw_net_conn_t** links;  // [ctl->num_workers at open], retained; NULL: none
   size_t num_links;
   cw_ctl_exe_t* exes;
+  uint64_t launches;  // relayed (metrics)
 };
 
 struct cw_ctl_peer_s {
@@ -88,6 +89,7 @@ struct cw_ctl_item_s {
   ProtobufCMessage* msg;      // owned; relayed as it is
   cw_ctl_multi_t* multi;      // DELETE spanning workers; NULL otherwise
   uint32_t worker;
+  int64_t received_ns;  // CLOCK_MONOTONIC at receipt (launch latency)
 };
 
 // A DELETE split over several workers: one reply when all are done.
@@ -205,5 +207,23 @@ void cw_ctl_disk_store(cw_controller_t* ctl, const uint8_t* key, size_t key_size
                        cw_compile_cache_entry_t* entry);
 // Fills the disk fields of a STATS reply.
 void cw_ctl_disk_stats(const cw_controller_t* ctl, Causeway__V1__Stats* st);
+  struct cw_ctl_metrics_s* metrics;  // --metrics-listen (cw_ctl_metrics.c); NULL: off
+};
+
+// cw_controller.c, shared with its modules.
+cw_net_conn_t* cw__link_open(cw_controller_t* ctl, cw_ctl_worker_t* w, uint64_t session_id);
+
+// --- Metrics (cw_ctl_metrics.c): Prometheus text over HTTP ------------------------------
+int64_t cw_ctl_metrics_now_ns(void);
+// Starts the HTTP listener and the worker STATS poll when --metrics-listen is set.
+CW_MUST_USE cw_status_t cw_ctl_metrics_start(cw_controller_t* ctl);
+// Closes the listener, the poll timer and every HTTP connection (loop runs on).
+void cw_ctl_metrics_stop(cw_controller_t* ctl);
+// Frees what is left once the loop has closed its handles.
+void cw_ctl_metrics_release(cw_controller_t* ctl);
+// A launch reply (or error) from the island's worker for a relayed item.
+void cw_ctl_metrics_on_launch_reply(cw_controller_t* ctl, const cw_ctl_item_t* it);
+// A client compile answered; cache_hit says whether it compiled nothing.
+void cw_ctl_metrics_on_compile(cw_controller_t* ctl, int64_t elapsed_ms, bool cache_hit);
 
 #endif  // CW_CTL_INTERNAL_H_

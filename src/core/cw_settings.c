@@ -72,6 +72,9 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
                                          1024 * 1024 * GIB, "10737418240",
                                          "CW_COMPILE_CACHE_DISK_BYTES", false,
                                          "controller: bound of the disk cache (oldest out first)"},
+    [CW_SET_METRICS_LISTEN] = {"metrics-listen", CW_SETTING_STRING, 0, 0, "", "CW_METRICS_LISTEN",
+                               false, "controller: serve Prometheus metrics over HTTP on "
+                               "host:port (GET /metrics); empty: off"},
 };
 
 const cw_setting_def_t* cw_settings_def(cw_setting_id_t id) {

@@ -39,6 +39,7 @@ typedef enum cw_setting_id_e {
   CW_SET_STAGING_CACHE_BYTES,
   CW_SET_COMPILE_CACHE_DIR,
   CW_SET_COMPILE_CACHE_DISK_BYTES,
+  CW_SET_METRICS_LISTEN,
   CW_SET_COUNT,
 } cw_setting_id_t;
 

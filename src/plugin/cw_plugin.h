@@ -384,6 +384,22 @@ PJRT_Error* cw_plugin_loaded_get_device_assignment(
 PJRT_Error* cw_plugin_loaded_logical_ids(
     PJRT_LoadedExecutable_AddressableDeviceLogicalIds_Args* args);
 
+// ---- Session timeline (cw_plugin_trace.c, obs) --------------------------------
+
+#define CW__TRACE_LANE_DISPATCH 1  // client tids: API calls that dispatch
+#define CW__TRACE_LANE_TRANSFER 2  // requests from dispatch to the worker's ack
+#define CW__TRACE_LANE_WAIT 3      // blocking waits
+bool cw__trace_on(void);
+int64_t cw__trace_now_ns(void);
+// Records a client event [start_ns, now) (no-op unless tracing); `w` may be NULL.
+void cw__trace_client_event(const char* cat, const char* name, int lane, int64_t start_ns,
+                            const cw__worker_t* w, uint64_t id, uint64_t seq, uint64_t bytes);
+// CAUSEWAY_TRACE set: asks every worker to record the session, registers the
+// exit-time write. Called once the client is ready.
+void cw__trace_start(cw__client_t* c);
+// Fetches the workers' events and writes the file (client destroy, exit).
+void cw__trace_finish(cw__client_t* c);
+
 // Plugin attributes: the workers' plugin attributes once a session exists
 // (defaults before). Set by client creation; never freed (process lifetime).
 void cw__plugin_attributes_set(Causeway__V1__NamedValue* const* values, size_t count);

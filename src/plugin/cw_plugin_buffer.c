@@ -58,12 +58,20 @@ static void cw__buffer_free(cw__buffer_t* b) {
 typedef struct cw__op_s {
   cw__future_t* f;
   cw__worker_t* w;
+  // obs: the transfer event (trace_t0 0: not traced).
+  int64_t trace_t0;
+  uint16_t type;
+  uint64_t seq, bytes;
   bool errors_only;  // success is reported by a sibling request
 } cw__op_t;
 
 static void cw__op_cb(void* user, cw_status_t status, const ProtobufCMessage* reply) {
   (void)reply;
   cw__op_t* op = user;
+  if (op->trace_t0) {
+    cw__trace_client_event("transfer", cw_msg_type_name(op->type), CW__TRACE_LANE_TRANSFER,
+                           op->trace_t0, op->w, 0, op->seq, op->bytes);
+  }
   status = cw__worker_map_error(op->w, status);
   if (status || !op->errors_only) {
     cw__future_complete(op->f, status);
@@ -79,6 +87,9 @@ static cw__op_t* cw__op_new(cw__future_t* f, cw__worker_t* w, bool errors_only) 
   op->f = f;
   op->w = w;
   op->errors_only = errors_only;
+  op->trace_t0 = 0;
+  op->type = 0;
+  op->seq = op->bytes = 0;
   return op;
 }
 
@@ -93,6 +104,12 @@ static cw_status_t cw__send_op(cw__worker_t* w, uint16_t type, ProtobufCMessage*
                                const cw_client_sink_t* sink, cw__future_t* f, bool errors_only) {
   cw__op_t* op = cw__op_new(f, w, errors_only);
   if (!op) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  op->trace_t0 = cw__trace_on() ? cw__trace_now_ns() : 0;
+  op->type = type;
+  for (int i = 0; op->trace_t0 && i < bulk_count; ++i) op->bytes += bulk[i].iov_len;
+  if (op->trace_t0 && sink) op->bytes += sink->capacity;
+  // (op->seq stays 0: the seq is taken inside the send, and the completion
+  // may free op before it returns.)
   cw_status_t s = cw__worker_send(w, type, req, seq, bulk, bulk_count, sink, cw__op_cb, op);
   if (s) cw__op_abandon(op);
   return s;

@@ -601,12 +601,14 @@ PJRT_Error* cw_plugin_client_create(PJRT_Client_Create_Args* args) {
     return cw_plugin_error_from_status(s);
   }
   atomic_store_explicit(&c->ready, true, memory_order_release);
+  cw__trace_start(c);  // CAUSEWAY_TRACE
   args->client = (PJRT_Client*)c;
   return NULL;
 }
 
 PJRT_Error* cw_plugin_client_destroy(PJRT_Client_Destroy_Args* args) {
   CW__CHECK_ARGS(args, PJRT_Client_Destroy_Args, client);
+  if (args->client) cw__trace_finish((cw__client_t*)args->client);
   cw__client_free((cw__client_t*)args->client);
   return NULL;
 }

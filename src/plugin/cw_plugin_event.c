@@ -12,6 +12,7 @@ typedef struct cw__waiter_s {
   cw__future_fn fn;              // internal continuation, or
   PJRT_Event_OnReadyCallback cb;  // a PJRT callback (gets an owned error)
   void* user;
+  int64_t trace_t0;  // obs: PJRT OnReady registration (a wait in the timeline); 0: none
 } cw__waiter_t;
 
 struct cw__future_s {
@@ -69,6 +70,10 @@ static void cw__waiter_run(cw__waiter_t* w, cw_status_t status) {
   if (w->fn) {
     w->fn(w->user, status);
   } else {
+    if (w->trace_t0) {
+      cw__trace_client_event("wait", "on_ready", CW__TRACE_LANE_WAIT, w->trace_t0, NULL, 0, 0,
+                             0);
+    }
     // The PJRT callback owns the error it receives.
     w->cb(status ? cw_plugin_error_from_status(cw__status_copy(status)) : NULL, w->user);
   }
@@ -177,7 +182,10 @@ PJRT_Error* cw_plugin_event_error(PJRT_Event_Error_Args* args) {
 PJRT_Error* cw_plugin_event_await(PJRT_Event_Await_Args* args) {
   CW__CHECK_ARGS(args, PJRT_Event_Await_Args, event);
   if (!args->event) return cw__no_event("PJRT_Event_Await");
-  return cw_plugin_error_or_null(cw__future_wait(CW__EVENT(args)));
+  int64_t t0 = cw__trace_on() ? cw__trace_now_ns() : 0;
+  cw_status_t s = cw__future_wait(CW__EVENT(args));
+  if (t0) cw__trace_client_event("wait", "await", CW__TRACE_LANE_WAIT, t0, NULL, 0, 0, 0);
+  return cw_plugin_error_or_null(s);
 }
 
 PJRT_Error* cw_plugin_event_on_ready(PJRT_Event_OnReady_Args* args) {
@@ -194,6 +202,7 @@ PJRT_Error* cw_plugin_event_on_ready(PJRT_Event_OnReady_Args* args) {
   }
   w->cb = args->callback;
   w->user = args->user_arg;
+  w->trace_t0 = cw__trace_on() ? cw__trace_now_ns() : 0;
   cw__future_add(CW__EVENT(args), w);
   return NULL;
 }

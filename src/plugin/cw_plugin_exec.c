@@ -528,6 +528,8 @@ static void cw__launch_cb(void* user, cw_status_t status, const ProtobufCMessage
 PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args) {
   CW__CHECK_ARGS(args, PJRT_LoadedExecutable_Execute_Args, execute_device);
   CW__NEED_EXE(args, "PJRT_LoadedExecutable_Execute");
+  int64_t trace_t0 = cw__trace_on() ? cw__trace_now_ns() : 0;  // obs: the dispatch event
+  uint64_t trace_seq = 0;
   cw__loaded_t* l = CW__LOADED(args);
   cw__exe_t* e = l->exe;
   cw__client_t* c = e->client;
@@ -676,6 +678,7 @@ PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args) {
       cw__worker_flush_deletes_locked(e->worker);  // batched DELETEs come first
       req.seq = cw__worker_next_seq(e->worker);
       lc->seq = req.seq;
+      trace_seq = req.seq;
       s = cw_client_send(c->ctrl, CW_MSG_LAUNCH, &req.base, NULL, 0, NULL, cw__launch_cb, lc,
                          NULL);
       pthread_mutex_unlock(&e->worker->send_mu);
@@ -724,5 +727,9 @@ PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args) {
     for (size_t d = 0; d < nd; ++d) args->device_complete_events[d] = cw__event_of(f);
   }
   cw__future_release(f);
+  if (trace_t0) {
+    cw__trace_client_event("execute", e->name, CW__TRACE_LANE_DISPATCH, trace_t0, e->worker,
+                           e->id, trace_seq, 0);
+  }
   return NULL;
 }

@@ -27,6 +27,8 @@ CW__PIN(REGISTER);
 CW__PIN(OPEN_SESSION);
 CW__PIN(EXE_INFO);
 CW__PIN(EVENT);
+CW__PIN(TRACE_START);
+CW__PIN(TRACE_FETCH);
 #undef CW__PIN
 _Static_assert(CAUSEWAY__V1__ROLE__ROLE_CLIENT == 1 && CAUSEWAY__V1__ROLE__ROLE_WORKER == 2 &&
                    CAUSEWAY__V1__ROLE__ROLE_CONTROLLER == 3,
@@ -78,6 +80,10 @@ static const cw__msg_entry_t cw__msgs[CW_MSG_TYPE_MAX + 1] = {
     // Unsolicited notice; the reply descriptor is unused (no reply is sent).
     [CW_MSG_EVENT] = {"EVENT", &causeway__v1__cluster_event__descriptor,
                       &causeway__v1__cluster_event__descriptor},
+    [CW_MSG_TRACE_START] = {"TRACE_START", &causeway__v1__trace_start_request__descriptor,
+                            &causeway__v1__trace_clock__descriptor},
+    [CW_MSG_TRACE_FETCH] = {"TRACE_FETCH", &causeway__v1__trace_fetch_request__descriptor,
+                            &causeway__v1__trace_events__descriptor},
 };
 
 static bool cw__type_known(uint16_t type) {

@@ -269,14 +269,12 @@ static void cw__send(cw_conn_t* c, uint16_t type, uint32_t flags, uint64_t reque
   cw__count_bytes(c, 0, CW_FRAME_HEADER_SIZE + plen + bulk_len);
 }
 
-static void cw__reply(cw_conn_t* c, uint16_t type, uint64_t request_id,
-                      const ProtobufCMessage* msg) {
+void cw__reply(cw_conn_t* c, uint16_t type, uint64_t request_id, const ProtobufCMessage* msg) {
   cw__send(c, type, CW_FRAME_REPLY, request_id, msg, NULL, 0, NULL, NULL);
 }
 
 // Takes `status`.
-static void cw__reply_error(cw_conn_t* c, uint16_t type, uint64_t request_id,
-                            cw_status_t status) {
+void cw__reply_error(cw_conn_t* c, uint16_t type, uint64_t request_id, cw_status_t status) {
   c->w->errors++;
   Causeway__V1__ErrorReply er = CAUSEWAY__V1__ERROR_REPLY__INIT;
   er.code = (uint32_t)cw_status_code(status);
@@ -385,6 +383,7 @@ static cw_op_t* cw__op_create(cw_conn_t* c, uint16_t type, uint64_t request_id) 
   op->skey = c->session ? c->session->key : 0;
   op->device = -1;
   op->dst_device = -1;
+  op->trace_start_ns = cw_worker_trace_now_ns();
   return op;
 }
 
@@ -531,6 +530,8 @@ static void cw__session_drop(cw_worker_t* w, cw_session_t* s) {
   CW_LOGI("session %" PRIu64 " closed; freeing its objects", s->id);
   uint64_t key = s->key;
   cw_seq_deinitialize(&s->seq, cw__seq_release_conn);
+  if (s->trace) w->traced_sessions--;
+  cw_worker_trace_free(s->trace);
   free(s);
   cw_store_remove_session(w->store, key);
 }
@@ -816,6 +817,12 @@ static void cw__handle_stats(cw_conn_t* c, const cw_frame_header_t* h) {
   st.uploads = w->uploads;
   st.downloads = w->downloads;
   st.errors = w->errors;
+  st.upload_bytes = w->upload_bytes;
+  st.download_bytes = w->download_bytes;
+  st.send_bytes = w->send_bytes;
+  st.put_bytes = w->put_bytes;
+  st.sends = w->sends;
+  st.puts = w->puts;
   for (cw_session_t* s = w->sessions; s; s = s->next) st.sessions++;
   st.connections = w->inbound_connections;
   st.session_buffers = mine.buffers;
@@ -1043,6 +1050,11 @@ static void cw__upload_ready(cw_worker_t* w, void* user, cw_status_t status) {
     cw__op_fail(op, status);
     return;
   }
+  cw_worker_trace_record(w, op->skey, op->type == CW_MSG_PUT ? "put" : "upload",
+                         op->type == CW_MSG_PUT ? "PUT" : "UPLOAD", op->device,
+                         op->trace_start_ns, op->dst_id,
+                         op->msg ? cw_seq_of_request(op->type, op->msg) : 0, op->size, 0,
+                         op->type == CW_MSG_PUT ? op->conn->name : NULL);
   cw__op_ack(op, op->dst_id);
 }
 
@@ -1096,7 +1108,13 @@ static void cw__upload_finish(cw_op_t* op) {
   *ref = (cw_block_ref_t){op->staging_foreign ? NULL : w, op->staging, op->size};
   op->staging = NULL;
   cw__when_ready(w, done, cw__upload_staging_done, ref);
-  if (op->type == CW_MSG_UPLOAD) w->uploads++;
+  if (op->type == CW_MSG_UPLOAD) {
+    w->uploads++;
+    w->upload_bytes += op->size;
+  } else if (op->type == CW_MSG_PUT) {
+    w->puts++;
+    w->put_bytes += op->size;
+  }
   PJRT_Event* ready = NULL;
   st = cw_pjrt_ready_event(w->pjrt, buffer, &ready);
   cw_store_set_ready(w->store, e, buffer);  // may run waiters
@@ -1371,6 +1389,10 @@ static void cw__download_done(cw_worker_t* w, void* user, cw_status_t status) {
   info.device = op->device;
   info.size = op->size;
   w->downloads++;
+  w->download_bytes += op->size;
+  cw_worker_trace_record(w, op->skey, "download", "DOWNLOAD", op->device, op->trace_start_ns,
+                         op->id, op->msg ? cw_seq_of_request(op->type, op->msg) : 0, op->size,
+                         0, NULL);
   cw__send(op->conn, op->type, CW_FRAME_REPLY, op->request_id, &info.base, bulk, op->size,
            bulk_free, bulk_user);
   cw__op_free(op);
@@ -1611,7 +1633,7 @@ static void cw__launch_unthrottle(cw_worker_t* w) {
   }
 }
 
-static void cw__launch_device_done(cw_worker_t* w, void* user, cw_status_t status) {
+void cw__launch_device_done(cw_worker_t* w, void* user, cw_status_t status) {
   cw_launch_t* l = user;
   if (status && !l->first_error) l->first_error = status;
   else cw_status_free(status);
@@ -1723,6 +1745,7 @@ static void cw__launch_issue(cw_worker_t* w, cw_launch_t* l, cw_store_entry_t* e
     }
     donate[a] = ok;
   }
+  l->trace_start_ns = cw_worker_trace_now_ns();
   if (!st) {
     st = cw_pjrt_execute(w->pjrt, (PJRT_LoadedExecutable*)exe->handle, nd, na,
                          (PJRT_Buffer* const* const*)arg_lists, (PJRT_Buffer** const*)out_lists,
@@ -1770,7 +1793,12 @@ static void cw__launch_issue(cw_worker_t* w, cw_launch_t* l, cw_store_entry_t* e
   free(outs);
   cw__launch_drop_donated(w, l);
   l->events_left = nd;
-  for (size_t d = 0; d < nd; ++d) cw__when_ready(w, events[d], cw__launch_device_done, l);
+  for (size_t d = 0; d < nd; ++d) {
+    cw_done_fn fn = cw__launch_device_done;
+    void* user = l;
+    cw_worker_trace_wrap_launch(w, l, d, &fn, &user);  // obs: when the session is traced
+    cw__when_ready(w, events[d], fn, user);
+  }
   free(events);
 }
 
@@ -2153,6 +2181,11 @@ static void cw__send_put_done(cw_conn_t* peer, cw_op_t* op, cw_status_t status) 
     cw__op_fail(op, st);
     return;
   }
+  op->w->sends++;
+  op->w->send_bytes += op->size;
+  cw_worker_trace_record(op->w, op->skey, "send", "SEND", op->device, op->trace_start_ns, op->id,
+                         op->msg ? cw_seq_of_request(op->type, op->msg) : 0, op->size, 0,
+                         op->peer_address);
   cw__op_ack(op, op->dst_id);
 }
 
@@ -2614,6 +2647,12 @@ static void cw__dispatch(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCMess
     case CW_MSG_STATS:
       cw__handle_stats(c, h);
       break;
+    case CW_MSG_TRACE_START:
+      cw_worker_trace_handle_start(c, h, (const Causeway__V1__TraceStartRequest*)msg);
+      break;
+    case CW_MSG_TRACE_FETCH:
+      cw_worker_trace_handle_fetch(c, h, (const Causeway__V1__TraceFetchRequest*)msg);
+      break;
     case CW_MSG_EXE_INFO: {
       // Waits for a pending COMPILE or LOAD.
       cw_op_t* op = cw__op_for_wait(c, h, ((const Causeway__V1__ExeInfoRequest*)msg)->exe_id,
@@ -2720,6 +2759,7 @@ void cw_worker_stop(cw_worker_t* w) {
     w->sessions = s->next;
     cw_store_remove_session(w->store, s->key);
     cw_seq_deinitialize(&s->seq, cw__seq_release_conn);
+    cw_worker_trace_free(s->trace);
     free(s);
   }
   cw_store_remove_session(w->store, 0);

@@ -50,6 +50,7 @@ typedef struct cw_session_s {
   uint64_t key;  // store key, unique per incarnation (never reused)
   int connections;  // client connections that keep it alive
   cw_seq_t seq;     // ordering across its connections (cw_worker_seq.h)
+  struct cw_wtrace_s* trace;  // obs: recorded events once the client asked; NULL: none
 } cw_session_t;
 
 typedef struct cw_peer_stat_s {
@@ -83,6 +84,7 @@ typedef struct cw_launch_s {
   size_t events_left;
   cw_status_t first_error;
   bool donated_dropped;  // the donated inputs' ids are deleted
+  int64_t trace_start_ns;  // obs: when it was issued to PJRT
 } cw_launch_t;
 
 struct cw_conn_s {
@@ -182,6 +184,7 @@ struct cw_op_s {
   // absent): waiting resumes on it, not on whatever op->id names by then.
   cw_store_entry_t* src;
   bool src_resolved;
+  int64_t trace_start_ns;  // obs: when the request arrived
 };
 
 // A PJRT event completion, marshalled from a plugin thread to the loop.
@@ -236,6 +239,9 @@ struct cw_worker_s {
   size_t outstanding;  // completions and threadpool jobs not yet applied
   // Counters for STATS.
   uint64_t launches, uploads, downloads, errors;
+  // obs: bytes moved, for STATS fields 100-105 (controller metrics).
+  uint64_t upload_bytes, download_bytes, send_bytes, put_bytes, sends, puts;
+  size_t traced_sessions;  // obs: sessions with a trace (0: recording costs nothing)
   // Launches handed to PJRT whose completion events have not all fired, and
   // the connections (referenced, FIFO) whose next launch waits for that
   // count to drop below CW__MAX_LAUNCHES_IN_FLIGHT.
@@ -252,5 +258,28 @@ struct cw_worker_s {
   char advertised_address[256];
   cw_net_watch_t watch;
 };
+
+// cw_worker.c, shared with its modules.
+void cw__reply(cw_conn_t* c, uint16_t type, uint64_t request_id, const ProtobufCMessage* msg);
+void cw__reply_error(cw_conn_t* c, uint16_t type, uint64_t request_id, cw_status_t status);
+void cw__launch_device_done(cw_worker_t* w, void* user, cw_status_t status);
+
+// --- Session timelines (cw_worker_trace.c, obs) --------------------------------------
+struct cw_wtrace_s;
+int64_t cw_worker_trace_now_ns(void);
+bool cw_worker_trace_enabled(cw_worker_t* w, uint64_t skey);
+// Records a complete event [start_ns, now) for session `skey` if it is traced.
+void cw_worker_trace_record(cw_worker_t* w, uint64_t skey, const char* cat, const char* name,
+                            int device, int64_t start_ns, uint64_t id, uint64_t seq,
+                            uint64_t bytes, uint64_t launch_id, const char* peer);
+// A traced launch's device completion at position `index`: swaps in a callback
+// that records the execution and then calls *fn(user). No-op when untraced.
+void cw_worker_trace_wrap_launch(cw_worker_t* w, cw_launch_t* l, size_t index, cw_done_fn* fn,
+                                 void** user);
+void cw_worker_trace_handle_start(cw_conn_t* c, const cw_frame_header_t* h,
+                                  const Causeway__V1__TraceStartRequest* r);
+void cw_worker_trace_handle_fetch(cw_conn_t* c, const cw_frame_header_t* h,
+                                  const Causeway__V1__TraceFetchRequest* r);
+void cw_worker_trace_free(struct cw_wtrace_s* t);
 
 #endif  // CW_WORKER_INTERNAL_H_

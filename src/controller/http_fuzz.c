@@ -1,0 +1,34 @@
+// libFuzzer target: the metrics endpoint's HTTP request-head parser, fed as
+// the controller feeds it (every prefix a read could deliver, then the whole
+// input), and the label escaper on the same bytes.
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "cw_http.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const size_t max = 8192;
+  cw_http_request_t r;
+  size_t step = size / 8 + 1;
+  for (size_t n = 0; n <= size; n += step) {
+    if (cw_http_parse_request((const char*)data, n, max, &r) == CW_HTTP_OK) {
+      // A parsed request names a NUL-terminated method and path.
+      if (strlen(r.method) > CW_HTTP_MAX_METHOD || strlen(r.path) > CW_HTTP_MAX_PATH ||
+          r.path[0] != '/') {
+        __builtin_trap();
+      }
+    }
+  }
+  (void)cw_http_parse_request((const char*)data, size, max, &r);
+  char label[256];
+  size_t n = size < sizeof(label) - 1 ? size : sizeof(label) - 1;
+  memcpy(label, data, n);
+  label[n] = 0;
+  cw_http_text_t t = {0};
+  cw_http_text_label(&t, label);
+  cw_http_text_free(&t);
+  return 0;
+}
