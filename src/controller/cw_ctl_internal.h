@@ -177,6 +177,7 @@ struct cw_controller_s {
   uint64_t compiles, cache_hits, cache_misses, launches_relayed, errors;
   uint64_t compiles_sent;  // COMPILE requests sent to workers
   cw_ctl_disk_t* disk;     // compile cache on disk; NULL when off
+  struct cw_ctl_metrics_s* metrics;  // --metrics-listen (cw_ctl_metrics.c); NULL: off
 };
 
 // --- cw_controller.c, used by the modules below --------------------------------------
@@ -207,8 +208,6 @@ void cw_ctl_disk_store(cw_controller_t* ctl, const uint8_t* key, size_t key_size
                        cw_compile_cache_entry_t* entry);
 // Fills the disk fields of a STATS reply.
 void cw_ctl_disk_stats(const cw_controller_t* ctl, Causeway__V1__Stats* st);
-  struct cw_ctl_metrics_s* metrics;  // --metrics-listen (cw_ctl_metrics.c); NULL: off
-};
 
 // cw_controller.c, shared with its modules.
 cw_net_conn_t* cw__link_open(cw_controller_t* ctl, cw_ctl_worker_t* w, uint64_t session_id);
