@@ -64,6 +64,16 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
     [CW_SET_STAGING_CACHE_BYTES] = {"staging-cache-bytes", CW_SETTING_INT, 0, 1024 * GIB,
                                     "1073741824", "CW_STAGING_CACHE_BYTES", false,
                                     "worker: freed bulk staging blocks (>= 1 MiB) kept for reuse"},
+    [CW_SET_HEARTBEAT_MS] = {"heartbeat-ms", CW_SETTING_INT, 10, 60000, "1000", "CW_HEARTBEAT_MS",
+                             false, "worker: send the controller a heartbeat this often"},
+    [CW_SET_WORKER_TIMEOUT_MS] = {"worker-timeout-ms", CW_SETTING_INT, 50, 600000, "5000",
+                                  "CW_WORKER_TIMEOUT_MS", false,
+                                  "controller: declare a worker dead after this long without a "
+                                  "heartbeat"},
+    [CW_SET_RECONNECT_MAX_MS] = {"reconnect-max-ms", CW_SETTING_INT, 10, 600000, "2000",
+                                 "CW_RECONNECT_MAX_MS", false,
+                                 "worker: longest wait between attempts to reach a lost "
+                                 "controller (from 100 ms, doubling)"},
 };
 
 const cw_setting_def_t* cw_settings_def(cw_setting_id_t id) {

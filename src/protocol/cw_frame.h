@@ -42,7 +42,9 @@ typedef enum cw_msg_type_e {
   CW_MSG_OPEN_SESSION = 33,
   CW_MSG_EXE_INFO = 34,
   CW_MSG_EVENT = 35,
-  CW_MSG_TYPE_MAX = 35,
+  CW_MSG_HEALTH_HEARTBEAT = 45,
+  CW_MSG_HEALTH_REJOIN = 46,
+  CW_MSG_TYPE_MAX = 46,
 } cw_msg_type_t;
 
 typedef struct cw_frame_header_s {

@@ -557,6 +557,9 @@ _STATS_FIELDS = {1: "buffers", 2: "buffer_bytes", 3: "executables", 4: "launches
                  5: "uploads", 6: "downloads", 7: "sessions", 8: "connections",
                  10: "session_buffers", 11: "errors", 12: "workers", 13: "compiles",
                  14: "cache_hits", 15: "cache_misses", 16: "cache_bytes", 17: "workers_dead"}
+# Health (tests/cluster/test_health.py).
+_STATS_FIELDS.update({50: "workers_replaced", 51: "workers_timed_out", 52: "heartbeats",
+                      53: "exes_reloaded"})
 
 _clib = None
 
@@ -652,18 +655,19 @@ class HandCluster:
     """
 
     def __init__(self, workers: int = NUM_WORKERS, devices: int = DEVICES_PER_WORKER,
-                 tcp: bool = False):
+                 tcp: bool = False, controller_args: tuple = (), worker_args: tuple = ()):
         self.dir = tempfile.mkdtemp(prefix="cw-hand-")
+        self.devices = devices
+        self.controller_args = tuple(controller_args)
+        self.worker_args = tuple(worker_args)
         if tcp:
             self.controller = f"127.0.0.1:{free_tcp_port()}"
         else:
             self.controller = os.path.join(self.dir, "controller.sock")
         self.procs: dict[str, subprocess.Popen] = {}
         self.addresses: dict[str, str] = {}
-        env = {k: v for k, v in os.environ.items() if k not in _STRIP}
-        self._spawn("controller", [os.path.join(bin_dir(), "causeway-controller"),
-                                   "--listen", self.controller], env)
-        self._wait_listening("controller", self.controller)
+        self.env = env = {k: v for k, v in os.environ.items() if k not in _STRIP}
+        self.start_controller()
         for i in range(workers):
             name = f"hand-worker-{i}"
             addr = (f"127.0.0.1:{free_tcp_port()}" if tcp
@@ -672,7 +676,7 @@ class HandCluster:
             self._spawn(name, [os.path.join(bin_dir(), "causeway-worker"),
                                "--plugin", cpu_plugin(), "--devices", str(devices),
                                "--listen", addr, "--name", name,
-                               "--controller", self.controller], env)
+                               "--controller", self.controller, *self.worker_args], env)
         for name, addr in self.addresses.items():
             self._wait_listening(name, addr)
         # Registered with the controller?
@@ -681,6 +685,28 @@ class HandCluster:
             logs = self.logs()
             self.stop()
             raise AssertionError(f"hand cluster: {workers} workers did not register\n{logs}")
+
+    def start_controller(self) -> None:
+        """(Re)starts the controller on its address (after it was killed)."""
+        self._spawn("controller", [os.path.join(bin_dir(), "causeway-controller"),
+                                   "--listen", self.controller, *self.controller_args], self.env)
+        self._wait_listening("controller", self.controller)
+
+    def start_worker(self, name: str, addr: str | None = None, key: str | None = None) -> str:
+        """Starts a worker called `name` (a replacement when one had that name),
+        listening on `addr` (default: a fresh address); its process is
+        procs[key or name]. Returns the address once it listens."""
+        if addr is None:
+            addr = (f"127.0.0.1:{free_tcp_port()}" if ":" in self.controller
+                    else os.path.join(self.dir, f"{name}-{len(self.procs)}.sock"))
+        key = key or name
+        self.addresses[key] = addr
+        self._spawn(key, [os.path.join(bin_dir(), "causeway-worker"),
+                          "--plugin", cpu_plugin(), "--devices", str(self.devices),
+                          "--listen", addr, "--name", name,
+                          "--controller", self.controller, *self.worker_args], self.env)
+        self._wait_listening(key, addr)
+        return addr
 
     def _registered(self) -> int:
         try:
@@ -729,11 +755,14 @@ class HandCluster:
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         self.procs[name].send_signal(sig)
+        if sig in (signal.SIGSTOP, signal.SIGCONT):
+            return  # it does not exit
         self.procs[name].wait(timeout=10)
 
     def stop(self) -> None:
         for p in self.procs.values():
             if p.poll() is None:
+                p.send_signal(signal.SIGCONT)  # a stopped one cannot handle SIGTERM
                 p.terminate()
         for p in self.procs.values():
             try:
