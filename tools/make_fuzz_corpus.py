@@ -31,6 +31,7 @@ ERROR = 0x2
 HELLO, PING, INVENTORY, COMPILE, SERIALIZE, LOAD, UPLOAD, LAUNCH, DOWNLOAD, \
     COPY, SEND, PUT, EXPECT, DELETE, STATS, AWAIT = range(1, 17)
 
+HEALTH_HEARTBEAT, HEALTH_REJOIN = 45, 46
 ROLE_CLIENT, ROLE_WORKER, ROLE_CONTROLLER = 1, 2, 3
 F32, S32, U8, F64, BF16, PRED = 11, 4, 6, 12, 13, 1
 
@@ -265,6 +266,12 @@ def frame_corpus():
     c["rep_delete"] = frame(DELETE, ack(0), flags=REPLY, req_id=15)
     c["rep_stats"] = frame(STATS, stats(), flags=REPLY, req_id=16)
     c["rep_await"] = frame(AWAIT, array_info(buf=3), flags=REPLY, req_id=17)
+    # Health (message types 45, 46).
+    c["req_health_heartbeat"] = frame(HEALTH_HEARTBEAT, f_varint(1, 42), req_id=0)
+    c["req_health_rejoin"] = frame(HEALTH_REJOIN, f_varint(1, 1) + f_varint(2, 3), req_id=18)
+    c["rep_health_rejoin"] = frame(HEALTH_REJOIN, ack(1), flags=REPLY, req_id=18)
+    c["err_health_rejoin"] = frame(HEALTH_REJOIN, error_reply(14, "worker w (a) is unavailable"),
+                                   flags=REPLY | ERROR, req_id=18)
     # Error replies.
     c["err_not_found"] = frame(DOWNLOAD, error_reply(5, "buffer 3 not found"),
                                flags=REPLY | ERROR, req_id=10)

@@ -227,6 +227,11 @@ void cw__health_on_event(cw__client_t* c, const Causeway__V1__ClusterEvent* ev);
 bool cw__health_revive(cw__worker_t* w);
 // UNAVAILABLE when `b` lived on a worker that has since been replaced.
 CW_MUST_USE cw_status_t cw__buffer_check_epoch(const struct cw__buffer_s* b);
+// Whether `status` (borrowed) says the controller connection is lost.
+bool cw__is_controller_lost(const cw__client_t* c, cw_status_t status);
+// Takes `status`: when the controller connection is lost, UNAVAILABLE
+// "causeway: the controller at ADDRESS is unavailable: ..."; else unchanged.
+CW_MUST_USE cw_status_t cw__controller_error(cw__client_t* c, cw_status_t status);
 // Frees the worker's health state (retired connections and addresses).
 void cw__health_worker_free(cw__worker_t* w);
 

@@ -356,6 +356,9 @@ PJRT_Error* cw_plugin_buffer_to_host(PJRT_Buffer_ToHostBuffer_Args* args) {
         args->dst_size, (unsigned long long)need));
   }
   s = cw__live(b, "ToHostBuffer");
+  // An error the buffer already has (its launch failed, or the controller
+  // relaying it was lost) wins over whatever the worker may hold.
+  if (!s && cw__future_is_done(b->ready)) s = cw__future_wait(b->ready);
   if (!s) s = cw__worker_take_deferred(b->device->worker);
   if (s) return cw_plugin_error_from_status(s);
   if (need == 0) {

@@ -205,7 +205,8 @@ PJRT_Error* cw_plugin_client_compile(PJRT_Client_Compile_Args* args) {
   req.compile_options.len = args->compile_options ? args->compile_options_size : 0;
   ProtobufCMessage* reply = NULL;
   cw_status_t s = cw_client_call(c->ctrl, CW_MSG_COMPILE, &req.base, NULL, 0, NULL, &reply, NULL);
-  if (s) return cw_plugin_error_from_status(s);  // XLA's message, unchanged
+  // XLA's message, unchanged; a lost controller is named.
+  if (s) return cw_plugin_error_from_status(cw__controller_error(c, s));
   const Causeway__V1__CompileReply* r = (const Causeway__V1__CompileReply*)reply;
   cw__exe_t* e = NULL;
   if (!r->info) {
@@ -520,15 +521,7 @@ typedef struct cw__launch_s {
 
 // A launch's error: the controller's connection lost names the controller.
 static cw_status_t cw__launch_error(cw__worker_t* w, cw_status_t status) {
-  const char* ctrl = w->client->ctrl_address;
-  if (status && cw_status_code(status) == CW_UNAVAILABLE && ctrl &&
-      strstr(cw_status_message(status), ctrl) &&
-      strncmp(cw_status_message(status), "worker ", 7) != 0) {
-    cw_status_t out = cw_make_status(CW_UNAVAILABLE, "causeway: the controller at %s is "
-                                     "unavailable: %s", ctrl, cw_status_message(status));
-    cw_status_free(status);
-    return out;
-  }
+  if (cw__is_controller_lost(w->client, status)) return cw__controller_error(w->client, status);
   return cw__worker_map_error(w, status);
 }
 

@@ -154,6 +154,22 @@ cw_status_t cw__buffer_check_epoch(const struct cw__buffer_s* b) {
                         w->address, (unsigned long long)b->id);
 }
 
+bool cw__is_controller_lost(const cw__client_t* c, cw_status_t status) {
+  // cw_client reports a lost connection as "connection to ADDRESS lost: ...";
+  // a worker's loss relayed by the controller starts with "worker ".
+  return status && cw_status_code(status) == CW_UNAVAILABLE && c->ctrl_address &&
+         strstr(cw_status_message(status), c->ctrl_address) &&
+         strncmp(cw_status_message(status), "worker ", 7) != 0;
+}
+
+cw_status_t cw__controller_error(cw__client_t* c, cw_status_t status) {
+  if (!cw__is_controller_lost(c, status)) return status;
+  cw_status_t out = cw_make_status(CW_UNAVAILABLE, "causeway: the controller at %s is "
+                                   "unavailable: %s", c->ctrl_address, cw_status_message(status));
+  cw_status_free(status);
+  return out;
+}
+
 void cw__health_worker_free(cw__worker_t* w) {
   for (size_t i = 0; i < w->num_retired; ++i) {
     if (w->retired[i].conn) cw_client_release(w->retired[i].conn);

@@ -139,7 +139,12 @@ def ctl_prepare() -> dict:
     x = jax.device_put(a, d)
     f = jax.jit(lambda v: v * 2 + 1)
     y = f(x)
-    STATE["ctl"] = {"a": a, "x": x, "f": f, "y": np.asarray(y)}
+    m = jax.device_put(np.eye(256, dtype=np.float32) * 0.5, ws[sorted(ws)[1]][0])
+
+    @jax.jit
+    def slow(m):  # still running when the controller dies
+        return jax.lax.fori_loop(0, 3000, lambda i, v: jnp.tanh(v @ v + 1.0), m)
+    STATE["ctl"] = {"a": a, "x": x, "f": f, "y": np.asarray(y), "pending": slow(m)}
     return {"y": np.asarray(y)}
 
 
@@ -147,6 +152,7 @@ def ctl_lost() -> dict:
     s = STATE["ctl"]
     return {
         "read": checks._timed(lambda: np.asarray(s["x"])),
+        "in_flight": checks._timed(lambda: s.pop("pending").block_until_ready() is None),
         "launch": checks._timed(lambda: np.asarray(s["f"](s["x"]))),
         "compile": checks._timed(lambda: np.asarray(jax.jit(lambda v: v - 7)(s["x"]))),
         "a": s["a"],

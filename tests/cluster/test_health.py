@@ -165,7 +165,7 @@ def test_controller_restart():
         # Arrays already on workers still read back (straight from the worker).
         assert lost["read"]["ok"], report
         assert np.array_equal(lost["read"]["value"], lost["a"]), report
-        for what in ("launch", "compile"):
+        for what in ("in_flight", "launch", "compile"):
             _unavailable_naming(lost[what], cluster.controller, f"{what}: {report}")
             assert lost[what]["elapsed"] <= DEADLINE_S, report
         # The workers stay up and find the new controller by themselves.
@@ -179,7 +179,8 @@ def test_controller_restart():
             b.close()
         # The old client's session died with the controller: still a clear error.
         again = a.call("ctl_lost", timeout=120)
-        _unavailable_naming(again["launch"], cluster.controller, repr(again))
+        for what in ("launch", "compile"):
+            _unavailable_naming(again[what], cluster.controller, repr(again))
         assert all(p.poll() is None for p in cluster.procs.values()), cluster.logs()
         assert first["y"] is not None
     finally:
