@@ -31,6 +31,11 @@ static void cw__health_tick(uv_timer_t* t) {
   cw_controller_t* ctl = t->data;
   int64_t timeout = cw_settings_int(ctl->settings, CW_SET_WORKER_TIMEOUT_MS);
   int64_t now = cw__now_ms();
+  // libuv runs timers before polling: after a stall of this loop, heartbeats
+  // may be waiting unread in the sockets. Judge only after a poll has run.
+  int64_t since = now - ctl->health_last_tick_ms;
+  ctl->health_last_tick_ms = now;
+  if (since > 2 * (int64_t)uv_timer_get_repeat(t) + 100) return;
   for (size_t i = 0; i < ctl->num_workers; ++i) {
     cw_ctl_worker_t* w = ctl->workers[i];
     if (!w->alive || !w->reg_conn || now - w->last_heartbeat_ms <= timeout) continue;
@@ -48,6 +53,7 @@ void cw_ctl_health_start(cw_controller_t* ctl) {
   if (period < 1) period = 1;
   uv_timer_init(&ctl->loop, &ctl->health_tick);
   ctl->health_tick.data = ctl;
+  ctl->health_last_tick_ms = cw__now_ms();
   uv_timer_start(&ctl->health_tick, cw__health_tick, (uint64_t)period, (uint64_t)period);
 }
 

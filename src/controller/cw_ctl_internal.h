@@ -179,6 +179,7 @@ struct cw_controller_s {
   uint64_t compiles, cache_hits, cache_misses, launches_relayed, errors;
   // Health (cw_ctl_health.c).
   uv_timer_t health_tick;
+  int64_t health_last_tick_ms;
   uint64_t heartbeats, workers_timed_out, workers_replaced, exes_reloaded;
 };
 
