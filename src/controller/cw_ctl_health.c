@@ -275,8 +275,8 @@ void cw_ctl_health_rejoin(cw_ctl_peer_t* p, const cw_frame_header_t* h,
   } else if (!w->alive) {
     st = cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable", w->name, w->address);
   } else if (r->incarnation != w->incarnation) {
-    st = cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is at incarnation %u, not %u (replaced "
-                        "again)", w->name, w->address, w->incarnation, r->incarnation);
+    st = cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is at incarnation %u, not %u",
+                        w->name, w->address, w->incarnation, r->incarnation);
   } else if (!cw__set_joined(p->session, r->worker_index, r->incarnation)) {
     st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   }
