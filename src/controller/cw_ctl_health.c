@@ -131,6 +131,7 @@ typedef struct cw__reload_s {
   cw_ctl_session_t* session;  // retained
   uint64_t exe_id;
   uint64_t serial;
+  uint32_t incarnation;  // of the worker it was sent to
 } cw__reload_t;
 
 static void cw__reload_entry_release(void* user) {
@@ -145,7 +146,10 @@ static void cw__reload_done(void* user, cw_net_conn_t* conn, cw_status_t status,
   cw_ctl_exe_t* e = cw__exe_find(rl->session, rl->exe_id);
   if (e && e->serial == rl->serial && e->state == CW__EXE_LOADING) {
     cw_ctl_worker_t* w = ctl->workers[e->worker];
-    if (status) {
+    if (status && (!w->alive || w->incarnation != rl->incarnation)) {
+      // The replacement died too: the next one loads it again.
+      e->state = CW__EXE_READY;
+    } else if (status) {
       CW_LOGW("re-LOAD of executable %" PRIu64 " into worker %s failed: %s", rl->exe_id, w->name,
               cw_status_message(status));
       e->state = CW__EXE_FAILED;
@@ -180,6 +184,7 @@ static void cw__reload_all(cw_controller_t* ctl, cw_ctl_worker_t* w) {
       cw__session_retain(s);
       rl->exe_id = e->id;
       rl->serial = e->serial;
+      rl->incarnation = w->incarnation;
       Causeway__V1__LoadRequest req = CAUSEWAY__V1__LOAD_REQUEST__INIT;
       req.exe_id = e->id;
       req.compile_options.data = e->options;

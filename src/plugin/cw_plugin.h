@@ -109,7 +109,7 @@ typedef struct cw__worker_s {
   // Health (cw_plugin_health.c). epoch counts this client's reconnections to
   // replacements; buffers made in an older epoch lived on a lost worker.
   _Atomic uint32_t epoch;
-  uint32_t incarnation;         // the controller's, of the worker we talk to
+  uint32_t incarnation;         // guarded by mu: the controller's, of the worker we talk to
   char* next_address;           // guarded by mu: a replacement announced (WORKER_UP)
   uint32_t next_incarnation;
   struct cw__retired_s* retired;  // guarded by send_mu: old connections and addresses

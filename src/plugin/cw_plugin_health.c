@@ -125,11 +125,11 @@ bool cw__health_revive(cw__worker_t* w) {
     w->conn = conn;
     w->address = address;
     address = NULL;
-    w->incarnation = incarnation;
     atomic_store_explicit(&w->seq, 0, memory_order_relaxed);
     w->n_pending_deletes = 0;  // ids of the lost worker
     atomic_fetch_add_explicit(&w->epoch, 1, memory_order_acq_rel);
     pthread_mutex_lock(&w->mu);
+    w->incarnation = incarnation;
     free(w->dead_reason);
     w->dead_reason = NULL;
     if (w->next_incarnation == incarnation) {
