@@ -188,7 +188,6 @@ static void cw__count_bytes(cw_conn_t* c, uint64_t in, uint64_t out) {
 
 // --- Writing ----------------------------------------------------------------
 
-
 typedef struct cw_write_s {
   uv_write_t req;
   cw_conn_t* conn;

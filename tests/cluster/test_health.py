@@ -49,8 +49,8 @@ def test_worker_killed_mid_training_replaced_and_resumed():
     progress = os.path.join(cluster.dir, "progress")
     try:
         ref = r.call("train_reference", steps=50, island=1)
-        victim = ref["worker"]
-        assert victim == "hand-worker-1", ref
+        victim = ref["worker"]  # island 1's worker (registration order decides which)
+        assert victim in cluster.procs, (ref, list(cluster.procs))
         compiles_before = _ctl(cluster)["compiles"]
         r.submit("train_until_error", steps=50, island=1, every=10, progress=progress)
 
