@@ -14,6 +14,10 @@
 //   WORKER_UP with the new address and incarnation;
 // - HEALTH_REJOIN: unknown worker INVALID_ARGUMENT, stale incarnation
 //   UNAVAILABLE, the current one OK; from a worker PERMISSION_DENIED;
+// - with a real worker (XLA's CPU plugin): an executable compiled there is
+//   LOADed into its replacement under the same id (STATS exes_reloaded,
+//   EXE_INFO answered by the new worker), and the session's requests for it
+//   are refused ("was replaced") until the client sent HEALTH_REJOIN;
 // - SIGTERM: the controller exits 0 (under ASan: no leaks).
 #include <setjmp.h>
 #include <stdarg.h>
@@ -237,10 +241,78 @@ static void test_health(void** state) {
   protobuf_c_message_free_unpacked(&s->base, NULL);
   assert_int_equal(events(&g.downs), 1);
   cw_client_release(a);
-  cw_client_release(b);
+  cw_client_release(b);  // slot 0 is dead from here on
+  assert_int_equal(wait_events(&g.downs, 2, 5000), 2);
+}
+
+static cw_status_t exe_info(uint64_t exe_id, Causeway__V1__ExecutableInfo** out) {
+  Causeway__V1__ExeInfoRequest req = CAUSEWAY__V1__EXE_INFO_REQUEST__INIT;
+  req.exe_id = exe_id;
+  return cw_client_call(g.client, CW_MSG_EXE_INFO, &req.base, NULL, 0, NULL,
+                        (ProtobufCMessage**)out, NULL);
+}
+
+static void start_real_worker(cw_test_worker_t* out) {
+  const char* extra[] = {"--controller", g.address, "--heartbeat-ms", "100", NULL};
+  cw_test_worker_options_t o = {.devices = 1, .name = "rw", .extra_args = extra};
+  assert_int_equal(cw_test_worker_start(&o, out), 0);
+}
+
+static void test_replacement_reloads_and_fences(void** state) {
+  char path[1024];
+  snprintf(path, sizeof(path), "%s/f64.mlir", cw_test_getenv("CW_PROGRAMS_DIR", "programs"));
+  void* code = NULL;
+  size_t code_size = 0;
+  assert_int_equal(cw_test_read_file(path, &code, &code_size), 0);
+  cw_test_worker_t rw, rw2;
+  int ups = events(&g.ups);
+  start_real_worker(&rw);
+  Causeway__V1__Stats* s = NULL;
+  for (int i = 0; i < 200; ++i) {  // registered?
+    s = ctl_stats();
+    bool up = s->workers == 1;
+    protobuf_c_message_free_unpacked(&s->base, NULL);
+    if (up) break;
+    cw_test_sleep_ms(50);
+  }
+  // No device assignment: the first device of the first live worker (rw).
+  Causeway__V1__CompileRequest creq = CAUSEWAY__V1__COMPILE_REQUEST__INIT;
+  creq.exe_id = 77;
+  creq.format = (char*)"mlir";
+  creq.code.data = code;
+  creq.code.len = code_size;
+  ProtobufCMessage* crep = NULL;
+  assert_null(cw_client_call(g.client, CW_MSG_COMPILE, &creq.base, NULL, 0, NULL, &crep, NULL));
+  protobuf_c_message_free_unpacked(crep, NULL);
+  free(code);
+
+  int downs = events(&g.downs);
+  assert_true(cw_test_worker_kill(&rw) >= 0);
+  assert_int_equal(wait_events(&g.downs, downs + 1, 10000), downs + 1);
+  start_real_worker(&rw2);
+  assert_int_equal(wait_events(&g.ups, ups + 2, 30000), ups + 2);  // registered, replaced
+  pthread_mutex_lock(&g.mu);
+  assert_string_equal(g.up_address, rw2.address);
+  uint32_t incarnation = g.up_incarnation;
+  pthread_mutex_unlock(&g.mu);
+  assert_int_equal(incarnation, 1);
+
+  Causeway__V1__ExecutableInfo* info = NULL;
+  expect_error(exe_info(77, &info), CW_UNAVAILABLE, "was replaced (incarnation 1; this "
+               "session knows 0)");
+  assert_null(rejoin(g.client, 1, incarnation));
+  assert_null(exe_info(77, &info));  // answered by the replacement: it holds 77 again
+  assert_int_equal(info->num_outputs, 1);
+  protobuf_c_message_free_unpacked(&info->base, NULL);
+  s = ctl_stats();
+  assert_int_equal(s->exes_reloaded, 1);
+  assert_int_equal(s->workers_replaced, 2);
+  protobuf_c_message_free_unpacked(&s->base, NULL);
+  assert_int_equal(cw_test_worker_stop(&rw2, 30000), 0);
 }
 
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_health)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_health),
+                                     cmocka_unit_test(test_replacement_reloads_and_fences)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }
