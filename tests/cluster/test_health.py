@@ -184,7 +184,7 @@ def test_controller_restart():
         for what in ("launch", "compile"):
             _unavailable_naming(again[what], cluster.controller, repr(again))
         assert all(p.poll() is None for p in cluster.procs.values()), cluster.logs()
-        assert first["y"] is not None
+        assert np.array_equal(first["y"], np.arange(1024, dtype=np.float32) * 2 + 1), first
     finally:
         a.close()
         cluster.stop()
