@@ -17,3 +17,6 @@ build/release/bin/cw_bench --plugin "$plugin" "$@"
 cmake --build build/release --target causeway_pjrt causeway-controller causeway-worker >&2
 jax_args=(); for a in "$@"; do [[ "$a" == --quick ]] && jax_args=(--quick); done
 .venv/bin/python bench/jax_bench.py "${jax_args[@]}"
+# Failover: time from a worker's death (SIGKILL, SIGSTOP) to the error in
+# every affected JAX client, with a plain TCP peer's SIGKILL as the baseline.
+.venv/bin/python bench/failover_bench.py "${jax_args[@]}"

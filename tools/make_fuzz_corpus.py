@@ -38,6 +38,7 @@ HELLO, PING, INVENTORY, COMPILE, SERIALIZE, LOAD, UPLOAD, LAUNCH, DOWNLOAD, \
 
 TRACE_START, TRACE_FETCH = 65, 66  # obs: session timelines
 
+HEALTH_HEARTBEAT, HEALTH_REJOIN = 45, 46
 ROLE_CLIENT, ROLE_WORKER, ROLE_CONTROLLER = 1, 2, 3
 F32, S32, U8, F64, BF16, PRED = 11, 4, 6, 12, 13, 1
 
@@ -282,6 +283,12 @@ def frame_corpus():
     c["rep_trace_start"] = frame(TRACE_START, clock, flags=REPLY, req_id=18)
     c["rep_trace_fetch"] = frame(TRACE_FETCH, f_bytes(1, clock) + f_bytes(2, trace_event) * 2 +
                                  f_varint(3, 7) + f_varint(4, 1), flags=REPLY, req_id=19)
+    # Health (message types 45, 46).
+    c["req_health_heartbeat"] = frame(HEALTH_HEARTBEAT, f_varint(1, 42), req_id=0)
+    c["req_health_rejoin"] = frame(HEALTH_REJOIN, f_varint(1, 1) + f_varint(2, 3), req_id=18)
+    c["rep_health_rejoin"] = frame(HEALTH_REJOIN, ack(1), flags=REPLY, req_id=18)
+    c["err_health_rejoin"] = frame(HEALTH_REJOIN, error_reply(14, "worker w (a) is unavailable"),
+                                   flags=REPLY | ERROR, req_id=18)
     # Error replies.
     c["err_not_found"] = frame(DOWNLOAD, error_reply(5, "buffer 3 not found"),
                                flags=REPLY | ERROR, req_id=10)

@@ -1096,6 +1096,11 @@ void cw_client_release(cw_client_t* client) {
   cw__client_free(c);
 }
 
+void cw_client_shutdown(cw_client_t* client) {
+  // The reader sees EOF and fails everything outstanding (cw__fail_all).
+  if (client) shutdown(client->fd, SHUT_RDWR);
+}
+
 uint64_t cw_client_session_id(const cw_client_t* client) {
   return client ? client->session_id : 0;
 }

@@ -38,6 +38,11 @@ CW_MUST_USE cw_status_t cw_client_connect(const char* address,
 // (their callbacks run), joins the reader thread and frees the client.
 void cw_client_release(cw_client_t* client);
 
+// Closes the connection now, from any thread (a completion callback too):
+// requests still outstanding fail with UNAVAILABLE and later sends are
+// refused. The client stays valid until cw_client_release.
+void cw_client_shutdown(cw_client_t* client);
+
 uint64_t cw_client_session_id(const cw_client_t* client);
 // The worker's name from its HELLO reply (borrowed; lives with the client).
 const char* cw_client_peer_name(const cw_client_t* client);

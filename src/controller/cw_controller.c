@@ -41,24 +41,22 @@
 
 #include "cw_ctl_internal.h"
 
-static void cw__island_pump(cw_controller_t* ctl, uint32_t worker);
-static void cw__session_release(cw_ctl_session_t* s);
 
 // --- Small helpers -----------------------------------------------------------
 
-static int64_t cw__now_ms(void) {
+int64_t cw__now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static cw_status_t cw__status_copy(cw_status_t st) {
+cw_status_t cw__status_copy(cw_status_t st) {
   if (!st) return cw_make_status(CW_UNKNOWN, "unknown error");
   return cw_make_status(cw_status_code(st), "%s", cw_status_message(st));
 }
 
-static void cw__reply_error(cw_controller_t* ctl, cw_net_conn_t* c, uint16_t type, uint64_t rid,
-                            cw_status_t st) {
+void cw__reply_error(cw_controller_t* ctl, cw_net_conn_t* c, uint16_t type, uint64_t rid,
+                     cw_status_t st) {
   ctl->errors++;
   cw_net_conn_reply_error(c, type, rid, st);
 }
@@ -184,14 +182,15 @@ static cw_ctl_session_t* cw__session_create(cw_controller_t* ctl, uint64_t id) {
   return s;
 }
 
-static void cw__session_retain(cw_ctl_session_t* s) { s->refs++; }
+void cw__session_retain(cw_ctl_session_t* s) { s->refs++; }
 
 static void cw__exe_free(cw_ctl_exe_t* e) {
+  cw_ctl_health_exe_free(e);
   cw_status_free(e->error);
   free(e);
 }
 
-static void cw__session_release(cw_ctl_session_t* s) {
+void cw__session_release(cw_ctl_session_t* s) {
   if (!s || --s->refs > 0) return;
   while (s->exes) {
     cw_ctl_exe_t* e = s->exes;
@@ -199,6 +198,7 @@ static void cw__session_release(cw_ctl_session_t* s) {
     cw__exe_free(e);
   }
   free(s->links);
+  cw_ctl_health_session_free(s);
   free(s);
 }
 
@@ -218,7 +218,7 @@ static void cw__session_close(cw_ctl_session_t* s) {
   cw__session_release(s);
 }
 
-static cw_ctl_exe_t* cw__exe_find(cw_ctl_session_t* s, uint64_t id) {
+cw_ctl_exe_t* cw__exe_find(cw_ctl_session_t* s, uint64_t id) {
   for (cw_ctl_exe_t* e = s->exes; e; e = e->next) {
     if (e->id == id) return e;
   }
@@ -235,7 +235,7 @@ static void cw__exe_forget(cw_ctl_session_t* s, uint64_t id) {
 }
 
 // The connection to worker `index` in session `s`, opened on first use.
-static cw_net_conn_t* cw__session_link(cw_ctl_session_t* s, uint32_t index) {
+cw_net_conn_t* cw__session_link(cw_ctl_session_t* s, uint32_t index) {
   cw_controller_t* ctl = s->ctl;
   if (s->closed || index >= ctl->num_workers) return NULL;
   if (index >= s->num_links) {
@@ -256,7 +256,7 @@ static cw_net_conn_t* cw__session_link(cw_ctl_session_t* s, uint32_t index) {
 
 // --- Events, worker loss -------------------------------------------------------
 
-static void cw__broadcast_event(cw_controller_t* ctl, Causeway__V1__ClusterEvent* ev) {
+void cw__broadcast_event(cw_controller_t* ctl, Causeway__V1__ClusterEvent* ev) {
   for (cw_ctl_peer_t* p = ctl->peers; p; p = p->next) {
     if (p->role == CAUSEWAY__V1__ROLE__ROLE_CLIENT && p->session && cw_net_conn_is_open(p->conn)) {
       cw_net_conn_send(p->conn, CW_MSG_EVENT, 0, 0, &ev->base, NULL, 0, NULL, NULL);
@@ -264,10 +264,11 @@ static void cw__broadcast_event(cw_controller_t* ctl, Causeway__V1__ClusterEvent
   }
 }
 
-static void cw__worker_lost(cw_ctl_worker_t* w, const char* why) {
+void cw__worker_lost(cw_ctl_worker_t* w, const char* why) {
   cw_controller_t* ctl = w->ctl;
   if (!w->alive) return;
   w->alive = false;
+  cw_ctl_health_worker_lost(w);
   CW_LOGW("worker %s (%s) lost: %s", w->name, w->address, why);
   char msg[512];
   snprintf(msg, sizeof(msg), "worker %s (%s) is unavailable: %s", w->name, w->address, why);
@@ -367,7 +368,7 @@ static uint64_t cw__item_exe_id(const cw_ctl_item_t* it) {
 
 // Forwards the island's queued requests in order; stops at a head whose
 // executable is still loading.
-static void cw__island_pump(cw_controller_t* ctl, uint32_t index) {
+void cw__island_pump(cw_controller_t* ctl, uint32_t index) {
   if (index >= ctl->num_workers) return;
   cw_ctl_worker_t* w = ctl->workers[index];
   while (w->queue_head) {
@@ -423,6 +424,11 @@ static void cw__island_pump(cw_controller_t* ctl, uint32_t index) {
 }
 
 static void cw__island_push(cw_controller_t* ctl, cw_ctl_item_t* it) {
+  cw_status_t stale = cw_ctl_health_item_check(ctl, it);
+  if (stale) {
+    cw__item_fail(ctl, it, stale);
+    return;
+  }
   cw_ctl_worker_t* w = ctl->workers[it->worker];
   if (w->queue_tail) w->queue_tail->next = it;
   else w->queue_head = it;
@@ -667,6 +673,7 @@ static void cw__compile_load(cw_ctl_compile_t* cp, cw_compile_cache_entry_t* ent
                                         "connection", w->name, w->address));
     return;
   }
+  cw_ctl_health_exe_keep(cw__compile_exe(cp), entry, cp->options, cp->options_size);
   Causeway__V1__LoadRequest req = CAUSEWAY__V1__LOAD_REQUEST__INIT;
   req.exe_id = cp->exe_id;
   req.compile_options.data = cp->options;
@@ -1010,6 +1017,7 @@ static void cw__reply_session_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint6
       wis[wn].alive = w->alive;
       wis[wn].island = w->index;
       wis[wn].num_devices = w->num_devices;
+      wis[wn].incarnation = w->incarnation;
       wptrs[wn] = &wis[wn];
       wn++;
       for (uint32_t d = 0; d < w->num_devices; ++d) {
@@ -1026,6 +1034,7 @@ static void cw__reply_session_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint6
     info.n_workers = wn;
     info.devices = gptrs;
     info.n_devices = dn;
+    cw_ctl_health_session_joined(s);
     cw_net_conn_reply(p->conn, CW_MSG_OPEN_SESSION, request_id, &info.base);
     // Relay connections, one per worker, in the client's session.
     for (size_t i = 0; i < ctl->num_workers; ++i) {
@@ -1045,7 +1054,7 @@ static void cw__open_wait_free(cw_ctl_open_wait_t* ow) {
 
 // Answers the waits that can be answered: enough workers, deadline passed,
 // or the client gone.
-static void cw__open_waits_check(cw_controller_t* ctl, bool expire) {
+void cw__open_waits_check(cw_controller_t* ctl, bool expire) {
   int64_t now = cw__now_ms();
   cw_ctl_open_wait_t** pp = &ctl->open_waits;
   while (*pp) {
@@ -1153,6 +1162,12 @@ static void cw__handle_register(cw_ctl_peer_t* p, const cw_frame_header_t* h,
   }
   cw_ctl_worker_t* w = NULL;
   cw_ctl_worker_t** grown = NULL;
+  if (!st) st = cw_ctl_health_slot_for(ctl, r, &w);
+  if (!st && w) {
+    cw_ctl_health_take_over(p, h, w, r);
+    *msg = NULL;
+    return;
+  }
   if (!st) {
     w = calloc(1, sizeof(*w));
     grown = realloc(ctl->workers, (ctl->num_workers + 1) * sizeof(*grown));
@@ -1178,6 +1193,7 @@ static void cw__handle_register(cw_ctl_peer_t* p, const cw_frame_header_t* h,
   ctl->workers[ctl->num_workers++] = w;
   ctl->next_device += (int32_t)w->num_devices;
   p->worker = w;
+  cw_ctl_health_registered(p, w);
   cw_net_conn_set_name(p->conn, w->name);
   CW_LOGI("worker %u %s (%s) registered: devices %d-%d, platform %s %s", w->index, w->name,
           w->address, w->first_device, w->first_device + (int32_t)w->num_devices - 1,
@@ -1267,6 +1283,7 @@ static void cw__handle_stats(cw_ctl_peer_t* p, const cw_frame_header_t* h) {
   st.cache_misses = ctl->cache_misses;
   st.cache_bytes = cw_compile_cache_bytes(ctl->cache);
   cw_ctl_disk_stats(ctl, &st);
+  cw_ctl_health_stats(ctl, &st);
   cw_net_conn_reply(p->conn, h->type, h->request_id, &st.base);
 }
 
@@ -1301,6 +1318,17 @@ static void cw__on_frame(cw_net_conn_t* conn, const cw_frame_header_t* h, Protob
       break;
     case CW_MSG_REGISTER:
       cw__handle_register(p, h, &msg);
+      break;
+    case CW_MSG_HEALTH_HEARTBEAT:
+      cw_ctl_health_heartbeat(p);  // unsolicited: no reply
+      break;
+    case CW_MSG_HEALTH_REJOIN:
+      if (client) {
+        cw_ctl_health_rejoin(p, h, (const Causeway__V1__HealthRejoinRequest*)msg);
+      } else {
+        cw__reply_error(ctl, conn, h->type, h->request_id,
+                        cw_make_status(CW_PERMISSION_DENIED, "HEALTH_REJOIN is for clients"));
+      }
       break;
     case CW_MSG_OPEN_SESSION:
     case CW_MSG_COMPILE:
@@ -1389,6 +1417,7 @@ void cw_controller_stop(cw_controller_t* ctl) {
   uv_close((uv_handle_t*)&ctl->sigint, NULL);
   cw_net_watch_stop(&ctl->watch);
   cw_ctl_metrics_stop(ctl);
+  cw_ctl_health_stop(ctl);
   for (size_t i = 0; i < ctl->num_workers; ++i) cw__link_drop(&ctl->workers[i]->private_conn);
   while (ctl->sessions) cw__session_close(ctl->sessions);
   // Closing every connection fails what is pending on it.
@@ -1442,6 +1471,7 @@ cw_status_t cw_controller_create(const cw_settings_t* settings, cw_controller_t*
   ctl->handles_open = true;
   uv_signal_start(&ctl->sigterm, cw__on_signal, SIGTERM);
   uv_signal_start(&ctl->sigint, cw__on_signal, SIGINT);
+  cw_ctl_health_start(ctl);
   int64_t fd = cw_settings_int(settings, CW_SET_WATCH_FD);
   if (fd >= 0) {
     CW_RETURN_IF_ERROR(cw_net_watch_start(&ctl->loop, (int)fd, cw__on_watch_eof, ctl,

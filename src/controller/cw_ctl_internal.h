@@ -37,6 +37,10 @@ typedef struct cw_ctl_worker_s {
   cw_net_conn_t* private_conn;         // retained: the controller's compile session
   cw_ctl_item_t* queue_head;           // the island's queue
   cw_ctl_item_t* queue_tail;
+  // Health (cw_ctl_health.c).
+  cw_net_conn_t* reg_conn;      // borrowed: the live REGISTER connection, NULL once lost
+  int64_t last_heartbeat_ms;
+  uint32_t incarnation;         // 0 first, +1 each time a same-name worker takes the slot
 } cw_ctl_worker_t;
 
 typedef enum cw_ctl_exe_state_e {
@@ -53,6 +57,10 @@ typedef struct cw_ctl_exe_s {
   uint32_t worker;
   cw_ctl_exe_state_t state;
   cw_status_t error;  // FAILED
+  // Kept while the session holds it, to LOAD it into a replacement worker.
+  cw_compile_cache_entry_t* entry;  // retained (sticky past cache eviction)
+  uint8_t* options;                 // rewritten compile options (owned)
+  size_t options_size;
 } cw_ctl_exe_t;
 
 struct cw_ctl_session_s {
@@ -66,6 +74,10 @@ struct cw_ctl_session_s {
   size_t num_links;
   cw_ctl_exe_t* exes;
   uint64_t launches;  // relayed (metrics)
+  // Health: the worker incarnation this session's client has rejoined, per
+  // worker index (absent: 0, the first).
+  uint32_t* joined;
+  size_t num_joined;
 };
 
 struct cw_ctl_peer_s {
@@ -178,6 +190,10 @@ struct cw_controller_s {
   uint64_t compiles_sent;  // COMPILE requests sent to workers
   cw_ctl_disk_t* disk;     // compile cache on disk; NULL when off
   struct cw_ctl_metrics_s* metrics;  // --metrics-listen (cw_ctl_metrics.c); NULL: off
+  // Health (cw_ctl_health.c).
+  uv_timer_t health_tick;
+  int64_t health_last_tick_ms;
+  uint64_t heartbeats, workers_timed_out, workers_replaced, exes_reloaded;
 };
 
 // --- cw_controller.c, used by the modules below --------------------------------------
@@ -224,5 +240,57 @@ void cw_ctl_metrics_release(cw_controller_t* ctl);
 void cw_ctl_metrics_on_launch_reply(cw_controller_t* ctl, const cw_ctl_item_t* it);
 // A client compile answered; cache_hit says whether it compiled nothing.
 void cw_ctl_metrics_on_compile(cw_controller_t* ctl, int64_t elapsed_ms, bool cache_hit);
+
+// --- cw_controller.c functions the modules use ----------------------------------
+
+int64_t cw__now_ms(void);
+cw_status_t cw__status_copy(cw_status_t st);
+void cw__reply_error(cw_controller_t* ctl, cw_net_conn_t* c, uint16_t type, uint64_t rid,
+                     cw_status_t st);
+void cw__broadcast_event(cw_controller_t* ctl, Causeway__V1__ClusterEvent* ev);
+void cw__worker_lost(cw_ctl_worker_t* w, const char* why);
+cw_net_conn_t* cw__session_link(cw_ctl_session_t* s, uint32_t index);
+void cw__session_retain(cw_ctl_session_t* s);
+void cw__session_release(cw_ctl_session_t* s);
+cw_ctl_exe_t* cw__exe_find(cw_ctl_session_t* s, uint64_t id);
+void cw__island_pump(cw_controller_t* ctl, uint32_t worker);
+void cw__open_waits_check(cw_controller_t* ctl, bool expire);
+
+// --- Health: heartbeats, worker loss and replacement (cw_ctl_health.c) ----------
+
+// The heartbeat check timer (every min(worker-timeout-ms / 4, 250) ms).
+void cw_ctl_health_start(cw_controller_t* ctl);
+void cw_ctl_health_stop(cw_controller_t* ctl);
+// HEALTH_HEARTBEAT from a worker's controller connection.
+void cw_ctl_health_heartbeat(cw_ctl_peer_t* p);
+// HEALTH_REJOIN from a client.
+void cw_ctl_health_rejoin(cw_ctl_peer_t* p, const cw_frame_header_t* h,
+                          const Causeway__V1__HealthRejoinRequest* r);
+// Which slot a REGISTER takes: *out_slot = a dead worker's slot it replaces
+// (same name, device count and platform), or NULL for a new slot. Refuses a
+// name a live worker holds.
+CW_MUST_USE cw_status_t cw_ctl_health_slot_for(cw_controller_t* ctl,
+                                               const Causeway__V1__RegisterRequest* r,
+                                               cw_ctl_worker_t** out_slot);
+// The new slot `w` of peer `p` is registered (borrows nothing).
+void cw_ctl_health_registered(cw_ctl_peer_t* p, cw_ctl_worker_t* w);
+// `p` takes over dead slot `w` with `r` (taken): answers the REGISTER,
+// announces WORKER_UP and re-LOADs the sessions' executables there.
+void cw_ctl_health_take_over(cw_ctl_peer_t* p, const cw_frame_header_t* h, cw_ctl_worker_t* w,
+                             Causeway__V1__RegisterRequest* r);
+// `w` was just marked dead: closes its REGISTER connection if still open
+// (a silent worker) and detaches it, so a late close cannot touch the slot.
+void cw_ctl_health_worker_lost(cw_ctl_worker_t* w);
+// UNAVAILABLE when the item's session has not rejoined the worker's current
+// incarnation (requests a client sent before it saw WORKER_UP); else OK.
+CW_MUST_USE cw_status_t cw_ctl_health_item_check(cw_controller_t* ctl, const cw_ctl_item_t* it);
+// A session that is told about the workers now has joined their incarnations.
+void cw_ctl_health_session_joined(cw_ctl_session_t* s);
+// Keeps what a re-LOAD needs (retains `entry`, copies `options`).
+void cw_ctl_health_exe_keep(cw_ctl_exe_t* e, cw_compile_cache_entry_t* entry,
+                            const uint8_t* options, size_t options_size);
+void cw_ctl_health_exe_free(cw_ctl_exe_t* e);
+void cw_ctl_health_session_free(cw_ctl_session_t* s);
+void cw_ctl_health_stats(const cw_controller_t* ctl, Causeway__V1__Stats* st);
 
 #endif  // CW_CTL_INTERNAL_H_

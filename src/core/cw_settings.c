@@ -75,6 +75,16 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
     [CW_SET_METRICS_LISTEN] = {"metrics-listen", CW_SETTING_STRING, 0, 0, "", "CW_METRICS_LISTEN",
                                false, "controller: serve Prometheus metrics over HTTP on "
                                "host:port (GET /metrics); empty: off"},
+    [CW_SET_HEARTBEAT_MS] = {"heartbeat-ms", CW_SETTING_INT, 10, 60000, "1000", "CW_HEARTBEAT_MS",
+                             false, "worker: send the controller a heartbeat this often"},
+    [CW_SET_WORKER_TIMEOUT_MS] = {"worker-timeout-ms", CW_SETTING_INT, 50, 600000, "5000",
+                                  "CW_WORKER_TIMEOUT_MS", false,
+                                  "controller: declare a worker dead after this long without a "
+                                  "heartbeat"},
+    [CW_SET_RECONNECT_MAX_MS] = {"reconnect-max-ms", CW_SETTING_INT, 10, 600000, "2000",
+                                 "CW_RECONNECT_MAX_MS", false,
+                                 "worker: longest wait between attempts to reach a lost "
+                                 "controller (from 100 ms, doubling)"},
 };
 
 const cw_setting_def_t* cw_settings_def(cw_setting_id_t id) {

@@ -85,7 +85,10 @@ typedef struct cw__worker_s {
   char* name;
   char* address;
   uint32_t island;
-  cw_client_t* conn;            // direct connection in the session
+  // Direct connection in the session. Replaced (under send_mu) when the
+  // worker is: readers load it atomically; the old one stays valid in
+  // `retired` until the client is destroyed.
+  _Atomic(cw_client_t*) conn;
   _Atomic uint64_t seq;         // last seq handed out (first request gets 1)
   // Held from taking a seq to sending its request: each connection then
   // carries this worker's seqs in increasing order, which the worker's flow
@@ -103,6 +106,14 @@ typedef struct cw__worker_s {
   char* deferred_error;
   int deferred_code;            // its cw_status_code_t
   uint64_t deferred_count;      // such errors since it was last surfaced
+  // Health (cw_plugin_health.c). epoch counts this client's reconnections to
+  // replacements; buffers made in an older epoch lived on a lost worker.
+  _Atomic uint32_t epoch;
+  uint32_t incarnation;         // guarded by mu: the controller's, of the worker we talk to
+  char* next_address;           // guarded by mu: a replacement announced (WORKER_UP)
+  uint32_t next_incarnation;
+  struct cw__retired_s* retired;  // guarded by send_mu: old connections and addresses
+  size_t num_retired;
 } cw__worker_t;
 
 typedef struct cw__user_data_s {
@@ -173,6 +184,9 @@ static inline uint64_t cw__client_new_id(cw__client_t* c) {
 static inline uint64_t cw__worker_next_seq(cw__worker_t* w) {
   return atomic_fetch_add_explicit(&w->seq, 1, memory_order_relaxed) + 1;
 }
+cw__worker_t* cw__find_worker(cw__client_t* c, uint32_t index);
+// Marks `w` dead with `why` (the first reason sticks until it is revived).
+void cw__worker_mark_dead(cw__worker_t* w, const char* why);
 // UNAVAILABLE naming the worker, if it is known dead; else OK.
 CW_MUST_USE cw_status_t cw__worker_check(cw__worker_t* w);
 // Sends a seq'd request directly to `w`. On a local failure that happened
@@ -198,6 +212,29 @@ CW_MUST_USE cw_status_t cw__worker_take_deferred(cw__worker_t* w);
 // Takes `status`: if it shows the worker's connection is lost, marks the
 // worker dead and returns UNAVAILABLE naming it; otherwise returns `status`.
 CW_MUST_USE cw_status_t cw__worker_map_error(cw__worker_t* w, cw_status_t status);
+
+// ---- Health: worker loss and replacement (cw_plugin_health.c) ---------------
+
+struct cw__buffer_s;
+
+// A ClusterEvent from the controller (reader thread). WORKER_DOWN marks the
+// worker dead and closes our connection to it (what is pending there fails);
+// WORKER_UP for a worker of this session with a new incarnation records
+// its replacement, which the next operation on it connects to.
+void cw__health_on_event(cw__client_t* c, const Causeway__V1__ClusterEvent* ev);
+// Called by cw__worker_check on a dead worker: if a replacement was
+// announced, connects to it in this session, tells the controller
+// (HEALTH_REJOIN), restarts seq numbering and returns true.
+bool cw__health_revive(cw__worker_t* w);
+// UNAVAILABLE when `b` lived on a worker that has since been replaced.
+CW_MUST_USE cw_status_t cw__buffer_check_epoch(const struct cw__buffer_s* b);
+// Whether `status` (borrowed) says the controller connection is lost.
+bool cw__is_controller_lost(const cw__client_t* c, cw_status_t status);
+// Takes `status`: when the controller connection is lost, UNAVAILABLE
+// "causeway: the controller at ADDRESS is unavailable: ..."; else unchanged.
+CW_MUST_USE cw_status_t cw__controller_error(cw__client_t* c, cw_status_t status);
+// Frees the worker's health state (retired connections and addresses).
+void cw__health_worker_free(cw__worker_t* w);
 
 // ---- Embedded cluster ------------------------------------------------------
 
@@ -238,6 +275,7 @@ typedef struct cw__buffer_s {
   int64_t inline_dims[CW__INLINE_DIMS];
   cw__future_t* ready;      // the value exists on the worker (or failed)
   _Atomic bool deleted;
+  uint32_t epoch;           // the worker's epoch when it was made
 } cw__buffer_t;
 
 // Creates a proxy (no message sent). Takes a reference to `ready`.

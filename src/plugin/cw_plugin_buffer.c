@@ -43,6 +43,12 @@ cw_status_t cw__buffer_create(cw__client_t* c, cw__device_t* d, uint64_t id,
   cw__future_retain(ready);
   b->ready = ready;
   atomic_init(&b->deleted, false);
+  // A new buffer on a replaced worker belongs to the replacement: connect
+  // to it first (if it is not there yet, the buffer's request fails anyway).
+  if (atomic_load_explicit(&d->worker->dead, memory_order_acquire)) {
+    (void)cw__health_revive(d->worker);
+  }
+  b->epoch = atomic_load_explicit(&d->worker->epoch, memory_order_acquire);
   *out_buffer = b;
   return cw_ok_status();
 }
@@ -243,7 +249,13 @@ PJRT_Error* cw_plugin_buffer_from_host(PJRT_Client_BufferFromHostBuffer_Args* ar
 // Marks the buffer deleted and tells its worker (pipelined, in seq order).
 static void cw__buffer_delete(cw__buffer_t* b) {
   if (atomic_exchange_explicit(&b->deleted, true, memory_order_acq_rel)) return;
-  // Batched; a dead worker already freed everything of this session.
+  // Batched; a dead worker already freed everything of this session (and
+  // one from before a replacement is not on the new worker at all).
+  cw_status_t stale = cw__buffer_check_epoch(b);
+  if (stale) {
+    cw_status_free(stale);
+    return;
+  }
   cw__worker_delete(b->device->worker, b->id);
 }
 
@@ -339,7 +351,7 @@ static cw_status_t cw__live(const cw__buffer_t* b, const char* what) {
     return cw_make_status(CW_INVALID_ARGUMENT, "%s: buffer %llu was deleted or donated", what,
                           (unsigned long long)b->id);
   }
-  return cw_ok_status();
+  return cw__buffer_check_epoch(b);
 }
 
 PJRT_Error* cw_plugin_buffer_to_host(PJRT_Buffer_ToHostBuffer_Args* args) {
@@ -361,6 +373,9 @@ PJRT_Error* cw_plugin_buffer_to_host(PJRT_Buffer_ToHostBuffer_Args* args) {
         args->dst_size, (unsigned long long)need));
   }
   s = cw__live(b, "ToHostBuffer");
+  // An error the buffer already has (its launch failed, or the controller
+  // relaying it was lost) wins over whatever the worker may hold.
+  if (!s && cw__future_is_done(b->ready)) s = cw__future_wait(b->ready);
   if (!s) s = cw__worker_take_deferred(b->device->worker);
   if (s) return cw_plugin_error_from_status(s);
   if (need == 0) {

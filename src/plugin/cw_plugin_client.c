@@ -37,7 +37,7 @@ static bool cw__names_worker(const cw__worker_t* w, const char* msg) {
   return strncmp(msg, prefix, strlen(prefix)) == 0;
 }
 
-static void cw__worker_mark_dead(cw__worker_t* w, const char* why) {
+void cw__worker_mark_dead(cw__worker_t* w, const char* why) {
   pthread_mutex_lock(&w->mu);
   if (!w->dead_reason) w->dead_reason = strdup(why);
   pthread_mutex_unlock(&w->mu);
@@ -46,6 +46,7 @@ static void cw__worker_mark_dead(cw__worker_t* w, const char* why) {
 
 cw_status_t cw__worker_check(cw__worker_t* w) {
   if (!atomic_load_explicit(&w->dead, memory_order_acquire)) return cw_ok_status();
+  if (cw__health_revive(w)) return cw_ok_status();
   pthread_mutex_lock(&w->mu);
   const char* why = w->dead_reason ? w->dead_reason : "connection lost";
   cw_status_t s = cw__names_worker(w, why)
@@ -113,11 +114,15 @@ cw_status_t cw__worker_take_deferred(cw__worker_t* w) {
 // of a launch the worker refused).
 static void cw__delete_done_cb(void* user, cw_status_t status, const ProtobufCMessage* reply) {
   (void)reply;
-  if (status && cw_status_code(status) == CW_NOT_FOUND) {
+  cw__worker_t* w = user;
+  // NOT_FOUND, or a worker that is gone (its death is reported by itself).
+  if (status && (cw_status_code(status) == CW_NOT_FOUND ||
+                 (cw_status_code(status) == CW_UNAVAILABLE &&
+                  atomic_load_explicit(&w->dead, memory_order_acquire)))) {
     cw_status_free(status);
     return;
   }
-  cw__worker_defer_error(user, "DELETE", status);
+  cw__worker_defer_error(w, "DELETE", status);
 }
 
 // With send_mu held.
@@ -204,7 +209,7 @@ cw_status_t cw__worker_send(cw__worker_t* w, uint16_t type, ProtobufCMessage* re
 
 // ---- Client creation ---------------------------------------------------------------
 
-static cw__worker_t* cw__find_worker(cw__client_t* c, uint32_t index) {
+cw__worker_t* cw__find_worker(cw__client_t* c, uint32_t index) {
   for (size_t i = 0; i < c->num_workers; ++i) {
     if (c->workers[i].index == index) return &c->workers[i];
   }
@@ -417,6 +422,7 @@ static void cw__client_free(cw__client_t* c) {
     free(c->workers[i].dead_reason);
     free(c->workers[i].deferred_error);
     free(c->workers[i].pending_deletes);  // the session's end frees them on the worker
+    cw__health_worker_free(&c->workers[i]);
     pthread_mutex_destroy(&c->workers[i].mu);
     pthread_mutex_destroy(&c->workers[i].send_mu);
   }
@@ -438,12 +444,9 @@ static void cw__client_free(cw__client_t* c) {
 static void cw__on_cluster_event(void* user, const ProtobufCMessage* msg) {
   cw__client_t* c = user;
   if (!atomic_load_explicit(&c->ready, memory_order_acquire)) return;
-  const Causeway__V1__ClusterEvent* ev = (const Causeway__V1__ClusterEvent*)msg;
-  if (!ev || ev->kind != CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_DOWN) return;
   // Events may arrive before the worker table exists; those workers are
   // then absent from the session anyway.
-  cw__worker_t* w = cw__find_worker(c, ev->worker_index);
-  if (w) cw__worker_mark_dead(w, ev->message && ev->message[0] ? ev->message : "worker down");
+  if (msg) cw__health_on_event(c, (const Causeway__V1__ClusterEvent*)msg);
 }
 
 // Connects to the controller; with an embedded cluster, retries while the
@@ -526,6 +529,8 @@ static cw_status_t cw__open_session(cw__client_t* c, uint32_t min_workers) {
     atomic_init(&w->dead, false);
     w->name = strdup(wi->name && wi->name[0] ? wi->name : "?");
     w->address = strdup(wi->address ? wi->address : "");
+    w->incarnation = wi->incarnation;
+    atomic_init(&w->epoch, 0);
     if (!w->name || !w->address) s = cw__oom();
   }
   for (size_t i = 0; !s && i < info->n_devices; ++i) {
@@ -550,7 +555,9 @@ static cw_status_t cw__connect_workers(cw__client_t* c) {
                              .session_id = c->session_id,
                              .peer_name = "causeway-pjrt",
                              .connect_timeout_ms = CW__CONNECT_TIMEOUT_MS};
-    cw_status_t s = cw_client_connect(w->address, &o, &w->conn);
+    cw_client_t* conn = NULL;
+    cw_status_t s = cw_client_connect(w->address, &o, &conn);
+    w->conn = conn;
     if (!s) {
       ++live;
       continue;

@@ -205,7 +205,8 @@ PJRT_Error* cw_plugin_client_compile(PJRT_Client_Compile_Args* args) {
   req.compile_options.len = args->compile_options ? args->compile_options_size : 0;
   ProtobufCMessage* reply = NULL;
   cw_status_t s = cw_client_call(c->ctrl, CW_MSG_COMPILE, &req.base, NULL, 0, NULL, &reply, NULL);
-  if (s) return cw_plugin_error_from_status(s);  // XLA's message, unchanged
+  // XLA's message, unchanged; a lost controller is named.
+  if (s) return cw_plugin_error_from_status(cw__controller_error(c, s));
   const Causeway__V1__CompileReply* r = (const Causeway__V1__CompileReply*)reply;
   cw__exe_t* e = NULL;
   if (!r->info) {
@@ -370,8 +371,10 @@ static void cw__ignore_cb(void* user, cw_status_t status, const ProtobufCMessage
 }
 
 // Sends an empty DELETE carrying `seq` straight to the worker, so a seq the
-// controller never relayed does not stall the worker's order.
-static void cw__fill_seq(cw__worker_t* w, uint64_t seq) {
+// controller never relayed does not stall the worker's order. Not when the
+// seq was taken in an older epoch: the replacement numbers from 1 again.
+static void cw__fill_seq(cw__worker_t* w, uint64_t seq, uint32_t epoch) {
+  if (epoch != atomic_load_explicit(&w->epoch, memory_order_acquire)) return;
   Causeway__V1__DeleteRequest filler = CAUSEWAY__V1__DELETE_REQUEST__INIT;
   filler.seq = seq;
   cw_status_free(cw_client_send(w->conn, CW_MSG_DELETE, &filler.base, NULL, 0, NULL,
@@ -381,13 +384,14 @@ static void cw__fill_seq(cw__worker_t* w, uint64_t seq) {
 typedef struct cw__exe_delete_s {
   cw__worker_t* w;
   uint64_t seq;
+  uint32_t epoch;
 } cw__exe_delete_t;
 
 static void cw__exe_delete_cb(void* user, cw_status_t status, const ProtobufCMessage* reply) {
   (void)reply;
   cw__exe_delete_t* d = user;
   // An error reply may mean the controller relayed nothing (see cw__launch_cb).
-  if (status) cw__fill_seq(d->w, d->seq);
+  if (status) cw__fill_seq(d->w, d->seq, d->epoch);
   cw_status_free(status);
   free(d);
 }
@@ -409,9 +413,11 @@ PJRT_Error* cw_plugin_loaded_destroy(PJRT_LoadedExecutable_Destroy_Args* args) {
     pthread_mutex_lock(&e->worker->send_mu);  // seq order on the connection
     cw__worker_flush_deletes_locked(e->worker);  // batched DELETEs come first
     req.seq = cw__worker_next_seq(e->worker);
+    uint32_t epoch = atomic_load_explicit(&e->worker->epoch, memory_order_acquire);
     if (d) {
       d->w = e->worker;
       d->seq = req.seq;
+      d->epoch = epoch;
       s = cw_client_send(e->client->ctrl, CW_MSG_DELETE, &req.base, NULL, 0, NULL,
                          cw__exe_delete_cb, d, NULL);
       if (s) free(d);
@@ -419,7 +425,7 @@ PJRT_Error* cw_plugin_loaded_destroy(PJRT_LoadedExecutable_Destroy_Args* args) {
     pthread_mutex_unlock(&e->worker->send_mu);
     if (s) {
       cw_status_free(s);
-      cw__fill_seq(e->worker, req.seq);
+      cw__fill_seq(e->worker, req.seq, epoch);
     }
   }
   cw__exe_release(e);
@@ -510,15 +516,22 @@ typedef struct cw__launch_s {
   cw__future_t* f;
   cw__worker_t* w;
   uint64_t seq;
+  uint32_t epoch;
 } cw__launch_t;
+
+// A launch's error: the controller's connection lost names the controller.
+static cw_status_t cw__launch_error(cw__worker_t* w, cw_status_t status) {
+  if (cw__is_controller_lost(w->client, status)) return cw__controller_error(w->client, status);
+  return cw__worker_map_error(w, status);
+}
 
 static void cw__launch_cb(void* user, cw_status_t status, const ProtobufCMessage* reply) {
   (void)reply;
   cw__launch_t* l = user;
   // After an error reply the controller is done with the launch: either the
   // worker had it (the filler is refused as a duplicate) or it never will.
-  if (status) cw__fill_seq(l->w, l->seq);
-  cw__future_complete(l->f, cw__worker_map_error(l->w, status));
+  if (status) cw__fill_seq(l->w, l->seq, l->epoch);
+  cw__future_complete(l->f, cw__launch_error(l->w, status));
   cw__future_release(l->f);
   free(l);
 }
@@ -577,6 +590,8 @@ PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args) {
                            "Execute: argument %zu of %s lives on %s but the program runs on "
                            "worker %s (island %u); move it with jax.device_put",
                            a, e->name, b->device->to_string, e->worker->name, e->devices[0]->island);
+      } else if ((s = cw__buffer_check_epoch(b)) != NULL) {
+        s = cw_status_annotate(s, "Execute: argument %zu of %s", a, e->name);
       } else if (!poisoned && cw__future_is_done(b->ready)) {
         cw_status_t rs = cw__future_wait(b->ready);  // done: returns at once
         if (rs) poisoned = cw_status_annotate(rs, "input %zu of %s", a, e->name);
@@ -679,13 +694,15 @@ PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args) {
       req.seq = cw__worker_next_seq(e->worker);
       lc->seq = req.seq;
       trace_seq = req.seq;
+      uint32_t epoch = atomic_load_explicit(&e->worker->epoch, memory_order_acquire);
+      lc->epoch = epoch;
       s = cw_client_send(c->ctrl, CW_MSG_LAUNCH, &req.base, NULL, 0, NULL, cw__launch_cb, lc,
                          NULL);
       pthread_mutex_unlock(&e->worker->send_mu);
       if (s) {
         cw__future_release(f);
         free(lc);
-        cw__fill_seq(e->worker, req.seq);  // keep the worker's seq order free of holes
+        cw__fill_seq(e->worker, req.seq, epoch);  // keep the worker's seq order free of holes
         s = cw_status_annotate(s, "causeway: launching %s through the controller at %s",
                                e->name, c->ctrl_address);
       }

@@ -29,6 +29,8 @@ CW__PIN(EXE_INFO);
 CW__PIN(EVENT);
 CW__PIN(TRACE_START);
 CW__PIN(TRACE_FETCH);
+CW__PIN(HEALTH_HEARTBEAT);
+CW__PIN(HEALTH_REJOIN);
 #undef CW__PIN
 _Static_assert(CAUSEWAY__V1__ROLE__ROLE_CLIENT == 1 && CAUSEWAY__V1__ROLE__ROLE_WORKER == 2 &&
                    CAUSEWAY__V1__ROLE__ROLE_CONTROLLER == 3,
@@ -84,6 +86,11 @@ static const cw__msg_entry_t cw__msgs[CW_MSG_TYPE_MAX + 1] = {
                             &causeway__v1__trace_clock__descriptor},
     [CW_MSG_TRACE_FETCH] = {"TRACE_FETCH", &causeway__v1__trace_fetch_request__descriptor,
                             &causeway__v1__trace_events__descriptor},
+    // Unsolicited, like EVENT: no reply.
+    [CW_MSG_HEALTH_HEARTBEAT] = {"HEALTH_HEARTBEAT", &causeway__v1__health_heartbeat__descriptor,
+                                 &causeway__v1__health_heartbeat__descriptor},
+    [CW_MSG_HEALTH_REJOIN] = {"HEALTH_REJOIN", &causeway__v1__health_rejoin_request__descriptor,
+                              &causeway__v1__ack__descriptor},
 };
 
 static bool cw__type_known(uint16_t type) {

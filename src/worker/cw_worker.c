@@ -189,8 +189,6 @@ static void cw__count_bytes(cw_conn_t* c, uint64_t in, uint64_t out) {
 
 // --- Writing ----------------------------------------------------------------
 
-typedef void (*cw_bulk_free_fn)(void* user);
-
 typedef struct cw_write_s {
   uv_write_t req;
   cw_conn_t* conn;
@@ -219,9 +217,9 @@ static void cw__write_done(uv_write_t* req, int status) {
 
 // Sends one frame: header, packed `msg` (NULL: empty payload), then `bulk`
 // straight from caller memory (writev; freed by bulk_free after the write).
-static void cw__send(cw_conn_t* c, uint16_t type, uint32_t flags, uint64_t request_id,
-                     const ProtobufCMessage* msg, const void* bulk, uint64_t bulk_len,
-                     cw_bulk_free_fn bulk_free, void* bulk_user) {
+void cw__send(cw_conn_t* c, uint16_t type, uint32_t flags, uint64_t request_id,
+              const ProtobufCMessage* msg, const void* bulk, uint64_t bulk_len,
+              cw_bulk_free_fn bulk_free, void* bulk_user) {
   if (c->closing) {
     if (bulk_free) bulk_free(bulk_user);
     return;
@@ -2495,7 +2493,7 @@ static void cw__controller_closed(cw_conn_t* c) {
     cw_worker_stop(w);
     return;
   }
-  CW_LOGW("lost the controller %s; still serving", c->name);
+  cw_worker_health_controller_lost(w, c->name);
 }
 
 static void cw__register_done(cw_conn_t* c, cw_op_t* op, cw_status_t status) {
@@ -2507,13 +2505,14 @@ static void cw__register_done(cw_conn_t* c, cw_op_t* op, cw_status_t status) {
   }
   CW_LOGI("registered with the controller %s as %s (%s)", c->name, c->w->name,
           c->w->advertised_address);
+  cw_worker_health_registered(c->w);
 }
 
 static cw_status_t cw__peer_get(cw_worker_t* w, const char* address, uint64_t dst_session,
                                 cw_conn_t** out);
 
 // Connects to the controller (HELLO role WORKER, as to a peer) and registers.
-static cw_status_t cw__controller_connect(cw_worker_t* w, const char* address) {
+cw_status_t cw__controller_connect(cw_worker_t* w, const char* address) {
   cw_conn_t* c = NULL;
   CW_RETURN_IF_ERROR(cw__peer_get(w, address, 0, &c), "--controller %s", address);
   c->is_controller = true;
@@ -2752,6 +2751,7 @@ void cw_worker_stop(cw_worker_t* w) {
   uv_close((uv_handle_t*)&w->sigterm, NULL);
   uv_close((uv_handle_t*)&w->sigint, NULL);
   cw_net_watch_stop(&w->watch);
+  cw_worker_health_stop(w);
   while (w->conns) cw__conn_close(w->conns);
   // Any session left (none should be) goes with its objects.
   while (w->sessions) {
@@ -2854,6 +2854,7 @@ cw_status_t cw_worker_create(const cw_settings_t* settings, cw_worker_t** out) {
   uv_signal_init(&w->loop, &w->sigint);
   w->sigterm.data = w->sigint.data = w;
   w->handles_open = true;
+  cw_worker_health_start(w);
   uv_signal_start(&w->sigterm, cw__on_signal, SIGTERM);
   uv_signal_start(&w->sigint, cw__on_signal, SIGINT);
   CW_RETURN_IF_ERROR(cw__listen(w, cw_settings_string(settings, CW_SET_LISTEN)), "worker");

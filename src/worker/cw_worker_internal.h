@@ -11,6 +11,7 @@
 
 #include "cw_conn_parser.h"
 #include "cw_frame.h"
+#include "cw_net.h"
 #include "cw_pjrt.h"
 #include "cw_staging.h"
 #include "cw_store.h"
@@ -42,6 +43,7 @@
 #endif
 
 typedef struct cw_conn_s cw_conn_t;
+typedef void (*cw_bulk_free_fn)(void* user);
 typedef struct cw_op_s cw_op_t;
 
 typedef struct cw_session_s {
@@ -257,6 +259,12 @@ struct cw_worker_s {
   cw_conn_t* controller;
   char advertised_address[256];
   cw_net_watch_t watch;
+  // Health (cw_worker_health.c): heartbeats, reconnecting to the controller.
+  uv_timer_t heartbeat_timer;
+  uv_timer_t reconnect_timer;
+  bool registered;             // the controller accepted REGISTER on w->controller
+  uint64_t heartbeat_seq;
+  int64_t reconnect_delay_ms;  // next wait before reconnecting
 };
 
 // cw_worker.c, shared with its modules.
@@ -281,5 +289,24 @@ void cw_worker_trace_handle_start(cw_conn_t* c, const cw_frame_header_t* h,
 void cw_worker_trace_handle_fetch(cw_conn_t* c, const cw_frame_header_t* h,
                                   const Causeway__V1__TraceFetchRequest* r);
 void cw_worker_trace_free(struct cw_wtrace_s* t);
+// --- cw_worker.c functions the modules use ----------------------------------------
+
+// Sends one frame on `c` (see cw_worker.c).
+void cw__send(cw_conn_t* c, uint16_t type, uint32_t flags, uint64_t request_id,
+              const ProtobufCMessage* msg, const void* bulk, uint64_t bulk_len,
+              cw_bulk_free_fn bulk_free, void* bulk_user);
+// Connects to the controller at `address` and registers (asynchronously).
+CW_MUST_USE cw_status_t cw__controller_connect(cw_worker_t* w, const char* address);
+
+// --- Health (cw_worker_health.c) --------------------------------------------------
+
+// Timers: heartbeats every --heartbeat-ms while registered; reconnecting.
+void cw_worker_health_start(cw_worker_t* w);
+void cw_worker_health_stop(cw_worker_t* w);
+// The controller accepted REGISTER.
+void cw_worker_health_registered(cw_worker_t* w);
+// The controller connection `name` is gone (and the worker keeps serving):
+// reconnect after 100 ms, doubling to --reconnect-max-ms, and register again.
+void cw_worker_health_controller_lost(cw_worker_t* w, const char* name);
 
 #endif  // CW_WORKER_INTERNAL_H_

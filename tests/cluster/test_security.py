@@ -113,7 +113,8 @@ def test_jax_client_with_right_token_works(cluster, tmp_path):
 
 def test_worker_with_wrong_token_cannot_register(cluster):
     before = harness.stats(cluster.controller, TOKEN)["workers"]
-    cluster.start_worker("bad-worker", devices=1, env=cluster.token_env("wrong-token", "env"))
+    cluster.start_worker("bad-worker", devices=1, env=cluster.token_env("wrong-token", "env"),
+                         wait=False)
     assert _log_has(cluster, "controller",
                     r"refused HELLO from 127\.0\.0\.1:\d+ \(role worker\): credentials refused "
                     r"\(wrong token\)", timeout=30), cluster.log("controller")

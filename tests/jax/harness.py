@@ -561,6 +561,9 @@ _STATS_FIELDS = {1: "buffers", 2: "buffer_bytes", 3: "executables", 4: "launches
                  14: "cache_hits", 15: "cache_misses", 16: "cache_bytes", 17: "workers_dead",
                  80: "disk_hits", 81: "disk_misses", 82: "disk_bytes", 83: "disk_errors",
                  84: "compiles_sent"}
+# Health (tests/cluster/test_health.py).
+_STATS_FIELDS.update({50: "workers_replaced", 51: "workers_timed_out", 52: "heartbeats",
+                      53: "exes_reloaded"})
 
 _clib = None
 
@@ -677,15 +680,20 @@ class HandCluster:
 
     def __init__(self, workers: int = NUM_WORKERS, devices: int = DEVICES_PER_WORKER,
                  tcp: bool = False, token: str | None = None, token_via: str = "file",
-                 controller_args: tuple = (), controller_env: dict | None = None):
+                 controller_args: tuple = (), controller_env: dict | None = None,
+                 worker_args: tuple = ()):
         """`token`: every daemon requires it, given through a 0600 token file
         in the cluster's directory (token_via="file", CW_TOKEN_FILE) or the
         environment (token_via="env", CW_TOKEN); never on a command line.
         `controller_args` / `controller_env`: extra flags and environment of
-        the controller."""
+        the controller; `worker_args`: extra flags of every worker."""
         self.dir = tempfile.mkdtemp(prefix="cw-hand-")
         self.token = token
         self.tcp = tcp
+        self.devices = devices
+        self.controller_args = tuple(controller_args)
+        self.controller_env = dict(controller_env or {})
+        self.worker_args = tuple(worker_args)
         if tcp:
             self.controller = f"127.0.0.1:{free_tcp_port()}"
         else:
@@ -697,10 +705,7 @@ class HandCluster:
         if token is not None:
             env.update(self.token_env(token, token_via))
         self.env = env
-        self._spawn("controller", [os.path.join(bin_dir(), "causeway-controller"),
-                                   "--listen", self.controller, *controller_args],
-                    {**env, **(controller_env or {})})
-        self._wait_listening("controller", self.controller)
+        self.start_controller()
         for i in range(workers):
             name = f"hand-worker-{i}"
             addr = (f"127.0.0.1:{free_tcp_port()}" if tcp
@@ -709,7 +714,7 @@ class HandCluster:
             self._spawn(name, [os.path.join(bin_dir(), "causeway-worker"),
                                "--plugin", cpu_plugin(), "--devices", str(devices),
                                "--listen", addr, "--name", name,
-                               "--controller", self.controller], env)
+                               "--controller", self.controller, *self.worker_args], env)
         for name, addr in self.addresses.items():
             self._wait_listening(name, addr)
         # Registered with the controller?
@@ -728,16 +733,33 @@ class HandCluster:
         os.close(fd)  # mkstemp makes it 0600
         return {"CW_TOKEN_FILE": path}
 
-    def start_worker(self, name: str, devices: int = DEVICES_PER_WORKER,
-                     env: dict | None = None) -> str:
-        """Starts one more worker (environment `env` over the cluster's); its address."""
-        addr = (f"127.0.0.1:{free_tcp_port()}" if self.tcp
-                else os.path.join(self.dir, f"{name}.sock"))
-        self.addresses[name] = addr
-        self._spawn(name, [os.path.join(bin_dir(), "causeway-worker"),
-                           "--plugin", cpu_plugin(), "--devices", str(devices),
-                           "--listen", addr, "--name", name,
-                           "--controller", self.controller], {**self.env, **(env or {})})
+    def start_controller(self) -> None:
+        """(Re)starts the controller on its address (after it was killed)."""
+        self._spawn("controller", [os.path.join(bin_dir(), "causeway-controller"),
+                                   "--listen", self.controller, *self.controller_args],
+                    {**self.env, **self.controller_env})
+        self._wait_listening("controller", self.controller)
+
+    def start_worker(self, name: str, addr: str | None = None, key: str | None = None,
+                     devices: int | None = None, env: dict | None = None,
+                     wait: bool = True) -> str:
+        """Starts a worker called `name` (a replacement when one had that name),
+        listening on `addr` (default: a fresh address), with `devices` (default:
+        the cluster's) and environment `env` over the cluster's; its process is
+        procs[key or name]. Returns the address (once it listens, with `wait`)."""
+        if addr is None:
+            addr = (f"127.0.0.1:{free_tcp_port()}" if self.tcp
+                    else os.path.join(self.dir, f"{name}-{len(self.procs)}.sock"))
+        key = key or name
+        self.addresses[key] = addr
+        self._spawn(key, [os.path.join(bin_dir(), "causeway-worker"),
+                          "--plugin", cpu_plugin(), "--devices",
+                          str(self.devices if devices is None else devices),
+                          "--listen", addr, "--name", name,
+                          "--controller", self.controller, *self.worker_args],
+                    {**self.env, **(env or {})})
+        if wait:
+            self._wait_listening(key, addr)
         return addr
 
     def log(self, name: str) -> str:
@@ -794,11 +816,14 @@ class HandCluster:
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         self.procs[name].send_signal(sig)
+        if sig in (signal.SIGSTOP, signal.SIGCONT):
+            return  # it does not exit
         self.procs[name].wait(timeout=10)
 
     def stop(self) -> None:
         for p in self.procs.values():
             if p.poll() is None:
+                p.send_signal(signal.SIGCONT)  # a stopped one cannot handle SIGTERM
                 p.terminate()
         for p in self.procs.values():
             try:

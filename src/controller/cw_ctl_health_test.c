@@ -1,0 +1,318 @@
+// Controller health test: a real causeway-controller (--worker-timeout-ms
+// 1000) and workers played by this test over the C client library (HELLO
+// role WORKER, REGISTER, HEALTH_HEARTBEAT frames), so every step is exact:
+//
+// - a second REGISTER of a live worker's name is refused with ALREADY_EXISTS
+//   naming both addresses;
+// - a worker that sends no heartbeat is declared dead after the timeout: the
+//   client's session gets WORKER_DOWN ("no heartbeat ...") and the controller
+//   closes that worker's connection; STATS counts workers_timed_out;
+// - a worker that heartbeats stays alive past the timeout (STATS heartbeats);
+// - a same-name REGISTER with another device count is refused
+//   (FAILED_PRECONDITION); a matching one takes the slot: RegisterReply has
+//   replaced, incarnation 1 and the old first device id; the session gets
+//   WORKER_UP with the new address and incarnation;
+// - HEALTH_REJOIN: unknown worker INVALID_ARGUMENT, stale incarnation
+//   UNAVAILABLE, the current one OK; from a worker PERMISSION_DENIED;
+// - with a real worker (XLA's CPU plugin): an executable compiled there is
+//   LOADed into its replacement under the same id (STATS exes_reloaded,
+//   EXE_INFO answered by the new worker), and the session's requests for it
+//   are refused ("was replaced") until the client sent HEALTH_REJOIN;
+// - SIGTERM: the controller exits 0 (under ASan: no leaks).
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cw_client.h"
+#include "cw_test_util.h"
+
+#define TIMEOUT_MS 1000
+
+static struct {
+  cw_test_process_t ctl;
+  char address[512];
+  cw_client_t* client;  // a client with a session
+  pthread_mutex_t mu;
+  int downs, ups;
+  char last[512];
+  char up_address[256];
+  uint32_t up_incarnation;
+} g = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void on_event(void* user, const ProtobufCMessage* msg) {
+  const Causeway__V1__ClusterEvent* ev = (const Causeway__V1__ClusterEvent*)msg;
+  pthread_mutex_lock(&g.mu);
+  if (ev->kind == CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_DOWN) g.downs++;
+  if (ev->kind == CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_UP) {
+    g.ups++;
+    snprintf(g.up_address, sizeof(g.up_address), "%s", ev->worker_address);
+    g.up_incarnation = ev->incarnation;
+  }
+  snprintf(g.last, sizeof(g.last), "%s", ev->message);
+  pthread_mutex_unlock(&g.mu);
+}
+
+static int events(int* counter) {
+  pthread_mutex_lock(&g.mu);
+  int n = *counter;
+  pthread_mutex_unlock(&g.mu);
+  return n;
+}
+
+static int wait_events(int* counter, int want, int timeout_ms) {
+  int64_t end = cw_test_now_ms() + timeout_ms;
+  while (events(counter) < want && cw_test_now_ms() < end) cw_test_sleep_ms(20);
+  return events(counter);
+}
+
+// A pretend worker: HELLO role WORKER. *out is NULL on failure.
+static void worker_connect(cw_client_t** out) {
+  cw_client_options_t o = {.peer_name = "fake-worker", .role = CAUSEWAY__V1__ROLE__ROLE_WORKER};
+  cw_status_t st = cw_client_connect(g.address, &o, out);
+  if (st) fprintf(stderr, "worker connect: %s\n", cw_status_message(st));
+  assert_null(st);
+}
+
+// REGISTER `name` at `address` with `devices` CPU devices.
+static cw_status_t worker_register(cw_client_t* c, const char* name, const char* address,
+                                   size_t devices, Causeway__V1__RegisterReply** out) {
+  Causeway__V1__Device devs[4];
+  Causeway__V1__Device* ptrs[4];
+  for (size_t i = 0; i < devices && i < 4; ++i) {
+    causeway__v1__device__init(&devs[i]);
+    devs[i].local_id = (int32_t)i;
+    devs[i].id = (int32_t)i;
+    devs[i].kind = (char*)"cpu";
+    ptrs[i] = &devs[i];
+  }
+  Causeway__V1__Inventory inv = CAUSEWAY__V1__INVENTORY__INIT;
+  inv.worker_name = (char*)name;
+  inv.platform_name = (char*)"cpu";
+  inv.platform_version = (char*)"test";
+  inv.devices = ptrs;
+  inv.n_devices = devices;
+  Causeway__V1__RegisterRequest req = CAUSEWAY__V1__REGISTER_REQUEST__INIT;
+  req.worker_name = (char*)name;
+  req.address = (char*)address;
+  req.inventory = &inv;
+  return cw_client_call(c, CW_MSG_REGISTER, &req.base, NULL, 0, NULL, (ProtobufCMessage**)out,
+                        NULL);
+}
+
+static void heartbeat(cw_client_t* c) {
+  Causeway__V1__HealthHeartbeat hb = CAUSEWAY__V1__HEALTH_HEARTBEAT__INIT;
+  hb.sequence = 1;
+  // No reply comes: the parked entry is freed with the client.
+  assert_null(cw_client_send(c, CW_MSG_HEALTH_HEARTBEAT, &hb.base, NULL, 0, NULL, NULL, NULL,
+                             NULL));
+}
+
+static cw_status_t rejoin(cw_client_t* c, uint32_t index, uint32_t incarnation) {
+  Causeway__V1__HealthRejoinRequest req = CAUSEWAY__V1__HEALTH_REJOIN_REQUEST__INIT;
+  req.worker_index = index;
+  req.incarnation = incarnation;
+  ProtobufCMessage* rep = NULL;
+  cw_status_t st = cw_client_call(c, CW_MSG_HEALTH_REJOIN, &req.base, NULL, 0, NULL, &rep, NULL);
+  if (rep) protobuf_c_message_free_unpacked(rep, NULL);
+  return st;
+}
+
+static Causeway__V1__Stats* ctl_stats(void) {
+  Causeway__V1__Stats* st = NULL;
+  assert_null(cw_client_stats(g.client, &st));
+  return st;
+}
+
+static void expect_error(cw_status_t st, cw_status_code_t code, const char* text) {
+  assert_non_null(st);
+  fprintf(stderr, "  %s\n", cw_status_message(st));
+  assert_int_equal(cw_status_code(st), code);
+  assert_non_null(strstr(cw_status_message(st), text));
+  cw_status_free(st);
+}
+
+static int setup(void** state) {
+  const char* bin = cw_test_getenv("CW_CONTROLLER_BIN", "causeway-controller");
+  const char* argv[] = {bin, "--listen", "127.0.0.1:0", "--worker-timeout-ms", "1000", NULL};
+  if (cw_test_process_spawn(argv, NULL, "controller", &g.ctl) != 0) return -1;
+  if (cw_test_process_read_line(&g.ctl, "causeway-controller listening on ", 30000, g.address,
+                                sizeof(g.address)) != 0 ||
+      cw_test_process_start_drain(&g.ctl) != 0) {
+    return -1;
+  }
+  return 0;
+}
+
+static int teardown(void** state) {
+  cw_client_release(g.client);
+  return cw_test_process_stop(&g.ctl, 30000) == 0 ? 0 : -1;
+}
+
+static void test_health(void** state) {
+  cw_client_t* a = NULL;
+  cw_client_t* b = NULL;
+  worker_connect(&a);
+  worker_connect(&b);
+  Causeway__V1__RegisterReply* rep = NULL;
+  assert_null(worker_register(a, "w", "fake-a:1", 1, &rep));
+  assert_int_equal(rep->worker_index, 0);
+  assert_false(rep->replaced);
+  protobuf_c_message_free_unpacked(&rep->base, NULL);
+  heartbeat(a);
+
+  // A client with a session sees the events.
+  cw_client_options_t o = {.peer_name = "health-test", .on_event = on_event};
+  assert_null(cw_client_connect(g.address, &o, &g.client));
+  Causeway__V1__OpenSessionRequest open = CAUSEWAY__V1__OPEN_SESSION_REQUEST__INIT;
+  open.min_workers = 1;
+  open.wait_ms = 5000;
+  ProtobufCMessage* info = NULL;
+  assert_null(cw_client_call(g.client, CW_MSG_OPEN_SESSION, &open.base, NULL, 0, NULL, &info,
+                             NULL));
+  protobuf_c_message_free_unpacked(info, NULL);
+
+  // Same name while alive: refused, naming both.
+  cw_status_t st = worker_register(b, "w", "fake-b:1", 1, &rep);
+  expect_error(st, CW_ALREADY_EXISTS, "taken by the live worker at fake-a:1 (this one is at "
+               "fake-b:1)");
+  assert_null(rep);
+
+  // HEALTH_REJOIN refusals; a worker may not send it.
+  expect_error(rejoin(g.client, 7, 0), CW_INVALID_ARGUMENT, "no worker 7");
+  expect_error(rejoin(g.client, 0, 3), CW_UNAVAILABLE, "incarnation 0, not 3");
+  expect_error(rejoin(b, 0, 0), CW_PERMISSION_DENIED, "for clients");
+  assert_null(rejoin(g.client, 0, 0));
+
+  // A silent worker: dead after the timeout, its connection closed.
+  int64_t t0 = cw_test_now_ms();
+  assert_int_equal(wait_events(&g.downs, 1, 10 * TIMEOUT_MS), 1);
+  int64_t ms = cw_test_now_ms() - t0;
+  pthread_mutex_lock(&g.mu);
+  fprintf(stderr, "  WORKER_DOWN after %lld ms: %s\n", (long long)ms, g.last);
+  assert_non_null(strstr(g.last, "no heartbeat for"));
+  assert_non_null(strstr(g.last, "worker w (fake-a:1)"));
+  pthread_mutex_unlock(&g.mu);
+  assert_true(ms >= TIMEOUT_MS / 2);
+  expect_error(cw_client_ping(a), CW_UNAVAILABLE, "");
+  Causeway__V1__Stats* s = ctl_stats();
+  assert_int_equal(s->workers, 0);
+  assert_int_equal(s->workers_dead, 1);
+  assert_int_equal(s->workers_timed_out, 1);
+  protobuf_c_message_free_unpacked(&s->base, NULL);
+
+  // The replacement must match the slot; a matching one takes it over.
+  expect_error(worker_register(b, "w", "fake-b:1", 2, &rep), CW_FAILED_PRECONDITION,
+               "cannot replace the lost w (fake-a:1): it has 2 devices");
+  assert_null(worker_register(b, "w", "fake-b:1", 1, &rep));
+  assert_true(rep->replaced);
+  assert_int_equal(rep->incarnation, 1);
+  assert_int_equal(rep->worker_index, 0);
+  assert_int_equal(rep->first_device_id, 0);
+  protobuf_c_message_free_unpacked(&rep->base, NULL);
+  assert_int_equal(wait_events(&g.ups, 1, 5000), 1);
+  pthread_mutex_lock(&g.mu);
+  assert_string_equal(g.up_address, "fake-b:1");
+  assert_int_equal(g.up_incarnation, 1);
+  pthread_mutex_unlock(&g.mu);
+  expect_error(rejoin(g.client, 0, 0), CW_UNAVAILABLE, "incarnation 1, not 0");
+  assert_null(rejoin(g.client, 0, 1));
+
+  // A heartbeating worker outlives the timeout.
+  for (int i = 0; i < 3 * TIMEOUT_MS / 100; ++i) {
+    heartbeat(b);
+    cw_test_sleep_ms(100);
+  }
+  s = ctl_stats();
+  fprintf(stderr, "  stats: workers %llu, heartbeats %llu, replaced %llu\n",
+          (unsigned long long)s->workers, (unsigned long long)s->heartbeats,
+          (unsigned long long)s->workers_replaced);
+  assert_int_equal(s->workers, 1);
+  assert_int_equal(s->workers_replaced, 1);
+  assert_true(s->heartbeats >= 10);
+  protobuf_c_message_free_unpacked(&s->base, NULL);
+  assert_int_equal(events(&g.downs), 1);
+  cw_client_release(a);
+  cw_client_release(b);  // slot 0 is dead from here on
+  assert_int_equal(wait_events(&g.downs, 2, 5000), 2);
+}
+
+static cw_status_t exe_info(uint64_t exe_id, Causeway__V1__ExecutableInfo** out) {
+  Causeway__V1__ExeInfoRequest req = CAUSEWAY__V1__EXE_INFO_REQUEST__INIT;
+  req.exe_id = exe_id;
+  return cw_client_call(g.client, CW_MSG_EXE_INFO, &req.base, NULL, 0, NULL,
+                        (ProtobufCMessage**)out, NULL);
+}
+
+static void start_real_worker(cw_test_worker_t* out) {
+  const char* extra[] = {"--controller", g.address, "--heartbeat-ms", "100", NULL};
+  cw_test_worker_options_t o = {.devices = 1, .name = "rw", .extra_args = extra};
+  assert_int_equal(cw_test_worker_start(&o, out), 0);
+}
+
+static void test_replacement_reloads_and_fences(void** state) {
+  char path[1024];
+  snprintf(path, sizeof(path), "%s/f64.mlir", cw_test_getenv("CW_PROGRAMS_DIR", "programs"));
+  void* code = NULL;
+  size_t code_size = 0;
+  assert_int_equal(cw_test_read_file(path, &code, &code_size), 0);
+  cw_test_worker_t rw, rw2;
+  int ups = events(&g.ups);
+  start_real_worker(&rw);
+  Causeway__V1__Stats* s = NULL;
+  for (int i = 0; i < 200; ++i) {  // registered?
+    s = ctl_stats();
+    bool up = s->workers == 1;
+    protobuf_c_message_free_unpacked(&s->base, NULL);
+    if (up) break;
+    cw_test_sleep_ms(50);
+  }
+  // No device assignment: the first device of the first live worker (rw).
+  Causeway__V1__CompileRequest creq = CAUSEWAY__V1__COMPILE_REQUEST__INIT;
+  creq.exe_id = 77;
+  creq.format = (char*)"mlir";
+  creq.code.data = code;
+  creq.code.len = code_size;
+  ProtobufCMessage* crep = NULL;
+  assert_null(cw_client_call(g.client, CW_MSG_COMPILE, &creq.base, NULL, 0, NULL, &crep, NULL));
+  protobuf_c_message_free_unpacked(crep, NULL);
+  free(code);
+
+  int downs = events(&g.downs);
+  assert_true(cw_test_worker_kill(&rw) >= 0);
+  assert_int_equal(wait_events(&g.downs, downs + 1, 10000), downs + 1);
+  start_real_worker(&rw2);
+  assert_int_equal(wait_events(&g.ups, ups + 2, 30000), ups + 2);  // registered, replaced
+  pthread_mutex_lock(&g.mu);
+  assert_string_equal(g.up_address, rw2.address);
+  uint32_t incarnation = g.up_incarnation;
+  pthread_mutex_unlock(&g.mu);
+  assert_int_equal(incarnation, 1);
+
+  Causeway__V1__ExecutableInfo* info = NULL;
+  expect_error(exe_info(77, &info), CW_UNAVAILABLE, "was replaced (incarnation 1; this "
+               "session knows 0)");
+  assert_null(rejoin(g.client, 1, incarnation));
+  assert_null(exe_info(77, &info));  // answered by the replacement: it holds 77 again
+  assert_int_equal(info->num_outputs, 1);
+  protobuf_c_message_free_unpacked(&info->base, NULL);
+  s = ctl_stats();
+  assert_int_equal(s->exes_reloaded, 1);
+  assert_int_equal(s->workers_replaced, 2);
+  protobuf_c_message_free_unpacked(&s->base, NULL);
+  assert_int_equal(cw_test_worker_stop(&rw2, 30000), 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_health),
+                                     cmocka_unit_test(test_replacement_reloads_and_fences)};
+  return cmocka_run_group_tests(tests, setup, teardown);
+}

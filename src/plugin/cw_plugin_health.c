@@ -1,0 +1,180 @@
+// Worker loss and replacement on the client side.
+//
+// WORKER_DOWN (the controller saw the worker's connection close or its
+// heartbeats stop): the worker is marked dead and our direct connection to
+// it is shut down, so everything pending there fails at once with
+// UNAVAILABLE naming it (a silent worker would otherwise leave it hanging).
+//
+// WORKER_UP with a new incarnation of a worker this session uses: a
+// replacement took its slot (same devices). The next operation on it
+// connects there in our session, sends HEALTH_REJOIN to the controller
+// (which relays our requests for that worker again from then on), and
+// restarts this worker's seq numbering. Buffers made before stay in error
+// (their contents died with the worker); executables keep working (the
+// controller LOADed them into the replacement under the same ids).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cw_plugin.h"
+
+#define CW__REJOIN_CONNECT_TIMEOUT_MS 8000
+
+void cw__health_on_event(cw__client_t* c, const Causeway__V1__ClusterEvent* ev) {
+  cw__worker_t* w = cw__find_worker(c, ev->worker_index);
+  if (!w) return;  // not a worker of this session
+  if (ev->kind == CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_DOWN) {
+    cw__worker_mark_dead(w, ev->message && ev->message[0] ? ev->message : "worker down");
+    cw_client_t* conn = w->conn;
+    if (conn) cw_client_shutdown(conn);
+    return;
+  }
+  if (ev->kind != CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_UP || !ev->worker_address ||
+      !ev->worker_address[0]) {
+    return;
+  }
+  pthread_mutex_lock(&w->mu);
+  bool newer = ev->incarnation > w->incarnation &&
+               (!w->next_address || ev->incarnation > w->next_incarnation);
+  if (newer) {
+    char* address = strdup(ev->worker_address);
+    if (address) {
+      free(w->next_address);
+      w->next_address = address;
+      w->next_incarnation = ev->incarnation;
+    }
+  }
+  pthread_mutex_unlock(&w->mu);
+  // Missed the WORKER_DOWN? The old connection is no use either way.
+  if (newer && !atomic_load_explicit(&w->dead, memory_order_acquire)) {
+    cw__worker_mark_dead(w, ev->message && ev->message[0] ? ev->message : "worker replaced");
+    cw_client_t* conn = w->conn;
+    if (conn) cw_client_shutdown(conn);
+  }
+}
+
+// A replaced connection and address: other threads may still hold them, so
+// they live until the client goes.
+struct cw__retired_s {
+  cw_client_t* conn;
+  char* address;
+};
+
+// With send_mu held.
+static void cw__retire(cw__worker_t* w, cw_client_t* conn, char* address) {
+  struct cw__retired_s* grown = realloc(w->retired, (w->num_retired + 1) * sizeof(*grown));
+  if (!grown) return;  // leaked rather than freed under a reader
+  w->retired = grown;
+  w->retired[w->num_retired].conn = conn;
+  w->retired[w->num_retired].address = address;
+  w->num_retired++;
+}
+
+// With send_mu held.
+static void cw__set_reason(cw__worker_t* w, const char* fmt, const char* a, const char* b) {
+  char why[1024];
+  snprintf(why, sizeof(why), fmt, a, b);
+  pthread_mutex_lock(&w->mu);
+  char* copy = strdup(why);
+  if (copy) {
+    free(w->dead_reason);
+    w->dead_reason = copy;
+  }
+  pthread_mutex_unlock(&w->mu);
+}
+
+bool cw__health_revive(cw__worker_t* w) {
+  cw__client_t* c = w->client;
+  pthread_mutex_lock(&w->mu);
+  char* address = w->next_address ? strdup(w->next_address) : NULL;
+  uint32_t incarnation = w->next_incarnation;
+  pthread_mutex_unlock(&w->mu);
+  if (!address) return false;
+  pthread_mutex_lock(&w->send_mu);
+  bool ok = !atomic_load_explicit(&w->dead, memory_order_acquire);  // revived meanwhile
+  cw_client_t* conn = NULL;
+  cw_status_t s = cw_ok_status();
+  if (!ok) {
+    cw_client_options_t o = {.session_id = c->session_id,
+                             .peer_name = "causeway-pjrt",
+                             .connect_timeout_ms = CW__REJOIN_CONNECT_TIMEOUT_MS};
+    s = cw_client_connect(address, &o, &conn);
+    if (s) {
+      cw__set_reason(w, "its replacement at %s cannot be reached: %s", address,
+                     cw_status_message(s));
+    }
+  }
+  if (!ok && !s) {
+    Causeway__V1__HealthRejoinRequest req = CAUSEWAY__V1__HEALTH_REJOIN_REQUEST__INIT;
+    req.worker_index = w->index;
+    req.incarnation = incarnation;
+    // On the controller connection after every request we sent for the old
+    // incarnation (send_mu keeps them ordered), so those are refused there.
+    ProtobufCMessage* reply = NULL;
+    s = cw_client_call(c->ctrl, CW_MSG_HEALTH_REJOIN, &req.base, NULL, 0, NULL, &reply, NULL);
+    if (reply) protobuf_c_message_free_unpacked(reply, NULL);
+    if (s) {
+      cw__set_reason(w, "rejoining its replacement at %s failed: %s", address,
+                     cw_status_message(s));
+      cw_client_release(conn);
+      conn = NULL;
+    }
+  }
+  if (!ok && !s) {
+    cw__retire(w, w->conn, w->address);
+    w->conn = conn;
+    w->address = address;
+    address = NULL;
+    atomic_store_explicit(&w->seq, 0, memory_order_relaxed);
+    w->n_pending_deletes = 0;  // ids of the lost worker
+    atomic_fetch_add_explicit(&w->epoch, 1, memory_order_acq_rel);
+    pthread_mutex_lock(&w->mu);
+    w->incarnation = incarnation;
+    free(w->dead_reason);
+    w->dead_reason = NULL;
+    if (w->next_incarnation == incarnation) {
+      free(w->next_address);
+      w->next_address = NULL;
+    }
+    pthread_mutex_unlock(&w->mu);
+    atomic_store_explicit(&w->dead, false, memory_order_release);
+    ok = true;
+  }
+  pthread_mutex_unlock(&w->send_mu);
+  cw_status_free(s);
+  free(address);
+  return ok;
+}
+
+cw_status_t cw__buffer_check_epoch(const struct cw__buffer_s* b) {
+  cw__worker_t* w = b->device->worker;
+  if (b->epoch == atomic_load_explicit(&w->epoch, memory_order_acquire)) return cw_ok_status();
+  return cw_make_status(CW_UNAVAILABLE, "worker %s (%s) was replaced: buffer %llu lived on the "
+                        "lost worker and its contents are gone; upload it again", w->name,
+                        w->address, (unsigned long long)b->id);
+}
+
+bool cw__is_controller_lost(const cw__client_t* c, cw_status_t status) {
+  // cw_client reports a lost connection as "connection to ADDRESS lost: ...";
+  // a worker's loss relayed by the controller starts with "worker ".
+  return status && cw_status_code(status) == CW_UNAVAILABLE && c->ctrl_address &&
+         strstr(cw_status_message(status), c->ctrl_address) &&
+         strncmp(cw_status_message(status), "worker ", 7) != 0;
+}
+
+cw_status_t cw__controller_error(cw__client_t* c, cw_status_t status) {
+  if (!cw__is_controller_lost(c, status)) return status;
+  cw_status_t out = cw_make_status(CW_UNAVAILABLE, "causeway: the controller at %s is "
+                                   "unavailable: %s", c->ctrl_address, cw_status_message(status));
+  cw_status_free(status);
+  return out;
+}
+
+void cw__health_worker_free(cw__worker_t* w) {
+  for (size_t i = 0; i < w->num_retired; ++i) {
+    if (w->retired[i].conn) cw_client_release(w->retired[i].conn);
+    free(w->retired[i].address);
+  }
+  free(w->retired);
+  free(w->next_address);
+}

@@ -1,0 +1,168 @@
+"""JAX-side checks of tests/cluster/test_health.py (loaded by the runner via
+CW_RUNNER_CHECKS): a training loop that survives losing its worker, and what
+a client sees when a worker or the controller goes away."""
+from __future__ import annotations
+
+import functools
+import os
+import time
+
+import numpy as np
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+import checks
+
+STATE: dict = {}
+
+
+def _mlp_params(key, sizes):
+    params = []
+    for n_in, n_out in zip(sizes[:-1], sizes[1:]):
+        key, k1 = jax.random.split(key)
+        params.append({"w": np.asarray(jax.random.normal(k1, (n_in, n_out), jnp.float32))
+                       * np.float32(1.0 / np.sqrt(n_in)),
+                       "b": np.zeros((n_out,), np.float32)})
+    return params
+
+
+def _mlp(params, x):
+    for layer in params[:-1]:
+        x = jax.nn.relu(x @ layer["w"] + layer["b"])
+    return x @ params[-1]["w"] + params[-1]["b"]
+
+
+def _setup(island: int):
+    """Host data and params, and the island's shardings (one worker)."""
+    mesh = Mesh(np.array(checks.islands()[island]), ("data",))
+    data_sh, rep = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
+    r = checks.rng(10)
+    xs = r.standard_normal((4, 64, 16)).astype(np.float32)
+    true_w = r.standard_normal((16, 1)).astype(np.float32)
+    ys = np.sin(xs @ true_w).astype(np.float32)
+    params0 = _mlp_params(jax.random.key(0), [16, 32, 32, 1])  # host arrays
+    if "step" not in STATE:
+        @functools.partial(jax.jit, donate_argnums=0)
+        def step(params, x, y):
+            loss, g = jax.value_and_grad(lambda p: jnp.mean((_mlp(p, x) - y) ** 2))(params)
+            return jax.tree.map(lambda p, gp: p - 0.05 * gp, params, g), loss
+        STATE["step"] = step
+    return mesh, data_sh, rep, xs, ys, params0
+
+
+def _upload(data_sh, rep, xs, ys, host_params):
+    params = jax.device_put(host_params, rep)
+    batches = [(jax.device_put(xs[i], data_sh), jax.device_put(ys[i], data_sh))
+               for i in range(len(xs))]
+    return params, batches
+
+
+def train_reference(steps: int = 50, island: int = 1) -> dict:
+    """The unbroken run: per-step losses."""
+    mesh, data_sh, rep, xs, ys, p0 = _setup(island)
+    params, batches = _upload(data_sh, rep, xs, ys, p0)
+    losses = []
+    for i in range(steps):
+        params, loss = STATE["step"](params, *batches[i % 4])
+        losses.append(np.asarray(loss))
+    return {"losses": np.stack(losses), "worker": checks.worker_of(mesh.devices.flat[0])}
+
+
+def train_until_error(steps: int = 50, island: int = 1, every: int = 10,
+                      progress: str = "", step_sleep: float = 0.05) -> dict:
+    """Trains with a host checkpoint every `every` steps, writing the step
+    number to `progress`; returns at the end or at the first error (the test
+    kills the worker meanwhile)."""
+    mesh, data_sh, rep, xs, ys, p0 = _setup(island)
+    params, batches = _upload(data_sh, rep, xs, ys, p0)
+    losses, ckpt = [], None
+    for i in range(steps):
+        try:
+            if i % every == 0:
+                ckpt = (i, jax.tree.map(np.asarray, params))
+            params, loss = STATE["step"](params, *batches[i % 4])
+            losses.append(np.asarray(loss))
+        except Exception as e:  # noqa: BLE001 - the worker died
+            STATE["train"] = {"ckpt": ckpt, "losses": losses, "steps": steps, "island": island}
+            STATE["lost_array"] = batches[0][0]
+            return {"ok": False, "step": i, "error": checks.err_text(e),
+                    "t_error": time.monotonic(), "ckpt_step": ckpt[0]}
+        if progress:
+            with open(progress, "w") as f:
+                f.write(str(i + 1))
+        time.sleep(step_sleep)
+    return {"ok": True, "losses": np.stack(losses)}
+
+
+def train_resume() -> dict:
+    """Restores the checkpoint onto the same devices (re-uploading the inputs)
+    and finishes the run: all per-step losses."""
+    t = STATE["train"]
+    k, host_params = t["ckpt"]
+    mesh, data_sh, rep, xs, ys, _ = _setup(t["island"])
+    params, batches = _upload(data_sh, rep, xs, ys, host_params)
+    losses = list(t["losses"][:k])
+    for i in range(k, t["steps"]):
+        params, loss = STATE["step"](params, *batches[i % 4])
+        losses.append(np.asarray(loss))
+    stale = checks._timed(lambda: np.asarray(STATE["lost_array"])) if "lost_array" in STATE \
+        else None
+    return {"losses": np.stack(losses), "resumed_from": k, "stale_read": stale}
+
+
+# ---- Silent worker (SIGSTOP) ----------------------------------------------------------------
+
+def after_wake(victim: str) -> dict:
+    """After the stopped worker woke up and registered again: old arrays stay
+    in error, new uploads and computations there work."""
+    s = checks.STATE["kill"]
+    dev = s["victim_dev"]
+    out = {
+        "old_read": checks._timed(lambda: np.asarray(s["victim"])),
+        "keep_read": checks._timed(lambda: np.asarray(s["keep"])),
+        "new_put": checks._timed(lambda: np.asarray(jax.device_put(s["a"], dev))),
+        "new_compute": checks._timed(lambda: np.asarray(
+            jax.jit(lambda v: v * 3)(jax.device_put(s["a"], dev)))),
+    }
+    out["expected"] = s["a"]
+    return out
+
+
+# ---- Controller restart --------------------------------------------------------------------
+
+def ctl_prepare() -> dict:
+    ws = checks.by_worker()
+    d = ws[sorted(ws)[0]][0]
+    a = np.arange(1024, dtype=np.float32)
+    x = jax.device_put(a, d)
+    f = jax.jit(lambda v: v * 2 + 1)
+    y = f(x)
+    m = jax.device_put(np.eye(256, dtype=np.float32) * 0.5, ws[sorted(ws)[1]][0])
+
+    @jax.jit
+    def slow(m):  # still running when the controller dies
+        return jax.lax.fori_loop(0, 3000, lambda i, v: jnp.tanh(v @ v + 1.0), m)
+    STATE["ctl"] = {"a": a, "x": x, "f": f, "y": np.asarray(y), "pending": slow(m)}
+    return {"y": np.asarray(y)}
+
+
+def ctl_lost() -> dict:
+    s = STATE["ctl"]
+    return {
+        "read": checks._timed(lambda: np.asarray(s["x"])),
+        "in_flight": checks._timed(lambda: s.pop("pending").block_until_ready() is None),
+        "launch": checks._timed(lambda: np.asarray(s["f"](s["x"]))),
+        "compile": checks._timed(lambda: np.asarray(jax.jit(lambda v: v - 7)(s["x"]))),
+        "a": s["a"],
+    }
+
+
+def compute_everywhere() -> dict:
+    """On every device: x * 2 + 1 of a known array, and its expected value."""
+    a = np.arange(256, dtype=np.float32)
+    f = jax.jit(lambda v: v * 2 + 1)
+    got = [np.asarray(f(jax.device_put(a, d))) for d in jax.devices()]
+    return {"ok": all(np.array_equal(g, a * 2 + 1) for g in got), "devices": len(got),
+            "pid": os.getpid()}
