@@ -55,9 +55,10 @@ static cw_status_t cw__status_copy(cw_status_t st) {
   return cw_make_status(cw_status_code(st), "%s", cw_status_message(st));
 }
 
-static void cw__reply_error(cw_controller_t* ctl, cw_net_conn_t* c, uint16_t type, uint64_t rid,
-                            cw_status_t st) {
+void cw__reply_error(cw_controller_t* ctl, cw_net_conn_t* c, uint16_t type, uint64_t rid,
+                     cw_status_t st) {
   ctl->errors++;
+  cw_ctl_ops_record_error(ctl, cw_net_conn_name(c), type, st);
   cw_net_conn_reply_error(c, type, rid, st);
 }
 
@@ -73,8 +74,8 @@ static cw_status_t cw__worker_error(cw_ctl_worker_t* w, cw_net_conn_t* conn, cw_
   return st;
 }
 
-static void cw__ignore_reply(void* user, cw_net_conn_t* conn, cw_status_t status,
-                             const ProtobufCMessage* reply, uint8_t* bulk, uint64_t bulk_len) {
+void cw__ignore_reply(void* user, cw_net_conn_t* conn, cw_status_t status,
+                      const ProtobufCMessage* reply, uint8_t* bulk, uint64_t bulk_len) {
   if (status) CW_LOGD("%s: %s", cw_net_conn_name(conn), cw_status_message(status));
   cw_status_free(status);
   free(bulk);
@@ -104,8 +105,7 @@ static const cw_net_conn_callbacks_t cw__link_callbacks = {NULL, NULL, cw__link_
 
 // Opens the controller's own connection to worker `w` in `session_id` (0: a
 // new private session); HELLO goes out at once. Returns it retained, or NULL.
-static cw_net_conn_t* cw__link_open(cw_controller_t* ctl, cw_ctl_worker_t* w,
-                                    uint64_t session_id) {
+cw_net_conn_t* cw__link_open(cw_controller_t* ctl, cw_ctl_worker_t* w, uint64_t session_id) {
   if (ctl->shutting_down || !w->alive) return NULL;
   char name[CW__MAX_NAME + 48];
   snprintf(name, sizeof(name), "worker %s%s", w->name, session_id ? "" : " (compile)");
@@ -130,7 +130,7 @@ static cw_net_conn_t* cw__link_open(cw_controller_t* ctl, cw_ctl_worker_t* w,
   return c;
 }
 
-static void cw__link_drop(cw_net_conn_t** link) {
+void cw__link_drop(cw_net_conn_t** link) {
   if (!*link) return;
   cw_net_conn_t* c = *link;
   *link = NULL;
@@ -195,6 +195,7 @@ static void cw__session_release(cw_ctl_session_t* s) {
     cw__exe_free(e);
   }
   free(s->links);
+  cw_ctl_ops_session_free(s);
   free(s);
 }
 
@@ -231,7 +232,7 @@ static void cw__exe_forget(cw_ctl_session_t* s, uint64_t id) {
 }
 
 // The connection to worker `index` in session `s`, opened on first use.
-static cw_net_conn_t* cw__session_link(cw_ctl_session_t* s, uint32_t index) {
+cw_net_conn_t* cw__session_link(cw_ctl_session_t* s, uint32_t index) {
   cw_controller_t* ctl = s->ctl;
   if (s->closed || index >= ctl->num_workers) return NULL;
   if (index >= s->num_links) {
@@ -246,7 +247,10 @@ static cw_net_conn_t* cw__session_link(cw_ctl_session_t* s, uint32_t index) {
   if (s->links[index] && !cw_net_conn_is_open(s->links[index]) && ctl->workers[index]->alive) {
     cw__link_drop(&s->links[index]);
   }
-  if (!s->links[index]) s->links[index] = cw__link_open(ctl, ctl->workers[index], s->id);
+  if (!s->links[index]) {
+    s->links[index] = cw__link_open(ctl, ctl->workers[index], s->id);
+    if (s->links[index]) cw_ctl_ops_link_opened(s, index, s->links[index]);
+  }
   return s->links[index];
 }
 
@@ -267,6 +271,9 @@ static void cw__worker_lost(cw_ctl_worker_t* w, const char* why) {
   CW_LOGW("worker %s (%s) lost: %s", w->name, w->address, why);
   char msg[512];
   snprintf(msg, sizeof(msg), "worker %s (%s) is unavailable: %s", w->name, w->address, why);
+  cw_status_t lost = cw_make_status(CW_UNAVAILABLE, "%s", msg);
+  cw_ctl_ops_record_error(ctl, w->name, CW_MSG_REGISTER, lost);
+  cw_status_free(lost);
   if (!ctl->shutting_down) {
     Causeway__V1__ClusterEvent ev = CAUSEWAY__V1__CLUSTER_EVENT__INIT;
     ev.kind = CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_DOWN;
@@ -808,6 +815,10 @@ static cw_status_t cw__compile_place(cw_controller_t* ctl, cw_ctl_session_t* s,
     return cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable", first->name,
                           first->address);
   }
+  if (!cw_ctl_ops_worker_takes_work(first)) {
+    free(info);
+    return cw_make_status(CW_FAILED_PRECONDITION, "worker %s is draining", first->name);
+  }
   cp->worker = first->index;
   cp->devices = calloc(info->num_assigned, sizeof(int32_t));
   int64_t* map = calloc((size_t)total, sizeof(int64_t));
@@ -940,9 +951,10 @@ static void cw__reply_session_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint6
   cw_ctl_session_t* s = p->session;
   Causeway__V1__SessionInfo info = CAUSEWAY__V1__SESSION_INFO__INIT;
   info.session_id = s->id;
+  info.name = (char*)cw_ctl_ops_session_name(s);
   size_t nw = 0, nd = 0;
   for (size_t i = 0; i < ctl->num_workers; ++i) {
-    if (!ctl->workers[i]->alive) continue;
+    if (!ctl->workers[i]->alive || !cw_ctl_ops_worker_takes_work(ctl->workers[i])) continue;
     nw++;
     nd += ctl->workers[i]->num_devices;
   }
@@ -957,7 +969,7 @@ static void cw__reply_session_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint6
     size_t wn = 0, dn = 0;
     for (size_t i = 0; i < ctl->num_workers; ++i) {
       cw_ctl_worker_t* w = ctl->workers[i];
-      if (!w->alive) continue;
+      if (!w->alive || !cw_ctl_ops_worker_takes_work(w)) continue;  // draining: none new
       const Causeway__V1__Inventory* inv = w->reg->inventory;
       if (!wn) {
         // The workers' plugin, unchanged.
@@ -991,6 +1003,7 @@ static void cw__reply_session_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint6
     info.n_workers = wn;
     info.devices = gptrs;
     info.n_devices = dn;
+    cw_ctl_ops_session_devices(s, gds, dn);
     cw_net_conn_reply(p->conn, CW_MSG_OPEN_SESSION, request_id, &info.base);
     // Relay connections, one per worker, in the client's session.
     for (size_t i = 0; i < ctl->num_workers; ++i) {
@@ -1063,6 +1076,7 @@ static void cw__handle_open_session(cw_ctl_peer_t* p, const cw_frame_header_t* h
                     cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
     return;
   }
+  cw_ctl_ops_session_opened(p->session, r);
   ow->peer = p;
   ow->conn = p->conn;
   cw_net_conn_retain(p->conn);
@@ -1291,6 +1305,14 @@ static void cw__on_frame(cw_net_conn_t* conn, const cw_frame_header_t* h, Protob
         msg = NULL;
       }
       break;
+    case CW_MSG_ADMIN_STATUS:
+    case CW_MSG_ADMIN_PAUSE:
+    case CW_MSG_ADMIN_RESUME:
+    case CW_MSG_ADMIN_DRAIN:
+    case CW_MSG_ADMIN_UNDRAIN:
+      cw_ctl_ops_handle(p, h, msg);
+      msg = NULL;
+      break;
     default:
       // Data-path requests go to workers directly; their bulk is discarded.
       cw__reply_error(ctl, conn, h->type, h->request_id,
@@ -1351,6 +1373,7 @@ void cw_controller_stop(cw_controller_t* ctl) {
   uv_close((uv_handle_t*)&ctl->sigterm, NULL);
   uv_close((uv_handle_t*)&ctl->sigint, NULL);
   cw_net_watch_stop(&ctl->watch);
+  cw_ctl_ops_stop(ctl);
   for (size_t i = 0; i < ctl->num_workers; ++i) cw__link_drop(&ctl->workers[i]->private_conn);
   while (ctl->sessions) cw__session_close(ctl->sessions);
   // Closing every connection fails what is pending on it.
@@ -1402,6 +1425,7 @@ cw_status_t cw_controller_create(const cw_settings_t* settings, cw_controller_t*
   uv_timer_init(&ctl->loop, &ctl->open_tick);
   ctl->open_tick.data = ctl;
   ctl->handles_open = true;
+  CW_RETURN_IF_ERROR(cw_ctl_ops_create(ctl), "controller");
   uv_signal_start(&ctl->sigterm, cw__on_signal, SIGTERM);
   uv_signal_start(&ctl->sigint, cw__on_signal, SIGINT);
   int64_t fd = cw_settings_int(settings, CW_SET_WATCH_FD);
@@ -1437,9 +1461,11 @@ void cw_controller_release(cw_controller_t* ctl) {
       cw__item_free(it);
     }
     if (w->reg) protobuf_c_message_free_unpacked(&w->reg->base, NULL);
+    cw_ctl_ops_worker_free(w);
     free(w);
   }
   free(ctl->workers);
+  cw_ctl_ops_release(ctl);
   cw_compile_cache_release(ctl->cache);
   free(ctl);
 }

@@ -27,6 +27,13 @@ CW__PIN(REGISTER);
 CW__PIN(OPEN_SESSION);
 CW__PIN(EXE_INFO);
 CW__PIN(EVENT);
+CW__PIN(ADMIN_STATUS);
+CW__PIN(ADMIN_PAUSE);
+CW__PIN(ADMIN_RESUME);
+CW__PIN(ADMIN_DRAIN);
+CW__PIN(ADMIN_UNDRAIN);
+CW__PIN(ADMIN_HOLD);
+CW__PIN(ADMIN_WORKER_DRAIN);
 #undef CW__PIN
 _Static_assert(CAUSEWAY__V1__ROLE__ROLE_CLIENT == 1 && CAUSEWAY__V1__ROLE__ROLE_WORKER == 2 &&
                    CAUSEWAY__V1__ROLE__ROLE_CONTROLLER == 3,
@@ -78,6 +85,21 @@ static const cw__msg_entry_t cw__msgs[CW_MSG_TYPE_MAX + 1] = {
     // Unsolicited notice; the reply descriptor is unused (no reply is sent).
     [CW_MSG_EVENT] = {"EVENT", &causeway__v1__cluster_event__descriptor,
                       &causeway__v1__cluster_event__descriptor},
+    [CW_MSG_ADMIN_STATUS] = {"ADMIN_STATUS", &causeway__v1__admin_status_request__descriptor,
+                             &causeway__v1__admin_status__descriptor},
+    [CW_MSG_ADMIN_PAUSE] = {"ADMIN_PAUSE", &causeway__v1__admin_session_request__descriptor,
+                            &causeway__v1__admin_ack__descriptor},
+    [CW_MSG_ADMIN_RESUME] = {"ADMIN_RESUME", &causeway__v1__admin_session_request__descriptor,
+                             &causeway__v1__admin_ack__descriptor},
+    [CW_MSG_ADMIN_DRAIN] = {"ADMIN_DRAIN", &causeway__v1__admin_drain_request__descriptor,
+                            &causeway__v1__admin_ack__descriptor},
+    [CW_MSG_ADMIN_UNDRAIN] = {"ADMIN_UNDRAIN", &causeway__v1__admin_drain_request__descriptor,
+                              &causeway__v1__admin_ack__descriptor},
+    [CW_MSG_ADMIN_HOLD] = {"ADMIN_HOLD", &causeway__v1__admin_hold_request__descriptor,
+                           &causeway__v1__admin_ack__descriptor},
+    [CW_MSG_ADMIN_WORKER_DRAIN] = {"ADMIN_WORKER_DRAIN",
+                                   &causeway__v1__admin_worker_drain_request__descriptor,
+                                   &causeway__v1__admin_ack__descriptor},
 };
 
 static bool cw__type_known(uint16_t type) {

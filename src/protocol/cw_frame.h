@@ -42,7 +42,14 @@ typedef enum cw_msg_type_e {
   CW_MSG_OPEN_SESSION = 33,
   CW_MSG_EXE_INFO = 34,
   CW_MSG_EVENT = 35,
-  CW_MSG_TYPE_MAX = 35,
+  CW_MSG_ADMIN_STATUS = 50,
+  CW_MSG_ADMIN_PAUSE = 51,
+  CW_MSG_ADMIN_RESUME = 52,
+  CW_MSG_ADMIN_DRAIN = 53,
+  CW_MSG_ADMIN_UNDRAIN = 54,
+  CW_MSG_ADMIN_HOLD = 55,
+  CW_MSG_ADMIN_WORKER_DRAIN = 56,
+  CW_MSG_TYPE_MAX = 59,
 } cw_msg_type_t;
 
 typedef struct cw_frame_header_s {

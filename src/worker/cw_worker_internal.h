@@ -50,6 +50,7 @@ typedef struct cw_session_s {
   uint64_t key;  // store key, unique per incarnation (never reused)
   int connections;  // client connections that keep it alive
   cw_seq_t seq;     // ordering across its connections (cw_worker_seq.h)
+  bool paused;      // `causeway pause`: its launches wait in their queues
 } cw_session_t;
 
 typedef struct cw_peer_stat_s {
@@ -252,6 +253,31 @@ struct cw_worker_s {
   cw_conn_t* controller;
   char advertised_address[256];
   cw_net_watch_t watch;
+  // Operations (cw_worker_ops.c): `causeway drain`, and ops alive (for idle).
+  bool draining;
+  size_t ops_live;
 };
+
+// --- cw_worker.c functions used by the other modules ---
+void cw__launch_pump(cw_conn_t* c);
+void cw__drop_donated(cw_worker_t* w, uint64_t skey, const Causeway__V1__LaunchRequest* r);
+void cw__conn_ref(cw_conn_t* c);
+void cw__conn_unref(cw_conn_t* c);
+void cw__reply(cw_conn_t* c, uint16_t type, uint64_t request_id, const ProtobufCMessage* msg);
+void cw__reply_error(cw_conn_t* c, uint16_t type, uint64_t request_id, cw_status_t status);
+
+// --- Operations (cw_worker_ops.c) ---
+// ADMIN_HOLD, ADMIN_WORKER_DRAIN from the controller. Borrows msg.
+void cw_worker_ops_handle(cw_conn_t* c, const cw_frame_header_t* h, const ProtobufCMessage* msg);
+// While draining: refuses LAUNCH, UPLOAD, COMPILE, LOAD (replies; frees *msg).
+bool cw_worker_ops_refuse(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCMessage** msg);
+// The operations fields of STATS; free the scratch with cw_worker_ops_stats_free.
+typedef struct cw_worker_ops_scratch_s {
+  Causeway__V1__AdminSessionStats* items;
+  Causeway__V1__AdminSessionStats** ptrs;
+} cw_worker_ops_scratch_t;
+void cw_worker_ops_fill_stats(cw_worker_t* w, Causeway__V1__Stats* st,
+                              cw_worker_ops_scratch_t* scratch);
+void cw_worker_ops_stats_free(cw_worker_ops_scratch_t* scratch);
 
 #endif  // CW_WORKER_INTERNAL_H_
