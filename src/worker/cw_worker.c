@@ -576,6 +576,7 @@ static void cw__conn_close(cw_conn_t* c) {
   cw__seq_conn_closed(c);  // held requests; the controller connection
   uv_close(&c->h.handle, cw__handle_closed);
   uv_close((uv_handle_t*)&c->timer, cw__handle_closed);
+  cw_worker_ops_conn_closing(c);  // launches a paused session held here
   if (c->keeps_session && c->session) {
     cw_session_t* s = c->session;
     c->session = NULL;
@@ -1586,7 +1587,7 @@ static void cw__launch_drop_donated(cw_worker_t* w, cw_launch_t* l) {
 
 // Puts every output still owned by this launch in error; replies with
 // `status` (taken) and frees the launch.
-static void cw__launch_fail(cw_worker_t* w, cw_launch_t* l, cw_status_t status) {
+void cw__launch_fail(cw_worker_t* w, cw_launch_t* l, cw_status_t status) {
   cw__launch_drop_donated(w, l);
   for (size_t d = 0; d < l->req->n_outputs && d < l->num_devices; ++d) {
     const Causeway__V1__IdList* outs = l->req->outputs[d];

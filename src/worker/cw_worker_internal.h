@@ -260,6 +260,7 @@ struct cw_worker_s {
 
 // --- cw_worker.c functions used by the other modules ---
 void cw__launch_pump(cw_conn_t* c);
+void cw__launch_fail(cw_worker_t* w, cw_launch_t* l, cw_status_t status);
 void cw__drop_donated(cw_worker_t* w, uint64_t skey, const Causeway__V1__LaunchRequest* r);
 void cw__conn_ref(cw_conn_t* c);
 void cw__conn_unref(cw_conn_t* c);
@@ -269,6 +270,8 @@ void cw__reply_error(cw_conn_t* c, uint16_t type, uint64_t request_id, cw_status
 // --- Operations (cw_worker_ops.c) ---
 // ADMIN_HOLD, ADMIN_WORKER_DRAIN from the controller. Borrows msg.
 void cw_worker_ops_handle(cw_conn_t* c, const cw_frame_header_t* h, const ProtobufCMessage* msg);
+// A closing connection's launches held by a pause fail (nobody can resume them).
+void cw_worker_ops_conn_closing(cw_conn_t* c);
 // While draining: refuses LAUNCH, UPLOAD, COMPILE, LOAD (replies; frees *msg).
 bool cw_worker_ops_refuse(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCMessage** msg);
 // The operations fields of STATS; free the scratch with cw_worker_ops_stats_free.

@@ -57,6 +57,19 @@ static void cw__release_held(cw_worker_t* w, cw_session_t* s) {
   free(list);
 }
 
+void cw_worker_ops_conn_closing(cw_conn_t* c) {
+  cw_session_t* s = c->session;
+  if (!s || !s->paused) return;
+  while (c->launch_head && !c->launch_waiting) {
+    cw_launch_t* l = c->launch_head;
+    c->launch_head = l->next;
+    if (!c->launch_head) c->launch_tail = NULL;
+    l->next = NULL;
+    cw__launch_fail(c->w, l, cw_make_status(CW_CANCELLED, "%s closed while session %" PRIu64
+                                            " was paused: launch not run", c->name, s->id));
+  }
+}
+
 void cw_worker_ops_handle(cw_conn_t* c, const cw_frame_header_t* h, const ProtobufCMessage* msg) {
   cw_worker_t* w = c->w;
   if (c->role != CAUSEWAY__V1__ROLE__ROLE_CONTROLLER) {

@@ -67,7 +67,19 @@ def cluster():
     try:
         yield c
     finally:
+        # Every daemon exits cleanly (under ASan: without leaks) on SIGTERM.
+        for p in c.procs.values():
+            if p.poll() is None:
+                p.terminate()
+        codes = {}
+        for name, p in c.procs.items():
+            try:
+                codes[name] = p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                codes[name] = "hung"
+        logs = c.logs()
         c.stop()
+        assert all(rc == 0 for rc in codes.values()), (codes, logs)
 
 
 def test_status_workers_sessions_buffers_launches_errors(cluster):
@@ -179,6 +191,17 @@ def test_pause_holds_launches_and_resume_releases_them_in_order(cluster):
         assert session(st, "ops-pause")["paused"] is False
         assert session(st, "ops-pause")["launches_held"] == 0
         assert cli(cluster, "resume", "ops-pause").returncode == 0  # idempotent
+        # A client that dies while paused: its held launches go with it.
+        assert cli(cluster, "pause", "ops-pause").returncode == 0
+        r.call("ops_dispatch_chain", k=8)
+        assert harness.wait_until(
+            lambda: worker(status(cluster), w0)["launches_held"] == 8, 30)
+        r.kill()
+        assert harness.wait_until(lambda: status(cluster)["sessions"] == [], 30)
+        assert harness.wait_until(
+            lambda: worker(status(cluster), w0)["launches_held"] == 0, 30)
+        assert worker(status(cluster), w0)["queue_depth"] == 0
+        assert all(w["state"] == "alive" for w in status(cluster)["workers"])
     finally:
         r.close()
 
