@@ -764,7 +764,7 @@ static cw_status_t cw__compile_place(cw_controller_t* ctl, cw_ctl_session_t* s,
     info->num_assigned = 1;
     info->assigned[0] = -1;
     for (size_t i = 0; i < ctl->num_workers; ++i) {
-      if (ctl->workers[i]->alive) {
+      if (ctl->workers[i]->alive && cw_ctl_ops_worker_takes_work(ctl->workers[i])) {
         info->assigned[0] = ctl->workers[i]->first_device;
         break;
       }

@@ -26,6 +26,18 @@ static void test_json_escapes_strings(void** state) {
   cw_json_deinitialize(&j);
 }
 
+static void test_json_replaces_invalid_utf8(void** state) {
+  cw_json_t j;
+  cw_json_initialize(&j);
+  // Valid: 2-, 3- and 4-byte sequences. Invalid: a lone continuation byte, a
+  // truncated sequence at the end, an overlong '/', a surrogate, 0xFF.
+  cw_json_string(&j, NULL, "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80|\x80|\xc0\xaf|\xed\xa0\x80|\xff|\xe2\x82");
+  assert_false(j.failed);
+  assert_string_equal(j.buf, "\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80|\\ufffd|\\ufffd\\ufffd|"
+                             "\\ufffd\\ufffd\\ufffd|\\ufffd|\\ufffd\\ufffd\"");
+  cw_json_deinitialize(&j);
+}
+
 static void test_json_nesting_and_numbers(void** state) {
   cw_json_t j;
   cw_json_initialize(&j);
@@ -150,6 +162,7 @@ static void test_status_json_escapes_peer_text(void** state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_json_escapes_strings),
+      cmocka_unit_test(test_json_replaces_invalid_utf8),
       cmocka_unit_test(test_json_nesting_and_numbers),
       cmocka_unit_test(test_json_unbalanced_fails),
       cmocka_unit_test(test_args_commands),

@@ -41,6 +41,26 @@ static void cw__putf(cw_json_t* j, const char* fmt, ...) {
   if (n > 0) cw__put(j, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
 }
 
+// Length of the well-formed UTF-8 sequence at p (lead byte >= 0x80), 0 if none
+// (RFC 3629: no overlongs, no surrogates, nothing above U+10FFFF).
+static size_t cw__utf8_len(const unsigned char* p) {
+  size_t n;
+  unsigned lo = 0x80, hi = 0xBF;
+  if (p[0] >= 0xC2 && p[0] <= 0xDF) n = 2;
+  else if (p[0] >= 0xE0 && p[0] <= 0xEF) n = 3;
+  else if (p[0] >= 0xF0 && p[0] <= 0xF4) n = 4;
+  else return 0;
+  if (p[0] == 0xE0) lo = 0xA0;
+  if (p[0] == 0xED) hi = 0x9F;
+  if (p[0] == 0xF0) lo = 0x90;
+  if (p[0] == 0xF4) hi = 0x8F;
+  if (p[1] < lo || p[1] > hi) return 0;  // also stops at the terminating NUL
+  for (size_t i = 2; i < n; ++i) {
+    if (p[i] < 0x80 || p[i] > 0xBF) return 0;
+  }
+  return n;
+}
+
 static void cw__quoted(cw_json_t* j, const char* s) {
   cw__put(j, "\"", 1);
   for (const unsigned char* p = (const unsigned char*)(s ? s : ""); *p; ++p) {
@@ -53,8 +73,19 @@ static void cw__quoted(cw_json_t* j, const char* s) {
       case '\b': cw__put(j, "\\b", 2); break;
       case '\f': cw__put(j, "\\f", 2); break;
       default:
-        if (*p < 0x20 || *p == 0x7f) cw__putf(j, "\\u%04x", *p);
-        else cw__put(j, (const char*)p, 1);
+        if (*p < 0x20 || *p == 0x7f) {
+          cw__putf(j, "\\u%04x", *p);
+        } else if (*p < 0x80) {
+          cw__put(j, (const char*)p, 1);
+        } else {
+          size_t n = cw__utf8_len(p);
+          if (n) {
+            cw__put(j, (const char*)p, n);
+            p += n - 1;
+          } else {
+            cw__put(j, "\\ufffd", 6);  // not UTF-8: the replacement character
+          }
+        }
     }
   }
   cw__put(j, "\"", 1);

@@ -1,6 +1,7 @@
 // A small JSON writer for the `causeway` tool: pretty-printed, strings
 // escaped per RFC 8259 (quote, backslash, control characters as \uXXXX;
-// bytes >= 0x80 pass through, so valid UTF-8 stays valid).
+// well-formed UTF-8 passes through, any other byte >= 0x80 becomes \ufffd, so
+// the output is always valid JSON in UTF-8).
 #ifndef CW_TOOLS_JSON_H_
 #define CW_TOOLS_JSON_H_
 

@@ -1793,7 +1793,8 @@ static void cw__launch_waiter(void* user) {
 void cw__launch_pump(cw_conn_t* c) {
   cw_worker_t* w = c->w;
   // A paused session's launches stay queued, in order (cw_worker_ops.c resumes).
-  while (c->launch_head && !c->launch_waiting && !(c->session && c->session->paused)) {
+  while (c->launch_head && !c->launch_waiting &&
+         !(c->keeps_session && c->session && c->session->paused)) {
     cw_launch_t* l = c->launch_head;
     cw_store_entry_t* wait_on = NULL;
     cw_status_t st = cw_ok_status();

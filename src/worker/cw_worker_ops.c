@@ -29,7 +29,7 @@ static size_t cw__queue_len(const cw_conn_t* c) {
 static uint64_t cw__queued(const cw_worker_t* w, const cw_session_t* s) {
   uint64_t n = 0;
   for (const cw_conn_t* c = w->conns; c; c = c->next) {
-    if (!s || c->session == s) n += cw__queue_len(c);
+    if (!s || (c->keeps_session && c->session == s)) n += cw__queue_len(c);
   }
   return n;
 }
@@ -37,7 +37,9 @@ static uint64_t cw__queued(const cw_worker_t* w, const cw_session_t* s) {
 static void cw__release_held(cw_worker_t* w, cw_session_t* s) {
   // Referenced first: pumping replies, and a failed write may close connections.
   size_t n = 0;
-  for (cw_conn_t* c = w->conns; c; c = c->next) n += c->session == s && c->launch_head;
+  for (cw_conn_t* c = w->conns; c; c = c->next) {
+    n += c->keeps_session && c->session == s && c->launch_head;
+  }
   cw_conn_t** list = calloc(n + 1, sizeof(*list));
   if (!list) {
     CW_LOGE("out of memory resuming session %" PRIu64 "; its launches stay queued (resume "
@@ -46,7 +48,7 @@ static void cw__release_held(cw_worker_t* w, cw_session_t* s) {
   }
   size_t k = 0;
   for (cw_conn_t* c = w->conns; c && k < n; c = c->next) {
-    if (c->session != s || !c->launch_head) continue;
+    if (!c->keeps_session || c->session != s || !c->launch_head) continue;
     cw__conn_ref(c);
     list[k++] = c;
   }
@@ -58,7 +60,9 @@ static void cw__release_held(cw_worker_t* w, cw_session_t* s) {
 }
 
 void cw_worker_ops_conn_closing(cw_conn_t* c) {
-  cw_session_t* s = c->session;
+  // Only a connection that keeps its session knows it is still there (a
+  // peer's PUT connection may outlive the session it named).
+  cw_session_t* s = c->keeps_session ? c->session : NULL;
   if (!s || !s->paused) return;
   while (c->launch_head && !c->launch_waiting) {
     cw_launch_t* l = c->launch_head;
@@ -116,7 +120,7 @@ void cw_worker_ops_handle(cw_conn_t* c, const cw_frame_header_t* h, const Protob
 static void cw__poison(cw_worker_t* w, cw_conn_t* c, uint64_t id, cw_store_kind_t kind,
                        const char* why) {
   cw_store_entry_t* e = NULL;
-  if (!c->session || !id) return;
+  if (!c->keeps_session || !c->session || !id) return;
   cw_status_t st = cw_store_insert(w->store, c->session->key, id, kind, &e);
   if (st) {
     cw_status_free(st);  // the id is taken: the client gets that entry's state
@@ -140,7 +144,7 @@ bool cw_worker_ops_refuse(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCMes
         }
       }
       // The client let its donated inputs go when it sent the launch.
-      if (c->session) cw__drop_donated(w, c->session->key, r);
+      if (c->keeps_session && c->session) cw__drop_donated(w, c->session->key, r);
       break;
     }
     case CW_MSG_UPLOAD:
