@@ -215,6 +215,15 @@ def test_drain_finishes_held_work_refuses_new_and_reports_idle(cluster):
         b.wait_ready()
         a.call("ops_prepare", worker=drain)
         b.call("ops_prepare", worker=keep)
+        # Work arriving at the worker, then the drain: all of it completes.
+        a.call("ops_dispatch_chain", k=100)
+        assert harness.wait_until(lambda: worker(status(cluster), drain)["launches"] +
+                                  worker(status(cluster), drain)["queue_depth"] >= 101, 60)
+        p = cli(cluster, "drain", drain, "--wait", "--timeout", "120")
+        assert p.returncode == 0 and f"worker {drain} is idle" in p.stdout, (p.stdout, p.stderr)
+        assert a.call("ops_chain_collect")["ok"] == [True] * 100
+        assert worker(status(cluster), drain)["launches"] == 101
+        assert cli(cluster, "undrain", drain).returncode == 0
         # A has work queued on the worker (held by a pause) when the drain starts.
         assert cli(cluster, "pause", "ops-drain-a").returncode == 0
         a.call("ops_dispatch_chain", k=12)
