@@ -183,9 +183,13 @@ def test_pause_holds_launches_and_resume_releases_them_in_order(cluster):
         # Idempotent; by id as well as by name.
         again = cli(cluster, "pause", str(s["id"]))
         assert again.returncode == 0 and "16 launches held" in again.stdout, again.stdout
+        # A download of a held result waits (no reply within a second) ...
+        r.submit("ops_chain_collect")
+        assert not r.reply_waiting(1.0)
+        # ... until the resume releases the launches, in order.
         p = cli(cluster, "resume", str(s["id"]))
         assert p.returncode == 0 and "resumed" in p.stdout, (p.stdout, p.stderr)
-        got = r.call("ops_chain_collect")
+        got = r.result()
         assert got["ok"] == [True] * 16, got
         st = status(cluster)
         assert session(st, "ops-pause")["paused"] is False
