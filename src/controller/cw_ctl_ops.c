@@ -29,6 +29,7 @@
 #define CW__RECENT_ERRORS 32
 #define CW__POLL_MS 1000
 #define CW__STATUS_WAIT_MS 3000
+#define CW__RATE_SAMPLES 6  // one a poll: launches per second over the last 5 s
 
 typedef struct cw_ctl_recent_error_s {
   int64_t unix_ms;
@@ -69,8 +70,9 @@ struct cw_ctl_worker_ops_s {
   Causeway__V1__Stats last;  // scalar fields only (session_stats below)
   cw_ctl_session_stat_t* sessions;
   size_t num_sessions;
-  uint64_t rate_launches;
-  int64_t rate_ms;
+  uint64_t rate_launches[CW__RATE_SAMPLES];  // ring, oldest at rate_first
+  int64_t rate_ms[CW__RATE_SAMPLES];
+  size_t rate_first, rate_count;
   double launches_per_sec;
 };
 
@@ -561,17 +563,23 @@ static void cw__keep_stats(cw_ctl_worker_t* w, const Causeway__V1__Stats* st, ui
   wo->last.session_stats = NULL;
   wo->last.n_session_stats = 0;
   if (serial > wo->serial) wo->serial = serial;
-  // Launches per second over the last second or more.
+  // Launches per second over the samples kept (at most one per poll period).
   int64_t now = cw__mono_ms();
-  if (!wo->rate_ms || st->launches < wo->rate_launches) {
-    wo->rate_ms = now;
-    wo->rate_launches = st->launches;
-  } else if (now - wo->rate_ms >= CW__POLL_MS) {
-    wo->launches_per_sec = (double)(st->launches - wo->rate_launches) * 1000.0 /
-                           (double)(now - wo->rate_ms);
-    wo->rate_ms = now;
-    wo->rate_launches = st->launches;
+  size_t last = (wo->rate_first + wo->rate_count + CW__RATE_SAMPLES - 1) % CW__RATE_SAMPLES;
+  if (wo->rate_count && st->launches < wo->rate_launches[last]) wo->rate_count = 0;  // restarted
+  if (wo->rate_count && now - wo->rate_ms[last] < CW__POLL_MS) return;
+  if (wo->rate_count == CW__RATE_SAMPLES) {
+    wo->rate_first = (wo->rate_first + 1) % CW__RATE_SAMPLES;
+    wo->rate_count--;
   }
+  size_t slot = (wo->rate_first + wo->rate_count++) % CW__RATE_SAMPLES;
+  wo->rate_launches[slot] = st->launches;
+  wo->rate_ms[slot] = now;
+  size_t first = wo->rate_first;
+  wo->launches_per_sec =
+      wo->rate_count < 2 ? 0.0
+                         : (double)(st->launches - wo->rate_launches[first]) * 1000.0 /
+                               (double)(now - wo->rate_ms[first]);
 }
 
 static void cw__poll_reply(void* user, cw_net_conn_t* conn, cw_status_t status,

@@ -111,6 +111,9 @@ def test_status_workers_sessions_buffers_launches_errors(cluster):
         r.call("ops_prepare", worker=w0)
         got = r.call("ops_run", k=5)
         assert (got["value"] == chain(5)).all(), got
+        # The rate covers the last 5 s of the controller's once-a-second polls.
+        assert harness.wait_until(
+            lambda: worker(status(cluster), w0)["launches_per_sec"] > 0, 10)
         st = status(cluster)
         assert worker(st, w0)["launches"] == 6, worker(st, w0)
         assert worker(st, w0)["executables"] >= 1
