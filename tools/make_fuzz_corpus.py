@@ -35,6 +35,8 @@ ERROR = 0x2
 
 HELLO, PING, INVENTORY, COMPILE, SERIALIZE, LOAD, UPLOAD, LAUNCH, DOWNLOAD, \
     COPY, SEND, PUT, EXPECT, DELETE, STATS, AWAIT = range(1, 17)
+ADMIN_STATUS, ADMIN_PAUSE, ADMIN_RESUME, ADMIN_DRAIN, ADMIN_UNDRAIN, ADMIN_HOLD, \
+    ADMIN_WORKER_DRAIN = range(50, 57)
 
 TRACE_START, TRACE_FETCH = 65, 66  # obs: session timelines
 
@@ -75,6 +77,10 @@ def f_bytes(field, b):
 
 def f_float(field, x):
     return key(field, 5) + struct.pack("<f", x)
+
+
+def f_double(field, x):
+    return key(field, 1) + struct.pack("<d", x)
 
 
 def f_packed(field, values):
@@ -199,6 +205,19 @@ def put_request(dst=5, session=7, dtype=F32, dims=(4,), device=0, error=None):
 
 # --- frames -------------------------------------------------------------------
 
+def admin_status():
+    worker = (f_varint(1, 0) + f_bytes(2, "worker-0") + f_bytes(3, "127.0.0.1:7001") +
+              f_bytes(4, "draining") + f_varint(5, 2) + f_varint(8, 3) + f_varint(9, 4096) +
+              f_double(12, 12.5) + f_varint(13, 4))
+    island = f_varint(1, 0) + f_bytes(2, "worker-0") + f_varint(3, 2)
+    session = (f_varint(1, 1234567) + f_bytes(2, "train \"x\"\n") + f_bytes(3, "host") +
+               f_varint(4, 42) + f_packed(5, [0, 1]) + f_varint(6, 1) + f_varint(7, 16))
+    error = f_varint(1, 1700000000000) + f_bytes(2, "COMPILE client") + f_varint(3, 3) + \
+        f_bytes(4, "program spans islands")
+    return (f_bytes(1, "controller") + f_varint(2, 5000) + f_bytes(3, worker) +
+            f_bytes(4, island) + f_bytes(5, session) + f_varint(7, 1) + f_bytes(12, error))
+
+
 def header(mtype, flags, payload_len, req_id, bulk_len, magic=MAGIC, version=VERSION):
     return struct.pack("<IHHIIQQ", magic, version, mtype, flags, payload_len, req_id, bulk_len)
 
@@ -289,6 +308,23 @@ def frame_corpus():
     c["rep_health_rejoin"] = frame(HEALTH_REJOIN, ack(1), flags=REPLY, req_id=18)
     c["err_health_rejoin"] = frame(HEALTH_REJOIN, error_reply(14, "worker w (a) is unavailable"),
                                    flags=REPLY | ERROR, req_id=18)
+    # Operations (ADMIN_*, MsgType 50-56): requests and replies.
+    c["req_admin_status"] = frame(ADMIN_STATUS, b"", req_id=50)
+    c["req_admin_pause_id"] = frame(ADMIN_PAUSE, f_varint(1, 1234567), req_id=51)
+    c["req_admin_resume_name"] = frame(ADMIN_RESUME, f_bytes(2, "train@host:42"), req_id=52)
+    c["req_admin_drain"] = frame(ADMIN_DRAIN, f_bytes(1, "worker-1"), req_id=53)
+    c["req_admin_undrain"] = frame(ADMIN_UNDRAIN, f_bytes(1, "worker-1"), req_id=54)
+    c["req_admin_hold"] = frame(ADMIN_HOLD, f_varint(1, 1234567) + f_varint(2, 1), req_id=55)
+    c["req_admin_worker_drain"] = frame(ADMIN_WORKER_DRAIN, f_varint(1, 1), req_id=56)
+    c["rep_admin_status"] = frame(ADMIN_STATUS, admin_status(), flags=REPLY, req_id=50)
+    c["rep_admin_ack"] = frame(ADMIN_PAUSE, f_varint(1, 1234567) + f_bytes(2, "paused") +
+                               f_varint(3, 16), flags=REPLY, req_id=51)
+    c["rep_stats_ops"] = frame(STATS, stats() + f_varint(60, 1) + f_varint(61, 1) +
+                               f_varint(62, 3) + f_bytes(65, f_varint(1, 7) + f_varint(4, 2)),
+                               flags=REPLY, req_id=16)
+    c["err_admin_not_found"] = frame(ADMIN_PAUSE, error_reply(5, "session 9 not found; open "
+                                                              "sessions: none"),
+                                     flags=REPLY | ERROR, req_id=51)
     # Error replies.
     c["err_not_found"] = frame(DOWNLOAD, error_reply(5, "buffer 3 not found"),
                                flags=REPLY | ERROR, req_id=10)
@@ -358,6 +394,9 @@ def stream_corpus(frames):
                                         if k.startswith("req_"))
     s["stream_trace"] = (hello + frames["req_trace_fetch"] + frames["req_trace_start"] +
                          frames["req_upload_f32"] + frames["req_trace_fetch"])
+    s["stream_admin"] = (hello + frames["req_admin_status"] + frames["req_admin_pause_id"] +
+                         frames["req_admin_hold"] + frames["req_admin_worker_drain"] +
+                         frames["req_upload_f32"] + frames["req_admin_resume_name"])
     s["stream_bulk_then_bad"] = hello + frames["req_upload_2d_strided"] + frames["bad_magic"]
     s["stream_truncated_bulk"] = hello + frames["req_upload_f32"][:-5]
     s["stream_truncated_header"] = hello + frames["req_ping"][:17]

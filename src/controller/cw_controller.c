@@ -58,6 +58,7 @@ cw_status_t cw__status_copy(cw_status_t st) {
 void cw__reply_error(cw_controller_t* ctl, cw_net_conn_t* c, uint16_t type, uint64_t rid,
                      cw_status_t st) {
   ctl->errors++;
+  cw_ctl_ops_record_error(ctl, cw_net_conn_name(c), type, st);
   cw_net_conn_reply_error(c, type, rid, st);
 }
 
@@ -73,8 +74,8 @@ static cw_status_t cw__worker_error(cw_ctl_worker_t* w, cw_net_conn_t* conn, cw_
   return st;
 }
 
-static void cw__ignore_reply(void* user, cw_net_conn_t* conn, cw_status_t status,
-                             const ProtobufCMessage* reply, uint8_t* bulk, uint64_t bulk_len) {
+void cw__ignore_reply(void* user, cw_net_conn_t* conn, cw_status_t status,
+                      const ProtobufCMessage* reply, uint8_t* bulk, uint64_t bulk_len) {
   if (status) CW_LOGD("%s: %s", cw_net_conn_name(conn), cw_status_message(status));
   cw_status_free(status);
   free(bulk);
@@ -129,7 +130,7 @@ cw_net_conn_t* cw__link_open(cw_controller_t* ctl, cw_ctl_worker_t* w, uint64_t 
   return c;
 }
 
-static void cw__link_drop(cw_net_conn_t** link) {
+void cw__link_drop(cw_net_conn_t** link) {
   if (!*link) return;
   cw_net_conn_t* c = *link;
   *link = NULL;
@@ -199,6 +200,7 @@ void cw__session_release(cw_ctl_session_t* s) {
   }
   free(s->links);
   cw_ctl_health_session_free(s);
+  cw_ctl_ops_session_free(s);
   free(s);
 }
 
@@ -250,7 +252,10 @@ cw_net_conn_t* cw__session_link(cw_ctl_session_t* s, uint32_t index) {
   if (s->links[index] && !cw_net_conn_is_open(s->links[index]) && ctl->workers[index]->alive) {
     cw__link_drop(&s->links[index]);
   }
-  if (!s->links[index]) s->links[index] = cw__link_open(ctl, ctl->workers[index], s->id);
+  if (!s->links[index]) {
+    s->links[index] = cw__link_open(ctl, ctl->workers[index], s->id);
+    if (s->links[index]) cw_ctl_ops_link_opened(s, index, s->links[index]);
+  }
   return s->links[index];
 }
 
@@ -272,6 +277,9 @@ void cw__worker_lost(cw_ctl_worker_t* w, const char* why) {
   CW_LOGW("worker %s (%s) lost: %s", w->name, w->address, why);
   char msg[512];
   snprintf(msg, sizeof(msg), "worker %s (%s) is unavailable: %s", w->name, w->address, why);
+  cw_status_t lost = cw_make_status(CW_UNAVAILABLE, "%s", msg);
+  cw_ctl_ops_record_error(ctl, w->name, CW_MSG_REGISTER, lost);
+  cw_status_free(lost);
   if (!ctl->shutting_down) {
     Causeway__V1__ClusterEvent ev = CAUSEWAY__V1__CLUSTER_EVENT__INIT;
     ev.kind = CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_DOWN;
@@ -801,7 +809,7 @@ static cw_status_t cw__compile_place(cw_controller_t* ctl, cw_ctl_session_t* s,
     info->num_assigned = 1;
     info->assigned[0] = -1;
     for (size_t i = 0; i < ctl->num_workers; ++i) {
-      if (ctl->workers[i]->alive) {
+      if (ctl->workers[i]->alive && cw_ctl_ops_worker_takes_work(ctl->workers[i])) {
         info->assigned[0] = ctl->workers[i]->first_device;
         break;
       }
@@ -851,6 +859,10 @@ static cw_status_t cw__compile_place(cw_controller_t* ctl, cw_ctl_session_t* s,
     free(info);
     return cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable", first->name,
                           first->address);
+  }
+  if (!cw_ctl_ops_worker_takes_work(first)) {
+    free(info);
+    return cw_make_status(CW_FAILED_PRECONDITION, "worker %s is draining", first->name);
   }
   cp->worker = first->index;
   cp->devices = calloc(info->num_assigned, sizeof(int32_t));
@@ -982,9 +994,10 @@ static void cw__reply_session_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint6
   cw_ctl_session_t* s = p->session;
   Causeway__V1__SessionInfo info = CAUSEWAY__V1__SESSION_INFO__INIT;
   info.session_id = s->id;
+  info.name = (char*)cw_ctl_ops_session_name(s);
   size_t nw = 0, nd = 0;
   for (size_t i = 0; i < ctl->num_workers; ++i) {
-    if (!ctl->workers[i]->alive) continue;
+    if (!ctl->workers[i]->alive || !cw_ctl_ops_worker_takes_work(ctl->workers[i])) continue;
     nw++;
     nd += ctl->workers[i]->num_devices;
   }
@@ -999,7 +1012,7 @@ static void cw__reply_session_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint6
     size_t wn = 0, dn = 0;
     for (size_t i = 0; i < ctl->num_workers; ++i) {
       cw_ctl_worker_t* w = ctl->workers[i];
-      if (!w->alive) continue;
+      if (!w->alive || !cw_ctl_ops_worker_takes_work(w)) continue;  // draining: none new
       const Causeway__V1__Inventory* inv = w->reg->inventory;
       if (!wn) {
         // The workers' plugin, unchanged.
@@ -1035,6 +1048,7 @@ static void cw__reply_session_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint6
     info.devices = gptrs;
     info.n_devices = dn;
     cw_ctl_health_session_joined(s);
+    cw_ctl_ops_session_devices(s, gds, dn);
     cw_net_conn_reply(p->conn, CW_MSG_OPEN_SESSION, request_id, &info.base);
     // Relay connections, one per worker, in the client's session.
     for (size_t i = 0; i < ctl->num_workers; ++i) {
@@ -1107,6 +1121,7 @@ static void cw__handle_open_session(cw_ctl_peer_t* p, const cw_frame_header_t* h
                     cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
     return;
   }
+  cw_ctl_ops_session_opened(p->session, r);
   ow->peer = p;
   ow->conn = p->conn;
   cw_net_conn_retain(p->conn);
@@ -1356,6 +1371,14 @@ static void cw__on_frame(cw_net_conn_t* conn, const cw_frame_header_t* h, Protob
         msg = NULL;
       }
       break;
+    case CW_MSG_ADMIN_STATUS:
+    case CW_MSG_ADMIN_PAUSE:
+    case CW_MSG_ADMIN_RESUME:
+    case CW_MSG_ADMIN_DRAIN:
+    case CW_MSG_ADMIN_UNDRAIN:
+      cw_ctl_ops_handle(p, h, msg);
+      msg = NULL;
+      break;
     default:
       // Data-path requests go to workers directly; their bulk is discarded.
       cw__reply_error(ctl, conn, h->type, h->request_id,
@@ -1418,6 +1441,7 @@ void cw_controller_stop(cw_controller_t* ctl) {
   cw_net_watch_stop(&ctl->watch);
   cw_ctl_metrics_stop(ctl);
   cw_ctl_health_stop(ctl);
+  cw_ctl_ops_stop(ctl);
   for (size_t i = 0; i < ctl->num_workers; ++i) cw__link_drop(&ctl->workers[i]->private_conn);
   while (ctl->sessions) cw__session_close(ctl->sessions);
   // Closing every connection fails what is pending on it.
@@ -1469,6 +1493,7 @@ cw_status_t cw_controller_create(const cw_settings_t* settings, cw_controller_t*
   uv_timer_init(&ctl->loop, &ctl->open_tick);
   ctl->open_tick.data = ctl;
   ctl->handles_open = true;
+  CW_RETURN_IF_ERROR(cw_ctl_ops_create(ctl), "controller");
   uv_signal_start(&ctl->sigterm, cw__on_signal, SIGTERM);
   uv_signal_start(&ctl->sigint, cw__on_signal, SIGINT);
   cw_ctl_health_start(ctl);
@@ -1506,10 +1531,12 @@ void cw_controller_release(cw_controller_t* ctl) {
       cw__item_free(it);
     }
     if (w->reg) protobuf_c_message_free_unpacked(&w->reg->base, NULL);
+    cw_ctl_ops_worker_free(w);
     free(w);
   }
   free(ctl->workers);
   cw_ctl_metrics_release(ctl);
+  cw_ctl_ops_release(ctl);
   cw_compile_cache_release(ctl->cache);
   cw_ctl_disk_release(ctl);
   free(ctl);

@@ -41,6 +41,7 @@ typedef struct cw_ctl_worker_s {
   cw_net_conn_t* reg_conn;      // borrowed: the live REGISTER connection, NULL once lost
   int64_t last_heartbeat_ms;
   uint32_t incarnation;         // 0 first, +1 each time a same-name worker takes the slot
+  struct cw_ctl_worker_ops_s* ops;     // operations (cw_ctl_ops.c): drain, polled STATS
 } cw_ctl_worker_t;
 
 typedef enum cw_ctl_exe_state_e {
@@ -78,6 +79,7 @@ struct cw_ctl_session_s {
   // worker index (absent: 0, the first).
   uint32_t* joined;
   size_t num_joined;
+  struct cw_ctl_session_ops_s* ops;  // operations (cw_ctl_ops.c): name, devices, paused
 };
 
 struct cw_ctl_peer_s {
@@ -194,6 +196,7 @@ struct cw_controller_s {
   uv_timer_t health_tick;
   int64_t health_last_tick_ms;
   uint64_t heartbeats, workers_timed_out, workers_replaced, exes_reloaded;
+  struct cw_ctl_ops_s* ops;  // operations (cw_ctl_ops.c): STATS polling, recent errors
 };
 
 // --- cw_controller.c, used by the modules below --------------------------------------
@@ -292,5 +295,35 @@ void cw_ctl_health_exe_keep(cw_ctl_exe_t* e, cw_compile_cache_entry_t* entry,
 void cw_ctl_health_exe_free(cw_ctl_exe_t* e);
 void cw_ctl_health_session_free(cw_ctl_session_t* s);
 void cw_ctl_health_stats(const cw_controller_t* ctl, Causeway__V1__Stats* st);
+
+// --- cw_controller.c functions used by the other modules ---
+cw_net_conn_t* cw__session_link(cw_ctl_session_t* s, uint32_t index);
+cw_net_conn_t* cw__link_open(cw_controller_t* ctl, cw_ctl_worker_t* w, uint64_t session_id);
+void cw__link_drop(cw_net_conn_t** link);
+void cw__ignore_reply(void* user, cw_net_conn_t* conn, cw_status_t status,
+                      const ProtobufCMessage* reply, uint8_t* bulk, uint64_t bulk_len);
+void cw__reply_error(cw_controller_t* ctl, cw_net_conn_t* c, uint16_t type, uint64_t rid,
+                     cw_status_t st);
+
+// --- Operations (cw_ctl_ops.c): `causeway status | pause | resume | drain` ---
+cw_status_t cw_ctl_ops_create(cw_controller_t* ctl);
+void cw_ctl_ops_stop(cw_controller_t* ctl);  // closes its timer (the loop runs after)
+void cw_ctl_ops_release(cw_controller_t* ctl);
+// ADMIN_* requests from a client connection. Takes `msg`.
+void cw_ctl_ops_handle(cw_ctl_peer_t* p, const cw_frame_header_t* h, ProtobufCMessage* msg);
+// Remembers an error answered to a peer (the recent-errors ring). Borrows st.
+void cw_ctl_ops_record_error(cw_controller_t* ctl, const char* where, uint16_t type,
+                             cw_status_t st);
+// OPEN_SESSION: the name the client gave; the devices it was given.
+void cw_ctl_ops_session_opened(cw_ctl_session_t* s, const Causeway__V1__OpenSessionRequest* r);
+void cw_ctl_ops_session_devices(cw_ctl_session_t* s, const Causeway__V1__GlobalDevice* devs,
+                                size_t n);
+const char* cw_ctl_ops_session_name(const cw_ctl_session_t* s);
+void cw_ctl_ops_session_free(cw_ctl_session_t* s);
+void cw_ctl_ops_worker_free(cw_ctl_worker_t* w);
+// A new connection of session s to worker `index`: a paused session holds there too.
+void cw_ctl_ops_link_opened(cw_ctl_session_t* s, uint32_t index, cw_net_conn_t* link);
+// False while the worker drains: it gets no new sessions or compiles.
+bool cw_ctl_ops_worker_takes_work(const cw_ctl_worker_t* w);
 
 #endif  // CW_CTL_INTERNAL_H_

@@ -492,6 +492,15 @@ static cw_status_t cw__open_session(cw__client_t* c, uint32_t min_workers) {
   Causeway__V1__OpenSessionRequest req = CAUSEWAY__V1__OPEN_SESSION_REQUEST__INIT;
   req.min_workers = min_workers;
   req.wait_ms = cw__env_u32("CAUSEWAY_WAIT_MS", CW__DEFAULT_WAIT_MS, 0, 3600000);
+  // What `causeway status` calls this session.
+  char host[256] = "", name[400];
+  gethostname(host, sizeof(host) - 1);
+  const char* given = getenv("CAUSEWAY_SESSION_NAME");
+  if (given && given[0]) snprintf(name, sizeof(name), "%s", given);
+  else snprintf(name, sizeof(name), "%s@%s:%d", program_invocation_short_name, host, (int)getpid());
+  req.name = name;
+  req.client_host = host;
+  req.client_pid = (uint32_t)getpid();
   ProtobufCMessage* reply = NULL;
   cw_status_t s = cw_client_call(c->ctrl, CW_MSG_OPEN_SESSION, &req.base, NULL, 0, NULL, &reply,
                                  NULL);

@@ -31,6 +31,13 @@ CW__PIN(TRACE_START);
 CW__PIN(TRACE_FETCH);
 CW__PIN(HEALTH_HEARTBEAT);
 CW__PIN(HEALTH_REJOIN);
+CW__PIN(ADMIN_STATUS);
+CW__PIN(ADMIN_PAUSE);
+CW__PIN(ADMIN_RESUME);
+CW__PIN(ADMIN_DRAIN);
+CW__PIN(ADMIN_UNDRAIN);
+CW__PIN(ADMIN_HOLD);
+CW__PIN(ADMIN_WORKER_DRAIN);
 #undef CW__PIN
 _Static_assert(CAUSEWAY__V1__ROLE__ROLE_CLIENT == 1 && CAUSEWAY__V1__ROLE__ROLE_WORKER == 2 &&
                    CAUSEWAY__V1__ROLE__ROLE_CONTROLLER == 3,
@@ -91,6 +98,21 @@ static const cw__msg_entry_t cw__msgs[CW_MSG_TYPE_MAX + 1] = {
                                  &causeway__v1__health_heartbeat__descriptor},
     [CW_MSG_HEALTH_REJOIN] = {"HEALTH_REJOIN", &causeway__v1__health_rejoin_request__descriptor,
                               &causeway__v1__ack__descriptor},
+    [CW_MSG_ADMIN_STATUS] = {"ADMIN_STATUS", &causeway__v1__admin_status_request__descriptor,
+                             &causeway__v1__admin_status__descriptor},
+    [CW_MSG_ADMIN_PAUSE] = {"ADMIN_PAUSE", &causeway__v1__admin_session_request__descriptor,
+                            &causeway__v1__admin_ack__descriptor},
+    [CW_MSG_ADMIN_RESUME] = {"ADMIN_RESUME", &causeway__v1__admin_session_request__descriptor,
+                             &causeway__v1__admin_ack__descriptor},
+    [CW_MSG_ADMIN_DRAIN] = {"ADMIN_DRAIN", &causeway__v1__admin_drain_request__descriptor,
+                            &causeway__v1__admin_ack__descriptor},
+    [CW_MSG_ADMIN_UNDRAIN] = {"ADMIN_UNDRAIN", &causeway__v1__admin_drain_request__descriptor,
+                              &causeway__v1__admin_ack__descriptor},
+    [CW_MSG_ADMIN_HOLD] = {"ADMIN_HOLD", &causeway__v1__admin_hold_request__descriptor,
+                           &causeway__v1__admin_ack__descriptor},
+    [CW_MSG_ADMIN_WORKER_DRAIN] = {"ADMIN_WORKER_DRAIN",
+                                   &causeway__v1__admin_worker_drain_request__descriptor,
+                                   &causeway__v1__admin_ack__descriptor},
 };
 
 static bool cw__type_known(uint16_t type) {

@@ -47,9 +47,7 @@
 #include "cw_worker_internal.h"
 
 static void cw__conn_close(cw_conn_t* c);
-static void cw__conn_unref(cw_conn_t* c);
 static void cw__conn_process(cw_conn_t* c);
-static void cw__launch_pump(cw_conn_t* c);
 static void cw__maybe_finish_shutdown(cw_worker_t* w);
 static void cw__op_start_wait(cw_op_t* op);
 static void cw__conn_start_reading(cw_conn_t* c);
@@ -151,7 +149,7 @@ static void cw__unpin(void* user) {
   free(p);
 }
 
-static void cw__conn_ref(cw_conn_t* c) { c->refs++; }
+void cw__conn_ref(cw_conn_t* c) { c->refs++; }
 
 static size_t cw__peer_stat_index(cw_worker_t* w, const char* name) {
   for (size_t i = 0; i < w->num_peer_stats; ++i) {
@@ -382,6 +380,7 @@ static cw_op_t* cw__op_create(cw_conn_t* c, uint16_t type, uint64_t request_id) 
   op->device = -1;
   op->dst_device = -1;
   op->trace_start_ns = cw_worker_trace_now_ns();
+  c->w->ops_live++;
   return op;
 }
 
@@ -398,6 +397,7 @@ static void cw__op_free(cw_op_t* op) {
   cw_pjrt_shapes_free(op->params, op->num_params);
   cw_status_free(op->status);
   if (op->exe) cw_pjrt_executable_destroy(op->w->pjrt, op->exe);
+  op->w->ops_live--;
   cw__conn_unref(op->conn);
   free(op);
 }
@@ -543,7 +543,7 @@ static void cw__conn_free(cw_conn_t* c) {
   free(c);
 }
 
-static void cw__conn_unref(cw_conn_t* c) {
+void cw__conn_unref(cw_conn_t* c) {
   if (--c->refs == 0) cw__conn_free(c);
 }
 
@@ -581,6 +581,7 @@ static void cw__conn_close(cw_conn_t* c) {
   cw__seq_conn_closed(c);  // held requests; the controller connection
   uv_close(&c->h.handle, cw__handle_closed);
   uv_close((uv_handle_t*)&c->timer, cw__handle_closed);
+  cw_worker_ops_conn_closing(c);  // launches a paused session held here
   if (c->keeps_session && c->session) {
     cw_session_t* s = c->session;
     c->session = NULL;
@@ -824,6 +825,8 @@ static void cw__handle_stats(cw_conn_t* c, const cw_frame_header_t* h) {
   for (cw_session_t* s = w->sessions; s; s = s->next) st.sessions++;
   st.connections = w->inbound_connections;
   st.session_buffers = mine.buffers;
+  cw_worker_ops_scratch_t ops_scratch;
+  cw_worker_ops_fill_stats(w, &st, &ops_scratch);
   Causeway__V1__PeerStats* peers = calloc(w->num_peer_stats + 1, sizeof(*peers));
   Causeway__V1__PeerStats** ptrs = calloc(w->num_peer_stats + 1, sizeof(*ptrs));
   if (peers && ptrs) {
@@ -838,6 +841,7 @@ static void cw__handle_stats(cw_conn_t* c, const cw_frame_header_t* h) {
     st.n_peers = w->num_peer_stats;
   }
   cw__reply(c, h->type, h->request_id, &st.base);
+  cw_worker_ops_stats_free(&ops_scratch);
   free(peers);
   free(ptrs);
 }
@@ -1580,7 +1584,7 @@ static void cw__launch_free(cw_launch_t* l) {
 // client treats them as gone from the moment it sent the launch, whether it
 // runs or fails. PJRT keeps their storage alive while an execution that took
 // or reads it runs.
-static void cw__drop_donated(cw_worker_t* w, uint64_t skey, const Causeway__V1__LaunchRequest* r) {
+void cw__drop_donated(cw_worker_t* w, uint64_t skey, const Causeway__V1__LaunchRequest* r) {
   for (size_t k = 0; k < r->n_donate; ++k) {
     for (size_t d = 0; d < r->n_args; ++d) {
       const Causeway__V1__IdList* args = r->args[d];
@@ -1600,7 +1604,7 @@ static void cw__launch_drop_donated(cw_worker_t* w, cw_launch_t* l) {
 
 // Puts every output still owned by this launch in error; replies with
 // `status` (taken) and frees the launch.
-static void cw__launch_fail(cw_worker_t* w, cw_launch_t* l, cw_status_t status) {
+void cw__launch_fail(cw_worker_t* w, cw_launch_t* l, cw_status_t status) {
   cw__launch_drop_donated(w, l);
   for (size_t d = 0; d < l->req->n_outputs && d < l->num_devices; ++d) {
     const Causeway__V1__IdList* outs = l->req->outputs[d];
@@ -1809,9 +1813,11 @@ static void cw__launch_waiter(void* user) {
 
 // Issues this connection's launches in arrival order as their inputs become
 // ready; registers one waiter for the head when it must wait.
-static void cw__launch_pump(cw_conn_t* c) {
+void cw__launch_pump(cw_conn_t* c) {
   cw_worker_t* w = c->w;
-  while (c->launch_head && !c->launch_waiting) {
+  // A paused session's launches stay queued, in order (cw_worker_ops.c resumes).
+  while (c->launch_head && !c->launch_waiting &&
+         !(c->keeps_session && c->session && c->session->paused)) {
     cw_launch_t* l = c->launch_head;
     cw_store_entry_t* wait_on = NULL;
     cw_status_t st = cw_ok_status();
@@ -2588,6 +2594,10 @@ static void cw__dispatch(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCMess
   }
   uint64_t seq_drain_key = 0;
   if (cw__seq_gate(c, h, &msg, &seq_drain_key)) return;  // held, or refused as a duplicate
+  if (cw_worker_ops_refuse(c, h, &msg)) {  // draining: applied in order, refused
+    if (seq_drain_key) cw__seq_drain(c->w, seq_drain_key);
+    return;
+  }
   switch (h->type) {
     case CW_MSG_HELLO:
       cw__handle_hello(c, h, (const Causeway__V1__HelloRequest*)msg);
@@ -2651,6 +2661,10 @@ static void cw__dispatch(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCMess
       break;
     case CW_MSG_TRACE_FETCH:
       cw_worker_trace_handle_fetch(c, h, (const Causeway__V1__TraceFetchRequest*)msg);
+      break;
+    case CW_MSG_ADMIN_HOLD:
+    case CW_MSG_ADMIN_WORKER_DRAIN:
+      cw_worker_ops_handle(c, h, msg);
       break;
     case CW_MSG_EXE_INFO: {
       // Waits for a pending COMPILE or LOAD.

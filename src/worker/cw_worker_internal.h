@@ -53,6 +53,7 @@ typedef struct cw_session_s {
   int connections;  // client connections that keep it alive
   cw_seq_t seq;     // ordering across its connections (cw_worker_seq.h)
   struct cw_wtrace_s* trace;  // obs: recorded events once the client asked; NULL: none
+  bool paused;      // `causeway pause`: its launches wait in their queues
 } cw_session_t;
 
 typedef struct cw_peer_stat_s {
@@ -265,6 +266,9 @@ struct cw_worker_s {
   bool registered;             // the controller accepted REGISTER on w->controller
   uint64_t heartbeat_seq;
   int64_t reconnect_delay_ms;  // next wait before reconnecting
+  // Operations (cw_worker_ops.c): `causeway drain`, and ops alive (for idle).
+  bool draining;
+  size_t ops_live;
 };
 
 // cw_worker.c, shared with its modules.
@@ -308,5 +312,30 @@ void cw_worker_health_registered(cw_worker_t* w);
 // The controller connection `name` is gone (and the worker keeps serving):
 // reconnect after 100 ms, doubling to --reconnect-max-ms, and register again.
 void cw_worker_health_controller_lost(cw_worker_t* w, const char* name);
+
+// --- cw_worker.c functions used by the other modules ---
+void cw__launch_pump(cw_conn_t* c);
+void cw__launch_fail(cw_worker_t* w, cw_launch_t* l, cw_status_t status);
+void cw__drop_donated(cw_worker_t* w, uint64_t skey, const Causeway__V1__LaunchRequest* r);
+void cw__conn_ref(cw_conn_t* c);
+void cw__conn_unref(cw_conn_t* c);
+void cw__reply(cw_conn_t* c, uint16_t type, uint64_t request_id, const ProtobufCMessage* msg);
+void cw__reply_error(cw_conn_t* c, uint16_t type, uint64_t request_id, cw_status_t status);
+
+// --- Operations (cw_worker_ops.c) ---
+// ADMIN_HOLD, ADMIN_WORKER_DRAIN from the controller. Borrows msg.
+void cw_worker_ops_handle(cw_conn_t* c, const cw_frame_header_t* h, const ProtobufCMessage* msg);
+// A closing connection's launches held by a pause fail (nobody can resume them).
+void cw_worker_ops_conn_closing(cw_conn_t* c);
+// While draining: refuses LAUNCH, UPLOAD, COMPILE, LOAD (replies; frees *msg).
+bool cw_worker_ops_refuse(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCMessage** msg);
+// The operations fields of STATS; free the scratch with cw_worker_ops_stats_free.
+typedef struct cw_worker_ops_scratch_s {
+  Causeway__V1__AdminSessionStats* items;
+  Causeway__V1__AdminSessionStats** ptrs;
+} cw_worker_ops_scratch_t;
+void cw_worker_ops_fill_stats(cw_worker_t* w, Causeway__V1__Stats* st,
+                              cw_worker_ops_scratch_t* scratch);
+void cw_worker_ops_stats_free(cw_worker_ops_scratch_t* scratch);
 
 #endif  // CW_WORKER_INTERNAL_H_

@@ -329,6 +329,12 @@ class Runner:
         _, type_name, message, tb = msg
         raise CheckFailed(type_name, message, tb)
 
+    def reply_waiting(self, timeout: float = 0.0) -> bool:
+        """True when the submitted check has answered (or answers within timeout);
+        result() then returns at once."""
+        ready, _, _ = select.select([self._rep], [], [], timeout)
+        return bool(ready)
+
     def call(self, check: str, timeout: float = 300.0, **kwargs):
         """Runs checks.<check>(**kwargs) in the runner; returns its result."""
         self.submit(check, **kwargs)

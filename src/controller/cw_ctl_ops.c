@@ -1,0 +1,706 @@
+// Operations at the controller: the ADMIN_* requests of the `causeway` tool
+// (docs/operations.md, docs/protocol.md).
+//
+//   ADMIN_STATUS  asks every live worker for STATS (on its private
+//                 connection) and answers once all have replied, or after
+//                 CW__STATUS_WAIT_MS with the numbers it last had. Nothing
+//                 blocks: the replies continue the request. A 1 s timer polls
+//                 the same way, so launches per second and `idle` stay current.
+//   ADMIN_PAUSE / ADMIN_RESUME
+//                 mark the session and send ADMIN_HOLD on its connection to
+//                 every worker; the workers hold its launches (cw_worker_ops.c),
+//                 whichever path they came by. A connection opened later
+//                 holds too (cw_ctl_ops_link_opened).
+//   ADMIN_DRAIN / ADMIN_UNDRAIN
+//                 mark the worker (no new sessions or compiles get it) and send
+//                 ADMIN_WORKER_DRAIN; the worker refuses new work and reports
+//                 `idle` in STATS once nothing is in flight.
+// Every error the controller answers is also kept in a ring of the last
+// CW__RECENT_ERRORS for ADMIN_STATUS.
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cw_ctl_internal.h"
+#include "cw_log.h"
+
+#define CW__RECENT_ERRORS 32
+#define CW__POLL_MS 1000
+#define CW__STATUS_WAIT_MS 3000
+#define CW__RATE_SAMPLES 6  // one a poll: launches per second over the last 5 s
+
+typedef struct cw_ctl_recent_error_s {
+  int64_t unix_ms;
+  char where[96];
+  uint32_t code;
+  char text[512];
+} cw_ctl_recent_error_t;
+
+// One STATS round over the live workers; client NULL for the timer's polls.
+typedef struct cw_ctl_gather_s {
+  struct cw_ctl_gather_s* next;
+  cw_controller_t* ctl;
+  cw_net_conn_t* client;  // retained
+  uint64_t request_id;
+  uint64_t serial;
+  int left;  // STATS requests outstanding, plus one while sending
+  bool replied;
+  int64_t deadline_ms;
+} cw_ctl_gather_t;
+
+typedef struct cw_ctl_ops_s {
+  uv_timer_t timer;
+  bool timer_open;
+  int64_t start_ms;
+  cw_ctl_recent_error_t errors[CW__RECENT_ERRORS];
+  size_t error_next, error_count;
+  cw_ctl_gather_t* gathers;
+  uint64_t next_serial;
+} cw_ctl_ops_t;
+
+typedef struct cw_ctl_session_stat_s {
+  uint64_t session_id, buffers, buffer_bytes, launches_held;
+} cw_ctl_session_stat_t;
+
+struct cw_ctl_worker_ops_s {
+  bool draining;
+  uint64_t serial;  // of the last round it answered
+  Causeway__V1__Stats last;  // scalar fields only (session_stats below)
+  cw_ctl_session_stat_t* sessions;
+  size_t num_sessions;
+  uint64_t rate_launches[CW__RATE_SAMPLES];  // ring, oldest at rate_first
+  int64_t rate_ms[CW__RATE_SAMPLES];
+  size_t rate_first, rate_count;
+  double launches_per_sec;
+};
+
+struct cw_ctl_session_ops_s {
+  char name[CW__MAX_NAME];
+  char host[CW__MAX_NAME];
+  uint32_t pid;
+  bool opened;
+  bool paused;
+  int32_t* devices;
+  size_t num_devices;
+};
+
+// A request answered once every worker it went to has replied.
+typedef struct cw_ctl_fanout_s {
+  cw_controller_t* ctl;
+  cw_net_conn_t* client;  // retained
+  uint16_t type;
+  uint64_t request_id;
+  int left;
+  uint64_t session_id;
+  uint64_t held;
+  cw_status_t first_error;
+  char text[512];
+} cw_ctl_fanout_t;
+
+static int64_t cw__mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t cw__unix_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+// Printable ASCII only, at most n-1 bytes: names come from peers.
+static void cw__clean_copy(char* dst, size_t n, const char* src) {
+  size_t k = 0;
+  for (; src && *src && k + 1 < n; ++src) dst[k++] = (*src >= 0x20 && *src < 0x7f) ? *src : '?';
+  dst[k] = 0;
+}
+
+static struct cw_ctl_worker_ops_s* cw__wops(cw_ctl_worker_t* w) {
+  if (!w->ops) w->ops = calloc(1, sizeof(*w->ops));
+  return w->ops;
+}
+
+static struct cw_ctl_session_ops_s* cw__sops(cw_ctl_session_t* s) {
+  if (!s->ops) s->ops = calloc(1, sizeof(*s->ops));
+  return s->ops;
+}
+
+// --- Hooks called by cw_controller.c -------------------------------------------------
+
+void cw_ctl_ops_record_error(cw_controller_t* ctl, const char* where, uint16_t type,
+                             cw_status_t st) {
+  cw_ctl_ops_t* ops = ctl->ops;
+  if (!ops) return;
+  cw_ctl_recent_error_t* e = &ops->errors[ops->error_next];
+  ops->error_next = (ops->error_next + 1) % CW__RECENT_ERRORS;
+  if (ops->error_count < CW__RECENT_ERRORS) ops->error_count++;
+  e->unix_ms = cw__unix_ms();
+  char full[160];
+  snprintf(full, sizeof(full), "%s %s", cw_msg_type_name(type), where ? where : "");
+  cw__clean_copy(e->where, sizeof(e->where), full);
+  e->code = (uint32_t)cw_status_code(st);
+  cw__clean_copy(e->text, sizeof(e->text), st ? cw_status_message(st) : "");
+}
+
+void cw_ctl_ops_session_opened(cw_ctl_session_t* s, const Causeway__V1__OpenSessionRequest* r) {
+  struct cw_ctl_session_ops_s* so = cw__sops(s);
+  if (!so) return;
+  so->opened = true;
+  if (r->name && r->name[0]) cw__clean_copy(so->name, sizeof(so->name), r->name);
+  else if (!so->name[0]) snprintf(so->name, sizeof(so->name), "session-%" PRIu64, s->id);
+  cw__clean_copy(so->host, sizeof(so->host), r->client_host);
+  so->pid = r->client_pid;
+}
+
+void cw_ctl_ops_session_devices(cw_ctl_session_t* s, const Causeway__V1__GlobalDevice* devs,
+                                size_t n) {
+  struct cw_ctl_session_ops_s* so = cw__sops(s);
+  if (!so) return;
+  int32_t* ids = calloc(n + 1, sizeof(int32_t));
+  if (!ids) return;
+  for (size_t i = 0; i < n; ++i) ids[i] = devs[i].global_id;
+  free(so->devices);
+  so->devices = ids;
+  so->num_devices = n;
+}
+
+const char* cw_ctl_ops_session_name(const cw_ctl_session_t* s) {
+  return s->ops ? s->ops->name : "";
+}
+
+void cw_ctl_ops_session_free(cw_ctl_session_t* s) {
+  if (!s->ops) return;
+  free(s->ops->devices);
+  free(s->ops);
+  s->ops = NULL;
+}
+
+void cw_ctl_ops_worker_free(cw_ctl_worker_t* w) {
+  if (!w->ops) return;
+  free(w->ops->sessions);
+  free(w->ops);
+  w->ops = NULL;
+}
+
+bool cw_ctl_ops_worker_takes_work(const cw_ctl_worker_t* w) {
+  return !(w->ops && w->ops->draining);
+}
+
+// --- Fan-out replies (PAUSE, RESUME, DRAIN, UNDRAIN) ---------------------------------
+
+static void cw__fanout_done(cw_ctl_fanout_t* f, cw_status_t st) {
+  if (st && !f->first_error) f->first_error = st;
+  else cw_status_free(st);
+  if (--f->left > 0) return;
+  if (f->first_error) {
+    cw__reply_error(f->ctl, f->client, f->type, f->request_id, f->first_error);
+  } else {
+    Causeway__V1__AdminAck ack = CAUSEWAY__V1__ADMIN_ACK__INIT;
+    ack.session_id = f->session_id;
+    ack.launches_held = f->held;
+    ack.text = f->text;
+    cw_net_conn_reply(f->client, f->type, f->request_id, &ack.base);
+  }
+  cw_net_conn_release(f->client);
+  free(f);
+}
+
+static void cw__fanout_reply(void* user, cw_net_conn_t* conn, cw_status_t status,
+                             const ProtobufCMessage* reply, uint8_t* bulk, uint64_t bulk_len) {
+  cw_ctl_fanout_t* f = user;
+  free(bulk);
+  if (!status) {
+    const Causeway__V1__AdminAck* a = (const Causeway__V1__AdminAck*)reply;
+    f->held += a->launches_held;
+    if (f->type == CW_MSG_ADMIN_DRAIN || f->type == CW_MSG_ADMIN_UNDRAIN) {
+      snprintf(f->text, sizeof(f->text), "%s", a->text ? a->text : "");
+    }
+  } else {
+    status = cw_status_annotate(status, "%s", cw_net_conn_name(conn));
+  }
+  cw__fanout_done(f, status);
+}
+
+static cw_ctl_fanout_t* cw__fanout_create(cw_ctl_peer_t* p, const cw_frame_header_t* h) {
+  cw_ctl_fanout_t* f = calloc(1, sizeof(*f));
+  if (!f) return NULL;
+  f->ctl = p->ctl;
+  f->client = p->conn;
+  cw_net_conn_retain(p->conn);
+  f->type = h->type;
+  f->request_id = h->request_id;
+  f->left = 1;  // released by the handler once every request is out
+  return f;
+}
+
+// --- PAUSE, RESUME ----------------------------------------------------------------
+
+// f NULL: nobody waits for the answer.
+static void cw__send_hold(cw_ctl_session_t* s, cw_net_conn_t* link, bool hold,
+                          cw_ctl_fanout_t* f) {
+  Causeway__V1__AdminHoldRequest req = CAUSEWAY__V1__ADMIN_HOLD_REQUEST__INIT;
+  req.session_id = s->id;
+  req.hold = hold;
+  if (f) f->left++;
+  cw_net_conn_request(link, CW_MSG_ADMIN_HOLD, &req.base, NULL, 0, NULL, NULL,
+                      f ? cw__fanout_reply : cw__ignore_reply, f);
+}
+
+void cw_ctl_ops_link_opened(cw_ctl_session_t* s, uint32_t index, cw_net_conn_t* link) {
+  if (s->ops && s->ops->paused) cw__send_hold(s, link, true, NULL);
+}
+
+static bool cw__session_listed(const cw_ctl_session_t* s) {
+  return !s->closed && s->ops && s->ops->opened;
+}
+
+// The session a PAUSE/RESUME names, or an error naming what was asked for.
+static cw_status_t cw__session_lookup(cw_controller_t* ctl,
+                                      const Causeway__V1__AdminSessionRequest* r,
+                                      cw_ctl_session_t** out) {
+  *out = NULL;
+  size_t matches = 0;
+  for (cw_ctl_session_t* s = ctl->sessions; s; s = s->next) {
+    if (!cw__session_listed(s)) continue;
+    bool hit = r->session_id ? s->id == r->session_id
+                             : (r->name && r->name[0] && !strcmp(s->ops->name, r->name));
+    if (hit) {
+      if (!*out) *out = s;
+      matches++;
+    }
+  }
+  if (matches == 1) return cw_ok_status();
+  char want[CW__MAX_NAME + 32];
+  if (r->session_id) snprintf(want, sizeof(want), "session %" PRIu64, r->session_id);
+  else snprintf(want, sizeof(want), "session '%.*s'", CW__MAX_NAME, r->name ? r->name : "");
+  if (matches > 1) {
+    *out = NULL;
+    return cw_make_status(CW_INVALID_ARGUMENT, "%s names %zu sessions; give its id (causeway "
+                          "status lists them)", want, matches);
+  }
+  char names[512];
+  size_t used = 0;
+  names[0] = 0;
+  for (cw_ctl_session_t* s = ctl->sessions; s && used < sizeof(names) - 1; s = s->next) {
+    if (!cw__session_listed(s)) continue;
+    int n = snprintf(names + used, sizeof(names) - used, "%s%" PRIu64 " (%s)", used ? ", " : "",
+                     s->id, s->ops->name);
+    if (n > 0) used += (size_t)n < sizeof(names) - used ? (size_t)n : sizeof(names) - used - 1;
+  }
+  return cw_make_status(CW_NOT_FOUND, "%s not found; open sessions: %s", want,
+                        used ? names : "none");
+}
+
+static void cw__handle_pause(cw_ctl_peer_t* p, const cw_frame_header_t* h,
+                             const Causeway__V1__AdminSessionRequest* r) {
+  cw_controller_t* ctl = p->ctl;
+  bool hold = h->type == CW_MSG_ADMIN_PAUSE;
+  cw_ctl_session_t* s = NULL;
+  cw_status_t st = cw__session_lookup(ctl, r, &s);
+  cw_ctl_fanout_t* f = st ? NULL : cw__fanout_create(p, h);
+  if (!st && !f) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  if (st) {
+    cw__reply_error(ctl, p->conn, h->type, h->request_id, st);
+    return;
+  }
+  s->ops->paused = hold;
+  f->session_id = s->id;
+  for (uint32_t i = 0; i < ctl->num_workers; ++i) {
+    if (!ctl->workers[i]->alive) continue;
+    bool linked = i < s->num_links && s->links[i] && cw_net_conn_is_open(s->links[i]);
+    if (linked) cw__send_hold(s, s->links[i], hold, f);
+    else if (hold) (void)cw__session_link(s, i);  // opens one; the hook holds there
+  }
+  CW_LOGI("session %" PRIu64 " (%s) %s", s->id, s->ops->name, hold ? "paused" : "resumed");
+  snprintf(f->text, sizeof(f->text), "session %" PRIu64 " (%s) %s", s->id, s->ops->name,
+           hold ? "paused" : "resumed");
+  cw__fanout_done(f, cw_ok_status());
+}
+
+// --- DRAIN, UNDRAIN ------------------------------------------------------------------
+
+// The worker's private (compile) connection, opened when needed.
+static cw_net_conn_t* cw__private_link(cw_controller_t* ctl, cw_ctl_worker_t* w) {
+  if (w->private_conn && !cw_net_conn_is_open(w->private_conn)) cw__link_drop(&w->private_conn);
+  if (!w->private_conn) w->private_conn = cw__link_open(ctl, w, 0);
+  return w->private_conn;
+}
+
+static void cw__handle_drain(cw_ctl_peer_t* p, const cw_frame_header_t* h,
+                             const Causeway__V1__AdminDrainRequest* r) {
+  cw_controller_t* ctl = p->ctl;
+  cw_ctl_worker_t* w = NULL;
+  // The newest registration of that name (a replacement takes over the name).
+  for (size_t i = ctl->num_workers; i-- > 0 && !w;) {
+    if (r->worker && !strcmp(ctl->workers[i]->name, r->worker)) w = ctl->workers[i];
+  }
+  cw_status_t st = cw_ok_status();
+  if (!w) {
+    char names[512];
+    size_t used = 0;
+    names[0] = 0;
+    for (size_t i = 0; i < ctl->num_workers && used < sizeof(names) - 1; ++i) {
+      int n = snprintf(names + used, sizeof(names) - used, "%s%s", used ? ", " : "",
+                       ctl->workers[i]->name);
+      if (n > 0) used += (size_t)n < sizeof(names) - used ? (size_t)n : sizeof(names) - used - 1;
+    }
+    st = cw_make_status(CW_NOT_FOUND, "worker '%.*s' not found; workers: %s", CW__MAX_NAME,
+                        r->worker ? r->worker : "", used ? names : "none");
+  } else if (!w->alive) {
+    st = cw_make_status(CW_FAILED_PRECONDITION, "worker %s (%s) is dead", w->name, w->address);
+  }
+  struct cw_ctl_worker_ops_s* wo = st ? NULL : cw__wops(w);
+  cw_ctl_fanout_t* f = wo ? cw__fanout_create(p, h) : NULL;
+  cw_net_conn_t* link = f ? cw__private_link(ctl, w) : NULL;
+  if (!st && !link) {
+    st = f ? cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable: no connection",
+                            w->name, w->address)
+           : cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  if (st) {
+    if (f) {
+      cw_net_conn_release(f->client);
+      free(f);
+    }
+    cw__reply_error(ctl, p->conn, h->type, h->request_id, st);
+    return;
+  }
+  wo->draining = h->type == CW_MSG_ADMIN_DRAIN;
+  CW_LOGI("worker %s (%s): %s", w->name, w->address, wo->draining ? "draining" : "undrained");
+  Causeway__V1__AdminWorkerDrainRequest req = CAUSEWAY__V1__ADMIN_WORKER_DRAIN_REQUEST__INIT;
+  req.drain = wo->draining;
+  f->left++;
+  cw_net_conn_request(link, CW_MSG_ADMIN_WORKER_DRAIN, &req.base, NULL, 0, NULL, NULL,
+                      cw__fanout_reply, f);
+  cw__fanout_done(f, cw_ok_status());
+}
+
+// --- STATUS -------------------------------------------------------------------------
+
+typedef struct cw_ctl_poll_s {
+  cw_ctl_gather_t* g;
+  uint32_t worker;
+} cw_ctl_poll_t;
+
+static const char* cw__worker_state(const cw_ctl_worker_t* w) {
+  if (!w->alive) return "dead";
+  if (!w->ops || !w->ops->draining) return "alive";
+  // Idle only on word from the worker since the drain began.
+  return (w->ops->last.draining && w->ops->last.idle) ? "idle" : "draining";
+}
+
+static uint64_t cw__island_queued(const cw_ctl_worker_t* w) {
+  uint64_t n = 0;
+  for (const cw_ctl_item_t* it = w->queue_head; it; it = it->next) n++;
+  return n;
+}
+
+static void cw__reply_status(cw_controller_t* ctl, cw_ctl_gather_t* g) {
+  cw_ctl_ops_t* ops = ctl->ops;
+  Causeway__V1__AdminStatus rep = CAUSEWAY__V1__ADMIN_STATUS__INIT;
+  rep.controller = ctl->name;
+  rep.uptime_ms = cw__mono_ms() - ops->start_ms;
+  rep.compiles = ctl->compiles;
+  rep.cache_hits = ctl->cache_hits;
+  rep.cache_misses = ctl->cache_misses;
+  rep.cache_bytes = cw_compile_cache_bytes(ctl->cache);
+  rep.launches = ctl->launches_relayed;
+  rep.errors = ctl->errors;
+  size_t nw = ctl->num_workers, ns = 0;
+  for (cw_ctl_session_t* s = ctl->sessions; s; s = s->next) ns += cw__session_listed(s);
+  Causeway__V1__AdminWorker* ws = calloc(nw + 1, sizeof(*ws));
+  Causeway__V1__AdminWorker** wp = calloc(nw + 1, sizeof(*wp));
+  Causeway__V1__AdminIsland* is = calloc(nw + 1, sizeof(*is));
+  Causeway__V1__AdminIsland** ip = calloc(nw + 1, sizeof(*ip));
+  char** inames = calloc(nw + 1, sizeof(*inames));
+  Causeway__V1__AdminSession* ss = calloc(ns + 1, sizeof(*ss));
+  Causeway__V1__AdminSession** sp = calloc(ns + 1, sizeof(*sp));
+  Causeway__V1__AdminError* es = calloc(CW__RECENT_ERRORS, sizeof(*es));
+  Causeway__V1__AdminError** ep = calloc(CW__RECENT_ERRORS, sizeof(*ep));
+  if (!ws || !wp || !is || !ip || !inames || !ss || !sp || !es || !ep) {
+    cw__reply_error(ctl, g->client, CW_MSG_ADMIN_STATUS, g->request_id,
+                    cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
+    goto done;
+  }
+  for (size_t i = 0; i < nw; ++i) {
+    cw_ctl_worker_t* w = ctl->workers[i];
+    const struct cw_ctl_worker_ops_s* wo = w->ops;
+    Causeway__V1__AdminWorker* a = &ws[i];
+    causeway__v1__admin_worker__init(a);
+    a->index = w->index;
+    a->name = w->name;
+    a->address = w->address;
+    a->state = (char*)cw__worker_state(w);
+    a->num_devices = w->num_devices;
+    a->first_device = w->first_device;
+    a->island = w->index;
+    a->platform = w->reg && w->reg->inventory ? w->reg->inventory->platform_name : (char*)"";
+    uint64_t island_queued = cw__island_queued(w);
+    a->queue_depth = island_queued;
+    if (wo && w->alive) {
+      a->buffers = wo->last.buffers;
+      a->buffer_bytes = wo->last.buffer_bytes;
+      a->executables = wo->last.executables;
+      a->launches = wo->last.launches;
+      a->launches_per_sec = wo->launches_per_sec;
+      a->queue_depth += wo->last.launches_queued;
+      a->launches_in_flight = wo->last.launches_in_flight;
+      a->launches_held = wo->last.launches_held;
+      a->uploads = wo->last.uploads;
+      a->downloads = wo->last.downloads;
+      a->errors = wo->last.errors;
+      a->transfers_pending = wo->last.transfers_pending;
+      a->stats_fresh = g->serial && wo->serial >= g->serial;
+    }
+    wp[i] = a;
+    // With the CPU plugin an island is one worker's devices.
+    causeway__v1__admin_island__init(&is[i]);
+    is[i].index = w->index;
+    inames[i] = w->name;
+    is[i].workers = &inames[i];
+    is[i].n_workers = 1;
+    is[i].num_devices = w->num_devices;
+    is[i].queued = island_queued;
+    ip[i] = &is[i];
+  }
+  rep.workers = wp;
+  rep.n_workers = nw;
+  rep.islands = ip;
+  rep.n_islands = nw;
+  size_t k = 0;
+  for (cw_ctl_session_t* s = ctl->sessions; s && k < ns; s = s->next) {
+    if (!cw__session_listed(s)) continue;
+    Causeway__V1__AdminSession* a = &ss[k];
+    causeway__v1__admin_session__init(a);
+    a->session_id = s->id;
+    a->name = s->ops->name;
+    a->client_host = s->ops->host;
+    a->client_pid = s->ops->pid;
+    a->devices = s->ops->devices;
+    a->n_devices = s->ops->num_devices;
+    a->paused = s->ops->paused;
+    a->clients = (uint32_t)s->clients;
+    for (cw_ctl_exe_t* e = s->exes; e; e = e->next) a->executables++;
+    for (size_t i = 0; i < nw; ++i) {
+      const struct cw_ctl_worker_ops_s* wo = ctl->workers[i]->ops;
+      if (!wo || !ctl->workers[i]->alive) continue;
+      for (size_t j = 0; j < wo->num_sessions; ++j) {
+        if (wo->sessions[j].session_id != s->id) continue;
+        a->buffers += wo->sessions[j].buffers;
+        a->buffer_bytes += wo->sessions[j].buffer_bytes;
+        a->launches_held += wo->sessions[j].launches_held;
+      }
+    }
+    sp[k++] = a;
+  }
+  rep.sessions = sp;
+  rep.n_sessions = k;
+  size_t first = (ops->error_next + CW__RECENT_ERRORS - ops->error_count) % CW__RECENT_ERRORS;
+  for (size_t i = 0; i < ops->error_count; ++i) {
+    const cw_ctl_recent_error_t* e = &ops->errors[(first + i) % CW__RECENT_ERRORS];
+    causeway__v1__admin_error__init(&es[i]);
+    es[i].unix_ms = e->unix_ms;
+    es[i].where = (char*)e->where;
+    es[i].code = e->code;
+    es[i].message = (char*)e->text;
+    ep[i] = &es[i];
+  }
+  rep.recent_errors = ep;
+  rep.n_recent_errors = ops->error_count;
+  cw_net_conn_reply(g->client, CW_MSG_ADMIN_STATUS, g->request_id, &rep.base);
+done:
+  free(ws);
+  free(wp);
+  free(is);
+  free(ip);
+  free(inames);
+  free(ss);
+  free(sp);
+  free(es);
+  free(ep);
+}
+
+static void cw__gather_unlink(cw_ctl_ops_t* ops, cw_ctl_gather_t* g) {
+  cw_ctl_gather_t** pp = &ops->gathers;
+  while (*pp && *pp != g) pp = &(*pp)->next;
+  if (*pp) *pp = g->next;
+}
+
+// Answers the status request (once) and frees the round when nothing is outstanding.
+static void cw__gather_settle(cw_ctl_gather_t* g, bool answer) {
+  cw_controller_t* ctl = g->ctl;
+  if (answer && !g->replied) {
+    g->replied = true;
+    if (g->client) cw__reply_status(ctl, g);
+  }
+  if (g->left > 0) return;
+  cw__gather_unlink(ctl->ops, g);
+  if (g->client) cw_net_conn_release(g->client);
+  free(g);
+}
+
+static void cw__keep_stats(cw_ctl_worker_t* w, const Causeway__V1__Stats* st, uint64_t serial) {
+  struct cw_ctl_worker_ops_s* wo = cw__wops(w);
+  if (!wo) return;
+  cw_ctl_session_stat_t* sess = calloc(st->n_session_stats + 1, sizeof(*sess));
+  if (sess) {
+    for (size_t i = 0; i < st->n_session_stats; ++i) {
+      sess[i].session_id = st->session_stats[i]->session_id;
+      sess[i].buffers = st->session_stats[i]->buffers;
+      sess[i].buffer_bytes = st->session_stats[i]->buffer_bytes;
+      sess[i].launches_held = st->session_stats[i]->launches_held;
+    }
+    free(wo->sessions);
+    wo->sessions = sess;
+    wo->num_sessions = st->n_session_stats;
+  }
+  wo->last = *st;
+  wo->last.peers = NULL;
+  wo->last.n_peers = 0;
+  wo->last.session_stats = NULL;
+  wo->last.n_session_stats = 0;
+  if (serial > wo->serial) wo->serial = serial;
+  // Launches per second over the samples kept (at most one per poll period).
+  int64_t now = cw__mono_ms();
+  size_t last = (wo->rate_first + wo->rate_count + CW__RATE_SAMPLES - 1) % CW__RATE_SAMPLES;
+  if (wo->rate_count && st->launches < wo->rate_launches[last]) wo->rate_count = 0;  // restarted
+  if (wo->rate_count && now - wo->rate_ms[last] < CW__POLL_MS) return;
+  if (wo->rate_count == CW__RATE_SAMPLES) {
+    wo->rate_first = (wo->rate_first + 1) % CW__RATE_SAMPLES;
+    wo->rate_count--;
+  }
+  size_t slot = (wo->rate_first + wo->rate_count++) % CW__RATE_SAMPLES;
+  wo->rate_launches[slot] = st->launches;
+  wo->rate_ms[slot] = now;
+  size_t first = wo->rate_first;
+  wo->launches_per_sec =
+      wo->rate_count < 2 ? 0.0
+                         : (double)(st->launches - wo->rate_launches[first]) * 1000.0 /
+                               (double)(now - wo->rate_ms[first]);
+}
+
+static void cw__poll_reply(void* user, cw_net_conn_t* conn, cw_status_t status,
+                           const ProtobufCMessage* reply, uint8_t* bulk, uint64_t bulk_len) {
+  cw_ctl_poll_t* pl = user;
+  cw_ctl_gather_t* g = pl->g;
+  cw_controller_t* ctl = g->ctl;
+  free(bulk);
+  if (!status && pl->worker < ctl->num_workers) {
+    cw__keep_stats(ctl->workers[pl->worker], (const Causeway__V1__Stats*)reply, g->serial);
+  } else if (status) {
+    CW_LOGD("STATS from %s: %s", cw_net_conn_name(conn), cw_status_message(status));
+  }
+  cw_status_free(status);
+  free(pl);
+  g->left--;
+  cw__gather_settle(g, g->left == 0);
+}
+
+// Starts a STATS round; client NULL: the timer's poll.
+static void cw__gather_start(cw_controller_t* ctl, cw_net_conn_t* client, uint64_t request_id) {
+  cw_ctl_ops_t* ops = ctl->ops;
+  cw_ctl_gather_t* g = calloc(1, sizeof(*g));
+  if (!g) {
+    if (client) {
+      cw__reply_error(ctl, client, CW_MSG_ADMIN_STATUS, request_id,
+                      cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
+    }
+    return;
+  }
+  g->ctl = ctl;
+  g->client = client;
+  if (client) cw_net_conn_retain(client);
+  g->request_id = request_id;
+  g->serial = ++ops->next_serial;
+  g->deadline_ms = cw__mono_ms() + CW__STATUS_WAIT_MS;
+  g->left = 1;
+  g->next = ops->gathers;
+  ops->gathers = g;
+  for (uint32_t i = 0; i < ctl->num_workers; ++i) {
+    cw_ctl_worker_t* w = ctl->workers[i];
+    if (!w->alive || ctl->shutting_down) continue;
+    cw_net_conn_t* link = cw__private_link(ctl, w);
+    cw_ctl_poll_t* pl = link ? calloc(1, sizeof(*pl)) : NULL;
+    if (!pl) continue;
+    pl->g = g;
+    pl->worker = i;
+    g->left++;
+    Causeway__V1__StatsRequest req = CAUSEWAY__V1__STATS_REQUEST__INIT;
+    cw_net_conn_request(link, CW_MSG_STATS, &req.base, NULL, 0, NULL, NULL, cw__poll_reply, pl);
+  }
+  g->left--;
+  cw__gather_settle(g, g->left == 0);
+}
+
+static void cw__on_timer(uv_timer_t* t) {
+  cw_controller_t* ctl = t->data;
+  cw_ctl_ops_t* ops = ctl->ops;
+  int64_t now = cw__mono_ms();
+  bool polling = false;
+  for (cw_ctl_gather_t* g = ops->gathers; g;) {
+    cw_ctl_gather_t* next = g->next;
+    if (!g->client && g->left > 0) polling = true;
+    // A worker slow to answer: reply with the numbers last seen.
+    if (g->client && !g->replied && now >= g->deadline_ms) cw__gather_settle(g, true);
+    g = next;
+  }
+  if (!polling && ctl->num_workers) cw__gather_start(ctl, NULL, 0);
+}
+
+// --- Entry points -------------------------------------------------------------------
+
+void cw_ctl_ops_handle(cw_ctl_peer_t* p, const cw_frame_header_t* h, ProtobufCMessage* msg) {
+  cw_controller_t* ctl = p->ctl;
+  if (p->role != CAUSEWAY__V1__ROLE__ROLE_CLIENT) {
+    cw__reply_error(ctl, p->conn, h->type, h->request_id,
+                    cw_make_status(CW_PERMISSION_DENIED, "%s is for clients (HELLO role CLIENT)",
+                                   cw_msg_type_name(h->type)));
+  } else if (!ctl->ops) {
+    cw__reply_error(ctl, p->conn, h->type, h->request_id,
+                    cw_make_status(CW_UNAVAILABLE, "the controller is shutting down"));
+  } else if (h->type == CW_MSG_ADMIN_STATUS) {
+    cw__gather_start(ctl, p->conn, h->request_id);
+  } else if (h->type == CW_MSG_ADMIN_PAUSE || h->type == CW_MSG_ADMIN_RESUME) {
+    cw__handle_pause(p, h, (const Causeway__V1__AdminSessionRequest*)msg);
+  } else {
+    cw__handle_drain(p, h, (const Causeway__V1__AdminDrainRequest*)msg);
+  }
+  protobuf_c_message_free_unpacked(msg, NULL);
+}
+
+cw_status_t cw_ctl_ops_create(cw_controller_t* ctl) {
+  cw_ctl_ops_t* ops = calloc(1, sizeof(*ops));
+  if (!ops) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  ops->start_ms = cw__mono_ms();
+  uv_timer_init(&ctl->loop, &ops->timer);
+  ops->timer.data = ctl;
+  ops->timer_open = true;
+  ctl->ops = ops;
+  uv_timer_start(&ops->timer, cw__on_timer, CW__POLL_MS, CW__POLL_MS);
+  uv_unref((uv_handle_t*)&ops->timer);  // never what keeps the loop alive
+  return cw_ok_status();
+}
+
+void cw_ctl_ops_stop(cw_controller_t* ctl) {
+  cw_ctl_ops_t* ops = ctl->ops;
+  if (!ops || !ops->timer_open) return;
+  ops->timer_open = false;
+  uv_close((uv_handle_t*)&ops->timer, NULL);
+}
+
+void cw_ctl_ops_release(cw_controller_t* ctl) {
+  cw_ctl_ops_t* ops = ctl->ops;
+  if (!ops) return;
+  // Rounds still open lost their connections with the net: nothing to answer.
+  while (ops->gathers) {
+    cw_ctl_gather_t* g = ops->gathers;
+    ops->gathers = g->next;
+    if (g->client) cw_net_conn_release(g->client);
+    free(g);
+  }
+  free(ops);
+  ctl->ops = NULL;
+}

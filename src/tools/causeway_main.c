@@ -1,0 +1,189 @@
+// `causeway`: the operator's tool. Talks to causeway-controller with the C
+// client library (ADMIN_* messages, docs/protocol.md); see cw_cli.c for the
+// command line and output, docs/operations.md for examples.
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cw_cli.h"
+#include "cw_client.h"
+#include "cw_settings.h"
+
+static int cw__exit_for(cw_status_t st) {
+  switch (cw_status_code(st)) {
+    case CW_NOT_FOUND:
+      return CW_CLI_NOT_FOUND;
+    case CW_UNAUTHENTICATED:
+      return CW_CLI_UNREACHABLE;
+    default:
+      return CW_CLI_FAILED;
+  }
+}
+
+// Prints the error (takes st) and returns the exit code for it.
+static int cw__report(const char* what, cw_status_t st) {
+  fprintf(stderr, "causeway: %s: %s: %s\n", what, cw_status_code_name(cw_status_code(st)),
+          cw_status_message(st));
+  int code = cw__exit_for(st);
+  cw_status_free(st);
+  return code;
+}
+
+static int64_t cw__now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static cw_status_t cw__get_status(cw_client_t* c, Causeway__V1__AdminStatus** out) {
+  Causeway__V1__AdminStatusRequest req = CAUSEWAY__V1__ADMIN_STATUS_REQUEST__INIT;
+  return cw_client_call(c, CW_MSG_ADMIN_STATUS, &req.base, NULL, 0, NULL,
+                        (ProtobufCMessage**)out, NULL);
+}
+
+static int cw__status(cw_client_t* c, const cw_cli_args_t* a) {
+  Causeway__V1__AdminStatus* st = NULL;
+  cw_status_t s = cw__get_status(c, &st);
+  if (s) return cw__report("status", s);
+  int rc = CW_CLI_OK;
+  if (a->json) {
+    char* text = cw_cli_status_json(st);
+    if (text) fputs(text, stdout);
+    else rc = cw__report("status", cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
+    free(text);
+  } else {
+    cw_cli_print_status(stdout, st);
+  }
+  protobuf_c_message_free_unpacked(&st->base, NULL);
+  return rc;
+}
+
+static int cw__pause(cw_client_t* c, const cw_cli_args_t* a) {
+  Causeway__V1__AdminSessionRequest req = CAUSEWAY__V1__ADMIN_SESSION_REQUEST__INIT;
+  req.session_id = a->session_id;
+  if (!a->session_id) req.name = (char*)a->target;
+  uint16_t type = a->command == CW_CLI_PAUSE ? CW_MSG_ADMIN_PAUSE : CW_MSG_ADMIN_RESUME;
+  ProtobufCMessage* reply = NULL;
+  cw_status_t s = cw_client_call(c, type, &req.base, NULL, 0, NULL, &reply, NULL);
+  if (s) return cw__report(a->command == CW_CLI_PAUSE ? "pause" : "resume", s);
+  const Causeway__V1__AdminAck* ack = (const Causeway__V1__AdminAck*)reply;
+  if (a->command == CW_CLI_PAUSE) {
+    printf("%s; %" PRIu64 " launches held\n", ack->text, ack->launches_held);
+  } else {
+    printf("%s\n", ack->text);
+  }
+  protobuf_c_message_free_unpacked(reply, NULL);
+  return CW_CLI_OK;
+}
+
+// drain --wait: polls ADMIN_STATUS until the worker says idle.
+static int cw__wait_idle(cw_client_t* c, const cw_cli_args_t* a) {
+  int64_t deadline = cw__now_ms() + (int64_t)(a->timeout_s * 1000.0);
+  char last[160] = "unknown";
+  for (;;) {
+    Causeway__V1__AdminStatus* st = NULL;
+    cw_status_t s = cw__get_status(c, &st);
+    if (s) return cw__report("drain --wait", s);
+    const Causeway__V1__AdminWorker* found = NULL;
+    for (size_t i = 0; i < st->n_workers; ++i) {
+      if (!strcmp(st->workers[i]->name, a->target)) found = st->workers[i];  // newest wins
+    }
+    bool idle = found && !strcmp(found->state, "idle");
+    bool dead = found && !strcmp(found->state, "dead");
+    if (found) {
+      snprintf(last, sizeof(last), "%s: %" PRIu64 " launches queued, %" PRIu64 " in flight",
+               found->state, found->queue_depth, found->launches_in_flight);
+    }
+    protobuf_c_message_free_unpacked(&st->base, NULL);
+    if (idle) {
+      printf("worker %s is idle\n", a->target);
+      return CW_CLI_OK;
+    }
+    if (dead) {
+      fprintf(stderr, "causeway: drain --wait: worker %s died while draining\n", a->target);
+      return CW_CLI_FAILED;
+    }
+    if (cw__now_ms() >= deadline) {
+      fprintf(stderr, "causeway: drain --wait: worker %s is not idle after %.1f s (%s)\n",
+              a->target, a->timeout_s, last);
+      return CW_CLI_TIMEOUT;
+    }
+    usleep(200 * 1000);
+  }
+}
+
+static int cw__drain(cw_client_t* c, const cw_cli_args_t* a) {
+  Causeway__V1__AdminDrainRequest req = CAUSEWAY__V1__ADMIN_DRAIN_REQUEST__INIT;
+  req.worker = (char*)a->target;
+  uint16_t type = a->command == CW_CLI_DRAIN ? CW_MSG_ADMIN_DRAIN : CW_MSG_ADMIN_UNDRAIN;
+  ProtobufCMessage* reply = NULL;
+  cw_status_t s = cw_client_call(c, type, &req.base, NULL, 0, NULL, &reply, NULL);
+  if (s) return cw__report(a->command == CW_CLI_DRAIN ? "drain" : "undrain", s);
+  printf("%s\n", ((const Causeway__V1__AdminAck*)reply)->text);
+  protobuf_c_message_free_unpacked(reply, NULL);
+  if (a->command == CW_CLI_DRAIN && a->wait) return cw__wait_idle(c, a);
+  return CW_CLI_OK;
+}
+
+int main(int argc, char** argv) {
+  cw_cli_args_t args;
+  char err[256];
+  if (!cw_cli_parse(argc, argv, &args, err, sizeof(err))) {
+    if (!err[0]) {
+      fputs(cw_cli_usage, stdout);
+      return CW_CLI_OK;
+    }
+    fprintf(stderr, "causeway: %s\n", err);
+    return CW_CLI_USAGE;
+  }
+  const char* address = args.controller ? args.controller : getenv("CAUSEWAY_CONTROLLER");
+  if (!address || !address[0]) {
+    fprintf(stderr, "causeway: no controller address: pass --controller ADDR or set "
+            "CAUSEWAY_CONTROLLER\n");
+    return CW_CLI_USAGE;
+  }
+  // The token as the daemons read it: $CW_TOKEN, else the file $CW_TOKEN_FILE.
+  cw_settings_t settings;
+  cw_status_t s = cw_settings_initialize(&settings);
+  if (!s) s = cw_settings_load_token(&settings);
+  if (s) {
+    fprintf(stderr, "causeway: settings: %s\n", cw_status_message(s));
+    cw_status_free(s);
+    cw_settings_deinitialize(&settings);
+    return CW_CLI_USAGE;
+  }
+  cw_client_options_t opts = {0};
+  opts.token = cw_settings_string(&settings, CW_SET_TOKEN);
+  opts.peer_name = "causeway-cli";
+  opts.connect_timeout_ms = 5000;
+  cw_client_t* c = NULL;
+  s = cw_client_connect(address, &opts, &c);
+  cw_settings_deinitialize(&settings);
+  if (s) {
+    fprintf(stderr, "causeway: cannot reach the controller at %s: %s\n", address,
+            cw_status_message(s));
+    cw_status_free(s);
+    return CW_CLI_UNREACHABLE;
+  }
+  int rc = CW_CLI_OK;
+  switch (args.command) {
+    case CW_CLI_STATUS:
+      rc = cw__status(c, &args);
+      break;
+    case CW_CLI_PAUSE:
+    case CW_CLI_RESUME:
+      rc = cw__pause(c, &args);
+      break;
+    case CW_CLI_DRAIN:
+    case CW_CLI_UNDRAIN:
+      rc = cw__drain(c, &args);
+      break;
+    case CW_CLI_HELP:
+      break;
+  }
+  cw_client_release(c);
+  return rc;
+}

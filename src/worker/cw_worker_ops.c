@@ -1,0 +1,216 @@
+// Operations at the worker (`causeway pause | resume | drain`, docs/operations.md):
+//
+//   ADMIN_HOLD (from the controller, on a session's connection): the session's
+//   launches stay in their connections' queues (cw__launch_pump stops at a
+//   paused session) in arrival order; nothing is refused and other requests
+//   go on. Their outputs are pending entries already, so a DOWNLOAD of one
+//   simply waits. Release pumps every queue of the session again.
+//   Holding here, not at the controller, covers every path a launch takes.
+//
+//   ADMIN_WORKER_DRAIN: new LAUNCH, UPLOAD, COMPILE and LOAD are refused with
+//   FAILED_PRECONDITION (after seq ordering, so a session's order still
+//   advances); downloads, deletes and everything already accepted go on.
+//   STATS says `idle` once nothing is queued or in flight.
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cw_log.h"
+#include "cw_net.h"
+#include "cw_worker_internal.h"
+
+static size_t cw__queue_len(const cw_conn_t* c) {
+  size_t n = 0;
+  for (const cw_launch_t* l = c->launch_head; l; l = l->next) n++;
+  return n;
+}
+
+// Launches of session `s` (NULL: all) waiting in connection queues.
+static uint64_t cw__queued(const cw_worker_t* w, const cw_session_t* s) {
+  uint64_t n = 0;
+  for (const cw_conn_t* c = w->conns; c; c = c->next) {
+    if (!s || (c->keeps_session && c->session == s)) n += cw__queue_len(c);
+  }
+  return n;
+}
+
+static void cw__release_held(cw_worker_t* w, cw_session_t* s) {
+  // Referenced first: pumping replies, and a failed write may close connections.
+  size_t n = 0;
+  for (cw_conn_t* c = w->conns; c; c = c->next) {
+    n += c->keeps_session && c->session == s && c->launch_head;
+  }
+  cw_conn_t** list = calloc(n + 1, sizeof(*list));
+  if (!list) {
+    CW_LOGE("out of memory resuming session %" PRIu64 "; its launches stay queued (resume "
+            "again)", s->id);
+    return;
+  }
+  size_t k = 0;
+  for (cw_conn_t* c = w->conns; c && k < n; c = c->next) {
+    if (!c->keeps_session || c->session != s || !c->launch_head) continue;
+    cw__conn_ref(c);
+    list[k++] = c;
+  }
+  for (size_t i = 0; i < k; ++i) {
+    if (!list[i]->closing) cw__launch_pump(list[i]);
+    cw__conn_unref(list[i]);
+  }
+  free(list);
+}
+
+void cw_worker_ops_conn_closing(cw_conn_t* c) {
+  // Only a connection that keeps its session knows it is still there (a
+  // peer's PUT connection may outlive the session it named).
+  cw_session_t* s = c->keeps_session ? c->session : NULL;
+  if (!s || !s->paused) return;
+  while (c->launch_head && !c->launch_waiting) {
+    cw_launch_t* l = c->launch_head;
+    c->launch_head = l->next;
+    if (!c->launch_head) c->launch_tail = NULL;
+    l->next = NULL;
+    cw__launch_fail(c->w, l, cw_make_status(CW_CANCELLED, "%s closed while session %" PRIu64
+                                            " was paused: launch not run", c->name, s->id));
+  }
+}
+
+void cw_worker_ops_handle(cw_conn_t* c, const cw_frame_header_t* h, const ProtobufCMessage* msg) {
+  cw_worker_t* w = c->w;
+  if (c->role != CAUSEWAY__V1__ROLE__ROLE_CONTROLLER) {
+    cw__reply_error(c, h->type, h->request_id,
+                    cw_make_status(CW_PERMISSION_DENIED, "%s is for the controller (HELLO role "
+                                   "CONTROLLER)", cw_msg_type_name(h->type)));
+    return;
+  }
+  Causeway__V1__AdminAck ack = CAUSEWAY__V1__ADMIN_ACK__INIT;
+  char text[256];
+  if (h->type == CW_MSG_ADMIN_HOLD) {
+    const Causeway__V1__AdminHoldRequest* r = (const Causeway__V1__AdminHoldRequest*)msg;
+    cw_session_t* s = c->session;
+    if (!s || s->id != r->session_id) {
+      cw__reply_error(c, h->type, h->request_id,
+                      cw_make_status(CW_INVALID_ARGUMENT, "ADMIN_HOLD names session %" PRIu64
+                                     "; this connection is in session %" PRIu64,
+                                     r->session_id, s ? s->id : 0));
+      return;
+    }
+    s->paused = r->hold;
+    if (!s->paused) cw__release_held(w, s);  // idempotent
+    ack.session_id = s->id;
+    ack.launches_held = s->paused ? cw__queued(w, s) : 0;
+    snprintf(text, sizeof(text), "session %" PRIu64 " %s at worker %s: %" PRIu64
+             " launches held", s->id, s->paused ? "paused" : "resumed", w->name,
+             ack.launches_held);
+    CW_LOGI("%s", text);
+  } else {
+    const Causeway__V1__AdminWorkerDrainRequest* r =
+        (const Causeway__V1__AdminWorkerDrainRequest*)msg;
+    w->draining = r->drain;
+    snprintf(text, sizeof(text), "worker %s %s: %" PRIu64 " launches queued, %zu in flight",
+             w->name, w->draining ? "is draining" : "takes work again", cw__queued(w, NULL),
+             w->launches_in_flight);
+    CW_LOGI("%s", text);
+  }
+  ack.text = text;
+  cw__reply(c, h->type, h->request_id, &ack.base);
+}
+
+// The ids a refused request would have created exist, in error, so that what
+// the client does with them next says why (not "not found").
+static void cw__poison(cw_worker_t* w, cw_conn_t* c, uint64_t id, cw_store_kind_t kind,
+                       const char* why) {
+  cw_store_entry_t* e = NULL;
+  if (!c->keeps_session || !c->session || !id) return;
+  cw_status_t st = cw_store_insert(w->store, c->session->key, id, kind, &e);
+  if (st) {
+    cw_status_free(st);  // the id is taken: the client gets that entry's state
+    return;
+  }
+  cw_store_set_error(w->store, e, cw_make_status(CW_FAILED_PRECONDITION, "%s", why));
+}
+
+bool cw_worker_ops_refuse(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCMessage** msg) {
+  cw_worker_t* w = c->w;
+  if (!w->draining) return false;
+  char why[256];
+  snprintf(why, sizeof(why), "worker %s is draining: it takes no new %s (downloads and deletes "
+           "still work)", w->name, cw_msg_type_name(h->type));
+  switch (h->type) {
+    case CW_MSG_LAUNCH: {
+      const Causeway__V1__LaunchRequest* r = (const Causeway__V1__LaunchRequest*)*msg;
+      for (size_t d = 0; d < r->n_outputs; ++d) {
+        for (size_t o = 0; o < r->outputs[d]->n_ids; ++o) {
+          cw__poison(w, c, r->outputs[d]->ids[o], CW_STORE_BUFFER, why);
+        }
+      }
+      // The client let its donated inputs go when it sent the launch.
+      if (c->keeps_session && c->session) cw__drop_donated(w, c->session->key, r);
+      break;
+    }
+    case CW_MSG_UPLOAD:
+      cw__poison(w, c, ((const Causeway__V1__UploadRequest*)*msg)->buffer_id, CW_STORE_BUFFER,
+                 why);
+      break;
+    case CW_MSG_COMPILE:
+      cw__poison(w, c, ((const Causeway__V1__CompileRequest*)*msg)->exe_id, CW_STORE_EXECUTABLE,
+                 why);
+      break;
+    case CW_MSG_LOAD:
+      cw__poison(w, c, ((const Causeway__V1__LoadRequest*)*msg)->exe_id, CW_STORE_EXECUTABLE,
+                 why);
+      break;
+    default:
+      return false;
+  }
+  protobuf_c_message_free_unpacked(*msg, NULL);
+  *msg = NULL;
+  cw__reply_error(c, h->type, h->request_id, cw_make_status(CW_FAILED_PRECONDITION, "%s", why));
+  return true;  // bulk bytes, if any, are discarded
+}
+
+void cw_worker_ops_fill_stats(cw_worker_t* w, Causeway__V1__Stats* st,
+                              cw_worker_ops_scratch_t* scratch) {
+  scratch->items = NULL;
+  scratch->ptrs = NULL;
+  uint64_t held = 0, seq_held = 0;
+  size_t n = 0;
+  for (cw_session_t* s = w->sessions; s; s = s->next) {
+    n++;
+    seq_held += s->seq.held_count;
+  }
+  scratch->items = calloc(n + 1, sizeof(*scratch->items));
+  scratch->ptrs = calloc(n + 1, sizeof(*scratch->ptrs));
+  size_t k = 0;
+  for (cw_session_t* s = w->sessions; s; s = s->next) {
+    uint64_t queued = cw__queued(w, s);
+    if (s->paused) held += queued;
+    if (!scratch->items || !scratch->ptrs) continue;  // out of memory: totals only
+    cw_store_stats_t ss;
+    cw_store_stats(w->store, s->key, &ss);
+    Causeway__V1__AdminSessionStats* it = &scratch->items[k];
+    causeway__v1__admin_session_stats__init(it);
+    it->session_id = s->id;
+    it->buffers = ss.buffers;
+    it->buffer_bytes = ss.buffer_bytes;
+    it->launches_queued = queued;
+    it->launches_held = s->paused ? queued : 0;
+    it->paused = s->paused;
+    scratch->ptrs[k++] = it;
+  }
+  st->session_stats = scratch->ptrs;
+  st->n_session_stats = scratch->ptrs ? k : 0;
+  st->draining = w->draining;
+  st->launches_queued = cw__queued(w, NULL);
+  st->launches_in_flight = w->launches_in_flight;
+  st->launches_held = held;
+  st->transfers_pending = w->ops_live;
+  // Not w->outstanding: a zero-copy upload's staging release waits on its
+  // buffer's whole life.
+  st->idle = w->draining && st->launches_queued == 0 && w->launches_in_flight == 0 &&
+             w->ops_live == 0 && seq_held == 0;
+}
+
+void cw_worker_ops_stats_free(cw_worker_ops_scratch_t* scratch) {
+  free(scratch->items);
+  free(scratch->ptrs);
+}
