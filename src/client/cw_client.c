@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "cw_array.h"
+#include "cw_rbuf.h"
 
 #define CW__DEFAULT_CONNECT_TIMEOUT_MS 10000
 #define CW__DEFAULT_MAX_PAYLOAD (16u * 1024 * 1024)
@@ -105,6 +106,7 @@ struct cw_client_s {
   bool reader_started;
   uint8_t* payload_buf;  // reader-owned scratch for payloads
   size_t payload_cap;
+  cw_rbuf_t rb;          // reader-owned: what one recv brought (cw_rbuf.h)
   void (*on_event)(void* user, const ProtobufCMessage* event);
   void* event_user;
 };
@@ -777,7 +779,7 @@ static cw_status_t cw__discard(cw_client_t* c, uint64_t len) {
   while (len > 0) {
     size_t n = len < sizeof(buf) ? (size_t)len : sizeof(buf);
     size_t got = 0;
-    if (cw__read_full(c->fd, buf, n, &got) != 0) {
+    if (cw_rbuf_read(&c->rb, buf, n, &got) != 0) {
       return cw_make_status(CW_UNAVAILABLE, "reading reply bulk: %s",
                             cw__read_error_text(errno, 1));
     }
@@ -791,7 +793,7 @@ static cw_status_t cw__discard(cw_client_t* c, uint64_t len) {
 static cw_status_t cw__read_one(cw_client_t* c) {
   uint8_t hdr[CW_FRAME_HEADER_SIZE];
   size_t got = 0;
-  if (cw__read_full(c->fd, hdr, sizeof(hdr), &got) != 0) {
+  if (cw_rbuf_read(&c->rb, hdr, sizeof(hdr), &got) != 0) {
     return cw_make_status(CW_UNAVAILABLE, "%s", cw__read_error_text(errno, got));
   }
   cw_frame_header_t h;
@@ -810,7 +812,7 @@ static cw_status_t cw__read_one(cw_client_t* c) {
     c->payload_buf = b;
     c->payload_cap = h.payload_len;
   }
-  if (h.payload_len && cw__read_full(c->fd, c->payload_buf, h.payload_len, &got) != 0) {
+  if (h.payload_len && cw_rbuf_read(&c->rb, c->payload_buf, h.payload_len, &got) != 0) {
     return cw_make_status(CW_UNAVAILABLE, "reading payload: %s", cw__read_error_text(errno, 1));
   }
   ProtobufCMessage* msg = NULL;
@@ -882,7 +884,7 @@ static cw_status_t cw__read_one(cw_client_t* c) {
     }
     cw_status_t rs;
     if (dest) {
-      rs = cw__read_full(c->fd, dest, (size_t)h.bulk_len, &got) == 0
+      rs = cw_rbuf_read(&c->rb, dest, (size_t)h.bulk_len, &got) == 0
                ? cw_ok_status()
                : cw_make_status(CW_UNAVAILABLE, "reading reply bulk: %s",
                                 cw__read_error_text(errno, 1));
@@ -903,6 +905,11 @@ static cw_status_t cw__read_one(cw_client_t* c) {
 
 static void* cw__reader_main(void* arg) {
   cw_client_t* c = arg;
+  if (cw_rbuf_initialize(&c->rb, c->fd, CW_RBUF_DEFAULT_CAPACITY) != 0) {
+    cw__fail_all(c, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for the read buffer"));
+    shutdown(c->fd, SHUT_RDWR);
+    return NULL;
+  }
   for (;;) {
     cw_status_t s = cw__read_one(c);
     if (s) {
@@ -1032,6 +1039,7 @@ static void cw__client_free(cw_client_t* c) {
   pthread_mutex_destroy(&c->mu);
   pthread_mutex_destroy(&c->write_mu);
   free(c->payload_buf);
+  cw_rbuf_deinitialize(&c->rb);
   free(c->dead);
   free(c->worker_name);
   free(c->address);

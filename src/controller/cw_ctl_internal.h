@@ -167,4 +167,9 @@ struct cw_controller_s {
   uint64_t compiles, cache_hits, cache_misses, launches_relayed, errors;
 };
 
+// cw_ctl_launch.c: whether `s` may send LAUNCH straight to worker
+// `worker_index` (WorkerInfo.direct_launch) rather than through the controller.
+bool cw__session_direct_launch(cw_controller_t* ctl, cw_ctl_session_t* s,
+                               uint32_t worker_index);
+
 #endif  // CW_CTL_INTERNAL_H_

@@ -64,6 +64,10 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
     [CW_SET_STAGING_CACHE_BYTES] = {"staging-cache-bytes", CW_SETTING_INT, 0, 1024 * GIB,
                                     "1073741824", "CW_STAGING_CACHE_BYTES", false,
                                     "worker: freed bulk staging blocks (>= 1 MiB) kept for reuse"},
+    [CW_SET_RELAY_LAUNCHES] = {"relay-launches", CW_SETTING_BOOL, 0, 1, "0", "CW_RELAY_LAUNCHES",
+                               false,
+                               "controller: sessions send LAUNCH through the controller, never "
+                               "straight to the worker"},
 };
 
 const cw_setting_def_t* cw_settings_def(cw_setting_id_t id) {

@@ -37,6 +37,7 @@ typedef enum cw_setting_id_e {
   CW_SET_MAX_HELD_REQUESTS,
   CW_SET_MAX_HELD_BYTES,
   CW_SET_STAGING_CACHE_BYTES,
+  CW_SET_RELAY_LAUNCHES,
   CW_SET_COUNT,
 } cw_setting_id_t;
 

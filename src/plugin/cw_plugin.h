@@ -86,6 +86,7 @@ typedef struct cw__worker_s {
   char* address;
   uint32_t island;
   cw_client_t* conn;            // direct connection in the session
+  bool direct_launch;           // LAUNCH goes on `conn`, not through the controller
   _Atomic uint64_t seq;         // last seq handed out (first request gets 1)
   // Held from taking a seq to sending its request: each connection then
   // carries this worker's seqs in increasing order, which the worker's flow

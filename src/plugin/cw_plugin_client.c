@@ -514,6 +514,7 @@ static cw_status_t cw__open_session(cw__client_t* c, uint32_t min_workers) {
     w->client = c;
     w->index = wi->index;
     w->island = wi->island;
+    w->direct_launch = wi->direct_launch;
     pthread_mutex_init(&w->mu, NULL);
     pthread_mutex_init(&w->send_mu, NULL);
     atomic_init(&w->seq, 0);

@@ -138,6 +138,12 @@ struct cw_conn_s {
   size_t seq_held;
   bool seq_blocked;
   bool is_controller;  // outbound: this worker's REGISTER connection
+  // Small frames gathered for one write (cw__send): out[0..out_len) are
+  // whole frames not yet handed to libuv; flush_queued: on w->flush_list.
+  uint8_t* out;
+  size_t out_len, out_cap;
+  bool flush_queued;
+  cw_conn_t* flush_next;
 };
 
 // One request in progress that outlives its frame: waits on entries, PJRT
@@ -210,6 +216,8 @@ struct cw_worker_s {
   char* unix_path;
   uv_async_t async;
   uv_idle_t idle;
+  uv_prepare_t flush;      // writes gathered small frames before the loop blocks
+  cw_conn_t* flush_list;   // connections with gathered frames (referenced)
   uv_signal_t sigterm, sigint;
   uv_timer_t shutdown_timer;
   bool handles_open;
