@@ -675,7 +675,9 @@ PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args) {
       lc->f = f;
       lc->w = e->worker;
       pthread_mutex_lock(&e->worker->send_mu);  // seq order on the connection
-      cw__worker_flush_deletes_locked(e->worker);  // batched DELETEs come first
+      // Batched DELETEs come first (in the same write when on the same connection).
+      if (via == e->worker->conn) cw__worker_stage_deletes_locked(e->worker);
+      else cw__worker_flush_deletes_locked(e->worker);
       req.seq = cw__worker_next_seq(e->worker);
       lc->seq = req.seq;
       s = cw_client_send(via, CW_MSG_LAUNCH, &req.base, NULL, 0, NULL, cw__launch_cb, lc, NULL);

@@ -205,6 +205,7 @@ typedef struct cw_write_s {
   uv_write_t req;
   cw_conn_t* conn;
   uint8_t* payload;  // owned: the gathered frames
+  size_t payload_cap;
   cw_bulk_free_fn bulk_free;
   void* bulk_user;
 } cw_write_t;
@@ -215,7 +216,13 @@ static void cw__out_write(cw_conn_t* c, const void* bulk, uint64_t bulk_len,
 static void cw__write_done(uv_write_t* req, int status) {
   cw_write_t* wr = (cw_write_t*)req;
   cw_conn_t* c = wr->conn;
-  free(wr->payload);
+  if (!c->out && wr->payload_cap <= CW__OUT_FLUSH_AT) {
+    // Kept for the next frames: no malloc per write in a steady stream.
+    c->out = wr->payload;
+    c->out_cap = wr->payload_cap;
+  } else {
+    free(wr->payload);
+  }
   if (wr->bulk_free) wr->bulk_free(wr->bulk_user);
   free(wr);
   c->writes_pending--;
@@ -243,6 +250,7 @@ static void cw__out_write(cw_conn_t* c, const void* bulk, uint64_t bulk_len,
   }
   wr->conn = c;
   wr->payload = c->out;
+  wr->payload_cap = c->out_cap;
   wr->bulk_free = bulk_free;
   wr->bulk_user = bulk_user;
   uv_buf_t bufs[2];

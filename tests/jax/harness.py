@@ -652,7 +652,7 @@ class HandCluster:
     """
 
     def __init__(self, workers: int = NUM_WORKERS, devices: int = DEVICES_PER_WORKER,
-                 tcp: bool = False):
+                 tcp: bool = False, extra_controller_args: list[str] | None = None):
         self.dir = tempfile.mkdtemp(prefix="cw-hand-")
         if tcp:
             self.controller = f"127.0.0.1:{free_tcp_port()}"
@@ -662,7 +662,8 @@ class HandCluster:
         self.addresses: dict[str, str] = {}
         env = {k: v for k, v in os.environ.items() if k not in _STRIP}
         self._spawn("controller", [os.path.join(bin_dir(), "causeway-controller"),
-                                   "--listen", self.controller], env)
+                                   "--listen", self.controller,
+                                   *(extra_controller_args or [])], env)
         self._wait_listening("controller", self.controller)
         for i in range(workers):
             name = f"hand-worker-{i}"
