@@ -571,6 +571,31 @@ static void test_packed_and_split_replies(void** state) {
   free(pattern);
 }
 
+// A deferred frame goes out ahead of the next frame sent (one write); the
+// peer sees both in order and both complete.
+static void test_deferred_send(void** state) {
+  fake_t f = {0};
+  fake_start(&f, script_echo);
+  cw_client_t* c = connect_ok(&f);
+  rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  Causeway__V1__Ping p = CAUSEWAY__V1__PING__INIT;
+  p.data.data = (uint8_t*)"first";
+  p.data.len = 5;
+  uint64_t deferred_id = 0, id = 0;
+  assert_ok(cw_client_send_deferred(c, CW_MSG_PING, &p.base, rec_done, &rec, &deferred_id));
+  assert_ok(send_ping(c, "second", NULL, NULL, &id));
+  assert_true(id > deferred_id);
+  ProtobufCMessage* reply = NULL;
+  assert_ok(cw_client_wait(c, id, &reply, NULL));
+  protobuf_c_message_free_unpacked(reply, NULL);
+  assert_ok(cw_client_flush(c));
+  // The echo script answers in arrival order: the deferred one came first.
+  assert_int_equal(rec.calls, 1);
+  assert_string_equal(rec.data, "first");
+  cw_client_release(c);
+  fake_join(&f);
+}
+
 static void test_bulk_sink(void** state) {
   const size_t n = (1u << 20) + 3;  // odd size, several socket buffers
   uint8_t* pattern = make_pattern(n);
@@ -956,6 +981,7 @@ int main(void) {
       cmocka_unit_test(test_connect_refused),
       cmocka_unit_test(test_pipelined_out_of_order),
       cmocka_unit_test(test_packed_and_split_replies),
+      cmocka_unit_test(test_deferred_send),
       cmocka_unit_test(test_bulk_sink),
       cmocka_unit_test(test_oversize_bulk),
       cmocka_unit_test(test_error_reply),

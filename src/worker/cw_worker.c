@@ -283,20 +283,33 @@ static void cw__out_write(cw_conn_t* c, const void* bulk, uint64_t bulk_len,
   c->writes_pending++;
 }
 
-// Prepare phase: writes every connection's gathered frames.
+static void cw__on_async(uv_async_t* handle);
+
+// Prepare phase (before the loop blocks): applies completions that fired on
+// the loop thread itself, then writes every connection's gathered frames.
+// Runs until both are empty: a handle started during this phase would only
+// run after the next poll.
 static void cw__on_flush(uv_prepare_t* h) {
   cw_worker_t* w = h->data;
-  cw_conn_t* list = w->flush_list;
-  w->flush_list = NULL;
-  uv_prepare_stop(&w->flush);
-  while (list) {
-    cw_conn_t* c = list;
-    list = c->flush_next;
-    c->flush_next = NULL;
-    c->flush_queued = false;
-    if (!c->closing && c->out_len) cw__out_write(c, NULL, 0, NULL, NULL);
-    cw__conn_unref(c);  // the flush list's reference
+  for (;;) {
+    if (w->inline_completions) {
+      w->inline_completions = false;
+      cw__on_async(&w->async);
+      continue;
+    }
+    cw_conn_t* list = w->flush_list;
+    if (!list) break;
+    w->flush_list = NULL;
+    while (list) {
+      cw_conn_t* c = list;
+      list = c->flush_next;
+      c->flush_next = NULL;
+      c->flush_queued = false;
+      if (!c->closing && c->out_len) cw__out_write(c, NULL, 0, NULL, NULL);
+      cw__conn_unref(c);  // the flush list's reference
+    }
   }
+  uv_prepare_stop(&w->flush);
 }
 
 // Room for `need` more bytes in c->out.
@@ -395,6 +408,14 @@ static void cw__event_fired(void* user, cw_status_t status) {
   cp->next = w->completions;
   w->completions = cp;
   pthread_mutex_unlock(&w->mu);
+  if (w->loop_thread_known && pthread_equal(pthread_self(), w->loop_thread) &&
+      w->handles_open) {
+    // Fired inline (XLA ran the program on this thread): applied before the
+    // loop blocks, without an eventfd write and wakeup.
+    w->inline_completions = true;
+    uv_prepare_start(&w->flush, cw__on_flush);
+    return;
+  }
   uv_async_send(&w->async);
 }
 
@@ -2934,6 +2955,8 @@ cw_status_t cw_worker_create(const cw_settings_t* settings, cw_worker_t** out) {
 }
 
 cw_status_t cw_worker_run(cw_worker_t* w) {
+  w->loop_thread = pthread_self();
+  w->loop_thread_known = true;
   uv_run(&w->loop, UV_RUN_DEFAULT);
   return cw_ok_status();
 }

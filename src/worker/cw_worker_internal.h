@@ -218,6 +218,11 @@ struct cw_worker_s {
   uv_idle_t idle;
   uv_prepare_t flush;      // writes gathered small frames before the loop blocks
   cw_conn_t* flush_list;   // connections with gathered frames (referenced)
+  // The thread running the loop (set once it runs): a PJRT completion that
+  // fires inline there needs no uv_async_send wakeup (cw__event_fired).
+  pthread_t loop_thread;
+  bool loop_thread_known;
+  bool inline_completions;  // completions queued from the loop thread itself
   uv_signal_t sigterm, sigint;
   uv_timer_t shutdown_timer;
   bool handles_open;
