@@ -20,8 +20,10 @@ STEPS = 30
 
 
 def _run(relay: bool) -> tuple[dict, dict, dict]:
-    cluster = harness.HandCluster(workers=2, devices=2,
-                                  extra_controller_args=["--relay-launches"] if relay else [])
+    # Explicit both ways: the flag wins over a CW_RELAY_LAUNCHES in the environment.
+    cluster = harness.HandCluster(
+        workers=2, devices=2,
+        extra_controller_args=["--relay-launches" if relay else "--relay-launches=0"])
     try:
         env = harness.causeway_env(controller=cluster.controller)
         env["CW_RUNNER_CHECKS"] = CHECKS
