@@ -216,10 +216,10 @@ static void cw__out_write(cw_conn_t* c, const void* bulk, uint64_t bulk_len,
 static void cw__write_done(uv_write_t* req, int status) {
   cw_write_t* wr = (cw_write_t*)req;
   cw_conn_t* c = wr->conn;
-  if (!c->out && wr->payload_cap <= CW__OUT_FLUSH_AT) {
+  if (wr->payload && !c->out_spare && wr->payload_cap <= CW__OUT_FLUSH_AT) {
     // Kept for the next frames: no malloc per write in a steady stream.
-    c->out = wr->payload;
-    c->out_cap = wr->payload_cap;
+    c->out_spare = wr->payload;
+    c->out_spare_cap = wr->payload_cap;
   } else {
     free(wr->payload);
   }
@@ -314,6 +314,12 @@ static void cw__on_flush(uv_prepare_t* h) {
 
 // Room for `need` more bytes in c->out.
 static bool cw__out_reserve(cw_conn_t* c, size_t need) {
+  if (!c->out && c->out_spare) {
+    c->out = c->out_spare;
+    c->out_cap = c->out_spare_cap;
+    c->out_spare = NULL;
+    c->out_spare_cap = 0;
+  }
   if (need <= c->out_cap - c->out_len) return true;
   size_t cap = c->out_cap ? c->out_cap : CW__OUT_INITIAL;
   while (cap - c->out_len < need) {
@@ -640,6 +646,7 @@ static void cw__session_drop(cw_worker_t* w, cw_session_t* s) {
 
 static void cw__conn_free(cw_conn_t* c) {
   free(c->out);
+  free(c->out_spare);
   cw_conn_parser_deinitialize(&c->parser);
   free(c->readahead);
   free(c->peer_address);

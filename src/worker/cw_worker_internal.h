@@ -142,6 +142,10 @@ struct cw_conn_s {
   // whole frames not yet handed to libuv; flush_queued: on w->flush_list.
   uint8_t* out;
   size_t out_len, out_cap;
+  // A written buffer kept for reuse: with `out`, two buffers alternate
+  // (one being written, one gathering) and a steady stream mallocs none.
+  uint8_t* out_spare;
+  size_t out_spare_cap;
   bool flush_queued;
   cw_conn_t* flush_next;
 };
