@@ -13,6 +13,9 @@
 //   3. idle/check: connections that hit the per-wakeup frame cap
 //      (frames-per-wakeup) resume parsing their buffered bytes here, so one
 //      busy peer cannot starve the others.
+//   3b. prepare (w->flush, before the loop blocks): completions that fired
+//      inline on this thread are applied, then each connection's gathered
+//      small frames are written with one uv_write (cw__send).
 //   4. close callbacks: connection memory is freed once its handles are
 //      closed and no operation holds a reference.
 // Nothing here blocks on PJRT except calls that only enqueue work; slow
