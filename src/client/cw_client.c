@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "cw_array.h"
+#include "cw_rbuf.h"
 
 #define CW__DEFAULT_CONNECT_TIMEOUT_MS 10000
 #define CW__DEFAULT_MAX_PAYLOAD (16u * 1024 * 1024)
@@ -58,7 +59,11 @@ enum {
   CW__PEND_DETACHED = 1u << 3,  // drop success, park errors (typed helpers)
   CW__PEND_ALLOC_SINK = 1u << 4,  // malloc a sink of bulk_len on arrival
   CW__PEND_MATCHED = 1u << 5,   // the reader took a reply for it; reader-owned until DONE
+  CW__SEND_DEFER = 1u << 6,     // cw__send only (never stored): cw_client_send_deferred
 };
+
+// Deferred frames beyond this many bytes are written at once.
+#define CW__DEFER_MAX (64 * 1024)
 
 typedef struct cw__pending_s {
   struct cw__pending_s* next;  // hash chain
@@ -92,6 +97,10 @@ struct cw_client_s {
   cw_frame_limits_t limits;  // what we accept from the worker, and send to it
 
   pthread_mutex_t write_mu;  // serialises whole frames on the socket
+  // Guarded by write_mu: whole frames of cw_client_send_deferred not yet
+  // written; they go out ahead of the next frame.
+  uint8_t* wbuf;
+  size_t wbuf_len, wbuf_cap;
 
   pthread_mutex_t mu;  // guards everything below
   pthread_cond_t cv;   // broadcast on every completion
@@ -105,6 +114,7 @@ struct cw_client_s {
   bool reader_started;
   uint8_t* payload_buf;  // reader-owned scratch for payloads
   size_t payload_cap;
+  cw_rbuf_t rb;          // reader-owned: what one recv brought (cw_rbuf.h)
   void (*on_event)(void* user, const ProtobufCMessage* event);
   void* event_user;
 };
@@ -372,13 +382,9 @@ static cw_status_t cw__open_socket(const char* address, int timeout_ms, int* out
 
 // ---- Sending ---------------------------------------------------------------
 
-// Packs and writes one frame; `bulk` is borrowed and not copied. Caller holds
-// write_mu (or is the only thread, during HELLO).
-static cw_status_t cw__write_frame(cw_client_t* c, uint16_t type, uint64_t request_id,
-                                   const uint8_t* payload, size_t payload_len,
-                                   const struct iovec* bulk, int bulk_count,
-                                   uint64_t bulk_len) {
-  uint8_t hdr[CW_FRAME_HEADER_SIZE];
+// Encodes a request frame's header into out[CW_FRAME_HEADER_SIZE].
+static void cw__encode_request_header(uint16_t type, uint64_t request_id, size_t payload_len,
+                                      uint64_t bulk_len, uint8_t* out) {
   cw_frame_header_t h = {.magic = CW_FRAME_MAGIC,
                          .version = CW_PROTOCOL_VERSION,
                          .type = type,
@@ -386,20 +392,56 @@ static cw_status_t cw__write_frame(cw_client_t* c, uint16_t type, uint64_t reque
                          .payload_len = (uint32_t)payload_len,
                          .request_id = request_id,
                          .bulk_len = bulk_len};
-  cw_frame_header_encode(&h, hdr);
+  cw_frame_header_encode(&h, out);
+}
+
+// Packs and writes one frame; `bulk` is borrowed and not copied. Caller holds
+// write_mu (or is the only thread, during HELLO).
+static cw_status_t cw__write_frame(cw_client_t* c, uint16_t type, uint64_t request_id,
+                                   const uint8_t* payload, size_t payload_len,
+                                   const struct iovec* bulk, int bulk_count,
+                                   uint64_t bulk_len) {
+  uint8_t hdr[CW_FRAME_HEADER_SIZE];
+  cw__encode_request_header(type, request_id, payload_len, bulk_len, hdr);
   struct iovec stack_iov[CW__STACK_IOVS];
-  size_t n = 2 + (size_t)bulk_count;
+  size_t n = 3 + (size_t)bulk_count;
   struct iovec* iov = stack_iov;
   if (n > CW__STACK_IOVS) {
     iov = malloc(n * sizeof(*iov));
     if (!iov) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   }
-  iov[0] = (struct iovec){.iov_base = hdr, .iov_len = sizeof(hdr)};
-  iov[1] = (struct iovec){.iov_base = (void*)payload, .iov_len = payload_len};
-  for (int i = 0; i < bulk_count; ++i) iov[2 + i] = bulk[i];
+  // Deferred frames first: one system call for all.
+  iov[0] = (struct iovec){.iov_base = c->wbuf, .iov_len = c->wbuf_len};
+  iov[1] = (struct iovec){.iov_base = hdr, .iov_len = sizeof(hdr)};
+  iov[2] = (struct iovec){.iov_base = (void*)payload, .iov_len = payload_len};
+  for (int i = 0; i < bulk_count; ++i) iov[3 + i] = bulk[i];
   cw_status_t s = cw__write_iov(c, iov, n);
+  c->wbuf_len = 0;  // written, or the connection is being shut down
   if (iov != stack_iov) free(iov);
   return s;
+}
+
+// cw_client_send_deferred: appends the frame to c->wbuf (write_mu held);
+// written at once when the buffer is full or cannot grow.
+static cw_status_t cw__defer_frame(cw_client_t* c, uint16_t type, uint64_t request_id,
+                                   const uint8_t* payload, size_t payload_len) {
+  size_t need = CW_FRAME_HEADER_SIZE + payload_len;
+  if (c->wbuf_len + need > c->wbuf_cap && c->wbuf_len + need <= CW__DEFER_MAX) {
+    size_t cap = c->wbuf_cap ? c->wbuf_cap : 1024;
+    while (cap < c->wbuf_len + need) cap *= 2;
+    uint8_t* grown = realloc(c->wbuf, cap);
+    if (grown) {
+      c->wbuf = grown;
+      c->wbuf_cap = cap;
+    }
+  }
+  if (c->wbuf_len + need > c->wbuf_cap) {
+    return cw__write_frame(c, type, request_id, payload, payload_len, NULL, 0, 0);
+  }
+  cw__encode_request_header(type, request_id, payload_len, 0, c->wbuf + c->wbuf_len);
+  memcpy(c->wbuf + c->wbuf_len + CW_FRAME_HEADER_SIZE, payload, payload_len);
+  c->wbuf_len += need;
+  return cw_ok_status();
 }
 
 static cw_status_t cw__pack(const ProtobufCMessage* msg, uint8_t* stack, size_t stack_cap,
@@ -431,6 +473,8 @@ static cw_status_t cw__send(cw_client_t* c, uint16_t type, const ProtobufCMessag
                             cw_client_done_fn done, void* user, uint64_t* out_request_id) {
   if (out_request_id) *out_request_id = 0;
   if (!c || !request) return cw_make_status(CW_INVALID_ARGUMENT, "client and request are required");
+  bool defer = (flags & CW__SEND_DEFER) != 0;
+  flags &= ~(unsigned)CW__SEND_DEFER;
   const ProtobufCMessageDescriptor* desc = cw_msg_request_descriptor(type);
   if (!desc || type == CW_MSG_HELLO) {
     return cw_make_status(CW_INVALID_ARGUMENT, "cannot send message type %u (%s)", type,
@@ -502,7 +546,10 @@ static cw_status_t cw__send(cw_client_t* c, uint16_t type, const ProtobufCMessag
   pthread_mutex_unlock(&c->mu);
   // From here on the reader may complete (and free) `p`; use `id` only.
 
-  cw_status_t ws = cw__write_frame(c, type, id, payload, payload_len, bulk, bulk_count, bulk_len);
+  cw_status_t ws = defer && !bulk_len
+                       ? cw__defer_frame(c, type, id, payload, payload_len)
+                       : cw__write_frame(c, type, id, payload, payload_len, bulk, bulk_count,
+                                         bulk_len);
   if (ws) {
     // A partial frame desynchronises the stream: close it so the reader
     // fails everything else outstanding.
@@ -545,6 +592,13 @@ cw_status_t cw_client_send(cw_client_t* client, uint16_t type, const ProtobufCMe
                            const cw_client_sink_t* sink, cw_client_done_fn done, void* user,
                            uint64_t* out_request_id) {
   return cw__send(client, type, request, bulk, bulk_count, sink, 0, done, user, out_request_id);
+}
+
+cw_status_t cw_client_send_deferred(cw_client_t* client, uint16_t type,
+                                    const ProtobufCMessage* request, cw_client_done_fn done,
+                                    void* user, uint64_t* out_request_id) {
+  return cw__send(client, type, request, NULL, 0, NULL, CW__SEND_DEFER, done, user,
+                  out_request_id);
 }
 
 // ---- Waiting ---------------------------------------------------------------
@@ -777,7 +831,7 @@ static cw_status_t cw__discard(cw_client_t* c, uint64_t len) {
   while (len > 0) {
     size_t n = len < sizeof(buf) ? (size_t)len : sizeof(buf);
     size_t got = 0;
-    if (cw__read_full(c->fd, buf, n, &got) != 0) {
+    if (cw_rbuf_read(&c->rb, buf, n, &got) != 0) {
       return cw_make_status(CW_UNAVAILABLE, "reading reply bulk: %s",
                             cw__read_error_text(errno, 1));
     }
@@ -791,7 +845,7 @@ static cw_status_t cw__discard(cw_client_t* c, uint64_t len) {
 static cw_status_t cw__read_one(cw_client_t* c) {
   uint8_t hdr[CW_FRAME_HEADER_SIZE];
   size_t got = 0;
-  if (cw__read_full(c->fd, hdr, sizeof(hdr), &got) != 0) {
+  if (cw_rbuf_read(&c->rb, hdr, sizeof(hdr), &got) != 0) {
     return cw_make_status(CW_UNAVAILABLE, "%s", cw__read_error_text(errno, got));
   }
   cw_frame_header_t h;
@@ -810,7 +864,7 @@ static cw_status_t cw__read_one(cw_client_t* c) {
     c->payload_buf = b;
     c->payload_cap = h.payload_len;
   }
-  if (h.payload_len && cw__read_full(c->fd, c->payload_buf, h.payload_len, &got) != 0) {
+  if (h.payload_len && cw_rbuf_read(&c->rb, c->payload_buf, h.payload_len, &got) != 0) {
     return cw_make_status(CW_UNAVAILABLE, "reading payload: %s", cw__read_error_text(errno, 1));
   }
   ProtobufCMessage* msg = NULL;
@@ -882,7 +936,7 @@ static cw_status_t cw__read_one(cw_client_t* c) {
     }
     cw_status_t rs;
     if (dest) {
-      rs = cw__read_full(c->fd, dest, (size_t)h.bulk_len, &got) == 0
+      rs = cw_rbuf_read(&c->rb, dest, (size_t)h.bulk_len, &got) == 0
                ? cw_ok_status()
                : cw_make_status(CW_UNAVAILABLE, "reading reply bulk: %s",
                                 cw__read_error_text(errno, 1));
@@ -903,6 +957,11 @@ static cw_status_t cw__read_one(cw_client_t* c) {
 
 static void* cw__reader_main(void* arg) {
   cw_client_t* c = arg;
+  if (cw_rbuf_initialize(&c->rb, c->fd, CW_RBUF_DEFAULT_CAPACITY) != 0) {
+    cw__fail_all(c, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for the read buffer"));
+    shutdown(c->fd, SHUT_RDWR);
+    return NULL;
+  }
   for (;;) {
     cw_status_t s = cw__read_one(c);
     if (s) {
@@ -1032,6 +1091,8 @@ static void cw__client_free(cw_client_t* c) {
   pthread_mutex_destroy(&c->mu);
   pthread_mutex_destroy(&c->write_mu);
   free(c->payload_buf);
+  free(c->wbuf);
+  cw_rbuf_deinitialize(&c->rb);
   free(c->dead);
   free(c->worker_name);
   free(c->address);

@@ -84,6 +84,16 @@ CW_MUST_USE cw_status_t cw_client_wait(cw_client_t* client, uint64_t request_id,
                                        ProtobufCMessage** out_reply,
                                        uint64_t* out_bulk_len);
 
+// Like cw_client_send without bulk, except that the frame may wait in the
+// client's write buffer until the next cw_client_send or cw_client_call on
+// this client, which writes both with one system call. For a request that is
+// always followed at once by another (the plugin's batched DELETE before the
+// request it precedes); nothing else flushes it.
+CW_MUST_USE cw_status_t cw_client_send_deferred(cw_client_t* client, uint16_t type,
+                                                const ProtobufCMessage* request,
+                                                cw_client_done_fn done, void* user,
+                                                uint64_t* out_request_id);
+
 // Send + wait.
 CW_MUST_USE cw_status_t cw_client_call(cw_client_t* client, uint16_t type,
                                        const ProtobufCMessage* request,

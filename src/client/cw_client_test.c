@@ -352,6 +352,56 @@ static uint8_t* make_pattern(size_t len) {
   return p;
 }
 
+// Appends one reply frame to buf[*len..] (caller-sized).
+static void pack_frame(uint8_t* buf, size_t* len, uint16_t type, uint64_t id,
+                       const ProtobufCMessage* msg, const void* bulk, uint64_t bulk_len) {
+  size_t plen = protobuf_c_message_get_packed_size(msg);
+  cw_frame_header_t h = {.magic = CW_FRAME_MAGIC, .version = 1, .type = type,
+                         .flags = CW_FRAME_REPLY, .payload_len = (uint32_t)plen,
+                         .request_id = id, .bulk_len = bulk_len};
+  cw_frame_header_encode(&h, buf + *len);
+  *len += CW_FRAME_HEADER_SIZE;
+  protobuf_c_message_pack(msg, buf + *len);
+  *len += plen;
+  if (bulk_len) memcpy(buf + *len, bulk, bulk_len);
+  *len += bulk_len;
+}
+
+// Reads f->count requests (PINGs and DOWNLOADs), then answers them all as
+// one byte stream written in pieces of odd sizes: many frames packed in one
+// piece, headers, payloads and bulk split across pieces.
+static void script_packed(fake_t* f) {
+  frame_t fr[64];
+  int n = f->count;
+  size_t cap = (size_t)n * (256 + f->pattern_len), len = 0;
+  uint8_t* out = malloc(cap);
+  for (int i = 0; i < n; ++i) {
+    FCHECK(f, fake_read(f, &fr[i]));
+    if (fr[i].h.type == CW_MSG_DOWNLOAD) {
+      Causeway__V1__ArrayInfo info = CAUSEWAY__V1__ARRAY_INFO__INIT;
+      info.buffer_id = ((Causeway__V1__DownloadRequest*)fr[i].msg)->buffer_id;
+      info.size = f->pattern_len;
+      pack_frame(out, &len, CW_MSG_DOWNLOAD, fr[i].h.request_id, &info.base, f->pattern,
+                 f->pattern_len);
+    } else {
+      pack_frame(out, &len, fr[i].h.type, fr[i].h.request_id, fr[i].msg, NULL, 0);
+    }
+  }
+  static const size_t pieces[] = {3, 1, 40, 7, 900, 13, 70000, 2, 5000, 31};
+  size_t off = 0;
+  for (size_t k = 0; off < len; ++k) {
+    size_t piece = pieces[k % (sizeof(pieces) / sizeof(pieces[0]))];
+    if (k == 0) piece = len / 3;  // the first piece holds many whole frames
+    if (piece > len - off) piece = len - off;
+    FCHECK(f, write_all(f->fd, out + off, piece));
+    off += piece;
+    usleep(200);  // let the client's recv see each piece alone
+  }
+  free(out);
+  for (int i = 0; i < n; ++i) frame_free(&fr[i]);
+  script_echo(f);
+}
+
 // ---- Tests -------------------------------------------------------------------
 
 static void test_hello(void** state) {
@@ -470,6 +520,78 @@ static void test_pipelined_out_of_order(void** state) {
   assert_int_equal(rec.code, CW_OK);
   assert_string_equal(rec.data, "echo");
   assert_ok(cw_client_ping(c));
+  cw_client_release(c);
+  fake_join(&f);
+}
+
+// Replies packed many to a read and split across reads (the reader's
+// buffered reads, cw_rbuf.h) all reach their requests intact, bulk included.
+static void test_packed_and_split_replies(void** state) {
+  const size_t bulk = 100 * 1000;  // larger than the read buffer: goes straight to the sink
+  uint8_t* pattern = make_pattern(bulk);
+  enum { kN = 48 };
+  fake_t f = {.count = kN, .pattern = pattern, .pattern_len = bulk};
+  fake_start(&f, script_packed);
+  cw_client_t* c = connect_ok(&f);
+  uint64_t ids[kN];
+  char data[kN][16];
+  uint8_t* sinks[kN] = {0};
+  for (int i = 0; i < kN; ++i) {
+    if (i % 16 == 5) {
+      Causeway__V1__DownloadRequest req = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
+      req.buffer_id = (uint64_t)i;
+      sinks[i] = calloc(1, bulk);
+      cw_client_sink_t sink = {.data = sinks[i], .capacity = bulk};
+      assert_ok(cw_client_send(c, CW_MSG_DOWNLOAD, &req.base, NULL, 0, &sink, NULL, NULL,
+                               &ids[i]));
+    } else {
+      snprintf(data[i], sizeof(data[i]), "ping-%d", i);
+      assert_ok(send_ping(c, data[i], NULL, NULL, &ids[i]));
+    }
+  }
+  for (int i = 0; i < kN; ++i) {
+    ProtobufCMessage* reply = NULL;
+    uint64_t bulk_len = 0;
+    assert_ok(cw_client_wait(c, ids[i], &reply, &bulk_len));
+    if (sinks[i]) {
+      assert_int_equal(bulk_len, bulk);
+      assert_int_equal(((Causeway__V1__ArrayInfo*)reply)->buffer_id, (uint64_t)i);
+      assert_memory_equal(sinks[i], pattern, bulk);
+      free(sinks[i]);
+    } else {
+      const Causeway__V1__Ping* p = (const Causeway__V1__Ping*)reply;
+      assert_int_equal(p->data.len, strlen(data[i]));
+      assert_memory_equal(p->data.data, data[i], strlen(data[i]));
+    }
+    protobuf_c_message_free_unpacked(reply, NULL);
+  }
+  assert_ok(cw_client_ping(c));
+  cw_client_release(c);
+  fake_join(&f);
+  free(pattern);
+}
+
+// A deferred frame goes out ahead of the next frame sent (one write); the
+// peer sees both in order and both complete.
+static void test_deferred_send(void** state) {
+  fake_t f = {0};
+  fake_start(&f, script_echo);
+  cw_client_t* c = connect_ok(&f);
+  rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  Causeway__V1__Ping p = CAUSEWAY__V1__PING__INIT;
+  p.data.data = (uint8_t*)"first";
+  p.data.len = 5;
+  uint64_t deferred_id = 0, id = 0;
+  assert_ok(cw_client_send_deferred(c, CW_MSG_PING, &p.base, rec_done, &rec, &deferred_id));
+  assert_ok(send_ping(c, "second", NULL, NULL, &id));
+  assert_true(id > deferred_id);
+  ProtobufCMessage* reply = NULL;
+  assert_ok(cw_client_wait(c, id, &reply, NULL));
+  protobuf_c_message_free_unpacked(reply, NULL);
+  assert_ok(cw_client_flush(c));
+  // The echo script answers in arrival order: the deferred one came first.
+  assert_int_equal(rec.calls, 1);
+  assert_string_equal(rec.data, "first");
   cw_client_release(c);
   fake_join(&f);
 }
@@ -858,6 +980,8 @@ int main(void) {
       cmocka_unit_test(test_hello_timeout),
       cmocka_unit_test(test_connect_refused),
       cmocka_unit_test(test_pipelined_out_of_order),
+      cmocka_unit_test(test_packed_and_split_replies),
+      cmocka_unit_test(test_deferred_send),
       cmocka_unit_test(test_bulk_sink),
       cmocka_unit_test(test_oversize_bulk),
       cmocka_unit_test(test_error_reply),

@@ -1031,6 +1031,7 @@ static void cw__reply_session_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint6
       wis[wn].island = w->index;
       wis[wn].num_devices = w->num_devices;
       wis[wn].incarnation = w->incarnation;
+      wis[wn].direct_launch = cw__session_direct_launch(ctl, s, w->index);
       wptrs[wn] = &wis[wn];
       wn++;
       for (uint32_t d = 0; d < w->num_devices; ++d) {

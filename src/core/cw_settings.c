@@ -85,6 +85,10 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
                                  "CW_RECONNECT_MAX_MS", false,
                                  "worker: longest wait between attempts to reach a lost "
                                  "controller (from 100 ms, doubling)"},
+    [CW_SET_RELAY_LAUNCHES] = {"relay-launches", CW_SETTING_BOOL, 0, 1, "0", "CW_RELAY_LAUNCHES",
+                               false,
+                               "controller: sessions send LAUNCH through the controller, never "
+                               "straight to the worker"},
 };
 
 const cw_setting_def_t* cw_settings_def(cw_setting_id_t id) {

@@ -89,6 +89,7 @@ typedef struct cw__worker_s {
   // worker is: readers load it atomically; the old one stays valid in
   // `retired` until the client is destroyed.
   _Atomic(cw_client_t*) conn;
+  bool direct_launch;           // LAUNCH goes on `conn`, not through the controller
   _Atomic uint64_t seq;         // last seq handed out (first request gets 1)
   // Held from taking a seq to sending its request: each connection then
   // carries this worker's seqs in increasing order, which the worker's flow
@@ -204,6 +205,10 @@ void cw__worker_delete(cw__worker_t* w, uint64_t id);
 // that take a seq for `w` themselves, before taking it).
 void cw__worker_flush_deletes(cw__worker_t* w);
 void cw__worker_flush_deletes_locked(cw__worker_t* w);
+// Like cw__worker_flush_deletes_locked, but the DELETE waits in w->conn's
+// write buffer for the request the caller sends next on w->conn (one write
+// for both). With send_mu held, followed at once by that send.
+void cw__worker_stage_deletes_locked(cw__worker_t* w);
 // Records the error of a pipelined request nobody waits on (takes `status`;
 // OK is ignored); `what` names the request.
 void cw__worker_defer_error(cw__worker_t* w, const char* what, cw_status_t status);

@@ -125,14 +125,8 @@ static void cw__delete_done_cb(void* user, cw_status_t status, const ProtobufCMe
   cw__worker_defer_error(w, "DELETE", status);
 }
 
-// With send_mu held.
-static cw_status_t cw__worker_send_locked(cw__worker_t* w, uint16_t type, ProtobufCMessage* req,
-                                          uint64_t* req_seq, const struct iovec* bulk,
-                                          int bulk_count, const cw_client_sink_t* sink,
-                                          cw_client_done_fn done, void* user) {
-  uint64_t seq = cw__worker_next_seq(w);
-  *req_seq = seq;
-  cw_status_t s = cw_client_send(w->conn, type, req, bulk, bulk_count, sink, done, user, NULL);
+// After sending the request that took `seq`, with status `s` (taken).
+static cw_status_t cw__worker_sent_locked(cw__worker_t* w, uint64_t seq, cw_status_t s) {
   if (s) {
     // A refused request leaves a hole in this worker's seq order; an empty
     // DELETE with the same seq fills it so later requests do not wait.
@@ -145,7 +139,18 @@ static cw_status_t cw__worker_send_locked(cw__worker_t* w, uint16_t type, Protob
   return cw_ok_status();
 }
 
-void cw__worker_flush_deletes_locked(cw__worker_t* w) {
+// With send_mu held.
+static cw_status_t cw__worker_send_locked(cw__worker_t* w, uint16_t type, ProtobufCMessage* req,
+                                          uint64_t* req_seq, const struct iovec* bulk,
+                                          int bulk_count, const cw_client_sink_t* sink,
+                                          cw_client_done_fn done, void* user) {
+  uint64_t seq = cw__worker_next_seq(w);
+  *req_seq = seq;
+  cw_status_t s = cw_client_send(w->conn, type, req, bulk, bulk_count, sink, done, user, NULL);
+  return cw__worker_sent_locked(w, seq, s);
+}
+
+static void cw__worker_send_deletes_locked(cw__worker_t* w, bool deferred) {
   if (!w->n_pending_deletes) return;
   if (!atomic_load_explicit(&w->dead, memory_order_acquire)) {
     // One DELETE, one seq: where the first of them would have gone. Every
@@ -153,11 +158,22 @@ void cw__worker_flush_deletes_locked(cw__worker_t* w) {
     Causeway__V1__DeleteRequest req = CAUSEWAY__V1__DELETE_REQUEST__INIT;
     req.ids = w->pending_deletes;
     req.n_ids = w->n_pending_deletes;
-    cw_status_free(cw__worker_send_locked(w, CW_MSG_DELETE, &req.base, &req.seq, NULL, 0, NULL,
-                                          cw__delete_done_cb, w));
+    if (deferred) {
+      req.seq = cw__worker_next_seq(w);
+      cw_status_free(cw__worker_sent_locked(
+          w, req.seq, cw_client_send_deferred(w->conn, CW_MSG_DELETE, &req.base,
+                                              cw__delete_done_cb, w, NULL)));
+    } else {
+      cw_status_free(cw__worker_send_locked(w, CW_MSG_DELETE, &req.base, &req.seq, NULL, 0,
+                                            NULL, cw__delete_done_cb, w));
+    }
   }  // else a dead worker already freed everything of this session
   w->n_pending_deletes = 0;
 }
+
+void cw__worker_flush_deletes_locked(cw__worker_t* w) { cw__worker_send_deletes_locked(w, false); }
+
+void cw__worker_stage_deletes_locked(cw__worker_t* w) { cw__worker_send_deletes_locked(w, true); }
 
 void cw__worker_delete(cw__worker_t* w, uint64_t id) {
   pthread_mutex_lock(&w->send_mu);
@@ -200,7 +216,7 @@ cw_status_t cw__worker_send(cw__worker_t* w, uint16_t type, ProtobufCMessage* re
                             const cw_client_sink_t* sink, cw_client_done_fn done, void* user) {
   CW_RETURN_IF_ERROR(cw__worker_check(w), "%s", cw_msg_type_name(type));
   pthread_mutex_lock(&w->send_mu);
-  cw__worker_flush_deletes_locked(w);  // they come first in seq order
+  cw__worker_stage_deletes_locked(w);  // they come first in seq order, in one write
   cw_status_t s = cw__worker_send_locked(w, type, req, req_seq, bulk, bulk_count, sink, done,
                                          user);
   pthread_mutex_unlock(&w->send_mu);
@@ -532,6 +548,7 @@ static cw_status_t cw__open_session(cw__client_t* c, uint32_t min_workers) {
     w->client = c;
     w->index = wi->index;
     w->island = wi->island;
+    w->direct_launch = wi->direct_launch;
     pthread_mutex_init(&w->mu, NULL);
     pthread_mutex_init(&w->send_mu, NULL);
     atomic_init(&w->seq, 0);

@@ -528,8 +528,8 @@ static cw_status_t cw__launch_error(cw__worker_t* w, cw_status_t status) {
 static void cw__launch_cb(void* user, cw_status_t status, const ProtobufCMessage* reply) {
   (void)reply;
   cw__launch_t* l = user;
-  // After an error reply the controller is done with the launch: either the
-  // worker had it (the filler is refused as a duplicate) or it never will.
+  // After an error reply the launch is over: either the worker had it (the
+  // filler is refused as a duplicate) or it never will.
   if (status) cw__fill_seq(l->w, l->seq, l->epoch);
   cw__future_complete(l->f, cw__launch_error(l->w, status));
   cw__future_release(l->f);
@@ -680,8 +680,9 @@ PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args) {
     req.launch_id = opt ? (uint64_t)(uint32_t)opt->launch_id : 0;
     req.n_donate = ndonate;
     req.donate = donate;
-    // The controller relays it to the worker, which applies it in this
-    // worker's seq order among our direct requests.
+    // Straight to the worker when the controller leased it (its devices
+    // are ours alone), else relayed by the controller; either way the worker
+    // applies it in this worker's seq order among our other requests.
     cw__launch_t* lc = malloc(sizeof(*lc));
     if (!lc) {
       s = cw__oom();
@@ -690,21 +691,27 @@ PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args) {
       lc->f = f;
       lc->w = e->worker;
       pthread_mutex_lock(&e->worker->send_mu);  // seq order on the connection
-      cw__worker_flush_deletes_locked(e->worker);  // batched DELETEs come first
+      // Under send_mu: a replacement worker swaps the connection under it.
+      cw_client_t* via = e->worker->direct_launch ? e->worker->conn : c->ctrl;
+      // Batched DELETEs come first (in the same write when on the same connection).
+      if (via == e->worker->conn) cw__worker_stage_deletes_locked(e->worker);
+      else cw__worker_flush_deletes_locked(e->worker);
       req.seq = cw__worker_next_seq(e->worker);
       lc->seq = req.seq;
       trace_seq = req.seq;
       uint32_t epoch = atomic_load_explicit(&e->worker->epoch, memory_order_acquire);
       lc->epoch = epoch;
-      s = cw_client_send(c->ctrl, CW_MSG_LAUNCH, &req.base, NULL, 0, NULL, cw__launch_cb, lc,
-                         NULL);
+      s = cw_client_send(via, CW_MSG_LAUNCH, &req.base, NULL, 0, NULL, cw__launch_cb, lc, NULL);
       pthread_mutex_unlock(&e->worker->send_mu);
       if (s) {
         cw__future_release(f);
         free(lc);
         cw__fill_seq(e->worker, req.seq, epoch);  // keep the worker's seq order free of holes
-        s = cw_status_annotate(s, "causeway: launching %s through the controller at %s",
-                               e->name, c->ctrl_address);
+        s = via == c->ctrl
+                ? cw_status_annotate(s, "causeway: launching %s through the controller at %s",
+                                     e->name, c->ctrl_address)
+                : cw_status_annotate(s, "causeway: launching %s on worker %s (%s)", e->name,
+                                     e->worker->name, e->worker->address);
       }
     }
   }

@@ -13,6 +13,9 @@
 //   3. idle/check: connections that hit the per-wakeup frame cap
 //      (frames-per-wakeup) resume parsing their buffered bytes here, so one
 //      busy peer cannot starve the others.
+//   3b. prepare (w->flush, before the loop blocks): completions that fired
+//      inline on this thread are applied, then each connection's gathered
+//      small frames are written with one uv_write (cw__send).
 //   4. close callbacks: connection memory is freed once its handles are
 //      closed and no operation holds a reference.
 // Nothing here blocks on PJRT except calls that only enqueue work; slow
@@ -187,19 +190,39 @@ static void cw__count_bytes(cw_conn_t* c, uint64_t in, uint64_t out) {
 
 // --- Writing ----------------------------------------------------------------
 
+// Frames without bulk (nearly every reply) are not written one by one: they
+// are packed behind each other in the connection's out buffer, and the
+// worker's prepare handle (run once per loop iteration, before the loop
+// blocks) writes each connection's buffer with one uv_write. A pipelined
+// stream of launches so costs one writev per wakeup instead of one per reply.
+// A frame with bulk takes the gathered bytes with it: one uv_write of
+// [gathered frames + its header and payload, its bulk from caller memory],
+// so bulk stays zero-copy and every frame keeps its place on the connection.
+#define CW__OUT_INITIAL 4096
+#define CW__OUT_FLUSH_AT (256 * 1024)  // write at once past this many gathered bytes
+
 typedef struct cw_write_s {
   uv_write_t req;
   cw_conn_t* conn;
-  uint8_t header[CW_FRAME_HEADER_SIZE];
-  uint8_t* payload;
+  uint8_t* payload;  // owned: the gathered frames
+  size_t payload_cap;
   cw_bulk_free_fn bulk_free;
   void* bulk_user;
 } cw_write_t;
 
+static void cw__out_write(cw_conn_t* c, const void* bulk, uint64_t bulk_len,
+                          cw_bulk_free_fn bulk_free, void* bulk_user);
+
 static void cw__write_done(uv_write_t* req, int status) {
   cw_write_t* wr = (cw_write_t*)req;
   cw_conn_t* c = wr->conn;
-  free(wr->payload);
+  if (wr->payload && !c->out_spare && wr->payload_cap <= CW__OUT_FLUSH_AT) {
+    // Kept for the next frames: no malloc per write in a steady stream.
+    c->out_spare = wr->payload;
+    c->out_spare_cap = wr->payload_cap;
+  } else {
+    free(wr->payload);
+  }
   if (wr->bulk_free) wr->bulk_free(wr->bulk_user);
   free(wr);
   c->writes_pending--;
@@ -207,14 +230,112 @@ static void cw__write_done(uv_write_t* req, int status) {
     CW_LOGI("%s: write failed: %s", c->name, uv_strerror(status));
     c->last_error = status;
     cw__conn_close(c);
-  } else if (c->close_after_write && c->writes_pending == 0) {
-    cw__conn_close(c);
+  } else if (c->close_after_write && c->writes_pending == 0 && !c->closing) {
+    // Frames gathered since go out first; the close follows their write.
+    if (c->out_len) cw__out_write(c, NULL, 0, NULL, NULL);
+    else cw__conn_close(c);
   }
   cw__conn_unref(c);
 }
 
-// Sends one frame: header, packed `msg` (NULL: empty payload), then `bulk`
-// straight from caller memory (writev; freed by bulk_free after the write).
+// Hands the gathered frames (and `bulk`, if any) to libuv as one write.
+static void cw__out_write(cw_conn_t* c, const void* bulk, uint64_t bulk_len,
+                          cw_bulk_free_fn bulk_free, void* bulk_user) {
+  cw_write_t* wr = calloc(1, sizeof(*wr));
+  if (!wr) {
+    if (bulk_free) bulk_free(bulk_user);
+    CW_LOGE("%s: out of memory writing; closing", c->name);
+    cw__conn_close(c);
+    return;
+  }
+  wr->conn = c;
+  wr->payload = c->out;
+  wr->payload_cap = c->out_cap;
+  wr->bulk_free = bulk_free;
+  wr->bulk_user = bulk_user;
+  uv_buf_t bufs[2];
+  unsigned n = 0;
+  if (c->out_len) {
+    bufs[n].base = (char*)c->out;
+    bufs[n].len = c->out_len;
+    n++;
+  }
+  if (bulk_len) {
+    bufs[n].base = (char*)(uintptr_t)bulk;
+    bufs[n].len = (size_t)bulk_len;
+    n++;
+  }
+  c->out = NULL;
+  c->out_len = c->out_cap = 0;
+  int rc = n ? uv_write(&wr->req, &c->h.stream, bufs, n, cw__write_done) : 0;
+  if (rc < 0 || n == 0) {
+    free(wr->payload);
+    free(wr);
+    if (bulk_free) bulk_free(bulk_user);
+    if (rc < 0) {
+      CW_LOGI("%s: write failed: %s", c->name, uv_strerror(rc));
+      c->last_error = rc;
+      cw__conn_close(c);
+    }
+    return;
+  }
+  cw__conn_ref(c);
+  c->writes_pending++;
+}
+
+static void cw__on_async(uv_async_t* handle);
+
+// Prepare phase (before the loop blocks): applies completions that fired on
+// the loop thread itself, then writes every connection's gathered frames.
+// Runs until both are empty: a handle started during this phase would only
+// run after the next poll.
+static void cw__on_flush(uv_prepare_t* h) {
+  cw_worker_t* w = h->data;
+  for (;;) {
+    if (w->inline_completions) {
+      w->inline_completions = false;
+      cw__on_async(&w->async);
+      continue;
+    }
+    cw_conn_t* list = w->flush_list;
+    if (!list) break;
+    w->flush_list = NULL;
+    while (list) {
+      cw_conn_t* c = list;
+      list = c->flush_next;
+      c->flush_next = NULL;
+      c->flush_queued = false;
+      if (!c->closing && c->out_len) cw__out_write(c, NULL, 0, NULL, NULL);
+      cw__conn_unref(c);  // the flush list's reference
+    }
+  }
+  uv_prepare_stop(&w->flush);
+}
+
+// Room for `need` more bytes in c->out.
+static bool cw__out_reserve(cw_conn_t* c, size_t need) {
+  if (!c->out && c->out_spare) {
+    c->out = c->out_spare;
+    c->out_cap = c->out_spare_cap;
+    c->out_spare = NULL;
+    c->out_spare_cap = 0;
+  }
+  if (need <= c->out_cap - c->out_len) return true;
+  size_t cap = c->out_cap ? c->out_cap : CW__OUT_INITIAL;
+  while (cap - c->out_len < need) {
+    if (cap > SIZE_MAX / 2) return false;
+    cap *= 2;
+  }
+  uint8_t* grown = realloc(c->out, cap);
+  if (!grown) return false;
+  c->out = grown;
+  c->out_cap = cap;
+  return true;
+}
+
+// Sends one frame: header and packed `msg` (NULL: empty payload) are
+// gathered (see above); `bulk` goes straight from caller memory, freed by
+// bulk_free after the write.
 void cw__send(cw_conn_t* c, uint16_t type, uint32_t flags, uint64_t request_id,
               const ProtobufCMessage* msg, const void* bulk, uint64_t bulk_len,
               cw_bulk_free_fn bulk_free, void* bulk_user) {
@@ -222,47 +343,29 @@ void cw__send(cw_conn_t* c, uint16_t type, uint32_t flags, uint64_t request_id,
     if (bulk_free) bulk_free(bulk_user);
     return;
   }
-  cw_write_t* wr = calloc(1, sizeof(*wr));
   size_t plen = msg ? protobuf_c_message_get_packed_size(msg) : 0;
-  uint8_t* payload = malloc(plen ? plen : 1);
-  if (!wr || !payload || plen > UINT32_MAX) {
-    free(wr);
-    free(payload);
+  if (plen > UINT32_MAX || !cw__out_reserve(c, CW_FRAME_HEADER_SIZE + plen)) {
     if (bulk_free) bulk_free(bulk_user);
     CW_LOGE("%s: out of memory sending a %s frame; closing", c->name, cw_msg_type_name(type));
     cw__conn_close(c);
     return;
   }
-  if (plen) protobuf_c_message_pack(msg, payload);
   cw_frame_header_t h = {CW_FRAME_MAGIC, CW_PROTOCOL_VERSION, type, flags, (uint32_t)plen,
                          request_id, bulk_len};
-  cw_frame_header_encode(&h, wr->header);
-  wr->conn = c;
-  wr->payload = payload;
-  wr->bulk_free = bulk_free;
-  wr->bulk_user = bulk_user;
-  uv_buf_t bufs[3];
-  unsigned n = 0;
-  bufs[n++] = uv_buf_init((char*)wr->header, CW_FRAME_HEADER_SIZE);
-  if (plen) bufs[n++] = uv_buf_init((char*)payload, (unsigned)plen);
-  if (bulk_len) {
-    bufs[n].base = (char*)(uintptr_t)bulk;
-    bufs[n].len = (size_t)bulk_len;
-    n++;
-  }
-  int rc = uv_write(&wr->req, &c->h.stream, bufs, n, cw__write_done);
-  if (rc < 0) {
-    free(payload);
-    free(wr);
-    if (bulk_free) bulk_free(bulk_user);
-    CW_LOGI("%s: write failed: %s", c->name, uv_strerror(rc));
-    c->last_error = rc;
-    cw__conn_close(c);
-    return;
-  }
-  cw__conn_ref(c);
-  c->writes_pending++;
+  cw_frame_header_encode(&h, c->out + c->out_len);
+  if (plen) protobuf_c_message_pack(msg, c->out + c->out_len + CW_FRAME_HEADER_SIZE);
+  c->out_len += CW_FRAME_HEADER_SIZE + plen;
   cw__count_bytes(c, 0, CW_FRAME_HEADER_SIZE + plen + bulk_len);
+  if (bulk_len || bulk_free || c->out_len >= CW__OUT_FLUSH_AT) {
+    cw__out_write(c, bulk, bulk_len, bulk_free, bulk_user);
+  } else if (!c->flush_queued) {
+    cw_worker_t* w = c->w;
+    c->flush_queued = true;
+    cw__conn_ref(c);
+    c->flush_next = w->flush_list;
+    if (!w->flush_list) uv_prepare_start(&w->flush, cw__on_flush);
+    w->flush_list = c;
+  }
 }
 
 void cw__reply(cw_conn_t* c, uint16_t type, uint64_t request_id, const ProtobufCMessage* msg) {
@@ -292,7 +395,10 @@ static void cw__violation(cw_conn_t* c, uint16_t type, uint64_t request_id,
   }
   c->close_after_write = true;
   cw__reply_error(c, type, request_id, status);
-  if (c->writes_pending == 0) cw__conn_close(c);
+  if (c->writes_pending == 0 && !c->closing) {
+    if (c->out_len) cw__out_write(c, NULL, 0, NULL, NULL);  // closed once written
+    else cw__conn_close(c);
+  }
 }
 
 // --- Completions from PJRT threads -----------------------------------------
@@ -306,6 +412,14 @@ static void cw__event_fired(void* user, cw_status_t status) {
   cp->next = w->completions;
   w->completions = cp;
   pthread_mutex_unlock(&w->mu);
+  if (w->loop_thread_known && pthread_equal(pthread_self(), w->loop_thread) &&
+      w->handles_open) {
+    // Fired inline (XLA ran the program on this thread): applied before the
+    // loop blocks, without an eventfd write and wakeup.
+    w->inline_completions = true;
+    uv_prepare_start(&w->flush, cw__on_flush);
+    return;
+  }
   uv_async_send(&w->async);
 }
 
@@ -537,6 +651,8 @@ static void cw__session_drop(cw_worker_t* w, cw_session_t* s) {
 // --- Connections ---------------------------------------------------------------
 
 static void cw__conn_free(cw_conn_t* c) {
+  free(c->out);
+  free(c->out_spare);
   cw_conn_parser_deinitialize(&c->parser);
   free(c->readahead);
   free(c->peer_address);
@@ -579,6 +695,13 @@ static void cw__conn_close(cw_conn_t* c) {
   }
   cw__fail_outreqs(c, cw_make_status(CW_UNAVAILABLE, "connection to %s closed", c->name));
   cw__seq_conn_closed(c);  // held requests; the controller connection
+  if (c->out_len && (c->connected || !c->outbound)) {
+    // Best effort, as an unqueued uv_write would have: frames gathered
+    // before the close (a last error reply) still reach the peer.
+    uv_buf_t b = {.base = (char*)c->out, .len = c->out_len};
+    (void)uv_try_write(&c->h.stream, &b, 1);
+    c->out_len = 0;
+  }
   uv_close(&c->h.handle, cw__handle_closed);
   uv_close((uv_handle_t*)&c->timer, cw__handle_closed);
   cw_worker_ops_conn_closing(c);  // launches a paused session held here
@@ -2741,6 +2864,8 @@ static void cw__maybe_finish_shutdown(cw_worker_t* w) {
   w->handles_open = false;
   uv_close((uv_handle_t*)&w->async, NULL);
   uv_close((uv_handle_t*)&w->idle, NULL);
+  cw__on_flush(&w->flush);  // drops the list's references
+  uv_close((uv_handle_t*)&w->flush, NULL);
   uv_close((uv_handle_t*)&w->shutdown_timer, NULL);
 }
 
@@ -2861,6 +2986,8 @@ cw_status_t cw_worker_create(const cw_settings_t* settings, cw_worker_t** out) {
   w->async.data = w;
   uv_idle_init(&w->loop, &w->idle);
   w->idle.data = w;
+  uv_prepare_init(&w->loop, &w->flush);
+  w->flush.data = w;
   uv_timer_init(&w->loop, &w->shutdown_timer);
   w->shutdown_timer.data = w;
   uv_unref((uv_handle_t*)&w->shutdown_timer);
@@ -2889,6 +3016,8 @@ cw_status_t cw_worker_create(const cw_settings_t* settings, cw_worker_t** out) {
 }
 
 cw_status_t cw_worker_run(cw_worker_t* w) {
+  w->loop_thread = pthread_self();
+  w->loop_thread_known = true;
   uv_run(&w->loop, UV_RUN_DEFAULT);
   return cw_ok_status();
 }

@@ -143,6 +143,16 @@ struct cw_conn_s {
   size_t seq_held;
   bool seq_blocked;
   bool is_controller;  // outbound: this worker's REGISTER connection
+  // Small frames gathered for one write (cw__send): out[0..out_len) are
+  // whole frames not yet handed to libuv; flush_queued: on w->flush_list.
+  uint8_t* out;
+  size_t out_len, out_cap;
+  // A written buffer kept for reuse: with `out`, two buffers alternate
+  // (one being written, one gathering) and a steady stream mallocs none.
+  uint8_t* out_spare;
+  size_t out_spare_cap;
+  bool flush_queued;
+  cw_conn_t* flush_next;
 };
 
 // One request in progress that outlives its frame: waits on entries, PJRT
@@ -216,6 +226,13 @@ struct cw_worker_s {
   char* unix_path;
   uv_async_t async;
   uv_idle_t idle;
+  uv_prepare_t flush;      // writes gathered small frames before the loop blocks
+  cw_conn_t* flush_list;   // connections with gathered frames (referenced)
+  // The thread running the loop (set once it runs): a PJRT completion that
+  // fires inline there needs no uv_async_send wakeup (cw__event_fired).
+  pthread_t loop_thread;
+  bool loop_thread_known;
+  bool inline_completions;  // completions queued from the loop thread itself
   uv_signal_t sigterm, sigint;
   uv_timer_t shutdown_timer;
   bool handles_open;

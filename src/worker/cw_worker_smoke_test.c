@@ -672,6 +672,97 @@ static void test_big_transfer(void** state) {
   stop_worker(&w);
 }
 
+// Thousands of requests written at once: the worker gathers its small
+// replies into few writes (cw__send) and writes bulk replies between them;
+// every reply arrives once, intact, and the replies it sends at once (PING,
+// a refused UPLOAD) keep their requests' order.
+static void test_pipelined_replies(void** state) {
+  (void)state;
+  worker_t w;
+  start_worker(&w, NULL);
+  int fd = dial(w.port);
+  assert_true(hello(fd, 0, 1, NULL) != 0);
+  float x[6] = {1, 2, 3, 4, 5, 6};
+  assert_int_equal(upload(fd, 1, x, NULL, 24, 0), 0);
+  enum { kN = 3000, kFirst = 1000 };
+  size_t cap = (size_t)kN * 128, len = 0;
+  uint8_t* buf = malloc(cap);
+  for (uint64_t rid = kFirst; rid < kFirst + kN; ++rid) {
+    char text[32];
+    ProtobufCMessage* m;
+    uint16_t type;
+    const void* bulk = NULL;
+    uint64_t bulk_len = 0;
+    Causeway__V1__Ping ping = CAUSEWAY__V1__PING__INIT;
+    Causeway__V1__DownloadRequest d = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
+    Causeway__V1__UploadRequest u = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
+    if (rid % 10 == 3) {
+      type = CW_MSG_DOWNLOAD;
+      d.buffer_id = 1;
+      m = &d.base;
+    } else if (rid % 37 == 0) {
+      type = CW_MSG_UPLOAD;  // id 1 exists: a small error reply
+      u.buffer_id = 1;
+      u.dtype = CAUSEWAY__V1__DTYPE__DTYPE_F32;
+      u.dims = g_dims;
+      u.n_dims = 2;
+      m = &u.base;
+      bulk = x;
+      bulk_len = 24;
+    } else {
+      type = CW_MSG_PING;
+      snprintf(text, sizeof(text), "p%llu", (unsigned long long)rid);
+      ping.data.data = (uint8_t*)text;
+      ping.data.len = strlen(text);
+      m = &ping.base;
+    }
+    size_t plen = protobuf_c_message_get_packed_size(m);
+    cw_frame_header_t h = {CW_FRAME_MAGIC, 1, type, 0, (uint32_t)plen, rid, bulk_len};
+    cw_frame_header_encode(&h, buf + len);
+    protobuf_c_message_pack(m, buf + len + CW_FRAME_HEADER_SIZE);
+    len += CW_FRAME_HEADER_SIZE + plen;
+    if (bulk_len) memcpy(buf + len, bulk, bulk_len);
+    len += bulk_len;
+  }
+  write_all(fd, buf, len);
+  free(buf);
+  bool* seen = calloc(kN, sizeof(bool));
+  uint64_t last_immediate = 0;
+  for (int i = 0; i < kN; ++i) {
+    reply_t r;
+    assert_true(recv_frame(fd, &r));
+    uint64_t rid = r.h.request_id;
+    assert_true(rid >= kFirst && rid < kFirst + kN);
+    assert_false(seen[rid - kFirst]);
+    seen[rid - kFirst] = true;
+    assert_true(r.h.flags & CW_FRAME_REPLY);
+    if (r.h.type == CW_MSG_DOWNLOAD) {
+      assert_int_equal(rid % 10, 3);
+      assert_false(r.h.flags & CW_FRAME_ERROR);
+      assert_int_equal(r.h.bulk_len, 24);
+      assert_memory_equal(r.bulk, x, 24);
+    } else {
+      assert_true(rid > last_immediate);
+      last_immediate = rid;
+      if (r.h.type == CW_MSG_UPLOAD) {
+        assert_true(r.h.flags & CW_FRAME_ERROR);
+        assert_int_equal(((Causeway__V1__ErrorReply*)r.msg)->code, CW_ALREADY_EXISTS);
+      } else {
+        assert_int_equal(r.h.type, CW_MSG_PING);
+        char text[32];
+        snprintf(text, sizeof(text), "p%llu", (unsigned long long)rid);
+        const Causeway__V1__Ping* p = (const Causeway__V1__Ping*)r.msg;
+        assert_int_equal(p->data.len, strlen(text));
+        assert_memory_equal(p->data.data, text, strlen(text));
+      }
+    }
+    reply_free(&r);
+  }
+  free(seen);
+  close(fd);
+  stop_worker(&w);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_single_worker),
@@ -679,6 +770,7 @@ int main(void) {
       cmocka_unit_test(test_violations),
       cmocka_unit_test(test_send_put),
       cmocka_unit_test(test_big_transfer),
+      cmocka_unit_test(test_pipelined_replies),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,68 @@
+#include "cw_rbuf.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+int cw_rbuf_initialize(cw_rbuf_t* rb, int fd, size_t capacity) {
+  memset(rb, 0, sizeof(*rb));
+  rb->fd = fd;
+  rb->cap = capacity ? capacity : CW_RBUF_DEFAULT_CAPACITY;
+  rb->data = malloc(rb->cap);
+  return rb->data ? 0 : -1;
+}
+
+void cw_rbuf_deinitialize(cw_rbuf_t* rb) {
+  free(rb->data);
+  rb->data = NULL;
+  rb->cap = rb->off = rb->len = 0;
+}
+
+// One recv into `dst`; >0 bytes, or -1 with errno (0: EOF). Retries EINTR.
+static ssize_t cw__recv(cw_rbuf_t* rb, void* dst, size_t len) {
+  for (;;) {
+    ssize_t n = recv(rb->fd, dst, len, 0);
+    rb->recvs++;
+    if (n > 0) return n;
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0) errno = 0;
+    return -1;
+  }
+}
+
+int cw_rbuf_read(cw_rbuf_t* rb, void* dst, size_t len, size_t* out_got) {
+  uint8_t* out = dst;
+  size_t got = 0;
+  int rc = 0;
+  while (got < len) {
+    size_t avail = rb->len - rb->off;
+    if (avail) {
+      size_t n = avail < len - got ? avail : len - got;
+      memcpy(out + got, rb->data + rb->off, n);
+      rb->off += n;
+      got += n;
+      continue;
+    }
+    rb->off = rb->len = 0;
+    ssize_t n;
+    if (len - got >= rb->cap) {
+      // Large: straight into the destination, no copy.
+      n = cw__recv(rb, out + got, len - got);
+      if (n < 0) {
+        rc = -1;
+        break;
+      }
+      got += (size_t)n;
+    } else {
+      n = cw__recv(rb, rb->data, rb->cap);
+      if (n < 0) {
+        rc = -1;
+        break;
+      }
+      rb->len = (size_t)n;
+    }
+  }
+  if (out_got) *out_got = got;
+  return rc;
+}

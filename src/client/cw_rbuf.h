@@ -1,0 +1,34 @@
+// Buffered reading of a socket for the client's reader thread: one recv
+// fills a buffer with as many whole (and part) frames as the peer has sent,
+// and the frame parser takes its bytes from there. A read at least as large
+// as the buffer (reply bulk) skips it and goes straight into the caller's
+// memory, so downloads stay zero-copy.
+#ifndef CW_CLIENT_RBUF_H_
+#define CW_CLIENT_RBUF_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CW_RBUF_DEFAULT_CAPACITY (64 * 1024)
+
+typedef struct cw_rbuf_s {
+  int fd;
+  uint8_t* data;
+  size_t cap;
+  size_t off, len;  // data[off..len) is read and not yet consumed
+  uint64_t recvs;   // recv calls made (for tests)
+} cw_rbuf_t;
+
+// Returns 0, or -1 if the buffer cannot be allocated.
+int cw_rbuf_initialize(cw_rbuf_t* rb, int fd, size_t capacity);
+void cw_rbuf_deinitialize(cw_rbuf_t* rb);
+
+// Reads exactly `len` bytes into `dst`. Returns 0, or -1 with errno set; a
+// clean EOF sets errno to 0. *out_got (optional) says how many bytes of the
+// `len` arrived.
+int cw_rbuf_read(cw_rbuf_t* rb, void* dst, size_t len, size_t* out_got);
+
+// Bytes already buffered (read from the socket, not yet consumed).
+static inline size_t cw_rbuf_buffered(const cw_rbuf_t* rb) { return rb->len - rb->off; }
+
+#endif  // CW_CLIENT_RBUF_H_
