@@ -199,7 +199,6 @@ struct cw_controller_s {
   struct cw_ctl_ops_s* ops;  // operations (cw_ctl_ops.c): STATS polling, recent errors
 };
 
-<<<<<<< HEAD
 // --- cw_controller.c, used by the modules below --------------------------------------
 
 // Finishes an in-flight compilation: its waiters load `entry` or fail with
@@ -326,11 +325,9 @@ void cw_ctl_ops_worker_free(cw_ctl_worker_t* w);
 void cw_ctl_ops_link_opened(cw_ctl_session_t* s, uint32_t index, cw_net_conn_t* link);
 // False while the worker drains: it gets no new sessions or compiles.
 bool cw_ctl_ops_worker_takes_work(const cw_ctl_worker_t* w);
-=======
 // cw_ctl_launch.c: whether `s` may send LAUNCH straight to worker
 // `worker_index` (WorkerInfo.direct_launch) rather than through the controller.
 bool cw__session_direct_launch(cw_controller_t* ctl, cw_ctl_session_t* s,
                                uint32_t worker_index);
->>>>>>> perf
 
 #endif  // CW_CTL_INTERNAL_H_
