@@ -262,7 +262,9 @@ static void cw__render(cw_ctl_metrics_t* m, cw_http_text_t* t) {
   (void)cw__wm(m, ctl->num_workers ? (uint32_t)ctl->num_workers - 1 : 0);
 
   cw__family(t, "causeway_launches_total", "counter",
-             "Launches the controller relayed to each island's worker and got an answer for");
+             "Launches the controller relayed to each island's worker and got an answer for "
+             "(sessions with a direct lease send theirs to the worker: see "
+             "causeway_worker_launches_total)");
   for (size_t i = 0; i < ctl->num_workers && i < m->num_workers; ++i) {
     cw__worker_sample(t, "causeway_launches_total", ctl->workers[i], m->workers[i].launches);
   }

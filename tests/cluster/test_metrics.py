@@ -120,7 +120,11 @@ def value(fams: dict, name: str, **labels) -> float:
 def cluster():
     port = harness.free_tcp_port()
     c = harness.HandCluster(workers=2, devices=2, tcp=True,
-                            controller_args=("--metrics-listen", f"127.0.0.1:{port}"))
+                            controller_args=("--metrics-listen", f"127.0.0.1:{port}",
+                                             # The relayed-launch figures (counts per
+                                             # session, latency) need launches to pass
+                                             # through the controller.
+                                             "--relay-launches"))
     c.metrics_url = f"http://127.0.0.1:{port}/metrics"
     c.metrics_port = port
     yield c
@@ -173,6 +177,10 @@ def test_metrics_follow_what_clients_did(cluster):
         assert value(fams, "causeway_launches_total", worker=w0) == before + n
         assert value(fams, "causeway_launches_total", worker=w1) == 0
         assert value(fams, "causeway_launch_latency_seconds_count") - lat_before == n
+        # The workers' own count (from their STATS; direct launches included).
+        assert harness.wait_until(
+            lambda: value(scrape(url), "causeway_worker_launches_total", worker=w0)
+            >= before + n, 15), scrape(url)
         sess = fams["causeway_session_launches_total"]["samples"]
         assert any(v >= n + 1 for _, _, v in sess), sess
         assert harness.wait_until(
