@@ -154,8 +154,15 @@ def test_same_name_while_alive_is_refused():
         cluster.stop()
 
 
-def test_controller_restart():
-    cluster = harness.HandCluster(workers=2, devices=2, tcp=True, **FAST)
+@pytest.mark.parametrize("relay", [False, True], ids=["direct", "relayed"])
+def test_controller_restart(relay):
+    # direct: the session's launches go straight to the workers under the
+    # controller's lease, so compiled programs keep running without it;
+    # relayed: launches need the controller too and fail like compiles.
+    args = dict(FAST)
+    args["controller_args"] = FAST["controller_args"] + (
+        ("--relay-launches",) if relay else ("--relay-launches=0",))
+    cluster = harness.HandCluster(workers=2, devices=2, tcp=True, **args)
     a = _runner("health-ctl-old", cluster)
     try:
         first = a.call("ctl_prepare")
@@ -167,9 +174,14 @@ def test_controller_restart():
         # Arrays already on workers still read back (straight from the worker).
         assert lost["read"]["ok"], report
         assert np.array_equal(lost["read"]["value"], lost["a"]), report
-        for what in ("in_flight", "launch", "compile"):
+        needs_controller = ("in_flight", "launch", "compile") if relay else ("compile",)
+        for what in needs_controller:
             _unavailable_naming(lost[what], cluster.controller, f"{what}: {report}")
             assert lost[what]["elapsed"] <= DEADLINE_S, report
+        if not relay:
+            assert lost["in_flight"]["ok"], report
+            assert lost["launch"]["ok"], report
+            assert np.array_equal(lost["launch"]["value"], lost["a"] * 2 + 1), report
         # The workers stay up and find the new controller by themselves.
         cluster.start_controller()
         assert harness.wait_until(lambda: _ctl(cluster)["workers"] == 2, 30), cluster.logs()
@@ -181,8 +193,11 @@ def test_controller_restart():
             b.close()
         # The old client's session died with the controller: still a clear error.
         again = a.call("ctl_lost", timeout=120)
-        for what in ("launch", "compile"):
+        for what in (("launch", "compile") if relay else ("compile",)):
             _unavailable_naming(again[what], cluster.controller, repr(again))
+        if not relay:
+            assert again["launch"]["ok"], repr(again)
+            assert np.array_equal(again["launch"]["value"], again["a"] * 2 + 1), repr(again)
         assert all(p.poll() is None for p in cluster.procs.values()), cluster.logs()
         assert np.array_equal(first["y"], np.arange(1024, dtype=np.float32) * 2 + 1), first
     finally:
