@@ -40,7 +40,6 @@
 #include "cw_ctl_internal.h"
 
 static void cw__island_pump(cw_controller_t* ctl, uint32_t worker);
-static void cw__session_release(cw_ctl_session_t* s);
 
 // --- Small helpers -----------------------------------------------------------
 
@@ -55,8 +54,8 @@ static cw_status_t cw__status_copy(cw_status_t st) {
   return cw_make_status(cw_status_code(st), "%s", cw_status_message(st));
 }
 
-static void cw__reply_error(cw_controller_t* ctl, cw_net_conn_t* c, uint16_t type, uint64_t rid,
-                            cw_status_t st) {
+void cw__reply_error(cw_controller_t* ctl, cw_net_conn_t* c, uint16_t type, uint64_t rid,
+                     cw_status_t st) {
   ctl->errors++;
   cw_net_conn_reply_error(c, type, rid, st);
 }
@@ -138,16 +137,6 @@ static void cw__link_drop(cw_net_conn_t** link) {
   cw_net_conn_release(c);
 }
 
-static cw_ctl_worker_t* cw__worker_of_device(cw_controller_t* ctl, int64_t global_id) {
-  for (size_t i = 0; i < ctl->num_workers; ++i) {
-    cw_ctl_worker_t* w = ctl->workers[i];
-    if (global_id >= w->first_device && global_id < (int64_t)w->first_device + w->num_devices) {
-      return w;
-    }
-  }
-  return NULL;
-}
-
 static size_t cw__alive_workers(const cw_controller_t* ctl) {
   size_t n = 0;
   for (size_t i = 0; i < ctl->num_workers; ++i) n += ctl->workers[i]->alive;
@@ -187,13 +176,14 @@ static void cw__exe_free(cw_ctl_exe_t* e) {
   free(e);
 }
 
-static void cw__session_release(cw_ctl_session_t* s) {
+void cw__session_release(cw_ctl_session_t* s) {
   if (!s || --s->refs > 0) return;
   while (s->exes) {
     cw_ctl_exe_t* e = s->exes;
     s->exes = e->next;
     cw__exe_free(e);
   }
+  cw_ctl_alloc_session_free(s);
   free(s->links);
   free(s);
 }
@@ -231,7 +221,7 @@ static void cw__exe_forget(cw_ctl_session_t* s, uint64_t id) {
 }
 
 // The connection to worker `index` in session `s`, opened on first use.
-static cw_net_conn_t* cw__session_link(cw_ctl_session_t* s, uint32_t index) {
+cw_net_conn_t* cw__session_link(cw_ctl_session_t* s, uint32_t index) {
   cw_controller_t* ctl = s->ctl;
   if (s->closed || index >= ctl->num_workers) return NULL;
   if (index >= s->num_links) {
@@ -335,7 +325,9 @@ static void cw__relay_reply(void* user, cw_net_conn_t* conn, cw_status_t status,
     Causeway__V1__ExecutableInfo info = *(const Causeway__V1__ExecutableInfo*)reply;
     int32_t* devs = calloc(info.n_devices + 1, sizeof(int32_t));
     if (devs) {
-      for (size_t i = 0; i < info.n_devices; ++i) devs[i] = w->first_device + info.devices[i];
+      for (size_t i = 0; i < info.n_devices; ++i) {
+        devs[i] = cw_ctl_alloc_session_id(ctl, it->session, w->index, (uint32_t)info.devices[i]);
+      }
       info.devices = devs;
     }
     info.island = w->index;
@@ -585,7 +577,9 @@ static void cw__compile_exe_info(void* user, cw_net_conn_t* conn, cw_status_t st
   int32_t* devs = calloc(info.n_devices + cp->num_devices + 1, sizeof(int32_t));
   if (devs) {
     // Global ids: from the worker's addressable devices, else the assignment.
-    for (size_t i = 0; i < info.n_devices; ++i) devs[i] = w->first_device + info.devices[i];
+    for (size_t i = 0; i < info.n_devices; ++i) {
+      devs[i] = cw_ctl_alloc_session_id(ctl, cp->session, w->index, (uint32_t)info.devices[i]);
+    }
     if (!info.n_devices) {
       memcpy(devs, cp->devices, cp->num_devices * sizeof(int32_t));
       info.n_devices = cp->num_devices;
@@ -739,7 +733,7 @@ static void cw__inflight_compiled(void* user, cw_net_conn_t* conn, cw_status_t s
 static cw_status_t cw__compile_place(cw_controller_t* ctl, cw_ctl_session_t* s,
                                      const Causeway__V1__CompileRequest* r,
                                      cw_ctl_compile_t* cp) {
-  int64_t total = ctl->next_device;
+  int64_t total = cw_ctl_alloc_num_ids(ctl, s);  // the session's device ids
   cw_xla_options_info_t* info = malloc(sizeof(*info));
   if (!info) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   cw_status_t st = cw_ok_status();
@@ -753,10 +747,10 @@ static cw_status_t cw__compile_place(cw_controller_t* ctl, cw_ctl_session_t* s,
     info->num_assigned = 0;
   }
   if (info->num_assigned == 0) {
-    // No assignment: one device, the first of the first live worker.
+    // No assignment: one device, the session's first (or the first live worker's).
     info->num_assigned = 1;
-    info->assigned[0] = -1;
-    for (size_t i = 0; i < ctl->num_workers; ++i) {
+    info->assigned[0] = s->allocated ? 0 : -1;
+    for (size_t i = 0; !s->allocated && i < ctl->num_workers; ++i) {
       if (ctl->workers[i]->alive) {
         info->assigned[0] = ctl->workers[i]->first_device;
         break;
@@ -768,10 +762,11 @@ static cw_status_t cw__compile_place(cw_controller_t* ctl, cw_ctl_session_t* s,
     }
   }
   // Which islands do the devices span?
-  cw_ctl_worker_t* first = cw__worker_of_device(ctl, info->assigned[0]);
+  uint32_t local = 0;
+  cw_ctl_worker_t* first = cw_ctl_alloc_resolve(ctl, s, info->assigned[0], &local);
   bool spans = false;
   for (size_t i = 0; i < info->num_assigned; ++i) {
-    cw_ctl_worker_t* w = cw__worker_of_device(ctl, info->assigned[i]);
+    cw_ctl_worker_t* w = cw_ctl_alloc_resolve(ctl, s, info->assigned[i], &local);
     if (!w) {
       free(info);
       return cw_make_status(CW_INVALID_ARGUMENT, "device %" PRId64 " does not exist",
@@ -787,7 +782,7 @@ static cw_status_t cw__compile_place(cw_controller_t* ctl, cw_ctl_session_t* s,
       cw_ctl_worker_t* w = ctl->workers[wi];
       int32_t lo = INT32_MAX, hi = -1;
       for (size_t i = 0; i < info->num_assigned; ++i) {
-        if (cw__worker_of_device(ctl, info->assigned[i]) != w) continue;
+        if (cw_ctl_alloc_resolve(ctl, s, info->assigned[i], &local) != w) continue;
         if (info->assigned[i] < lo) lo = (int32_t)info->assigned[i];
         if (info->assigned[i] > hi) hi = (int32_t)info->assigned[i];
       }
@@ -819,8 +814,8 @@ static cw_status_t cw__compile_place(cw_controller_t* ctl, cw_ctl_session_t* s,
   cp->num_devices = info->num_assigned;
   for (size_t i = 0; i < info->num_assigned; ++i) cp->devices[i] = (int32_t)info->assigned[i];
   for (int64_t g = 0; g < total; ++g) {
-    cw_ctl_worker_t* w = cw__worker_of_device(ctl, g);
-    map[g] = w ? g - w->first_device : 0;
+    cw_ctl_worker_t* w = cw_ctl_alloc_resolve(ctl, s, g, &local);
+    map[g] = w ? (int64_t)local : 0;
   }
   if (r->compile_options.len) {
     st = cw_xla_options_rewrite_devices(r->compile_options.data, r->compile_options.len, map,
@@ -936,7 +931,8 @@ static void cw__handle_compile(cw_ctl_peer_t* p, const cw_frame_header_t* h,
 
 // --- OPEN_SESSION ------------------------------------------------------------------
 
-static void cw__reply_session_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_id) {
+void cw__reply_session_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_id) {
+  if (cw_ctl_alloc_reply_info(ctl, p, request_id)) return;  // an allocated session
   cw_ctl_session_t* s = p->session;
   Causeway__V1__SessionInfo info = CAUSEWAY__V1__SESSION_INFO__INIT;
   info.session_id = s->id;
@@ -959,21 +955,8 @@ static void cw__reply_session_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint6
       cw_ctl_worker_t* w = ctl->workers[i];
       if (!w->alive) continue;
       const Causeway__V1__Inventory* inv = w->reg->inventory;
-      if (!wn) {
-        // The workers' plugin, unchanged.
-        info.platform_name = inv->platform_name;
-        info.platform_version = inv->platform_version;
-        info.pjrt_major = inv->pjrt_major;
-        info.pjrt_minor = inv->pjrt_minor;
-        info.plugin_attributes = inv->plugin_attributes;
-        info.n_plugin_attributes = inv->n_plugin_attributes;
-      }
-      causeway__v1__worker_info__init(&wis[wn]);
-      wis[wn].index = w->index;
-      wis[wn].name = w->name;
-      wis[wn].address = w->address;
-      wis[wn].alive = w->alive;
-      wis[wn].island = w->index;
+      if (!wn) cw_ctl_info_platform(&info, inv);
+      cw_ctl_worker_info_fill(&wis[wn], w);
       wis[wn].num_devices = w->num_devices;
       wptrs[wn] = &wis[wn];
       wn++;
@@ -1005,6 +988,7 @@ static void cw__reply_session_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint6
 
 static void cw__open_wait_free(cw_ctl_open_wait_t* ow) {
   cw_net_conn_release(ow->conn);
+  if (ow->req) protobuf_c_message_free_unpacked(&ow->req->base, NULL);
   free(ow);
 }
 
@@ -1025,7 +1009,7 @@ static void cw__open_waits_check(cw_controller_t* ctl, bool expire) {
     }
     *pp = ow->next;
     if (ready) {
-      cw__reply_session_info(ctl, ow->peer, ow->request_id);
+      cw_ctl_alloc_open(ctl, ow->peer, ow->request_id, ow->req);
     } else if (late) {
       char names[1024];
       size_t used = 0;
@@ -1043,10 +1027,13 @@ static void cw__open_waits_check(cw_controller_t* ctl, bool expire) {
     }
     cw__open_wait_free(ow);
   }
-  if (!ctl->open_waits && !ctl->shutting_down) uv_timer_stop(&ctl->open_tick);
+  cw_ctl_alloc_check(ctl, expire);  // capacity may have freed: the device queue
+  if (!ctl->open_waits && !ctl->alloc_queue && !ctl->shutting_down) {
+    uv_timer_stop(&ctl->open_tick);
+  }
 }
 
-static void cw__open_tick(uv_timer_t* t) { cw__open_waits_check(t->data, true); }
+void cw__open_tick(uv_timer_t* t) { cw__open_waits_check(t->data, true); }
 
 static void cw__handle_open_session(cw_ctl_peer_t* p, const cw_frame_header_t* h,
                                     const Causeway__V1__OpenSessionRequest* r) {
@@ -1068,6 +1055,16 @@ static void cw__handle_open_session(cw_ctl_peer_t* p, const cw_frame_header_t* h
   cw_net_conn_retain(p->conn);
   ow->request_id = h->request_id;
   ow->min_workers = r->min_workers ? r->min_workers : 1;
+  if (r->num_devices) {
+    // Kept for the allocation once enough workers are there.
+    ow->req = (Causeway__V1__OpenSessionRequest*)cw_ctl_msg_copy(&r->base);
+    if (!ow->req) {
+      cw__open_wait_free(ow);
+      cw__reply_error(ctl, p->conn, h->type, h->request_id,
+                      cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
+      return;
+    }
+  }
   uint32_t wait = r->wait_ms < CW__MAX_WAIT_MS ? r->wait_ms : CW__MAX_WAIT_MS;
   ow->deadline_ms = cw__now_ms() + wait;
   ow->next = ctl->open_waits;
@@ -1226,6 +1223,7 @@ static void cw__handle_stats(cw_ctl_peer_t* p, const cw_frame_header_t* h) {
   st.errors = ctl->errors;
   st.workers = cw__alive_workers(ctl);
   st.workers_dead = ctl->num_workers - st.workers;
+  st.alloc_queue = cw_ctl_alloc_queue_length(ctl);
   st.compiles = ctl->compiles;
   st.cache_hits = ctl->cache_hits;
   st.cache_misses = ctl->cache_misses;
