@@ -204,14 +204,14 @@ static void cw__session_close(cw_ctl_session_t* s) {
   cw__session_release(s);
 }
 
-static cw_ctl_exe_t* cw__exe_find(cw_ctl_session_t* s, uint64_t id) {
+cw_ctl_exe_t* cw__exe_find(cw_ctl_session_t* s, uint64_t id) {
   for (cw_ctl_exe_t* e = s->exes; e; e = e->next) {
     if (e->id == id) return e;
   }
   return NULL;
 }
 
-static void cw__exe_forget(cw_ctl_session_t* s, uint64_t id) {
+void cw__exe_forget(cw_ctl_session_t* s, uint64_t id) {
   cw_ctl_exe_t** pp = &s->exes;
   while (*pp && (*pp)->id != id) pp = &(*pp)->next;
   if (!*pp) return;
@@ -290,7 +290,7 @@ static void cw__multi_done(cw_ctl_multi_t* m, cw_controller_t* ctl, cw_status_t 
   free(m);
 }
 
-static void cw__item_free(cw_ctl_item_t* it) {
+void cw__item_free(cw_ctl_item_t* it) {
   if (it->msg) protobuf_c_message_free_unpacked(it->msg, NULL);
   cw_net_conn_release(it->client);
   cw__session_release(it->session);
@@ -298,7 +298,7 @@ static void cw__item_free(cw_ctl_item_t* it) {
 }
 
 // Answers an item with an error (takes st) and frees it.
-static void cw__item_fail(cw_controller_t* ctl, cw_ctl_item_t* it, cw_status_t st) {
+void cw__item_fail(cw_controller_t* ctl, cw_ctl_item_t* it, cw_status_t st) {
   if (it->multi) {
     cw__multi_done(it->multi, ctl, st);
   } else {
@@ -307,8 +307,8 @@ static void cw__item_fail(cw_controller_t* ctl, cw_ctl_item_t* it, cw_status_t s
   cw__item_free(it);
 }
 
-static void cw__relay_reply(void* user, cw_net_conn_t* conn, cw_status_t status,
-                            const ProtobufCMessage* reply, uint8_t* bulk, uint64_t bulk_len) {
+static void cw__relay_answer(void* user, cw_net_conn_t* conn, cw_status_t status,
+                             const ProtobufCMessage* reply, uint8_t* bulk, uint64_t bulk_len) {
   cw_ctl_item_t* it = user;
   cw_controller_t* ctl = it->session->ctl;
   free(bulk);
@@ -341,7 +341,7 @@ static void cw__relay_reply(void* user, cw_net_conn_t* conn, cw_status_t status,
 }
 
 // The executable an item waits for: its id, or 0 when none.
-static uint64_t cw__item_exe_id(const cw_ctl_item_t* it) {
+uint64_t cw__item_exe_id(const cw_ctl_item_t* it) {
   switch (it->type) {
     case CW_MSG_LAUNCH:
       return ((const Causeway__V1__LaunchRequest*)it->msg)->exe_id;
@@ -352,66 +352,23 @@ static uint64_t cw__item_exe_id(const cw_ctl_item_t* it) {
   }
 }
 
-// Forwards the island's queued requests in order; stops at a head whose
-// executable is still loading.
+void cw__relay_reply(void* user, cw_net_conn_t* conn, cw_status_t status,
+                     const ProtobufCMessage* reply, uint8_t* bulk, uint64_t bulk_len) {
+  cw_ctl_item_t* it = user;
+  cw_controller_t* ctl = it->session->ctl;
+  uint32_t island = it->worker;
+  bool stamped = cw_ctl_sched_done(ctl, it);
+  cw__relay_answer(user, conn, status, reply, bulk, bulk_len);
+  if (stamped) cw__island_pump(ctl, island);  // room for the next stamped launch
+}
+
+// Island queues and gang order live in cw_ctl_sched.c.
 static void cw__island_pump(cw_controller_t* ctl, uint32_t index) {
-  if (index >= ctl->num_workers) return;
-  cw_ctl_worker_t* w = ctl->workers[index];
-  while (w->queue_head) {
-    cw_ctl_item_t* it = w->queue_head;
-    cw_ctl_session_t* s = it->session;
-    cw_status_t st = cw_ok_status();
-    if (s->closed) {
-      st = cw_make_status(CW_CANCELLED, "session %" PRIu64 " is closed", s->id);
-    } else if (!w->alive) {
-      st = cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable: its connection to the "
-                          "controller was lost", w->name, w->address);
-    } else if (it->type == CW_MSG_DELETE) {
-      const Causeway__V1__DeleteRequest* r = (const Causeway__V1__DeleteRequest*)it->msg;
-      bool loading = false;
-      for (size_t i = 0; i < r->n_ids; ++i) {
-        cw_ctl_exe_t* e = cw__exe_find(s, r->ids[i]);
-        if (e && e->state == CW__EXE_LOADING) loading = true;
-      }
-      if (loading) return;
-      for (size_t i = 0; i < r->n_ids; ++i) cw__exe_forget(s, r->ids[i]);
-    } else {
-      uint64_t exe_id = cw__item_exe_id(it);
-      cw_ctl_exe_t* e = cw__exe_find(s, exe_id);
-      if (!e) {
-        st = cw_make_status(CW_NOT_FOUND, "executable %" PRIu64 " not found", exe_id);
-      } else if (e->state == CW__EXE_LOADING) {
-        return;  // the island waits, in order
-      } else if (e->state == CW__EXE_FAILED) {
-        st = cw_make_status(cw_status_code(e->error), "executable %" PRIu64 " failed: %s", exe_id,
-                            cw_status_message(e->error));
-      }
-    }
-    w->queue_head = it->next;
-    if (!w->queue_head) w->queue_tail = NULL;
-    it->next = NULL;
-    if (st) {
-      cw__item_fail(ctl, it, st);
-      continue;
-    }
-    cw_net_conn_t* link = cw__session_link(s, index);
-    if (!link || !cw_net_conn_is_open(link)) {
-      cw__item_fail(ctl, it, cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable: "
-                                            "no connection", w->name, w->address));
-      continue;
-    }
-    if (it->type == CW_MSG_LAUNCH) ctl->launches_relayed++;
-    // The message goes out as it came (with the client's seq for this worker).
-    cw_net_conn_request(link, it->type, it->msg, NULL, 0, NULL, NULL, cw__relay_reply, it);
-  }
+  cw_ctl_sched_pump(ctl, index);
 }
 
 static void cw__island_push(cw_controller_t* ctl, cw_ctl_item_t* it) {
-  cw_ctl_worker_t* w = ctl->workers[it->worker];
-  if (w->queue_tail) w->queue_tail->next = it;
-  else w->queue_head = it;
-  w->queue_tail = it;
-  cw__island_pump(ctl, it->worker);
+  cw_ctl_sched_push(ctl, it);
 }
 
 static cw_ctl_item_t* cw__item_create(cw_ctl_peer_t* p, const cw_frame_header_t* h,
@@ -1228,7 +1185,9 @@ static void cw__handle_stats(cw_ctl_peer_t* p, const cw_frame_header_t* h) {
   st.cache_hits = ctl->cache_hits;
   st.cache_misses = ctl->cache_misses;
   st.cache_bytes = cw_compile_cache_bytes(ctl->cache);
+  void* stamps = cw_ctl_sched_stats(ctl, &st);  // gang order: the stamps assigned
   cw_net_conn_reply(p->conn, h->type, h->request_id, &st.base);
+  free(stamps);
 }
 
 // --- Dispatch -------------------------------------------------------------------------
@@ -1427,6 +1386,7 @@ void cw_controller_release(cw_controller_t* ctl) {
     uv_run(&ctl->loop, UV_RUN_DEFAULT);
     uv_loop_close(&ctl->loop);
   }
+  cw_ctl_sched_free(ctl);
   for (size_t i = 0; i < ctl->num_workers; ++i) {
     cw_ctl_worker_t* w = ctl->workers[i];
     while (w->queue_head) {

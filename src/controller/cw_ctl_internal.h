@@ -20,12 +20,16 @@
 #define CW__MAX_NAME 128
 #define CW__MAX_ADDRESS 200
 #define CW__MAX_WORKERS 4096
+// Stamped launches relayed to an island's worker and not yet answered; more
+// wait in the controller, where the island's scheduler orders them by weight.
+#define CW__SCHED_MAX_OUTSTANDING 8
 
 typedef struct cw_ctl_session_s cw_ctl_session_t;
 typedef struct cw_ctl_peer_s cw_ctl_peer_t;
 
 typedef struct cw_ctl_item_s cw_ctl_item_t;
 typedef struct cw_ctl_sched_island_s cw_ctl_sched_island_t;
+typedef struct cw_ctl_stamp_ring_s cw_ctl_stamp_ring_t;
 
 typedef struct cw_ctl_worker_s {
   cw_controller_t* ctl;
@@ -98,6 +102,7 @@ struct cw_ctl_item_s {
   ProtobufCMessage* msg;      // owned; relayed as it is
   cw_ctl_multi_t* multi;      // DELETE spanning workers; NULL otherwise
   uint32_t worker;
+  uint64_t stamp;             // LAUNCH: the island's stamp once relayed (cw_ctl_sched.c)
 };
 
 // A DELETE split over several workers: one reply when all are done.
@@ -182,7 +187,7 @@ struct cw_controller_s {
   cw_ctl_alloc_wait_t* alloc_queue;
   cw_ctl_alloc_wait_t* alloc_queue_tail;
   // Gang order: the record of stamps assigned, all islands (cw_ctl_sched.c).
-  struct cw_ctl_stamp_ring_s* stamp_ring;
+  cw_ctl_stamp_ring_t* stamp_ring;
 };
 
 // --- cw_controller.c, used by the modules ---------------------------------------
@@ -192,6 +197,27 @@ void cw__reply_session_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t req
 cw_net_conn_t* cw__session_link(cw_ctl_session_t* s, uint32_t index);
 void cw__session_release(cw_ctl_session_t* s);
 void cw__open_tick(uv_timer_t* t);
+void cw__item_free(cw_ctl_item_t* it);
+void cw__item_fail(cw_controller_t* ctl, cw_ctl_item_t* it, cw_status_t st);
+cw_ctl_exe_t* cw__exe_find(cw_ctl_session_t* s, uint64_t id);
+void cw__exe_forget(cw_ctl_session_t* s, uint64_t id);
+uint64_t cw__item_exe_id(const cw_ctl_item_t* it);
+void cw__relay_reply(void* user, cw_net_conn_t* conn, cw_status_t status,
+                     const ProtobufCMessage* reply, uint8_t* bulk, uint64_t bulk_len);
+
+// --- cw_ctl_sched.c: island queues and gang order ----------------------------------
+// Queues a request that names an executable on its island (it->worker) and
+// relays what can go.
+void cw_ctl_sched_push(cw_controller_t* ctl, cw_ctl_item_t* it);
+// Relays what can go on island `index`: after a load, a reply, a worker loss.
+void cw_ctl_sched_pump(cw_controller_t* ctl, uint32_t index);
+// A relayed item is answered: true when it was a stamped launch (the island
+// has room again; pump it once the reply is handled).
+bool cw_ctl_sched_done(cw_controller_t* ctl, const cw_ctl_item_t* it);
+// Points st->sched_stamps at the record of stamps assigned; returns what the
+// caller frees after replying (NULL: nothing).
+void* cw_ctl_sched_stats(cw_controller_t* ctl, Causeway__V1__Stats* st);
+void cw_ctl_sched_free(cw_controller_t* ctl);
 
 // --- cw_ctl_alloc.c: sessions' devices ------------------------------------------
 // OPEN_SESSION once enough workers registered: a session without num_devices

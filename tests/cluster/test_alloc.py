@@ -145,3 +145,89 @@ def test_named_workers_and_sharing_placement():
     finally:
         close_all(runners)
         cluster.stop()
+
+
+# ---- Gang order and weights ---------------------------------------------------------------
+
+def island_records(ctl_records):
+    out = {}
+    for isl, stamp, sid in ctl_records:
+        out.setdefault(isl, []).append((stamp, sid))
+    return out
+
+
+def test_shared_island_gang_order():
+    cluster = harness.HandCluster(workers=2, devices=4)
+    runners = []
+    try:
+        # Three sessions share one island (worker 0's 4 devices), a fourth has
+        # worker 1 alone; all run SPMD programs with an all-reduce at once.
+        sharers = [client(f"gang-{i}", cluster, devices=4, share=1, workers="hand-worker-0")
+                   for i in range(3)]
+        other = client("gang-excl", cluster, devices=4)
+        runners += sharers + [other]
+        for r in runners:
+            info = r.call("alloc_devices")
+            want = "hand-worker-1" if r is other else "hand-worker-0"
+            assert set(info["workers"]) == {want}, info
+        for i, r in enumerate(runners):
+            r.submit("spmd_psum", n=40, seed=i)
+        for r in runners:
+            res = r.result(timeout=300)
+            assert res["ok"] and res["n"] == 40 and res["devices"] == 4, res
+        ctl = island_records(sched_record(cluster.controller))
+        assert harness.stats(cluster.controller)["sched_stamps_dropped"] == 0
+        for name in ("hand-worker-0", "hand-worker-1"):
+            wrec = [(stamp, sid) for _, stamp, sid in sched_record(cluster.addresses[name])]
+            assert harness.stats(cluster.addresses[name])["sched_stamps_dropped"] == 0
+            # The worker issued exactly the controller's stamps for its island, in order.
+            match = [isl for isl, rec in ctl.items() if rec == wrec]
+            assert match, (name, wrec[:20], {k: v[:20] for k, v in ctl.items()})
+            stamps = [s for s, _ in wrec]
+            assert stamps == list(range(1, len(stamps) + 1)), stamps[:50]
+            sessions = {sid for _, sid in wrec}
+            switches = sum(1 for a, b in zip(wrec, wrec[1:]) if a[1] != b[1])
+            print(f"{name}: {len(wrec)} stamps from {len(sessions)} sessions, "
+                  f"{switches} switches between sessions")
+            if name == "hand-worker-0":
+                assert len(sessions) == 3 and len(wrec) >= 120, (len(sessions), len(wrec))
+            else:
+                assert len(sessions) == 1 and len(wrec) >= 40, (len(sessions), len(wrec))
+    finally:
+        close_all(runners)
+        cluster.stop()
+
+
+def test_weights_share_a_backlogged_island():
+    cluster = harness.HandCluster(workers=1, devices=4)
+    runners = []
+    try:
+        heavy = client("weight-2", cluster, devices=1, share=1, weight=2)
+        light = client("weight-1", cluster, devices=1, share=1, weight=1)
+        runners += [heavy, light]
+        for r in runners:
+            assert r.call("burst", n=1)["ok"]  # compiled, warm
+        n_heavy, n_light = 240, 120
+        heavy.submit("burst", n=n_heavy)
+        light.submit("burst", n=n_light)
+        for r in runners:
+            assert r.result(timeout=600)["ok"]
+        rec = sched_record(cluster.controller)
+        (island,) = {isl for isl, _, _ in rec}
+        seq = [sid for _, _, sid in sorted(rec, key=lambda x: x[1])]
+        sessions = sorted(set(seq), key=seq.count)
+        assert len(sessions) == 2, sessions
+        light_sid, heavy_sid = sessions
+        # The bursts: each session's last n stamps.
+        hpos = [i for i, s in enumerate(seq) if s == heavy_sid][-n_heavy:]
+        lpos = [i for i, s in enumerate(seq) if s == light_sid][-n_light:]
+        lo, hi = max(hpos[0], lpos[0]), min(hpos[-1], lpos[-1])
+        window = seq[lo:hi + 1]
+        h, l = window.count(heavy_sid), window.count(light_sid)
+        print(f"weights 2:1: {h} and {l} stamps in the window where both waited "
+              f"(ratio {h / max(l, 1):.2f})")
+        assert l >= 40, (h, l, lo, hi)
+        assert 1.6 <= h / l <= 2.5, (h, l, window[:60])
+    finally:
+        close_all(runners)
+        cluster.stop()
