@@ -17,3 +17,6 @@ build/release/bin/cw_bench --plugin "$plugin" "$@"
 cmake --build build/release --target causeway_pjrt causeway-controller causeway-worker >&2
 jax_args=(); for a in "$@"; do [[ "$a" == --quick ]] && jax_args=(--quick); done
 .venv/bin/python bench/jax_bench.py "${jax_args[@]}"
+# One island shared by 1, 4 and 16 client sessions: launches/s through the
+# island's scheduler, beside stock in-process JAX calls/s (--quick: 1 and 4).
+.venv/bin/python bench/sessions_bench.py "${jax_args[@]}"
