@@ -12,6 +12,12 @@
 // The record of stamps passed (issued or failed in their turn), with their
 // sessions, is what STATS reports (Stats.sched_stamps): tests compare it with
 // the controller's record of stamps assigned.
+//
+// A stamp that never arrives (its frame lost with a controller connection, or
+// a controller that counts from elsewhere after a restart of either side)
+// would hold every later one: when launches have waited CW__STAMP_STALL_MS
+// with no progress, the order goes on from the smallest stamp waiting, with a
+// warning naming the missing ones.
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +28,7 @@
 
 #define CW__STAMP_RECORD 4096
 #define CW__STAMP_AHEAD_MAX 65536
+#define CW__STAMP_STALL_MS 5000
 
 struct cw_stamp_state_s {
   uint64_t next;  // the stamp issued next
@@ -30,6 +37,9 @@ struct cw_stamp_state_s {
   cw_conn_t* waiters;  // referenced: connections whose head waits for its turn
   bool waking, rewake;
   bool off;            // shutting down: no more waiting
+  uv_timer_t stall;    // runs while connections wait
+  bool stall_init;
+  uint64_t stall_next;  // `next` when the stall timer last looked
   cw_stamp_rec_t ring[CW__STAMP_RECORD];
   uint64_t count;  // ever recorded
 };
@@ -47,6 +57,8 @@ uint64_t cw_worker_stamp_of(const cw_conn_t* c, uint16_t type, const ProtobufCMe
   return ((const Causeway__V1__LaunchRequest*)msg)->sched_stamp;
 }
 
+static void cw__stamp_stall(uv_timer_t* t);
+
 bool cw_worker_stamp_wait(cw_conn_t* c, uint64_t stamp) {
   cw_stamp_state_t* g = cw__stamps(c->w);
   if (!g || g->off || stamp <= g->next) return false;
@@ -54,6 +66,15 @@ bool cw_worker_stamp_wait(cw_conn_t* c, uint64_t stamp) {
   cw__conn_ref(c);
   c->stamp_wait_next = g->waiters;
   g->waiters = c;
+  if (!g->stall_init) {
+    uv_timer_init(&c->w->loop, &g->stall);
+    g->stall.data = c->w;
+    g->stall_init = true;
+  }
+  if (!uv_is_active((uv_handle_t*)&g->stall)) {
+    g->stall_next = g->next;
+    uv_timer_start(&g->stall, cw__stamp_stall, CW__STAMP_STALL_MS, CW__STAMP_STALL_MS);
+  }
   return true;
 }
 
@@ -88,6 +109,35 @@ static void cw__stamp_wake(cw_worker_t* w, cw_stamp_state_t* g) {
   g->waking = false;
 }
 
+static void cw__stamp_advance(cw_worker_t* w, cw_stamp_state_t* g);
+
+// No progress for a while with launches waiting: skip the stamps that never came.
+static void cw__stamp_stall(uv_timer_t* t) {
+  cw_worker_t* w = t->data;
+  cw_stamp_state_t* g = w->stamps;
+  if (!g->waiters) {
+    uv_timer_stop(t);
+    return;
+  }
+  if (g->next != g->stall_next) {
+    g->stall_next = g->next;
+    return;
+  }
+  uint64_t least = UINT64_MAX;
+  for (cw_conn_t* c = g->waiters; c; c = c->stamp_wait_next) {
+    uint64_t s = c->launch_head ? cw_worker_stamp_of(c, CW_MSG_LAUNCH, &c->launch_head->req->base)
+                                : 0;
+    if (s && s < least) least = s;
+  }
+  if (g->num_ahead && g->ahead[0].stamp < least) least = g->ahead[0].stamp;
+  if (least == UINT64_MAX || least <= g->next) return;
+  CW_LOGW("gang order: stamps %" PRIu64 "..%" PRIu64 " did not arrive within %d ms; going on "
+          "with %" PRIu64, g->next, least - 1, CW__STAMP_STALL_MS, least);
+  g->next = least;
+  g->stall_next = least;
+  cw__stamp_advance(w, g);
+}
+
 void cw_worker_stamp_passed(cw_worker_t* w, uint64_t stamp, uint64_t session_id) {
   cw_stamp_state_t* g = cw__stamps(w);
   if (!g || !stamp) return;
@@ -115,6 +165,11 @@ void cw_worker_stamp_passed(cw_worker_t* w, uint64_t stamp, uint64_t session_id)
   cw__stamp_record(g, stamp, session_id);
   if (stamp == g->next) g->next++;
   else if (stamp > g->next) g->next = stamp + 1;  // off: shutting down
+  cw__stamp_advance(w, g);
+}
+
+// Passes the stamps refused early whose turn has come; resumes the waiters.
+static void cw__stamp_advance(cw_worker_t* w, cw_stamp_state_t* g) {
   size_t used = 0;
   while (used < g->num_ahead && g->ahead[used].stamp <= g->next) {
     if (g->ahead[used].stamp == g->next) {
@@ -139,6 +194,7 @@ void cw_worker_stamp_stop(cw_worker_t* w) {
   cw_stamp_state_t* g = w->stamps;
   if (!g) return;
   g->off = true;
+  if (g->stall_init) uv_close((uv_handle_t*)&g->stall, NULL);
   cw__stamp_wake(w, g);
 }
 
