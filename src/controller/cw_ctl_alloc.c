@@ -269,9 +269,10 @@ static bool cw__alloc_apply(cw_controller_t* ctl, cw_ctl_session_t* s,
 
 typedef enum { CW__ALLOC_GRANTED, CW__ALLOC_WAIT, CW__ALLOC_FAILED } cw__alloc_result_t;
 
-// Plans `r` for `s`; on a grant the session has its devices. `st` (set on
-// FAILED) says why; on WAIT *out_usable/*out_capacity say what is free.
-static cw__alloc_result_t cw__alloc_try(cw_controller_t* ctl, cw_ctl_session_t* s,
+// Plans `r` for `s`; on a grant (with `apply`) the session has its devices;
+// without `apply` only the answer counts (a request behind the queue's head).
+// `st` (set on FAILED) says why; on WAIT *out_usable/*out_capacity say what is free.
+static cw__alloc_result_t cw__alloc_try(cw_controller_t* ctl, cw_ctl_session_t* s, bool apply,
                                         const Causeway__V1__OpenSessionRequest* r,
                                         cw_status_t* out_st, uint32_t* out_usable,
                                         uint32_t* out_capacity) {
@@ -291,7 +292,7 @@ static cw__alloc_result_t cw__alloc_try(cw_controller_t* ctl, cw_ctl_session_t* 
                                  out_capacity);
   cw__alloc_result_t res = CW__ALLOC_FAILED;
   if (!st && !wait) {
-    res = cw__alloc_apply(ctl, s, r, devs) ? CW__ALLOC_GRANTED : CW__ALLOC_FAILED;
+    res = (!apply || cw__alloc_apply(ctl, s, r, devs)) ? CW__ALLOC_GRANTED : CW__ALLOC_FAILED;
     if (res == CW__ALLOC_FAILED) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   } else if (!st) {
     res = CW__ALLOC_WAIT;
@@ -344,22 +345,12 @@ void cw_ctl_alloc_open(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_
                                    asked));
     return;
   }
-  // FIFO: a request behind others waits even if it would fit.
+  // FIFO: with others queued, only "never" is decided now; it waits even if it would fit.
   uint32_t usable = 0, capacity = 0;
   cw_status_t st = cw_ok_status();
-  cw__alloc_result_t res;
-  if (ctl->alloc_queue) {
-    // Only "never" is decided now.
-    cw_ctl_session_t probe;
-    memset(&probe, 0, sizeof(probe));
-    res = cw__alloc_try(ctl, &probe, r, &st, &usable, &capacity);
-    if (res == CW__ALLOC_GRANTED) {
-      cw_ctl_alloc_session_free(&probe);
-      res = CW__ALLOC_WAIT;
-    }
-  } else {
-    res = cw__alloc_try(ctl, s, r, &st, &usable, &capacity);
-  }
+  bool head = ctl->alloc_queue == NULL;
+  cw__alloc_result_t res = cw__alloc_try(ctl, s, head, r, &st, &usable, &capacity);
+  if (!head && res == CW__ALLOC_GRANTED) res = CW__ALLOC_WAIT;
   if (res == CW__ALLOC_GRANTED) {
     cw__reply_session_info(ctl, p, request_id);
     return;
@@ -425,18 +416,8 @@ void cw_ctl_alloc_check(cw_controller_t* ctl, bool expire) {
     cw__alloc_describe(a->req, asked, sizeof(asked));
     uint32_t usable = 0, capacity = 0;
     cw_status_t st = cw_ok_status();
-    cw__alloc_result_t res;
-    if (head) {
-      res = cw__alloc_try(ctl, s, a->req, &st, &usable, &capacity);
-    } else {
-      cw_ctl_session_t probe;
-      memset(&probe, 0, sizeof(probe));
-      res = cw__alloc_try(ctl, &probe, a->req, &st, &usable, &capacity);
-      if (res == CW__ALLOC_GRANTED) {
-        cw_ctl_alloc_session_free(&probe);
-        res = CW__ALLOC_WAIT;
-      }
-    }
+    cw__alloc_result_t res = cw__alloc_try(ctl, s, head, a->req, &st, &usable, &capacity);
+    if (!head && res == CW__ALLOC_GRANTED) res = CW__ALLOC_WAIT;
     bool late = res == CW__ALLOC_WAIT && expire && a->deadline_ms && now >= a->deadline_ms;
     if (res == CW__ALLOC_WAIT && !late) {
       char msg[256];
