@@ -20,3 +20,6 @@ jax_args=(); for a in "$@"; do [[ "$a" == --quick ]] && jax_args=(--quick); done
 # Failover: time from a worker's death (SIGKILL, SIGSTOP) to the error in
 # every affected JAX client, with a plain TCP peer's SIGKILL as the baseline.
 .venv/bin/python bench/failover_bench.py "${jax_args[@]}"
+# One island shared by 1, 4 and 16 client sessions: launches/s through the
+# island's scheduler, beside stock in-process JAX calls/s (--quick: 1 and 4).
+.venv/bin/python bench/sessions_bench.py "${jax_args[@]}"

@@ -325,6 +325,16 @@ def frame_corpus():
     c["err_admin_not_found"] = frame(ADMIN_PAUSE, error_reply(5, "session 9 not found; open "
                                                               "sessions: none"),
                                      flags=REPLY | ERROR, req_id=51)
+    # Allocation and gang order: OPEN_SESSION (33) with its allocation fields, a
+    # stamped LAUNCH, STATS with stamp records.
+    c["req_open_session_alloc"] = frame(
+        33, f_varint(1, 1) + f_varint(2, 100) + f_varint(3, 4) + f_bytes(4, "cpu") +
+        f_varint(5, 2) + f_bytes(6, "w0") + f_bytes(6, "w1") + f_varint(7, 1) + f_varint(8, 2) +
+        f_varint(9, 1500), req_id=20)
+    c["req_launch_stamped"] = frame(LAUNCH, launch_request() + f_varint(6, 7), req_id=21)
+    stamp = f_varint(1, 0) + f_varint(2, 7) + f_varint(3, 42)
+    c["rep_stats_stamps"] = frame(STATS, stats() + f_bytes(30, stamp) + f_bytes(30, stamp) +
+                                  f_varint(31, 3) + f_varint(32, 1), flags=REPLY, req_id=22)
     # Error replies.
     c["err_not_found"] = frame(DOWNLOAD, error_reply(5, "buffer 3 not found"),
                                flags=REPLY | ERROR, req_id=10)

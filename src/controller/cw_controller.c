@@ -138,16 +138,6 @@ void cw__link_drop(cw_net_conn_t** link) {
   cw_net_conn_release(c);
 }
 
-static cw_ctl_worker_t* cw__worker_of_device(cw_controller_t* ctl, int64_t global_id) {
-  for (size_t i = 0; i < ctl->num_workers; ++i) {
-    cw_ctl_worker_t* w = ctl->workers[i];
-    if (global_id >= w->first_device && global_id < (int64_t)w->first_device + w->num_devices) {
-      return w;
-    }
-  }
-  return NULL;
-}
-
 static size_t cw__alive_workers(const cw_controller_t* ctl) {
   size_t n = 0;
   for (size_t i = 0; i < ctl->num_workers; ++i) n += ctl->workers[i]->alive;
@@ -198,6 +188,7 @@ void cw__session_release(cw_ctl_session_t* s) {
     s->exes = e->next;
     cw__exe_free(e);
   }
+  cw_ctl_alloc_session_free(s);
   free(s->links);
   cw_ctl_health_session_free(s);
   cw_ctl_ops_session_free(s);
@@ -227,7 +218,7 @@ cw_ctl_exe_t* cw__exe_find(cw_ctl_session_t* s, uint64_t id) {
   return NULL;
 }
 
-static void cw__exe_forget(cw_ctl_session_t* s, uint64_t id) {
+void cw__exe_forget(cw_ctl_session_t* s, uint64_t id) {
   cw_ctl_exe_t** pp = &s->exes;
   while (*pp && (*pp)->id != id) pp = &(*pp)->next;
   if (!*pp) return;
@@ -313,7 +304,7 @@ static void cw__multi_done(cw_ctl_multi_t* m, cw_controller_t* ctl, cw_status_t 
   free(m);
 }
 
-static void cw__item_free(cw_ctl_item_t* it) {
+void cw__item_free(cw_ctl_item_t* it) {
   if (it->msg) protobuf_c_message_free_unpacked(it->msg, NULL);
   cw_net_conn_release(it->client);
   cw__session_release(it->session);
@@ -321,7 +312,7 @@ static void cw__item_free(cw_ctl_item_t* it) {
 }
 
 // Answers an item with an error (takes st) and frees it.
-static void cw__item_fail(cw_controller_t* ctl, cw_ctl_item_t* it, cw_status_t st) {
+void cw__item_fail(cw_controller_t* ctl, cw_ctl_item_t* it, cw_status_t st) {
   if (it->multi) {
     cw__multi_done(it->multi, ctl, st);
   } else {
@@ -330,8 +321,8 @@ static void cw__item_fail(cw_controller_t* ctl, cw_ctl_item_t* it, cw_status_t s
   cw__item_free(it);
 }
 
-static void cw__relay_reply(void* user, cw_net_conn_t* conn, cw_status_t status,
-                            const ProtobufCMessage* reply, uint8_t* bulk, uint64_t bulk_len) {
+static void cw__relay_answer(void* user, cw_net_conn_t* conn, cw_status_t status,
+                             const ProtobufCMessage* reply, uint8_t* bulk, uint64_t bulk_len) {
   cw_ctl_item_t* it = user;
   cw_controller_t* ctl = it->session->ctl;
   free(bulk);
@@ -349,7 +340,9 @@ static void cw__relay_reply(void* user, cw_net_conn_t* conn, cw_status_t status,
     Causeway__V1__ExecutableInfo info = *(const Causeway__V1__ExecutableInfo*)reply;
     int32_t* devs = calloc(info.n_devices + 1, sizeof(int32_t));
     if (devs) {
-      for (size_t i = 0; i < info.n_devices; ++i) devs[i] = w->first_device + info.devices[i];
+      for (size_t i = 0; i < info.n_devices; ++i) {
+        devs[i] = cw_ctl_alloc_session_id(ctl, it->session, w->index, (uint32_t)info.devices[i]);
+      }
       info.devices = devs;
     }
     info.island = w->index;
@@ -363,7 +356,7 @@ static void cw__relay_reply(void* user, cw_net_conn_t* conn, cw_status_t status,
 }
 
 // The executable an item waits for: its id, or 0 when none.
-static uint64_t cw__item_exe_id(const cw_ctl_item_t* it) {
+uint64_t cw__item_exe_id(const cw_ctl_item_t* it) {
   switch (it->type) {
     case CW_MSG_LAUNCH:
       return ((const Causeway__V1__LaunchRequest*)it->msg)->exe_id;
@@ -374,61 +367,19 @@ static uint64_t cw__item_exe_id(const cw_ctl_item_t* it) {
   }
 }
 
-// Forwards the island's queued requests in order; stops at a head whose
-// executable is still loading.
+void cw__relay_reply(void* user, cw_net_conn_t* conn, cw_status_t status,
+                     const ProtobufCMessage* reply, uint8_t* bulk, uint64_t bulk_len) {
+  cw_ctl_item_t* it = user;
+  cw_controller_t* ctl = it->session->ctl;
+  uint32_t island = it->worker;
+  bool stamped = cw_ctl_sched_done(ctl, it);
+  cw__relay_answer(user, conn, status, reply, bulk, bulk_len);
+  if (stamped) cw__island_pump(ctl, island);  // room for the next stamped launch
+}
+
+// Island queues and gang order live in cw_ctl_sched.c.
 void cw__island_pump(cw_controller_t* ctl, uint32_t index) {
-  if (index >= ctl->num_workers) return;
-  cw_ctl_worker_t* w = ctl->workers[index];
-  while (w->queue_head) {
-    cw_ctl_item_t* it = w->queue_head;
-    cw_ctl_session_t* s = it->session;
-    cw_status_t st = cw_ok_status();
-    if (s->closed) {
-      st = cw_make_status(CW_CANCELLED, "session %" PRIu64 " is closed", s->id);
-    } else if (!w->alive) {
-      st = cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable: its connection to the "
-                          "controller was lost", w->name, w->address);
-    } else if (it->type == CW_MSG_DELETE) {
-      const Causeway__V1__DeleteRequest* r = (const Causeway__V1__DeleteRequest*)it->msg;
-      bool loading = false;
-      for (size_t i = 0; i < r->n_ids; ++i) {
-        cw_ctl_exe_t* e = cw__exe_find(s, r->ids[i]);
-        if (e && e->state == CW__EXE_LOADING) loading = true;
-      }
-      if (loading) return;
-      for (size_t i = 0; i < r->n_ids; ++i) cw__exe_forget(s, r->ids[i]);
-    } else {
-      uint64_t exe_id = cw__item_exe_id(it);
-      cw_ctl_exe_t* e = cw__exe_find(s, exe_id);
-      if (!e) {
-        st = cw_make_status(CW_NOT_FOUND, "executable %" PRIu64 " not found", exe_id);
-      } else if (e->state == CW__EXE_LOADING) {
-        return;  // the island waits, in order
-      } else if (e->state == CW__EXE_FAILED) {
-        st = cw_make_status(cw_status_code(e->error), "executable %" PRIu64 " failed: %s", exe_id,
-                            cw_status_message(e->error));
-      }
-    }
-    w->queue_head = it->next;
-    if (!w->queue_head) w->queue_tail = NULL;
-    it->next = NULL;
-    if (st) {
-      cw__item_fail(ctl, it, st);
-      continue;
-    }
-    cw_net_conn_t* link = cw__session_link(s, index);
-    if (!link || !cw_net_conn_is_open(link)) {
-      cw__item_fail(ctl, it, cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable: "
-                                            "no connection", w->name, w->address));
-      continue;
-    }
-    if (it->type == CW_MSG_LAUNCH) {
-      ctl->launches_relayed++;
-      s->launches++;
-    }
-    // The message goes out as it came (with the client's seq for this worker).
-    cw_net_conn_request(link, it->type, it->msg, NULL, 0, NULL, NULL, cw__relay_reply, it);
-  }
+  cw_ctl_sched_pump(ctl, index);
 }
 
 static void cw__island_push(cw_controller_t* ctl, cw_ctl_item_t* it) {
@@ -437,11 +388,7 @@ static void cw__island_push(cw_controller_t* ctl, cw_ctl_item_t* it) {
     cw__item_fail(ctl, it, stale);
     return;
   }
-  cw_ctl_worker_t* w = ctl->workers[it->worker];
-  if (w->queue_tail) w->queue_tail->next = it;
-  else w->queue_head = it;
-  w->queue_tail = it;
-  cw__island_pump(ctl, it->worker);
+  cw_ctl_sched_push(ctl, it);
 }
 
 static cw_ctl_item_t* cw__item_create(cw_ctl_peer_t* p, const cw_frame_header_t* h,
@@ -608,7 +555,9 @@ static void cw__compile_exe_info(void* user, cw_net_conn_t* conn, cw_status_t st
   int32_t* devs = calloc(info.n_devices + cp->num_devices + 1, sizeof(int32_t));
   if (devs) {
     // Global ids: from the worker's addressable devices, else the assignment.
-    for (size_t i = 0; i < info.n_devices; ++i) devs[i] = w->first_device + info.devices[i];
+    for (size_t i = 0; i < info.n_devices; ++i) {
+      devs[i] = cw_ctl_alloc_session_id(ctl, cp->session, w->index, (uint32_t)info.devices[i]);
+    }
     if (!info.n_devices) {
       memcpy(devs, cp->devices, cp->num_devices * sizeof(int32_t));
       info.n_devices = cp->num_devices;
@@ -791,7 +740,7 @@ void cw__inflight_send_compile(cw_ctl_inflight_t* f, const char* format, const u
 static cw_status_t cw__compile_place(cw_controller_t* ctl, cw_ctl_session_t* s,
                                      const Causeway__V1__CompileRequest* r,
                                      cw_ctl_compile_t* cp) {
-  int64_t total = ctl->next_device;
+  int64_t total = cw_ctl_alloc_num_ids(ctl, s);  // the session's device ids
   cw_xla_options_info_t* info = malloc(sizeof(*info));
   if (!info) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   cw_status_t st = cw_ok_status();
@@ -805,10 +754,10 @@ static cw_status_t cw__compile_place(cw_controller_t* ctl, cw_ctl_session_t* s,
     info->num_assigned = 0;
   }
   if (info->num_assigned == 0) {
-    // No assignment: one device, the first of the first live worker.
+    // No assignment: one device, the session's first (or the first live worker's).
     info->num_assigned = 1;
-    info->assigned[0] = -1;
-    for (size_t i = 0; i < ctl->num_workers; ++i) {
+    info->assigned[0] = s->allocated ? 0 : -1;
+    for (size_t i = 0; !s->allocated && i < ctl->num_workers; ++i) {
       if (ctl->workers[i]->alive && cw_ctl_ops_worker_takes_work(ctl->workers[i])) {
         info->assigned[0] = ctl->workers[i]->first_device;
         break;
@@ -820,10 +769,11 @@ static cw_status_t cw__compile_place(cw_controller_t* ctl, cw_ctl_session_t* s,
     }
   }
   // Which islands do the devices span?
-  cw_ctl_worker_t* first = cw__worker_of_device(ctl, info->assigned[0]);
+  uint32_t local = 0;
+  cw_ctl_worker_t* first = cw_ctl_alloc_resolve(ctl, s, info->assigned[0], &local);
   bool spans = false;
   for (size_t i = 0; i < info->num_assigned; ++i) {
-    cw_ctl_worker_t* w = cw__worker_of_device(ctl, info->assigned[i]);
+    cw_ctl_worker_t* w = cw_ctl_alloc_resolve(ctl, s, info->assigned[i], &local);
     if (!w) {
       free(info);
       return cw_make_status(CW_INVALID_ARGUMENT, "device %" PRId64 " does not exist",
@@ -839,7 +789,7 @@ static cw_status_t cw__compile_place(cw_controller_t* ctl, cw_ctl_session_t* s,
       cw_ctl_worker_t* w = ctl->workers[wi];
       int32_t lo = INT32_MAX, hi = -1;
       for (size_t i = 0; i < info->num_assigned; ++i) {
-        if (cw__worker_of_device(ctl, info->assigned[i]) != w) continue;
+        if (cw_ctl_alloc_resolve(ctl, s, info->assigned[i], &local) != w) continue;
         if (info->assigned[i] < lo) lo = (int32_t)info->assigned[i];
         if (info->assigned[i] > hi) hi = (int32_t)info->assigned[i];
       }
@@ -875,8 +825,8 @@ static cw_status_t cw__compile_place(cw_controller_t* ctl, cw_ctl_session_t* s,
   cp->num_devices = info->num_assigned;
   for (size_t i = 0; i < info->num_assigned; ++i) cp->devices[i] = (int32_t)info->assigned[i];
   for (int64_t g = 0; g < total; ++g) {
-    cw_ctl_worker_t* w = cw__worker_of_device(ctl, g);
-    map[g] = w ? g - w->first_device : 0;
+    cw_ctl_worker_t* w = cw_ctl_alloc_resolve(ctl, s, g, &local);
+    map[g] = w ? (int64_t)local : 0;
   }
   if (r->compile_options.len) {
     st = cw_xla_options_rewrite_devices(r->compile_options.data, r->compile_options.len, map,
@@ -990,7 +940,8 @@ static void cw__handle_compile(cw_ctl_peer_t* p, const cw_frame_header_t* h,
 
 // --- OPEN_SESSION ------------------------------------------------------------------
 
-static void cw__reply_session_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_id) {
+void cw__reply_session_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_id) {
+  if (cw_ctl_alloc_reply_info(ctl, p, request_id)) return;  // an allocated session
   cw_ctl_session_t* s = p->session;
   Causeway__V1__SessionInfo info = CAUSEWAY__V1__SESSION_INFO__INIT;
   info.session_id = s->id;
@@ -1014,21 +965,8 @@ static void cw__reply_session_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint6
       cw_ctl_worker_t* w = ctl->workers[i];
       if (!w->alive || !cw_ctl_ops_worker_takes_work(w)) continue;  // draining: none new
       const Causeway__V1__Inventory* inv = w->reg->inventory;
-      if (!wn) {
-        // The workers' plugin, unchanged.
-        info.platform_name = inv->platform_name;
-        info.platform_version = inv->platform_version;
-        info.pjrt_major = inv->pjrt_major;
-        info.pjrt_minor = inv->pjrt_minor;
-        info.plugin_attributes = inv->plugin_attributes;
-        info.n_plugin_attributes = inv->n_plugin_attributes;
-      }
-      causeway__v1__worker_info__init(&wis[wn]);
-      wis[wn].index = w->index;
-      wis[wn].name = w->name;
-      wis[wn].address = w->address;
-      wis[wn].alive = w->alive;
-      wis[wn].island = w->index;
+      if (!wn) cw_ctl_info_platform(&info, inv);
+      cw_ctl_worker_info_fill(&wis[wn], w);
       wis[wn].num_devices = w->num_devices;
       wis[wn].incarnation = w->incarnation;
       wis[wn].direct_launch = cw__session_direct_launch(ctl, s, w->index);
@@ -1064,6 +1002,7 @@ static void cw__reply_session_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint6
 
 static void cw__open_wait_free(cw_ctl_open_wait_t* ow) {
   cw_net_conn_release(ow->conn);
+  if (ow->req) protobuf_c_message_free_unpacked(&ow->req->base, NULL);
   free(ow);
 }
 
@@ -1084,7 +1023,7 @@ void cw__open_waits_check(cw_controller_t* ctl, bool expire) {
     }
     *pp = ow->next;
     if (ready) {
-      cw__reply_session_info(ctl, ow->peer, ow->request_id);
+      cw_ctl_alloc_open(ctl, ow->peer, ow->request_id, ow->req);
     } else if (late) {
       char names[1024];
       size_t used = 0;
@@ -1102,10 +1041,13 @@ void cw__open_waits_check(cw_controller_t* ctl, bool expire) {
     }
     cw__open_wait_free(ow);
   }
-  if (!ctl->open_waits && !ctl->shutting_down) uv_timer_stop(&ctl->open_tick);
+  cw_ctl_alloc_check(ctl, expire);  // capacity may have freed: the device queue
+  if (!ctl->open_waits && !ctl->alloc_queue && !ctl->shutting_down) {
+    uv_timer_stop(&ctl->open_tick);
+  }
 }
 
-static void cw__open_tick(uv_timer_t* t) { cw__open_waits_check(t->data, true); }
+void cw__open_tick(uv_timer_t* t) { cw__open_waits_check(t->data, true); }
 
 static void cw__handle_open_session(cw_ctl_peer_t* p, const cw_frame_header_t* h,
                                     const Causeway__V1__OpenSessionRequest* r) {
@@ -1128,6 +1070,16 @@ static void cw__handle_open_session(cw_ctl_peer_t* p, const cw_frame_header_t* h
   cw_net_conn_retain(p->conn);
   ow->request_id = h->request_id;
   ow->min_workers = r->min_workers ? r->min_workers : 1;
+  if (r->num_devices) {
+    // Kept for the allocation once enough workers are there.
+    ow->req = (Causeway__V1__OpenSessionRequest*)cw_ctl_msg_copy(&r->base);
+    if (!ow->req) {
+      cw__open_wait_free(ow);
+      cw__reply_error(ctl, p->conn, h->type, h->request_id,
+                      cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
+      return;
+    }
+  }
   uint32_t wait = r->wait_ms < CW__MAX_WAIT_MS ? r->wait_ms : CW__MAX_WAIT_MS;
   ow->deadline_ms = cw__now_ms() + wait;
   ow->next = ctl->open_waits;
@@ -1294,13 +1246,16 @@ static void cw__handle_stats(cw_ctl_peer_t* p, const cw_frame_header_t* h) {
   st.errors = ctl->errors;
   st.workers = cw__alive_workers(ctl);
   st.workers_dead = ctl->num_workers - st.workers;
+  st.alloc_queue = cw_ctl_alloc_queue_length(ctl);
   st.compiles = ctl->compiles;
   st.cache_hits = ctl->cache_hits;
   st.cache_misses = ctl->cache_misses;
   st.cache_bytes = cw_compile_cache_bytes(ctl->cache);
   cw_ctl_disk_stats(ctl, &st);
   cw_ctl_health_stats(ctl, &st);
+  void* stamps = cw_ctl_sched_stats(ctl, &st);  // gang order: the stamps assigned
   cw_net_conn_reply(p->conn, h->type, h->request_id, &st.base);
+  free(stamps);
 }
 
 // --- Dispatch -------------------------------------------------------------------------
@@ -1524,6 +1479,7 @@ void cw_controller_release(cw_controller_t* ctl) {
     uv_run(&ctl->loop, UV_RUN_DEFAULT);
     uv_loop_close(&ctl->loop);
   }
+  cw_ctl_sched_free(ctl);
   for (size_t i = 0; i < ctl->num_workers; ++i) {
     cw_ctl_worker_t* w = ctl->workers[i];
     while (w->queue_head) {

@@ -206,6 +206,7 @@ void cw_ctl_health_take_over(cw_ctl_peer_t* p, const cw_frame_header_t* h, cw_ct
   snprintf(w->address, sizeof(w->address), "%s", r->address);
   w->alive = true;
   w->incarnation++;
+  cw_ctl_sched_reset(w);
   ctl->workers_replaced++;
   p->worker = w;
   cw_ctl_health_registered(p, w);

@@ -10,6 +10,7 @@
 
 #include "cw_frame.h"
 #include "cw_compile_cache.h"
+#include "cw_ctl_alloc_plan.h"
 #include "cw_controller.h"
 #include "cw_net.h"
 #include "cw_settings.h"
@@ -19,11 +20,16 @@
 #define CW__MAX_NAME 128
 #define CW__MAX_ADDRESS 200
 #define CW__MAX_WORKERS 4096
+// Stamped launches relayed to an island's worker and not yet answered; more
+// wait in the controller, where the island's scheduler orders them by weight.
+#define CW__SCHED_MAX_OUTSTANDING 32
 
 typedef struct cw_ctl_session_s cw_ctl_session_t;
 typedef struct cw_ctl_peer_s cw_ctl_peer_t;
 
 typedef struct cw_ctl_item_s cw_ctl_item_t;
+typedef struct cw_ctl_sched_island_s cw_ctl_sched_island_t;
+typedef struct cw_ctl_stamp_ring_s cw_ctl_stamp_ring_t;
 
 typedef struct cw_ctl_worker_s {
   cw_controller_t* ctl;
@@ -42,6 +48,7 @@ typedef struct cw_ctl_worker_s {
   int64_t last_heartbeat_ms;
   uint32_t incarnation;         // 0 first, +1 each time a same-name worker takes the slot
   struct cw_ctl_worker_ops_s* ops;     // operations (cw_ctl_ops.c): drain, polled STATS
+  cw_ctl_sched_island_t* sched;        // gang order (cw_ctl_sched.c); NULL until used
 } cw_ctl_worker_t;
 
 typedef enum cw_ctl_exe_state_e {
@@ -80,6 +87,13 @@ struct cw_ctl_session_s {
   uint32_t* joined;
   size_t num_joined;
   struct cw_ctl_session_ops_s* ops;  // operations (cw_ctl_ops.c): name, devices, paused
+  // Allocation (cw_ctl_alloc.c). Not allocated: every device, by global id,
+  // nothing reserved (OPEN_SESSION without num_devices).
+  bool allocated;
+  bool share;
+  uint32_t weight;            // gang order: share of shared islands (>= 1)
+  cw_alloc_device_t* vdevs;   // [num_vdevs]: session device id -> worker index, local id
+  uint32_t num_vdevs;
 };
 
 struct cw_ctl_peer_s {
@@ -104,6 +118,7 @@ struct cw_ctl_item_s {
   cw_ctl_multi_t* multi;      // DELETE spanning workers; NULL otherwise
   uint32_t worker;
   int64_t received_ns;  // CLOCK_MONOTONIC at receipt (launch latency)
+  uint64_t stamp;             // LAUNCH: the island's stamp once relayed (cw_ctl_sched.c)
 };
 
 // A DELETE split over several workers: one reply when all are done.
@@ -123,7 +138,10 @@ typedef struct cw_ctl_open_wait_s {
   uint64_t request_id;
   uint32_t min_workers;
   int64_t deadline_ms;
+  Causeway__V1__OpenSessionRequest* req;  // owned copy: the allocation asked for
 } cw_ctl_open_wait_t;
+
+typedef struct cw_ctl_alloc_wait_s cw_ctl_alloc_wait_t;
 
 // One client COMPILE in progress.
 typedef struct cw_ctl_compile_s {
@@ -197,6 +215,11 @@ struct cw_controller_s {
   int64_t health_last_tick_ms;
   uint64_t heartbeats, workers_timed_out, workers_replaced, exes_reloaded;
   struct cw_ctl_ops_s* ops;  // operations (cw_ctl_ops.c): STATS polling, recent errors
+  // Allocation: OPEN_SESSIONs waiting for devices, FIFO (cw_ctl_alloc.c).
+  cw_ctl_alloc_wait_t* alloc_queue;
+  cw_ctl_alloc_wait_t* alloc_queue_tail;
+  // Gang order: the record of stamps assigned, all islands (cw_ctl_sched.c).
+  cw_ctl_stamp_ring_t* stamp_ring;
 };
 
 // --- cw_controller.c, used by the modules below --------------------------------------
@@ -329,5 +352,68 @@ bool cw_ctl_ops_worker_takes_work(const cw_ctl_worker_t* w);
 // `worker_index` (WorkerInfo.direct_launch) rather than through the controller.
 bool cw__session_direct_launch(cw_controller_t* ctl, cw_ctl_session_t* s,
                                uint32_t worker_index);
+
+// --- cw_controller.c, used by the modules ---------------------------------------
+void cw__reply_error(cw_controller_t* ctl, cw_net_conn_t* c, uint16_t type, uint64_t rid,
+                     cw_status_t st);
+void cw__reply_session_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_id);
+cw_net_conn_t* cw__session_link(cw_ctl_session_t* s, uint32_t index);
+void cw__session_release(cw_ctl_session_t* s);
+void cw__open_tick(uv_timer_t* t);
+void cw__item_free(cw_ctl_item_t* it);
+void cw__item_fail(cw_controller_t* ctl, cw_ctl_item_t* it, cw_status_t st);
+cw_ctl_exe_t* cw__exe_find(cw_ctl_session_t* s, uint64_t id);
+void cw__exe_forget(cw_ctl_session_t* s, uint64_t id);
+uint64_t cw__item_exe_id(const cw_ctl_item_t* it);
+void cw__relay_reply(void* user, cw_net_conn_t* conn, cw_status_t status,
+                     const ProtobufCMessage* reply, uint8_t* bulk, uint64_t bulk_len);
+
+// --- cw_ctl_sched.c: island queues and gang order ----------------------------------
+// A replacement took worker slot `w`: its island's stamps start again at 1.
+void cw_ctl_sched_reset(cw_ctl_worker_t* w);
+// Queues a request that names an executable on its island (it->worker) and
+// relays what can go.
+void cw_ctl_sched_push(cw_controller_t* ctl, cw_ctl_item_t* it);
+// Relays what can go on island `index`: after a load, a reply, a worker loss.
+void cw_ctl_sched_pump(cw_controller_t* ctl, uint32_t index);
+// A relayed item is answered: true when it was a stamped launch (the island
+// has room again; pump it once the reply is handled).
+bool cw_ctl_sched_done(cw_controller_t* ctl, const cw_ctl_item_t* it);
+// Points st->sched_stamps at the record of stamps assigned; returns what the
+// caller frees after replying (NULL: nothing).
+void* cw_ctl_sched_stats(cw_controller_t* ctl, Causeway__V1__Stats* st);
+void cw_ctl_sched_free(cw_controller_t* ctl);
+
+// --- cw_ctl_alloc.c: sessions' devices ------------------------------------------
+// OPEN_SESSION once enough workers registered: a session without num_devices
+// is answered at once; otherwise the allocator grants, queues (telling the
+// client why) or refuses it.
+void cw_ctl_alloc_open(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_id,
+                       const Causeway__V1__OpenSessionRequest* r);
+// The queue: grants what fits now in FIFO order, drops waits whose client is
+// gone, and (expire) fails those past their timeout.
+void cw_ctl_alloc_check(cw_controller_t* ctl, bool expire);
+// Fills SessionInfo for an allocated session; false when `p`'s session is
+// not allocated (the caller lists every device).
+bool cw_ctl_alloc_reply_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_id);
+void cw_ctl_alloc_session_free(cw_ctl_session_t* s);
+// A session's device id: its worker (NULL: no such device) and local id.
+cw_ctl_worker_t* cw_ctl_alloc_resolve(cw_controller_t* ctl, cw_ctl_session_t* s, int64_t id,
+                                      uint32_t* out_local);
+// How many device ids the session has (ids are 0..n-1).
+int64_t cw_ctl_alloc_num_ids(cw_controller_t* ctl, cw_ctl_session_t* s);
+// The session's id of `worker`'s device `local` (-1: not the session's).
+int32_t cw_ctl_alloc_session_id(cw_controller_t* ctl, cw_ctl_session_t* s, uint32_t worker,
+                                uint32_t local);
+// True when the session's devices on that worker are its alone (allocated,
+// not shared): the lead's "shared => through the scheduler" test.
+bool cw_ctl_alloc_exclusive_on(cw_controller_t* ctl, cw_ctl_session_t* s, uint32_t worker_index);
+size_t cw_ctl_alloc_queue_length(const cw_controller_t* ctl);
+// A deep copy (packed and unpacked) the caller frees with
+// protobuf_c_message_free_unpacked; NULL when out of memory.
+ProtobufCMessage* cw_ctl_msg_copy(const ProtobufCMessage* m);
+// SessionInfo's platform from a worker's inventory; a worker's WorkerInfo.
+void cw_ctl_info_platform(Causeway__V1__SessionInfo* info, const Causeway__V1__Inventory* inv);
+void cw_ctl_worker_info_fill(Causeway__V1__WorkerInfo* wi, const cw_ctl_worker_t* w);
 
 #endif  // CW_CTL_INTERNAL_H_

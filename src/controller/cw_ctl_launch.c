@@ -4,14 +4,17 @@
 // A session whose devices on a worker are its own needs no total order
 // across sessions there: its seq numbers (docs/protocol.md, "Ordering across
 // connections") already order its launches among its other requests, so the
-// relay hop only adds latency. Devices shared with another session must stay
-// relayed so the island queue orders every session's launches.
+// relay hop only adds latency. Devices shared with another session (both
+// asked to share) stay relayed so the island scheduler stamps every
+// session's launches in one order (cw_ctl_sched.c).
 #include "cw_ctl_internal.h"
 
 bool cw__session_direct_launch(cw_controller_t* ctl, cw_ctl_session_t* s,
                                uint32_t worker_index) {
-  (void)s;
-  (void)worker_index;
-  // Sessions never share devices today; relaying is forced only by setting.
-  return cw_settings_int(ctl->settings, CW_SET_RELAY_LAUNCHES) == 0;
+  if (cw_settings_int(ctl->settings, CW_SET_RELAY_LAUNCHES) != 0) return false;
+  // A session that asked for no devices sees every device and reserves none
+  // (the embedded cluster's one client): its launches on a one-worker island
+  // are issued by that worker's single loop in arrival order. A session that
+  // asked for devices goes direct only where they are its alone.
+  return !s->allocated || cw_ctl_alloc_exclusive_on(ctl, s, worker_index);
 }

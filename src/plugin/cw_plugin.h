@@ -447,4 +447,16 @@ void cw__trace_finish(cw__client_t* c);
 // (defaults before). Set by client creation; never freed (process lifetime).
 void cw__plugin_attributes_set(Causeway__V1__NamedValue* const* values, size_t count);
 
+// ---- cw_plugin_alloc.c: what the session asks for (CAUSEWAY_DEVICES...) ----
+typedef struct cw__alloc_env_s {
+  char* buf;     // CAUSEWAY_WORKERS, split in place
+  char** names;
+  size_t count;
+} cw__alloc_env_t;
+// Fills req's allocation fields from the environment; `keep` owns the
+// strings req points at until cw__alloc_env_free.
+CW_MUST_USE cw_status_t cw__alloc_env_read(Causeway__V1__OpenSessionRequest* req,
+                                           cw__alloc_env_t* keep);
+void cw__alloc_env_free(cw__alloc_env_t* keep);
+
 #endif  // CW_PLUGIN_PLUGIN_H_

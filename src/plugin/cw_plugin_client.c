@@ -459,6 +459,13 @@ static void cw__client_free(cw__client_t* c) {
 // that went down fails every later request to it at once.
 static void cw__on_cluster_event(void* user, const ProtobufCMessage* msg) {
   cw__client_t* c = user;
+  const Causeway__V1__ClusterEvent* alloc_ev = (const Causeway__V1__ClusterEvent*)msg;
+  if (alloc_ev && alloc_ev->kind == CAUSEWAY__V1__CLUSTER_EVENT__KIND__ALLOC_WAITING &&
+      alloc_ev->message) {
+    // The session waits in the controller's device queue: say why.
+    fprintf(stderr, "%s\n", alloc_ev->message);
+    return;
+  }
   if (!atomic_load_explicit(&c->ready, memory_order_acquire)) return;
   // Events may arrive before the worker table exists; those workers are
   // then absent from the session anyway.
@@ -517,9 +524,16 @@ static cw_status_t cw__open_session(cw__client_t* c, uint32_t min_workers) {
   req.name = name;
   req.client_host = host;
   req.client_pid = (uint32_t)getpid();
+  cw__alloc_env_t alloc;
+  cw_status_t s = cw__alloc_env_read(&req, &alloc);  // CAUSEWAY_DEVICES and friends
   ProtobufCMessage* reply = NULL;
-  cw_status_t s = cw_client_call(c->ctrl, CW_MSG_OPEN_SESSION, &req.base, NULL, 0, NULL, &reply,
-                                 NULL);
+  if (!s) {
+    s = cw_client_call(c->ctrl, CW_MSG_OPEN_SESSION, &req.base, NULL, 0, NULL, &reply, NULL);
+  } else {
+    cw__alloc_env_free(&alloc);
+    return s;
+  }
+  cw__alloc_env_free(&alloc);
   if (s) {
     s = cw_status_annotate(s, "causeway: opening a session at %s (waiting for %u workers)",
                            c->ctrl_address, min_workers);

@@ -963,8 +963,10 @@ static void cw__handle_stats(cw_conn_t* c, const cw_frame_header_t* h) {
     st.peers = ptrs;
     st.n_peers = w->num_peer_stats;
   }
+  void* stamps = cw_worker_stamp_stats(w, &st);  // gang order: the stamps issued
   cw__reply(c, h->type, h->request_id, &st.base);
   cw_worker_ops_stats_free(&ops_scratch);
+  free(stamps);
   free(peers);
   free(ptrs);
 }
@@ -1942,6 +1944,9 @@ void cw__launch_pump(cw_conn_t* c) {
   while (c->launch_head && !c->launch_waiting &&
          !(c->keeps_session && c->session && c->session->paused)) {
     cw_launch_t* l = c->launch_head;
+    // Gang order: a stamped launch waits for its turn (cw_worker_sched.c).
+    uint64_t stamp = cw_worker_stamp_of(c, CW_MSG_LAUNCH, &l->req->base);
+    if (stamp && cw_worker_stamp_wait(c, stamp)) return;
     cw_store_entry_t* wait_on = NULL;
     cw_status_t st = cw_ok_status();
     // The entries retained when the launch was applied, whatever the ids name now.
@@ -2000,8 +2005,10 @@ void cw__launch_pump(cw_conn_t* c) {
     c->launch_head = l->next;
     if (!c->launch_head) c->launch_tail = NULL;
     l->next = NULL;
+    uint64_t sid = c->session ? c->session->id : 0;
     if (st) cw__launch_fail(w, l, st);
     else cw__launch_issue(w, l, exe);
+    if (stamp) cw_worker_stamp_passed(w, stamp, sid);  // its turn is over
   }
 }
 
@@ -2062,6 +2069,7 @@ static void cw__handle_launch(cw_conn_t* c, const cw_frame_header_t* h, Protobuf
       free(l);
     }
     cw__drop_donated(w, c->session->key, r);  // the client already let them go
+    cw_worker_stamp_drop(c, h->type, &r->base);  // its turn passes
     cw__reply_error(c, h->type, h->request_id, cw_status_annotate(st, "LAUNCH"));
     return;
   }
@@ -2451,6 +2459,7 @@ static void cw__exe_info_cont(cw_op_t* op, cw_store_entry_t* e) {
 static void cw__seq_release_conn(void* conn, cw_seq_held_t* held) {
   cw_conn_t* c = conn;
   c->seq_held--;
+  cw_worker_stamp_drop(c, held->header.type, held->msg);  // never applied: its turn passes
   if (c->recv_held == held) {
     // Its bytes still arrive: discard them.
     c->recv_held = NULL;
@@ -2519,6 +2528,7 @@ static void cw__seq_drain(cw_worker_t* w, uint64_t key) {
       // Nobody is left to answer: its turn passes.
       CW_LOGI("%s: %s with seq %" PRIu64 " dropped: its connection closed", c->name,
               cw_msg_type_name(hd->header.type), hd->seq);
+      cw_worker_stamp_drop(c, hd->header.type, hd->msg);
     } else {
       ProtobufCMessage* msg = hd->msg;
       hd->msg = NULL;
@@ -2557,6 +2567,7 @@ static bool cw__seq_gate(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCMess
                                 2 * cw_settings_int(w->settings, CW_SET_MAX_HELD_REQUESTS) + 64,
                                 2 * cw_settings_int(w->settings, CW_SET_MAX_HELD_BYTES), &held);
   if (st) {
+    cw_worker_stamp_drop(c, h->type, *msg);  // refused: its turn passes
     protobuf_c_message_free_unpacked(*msg, NULL);
     *msg = NULL;
     if (cw_status_code(st) == CW_RESOURCE_EXHAUSTED) {
@@ -2891,6 +2902,7 @@ void cw_worker_stop(cw_worker_t* w) {
   uv_close((uv_handle_t*)&w->sigint, NULL);
   cw_net_watch_stop(&w->watch);
   cw_worker_health_stop(w);
+  cw_worker_stamp_stop(w);  // launches waiting for their turn go now
   while (w->conns) cw__conn_close(w->conns);
   // Any session left (none should be) goes with its objects.
   while (w->sessions) {
@@ -3047,6 +3059,7 @@ void cw_worker_release(cw_worker_t* w) {
   if (w->loop_initialized) uv_loop_close(&w->loop);
   for (size_t i = 0; i < w->num_peer_stats; ++i) free(w->peer_stats[i].name);
   free(w->peer_stats);
+  cw_worker_stamp_free(w);
   free(w->unix_path);
   pthread_mutex_destroy(&w->mu);
   free(w);

@@ -45,6 +45,11 @@
 typedef struct cw_conn_s cw_conn_t;
 typedef void (*cw_bulk_free_fn)(void* user);
 typedef struct cw_op_s cw_op_t;
+typedef struct cw_stamp_state_s cw_stamp_state_t;
+typedef struct cw_stamp_rec_s {
+  uint64_t stamp;
+  uint64_t session_id;
+} cw_stamp_rec_t;
 
 typedef struct cw_session_s {
   struct cw_session_s* next;
@@ -153,6 +158,7 @@ struct cw_conn_s {
   size_t out_spare_cap;
   bool flush_queued;
   cw_conn_t* flush_next;
+  cw_conn_t* stamp_wait_next;  // gang order: on the worker's list of waiters
 };
 
 // One request in progress that outlives its frame: waits on entries, PJRT
@@ -286,6 +292,8 @@ struct cw_worker_s {
   // Operations (cw_worker_ops.c): `causeway drain`, and ops alive (for idle).
   bool draining;
   size_t ops_live;
+  // Gang order: stamped launches issued in stamp order (cw_worker_sched.c).
+  cw_stamp_state_t* stamps;
 };
 
 // cw_worker.c, shared with its modules.
@@ -354,5 +362,27 @@ typedef struct cw_worker_ops_scratch_s {
 void cw_worker_ops_fill_stats(cw_worker_t* w, Causeway__V1__Stats* st,
                               cw_worker_ops_scratch_t* scratch);
 void cw_worker_ops_stats_free(cw_worker_ops_scratch_t* scratch);
+
+// --- cw_worker.c, used by the modules ---------------------------------------------
+void cw__conn_ref(cw_conn_t* c);
+void cw__conn_unref(cw_conn_t* c);
+void cw__launch_pump(cw_conn_t* c);
+
+// --- cw_worker_sched.c: gang order ------------------------------------------------
+// The stamp of a request from the controller (0: none, or not a stamped LAUNCH).
+uint64_t cw_worker_stamp_of(const cw_conn_t* c, uint16_t type, const ProtobufCMessage* msg);
+// True when the head launch of `c`, stamped `stamp`, must wait for its turn:
+// `c` is parked (launch_waiting) and pumped again when the turn comes.
+bool cw_worker_stamp_wait(cw_conn_t* c, uint64_t stamp);
+// A stamped launch was issued or failed in its turn, or refused before it:
+// records it, advances the order, resumes connections whose turn came.
+void cw_worker_stamp_passed(cw_worker_t* w, uint64_t stamp, uint64_t session_id);
+// A request dropped or refused before it became a launch: passes its stamp.
+void cw_worker_stamp_drop(cw_conn_t* c, uint16_t type, const ProtobufCMessage* msg);
+// Shutting down: nothing waits for a turn any more.
+void cw_worker_stamp_stop(cw_worker_t* w);
+// Points st->sched_stamps at the record; returns what the caller frees.
+void* cw_worker_stamp_stats(cw_worker_t* w, Causeway__V1__Stats* st);
+void cw_worker_stamp_free(cw_worker_t* w);
 
 #endif  // CW_WORKER_INTERNAL_H_

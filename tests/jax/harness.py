@@ -565,6 +565,7 @@ _STATS_FIELDS = {1: "buffers", 2: "buffer_bytes", 3: "executables", 4: "launches
                  5: "uploads", 6: "downloads", 7: "sessions", 8: "connections",
                  10: "session_buffers", 11: "errors", 12: "workers", 13: "compiles",
                  14: "cache_hits", 15: "cache_misses", 16: "cache_bytes", 17: "workers_dead",
+                 31: "sched_stamps_dropped", 32: "alloc_queue",
                  80: "disk_hits", 81: "disk_misses", 82: "disk_bytes", 83: "disk_errors",
                  84: "compiles_sent"}
 # Health (tests/cluster/test_health.py).
@@ -652,6 +653,7 @@ def stats(address: str, token: str | None = None) -> dict:
         lib.cw_client_release(conn)
     out = {name: 0 for name in _STATS_FIELDS.values()}
     out["peers"] = {}
+    out["raw"] = data  # the packed Stats, for fields not decoded here
     for field, wt, val in _pb_fields(data):
         if field == 9 and wt == 2:
             peer, bin_, bout = "", 0, 0

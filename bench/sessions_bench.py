@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Launches per second on one island shared by 1, 4 and 16 concurrent client
+sessions, beside stock in-process JAX calls/s of the same program, in one
+table.
+
+Usage (from the repository root, with the project's venv and build/release):
+
+    .venv/bin/python bench/sessions_bench.py           # 1, 4, 16 sessions
+    .venv/bin/python bench/sessions_bench.py --quick   # 1 and 4 sessions, fewer calls
+
+A controller and one worker (4 CPU devices: one island) are started by hand
+(tests/jax/harness.py HandCluster, Unix sockets). Each session is its own JAX
+process with CAUSEWAY_DEVICES=1 CAUSEWAY_SHARE=1, so all of them share the
+island's device 0 and every launch goes through the island's scheduler (one
+stamped order). The program: f = jax.jit(lambda x: x + 1) on a float32[8].
+Each session warms up, waits for a common start time, runs x = f(x) N times
+asynchronously, then blocks on x. Launches/s = all sessions' launches over
+the time from the common start to the last session's end. Stock: the same
+chain in one stock CPU JAX process (JAX_PLATFORMS=cpu), calls/s, measured in
+the same run, before the sessions.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT / "tests" / "jax"))
+
+CLIENT = r"""
+import json, os, sys, time
+if os.environ.get("JAX_PLATFORMS") == "cpu":
+    from jax._src import xla_bridge
+    xla_bridge.discover_pjrt_plugins = lambda: None
+import numpy as np
+import jax
+import jax.numpy as jnp
+n = int(sys.argv[1])
+f = jax.jit(lambda v: v + 1)
+d = jax.devices()[0]
+x = jax.device_put(np.zeros(8, np.float32), d)
+for _ in range(50):
+    x = f(x)
+x.block_until_ready()
+print("ready", flush=True)
+start = float(sys.stdin.readline())
+while time.time() < start:
+    time.sleep(0.001)
+t0 = time.time()
+for _ in range(n):
+    x = f(x)
+x.block_until_ready()
+t1 = time.time()
+ok = bool(np.asarray(x)[0] == 50 + n)
+print(json.dumps({"start": t0, "end": t1, "n": n, "ok": ok}), flush=True)
+"""
+
+
+def run_clients(env: dict, k: int, n: int) -> dict:
+    procs = []
+    for _ in range(k):
+        procs.append(subprocess.Popen([sys.executable, "-c", CLIENT, str(n)], env=env,
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL, text=True))
+    for p in procs:
+        line = p.stdout.readline()
+        if line.strip() != "ready":
+            raise RuntimeError(f"a session did not start (rc {p.poll()}): {line!r}")
+    start = time.time() + 0.5
+    for p in procs:
+        p.stdin.write(f"{start}\n")
+        p.stdin.flush()
+    res = [json.loads(p.stdout.readline()) for p in procs]
+    for p in procs:
+        p.wait(timeout=60)
+    if not all(r["ok"] for r in res):
+        raise RuntimeError(f"wrong results: {res}")
+    end = max(r["end"] for r in res)
+    total = sum(r["n"] for r in res)
+    return {"sessions": k, "launches": total, "seconds": end - start,
+            "per_s": total / (end - start)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json", help="also write the results here")
+    args = ap.parse_args()
+    import harness
+    counts = (1, 4) if args.quick else (1, 4, 16)
+    total = 1000 if args.quick else 4000
+
+    stock_env = harness.stock_env()
+    stock = run_clients(stock_env, 1, total)
+
+    cluster = harness.HandCluster(workers=1, devices=4)
+    rows = []
+    try:
+        env = harness.causeway_env(controller=cluster.controller)
+        env["CAUSEWAY_DEVICES"] = "1"
+        env["CAUSEWAY_SHARE"] = "1"
+        for k in counts:
+            rows.append(run_clients(env, k, max(100, total // k)))
+        st = harness.stats(cluster.controller)
+    finally:
+        cluster.stop()
+    print(f"\nOne island (1 worker, 4 CPU devices), sessions sharing its device 0; "
+          f"program: jit(x + 1) on f32[8], async chain per session")
+    print(f"stock in-process JAX: {stock['per_s']:.0f} calls/s ({stock['launches']} calls)\n")
+    print(f"{'sessions':>8} | {'launches':>8} | {'seconds':>7} | {'launches/s':>10} | "
+          f"{'per session/s':>13} | {'vs stock':>8}")
+    print("-" * 70)
+    for r in rows:
+        print(f"{r['sessions']:>8} | {r['launches']:>8} | {r['seconds']:>7.2f} | "
+              f"{r['per_s']:>10.0f} | {r['per_s'] / r['sessions']:>13.0f} | "
+              f"{r['per_s'] / stock['per_s']:>7.2f}x")
+    print(f"\ncontroller: {st['launches']} launches relayed and stamped, "
+          f"{st['sched_stamps_dropped']} stamp records rotated out")
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps({"stock": stock, "sessions": rows}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

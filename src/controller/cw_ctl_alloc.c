@@ -1,0 +1,460 @@
+// Sessions' devices: the controller's side of allocation. A session that asks
+// for N devices gets N physical devices (cw_alloc_plan), numbered 0..N-1 in
+// the session: SessionInfo lists exactly those, and every place that turns a
+// session's device id into a worker and local device (compile placement and
+// its island check, EXE_INFO) asks cw_ctl_alloc_resolve. Requests that cannot
+// be met now wait here, FIFO; the head is retried when capacity frees (a
+// session closes, a worker registers) and the waiting client is told why
+// with an ALLOC_WAITING event.
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cw_ctl_internal.h"
+#include "cw_log.h"
+
+#define CW__MAX_SESSION_DEVICES 65536
+
+struct cw_ctl_alloc_wait_s {
+  cw_ctl_alloc_wait_t* next;
+  cw_net_conn_t* conn;         // retained
+  cw_ctl_session_t* session;   // retained
+  uint64_t request_id;
+  Causeway__V1__OpenSessionRequest* req;  // owned
+  int64_t start_ms;
+  int64_t deadline_ms;  // 0: none
+  char last_message[256];  // the last ALLOC_WAITING sent
+};
+
+static int64_t cw__alloc_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+// --- Mapping a session's ids --------------------------------------------------------
+
+cw_ctl_worker_t* cw_ctl_alloc_resolve(cw_controller_t* ctl, cw_ctl_session_t* s, int64_t id,
+                                      uint32_t* out_local) {
+  *out_local = 0;
+  if (s && s->allocated) {
+    if (id < 0 || id >= s->num_vdevs || s->vdevs[id].worker >= ctl->num_workers) return NULL;
+    *out_local = s->vdevs[id].local;
+    return ctl->workers[s->vdevs[id].worker];
+  }
+  for (size_t i = 0; i < ctl->num_workers; ++i) {
+    cw_ctl_worker_t* w = ctl->workers[i];
+    if (id >= w->first_device && id < (int64_t)w->first_device + w->num_devices) {
+      *out_local = (uint32_t)(id - w->first_device);
+      return w;
+    }
+  }
+  return NULL;
+}
+
+int64_t cw_ctl_alloc_num_ids(cw_controller_t* ctl, cw_ctl_session_t* s) {
+  return (s && s->allocated) ? (int64_t)s->num_vdevs : (int64_t)ctl->next_device;
+}
+
+int32_t cw_ctl_alloc_session_id(cw_controller_t* ctl, cw_ctl_session_t* s, uint32_t worker,
+                                uint32_t local) {
+  if (!s || !s->allocated) {
+    return worker < ctl->num_workers ? ctl->workers[worker]->first_device + (int32_t)local : -1;
+  }
+  for (uint32_t i = 0; i < s->num_vdevs; ++i) {
+    if (s->vdevs[i].worker == worker && s->vdevs[i].local == local) return (int32_t)i;
+  }
+  return -1;
+}
+
+bool cw_ctl_alloc_exclusive_on(cw_controller_t* ctl, cw_ctl_session_t* s, uint32_t worker_index) {
+  if (!s || !s->allocated || s->share) return false;
+  for (uint32_t i = 0; i < s->num_vdevs; ++i) {
+    if (s->vdevs[i].worker == worker_index) return true;
+  }
+  return false;
+}
+
+void cw_ctl_alloc_session_free(cw_ctl_session_t* s) {
+  free(s->vdevs);
+  s->vdevs = NULL;
+  s->num_vdevs = 0;
+}
+
+size_t cw_ctl_alloc_queue_length(const cw_controller_t* ctl) {
+  size_t n = 0;
+  for (const cw_ctl_alloc_wait_t* a = ctl->alloc_queue; a; a = a->next) n++;
+  return n;
+}
+
+// --- SessionInfo of an allocated session ----------------------------------------------
+
+ProtobufCMessage* cw_ctl_msg_copy(const ProtobufCMessage* m) {
+  size_t len = protobuf_c_message_get_packed_size(m);
+  uint8_t* buf = malloc(len ? len : 1);
+  if (!buf) return NULL;
+  protobuf_c_message_pack(m, buf);
+  ProtobufCMessage* out = protobuf_c_message_unpack(m->descriptor, NULL, len, buf);
+  free(buf);
+  return out;
+}
+
+void cw_ctl_info_platform(Causeway__V1__SessionInfo* info, const Causeway__V1__Inventory* inv) {
+  // The workers' plugin, unchanged.
+  info->platform_name = inv->platform_name;
+  info->platform_version = inv->platform_version;
+  info->pjrt_major = inv->pjrt_major;
+  info->pjrt_minor = inv->pjrt_minor;
+  info->plugin_attributes = inv->plugin_attributes;
+  info->n_plugin_attributes = inv->n_plugin_attributes;
+}
+
+void cw_ctl_worker_info_fill(Causeway__V1__WorkerInfo* wi, const cw_ctl_worker_t* w) {
+  causeway__v1__worker_info__init(wi);
+  wi->index = w->index;
+  wi->name = (char*)w->name;
+  wi->address = (char*)w->address;
+  wi->alive = w->alive;
+  wi->island = w->index;
+}
+
+bool cw_ctl_alloc_reply_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_id) {
+  cw_ctl_session_t* s = p->session;
+  if (!s || !s->allocated) return false;
+  Causeway__V1__SessionInfo info = CAUSEWAY__V1__SESSION_INFO__INIT;
+  info.session_id = s->id;
+  Causeway__V1__WorkerInfo* wis = calloc(s->num_vdevs + 1, sizeof(*wis));
+  Causeway__V1__WorkerInfo** wptrs = calloc(s->num_vdevs + 1, sizeof(*wptrs));
+  Causeway__V1__GlobalDevice* gds = calloc(s->num_vdevs + 1, sizeof(*gds));
+  Causeway__V1__GlobalDevice** gptrs = calloc(s->num_vdevs + 1, sizeof(*gptrs));
+  if (!wis || !wptrs || !gds || !gptrs) {
+    cw__reply_error(ctl, p->conn, CW_MSG_OPEN_SESSION, request_id,
+                    cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
+  } else {
+    size_t wn = 0;
+    for (uint32_t i = 0; i < s->num_vdevs; ++i) {
+      cw_ctl_worker_t* w = ctl->workers[s->vdevs[i].worker];
+      const Causeway__V1__Inventory* inv = w->reg->inventory;
+      if (i == 0) cw_ctl_info_platform(&info, inv);
+      size_t k = 0;
+      while (k < wn && wis[k].index != w->index) k++;
+      if (k == wn) {
+        cw_ctl_worker_info_fill(&wis[wn], w);
+        wptrs[wn] = &wis[wn];
+        wn++;
+      }
+      wis[k].num_devices++;
+      causeway__v1__global_device__init(&gds[i]);
+      gds[i].global_id = (int32_t)i;
+      gds[i].worker_index = w->index;
+      gds[i].island = w->index;
+      gds[i].device = inv->devices[s->vdevs[i].local];
+      gptrs[i] = &gds[i];
+    }
+    info.workers = wptrs;
+    info.n_workers = wn;
+    info.devices = gptrs;
+    info.n_devices = s->num_vdevs;
+    cw_net_conn_reply(p->conn, CW_MSG_OPEN_SESSION, request_id, &info.base);
+    for (size_t k = 0; k < wn; ++k) (void)cw__session_link(s, wis[k].index);
+  }
+  free(wis);
+  free(wptrs);
+  free(gds);
+  free(gptrs);
+  return true;
+}
+
+// --- Planning -------------------------------------------------------------------------
+
+// Every worker with its devices' use by the open sessions. Returns false on
+// out of memory.
+static bool cw__alloc_snapshot(cw_controller_t* ctl, cw_alloc_worker_t** out_workers,
+                               uint8_t** out_use) {
+  size_t nd = 0;
+  for (size_t i = 0; i < ctl->num_workers; ++i) nd += ctl->workers[i]->num_devices;
+  cw_alloc_worker_t* ws = calloc(ctl->num_workers + 1, sizeof(*ws));
+  uint8_t* use = calloc(nd + 1, 1);
+  if (!ws || !use) {
+    free(ws);
+    free(use);
+    return false;
+  }
+  size_t off = 0;
+  for (size_t i = 0; i < ctl->num_workers; ++i) {
+    cw_ctl_worker_t* w = ctl->workers[i];
+    ws[i].name = w->name;
+    ws[i].platform = w->reg->inventory->platform_name;
+    ws[i].alive = w->alive;
+    ws[i].num_devices = w->num_devices;
+    ws[i].use = use + off;
+    off += w->num_devices;
+  }
+  for (cw_ctl_session_t* s = ctl->sessions; s; s = s->next) {
+    if (!s->allocated || s->closed) continue;
+    for (uint32_t k = 0; k < s->num_vdevs; ++k) {
+      const cw_alloc_device_t* d = &s->vdevs[k];
+      if (d->worker >= ctl->num_workers || d->local >= ws[d->worker].num_devices) continue;
+      uint8_t* u = (uint8_t*)&ws[d->worker].use[d->local];
+      if (*u != CW_ALLOC_EXCLUSIVE) *u = s->share ? CW_ALLOC_SHARED : CW_ALLOC_EXCLUSIVE;
+    }
+  }
+  *out_workers = ws;
+  *out_use = use;
+  return true;
+}
+
+static void cw__alloc_request(const Causeway__V1__OpenSessionRequest* r, cw_alloc_request_t* out) {
+  memset(out, 0, sizeof(*out));
+  out->num_devices = r->num_devices;
+  out->platform = r->platform;
+  out->min_island = r->min_island;
+  out->workers = (const char* const*)r->workers;
+  out->num_workers = r->n_workers;
+  out->share = r->share;
+}
+
+// What was asked, for messages: "4 devices (shared, platform cpu, ...)".
+static void cw__alloc_describe(const Causeway__V1__OpenSessionRequest* r, char* buf, size_t cap) {
+  size_t used = 0;
+  int n = snprintf(buf, cap, "%u devices", r->num_devices);
+  if (n > 0) used = (size_t)n < cap ? (size_t)n : cap - 1;
+  const char* sep = " (";
+#define CW__ADD(...)                                                        \
+  do {                                                                      \
+    if (used < cap - 1) {                                                   \
+      int k = snprintf(buf + used, cap - used, __VA_ARGS__);               \
+      if (k > 0) used += (size_t)k < cap - used ? (size_t)k : cap - used - 1; \
+    }                                                                       \
+    sep = ", ";                                                             \
+  } while (0)
+  if (r->share) CW__ADD("%sshared", sep);
+  if (r->platform && r->platform[0]) CW__ADD("%splatform %s", sep, r->platform);
+  if (r->min_island > 1) CW__ADD("%sislands of at least %u", sep, r->min_island);
+  for (size_t i = 0; i < r->n_workers; ++i) {
+    CW__ADD("%s%s%s", sep, i ? "" : "on workers ", r->workers[i]);
+    sep = ", ";
+  }
+  if (sep[0] == ',') CW__ADD(")");
+#undef CW__ADD
+}
+
+// Gives `s` the planned devices.
+static bool cw__alloc_apply(cw_controller_t* ctl, cw_ctl_session_t* s,
+                            const Causeway__V1__OpenSessionRequest* r,
+                            const cw_alloc_device_t* devs) {
+  cw_alloc_device_t* copy = malloc(r->num_devices * sizeof(*copy));
+  if (!copy) return false;
+  memcpy(copy, devs, r->num_devices * sizeof(*copy));
+  s->vdevs = copy;
+  s->num_vdevs = r->num_devices;
+  s->allocated = true;
+  s->share = r->share;
+  s->weight = r->weight ? r->weight : 1;
+  char text[512];
+  size_t used = 0;
+  text[0] = '\0';
+  for (uint32_t i = 0; i < s->num_vdevs && used < sizeof(text) - 1; ++i) {
+    cw_ctl_worker_t* w = ctl->workers[copy[i].worker];
+    int n = snprintf(text + used, sizeof(text) - used, "%s%s:%u", i ? " " : "", w->name,
+                     copy[i].local);
+    if (n > 0) used += (size_t)n < sizeof(text) - used ? (size_t)n : sizeof(text) - used - 1;
+  }
+  CW_LOGI("session %" PRIu64 ": %u devices%s (weight %u): %s", s->id, s->num_vdevs,
+          s->share ? " shared" : "", s->weight, text);
+  return true;
+}
+
+typedef enum { CW__ALLOC_GRANTED, CW__ALLOC_WAIT, CW__ALLOC_FAILED } cw__alloc_result_t;
+
+// Plans `r` for `s`; on a grant (with `apply`) the session has its devices;
+// without `apply` only the answer counts (a request behind the queue's head).
+// `st` (set on FAILED) says why; on WAIT *out_usable/*out_capacity say what is free.
+static cw__alloc_result_t cw__alloc_try(cw_controller_t* ctl, cw_ctl_session_t* s, bool apply,
+                                        const Causeway__V1__OpenSessionRequest* r,
+                                        cw_status_t* out_st, uint32_t* out_usable,
+                                        uint32_t* out_capacity) {
+  *out_st = cw_ok_status();
+  cw_alloc_worker_t* ws = NULL;
+  uint8_t* use = NULL;
+  cw_alloc_device_t* devs = calloc(r->num_devices + 1, sizeof(*devs));
+  if (!devs || !cw__alloc_snapshot(ctl, &ws, &use)) {
+    free(devs);
+    *out_st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+    return CW__ALLOC_FAILED;
+  }
+  cw_alloc_request_t req;
+  cw__alloc_request(r, &req);
+  bool wait = false;
+  cw_status_t st = cw_alloc_plan(ws, ctl->num_workers, &req, devs, &wait, out_usable,
+                                 out_capacity);
+  cw__alloc_result_t res = CW__ALLOC_FAILED;
+  if (!st && !wait) {
+    res = (!apply || cw__alloc_apply(ctl, s, r, devs)) ? CW__ALLOC_GRANTED : CW__ALLOC_FAILED;
+    if (res == CW__ALLOC_FAILED) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  } else if (!st) {
+    res = CW__ALLOC_WAIT;
+  }
+  *out_st = st;
+  free(devs);
+  free(ws);
+  free(use);
+  return res;
+}
+
+static void cw__alloc_event(cw_net_conn_t* conn, int kind, const char* message) {
+  Causeway__V1__ClusterEvent ev = CAUSEWAY__V1__CLUSTER_EVENT__INIT;
+  ev.kind = kind;
+  ev.message = (char*)message;
+  cw_net_conn_send(conn, CW_MSG_EVENT, 0, 0, &ev.base, NULL, 0, NULL, NULL);
+}
+
+static void cw__alloc_wait_free(cw_ctl_alloc_wait_t* a) {
+  cw_net_conn_release(a->conn);
+  // The session's reference is dropped by the caller (cw_controller.c owns release).
+  if (a->req) protobuf_c_message_free_unpacked(&a->req->base, NULL);
+  free(a);
+}
+
+// The reply for a granted wait: SessionInfo through a peer view of it.
+static void cw__alloc_reply(cw_controller_t* ctl, cw_net_conn_t* conn, cw_ctl_session_t* s,
+                            uint64_t request_id) {
+  cw_ctl_peer_t view;
+  memset(&view, 0, sizeof(view));
+  view.ctl = ctl;
+  view.conn = conn;
+  view.session = s;
+  (void)cw_ctl_alloc_reply_info(ctl, &view, request_id);
+}
+
+void cw_ctl_alloc_open(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_id,
+                       const Causeway__V1__OpenSessionRequest* r) {
+  cw_ctl_session_t* s = p->session;
+  if (!r || r->num_devices == 0 || !s || s->allocated) {
+    // Every device (or the allocation this session already has).
+    cw__reply_session_info(ctl, p, request_id);
+    return;
+  }
+  char asked[512];
+  cw__alloc_describe(r, asked, sizeof(asked));
+  if (r->n_workers > CW__MAX_WORKERS || r->num_devices > CW__MAX_SESSION_DEVICES) {
+    cw__reply_error(ctl, p->conn, CW_MSG_OPEN_SESSION, request_id,
+                    cw_make_status(CW_INVALID_ARGUMENT, "OPEN_SESSION asks for %s: too many",
+                                   asked));
+    return;
+  }
+  // FIFO: with others queued, only "never" is decided now; it waits even if it would fit.
+  uint32_t usable = 0, capacity = 0;
+  cw_status_t st = cw_ok_status();
+  bool head = ctl->alloc_queue == NULL;
+  cw__alloc_result_t res = cw__alloc_try(ctl, s, head, r, &st, &usable, &capacity);
+  if (!head && res == CW__ALLOC_GRANTED) res = CW__ALLOC_WAIT;
+  if (res == CW__ALLOC_GRANTED) {
+    cw__reply_session_info(ctl, p, request_id);
+    return;
+  }
+  if (res == CW__ALLOC_FAILED) {
+    CW_LOGW("session %" PRIu64 ": OPEN_SESSION for %s refused: %s", s->id, asked,
+            cw_status_message(st));
+    cw__reply_error(ctl, p->conn, CW_MSG_OPEN_SESSION, request_id,
+                    cw_status_annotate(st, "cannot allocate %s", asked));
+    return;
+  }
+  cw_ctl_alloc_wait_t* a = calloc(1, sizeof(*a));
+  if (a) a->req = (Causeway__V1__OpenSessionRequest*)cw_ctl_msg_copy(&r->base);
+  if (!a || !a->req) {
+    free(a);
+    cw__reply_error(ctl, p->conn, CW_MSG_OPEN_SESSION, request_id,
+                    cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
+    return;
+  }
+  a->conn = p->conn;
+  cw_net_conn_retain(p->conn);
+  a->session = s;
+  s->refs++;
+  a->request_id = request_id;
+  a->start_ms = cw__alloc_now_ms();
+  a->deadline_ms = r->queue_timeout_ms ? a->start_ms + r->queue_timeout_ms : 0;
+  if (ctl->alloc_queue_tail) ctl->alloc_queue_tail->next = a;
+  else ctl->alloc_queue = a;
+  ctl->alloc_queue_tail = a;
+  CW_LOGI("session %" PRIu64 ": waits for %s (%u of %u free)", s->id, asked, usable, capacity);
+  if (a->deadline_ms && !uv_is_active((uv_handle_t*)&ctl->open_tick) && !ctl->shutting_down) {
+    uv_timer_start(&ctl->open_tick, cw__open_tick, CW__OPEN_TICK_MS, CW__OPEN_TICK_MS);
+  }
+  cw_ctl_alloc_check(ctl, false);
+}
+
+static void cw__alloc_unlink(cw_controller_t* ctl, cw_ctl_alloc_wait_t** pp) {
+  cw_ctl_alloc_wait_t* a = *pp;
+  *pp = a->next;
+  if (ctl->alloc_queue_tail == a) {
+    ctl->alloc_queue_tail = NULL;
+    for (cw_ctl_alloc_wait_t* x = ctl->alloc_queue; x; x = x->next) ctl->alloc_queue_tail = x;
+  }
+  a->next = NULL;
+}
+
+void cw_ctl_alloc_check(cw_controller_t* ctl, bool expire) {
+  int64_t now = cw__alloc_now_ms();
+  bool head = true;  // only the head may be granted (FIFO)
+  size_t ahead = 0;
+  cw_ctl_alloc_wait_t** pp = &ctl->alloc_queue;
+  while (*pp) {
+    cw_ctl_alloc_wait_t* a = *pp;
+    cw_ctl_session_t* s = a->session;
+    if (ctl->shutting_down || !cw_net_conn_is_open(a->conn) || s->closed) {
+      cw__alloc_unlink(ctl, pp);
+      CW_LOGI("session %" PRIu64 ": left the device queue (client gone)", s->id);
+      cw__session_release(s);
+      cw__alloc_wait_free(a);
+      continue;
+    }
+    char asked[512];
+    cw__alloc_describe(a->req, asked, sizeof(asked));
+    uint32_t usable = 0, capacity = 0;
+    cw_status_t st = cw_ok_status();
+    cw__alloc_result_t res = cw__alloc_try(ctl, s, head, a->req, &st, &usable, &capacity);
+    if (!head && res == CW__ALLOC_GRANTED) res = CW__ALLOC_WAIT;
+    bool late = res == CW__ALLOC_WAIT && expire && a->deadline_ms && now >= a->deadline_ms;
+    if (res == CW__ALLOC_WAIT && !late) {
+      char msg[256];
+      snprintf(msg, sizeof(msg), "causeway: waiting for %s (%u of %u free; %zu session%s ahead "
+               "in the queue)", asked, usable, capacity, ahead, ahead == 1 ? "" : "s");
+      if (strcmp(msg, a->last_message) != 0) {
+        snprintf(a->last_message, sizeof(a->last_message), "%s", msg);
+        cw__alloc_event(a->conn, CAUSEWAY__V1__CLUSTER_EVENT__KIND__ALLOC_WAITING, msg);
+      }
+      head = false;
+      ahead++;
+      pp = &a->next;
+      continue;
+    }
+    cw__alloc_unlink(ctl, pp);
+    if (res == CW__ALLOC_GRANTED) {
+      CW_LOGI("session %" PRIu64 ": granted %s after %" PRId64 " ms in the queue", s->id, asked,
+              now - a->start_ms);
+      cw__alloc_event(a->conn, CAUSEWAY__V1__CLUSTER_EVENT__KIND__ALLOC_GRANTED, "granted");
+      cw__alloc_reply(ctl, a->conn, s, a->request_id);
+    } else {
+      if (late) {
+        st = cw_make_status(CW_DEADLINE_EXCEEDED, "waited %.1f s for %s: %u of %u matching "
+                            "devices free, %zu session%s ahead in the queue",
+                            (double)(now - a->start_ms) / 1000.0, asked, usable, capacity, ahead,
+                            ahead == 1 ? "" : "s");
+      } else {
+        st = cw_status_annotate(st, "cannot allocate %s", asked);
+      }
+      CW_LOGW("session %" PRIu64 ": %s", s->id, cw_status_message(st));
+      cw__reply_error(ctl, a->conn, CW_MSG_OPEN_SESSION, a->request_id, st);
+    }
+    cw__session_release(s);
+    cw__alloc_wait_free(a);
+    // A grant or a removal changes what the rest see: start over.
+    pp = &ctl->alloc_queue;
+    head = true;
+    ahead = 0;
+  }
+}

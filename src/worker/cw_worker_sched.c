@@ -1,0 +1,228 @@
+// Gang order at the worker: launches the controller stamped
+// (LaunchRequest.sched_stamp, one total order per island over all sessions)
+// are issued to PJRT in stamp order. A launch stamped k waits at the head of
+// its connection's queue until k-1 was issued (besides its session's seq
+// order, which is applied before a launch reaches the queue). A stamped
+// launch refused before its turn (bad request, duplicate seq, dropped with a
+// closed connection) passes its turn when the turn comes, so later stamps
+// never wait for one that will not be issued. Stamps count only on
+// connections from the controller (role CONTROLLER); a client's own
+// sched_stamp is ignored.
+//
+// The record of stamps passed (issued or failed in their turn), with their
+// sessions, is what STATS reports (Stats.sched_stamps): tests compare it with
+// the controller's record of stamps assigned.
+//
+// A stamp that never arrives (its frame lost with a controller connection, or
+// a controller that counts from elsewhere after a restart of either side)
+// would hold every later one: when launches have waited CW__STAMP_STALL_MS
+// with no progress, the order goes on from the smallest stamp waiting, with a
+// warning naming the missing ones.
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cw_log.h"
+#include "cw_net.h"
+#include "cw_worker_internal.h"
+
+#define CW__STAMP_RECORD 4096
+#define CW__STAMP_AHEAD_MAX 65536
+#define CW__STAMP_STALL_MS 5000
+
+struct cw_stamp_state_s {
+  uint64_t next;  // the stamp issued next
+  cw_stamp_rec_t* ahead;  // passed before their turn, sorted by stamp
+  size_t num_ahead, cap_ahead;
+  cw_conn_t* waiters;  // referenced: connections whose head waits for its turn
+  bool waking, rewake;
+  bool off;            // shutting down: no more waiting
+  uv_timer_t stall;    // runs while connections wait
+  bool stall_init;
+  uint64_t stall_next;  // `next` when the stall timer last looked
+  cw_stamp_rec_t ring[CW__STAMP_RECORD];
+  uint64_t count;  // ever recorded
+};
+
+static cw_stamp_state_t* cw__stamps(cw_worker_t* w) {
+  if (!w->stamps) {
+    w->stamps = calloc(1, sizeof(*w->stamps));
+    if (w->stamps) w->stamps->next = 1;
+  }
+  return w->stamps;
+}
+
+uint64_t cw_worker_stamp_of(const cw_conn_t* c, uint16_t type, const ProtobufCMessage* msg) {
+  if (type != CW_MSG_LAUNCH || !msg || c->role != CAUSEWAY__V1__ROLE__ROLE_CONTROLLER) return 0;
+  return ((const Causeway__V1__LaunchRequest*)msg)->sched_stamp;
+}
+
+static void cw__stamp_stall(uv_timer_t* t);
+
+bool cw_worker_stamp_wait(cw_conn_t* c, uint64_t stamp) {
+  cw_stamp_state_t* g = cw__stamps(c->w);
+  if (!g || g->off || stamp <= g->next) return false;
+  c->launch_waiting = true;
+  cw__conn_ref(c);
+  c->stamp_wait_next = g->waiters;
+  g->waiters = c;
+  if (!g->stall_init) {
+    uv_timer_init(&c->w->loop, &g->stall);
+    g->stall.data = c->w;
+    g->stall_init = true;
+  }
+  if (!uv_is_active((uv_handle_t*)&g->stall)) {
+    g->stall_next = g->next;
+    uv_timer_start(&g->stall, cw__stamp_stall, CW__STAMP_STALL_MS, CW__STAMP_STALL_MS);
+  }
+  return true;
+}
+
+static void cw__stamp_record(cw_stamp_state_t* g, uint64_t stamp, uint64_t session_id) {
+  cw_stamp_rec_t* r = &g->ring[g->count % CW__STAMP_RECORD];
+  r->stamp = stamp;
+  r->session_id = session_id;
+  g->count++;
+}
+
+// Resumes the connections that wait for their turn; re-entry (a resumed one
+// issuing and passing its stamp) only asks the outer loop to go again.
+static void cw__stamp_wake(cw_worker_t* w, cw_stamp_state_t* g) {
+  if (g->waking) {
+    g->rewake = true;
+    return;
+  }
+  g->waking = true;
+  do {
+    g->rewake = false;
+    cw_conn_t* list = g->waiters;
+    g->waiters = NULL;
+    while (list) {
+      cw_conn_t* c = list;
+      list = c->stamp_wait_next;
+      c->stamp_wait_next = NULL;
+      c->launch_waiting = false;
+      cw__launch_pump(c);
+      cw__conn_unref(c);
+    }
+  } while (g->rewake);
+  g->waking = false;
+}
+
+static void cw__stamp_advance(cw_worker_t* w, cw_stamp_state_t* g);
+
+// No progress for a while with launches waiting: skip the stamps that never came.
+static void cw__stamp_stall(uv_timer_t* t) {
+  cw_worker_t* w = t->data;
+  cw_stamp_state_t* g = w->stamps;
+  if (!g->waiters) {
+    uv_timer_stop(t);
+    return;
+  }
+  if (g->next != g->stall_next) {
+    g->stall_next = g->next;
+    return;
+  }
+  uint64_t least = UINT64_MAX;
+  for (cw_conn_t* c = g->waiters; c; c = c->stamp_wait_next) {
+    uint64_t s = c->launch_head ? cw_worker_stamp_of(c, CW_MSG_LAUNCH, &c->launch_head->req->base)
+                                : 0;
+    if (s && s < least) least = s;
+  }
+  if (g->num_ahead && g->ahead[0].stamp < least) least = g->ahead[0].stamp;
+  if (least == UINT64_MAX || least <= g->next) return;
+  CW_LOGW("gang order: stamps %" PRIu64 "..%" PRIu64 " did not arrive within %d ms; going on "
+          "with %" PRIu64, g->next, least - 1, CW__STAMP_STALL_MS, least);
+  g->next = least;
+  g->stall_next = least;
+  cw__stamp_advance(w, g);
+}
+
+void cw_worker_stamp_passed(cw_worker_t* w, uint64_t stamp, uint64_t session_id) {
+  cw_stamp_state_t* g = cw__stamps(w);
+  if (!g || !stamp) return;
+  if (stamp > g->next && !g->off) {
+    // Refused before its turn: it passes when the turn comes.
+    if (g->num_ahead == g->cap_ahead) {
+      size_t cap = g->cap_ahead ? 2 * g->cap_ahead : 16;
+      cw_stamp_rec_t* grown = cap <= CW__STAMP_AHEAD_MAX
+                                  ? realloc(g->ahead, cap * sizeof(*grown)) : NULL;
+      if (!grown) {
+        CW_LOGW("gang order: stamp %" PRIu64 " refused early and not kept; later stamps may "
+                "wait", stamp);
+        return;
+      }
+      g->ahead = grown;
+      g->cap_ahead = cap;
+    }
+    size_t i = g->num_ahead;
+    for (; i > 0 && g->ahead[i - 1].stamp > stamp; --i) g->ahead[i] = g->ahead[i - 1];
+    g->ahead[i].stamp = stamp;
+    g->ahead[i].session_id = session_id;
+    g->num_ahead++;
+    return;
+  }
+  cw__stamp_record(g, stamp, session_id);
+  if (stamp == g->next) g->next++;
+  else if (stamp > g->next) g->next = stamp + 1;  // off: shutting down
+  cw__stamp_advance(w, g);
+}
+
+// Passes the stamps refused early whose turn has come; resumes the waiters.
+static void cw__stamp_advance(cw_worker_t* w, cw_stamp_state_t* g) {
+  size_t used = 0;
+  while (used < g->num_ahead && g->ahead[used].stamp <= g->next) {
+    if (g->ahead[used].stamp == g->next) {
+      cw__stamp_record(g, g->ahead[used].stamp, g->ahead[used].session_id);
+      g->next++;
+    }
+    used++;
+  }
+  if (used) {
+    memmove(g->ahead, g->ahead + used, (g->num_ahead - used) * sizeof(*g->ahead));
+    g->num_ahead -= used;
+  }
+  cw__stamp_wake(w, g);
+}
+
+void cw_worker_stamp_drop(cw_conn_t* c, uint16_t type, const ProtobufCMessage* msg) {
+  uint64_t stamp = cw_worker_stamp_of(c, type, msg);
+  if (stamp) cw_worker_stamp_passed(c->w, stamp, c->session ? c->session->id : 0);
+}
+
+void cw_worker_stamp_stop(cw_worker_t* w) {
+  cw_stamp_state_t* g = w->stamps;
+  if (!g) return;
+  g->off = true;
+  if (g->stall_init) uv_close((uv_handle_t*)&g->stall, NULL);
+  cw__stamp_wake(w, g);
+}
+
+void* cw_worker_stamp_stats(cw_worker_t* w, Causeway__V1__Stats* st) {
+  cw_stamp_state_t* g = w->stamps;
+  if (!g || !g->count) return NULL;
+  size_t n = g->count < CW__STAMP_RECORD ? (size_t)g->count : CW__STAMP_RECORD;
+  // One block: the pointer list, then the records (8-byte aligned after it).
+  Causeway__V1__SchedStamp** ptrs = malloc(n * (sizeof(*ptrs) + sizeof(Causeway__V1__SchedStamp)));
+  if (!ptrs) return NULL;
+  Causeway__V1__SchedStamp* recs = (Causeway__V1__SchedStamp*)(ptrs + n);
+  uint64_t first = g->count - n;
+  for (size_t i = 0; i < n; ++i) {
+    const cw_stamp_rec_t* r = &g->ring[(first + i) % CW__STAMP_RECORD];
+    causeway__v1__sched_stamp__init(&recs[i]);
+    recs[i].stamp = r->stamp;
+    recs[i].session_id = r->session_id;
+    ptrs[i] = &recs[i];
+  }
+  st->sched_stamps = ptrs;
+  st->n_sched_stamps = n;
+  st->sched_stamps_dropped = first;
+  return ptrs;
+}
+
+void cw_worker_stamp_free(cw_worker_t* w) {
+  if (!w->stamps) return;
+  free(w->stamps->ahead);
+  free(w->stamps);
+  w->stamps = NULL;
+}

@@ -1,0 +1,235 @@
+"""Sessions and allocation, gang order and weights (issue 4, items 1-2).
+
+Real controller and workers started by hand, several real JAX clients at
+once (each a Runner process), each asking for devices with CAUSEWAY_DEVICES
+and friends. Assertions are on what JAX sees (device attributes), results
+against numpy, error texts, and the launch-order records that the controller
+and the workers keep (Stats.sched_stamps)."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+import harness
+
+pytestmark = pytest.mark.skipif(harness.missing_build() is not None,
+                                reason=str(harness.missing_build()))
+
+CHECKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "alloc_checks.py")
+
+
+def client(name, cluster, lazy=False, **alloc):
+    env = harness.causeway_env(controller=cluster.controller)
+    env["CW_RUNNER_CHECKS"] = CHECKS
+    for k, v in alloc.items():
+        env[f"CAUSEWAY_{k.upper()}"] = str(v)
+    if lazy:
+        env["CW_RUNNER_LAZY"] = "1"
+    return harness.Runner(name, env)
+
+
+def close_all(runners):
+    for r in runners:
+        try:
+            r.close()
+        except Exception:  # noqa: BLE001 - best effort
+            pass
+
+
+# ---- Stats.sched_stamps ----------------------------------------------------------------
+
+def sched_record(address):
+    """[(island, stamp, session_id)] from a controller's or worker's STATS."""
+    st = harness.stats(address)
+    out = []
+    for field, wt, val in harness._pb_fields(st["raw"]):
+        if field == 30 and wt == 2:
+            rec = {1: 0, 2: 0, 3: 0}
+            for f2, _, v2 in harness._pb_fields(val):
+                rec[f2] = v2
+            out.append((rec[1], rec[2], rec[3]))
+    return out
+
+
+# ---- Allocation ---------------------------------------------------------------------------
+
+def test_exclusive_sessions_queue_and_errors():
+    cluster = harness.HandCluster(workers=2, devices=4)
+    runners = []
+    try:
+        a = client("alloc-a", cluster, devices=4)
+        b = client("alloc-b", cluster, devices=4)
+        runners += [a, b]
+        ia, ib = a.call("alloc_devices"), b.call("alloc_devices")
+        # Each sees exactly 4 devices, numbered 0..3, all on one worker; the two
+        # sessions got different workers (exclusive).
+        for info in (ia, ib):
+            assert info["ids"] == [0, 1, 2, 3], info
+            assert len(set(info["workers"])) == 1, info
+            assert sorted(info["local"]) == [0, 1, 2, 3], info
+        assert ia["workers"][0] != ib["workers"][0], (ia, ib)
+        for r in (a, b):
+            res = r.call("alloc_compute", seed=3)
+            assert res["ok"] and res["n"] == 4, res
+        # A third waits in the queue and says why on stderr.
+        c = client("alloc-c", cluster, lazy=True, devices=4)
+        runners.append(c)
+        c.submit("backend_init")
+        assert harness.wait_until(lambda: "causeway: waiting for 4 devices" in c.log_text(),
+                                  150), c.log_tail()
+        assert "causeway: waiting for 4 devices (0 of 8 free; 0 sessions ahead in the queue)" \
+            in c.log_text(), c.log_tail()
+        assert harness.stats(cluster.controller)["alloc_queue"] == 1
+        # A timed wait behind it fails with DEADLINE_EXCEEDED naming what was asked.
+        d = client("alloc-d", cluster, lazy=True, devices=2, queue_timeout=1.5)
+        runners.append(d)
+        got = d.call("backend_init", timeout=120)
+        assert not got["ok"], got
+        assert "waited 1." in got["error"] and "for 2 devices: 0 of 8 matching devices free, " \
+            "1 session ahead in the queue" in got["error"], got
+        assert "DEADLINE_EXCEEDED" in got["error"] or "deadline" in got["error"].lower(), got
+        # One exits: the waiting one gets its worker.
+        freed = ia["workers"][0]
+        a.close()
+        got = c.result(timeout=120)
+        assert got["ok"] and got["devices"] == 4, got
+        ic = c.call("alloc_devices")
+        assert set(ic["workers"]) == {freed}, (ic, freed)
+        assert c.call("alloc_compute", seed=4)["ok"]
+        assert harness.stats(cluster.controller)["alloc_queue"] == 0
+        # Requests that can never be met fail at once.
+        for alloc, text in (({"devices": 9}, "asks for 9 devices; the matching workers have 8"),
+                            ({"devices": 1, "workers": "nope"},
+                             "unknown worker 'nope' (workers: hand-worker-"),
+                            ({"devices": 1, "platform": "tpu"},
+                             "no worker has platform 'tpu' (platforms: cpu)"),
+                            ({"devices": 5, "min_island": 5},
+                             "asks for islands of at least 5 devices; the largest matching "
+                             "island has 4"),
+                            ({"devices": "abc"}, "CAUSEWAY_DEVICES=abc: want a whole number"),
+                            ({"devices": 2, "share": 2}, "CAUSEWAY_SHARE=2"),
+                            ({"devices": 2, "queue_timeout": "-1"}, "CAUSEWAY_QUEUE_TIMEOUT=-1"),
+                            ({"share": 1}, "need CAUSEWAY_DEVICES")):
+            e = client("alloc-bad", cluster, lazy=True, **alloc)
+            try:
+                got = e.call("backend_init", timeout=60)
+            finally:
+                e.close()
+            assert not got["ok"] and text in got["error"], (alloc, got)
+            assert got["elapsed"] < 20, got
+    finally:
+        close_all(runners)
+        cluster.stop()
+
+
+def test_named_workers_and_sharing_placement():
+    cluster = harness.HandCluster(workers=2, devices=4)
+    runners = []
+    try:
+        # Named worker; two sharers of one island pack onto the same devices.
+        a = client("named", cluster, devices=2, workers="hand-worker-1")
+        s1 = client("share-1", cluster, devices=4, share=1, workers="hand-worker-0")
+        s2 = client("share-2", cluster, devices=4, share=1)
+        runners += [a, s1, s2]
+        ia = a.call("alloc_devices")
+        assert set(ia["workers"]) == {"hand-worker-1"} and ia["ids"] == [0, 1], ia
+        i1, i2 = s1.call("alloc_devices"), s2.call("alloc_devices")
+        assert set(i1["workers"]) == {"hand-worker-0"} and set(i2["workers"]) == {"hand-worker-0"}
+        # An exclusive request cannot take shared devices: 2 left on worker 1.
+        e = client("excl", cluster, lazy=True, devices=3, queue_timeout=1)
+        runners.append(e)
+        got = e.call("backend_init", timeout=60)
+        assert not got["ok"] and "2 of 8 matching devices free" in got["error"], got
+        for r in (a, s1, s2):
+            assert r.call("alloc_compute", seed=5)["ok"]
+    finally:
+        close_all(runners)
+        cluster.stop()
+
+
+# ---- Gang order and weights ---------------------------------------------------------------
+
+def island_records(ctl_records):
+    out = {}
+    for isl, stamp, sid in ctl_records:
+        out.setdefault(isl, []).append((stamp, sid))
+    return out
+
+
+def test_shared_island_gang_order():
+    cluster = harness.HandCluster(workers=2, devices=4)
+    runners = []
+    try:
+        # Three sessions share one island (worker 0's 4 devices), a fourth has
+        # worker 1 alone; all run SPMD programs with an all-reduce at once.
+        sharers = [client(f"gang-{i}", cluster, devices=4, share=1, workers="hand-worker-0")
+                   for i in range(3)]
+        other = client("gang-excl", cluster, devices=4)
+        runners += sharers + [other]
+        for r in runners:
+            info = r.call("alloc_devices")
+            want = "hand-worker-1" if r is other else "hand-worker-0"
+            assert set(info["workers"]) == {want}, info
+        for i, r in enumerate(runners):
+            r.submit("spmd_psum", n=40, seed=i)
+        for r in runners:
+            res = r.result(timeout=300)
+            assert res["ok"] and res["n"] == 40 and res["devices"] == 4, res
+        ctl = island_records(sched_record(cluster.controller))
+        assert harness.stats(cluster.controller)["sched_stamps_dropped"] == 0
+        for name in ("hand-worker-0", "hand-worker-1"):
+            wrec = [(stamp, sid) for _, stamp, sid in sched_record(cluster.addresses[name])]
+            assert harness.stats(cluster.addresses[name])["sched_stamps_dropped"] == 0
+            # The worker issued exactly the controller's stamps for its island, in order.
+            match = [isl for isl, rec in ctl.items() if rec == wrec]
+            assert match, (name, wrec[:20], {k: v[:20] for k, v in ctl.items()})
+            stamps = [s for s, _ in wrec]
+            assert stamps == list(range(1, len(stamps) + 1)), stamps[:50]
+            sessions = {sid for _, sid in wrec}
+            switches = sum(1 for a, b in zip(wrec, wrec[1:]) if a[1] != b[1])
+            print(f"{name}: {len(wrec)} stamps from {len(sessions)} sessions, "
+                  f"{switches} switches between sessions")
+            if name == "hand-worker-0":
+                assert len(sessions) == 3 and len(wrec) >= 120, (len(sessions), len(wrec))
+            else:
+                assert len(sessions) == 1 and len(wrec) >= 40, (len(sessions), len(wrec))
+    finally:
+        close_all(runners)
+        cluster.stop()
+
+
+def test_weights_share_a_backlogged_island():
+    cluster = harness.HandCluster(workers=1, devices=4)
+    runners = []
+    try:
+        heavy = client("weight-2", cluster, devices=1, share=1, weight=2)
+        light = client("weight-1", cluster, devices=1, share=1, weight=1)
+        runners += [heavy, light]
+        for r in runners:
+            assert r.call("burst", n=1)["ok"]  # compiled, warm
+        n_heavy, n_light = 240, 120
+        heavy.submit("burst", n=n_heavy)
+        light.submit("burst", n=n_light)
+        for r in runners:
+            assert r.result(timeout=600)["ok"]
+        rec = sched_record(cluster.controller)
+        (island,) = {isl for isl, _, _ in rec}
+        seq = [sid for _, _, sid in sorted(rec, key=lambda x: x[1])]
+        sessions = sorted(set(seq), key=seq.count)
+        assert len(sessions) == 2, sessions
+        light_sid, heavy_sid = sessions
+        # The bursts: each session's last n stamps.
+        hpos = [i for i, s in enumerate(seq) if s == heavy_sid][-n_heavy:]
+        lpos = [i for i, s in enumerate(seq) if s == light_sid][-n_light:]
+        lo, hi = max(hpos[0], lpos[0]), min(hpos[-1], lpos[-1])
+        window = seq[lo:hi + 1]
+        h, l = window.count(heavy_sid), window.count(light_sid)
+        print(f"weights 2:1: {h} and {l} stamps in the window where both waited "
+              f"(ratio {h / max(l, 1):.2f})")
+        assert l >= 40, (h, l, lo, hi)
+        assert 1.6 <= h / l <= 2.5, (h, l, window[:60])
+    finally:
+        close_all(runners)
+        cluster.stop()
