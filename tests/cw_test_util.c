@@ -293,6 +293,27 @@ int cw_test_worker_kill(cw_test_worker_t* worker) {
 
 // ---- Files and directories -------------------------------------------------
 
+int cw_test_controller_start(const char* const* extra_args, cw_test_process_t* out_process,
+                             char* out_address, size_t address_capacity) {
+  const char* bin = cw_test_getenv("CW_CONTROLLER_BIN", NULL);
+  char fallback[1024];
+  if (!bin) {
+    snprintf(fallback, sizeof(fallback), "%s/bin/causeway-controller",
+             cw_test_getenv("CW_BUILD_DIR", "."));
+    bin = fallback;
+  }
+  const char* argv[32] = {bin, "--listen", "127.0.0.1:0"};
+  size_t n = 3;
+  for (size_t i = 0; extra_args && extra_args[i] && n < 31; ++i) argv[n++] = extra_args[i];
+  argv[n] = NULL;
+  if (cw_test_process_spawn(argv, NULL, "controller", out_process) != 0) return -1;
+  if (cw_test_process_read_line(out_process, "causeway-controller listening on ", 30000,
+                                out_address, address_capacity) != 0) {
+    return -1;
+  }
+  return cw_test_process_start_drain(out_process);
+}
+
 int cw_test_tempdir_create(const char* prefix, char* out_path, size_t capacity) {
   const char* base = cw_test_getenv("TMPDIR", "/tmp");
   int n = snprintf(out_path, capacity, "%s/%s.XXXXXX", base, prefix);

@@ -81,6 +81,13 @@ int cw_test_worker_start(const cw_test_worker_options_t* options, cw_test_worker
 int cw_test_worker_stop(cw_test_worker_t* worker, int timeout_ms);
 int cw_test_worker_kill(cw_test_worker_t* worker);
 
+// Starts causeway-controller (CW_CONTROLLER_BIN, else $CW_BUILD_DIR/bin)
+// listening on 127.0.0.1 port 0 with `extra_args` (NULL-terminated, or
+// NULL), waits for its listen line (address into out_address) and drains its
+// output. Returns 0 on success.
+int cw_test_controller_start(const char* const* extra_args, cw_test_process_t* out_process,
+                             char* out_address, size_t address_capacity);
+
 // Creates a fresh directory under $TMPDIR (or /tmp) named prefix.XXXXXX.
 // Short, so Unix socket paths inside it fit in sun_path.
 int cw_test_tempdir_create(const char* prefix, char* out_path, size_t capacity);

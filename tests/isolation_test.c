@@ -28,7 +28,6 @@
 #include "cw_frame.h"
 #include "cw_test_util.h"
 
-#define CTL_PREFIX "causeway-controller listening on "
 #define F32 CAUSEWAY__V1__DTYPE__DTYPE_F32
 
 #define ASSERT_OK CW_TEST_ASSERT_OK
@@ -137,18 +136,7 @@ static int group_setup(void** state) {
   if (cw_test_read_file(path, &g.program, &g.program_size) != 0) return -1;
   snprintf(path, sizeof(path), "%s/scalar_f32.opts", dir);
   if (cw_test_read_file(path, &g.options, &g.options_size) != 0) return -1;
-  char fallback[1024];
-  const char* bin = cw_test_getenv("CW_CONTROLLER_BIN", NULL);
-  if (!bin) {
-    snprintf(fallback, sizeof(fallback), "%s/bin/causeway-controller",
-             cw_test_getenv("CW_BUILD_DIR", "."));
-    bin = fallback;
-  }
-  const char* argv[] = {bin, "--listen", "127.0.0.1:0", NULL};
-  if (cw_test_process_spawn(argv, NULL, "controller", &g.ctl) != 0) return -1;
-  if (cw_test_process_read_line(&g.ctl, CTL_PREFIX, 30000, g.ctl_address,
-                                sizeof(g.ctl_address)) != 0 ||
-      cw_test_process_start_drain(&g.ctl) != 0) {
+  if (cw_test_controller_start(NULL, &g.ctl, g.ctl_address, sizeof(g.ctl_address)) != 0) {
     return -1;
   }
   const char* extra[] = {"--controller", g.ctl_address, NULL};

@@ -36,7 +36,6 @@
 #define DEVS 4     // per worker
 #define NARGS 2
 #define NOUTS 2
-#define CTL_PREFIX "causeway-controller listening on "
 
 #define ASSERT_OK(expr)                                                             \
   do {                                                                              \
@@ -164,20 +163,7 @@ static void on_event(void* user, const ProtobufCMessage* msg) {
 }
 
 static int start_controller(void) {
-  const char* bin = cw_test_getenv("CW_CONTROLLER_BIN", NULL);
-  char fallback[1024];
-  if (!bin) {
-    snprintf(fallback, sizeof(fallback), "%s/bin/causeway-controller",
-             cw_test_getenv("CW_BUILD_DIR", "."));
-    bin = fallback;
-  }
-  const char* argv[] = {bin, "--listen", "127.0.0.1:0", NULL};
-  if (cw_test_process_spawn(argv, NULL, "controller", &g.ctl) != 0) return -1;
-  if (cw_test_process_read_line(&g.ctl, CTL_PREFIX, 30000, g.ctl_address,
-                                sizeof(g.ctl_address)) != 0) {
-    return -1;
-  }
-  return cw_test_process_start_drain(&g.ctl);
+  return cw_test_controller_start(NULL, &g.ctl, g.ctl_address, sizeof(g.ctl_address));
 }
 
 static int start_worker(const char* name, const char* listen, cw_test_worker_t* out) {

@@ -141,15 +141,8 @@ static void expect_error(cw_status_t st, cw_status_code_t code, const char* text
 }
 
 static int setup(void** state) {
-  const char* bin = cw_test_getenv("CW_CONTROLLER_BIN", "causeway-controller");
-  const char* argv[] = {bin, "--listen", "127.0.0.1:0", "--worker-timeout-ms", "1000", NULL};
-  if (cw_test_process_spawn(argv, NULL, "controller", &g.ctl) != 0) return -1;
-  if (cw_test_process_read_line(&g.ctl, "causeway-controller listening on ", 30000, g.address,
-                                sizeof(g.address)) != 0 ||
-      cw_test_process_start_drain(&g.ctl) != 0) {
-    return -1;
-  }
-  return 0;
+  const char* extra[] = {"--worker-timeout-ms", "1000", NULL};
+  return cw_test_controller_start(extra, &g.ctl, g.address, sizeof(g.address)) == 0 ? 0 : -1;
 }
 
 static int teardown(void** state) {

@@ -23,7 +23,6 @@
 #include "cw_client.h"
 #include "cw_test_util.h"
 
-#define CTL_PREFIX "causeway-controller listening on "
 
 static struct {
   cw_test_process_t ctl;
@@ -105,18 +104,7 @@ static cw_status_t open_named(cw_client_t* c, const char* name,
 
 static int group_setup(void** state) {
   signal(SIGPIPE, SIG_IGN);
-  const char* bin = cw_test_getenv("CW_CONTROLLER_BIN", NULL);
-  char fallback[1024];
-  if (!bin) {
-    snprintf(fallback, sizeof(fallback), "%s/bin/causeway-controller",
-             cw_test_getenv("CW_BUILD_DIR", "."));
-    bin = fallback;
-  }
-  const char* argv[] = {bin, "--listen", "127.0.0.1:0", NULL};
-  if (cw_test_process_spawn(argv, NULL, "controller", &g.ctl) != 0) return -1;
-  if (cw_test_process_read_line(&g.ctl, CTL_PREFIX, 30000, g.ctl_address,
-                                sizeof(g.ctl_address)) != 0 ||
-      cw_test_process_start_drain(&g.ctl) != 0) {
+  if (cw_test_controller_start(NULL, &g.ctl, g.ctl_address, sizeof(g.ctl_address)) != 0) {
     return -1;
   }
   const char* extra[] = {"--controller", g.ctl_address, NULL};

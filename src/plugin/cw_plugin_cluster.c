@@ -14,11 +14,16 @@
 // every user). The plugin presents the same token in its own HELLOs.
 // The controller also gets its compile cache directory through the
 // environment (cw__compile_cache_setting).
+//
+// JAX never destroys its client, so at a normal exit an atexit handler
+// removes the private directories of clusters still running (their
+// children, already connected, need no socket file; they exit on EOF).
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
@@ -196,6 +201,8 @@ static cw_status_t cw__check_exe(const char* path, const char* what) {
                         "holding causeway-controller and causeway-worker)", what, path);
 }
 
+static void cw__track_dir(const char* dir, bool add);
+
 cw_status_t cw__cluster_start(cw__cluster_t** out_cluster, const char** out_controller_address,
                               uint32_t* out_num_workers) {
   *out_cluster = NULL;
@@ -297,6 +304,7 @@ cw_status_t cw__cluster_start(cw__cluster_t** out_cluster, const char** out_cont
     cw__cluster_stop(cl);
     return s;
   }
+  cw__track_dir(cl->dir, true);
   *out_cluster = cl;
   *out_controller_address = cl->controller_address;
   *out_num_workers = (uint32_t)workers;
@@ -376,6 +384,41 @@ static void cw__remove_dir(const char* dir) {
   rmdir(dir);
 }
 
+// Directories of running clusters, removed at exit (see the top).
+static pthread_mutex_t cw__dirs_mu = PTHREAD_MUTEX_INITIALIZER;
+static char* cw__dirs[8];
+
+static void cw__remove_dirs_at_exit(void) {
+  pthread_mutex_lock(&cw__dirs_mu);
+  for (size_t i = 0; i < sizeof(cw__dirs) / sizeof(cw__dirs[0]); ++i) {
+    if (cw__dirs[i]) cw__remove_dir(cw__dirs[i]);
+    free(cw__dirs[i]);
+    cw__dirs[i] = NULL;
+  }
+  pthread_mutex_unlock(&cw__dirs_mu);
+}
+
+// Tracks `dir` for removal at exit (add) or stops tracking it. Beyond the
+// table's size a directory is only removed by client destruction.
+static void cw__track_dir(const char* dir, bool add) {
+  static bool registered;
+  if (getenv("CAUSEWAY_KEEP_TMP")) return;
+  pthread_mutex_lock(&cw__dirs_mu);
+  if (add && !registered) registered = atexit(cw__remove_dirs_at_exit) == 0;
+  for (size_t i = 0; i < sizeof(cw__dirs) / sizeof(cw__dirs[0]); ++i) {
+    if (add && !cw__dirs[i]) {
+      cw__dirs[i] = strdup(dir);
+      break;
+    }
+    if (!add && cw__dirs[i] && !strcmp(cw__dirs[i], dir)) {
+      free(cw__dirs[i]);
+      cw__dirs[i] = NULL;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&cw__dirs_mu);
+}
+
 void cw__cluster_stop(cw__cluster_t* cl) {
   if (!cl) return;
   if (cl->watch_write_fd >= 0) close(cl->watch_write_fd);  // children see EOF
@@ -394,6 +437,7 @@ void cw__cluster_stop(cw__cluster_t* cl) {
     if (!cl->children[i].reaped && cl->children[i].pid > 0) kill(cl->children[i].pid, SIGKILL);
   }
   cw__reap(cl, true);
+  if (cl->dir) cw__track_dir(cl->dir, false);
   if (cl->dir && !getenv("CAUSEWAY_KEEP_TMP")) cw__remove_dir(cl->dir);
   for (size_t i = 0; i < cl->num_children; ++i) {
     free(cl->children[i].name);

@@ -231,15 +231,10 @@ static void test_exe_info(void** state) {
 
 static void test_register_and_exit_with_controller(void** state) {
   (void)state;
-  const char* bin = cw_test_getenv("CW_CONTROLLER_BIN", NULL);
-  assert_non_null(bin);
-  const char* argv[] = {bin, "--listen", "127.0.0.1:0", NULL};
+  assert_non_null(cw_test_getenv("CW_CONTROLLER_BIN", NULL));
   cw_test_process_t ctl;
   char address[256];
-  assert_int_equal(cw_test_process_spawn(argv, NULL, "controller", &ctl), 0);
-  assert_int_equal(cw_test_process_read_line(&ctl, "causeway-controller listening on ", 30000,
-                                             address, sizeof(address)), 0);
-  assert_int_equal(cw_test_process_start_drain(&ctl), 0);
+  assert_int_equal(cw_test_controller_start(NULL, &ctl, address, sizeof(address)), 0);
   const char* extra[] = {"--controller", address, "--exit-with-controller", NULL};
   cw_test_worker_options_t o = {.devices = 2, .name = "registered", .extra_args = extra};
   cw_test_worker_t w;
