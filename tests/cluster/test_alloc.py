@@ -166,7 +166,9 @@ def test_shared_island_gang_order():
         # worker 1 alone; all run SPMD programs with an all-reduce at once.
         sharers = [client(f"gang-{i}", cluster, devices=4, share=1, workers="hand-worker-0")
                    for i in range(3)]
-        other = client("gang-excl", cluster, devices=4)
+        # Pinned: the four start at once, and an exclusive session that took
+        # worker 0 first would leave the sharers waiting for it forever.
+        other = client("gang-excl", cluster, devices=4, workers="hand-worker-1")
         runners += sharers + [other]
         for r in runners:
             info = r.call("alloc_devices")
@@ -210,8 +212,12 @@ def test_weights_share_a_backlogged_island():
         for r in runners:
             assert r.call("burst", n=1)["ok"]  # compiled, warm
         n_heavy, n_light = 240, 120
-        heavy.submit("burst", n=n_heavy)
-        light.submit("burst", n=n_light)
+        # Launches heavy enough that the island, not the clients' dispatch,
+        # is the bottleneck: both queues stay backlogged at the controller
+        # (with light ones a loaded machine could leave them empty, and the
+        # stamps would follow arrival instead of the weights).
+        heavy.submit("burst", n=n_heavy, size=384)
+        light.submit("burst", n=n_light, size=384)
         for r in runners:
             assert r.result(timeout=600)["ok"]
         rec = sched_record(cluster.controller)
