@@ -342,6 +342,9 @@ void cw_ctl_ops_session_opened(cw_ctl_session_t* s, const Causeway__V1__OpenSess
 void cw_ctl_ops_session_devices(cw_ctl_session_t* s, const Causeway__V1__GlobalDevice* devs,
                                 size_t n);
 const char* cw_ctl_ops_session_name(const cw_ctl_session_t* s);
+// The worker's last STATS from the once-a-second poll (scalar fields only;
+// NULL before the first answer) and its age in seconds. Metrics read it too.
+const Causeway__V1__Stats* cw_ctl_ops_worker_stats(const cw_ctl_worker_t* w, double* out_age_s);
 void cw_ctl_ops_session_free(cw_ctl_session_t* s);
 void cw_ctl_ops_worker_free(cw_ctl_worker_t* w);
 // A new connection of session s to worker `index`: a paused session holds there too.

@@ -1,6 +1,7 @@
 // Prometheus metrics of the controller: a GET-only HTTP/1.x endpoint on the
-// controller's own libuv loop (no thread), and a once-a-second STATS poll of
-// every live worker whose last answer the exposition reports.
+// controller's own libuv loop (no thread). Per-worker figures are the
+// workers' last STATS from the operations module's once-a-second poll
+// (cw_ctl_ops_worker_stats), so scrapes cause no worker traffic.
 //
 // An HTTP peer cannot stall or crash the loop: the request head is bounded
 // (CW__HTTP_MAX_REQUEST bytes, else 431), each connection has a deadline
@@ -22,7 +23,6 @@
 #define CW__HTTP_MAX_REQUEST 8192
 #define CW__HTTP_TIMEOUT_MS 10000
 #define CW__HTTP_MAX_CONNS 32
-#define CW__POLL_MS 1000
 
 static const double cw__launch_bounds[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
                                            0.025,  0.05,    0.1,    0.25,  0.5,    1,     2.5,
@@ -42,10 +42,7 @@ typedef struct cw_ctl_hist_s {
 
 // What the metrics keep per worker index.
 typedef struct cw_ctl_wmetrics_s {
-  Causeway__V1__Stats* stats;  // owned: the last STATS answer; NULL: none yet
-  int64_t stats_ns;            // when it arrived
-  bool polling;                // a STATS request is outstanding
-  uint64_t launches;           // relayed to this worker and answered
+  uint64_t launches;  // relayed to this worker and answered
 } cw_ctl_wmetrics_t;
 
 typedef struct cw_ctl_http_s {
@@ -65,8 +62,7 @@ typedef struct cw_ctl_http_s {
 typedef struct cw_ctl_metrics_s {
   cw_controller_t* ctl;
   uv_tcp_t listener;
-  uv_timer_t poll;
-  bool listener_open, poll_open;
+  bool listener_open;
   bool stopped;
   char address[256];
   cw_ctl_http_t* conns;
@@ -77,13 +73,6 @@ typedef struct cw_ctl_metrics_s {
   cw_ctl_hist_t compile_latency;
   uint64_t http_requests, http_refused;
 } cw_ctl_metrics_t;
-
-// One outstanding STATS poll; it names the metrics by the controller, which
-// outlives every connection (and so every reply callback).
-typedef struct cw_ctl_poll_s {
-  cw_controller_t* ctl;
-  uint32_t worker;
-} cw_ctl_poll_t;
 
 int64_t cw_ctl_metrics_now_ns(void) {
   struct timespec ts;
@@ -125,65 +114,6 @@ void cw_ctl_metrics_on_compile(cw_controller_t* ctl, int64_t elapsed_ms, bool ca
   if (ctl->metrics) cw__hist_observe(&ctl->metrics->compile_latency, (double)elapsed_ms / 1e3);
 }
 
-// --- The worker STATS poll -----------------------------------------------------------
-
-static void cw__poll_reply(void* user, cw_net_conn_t* conn, cw_status_t status,
-                           const ProtobufCMessage* reply, uint8_t* bulk, uint64_t bulk_len) {
-  cw_ctl_poll_t* p = user;
-  cw_ctl_metrics_t* m = p->ctl->metrics;
-  free(bulk);
-  cw_ctl_wmetrics_t* wm = m ? cw__wm(m, p->worker) : NULL;
-  if (wm) wm->polling = false;
-  if (status) {
-    CW_LOGD("metrics: STATS of worker %u: %s", p->worker, cw_status_message(status));
-    cw_status_free(status);
-  } else if (wm) {
-    // Keep a copy: the reply is borrowed.
-    size_t len = protobuf_c_message_get_packed_size(reply);
-    uint8_t* buf = malloc(len ? len : 1);
-    Causeway__V1__Stats* copy = NULL;
-    if (buf) {
-      protobuf_c_message_pack(reply, buf);
-      copy = causeway__v1__stats__unpack(NULL, len, buf);
-      free(buf);
-    }
-    if (copy) {
-      if (wm->stats) causeway__v1__stats__free_unpacked(wm->stats, NULL);
-      wm->stats = copy;
-      wm->stats_ns = cw_ctl_metrics_now_ns();
-    }
-  }
-  free(p);
-}
-
-static void cw__poll_tick(uv_timer_t* t) {
-  cw_controller_t* ctl = t->data;
-  cw_ctl_metrics_t* m = ctl->metrics;
-  if (!m || ctl->shutting_down) return;
-  for (size_t i = 0; i < ctl->num_workers; ++i) {
-    cw_ctl_worker_t* w = ctl->workers[i];
-    cw_ctl_wmetrics_t* wm = cw__wm(m, (uint32_t)i);
-    if (!wm || wm->polling || !w->alive) continue;
-    // The worker's compile connection carries the poll too (opened on demand).
-    if (w->private_conn && !cw_net_conn_is_open(w->private_conn)) {
-      cw_net_conn_release(w->private_conn);
-      w->private_conn = NULL;
-    }
-    if (!w->private_conn) w->private_conn = cw__link_open(ctl, w, 0);
-    cw_ctl_poll_t* p = malloc(sizeof(*p));
-    if (!w->private_conn || !p) {
-      free(p);
-      continue;
-    }
-    p->ctl = ctl;
-    p->worker = (uint32_t)i;
-    wm->polling = true;
-    Causeway__V1__StatsRequest req = CAUSEWAY__V1__STATS_REQUEST__INIT;
-    cw_net_conn_request(w->private_conn, CW_MSG_STATS, &req.base, NULL, 0, NULL, NULL,
-                        cw__poll_reply, p);
-  }
-}
-
 // --- Rendering --------------------------------------------------------------------------
 
 static void cw__family(cw_http_text_t* t, const char* name, const char* type, const char* help) {
@@ -216,8 +146,9 @@ static void cw__stats_family(cw_http_text_t* t, cw_ctl_metrics_t* m, const char*
                              const char* type, const char* help, size_t offset) {
   cw_controller_t* ctl = m->ctl;
   cw__family(t, name, type, help);
-  for (size_t i = 0; i < ctl->num_workers && i < m->num_workers; ++i) {
-    const Causeway__V1__Stats* st = m->workers[i].stats;
+  for (size_t i = 0; i < ctl->num_workers; ++i) {
+    double age_s = 0;
+    const Causeway__V1__Stats* st = cw_ctl_ops_worker_stats(ctl->workers[i], &age_s);
     if (!st) continue;
     cw__worker_sample(t, name, ctl->workers[i], *(const uint64_t*)((const char*)st + offset));
   }
@@ -258,7 +189,6 @@ static const cw_ctl_stats_family_t cw__stats_families[] = {
 
 static void cw__render(cw_ctl_metrics_t* m, cw_http_text_t* t) {
   cw_controller_t* ctl = m->ctl;
-  int64_t now = cw_ctl_metrics_now_ns();
   (void)cw__wm(m, ctl->num_workers ? (uint32_t)ctl->num_workers - 1 : 0);
 
   cw__family(t, "causeway_launches_total", "counter",
@@ -326,12 +256,12 @@ static void cw__render(cw_ctl_metrics_t* m, cw_http_text_t* t) {
   }
   cw__family(t, "causeway_worker_stats_age_seconds", "gauge",
              "Age of the worker's last STATS answer the figures above come from");
-  for (size_t i = 0; i < ctl->num_workers && i < m->num_workers; ++i) {
-    if (!m->workers[i].stats) continue;
+  for (size_t i = 0; i < ctl->num_workers; ++i) {
+    double age_s = 0;
+    if (!cw_ctl_ops_worker_stats(ctl->workers[i], &age_s)) continue;
     cw_http_text_printf(t, "causeway_worker_stats_age_seconds{worker=\"");
     cw_http_text_label(t, ctl->workers[i]->name);
-    cw_http_text_printf(t, "\",island=\"%zu\"} %.3f\n", i,
-                        (double)(now - m->workers[i].stats_ns) / 1e9);
+    cw_http_text_printf(t, "\",island=\"%zu\"} %.3f\n", i, age_s);
   }
 }
 
@@ -500,9 +430,6 @@ cw_status_t cw_ctl_metrics_start(cw_controller_t* ctl) {
   uv_tcp_init(&ctl->loop, &m->listener);
   m->listener.data = ctl;
   m->listener_open = true;
-  uv_timer_init(&ctl->loop, &m->poll);
-  m->poll.data = ctl;
-  m->poll_open = true;
   int rc = uv_tcp_bind(&m->listener, (const struct sockaddr*)&sa, 0);
   if (rc >= 0) rc = uv_listen((uv_stream_t*)&m->listener, 64, cw__http_accept);
   if (rc < 0) {
@@ -516,7 +443,6 @@ cw_status_t cw_ctl_metrics_start(cw_controller_t* ctl) {
                                          : ntohs(((struct sockaddr_in*)&bound)->sin_port);
   const char* colon = strrchr(address, ':');
   snprintf(m->address, sizeof(m->address), "%.*s:%d", (int)(colon - address), address, port);
-  uv_timer_start(&m->poll, cw__poll_tick, 0, CW__POLL_MS);
   printf("causeway-controller metrics on http://%s/metrics\n", m->address);
   fflush(stdout);
   return cw_ok_status();
@@ -527,16 +453,12 @@ void cw_ctl_metrics_stop(cw_controller_t* ctl) {
   if (!m || m->stopped) return;
   m->stopped = true;
   if (m->listener_open) uv_close((uv_handle_t*)&m->listener, NULL);
-  if (m->poll_open) uv_close((uv_handle_t*)&m->poll, NULL);
   while (m->conns) cw__http_close(m->conns);
 }
 
 void cw_ctl_metrics_release(cw_controller_t* ctl) {
   cw_ctl_metrics_t* m = ctl->metrics;
   if (!m) return;
-  for (size_t i = 0; i < m->num_workers; ++i) {
-    if (m->workers[i].stats) causeway__v1__stats__free_unpacked(m->workers[i].stats, NULL);
-  }
   free(m->workers);
   free(m);
   ctl->metrics = NULL;

@@ -74,6 +74,7 @@ struct cw_ctl_worker_ops_s {
   int64_t rate_ms[CW__RATE_SAMPLES];
   size_t rate_first, rate_count;
   double launches_per_sec;
+  int64_t last_ms;  // when `last` arrived (CLOCK_MONOTONIC); 0: never
 };
 
 struct cw_ctl_session_ops_s {
@@ -126,6 +127,13 @@ static struct cw_ctl_worker_ops_s* cw__wops(cw_ctl_worker_t* w) {
 static struct cw_ctl_session_ops_s* cw__sops(cw_ctl_session_t* s) {
   if (!s->ops) s->ops = calloc(1, sizeof(*s->ops));
   return s->ops;
+}
+
+const Causeway__V1__Stats* cw_ctl_ops_worker_stats(const cw_ctl_worker_t* w,
+                                                   double* out_age_s) {
+  if (!w->ops || !w->ops->last_ms) return NULL;
+  *out_age_s = (double)(cw__mono_ms() - w->ops->last_ms) / 1e3;
+  return &w->ops->last;
 }
 
 // --- Hooks called by cw_controller.c -------------------------------------------------
@@ -562,9 +570,12 @@ static void cw__keep_stats(cw_ctl_worker_t* w, const Causeway__V1__Stats* st, ui
   wo->last.n_peers = 0;
   wo->last.session_stats = NULL;
   wo->last.n_session_stats = 0;
+  wo->last.sched_stamps = NULL;  // borrowed from the reply, like the two above
+  wo->last.n_sched_stamps = 0;
   if (serial > wo->serial) wo->serial = serial;
   // Launches per second over the samples kept (at most one per poll period).
   int64_t now = cw__mono_ms();
+  wo->last_ms = now;
   size_t last = (wo->rate_first + wo->rate_count + CW__RATE_SAMPLES - 1) % CW__RATE_SAMPLES;
   if (wo->rate_count && st->launches < wo->rate_launches[last]) wo->rate_count = 0;  // restarted
   if (wo->rate_count && now - wo->rate_ms[last] < CW__POLL_MS) return;
