@@ -709,15 +709,17 @@ static void cw__inflight_compiled(void* user, cw_net_conn_t* conn, cw_status_t s
                       cw__inflight_serialized, f);
 }
 
+cw_net_conn_t* cw__private_link(cw_controller_t* ctl, cw_ctl_worker_t* w) {
+  if (w->private_conn && !cw_net_conn_is_open(w->private_conn)) cw__link_drop(&w->private_conn);
+  if (!w->private_conn) w->private_conn = cw__link_open(ctl, w, 0);
+  return w->private_conn;
+}
+
 void cw__inflight_send_compile(cw_ctl_inflight_t* f, const char* format, const uint8_t* code,
                                size_t code_size, const uint8_t* options, size_t options_size) {
   cw_controller_t* ctl = f->ctl;
   cw_ctl_worker_t* w = ctl->workers[f->worker];
-  if (!w->private_conn || !cw_net_conn_is_open(w->private_conn)) {
-    if (w->private_conn) cw__link_drop(&w->private_conn);
-    w->private_conn = cw__link_open(ctl, w, 0);
-  }
-  if (!w->private_conn) {
+  if (!cw__private_link(ctl, w)) {
     cw__inflight_finish(f, NULL, cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable "
                                                 "for compiling", w->name, w->address));
     return;

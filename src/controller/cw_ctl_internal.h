@@ -253,6 +253,9 @@ void cw_ctl_disk_stats(const cw_controller_t* ctl, Causeway__V1__Stats* st);
 
 // cw_controller.c, shared with its modules.
 cw_net_conn_t* cw__link_open(cw_controller_t* ctl, cw_ctl_worker_t* w, uint64_t session_id);
+// The controller's own connection to `w` (compiles, STATS polls, ADMIN_*),
+// reopened when it was lost; NULL when it cannot be opened.
+cw_net_conn_t* cw__private_link(cw_controller_t* ctl, cw_ctl_worker_t* w);
 
 // --- Metrics (cw_ctl_metrics.c): Prometheus text over HTTP ------------------------------
 int64_t cw_ctl_metrics_now_ns(void);
@@ -320,13 +323,9 @@ void cw_ctl_health_session_free(cw_ctl_session_t* s);
 void cw_ctl_health_stats(const cw_controller_t* ctl, Causeway__V1__Stats* st);
 
 // --- cw_controller.c functions used by the other modules ---
-cw_net_conn_t* cw__session_link(cw_ctl_session_t* s, uint32_t index);
-cw_net_conn_t* cw__link_open(cw_controller_t* ctl, cw_ctl_worker_t* w, uint64_t session_id);
 void cw__link_drop(cw_net_conn_t** link);
 void cw__ignore_reply(void* user, cw_net_conn_t* conn, cw_status_t status,
                       const ProtobufCMessage* reply, uint8_t* bulk, uint64_t bulk_len);
-void cw__reply_error(cw_controller_t* ctl, cw_net_conn_t* c, uint16_t type, uint64_t rid,
-                     cw_status_t st);
 
 // --- Operations (cw_ctl_ops.c): `causeway status | pause | resume | drain` ---
 cw_status_t cw_ctl_ops_create(cw_controller_t* ctl);
@@ -357,15 +356,10 @@ bool cw__session_direct_launch(cw_controller_t* ctl, cw_ctl_session_t* s,
                                uint32_t worker_index);
 
 // --- cw_controller.c, used by the modules ---------------------------------------
-void cw__reply_error(cw_controller_t* ctl, cw_net_conn_t* c, uint16_t type, uint64_t rid,
-                     cw_status_t st);
 void cw__reply_session_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_id);
-cw_net_conn_t* cw__session_link(cw_ctl_session_t* s, uint32_t index);
-void cw__session_release(cw_ctl_session_t* s);
 void cw__open_tick(uv_timer_t* t);
 void cw__item_free(cw_ctl_item_t* it);
 void cw__item_fail(cw_controller_t* ctl, cw_ctl_item_t* it, cw_status_t st);
-cw_ctl_exe_t* cw__exe_find(cw_ctl_session_t* s, uint64_t id);
 void cw__exe_forget(cw_ctl_session_t* s, uint64_t id);
 uint64_t cw__item_exe_id(const cw_ctl_item_t* it);
 void cw__relay_reply(void* user, cw_net_conn_t* conn, cw_status_t status,

@@ -331,12 +331,6 @@ static void cw__handle_pause(cw_ctl_peer_t* p, const cw_frame_header_t* h,
 // --- DRAIN, UNDRAIN ------------------------------------------------------------------
 
 // The worker's private (compile) connection, opened when needed.
-static cw_net_conn_t* cw__private_link(cw_controller_t* ctl, cw_ctl_worker_t* w) {
-  if (w->private_conn && !cw_net_conn_is_open(w->private_conn)) cw__link_drop(&w->private_conn);
-  if (!w->private_conn) w->private_conn = cw__link_open(ctl, w, 0);
-  return w->private_conn;
-}
-
 static void cw__handle_drain(cw_ctl_peer_t* p, const cw_frame_header_t* h,
                              const Causeway__V1__AdminDrainRequest* r) {
   cw_controller_t* ctl = p->ctl;

@@ -344,8 +344,6 @@ void cw__launch_fail(cw_worker_t* w, cw_launch_t* l, cw_status_t status);
 void cw__drop_donated(cw_worker_t* w, uint64_t skey, const Causeway__V1__LaunchRequest* r);
 void cw__conn_ref(cw_conn_t* c);
 void cw__conn_unref(cw_conn_t* c);
-void cw__reply(cw_conn_t* c, uint16_t type, uint64_t request_id, const ProtobufCMessage* msg);
-void cw__reply_error(cw_conn_t* c, uint16_t type, uint64_t request_id, cw_status_t status);
 
 // --- Operations (cw_worker_ops.c) ---
 // ADMIN_HOLD, ADMIN_WORKER_DRAIN from the controller. Borrows msg.
@@ -362,11 +360,6 @@ typedef struct cw_worker_ops_scratch_s {
 void cw_worker_ops_fill_stats(cw_worker_t* w, Causeway__V1__Stats* st,
                               cw_worker_ops_scratch_t* scratch);
 void cw_worker_ops_stats_free(cw_worker_ops_scratch_t* scratch);
-
-// --- cw_worker.c, used by the modules ---------------------------------------------
-void cw__conn_ref(cw_conn_t* c);
-void cw__conn_unref(cw_conn_t* c);
-void cw__launch_pump(cw_conn_t* c);
 
 // --- cw_worker_sched.c: gang order ------------------------------------------------
 // The stamp of a request from the controller (0: none, or not a stamped LAUNCH).
