@@ -1111,15 +1111,17 @@ static void cw__handle_compile(cw_conn_t* c, const cw_frame_header_t* h, Protobu
   if (op) cw__queue_compile(op);
 }
 
-// Fails `op` unless `e` is an executable that did not fail; true if usable.
-static bool cw__op_need_executable(cw_op_t* op, const cw_store_entry_t* e) {
+// Fails `op` unless `e` is a `kind` object (named `what`, `a_what` in
+// messages) that did not fail; true if usable.
+static bool cw__op_need_kind(cw_op_t* op, const cw_store_entry_t* e, int kind, const char* what,
+                             const char* a_what) {
   if (!e) {
-    cw__op_fail(op, cw_make_status(CW_NOT_FOUND, "executable %" PRIu64 " not found", op->id));
+    cw__op_fail(op, cw_make_status(CW_NOT_FOUND, "%s %" PRIu64 " not found", what, op->id));
     return false;
   }
-  if (e->kind != CW_STORE_EXECUTABLE) {
-    cw__op_fail(op, cw_make_status(CW_INVALID_ARGUMENT, "object %" PRIu64 " is not an executable",
-                                   op->id));
+  if ((int)e->kind != kind) {
+    cw__op_fail(op, cw_make_status(CW_INVALID_ARGUMENT, "object %" PRIu64 " is not %s", op->id,
+                                   a_what));
     return false;
   }
   if (e->state == CW_STORE_ERROR) {
@@ -1127,6 +1129,10 @@ static bool cw__op_need_executable(cw_op_t* op, const cw_store_entry_t* e) {
     return false;
   }
   return true;
+}
+
+static bool cw__op_need_executable(cw_op_t* op, const cw_store_entry_t* e) {
+  return cw__op_need_kind(op, e, CW_STORE_EXECUTABLE, "executable", "an executable");
 }
 
 static void cw__serialize_cont(cw_op_t* op, cw_store_entry_t* e) {
@@ -1424,20 +1430,7 @@ static void cw__handle_load(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCM
 
 // Common checks once a waited-on buffer left pending; false after replying.
 static bool cw__op_buffer_usable(cw_op_t* op, cw_store_entry_t* e) {
-  if (!e) {
-    cw__op_fail(op, cw_make_status(CW_NOT_FOUND, "buffer %" PRIu64 " not found", op->id));
-    return false;
-  }
-  if (e->kind != CW_STORE_BUFFER) {
-    cw__op_fail(op, cw_make_status(CW_INVALID_ARGUMENT, "object %" PRIu64 " is not a buffer",
-                                   op->id));
-    return false;
-  }
-  if (e->state == CW_STORE_ERROR) {
-    cw__op_fail(op, cw__status_copy(e->error));
-    return false;
-  }
-  return true;
+  return cw__op_need_kind(op, e, CW_STORE_BUFFER, "buffer", "a buffer");
 }
 
 // op->pin's buffer is ready: its bytes in place when its memory allows (the
