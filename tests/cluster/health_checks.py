@@ -119,7 +119,20 @@ def after_wake(victim: str) -> dict:
     in error, new uploads and computations there work."""
     s = checks.STATE["kill"]
     dev = s["victim_dev"]
+    # The controller saw it register; WORKER_UP reaches this client a moment
+    # later, and until then the worker still reads as dead here (the old
+    # reason). Wait for that, at most 10 s, before judging new work there.
+    t = time.monotonic()
+    while time.monotonic() - t < 10:
+        try:
+            np.asarray(jax.device_put(s["a"][:1], dev))
+            break
+        except Exception as e:  # noqa: BLE001 - only the stale death is waited out
+            if "no heartbeat" not in str(e):
+                break
+            time.sleep(0.05)
     out = {
+        "rejoin_wait_s": time.monotonic() - t,
         "old_read": checks._timed(lambda: np.asarray(s["victim"])),
         "keep_read": checks._timed(lambda: np.asarray(s["keep"])),
         "new_put": checks._timed(lambda: np.asarray(jax.device_put(s["a"], dev))),

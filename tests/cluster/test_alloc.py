@@ -230,11 +230,15 @@ def test_weights_share_a_backlogged_island():
         hpos = [i for i, s in enumerate(seq) if s == heavy_sid][-n_heavy:]
         lpos = [i for i, s in enumerate(seq) if s == light_sid][-n_light:]
         lo, hi = max(hpos[0], lpos[0]), min(hpos[-1], lpos[-1])
+        # Its middle half: at the edges one queue may still be filling or
+        # already draining (then it is not backlogged and the other runs alone).
+        quarter = (hi - lo) // 4
+        lo, hi = lo + quarter, hi - quarter
         window = seq[lo:hi + 1]
         h, l = window.count(heavy_sid), window.count(light_sid)
         print(f"weights 2:1: {h} and {l} stamps in the window where both waited "
               f"(ratio {h / max(l, 1):.2f})")
-        assert l >= 40, (h, l, lo, hi)
+        assert l >= 25, (h, l, lo, hi)
         assert 1.6 <= h / l <= 2.5, (h, l, window[:60])
     finally:
         close_all(runners)
