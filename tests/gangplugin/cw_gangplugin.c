@@ -1,0 +1,840 @@
+// cw_gangplugin: a test PJRT plugin whose programs rendezvous across
+// processes, so that "gang order" (every process of an island runs launches
+// in the same order) can be tested without a multi-process vendor plugin.
+//
+// It wraps XLA's CPU plugin: the inner table is copied and a few slots are
+// replaced. Programs in format "cwgang" ("allreduce_sum f32[N] TAG") are
+// ours; everything else goes to the inner plugin. Ranks meet in a shared
+// file (CW_GANG_DIR/gang.shm). See docs/gangplugin.md.
+#include <ctype.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cw_pjrt_c_api.h"
+
+#define CW_GANG_FORMAT "cwgang"
+#define CW_GANG_MAGIC "CWGANG1\n"
+#define CW_GANG_MAX_N 65536
+#define CW_GANG_MAX_TAG 63
+#define CW_GANG_MAX_SIZE 64
+
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "shared-memory counters must be lock-free");
+
+const PJRT_Api* GetPjrtApi(void);
+
+// ---- Errors and the registry of our own objects ------------------------------
+
+// Inner errors and executables are opaque to us, so every object we hand out
+// is recorded here; slots that receive one answer themselves, others forward.
+typedef enum { CW__ERROR = 1, CW__EXE = 2 } cw__kind_t;
+
+typedef struct cw__reg_s {
+  const void* obj;
+  cw__kind_t kind;
+  struct cw__reg_s* next;
+} cw__reg_t;
+
+static pthread_mutex_t g_reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static cw__reg_t* g_reg;
+
+static int cw__reg_add(const void* obj, cw__kind_t kind) {
+  cw__reg_t* r = malloc(sizeof(*r));
+  if (!r) return -1;
+  pthread_mutex_lock(&g_reg_mu);
+  *r = (cw__reg_t){obj, kind, g_reg};
+  g_reg = r;
+  pthread_mutex_unlock(&g_reg_mu);
+  return 0;
+}
+
+static int cw__reg_has(const void* obj, cw__kind_t kind) {
+  pthread_mutex_lock(&g_reg_mu);
+  const cw__reg_t* r = g_reg;
+  while (r && !(r->obj == obj && r->kind == kind)) r = r->next;
+  pthread_mutex_unlock(&g_reg_mu);
+  return r != NULL;
+}
+
+static void cw__reg_remove(const void* obj) {
+  pthread_mutex_lock(&g_reg_mu);
+  for (cw__reg_t** p = &g_reg; *p; p = &(*p)->next) {
+    if ((*p)->obj == obj) {
+      cw__reg_t* r = *p;
+      *p = r->next;
+      free(r);
+      break;
+    }
+  }
+  pthread_mutex_unlock(&g_reg_mu);
+}
+
+typedef struct cw__error_s {
+  const PJRT_Error_FunctionTable* vtable;  // first, as the ABI lays errors out
+  PJRT_Error_Code code;
+  size_t size;
+  char message[];
+} cw__error_t;
+
+static cw__error_t g_oom_error;
+
+static void cw__vt_destroy(PJRT_Error* e) {
+  if (!e || e == (PJRT_Error*)&g_oom_error) return;
+  cw__reg_remove(e);
+  free(e);
+}
+
+static void cw__vt_message(const PJRT_Error* e, const char** msg, size_t* size) {
+  *msg = ((const cw__error_t*)e)->message;
+  *size = ((const cw__error_t*)e)->size;
+}
+
+static PJRT_Error_Code cw__vt_code(const PJRT_Error* e) { return ((const cw__error_t*)e)->code; }
+
+static void cw__vt_payloads(const PJRT_Error* e, PJRT_Error_PayloadVisitor v, void* arg) {}
+
+static const PJRT_Error_FunctionTable cw__error_vtable = {
+    .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Error_FunctionTable, for_each_payload),
+    .instance_size = sizeof(cw__error_t),
+    .destroy = cw__vt_destroy,
+    .message = cw__vt_message,
+    .get_code = cw__vt_code,
+    .for_each_payload = cw__vt_payloads,
+};
+
+// Returned when even an error cannot be allocated; never freed.
+static cw__error_t g_oom_error = {&cw__error_vtable, PJRT_Error_Code_RESOURCE_EXHAUSTED, 0};
+
+__attribute__((format(printf, 2, 3))) static PJRT_Error* cw__err(PJRT_Error_Code code,
+                                                                 const char* fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  size_t size = n < 0 ? 0 : (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1;
+  cw__error_t* e = malloc(sizeof(*e) + size + 1);
+  if (!e) return (PJRT_Error*)&g_oom_error;
+  *e = (cw__error_t){&cw__error_vtable, code, size};
+  memcpy(e->message, buf, size);
+  e->message[size] = '\0';
+  if (cw__reg_add(e, CW__ERROR)) {
+    free(e);
+    return (PJRT_Error*)&g_oom_error;
+  }
+  return (PJRT_Error*)e;
+}
+
+static int cw__is_ours(const PJRT_Error* e) {
+  return e == (const PJRT_Error*)&g_oom_error || cw__reg_has(e, CW__ERROR);
+}
+
+// ---- Tables -------------------------------------------------------------------
+
+static PJRT_Api g_inner;  // the inner plugin's table, as it gave it
+static PJRT_Api g_api;    // what we hand out
+static char g_load_error[1024];
+
+static void cw__error_destroy(PJRT_Error_Destroy_Args* a) {
+  if (!a->error || a->error == (PJRT_Error*)&g_oom_error) return;
+  if (cw__is_ours(a->error)) cw__vt_destroy(a->error);
+  else g_inner.PJRT_Error_Destroy(a);
+}
+
+static void cw__error_message(PJRT_Error_Message_Args* a) {
+  if (cw__is_ours(a->error)) cw__vt_message(a->error, &a->message, &a->message_size);
+  else g_inner.PJRT_Error_Message(a);
+}
+
+static PJRT_Error* cw__error_get_code(PJRT_Error_GetCode_Args* a) {
+  if (!cw__is_ours(a->error)) return g_inner.PJRT_Error_GetCode(a);
+  a->code = cw__vt_code(a->error);
+  return NULL;
+}
+
+// Zeroed args of type T with struct_size set, for calls into the inner plugin.
+#define CW__ARGS(T, var)        \
+  T var;                        \
+  memset(&var, 0, sizeof(var)); \
+  var.struct_size = sizeof(T)
+
+// ---- Clients --------------------------------------------------------------------
+
+// One rank's slot in the shared rendezvous file.
+typedef struct cw__slot_s {
+  _Atomic uint64_t posted;  // last round whose fields below are written
+  _Atomic uint64_t done;    // last round this rank finished reading
+  uint64_t fingerprint;
+  int64_t launch_id;
+  uint32_t n;
+  char tag[CW_GANG_MAX_TAG + 1];
+  float data[CW_GANG_MAX_N];
+} cw__slot_t;
+
+// Our state for one inner client, found by the inner client pointer.
+typedef struct cw__client_s {
+  PJRT_Client* inner;
+  int rank, size, timeout_ms;
+  cw__slot_t* slots;  // mmap'd, `size` of them
+  FILE* log;
+  pthread_mutex_t mu;  // one round at a time
+  uint64_t round;
+  PJRT_Device* const* devices;  // owned by the inner client
+  size_t num_devices;
+  struct cw__client_s* next;
+} cw__client_t;
+
+static pthread_mutex_t g_clients_mu = PTHREAD_MUTEX_INITIALIZER;
+static cw__client_t* g_clients;
+
+static cw__client_t* cw__client_find(const PJRT_Client* inner) {
+  pthread_mutex_lock(&g_clients_mu);
+  cw__client_t* c = g_clients;
+  while (c && c->inner != inner) c = c->next;
+  pthread_mutex_unlock(&g_clients_mu);
+  return c;
+}
+
+static void cw__client_free(cw__client_t* c) {
+  if (c->slots) munmap(c->slots, (size_t)c->size * sizeof(cw__slot_t));
+  if (c->log) fclose(c->log);
+  pthread_mutex_destroy(&c->mu);
+  free(c);
+}
+
+// Strict decimal integer in [lo, hi] from `name`, or an error naming it.
+static PJRT_Error* cw__env_int(const char* name, long lo, long hi, long dflt, int* out) {
+  const char* s = getenv(name);
+  if (!s || !*s) {
+    if (dflt >= lo) {
+      *out = (int)dflt;
+      return NULL;
+    }
+    return cw__err(PJRT_Error_Code_INVALID_ARGUMENT, "cw_gangplugin: %s is not set", name);
+  }
+  char* end = NULL;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) {
+    return cw__err(PJRT_Error_Code_INVALID_ARGUMENT,
+                   "cw_gangplugin: %s='%s' is not an integer in [%ld, %ld]", name, s, lo, hi);
+  }
+  *out = (int)v;
+  return NULL;
+}
+
+// Reads the CW_GANG_* settings and maps the rendezvous file.
+static PJRT_Error* cw__client_setup(cw__client_t* c) {
+  const char* dir = getenv("CW_GANG_DIR");
+  if (!dir || !*dir) {
+    return cw__err(PJRT_Error_Code_INVALID_ARGUMENT, "cw_gangplugin: CW_GANG_DIR is not set");
+  }
+  PJRT_Error* e = cw__env_int("CW_GANG_SIZE", 1, CW_GANG_MAX_SIZE, -1, &c->size);
+  if (!e) e = cw__env_int("CW_GANG_RANK", 0, c->size - 1, -1, &c->rank);
+  if (!e) e = cw__env_int("CW_GANG_TIMEOUT_MS", 1, 3600000, 3000, &c->timeout_ms);
+  if (e) return e;
+  char path[4096];
+  snprintf(path, sizeof(path), "%s/gang.shm", dir);
+  int fd = open(path, O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return cw__err(PJRT_Error_Code_INVALID_ARGUMENT, "cw_gangplugin: CW_GANG_DIR: open %s: %s",
+                   path, strerror(errno));
+  }
+  // Every rank grows the file to the same size; growing is idempotent and the
+  // new pages read as zero, so ranks may race here.
+  size_t bytes = (size_t)c->size * sizeof(cw__slot_t);
+  struct stat st;
+  int rc = fstat(fd, &st);
+  if (!rc && (size_t)st.st_size < bytes) rc = ftruncate(fd, (off_t)bytes);
+  void* m = rc ? MAP_FAILED : mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int err = errno;
+  close(fd);
+  if (m == MAP_FAILED) {
+    return cw__err(PJRT_Error_Code_INTERNAL, "cw_gangplugin: mapping %s: %s", path, strerror(err));
+  }
+  c->slots = m;
+  snprintf(path, sizeof(path), "%s/rank%d.log", dir, c->rank);
+  c->log = fopen(path, "ae");
+  if (!c->log) {
+    return cw__err(PJRT_Error_Code_INTERNAL, "cw_gangplugin: opening %s: %s", path,
+                   strerror(errno));
+  }
+  return NULL;
+}
+
+static PJRT_Error* cw__client_create(PJRT_Client_Create_Args* a) {
+  cw__client_t* c = calloc(1, sizeof(*c));
+  if (!c) return (PJRT_Error*)&g_oom_error;
+  pthread_mutex_init(&c->mu, NULL);
+  PJRT_Error* e = cw__client_setup(c);
+  if (!e) e = g_inner.PJRT_Client_Create(a);  // options go through unchanged
+  if (e) {
+    cw__client_free(c);
+    return e;
+  }
+  c->inner = a->client;
+  CW__ARGS(PJRT_Client_AddressableDevices_Args, d);
+  d.client = c->inner;
+  e = g_inner.PJRT_Client_AddressableDevices(&d);
+  if (e) {
+    CW__ARGS(PJRT_Client_Destroy_Args, x);
+    x.client = c->inner;
+    PJRT_Error* e2 = g_inner.PJRT_Client_Destroy(&x);
+    if (e2) g_api.PJRT_Error_Destroy(&(PJRT_Error_Destroy_Args){.error = e2});
+    a->client = NULL;
+    cw__client_free(c);
+    return e;
+  }
+  c->devices = d.addressable_devices;
+  c->num_devices = d.num_addressable_devices;
+  pthread_mutex_lock(&g_clients_mu);
+  c->next = g_clients;
+  g_clients = c;
+  pthread_mutex_unlock(&g_clients_mu);
+  return NULL;
+}
+
+static PJRT_Error* cw__client_destroy(PJRT_Client_Destroy_Args* a) {
+  pthread_mutex_lock(&g_clients_mu);
+  cw__client_t* c = NULL;
+  for (cw__client_t** p = &g_clients; *p; p = &(*p)->next) {
+    if ((*p)->inner == a->client) {
+      c = *p;
+      *p = c->next;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&g_clients_mu);
+  if (c) cw__client_free(c);
+  return g_inner.PJRT_Client_Destroy(a);
+}
+
+// The rank is the process index: that is where multi-process plugins say
+// which process of the island this is.
+static PJRT_Error* cw__client_process_index(PJRT_Client_ProcessIndex_Args* a) {
+  const cw__client_t* c = cw__client_find(a->client);
+  if (!c) return g_inner.PJRT_Client_ProcessIndex(a);
+  a->process_index = c->rank;
+  return NULL;
+}
+
+// ---- Executables ------------------------------------------------------------------
+
+// One object serves as both PJRT_LoadedExecutable and PJRT_Executable
+// (GetExecutable returns it with one more reference).
+typedef struct cw__exe_s {
+  cw__client_t* client;
+  _Atomic int refs;
+  uint32_t n;
+  char tag[CW_GANG_MAX_TAG + 1];
+  char* code;  // the program text, NUL-terminated
+  size_t code_size;
+  uint64_t fingerprint;
+  char fingerprint_hex[17];
+  char name[8 + CW_GANG_MAX_TAG];
+  int64_t dims[1];
+  size_t dim_sizes[1];
+  PJRT_Buffer_Type types[1];
+} cw__exe_t;
+
+static const char* const g_memory_kinds[1] = {"device"};
+static const size_t g_memory_kind_sizes[1] = {6};
+
+static uint64_t cw__fnv1a(const char* s, size_t n) {
+  uint64_t h = 14695981039346656037ull;
+  for (size_t i = 0; i < n; ++i) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+  return h;
+}
+
+// Strict parse of "allreduce_sum f32[N] TAG" (single spaces, nothing else).
+static PJRT_Error* cw__parse(const char* code, size_t size, uint32_t* out_n, char* out_tag) {
+  static const char op[] = "allreduce_sum ";
+  static const char ty[] = "f32[";
+  const char* p = code;
+  const char* end = code + size;
+  if (size < sizeof(op) - 1 || memcmp(p, op, sizeof(op) - 1)) {
+    return cw__err(PJRT_Error_Code_INVALID_ARGUMENT,
+                   "cwgang program '%.*s': must start with 'allreduce_sum ' (the only operation)",
+                   (int)(size > 80 ? 80 : size), code);
+  }
+  p += sizeof(op) - 1;
+  if (end - p < (ptrdiff_t)sizeof(ty) - 1 || memcmp(p, ty, sizeof(ty) - 1)) {
+    return cw__err(PJRT_Error_Code_INVALID_ARGUMENT,
+                   "cwgang program: expected 'f32[' after 'allreduce_sum ' (the only type)");
+  }
+  p += sizeof(ty) - 1;
+  uint64_t n = 0;
+  const char* digits = p;
+  while (p < end && isdigit((unsigned char)*p) && n <= CW_GANG_MAX_N) {
+    n = n * 10 + (uint64_t)(*p++ - '0');
+  }
+  if (p == digits || p >= end || *p != ']' || n < 1 || n > CW_GANG_MAX_N) {
+    return cw__err(PJRT_Error_Code_INVALID_ARGUMENT,
+                   "cwgang program: the element count must be a decimal 1..%d followed by ']'",
+                   CW_GANG_MAX_N);
+  }
+  p++;
+  if (p >= end || *p != ' ') {
+    return cw__err(PJRT_Error_Code_INVALID_ARGUMENT,
+                   "cwgang program: expected ' TAG' after 'f32[%" PRIu64 "]'", n);
+  }
+  p++;
+  size_t tl = (size_t)(end - p);
+  int ok = tl >= 1 && tl <= CW_GANG_MAX_TAG;
+  for (size_t i = 0; ok && i < tl; ++i) {
+    ok = isalnum((unsigned char)p[i]) || p[i] == '_' || p[i] == '.' || p[i] == '-';
+  }
+  if (!ok) {
+    return cw__err(PJRT_Error_Code_INVALID_ARGUMENT,
+                   "cwgang program: the tag must be 1..%d characters of [A-Za-z0-9_.-] and end "
+                   "the text",
+                   CW_GANG_MAX_TAG);
+  }
+  *out_n = (uint32_t)n;
+  memcpy(out_tag, p, tl);
+  out_tag[tl] = '\0';
+  return NULL;
+}
+
+static PJRT_Error* cw__exe_create(cw__client_t* c, const char* code, size_t size,
+                                  PJRT_LoadedExecutable** out) {
+  cw__exe_t* x = calloc(1, sizeof(*x));
+  if (!x) return (PJRT_Error*)&g_oom_error;
+  PJRT_Error* e = cw__parse(code, size, &x->n, x->tag);
+  if (!e && !(x->code = malloc(size + 1))) e = (PJRT_Error*)&g_oom_error;
+  if (!e && cw__reg_add(x, CW__EXE)) e = (PJRT_Error*)&g_oom_error;
+  if (e) {
+    free(x->code);
+    free(x);
+    return e;
+  }
+  memcpy(x->code, code, size);
+  x->code[size] = '\0';
+  x->code_size = size;
+  x->client = c;
+  x->refs = 1;
+  x->fingerprint = cw__fnv1a(code, size);
+  snprintf(x->fingerprint_hex, sizeof(x->fingerprint_hex), "%016" PRIx64, x->fingerprint);
+  snprintf(x->name, sizeof(x->name), "cwgang_%s", x->tag);
+  x->dims[0] = x->n;
+  x->dim_sizes[0] = 1;
+  x->types[0] = PJRT_Buffer_Type_F32;
+  *out = (PJRT_LoadedExecutable*)x;
+  return NULL;
+}
+
+static void cw__exe_release(cw__exe_t* x) {
+  if (atomic_fetch_sub(&x->refs, 1) != 1) return;
+  cw__reg_remove(x);
+  free(x->code);
+  free(x);
+}
+
+// Our executable behind `p`, or NULL when it is the inner plugin's.
+static cw__exe_t* cw__exe(const void* p) { return cw__reg_has(p, CW__EXE) ? (cw__exe_t*)p : NULL; }
+
+static cw__client_t* cw__client_or_err(PJRT_Client* inner, PJRT_Error** out_err) {
+  cw__client_t* c = cw__client_find(inner);
+  if (!c) *out_err = cw__err(PJRT_Error_Code_INVALID_ARGUMENT, "cw_gangplugin: unknown client");
+  return c;
+}
+
+// Compile options are ignored: a cwgang program always runs on every
+// addressable device of the process.
+static PJRT_Error* cw__client_compile(PJRT_Client_Compile_Args* a) {
+  const PJRT_Program* pr = a->program;
+  if (!pr || pr->format_size != strlen(CW_GANG_FORMAT) ||
+      memcmp(pr->format, CW_GANG_FORMAT, pr->format_size)) {
+    return g_inner.PJRT_Client_Compile(a);
+  }
+  PJRT_Error* e = NULL;
+  cw__client_t* c = cw__client_or_err(a->client, &e);
+  return c ? cw__exe_create(c, pr->code ? pr->code : "", pr->code_size, &a->executable) : e;
+}
+
+static PJRT_Error* cw__deserialize(PJRT_Executable_DeserializeAndLoad_Args* a) {
+  size_t m = strlen(CW_GANG_MAGIC);
+  if (a->serialized_executable_size < m || memcmp(a->serialized_executable, CW_GANG_MAGIC, m)) {
+    return g_inner.PJRT_Executable_DeserializeAndLoad(a);
+  }
+  PJRT_Error* e = NULL;
+  cw__client_t* c = cw__client_or_err(a->client, &e);
+  return c ? cw__exe_create(c, a->serialized_executable + m, a->serialized_executable_size - m,
+                            &a->loaded_executable)
+           : e;
+}
+
+static void cw__serialized_free(PJRT_SerializedExecutable* s) { free(s); }
+
+static PJRT_Error* cw__serialize(PJRT_Executable_Serialize_Args* a) {
+  const cw__exe_t* x = cw__exe(a->executable);
+  if (!x) return g_inner.PJRT_Executable_Serialize(a);
+  size_t m = strlen(CW_GANG_MAGIC);
+  char* b = malloc(m + x->code_size);
+  if (!b) return (PJRT_Error*)&g_oom_error;
+  memcpy(b, CW_GANG_MAGIC, m);
+  memcpy(b + m, x->code, x->code_size);
+  a->serialized_bytes = b;
+  a->serialized_bytes_size = m + x->code_size;
+  a->serialized_executable = (PJRT_SerializedExecutable*)b;
+  a->serialized_executable_deleter = cw__serialized_free;
+  return NULL;
+}
+
+static PJRT_Error* cw__loaded_destroy(PJRT_LoadedExecutable_Destroy_Args* a) {
+  cw__exe_t* x = cw__exe(a->executable);
+  if (!x) return g_inner.PJRT_LoadedExecutable_Destroy(a);
+  cw__exe_release(x);
+  return NULL;
+}
+
+static PJRT_Error* cw__get_executable(PJRT_LoadedExecutable_GetExecutable_Args* a) {
+  cw__exe_t* x = cw__exe(a->loaded_executable);
+  if (!x) return g_inner.PJRT_LoadedExecutable_GetExecutable(a);
+  atomic_fetch_add(&x->refs, 1);
+  a->executable = (PJRT_Executable*)x;
+  return NULL;
+}
+
+static PJRT_Error* cw__executable_destroy(PJRT_Executable_Destroy_Args* a) {
+  cw__exe_t* x = cw__exe(a->executable);
+  if (!x) return g_inner.PJRT_Executable_Destroy(a);
+  cw__exe_release(x);
+  return NULL;
+}
+
+static PJRT_Error* cw__addressable_devices(PJRT_LoadedExecutable_AddressableDevices_Args* a) {
+  const cw__exe_t* x = cw__exe(a->executable);
+  if (!x) return g_inner.PJRT_LoadedExecutable_AddressableDevices(a);
+  a->addressable_devices = x->client->devices;
+  a->num_addressable_devices = x->client->num_devices;
+  return NULL;
+}
+
+// Slots that only read metadata: answer for ours, forward the rest.
+#define CW__META(fn, Slot, body)                         \
+  static PJRT_Error* fn(Slot##_Args* a) {                \
+    const cw__exe_t* x = cw__exe(a->executable);         \
+    if (!x) return g_inner.Slot(a);                      \
+    body;                                                \
+    return NULL;                                         \
+  }
+
+CW__META(cw__name, PJRT_Executable_Name,
+         (a->executable_name = x->name, a->executable_name_size = strlen(x->name)))
+CW__META(cw__num_outputs, PJRT_Executable_NumOutputs, a->num_outputs = 1)
+CW__META(cw__num_replicas, PJRT_Executable_NumReplicas, a->num_replicas = 1)
+CW__META(cw__num_partitions, PJRT_Executable_NumPartitions,
+         a->num_partitions = x->client->num_devices)
+CW__META(cw__output_types, PJRT_Executable_OutputElementTypes,
+         (a->output_types = (PJRT_Buffer_Type*)x->types, a->num_output_types = 1))
+CW__META(cw__output_dims, PJRT_Executable_OutputDimensions,
+         (a->num_outputs = 1, a->dims = x->dims, a->dim_sizes = x->dim_sizes))
+CW__META(cw__output_memory_kinds, PJRT_Executable_OutputMemoryKinds,
+         (a->num_outputs = 1, a->memory_kinds = g_memory_kinds,
+          a->memory_kind_sizes = g_memory_kind_sizes))
+CW__META(cw__fingerprint, PJRT_Executable_Fingerprint,
+         (a->executable_fingerprint = x->fingerprint_hex, a->executable_fingerprint_size = 16))
+
+static PJRT_Error* cw__optimized_program(PJRT_Executable_OptimizedProgram_Args* a) {
+  if (!cw__exe(a->executable)) return g_inner.PJRT_Executable_OptimizedProgram(a);
+  return cw__err(PJRT_Error_Code_UNIMPLEMENTED, "cwgang programs have no optimized HLO program");
+}
+
+// ---- Execute ------------------------------------------------------------------------
+
+static void cw__inner_error_free(PJRT_Error* e) {
+  if (e) g_api.PJRT_Error_Destroy(&(PJRT_Error_Destroy_Args){.error = e});
+}
+
+// Awaits and destroys an inner event (NULL: nothing to wait for).
+static PJRT_Error* cw__await(PJRT_Event* ev) {
+  if (!ev) return NULL;
+  CW__ARGS(PJRT_Event_Await_Args, w);
+  w.event = ev;
+  PJRT_Error* e = g_inner.PJRT_Event_Await(&w);
+  CW__ARGS(PJRT_Event_Destroy_Args, d);
+  d.event = ev;
+  cw__inner_error_free(g_inner.PJRT_Event_Destroy(&d));
+  return e;
+}
+
+// Checks device d's argument and adds its values into acc.
+static PJRT_Error* cw__accumulate(const cw__exe_t* x, size_t d, PJRT_Buffer* b, float* acc,
+                                  float* tmp) {
+  if (!b) return cw__err(PJRT_Error_Code_INVALID_ARGUMENT, "cwgang: device %zu: no argument", d);
+  CW__ARGS(PJRT_Buffer_ElementType_Args, t);
+  t.buffer = b;
+  CW__ARGS(PJRT_Buffer_Dimensions_Args, dm);
+  dm.buffer = b;
+  PJRT_Error* e = g_inner.PJRT_Buffer_ElementType(&t);
+  if (!e) e = g_inner.PJRT_Buffer_Dimensions(&dm);
+  if (e) return e;
+  if (t.type != PJRT_Buffer_Type_F32 || dm.num_dims != 1 || dm.dims[0] != (int64_t)x->n) {
+    return cw__err(PJRT_Error_Code_INVALID_ARGUMENT,
+                   "cwgang %s: device %zu: expected an f32[%u] argument, got type %d with %zu "
+                   "dims (first %" PRId64 ")",
+                   x->tag, d, x->n, (int)t.type, dm.num_dims, dm.num_dims ? dm.dims[0] : 0);
+  }
+  CW__ARGS(PJRT_Buffer_ReadyEvent_Args, r);
+  r.buffer = b;
+  e = g_inner.PJRT_Buffer_ReadyEvent(&r);
+  if (!e) e = cw__await(r.event);
+  if (e) return e;
+  CW__ARGS(PJRT_Buffer_ToHostBuffer_Args, h);
+  h.src = b;
+  h.dst = tmp;
+  h.dst_size = (size_t)x->n * sizeof(float);
+  e = g_inner.PJRT_Buffer_ToHostBuffer(&h);
+  if (!e) e = cw__await(h.event);
+  if (e) return e;
+  for (uint32_t i = 0; i < x->n; ++i) acc[i] += tmp[i];
+  return NULL;
+}
+
+static int64_t cw__now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+// Waits until every rank's counter (posted or done) is >= want; on timeout
+// returns the rank that is behind, else -1.
+static int cw__wait_all(const cw__client_t* c, int posted, uint64_t want) {
+  int64_t deadline = cw__now_ms() + c->timeout_ms;
+  for (int k = 0; k < c->size;) {
+    const cw__slot_t* s = &c->slots[k];
+    uint64_t v = posted ? atomic_load_explicit(&s->posted, memory_order_acquire)
+                        : atomic_load_explicit(&s->done, memory_order_acquire);
+    if (v >= want) {
+      k++;
+      continue;
+    }
+    if (cw__now_ms() >= deadline) return k;
+    nanosleep(&(struct timespec){0, 50000}, NULL);
+  }
+  return -1;
+}
+
+// Describes what every rank posted, for the mismatch error.
+static void cw__describe(const cw__client_t* c, char* buf, size_t cap) {
+  size_t len = 0;
+  for (int k = 0; k < c->size && len < cap; ++k) {
+    const cw__slot_t* s = &c->slots[k];
+    int n = snprintf(buf + len, cap - len,
+                     "%srank %d runs allreduce_sum f32[%u] %.*s (launch %" PRId64 ")",
+                     k ? ", " : "", k, s->n, CW_GANG_MAX_TAG, s->tag, s->launch_id);
+    if (n < 0) break;
+    len += (size_t)n;
+  }
+}
+
+// One rendezvous: posts acc, checks that every rank runs the same program
+// and launch, and replaces acc by the sum over all ranks.
+static PJRT_Error* cw__rendezvous(cw__client_t* c, const cw__exe_t* x, int64_t launch_id,
+                                  float* acc) {
+  uint64_t r = ++c->round;
+  // Nobody may still be reading my previous round when I overwrite it.
+  int late = cw__wait_all(c, 0, r - 1);
+  if (late >= 0) {
+    return cw__err(PJRT_Error_Code_DEADLINE_EXCEEDED,
+                   "gang rendezvous %" PRIu64 ": rank %d has not finished rendezvous %" PRIu64
+                   " after %d ms",
+                   r, late, r - 1, c->timeout_ms);
+  }
+  cw__slot_t* me = &c->slots[c->rank];
+  me->fingerprint = x->fingerprint;
+  me->launch_id = launch_id;
+  me->n = x->n;
+  memcpy(me->tag, x->tag, sizeof(me->tag));
+  memcpy(me->data, acc, (size_t)x->n * sizeof(float));
+  atomic_store_explicit(&me->posted, r, memory_order_release);
+  PJRT_Error* e = NULL;
+  late = cw__wait_all(c, 1, r);
+  if (late >= 0) {
+    e = cw__err(PJRT_Error_Code_DEADLINE_EXCEEDED,
+                "gang rendezvous %" PRIu64 ": rank %d has not arrived after %d ms", r, late,
+                c->timeout_ms);
+  }
+  for (int k = 0; !e && k < c->size; ++k) {
+    const cw__slot_t* s = &c->slots[k];
+    if (s->fingerprint != x->fingerprint || s->launch_id != launch_id || s->n != x->n) {
+      char what[2048];
+      cw__describe(c, what, sizeof(what));
+      e = cw__err(PJRT_Error_Code_FAILED_PRECONDITION,
+                  "gang order violated at rendezvous %" PRIu64 ": %s", r, what);
+    }
+  }
+  if (!e) {
+    memset(acc, 0, (size_t)x->n * sizeof(float));
+    for (int k = 0; k < c->size; ++k) {
+      for (uint32_t i = 0; i < x->n; ++i) acc[i] += c->slots[k].data[i];
+    }
+  }
+  // Also after a failure, so the others are not left waiting on me.
+  atomic_store_explicit(&me->done, r, memory_order_release);
+  fprintf(c->log, "%" PRIu64 " %" PRId64 " %s %s\n", r, launch_id, x->tag, e ? "error" : "ok");
+  fflush(c->log);
+  return e;
+}
+
+// Makes device d's output from the summed values.
+static PJRT_Error* cw__output(const cw__exe_t* x, size_t d, const float* acc, PJRT_Buffer** out,
+                              PJRT_Event** out_event) {
+  CW__ARGS(PJRT_Client_BufferFromHostBuffer_Args, h);
+  h.client = x->client->inner;
+  h.data = acc;
+  h.type = PJRT_Buffer_Type_F32;
+  h.dims = x->dims;
+  h.num_dims = 1;
+  h.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableOnlyDuringCall;
+  h.device = x->client->devices[d];
+  PJRT_Error* e = g_inner.PJRT_Client_BufferFromHostBuffer(&h);
+  if (e) return e;
+  cw__inner_error_free(cw__await(h.done_with_host_buffer));
+  *out = h.buffer;
+  if (!out_event) return NULL;
+  CW__ARGS(PJRT_Buffer_ReadyEvent_Args, r);
+  r.buffer = h.buffer;
+  e = g_inner.PJRT_Buffer_ReadyEvent(&r);
+  *out_event = r.event;
+  return e;
+}
+
+// Synchronous: returns once the collective is done and the outputs exist.
+// That keeps a test plugin simple; callers already run Execute off their
+// event loop and bound the wait by CW_GANG_TIMEOUT_MS.
+static PJRT_Error* cw__execute(PJRT_LoadedExecutable_Execute_Args* a) {
+  const cw__exe_t* x = cw__exe(a->executable);
+  if (!x) return g_inner.PJRT_LoadedExecutable_Execute(a);
+  cw__client_t* c = x->client;
+  if (a->execute_device) {
+    return cw__err(PJRT_Error_Code_INVALID_ARGUMENT,
+                   "cwgang %s: runs on all devices, not on one execute_device", x->tag);
+  }
+  if (a->num_devices != c->num_devices || a->num_args != 1) {
+    return cw__err(PJRT_Error_Code_INVALID_ARGUMENT,
+                   "cwgang %s: expected %zu devices with 1 argument each, got %zu devices with "
+                   "%zu arguments",
+                   x->tag, c->num_devices, a->num_devices, a->num_args);
+  }
+  float* acc = calloc(2 * (size_t)x->n, sizeof(float));
+  if (!acc) return (PJRT_Error*)&g_oom_error;
+  PJRT_Error* e = NULL;
+  for (size_t d = 0; !e && d < c->num_devices; ++d) {
+    e = cw__accumulate(x, d, a->argument_lists[d][0], acc, acc + x->n);
+  }
+  int64_t launch_id = a->options ? a->options->launch_id : 0;
+  if (!e) {
+    pthread_mutex_lock(&c->mu);
+    e = cw__rendezvous(c, x, launch_id, acc);
+    pthread_mutex_unlock(&c->mu);
+  }
+  size_t made = 0;
+  for (; !e && made < c->num_devices; ++made) {
+    PJRT_Event** ev = a->device_complete_events ? &a->device_complete_events[made] : NULL;
+    e = cw__output(x, made, acc, &a->output_lists[made][0], ev);
+  }
+  if (e) {
+    // Partial outputs go: the caller gets an error and nothing to free.
+    for (size_t d = 0; d < made; ++d) {
+      CW__ARGS(PJRT_Buffer_Destroy_Args, bd);
+      bd.buffer = a->output_lists[d][0];
+      if (bd.buffer) cw__inner_error_free(g_inner.PJRT_Buffer_Destroy(&bd));
+      a->output_lists[d][0] = NULL;
+      if (a->device_complete_events && a->device_complete_events[d]) {
+        CW__ARGS(PJRT_Event_Destroy_Args, ed);
+        ed.event = a->device_complete_events[d];
+        cw__inner_error_free(g_inner.PJRT_Event_Destroy(&ed));
+        a->device_complete_events[d] = NULL;
+      }
+    }
+  }
+  free(acc);
+  return e;
+}
+
+// ---- Loading ----------------------------------------------------------------------
+
+static PJRT_Error* cw__init_failed(PJRT_Plugin_Initialize_Args* a) {
+  return cw__err(PJRT_Error_Code_FAILED_PRECONDITION, "%s", g_load_error);
+}
+
+static PJRT_Error* cw__create_failed(PJRT_Client_Create_Args* a) {
+  return cw__err(PJRT_Error_Code_FAILED_PRECONDITION, "%s", g_load_error);
+}
+
+static void cw__load(void) {
+  const char* path = getenv("CW_GANG_INNER_PLUGIN");
+  if (!path || !*path) path = getenv("CW_PJRT_PLUGIN");
+  const PJRT_Api* inner = NULL;
+  if (!path || !*path) {
+    snprintf(g_load_error, sizeof(g_load_error),
+             "cw_gangplugin: no inner plugin (set CW_GANG_INNER_PLUGIN or CW_PJRT_PLUGIN)");
+  } else {
+    // Stays loaded for the life of the process, as the inner plugin expects.
+    void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    CW_PJRT_GetPjrtApi_Fn get =
+        lib ? (CW_PJRT_GetPjrtApi_Fn)(uintptr_t)dlsym(lib, CW_PJRT_GET_API_SYMBOL) : NULL;
+    inner = get ? get() : NULL;
+    if (!inner) {
+      snprintf(g_load_error, sizeof(g_load_error), "cw_gangplugin: cannot load inner plugin %s: %s",
+               path, lib ? "no usable GetPjrtApi" : dlerror());
+    }
+  }
+  if (inner) {
+    size_t n = inner->struct_size < sizeof(g_inner) ? inner->struct_size : sizeof(g_inner);
+    memcpy(&g_inner, inner, n);
+    g_api = g_inner;
+    g_api.struct_size = n;
+  } else {
+    // A table that loads, so the caller's first call reports why not.
+    g_api.struct_size = sizeof(g_api);
+    g_api.pjrt_api_version.struct_size = sizeof(g_api.pjrt_api_version);
+    g_api.pjrt_api_version.major_version = CW_PJRT_API_MAJOR;
+    g_api.pjrt_api_version.minor_version = CW_PJRT_API_MINOR;
+    g_api.PJRT_Plugin_Initialize = cw__init_failed;
+    g_api.PJRT_Client_Create = cw__create_failed;
+  }
+  g_api.PJRT_Error_Destroy = cw__error_destroy;
+  g_api.PJRT_Error_Message = cw__error_message;
+  g_api.PJRT_Error_GetCode = cw__error_get_code;
+  if (!inner) return;
+  g_api.PJRT_Client_Create = cw__client_create;
+  g_api.PJRT_Client_Destroy = cw__client_destroy;
+  g_api.PJRT_Client_ProcessIndex = cw__client_process_index;
+  g_api.PJRT_Client_Compile = cw__client_compile;
+  g_api.PJRT_Executable_DeserializeAndLoad = cw__deserialize;
+  g_api.PJRT_Executable_Serialize = cw__serialize;
+  g_api.PJRT_LoadedExecutable_Destroy = cw__loaded_destroy;
+  g_api.PJRT_LoadedExecutable_GetExecutable = cw__get_executable;
+  g_api.PJRT_LoadedExecutable_AddressableDevices = cw__addressable_devices;
+  g_api.PJRT_LoadedExecutable_Execute = cw__execute;
+  g_api.PJRT_Executable_Destroy = cw__executable_destroy;
+  g_api.PJRT_Executable_Name = cw__name;
+  g_api.PJRT_Executable_NumOutputs = cw__num_outputs;
+  g_api.PJRT_Executable_NumReplicas = cw__num_replicas;
+  g_api.PJRT_Executable_NumPartitions = cw__num_partitions;
+  g_api.PJRT_Executable_OutputElementTypes = cw__output_types;
+  g_api.PJRT_Executable_OutputDimensions = cw__output_dims;
+  g_api.PJRT_Executable_OutputMemoryKinds = cw__output_memory_kinds;
+  g_api.PJRT_Executable_Fingerprint = cw__fingerprint;
+  g_api.PJRT_Executable_OptimizedProgram = cw__optimized_program;
+}
+
+__attribute__((visibility("default"))) const PJRT_Api* GetPjrtApi(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, cw__load);
+  return &g_api;
+}
