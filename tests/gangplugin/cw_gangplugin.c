@@ -787,8 +787,16 @@ static void cw__load(void) {
     void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     CW_PJRT_GetPjrtApi_Fn get =
         lib ? (CW_PJRT_GetPjrtApi_Fn)(uintptr_t)dlsym(lib, CW_PJRT_GET_API_SYMBOL) : NULL;
+    // Naming this library itself (CW_PJRT_PLUGIN often does) would recurse.
+    if (get == GetPjrtApi) {
+      snprintf(g_load_error, sizeof(g_load_error),
+               "cw_gangplugin: the inner plugin %s is cw_gangplugin itself; set "
+               "CW_GANG_INNER_PLUGIN to the vendor plugin",
+               path);
+      get = NULL;
+    }
     inner = get ? get() : NULL;
-    if (!inner) {
+    if (!inner && !g_load_error[0]) {
       snprintf(g_load_error, sizeof(g_load_error), "cw_gangplugin: cannot load inner plugin %s: %s",
                path, lib ? "no usable GetPjrtApi" : dlerror());
     }

@@ -361,9 +361,10 @@ out:
   return rc;
 }
 
-// With no inner plugin, the table still loads and initialization says why.
-static int run_no_inner(const char* dir) {
-  setenv("CW_GANG_INNER_PLUGIN", "/nonexistent/inner.so", 1);
+// With no usable inner plugin the table still loads and initialization says
+// why (the message must contain `expect`).
+static int bad_inner(const char* inner, const char* expect) {
+  setenv("CW_GANG_INNER_PLUGIN", inner, 1);
   const char* path = getenv("CW_GANGPLUGIN");
   void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   CW_PJRT_GetPjrtApi_Fn get =
@@ -373,12 +374,18 @@ static int run_no_inner(const char* dir) {
   char msg[1024];
   ARGS(PJRT_Plugin_Initialize_Args, init);
   int code = take_error(g_api->PJRT_Plugin_Initialize(&init), "", msg, sizeof(msg));
-  if (code != PJRT_Error_Code_FAILED_PRECONDITION || !strstr(msg, "/nonexistent/inner.so")) {
-    fprintf(stderr, "no inner plugin: code %d: %s\n", code, msg);
+  if (code != PJRT_Error_Code_FAILED_PRECONDITION || !strstr(msg, expect)) {
+    fprintf(stderr, "inner plugin %s: code %d: %s\n", inner, code, msg);
     return 1;
   }
   return 0;
 }
+
+static int run_no_inner(const char* dir) {
+  return bad_inner("/nonexistent/inner.so", "/nonexistent/inner.so");
+}
+
+static int run_self_inner(const char* dir) { return bad_inner(getenv("CW_GANGPLUGIN"), "itself"); }
 
 // ---- In the parent ------------------------------------------------------------
 
@@ -469,6 +476,7 @@ static void test_checks(void** state) {
   assert_int_equal(cw_test_tempdir_create("cwgang", dir, sizeof(dir)), 0);
   assert_int_equal(in_child(run_checks, dir), 0);
   assert_int_equal(in_child(run_no_inner, dir), 0);
+  assert_int_equal(in_child(run_self_inner, dir), 0);
   cw_test_tempdir_remove(dir);
 }
 
