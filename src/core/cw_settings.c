@@ -89,6 +89,11 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
                                false,
                                "controller: sessions send LAUNCH through the controller, never "
                                "straight to the worker"},
+    [CW_SET_ISLAND] = {"island", CW_SETTING_STRING, 0, 0, "", "CW_ISLAND", false,
+                       "worker: name of the island its plugin's processes form with other "
+                       "workers (multi-process plugins); empty: the worker is its own island"},
+    [CW_SET_ISLAND_SIZE] = {"island-size", CW_SETTING_INT, 1, 4096, "1", "CW_ISLAND_SIZE", false,
+                            "worker: how many workers (plugin processes) form --island"},
 };
 
 const cw_setting_def_t* cw_settings_def(cw_setting_id_t id) {

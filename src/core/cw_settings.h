@@ -44,6 +44,8 @@ typedef enum cw_setting_id_e {
   CW_SET_WORKER_TIMEOUT_MS,
   CW_SET_RECONNECT_MAX_MS,
   CW_SET_RELAY_LAUNCHES,
+  CW_SET_ISLAND,
+  CW_SET_ISLAND_SIZE,
   CW_SET_COUNT,
 } cw_setting_id_t;
 

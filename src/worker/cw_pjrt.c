@@ -733,6 +733,14 @@ static cw_status_t cw__device(const cw_pjrt_t* p, size_t index, Causeway__V1__De
   return cw_ok_status();
 }
 
+cw_status_t cw_pjrt_process_index(const cw_pjrt_t* p, int* out_index) {
+  CW__ARGS(PJRT_Client_ProcessIndex_Args, a);
+  a.client = p->client;
+  CW__CALL(p, PJRT_Client_ProcessIndex, a, "process index");
+  *out_index = a.process_index;
+  return cw_ok_status();
+}
+
 cw_status_t cw_pjrt_inventory_initialize(const cw_pjrt_t* p, Causeway__V1__Inventory* inv) {
   causeway__v1__inventory__init(inv);
   CW__ARGS(PJRT_Client_PlatformName_Args, pn);

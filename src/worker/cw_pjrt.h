@@ -140,6 +140,9 @@ CW_MUST_USE cw_status_t cw_pjrt_execute(const cw_pjrt_t* pjrt, PJRT_LoadedExecut
 
 // Fills `inv` (platform, version, plugin attributes, devices). Strings and
 // arrays are malloc'd; free with cw_pjrt_inventory_deinitialize.
+// The plugin's PJRT_Client_ProcessIndex: this process's place among the
+// processes of a multi-process plugin (0 for single-process plugins).
+CW_MUST_USE cw_status_t cw_pjrt_process_index(const cw_pjrt_t* pjrt, int* out_index);
 CW_MUST_USE cw_status_t cw_pjrt_inventory_initialize(const cw_pjrt_t* pjrt,
                                                      Causeway__V1__Inventory* inv);
 void cw_pjrt_inventory_deinitialize(Causeway__V1__Inventory* inv);

@@ -1818,6 +1818,13 @@ static cw_status_t cw__launch_check_args(cw_worker_t* w, cw_launch_t* l,
 }
 
 // All inputs and the executable are ready: execute. Takes `l`.
+// PJRT's launch id: the island's stamp when the controller stamped the
+// launch, since every worker of an island gets the same stamp and
+// multi-process plugins match one execution's parts by launch id.
+static int cw__launch_id(const Causeway__V1__LaunchRequest* r) {
+  return (int)((r->sched_stamp ? r->sched_stamp : r->launch_id) & 0x7fffffff);
+}
+
 static void cw__launch_issue(cw_worker_t* w, cw_launch_t* l, cw_store_entry_t* exe) {
   size_t nd = l->num_devices, na = l->num_args, no = l->num_outputs;
   cw_status_t st = cw_ok_status();
@@ -1869,7 +1876,7 @@ static void cw__launch_issue(cw_worker_t* w, cw_launch_t* l, cw_store_entry_t* e
   if (!st) {
     st = cw_pjrt_execute(w->pjrt, (PJRT_LoadedExecutable*)exe->handle, nd, na,
                          (PJRT_Buffer* const* const*)arg_lists, (PJRT_Buffer** const*)out_lists,
-                         events, (int)(l->req->launch_id & 0x7fffffff), donate);
+                         events, cw__launch_id(l->req), donate);
   }
   free(args);
   free(arg_lists);
@@ -2657,6 +2664,19 @@ cw_status_t cw__controller_connect(cw_worker_t* w, const char* address) {
   req.worker_name = (char*)w->name;
   req.address = w->advertised_address;
   req.inventory = &w->inventory;
+  req.island_name = (char*)cw_settings_string(w->settings, CW_SET_ISLAND);
+  req.island_size = (uint32_t)cw_settings_int(w->settings, CW_SET_ISLAND_SIZE);
+  if (req.island_name[0]) {
+    int rank = 0;
+    CW_RETURN_IF_ERROR(cw_pjrt_process_index(w->pjrt, &rank), "--island %s", req.island_name);
+    if (rank < 0 || (uint32_t)rank >= req.island_size) {
+      return cw_make_status(CW_INVALID_ARGUMENT,
+                            "--island %s: the plugin reports process index %d, outside "
+                            "--island-size %u",
+                            req.island_name, rank, req.island_size);
+    }
+    req.island_rank = (uint32_t)rank;
+  }
   uint64_t rid = 0;
   cw_status_t st = cw__outreq_add(c, cw__register_done, NULL, &rid);
   if (st) {
