@@ -178,3 +178,55 @@ cw_status_t cw_xla_options_rewrite_devices(const uint8_t* data, size_t size,
   causeway__xla__compile_options__free_unpacked(opts, NULL);
   return s;
 }
+
+cw_status_t cw_xla_options_part(const uint8_t* data, size_t size, size_t first, size_t count,
+                                uint8_t** out_data, size_t* out_size) {
+  *out_data = NULL;
+  *out_size = 0;
+  cw__opts_t* opts = NULL;
+  CW_RETURN_IF_ERROR(cw__unpack(data, size, &opts), "");
+  Causeway__Xla__ExecutableBuildOptions* bo = opts->executable_build_options;
+  Causeway__Xla__DeviceAssignment* da = bo ? bo->device_assignment : NULL;
+  cw_status_t s = cw_ok_status();
+  if (!da || da->n_computation_devices == 0) {
+    s = cw_make_status(CW_INVALID_ARGUMENT, "compile options: no device assignment to split");
+  } else if (da->n_computation_devices == 1) {  // replicas: slice the one computation
+    Causeway__Xla__ComputationDevice* cd = da->computation_devices[0];
+    if (first + count > cd->n_replica_device_ids) {
+      s = cw_make_status(CW_OUT_OF_RANGE, "compile options: replicas %zu..%zu of %zu", first,
+                         first + count, cd->n_replica_device_ids);
+    } else {
+      memmove(cd->replica_device_ids, cd->replica_device_ids + first, count * sizeof(int64_t));
+      cd->n_replica_device_ids = count;
+      da->replica_count = (int32_t)count;
+      bo->num_replicas = (int64_t)count;
+    }
+  } else {
+    bool one_replica = true;
+    for (size_t p = 0; p < da->n_computation_devices; ++p) {
+      if (da->computation_devices[p]->n_replica_device_ids != 1) one_replica = false;
+    }
+    if (!one_replica) {
+      s = cw_make_status(CW_UNIMPLEMENTED, "compile options: a program with both several "
+                         "replicas and several partitions cannot be split across workers");
+    } else if (first + count > da->n_computation_devices) {
+      s = cw_make_status(CW_OUT_OF_RANGE, "compile options: partitions %zu..%zu of %zu", first,
+                         first + count, da->n_computation_devices);
+    } else {
+      // The computations before `first` and after the part are dropped.
+      for (size_t p = 0; p < da->n_computation_devices; ++p) {
+        if (p < first || p >= first + count) {
+          causeway__xla__computation_device__free_unpacked(da->computation_devices[p], NULL);
+        }
+      }
+      memmove(da->computation_devices, da->computation_devices + first,
+              count * sizeof(*da->computation_devices));
+      da->n_computation_devices = count;
+      da->computation_count = (int32_t)count;
+      bo->num_partitions = (int64_t)count;
+    }
+  }
+  if (!s) s = cw__pack(opts, out_data, out_size);
+  causeway__xla__compile_options__free_unpacked(opts, NULL);
+  return s;
+}

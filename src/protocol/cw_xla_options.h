@@ -50,4 +50,11 @@ CW_MUST_USE cw_status_t cw_xla_options_rewrite_devices(const uint8_t* data, size
                                                        const int64_t* map, size_t map_size,
                                                        uint8_t** out_data, size_t* out_size);
 
+// One worker's part of a program on an island of several workers: keeps the
+// `count` assigned devices from position `first` (in cw_xla_options_info_t
+// order) and sets the replica or partition count to match. Needs one
+// replica or one partition; otherwise UNIMPLEMENTED. *out_data is malloc'd.
+CW_MUST_USE cw_status_t cw_xla_options_part(const uint8_t* data, size_t size, size_t first,
+                                            size_t count, uint8_t** out_data, size_t* out_size);
+
 #endif  // CW_PROTOCOL_XLA_OPTIONS_H_

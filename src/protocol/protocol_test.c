@@ -1,6 +1,7 @@
 // Unit tests for the frame header codec, payload decoding and array checks.
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include "cw_array.h"
 #include "cw_frame.h"
 #include "cw_xla_options.h"
+#include "proto/xla_compile_options.pb-c.h"
 
 static const cw_frame_limits_t limits = {.max_payload = 4096, .max_bulk = 1 << 20};
 
@@ -242,6 +244,86 @@ static void test_xla_options(void** state) {
   cw_status_free(s);
 }
 
+// Options naming `ids` as `n` partitions (replicas: as n replicas of one computation).
+static uint8_t* options_with(const int64_t* ids, size_t n, bool replicas, size_t* out_size) {
+  Causeway__Xla__ComputationDevice cds[8], *cdp[8];
+  for (size_t i = 0; i < n; ++i) {
+    causeway__xla__computation_device__init(&cds[i]);
+    cds[i].replica_device_ids = (int64_t*)(replicas ? ids : &ids[i]);
+    cds[i].n_replica_device_ids = replicas ? n : 1;
+    cdp[i] = &cds[i];
+  }
+  Causeway__Xla__DeviceAssignment da = CAUSEWAY__XLA__DEVICE_ASSIGNMENT__INIT;
+  da.replica_count = replicas ? (int32_t)n : 1;
+  da.computation_count = replicas ? 1 : (int32_t)n;
+  da.computation_devices = cdp;
+  da.n_computation_devices = replicas ? 1 : n;
+  Causeway__Xla__ExecutableBuildOptions bo = CAUSEWAY__XLA__EXECUTABLE_BUILD_OPTIONS__INIT;
+  bo.num_replicas = da.replica_count;
+  bo.num_partitions = da.computation_count;
+  bo.device_assignment = &da;
+  Causeway__Xla__CompileOptions co = CAUSEWAY__XLA__COMPILE_OPTIONS__INIT;
+  co.executable_build_options = &bo;
+  *out_size = causeway__xla__compile_options__get_packed_size(&co);
+  uint8_t* buf = malloc(*out_size);
+  causeway__xla__compile_options__pack(&co, buf);
+  return buf;
+}
+
+// One worker's part of a program on an island of several workers.
+static void test_xla_options_part(void** state) {
+  (void)state;
+  static cw_xla_options_info_t info;
+  const int64_t ids[4] = {0, 1, 0, 1};  // worker-local ids of two workers' devices
+  for (int replicas = 0; replicas < 2; ++replicas) {
+    size_t size = 0, out_size = 0;
+    uint8_t* data = options_with(ids, 4, replicas, &size);
+    uint8_t* out = NULL;
+    assert_null(cw_xla_options_part(data, size, 2, 2, &out, &out_size));
+    assert_null(cw_xla_options_check(out, out_size, 2, &info));
+    assert_int_equal(info.num_assigned, 2);
+    assert_int_equal(replicas ? info.num_replicas : info.num_partitions, 2);
+    assert_int_equal(replicas ? info.num_partitions : info.num_replicas, 1);
+    assert_int_equal(info.assigned[0], 0);
+    assert_int_equal(info.assigned[1], 1);
+    free(out);
+    cw_status_t s = cw_xla_options_part(data, size, 3, 2, &out, &out_size);  // past the end
+    assert_int_equal(cw_status_code(s), CW_OUT_OF_RANGE);
+    cw_status_free(s);
+    free(data);
+  }
+  // Two replicas of two partitions: no split by position.
+  Causeway__Xla__ComputationDevice cds[2], *cdp[2];
+  int64_t r0[2] = {0, 1}, r1[2] = {2, 3};
+  for (int i = 0; i < 2; ++i) {
+    causeway__xla__computation_device__init(&cds[i]);
+    cds[i].replica_device_ids = i ? r1 : r0;
+    cds[i].n_replica_device_ids = 2;
+    cdp[i] = &cds[i];
+  }
+  Causeway__Xla__DeviceAssignment da = CAUSEWAY__XLA__DEVICE_ASSIGNMENT__INIT;
+  da.replica_count = 2;
+  da.computation_count = 2;
+  da.computation_devices = cdp;
+  da.n_computation_devices = 2;
+  Causeway__Xla__ExecutableBuildOptions bo = CAUSEWAY__XLA__EXECUTABLE_BUILD_OPTIONS__INIT;
+  bo.num_replicas = 2;
+  bo.num_partitions = 2;
+  bo.device_assignment = &da;
+  Causeway__Xla__CompileOptions co = CAUSEWAY__XLA__COMPILE_OPTIONS__INIT;
+  co.executable_build_options = &bo;
+  uint8_t buf[256];
+  size_t len = causeway__xla__compile_options__pack(&co, buf);
+  uint8_t* out = NULL;
+  size_t out_size = 0;
+  cw_status_t s = cw_xla_options_part(buf, len, 0, 2, &out, &out_size);
+  assert_int_equal(cw_status_code(s), CW_UNIMPLEMENTED);
+  cw_status_free(s);
+  s = cw_xla_options_part(NULL, 0, 0, 1, &out, &out_size);  // no assignment
+  assert_int_equal(cw_status_code(s), CW_INVALID_ARGUMENT);
+  cw_status_free(s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_header_roundtrip),
@@ -250,6 +332,7 @@ int main(void) {
       cmocka_unit_test(test_array_extent),
       cmocka_unit_test(test_xla_options),
       cmocka_unit_test(test_xla_options_normalize),
+      cmocka_unit_test(test_xla_options_part),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
