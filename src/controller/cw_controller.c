@@ -178,6 +178,9 @@ void cw__session_retain(cw_ctl_session_t* s) { s->refs++; }
 static void cw__exe_free(cw_ctl_exe_t* e) {
   cw_ctl_health_exe_free(e);
   cw_status_free(e->error);
+  free(e->parts);
+  free(e->part_devices);
+  free(e->devices);
   free(e);
 }
 
@@ -285,20 +288,21 @@ void cw__worker_lost(cw_ctl_worker_t* w, const char* why) {
     if (w->index < s->num_links) cw__link_drop(&s->links[w->index]);
   }
   cw__island_pump(ctl, w->index);
+  if (w->island != w->index) cw__island_pump(ctl, w->island);  // its island's launches fail
 }
 
 // --- Island queues: LAUNCH, DELETE, EXE_INFO ---------------------------------------
 
-static void cw__multi_done(cw_ctl_multi_t* m, cw_controller_t* ctl, cw_status_t st) {
+void cw__multi_done(cw_ctl_multi_t* m, cw_controller_t* ctl, cw_status_t st) {
   if (st && !m->first_error) m->first_error = st;
   else cw_status_free(st);
   if (--m->left > 0) return;
   if (m->first_error) {
-    cw__reply_error(ctl, m->client, CW_MSG_DELETE, m->request_id, m->first_error);
+    cw__reply_error(ctl, m->client, m->type, m->request_id, m->first_error);
   } else {
     Causeway__V1__Ack ack = CAUSEWAY__V1__ACK__INIT;
     ack.id = m->first_id;
-    cw_net_conn_reply(m->client, CW_MSG_DELETE, m->request_id, &ack.base);
+    cw_net_conn_reply(m->client, m->type, m->request_id, &ack.base);
   }
   cw_net_conn_release(m->client);
   free(m);
@@ -345,8 +349,13 @@ static void cw__relay_answer(void* user, cw_net_conn_t* conn, cw_status_t status
       }
       info.devices = devs;
     }
-    info.island = w->index;
-    info.worker_index = w->index;
+    cw_ctl_exe_t* e = cw__exe_find(it->session, cw__item_exe_id(it));
+    if (e && e->num_parts) {  // every worker of the island runs a part
+      info.devices = e->devices;
+      info.n_devices = e->num_devices;
+    }
+    info.island = w->island;
+    info.worker_index = w->island;
     cw_net_conn_reply(it->client, it->type, it->request_id, &info.base);
     free(devs);
   } else {
@@ -371,7 +380,7 @@ void cw__relay_reply(void* user, cw_net_conn_t* conn, cw_status_t status,
                      const ProtobufCMessage* reply, uint8_t* bulk, uint64_t bulk_len) {
   cw_ctl_item_t* it = user;
   cw_controller_t* ctl = it->session->ctl;
-  uint32_t island = it->worker;
+  uint32_t island = it->worker < ctl->num_workers ? ctl->workers[it->worker]->island : it->worker;
   bool stamped = cw_ctl_sched_done(ctl, it);
   cw__relay_answer(user, conn, status, reply, bulk, bulk_len);
   if (stamped) cw__island_pump(ctl, island);  // room for the next stamped launch
@@ -391,23 +400,28 @@ static void cw__island_push(cw_controller_t* ctl, cw_ctl_item_t* it) {
   cw_ctl_sched_push(ctl, it);
 }
 
-static cw_ctl_item_t* cw__item_create(cw_ctl_peer_t* p, const cw_frame_header_t* h,
-                                      ProtobufCMessage* msg, uint32_t worker) {
-  cw_ctl_item_t* it = calloc(1, sizeof(*it));
+cw_ctl_item_t* cw__item_new(uint16_t type, cw_net_conn_t* client, uint64_t request_id,
+                            cw_ctl_session_t* s, ProtobufCMessage* msg, uint32_t worker) {
+  cw_ctl_item_t* it = msg ? calloc(1, sizeof(*it)) : NULL;
   if (!it) {
-    protobuf_c_message_free_unpacked(msg, NULL);
+    if (msg) protobuf_c_message_free_unpacked(msg, NULL);
     return NULL;
   }
-  it->type = h->type;
-  it->client = p->conn;
-  cw_net_conn_retain(p->conn);
-  it->request_id = h->request_id;
-  it->session = p->session;
-  cw__session_retain(p->session);
+  it->type = type;
+  it->client = client;
+  cw_net_conn_retain(client);
+  it->request_id = request_id;
+  it->session = s;
+  cw__session_retain(s);
   it->msg = msg;
   it->worker = worker;
   it->received_ns = cw_ctl_metrics_now_ns();
   return it;
+}
+
+static cw_ctl_item_t* cw__item_create(cw_ctl_peer_t* p, const cw_frame_header_t* h,
+                                      ProtobufCMessage* msg, uint32_t worker) {
+  return cw__item_new(h->type, p->conn, h->request_id, p->session, msg, worker);
 }
 
 // LAUNCH and EXE_INFO: relayed to the worker that holds the executable.
@@ -446,6 +460,7 @@ static void cw__handle_delete(cw_ctl_peer_t* p, const cw_frame_header_t* h,
                     cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
     return;
   }
+  m->type = CW_MSG_DELETE;
   m->client = p->conn;
   cw_net_conn_retain(p->conn);
   m->request_id = h->request_id;
@@ -480,15 +495,8 @@ static void cw__handle_delete(cw_ctl_peer_t* p, const cw_frame_header_t* h,
     part->ids = part_ids;
     part->n_ids = n;
     part->seq = r->seq;  // per worker; meaningful when one worker holds them all
-    // A hand-built message: pack and unpack so the item owns a normal one.
-    size_t len = protobuf_c_message_get_packed_size(&part->base);
-    uint8_t* buf = malloc(len ? len : 1);
-    ProtobufCMessage* owned = NULL;
-    if (buf) {
-      protobuf_c_message_pack(&part->base, buf);
-      owned = protobuf_c_message_unpack(&causeway__v1__delete_request__descriptor, NULL, len, buf);
-    }
-    free(buf);
+    // A hand-built message: a copy, so the item owns a normal one.
+    ProtobufCMessage* owned = cw_ctl_msg_copy(&part->base);
     free(part_ids);
     free(part);
     cw_ctl_item_t* it = owned ? cw__item_create(p, h, owned, wi) : NULL;
@@ -517,6 +525,8 @@ static void cw__compile_free(cw_ctl_compile_t* cp) {
   cw__session_release(cp->session);
   free(cp->options);
   free(cp->devices);
+  free(cp->parts);
+  free(cp->part_devices);
   if (cp->load_reply) protobuf_c_message_free_unpacked(&cp->load_reply->base, NULL);
   free(cp);
 }
@@ -530,6 +540,10 @@ static cw_ctl_exe_t* cw__compile_exe(cw_ctl_compile_t* cp) {
 // Fails a client compile (takes st): the executable stays in error.
 static void cw__compile_fail(cw_ctl_compile_t* cp, cw_status_t st) {
   cw_controller_t* ctl = cp->ctl;
+  if (cw_ctl_island_compile_done(cp, &st, NULL)) {
+    cw__compile_free(cp);
+    return;
+  }
   cw_ctl_exe_t* e = cw__compile_exe(cp);
   if (e) {
     e->state = CW__EXE_FAILED;
@@ -551,6 +565,10 @@ static void cw__compile_exe_info(void* user, cw_net_conn_t* conn, cw_status_t st
     cw__compile_fail(cp, cw_status_annotate(cw__worker_error(w, conn, status), "EXE_INFO"));
     return;
   }
+  if (cw_ctl_island_compile_done(cp, NULL, (const Causeway__V1__ExecutableInfo*)reply)) {
+    cw__compile_free(cp);
+    return;
+  }
   Causeway__V1__ExecutableInfo info = *(const Causeway__V1__ExecutableInfo*)reply;
   int32_t* devs = calloc(info.n_devices + cp->num_devices + 1, sizeof(int32_t));
   if (devs) {
@@ -565,7 +583,7 @@ static void cw__compile_exe_info(void* user, cw_net_conn_t* conn, cw_status_t st
     info.devices = devs;
   }
   info.exe_id = cp->exe_id;
-  info.island = w->index;
+  info.island = w->island;
   info.worker_index = w->index;
   info.cache_hit = cp->cache_hit;
   Causeway__V1__CompileReply rep = CAUSEWAY__V1__COMPILE_REPLY__INIT;
@@ -597,14 +615,7 @@ static void cw__compile_loaded(void* user, cw_net_conn_t* conn, cw_status_t stat
     return;
   }
   // Keep what LOAD said; EXE_INFO follows on the same connection.
-  const Causeway__V1__CompileReply* r = (const Causeway__V1__CompileReply*)reply;
-  size_t len = protobuf_c_message_get_packed_size(&r->base);
-  uint8_t* buf = malloc(len ? len : 1);
-  if (buf) {
-    protobuf_c_message_pack(&r->base, buf);
-    cp->load_reply = causeway__v1__compile_reply__unpack(NULL, len, buf);
-    free(buf);
-  }
+  cp->load_reply = (Causeway__V1__CompileReply*)cw_ctl_msg_copy(reply);
   Causeway__V1__ExeInfoRequest req = CAUSEWAY__V1__EXE_INFO_REQUEST__INIT;
   req.exe_id = cp->exe_id;
   cw_net_conn_request(conn, CW_MSG_EXE_INFO, &req.base, NULL, 0, NULL, NULL,
@@ -630,7 +641,8 @@ static void cw__compile_load(cw_ctl_compile_t* cp, cw_compile_cache_entry_t* ent
                                         "connection", w->name, w->address));
     return;
   }
-  cw_ctl_health_exe_keep(cw__compile_exe(cp), entry, cp->options, cp->options_size);
+  // A part of an island's program is not reloaded alone (cw_ctl_island.c).
+  if (!cp->gang) cw_ctl_health_exe_keep(cw__compile_exe(cp), entry, cp->options, cp->options_size);
   Causeway__V1__LoadRequest req = CAUSEWAY__V1__LOAD_REQUEST__INIT;
   req.exe_id = cp->exe_id;
   req.compile_options.data = cp->options;
@@ -784,6 +796,19 @@ static cw_status_t cw__compile_place(cw_controller_t* ctl, cw_ctl_session_t* s,
     if (w != first) spans = true;
   }
   if (spans) {
+    bool one = false;  // all on one island of several workers: a part on each
+    st = cw_ctl_island_place(ctl, s, info->assigned, info->num_assigned, &one, &cp->parts,
+                             &cp->part_devices, &cp->num_parts);
+    if (st) {
+      free(info);
+      return st;
+    }
+    if (one) {
+      spans = false;
+      first = ctl->workers[first->island];
+    }
+  }
+  if (spans) {
     char text[1024];
     size_t used = 0;
     size_t islands = 0;
@@ -839,64 +864,31 @@ static cw_status_t cw__compile_place(cw_controller_t* ctl, cw_ctl_session_t* s,
   return st;
 }
 
-static void cw__handle_compile(cw_ctl_peer_t* p, const cw_frame_header_t* h,
-                               const Causeway__V1__CompileRequest* r) {
-  cw_controller_t* ctl = p->ctl;
-  cw_ctl_session_t* s = p->session;
-  cw_status_t st = cw_ok_status();
-  if (!r->exe_id) st = cw_make_status(CW_INVALID_ARGUMENT, "COMPILE needs a non-zero exe_id");
-  else if (cw__exe_find(s, r->exe_id)) {
-    st = cw_make_status(CW_ALREADY_EXISTS, "executable %" PRIu64 " already exists", r->exe_id);
-  }
-  cw_ctl_compile_t* cp = st ? NULL : calloc(1, sizeof(*cp));
-  if (!st && !cp) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  if (!st) {
-    cp->ctl = ctl;
-    cp->client = p->conn;
-    cw_net_conn_retain(p->conn);
-    cp->request_id = h->request_id;
-    cp->session = s;
-    cw__session_retain(s);
-    cp->exe_id = r->exe_id;
-    cp->start_ms = cw__now_ms();
-    st = cw__compile_place(ctl, s, r, cp);
-  }
-  cw_ctl_exe_t* e = NULL;
-  if (!st) {
-    e = calloc(1, sizeof(*e));
-    if (!e) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  }
+// The compile service for one worker: memory cache, a compilation already
+// running, the disk cache, then the worker. The executable's record exists.
+static void cw__compile_start(cw_ctl_compile_t* cp, void* user) {
+  const Causeway__V1__CompileRequest* r = user;
+  cw_controller_t* ctl = cp->ctl;
   // The cache key: program, format, rewritten options, the worker's plugin
   // (platform name and version, PJRT API version).
   uint8_t* key = NULL;
   size_t key_size = 0;
-  if (!st) {
-    const Causeway__V1__Inventory* inv = ctl->workers[cp->worker]->reg->inventory;
-    const char* format = (r->format && r->format[0]) ? r->format : "mlir";
-    char api[32];
-    snprintf(api, sizeof(api), "%u.%u", inv->pjrt_major, inv->pjrt_minor);
-    // Options as a key: the same options always give the same bytes.
-    uint8_t* canon = cw_compile_disk_canonical_options(cp->options, cp->options_size);
-    const void* parts[6] = {r->code.data, format, canon ? canon : cp->options,
-                            inv->platform_name, inv->platform_version, api};
-    size_t sizes[6] = {r->code.len, strlen(format), cp->options_size,
-                       strlen(inv->platform_name), strlen(inv->platform_version), strlen(api)};
-    st = cw_compile_cache_key_create(parts, sizes, 6, &key, &key_size);
-    free(canon);
-  }
+  const Causeway__V1__Inventory* inv = ctl->workers[cp->worker]->reg->inventory;
+  const char* format = (r->format && r->format[0]) ? r->format : "mlir";
+  char api[32];
+  snprintf(api, sizeof(api), "%u.%u", inv->pjrt_major, inv->pjrt_minor);
+  // Options as a key: the same options always give the same bytes.
+  uint8_t* canon = cw_compile_disk_canonical_options(cp->options, cp->options_size);
+  const void* parts[6] = {r->code.data, format, canon ? canon : cp->options,
+                          inv->platform_name, inv->platform_version, api};
+  size_t sizes[6] = {r->code.len, strlen(format), cp->options_size,
+                     strlen(inv->platform_name), strlen(inv->platform_version), strlen(api)};
+  cw_status_t st = cw_compile_cache_key_create(parts, sizes, 6, &key, &key_size);
+  free(canon);
   if (st) {
-    free(e);
-    if (cp) cw__compile_free(cp);
-    cw__reply_error(ctl, p->conn, h->type, h->request_id, cw_status_annotate(st, "COMPILE"));
+    cw__compile_fail(cp, cw_status_annotate(st, "COMPILE"));
     return;
   }
-  e->id = r->exe_id;
-  e->serial = ++ctl->next_exe_serial;
-  e->worker = cp->worker;
-  e->state = CW__EXE_LOADING;
-  e->next = s->exes;
-  s->exes = e;
-  cp->exe_serial = e->serial;
   cw_compile_cache_entry_t* hit = cw_compile_cache_lookup(ctl->cache, key, key_size);
   if (hit) {
     ctl->cache_hits++;
@@ -932,12 +924,73 @@ static void cw__handle_compile(cw_ctl_peer_t* p, const cw_frame_header_t* h,
   f->next = ctl->inflight;
   ctl->inflight = f;
   // The disk next (asynchronously), then the worker.
-  const char* format = r->format ? r->format : "";
-  if (cw_ctl_disk_lookup(ctl, f, format, r->code.data, r->code.len, cp->options,
+  const char* fmt = r->format ? r->format : "";
+  if (cw_ctl_disk_lookup(ctl, f, fmt, r->code.data, r->code.len, cp->options,
                          cp->options_size)) {
     return;
   }
-  cw__inflight_send_compile(f, format, r->code.data, r->code.len, cp->options, cp->options_size);
+  cw__inflight_send_compile(f, fmt, r->code.data, r->code.len, cp->options, cp->options_size);
+}
+
+static void cw__handle_compile(cw_ctl_peer_t* p, const cw_frame_header_t* h,
+                               const Causeway__V1__CompileRequest* r) {
+  cw_controller_t* ctl = p->ctl;
+  cw_ctl_session_t* s = p->session;
+  cw_status_t st = cw_ok_status();
+  if (!r->exe_id) st = cw_make_status(CW_INVALID_ARGUMENT, "COMPILE needs a non-zero exe_id");
+  else if (cw__exe_find(s, r->exe_id)) {
+    st = cw_make_status(CW_ALREADY_EXISTS, "executable %" PRIu64 " already exists", r->exe_id);
+  }
+  cw_ctl_compile_t* cp = st ? NULL : calloc(1, sizeof(*cp));
+  if (!st && !cp) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  if (!st) {
+    cp->ctl = ctl;
+    cp->client = p->conn;
+    cw_net_conn_retain(p->conn);
+    cp->request_id = h->request_id;
+    cp->session = s;
+    cw__session_retain(s);
+    cp->exe_id = r->exe_id;
+    cp->start_ms = cw__now_ms();
+    st = cw__compile_place(ctl, s, r, cp);
+  }
+  cw_ctl_exe_t* e = NULL;
+  if (!st) {
+    e = calloc(1, sizeof(*e));
+    if (!e) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  if (!st && cp->num_parts) {
+    e->devices = calloc(cp->num_devices, sizeof(int32_t));
+    if (!e->devices) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  if (st) {
+    free(e);
+    if (cp) cw__compile_free(cp);
+    cw__reply_error(ctl, p->conn, h->type, h->request_id, cw_status_annotate(st, "COMPILE"));
+    return;
+  }
+  e->id = r->exe_id;
+  e->serial = ++ctl->next_exe_serial;
+  e->worker = cp->worker;
+  e->state = CW__EXE_LOADING;
+  e->next = s->exes;
+  s->exes = e;
+  cp->exe_serial = e->serial;
+  if (!cp->num_parts) {
+    cw__compile_start(cp, (void*)r);
+    return;
+  }
+  // An island of several workers: a part on each; the parts share one
+  // cache key, so the program compiles once and loads everywhere.
+  memcpy(e->devices, cp->devices, cp->num_devices * sizeof(int32_t));
+  e->num_devices = cp->num_devices;
+  e->parts = cp->parts;
+  e->part_devices = cp->part_devices;
+  e->num_parts = cp->num_parts;
+  cp->parts = cp->part_devices = NULL;
+  cw_ctl_island_compile(cp, e->parts, e->part_devices, e->num_parts, cw__compile_start,
+                        (void*)r);
+  cw__compile_free(cp);
 }
 
 // --- OPEN_SESSION ------------------------------------------------------------------
@@ -978,7 +1031,7 @@ void cw__reply_session_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t req
         causeway__v1__global_device__init(&gds[dn]);
         gds[dn].global_id = w->first_device + (int32_t)d;
         gds[dn].worker_index = w->index;
-        gds[dn].island = w->index;
+        gds[dn].island = w->island;
         gds[dn].device = inv->devices[d];
         gptrs[dn] = &gds[dn];
         dn++;
@@ -1094,7 +1147,7 @@ static void cw__handle_open_session(cw_ctl_peer_t* p, const cw_frame_header_t* h
 
 // --- REGISTER ----------------------------------------------------------------------
 
-static bool cw__printable(const char* s, size_t max) {
+bool cw__printable(const char* s, size_t max) {
   size_t n = 0;
   for (; s && *s; ++s, ++n) {
     if (n >= max || *s < 0x20 || *s >= 0x7f) return false;
@@ -1133,6 +1186,7 @@ static void cw__handle_register(cw_ctl_peer_t* p, const cw_frame_header_t* h,
   cw_ctl_worker_t* w = NULL;
   cw_ctl_worker_t** grown = NULL;
   if (!st) st = cw_ctl_health_slot_for(ctl, r, &w);
+  if (!st) st = cw_ctl_island_check(ctl, r, w);
   if (!st && w) {
     cw_ctl_health_take_over(p, h, w, r);
     *msg = NULL;
@@ -1161,6 +1215,7 @@ static void cw__handle_register(cw_ctl_peer_t* p, const cw_frame_header_t* h,
   w->reg = r;
   *msg = NULL;
   ctl->workers[ctl->num_workers++] = w;
+  cw_ctl_island_join(ctl, w, r);
   ctl->next_device += (int32_t)w->num_devices;
   p->worker = w;
   cw_ctl_health_registered(p, w);

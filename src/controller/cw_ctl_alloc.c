@@ -117,7 +117,7 @@ void cw_ctl_worker_info_fill(Causeway__V1__WorkerInfo* wi, const cw_ctl_worker_t
   wi->name = (char*)w->name;
   wi->address = (char*)w->address;
   wi->alive = w->alive;
-  wi->island = w->index;
+  wi->island = w->island;
 }
 
 bool cw_ctl_alloc_reply_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_id) {
@@ -149,7 +149,7 @@ bool cw_ctl_alloc_reply_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t re
       causeway__v1__global_device__init(&gds[i]);
       gds[i].global_id = (int32_t)i;
       gds[i].worker_index = w->index;
-      gds[i].island = w->index;
+      gds[i].island = w->island;
       gds[i].device = inv->devices[s->vdevs[i].local];
       gptrs[i] = &gds[i];
     }

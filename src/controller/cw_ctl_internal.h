@@ -49,6 +49,12 @@ typedef struct cw_ctl_worker_s {
   uint32_t incarnation;         // 0 first, +1 each time a same-name worker takes the slot
   struct cw_ctl_worker_ops_s* ops;     // operations (cw_ctl_ops.c): drain, polled STATS
   cw_ctl_sched_island_t* sched;        // gang order (cw_ctl_sched.c); NULL until used
+  // The island (cw_ctl_island.c): the index of the worker whose scheduler
+  // orders it -- its own, or for an island that spans several workers
+  // (--island NAME), the first member to register.
+  uint32_t island;
+  char island_name[CW__MAX_NAME];  // "": an island of its own
+  uint32_t island_size, island_rank;
 } cw_ctl_worker_t;
 
 typedef enum cw_ctl_exe_state_e {
@@ -69,6 +75,14 @@ typedef struct cw_ctl_exe_s {
   cw_compile_cache_entry_t* entry;  // retained (sticky past cache eviction)
   uint8_t* options;                 // rewritten compile options (owned)
   size_t options_size;
+  // An executable of an island that spans several workers (cw_ctl_island.c):
+  // `worker` is the island; it is loaded on parts[i], which runs part_devices[i]
+  // of its devices, in order. num_parts 0: one worker.
+  uint32_t* parts;
+  uint32_t* part_devices;
+  size_t num_parts;
+  int32_t* devices;  // the session's device ids, in launch order (parts only)
+  size_t num_devices;
 } cw_ctl_exe_t;
 
 struct cw_ctl_session_s {
@@ -121,8 +135,10 @@ struct cw_ctl_item_s {
   uint64_t stamp;             // LAUNCH: the island's stamp once relayed (cw_ctl_sched.c)
 };
 
-// A DELETE split over several workers: one reply when all are done.
+// A DELETE split over several workers, or a LAUNCH over the workers of one
+// island: one reply when all are done.
 struct cw_ctl_multi_s {
+  uint16_t type;
   int left;
   cw_status_t first_error;
   cw_net_conn_t* client;  // retained
@@ -160,6 +176,12 @@ typedef struct cw_ctl_compile_s {
   bool cache_hit;
   int64_t start_ms;
   Causeway__V1__CompileReply* load_reply;  // owned, from LOAD
+  struct cw_ctl_gang_compile_s* gang;      // a part of an island's compile; NULL: alone
+  // Placement on an island of several workers (cw_ctl_island_place): owned
+  // until the executable takes them.
+  uint32_t* parts;
+  uint32_t* part_devices;
+  size_t num_parts;
 } cw_ctl_compile_t;
 
 // One compilation on a worker's private session; identical requests wait on it.
@@ -358,6 +380,10 @@ bool cw__session_direct_launch(cw_controller_t* ctl, cw_ctl_session_t* s,
 // --- cw_controller.c, used by the modules ---------------------------------------
 void cw__reply_session_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_id);
 void cw__open_tick(uv_timer_t* t);
+// A queue item for `s`'s request (retains client and session; takes msg,
+// freed also when this fails and returns NULL).
+cw_ctl_item_t* cw__item_new(uint16_t type, cw_net_conn_t* client, uint64_t request_id,
+                            cw_ctl_session_t* s, ProtobufCMessage* msg, uint32_t worker);
 void cw__item_free(cw_ctl_item_t* it);
 void cw__item_fail(cw_controller_t* ctl, cw_ctl_item_t* it, cw_status_t st);
 void cw__exe_forget(cw_ctl_session_t* s, uint64_t id);
@@ -380,6 +406,47 @@ bool cw_ctl_sched_done(cw_controller_t* ctl, const cw_ctl_item_t* it);
 // caller frees after replying (NULL: nothing).
 void* cw_ctl_sched_stats(cw_controller_t* ctl, Causeway__V1__Stats* st);
 void cw_ctl_sched_free(cw_controller_t* ctl);
+
+// --- cw_ctl_island.c: islands that span several workers -------------------------
+// REGISTER's island fields: a clear error when they do not fit the members
+// already registered. `replacing`: the slot a same-name worker takes over.
+CW_MUST_USE cw_status_t cw_ctl_island_check(cw_controller_t* ctl,
+                                            const Causeway__V1__RegisterRequest* r,
+                                            const cw_ctl_worker_t* replacing);
+// Sets the new slot w's island from its REGISTER.
+void cw_ctl_island_join(cw_controller_t* ctl, cw_ctl_worker_t* w,
+                        const Causeway__V1__RegisterRequest* r);
+// Whether w belongs to an island of several workers.
+bool cw_ctl_island_spans(const cw_ctl_worker_t* w);
+// The registered members of island `island` in rank order, into out[max];
+// returns how many.
+size_t cw_ctl_island_members(cw_controller_t* ctl, uint32_t island, uint32_t* out, size_t max);
+// COMPILE placement found devices on several workers. *out_one: whether they
+// all belong to one island of several workers; then checks that the program
+// can run there (every member, each one's devices together, in rank order)
+// and fills parts/part_devices (malloc'd).
+CW_MUST_USE cw_status_t cw_ctl_island_place(cw_controller_t* ctl, cw_ctl_session_t* s,
+                                            const int64_t* assigned, size_t n, bool* out_one,
+                                            uint32_t** out_parts, uint32_t** out_part_devices,
+                                            size_t* out_num_parts);
+// Starts the parts of an island compile: one child of `cp` per part (cp is
+// taken). start(child) runs each through the usual compile path.
+void cw_ctl_island_compile(cw_ctl_compile_t* cp, uint32_t* parts, uint32_t* part_devices,
+                           size_t num_parts, void (*start)(cw_ctl_compile_t*, void*),
+                           void* user);
+// A part's compile ended: with an error (st, taken) or loaded (info
+// borrowed). Returns true when `cp` was a part (the island's reply is sent
+// once every part ended); false: the caller answers as for one worker.
+bool cw_ctl_island_compile_done(cw_ctl_compile_t* cp, cw_status_t* st,
+                                const Causeway__V1__ExecutableInfo* info);
+// Relays a stamped LAUNCH of an island executable to every part, all with
+// the stamp `stamp` (takes `it`). Returns how many parts went out.
+uint32_t cw_ctl_island_relay_launch(cw_controller_t* ctl, cw_ctl_item_t* it, cw_ctl_exe_t* e,
+                                uint64_t stamp);
+// Relays an item of an island (DELETE) to every member (takes `it`).
+void cw_ctl_island_relay_all(cw_controller_t* ctl, cw_ctl_item_t* it, uint32_t island);
+void cw__multi_done(cw_ctl_multi_t* m, cw_controller_t* ctl, cw_status_t st);
+bool cw__printable(const char* s, size_t max);
 
 // --- cw_ctl_alloc.c: sessions' devices ------------------------------------------
 // OPEN_SESSION once enough workers registered: a session without num_devices

@@ -12,6 +12,11 @@
 bool cw__session_direct_launch(cw_controller_t* ctl, cw_ctl_session_t* s,
                                uint32_t worker_index) {
   if (cw_settings_int(ctl->settings, CW_SET_RELAY_LAUNCHES) != 0) return false;
+  // An island of several workers: its programs' parts go out from the
+  // island's scheduler, one stamp for all of them (cw_ctl_island.c).
+  if (worker_index < ctl->num_workers && cw_ctl_island_spans(ctl->workers[worker_index])) {
+    return false;
+  }
   // A session that asked for no devices sees every device and reserves none
   // (the embedded cluster's one client): its launches on a one-worker island
   // are issued by that worker's single loop in arrival order. A session that

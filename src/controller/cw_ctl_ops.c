@@ -438,7 +438,7 @@ static void cw__reply_status(cw_controller_t* ctl, cw_ctl_gather_t* g) {
     a->state = (char*)cw__worker_state(w);
     a->num_devices = w->num_devices;
     a->first_device = w->first_device;
-    a->island = w->index;
+    a->island = w->island;
     a->platform = w->reg && w->reg->inventory ? w->reg->inventory->platform_name : (char*)"";
     uint64_t island_queued = cw__island_queued(w);
     a->queue_depth = island_queued;
@@ -458,20 +458,32 @@ static void cw__reply_status(cw_controller_t* ctl, cw_ctl_gather_t* g) {
       a->stats_fresh = g->serial && wo->serial >= g->serial;
     }
     wp[i] = a;
-    // With the CPU plugin an island is one worker's devices.
-    causeway__v1__admin_island__init(&is[i]);
-    is[i].index = w->index;
-    inames[i] = w->name;
-    is[i].workers = &inames[i];
-    is[i].n_workers = 1;
-    is[i].num_devices = w->num_devices;
-    is[i].queued = island_queued;
-    ip[i] = &is[i];
+  }
+  // An island is one worker's devices, or those of the workers of one
+  // --island (cw_ctl_island.c), listed in rank order.
+  size_t ni = 0, nn = 0;
+  for (size_t i = 0; i < nw; ++i) {
+    cw_ctl_worker_t* w = ctl->workers[i];
+    if (w->island != w->index) continue;
+    causeway__v1__admin_island__init(&is[ni]);
+    is[ni].index = w->index;
+    is[ni].workers = &inames[nn];
+    is[ni].queued = cw__island_queued(w);
+    uint32_t* members = calloc(w->island_size, sizeof(uint32_t));
+    size_t m = members ? cw_ctl_island_members(ctl, w->index, members, w->island_size) : 0;
+    for (size_t k = 0; k < m && nn < nw; ++k) {
+      inames[nn++] = ctl->workers[members[k]]->name;
+      is[ni].num_devices += ctl->workers[members[k]]->num_devices;
+    }
+    is[ni].n_workers = m;
+    free(members);
+    ip[ni] = &is[ni];
+    ni++;
   }
   rep.workers = wp;
   rep.n_workers = nw;
   rep.islands = ip;
-  rep.n_islands = nw;
+  rep.n_islands = ni;
   size_t k = 0;
   for (cw_ctl_session_t* s = ctl->sessions; s && k < ns; s = s->next) {
     if (!cw__session_listed(s)) continue;

@@ -113,6 +113,13 @@ static cw_status_t cw__sched_check(cw_ctl_worker_t* w, cw_ctl_item_t* it, bool* 
     return cw_make_status(cw_status_code(e->error), "executable %" PRIu64 " failed: %s", exe_id,
                           cw_status_message(e->error));
   }
+  for (size_t i = 0; i < e->num_parts; ++i) {  // an island's program needs every part
+    cw_ctl_worker_t* p = w->ctl->workers[e->parts[i]];
+    if (!p->alive) {
+      return cw_make_status(CW_UNAVAILABLE, "worker %s (%s) of island '%s' is unavailable",
+                            p->name, p->address, p->island_name);
+    }
+  }
   return cw_ok_status();
 }
 
@@ -158,11 +165,27 @@ void cw_ctl_sched_pump(cw_controller_t* ctl, uint32_t index) {
     if (!pick) return;
     cw_ctl_session_t* s = pick->head->session;
     bool launch = pick->head->type == CW_MSG_LAUNCH;
+    cw_ctl_exe_t* e = launch ? cw__exe_find(s, cw__item_exe_id(pick->head)) : NULL;
+    // On an island of several workers only its programs are stamped: the
+    // stamp sequence must reach every member whole (cw_ctl_island.c).
+    bool stamped = launch && (!cw_ctl_island_spans(w) || (e && e->num_parts));
     if (launch) {
       isl->vtime = pick->pass;
       pick->pass += CW__SCHED_STRIDE / (s->weight ? s->weight : 1);
     }
     cw_ctl_item_t* it = cw__sched_pop(isl, pick);
+    if (it->type == CW_MSG_DELETE && cw_ctl_island_spans(w) && w->island == index) {
+      cw_ctl_island_relay_all(ctl, it, index);
+      continue;
+    }
+    if (stamped && e->num_parts) {
+      uint64_t stamp = ++isl->last_stamp;
+      cw__sched_record(ctl, index, stamp, s->id);
+      ctl->launches_relayed++;
+      s->launches++;
+      isl->outstanding += cw_ctl_island_relay_launch(ctl, it, e, stamp);
+      continue;
+    }
     if (it->type == CW_MSG_DELETE) {
       const Causeway__V1__DeleteRequest* r = (const Causeway__V1__DeleteRequest*)it->msg;
       for (size_t i = 0; i < r->n_ids; ++i) cw__exe_forget(s, r->ids[i]);
@@ -175,10 +198,13 @@ void cw_ctl_sched_pump(cw_controller_t* ctl, uint32_t index) {
     }
     if (launch) {
       Causeway__V1__LaunchRequest* r = (Causeway__V1__LaunchRequest*)it->msg;
-      it->stamp = ++isl->last_stamp;
-      r->sched_stamp = it->stamp;  // whatever the client put there
-      isl->outstanding++;
-      cw__sched_record(ctl, index, it->stamp, s->id);
+      r->sched_stamp = 0;  // whatever the client put there
+      if (stamped) {
+        it->stamp = ++isl->last_stamp;
+        r->sched_stamp = it->stamp;
+        isl->outstanding++;
+        cw__sched_record(ctl, index, it->stamp, s->id);
+      }
       ctl->launches_relayed++;
       s->launches++;  // metrics
     }
@@ -197,7 +223,7 @@ void cw_ctl_sched_reset(cw_ctl_worker_t* w) {
 
 bool cw_ctl_sched_done(cw_controller_t* ctl, const cw_ctl_item_t* it) {
   if (!it->stamp || it->worker >= ctl->num_workers) return false;
-  cw_ctl_sched_island_t* isl = ctl->workers[it->worker]->sched;
+  cw_ctl_sched_island_t* isl = ctl->workers[ctl->workers[it->worker]->island]->sched;
   if (isl && isl->outstanding) isl->outstanding--;
   return true;
 }

@@ -1,0 +1,453 @@
+// Islands that span several workers: a plugin with multi-process collectives
+// runs one SPMD program as one part per process, and the parts rendezvous.
+// Workers started with --island NAME --island-size N form such an island;
+// each reports its rank (the plugin's PJRT_Client_ProcessIndex). The island
+// has one scheduler, the first member's: a program over devices of several
+// members compiles once and is loaded on each of them, and every LAUNCH of it
+// gets one stamp and goes to every member with that stamp, so each member's
+// stamp gate (cw_worker_sched.c) issues the parts in the same order and the
+// collectives meet. Launches of programs confined to one member of such an
+// island are not stamped: the island's stamp sequence must reach every
+// member whole.
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cw_ctl_internal.h"
+#include "cw_log.h"
+#include "cw_xla_options.h"
+
+bool cw_ctl_island_spans(const cw_ctl_worker_t* w) {
+  return w->island_name[0] && w->island_size > 1;
+}
+
+cw_status_t cw_ctl_island_check(cw_controller_t* ctl, const Causeway__V1__RegisterRequest* r,
+                                const cw_ctl_worker_t* replacing) {
+  const char* name = r->island_name ? r->island_name : "";
+  if (replacing && (cw_ctl_island_spans(replacing) || name[0])) {
+    return cw_make_status(CW_FAILED_PRECONDITION,
+                          "worker %s was a member of island '%s'; replacing a member of an "
+                          "island that spans several workers is not supported: restart the "
+                          "island's workers and the controller",
+                          replacing->name, replacing->island_name);
+  }
+  if (!name[0]) return cw_ok_status();
+  if (!cw__printable(name, CW__MAX_NAME - 1)) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "island_name must be 1..%d printable characters",
+                          CW__MAX_NAME - 1);
+  }
+  if (r->island_size < 1 || r->island_size > CW__MAX_WORKERS ||
+      r->island_rank >= r->island_size) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "island '%s': rank %u of size %u is not valid",
+                          name, r->island_rank, r->island_size);
+  }
+  uint32_t members = 0;
+  for (size_t i = 0; i < ctl->num_workers; ++i) {
+    const cw_ctl_worker_t* v = ctl->workers[i];
+    if (strcmp(v->island_name, name) != 0) continue;
+    members++;
+    if (v->island_size != r->island_size) {
+      return cw_make_status(CW_INVALID_ARGUMENT, "island '%s' has %u workers (worker %s says so); "
+                            "this worker says %u", name, v->island_size, v->name,
+                            r->island_size);
+    }
+    if (v->island_rank == r->island_rank) {
+      return cw_make_status(CW_ALREADY_EXISTS, "island '%s' already has rank %u: worker %s", name,
+                            r->island_rank, v->name);
+    }
+    const Causeway__V1__Inventory* a = v->reg->inventory;
+    if (strcmp(a->platform_name, r->inventory->platform_name) != 0 ||
+        strcmp(a->platform_version, r->inventory->platform_version) != 0) {
+      return cw_make_status(CW_INVALID_ARGUMENT, "island '%s' runs %s %s (worker %s); this worker "
+                            "has %s %s", name, a->platform_name, a->platform_version, v->name,
+                            r->inventory->platform_name, r->inventory->platform_version);
+    }
+  }
+  if (members >= r->island_size) {
+    return cw_make_status(CW_RESOURCE_EXHAUSTED, "island '%s' already has its %u workers", name,
+                          r->island_size);
+  }
+  return cw_ok_status();
+}
+
+void cw_ctl_island_join(cw_controller_t* ctl, cw_ctl_worker_t* w,
+                        const Causeway__V1__RegisterRequest* r) {
+  w->island = w->index;
+  snprintf(w->island_name, sizeof(w->island_name), "%s", r->island_name ? r->island_name : "");
+  w->island_size = w->island_name[0] ? r->island_size : 1;
+  w->island_rank = w->island_name[0] ? r->island_rank : 0;
+  if (!cw_ctl_island_spans(w)) return;
+  for (size_t i = 0; i < ctl->num_workers; ++i) {
+    cw_ctl_worker_t* v = ctl->workers[i];
+    if (v != w && !strcmp(v->island_name, w->island_name)) {
+      w->island = v->island;
+      break;
+    }
+  }
+  CW_LOGI("worker %s is rank %u of island '%s' (%u workers, scheduled by worker %u)", w->name,
+          w->island_rank, w->island_name, w->island_size, w->island);
+}
+
+size_t cw_ctl_island_members(cw_controller_t* ctl, uint32_t island, uint32_t* out, size_t max) {
+  size_t n = 0;
+  for (size_t i = 0; i < ctl->num_workers; ++i) {
+    cw_ctl_worker_t* v = ctl->workers[i];
+    if (v->island != island || n >= max) continue;
+    size_t k = n++;  // insertion by rank
+    while (k > 0 && ctl->workers[out[k - 1]]->island_rank > v->island_rank) {
+      out[k] = out[k - 1];
+      k--;
+    }
+    out[k] = v->index;
+  }
+  return n;
+}
+
+cw_status_t cw_ctl_island_place(cw_controller_t* ctl, cw_ctl_session_t* s,
+                                const int64_t* assigned, size_t n, bool* out_one,
+                                uint32_t** out_parts, uint32_t** out_part_devices,
+                                size_t* out_num_parts) {
+  *out_one = false;
+  uint32_t local = 0;
+  cw_ctl_worker_t* first = cw_ctl_alloc_resolve(ctl, s, assigned[0], &local);
+  if (!first || !cw_ctl_island_spans(first)) return cw_ok_status();
+  for (size_t i = 1; i < n; ++i) {
+    cw_ctl_worker_t* w = cw_ctl_alloc_resolve(ctl, s, assigned[i], &local);
+    if (!w || w->island != first->island) return cw_ok_status();
+  }
+  *out_one = true;
+  uint32_t* parts = calloc(first->island_size, sizeof(uint32_t));
+  uint32_t* counts = calloc(first->island_size, sizeof(uint32_t));
+  if (!parts || !counts) {
+    free(parts);
+    free(counts);
+    return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  size_t m = cw_ctl_island_members(ctl, first->island, parts, first->island_size);
+  cw_status_t st = cw_ok_status();
+  if (m < first->island_size) {
+    st = cw_make_status(CW_UNAVAILABLE, "island '%s' has %zu of its %u workers registered",
+                        first->island_name, m, first->island_size);
+  }
+  for (size_t k = 0; !st && k < m; ++k) {
+    cw_ctl_worker_t* w = ctl->workers[parts[k]];
+    if (!w->alive) {
+      st = cw_make_status(CW_UNAVAILABLE, "worker %s (%s) of island '%s' is unavailable", w->name,
+                          w->address, first->island_name);
+    } else if (!cw_ctl_ops_worker_takes_work(w)) {
+      st = cw_make_status(CW_FAILED_PRECONDITION, "worker %s is draining", w->name);
+    }
+  }
+  // Each member runs its part on its own devices: they must come together,
+  // members in rank order, so launches can be split by position.
+  size_t at = 0;
+  for (size_t i = 0; !st && i < n; ++i) {
+    cw_ctl_worker_t* w = cw_ctl_alloc_resolve(ctl, s, assigned[i], &local);
+    while (at < m && parts[at] != w->index) at++;
+    if (at == m) {
+      st = cw_make_status(CW_INVALID_ARGUMENT, "a program on island '%s' must list each worker's "
+                          "devices together, workers in rank order (device %" PRId64 " of "
+                          "worker %s comes too late)", first->island_name, assigned[i], w->name);
+    } else {
+      counts[at]++;
+    }
+  }
+  for (size_t k = 0; !st && k < m; ++k) {
+    if (!counts[k]) {
+      st = cw_make_status(CW_INVALID_ARGUMENT, "a program on island '%s' runs on every worker of "
+                          "it; it names no device of worker %s (rank %zu)", first->island_name,
+                          ctl->workers[parts[k]]->name, k);
+    }
+  }
+  if (st) {
+    free(parts);
+    free(counts);
+    return st;
+  }
+  *out_parts = parts;
+  *out_part_devices = counts;
+  *out_num_parts = m;
+  return cw_ok_status();
+}
+
+// --- Compile: one part per member ------------------------------------------------
+
+typedef struct cw_ctl_gang_compile_s {
+  cw_controller_t* ctl;
+  int left;
+  cw_status_t first_error;
+  size_t num_parts;
+  Causeway__V1__ExecutableInfo* info;  // owned: part 0's, as its worker said
+  bool cache_hit;                      // every part was
+  // The client's request.
+  cw_net_conn_t* client;  // retained
+  uint64_t request_id;
+  cw_ctl_session_t* session;  // retained
+  uint64_t exe_id, exe_serial;
+  uint32_t island;
+  int64_t start_ms;
+} cw_ctl_gang_compile_t;
+
+static void cw__gang_finish(cw_ctl_gang_compile_t* g) {
+  cw_controller_t* ctl = g->ctl;
+  cw_ctl_exe_t* e = cw__exe_find(g->session, g->exe_id);
+  if (e && e->serial != g->exe_serial) e = NULL;
+  if (!g->first_error && (!g->info || !e)) {
+    g->first_error = cw_make_status(CW_CANCELLED, "executable %" PRIu64 " was deleted while it "
+                                    "compiled", g->exe_id);
+  }
+  if (g->first_error) {
+    if (e) {
+      e->state = CW__EXE_FAILED;
+      e->error = cw__status_copy(g->first_error);
+    }
+    cw__reply_error(ctl, g->client, CW_MSG_COMPILE, g->request_id, g->first_error);
+    g->first_error = NULL;  // taken
+  } else {
+    Causeway__V1__ExecutableInfo info = *g->info;
+    info.exe_id = g->exe_id;
+    info.devices = e->devices;
+    info.n_devices = e->num_devices;
+    info.island = g->island;
+    info.worker_index = g->island;
+    info.cache_hit = g->cache_hit;
+    Causeway__V1__CompileReply rep = CAUSEWAY__V1__COMPILE_REPLY__INIT;
+    rep.exe_id = g->exe_id;
+    rep.num_outputs = info.num_outputs;
+    rep.num_devices = (uint32_t)e->num_devices;
+    rep.name = info.name;
+    rep.info = &info;
+    e->state = CW__EXE_READY;
+    ctl->compiles++;
+    cw_ctl_metrics_on_compile(ctl, cw__now_ms() - g->start_ms, g->cache_hit);
+    CW_LOGI("compile of executable %" PRIu64 " for island '%s' (%zu workers): %s, %" PRId64
+            " ms", g->exe_id, ctl->workers[g->island]->island_name, g->num_parts,
+            g->cache_hit ? "cache hit" : "compiled", cw__now_ms() - g->start_ms);
+    cw_net_conn_reply(g->client, CW_MSG_COMPILE, g->request_id, &rep.base);
+  }
+  cw_status_free(g->first_error);
+  if (g->info) protobuf_c_message_free_unpacked(&g->info->base, NULL);
+  cw_net_conn_release(g->client);
+  cw__session_release(g->session);
+  uint32_t island = g->island;
+  free(g);
+  cw__island_pump(ctl, island);
+}
+
+static void cw__gang_part_end(cw_ctl_gang_compile_t* g) {
+  if (--g->left == 0) cw__gang_finish(g);
+}
+
+void cw_ctl_island_compile(cw_ctl_compile_t* cp, uint32_t* parts, uint32_t* part_devices,
+                           size_t num_parts, void (*start)(cw_ctl_compile_t*, void*),
+                           void* user) {
+  cw_controller_t* ctl = cp->ctl;
+  cw_ctl_gang_compile_t* g = calloc(1, sizeof(*g));
+  if (!g) {
+    cw__reply_error(ctl, cp->client, CW_MSG_COMPILE, cp->request_id,
+                    cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
+    return;
+  }
+  g->ctl = ctl;
+  g->left = 1;  // held until every part has started
+  g->num_parts = num_parts;
+  g->cache_hit = true;
+  g->client = cp->client;
+  cw_net_conn_retain(cp->client);
+  g->request_id = cp->request_id;
+  g->session = cp->session;
+  cw__session_retain(cp->session);
+  g->exe_id = cp->exe_id;
+  g->exe_serial = cp->exe_serial;
+  g->island = cp->worker;
+  g->start_ms = cp->start_ms;
+  size_t off = 0;
+  for (size_t i = 0; i < num_parts; ++i) {
+    // Each worker compiles its part: its own devices (worker-local ids), as
+    // many partitions or replicas as it runs. Equal parts share a cache key.
+    uint8_t* options = NULL;
+    size_t options_size = 0;
+    cw_status_t st = cw_xla_options_part(cp->options, cp->options_size, off, part_devices[i],
+                                         &options, &options_size);
+    if (st) {
+      if (!g->first_error) g->first_error = st;
+      else cw_status_free(st);
+      break;
+    }
+    cw_ctl_compile_t* part = calloc(1, sizeof(*part));
+    int32_t* devices = calloc(part_devices[i], sizeof(int32_t));
+    if (!part || !devices) {
+      free(part);
+      free(options);
+      free(devices);
+      if (!g->first_error) g->first_error = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+      break;
+    }
+    memcpy(devices, cp->devices + off, part_devices[i] * sizeof(int32_t));
+    off += part_devices[i];
+    part->ctl = ctl;
+    part->client = cp->client;
+    cw_net_conn_retain(cp->client);
+    part->request_id = cp->request_id;
+    part->session = cp->session;
+    cw__session_retain(cp->session);
+    part->exe_id = cp->exe_id;
+    part->exe_serial = cp->exe_serial;
+    part->worker = parts[i];
+    part->options = options;
+    part->options_size = options_size;
+    part->devices = devices;
+    part->num_devices = part_devices[i];
+    part->start_ms = cp->start_ms;
+    part->gang = g;
+    g->left++;
+    start(part, user);
+  }
+  cw__gang_part_end(g);
+}
+
+bool cw_ctl_island_compile_done(cw_ctl_compile_t* cp, cw_status_t* st,
+                                const Causeway__V1__ExecutableInfo* info) {
+  cw_ctl_gang_compile_t* g = cp->gang;
+  if (!g) return false;
+  cw_ctl_worker_t* w = g->ctl->workers[cp->worker];
+  if (st && *st) {
+    if (!g->first_error) {
+      g->first_error = cw_status_annotate(*st, "part on worker %s of island '%s'", w->name,
+                                          w->island_name);
+    } else {
+      cw_status_free(*st);
+    }
+    *st = NULL;
+  } else if (info && !g->info) {
+    g->info = (Causeway__V1__ExecutableInfo*)cw_ctl_msg_copy(&info->base);
+  }
+  if (!cp->cache_hit) g->cache_hit = false;
+  cp->gang = NULL;
+  cw__gang_part_end(g);
+  return true;
+}
+
+// --- Relays: one message per member --------------------------------------------
+
+// Sends `msg` (taken) to worker `wi` as a part of `parent`'s request, counted in `m`.
+static bool cw__relay_part(cw_controller_t* ctl, const cw_ctl_item_t* parent, cw_ctl_multi_t* m,
+                           ProtobufCMessage* msg, uint32_t wi, uint64_t stamp) {
+  cw_ctl_item_t* it = cw__item_new(parent->type, parent->client, parent->request_id,
+                                   parent->session, msg, wi);
+  if (!it) {
+    if (!m->first_error) m->first_error = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+    return false;
+  }
+  it->multi = m;
+  it->received_ns = parent->received_ns;
+  it->stamp = stamp;
+  m->left++;
+  cw_ctl_worker_t* w = ctl->workers[wi];
+  cw_net_conn_t* link = cw__session_link(parent->session, wi);
+  if (!link || !cw_net_conn_is_open(link)) {
+    it->stamp = 0;  // never relayed: nothing outstanding
+    cw__item_fail(ctl, it, cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable: no "
+                                          "connection", w->name, w->address));
+    return false;
+  }
+  cw_net_conn_request(link, it->type, it->msg, NULL, 0, NULL, NULL, cw__relay_reply, it);
+  return true;
+}
+
+static cw_ctl_multi_t* cw__multi_from(cw_ctl_item_t* it, uint64_t first_id) {
+  if (it->multi) return it->multi;
+  cw_ctl_multi_t* m = calloc(1, sizeof(*m));
+  if (!m) return NULL;
+  m->type = it->type;
+  m->client = it->client;
+  cw_net_conn_retain(it->client);
+  m->request_id = it->request_id;
+  m->first_id = first_id;
+  m->left = 1;  // this hold is dropped once every part is sent
+  return m;
+}
+
+uint32_t cw_ctl_island_relay_launch(cw_controller_t* ctl, cw_ctl_item_t* it, cw_ctl_exe_t* e,
+                                    uint64_t stamp) {
+  const Causeway__V1__LaunchRequest* r = (const Causeway__V1__LaunchRequest*)it->msg;
+  if (r->n_args != e->num_devices || r->n_outputs != e->num_devices) {
+    cw__item_fail(ctl, it, cw_make_status(CW_INVALID_ARGUMENT, "LAUNCH of executable %" PRIu64
+                                          " names %zu argument lists and %zu output lists; it "
+                                          "runs on %zu devices", r->exe_id, r->n_args,
+                                          r->n_outputs, e->num_devices));
+    return 0;
+  }
+  cw_ctl_multi_t* m = cw__multi_from(it, r->exe_id);
+  if (!m) {
+    cw__item_fail(ctl, it, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
+    return 0;
+  }
+  uint32_t sent = 0;
+  size_t off = 0;
+  for (size_t i = 0; i < e->num_parts; ++i) {
+    Causeway__V1__LaunchRequest part = *r;
+    part.args = r->args + off;
+    part.n_args = e->part_devices[i];
+    part.outputs = r->outputs + off;
+    part.n_outputs = e->part_devices[i];
+    part.sched_stamp = stamp;
+    // The client's seq numbers one worker's requests; the parts go to
+    // several, in stamp order on each session link.
+    part.seq = 0;
+    off += e->part_devices[i];
+    if (cw__relay_part(ctl, it, m, cw_ctl_msg_copy(&part.base), e->parts[i], stamp)) sent++;
+  }
+  it->multi = NULL;  // the parts answer the client through m
+  cw__item_free(it);
+  cw__multi_done(m, ctl, cw_ok_status());
+  return sent;
+}
+
+static bool cw__exe_on(const cw_ctl_exe_t* e, uint32_t wi) {
+  if (!e->num_parts) return e->worker == wi;
+  for (size_t i = 0; i < e->num_parts; ++i) {
+    if (e->parts[i] == wi) return true;
+  }
+  return false;
+}
+
+void cw_ctl_island_relay_all(cw_controller_t* ctl, cw_ctl_item_t* it, uint32_t island) {
+  const Causeway__V1__DeleteRequest* r = (const Causeway__V1__DeleteRequest*)it->msg;
+  size_t max = ctl->workers[island]->island_size;
+  uint32_t* members = calloc(max, sizeof(uint32_t));
+  size_t m_n = members ? cw_ctl_island_members(ctl, island, members, max) : 0;
+  cw_ctl_multi_t* m = cw__multi_from(it, r->n_ids ? r->ids[0] : 0);
+  uint64_t* ids = calloc(r->n_ids + 1, sizeof(uint64_t));
+  if (!m || !ids || !members) {
+    free(ids);
+    free(members);
+    if (m && m != it->multi) {
+      cw_net_conn_release(m->client);
+      free(m);
+    }
+    cw__item_fail(ctl, it, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
+    return;
+  }
+  for (size_t k = 0; k < m_n; ++k) {
+    size_t n = 0;
+    for (size_t i = 0; i < r->n_ids; ++i) {
+      cw_ctl_exe_t* e = cw__exe_find(it->session, r->ids[i]);
+      if (e && cw__exe_on(e, members[k])) ids[n++] = r->ids[i];
+    }
+    if (!n) continue;
+    Causeway__V1__DeleteRequest part = *r;
+    part.ids = ids;
+    part.n_ids = n;
+    if (n != r->n_ids) part.seq = 0;
+    cw__relay_part(ctl, it, m, cw_ctl_msg_copy(&part.base), members[k], 0);
+  }
+  free(ids);
+  free(members);
+  for (size_t i = 0; i < r->n_ids; ++i) cw__exe_forget(it->session, r->ids[i]);
+  it->multi = NULL;
+  cw__item_free(it);
+  // Drops the hold this item stood for (a new multi's, or the DELETE's part).
+  cw__multi_done(m, ctl, cw_ok_status());
+}
