@@ -1,0 +1,605 @@
+// Gang order on an island that spans several workers (issue 4 item 2): a
+// real controller, two real workers that form island "gang" (--island gang
+// --island-size 2) through our test plugin with multi-process collectives
+// (tests/gangplugin: XLA's CPU plugin underneath, a cross-process all-reduce
+// on top), and a third worker with XLA's CPU plugin alone. Several client
+// sessions share the island and launch the all-reduce program at once,
+// pipelined. Every result must be the sum over all four devices of both
+// processes; every worker's record of stamps, and the plugin's own record of
+// the order its processes met in, must equal the controller's stamps.
+// Then: bad placements and launches get clear errors, and killing one
+// member fails the island's launches with UNAVAILABLE naming it while the
+// other island keeps serving.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cw_client.h"
+#include "cw_frame.h"
+#include "cw_test_util.h"
+#include "proto/xla_compile_options.pb-c.h"
+
+#define F32 CAUSEWAY__V1__DTYPE__DTYPE_F32
+#define ASSERT_OK CW_TEST_ASSERT_OK
+
+#define NUM_CLIENTS 3
+#define LAUNCHES 25
+#define N 16      // elements per device
+#define DEVS 4    // 2 per gang worker
+
+static struct {
+  char dir[256];
+  cw_test_process_t ctl;
+  char ctl_address[512];
+  cw_test_worker_t gang[2];
+  cw_test_worker_t solo;
+  void* program;  // scalar_f32 (x * y + 1) for the solo worker
+  size_t program_size;
+  void* options;
+  size_t options_size;
+} g;
+
+// ---- Helpers ----------------------------------------------------------------------
+
+// CompileOptions naming session devices `ids` as n partitions.
+static uint8_t* options_for(const int64_t* ids, size_t n, size_t* out_size) {
+  Causeway__Xla__ComputationDevice cds[DEVS];
+  Causeway__Xla__ComputationDevice* cdp[DEVS];
+  int64_t one[DEVS];
+  for (size_t i = 0; i < n; ++i) {
+    causeway__xla__computation_device__init(&cds[i]);
+    one[i] = ids[i];
+    cds[i].replica_device_ids = &one[i];
+    cds[i].n_replica_device_ids = 1;
+    cdp[i] = &cds[i];
+  }
+  Causeway__Xla__DeviceAssignment da = CAUSEWAY__XLA__DEVICE_ASSIGNMENT__INIT;
+  da.replica_count = 1;
+  da.computation_count = (int32_t)n;
+  da.computation_devices = cdp;
+  da.n_computation_devices = n;
+  Causeway__Xla__ExecutableBuildOptions bo = CAUSEWAY__XLA__EXECUTABLE_BUILD_OPTIONS__INIT;
+  bo.num_replicas = 1;
+  bo.num_partitions = (int64_t)n;
+  bo.device_assignment = &da;
+  Causeway__Xla__CompileOptions co = CAUSEWAY__XLA__COMPILE_OPTIONS__INIT;
+  co.executable_build_options = &bo;
+  *out_size = causeway__xla__compile_options__get_packed_size(&co);
+  uint8_t* buf = malloc(*out_size);
+  if (buf) causeway__xla__compile_options__pack(&co, buf);
+  return buf;
+}
+
+static cw_status_t call_simple(cw_client_t* c, uint16_t type, const ProtobufCMessage* m,
+                               ProtobufCMessage** out_reply) {
+  ProtobufCMessage* rep = NULL;
+  cw_status_t s = cw_client_call(c, type, m, NULL, 0, NULL, &rep, NULL);
+  if (out_reply) *out_reply = rep;
+  else if (rep) protobuf_c_message_free_unpacked(rep, NULL);
+  return s;
+}
+
+// A session: the controller connection, the SessionInfo, one connection per
+// worker of the session (by worker index).
+typedef struct session_s {
+  cw_client_t* ctl;
+  Causeway__V1__SessionInfo* info;
+  cw_client_t* links[8];
+} session_t;
+
+static cw_status_t session_open(session_t* s, const char* name, const char* const* workers,
+                                size_t num_workers, uint32_t num_devices) {
+  memset(s, 0, sizeof(*s));
+  cw_client_options_t o = {.peer_name = name};
+  CW_RETURN_IF_ERROR(cw_client_connect(g.ctl_address, &o, &s->ctl), "%s", name);
+  Causeway__V1__OpenSessionRequest req = CAUSEWAY__V1__OPEN_SESSION_REQUEST__INIT;
+  req.min_workers = 3;
+  req.wait_ms = 60000;
+  req.name = (char*)name;
+  req.num_devices = num_devices;
+  req.share = true;
+  req.workers = (char**)workers;
+  req.n_workers = num_workers;
+  ProtobufCMessage* rep = NULL;
+  CW_RETURN_IF_ERROR(call_simple(s->ctl, CW_MSG_OPEN_SESSION, &req.base, &rep), "OPEN_SESSION");
+  s->info = (Causeway__V1__SessionInfo*)rep;
+  for (size_t i = 0; i < s->info->n_workers; ++i) {
+    const Causeway__V1__WorkerInfo* w = s->info->workers[i];
+    if (w->index >= 8) return cw_make_status(CW_INTERNAL, "worker index %u", w->index);
+    cw_client_options_t wo = {.peer_name = name, .session_id = s->info->session_id};
+    CW_RETURN_IF_ERROR(cw_client_connect(w->address, &wo, &s->links[w->index]), "%s",
+                       w->address);
+  }
+  return cw_ok_status();
+}
+
+static void session_close(session_t* s) {
+  for (size_t i = 0; i < 8; ++i) {
+    if (s->links[i]) cw_client_release(s->links[i]);
+  }
+  if (s->info) protobuf_c_message_free_unpacked(&s->info->base, NULL);
+  if (s->ctl) cw_client_release(s->ctl);
+  memset(s, 0, sizeof(*s));
+}
+
+static const Causeway__V1__GlobalDevice* session_device(const session_t* s, int32_t id) {
+  for (size_t i = 0; i < s->info->n_devices; ++i) {
+    if (s->info->devices[i]->global_id == id) return s->info->devices[i];
+  }
+  return NULL;
+}
+
+// Compiles the all-reduce program `tag` over session devices `ids`.
+static cw_status_t compile_gang(session_t* s, uint64_t exe, const char* tag, const int64_t* ids,
+                                size_t n) {
+  char code[96];
+  snprintf(code, sizeof(code), "allreduce_sum f32[%d] %s", N, tag);
+  size_t osize = 0;
+  uint8_t* opts = options_for(ids, n, &osize);
+  if (!opts) return cw_make_status(CW_RESOURCE_EXHAUSTED, "options");
+  cw_status_t st = cw_client_compile(s->ctl, exe, "cwgang", code, strlen(code), opts, osize, NULL);
+  free(opts);
+  return st;
+}
+
+// The session's ids of the island's devices, rank 0's worker first: a
+// program on the island lists each member's devices together, in rank order.
+static void gang_ids(const session_t* s, bool backwards, int64_t* ids) {
+  size_t n = 0;
+  for (int pass = 0; pass < 2; ++pass) {
+    const char* want = (pass == 0) != backwards ? "gang0" : "gang1";
+    for (size_t i = 0; i < s->info->n_devices; ++i) {
+      const Causeway__V1__GlobalDevice* gd = s->info->devices[i];
+      for (size_t k = 0; k < s->info->n_workers; ++k) {
+        const Causeway__V1__WorkerInfo* w = s->info->workers[k];
+        if (w->index == gd->worker_index && !strcmp(w->name, want) && n < DEVS) {
+          ids[n++] = gd->global_id;
+        }
+      }
+    }
+  }
+  assert_int_equal(n, DEVS);
+}
+
+static float input_value(int k, int i, int d, int j) {
+  return (float)(k * 1000 + i * 10 + d) + 0.5f * (float)j;
+}
+
+// ---- The clients --------------------------------------------------------------------
+
+typedef struct client_s {
+  int k;
+  char tag[16];
+  uint64_t session_id;
+  int island;
+  char error[512];  // first failure, for the main thread to report
+  int wrong;        // output elements that differ from the expected sum
+} client_t;
+
+static void client_fail(client_t* c, cw_status_t st, const char* what) {
+  if (!c->error[0]) {
+    snprintf(c->error, sizeof(c->error), "client %d: %s: %s", c->k, what,
+             st ? cw_status_message(st) : "failed");
+  }
+  cw_status_free(st);
+}
+
+static void* client_main(void* arg) {
+  client_t* c = arg;
+  session_t s;
+  char name[32];
+  snprintf(name, sizeof(name), "island-client-%d", c->k);
+  const char* workers[] = {"gang0", "gang1"};
+  cw_status_t st = session_open(&s, name, workers, 2, DEVS);
+  if (st) {
+    client_fail(c, st, "open");
+    session_close(&s);
+    return NULL;
+  }
+  c->session_id = s.info->session_id;
+  int64_t ids[DEVS];
+  gang_ids(&s, false, ids);
+  st = compile_gang(&s, 1, c->tag, ids, DEVS);
+  if (st) {
+    client_fail(c, st, "compile");
+    session_close(&s);
+    return NULL;
+  }
+  // Inputs for every launch, stored before the launches go out: the
+  // island's parts are relayed by the controller, not ordered behind this
+  // session's direct uploads.
+  cw_client_t* link[DEVS];
+  int local[DEVS];
+  for (int d = 0; d < DEVS; ++d) {
+    const Causeway__V1__GlobalDevice* gd = session_device(&s, (int32_t)ids[d]);
+    if (!gd || gd->worker_index >= 8 || !s.links[gd->worker_index]) {
+      client_fail(c, NULL, "session device missing");
+      session_close(&s);
+      return NULL;
+    }
+    c->island = (int)gd->island;
+    link[d] = s.links[gd->worker_index];
+    local[d] = gd->device->local_id;
+  }
+  int64_t dims[1] = {N};
+  for (int i = 0; i < LAUNCHES && !st; ++i) {
+    for (int d = 0; d < DEVS && !st; ++d) {
+      float data[N];
+      for (int j = 0; j < N; ++j) data[j] = input_value(c->k, i, d, j);
+      st = cw_client_upload(link[d], 1000 + (uint64_t)(i * DEVS + d), F32, dims, 1, NULL,
+                            local[d], data, sizeof(data), NULL, NULL);
+    }
+  }
+  for (int d = 0; !st && d < DEVS; ++d) st = cw_client_flush(link[d]);
+  if (st) {
+    client_fail(c, st, "upload");
+    session_close(&s);
+    return NULL;
+  }
+  // All launches pipelined through the controller.
+  for (int i = 0; i < LAUNCHES && !st; ++i) {
+    uint64_t in[DEVS], out[DEVS];
+    const uint64_t* args[DEVS];
+    const uint64_t* outs[DEVS];
+    for (int d = 0; d < DEVS; ++d) {
+      in[d] = 1000 + (uint64_t)(i * DEVS + d);
+      out[d] = 5000 + (uint64_t)(i * DEVS + d);
+      args[d] = &in[d];
+      outs[d] = &out[d];
+    }
+    st = cw_client_launch(s.ctl, 1, DEVS, 1, args, 1, outs, NULL, NULL);
+  }
+  if (!st) st = cw_client_flush(s.ctl);
+  if (st) {
+    client_fail(c, st, "launch");
+    session_close(&s);
+    return NULL;
+  }
+  for (int i = 0; i < LAUNCHES && !st; ++i) {
+    for (int d = 0; d < DEVS && !st; ++d) {
+      float got[N];
+      size_t size = 0;
+      st = cw_client_download(link[d], 5000 + (uint64_t)(i * DEVS + d), got, sizeof(got), &size,
+                              NULL);
+      for (int j = 0; !st && j < N; ++j) {
+        float want = 0;
+        for (int e = 0; e < DEVS; ++e) want += input_value(c->k, i, e, j);
+        if (got[j] != want) {
+          if (!c->wrong++) {
+            snprintf(c->error, sizeof(c->error), "client %d launch %d device %d [%d]: %g, want %g",
+                     c->k, i, d, j, (double)got[j], (double)want);
+          }
+        }
+      }
+    }
+  }
+  if (st) client_fail(c, st, "download");
+  session_close(&s);
+  return NULL;
+}
+
+// ---- Records ------------------------------------------------------------------------
+
+typedef struct stamp_s {
+  uint64_t stamp, session;
+} stamp_t;
+
+// The (stamp, session) records of `island` in STATS from `address`.
+static size_t stamps_of(const char* address, int island, bool filter, stamp_t* out, size_t max) {
+  cw_client_options_t o = {.peer_name = "island-stats"};
+  cw_client_t* c = NULL;
+  ASSERT_OK(cw_client_connect(address, &o, &c));
+  Causeway__V1__Stats* st = NULL;
+  ASSERT_OK(cw_client_stats(c, &st));
+  assert_int_equal(st->sched_stamps_dropped, 0);
+  size_t n = 0;
+  for (size_t i = 0; i < st->n_sched_stamps && n < max; ++i) {
+    if (filter && st->sched_stamps[i]->island != (uint32_t)island) continue;
+    out[n].stamp = st->sched_stamps[i]->stamp;
+    out[n].session = st->sched_stamps[i]->session_id;
+    n++;
+  }
+  protobuf_c_message_free_unpacked(&st->base, NULL);
+  cw_client_release(c);
+  return n;
+}
+
+// ---- Setup --------------------------------------------------------------------------
+
+static int start_gang_worker_as(int rank, const char* name, cw_test_worker_t* out) {
+  static char env[2][4][320];
+  snprintf(env[rank][0], sizeof(env[rank][0]), "CW_GANG_DIR=%s", g.dir);
+  snprintf(env[rank][1], sizeof(env[rank][1]), "CW_GANG_RANK=%d", rank);
+  snprintf(env[rank][2], sizeof(env[rank][2]), "CW_GANG_SIZE=2");
+  snprintf(env[rank][3], sizeof(env[rank][3]), "CW_GANG_INNER_PLUGIN=%s",
+           cw_test_getenv("CW_PJRT_PLUGIN", ""));
+  const char* envp[] = {env[rank][0], env[rank][1], env[rank][2], env[rank][3], NULL};
+  const char* args[] = {"--controller", g.ctl_address, "--island", "gang", "--island-size", "2",
+                        NULL};
+  cw_test_worker_options_t o = {.plugin = cw_test_getenv("CW_GANGPLUGIN", ""),
+                                .devices = 2,
+                                .name = name,
+                                .extra_args = args,
+                                .extra_env = envp};
+  return cw_test_worker_start(&o, out);
+}
+
+static int start_gang_worker(int rank) {
+  return start_gang_worker_as(rank, rank ? "gang1" : "gang0", &g.gang[rank]);
+}
+
+static int group_setup(void** state) {
+  (void)state;
+  signal(SIGPIPE, SIG_IGN);
+  const char* dir = cw_test_getenv("CW_PROGRAMS_DIR", "programs");
+  char path[1024];
+  snprintf(path, sizeof(path), "%s/scalar_f32.mlir", dir);
+  if (cw_test_read_file(path, &g.program, &g.program_size) != 0) return -1;
+  snprintf(path, sizeof(path), "%s/scalar_f32.opts", dir);
+  if (cw_test_read_file(path, &g.options, &g.options_size) != 0) return -1;
+  if (cw_test_tempdir_create("cw-island", g.dir, sizeof(g.dir)) != 0) return -1;
+  if (cw_test_controller_start(NULL, &g.ctl, g.ctl_address, sizeof(g.ctl_address)) != 0) {
+    return -1;
+  }
+  if (start_gang_worker(0) || start_gang_worker(1)) return -1;
+  const char* extra[] = {"--controller", g.ctl_address, NULL};
+  cw_test_worker_options_t o = {.devices = 1, .name = "solo", .extra_args = extra};
+  return cw_test_worker_start(&o, &g.solo) ? -1 : 0;
+}
+
+static int group_teardown(void** state) {
+  (void)state;
+  int rc = 0;
+  for (int r = 0; r < 2; ++r) {
+    if (g.gang[r].process.pid && cw_test_worker_stop(&g.gang[r], 30000) != 0) rc = -1;
+  }
+  if (g.solo.process.pid && cw_test_worker_stop(&g.solo, 30000) != 0) rc = -1;
+  if (g.ctl.pid && cw_test_process_stop(&g.ctl, 30000) != 0) rc = -1;
+  cw_test_tempdir_remove(g.dir);
+  free(g.program);
+  free(g.options);
+  return rc;
+}
+
+// ---- Tests --------------------------------------------------------------------------
+
+static void test_sessions_share_the_island_in_one_order(void** state) {
+  (void)state;
+  client_t clients[NUM_CLIENTS];
+  pthread_t threads[NUM_CLIENTS];
+  memset(clients, 0, sizeof(clients));
+  for (int k = 0; k < NUM_CLIENTS; ++k) {
+    clients[k].k = k;
+    snprintf(clients[k].tag, sizeof(clients[k].tag), "c%d", k);
+    assert_int_equal(pthread_create(&threads[k], NULL, client_main, &clients[k]), 0);
+  }
+  for (int k = 0; k < NUM_CLIENTS; ++k) pthread_join(threads[k], NULL);
+  for (int k = 0; k < NUM_CLIENTS; ++k) {
+    if (clients[k].error[0]) fail_msg("%s (%d wrong elements)", clients[k].error, clients[k].wrong);
+  }
+  // The controller's stamps for the island: 1..T, T = every launch.
+  enum { T = NUM_CLIENTS * LAUNCHES };
+  static stamp_t want[T + 8], got[T + 8];
+  int island = clients[0].island;
+  size_t n = stamps_of(g.ctl_address, island, true, want, T + 8);
+  assert_int_equal(n, T);
+  int switches = 0;
+  for (size_t i = 0; i < n; ++i) {
+    assert_int_equal(want[i].stamp, i + 1);
+    if (i && want[i].session != want[i - 1].session) switches++;
+  }
+  // Each worker of the island issued exactly those, in that order.
+  for (int r = 0; r < 2; ++r) {
+    size_t m = stamps_of(g.gang[r].address, 0, false, got, T + 8);
+    assert_int_equal(m, T);
+    for (size_t i = 0; i < m; ++i) {
+      if (got[i].stamp != want[i].stamp || got[i].session != want[i].session) {
+        fail_msg("gang%d record %zu: stamp %" PRIu64 " of session %" PRIx64 ", the controller "
+                 "stamped %" PRIu64 " for session %" PRIx64, r, i, got[i].stamp, got[i].session,
+                 want[i].stamp, want[i].session);
+      }
+    }
+  }
+  // The plugin's processes met in that order too: round i ran stamp i
+  // (PJRT launch id) of the session that stamp belongs to.
+  for (int r = 0; r < 2; ++r) {
+    char path[512];
+    snprintf(path, sizeof(path), "%s/rank%d.log", g.dir, r);
+    void* text = NULL;
+    size_t size = 0;
+    assert_int_equal(cw_test_read_file(path, &text, &size), 0);
+    char* save = NULL;
+    size_t lines = 0;
+    for (char* line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+      unsigned long long round = 0, launch = 0;
+      char tag[64] = "", result[16] = "";
+      assert_int_equal(sscanf(line, "%llu %llu %63s %15s", &round, &launch, tag, result), 4);
+      assert_true(lines < n);
+      assert_int_equal(round, lines + 1);
+      assert_int_equal(launch, want[lines].stamp);
+      assert_string_equal(result, "ok");
+      int k = -1;
+      for (int c = 0; c < NUM_CLIENTS; ++c) {
+        if (clients[c].session_id == want[lines].session) k = c;
+      }
+      assert_true(k >= 0);
+      assert_string_equal(tag, clients[k].tag);
+      lines++;
+    }
+    free(text);
+    assert_int_equal(lines, n);
+  }
+  fprintf(stderr, "island %d: %zu stamps from %d sessions, %d session switches; both workers and "
+          "both plugin processes followed them\n", island, n, NUM_CLIENTS, switches);
+  assert_true(switches > 0);  // the sessions really were interleaved
+}
+
+static void expect_error(cw_status_t st, int code, const char* needle, const char* what) {
+  if (cw_status_is_ok(st)) fail_msg("%s: succeeded", what);
+  const char* msg = cw_status_message(st);
+  fprintf(stderr, "  %s -> %s\n", what, msg);
+  int got = cw_status_code(st);
+  bool names = strstr(msg, needle) != NULL;
+  char copy[512];
+  snprintf(copy, sizeof(copy), "%s", msg);
+  cw_status_free(st);
+  assert_int_equal(got, code);
+  if (!names) fail_msg("%s: '%s' does not say '%s'", what, copy, needle);
+}
+
+static void test_bad_placements_and_launches(void** state) {
+  (void)state;
+  session_t s;
+  const char* workers[] = {"gang0", "gang1"};
+  ASSERT_OK(session_open(&s, "island-bad", workers, 2, DEVS));
+  int64_t backwards[DEVS], ids[DEVS];
+  gang_ids(&s, true, backwards);
+  gang_ids(&s, false, ids);
+  expect_error(compile_gang(&s, 2, "bad", backwards, DEVS), CW_INVALID_ARGUMENT, "together",
+               "devices of rank 1 before rank 0");
+  ASSERT_OK(compile_gang(&s, 3, "ok", ids, DEVS));
+  uint64_t in = 1, out = 2;
+  const uint64_t* a[1] = {&in};
+  const uint64_t* o[1] = {&out};
+  cw_status_t st = cw_client_launch(s.ctl, 3, 1, 1, a, 1, o, NULL, NULL);
+  if (!st) st = cw_client_flush(s.ctl);
+  expect_error(st, CW_INVALID_ARGUMENT, "runs on 4 devices", "a launch with one argument list");
+  Causeway__V1__ExeInfoRequest ei = CAUSEWAY__V1__EXE_INFO_REQUEST__INIT;
+  ei.exe_id = 3;
+  ProtobufCMessage* rep = NULL;
+  ASSERT_OK(call_simple(s.ctl, CW_MSG_EXE_INFO, &ei.base, &rep));
+  const Causeway__V1__ExecutableInfo* info = (const Causeway__V1__ExecutableInfo*)rep;
+  assert_int_equal(info->n_devices, DEVS);  // every part's devices, in launch order
+  for (size_t i = 0; i < info->n_devices; ++i) assert_int_equal(info->devices[i], ids[i]);
+  protobuf_c_message_free_unpacked(rep, NULL);
+  Causeway__V1__DeleteRequest del = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+  uint64_t ex = 3;
+  del.ids = &ex;
+  del.n_ids = 1;
+  ASSERT_OK(call_simple(s.ctl, CW_MSG_DELETE, &del.base, NULL));
+  expect_error(call_simple(s.ctl, CW_MSG_EXE_INFO, &ei.base, NULL), CW_NOT_FOUND, "3",
+               "EXE_INFO after DELETE");
+  session_close(&s);
+}
+
+static void test_losing_a_member_fails_the_island_only(void** state) {
+  (void)state;
+  session_t s, solo;
+  const char* workers[] = {"gang0", "gang1"};
+  ASSERT_OK(session_open(&s, "island-loss", workers, 2, DEVS));
+  const char* solo_workers[] = {"solo"};
+  ASSERT_OK(session_open(&solo, "island-solo", solo_workers, 1, 1));
+  int64_t ids[DEVS];
+  gang_ids(&s, false, ids);
+  ASSERT_OK(compile_gang(&s, 4, "loss", ids, DEVS));
+  ASSERT_OK(cw_client_compile(solo.ctl, 9, "mlir", g.program, g.program_size, g.options,
+                              g.options_size, NULL));
+  assert_int_equal(cw_test_worker_kill(&g.gang[1]), 128 + SIGKILL);
+  cw_test_sleep_ms(500);  // the controller sees the connection close (no timing asserted)
+  uint64_t in[DEVS] = {1, 2, 3, 4}, out[DEVS] = {5, 6, 7, 8};
+  const uint64_t* a[DEVS] = {&in[0], &in[1], &in[2], &in[3]};
+  const uint64_t* o[DEVS] = {&out[0], &out[1], &out[2], &out[3]};
+  // Within the heartbeat timeout the loss shows as the closed connection.
+  cw_status_t st = cw_client_launch(s.ctl, 4, DEVS, 1, a, 1, o, NULL, NULL);
+  if (!st) st = cw_client_flush(s.ctl);
+  expect_error(st, CW_UNAVAILABLE, "gang1", "a launch on the island after gang1 died");
+  // The other island serves on: x * y + 1 on the solo worker.
+  const Causeway__V1__GlobalDevice* gd = session_device(&solo, 0);
+  assert_non_null(gd);
+  cw_client_t* w = solo.links[gd->worker_index];
+  float x = 3, y = 4, r = 0;
+  ASSERT_OK(cw_client_upload(w, 1, F32, NULL, 0, NULL, gd->device->local_id, &x, 4, NULL, NULL));
+  ASSERT_OK(cw_client_upload(w, 2, F32, NULL, 0, NULL, gd->device->local_id, &y, 4, NULL, NULL));
+  ASSERT_OK(cw_client_flush(w));
+  uint64_t sa[2] = {1, 2}, so = 3;
+  const uint64_t* sap[1] = {sa};
+  const uint64_t* sop[1] = {&so};
+  ASSERT_OK(cw_client_launch(solo.ctl, 9, 1, 2, sap, 1, sop, NULL, NULL));
+  ASSERT_OK(cw_client_flush(solo.ctl));
+  size_t size = 0;
+  ASSERT_OK(cw_client_download(w, 3, &r, sizeof(r), &size, NULL));
+  assert_true(r == 13.0f);
+  session_close(&solo);
+  session_close(&s);
+}
+
+// ADMIN_STATUS of the controller (free with protobuf_c_message_free_unpacked).
+static Causeway__V1__AdminStatus* admin_status(void) {
+  cw_client_options_t o = {.peer_name = "island-admin"};
+  cw_client_t* c = NULL;
+  ASSERT_OK(cw_client_connect(g.ctl_address, &o, &c));
+  Causeway__V1__AdminStatusRequest req = CAUSEWAY__V1__ADMIN_STATUS_REQUEST__INIT;
+  ProtobufCMessage* rep = NULL;
+  ASSERT_OK(call_simple(c, CW_MSG_ADMIN_STATUS, &req.base, &rep));
+  cw_client_release(c);
+  return (Causeway__V1__AdminStatus*)rep;
+}
+
+// Waits (<= 20 s) until the controller's recent errors hold one with `needle`.
+static void expect_recent_error(const char* needle) {
+  for (int64_t end = cw_test_now_ms() + 20000; cw_test_now_ms() < end; cw_test_sleep_ms(100)) {
+    Causeway__V1__AdminStatus* st = admin_status();
+    bool found = false;
+    for (size_t i = 0; i < st->n_recent_errors && !found; ++i) {
+      if (strstr(st->recent_errors[i]->message, needle)) {
+        fprintf(stderr, "  recent error: %s\n", st->recent_errors[i]->message);
+        found = true;
+      }
+    }
+    protobuf_c_message_free_unpacked(&st->base, NULL);
+    if (found) return;
+  }
+  fail_msg("no recent error says '%s'", needle);
+}
+
+static void test_status_lists_the_island_and_refuses_misfits(void** state) {
+  (void)state;
+  // gang1 is dead (the previous test); the island is still one entry.
+  Causeway__V1__AdminStatus* st = admin_status();
+  bool listed = false;
+  for (size_t i = 0; i < st->n_islands; ++i) {
+    const Causeway__V1__AdminIsland* is = st->islands[i];
+    if (is->n_workers == 2) {
+      assert_string_equal(is->workers[0], "gang0");  // rank order
+      assert_string_equal(is->workers[1], "gang1");
+      assert_int_equal(is->num_devices, DEVS);
+      listed = true;
+    }
+  }
+  assert_int_equal(st->n_islands, 2);  // the gang and the solo worker
+  protobuf_c_message_free_unpacked(&st->base, NULL);
+  assert_true(listed);
+  // A replacement for gang1 is refused (not supported for such islands);
+  // so is a second rank 0. Both workers keep serving on their own and keep
+  // trying; the controller says why.
+  cw_test_worker_t again, twin;
+  memset(&again, 0, sizeof(again));
+  memset(&twin, 0, sizeof(twin));
+  assert_int_equal(start_gang_worker_as(1, "gang1", &again), 0);
+  expect_recent_error("replacing a member of an island that spans several workers is not "
+                      "supported");
+  assert_int_equal(start_gang_worker_as(0, "gang-twin", &twin), 0);
+  expect_recent_error("island 'gang' already has rank 0: worker gang0");
+  assert_int_equal(cw_test_worker_stop(&twin, 30000), 0);
+  assert_int_equal(cw_test_worker_stop(&again, 30000), 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_sessions_share_the_island_in_one_order),
+      cmocka_unit_test(test_bad_placements_and_launches),
+      cmocka_unit_test(test_losing_a_member_fails_the_island_only),
+      cmocka_unit_test(test_status_lists_the_island_and_refuses_misfits),
+  };
+  return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
