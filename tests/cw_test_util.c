@@ -374,3 +374,13 @@ int cw_test_write_file(const char* path, const void* data, size_t size) {
   int rc = fclose(f);
   return (n == size && rc == 0) ? 0 : -1;
 }
+
+int cw_test_read_program(const char* name, void** out_program, size_t* out_program_size,
+                         void** out_options, size_t* out_options_size) {
+  const char* dir = cw_test_getenv("CW_PROGRAMS_DIR", "programs");
+  char path[1024];
+  snprintf(path, sizeof(path), "%s/%s.mlir", dir, name);
+  if (cw_test_read_file(path, out_program, out_program_size) != 0) return -1;
+  snprintf(path, sizeof(path), "%s/%s.opts", dir, name);
+  return cw_test_read_file(path, out_options, out_options_size);
+}

@@ -99,6 +99,12 @@ int cw_test_tempdir_remove(const char* path);
 int cw_test_read_file(const char* path, void** out_data, size_t* out_size);
 int cw_test_write_file(const char* path, const void* data, size_t size);
 
+// Reads test program NAME of the programs fixture ($CW_PROGRAMS_DIR, from
+// tests/gen_programs.py): NAME.mlir and its compile options NAME.opts, as
+// cw_test_read_file. Returns 0 on success.
+int cw_test_read_program(const char* name, void** out_program, size_t* out_program_size,
+                         void** out_options, size_t* out_options_size);
+
 // getenv that returns `fallback` for unset or empty variables.
 const char* cw_test_getenv(const char* name, const char* fallback);
 

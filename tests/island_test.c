@@ -98,7 +98,7 @@ typedef struct session_s {
 } session_t;
 
 static cw_status_t session_open(session_t* s, const char* name, const char* const* workers,
-                                size_t num_workers, uint32_t num_devices) {
+                                size_t num_workers, uint32_t num_devices, uint32_t min_island) {
   memset(s, 0, sizeof(*s));
   cw_client_options_t o = {.peer_name = name};
   CW_RETURN_IF_ERROR(cw_client_connect(g.ctl_address, &o, &s->ctl), "%s", name);
@@ -107,6 +107,7 @@ static cw_status_t session_open(session_t* s, const char* name, const char* cons
   req.wait_ms = 60000;
   req.name = (char*)name;
   req.num_devices = num_devices;
+  req.min_island = min_island;
   req.share = true;
   req.workers = (char**)workers;
   req.n_workers = num_workers;
@@ -200,7 +201,7 @@ static void* client_main(void* arg) {
   char name[32];
   snprintf(name, sizeof(name), "island-client-%d", c->k);
   const char* workers[] = {"gang0", "gang1"};
-  cw_status_t st = session_open(&s, name, workers, 2, DEVS);
+  cw_status_t st = session_open(&s, name, workers, 2, DEVS, 0);
   if (st) {
     client_fail(c, st, "open");
     session_close(&s);
@@ -341,12 +342,10 @@ static int start_gang_worker(int rank) {
 static int group_setup(void** state) {
   (void)state;
   signal(SIGPIPE, SIG_IGN);
-  const char* dir = cw_test_getenv("CW_PROGRAMS_DIR", "programs");
-  char path[1024];
-  snprintf(path, sizeof(path), "%s/scalar_f32.mlir", dir);
-  if (cw_test_read_file(path, &g.program, &g.program_size) != 0) return -1;
-  snprintf(path, sizeof(path), "%s/scalar_f32.opts", dir);
-  if (cw_test_read_file(path, &g.options, &g.options_size) != 0) return -1;
+  if (cw_test_read_program("scalar_f32", &g.program, &g.program_size, &g.options,
+                           &g.options_size) != 0) {
+    return -1;
+  }
   if (cw_test_tempdir_create("cw-island", g.dir, sizeof(g.dir)) != 0) return -1;
   if (cw_test_controller_start(NULL, &g.ctl, g.ctl_address, sizeof(g.ctl_address)) != 0) {
     return -1;
@@ -459,9 +458,13 @@ static void expect_error(cw_status_t st, int code, const char* needle, const cha
 
 static void test_bad_placements_and_launches(void** state) {
   (void)state;
+  // Islands of at least 4 devices: only the island of gang0 and gang1 is
+  // one (solo has 1), so no worker needs naming.
   session_t s;
-  const char* workers[] = {"gang0", "gang1"};
-  ASSERT_OK(session_open(&s, "island-bad", workers, 2, DEVS));
+  ASSERT_OK(session_open(&s, "island-bad", NULL, 0, DEVS, DEVS));
+  for (size_t i = 0; i < s.info->n_devices; ++i) {
+    assert_int_equal(s.info->devices[i]->island, s.info->devices[0]->island);
+  }
   int64_t backwards[DEVS], ids[DEVS];
   gang_ids(&s, true, backwards);
   gang_ids(&s, false, ids);
@@ -496,9 +499,9 @@ static void test_losing_a_member_fails_the_island_only(void** state) {
   (void)state;
   session_t s, solo;
   const char* workers[] = {"gang0", "gang1"};
-  ASSERT_OK(session_open(&s, "island-loss", workers, 2, DEVS));
+  ASSERT_OK(session_open(&s, "island-loss", workers, 2, DEVS, 0));
   const char* solo_workers[] = {"solo"};
-  ASSERT_OK(session_open(&solo, "island-solo", solo_workers, 1, 1));
+  ASSERT_OK(session_open(&solo, "island-solo", solo_workers, 1, 1, 0));
   int64_t ids[DEVS];
   gang_ids(&s, false, ids);
   ASSERT_OK(compile_gang(&s, 4, "loss", ids, DEVS));

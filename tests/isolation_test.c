@@ -130,12 +130,10 @@ static cw_status_t compile_exe(cw_client_t* c, uint64_t exe) {
 static int group_setup(void** state) {
   (void)state;
   signal(SIGPIPE, SIG_IGN);
-  const char* dir = cw_test_getenv("CW_PROGRAMS_DIR", "programs");
-  char path[1024];
-  snprintf(path, sizeof(path), "%s/scalar_f32.mlir", dir);
-  if (cw_test_read_file(path, &g.program, &g.program_size) != 0) return -1;
-  snprintf(path, sizeof(path), "%s/scalar_f32.opts", dir);
-  if (cw_test_read_file(path, &g.options, &g.options_size) != 0) return -1;
+  if (cw_test_read_program("scalar_f32", &g.program, &g.program_size, &g.options,
+                           &g.options_size) != 0) {
+    return -1;
+  }
   if (cw_test_controller_start(NULL, &g.ctl, g.ctl_address, sizeof(g.ctl_address)) != 0) {
     return -1;
   }

@@ -555,6 +555,25 @@ static void cw__compile_fail(cw_ctl_compile_t* cp, cw_status_t st) {
   cw__island_pump(ctl, worker);
 }
 
+void cw__compile_answer(cw_controller_t* ctl, cw_net_conn_t* client, uint64_t request_id,
+                        cw_ctl_exe_t* e, Causeway__V1__ExecutableInfo* info, uint32_t num_outputs,
+                        uint32_t num_devices, const char* name, bool cache_hit, int64_t start_ms,
+                        const char* where) {
+  info->cache_hit = cache_hit;
+  Causeway__V1__CompileReply rep = CAUSEWAY__V1__COMPILE_REPLY__INIT;
+  rep.exe_id = info->exe_id;
+  rep.num_outputs = num_outputs;
+  rep.num_devices = num_devices;
+  rep.name = (char*)name;
+  rep.info = info;
+  if (e) e->state = CW__EXE_READY;
+  ctl->compiles++;
+  cw_ctl_metrics_on_compile(ctl, cw__now_ms() - start_ms, cache_hit);
+  CW_LOGI("compile of executable %" PRIu64 " for %s: %s, %" PRId64 " ms", info->exe_id, where,
+          cache_hit ? "cache hit" : "compiled", cw__now_ms() - start_ms);
+  cw_net_conn_reply(client, CW_MSG_COMPILE, request_id, &rep.base);
+}
+
 static void cw__compile_exe_info(void* user, cw_net_conn_t* conn, cw_status_t status,
                                  const ProtobufCMessage* reply, uint8_t* bulk, uint64_t bulk_len) {
   cw_ctl_compile_t* cp = user;
@@ -585,20 +604,13 @@ static void cw__compile_exe_info(void* user, cw_net_conn_t* conn, cw_status_t st
   info.exe_id = cp->exe_id;
   info.island = w->island;
   info.worker_index = w->index;
-  info.cache_hit = cp->cache_hit;
-  Causeway__V1__CompileReply rep = CAUSEWAY__V1__COMPILE_REPLY__INIT;
-  rep.exe_id = cp->exe_id;
-  rep.num_outputs = cp->load_reply ? cp->load_reply->num_outputs : info.num_outputs;
-  rep.num_devices = cp->load_reply ? cp->load_reply->num_devices : (uint32_t)info.n_devices;
-  rep.name = cp->load_reply && cp->load_reply->name ? cp->load_reply->name : info.name;
-  rep.info = &info;
-  cw_ctl_exe_t* e = cw__compile_exe(cp);
-  if (e) e->state = CW__EXE_READY;
-  ctl->compiles++;
-  cw_ctl_metrics_on_compile(ctl, cw__now_ms() - cp->start_ms, cp->cache_hit);
-  CW_LOGI("compile of executable %" PRIu64 " for worker %s: %s, %" PRId64 " ms", cp->exe_id,
-          w->name, cp->cache_hit ? "cache hit" : "compiled", cw__now_ms() - cp->start_ms);
-  cw_net_conn_reply(cp->client, CW_MSG_COMPILE, cp->request_id, &rep.base);
+  const Causeway__V1__CompileReply* lr = cp->load_reply;
+  char where[CW__MAX_NAME + 16];
+  snprintf(where, sizeof(where), "worker %s", w->name);
+  cw__compile_answer(ctl, cp->client, cp->request_id, cw__compile_exe(cp), &info,
+                     lr ? lr->num_outputs : info.num_outputs,
+                     lr ? lr->num_devices : (uint32_t)info.n_devices,
+                     lr && lr->name ? lr->name : info.name, cp->cache_hit, cp->start_ms, where);
   free(devs);
   uint32_t worker = cp->worker;
   cw__compile_free(cp);

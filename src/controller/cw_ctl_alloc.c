@@ -190,6 +190,8 @@ static bool cw__alloc_snapshot(cw_controller_t* ctl, cw_alloc_worker_t** out_wor
     ws[i].alive = w->alive;
     ws[i].num_devices = w->num_devices;
     ws[i].use = use + off;
+    ws[i].grouped = cw_ctl_island_spans(w);
+    ws[i].island = w->island;
     off += w->num_devices;
   }
   for (cw_ctl_session_t* s = ctl->sessions; s; s = s->next) {

@@ -53,6 +53,32 @@ static size_t cw__alloc_take(const cw_alloc_worker_t* workers, uint32_t wi, bool
   return used + taken;
 }
 
+// The island of worker k: its own index, or its island's first member's.
+static uint32_t cw__alloc_group(const cw_alloc_worker_t* workers, size_t num_workers, size_t k) {
+  return workers[k].grouped && workers[k].island < num_workers ? workers[k].island : (uint32_t)k;
+}
+
+static bool cw__alloc_matches(const cw_alloc_request_t* r, const cw_alloc_worker_t* w) {
+  return w->alive && cw__alloc_named(r, w->name) && cw__alloc_platform_ok(r, w->platform);
+}
+
+// Appends `count` usable devices of island g: its matching members in
+// worker order, each giving what it can.
+static size_t cw__alloc_take_island(const cw_alloc_worker_t* workers, size_t num_workers,
+                                    const cw_alloc_request_t* r, uint32_t g, uint32_t count,
+                                    cw_alloc_device_t* out, size_t used) {
+  for (size_t k = 0; k < num_workers && count; ++k) {
+    if (cw__alloc_group(workers, num_workers, k) != g || !cw__alloc_matches(r, &workers[k])) {
+      continue;
+    }
+    uint32_t have = cw__alloc_usable(&workers[k], r->share);
+    uint32_t c = have < count ? have : count;
+    used = cw__alloc_take(workers, (uint32_t)k, r->share, c, out, used);
+    count -= c;
+  }
+  return used;
+}
+
 static void cw__alloc_append(char* buf, size_t cap, size_t* used, const char* fmt,
                              const char* arg) {
   if (*used >= cap - 1) return;
@@ -102,44 +128,43 @@ cw_status_t cw_alloc_plan(const cw_alloc_worker_t* workers, size_t num_workers,
   }
   uint32_t min_island = r->min_island ? r->min_island : 1;
   uint32_t m = min_island < r->num_devices ? min_island : r->num_devices;
-  uint64_t capacity = 0;
-  uint32_t largest = 0;
-  for (size_t k = 0; k < num_workers; ++k) {
-    const cw_alloc_worker_t* w = &workers[k];
-    if (!w->alive || !cw__alloc_named(r, w->name) || !cw__alloc_platform_ok(r, w->platform)) {
-      continue;
-    }
-    if (w->num_devices > largest) largest = w->num_devices;
-    if (w->num_devices >= m) capacity += w->num_devices;
+  uint32_t* avail = calloc(num_workers + 1, sizeof(*avail));
+  uint32_t* order = calloc(num_workers + 1, sizeof(*order));
+  uint64_t* size = calloc(num_workers + 1, sizeof(*size));  // matching devices per island
+  if (!avail || !order || !size) {
+    free(avail);
+    free(order);
+    free(size);
+    return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   }
+  for (size_t k = 0; k < num_workers; ++k) {
+    if (!cw__alloc_matches(r, &workers[k])) continue;
+    uint32_t g = cw__alloc_group(workers, num_workers, k);
+    size[g] += workers[k].num_devices;
+    avail[g] += cw__alloc_usable(&workers[k], r->share);
+  }
+  uint64_t capacity = 0, largest = 0, usable = 0;
+  size_t n = 0;
+  for (size_t g = 0; g < num_workers; ++g) {
+    if (size[g] > largest) largest = size[g];
+    if (size[g] < m) continue;
+    capacity += size[g];
+    if (avail[g] < m) continue;
+    usable += avail[g];
+    order[n++] = (uint32_t)g;
+  }
+  free(size);
   *out_capacity = capacity > UINT32_MAX ? UINT32_MAX : (uint32_t)capacity;
   if (capacity < r->num_devices) {
+    free(avail);
+    free(order);
     if (largest && largest < m) {
       return cw_make_status(CW_RESOURCE_EXHAUSTED, "asks for islands of at least %u devices; "
-                            "the largest matching island has %u", m, largest);
+                            "the largest matching island has %llu", m,
+                            (unsigned long long)largest);
     }
     return cw_make_status(CW_RESOURCE_EXHAUSTED, "asks for %u devices; the matching workers "
                           "have %llu in all", r->num_devices, (unsigned long long)capacity);
-  }
-  uint32_t* avail = calloc(num_workers + 1, sizeof(*avail));
-  uint32_t* order = calloc(num_workers + 1, sizeof(*order));
-  if (!avail || !order) {
-    free(avail);
-    free(order);
-    return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  }
-  uint64_t usable = 0;
-  size_t n = 0;
-  for (size_t k = 0; k < num_workers; ++k) {
-    const cw_alloc_worker_t* w = &workers[k];
-    if (!w->alive || !cw__alloc_named(r, w->name) || !cw__alloc_platform_ok(r, w->platform) ||
-        w->num_devices < m) {
-      continue;
-    }
-    avail[k] = cw__alloc_usable(w, r->share);
-    if (avail[k] < m) continue;
-    usable += avail[k];
-    order[n++] = (uint32_t)k;
   }
   *out_usable = usable > UINT32_MAX ? UINT32_MAX : (uint32_t)usable;
   if (usable < r->num_devices) {
@@ -155,7 +180,7 @@ cw_status_t cw_alloc_plan(const cw_alloc_worker_t* workers, size_t num_workers,
     if (avail[k] >= r->num_devices && (best == num_workers || avail[k] < avail[best])) best = k;
   }
   if (best < num_workers) {
-    (void)cw__alloc_take(workers, (uint32_t)best, r->share, r->num_devices, out, 0);
+    (void)cw__alloc_take_island(workers, num_workers, r, (uint32_t)best, r->num_devices, out, 0);
   } else {
     // The fewest islands: the largest first (stable by index), then put the
     // chosen ones back in worker order.
@@ -205,7 +230,7 @@ cw_status_t cw_alloc_plan(const cw_alloc_worker_t* workers, size_t num_workers,
     size_t used = 0;
     for (size_t i = 0; i < chosen; ++i) {
       uint32_t k = order[i];
-      if (share[k]) used = cw__alloc_take(workers, k, r->share, share[k], out, used);
+      if (share[k]) used = cw__alloc_take_island(workers, num_workers, r, k, share[k], out, used);
     }
     free(share);
   }

@@ -25,6 +25,11 @@ typedef struct cw_alloc_worker_s {
   bool alive;
   uint32_t num_devices;
   const uint8_t* use;  // [num_devices] CW_ALLOC_*
+  // A member of an island of several workers (--island): `island` is the
+  // index, in the same array, of the island's first member. Such an island
+  // counts as one for packing and min_island. Not grouped: its own island.
+  bool grouped;
+  uint32_t island;
 } cw_alloc_worker_t;
 
 typedef struct cw_alloc_request_s {
@@ -44,7 +49,7 @@ typedef struct cw_alloc_device_s {
 
 // Plans `r` over `workers`:
 // - OK, *out_wait false: `out` ([r->num_devices]) holds the devices, grouped
-//   by worker in worker order, the fewest islands possible (one island when
+//   by island and worker in worker order, the fewest islands possible (one island when
 //   one can hold them all: the one that leaves the fewest usable devices
 //   idle), each island giving at least min_island of them (but the last);
 //   shared requests take devices other sharers use before free ones.

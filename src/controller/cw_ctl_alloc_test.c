@@ -193,6 +193,43 @@ static void test_impossible(void** state) {
   cw_status_free(st);
 }
 
+// w1 and w2 form one island of several workers (--island): one island of 8
+// for packing and min_island.
+static void test_island_of_several_workers(void** state) {
+  cluster_t c;
+  cluster_init(&c, true);
+  c.w[1].grouped = c.w[2].grouped = true;
+  c.w[1].island = c.w[2].island = 1;
+  cw_alloc_device_t out[12];
+  uint32_t usable = 0;
+  cw_alloc_request_t r = req(6);
+  r.min_island = 5;  // only the island of w1 and w2 has 5
+  assert_true(plan(&c, &r, out, &usable));
+  for (int i = 0; i < 6; ++i) assert_int_equal(out[i].worker, i < 4 ? 1 : 2);
+  r = req(3);  // w0 is the best fit now (4 free; the island has 2 left)
+  assert_true(plan(&c, &r, out, &usable));
+  for (int i = 0; i < 3; ++i) assert_int_equal(out[i].worker, 0);
+  r = req(4);
+  r.min_island = 3;  // w0 has 1 left, the island 2: neither qualifies now
+  assert_false(plan(&c, &r, out, &usable));
+  assert_int_equal(usable, 0);
+  r = req(9);
+  r.min_island = 9;
+  bool wait = false;
+  uint32_t cap = 0;
+  cw_status_t st = cw_alloc_plan(c.w, NW, &r, out, &wait, &usable, &cap);
+  assert_non_null(st);
+  assert_non_null(strstr(cw_status_message(st), "largest matching island has 8"));
+  cw_status_free(st);
+  // Named workers: only w2's part of the island matches.
+  const char* names[] = {"w2"};
+  r = req(2);
+  r.workers = names;
+  r.num_workers = 1;
+  assert_true(plan(&c, &r, out, &usable));
+  for (int i = 0; i < 2; ++i) assert_int_equal(out[i].worker, 2);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_packs_one_island_and_is_exclusive),
@@ -200,6 +237,7 @@ int main(void) {
       cmocka_unit_test(test_sharing),
       cmocka_unit_test(test_named_workers_platform_and_min_island),
       cmocka_unit_test(test_impossible),
+      cmocka_unit_test(test_island_of_several_workers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

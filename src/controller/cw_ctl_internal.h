@@ -446,6 +446,12 @@ uint32_t cw_ctl_island_relay_launch(cw_controller_t* ctl, cw_ctl_item_t* it, cw_
 // Relays an item of an island (DELETE) to every member (takes `it`).
 void cw_ctl_island_relay_all(cw_controller_t* ctl, cw_ctl_item_t* it, uint32_t island);
 void cw__multi_done(cw_ctl_multi_t* m, cw_controller_t* ctl, cw_status_t st);
+// Answers a client COMPILE with `info` (its exe_id and cache_hit filled
+// here), marks `e` (may be NULL) ready, counts it; `where` is for the log.
+void cw__compile_answer(cw_controller_t* ctl, cw_net_conn_t* client, uint64_t request_id,
+                        cw_ctl_exe_t* e, Causeway__V1__ExecutableInfo* info, uint32_t num_outputs,
+                        uint32_t num_devices, const char* name, bool cache_hit, int64_t start_ms,
+                        const char* where);
 bool cw__printable(const char* s, size_t max);
 
 // --- cw_ctl_alloc.c: sessions' devices ------------------------------------------

@@ -211,20 +211,11 @@ static void cw__gang_finish(cw_ctl_gang_compile_t* g) {
     info.n_devices = e->num_devices;
     info.island = g->island;
     info.worker_index = g->island;
-    info.cache_hit = g->cache_hit;
-    Causeway__V1__CompileReply rep = CAUSEWAY__V1__COMPILE_REPLY__INIT;
-    rep.exe_id = g->exe_id;
-    rep.num_outputs = info.num_outputs;
-    rep.num_devices = (uint32_t)e->num_devices;
-    rep.name = info.name;
-    rep.info = &info;
-    e->state = CW__EXE_READY;
-    ctl->compiles++;
-    cw_ctl_metrics_on_compile(ctl, cw__now_ms() - g->start_ms, g->cache_hit);
-    CW_LOGI("compile of executable %" PRIu64 " for island '%s' (%zu workers): %s, %" PRId64
-            " ms", g->exe_id, ctl->workers[g->island]->island_name, g->num_parts,
-            g->cache_hit ? "cache hit" : "compiled", cw__now_ms() - g->start_ms);
-    cw_net_conn_reply(g->client, CW_MSG_COMPILE, g->request_id, &rep.base);
+    char where[CW__MAX_NAME + 64];
+    snprintf(where, sizeof(where), "island '%s' (%zu workers)",
+             ctl->workers[g->island]->island_name, g->num_parts);
+    cw__compile_answer(ctl, g->client, g->request_id, e, &info, info.num_outputs,
+                       (uint32_t)e->num_devices, info.name, g->cache_hit, g->start_ms, where);
   }
   cw_status_free(g->first_error);
   if (g->info) protobuf_c_message_free_unpacked(&g->info->base, NULL);
