@@ -315,6 +315,28 @@ static size_t stamps_of(const char* address, int island, bool filter, stamp_t* o
   return n;
 }
 
+// The controller's record of the island's stamps (into want[max]) is 1..n
+// with no gap, and both workers' records equal it. Returns n.
+static size_t records_agree(int island, stamp_t* want, size_t max) {
+  size_t n = stamps_of(g.ctl_address, island, true, want, max);
+  for (size_t i = 0; i < n; ++i) assert_int_equal(want[i].stamp, i + 1);
+  stamp_t* got = calloc(max, sizeof(*got));
+  assert_non_null(got);
+  for (int r = 0; r < 2; ++r) {
+    size_t m = stamps_of(g.gang[r].address, 0, false, got, max);
+    assert_int_equal(m, n);
+    for (size_t i = 0; i < m; ++i) {
+      if (got[i].stamp != want[i].stamp || got[i].session != want[i].session) {
+        fail_msg("gang%d record %zu: stamp %" PRIu64 " of session %" PRIx64 ", the controller "
+                 "stamped %" PRIu64 " for session %" PRIx64, r, i, got[i].stamp, got[i].session,
+                 want[i].stamp, want[i].session);
+      }
+    }
+  }
+  free(got);
+  return n;
+}
+
 // ---- Setup --------------------------------------------------------------------------
 
 static int start_gang_worker_as(int rank, const char* name, cw_test_worker_t* out) {
@@ -386,29 +408,15 @@ static void test_sessions_share_the_island_in_one_order(void** state) {
   for (int k = 0; k < NUM_CLIENTS; ++k) {
     if (clients[k].error[0]) fail_msg("%s (%d wrong elements)", clients[k].error, clients[k].wrong);
   }
-  // The controller's stamps for the island: 1..T, T = every launch.
+  // The controller's stamps for the island: 1..T, T = every launch; each
+  // worker of the island issued exactly those, in that order.
   enum { T = NUM_CLIENTS * LAUNCHES };
-  static stamp_t want[T + 8], got[T + 8];
+  static stamp_t want[T + 8];
   int island = clients[0].island;
-  size_t n = stamps_of(g.ctl_address, island, true, want, T + 8);
+  size_t n = records_agree(island, want, T + 8);
   assert_int_equal(n, T);
   int switches = 0;
-  for (size_t i = 0; i < n; ++i) {
-    assert_int_equal(want[i].stamp, i + 1);
-    if (i && want[i].session != want[i - 1].session) switches++;
-  }
-  // Each worker of the island issued exactly those, in that order.
-  for (int r = 0; r < 2; ++r) {
-    size_t m = stamps_of(g.gang[r].address, 0, false, got, T + 8);
-    assert_int_equal(m, T);
-    for (size_t i = 0; i < m; ++i) {
-      if (got[i].stamp != want[i].stamp || got[i].session != want[i].session) {
-        fail_msg("gang%d record %zu: stamp %" PRIu64 " of session %" PRIx64 ", the controller "
-                 "stamped %" PRIu64 " for session %" PRIx64, r, i, got[i].stamp, got[i].session,
-                 want[i].stamp, want[i].session);
-      }
-    }
-  }
+  for (size_t i = 1; i < n; ++i) switches += want[i].session != want[i - 1].session;
   // The plugin's processes met in that order too: round i ran stamp i
   // (PJRT launch id) of the session that stamp belongs to.
   for (int r = 0; r < 2; ++r) {
@@ -477,6 +485,44 @@ static void test_bad_placements_and_launches(void** state) {
   cw_status_t st = cw_client_launch(s.ctl, 3, 1, 1, a, 1, o, NULL, NULL);
   if (!st) st = cw_client_flush(s.ctl);
   expect_error(st, CW_INVALID_ARGUMENT, "runs on 4 devices", "a launch with one argument list");
+  // A draining member would refuse its part while the other waits for it:
+  // the controller refuses the whole launch, and takes it again after.
+  uint64_t ins[DEVS], outs[DEVS];
+  const uint64_t* ap[DEVS];
+  const uint64_t* op[DEVS];
+  int64_t dims[1] = {N};
+  for (int d = 0; d < DEVS; ++d) {
+    const Causeway__V1__GlobalDevice* gd = session_device(&s, (int32_t)ids[d]);
+    assert_non_null(gd);
+    float data[N];
+    for (int j = 0; j < N; ++j) data[j] = (float)(d + j);
+    ins[d] = 100 + (uint64_t)d;
+    outs[d] = 200 + (uint64_t)d;
+    ap[d] = &ins[d];
+    op[d] = &outs[d];
+    cw_client_t* link = s.links[gd->worker_index];
+    ASSERT_OK(cw_client_upload(link, ins[d], F32, dims, 1, NULL, gd->device->local_id, data,
+                               sizeof(data), NULL, NULL));
+    ASSERT_OK(cw_client_flush(link));
+  }
+  Causeway__V1__AdminDrainRequest dr = CAUSEWAY__V1__ADMIN_DRAIN_REQUEST__INIT;
+  dr.worker = (char*)"gang1";
+  ASSERT_OK(call_simple(s.ctl, CW_MSG_ADMIN_DRAIN, &dr.base, NULL));
+  st = cw_client_launch(s.ctl, 3, DEVS, 1, ap, 1, op, NULL, NULL);
+  if (!st) st = cw_client_flush(s.ctl);
+  expect_error(st, CW_FAILED_PRECONDITION, "worker gang1 of island 'gang' is draining",
+               "a launch while gang1 drains");
+  ASSERT_OK(call_simple(s.ctl, CW_MSG_ADMIN_UNDRAIN, &dr.base, NULL));
+  ASSERT_OK(cw_client_launch(s.ctl, 3, DEVS, 1, ap, 1, op, NULL, NULL));
+  ASSERT_OK(cw_client_flush(s.ctl));
+  for (int d = 0; d < DEVS; ++d) {
+    const Causeway__V1__GlobalDevice* gd = session_device(&s, (int32_t)ids[d]);
+    float got[N];
+    size_t size = 0;
+    ASSERT_OK(cw_client_download(s.links[gd->worker_index], outs[d], got, sizeof(got), &size,
+                                 NULL));
+    for (int j = 0; j < N; ++j) assert_true(got[j] == (float)(0 + 1 + 2 + 3 + 4 * j));
+  }
   Causeway__V1__ExeInfoRequest ei = CAUSEWAY__V1__EXE_INFO_REQUEST__INIT;
   ei.exe_id = 3;
   ProtobufCMessage* rep = NULL;
@@ -485,6 +531,11 @@ static void test_bad_placements_and_launches(void** state) {
   assert_int_equal(info->n_devices, DEVS);  // every part's devices, in launch order
   for (size_t i = 0; i < info->n_devices; ++i) assert_int_equal(info->devices[i], ids[i]);
   protobuf_c_message_free_unpacked(rep, NULL);
+  // Refused launches took no stamp: the records still agree, gap-free
+  // (a gap would have held the next launch for the workers' 5 s recovery).
+  static stamp_t rec[NUM_CLIENTS * LAUNCHES + 16];
+  assert_int_equal(records_agree(s.info->devices[0]->island, rec, NUM_CLIENTS * LAUNCHES + 16),
+                   NUM_CLIENTS * LAUNCHES + 1);
   Causeway__V1__DeleteRequest del = CAUSEWAY__V1__DELETE_REQUEST__INIT;
   uint64_t ex = 3;
   del.ids = &ex;

@@ -119,6 +119,12 @@ static cw_status_t cw__sched_check(cw_ctl_worker_t* w, cw_ctl_item_t* it, bool* 
       return cw_make_status(CW_UNAVAILABLE, "worker %s (%s) of island '%s' is unavailable",
                             p->name, p->address, p->island_name);
     }
+    // A draining member would refuse its part while the others wait for it
+    // in their collectives: refuse the launch here, for every part at once.
+    if (it->type == CW_MSG_LAUNCH && !cw_ctl_ops_worker_takes_work(p)) {
+      return cw_make_status(CW_FAILED_PRECONDITION, "worker %s of island '%s' is draining",
+                            p->name, p->island_name);
+    }
   }
   return cw_ok_status();
 }
@@ -179,11 +185,19 @@ void cw_ctl_sched_pump(cw_controller_t* ctl, uint32_t index) {
       continue;
     }
     if (stamped && e->num_parts) {
-      uint64_t stamp = ++isl->last_stamp;
-      cw__sched_record(ctl, index, stamp, s->id);
-      ctl->launches_relayed++;
-      s->launches++;
-      isl->outstanding += cw_ctl_island_relay_launch(ctl, it, e, stamp);
+      // The stamp is taken only when a part went out: a launch refused
+      // before that (a bad list) must not leave a gap in every member's
+      // stamp sequence.
+      uint64_t stamp = isl->last_stamp + 1;
+      uint64_t session_id = s->id;
+      uint32_t sent = cw_ctl_island_relay_launch(ctl, it, e, stamp);
+      if (sent) {
+        isl->last_stamp = stamp;
+        cw__sched_record(ctl, index, stamp, session_id);
+        ctl->launches_relayed++;
+        s->launches++;
+        isl->outstanding += sent;
+      }
       continue;
     }
     if (it->type == CW_MSG_DELETE) {
