@@ -316,25 +316,78 @@ static size_t stamps_of(const char* address, int island, bool filter, stamp_t* o
 }
 
 // The controller's record of the island's stamps (into want[max]) is 1..n
-// with no gap, and both workers' records equal it. Returns n.
-static size_t records_agree(int island, stamp_t* want, size_t max) {
+// with no gap, and both workers' records, after the `before` entries they
+// kept from an earlier controller, equal it. Returns n.
+static size_t records_agree(int island, size_t before, stamp_t* want, size_t max) {
   size_t n = stamps_of(g.ctl_address, island, true, want, max);
   for (size_t i = 0; i < n; ++i) assert_int_equal(want[i].stamp, i + 1);
-  stamp_t* got = calloc(max, sizeof(*got));
+  stamp_t* got = calloc(before + max, sizeof(*got));
   assert_non_null(got);
   for (int r = 0; r < 2; ++r) {
-    size_t m = stamps_of(g.gang[r].address, 0, false, got, max);
-    assert_int_equal(m, n);
-    for (size_t i = 0; i < m; ++i) {
-      if (got[i].stamp != want[i].stamp || got[i].session != want[i].session) {
+    size_t m = stamps_of(g.gang[r].address, 0, false, got, before + max);
+    assert_int_equal(m, before + n);
+    for (size_t i = 0; i < n; ++i) {
+      const stamp_t* o = &got[before + i];
+      if (o->stamp != want[i].stamp || o->session != want[i].session) {
         fail_msg("gang%d record %zu: stamp %" PRIu64 " of session %" PRIx64 ", the controller "
-                 "stamped %" PRIu64 " for session %" PRIx64, r, i, got[i].stamp, got[i].session,
+                 "stamped %" PRIu64 " for session %" PRIx64, r, before + i, o->stamp, o->session,
                  want[i].stamp, want[i].session);
       }
     }
   }
   free(got);
   return n;
+}
+
+// Both plugin processes' rendezvous logs, after `skip` earlier rounds, hold
+// n rounds that ran stamps want[0..n) (PJRT launch id) in order, each the
+// program of the client whose session the stamp belongs to.
+static void logs_agree(size_t skip, const stamp_t* want, size_t n, const client_t* clients,
+                       int num_clients) {
+  for (int r = 0; r < 2; ++r) {
+    char path[512];
+    snprintf(path, sizeof(path), "%s/rank%d.log", g.dir, r);
+    void* text = NULL;
+    size_t size = 0;
+    assert_int_equal(cw_test_read_file(path, &text, &size), 0);
+    char* save = NULL;
+    size_t lines = 0;
+    for (char* line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+      if (lines++ < skip) continue;
+      size_t i = lines - skip - 1;
+      unsigned long long round = 0, launch = 0;
+      char tag[64] = "", result[16] = "";
+      assert_int_equal(sscanf(line, "%llu %llu %63s %15s", &round, &launch, tag, result), 4);
+      assert_true(i < n);
+      assert_int_equal(round, lines);
+      assert_int_equal(launch, want[i].stamp);
+      assert_string_equal(result, "ok");
+      int k = -1;
+      for (int c = 0; c < num_clients; ++c) {
+        if (clients[c].session_id == want[i].session) k = c;
+      }
+      assert_true(k >= 0);
+      assert_string_equal(tag, clients[k].tag);
+    }
+    free(text);
+    assert_int_equal(lines, skip + n);
+  }
+}
+
+// Runs num clients at once (client_main), tags PREFIX<k>, and checks them.
+static void run_clients(client_t* clients, int first_k, int num, const char* prefix) {
+  pthread_t threads[NUM_CLIENTS];
+  assert_true(num <= NUM_CLIENTS);
+  memset(clients, 0, (size_t)num * sizeof(*clients));
+  for (int k = 0; k < num; ++k) {
+    clients[k].k = first_k + k;
+    snprintf(clients[k].tag, sizeof(clients[k].tag), "%s%d", prefix, first_k + k);
+    assert_int_equal(pthread_create(&threads[k], NULL, client_main, &clients[k]), 0);
+  }
+  for (int k = 0; k < num; ++k) pthread_join(threads[k], NULL);
+  for (int k = 0; k < num; ++k) {
+    if (clients[k].error[0]) fail_msg("%s (%d wrong elements)", clients[k].error, clients[k].wrong);
+  }
 }
 
 // ---- Setup --------------------------------------------------------------------------
@@ -397,58 +450,45 @@ static int group_teardown(void** state) {
 static void test_sessions_share_the_island_in_one_order(void** state) {
   (void)state;
   client_t clients[NUM_CLIENTS];
-  pthread_t threads[NUM_CLIENTS];
-  memset(clients, 0, sizeof(clients));
-  for (int k = 0; k < NUM_CLIENTS; ++k) {
-    clients[k].k = k;
-    snprintf(clients[k].tag, sizeof(clients[k].tag), "c%d", k);
-    assert_int_equal(pthread_create(&threads[k], NULL, client_main, &clients[k]), 0);
-  }
-  for (int k = 0; k < NUM_CLIENTS; ++k) pthread_join(threads[k], NULL);
-  for (int k = 0; k < NUM_CLIENTS; ++k) {
-    if (clients[k].error[0]) fail_msg("%s (%d wrong elements)", clients[k].error, clients[k].wrong);
-  }
+  run_clients(clients, 0, NUM_CLIENTS, "c");
   // The controller's stamps for the island: 1..T, T = every launch; each
-  // worker of the island issued exactly those, in that order.
+  // worker of the island issued exactly those, in that order, and the
+  // plugin's processes met in that order too.
   enum { T = NUM_CLIENTS * LAUNCHES };
   static stamp_t want[T + 8];
   int island = clients[0].island;
-  size_t n = records_agree(island, want, T + 8);
+  size_t n = records_agree(island, 0, want, T + 8);
   assert_int_equal(n, T);
   int switches = 0;
   for (size_t i = 1; i < n; ++i) switches += want[i].session != want[i - 1].session;
-  // The plugin's processes met in that order too: round i ran stamp i
-  // (PJRT launch id) of the session that stamp belongs to.
-  for (int r = 0; r < 2; ++r) {
-    char path[512];
-    snprintf(path, sizeof(path), "%s/rank%d.log", g.dir, r);
-    void* text = NULL;
-    size_t size = 0;
-    assert_int_equal(cw_test_read_file(path, &text, &size), 0);
-    char* save = NULL;
-    size_t lines = 0;
-    for (char* line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-      unsigned long long round = 0, launch = 0;
-      char tag[64] = "", result[16] = "";
-      assert_int_equal(sscanf(line, "%llu %llu %63s %15s", &round, &launch, tag, result), 4);
-      assert_true(lines < n);
-      assert_int_equal(round, lines + 1);
-      assert_int_equal(launch, want[lines].stamp);
-      assert_string_equal(result, "ok");
-      int k = -1;
-      for (int c = 0; c < NUM_CLIENTS; ++c) {
-        if (clients[c].session_id == want[lines].session) k = c;
-      }
-      assert_true(k >= 0);
-      assert_string_equal(tag, clients[k].tag);
-      lines++;
-    }
-    free(text);
-    assert_int_equal(lines, n);
-  }
+  logs_agree(0, want, n, clients, NUM_CLIENTS);
   fprintf(stderr, "island %d: %zu stamps from %d sessions, %d session switches; both workers and "
           "both plugin processes followed them\n", island, n, NUM_CLIENTS, switches);
   assert_true(switches > 0);  // the sessions really were interleaved
+}
+
+// A restarted controller: the workers register again by themselves, the
+// island forms again, and its stamps count from 1 on both sides, so new
+// sessions' launches are ordered again from the first one (a worker that
+// kept its old count would issue them unordered).
+static void test_controller_restart_keeps_the_island_in_order(void** state) {
+  (void)state;
+  enum { BEFORE = NUM_CLIENTS * LAUNCHES + 1 };  // stamps the first controller gave
+  assert_int_equal(cw_test_process_stop(&g.ctl, 30000), 0);
+  char address[512];
+  snprintf(address, sizeof(address), "%s", g.ctl_address);
+  const char* args[] = {"--listen", address, NULL};
+  assert_int_equal(cw_test_controller_start(args, &g.ctl, g.ctl_address, sizeof(g.ctl_address)),
+                   0);
+  assert_string_equal(g.ctl_address, address);
+  client_t clients[2];
+  run_clients(clients, 10, 2, "r");  // sessions wait (<= 60 s) for the 3 workers
+  static stamp_t want[2 * LAUNCHES + 8];
+  size_t n = records_agree(clients[0].island, BEFORE, want, 2 * LAUNCHES + 8);
+  assert_int_equal(n, 2 * LAUNCHES);
+  logs_agree(BEFORE, want, n, clients, 2);
+  fprintf(stderr, "after the restart: %zu stamps from 1, both workers and both plugin processes "
+          "followed them\n", n);
 }
 
 static void expect_error(cw_status_t st, int code, const char* needle, const char* what) {
@@ -534,7 +574,7 @@ static void test_bad_placements_and_launches(void** state) {
   // Refused launches took no stamp: the records still agree, gap-free
   // (a gap would have held the next launch for the workers' 5 s recovery).
   static stamp_t rec[NUM_CLIENTS * LAUNCHES + 16];
-  assert_int_equal(records_agree(s.info->devices[0]->island, rec, NUM_CLIENTS * LAUNCHES + 16),
+  assert_int_equal(records_agree(s.info->devices[0]->island, 0, rec, NUM_CLIENTS * LAUNCHES + 16),
                    NUM_CLIENTS * LAUNCHES + 1);
   Causeway__V1__DeleteRequest del = CAUSEWAY__V1__DELETE_REQUEST__INIT;
   uint64_t ex = 3;
@@ -652,6 +692,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sessions_share_the_island_in_one_order),
       cmocka_unit_test(test_bad_placements_and_launches),
+      cmocka_unit_test(test_controller_restart_keeps_the_island_in_order),
       cmocka_unit_test(test_losing_a_member_fails_the_island_only),
       cmocka_unit_test(test_status_lists_the_island_and_refuses_misfits),
   };

@@ -2683,6 +2683,8 @@ cw_status_t cw__controller_connect(cw_worker_t* w, const char* address) {
     cw__conn_close(c);
     return st;
   }
+  // No stamp of this registration can arrive before the controller has it.
+  cw_worker_stamp_restart(w);
   // Queued behind HELLO; a refused HELLO fails it and closes.
   cw__send(c, CW_MSG_REGISTER, 0, rid, &req.base, NULL, 0, NULL, NULL);
   return cw_ok_status();

@@ -372,6 +372,8 @@ bool cw_worker_stamp_wait(cw_conn_t* c, uint64_t stamp);
 void cw_worker_stamp_passed(cw_worker_t* w, uint64_t stamp, uint64_t session_id);
 // A request dropped or refused before it became a launch: passes its stamp.
 void cw_worker_stamp_drop(cw_conn_t* c, uint16_t type, const ProtobufCMessage* msg);
+// A REGISTER goes out: the controller counts this worker's island from 1.
+void cw_worker_stamp_restart(cw_worker_t* w);
 // Shutting down: nothing waits for a turn any more.
 void cw_worker_stamp_stop(cw_worker_t* w);
 // Points st->sched_stamps at the record; returns what the caller frees.

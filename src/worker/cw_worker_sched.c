@@ -13,9 +13,9 @@
 // sessions, is what STATS reports (Stats.sched_stamps): tests compare it with
 // the controller's record of stamps assigned.
 //
-// A stamp that never arrives (its frame lost with a controller connection, or
-// a controller that counts from elsewhere after a restart of either side)
-// would hold every later one: when launches have waited CW__STAMP_STALL_MS
+// Every REGISTER starts the count at 1 again, as the controller does for the
+// registration. A stamp that never arrives (its frame lost with a controller
+// connection) would hold every later one: when launches have waited CW__STAMP_STALL_MS
 // with no progress, the order goes on from the smallest stamp waiting, with a
 // warning naming the missing ones.
 #include <inttypes.h>
@@ -188,6 +188,19 @@ static void cw__stamp_advance(cw_worker_t* w, cw_stamp_state_t* g) {
 void cw_worker_stamp_drop(cw_conn_t* c, uint16_t type, const ProtobufCMessage* msg) {
   uint64_t stamp = cw_worker_stamp_of(c, type, msg);
   if (stamp) cw_worker_stamp_passed(c->w, stamp, c->session ? c->session->id : 0);
+}
+
+void cw_worker_stamp_restart(cw_worker_t* w) {
+  cw_stamp_state_t* g = w->stamps;
+  if (!g || g->next == 1) return;
+  // A registration's island counts from 1 (a new controller, or a slot taken
+  // over after this worker was declared dead); stamps of the previous count
+  // died with its connections.
+  CW_LOGI("gang order: stamps count from 1 again (were at %" PRIu64 ")", g->next);
+  g->next = 1;
+  g->stall_next = 1;
+  g->num_ahead = 0;
+  cw__stamp_wake(w, g);
 }
 
 void cw_worker_stamp_stop(cw_worker_t* w) {
