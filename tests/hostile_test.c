@@ -51,7 +51,7 @@
 
 enum {
   T_HELLO = 1, T_PING, T_INVENTORY, T_COMPILE, T_SERIALIZE, T_LOAD, T_UPLOAD, T_LAUNCH,
-  T_DOWNLOAD, T_COPY, T_SEND, T_PUT, T_EXPECT, T_DELETE, T_STATS, T_AWAIT,
+  T_DOWNLOAD, T_COPY, T_SEND, T_PUT, T_EXPECT, T_DELETE, T_STATS, T_AWAIT, T_LAUNCH_GO,
 };
 
 // Codes equal PJRT_Error_Code.
@@ -919,7 +919,7 @@ static void test_wrong_version(void** state) {
 
 static void test_unknown_type(void** state) {
   (void)state;
-  static const uint16_t types[] = {0, 17, 65535};
+  static const uint16_t types[] = {0, 18, 65535};
   for (int i = 0; i < 3; ++i) {
     for (int with_hello = 0; with_hello < 2; ++with_hello) {
       hdr_t h = hdr_of(types[i], 9, 0, 0);
@@ -929,6 +929,21 @@ static void test_unknown_type(void** state) {
       violation(what, with_hello, &h, NULL, 0, NULL, 0, 9, C_UNIMPLEMENTED, "type");
     }
   }
+}
+
+// LAUNCH_GO is the controller's word on a prepared island part: a client's is
+// refused (not a violation), and so is one naming no prepared launch.
+static void test_launch_go_from_a_client(void** state) {
+  (void)state;
+  int fd = open_hello();
+  Causeway__V1__LaunchGoRequest m = CAUSEWAY__V1__LAUNCH_GO_REQUEST__INIT;
+  m.sched_stamp = 5;
+  m.go = true;
+  assert_true(send_msg(fd, T_LAUNCH_GO, 21, &m.base, NULL, 0));
+  const uint32_t codes[] = {C_PERMISSION_DENIED, 0};
+  expect_error_codes(fd, "LAUNCH_GO from a client", 21, codes, "controller", NULL);
+  ping(fd, 22);
+  close(fd);
 }
 
 static void test_unknown_flags(void** state) {
@@ -1911,6 +1926,7 @@ int main(int argc, char** argv) {
       cmocka_unit_test(test_wrong_magic),
       cmocka_unit_test(test_wrong_version),
       cmocka_unit_test(test_unknown_type),
+      cmocka_unit_test(test_launch_go_from_a_client),
       cmocka_unit_test(test_unknown_flags),
       cmocka_unit_test(test_error_without_reply),
       cmocka_unit_test(test_bulk_where_none_may_be),

@@ -688,11 +688,96 @@ static void test_status_lists_the_island_and_refuses_misfits(void** state) {
   assert_int_equal(cw_test_worker_stop(&again, 30000), 0);
 }
 
+// Lines in plugin process `rank`'s rendezvous log.
+static size_t log_lines(int rank) {
+  char path[512];
+  snprintf(path, sizeof(path), "%s/rank%d.log", g.dir, rank);
+  void* text = NULL;
+  size_t size = 0, n = 0;
+  assert_int_equal(cw_test_read_file(path, &text, &size), 0);
+  for (size_t i = 0; i < size; ++i) n += ((char*)text)[i] == '\n';
+  free(text);
+  return n;
+}
+
+// A part one member refuses (its input was never uploaded there) while the
+// other member could run its own: the controller cancels the ready part
+// before it is issued, so no plugin process enters the collective alone.
+// Without the prepare/go exchange gang0 would run its part and wait in the
+// rendezvous for one that never comes (the test plugin gives up after 3 s
+// and logs an error round; a real plugin may wait much longer).
+static void test_a_part_refused_on_one_member_cancels_the_others(void** state) {
+  (void)state;
+  session_t s;
+  const char* workers[] = {"gang0", "gang1"};
+  ASSERT_OK(session_open(&s, "island-refused", workers, 2, DEVS, 0));
+  int64_t ids[DEVS];
+  gang_ids(&s, false, ids);
+  ASSERT_OK(compile_gang(&s, 6, "refused", ids, DEVS));
+  size_t lines0 = log_lines(0), lines1 = log_lines(1);
+  uint64_t in[DEVS], out[DEVS];
+  const uint64_t* ap[DEVS];
+  const uint64_t* op[DEVS];
+  int64_t dims[1] = {N};
+  cw_client_t* link[DEVS];
+  int local[DEVS];
+  for (int d = 0; d < DEVS; ++d) {
+    const Causeway__V1__GlobalDevice* gd = session_device(&s, (int32_t)ids[d]);
+    assert_non_null(gd);
+    link[d] = s.links[gd->worker_index];
+    local[d] = gd->device->local_id;
+    in[d] = 300 + (uint64_t)d;
+    out[d] = 400 + (uint64_t)d;
+    ap[d] = &in[d];
+    op[d] = &out[d];
+  }
+  float data[N];
+  for (int j = 0; j < N; ++j) data[j] = (float)j;
+  for (int d = 0; d < DEVS / 2; ++d) {  // gang0's devices only
+    ASSERT_OK(cw_client_upload(link[d], in[d], F32, dims, 1, NULL, local[d], data, sizeof(data),
+                               NULL, NULL));
+    ASSERT_OK(cw_client_flush(link[d]));
+  }
+  cw_status_t st = cw_client_launch(s.ctl, 6, DEVS, 1, ap, 1, op, NULL, NULL);
+  if (!st) st = cw_client_flush(s.ctl);
+  expect_error(st, CW_NOT_FOUND, "part on worker gang1 of island 'gang'",
+               "a launch whose input is missing on gang1");
+  // gang0's part was cancelled, not run: its outputs carry the reason.
+  float got[N];
+  size_t size = 0;
+  expect_error(cw_client_download(link[0], out[0], got, sizeof(got), &size, NULL), CW_CANCELLED,
+               "cancelled", "gang0's output of the cancelled launch");
+  assert_int_equal(log_lines(0), lines0);  // neither process entered the collective
+  assert_int_equal(log_lines(1), lines1);
+  // With the inputs there too, the island runs it at once.
+  for (int d = DEVS / 2; d < DEVS; ++d) {
+    ASSERT_OK(cw_client_upload(link[d], in[d], F32, dims, 1, NULL, local[d], data, sizeof(data),
+                               NULL, NULL));
+    ASSERT_OK(cw_client_flush(link[d]));
+  }
+  for (int d = 0; d < DEVS; ++d) out[d] = 500 + (uint64_t)d;
+  ASSERT_OK(cw_client_launch(s.ctl, 6, DEVS, 1, ap, 1, op, NULL, NULL));
+  ASSERT_OK(cw_client_flush(s.ctl));
+  for (int d = 0; d < DEVS; ++d) {
+    ASSERT_OK(cw_client_download(link[d], out[d], got, sizeof(got), &size, NULL));
+    for (int j = 0; j < N; ++j) assert_true(got[j] == (float)(DEVS * j));
+  }
+  assert_int_equal(log_lines(0), lines0 + 1);
+  assert_int_equal(log_lines(1), lines1 + 1);
+  // Both workers passed the cancelled stamp in its turn, as the controller gave it.
+  static stamp_t rec[2 * LAUNCHES + 16];
+  assert_int_equal(records_agree(s.info->devices[0]->island, NUM_CLIENTS * LAUNCHES + 1, rec,
+                                 2 * LAUNCHES + 16),
+                   2 * LAUNCHES + 2);
+  session_close(&s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sessions_share_the_island_in_one_order),
       cmocka_unit_test(test_bad_placements_and_launches),
       cmocka_unit_test(test_controller_restart_keeps_the_island_in_order),
+      cmocka_unit_test(test_a_part_refused_on_one_member_cancels_the_others),
       cmocka_unit_test(test_losing_a_member_fails_the_island_only),
       cmocka_unit_test(test_status_lists_the_island_and_refuses_misfits),
   };

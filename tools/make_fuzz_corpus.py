@@ -34,7 +34,7 @@ REPLY = 0x1
 ERROR = 0x2
 
 HELLO, PING, INVENTORY, COMPILE, SERIALIZE, LOAD, UPLOAD, LAUNCH, DOWNLOAD, \
-    COPY, SEND, PUT, EXPECT, DELETE, STATS, AWAIT = range(1, 17)
+    COPY, SEND, PUT, EXPECT, DELETE, STATS, AWAIT, LAUNCH_GO = range(1, 18)
 ADMIN_STATUS, ADMIN_PAUSE, ADMIN_RESUME, ADMIN_DRAIN, ADMIN_UNDRAIN, ADMIN_HOLD, \
     ADMIN_WORKER_DRAIN = range(50, 57)
 
@@ -273,6 +273,12 @@ def frame_corpus():
     c["req_delete"] = frame(DELETE, f_packed(1, [1, 2, 3, 4, 5]), req_id=15)
     c["req_stats"] = frame(STATS, b"", req_id=16)
     c["req_await"] = frame(AWAIT, f_varint(1, 3), req_id=17)
+    # Islands of several workers: a part to prepare (stamp 5), then its go.
+    c["req_launch_prepare"] = frame(LAUNCH, launch_request() + f_varint(6, 5) + f_varint(7, 1),
+                                    req_id=18)
+    c["req_launch_go"] = frame(LAUNCH_GO, f_varint(1, 5) + f_varint(2, 1), req_id=19)
+    c["req_launch_cancel"] = frame(LAUNCH_GO, f_varint(1, 5) + f_bytes(3, "part refused"),
+                                   req_id=19)
     # Replies, one per type.
     c["rep_hello"] = frame(HELLO, hello_reply(), flags=REPLY)
     c["rep_ping"] = frame(PING, f_bytes(1, b"ping-data"), flags=REPLY, req_id=2)
@@ -283,6 +289,7 @@ def frame_corpus():
     c["rep_load"] = frame(LOAD, compile_reply(101), flags=REPLY, req_id=7)
     c["rep_upload"] = frame(UPLOAD, ack(1), flags=REPLY, req_id=8)
     c["rep_launch"] = frame(LAUNCH, ack(9), flags=REPLY, req_id=9)
+    c["rep_launch_go"] = frame(LAUNCH_GO, ack(9), flags=REPLY, req_id=19)
     c["rep_download_bulk"] = frame(DOWNLOAD, array_info(buf=3), flags=REPLY, req_id=10,
                                    bulk=four)
     c["rep_copy"] = frame(COPY, ack(4), flags=REPLY, req_id=11)
@@ -350,7 +357,7 @@ def frame_corpus():
     c["bad_version_0"] = frame(PING, f_bytes(1, b"x"), version=0)
     c["bad_version_2"] = frame(PING, f_bytes(1, b"x"), version=2)
     c["bad_type_0"] = frame(0, b"")
-    c["bad_type_17"] = frame(17, b"")
+    c["bad_type_18"] = frame(18, b"")
     c["bad_type_65535"] = frame(65535, b"")
     c["bad_flags"] = frame(PING, b"", flags=0x4)
     c["bad_error_without_reply"] = frame(PING, error_reply(3, "x"), flags=ERROR)

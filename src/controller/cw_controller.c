@@ -64,7 +64,7 @@ void cw__reply_error(cw_controller_t* ctl, cw_net_conn_t* c, uint16_t type, uint
 
 // An error that arrived on (or because of) a connection to `w`: when that
 // connection is gone, say which worker is unavailable. Takes `st`.
-static cw_status_t cw__worker_error(cw_ctl_worker_t* w, cw_net_conn_t* conn, cw_status_t st) {
+cw_status_t cw__worker_error(cw_ctl_worker_t* w, cw_net_conn_t* conn, cw_status_t st) {
   if (st && (!w->alive || (conn && !cw_net_conn_is_open(conn)))) {
     cw_status_t out = cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable: %s", w->name,
                                      w->address, cw_status_message(st));

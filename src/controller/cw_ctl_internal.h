@@ -402,6 +402,9 @@ void cw_ctl_sched_pump(cw_controller_t* ctl, uint32_t index);
 // A relayed item is answered: true when it was a stamped launch (the island
 // has room again; pump it once the reply is handled).
 bool cw_ctl_sched_done(cw_controller_t* ctl, const cw_ctl_item_t* it);
+// A stamped launch of island `island` that the scheduler did not relay as an
+// item (an island's parts, cw_ctl_island.c) is over: room for the next one.
+void cw_ctl_sched_release(cw_controller_t* ctl, uint32_t island);
 // Points st->sched_stamps at the record of stamps assigned; returns what the
 // caller frees after replying (NULL: nothing).
 void* cw_ctl_sched_stats(cw_controller_t* ctl, Causeway__V1__Stats* st);
@@ -440,7 +443,9 @@ void cw_ctl_island_compile(cw_ctl_compile_t* cp, uint32_t* parts, uint32_t* part
 bool cw_ctl_island_compile_done(cw_ctl_compile_t* cp, cw_status_t* st,
                                 const Causeway__V1__ExecutableInfo* info);
 // Relays a stamped LAUNCH of an island executable to every part, all with
-// the stamp `stamp` (takes `it`). Returns how many parts went out.
+// the stamp `stamp`, in two phases (prepare, then go or cancel; takes `it`).
+// Returns 1 when the launch went out (one outstanding stamped launch until
+// cw_ctl_sched_release), 0 when it was answered at once (no stamp taken).
 uint32_t cw_ctl_island_relay_launch(cw_controller_t* ctl, cw_ctl_item_t* it, cw_ctl_exe_t* e,
                                 uint64_t stamp);
 // Relays an item of an island (DELETE) to every member (takes `it`).
@@ -453,6 +458,9 @@ void cw__compile_answer(cw_controller_t* ctl, cw_net_conn_t* client, uint64_t re
                         uint32_t num_devices, const char* name, bool cache_hit, int64_t start_ms,
                         const char* where);
 bool cw__printable(const char* s, size_t max);
+// An error that arrived on (or because of) a connection to `w`: when that
+// connection is gone, says which worker is unavailable. Takes `st`.
+cw_status_t cw__worker_error(cw_ctl_worker_t* w, cw_net_conn_t* conn, cw_status_t st);
 
 // --- cw_ctl_alloc.c: sessions' devices ------------------------------------------
 // OPEN_SESSION once enough workers registered: a session without num_devices

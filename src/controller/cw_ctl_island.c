@@ -323,28 +323,25 @@ bool cw_ctl_island_compile_done(cw_ctl_compile_t* cp, cw_status_t* st,
 // --- Relays: one message per member --------------------------------------------
 
 // Sends `msg` (taken) to worker `wi` as a part of `parent`'s request, counted in `m`.
-static bool cw__relay_part(cw_controller_t* ctl, const cw_ctl_item_t* parent, cw_ctl_multi_t* m,
-                           ProtobufCMessage* msg, uint32_t wi, uint64_t stamp) {
+static void cw__relay_part(cw_controller_t* ctl, const cw_ctl_item_t* parent, cw_ctl_multi_t* m,
+                           ProtobufCMessage* msg, uint32_t wi) {
   cw_ctl_item_t* it = cw__item_new(parent->type, parent->client, parent->request_id,
                                    parent->session, msg, wi);
   if (!it) {
     if (!m->first_error) m->first_error = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-    return false;
+    return;
   }
   it->multi = m;
   it->received_ns = parent->received_ns;
-  it->stamp = stamp;
   m->left++;
   cw_ctl_worker_t* w = ctl->workers[wi];
   cw_net_conn_t* link = cw__session_link(parent->session, wi);
   if (!link || !cw_net_conn_is_open(link)) {
-    it->stamp = 0;  // never relayed: nothing outstanding
     cw__item_fail(ctl, it, cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable: no "
                                           "connection", w->name, w->address));
-    return false;
+    return;
   }
   cw_net_conn_request(link, it->type, it->msg, NULL, 0, NULL, NULL, cw__relay_reply, it);
-  return true;
 }
 
 static cw_ctl_multi_t* cw__multi_from(cw_ctl_item_t* it, uint64_t first_id) {
@@ -360,6 +357,120 @@ static cw_ctl_multi_t* cw__multi_from(cw_ctl_item_t* it, uint64_t first_id) {
   return m;
 }
 
+// --- Launch: prepare on every member, then go (or cancel) ------------------------
+//
+// A part refused by one member (an input missing there, a bad shape) while
+// the others issue theirs would leave them waiting in their collectives for
+// it. So every part first goes out with `prepare`: at its turn the worker
+// checks it and answers ready, holding the turn. Once every member answered,
+// the controller sends LAUNCH_GO to each: go when all were ready, else a
+// cancel to those that were, and the client gets the first refusal. A member
+// that dies fails its part UNAVAILABLE; the others are cancelled.
+
+typedef struct cw_ctl_gang_launch_s cw_ctl_gang_launch_t;
+
+typedef struct cw_ctl_gang_part_s {
+  cw_ctl_gang_launch_t* g;
+  uint32_t worker;
+  bool ready;
+} cw_ctl_gang_part_t;
+
+struct cw_ctl_gang_launch_s {
+  cw_controller_t* ctl;
+  uint32_t island;
+  uint64_t stamp, exe_id;
+  cw_net_conn_t* client;  // retained
+  uint64_t request_id;
+  cw_ctl_session_t* session;  // retained
+  int left;                   // replies awaited in this phase
+  bool answered;              // the client has its reply
+  cw_status_t first_error;
+  size_t num_parts;
+  cw_ctl_gang_part_t parts[];
+};
+
+static void cw__gang_launch_error(cw_ctl_gang_launch_t* g, uint32_t wi, cw_net_conn_t* conn,
+                           cw_status_t st) {
+  cw_ctl_worker_t* w = g->ctl->workers[wi];
+  st = cw__worker_error(w, conn, st);
+  if (cw_status_code(st) != CW_UNAVAILABLE) {  // that one names the worker already
+    st = cw_status_annotate(st, "part on worker %s of island '%s'", w->name, w->island_name);
+  }
+  if (!g->first_error) g->first_error = st;
+  else cw_status_free(st);
+}
+
+static void cw__gang_launch_end(cw_ctl_gang_launch_t* g) {
+  cw_controller_t* ctl = g->ctl;
+  if (!g->answered) {
+    if (g->first_error) {
+      cw__reply_error(ctl, g->client, CW_MSG_LAUNCH, g->request_id, g->first_error);
+      g->first_error = NULL;  // taken
+    } else {
+      Causeway__V1__Ack ack = CAUSEWAY__V1__ACK__INIT;
+      ack.id = g->exe_id;
+      cw_net_conn_reply(g->client, CW_MSG_LAUNCH, g->request_id, &ack.base);
+    }
+  }
+  cw_status_free(g->first_error);
+  cw_net_conn_release(g->client);
+  cw__session_release(g->session);
+  uint32_t island = g->island;
+  free(g);
+  cw_ctl_sched_release(ctl, island);  // room for the island's next stamped launch
+}
+
+static void cw__gang_done(void* user, cw_net_conn_t* conn, cw_status_t status,
+                          const ProtobufCMessage* reply, uint8_t* bulk, uint64_t bulk_len) {
+  cw_ctl_gang_part_t* p = user;
+  cw_ctl_gang_launch_t* g = p->g;
+  free(bulk);
+  if (status && g->answered) cw_status_free(status);  // a cancel's own answer
+  else if (status) cw__gang_launch_error(g, p->worker, conn, status);
+  if (--g->left == 0) cw__gang_launch_end(g);
+}
+
+// Every part answered its prepare: go, or cancel the ready ones.
+static void cw__gang_decide(cw_ctl_gang_launch_t* g) {
+  bool go = !g->first_error;
+  if (!go) {
+    cw__reply_error(g->ctl, g->client, CW_MSG_LAUNCH, g->request_id,
+                    cw__status_copy(g->first_error));
+    g->answered = true;
+  }
+  Causeway__V1__LaunchGoRequest req = CAUSEWAY__V1__LAUNCH_GO_REQUEST__INIT;
+  req.sched_stamp = g->stamp;
+  req.go = go;
+  req.reason = go ? (char*)"" : (char*)cw_status_message(g->first_error);
+  g->left = 1;  // held while the words go out
+  for (size_t i = 0; i < g->num_parts; ++i) {
+    cw_ctl_gang_part_t* p = &g->parts[i];
+    if (!p->ready) continue;
+    cw_net_conn_t* link = cw__session_link(g->session, p->worker);
+    if (!link || !cw_net_conn_is_open(link)) {
+      // Its part cancels itself when that connection closes.
+      cw_ctl_worker_t* w = g->ctl->workers[p->worker];
+      cw__gang_launch_error(g, p->worker, NULL, cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is "
+                                                        "unavailable: no connection", w->name,
+                                                        w->address));
+      continue;
+    }
+    g->left++;
+    cw_net_conn_request(link, CW_MSG_LAUNCH_GO, &req.base, NULL, 0, NULL, NULL, cw__gang_done, p);
+  }
+  if (--g->left == 0) cw__gang_launch_end(g);
+}
+
+static void cw__gang_prepared(void* user, cw_net_conn_t* conn, cw_status_t status,
+                              const ProtobufCMessage* reply, uint8_t* bulk, uint64_t bulk_len) {
+  cw_ctl_gang_part_t* p = user;
+  cw_ctl_gang_launch_t* g = p->g;
+  free(bulk);
+  if (status) cw__gang_launch_error(g, p->worker, conn, status);
+  else p->ready = true;
+  if (--g->left == 0) cw__gang_decide(g);
+}
+
 uint32_t cw_ctl_island_relay_launch(cw_controller_t* ctl, cw_ctl_item_t* it, cw_ctl_exe_t* e,
                                     uint64_t stamp) {
   const Causeway__V1__LaunchRequest* r = (const Causeway__V1__LaunchRequest*)it->msg;
@@ -370,30 +481,60 @@ uint32_t cw_ctl_island_relay_launch(cw_controller_t* ctl, cw_ctl_item_t* it, cw_
                                           r->n_outputs, e->num_devices));
     return 0;
   }
-  cw_ctl_multi_t* m = cw__multi_from(it, r->exe_id);
-  if (!m) {
+  cw_ctl_gang_launch_t* g = calloc(1, sizeof(*g) + e->num_parts * sizeof(g->parts[0]));
+  if (!g) {
     cw__item_fail(ctl, it, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
     return 0;
   }
-  uint32_t sent = 0;
-  size_t off = 0;
+  g->ctl = ctl;
+  g->island = e->worker;
+  g->stamp = stamp;
+  g->exe_id = r->exe_id;
+  g->client = it->client;
+  cw_net_conn_retain(g->client);
+  g->request_id = it->request_id;
+  g->session = it->session;
+  cw__session_retain(g->session);
+  g->num_parts = e->num_parts;
+  g->left = 1;  // held while the parts go out
+  size_t off = 0, sent = 0;
   for (size_t i = 0; i < e->num_parts; ++i) {
+    cw_ctl_gang_part_t* p = &g->parts[i];
+    p->g = g;
+    p->worker = e->parts[i];
     Causeway__V1__LaunchRequest part = *r;
     part.args = r->args + off;
     part.n_args = e->part_devices[i];
     part.outputs = r->outputs + off;
     part.n_outputs = e->part_devices[i];
     part.sched_stamp = stamp;
+    part.prepare = true;
     // The client's seq numbers one worker's requests; the parts go to
     // several, in stamp order on each session link.
     part.seq = 0;
     off += e->part_devices[i];
-    if (cw__relay_part(ctl, it, m, cw_ctl_msg_copy(&part.base), e->parts[i], stamp)) sent++;
+    cw_net_conn_t* link = cw__session_link(g->session, p->worker);
+    if (!link || !cw_net_conn_is_open(link)) {
+      cw_ctl_worker_t* w = ctl->workers[p->worker];
+      cw__gang_launch_error(g, p->worker, NULL, cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is "
+                                                        "unavailable: no connection", w->name,
+                                                        w->address));
+      continue;
+    }
+    g->left++;
+    sent++;
+    cw_net_conn_request(link, CW_MSG_LAUNCH, &part.base, NULL, 0, NULL, NULL, cw__gang_prepared,
+                        p);
   }
-  it->multi = NULL;  // the parts answer the client through m
   cw__item_free(it);
-  cw__multi_done(m, ctl, cw_ok_status());
-  return sent;
+  if (!sent) {  // nothing went out: the stamp is not taken (the caller sees 0)
+    g->left = 0;
+    g->island = UINT32_MAX;
+    cw__gang_launch_end(g);
+    return 0;
+  }
+  if (--g->left == 0) cw__gang_decide(g);
+  return 1;  // one outstanding stamped launch until the last part answers
 }
 
 static bool cw__exe_on(const cw_ctl_exe_t* e, uint32_t wi) {
@@ -432,7 +573,7 @@ void cw_ctl_island_relay_all(cw_controller_t* ctl, cw_ctl_item_t* it, uint32_t i
     part.ids = ids;
     part.n_ids = n;
     if (n != r->n_ids) part.seq = 0;
-    cw__relay_part(ctl, it, m, cw_ctl_msg_copy(&part.base), members[k], 0);
+    cw__relay_part(ctl, it, m, cw_ctl_msg_copy(&part.base), members[k]);
   }
   free(ids);
   free(members);

@@ -242,6 +242,13 @@ bool cw_ctl_sched_done(cw_controller_t* ctl, const cw_ctl_item_t* it) {
   return true;
 }
 
+void cw_ctl_sched_release(cw_controller_t* ctl, uint32_t island) {
+  if (island >= ctl->num_workers) return;
+  cw_ctl_sched_island_t* isl = ctl->workers[island]->sched;
+  if (isl && isl->outstanding) isl->outstanding--;
+  cw_ctl_sched_pump(ctl, island);
+}
+
 void* cw_ctl_sched_stats(cw_controller_t* ctl, Causeway__V1__Stats* st) {
   cw_ctl_stamp_ring_t* ring = ctl->stamp_ring;
   if (!ring || !ring->count) return NULL;

@@ -80,6 +80,8 @@ static const cw__msg_entry_t cw__msgs[CW_MSG_TYPE_MAX + 1] = {
                       &causeway__v1__stats__descriptor},
     [CW_MSG_AWAIT] = {"AWAIT", &causeway__v1__await_request__descriptor,
                       &causeway__v1__array_info__descriptor},
+    [CW_MSG_LAUNCH_GO] = {"LAUNCH_GO", &causeway__v1__launch_go_request__descriptor,
+                          &causeway__v1__ack__descriptor},
     [CW_MSG_REGISTER] = {"REGISTER", &causeway__v1__register_request__descriptor,
                          &causeway__v1__register_reply__descriptor},
     [CW_MSG_OPEN_SESSION] = {"OPEN_SESSION", &causeway__v1__open_session_request__descriptor,

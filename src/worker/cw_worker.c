@@ -695,6 +695,10 @@ static void cw__conn_close(cw_conn_t* c) {
   }
   cw__fail_outreqs(c, cw_make_status(CW_UNAVAILABLE, "connection to %s closed", c->name));
   cw__seq_conn_closed(c);  // held requests; the controller connection
+  if (c->launch_head && c->launch_head->prepared && !c->launch_head->go) {
+    c->launch_waiting = false;  // no go can come now: the pump cancels it
+    cw__launch_pump(c);
+  }
   if (c->out_len && (c->connected || !c->outbound)) {
     // Best effort, as an unqueued uv_write would have: frames gathered
     // before the close (a last error reply) still reach the peer.
@@ -1735,7 +1739,8 @@ void cw__launch_fail(cw_worker_t* w, cw_launch_t* l, cw_status_t status) {
       }
     }
   }
-  cw__reply_error(l->conn, CW_MSG_LAUNCH, l->request_id, status);
+  cw__reply_error(l->conn, l->go_request ? CW_MSG_LAUNCH_GO : CW_MSG_LAUNCH, l->request_id,
+                  status);
   cw__launch_free(l);
 }
 
@@ -1766,7 +1771,8 @@ void cw__launch_device_done(cw_worker_t* w, void* user, cw_status_t status) {
   } else {
     Causeway__V1__Ack ack = CAUSEWAY__V1__ACK__INIT;
     ack.id = l->req->exe_id;
-    cw__reply(l->conn, CW_MSG_LAUNCH, l->request_id, &ack.base);
+    cw__reply(l->conn, l->go_request ? CW_MSG_LAUNCH_GO : CW_MSG_LAUNCH, l->request_id,
+              &ack.base);
     cw__launch_free(l);
   }
   cw__launch_unthrottle(w);
@@ -1929,6 +1935,14 @@ static void cw__launch_issue(cw_worker_t* w, cw_launch_t* l, cw_store_entry_t* e
   free(events);
 }
 
+// Takes the head launch off the connection's queue.
+static void cw__launch_pop(cw_conn_t* c) {
+  cw_launch_t* l = c->launch_head;
+  c->launch_head = l->next;
+  if (!c->launch_head) c->launch_tail = NULL;
+  l->next = NULL;
+}
+
 static void cw__launch_waiter(void* user) {
   cw_conn_t* c = user;
   c->launch_waiting = false;
@@ -2002,14 +2016,67 @@ void cw__launch_pump(cw_conn_t* c) {
       w->launch_throttled_tail = c;
       return;
     }
-    c->launch_head = l->next;
-    if (!c->launch_head) c->launch_tail = NULL;
-    l->next = NULL;
+    // A part of an island's launch: ready at its turn; it answers so, and
+    // holds the turn until the controller heard from every part
+    // (cw__handle_launch_go). Nobody says go on a closed connection.
+    bool part = stamp && l->req->prepare && !l->go;
+    if (!st && part && c->closing) {
+      st = cw_make_status(CW_CANCELLED, "%s closed before the controller said go", c->name);
+    }
+    if (!st && part) {
+      if (!l->prepared) {
+        l->prepared = true;
+        cw_worker_stamp_hold(w, stamp);
+        Causeway__V1__Ack ack = CAUSEWAY__V1__ACK__INIT;
+        ack.id = l->req->exe_id;
+        cw__reply(c, CW_MSG_LAUNCH, l->request_id, &ack.base);
+      }
+      c->launch_waiting = true;
+      return;
+    }
+    if (l->prepared) cw_worker_stamp_hold(w, 0);
+    cw__launch_pop(c);
     uint64_t sid = c->session ? c->session->id : 0;
     if (st) cw__launch_fail(w, l, st);
     else cw__launch_issue(w, l, exe);
     if (stamp) cw_worker_stamp_passed(w, stamp, sid);  // its turn is over
   }
+}
+
+// LAUNCH_GO: the controller's word on the prepared part at the head of this
+// connection. Its completion (or the cancel) answers this request.
+static void cw__handle_launch_go(cw_conn_t* c, const cw_frame_header_t* h,
+                                 const Causeway__V1__LaunchGoRequest* r) {
+  cw_worker_t* w = c->w;
+  cw_launch_t* l = c->launch_head;
+  cw_status_t st = cw_ok_status();
+  if (c->role != CAUSEWAY__V1__ROLE__ROLE_CONTROLLER) {
+    st = cw_make_status(CW_PERMISSION_DENIED, "LAUNCH_GO is for the controller (HELLO role "
+                        "CONTROLLER)");
+  } else if (!l || !l->prepared || l->req->sched_stamp != r->sched_stamp) {
+    st = cw_make_status(CW_FAILED_PRECONDITION, "no prepared launch with stamp %" PRIu64
+                        " on this connection", r->sched_stamp);
+  }
+  if (st) {
+    cw__reply_error(c, h->type, h->request_id, st);
+    return;
+  }
+  l->request_id = h->request_id;
+  l->go_request = true;
+  c->launch_waiting = false;
+  if (r->go) {
+    l->go = true;  // the pump issues it now
+  } else {
+    cw_worker_stamp_hold(w, 0);
+    cw__launch_pop(c);
+    uint64_t sid = c->session ? c->session->id : 0;
+    uint64_t stamp = l->req->sched_stamp;
+    cw__launch_fail(w, l, cw_make_status(CW_CANCELLED, "launch of executable %" PRIu64
+                                         " (stamp %" PRIu64 ") cancelled: %s",
+                                         l->req->exe_id, stamp, r->reason ? r->reason : ""));
+    cw_worker_stamp_passed(w, stamp, sid);
+  }
+  cw__launch_pump(c);
 }
 
 static void cw__handle_launch(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCMessage** msg) {
@@ -2774,6 +2841,9 @@ static void cw__dispatch(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCMess
       break;
     case CW_MSG_LAUNCH:
       cw__handle_launch(c, h, &msg);
+      break;
+    case CW_MSG_LAUNCH_GO:
+      cw__handle_launch_go(c, h, (const Causeway__V1__LaunchGoRequest*)msg);
       break;
     case CW_MSG_DOWNLOAD: {
       cw_op_t* op = cw__op_for_wait(c, h, ((const Causeway__V1__DownloadRequest*)msg)->buffer_id,

@@ -93,6 +93,10 @@ typedef struct cw_launch_s {
   cw_status_t first_error;
   bool donated_dropped;  // the donated inputs' ids are deleted
   int64_t trace_start_ns;  // obs: when it was issued to PJRT
+  // A part of an island's launch (LaunchRequest.prepare): answered ready at
+  // its turn, then held there until LAUNCH_GO says go (or cancel).
+  bool prepared, go;
+  bool go_request;  // request_id is the LAUNCH_GO's: the reply answers that
 } cw_launch_t;
 
 struct cw_conn_s {
@@ -374,6 +378,9 @@ void cw_worker_stamp_passed(cw_worker_t* w, uint64_t stamp, uint64_t session_id)
 void cw_worker_stamp_drop(cw_conn_t* c, uint16_t type, const ProtobufCMessage* msg);
 // A REGISTER goes out: the controller counts this worker's island from 1.
 void cw_worker_stamp_restart(cw_worker_t* w);
+// A prepared launch holds the turn of `stamp` (0: none holds it): the stall
+// recovery must not go past it while the controller decides.
+void cw_worker_stamp_hold(cw_worker_t* w, uint64_t stamp);
 // Shutting down: nothing waits for a turn any more.
 void cw_worker_stamp_stop(cw_worker_t* w);
 // Points st->sched_stamps at the record; returns what the caller frees.

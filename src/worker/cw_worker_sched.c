@@ -37,6 +37,7 @@ struct cw_stamp_state_s {
   cw_conn_t* waiters;  // referenced: connections whose head waits for its turn
   bool waking, rewake;
   bool off;            // shutting down: no more waiting
+  uint64_t held;       // the turn a prepared launch holds (0: none)
   uv_timer_t stall;    // runs while connections wait
   bool stall_init;
   uint64_t stall_next;  // `next` when the stall timer last looked
@@ -119,8 +120,8 @@ static void cw__stamp_stall(uv_timer_t* t) {
     uv_timer_stop(t);
     return;
   }
-  if (g->next != g->stall_next) {
-    g->stall_next = g->next;
+  if (g->next != g->stall_next || (g->held && g->held == g->next)) {
+    g->stall_next = g->next;  // progress, or a turn held on purpose
     return;
   }
   uint64_t least = UINT64_MAX;
@@ -200,7 +201,13 @@ void cw_worker_stamp_restart(cw_worker_t* w) {
   g->next = 1;
   g->stall_next = 1;
   g->num_ahead = 0;
+  g->held = 0;
   cw__stamp_wake(w, g);
+}
+
+void cw_worker_stamp_hold(cw_worker_t* w, uint64_t stamp) {
+  cw_stamp_state_t* g = cw__stamps(w);
+  if (g) g->held = stamp;
 }
 
 void cw_worker_stamp_stop(cw_worker_t* w) {
