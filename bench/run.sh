@@ -8,14 +8,18 @@ cd "$root"
 if [[ ! -f build/release/build.ninja ]]; then
   cmake -S . -B build/release -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Release >&2
 fi
-cmake --build build/release --target cw_bench causeway-worker >&2
+cmake --build build/release --target cw_bench island_bench causeway-worker causeway-controller \
+  cw_gangplugin >&2
 plugin="$(.venv/bin/python -c 'import lammps_jax_pjrt_cpu as m; print(m.PLUGIN_PATH)')"
 build/release/bin/cw_bench --plugin "$plugin" "$@"
+jax_args=(); for a in "$@"; do [[ "$a" == --quick ]] && jax_args=(--quick); done
+# An island of two worker processes (the gang test plugin) beside one worker of
+# the same plugin: pipelined launches/s through the controller, 1 and 4 sessions.
+build/release/bin/island_bench --plugin "$plugin" "${jax_args[@]}"
 # JAX on causeway (embedded cluster) against stock in-process JAX on CPU: sync
 # call latency, async dispatch throughput, training step time (full run; with
 # --quick among the arguments, its quick mode).
 cmake --build build/release --target causeway_pjrt causeway-controller causeway-worker >&2
-jax_args=(); for a in "$@"; do [[ "$a" == --quick ]] && jax_args=(--quick); done
 .venv/bin/python bench/jax_bench.py "${jax_args[@]}"
 # Failover: time from a worker's death (SIGKILL, SIGSTOP) to the error in
 # every affected JAX client, with a plain TCP peer's SIGKILL as the baseline.

@@ -26,8 +26,7 @@
 
 #include "cw_client.h"
 #include "cw_frame.h"
-#include "cw_test_util.h"
-#include "proto/xla_compile_options.pb-c.h"
+#include "cw_test_island.h"
 
 #define F32 CAUSEWAY__V1__DTYPE__DTYPE_F32
 #define ASSERT_OK CW_TEST_ASSERT_OK
@@ -49,127 +48,34 @@ static struct {
   size_t options_size;
 } g;
 
-// ---- Helpers ----------------------------------------------------------------------
+// ---- Helpers (the rest are cw_test_island's) ----------------------------------------
 
-// CompileOptions naming session devices `ids` as n partitions.
-static uint8_t* options_for(const int64_t* ids, size_t n, size_t* out_size) {
-  Causeway__Xla__ComputationDevice cds[DEVS];
-  Causeway__Xla__ComputationDevice* cdp[DEVS];
-  int64_t one[DEVS];
-  for (size_t i = 0; i < n; ++i) {
-    causeway__xla__computation_device__init(&cds[i]);
-    one[i] = ids[i];
-    cds[i].replica_device_ids = &one[i];
-    cds[i].n_replica_device_ids = 1;
-    cdp[i] = &cds[i];
-  }
-  Causeway__Xla__DeviceAssignment da = CAUSEWAY__XLA__DEVICE_ASSIGNMENT__INIT;
-  da.replica_count = 1;
-  da.computation_count = (int32_t)n;
-  da.computation_devices = cdp;
-  da.n_computation_devices = n;
-  Causeway__Xla__ExecutableBuildOptions bo = CAUSEWAY__XLA__EXECUTABLE_BUILD_OPTIONS__INIT;
-  bo.num_replicas = 1;
-  bo.num_partitions = (int64_t)n;
-  bo.device_assignment = &da;
-  Causeway__Xla__CompileOptions co = CAUSEWAY__XLA__COMPILE_OPTIONS__INIT;
-  co.executable_build_options = &bo;
-  *out_size = causeway__xla__compile_options__get_packed_size(&co);
-  uint8_t* buf = malloc(*out_size);
-  if (buf) causeway__xla__compile_options__pack(&co, buf);
-  return buf;
-}
-
-static cw_status_t call_simple(cw_client_t* c, uint16_t type, const ProtobufCMessage* m,
-                               ProtobufCMessage** out_reply) {
-  ProtobufCMessage* rep = NULL;
-  cw_status_t s = cw_client_call(c, type, m, NULL, 0, NULL, &rep, NULL);
-  if (out_reply) *out_reply = rep;
-  else if (rep) protobuf_c_message_free_unpacked(rep, NULL);
-  return s;
-}
-
-// A session: the controller connection, the SessionInfo, one connection per
-// worker of the session (by worker index).
-typedef struct session_s {
-  cw_client_t* ctl;
-  Causeway__V1__SessionInfo* info;
-  cw_client_t* links[8];
-} session_t;
-
-static cw_status_t session_open(session_t* s, const char* name, const char* const* workers,
-                                size_t num_workers, uint32_t num_devices, uint32_t min_island) {
-  memset(s, 0, sizeof(*s));
-  cw_client_options_t o = {.peer_name = name};
-  CW_RETURN_IF_ERROR(cw_client_connect(g.ctl_address, &o, &s->ctl), "%s", name);
-  Causeway__V1__OpenSessionRequest req = CAUSEWAY__V1__OPEN_SESSION_REQUEST__INIT;
-  req.min_workers = 3;
-  req.wait_ms = 60000;
-  req.name = (char*)name;
-  req.num_devices = num_devices;
-  req.min_island = min_island;
-  req.share = true;
-  req.workers = (char**)workers;
-  req.n_workers = num_workers;
-  ProtobufCMessage* rep = NULL;
-  CW_RETURN_IF_ERROR(call_simple(s->ctl, CW_MSG_OPEN_SESSION, &req.base, &rep), "OPEN_SESSION");
-  s->info = (Causeway__V1__SessionInfo*)rep;
-  for (size_t i = 0; i < s->info->n_workers; ++i) {
-    const Causeway__V1__WorkerInfo* w = s->info->workers[i];
-    if (w->index >= 8) return cw_make_status(CW_INTERNAL, "worker index %u", w->index);
-    cw_client_options_t wo = {.peer_name = name, .session_id = s->info->session_id};
-    CW_RETURN_IF_ERROR(cw_client_connect(w->address, &wo, &s->links[w->index]), "%s",
-                       w->address);
-  }
-  return cw_ok_status();
-}
-
-static void session_close(session_t* s) {
-  for (size_t i = 0; i < 8; ++i) {
-    if (s->links[i]) cw_client_release(s->links[i]);
-  }
-  if (s->info) protobuf_c_message_free_unpacked(&s->info->base, NULL);
-  if (s->ctl) cw_client_release(s->ctl);
-  memset(s, 0, sizeof(*s));
-}
-
-static const Causeway__V1__GlobalDevice* session_device(const session_t* s, int32_t id) {
-  for (size_t i = 0; i < s->info->n_devices; ++i) {
-    if (s->info->devices[i]->global_id == id) return s->info->devices[i];
-  }
-  return NULL;
+// A shared session of this test's controller; it waits for all 3 workers.
+static cw_status_t session_open(cw_test_session_t* s, const char* name,
+                                const char* const* workers, size_t num_workers,
+                                uint32_t num_devices, uint32_t min_island) {
+  cw_test_session_options_t o = {.controller = g.ctl_address,
+                                 .name = name,
+                                 .workers = workers,
+                                 .num_workers = num_workers,
+                                 .num_devices = num_devices,
+                                 .min_island = min_island,
+                                 .min_workers = 3};
+  return cw_test_session_open(&o, s);
 }
 
 // Compiles the all-reduce program `tag` over session devices `ids`.
-static cw_status_t compile_gang(session_t* s, uint64_t exe, const char* tag, const int64_t* ids,
-                                size_t n) {
-  char code[96];
-  snprintf(code, sizeof(code), "allreduce_sum f32[%d] %s", N, tag);
-  size_t osize = 0;
-  uint8_t* opts = options_for(ids, n, &osize);
-  if (!opts) return cw_make_status(CW_RESOURCE_EXHAUSTED, "options");
-  cw_status_t st = cw_client_compile(s->ctl, exe, "cwgang", code, strlen(code), opts, osize, NULL);
-  free(opts);
-  return st;
+static cw_status_t compile_gang(cw_test_session_t* s, uint64_t exe, const char* tag,
+                                const int64_t* ids, size_t n) {
+  return cw_test_gang_compile(s, exe, N, tag, ids, n);
 }
 
 // The session's ids of the island's devices, rank 0's worker first: a
 // program on the island lists each member's devices together, in rank order.
-static void gang_ids(const session_t* s, bool backwards, int64_t* ids) {
-  size_t n = 0;
-  for (int pass = 0; pass < 2; ++pass) {
-    const char* want = (pass == 0) != backwards ? "gang0" : "gang1";
-    for (size_t i = 0; i < s->info->n_devices; ++i) {
-      const Causeway__V1__GlobalDevice* gd = s->info->devices[i];
-      for (size_t k = 0; k < s->info->n_workers; ++k) {
-        const Causeway__V1__WorkerInfo* w = s->info->workers[k];
-        if (w->index == gd->worker_index && !strcmp(w->name, want) && n < DEVS) {
-          ids[n++] = gd->global_id;
-        }
-      }
-    }
-  }
-  assert_int_equal(n, DEVS);
+static void gang_ids(const cw_test_session_t* s, bool backwards, int64_t* ids) {
+  const char* ranks[2] = {"gang0", "gang1"};
+  const char* reversed[2] = {"gang1", "gang0"};
+  assert_int_equal(cw_test_session_ids(s, backwards ? reversed : ranks, 2, ids, DEVS), DEVS);
 }
 
 static float input_value(int k, int i, int d, int j) {
@@ -197,14 +103,14 @@ static void client_fail(client_t* c, cw_status_t st, const char* what) {
 
 static void* client_main(void* arg) {
   client_t* c = arg;
-  session_t s;
+  cw_test_session_t s;
   char name[32];
   snprintf(name, sizeof(name), "island-client-%d", c->k);
   const char* workers[] = {"gang0", "gang1"};
   cw_status_t st = session_open(&s, name, workers, 2, DEVS, 0);
   if (st) {
     client_fail(c, st, "open");
-    session_close(&s);
+    cw_test_session_close(&s);
     return NULL;
   }
   c->session_id = s.info->session_id;
@@ -213,65 +119,46 @@ static void* client_main(void* arg) {
   st = compile_gang(&s, 1, c->tag, ids, DEVS);
   if (st) {
     client_fail(c, st, "compile");
-    session_close(&s);
+    cw_test_session_close(&s);
     return NULL;
   }
   // Inputs for every launch, stored before the launches go out: the
   // island's parts are relayed by the controller, not ordered behind this
   // session's direct uploads.
-  cw_client_t* link[DEVS];
-  int local[DEVS];
-  for (int d = 0; d < DEVS; ++d) {
-    const Causeway__V1__GlobalDevice* gd = session_device(&s, (int32_t)ids[d]);
-    if (!gd || gd->worker_index >= 8 || !s.links[gd->worker_index]) {
-      client_fail(c, NULL, "session device missing");
-      session_close(&s);
-      return NULL;
-    }
-    c->island = (int)gd->island;
-    link[d] = s.links[gd->worker_index];
-    local[d] = gd->device->local_id;
-  }
-  int64_t dims[1] = {N};
+  const Causeway__V1__GlobalDevice* gd0 = cw_test_session_device(&s, (int32_t)ids[0]);
+  c->island = gd0 ? (int)gd0->island : -1;
   for (int i = 0; i < LAUNCHES && !st; ++i) {
     for (int d = 0; d < DEVS && !st; ++d) {
       float data[N];
       for (int j = 0; j < N; ++j) data[j] = input_value(c->k, i, d, j);
-      st = cw_client_upload(link[d], 1000 + (uint64_t)(i * DEVS + d), F32, dims, 1, NULL,
-                            local[d], data, sizeof(data), NULL, NULL);
+      st = cw_test_session_upload_f32(&s, ids[d], 1000 + (uint64_t)(i * DEVS + d), data, N);
     }
   }
-  for (int d = 0; !st && d < DEVS; ++d) st = cw_client_flush(link[d]);
+  if (!st) st = cw_test_session_flush(&s);
   if (st) {
     client_fail(c, st, "upload");
-    session_close(&s);
+    cw_test_session_close(&s);
     return NULL;
   }
   // All launches pipelined through the controller.
   for (int i = 0; i < LAUNCHES && !st; ++i) {
     uint64_t in[DEVS], out[DEVS];
-    const uint64_t* args[DEVS];
-    const uint64_t* outs[DEVS];
     for (int d = 0; d < DEVS; ++d) {
       in[d] = 1000 + (uint64_t)(i * DEVS + d);
       out[d] = 5000 + (uint64_t)(i * DEVS + d);
-      args[d] = &in[d];
-      outs[d] = &out[d];
     }
-    st = cw_client_launch(s.ctl, 1, DEVS, 1, args, 1, outs, NULL, NULL);
+    st = cw_test_gang_launch(&s, 1, in, out, DEVS);
   }
   if (!st) st = cw_client_flush(s.ctl);
   if (st) {
     client_fail(c, st, "launch");
-    session_close(&s);
+    cw_test_session_close(&s);
     return NULL;
   }
   for (int i = 0; i < LAUNCHES && !st; ++i) {
     for (int d = 0; d < DEVS && !st; ++d) {
       float got[N];
-      size_t size = 0;
-      st = cw_client_download(link[d], 5000 + (uint64_t)(i * DEVS + d), got, sizeof(got), &size,
-                              NULL);
+      st = cw_test_session_download_f32(&s, ids[d], 5000 + (uint64_t)(i * DEVS + d), got, N);
       for (int j = 0; !st && j < N; ++j) {
         float want = 0;
         for (int e = 0; e < DEVS; ++e) want += input_value(c->k, i, e, j);
@@ -285,7 +172,7 @@ static void* client_main(void* arg) {
     }
   }
   if (st) client_fail(c, st, "download");
-  session_close(&s);
+  cw_test_session_close(&s);
   return NULL;
 }
 
@@ -393,21 +280,14 @@ static void run_clients(client_t* clients, int first_k, int num, const char* pre
 // ---- Setup --------------------------------------------------------------------------
 
 static int start_gang_worker_as(int rank, const char* name, cw_test_worker_t* out) {
-  static char env[2][4][320];
-  snprintf(env[rank][0], sizeof(env[rank][0]), "CW_GANG_DIR=%s", g.dir);
-  snprintf(env[rank][1], sizeof(env[rank][1]), "CW_GANG_RANK=%d", rank);
-  snprintf(env[rank][2], sizeof(env[rank][2]), "CW_GANG_SIZE=2");
-  snprintf(env[rank][3], sizeof(env[rank][3]), "CW_GANG_INNER_PLUGIN=%s",
-           cw_test_getenv("CW_PJRT_PLUGIN", ""));
-  const char* envp[] = {env[rank][0], env[rank][1], env[rank][2], env[rank][3], NULL};
-  const char* args[] = {"--controller", g.ctl_address, "--island", "gang", "--island-size", "2",
-                        NULL};
-  cw_test_worker_options_t o = {.plugin = cw_test_getenv("CW_GANGPLUGIN", ""),
-                                .devices = 2,
-                                .name = name,
-                                .extra_args = args,
-                                .extra_env = envp};
-  return cw_test_worker_start(&o, out);
+  cw_test_gang_worker_options_t o = {.controller = g.ctl_address,
+                                     .dir = g.dir,
+                                     .rank = rank,
+                                     .size = 2,
+                                     .name = name,
+                                     .island = "gang",
+                                     .devices = 2};
+  return cw_test_gang_worker_start(&o, out);
 }
 
 static int start_gang_worker(int rank) {
@@ -508,7 +388,7 @@ static void test_bad_placements_and_launches(void** state) {
   (void)state;
   // Islands of at least 4 devices: only the island of gang0 and gang1 is
   // one (solo has 1), so no worker needs naming.
-  session_t s;
+  cw_test_session_t s;
   ASSERT_OK(session_open(&s, "island-bad", NULL, 0, DEVS, DEVS));
   for (size_t i = 0; i < s.info->n_devices; ++i) {
     assert_int_equal(s.info->devices[i]->island, s.info->devices[0]->island);
@@ -528,45 +408,33 @@ static void test_bad_placements_and_launches(void** state) {
   // A draining member would refuse its part while the other waits for it:
   // the controller refuses the whole launch, and takes it again after.
   uint64_t ins[DEVS], outs[DEVS];
-  const uint64_t* ap[DEVS];
-  const uint64_t* op[DEVS];
-  int64_t dims[1] = {N};
   for (int d = 0; d < DEVS; ++d) {
-    const Causeway__V1__GlobalDevice* gd = session_device(&s, (int32_t)ids[d]);
-    assert_non_null(gd);
     float data[N];
     for (int j = 0; j < N; ++j) data[j] = (float)(d + j);
     ins[d] = 100 + (uint64_t)d;
     outs[d] = 200 + (uint64_t)d;
-    ap[d] = &ins[d];
-    op[d] = &outs[d];
-    cw_client_t* link = s.links[gd->worker_index];
-    ASSERT_OK(cw_client_upload(link, ins[d], F32, dims, 1, NULL, gd->device->local_id, data,
-                               sizeof(data), NULL, NULL));
-    ASSERT_OK(cw_client_flush(link));
+    ASSERT_OK(cw_test_session_upload_f32(&s, ids[d], ins[d], data, N));
   }
+  ASSERT_OK(cw_test_session_flush(&s));
   Causeway__V1__AdminDrainRequest dr = CAUSEWAY__V1__ADMIN_DRAIN_REQUEST__INIT;
   dr.worker = (char*)"gang1";
-  ASSERT_OK(call_simple(s.ctl, CW_MSG_ADMIN_DRAIN, &dr.base, NULL));
-  st = cw_client_launch(s.ctl, 3, DEVS, 1, ap, 1, op, NULL, NULL);
+  ASSERT_OK(cw_test_call(s.ctl, CW_MSG_ADMIN_DRAIN, &dr.base, NULL));
+  st = cw_test_gang_launch(&s, 3, ins, outs, DEVS);
   if (!st) st = cw_client_flush(s.ctl);
   expect_error(st, CW_FAILED_PRECONDITION, "worker gang1 of island 'gang' is draining",
                "a launch while gang1 drains");
-  ASSERT_OK(call_simple(s.ctl, CW_MSG_ADMIN_UNDRAIN, &dr.base, NULL));
-  ASSERT_OK(cw_client_launch(s.ctl, 3, DEVS, 1, ap, 1, op, NULL, NULL));
+  ASSERT_OK(cw_test_call(s.ctl, CW_MSG_ADMIN_UNDRAIN, &dr.base, NULL));
+  ASSERT_OK(cw_test_gang_launch(&s, 3, ins, outs, DEVS));
   ASSERT_OK(cw_client_flush(s.ctl));
   for (int d = 0; d < DEVS; ++d) {
-    const Causeway__V1__GlobalDevice* gd = session_device(&s, (int32_t)ids[d]);
     float got[N];
-    size_t size = 0;
-    ASSERT_OK(cw_client_download(s.links[gd->worker_index], outs[d], got, sizeof(got), &size,
-                                 NULL));
+    ASSERT_OK(cw_test_session_download_f32(&s, ids[d], outs[d], got, N));
     for (int j = 0; j < N; ++j) assert_true(got[j] == (float)(0 + 1 + 2 + 3 + 4 * j));
   }
   Causeway__V1__ExeInfoRequest ei = CAUSEWAY__V1__EXE_INFO_REQUEST__INIT;
   ei.exe_id = 3;
   ProtobufCMessage* rep = NULL;
-  ASSERT_OK(call_simple(s.ctl, CW_MSG_EXE_INFO, &ei.base, &rep));
+  ASSERT_OK(cw_test_call(s.ctl, CW_MSG_EXE_INFO, &ei.base, &rep));
   const Causeway__V1__ExecutableInfo* info = (const Causeway__V1__ExecutableInfo*)rep;
   assert_int_equal(info->n_devices, DEVS);  // every part's devices, in launch order
   for (size_t i = 0; i < info->n_devices; ++i) assert_int_equal(info->devices[i], ids[i]);
@@ -580,15 +448,15 @@ static void test_bad_placements_and_launches(void** state) {
   uint64_t ex = 3;
   del.ids = &ex;
   del.n_ids = 1;
-  ASSERT_OK(call_simple(s.ctl, CW_MSG_DELETE, &del.base, NULL));
-  expect_error(call_simple(s.ctl, CW_MSG_EXE_INFO, &ei.base, NULL), CW_NOT_FOUND, "3",
+  ASSERT_OK(cw_test_call(s.ctl, CW_MSG_DELETE, &del.base, NULL));
+  expect_error(cw_test_call(s.ctl, CW_MSG_EXE_INFO, &ei.base, NULL), CW_NOT_FOUND, "3",
                "EXE_INFO after DELETE");
-  session_close(&s);
+  cw_test_session_close(&s);
 }
 
 static void test_losing_a_member_fails_the_island_only(void** state) {
   (void)state;
-  session_t s, solo;
+  cw_test_session_t s, solo;
   const char* workers[] = {"gang0", "gang1"};
   ASSERT_OK(session_open(&s, "island-loss", workers, 2, DEVS, 0));
   const char* solo_workers[] = {"solo"};
@@ -601,14 +469,12 @@ static void test_losing_a_member_fails_the_island_only(void** state) {
   assert_int_equal(cw_test_worker_kill(&g.gang[1]), 128 + SIGKILL);
   cw_test_sleep_ms(500);  // the controller sees the connection close (no timing asserted)
   uint64_t in[DEVS] = {1, 2, 3, 4}, out[DEVS] = {5, 6, 7, 8};
-  const uint64_t* a[DEVS] = {&in[0], &in[1], &in[2], &in[3]};
-  const uint64_t* o[DEVS] = {&out[0], &out[1], &out[2], &out[3]};
   // Within the heartbeat timeout the loss shows as the closed connection.
-  cw_status_t st = cw_client_launch(s.ctl, 4, DEVS, 1, a, 1, o, NULL, NULL);
+  cw_status_t st = cw_test_gang_launch(&s, 4, in, out, DEVS);
   if (!st) st = cw_client_flush(s.ctl);
   expect_error(st, CW_UNAVAILABLE, "gang1", "a launch on the island after gang1 died");
   // The other island serves on: x * y + 1 on the solo worker.
-  const Causeway__V1__GlobalDevice* gd = session_device(&solo, 0);
+  const Causeway__V1__GlobalDevice* gd = cw_test_session_device(&solo, 0);
   assert_non_null(gd);
   cw_client_t* w = solo.links[gd->worker_index];
   float x = 3, y = 4, r = 0;
@@ -623,8 +489,8 @@ static void test_losing_a_member_fails_the_island_only(void** state) {
   size_t size = 0;
   ASSERT_OK(cw_client_download(w, 3, &r, sizeof(r), &size, NULL));
   assert_true(r == 13.0f);
-  session_close(&solo);
-  session_close(&s);
+  cw_test_session_close(&solo);
+  cw_test_session_close(&s);
 }
 
 // ADMIN_STATUS of the controller (free with protobuf_c_message_free_unpacked).
@@ -634,7 +500,7 @@ static Causeway__V1__AdminStatus* admin_status(void) {
   ASSERT_OK(cw_client_connect(g.ctl_address, &o, &c));
   Causeway__V1__AdminStatusRequest req = CAUSEWAY__V1__ADMIN_STATUS_REQUEST__INIT;
   ProtobufCMessage* rep = NULL;
-  ASSERT_OK(call_simple(c, CW_MSG_ADMIN_STATUS, &req.base, &rep));
+  ASSERT_OK(cw_test_call(c, CW_MSG_ADMIN_STATUS, &req.base, &rep));
   cw_client_release(c);
   return (Causeway__V1__AdminStatus*)rep;
 }

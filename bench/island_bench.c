@@ -1,0 +1,368 @@
+// island_bench: launch throughput through the controller on an island that
+// spans two worker processes, beside a one-worker island of the same plugin
+// measured in the same run.
+//
+// It starts a controller and three workers over the gang test plugin
+// (tests/gangplugin, docs/gangplugin.md): gang0 and gang1 form island "gang"
+// (--island gang --island-size 2, CW_GANG_SIZE=2, 2 devices each), and "base"
+// is its own island (CW_GANG_SIZE=1, its own CW_GANG_DIR, 2 devices). For S in
+// {1, 4} concurrent sessions (threads, each its own shared controller session
+// naming its workers) on each island, every session compiles
+// "allreduce_sum f32[16] sK" over its devices, uploads its inputs once, and
+// pipelines L launches through the controller (done = NULL, then one flush).
+// The launch phase is timed from the moment all sessions start (a barrier)
+// until the last one's flush returns.
+//
+// Every launch gets fresh output ids: the worker refuses a launch whose
+// output id exists (ALREADY_EXISTS), and on an island that refusal would
+// leave the other member's part waiting in its collective. The outputs live
+// until the session closes (a few thousand 64-byte buffers).
+//
+// At the end of each run one output of the last launch is downloaded from
+// each device and compared with the sum; a mismatch or any error exits 1.
+// Nothing is asserted about speed. --quick: a few launches (CTest
+// `island_bench_quick`).
+//
+// Usage: island_bench [--quick] [--launches N] [--plugin PATH] [--gangplugin PATH]
+//   --plugin: the plugin under the gang plugin (default $CW_PJRT_PLUGIN);
+//   --gangplugin: default $CW_GANGPLUGIN, else ../lib/libcw_gangplugin.so
+//   beside this executable. causeway-worker and causeway-controller come
+//   from $CW_WORKER_BIN / $CW_CONTROLLER_BIN, else beside this executable.
+
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cw_test_island.h"
+
+#define ELEMS 16
+#define MAX_DEVS 4
+#define MAX_SESSIONS 4
+// A session's executables and buffers share one id space on a worker.
+#define EXE 1
+#define IN_BASE 100    // input of device d: IN_BASE + d
+#define OUT_BASE 1000  // output of launch i on device d: OUT_BASE + i * devices + d
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+// ---- Processes ------------------------------------------------------------------------
+
+static struct {
+  char dir[256];
+  cw_test_process_t ctl;
+  char ctl_address[512];
+  cw_test_worker_t workers[3];  // gang0, gang1, base
+} g;
+
+// Stops what was started; false when a process did not exit cleanly.
+static bool stop_all(void) {
+  bool ok = true;
+  for (int i = 0; i < 3; ++i) {
+    if (g.workers[i].process.pid && cw_test_worker_stop(&g.workers[i], 30000) != 0) ok = false;
+  }
+  if (g.ctl.pid && cw_test_process_stop(&g.ctl, 30000) != 0) ok = false;
+  if (g.dir[0]) cw_test_tempdir_remove(g.dir);
+  g.dir[0] = '\0';
+  return ok;
+}
+
+static void die(const char* fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+static void die(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "island_bench: FAILED: ");
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  stop_all();
+  exit(1);
+}
+
+// The directory of this executable (for the binaries built beside it).
+static void exe_dir(char* out, size_t capacity) {
+  ssize_t n = readlink("/proc/self/exe", out, capacity - 1);
+  if (n <= 0) n = 0;
+  out[n] = '\0';
+  char* slash = strrchr(out, '/');
+  if (slash) *slash = '\0';
+  else snprintf(out, capacity, ".");
+}
+
+// Sets `var` to `path` unless it is set already; the path must exist.
+static void default_env(const char* var, const char* path) {
+  if (!cw_test_getenv(var, NULL)) setenv(var, path, 1);
+  if (access(getenv(var), R_OK) != 0) die("%s: %s does not exist (build it)", var, getenv(var));
+}
+
+static void start_processes(void) {
+  if (cw_test_tempdir_create("cw-ibench", g.dir, sizeof(g.dir)) != 0) die("temporary directory");
+  char gang_dir[300], base_dir[300];
+  snprintf(gang_dir, sizeof(gang_dir), "%s/gang", g.dir);
+  snprintf(base_dir, sizeof(base_dir), "%s/base", g.dir);
+  if (mkdir(gang_dir, 0700) != 0 || mkdir(base_dir, 0700) != 0) die("mkdir in %s", g.dir);
+  if (cw_test_controller_start(NULL, &g.ctl, g.ctl_address, sizeof(g.ctl_address)) != 0) {
+    die("controller did not start");
+  }
+  cw_test_gang_worker_options_t o[3] = {
+      {.dir = gang_dir, .rank = 0, .size = 2, .name = "gang0", .island = "gang"},
+      {.dir = gang_dir, .rank = 1, .size = 2, .name = "gang1", .island = "gang"},
+      {.dir = base_dir, .rank = 0, .size = 1, .name = "base"},
+  };
+  for (int i = 0; i < 3; ++i) {
+    o[i].controller = g.ctl_address;
+    o[i].devices = 2;
+    if (cw_test_gang_worker_start(&o[i], &g.workers[i]) != 0) die("worker %s", o[i].name);
+  }
+}
+
+// ---- Sessions -------------------------------------------------------------------------
+
+typedef struct island_s {
+  const char* label;
+  const char* const* workers;  // in rank order
+  size_t num_workers;
+  uint32_t devices;
+} island_t;
+
+typedef struct session_run_s {
+  const island_t* island;
+  int k, num_sessions, launches, warmup;
+  pthread_barrier_t* start;
+  double t0, t1;
+  char error[512];  // first failure
+} session_run_t;
+
+static void run_fail(session_run_t* r, cw_status_t st, const char* what) {
+  if (!r->error[0]) {
+    snprintf(r->error, sizeof(r->error), "%s session %d of %d: %s: %s", r->island->label, r->k,
+             r->num_sessions, what, st ? cw_status_message(st) : "failed");
+  }
+  cw_status_free(st);
+}
+
+static float input_value(int k, int d, int j) { return (float)(k * 100 + d * 10 + j); }
+
+// Pipelines launches [first, first + count) of EXE and waits for them.
+static cw_status_t launch_range(cw_test_session_t* s, uint32_t n, int first, int count) {
+  uint64_t in[MAX_DEVS], out[MAX_DEVS];
+  cw_status_t st = cw_ok_status();
+  for (int i = first; i < first + count && !st; ++i) {
+    for (uint32_t d = 0; d < n; ++d) {
+      in[d] = IN_BASE + d;
+      out[d] = OUT_BASE + (uint64_t)i * n + d;
+    }
+    st = cw_test_gang_launch(s, EXE, in, out, n);
+  }
+  if (!st) st = cw_client_flush(s->ctl);
+  return st;
+}
+
+// Every device's output of launch `last` is the sum over the devices.
+static void verify(session_run_t* r, cw_test_session_t* s, const int64_t* ids, int last) {
+  uint32_t n = r->island->devices;
+  for (uint32_t d = 0; d < n && !r->error[0]; ++d) {
+    float got[ELEMS];
+    uint64_t id = OUT_BASE + (uint64_t)last * n + d;
+    cw_status_t st = cw_test_session_download_f32(s, ids[d], id, got, ELEMS);
+    if (st) {
+      run_fail(r, st, "download");
+      return;
+    }
+    for (int j = 0; j < ELEMS; ++j) {
+      float want = 0;
+      for (uint32_t e = 0; e < n; ++e) want += input_value(r->k, (int)e, j);
+      if (got[j] != want) {
+        snprintf(r->error, sizeof(r->error), "%s session %d: device %u [%d] = %g, want %g",
+                 r->island->label, r->k, d, j, (double)got[j], (double)want);
+        return;
+      }
+    }
+  }
+}
+
+// Open, compile, upload and warm up; false (r->error set) on failure.
+static bool prepare(session_run_t* r, cw_test_session_t* s, int64_t* ids) {
+  const island_t* is = r->island;
+  char name[64], tag[16];
+  snprintf(name, sizeof(name), "ibench-%s-%d-%d", is->label, r->num_sessions, r->k);
+  snprintf(tag, sizeof(tag), "s%d", r->k);
+  cw_test_session_options_t o = {.controller = g.ctl_address,
+                                 .name = name,
+                                 .workers = is->workers,
+                                 .num_workers = is->num_workers,
+                                 .num_devices = is->devices,
+                                 .min_workers = 3};
+  cw_status_t st = cw_test_session_open(&o, s);
+  if (st) {
+    run_fail(r, st, "open");
+    return false;
+  }
+  if (cw_test_session_ids(s, is->workers, is->num_workers, ids, MAX_DEVS) != is->devices) {
+    run_fail(r, NULL, "the session's devices are not on the named workers");
+    return false;
+  }
+  st = cw_test_gang_compile(s, EXE, ELEMS, tag, ids, is->devices);
+  if (st) {
+    run_fail(r, st, "compile");
+    return false;
+  }
+  for (uint32_t d = 0; d < is->devices && !st; ++d) {
+    float data[ELEMS];
+    for (int j = 0; j < ELEMS; ++j) data[j] = input_value(r->k, (int)d, j);
+    st = cw_test_session_upload_f32(s, ids[d], IN_BASE + d, data, ELEMS);
+  }
+  if (!st) st = cw_test_session_flush(s);
+  if (st) {
+    run_fail(r, st, "upload");
+    return false;
+  }
+  // Warm-up: the first launches load the executable's parts on the workers.
+  st = launch_range(s, is->devices, 0, r->warmup);
+  if (st) {
+    run_fail(r, st, "warm-up launch");
+    return false;
+  }
+  return true;
+}
+
+static void* session_main(void* arg) {
+  session_run_t* r = arg;
+  cw_test_session_t s;
+  int64_t ids[MAX_DEVS];
+  bool ready = prepare(r, &s, ids);
+  pthread_barrier_wait(r->start);  // every thread gets here, ready or not
+  r->t0 = now_s();
+  if (ready) {
+    cw_status_t st = launch_range(&s, r->island->devices, r->warmup, r->launches);
+    r->t1 = now_s();
+    if (st) run_fail(r, st, "launch");
+    else verify(r, &s, ids, r->warmup + r->launches - 1);
+  }
+  cw_test_session_close(&s);
+  return NULL;
+}
+
+// Runs `num` sessions on `island` at once; returns the launch phase's wall
+// time (first start to last flush), or dies on any error.
+static double run_sessions(const island_t* island, int num, int launches, int warmup) {
+  session_run_t runs[MAX_SESSIONS];
+  pthread_t threads[MAX_SESSIONS];
+  pthread_barrier_t start;
+  if (pthread_barrier_init(&start, NULL, (unsigned)num) != 0) die("pthread_barrier_init");
+  memset(runs, 0, sizeof(runs));
+  for (int k = 0; k < num; ++k) {
+    runs[k] = (session_run_t){.island = island, .k = k, .num_sessions = num,
+                              .launches = launches, .warmup = warmup, .start = &start};
+    if (pthread_create(&threads[k], NULL, session_main, &runs[k]) != 0) die("pthread_create");
+  }
+  for (int k = 0; k < num; ++k) pthread_join(threads[k], NULL);
+  pthread_barrier_destroy(&start);
+  double t0 = runs[0].t0, t1 = runs[0].t1;
+  for (int k = 0; k < num; ++k) {
+    if (runs[k].error[0]) die("%s", runs[k].error);
+    if (runs[k].t0 < t0) t0 = runs[k].t0;
+    if (runs[k].t1 > t1) t1 = runs[k].t1;
+  }
+  return t1 - t0;
+}
+
+// ---- main -----------------------------------------------------------------------------
+
+static void usage(void) {
+  fprintf(stderr, "usage: island_bench [--quick] [--launches N] [--plugin PATH] "
+                  "[--gangplugin PATH]\n");
+  exit(2);
+}
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  long launches = 0;
+  const char* plugin = NULL;
+  const char* gangplugin = NULL;
+  for (int i = 1; i < argc; ++i) {
+    const char* a = argv[i];
+    const char* v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--quick")) {
+      quick = true;
+    } else if (!strcmp(a, "--launches") && v) {
+      launches = strtol(v, NULL, 10), ++i;
+      if (launches < 1 || launches > 1000000) usage();
+    } else if (!strcmp(a, "--plugin") && v) {
+      plugin = v, ++i;
+    } else if (!strcmp(a, "--gangplugin") && v) {
+      gangplugin = v, ++i;
+    } else {
+      usage();
+    }
+  }
+  if (!launches) launches = quick ? 20 : 5000;  // full run: ~15 s on 2 cores
+  int warmup = quick ? 2 : 20;
+  signal(SIGPIPE, SIG_IGN);
+
+  char dir[PATH_MAX - 64], path[PATH_MAX];
+  exe_dir(dir, sizeof(dir));
+  if (plugin) setenv("CW_PJRT_PLUGIN", plugin, 1);
+  if (!cw_test_getenv("CW_PJRT_PLUGIN", NULL)) {
+    fprintf(stderr, "island_bench: no plugin: pass --plugin PATH or set CW_PJRT_PLUGIN\n");
+    return 2;
+  }
+  if (gangplugin) setenv("CW_GANGPLUGIN", gangplugin, 1);
+  snprintf(path, sizeof(path), "%s/../lib/libcw_gangplugin.so", dir);
+  default_env("CW_GANGPLUGIN", path);
+  snprintf(path, sizeof(path), "%s/causeway-worker", dir);
+  default_env("CW_WORKER_BIN", path);
+  snprintf(path, sizeof(path), "%s/causeway-controller", dir);
+  default_env("CW_CONTROLLER_BIN", path);
+
+  start_processes();
+  static const char* const gang_workers[] = {"gang0", "gang1"};
+  static const char* const base_workers[] = {"base"};
+  const island_t islands[2] = {
+      {.label = "gang", .workers = gang_workers, .num_workers = 2, .devices = 4},
+      {.label = "base", .workers = base_workers, .num_workers = 1, .devices = 2},
+  };
+  const int sessions[2] = {1, 4};
+  double wall[2][2];  // [sessions][island]
+  for (int si = 0; si < 2; ++si) {
+    for (int ii = 0; ii < 2; ++ii) {
+      wall[si][ii] = run_sessions(&islands[ii], sessions[si], (int)launches, warmup);
+      fprintf(stderr, "island_bench: %s, %d session(s): %ld launches each in %.3f s\n",
+              islands[ii].label, sessions[si], launches, wall[si][ii]);
+    }
+  }
+  if (!stop_all()) {
+    fprintf(stderr, "island_bench: FAILED: a worker or the controller did not exit cleanly\n");
+    return 1;
+  }
+
+  printf("\nisland_bench: all-reduce f32[%d], %ld pipelined launches per session through the "
+         "controller\n", ELEMS, launches);
+  printf("  gang = island of 2 workers x 2 devices; 1 worker = 1 worker x 2 devices (baseline); "
+         "same plugin\n\n");
+  printf("%-20s %8s %12s %12s %11s %12s\n", "island", "sessions", "launches/s", "per session",
+         "us/launch", "vs 1 worker");
+  for (int si = 0; si < 2; ++si) {
+    double base_rate = (double)sessions[si] * (double)launches / wall[si][1];
+    for (int ii = 0; ii < 2; ++ii) {
+      double total = (double)sessions[si] * (double)launches / wall[si][ii];
+      printf("%-20s %8d %12.0f %12.0f %11.1f %11.2fx\n",
+             ii == 0 ? "gang (2 workers)" : "1 worker", sessions[si], total,
+             total / sessions[si], 1e6 / total, total / base_rate);
+    }
+  }
+  printf("\n  us/launch = wall time / all sessions' launches; vs 1 worker = launches/s over the "
+         "baseline's at the same sessions\n");
+  return 0;
+}
