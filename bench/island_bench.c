@@ -14,9 +14,9 @@
 // until the last one's flush returns.
 //
 // Every launch gets fresh output ids: the worker refuses a launch whose
-// output id exists (ALREADY_EXISTS), and on an island that refusal would
-// leave the other member's part waiting in its collective. The outputs live
-// until the session closes (a few thousand 64-byte buffers).
+// output id exists (ALREADY_EXISTS), which on an island cancels the whole
+// launch. The outputs live until the session closes (a few thousand 64-byte
+// buffers).
 //
 // At the end of each run one output of the last launch is downloaded from
 // each device and compared with the sum; a mismatch or any error exits 1.

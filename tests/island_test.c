@@ -574,7 +574,7 @@ static size_t log_lines(int rank) {
 // and logs an error round; a real plugin may wait much longer).
 static void test_a_part_refused_on_one_member_cancels_the_others(void** state) {
   (void)state;
-  session_t s;
+  cw_test_session_t s;
   const char* workers[] = {"gang0", "gang1"};
   ASSERT_OK(session_open(&s, "island-refused", workers, 2, DEVS, 0));
   int64_t ids[DEVS];
@@ -582,50 +582,35 @@ static void test_a_part_refused_on_one_member_cancels_the_others(void** state) {
   ASSERT_OK(compile_gang(&s, 6, "refused", ids, DEVS));
   size_t lines0 = log_lines(0), lines1 = log_lines(1);
   uint64_t in[DEVS], out[DEVS];
-  const uint64_t* ap[DEVS];
-  const uint64_t* op[DEVS];
-  int64_t dims[1] = {N};
-  cw_client_t* link[DEVS];
-  int local[DEVS];
   for (int d = 0; d < DEVS; ++d) {
-    const Causeway__V1__GlobalDevice* gd = session_device(&s, (int32_t)ids[d]);
-    assert_non_null(gd);
-    link[d] = s.links[gd->worker_index];
-    local[d] = gd->device->local_id;
     in[d] = 300 + (uint64_t)d;
     out[d] = 400 + (uint64_t)d;
-    ap[d] = &in[d];
-    op[d] = &out[d];
   }
-  float data[N];
+  float data[N], got[N];
   for (int j = 0; j < N; ++j) data[j] = (float)j;
   for (int d = 0; d < DEVS / 2; ++d) {  // gang0's devices only
-    ASSERT_OK(cw_client_upload(link[d], in[d], F32, dims, 1, NULL, local[d], data, sizeof(data),
-                               NULL, NULL));
-    ASSERT_OK(cw_client_flush(link[d]));
+    ASSERT_OK(cw_test_session_upload_f32(&s, ids[d], in[d], data, N));
   }
-  cw_status_t st = cw_client_launch(s.ctl, 6, DEVS, 1, ap, 1, op, NULL, NULL);
+  ASSERT_OK(cw_test_session_flush(&s));
+  cw_status_t st = cw_test_gang_launch(&s, 6, in, out, DEVS);
   if (!st) st = cw_client_flush(s.ctl);
   expect_error(st, CW_NOT_FOUND, "part on worker gang1 of island 'gang'",
                "a launch whose input is missing on gang1");
   // gang0's part was cancelled, not run: its outputs carry the reason.
-  float got[N];
-  size_t size = 0;
-  expect_error(cw_client_download(link[0], out[0], got, sizeof(got), &size, NULL), CW_CANCELLED,
+  expect_error(cw_test_session_download_f32(&s, ids[0], out[0], got, N), CW_CANCELLED,
                "cancelled", "gang0's output of the cancelled launch");
   assert_int_equal(log_lines(0), lines0);  // neither process entered the collective
   assert_int_equal(log_lines(1), lines1);
   // With the inputs there too, the island runs it at once.
   for (int d = DEVS / 2; d < DEVS; ++d) {
-    ASSERT_OK(cw_client_upload(link[d], in[d], F32, dims, 1, NULL, local[d], data, sizeof(data),
-                               NULL, NULL));
-    ASSERT_OK(cw_client_flush(link[d]));
+    ASSERT_OK(cw_test_session_upload_f32(&s, ids[d], in[d], data, N));
   }
+  ASSERT_OK(cw_test_session_flush(&s));
   for (int d = 0; d < DEVS; ++d) out[d] = 500 + (uint64_t)d;
-  ASSERT_OK(cw_client_launch(s.ctl, 6, DEVS, 1, ap, 1, op, NULL, NULL));
+  ASSERT_OK(cw_test_gang_launch(&s, 6, in, out, DEVS));
   ASSERT_OK(cw_client_flush(s.ctl));
   for (int d = 0; d < DEVS; ++d) {
-    ASSERT_OK(cw_client_download(link[d], out[d], got, sizeof(got), &size, NULL));
+    ASSERT_OK(cw_test_session_download_f32(&s, ids[d], out[d], got, N));
     for (int j = 0; j < N; ++j) assert_true(got[j] == (float)(DEVS * j));
   }
   assert_int_equal(log_lines(0), lines0 + 1);
@@ -635,7 +620,7 @@ static void test_a_part_refused_on_one_member_cancels_the_others(void** state) {
   assert_int_equal(records_agree(s.info->devices[0]->island, NUM_CLIENTS * LAUNCHES + 1, rec,
                                  2 * LAUNCHES + 16),
                    2 * LAUNCHES + 2);
-  session_close(&s);
+  cw_test_session_close(&s);
 }
 
 int main(void) {

@@ -190,6 +190,8 @@ cw_status_t cw_xla_options_part(const uint8_t* data, size_t size, size_t first, 
   cw_status_t s = cw_ok_status();
   if (!da || da->n_computation_devices == 0) {
     s = cw_make_status(CW_INVALID_ARGUMENT, "compile options: no device assignment to split");
+  } else if (count == 0) {
+    s = cw_make_status(CW_INVALID_ARGUMENT, "compile options: a part of no devices");
   } else if (da->n_computation_devices == 1) {  // replicas: slice the one computation
     Causeway__Xla__ComputationDevice* cd = da->computation_devices[0];
     if (first + count > cd->n_replica_device_ids) {

@@ -290,6 +290,9 @@ static void test_xla_options_part(void** state) {
     cw_status_t s = cw_xla_options_part(data, size, 3, 2, &out, &out_size);  // past the end
     assert_int_equal(cw_status_code(s), CW_OUT_OF_RANGE);
     cw_status_free(s);
+    s = cw_xla_options_part(data, size, 0, 0, &out, &out_size);  // found by xla_options_fuzz
+    assert_int_equal(cw_status_code(s), CW_INVALID_ARGUMENT);
+    cw_status_free(s);
     free(data);
   }
   // Two replicas of two partitions: no split by position.
