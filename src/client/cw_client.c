@@ -29,6 +29,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,6 +118,16 @@ struct cw_client_s {
   cw_rbuf_t rb;          // reader-owned: what one recv brought (cw_rbuf.h)
   void (*on_event)(void* user, const ProtobufCMessage* event);
   void* event_user;
+  // Liveness (cw_client_options_t.liveness_ms; 0: off): the watchdog thread
+  // pings a peer that owes answers and has been quiet, and gives up on one
+  // that stays quiet.
+  int liveness_ms;
+  _Atomic int64_t last_rx_ms;  // CLOCK_MONOTONIC of the last frame read
+  pthread_t watchdog;
+  bool watchdog_started;
+  pthread_cond_t watchdog_cv;  // with mu: wakes the watchdog at release
+  bool ping_out;               // guarded by mu
+  char* hung;                  // guarded by mu: why the watchdog gave up
 };
 
 static void cw__pending_free(cw__pending_t* p) {
@@ -252,6 +263,14 @@ static cw_status_t cw__set_timeouts(int fd, int timeout_ms) {
       setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) != 0) {
     return cw_make_status(CW_INTERNAL, "setsockopt(SO_RCVTIMEO/SO_SNDTIMEO): %s",
                           strerror(errno));
+  }
+  return cw_ok_status();
+}
+
+static cw_status_t cw__set_send_timeout(int fd, int timeout_ms) {
+  struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
+  if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) != 0) {
+    return cw_make_status(CW_INTERNAL, "setsockopt(SO_SNDTIMEO): %s", strerror(errno));
   }
   return cw_ok_status();
 }
@@ -770,11 +789,13 @@ static void cw__fail_all(cw_client_t* c, cw_status_t reason) {
   pthread_mutex_lock(&c->mu);
   if (!c->dead) {
     const char* why = cw_status_message(reason);
-    size_t n = strlen(c->address) + strlen(why) + 64;
+    size_t n = strlen(c->address) + strlen(why) + (c->hung ? strlen(c->hung) : 0) + 64;
     c->dead = malloc(n);
     if (c->dead) {
       if (c->closing) {
         snprintf(c->dead, n, "connection to %s closed by cw_client_release", c->address);
+      } else if (c->hung) {
+        snprintf(c->dead, n, "%s", c->hung);
       } else {
         snprintf(c->dead, n, "connection to %s lost: %s", c->address, why);
       }
@@ -848,6 +869,7 @@ static cw_status_t cw__read_one(cw_client_t* c) {
   if (cw_rbuf_read(&c->rb, hdr, sizeof(hdr), &got) != 0) {
     return cw_make_status(CW_UNAVAILABLE, "%s", cw__read_error_text(errno, got));
   }
+  atomic_store_explicit(&c->last_rx_ms, cw__now_ms(), memory_order_relaxed);
   cw_frame_header_t h;
   CW_RETURN_IF_ERROR(cw_frame_header_decode(hdr, sizeof(hdr), &c->limits, &h),
                      "protocol violation from peer");
@@ -973,6 +995,58 @@ static void* cw__reader_main(void* arg) {
   }
 }
 
+// ---- Liveness ----------------------------------------------------------------
+
+static void cw__ping_done(void* user, cw_status_t status, const ProtobufCMessage* reply) {
+  cw_client_t* c = user;
+  cw_status_free(status);
+  pthread_mutex_lock(&c->mu);
+  c->ping_out = false;
+  pthread_mutex_unlock(&c->mu);
+}
+
+static void* cw__watchdog_main(void* arg) {
+  cw_client_t* c = arg;
+  int tick = c->liveness_ms >= 8 ? c->liveness_ms / 4 : 2;
+  pthread_mutex_lock(&c->mu);
+  while (!c->closing && !c->dead) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t ns = ts.tv_nsec + (int64_t)tick * 1000000;
+    ts.tv_sec += (time_t)(ns / 1000000000);
+    ts.tv_nsec = (long)(ns % 1000000000);
+    pthread_cond_timedwait(&c->watchdog_cv, &c->mu, &ts);
+    if (c->closing || c->dead) break;
+    // Quiet is fine while nothing is owed (the PING itself does not count).
+    if (c->outstanding <= (c->ping_out ? 1u : 0u)) continue;
+    int64_t quiet = cw__now_ms() - atomic_load_explicit(&c->last_rx_ms, memory_order_relaxed);
+    if (quiet >= c->liveness_ms) {
+      size_t n = strlen(c->address) + 160;
+      c->hung = malloc(n);
+      if (c->hung) {
+        snprintf(c->hung, n, "no answer from %s for %lld ms: it is hung or unreachable (the "
+                 "client waits %d ms)", c->address, (long long)quiet, c->liveness_ms);
+      }
+      pthread_mutex_unlock(&c->mu);
+      shutdown(c->fd, SHUT_RDWR);  // the reader fails everything outstanding
+      return NULL;
+    }
+    if (quiet >= c->liveness_ms / 2 && !c->ping_out) {
+      c->ping_out = true;
+      pthread_mutex_unlock(&c->mu);
+      Causeway__V1__Ping req = CAUSEWAY__V1__PING__INIT;
+      // Blocks at most liveness_ms (SO_SNDTIMEO) on a peer that stopped reading.
+      cw_status_t st = cw__send(c, CW_MSG_PING, &req.base, NULL, 0, NULL, 0, cw__ping_done, c,
+                                NULL);
+      pthread_mutex_lock(&c->mu);
+      if (st) c->ping_out = false;
+      cw_status_free(st);
+    }
+  }
+  pthread_mutex_unlock(&c->mu);
+  return NULL;
+}
+
 // ---- Connect / release -----------------------------------------------------
 
 // Synchronous HELLO before the reader starts: the socket has send/receive
@@ -1088,6 +1162,8 @@ static void cw__client_free(cw_client_t* c) {
     free(c->table.buckets);
   }
   pthread_cond_destroy(&c->cv);
+  pthread_cond_destroy(&c->watchdog_cv);
+  free(c->hung);
   pthread_mutex_destroy(&c->mu);
   pthread_mutex_destroy(&c->write_mu);
   free(c->payload_buf);
@@ -1117,16 +1193,21 @@ cw_status_t cw_client_connect(const char* address, const cw_client_options_t* op
   c->limits.max_payload = CW__DEFAULT_MAX_PAYLOAD;
   c->limits.max_bulk = CW__DEFAULT_MAX_BULK;
   c->address = strdup(address);
+  pthread_cond_init(&c->watchdog_cv, NULL);
   if (options) {
     c->on_event = options->on_event;
     c->event_user = options->event_user;
+    c->liveness_ms = options->liveness_ms > 0 ? options->liveness_ms : 0;
   }
+  atomic_store_explicit(&c->last_rx_ms, cw__now_ms(), memory_order_relaxed);
   cw_status_t s = c->address ? cw__table_initialize(&c->table)
                              : cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   if (!s) s = cw__open_socket(address, timeout_ms, &c->fd);
   if (!s) s = cw__set_timeouts(c->fd, timeout_ms);
   if (!s) s = cw__hello(c, options, timeout_ms);
-  if (!s) s = cw__set_timeouts(c->fd, 0);  // 0: block without limit from now on
+  // From now on reads block without limit; sends too, or for liveness_ms.
+  if (!s) s = cw__set_timeouts(c->fd, 0);
+  if (!s && c->liveness_ms) s = cw__set_send_timeout(c->fd, c->liveness_ms);
   if (!s) {
     int err = pthread_create(&c->reader, NULL, cw__reader_main, c);
     if (err) {
@@ -1134,6 +1215,18 @@ cw_status_t cw_client_connect(const char* address, const cw_client_options_t* op
                          strerror(err));
     } else {
       c->reader_started = true;
+    }
+  }
+  if (!s && c->liveness_ms) {
+    int err = pthread_create(&c->watchdog, NULL, cw__watchdog_main, c);
+    if (err) {
+      s = cw_make_status(CW_RESOURCE_EXHAUSTED, "cannot start the watchdog thread: %s",
+                         strerror(err));
+      shutdown(c->fd, SHUT_RDWR);
+      pthread_join(c->reader, NULL);
+      c->reader_started = false;
+    } else {
+      c->watchdog_started = true;
     }
   }
   if (s) {
@@ -1149,9 +1242,11 @@ void cw_client_release(cw_client_t* client) {
   cw_client_t* c = client;
   pthread_mutex_lock(&c->mu);
   c->closing = true;
+  pthread_cond_broadcast(&c->watchdog_cv);
   pthread_mutex_unlock(&c->mu);
   // Wakes the reader (EOF/error), which fails everything still outstanding.
   shutdown(c->fd, SHUT_RDWR);
+  if (c->watchdog_started) pthread_join(c->watchdog, NULL);
   if (c->reader_started) pthread_join(c->reader, NULL);
   // Parked, unclaimed completions are freed with the table.
   cw__client_free(c);

@@ -25,6 +25,12 @@ typedef struct cw_client_options_s {
   // reader thread; `event` is borrowed for the call. NULL: they are dropped.
   void (*on_event)(void* user, const ProtobufCMessage* event);
   void* event_user;
+  // > 0: a peer that owes answers and says nothing for this long is taken for
+  // hung: everything outstanding fails UNAVAILABLE ("no answer from ADDR for
+  // N ms"). After half of it the client sends PING, which a live peer
+  // answers however long its other requests take; sends that make no
+  // progress for this long fail too. 0: wait without limit.
+  int liveness_ms;
 } cw_client_options_t;
 
 // Connects to `address` ("host:port", or a Unix socket path containing '/'),

@@ -448,6 +448,10 @@ void cw__trace_finish(cw__client_t* c);
 void cw__plugin_attributes_set(Causeway__V1__NamedValue* const* values, size_t count);
 
 // ---- cw_plugin_alloc.c: what the session asks for (CAUSEWAY_DEVICES...) ----
+// A whole number in lo..hi from environment variable `name` into *out
+// (unchanged when unset or empty); INVALID_ARGUMENT naming it otherwise.
+CW_MUST_USE cw_status_t cw_plugin_env_u32(const char* name, uint32_t lo, uint32_t hi,
+                                          uint32_t* out);
 typedef struct cw__alloc_env_s {
   char* buf;     // CAUSEWAY_WORKERS, split in place
   char** names;

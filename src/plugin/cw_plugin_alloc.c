@@ -12,7 +12,7 @@
 #include "cw_plugin.h"
 
 // An unsigned decimal in [lo, hi]; unset or empty leaves *out alone.
-static cw_status_t cw__alloc_env_u32(const char* name, uint32_t lo, uint32_t hi, uint32_t* out) {
+cw_status_t cw_plugin_env_u32(const char* name, uint32_t lo, uint32_t hi, uint32_t* out) {
   const char* v = getenv(name);
   if (!v || !*v) return cw_ok_status();
   char* end = NULL;
@@ -37,10 +37,10 @@ static bool cw__alloc_printable(const char* s, size_t max) {
 cw_status_t cw__alloc_env_read(Causeway__V1__OpenSessionRequest* req, cw__alloc_env_t* keep) {
   memset(keep, 0, sizeof(*keep));
   uint32_t share = 0;
-  cw_status_t st = cw__alloc_env_u32("CAUSEWAY_DEVICES", 1, 65536, &req->num_devices);
-  if (!st) st = cw__alloc_env_u32("CAUSEWAY_MIN_ISLAND", 1, 65536, &req->min_island);
-  if (!st) st = cw__alloc_env_u32("CAUSEWAY_WEIGHT", 1, 1000, &req->weight);
-  if (!st) st = cw__alloc_env_u32("CAUSEWAY_SHARE", 0, 1, &share);
+  cw_status_t st = cw_plugin_env_u32("CAUSEWAY_DEVICES", 1, 65536, &req->num_devices);
+  if (!st) st = cw_plugin_env_u32("CAUSEWAY_MIN_ISLAND", 1, 65536, &req->min_island);
+  if (!st) st = cw_plugin_env_u32("CAUSEWAY_WEIGHT", 1, 1000, &req->weight);
+  if (!st) st = cw_plugin_env_u32("CAUSEWAY_SHARE", 0, 1, &share);
   if (st) return st;
   req->share = share != 0;
   const char* t = getenv("CAUSEWAY_QUEUE_TIMEOUT");

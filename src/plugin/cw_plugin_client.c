@@ -13,6 +13,9 @@
 #define CW__CONNECT_TIMEOUT_MS 8000     // an unreachable controller fails within 10 s
 #define CW__EMBEDDED_START_MS 30000     // children load XLA before they listen
 #define CW__DEFAULT_WAIT_MS 15000
+// A controller that owes answers and stays silent this long (it answers
+// PING even while compiles run) is hung: calls through it fail UNAVAILABLE.
+#define CW__CONTROLLER_TIMEOUT_MS 10000
 
 static int64_t cw__now_ms(void) {
   struct timespec ts;
@@ -475,11 +478,15 @@ static void cw__on_cluster_event(void* user, const ProtobufCMessage* msg) {
 // Connects to the controller; with an embedded cluster, retries while the
 // children start (their sockets appear when they are ready).
 static cw_status_t cw__connect_controller(cw__client_t* c) {
+  uint32_t liveness = CW__CONTROLLER_TIMEOUT_MS;
+  cw_status_t ls = cw_plugin_env_u32("CAUSEWAY_CONTROLLER_TIMEOUT_MS", 100, 3600000, &liveness);
+  if (ls) return ls;
   cw_client_options_t o = {.token = c->token,
                            .peer_name = "causeway-pjrt",
                            .connect_timeout_ms = CW__CONNECT_TIMEOUT_MS,
                            .on_event = cw__on_cluster_event,
-                           .event_user = c};
+                           .event_user = c,
+                           .liveness_ms = (int)liveness};
   if (!c->cluster) {
     cw_status_t s = cw_client_connect(c->ctrl_address, &o, &c->ctrl);
     if (s && cw_status_code(s) == CW_UNAUTHENTICATED) {

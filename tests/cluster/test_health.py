@@ -26,11 +26,23 @@ FAST = {"controller_args": ("--worker-timeout-ms", str(TIMEOUT_MS)),
         "worker_args": ("--heartbeat-ms", str(HEARTBEAT_MS), "--reconnect-max-ms", "500")}
 
 
-def _runner(name, cluster):
+def _runner(name, cluster, **extra_env):
     env = harness.causeway_env(controller=cluster.controller)
     env["CW_RUNNER_CHECKS"] = CHECKS
     env["CAUSEWAY_MIN_WORKERS"] = "2"
+    env.update(extra_env)
     return harness.Runner(name, env)
+
+
+def _lose_controller(a, cluster, sig):
+    """Client `a` computes, the controller gets `sig`, then what still works."""
+    first = a.call("ctl_prepare")
+    cluster.kill("controller", sig)
+    lost = a.call("ctl_lost", timeout=120)
+    report = f"{lost!r:.3000}\n{cluster.logs()}\n--- client ---\n{a.log_tail()}"
+    print({k: (v["ok"], round(v["elapsed"], 3), v.get("error", "")[:200])
+           for k, v in lost.items() if isinstance(v, dict)})
+    return first, lost, report
 
 
 def _ctl(cluster):
@@ -154,6 +166,38 @@ def test_same_name_while_alive_is_refused():
         cluster.stop()
 
 
+def test_controller_hung():
+    # A stopped (not dead) controller keeps its sockets open: nothing closes.
+    # The client's own watchdog (CAUSEWAY_CONTROLLER_TIMEOUT_MS; it pings a
+    # controller that owes answers) must turn the silence into a clear error.
+    cluster = harness.HandCluster(workers=2, devices=2, tcp=True, **FAST)
+    a = _runner("health-ctl-hung", cluster, CAUSEWAY_CONTROLLER_TIMEOUT_MS="2000")
+    try:
+        first, lost, report = _lose_controller(a, cluster, signal.SIGSTOP)
+        _unavailable_naming(lost["compile"], cluster.controller, report)
+        assert "no answer from" in lost["compile"]["error"], report
+        assert lost["compile"]["elapsed"] <= DEADLINE_S, report
+        # Under the direct lease compiled programs need no controller.
+        assert lost["read"]["ok"] and lost["in_flight"]["ok"] and lost["launch"]["ok"], report
+        assert np.array_equal(lost["launch"]["value"], lost["a"] * 2 + 1), report
+        # Woken, it serves a new client; the old one's session is gone with
+        # the connection its watchdog closed, still a clear error.
+        cluster.kill("controller", signal.SIGCONT)
+        b = _runner("health-ctl-woken", cluster)
+        try:
+            got = b.call("compute_everywhere")
+            assert got["ok"] and got["devices"] == 4, got
+        finally:
+            b.close()
+        again = a.call("ctl_lost", timeout=120)
+        _unavailable_naming(again["compile"], cluster.controller, repr(again))
+        assert np.array_equal(first["y"], np.arange(1024, dtype=np.float32) * 2 + 1), first
+    finally:
+        cluster.kill("controller", signal.SIGCONT)
+        a.close()
+        cluster.stop()
+
+
 @pytest.mark.parametrize("relay", [False, True], ids=["direct", "relayed"])
 def test_controller_restart(relay):
     # direct: the session's launches go straight to the workers under the
@@ -165,12 +209,7 @@ def test_controller_restart(relay):
     cluster = harness.HandCluster(workers=2, devices=2, tcp=True, **args)
     a = _runner("health-ctl-old", cluster)
     try:
-        first = a.call("ctl_prepare")
-        cluster.kill("controller", signal.SIGKILL)
-        lost = a.call("ctl_lost", timeout=120)
-        report = f"{lost!r:.3000}\n{cluster.logs()}\n--- client ---\n{a.log_tail()}"
-        print({k: (v["ok"], round(v["elapsed"], 3), v.get("error", "")[:200])
-               for k, v in lost.items() if isinstance(v, dict)})
+        first, lost, report = _lose_controller(a, cluster, signal.SIGKILL)
         # Arrays already on workers still read back (straight from the worker).
         assert lost["read"]["ok"], report
         assert np.array_equal(lost["read"]["value"], lost["a"]), report
