@@ -122,7 +122,9 @@ struct cw_client_s {
   // pings a peer that owes answers and has been quiet, and gives up on one
   // that stays quiet.
   int liveness_ms;
-  _Atomic int64_t last_rx_ms;  // CLOCK_MONOTONIC of the last frame read
+  // CLOCK_MONOTONIC of the last frame read, or of the request that ended a
+  // time with nothing owed.
+  _Atomic int64_t last_rx_ms;
   pthread_t watchdog;
   bool watchdog_started;
   pthread_cond_t watchdog_cv;  // with mu: wakes the watchdog at release
@@ -561,7 +563,11 @@ static cw_status_t cw__send(cw_client_t* c, uint16_t type, const ProtobufCMessag
   }
   uint64_t id = p->id = c->next_id++;
   cw__table_insert(&c->table, p);
-  c->outstanding++;
+  // Liveness counts silence only while something is owed: from now, if
+  // nothing was.
+  if (c->outstanding++ == 0) {
+    atomic_store_explicit(&c->last_rx_ms, cw__now_ms(), memory_order_relaxed);
+  }
   pthread_mutex_unlock(&c->mu);
   // From here on the reader may complete (and free) `p`; use `id` only.
 
