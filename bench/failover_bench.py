@@ -18,6 +18,10 @@ block on its result:
 - SIGSTOP: the victim goes silent; the controller declares it dead after
   --worker-timeout-ms (default 5000) without a heartbeat (--heartbeat-ms,
   default 1000).
+- controller SIGSTOP: the controller goes silent and closes nothing; each
+  client then compiles a new program, which waits on the controller until
+  the client's watchdog gives up (CAUSEWAY_CONTROLLER_TIMEOUT_MS, set to
+  --controller-timeout-ms, default 5000; it pings after half of it).
 
 Time is taken with CLOCK_MONOTONIC (time.monotonic, system-wide on Linux)
 from just before the signal is sent to the moment each client's blocked
@@ -105,12 +109,42 @@ def one_case(how: str, clients: int, heartbeat_ms: int, timeout_ms: int) -> list
         cluster.stop()
 
 
+def controller_case(clients: int, timeout_ms: int) -> list[float]:
+    cluster = harness.HandCluster(workers=2, devices=2, tcp=True)
+    runners = []
+    try:
+        env = harness.causeway_env(controller=cluster.controller)
+        env["CW_RUNNER_CHECKS"] = CHECKS
+        env["CAUSEWAY_MIN_WORKERS"] = "2"
+        env["CAUSEWAY_CONTROLLER_TIMEOUT_MS"] = str(timeout_ms)
+        runners = [harness.Runner(f"failover-ctl-{i}", env) for i in range(clients)]
+        for r in runners:
+            r.call("failover_prepare")
+        t0 = time.monotonic()
+        cluster.kill("controller", signal.SIGSTOP)
+        for r in runners:
+            r.submit("failover_compile")
+        out = []
+        for r in runners:
+            got = r.result(timeout=120)
+            if got["ok"] or "no answer from" not in got["error"]:
+                raise AssertionError(f"controller SIGSTOP: unexpected result {got}")
+            out.append(got["t_error"] - t0)
+        return out
+    finally:
+        cluster.kill("controller", signal.SIGCONT)
+        for r in runners:
+            r.close()
+        cluster.stop()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="one repeat per case")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--heartbeat-ms", type=int, default=1000)
     ap.add_argument("--worker-timeout-ms", type=int, default=5000)
+    ap.add_argument("--controller-timeout-ms", type=int, default=5000)
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
     missing = harness.missing_build()
@@ -130,8 +164,17 @@ def main() -> int:
                 means.append(statistics.mean(ts))
             label = f"worker {how} -> every client's error"
             rows.append((label, clients, statistics.median(worst), statistics.median(means)))
+    for clients in (1, 4):
+        worst, means = [], []
+        for _ in range(repeats):
+            ts = controller_case(clients, args.controller_timeout_ms)
+            worst.append(max(ts))
+            means.append(statistics.mean(ts))
+        rows.append(("controller SIGSTOP -> every compile's error", clients,
+                     statistics.median(worst), statistics.median(means)))
     print(f"\nfailover latency (--heartbeat-ms {args.heartbeat_ms}, --worker-timeout-ms "
-          f"{args.worker_timeout_ms}; median of {repeats} runs)")
+          f"{args.worker_timeout_ms}, CAUSEWAY_CONTROLLER_TIMEOUT_MS "
+          f"{args.controller_timeout_ms}; median of {repeats} runs)")
     print(f"{'case':<42} {'clients':>7} {'slowest client':>15} {'mean':>10}")
     for label, n, worst, mean in rows:
         print(f"{label:<42} {n:>7} {worst * 1000:>12.1f} ms {mean * 1000:>7.1f} ms")

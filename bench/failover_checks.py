@@ -35,3 +35,14 @@ def failover_wait() -> dict:
         return {"ok": True, "t_error": time.monotonic()}
     except Exception as e:  # noqa: BLE001
         return {"ok": False, "t_error": time.monotonic(), "error": checks.err_text(e)}
+
+
+def failover_compile() -> dict:
+    """A program not compiled yet (the controller must answer); when it failed."""
+    ws = checks.by_worker()
+    x = jax.device_put(np.arange(16, dtype=np.float32), ws[sorted(ws)[0]][0])
+    try:
+        np.asarray(jax.jit(lambda v: v * 3 - 1)(x))
+        return {"ok": True, "t_error": time.monotonic()}
+    except Exception as e:  # noqa: BLE001
+        return {"ok": False, "t_error": time.monotonic(), "error": checks.err_text(e)}
