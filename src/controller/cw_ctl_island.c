@@ -390,7 +390,7 @@ struct cw_ctl_gang_launch_s {
 };
 
 static void cw__gang_launch_error(cw_ctl_gang_launch_t* g, uint32_t wi, cw_net_conn_t* conn,
-                           cw_status_t st) {
+                                  cw_status_t st) {
   cw_ctl_worker_t* w = g->ctl->workers[wi];
   st = cw__worker_error(w, conn, st);
   if (cw_status_code(st) != CW_UNAVAILABLE) {  // that one names the worker already
@@ -430,8 +430,20 @@ static void cw__gang_done(void* user, cw_net_conn_t* conn, cw_status_t status,
   if (--g->left == 0) cw__gang_launch_end(g);
 }
 
-// Every part answered its prepare: go, or cancel the ready ones.
+// Every part answered its prepare: go, or cancel the ready ones. A ready
+// member whose connection is gone cannot be told to go, so the others are
+// cancelled too (its own part cancels itself with that connection).
 static void cw__gang_decide(cw_ctl_gang_launch_t* g) {
+  for (size_t i = 0; i < g->num_parts && !g->first_error; ++i) {
+    cw_ctl_gang_part_t* p = &g->parts[i];
+    cw_net_conn_t* link = p->ready ? cw__session_link(g->session, p->worker) : NULL;
+    if (p->ready && (!link || !cw_net_conn_is_open(link))) {
+      cw_ctl_worker_t* w = g->ctl->workers[p->worker];
+      cw__gang_launch_error(g, p->worker, NULL, cw_make_status(CW_UNAVAILABLE, "worker %s (%s) "
+                                                               "is unavailable: no connection",
+                                                               w->name, w->address));
+    }
+  }
   bool go = !g->first_error;
   if (!go) {
     cw__reply_error(g->ctl, g->client, CW_MSG_LAUNCH, g->request_id,
@@ -445,16 +457,8 @@ static void cw__gang_decide(cw_ctl_gang_launch_t* g) {
   g->left = 1;  // held while the words go out
   for (size_t i = 0; i < g->num_parts; ++i) {
     cw_ctl_gang_part_t* p = &g->parts[i];
-    if (!p->ready) continue;
-    cw_net_conn_t* link = cw__session_link(g->session, p->worker);
-    if (!link || !cw_net_conn_is_open(link)) {
-      // Its part cancels itself when that connection closes.
-      cw_ctl_worker_t* w = g->ctl->workers[p->worker];
-      cw__gang_launch_error(g, p->worker, NULL, cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is "
-                                                        "unavailable: no connection", w->name,
-                                                        w->address));
-      continue;
-    }
+    cw_net_conn_t* link = p->ready ? cw__session_link(g->session, p->worker) : NULL;
+    if (!link || !cw_net_conn_is_open(link)) continue;
     g->left++;
     cw_net_conn_request(link, CW_MSG_LAUNCH_GO, &req.base, NULL, 0, NULL, NULL, cw__gang_done, p);
   }
