@@ -46,6 +46,9 @@ static struct {
   size_t program_size;
   void* options;
   size_t options_size;
+  // The session of the member-loss test, kept with its island program 4
+  // until the whole island restarts.
+  cw_test_session_t loss;
 } g;
 
 // ---- Helpers (the rest are cw_test_island's) ----------------------------------------
@@ -207,6 +210,14 @@ static size_t stamps_of(const char* address, int island, bool filter, stamp_t* o
 // kept from an earlier controller, equal it. Returns n.
 static size_t records_agree(int island, size_t before, stamp_t* want, size_t max) {
   size_t n = stamps_of(g.ctl_address, island, true, want, max);
+  // An island restarted under this controller counts from 1 again: judge
+  // its last count only.
+  size_t from = 0;
+  for (size_t i = 1; i < n; ++i) {
+    if (want[i].stamp == 1) from = i;
+  }
+  memmove(want, want + from, (n - from) * sizeof(*want));
+  n -= from;
   for (size_t i = 0; i < n; ++i) assert_int_equal(want[i].stamp, i + 1);
   stamp_t* got = calloc(before + max, sizeof(*got));
   assert_non_null(got);
@@ -313,6 +324,7 @@ static int group_setup(void** state) {
 
 static int group_teardown(void** state) {
   (void)state;
+  if (g.loss.ctl) cw_test_session_close(&g.loss);
   int rc = 0;
   for (int r = 0; r < 2; ++r) {
     if (g.gang[r].process.pid && cw_test_worker_stop(&g.gang[r], 30000) != 0) rc = -1;
@@ -490,7 +502,7 @@ static void test_losing_a_member_fails_the_island_only(void** state) {
   ASSERT_OK(cw_client_download(w, 3, &r, sizeof(r), &size, NULL));
   assert_true(r == 13.0f);
   cw_test_session_close(&solo);
-  cw_test_session_close(&s);
+  g.loss = s;  // kept: test_the_whole_island_restarts asks after its program
 }
 
 // ADMIN_STATUS of the controller (free with protobuf_c_message_free_unpacked).
@@ -546,8 +558,8 @@ static void test_status_lists_the_island_and_refuses_misfits(void** state) {
   memset(&again, 0, sizeof(again));
   memset(&twin, 0, sizeof(twin));
   assert_int_equal(start_gang_worker_as(1, "gang1", &again), 0);
-  expect_recent_error("replacing a member of an island that spans several workers is not "
-                      "supported");
+  expect_recent_error("whose worker gang0 is still alive; replacing one member of an island that "
+                      "spans several workers is not supported");
   assert_int_equal(start_gang_worker_as(0, "gang-twin", &twin), 0);
   expect_recent_error("island 'gang' already has rank 0: worker gang0");
   assert_int_equal(cw_test_worker_stop(&twin, 30000), 0);
@@ -623,6 +635,69 @@ static void test_a_part_refused_on_one_member_cancels_the_others(void** state) {
   cw_test_session_close(&s);
 }
 
+// The whole island restarts: once every member is dead, same-name workers
+// (fresh plugin processes, a fresh gang directory) take their places. The
+// island counts its stamps from 1 again, its old programs ask to be
+// compiled again, and new sessions run on it as before.
+static void test_the_whole_island_restarts(void** state) {
+  (void)state;
+  cw_test_session_t* old = &g.loss;  // its program 4 ran on the island before gang1 died
+  assert_non_null(old->ctl);
+  Causeway__V1__ExeInfoRequest ei = CAUSEWAY__V1__EXE_INFO_REQUEST__INIT;
+  ei.exe_id = 4;
+  expect_error(cw_test_call(old->ctl, CW_MSG_EXE_INFO, &ei.base, NULL), CW_UNAVAILABLE,
+               "gang1", "EXE_INFO of an island program while gang1 is dead");
+  assert_int_equal(cw_test_worker_kill(&g.gang[0]), 128 + SIGKILL);  // now every member
+  static stamp_t before[8 * LAUNCHES];
+  size_t ctl_before = stamps_of(g.ctl_address, old->info->devices[0]->island, true, before,
+                                8 * LAUNCHES);
+  char fresh[256];
+  assert_int_equal(cw_test_tempdir_create("cw-island2", fresh, sizeof(fresh)), 0);
+  char first[256];
+  snprintf(first, sizeof(first), "%s", g.dir);
+  snprintf(g.dir, sizeof(g.dir), "%s", fresh);  // the new process group's
+  assert_int_equal(start_gang_worker(1), 0);  // either order works
+  assert_int_equal(start_gang_worker(0), 0);
+  cw_test_tempdir_remove(first);
+  // Both took their slots back.
+  for (int64_t end = cw_test_now_ms() + 20000;; cw_test_sleep_ms(100)) {
+    Causeway__V1__AdminStatus* st = admin_status();
+    size_t alive = 0;
+    for (size_t i = 0; i < st->n_workers; ++i) {
+      alive += !strncmp(st->workers[i]->name, "gang", 4) && !strcmp(st->workers[i]->state,
+                                                                    "alive");
+    }
+    size_t n_workers = st->n_workers;
+    protobuf_c_message_free_unpacked(&st->base, NULL);
+    assert_int_equal(n_workers, 3);  // no new slots
+    if (alive == 2) break;
+    if (cw_test_now_ms() > end) fail_msg("the island's workers did not take their places back");
+  }
+  // The old session, once it rejoined the new workers (as a client does on
+  // WORKER_UP), hears that its program must be compiled again.
+  for (size_t i = 0; i < old->info->n_workers; ++i) {
+    const Causeway__V1__WorkerInfo* w = old->info->workers[i];
+    if (strncmp(w->name, "gang", 4) != 0) continue;
+    Causeway__V1__HealthRejoinRequest rj = CAUSEWAY__V1__HEALTH_REJOIN_REQUEST__INIT;
+    rj.worker_index = w->index;
+    rj.incarnation = w->incarnation + 1;
+    ASSERT_OK(cw_test_call(old->ctl, CW_MSG_HEALTH_REJOIN, &rj.base, NULL));
+  }
+  expect_error(cw_test_call(old->ctl, CW_MSG_EXE_INFO, &ei.base, NULL), CW_UNAVAILABLE,
+               "restarted", "EXE_INFO of a program of the restarted island");
+  cw_test_session_close(old);
+  // New sessions run on it, in one order again from stamp 1.
+  client_t clients[2];
+  run_clients(clients, 20, 2, "n");
+  // The controller's record holds the island's earlier count too.
+  static stamp_t want[8 * LAUNCHES];
+  size_t n = records_agree(clients[0].island, 0, want, 8 * LAUNCHES);
+  assert_int_equal(n, 2 * LAUNCHES);
+  logs_agree(0, want, n, clients, 2);
+  fprintf(stderr, "restarted island: %zu stamps from 1 (the controller had %zu before), both "
+          "new workers and both new plugin processes followed them\n", n, ctl_before);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sessions_share_the_island_in_one_order),
@@ -631,6 +706,7 @@ int main(void) {
       cmocka_unit_test(test_a_part_refused_on_one_member_cancels_the_others),
       cmocka_unit_test(test_losing_a_member_fails_the_island_only),
       cmocka_unit_test(test_status_lists_the_island_and_refuses_misfits),
+      cmocka_unit_test(test_the_whole_island_restarts),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

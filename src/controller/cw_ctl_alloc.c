@@ -153,10 +153,15 @@ bool cw_ctl_alloc_reply_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t re
       gds[i].device = inv->devices[s->vdevs[i].local];
       gptrs[i] = &gds[i];
     }
+    for (size_t k = 0; k < wn; ++k) {
+      wis[k].incarnation = ctl->workers[wis[k].index]->incarnation;
+      wis[k].direct_launch = cw__session_direct_launch(ctl, s, wis[k].index);
+    }
     info.workers = wptrs;
     info.n_workers = wn;
     info.devices = gptrs;
     info.n_devices = s->num_vdevs;
+    cw_ctl_health_session_joined(s);  // it knows the workers as they are now
     cw_net_conn_reply(p->conn, CW_MSG_OPEN_SESSION, request_id, &info.base);
     for (size_t k = 0; k < wn; ++k) (void)cw__session_link(s, wis[k].index);
   }

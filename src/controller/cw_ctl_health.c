@@ -207,6 +207,7 @@ void cw_ctl_health_take_over(cw_ctl_peer_t* p, const cw_frame_header_t* h, cw_ct
   w->alive = true;
   w->incarnation++;
   cw_ctl_sched_reset(w);
+  cw_ctl_island_restarted(ctl, w);
   ctl->workers_replaced++;
   p->worker = w;
   cw_ctl_health_registered(p, w);

@@ -55,6 +55,7 @@ typedef struct cw_ctl_worker_s {
   uint32_t island;
   char island_name[CW__MAX_NAME];  // "": an island of its own
   uint32_t island_size, island_rank;
+  bool island_restarting;  // the island's first member: replacements are taking every place
 } cw_ctl_worker_t;
 
 typedef enum cw_ctl_exe_state_e {
@@ -412,13 +413,18 @@ void cw_ctl_sched_free(cw_controller_t* ctl);
 
 // --- cw_ctl_island.c: islands that span several workers -------------------------
 // REGISTER's island fields: a clear error when they do not fit the members
-// already registered. `replacing`: the slot a same-name worker takes over.
+// already registered. `replacing`: the slot a same-name worker takes over
+// (a member of an island of several workers only once all of them died).
 CW_MUST_USE cw_status_t cw_ctl_island_check(cw_controller_t* ctl,
                                             const Causeway__V1__RegisterRequest* r,
                                             const cw_ctl_worker_t* replacing);
 // Sets the new slot w's island from its REGISTER.
 void cw_ctl_island_join(cw_controller_t* ctl, cw_ctl_worker_t* w,
                         const Causeway__V1__RegisterRequest* r);
+// A replacement took slot `w` (cw_ctl_health_take_over): when w is a member
+// of an island of several workers (all of which had died), the island's
+// stamps count from 1 again and its programs fail until compiled again.
+void cw_ctl_island_restarted(cw_controller_t* ctl, cw_ctl_worker_t* w);
 // Whether w belongs to an island of several workers.
 bool cw_ctl_island_spans(const cw_ctl_worker_t* w);
 // The registered members of island `island` in rank order, into out[max];

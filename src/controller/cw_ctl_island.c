@@ -22,16 +22,41 @@ bool cw_ctl_island_spans(const cw_ctl_worker_t* w) {
   return w->island_name[0] && w->island_size > 1;
 }
 
+// A replacement for a member of an island of several workers: the island
+// restarts as a whole (its plugin's process group and its stamp count start
+// again together), so every member must be dead, and the newcomer must take
+// the same place in it.
+static cw_status_t cw__island_replace_check(cw_controller_t* ctl, const cw_ctl_worker_t* w,
+                                           const Causeway__V1__RegisterRequest* r) {
+  const char* name = r->island_name ? r->island_name : "";
+  if (strcmp(name, w->island_name) != 0 || (name[0] && (r->island_size != w->island_size ||
+                                                        r->island_rank != w->island_rank))) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "worker %s was rank %u of %u of island '%s'; "
+                          "its replacement says rank %u of %u of island '%s'", w->name,
+                          w->island_rank, w->island_size, w->island_name, r->island_rank,
+                          r->island_size, name);
+  }
+  if (!cw_ctl_island_spans(w) || ctl->workers[w->island]->island_restarting) {
+    return cw_ok_status();
+  }
+  for (size_t i = 0; i < ctl->num_workers; ++i) {
+    const cw_ctl_worker_t* v = ctl->workers[i];
+    if (v->island == w->island && v->alive) {
+      return cw_make_status(CW_FAILED_PRECONDITION,
+                            "worker %s was a member of island '%s', whose worker %s is still "
+                            "alive; replacing one member of an island that spans several "
+                            "workers is not supported: stop all its workers and start them "
+                            "again (its collectives restart together)",
+                            w->name, w->island_name, v->name);
+    }
+  }
+  return cw_ok_status();
+}
+
 cw_status_t cw_ctl_island_check(cw_controller_t* ctl, const Causeway__V1__RegisterRequest* r,
                                 const cw_ctl_worker_t* replacing) {
   const char* name = r->island_name ? r->island_name : "";
-  if (replacing && (cw_ctl_island_spans(replacing) || name[0])) {
-    return cw_make_status(CW_FAILED_PRECONDITION,
-                          "worker %s was a member of island '%s'; replacing a member of an "
-                          "island that spans several workers is not supported: restart the "
-                          "island's workers and the controller",
-                          replacing->name, replacing->island_name);
-  }
+  if (replacing) return cw__island_replace_check(ctl, replacing, r);
   if (!name[0]) return cw_ok_status();
   if (!cw__printable(name, CW__MAX_NAME - 1)) {
     return cw_make_status(CW_INVALID_ARGUMENT, "island_name must be 1..%d printable characters",
@@ -87,6 +112,33 @@ void cw_ctl_island_join(cw_controller_t* ctl, cw_ctl_worker_t* w,
   }
   CW_LOGI("worker %s is rank %u of island '%s' (%u workers, scheduled by worker %u)", w->name,
           w->island_rank, w->island_name, w->island_size, w->island);
+}
+
+void cw_ctl_island_restarted(cw_controller_t* ctl, cw_ctl_worker_t* w) {
+  if (!cw_ctl_island_spans(w)) return;
+  // The restart goes on until every place is taken again: the members that
+  // rejoined first are alive meanwhile, and that is no reason to refuse the rest.
+  cw_ctl_worker_t* head = ctl->workers[w->island];
+  bool whole = true;
+  for (size_t i = 0; i < ctl->num_workers; ++i) {
+    if (ctl->workers[i]->island == w->island && !ctl->workers[i]->alive) whole = false;
+  }
+  head->island_restarting = !whole;
+  // Nothing was stamped while a member was dead; the island counts from 1.
+  cw_ctl_sched_reset(ctl->workers[w->island]);
+  // Its programs' parts died with the old processes, and a part is not
+  // reloaded alone: they fail until compiled again.
+  for (cw_ctl_session_t* s = ctl->sessions; s; s = s->next) {
+    for (cw_ctl_exe_t* e = s->exes; e; e = e->next) {
+      if (!e->num_parts || e->worker != w->island || e->state == CW__EXE_FAILED) continue;
+      cw_status_free(e->error);
+      e->state = CW__EXE_FAILED;
+      e->error = cw_make_status(CW_UNAVAILABLE, "island '%s' restarted (worker %s was "
+                                "replaced): compile executable %" PRIu64 " again",
+                                w->island_name, w->name, e->id);
+    }
+  }
+  CW_LOGI("worker %s rejoins island '%s' as rank %u", w->name, w->island_name, w->island_rank);
 }
 
 size_t cw_ctl_island_members(cw_controller_t* ctl, uint32_t island, uint32_t* out, size_t max) {
