@@ -232,16 +232,7 @@ static test_case_t* find_case(const char* name) {
 // ---- Status helpers ----------------------------------------------------------
 
 // Fails the test with the status's code and message unless it is OK.
-#define ASSERT_OK(expr)                                                             \
-  do {                                                                              \
-    cw_status_t s__ = (expr);                                                       \
-    if (!cw_status_is_ok(s__)) {                                                    \
-      fprintf(stderr, "%s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #expr,      \
-              cw_status_code_name(cw_status_code(s__)), cw_status_message(s__));    \
-      cw_status_free(s__);                                                          \
-      fail();                                                                       \
-    }                                                                               \
-  } while (0)
+#define ASSERT_OK CW_TEST_ASSERT_OK
 
 // Asserts `status` is an error whose message contains `needle` (if non-NULL),
 // prints it, and frees it.

@@ -1033,10 +1033,8 @@ void cw__reply_session_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t req
       if (!w->alive || !cw_ctl_ops_worker_takes_work(w)) continue;  // draining: none new
       const Causeway__V1__Inventory* inv = w->reg->inventory;
       if (!wn) cw_ctl_info_platform(&info, inv);
-      cw_ctl_worker_info_fill(&wis[wn], w);
+      cw_ctl_worker_info_fill(&wis[wn], w, s);
       wis[wn].num_devices = w->num_devices;
-      wis[wn].incarnation = w->incarnation;
-      wis[wn].direct_launch = cw__session_direct_launch(ctl, s, w->index);
       wptrs[wn] = &wis[wn];
       wn++;
       for (uint32_t d = 0; d < w->num_devices; ++d) {

@@ -37,16 +37,7 @@
 #define NARGS 2
 #define NOUTS 2
 
-#define ASSERT_OK(expr)                                                             \
-  do {                                                                              \
-    cw_status_t s__ = (expr);                                                       \
-    if (!cw_status_is_ok(s__)) {                                                    \
-      fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #expr,               \
-              cw_status_message(s__));                                              \
-      cw_status_free(s__);                                                          \
-      fail();                                                                       \
-    }                                                                               \
-  } while (0)
+#define ASSERT_OK CW_TEST_ASSERT_OK
 
 typedef struct blob_s {
   void* data;

@@ -111,13 +111,16 @@ void cw_ctl_info_platform(Causeway__V1__SessionInfo* info, const Causeway__V1__I
   info->n_plugin_attributes = inv->n_plugin_attributes;
 }
 
-void cw_ctl_worker_info_fill(Causeway__V1__WorkerInfo* wi, const cw_ctl_worker_t* w) {
+void cw_ctl_worker_info_fill(Causeway__V1__WorkerInfo* wi, const cw_ctl_worker_t* w,
+                             cw_ctl_session_t* s) {
   causeway__v1__worker_info__init(wi);
   wi->index = w->index;
   wi->name = (char*)w->name;
   wi->address = (char*)w->address;
   wi->alive = w->alive;
   wi->island = w->island;
+  wi->incarnation = w->incarnation;
+  wi->direct_launch = cw__session_direct_launch(w->ctl, s, w->index);
 }
 
 bool cw_ctl_alloc_reply_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_id) {
@@ -141,7 +144,7 @@ bool cw_ctl_alloc_reply_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t re
       size_t k = 0;
       while (k < wn && wis[k].index != w->index) k++;
       if (k == wn) {
-        cw_ctl_worker_info_fill(&wis[wn], w);
+        cw_ctl_worker_info_fill(&wis[wn], w, s);
         wptrs[wn] = &wis[wn];
         wn++;
       }
@@ -152,10 +155,6 @@ bool cw_ctl_alloc_reply_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t re
       gds[i].island = w->island;
       gds[i].device = inv->devices[s->vdevs[i].local];
       gptrs[i] = &gds[i];
-    }
-    for (size_t k = 0; k < wn; ++k) {
-      wis[k].incarnation = ctl->workers[wis[k].index]->incarnation;
-      wis[k].direct_launch = cw__session_direct_launch(ctl, s, wis[k].index);
     }
     info.workers = wptrs;
     info.n_workers = wn;

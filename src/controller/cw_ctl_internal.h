@@ -496,8 +496,10 @@ size_t cw_ctl_alloc_queue_length(const cw_controller_t* ctl);
 // A deep copy (packed and unpacked) the caller frees with
 // protobuf_c_message_free_unpacked; NULL when out of memory.
 ProtobufCMessage* cw_ctl_msg_copy(const ProtobufCMessage* m);
-// SessionInfo's platform from a worker's inventory; a worker's WorkerInfo.
+// SessionInfo's platform from a worker's inventory; a worker's WorkerInfo
+// as session `s` sees it (incarnation, direct-launch lease).
 void cw_ctl_info_platform(Causeway__V1__SessionInfo* info, const Causeway__V1__Inventory* inv);
-void cw_ctl_worker_info_fill(Causeway__V1__WorkerInfo* wi, const cw_ctl_worker_t* w);
+void cw_ctl_worker_info_fill(Causeway__V1__WorkerInfo* wi, const cw_ctl_worker_t* w,
+                             cw_ctl_session_t* s);
 
 #endif  // CW_CTL_INTERNAL_H_

@@ -32,16 +32,7 @@ static struct {
   uint64_t session;
 } g;
 
-#define ASSERT_OK(expr)                                                       \
-  do {                                                                        \
-    cw_status_t s__ = (expr);                                                 \
-    if (s__) {                                                                \
-      fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #expr,         \
-              cw_status_message(s__));                                        \
-      cw_status_free(s__);                                                    \
-      fail();                                                                 \
-    }                                                                         \
-  } while (0)
+#define ASSERT_OK CW_TEST_ASSERT_OK
 
 // Expects `st` to fail with `code` and a message containing `text`; takes st.
 static void expect_error(cw_status_t st, cw_status_code_t code, const char* text) {

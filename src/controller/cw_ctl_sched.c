@@ -88,10 +88,13 @@ void cw_ctl_sched_push(cw_controller_t* ctl, cw_ctl_item_t* it) {
 }
 
 // Whether the head can go: an error to answer it with (failed), blocked
-// (its executable is loading), or ready.
-static cw_status_t cw__sched_check(cw_ctl_worker_t* w, cw_ctl_item_t* it, bool* out_blocked) {
+// (its executable is loading), or ready; *out_exe: the executable it names
+// (NULL for DELETE).
+static cw_status_t cw__sched_check(cw_ctl_worker_t* w, cw_ctl_item_t* it, bool* out_blocked,
+                                   cw_ctl_exe_t** out_exe) {
   cw_ctl_session_t* s = it->session;
   *out_blocked = false;
+  *out_exe = NULL;
   if (s->closed) return cw_make_status(CW_CANCELLED, "session %" PRIu64 " is closed", s->id);
   if (!w->alive) {
     return cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable: its connection to the "
@@ -108,6 +111,7 @@ static cw_status_t cw__sched_check(cw_ctl_worker_t* w, cw_ctl_item_t* it, bool* 
   uint64_t exe_id = cw__item_exe_id(it);
   cw_ctl_exe_t* e = cw__exe_find(s, exe_id);
   if (!e) return cw_make_status(CW_NOT_FOUND, "executable %" PRIu64 " not found", exe_id);
+  *out_exe = e;
   if (e->state == CW__EXE_LOADING) *out_blocked = true;
   if (e->state == CW__EXE_FAILED) {
     return cw_make_status(cw_status_code(e->error), "executable %" PRIu64 " failed: %s", exe_id,
@@ -150,10 +154,12 @@ void cw_ctl_sched_pump(cw_controller_t* ctl, uint32_t index) {
   if (!isl) return;
   for (;;) {
     cw_ctl_sched_q_t* pick = NULL;
+    cw_ctl_exe_t* e = NULL;  // the one pick's head names
     bool failed = false;
     for (cw_ctl_sched_q_t* q = isl->queues; q; q = q->next) {
       bool blocked = false;
-      cw_status_t st = cw__sched_check(w, q->head, &blocked);
+      cw_ctl_exe_t* exe = NULL;
+      cw_status_t st = cw__sched_check(w, q->head, &blocked, &exe);
       if (st) {
         cw__item_fail(ctl, cw__sched_pop(isl, q), st);
         failed = true;
@@ -162,19 +168,22 @@ void cw_ctl_sched_pump(cw_controller_t* ctl, uint32_t index) {
       if (blocked) continue;
       if (q->head->type != CW_MSG_LAUNCH) {
         pick = q;  // not ordered against other sessions: at once
+        e = exe;
         break;
       }
       if (isl->outstanding >= CW__SCHED_MAX_OUTSTANDING) continue;
-      if (!pick || q->pass < pick->pass) pick = q;
+      if (!pick || q->pass < pick->pass) {
+        pick = q;
+        e = exe;
+      }
     }
     if (failed) continue;
     if (!pick) return;
     cw_ctl_session_t* s = pick->head->session;
     bool launch = pick->head->type == CW_MSG_LAUNCH;
-    cw_ctl_exe_t* e = launch ? cw__exe_find(s, cw__item_exe_id(pick->head)) : NULL;
     // On an island of several workers only its programs are stamped: the
     // stamp sequence must reach every member whole (cw_ctl_island.c).
-    bool stamped = launch && (!cw_ctl_island_spans(w) || (e && e->num_parts));
+    bool stamped = launch && (!cw_ctl_island_spans(w) || e->num_parts);
     if (launch) {
       isl->vtime = pick->pass;
       pick->pass += CW__SCHED_STRIDE / (s->weight ? s->weight : 1);

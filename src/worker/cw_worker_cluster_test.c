@@ -19,16 +19,7 @@
 #include "cw_client.h"
 #include "cw_test_util.h"
 
-#define ASSERT_OK(expr)                                                 \
-  do {                                                                  \
-    cw_status_t s__ = (expr);                                           \
-    if (s__) {                                                          \
-      fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #expr,   \
-              cw_status_message(s__));                                  \
-      cw_status_free(s__);                                              \
-      fail();                                                           \
-    }                                                                   \
-  } while (0)
+#define ASSERT_OK CW_TEST_ASSERT_OK
 
 static void assert_code(cw_status_t st, cw_status_code_t code) {
   if (cw_status_code(st) != code) {

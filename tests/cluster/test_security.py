@@ -11,7 +11,6 @@ import pathlib
 import re
 import socket
 import stat
-import struct
 import time
 
 import numpy as np
@@ -139,28 +138,12 @@ def test_direct_worker_connection_needs_the_token(cluster):
 
 # ---- Raw sockets -----------------------------------------------------------------
 
-HDR = struct.Struct("<IHHIIQQ")
-MAGIC = 0x59415743
-
-
-def _frame(mtype: int, rid: int, payload: bytes, flags: int = 0) -> bytes:
-    return HDR.pack(MAGIC, 1, mtype, flags, len(payload), rid, 0) + payload
-
-
-def _varint(v: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        out.append(b | (0x80 if v else 0))
-        if not v:
-            return bytes(out)
 
 
 def _hello(token: bytes | None, role: int = 1) -> bytes:
-    m = b"\x08\x01\x10\x01\x18" + _varint(role)
+    m = b"\x08\x01\x10\x01\x18" + harness.pb_varint(role)
     if token is not None:
-        m += b"\x22" + _varint(len(token)) + token
+        m += b"\x22" + harness.pb_varint(len(token)) + token
     return m + b"\x32\x03raw"
 
 
@@ -183,10 +166,10 @@ def _read_all(s: socket.socket) -> bytes:
 
 def _frames(data: bytes) -> list:
     out = []
-    while len(data) >= HDR.size:
-        magic, _, mtype, flags, plen, rid, _ = HDR.unpack_from(data)
-        assert magic == MAGIC
-        payload = data[HDR.size:HDR.size + plen]
+    while len(data) >= harness.FRAME_HDR.size:
+        magic, _, mtype, flags, plen, rid, _ = harness.FRAME_HDR.unpack_from(data)
+        assert magic == harness.FRAME_MAGIC
+        payload = data[harness.FRAME_HDR.size:harness.FRAME_HDR.size + plen]
         code, msg = 0, ""
         for f, _, v in harness._pb_fields(payload) if flags & 2 else []:
             if f == 1:
@@ -194,7 +177,7 @@ def _frames(data: bytes) -> list:
             elif f == 2:
                 msg = v.decode()
         out.append((mtype, flags, rid, code, msg))
-        data = data[HDR.size + plen:]
+        data = data[harness.FRAME_HDR.size + plen:]
     return out
 
 
@@ -203,7 +186,7 @@ def test_raw_sockets_are_refused(cluster, target):
     addr = cluster.controller if target == "controller" else cluster.addresses[target]
     # A request before HELLO.
     with _connect(addr) as s:
-        s.sendall(_frame(15, 7, b""))
+        s.sendall(harness.frame(15, 7, b""))
         fr = _frames(_read_all(s))
         assert len(fr) == 1 and fr[0][2] == 7 and fr[0][3] == FAILED_PRECONDITION, fr
         assert "STATS before HELLO" in fr[0][4], fr
@@ -216,7 +199,8 @@ def test_raw_sockets_are_refused(cluster, target):
     # else looked at, then closed.
     for token in (b"wrong", None):
         with _connect(addr) as s:
-            s.sendall(_frame(1, 1, _hello(token)) + _frame(15, 2, b"") + _frame(2, 3, b""))
+            s.sendall(harness.frame(1, 1, _hello(token)) + harness.frame(15, 2, b"") +
+                      harness.frame(2, 3, b""))
             fr = _frames(_read_all(s))
             assert len(fr) == 1, fr
             assert fr[0][0] == 1 and fr[0][2] == 1 and fr[0][3] == UNAUTHENTICATED, fr
@@ -224,7 +208,8 @@ def test_raw_sockets_are_refused(cluster, target):
             assert TOKEN not in fr[0][4]
     # The right token: served.
     with _connect(addr) as s:
-        s.sendall(_frame(1, 1, _hello(TOKEN.encode())) + _frame(2, 2, b"\x0a\x02hi"))
+        s.sendall(harness.frame(1, 1, _hello(TOKEN.encode())) +
+                  harness.frame(2, 2, b"\x0a\x02hi"))
         got = b""
         while len(_frames(got)) < 2:
             chunk = s.recv(65536)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import struct
 import tempfile
 
 import pytest
@@ -124,25 +123,7 @@ def test_trace_of_two_islands_and_a_transfer():
 
 # --- The worker's TRACE_START / TRACE_FETCH, spoken raw ---------------------------------
 
-_MAGIC = 0x59415743
-_HDR = struct.Struct("<IHHIIQQ")
 TRACE_START, TRACE_FETCH, HELLO = 65, 66, 1
-
-
-def _varint(v: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        out.append(b | (0x80 if v else 0))
-        if not v:
-            return bytes(out)
-
-
-def _field(num: int, v) -> bytes:
-    if isinstance(v, int):
-        return _varint(num << 3) + _varint(v)
-    return _varint((num << 3) | 2) + _varint(len(v)) + v
 
 
 class _Raw:
@@ -152,16 +133,16 @@ class _Raw:
         host, port = address.rsplit(":", 1)
         self.s = socket.create_connection((host, int(port)), timeout=10)
         self.rid = 0
-        flags, fields = self.call(HELLO, _field(1, 1) + _field(2, 1) + _field(3, role) +
-                                  _field(6, b"trace-test"))
+        f = harness.pb_field
+        flags, fields = self.call(HELLO, f(1, 1) + f(2, 1) + f(3, role) + f(6, b"trace-test"))
         assert flags == 1, fields  # a reply, not an error
 
     def call(self, mtype: int, payload: bytes):
         self.rid += 1
-        self.s.sendall(_HDR.pack(_MAGIC, 1, mtype, 0, len(payload), self.rid, 0) + payload)
-        head = self._read(_HDR.size)
-        magic, _, rtype, flags, plen, rid, blen = _HDR.unpack(head)
-        assert magic == _MAGIC and rtype == mtype and rid == self.rid and blen == 0
+        self.s.sendall(harness.frame(mtype, self.rid, payload))
+        head = self._read(harness.FRAME_HDR.size)
+        magic, _, rtype, flags, plen, rid, blen = harness.FRAME_HDR.unpack(head)
+        assert magic == harness.FRAME_MAGIC and rtype == mtype and rid == self.rid and blen == 0
         return flags, harness._pb_fields(self._read(plen))
 
     def _read(self, n: int) -> bytes:
@@ -192,10 +173,10 @@ def test_worker_trace_messages_refuse_bad_use():
         code, msg = _error(fields)
         assert code == 9 and "TRACE_START" in msg, (code, msg)
         # An oversized ring: INVALID_ARGUMENT (3).
-        flags, fields = c.call(TRACE_START, _field(1, 1 << 30))
+        flags, fields = c.call(TRACE_START, harness.pb_field(1, 1 << 30))
         assert flags == 3 and _error(fields)[0] == 3, fields
         # Started: the clock comes back; fetching an idle session gives nothing.
-        flags, fields = c.call(TRACE_START, _field(1, 4))
+        flags, fields = c.call(TRACE_START, harness.pb_field(1, 4))
         assert flags == 1, fields
         clock = {f: v for f, _, v in fields}
         assert clock[1] > 0 and clock[2] == b"hand-worker-0" and clock[3] > 0
@@ -207,7 +188,7 @@ def test_worker_trace_messages_refuse_bad_use():
         assert flags == 3 and _error(fields)[0] == 9, fields
         w.close()
         # Garbage where a TraceStartRequest belongs: refused, the worker lives on.
-        c.s.sendall(_HDR.pack(_MAGIC, 1, TRACE_START, 0, 3, 99, 0) + b"\xff\xff\xff")
+        c.s.sendall(harness.frame(TRACE_START, 99, b"\xff\xff\xff"))
         c.s.settimeout(10)
         try:
             while c.s.recv(4096):

@@ -524,6 +524,34 @@ def wait_until(pred, timeout: float, interval: float = 0.05):
         time.sleep(interval)
 
 
+# ---- Raw frames, for tests that speak the wire protocol by hand -------------------
+
+# magic, version, type, flags, payload length, request id, bulk length (docs/protocol.md)
+FRAME_HDR = struct.Struct("<IHHIIQQ")
+FRAME_MAGIC = 0x59415743
+
+
+def pb_varint(v: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        out.append(b | (0x80 if v else 0))
+        if not v:
+            return bytes(out)
+
+
+def pb_field(num: int, v) -> bytes:
+    """A varint (int) or length-delimited (bytes) protobuf field."""
+    if isinstance(v, int):
+        return pb_varint(num << 3) + pb_varint(v)
+    return pb_varint((num << 3) | 2) + pb_varint(len(v)) + v
+
+
+def frame(mtype: int, rid: int, payload: bytes, flags: int = 0) -> bytes:
+    return FRAME_HDR.pack(FRAME_MAGIC, 1, mtype, flags, len(payload), rid, 0) + payload
+
+
 # ---- STATS through the C client library (ctypes) ---------------------------------
 
 def _pb_fields(data: bytes) -> list:
