@@ -17,12 +17,6 @@
 
 extern char** environ;
 
-int64_t cw_test_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 void cw_test_sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
@@ -116,9 +110,9 @@ int cw_test_process_read_line(cw_test_process_t* process, const char* prefix,
                               int timeout_ms, char* out_rest, size_t rest_capacity) {
   char line[4096];
   size_t len = 0;
-  int64_t deadline = cw_test_now_ms() + timeout_ms;
+  int64_t deadline = cw_time_now_ms() + timeout_ms;
   for (;;) {
-    int64_t left = deadline - cw_test_now_ms();
+    int64_t left = deadline - cw_time_now_ms();
     if (left <= 0) {
       fprintf(stderr, "cw_test: %s: no line \"%s...\" within %d ms\n", process->label, prefix,
               timeout_ms);
@@ -186,7 +180,7 @@ static void finish_process(cw_test_process_t* process) {
 
 int cw_test_process_wait(cw_test_process_t* process, int timeout_ms) {
   if (process->pid <= 0) return -1;
-  int64_t deadline = cw_test_now_ms() + timeout_ms;
+  int64_t deadline = cw_time_now_ms() + timeout_ms;
   for (;;) {
     int status = 0;
     pid_t r = waitpid(process->pid, &status, WNOHANG);
@@ -201,7 +195,7 @@ int cw_test_process_wait(cw_test_process_t* process, int timeout_ms) {
       finish_process(process);
       return -1;
     }
-    if (cw_test_now_ms() >= deadline) return -1;
+    if (cw_time_now_ms() >= deadline) return -1;
     cw_test_sleep_ms(10);
   }
 }

@@ -13,6 +13,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "cw_time.h"
+
 #define CW_TEST_LISTEN_PREFIX "causeway-worker listening on "
 
 // A started child process. stdout goes through a pipe: the listen line is
@@ -43,7 +45,6 @@ typedef struct cw_test_worker_s {
 } cw_test_worker_t;
 
 // Monotonic milliseconds and sleep.
-int64_t cw_test_now_ms(void);
 void cw_test_sleep_ms(int ms);
 
 // Starts `argv[0]` (a path) with `argv` and the current environment plus

@@ -39,6 +39,7 @@
 #include <cmocka.h>
 
 #include "proto/causeway.pb-c.h"
+#include "cw_time.h"
 
 // ---------------------------------------------------------------------------
 // Wire constants, spelled out here on purpose (the suite checks the contract,
@@ -83,12 +84,6 @@ typedef struct worker_s {
 static worker_t g_plain = {.label = "plain"};
 static worker_t g_token = {.label = "token"};
 static const char* g_worker_bin;
-
-static long long now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -180,8 +175,8 @@ static bool worker_start(worker_t* w, const char* token) {
   w->reaped = false;
   // Wait for "causeway-worker listening on <ADDR>".
   static const char prefix[] = "causeway-worker listening on ";
-  long long deadline = now_ms() + 120000;
-  while (now_ms() < deadline) {
+  int64_t deadline = cw_time_now_ms() + 120000;
+  while (cw_time_now_ms() < deadline) {
     FILE* f = fopen(w->out_path, "r");
     char line[512];
     bool found = false;
@@ -224,8 +219,8 @@ static int worker_stop(worker_t* w) {
   if (w->pid <= 0) return -1;
   if (w->reaped) return w->exit_status;
   kill(w->pid, SIGTERM);
-  long long deadline = now_ms() + 60000;
-  while (now_ms() < deadline) {
+  int64_t deadline = cw_time_now_ms() + 60000;
+  while (cw_time_now_ms() < deadline) {
     if (!worker_running(w)) return w->exit_status;
     sleep_ms(20);
   }
@@ -305,7 +300,7 @@ static int recv_exact(int fd, void* data, size_t len, long long deadline) {
   uint8_t* p = data;
   size_t have = 0;
   while (have < len) {
-    long long left = deadline - now_ms();
+    long long left = deadline - cw_time_now_ms();
     if (left <= 0) return -2;
     struct pollfd pfd = {.fd = fd, .events = POLLIN};
     int pr = poll(&pfd, 1, (int)left);
@@ -360,7 +355,7 @@ static const char* recv_result_name(int r) {
 // Reads one frame as the worker sent it (no validation besides sanity bounds).
 static int recv_frame(int fd, frame_t* f, int timeout_ms) {
   memset(f, 0, sizeof *f);
-  long long deadline = now_ms() + timeout_ms;
+  int64_t deadline = cw_time_now_ms() + timeout_ms;
   uint8_t h[HDR];
   int r = recv_exact(fd, h, HDR, deadline);
   if (r != 1) return r;
@@ -1484,7 +1479,7 @@ static void test_slowloris(void** state) {
   // 3. A HELLO dribbled one byte per 50 ms: never complete within 300 ms.
   for (int mode = 0; mode < 3; ++mode) {
     int fd = conn_open(&g_plain);
-    long long t0 = now_ms();
+    long long t0 = cw_time_now_ms();
     uint8_t h[HDR];
     hdr_t hd = hdr_of(T_HELLO, 1, 0, 0);
     hdr_encode(&hd, h);
@@ -1501,7 +1496,7 @@ static void test_slowloris(void** state) {
                                   "slowloris: dribbled HELLO"};
     // Any ERROR reply (DEADLINE_EXCEEDED) is fine; then closed.
     expect_only_errors_then_closed(fd, names[mode]);
-    long long dt = now_ms() - t0;
+    long long dt = cw_time_now_ms() - t0;
     fprintf(stderr, "[hostile]   %-46s    closed after %lld ms\n", names[mode], dt);
     if (dt < 250) fail_msg("%s: closed after %lld ms, before the 300 ms timeout", names[mode],
                            dt);

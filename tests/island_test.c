@@ -519,7 +519,7 @@ static Causeway__V1__AdminStatus* admin_status(void) {
 
 // Waits (<= 20 s) until the controller's recent errors hold one with `needle`.
 static void expect_recent_error(const char* needle) {
-  for (int64_t end = cw_test_now_ms() + 20000; cw_test_now_ms() < end; cw_test_sleep_ms(100)) {
+  for (int64_t end = cw_time_now_ms() + 20000; cw_time_now_ms() < end; cw_test_sleep_ms(100)) {
     Causeway__V1__AdminStatus* st = admin_status();
     bool found = false;
     for (size_t i = 0; i < st->n_recent_errors && !found; ++i) {
@@ -660,7 +660,7 @@ static void test_the_whole_island_restarts(void** state) {
   assert_int_equal(start_gang_worker(0), 0);
   cw_test_tempdir_remove(first);
   // Both took their slots back.
-  for (int64_t end = cw_test_now_ms() + 20000;; cw_test_sleep_ms(100)) {
+  for (int64_t end = cw_time_now_ms() + 20000;; cw_test_sleep_ms(100)) {
     Causeway__V1__AdminStatus* st = admin_status();
     size_t alive = 0;
     for (size_t i = 0; i < st->n_workers; ++i) {
@@ -671,7 +671,7 @@ static void test_the_whole_island_restarts(void** state) {
     protobuf_c_message_free_unpacked(&st->base, NULL);
     assert_int_equal(n_workers, 3);  // no new slots
     if (alive == 2) break;
-    if (cw_test_now_ms() > end) fail_msg("the island's workers did not take their places back");
+    if (cw_time_now_ms() > end) fail_msg("the island's workers did not take their places back");
   }
   // The old session, once it rejoined the new workers (as a client does on
   // WORKER_UP), hears that its program must be compiled again.

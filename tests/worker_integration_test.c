@@ -407,13 +407,13 @@ static void run_compiled(cw_client_t* client, uint64_t exe, const test_case_t* c
 }
 
 static void run_case(cw_client_t* client, const test_case_t* c, const char* where) {
-  int64_t t0 = cw_test_now_ms();
+  int64_t t0 = cw_time_now_ms();
   uint64_t exe = compile_case(client, c);
   run_compiled(client, exe, c, where);
   ASSERT_OK(cw_client_delete(client, &exe, 1, NULL, NULL));
   ASSERT_OK(cw_client_flush(client));
   fprintf(stderr, "  ok %-14s %-9s on %s (%lld ms)\n", c->name, c->format, where,
-          (long long)(cw_test_now_ms() - t0));
+          (long long)(cw_time_now_ms() - t0));
 }
 
 // ---- Setup and teardown ------------------------------------------------------
@@ -447,11 +447,11 @@ static int group_setup(void** state) {
   cw_test_worker_options_t oa = {.devices = WORKER_DEVICES, .listen = "127.0.0.1:0",
                                  .name = "worker-a"};
   cw_test_worker_options_t ob = {.devices = WORKER_DEVICES, .listen = sock, .name = "worker-b"};
-  int64_t t0 = cw_test_now_ms();
+  int64_t t0 = cw_time_now_ms();
   if (cw_test_worker_start(&oa, &g.a) != 0) return -1;
   if (cw_test_worker_start(&ob, &g.b) != 0) return -1;
   fprintf(stderr, "workers up in %lld ms: A at %s, B at %s\n",
-          (long long)(cw_test_now_ms() - t0), g.a.address, g.b.address);
+          (long long)(cw_time_now_ms() - t0), g.a.address, g.b.address);
   if (connect_client(g.a.address, "itest-client-a", 0, &g.ca) != 0) return -1;
   if (connect_client(g.b.address, "itest-client-b", 0, &g.cb) != 0) return -1;
   return 0;
@@ -933,7 +933,7 @@ static void test_pipelining(void** state) {
   static uint64_t req[MAX_CASES][MAX_DEVICES][MAX_OUTS];
   static uint8_t* sinks[MAX_CASES][MAX_DEVICES][MAX_OUTS];
   for (size_t i = 0; i < g.num_cases; i++) exes[i] = compile_case(g.cb, &g.cases[i]);
-  int64_t t0 = cw_test_now_ms();
+  int64_t t0 = cw_time_now_ms();
   for (size_t i = 0; i < g.num_cases; i++) {
     const test_case_t* c = &g.cases[i];
     make_ids(c, &ids[i]);
@@ -974,7 +974,7 @@ static void test_pipelining(void** state) {
   }
   ASSERT_OK(cw_client_flush(g.cb));
   fprintf(stderr, "  ok %zu cases pipelined on B in %lld ms\n", g.num_cases,
-          (long long)(cw_test_now_ms() - t0));
+          (long long)(cw_time_now_ms() - t0));
   for (size_t i = 0; i < g.num_cases; i++) {
     delete_ids(g.cb, &g.cases[i], &ids[i]);
     ASSERT_OK(cw_client_delete(g.cb, &exes[i], 1, NULL, NULL));
@@ -1149,7 +1149,7 @@ static void test_client_killed_mid_upload(void** state) {
   assert_int_equal(waitpid(pid, &wstatus, 0), pid);
   assert_true(WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL);
 
-  int64_t deadline = cw_test_now_ms() + 5000;
+  int64_t deadline = cw_time_now_ms() + 5000;
   Causeway__V1__Stats* after = NULL;
   for (;;) {
     free_msg(after);
@@ -1157,7 +1157,7 @@ static void test_client_killed_mid_upload(void** state) {
     if (after->sessions == base->sessions && after->buffers == base->buffers &&
         after->buffer_bytes == base->buffer_bytes && after->connections == base->connections)
       break;
-    if (cw_test_now_ms() > deadline) {
+    if (cw_time_now_ms() > deadline) {
       fprintf(stderr, "  after kill: sessions %llu buffers %llu bytes %llu connections %llu\n",
               (unsigned long long)after->sessions, (unsigned long long)after->buffers,
               (unsigned long long)after->buffer_bytes, (unsigned long long)after->connections);
@@ -1167,7 +1167,7 @@ static void test_client_killed_mid_upload(void** state) {
     }
     cw_test_sleep_ms(50);
   }
-  fprintf(stderr, "  freed after %lld ms\n", (long long)(cw_test_now_ms() - (deadline - 5000)));
+  fprintf(stderr, "  freed after %lld ms\n", (long long)(cw_time_now_ms() - (deadline - 5000)));
   free_msg(after);
   free_msg(base);
   run_case(g.ca, find_case("mlp_f32"), "A after a client died");
@@ -1179,11 +1179,11 @@ static void test_clean_shutdown(void** state) {
   cw_client_release(g.ca);
   cw_client_release(g.cb);
   g.ca = g.cb = NULL;
-  int64_t t0 = cw_test_now_ms();
+  int64_t t0 = cw_time_now_ms();
   int ra = cw_test_worker_stop(&g.a, 60000);
   int rb = cw_test_worker_stop(&g.b, 60000);
   fprintf(stderr, "  worker-a exit %d, worker-b exit %d (%lld ms)\n", ra, rb,
-          (long long)(cw_test_now_ms() - t0));
+          (long long)(cw_time_now_ms() - t0));
   assert_int_equal(ra, 0);
   assert_int_equal(rb, 0);
 }

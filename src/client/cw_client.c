@@ -41,6 +41,8 @@
 
 #include "cw_array.h"
 #include "cw_rbuf.h"
+#include "cw_time.h"
+#include "cw_messages.h"
 
 #define CW__DEFAULT_CONNECT_TIMEOUT_MS 10000
 #define CW__DEFAULT_MAX_PAYLOAD (16u * 1024 * 1024)
@@ -277,12 +279,6 @@ static cw_status_t cw__set_send_timeout(int fd, int timeout_ms) {
   return cw_ok_status();
 }
 
-static int64_t cw__now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 // Non-blocking connect bounded by the deadline, then back to blocking mode.
 // Returns 0, or an errno (ETIMEDOUT when the deadline passed).
 static int cw__connect_fd(int fd, const struct sockaddr* sa, socklen_t len, int64_t deadline) {
@@ -294,7 +290,7 @@ static int cw__connect_fd(int fd, const struct sockaddr* sa, socklen_t len, int6
     if (err == EINPROGRESS || err == EINTR || err == EAGAIN) {
       err = 0;
       for (;;) {
-        int64_t left = deadline - cw__now_ms();
+        int64_t left = deadline - cw_time_now_ms();
         if (left <= 0) {
           err = ETIMEDOUT;
           break;
@@ -320,7 +316,7 @@ static int cw__connect_fd(int fd, const struct sockaddr* sa, socklen_t len, int6
 // Opens a connected, blocking socket to `address`.
 static cw_status_t cw__open_socket(const char* address, int timeout_ms, int* out_fd) {
   *out_fd = -1;
-  int64_t deadline = cw__now_ms() + timeout_ms;
+  int64_t deadline = cw_time_now_ms() + timeout_ms;
   if (strchr(address, '/')) {
     struct sockaddr_un sun;
     memset(&sun, 0, sizeof(sun));
@@ -566,7 +562,7 @@ static cw_status_t cw__send(cw_client_t* c, uint16_t type, const ProtobufCMessag
   // Liveness counts silence only while something is owed: from now, if
   // nothing was.
   if (c->outstanding++ == 0) {
-    atomic_store_explicit(&c->last_rx_ms, cw__now_ms(), memory_order_relaxed);
+    atomic_store_explicit(&c->last_rx_ms, cw_time_now_ms(), memory_order_relaxed);
   }
   pthread_mutex_unlock(&c->mu);
   // From here on the reader may complete (and free) `p`; use `id` only.
@@ -875,7 +871,7 @@ static cw_status_t cw__read_one(cw_client_t* c) {
   if (cw_rbuf_read(&c->rb, hdr, sizeof(hdr), &got) != 0) {
     return cw_make_status(CW_UNAVAILABLE, "%s", cw__read_error_text(errno, got));
   }
-  atomic_store_explicit(&c->last_rx_ms, cw__now_ms(), memory_order_relaxed);
+  atomic_store_explicit(&c->last_rx_ms, cw_time_now_ms(), memory_order_relaxed);
   cw_frame_header_t h;
   CW_RETURN_IF_ERROR(cw_frame_header_decode(hdr, sizeof(hdr), &c->limits, &h),
                      "protocol violation from peer");
@@ -907,10 +903,7 @@ static cw_status_t cw__read_one(cw_client_t* c) {
   }
   if (h.request_id == 0 && (h.flags & CW_FRAME_ERROR)) {
     // The peer could not read one of our frames and is closing.
-    const Causeway__V1__ErrorReply* e = (const Causeway__V1__ErrorReply*)msg;
-    cw_status_t s = cw_make_status(CW_UNAVAILABLE, "peer reported %s: %s",
-                                   cw_status_code_name(cw_status_code_from_u32(e->code)),
-                                   e->message ? e->message : "");
+    cw_status_t s = cw_error_reply_peer_closing((const Causeway__V1__ErrorReply*)msg);
     protobuf_c_message_free_unpacked(msg, NULL);
     return s;
   }
@@ -939,9 +932,7 @@ static cw_status_t cw__read_one(cw_client_t* c) {
   cw_status_t status = cw_ok_status();
   void* alloc = NULL;
   if (h.flags & CW_FRAME_ERROR) {
-    const Causeway__V1__ErrorReply* e = (const Causeway__V1__ErrorReply*)msg;
-    status = cw_make_status(cw_status_code_from_u32(e->code), "%s",
-                            e->message && e->message[0] ? e->message : "(no message)");
+    status = cw_error_reply_to_status((const Causeway__V1__ErrorReply*)msg, NULL);
     protobuf_c_message_free_unpacked(msg, NULL);
     msg = NULL;
   } else if (h.bulk_len) {
@@ -1025,7 +1016,7 @@ static void* cw__watchdog_main(void* arg) {
     if (c->closing || c->dead) break;
     // Quiet is fine while nothing is owed (the PING itself does not count).
     if (c->outstanding <= (c->ping_out ? 1u : 0u)) continue;
-    int64_t quiet = cw__now_ms() - atomic_load_explicit(&c->last_rx_ms, memory_order_relaxed);
+    int64_t quiet = cw_time_now_ms() - atomic_load_explicit(&c->last_rx_ms, memory_order_relaxed);
     if (quiet >= c->liveness_ms) {
       size_t n = strlen(c->address) + 160;
       c->hung = malloc(n);
@@ -1058,22 +1049,16 @@ static void* cw__watchdog_main(void* arg) {
 // Synchronous HELLO before the reader starts: the socket has send/receive
 // timeouts of the connect timeout for the duration.
 static cw_status_t cw__hello(cw_client_t* c, const cw_client_options_t* o, int timeout_ms) {
-  Causeway__V1__HelloRequest req = CAUSEWAY__V1__HELLO_REQUEST__INIT;
-  req.min_version = CW_PROTOCOL_MIN_VERSION;
-  req.max_version = CW_PROTOCOL_VERSION;
-  req.role = (o && o->role) ? (Causeway__V1__Role)o->role : CAUSEWAY__V1__ROLE__ROLE_CLIENT;
-  const char* token = (o && o->token) ? o->token : getenv("CW_TOKEN");
-  if (!token) token = "";
-  req.token.data = (uint8_t*)token;
-  req.token.len = strlen(token);
-  req.session_id = o ? o->session_id : 0;
   char name[64];
-  if (o && o->peer_name) {
-    req.peer_name = (char*)o->peer_name;
-  } else {
+  const char* peer_name = o ? o->peer_name : NULL;
+  if (!peer_name) {
     snprintf(name, sizeof(name), "cw_client:%ld", (long)getpid());
-    req.peer_name = name;
+    peer_name = name;
   }
+  Causeway__V1__HelloRequest req;
+  cw_hello_request_fill(&req, (o && o->role) ? o->role : CAUSEWAY__V1__ROLE__ROLE_CLIENT,
+                        (o && o->token) ? o->token : getenv("CW_TOKEN"), o ? o->session_id : 0,
+                        peer_name);
 
   uint8_t stack[512];
   uint8_t* payload = NULL;
@@ -1128,9 +1113,9 @@ static cw_status_t cw__hello(cw_client_t* c, const cw_client_options_t* o, int t
   }
   if (h.flags & CW_FRAME_ERROR) {
     // Keep the worker's code and words: they say what to fix (token, version).
-    const Causeway__V1__ErrorReply* e = (const Causeway__V1__ErrorReply*)msg;
-    s = cw_make_status(cw_status_code_from_u32(e->code), "%s refused HELLO: %s", c->address,
-                       e->message ? e->message : "");
+    char context[300];
+    snprintf(context, sizeof(context), "%s refused HELLO", c->address);
+    s = cw_error_reply_to_status((const Causeway__V1__ErrorReply*)msg, context);
     protobuf_c_message_free_unpacked(msg, NULL);
     return s;
   }
@@ -1205,7 +1190,7 @@ cw_status_t cw_client_connect(const char* address, const cw_client_options_t* op
     c->event_user = options->event_user;
     c->liveness_ms = options->liveness_ms > 0 ? options->liveness_ms : 0;
   }
-  atomic_store_explicit(&c->last_rx_ms, cw__now_ms(), memory_order_relaxed);
+  atomic_store_explicit(&c->last_rx_ms, cw_time_now_ms(), memory_order_relaxed);
   cw_status_t s = c->address ? cw__table_initialize(&c->table)
                              : cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   if (!s) s = cw__open_socket(address, timeout_ms, &c->fd);

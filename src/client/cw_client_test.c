@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "cw_client.h"
+#include "cw_time.h"
 
 // ---- Fake peer -------------------------------------------------------------
 
@@ -270,12 +271,6 @@ static void assert_ok(cw_status_t s) {
   }
 }
 
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 // Callback recorder.
 typedef struct rec_s {
   pthread_mutex_t mu;
@@ -450,9 +445,9 @@ static void test_hello_timeout(void** state) {
   fake_start(&f, NULL);
   cw_client_options_t o = {.connect_timeout_ms = 300};
   cw_client_t* c = NULL;
-  int64_t t0 = now_ms();
+  int64_t t0 = cw_time_now_ms();
   expect_status(cw_client_connect(f.path, &o, &c), CW_UNAVAILABLE, f.path);
-  assert_true(now_ms() - t0 < 3000);
+  assert_true(cw_time_now_ms() - t0 < 3000);
   assert_null(c);
   fake_join(&f);
 }
@@ -469,9 +464,9 @@ static void test_connect_refused(void** state) {
   snprintf(addr, sizeof(addr), "127.0.0.1:%u", ntohs(a.sin_port));
   cw_client_options_t o = {.connect_timeout_ms = 2000};
   cw_client_t* c = NULL;
-  int64_t t0 = now_ms();
+  int64_t t0 = cw_time_now_ms();
   expect_status(cw_client_connect(addr, &o, &c), CW_UNAVAILABLE, addr);
-  assert_true(now_ms() - t0 < 2500);
+  assert_true(cw_time_now_ms() - t0 < 2500);
   assert_null(c);
 
   expect_status(cw_client_connect("/nonexistent/cw.sock", &o, &c), CW_UNAVAILABLE,
@@ -982,9 +977,9 @@ static void script_slow_but_alive(fake_t* f) {
   frame_t req, fr;
   FCHECK(f, fake_read(f, &req));
   FCHECK(f, req.h.type == CW_MSG_INVENTORY);
-  int64_t until = now_ms() + 4 * f->count;
+  int64_t until = cw_time_now_ms() + 4 * f->count;
   int pings = 0;
-  for (int64_t left; (left = until - now_ms()) > 0;) {
+  for (int64_t left; (left = until - cw_time_now_ms()) > 0;) {
     struct pollfd pfd = {.fd = f->fd, .events = POLLIN};
     if (poll(&pfd, 1, (int)left) <= 0) continue;
     if (!fake_read(f, &fr)) break;

@@ -40,20 +40,11 @@
 #include "cw_xla_options.h"
 
 #include "cw_ctl_internal.h"
+#include "cw_time.h"
+#include "cw_messages.h"
 
 
 // --- Small helpers -----------------------------------------------------------
-
-int64_t cw__now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-cw_status_t cw__status_copy(cw_status_t st) {
-  if (!st) return cw_make_status(CW_UNKNOWN, "unknown error");
-  return cw_make_status(cw_status_code(st), "%s", cw_status_message(st));
-}
 
 void cw__reply_error(cw_controller_t* ctl, cw_net_conn_t* c, uint16_t type, uint64_t rid,
                      cw_status_t st) {
@@ -118,14 +109,9 @@ cw_net_conn_t* cw__link_open(cw_controller_t* ctl, cw_ctl_worker_t* w, uint64_t 
     return NULL;
   }
   cw_net_conn_retain(c);
-  Causeway__V1__HelloRequest hello = CAUSEWAY__V1__HELLO_REQUEST__INIT;
-  hello.min_version = CW_PROTOCOL_MIN_VERSION;
-  hello.max_version = CW_PROTOCOL_VERSION;
-  hello.role = CAUSEWAY__V1__ROLE__ROLE_CONTROLLER;
-  hello.token.data = (uint8_t*)(uintptr_t)ctl->token;
-  hello.token.len = strlen(ctl->token);
-  hello.session_id = session_id;
-  hello.peer_name = ctl->name;
+  Causeway__V1__HelloRequest hello;
+  cw_hello_request_fill(&hello, CAUSEWAY__V1__ROLE__ROLE_CONTROLLER, ctl->token, session_id,
+                        ctl->name);
   cw_net_conn_request(c, CW_MSG_HELLO, &hello.base, NULL, 0, NULL, NULL, cw__hello_reply, NULL);
   return c;
 }
@@ -415,7 +401,7 @@ cw_ctl_item_t* cw__item_new(uint16_t type, cw_net_conn_t* client, uint64_t reque
   cw__session_retain(s);
   it->msg = msg;
   it->worker = worker;
-  it->received_ns = cw_ctl_metrics_now_ns();
+  it->received_ns = cw_time_now_ns();
   return it;
 }
 
@@ -547,7 +533,7 @@ static void cw__compile_fail(cw_ctl_compile_t* cp, cw_status_t st) {
   cw_ctl_exe_t* e = cw__compile_exe(cp);
   if (e) {
     e->state = CW__EXE_FAILED;
-    e->error = cw__status_copy(st);
+    e->error = cw_status_clone(st);
   }
   cw__reply_error(ctl, cp->client, CW_MSG_COMPILE, cp->request_id, st);
   uint32_t worker = cp->worker;
@@ -568,9 +554,9 @@ void cw__compile_answer(cw_controller_t* ctl, cw_net_conn_t* client, uint64_t re
   rep.info = info;
   if (e) e->state = CW__EXE_READY;
   ctl->compiles++;
-  cw_ctl_metrics_on_compile(ctl, cw__now_ms() - start_ms, cache_hit);
+  cw_ctl_metrics_on_compile(ctl, cw_time_now_ms() - start_ms, cache_hit);
   CW_LOGI("compile of executable %" PRIu64 " for %s: %s, %" PRId64 " ms", info->exe_id, where,
-          cache_hit ? "cache hit" : "compiled", cw__now_ms() - start_ms);
+          cache_hit ? "cache hit" : "compiled", cw_time_now_ms() - start_ms);
   cw_net_conn_reply(client, CW_MSG_COMPILE, request_id, &rep.base);
 }
 
@@ -674,7 +660,7 @@ void cw__inflight_finish(cw_ctl_inflight_t* f, cw_compile_cache_entry_t* entry,
     cw_ctl_compile_t* cp = f->waiters;
     f->waiters = cp->next;
     cp->next = NULL;
-    if (st) cw__compile_fail(cp, cw__status_copy(st));
+    if (st) cw__compile_fail(cp, cw_status_clone(st));
     else cw__compile_load(cp, entry);
   }
   cw_status_free(st);
@@ -963,7 +949,7 @@ static void cw__handle_compile(cw_ctl_peer_t* p, const cw_frame_header_t* h,
     cp->session = s;
     cw__session_retain(s);
     cp->exe_id = r->exe_id;
-    cp->start_ms = cw__now_ms();
+    cp->start_ms = cw_time_now_ms();
     st = cw__compile_place(ctl, s, r, cp);
   }
   cw_ctl_exe_t* e = NULL;
@@ -1074,7 +1060,7 @@ static void cw__open_wait_free(cw_ctl_open_wait_t* ow) {
 // Answers the waits that can be answered: enough workers, deadline passed,
 // or the client gone.
 void cw__open_waits_check(cw_controller_t* ctl, bool expire) {
-  int64_t now = cw__now_ms();
+  int64_t now = cw_time_now_ms();
   cw_ctl_open_wait_t** pp = &ctl->open_waits;
   while (*pp) {
     cw_ctl_open_wait_t* ow = *pp;
@@ -1146,7 +1132,7 @@ static void cw__handle_open_session(cw_ctl_peer_t* p, const cw_frame_header_t* h
     }
   }
   uint32_t wait = r->wait_ms < CW__MAX_WAIT_MS ? r->wait_ms : CW__MAX_WAIT_MS;
-  ow->deadline_ms = cw__now_ms() + wait;
+  ow->deadline_ms = cw_time_now_ms() + wait;
   ow->next = ctl->open_waits;
   ctl->open_waits = ow;
   if (!uv_is_active((uv_handle_t*)&ctl->open_tick)) {

@@ -209,7 +209,7 @@ static int group_setup(void** state) {
   g.next_id = 5000;
   if (load_case() != 0) return -1;
   if (cw_test_tempdir_create("cw-ctl", g.tmpdir, sizeof(g.tmpdir)) != 0) return -1;
-  int64_t t0 = cw_test_now_ms();
+  int64_t t0 = cw_time_now_ms();
   if (start_controller() != 0) return -1;
   char sock[600];
   snprintf(sock, sizeof(sock), "%s/b.sock", g.tmpdir);
@@ -229,7 +229,7 @@ static int group_setup(void** state) {
   }
   if (start_worker("worker-b", sock, &g.b) != 0) return -1;
   fprintf(stderr, "controller %s, workers %s and %s up in %lld ms\n", g.ctl_address,
-          g.a.address, g.b.address, (long long)(cw_test_now_ms() - t0));
+          g.a.address, g.b.address, (long long)(cw_time_now_ms() - t0));
   st = connect_to(g.ctl_address, "ctl-test", 0, &g.client);
   if (st) {
     fprintf(stderr, "connect: %s\n", cw_status_message(st));
@@ -307,10 +307,10 @@ static void test_compile_on_island_and_cache(void** state) {
   blob_t opts;
   options_for(4, &opts);
   Causeway__V1__CompileReply* rep = NULL;
-  int64_t t0 = cw_test_now_ms();
+  int64_t t0 = cw_time_now_ms();
   g_exe_b = new_id();
   ASSERT_OK(compile(g.client, g_exe_b, &opts, &rep));
-  int64_t miss_ms = cw_test_now_ms() - t0;
+  int64_t miss_ms = cw_time_now_ms() - t0;
   assert_non_null(rep->info);
   assert_int_equal(rep->num_outputs, NOUTS);
   assert_int_equal(rep->info->worker_index, 1);
@@ -322,10 +322,10 @@ static void test_compile_on_island_and_cache(void** state) {
   free_msg(rep);
 
   // The same program and devices again: served from the cache.
-  t0 = cw_test_now_ms();
+  t0 = cw_time_now_ms();
   uint64_t again = new_id();
   ASSERT_OK(compile(g.client, again, &opts, &rep));
-  int64_t hit_ms = cw_test_now_ms() - t0;
+  int64_t hit_ms = cw_time_now_ms() - t0;
   assert_true(rep->info->cache_hit);
   assert_int_equal(rep->info->worker_index, 1);
   free_msg(rep);
@@ -418,7 +418,7 @@ static void test_launch_relay_with_seq(void** state) {
   uint64_t seq = 0;
   uint64_t in_ids[DEVS][NARGS], out_ids[DEVS][NOUTS];
   done_t done = {.mu = PTHREAD_MUTEX_INITIALIZER};
-  int64_t t0 = cw_test_now_ms();
+  int64_t t0 = cw_time_now_ms();
   for (int d = 0; d < DEVS; ++d) {
     for (int i = 0; i < NARGS; ++i) {
       const array_t* a = &g.in[d][i];
@@ -456,7 +456,7 @@ static void test_launch_relay_with_seq(void** state) {
     }
   }
   ASSERT_OK(cw_client_wait(g.client, launch_rid, NULL, NULL));
-  int64_t launched_ms = cw_test_now_ms() - t0;
+  int64_t launched_ms = cw_time_now_ms() - t0;
   for (int d = 0; d < DEVS; ++d) {
     for (int o = 0; o < NOUTS; ++o) {
       uint64_t n = 0;
@@ -467,7 +467,7 @@ static void test_launch_relay_with_seq(void** state) {
     }
   }
   fprintf(stderr, "  8 uploads + relayed launch + 8 downloads: %lld ms (launch acked at %lld)\n",
-          (long long)(cw_test_now_ms() - t0), (long long)launched_ms);
+          (long long)(cw_time_now_ms() - t0), (long long)launched_ms);
   ASSERT_OK(cw_client_flush(wb));
   assert_int_equal(done.count, DEVS * NARGS);
   assert_null(done.first_error);
@@ -505,10 +505,10 @@ static void test_worker_loss(void** state) {
   ASSERT_OK(cw_client_send(g.client, CW_MSG_LAUNCH, &lb.l.base, NULL, 0, NULL, NULL, NULL, &rid));
   ASSERT_OK(cw_client_ping(g.client));  // the launch has reached the controller
   cw_test_sleep_ms(200);
-  int64_t t0 = cw_test_now_ms();
+  int64_t t0 = cw_time_now_ms();
   assert_true(cw_test_worker_kill(&g.a) >= 0);
   cw_status_t st = cw_client_wait(g.client, rid, NULL, NULL);
-  int64_t ms = cw_test_now_ms() - t0;
+  int64_t ms = cw_time_now_ms() - t0;
   fprintf(stderr, "  after kill -9 (%lld ms): %s\n", (long long)ms, cw_status_message(st));
   assert_int_equal(cw_status_code(st), CW_UNAVAILABLE);
   assert_non_null(strstr(cw_status_message(st), "worker-a"));
@@ -583,8 +583,8 @@ static pid_t spawn_watched(const char* const* argv, int* out_fd) {
 }
 
 static int wait_exit(pid_t pid, int timeout_ms) {
-  int64_t end = cw_test_now_ms() + timeout_ms;
-  while (cw_test_now_ms() < end) {
+  int64_t end = cw_time_now_ms() + timeout_ms;
+  while (cw_time_now_ms() < end) {
     int status = 0;
     pid_t r = waitpid(pid, &status, WNOHANG);
     if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);

@@ -14,6 +14,7 @@
 
 #include "cw_ctl_internal.h"
 #include "cw_log.h"
+#include "cw_time.h"
 
 #define CW__MAX_SESSION_DEVICES 65536
 
@@ -27,12 +28,6 @@ struct cw_ctl_alloc_wait_s {
   int64_t deadline_ms;  // 0: none
   char last_message[256];  // the last ALLOC_WAITING sent
 };
-
-static int64_t cw__alloc_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 // --- Mapping a session's ids --------------------------------------------------------
 
@@ -381,7 +376,7 @@ void cw_ctl_alloc_open(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_
   a->session = s;
   s->refs++;
   a->request_id = request_id;
-  a->start_ms = cw__alloc_now_ms();
+  a->start_ms = cw_time_now_ms();
   a->deadline_ms = r->queue_timeout_ms ? a->start_ms + r->queue_timeout_ms : 0;
   if (ctl->alloc_queue_tail) ctl->alloc_queue_tail->next = a;
   else ctl->alloc_queue = a;
@@ -404,7 +399,7 @@ static void cw__alloc_unlink(cw_controller_t* ctl, cw_ctl_alloc_wait_t** pp) {
 }
 
 void cw_ctl_alloc_check(cw_controller_t* ctl, bool expire) {
-  int64_t now = cw__alloc_now_ms();
+  int64_t now = cw_time_now_ms();
   bool head = true;  // only the head may be granted (FIFO)
   size_t ahead = 0;
   cw_ctl_alloc_wait_t** pp = &ctl->alloc_queue;

@@ -22,6 +22,7 @@
 
 #include "cw_ctl_internal.h"
 #include "cw_log.h"
+#include "cw_time.h"
 
 #define CW__HEALTH_TICK_MAX_MS 250
 
@@ -30,7 +31,7 @@
 static void cw__health_tick(uv_timer_t* t) {
   cw_controller_t* ctl = t->data;
   int64_t timeout = cw_settings_int(ctl->settings, CW_SET_WORKER_TIMEOUT_MS);
-  int64_t now = cw__now_ms();
+  int64_t now = cw_time_now_ms();
   // libuv runs timers before polling: after a stall of this loop, heartbeats
   // may be waiting unread in the sockets. Judge only after a poll has run.
   int64_t since = now - ctl->health_last_tick_ms;
@@ -53,7 +54,7 @@ void cw_ctl_health_start(cw_controller_t* ctl) {
   if (period < 1) period = 1;
   uv_timer_init(&ctl->loop, &ctl->health_tick);
   ctl->health_tick.data = ctl;
-  ctl->health_last_tick_ms = cw__now_ms();
+  ctl->health_last_tick_ms = cw_time_now_ms();
   uv_timer_start(&ctl->health_tick, cw__health_tick, (uint64_t)period, (uint64_t)period);
 }
 
@@ -65,13 +66,13 @@ void cw_ctl_health_heartbeat(cw_ctl_peer_t* p) {
   cw_ctl_worker_t* w = p->worker;
   // A detached (timed-out) connection's late heartbeats do not revive the slot.
   if (!w || !w->alive || w->reg_conn != p->conn) return;
-  w->last_heartbeat_ms = cw__now_ms();
+  w->last_heartbeat_ms = cw_time_now_ms();
   p->ctl->heartbeats++;
 }
 
 void cw_ctl_health_registered(cw_ctl_peer_t* p, cw_ctl_worker_t* w) {
   w->reg_conn = p->conn;
-  w->last_heartbeat_ms = cw__now_ms();
+  w->last_heartbeat_ms = cw_time_now_ms();
 }
 
 void cw_ctl_health_worker_lost(cw_ctl_worker_t* w) {

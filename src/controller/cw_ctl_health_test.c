@@ -69,8 +69,8 @@ static int events(int* counter) {
 }
 
 static int wait_events(int* counter, int want, int timeout_ms) {
-  int64_t end = cw_test_now_ms() + timeout_ms;
-  while (events(counter) < want && cw_test_now_ms() < end) cw_test_sleep_ms(20);
+  int64_t end = cw_time_now_ms() + timeout_ms;
+  while (events(counter) < want && cw_time_now_ms() < end) cw_test_sleep_ms(20);
   return events(counter);
 }
 
@@ -186,9 +186,9 @@ static void test_health(void** state) {
   assert_null(rejoin(g.client, 0, 0));
 
   // A silent worker: dead after the timeout, its connection closed.
-  int64_t t0 = cw_test_now_ms();
+  int64_t t0 = cw_time_now_ms();
   assert_int_equal(wait_events(&g.downs, 1, 10 * TIMEOUT_MS), 1);
-  int64_t ms = cw_test_now_ms() - t0;
+  int64_t ms = cw_time_now_ms() - t0;
   pthread_mutex_lock(&g.mu);
   fprintf(stderr, "  WORKER_DOWN after %lld ms: %s\n", (long long)ms, g.last);
   assert_non_null(strstr(g.last, "no heartbeat for"));

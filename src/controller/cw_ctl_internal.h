@@ -281,7 +281,6 @@ cw_net_conn_t* cw__link_open(cw_controller_t* ctl, cw_ctl_worker_t* w, uint64_t 
 cw_net_conn_t* cw__private_link(cw_controller_t* ctl, cw_ctl_worker_t* w);
 
 // --- Metrics (cw_ctl_metrics.c): Prometheus text over HTTP ------------------------------
-int64_t cw_ctl_metrics_now_ns(void);
 // Starts the HTTP listener and the worker STATS poll when --metrics-listen is set.
 CW_MUST_USE cw_status_t cw_ctl_metrics_start(cw_controller_t* ctl);
 // Closes the listener, the poll timer and every HTTP connection (loop runs on).
@@ -295,8 +294,6 @@ void cw_ctl_metrics_on_compile(cw_controller_t* ctl, int64_t elapsed_ms, bool ca
 
 // --- cw_controller.c functions the modules use ----------------------------------
 
-int64_t cw__now_ms(void);
-cw_status_t cw__status_copy(cw_status_t st);
 void cw__reply_error(cw_controller_t* ctl, cw_net_conn_t* c, uint16_t type, uint64_t rid,
                      cw_status_t st);
 void cw__broadcast_event(cw_controller_t* ctl, Causeway__V1__ClusterEvent* ev);

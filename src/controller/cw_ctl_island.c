@@ -252,7 +252,7 @@ static void cw__gang_finish(cw_ctl_gang_compile_t* g) {
   if (g->first_error) {
     if (e) {
       e->state = CW__EXE_FAILED;
-      e->error = cw__status_copy(g->first_error);
+      e->error = cw_status_clone(g->first_error);
     }
     cw__reply_error(ctl, g->client, CW_MSG_COMPILE, g->request_id, g->first_error);
     g->first_error = NULL;  // taken
@@ -499,7 +499,7 @@ static void cw__gang_decide(cw_ctl_gang_launch_t* g) {
   bool go = !g->first_error;
   if (!go) {
     cw__reply_error(g->ctl, g->client, CW_MSG_LAUNCH, g->request_id,
-                    cw__status_copy(g->first_error));
+                    cw_status_clone(g->first_error));
     g->answered = true;
   }
   Causeway__V1__LaunchGoRequest req = CAUSEWAY__V1__LAUNCH_GO_REQUEST__INIT;

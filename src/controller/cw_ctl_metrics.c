@@ -19,6 +19,7 @@
 #include "cw_ctl_internal.h"
 #include "cw_http.h"
 #include "cw_log.h"
+#include "cw_time.h"
 
 #define CW__HTTP_MAX_REQUEST 8192
 #define CW__HTTP_TIMEOUT_MS 10000
@@ -74,12 +75,6 @@ typedef struct cw_ctl_metrics_s {
   uint64_t http_requests, http_refused;
 } cw_ctl_metrics_t;
 
-int64_t cw_ctl_metrics_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static void cw__hist_observe(cw_ctl_hist_t* h, double v) {
   size_t i = 0;
   while (i < h->num_bounds && v > h->bounds[i]) i++;
@@ -105,7 +100,7 @@ void cw_ctl_metrics_on_launch_reply(cw_controller_t* ctl, const cw_ctl_item_t* i
   cw_ctl_metrics_t* m = ctl->metrics;
   if (!m) return;
   cw__hist_observe(&m->launch_latency,
-                   (double)(cw_ctl_metrics_now_ns() - it->received_ns) / 1e9);
+                   (double)(cw_time_now_ns() - it->received_ns) / 1e9);
   cw_ctl_wmetrics_t* wm = cw__wm(m, it->worker);
   if (wm) wm->launches++;
 }

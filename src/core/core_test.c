@@ -11,6 +11,7 @@
 #include "cw_reader.h"
 #include "cw_settings.h"
 #include "cw_status.h"
+#include "cw_time.h"
 
 static cw_status_t fails_deep(int x) {
   return cw_make_status(CW_NOT_FOUND, "buffer %d unknown", x);
@@ -27,6 +28,27 @@ static void test_status_ok(void** state) {
   assert_string_equal(cw_status_message(s), "");
   cw_status_free(s);
   assert_null(cw_make_status(CW_OK, "ignored"));
+}
+
+static void test_status_clone(void** state) {
+  assert_null(cw_status_clone(cw_ok_status()));
+  cw_status_t s = cw_make_status(CW_DATA_LOSS, "bytes %d lost", 3);
+  cw_status_t c = cw_status_clone(s);
+  assert_ptr_not_equal(c, s);
+  assert_int_equal(cw_status_code(c), CW_DATA_LOSS);
+  assert_string_equal(cw_status_message(c), "bytes 3 lost");
+  cw_status_free(s);  // the clone lives on alone
+  assert_string_equal(cw_status_message(c), "bytes 3 lost");
+  cw_status_free(c);
+}
+
+static void test_time_monotonic(void** state) {
+  int64_t a = cw_time_now_ns();
+  int64_t b = cw_time_now_ns();
+  assert_true(a > 0);
+  assert_true(b >= a);
+  int64_t ms = cw_time_now_ms();
+  assert_true(ms >= a / 1000000 && ms <= cw_time_now_ns() / 1000000);
 }
 
 static void test_status_context(void** state) {
@@ -117,6 +139,7 @@ static void test_log_levels(void** state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_status_ok),       cmocka_unit_test(test_status_context),
+      cmocka_unit_test(test_status_clone), cmocka_unit_test(test_time_monotonic),
       cmocka_unit_test(test_status_codes_from_wire), cmocka_unit_test(test_settings),
       cmocka_unit_test(test_reader),          cmocka_unit_test(test_log_levels),
   };

@@ -95,6 +95,11 @@ cw_status_code_t cw_status_code_from_u32(uint32_t code) {
   return CW_UNKNOWN;
 }
 
+cw_status_t cw_status_clone(cw_status_t status) {
+  if (!status) return cw_ok_status();
+  return cw_make_status(status->code, "%s", status->message);
+}
+
 void cw_status_free(cw_status_t status) {
   if (!status || status == &cw__oom_status) return;
   free(status->message);

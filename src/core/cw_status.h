@@ -59,6 +59,9 @@ const char* cw_status_code_name(cw_status_code_t code);
 // Codes outside 1..16 map to CW_UNKNOWN (a peer's code is untrusted).
 cw_status_code_t cw_status_code_from_u32(uint32_t code);
 
+// A fresh status with the code and message of `status` (borrowed); OK stays OK.
+CW_MUST_USE cw_status_t cw_status_clone(cw_status_t status);
+
 // Takes and frees `status`; NULL is fine.
 void cw_status_free(cw_status_t status);
 

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cw_log.h"
+#include "cw_messages.h"
 
 #define CW__READAHEAD (64 * 1024)
 
@@ -263,9 +264,8 @@ void cw_net_conn_reply(cw_net_conn_t* c, uint16_t type, uint64_t request_id,
 
 void cw_net_conn_reply_error(cw_net_conn_t* c, uint16_t type, uint64_t request_id,
                              cw_status_t status) {
-  Causeway__V1__ErrorReply er = CAUSEWAY__V1__ERROR_REPLY__INIT;
-  er.code = (uint32_t)cw_status_code(status);
-  er.message = (char*)cw_status_message(status);
+  Causeway__V1__ErrorReply er;
+  cw_error_reply_fill(&er, status);
   CW_LOGD("%s: %s #%" PRIu64 " -> %s: %s", c->name, cw_msg_type_name(type), request_id,
           cw_status_code_name(cw_status_code(status)), cw_status_message(status));
   cw_net_conn_send(c, type, CW_FRAME_REPLY | CW_FRAME_ERROR, request_id, &er.base, NULL, 0, NULL,
@@ -330,8 +330,7 @@ static void cw__reply_complete(cw_net_conn_t* c, cw_net_outreq_t* r, const cw_fr
                                const ProtobufCMessage* msg, uint8_t* bulk) {
   cw_status_t st = cw_ok_status();
   if (h->flags & CW_FRAME_ERROR) {
-    const Causeway__V1__ErrorReply* er = (const Causeway__V1__ErrorReply*)msg;
-    st = cw_make_status(cw_status_code_from_u32(er->code), "%s", er->message ? er->message : "");
+    st = cw_error_reply_to_status((const Causeway__V1__ErrorReply*)msg, NULL);
     free(bulk);
     bulk = NULL;
   }
@@ -360,10 +359,7 @@ static void cw__bulk_done(cw_net_conn_t* c, const cw_frame_header_t* h) {
 static void cw__on_reply(cw_net_conn_t* c, const cw_frame_header_t* h, ProtobufCMessage* msg) {
   if (h->request_id == 0 && (h->flags & CW_FRAME_ERROR)) {
     // The peer could not read one of our frames and is closing.
-    const Causeway__V1__ErrorReply* er = (const Causeway__V1__ErrorReply*)msg;
-    cw_status_t st = cw_make_status(CW_UNAVAILABLE, "peer reported %s: %s",
-                                    cw_status_code_name(cw_status_code_from_u32(er->code)),
-                                    er->message ? er->message : "");
+    cw_status_t st = cw_error_reply_peer_closing((const Causeway__V1__ErrorReply*)msg);
     protobuf_c_message_free_unpacked(msg, NULL);
     cw_net_conn_close(c, st);
     return;

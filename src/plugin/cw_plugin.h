@@ -31,8 +31,6 @@
 PJRT_Error* cw_plugin_error_from_status(cw_status_t status);
 // NULL for OK, else cw_plugin_error_from_status.
 PJRT_Error* cw_plugin_error_or_null(cw_status_t status);
-// A fresh status with the same code and message as `status` (borrowed).
-CW_MUST_USE cw_status_t cw__status_copy(cw_status_t status);
 
 // Checks the caller's args pointer and struct_size against the fields we read.
 #define CW__CHECK_ARGS(args, type, last_field)                                   \
@@ -433,7 +431,6 @@ PJRT_Error* cw_plugin_loaded_logical_ids(
 #define CW__TRACE_LANE_TRANSFER 2  // requests from dispatch to the worker's ack
 #define CW__TRACE_LANE_WAIT 3      // blocking waits
 bool cw__trace_on(void);
-int64_t cw__trace_now_ns(void);
 // Records a client event [start_ns, now) (no-op unless tracing); `w` may be NULL.
 void cw__trace_client_event(const char* cat, const char* name, int lane, int64_t start_ns,
                             const cw__worker_t* w, uint64_t id, uint64_t seq, uint64_t bytes);

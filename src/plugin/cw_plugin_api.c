@@ -76,11 +76,6 @@ PJRT_Error* cw_plugin_error_or_null(cw_status_t status) {
   return status ? cw_plugin_error_from_status(status) : NULL;
 }
 
-cw_status_t cw__status_copy(cw_status_t status) {
-  if (!status) return cw_ok_status();
-  return cw_make_status(cw_status_code(status), "%s", cw_status_message(status));
-}
-
 static void cw__error_destroy(PJRT_Error_Destroy_Args* args) {
   if (!args || !args->error || args->error == (PJRT_Error*)&cw__oom_error) return;
   free(args->error);

@@ -7,6 +7,7 @@
 
 #include "cw_array.h"
 #include "cw_plugin.h"
+#include "cw_time.h"
 
 size_t cw__dtype_size(PJRT_Buffer_Type type) {
   // The wire dtypes are PJRT_Buffer_Type values 1..15.
@@ -110,7 +111,7 @@ static cw_status_t cw__send_op(cw__worker_t* w, uint16_t type, ProtobufCMessage*
                                const cw_client_sink_t* sink, cw__future_t* f, bool errors_only) {
   cw__op_t* op = cw__op_new(f, w, errors_only);
   if (!op) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  op->trace_t0 = cw__trace_on() ? cw__trace_now_ns() : 0;
+  op->trace_t0 = cw__trace_on() ? cw_time_now_ns() : 0;
   op->type = type;
   for (int i = 0; op->trace_t0 && i < bulk_count; ++i) op->bytes += bulk[i].iov_len;
   if (op->trace_t0 && sink) op->bytes += sink->capacity;
@@ -432,7 +433,7 @@ static cw_status_t cw__buffer_copy(cw__buffer_t* b, cw__device_t* dst, cw__buffe
       s = cw__send_op(from, CW_MSG_SEND, &req.base, &req.seq, NULL, 0, NULL, ready, false);
       // The destination already expects the id: poison it rather than leave
       // it pending forever.
-      if (s) cw__future_complete(ready, cw__status_copy(s));
+      if (s) cw__future_complete(ready, cw_status_clone(s));
     }
   }
   cw__future_release(ready);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cw_plugin.h"
+#include "cw_time.h"
 
 #define CW__CONNECT_TIMEOUT_MS 8000     // an unreachable controller fails within 10 s
 #define CW__EMBEDDED_START_MS 30000     // children load XLA before they listen
@@ -16,12 +17,6 @@
 // A controller that owes answers and stays silent this long (it answers
 // PING even while compiles run) is hung: calls through it fail UNAVAILABLE.
 #define CW__CONTROLLER_TIMEOUT_MS 10000
-
-static int64_t cw__now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static uint32_t cw__env_u32(const char* name, uint32_t dflt, uint32_t lo, uint32_t hi) {
   const char* v = getenv(name);
@@ -496,7 +491,7 @@ static cw_status_t cw__connect_controller(cw__client_t* c) {
                        c->ctrl_address);
     return cw_ok_status();
   }
-  int64_t deadline = cw__now_ms() + CW__EMBEDDED_START_MS;
+  int64_t deadline = cw_time_now_ms() + CW__EMBEDDED_START_MS;
   for (;;) {
     cw_status_t s = cw_client_connect(c->ctrl_address, &o, &c->ctrl);
     if (!s) return cw_ok_status();
@@ -508,7 +503,7 @@ static cw_status_t cw__connect_controller(cw__client_t* c) {
       cw_status_free(s);
       return cw__cluster_annotate(c->cluster, e);
     }
-    if (cw__now_ms() > deadline) {
+    if (cw_time_now_ms() > deadline) {
       return cw__cluster_annotate(
           c->cluster, cw_status_annotate(s, "causeway: the embedded controller did not start "
                                             "within %d ms", CW__EMBEDDED_START_MS));

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cw_plugin.h"
+#include "cw_time.h"
 
 typedef struct cw__waiter_s {
   struct cw__waiter_s* next;
@@ -75,7 +76,7 @@ static void cw__waiter_run(cw__waiter_t* w, cw_status_t status) {
                              0);
     }
     // The PJRT callback owns the error it receives.
-    w->cb(status ? cw_plugin_error_from_status(cw__status_copy(status)) : NULL, w->user);
+    w->cb(status ? cw_plugin_error_from_status(cw_status_clone(status)) : NULL, w->user);
   }
   free(w);
 }
@@ -115,7 +116,7 @@ cw_status_t cw__future_wait(cw__future_t* f) {
     }
     pthread_mutex_unlock(&f->mu);
   }
-  return f->status ? cw__status_copy(f->status) : cw_ok_status();
+  return f->status ? cw_status_clone(f->status) : cw_ok_status();
 }
 
 static bool cw__future_add(cw__future_t* f, cw__waiter_t* w) {
@@ -176,13 +177,13 @@ PJRT_Error* cw_plugin_event_error(PJRT_Event_Error_Args* args) {
     return cw_plugin_error_from_status(
         cw_make_status(CW_FAILED_PRECONDITION, "PJRT_Event_Error: event is not ready"));
   }
-  return cw_plugin_error_or_null(f->status ? cw__status_copy(f->status) : cw_ok_status());
+  return cw_plugin_error_or_null(f->status ? cw_status_clone(f->status) : cw_ok_status());
 }
 
 PJRT_Error* cw_plugin_event_await(PJRT_Event_Await_Args* args) {
   CW__CHECK_ARGS(args, PJRT_Event_Await_Args, event);
   if (!args->event) return cw__no_event("PJRT_Event_Await");
-  int64_t t0 = cw__trace_on() ? cw__trace_now_ns() : 0;
+  int64_t t0 = cw__trace_on() ? cw_time_now_ns() : 0;
   cw_status_t s = cw__future_wait(CW__EVENT(args));
   if (t0) cw__trace_client_event("wait", "await", CW__TRACE_LANE_WAIT, t0, NULL, 0, 0, 0);
   return cw_plugin_error_or_null(s);
@@ -202,7 +203,7 @@ PJRT_Error* cw_plugin_event_on_ready(PJRT_Event_OnReady_Args* args) {
   }
   w->cb = args->callback;
   w->user = args->user_arg;
-  w->trace_t0 = cw__trace_on() ? cw__trace_now_ns() : 0;
+  w->trace_t0 = cw__trace_on() ? cw_time_now_ns() : 0;
   cw__future_add(CW__EVENT(args), w);
   return NULL;
 }

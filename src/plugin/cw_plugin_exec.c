@@ -7,6 +7,7 @@
 
 #include "cw_plugin.h"
 #include "proto/xla_compile_options.pb-c.h"
+#include "cw_time.h"
 
 void cw__exe_release(cw__exe_t* e) {
   if (!e || atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) != 1) return;
@@ -541,7 +542,7 @@ static void cw__launch_cb(void* user, cw_status_t status, const ProtobufCMessage
 PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args) {
   CW__CHECK_ARGS(args, PJRT_LoadedExecutable_Execute_Args, execute_device);
   CW__NEED_EXE(args, "PJRT_LoadedExecutable_Execute");
-  int64_t trace_t0 = cw__trace_on() ? cw__trace_now_ns() : 0;  // obs: the dispatch event
+  int64_t trace_t0 = cw__trace_on() ? cw_time_now_ns() : 0;  // obs: the dispatch event
   uint64_t trace_seq = 0;
   cw__loaded_t* l = CW__LOADED(args);
   cw__exe_t* e = l->exe;

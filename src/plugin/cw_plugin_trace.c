@@ -23,6 +23,7 @@
 
 #include "cw_frame.h"
 #include "cw_plugin.h"
+#include "cw_time.h"
 
 #define CW__TRACE_CLIENT_CAPACITY (1u << 20)
 #define CW__TRACE_WORKER_CAPACITY 65536
@@ -85,18 +86,12 @@ static struct {
   bool atexit_registered;
 } cw__tr = {.io = PTHREAD_MUTEX_INITIALIZER, .mu = PTHREAD_MUTEX_INITIALIZER};
 
-int64_t cw__trace_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 bool cw__trace_on(void) { return atomic_load_explicit(&cw__tr.on, memory_order_relaxed); }
 
 void cw__trace_client_event(const char* cat, const char* name, int lane, int64_t start_ns,
                             const cw__worker_t* w, uint64_t id, uint64_t seq, uint64_t bytes) {
   if (!cw__trace_on()) return;
-  int64_t end = cw__trace_now_ns();
+  int64_t end = cw_time_now_ns();
   pthread_mutex_lock(&cw__tr.mu);
   cw__trace_state_t* st = cw__tr.st;
   if (st) {
@@ -190,10 +185,10 @@ static void cw__fetch_worker(cw__trace_state_t* st, size_t i) {
   for (int rounds = 0; rounds < 1000; ++rounds) {
     Causeway__V1__TraceFetchRequest req = CAUSEWAY__V1__TRACE_FETCH_REQUEST__INIT;
     ProtobufCMessage* reply = NULL;
-    int64_t t0 = cw__trace_now_ns();
+    int64_t t0 = cw_time_now_ns();
     cw_status_t s = cw_client_call(w->conn, CW_MSG_TRACE_FETCH, &req.base, NULL, 0, NULL, &reply,
                                    NULL);
-    int64_t t1 = cw__trace_now_ns();
+    int64_t t1 = cw_time_now_ns();
     if (s) {
       fprintf(stderr, "causeway: trace: events of worker %s not fetched: %s\n", w->name,
               cw_status_message(s));
@@ -369,7 +364,7 @@ void cw__trace_start(cw__client_t* c) {
     return;
   }
   st->client = c;
-  st->origin_ns = cw__trace_now_ns();
+  st->origin_ns = cw_time_now_ns();
   for (size_t i = 0; i < c->num_workers; ++i) {
     cw__worker_t* w = &c->workers[i];
     cw__wclock_t* k = &st->clocks[i];
@@ -379,10 +374,10 @@ void cw__trace_start(cw__client_t* c) {
       Causeway__V1__TraceStartRequest req = CAUSEWAY__V1__TRACE_START_REQUEST__INIT;
       req.capacity = CW__TRACE_WORKER_CAPACITY;
       ProtobufCMessage* reply = NULL;
-      int64_t t0 = cw__trace_now_ns();
+      int64_t t0 = cw_time_now_ns();
       cw_status_t s = cw_client_call(w->conn, CW_MSG_TRACE_START, &req.base, NULL, 0, NULL,
                                      &reply, NULL);
-      int64_t t1 = cw__trace_now_ns();
+      int64_t t1 = cw_time_now_ns();
       if (s) {
         fprintf(stderr, "causeway: trace: worker %s does not trace: %s\n", w->name,
                 cw_status_message(s));

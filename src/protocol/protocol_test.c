@@ -10,6 +10,7 @@
 
 #include "cw_array.h"
 #include "cw_frame.h"
+#include "cw_messages.h"
 #include "cw_xla_options.h"
 #include "proto/xla_compile_options.pb-c.h"
 
@@ -113,6 +114,51 @@ static void test_payload_decode(void** state) {
   h.payload_len = 0;
   assert_null(cw_frame_decode_payload(&h, NULL, &m));
   protobuf_c_message_free_unpacked(m, NULL);
+}
+
+static void test_error_reply_status(void** state) {
+  cw_status_t st = cw_make_status(CW_NOT_FOUND, "buffer 7 not found");
+  Causeway__V1__ErrorReply er;
+  cw_error_reply_fill(&er, st);
+  assert_int_equal(er.code, CW_NOT_FOUND);
+  // Through the wire form and back.
+  uint8_t buf[128];
+  size_t n = protobuf_c_message_pack(&er.base, buf);
+  cw_status_free(st);
+  Causeway__V1__ErrorReply* back = causeway__v1__error_reply__unpack(NULL, n, buf);
+  assert_non_null(back);
+  cw_status_t got = cw_error_reply_to_status(back, NULL);
+  assert_int_equal(cw_status_code(got), CW_NOT_FOUND);
+  assert_string_equal(cw_status_message(got), "buffer 7 not found");
+  cw_status_free(got);
+  got = cw_error_reply_to_status(back, "LAUNCH");
+  assert_string_equal(cw_status_message(got), "LAUNCH: buffer 7 not found");
+  cw_status_free(got);
+  // A peer's code outside 1..16 is UNKNOWN; a missing message is said so.
+  char* message = back->message;
+  back->code = 99;
+  back->message = NULL;
+  got = cw_error_reply_to_status(back, NULL);
+  assert_int_equal(cw_status_code(got), CW_UNKNOWN);
+  assert_string_equal(cw_status_message(got), "(no message)");
+  cw_status_free(got);
+  back->message = message;
+  causeway__v1__error_reply__free_unpacked(back, NULL);
+}
+
+static void test_hello_request_fill(void** state) {
+  Causeway__V1__HelloRequest h;
+  cw_hello_request_fill(&h, CAUSEWAY__V1__ROLE__ROLE_WORKER, "s3cret", 42, "w0");
+  assert_int_equal(h.min_version, CW_PROTOCOL_MIN_VERSION);
+  assert_int_equal(h.max_version, CW_PROTOCOL_VERSION);
+  assert_int_equal(h.role, CAUSEWAY__V1__ROLE__ROLE_WORKER);
+  assert_int_equal(h.token.len, 6);
+  assert_memory_equal(h.token.data, "s3cret", 6);
+  assert_int_equal(h.session_id, 42);
+  assert_string_equal(h.peer_name, "w0");
+  cw_hello_request_fill(&h, CAUSEWAY__V1__ROLE__ROLE_CLIENT, NULL, 0, NULL);
+  assert_int_equal(h.token.len, 0);
+  assert_null(h.peer_name);
 }
 
 static void test_array_extent(void** state) {
@@ -333,6 +379,8 @@ int main(void) {
       cmocka_unit_test(test_header_violations),
       cmocka_unit_test(test_payload_decode),
       cmocka_unit_test(test_array_extent),
+      cmocka_unit_test(test_error_reply_status),
+      cmocka_unit_test(test_hello_request_fill),
       cmocka_unit_test(test_xla_options),
       cmocka_unit_test(test_xla_options_normalize),
       cmocka_unit_test(test_xla_options_part),

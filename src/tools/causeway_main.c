@@ -11,6 +11,7 @@
 #include "cw_cli.h"
 #include "cw_client.h"
 #include "cw_settings.h"
+#include "cw_time.h"
 
 static int cw__exit_for(cw_status_t st) {
   switch (cw_status_code(st)) {
@@ -30,12 +31,6 @@ static int cw__report(const char* what, cw_status_t st) {
   int code = cw__exit_for(st);
   cw_status_free(st);
   return code;
-}
-
-static int64_t cw__now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static cw_status_t cw__get_status(cw_client_t* c, Causeway__V1__AdminStatus** out) {
@@ -81,7 +76,7 @@ static int cw__pause(cw_client_t* c, const cw_cli_args_t* a) {
 
 // drain --wait: polls ADMIN_STATUS until the worker says idle.
 static int cw__wait_idle(cw_client_t* c, const cw_cli_args_t* a) {
-  int64_t deadline = cw__now_ms() + (int64_t)(a->timeout_s * 1000.0);
+  int64_t deadline = cw_time_now_ms() + (int64_t)(a->timeout_s * 1000.0);
   char last[160] = "unknown";
   for (;;) {
     Causeway__V1__AdminStatus* st = NULL;
@@ -106,7 +101,7 @@ static int cw__wait_idle(cw_client_t* c, const cw_cli_args_t* a) {
       fprintf(stderr, "causeway: drain --wait: worker %s died while draining\n", a->target);
       return CW_CLI_FAILED;
     }
-    if (cw__now_ms() >= deadline) {
+    if (cw_time_now_ms() >= deadline) {
       fprintf(stderr, "causeway: drain --wait: worker %s is not idle after %.1f s (%s)\n",
               a->target, a->timeout_s, last);
       return CW_CLI_TIMEOUT;

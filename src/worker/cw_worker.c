@@ -48,6 +48,8 @@
 #include "cw_worker_seq.h"
 
 #include "cw_worker_internal.h"
+#include "cw_time.h"
+#include "cw_messages.h"
 
 static void cw__conn_close(cw_conn_t* c);
 static void cw__conn_process(cw_conn_t* c);
@@ -58,11 +60,6 @@ static void cw__seq_release_conn(void* conn, cw_seq_held_t* held);
 static void cw__seq_conn_closed(cw_conn_t* c);
 
 // --- Small helpers ----------------------------------------------------------
-
-static cw_status_t cw__status_copy(cw_status_t st) {
-  if (!st) return cw_make_status(CW_UNKNOWN, "unknown error");
-  return cw_make_status(cw_status_code(st), "%s", cw_status_message(st));
-}
 
 // Staging memory for `size` bulk bytes (CW__BULK_ALIGN aligned, reused
 // through the worker's staging cache); give it back with cw__staging_free.
@@ -375,9 +372,8 @@ void cw__reply(cw_conn_t* c, uint16_t type, uint64_t request_id, const ProtobufC
 // Takes `status`.
 void cw__reply_error(cw_conn_t* c, uint16_t type, uint64_t request_id, cw_status_t status) {
   c->w->errors++;
-  Causeway__V1__ErrorReply er = CAUSEWAY__V1__ERROR_REPLY__INIT;
-  er.code = (uint32_t)cw_status_code(status);
-  er.message = (char*)cw_status_message(status);
+  Causeway__V1__ErrorReply er;
+  cw_error_reply_fill(&er, status);
   CW_LOGD("%s: %s #%" PRIu64 " -> %s: %s", c->name, cw_msg_type_name(type), request_id,
           cw_status_code_name(cw_status_code(status)), cw_status_message(status));
   cw__send(c, type, CW_FRAME_REPLY | CW_FRAME_ERROR, request_id, &er.base, NULL, 0, NULL, NULL);
@@ -493,7 +489,7 @@ static cw_op_t* cw__op_create(cw_conn_t* c, uint16_t type, uint64_t request_id) 
   op->skey = c->session ? c->session->key : 0;
   op->device = -1;
   op->dst_device = -1;
-  op->trace_start_ns = cw_worker_trace_now_ns();
+  op->trace_start_ns = cw_time_now_ns();
   c->w->ops_live++;
   return op;
 }
@@ -1041,7 +1037,7 @@ static void cw__compile_done(uv_work_t* req, int status) {
   } else if (op->status) {
     cw_status_t st = op->status;
     op->status = NULL;
-    cw_store_set_error(w->store, e, cw__status_copy(st));
+    cw_store_set_error(w->store, e, cw_status_clone(st));
     cw__op_fail(op, st);
   } else {
     e->num_outputs = op->num_outputs;
@@ -1083,7 +1079,7 @@ static void cw__queue_compile(cw_op_t* op) {
     op->w->outstanding--;
     cw_store_entry_t* e = cw__op_own_entry(op, op->dst_id);
     cw_status_t st = cw_make_status(CW_INTERNAL, "cannot queue compilation: %s", uv_strerror(rc));
-    if (e) cw_store_set_error(op->w->store, e, cw__status_copy(st));
+    if (e) cw_store_set_error(op->w->store, e, cw_status_clone(st));
     cw__op_fail(op, st);
   }
 }
@@ -1129,7 +1125,7 @@ static bool cw__op_need_kind(cw_op_t* op, const cw_store_entry_t* e, int kind, c
     return false;
   }
   if (e->state == CW_STORE_ERROR) {
-    cw__op_fail(op, cw__status_copy(e->error));
+    cw__op_fail(op, cw_status_clone(e->error));
     return false;
   }
   return true;
@@ -1220,7 +1216,7 @@ static void cw__upload_finish(cw_op_t* op) {
   if (st) {
     cw_pjrt_buffer_destroy(w->pjrt, buffer);
     cw_pjrt_event_destroy(w->pjrt, done);
-    cw_store_set_error(w->store, e, cw__status_copy(st));
+    cw_store_set_error(w->store, e, cw_status_clone(st));
     cw__op_fail(op, st);
     return;
   }
@@ -1238,7 +1234,7 @@ static void cw__upload_finish(cw_op_t* op) {
     cw_pjrt_buffer_destroy(w->pjrt, buffer);
     cw_pjrt_event_destroy(w->pjrt, done);
     st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-    cw_store_set_error(w->store, e, cw__status_copy(st));
+    cw_store_set_error(w->store, e, cw_status_clone(st));
     cw__op_fail(op, st);
     return;
   }
@@ -1303,7 +1299,7 @@ static void cw__receive_bulk(cw_conn_t* c, const cw_frame_header_t* h, cw_op_t* 
     cw_store_entry_t* e = cw__op_own_entry(op, op->dst_id);
     cw_status_t st = cw_make_status(CW_RESOURCE_EXHAUSTED, "cannot allocate %" PRIu64
                                     " bytes for %s", h->bulk_len, cw_msg_type_name(h->type));
-    if (e) cw_store_set_error(c->w->store, e, cw__status_copy(st));
+    if (e) cw_store_set_error(c->w->store, e, cw_status_clone(st));
     cw__op_fail(op, st);
     return;  // the bytes are discarded
   }
@@ -1396,9 +1392,7 @@ static void cw__handle_put(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCMe
     return;
   }
   if (r->error) {
-    cw_store_set_error(w->store, e,
-                       cw_make_status(cw_status_code_from_u32(r->error->code), "%s",
-                                      r->error->message ? r->error->message : ""));
+    cw_store_set_error(w->store, e, cw_error_reply_to_status(r->error, NULL));
     Causeway__V1__Ack ack = CAUSEWAY__V1__ACK__INIT;
     ack.id = r->dst_id;
     cw__reply(c, h->type, h->request_id, &ack.base);
@@ -1408,7 +1402,7 @@ static void cw__handle_put(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCMe
   if (op) st = cw__copy_dims(op, r->dims, r->n_dims);
   if (!op || st) {
     if (!st) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-    cw_store_set_error(w->store, e, cw__status_copy(st));
+    cw_store_set_error(w->store, e, cw_status_clone(st));
     cw__op_free(op);
     cw__reply_error(c, h->type, h->request_id, st);
     return;
@@ -1558,7 +1552,7 @@ static void cw__await_done(cw_worker_t* w, void* user, cw_status_t status) {
 static void cw__await_cont(cw_op_t* op, cw_store_entry_t* e) {
   if (e && e->kind == CW_STORE_EXECUTABLE) {
     if (e->state == CW_STORE_ERROR) {
-      cw__op_fail(op, cw__status_copy(e->error));
+      cw__op_fail(op, cw_status_clone(e->error));
       return;
     }
     cw__await_done(op->w, op, cw_ok_status());
@@ -1597,7 +1591,7 @@ static void cw__copy_cont(cw_op_t* op, cw_store_entry_t* src) {
   if (!st) st = cw_pjrt_ready_event(w->pjrt, out, &ev);
   if (st) {
     cw_pjrt_buffer_destroy(w->pjrt, out);
-    cw_store_set_error(w->store, dst, cw__status_copy(st));
+    cw_store_set_error(w->store, dst, cw_status_clone(st));
     cw__op_fail(op, st);
     return;
   }
@@ -1735,7 +1729,7 @@ void cw__launch_fail(cw_worker_t* w, cw_launch_t* l, cw_status_t status) {
       cw_store_entry_t* e = cw_store_lookup_serial(w->store, l->skey, outs->ids[o],
                                                    l->out_serials[d * l->num_outputs + o]);
       if (e && e->state == CW_STORE_PENDING) {
-        cw_store_set_error(w->store, e, cw__status_copy(status));
+        cw_store_set_error(w->store, e, cw_status_clone(status));
       }
     }
   }
@@ -1878,7 +1872,7 @@ static void cw__launch_issue(cw_worker_t* w, cw_launch_t* l, cw_store_entry_t* e
     }
     donate[a] = ok;
   }
-  l->trace_start_ns = cw_worker_trace_now_ns();
+  l->trace_start_ns = cw_time_now_ns();
   if (!st) {
     st = cw_pjrt_execute(w->pjrt, (PJRT_LoadedExecutable*)exe->handle, nd, na,
                          (PJRT_Buffer* const* const*)arg_lists, (PJRT_Buffer** const*)out_lists,
@@ -2177,7 +2171,7 @@ static void cw__fail_outreqs(cw_conn_t* c, cw_status_t status) {
   while (c->outreqs) {
     cw_outreq_t* r = c->outreqs;
     c->outreqs = r->next;
-    r->fn(c, r->op, cw__status_copy(status));
+    r->fn(c, r->op, cw_status_clone(status));
     free(r);
   }
   cw_status_free(status);
@@ -2216,8 +2210,7 @@ static void cw__outbound_reply(cw_conn_t* c, const cw_frame_header_t* h,
   *pp = r->next;
   cw_status_t st = cw_ok_status();
   if (h->flags & CW_FRAME_ERROR) {
-    const Causeway__V1__ErrorReply* er = (const Causeway__V1__ErrorReply*)msg;
-    st = cw_make_status(cw_status_code_from_u32(er->code), "%s", er->message ? er->message : "");
+    st = cw_error_reply_to_status((const Causeway__V1__ErrorReply*)msg, NULL);
   }
   r->fn(c, r->op, st);
   free(r);
@@ -2346,14 +2339,8 @@ static cw_status_t cw__peer_get(cw_worker_t* w, const char* address, uint64_t ds
   uv_timer_start(&c->timer, cw__peer_connect_timeout,
                  (uint64_t)cw_settings_int(w->settings, CW_SET_CONNECT_TIMEOUT_MS), 0);
   // HELLO goes out at once; libuv holds writes until the connect completes.
-  Causeway__V1__HelloRequest hello = CAUSEWAY__V1__HELLO_REQUEST__INIT;
-  hello.min_version = CW_PROTOCOL_MIN_VERSION;
-  hello.max_version = CW_PROTOCOL_VERSION;
-  hello.role = CAUSEWAY__V1__ROLE__ROLE_WORKER;
-  hello.token.data = (uint8_t*)(uintptr_t)w->token;
-  hello.token.len = strlen(w->token);
-  hello.session_id = dst_session;
-  hello.peer_name = (char*)w->name;
+  Causeway__V1__HelloRequest hello;
+  cw_hello_request_fill(&hello, CAUSEWAY__V1__ROLE__ROLE_WORKER, w->token, dst_session, w->name);
   uint64_t rid = 0;
   cw_status_t st = cw__outreq_add(c, cw__peer_hello_done, NULL, &rid);
   if (st) {
@@ -2402,7 +2389,7 @@ static void cw__send_put(cw_op_t* op) {
     return;
   }
   Causeway__V1__PutRequest put = CAUSEWAY__V1__PUT_REQUEST__INIT;
-  Causeway__V1__ErrorReply er = CAUSEWAY__V1__ERROR_REPLY__INIT;
+  Causeway__V1__ErrorReply er;
   put.dst_id = op->dst_id;
   put.dst_session = op->dst_session;
   put.dst_device = op->dst_device;
@@ -2414,8 +2401,7 @@ static void cw__send_put(cw_op_t* op) {
   void (*bulk_free)(void*) = NULL;
   void* bulk_user = NULL;
   if (op->status) {
-    er.code = (uint32_t)cw_status_code(op->status);
-    er.message = (char*)cw_status_message(op->status);
+    cw_error_reply_fill(&er, op->status);
     put.error = &er;
   } else if (op->pin && op->view) {
     // Straight from the source's device memory, pinned until written.
@@ -2469,7 +2455,7 @@ static void cw__send_cont(cw_op_t* op, cw_store_entry_t* e) {
   }
   op->dtype = e->dtype;
   if (e->state == CW_STORE_ERROR) {
-    op->status = cw__status_copy(e->error);
+    op->status = cw_status_clone(e->error);
     cw__send_put(op);
     return;
   }

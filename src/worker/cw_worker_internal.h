@@ -307,7 +307,6 @@ void cw__launch_device_done(cw_worker_t* w, void* user, cw_status_t status);
 
 // --- Session timelines (cw_worker_trace.c, obs) --------------------------------------
 struct cw_wtrace_s;
-int64_t cw_worker_trace_now_ns(void);
 bool cw_worker_trace_enabled(cw_worker_t* w, uint64_t skey);
 // Records a complete event [start_ns, now) for session `skey` if it is traced.
 void cw_worker_trace_record(cw_worker_t* w, uint64_t skey, const char* cat, const char* name,

@@ -15,6 +15,7 @@
 #include "cw_log.h"
 #include "cw_net.h"
 #include "cw_worker_internal.h"
+#include "cw_time.h"
 
 #define CW__TRACE_DEFAULT_CAPACITY 16384
 #define CW__TRACE_MAX_CAPACITY (1u << 20)
@@ -34,12 +35,6 @@ struct cw_wtrace_s {
   size_t capacity, head, count;  // oldest at head
   uint64_t dropped;
 };
-
-int64_t cw_worker_trace_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 void cw_worker_trace_free(struct cw_wtrace_s* t) {
   if (!t) return;
@@ -62,7 +57,7 @@ void cw_worker_trace_record(cw_worker_t* w, uint64_t skey, const char* cat, cons
                             uint64_t bytes, uint64_t launch_id, const char* peer) {
   struct cw_wtrace_s* t = cw__trace_of(w, skey);
   if (!t || !t->capacity) return;
-  int64_t now = cw_worker_trace_now_ns();
+  int64_t now = cw_time_now_ns();
   cw_wtrace_event_t* ev;
   if (t->count == t->capacity) {
     ev = &t->ring[t->head];  // the oldest goes
@@ -121,7 +116,7 @@ void cw_worker_trace_wrap_launch(cw_worker_t* w, cw_launch_t* l, size_t index, c
 }
 
 static void cw__fill_clock(cw_worker_t* w, Causeway__V1__TraceClock* clk) {
-  clk->now_ns = (uint64_t)cw_worker_trace_now_ns();
+  clk->now_ns = (uint64_t)cw_time_now_ns();
   clk->worker_name = (char*)w->name;
   clk->pid = (uint32_t)getpid();
 }

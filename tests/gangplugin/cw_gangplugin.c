@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "cw_pjrt_c_api.h"
+#include "cw_time.h"
 
 #define CW_GANG_FORMAT "cwgang"
 #define CW_GANG_MAGIC "CWGANG1\n"
@@ -603,16 +604,10 @@ static PJRT_Error* cw__accumulate(const cw__exe_t* x, size_t d, PJRT_Buffer* b, 
   return NULL;
 }
 
-static int64_t cw__now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 // Waits until every rank's counter (posted or done) is >= want; on timeout
 // returns the rank that is behind, else -1.
 static int cw__wait_all(const cw__client_t* c, int posted, uint64_t want) {
-  int64_t deadline = cw__now_ms() + c->timeout_ms;
+  int64_t deadline = cw_time_now_ms() + c->timeout_ms;
   for (int k = 0; k < c->size;) {
     const cw__slot_t* s = &c->slots[k];
     uint64_t v = posted ? atomic_load_explicit(&s->posted, memory_order_acquire)
@@ -621,7 +616,7 @@ static int cw__wait_all(const cw__client_t* c, int posted, uint64_t want) {
       k++;
       continue;
     }
-    if (cw__now_ms() >= deadline) return k;
+    if (cw_time_now_ms() >= deadline) return k;
     nanosleep(&(struct timespec){0, 50000}, NULL);
   }
   return -1;

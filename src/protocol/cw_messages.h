@@ -1,0 +1,31 @@
+// Messages every peer builds or reads the same way: ErrorReply <-> status and
+// the HELLO request.
+#ifndef CW_PROTOCOL_MESSAGES_H_
+#define CW_PROTOCOL_MESSAGES_H_
+
+#include <stdint.h>
+
+#include "cw_status.h"
+#include "proto/causeway.pb-c.h"
+
+// A status with the reply's code (out-of-range codes become UNKNOWN: a peer's
+// code is untrusted) and message ("(no message)" when empty), prefixed by `context` and ": " when
+// `context` is not NULL. `er` is borrowed.
+CW_MUST_USE cw_status_t cw_error_reply_to_status(const Causeway__V1__ErrorReply* er,
+                                                 const char* context);
+
+// An error reply with request id 0: the peer could not read one of our frames
+// and is closing. UNAVAILABLE "peer reported CODE: message".
+CW_MUST_USE cw_status_t cw_error_reply_peer_closing(const Causeway__V1__ErrorReply* er);
+
+// Fills `out` (initialized here) from an error status; borrows its message,
+// so `out` is valid while `status` lives.
+void cw_error_reply_fill(Causeway__V1__ErrorReply* out, cw_status_t status);
+
+// Fills `out` (initialized here) with this build's protocol range and the
+// given role, token (borrowed, "" or NULL: none), session (0: new) and name
+// (borrowed; may be NULL).
+void cw_hello_request_fill(Causeway__V1__HelloRequest* out, int role, const char* token,
+                           uint64_t session_id, const char* peer_name);
+
+#endif  // CW_PROTOCOL_MESSAGES_H_
