@@ -5,7 +5,7 @@
                                          [+ bulk]): every message type in both
                                          directions, error replies, frames with
                                          bulk, and broken frames.
-  src/worker/corpus/conn_parser_fuzz/    byte streams of several frames, as a
+  src/net/corpus/conn_parser_fuzz/    byte streams of several frames, as a
                                          connection would carry them, behind the
                                          one leading byte that conn_parser_fuzz.c
                                          takes as its split point (byte % size).
@@ -494,7 +494,7 @@ def main():
     frames = frame_corpus()
     write_dir(os.path.join(args.root, "src/protocol/corpus/frame_fuzz"), frames)
     streams = stream_corpus(frames)
-    write_dir(os.path.join(args.root, "src/worker/corpus/conn_parser_fuzz"), streams)
+    write_dir(os.path.join(args.root, "src/net/corpus/conn_parser_fuzz"), streams)
     disk = compile_disk_corpus()
     write_dir(os.path.join(args.root, "src/controller/corpus/compile_disk_fuzz"), disk)
     print("wrote %d frame seeds, %d stream seeds and %d compile cache seeds"

@@ -12,7 +12,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "cw_ctl_internal.h"
+#include "cw_ctl_alloc.h"
+#include "cw_ctl_health.h"
+#include "cw_ctl_island.h"
+#include "cw_ctl_session.h"
 #include "cw_log.h"
 #include "cw_time.h"
 
@@ -115,7 +118,7 @@ void cw_ctl_worker_info_fill(Causeway__V1__WorkerInfo* wi, const cw_ctl_worker_t
   wi->alive = w->alive;
   wi->island = w->island;
   wi->incarnation = w->incarnation;
-  wi->direct_launch = cw__session_direct_launch(w->ctl, s, w->index);
+  wi->direct_launch = cw_ctl_session_direct_launch(w->ctl, s, w->index);
 }
 
 bool cw_ctl_alloc_reply_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_id) {
@@ -128,7 +131,7 @@ bool cw_ctl_alloc_reply_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t re
   Causeway__V1__GlobalDevice* gds = calloc(s->num_vdevs + 1, sizeof(*gds));
   Causeway__V1__GlobalDevice** gptrs = calloc(s->num_vdevs + 1, sizeof(*gptrs));
   if (!wis || !wptrs || !gds || !gptrs) {
-    cw__reply_error(ctl, p->conn, CW_MSG_OPEN_SESSION, request_id,
+    cw_ctl_reply_error(ctl, p->conn, CW_MSG_OPEN_SESSION, request_id,
                     cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
   } else {
     size_t wn = 0;
@@ -157,7 +160,7 @@ bool cw_ctl_alloc_reply_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t re
     info.n_devices = s->num_vdevs;
     cw_ctl_health_session_joined(s);  // it knows the workers as they are now
     cw_net_conn_reply(p->conn, CW_MSG_OPEN_SESSION, request_id, &info.base);
-    for (size_t k = 0; k < wn; ++k) (void)cw__session_link(s, wis[k].index);
+    for (size_t k = 0; k < wn; ++k) (void)cw_ctl_session_link(s, wis[k].index);
   }
   free(wis);
   free(wptrs);
@@ -335,13 +338,13 @@ void cw_ctl_alloc_open(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_
   cw_ctl_session_t* s = p->session;
   if (!r || r->num_devices == 0 || !s || s->allocated) {
     // Every device (or the allocation this session already has).
-    cw__reply_session_info(ctl, p, request_id);
+    cw_ctl_session_reply_info(ctl, p, request_id);
     return;
   }
   char asked[512];
   cw__alloc_describe(r, asked, sizeof(asked));
   if (r->n_workers > CW__MAX_WORKERS || r->num_devices > CW__MAX_SESSION_DEVICES) {
-    cw__reply_error(ctl, p->conn, CW_MSG_OPEN_SESSION, request_id,
+    cw_ctl_reply_error(ctl, p->conn, CW_MSG_OPEN_SESSION, request_id,
                     cw_make_status(CW_INVALID_ARGUMENT, "OPEN_SESSION asks for %s: too many",
                                    asked));
     return;
@@ -353,13 +356,13 @@ void cw_ctl_alloc_open(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_
   cw__alloc_result_t res = cw__alloc_try(ctl, s, head, r, &st, &usable, &capacity);
   if (!head && res == CW__ALLOC_GRANTED) res = CW__ALLOC_WAIT;
   if (res == CW__ALLOC_GRANTED) {
-    cw__reply_session_info(ctl, p, request_id);
+    cw_ctl_session_reply_info(ctl, p, request_id);
     return;
   }
   if (res == CW__ALLOC_FAILED) {
     CW_LOGW("session %" PRIu64 ": OPEN_SESSION for %s refused: %s", s->id, asked,
             cw_status_message(st));
-    cw__reply_error(ctl, p->conn, CW_MSG_OPEN_SESSION, request_id,
+    cw_ctl_reply_error(ctl, p->conn, CW_MSG_OPEN_SESSION, request_id,
                     cw_status_annotate(st, "cannot allocate %s", asked));
     return;
   }
@@ -367,7 +370,7 @@ void cw_ctl_alloc_open(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_
   if (a) a->req = (Causeway__V1__OpenSessionRequest*)cw_ctl_msg_copy(&r->base);
   if (!a || !a->req) {
     free(a);
-    cw__reply_error(ctl, p->conn, CW_MSG_OPEN_SESSION, request_id,
+    cw_ctl_reply_error(ctl, p->conn, CW_MSG_OPEN_SESSION, request_id,
                     cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
     return;
   }
@@ -383,7 +386,7 @@ void cw_ctl_alloc_open(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_
   ctl->alloc_queue_tail = a;
   CW_LOGI("session %" PRIu64 ": waits for %s (%u of %u free)", s->id, asked, usable, capacity);
   if (a->deadline_ms && !uv_is_active((uv_handle_t*)&ctl->open_tick) && !ctl->shutting_down) {
-    uv_timer_start(&ctl->open_tick, cw__open_tick, CW__OPEN_TICK_MS, CW__OPEN_TICK_MS);
+    uv_timer_start(&ctl->open_tick, cw_ctl_session_open_tick, CW__OPEN_TICK_MS, CW__OPEN_TICK_MS);
   }
   cw_ctl_alloc_check(ctl, false);
 }
@@ -409,7 +412,7 @@ void cw_ctl_alloc_check(cw_controller_t* ctl, bool expire) {
     if (ctl->shutting_down || !cw_net_conn_is_open(a->conn) || s->closed) {
       cw__alloc_unlink(ctl, pp);
       CW_LOGI("session %" PRIu64 ": left the device queue (client gone)", s->id);
-      cw__session_release(s);
+      cw_ctl_session_release(s);
       cw__alloc_wait_free(a);
       continue;
     }
@@ -449,9 +452,9 @@ void cw_ctl_alloc_check(cw_controller_t* ctl, bool expire) {
         st = cw_status_annotate(st, "cannot allocate %s", asked);
       }
       CW_LOGW("session %" PRIu64 ": %s", s->id, cw_status_message(st));
-      cw__reply_error(ctl, a->conn, CW_MSG_OPEN_SESSION, a->request_id, st);
+      cw_ctl_reply_error(ctl, a->conn, CW_MSG_OPEN_SESSION, a->request_id, st);
     }
-    cw__session_release(s);
+    cw_ctl_session_release(s);
     cw__alloc_wait_free(a);
     // A grant or a removal changes what the rest see: start over.
     pp = &ctl->alloc_queue;

@@ -17,7 +17,8 @@
 #include <string.h>
 
 #include "cw_compile_disk.h"
-#include "cw_ctl_internal.h"
+#include "cw_ctl_compile.h"
+#include "cw_ctl_disk.h"
 #include "cw_log.h"
 
 struct cw_ctl_disk_s {
@@ -120,7 +121,7 @@ static void cw__lookup_done(uv_work_t* req, int status) {
   cw_ctl_inflight_t* f = j->f;
   if (status == UV_ECANCELED || ctl->shutting_down) {
     cw__inflight_drop_request(f);
-    cw__inflight_finish(f, NULL, cw_make_status(CW_CANCELLED, "the controller is stopping"));
+    cw_ctl_compile_inflight_finish(f, NULL, cw_make_status(CW_CANCELLED, "the controller is stopping"));
     cw__job_free(j);
     return;
   }
@@ -133,7 +134,7 @@ static void cw__lookup_done(uv_work_t* req, int status) {
       CW_LOGI("compile cache: disk hit (%zu bytes)", j->size);
       for (cw_ctl_compile_t* cp = f->waiters; cp; cp = cp->next) cp->cache_hit = true;
       cw__inflight_drop_request(f);
-      cw__inflight_finish(f, e, cw_ok_status());
+      cw_ctl_compile_inflight_finish(f, e, cw_ok_status());
       cw__job_free(j);
       return;
     }
@@ -154,7 +155,7 @@ static void cw__lookup_done(uv_work_t* req, int status) {
   size_t code_size = f->code_size, options_size = f->options_size;
   f->code = f->options = NULL;
   f->format = NULL;
-  cw__inflight_send_compile(f, format, code, code_size, options, options_size);
+  cw_ctl_compile_send(f, format, code, code_size, options, options_size);
   free(code);
   free(options);
   free(format);

@@ -20,7 +20,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cw_ctl_internal.h"
+#include "cw_ctl_health.h"
+#include "cw_ctl_island.h"
+#include "cw_ctl_registry.h"
+#include "cw_ctl_relay.h"
+#include "cw_ctl_sched.h"
+#include "cw_ctl_session.h"
 #include "cw_log.h"
 #include "cw_time.h"
 
@@ -44,7 +49,7 @@ static void cw__health_tick(uv_timer_t* t) {
     snprintf(why, sizeof(why), "no heartbeat for %" PRId64 " ms (--worker-timeout-ms %" PRId64
              ")", now - w->last_heartbeat_ms, timeout);
     ctl->workers_timed_out++;
-    cw__worker_lost(w, why);
+    cw_ctl_worker_lost(w, why);
   }
 }
 
@@ -62,7 +67,9 @@ void cw_ctl_health_stop(cw_controller_t* ctl) {
   uv_close((uv_handle_t*)&ctl->health_tick, NULL);
 }
 
-void cw_ctl_health_heartbeat(cw_ctl_peer_t* p) {
+void cw_ctl_handle_heartbeat(cw_net_conn_t* conn, const cw_frame_header_t* h,
+                             ProtobufCMessage** msg) {
+  cw_ctl_peer_t* p = cw_net_conn_user(conn);
   cw_ctl_worker_t* w = p->worker;
   // A detached (timed-out) connection's late heartbeats do not revive the slot.
   if (!w || !w->alive || w->reg_conn != p->conn) return;
@@ -144,7 +151,7 @@ static void cw__reload_done(void* user, cw_net_conn_t* conn, cw_status_t status,
   cw__reload_t* rl = user;
   cw_controller_t* ctl = rl->session->ctl;
   free(bulk);
-  cw_ctl_exe_t* e = cw__exe_find(rl->session, rl->exe_id);
+  cw_ctl_exe_t* e = cw_ctl_exe_find(rl->session, rl->exe_id);
   if (e && e->serial == rl->serial && e->state == CW__EXE_LOADING) {
     cw_ctl_worker_t* w = ctl->workers[e->worker];
     if (status && (!w->alive || w->incarnation != rl->incarnation)) {
@@ -160,10 +167,10 @@ static void cw__reload_done(void* user, cw_net_conn_t* conn, cw_status_t status,
       e->state = CW__EXE_READY;
       ctl->exes_reloaded++;
     }
-    cw__island_pump(ctl, e->worker);
+    cw_ctl_sched_pump(ctl, e->worker);
   }
   cw_status_free(status);
-  cw__session_release(rl->session);
+  cw_ctl_session_release(rl->session);
   free(rl);
 }
 
@@ -172,7 +179,7 @@ static void cw__reload_all(cw_controller_t* ctl, cw_ctl_worker_t* w) {
   for (cw_ctl_session_t* s = ctl->sessions; s; s = s->next) {
     for (cw_ctl_exe_t* e = s->exes; e; e = e->next) {
       if (e->worker != w->index || e->state != CW__EXE_READY || !e->entry) continue;
-      cw_net_conn_t* link = cw__session_link(s, w->index);
+      cw_net_conn_t* link = cw_ctl_session_link(s, w->index);
       cw__reload_t* rl = link ? calloc(1, sizeof(*rl)) : NULL;
       if (!rl) {
         e->state = CW__EXE_FAILED;
@@ -182,7 +189,7 @@ static void cw__reload_all(cw_controller_t* ctl, cw_ctl_worker_t* w) {
       }
       e->state = CW__EXE_LOADING;  // the island's queue waits for it
       rl->session = s;
-      cw__session_retain(s);
+      cw_ctl_session_retain(s);
       rl->exe_id = e->id;
       rl->serial = e->serial;
       rl->incarnation = w->incarnation;
@@ -232,9 +239,9 @@ void cw_ctl_health_take_over(cw_ctl_peer_t* p, const cw_frame_header_t* h, cw_ct
   ev.message = msg;
   ev.worker_address = w->address;
   ev.incarnation = w->incarnation;
-  cw__broadcast_event(ctl, &ev);
+  cw_ctl_broadcast_event(ctl, &ev);
   cw__reload_all(ctl, w);
-  cw__open_waits_check(ctl, false);
+  cw_ctl_session_open_waits_check(ctl, false);
 }
 
 // --- Sessions ------------------------------------------------------------------------
@@ -273,8 +280,10 @@ cw_status_t cw_ctl_health_item_check(cw_controller_t* ctl, const cw_ctl_item_t* 
                         "are refused", w->name, w->address, w->incarnation, joined);
 }
 
-void cw_ctl_health_rejoin(cw_ctl_peer_t* p, const cw_frame_header_t* h,
-                          const Causeway__V1__HealthRejoinRequest* r) {
+void cw_ctl_handle_rejoin(cw_net_conn_t* conn, const cw_frame_header_t* h,
+                          ProtobufCMessage** msg) {
+  cw_ctl_peer_t* p = cw_net_conn_user(conn);
+  const Causeway__V1__HealthRejoinRequest* r = (const Causeway__V1__HealthRejoinRequest*)*msg;
   cw_controller_t* ctl = p->ctl;
   cw_status_t st = cw_ok_status();
   cw_ctl_worker_t* w = r->worker_index < ctl->num_workers ? ctl->workers[r->worker_index] : NULL;
@@ -289,7 +298,7 @@ void cw_ctl_health_rejoin(cw_ctl_peer_t* p, const cw_frame_header_t* h,
     st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   }
   if (st) {
-    cw__reply_error(ctl, p->conn, h->type, h->request_id, st);
+    cw_ctl_reply_error(ctl, p->conn, h->type, h->request_id, st);
     return;
   }
   CW_LOGI("session %" PRIu64 " rejoined worker %s (%s), incarnation %u", p->session->id, w->name,

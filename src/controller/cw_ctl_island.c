@@ -14,7 +14,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cw_ctl_internal.h"
+#include "cw_ctl_alloc.h"
+#include "cw_ctl_compile.h"
+#include "cw_ctl_island.h"
+#include "cw_ctl_ops.h"
+#include "cw_ctl_registry.h"
+#include "cw_ctl_relay.h"
+#include "cw_ctl_sched.h"
+#include "cw_ctl_session.h"
 #include "cw_log.h"
 #include "cw_xla_options.h"
 
@@ -58,7 +65,7 @@ cw_status_t cw_ctl_island_check(cw_controller_t* ctl, const Causeway__V1__Regist
   const char* name = r->island_name ? r->island_name : "";
   if (replacing) return cw__island_replace_check(ctl, replacing, r);
   if (!name[0]) return cw_ok_status();
-  if (!cw__printable(name, CW__MAX_NAME - 1)) {
+  if (!cw_ctl_printable(name, CW__MAX_NAME - 1)) {
     return cw_make_status(CW_INVALID_ARGUMENT, "island_name must be 1..%d printable characters",
                           CW__MAX_NAME - 1);
   }
@@ -243,7 +250,7 @@ typedef struct cw_ctl_gang_compile_s {
 
 static void cw__gang_finish(cw_ctl_gang_compile_t* g) {
   cw_controller_t* ctl = g->ctl;
-  cw_ctl_exe_t* e = cw__exe_find(g->session, g->exe_id);
+  cw_ctl_exe_t* e = cw_ctl_exe_find(g->session, g->exe_id);
   if (e && e->serial != g->exe_serial) e = NULL;
   if (!g->first_error && (!g->info || !e)) {
     g->first_error = cw_make_status(CW_CANCELLED, "executable %" PRIu64 " was deleted while it "
@@ -254,7 +261,7 @@ static void cw__gang_finish(cw_ctl_gang_compile_t* g) {
       e->state = CW__EXE_FAILED;
       e->error = cw_status_clone(g->first_error);
     }
-    cw__reply_error(ctl, g->client, CW_MSG_COMPILE, g->request_id, g->first_error);
+    cw_ctl_reply_error(ctl, g->client, CW_MSG_COMPILE, g->request_id, g->first_error);
     g->first_error = NULL;  // taken
   } else {
     Causeway__V1__ExecutableInfo info = *g->info;
@@ -266,16 +273,16 @@ static void cw__gang_finish(cw_ctl_gang_compile_t* g) {
     char where[CW__MAX_NAME + 64];
     snprintf(where, sizeof(where), "island '%s' (%zu workers)",
              ctl->workers[g->island]->island_name, g->num_parts);
-    cw__compile_answer(ctl, g->client, g->request_id, e, &info, info.num_outputs,
+    cw_ctl_compile_answer(ctl, g->client, g->request_id, e, &info, info.num_outputs,
                        (uint32_t)e->num_devices, info.name, g->cache_hit, g->start_ms, where);
   }
   cw_status_free(g->first_error);
   if (g->info) protobuf_c_message_free_unpacked(&g->info->base, NULL);
   cw_net_conn_release(g->client);
-  cw__session_release(g->session);
+  cw_ctl_session_release(g->session);
   uint32_t island = g->island;
   free(g);
-  cw__island_pump(ctl, island);
+  cw_ctl_sched_pump(ctl, island);
 }
 
 static void cw__gang_part_end(cw_ctl_gang_compile_t* g) {
@@ -288,7 +295,7 @@ void cw_ctl_island_compile(cw_ctl_compile_t* cp, uint32_t* parts, uint32_t* part
   cw_controller_t* ctl = cp->ctl;
   cw_ctl_gang_compile_t* g = calloc(1, sizeof(*g));
   if (!g) {
-    cw__reply_error(ctl, cp->client, CW_MSG_COMPILE, cp->request_id,
+    cw_ctl_reply_error(ctl, cp->client, CW_MSG_COMPILE, cp->request_id,
                     cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
     return;
   }
@@ -300,7 +307,7 @@ void cw_ctl_island_compile(cw_ctl_compile_t* cp, uint32_t* parts, uint32_t* part
   cw_net_conn_retain(cp->client);
   g->request_id = cp->request_id;
   g->session = cp->session;
-  cw__session_retain(cp->session);
+  cw_ctl_session_retain(cp->session);
   g->exe_id = cp->exe_id;
   g->exe_serial = cp->exe_serial;
   g->island = cp->worker;
@@ -334,7 +341,7 @@ void cw_ctl_island_compile(cw_ctl_compile_t* cp, uint32_t* parts, uint32_t* part
     cw_net_conn_retain(cp->client);
     part->request_id = cp->request_id;
     part->session = cp->session;
-    cw__session_retain(cp->session);
+    cw_ctl_session_retain(cp->session);
     part->exe_id = cp->exe_id;
     part->exe_serial = cp->exe_serial;
     part->worker = parts[i];
@@ -377,7 +384,7 @@ bool cw_ctl_island_compile_done(cw_ctl_compile_t* cp, cw_status_t* st,
 // Sends `msg` (taken) to worker `wi` as a part of `parent`'s request, counted in `m`.
 static void cw__relay_part(cw_controller_t* ctl, const cw_ctl_item_t* parent, cw_ctl_multi_t* m,
                            ProtobufCMessage* msg, uint32_t wi) {
-  cw_ctl_item_t* it = cw__item_new(parent->type, parent->client, parent->request_id,
+  cw_ctl_item_t* it = cw_ctl_item_new(parent->type, parent->client, parent->request_id,
                                    parent->session, msg, wi);
   if (!it) {
     if (!m->first_error) m->first_error = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
@@ -387,13 +394,13 @@ static void cw__relay_part(cw_controller_t* ctl, const cw_ctl_item_t* parent, cw
   it->received_ns = parent->received_ns;
   m->left++;
   cw_ctl_worker_t* w = ctl->workers[wi];
-  cw_net_conn_t* link = cw__session_link(parent->session, wi);
+  cw_net_conn_t* link = cw_ctl_session_link(parent->session, wi);
   if (!link || !cw_net_conn_is_open(link)) {
-    cw__item_fail(ctl, it, cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable: no "
+    cw_ctl_item_fail(ctl, it, cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable: no "
                                           "connection", w->name, w->address));
     return;
   }
-  cw_net_conn_request(link, it->type, it->msg, NULL, 0, NULL, NULL, cw__relay_reply, it);
+  cw_net_conn_request(link, it->type, it->msg, NULL, 0, NULL, NULL, cw_ctl_relay_reply, it);
 }
 
 static cw_ctl_multi_t* cw__multi_from(cw_ctl_item_t* it, uint64_t first_id) {
@@ -444,7 +451,7 @@ struct cw_ctl_gang_launch_s {
 static void cw__gang_launch_error(cw_ctl_gang_launch_t* g, uint32_t wi, cw_net_conn_t* conn,
                                   cw_status_t st) {
   cw_ctl_worker_t* w = g->ctl->workers[wi];
-  st = cw__worker_error(w, conn, st);
+  st = cw_ctl_worker_error(w, conn, st);
   if (cw_status_code(st) != CW_UNAVAILABLE) {  // that one names the worker already
     st = cw_status_annotate(st, "part on worker %s of island '%s'", w->name, w->island_name);
   }
@@ -456,7 +463,7 @@ static void cw__gang_launch_end(cw_ctl_gang_launch_t* g) {
   cw_controller_t* ctl = g->ctl;
   if (!g->answered) {
     if (g->first_error) {
-      cw__reply_error(ctl, g->client, CW_MSG_LAUNCH, g->request_id, g->first_error);
+      cw_ctl_reply_error(ctl, g->client, CW_MSG_LAUNCH, g->request_id, g->first_error);
       g->first_error = NULL;  // taken
     } else {
       Causeway__V1__Ack ack = CAUSEWAY__V1__ACK__INIT;
@@ -466,7 +473,7 @@ static void cw__gang_launch_end(cw_ctl_gang_launch_t* g) {
   }
   cw_status_free(g->first_error);
   cw_net_conn_release(g->client);
-  cw__session_release(g->session);
+  cw_ctl_session_release(g->session);
   uint32_t island = g->island;
   free(g);
   cw_ctl_sched_release(ctl, island);  // room for the island's next stamped launch
@@ -488,7 +495,7 @@ static void cw__gang_done(void* user, cw_net_conn_t* conn, cw_status_t status,
 static void cw__gang_decide(cw_ctl_gang_launch_t* g) {
   for (size_t i = 0; i < g->num_parts && !g->first_error; ++i) {
     cw_ctl_gang_part_t* p = &g->parts[i];
-    cw_net_conn_t* link = p->ready ? cw__session_link(g->session, p->worker) : NULL;
+    cw_net_conn_t* link = p->ready ? cw_ctl_session_link(g->session, p->worker) : NULL;
     if (p->ready && (!link || !cw_net_conn_is_open(link))) {
       cw_ctl_worker_t* w = g->ctl->workers[p->worker];
       cw__gang_launch_error(g, p->worker, NULL, cw_make_status(CW_UNAVAILABLE, "worker %s (%s) "
@@ -498,7 +505,7 @@ static void cw__gang_decide(cw_ctl_gang_launch_t* g) {
   }
   bool go = !g->first_error;
   if (!go) {
-    cw__reply_error(g->ctl, g->client, CW_MSG_LAUNCH, g->request_id,
+    cw_ctl_reply_error(g->ctl, g->client, CW_MSG_LAUNCH, g->request_id,
                     cw_status_clone(g->first_error));
     g->answered = true;
   }
@@ -509,7 +516,7 @@ static void cw__gang_decide(cw_ctl_gang_launch_t* g) {
   g->left = 1;  // held while the words go out
   for (size_t i = 0; i < g->num_parts; ++i) {
     cw_ctl_gang_part_t* p = &g->parts[i];
-    cw_net_conn_t* link = p->ready ? cw__session_link(g->session, p->worker) : NULL;
+    cw_net_conn_t* link = p->ready ? cw_ctl_session_link(g->session, p->worker) : NULL;
     if (!link || !cw_net_conn_is_open(link)) continue;
     g->left++;
     cw_net_conn_request(link, CW_MSG_LAUNCH_GO, &req.base, NULL, 0, NULL, NULL, cw__gang_done, p);
@@ -531,7 +538,7 @@ uint32_t cw_ctl_island_relay_launch(cw_controller_t* ctl, cw_ctl_item_t* it, cw_
                                     uint64_t stamp) {
   const Causeway__V1__LaunchRequest* r = (const Causeway__V1__LaunchRequest*)it->msg;
   if (r->n_args != e->num_devices || r->n_outputs != e->num_devices) {
-    cw__item_fail(ctl, it, cw_make_status(CW_INVALID_ARGUMENT, "LAUNCH of executable %" PRIu64
+    cw_ctl_item_fail(ctl, it, cw_make_status(CW_INVALID_ARGUMENT, "LAUNCH of executable %" PRIu64
                                           " names %zu argument lists and %zu output lists; it "
                                           "runs on %zu devices", r->exe_id, r->n_args,
                                           r->n_outputs, e->num_devices));
@@ -539,7 +546,7 @@ uint32_t cw_ctl_island_relay_launch(cw_controller_t* ctl, cw_ctl_item_t* it, cw_
   }
   cw_ctl_gang_launch_t* g = calloc(1, sizeof(*g) + e->num_parts * sizeof(g->parts[0]));
   if (!g) {
-    cw__item_fail(ctl, it, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
+    cw_ctl_item_fail(ctl, it, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
     return 0;
   }
   g->ctl = ctl;
@@ -550,7 +557,7 @@ uint32_t cw_ctl_island_relay_launch(cw_controller_t* ctl, cw_ctl_item_t* it, cw_
   cw_net_conn_retain(g->client);
   g->request_id = it->request_id;
   g->session = it->session;
-  cw__session_retain(g->session);
+  cw_ctl_session_retain(g->session);
   g->num_parts = e->num_parts;
   g->left = 1;  // held while the parts go out
   size_t off = 0, sent = 0;
@@ -569,7 +576,7 @@ uint32_t cw_ctl_island_relay_launch(cw_controller_t* ctl, cw_ctl_item_t* it, cw_
     // several, in stamp order on each session link.
     part.seq = 0;
     off += e->part_devices[i];
-    cw_net_conn_t* link = cw__session_link(g->session, p->worker);
+    cw_net_conn_t* link = cw_ctl_session_link(g->session, p->worker);
     if (!link || !cw_net_conn_is_open(link)) {
       cw_ctl_worker_t* w = ctl->workers[p->worker];
       cw__gang_launch_error(g, p->worker, NULL, cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is "
@@ -582,7 +589,7 @@ uint32_t cw_ctl_island_relay_launch(cw_controller_t* ctl, cw_ctl_item_t* it, cw_
     cw_net_conn_request(link, CW_MSG_LAUNCH, &part.base, NULL, 0, NULL, NULL, cw__gang_prepared,
                         p);
   }
-  cw__item_free(it);
+  cw_ctl_item_free(it);
   if (!sent) {  // nothing went out: the stamp is not taken (the caller sees 0)
     g->left = 0;
     g->island = UINT32_MAX;
@@ -615,13 +622,13 @@ void cw_ctl_island_relay_all(cw_controller_t* ctl, cw_ctl_item_t* it, uint32_t i
       cw_net_conn_release(m->client);
       free(m);
     }
-    cw__item_fail(ctl, it, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
+    cw_ctl_item_fail(ctl, it, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
     return;
   }
   for (size_t k = 0; k < m_n; ++k) {
     size_t n = 0;
     for (size_t i = 0; i < r->n_ids; ++i) {
-      cw_ctl_exe_t* e = cw__exe_find(it->session, r->ids[i]);
+      cw_ctl_exe_t* e = cw_ctl_exe_find(it->session, r->ids[i]);
       if (e && cw__exe_on(e, members[k])) ids[n++] = r->ids[i];
     }
     if (!n) continue;
@@ -633,9 +640,9 @@ void cw_ctl_island_relay_all(cw_controller_t* ctl, cw_ctl_item_t* it, uint32_t i
   }
   free(ids);
   free(members);
-  for (size_t i = 0; i < r->n_ids; ++i) cw__exe_forget(it->session, r->ids[i]);
+  for (size_t i = 0; i < r->n_ids; ++i) cw_ctl_exe_forget(it->session, r->ids[i]);
   it->multi = NULL;
-  cw__item_free(it);
+  cw_ctl_item_free(it);
   // Drops the hold this item stood for (a new multi's, or the DELETE's part).
-  cw__multi_done(m, ctl, cw_ok_status());
+  cw_ctl_multi_done(m, ctl, cw_ok_status());
 }

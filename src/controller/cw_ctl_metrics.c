@@ -16,7 +16,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "cw_ctl_internal.h"
+#include "cw_ctl_metrics.h"
+#include "cw_ctl_ops.h"
+#include "cw_ctl_relay.h"
+#include "cw_ctl_session.h"
 #include "cw_http.h"
 #include "cw_log.h"
 #include "cw_time.h"

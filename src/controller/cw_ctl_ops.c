@@ -23,7 +23,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "cw_ctl_internal.h"
+#include "cw_ctl_island.h"
+#include "cw_ctl_ops.h"
+#include "cw_ctl_relay.h"
+#include "cw_ctl_session.h"
 #include "cw_log.h"
 
 #define CW__RECENT_ERRORS 32
@@ -204,7 +207,7 @@ static void cw__fanout_done(cw_ctl_fanout_t* f, cw_status_t st) {
   else cw_status_free(st);
   if (--f->left > 0) return;
   if (f->first_error) {
-    cw__reply_error(f->ctl, f->client, f->type, f->request_id, f->first_error);
+    cw_ctl_reply_error(f->ctl, f->client, f->type, f->request_id, f->first_error);
   } else {
     Causeway__V1__AdminAck ack = CAUSEWAY__V1__ADMIN_ACK__INIT;
     ack.session_id = f->session_id;
@@ -254,7 +257,7 @@ static void cw__send_hold(cw_ctl_session_t* s, cw_net_conn_t* link, bool hold,
   req.hold = hold;
   if (f) f->left++;
   cw_net_conn_request(link, CW_MSG_ADMIN_HOLD, &req.base, NULL, 0, NULL, NULL,
-                      f ? cw__fanout_reply : cw__ignore_reply, f);
+                      f ? cw__fanout_reply : cw_ctl_ignore_reply, f);
 }
 
 void cw_ctl_ops_link_opened(cw_ctl_session_t* s, uint32_t index, cw_net_conn_t* link) {
@@ -311,7 +314,7 @@ static void cw__handle_pause(cw_ctl_peer_t* p, const cw_frame_header_t* h,
   cw_ctl_fanout_t* f = st ? NULL : cw__fanout_create(p, h);
   if (!st && !f) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   if (st) {
-    cw__reply_error(ctl, p->conn, h->type, h->request_id, st);
+    cw_ctl_reply_error(ctl, p->conn, h->type, h->request_id, st);
     return;
   }
   s->ops->paused = hold;
@@ -320,7 +323,7 @@ static void cw__handle_pause(cw_ctl_peer_t* p, const cw_frame_header_t* h,
     if (!ctl->workers[i]->alive) continue;
     bool linked = i < s->num_links && s->links[i] && cw_net_conn_is_open(s->links[i]);
     if (linked) cw__send_hold(s, s->links[i], hold, f);
-    else if (hold) (void)cw__session_link(s, i);  // opens one; the hook holds there
+    else if (hold) (void)cw_ctl_session_link(s, i);  // opens one; the hook holds there
   }
   CW_LOGI("session %" PRIu64 " (%s) %s", s->id, s->ops->name, hold ? "paused" : "resumed");
   snprintf(f->text, sizeof(f->text), "session %" PRIu64 " (%s) %s", s->id, s->ops->name,
@@ -356,7 +359,7 @@ static void cw__handle_drain(cw_ctl_peer_t* p, const cw_frame_header_t* h,
   }
   struct cw_ctl_worker_ops_s* wo = st ? NULL : cw__wops(w);
   cw_ctl_fanout_t* f = wo ? cw__fanout_create(p, h) : NULL;
-  cw_net_conn_t* link = f ? cw__private_link(ctl, w) : NULL;
+  cw_net_conn_t* link = f ? cw_ctl_private_link(ctl, w) : NULL;
   if (!st && !link) {
     st = f ? cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable: no connection",
                             w->name, w->address)
@@ -367,7 +370,7 @@ static void cw__handle_drain(cw_ctl_peer_t* p, const cw_frame_header_t* h,
       cw_net_conn_release(f->client);
       free(f);
     }
-    cw__reply_error(ctl, p->conn, h->type, h->request_id, st);
+    cw_ctl_reply_error(ctl, p->conn, h->type, h->request_id, st);
     return;
   }
   wo->draining = h->type == CW_MSG_ADMIN_DRAIN;
@@ -423,7 +426,7 @@ static void cw__reply_status(cw_controller_t* ctl, cw_ctl_gather_t* g) {
   Causeway__V1__AdminError* es = calloc(CW__RECENT_ERRORS, sizeof(*es));
   Causeway__V1__AdminError** ep = calloc(CW__RECENT_ERRORS, sizeof(*ep));
   if (!ws || !wp || !is || !ip || !inames || !ss || !sp || !es || !ep) {
-    cw__reply_error(ctl, g->client, CW_MSG_ADMIN_STATUS, g->request_id,
+    cw_ctl_reply_error(ctl, g->client, CW_MSG_ADMIN_STATUS, g->request_id,
                     cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
     goto done;
   }
@@ -622,7 +625,7 @@ static void cw__gather_start(cw_controller_t* ctl, cw_net_conn_t* client, uint64
   cw_ctl_gather_t* g = calloc(1, sizeof(*g));
   if (!g) {
     if (client) {
-      cw__reply_error(ctl, client, CW_MSG_ADMIN_STATUS, request_id,
+      cw_ctl_reply_error(ctl, client, CW_MSG_ADMIN_STATUS, request_id,
                       cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
     }
     return;
@@ -639,7 +642,7 @@ static void cw__gather_start(cw_controller_t* ctl, cw_net_conn_t* client, uint64
   for (uint32_t i = 0; i < ctl->num_workers; ++i) {
     cw_ctl_worker_t* w = ctl->workers[i];
     if (!w->alive || ctl->shutting_down) continue;
-    cw_net_conn_t* link = cw__private_link(ctl, w);
+    cw_net_conn_t* link = cw_ctl_private_link(ctl, w);
     cw_ctl_poll_t* pl = link ? calloc(1, sizeof(*pl)) : NULL;
     if (!pl) continue;
     pl->g = g;
@@ -669,14 +672,13 @@ static void cw__on_timer(uv_timer_t* t) {
 
 // --- Entry points -------------------------------------------------------------------
 
-void cw_ctl_ops_handle(cw_ctl_peer_t* p, const cw_frame_header_t* h, ProtobufCMessage* msg) {
+void cw_ctl_handle_admin(cw_net_conn_t* conn, const cw_frame_header_t* h,
+                         ProtobufCMessage** msgp) {
+  cw_ctl_peer_t* p = cw_net_conn_user(conn);
   cw_controller_t* ctl = p->ctl;
-  if (p->role != CAUSEWAY__V1__ROLE__ROLE_CLIENT) {
-    cw__reply_error(ctl, p->conn, h->type, h->request_id,
-                    cw_make_status(CW_PERMISSION_DENIED, "%s is for clients (HELLO role CLIENT)",
-                                   cw_msg_type_name(h->type)));
-  } else if (!ctl->ops) {
-    cw__reply_error(ctl, p->conn, h->type, h->request_id,
+  const ProtobufCMessage* msg = *msgp;
+  if (!ctl->ops) {
+    cw_ctl_reply_error(ctl, p->conn, h->type, h->request_id,
                     cw_make_status(CW_UNAVAILABLE, "the controller is shutting down"));
   } else if (h->type == CW_MSG_ADMIN_STATUS) {
     cw__gather_start(ctl, p->conn, h->request_id);
@@ -685,7 +687,6 @@ void cw_ctl_ops_handle(cw_ctl_peer_t* p, const cw_frame_header_t* h, ProtobufCMe
   } else {
     cw__handle_drain(p, h, (const Causeway__V1__AdminDrainRequest*)msg);
   }
-  protobuf_c_message_free_unpacked(msg, NULL);
 }
 
 cw_status_t cw_ctl_ops_create(cw_controller_t* ctl) {

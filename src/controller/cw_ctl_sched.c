@@ -17,7 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cw_ctl_internal.h"
+#include "cw_ctl_island.h"
+#include "cw_ctl_ops.h"
+#include "cw_ctl_relay.h"
+#include "cw_ctl_sched.h"
+#include "cw_ctl_session.h"
 #include "cw_log.h"
 
 #define CW__SCHED_STRIDE (1ull << 20)
@@ -64,7 +68,7 @@ void cw_ctl_sched_push(cw_controller_t* ctl, cw_ctl_item_t* it) {
   cw_ctl_worker_t* w = ctl->workers[it->worker];
   cw_ctl_sched_island_t* isl = cw__sched_island(w);
   if (!isl) {
-    cw__item_fail(ctl, it, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
+    cw_ctl_item_fail(ctl, it, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
     return;
   }
   cw_ctl_sched_q_t** pp = &isl->queues;
@@ -73,7 +77,7 @@ void cw_ctl_sched_push(cw_controller_t* ctl, cw_ctl_item_t* it) {
   if (!q) {
     q = calloc(1, sizeof(*q));
     if (!q) {
-      cw__item_fail(ctl, it, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
+      cw_ctl_item_fail(ctl, it, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
       return;
     }
     q->session_id = it->session->id;
@@ -103,13 +107,13 @@ static cw_status_t cw__sched_check(cw_ctl_worker_t* w, cw_ctl_item_t* it, bool* 
   if (it->type == CW_MSG_DELETE) {
     const Causeway__V1__DeleteRequest* r = (const Causeway__V1__DeleteRequest*)it->msg;
     for (size_t i = 0; i < r->n_ids; ++i) {
-      cw_ctl_exe_t* e = cw__exe_find(s, r->ids[i]);
+      cw_ctl_exe_t* e = cw_ctl_exe_find(s, r->ids[i]);
       if (e && e->state == CW__EXE_LOADING) *out_blocked = true;
     }
     return cw_ok_status();
   }
-  uint64_t exe_id = cw__item_exe_id(it);
-  cw_ctl_exe_t* e = cw__exe_find(s, exe_id);
+  uint64_t exe_id = cw_ctl_item_exe_id(it);
+  cw_ctl_exe_t* e = cw_ctl_exe_find(s, exe_id);
   if (!e) return cw_make_status(CW_NOT_FOUND, "executable %" PRIu64 " not found", exe_id);
   *out_exe = e;
   if (e->state == CW__EXE_LOADING) *out_blocked = true;
@@ -161,7 +165,7 @@ void cw_ctl_sched_pump(cw_controller_t* ctl, uint32_t index) {
       cw_ctl_exe_t* exe = NULL;
       cw_status_t st = cw__sched_check(w, q->head, &blocked, &exe);
       if (st) {
-        cw__item_fail(ctl, cw__sched_pop(isl, q), st);
+        cw_ctl_item_fail(ctl, cw__sched_pop(isl, q), st);
         failed = true;
         break;  // the list changed
       }
@@ -211,11 +215,11 @@ void cw_ctl_sched_pump(cw_controller_t* ctl, uint32_t index) {
     }
     if (it->type == CW_MSG_DELETE) {
       const Causeway__V1__DeleteRequest* r = (const Causeway__V1__DeleteRequest*)it->msg;
-      for (size_t i = 0; i < r->n_ids; ++i) cw__exe_forget(s, r->ids[i]);
+      for (size_t i = 0; i < r->n_ids; ++i) cw_ctl_exe_forget(s, r->ids[i]);
     }
-    cw_net_conn_t* link = cw__session_link(s, index);
+    cw_net_conn_t* link = cw_ctl_session_link(s, index);
     if (!link || !cw_net_conn_is_open(link)) {
-      cw__item_fail(ctl, it, cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable: "
+      cw_ctl_item_fail(ctl, it, cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable: "
                                             "no connection", w->name, w->address));
       continue;
     }
@@ -232,7 +236,7 @@ void cw_ctl_sched_pump(cw_controller_t* ctl, uint32_t index) {
       s->launches++;  // metrics
     }
     // The message goes out as it came (with the client's seq for this worker).
-    cw_net_conn_request(link, it->type, it->msg, NULL, 0, NULL, NULL, cw__relay_reply, it);
+    cw_net_conn_request(link, it->type, it->msg, NULL, 0, NULL, NULL, cw_ctl_relay_reply, it);
   }
 }
 
@@ -276,7 +280,7 @@ void cw_ctl_sched_free(cw_controller_t* ctl) {
   for (size_t i = 0; i < ctl->num_workers; ++i) {
     cw_ctl_sched_island_t* isl = ctl->workers[i]->sched;
     if (!isl) continue;
-    while (isl->queues) cw__item_free(cw__sched_pop(isl, isl->queues));
+    while (isl->queues) cw_ctl_item_free(cw__sched_pop(isl, isl->queues));
     free(isl);
     ctl->workers[i]->sched = NULL;
   }

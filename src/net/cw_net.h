@@ -1,15 +1,25 @@
-// Framed wire-protocol connections on a libuv loop: accept or connect, read
-// frames through cw_conn_parser (fairness-capped per wakeup), write frames
-// with optional bulk straight from caller memory, and track the requests this
-// side sent so replies (and their bulk) complete by request id. Every
-// callback runs on the loop thread. Used by the controller; shaped so other
-// daemons can use it too.
+// The transport of both daemons: framed wire-protocol connections on a libuv
+// loop. Accept or connect; read frames through cw_conn_parser (at most
+// frames-per-wakeup per connection per wakeup), with bulk bytes read straight
+// into the memory a handler names; write frames whose small ones are gathered
+// and written once per loop pass, bulk going straight from caller memory;
+// track the requests this side sent so replies (and their bulk) complete by
+// request id. Every callback runs on the loop thread.
+//
+// A daemon describes what it serves with a cw_net_service_t (its handler
+// table, indexed by message type). The net enforces, for every daemon alike:
+// HELLO first and only once (credentials, protocol version, accepted roles),
+// then per request the message table's rules (src/protocol/cw_msg.h): served
+// here, sent by a role that may send it, on a connection with a session if
+// the type needs one. Only then does a handler run.
 //
 // Lifetime: a connection is reference counted. The net holds one reference
 // while it is open; on_close runs exactly once (EOF, I/O error, violation,
-// failed connect or cw_net_conn_close), after pending outbound requests were
+// failed connect or cw_net_conn_close), after the requests it had sent were
 // failed. Owners that keep a pointer past on_close take a reference
-// (cw_net_conn_retain) and drop it with cw_net_conn_release.
+// (cw_net_conn_retain) and drop it with cw_net_conn_release; on_free runs
+// when the last one goes, so a daemon's per-connection state (the user
+// data) can live exactly as long as the connection.
 #ifndef CW_NET_NET_H_
 #define CW_NET_NET_H_
 
@@ -19,21 +29,50 @@
 
 #include "cw_conn_parser.h"
 #include "cw_frame.h"
+#include "cw_settings.h"
 #include "cw_status.h"
 
 typedef struct cw_net_s cw_net_t;
 typedef struct cw_net_conn_s cw_net_conn_t;
 
+// A request handler. `*msg` is the decoded request: the handler takes it by
+// setting *msg = NULL, else the net frees it on return. A handler that wants
+// the frame's bulk bytes calls cw_net_conn_set_bulk_dest before returning;
+// otherwise they are discarded.
+typedef void (*cw_net_handler_fn)(cw_net_conn_t* conn, const cw_frame_header_t* header,
+                                  ProtobufCMessage** msg);
+
+// What a daemon serves on the connections it accepts.
+typedef struct cw_net_service_s {
+  const char* name;           // "worker" / "controller", in refusals
+  const char* unserved_hint;  // after "the NAME does not serve TYPE" (may be "")
+  uint32_t hello_roles;       // CW_ROLE_*_BIT accepted in HELLO
+  // HELLO passed credentials, version and role: attach the connection's
+  // session (or none). *out_session_id is answered in HelloReply;
+  // *out_has_session says whether requests that need a session may come. An
+  // error refuses the HELLO (answered, then the connection closes). May be
+  // NULL: no sessions.
+  cw_status_t (*on_hello)(cw_net_conn_t* conn, const Causeway__V1__HelloRequest* hello,
+                          uint64_t* out_session_id, bool* out_has_session);
+  // Optional, after the checks and before the handler: false when it took
+  // the request instead (held for later, or refused; it then answered, and
+  // *msg is freed unless taken).
+  bool (*admit)(cw_net_conn_t* conn, const cw_frame_header_t* header, ProtobufCMessage** msg);
+  // Optional, after the handler of an admitted request.
+  void (*applied)(cw_net_conn_t* conn, const cw_frame_header_t* header);
+  cw_net_handler_fn handlers[CW_MSG_TYPE_MAX + 1];  // NULL: not served here
+} cw_net_service_t;
+
 typedef struct cw_net_conn_callbacks_s {
-  // A request (or an unsolicited frame) arrived. Takes `msg`. A handler that
-  // wants the frame's bulk bytes calls cw_net_conn_set_bulk_dest before
-  // returning; otherwise they are discarded. Replies to requests sent with
-  // cw_net_conn_request never come here.
-  void (*on_frame)(cw_net_conn_t* conn, const cw_frame_header_t* header, ProtobufCMessage* msg);
-  // The bulk bytes named with cw_net_conn_set_bulk_dest have all arrived. May be NULL.
+  // The bulk bytes named with cw_net_conn_set_bulk_dest have all arrived.
   void (*on_bulk_done)(cw_net_conn_t* conn, const cw_frame_header_t* header);
-  // The connection is closed. `reason` is borrowed (why it closed). May be NULL.
+  // The connection is closed. `reason` is borrowed (NULL: closed on purpose).
   void (*on_close)(cw_net_conn_t* conn, cw_status_t reason);
+  // Bytes read (counted after the frames in them were handled, so a HELLO
+  // in them has named the peer) and queued for writing.
+  void (*on_bytes)(cw_net_conn_t* conn, uint64_t in, uint64_t out);
+  // The connection's memory goes (no reference is left): frees `user`.
+  void (*on_free)(void* user);
 } cw_net_conn_callbacks_t;
 
 // Completion of a request sent with cw_net_conn_request. Takes `status`;
@@ -46,15 +85,28 @@ typedef void (*cw_net_reply_fn)(void* user, cw_net_conn_t* conn, cw_status_t sta
 typedef void (*cw_net_free_fn)(void* user);
 typedef void (*cw_net_accept_fn)(cw_net_t* net, cw_net_conn_t* conn);
 
+typedef struct cw_net_options_s {
+  cw_frame_limits_t prehello_limits;  // accepted connections until HELLO
+  cw_frame_limits_t limits;           // after HELLO, and outbound connections
+  int64_t frames_per_wakeup;
+  int64_t max_connections;  // accepted connections at once
+  int64_t hello_timeout_ms;
+  const char* token;  // borrowed: presented in outbound HELLOs, required in inbound ones
+  const char* name;   // borrowed: this daemon's name (HelloReply, outbound HELLOs)
+} cw_net_options_t;
+
 struct cw_net_s {
   uv_loop_t* loop;
-  cw_frame_limits_t prehello_limits;
-  cw_frame_limits_t limits;
-  int64_t frames_per_wakeup;
-  int64_t max_connections;
-  int64_t hello_timeout_ms;
-  uv_idle_t idle;
+  cw_net_options_t options;
+  const cw_net_service_t* service;
+  uv_idle_t idle;      // connections that hit the frame cap resume here
+  uv_prepare_t flush;  // gathered frames go out before the loop blocks
+  bool handles_open;
+  bool stopped;
   cw_net_conn_t* resume_list;
+  cw_net_conn_t* flush_list;
+  bool (*prepare_hook)(void* user);
+  void* prepare_user;
   cw_net_conn_t* conns;
   size_t inbound_connections;
   union {
@@ -71,29 +123,48 @@ struct cw_net_s {
   void* user;
 };
 
-// `net` is caller storage; `loop` is borrowed. Accepted connections start
-// with prehello limits and must HELLO within hello_timeout_ms.
-void cw_net_initialize(cw_net_t* net, uv_loop_t* loop, const cw_frame_limits_t* prehello_limits,
-                       const cw_frame_limits_t* limits, int64_t frames_per_wakeup,
-                       int64_t max_connections, int64_t hello_timeout_ms);
-// Stops listening and closes every connection; the caller then runs the loop
-// until its handles are closed.
+// The options a daemon's settings give (limits, fairness cap, connection
+// budget, HELLO deadline, token); `name` is the daemon's (borrowed).
+void cw_net_options_from_settings(const cw_settings_t* settings, const char* name,
+                                  cw_net_options_t* out_options);
+
+// `net` is caller storage; `loop` and the option strings are borrowed.
+void cw_net_initialize(cw_net_t* net, uv_loop_t* loop, const cw_net_options_t* options);
+// Stops listening and closes every connection. The loop handles stay (the
+// prepare hook keeps running) until cw_net_deinitialize.
+void cw_net_stop(cw_net_t* net);
+// cw_net_stop, one last prepare pass, then closes the net's handles; the
+// caller then runs the loop until they are closed.
 void cw_net_deinitialize(cw_net_t* net);
 
+// `hook(user)` runs in the prepare phase before the gathered frames are
+// written, again and again while it returns true (it did work, which may
+// have queued frames). For the worker's PJRT completions that fired on the
+// loop thread. cw_net_wake makes the next prepare phase run.
+void cw_net_set_prepare_hook(cw_net_t* net, bool (*hook)(void* user), void* user);
+void cw_net_wake(cw_net_t* net);
+
 // Listens on host:port (port 0: any) or a Unix socket path (contains '/').
-// The bound address is in net->listen_address. New connections are handed to
-// on_accept (which sets their callbacks with cw_net_conn_set_callbacks).
+// The bound address is in net->listen_address. Accepted connections are
+// handed to on_accept (which sets their callbacks and user data) and served
+// by `service` (borrowed, static), with pre-HELLO limits and a HELLO deadline.
 CW_MUST_USE cw_status_t cw_net_listen(cw_net_t* net, const char* address,
+                                      const cw_net_service_t* service,
                                       cw_net_accept_fn on_accept);
 
 // host:port (numeric, [v6]:port or a resolvable name) -> socket address.
 CW_MUST_USE cw_status_t cw_net_parse_host_port(const char* address,
                                                struct sockaddr_storage* out_addr);
 
-// Starts connecting to `address`. Frames may be sent at once (libuv holds
-// them until the connect completes). A failed or timed-out connect closes
-// the connection (on_close, UNAVAILABLE). *out_conn is borrowed from the net.
+// Connects to `address` and sends HELLO (role `role`, this net's token and
+// name, session `session_id`) at once; frames may be sent behind it at once
+// (libuv holds them until the connect completes). A failed or timed-out
+// connect closes the connection with UNAVAILABLE "peer ADDRESS unreachable:
+// WHY", a refused HELLO with the peer's code and "peer NAME refused HELLO:
+// WHY"; requests sent on it fail with that same status. *out_conn is
+// borrowed from the net (retain it to keep it).
 CW_MUST_USE cw_status_t cw_net_connect(cw_net_t* net, const char* address, const char* name,
+                                       int role, uint64_t session_id,
                                        const cw_net_conn_callbacks_t* callbacks, void* user,
                                        int64_t timeout_ms, cw_net_conn_t** out_conn);
 
@@ -102,21 +173,35 @@ void cw_net_conn_set_callbacks(cw_net_conn_t* conn, const cw_net_conn_callbacks_
 void* cw_net_conn_user(const cw_net_conn_t* conn);
 cw_net_t* cw_net_conn_net(const cw_net_conn_t* conn);
 const char* cw_net_conn_name(const cw_net_conn_t* conn);
+// Names may be peer-chosen: kept short and printable.
 void cw_net_conn_set_name(cw_net_conn_t* conn, const char* name);
 bool cw_net_conn_is_open(const cw_net_conn_t* conn);
-// After a successful HELLO: stops the HELLO deadline, raises the limits.
-void cw_net_conn_hello_done(cw_net_conn_t* conn);
+bool cw_net_conn_is_outbound(const cw_net_conn_t* conn);
+// The role its HELLO named (accepted connections; 0 before HELLO or outbound).
+int cw_net_conn_role(const cw_net_conn_t* conn);
+// Why it closed (borrowed, lives with the connection; NULL while open or
+// when closed on purpose).
+cw_status_t cw_net_conn_close_reason(const cw_net_conn_t* conn);
+// Where the bulk bytes of the frame being handled go (borrowed; bulk_len
+// bytes that outlive the frame); NULL discards them. on_bulk_done follows.
 void cw_net_conn_set_bulk_dest(cw_net_conn_t* conn, uint8_t* dest);
+// Flow control: while held, no more frames are read or handled (those
+// already read wait); releasing resumes from the idle phase.
+void cw_net_conn_hold_reading(cw_net_conn_t* conn, bool hold);
 
 void cw_net_conn_retain(cw_net_conn_t* conn);
 void cw_net_conn_release(cw_net_conn_t* conn);
 
-// Closes the connection (on_close runs now with `reason`, taken; NULL: OK).
+// Closes the connection (on_close runs now with `reason`, taken; NULL: on
+// purpose). Frames gathered and not yet written are tried once.
 void cw_net_conn_close(cw_net_conn_t* conn, cw_status_t reason);
 
-// Sends one frame: header, packed `msg` (NULL: empty payload), then `bulk`
-// straight from caller memory; bulk_free(bulk_user) runs once the write is
-// done (or at once if the connection is closed). Failures close the connection.
+// Sends one frame: header and packed `msg` (NULL: empty payload) are
+// gathered with the connection's other small frames and written before the
+// loop next blocks; a frame with `bulk` (or bulk_free) is written at once,
+// taking the gathered frames with it, the bulk straight from caller memory.
+// bulk_free(bulk_user) runs once the write is done (or at once if the
+// connection is closed). Failures close the connection.
 void cw_net_conn_send(cw_net_conn_t* conn, uint16_t type, uint32_t flags, uint64_t request_id,
                       const ProtobufCMessage* msg, const void* bulk, uint64_t bulk_len,
                       cw_net_free_fn bulk_free, void* bulk_user);
@@ -137,6 +222,10 @@ void cw_net_conn_request(cw_net_conn_t* conn, uint16_t type, const ProtobufCMess
                          const void* bulk, uint64_t bulk_len, cw_net_free_fn bulk_free,
                          void* bulk_user, cw_net_reply_fn fn, void* user);
 
+// A handler both daemons serve PING with: the payload comes back.
+void cw_net_reply_ping(cw_net_conn_t* conn, const cw_frame_header_t* header,
+                       ProtobufCMessage** msg);
+
 // Watches an inherited descriptor (the read end of a pipe whose write end a
 // parent holds): `fn(user)` runs once when it reaches EOF or fails, i.e. when
 // the parent is gone, however it died. `watch` is caller storage that must
@@ -153,10 +242,10 @@ CW_MUST_USE cw_status_t cw_net_watch_start(uv_loop_t* loop, int fd, void (*fn)(v
                                            void* user, cw_net_watch_t* watch);
 void cw_net_watch_stop(cw_net_watch_t* watch);
 
+// --- Credentials (cw_net_auth.c; docs/protocol.md "Credentials") -------------
+
 // Compares a presented HELLO token with the configured one in constant time.
 bool cw_net_token_matches(const char* want, const uint8_t* got, size_t got_len);
-
-// --- Credentials (cw_net_auth.c; docs/protocol.md "Credentials") -------------
 
 // Checks a HELLO's token against `want` ("" accepts anything) in constant
 // time. A refusal is logged as a warning naming `peer` and `role` (never

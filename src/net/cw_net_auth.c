@@ -2,6 +2,7 @@
 // refusal text, one log line, so every connection kind (client, worker,
 // controller links, worker PUT links) is refused the same way.
 #include <stdio.h>
+#include <string.h>
 #include <sys/socket.h>
 
 #include "cw_log.h"
@@ -15,6 +16,14 @@ static const char* cw__role_name(int role) {
     case CAUSEWAY__V1__ROLE__ROLE_CONTROLLER: return "controller";
     default: return "unknown";
   }
+}
+
+bool cw_net_token_matches(const char* want, const uint8_t* got, size_t got_len) {
+  size_t n = strlen(want);
+  // Compare every byte regardless of where they differ.
+  unsigned diff = (unsigned)(n != got_len);
+  for (size_t i = 0; i < n; ++i) diff |= (unsigned)(want[i] ^ (i < got_len ? got[i] : 0));
+  return diff == 0;
 }
 
 cw_status_t cw_net_hello_authenticate(const char* want, const uint8_t* got, size_t got_len,

@@ -4,139 +4,12 @@
 
 #include "cw_reader.h"
 
-#define CW__PIN(name) \
-  _Static_assert((int)CW_MSG_##name == (int)CAUSEWAY__V1__MSG_TYPE__MSG_##name, \
-                 "frame type " #name " must equal the proto enum")
-CW__PIN(HELLO);
-CW__PIN(PING);
-CW__PIN(INVENTORY);
-CW__PIN(COMPILE);
-CW__PIN(SERIALIZE);
-CW__PIN(LOAD);
-CW__PIN(UPLOAD);
-CW__PIN(LAUNCH);
-CW__PIN(DOWNLOAD);
-CW__PIN(COPY);
-CW__PIN(SEND);
-CW__PIN(PUT);
-CW__PIN(EXPECT);
-CW__PIN(DELETE);
-CW__PIN(STATS);
-CW__PIN(AWAIT);
-CW__PIN(REGISTER);
-CW__PIN(OPEN_SESSION);
-CW__PIN(EXE_INFO);
-CW__PIN(EVENT);
-CW__PIN(TRACE_START);
-CW__PIN(TRACE_FETCH);
-CW__PIN(HEALTH_HEARTBEAT);
-CW__PIN(HEALTH_REJOIN);
-CW__PIN(ADMIN_STATUS);
-CW__PIN(ADMIN_PAUSE);
-CW__PIN(ADMIN_RESUME);
-CW__PIN(ADMIN_DRAIN);
-CW__PIN(ADMIN_UNDRAIN);
-CW__PIN(ADMIN_HOLD);
-CW__PIN(ADMIN_WORKER_DRAIN);
-#undef CW__PIN
-_Static_assert(CAUSEWAY__V1__ROLE__ROLE_CLIENT == 1 && CAUSEWAY__V1__ROLE__ROLE_WORKER == 2 &&
-                   CAUSEWAY__V1__ROLE__ROLE_CONTROLLER == 3,
-               "roles are pinned");
-
-typedef struct cw__msg_entry_s {
-  const char* name;
-  const ProtobufCMessageDescriptor* request;
-  const ProtobufCMessageDescriptor* reply;
-} cw__msg_entry_t;
-
-static const cw__msg_entry_t cw__msgs[CW_MSG_TYPE_MAX + 1] = {
-    [CW_MSG_HELLO] = {"HELLO", &causeway__v1__hello_request__descriptor,
-                      &causeway__v1__hello_reply__descriptor},
-    [CW_MSG_PING] = {"PING", &causeway__v1__ping__descriptor, &causeway__v1__ping__descriptor},
-    [CW_MSG_INVENTORY] = {"INVENTORY", &causeway__v1__inventory_request__descriptor,
-                          &causeway__v1__inventory__descriptor},
-    [CW_MSG_COMPILE] = {"COMPILE", &causeway__v1__compile_request__descriptor,
-                        &causeway__v1__compile_reply__descriptor},
-    [CW_MSG_SERIALIZE] = {"SERIALIZE", &causeway__v1__serialize_request__descriptor,
-                          &causeway__v1__serialize_reply__descriptor},
-    [CW_MSG_LOAD] = {"LOAD", &causeway__v1__load_request__descriptor,
-                     &causeway__v1__compile_reply__descriptor},
-    [CW_MSG_UPLOAD] = {"UPLOAD", &causeway__v1__upload_request__descriptor,
-                       &causeway__v1__ack__descriptor},
-    [CW_MSG_LAUNCH] = {"LAUNCH", &causeway__v1__launch_request__descriptor,
-                       &causeway__v1__ack__descriptor},
-    [CW_MSG_DOWNLOAD] = {"DOWNLOAD", &causeway__v1__download_request__descriptor,
-                         &causeway__v1__array_info__descriptor},
-    [CW_MSG_COPY] = {"COPY", &causeway__v1__copy_request__descriptor,
-                     &causeway__v1__ack__descriptor},
-    [CW_MSG_SEND] = {"SEND", &causeway__v1__send_request__descriptor,
-                     &causeway__v1__ack__descriptor},
-    [CW_MSG_PUT] = {"PUT", &causeway__v1__put_request__descriptor, &causeway__v1__ack__descriptor},
-    [CW_MSG_EXPECT] = {"EXPECT", &causeway__v1__expect_request__descriptor,
-                       &causeway__v1__ack__descriptor},
-    [CW_MSG_DELETE] = {"DELETE", &causeway__v1__delete_request__descriptor,
-                       &causeway__v1__ack__descriptor},
-    [CW_MSG_STATS] = {"STATS", &causeway__v1__stats_request__descriptor,
-                      &causeway__v1__stats__descriptor},
-    [CW_MSG_AWAIT] = {"AWAIT", &causeway__v1__await_request__descriptor,
-                      &causeway__v1__array_info__descriptor},
-    [CW_MSG_LAUNCH_GO] = {"LAUNCH_GO", &causeway__v1__launch_go_request__descriptor,
-                          &causeway__v1__ack__descriptor},
-    [CW_MSG_REGISTER] = {"REGISTER", &causeway__v1__register_request__descriptor,
-                         &causeway__v1__register_reply__descriptor},
-    [CW_MSG_OPEN_SESSION] = {"OPEN_SESSION", &causeway__v1__open_session_request__descriptor,
-                             &causeway__v1__session_info__descriptor},
-    [CW_MSG_EXE_INFO] = {"EXE_INFO", &causeway__v1__exe_info_request__descriptor,
-                         &causeway__v1__executable_info__descriptor},
-    // Unsolicited notice; the reply descriptor is unused (no reply is sent).
-    [CW_MSG_EVENT] = {"EVENT", &causeway__v1__cluster_event__descriptor,
-                      &causeway__v1__cluster_event__descriptor},
-    [CW_MSG_TRACE_START] = {"TRACE_START", &causeway__v1__trace_start_request__descriptor,
-                            &causeway__v1__trace_clock__descriptor},
-    [CW_MSG_TRACE_FETCH] = {"TRACE_FETCH", &causeway__v1__trace_fetch_request__descriptor,
-                            &causeway__v1__trace_events__descriptor},
-    // Unsolicited, like EVENT: no reply.
-    [CW_MSG_HEALTH_HEARTBEAT] = {"HEALTH_HEARTBEAT", &causeway__v1__health_heartbeat__descriptor,
-                                 &causeway__v1__health_heartbeat__descriptor},
-    [CW_MSG_HEALTH_REJOIN] = {"HEALTH_REJOIN", &causeway__v1__health_rejoin_request__descriptor,
-                              &causeway__v1__ack__descriptor},
-    [CW_MSG_ADMIN_STATUS] = {"ADMIN_STATUS", &causeway__v1__admin_status_request__descriptor,
-                             &causeway__v1__admin_status__descriptor},
-    [CW_MSG_ADMIN_PAUSE] = {"ADMIN_PAUSE", &causeway__v1__admin_session_request__descriptor,
-                            &causeway__v1__admin_ack__descriptor},
-    [CW_MSG_ADMIN_RESUME] = {"ADMIN_RESUME", &causeway__v1__admin_session_request__descriptor,
-                             &causeway__v1__admin_ack__descriptor},
-    [CW_MSG_ADMIN_DRAIN] = {"ADMIN_DRAIN", &causeway__v1__admin_drain_request__descriptor,
-                            &causeway__v1__admin_ack__descriptor},
-    [CW_MSG_ADMIN_UNDRAIN] = {"ADMIN_UNDRAIN", &causeway__v1__admin_drain_request__descriptor,
-                              &causeway__v1__admin_ack__descriptor},
-    [CW_MSG_ADMIN_HOLD] = {"ADMIN_HOLD", &causeway__v1__admin_hold_request__descriptor,
-                           &causeway__v1__admin_ack__descriptor},
-    [CW_MSG_ADMIN_WORKER_DRAIN] = {"ADMIN_WORKER_DRAIN",
-                                   &causeway__v1__admin_worker_drain_request__descriptor,
-                                   &causeway__v1__admin_ack__descriptor},
-};
-
-static bool cw__type_known(uint16_t type) {
-  return type >= 1 && type <= CW_MSG_TYPE_MAX && cw__msgs[type].name;
-}
-
-const char* cw_msg_type_name(uint16_t type) {
-  return cw__type_known(type) ? cw__msgs[type].name : "UNKNOWN";
-}
-
-const ProtobufCMessageDescriptor* cw_msg_request_descriptor(uint16_t type) {
-  return cw__type_known(type) ? cw__msgs[type].request : NULL;
-}
-
-const ProtobufCMessageDescriptor* cw_msg_reply_descriptor(uint16_t type) {
-  return cw__type_known(type) ? cw__msgs[type].reply : NULL;
-}
+static bool cw__type_known(uint16_t type) { return cw_msg_info(type) != NULL; }
 
 bool cw_frame_may_carry_bulk(uint16_t type, uint32_t flags) {
-  if (flags & CW_FRAME_ERROR) return false;
-  if (flags & CW_FRAME_REPLY) return type == CW_MSG_DOWNLOAD || type == CW_MSG_SERIALIZE;
-  return type == CW_MSG_UPLOAD || type == CW_MSG_LOAD || type == CW_MSG_PUT;
+  const cw_msg_info_t* m = cw_msg_info(type);
+  if (!m || (flags & CW_FRAME_ERROR)) return false;
+  return (m->bulk & ((flags & CW_FRAME_REPLY) ? CW_MSG_BULK_REPLY : CW_MSG_BULK_REQUEST)) != 0;
 }
 
 void cw_frame_header_encode(const cw_frame_header_t* h, uint8_t out[CW_FRAME_HEADER_SIZE]) {
@@ -178,6 +51,12 @@ cw_status_t cw_frame_header_decode(const uint8_t* data, size_t len,
   }
   if ((out->flags & CW_FRAME_ERROR) && !(out->flags & CW_FRAME_REPLY)) {
     return cw_make_status(CW_INVALID_ARGUMENT, "ERROR flag without REPLY flag");
+  }
+  // An error may answer any frame, a notice included; a plain reply only a request.
+  if ((out->flags & CW_FRAME_REPLY) && !(out->flags & CW_FRAME_ERROR) &&
+      !cw_msg_reply_descriptor(out->type)) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "%s is a notice: it has no replies",
+                          cw_msg_type_name(out->type));
   }
   if (out->payload_len > limits->max_payload) {
     return cw_make_status(CW_RESOURCE_EXHAUSTED,

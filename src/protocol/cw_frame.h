@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cw_msg.h"
 #include "cw_status.h"
 #include "proto/causeway.pb-c.h"
 
@@ -19,43 +20,6 @@
 #define CW_FRAME_REPLY 0x1u  // an answer to the request with the same id
 #define CW_FRAME_ERROR 0x2u  // payload is an ErrorReply (only with REPLY)
 #define CW_FRAME_KNOWN_FLAGS (CW_FRAME_REPLY | CW_FRAME_ERROR)
-
-// Frame types equal the MsgType enum of proto/causeway.proto.
-typedef enum cw_msg_type_e {
-  CW_MSG_HELLO = 1,
-  CW_MSG_PING = 2,
-  CW_MSG_INVENTORY = 3,
-  CW_MSG_COMPILE = 4,
-  CW_MSG_SERIALIZE = 5,
-  CW_MSG_LOAD = 6,
-  CW_MSG_UPLOAD = 7,
-  CW_MSG_LAUNCH = 8,
-  CW_MSG_DOWNLOAD = 9,
-  CW_MSG_COPY = 10,
-  CW_MSG_SEND = 11,
-  CW_MSG_PUT = 12,
-  CW_MSG_EXPECT = 13,
-  CW_MSG_DELETE = 14,
-  CW_MSG_STATS = 15,
-  CW_MSG_AWAIT = 16,
-  CW_MSG_LAUNCH_GO = 17,
-  CW_MSG_REGISTER = 32,
-  CW_MSG_OPEN_SESSION = 33,
-  CW_MSG_EXE_INFO = 34,
-  CW_MSG_EVENT = 35,
-  CW_MSG_HEALTH_HEARTBEAT = 45,
-  CW_MSG_HEALTH_REJOIN = 46,
-  CW_MSG_ADMIN_STATUS = 50,
-  CW_MSG_ADMIN_PAUSE = 51,
-  CW_MSG_ADMIN_RESUME = 52,
-  CW_MSG_ADMIN_DRAIN = 53,
-  CW_MSG_ADMIN_UNDRAIN = 54,
-  CW_MSG_ADMIN_HOLD = 55,
-  CW_MSG_ADMIN_WORKER_DRAIN = 56,
-  CW_MSG_TRACE_START = 65,
-  CW_MSG_TRACE_FETCH = 66,
-  CW_MSG_TYPE_MAX = 66,
-} cw_msg_type_t;
 
 typedef struct cw_frame_header_s {
   uint32_t magic;
@@ -84,13 +48,9 @@ CW_MUST_USE cw_status_t cw_frame_header_decode(const uint8_t* data, size_t len,
                                                const cw_frame_limits_t* limits,
                                                cw_frame_header_t* out_header);
 
-// True if frames of this type and direction may carry bulk bytes.
+// True if frames of this type and direction may carry bulk bytes (the
+// message table's bulk column).
 bool cw_frame_may_carry_bulk(uint16_t type, uint32_t flags);
-const char* cw_msg_type_name(uint16_t type);
-
-// Protobuf descriptors of a type's request and (non-error) reply payloads.
-const ProtobufCMessageDescriptor* cw_msg_request_descriptor(uint16_t type);
-const ProtobufCMessageDescriptor* cw_msg_reply_descriptor(uint16_t type);
 
 // Unpacks `len` bytes as `desc`; the caller frees *out_msg with
 // protobuf_c_message_free_unpacked(*out_msg, NULL).

@@ -13,7 +13,6 @@
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
-
 #include <cmocka.h>
 
 #include "cw_client.h"
@@ -114,10 +113,13 @@ static void test_seq_across_connections(void** state) {
   assert_int_equal(n, sizeof(data));
   assert_memory_equal(got, data, sizeof(data));
 
-  // Duplicates: below next, and one already waiting.
+  // Duplicates: below next, and one already waiting. (UPLOAD and AWAIT are
+  // for clients: the message table refuses them from a controller link.)
   uint64_t rid = 0;
   ASSERT_OK(send_upload(relay, 102, 2, data, &rid));
-  assert_code(cw_client_wait(relay, rid, NULL, NULL), CW_INVALID_ARGUMENT);
+  assert_code(cw_client_wait(relay, rid, NULL, NULL), CW_PERMISSION_DENIED);
+  ASSERT_OK(send_upload(direct, 102, 2, data, &rid));
+  assert_code(cw_client_wait(direct, rid, NULL, NULL), CW_INVALID_ARGUMENT);
   ASSERT_OK(send_delete(direct, (uint64_t[]){101}, 1, 6, &del_rid));  // held
   // Once the PING is answered the DELETE above is held: only then is the one
   // on the other connection surely the duplicate (else the two race, and the
@@ -128,7 +130,7 @@ static void test_seq_across_connections(void** state) {
   // seq 0 is unordered: applies at once, whatever waits.
   Causeway__V1__AwaitRequest aw = CAUSEWAY__V1__AWAIT_REQUEST__INIT;
   aw.buffer_id = 101;
-  ASSERT_OK(cw_client_call(relay, CW_MSG_AWAIT, &aw.base, NULL, 0, NULL, NULL, NULL));
+  ASSERT_OK(cw_client_call(direct, CW_MSG_AWAIT, &aw.base, NULL, 0, NULL, NULL, NULL));
   // 4 and 5 release the held DELETE (6).
   ASSERT_OK(send_delete(relay, NULL, 0, 5, &rid));
   ASSERT_OK(send_delete(direct, NULL, 0, 4, &rid));

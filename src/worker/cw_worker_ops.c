@@ -1,7 +1,8 @@
-// Operations at the worker (`causeway pause | resume | drain`, docs/operations.md):
+// Operations and observability at the worker (`causeway pause | resume |
+// drain`, docs/operations.md; STATS, INVENTORY):
 //
 //   ADMIN_HOLD (from the controller, on a session's connection): the session's
-//   launches stay in their connections' queues (cw__launch_pump stops at a
+//   launches stay in their connections' queues (cw_worker_launch_pump stops at a
 //   paused session) in arrival order; nothing is refused and other requests
 //   go on. Their outputs are pending entries already, so a DOWNLOAD of one
 //   simply waits. Release pumps every queue of the session again.
@@ -14,22 +15,19 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cw_log.h"
-#include "cw_net.h"
-#include "cw_worker_internal.h"
-
-static size_t cw__queue_len(const cw_conn_t* c) {
-  size_t n = 0;
-  for (const cw_launch_t* l = c->launch_head; l; l = l->next) n++;
-  return n;
-}
+#include "cw_worker_conn.h"
+#include "cw_worker_launch.h"
+#include "cw_worker_ops.h"
+#include "cw_worker_sched.h"
 
 // Launches of session `s` (NULL: all) waiting in connection queues.
 static uint64_t cw__queued(const cw_worker_t* w, const cw_session_t* s) {
   uint64_t n = 0;
   for (const cw_conn_t* c = w->conns; c; c = c->next) {
-    if (!s || (c->keeps_session && c->session == s)) n += cw__queue_len(c);
+    if (!s || (c->keeps_session && c->session == s)) n += cw_worker_launch_queued(c);
   }
   return n;
 }
@@ -49,46 +47,28 @@ static void cw__release_held(cw_worker_t* w, cw_session_t* s) {
   size_t k = 0;
   for (cw_conn_t* c = w->conns; c && k < n; c = c->next) {
     if (!c->keeps_session || c->session != s || !c->launch_head) continue;
-    cw__conn_ref(c);
+    cw_worker_conn_ref(c);
     list[k++] = c;
   }
   for (size_t i = 0; i < k; ++i) {
-    if (!list[i]->closing) cw__launch_pump(list[i]);
-    cw__conn_unref(list[i]);
+    if (!list[i]->closing) cw_worker_launch_pump(list[i]);
+    cw_worker_conn_unref(list[i]);
   }
   free(list);
 }
 
-void cw_worker_ops_conn_closing(cw_conn_t* c) {
-  // Only a connection that keeps its session knows it is still there (a
-  // peer's PUT connection may outlive the session it named).
-  cw_session_t* s = c->keeps_session ? c->session : NULL;
-  if (!s || !s->paused) return;
-  while (c->launch_head && !c->launch_waiting) {
-    cw_launch_t* l = c->launch_head;
-    c->launch_head = l->next;
-    if (!c->launch_head) c->launch_tail = NULL;
-    l->next = NULL;
-    cw__launch_fail(c->w, l, cw_make_status(CW_CANCELLED, "%s closed while session %" PRIu64
-                                            " was paused: launch not run", c->name, s->id));
-  }
-}
-
-void cw_worker_ops_handle(cw_conn_t* c, const cw_frame_header_t* h, const ProtobufCMessage* msg) {
+void cw_worker_handle_admin(cw_net_conn_t* nc, const cw_frame_header_t* h,
+                            ProtobufCMessage** msgp) {
+  cw_conn_t* c = cw_net_conn_user(nc);
   cw_worker_t* w = c->w;
-  if (c->role != CAUSEWAY__V1__ROLE__ROLE_CONTROLLER) {
-    cw__reply_error(c, h->type, h->request_id,
-                    cw_make_status(CW_PERMISSION_DENIED, "%s is for the controller (HELLO role "
-                                   "CONTROLLER)", cw_msg_type_name(h->type)));
-    return;
-  }
+  const ProtobufCMessage* msg = *msgp;
   Causeway__V1__AdminAck ack = CAUSEWAY__V1__ADMIN_ACK__INIT;
   char text[256];
   if (h->type == CW_MSG_ADMIN_HOLD) {
     const Causeway__V1__AdminHoldRequest* r = (const Causeway__V1__AdminHoldRequest*)msg;
     cw_session_t* s = c->session;
     if (!s || s->id != r->session_id) {
-      cw__reply_error(c, h->type, h->request_id,
+      cw_worker_reply_error(c, h->type, h->request_id,
                       cw_make_status(CW_INVALID_ARGUMENT, "ADMIN_HOLD names session %" PRIu64
                                      "; this connection is in session %" PRIu64,
                                      r->session_id, s ? s->id : 0));
@@ -112,7 +92,7 @@ void cw_worker_ops_handle(cw_conn_t* c, const cw_frame_header_t* h, const Protob
     CW_LOGI("%s", text);
   }
   ack.text = text;
-  cw__reply(c, h->type, h->request_id, &ack.base);
+  cw_worker_reply(c, h->type, h->request_id, &ack.base);
 }
 
 // The ids a refused request would have created exist, in error, so that what
@@ -131,7 +111,7 @@ static void cw__poison(cw_worker_t* w, cw_conn_t* c, uint64_t id, cw_store_kind_
 
 bool cw_worker_ops_refuse(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCMessage** msg) {
   cw_worker_t* w = c->w;
-  if (!w->draining) return false;
+  if (!w->draining || !cw_msg_info(h->type)->refused_draining) return false;
   char why[256];
   snprintf(why, sizeof(why), "worker %s is draining: it takes no new %s (downloads and deletes "
            "still work)", w->name, cw_msg_type_name(h->type));
@@ -144,7 +124,7 @@ bool cw_worker_ops_refuse(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCMes
         }
       }
       // The client let its donated inputs go when it sent the launch.
-      if (c->keeps_session && c->session) cw__drop_donated(w, c->session->key, r);
+      if (c->keeps_session && c->session) cw_worker_launch_drop_donated(w, c->session->key, r);
       break;
     }
     case CW_MSG_UPLOAD:
@@ -160,16 +140,22 @@ bool cw_worker_ops_refuse(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCMes
                  why);
       break;
     default:
-      return false;
+      break;
   }
   protobuf_c_message_free_unpacked(*msg, NULL);
   *msg = NULL;
-  cw__reply_error(c, h->type, h->request_id, cw_make_status(CW_FAILED_PRECONDITION, "%s", why));
+  cw_worker_reply_error(c, h->type, h->request_id, cw_make_status(CW_FAILED_PRECONDITION, "%s", why));
   return true;  // bulk bytes, if any, are discarded
 }
 
-void cw_worker_ops_fill_stats(cw_worker_t* w, Causeway__V1__Stats* st,
-                              cw_worker_ops_scratch_t* scratch) {
+// The operations fields of STATS; free the scratch with cw__stats_scratch_free.
+typedef struct cw__stats_scratch_s {
+  Causeway__V1__AdminSessionStats* items;
+  Causeway__V1__AdminSessionStats** ptrs;
+} cw__stats_scratch_t;
+
+static void cw__fill_ops_stats(cw_worker_t* w, Causeway__V1__Stats* st,
+                               cw__stats_scratch_t* scratch) {
   scratch->items = NULL;
   scratch->ptrs = NULL;
   uint64_t held = 0, seq_held = 0;
@@ -210,7 +196,58 @@ void cw_worker_ops_fill_stats(cw_worker_t* w, Causeway__V1__Stats* st,
              w->ops_live == 0 && seq_held == 0;
 }
 
-void cw_worker_ops_stats_free(cw_worker_ops_scratch_t* scratch) {
+static void cw__stats_scratch_free(cw__stats_scratch_t* scratch) {
   free(scratch->items);
   free(scratch->ptrs);
+}
+
+void cw_worker_handle_stats(cw_net_conn_t* nc, const cw_frame_header_t* h,
+                            ProtobufCMessage** msg) {
+  cw_conn_t* c = cw_net_conn_user(nc);
+  cw_worker_t* w = c->w;
+  Causeway__V1__Stats st = CAUSEWAY__V1__STATS__INIT;
+  cw_store_stats_t all, mine;
+  cw_store_stats(w->store, 0, &all);
+  memset(&mine, 0, sizeof(mine));
+  if (c->session) cw_store_stats(w->store, c->session->key, &mine);
+  st.buffers = all.buffers;
+  st.buffer_bytes = all.buffer_bytes;
+  st.executables = all.executables;
+  st.launches = w->launches;
+  st.uploads = w->uploads;
+  st.downloads = w->downloads;
+  st.errors = w->errors;
+  st.upload_bytes = w->upload_bytes;
+  st.download_bytes = w->download_bytes;
+  st.send_bytes = w->send_bytes;
+  st.put_bytes = w->put_bytes;
+  st.sends = w->sends;
+  st.puts = w->puts;
+  for (cw_session_t* s = w->sessions; s; s = s->next) st.sessions++;
+  st.connections = w->net.inbound_connections;
+  st.session_buffers = mine.buffers;
+  cw__stats_scratch_t scratch;
+  cw__fill_ops_stats(w, &st, &scratch);
+  Causeway__V1__PeerStats* peers = NULL;
+  Causeway__V1__PeerStats** peer_ptrs = NULL;
+  cw_worker_conn_peer_stats(w, &st, &peers, &peer_ptrs);
+  void* stamps = cw_worker_stamp_stats(w, &st);  // gang order: the stamps issued
+  cw_worker_reply(c, h->type, h->request_id, &st.base);
+  cw__stats_scratch_free(&scratch);
+  free(stamps);
+  free(peers);
+  free(peer_ptrs);
+}
+
+void cw_worker_handle_inventory(cw_net_conn_t* nc, const cw_frame_header_t* h,
+                                ProtobufCMessage** msg) {
+  cw_conn_t* c = cw_net_conn_user(nc);
+  cw_worker_t* w = c->w;
+  if (!w->inventory_ready) {
+    cw_worker_reply_error(c, h->type, h->request_id,
+                          cw_make_status(CW_INTERNAL, "inventory unavailable"));
+    return;
+  }
+  w->inventory.worker_name = (char*)w->name;
+  cw_worker_reply(c, h->type, h->request_id, &w->inventory.base);
 }

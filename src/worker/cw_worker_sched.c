@@ -23,12 +23,18 @@
 #include <string.h>
 
 #include "cw_log.h"
-#include "cw_net.h"
-#include "cw_worker_internal.h"
+#include "cw_worker_conn.h"
+#include "cw_worker_launch.h"
+#include "cw_worker_sched.h"
 
 #define CW__STAMP_RECORD 4096
 #define CW__STAMP_AHEAD_MAX 65536
 #define CW__STAMP_STALL_MS 5000
+
+typedef struct cw_stamp_rec_s {
+  uint64_t stamp;
+  uint64_t session_id;
+} cw_stamp_rec_t;
 
 struct cw_stamp_state_s {
   uint64_t next;  // the stamp issued next
@@ -54,7 +60,7 @@ static cw_stamp_state_t* cw__stamps(cw_worker_t* w) {
 }
 
 uint64_t cw_worker_stamp_of(const cw_conn_t* c, uint16_t type, const ProtobufCMessage* msg) {
-  if (type != CW_MSG_LAUNCH || !msg || c->role != CAUSEWAY__V1__ROLE__ROLE_CONTROLLER) return 0;
+  if (type != CW_MSG_LAUNCH || !msg || cw_net_conn_role(c->nc) != CAUSEWAY__V1__ROLE__ROLE_CONTROLLER) return 0;
   return ((const Causeway__V1__LaunchRequest*)msg)->sched_stamp;
 }
 
@@ -64,7 +70,7 @@ bool cw_worker_stamp_wait(cw_conn_t* c, uint64_t stamp) {
   cw_stamp_state_t* g = cw__stamps(c->w);
   if (!g || g->off || stamp <= g->next) return false;
   c->launch_waiting = true;
-  cw__conn_ref(c);
+  cw_worker_conn_ref(c);
   c->stamp_wait_next = g->waiters;
   g->waiters = c;
   if (!g->stall_init) {
@@ -103,8 +109,8 @@ static void cw__stamp_wake(cw_worker_t* w, cw_stamp_state_t* g) {
       list = c->stamp_wait_next;
       c->stamp_wait_next = NULL;
       c->launch_waiting = false;
-      cw__launch_pump(c);
-      cw__conn_unref(c);
+      cw_worker_launch_pump(c);
+      cw_worker_conn_unref(c);
     }
   } while (g->rewake);
   g->waking = false;
@@ -126,8 +132,7 @@ static void cw__stamp_stall(uv_timer_t* t) {
   }
   uint64_t least = UINT64_MAX;
   for (cw_conn_t* c = g->waiters; c; c = c->stamp_wait_next) {
-    uint64_t s = c->launch_head ? cw_worker_stamp_of(c, CW_MSG_LAUNCH, &c->launch_head->req->base)
-                                : 0;
+    uint64_t s = cw_worker_launch_head_stamp(c);
     if (s && s < least) least = s;
   }
   if (g->num_ahead && g->ahead[0].stamp < least) least = g->ahead[0].stamp;

@@ -13,9 +13,9 @@
 #include <unistd.h>
 
 #include "cw_log.h"
-#include "cw_net.h"
-#include "cw_worker_internal.h"
 #include "cw_time.h"
+#include "cw_worker_conn.h"
+#include "cw_worker_trace.h"
 
 #define CW__TRACE_DEFAULT_CAPACITY 16384
 #define CW__TRACE_MAX_CAPACITY (1u << 20)
@@ -79,61 +79,21 @@ void cw_worker_trace_record(cw_worker_t* w, uint64_t skey, const char* cat, cons
   ev->launch_id = launch_id;
 }
 
-// One device's completion of a traced launch: recorded, then the launch's
-// own completion runs (which may free the launch).
-typedef struct cw_wtrace_dev_s {
-  cw_launch_t* launch;
-  int device;
-  char name[96];
-} cw_wtrace_dev_t;
-
-static void cw__trace_device_done(cw_worker_t* w, void* user, cw_status_t status) {
-  cw_wtrace_dev_t* td = user;
-  cw_launch_t* l = td->launch;
-  cw_worker_trace_record(w, l->skey, "execute", td->name, td->device, l->trace_start_ns,
-                         l->req->exe_id, l->req->seq, 0, l->req->launch_id, NULL);
-  free(td);
-  cw__launch_device_done(w, l, status);
-}
-
-void cw_worker_trace_wrap_launch(cw_worker_t* w, cw_launch_t* l, size_t index, cw_done_fn* fn,
-                                 void** user) {
-  if (!cw__trace_of(w, l->skey)) return;
-  cw_wtrace_dev_t* td = malloc(sizeof(*td));
-  if (!td) return;  // untraced, not failed
-  td->launch = l;
-  // The local device: where the launch's first output on this position lives.
-  td->device = (int)index;
-  if (index < l->req->n_outputs && l->num_outputs && l->req->outputs[index]->n_ids) {
-    cw_store_entry_t* e = cw_store_lookup_serial(w->store, l->skey, l->req->outputs[index]->ids[0],
-                                                 l->out_serials[index * l->num_outputs]);
-    if (e && e->device >= 0) td->device = e->device;
-  }
-  snprintf(td->name, sizeof(td->name), "%s",
-           l->exe && l->exe->name ? l->exe->name : "execute");
-  *fn = cw__trace_device_done;
-  *user = td;
-}
-
 static void cw__fill_clock(cw_worker_t* w, Causeway__V1__TraceClock* clk) {
   clk->now_ns = (uint64_t)cw_time_now_ns();
   clk->worker_name = (char*)w->name;
   clk->pid = (uint32_t)getpid();
 }
 
-void cw_worker_trace_handle_start(cw_conn_t* c, const cw_frame_header_t* h,
-                                  const Causeway__V1__TraceStartRequest* r) {
+void cw_worker_handle_trace_start(cw_net_conn_t* nc, const cw_frame_header_t* h,
+                                  ProtobufCMessage** msg) {
+  cw_conn_t* c = cw_net_conn_user(nc);
   cw_worker_t* w = c->w;
-  cw_session_t* s = c->session;
-  if (!s || c->role != CAUSEWAY__V1__ROLE__ROLE_CLIENT) {
-    cw__reply_error(c, h->type, h->request_id,
-                    cw_make_status(CW_FAILED_PRECONDITION, "TRACE_START needs a client "
-                                   "connection in a session"));
-    return;
-  }
+  cw_session_t* s = c->session;  // a client's (the message table's senders and session rules)
+  const Causeway__V1__TraceStartRequest* r = (const Causeway__V1__TraceStartRequest*)*msg;
   uint32_t cap = r->capacity ? r->capacity : CW__TRACE_DEFAULT_CAPACITY;
   if (cap > CW__TRACE_MAX_CAPACITY) {
-    cw__reply_error(c, h->type, h->request_id,
+    cw_worker_reply_error(c, h->type, h->request_id,
                     cw_make_status(CW_INVALID_ARGUMENT, "TRACE_START capacity %u is above %u",
                                    cap, CW__TRACE_MAX_CAPACITY));
     return;
@@ -144,7 +104,7 @@ void cw_worker_trace_handle_start(cw_conn_t* c, const cw_frame_header_t* h,
     if (!t || !ring) {
       free(t);
       free(ring);
-      cw__reply_error(c, h->type, h->request_id,
+      cw_worker_reply_error(c, h->type, h->request_id,
                       cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for %u trace events",
                                      cap));
       return;
@@ -157,15 +117,17 @@ void cw_worker_trace_handle_start(cw_conn_t* c, const cw_frame_header_t* h,
   }
   Causeway__V1__TraceClock clk = CAUSEWAY__V1__TRACE_CLOCK__INIT;
   cw__fill_clock(w, &clk);
-  cw__reply(c, h->type, h->request_id, &clk.base);
+  cw_worker_reply(c, h->type, h->request_id, &clk.base);
 }
 
-void cw_worker_trace_handle_fetch(cw_conn_t* c, const cw_frame_header_t* h,
-                                  const Causeway__V1__TraceFetchRequest* r) {
+void cw_worker_handle_trace_fetch(cw_net_conn_t* nc, const cw_frame_header_t* h,
+                                  ProtobufCMessage** msg) {
+  cw_conn_t* c = cw_net_conn_user(nc);
   cw_worker_t* w = c->w;
+  const Causeway__V1__TraceFetchRequest* r = (const Causeway__V1__TraceFetchRequest*)*msg;
   struct cw_wtrace_s* t = c->session ? c->session->trace : NULL;
   if (!t) {
-    cw__reply_error(c, h->type, h->request_id,
+    cw_worker_reply_error(c, h->type, h->request_id,
                     cw_make_status(CW_FAILED_PRECONDITION, "TRACE_FETCH before TRACE_START in "
                                    "this session"));
     return;
@@ -178,7 +140,7 @@ void cw_worker_trace_handle_fetch(cw_conn_t* c, const cw_frame_header_t* h,
   if (!evs || !ptrs) {
     free(evs);
     free(ptrs);
-    cw__reply_error(c, h->type, h->request_id,
+    cw_worker_reply_error(c, h->type, h->request_id,
                     cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for trace events"));
     return;
   }
@@ -206,7 +168,7 @@ void cw_worker_trace_handle_fetch(cw_conn_t* c, const cw_frame_header_t* h,
   rep.dropped = t->dropped;
   rep.more = t->count > n;
   // The reply is packed before this returns: the ring's slots may be reused.
-  cw__reply(c, h->type, h->request_id, &rep.base);
+  cw_worker_reply(c, h->type, h->request_id, &rep.base);
   t->head = (t->head + n) % t->capacity;
   t->count -= n;
   free(evs);

@@ -182,10 +182,12 @@ def test_worker_trace_messages_refuse_bad_use():
         assert clock[1] > 0 and clock[2] == b"hand-worker-0" and clock[3] > 0
         flags, fields = c.call(TRACE_FETCH, b"")
         assert flags == 1 and not [f for f, _, _ in fields if f == 2], fields
-        # A worker-role connection may not start a trace.
+        # A worker-role connection may not start a trace: PERMISSION_DENIED (7),
+        # the message table's senders rule.
         w = _Raw(addr, role=2)
         flags, fields = w.call(TRACE_START, b"")
-        assert flags == 3 and _error(fields)[0] == 9, fields
+        assert flags == 3 and _error(fields)[0] == 7, fields
+        assert "TRACE_START is for clients" in _error(fields)[1], fields
         w.close()
         # Garbage where a TraceStartRequest belongs: refused, the worker lives on.
         c.s.sendall(harness.frame(TRACE_START, 99, b"\xff\xff\xff"))

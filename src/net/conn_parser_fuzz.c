@@ -39,7 +39,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           cw_frame_limits_t after = {1u << 16, 1u << 20};
           cw_conn_parser_set_limits(&p, &after);
         }
-        cw_status_t st = cw_conn_parser_check_bulk(&ev.header, ev.msg);
+        cw_status_t st = cw_msg_check_bulk(&ev.header, ev.msg);
         protobuf_c_message_free_unpacked(ev.msg, NULL);
         if (ev.header.bulk_len) {
           free(bulk);

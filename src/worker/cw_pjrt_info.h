@@ -1,8 +1,7 @@
-// Worker pieces for running under a controller (docs/protocol.md, "Cluster
-// messages"): the executable metadata EXE_INFO answers with, read from PJRT,
-// and the REGISTER request a worker sends its controller.
-#ifndef CW_WORKER_CLUSTER_H_
-#define CW_WORKER_CLUSTER_H_
+// What EXE_INFO answers with (docs/protocol.md, "Cluster messages"): an
+// executable's metadata, read from PJRT.
+#ifndef CW_WORKER_PJRT_INFO_H_
+#define CW_WORKER_PJRT_INFO_H_
 
 #include <stddef.h>
 
@@ -21,9 +20,4 @@ CW_MUST_USE cw_status_t cw_pjrt_exe_info_initialize(const cw_pjrt_t* pjrt,
                                                     Causeway__V1__ExecutableInfo* info);
 void cw_pjrt_exe_info_deinitialize(Causeway__V1__ExecutableInfo* info);
 
-// The address clients and peers should use for a worker listening on
-// `listen_address`: a wildcard host (0.0.0.0, ::, empty) becomes this host's
-// name. Writes a NUL-terminated string into out[out_size].
-void cw_worker_advertised_address(const char* listen_address, char* out, size_t out_size);
-
-#endif  // CW_WORKER_CLUSTER_H_
+#endif  // CW_WORKER_PJRT_INFO_H_

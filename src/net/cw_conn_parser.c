@@ -3,7 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cw_array.h"
 
 void cw_conn_parser_initialize(cw_conn_parser_t* p, const cw_frame_limits_t* limits) {
   memset(p, 0, sizeof(*p));
@@ -147,48 +146,5 @@ void cw_conn_parser_bulk_advance(cw_conn_parser_t* p, uint64_t n, cw_conn_parser
     p->bulk_dest = NULL;
     p->bulk_have = 0;
     p->state = CW_CONN_PARSER_HEADER;
-  }
-}
-
-static cw_status_t cw__check_extent(const cw_frame_header_t* h, int dtype, const int64_t* dims,
-                                    size_t rank, const int64_t* strides, size_t nstrides) {
-  uint64_t extent = 0;
-  CW_RETURN_IF_ERROR(cw_array_extent(dtype, dims, rank, strides, nstrides, &extent), "%s",
-                     cw_msg_type_name(h->type));
-  if (extent != h->bulk_len) {
-    return cw_make_status(CW_INVALID_ARGUMENT,
-                          "%s bulk of %llu bytes differs from the array's %llu bytes",
-                          cw_msg_type_name(h->type), (unsigned long long)h->bulk_len,
-                          (unsigned long long)extent);
-  }
-  return cw_ok_status();
-}
-
-cw_status_t cw_conn_parser_check_bulk(const cw_frame_header_t* h, const ProtobufCMessage* msg) {
-  if (h->flags & CW_FRAME_REPLY) return cw_ok_status();
-  switch (h->type) {
-    case CW_MSG_UPLOAD: {
-      const Causeway__V1__UploadRequest* r = (const Causeway__V1__UploadRequest*)msg;
-      return cw__check_extent(h, r->dtype, r->dims, r->n_dims, r->byte_strides,
-                              r->n_byte_strides);
-    }
-    case CW_MSG_PUT: {
-      const Causeway__V1__PutRequest* r = (const Causeway__V1__PutRequest*)msg;
-      if (r->error) {
-        if (h->bulk_len) {
-          return cw_make_status(CW_INVALID_ARGUMENT, "PUT with an error carries no bulk");
-        }
-        return cw_ok_status();
-      }
-      return cw__check_extent(h, r->dtype, r->dims, r->n_dims, NULL, 0);
-    }
-    case CW_MSG_LOAD:
-      return cw_ok_status();
-    default:
-      if (h->bulk_len) {
-        return cw_make_status(CW_INVALID_ARGUMENT, "%s carries no bulk",
-                              cw_msg_type_name(h->type));
-      }
-      return cw_ok_status();
   }
 }

@@ -1,4 +1,4 @@
-#include "cw_worker_cluster.h"
+#include "cw_pjrt_info.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,8 +13,6 @@
 
 #define CW__CALL(p, fn, args, ...) \
   CW_RETURN_IF_ERROR(cw_pjrt_status((p), (p)->api->fn(&(args))), __VA_ARGS__)
-
-// --- EXE_INFO --------------------------------------------------------------------
 
 static char* cw__strndup0(const char* s, size_t n) { return strndup(s ? s : "", s ? n : 0); }
 
@@ -202,21 +200,4 @@ void cw_pjrt_exe_info_deinitialize(Causeway__V1__ExecutableInfo* info) {
   free(info->output_memory_kinds);
   free(info->donated_params);
   causeway__v1__executable_info__init(info);
-}
-
-// --- REGISTER ------------------------------------------------------------------------
-
-void cw_worker_advertised_address(const char* listen, char* out, size_t out_size) {
-  snprintf(out, out_size, "%s", listen);
-  if (strchr(listen, '/')) return;  // a Unix socket path
-  const char* colon = strrchr(listen, ':');
-  if (!colon) return;
-  size_t hl = (size_t)(colon - listen);
-  bool wildcard = hl == 0 || (hl == 7 && !strncmp(listen, "0.0.0.0", 7)) ||
-                  (hl == 4 && !strncmp(listen, "[::]", 4)) || (hl == 2 && !strncmp(listen, "::", 2));
-  if (!wildcard) return;
-  char host[256];
-  if (gethostname(host, sizeof(host)) != 0) return;
-  host[sizeof(host) - 1] = 0;
-  snprintf(out, out_size, "%s%s", host, colon);
 }

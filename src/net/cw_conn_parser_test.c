@@ -6,7 +6,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
 #include <cmocka.h>
 
 #include "cw_conn_parser.h"
@@ -52,7 +51,7 @@ static void test_split_everywhere(void** state) {
         assert_int_not_equal(ev.kind, CW_CONN_PARSER_EVENT_ERROR);
         if (ev.kind == CW_CONN_PARSER_EVENT_FRAME) {
           frames++;
-          assert_null(cw_conn_parser_check_bulk(&ev.header, ev.msg));
+          assert_null(cw_msg_check_bulk(&ev.header, ev.msg));
           assert_int_equal(((Causeway__V1__UploadRequest*)ev.msg)->buffer_id, 5);
           protobuf_c_message_free_unpacked(ev.msg, NULL);
           cw_conn_parser_set_bulk_dest(&p, dest);
@@ -79,7 +78,7 @@ static void test_violations(void** state) {
   cw_conn_parser_event_t ev;
   cw_conn_parser_feed(&p, frame, n, &used, &ev);
   assert_int_equal(ev.kind, CW_CONN_PARSER_EVENT_FRAME);
-  cw_status_t st = cw_conn_parser_check_bulk(&ev.header, ev.msg);
+  cw_status_t st = cw_msg_check_bulk(&ev.header, ev.msg);
   assert_int_equal(cw_status_code(st), CW_INVALID_ARGUMENT);
   cw_status_free(st);
   protobuf_c_message_free_unpacked(ev.msg, NULL);

@@ -3,9 +3,9 @@
 // event whose header declares bulk bytes, the owner names where they go
 // (cw_conn_parser_set_bulk_dest; NULL discards them) and may read straight into
 // that memory (cw_conn_parser_bulk_window / _bulk_advance) instead of feeding.
-// Used by the worker's connections and by the fuzzer; never aborts on input.
-#ifndef CW_WORKER_CONN_PARSER_H_
-#define CW_WORKER_CONN_PARSER_H_
+// Used by every src/net connection and by the fuzzer; never aborts on input.
+#ifndef CW_NET_CONN_PARSER_H_
+#define CW_NET_CONN_PARSER_H_
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -78,10 +78,4 @@ bool cw_conn_parser_bulk_window(const cw_conn_parser_t* parser, uint8_t** out_pt
 void cw_conn_parser_bulk_advance(cw_conn_parser_t* parser, uint64_t n,
                                  cw_conn_parser_event_t* out_event);
 
-// Checks that a request's bulk length matches its payload: UPLOAD and PUT
-// must carry exactly the array extent (PUT with an error carries none), LOAD
-// any length up to the limit, other requests none.
-CW_MUST_USE cw_status_t cw_conn_parser_check_bulk(const cw_frame_header_t* header,
-                                                  const ProtobufCMessage* msg);
-
-#endif  // CW_WORKER_CONN_PARSER_H_
+#endif  // CW_NET_CONN_PARSER_H_

@@ -1,0 +1,502 @@
+// The compile service (see cw_ctl_compile.h).
+#include "cw_ctl_compile.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cw_compile_disk.h"
+#include "cw_ctl_alloc.h"
+#include "cw_ctl_disk.h"
+#include "cw_ctl_health.h"
+#include "cw_ctl_island.h"
+#include "cw_ctl_metrics.h"
+#include "cw_ctl_ops.h"
+#include "cw_ctl_registry.h"
+#include "cw_ctl_sched.h"
+#include "cw_ctl_session.h"
+#include "cw_log.h"
+#include "cw_time.h"
+#include "cw_xla_options.h"
+
+static void cw__compile_free(cw_ctl_compile_t* cp) {
+  cw_net_conn_release(cp->client);
+  cw_ctl_session_release(cp->session);
+  free(cp->options);
+  free(cp->devices);
+  free(cp->parts);
+  free(cp->part_devices);
+  if (cp->load_reply) protobuf_c_message_free_unpacked(&cp->load_reply->base, NULL);
+  free(cp);
+}
+
+// The session's record of this compile's executable, if it is still the same one.
+static cw_ctl_exe_t* cw__compile_exe(cw_ctl_compile_t* cp) {
+  cw_ctl_exe_t* e = cw_ctl_exe_find(cp->session, cp->exe_id);
+  return (e && e->serial == cp->exe_serial) ? e : NULL;
+}
+
+// Fails a client compile (takes st): the executable stays in error.
+static void cw__compile_fail(cw_ctl_compile_t* cp, cw_status_t st) {
+  cw_controller_t* ctl = cp->ctl;
+  if (cw_ctl_island_compile_done(cp, &st, NULL)) {
+    cw__compile_free(cp);
+    return;
+  }
+  cw_ctl_exe_t* e = cw__compile_exe(cp);
+  if (e) {
+    e->state = CW__EXE_FAILED;
+    e->error = cw_status_clone(st);
+  }
+  cw_ctl_reply_error(ctl, cp->client, CW_MSG_COMPILE, cp->request_id, st);
+  uint32_t worker = cp->worker;
+  cw__compile_free(cp);
+  cw_ctl_sched_pump(ctl, worker);
+}
+
+void cw_ctl_compile_answer(cw_controller_t* ctl, cw_net_conn_t* client, uint64_t request_id,
+                        cw_ctl_exe_t* e, Causeway__V1__ExecutableInfo* info, uint32_t num_outputs,
+                        uint32_t num_devices, const char* name, bool cache_hit, int64_t start_ms,
+                        const char* where) {
+  info->cache_hit = cache_hit;
+  Causeway__V1__CompileReply rep = CAUSEWAY__V1__COMPILE_REPLY__INIT;
+  rep.exe_id = info->exe_id;
+  rep.num_outputs = num_outputs;
+  rep.num_devices = num_devices;
+  rep.name = (char*)name;
+  rep.info = info;
+  if (e) e->state = CW__EXE_READY;
+  ctl->compiles++;
+  cw_ctl_metrics_on_compile(ctl, cw_time_now_ms() - start_ms, cache_hit);
+  CW_LOGI("compile of executable %" PRIu64 " for %s: %s, %" PRId64 " ms", info->exe_id, where,
+          cache_hit ? "cache hit" : "compiled", cw_time_now_ms() - start_ms);
+  cw_net_conn_reply(client, CW_MSG_COMPILE, request_id, &rep.base);
+}
+
+static void cw__compile_exe_info(void* user, cw_net_conn_t* conn, cw_status_t status,
+                                 const ProtobufCMessage* reply, uint8_t* bulk, uint64_t bulk_len) {
+  cw_ctl_compile_t* cp = user;
+  cw_controller_t* ctl = cp->ctl;
+  cw_ctl_worker_t* w = ctl->workers[cp->worker];
+  free(bulk);
+  if (status) {
+    cw__compile_fail(cp, cw_status_annotate(cw_ctl_worker_error(w, conn, status), "EXE_INFO"));
+    return;
+  }
+  if (cw_ctl_island_compile_done(cp, NULL, (const Causeway__V1__ExecutableInfo*)reply)) {
+    cw__compile_free(cp);
+    return;
+  }
+  Causeway__V1__ExecutableInfo info = *(const Causeway__V1__ExecutableInfo*)reply;
+  int32_t* devs = calloc(info.n_devices + cp->num_devices + 1, sizeof(int32_t));
+  if (devs) {
+    // Global ids: from the worker's addressable devices, else the assignment.
+    for (size_t i = 0; i < info.n_devices; ++i) {
+      devs[i] = cw_ctl_alloc_session_id(ctl, cp->session, w->index, (uint32_t)info.devices[i]);
+    }
+    if (!info.n_devices) {
+      memcpy(devs, cp->devices, cp->num_devices * sizeof(int32_t));
+      info.n_devices = cp->num_devices;
+    }
+    info.devices = devs;
+  }
+  info.exe_id = cp->exe_id;
+  info.island = w->island;
+  info.worker_index = w->index;
+  const Causeway__V1__CompileReply* lr = cp->load_reply;
+  char where[CW__MAX_NAME + 16];
+  snprintf(where, sizeof(where), "worker %s", w->name);
+  cw_ctl_compile_answer(ctl, cp->client, cp->request_id, cw__compile_exe(cp), &info,
+                     lr ? lr->num_outputs : info.num_outputs,
+                     lr ? lr->num_devices : (uint32_t)info.n_devices,
+                     lr && lr->name ? lr->name : info.name, cp->cache_hit, cp->start_ms, where);
+  free(devs);
+  uint32_t worker = cp->worker;
+  cw__compile_free(cp);
+  cw_ctl_sched_pump(ctl, worker);
+}
+
+static void cw__compile_loaded(void* user, cw_net_conn_t* conn, cw_status_t status,
+                               const ProtobufCMessage* reply, uint8_t* bulk, uint64_t bulk_len) {
+  cw_ctl_compile_t* cp = user;
+  cw_ctl_worker_t* w = cp->ctl->workers[cp->worker];
+  free(bulk);
+  if (status) {
+    cw__compile_fail(cp, cw_status_annotate(cw_ctl_worker_error(w, conn, status), "LOAD"));
+    return;
+  }
+  // Keep what LOAD said; EXE_INFO follows on the same connection.
+  cp->load_reply = (Causeway__V1__CompileReply*)cw_ctl_msg_copy(reply);
+  Causeway__V1__ExeInfoRequest req = CAUSEWAY__V1__EXE_INFO_REQUEST__INIT;
+  req.exe_id = cp->exe_id;
+  cw_net_conn_request(conn, CW_MSG_EXE_INFO, &req.base, NULL, 0, NULL, NULL,
+                      cw__compile_exe_info, cp);
+}
+
+static void cw__entry_release(void* user) {
+  cw_compile_cache_entry_release((cw_compile_cache_entry_t*)user);
+}
+
+// LOADs the serialized executable into the client's session on the island's
+// worker. Borrows `entry` (the write retains it).
+static void cw__compile_load(cw_ctl_compile_t* cp, cw_compile_cache_entry_t* entry) {
+  cw_controller_t* ctl = cp->ctl;
+  cw_ctl_worker_t* w = ctl->workers[cp->worker];
+  if (cp->session->closed) {
+    cw__compile_fail(cp, cw_make_status(CW_CANCELLED, "session closed"));
+    return;
+  }
+  cw_net_conn_t* link = cw_ctl_session_link(cp->session, cp->worker);
+  if (!link || !cw_net_conn_is_open(link)) {
+    cw__compile_fail(cp, cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable: no "
+                                        "connection", w->name, w->address));
+    return;
+  }
+  // A part of an island's program is not reloaded alone (cw_ctl_island.c).
+  if (!cp->gang) cw_ctl_health_exe_keep(cw__compile_exe(cp), entry, cp->options, cp->options_size);
+  Causeway__V1__LoadRequest req = CAUSEWAY__V1__LOAD_REQUEST__INIT;
+  req.exe_id = cp->exe_id;
+  req.compile_options.data = cp->options;
+  req.compile_options.len = cp->options_size;
+  cw_compile_cache_entry_retain(entry);
+  cw_net_conn_request(link, CW_MSG_LOAD, &req.base, entry->bytes, entry->size, cw__entry_release,
+                      entry, cw__compile_loaded, cp);
+}
+
+void cw_ctl_compile_inflight_finish(cw_ctl_inflight_t* f, cw_compile_cache_entry_t* entry,
+                         cw_status_t st) {
+  cw_controller_t* ctl = f->ctl;
+  cw_ctl_inflight_t** pp = &ctl->inflight;
+  while (*pp && *pp != f) pp = &(*pp)->next;
+  if (*pp) *pp = f->next;
+  while (f->waiters) {
+    cw_ctl_compile_t* cp = f->waiters;
+    f->waiters = cp->next;
+    cp->next = NULL;
+    if (st) cw__compile_fail(cp, cw_status_clone(st));
+    else cw__compile_load(cp, entry);
+  }
+  cw_status_free(st);
+  cw_compile_cache_entry_release(entry);
+  free(f->key);
+  free(f);
+}
+
+static void cw__inflight_serialized(void* user, cw_net_conn_t* conn, cw_status_t status,
+                                    const ProtobufCMessage* reply, uint8_t* bulk,
+                                    uint64_t bulk_len) {
+  cw_ctl_inflight_t* f = user;
+  cw_controller_t* ctl = f->ctl;
+  cw_ctl_worker_t* w = ctl->workers[f->worker];
+  // The private copy is no longer needed either way.
+  if (cw_net_conn_is_open(conn)) {
+    Causeway__V1__DeleteRequest del = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+    del.ids = &f->private_exe_id;
+    del.n_ids = 1;
+    cw_net_conn_request(conn, CW_MSG_DELETE, &del.base, NULL, 0, NULL, NULL, cw_ctl_ignore_reply,
+                        NULL);
+  }
+  if (status) {
+    free(bulk);
+    cw_ctl_compile_inflight_finish(f, NULL, cw_status_annotate(cw_ctl_worker_error(w, conn, status),
+                                                    "SERIALIZE"));
+    return;
+  }
+  if (!bulk) bulk = malloc(1);
+  cw_compile_cache_entry_t* e =
+      bulk ? cw_compile_cache_insert(ctl->cache, f->key, f->key_size, bulk, (size_t)bulk_len)
+           : NULL;
+  if (!e) {
+    cw_ctl_compile_inflight_finish(f, NULL, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for a "
+                                                "serialized executable"));
+    return;
+  }
+  cw_ctl_disk_store(ctl, f->key, f->key_size, e);
+  cw_ctl_compile_inflight_finish(f, e, cw_ok_status());
+}
+
+static void cw__inflight_compiled(void* user, cw_net_conn_t* conn, cw_status_t status,
+                                  const ProtobufCMessage* reply, uint8_t* bulk,
+                                  uint64_t bulk_len) {
+  cw_ctl_inflight_t* f = user;
+  cw_ctl_worker_t* w = f->ctl->workers[f->worker];
+  free(bulk);
+  if (status) {
+    // XLA's message, unchanged but for where it came from.
+    cw_ctl_compile_inflight_finish(f, NULL, cw_ctl_worker_error(w, conn, status));
+    return;
+  }
+  Causeway__V1__SerializeRequest req = CAUSEWAY__V1__SERIALIZE_REQUEST__INIT;
+  req.exe_id = f->private_exe_id;
+  cw_net_conn_request(conn, CW_MSG_SERIALIZE, &req.base, NULL, 0, NULL, NULL,
+                      cw__inflight_serialized, f);
+}
+
+void cw_ctl_compile_send(cw_ctl_inflight_t* f, const char* format, const uint8_t* code,
+                               size_t code_size, const uint8_t* options, size_t options_size) {
+  cw_controller_t* ctl = f->ctl;
+  cw_ctl_worker_t* w = ctl->workers[f->worker];
+  if (!cw_ctl_private_link(ctl, w)) {
+    cw_ctl_compile_inflight_finish(f, NULL, cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable "
+                                                "for compiling", w->name, w->address));
+    return;
+  }
+  f->private_exe_id = ++ctl->next_private_exe_id;
+  ctl->compiles_sent++;
+  Causeway__V1__CompileRequest req = CAUSEWAY__V1__COMPILE_REQUEST__INIT;
+  req.exe_id = f->private_exe_id;
+  req.format = (char*)format;
+  req.code.data = (uint8_t*)code;
+  req.code.len = code_size;
+  req.compile_options.data = (uint8_t*)options;
+  req.compile_options.len = options_size;
+  cw_net_conn_request(w->private_conn, CW_MSG_COMPILE, &req.base, NULL, 0, NULL, NULL,
+                      cw__inflight_compiled, f);
+}
+
+// Maps the request's global device assignment onto one island and rewrites
+// it to worker-local ids. Fills cp->worker, options and devices.
+static cw_status_t cw__compile_place(cw_controller_t* ctl, cw_ctl_session_t* s,
+                                     const Causeway__V1__CompileRequest* r,
+                                     cw_ctl_compile_t* cp) {
+  int64_t total = cw_ctl_alloc_num_ids(ctl, s);  // the session's device ids
+  cw_xla_options_info_t* info = malloc(sizeof(*info));
+  if (!info) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  cw_status_t st = cw_ok_status();
+  if (r->compile_options.len) {
+    st = cw_xla_options_check(r->compile_options.data, r->compile_options.len, total, info);
+    if (st) {
+      free(info);
+      return cw_status_annotate(st, "compile options");
+    }
+  } else {
+    info->num_assigned = 0;
+  }
+  if (info->num_assigned == 0) {
+    // No assignment: one device, the session's first (or the first live worker's).
+    info->num_assigned = 1;
+    info->assigned[0] = s->allocated ? 0 : -1;
+    for (size_t i = 0; !s->allocated && i < ctl->num_workers; ++i) {
+      if (ctl->workers[i]->alive && cw_ctl_ops_worker_takes_work(ctl->workers[i])) {
+        info->assigned[0] = ctl->workers[i]->first_device;
+        break;
+      }
+    }
+    if (info->assigned[0] < 0) {
+      free(info);
+      return cw_make_status(CW_UNAVAILABLE, "no live worker to compile for");
+    }
+  }
+  // Which islands do the devices span?
+  uint32_t local = 0;
+  cw_ctl_worker_t* first = cw_ctl_alloc_resolve(ctl, s, info->assigned[0], &local);
+  bool spans = false;
+  for (size_t i = 0; i < info->num_assigned; ++i) {
+    cw_ctl_worker_t* w = cw_ctl_alloc_resolve(ctl, s, info->assigned[i], &local);
+    if (!w) {
+      free(info);
+      return cw_make_status(CW_INVALID_ARGUMENT, "device %" PRId64 " does not exist",
+                            info->assigned[i]);
+    }
+    if (w != first) spans = true;
+  }
+  if (spans) {
+    bool one = false;  // all on one island of several workers: a part on each
+    st = cw_ctl_island_place(ctl, s, info->assigned, info->num_assigned, &one, &cp->parts,
+                             &cp->part_devices, &cp->num_parts);
+    if (st) {
+      free(info);
+      return st;
+    }
+    if (one) {
+      spans = false;
+      first = ctl->workers[first->island];
+    }
+  }
+  if (spans) {
+    char text[1024];
+    size_t used = 0;
+    size_t islands = 0;
+    for (size_t wi = 0; wi < ctl->num_workers && used < sizeof(text) - 1; ++wi) {
+      cw_ctl_worker_t* w = ctl->workers[wi];
+      int32_t lo = INT32_MAX, hi = -1;
+      for (size_t i = 0; i < info->num_assigned; ++i) {
+        if (cw_ctl_alloc_resolve(ctl, s, info->assigned[i], &local) != w) continue;
+        if (info->assigned[i] < lo) lo = (int32_t)info->assigned[i];
+        if (info->assigned[i] > hi) hi = (int32_t)info->assigned[i];
+      }
+      if (hi < 0) continue;
+      int n = snprintf(text + used, sizeof(text) - used, "%s%u (%s: devices %d-%d)",
+                       islands ? " and " : "", w->index, w->name, lo, hi);
+      if (n > 0) used += (size_t)n < sizeof(text) - used ? (size_t)n : sizeof(text) - used - 1;
+      islands++;
+    }
+    free(info);
+    return cw_make_status(CW_INVALID_ARGUMENT,
+                          "program spans islands %s; a program may only use devices of one "
+                          "island: move its inputs with jax.device_put to one island's devices, "
+                          "or use a mesh within one island", text);
+  }
+  if (!first->alive) {
+    free(info);
+    return cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable", first->name,
+                          first->address);
+  }
+  if (!cw_ctl_ops_worker_takes_work(first)) {
+    free(info);
+    return cw_make_status(CW_FAILED_PRECONDITION, "worker %s is draining", first->name);
+  }
+  cp->worker = first->index;
+  cp->devices = calloc(info->num_assigned, sizeof(int32_t));
+  int64_t* map = calloc((size_t)total, sizeof(int64_t));
+  if (!cp->devices || !map) {
+    free(map);
+    free(info);
+    return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  cp->num_devices = info->num_assigned;
+  for (size_t i = 0; i < info->num_assigned; ++i) cp->devices[i] = (int32_t)info->assigned[i];
+  for (int64_t g = 0; g < total; ++g) {
+    cw_ctl_worker_t* w = cw_ctl_alloc_resolve(ctl, s, g, &local);
+    map[g] = w ? (int64_t)local : 0;
+  }
+  if (r->compile_options.len) {
+    st = cw_xla_options_rewrite_devices(r->compile_options.data, r->compile_options.len, map,
+                                        (size_t)total, &cp->options, &cp->options_size);
+  }
+  free(map);
+  free(info);
+  return st;
+}
+
+// The compile service for one worker: memory cache, a compilation already
+// running, the disk cache, then the worker. The executable's record exists.
+static void cw__compile_start(cw_ctl_compile_t* cp, void* user) {
+  const Causeway__V1__CompileRequest* r = user;
+  cw_controller_t* ctl = cp->ctl;
+  // The cache key: program, format, rewritten options, the worker's plugin
+  // (platform name and version, PJRT API version).
+  uint8_t* key = NULL;
+  size_t key_size = 0;
+  const Causeway__V1__Inventory* inv = ctl->workers[cp->worker]->reg->inventory;
+  const char* format = (r->format && r->format[0]) ? r->format : "mlir";
+  char api[32];
+  snprintf(api, sizeof(api), "%u.%u", inv->pjrt_major, inv->pjrt_minor);
+  // Options as a key: the same options always give the same bytes.
+  uint8_t* canon = cw_compile_disk_canonical_options(cp->options, cp->options_size);
+  const void* parts[6] = {r->code.data, format, canon ? canon : cp->options,
+                          inv->platform_name, inv->platform_version, api};
+  size_t sizes[6] = {r->code.len, strlen(format), cp->options_size,
+                     strlen(inv->platform_name), strlen(inv->platform_version), strlen(api)};
+  cw_status_t st = cw_compile_cache_key_create(parts, sizes, 6, &key, &key_size);
+  free(canon);
+  if (st) {
+    cw__compile_fail(cp, cw_status_annotate(st, "COMPILE"));
+    return;
+  }
+  cw_compile_cache_entry_t* hit = cw_compile_cache_lookup(ctl->cache, key, key_size);
+  if (hit) {
+    ctl->cache_hits++;
+    cp->cache_hit = true;
+    free(key);
+    cw__compile_load(cp, hit);
+    cw_compile_cache_entry_release(hit);
+    return;
+  }
+  // Identical compilation already running: wait for it.
+  for (cw_ctl_inflight_t* f = ctl->inflight; f; f = f->next) {
+    if (f->key_size == key_size && !memcmp(f->key, key, key_size)) {
+      ctl->cache_hits++;
+      cp->cache_hit = true;
+      cp->next = f->waiters;
+      f->waiters = cp;
+      free(key);
+      return;
+    }
+  }
+  ctl->cache_misses++;
+  cw_ctl_inflight_t* f = calloc(1, sizeof(*f));
+  if (!f) {
+    free(key);
+    cw__compile_fail(cp, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
+    return;
+  }
+  f->ctl = ctl;
+  f->key = key;
+  f->key_size = key_size;
+  f->worker = cp->worker;
+  f->waiters = cp;
+  f->next = ctl->inflight;
+  ctl->inflight = f;
+  // The disk next (asynchronously), then the worker.
+  const char* fmt = r->format ? r->format : "";
+  if (cw_ctl_disk_lookup(ctl, f, fmt, r->code.data, r->code.len, cp->options,
+                         cp->options_size)) {
+    return;
+  }
+  cw_ctl_compile_send(f, fmt, r->code.data, r->code.len, cp->options, cp->options_size);
+}
+
+void cw_ctl_handle_compile(cw_net_conn_t* conn, const cw_frame_header_t* h,
+                           ProtobufCMessage** msg) {
+  cw_ctl_peer_t* p = cw_net_conn_user(conn);
+  const Causeway__V1__CompileRequest* r = (const Causeway__V1__CompileRequest*)*msg;
+  cw_controller_t* ctl = p->ctl;
+  cw_ctl_session_t* s = p->session;
+  cw_status_t st = cw_ok_status();
+  if (!r->exe_id) st = cw_make_status(CW_INVALID_ARGUMENT, "COMPILE needs a non-zero exe_id");
+  else if (cw_ctl_exe_find(s, r->exe_id)) {
+    st = cw_make_status(CW_ALREADY_EXISTS, "executable %" PRIu64 " already exists", r->exe_id);
+  }
+  cw_ctl_compile_t* cp = st ? NULL : calloc(1, sizeof(*cp));
+  if (!st && !cp) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  if (!st) {
+    cp->ctl = ctl;
+    cp->client = p->conn;
+    cw_net_conn_retain(p->conn);
+    cp->request_id = h->request_id;
+    cp->session = s;
+    cw_ctl_session_retain(s);
+    cp->exe_id = r->exe_id;
+    cp->start_ms = cw_time_now_ms();
+    st = cw__compile_place(ctl, s, r, cp);
+  }
+  cw_ctl_exe_t* e = NULL;
+  if (!st) {
+    e = calloc(1, sizeof(*e));
+    if (!e) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  if (!st && cp->num_parts) {
+    e->devices = calloc(cp->num_devices, sizeof(int32_t));
+    if (!e->devices) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  if (st) {
+    free(e);
+    if (cp) cw__compile_free(cp);
+    cw_ctl_reply_error(ctl, p->conn, h->type, h->request_id, cw_status_annotate(st, "COMPILE"));
+    return;
+  }
+  e->id = r->exe_id;
+  e->serial = ++ctl->next_exe_serial;
+  e->worker = cp->worker;
+  e->state = CW__EXE_LOADING;
+  e->next = s->exes;
+  s->exes = e;
+  cp->exe_serial = e->serial;
+  if (!cp->num_parts) {
+    cw__compile_start(cp, (void*)r);
+    return;
+  }
+  // An island of several workers: a part on each; the parts share one
+  // cache key, so the program compiles once and loads everywhere.
+  memcpy(e->devices, cp->devices, cp->num_devices * sizeof(int32_t));
+  e->num_devices = cp->num_devices;
+  e->parts = cp->parts;
+  e->part_devices = cp->part_devices;
+  e->num_parts = cp->num_parts;
+  cp->parts = cp->part_devices = NULL;
+  cw_ctl_island_compile(cp, e->parts, e->part_devices, e->num_parts, cw__compile_start,
+                        (void*)r);
+  cw__compile_free(cp);
+}

@@ -1,0 +1,33 @@
+// Operations (cw_ctl_ops.c): `causeway status | pause | resume | drain`
+// (ADMIN_* from clients), the workers' STATS polled once a second, and the
+// recent-errors ring.
+#ifndef CW_CTL_OPS_H_
+#define CW_CTL_OPS_H_
+
+#include "cw_ctl_internal.h"
+
+cw_status_t cw_ctl_ops_create(cw_controller_t* ctl);
+void cw_ctl_ops_stop(cw_controller_t* ctl);  // closes its timer (the loop runs after)
+void cw_ctl_ops_release(cw_controller_t* ctl);
+// ADMIN_STATUS, _PAUSE, _RESUME, _DRAIN, _UNDRAIN.
+void cw_ctl_handle_admin(cw_net_conn_t* conn, const cw_frame_header_t* h,
+                         ProtobufCMessage** msg);
+// Remembers an error answered to a peer (the recent-errors ring). Borrows st.
+void cw_ctl_ops_record_error(cw_controller_t* ctl, const char* where, uint16_t type,
+                             cw_status_t st);
+// OPEN_SESSION: the name the client gave; the devices it was given.
+void cw_ctl_ops_session_opened(cw_ctl_session_t* s, const Causeway__V1__OpenSessionRequest* r);
+void cw_ctl_ops_session_devices(cw_ctl_session_t* s, const Causeway__V1__GlobalDevice* devs,
+                                size_t n);
+const char* cw_ctl_ops_session_name(const cw_ctl_session_t* s);
+// The worker's last STATS from the once-a-second poll (scalar fields only;
+// NULL before the first answer) and its age in seconds. Metrics read it too.
+const Causeway__V1__Stats* cw_ctl_ops_worker_stats(const cw_ctl_worker_t* w, double* out_age_s);
+void cw_ctl_ops_session_free(cw_ctl_session_t* s);
+void cw_ctl_ops_worker_free(cw_ctl_worker_t* w);
+// A new connection of session s to worker `index`: a paused session holds there too.
+void cw_ctl_ops_link_opened(cw_ctl_session_t* s, uint32_t index, cw_net_conn_t* link);
+// False while the worker drains: it gets no new sessions or compiles.
+bool cw_ctl_ops_worker_takes_work(const cw_ctl_worker_t* w);
+
+#endif  // CW_CTL_OPS_H_

@@ -1,0 +1,146 @@
+// The worker registry (see cw_ctl_registry.h).
+#include "cw_ctl_registry.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cw_ctl_health.h"
+#include "cw_ctl_island.h"
+#include "cw_ctl_ops.h"
+#include "cw_ctl_sched.h"
+#include "cw_ctl_session.h"
+#include "cw_log.h"
+#include "cw_xla_options.h"
+
+cw_status_t cw_ctl_worker_error(cw_ctl_worker_t* w, cw_net_conn_t* conn, cw_status_t st) {
+  if (st && (!w->alive || (conn && !cw_net_conn_is_open(conn)))) {
+    cw_status_t out = cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable: %s", w->name,
+                                     w->address, cw_status_message(st));
+    cw_status_free(st);
+    return out;
+  }
+  return st;
+}
+
+size_t cw_ctl_alive_workers(const cw_controller_t* ctl) {
+  size_t n = 0;
+  for (size_t i = 0; i < ctl->num_workers; ++i) n += ctl->workers[i]->alive;
+  return n;
+}
+
+void cw_ctl_worker_lost(cw_ctl_worker_t* w, const char* why) {
+  cw_controller_t* ctl = w->ctl;
+  if (!w->alive) return;
+  w->alive = false;
+  cw_ctl_health_worker_lost(w);
+  CW_LOGW("worker %s (%s) lost: %s", w->name, w->address, why);
+  char msg[512];
+  snprintf(msg, sizeof(msg), "worker %s (%s) is unavailable: %s", w->name, w->address, why);
+  cw_status_t lost = cw_make_status(CW_UNAVAILABLE, "%s", msg);
+  cw_ctl_ops_record_error(ctl, w->name, CW_MSG_REGISTER, lost);
+  cw_status_free(lost);
+  if (!ctl->shutting_down) {
+    Causeway__V1__ClusterEvent ev = CAUSEWAY__V1__CLUSTER_EVENT__INIT;
+    ev.kind = CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_DOWN;
+    ev.worker_index = w->index;
+    ev.worker_name = w->name;
+    ev.message = msg;
+    cw_ctl_broadcast_event(ctl, &ev);
+  }
+  // Closing the connections fails what is pending on them (UNAVAILABLE naming w).
+  cw_ctl_link_drop(&w->private_conn);
+  for (cw_ctl_session_t* s = ctl->sessions; s; s = s->next) {
+    if (w->index < s->num_links) cw_ctl_link_drop(&s->links[w->index]);
+  }
+  cw_ctl_sched_pump(ctl, w->index);
+  if (w->island != w->index) cw_ctl_sched_pump(ctl, w->island);  // its island's launches fail
+}
+
+bool cw_ctl_printable(const char* s, size_t max) {
+  size_t n = 0;
+  for (; s && *s; ++s, ++n) {
+    if (n >= max || *s < 0x20 || *s >= 0x7f) return false;
+  }
+  return n > 0;
+}
+
+void cw_ctl_handle_register(cw_net_conn_t* conn, const cw_frame_header_t* h,
+                            ProtobufCMessage** msg) {
+  cw_ctl_peer_t* p = cw_net_conn_user(conn);
+  cw_controller_t* ctl = p->ctl;
+  Causeway__V1__RegisterRequest* r = (Causeway__V1__RegisterRequest*)*msg;
+  cw_status_t st = cw_ok_status();
+  if (p->worker) {
+    st = cw_make_status(CW_FAILED_PRECONDITION, "this connection already registered");
+  } else if (!cw_ctl_printable(r->worker_name, CW__MAX_NAME - 1)) {
+    st = cw_make_status(CW_INVALID_ARGUMENT, "worker_name must be 1..%d printable characters",
+                        CW__MAX_NAME - 1);
+  } else if (!cw_ctl_printable(r->address, CW__MAX_ADDRESS)) {
+    st = cw_make_status(CW_INVALID_ARGUMENT, "address must be 1..%d printable characters",
+                        CW__MAX_ADDRESS);
+  } else if (!r->inventory || r->inventory->n_devices == 0 ||
+             r->inventory->n_devices > CW_XLA_MAX_ASSIGNED_DEVICES) {
+    st = cw_make_status(CW_INVALID_ARGUMENT, "inventory must list 1..%d devices",
+                        CW_XLA_MAX_ASSIGNED_DEVICES);
+  } else if (!r->inventory->platform_name || !r->inventory->platform_version) {
+    st = cw_make_status(CW_INVALID_ARGUMENT, "inventory lacks the platform");
+  } else if (ctl->num_workers >= CW__MAX_WORKERS ||
+             (int64_t)ctl->next_device + (int64_t)r->inventory->n_devices > INT32_MAX / 2) {
+    st = cw_make_status(CW_RESOURCE_EXHAUSTED, "too many workers or devices");
+  }
+  for (size_t d = 0; !st && d < (r->inventory ? r->inventory->n_devices : 0); ++d) {
+    if (!r->inventory->devices[d]) st = cw_make_status(CW_INVALID_ARGUMENT, "empty device");
+  }
+  cw_ctl_worker_t* w = NULL;
+  cw_ctl_worker_t** grown = NULL;
+  if (!st) st = cw_ctl_health_slot_for(ctl, r, &w);
+  if (!st) st = cw_ctl_island_check(ctl, r, w);
+  if (!st && w) {
+    cw_ctl_health_take_over(p, h, w, r);
+    *msg = NULL;
+    return;
+  }
+  if (!st) {
+    w = calloc(1, sizeof(*w));
+    grown = realloc(ctl->workers, (ctl->num_workers + 1) * sizeof(*grown));
+    if (grown) ctl->workers = grown;
+    if (!w || !grown) {
+      free(w);
+      st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+    }
+  }
+  if (st) {
+    cw_ctl_reply_error(ctl, p->conn, h->type, h->request_id, cw_status_annotate(st, "REGISTER"));
+    return;
+  }
+  w->ctl = ctl;
+  w->index = (uint32_t)ctl->num_workers;
+  snprintf(w->name, sizeof(w->name), "%s", r->worker_name);
+  snprintf(w->address, sizeof(w->address), "%s", r->address);
+  w->alive = true;
+  w->first_device = ctl->next_device;
+  w->num_devices = (uint32_t)r->inventory->n_devices;
+  w->reg = r;
+  *msg = NULL;
+  ctl->workers[ctl->num_workers++] = w;
+  cw_ctl_island_join(ctl, w, r);
+  ctl->next_device += (int32_t)w->num_devices;
+  p->worker = w;
+  cw_ctl_health_registered(p, w);
+  cw_net_conn_set_name(p->conn, w->name);
+  CW_LOGI("worker %u %s (%s) registered: devices %d-%d, platform %s %s", w->index, w->name,
+          w->address, w->first_device, w->first_device + (int32_t)w->num_devices - 1,
+          r->inventory->platform_name, r->inventory->platform_version);
+  Causeway__V1__RegisterReply rep = CAUSEWAY__V1__REGISTER_REPLY__INIT;
+  rep.worker_index = w->index;
+  rep.first_device_id = w->first_device;
+  cw_net_conn_reply(p->conn, h->type, h->request_id, &rep.base);
+  Causeway__V1__ClusterEvent ev = CAUSEWAY__V1__CLUSTER_EVENT__INIT;
+  ev.kind = CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_UP;
+  ev.worker_index = w->index;
+  ev.worker_name = w->name;
+  ev.message = (char*)"registered";
+  cw_ctl_broadcast_event(ctl, &ev);
+  cw_ctl_session_open_waits_check(ctl, false);
+}

@@ -1,0 +1,272 @@
+// Where connections come from (see cw_net.h): addresses, listening and
+// accepting (with the connection budget and HELLO deadline), connecting
+// (with HELLO sent at once), and the parent watch.
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cw_log.h"
+#include "cw_messages.h"
+#include "cw_net_internal.h"
+
+cw_status_t cw_net_parse_host_port(const char* address, struct sockaddr_storage* out) {
+  memset(out, 0, sizeof(*out));
+  const char* colon = strrchr(address, ':');
+  if (!colon || colon == address || !colon[1]) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "address '%s' is not host:port or a socket path",
+                          address);
+  }
+  char host[256];
+  size_t hl = (size_t)(colon - address);
+  if (hl >= sizeof(host)) return cw_make_status(CW_INVALID_ARGUMENT, "host name too long");
+  memcpy(host, address, hl);
+  host[hl] = 0;
+  char* h = host;
+  if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') {
+    h[hl - 1] = 0;
+    h++;
+  }
+  char* end = NULL;
+  long port = strtol(colon + 1, &end, 10);
+  if (!end || *end || port < 0 || port > 65535) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "bad port in '%s'", address);
+  }
+  if (uv_ip4_addr(h, (int)port, (struct sockaddr_in*)out) == 0) return cw_ok_status();
+  if (uv_ip6_addr(h, (int)port, (struct sockaddr_in6*)out) == 0) return cw_ok_status();
+  struct addrinfo hints, *res = NULL;
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_socktype = SOCK_STREAM;
+  int rc = getaddrinfo(h, NULL, &hints, &res);
+  if (rc || !res) {
+    return cw_make_status(CW_UNAVAILABLE, "cannot resolve '%s': %s", h, gai_strerror(rc));
+  }
+  memcpy(out, res->ai_addr, res->ai_addrlen);
+  if (out->ss_family == AF_INET) ((struct sockaddr_in*)out)->sin_port = htons((uint16_t)port);
+  else ((struct sockaddr_in6*)out)->sin6_port = htons((uint16_t)port);
+  freeaddrinfo(res);
+  return cw_ok_status();
+}
+
+static void cw__hello_timeout(uv_timer_t* t) {
+  cw_net_conn_t* c = t->data;
+  if (c->closing || c->hello_done) return;
+  CW_LOGW("%s: no HELLO in time; closing", c->name);
+  cw_net_conn_close(c, cw_make_status(CW_DEADLINE_EXCEEDED, "no HELLO in time"));
+}
+
+static void cw__name_peer(cw_net_conn_t* c) {
+  uv_os_fd_t fd = -1;
+  if (uv_fileno(&c->h.handle, &fd) != 0) fd = -1;
+  cw_net_describe_unix_peer(fd, c->name, sizeof(c->name));
+  if (c->net->is_pipe) return;
+  struct sockaddr_storage sa;
+  int len = sizeof(sa);
+  if (uv_tcp_getpeername(&c->h.tcp, (struct sockaddr*)&sa, &len) == 0) {
+    char ip[64] = "?";
+    int port = 0;
+    if (sa.ss_family == AF_INET) {
+      uv_ip4_name((struct sockaddr_in*)&sa, ip, sizeof(ip));
+      port = ntohs(((struct sockaddr_in*)&sa)->sin_port);
+    } else if (sa.ss_family == AF_INET6) {
+      uv_ip6_name((struct sockaddr_in6*)&sa, ip, sizeof(ip));
+      port = ntohs(((struct sockaddr_in6*)&sa)->sin6_port);
+    }
+    snprintf(c->name, sizeof(c->name), "%s:%d", ip, port);
+  }
+  uv_tcp_nodelay(&c->h.tcp, 1);
+}
+
+static void cw__on_connection(uv_stream_t* server, int status) {
+  cw_net_t* net = server->data;
+  if (status < 0) {
+    CW_LOGW("accept failed: %s", uv_strerror(status));
+    return;
+  }
+  cw_net_conn_t* c = cw_net__conn_create(net, false, net->is_pipe);
+  if (!c) {
+    CW_LOGE("out of memory accepting a connection");
+    return;
+  }
+  if (uv_accept(server, &c->h.stream) < 0) {
+    cw_net_conn_close(c, NULL);
+    return;
+  }
+  cw__name_peer(c);
+  if ((int64_t)net->inbound_connections > net->options.max_connections) {
+    CW_LOGW("%s: too many connections; refusing", c->name);
+    cw_net_conn_close(c, NULL);
+    return;
+  }
+  uv_timer_start(&c->timer, cw__hello_timeout, (uint64_t)net->options.hello_timeout_ms, 0);
+  if (net->on_accept) net->on_accept(net, c);
+  if (!c->closing) cw_net__conn_start_reading(c);
+}
+
+cw_status_t cw_net_listen(cw_net_t* net, const char* address, const cw_net_service_t* service,
+                          cw_net_accept_fn on_accept) {
+  int rc;
+  net->on_accept = on_accept;
+  net->service = service;
+  if (strchr(address, '/')) {
+    net->is_pipe = true;
+    struct stat sb;
+    // A stale socket from an earlier run would make bind fail.
+    if (stat(address, &sb) == 0 && S_ISSOCK(sb.st_mode)) unlink(address);
+    rc = uv_pipe_init(net->loop, &net->listener.pipe, 0);
+    if (rc == 0) {
+      net->listening = true;
+      rc = uv_pipe_bind(&net->listener.pipe, address);
+    }
+    if (rc == 0) {
+      net->unix_path = strdup(address);
+      snprintf(net->listen_address, sizeof(net->listen_address), "%s", address);
+    }
+  } else {
+    struct sockaddr_storage sa;
+    CW_RETURN_IF_ERROR(cw_net_parse_host_port(address, &sa), "--listen");
+    rc = uv_tcp_init(net->loop, &net->listener.tcp);
+    if (rc == 0) {
+      net->listening = true;
+      rc = uv_tcp_bind(&net->listener.tcp, (const struct sockaddr*)&sa, 0);
+    }
+    if (rc == 0) {
+      struct sockaddr_storage bound;
+      int len = sizeof(bound);
+      rc = uv_tcp_getsockname(&net->listener.tcp, (struct sockaddr*)&bound, &len);
+      int port = bound.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6*)&bound)->sin6_port)
+                                             : ntohs(((struct sockaddr_in*)&bound)->sin_port);
+      const char* colon = strrchr(address, ':');
+      snprintf(net->listen_address, sizeof(net->listen_address), "%.*s:%d",
+               (int)(colon - address), address, port);
+    }
+  }
+  net->listener.handle.data = net;
+  if (rc == 0) rc = uv_listen(&net->listener.stream, 128, cw__on_connection);
+  if (rc < 0) {
+    return cw_make_status(CW_UNAVAILABLE, "cannot listen on %s: %s", address, uv_strerror(rc));
+  }
+  return cw_ok_status();
+}
+
+static void cw__connected(uv_connect_t* req, int status) {
+  cw_net_conn_t* c = req->data;
+  if (!c->closing) uv_timer_stop(&c->timer);
+  if (status < 0) {
+    if (!c->closing) {
+      cw_net_conn_close(c, cw_make_status(CW_UNAVAILABLE, "peer %s unreachable: %s", c->address,
+                                          uv_strerror(status)));
+    }
+  } else if (!c->closing) {
+    c->connected = true;
+    if (c->h.handle.type == UV_TCP) uv_tcp_nodelay(&c->h.tcp, 1);
+    cw_net__conn_start_reading(c);
+  }
+  cw_net_conn_release(c);
+}
+
+static void cw__connect_timeout(uv_timer_t* t) {
+  cw_net_conn_t* c = t->data;
+  if (c->closing || c->connected) return;
+  cw_net_conn_close(c, cw_make_status(CW_UNAVAILABLE, "peer %s unreachable: connect timed out",
+                                      c->address));
+}
+
+static void cw__hello_answered(void* user, cw_net_conn_t* c, cw_status_t status,
+                               const ProtobufCMessage* reply, uint8_t* bulk, uint64_t bulk_len) {
+  free(bulk);
+  if (!status) {
+    c->hello_done = true;
+    return;
+  }
+  if (c->closing) {  // unreachable: already said why
+    cw_status_free(status);
+    return;
+  }
+  CW_LOGW("peer %s refused HELLO: %s", c->name, cw_status_message(status));
+  cw_net_conn_close(c, cw_status_annotate(status, "peer %s refused HELLO", c->name));
+}
+
+cw_status_t cw_net_connect(cw_net_t* net, const char* address, const char* name, int role,
+                           uint64_t session_id, const cw_net_conn_callbacks_t* callbacks,
+                           void* user, int64_t timeout_ms, cw_net_conn_t** out_conn) {
+  *out_conn = NULL;
+  bool pipe = strchr(address, '/') != NULL;
+  struct sockaddr_storage sa;
+  if (!pipe) CW_RETURN_IF_ERROR(cw_net_parse_host_port(address, &sa), "peer %s", address);
+  cw_net_conn_t* c = cw_net__conn_create(net, true, pipe);
+  if (!c) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for a connection");
+  snprintf(c->address, sizeof(c->address), "%s", address);
+  cw_net_conn_set_name(c, name ? name : address);
+  c->connect_req.data = c;
+  if (pipe) {
+    uv_pipe_connect(&c->connect_req, &c->h.pipe, address, cw__connected);
+  } else {
+    int rc = uv_tcp_connect(&c->connect_req, &c->h.tcp, (const struct sockaddr*)&sa,
+                            cw__connected);
+    if (rc < 0) {
+      cw_status_t st = cw_make_status(CW_UNAVAILABLE, "peer %s unreachable: %s", address,
+                                      uv_strerror(rc));
+      cw_net_conn_close(c, cw_status_clone(st));
+      return st;
+    }
+  }
+  cw_net_conn_retain(c);  // held by the connect request
+  cw_net_conn_set_callbacks(c, callbacks, user);
+  uv_timer_start(&c->timer, cw__connect_timeout, (uint64_t)timeout_ms, 0);
+  // HELLO goes out at once; libuv holds writes until the connect completes.
+  Causeway__V1__HelloRequest hello;
+  cw_hello_request_fill(&hello, role, net->options.token, session_id, net->options.name);
+  cw_net_conn_request(c, CW_MSG_HELLO, &hello.base, NULL, 0, NULL, NULL, cw__hello_answered, NULL);
+  if (c->closing) {
+    // The write failed at once (libuv reports a pipe connect that failed
+    // immediately as EPIPE on the first write) and closed the connection.
+    return c->close_reason ? cw_status_clone(c->close_reason)
+                           : cw_make_status(CW_UNAVAILABLE, "peer %s unreachable", address);
+  }
+  *out_conn = c;
+  return cw_ok_status();
+}
+
+// --- Parent watch ----------------------------------------------------------------
+
+static void cw__watch_alloc(uv_handle_t* h, size_t suggested, uv_buf_t* buf) {
+  cw_net_watch_t* w = h->data;
+  buf->base = w->buf;
+  buf->len = sizeof(w->buf);
+}
+
+static void cw__watch_read(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf) {
+  cw_net_watch_t* w = s->data;
+  if (nread >= 0) return;  // the parent wrote something: ignored
+  uv_read_stop(s);
+  if (w->fn) {
+    void (*fn)(void*) = w->fn;
+    w->fn = NULL;
+    fn(w->user);
+  }
+}
+
+cw_status_t cw_net_watch_start(uv_loop_t* loop, int fd, void (*fn)(void* user), void* user,
+                               cw_net_watch_t* w) {
+  memset(w, 0, sizeof(*w));
+  int rc = uv_pipe_init(loop, &w->pipe, 0);
+  if (rc < 0) return cw_make_status(CW_INTERNAL, "watch-fd: %s", uv_strerror(rc));
+  w->started = true;
+  w->pipe.data = w;
+  w->fn = fn;
+  w->user = user;
+  rc = uv_pipe_open(&w->pipe, fd);
+  if (rc == 0) rc = uv_read_start((uv_stream_t*)&w->pipe, cw__watch_alloc, cw__watch_read);
+  if (rc < 0) return cw_make_status(CW_INVALID_ARGUMENT, "--watch-fd %d: %s", fd, uv_strerror(rc));
+  return cw_ok_status();
+}
+
+void cw_net_watch_stop(cw_net_watch_t* w) {
+  if (!w->started) return;
+  w->started = false;
+  w->fn = NULL;
+  uv_close((uv_handle_t*)&w->pipe, NULL);
+}

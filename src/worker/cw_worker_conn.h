@@ -1,0 +1,46 @@
+// The worker's connections and sessions (cw_worker_conn.c): the worker's
+// handler table on src/net, HELLO's sessions, per-session `seq` order across
+// connections (held requests, flow control), drain refusals in that order,
+// bulk bytes received for requests, per-peer byte counts, and outbound
+// connections to peers and the controller.
+#ifndef CW_WORKER_CONN_H_
+#define CW_WORKER_CONN_H_
+
+#include "cw_worker_internal.h"
+
+// Starts serving `address` (the worker's --listen).
+CW_MUST_USE cw_status_t cw_worker_conn_listen(cw_worker_t* w, const char* address);
+
+// The cached outbound connection to `address` in its session `dst_session`,
+// connecting (HELLO role WORKER) when there is none. *out_conn is borrowed.
+CW_MUST_USE cw_status_t cw_worker_conn_peer(cw_worker_t* w, const char* address,
+                                            uint64_t dst_session, cw_conn_t** out_conn);
+
+static inline const char* cw_worker_conn_name(const cw_conn_t* c) {
+  return cw_net_conn_name(c->nc);
+}
+void cw_worker_conn_ref(cw_conn_t* c);
+void cw_worker_conn_unref(cw_conn_t* c);
+
+// Replies on `c`; errors (status taken) count in STATS.
+void cw_worker_reply(cw_conn_t* c, uint16_t type, uint64_t request_id,
+                     const ProtobufCMessage* msg);
+void cw_worker_reply_error(cw_conn_t* c, uint16_t type, uint64_t request_id,
+                           cw_status_t status);
+
+// Hands a frame's bulk bytes to `op` (takes it): into staging memory (or the
+// bytes a held request already received), finished by
+// cw_worker_compile_received / cw_worker_transfer_received.
+void cw_worker_conn_receive_bulk(cw_conn_t* c, const cw_frame_header_t* h, cw_op_t* op);
+
+cw_session_t* cw_worker_session_find(cw_worker_t* w, uint64_t id);
+// Shutting down: every session goes with its objects.
+void cw_worker_sessions_free(cw_worker_t* w);
+
+// STATS' per-peer byte counts; the caller frees *out_items/*out_ptrs.
+void cw_worker_conn_peer_stats(cw_worker_t* w, Causeway__V1__Stats* st,
+                               Causeway__V1__PeerStats** out_items,
+                               Causeway__V1__PeerStats*** out_ptrs);
+void cw_worker_conn_free_peer_stats(cw_worker_t* w);
+
+#endif  // CW_WORKER_CONN_H_

@@ -1,0 +1,621 @@
+// LAUNCH and LAUNCH_GO (see cw_worker_launch.h).
+#include "cw_worker_launch.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cw_time.h"
+#include "cw_worker_conn.h"
+#include "cw_worker_op.h"
+#include "cw_worker_pin.h"
+#include "cw_worker_sched.h"
+#include "cw_worker_trace.h"
+
+// Bound on launches in flight (handed to PJRT, not yet complete) when a
+// multi-device launch is issued; until then it waits in its connection's
+// queue. XLA's CPU client gives each device a semaphore of 32 in-flight
+// computations (max_inflight_computations_per_device) and a multi-device
+// Execute acquires it inside tasks on its client thread pool, which has only
+// max(cores, devices) threads: exactly enough for one collective. With more
+// than 32 launches queued, a dispatch task blocks one pool thread on that
+// semaphore while the other devices' threads wait in an all-reduce
+// rendezvous for the device that now has no thread to run on; XLA then
+// aborts the process after 40 s (rendezvous.cc "only 3 of 4 arrived").
+// In-process JAX with 4 CPU devices on 2 cores hits the same deadlock. So a
+// multi-device launch is issued only while fewer than this many launches (of
+// any kind: all count against the devices' semaphores) are in flight, well
+// under 32, and its dispatch never blocks. Single-device launches are not
+// held: XLA dispatches them on the calling thread (this loop), not its pool.
+#ifndef CW__MAX_LAUNCHES_IN_FLIGHT  // a test build may raise it to show the deadlock
+#define CW__MAX_LAUNCHES_IN_FLIGHT 16
+#endif
+
+struct cw_launch_s {
+  cw_launch_t* next;
+  cw_conn_t* conn;  // referenced
+  uint64_t request_id;
+  uint64_t skey;
+  Causeway__V1__LaunchRequest* req;  // owned
+  size_t num_devices, num_args, num_outputs;
+  uint64_t* out_serials;  // [num_devices * num_outputs]
+  // Retained when the launch is applied, released when it is freed: a DELETE
+  // of an id later in program order cannot take them from a waiting launch.
+  cw_store_entry_t* exe;
+  cw_store_entry_t** inputs;  // [num_devices * num_args]
+  cw_status_t apply_error;    // an id missing (or of the wrong kind) when applied
+  size_t events_left;
+  cw_status_t first_error;
+  bool donated_dropped;  // the donated inputs' ids are deleted
+  int64_t trace_start_ns;  // when it was issued to PJRT
+  // A part of an island's launch (LaunchRequest.prepare): answered ready at
+  // its turn, then held there until LAUNCH_GO says go (or cancel).
+  bool prepared, go;
+  bool go_request;  // request_id is the LAUNCH_GO's: the reply answers that
+};
+
+static void cw__launch_free(cw_launch_t* l) {
+  cw_store_t* store = l->conn->w->store;
+  cw_store_entry_release(store, l->exe);
+  for (size_t i = 0; l->inputs && i < l->num_devices * l->num_args; ++i) {
+    cw_store_entry_release(store, l->inputs[i]);
+  }
+  free(l->inputs);
+  cw_status_free(l->apply_error);
+  if (l->req) protobuf_c_message_free_unpacked(&l->req->base, NULL);
+  free(l->out_serials);
+  cw_status_free(l->first_error);
+  cw_worker_conn_unref(l->conn);
+  free(l);
+}
+
+void cw_worker_launch_drop_donated(cw_worker_t* w, uint64_t skey,
+                                   const Causeway__V1__LaunchRequest* r) {
+  // PJRT keeps the storage alive while an execution that took or reads it runs.
+  for (size_t k = 0; k < r->n_donate; ++k) {
+    for (size_t d = 0; d < r->n_args; ++d) {
+      const Causeway__V1__IdList* args = r->args[d];
+      if (r->donate[k] >= args->n_ids) continue;
+      // Looked up each time: removing runs waiters, which may change the store.
+      cw_store_entry_t* e = cw_store_lookup(w->store, skey, args->ids[r->donate[k]]);
+      if (e && e->kind == CW_STORE_BUFFER) cw_store_remove(w->store, e);
+    }
+  }
+}
+
+static void cw__drop_donated(cw_worker_t* w, cw_launch_t* l) {
+  if (l->donated_dropped) return;
+  l->donated_dropped = true;
+  cw_worker_launch_drop_donated(w, l->skey, l->req);
+}
+
+// Puts every output still owned by this launch in error; replies with
+// `status` (taken) and frees the launch.
+static void cw__launch_fail(cw_worker_t* w, cw_launch_t* l, cw_status_t status) {
+  cw__drop_donated(w, l);
+  for (size_t d = 0; d < l->req->n_outputs && d < l->num_devices; ++d) {
+    const Causeway__V1__IdList* outs = l->req->outputs[d];
+    for (size_t o = 0; o < outs->n_ids; ++o) {
+      // Deleted outputs still count while a request that uses them holds them.
+      cw_store_entry_t* e = cw_store_lookup_serial(w->store, l->skey, outs->ids[o],
+                                                   l->out_serials[d * l->num_outputs + o]);
+      if (e && e->state == CW_STORE_PENDING) {
+        cw_store_set_error(w->store, e, cw_status_clone(status));
+      }
+    }
+  }
+  cw_worker_reply_error(l->conn, l->go_request ? CW_MSG_LAUNCH_GO : CW_MSG_LAUNCH, l->request_id,
+                        status);
+  cw__launch_free(l);
+}
+
+// A launch completed: resumes connections throttled by
+// CW__MAX_LAUNCHES_IN_FLIGHT, oldest first, while there is room.
+static void cw__launch_unthrottle(cw_worker_t* w) {
+  while (w->launch_throttled && w->launches_in_flight < CW__MAX_LAUNCHES_IN_FLIGHT) {
+    cw_conn_t* c = w->launch_throttled;
+    w->launch_throttled = c->throttle_next;
+    if (!w->launch_throttled) w->launch_throttled_tail = NULL;
+    c->throttle_next = NULL;
+    c->launch_waiting = false;
+    cw_worker_launch_pump(c);
+    cw_worker_conn_unref(c);
+  }
+}
+
+static void cw__launch_device_done(cw_worker_t* w, void* user, cw_status_t status) {
+  cw_launch_t* l = user;
+  if (status && !l->first_error) l->first_error = status;
+  else cw_status_free(status);
+  if (--l->events_left > 0) return;
+  w->launches_in_flight--;
+  if (l->first_error) {
+    cw_status_t st = l->first_error;
+    l->first_error = NULL;
+    cw__launch_fail(w, l, st);
+  } else {
+    Causeway__V1__Ack ack = CAUSEWAY__V1__ACK__INIT;
+    ack.id = l->req->exe_id;
+    cw_worker_reply(l->conn, l->go_request ? CW_MSG_LAUNCH_GO : CW_MSG_LAUNCH, l->request_id,
+                    &ack.base);
+    cw__launch_free(l);
+  }
+  cw__launch_unthrottle(w);
+}
+
+// One device's completion of a traced launch: recorded, then the launch's
+// own completion runs (which may free the launch).
+typedef struct cw__traced_device_s {
+  cw_launch_t* launch;
+  int device;
+  char name[96];
+} cw__traced_device_t;
+
+static void cw__traced_device_done(cw_worker_t* w, void* user, cw_status_t status) {
+  cw__traced_device_t* td = user;
+  cw_launch_t* l = td->launch;
+  cw_worker_trace_record(w, l->skey, "execute", td->name, td->device, l->trace_start_ns,
+                         l->req->exe_id, l->req->seq, 0, l->req->launch_id, NULL);
+  free(td);
+  cw__launch_device_done(w, l, status);
+}
+
+// Waits for device `index`'s completion event, recording it when traced.
+static void cw__when_device_done(cw_worker_t* w, cw_launch_t* l, size_t index,
+                                 PJRT_Event* event) {
+  cw__traced_device_t* td = cw_worker_trace_enabled(w, l->skey) ? malloc(sizeof(*td)) : NULL;
+  if (!td) {  // untraced (or no memory to trace it: untraced, not failed)
+    cw_worker_when_ready(w, event, cw__launch_device_done, l);
+    return;
+  }
+  td->launch = l;
+  // The local device: where the launch's first output on this position lives.
+  td->device = (int)index;
+  if (index < l->req->n_outputs && l->num_outputs && l->req->outputs[index]->n_ids) {
+    cw_store_entry_t* e = cw_store_lookup_serial(w->store, l->skey, l->req->outputs[index]->ids[0],
+                                                 l->out_serials[index * l->num_outputs]);
+    if (e && e->device >= 0) td->device = e->device;
+  }
+  snprintf(td->name, sizeof(td->name), "%s", l->exe && l->exe->name ? l->exe->name : "execute");
+  cw_worker_when_ready(w, event, cw__traced_device_done, td);
+}
+
+// "f32[4,8]" into buf.
+static void cw__format_shape(int dtype, const int64_t* dims, size_t rank, char* buf, size_t n) {
+  static const char* const names[] = {"invalid", "pred", "s8",  "s16", "s32", "s64",
+                                      "u8",      "u16",  "u32", "u64", "f16", "f32",
+                                      "f64",     "bf16", "c64", "c128"};
+  const char* name = (dtype >= 0 && (size_t)dtype < sizeof(names) / sizeof(names[0]))
+                         ? names[dtype] : "?";
+  size_t used = 0;
+  int k = snprintf(buf, n, "%s[", name);
+  if (k > 0) used = (size_t)k;
+  for (size_t i = 0; i < rank && used < n; ++i) {
+    k = snprintf(buf + used, n - used, "%s%" PRId64, i ? "," : "", dims[i]);
+    if (k > 0) used += (size_t)k;
+  }
+  if (used < n) snprintf(buf + used, n - used, "]");
+}
+
+// Checks each argument's dtype and dims against the executable's parameter
+// shapes: XLA's Execute compares only byte sizes, so f32[8,4] would pass for
+// f32[4,8]. With an argument count that differs (or no known shapes), XLA's
+// own check answers instead.
+static cw_status_t cw__launch_check_args(const cw_launch_t* l, const cw_store_entry_t* exe) {
+  if (!exe->params_known || exe->num_params != l->num_args) return cw_ok_status();
+  for (size_t d = 0; d < l->num_devices; ++d) {
+    for (size_t a = 0; a < l->num_args; ++a) {
+      const cw_store_shape_t* want = &exe->params[a];
+      if (want->dtype < 0) continue;  // a type we cannot name: XLA checks it
+      const cw_store_entry_t* e = l->inputs[d * l->num_args + a];
+      bool same = e->dtype == want->dtype && e->rank == want->rank &&
+                  (!e->rank || !memcmp(e->dims, want->dims, e->rank * sizeof(int64_t)));
+      if (same) continue;
+      char wbuf[160], gbuf[160], where[48] = "";
+      cw__format_shape(want->dtype, want->dims, want->rank, wbuf, sizeof(wbuf));
+      cw__format_shape(e->dtype, e->dims, e->rank, gbuf, sizeof(gbuf));
+      if (l->num_devices > 1) snprintf(where, sizeof(where), "device %zu ", d);
+      return cw_make_status(CW_INVALID_ARGUMENT,
+                            "launch of executable %" PRIu64 ": %sargument %zu: expected %s, got "
+                            "%s (buffer %" PRIu64 ")",
+                            exe->id, where, a, wbuf, gbuf, e->id);
+    }
+  }
+  return cw_ok_status();
+}
+
+// PJRT's launch id: the island's stamp when the controller stamped the
+// launch, since every worker of an island gets the same stamp and
+// multi-process plugins match one execution's parts by launch id.
+static int cw__launch_id(const Causeway__V1__LaunchRequest* r) {
+  return (int)((r->sched_stamp ? r->sched_stamp : r->launch_id) & 0x7fffffff);
+}
+
+// Outputs exist once Execute returned (PJRT tracks their readiness): attach
+// them at once so later launches can chain on them.
+static void cw__launch_attach_outputs(cw_worker_t* w, cw_launch_t* l, PJRT_Buffer** outs) {
+  size_t no = l->num_outputs;
+  for (size_t d = 0; d < l->num_devices; ++d) {
+    for (size_t o = 0; o < no; ++o) {
+      PJRT_Buffer* b = outs[d * no + o];
+      // Deleted meanwhile, but held by a request that uses it: filled all the same.
+      cw_store_entry_t* e = cw_store_lookup_serial(w->store, l->skey, l->req->outputs[d]->ids[o],
+                                                   l->out_serials[d * no + o]);
+      if (!e || e->state != CW_STORE_PENDING) {
+        cw_pjrt_buffer_destroy(w->pjrt, b);  // deleted meanwhile
+        continue;
+      }
+      int dtype = 0, device = -1;
+      int64_t* dims = NULL;
+      size_t rank = 0;
+      cw_status_t ist = b ? cw_pjrt_buffer_info(w->pjrt, b, &dtype, &dims, &rank, &device)
+                          : cw_make_status(CW_INTERNAL, "the plugin returned no output buffer");
+      if (!ist) ist = cw_worker_entry_set_array(e, dtype, dims, rank, device);
+      free(dims);
+      if (ist) {
+        cw_pjrt_buffer_destroy(w->pjrt, b);
+        cw_store_set_error(w->store, e, ist);
+      } else {
+        cw_store_set_ready(w->store, e, b);
+      }
+    }
+  }
+}
+
+// All inputs and the executable are ready: execute. Takes `l`.
+static void cw__launch_issue(cw_worker_t* w, cw_launch_t* l, cw_store_entry_t* exe) {
+  size_t nd = l->num_devices, na = l->num_args, no = l->num_outputs;
+  cw_status_t st = cw_ok_status();
+  if (exe->num_devices != nd) {
+    st = cw_make_status(CW_INVALID_ARGUMENT, "executable %" PRIu64 " runs on %u devices, launch "
+                        "names %zu", exe->id, exe->num_devices, nd);
+  } else if (exe->num_outputs != no) {
+    st = cw_make_status(CW_INVALID_ARGUMENT, "executable %" PRIu64 " has %u outputs per device, "
+                        "launch names %zu", exe->id, exe->num_outputs, no);
+  } else {
+    st = cw__launch_check_args(l, exe);
+  }
+  if (st) {
+    cw__launch_fail(w, l, st);
+    return;
+  }
+  PJRT_Buffer** args = calloc(nd * na + 1, sizeof(*args));
+  PJRT_Buffer*** arg_lists = calloc(nd, sizeof(*arg_lists));
+  PJRT_Buffer** outs = calloc(nd * no + 1, sizeof(*outs));
+  PJRT_Buffer*** out_lists = calloc(nd, sizeof(*out_lists));
+  PJRT_Event** events = calloc(nd, sizeof(*events));
+  bool* donate = calloc(na + 1, sizeof(*donate));
+  if (!args || !arg_lists || !outs || !out_lists || !events || !donate) {
+    st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for a launch");
+  }
+  for (size_t d = 0; !st && d < nd; ++d) {
+    arg_lists[d] = args + d * na;
+    out_lists[d] = outs + d * no;
+    for (size_t a = 0; a < na; ++a) {
+      cw_store_entry_t* e = l->inputs[d * na + a];  // held since the launch was applied
+      args[d * na + a] = e ? (PJRT_Buffer*)e->handle : NULL;
+    }
+  }
+  // PJRT takes a donated argument's memory where the program aliases the
+  // parameter, unless a reader holds the buffer in place (pinned) or the
+  // launch names it twice on a device; those are only deleted afterwards.
+  for (size_t k = 0; !st && exe->params_known && k < l->req->n_donate; ++k) {
+    uint32_t a = l->req->donate[k];
+    if (a >= na || a >= exe->num_params || !exe->params[a].donated) continue;
+    bool ok = true;
+    for (size_t d = 0; ok && d < nd; ++d) {
+      PJRT_Buffer* b = args[d * na + a];
+      ok = b && !cw_worker_pin_held(w, b);
+      for (size_t o = 0; ok && o < na; ++o) ok = o == a || args[d * na + o] != b;
+    }
+    donate[a] = ok;
+  }
+  l->trace_start_ns = cw_time_now_ns();
+  if (!st) {
+    st = cw_pjrt_execute(w->pjrt, (PJRT_LoadedExecutable*)exe->handle, nd, na,
+                         (PJRT_Buffer* const* const*)arg_lists, (PJRT_Buffer** const*)out_lists,
+                         events, cw__launch_id(l->req), donate);
+  }
+  free(args);
+  free(arg_lists);
+  free(out_lists);
+  free(donate);
+  if (st) {
+    free(outs);
+    free(events);
+    cw__launch_fail(w, l, st);
+    return;
+  }
+  w->launches++;
+  w->launches_in_flight++;  // until every device's event fires
+  cw__launch_attach_outputs(w, l, outs);
+  free(outs);
+  cw__drop_donated(w, l);
+  l->events_left = nd;
+  for (size_t d = 0; d < nd; ++d) cw__when_device_done(w, l, d, events[d]);
+  free(events);
+}
+
+// Takes the head launch off the connection's queue.
+static void cw__launch_pop(cw_conn_t* c) {
+  cw_launch_t* l = c->launch_head;
+  c->launch_head = l->next;
+  if (!c->launch_head) c->launch_tail = NULL;
+  l->next = NULL;
+}
+
+static void cw__launch_waiter(void* user) {
+  cw_conn_t* c = user;
+  c->launch_waiting = false;
+  cw_worker_launch_pump(c);
+  cw_worker_conn_unref(c);
+}
+
+// Why the head launch cannot be issued (an error), or what it waits for.
+static cw_status_t cw__launch_check_ready(cw_launch_t* l, cw_store_entry_t** out_wait_on) {
+  *out_wait_on = NULL;
+  cw_store_entry_t* exe = l->exe;  // retained when applied, whatever the id names now
+  if (l->apply_error) {
+    cw_status_t st = l->apply_error;
+    l->apply_error = NULL;
+    return st;
+  }
+  if (!exe) {
+    return cw_make_status(CW_NOT_FOUND, "executable %" PRIu64 " not found", l->req->exe_id);
+  }
+  if (exe->kind != CW_STORE_EXECUTABLE) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "object %" PRIu64 " is not an executable",
+                          l->req->exe_id);
+  }
+  if (exe->state == CW_STORE_ERROR) {
+    return cw_make_status(cw_status_code(exe->error), "executable %" PRIu64 " failed: %s",
+                          l->req->exe_id, cw_status_message(exe->error));
+  }
+  if (exe->state == CW_STORE_PENDING) {
+    *out_wait_on = exe;
+    return cw_ok_status();
+  }
+  for (size_t d = 0; d < l->num_devices; ++d) {
+    for (size_t a = 0; a < l->num_args; ++a) {
+      uint64_t id = l->req->args[d]->ids[a];
+      cw_store_entry_t* e = l->inputs[d * l->num_args + a];
+      if (!e) return cw_make_status(CW_NOT_FOUND, "input %" PRIu64 " not found", id);
+      if (e->kind != CW_STORE_BUFFER) {
+        return cw_make_status(CW_INVALID_ARGUMENT, "input %" PRIu64 " is not a buffer", id);
+      }
+      if (e->state == CW_STORE_ERROR) {
+        return cw_make_status(cw_status_code(e->error), "input %" PRIu64 " failed: %s", id,
+                              cw_status_message(e->error));
+      }
+      if (e->state == CW_STORE_PENDING) {
+        *out_wait_on = e;
+        return cw_ok_status();
+      }
+    }
+  }
+  return cw_ok_status();
+}
+
+void cw_worker_launch_pump(cw_conn_t* c) {
+  cw_worker_t* w = c->w;
+  // A paused session's launches stay queued, in order (cw_worker_ops.c resumes).
+  while (c->launch_head && !c->launch_waiting &&
+         !(c->keeps_session && c->session && c->session->paused)) {
+    cw_launch_t* l = c->launch_head;
+    // Gang order: a stamped launch waits for its turn (cw_worker_sched.c).
+    uint64_t stamp = cw_worker_stamp_of(c, CW_MSG_LAUNCH, &l->req->base);
+    if (stamp && cw_worker_stamp_wait(c, stamp)) return;
+    cw_store_entry_t* wait_on = NULL;
+    cw_status_t st = cw__launch_check_ready(l, &wait_on);
+    if (!st && wait_on) {
+      st = cw_store_add_waiter(w->store, wait_on, cw__launch_waiter, c);
+      if (!st) {
+        c->launch_waiting = true;
+        cw_worker_conn_ref(c);
+        return;
+      }
+    }
+    if (!st && l->num_devices > 1 && w->launches_in_flight >= CW__MAX_LAUNCHES_IN_FLIGHT) {
+      // A multi-device launch, ready, but PJRT has its fill (see
+      // CW__MAX_LAUNCHES_IN_FLIGHT): wait for a launch to complete
+      // (cw__launch_unthrottle). Single-device launches are never held: XLA
+      // runs their dispatch on the calling thread, not on its pool.
+      c->launch_waiting = true;
+      cw_worker_conn_ref(c);
+      c->throttle_next = NULL;
+      if (w->launch_throttled_tail) w->launch_throttled_tail->throttle_next = c;
+      else w->launch_throttled = c;
+      w->launch_throttled_tail = c;
+      return;
+    }
+    // A part of an island's launch: ready at its turn; it answers so, and
+    // holds the turn until the controller heard from every part
+    // (LAUNCH_GO). Nobody says go on a closed connection.
+    bool part = stamp && l->req->prepare && !l->go;
+    if (!st && part && c->closing) {
+      st = cw_make_status(CW_CANCELLED, "%s closed before the controller said go",
+                          cw_worker_conn_name(c));
+    }
+    if (!st && part) {
+      if (!l->prepared) {
+        l->prepared = true;
+        cw_worker_stamp_hold(w, stamp);
+        Causeway__V1__Ack ack = CAUSEWAY__V1__ACK__INIT;
+        ack.id = l->req->exe_id;
+        cw_worker_reply(c, CW_MSG_LAUNCH, l->request_id, &ack.base);
+      }
+      c->launch_waiting = true;
+      return;
+    }
+    if (l->prepared) cw_worker_stamp_hold(w, 0);
+    cw__launch_pop(c);
+    uint64_t sid = c->session ? c->session->id : 0;
+    if (st) cw__launch_fail(w, l, st);
+    else cw__launch_issue(w, l, l->exe);
+    if (stamp) cw_worker_stamp_passed(w, stamp, sid);  // its turn is over
+  }
+}
+
+void cw_worker_handle_launch_go(cw_net_conn_t* nc, const cw_frame_header_t* h,
+                                ProtobufCMessage** msg) {
+  cw_conn_t* c = cw_net_conn_user(nc);
+  cw_worker_t* w = c->w;
+  const Causeway__V1__LaunchGoRequest* r = (const Causeway__V1__LaunchGoRequest*)*msg;
+  cw_launch_t* l = c->launch_head;
+  if (!l || !l->prepared || l->req->sched_stamp != r->sched_stamp) {
+    cw_worker_reply_error(c, h->type, h->request_id,
+                          cw_make_status(CW_FAILED_PRECONDITION, "no prepared launch with stamp "
+                                         "%" PRIu64 " on this connection", r->sched_stamp));
+    return;
+  }
+  // Its completion (or the cancel) answers this request.
+  l->request_id = h->request_id;
+  l->go_request = true;
+  c->launch_waiting = false;
+  if (r->go) {
+    l->go = true;  // the pump issues it now
+  } else {
+    cw_worker_stamp_hold(w, 0);
+    cw__launch_pop(c);
+    uint64_t sid = c->session ? c->session->id : 0;
+    uint64_t stamp = l->req->sched_stamp;
+    cw__launch_fail(w, l, cw_make_status(CW_CANCELLED, "launch of executable %" PRIu64
+                                         " (stamp %" PRIu64 ") cancelled: %s",
+                                         l->req->exe_id, stamp, r->reason ? r->reason : ""));
+    cw_worker_stamp_passed(w, stamp, sid);
+  }
+  cw_worker_launch_pump(c);
+}
+
+// The argument and output lists' shape: one list per device, equal lengths.
+static cw_status_t cw__launch_check_lists(cw_worker_t* w, const Causeway__V1__LaunchRequest* r) {
+  size_t nd = r->n_outputs;
+  if (nd == 0 || r->n_args != nd) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "launch names %zu argument lists and %zu output "
+                          "lists", r->n_args, r->n_outputs);
+  }
+  if (nd > w->pjrt->num_devices) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "launch names %zu devices; this worker has %zu",
+                          nd, w->pjrt->num_devices);
+  }
+  size_t na = r->args[0]->n_ids, no = r->outputs[0]->n_ids;
+  for (size_t d = 0; d < nd; ++d) {
+    if (r->args[d]->n_ids != na || r->outputs[d]->n_ids != no) {
+      return cw_make_status(CW_INVALID_ARGUMENT, "device %zu has %zu arguments and %zu outputs; "
+                            "device 0 has %zu and %zu", d, r->args[d]->n_ids,
+                            r->outputs[d]->n_ids, na, no);
+    }
+  }
+  for (size_t k = 0; k < r->n_donate; ++k) {
+    if (r->donate[k] >= na) {
+      return cw_make_status(CW_INVALID_ARGUMENT, "launch donates argument %u of %zu",
+                            r->donate[k], na);
+    }
+  }
+  return cw_ok_status();
+}
+
+void cw_worker_handle_launch(cw_net_conn_t* nc, const cw_frame_header_t* h,
+                             ProtobufCMessage** msg) {
+  cw_conn_t* c = cw_net_conn_user(nc);
+  cw_worker_t* w = c->w;
+  Causeway__V1__LaunchRequest* r = (Causeway__V1__LaunchRequest*)*msg;
+  cw_status_t st = cw__launch_check_lists(w, r);
+  size_t nd = r->n_outputs;
+  size_t na = st ? 0 : r->args[0]->n_ids, no = st ? 0 : r->outputs[0]->n_ids;
+  cw_launch_t* l = NULL;
+  if (!st) {
+    l = calloc(1, sizeof(*l));
+    if (l) l->out_serials = calloc(nd * no + 1, sizeof(uint64_t));
+    if (!l || !l->out_serials) {
+      free(l);
+      l = NULL;
+      st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+    }
+  }
+  // Outputs are pending at once, so later requests may name them.
+  size_t inserted = 0;
+  for (size_t d = 0; !st && d < nd; ++d) {
+    for (size_t o = 0; !st && o < no; ++o) {
+      cw_store_entry_t* e = NULL;
+      st = cw_store_insert(w->store, c->session->key, r->outputs[d]->ids[o], CW_STORE_BUFFER, &e);
+      if (!st) {
+        l->out_serials[d * no + o] = e->serial;
+        inserted++;
+      }
+    }
+  }
+  if (st) {
+    for (size_t i = 0; l && i < inserted; ++i) {
+      cw_store_entry_t* e = cw_store_lookup(w->store, c->session->key,
+                                            r->outputs[i / no]->ids[i % no]);
+      if (e && e->serial == l->out_serials[i]) cw_store_remove(w->store, e);
+    }
+    if (l) {
+      free(l->out_serials);
+      free(l);
+    }
+    cw_worker_launch_drop_donated(w, c->session->key, r);  // the client already let them go
+    cw_worker_stamp_drop(c, h->type, &r->base);  // its turn passes
+    cw_worker_reply_error(c, h->type, h->request_id, cw_status_annotate(st, "LAUNCH"));
+    return;
+  }
+  l->conn = c;
+  cw_worker_conn_ref(c);
+  l->request_id = h->request_id;
+  l->skey = c->session->key;
+  l->req = r;
+  *msg = NULL;
+  l->num_devices = nd;
+  l->num_args = na;
+  l->num_outputs = no;
+  // Take the executable and inputs now, as the launch is applied in program
+  // order: they stay the launch's while it waits, even if a later DELETE
+  // removes their ids. A missing one is reported by the pump, in order.
+  l->exe = cw_store_lookup(w->store, l->skey, r->exe_id);
+  if (l->exe) cw_store_entry_retain(l->exe);
+  l->inputs = calloc(nd * na + 1, sizeof(*l->inputs));
+  if (!l->inputs) {
+    l->apply_error = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for a launch");
+  }
+  for (size_t d = 0; l->inputs && d < nd; ++d) {
+    for (size_t a = 0; a < na; ++a) {
+      cw_store_entry_t* e = cw_store_lookup(w->store, l->skey, r->args[d]->ids[a]);
+      if (e) cw_store_entry_retain(e);
+      l->inputs[d * na + a] = e;
+    }
+  }
+  if (c->launch_tail) c->launch_tail->next = l;
+  else c->launch_head = l;
+  c->launch_tail = l;
+  cw_worker_launch_pump(c);
+}
+
+void cw_worker_launch_conn_closed(cw_conn_t* c) {
+  if (c->launch_head && c->launch_head->prepared && !c->launch_head->go) {
+    c->launch_waiting = false;  // no go can come now: the pump cancels it
+    cw_worker_launch_pump(c);
+  }
+  // Only a connection that keeps its session knows it is still there (a
+  // peer's PUT connection may outlive the session it named).
+  cw_session_t* s = c->keeps_session ? c->session : NULL;
+  if (!s || !s->paused) return;
+  while (c->launch_head && !c->launch_waiting) {
+    cw_launch_t* l = c->launch_head;
+    cw__launch_pop(c);
+    cw__launch_fail(c->w, l, cw_make_status(CW_CANCELLED, "%s closed while session %" PRIu64
+                                            " was paused: launch not run",
+                                            cw_worker_conn_name(c), s->id));
+  }
+}
+
+size_t cw_worker_launch_queued(const cw_conn_t* c) {
+  size_t n = 0;
+  for (const cw_launch_t* l = c->launch_head; l; l = l->next) n++;
+  return n;
+}
+
+uint64_t cw_worker_launch_head_stamp(const cw_conn_t* c) {
+  return c->launch_head ? cw_worker_stamp_of(c, CW_MSG_LAUNCH, &c->launch_head->req->base) : 0;
+}

@@ -1,0 +1,182 @@
+// The worker's controller link (see cw_worker_link.h).
+//
+// The worker connects to the controller as to a peer (HELLO role WORKER) and
+// sends REGISTER with its inventory. While registered it sends
+// HEALTH_HEARTBEAT (no reply) every --heartbeat-ms; the controller declares
+// it dead after --worker-timeout-ms without one. When the link is lost (the
+// controller died or restarted, or declared this worker dead), the worker
+// keeps serving and reconnects after 100 ms, doubling up to
+// --reconnect-max-ms, then registers again under the same name; with
+// --exit-with-controller it exits instead.
+#include "cw_worker_link.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cw_log.h"
+#include "cw_worker_conn.h"
+#include "cw_worker_sched.h"
+
+#define CW__RECONNECT_FIRST_MS 100
+
+struct cw_worker_link_s {
+  cw_conn_t* conn;  // the REGISTER connection (borrowed: cleared when it closes)
+  char address[256];  // this worker's advertised address
+  uv_timer_t heartbeat_timer;
+  uv_timer_t reconnect_timer;
+  bool registered;  // the controller accepted REGISTER on `conn`
+  uint64_t heartbeat_seq;
+  int64_t reconnect_delay_ms;  // next wait before reconnecting
+};
+
+void cw_worker_advertised_address(const char* listen, char* out, size_t out_size) {
+  snprintf(out, out_size, "%s", listen);
+  if (strchr(listen, '/')) return;  // a Unix socket path
+  const char* colon = strrchr(listen, ':');
+  if (!colon) return;
+  size_t hl = (size_t)(colon - listen);
+  bool wildcard = hl == 0 || (hl == 7 && !strncmp(listen, "0.0.0.0", 7)) ||
+                  (hl == 4 && !strncmp(listen, "[::]", 4)) || (hl == 2 && !strncmp(listen, "::", 2));
+  if (!wildcard) return;
+  char host[256];
+  if (gethostname(host, sizeof(host)) != 0) return;
+  host[sizeof(host) - 1] = 0;
+  snprintf(out, out_size, "%s%s", host, colon);
+}
+
+static void cw__heartbeat(uv_timer_t* t) {
+  cw_worker_t* w = t->data;
+  cw_worker_link_t* k = w->link;
+  if (!k->conn || !k->registered || w->shutting_down) return;
+  Causeway__V1__HealthHeartbeat hb = CAUSEWAY__V1__HEALTH_HEARTBEAT__INIT;
+  hb.sequence = ++k->heartbeat_seq;
+  cw_net_conn_send(k->conn->nc, CW_MSG_HEALTH_HEARTBEAT, 0, 0, &hb.base, NULL, 0, NULL, NULL);
+}
+
+static void cw__reconnect(uv_timer_t* t);
+
+// The link `name` is gone (and the worker keeps serving): reconnect after
+// 100 ms, doubling to --reconnect-max-ms, and register again.
+static void cw__lost(cw_worker_t* w, const char* name) {
+  cw_worker_link_t* k = w->link;
+  k->registered = false;
+  if (w->shutting_down) return;
+  int64_t delay = k->reconnect_delay_ms;
+  int64_t max = cw_settings_int(w->settings, CW_SET_RECONNECT_MAX_MS);
+  if (delay > max) delay = max;
+  CW_LOGW("lost the controller %s; still serving, reconnecting in %" PRId64 " ms", name, delay);
+  k->reconnect_delay_ms = delay * 2 > max ? max : delay * 2;
+  uv_timer_start(&k->reconnect_timer, cw__reconnect, (uint64_t)delay, 0);
+}
+
+static void cw__registered(void* user, cw_net_conn_t* nc, cw_status_t status,
+                           const ProtobufCMessage* reply, uint8_t* bulk, uint64_t bulk_len) {
+  cw_worker_t* w = user;
+  free(bulk);
+  if (status) {
+    CW_LOGE("controller %s refused REGISTER: %s", cw_net_conn_name(nc), cw_status_message(status));
+    cw_status_free(status);
+    if (cw_net_conn_is_open(nc)) cw_net_conn_close(nc, NULL);  // --exit-with-controller applies
+    return;
+  }
+  cw_worker_link_t* k = w->link;
+  CW_LOGI("registered with the controller %s as %s (%s)", cw_net_conn_name(nc), w->name,
+          k->address);
+  k->registered = true;
+  k->heartbeat_seq = 0;
+  k->reconnect_delay_ms = CW__RECONNECT_FIRST_MS;
+  cw__heartbeat(&k->heartbeat_timer);  // at once: the controller's clock starts now
+}
+
+// Connects to the controller and registers (asynchronously).
+static cw_status_t cw__connect(cw_worker_t* w, const char* address) {
+  cw_worker_link_t* k = w->link;
+  cw_conn_t* c = NULL;
+  CW_RETURN_IF_ERROR(cw_worker_conn_peer(w, address, 0, &c), "--controller %s", address);
+  c->is_controller = true;
+  k->conn = c;
+  cw_worker_advertised_address(w->net.listen_address, k->address, sizeof(k->address));
+  w->inventory.worker_name = (char*)w->name;
+  Causeway__V1__RegisterRequest req = CAUSEWAY__V1__REGISTER_REQUEST__INIT;
+  req.worker_name = (char*)w->name;
+  req.address = k->address;
+  req.inventory = &w->inventory;
+  req.island_name = (char*)cw_settings_string(w->settings, CW_SET_ISLAND);
+  req.island_size = (uint32_t)cw_settings_int(w->settings, CW_SET_ISLAND_SIZE);
+  if (req.island_name[0]) {
+    int rank = 0;
+    cw_status_t st = cw_pjrt_process_index(w->pjrt, &rank);
+    if (!st && (rank < 0 || (uint32_t)rank >= req.island_size)) {
+      st = cw_make_status(CW_INVALID_ARGUMENT, "the plugin reports process index %d, outside "
+                          "--island-size %u", rank, req.island_size);
+    }
+    if (st) {
+      cw_net_conn_close(c->nc, NULL);
+      return cw_status_annotate(st, "--island %s", req.island_name);
+    }
+    req.island_rank = (uint32_t)rank;
+  }
+  // No stamp of this registration can arrive before the controller has it.
+  cw_worker_stamp_restart(w);
+  // Queued behind HELLO; a refused HELLO fails it and closes.
+  cw_net_conn_request(c->nc, CW_MSG_REGISTER, &req.base, NULL, 0, NULL, NULL, cw__registered, w);
+  return cw_ok_status();
+}
+
+static void cw__reconnect(uv_timer_t* t) {
+  cw_worker_t* w = t->data;
+  cw_worker_link_t* k = w->link;
+  if (w->shutting_down || k->conn) return;
+  const char* address = cw_settings_string(w->settings, CW_SET_CONTROLLER);
+  CW_LOGI("reconnecting to the controller %s", address);
+  cw_status_t st = cw__connect(w, address);
+  if (st) {
+    // Failed before any connection existed: try again later.
+    CW_LOGW("%s", cw_status_message(st));
+    cw_status_free(st);
+    cw__lost(w, address);
+  }
+}
+
+void cw_worker_link_closed(cw_conn_t* c) {
+  cw_worker_t* w = c->w;
+  cw_worker_link_t* k = w->link;
+  if (!k || k->conn != c) return;
+  k->conn = NULL;
+  if (w->shutting_down) return;
+  if (cw_settings_int(w->settings, CW_SET_EXIT_WITH_CONTROLLER)) {
+    CW_LOGW("lost the controller %s; exiting (--exit-with-controller)", cw_worker_conn_name(c));
+    cw_worker_stop(w);
+    return;
+  }
+  cw__lost(w, cw_worker_conn_name(c));
+}
+
+cw_status_t cw_worker_link_start(cw_worker_t* w) {
+  const char* address = cw_settings_string(w->settings, CW_SET_CONTROLLER);
+  if (!address[0]) return cw_ok_status();
+  cw_worker_link_t* k = calloc(1, sizeof(*k));
+  if (!k) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  w->link = k;
+  uv_timer_init(&w->loop, &k->heartbeat_timer);
+  uv_timer_init(&w->loop, &k->reconnect_timer);
+  k->heartbeat_timer.data = k->reconnect_timer.data = w;
+  k->reconnect_delay_ms = CW__RECONNECT_FIRST_MS;
+  uint64_t period = (uint64_t)cw_settings_int(w->settings, CW_SET_HEARTBEAT_MS);
+  uv_timer_start(&k->heartbeat_timer, cw__heartbeat, period, period);
+  return cw__connect(w, address);
+}
+
+void cw_worker_link_stop(cw_worker_t* w) {
+  if (!w->link) return;
+  uv_close((uv_handle_t*)&w->link->heartbeat_timer, NULL);
+  uv_close((uv_handle_t*)&w->link->reconnect_timer, NULL);
+}
+
+void cw_worker_link_release(cw_worker_t* w) {
+  free(w->link);
+  w->link = NULL;
+}

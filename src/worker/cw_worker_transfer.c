@@ -1,0 +1,462 @@
+// UPLOAD, PUT, DOWNLOAD, AWAIT, COPY, EXPECT, DELETE (see cw_worker_transfer.h).
+#include "cw_worker_transfer.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cw_array.h"
+#include "cw_log.h"
+#include "cw_messages.h"
+#include "cw_worker_conn.h"
+#include "cw_worker_op.h"
+#include "cw_worker_pin.h"
+#include "cw_worker_trace.h"
+
+// --- UPLOAD, PUT: bytes in ------------------------------------------------------
+
+// The host memory a buffer was made from, given back once PJRT is done with it.
+typedef struct cw__staging_hold_s {
+  void (*give_back)(void*);
+  void* user;
+} cw__staging_hold_t;
+
+static void cw__upload_staging_done(cw_worker_t* w, void* user, cw_status_t status) {
+  cw__staging_hold_t* hold = user;
+  cw_status_free(status);
+  hold->give_back(hold->user);
+  free(hold);
+}
+
+// Acks once the buffer a transfer made is ready (UPLOAD, PUT, COPY).
+static void cw__upload_ready(cw_worker_t* w, void* user, cw_status_t status) {
+  cw_op_t* op = user;
+  if (status) {
+    cw_worker_op_fail(op, status);
+    return;
+  }
+  if (op->type != CW_MSG_COPY) {
+    bool put = op->type == CW_MSG_PUT;
+    cw_worker_trace_record(w, op->skey, put ? "put" : "upload", put ? "PUT" : "UPLOAD",
+                           op->device, op->trace_start_ns, op->dst_id,
+                           op->msg ? cw_msg_seq(op->type, op->msg) : 0, op->size, 0,
+                           put ? cw_worker_conn_name(op->conn) : NULL);
+  }
+  cw_worker_op_ack(op, op->dst_id);
+}
+
+static void cw__fail_entry(cw_op_t* op, cw_store_entry_t* e, cw_status_t st) {
+  cw_store_set_error(op->w->store, e, cw_status_clone(st));
+  cw_worker_op_fail(op, st);
+}
+
+void cw_worker_transfer_received(cw_op_t* op) {
+  cw_worker_t* w = op->w;
+  cw_store_entry_t* e = cw_worker_op_own_entry(op, op->dst_id);
+  if (!e) {
+    cw_worker_op_fail(op, cw_make_status(CW_CANCELLED, "buffer %" PRIu64
+                                         " was deleted before its bytes arrived", op->dst_id));
+    return;
+  }
+  e->filling = false;
+  const int64_t* strides = NULL;
+  size_t nstrides = 0;
+  if (op->type == CW_MSG_UPLOAD) {
+    const Causeway__V1__UploadRequest* r = (const Causeway__V1__UploadRequest*)op->msg;
+    strides = r->byte_strides;
+    nstrides = r->n_byte_strides;
+  }
+  PJRT_Buffer* buffer = NULL;
+  PJRT_Event* done = NULL;
+  cw_status_t st = cw_pjrt_upload(w->pjrt, op->staging, op->dtype, op->dims, op->rank, strides,
+                                  nstrides, op->device, true, &buffer, &done);
+  if (!st) st = cw_worker_entry_set_array(e, op->dtype, op->dims, op->rank, op->device);
+  // The staging memory lives until PJRT is done with it (zero-copy: until
+  // the buffer is destroyed).
+  cw__staging_hold_t* hold = st ? NULL : malloc(sizeof(*hold));
+  if (!st && !hold) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  if (st) {
+    cw_pjrt_buffer_destroy(w->pjrt, buffer);
+    cw_pjrt_event_destroy(w->pjrt, done);
+    cw__fail_entry(op, e, st);
+    return;
+  }
+  if (!w->zero_copy_reported && op->size) {
+    // A one-time fact for the log: does this plugin alias our staging memory?
+    w->zero_copy_reported = true;
+    CW_LOGI("upload: kImmutableZeroCopy %s the staging memory",
+            cw_pjrt_buffer_pointer(w->pjrt, buffer) == (uintptr_t)op->staging ? "aliases"
+                                                                             : "copies");
+  }
+  cw_worker_op_staging_ref(op, &hold->give_back, &hold->user);
+  cw_worker_when_ready(w, done, cw__upload_staging_done, hold);
+  if (op->type == CW_MSG_UPLOAD) {
+    w->uploads++;
+    w->upload_bytes += op->size;
+  } else {
+    w->puts++;
+    w->put_bytes += op->size;
+  }
+  PJRT_Event* ready = NULL;
+  st = cw_pjrt_ready_event(w->pjrt, buffer, &ready);
+  cw_store_set_ready(w->store, e, buffer);  // may run waiters
+  if (st) {
+    cw_worker_op_fail(op, st);
+    return;
+  }
+  cw_worker_when_ready(w, ready, cw__upload_ready, op);
+}
+
+void cw_worker_handle_upload(cw_net_conn_t* nc, const cw_frame_header_t* h,
+                             ProtobufCMessage** msg) {
+  cw_conn_t* c = cw_net_conn_user(nc);
+  cw_worker_t* w = c->w;
+  const Causeway__V1__UploadRequest* r = (const Causeway__V1__UploadRequest*)*msg;
+  cw_status_t st = cw_worker_check_device(w, r->device);
+  if (!st && r->n_byte_strides && r->n_byte_strides != r->n_dims) {
+    st = cw_make_status(CW_INVALID_ARGUMENT, "%zu byte strides for %zu dimensions",
+                        r->n_byte_strides, r->n_dims);
+  }
+  cw_op_t* op = NULL;
+  if (!st) {
+    op = cw_worker_op_create(c, h->type, h->request_id);
+    if (!op) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  cw_store_entry_t* e = NULL;
+  if (!st) st = cw_store_insert(w->store, op->skey, r->buffer_id, CW_STORE_BUFFER, &e);
+  if (!st) st = cw_worker_op_copy_dims(op, r->dims, r->n_dims);
+  if (st) {
+    if (e) cw_store_remove(w->store, e);
+    cw_worker_op_free(op);
+    cw_worker_reply_error(c, h->type, h->request_id,
+                          cw_status_annotate(st, "UPLOAD %" PRIu64, r->buffer_id));
+    return;  // bulk bytes, if any, are discarded
+  }
+  e->filling = true;
+  op->serial = e->serial;
+  op->dst_id = r->buffer_id;
+  op->dtype = r->dtype;
+  op->device = r->device;
+  op->msg = *msg;
+  *msg = NULL;
+  cw_worker_conn_receive_bulk(c, h, op);
+}
+
+void cw_worker_handle_put(cw_net_conn_t* nc, const cw_frame_header_t* h,
+                          ProtobufCMessage** msg) {
+  cw_conn_t* c = cw_net_conn_user(nc);
+  cw_worker_t* w = c->w;
+  const Causeway__V1__PutRequest* r = (const Causeway__V1__PutRequest*)*msg;
+  cw_status_t st = cw_ok_status();
+  cw_session_t* s = cw_worker_session_find(w, r->dst_session);
+  if (!s) st = cw_make_status(CW_NOT_FOUND, "session %" PRIu64 " not found", r->dst_session);
+  if (!st && !r->error) st = cw_worker_check_device(w, r->dst_device);
+  cw_store_entry_t* e = NULL;
+  if (!st) {
+    // An EXPECT-ed buffer deleted while a request that uses it waits for it
+    // is older than any entry now under the id: the PUT fills that first.
+    e = cw_store_lookup_detached_put(w->store, s->key, r->dst_id);
+    if (!e) e = cw_store_lookup(w->store, s->key, r->dst_id);
+    if (e && (e->kind != CW_STORE_BUFFER || e->state != CW_STORE_PENDING || e->filling)) {
+      st = cw_make_status(CW_ALREADY_EXISTS, "buffer %" PRIu64 " already exists", r->dst_id);
+    } else if (!e) {
+      st = cw_store_insert(w->store, s->key, r->dst_id, CW_STORE_BUFFER, &e);
+      if (!st) e->from_put = true;
+    }
+  }
+  if (st) {
+    cw_worker_reply_error(c, h->type, h->request_id,
+                          cw_status_annotate(st, "PUT %" PRIu64, r->dst_id));
+    return;
+  }
+  if (r->error) {
+    cw_store_set_error(w->store, e, cw_error_reply_to_status(r->error, NULL));
+    Causeway__V1__Ack ack = CAUSEWAY__V1__ACK__INIT;
+    ack.id = r->dst_id;
+    cw_worker_reply(c, h->type, h->request_id, &ack.base);
+    return;
+  }
+  cw_op_t* op = cw_worker_op_create(c, h->type, h->request_id);
+  if (op) st = cw_worker_op_copy_dims(op, r->dims, r->n_dims);
+  if (!op || st) {
+    if (!st) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+    cw_store_set_error(w->store, e, cw_status_clone(st));
+    cw_worker_op_free(op);
+    cw_worker_reply_error(c, h->type, h->request_id, st);
+    return;
+  }
+  e->filling = true;
+  op->skey = s->key;
+  op->serial = e->serial;
+  op->dst_id = r->dst_id;
+  op->dtype = r->dtype;
+  op->device = r->dst_device;
+  op->msg = *msg;
+  *msg = NULL;
+  cw_worker_conn_receive_bulk(c, h, op);
+}
+
+// --- DOWNLOAD, AWAIT: bytes out -------------------------------------------------
+
+static bool cw__buffer_usable(cw_op_t* op, cw_store_entry_t* e) {
+  return cw_worker_op_need_kind(op, e, CW_STORE_BUFFER, "buffer", "a buffer");
+}
+
+cw_status_t cw_worker_fetch_pinned(cw_op_t* op, const void** out_bulk, cw_pin_t** out_pin,
+                                   PJRT_Event** out_event) {
+  *out_bulk = NULL;
+  *out_pin = NULL;
+  *out_event = NULL;
+  PJRT_Buffer* b = cw_worker_pin_buffer(op->pin);
+  const void* view = cw_pjrt_buffer_host_view(op->w->pjrt, b, op->rank);
+  if (view) {
+    *out_bulk = view;
+    *out_pin = op->pin;
+    op->pin = NULL;
+    return cw_ok_status();
+  }
+  op->staging = cw_worker_staging_alloc(op->w, op->size);
+  if (!op->staging) {
+    return cw_make_status(CW_RESOURCE_EXHAUSTED, "cannot allocate %" PRIu64 " bytes", op->size);
+  }
+  cw_status_t st = cw_pjrt_to_host(op->w->pjrt, b, op->staging, (size_t)op->size, out_event);
+  cw_worker_pin_release(op->pin);  // the copy holds the buffer itself
+  op->pin = NULL;
+  return st;
+}
+
+cw_status_t cw_worker_fetch_start(cw_op_t* op, cw_store_entry_t* e, PJRT_Event** out_event) {
+  *out_event = NULL;
+  PJRT_Buffer* b = (PJRT_Buffer*)e->handle;
+  if (!op->size) return cw_pjrt_ready_event(op->w->pjrt, b, out_event);
+  if (op->w->pjrt->host_memory) op->pin = cw_worker_pin(op->w, b);
+  if (op->pin) return cw_pjrt_ready_event(op->w->pjrt, b, out_event);
+  op->staging = cw_worker_staging_alloc(op->w, op->size);
+  if (!op->staging) {
+    return cw_make_status(CW_RESOURCE_EXHAUSTED, "cannot allocate %" PRIu64 " bytes", op->size);
+  }
+  return cw_pjrt_to_host(op->w->pjrt, b, op->staging, (size_t)op->size, out_event);
+}
+
+static void cw__download_done(cw_worker_t* w, void* user, cw_status_t status) {
+  cw_op_t* op = user;
+  if (status) {
+    cw_worker_op_fail(op, cw_status_annotate(status, "DOWNLOAD %" PRIu64, op->id));
+    return;
+  }
+  const void* bulk = NULL;
+  void (*bulk_free)(void*) = NULL;
+  void* bulk_user = NULL;
+  if (op->pin) {
+    cw_pin_t* pin = NULL;
+    PJRT_Event* ev = NULL;
+    cw_status_t st = cw_worker_fetch_pinned(op, &bulk, &pin, &ev);
+    if (st) {
+      cw_worker_op_fail(op, cw_status_annotate(st, "DOWNLOAD %" PRIu64, op->id));
+      return;
+    }
+    if (!pin) {
+      cw_worker_when_ready(w, ev, cw__download_done, op);  // copied after all
+      return;
+    }
+    bulk_free = cw_worker_pin_release;
+    bulk_user = pin;
+  } else if (op->staging) {
+    bulk = op->staging;
+    cw_worker_op_staging_ref(op, &bulk_free, &bulk_user);
+  }
+  Causeway__V1__ArrayInfo info = CAUSEWAY__V1__ARRAY_INFO__INIT;
+  info.buffer_id = op->id;
+  info.dtype = (Causeway__V1__DType)op->dtype;
+  info.dims = op->dims;
+  info.n_dims = op->rank;
+  info.device = op->device;
+  info.size = op->size;
+  w->downloads++;
+  w->download_bytes += op->size;
+  cw_worker_trace_record(w, op->skey, "download", "DOWNLOAD", op->device, op->trace_start_ns,
+                         op->id, op->msg ? cw_msg_seq(op->type, op->msg) : 0, op->size, 0, NULL);
+  cw_net_conn_send(op->conn->nc, op->type, CW_FRAME_REPLY, op->request_id, &info.base, bulk,
+                   op->size, bulk_free, bulk_user);
+  cw_worker_op_free(op);
+}
+
+static void cw__download_cont(cw_op_t* op, cw_store_entry_t* e) {
+  if (!cw__buffer_usable(op, e)) return;
+  uint64_t size = 0;
+  cw_status_t st = cw_array_extent(e->dtype, e->dims, e->rank, NULL, 0, &size);
+  if (!st) st = cw_worker_op_copy_dims(op, e->dims, e->rank);
+  if (!st) {
+    op->size = size;
+    op->dtype = e->dtype;
+    op->device = e->device;
+  }
+  PJRT_Event* ev = NULL;
+  if (!st) st = cw_worker_fetch_start(op, e, &ev);
+  if (st) {
+    cw_worker_op_fail(op, cw_status_annotate(st, "DOWNLOAD %" PRIu64, op->id));
+    return;
+  }
+  cw_worker_when_ready(op->w, ev, cw__download_done, op);
+}
+
+void cw_worker_handle_download(cw_net_conn_t* nc, const cw_frame_header_t* h,
+                               ProtobufCMessage** msg) {
+  uint64_t id = ((const Causeway__V1__DownloadRequest*)*msg)->buffer_id;
+  cw_op_t* op = cw_worker_op_for_wait(cw_net_conn_user(nc), h, id, cw__download_cont);
+  if (op) cw_worker_op_start_wait(op);
+}
+
+static void cw__await_done(cw_worker_t* w, void* user, cw_status_t status) {
+  cw_op_t* op = user;
+  if (status) {
+    cw_worker_op_fail(op, status);
+    return;
+  }
+  cw_store_entry_t* e = op->src;  // held: still there if deleted meanwhile
+  Causeway__V1__ArrayInfo info = CAUSEWAY__V1__ARRAY_INFO__INIT;
+  if (e) {
+    info.dtype = (Causeway__V1__DType)e->dtype;
+    info.dims = e->dims;
+    info.n_dims = e->rank;
+    info.device = e->device;
+    info.size = e->bytes;
+  }
+  info.buffer_id = op->id;
+  cw_worker_reply(op->conn, op->type, op->request_id, &info.base);
+  cw_worker_op_free(op);
+}
+
+static void cw__await_cont(cw_op_t* op, cw_store_entry_t* e) {
+  if (e && e->kind == CW_STORE_EXECUTABLE) {
+    if (e->state == CW_STORE_ERROR) {
+      cw_worker_op_fail(op, cw_status_clone(e->error));
+      return;
+    }
+    cw__await_done(op->w, op, cw_ok_status());
+    return;
+  }
+  if (!cw__buffer_usable(op, e)) return;
+  PJRT_Event* ev = NULL;
+  cw_status_t st = cw_pjrt_ready_event(op->w->pjrt, (PJRT_Buffer*)e->handle, &ev);
+  if (st) {
+    cw_worker_op_fail(op, st);
+    return;
+  }
+  cw_worker_when_ready(op->w, ev, cw__await_done, op);
+}
+
+void cw_worker_handle_await(cw_net_conn_t* nc, const cw_frame_header_t* h,
+                            ProtobufCMessage** msg) {
+  uint64_t id = ((const Causeway__V1__AwaitRequest*)*msg)->buffer_id;
+  cw_op_t* op = cw_worker_op_for_wait(cw_net_conn_user(nc), h, id, cw__await_cont);
+  if (op) cw_worker_op_start_wait(op);
+}
+
+// --- COPY, EXPECT, DELETE ---------------------------------------------------------
+
+static void cw__copy_cont(cw_op_t* op, cw_store_entry_t* src) {
+  cw_worker_t* w = op->w;
+  cw_store_entry_t* dst = cw_worker_op_own_entry(op, op->dst_id);
+  if (!dst) {
+    cw_worker_op_fail(op, cw_make_status(CW_CANCELLED, "buffer %" PRIu64 " was deleted",
+                                         op->dst_id));
+    return;
+  }
+  cw_status_t st = cw_ok_status();
+  if (!src) {
+    st = cw_make_status(CW_NOT_FOUND, "buffer %" PRIu64 " not found", op->id);
+  } else if (src->kind != CW_STORE_BUFFER) {
+    st = cw_make_status(CW_INVALID_ARGUMENT, "object %" PRIu64 " is not a buffer", op->id);
+  } else if (src->state == CW_STORE_ERROR) {
+    st = cw_make_status(cw_status_code(src->error), "input %" PRIu64 " failed: %s", op->id,
+                        cw_status_message(src->error));
+  }
+  PJRT_Buffer* out = NULL;
+  if (!st) st = cw_pjrt_copy(w->pjrt, (PJRT_Buffer*)src->handle, op->dst_device, &out);
+  if (!st) st = cw_worker_entry_set_array(dst, src->dtype, src->dims, src->rank, op->dst_device);
+  PJRT_Event* ev = NULL;
+  if (!st) st = cw_pjrt_ready_event(w->pjrt, out, &ev);
+  if (st) {
+    cw_pjrt_buffer_destroy(w->pjrt, out);
+    cw__fail_entry(op, dst, st);
+    return;
+  }
+  cw_store_set_ready(w->store, dst, out);
+  cw_worker_when_ready(w, ev, cw__upload_ready, op);  // Ack(dst_id) when ready
+}
+
+void cw_worker_handle_copy(cw_net_conn_t* nc, const cw_frame_header_t* h,
+                           ProtobufCMessage** msg) {
+  cw_conn_t* c = cw_net_conn_user(nc);
+  const Causeway__V1__CopyRequest* r = (const Causeway__V1__CopyRequest*)*msg;
+  cw_status_t st = cw_worker_check_device(c->w, r->dst_device);
+  cw_store_entry_t* dst = NULL;
+  if (!st) st = cw_store_insert(c->w->store, c->session->key, r->dst_id, CW_STORE_BUFFER, &dst);
+  if (st) {
+    cw_worker_reply_error(c, h->type, h->request_id, cw_status_annotate(st, "COPY"));
+    return;
+  }
+  cw_op_t* op = cw_worker_op_for_wait(c, h, r->src_id, cw__copy_cont);
+  if (!op) {
+    cw_store_remove(c->w->store, dst);
+    return;
+  }
+  op->dst_id = r->dst_id;
+  op->serial = dst->serial;
+  op->dst_device = r->dst_device;
+  cw_worker_op_start_wait(op);
+}
+
+void cw_worker_handle_expect(cw_net_conn_t* nc, const cw_frame_header_t* h,
+                             ProtobufCMessage** msg) {
+  cw_conn_t* c = cw_net_conn_user(nc);
+  const Causeway__V1__ExpectRequest* r = (const Causeway__V1__ExpectRequest*)*msg;
+  cw_store_entry_t* e = cw_store_lookup(c->w->store, c->session->key, r->buffer_id);
+  cw_status_t st = cw_ok_status();
+  if (e && !(e->from_put && e->kind == CW_STORE_BUFFER)) {
+    st = cw_make_status(CW_ALREADY_EXISTS, "buffer %" PRIu64 " already exists", r->buffer_id);
+  } else if (!e) {
+    st = cw_store_insert(c->w->store, c->session->key, r->buffer_id, CW_STORE_BUFFER, &e);
+    if (!st) e->awaits_put = true;
+  }
+  if (st) {
+    cw_worker_reply_error(c, h->type, h->request_id, cw_status_annotate(st, "EXPECT"));
+    return;
+  }
+  Causeway__V1__Ack ack = CAUSEWAY__V1__ACK__INIT;
+  ack.id = r->buffer_id;
+  cw_worker_reply(c, h->type, h->request_id, &ack.base);
+}
+
+void cw_worker_handle_delete(cw_net_conn_t* nc, const cw_frame_header_t* h,
+                             ProtobufCMessage** msg) {
+  cw_conn_t* c = cw_net_conn_user(nc);
+  const Causeway__V1__DeleteRequest* r = (const Causeway__V1__DeleteRequest*)*msg;
+  char missing[256];
+  size_t used = 0;
+  size_t num_missing = 0;
+  missing[0] = 0;
+  for (size_t i = 0; i < r->n_ids; ++i) {
+    cw_store_entry_t* e = cw_store_lookup(c->w->store, c->session->key, r->ids[i]);
+    if (e) {
+      cw_store_remove(c->w->store, e);
+      continue;
+    }
+    if (num_missing++ < 16 && used < sizeof(missing)) {
+      int n = snprintf(missing + used, sizeof(missing) - used, "%s%" PRIu64, used ? ", " : "",
+                       r->ids[i]);
+      if (n > 0) used += (size_t)n;
+    }
+  }
+  if (num_missing) {
+    cw_worker_reply_error(c, h->type, h->request_id,
+                          cw_make_status(CW_NOT_FOUND, "%zu unknown ids not deleted: %s%s",
+                                         num_missing, missing, num_missing > 16 ? ", ..." : ""));
+    return;
+  }
+  Causeway__V1__Ack ack = CAUSEWAY__V1__ACK__INIT;
+  ack.id = r->n_ids ? r->ids[0] : 0;
+  cw_worker_reply(c, h->type, h->request_id, &ack.base);
+}

@@ -1,0 +1,39 @@
+// Moving array bytes at the worker (cw_worker_transfer.c): UPLOAD and PUT
+// (bytes in, straight into staging memory handed to PJRT), DOWNLOAD (bytes
+// out, from device memory in place when it is host memory), AWAIT, COPY
+// (device to device), EXPECT (an id a peer will fill) and DELETE.
+#ifndef CW_WORKER_TRANSFER_H_
+#define CW_WORKER_TRANSFER_H_
+
+#include "cw_worker_internal.h"
+
+void cw_worker_handle_upload(cw_net_conn_t* conn, const cw_frame_header_t* h,
+                             ProtobufCMessage** msg);
+void cw_worker_handle_put(cw_net_conn_t* conn, const cw_frame_header_t* h,
+                          ProtobufCMessage** msg);
+void cw_worker_handle_download(cw_net_conn_t* conn, const cw_frame_header_t* h,
+                               ProtobufCMessage** msg);
+void cw_worker_handle_await(cw_net_conn_t* conn, const cw_frame_header_t* h,
+                            ProtobufCMessage** msg);
+void cw_worker_handle_copy(cw_net_conn_t* conn, const cw_frame_header_t* h,
+                           ProtobufCMessage** msg);
+void cw_worker_handle_expect(cw_net_conn_t* conn, const cw_frame_header_t* h,
+                             ProtobufCMessage** msg);
+void cw_worker_handle_delete(cw_net_conn_t* conn, const cw_frame_header_t* h,
+                             ProtobufCMessage** msg);
+// An UPLOAD's or PUT's bytes are in op->staging: make the device buffer
+// (takes op).
+void cw_worker_transfer_received(cw_op_t* op);
+
+// Reading a buffer's bytes out (DOWNLOAD, SEND). Starts waiting for e's
+// bytes: with e pinned (read in place once ready) on host-memory plugins,
+// else copied into op->staging. op->size is set by the caller.
+CW_MUST_USE cw_status_t cw_worker_fetch_start(cw_op_t* op, cw_store_entry_t* e,
+                                              PJRT_Event** out_event);
+// op->pin's buffer is ready: its bytes in place when its memory allows (the
+// pin moves to *out_pin, for the write to release), else a copy into
+// op->staging is started (*out_pin NULL; the copy's event in *out_event).
+CW_MUST_USE cw_status_t cw_worker_fetch_pinned(cw_op_t* op, const void** out_bulk,
+                                               cw_pin_t** out_pin, PJRT_Event** out_event);
+
+#endif  // CW_WORKER_TRANSFER_H_
