@@ -1,6 +1,7 @@
 #include "cw_cli.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -43,6 +44,24 @@ static bool cw__all_digits(const char* s) {
   return true;
 }
 
+enum { CW__OPT_CONTROLLER = 256, CW__OPT_TIMEOUT, CW__OPT_JSON, CW__OPT_WAIT };
+
+// An option that needs a value was given none (or "").
+static bool cw__missing(int opt, char* err, size_t err_size) {
+  if (opt == CW__OPT_CONTROLLER) {
+    return cw__fail(err, err_size, "%s needs an address", "--controller");
+  }
+  return cw__fail(err, err_size, "%s needs a number of seconds", "--timeout");
+}
+
+// Adds a command-line word to the positional ones (a command and a target).
+static bool cw__positional(const char* a, const char** positional, int* npos, char* err,
+                           size_t err_size) {
+  if (*npos >= 2) return cw__fail(err, err_size, "unexpected argument '%s' (see --help)", a);
+  positional[(*npos)++] = a;
+  return true;
+}
+
 bool cw_cli_parse(int argc, char** argv, cw_cli_args_t* out, char* err, size_t err_size) {
   memset(out, 0, sizeof(*out));
   out->timeout_s = 60;
@@ -50,37 +69,63 @@ bool cw_cli_parse(int argc, char** argv, cw_cli_args_t* out, char* err, size_t e
   const char* positional[3] = {NULL, NULL, NULL};
   int npos = 0;
   bool timeout_given = false;
-  for (int i = 1; i < argc; ++i) {
-    const char* a = argv[i];
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-      out->command = CW_CLI_HELP;
-      return false;  // err "": usage
-    }
-    if (!strncmp(a, "--controller", 12) && (a[12] == 0 || a[12] == '=')) {
-      const char* v = a[12] == '=' ? a + 13 : (i + 1 < argc ? argv[++i] : NULL);
-      if (!v || !*v) return cw__fail(err, err_size, "%s needs an address", "--controller");
-      out->controller = v;
-    } else if (!strncmp(a, "--timeout", 9) && (a[9] == 0 || a[9] == '=')) {
-      const char* v = a[9] == '=' ? a + 10 : (i + 1 < argc ? argv[++i] : NULL);
-      if (!v || !*v) return cw__fail(err, err_size, "%s needs a number of seconds", "--timeout");
-      char* end = NULL;
-      errno = 0;
-      double s = strtod(v, &end);
-      if (errno || *end || !isfinite(s) || s < 0 || s > 86400) {
-        return cw__fail(err, err_size, "--timeout '%s' is not a number of seconds (0..86400)", v);
+  static const struct option longopts[] = {
+      {"help", no_argument, NULL, 'h'},
+      {"controller", required_argument, NULL, CW__OPT_CONTROLLER},
+      {"timeout", required_argument, NULL, CW__OPT_TIMEOUT},
+      {"json", no_argument, NULL, CW__OPT_JSON},
+      {"wait", no_argument, NULL, CW__OPT_WAIT},
+      {NULL, 0, NULL, 0}};
+  // "-": words in order (code 1), as options may come after the command;
+  // ":": a missing value is ':', not a message of getopt's own. optind = 0
+  // is glibc's full reset, so every call (the tests make many) starts afresh.
+  opterr = 0;
+  optind = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, "-:h", longopts, NULL)) != -1) {
+    switch (c) {
+      case 'h':
+        out->command = CW_CLI_HELP;
+        return false;  // err "": usage
+      case CW__OPT_CONTROLLER:
+        if (!*optarg) return cw__missing(c, err, err_size);
+        out->controller = optarg;
+        break;
+      case CW__OPT_TIMEOUT: {
+        if (!*optarg) return cw__missing(c, err, err_size);
+        char* end = NULL;
+        errno = 0;
+        double t = strtod(optarg, &end);
+        if (errno || *end || !isfinite(t) || t < 0 || t > 86400) {
+          return cw__fail(err, err_size, "--timeout '%s' is not a number of seconds (0..86400)",
+                          optarg);
+        }
+        out->timeout_s = t;
+        timeout_given = true;
+        break;
       }
-      out->timeout_s = s;
-      timeout_given = true;
-    } else if (!strcmp(a, "--json")) {
-      out->json = true;
-    } else if (!strcmp(a, "--wait")) {
-      out->wait = true;
-    } else if (a[0] == '-' && a[1]) {
-      return cw__fail(err, err_size, "unknown option '%s' (see --help)", a);
-    } else {
-      if (npos >= 2) return cw__fail(err, err_size, "unexpected argument '%s' (see --help)", a);
-      positional[npos++] = a;
+      case CW__OPT_JSON:
+        out->json = true;
+        break;
+      case CW__OPT_WAIT:
+        out->wait = true;
+        break;
+      case 1:
+        if (!cw__positional(optarg, positional, &npos, err, err_size)) return false;
+        break;
+      case ':':
+        return cw__missing(optopt, err, err_size);
+      default: {  // '?': unknown, or a value given to a flag (--json=x)
+        const char* a = argv[optind - 1];
+        char opt[3] = {'-', (char)optopt, 0};
+        return cw__fail(err, err_size, "unknown option '%s' (see --help)",
+                        strncmp(a, "--", 2) ? opt : a);
+      }
     }
+  }
+  // After "--" every word is positional.
+  for (int i = optind; i < argc; ++i) {
+    if (!cw__positional(argv[i], positional, &npos, err, err_size)) return false;
   }
   if (npos == 0) return cw__fail(err, err_size, "%s", "no command given (see --help)");
   static const struct {

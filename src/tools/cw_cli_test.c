@@ -335,6 +335,21 @@ static void test_args_commands(void** state) {
   assert_int_equal(a.command, CW_CLI_UNDRAIN);
   assert_false(parse(&a, err, sizeof(err), "--help", NULL));
   assert_string_equal(err, "");
+  // Options anywhere, values after '=', words after "--" are positional.
+  assert_true(parse(&a, err, sizeof(err), "--wait", "drain", "--timeout=0", "--", "-w", NULL));
+  assert_int_equal(a.command, CW_CLI_DRAIN);
+  assert_string_equal(a.target, "-w");
+  assert_true(a.wait);
+  assert_true(a.timeout_s == 0);
+  // Help from the middle of a bundle of short options; getopt's state is
+  // reset, so the next list is parsed on its own.
+  assert_false(parse(&a, err, sizeof(err), "status", "-hq", NULL));
+  assert_string_equal(err, "");
+  assert_int_equal(a.command, CW_CLI_HELP);
+  assert_true(parse(&a, err, sizeof(err), "status", NULL));
+  assert_int_equal(a.command, CW_CLI_STATUS);
+  assert_false(a.json);
+  assert_null(a.controller);
 }
 
 static void test_args_errors(void** state) {
@@ -362,6 +377,18 @@ static void test_args_errors(void** state) {
   assert_string_equal(err, "--wait and --timeout are for drain");
   assert_false(parse(&a, err, sizeof(err), "status", "extra", NULL));
   assert_string_equal(err, "unexpected argument 'extra' (see --help)");
+  assert_false(parse(&a, err, sizeof(err), "pause", "s", "more", NULL));
+  assert_string_equal(err, "unexpected argument 'more' (see --help)");
+  assert_false(parse(&a, err, sizeof(err), "status", "-x", NULL));
+  assert_string_equal(err, "unknown option '-x' (see --help)");
+  assert_false(parse(&a, err, sizeof(err), "status", "--json=yes", NULL));
+  assert_string_equal(err, "unknown option '--json=yes' (see --help)");
+  assert_false(parse(&a, err, sizeof(err), "--controller=", "status", NULL));
+  assert_string_equal(err, "--controller needs an address");
+  assert_false(parse(&a, err, sizeof(err), "drain", "w", "--timeout", NULL));
+  assert_string_equal(err, "--timeout needs a number of seconds");
+  assert_false(parse(&a, err, sizeof(err), "drain", "w", "--timeout", "-1", NULL));
+  assert_string_equal(err, "--timeout '-1' is not a number of seconds (0..86400)");
 }
 
 static void test_status_json_escapes_peer_text(void** state) {
