@@ -27,7 +27,8 @@ static char* round_trip(json_t* v, size_t flags, char** out_text) {
 }
 
 static void test_string_keeps_valid_utf8(void** state) {
-  const char* in = "a\"b\\c\nd\te\x01" "f\x7f" "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\xf4\x8f\xbf\xbf";
+  const char* in = "a\"b\\c\nd\te\x01" "f\x7f"
+                   "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\xf4\x8f\xbf\xbf";
   char* text;
   char* back = round_trip(cw_json_string_create(in), 0, &text);
   assert_string_equal(back, in);
