@@ -20,16 +20,10 @@
 #include "cw_pjrt_c_api.h"
 #include "cw_pjrt_test_util.h"
 
+// Short names: these files make a call or two per line.
+#define api cw_pjrt_test_api
 #define INIT_ARGS CW_PJRT_INIT_ARGS
 #define OK CW_PJRT_ASSERT_OK
-
-static const PJRT_Api* api;
-
-static int setup(void** state) {
-  int rc = cw_pjrt_test_setup(state);
-  api = cw_pjrt_test_api;
-  return rc;
-}
 
 static const char kAddModule[] =
     "module @m {\n"
@@ -485,5 +479,5 @@ int main(int argc, char** argv) {
       cmocka_unit_test(test_serialize_and_reload),
       cmocka_unit_test(test_compile_error),
   };
-  return cmocka_run_group_tests(tests, setup, cw_pjrt_test_teardown);
+  return cmocka_run_group_tests(tests, cw_pjrt_test_setup, cw_pjrt_test_teardown);
 }

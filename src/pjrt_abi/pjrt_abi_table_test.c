@@ -14,16 +14,10 @@
 #include "cw_pjrt_c_api.h"
 #include "cw_pjrt_test_util.h"
 
+// Short names: these files make a call or two per line.
+#define api cw_pjrt_test_api
 #define INIT_ARGS CW_PJRT_INIT_ARGS
 #define OK CW_PJRT_ASSERT_OK
-
-static const PJRT_Api* api;
-
-static int setup(void** state) {
-  int rc = cw_pjrt_test_setup(state);
-  api = cw_pjrt_test_api;
-  return rc;
-}
 
 static void test_table_and_version(void** state) {
   print_message("PJRT_Api struct_size %zu, version %d.%d\n", api->struct_size,
@@ -241,5 +235,5 @@ int main(void) {
       cmocka_unit_test(test_device_descriptions_and_memories),
       cmocka_unit_test(test_memory_vtable),
   };
-  return cmocka_run_group_tests(tests, setup, cw_pjrt_test_teardown);
+  return cmocka_run_group_tests(tests, cw_pjrt_test_setup, cw_pjrt_test_teardown);
 }

@@ -15,6 +15,22 @@
 
 #define FFFD "\xef\xbf\xbd"
 
+// A trace file written into memory.
+typedef struct file_s {
+  char* buf;
+  size_t len;
+  FILE* f;
+  cw_plugin_trace_file_t t;
+} file_t;
+
+static void file_begin(file_t* o) {
+  o->buf = NULL;
+  o->len = 0;
+  o->f = open_memstream(&o->buf, &o->len);
+  assert_non_null(o->f);
+  cw_plugin_trace_file_begin(&o->t, o->f);
+}
+
 // Parses a finished file; the caller releases the document.
 static json_t* parse(char* buf, size_t len) {
   json_error_t err;
@@ -24,23 +40,20 @@ static json_t* parse(char* buf, size_t len) {
 }
 
 static void test_file_parses_back(void** state) {
-  char* buf = NULL;
-  size_t len = 0;
-  FILE* f = open_memstream(&buf, &len);
-  cw_plugin_trace_file_t t;
-  cw_plugin_trace_file_begin(&t, f);
+  file_t o;
+  file_begin(&o);
   // A worker name cut inside a character (as a fixed-size copy cuts it),
   // a lone continuation byte, a program name with quotes and a newline.
-  cw_plugin_trace_file_meta(&t, 42, 0, "process_name", "causeway worker w\xc3");
+  cw_plugin_trace_file_meta(&o.t, 42, 0, "process_name", "causeway worker w\xc3");
   json_t* args = json_object();
   json_object_set_new(args, "peer", json_string("w2"));
-  cw_plugin_trace_file_complete(&t, 42, 3, "execute", "jit_\"f\"\n\x80", 1500, 2000001, args);
-  cw_plugin_trace_file_complete(&t, 42, 1001, "upload", NULL, -500, -7, NULL);
+  cw_plugin_trace_file_complete(&o.t, 42, 3, "execute", "jit_\"f\"\n\x80", 1500, 2000001, args);
+  cw_plugin_trace_file_complete(&o.t, 42, 1001, "upload", NULL, -500, -7, NULL);
   json_t* other = json_pack("{s:s, s:[]}", "clock", "CLOCK_MONOTONIC", "workers");
-  assert_true(cw_plugin_trace_file_end(&t, other));
-  fclose(f);
+  assert_true(cw_plugin_trace_file_end(&o.t, other));
+  fclose(o.f);
 
-  json_t* doc = parse(buf, len);
+  json_t* doc = parse(o.buf, o.len);
   assert_string_equal(json_string_value(json_object_get(doc, "displayTimeUnit")), "ms");
   assert_string_equal(
       json_string_value(json_object_get(json_object_get(doc, "otherData"), "clock")),
@@ -74,35 +87,29 @@ static void test_file_parses_back(void** state) {
   assert_null(json_object_get(u, "args"));
   json_decref(doc);
   // One event per line, microseconds as written before (3 decimals at most).
-  assert_non_null(strstr(buf, "\n{\"ph\":\"X\",\"pid\":42,\"tid\":3,\"cat\":\"execute\","));
-  assert_non_null(strstr(buf, "\"ts\":1.5,\"dur\":2000.001,"));
-  free(buf);
+  assert_non_null(strstr(o.buf, "\n{\"ph\":\"X\",\"pid\":42,\"tid\":3,\"cat\":\"execute\","));
+  assert_non_null(strstr(o.buf, "\"ts\":1.5,\"dur\":2000.001,"));
+  free(o.buf);
 }
 
 static void test_empty_file_parses_back(void** state) {
-  char* buf = NULL;
-  size_t len = 0;
-  FILE* f = open_memstream(&buf, &len);
-  cw_plugin_trace_file_t t;
-  cw_plugin_trace_file_begin(&t, f);
-  assert_true(cw_plugin_trace_file_end(&t, json_object()));
-  fclose(f);
-  json_t* doc = parse(buf, len);
+  file_t o;
+  file_begin(&o);
+  assert_true(cw_plugin_trace_file_end(&o.t, json_object()));
+  fclose(o.f);
+  json_t* doc = parse(o.buf, o.len);
   assert_int_equal(json_array_size(json_object_get(doc, "traceEvents")), 0);
   json_decref(doc);
-  free(buf);
+  free(o.buf);
 }
 
 static void test_missing_other_data_fails(void** state) {
-  char* buf = NULL;
-  size_t len = 0;
-  FILE* f = open_memstream(&buf, &len);
-  cw_plugin_trace_file_t t;
-  cw_plugin_trace_file_begin(&t, f);
-  cw_plugin_trace_file_meta(&t, 1, 0, "thread_name", "dispatch");
-  assert_false(cw_plugin_trace_file_end(&t, NULL));  // as when out of memory
-  fclose(f);
-  free(buf);
+  file_t o;
+  file_begin(&o);
+  cw_plugin_trace_file_meta(&o.t, 1, 0, "thread_name", "dispatch");
+  assert_false(cw_plugin_trace_file_end(&o.t, NULL));  // as when out of memory
+  fclose(o.f);
+  free(o.buf);
 }
 
 int main(void) {

@@ -353,42 +353,43 @@ static void test_args_commands(void** state) {
 }
 
 static void test_args_errors(void** state) {
-  cw_cli_args_t a;
-  char err[256];
-  assert_false(parse(&a, err, sizeof(err), NULL));
-  assert_string_equal(err, "no command given (see --help)");
-  assert_false(parse(&a, err, sizeof(err), "stats", NULL));
-  assert_string_equal(err, "unknown command 'stats' (status, pause, resume, drain, undrain)");
-  assert_false(parse(&a, err, sizeof(err), "pause", NULL));
-  assert_string_equal(err, "pause needs a SESSION id or name");
-  assert_false(parse(&a, err, sizeof(err), "drain", NULL));
-  assert_string_equal(err, "drain needs a WORKER name");
-  assert_false(parse(&a, err, sizeof(err), "status", "--frobnicate", NULL));
-  assert_string_equal(err, "unknown option '--frobnicate' (see --help)");
-  assert_false(parse(&a, err, sizeof(err), "drain", "w", "--timeout", "soon", NULL));
-  assert_string_equal(err, "--timeout 'soon' is not a number of seconds (0..86400)");
-  assert_false(parse(&a, err, sizeof(err), "status", "--controller", NULL));
-  assert_string_equal(err, "--controller needs an address");
-  assert_false(parse(&a, err, sizeof(err), "pause", "99999999999999999999999", NULL));
-  assert_string_equal(err, "session id '99999999999999999999999' is out of range");
-  assert_false(parse(&a, err, sizeof(err), "pause", "s", "--json", NULL));
-  assert_string_equal(err, "--json is for status");
-  assert_false(parse(&a, err, sizeof(err), "status", "--wait", NULL));
-  assert_string_equal(err, "--wait and --timeout are for drain");
-  assert_false(parse(&a, err, sizeof(err), "status", "extra", NULL));
-  assert_string_equal(err, "unexpected argument 'extra' (see --help)");
-  assert_false(parse(&a, err, sizeof(err), "pause", "s", "more", NULL));
-  assert_string_equal(err, "unexpected argument 'more' (see --help)");
-  assert_false(parse(&a, err, sizeof(err), "status", "-x", NULL));
-  assert_string_equal(err, "unknown option '-x' (see --help)");
-  assert_false(parse(&a, err, sizeof(err), "status", "--json=yes", NULL));
-  assert_string_equal(err, "unknown option '--json=yes' (see --help)");
-  assert_false(parse(&a, err, sizeof(err), "--controller=", "status", NULL));
-  assert_string_equal(err, "--controller needs an address");
-  assert_false(parse(&a, err, sizeof(err), "drain", "w", "--timeout", NULL));
-  assert_string_equal(err, "--timeout needs a number of seconds");
-  assert_false(parse(&a, err, sizeof(err), "drain", "w", "--timeout", "-1", NULL));
-  assert_string_equal(err, "--timeout '-1' is not a number of seconds (0..86400)");
+  static const struct {
+    const char* args[6];  // after argv[0], up to the first NULL
+    const char* err;
+  } cases[] = {
+      {{NULL}, "no command given (see --help)"},
+      {{"stats"}, "unknown command 'stats' (status, pause, resume, drain, undrain)"},
+      {{"pause"}, "pause needs a SESSION id or name"},
+      {{"drain"}, "drain needs a WORKER name"},
+      {{"status", "--frobnicate"}, "unknown option '--frobnicate' (see --help)"},
+      {{"drain", "w", "--timeout", "soon"},
+       "--timeout 'soon' is not a number of seconds (0..86400)"},
+      {{"status", "--controller"}, "--controller needs an address"},
+      {{"pause", "99999999999999999999999"},
+       "session id '99999999999999999999999' is out of range"},
+      {{"pause", "s", "--json"}, "--json is for status"},
+      {{"status", "--wait"}, "--wait and --timeout are for drain"},
+      {{"status", "extra"}, "unexpected argument 'extra' (see --help)"},
+      {{"pause", "s", "more"}, "unexpected argument 'more' (see --help)"},
+      {{"status", "-x"}, "unknown option '-x' (see --help)"},
+      {{"status", "--json=yes"}, "unknown option '--json=yes' (see --help)"},
+      {{"--controller=", "status"}, "--controller needs an address"},
+      {{"drain", "w", "--timeout"}, "--timeout needs a number of seconds"},
+      {{"drain", "w", "--timeout", "-1"},
+       "--timeout '-1' is not a number of seconds (0..86400)"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+    char* argv[8] = {(char*)"causeway"};
+    int argc = 1;
+    while (argc < 7 && cases[i].args[argc - 1]) {
+      argv[argc] = (char*)cases[i].args[argc - 1];
+      argc++;
+    }
+    cw_cli_args_t a;
+    char err[256];
+    assert_false(cw_cli_parse(argc, argv, &a, err, sizeof(err)));
+    assert_string_equal(err, cases[i].err);
+  }
 }
 
 static void test_status_json_escapes_peer_text(void** state) {
