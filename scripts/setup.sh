@@ -7,7 +7,8 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 
 debs=(build-essential clang llvm libclang-rt-14-dev cmake ninja-build pkg-config
-      libprotobuf-c-dev protobuf-c-compiler libuv1-dev libcmocka-dev iproute2 libssl-dev)
+      libprotobuf-c-dev protobuf-c-compiler libuv1-dev libcmocka-dev iproute2 libssl-dev
+      libjansson-dev)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

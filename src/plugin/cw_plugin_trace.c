@@ -22,7 +22,9 @@
 #include <unistd.h>
 
 #include "cw_frame.h"
+#include "cw_json.h"
 #include "cw_plugin.h"
+#include "cw_plugin_trace_file.h"
 #include "cw_time.h"
 
 #define CW__TRACE_CLIENT_CAPACITY (1u << 20)
@@ -131,43 +133,6 @@ static void cw__clock_sample(cw__wclock_t* k, const Causeway__V1__TraceClock* cl
 
 // --- Writing --------------------------------------------------------------------------
 
-static void cw__json_string(FILE* f, const char* s) {
-  fputc('"', f);
-  for (; s && *s; ++s) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
-    else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
-    else fputc(ch, f);
-  }
-  fputc('"', f);
-}
-
-static void cw__json_us(FILE* f, const char* key, int64_t ns) {
-  fprintf(f, "\"%s\":%" PRId64 ".%03d", key, ns / 1000, (int)((ns < 0 ? -ns : ns) % 1000));
-}
-
-static void cw__meta(FILE* f, bool* first, uint32_t pid, int tid, const char* what,
-                     const char* name) {
-  fprintf(f, "%s\n{\"ph\":\"M\",\"pid\":%u,\"tid\":%d,\"name\":\"%s\",\"args\":{\"name\":",
-          *first ? "" : ",", pid, tid, what);
-  cw__json_string(f, name);
-  fputs("}}", f);
-  *first = false;
-}
-
-static void cw__complete(FILE* f, bool* first, uint32_t pid, int tid, const char* cat,
-                         const char* name, int64_t ts_ns, int64_t dur_ns) {
-  fprintf(f, "%s\n{\"ph\":\"X\",\"pid\":%u,\"tid\":%d,\"cat\":", *first ? "" : ",", pid, tid);
-  cw__json_string(f, cat);
-  fputs(",\"name\":", f);
-  cw__json_string(f, name);
-  fputc(',', f);
-  cw__json_us(f, "ts", ts_ns);
-  fputc(',', f);
-  cw__json_us(f, "dur", dur_ns < 0 ? 0 : dur_ns);
-  *first = false;
-}
-
 static int cw__worker_lane(const char* cat, int device) {
   if (!strcmp(cat, "execute")) return device >= 0 && device < 256 ? device : CW__WLANE_OTHER;
   if (!strcmp(cat, "upload")) return CW__WLANE_UPLOAD;
@@ -230,14 +195,24 @@ static void cw__fetch_worker(cw__trace_state_t* st, size_t i) {
   }
 }
 
+// Sets obj[key] = v, taking v; a NULL v (out of memory) leaves obj NULL, so
+// the event is dropped and the file reported as failed.
+static json_t* cw__with(json_t* obj, const char* key, json_t* v) {
+  if (json_object_set_new(obj, key, v)) {
+    json_decref(obj);
+    return NULL;
+  }
+  return obj;
+}
+
 // Writes worker `i`'s process: its name, lanes and fetched events.
-static void cw__write_worker(FILE* f, bool* first, const cw__trace_state_t* st, size_t i) {
+static void cw__write_worker(cw_plugin_trace_file_t* t, const cw__trace_state_t* st, size_t i) {
   const cw__worker_t* w = &st->client->workers[i];
   const cw__wclock_t* k = &st->clocks[i];
   if (!k->started) return;
   char pname[256];
   snprintf(pname, sizeof(pname), "causeway worker %s (island %u)", w->name, w->island);
-  cw__meta(f, first, k->pid, 0, "process_name", pname);
+  cw_plugin_trace_file_meta(t, k->pid, 0, "process_name", pname);
   bool lanes[CW__WLANE_OTHER + 1 - CW__WLANE_UPLOAD] = {0};
   bool devices[256] = {0};
   for (size_t e = 0; e < st->num_wevents; ++e) {
@@ -247,28 +222,54 @@ static void cw__write_worker(FILE* f, bool* first, const cw__trace_state_t* st, 
     if (lane < CW__WLANE_UPLOAD && !devices[lane]) {
       char tname[32];
       snprintf(tname, sizeof(tname), "device %d", lane);
-      cw__meta(f, first, k->pid, lane, "thread_name", tname);
+      cw_plugin_trace_file_meta(t, k->pid, lane, "thread_name", tname);
       devices[lane] = true;
     }
     if (lane >= CW__WLANE_UPLOAD && !lanes[lane - CW__WLANE_UPLOAD]) {
       static const char* const kNames[] = {"uploads", "downloads", "sends (to peers)",
                                            "puts (from peers)", "other"};
-      cw__meta(f, first, k->pid, lane, "thread_name", kNames[lane - CW__WLANE_UPLOAD]);
+      cw_plugin_trace_file_meta(t, k->pid, lane, "thread_name", kNames[lane - CW__WLANE_UPLOAD]);
       lanes[lane - CW__WLANE_UPLOAD] = true;
     }
-    cw__complete(f, first, k->pid, lane, ev->cat, ev->name,
-                 ev->start_ns - k->offset_ns - st->origin_ns, ev->dur_ns);
-    fprintf(f, ",\"args\":{\"worker\":");
-    cw__json_string(f, w->name);
-    fprintf(f, ",\"id\":%" PRIu64 ",\"seq\":%" PRIu64 ",\"bytes\":%" PRIu64
-            ",\"launch_id\":%" PRIu64 ",\"device\":%d", ev->id, ev->seq, ev->bytes,
-            ev->launch_id, ev->device);
-    if (ev->peer[0]) {
-      fputs(",\"peer\":", f);
-      cw__json_string(f, ev->peer);
-    }
-    fputs("}}", f);
+    json_t* args = json_object();
+    args = cw__with(args, "worker", cw_json_string_create(w->name));
+    args = cw__with(args, "id", cw_json_uint_create(ev->id));
+    args = cw__with(args, "seq", cw_json_uint_create(ev->seq));
+    args = cw__with(args, "bytes", cw_json_uint_create(ev->bytes));
+    args = cw__with(args, "launch_id", cw_json_uint_create(ev->launch_id));
+    args = cw__with(args, "device", json_integer(ev->device));
+    if (ev->peer[0]) args = cw__with(args, "peer", cw_json_string_create(ev->peer));
+    if (!args) t->failed = true;
+    cw_plugin_trace_file_complete(t, k->pid, lane, ev->cat, ev->name,
+                                  ev->start_ns - k->offset_ns - st->origin_ns, ev->dur_ns, args);
   }
+}
+
+// otherData: the clock origin, drop counts and each worker's clock estimate.
+static json_t* cw__other_data(const cw__trace_state_t* st, uint64_t cdropped) {
+  const cw__client_t* c = st->client;
+  json_t* workers = json_array();
+  for (size_t i = 0; i < c->num_workers; ++i) {
+    const cw__wclock_t* k = &st->clocks[i];
+    if (!k->started) continue;
+    json_t* w = json_object();
+    w = cw__with(w, "name", cw_json_string_create(c->workers[i].name));
+    w = cw__with(w, "pid", json_integer(k->pid));
+    w = cw__with(w, "clock_offset_ns", json_integer(k->offset_ns));
+    w = cw__with(w, "clock_rtt_ns", json_integer(k->rtt_ns));
+    w = cw__with(w, "dropped", cw_json_uint_create(k->dropped));
+    if (json_array_append_new(workers, w)) {
+      json_decref(workers);
+      return NULL;
+    }
+  }
+  json_t* o = json_object();
+  o = cw__with(o, "clock", json_string("CLOCK_MONOTONIC"));
+  o = cw__with(o, "ts_origin_ns", json_integer(st->origin_ns));
+  o = cw__with(o, "session", cw_json_uint_create(c->session_id));
+  o = cw__with(o, "client_dropped", cw_json_uint_create(cdropped));
+  o = cw__with(o, "worker_events_dropped", cw_json_uint_create(st->wdropped));
+  return cw__with(o, "workers", workers);
 }
 
 // Writes the file: the client's events `cev` (head `chead`, `ccount` of
@@ -284,46 +285,31 @@ static void cw__write(const cw__trace_state_t* st, const cw__tev_t* cev, size_t 
     return;
   }
   uint32_t pid = (uint32_t)getpid();
-  bool first = true;
-  fputs("{\"traceEvents\":[", f);
+  cw_plugin_trace_file_t t;
+  cw_plugin_trace_file_begin(&t, f);
   char pname[128];
   snprintf(pname, sizeof(pname), "causeway client (pid %u, session %" PRIu64 ")", pid,
            c->session_id);
-  cw__meta(f, &first, pid, 0, "process_name", pname);
-  cw__meta(f, &first, pid, CW__TRACE_LANE_DISPATCH, "thread_name", "dispatch");
-  cw__meta(f, &first, pid, CW__TRACE_LANE_TRANSFER, "thread_name", "transfers (dispatch to ack)");
-  cw__meta(f, &first, pid, CW__TRACE_LANE_WAIT, "thread_name", "waits");
+  cw_plugin_trace_file_meta(&t, pid, 0, "process_name", pname);
+  cw_plugin_trace_file_meta(&t, pid, CW__TRACE_LANE_DISPATCH, "thread_name", "dispatch");
+  cw_plugin_trace_file_meta(&t, pid, CW__TRACE_LANE_TRANSFER, "thread_name",
+                            "transfers (dispatch to ack)");
+  cw_plugin_trace_file_meta(&t, pid, CW__TRACE_LANE_WAIT, "thread_name", "waits");
   for (size_t i = 0; i < ccount; ++i) {
     const cw__tev_t* ev = &cev[(chead + i) % CW__TRACE_CLIENT_CAPACITY];
-    cw__complete(f, &first, pid, ev->lane, ev->cat, ev->name, ev->start_ns - st->origin_ns,
-                 ev->end_ns - ev->start_ns);
-    fputs(",\"args\":{", f);
+    json_t* args = json_object();
     if (ev->worker >= 0 && (size_t)ev->worker < c->num_workers) {
-      fputs("\"worker\":", f);
-      cw__json_string(f, c->workers[ev->worker].name);
-      fputc(',', f);
+      args = cw__with(args, "worker", cw_json_string_create(c->workers[ev->worker].name));
     }
-    fprintf(f, "\"id\":%" PRIu64 ",\"seq\":%" PRIu64 ",\"bytes\":%" PRIu64 "}}", ev->id,
-            ev->seq, ev->bytes);
+    args = cw__with(args, "id", cw_json_uint_create(ev->id));
+    args = cw__with(args, "seq", cw_json_uint_create(ev->seq));
+    args = cw__with(args, "bytes", cw_json_uint_create(ev->bytes));
+    if (!args) t.failed = true;
+    cw_plugin_trace_file_complete(&t, pid, ev->lane, ev->cat, ev->name,
+                                  ev->start_ns - st->origin_ns, ev->end_ns - ev->start_ns, args);
   }
-  for (size_t i = 0; i < c->num_workers; ++i) cw__write_worker(f, &first, st, i);
-  fputs("\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"clock\":\"CLOCK_MONOTONIC\","
-        "\"ts_origin_ns\":", f);
-  fprintf(f, "%" PRId64 ",\"session\":%" PRIu64 ",\"client_dropped\":%" PRIu64
-          ",\"worker_events_dropped\":%" PRIu64 ",\"workers\":[", st->origin_ns,
-          c->session_id, cdropped, st->wdropped);
-  bool firstw = true;
-  for (size_t i = 0; i < c->num_workers; ++i) {
-    const cw__wclock_t* k = &st->clocks[i];
-    if (!k->started) continue;
-    fprintf(f, "%s{\"name\":", firstw ? "" : ",");
-    cw__json_string(f, c->workers[i].name);
-    fprintf(f, ",\"pid\":%u,\"clock_offset_ns\":%" PRId64 ",\"clock_rtt_ns\":%" PRId64
-            ",\"dropped\":%" PRIu64 "}", k->pid, k->offset_ns, k->rtt_ns, k->dropped);
-    firstw = false;
-  }
-  fputs("]}}\n", f);
-  bool ok = !ferror(f);
+  for (size_t i = 0; i < c->num_workers; ++i) cw__write_worker(&t, st, i);
+  bool ok = cw_plugin_trace_file_end(&t, cw__other_data(st, cdropped));
   ok = (fclose(f) == 0) && ok;
   if (!ok || rename(tmp, st->path) != 0) {
     fprintf(stderr, "causeway: trace: writing %s failed\n", st->path);

@@ -1,6 +1,7 @@
 #include "cw_cli.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -43,6 +44,24 @@ static bool cw__all_digits(const char* s) {
   return true;
 }
 
+enum { CW__OPT_CONTROLLER = 256, CW__OPT_TIMEOUT, CW__OPT_JSON, CW__OPT_WAIT };
+
+// An option that needs a value was given none (or "").
+static bool cw__missing(int opt, char* err, size_t err_size) {
+  if (opt == CW__OPT_CONTROLLER) {
+    return cw__fail(err, err_size, "%s needs an address", "--controller");
+  }
+  return cw__fail(err, err_size, "%s needs a number of seconds", "--timeout");
+}
+
+// Adds a command-line word to the positional ones (a command and a target).
+static bool cw__positional(const char* a, const char** positional, int* npos, char* err,
+                           size_t err_size) {
+  if (*npos >= 2) return cw__fail(err, err_size, "unexpected argument '%s' (see --help)", a);
+  positional[(*npos)++] = a;
+  return true;
+}
+
 bool cw_cli_parse(int argc, char** argv, cw_cli_args_t* out, char* err, size_t err_size) {
   memset(out, 0, sizeof(*out));
   out->timeout_s = 60;
@@ -50,37 +69,63 @@ bool cw_cli_parse(int argc, char** argv, cw_cli_args_t* out, char* err, size_t e
   const char* positional[3] = {NULL, NULL, NULL};
   int npos = 0;
   bool timeout_given = false;
-  for (int i = 1; i < argc; ++i) {
-    const char* a = argv[i];
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-      out->command = CW_CLI_HELP;
-      return false;  // err "": usage
-    }
-    if (!strncmp(a, "--controller", 12) && (a[12] == 0 || a[12] == '=')) {
-      const char* v = a[12] == '=' ? a + 13 : (i + 1 < argc ? argv[++i] : NULL);
-      if (!v || !*v) return cw__fail(err, err_size, "%s needs an address", "--controller");
-      out->controller = v;
-    } else if (!strncmp(a, "--timeout", 9) && (a[9] == 0 || a[9] == '=')) {
-      const char* v = a[9] == '=' ? a + 10 : (i + 1 < argc ? argv[++i] : NULL);
-      if (!v || !*v) return cw__fail(err, err_size, "%s needs a number of seconds", "--timeout");
-      char* end = NULL;
-      errno = 0;
-      double s = strtod(v, &end);
-      if (errno || *end || !isfinite(s) || s < 0 || s > 86400) {
-        return cw__fail(err, err_size, "--timeout '%s' is not a number of seconds (0..86400)", v);
+  static const struct option longopts[] = {
+      {"help", no_argument, NULL, 'h'},
+      {"controller", required_argument, NULL, CW__OPT_CONTROLLER},
+      {"timeout", required_argument, NULL, CW__OPT_TIMEOUT},
+      {"json", no_argument, NULL, CW__OPT_JSON},
+      {"wait", no_argument, NULL, CW__OPT_WAIT},
+      {NULL, 0, NULL, 0}};
+  // "-": words in order (code 1), as options may come after the command;
+  // ":": a missing value is ':', not a message of getopt's own. optind = 0
+  // is glibc's full reset, so every call (the tests make many) starts afresh.
+  opterr = 0;
+  optind = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, "-:h", longopts, NULL)) != -1) {
+    switch (c) {
+      case 'h':
+        out->command = CW_CLI_HELP;
+        return false;  // err "": usage
+      case CW__OPT_CONTROLLER:
+        if (!*optarg) return cw__missing(c, err, err_size);
+        out->controller = optarg;
+        break;
+      case CW__OPT_TIMEOUT: {
+        if (!*optarg) return cw__missing(c, err, err_size);
+        char* end = NULL;
+        errno = 0;
+        double t = strtod(optarg, &end);
+        if (errno || *end || !isfinite(t) || t < 0 || t > 86400) {
+          return cw__fail(err, err_size, "--timeout '%s' is not a number of seconds (0..86400)",
+                          optarg);
+        }
+        out->timeout_s = t;
+        timeout_given = true;
+        break;
       }
-      out->timeout_s = s;
-      timeout_given = true;
-    } else if (!strcmp(a, "--json")) {
-      out->json = true;
-    } else if (!strcmp(a, "--wait")) {
-      out->wait = true;
-    } else if (a[0] == '-' && a[1]) {
-      return cw__fail(err, err_size, "unknown option '%s' (see --help)", a);
-    } else {
-      if (npos >= 2) return cw__fail(err, err_size, "unexpected argument '%s' (see --help)", a);
-      positional[npos++] = a;
+      case CW__OPT_JSON:
+        out->json = true;
+        break;
+      case CW__OPT_WAIT:
+        out->wait = true;
+        break;
+      case 1:
+        if (!cw__positional(optarg, positional, &npos, err, err_size)) return false;
+        break;
+      case ':':
+        return cw__missing(optopt, err, err_size);
+      default: {  // '?': unknown, or a value given to a flag (--json=x)
+        const char* a = argv[optind - 1];
+        char opt[3] = {'-', (char)optopt, 0};
+        return cw__fail(err, err_size, "unknown option '%s' (see --help)",
+                        strncmp(a, "--", 2) ? opt : a);
+      }
     }
+  }
+  // After "--" every word is positional.
+  for (int i = optind; i < argc; ++i) {
+    if (!cw__positional(argv[i], positional, &npos, err, err_size)) return false;
   }
   if (npos == 0) return cw__fail(err, err_size, "%s", "no command given (see --help)");
   static const struct {
@@ -208,99 +253,127 @@ void cw_cli_print_status(FILE* out, const Causeway__V1__AdminStatus* st) {
   if (!st->n_recent_errors) fprintf(out, "(none)\n");
 }
 
+// obj[key] = v and arr[] = v, taking v; jansson refuses a NULL v (out of
+// memory) or a NULL container, releasing v, and then *ok turns false.
+static void cw__set(json_t* obj, const char* key, json_t* v, bool* ok) {
+  if (json_object_set_new(obj, key, v)) *ok = false;
+}
+
+static void cw__append(json_t* arr, json_t* v, bool* ok) {
+  if (json_array_append_new(arr, v)) *ok = false;
+}
+
+static json_t* cw__worker_json(const Causeway__V1__AdminWorker* w, bool* ok) {
+  json_t* o = json_object();
+  cw__set(o, "index", json_integer(w->index), ok);
+  cw__set(o, "name", cw_json_string_create(w->name), ok);
+  cw__set(o, "address", cw_json_string_create(w->address), ok);
+  cw__set(o, "state", cw_json_string_create(w->state), ok);
+  cw__set(o, "platform", cw_json_string_create(w->platform), ok);
+  json_t* devices = json_array();
+  for (uint32_t d = 0; d < w->num_devices; ++d) {
+    cw__append(devices, json_integer((json_int_t)w->first_device + d), ok);
+  }
+  cw__set(o, "devices", devices, ok);
+  cw__set(o, "island", json_integer(w->island), ok);
+  cw__set(o, "buffers", cw_json_uint_create(w->buffers), ok);
+  cw__set(o, "buffer_bytes", cw_json_uint_create(w->buffer_bytes), ok);
+  cw__set(o, "executables", cw_json_uint_create(w->executables), ok);
+  cw__set(o, "launches", cw_json_uint_create(w->launches), ok);
+  double rate = round(w->launches_per_sec * 1000.0) / 1000.0;  // 3 decimals are plenty
+  cw__set(o, "launches_per_sec", isfinite(rate) ? json_real(rate) : json_null(), ok);
+  cw__set(o, "queue_depth", cw_json_uint_create(w->queue_depth), ok);
+  cw__set(o, "launches_in_flight", cw_json_uint_create(w->launches_in_flight), ok);
+  cw__set(o, "launches_held", cw_json_uint_create(w->launches_held), ok);
+  cw__set(o, "transfers_pending", cw_json_uint_create(w->transfers_pending), ok);
+  cw__set(o, "uploads", cw_json_uint_create(w->uploads), ok);
+  cw__set(o, "downloads", cw_json_uint_create(w->downloads), ok);
+  cw__set(o, "errors", cw_json_uint_create(w->errors), ok);
+  cw__set(o, "stats_fresh", json_boolean(w->stats_fresh), ok);
+  return o;
+}
+
+static json_t* cw__island_json(const Causeway__V1__AdminIsland* is, bool* ok) {
+  json_t* o = json_object();
+  cw__set(o, "index", json_integer(is->index), ok);
+  json_t* workers = json_array();
+  for (size_t k = 0; k < is->n_workers; ++k) {
+    cw__append(workers, cw_json_string_create(is->workers[k]), ok);
+  }
+  cw__set(o, "workers", workers, ok);
+  cw__set(o, "num_devices", json_integer(is->num_devices), ok);
+  cw__set(o, "queued", cw_json_uint_create(is->queued), ok);
+  return o;
+}
+
+static json_t* cw__session_json(const Causeway__V1__AdminSession* s, bool* ok) {
+  json_t* o = json_object();
+  cw__set(o, "id", cw_json_uint_create(s->session_id), ok);
+  cw__set(o, "name", cw_json_string_create(s->name), ok);
+  cw__set(o, "client_host", cw_json_string_create(s->client_host), ok);
+  cw__set(o, "client_pid", json_integer(s->client_pid), ok);
+  json_t* devices = json_array();
+  for (size_t d = 0; d < s->n_devices; ++d) cw__append(devices, json_integer(s->devices[d]), ok);
+  cw__set(o, "devices", devices, ok);
+  cw__set(o, "paused", json_boolean(s->paused), ok);
+  cw__set(o, "launches_held", cw_json_uint_create(s->launches_held), ok);
+  cw__set(o, "buffers", cw_json_uint_create(s->buffers), ok);
+  cw__set(o, "buffer_bytes", cw_json_uint_create(s->buffer_bytes), ok);
+  cw__set(o, "executables", cw_json_uint_create(s->executables), ok);
+  cw__set(o, "clients", json_integer(s->clients), ok);
+  return o;
+}
+
+static json_t* cw__error_json(const Causeway__V1__AdminError* e, bool* ok) {
+  char when[40];
+  cw__time_text(e->unix_ms, when, sizeof(when));
+  json_t* o = json_object();
+  cw__set(o, "time", json_string(when), ok);
+  cw__set(o, "unix_ms", json_integer(e->unix_ms), ok);
+  cw__set(o, "where", cw_json_string_create(e->where), ok);
+  cw__set(o, "code", json_string(cw__code_name(e->code)), ok);
+  cw__set(o, "message", cw_json_string_create(e->message), ok);
+  return o;
+}
+
 char* cw_cli_status_json(const Causeway__V1__AdminStatus* st) {
-  cw_json_t j;
-  cw_json_initialize(&j);
-  cw_json_begin_object(&j, NULL);
-  cw_json_string(&j, "controller", st->controller);
-  cw_json_int(&j, "uptime_ms", st->uptime_ms);
-  cw_json_uint(&j, "launches_relayed", st->launches);
-  cw_json_uint(&j, "errors", st->errors);
-  cw_json_begin_object(&j, "compile_cache");
-  cw_json_uint(&j, "compiles", st->compiles);
-  cw_json_uint(&j, "hits", st->cache_hits);
-  cw_json_uint(&j, "misses", st->cache_misses);
-  cw_json_uint(&j, "bytes", st->cache_bytes);
-  cw_json_end_object(&j);
-  cw_json_begin_array(&j, "workers");
+  bool ok = true;
+  json_t* root = json_object();
+  cw__set(root, "controller", cw_json_string_create(st->controller), &ok);
+  cw__set(root, "uptime_ms", json_integer(st->uptime_ms), &ok);
+  cw__set(root, "launches_relayed", cw_json_uint_create(st->launches), &ok);
+  cw__set(root, "errors", cw_json_uint_create(st->errors), &ok);
+  json_t* cache = json_object();
+  cw__set(cache, "compiles", cw_json_uint_create(st->compiles), &ok);
+  cw__set(cache, "hits", cw_json_uint_create(st->cache_hits), &ok);
+  cw__set(cache, "misses", cw_json_uint_create(st->cache_misses), &ok);
+  cw__set(cache, "bytes", cw_json_uint_create(st->cache_bytes), &ok);
+  cw__set(root, "compile_cache", cache, &ok);
+  json_t* workers = json_array();
   for (size_t i = 0; i < st->n_workers; ++i) {
-    const Causeway__V1__AdminWorker* w = st->workers[i];
-    cw_json_begin_object(&j, NULL);
-    cw_json_uint(&j, "index", w->index);
-    cw_json_string(&j, "name", w->name);
-    cw_json_string(&j, "address", w->address);
-    cw_json_string(&j, "state", w->state);
-    cw_json_string(&j, "platform", w->platform);
-    cw_json_begin_array(&j, "devices");
-    for (uint32_t d = 0; d < w->num_devices; ++d) cw_json_int(&j, NULL, w->first_device + d);
-    cw_json_end_array(&j);
-    cw_json_uint(&j, "island", w->island);
-    cw_json_uint(&j, "buffers", w->buffers);
-    cw_json_uint(&j, "buffer_bytes", w->buffer_bytes);
-    cw_json_uint(&j, "executables", w->executables);
-    cw_json_uint(&j, "launches", w->launches);
-    cw_json_double(&j, "launches_per_sec", w->launches_per_sec);
-    cw_json_uint(&j, "queue_depth", w->queue_depth);
-    cw_json_uint(&j, "launches_in_flight", w->launches_in_flight);
-    cw_json_uint(&j, "launches_held", w->launches_held);
-    cw_json_uint(&j, "transfers_pending", w->transfers_pending);
-    cw_json_uint(&j, "uploads", w->uploads);
-    cw_json_uint(&j, "downloads", w->downloads);
-    cw_json_uint(&j, "errors", w->errors);
-    cw_json_bool(&j, "stats_fresh", w->stats_fresh);
-    cw_json_end_object(&j);
+    cw__append(workers, cw__worker_json(st->workers[i], &ok), &ok);
   }
-  cw_json_end_array(&j);
-  cw_json_begin_array(&j, "islands");
+  cw__set(root, "workers", workers, &ok);
+  json_t* islands = json_array();
   for (size_t i = 0; i < st->n_islands; ++i) {
-    const Causeway__V1__AdminIsland* is = st->islands[i];
-    cw_json_begin_object(&j, NULL);
-    cw_json_uint(&j, "index", is->index);
-    cw_json_begin_array(&j, "workers");
-    for (size_t k = 0; k < is->n_workers; ++k) cw_json_string(&j, NULL, is->workers[k]);
-    cw_json_end_array(&j);
-    cw_json_uint(&j, "num_devices", is->num_devices);
-    cw_json_uint(&j, "queued", is->queued);
-    cw_json_end_object(&j);
+    cw__append(islands, cw__island_json(st->islands[i], &ok), &ok);
   }
-  cw_json_end_array(&j);
-  cw_json_begin_array(&j, "sessions");
+  cw__set(root, "islands", islands, &ok);
+  json_t* sessions = json_array();
   for (size_t i = 0; i < st->n_sessions; ++i) {
-    const Causeway__V1__AdminSession* s = st->sessions[i];
-    cw_json_begin_object(&j, NULL);
-    cw_json_uint(&j, "id", s->session_id);
-    cw_json_string(&j, "name", s->name);
-    cw_json_string(&j, "client_host", s->client_host);
-    cw_json_uint(&j, "client_pid", s->client_pid);
-    cw_json_begin_array(&j, "devices");
-    for (size_t d = 0; d < s->n_devices; ++d) cw_json_int(&j, NULL, s->devices[d]);
-    cw_json_end_array(&j);
-    cw_json_bool(&j, "paused", s->paused);
-    cw_json_uint(&j, "launches_held", s->launches_held);
-    cw_json_uint(&j, "buffers", s->buffers);
-    cw_json_uint(&j, "buffer_bytes", s->buffer_bytes);
-    cw_json_uint(&j, "executables", s->executables);
-    cw_json_uint(&j, "clients", s->clients);
-    cw_json_end_object(&j);
+    cw__append(sessions, cw__session_json(st->sessions[i], &ok), &ok);
   }
-  cw_json_end_array(&j);
-  cw_json_begin_array(&j, "recent_errors");
+  cw__set(root, "sessions", sessions, &ok);
+  json_t* errors = json_array();
   for (size_t i = 0; i < st->n_recent_errors; ++i) {
-    const Causeway__V1__AdminError* e = st->recent_errors[i];
-    char when[40];
-    cw__time_text(e->unix_ms, when, sizeof(when));
-    cw_json_begin_object(&j, NULL);
-    cw_json_string(&j, "time", when);
-    cw_json_int(&j, "unix_ms", e->unix_ms);
-    cw_json_string(&j, "where", e->where);
-    cw_json_string(&j, "code", cw__code_name(e->code));
-    cw_json_string(&j, "message", e->message);
-    cw_json_end_object(&j);
+    cw__append(errors, cw__error_json(st->recent_errors[i], &ok), &ok);
   }
-  cw_json_end_array(&j);
-  cw_json_end_object(&j);
-  char* text = j.failed ? NULL : j.buf;
-  if (text) j.buf = NULL;
-  cw_json_deinitialize(&j);
+  cw__set(root, "recent_errors", errors, &ok);
+  // Pretty, in insertion order; 15 digits print a rate rounded to 3 decimals as it is.
+  char* body = ok ? json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(15)) : NULL;
+  json_decref(root);
+  char* text = NULL;
+  if (body && asprintf(&text, "%s\n", body) < 0) text = NULL;
+  free(body);
   return text;
 }

@@ -45,7 +45,8 @@ bool cw_cli_parse(int argc, char** argv, cw_cli_args_t* out, char* err, size_t e
 
 extern const char cw_cli_usage[];
 
-// `causeway status` as a table / as JSON (a malloc'd string the caller frees).
+// `causeway status` as a table / as pretty JSON (a malloc'd string the caller
+// frees; NULL when out of memory).
 void cw_cli_print_status(FILE* out, const Causeway__V1__AdminStatus* st);
 char* cw_cli_status_json(const Causeway__V1__AdminStatus* st);
 

@@ -1,5 +1,5 @@
-// Unit tests of the `causeway` tool's parts: JSON escaping and nesting,
-// argument parsing, status rendering.
+// Unit tests of the `causeway` tool's parts: argument parsing, status as a
+// table and as JSON (cw_json_test covers the strings themselves).
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,65 +9,297 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "cw_cli.h"
-#include "cw_json.h"
 
-static void test_json_escapes_strings(void** state) {
-  cw_json_t j;
-  cw_json_initialize(&j);
-  cw_json_begin_object(&j, NULL);
-  cw_json_string(&j, "k\"ey", "a\"b\\c\nd\te\x01" "f\x7f" "g\xc3\xa9");
-  cw_json_string(&j, "null", NULL);
-  cw_json_end_object(&j);
-  assert_false(j.failed);
-  assert_string_equal(j.buf, "{\n  \"k\\\"ey\": \"a\\\"b\\\\c\\nd\\te\\u0001f\\u007fg\xc3\xa9\",\n"
-                             "  \"null\": \"\"\n}\n");
-  cw_json_deinitialize(&j);
+// A status with a row of every kind and text a peer chose (quotes, a
+// newline, a control character, bytes that are not UTF-8).
+typedef struct sample_s {
+  Causeway__V1__AdminStatus st;
+  Causeway__V1__AdminWorker w[2];
+  Causeway__V1__AdminWorker* wp[2];
+  Causeway__V1__AdminIsland is;
+  Causeway__V1__AdminIsland* isp;
+  char* is_workers[2];
+  Causeway__V1__AdminSession s[2];
+  Causeway__V1__AdminSession* sp[2];
+  int32_t devs[4];
+  Causeway__V1__AdminError e;
+  Causeway__V1__AdminError* ep;
+} sample_t;
+
+static void sample_fill(sample_t* x) {
+  memset(x, 0, sizeof(*x));
+  x->st = (Causeway__V1__AdminStatus)CAUSEWAY__V1__ADMIN_STATUS__INIT;
+  x->st.controller = (char*)"ctl-1";
+  x->st.uptime_ms = 123456;
+  x->st.compiles = 3;
+  x->st.cache_hits = 4;
+  x->st.cache_misses = 1;
+  x->st.cache_bytes = 1048576;
+  x->st.launches = 42;
+  x->st.errors = 2;
+  for (int i = 0; i < 2; ++i) {
+    Causeway__V1__AdminWorker* w = &x->w[i];
+    *w = (Causeway__V1__AdminWorker)CAUSEWAY__V1__ADMIN_WORKER__INIT;
+    w->index = (uint32_t)i;
+    w->name = i ? (char*)"w\"b\"\n" : (char*)"wa";
+    w->address = (char*)"127.0.0.1:7001";
+    w->state = i ? (char*)"draining" : (char*)"alive";
+    w->platform = (char*)"cpu";
+    w->num_devices = i ? 1 : 2;
+    w->first_device = i ? 2 : 0;
+    w->island = (uint32_t)i;
+    w->buffers = 10u + (uint64_t)i;
+    w->buffer_bytes = 4096;
+    w->executables = 2;
+    w->launches = 99;
+    w->launches_per_sec = i ? 0.25 : 12.5;
+    w->queue_depth = 1;
+    w->launches_in_flight = 2;
+    w->launches_held = 3;
+    w->transfers_pending = 4;
+    w->uploads = 5;
+    w->downloads = 6;
+    w->errors = 7;
+    w->stats_fresh = i == 0;
+    x->wp[i] = w;
+  }
+  x->st.workers = x->wp;
+  x->st.n_workers = 2;
+  x->is = (Causeway__V1__AdminIsland)CAUSEWAY__V1__ADMIN_ISLAND__INIT;
+  x->is.index = 0;
+  x->is_workers[0] = (char*)"wa";
+  x->is_workers[1] = (char*)"w\x01z";
+  x->is.workers = x->is_workers;
+  x->is.n_workers = 2;
+  x->is.num_devices = 3;
+  x->is.queued = 5;
+  x->isp = &x->is;
+  x->st.islands = &x->isp;
+  x->st.n_islands = 1;
+  x->devs[0] = 0;
+  x->devs[1] = 1;
+  x->devs[2] = 2;
+  x->devs[3] = 5;
+  for (int i = 0; i < 2; ++i) {
+    Causeway__V1__AdminSession* s = &x->s[i];
+    *s = (Causeway__V1__AdminSession)CAUSEWAY__V1__ADMIN_SESSION__INIT;
+    s->session_id = i ? 9223372036854775807u : 7;
+    s->name = i ? (char*)"" : (char*)"train \xff\xc3\xa9";
+    s->client_host = (char*)"host";
+    s->client_pid = 4321;
+    s->devices = i ? NULL : x->devs;
+    s->n_devices = i ? 0 : 4;
+    s->paused = i == 1;
+    s->launches_held = 8;
+    s->buffers = 9;
+    s->buffer_bytes = 10;
+    s->executables = 11;
+    s->clients = 1;
+    x->sp[i] = s;
+  }
+  x->st.sessions = x->sp;
+  x->st.n_sessions = 2;
+  x->e = (Causeway__V1__AdminError)CAUSEWAY__V1__ADMIN_ERROR__INIT;
+  x->e.unix_ms = 1700000000123;
+  x->e.where = (char*)"LAUNCH from w\\b";
+  x->e.code = 14;
+  x->e.message = (char*)"worker wb died";
+  x->ep = &x->e;
+  x->st.recent_errors = &x->ep;
+  x->st.n_recent_errors = 1;
 }
 
-static void test_json_replaces_invalid_utf8(void** state) {
-  cw_json_t j;
-  cw_json_initialize(&j);
-  // Valid: 2-, 3- and 4-byte sequences. Invalid: a lone continuation byte, a
-  // truncated sequence at the end, an overlong '/', a surrogate, 0xFF.
-  cw_json_string(&j, NULL, "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80|\x80|\xc0\xaf|\xed\xa0\x80|\xff|\xe2\x82");
-  assert_false(j.failed);
-  assert_string_equal(j.buf, "\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80|\\ufffd|\\ufffd\\ufffd|"
-                             "\\ufffd\\ufffd\\ufffd|\\ufffd|\\ufffd\\ufffd\"");
-  cw_json_deinitialize(&j);
+// What the hand-written writer printed for the sample before the tool moved
+// to jansson. Now the text may differ only in how a number or a character is
+// spelt (2.5 for 2.500, a raw U+FFFD for \ufffd), never in keys, order,
+// values or structure.
+static const char kStatusBefore[] =
+    "{\n"
+    "  \"controller\": \"ctl-1\",\n"
+    "  \"uptime_ms\": 123456,\n"
+    "  \"launches_relayed\": 42,\n"
+    "  \"errors\": 2,\n"
+    "  \"compile_cache\": {\n"
+    "    \"compiles\": 3,\n"
+    "    \"hits\": 4,\n"
+    "    \"misses\": 1,\n"
+    "    \"bytes\": 1048576\n"
+    "  },\n"
+    "  \"workers\": [\n"
+    "    {\n"
+    "      \"index\": 0,\n"
+    "      \"name\": \"wa\",\n"
+    "      \"address\": \"127.0.0.1:7001\",\n"
+    "      \"state\": \"alive\",\n"
+    "      \"platform\": \"cpu\",\n"
+    "      \"devices\": [\n"
+    "        0,\n"
+    "        1\n"
+    "      ],\n"
+    "      \"island\": 0,\n"
+    "      \"buffers\": 10,\n"
+    "      \"buffer_bytes\": 4096,\n"
+    "      \"executables\": 2,\n"
+    "      \"launches\": 99,\n"
+    "      \"launches_per_sec\": 12.500,\n"
+    "      \"queue_depth\": 1,\n"
+    "      \"launches_in_flight\": 2,\n"
+    "      \"launches_held\": 3,\n"
+    "      \"transfers_pending\": 4,\n"
+    "      \"uploads\": 5,\n"
+    "      \"downloads\": 6,\n"
+    "      \"errors\": 7,\n"
+    "      \"stats_fresh\": true\n"
+    "    },\n"
+    "    {\n"
+    "      \"index\": 1,\n"
+    "      \"name\": \"w\\\"b\\\"\\n\",\n"
+    "      \"address\": \"127.0.0.1:7001\",\n"
+    "      \"state\": \"draining\",\n"
+    "      \"platform\": \"cpu\",\n"
+    "      \"devices\": [\n"
+    "        2\n"
+    "      ],\n"
+    "      \"island\": 1,\n"
+    "      \"buffers\": 11,\n"
+    "      \"buffer_bytes\": 4096,\n"
+    "      \"executables\": 2,\n"
+    "      \"launches\": 99,\n"
+    "      \"launches_per_sec\": 0.250,\n"
+    "      \"queue_depth\": 1,\n"
+    "      \"launches_in_flight\": 2,\n"
+    "      \"launches_held\": 3,\n"
+    "      \"transfers_pending\": 4,\n"
+    "      \"uploads\": 5,\n"
+    "      \"downloads\": 6,\n"
+    "      \"errors\": 7,\n"
+    "      \"stats_fresh\": false\n"
+    "    }\n"
+    "  ],\n"
+    "  \"islands\": [\n"
+    "    {\n"
+    "      \"index\": 0,\n"
+    "      \"workers\": [\n"
+    "        \"wa\",\n"
+    "        \"w\\u0001z\"\n"
+    "      ],\n"
+    "      \"num_devices\": 3,\n"
+    "      \"queued\": 5\n"
+    "    }\n"
+    "  ],\n"
+    "  \"sessions\": [\n"
+    "    {\n"
+    "      \"id\": 7,\n"
+    "      \"name\": \"train \\ufffd\xc3\xa9\",\n"
+    "      \"client_host\": \"host\",\n"
+    "      \"client_pid\": 4321,\n"
+    "      \"devices\": [\n"
+    "        0,\n"
+    "        1,\n"
+    "        2,\n"
+    "        5\n"
+    "      ],\n"
+    "      \"paused\": false,\n"
+    "      \"launches_held\": 8,\n"
+    "      \"buffers\": 9,\n"
+    "      \"buffer_bytes\": 10,\n"
+    "      \"executables\": 11,\n"
+    "      \"clients\": 1\n"
+    "    },\n"
+    "    {\n"
+    "      \"id\": 9223372036854775807,\n"
+    "      \"name\": \"\",\n"
+    "      \"client_host\": \"host\",\n"
+    "      \"client_pid\": 4321,\n"
+    "      \"devices\": [],\n"
+    "      \"paused\": true,\n"
+    "      \"launches_held\": 8,\n"
+    "      \"buffers\": 9,\n"
+    "      \"buffer_bytes\": 10,\n"
+    "      \"executables\": 11,\n"
+    "      \"clients\": 1\n"
+    "    }\n"
+    "  ],\n"
+    "  \"recent_errors\": [\n"
+    "    {\n"
+    "      \"time\": \"2023-11-14T22:13:20.123Z\",\n"
+    "      \"unix_ms\": 1700000000123,\n"
+    "      \"where\": \"LAUNCH from w\\\\b\",\n"
+    "      \"code\": \"UNAVAILABLE\",\n"
+    "      \"message\": \"worker wb died\"\n"
+    "    }\n"
+    "  ]\n"
+    "}\n";
+
+// json_equal ignores the order of members; a reader of the text may not.
+static void assert_same_member_order(json_t* a, json_t* b) {
+  if (json_is_object(a)) {
+    void* it = json_object_iter(b);
+    const char* key;
+    json_t* v;
+    json_object_foreach(a, key, v) {
+      assert_non_null(it);
+      assert_string_equal(key, json_object_iter_key(it));
+      assert_same_member_order(v, json_object_iter_value(it));
+      it = json_object_iter_next(b, it);
+    }
+    assert_null(it);
+  } else if (json_is_array(a)) {
+    assert_int_equal(json_array_size(a), json_array_size(b));
+    for (size_t i = 0; i < json_array_size(a); ++i) {
+      assert_same_member_order(json_array_get(a, i), json_array_get(b, i));
+    }
+  }
 }
 
-static void test_json_nesting_and_numbers(void** state) {
-  cw_json_t j;
-  cw_json_initialize(&j);
-  cw_json_begin_object(&j, NULL);
-  cw_json_begin_array(&j, "empty");
-  cw_json_end_array(&j);
-  cw_json_begin_array(&j, "xs");
-  cw_json_int(&j, NULL, -3);
-  cw_json_uint(&j, NULL, UINT64_MAX);
-  cw_json_double(&j, NULL, 2.5);
-  cw_json_double(&j, NULL, 0.0 / 0.0);
-  cw_json_bool(&j, NULL, true);
-  cw_json_end_array(&j);
-  cw_json_end_object(&j);
-  assert_false(j.failed);
-  assert_string_equal(j.buf, "{\n  \"empty\": [],\n  \"xs\": [\n    -3,\n"
-                             "    18446744073709551615,\n    2.500,\n    null,\n    true\n  ]\n}\n");
-  cw_json_deinitialize(&j);
+static void test_status_json_matches_before(void** state) {
+  sample_t x;
+  sample_fill(&x);
+  char* text = cw_cli_status_json(&x.st);
+  assert_non_null(text);
+  json_error_t err;
+  json_t* now = json_loads(text, 0, &err);
+  json_t* before = json_loads(kStatusBefore, 0, &err);
+  assert_non_null(now);
+  assert_non_null(before);
+  assert_true(json_equal(now, before));
+  assert_same_member_order(now, before);
+  json_decref(now);
+  json_decref(before);
+  // Still pretty-printed the same way, ending in a newline.
+  assert_non_null(strstr(text, "{\n  \"controller\": \"ctl-1\",\n  \"uptime_ms\": 123456,\n"));
+  assert_non_null(strstr(text, "\n  \"workers\": [\n    {\n      \"index\": 0,\n"));
+  assert_non_null(strstr(text, "\"devices\": [],\n"));
+  assert_non_null(strstr(text, "\"launches_per_sec\": 12.5,\n"));
+  assert_non_null(strstr(text, "\"id\": 9223372036854775807,\n"));
+  assert_string_equal(text + strlen(text) - 4, "]\n}\n");
+  free(text);
 }
 
-static void test_json_unbalanced_fails(void** state) {
-  cw_json_t j;
-  cw_json_initialize(&j);
-  cw_json_end_object(&j);
-  assert_true(j.failed);
-  cw_json_deinitialize(&j);
-  cw_json_initialize(&j);
-  for (int i = 0; i < CW_JSON_MAX_DEPTH + 1; ++i) cw_json_begin_array(&j, NULL);
-  assert_true(j.failed);
-  cw_json_deinitialize(&j);
+// Bytes a peer sent that are not UTF-8 still make JSON that parses.
+static void test_status_json_repairs_invalid_utf8(void** state) {
+  sample_t x;
+  sample_fill(&x);
+  x.w[0].name = (char*)"w\xc3";  // a name cut inside a character
+  x.e.message = (char*)"\xff\xfe broke";
+  char* text = cw_cli_status_json(&x.st);
+  assert_non_null(text);
+  json_error_t err;
+  json_t* doc = json_loads(text, 0, &err);
+  free(text);
+  assert_non_null(doc);
+  json_t* w = json_array_get(json_object_get(doc, "workers"), 0);
+  assert_string_equal(json_string_value(json_object_get(w, "name")), "w\xef\xbf\xbd");
+  json_t* s = json_array_get(json_object_get(doc, "sessions"), 0);
+  assert_string_equal(json_string_value(json_object_get(s, "name")),
+                      "train \xef\xbf\xbd\xc3\xa9");
+  json_t* e = json_array_get(json_object_get(doc, "recent_errors"), 0);
+  assert_string_equal(json_string_value(json_object_get(e, "message")),
+                      "\xef\xbf\xbd\xef\xbf\xbd broke");
+  json_decref(doc);
 }
 
 static bool parse(cw_cli_args_t* a, char* err, size_t n, ...) {
@@ -103,33 +335,61 @@ static void test_args_commands(void** state) {
   assert_int_equal(a.command, CW_CLI_UNDRAIN);
   assert_false(parse(&a, err, sizeof(err), "--help", NULL));
   assert_string_equal(err, "");
+  // Options anywhere, values after '=', words after "--" are positional.
+  assert_true(parse(&a, err, sizeof(err), "--wait", "drain", "--timeout=0", "--", "-w", NULL));
+  assert_int_equal(a.command, CW_CLI_DRAIN);
+  assert_string_equal(a.target, "-w");
+  assert_true(a.wait);
+  assert_true(a.timeout_s == 0);
+  // Help from the middle of a bundle of short options; getopt's state is
+  // reset, so the next list is parsed on its own.
+  assert_false(parse(&a, err, sizeof(err), "status", "-hq", NULL));
+  assert_string_equal(err, "");
+  assert_int_equal(a.command, CW_CLI_HELP);
+  assert_true(parse(&a, err, sizeof(err), "status", NULL));
+  assert_int_equal(a.command, CW_CLI_STATUS);
+  assert_false(a.json);
+  assert_null(a.controller);
 }
 
 static void test_args_errors(void** state) {
-  cw_cli_args_t a;
-  char err[256];
-  assert_false(parse(&a, err, sizeof(err), NULL));
-  assert_string_equal(err, "no command given (see --help)");
-  assert_false(parse(&a, err, sizeof(err), "stats", NULL));
-  assert_string_equal(err, "unknown command 'stats' (status, pause, resume, drain, undrain)");
-  assert_false(parse(&a, err, sizeof(err), "pause", NULL));
-  assert_string_equal(err, "pause needs a SESSION id or name");
-  assert_false(parse(&a, err, sizeof(err), "drain", NULL));
-  assert_string_equal(err, "drain needs a WORKER name");
-  assert_false(parse(&a, err, sizeof(err), "status", "--frobnicate", NULL));
-  assert_string_equal(err, "unknown option '--frobnicate' (see --help)");
-  assert_false(parse(&a, err, sizeof(err), "drain", "w", "--timeout", "soon", NULL));
-  assert_string_equal(err, "--timeout 'soon' is not a number of seconds (0..86400)");
-  assert_false(parse(&a, err, sizeof(err), "status", "--controller", NULL));
-  assert_string_equal(err, "--controller needs an address");
-  assert_false(parse(&a, err, sizeof(err), "pause", "99999999999999999999999", NULL));
-  assert_string_equal(err, "session id '99999999999999999999999' is out of range");
-  assert_false(parse(&a, err, sizeof(err), "pause", "s", "--json", NULL));
-  assert_string_equal(err, "--json is for status");
-  assert_false(parse(&a, err, sizeof(err), "status", "--wait", NULL));
-  assert_string_equal(err, "--wait and --timeout are for drain");
-  assert_false(parse(&a, err, sizeof(err), "status", "extra", NULL));
-  assert_string_equal(err, "unexpected argument 'extra' (see --help)");
+  static const struct {
+    const char* args[6];  // after argv[0], up to the first NULL
+    const char* err;
+  } cases[] = {
+      {{NULL}, "no command given (see --help)"},
+      {{"stats"}, "unknown command 'stats' (status, pause, resume, drain, undrain)"},
+      {{"pause"}, "pause needs a SESSION id or name"},
+      {{"drain"}, "drain needs a WORKER name"},
+      {{"status", "--frobnicate"}, "unknown option '--frobnicate' (see --help)"},
+      {{"drain", "w", "--timeout", "soon"},
+       "--timeout 'soon' is not a number of seconds (0..86400)"},
+      {{"status", "--controller"}, "--controller needs an address"},
+      {{"pause", "99999999999999999999999"},
+       "session id '99999999999999999999999' is out of range"},
+      {{"pause", "s", "--json"}, "--json is for status"},
+      {{"status", "--wait"}, "--wait and --timeout are for drain"},
+      {{"status", "extra"}, "unexpected argument 'extra' (see --help)"},
+      {{"pause", "s", "more"}, "unexpected argument 'more' (see --help)"},
+      {{"status", "-x"}, "unknown option '-x' (see --help)"},
+      {{"status", "--json=yes"}, "unknown option '--json=yes' (see --help)"},
+      {{"--controller=", "status"}, "--controller needs an address"},
+      {{"drain", "w", "--timeout"}, "--timeout needs a number of seconds"},
+      {{"drain", "w", "--timeout", "-1"},
+       "--timeout '-1' is not a number of seconds (0..86400)"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+    char* argv[8] = {(char*)"causeway"};
+    int argc = 1;
+    while (argc < 7 && cases[i].args[argc - 1]) {
+      argv[argc] = (char*)cases[i].args[argc - 1];
+      argc++;
+    }
+    cw_cli_args_t a;
+    char err[256];
+    assert_false(cw_cli_parse(argc, argv, &a, err, sizeof(err)));
+    assert_string_equal(err, cases[i].err);
+  }
 }
 
 static void test_status_json_escapes_peer_text(void** state) {
@@ -161,10 +421,8 @@ static void test_status_json_escapes_peer_text(void** state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_json_escapes_strings),
-      cmocka_unit_test(test_json_replaces_invalid_utf8),
-      cmocka_unit_test(test_json_nesting_and_numbers),
-      cmocka_unit_test(test_json_unbalanced_fails),
+      cmocka_unit_test(test_status_json_matches_before),
+      cmocka_unit_test(test_status_json_repairs_invalid_utf8),
       cmocka_unit_test(test_args_commands),
       cmocka_unit_test(test_args_errors),
       cmocka_unit_test(test_status_json_escapes_peer_text),
