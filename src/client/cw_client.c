@@ -132,6 +132,18 @@ static void cw__client_free(cw_client_t* c) {
   free(c);
 }
 
+// Starts `body(c)` on *out_thread and sets *out_started.
+static cw_status_t cw__thread_start(cw_client_t* c, const char* what, void* (*body)(void*),
+                                    pthread_t* out_thread, bool* out_started) {
+  int err = pthread_create(out_thread, NULL, body, c);
+  if (err) {
+    return cw_make_status(CW_RESOURCE_EXHAUSTED, "cannot start the %s thread: %s", what,
+                          strerror(err));
+  }
+  *out_started = true;
+  return cw_ok_status();
+}
+
 cw_status_t cw_client_connect(const char* address, const cw_client_options_t* options,
                               cw_client_t** out_client) {
   if (out_client) *out_client = NULL;
@@ -165,9 +177,12 @@ cw_status_t cw_client_connect(const char* address, const cw_client_options_t* op
   // From now on reads block without limit; sends too, or for liveness_ms.
   if (!s) s = cw_client_socket_set_timeouts(c->fd, 0);
   if (!s && c->liveness_ms) s = cw_client_socket_set_send_timeout(c->fd, c->liveness_ms);
-  if (!s) s = cw_client_reader_start(c);
+  if (!s) {
+    s = cw__thread_start(c, "reader", cw_client_reader_main, &c->reader, &c->reader_started);
+  }
   if (!s && c->liveness_ms) {
-    s = cw_client_watchdog_start(c);
+    s = cw__thread_start(c, "watchdog", cw_client_watchdog_main, &c->watchdog,
+                         &c->watchdog_started);
     if (s) {
       shutdown(c->fd, SHUT_RDWR);
       pthread_join(c->reader, NULL);

@@ -161,14 +161,14 @@ CW_MUST_USE cw_status_t cw_client_call_flags(cw_client_t* c, uint16_t type,
                                              ProtobufCMessage** out_reply,
                                              uint64_t* out_bulk_len, void** out_alloc);
 
-// ---- Threads ------------------------------------------------------------------
+// ---- Threads (started and joined by cw_client.c; `arg` is the client) --------
 
-// Starts the reader thread (cw_client_reader.c), which reads until the
-// connection ends and then fails everything outstanding.
-CW_MUST_USE cw_status_t cw_client_reader_start(cw_client_t* c);
-// Starts the liveness watchdog (cw_client_liveness.c; c->liveness_ms > 0),
-// which ends with c->closing or c->dead.
-CW_MUST_USE cw_status_t cw_client_watchdog_start(cw_client_t* c);
+// The reader (cw_client_reader.c): reads until the connection ends, then
+// fails everything outstanding.
+void* cw_client_reader_main(void* arg);
+// The liveness watchdog (cw_client_liveness.c; c->liveness_ms > 0): ends with
+// c->closing or c->dead.
+void* cw_client_watchdog_main(void* arg);
 
 #pragma GCC visibility pop
 

@@ -19,7 +19,7 @@ static void cw__ping_done(void* user, cw_status_t status, const ProtobufCMessage
   pthread_mutex_unlock(&c->mu);
 }
 
-static void* cw__watchdog_main(void* arg) {
+void* cw_client_watchdog_main(void* arg) {
   cw_client_t* c = arg;
   int tick = c->liveness_ms >= 8 ? c->liveness_ms / 4 : 2;
   pthread_mutex_lock(&c->mu);
@@ -59,14 +59,4 @@ static void* cw__watchdog_main(void* arg) {
   }
   pthread_mutex_unlock(&c->mu);
   return NULL;
-}
-
-cw_status_t cw_client_watchdog_start(cw_client_t* c) {
-  int err = pthread_create(&c->watchdog, NULL, cw__watchdog_main, c);
-  if (err) {
-    return cw_make_status(CW_RESOURCE_EXHAUSTED, "cannot start the watchdog thread: %s",
-                          strerror(err));
-  }
-  c->watchdog_started = true;
-  return cw_ok_status();
 }

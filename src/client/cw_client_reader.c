@@ -249,7 +249,7 @@ static cw_status_t cw__read_one(cw_client_t* c) {
   return cw_ok_status();
 }
 
-static void* cw__reader_main(void* arg) {
+void* cw_client_reader_main(void* arg) {
   cw_client_t* c = arg;
   if (cw_rbuf_initialize(&c->rb, c->fd, CW_RBUF_DEFAULT_CAPACITY) != 0) {
     cw__fail_all(c, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for the read buffer"));
@@ -265,14 +265,4 @@ static void* cw__reader_main(void* arg) {
       return NULL;
     }
   }
-}
-
-cw_status_t cw_client_reader_start(cw_client_t* c) {
-  int err = pthread_create(&c->reader, NULL, cw__reader_main, c);
-  if (err) {
-    return cw_make_status(CW_RESOURCE_EXHAUSTED, "cannot start the reader thread: %s",
-                          strerror(err));
-  }
-  c->reader_started = true;
-  return cw_ok_status();
 }
