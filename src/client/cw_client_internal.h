@@ -118,7 +118,7 @@ struct cw_client_s {
   char* hung;                  // guarded by mu: why the watchdog gave up
 };
 
-// ---- Pending table (cw_client_pending.c); callers hold c->mu ----------------
+// ---- Pending table (cw_client_pending.c; c->table is guarded by c->mu) -----
 
 // Frees `p` (taken) and whatever result it still holds; NULL is a no-op.
 void cw_client_pending_free(cw_client_pending_t* p);
