@@ -1,0 +1,119 @@
+// A scripted fake peer for the client library's unit tests: it listens on a
+// Unix socket, answers HELLO as a worker would, then runs a script (one per
+// test) on its own thread. Also the checks and recorders the tests share.
+#ifndef CW_CLIENT_FAKE_PEER_H_
+#define CW_CLIENT_FAKE_PEER_H_
+
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "cw_client.h"
+
+typedef struct fake_s fake_t;
+typedef void (*fake_script_fn)(fake_t* f);
+
+struct fake_s {
+  char dir[64];
+  char path[100];
+  int listen_fd;
+  int fd;
+  pthread_t thread;
+  fake_script_fn script;
+  char failure[512];  // first failed check on the peer thread
+  // HELLO behaviour.
+  uint32_t hello_error_code;
+  const char* hello_error_message;
+  bool hello_silent;  // never answer HELLO
+  // What the client's HELLO said.
+  uint32_t hello_min, hello_max;
+  int hello_role;
+  char hello_token[64];
+  uint64_t hello_session;
+  char hello_peer_name[64];
+  // Script parameters.
+  const uint8_t* pattern;
+  size_t pattern_len;
+  int count;
+};
+
+// Records the first failed check on the peer thread (fake_join fails the test).
+void fake_fail(fake_t* f, int line, const char* what);
+#define FCHECK(f, cond)                 \
+  do {                                  \
+    if (!(cond)) {                      \
+      fake_fail((f), __LINE__, #cond);  \
+      return;                           \
+    }                                   \
+  } while (0)
+
+// Sends all of `data` (false on error).
+bool write_all(int fd, const void* data, size_t len);
+
+// A frame the fake peer received: header, decoded payload, bulk (malloc'd).
+typedef struct frame_s {
+  cw_frame_header_t h;
+  ProtobufCMessage* msg;
+  uint8_t* bulk;
+} frame_t;
+
+void frame_free(frame_t* fr);
+
+// False on EOF or any error.
+bool fake_read(fake_t* f, frame_t* fr);
+
+bool fake_write(fake_t* f, uint16_t type, uint32_t flags, uint64_t id,
+                const ProtobufCMessage* msg, const void* bulk, uint64_t bulk_len);
+
+bool fake_reply(fake_t* f, const frame_t* req, const ProtobufCMessage* msg,
+                const void* bulk, uint64_t bulk_len);
+
+bool fake_ack(fake_t* f, const frame_t* req);
+
+bool fake_error(fake_t* f, uint16_t type, uint64_t id, uint32_t code, const char* text);
+
+// Starts the peer on a fresh socket path (f->path); `script` (may be NULL)
+// runs after HELLO.
+void fake_start(fake_t* f, fake_script_fn script);
+
+// Joins the peer, removes its socket and fails the test on a failed check.
+void fake_join(fake_t* f);
+
+// Connects with default options; fails the test on error.
+cw_client_t* connect_ok(fake_t* f);
+
+// Takes `s`: fails the test unless it has `code` and mentions `needle`
+// (NULL: any message).
+void expect_status(cw_status_t s, cw_status_code_t code, const char* needle);
+
+// Takes `s`: fails the test unless it is OK.
+void assert_ok(cw_status_t s);
+
+// Callback recorder.
+typedef struct rec_s {
+  pthread_mutex_t mu;
+  int calls;
+  cw_status_code_t code;
+  char message[256];
+  char data[32];  // PING echo data
+} rec_t;
+
+void rec_done(void* user, cw_status_t status, const ProtobufCMessage* reply);
+
+// Sends a PING carrying `data`.
+cw_status_t send_ping(cw_client_t* c, const char* data, cw_client_done_fn done,
+                      void* user, uint64_t* out_id);
+
+// Echoes PINGs, acks everything else, serves DOWNLOAD/SERIALIZE from
+// f->pattern, until EOF.
+void script_echo(fake_t* f);
+
+// A malloc'd pseudo-random byte pattern of `len` bytes.
+uint8_t* make_pattern(size_t len);
+
+#endif  // CW_CLIENT_FAKE_PEER_H_

@@ -1,0 +1,175 @@
+// What the files of the client library share (private to src/client; the
+// API is cw_client.h): the client's state, the pending-request table, and the
+// few functions one file calls in another.
+//
+// Files: cw_client.c (connect, HELLO, release), cw_client_send.c (frames,
+// send, wait, call, flush), cw_client_pending.c (the table),
+// cw_client_reader.c (the reader thread: replies, completions, failing all),
+// cw_client_liveness.c (the watchdog), cw_client_requests.c (typed helpers),
+// cw_client_socket.c (socket I/O).
+//
+// Threading model: any thread sends (one mutex serialises writers, each frame
+// goes out with one sendmsg loop over [header, payload, caller's bulk...]);
+// one reader thread per client decodes replies and completes requests by
+// request id. Every request lives in a pending table from just before its
+// frame is written until it is claimed (cw_client_wait, cw_client_flush) or
+// its callback has run.
+//
+// Completion rules:
+//  - cw_client_send returns an error => the callback never runs and nothing
+//    is parked; returns OK => the callback runs exactly once (or the result
+//    is parked exactly once).
+//  - The typed pipelined helpers (upload, launch, copy, ...) called with
+//    done == NULL send "detached" requests: a success is dropped at once, an
+//    error is parked for cw_client_flush. That keeps memory bounded for a
+//    caller who streams millions of uploads and flushes rarely.
+//  - cw_client_serialize cannot know the reply's size in advance, so its
+//    request carries an internal "allocate on arrival" sink: the reader
+//    mallocs exactly bulk_len bytes (bounded by the max-bulk limit from the
+//    HELLO reply) and reads the bytes straight into it.
+#ifndef CW_CLIENT_INTERNAL_H_
+#define CW_CLIENT_INTERNAL_H_
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cw_client.h"
+#include "cw_rbuf.h"
+
+// Hidden: these are not part of libcauseway_client.so's interface.
+#pragma GCC visibility push(hidden)
+
+enum {
+  CW_CLIENT_PEND_SENDING = 1u << 0,     // the sender has not finished writing the frame
+  CW_CLIENT_PEND_DONE = 1u << 1,        // completed; result fields below are valid
+  CW_CLIENT_PEND_CLAIMED = 1u << 2,     // a cw_client_wait is blocked on this entry
+  CW_CLIENT_PEND_DETACHED = 1u << 3,    // drop success, park errors (typed helpers)
+  CW_CLIENT_PEND_ALLOC_SINK = 1u << 4,  // malloc a sink of bulk_len on arrival
+  CW_CLIENT_PEND_MATCHED = 1u << 5,     // the reader took a reply; reader-owned until DONE
+  // cw_client_send_flags only (never stored): cw_client_send_deferred.
+  CW_CLIENT_SEND_DEFER = 1u << 6,
+};
+
+typedef struct cw_client_pending_s {
+  struct cw_client_pending_s* next;  // hash chain
+  uint64_t id;
+  uint16_t type;
+  unsigned flags;
+  cw_client_sink_t sink;  // capacity 0 when the caller gave none
+  cw_client_done_fn done;
+  void* user;
+  // Result, valid with CW_CLIENT_PEND_DONE.
+  cw_status_t status;
+  ProtobufCMessage* reply;
+  uint64_t bulk_len;
+  void* alloc_data;  // CW_CLIENT_PEND_ALLOC_SINK: the buffer the reader allocated
+} cw_client_pending_t;
+
+// Chained hash map keyed by request id. Ids are a counter, so id & mask
+// spreads perfectly. It grows only with requests this client sent, never
+// with anything the peer declares.
+typedef struct cw_client_table_s {
+  cw_client_pending_t** buckets;
+  size_t num_buckets;  // power of two
+  size_t count;
+} cw_client_table_t;
+
+struct cw_client_s {
+  int fd;
+  char* address;
+  char* worker_name;
+  uint64_t session_id;
+  cw_frame_limits_t limits;  // what we accept from the worker, and send to it
+
+  pthread_mutex_t write_mu;  // serialises whole frames on the socket
+  // Guarded by write_mu: whole frames of cw_client_send_deferred not yet
+  // written; they go out ahead of the next frame.
+  uint8_t* wbuf;
+  size_t wbuf_len, wbuf_cap;
+
+  pthread_mutex_t mu;  // guards everything below
+  pthread_cond_t cv;   // broadcast on every completion
+  cw_client_table_t table;
+  uint64_t next_id;
+  size_t outstanding;  // sent and not completed (callbacks count until they return)
+  char* dead;          // set once the connection is lost: the reason
+  bool closing;        // cw_client_release has begun
+
+  pthread_t reader;
+  bool reader_started;
+  uint8_t* payload_buf;  // reader-owned scratch for payloads
+  size_t payload_cap;
+  cw_rbuf_t rb;          // reader-owned: what one recv brought (cw_rbuf.h)
+  void (*on_event)(void* user, const ProtobufCMessage* event);
+  void* event_user;
+  // Liveness (cw_client_options_t.liveness_ms; 0: off): the watchdog thread
+  // pings a peer that owes answers and has been quiet, and gives up on one
+  // that stays quiet.
+  int liveness_ms;
+  // CLOCK_MONOTONIC of the last frame read, or of the request that ended a
+  // time with nothing owed.
+  _Atomic int64_t last_rx_ms;
+  pthread_t watchdog;
+  bool watchdog_started;
+  pthread_cond_t watchdog_cv;  // with mu: wakes the watchdog at release
+  bool ping_out;               // guarded by mu
+  char* hung;                  // guarded by mu: why the watchdog gave up
+};
+
+// ---- Pending table (cw_client_pending.c; c->table is guarded by c->mu) -----
+
+// Frees `p` (taken) and whatever result it still holds; NULL is a no-op.
+void cw_client_pending_free(cw_client_pending_t* p);
+CW_MUST_USE cw_status_t cw_client_table_initialize(cw_client_table_t* t);
+// Frees every entry still in the table, and the table's buckets.
+void cw_client_table_deinitialize(cw_client_table_t* t);
+// Borrowed; NULL when no entry has `id`.
+cw_client_pending_t* cw_client_table_find(cw_client_table_t* t, uint64_t id);
+// Takes `p`.
+void cw_client_table_insert(cw_client_table_t* t, cw_client_pending_t* p);
+// Unlinks the entry with `id` and gives it to the caller (NULL when none).
+cw_client_pending_t* cw_client_table_remove(cw_client_table_t* t, uint64_t id);
+
+// ---- Sending (cw_client_send.c) -------------------------------------------------
+
+// Packs `msg` into `stack` when it fits, else into a malloc'd buffer;
+// *out_buf != stack means the caller frees it.
+CW_MUST_USE cw_status_t cw_client_message_pack(const ProtobufCMessage* msg, uint8_t* stack,
+                                               size_t stack_cap, uint8_t** out_buf,
+                                               size_t* out_len);
+// Writes one request frame, after any deferred frames; `payload` and `bulk`
+// are borrowed. The caller holds write_mu (or is the only thread, during
+// HELLO).
+CW_MUST_USE cw_status_t cw_client_frame_write(cw_client_t* c, uint16_t type, uint64_t request_id,
+                                              const uint8_t* payload, size_t payload_len,
+                                              const struct iovec* bulk, int bulk_count,
+                                              uint64_t bulk_len);
+// cw_client_send and cw_client_call with CW_CLIENT_PEND_* flags (DETACHED,
+// ALLOC_SINK) and CW_CLIENT_SEND_DEFER; *out_alloc takes an ALLOC_SINK buffer.
+CW_MUST_USE cw_status_t cw_client_send_flags(cw_client_t* c, uint16_t type,
+                                             const ProtobufCMessage* request,
+                                             const struct iovec* bulk, int bulk_count,
+                                             const cw_client_sink_t* sink, unsigned flags,
+                                             cw_client_done_fn done, void* user,
+                                             uint64_t* out_request_id);
+CW_MUST_USE cw_status_t cw_client_call_flags(cw_client_t* c, uint16_t type,
+                                             const ProtobufCMessage* request,
+                                             const struct iovec* bulk, int bulk_count,
+                                             const cw_client_sink_t* sink, unsigned flags,
+                                             ProtobufCMessage** out_reply,
+                                             uint64_t* out_bulk_len, void** out_alloc);
+
+// ---- Threads (started and joined by cw_client.c; `arg` is the client) --------
+
+// The reader (cw_client_reader.c): reads until the connection ends, then
+// fails everything outstanding.
+void* cw_client_reader_main(void* arg);
+// The liveness watchdog (cw_client_liveness.c; c->liveness_ms > 0): ends with
+// c->closing or c->dead.
+void* cw_client_watchdog_main(void* arg);
+
+#pragma GCC visibility pop
+
+#endif  // CW_CLIENT_INTERNAL_H_

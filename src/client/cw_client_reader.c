@@ -1,0 +1,268 @@
+// The reader thread of the client library: reads every frame from the
+// peer, completes requests by id (reply bulk straight into the caller's
+// sink), hands EVENT frames to on_event, and fails everything outstanding
+// once the connection ends.
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "cw_client_internal.h"
+#include "cw_client_socket.h"
+#include "cw_messages.h"
+#include "cw_time.h"
+
+#define CW__DISCARD_CHUNK (64 * 1024)
+
+// Completes `p` (already detached from the reader's view of the stream) with
+// `status`, `reply` and `bulk_len`, all taken. Called without c->mu.
+static void cw__complete(cw_client_t* c, cw_client_pending_t* p, cw_status_t status,
+                         ProtobufCMessage* reply, uint64_t bulk_len, void* alloc) {
+  if (status) {
+    if (reply) protobuf_c_message_free_unpacked(reply, NULL);
+    reply = NULL;
+    free(alloc);
+    alloc = NULL;
+  }
+  // p->done, p->user and p->id never change after registration.
+  if (p->done) {
+    pthread_mutex_lock(&c->mu);
+    cw_client_table_remove(&c->table, p->id);
+    pthread_mutex_unlock(&c->mu);
+    p->done(p->user, status, reply);  // takes status
+    if (reply) protobuf_c_message_free_unpacked(reply, NULL);
+    free(alloc);
+    free(p);
+    pthread_mutex_lock(&c->mu);
+    c->outstanding--;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return;
+  }
+  pthread_mutex_lock(&c->mu);
+  if ((p->flags & CW_CLIENT_PEND_DETACHED) && !status && !(p->flags & CW_CLIENT_PEND_SENDING)) {
+    // Nobody can wait for a detached request; drop its success now.
+    cw_client_table_remove(&c->table, p->id);
+    cw_client_pending_free(p);
+    if (reply) protobuf_c_message_free_unpacked(reply, NULL);
+    free(alloc);
+  } else {
+    p->status = status;
+    p->reply = reply;
+    p->bulk_len = status ? 0 : bulk_len;
+    p->alloc_data = alloc;
+    p->flags |= CW_CLIENT_PEND_DONE;
+  }
+  c->outstanding--;
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+}
+
+// Marks the connection dead with `reason` (taken) and fails every request not
+// still being written (their senders report those themselves).
+static void cw__fail_all(cw_client_t* c, cw_status_t reason) {
+  pthread_mutex_lock(&c->mu);
+  if (!c->dead) {
+    const char* why = cw_status_message(reason);
+    size_t n = strlen(c->address) + strlen(why) + (c->hung ? strlen(c->hung) : 0) + 64;
+    c->dead = malloc(n);
+    if (c->dead) {
+      if (c->closing) {
+        snprintf(c->dead, n, "connection to %s closed by cw_client_release", c->address);
+      } else if (c->hung) {
+        snprintf(c->dead, n, "%s", c->hung);
+      } else {
+        snprintf(c->dead, n, "connection to %s lost: %s", c->address, why);
+      }
+    } else {
+      c->dead = strdup("connection lost");
+    }
+  }
+  cw_status_free(reason);
+  // Collect first: callbacks run without the lock.
+  cw_client_pending_t* victims = NULL;
+  for (size_t i = 0; i < c->table.num_buckets; ++i) {
+    cw_client_pending_t** slot = &c->table.buckets[i];
+    while (*slot) {
+      cw_client_pending_t* p = *slot;
+      // SENDING and unanswered: its sender reports the loss itself.
+      bool senders = (p->flags & CW_CLIENT_PEND_SENDING) && !(p->flags & CW_CLIENT_PEND_MATCHED);
+      if (!(p->flags & CW_CLIENT_PEND_DONE) && !senders) {
+        if (p->done) {
+          // Off the table: the callback path owns it now.
+          *slot = p->next;
+          c->table.count--;
+          p->next = victims;
+          victims = p;
+          continue;
+        }
+        p->status = cw_make_status(CW_UNAVAILABLE, "%s", c->dead ? c->dead : "connection lost");
+        p->flags |= CW_CLIENT_PEND_DONE;
+        c->outstanding--;
+      }
+      slot = &p->next;
+    }
+  }
+  pthread_cond_broadcast(&c->cv);
+  char* msg = c->dead ? strdup(c->dead) : NULL;
+  pthread_mutex_unlock(&c->mu);
+
+  while (victims) {
+    cw_client_pending_t* p = victims;
+    victims = p->next;
+    p->done(p->user, cw_make_status(CW_UNAVAILABLE, "%s", msg ? msg : "connection lost"), NULL);
+    free(p->alloc_data);
+    free(p);
+    pthread_mutex_lock(&c->mu);
+    c->outstanding--;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+  }
+  free(msg);
+}
+
+// Reads and drops `len` bulk bytes so the stream stays in step.
+static cw_status_t cw__discard(cw_client_t* c, uint64_t len) {
+  uint8_t buf[CW__DISCARD_CHUNK];
+  while (len > 0) {
+    size_t n = len < sizeof(buf) ? (size_t)len : sizeof(buf);
+    size_t got = 0;
+    if (cw_rbuf_read(&c->rb, buf, n, &got) != 0) {
+      return cw_make_status(CW_UNAVAILABLE, "reading reply bulk: %s",
+                            cw_client_socket_error_text(errno, 1));
+    }
+    len -= n;
+  }
+  return cw_ok_status();
+}
+
+// Handles one frame. Returns an error only for conditions that end the
+// connection (I/O errors, protocol violations).
+static cw_status_t cw__read_one(cw_client_t* c) {
+  uint8_t hdr[CW_FRAME_HEADER_SIZE];
+  size_t got = 0;
+  if (cw_rbuf_read(&c->rb, hdr, sizeof(hdr), &got) != 0) {
+    return cw_make_status(CW_UNAVAILABLE, "%s", cw_client_socket_error_text(errno, got));
+  }
+  atomic_store_explicit(&c->last_rx_ms, cw_time_now_ms(), memory_order_relaxed);
+  cw_frame_header_t h;
+  CW_RETURN_IF_ERROR(cw_frame_header_decode(hdr, sizeof(hdr), &c->limits, &h),
+                     "protocol violation from peer");
+  if (!(h.flags & CW_FRAME_REPLY) && h.type != CW_MSG_EVENT) {
+    return cw_make_status(CW_UNAVAILABLE, "protocol violation from peer: unexpected %s request",
+                          cw_msg_type_name(h.type));
+  }
+  if (h.payload_len > c->payload_cap) {
+    uint8_t* b = realloc(c->payload_buf, h.payload_len);
+    if (!b) {
+      return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for a %u-byte payload",
+                            h.payload_len);
+    }
+    c->payload_buf = b;
+    c->payload_cap = h.payload_len;
+  }
+  if (h.payload_len && cw_rbuf_read(&c->rb, c->payload_buf, h.payload_len, &got) != 0) {
+    return cw_make_status(CW_UNAVAILABLE, "reading payload: %s",
+                          cw_client_socket_error_text(errno, 1));
+  }
+  ProtobufCMessage* msg = NULL;
+  CW_RETURN_IF_ERROR(cw_frame_decode_payload(&h, c->payload_buf, &msg),
+                     "protocol violation from peer: %s reply", cw_msg_type_name(h.type));
+
+  if (!(h.flags & CW_FRAME_REPLY)) {
+    // An unsolicited EVENT (no bulk: the header check refuses it).
+    if (c->on_event) c->on_event(c->event_user, msg);
+    protobuf_c_message_free_unpacked(msg, NULL);
+    return cw_ok_status();
+  }
+  if (h.request_id == 0 && (h.flags & CW_FRAME_ERROR)) {
+    // The peer could not read one of our frames and is closing.
+    cw_status_t s = cw_error_reply_peer_closing((const Causeway__V1__ErrorReply*)msg);
+    protobuf_c_message_free_unpacked(msg, NULL);
+    return s;
+  }
+
+  pthread_mutex_lock(&c->mu);
+  cw_client_pending_t* p = cw_client_table_find(&c->table, h.request_id);
+  bool ok = p && !(p->flags & (CW_CLIENT_PEND_DONE | CW_CLIENT_PEND_MATCHED)) && p->type == h.type;
+  // MATCHED keeps `p` alive for us: its sender no longer removes it, and
+  // only this thread completes entries. Its other fields stay under c->mu;
+  // copy what we need.
+  unsigned pflags = 0;
+  cw_client_sink_t sink = {0};
+  if (ok) {
+    p->flags |= CW_CLIENT_PEND_MATCHED;
+    pflags = p->flags;
+    sink = p->sink;
+  }
+  pthread_mutex_unlock(&c->mu);
+  if (!ok) {
+    protobuf_c_message_free_unpacked(msg, NULL);
+    return cw_make_status(CW_UNAVAILABLE,
+                          "protocol violation from peer: %s reply for unknown request id %llu",
+                          cw_msg_type_name(h.type), (unsigned long long)h.request_id);
+  }
+
+  cw_status_t status = cw_ok_status();
+  void* alloc = NULL;
+  if (h.flags & CW_FRAME_ERROR) {
+    status = cw_error_reply_to_status((const Causeway__V1__ErrorReply*)msg, NULL);
+    protobuf_c_message_free_unpacked(msg, NULL);
+    msg = NULL;
+  } else if (h.bulk_len) {
+    void* dest = NULL;
+    if (pflags & CW_CLIENT_PEND_ALLOC_SINK) {
+      // h.bulk_len is already within limits.max_bulk.
+      dest = alloc = h.bulk_len <= SIZE_MAX ? malloc((size_t)h.bulk_len) : NULL;
+      if (!dest) {
+        status = cw_make_status(CW_RESOURCE_EXHAUSTED,
+                                "cannot allocate %llu bytes for the %s reply",
+                                (unsigned long long)h.bulk_len, cw_msg_type_name(h.type));
+      }
+    } else if (h.bulk_len <= sink.capacity && sink.data) {
+      dest = sink.data;
+    } else {
+      status = cw_make_status(CW_OUT_OF_RANGE,
+                              "%s reply carries %llu bulk bytes but the sink holds %zu",
+                              cw_msg_type_name(h.type), (unsigned long long)h.bulk_len,
+                              sink.data ? sink.capacity : (size_t)0);
+    }
+    cw_status_t rs;
+    if (dest) {
+      rs = cw_rbuf_read(&c->rb, dest, (size_t)h.bulk_len, &got) == 0
+               ? cw_ok_status()
+               : cw_make_status(CW_UNAVAILABLE, "reading reply bulk: %s",
+                                cw_client_socket_error_text(errno, 1));
+    } else {
+      rs = cw__discard(c, h.bulk_len);
+    }
+    if (rs) {
+      // The entry stays incomplete; cw__fail_all completes it.
+      cw_status_free(status);
+      protobuf_c_message_free_unpacked(msg, NULL);
+      free(alloc);
+      return rs;
+    }
+  }
+  cw__complete(c, p, status, msg, h.bulk_len, alloc);
+  return cw_ok_status();
+}
+
+void* cw_client_reader_main(void* arg) {
+  cw_client_t* c = arg;
+  if (cw_rbuf_initialize(&c->rb, c->fd, CW_RBUF_DEFAULT_CAPACITY) != 0) {
+    cw__fail_all(c, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for the read buffer"));
+    shutdown(c->fd, SHUT_RDWR);
+    return NULL;
+  }
+  for (;;) {
+    cw_status_t s = cw__read_one(c);
+    if (s) {
+      cw__fail_all(c, s);
+      // Unblock a sender stuck on a peer that stopped reading.
+      shutdown(c->fd, SHUT_RDWR);
+      return NULL;
+    }
+  }
+}

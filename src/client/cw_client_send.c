@@ -1,0 +1,357 @@
+// Sending, waiting and flushing (cw_client.h): frames go out whole under
+// write_mu, each request registered in the pending table just before its
+// frame is written; see cw_client_internal.h for the completion rules.
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "cw_client_internal.h"
+#include "cw_client_socket.h"
+#include "cw_time.h"
+
+#define CW__STACK_IOVS 8
+// Deferred frames beyond this many bytes are written at once.
+#define CW__DEFER_MAX (64 * 1024)
+
+// ---- Frames ----------------------------------------------------------------
+
+// Encodes a request frame's header into out[CW_FRAME_HEADER_SIZE].
+static void cw__encode_request_header(uint16_t type, uint64_t request_id, size_t payload_len,
+                                      uint64_t bulk_len, uint8_t* out) {
+  cw_frame_header_t h = {.magic = CW_FRAME_MAGIC,
+                         .version = CW_PROTOCOL_VERSION,
+                         .type = type,
+                         .flags = 0,
+                         .payload_len = (uint32_t)payload_len,
+                         .request_id = request_id,
+                         .bulk_len = bulk_len};
+  cw_frame_header_encode(&h, out);
+}
+
+// Packs and writes one frame; `bulk` is borrowed and not copied.
+cw_status_t cw_client_frame_write(cw_client_t* c, uint16_t type, uint64_t request_id,
+                                  const uint8_t* payload, size_t payload_len,
+                                  const struct iovec* bulk, int bulk_count, uint64_t bulk_len) {
+  uint8_t hdr[CW_FRAME_HEADER_SIZE];
+  cw__encode_request_header(type, request_id, payload_len, bulk_len, hdr);
+  struct iovec stack_iov[CW__STACK_IOVS];
+  size_t n = 3 + (size_t)bulk_count;
+  struct iovec* iov = stack_iov;
+  if (n > CW__STACK_IOVS) {
+    iov = malloc(n * sizeof(*iov));
+    if (!iov) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  // Deferred frames first: one system call for all.
+  iov[0] = (struct iovec){.iov_base = c->wbuf, .iov_len = c->wbuf_len};
+  iov[1] = (struct iovec){.iov_base = hdr, .iov_len = sizeof(hdr)};
+  iov[2] = (struct iovec){.iov_base = (void*)payload, .iov_len = payload_len};
+  for (int i = 0; i < bulk_count; ++i) iov[3 + i] = bulk[i];
+  cw_status_t s = cw_client_socket_write_iov(c->fd, c->address, iov, n);
+  c->wbuf_len = 0;  // written, or the connection is being shut down
+  if (iov != stack_iov) free(iov);
+  return s;
+}
+
+// cw_client_send_deferred: appends the frame to c->wbuf (write_mu held);
+// written at once when the buffer is full or cannot grow.
+static cw_status_t cw__defer_frame(cw_client_t* c, uint16_t type, uint64_t request_id,
+                                   const uint8_t* payload, size_t payload_len) {
+  size_t need = CW_FRAME_HEADER_SIZE + payload_len;
+  if (c->wbuf_len + need > c->wbuf_cap && c->wbuf_len + need <= CW__DEFER_MAX) {
+    size_t cap = c->wbuf_cap ? c->wbuf_cap : 1024;
+    while (cap < c->wbuf_len + need) cap *= 2;
+    uint8_t* grown = realloc(c->wbuf, cap);
+    if (grown) {
+      c->wbuf = grown;
+      c->wbuf_cap = cap;
+    }
+  }
+  if (c->wbuf_len + need > c->wbuf_cap) {
+    return cw_client_frame_write(c, type, request_id, payload, payload_len, NULL, 0, 0);
+  }
+  cw__encode_request_header(type, request_id, payload_len, 0, c->wbuf + c->wbuf_len);
+  memcpy(c->wbuf + c->wbuf_len + CW_FRAME_HEADER_SIZE, payload, payload_len);
+  c->wbuf_len += need;
+  return cw_ok_status();
+}
+
+cw_status_t cw_client_message_pack(const ProtobufCMessage* msg, uint8_t* stack, size_t stack_cap,
+                                   uint8_t** out_buf, size_t* out_len) {
+  size_t len = protobuf_c_message_get_packed_size(msg);
+  uint8_t* buf = stack;
+  if (len > stack_cap) {
+    buf = malloc(len);
+    if (!buf) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory packing %zu bytes", len);
+  }
+  protobuf_c_message_pack(msg, buf);
+  *out_buf = buf;
+  *out_len = len;
+  return cw_ok_status();
+}
+
+static bool cw__on_reader_thread(const cw_client_t* c) {
+  return c->reader_started && pthread_equal(pthread_self(), c->reader);
+}
+
+static cw_status_t cw__dead_status(const cw_client_t* c) {
+  return cw_make_status(CW_UNAVAILABLE, "%s", c->dead);
+}
+
+// The core of cw_client_send, with internal pending flags.
+cw_status_t cw_client_send_flags(cw_client_t* c, uint16_t type, const ProtobufCMessage* request,
+                                 const struct iovec* bulk, int bulk_count,
+                                 const cw_client_sink_t* sink, unsigned flags,
+                                 cw_client_done_fn done, void* user, uint64_t* out_request_id) {
+  if (out_request_id) *out_request_id = 0;
+  if (!c || !request) return cw_make_status(CW_INVALID_ARGUMENT, "client and request are required");
+  bool defer = (flags & CW_CLIENT_SEND_DEFER) != 0;
+  flags &= ~(unsigned)CW_CLIENT_SEND_DEFER;
+  const ProtobufCMessageDescriptor* desc = cw_msg_request_descriptor(type);
+  if (!desc || type == CW_MSG_HELLO) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "cannot send message type %u (%s)", type,
+                          cw_msg_type_name(type));
+  }
+  if (request->descriptor != desc) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "%s request must be a %s, not a %s",
+                          cw_msg_type_name(type), desc->name, request->descriptor->name);
+  }
+  if (bulk_count < 0 || (bulk_count > 0 && !bulk)) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "bad bulk iovec array (%d entries)", bulk_count);
+  }
+  uint64_t bulk_len = 0;
+  for (int i = 0; i < bulk_count; ++i) {
+    if (bulk[i].iov_len > UINT64_MAX - bulk_len) {
+      return cw_make_status(CW_INVALID_ARGUMENT, "bulk length overflows 64 bits");
+    }
+    bulk_len += bulk[i].iov_len;
+  }
+  if (bulk_len && !cw_frame_may_carry_bulk(type, 0)) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "%s requests carry no bulk bytes (got %llu)",
+                          cw_msg_type_name(type), (unsigned long long)bulk_len);
+  }
+  // Refuse locally what the worker would answer by closing the connection.
+  if (bulk_len > c->limits.max_bulk) {
+    return cw_make_status(CW_RESOURCE_EXHAUSTED,
+                          "%s bulk of %llu bytes exceeds the worker's limit of %llu bytes",
+                          cw_msg_type_name(type), (unsigned long long)bulk_len,
+                          (unsigned long long)c->limits.max_bulk);
+  }
+
+  uint8_t stack[512];
+  uint8_t* payload = NULL;
+  size_t payload_len = 0;
+  CW_RETURN_IF_ERROR(cw_client_message_pack(request, stack, sizeof(stack), &payload, &payload_len),
+                     "%s request", cw_msg_type_name(type));
+  cw_status_t s = cw_ok_status();
+  if (payload_len > c->limits.max_payload) {
+    s = cw_make_status(CW_RESOURCE_EXHAUSTED,
+                       "%s payload of %zu bytes exceeds the worker's limit of %u bytes",
+                       cw_msg_type_name(type), payload_len, c->limits.max_payload);
+    goto out;
+  }
+
+  cw_client_pending_t* p = calloc(1, sizeof(*p));
+  if (!p) {
+    s = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+    goto out;
+  }
+  p->type = type;
+  p->flags = flags | CW_CLIENT_PEND_SENDING;
+  if (sink) p->sink = *sink;
+  p->done = done;
+  p->user = user;
+
+  // The writer lock is taken before registering so that ids go out in order.
+  pthread_mutex_lock(&c->write_mu);
+  pthread_mutex_lock(&c->mu);
+  if (c->dead) {
+    s = cw__dead_status(c);
+    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&c->write_mu);
+    free(p);
+    goto out;
+  }
+  uint64_t id = p->id = c->next_id++;
+  cw_client_table_insert(&c->table, p);
+  // Liveness counts silence only while something is owed: from now, if
+  // nothing was.
+  if (c->outstanding++ == 0) {
+    atomic_store_explicit(&c->last_rx_ms, cw_time_now_ms(), memory_order_relaxed);
+  }
+  pthread_mutex_unlock(&c->mu);
+  // From here on the reader may complete (and free) `p`; use `id` only.
+
+  cw_status_t ws = defer && !bulk_len
+                       ? cw__defer_frame(c, type, id, payload, payload_len)
+                       : cw_client_frame_write(c, type, id, payload, payload_len, bulk, bulk_count,
+                                         bulk_len);
+  if (ws) {
+    // A partial frame desynchronises the stream: close it so the reader
+    // fails everything else outstanding.
+    shutdown(c->fd, SHUT_RDWR);
+  }
+  pthread_mutex_unlock(&c->write_mu);
+
+  // The reader fails no entry that is still SENDING and unanswered, so here
+  // the entry is untouched, or the reader owns it (MATCHED: a reply came),
+  // or it is DONE, or it completed through its callback and is gone.
+  pthread_mutex_lock(&c->mu);
+  cw_client_pending_t* q = cw_client_table_find(&c->table, id);
+  if (q && !(q->flags & (CW_CLIENT_PEND_DONE | CW_CLIENT_PEND_MATCHED)) && (ws || c->dead)) {
+    // Lost before any reply: report it here, not through the callback.
+    cw_client_table_remove(&c->table, id);
+    c->outstanding--;
+    pthread_cond_broadcast(&c->cv);
+    s = ws ? ws : cw__dead_status(c);
+    cw_client_pending_free(q);
+  } else {
+    cw_status_free(ws);
+    if (q && (q->flags & CW_CLIENT_PEND_DONE) && (q->flags & CW_CLIENT_PEND_DETACHED) &&
+        !q->status) {
+      // A detached success that beat us here: nobody will claim it.
+      cw_client_table_remove(&c->table, id);
+      cw_client_pending_free(q);
+    } else if (q) {
+      q->flags &= ~(unsigned)CW_CLIENT_PEND_SENDING;
+    }
+    if (out_request_id) *out_request_id = id;
+  }
+  pthread_mutex_unlock(&c->mu);
+
+out:
+  if (payload != stack) free(payload);
+  return s;
+}
+
+cw_status_t cw_client_send(cw_client_t* client, uint16_t type, const ProtobufCMessage* request,
+                           const struct iovec* bulk, int bulk_count,
+                           const cw_client_sink_t* sink, cw_client_done_fn done, void* user,
+                           uint64_t* out_request_id) {
+  return cw_client_send_flags(client, type, request, bulk, bulk_count, sink, 0, done, user,
+                              out_request_id);
+}
+
+cw_status_t cw_client_send_deferred(cw_client_t* client, uint16_t type,
+                                    const ProtobufCMessage* request, cw_client_done_fn done,
+                                    void* user, uint64_t* out_request_id) {
+  return cw_client_send_flags(client, type, request, NULL, 0, NULL, CW_CLIENT_SEND_DEFER, done,
+                              user, out_request_id);
+}
+
+// ---- Waiting ---------------------------------------------------------------
+
+static cw_status_t cw__wait(cw_client_t* c, uint64_t id, ProtobufCMessage** out_reply,
+                            uint64_t* out_bulk_len, void** out_alloc) {
+  if (out_reply) *out_reply = NULL;
+  if (out_bulk_len) *out_bulk_len = 0;
+  if (out_alloc) *out_alloc = NULL;
+  if (!c) return cw_make_status(CW_INVALID_ARGUMENT, "client is required");
+  if (cw__on_reader_thread(c)) {
+    return cw_make_status(CW_FAILED_PRECONDITION,
+                          "cannot wait inside a completion callback (it runs on the reader)");
+  }
+  pthread_mutex_lock(&c->mu);
+  cw_client_pending_t* p = cw_client_table_find(&c->table, id);
+  cw_status_t s = cw_ok_status();
+  if (!p || p->done || (p->flags & (CW_CLIENT_PEND_DETACHED | CW_CLIENT_PEND_SENDING))) {
+    s = cw_make_status(CW_INVALID_ARGUMENT,
+                       "request %llu is not waitable (unknown, already claimed, or has a callback)",
+                       (unsigned long long)id);
+  } else if (p->flags & CW_CLIENT_PEND_CLAIMED) {
+    s = cw_make_status(CW_FAILED_PRECONDITION, "request %llu is already being waited for",
+                       (unsigned long long)id);
+  }
+  if (s) {
+    pthread_mutex_unlock(&c->mu);
+    return s;
+  }
+  p->flags |= CW_CLIENT_PEND_CLAIMED;
+  while (!(p->flags & CW_CLIENT_PEND_DONE)) pthread_cond_wait(&c->cv, &c->mu);
+  cw_client_table_remove(&c->table, id);
+  pthread_mutex_unlock(&c->mu);
+
+  s = p->status;
+  p->status = cw_ok_status();
+  if (!s) {
+    if (out_reply) {
+      *out_reply = p->reply;
+      p->reply = NULL;
+    }
+    if (out_bulk_len) *out_bulk_len = p->bulk_len;
+    if (out_alloc) {
+      *out_alloc = p->alloc_data;
+      p->alloc_data = NULL;
+    }
+  }
+  cw_client_pending_free(p);
+  return s;
+}
+
+cw_status_t cw_client_wait(cw_client_t* client, uint64_t request_id,
+                           ProtobufCMessage** out_reply, uint64_t* out_bulk_len) {
+  return cw__wait(client, request_id, out_reply, out_bulk_len, NULL);
+}
+
+cw_status_t cw_client_call_flags(cw_client_t* c, uint16_t type, const ProtobufCMessage* request,
+                                 const struct iovec* bulk, int bulk_count,
+                                 const cw_client_sink_t* sink, unsigned flags,
+                                 ProtobufCMessage** out_reply, uint64_t* out_bulk_len,
+                                 void** out_alloc) {
+  if (out_reply) *out_reply = NULL;
+  if (out_bulk_len) *out_bulk_len = 0;
+  if (out_alloc) *out_alloc = NULL;
+  if (c && cw__on_reader_thread(c)) {
+    return cw_make_status(CW_FAILED_PRECONDITION,
+                          "cannot make a blocking call inside a completion callback");
+  }
+  uint64_t id = 0;
+  CW_RETURN_IF_ERROR(
+      cw_client_send_flags(c, type, request, bulk, bulk_count, sink, flags, NULL, NULL, &id),
+      "%s", cw_msg_type_name(type));
+  return cw__wait(c, id, out_reply, out_bulk_len, out_alloc);
+}
+
+cw_status_t cw_client_call(cw_client_t* client, uint16_t type, const ProtobufCMessage* request,
+                           const struct iovec* bulk, int bulk_count,
+                           const cw_client_sink_t* sink, ProtobufCMessage** out_reply,
+                           uint64_t* out_bulk_len) {
+  return cw_client_call_flags(client, type, request, bulk, bulk_count, sink, 0, out_reply,
+                              out_bulk_len, NULL);
+}
+
+cw_status_t cw_client_flush(cw_client_t* client) {
+  if (!client) return cw_make_status(CW_INVALID_ARGUMENT, "client is required");
+  cw_client_t* c = client;
+  if (cw__on_reader_thread(c)) {
+    return cw_make_status(CW_FAILED_PRECONDITION,
+                          "cannot flush inside a completion callback (it runs on the reader)");
+  }
+  pthread_mutex_lock(&c->mu);
+  while (c->outstanding > 0) pthread_cond_wait(&c->cv, &c->mu);
+  // Drain parked completions nobody waits for; keep the lowest-id error.
+  cw_client_pending_t* first = NULL;
+  for (size_t i = 0; i < c->table.num_buckets; ++i) {
+    cw_client_pending_t** slot = &c->table.buckets[i];
+    while (*slot) {
+      cw_client_pending_t* p = *slot;
+      if ((p->flags & CW_CLIENT_PEND_DONE) && !(p->flags & CW_CLIENT_PEND_CLAIMED)) {
+        *slot = p->next;
+        c->table.count--;
+        if (p->status && (!first || p->id < first->id)) {
+          cw_client_pending_free(first);
+          first = p;
+        } else {
+          cw_client_pending_free(p);
+        }
+      } else {
+        slot = &p->next;
+      }
+    }
+  }
+  pthread_mutex_unlock(&c->mu);
+  if (!first) return cw_ok_status();
+  cw_status_t s = first->status;
+  first->status = cw_ok_status();
+  cw_client_pending_free(first);
+  return s;
+}
