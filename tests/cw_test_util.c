@@ -235,9 +235,10 @@ int cw_test_worker_start(const cw_test_worker_options_t* options,
     snprintf(binary, sizeof(binary), "%s/bin/causeway-worker",
              cw_test_getenv("CW_BUILD_DIR", "."));
   }
-  const char* plugin = options->plugin ? options->plugin : cw_test_getenv("CW_PJRT_PLUGIN", NULL);
+  const char* plugin =
+      options->plugin ? options->plugin : cw_test_getenv("CAUSEWAY_PJRT_PLUGIN", NULL);
   if (!plugin) {
-    fprintf(stderr, "cw_test: no PJRT plugin (set CW_PJRT_PLUGIN)\n");
+    fprintf(stderr, "cw_test: no PJRT plugin (set CAUSEWAY_PJRT_PLUGIN)\n");
     return -1;
   }
   char devices[16];

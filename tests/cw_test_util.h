@@ -30,7 +30,7 @@ typedef struct cw_test_process_s {
 
 typedef struct cw_test_worker_options_s {
   const char* binary;     // NULL: $CW_WORKER_BIN, else $CW_BUILD_DIR/bin/causeway-worker
-  const char* plugin;     // NULL: $CW_PJRT_PLUGIN
+  const char* plugin;     // NULL: $CAUSEWAY_PJRT_PLUGIN
   int devices;            // 0: 1
   const char* listen;     // NULL: "127.0.0.1:0"
   const char* name;       // NULL: no --name flag

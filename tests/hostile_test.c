@@ -8,7 +8,7 @@
 //
 // Usage: hostile_test [path/to/causeway-worker]
 //   default: $CW_WORKER_BIN, else $CW_BUILD_DIR/bin/causeway-worker.
-//   The plugin comes from $CW_PJRT_PLUGIN. Worker logs go to
+//   The plugin comes from $CAUSEWAY_PJRT_PLUGIN. Worker logs go to
 //   $CW_HOSTILE_LOG_DIR (default: the temp dir) as hostile-worker-*.log and
 //   are printed when a worker misbehaves.
 #include <errno.h>
@@ -134,9 +134,9 @@ static void describe_status(int st, char* out, size_t n) {
 }
 
 static bool worker_start(worker_t* w, const char* token) {
-  const char* plugin = getenv("CW_PJRT_PLUGIN");
+  const char* plugin = getenv("CAUSEWAY_PJRT_PLUGIN");
   if (!plugin || !plugin[0]) {
-    print_error("CW_PJRT_PLUGIN is not set\n");
+    print_error("CAUSEWAY_PJRT_PLUGIN is not set\n");
     return false;
   }
   const char* dir = getenv("CW_HOSTILE_LOG_DIR");
@@ -157,13 +157,13 @@ static bool worker_start(worker_t* w, const char* token) {
   if (pid == 0) {
     dup2(out_fd, 1);
     dup2(log_fd, 2);
-    setenv("CW_HELLO_TIMEOUT_MS", "300", 1);
+    setenv("CAUSEWAY_HELLO_TIMEOUT_MS", "300", 1);
     if (token) {
-      setenv("CW_TOKEN", token, 1);
+      setenv("CAUSEWAY_TOKEN", token, 1);
     } else {
-      unsetenv("CW_TOKEN");
+      unsetenv("CAUSEWAY_TOKEN");
     }
-    unsetenv("CW_TOKEN_FILE");
+    unsetenv("CAUSEWAY_TOKEN_FILE");
     execl(g_worker_bin, g_worker_bin, "--plugin", plugin, "--devices", "2", "--listen",
           "127.0.0.1:0", (char*)NULL);
     fprintf(stderr, "exec %s: %s\n", g_worker_bin, strerror(errno));

@@ -1,7 +1,7 @@
 /*
  * Checks our PJRT ABI declarations (cw_pjrt_c_api.h) against a real plugin.
  *
- * Usage: pjrt_abi_test [plugin.so]   (or set CW_PJRT_PLUGIN)
+ * Usage: pjrt_abi_test [plugin.so]   (or set CAUSEWAY_PJRT_PLUGIN)
  * Exit status: 0 all checks passed, 1 some failed, 77 no plugin given (skip).
  *
  * Written for XLA's CPU plugin: it asks for 4 CPU devices, compiles a small
@@ -407,9 +407,9 @@ int main(int argc, char** argv) {
   if (argc == 3 && strcmp(argv[1], "--probe-empty-options") == 0) {
     return probe_empty_options(argv[2]);
   }
-  const char* path = argc > 1 ? argv[1] : getenv("CW_PJRT_PLUGIN");
+  const char* path = argc > 1 ? argv[1] : getenv("CAUSEWAY_PJRT_PLUGIN");
   if (path == NULL || path[0] == '\0') {
-    printf("SKIP: no plugin (pass a path or set CW_PJRT_PLUGIN)\n");
+    printf("SKIP: no plugin (pass a path or set CAUSEWAY_PJRT_PLUGIN)\n");
     return 77;
   }
 
