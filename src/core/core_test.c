@@ -6,13 +6,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <cmocka.h>
 
 #include "cw_log.h"
 #include "cw_reader.h"
 #include "cw_settings.h"
 #include "cw_status.h"
+#include "cw_test_util.h"
 #include "cw_time.h"
 
 static cw_status_t fails_deep(int x) {
@@ -125,6 +125,17 @@ static void test_settings(void** state) {
   unsetenv("CAUSEWAY_WORKER_DEVICES");
 }
 
+// What --help prints for `scope` (malloc'd).
+static char* help_text(unsigned scope) {
+  char* text = NULL;
+  size_t len = 0;
+  FILE* f = open_memstream(&text, &len);
+  assert_non_null(f);
+  cw_settings_print_help(f, scope);
+  fclose(f);
+  return text;
+}
+
 // Each program reads its own variables and flags only.
 static void test_settings_scope(void** state) {
   clear_settings_env();
@@ -164,12 +175,7 @@ static void test_settings_scope(void** state) {
   cw_settings_deinitialize(&s);
 
   // --help lists the program's own.
-  char* text = NULL;
-  size_t len = 0;
-  FILE* f = open_memstream(&text, &len);
-  assert_non_null(f);
-  cw_settings_print_help(f, CW_SCOPE_CONTROLLER);
-  fclose(f);
+  char* text = help_text(CW_SCOPE_CONTROLLER);
   assert_non_null(strstr(text, "--compile-cache-dir"));
   assert_non_null(strstr(text, "CAUSEWAY_WORKER_TIMEOUT_MS"));
   assert_non_null(strstr(text, "CAUSEWAY_TOKEN "));
@@ -177,10 +183,7 @@ static void test_settings_scope(void** state) {
   assert_null(strstr(text, "--devices"));
   assert_null(strstr(text, "CAUSEWAY_WAIT_MS"));
   free(text);
-  f = open_memstream(&text, &len);
-  assert_non_null(f);
-  cw_settings_print_help(f, CW_SCOPE_WORKER);
-  fclose(f);
+  text = help_text(CW_SCOPE_WORKER);
   assert_non_null(strstr(text, "CAUSEWAY_WORKER_DEVICES"));
   assert_non_null(strstr(text, "[1, 4096] (default 4)"));
   assert_null(strstr(text, "--compile-cache-bytes"));
@@ -255,19 +258,10 @@ static void test_settings_types(void** state) {
 
 // Runs cw_settings_warn_old_names(scope) with stderr in `out`.
 static size_t warn_old_names_captured(unsigned scope, char* out, size_t cap) {
-  fflush(stderr);
-  int saved = dup(2);
-  FILE* tmp = tmpfile();
-  assert_non_null(tmp);
-  dup2(fileno(tmp), 2);
+  cw_test_stderr_capture_t capture;
+  assert_int_equal(cw_test_stderr_capture_begin(&capture), 0);
   size_t n = cw_settings_warn_old_names(scope);
-  fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  rewind(tmp);
-  size_t got = fread(out, 1, cap - 1, tmp);
-  out[got] = 0;
-  fclose(tmp);
+  assert_int_equal(cw_test_stderr_capture_end(&capture, out, cap), 0);
   return n;
 }
 

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "cw_pjrt_c_api.h"
+#include "cw_test_util.h"
 
 static const PJRT_Api* api;
 
@@ -229,20 +230,11 @@ static PJRT_Error* create_client(PJRT_Client** out) {
 
 // Client creation with stderr captured in `out`; returns its error.
 static PJRT_Error* create_client_captured(char* out, size_t cap) {
-  fflush(stderr);
-  int saved = dup(2);
-  FILE* tmp = tmpfile();
-  assert_non_null(tmp);
-  dup2(fileno(tmp), 2);
+  cw_test_stderr_capture_t capture;
+  assert_int_equal(cw_test_stderr_capture_begin(&capture), 0);
   PJRT_Client* client = NULL;
   PJRT_Error* e = create_client(&client);
-  fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  rewind(tmp);
-  size_t got = fread(out, 1, cap - 1, tmp);
-  out[got] = 0;
-  fclose(tmp);
+  assert_int_equal(cw_test_stderr_capture_end(&capture, out, cap), 0);
   assert_null(client);
   return e;
 }
