@@ -273,9 +273,9 @@ cw_status_t cw_settings_initialize(cw_settings_t* out, unsigned scope) {
   out->scope = scope;
   for (int i = 0; i < CW_SET_COUNT; ++i) {
     const cw_setting_def_t* d = &cw__defs[i];
-    cw_status_t st = cw_ok_status();
-    if (!cw__is_unset_default(d)) st = cw__set_one(out, (cw_setting_id_t)i, "default",
-                                                   d->default_value);
+    cw_status_t st = cw__is_unset_default(d)
+                         ? cw_ok_status()
+                         : cw__set_one(out, (cw_setting_id_t)i, "default", d->default_value);
     const char* env = (d->scope & scope) ? getenv(d->env) : NULL;
     if (!st && env && (*env || d->empty_is_value)) {
       st = cw__set_one(out, (cw_setting_id_t)i, d->env, env);
@@ -353,7 +353,8 @@ cw_status_t cw_settings_parse_args(cw_settings_t* settings, int argc, char** arg
   return cw_ok_status();
 }
 
-cw_status_t cw_settings_read_token_file(const char* path, char** out_token) {
+// The first line of a token file into *out_token (heap, caller frees).
+static cw_status_t cw__read_token_file(const char* path, char** out_token) {
   *out_token = NULL;
   FILE* f = fopen(path, "r");
   if (!f) {
@@ -380,7 +381,7 @@ cw_status_t cw_settings_load_token(cw_settings_t* settings) {
   const char* path = cw_settings_string(settings, CW_SET_TOKEN_FILE);
   if (!path[0]) return cw_ok_status();
   char* token = NULL;
-  CW_RETURN_IF_ERROR(cw_settings_read_token_file(path, &token), "");
+  CW_RETURN_IF_ERROR(cw__read_token_file(path, &token), "");
   free(settings->strings[CW_SET_TOKEN]);
   settings->strings[CW_SET_TOKEN] = token;
   return cw_ok_status();

@@ -130,12 +130,9 @@ CW_MUST_USE cw_status_t cw_settings_parse_args(cw_settings_t* settings,
                                                int argc, char** argv);
 
 // Reads the token: CAUSEWAY_TOKEN if set, else the first line of the token
-// file. Borrowed result, "" when none.
+// file (with a warning when that file is readable by group or others).
+// Borrowed result, "" when none.
 CW_MUST_USE cw_status_t cw_settings_load_token(cw_settings_t* settings);
-
-// Reads the first line of a token file into *out_token (heap, caller frees);
-// warns when the file is readable by group or others.
-CW_MUST_USE cw_status_t cw_settings_read_token_file(const char* path, char** out_token);
 
 // The environment's text for `id` (borrowed from the environment), NULL when
 // unset or empty: for a library that reads one setting and keeps no table.
