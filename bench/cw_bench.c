@@ -16,7 +16,7 @@
 //
 // Usage: cw_bench [--quick] [--plugin PATH] [--worker PATH] [--pings N]
 //                 [--max-mib N] [--sizes LIST] [--reps-scale X] [--only LIST]
-//   --plugin defaults to $CW_PJRT_PLUGIN; --worker to causeway-worker next to
+//   --plugin defaults to $CAUSEWAY_PJRT_PLUGIN; --worker to causeway-worker next to
 //   this executable. --only: comma list of ping,upload,download,w2w.
 //   --sizes: comma list of byte counts with k/m suffixes (multiples of 4).
 
@@ -642,7 +642,7 @@ int main(int argc, char** argv) {
   bench_t* b = &bench;
   b->reps_scale = 1.0;
   b->next_id = 1;
-  const char* plugin = getenv("CW_PJRT_PLUGIN");
+  const char* plugin = getenv("CAUSEWAY_PJRT_PLUGIN");
   const char* worker_path = NULL;
   const char* only = NULL;
   long pings = -1;
@@ -687,7 +687,7 @@ int main(int argc, char** argv) {
     }
   }
   if (!plugin || !*plugin) {
-    fprintf(stderr, "cw_bench: no plugin: pass --plugin PATH or set CW_PJRT_PLUGIN\n");
+    fprintf(stderr, "cw_bench: no plugin: pass --plugin PATH or set CAUSEWAY_PJRT_PLUGIN\n");
     return 2;
   }
   if (!worker_path) worker_path = default_worker_path();

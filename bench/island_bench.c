@@ -24,7 +24,7 @@
 // `island_bench_quick`).
 //
 // Usage: island_bench [--quick] [--launches N] [--plugin PATH] [--gangplugin PATH]
-//   --plugin: the plugin under the gang plugin (default $CW_PJRT_PLUGIN);
+//   --plugin: the plugin under the gang plugin (default $CAUSEWAY_PJRT_PLUGIN);
 //   --gangplugin: default $CW_GANGPLUGIN, else ../lib/libcw_gangplugin.so
 //   beside this executable. causeway-worker and causeway-controller come
 //   from $CW_WORKER_BIN / $CW_CONTROLLER_BIN, else beside this executable.
@@ -313,9 +313,9 @@ int main(int argc, char** argv) {
 
   char dir[PATH_MAX - 64], path[PATH_MAX];
   exe_dir(dir, sizeof(dir));
-  if (plugin) setenv("CW_PJRT_PLUGIN", plugin, 1);
-  if (!cw_test_getenv("CW_PJRT_PLUGIN", NULL)) {
-    fprintf(stderr, "island_bench: no plugin: pass --plugin PATH or set CW_PJRT_PLUGIN\n");
+  if (plugin) setenv("CAUSEWAY_PJRT_PLUGIN", plugin, 1);
+  if (!cw_test_getenv("CAUSEWAY_PJRT_PLUGIN", NULL)) {
+    fprintf(stderr, "island_bench: no plugin: pass --plugin PATH or set CAUSEWAY_PJRT_PLUGIN\n");
     return 2;
   }
   if (gangplugin) setenv("CW_GANGPLUGIN", gangplugin, 1);

@@ -71,9 +71,9 @@ void describe_status(int st, char* out, size_t n) {
 }
 
 static bool worker_start(worker_t* w, const char* token) {
-  const char* plugin = getenv("CW_PJRT_PLUGIN");
+  const char* plugin = getenv("CAUSEWAY_PJRT_PLUGIN");
   if (!plugin || !plugin[0]) {
-    print_error("CW_PJRT_PLUGIN is not set\n");
+    print_error("CAUSEWAY_PJRT_PLUGIN is not set\n");
     return false;
   }
   const char* dir = getenv("CW_HOSTILE_LOG_DIR");
@@ -94,13 +94,13 @@ static bool worker_start(worker_t* w, const char* token) {
   if (pid == 0) {
     dup2(out_fd, 1);
     dup2(log_fd, 2);
-    setenv("CW_HELLO_TIMEOUT_MS", "300", 1);
+    setenv("CAUSEWAY_HELLO_TIMEOUT_MS", "300", 1);
     if (token) {
-      setenv("CW_TOKEN", token, 1);
+      setenv("CAUSEWAY_TOKEN", token, 1);
     } else {
-      unsetenv("CW_TOKEN");
+      unsetenv("CAUSEWAY_TOKEN");
     }
-    unsetenv("CW_TOKEN_FILE");
+    unsetenv("CAUSEWAY_TOKEN_FILE");
     execl(g_worker_bin, g_worker_bin, "--plugin", plugin, "--devices", "2", "--listen",
           "127.0.0.1:0", (char*)NULL);
     fprintf(stderr, "exec %s: %s\n", g_worker_bin, strerror(errno));

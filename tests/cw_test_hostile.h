@@ -10,7 +10,7 @@
 // well-formed conversations.
 //
 // Workers come from argv[1], else $CW_WORKER_BIN, else
-// $CW_BUILD_DIR/bin/causeway-worker; the plugin from $CW_PJRT_PLUGIN. Worker
+// $CW_BUILD_DIR/bin/causeway-worker; the plugin from $CAUSEWAY_PJRT_PLUGIN. Worker
 // logs go to $CW_HOSTILE_LOG_DIR (default: the temp dir) as
 // hostile-worker-*.log and are printed when a worker misbehaves.
 #ifndef CW_TESTS_TEST_HOSTILE_H_

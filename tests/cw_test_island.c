@@ -195,7 +195,7 @@ int cw_test_gang_worker_start(const cw_test_gang_worker_options_t* o, cw_test_wo
   snprintf(env[1], sizeof(env[1]), "CW_GANG_RANK=%d", o->rank);
   snprintf(env[2], sizeof(env[2]), "CW_GANG_SIZE=%d", o->size);
   snprintf(env[3], sizeof(env[3]), "CW_GANG_INNER_PLUGIN=%s",
-           o->inner_plugin ? o->inner_plugin : cw_test_getenv("CW_PJRT_PLUGIN", ""));
+           o->inner_plugin ? o->inner_plugin : cw_test_getenv("CAUSEWAY_PJRT_PLUGIN", ""));
   const char* envp[] = {env[0], env[1], env[2], env[3], NULL};
   char size[16];
   snprintf(size, sizeof(size), "%d", o->size);

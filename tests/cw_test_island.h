@@ -102,7 +102,7 @@ typedef struct cw_test_gang_worker_options_s {
   const char* island;        // --island NAME --island-size SIZE; NULL: none
   int devices;               // 0: 1
   const char* plugin;        // NULL: $CW_GANGPLUGIN
-  const char* inner_plugin;  // NULL: $CW_PJRT_PLUGIN
+  const char* inner_plugin;  // NULL: $CAUSEWAY_PJRT_PLUGIN
 } cw_test_gang_worker_options_t;
 
 // Starts a causeway-worker over the gang plugin (cw_test_worker_start).

@@ -23,6 +23,34 @@ void cw_test_sleep_ms(int ms) {
   }
 }
 
+int cw_test_stderr_capture_begin(cw_test_stderr_capture_t* capture) {
+  fflush(stderr);
+  capture->file = tmpfile();
+  capture->saved_fd = dup(2);
+  if (!capture->file || capture->saved_fd < 0 || dup2(fileno(capture->file), 2) < 0) {
+    fprintf(stderr, "cw_test: cannot capture stderr: %s\n", strerror(errno));
+    if (capture->file) fclose(capture->file);
+    if (capture->saved_fd >= 0) close(capture->saved_fd);
+    capture->file = NULL;
+    capture->saved_fd = -1;
+    return -1;
+  }
+  return 0;
+}
+
+int cw_test_stderr_capture_end(cw_test_stderr_capture_t* capture, char* out, size_t capacity) {
+  fflush(stderr);
+  dup2(capture->saved_fd, 2);
+  close(capture->saved_fd);
+  rewind(capture->file);
+  size_t got = fread(out, 1, capacity - 1, capture->file);
+  out[got] = '\0';
+  fclose(capture->file);
+  capture->file = NULL;
+  capture->saved_fd = -1;
+  return 0;
+}
+
 const char* cw_test_getenv(const char* name, const char* fallback) {
   const char* v = getenv(name);
   return (v && v[0]) ? v : fallback;
@@ -235,9 +263,10 @@ int cw_test_worker_start(const cw_test_worker_options_t* options,
     snprintf(binary, sizeof(binary), "%s/bin/causeway-worker",
              cw_test_getenv("CW_BUILD_DIR", "."));
   }
-  const char* plugin = options->plugin ? options->plugin : cw_test_getenv("CW_PJRT_PLUGIN", NULL);
+  const char* plugin =
+      options->plugin ? options->plugin : cw_test_getenv("CAUSEWAY_PJRT_PLUGIN", NULL);
   if (!plugin) {
-    fprintf(stderr, "cw_test: no PJRT plugin (set CW_PJRT_PLUGIN)\n");
+    fprintf(stderr, "cw_test: no PJRT plugin (set CAUSEWAY_PJRT_PLUGIN)\n");
     return -1;
   }
   char devices[16];

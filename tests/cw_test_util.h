@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #include "cw_time.h"
@@ -30,7 +31,7 @@ typedef struct cw_test_process_s {
 
 typedef struct cw_test_worker_options_s {
   const char* binary;     // NULL: $CW_WORKER_BIN, else $CW_BUILD_DIR/bin/causeway-worker
-  const char* plugin;     // NULL: $CW_PJRT_PLUGIN
+  const char* plugin;     // NULL: $CAUSEWAY_PJRT_PLUGIN
   int devices;            // 0: 1
   const char* listen;     // NULL: "127.0.0.1:0"
   const char* name;       // NULL: no --name flag
@@ -105,6 +106,15 @@ int cw_test_write_file(const char* path, const void* data, size_t size);
 // cw_test_read_file. Returns 0 on success.
 int cw_test_read_program(const char* name, void** out_program, size_t* out_program_size,
                          void** out_options, size_t* out_options_size);
+
+// What this process writes to stderr (fd 2) between _begin and _end: into
+// `out`, NUL-terminated, cut to `capacity` - 1 bytes. Both return 0 on success.
+typedef struct cw_test_stderr_capture_s {
+  int saved_fd;
+  FILE* file;
+} cw_test_stderr_capture_t;
+int cw_test_stderr_capture_begin(cw_test_stderr_capture_t* capture);
+int cw_test_stderr_capture_end(cw_test_stderr_capture_t* capture, char* out, size_t capacity);
 
 // getenv that returns `fallback` for unset or empty variables.
 const char* cw_test_getenv(const char* name, const char* fallback);

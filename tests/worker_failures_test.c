@@ -250,7 +250,7 @@ static void test_client_killed_mid_upload(void** state) {
   hello.max_version = 1;
   hello.role = CAUSEWAY__V1__ROLE__ROLE_CLIENT;
   hello.peer_name = "itest-doomed-client";
-  const char* token = getenv("CW_TOKEN");
+  const char* token = getenv("CAUSEWAY_TOKEN");
   if (token) hello.token = (ProtobufCBinaryData){strlen(token), (uint8_t*)token};
   frame_t fh = build_frame(CW_MSG_HELLO, 1, &hello.base, 0);
 

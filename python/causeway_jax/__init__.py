@@ -3,14 +3,14 @@
 JAX calls initialize() at start-up (entry point group `jax_plugins`). It
 registers libcauseway_pjrt.so under the name "causeway" and, for the embedded
 cluster the plugin starts when CAUSEWAY_CONTROLLER is unset, tells it where
-the vendor PJRT plugin for the local workers lives (CW_PJRT_PLUGIN).
+the vendor PJRT plugin for the local workers lives (CAUSEWAY_PJRT_PLUGIN).
 
 Environment:
   CAUSEWAY_PJRT_LIBRARY  path of libcauseway_pjrt.so (default: the repository's
                          build/release/lib/libcauseway_pjrt.so)
   CAUSEWAY_CONTROLLER    host:port or socket path of a running controller;
                          unset: start a private local cluster
-  CW_PJRT_PLUGIN         the workers' PJRT plugin (default: lammps_jax_pjrt_cpu)
+  CAUSEWAY_PJRT_PLUGIN   the workers' PJRT plugin (default: lammps_jax_pjrt_cpu)
 """
 from __future__ import annotations
 
@@ -38,14 +38,14 @@ def library_path() -> str:
 
 def _set_worker_plugin() -> None:
     # The C library cannot ask Python where the wheel put the CPU plugin, so
-    # it reads CW_PJRT_PLUGIN; child processes inherit it.
-    if os.environ.get("CW_PJRT_PLUGIN"):
+    # it reads CAUSEWAY_PJRT_PLUGIN; child processes inherit it.
+    if os.environ.get("CAUSEWAY_PJRT_PLUGIN"):
         return
     try:
         import lammps_jax_pjrt_cpu as cpu_plugin
     except ImportError:
         return  # joining a running cluster needs no local plugin
-    os.environ["CW_PJRT_PLUGIN"] = str(cpu_plugin.PLUGIN_PATH)
+    os.environ["CAUSEWAY_PJRT_PLUGIN"] = str(cpu_plugin.PLUGIN_PATH)
 
 
 def initialize() -> None:

@@ -12,6 +12,7 @@
 
 #include "cw_client_internal.h"
 #include "cw_client_socket.h"
+#include "cw_settings.h"
 #include "cw_messages.h"
 #include "cw_time.h"
 
@@ -30,10 +31,10 @@ static cw_status_t cw__hello(cw_client_t* c, const cw_client_options_t* o, int t
     snprintf(name, sizeof(name), "cw_client:%ld", (long)getpid());
     peer_name = name;
   }
+  const char* token = (o && o->token) ? o->token : cw_settings_getenv(CW_SET_TOKEN);
   Causeway__V1__HelloRequest req;
-  cw_hello_request_fill(&req, (o && o->role) ? o->role : CAUSEWAY__V1__ROLE__ROLE_CLIENT,
-                        (o && o->token) ? o->token : getenv("CW_TOKEN"), o ? o->session_id : 0,
-                        peer_name);
+  cw_hello_request_fill(&req, (o && o->role) ? o->role : CAUSEWAY__V1__ROLE__ROLE_CLIENT, token,
+                        o ? o->session_id : 0, peer_name);
 
   uint8_t stack[512];
   uint8_t* payload = NULL;

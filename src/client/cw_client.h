@@ -16,7 +16,7 @@
 typedef struct cw_client_s cw_client_t;
 
 typedef struct cw_client_options_s {
-  const char* token;       // shared secret for HELLO; NULL: $CW_TOKEN or none
+  const char* token;       // shared secret for HELLO; NULL: $CAUSEWAY_TOKEN or none
   uint64_t session_id;     // 0: the worker opens a new session
   const char* peer_name;   // for the worker's logs and per-peer stats
   int role;                // Causeway__V1__Role; 0 means ROLE_CLIENT

@@ -32,10 +32,10 @@ static void test_hello(void** state) {
   // Token from the environment, role passed through.
   fake_t g = {0};
   fake_start(&g, NULL);
-  setenv("CW_TOKEN", "from-env", 1);
+  setenv("CAUSEWAY_TOKEN", "from-env", 1);
   cw_client_options_t o2 = {.role = CAUSEWAY__V1__ROLE__ROLE_WORKER};
   cw_status_t s = cw_client_connect(g.path, &o2, &c);
-  unsetenv("CW_TOKEN");
+  unsetenv("CAUSEWAY_TOKEN");
   assert_ok(s);
   cw_client_release(c);
   fake_join(&g);

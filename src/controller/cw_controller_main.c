@@ -10,7 +10,8 @@ int main(int argc, char** argv) {
   int code = 0;
   if (!cw_settings_initialize_for_main("causeway-controller",
                                        "--listen ADDR [--watch-fd N] [--log-level L]",
-                                       "controller", argc, argv, &settings, &code)) {
+                                       "controller", CW_SCOPE_CONTROLLER, argc, argv, &settings,
+                                       &code)) {
     return code;
   }
   cw_controller_t* controller = NULL;

@@ -604,7 +604,7 @@ static void test_watch_fd(void** state) {
   int cfd = -1;
   pid_t cpid = spawn_watched(cargv, &cfd);
   assert_true(cpid > 0);
-  const char* plugin = cw_test_getenv("CW_PJRT_PLUGIN", "");
+  const char* plugin = cw_test_getenv("CAUSEWAY_PJRT_PLUGIN", "");
   const char* wargv[] = {worker_bin, "--listen", "127.0.0.1:0", "--plugin", plugin,
                          "--devices", "1", "--controller", sock, "--exit-with-controller",
                          "--watch-fd", "3", NULL};

@@ -1,5 +1,5 @@
 // Leveled logging to stderr. The level comes from the settings table
-// (CW_LOG_LEVEL: error, warn, info, debug).
+// (CAUSEWAY_LOG_LEVEL: error, warn, info, debug).
 #ifndef CW_CORE_LOG_H_
 #define CW_CORE_LOG_H_
 

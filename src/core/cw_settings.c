@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -12,139 +13,277 @@
 #define MIB (1024LL * 1024)
 #define GIB (1024LL * 1024 * 1024)
 
+#define CW__CTL CW_SCOPE_CONTROLLER
+#define CW__WRK CW_SCOPE_WORKER
+#define CW__DMN CW_SCOPE_DAEMONS
+#define CW__PLG CW_SCOPE_PLUGIN
+#define CW__TOOL CW_SCOPE_TOOL
+#define CW__CLI CW_SCOPE_CLIENT
+
+// env, old env, scope, flag, type, min, max, default, secret, empty is a value, help.
 static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
-    [CW_SET_LOG_LEVEL] = {"log-level", CW_SETTING_STRING, 0, 0, "warn", "CW_LOG_LEVEL", false,
+    [CW_SET_LOG_LEVEL] = {"CAUSEWAY_LOG_LEVEL", "CW_LOG_LEVEL", CW__DMN, "log-level",
+                          CW_SETTING_STRING, 0, 0, "warn", false, false,
                           "error, warn, info or debug"},
-    [CW_SET_MAX_PAYLOAD] = {"max-payload", CW_SETTING_INT, 4 * KIB, 1 * GIB, "16777216",
-                            "CW_MAX_PAYLOAD", false,
+    [CW_SET_MAX_PAYLOAD] = {"CAUSEWAY_MAX_PAYLOAD", "CW_MAX_PAYLOAD", CW__DMN, "max-payload",
+                            CW_SETTING_INT, 4 * KIB, 1 * GIB, "16777216", false, false,
                             "largest control payload (bytes) after HELLO"},
-    [CW_SET_PREHELLO_MAX_PAYLOAD] = {"prehello-max-payload", CW_SETTING_INT, 256, 64 * KIB,
-                                     "4096", "CW_PREHELLO_MAX_PAYLOAD", false,
+    [CW_SET_PREHELLO_MAX_PAYLOAD] = {"CAUSEWAY_PREHELLO_MAX_PAYLOAD", "CW_PREHELLO_MAX_PAYLOAD",
+                                     CW__DMN, "prehello-max-payload", CW_SETTING_INT, 256,
+                                     64 * KIB, "4096", false, false,
                                      "largest payload accepted before HELLO"},
-    [CW_SET_MAX_BULK] = {"max-bulk", CW_SETTING_INT, 1, 1024 * GIB, "68719476736",
-                         "CW_MAX_BULK", false, "largest bulk byte stream of one frame"},
-    [CW_SET_TOKEN] = {"token", CW_SETTING_STRING, 0, 0, "", "CW_TOKEN", true,
-                      "shared secret presented in HELLO (environment only)"},
-    [CW_SET_TOKEN_FILE] = {"token-file", CW_SETTING_STRING, 0, 0, "", "CW_TOKEN_FILE", false,
-                           "file whose first line is the shared secret"},
-    [CW_SET_HELLO_TIMEOUT_MS] = {"hello-timeout-ms", CW_SETTING_INT, 10, 600000, "10000",
-                                 "CW_HELLO_TIMEOUT_MS", false,
-                                 "close connections that send no HELLO in this time"},
-    [CW_SET_CONNECT_TIMEOUT_MS] = {"connect-timeout-ms", CW_SETTING_INT, 10, 600000, "10000",
-                                   "CW_CONNECT_TIMEOUT_MS", false,
+    [CW_SET_MAX_BULK] = {"CAUSEWAY_MAX_BULK", "CW_MAX_BULK", CW__DMN, "max-bulk",
+                         CW_SETTING_INT, 1, 1024 * GIB, "68719476736", false, false,
+                         "largest bulk byte stream of one frame"},
+    [CW_SET_TOKEN] = {"CAUSEWAY_TOKEN", "CW_TOKEN", CW__DMN | CW__PLG | CW__TOOL | CW__CLI,
+                      "token", CW_SETTING_STRING, 0, 0, "", true, false,
+                      "shared secret presented in HELLO (environment only; a JAX client "
+                      "presents it when it joins a cluster)"},
+    [CW_SET_TOKEN_FILE] = {"CAUSEWAY_TOKEN_FILE", "CW_TOKEN_FILE", CW__DMN | CW__PLG | CW__TOOL,
+                           "token-file", CW_SETTING_STRING, 0, 0, "", false, false,
+                           "file whose first line is the shared secret (CAUSEWAY_TOKEN wins)"},
+    [CW_SET_HELLO_TIMEOUT_MS] = {"CAUSEWAY_HELLO_TIMEOUT_MS", "CW_HELLO_TIMEOUT_MS", CW__DMN,
+                                 "hello-timeout-ms", CW_SETTING_INT, 10, 600000, "10000", false,
+                                 false, "close connections that send no HELLO in this time"},
+    [CW_SET_CONNECT_TIMEOUT_MS] = {"CAUSEWAY_CONNECT_TIMEOUT_MS", "CW_CONNECT_TIMEOUT_MS",
+                                   CW__DMN, "connect-timeout-ms", CW_SETTING_INT, 10, 600000,
+                                   "10000", false, false,
                                    "give up connecting to a peer after this time"},
-    [CW_SET_MAX_CONNECTIONS] = {"max-connections", CW_SETTING_INT, 1, 65536, "1024",
-                                "CW_MAX_CONNECTIONS", false, "accepted connections at once"},
-    [CW_SET_FRAMES_PER_WAKEUP] = {"frames-per-wakeup", CW_SETTING_INT, 1, 1 << 20, "64",
-                                  "CW_FRAMES_PER_WAKEUP", false,
-                                  "frames one connection may have handled per loop wakeup"},
-    [CW_SET_PLUGIN] = {"plugin", CW_SETTING_STRING, 0, 0, "", "CW_PJRT_PLUGIN", false,
-                       "path of the vendor PJRT plugin library"},
-    [CW_SET_DEVICES] = {"devices", CW_SETTING_INT, 1, 4096, "4", "CW_DEVICES", false,
+    [CW_SET_MAX_CONNECTIONS] = {"CAUSEWAY_MAX_CONNECTIONS", "CW_MAX_CONNECTIONS", CW__DMN,
+                                "max-connections", CW_SETTING_INT, 1, 65536, "1024", false,
+                                false, "accepted connections at once"},
+    [CW_SET_FRAMES_PER_WAKEUP] = {"CAUSEWAY_FRAMES_PER_WAKEUP", "CW_FRAMES_PER_WAKEUP", CW__DMN,
+                                  "frames-per-wakeup", CW_SETTING_INT, 1, 1 << 20, "64", false,
+                                  false, "frames one connection may have handled per loop "
+                                  "wakeup"},
+    [CW_SET_PLUGIN] = {"CAUSEWAY_PJRT_PLUGIN", "CW_PJRT_PLUGIN", CW__WRK | CW__PLG, "plugin",
+                       CW_SETTING_STRING, 0, 0, "", false, false,
+                       "path of the vendor PJRT plugin library the worker loads (also the "
+                       "embedded cluster's workers)"},
+    [CW_SET_DEVICES] = {"CAUSEWAY_WORKER_DEVICES", "CW_DEVICES", CW__WRK, "devices",
+                        CW_SETTING_INT, 1, 4096, "4", false, false,
                         "devices the worker's PJRT client creates (CPU plugin)"},
-    [CW_SET_LISTEN] = {"listen", CW_SETTING_STRING, 0, 0, "", "CW_LISTEN", false,
-                       "host:port or a Unix socket path (contains '/')"},
-    [CW_SET_WORKER_NAME] = {"name", CW_SETTING_STRING, 0, 0, "", "CW_WORKER_NAME", false,
-                            "worker name for logs and errors (default: listen address)"},
-    [CW_SET_CONTROLLER] = {"controller", CW_SETTING_STRING, 0, 0, "", "CW_CONTROLLER", false,
-                           "worker: the controller to register with (host:port or socket path)"},
-    [CW_SET_EXIT_WITH_CONTROLLER] = {"exit-with-controller", CW_SETTING_BOOL, 0, 1, "0",
-                                     "CW_EXIT_WITH_CONTROLLER", false,
-                                     "worker: exit when the controller connection is lost"},
-    [CW_SET_WATCH_FD] = {"watch-fd", CW_SETTING_INT, -1, 1 << 20, "-1", "CW_WATCH_FD", false,
+    [CW_SET_LISTEN] = {"CAUSEWAY_LISTEN", "CW_LISTEN", CW__DMN, "listen", CW_SETTING_STRING, 0,
+                       0, "", false, false, "host:port or a Unix socket path (contains '/')"},
+    [CW_SET_WORKER_NAME] = {"CAUSEWAY_NAME", "CW_WORKER_NAME", CW__DMN, "name",
+                            CW_SETTING_STRING, 0, 0, "", false, false,
+                            "the daemon's name in logs and errors; empty: a worker's listen "
+                            "address, \"controller\""},
+    [CW_SET_CONTROLLER] = {"CAUSEWAY_CONTROLLER", "CW_CONTROLLER", CW__WRK | CW__PLG | CW__TOOL,
+                           "controller", CW_SETTING_STRING, 0, 0, "", false, false,
+                           "the controller (host:port or socket path) a worker registers with "
+                           "and a JAX client or the causeway tool joins; a JAX client without "
+                           "one starts an embedded cluster"},
+    [CW_SET_EXIT_WITH_CONTROLLER] = {"CAUSEWAY_EXIT_WITH_CONTROLLER", "CW_EXIT_WITH_CONTROLLER",
+                                     CW__WRK, "exit-with-controller", CW_SETTING_BOOL, 0, 1, "0",
+                                     false, false,
+                                     "exit when the controller connection is lost"},
+    [CW_SET_WATCH_FD] = {"CAUSEWAY_WATCH_FD", "CW_WATCH_FD", CW__DMN, "watch-fd",
+                         CW_SETTING_INT, -1, 1 << 20, "-1", false, false,
                          "exit cleanly when this inherited descriptor reaches EOF (-1: none)"},
-    [CW_SET_COMPILE_CACHE_BYTES] = {"compile-cache-bytes", CW_SETTING_INT, 0, 1024 * GIB,
-                                    "1073741824", "CW_COMPILE_CACHE_BYTES", false,
-                                    "controller: memory for serialized executables (LRU)"},
-    [CW_SET_MAX_HELD_REQUESTS] = {"max-held-requests", CW_SETTING_INT, 1, 1 << 20, "4096",
-                                  "CW_MAX_HELD_REQUESTS", false,
-                                  "worker: requests one session may have waiting for their seq"},
-    [CW_SET_MAX_HELD_BYTES] = {"max-held-bytes", CW_SETTING_INT, 0, 1024 * GIB, "4294967296",
-                               "CW_MAX_HELD_BYTES", false,
-                               "worker: upload bytes one session may have waiting for their seq"},
-    [CW_SET_STAGING_CACHE_BYTES] = {"staging-cache-bytes", CW_SETTING_INT, 0, 1024 * GIB,
-                                    "1073741824", "CW_STAGING_CACHE_BYTES", false,
-                                    "worker: freed bulk staging blocks (>= 1 MiB) kept for reuse"},
-    [CW_SET_COMPILE_CACHE_DIR] = {"compile-cache-dir", CW_SETTING_STRING, 0, 0, "",
-                                  "CW_COMPILE_CACHE_DIR", false,
-                                  "controller: directory of the compile cache on disk (\"\": off)"},
-    [CW_SET_COMPILE_CACHE_DISK_BYTES] = {"compile-cache-disk-bytes", CW_SETTING_INT, 0,
-                                         1024 * 1024 * GIB, "10737418240",
-                                         "CW_COMPILE_CACHE_DISK_BYTES", false,
-                                         "controller: bound of the disk cache (oldest out first)"},
-    [CW_SET_METRICS_LISTEN] = {"metrics-listen", CW_SETTING_STRING, 0, 0, "", "CW_METRICS_LISTEN",
-                               false, "controller: serve Prometheus metrics over HTTP on "
-                               "host:port (GET /metrics); empty: off"},
-    [CW_SET_HEARTBEAT_MS] = {"heartbeat-ms", CW_SETTING_INT, 10, 60000, "1000", "CW_HEARTBEAT_MS",
-                             false, "worker: send the controller a heartbeat this often"},
-    [CW_SET_WORKER_TIMEOUT_MS] = {"worker-timeout-ms", CW_SETTING_INT, 50, 600000, "5000",
-                                  "CW_WORKER_TIMEOUT_MS", false,
-                                  "controller: declare a worker dead after this long without a "
+    [CW_SET_COMPILE_CACHE_BYTES] = {"CAUSEWAY_COMPILE_CACHE_BYTES", "CW_COMPILE_CACHE_BYTES",
+                                    CW__CTL, "compile-cache-bytes", CW_SETTING_INT, 0,
+                                    1024 * GIB, "1073741824", false, false,
+                                    "memory for serialized executables (LRU)"},
+    [CW_SET_MAX_HELD_REQUESTS] = {"CAUSEWAY_MAX_HELD_REQUESTS", "CW_MAX_HELD_REQUESTS", CW__WRK,
+                                  "max-held-requests", CW_SETTING_INT, 1, 1 << 20, "4096",
+                                  false, false,
+                                  "requests one session may have waiting for their seq"},
+    [CW_SET_MAX_HELD_BYTES] = {"CAUSEWAY_MAX_HELD_BYTES", "CW_MAX_HELD_BYTES", CW__WRK,
+                               "max-held-bytes", CW_SETTING_INT, 0, 1024 * GIB, "4294967296",
+                               false, false,
+                               "upload bytes one session may have waiting for their seq"},
+    [CW_SET_STAGING_CACHE_BYTES] = {"CAUSEWAY_STAGING_CACHE_BYTES", "CW_STAGING_CACHE_BYTES",
+                                    CW__WRK, "staging-cache-bytes", CW_SETTING_INT, 0,
+                                    1024 * GIB, "1073741824", false, false,
+                                    "freed bulk staging blocks (>= 1 MiB) kept for reuse"},
+    [CW_SET_COMPILE_CACHE_DIR] = {"CAUSEWAY_COMPILE_CACHE_DIR", "CW_COMPILE_CACHE_DIR",
+                                  CW__CTL | CW__PLG, "compile-cache-dir", CW_SETTING_STRING, 0,
+                                  0, "", false, true,
+                                  "directory of the compile cache on disk (\"\": off); the "
+                                  "embedded cluster's default is $XDG_CACHE_HOME/causeway/"
+                                  "compile, else ~/.cache/causeway/compile"},
+    [CW_SET_COMPILE_CACHE_DISK_BYTES] = {"CAUSEWAY_COMPILE_CACHE_DISK_BYTES",
+                                         "CW_COMPILE_CACHE_DISK_BYTES", CW__CTL,
+                                         "compile-cache-disk-bytes", CW_SETTING_INT, 0,
+                                         1024 * 1024 * GIB, "10737418240", false, false,
+                                         "bound of the disk cache (oldest out first)"},
+    [CW_SET_METRICS_LISTEN] = {"CAUSEWAY_METRICS_LISTEN", "CW_METRICS_LISTEN", CW__CTL,
+                               "metrics-listen", CW_SETTING_STRING, 0, 0, "", false, false,
+                               "serve Prometheus metrics over HTTP on host:port (GET /metrics); "
+                               "empty: off"},
+    [CW_SET_HEARTBEAT_MS] = {"CAUSEWAY_HEARTBEAT_MS", "CW_HEARTBEAT_MS", CW__WRK,
+                             "heartbeat-ms", CW_SETTING_INT, 10, 60000, "1000", false, false,
+                             "send the controller a heartbeat this often"},
+    [CW_SET_WORKER_TIMEOUT_MS] = {"CAUSEWAY_WORKER_TIMEOUT_MS", "CW_WORKER_TIMEOUT_MS", CW__CTL,
+                                  "worker-timeout-ms", CW_SETTING_INT, 50, 600000, "5000", false,
+                                  false, "declare a worker dead after this long without a "
                                   "heartbeat"},
-    [CW_SET_RECONNECT_MAX_MS] = {"reconnect-max-ms", CW_SETTING_INT, 10, 600000, "2000",
-                                 "CW_RECONNECT_MAX_MS", false,
-                                 "worker: longest wait between attempts to reach a lost "
+    [CW_SET_RECONNECT_MAX_MS] = {"CAUSEWAY_RECONNECT_MAX_MS", "CW_RECONNECT_MAX_MS", CW__WRK,
+                                 "reconnect-max-ms", CW_SETTING_INT, 10, 600000, "2000", false,
+                                 false, "longest wait between attempts to reach a lost "
                                  "controller (from 100 ms, doubling)"},
-    [CW_SET_RELAY_LAUNCHES] = {"relay-launches", CW_SETTING_BOOL, 0, 1, "0", "CW_RELAY_LAUNCHES",
-                               false,
-                               "controller: sessions send LAUNCH through the controller, never "
-                               "straight to the worker"},
-    [CW_SET_ISLAND] = {"island", CW_SETTING_STRING, 0, 0, "", "CW_ISLAND", false,
-                       "worker: name of the island its plugin's processes form with other "
-                       "workers (multi-process plugins); empty: the worker is its own island"},
-    [CW_SET_ISLAND_SIZE] = {"island-size", CW_SETTING_INT, 1, 4096, "1", "CW_ISLAND_SIZE", false,
-                            "worker: how many workers (plugin processes) form --island"},
+    [CW_SET_RELAY_LAUNCHES] = {"CAUSEWAY_RELAY_LAUNCHES", "CW_RELAY_LAUNCHES", CW__CTL,
+                               "relay-launches", CW_SETTING_BOOL, 0, 1, "0", false, false,
+                               "sessions send LAUNCH through the controller, never straight to "
+                               "the worker"},
+    [CW_SET_ISLAND] = {"CAUSEWAY_ISLAND", "CW_ISLAND", CW__WRK, "island", CW_SETTING_STRING, 0,
+                       0, "", false, false,
+                       "name of the island its plugin's processes form with other workers "
+                       "(multi-process plugins); empty: the worker is its own island"},
+    [CW_SET_ISLAND_SIZE] = {"CAUSEWAY_ISLAND_SIZE", "CW_ISLAND_SIZE", CW__WRK, "island-size",
+                            CW_SETTING_INT, 1, 4096, "1", false, false,
+                            "how many workers (plugin processes) form --island"},
+    // The plugin's own: environment only.
+    [CW_SET_LOCAL_WORKERS] = {"CAUSEWAY_LOCAL_WORKERS", NULL, CW__PLG, NULL, CW_SETTING_INT, 1,
+                              64, "2", false, false, "workers of the embedded cluster"},
+    [CW_SET_LOCAL_DEVICES] = {"CAUSEWAY_LOCAL_DEVICES", NULL, CW__PLG, NULL, CW_SETTING_INT, 1,
+                              4096, "4", false, false,
+                              "CPU devices of each embedded worker"},
+    [CW_SET_BIN_DIR] = {"CAUSEWAY_BIN_DIR", NULL, CW__PLG, NULL, CW_SETTING_STRING, 0, 0, "",
+                        false, false,
+                        "directory holding causeway-controller and causeway-worker for the "
+                        "embedded cluster (default: bin/ beside the plugin's lib/)"},
+    [CW_SET_CHILD_LOGS] = {"CAUSEWAY_CHILD_LOGS", NULL, CW__PLG, NULL, CW_SETTING_STRING, 0, 0,
+                           "", false, false,
+                           "inherit: the embedded daemons log to this process's stderr "
+                           "(default: to files in the cluster's directory)"},
+    [CW_SET_KEEP_TMP] = {"CAUSEWAY_KEEP_TMP", NULL, CW__PLG, NULL, CW_SETTING_BOOL, 0, 1, "0",
+                         false, false,
+                         "keep the embedded cluster's directory (logs, sockets) when it stops"},
+    [CW_SET_MIN_WORKERS] = {"CAUSEWAY_MIN_WORKERS", NULL, CW__PLG, NULL, CW_SETTING_INT, 0,
+                            1 << 20, "1", false, false,
+                            "joining a cluster: wait for this many workers (the embedded "
+                            "cluster waits for all of its own)"},
+    [CW_SET_WAIT_MS] = {"CAUSEWAY_WAIT_MS", NULL, CW__PLG, NULL, CW_SETTING_INT, 0, 3600000,
+                        "15000", false, false,
+                        "how long opening the session waits for CAUSEWAY_MIN_WORKERS"},
+    [CW_SET_CONTROLLER_TIMEOUT_MS] = {"CAUSEWAY_CONTROLLER_TIMEOUT_MS", NULL, CW__PLG, NULL,
+                                      CW_SETTING_INT, 100, 3600000, "10000", false, false,
+                                      "a controller that owes answers and is silent this long "
+                                      "is hung: calls through it fail UNAVAILABLE"},
+    [CW_SET_SESSION_NAME] = {"CAUSEWAY_SESSION_NAME", NULL, CW__PLG, NULL, CW_SETTING_STRING, 0,
+                             0, "", false, false,
+                             "what `causeway status` calls the session (default: "
+                             "program@host:pid)"},
+    [CW_SET_SESSION_DEVICES] = {"CAUSEWAY_DEVICES", NULL, CW__PLG, NULL, CW_SETTING_INT, 1,
+                                65536, "", false, false,
+                                "devices the session asks for (unset: every device of the "
+                                "cluster, none reserved)"},
+    [CW_SET_PLATFORM] = {"CAUSEWAY_PLATFORM", NULL, CW__PLG, NULL, CW_SETTING_STRING, 0, 0, "",
+                         false, false, "only workers of this platform (with CAUSEWAY_DEVICES)"},
+    [CW_SET_MIN_ISLAND] = {"CAUSEWAY_MIN_ISLAND", NULL, CW__PLG, NULL, CW_SETTING_INT, 1, 65536,
+                           "", false, false,
+                           "only islands of at least this many devices (with "
+                           "CAUSEWAY_DEVICES)"},
+    [CW_SET_WORKERS] = {"CAUSEWAY_WORKERS", NULL, CW__PLG, NULL, CW_SETTING_STRING, 0, 0, "",
+                        false, false,
+                        "only these workers, names separated by commas (with "
+                        "CAUSEWAY_DEVICES)"},
+    [CW_SET_SHARE] = {"CAUSEWAY_SHARE", NULL, CW__PLG, NULL, CW_SETTING_BOOL, 0, 1, "0", false,
+                      false, "share devices with other sessions that share (with "
+                      "CAUSEWAY_DEVICES); default: exclusive"},
+    [CW_SET_WEIGHT] = {"CAUSEWAY_WEIGHT", NULL, CW__PLG, NULL, CW_SETTING_INT, 1, 1000, "",
+                       false, false,
+                       "the session's share of launches on a shared island (with "
+                       "CAUSEWAY_DEVICES; unset: 1)"},
+    [CW_SET_QUEUE_TIMEOUT] = {"CAUSEWAY_QUEUE_TIMEOUT", NULL, CW__PLG, NULL, CW_SETTING_SECONDS,
+                              0, 86400 * 1000LL, "", false, false,
+                              "give up after this many seconds in the controller's device "
+                              "queue (with CAUSEWAY_DEVICES; unset or 0: wait)"},
+    [CW_SET_TRACE] = {"CAUSEWAY_TRACE", NULL, CW__PLG, NULL, CW_SETTING_STRING, 0, 0, "", false,
+                      false, "write a Chrome trace of the session to this file"},
 };
 
 const cw_setting_def_t* cw_settings_def(cw_setting_id_t id) {
   return ((unsigned)id < CW_SET_COUNT) ? &cw__defs[id] : NULL;
 }
 
-static cw_status_t cw__set_one(cw_settings_t* s, cw_setting_id_t id, const char* value) {
+// A whole decimal, or hexadecimal after 0x; leading zeros are not octal.
+static bool cw__parse_int(const char* text, long long* out) {
+  const char* digits = text + (text[0] == '-' || text[0] == '+');
+  int base = (digits[0] == '0' && (digits[1] == 'x' || digits[1] == 'X')) ? 16 : 10;
+  errno = 0;
+  char* end = NULL;
+  *out = strtoll(text, &end, base);
+  return !errno && end && end != text && !*end;
+}
+
+// Parses `value` into setting `id`; `label` names where it came from (the
+// variable, or the flag) in errors.
+static cw_status_t cw__set_one(cw_settings_t* s, cw_setting_id_t id, const char* label,
+                               const char* value) {
   const cw_setting_def_t* d = &cw__defs[id];
-  if (d->type == CW_SETTING_BOOL) {
-    if (!strcmp(value, "1") || !strcmp(value, "true") || !strcmp(value, "yes")) {
-      s->ints[id] = 1;
-    } else if (!strcmp(value, "0") || !strcmp(value, "false") || !strcmp(value, "no")) {
-      s->ints[id] = 0;
-    } else {
-      return cw_make_status(CW_INVALID_ARGUMENT, "setting %s: '%s' is not a boolean", d->name,
-                            value);
+  switch (d->type) {
+    case CW_SETTING_BOOL:
+      if (!strcmp(value, "1") || !strcmp(value, "true") || !strcmp(value, "yes")) {
+        s->ints[id] = 1;
+      } else if (!strcmp(value, "0") || !strcmp(value, "false") || !strcmp(value, "no")) {
+        s->ints[id] = 0;
+      } else {
+        return cw_make_status(CW_INVALID_ARGUMENT,
+                              "%s: '%s' is not a boolean (1, true, yes, 0, false or no)", label,
+                              value);
+      }
+      return cw_ok_status();
+    case CW_SETTING_INT: {
+      long long v = 0;
+      if (!cw__parse_int(value, &v)) {
+        return cw_make_status(CW_INVALID_ARGUMENT, "%s: '%s' is not an integer", label, value);
+      }
+      if (v < d->min || v > d->max) {
+        return cw_make_status(CW_OUT_OF_RANGE, "%s: %lld is outside [%" PRId64 ", %" PRId64 "]",
+                              label, v, d->min, d->max);
+      }
+      s->ints[id] = v;
+      return cw_ok_status();
     }
-    return cw_ok_status();
-  }
-  if (d->type == CW_SETTING_INT) {
-    errno = 0;
-    char* end = NULL;
-    long long v = strtoll(value, &end, 0);
-    if (errno || !end || end == value || *end) {
-      return cw_make_status(CW_INVALID_ARGUMENT, "setting %s: '%s' is not an integer",
-                            d->name, value);
+    case CW_SETTING_SECONDS: {
+      errno = 0;
+      char* end = NULL;
+      double sec = strtod(value, &end);
+      if (errno || !end || end == value || *end || !isfinite(sec)) {
+        return cw_make_status(CW_INVALID_ARGUMENT, "%s: '%s' is not a number of seconds", label,
+                              value);
+      }
+      if (sec * 1000.0 < (double)d->min || sec * 1000.0 > (double)d->max) {
+        return cw_make_status(CW_OUT_OF_RANGE, "%s: %s is outside [%g, %g] seconds", label, value,
+                              (double)d->min / 1000.0, (double)d->max / 1000.0);
+      }
+      int64_t ms = (int64_t)(sec * 1000.0 + 0.5);
+      s->ints[id] = sec > 0 && ms == 0 ? 1 : ms;  // a positive wait never reads as "none"
+      return cw_ok_status();
     }
-    if (v < d->min || v > d->max) {
-      return cw_make_status(CW_OUT_OF_RANGE,
-                            "setting %s: %lld is outside [%" PRId64 ", %" PRId64 "]",
-                            d->name, v, d->min, d->max);
-    }
-    s->ints[id] = v;
-    return cw_ok_status();
+    case CW_SETTING_STRING:
+      break;
   }
   char* copy = strdup(value);
-  if (!copy) return cw_make_status(CW_RESOURCE_EXHAUSTED, "setting %s: out of memory", d->name);
+  if (!copy) return cw_make_status(CW_RESOURCE_EXHAUSTED, "%s: out of memory", label);
   free(s->strings[id]);
   s->strings[id] = copy;
   return cw_ok_status();
 }
 
-cw_status_t cw_settings_initialize(cw_settings_t* out) {
+static bool cw__is_unset_default(const cw_setting_def_t* d) {
+  return d->type != CW_SETTING_STRING && !d->default_value[0];
+}
+
+cw_status_t cw_settings_initialize(cw_settings_t* out, unsigned scope) {
   memset(out, 0, sizeof(*out));
+  out->scope = scope;
   for (int i = 0; i < CW_SET_COUNT; ++i) {
-    CW_RETURN_IF_ERROR(cw__set_one(out, (cw_setting_id_t)i, cw__defs[i].default_value),
-                       "default");
-    const char* env = getenv(cw__defs[i].env);
-    if (env && *env) {
-      CW_RETURN_IF_ERROR(cw__set_one(out, (cw_setting_id_t)i, env), "environment %s",
-                         cw__defs[i].env);
+    const cw_setting_def_t* d = &cw__defs[i];
+    cw_status_t st = cw__is_unset_default(d)
+                         ? cw_ok_status()
+                         : cw__set_one(out, (cw_setting_id_t)i, "default", d->default_value);
+    const char* env = (d->scope & scope) ? getenv(d->env) : NULL;
+    if (!st && env && (*env || d->empty_is_value)) {
+      st = cw__set_one(out, (cw_setting_id_t)i, d->env, env);
+      out->given[i] = true;
+    }
+    if (st) {
+      cw_settings_deinitialize(out);
+      return st;
     }
   }
   return cw_ok_status();
@@ -152,23 +291,37 @@ cw_status_t cw_settings_initialize(cw_settings_t* out) {
 
 void cw_settings_deinitialize(cw_settings_t* settings) {
   for (int i = 0; i < CW_SET_COUNT; ++i) {
-    free(settings->strings[i]);
+    char* text = settings->strings[i];
+    if (text && cw__defs[i].secret) explicit_bzero(text, strlen(text));
+    free(text);
     settings->strings[i] = NULL;
   }
 }
 
+// The flag `name` of `scope`, or -1.
+static int cw__find_flag(const char* name, unsigned scope) {
+  for (int i = 0; i < CW_SET_COUNT; ++i) {
+    if (cw__defs[i].name && (cw__defs[i].scope & scope) && !strcmp(cw__defs[i].name, name)) {
+      return i;
+    }
+  }
+  return -1;
+}
+
 cw_status_t cw_settings_set(cw_settings_t* settings, const char* name, const char* value,
                             bool from_command_line) {
-  for (int i = 0; i < CW_SET_COUNT; ++i) {
-    if (strcmp(cw__defs[i].name, name) != 0) continue;
-    if (from_command_line && cw__defs[i].secret) {
-      return cw_make_status(CW_INVALID_ARGUMENT,
-                            "--%s may not be given on the command line; set %s or use a file",
-                            name, cw__defs[i].env);
-    }
-    return cw__set_one(settings, (cw_setting_id_t)i, value);
+  int i = cw__find_flag(name, settings->scope);
+  if (i < 0) return cw_make_status(CW_INVALID_ARGUMENT, "unknown setting --%s (see --help)", name);
+  if (from_command_line && cw__defs[i].secret) {
+    return cw_make_status(CW_INVALID_ARGUMENT,
+                          "--%s may not be given on the command line; set %s or use a file",
+                          name, cw__defs[i].env);
   }
-  return cw_make_status(CW_INVALID_ARGUMENT, "unknown setting --%s (see --help)", name);
+  char label[80];
+  snprintf(label, sizeof(label), "--%s", name);
+  CW_RETURN_IF_ERROR(cw__set_one(settings, (cw_setting_id_t)i, label, value), "");
+  settings->given[i] = true;
+  return cw_ok_status();
 }
 
 cw_status_t cw_settings_parse_args(cw_settings_t* settings, int argc, char** argv) {
@@ -186,13 +339,10 @@ cw_status_t cw_settings_parse_args(cw_settings_t* settings, int argc, char** arg
     }
     memcpy(name, a + 2, n);
     name[n] = 0;
-    const cw_setting_def_t* def = NULL;
-    for (int k = 0; k < CW_SET_COUNT; ++k) {
-      if (!strcmp(cw__defs[k].name, name)) def = &cw__defs[k];
-    }
+    int k = cw__find_flag(name, settings->scope);
     if (eq) {
       value = eq + 1;
-    } else if (def && def->type == CW_SETTING_BOOL) {
+    } else if (k >= 0 && cw__defs[k].type == CW_SETTING_BOOL) {
       value = "1";  // a bare boolean flag
     } else {
       if (i + 1 >= argc) return cw_make_status(CW_INVALID_ARGUMENT, "--%s needs a value", name);
@@ -203,7 +353,8 @@ cw_status_t cw_settings_parse_args(cw_settings_t* settings, int argc, char** arg
   return cw_ok_status();
 }
 
-cw_status_t cw_settings_read_token_file(const char* path, char** out_token) {
+// The first line of a token file into *out_token (heap, caller frees).
+static cw_status_t cw__read_token_file(const char* path, char** out_token) {
   *out_token = NULL;
   FILE* f = fopen(path, "r");
   if (!f) {
@@ -230,34 +381,64 @@ cw_status_t cw_settings_load_token(cw_settings_t* settings) {
   const char* path = cw_settings_string(settings, CW_SET_TOKEN_FILE);
   if (!path[0]) return cw_ok_status();
   char* token = NULL;
-  CW_RETURN_IF_ERROR(cw_settings_read_token_file(path, &token), "");
+  CW_RETURN_IF_ERROR(cw__read_token_file(path, &token), "");
   free(settings->strings[CW_SET_TOKEN]);
   settings->strings[CW_SET_TOKEN] = token;
   return cw_ok_status();
 }
 
-void cw_settings_print_help(FILE* out) {
+const char* cw_settings_getenv(cw_setting_id_t id) {
+  const cw_setting_def_t* d = cw_settings_def(id);
+  const char* v = d ? getenv(d->env) : NULL;
+  return v && *v ? v : NULL;
+}
+
+size_t cw_settings_warn_old_names(unsigned scope) {
+  size_t n = 0;
   for (int i = 0; i < CW_SET_COUNT; ++i) {
     const cw_setting_def_t* d = &cw__defs[i];
-    fprintf(out, "  %s%-22s %-22s %s (default %s)\n", d->secret ? "  " : "--",
-            d->secret ? "" : d->name, d->env, d->help,
-            d->secret ? "unset" : (d->default_value[0] ? d->default_value : "\"\""));
+    if (!d->old_env || !(d->scope & scope) || !getenv(d->old_env)) continue;
+    CW_LOGW("%s is set but no longer read: causeway reads %s (docs/operations.md, \"Renamed "
+            "settings\")", d->old_env, d->env);
+    ++n;
+  }
+  return n;
+}
+
+void cw_settings_print_help(FILE* out, unsigned scope) {
+  for (int i = 0; i < CW_SET_COUNT; ++i) {
+    const cw_setting_def_t* d = &cw__defs[i];
+    if (!(d->scope & scope)) continue;
+    char flag[64] = "";
+    if (d->name && !d->secret) snprintf(flag, sizeof(flag), "--%s", d->name);
+    char bounds[64] = "";
+    if (d->type == CW_SETTING_INT) {
+      snprintf(bounds, sizeof(bounds), " [%" PRId64 ", %" PRId64 "]", d->min, d->max);
+    } else if (d->type == CW_SETTING_SECONDS) {
+      snprintf(bounds, sizeof(bounds), " [%g, %g] seconds", (double)d->min / 1000.0,
+               (double)d->max / 1000.0);
+    }
+    const char* dflt = d->secret ? "unset" : d->default_value[0] ? d->default_value
+                                           : cw__is_unset_default(d) ? "unset" : "\"\"";
+    fprintf(out, "  %-26s %-34s %s%s (default %s)\n", flag, d->env, d->help, bounds, dflt);
   }
 }
 
 bool cw_settings_initialize_for_main(const char* program, const char* usage,
-                                     const char* log_name, int argc, char** argv,
-                                     cw_settings_t* settings, int* out_exit_code) {
+                                     const char* log_name, unsigned scope, int argc,
+                                     char** argv, cw_settings_t* settings, int* out_exit_code) {
   *out_exit_code = 0;
+  memset(settings, 0, sizeof(*settings));
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      printf("usage: %s %s\n\n", program, usage);
-      cw_settings_print_help(stdout);
-      memset(settings, 0, sizeof(*settings));
+      printf("usage: %s %s\n\nFlags and environment variables:\n", program, usage);
+      cw_settings_print_help(stdout, scope);
       return false;
     }
   }
-  cw_status_t st = cw_settings_initialize(settings);
+  cw_log_initialize(log_name, CW_LOG_WARN);
+  cw_settings_warn_old_names(scope);
+  cw_status_t st = cw_settings_initialize(settings, scope);
   if (!st) st = cw_settings_parse_args(settings, argc, argv);
   if (!st) st = cw_settings_load_token(settings);
   if (st) {
@@ -270,7 +451,8 @@ bool cw_settings_initialize_for_main(const char* program, const char* usage,
   cw_log_level_t level = CW_LOG_WARN;
   const char* text = cw_settings_string(settings, CW_SET_LOG_LEVEL);
   if (!cw_log_parse_level(text, &level)) {
-    fprintf(stderr, "%s: unknown log level '%s'\n", program, text);
+    fprintf(stderr, "%s: %s/--log-level: unknown log level '%s' (error, warn, info or debug)\n",
+            program, cw__defs[CW_SET_LOG_LEVEL].env, text);
     *out_exit_code = 2;
   } else if (!*cw_settings_string(settings, CW_SET_LISTEN)) {
     fprintf(stderr, "%s: --listen is required (see --help)\n", program);
@@ -280,6 +462,6 @@ bool cw_settings_initialize_for_main(const char* program, const char* usage,
     cw_settings_deinitialize(settings);
     return false;
   }
-  cw_log_initialize(log_name, level);
+  cw_log_set_level(level);
   return true;
 }

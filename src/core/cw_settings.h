@@ -1,6 +1,10 @@
-// Every tunable of causeway in one table: name, type, bounds, default and
-// environment variable. Daemons fill a cw_settings_t from defaults, then the
-// environment, then their command line (--name=value or --name value).
+// Every setting of every causeway program in one table: environment variable
+// (CAUSEWAY_*), the programs that read it (scope), command-line flag, type,
+// bounds, default and help. The daemons fill a cw_settings_t from defaults,
+// then the environment, then their command line (--name=value or --name
+// value); the PJRT plugin and the causeway tool from defaults and the
+// environment. One parser checks every value and names the variable (or flag)
+// and the accepted range when it refuses one.
 #ifndef CW_CORE_SETTINGS_H_
 #define CW_CORE_SETTINGS_H_
 
@@ -12,8 +16,25 @@
 typedef enum cw_setting_type_e {
   CW_SETTING_INT,
   CW_SETTING_STRING,
-  CW_SETTING_BOOL,  // stored as 0/1 in ints; a bare --flag means 1
+  CW_SETTING_BOOL,     // stored as 0/1 in ints; a bare --flag means 1
+  CW_SETTING_SECONDS,  // decimal seconds, stored (and bounded) in milliseconds in ints
 } cw_setting_type_t;
+
+// Which programs read a setting (a bitmask). A program reads the environment
+// variables and accepts the flags of its scope only, so a variable meant for
+// one program (the plugin's, say) never changes another that inherits the
+// environment (the embedded cluster's daemons).
+typedef enum cw_setting_scope_e {
+  CW_SCOPE_CONTROLLER = 1u << 0,  // causeway-controller
+  CW_SCOPE_WORKER = 1u << 1,      // causeway-worker
+  CW_SCOPE_PLUGIN = 1u << 2,      // libcauseway_pjrt.so: a JAX client, its embedded cluster, trace
+  CW_SCOPE_TOOL = 1u << 3,        // the causeway command
+  CW_SCOPE_CLIENT = 1u << 4,      // the C client library (src/client)
+} cw_setting_scope_t;
+#define CW_SCOPE_DAEMONS (CW_SCOPE_CONTROLLER | CW_SCOPE_WORKER)
+#define CW_SCOPE_ALL                                                                   \
+  (CW_SCOPE_CONTROLLER | CW_SCOPE_WORKER | CW_SCOPE_PLUGIN | CW_SCOPE_TOOL |          \
+   CW_SCOPE_CLIENT)
 
 typedef enum cw_setting_id_e {
   CW_SET_LOG_LEVEL,
@@ -46,48 +67,80 @@ typedef enum cw_setting_id_e {
   CW_SET_RELAY_LAUNCHES,
   CW_SET_ISLAND,
   CW_SET_ISLAND_SIZE,
+  // The plugin's: its embedded cluster, its session, its trace.
+  CW_SET_LOCAL_WORKERS,
+  CW_SET_LOCAL_DEVICES,
+  CW_SET_BIN_DIR,
+  CW_SET_CHILD_LOGS,
+  CW_SET_KEEP_TMP,
+  CW_SET_MIN_WORKERS,
+  CW_SET_WAIT_MS,
+  CW_SET_CONTROLLER_TIMEOUT_MS,
+  CW_SET_SESSION_NAME,
+  CW_SET_SESSION_DEVICES,
+  CW_SET_PLATFORM,
+  CW_SET_MIN_ISLAND,
+  CW_SET_WORKERS,
+  CW_SET_SHARE,
+  CW_SET_WEIGHT,
+  CW_SET_QUEUE_TIMEOUT,
+  CW_SET_TRACE,
   CW_SET_COUNT,
 } cw_setting_id_t;
 
 typedef struct cw_setting_def_s {
-  const char* name;      // command-line flag without "--"
+  const char* env;        // environment variable (CAUSEWAY_*)
+  const char* old_env;    // the name it had before, no longer read (NULL: none)
+  unsigned scope;         // cw_setting_scope_t bits: the programs that read it
+  const char* name;       // command-line flag without "--" (NULL: environment only)
   cw_setting_type_t type;
-  int64_t min, max;      // bounds for ints (and bools: 0, 1)
+  int64_t min, max;       // bounds for ints, bools (0, 1) and seconds (in ms)
+  // Text parsed like a value; "" for an int or seconds: unset, reads as 0.
   const char* default_value;
-  const char* env;       // environment variable
-  bool secret;           // never from the command line, never printed
+  bool secret;            // never from the command line, never printed
+  bool empty_is_value;    // an empty variable sets "" (else it leaves the default)
   const char* help;
 } cw_setting_def_t;
 
 typedef struct cw_settings_s {
+  unsigned scope;              // whose settings these are
   int64_t ints[CW_SET_COUNT];
   char* strings[CW_SET_COUNT];
+  bool given[CW_SET_COUNT];    // set by the environment or a flag, not the default
 } cw_settings_t;
 
+// The row of `id` (static storage), NULL for an id out of range.
 const cw_setting_def_t* cw_settings_def(cw_setting_id_t id);
 
-// Fills `out` (caller storage) with defaults, then the environment.
-CW_MUST_USE cw_status_t cw_settings_initialize(cw_settings_t* out);
+// Fills `out` (caller storage) with every default, then the environment
+// variables of `scope`. On failure `out` holds nothing (deinitializing it
+// again is harmless); the error names the variable and what it accepts.
+CW_MUST_USE cw_status_t cw_settings_initialize(cw_settings_t* out, unsigned scope);
+// Frees the strings (secrets wiped first). Idempotent.
 void cw_settings_deinitialize(cw_settings_t* settings);
 
-// Sets `name` from text, checking type and bounds. Secrets are refused when
-// `from_command_line`.
+// Sets the flag `name` of the settings' scope from text, checking type and
+// bounds. Secrets are refused when `from_command_line`.
 CW_MUST_USE cw_status_t cw_settings_set(cw_settings_t* settings,
                                         const char* name, const char* value,
                                         bool from_command_line);
 
-// Parses --name=value / --name value flags from argv[first..argc).
+// Parses --name=value / --name value flags from argv[1..argc).
 CW_MUST_USE cw_status_t cw_settings_parse_args(cw_settings_t* settings,
                                                int argc, char** argv);
 
-// Reads the token: CW_TOKEN if set, else the first line of the token file.
+// Reads the token: CAUSEWAY_TOKEN if set, else the first line of the token
+// file (with a warning when that file is readable by group or others).
 // Borrowed result, "" when none.
 CW_MUST_USE cw_status_t cw_settings_load_token(cw_settings_t* settings);
 
-// Reads the first line of a token file into *out_token (heap, caller frees);
-// warns when the file is readable by group or others. Shared with the PJRT
-// plugin's CAUSEWAY_TOKEN_FILE.
-CW_MUST_USE cw_status_t cw_settings_read_token_file(const char* path, char** out_token);
+// The environment's text for `id` (borrowed from the environment), NULL when
+// unset or empty: for a library that reads one setting and keeps no table.
+const char* cw_settings_getenv(cw_setting_id_t id);
+
+// Logs one warning per old name of a setting of `scope` still set in the
+// environment, naming the variable that replaced it. Returns their count.
+size_t cw_settings_warn_old_names(unsigned scope);
 
 static inline int64_t cw_settings_int(const cw_settings_t* s, cw_setting_id_t id) {
   return s->ints[id];
@@ -95,16 +148,21 @@ static inline int64_t cw_settings_int(const cw_settings_t* s, cw_setting_id_t id
 static inline const char* cw_settings_string(const cw_settings_t* s, cw_setting_id_t id) {
   return s->strings[id] ? s->strings[id] : "";
 }
+static inline bool cw_settings_given(const cw_settings_t* s, cw_setting_id_t id) {
+  return s->given[id];
+}
 
-void cw_settings_print_help(FILE* out);
+// The flags and variables of `scope`, one a line, with bounds and defaults.
+void cw_settings_print_help(FILE* out, unsigned scope);
 
 // Start-up shared by the daemons' main(): --help (prints `usage` and the
-// table), settings from defaults, environment and flags, the token, the log
-// level (logs named `log_name`, a literal), and a required --listen. Returns
-// true to run; otherwise false with *out_exit_code (0 after --help) and
-// `settings` already deinitialized.
+// settings of `scope`), warnings for old variable names, settings from
+// defaults, environment and flags, the token, the log level (logs named
+// `log_name`, a literal), and a required --listen. Returns true to run;
+// otherwise false with *out_exit_code (0 after --help) and `settings`
+// already deinitialized.
 bool cw_settings_initialize_for_main(const char* program, const char* usage,
-                                     const char* log_name, int argc, char** argv,
-                                     cw_settings_t* settings, int* out_exit_code);
+                                     const char* log_name, unsigned scope, int argc,
+                                     char** argv, cw_settings_t* settings, int* out_exit_code);
 
 #endif  // CW_CORE_SETTINGS_H_

@@ -35,8 +35,8 @@ cw_status_t cw_net_hello_authenticate(const char* want, const uint8_t* got, size
           cw__role_name(role), why);
   return cw_make_status(CW_UNAUTHENTICATED,
                         "credentials refused: %s (this cluster requires its shared token: "
-                        "CW_TOKEN or --token-file for daemons, CAUSEWAY_TOKEN or "
-                        "CAUSEWAY_TOKEN_FILE for JAX clients)", why);
+                        "CAUSEWAY_TOKEN or CAUSEWAY_TOKEN_FILE, or --token-file for "
+                        "daemons)", why);
 }
 
 void cw_net_describe_unix_peer(int fd, char* out, size_t capacity) {

@@ -50,9 +50,9 @@ void cw_pjrt_test_assert_ok(PJRT_Error* err, const char* what, const char* file,
 }
 
 const char* cw_pjrt_test_plugin_path(void) {
-  const char* path = getenv("CW_PJRT_PLUGIN");
+  const char* path = getenv("CAUSEWAY_PJRT_PLUGIN");
   if (path == NULL || path[0] == '\0') {
-    printf("SKIP: no plugin (set CW_PJRT_PLUGIN)\n");
+    printf("SKIP: no plugin (set CAUSEWAY_PJRT_PLUGIN)\n");
     return NULL;
   }
   return path;

@@ -1,5 +1,5 @@
 // Helpers for the cmocka tests that check our PJRT declarations against a
-// real plugin (XLA's CPU plugin, $CW_PJRT_PLUGIN): loading it, a client with
+// real plugin (XLA's CPU plugin, $CAUSEWAY_PJRT_PLUGIN): loading it, a client with
 // 4 CPU devices, and the calls every check is built from. A failed call
 // fails the running test with the plugin's error code and message.
 #ifndef CW_PJRT_TEST_UTIL_H_
@@ -36,14 +36,14 @@ typedef struct cw_pjrt_test_fixture_s {
   PJRT_Memory* memory1;
 } cw_pjrt_test_fixture_t;
 
-// $CW_PJRT_PLUGIN, or NULL (print that the test is skipped, exit 77).
+// $CAUSEWAY_PJRT_PLUGIN, or NULL (print that the test is skipped, exit 77).
 const char* cw_pjrt_test_plugin_path(void);
 
 // dlopens the plugin (never closed: XLA's is not built to be unloaded) and
 // fetches its table into cw_pjrt_test_api. Returns 0, or -1 after printing why.
 int cw_pjrt_test_load(const char* path);
 
-// cmocka group setup: loads $CW_PJRT_PLUGIN, initializes it, creates a client
+// cmocka group setup: loads $CAUSEWAY_PJRT_PLUGIN, initializes it, creates a client
 // with 4 CPU devices (at least 2 needed) into a fixture in *state. Teardown
 // destroys the client.
 int cw_pjrt_test_setup(void** state);

@@ -3,7 +3,7 @@
 // events, copies, zero-copy aliasing), compile and the executable's metadata,
 // execute, serialize and reload, and a compile error with its function table.
 // pjrt_abi_table_test.c does the table, client, devices and memories. Skips
-// (exit 77) without $CW_PJRT_PLUGIN; written for XLA's CPU plugin.
+// (exit 77) without $CAUSEWAY_PJRT_PLUGIN; written for XLA's CPU plugin.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>

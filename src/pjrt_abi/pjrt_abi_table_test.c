@@ -2,7 +2,7 @@
 // part 1: the function table and its version, the plugin's attributes, the
 // client, devices and memories, and the memory object's function table.
 // pjrt_abi_calls_test.c does buffers, compile, execute and errors. Skips
-// (exit 77) without $CW_PJRT_PLUGIN; written for XLA's CPU plugin.
+// (exit 77) without $CAUSEWAY_PJRT_PLUGIN; written for XLA's CPU plugin.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

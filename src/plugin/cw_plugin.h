@@ -23,6 +23,7 @@
 
 #include "cw_client.h"
 #include "cw_pjrt_c_api.h"
+#include "cw_settings.h"
 #include "cw_status.h"
 
 // ---- Errors ----------------------------------------------------------------
@@ -170,6 +171,7 @@ struct cw__client_s {
   _Atomic uint64_t next_id;  // client-chosen object ids
   cw__cluster_t* cluster;    // embedded cluster, NULL when joining one
   char* token;               // presented in every HELLO ("" when none)
+  cw_settings_t settings;    // CW_SCOPE_PLUGIN, read once at client creation
   _Atomic bool ready;        // workers and devices are set up (events may look)
 };
 
@@ -241,9 +243,11 @@ void cw__health_worker_free(cw__worker_t* w);
 
 // ---- Embedded cluster ------------------------------------------------------
 
-// Starts a private controller and `num_workers` workers as child processes.
+// Starts a private controller and CAUSEWAY_LOCAL_WORKERS workers as child
+// processes, as `settings` (borrowed) say; *out_num_workers is how many.
 // *out_controller_address is borrowed from the cluster.
-CW_MUST_USE cw_status_t cw__cluster_start(cw__cluster_t** out_cluster,
+CW_MUST_USE cw_status_t cw__cluster_start(const cw_settings_t* settings,
+                                          cw__cluster_t** out_cluster,
                                           const char** out_controller_address,
                                           uint32_t* out_num_workers);
 // Appends the tail of the children's logs (for error messages); may be NULL.
@@ -256,9 +260,10 @@ const char* cw__cluster_token(const cw__cluster_t* cluster);
 
 // ---- Credentials (cw_plugin_token.c) ----------------------------------------
 
-// CAUSEWAY_TOKEN, else the first line of CAUSEWAY_TOKEN_FILE, else "".
-// *out_token is heap (caller frees).
-CW_MUST_USE cw_status_t cw__client_token_load(char** out_token);
+// CAUSEWAY_TOKEN, else the first line of CAUSEWAY_TOKEN_FILE, else "", from
+// `settings` (the token file's line is kept there too). *out_token is heap
+// (caller frees).
+CW_MUST_USE cw_status_t cw__client_token_load(cw_settings_t* settings, char** out_token);
 // Takes `status`: an UNAUTHENTICATED refusal by the `what` at `address` is
 // reworded to say the token was refused and how to set it; others pass.
 CW_MUST_USE cw_status_t cw__client_token_refused(cw_status_t status, const char* what,
@@ -445,18 +450,16 @@ void cw__trace_finish(cw__client_t* c);
 void cw__plugin_attributes_set(Causeway__V1__NamedValue* const* values, size_t count);
 
 // ---- cw_plugin_alloc.c: what the session asks for (CAUSEWAY_DEVICES...) ----
-// A whole number in lo..hi from environment variable `name` into *out
-// (unchanged when unset or empty); INVALID_ARGUMENT naming it otherwise.
-CW_MUST_USE cw_status_t cw_plugin_env_u32(const char* name, uint32_t lo, uint32_t hi,
-                                          uint32_t* out);
 typedef struct cw__alloc_env_s {
   char* buf;     // CAUSEWAY_WORKERS, split in place
   char** names;
   size_t count;
 } cw__alloc_env_t;
-// Fills req's allocation fields from the environment; `keep` owns the
-// strings req points at until cw__alloc_env_free.
-CW_MUST_USE cw_status_t cw__alloc_env_read(Causeway__V1__OpenSessionRequest* req,
+// Fills req's allocation fields from `settings` (borrowed, and pointed at by
+// req until it is freed); `keep` owns the other strings req points at until
+// cw__alloc_env_free.
+CW_MUST_USE cw_status_t cw__alloc_env_read(const cw_settings_t* settings,
+                                           Causeway__V1__OpenSessionRequest* req,
                                            cw__alloc_env_t* keep);
 void cw__alloc_env_free(cw__alloc_env_t* keep);
 

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "cw_pjrt_c_api.h"
+#include "cw_test_util.h"
 
 static const PJRT_Api* api;
 
@@ -227,6 +228,51 @@ static PJRT_Error* create_client(PJRT_Client** out) {
   return e;
 }
 
+// Client creation with stderr captured in `out`; returns its error.
+static PJRT_Error* create_client_captured(char* out, size_t cap) {
+  cw_test_stderr_capture_t capture;
+  assert_int_equal(cw_test_stderr_capture_begin(&capture), 0);
+  PJRT_Client* client = NULL;
+  PJRT_Error* e = create_client(&client);
+  assert_int_equal(cw_test_stderr_capture_end(&capture, out, cap), 0);
+  assert_null(client);
+  return e;
+}
+
+// A bad CAUSEWAY_* value fails client creation at once, naming the variable
+// and what it accepts (before any connection: the controller set here would
+// fail differently). An old CW_* name is reported once per process.
+static void test_bad_settings(void** state) {
+  (void)state;
+  char err[4096];
+  setenv("CAUSEWAY_CONTROLLER", "127.0.0.1:1", 1);
+  setenv("CW_TOKEN", "an-old-name", 1);
+  setenv("CAUSEWAY_WAIT_MS", "abc", 1);
+  PJRT_Error* e = create_client_captured(err, sizeof(err));
+  assert_non_null(e);
+  assert_int_equal(error_code(e), PJRT_Error_Code_INVALID_ARGUMENT);
+  char* msg = error_text(e);
+  assert_string_equal(msg, "causeway: CAUSEWAY_WAIT_MS: 'abc' is not an integer");
+  free(msg);
+  error_free(e);
+  assert_non_null(strstr(err, "CW_TOKEN is set but no longer read: causeway reads "
+                              "CAUSEWAY_TOKEN"));
+
+  unsetenv("CAUSEWAY_WAIT_MS");
+  unsetenv("CAUSEWAY_CONTROLLER");  // the embedded cluster's settings are checked as well
+  setenv("CAUSEWAY_LOCAL_WORKERS", "99", 1);
+  e = create_client_captured(err, sizeof(err));
+  assert_non_null(e);
+  assert_int_equal(error_code(e), PJRT_Error_Code_OUT_OF_RANGE);
+  msg = error_text(e);
+  assert_string_equal(msg, "causeway: CAUSEWAY_LOCAL_WORKERS: 99 is outside [1, 64]");
+  free(msg);
+  error_free(e);
+  assert_null(strstr(err, "CW_TOKEN"));  // said once
+  unsetenv("CAUSEWAY_LOCAL_WORKERS");
+  unsetenv("CW_TOKEN");
+}
+
 static void test_unreachable_controller(void** state) {
   (void)state;
   setenv("CAUSEWAY_CONTROLLER", "127.0.0.1:1", 1);  // nothing listens on port 1
@@ -248,7 +294,7 @@ static void test_unreachable_controller(void** state) {
 static void test_embedded_without_binaries(void** state) {
   (void)state;
   setenv("CAUSEWAY_BIN_DIR", "/nonexistent-causeway-bin", 1);
-  setenv("CW_PJRT_PLUGIN", "/nonexistent.so", 1);
+  setenv("CAUSEWAY_PJRT_PLUGIN", "/nonexistent.so", 1);
   PJRT_Client* client = NULL;
   PJRT_Error* e = create_client(&client);
   unsetenv("CAUSEWAY_BIN_DIR");
@@ -268,6 +314,7 @@ int main(void) {
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_events),
       cmocka_unit_test(test_plugin_attributes),
+      cmocka_unit_test(test_bad_settings),
       cmocka_unit_test(test_unreachable_controller),
       cmocka_unit_test(test_embedded_without_binaries),
   };

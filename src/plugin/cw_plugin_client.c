@@ -13,19 +13,6 @@
 
 #define CW__CONNECT_TIMEOUT_MS 8000     // an unreachable controller fails within 10 s
 #define CW__EMBEDDED_START_MS 30000     // children load XLA before they listen
-#define CW__DEFAULT_WAIT_MS 15000
-// A controller that owes answers and stays silent this long (it answers
-// PING even while compiles run) is hung: calls through it fail UNAVAILABLE.
-#define CW__CONTROLLER_TIMEOUT_MS 10000
-
-static uint32_t cw__env_u32(const char* name, uint32_t dflt, uint32_t lo, uint32_t hi) {
-  const char* v = getenv(name);
-  if (!v || !*v) return dflt;
-  char* end = NULL;
-  unsigned long x = strtoul(v, &end, 10);
-  if (*end || x < lo || x > hi) return dflt;
-  return (uint32_t)x;
-}
 
 // ---- Workers -----------------------------------------------------------------
 
@@ -450,6 +437,7 @@ static void cw__client_free(cw__client_t* c) {
   if (c->token) explicit_bzero(c->token, strlen(c->token));
   free(c->token);
   if (c->cluster) cw__cluster_stop(c->cluster);
+  cw_settings_deinitialize(&c->settings);
   free(c);
 }
 
@@ -473,15 +461,15 @@ static void cw__on_cluster_event(void* user, const ProtobufCMessage* msg) {
 // Connects to the controller; with an embedded cluster, retries while the
 // children start (their sockets appear when they are ready).
 static cw_status_t cw__connect_controller(cw__client_t* c) {
-  uint32_t liveness = CW__CONTROLLER_TIMEOUT_MS;
-  cw_status_t ls = cw_plugin_env_u32("CAUSEWAY_CONTROLLER_TIMEOUT_MS", 100, 3600000, &liveness);
-  if (ls) return ls;
+  // A controller that owes answers and stays silent this long (it answers
+  // PING even while compiles run) is hung: calls through it fail UNAVAILABLE.
+  int liveness = (int)cw_settings_int(&c->settings, CW_SET_CONTROLLER_TIMEOUT_MS);
   cw_client_options_t o = {.token = c->token,
                            .peer_name = "causeway-pjrt",
                            .connect_timeout_ms = CW__CONNECT_TIMEOUT_MS,
                            .on_event = cw__on_cluster_event,
                            .event_user = c,
-                           .liveness_ms = (int)liveness};
+                           .liveness_ms = liveness};
   if (!c->cluster) {
     cw_status_t s = cw_client_connect(c->ctrl_address, &o, &c->ctrl);
     if (s && cw_status_code(s) == CW_UNAUTHENTICATED) {
@@ -516,18 +504,18 @@ static cw_status_t cw__connect_controller(cw__client_t* c) {
 static cw_status_t cw__open_session(cw__client_t* c, uint32_t min_workers) {
   Causeway__V1__OpenSessionRequest req = CAUSEWAY__V1__OPEN_SESSION_REQUEST__INIT;
   req.min_workers = min_workers;
-  req.wait_ms = cw__env_u32("CAUSEWAY_WAIT_MS", CW__DEFAULT_WAIT_MS, 0, 3600000);
+  req.wait_ms = (uint32_t)cw_settings_int(&c->settings, CW_SET_WAIT_MS);
   // What `causeway status` calls this session.
   char host[256] = "", name[400];
   gethostname(host, sizeof(host) - 1);
-  const char* given = getenv("CAUSEWAY_SESSION_NAME");
-  if (given && given[0]) snprintf(name, sizeof(name), "%s", given);
+  const char* given = cw_settings_string(&c->settings, CW_SET_SESSION_NAME);
+  if (given[0]) snprintf(name, sizeof(name), "%s", given);
   else snprintf(name, sizeof(name), "%s@%s:%d", program_invocation_short_name, host, (int)getpid());
   req.name = name;
   req.client_host = host;
   req.client_pid = (uint32_t)getpid();
   cw__alloc_env_t alloc;
-  cw_status_t s = cw__alloc_env_read(&req, &alloc);  // CAUSEWAY_DEVICES and friends
+  cw_status_t s = cw__alloc_env_read(&c->settings, &req, &alloc);  // CAUSEWAY_DEVICES and friends
   ProtobufCMessage* reply = NULL;
   if (!s) {
     s = cw_client_call(c->ctrl, CW_MSG_OPEN_SESSION, &req.base, NULL, 0, NULL, &reply, NULL);
@@ -620,23 +608,33 @@ static cw_status_t cw__connect_workers(cw__client_t* c) {
   return first;
 }
 
+// Variables renamed to CAUSEWAY_* are no longer read: say so once per
+// process, for the daemons of an embedded cluster too (their logs are files).
+static void cw__settings_warn(void) { (void)cw_settings_warn_old_names(CW_SCOPE_ALL); }
+static void cw__settings_warn_once(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, cw__settings_warn);
+}
+
 PJRT_Error* cw_plugin_client_create(PJRT_Client_Create_Args* args) {
   CW__CHECK_ARGS(args, PJRT_Client_Create_Args, client);
   args->client = NULL;
   cw__client_t* c = calloc(1, sizeof(*c));
   if (!c) return cw_plugin_error_from_status(cw__oom());
   atomic_init(&c->next_id, 1);
-  uint32_t min_workers = cw__env_u32("CAUSEWAY_MIN_WORKERS", 1, 0, 1u << 20);
-  const char* addr = getenv("CAUSEWAY_CONTROLLER");
-  cw_status_t s = cw_ok_status();
-  if (!addr || !*addr) {
-    s = cw__cluster_start(&c->cluster, &addr, &min_workers);
+  cw__settings_warn_once();
+  cw_status_t s = cw_settings_initialize(&c->settings, CW_SCOPE_PLUGIN);
+  if (s) s = cw_status_annotate(s, "causeway");
+  uint32_t min_workers = (uint32_t)cw_settings_int(&c->settings, CW_SET_MIN_WORKERS);
+  const char* addr = cw_settings_string(&c->settings, CW_SET_CONTROLLER);
+  if (!s && !*addr) {
+    s = cw__cluster_start(&c->settings, &c->cluster, &addr, &min_workers);
     if (!s) {
       c->token = strdup(cw__cluster_token(c->cluster));
       if (!c->token) s = cw__oom();
     }
-  } else {
-    s = cw__client_token_load(&c->token);
+  } else if (!s) {
+    s = cw__client_token_load(&c->settings, &c->token);
   }
   if (!s) {
     c->ctrl_address = strdup(addr);

@@ -10,18 +10,20 @@
 //
 // Credentials: each cluster gets a random token (getrandom), written to a
 // 0600 file in the 0700 private directory; the children find it through
-// CW_TOKEN_FILE in their environment, never in argv (which `ps` shows to
-// every user). The plugin presents the same token in its own HELLOs.
+// CAUSEWAY_TOKEN_FILE in their environment, never in argv (which `ps` shows
+// to every user). The plugin presents the same token in its own HELLOs.
 // The controller also gets its compile cache directory through the
 // environment (cw__compile_cache_setting).
 //
 // JAX never destroys its client, so at a normal exit an atexit handler
 // removes the private directories of clusters still running (their
 // children, already connected, need no socket file; they exit on EOF).
+#include <assert.h>
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
@@ -57,6 +59,8 @@ struct cw__cluster_s {
   char** envp;     // the children's environment (owned strings)
   char* controller_address;
   int watch_write_fd;
+  bool keep_dir;       // CAUSEWAY_KEEP_TMP
+  bool inherit_logs;   // CAUSEWAY_CHILD_LOGS=inherit
   cw__child_t children[CW__MAX_LOCAL_WORKERS + 1];
   size_t num_children;
 };
@@ -96,8 +100,7 @@ static cw_status_t cw__spawn(cw__cluster_t* cl, const char* name, char* const ar
   if (!ch->name || !ch->log_path) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  const char* logs = getenv("CAUSEWAY_CHILD_LOGS");
-  if (!logs || strcmp(logs, "inherit") != 0) {
+  if (!cl->inherit_logs) {
     posix_spawn_file_actions_addopen(&fa, 1, ch->log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
   }
@@ -145,8 +148,15 @@ static cw_status_t cw__make_token(cw__cluster_t* cl, char** out_path) {
   return cw_ok_status();
 }
 
+// "NAME=" of the variable of setting `id`, in `buf`.
+static const char* cw__env_prefix(cw_setting_id_t id, char* buf, size_t cap) {
+  snprintf(buf, cap, "%s=", cw_settings_def(id)->env);
+  return buf;
+}
+
 // The children's environment: ours without any token settings of the
-// caller's, plus CW_TOKEN_FILE=token_path and `extra` ("K=V", may be NULL).
+// caller's, plus CAUSEWAY_TOKEN_FILE=token_path and `extra` ("K=V", may be
+// NULL).
 static cw_status_t cw__make_child_env(cw__cluster_t* cl, const char* token_path,
                                       const char* const* extra) {
   size_t n = 0, n_extra = 0;
@@ -154,10 +164,14 @@ static cw_status_t cw__make_child_env(cw__cluster_t* cl, const char* token_path,
   while (extra && extra[n_extra]) ++n_extra;
   cl->envp = calloc(n + n_extra + 2, sizeof(char*));
   if (!cl->envp) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  char token_var[64], file_var[64];
+  cw__env_prefix(CW_SET_TOKEN, token_var, sizeof(token_var));
+  cw__env_prefix(CW_SET_TOKEN_FILE, file_var, sizeof(file_var));
   size_t k = 0;
   for (size_t i = 0; i < n; ++i) {
-    // The caller's CW_TOKEN would win over the file in the daemons.
-    if (!strncmp(environ[i], "CW_TOKEN=", 9) || !strncmp(environ[i], "CW_TOKEN_FILE=", 14)) {
+    // The caller's token would win over the file in the daemons.
+    if (!strncmp(environ[i], token_var, strlen(token_var)) ||
+        !strncmp(environ[i], file_var, strlen(file_var))) {
       continue;
     }
     bool overridden = false;
@@ -167,7 +181,7 @@ static cw_status_t cw__make_child_env(cw__cluster_t* cl, const char* token_path,
     }
     if (!overridden && !(cl->envp[k++] = strdup(environ[i]))) goto oom;
   }
-  if (!(cl->envp[k++] = cw__printf("CW_TOKEN_FILE=%s", token_path))) goto oom;
+  if (!(cl->envp[k++] = cw__printf("%s%s", file_var, token_path))) goto oom;
   for (size_t j = 0; j < n_extra; ++j) {
     if (!(cl->envp[k++] = strdup(extra[j]))) goto oom;
   }
@@ -178,20 +192,20 @@ oom:
 
 const char* cw__cluster_token(const cw__cluster_t* cl) { return cl->token; }
 
-// "CW_COMPILE_CACHE_DIR=..." for the embedded controller: the compile cache
-// on disk is on by default, per user. CAUSEWAY_COMPILE_CACHE_DIR overrides
-// (empty: off); else $XDG_CACHE_HOME/causeway/compile, else
+// "CAUSEWAY_COMPILE_CACHE_DIR=..." for the embedded controller: the compile
+// cache on disk is on by default, per user. CAUSEWAY_COMPILE_CACHE_DIR
+// overrides (empty: off); else $XDG_CACHE_HOME/causeway/compile, else
 // ~/.cache/causeway/compile. Malloc'd.
-static char* cw__compile_cache_setting(void) {
-  const char* dir = getenv("CAUSEWAY_COMPILE_CACHE_DIR");
-  if (dir) return cw__printf("CW_COMPILE_CACHE_DIR=%s", dir);
-  const char* xdg = getenv("XDG_CACHE_HOME");
-  if (xdg && xdg[0] == '/') return cw__printf("CW_COMPILE_CACHE_DIR=%s/causeway/compile", xdg);
-  const char* home = getenv("HOME");
-  if (home && home[0] == '/') {
-    return cw__printf("CW_COMPILE_CACHE_DIR=%s/.cache/causeway/compile", home);
+static char* cw__compile_cache_setting(const cw_settings_t* settings) {
+  const char* var = cw_settings_def(CW_SET_COMPILE_CACHE_DIR)->env;
+  if (cw_settings_given(settings, CW_SET_COMPILE_CACHE_DIR)) {
+    return cw__printf("%s=%s", var, cw_settings_string(settings, CW_SET_COMPILE_CACHE_DIR));
   }
-  return strdup("CW_COMPILE_CACHE_DIR=");
+  const char* xdg = getenv("XDG_CACHE_HOME");
+  if (xdg && xdg[0] == '/') return cw__printf("%s=%s/causeway/compile", var, xdg);
+  const char* home = getenv("HOME");
+  if (home && home[0] == '/') return cw__printf("%s=%s/.cache/causeway/compile", var, home);
+  return cw__printf("%s=", var);
 }
 
 static cw_status_t cw__check_exe(const char* path, const char* what) {
@@ -203,37 +217,33 @@ static cw_status_t cw__check_exe(const char* path, const char* what) {
 
 static void cw__track_dir(const char* dir, bool add);
 
-cw_status_t cw__cluster_start(cw__cluster_t** out_cluster, const char** out_controller_address,
-                              uint32_t* out_num_workers) {
+cw_status_t cw__cluster_start(const cw_settings_t* settings, cw__cluster_t** out_cluster,
+                              const char** out_controller_address, uint32_t* out_num_workers) {
   *out_cluster = NULL;
   *out_controller_address = NULL;
-  const char* nw = getenv("CAUSEWAY_LOCAL_WORKERS");
-  const char* nd = getenv("CAUSEWAY_LOCAL_DEVICES");
-  long workers = nw && *nw ? strtol(nw, NULL, 10) : 2;
-  long devices = nd && *nd ? strtol(nd, NULL, 10) : 4;
-  if (workers < 1 || workers > CW__MAX_LOCAL_WORKERS) {
-    return cw_make_status(CW_INVALID_ARGUMENT, "CAUSEWAY_LOCAL_WORKERS=%s: want 1..%d", nw,
-                          CW__MAX_LOCAL_WORKERS);
-  }
-  if (devices < 1 || devices > 4096) {
-    return cw_make_status(CW_INVALID_ARGUMENT, "CAUSEWAY_LOCAL_DEVICES=%s: want 1..4096", nd);
-  }
-  const char* plugin = getenv("CW_PJRT_PLUGIN");
-  if (!plugin || !*plugin) {
+  // The table bounds both (CAUSEWAY_LOCAL_WORKERS to the children array).
+  int64_t workers = cw_settings_int(settings, CW_SET_LOCAL_WORKERS);
+  int64_t devices = cw_settings_int(settings, CW_SET_LOCAL_DEVICES);
+  assert(workers >= 1 && workers <= CW__MAX_LOCAL_WORKERS);
+  const char* plugin = cw_settings_string(settings, CW_SET_PLUGIN);
+  if (!*plugin) {
     return cw_make_status(CW_FAILED_PRECONDITION,
-                          "causeway: CW_PJRT_PLUGIN is not set (the XLA PJRT plugin the local "
-                          "workers load; causeway_jax sets it from lammps_jax_pjrt_cpu), or set "
-                          "CAUSEWAY_CONTROLLER to join a running cluster");
+                          "causeway: CAUSEWAY_PJRT_PLUGIN is not set (the XLA PJRT plugin the "
+                          "local workers load; causeway_jax sets it from lammps_jax_pjrt_cpu), "
+                          "or set CAUSEWAY_CONTROLLER to join a running cluster");
   }
-  char* bin = NULL;
-  const char* env_bin = getenv("CAUSEWAY_BIN_DIR");
-  bin = env_bin && *env_bin ? strdup(env_bin) : cw__default_bin_dir();
+  const char* env_bin = cw_settings_string(settings, CW_SET_BIN_DIR);
+  char* bin = *env_bin ? strdup(env_bin) : cw__default_bin_dir();
   if (!bin) return cw_make_status(CW_NOT_FOUND, "causeway: cannot locate the binary directory");
   char* ctl_exe = cw__printf("%s/causeway-controller", bin);
   char* wrk_exe = cw__printf("%s/causeway-worker", bin);
   free(bin);
   cw__cluster_t* cl = calloc(1, sizeof(*cl));
-  if (cl) cl->watch_write_fd = -1;
+  if (cl) {
+    cl->watch_write_fd = -1;
+    cl->keep_dir = cw_settings_int(settings, CW_SET_KEEP_TMP) != 0;
+    cl->inherit_logs = !strcmp(cw_settings_string(settings, CW_SET_CHILD_LOGS), "inherit");
+  }
   cw_status_t s = (!ctl_exe || !wrk_exe || !cl)
                       ? cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory")
                       : cw_ok_status();
@@ -254,7 +264,7 @@ cw_status_t cw__cluster_start(cw__cluster_t** out_cluster, const char** out_cont
   if (!s) {
     char* token_path = NULL;
     s = cw__make_token(cl, &token_path);
-    char* cache = cw__compile_cache_setting();
+    char* cache = cw__compile_cache_setting(settings);
     const char* extra[] = {cache, NULL};
     if (!s && !cache) s = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
     if (!s) s = cw__make_child_env(cl, token_path, extra);
@@ -282,10 +292,10 @@ cw_status_t cw__cluster_start(cw__cluster_t** out_cluster, const char** out_cont
     s = cw__spawn(cl, "controller", argv);
   }
   char devbuf[16];
-  snprintf(devbuf, sizeof(devbuf), "%ld", devices);
-  for (long i = 0; !s && i < workers; ++i) {
+  snprintf(devbuf, sizeof(devbuf), "%" PRId64, devices);
+  for (int64_t i = 0; !s && i < workers; ++i) {
     char name[32];
-    snprintf(name, sizeof(name), "worker-%ld", i);
+    snprintf(name, sizeof(name), "worker-%" PRId64, i);
     char* listen = cw__printf("%s/%s.sock", cl->dir, name);
     if (!listen) {
       s = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
@@ -304,7 +314,7 @@ cw_status_t cw__cluster_start(cw__cluster_t** out_cluster, const char** out_cont
     cw__cluster_stop(cl);
     return s;
   }
-  cw__track_dir(cl->dir, true);
+  if (!cl->keep_dir) cw__track_dir(cl->dir, true);
   *out_cluster = cl;
   *out_controller_address = cl->controller_address;
   *out_num_workers = (uint32_t)workers;
@@ -402,7 +412,6 @@ static void cw__remove_dirs_at_exit(void) {
 // table's size a directory is only removed by client destruction.
 static void cw__track_dir(const char* dir, bool add) {
   static bool registered;
-  if (getenv("CAUSEWAY_KEEP_TMP")) return;
   pthread_mutex_lock(&cw__dirs_mu);
   if (add && !registered) registered = atexit(cw__remove_dirs_at_exit) == 0;
   for (size_t i = 0; i < sizeof(cw__dirs) / sizeof(cw__dirs[0]); ++i) {
@@ -437,8 +446,10 @@ void cw__cluster_stop(cw__cluster_t* cl) {
     if (!cl->children[i].reaped && cl->children[i].pid > 0) kill(cl->children[i].pid, SIGKILL);
   }
   cw__reap(cl, true);
-  if (cl->dir) cw__track_dir(cl->dir, false);
-  if (cl->dir && !getenv("CAUSEWAY_KEEP_TMP")) cw__remove_dir(cl->dir);
+  if (cl->dir && !cl->keep_dir) {
+    cw__track_dir(cl->dir, false);
+    cw__remove_dir(cl->dir);
+  }
   for (size_t i = 0; i < cl->num_children; ++i) {
     free(cl->children[i].name);
     free(cl->children[i].log_path);

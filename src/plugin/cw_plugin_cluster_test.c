@@ -3,7 +3,7 @@
 // CAUSEWAY_CONTROLLER. Drives the plugin as JAX does: devices, uploads,
 // downloads, copies within and across workers, compile, execute, errors,
 // and clean-up of the embedded cluster's directory and processes.
-// Exits 77 (skipped) when CW_PJRT_PLUGIN is not set.
+// Exits 77 (skipped) when CAUSEWAY_PJRT_PLUGIN is not set.
 #include <dirent.h>
 #include <dlfcn.h>
 #include <setjmp.h>
@@ -305,7 +305,7 @@ static int teardown(void** state) {
 }
 
 int main(void) {
-  if (!getenv("CW_PJRT_PLUGIN") || !*getenv("CW_PJRT_PLUGIN")) return 77;
+  if (!getenv("CAUSEWAY_PJRT_PLUGIN") || !*getenv("CAUSEWAY_PJRT_PLUGIN")) return 77;
   if (!getenv("CAUSEWAY_BIN_DIR")) setenv("CAUSEWAY_BIN_DIR", CW_BIN_DIR, 0);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_devices),

@@ -9,22 +9,11 @@
 #include <string.h>
 
 #include "cw_plugin.h"
-#include "cw_settings.h"
 
-cw_status_t cw__client_token_load(char** out_token) {
+cw_status_t cw__client_token_load(cw_settings_t* settings, char** out_token) {
   *out_token = NULL;
-  const char* token = getenv("CAUSEWAY_TOKEN");
-  if (token && *token) {
-    *out_token = strdup(token);
-    return *out_token ? cw_ok_status() : cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  }
-  const char* path = getenv("CAUSEWAY_TOKEN_FILE");
-  if (path && *path) {
-    CW_RETURN_IF_ERROR(cw_settings_read_token_file(path, out_token),
-                       "causeway: CAUSEWAY_TOKEN_FILE");
-    return cw_ok_status();
-  }
-  *out_token = strdup("");  // none: the cluster must not require one
+  CW_RETURN_IF_ERROR(cw_settings_load_token(settings), "causeway: CAUSEWAY_TOKEN_FILE");
+  *out_token = strdup(cw_settings_string(settings, CW_SET_TOKEN));  // "": none is required
   return *out_token ? cw_ok_status() : cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
 }
 

@@ -336,8 +336,8 @@ static void cw__trace_atexit(void) {
 }
 
 void cw__trace_start(cw__client_t* c) {
-  const char* path = getenv("CAUSEWAY_TRACE");
-  if (!path || !*path) return;
+  const char* path = cw_settings_string(&c->settings, CW_SET_TRACE);
+  if (!*path) return;
   cw__trace_state_t* st = calloc(1, sizeof(*st));
   if (st) {
     st->path = strdup(path);

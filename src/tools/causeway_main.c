@@ -134,19 +134,23 @@ int main(int argc, char** argv) {
     fprintf(stderr, "causeway: %s\n", err);
     return CW_CLI_USAGE;
   }
-  const char* address = args.controller ? args.controller : getenv("CAUSEWAY_CONTROLLER");
-  if (!address || !address[0]) {
-    fprintf(stderr, "causeway: no controller address: pass --controller ADDR or set "
-            "CAUSEWAY_CONTROLLER\n");
-    return CW_CLI_USAGE;
-  }
-  // The token as the daemons read it: $CW_TOKEN, else the file $CW_TOKEN_FILE.
+  // CAUSEWAY_CONTROLLER and the token as the daemons read it: CAUSEWAY_TOKEN,
+  // else the file CAUSEWAY_TOKEN_FILE names.
+  cw_settings_warn_old_names(CW_SCOPE_TOOL);
   cw_settings_t settings;
-  cw_status_t s = cw_settings_initialize(&settings);
+  cw_status_t s = cw_settings_initialize(&settings, CW_SCOPE_TOOL);
   if (!s) s = cw_settings_load_token(&settings);
   if (s) {
     fprintf(stderr, "causeway: settings: %s\n", cw_status_message(s));
     cw_status_free(s);
+    cw_settings_deinitialize(&settings);
+    return CW_CLI_USAGE;
+  }
+  const char* address =
+      args.controller ? args.controller : cw_settings_string(&settings, CW_SET_CONTROLLER);
+  if (!address[0]) {
+    fprintf(stderr, "causeway: no controller address: pass --controller ADDR or set "
+            "CAUSEWAY_CONTROLLER\n");
     cw_settings_deinitialize(&settings);
     return CW_CLI_USAGE;
   }
@@ -156,13 +160,14 @@ int main(int argc, char** argv) {
   opts.connect_timeout_ms = 5000;
   cw_client_t* c = NULL;
   s = cw_client_connect(address, &opts, &c);
-  cw_settings_deinitialize(&settings);
   if (s) {
     fprintf(stderr, "causeway: cannot reach the controller at %s: %s\n", address,
             cw_status_message(s));
     cw_status_free(s);
+    cw_settings_deinitialize(&settings);
     return CW_CLI_UNREACHABLE;
   }
+  cw_settings_deinitialize(&settings);
   int rc = CW_CLI_OK;
   switch (args.command) {
     case CW_CLI_STATUS:

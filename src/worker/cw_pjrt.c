@@ -83,7 +83,8 @@ static cw_status_t cw__load_devices(cw_pjrt_t* p) {
 cw_status_t cw_pjrt_create(const char* path, int num_devices, cw_pjrt_t** out) {
   *out = NULL;
   if (!path || !*path) {
-    return cw_make_status(CW_INVALID_ARGUMENT, "no PJRT plugin given (--plugin or CW_PJRT_PLUGIN)");
+    return cw_make_status(CW_INVALID_ARGUMENT,
+                          "no PJRT plugin given (--plugin or CAUSEWAY_PJRT_PLUGIN)");
   }
   cw_pjrt_t* p = calloc(1, sizeof(*p));
   if (!p) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");

@@ -43,7 +43,7 @@ static cw_test_worker_t g_worker;
 static int setup(void** state) {
   (void)state;
   signal(SIGPIPE, SIG_IGN);
-  if (!getenv("CW_PJRT_PLUGIN") || !*getenv("CW_PJRT_PLUGIN")) return -1;
+  if (!getenv("CAUSEWAY_PJRT_PLUGIN") || !*getenv("CAUSEWAY_PJRT_PLUGIN")) return -1;
   cw_test_worker_options_t o = {.devices = 2, .name = "cluster-test"};
   return cw_test_worker_start(&o, &g_worker);
 }
@@ -399,8 +399,8 @@ static void test_stamp_order(void** state) {
 }
 
 int main(void) {
-  if (!getenv("CW_PJRT_PLUGIN") || !*getenv("CW_PJRT_PLUGIN")) return 77;
-  setenv("CW_MAX_HELD_REQUESTS", "4", 1);  // inherited by the workers
+  if (!getenv("CAUSEWAY_PJRT_PLUGIN") || !*getenv("CAUSEWAY_PJRT_PLUGIN")) return 77;
+  setenv("CAUSEWAY_MAX_HELD_REQUESTS", "4", 1);  // inherited by the workers
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_seq_across_connections),
       cmocka_unit_test(test_seq_flow_control),

@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
           "causeway-worker",
           "--plugin PATH --devices N --listen ADDR [--name NAME] [--controller ADDR"
           " [--exit-with-controller]] [--watch-fd N] [--log-level L]",
-          "worker", argc, argv, &settings, &code)) {
+          "worker", CW_SCOPE_WORKER, argc, argv, &settings, &code)) {
     return code;
   }
   cw_worker_t* worker = NULL;

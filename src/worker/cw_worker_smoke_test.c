@@ -27,7 +27,7 @@ typedef struct {
 } worker_t;
 
 static void start_worker(worker_t* w, const char* token) {
-  const char* plugin = getenv("CW_PJRT_PLUGIN");
+  const char* plugin = getenv("CAUSEWAY_PJRT_PLUGIN");
   const char* build = getenv("CW_BUILD_DIR");
   assert_non_null(plugin);
   assert_non_null(build);
@@ -40,8 +40,8 @@ static void start_worker(worker_t* w, const char* token) {
   if (w->pid == 0) {
     dup2(fds[1], 1);
     close(fds[0]);
-    if (token) setenv("CW_TOKEN", token, 1);
-    else unsetenv("CW_TOKEN");
+    if (token) setenv("CAUSEWAY_TOKEN", token, 1);
+    else unsetenv("CAUSEWAY_TOKEN");
     execl(exe, exe, "--plugin", plugin, "--devices", "2", "--listen", "127.0.0.1:0", (char*)NULL);
     _exit(127);
   }

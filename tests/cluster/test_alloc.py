@@ -108,9 +108,10 @@ def test_exclusive_sessions_queue_and_errors():
                             ({"devices": 5, "min_island": 5},
                              "asks for islands of at least 5 devices; the largest matching "
                              "island has 4"),
-                            ({"devices": "abc"}, "CAUSEWAY_DEVICES=abc: want a whole number"),
-                            ({"devices": 2, "share": 2}, "CAUSEWAY_SHARE=2"),
-                            ({"devices": 2, "queue_timeout": "-1"}, "CAUSEWAY_QUEUE_TIMEOUT=-1"),
+                            ({"devices": "abc"}, "CAUSEWAY_DEVICES: 'abc' is not an integer"),
+                            ({"devices": 2, "share": 2}, "CAUSEWAY_SHARE: '2' is not a boolean"),
+                            ({"devices": 2, "queue_timeout": "-1"},
+                             "CAUSEWAY_QUEUE_TIMEOUT: -1 is outside [0, 86400] seconds"),
                             ({"share": 1}, "need CAUSEWAY_DEVICES")):
             e = client("alloc-bad", cluster, lazy=True, **alloc)
             try:

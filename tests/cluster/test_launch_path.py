@@ -20,7 +20,7 @@ STEPS = 30
 
 
 def _run(relay: bool) -> tuple[dict, dict, dict]:
-    # Explicit both ways: the flag wins over a CW_RELAY_LAUNCHES in the environment.
+    # Explicit both ways: the flag wins over a CAUSEWAY_RELAY_LAUNCHES in the environment.
     cluster = harness.HandCluster(
         workers=2, devices=2,
         controller_args=("--relay-launches" if relay else "--relay-launches=0",))

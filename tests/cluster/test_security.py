@@ -36,7 +36,7 @@ def cluster():
 
 def _client_env(cluster, **extra) -> dict:
     env = harness.causeway_env(controller=cluster.controller)
-    for k in ("CAUSEWAY_TOKEN", "CAUSEWAY_TOKEN_FILE", "CW_TOKEN", "CW_TOKEN_FILE"):
+    for k in ("CAUSEWAY_TOKEN", "CAUSEWAY_TOKEN_FILE"):
         env.pop(k, None)
     env["CW_RUNNER_LAZY"] = "1"
     env["CW_RUNNER_CHECKS"] = str(HERE / "security_checks.py")
@@ -223,9 +223,9 @@ def test_raw_sockets_are_refused(cluster, target):
 
 def test_embedded_cluster_token_stays_off_command_lines(tmp_path):
     env = harness.causeway_env()
-    for k in ("CAUSEWAY_TOKEN", "CAUSEWAY_TOKEN_FILE", "CW_TOKEN", "CW_TOKEN_FILE"):
+    for k in ("CAUSEWAY_TOKEN", "CAUSEWAY_TOKEN_FILE"):
         env.pop(k, None)
-    env["CW_TOKEN"] = "a-token-the-children-must-not-use"  # stripped by the plugin
+    env["CAUSEWAY_TOKEN"] = "a-token-the-children-must-not-use"  # stripped by the plugin
     env["TMPDIR"] = str(tmp_path)
     env["CW_RUNNER_CHECKS"] = str(HERE / "security_checks.py")
     r = harness.Runner("sec-embedded", env)
@@ -248,10 +248,10 @@ def test_embedded_cluster_token_stays_off_command_lines(tmp_path):
             assert b"a-token-the-children" not in cmdline, (name, cmdline)
             with open(f"/proc/{pid}/environ", "rb") as f:
                 environ = f.read().split(b"\0")
-            assert f"CW_TOKEN_FILE={tok_path}".encode() in environ, name
-            assert not any(e.startswith(b"CW_TOKEN=") for e in environ), name
+            assert f"CAUSEWAY_TOKEN_FILE={tok_path}".encode() in environ, name
+            assert not any(e.startswith(b"CAUSEWAY_TOKEN=") for e in environ), name
             # The compile cache directory travels the same way (on by default).
-            want_cc = f"CW_COMPILE_CACHE_DIR={env['CAUSEWAY_COMPILE_CACHE_DIR']}".encode()
+            want_cc = f"CAUSEWAY_COMPILE_CACHE_DIR={env['CAUSEWAY_COMPILE_CACHE_DIR']}".encode()
             assert want_cc in environ, name
         # The embedded daemons require it: a client without it is refused.
         with pytest.raises(RuntimeError, match="code 16"):

@@ -772,17 +772,17 @@ static PJRT_Error* cw__create_failed(PJRT_Client_Create_Args* a) {
 
 static void cw__load(void) {
   const char* path = getenv("CW_GANG_INNER_PLUGIN");
-  if (!path || !*path) path = getenv("CW_PJRT_PLUGIN");
+  if (!path || !*path) path = getenv("CAUSEWAY_PJRT_PLUGIN");
   const PJRT_Api* inner = NULL;
   if (!path || !*path) {
     snprintf(g_load_error, sizeof(g_load_error),
-             "cw_gangplugin: no inner plugin (set CW_GANG_INNER_PLUGIN or CW_PJRT_PLUGIN)");
+             "cw_gangplugin: no inner plugin (set CW_GANG_INNER_PLUGIN or CAUSEWAY_PJRT_PLUGIN)");
   } else {
     // Stays loaded for the life of the process, as the inner plugin expects.
     void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     CW_PJRT_GetPjrtApi_Fn get =
         lib ? (CW_PJRT_GetPjrtApi_Fn)(uintptr_t)dlsym(lib, CW_PJRT_GET_API_SYMBOL) : NULL;
-    // Naming this library itself (CW_PJRT_PLUGIN often does) would recurse.
+    // Naming this library itself (CAUSEWAY_PJRT_PLUGIN often does) would recurse.
     if (get == GetPjrtApi) {
       snprintf(g_load_error, sizeof(g_load_error),
                "cw_gangplugin: the inner plugin %s is cw_gangplugin itself; set "

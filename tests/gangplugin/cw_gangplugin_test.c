@@ -481,8 +481,8 @@ static void test_checks(void** state) {
 }
 
 int main(void) {
-  if (!getenv("CW_GANGPLUGIN") || !getenv("CW_PJRT_PLUGIN")) {
-    fprintf(stderr, "CW_GANGPLUGIN and CW_PJRT_PLUGIN must be set\n");
+  if (!getenv("CW_GANGPLUGIN") || !getenv("CAUSEWAY_PJRT_PLUGIN")) {
+    fprintf(stderr, "CW_GANGPLUGIN and CAUSEWAY_PJRT_PLUGIN must be set\n");
     return 1;
   }
   const struct CMUnitTest tests[] = {

@@ -88,10 +88,10 @@ _cpu_plugin = None
 
 
 def cpu_plugin() -> str:
-    """XLA's CPU PJRT plugin the workers load (CW_PJRT_PLUGIN)."""
+    """XLA's CPU PJRT plugin the workers load (CAUSEWAY_PJRT_PLUGIN)."""
     global _cpu_plugin
     if _cpu_plugin is None:
-        _cpu_plugin = os.environ.get("CW_PJRT_PLUGIN") or subprocess.check_output(
+        _cpu_plugin = os.environ.get("CAUSEWAY_PJRT_PLUGIN") or subprocess.check_output(
             [PYTHON, "-c", "import lammps_jax_pjrt_cpu as m; print(m.PLUGIN_PATH)"],
             text=True).strip()
     return _cpu_plugin
@@ -139,7 +139,7 @@ def causeway_env(x64: bool = False, controller: str | None = None) -> dict:
     env["JAX_PLATFORMS"] = "causeway"
     env["CAUSEWAY_PJRT_LIBRARY"] = pjrt_library()
     env["CAUSEWAY_BIN_DIR"] = bin_dir()
-    env["CW_PJRT_PLUGIN"] = cpu_plugin()
+    env["CAUSEWAY_PJRT_PLUGIN"] = cpu_plugin()
     env["CAUSEWAY_LOCAL_WORKERS"] = str(NUM_WORKERS)
     env["CAUSEWAY_LOCAL_DEVICES"] = str(DEVICES_PER_WORKER)
     # The embedded cluster's compile cache on disk: the test run's own, not the user's.
@@ -634,7 +634,7 @@ def _client_lib():
 def stats(address: str, token: str | None = None) -> dict:
     """STATS of a worker or controller, through libcauseway_client's cw_client_stats.
 
-    `token`: the cluster's token, presented through CW_TOKEN (the client
+    `token`: the cluster's token, presented through CAUSEWAY_TOKEN (the client
     library's default) for the duration of the call. None: for a Unix socket
     of an embedded cluster, the token file beside it (the cluster's own, 0600).
 
@@ -658,17 +658,17 @@ def stats(address: str, token: str | None = None) -> dict:
                 token = f.readline().strip()
         except OSError:
             pass
-    saved = os.environ.get("CW_TOKEN")
+    saved = os.environ.get("CAUSEWAY_TOKEN")
     if token is not None:
-        os.environ["CW_TOKEN"] = token
+        os.environ["CAUSEWAY_TOKEN"] = token
     try:
         check(lib.cw_client_connect(address.encode(), None, ctypes.byref(conn)))
     finally:
         if token is not None:
             if saved is None:
-                del os.environ["CW_TOKEN"]
+                del os.environ["CAUSEWAY_TOKEN"]
             else:
-                os.environ["CW_TOKEN"] = saved
+                os.environ["CAUSEWAY_TOKEN"] = saved
     try:
         msg = ctypes.c_void_p()
         check(lib.cw_client_stats(conn, ctypes.byref(msg)))
@@ -719,8 +719,8 @@ class HandCluster:
                  controller_args: tuple = (), controller_env: dict | None = None,
                  worker_args: tuple = ()):
         """`token`: every daemon requires it, given through a 0600 token file
-        in the cluster's directory (token_via="file", CW_TOKEN_FILE) or the
-        environment (token_via="env", CW_TOKEN); never on a command line.
+        in the cluster's directory (token_via="file", CAUSEWAY_TOKEN_FILE) or the
+        environment (token_via="env", CAUSEWAY_TOKEN); never on a command line.
         `controller_args` / `controller_env`: extra flags and environment of
         the controller; `worker_args`: extra flags of every worker."""
         self.dir = tempfile.mkdtemp(prefix="cw-hand-")
@@ -737,7 +737,7 @@ class HandCluster:
         self.procs: dict[str, subprocess.Popen] = {}
         self.addresses: dict[str, str] = {}
         env = {k: v for k, v in os.environ.items()
-               if k not in _STRIP and k not in ("CW_TOKEN", "CW_TOKEN_FILE")}
+               if k not in _STRIP and k not in ("CAUSEWAY_TOKEN", "CAUSEWAY_TOKEN_FILE")}
         if token is not None:
             env.update(self.token_env(token, token_via))
         self.env = env
@@ -763,11 +763,11 @@ class HandCluster:
     def token_env(self, token: str, via: str = "file") -> dict:
         """Daemon environment that presents `token` (a fresh 0600 file for "file")."""
         if via == "env":
-            return {"CW_TOKEN": token}
+            return {"CAUSEWAY_TOKEN": token}
         fd, path = tempfile.mkstemp(prefix="token-", dir=self.dir)
         os.write(fd, token.encode() + b"\n")
         os.close(fd)  # mkstemp makes it 0600
-        return {"CW_TOKEN_FILE": path}
+        return {"CAUSEWAY_TOKEN_FILE": path}
 
     def start_controller(self) -> None:
         """(Re)starts the controller on its address (after it was killed)."""

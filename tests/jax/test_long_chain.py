@@ -2,7 +2,7 @@
 
 Each step sends a LAUNCH through the controller (two hops) and a DELETE of the
 old x straight to the worker (one hop): the DELETEs run ahead and wait on the
-worker for their seq. Past CW_MAX_HELD_REQUESTS the worker must stop reading
+worker for their seq. Past CAUSEWAY_MAX_HELD_REQUESTS the worker must stop reading
 that connection (flow control), not refuse a request: a refused seq is a hole
 nobody fills, and every later LAUNCH waited forever (docs/protocol.md,
 "Ordering across connections (seq)")."""
@@ -28,7 +28,7 @@ def test_long_chain_small_hold_cap():
     if why:
         pytest.fail(f"causeway is not built: {why}", pytrace=False)
     env = harness.causeway_env()
-    env["CW_MAX_HELD_REQUESTS"] = "64"  # inherited by the embedded cluster's workers
+    env["CAUSEWAY_MAX_HELD_REQUESTS"] = "64"  # inherited by the embedded cluster's workers
     try:
         p = subprocess.run([harness.PYTHON, "-c", PROGRAM], env=env, capture_output=True,
                            text=True, timeout=240)
