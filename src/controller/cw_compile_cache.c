@@ -1,5 +1,6 @@
 #include "cw_compile_cache.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,7 +57,9 @@ cw_status_t cw_compile_cache_create(uint64_t capacity, cw_compile_cache_t** out_
 void cw_compile_cache_entry_retain(cw_compile_cache_entry_t* e) { e->refs++; }
 
 void cw_compile_cache_entry_release(cw_compile_cache_entry_t* e) {
-  if (!e || --e->refs > 0) return;
+  if (!e) return;
+  assert(e->refs > 0);
+  if (--e->refs > 0) return;
   free(e->key);
   free(e->bytes);
   free(e);

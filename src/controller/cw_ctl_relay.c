@@ -2,6 +2,7 @@
 // cw_ctl_relay.h).
 #include "cw_ctl_relay.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <stdlib.h>
 
@@ -16,6 +17,7 @@
 void cw_ctl_multi_done(cw_ctl_multi_t* m, cw_controller_t* ctl, cw_status_t st) {
   if (st && !m->first_error) m->first_error = st;
   else cw_status_free(st);
+  assert(m->left > 0);
   if (--m->left > 0) return;
   if (m->first_error) {
     cw_ctl_reply_error(ctl, m->client, m->type, m->request_id, m->first_error);

@@ -1,6 +1,7 @@
 // Sessions at the controller (see cw_ctl_session.h).
 #include "cw_ctl_session.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,7 +105,9 @@ static void cw__exe_free(cw_ctl_exe_t* e) {
 }
 
 void cw_ctl_session_release(cw_ctl_session_t* s) {
-  if (!s || --s->refs > 0) return;
+  if (!s) return;
+  assert(s->refs > 0);
+  if (--s->refs > 0) return;
   while (s->exes) {
     cw_ctl_exe_t* e = s->exes;
     s->exes = e->next;

@@ -2,6 +2,7 @@
 // runs: HELLO first and once (credentials, protocol version, role), then the
 // message table's rules for each request (served here, a sender that may
 // send it, a session where it needs one). One place for both daemons.
+#include <assert.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,6 +122,7 @@ void cw_net__serve(cw_net_conn_t* c, const cw_frame_header_t* h, ProtobufCMessag
     cw__free_msg(msg);
     return;
   }
+  assert(svc->handlers[h->type]);  // cw__check_rules refused types not served here
   svc->handlers[h->type](c, h, &msg);
   cw__free_msg(msg);
   if (svc->applied) svc->applied(c, h);

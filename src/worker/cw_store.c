@@ -1,5 +1,6 @@
 #include "cw_store.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -235,6 +236,7 @@ void cw_store_entry_retain(cw_store_entry_t* e) { e->refs++; }
 
 void cw_store_entry_release(cw_store_t* s, cw_store_entry_t* e) {
   if (!e) return;
+  assert(e->refs > 0);
   if (--e->refs > 0 || !e->detached) return;
   cw__unlink_detached(s, e);
   cw__free_entry(s, e);

@@ -4,6 +4,7 @@
 // refusals in that order, where bulk bytes go, and per-peer byte counts.
 #include "cw_worker_conn.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,6 +149,7 @@ static void cw__session_free(cw_worker_t* w, cw_session_t* s) {
 }
 
 static void cw__session_drop(cw_worker_t* w, cw_session_t* s) {
+  assert(s->connections > 0);
   if (--s->connections > 0) return;
   cw_session_t** pp = &w->sessions;
   while (*pp && *pp != s) pp = &(*pp)->next;
@@ -353,6 +355,7 @@ void cw_worker_conn_receive_bulk(cw_conn_t* c, const cw_frame_header_t* h, cw_op
 
 static void cw__seq_release_conn(void* conn, cw_seq_held_t* held) {
   cw_conn_t* c = conn;
+  assert(c->seq_held > 0);
   c->seq_held--;
   cw_worker_stamp_drop(c, held->header.type, held->msg);  // never applied: its turn passes
   if (c->recv_held == held) {
@@ -412,6 +415,7 @@ static void cw__seq_drain(cw_worker_t* w, uint64_t key) {
   cw_seq_held_t* hd;
   while ((hd = cw_seq_take_ready(&s->seq)) != NULL) {
     cw_conn_t* c = hd->conn;
+    assert(c->seq_held > 0);
     c->seq_held--;
     if (c->closing || c->session != s || hd->bulk_failed) {
       // Nobody is left to answer: its turn passes.

@@ -1,6 +1,7 @@
 // LAUNCH and LAUNCH_GO (see cw_worker_launch.h).
 #include "cw_worker_launch.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,6 +129,7 @@ static void cw__launch_device_done(cw_worker_t* w, void* user, cw_status_t statu
   cw_launch_t* l = user;
   if (status && !l->first_error) l->first_error = status;
   else cw_status_free(status);
+  assert(l->events_left > 0 && w->launches_in_flight > 0);
   if (--l->events_left > 0) return;
   w->launches_in_flight--;
   if (l->first_error) {

@@ -1,6 +1,7 @@
 // Requests in progress (see cw_worker_op.h) and their staging memory.
 #include "cw_worker_op.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,6 +79,7 @@ void cw_worker_op_free(cw_op_t* op) {
   cw_pjrt_shapes_free(op->params, op->num_params);
   cw_status_free(op->status);
   if (op->exe) cw_pjrt_executable_destroy(op->w->pjrt, op->exe);
+  assert(op->w->ops_live > 0);
   op->w->ops_live--;
   cw_worker_conn_unref(op->conn);
   free(op);

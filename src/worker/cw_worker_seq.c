@@ -1,5 +1,6 @@
 #include "cw_worker_seq.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,6 +112,7 @@ cw_seq_held_t* cw_seq_take_ready(cw_seq_t* seq) {
   seq->held = hd->next;
   if (seq->held_tail == hd) seq->held_tail = NULL;
   hd->next = NULL;
+  assert(seq->held_count > 0 && seq->held_bytes >= hd->header.bulk_len);
   seq->held_count--;
   seq->held_bytes -= hd->header.bulk_len;
   seq->next++;
