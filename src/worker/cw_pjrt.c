@@ -33,36 +33,27 @@ _Static_assert((int)CAUSEWAY__V1__DTYPE__DTYPE_C128 == (int)PJRT_Buffer_Type_C12
 _Static_assert((int)CAUSEWAY__V1__DTYPE__DTYPE_PRED == (int)PJRT_Buffer_Type_PRED, "dtype pin");
 _Static_assert((int)CAUSEWAY__V1__DTYPE__DTYPE_BF16 == (int)PJRT_Buffer_Type_BF16, "dtype pin");
 
-// Declares `var` of args type T, zeroed, with struct_size set.
-#define CW__ARGS(T, var) \
-  T var;                 \
-  memset(&var, 0, sizeof(var)); \
-  var.struct_size = sizeof(T)
-
-#define CW__CALL(p, fn, args, ...) \
-  CW_RETURN_IF_ERROR(cw_pjrt_status((p), (p)->api->fn(&(args))), __VA_ARGS__)
-
 cw_status_t cw_pjrt_status(const cw_pjrt_t* p, PJRT_Error* error) {
   if (!error) return cw_ok_status();
-  CW__ARGS(PJRT_Error_Message_Args, m);
+  CW_PJRT_ARGS(PJRT_Error_Message_Args, m);
   m.error = error;
   p->api->PJRT_Error_Message(&m);
-  CW__ARGS(PJRT_Error_GetCode_Args, c);
+  CW_PJRT_ARGS(PJRT_Error_GetCode_Args, c);
   c.error = error;
   cw_status_code_t code = CW_UNKNOWN;
   if (!p->api->PJRT_Error_GetCode(&c)) code = cw_status_code_from_u32((uint32_t)c.code);
   cw_status_t st = cw_make_status(code, "%.*s", (int)m.message_size,
                                   m.message ? m.message : "");
-  CW__ARGS(PJRT_Error_Destroy_Args, d);
+  CW_PJRT_ARGS(PJRT_Error_Destroy_Args, d);
   d.error = error;
   p->api->PJRT_Error_Destroy(&d);
   return st;
 }
 
 static cw_status_t cw__load_devices(cw_pjrt_t* p) {
-  CW__ARGS(PJRT_Client_AddressableDevices_Args, a);
+  CW_PJRT_ARGS(PJRT_Client_AddressableDevices_Args, a);
   a.client = p->client;
-  CW__CALL(p, PJRT_Client_AddressableDevices, a, "addressable devices");
+  CW_PJRT_CALL(p, PJRT_Client_AddressableDevices, a, "addressable devices");
   p->num_devices = a.num_addressable_devices;
   p->devices = calloc(p->num_devices ? p->num_devices : 1, sizeof(*p->devices));
   p->default_memories = calloc(p->num_devices ? p->num_devices : 1, sizeof(PJRT_Memory*));
@@ -71,7 +62,7 @@ static cw_status_t cw__load_devices(cw_pjrt_t* p) {
   }
   for (size_t i = 0; i < p->num_devices; ++i) {
     p->devices[i] = a.addressable_devices[i];
-    CW__ARGS(PJRT_Device_DefaultMemory_Args, m);
+    CW_PJRT_ARGS(PJRT_Device_DefaultMemory_Args, m);
     m.device = p->devices[i];
     // Optional: fall back to device placement without a default memory.
     cw_status_free(cw_pjrt_status(p, p->api->PJRT_Device_DefaultMemory(&m)));
@@ -114,7 +105,7 @@ cw_status_t cw_pjrt_create(const char* path, int num_devices, cw_pjrt_t** out) {
   CW_LOGI("PJRT plugin %s: API %d.%d (ours %d.%d)", path, major, minor, CW_PJRT_API_MAJOR,
           CW_PJRT_API_MINOR);
   {
-    CW__ARGS(PJRT_Plugin_Initialize_Args, init);
+    CW_PJRT_ARGS(PJRT_Plugin_Initialize_Args, init);
     st = cw_pjrt_status(p, p->api->PJRT_Plugin_Initialize(&init));
     if (st) goto fail;
     PJRT_NamedValue opt;
@@ -125,7 +116,7 @@ cw_status_t cw_pjrt_create(const char* path, int num_devices, cw_pjrt_t** out) {
     opt.type = PJRT_NamedValue_kInt64;
     opt.int64_value = num_devices;
     opt.value_size = 1;
-    CW__ARGS(PJRT_Client_Create_Args, c);
+    CW_PJRT_ARGS(PJRT_Client_Create_Args, c);
     c.create_options = &opt;
     c.num_options = 1;
     st = cw_pjrt_status(p, p->api->PJRT_Client_Create(&c));
@@ -137,7 +128,7 @@ cw_status_t cw_pjrt_create(const char* path, int num_devices, cw_pjrt_t** out) {
   {
     // XLA's CPU plugin keeps device buffers in this process's memory, so
     // ready buffers can be written to sockets in place.
-    CW__ARGS(PJRT_Client_PlatformName_Args, pn);
+    CW_PJRT_ARGS(PJRT_Client_PlatformName_Args, pn);
     pn.client = p->client;
     cw_status_t pst = cw_pjrt_status(p, p->api->PJRT_Client_PlatformName(&pn));
     p->host_memory = !pst && pn.platform_name_size == 3 && !memcmp(pn.platform_name, "cpu", 3);
@@ -153,7 +144,7 @@ fail:
 void cw_pjrt_release(cw_pjrt_t* p) {
   if (!p) return;
   if (p->client) {
-    CW__ARGS(PJRT_Client_Destroy_Args, d);
+    CW_PJRT_ARGS(PJRT_Client_Destroy_Args, d);
     d.client = p->client;
     cw_status_t st = cw_pjrt_status(p, p->api->PJRT_Client_Destroy(&d));
     if (st) CW_LOGW("destroying the PJRT client: %s", cw_status_message(st));
@@ -191,7 +182,7 @@ cw_status_t cw_pjrt_event_on_ready(const cw_pjrt_t* p, PJRT_Event* event, cw_pjr
   cw__ready_t* r = malloc(sizeof(*r));
   if (!r) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for an event");
   *r = (cw__ready_t){p, fn, user};
-  CW__ARGS(PJRT_Event_OnReady_Args, a);
+  CW_PJRT_ARGS(PJRT_Event_OnReady_Args, a);
   a.event = event;
   a.callback = cw__on_ready;
   a.user_arg = r;
@@ -202,7 +193,7 @@ cw_status_t cw_pjrt_event_on_ready(const cw_pjrt_t* p, PJRT_Event* event, cw_pjr
 
 void cw_pjrt_event_destroy(const cw_pjrt_t* p, PJRT_Event* event) {
   if (!event) return;
-  CW__ARGS(PJRT_Event_Destroy_Args, a);
+  CW_PJRT_ARGS(PJRT_Event_Destroy_Args, a);
   a.event = event;
   cw_status_free(cw_pjrt_status(p, p->api->PJRT_Event_Destroy(&a)));
 }
@@ -215,7 +206,7 @@ cw_status_t cw_pjrt_compile(const cw_pjrt_t* p, const char* format, const uint8_
                             size_t code_size, const uint8_t* options, size_t options_size,
                             PJRT_LoadedExecutable** out) {
   *out = NULL;
-  CW__ARGS(PJRT_Program, prog);
+  CW_PJRT_ARGS(PJRT_Program, prog);
   prog.code = (char*)(uintptr_t)code;
   prog.code_size = code_size;
   prog.format = format;
@@ -224,12 +215,12 @@ cw_status_t cw_pjrt_compile(const cw_pjrt_t* p, const char* format, const uint8_
     options = cw__default_options;
     options_size = sizeof(cw__default_options);
   }
-  CW__ARGS(PJRT_Client_Compile_Args, a);
+  CW_PJRT_ARGS(PJRT_Client_Compile_Args, a);
   a.client = p->client;
   a.program = &prog;
   a.compile_options = (const char*)options;
   a.compile_options_size = options_size;
-  CW__CALL(p, PJRT_Client_Compile, a, "compile");
+  CW_PJRT_CALL(p, PJRT_Client_Compile, a, "compile");
   *out = a.executable;
   return cw_ok_status();
 }
@@ -238,7 +229,7 @@ cw_status_t cw_pjrt_deserialize(const cw_pjrt_t* p, const uint8_t* bytes, size_t
                                 const uint8_t* options, size_t options_size,
                                 PJRT_LoadedExecutable** out) {
   *out = NULL;
-  CW__ARGS(PJRT_Executable_DeserializeAndLoad_Args, a);
+  CW_PJRT_ARGS(PJRT_Executable_DeserializeAndLoad_Args, a);
   a.client = p->client;
   a.serialized_executable = (const char*)bytes;
   a.serialized_executable_size = size;
@@ -246,22 +237,22 @@ cw_status_t cw_pjrt_deserialize(const cw_pjrt_t* p, const uint8_t* bytes, size_t
     a.overridden_serialized_compile_options = (const char*)options;
     a.overridden_serialized_compile_options_size = options_size;
   }
-  CW__CALL(p, PJRT_Executable_DeserializeAndLoad, a, "deserialize executable");
+  CW_PJRT_CALL(p, PJRT_Executable_DeserializeAndLoad, a, "deserialize executable");
   *out = a.loaded_executable;
   return cw_ok_status();
 }
 
 static cw_status_t cw__get_executable(const cw_pjrt_t* p, PJRT_LoadedExecutable* exe,
                                       PJRT_Executable** out) {
-  CW__ARGS(PJRT_LoadedExecutable_GetExecutable_Args, a);
+  CW_PJRT_ARGS(PJRT_LoadedExecutable_GetExecutable_Args, a);
   a.loaded_executable = exe;
-  CW__CALL(p, PJRT_LoadedExecutable_GetExecutable, a, "get executable");
+  CW_PJRT_CALL(p, PJRT_LoadedExecutable_GetExecutable, a, "get executable");
   *out = a.executable;
   return cw_ok_status();
 }
 
 static void cw__executable_free(const cw_pjrt_t* p, PJRT_Executable* e) {
-  CW__ARGS(PJRT_Executable_Destroy_Args, a);
+  CW_PJRT_ARGS(PJRT_Executable_Destroy_Args, a);
   a.executable = e;
   cw_status_free(cw_pjrt_status(p, p->api->PJRT_Executable_Destroy(&a)));
 }
@@ -270,16 +261,16 @@ cw_status_t cw_pjrt_executable_info(const cw_pjrt_t* p, PJRT_LoadedExecutable* e
                                     uint32_t* out_num_outputs, uint32_t* out_num_devices,
                                     char** out_name) {
   *out_name = NULL;
-  CW__ARGS(PJRT_LoadedExecutable_AddressableDevices_Args, d);
+  CW_PJRT_ARGS(PJRT_LoadedExecutable_AddressableDevices_Args, d);
   d.executable = exe;
-  CW__CALL(p, PJRT_LoadedExecutable_AddressableDevices, d, "addressable devices");
+  CW_PJRT_CALL(p, PJRT_LoadedExecutable_AddressableDevices, d, "addressable devices");
   *out_num_devices = (uint32_t)d.num_addressable_devices;
   PJRT_Executable* e = NULL;
   CW_RETURN_IF_ERROR(cw__get_executable(p, exe, &e), "executable info");
-  CW__ARGS(PJRT_Executable_NumOutputs_Args, n);
+  CW_PJRT_ARGS(PJRT_Executable_NumOutputs_Args, n);
   n.executable = e;
   cw_status_t st = cw_pjrt_status(p, p->api->PJRT_Executable_NumOutputs(&n));
-  CW__ARGS(PJRT_Executable_Name_Args, nm);
+  CW_PJRT_ARGS(PJRT_Executable_Name_Args, nm);
   nm.executable = e;
   if (!st) st = cw_pjrt_status(p, p->api->PJRT_Executable_Name(&nm));
   if (!st) {
@@ -384,8 +375,8 @@ cw_status_t cw_pjrt_executable_params(const cw_pjrt_t* p, PJRT_LoadedExecutable*
   PJRT_Executable* e = NULL;
   CW_RETURN_IF_ERROR(cw__get_executable(p, exe, &e), "parameter shapes");
   // Two calls: the size (code NULL), then the bytes.
-  CW__ARGS(PJRT_Program, prog);
-  CW__ARGS(PJRT_Executable_OptimizedProgram_Args, a);
+  CW_PJRT_ARGS(PJRT_Program, prog);
+  CW_PJRT_ARGS(PJRT_Executable_OptimizedProgram_Args, a);
   a.executable = e;
   a.program = &prog;
   cw_status_t st = cw_pjrt_status(p, p->api->PJRT_Executable_OptimizedProgram(&a));
@@ -419,7 +410,7 @@ cw_status_t cw_pjrt_serialize(const cw_pjrt_t* p, PJRT_LoadedExecutable* exe,
                               void (**out_deleter)(void*)) {
   PJRT_Executable* e = NULL;
   CW_RETURN_IF_ERROR(cw__get_executable(p, exe, &e), "serialize");
-  CW__ARGS(PJRT_Executable_Serialize_Args, a);
+  CW_PJRT_ARGS(PJRT_Executable_Serialize_Args, a);
   a.executable = e;
   cw_status_t st = cw_pjrt_status(p, p->api->PJRT_Executable_Serialize(&a));
   cw__executable_free(p, e);
@@ -433,7 +424,7 @@ cw_status_t cw_pjrt_serialize(const cw_pjrt_t* p, PJRT_LoadedExecutable* exe,
 
 void cw_pjrt_executable_destroy(const cw_pjrt_t* p, PJRT_LoadedExecutable* exe) {
   if (!exe) return;
-  CW__ARGS(PJRT_LoadedExecutable_Destroy_Args, a);
+  CW_PJRT_ARGS(PJRT_LoadedExecutable_Destroy_Args, a);
   a.executable = exe;
   cw_status_free(cw_pjrt_status(p, p->api->PJRT_LoadedExecutable_Destroy(&a)));
 }
@@ -452,7 +443,7 @@ cw_status_t cw_pjrt_upload(const cw_pjrt_t* p, const void* data, int dtype, cons
   *out_buffer = NULL;
   *out_done = NULL;
   CW_RETURN_IF_ERROR(cw__check_device(p, device), "upload");
-  CW__ARGS(PJRT_Client_BufferFromHostBuffer_Args, a);
+  CW_PJRT_ARGS(PJRT_Client_BufferFromHostBuffer_Args, a);
   a.client = p->client;
   a.data = data;
   a.type = (PJRT_Buffer_Type)dtype;
@@ -468,7 +459,7 @@ cw_status_t cw_pjrt_upload(const cw_pjrt_t* p, const void* data, int dtype, cons
   } else {
     a.device = p->devices[device];
   }
-  CW__CALL(p, PJRT_Client_BufferFromHostBuffer, a, "upload to device %d", device);
+  CW_PJRT_CALL(p, PJRT_Client_BufferFromHostBuffer, a, "upload to device %d", device);
   *out_buffer = a.buffer;
   *out_done = a.done_with_host_buffer;
   return cw_ok_status();
@@ -477,20 +468,20 @@ cw_status_t cw_pjrt_upload(const cw_pjrt_t* p, const void* data, int dtype, cons
 cw_status_t cw_pjrt_to_host(const cw_pjrt_t* p, PJRT_Buffer* buffer, void* dst, size_t size,
                             PJRT_Event** out_event) {
   *out_event = NULL;
-  CW__ARGS(PJRT_Buffer_ToHostBuffer_Args, a);
+  CW_PJRT_ARGS(PJRT_Buffer_ToHostBuffer_Args, a);
   a.src = buffer;
   a.dst = dst;
   a.dst_size = size;
-  CW__CALL(p, PJRT_Buffer_ToHostBuffer, a, "download");
+  CW_PJRT_CALL(p, PJRT_Buffer_ToHostBuffer, a, "download");
   *out_event = a.event;
   return cw_ok_status();
 }
 
 cw_status_t cw_pjrt_ready_event(const cw_pjrt_t* p, PJRT_Buffer* buffer, PJRT_Event** out) {
   *out = NULL;
-  CW__ARGS(PJRT_Buffer_ReadyEvent_Args, a);
+  CW_PJRT_ARGS(PJRT_Buffer_ReadyEvent_Args, a);
   a.buffer = buffer;
-  CW__CALL(p, PJRT_Buffer_ReadyEvent, a, "ready event");
+  CW_PJRT_CALL(p, PJRT_Buffer_ReadyEvent, a, "ready event");
   *out = a.event;
   return cw_ok_status();
 }
@@ -500,16 +491,16 @@ cw_status_t cw_pjrt_copy(const cw_pjrt_t* p, PJRT_Buffer* buffer, int device,
   *out = NULL;
   CW_RETURN_IF_ERROR(cw__check_device(p, device), "copy");
   if (p->default_memories[device]) {
-    CW__ARGS(PJRT_Buffer_CopyToMemory_Args, a);
+    CW_PJRT_ARGS(PJRT_Buffer_CopyToMemory_Args, a);
     a.buffer = buffer;
     a.dst_memory = p->default_memories[device];
-    CW__CALL(p, PJRT_Buffer_CopyToMemory, a, "copy to device %d", device);
+    CW_PJRT_CALL(p, PJRT_Buffer_CopyToMemory, a, "copy to device %d", device);
     *out = a.dst_buffer;
   } else {
-    CW__ARGS(PJRT_Buffer_CopyToDevice_Args, a);
+    CW_PJRT_ARGS(PJRT_Buffer_CopyToDevice_Args, a);
     a.buffer = buffer;
     a.dst_device = p->devices[device];
-    CW__CALL(p, PJRT_Buffer_CopyToDevice, a, "copy to device %d", device);
+    CW_PJRT_CALL(p, PJRT_Buffer_CopyToDevice, a, "copy to device %d", device);
     *out = a.dst_buffer;
   }
   return cw_ok_status();
@@ -518,15 +509,15 @@ cw_status_t cw_pjrt_copy(const cw_pjrt_t* p, PJRT_Buffer* buffer, int device,
 cw_status_t cw_pjrt_buffer_info(const cw_pjrt_t* p, PJRT_Buffer* buffer, int* out_dtype,
                                 int64_t** out_dims, size_t* out_rank, int* out_device) {
   *out_dims = NULL;
-  CW__ARGS(PJRT_Buffer_ElementType_Args, t);
+  CW_PJRT_ARGS(PJRT_Buffer_ElementType_Args, t);
   t.buffer = buffer;
-  CW__CALL(p, PJRT_Buffer_ElementType, t, "element type");
-  CW__ARGS(PJRT_Buffer_Dimensions_Args, d);
+  CW_PJRT_CALL(p, PJRT_Buffer_ElementType, t, "element type");
+  CW_PJRT_ARGS(PJRT_Buffer_Dimensions_Args, d);
   d.buffer = buffer;
-  CW__CALL(p, PJRT_Buffer_Dimensions, d, "dimensions");
-  CW__ARGS(PJRT_Buffer_Device_Args, dev);
+  CW_PJRT_CALL(p, PJRT_Buffer_Dimensions, d, "dimensions");
+  CW_PJRT_ARGS(PJRT_Buffer_Device_Args, dev);
   dev.buffer = buffer;
-  CW__CALL(p, PJRT_Buffer_Device, dev, "device");
+  CW_PJRT_CALL(p, PJRT_Buffer_Device, dev, "device");
   int64_t* dims = malloc((d.num_dims ? d.num_dims : 1) * sizeof(int64_t));
   if (!dims) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   if (d.num_dims) memcpy(dims, d.dims, d.num_dims * sizeof(int64_t));
@@ -538,7 +529,7 @@ cw_status_t cw_pjrt_buffer_info(const cw_pjrt_t* p, PJRT_Buffer* buffer, int* ou
 }
 
 uintptr_t cw_pjrt_buffer_pointer(const cw_pjrt_t* p, PJRT_Buffer* buffer) {
-  CW__ARGS(PJRT_Buffer_UnsafePointer_Args, a);
+  CW_PJRT_ARGS(PJRT_Buffer_UnsafePointer_Args, a);
   a.buffer = buffer;
   cw_status_t st = cw_pjrt_status(p, p->api->PJRT_Buffer_UnsafePointer(&a));
   if (st) {
@@ -551,7 +542,7 @@ uintptr_t cw_pjrt_buffer_pointer(const cw_pjrt_t* p, PJRT_Buffer* buffer) {
 const void* cw_pjrt_buffer_host_view(const cw_pjrt_t* p, PJRT_Buffer* buffer, size_t rank) {
   if (!p->host_memory || !p->api->PJRT_Buffer_UnsafePointer) return NULL;
   if (p->api->PJRT_Buffer_GetMemoryLayout) {
-    CW__ARGS(PJRT_Buffer_GetMemoryLayout_Args, l);
+    CW_PJRT_ARGS(PJRT_Buffer_GetMemoryLayout_Args, l);
     l.buffer = buffer;
     cw_status_t st = cw_pjrt_status(p, p->api->PJRT_Buffer_GetMemoryLayout(&l));
     if (st) {
@@ -575,7 +566,7 @@ const void* cw_pjrt_buffer_host_view(const cw_pjrt_t* p, PJRT_Buffer* buffer, si
 
 bool cw_pjrt_buffer_hold(const cw_pjrt_t* p, PJRT_Buffer* buffer) {
   if (!p->api->PJRT_Buffer_IncreaseExternalReferenceCount) return false;
-  CW__ARGS(PJRT_Buffer_IncreaseExternalReferenceCount_Args, a);
+  CW_PJRT_ARGS(PJRT_Buffer_IncreaseExternalReferenceCount_Args, a);
   a.buffer = buffer;
   cw_status_t st = cw_pjrt_status(p, p->api->PJRT_Buffer_IncreaseExternalReferenceCount(&a));
   if (st) {
@@ -586,14 +577,14 @@ bool cw_pjrt_buffer_hold(const cw_pjrt_t* p, PJRT_Buffer* buffer) {
 }
 
 void cw_pjrt_buffer_unhold(const cw_pjrt_t* p, PJRT_Buffer* buffer) {
-  CW__ARGS(PJRT_Buffer_DecreaseExternalReferenceCount_Args, a);
+  CW_PJRT_ARGS(PJRT_Buffer_DecreaseExternalReferenceCount_Args, a);
   a.buffer = buffer;
   cw_status_free(cw_pjrt_status(p, p->api->PJRT_Buffer_DecreaseExternalReferenceCount(&a)));
 }
 
 void cw_pjrt_buffer_destroy(const cw_pjrt_t* p, PJRT_Buffer* buffer) {
   if (!buffer) return;
-  CW__ARGS(PJRT_Buffer_Destroy_Args, a);
+  CW_PJRT_ARGS(PJRT_Buffer_Destroy_Args, a);
   a.buffer = buffer;
   cw_status_free(cw_pjrt_status(p, p->api->PJRT_Buffer_Destroy(&a)));
 }
@@ -609,11 +600,11 @@ cw_status_t cw_pjrt_execute(const cw_pjrt_t* p, PJRT_LoadedExecutable* exe, size
   for (size_t i = 0; i < num_args; ++i) {
     if (!donate || !donate[i]) keep[num_keep++] = (int64_t)i;
   }
-  CW__ARGS(PJRT_ExecuteOptions, o);
+  CW_PJRT_ARGS(PJRT_ExecuteOptions, o);
   o.launch_id = launch_id;
   o.non_donatable_input_indices = keep;
   o.num_non_donatable_input_indices = num_keep;
-  CW__ARGS(PJRT_LoadedExecutable_Execute_Args, a);
+  CW_PJRT_ARGS(PJRT_LoadedExecutable_Execute_Args, a);
   a.executable = exe;
   a.options = &o;
   a.argument_lists = argument_lists;
@@ -682,34 +673,34 @@ static cw_status_t cw__named_values(const PJRT_NamedValue* in, size_t n,
 static cw_status_t cw__device(const cw_pjrt_t* p, size_t index, Causeway__V1__Device* d) {
   PJRT_Device* dev = p->devices[index];
   d->local_id = (int32_t)index;
-  CW__ARGS(PJRT_Device_GetDescription_Args, g);
+  CW_PJRT_ARGS(PJRT_Device_GetDescription_Args, g);
   g.device = dev;
-  CW__CALL(p, PJRT_Device_GetDescription, g, "device %zu", index);
-  CW__ARGS(PJRT_DeviceDescription_Id_Args, id);
+  CW_PJRT_CALL(p, PJRT_Device_GetDescription, g, "device %zu", index);
+  CW_PJRT_ARGS(PJRT_DeviceDescription_Id_Args, id);
   id.device_description = g.device_description;
-  CW__CALL(p, PJRT_DeviceDescription_Id, id, "device id");
+  CW_PJRT_CALL(p, PJRT_DeviceDescription_Id, id, "device id");
   d->id = id.id;
-  CW__ARGS(PJRT_DeviceDescription_Kind_Args, k);
+  CW_PJRT_ARGS(PJRT_DeviceDescription_Kind_Args, k);
   k.device_description = g.device_description;
-  CW__CALL(p, PJRT_DeviceDescription_Kind, k, "device kind");
+  CW_PJRT_CALL(p, PJRT_DeviceDescription_Kind, k, "device kind");
   d->kind = cw__strndup(k.device_kind, k.device_kind_size);
-  CW__ARGS(PJRT_DeviceDescription_DebugString_Args, ds);
+  CW_PJRT_ARGS(PJRT_DeviceDescription_DebugString_Args, ds);
   ds.device_description = g.device_description;
-  CW__CALL(p, PJRT_DeviceDescription_DebugString, ds, "device debug string");
+  CW_PJRT_CALL(p, PJRT_DeviceDescription_DebugString, ds, "device debug string");
   d->debug_string = cw__strndup(ds.debug_string, ds.debug_string_size);
-  CW__ARGS(PJRT_DeviceDescription_Attributes_Args, at);
+  CW_PJRT_ARGS(PJRT_DeviceDescription_Attributes_Args, at);
   at.device_description = g.device_description;
-  CW__CALL(p, PJRT_DeviceDescription_Attributes, at, "device attributes");
+  CW_PJRT_CALL(p, PJRT_DeviceDescription_Attributes, at, "device attributes");
   CW_RETURN_IF_ERROR(cw__named_values(at.attributes, at.num_attributes, &d->attributes,
                                       &d->n_attributes), "device attributes");
-  CW__ARGS(PJRT_Device_LocalHardwareId_Args, hw);
+  CW_PJRT_ARGS(PJRT_Device_LocalHardwareId_Args, hw);
   hw.device = dev;
-  CW__CALL(p, PJRT_Device_LocalHardwareId, hw, "local hardware id");
+  CW_PJRT_CALL(p, PJRT_Device_LocalHardwareId, hw, "local hardware id");
   d->local_hardware_id = hw.local_hardware_id;
   d->default_memory = -1;
-  CW__ARGS(PJRT_Device_AddressableMemories_Args, ms);
+  CW_PJRT_ARGS(PJRT_Device_AddressableMemories_Args, ms);
   ms.device = dev;
-  CW__CALL(p, PJRT_Device_AddressableMemories, ms, "device memories");
+  CW_PJRT_CALL(p, PJRT_Device_AddressableMemories, ms, "device memories");
   d->memories = calloc(ms.num_memories ? ms.num_memories : 1, sizeof(*d->memories));
   if (!d->memories) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   for (size_t i = 0; i < ms.num_memories; ++i) {
@@ -717,17 +708,17 @@ static cw_status_t cw__device(const cw_pjrt_t* p, size_t index, Causeway__V1__De
     if (!m) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
     causeway__v1__memory__init(m);
     d->memories[d->n_memories++] = m;
-    CW__ARGS(PJRT_Memory_Id_Args, mi);
+    CW_PJRT_ARGS(PJRT_Memory_Id_Args, mi);
     mi.memory = ms.memories[i];
-    CW__CALL(p, PJRT_Memory_Id, mi, "memory id");
+    CW_PJRT_CALL(p, PJRT_Memory_Id, mi, "memory id");
     m->id = mi.id;
-    CW__ARGS(PJRT_Memory_Kind_Args, mk);
+    CW_PJRT_ARGS(PJRT_Memory_Kind_Args, mk);
     mk.memory = ms.memories[i];
-    CW__CALL(p, PJRT_Memory_Kind, mk, "memory kind");
+    CW_PJRT_CALL(p, PJRT_Memory_Kind, mk, "memory kind");
     m->kind = cw__strndup(mk.kind, mk.kind_size);
-    CW__ARGS(PJRT_Memory_Kind_Id_Args, mki);
+    CW_PJRT_ARGS(PJRT_Memory_Kind_Id_Args, mki);
     mki.memory = ms.memories[i];
-    CW__CALL(p, PJRT_Memory_Kind_Id, mki, "memory kind id");
+    CW_PJRT_CALL(p, PJRT_Memory_Kind_Id, mki, "memory kind id");
     m->kind_id = mki.kind_id;
     if (ms.memories[i] == p->default_memories[index]) d->default_memory = mi.id;
   }
@@ -735,27 +726,27 @@ static cw_status_t cw__device(const cw_pjrt_t* p, size_t index, Causeway__V1__De
 }
 
 cw_status_t cw_pjrt_process_index(const cw_pjrt_t* p, int* out_index) {
-  CW__ARGS(PJRT_Client_ProcessIndex_Args, a);
+  CW_PJRT_ARGS(PJRT_Client_ProcessIndex_Args, a);
   a.client = p->client;
-  CW__CALL(p, PJRT_Client_ProcessIndex, a, "process index");
+  CW_PJRT_CALL(p, PJRT_Client_ProcessIndex, a, "process index");
   *out_index = a.process_index;
   return cw_ok_status();
 }
 
 cw_status_t cw_pjrt_inventory_initialize(const cw_pjrt_t* p, Causeway__V1__Inventory* inv) {
   causeway__v1__inventory__init(inv);
-  CW__ARGS(PJRT_Client_PlatformName_Args, pn);
+  CW_PJRT_ARGS(PJRT_Client_PlatformName_Args, pn);
   pn.client = p->client;
-  CW__CALL(p, PJRT_Client_PlatformName, pn, "platform name");
+  CW_PJRT_CALL(p, PJRT_Client_PlatformName, pn, "platform name");
   inv->platform_name = cw__strndup(pn.platform_name, pn.platform_name_size);
-  CW__ARGS(PJRT_Client_PlatformVersion_Args, pv);
+  CW_PJRT_ARGS(PJRT_Client_PlatformVersion_Args, pv);
   pv.client = p->client;
-  CW__CALL(p, PJRT_Client_PlatformVersion, pv, "platform version");
+  CW_PJRT_CALL(p, PJRT_Client_PlatformVersion, pv, "platform version");
   inv->platform_version = cw__strndup(pv.platform_version, pv.platform_version_size);
   inv->pjrt_major = (uint32_t)p->api->pjrt_api_version.major_version;
   inv->pjrt_minor = (uint32_t)p->api->pjrt_api_version.minor_version;
-  CW__ARGS(PJRT_Plugin_Attributes_Args, pa);
-  CW__CALL(p, PJRT_Plugin_Attributes, pa, "plugin attributes");
+  CW_PJRT_ARGS(PJRT_Plugin_Attributes_Args, pa);
+  CW_PJRT_CALL(p, PJRT_Plugin_Attributes, pa, "plugin attributes");
   CW_RETURN_IF_ERROR(cw__named_values(pa.attributes, pa.num_attributes, &inv->plugin_attributes,
                                       &inv->n_plugin_attributes), "plugin attributes");
   inv->devices = calloc(p->num_devices ? p->num_devices : 1, sizeof(*inv->devices));

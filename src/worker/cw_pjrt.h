@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "cw_frame.h"
 #include "cw_pjrt_c_api.h"
@@ -146,5 +147,16 @@ CW_MUST_USE cw_status_t cw_pjrt_process_index(const cw_pjrt_t* pjrt, int* out_in
 CW_MUST_USE cw_status_t cw_pjrt_inventory_initialize(const cw_pjrt_t* pjrt,
                                                      Causeway__V1__Inventory* inv);
 void cw_pjrt_inventory_deinitialize(Causeway__V1__Inventory* inv);
+
+// For files that call the plugin's slots: declares `var` of args type T,
+// zeroed, with struct_size set; and calls slot `fn` of `p`, returning its
+// error with context.
+#define CW_PJRT_ARGS(T, var)      \
+  T var;                          \
+  memset(&var, 0, sizeof(var));   \
+  var.struct_size = sizeof(T)
+
+#define CW_PJRT_CALL(p, fn, args, ...) \
+  CW_RETURN_IF_ERROR(cw_pjrt_status((p), (p)->api->fn(&(args))), __VA_ARGS__)
 
 #endif  // CW_WORKER_PJRT_H_

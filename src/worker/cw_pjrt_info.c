@@ -5,15 +5,6 @@
 #include <string.h>
 #include <unistd.h>
 
-// Declares `var` of args type T, zeroed, with struct_size set.
-#define CW__ARGS(T, var)        \
-  T var;                        \
-  memset(&var, 0, sizeof(var)); \
-  var.struct_size = sizeof(T)
-
-#define CW__CALL(p, fn, args, ...) \
-  CW_RETURN_IF_ERROR(cw_pjrt_status((p), (p)->api->fn(&(args))), __VA_ARGS__)
-
 static char* cw__strndup0(const char* s, size_t n) { return strndup(s ? s : "", s ? n : 0); }
 
 static cw_status_t cw__oom(void) { return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"); }
@@ -24,10 +15,10 @@ static cw_status_t cw__optimized_program(const cw_pjrt_t* p, PJRT_Executable* e,
   PJRT_Program prog;
   memset(&prog, 0, sizeof(prog));
   prog.struct_size = sizeof(prog);
-  CW__ARGS(PJRT_Executable_OptimizedProgram_Args, a);
+  CW_PJRT_ARGS(PJRT_Executable_OptimizedProgram_Args, a);
   a.executable = e;
   a.program = &prog;
-  CW__CALL(p, PJRT_Executable_OptimizedProgram, a, "optimized program size");
+  CW_PJRT_CALL(p, PJRT_Executable_OptimizedProgram, a, "optimized program size");
   prog.code = malloc(prog.code_size ? prog.code_size : 1);
   if (!prog.code) return cw__oom();
   cw_status_t st = cw_pjrt_status(p, p->api->PJRT_Executable_OptimizedProgram(&a));
@@ -74,12 +65,12 @@ static void cw__donated_params(Causeway__V1__ExecutableInfo* info) {
 
 static cw_status_t cw__output_shapes(const cw_pjrt_t* p, PJRT_Executable* e,
                                      Causeway__V1__ExecutableInfo* info) {
-  CW__ARGS(PJRT_Executable_OutputElementTypes_Args, t);
+  CW_PJRT_ARGS(PJRT_Executable_OutputElementTypes_Args, t);
   t.executable = e;
-  CW__CALL(p, PJRT_Executable_OutputElementTypes, t, "output element types");
-  CW__ARGS(PJRT_Executable_OutputDimensions_Args, d);
+  CW_PJRT_CALL(p, PJRT_Executable_OutputElementTypes, t, "output element types");
+  CW_PJRT_ARGS(PJRT_Executable_OutputDimensions_Args, d);
   d.executable = e;
-  CW__CALL(p, PJRT_Executable_OutputDimensions, d, "output dimensions");
+  CW_PJRT_CALL(p, PJRT_Executable_OutputDimensions, d, "output dimensions");
   size_t n = t.num_output_types;
   if (d.num_outputs != n) {
     return cw_make_status(CW_INTERNAL, "the plugin reports %zu output types but %zu output shapes",
@@ -108,7 +99,7 @@ static cw_status_t cw__output_shapes(const cw_pjrt_t* p, PJRT_Executable* e,
 
 static void cw__output_memory_kinds(const cw_pjrt_t* p, PJRT_Executable* e,
                                     Causeway__V1__ExecutableInfo* info) {
-  CW__ARGS(PJRT_Executable_OutputMemoryKinds_Args, mk);
+  CW_PJRT_ARGS(PJRT_Executable_OutputMemoryKinds_Args, mk);
   mk.executable = e;
   cw_status_t st = cw_pjrt_status(p, p->api->PJRT_Executable_OutputMemoryKinds(&mk));
   if (st) {
@@ -128,26 +119,26 @@ static void cw__output_memory_kinds(const cw_pjrt_t* p, PJRT_Executable* e,
 cw_status_t cw_pjrt_exe_info_initialize(const cw_pjrt_t* p, PJRT_LoadedExecutable* exe,
                                         Causeway__V1__ExecutableInfo* info) {
   causeway__v1__executable_info__init(info);
-  CW__ARGS(PJRT_LoadedExecutable_AddressableDevices_Args, ad);
+  CW_PJRT_ARGS(PJRT_LoadedExecutable_AddressableDevices_Args, ad);
   ad.executable = exe;
-  CW__CALL(p, PJRT_LoadedExecutable_AddressableDevices, ad, "addressable devices");
+  CW_PJRT_CALL(p, PJRT_LoadedExecutable_AddressableDevices, ad, "addressable devices");
   info->devices = calloc(ad.num_addressable_devices + 1, sizeof(int32_t));
   if (!info->devices) return cw__oom();
   for (size_t i = 0; i < ad.num_addressable_devices; ++i) {
     info->devices[i] = cw_pjrt_device_index(p, ad.addressable_devices[i]);
   }
   info->n_devices = ad.num_addressable_devices;
-  CW__ARGS(PJRT_LoadedExecutable_GetExecutable_Args, ge);
+  CW_PJRT_ARGS(PJRT_LoadedExecutable_GetExecutable_Args, ge);
   ge.loaded_executable = exe;
-  CW__CALL(p, PJRT_LoadedExecutable_GetExecutable, ge, "executable info");
+  CW_PJRT_CALL(p, PJRT_LoadedExecutable_GetExecutable, ge, "executable info");
   PJRT_Executable* e = ge.executable;
-  CW__ARGS(PJRT_Executable_Name_Args, nm);
+  CW_PJRT_ARGS(PJRT_Executable_Name_Args, nm);
   nm.executable = e;
-  CW__ARGS(PJRT_Executable_NumReplicas_Args, nr);
+  CW_PJRT_ARGS(PJRT_Executable_NumReplicas_Args, nr);
   nr.executable = e;
-  CW__ARGS(PJRT_Executable_NumPartitions_Args, np);
+  CW_PJRT_ARGS(PJRT_Executable_NumPartitions_Args, np);
   np.executable = e;
-  CW__ARGS(PJRT_Executable_NumOutputs_Args, no);
+  CW_PJRT_ARGS(PJRT_Executable_NumOutputs_Args, no);
   no.executable = e;
   cw_status_t st = cw_pjrt_status(p, p->api->PJRT_Executable_Name(&nm));
   if (!st) st = cw_pjrt_status(p, p->api->PJRT_Executable_NumReplicas(&nr));
@@ -164,7 +155,7 @@ cw_status_t cw_pjrt_exe_info_initialize(const cw_pjrt_t* p, PJRT_LoadedExecutabl
   if (!st) st = cw__output_shapes(p, e, info);
   if (!st) {
     // Optional in PJRT: absent answers leave the fields empty.
-    CW__ARGS(PJRT_Executable_Fingerprint_Args, fp);
+    CW_PJRT_ARGS(PJRT_Executable_Fingerprint_Args, fp);
     fp.executable = e;
     cw_status_t opt = cw_pjrt_status(p, p->api->PJRT_Executable_Fingerprint(&fp));
     if (!opt && fp.executable_fingerprint) {
@@ -176,7 +167,7 @@ cw_status_t cw_pjrt_exe_info_initialize(const cw_pjrt_t* p, PJRT_LoadedExecutabl
     cw__donated_params(info);
     cw__output_memory_kinds(p, e, info);
   }
-  CW__ARGS(PJRT_Executable_Destroy_Args, de);
+  CW_PJRT_ARGS(PJRT_Executable_Destroy_Args, de);
   de.executable = e;
   cw_status_free(cw_pjrt_status(p, p->api->PJRT_Executable_Destroy(&de)));
   return st;
