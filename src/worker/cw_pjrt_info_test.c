@@ -48,10 +48,10 @@ static void test_outputs(void** state) {
   (void)state;
   static const char program[] =
       "module @two_outputs {\n"
-      "  func.func public @main(%arg0: tensor<2x3xf32>) -> (tensor<2x3xf32>, tensor<i32>) {\n"
-      "    %0 = stablehlo.add %arg0, %arg0 : tensor<2x3xf32>\n"
-      "    %1 = stablehlo.constant dense<7> : tensor<i32>\n"
-      "    return %0, %1 : tensor<2x3xf32>, tensor<i32>\n"
+      "  func.func public @main(%arg0: tensor<2x3xf32>) -> (tensor<3x2xf32>, tensor<ui32>) {\n"
+      "    %0 = stablehlo.transpose %arg0, dims = [1, 0] : (tensor<2x3xf32>) -> tensor<3x2xf32>\n"
+      "    %1 = stablehlo.constant dense<7> : tensor<ui32>\n"
+      "    return %0, %1 : tensor<3x2xf32>, tensor<ui32>\n"
       "  }\n"
       "}\n";
   Causeway__V1__ExecutableInfo info;
@@ -62,11 +62,11 @@ static void test_outputs(void** state) {
   assert_int_equal(info.num_outputs, 2);
   assert_int_equal(info.n_output_dtypes, 2);
   assert_int_equal(info.output_dtypes[0], CAUSEWAY__V1__DTYPE__DTYPE_F32);
-  assert_int_equal(info.output_dtypes[1], CAUSEWAY__V1__DTYPE__DTYPE_S32);
+  assert_int_equal(info.output_dtypes[1], CAUSEWAY__V1__DTYPE__DTYPE_U32);
   assert_int_equal(info.n_output_dims, 2);
   assert_int_equal(info.output_dims[0]->n_values, 2);
-  assert_int_equal(info.output_dims[0]->values[0], 2);
-  assert_int_equal(info.output_dims[0]->values[1], 3);
+  assert_int_equal(info.output_dims[0]->values[0], 3);
+  assert_int_equal(info.output_dims[0]->values[1], 2);
   assert_int_equal(info.output_dims[1]->n_values, 0);
   assert_int_equal(info.n_devices, 1);
   assert_int_equal(info.devices[0], 0);
@@ -85,16 +85,6 @@ static void test_outputs(void** state) {
   assert_int_equal(params[0].rank, 2);
   cw_pjrt_shapes_free(params, n);
   assert_int_equal(info.n_donated_params, 0);
-  // Through the wire and back.
-  size_t len = causeway__v1__executable_info__get_packed_size(&info);
-  uint8_t* buf = malloc(len);
-  causeway__v1__executable_info__pack(&info, buf);
-  Causeway__V1__ExecutableInfo* back = causeway__v1__executable_info__unpack(NULL, len, buf);
-  assert_non_null(back);
-  assert_int_equal(back->num_outputs, 2);
-  assert_string_equal(back->name, info.name);
-  causeway__v1__executable_info__free_unpacked(back, NULL);
-  free(buf);
   cw_pjrt_exe_info_deinitialize(&info);
   assert_int_equal(info.n_output_dims, 0);  // reset: deinitializing again is harmless
   cw_pjrt_exe_info_deinitialize(&info);
@@ -143,11 +133,7 @@ static void test_donated_params(void** state) {
 }
 
 int main(void) {
-  const char* plugin = getenv("CAUSEWAY_PJRT_PLUGIN");
-  if (!plugin || !*plugin) {
-    fprintf(stderr, "CAUSEWAY_PJRT_PLUGIN is not set: skipped\n");
-    return 77;
-  }
+  if (!getenv("CAUSEWAY_PJRT_PLUGIN") || !*getenv("CAUSEWAY_PJRT_PLUGIN")) return 77;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_outputs),
       cmocka_unit_test(test_replicas_and_devices),

@@ -92,6 +92,19 @@ static PJRT_Buffer* upload(const float* data, const int64_t* strides, int device
   return b;
 }
 
+// Runs one-device `exe` on `in` (not donated); returns its output, ready.
+static PJRT_Buffer* run(PJRT_LoadedExecutable* exe, PJRT_Buffer* in, int launch_id) {
+  PJRT_Buffer* args0[1] = {in};
+  PJRT_Buffer* const* arg_lists[1] = {args0};
+  PJRT_Buffer* outs0[1] = {NULL};
+  PJRT_Buffer** out_lists[1] = {outs0};
+  PJRT_Event* done[1] = {NULL};
+  ASSERT_OK(cw_pjrt_execute(g_pjrt, exe, 1, 1, arg_lists, out_lists, done, launch_id, NULL));
+  await_event(done[0]);
+  assert_non_null(outs0[0]);
+  return outs0[0];
+}
+
 static void expect_contents(PJRT_Buffer* b, const float* want) {
   float got[6] = {0};
   PJRT_Event* ev = NULL;
@@ -154,15 +167,6 @@ static void test_devices_and_inventory(void** state) {
     assert_true(found);  // the default memory is one of the device's
   }
   assert_int_not_equal(inv.devices[0]->id, inv.devices[1]->id);
-  // Through the wire and back: every field the worker fills is packable.
-  size_t n = causeway__v1__inventory__get_packed_size(&inv);
-  uint8_t* buf = malloc(n);
-  causeway__v1__inventory__pack(&inv, buf);
-  Causeway__V1__Inventory* back = causeway__v1__inventory__unpack(NULL, n, buf);
-  assert_non_null(back);
-  assert_int_equal(back->n_plugin_attributes, inv.n_plugin_attributes);
-  causeway__v1__inventory__free_unpacked(back, NULL);
-  free(buf);
   cw_pjrt_inventory_deinitialize(&inv);
   assert_int_equal(inv.n_devices, 0);  // reset: deinitializing again is harmless
   cw_pjrt_inventory_deinitialize(&inv);
@@ -211,19 +215,13 @@ static void test_compile_upload_execute_download(void** state) {
   assert_int_equal(cw_pjrt_buffer_pointer(g_pjrt, in), (uintptr_t)view);
   cw_pjrt_buffer_unhold(g_pjrt, in);
 
-  PJRT_Buffer* args0[1] = {in};
-  PJRT_Buffer* const* arg_lists[1] = {args0};
-  PJRT_Buffer* outs0[1] = {NULL};
-  PJRT_Buffer** out_lists[1] = {outs0};
-  PJRT_Event* done[1] = {NULL};
-  ASSERT_OK(cw_pjrt_execute(g_pjrt, exe, 1, 1, arg_lists, out_lists, done, 7, NULL));
-  await_event(done[0]);
-  expect_contents(outs0[0], y);
+  PJRT_Buffer* out = run(exe, in, 7);
+  expect_contents(out, y);
   expect_contents(in, x);  // not donated: the input lives on
 
   // A copy to the other device; the wrong device is refused before PJRT.
   PJRT_Buffer* copy = NULL;
-  ASSERT_OK(cw_pjrt_copy(g_pjrt, outs0[0], 1, &copy));
+  ASSERT_OK(cw_pjrt_copy(g_pjrt, out, 1, &copy));
   ASSERT_OK(cw_pjrt_buffer_info(g_pjrt, copy, &dtype, &dims, &rank, &device));
   assert_int_equal(device, 1);
   free(dims);
@@ -235,7 +233,7 @@ static void test_compile_upload_execute_download(void** state) {
   assert_null(none);
   cw_status_free(st);
   cw_pjrt_buffer_destroy(g_pjrt, copy);
-  cw_pjrt_buffer_destroy(g_pjrt, outs0[0]);
+  cw_pjrt_buffer_destroy(g_pjrt, out);
   cw_pjrt_buffer_destroy(g_pjrt, in);
   cw_pjrt_buffer_destroy(g_pjrt, NULL);
   cw_pjrt_executable_destroy(g_pjrt, exe);
@@ -294,15 +292,9 @@ static void test_serialize_deserialize(void** state) {
   float x[6] = {1, 1, 2, 3, 5, 8}, y[6];
   for (int i = 0; i < 6; ++i) y[i] = 2 * x[i] + 1;
   PJRT_Buffer* in = upload(x, NULL, 0);
-  PJRT_Buffer* args0[1] = {in};
-  PJRT_Buffer* const* arg_lists[1] = {args0};
-  PJRT_Buffer* outs0[1] = {NULL};
-  PJRT_Buffer** out_lists[1] = {outs0};
-  PJRT_Event* done[1] = {NULL};
-  ASSERT_OK(cw_pjrt_execute(g_pjrt, back, 1, 1, arg_lists, out_lists, done, 8, NULL));
-  await_event(done[0]);
-  expect_contents(outs0[0], y);
-  cw_pjrt_buffer_destroy(g_pjrt, outs0[0]);
+  PJRT_Buffer* out = run(back, in, 8);
+  expect_contents(out, y);
+  cw_pjrt_buffer_destroy(g_pjrt, out);
   cw_pjrt_buffer_destroy(g_pjrt, in);
   cw_pjrt_executable_destroy(g_pjrt, back);
   cw_pjrt_executable_destroy(g_pjrt, exe);

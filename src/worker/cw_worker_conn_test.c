@@ -17,12 +17,8 @@
 
 static cw_status_t send_upload(cw_client_t* c, uint64_t id, uint64_t seq, const float* data,
                                uint64_t* out_rid) {
-  int64_t dims[] = {2, 3};
-  Causeway__V1__UploadRequest up = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
-  up.buffer_id = id;
-  up.dtype = CAUSEWAY__V1__DTYPE__DTYPE_F32;
-  up.dims = dims;
-  up.n_dims = 2;
+  Causeway__V1__UploadRequest up;
+  upload_request_init(&up, id);
   up.seq = seq;
   struct iovec iov = {(void*)data, 6 * sizeof(float)};
   return cw_client_send(c, CW_MSG_UPLOAD, &up.base, &iov, 1, NULL, NULL, NULL, out_rid);

@@ -12,42 +12,10 @@
 
 #include "cw_worker_test_util.h"
 
-// y = 2x + 1, with the argument aliased to the result (what JAX emits for
-// donate_argnums=0).
-static const char kAliasedProgram[] =
-    "module @jit_g attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {\n"
-    "  func.func public @main(%arg0: tensor<2x3xf32> {tf.aliasing_output = 0 : i32}) -> "
-    "(tensor<2x3xf32>) {\n"
-    "    %cst = stablehlo.constant dense<2.000000e+00> : tensor<f32>\n"
-    "    %0 = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<f32>) -> tensor<2x3xf32>\n"
-    "    %1 = stablehlo.multiply %arg0, %0 : tensor<2x3xf32>\n"
-    "    %cst_0 = stablehlo.constant dense<1.000000e+00> : tensor<f32>\n"
-    "    %2 = stablehlo.broadcast_in_dim %cst_0, dims = [] : (tensor<f32>) -> tensor<2x3xf32>\n"
-    "    %3 = stablehlo.add %1, %2 : tensor<2x3xf32>\n"
-    "    return %3 : tensor<2x3xf32>\n"
-    "  }\n"
-    "}\n";
-
 static uint32_t launch_donating(int fd, uint64_t exe, uint64_t in, uint64_t out, bool donate) {
-  Causeway__V1__LaunchRequest l = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
-  Causeway__V1__IdList a = CAUSEWAY__V1__ID_LIST__INIT, o = CAUSEWAY__V1__ID_LIST__INIT;
-  Causeway__V1__IdList* ap = &a;
-  Causeway__V1__IdList* op = &o;
-  uint32_t which = 0;
-  a.ids = &in;
-  a.n_ids = 1;
-  o.ids = &out;
-  o.n_ids = 1;
-  l.exe_id = exe;
-  l.args = &ap;
-  l.n_args = 1;
-  l.outputs = &op;
-  l.n_outputs = 1;
-  if (donate) {
-    l.donate = &which;
-    l.n_donate = 1;
-  }
-  return call(fd, CW_MSG_LAUNCH, &l.base, NULL, 0, NULL);
+  launch1_t l;
+  launch1_init(&l, exe, in, out, donate);
+  return call(fd, CW_MSG_LAUNCH, &l.req.base, NULL, 0, NULL);
 }
 
 // donate_argnums: EXE_INFO names the aliased parameter; a launch that
@@ -56,9 +24,7 @@ static uint32_t launch_donating(int fd, uint64_t exe, uint64_t in, uint64_t out,
 static void test_donation(void** state) {
   (void)state;
   worker_t w;
-  start_worker(&w, NULL);
-  int fd = dial(w.port);
-  assert_true(hello(fd, 0, CAUSEWAY__V1__ROLE__ROLE_CLIENT, NULL) != 0);
+  int fd = start_client(&w, NULL);
   float x[6] = {0, 1, 2, 3, 4, 5}, y[6], z[6];
   for (int i = 0; i < 6; ++i) y[i] = x[i] * 2 + 1;
   for (int i = 0; i < 6; ++i) z[i] = y[i] * 2 + 1;

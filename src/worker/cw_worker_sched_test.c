@@ -44,12 +44,8 @@ static void session_open(session_t* s) {
   cr.code.len = sizeof(kSchedProgram) - 1;
   ASSERT_OK(cw_client_call(s->client, CW_MSG_COMPILE, &cr.base, NULL, 0, NULL, NULL, NULL));
   float data[6] = {1, 2, 3, 4, 5, 6};
-  int64_t dims[] = {2, 3};
-  Causeway__V1__UploadRequest up = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
-  up.buffer_id = 101;
-  up.dtype = CAUSEWAY__V1__DTYPE__DTYPE_F32;
-  up.dims = dims;
-  up.n_dims = 2;
+  Causeway__V1__UploadRequest up;
+  upload_request_init(&up, 101);
   struct iovec iov = {data, sizeof(data)};
   ASSERT_OK(cw_client_call(s->client, CW_MSG_UPLOAD, &up.base, &iov, 1, NULL, NULL, NULL));
 }

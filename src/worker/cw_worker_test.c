@@ -16,29 +16,16 @@
 #include "cw_worker_test_util.h"
 
 static void send_launch(int fd, uint64_t rid, uint64_t exe, uint64_t in, uint64_t out) {
-  Causeway__V1__LaunchRequest l = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
-  Causeway__V1__IdList a = CAUSEWAY__V1__ID_LIST__INIT, o = CAUSEWAY__V1__ID_LIST__INIT;
-  Causeway__V1__IdList* ap = &a;
-  Causeway__V1__IdList* op = &o;
-  a.ids = &in;
-  a.n_ids = 1;
-  o.ids = &out;
-  o.n_ids = 1;
-  l.exe_id = exe;
-  l.args = &ap;
-  l.n_args = 1;
-  l.outputs = &op;
-  l.n_outputs = 1;
-  send_frame(fd, CW_MSG_LAUNCH, rid, &l.base, NULL, 0);
+  launch1_t l;
+  launch1_init(&l, exe, in, out, false);
+  send_frame(fd, CW_MSG_LAUNCH, rid, &l.req.base, NULL, 0);
 }
 
 static void test_single_worker(void** state) {
   (void)state;
   worker_t w;
-  start_worker(&w, NULL);
-  int fd = dial(w.port);
-  uint64_t sid = hello(fd, 0, CAUSEWAY__V1__ROLE__ROLE_CLIENT, NULL);
-  assert_true(sid != 0);
+  uint64_t sid = 0;
+  int fd = start_client(&w, &sid);
 
   Causeway__V1__Ping ping = CAUSEWAY__V1__PING__INIT;
   ping.data.data = (uint8_t*)"hi";
@@ -262,9 +249,7 @@ static void test_violations(void** state) {
 static void test_pipelined_replies(void** state) {
   (void)state;
   worker_t w;
-  start_worker(&w, NULL);
-  int fd = dial(w.port);
-  assert_true(hello(fd, 0, 1, NULL) != 0);
+  int fd = start_client(&w, NULL);
   float x[6] = {1, 2, 3, 4, 5, 6};
   assert_int_equal(upload(fd, 1, x, NULL, 24, 0), 0);
   enum { kN = 3000, kFirst = 1000 };

@@ -178,34 +178,89 @@ uint64_t hello(int fd, uint64_t session, int role, const char* token) {
   return sid;
 }
 
+// The body both programs share.
+#define CW__SCALE_BODY                                                                        \
+  "    %cst = stablehlo.constant dense<2.000000e+00> : tensor<f32>\n"                         \
+  "    %0 = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<f32>) -> tensor<2x3xf32>\n"  \
+  "    %1 = stablehlo.multiply %arg0, %0 : tensor<2x3xf32>\n"                                 \
+  "    %cst_0 = stablehlo.constant dense<1.000000e+00> : tensor<f32>\n"                       \
+  "    %2 = stablehlo.broadcast_in_dim %cst_0, dims = [] : (tensor<f32>) -> tensor<2x3xf32>\n" \
+  "    %3 = stablehlo.add %1, %2 : tensor<2x3xf32>\n"                                         \
+  "    return %3 : tensor<2x3xf32>\n"                                                         \
+  "  }\n"                                                                                     \
+  "}\n"
+
 const char kScaleProgram[] =
     "module @jit_f attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {\n"
-    "  func.func public @main(%arg0: tensor<2x3xf32>) -> (tensor<2x3xf32>) {\n"
-    "    %cst = stablehlo.constant dense<2.000000e+00> : tensor<f32>\n"
-    "    %0 = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<f32>) -> tensor<2x3xf32>\n"
-    "    %1 = stablehlo.multiply %arg0, %0 : tensor<2x3xf32>\n"
-    "    %cst_0 = stablehlo.constant dense<1.000000e+00> : tensor<f32>\n"
-    "    %2 = stablehlo.broadcast_in_dim %cst_0, dims = [] : (tensor<f32>) -> tensor<2x3xf32>\n"
-    "    %3 = stablehlo.add %1, %2 : tensor<2x3xf32>\n"
-    "    return %3 : tensor<2x3xf32>\n"
-    "  }\n"
-    "}\n";
+    "  func.func public @main(%arg0: tensor<2x3xf32>) -> (tensor<2x3xf32>) {\n" CW__SCALE_BODY;
+
+const char kAliasedProgram[] =
+    "module @jit_g attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {\n"
+    "  func.func public @main(%arg0: tensor<2x3xf32> {tf.aliasing_output = 0 : i32}) -> "
+    "(tensor<2x3xf32>) {\n" CW__SCALE_BODY;
 
 int64_t g_dims[2] = {2, 3};
 
+int start_client(worker_t* w, uint64_t* out_session) {
+  start_worker(w, NULL);
+  int fd = dial(w->port);
+  uint64_t sid = hello(fd, 0, CAUSEWAY__V1__ROLE__ROLE_CLIENT, NULL);
+  assert_true(sid != 0);
+  if (out_session) *out_session = sid;
+  return fd;
+}
+
+void upload_request_init(Causeway__V1__UploadRequest* u, uint64_t id) {
+  causeway__v1__upload_request__init(u);
+  u->buffer_id = id;
+  u->dtype = CAUSEWAY__V1__DTYPE__DTYPE_F32;
+  u->dims = g_dims;
+  u->n_dims = 2;
+}
+
 uint32_t upload(int fd, uint64_t id, const float* data, const int64_t* strides, size_t bytes,
                 int device) {
-  Causeway__V1__UploadRequest u = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
-  u.buffer_id = id;
-  u.dtype = CAUSEWAY__V1__DTYPE__DTYPE_F32;
-  u.dims = g_dims;
-  u.n_dims = 2;
+  Causeway__V1__UploadRequest u;
+  upload_request_init(&u, id);
   u.device = device;
   if (strides) {
     u.byte_strides = (int64_t*)strides;
     u.n_byte_strides = 2;
   }
   return call(fd, CW_MSG_UPLOAD, &u.base, data, bytes, NULL);
+}
+
+uint32_t upload_vector(int fd, uint64_t id, const float* data, int64_t n) {
+  Causeway__V1__UploadRequest u = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
+  u.buffer_id = id;
+  u.dtype = CAUSEWAY__V1__DTYPE__DTYPE_F32;
+  u.dims = &n;
+  u.n_dims = 1;
+  return call(fd, CW_MSG_UPLOAD, &u.base, data, (uint64_t)n * sizeof(float), NULL);
+}
+
+void launch1_init(launch1_t* l, uint64_t exe, uint64_t in, uint64_t out, bool donate) {
+  memset(l, 0, sizeof(*l));
+  causeway__v1__launch_request__init(&l->req);
+  causeway__v1__id_list__init(&l->args);
+  causeway__v1__id_list__init(&l->outs);
+  l->in = in;
+  l->out = out;
+  l->args.ids = &l->in;
+  l->args.n_ids = 1;
+  l->outs.ids = &l->out;
+  l->outs.n_ids = 1;
+  l->argp = &l->args;
+  l->outp = &l->outs;
+  l->req.exe_id = exe;
+  l->req.args = &l->argp;
+  l->req.n_args = 1;
+  l->req.outputs = &l->outp;
+  l->req.n_outputs = 1;
+  if (donate) {
+    l->req.donate = &l->donated;  // argument 0
+    l->req.n_donate = 1;
+  }
 }
 
 void expect_download(int fd, uint64_t id, const float* want) {

@@ -59,14 +59,37 @@ uint32_t call(int fd, uint16_t type, const ProtobufCMessage* m, const void* bulk
 // HELLO in `session` (0: a new one) as `role`; the session id, 0 if refused.
 uint64_t hello(int fd, uint64_t session, int role, const char* token);
 
-// f32[2,3] -> 2x + 1, as JAX lowers it (MLIR text).
+// Starts a worker (no token) and opens a connection that did HELLO as a
+// client in a new session (its id into *out_session unless NULL).
+int start_client(worker_t* w, uint64_t* out_session);
+
+// f32[2,3] -> 2x + 1, as JAX lowers it (MLIR text); kAliasedProgram the same
+// with its argument aliased to the result (what JAX emits for donate_argnums=0).
 extern const char kScaleProgram[];
+extern const char kAliasedProgram[];
 // The shape g_dims of the f32 arrays upload() sends: {2, 3}.
 extern int64_t g_dims[2];
+// An UploadRequest of f32[2,3] (g_dims) as `id`, device 0.
+void upload_request_init(Causeway__V1__UploadRequest* u, uint64_t id);
 // UPLOAD of f32[2,3] `data` (`bytes` bulk bytes; `strides` NULL: dense) as
 // `id` on `device`; returns the error code.
 uint32_t upload(int fd, uint64_t id, const float* data, const int64_t* strides, size_t bytes,
                 int device);
+// UPLOAD of f32[n] `data` as `id`; returns the error code.
+uint32_t upload_vector(int fd, uint64_t id, const float* data, int64_t n);
+
+// A LAUNCH of `exe` on one device from argument `in` into output `out`,
+// donating the argument when `donate`: l->req is ready to send (it points
+// into *l).
+typedef struct {
+  Causeway__V1__LaunchRequest req;
+  Causeway__V1__IdList args, outs;
+  Causeway__V1__IdList* argp;
+  Causeway__V1__IdList* outp;
+  uint64_t in, out;
+  uint32_t donated;
+} launch1_t;
+void launch1_init(launch1_t* l, uint64_t exe, uint64_t in, uint64_t out, bool donate);
 // DOWNLOAD of `id` must give the 24 bytes of `want`.
 void expect_download(int fd, uint64_t id, const float* want);
 

@@ -35,10 +35,8 @@ static void expect_event(const Causeway__V1__TraceEvent* e, const char* cat, con
 static void test_trace_ring(void** state) {
   (void)state;
   worker_t w;
-  start_worker(&w, NULL);
-  int fd = dial(w.port);
-  uint64_t sid = hello(fd, 0, CAUSEWAY__V1__ROLE__ROLE_CLIENT, NULL);
-  assert_true(sid != 0);
+  uint64_t sid = 0;
+  int fd = start_client(&w, &sid);
   float x[6] = {1, 2, 3, 4, 5, 6};
   // Before TRACE_START nothing is recorded.
   assert_int_equal(upload(fd, 100, x, NULL, 24, 0), 0);
@@ -79,22 +77,10 @@ static void test_trace_ring(void** state) {
   c.code.data = (uint8_t*)kScaleProgram;
   c.code.len = strlen(kScaleProgram);
   assert_int_equal(call(fd, CW_MSG_COMPILE, &c.base, NULL, 0, NULL), 0);
-  uint64_t in = 6, out = 60;
-  Causeway__V1__IdList a = CAUSEWAY__V1__ID_LIST__INIT, o = CAUSEWAY__V1__ID_LIST__INIT;
-  Causeway__V1__IdList* ap = &a;
-  Causeway__V1__IdList* op = &o;
-  a.ids = &in;
-  a.n_ids = 1;
-  o.ids = &out;
-  o.n_ids = 1;
-  Causeway__V1__LaunchRequest l = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
-  l.exe_id = 50;
-  l.args = &ap;
-  l.n_args = 1;
-  l.outputs = &op;
-  l.n_outputs = 1;
-  l.launch_id = 4242;
-  assert_int_equal(call(fd, CW_MSG_LAUNCH, &l.base, NULL, 0, NULL), 0);
+  launch1_t l;
+  launch1_init(&l, 50, 6, 60, false);
+  l.req.launch_id = 4242;
+  assert_int_equal(call(fd, CW_MSG_LAUNCH, &l.req.base, NULL, 0, NULL), 0);
   float y[6];
   for (int i = 0; i < 6; ++i) y[i] = 2 * x[i] + 1;
   expect_download(fd, 60, y);

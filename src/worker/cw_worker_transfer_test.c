@@ -15,20 +15,13 @@
 static void test_big_transfer(void** state) {
   (void)state;
   worker_t w;
-  start_worker(&w, NULL);
-  int fd = dial(w.port);
-  assert_true(hello(fd, 0, 1, NULL) != 0);
+  int fd = start_client(&w, NULL);
   int64_t n = 64 << 20;  // 64 Mi floats = 256 MiB
   float* x = malloc((size_t)n * 4);
   for (int64_t i = 0; i < n; ++i) x[i] = (float)i;
-  Causeway__V1__UploadRequest u = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
-  u.buffer_id = 1;
-  u.dtype = CAUSEWAY__V1__DTYPE__DTYPE_F32;
-  u.dims = &n;
-  u.n_dims = 1;
   struct timespec t0, t1, t2;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  assert_int_equal(call(fd, CW_MSG_UPLOAD, &u.base, x, (uint64_t)n * 4, NULL), 0);
+  assert_int_equal(upload_vector(fd, 1, x, n), 0);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   Causeway__V1__DownloadRequest d = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
   d.buffer_id = 1;
