@@ -2,7 +2,7 @@
 // devices a session asking for N gets, given every worker's devices and who
 // uses them. The controller (cw_ctl_alloc.c) builds the inputs, applies the
 // answer and queues requests that must wait; unit-tested in
-// cw_ctl_alloc_test.c.
+// cw_ctl_alloc_plan_test.c.
 #ifndef CW_CTL_ALLOC_PLAN_H_
 #define CW_CTL_ALLOC_PLAN_H_
 

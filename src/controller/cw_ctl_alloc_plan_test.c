@@ -1,4 +1,4 @@
-// Unit tests of the device allocator (cw_alloc_plan): packing onto the fewest
+// Unit tests of the device allocator (cw_ctl_alloc_plan.c): packing onto the fewest
 // islands, exclusivity, sharing, named workers, platform, minimum island
 // size, and requests that can never be met.
 #include <setjmp.h>

@@ -1,4 +1,6 @@
-// Unit tests for the frame header codec, payload decoding and array checks.
+// Unit tests for XLA compile options: normalizing a client's options, the
+// checks that keep the CPU plugin from aborting, rewriting device ids, and
+// one worker's part of a program on an island of several workers.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -8,193 +10,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "cw_array.h"
-#include "cw_frame.h"
-#include "cw_messages.h"
 #include "cw_xla_options.h"
 #include "proto/xla_compile_options.pb-c.h"
-
-static const cw_frame_limits_t limits = {.max_payload = 4096, .max_bulk = 1 << 20};
-
-static void encode(cw_frame_header_t h, uint8_t out[CW_FRAME_HEADER_SIZE]) {
-  cw_frame_header_encode(&h, out);
-}
-
-static cw_frame_header_t good(void) {
-  cw_frame_header_t h = {.magic = CW_FRAME_MAGIC, .version = 1, .type = CW_MSG_UPLOAD,
-                         .flags = 0, .payload_len = 10, .request_id = 0x0102030405060708ull,
-                         .bulk_len = 1000};
-  return h;
-}
-
-static void expect_error(cw_frame_header_t h, size_t len, cw_status_code_t code,
-                         const char* text) {
-  uint8_t buf[CW_FRAME_HEADER_SIZE];
-  encode(h, buf);
-  cw_frame_header_t out;
-  cw_status_t s = cw_frame_header_decode(buf, len, &limits, &out);
-  assert_int_equal(cw_status_code(s), code);
-  if (!strstr(cw_status_message(s), text)) fail_msg("'%s' lacks '%s'", cw_status_message(s), text);
-  cw_status_free(s);
-}
-
-static void test_header_roundtrip(void** state) {
-  uint8_t buf[CW_FRAME_HEADER_SIZE];
-  encode(good(), buf);
-  assert_int_equal(buf[0], 'C');
-  assert_int_equal(buf[3], 'Y');
-  assert_int_equal(buf[16], 0x08);  // little-endian request id
-  cw_frame_header_t out;
-  assert_null(cw_frame_header_decode(buf, sizeof(buf), &limits, &out));
-  assert_int_equal(out.type, CW_MSG_UPLOAD);
-  assert_int_equal(out.request_id, 0x0102030405060708ull);
-  assert_int_equal(out.bulk_len, 1000);
-}
-
-static void test_header_violations(void** state) {
-  cw_frame_header_t h = good();
-  expect_error(h, 31, CW_INVALID_ARGUMENT, "truncated frame header");
-  h.magic = 0xdeadbeef;
-  expect_error(h, 32, CW_INVALID_ARGUMENT, "bad frame magic");
-  h = good();
-  h.version = 9;
-  expect_error(h, 32, CW_UNIMPLEMENTED, "frame version 9");
-  h = good();
-  h.type = 77;
-  expect_error(h, 32, CW_UNIMPLEMENTED, "unknown message type 77");
-  h.type = 0;
-  expect_error(h, 32, CW_UNIMPLEMENTED, "unknown message type 0");
-  h = good();
-  h.flags = 0x80;
-  expect_error(h, 32, CW_INVALID_ARGUMENT, "unknown frame flags");
-  h.flags = CW_FRAME_ERROR;
-  expect_error(h, 32, CW_INVALID_ARGUMENT, "ERROR flag without REPLY");
-  h = good();
-  h.payload_len = 4097;
-  expect_error(h, 32, CW_RESOURCE_EXHAUSTED, "payload of 4097 bytes");
-  h = good();
-  h.bulk_len = UINT64_MAX;
-  expect_error(h, 32, CW_RESOURCE_EXHAUSTED, "bulk of");
-  h = good();
-  h.type = CW_MSG_PING;
-  expect_error(h, 32, CW_INVALID_ARGUMENT, "PING frames carry no bulk");
-  h = good();
-  h.flags = CW_FRAME_REPLY;  // an UPLOAD reply carries no bulk
-  expect_error(h, 32, CW_INVALID_ARGUMENT, "UPLOAD reply frames carry no bulk");
-}
-
-static void test_payload_decode(void** state) {
-  Causeway__V1__UploadRequest req = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
-  int64_t dims[] = {2, 3};
-  req.buffer_id = 42;
-  req.dtype = CAUSEWAY__V1__DTYPE__DTYPE_F32;
-  req.n_dims = 2;
-  req.dims = dims;
-  uint8_t buf[128];
-  size_t n = causeway__v1__upload_request__pack(&req, buf);
-  cw_frame_header_t h = {.magic = CW_FRAME_MAGIC, .version = 1, .type = CW_MSG_UPLOAD,
-                         .payload_len = (uint32_t)n};
-  ProtobufCMessage* m = NULL;
-  assert_null(cw_frame_decode_payload(&h, buf, &m));
-  Causeway__V1__UploadRequest* got = (Causeway__V1__UploadRequest*)m;
-  assert_int_equal(got->buffer_id, 42);
-  assert_int_equal(got->n_dims, 2);
-  protobuf_c_message_free_unpacked(m, NULL);
-
-  // A length-delimited field that claims more bytes than remain.
-  const uint8_t bad[] = {0x1a, 0x7f, 0x01};
-  h.payload_len = sizeof(bad);
-  cw_status_t s = cw_frame_decode_payload(&h, bad, &m);
-  assert_null(m);
-  assert_non_null(strstr(cw_status_message(s), "malformed causeway.v1.UploadRequest"));
-  cw_status_free(s);
-
-  // Empty payloads decode as default messages.
-  h.type = CW_MSG_STATS;
-  h.payload_len = 0;
-  assert_null(cw_frame_decode_payload(&h, NULL, &m));
-  protobuf_c_message_free_unpacked(m, NULL);
-}
-
-static void test_error_reply_status(void** state) {
-  cw_status_t st = cw_make_status(CW_NOT_FOUND, "buffer 7 not found");
-  Causeway__V1__ErrorReply er;
-  cw_error_reply_fill(&er, st);
-  assert_int_equal(er.code, CW_NOT_FOUND);
-  // Through the wire form and back.
-  uint8_t buf[128];
-  size_t n = protobuf_c_message_pack(&er.base, buf);
-  cw_status_free(st);
-  Causeway__V1__ErrorReply* back = causeway__v1__error_reply__unpack(NULL, n, buf);
-  assert_non_null(back);
-  cw_status_t got = cw_error_reply_to_status(back, NULL);
-  assert_int_equal(cw_status_code(got), CW_NOT_FOUND);
-  assert_string_equal(cw_status_message(got), "buffer 7 not found");
-  cw_status_free(got);
-  got = cw_error_reply_to_status(back, "LAUNCH");
-  assert_string_equal(cw_status_message(got), "LAUNCH: buffer 7 not found");
-  cw_status_free(got);
-  // A peer's code outside 1..16 is UNKNOWN; a missing message is said so.
-  char* message = back->message;
-  back->code = 99;
-  back->message = NULL;
-  got = cw_error_reply_to_status(back, NULL);
-  assert_int_equal(cw_status_code(got), CW_UNKNOWN);
-  assert_string_equal(cw_status_message(got), "(no message)");
-  cw_status_free(got);
-  back->message = message;
-  causeway__v1__error_reply__free_unpacked(back, NULL);
-}
-
-static void test_hello_request_fill(void** state) {
-  Causeway__V1__HelloRequest h;
-  cw_hello_request_fill(&h, CAUSEWAY__V1__ROLE__ROLE_WORKER, "s3cret", 42, "w0");
-  assert_int_equal(h.min_version, CW_PROTOCOL_MIN_VERSION);
-  assert_int_equal(h.max_version, CW_PROTOCOL_VERSION);
-  assert_int_equal(h.role, CAUSEWAY__V1__ROLE__ROLE_WORKER);
-  assert_int_equal(h.token.len, 6);
-  assert_memory_equal(h.token.data, "s3cret", 6);
-  assert_int_equal(h.session_id, 42);
-  assert_string_equal(h.peer_name, "w0");
-  cw_hello_request_fill(&h, CAUSEWAY__V1__ROLE__ROLE_CLIENT, NULL, 0, NULL);
-  assert_int_equal(h.token.len, 0);
-  assert_null(h.peer_name);
-}
-
-static void test_array_extent(void** state) {
-  uint64_t bytes;
-  int64_t dims[] = {2, 3};
-  assert_null(cw_array_extent(CAUSEWAY__V1__DTYPE__DTYPE_F32, dims, 2, NULL, 0, &bytes));
-  assert_int_equal(bytes, 24);
-  int64_t col_major[] = {4, 8};
-  assert_null(cw_array_extent(CAUSEWAY__V1__DTYPE__DTYPE_F32, dims, 2, col_major, 2, &bytes));
-  assert_int_equal(bytes, 4 + 16 + 4);
-  assert_null(cw_array_extent(CAUSEWAY__V1__DTYPE__DTYPE_PRED, NULL, 0, NULL, 0, &bytes));
-  assert_int_equal(bytes, 1);  // scalar
-  int64_t zero[] = {0, 5};
-  assert_null(cw_array_extent(CAUSEWAY__V1__DTYPE__DTYPE_C128, zero, 2, NULL, 0, &bytes));
-  assert_int_equal(bytes, 0);
-
-  int64_t huge[] = {INT64_MAX, INT64_MAX};
-  cw_status_t s = cw_array_extent(CAUSEWAY__V1__DTYPE__DTYPE_F32, huge, 2, NULL, 0, &bytes);
-  assert_non_null(strstr(cw_status_message(s), "overflows"));
-  cw_status_free(s);
-  int64_t neg[] = {-1};
-  s = cw_array_extent(CAUSEWAY__V1__DTYPE__DTYPE_F32, neg, 1, NULL, 0, &bytes);
-  assert_non_null(strstr(cw_status_message(s), "negative"));
-  cw_status_free(s);
-  s = cw_array_extent(99, dims, 2, NULL, 0, &bytes);
-  assert_non_null(strstr(cw_status_message(s), "unknown element type 99"));
-  cw_status_free(s);
-  s = cw_array_extent(CAUSEWAY__V1__DTYPE__DTYPE_F32, dims, 2, col_major, 1, &bytes);
-  assert_non_null(strstr(cw_status_message(s), "1 byte strides given for rank 2"));
-  cw_status_free(s);
-  int64_t big_stride[] = {INT64_MAX, 1};
-  int64_t big_dims[] = {3, 1};
-  s = cw_array_extent(CAUSEWAY__V1__DTYPE__DTYPE_F32, big_dims, 2, big_stride, 2, &bytes);
-  assert_non_null(strstr(cw_status_message(s), "overflows"));
-  cw_status_free(s);
-}
 
 
 static cw_status_code_t normalize(const uint8_t* in, size_t len, size_t* out_len) {
@@ -375,12 +192,6 @@ static void test_xla_options_part(void** state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_header_roundtrip),
-      cmocka_unit_test(test_header_violations),
-      cmocka_unit_test(test_payload_decode),
-      cmocka_unit_test(test_array_extent),
-      cmocka_unit_test(test_error_reply_status),
-      cmocka_unit_test(test_hello_request_fill),
       cmocka_unit_test(test_xla_options),
       cmocka_unit_test(test_xla_options_normalize),
       cmocka_unit_test(test_xla_options_part),

@@ -1,0 +1,137 @@
+// Ordering across connections at the worker (cw_worker_conn.c, with
+// cw_worker_seq.c), against a real worker through the client library: seq
+// order across two connections of one session (held UPLOAD bytes, the empty
+// DELETE that fills a hole, duplicates, held requests at shutdown), and flow
+// control when more requests wait for their turn than the worker holds.
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cw_worker_test_util.h"
+
+static cw_status_t send_upload(cw_client_t* c, uint64_t id, uint64_t seq, const float* data,
+                               uint64_t* out_rid) {
+  Causeway__V1__UploadRequest up;
+  upload_request_init(&up, id);
+  up.seq = seq;
+  struct iovec iov = {(void*)data, 6 * sizeof(float)};
+  return cw_client_send(c, CW_MSG_UPLOAD, &up.base, &iov, 1, NULL, NULL, NULL, out_rid);
+}
+
+static cw_status_t send_delete(cw_client_t* c, const uint64_t* ids, size_t n, uint64_t seq,
+                               uint64_t* out_rid) {
+  Causeway__V1__DeleteRequest d = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+  d.ids = (uint64_t*)ids;
+  d.n_ids = n;
+  d.seq = seq;
+  return cw_client_send(c, CW_MSG_DELETE, &d.base, NULL, 0, NULL, NULL, NULL, out_rid);
+}
+
+static void test_seq_across_connections(void** state) {
+  (void)state;
+  cw_client_t* direct = NULL;
+  cw_client_t* relay = NULL;
+  ASSERT_OK(connect_as(CAUSEWAY__V1__ROLE__ROLE_CLIENT, 0, &direct));
+  uint64_t session = cw_client_session_id(direct);
+  ASSERT_OK(connect_as(CAUSEWAY__V1__ROLE__ROLE_CONTROLLER, session, &relay));
+  assert_int_equal(cw_client_session_id(relay), session);
+
+  // 2 and 3 come first: held (2 with its bytes); 1 is the hole.
+  float data[6] = {1, 2, 3, 4, 5, 6};
+  uint64_t up_rid = 0, dl_rid = 0, del_rid = 0;
+  ASSERT_OK(send_upload(direct, 101, 2, data, &up_rid));
+  float got[6] = {0};
+  Causeway__V1__DownloadRequest dl = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
+  dl.buffer_id = 101;
+  dl.seq = 3;
+  cw_client_sink_t sink = {got, sizeof(got)};
+  ASSERT_OK(cw_client_send(direct, CW_MSG_DOWNLOAD, &dl.base, NULL, 0, &sink, NULL, NULL,
+                           &dl_rid));
+  ASSERT_OK(cw_client_ping(direct));  // both arrived and wait
+  // The plugin's hole filler after an error on the relaying path.
+  ASSERT_OK(send_delete(relay, NULL, 0, 1, &del_rid));
+  ASSERT_OK(cw_client_wait(relay, del_rid, NULL, NULL));
+  ASSERT_OK(cw_client_wait(direct, up_rid, NULL, NULL));
+  uint64_t n = 0;
+  ASSERT_OK(cw_client_wait(direct, dl_rid, NULL, &n));
+  assert_int_equal(n, sizeof(data));
+  assert_memory_equal(got, data, sizeof(data));
+
+  // Duplicates: below next, and one already waiting. (UPLOAD and AWAIT are
+  // for clients: the message table refuses them from a controller link.)
+  uint64_t rid = 0;
+  ASSERT_OK(send_upload(relay, 102, 2, data, &rid));
+  assert_code(cw_client_wait(relay, rid, NULL, NULL), CW_PERMISSION_DENIED);
+  ASSERT_OK(send_upload(direct, 102, 2, data, &rid));
+  assert_code(cw_client_wait(direct, rid, NULL, NULL), CW_INVALID_ARGUMENT);
+  ASSERT_OK(send_delete(direct, (uint64_t[]){101}, 1, 6, &del_rid));  // held
+  // Once the PING is answered the DELETE above is held: only then is the one
+  // on the other connection surely the duplicate (else the two race, and the
+  // loser was the one this test waits for: an intermittent hang).
+  ASSERT_OK(cw_client_ping(direct));
+  ASSERT_OK(send_delete(relay, (uint64_t[]){101}, 1, 6, &rid));
+  assert_code(cw_client_wait(relay, rid, NULL, NULL), CW_INVALID_ARGUMENT);
+  // seq 0 is unordered: applies at once, whatever waits.
+  Causeway__V1__AwaitRequest aw = CAUSEWAY__V1__AWAIT_REQUEST__INIT;
+  aw.buffer_id = 101;
+  ASSERT_OK(cw_client_call(direct, CW_MSG_AWAIT, &aw.base, NULL, 0, NULL, NULL, NULL));
+  // 4 and 5 release the held DELETE (6).
+  ASSERT_OK(send_delete(relay, NULL, 0, 5, &rid));
+  ASSERT_OK(send_delete(direct, NULL, 0, 4, &rid));
+  ASSERT_OK(cw_client_wait(direct, del_rid, NULL, NULL));
+  assert_code(cw_client_call(direct, CW_MSG_AWAIT, &aw.base, NULL, 0, NULL, NULL, NULL),
+              CW_NOT_FOUND);
+
+  // Held at the end (its predecessor never comes): freed with the session.
+  ASSERT_OK(send_upload(direct, 103, 9, data, &rid));
+  ASSERT_OK(cw_client_ping(direct));
+  cw_client_release(relay);
+  cw_client_release(direct);  // the held UPLOAD fails UNAVAILABLE here
+}
+
+// More requests wait for their seq than max-held-requests (4 here): the worker
+// stops reading that connection instead of refusing one (which would leave a
+// hole nobody fills), and reads it again once the late predecessor arrived on
+// another connection. Before, the sixth was refused RESOURCE_EXHAUSTED.
+static void test_seq_flow_control(void** state) {
+  (void)state;
+  cw_client_t* direct = NULL;
+  cw_client_t* relay = NULL;
+  ASSERT_OK(connect_as(CAUSEWAY__V1__ROLE__ROLE_CLIENT, 0, &direct));
+  ASSERT_OK(connect_as(CAUSEWAY__V1__ROLE__ROLE_CONTROLLER, cw_client_session_id(direct),
+                       &relay));
+  enum { kN = 300 };
+  static uint64_t rids[kN + 1];
+  float data[6] = {1, 2, 3, 4, 5, 6};
+  // 2..kN on one connection (an UPLOAD among them), 1 late on the other.
+  for (uint64_t s = 2; s <= kN; ++s) {
+    if (s == 50) ASSERT_OK(send_upload(direct, 201, s, data, &rids[s]));
+    else ASSERT_OK(send_delete(direct, NULL, 0, s, &rids[s]));
+  }
+  usleep(200 * 1000);  // they arrived (or wait in the socket)
+  ASSERT_OK(send_delete(relay, NULL, 0, 1, &rids[1]));
+  ASSERT_OK(cw_client_wait(relay, rids[1], NULL, NULL));
+  for (uint64_t s = 2; s <= kN; ++s) ASSERT_OK(cw_client_wait(direct, rids[s], NULL, NULL));
+  // The connection is read again: the next one applies at once.
+  uint64_t rid = 0;
+  ASSERT_OK(send_delete(direct, (uint64_t[]){201}, 1, kN + 1, &rid));
+  ASSERT_OK(cw_client_wait(direct, rid, NULL, NULL));
+  cw_client_release(relay);
+  cw_client_release(direct);
+}
+
+int main(void) {
+  if (!getenv("CAUSEWAY_PJRT_PLUGIN") || !*getenv("CAUSEWAY_PJRT_PLUGIN")) return 77;
+  setenv("CAUSEWAY_MAX_HELD_REQUESTS", "4", 1);  // inherited by the workers
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_seq_across_connections),
+      cmocka_unit_test(test_seq_flow_control),
+  };
+  return cmocka_run_group_tests(tests, suite_setup, suite_teardown);
+}

@@ -1,0 +1,161 @@
+// Gang order at the worker (cw_worker_sched.c), against a real worker through
+// the client library: stamped launches from two sessions' controller
+// connections are issued in stamp order whatever order they arrive in; a
+// stamp refused before its turn passes its turn; a client's own stamp is
+// ignored; a stamp that never comes holds the rest only for the stall time.
+// Asserts on replies and on the worker's Stats.sched_stamps.
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cw_worker_test_util.h"
+
+static const char kSchedProgram[] =
+    "module @cw_sched {\n"
+    "  func.func public @main(%arg0: tensor<2x3xf32>) -> tensor<2x3xf32> {\n"
+    "    %0 = stablehlo.add %arg0, %arg0 : tensor<2x3xf32>\n"
+    "    return %0 : tensor<2x3xf32>\n"
+    "  }\n"
+    "}\n";
+
+typedef struct {
+  cw_client_t* client;  // role CLIENT: owns the session
+  cw_client_t* link;    // role CONTROLLER, same session: stamped launches
+  uint64_t id;
+} session_t;
+
+static void session_open(session_t* s) {
+  cw_client_options_t o = {.peer_name = "cluster-test", .role = CAUSEWAY__V1__ROLE__ROLE_CLIENT};
+  ASSERT_OK(cw_client_connect(g_worker.address, &o, &s->client));
+  s->id = cw_client_session_id(s->client);
+  cw_client_options_t l = {.session_id = s->id, .peer_name = "sched-test controller",
+                           .role = CAUSEWAY__V1__ROLE__ROLE_CONTROLLER};
+  ASSERT_OK(cw_client_connect(g_worker.address, &l, &s->link));
+  Causeway__V1__CompileRequest cr = CAUSEWAY__V1__COMPILE_REQUEST__INIT;
+  cr.exe_id = 7;
+  cr.format = (char*)"mlir";
+  cr.code.data = (uint8_t*)kSchedProgram;
+  cr.code.len = sizeof(kSchedProgram) - 1;
+  ASSERT_OK(cw_client_call(s->client, CW_MSG_COMPILE, &cr.base, NULL, 0, NULL, NULL, NULL));
+  float data[6] = {1, 2, 3, 4, 5, 6};
+  Causeway__V1__UploadRequest up;
+  upload_request_init(&up, 101);
+  struct iovec iov = {data, sizeof(data)};
+  ASSERT_OK(cw_client_call(s->client, CW_MSG_UPLOAD, &up.base, &iov, 1, NULL, NULL, NULL));
+}
+
+static void session_close(session_t* s) {
+  cw_client_release(s->link);
+  cw_client_release(s->client);
+}
+
+// LAUNCH of exe 7 on 101 into `out`, stamped; `bad`: names no argument.
+static uint64_t launch(cw_client_t* c, uint64_t stamp, uint64_t out, bool bad) {
+  uint64_t in = 101;
+  Causeway__V1__IdList args = CAUSEWAY__V1__ID_LIST__INIT;
+  args.ids = &in;
+  args.n_ids = bad ? 0 : 1;
+  Causeway__V1__IdList outs = CAUSEWAY__V1__ID_LIST__INIT;
+  outs.ids = &out;
+  outs.n_ids = 1;
+  Causeway__V1__IdList* ap[] = {&args};
+  Causeway__V1__IdList* op[] = {&outs};
+  Causeway__V1__LaunchRequest r = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
+  r.exe_id = 7;
+  r.args = ap;
+  r.n_args = 1;
+  r.outputs = op;
+  r.n_outputs = bad ? 2 : 1;  // 1 argument list, 2 output lists: refused at once
+  Causeway__V1__IdList* op2[] = {&outs, &outs};
+  if (bad) r.outputs = op2;
+  r.launch_id = out;
+  r.sched_stamp = stamp;
+  uint64_t rid = 0;
+  ASSERT_OK(cw_client_send(c, CW_MSG_LAUNCH, &r.base, NULL, 0, NULL, NULL, NULL, &rid));
+  return rid;
+}
+
+// The worker's record: n entries of (stamp, session).
+static size_t record(uint64_t* stamps, uint64_t* sessions, size_t cap) {
+  cw_client_t* c = NULL;
+  ASSERT_OK(cw_client_connect(g_worker.address, NULL, &c));
+  Causeway__V1__Stats* st = NULL;
+  ASSERT_OK(cw_client_stats(c, &st));
+  size_t n = st->n_sched_stamps < cap ? st->n_sched_stamps : cap;
+  for (size_t i = 0; i < n; ++i) {
+    stamps[i] = st->sched_stamps[i]->stamp;
+    sessions[i] = st->sched_stamps[i]->session_id;
+  }
+  protobuf_c_message_free_unpacked(&st->base, NULL);
+  cw_client_release(c);
+  return n;
+}
+
+static void test_stamp_order(void** state) {
+  (void)state;
+  session_t a, b;
+  session_open(&a);
+  session_open(&b);
+  uint64_t stamps[16], sessions[16];
+  // 2 arrives first (B) and waits for 1 (A).
+  uint64_t r2 = launch(b.link, 2, 202, false);
+  usleep(300 * 1000);
+  ASSERT_OK(cw_client_ping(b.link));  // B's connection is served meanwhile
+  assert_int_equal(record(stamps, sessions, 16), 0);
+  uint64_t r1 = launch(a.link, 1, 201, false);
+  ASSERT_OK(cw_client_wait(a.link, r1, NULL, NULL));
+  ASSERT_OK(cw_client_wait(b.link, r2, NULL, NULL));
+  assert_int_equal(record(stamps, sessions, 16), 2);
+  assert_int_equal(stamps[0], 1);
+  assert_int_equal(sessions[0], a.id);
+  assert_int_equal(stamps[1], 2);
+  assert_int_equal(sessions[1], b.id);
+
+  // 4 (B) is refused before its turn; 5 (A) waits for 3, then both pass.
+  uint64_t r4 = launch(b.link, 4, 204, true);
+  cw_status_t st = cw_client_wait(b.link, r4, NULL, NULL);
+  assert_int_equal(cw_status_code(st), CW_INVALID_ARGUMENT);
+  cw_status_free(st);
+  uint64_t r5 = launch(a.link, 5, 205, false);
+  usleep(200 * 1000);
+  assert_int_equal(record(stamps, sessions, 16), 2);
+  uint64_t r3 = launch(b.link, 3, 203, false);
+  ASSERT_OK(cw_client_wait(b.link, r3, NULL, NULL));
+  ASSERT_OK(cw_client_wait(a.link, r5, NULL, NULL));
+  assert_int_equal(record(stamps, sessions, 16), 5);
+  for (size_t i = 0; i < 5; ++i) assert_int_equal(stamps[i], i + 1);
+  assert_int_equal(sessions[3], b.id);
+
+  // A client's own stamp counts for nothing: it runs at once, unrecorded.
+  uint64_t rc = launch(a.client, 100, 206, false);
+  ASSERT_OK(cw_client_wait(a.client, rc, NULL, NULL));
+  assert_int_equal(record(stamps, sessions, 16), 5);
+
+  // 6 never comes: 7 waits the stall time (5 s), then goes.
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  uint64_t r7 = launch(a.link, 7, 207, false);
+  ASSERT_OK(cw_client_wait(a.link, r7, NULL, NULL));
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double waited = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+  fprintf(stderr, "  stamp 7 went after %.1f s without stamp 6\n", waited);
+  assert_true(waited > 3.0);
+  assert_int_equal(record(stamps, sessions, 16), 6);
+  assert_int_equal(stamps[5], 7);
+  session_close(&a);
+  session_close(&b);
+}
+
+int main(void) {
+  if (!getenv("CAUSEWAY_PJRT_PLUGIN") || !*getenv("CAUSEWAY_PJRT_PLUGIN")) return 77;
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_stamp_order),
+  };
+  return cmocka_run_group_tests(tests, suite_setup, suite_teardown);
+}
