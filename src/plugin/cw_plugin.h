@@ -46,9 +46,6 @@ PJRT_Error* cw_plugin_error_or_null(cw_status_t status);
 // ---- Futures (shared completions) and events --------------------------------
 
 typedef struct cw__future_s cw__future_t;
-// Internal continuation: runs once when the future completes, on the
-// completing thread (or at once, if already complete). `status` is borrowed.
-typedef void (*cw__future_fn)(void* user, cw_status_t status);
 
 // New pending future with one reference.
 cw__future_t* cw__future_create(void);
@@ -61,17 +58,11 @@ void cw__future_complete(cw__future_t* f, cw_status_t status);
 bool cw__future_is_done(cw__future_t* f);
 // Blocks until done; returns a copy of its error (OK on success).
 CW_MUST_USE cw_status_t cw__future_wait(cw__future_t* f);
-// Returns false if out of memory. The callback runs exactly once.
-bool cw__future_then(cw__future_t* f, cw__future_fn fn, void* user);
 // A new PJRT_Event holding its own reference to `f`.
 static inline PJRT_Event* cw__event_of(cw__future_t* f) {
   cw__future_retain(f);
   return (PJRT_Event*)f;
 }
-
-// cw_client completion callback that completes the future in `user` and
-// releases that reference.
-void cw__complete_future_cb(void* user, cw_status_t status, const ProtobufCMessage* reply);
 
 // ---- Cluster, workers, devices, memories -----------------------------------
 
@@ -201,9 +192,8 @@ CW_MUST_USE cw_status_t cw__worker_send(cw__worker_t* w, uint16_t type, Protobuf
 #define CW__DELETE_BATCH 256
 // Deletes buffer `id` on `w`: batched (see pending_deletes), in seq order.
 void cw__worker_delete(cw__worker_t* w, uint64_t id);
-// Sends the batched DELETEs now; the _locked form with send_mu held (callers
-// that take a seq for `w` themselves, before taking it).
-void cw__worker_flush_deletes(cw__worker_t* w);
+// Sends the batched DELETEs now, with send_mu held (callers that take a seq
+// for `w` themselves, before taking it).
 void cw__worker_flush_deletes_locked(cw__worker_t* w);
 // Like cw__worker_flush_deletes_locked, but the DELETE waits in w->conn's
 // write buffer for the request the caller sends next on w->conn (one write

@@ -190,12 +190,6 @@ void cw__worker_delete(cw__worker_t* w, uint64_t id) {
   pthread_mutex_unlock(&w->send_mu);
 }
 
-void cw__worker_flush_deletes(cw__worker_t* w) {
-  pthread_mutex_lock(&w->send_mu);
-  cw__worker_flush_deletes_locked(w);
-  pthread_mutex_unlock(&w->send_mu);
-}
-
 cw_status_t cw__worker_send(cw__worker_t* w, uint16_t type, ProtobufCMessage* req,
                             uint64_t* req_seq, const struct iovec* bulk, int bulk_count,
                             const cw_client_sink_t* sink, cw_client_done_fn done, void* user) {

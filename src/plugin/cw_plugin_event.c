@@ -10,8 +10,7 @@
 
 typedef struct cw__waiter_s {
   struct cw__waiter_s* next;
-  cw__future_fn fn;              // internal continuation, or
-  PJRT_Event_OnReadyCallback cb;  // a PJRT callback (gets an owned error)
+  PJRT_Event_OnReadyCallback cb;  // gets an owned error
   void* user;
   int64_t trace_t0;  // obs: PJRT OnReady registration (a wait in the timeline); 0: none
 } cw__waiter_t;
@@ -68,16 +67,11 @@ void cw__future_release(cw__future_t* f) {
 }
 
 static void cw__waiter_run(cw__waiter_t* w, cw_status_t status) {
-  if (w->fn) {
-    w->fn(w->user, status);
-  } else {
-    if (w->trace_t0) {
-      cw__trace_client_event("wait", "on_ready", CW__TRACE_LANE_WAIT, w->trace_t0, NULL, 0, 0,
-                             0);
-    }
-    // The PJRT callback owns the error it receives.
-    w->cb(status ? cw_plugin_error_from_status(cw_status_clone(status)) : NULL, w->user);
+  if (w->trace_t0) {
+    cw__trace_client_event("wait", "on_ready", CW__TRACE_LANE_WAIT, w->trace_t0, NULL, 0, 0, 0);
   }
+  // The PJRT callback owns the error it receives.
+  w->cb(status ? cw_plugin_error_from_status(cw_status_clone(status)) : NULL, w->user);
   free(w);
 }
 
@@ -119,32 +113,16 @@ cw_status_t cw__future_wait(cw__future_t* f) {
   return f->status ? cw_status_clone(f->status) : cw_ok_status();
 }
 
-static bool cw__future_add(cw__future_t* f, cw__waiter_t* w) {
+static void cw__future_add(cw__future_t* f, cw__waiter_t* w) {
   pthread_mutex_lock(&f->mu);
   if (!atomic_load_explicit(&f->done, memory_order_relaxed)) {
     w->next = f->waiters;
     f->waiters = w;
     pthread_mutex_unlock(&f->mu);
-    return true;
+    return;
   }
   pthread_mutex_unlock(&f->mu);
   cw__waiter_run(w, f->status);  // done: status is final
-  return true;
-}
-
-bool cw__future_then(cw__future_t* f, cw__future_fn fn, void* user) {
-  cw__waiter_t* w = calloc(1, sizeof(*w));
-  if (!w) return false;
-  w->fn = fn;
-  w->user = user;
-  return cw__future_add(f, w);
-}
-
-void cw__complete_future_cb(void* user, cw_status_t status, const ProtobufCMessage* reply) {
-  (void)reply;
-  cw__future_t* f = user;
-  cw__future_complete(f, status);
-  cw__future_release(f);
 }
 
 // ---- PJRT_Event_* ------------------------------------------------------------
