@@ -2,12 +2,12 @@
 // makes a causeway cluster look like one local client to JAX.
 //
 // Object model (every PJRT handle is one of these structs, cast):
-//   PJRT_Client            -> cw__client_t
-//   PJRT_Device            -> cw__device_t (also its PJRT_DeviceDescription)
-//   PJRT_Memory            -> cw__memory_t (starts with the memory vtable)
-//   PJRT_Buffer            -> cw__buffer_t (a proxy for a worker-side id)
-//   PJRT_LoadedExecutable  -> cw__loaded_t, PJRT_Executable -> cw__exe_t
-//   PJRT_Event             -> cw__future_t (one reference of a shared future)
+//   PJRT_Client            -> cw_plugin_client_t
+//   PJRT_Device            -> cw_plugin_device_t (also its PJRT_DeviceDescription)
+//   PJRT_Memory            -> cw_plugin_memory_t (starts with the memory vtable)
+//   PJRT_Buffer            -> cw_plugin_buffer_t (a proxy for a worker-side id)
+//   PJRT_LoadedExecutable  -> cw_plugin_loaded_t, PJRT_Executable -> cw_plugin_exe_t
+//   PJRT_Event             -> cw_plugin_future_t (one reference of a shared future)
 //   PJRT_Error             -> cw__error_t (starts with the error vtable)
 // Status travels as cw_status_t internally and becomes a PJRT_Error* only in
 // the API entry points (cw_plugin_error_from_status).
@@ -34,43 +34,43 @@ PJRT_Error* cw_plugin_error_from_status(cw_status_t status);
 PJRT_Error* cw_plugin_error_or_null(cw_status_t status);
 
 // Checks the caller's args pointer and struct_size against the fields we read.
-#define CW__CHECK_ARGS(args, type, last_field)                                   \
-  do {                                                                           \
-    if (!(args) || (args)->struct_size < CW_PJRT_STRUCT_SIZE(type, last_field)) { \
-      return cw_plugin_error_from_status(cw_make_status(                         \
-          CW_INVALID_ARGUMENT, "%s: args missing or struct_size %zu too small",  \
-          #type, (args) ? (args)->struct_size : (size_t)0));                     \
-    }                                                                            \
+#define CW_PLUGIN_CHECK_ARGS(args, type, last_field)                                           \
+  do {                                                                                         \
+    if (!(args) || (args)->struct_size < CW_PJRT_STRUCT_SIZE(type, last_field)) {              \
+      return cw_plugin_error_from_status(                                                      \
+          cw_make_status(CW_INVALID_ARGUMENT, "%s: args missing or struct_size %zu too small", \
+                         #type, (args) ? (args)->struct_size : (size_t)0));                    \
+    }                                                                                          \
   } while (0)
 
 // ---- Futures (shared completions) and events --------------------------------
 
-typedef struct cw__future_s cw__future_t;
+typedef struct cw_plugin_future_s cw_plugin_future_t;
 
 // New pending future with one reference.
-cw__future_t* cw__future_create(void);
+cw_plugin_future_t* cw_plugin_future_create(void);
 // New completed future (takes `status`; OK for success).
-cw__future_t* cw__future_create_done(cw_status_t status);
-void cw__future_retain(cw__future_t* f);
-void cw__future_release(cw__future_t* f);
+cw_plugin_future_t* cw_plugin_future_create_done(cw_status_t status);
+void cw_plugin_future_retain(cw_plugin_future_t* f);
+void cw_plugin_future_release(cw_plugin_future_t* f);
 // Completes `f` with `status` (taken). Only the first completion counts.
-void cw__future_complete(cw__future_t* f, cw_status_t status);
-bool cw__future_is_done(cw__future_t* f);
+void cw_plugin_future_complete(cw_plugin_future_t* f, cw_status_t status);
+bool cw_plugin_future_is_done(cw_plugin_future_t* f);
 // Blocks until done; returns a copy of its error (OK on success).
-CW_MUST_USE cw_status_t cw__future_wait(cw__future_t* f);
+CW_MUST_USE cw_status_t cw_plugin_future_wait(cw_plugin_future_t* f);
 // A new PJRT_Event holding its own reference to `f`.
-static inline PJRT_Event* cw__event_of(cw__future_t* f) {
-  cw__future_retain(f);
+static inline PJRT_Event* cw_plugin_event_from_future(cw_plugin_future_t* f) {
+  cw_plugin_future_retain(f);
   return (PJRT_Event*)f;
 }
 
 // ---- Cluster, workers, devices, memories -----------------------------------
 
-typedef struct cw__client_s cw__client_t;
-typedef struct cw__device_s cw__device_t;
+typedef struct cw_plugin_client_s cw_plugin_client_t;
+typedef struct cw_plugin_device_s cw_plugin_device_t;
 
-typedef struct cw__worker_s {
-  cw__client_t* client;
+typedef struct cw_plugin_worker_s {
+  cw_plugin_client_t* client;
   uint32_t index;
   char* name;
   char* address;
@@ -93,7 +93,7 @@ typedef struct cw__worker_s {
   pthread_mutex_t mu;           // guards dead_reason, deferred_error
   char* dead_reason;
   // The first error reply to a pipelined request nobody waits on (DELETE):
-  // surfaced by the next blocking call on this worker (cw__worker_take_deferred).
+  // surfaced by the next blocking call on this worker (cw_plugin_worker_take_deferred).
   char* deferred_error;
   int deferred_code;            // its cw_status_code_t
   uint64_t deferred_count;      // such errors since it was last surfaced
@@ -103,9 +103,9 @@ typedef struct cw__worker_s {
   uint32_t incarnation;         // guarded by mu: the controller's, of the worker we talk to
   char* next_address;           // guarded by mu: a replacement announced (WORKER_UP)
   uint32_t next_incarnation;
-  struct cw__retired_s* retired;  // guarded by send_mu: old connections and addresses
+  struct cw_plugin_retired_s* retired;  // guarded by send_mu: old connections and addresses
   size_t num_retired;
-} cw__worker_t;
+} cw_plugin_worker_t;
 
 typedef struct cw__user_data_s {
   struct cw__user_data_s* next;
@@ -114,22 +114,22 @@ typedef struct cw__user_data_s {
   void (*dtor)(void*);
 } cw__user_data_t;
 
-typedef struct cw__memory_s {
+typedef struct cw_plugin_memory_s {
   const PJRT_Memory_FunctionTable* vtable;  // first: callers read it
-  cw__device_t* device;
+  cw_plugin_device_t* device;
   int id;
   int kind_id;
   char* debug_string;
   char* to_string;
   pthread_mutex_t mu;
   cw__user_data_t* user_data;
-} cw__memory_t;
+} cw_plugin_memory_t;
 
-struct cw__device_s {
-  cw__client_t* client;
+struct cw_plugin_device_s {
+  cw_plugin_client_t* client;
   int global_id;
   int local_id;            // index on its worker
-  cw__worker_t* worker;
+  cw_plugin_worker_t* worker;
   uint32_t island;
   char* kind;
   char* debug_string;
@@ -140,154 +140,154 @@ struct cw__device_s {
   size_t num_attr_strings;
   int64_t** attr_lists;
   size_t num_attr_lists;
-  cw__memory_t memory;     // one memory per device: kind "device"
+  cw_plugin_memory_t memory;  // one memory per device: kind "device"
   PJRT_Memory* memory_ptr;  // &memory, as an array of one
   PJRT_Device* self_ptr;    // this, as an array of one
 };
 
-typedef struct cw__cluster_s cw__cluster_t;
+typedef struct cw_plugin_cluster_s cw_plugin_cluster_t;
 
-struct cw__client_s {
+struct cw_plugin_client_s {
   cw_client_t* ctrl;        // connection to the controller
   char* ctrl_address;
   uint64_t session_id;
-  cw__worker_t* workers;
+  cw_plugin_worker_t* workers;
   size_t num_workers;
-  cw__device_t* devices;
+  cw_plugin_device_t* devices;
   size_t num_devices;
   PJRT_Device** device_ptrs;
   PJRT_Memory** memory_ptrs;
   char* platform_name;
   char* platform_version;
   _Atomic uint64_t next_id;  // client-chosen object ids
-  cw__cluster_t* cluster;    // embedded cluster, NULL when joining one
+  cw_plugin_cluster_t* cluster;  // embedded cluster, NULL when joining one
   char* token;               // presented in every HELLO ("" when none)
   cw_settings_t settings;    // CW_SCOPE_PLUGIN, read once at client creation
   _Atomic bool ready;        // workers and devices are set up (events may look)
 };
 
 // Finds a device by global id (NULL if unknown).
-cw__device_t* cw__client_device(cw__client_t* c, int global_id);
+cw_plugin_device_t* cw_plugin_device_find(cw_plugin_client_t* c, int global_id);
 // Next object id (never 0, never reused).
-static inline uint64_t cw__client_new_id(cw__client_t* c) {
+static inline uint64_t cw_plugin_client_new_id(cw_plugin_client_t* c) {
   return atomic_fetch_add_explicit(&c->next_id, 1, memory_order_relaxed);
 }
 // Next per-session seq for requests to `w`.
-static inline uint64_t cw__worker_next_seq(cw__worker_t* w) {
+static inline uint64_t cw_plugin_worker_next_seq(cw_plugin_worker_t* w) {
   return atomic_fetch_add_explicit(&w->seq, 1, memory_order_relaxed) + 1;
 }
-cw__worker_t* cw__find_worker(cw__client_t* c, uint32_t index);
+cw_plugin_worker_t* cw_plugin_worker_find(cw_plugin_client_t* c, uint32_t index);
 // Marks `w` dead with `why` (the first reason sticks until it is revived).
-void cw__worker_mark_dead(cw__worker_t* w, const char* why);
+void cw_plugin_worker_mark_dead(cw_plugin_worker_t* w, const char* why);
 // UNAVAILABLE naming the worker, if it is known dead; else OK.
-CW_MUST_USE cw_status_t cw__worker_check(cw__worker_t* w);
+CW_MUST_USE cw_status_t cw_plugin_worker_check(cw_plugin_worker_t* w);
 // Sends a seq'd request directly to `w`. On a local failure that happened
 // before the frame went out, fills the seq hole so the worker does not stall.
 // `req_seq` points at the request's seq field, set here. Same completion
 // contract as cw_client_send.
-CW_MUST_USE cw_status_t cw__worker_send(cw__worker_t* w, uint16_t type, ProtobufCMessage* req,
-                                        uint64_t* req_seq, const struct iovec* bulk,
-                                        int bulk_count, const cw_client_sink_t* sink,
-                                        cw_client_done_fn done, void* user);
+CW_MUST_USE cw_status_t cw_plugin_worker_send(cw_plugin_worker_t* w, uint16_t type,
+                                              ProtobufCMessage* req, uint64_t* req_seq,
+                                              const struct iovec* bulk, int bulk_count,
+                                              const cw_client_sink_t* sink, cw_client_done_fn done,
+                                              void* user);
 #define CW__DELETE_BATCH 256
 // Deletes buffer `id` on `w`: batched (see pending_deletes), in seq order.
-void cw__worker_delete(cw__worker_t* w, uint64_t id);
+void cw_plugin_worker_delete(cw_plugin_worker_t* w, uint64_t id);
 // Sends the batched DELETEs now, with send_mu held (callers that take a seq
 // for `w` themselves, before taking it).
-void cw__worker_flush_deletes_locked(cw__worker_t* w);
-// Like cw__worker_flush_deletes_locked, but the DELETE waits in w->conn's
+void cw_plugin_worker_flush_deletes_locked(cw_plugin_worker_t* w);
+// Like cw_plugin_worker_flush_deletes_locked, but the DELETE waits in w->conn's
 // write buffer for the request the caller sends next on w->conn (one write
 // for both). With send_mu held, followed at once by that send.
-void cw__worker_stage_deletes_locked(cw__worker_t* w);
-// Records the error of a pipelined request nobody waits on (takes `status`;
-// OK is ignored); `what` names the request.
-void cw__worker_defer_error(cw__worker_t* w, const char* what, cw_status_t status);
+void cw_plugin_worker_stage_deletes_locked(cw_plugin_worker_t* w);
 // The recorded error(s) of pipelined requests, cleared; OK if none.
-CW_MUST_USE cw_status_t cw__worker_take_deferred(cw__worker_t* w);
+CW_MUST_USE cw_status_t cw_plugin_worker_take_deferred(cw_plugin_worker_t* w);
 // Takes `status`: if it shows the worker's connection is lost, marks the
 // worker dead and returns UNAVAILABLE naming it; otherwise returns `status`.
-CW_MUST_USE cw_status_t cw__worker_map_error(cw__worker_t* w, cw_status_t status);
+CW_MUST_USE cw_status_t cw_plugin_worker_map_error(cw_plugin_worker_t* w, cw_status_t status);
 
 // ---- Health: worker loss and replacement (cw_plugin_health.c) ---------------
 
-struct cw__buffer_s;
+struct cw_plugin_buffer_s;
 
 // A ClusterEvent from the controller (reader thread). WORKER_DOWN marks the
 // worker dead and closes our connection to it (what is pending there fails);
 // WORKER_UP for a worker of this session with a new incarnation records
 // its replacement, which the next operation on it connects to.
-void cw__health_on_event(cw__client_t* c, const Causeway__V1__ClusterEvent* ev);
-// Called by cw__worker_check on a dead worker: if a replacement was
+void cw_plugin_health_on_event(cw_plugin_client_t* c, const Causeway__V1__ClusterEvent* ev);
+// Called by cw_plugin_worker_check on a dead worker: if a replacement was
 // announced, connects to it in this session, tells the controller
 // (HEALTH_REJOIN), restarts seq numbering and returns true.
-bool cw__health_revive(cw__worker_t* w);
+bool cw_plugin_health_revive(cw_plugin_worker_t* w);
 // UNAVAILABLE when `b` lived on a worker that has since been replaced.
-CW_MUST_USE cw_status_t cw__buffer_check_epoch(const struct cw__buffer_s* b);
+CW_MUST_USE cw_status_t cw_plugin_buffer_check_epoch(const struct cw_plugin_buffer_s* b);
 // Whether `status` (borrowed) says the controller connection is lost.
-bool cw__is_controller_lost(const cw__client_t* c, cw_status_t status);
+bool cw_plugin_health_controller_lost(const cw_plugin_client_t* c, cw_status_t status);
 // Takes `status`: when the controller connection is lost, UNAVAILABLE
 // "causeway: the controller at ADDRESS is unavailable: ..."; else unchanged.
-CW_MUST_USE cw_status_t cw__controller_error(cw__client_t* c, cw_status_t status);
+CW_MUST_USE cw_status_t cw_plugin_health_controller_error(cw_plugin_client_t* c,
+                                                          cw_status_t status);
 // Frees the worker's health state (retired connections and addresses).
-void cw__health_worker_free(cw__worker_t* w);
+void cw_plugin_health_worker_free(cw_plugin_worker_t* w);
 
 // ---- Embedded cluster ------------------------------------------------------
 
 // Starts a private controller and CAUSEWAY_LOCAL_WORKERS workers as child
 // processes, as `settings` (borrowed) say; *out_num_workers is how many.
 // *out_controller_address is borrowed from the cluster.
-CW_MUST_USE cw_status_t cw__cluster_start(const cw_settings_t* settings,
-                                          cw__cluster_t** out_cluster,
-                                          const char** out_controller_address,
-                                          uint32_t* out_num_workers);
+CW_MUST_USE cw_status_t cw_plugin_cluster_start(const cw_settings_t* settings,
+                                                cw_plugin_cluster_t** out_cluster,
+                                                const char** out_controller_address,
+                                                uint32_t* out_num_workers);
 // Appends the tail of the children's logs (for error messages); may be NULL.
-CW_MUST_USE cw_status_t cw__cluster_annotate(cw__cluster_t* cluster, cw_status_t status);
+CW_MUST_USE cw_status_t cw_plugin_cluster_annotate(cw_plugin_cluster_t* cluster,
+                                                   cw_status_t status);
 // True if a child has exited (with a description in buf).
-bool cw__cluster_child_exited(cw__cluster_t* cluster, char* buf, size_t cap);
-void cw__cluster_stop(cw__cluster_t* cluster);
+bool cw_plugin_cluster_child_exited(cw_plugin_cluster_t* cluster, char* buf, size_t cap);
+void cw_plugin_cluster_stop(cw_plugin_cluster_t* cluster);
 // The embedded cluster's random token (borrowed; lives with the cluster).
-const char* cw__cluster_token(const cw__cluster_t* cluster);
+const char* cw_plugin_cluster_token(const cw_plugin_cluster_t* cluster);
 
 // ---- Credentials (cw_plugin_token.c) ----------------------------------------
 
 // CAUSEWAY_TOKEN, else the first line of CAUSEWAY_TOKEN_FILE, else "", from
 // `settings` (the token file's line is kept there too). *out_token is heap
 // (caller frees).
-CW_MUST_USE cw_status_t cw__client_token_load(cw_settings_t* settings, char** out_token);
+CW_MUST_USE cw_status_t cw_plugin_token_load(cw_settings_t* settings, char** out_token);
 // Takes `status`: an UNAUTHENTICATED refusal by the `what` at `address` is
 // reworded to say the token was refused and how to set it; others pass.
-CW_MUST_USE cw_status_t cw__client_token_refused(cw_status_t status, const char* what,
-                                                 const char* address);
+CW_MUST_USE cw_status_t cw_plugin_token_refused(cw_status_t status, const char* what,
+                                                const char* address);
 
 // ---- Buffers ---------------------------------------------------------------
 
-#define CW__INLINE_DIMS 6
+#define CW_PLUGIN_BUFFER_INLINE_DIMS 6
 
-typedef struct cw__buffer_s {
-  cw__client_t* client;
-  cw__device_t* device;
+typedef struct cw_plugin_buffer_s {
+  cw_plugin_client_t* client;
+  cw_plugin_device_t* device;
   uint64_t id;
   PJRT_Buffer_Type type;
   size_t rank;
   int64_t* dims;            // points at inline_dims or heap
-  int64_t inline_dims[CW__INLINE_DIMS];
-  cw__future_t* ready;      // the value exists on the worker (or failed)
+  int64_t inline_dims[CW_PLUGIN_BUFFER_INLINE_DIMS];
+  cw_plugin_future_t* ready;  // the value exists on the worker (or failed)
   _Atomic bool deleted;
   uint32_t epoch;           // the worker's epoch when it was made
-} cw__buffer_t;
+} cw_plugin_buffer_t;
 
 // Creates a proxy (no message sent). Takes a reference to `ready`.
-CW_MUST_USE cw_status_t cw__buffer_create(cw__client_t* c, cw__device_t* d, uint64_t id,
-                                          PJRT_Buffer_Type type, const int64_t* dims,
-                                          size_t rank, cw__future_t* ready,
-                                          cw__buffer_t** out_buffer);
-size_t cw__dtype_size(PJRT_Buffer_Type type);
+CW_MUST_USE cw_status_t cw_plugin_buffer_create(cw_plugin_client_t* c, cw_plugin_device_t* d,
+                                                uint64_t id, PJRT_Buffer_Type type,
+                                                const int64_t* dims, size_t rank,
+                                                cw_plugin_future_t* ready,
+                                                cw_plugin_buffer_t** out_buffer);
 
 // ---- Executables -----------------------------------------------------------
 
-typedef struct cw__exe_s {
+typedef struct cw_plugin_exe_s {
   _Atomic int refs;
-  cw__client_t* client;
+  cw_plugin_client_t* client;
   uint64_t id;
   char* name;
   size_t num_replicas;
@@ -304,9 +304,9 @@ typedef struct cw__exe_s {
   size_t program_size;
   char* program_format;
   size_t num_devices;
-  cw__device_t** devices;   // in launch order
+  cw_plugin_device_t** devices;  // in launch order
   PJRT_Device** device_ptrs;
-  cw__worker_t* worker;     // where it runs
+  cw_plugin_worker_t* worker;  // where it runs
   uint8_t* compile_options;
   size_t compile_options_size;
   PJRT_LogicalDeviceIds* logical_ids;
@@ -314,14 +314,14 @@ typedef struct cw__exe_s {
   size_t device_assignment_size;
   uint32_t* donated_params;  // parameters aliased to outputs (taken unless non-donatable)
   size_t num_donated_params;
-} cw__exe_t;
+} cw_plugin_exe_t;
 
-typedef struct cw__loaded_s {
-  cw__exe_t* exe;
+typedef struct cw_plugin_loaded_s {
+  cw_plugin_exe_t* exe;
   _Atomic bool deleted;
-} cw__loaded_t;
+} cw_plugin_loaded_t;
 
-void cw__exe_release(cw__exe_t* e);
+void cw_plugin_exe_release(cw_plugin_exe_t* e);
 
 // ---- API entry points implemented across files ------------------------------
 
@@ -422,35 +422,36 @@ PJRT_Error* cw_plugin_loaded_logical_ids(
 
 // ---- Session timeline (cw_plugin_trace.c, obs) --------------------------------
 
-#define CW__TRACE_LANE_DISPATCH 1  // client tids: API calls that dispatch
-#define CW__TRACE_LANE_TRANSFER 2  // requests from dispatch to the worker's ack
-#define CW__TRACE_LANE_WAIT 3      // blocking waits
-bool cw__trace_on(void);
+#define CW_PLUGIN_TRACE_LANE_DISPATCH 1  // client tids: API calls that dispatch
+#define CW_PLUGIN_TRACE_LANE_TRANSFER 2  // requests from dispatch to the worker's ack
+#define CW_PLUGIN_TRACE_LANE_WAIT 3      // blocking waits
+bool cw_plugin_trace_on(void);
 // Records a client event [start_ns, now) (no-op unless tracing); `w` may be NULL.
-void cw__trace_client_event(const char* cat, const char* name, int lane, int64_t start_ns,
-                            const cw__worker_t* w, uint64_t id, uint64_t seq, uint64_t bytes);
+void cw_plugin_trace_client_event(const char* cat, const char* name, int lane, int64_t start_ns,
+                                  const cw_plugin_worker_t* w, uint64_t id, uint64_t seq,
+                                  uint64_t bytes);
 // CAUSEWAY_TRACE set: asks every worker to record the session, registers the
 // exit-time write. Called once the client is ready.
-void cw__trace_start(cw__client_t* c);
+void cw_plugin_trace_start(cw_plugin_client_t* c);
 // Fetches the workers' events and writes the file (client destroy, exit).
-void cw__trace_finish(cw__client_t* c);
+void cw_plugin_trace_finish(cw_plugin_client_t* c);
 
 // Plugin attributes: the workers' plugin attributes once a session exists
 // (defaults before). Set by client creation; never freed (process lifetime).
-void cw__plugin_attributes_set(Causeway__V1__NamedValue* const* values, size_t count);
+void cw_plugin_api_attributes_set(Causeway__V1__NamedValue* const* values, size_t count);
 
 // ---- cw_plugin_alloc.c: what the session asks for (CAUSEWAY_DEVICES...) ----
-typedef struct cw__alloc_env_s {
+typedef struct cw_plugin_alloc_s {
   char* buf;     // CAUSEWAY_WORKERS, split in place
   char** names;
   size_t count;
-} cw__alloc_env_t;
+} cw_plugin_alloc_t;
 // Fills req's allocation fields from `settings` (borrowed, and pointed at by
 // req until it is freed); `keep` owns the other strings req points at until
-// cw__alloc_env_free.
-CW_MUST_USE cw_status_t cw__alloc_env_read(const cw_settings_t* settings,
-                                           Causeway__V1__OpenSessionRequest* req,
-                                           cw__alloc_env_t* keep);
-void cw__alloc_env_free(cw__alloc_env_t* keep);
+// cw_plugin_alloc_free.
+CW_MUST_USE cw_status_t cw_plugin_alloc_read(const cw_settings_t* settings,
+                                             Causeway__V1__OpenSessionRequest* req,
+                                             cw_plugin_alloc_t* keep);
+void cw_plugin_alloc_free(cw_plugin_alloc_t* keep);
 
 #endif  // CW_PLUGIN_PLUGIN_H_

@@ -18,8 +18,8 @@ static bool cw__alloc_printable(const char* s, size_t max) {
   return n > 0;
 }
 
-cw_status_t cw__alloc_env_read(const cw_settings_t* settings,
-                               Causeway__V1__OpenSessionRequest* req, cw__alloc_env_t* keep) {
+cw_status_t cw_plugin_alloc_read(const cw_settings_t* settings,
+                                 Causeway__V1__OpenSessionRequest* req, cw_plugin_alloc_t* keep) {
   memset(keep, 0, sizeof(*keep));
   // Each was bounded by the table to fit a uint32 (0: not asked).
   req->num_devices = (uint32_t)cw_settings_int(settings, CW_SET_SESSION_DEVICES);
@@ -67,7 +67,7 @@ cw_status_t cw__alloc_env_read(const cw_settings_t* settings,
   return cw_ok_status();
 }
 
-void cw__alloc_env_free(cw__alloc_env_t* keep) {
+void cw_plugin_alloc_free(cw_plugin_alloc_t* keep) {
   free(keep->buf);
   free(keep->names);
   memset(keep, 0, sizeof(*keep));

@@ -92,13 +92,13 @@ static void cw__error_message(PJRT_Error_Message_Args* args) {
 }
 
 static PJRT_Error* cw__error_get_code(PJRT_Error_GetCode_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Error_GetCode_Args, code);
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Error_GetCode_Args, code);
   args->code = args->error ? cw__error_vt_code(args->error) : PJRT_Error_Code_OK;
   return NULL;
 }
 
 static PJRT_Error* cw__error_for_each_payload(PJRT_Error_ForEachPayload_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Error_ForEachPayload_Args, user_arg);
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Error_ForEachPayload_Args, user_arg);
   return NULL;
 }
 
@@ -128,7 +128,7 @@ static pthread_mutex_t cw__attrs_mu = PTHREAD_MUTEX_INITIALIZER;
 static const PJRT_NamedValue* cw__attrs = cw__default_attrs;
 static size_t cw__num_attrs = 3;
 
-void cw__plugin_attributes_set(Causeway__V1__NamedValue* const* values, size_t count) {
+void cw_plugin_api_attributes_set(Causeway__V1__NamedValue* const* values, size_t count) {
   PJRT_NamedValue* out = calloc(count ? count : 1, sizeof(*out));
   if (!out) return;
   size_t n = 0;
@@ -183,7 +183,7 @@ void cw__plugin_attributes_set(Causeway__V1__NamedValue* const* values, size_t c
 }
 
 static PJRT_Error* cw__plugin_attributes(PJRT_Plugin_Attributes_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Plugin_Attributes_Args, num_attributes);
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Plugin_Attributes_Args, num_attributes);
   pthread_mutex_lock(&cw__attrs_mu);
   args->attributes = cw__attrs;
   args->num_attributes = cw__num_attrs;

@@ -9,7 +9,7 @@
 #include "proto/xla_compile_options.pb-c.h"
 #include "cw_time.h"
 
-void cw__exe_release(cw__exe_t* e) {
+void cw_plugin_exe_release(cw_plugin_exe_t* e) {
   if (!e || atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) != 1) return;
   free(e->name);
   free(e->output_types);
@@ -34,7 +34,7 @@ static cw_status_t cw__oom(void) { return cw_make_status(CW_RESOURCE_EXHAUSTED, 
 
 // Serialized xla.DeviceAssignmentProto: [partition][replica] of global ids,
 // from launch order (replica-major: index = replica * partitions + partition).
-static cw_status_t cw__exe_device_assignment(cw__exe_t* e) {
+static cw_status_t cw__exe_device_assignment(cw_plugin_exe_t* e) {
   size_t r = e->num_replicas, p = e->num_partitions;
   if (r == 0 || p == 0 || r * p != e->num_devices) return cw_ok_status();  // portable: size 0
   Causeway__Xla__ComputationDevice* cds = calloc(p, sizeof(*cds));
@@ -68,11 +68,11 @@ static cw_status_t cw__exe_device_assignment(cw__exe_t* e) {
   return s;
 }
 
-static cw_status_t cw__exe_from_info(cw__client_t* c, uint64_t id,
-                                     const Causeway__V1__ExecutableInfo* info,
-                                     const char* options, size_t options_size, cw__exe_t** out) {
+static cw_status_t cw__exe_from_info(cw_plugin_client_t* c, uint64_t id,
+                                     const Causeway__V1__ExecutableInfo* info, const char* options,
+                                     size_t options_size, cw_plugin_exe_t** out) {
   *out = NULL;
-  cw__exe_t* e = calloc(1, sizeof(*e));
+  cw_plugin_exe_t* e = calloc(1, sizeof(*e));
   if (!e) return cw__oom();
   atomic_init(&e->refs, 1);
   e->client = c;
@@ -142,7 +142,7 @@ static cw_status_t cw__exe_from_info(cw__client_t* c, uint64_t id,
     if (!e->devices || !e->device_ptrs || !e->logical_ids) s = cw__oom();
   }
   for (size_t i = 0; !s && i < e->num_devices; ++i) {
-    cw__device_t* d = cw__client_device(c, info->devices[i]);
+    cw_plugin_device_t* d = cw_plugin_device_find(c, info->devices[i]);
     if (!d) {
       s = cw_make_status(CW_INTERNAL, "executable names unknown device %d", info->devices[i]);
       break;
@@ -179,7 +179,7 @@ static cw_status_t cw__exe_from_info(cw__client_t* c, uint64_t id,
     }
   }
   if (s) {
-    cw__exe_release(e);
+    cw_plugin_exe_release(e);
     return s;
   }
   *out = e;
@@ -187,8 +187,8 @@ static cw_status_t cw__exe_from_info(cw__client_t* c, uint64_t id,
 }
 
 PJRT_Error* cw_plugin_client_compile(PJRT_Client_Compile_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Client_Compile_Args, executable);
-  cw__client_t* c = (cw__client_t*)args->client;
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Client_Compile_Args, executable);
+  cw_plugin_client_t* c = (cw_plugin_client_t*)args->client;
   const PJRT_Program* prog = args->program;
   if (!c || !prog || (!prog->code && prog->code_size)) {
     return cw_plugin_error_from_status(
@@ -198,7 +198,7 @@ PJRT_Error* cw_plugin_client_compile(PJRT_Client_Compile_Args* args) {
   snprintf(format, sizeof(format), "%.*s", (int)(prog->format ? prog->format_size : 0),
            prog->format ? prog->format : "");
   Causeway__V1__CompileRequest req = CAUSEWAY__V1__COMPILE_REQUEST__INIT;
-  req.exe_id = cw__client_new_id(c);
+  req.exe_id = cw_plugin_client_new_id(c);
   req.format = format;
   req.code.data = (uint8_t*)prog->code;
   req.code.len = prog->code_size;
@@ -207,9 +207,9 @@ PJRT_Error* cw_plugin_client_compile(PJRT_Client_Compile_Args* args) {
   ProtobufCMessage* reply = NULL;
   cw_status_t s = cw_client_call(c->ctrl, CW_MSG_COMPILE, &req.base, NULL, 0, NULL, &reply, NULL);
   // XLA's message, unchanged; a lost controller is named.
-  if (s) return cw_plugin_error_from_status(cw__controller_error(c, s));
+  if (s) return cw_plugin_error_from_status(cw_plugin_health_controller_error(c, s));
   const Causeway__V1__CompileReply* r = (const Causeway__V1__CompileReply*)reply;
-  cw__exe_t* e = NULL;
+  cw_plugin_exe_t* e = NULL;
   if (!r->info) {
     s = cw_make_status(CW_INTERNAL, "the controller's compile reply carries no ExecutableInfo");
   } else {
@@ -218,9 +218,9 @@ PJRT_Error* cw_plugin_client_compile(PJRT_Client_Compile_Args* args) {
   }
   protobuf_c_message_free_unpacked(reply, NULL);
   if (s) return cw_plugin_error_from_status(s);
-  cw__loaded_t* l = calloc(1, sizeof(*l));
+  cw_plugin_loaded_t* l = calloc(1, sizeof(*l));
   if (!l) {
-    cw__exe_release(e);
+    cw_plugin_exe_release(e);
     return cw_plugin_error_from_status(cw__oom());
   }
   l->exe = e;
@@ -231,8 +231,8 @@ PJRT_Error* cw_plugin_client_compile(PJRT_Client_Compile_Args* args) {
 
 // ---- Executable queries ---------------------------------------------------------------
 
-#define CW__EXE(args) ((cw__exe_t*)(args)->executable)
-#define CW__LOADED(args) ((cw__loaded_t*)(args)->executable)
+#define CW__EXE(args) ((cw_plugin_exe_t*)(args)->executable)
+#define CW__LOADED(args) ((cw_plugin_loaded_t*)(args)->executable)
 #define CW__NEED_EXE(args, what)                                                  \
   do {                                                                            \
     if (!(args)->executable) {                                                    \
@@ -242,13 +242,13 @@ PJRT_Error* cw_plugin_client_compile(PJRT_Client_Compile_Args* args) {
   } while (0)
 
 PJRT_Error* cw_plugin_executable_destroy(PJRT_Executable_Destroy_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Executable_Destroy_Args, executable);
-  cw__exe_release(CW__EXE(args));
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_Destroy_Args, executable);
+  cw_plugin_exe_release(CW__EXE(args));
   return NULL;
 }
 
 PJRT_Error* cw_plugin_executable_name(PJRT_Executable_Name_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Executable_Name_Args, executable_name_size);
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_Name_Args, executable_name_size);
   CW__NEED_EXE(args, "PJRT_Executable_Name");
   args->executable_name = CW__EXE(args)->name;
   args->executable_name_size = strlen(CW__EXE(args)->name);
@@ -256,34 +256,34 @@ PJRT_Error* cw_plugin_executable_name(PJRT_Executable_Name_Args* args) {
 }
 
 PJRT_Error* cw_plugin_executable_num_replicas(PJRT_Executable_NumReplicas_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Executable_NumReplicas_Args, num_replicas);
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_NumReplicas_Args, num_replicas);
   CW__NEED_EXE(args, "PJRT_Executable_NumReplicas");
   args->num_replicas = CW__EXE(args)->num_replicas;
   return NULL;
 }
 
 PJRT_Error* cw_plugin_executable_num_partitions(PJRT_Executable_NumPartitions_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Executable_NumPartitions_Args, num_partitions);
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_NumPartitions_Args, num_partitions);
   CW__NEED_EXE(args, "PJRT_Executable_NumPartitions");
   args->num_partitions = CW__EXE(args)->num_partitions;
   return NULL;
 }
 
 PJRT_Error* cw_plugin_executable_num_outputs(PJRT_Executable_NumOutputs_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Executable_NumOutputs_Args, num_outputs);
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_NumOutputs_Args, num_outputs);
   CW__NEED_EXE(args, "PJRT_Executable_NumOutputs");
   args->num_outputs = CW__EXE(args)->num_outputs;
   return NULL;
 }
 
 PJRT_Error* cw_plugin_executable_code_size(PJRT_Executable_SizeOfGeneratedCodeInBytes_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Executable_SizeOfGeneratedCodeInBytes_Args, size_in_bytes);
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_SizeOfGeneratedCodeInBytes_Args, size_in_bytes);
   args->size_in_bytes = 0;  // unknown here; failing would abort the caller
   return NULL;
 }
 
 PJRT_Error* cw_plugin_executable_output_memory_kinds(PJRT_Executable_OutputMemoryKinds_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Executable_OutputMemoryKinds_Args, memory_kind_sizes);
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_OutputMemoryKinds_Args, memory_kind_sizes);
   CW__NEED_EXE(args, "PJRT_Executable_OutputMemoryKinds");
   args->num_outputs = CW__EXE(args)->num_outputs;
   args->memory_kinds = CW__EXE(args)->output_kinds;
@@ -292,9 +292,9 @@ PJRT_Error* cw_plugin_executable_output_memory_kinds(PJRT_Executable_OutputMemor
 }
 
 PJRT_Error* cw_plugin_executable_optimized_program(PJRT_Executable_OptimizedProgram_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Executable_OptimizedProgram_Args, program);
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_OptimizedProgram_Args, program);
   CW__NEED_EXE(args, "PJRT_Executable_OptimizedProgram");
-  cw__exe_t* e = CW__EXE(args);
+  cw_plugin_exe_t* e = CW__EXE(args);
   PJRT_Program* p = args->program;
   if (!p) {
     return cw_plugin_error_from_status(
@@ -321,7 +321,7 @@ PJRT_Error* cw_plugin_executable_optimized_program(PJRT_Executable_OptimizedProg
 
 PJRT_Error* cw_plugin_executable_output_element_types(
     PJRT_Executable_OutputElementTypes_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Executable_OutputElementTypes_Args, num_output_types);
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_OutputElementTypes_Args, num_output_types);
   CW__NEED_EXE(args, "PJRT_Executable_OutputElementTypes");
   args->output_types = CW__EXE(args)->output_types;
   args->num_output_types = CW__EXE(args)->num_outputs;
@@ -329,7 +329,7 @@ PJRT_Error* cw_plugin_executable_output_element_types(
 }
 
 PJRT_Error* cw_plugin_executable_output_dimensions(PJRT_Executable_OutputDimensions_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Executable_OutputDimensions_Args, dim_sizes);
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_OutputDimensions_Args, dim_sizes);
   CW__NEED_EXE(args, "PJRT_Executable_OutputDimensions");
   args->num_outputs = CW__EXE(args)->num_outputs;
   args->dims = CW__EXE(args)->output_dims;
@@ -338,9 +338,9 @@ PJRT_Error* cw_plugin_executable_output_dimensions(PJRT_Executable_OutputDimensi
 }
 
 PJRT_Error* cw_plugin_executable_fingerprint(PJRT_Executable_Fingerprint_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Executable_Fingerprint_Args, executable_fingerprint_size);
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_Fingerprint_Args, executable_fingerprint_size);
   CW__NEED_EXE(args, "PJRT_Executable_Fingerprint");
-  cw__exe_t* e = CW__EXE(args);
+  cw_plugin_exe_t* e = CW__EXE(args);
   if (!e->fingerprint) {
     return cw_plugin_error_from_status(
         cw_make_status(CW_UNIMPLEMENTED, "no fingerprint for %s", e->name));
@@ -355,9 +355,10 @@ static void cw__no_options_deleter(PJRT_SerializedCompileOptions* options) {
 }
 
 PJRT_Error* cw_plugin_executable_get_compile_options(PJRT_Executable_GetCompileOptions_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Executable_GetCompileOptions_Args, serialized_compile_options_deleter);
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_GetCompileOptions_Args,
+                       serialized_compile_options_deleter);
   CW__NEED_EXE(args, "PJRT_Executable_GetCompileOptions");
-  cw__exe_t* e = CW__EXE(args);
+  cw_plugin_exe_t* e = CW__EXE(args);
   args->serialized_bytes = (const char*)e->compile_options;
   args->serialized_bytes_size = e->compile_options_size;
   args->serialized_compile_options = NULL;
@@ -374,7 +375,7 @@ static void cw__ignore_cb(void* user, cw_status_t status, const ProtobufCMessage
 // Sends an empty DELETE carrying `seq` straight to the worker, so a seq the
 // controller never relayed does not stall the worker's order. Not when the
 // seq was taken in an older epoch: the replacement numbers from 1 again.
-static void cw__fill_seq(cw__worker_t* w, uint64_t seq, uint32_t epoch) {
+static void cw__fill_seq(cw_plugin_worker_t* w, uint64_t seq, uint32_t epoch) {
   if (epoch != atomic_load_explicit(&w->epoch, memory_order_acquire)) return;
   Causeway__V1__DeleteRequest filler = CAUSEWAY__V1__DELETE_REQUEST__INIT;
   filler.seq = seq;
@@ -383,7 +384,7 @@ static void cw__fill_seq(cw__worker_t* w, uint64_t seq, uint32_t epoch) {
 }
 
 typedef struct cw__exe_delete_s {
-  cw__worker_t* w;
+  cw_plugin_worker_t* w;
   uint64_t seq;
   uint32_t epoch;
 } cw__exe_delete_t;
@@ -398,10 +399,10 @@ static void cw__exe_delete_cb(void* user, cw_status_t status, const ProtobufCMes
 }
 
 PJRT_Error* cw_plugin_loaded_destroy(PJRT_LoadedExecutable_Destroy_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_LoadedExecutable_Destroy_Args, executable);
-  cw__loaded_t* l = CW__LOADED(args);
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_LoadedExecutable_Destroy_Args, executable);
+  cw_plugin_loaded_t* l = CW__LOADED(args);
   if (!l) return NULL;
-  cw__exe_t* e = l->exe;
+  cw_plugin_exe_t* e = l->exe;
   // The controller forgets it and the worker frees it, after every launch
   // sent before (the worker's seq keeps the order).
   if (!atomic_load_explicit(&e->worker->dead, memory_order_acquire)) {
@@ -412,8 +413,8 @@ PJRT_Error* cw_plugin_loaded_destroy(PJRT_LoadedExecutable_Destroy_Args* args) {
     cw__exe_delete_t* d = malloc(sizeof(*d));
     cw_status_t s = d ? cw_ok_status() : cw__oom();
     pthread_mutex_lock(&e->worker->send_mu);  // seq order on the connection
-    cw__worker_flush_deletes_locked(e->worker);  // batched DELETEs come first
-    req.seq = cw__worker_next_seq(e->worker);
+    cw_plugin_worker_flush_deletes_locked(e->worker);  // batched DELETEs come first
+    req.seq = cw_plugin_worker_next_seq(e->worker);
     uint32_t epoch = atomic_load_explicit(&e->worker->epoch, memory_order_acquire);
     if (d) {
       d->w = e->worker;
@@ -429,18 +430,18 @@ PJRT_Error* cw_plugin_loaded_destroy(PJRT_LoadedExecutable_Destroy_Args* args) {
       cw__fill_seq(e->worker, req.seq, epoch);
     }
   }
-  cw__exe_release(e);
+  cw_plugin_exe_release(e);
   free(l);
   return NULL;
 }
 
 PJRT_Error* cw_plugin_loaded_get_executable(PJRT_LoadedExecutable_GetExecutable_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_LoadedExecutable_GetExecutable_Args, executable);
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_LoadedExecutable_GetExecutable_Args, executable);
   if (!args->loaded_executable) {
     return cw_plugin_error_from_status(
         cw_make_status(CW_INVALID_ARGUMENT, "GetExecutable: loaded_executable is NULL"));
   }
-  cw__exe_t* e = ((cw__loaded_t*)args->loaded_executable)->exe;
+  cw_plugin_exe_t* e = ((cw_plugin_loaded_t*)args->loaded_executable)->exe;
   atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);  // the caller destroys it
   args->executable = (PJRT_Executable*)e;
   return NULL;
@@ -448,32 +449,33 @@ PJRT_Error* cw_plugin_loaded_get_executable(PJRT_LoadedExecutable_GetExecutable_
 
 PJRT_Error* cw_plugin_loaded_addressable_devices(
     PJRT_LoadedExecutable_AddressableDevices_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_LoadedExecutable_AddressableDevices_Args, num_addressable_devices);
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_LoadedExecutable_AddressableDevices_Args,
+                       num_addressable_devices);
   CW__NEED_EXE(args, "PJRT_LoadedExecutable_AddressableDevices");
-  cw__exe_t* e = CW__LOADED(args)->exe;
+  cw_plugin_exe_t* e = CW__LOADED(args)->exe;
   args->addressable_devices = e->device_ptrs;
   args->num_addressable_devices = e->num_devices;
   return NULL;
 }
 
 PJRT_Error* cw_plugin_loaded_delete(PJRT_LoadedExecutable_Delete_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_LoadedExecutable_Delete_Args, executable);
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_LoadedExecutable_Delete_Args, executable);
   CW__NEED_EXE(args, "PJRT_LoadedExecutable_Delete");
   atomic_store(&CW__LOADED(args)->deleted, true);
   return NULL;
 }
 
 PJRT_Error* cw_plugin_loaded_is_deleted(PJRT_LoadedExecutable_IsDeleted_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_LoadedExecutable_IsDeleted_Args, is_deleted);
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_LoadedExecutable_IsDeleted_Args, is_deleted);
   CW__NEED_EXE(args, "PJRT_LoadedExecutable_IsDeleted");
   args->is_deleted = atomic_load(&CW__LOADED(args)->deleted);
   return NULL;
 }
 
 PJRT_Error* cw_plugin_loaded_fingerprint(PJRT_LoadedExecutable_Fingerprint_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_LoadedExecutable_Fingerprint_Args, executable_fingerprint_size);
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_LoadedExecutable_Fingerprint_Args, executable_fingerprint_size);
   CW__NEED_EXE(args, "PJRT_LoadedExecutable_Fingerprint");
-  cw__exe_t* e = CW__LOADED(args)->exe;
+  cw_plugin_exe_t* e = CW__LOADED(args)->exe;
   if (!e->fingerprint) {
     return cw_plugin_error_from_status(
         cw_make_status(CW_UNIMPLEMENTED, "no fingerprint for %s", e->name));
@@ -489,10 +491,10 @@ static void cw__no_da_deleter(PJRT_DeviceAssignmentSerialized* da) {
 
 PJRT_Error* cw_plugin_loaded_get_device_assignment(
     PJRT_LoadedExecutable_GetDeviceAssignment_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_LoadedExecutable_GetDeviceAssignment_Args,
-                 serialized_device_assignment_deleter);
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_LoadedExecutable_GetDeviceAssignment_Args,
+                       serialized_device_assignment_deleter);
   CW__NEED_EXE(args, "PJRT_LoadedExecutable_GetDeviceAssignment");
-  cw__exe_t* e = CW__LOADED(args)->exe;
+  cw_plugin_exe_t* e = CW__LOADED(args)->exe;
   args->serialized_bytes = (const char*)e->device_assignment;
   args->serialized_bytes_size = e->device_assignment_size;
   args->serialized_device_assignment = NULL;
@@ -502,10 +504,10 @@ PJRT_Error* cw_plugin_loaded_get_device_assignment(
 
 PJRT_Error* cw_plugin_loaded_logical_ids(
     PJRT_LoadedExecutable_AddressableDeviceLogicalIds_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_LoadedExecutable_AddressableDeviceLogicalIds_Args,
-                 num_addressable_device_logical_ids);
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_LoadedExecutable_AddressableDeviceLogicalIds_Args,
+                       num_addressable_device_logical_ids);
   CW__NEED_EXE(args, "PJRT_LoadedExecutable_AddressableDeviceLogicalIds");
-  cw__exe_t* e = CW__LOADED(args)->exe;
+  cw_plugin_exe_t* e = CW__LOADED(args)->exe;
   args->addressable_device_logical_ids = e->logical_ids;
   args->num_addressable_device_logical_ids = e->num_devices;
   return NULL;
@@ -514,16 +516,17 @@ PJRT_Error* cw_plugin_loaded_logical_ids(
 // ---- Execute ------------------------------------------------------------------------------
 
 typedef struct cw__launch_s {
-  cw__future_t* f;
-  cw__worker_t* w;
+  cw_plugin_future_t* f;
+  cw_plugin_worker_t* w;
   uint64_t seq;
   uint32_t epoch;
 } cw__launch_t;
 
 // A launch's error: the controller's connection lost names the controller.
-static cw_status_t cw__launch_error(cw__worker_t* w, cw_status_t status) {
-  if (cw__is_controller_lost(w->client, status)) return cw__controller_error(w->client, status);
-  return cw__worker_map_error(w, status);
+static cw_status_t cw__launch_error(cw_plugin_worker_t* w, cw_status_t status) {
+  if (cw_plugin_health_controller_lost(w->client, status))
+    return cw_plugin_health_controller_error(w->client, status);
+  return cw_plugin_worker_map_error(w, status);
 }
 
 static void cw__launch_cb(void* user, cw_status_t status, const ProtobufCMessage* reply) {
@@ -532,28 +535,28 @@ static void cw__launch_cb(void* user, cw_status_t status, const ProtobufCMessage
   // After an error reply the launch is over: either the worker had it (the
   // filler is refused as a duplicate) or it never will.
   if (status) cw__fill_seq(l->w, l->seq, l->epoch);
-  cw__future_complete(l->f, cw__launch_error(l->w, status));
-  cw__future_release(l->f);
+  cw_plugin_future_complete(l->f, cw__launch_error(l->w, status));
+  cw_plugin_future_release(l->f);
   free(l);
 }
 
 #define CW__STACK_IDS 256
 
 PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_LoadedExecutable_Execute_Args, execute_device);
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_LoadedExecutable_Execute_Args, execute_device);
   CW__NEED_EXE(args, "PJRT_LoadedExecutable_Execute");
-  int64_t trace_t0 = cw__trace_on() ? cw_time_now_ns() : 0;  // obs: the dispatch event
+  int64_t trace_t0 = cw_plugin_trace_on() ? cw_time_now_ns() : 0;  // obs: the dispatch event
   uint64_t trace_seq = 0;
-  cw__loaded_t* l = CW__LOADED(args);
-  cw__exe_t* e = l->exe;
-  cw__client_t* c = e->client;
+  cw_plugin_loaded_t* l = CW__LOADED(args);
+  cw_plugin_exe_t* e = l->exe;
+  cw_plugin_client_t* c = e->client;
   if (atomic_load(&l->deleted)) {
     return cw_plugin_error_from_status(
         cw_make_status(CW_INVALID_ARGUMENT, "Execute: executable %s was deleted", e->name));
   }
   size_t nd = args->num_devices, na = args->num_args, no = e->num_outputs;
-  if (args->execute_device && (e->num_devices != 1 ||
-                               (cw__device_t*)args->execute_device != e->devices[0])) {
+  if (args->execute_device &&
+      (e->num_devices != 1 || (cw_plugin_device_t*)args->execute_device != e->devices[0])) {
     return cw_plugin_error_from_status(cw_make_status(
         CW_UNIMPLEMENTED, "Execute: %s was compiled for %s; running it on another device "
         "(portable execution) is not supported by causeway", e->name, e->devices[0]->to_string));
@@ -578,7 +581,7 @@ PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args) {
   cw_status_t poisoned = cw_ok_status();
   for (size_t d = 0; d < nd; ++d) {
     for (size_t a = 0; a < na; ++a) {
-      cw__buffer_t* b = (cw__buffer_t*)args->argument_lists[d][a];
+      cw_plugin_buffer_t* b = (cw_plugin_buffer_t*)args->argument_lists[d][a];
       cw_status_t s = cw_ok_status();
       if (!b) {
         s = cw_make_status(CW_INVALID_ARGUMENT, "Execute: argument %zu of device %zu is NULL", a,
@@ -591,10 +594,10 @@ PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args) {
                            "Execute: argument %zu of %s lives on %s but the program runs on "
                            "worker %s (island %u); move it with jax.device_put",
                            a, e->name, b->device->to_string, e->worker->name, e->devices[0]->island);
-      } else if ((s = cw__buffer_check_epoch(b)) != NULL) {
+      } else if ((s = cw_plugin_buffer_check_epoch(b)) != NULL) {
         s = cw_status_annotate(s, "Execute: argument %zu of %s", a, e->name);
-      } else if (!poisoned && cw__future_is_done(b->ready)) {
-        cw_status_t rs = cw__future_wait(b->ready);  // done: returns at once
+      } else if (!poisoned && cw_plugin_future_is_done(b->ready)) {
+        cw_status_t rs = cw_plugin_future_wait(b->ready);  // done: returns at once
         if (rs) poisoned = cw_status_annotate(rs, "input %zu of %s", a, e->name);
       }
       if (s) {
@@ -603,7 +606,7 @@ PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args) {
       }
     }
   }
-  cw_status_t s = cw__worker_check(e->worker);
+  cw_status_t s = cw_plugin_worker_check(e->worker);
   if (s) {
     cw_status_free(poisoned);
     return cw_plugin_error_from_status(s);
@@ -633,7 +636,8 @@ PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args) {
 
   // One future for the whole launch: every output and completion event
   // shares it.
-  cw__future_t* f = poisoned ? cw__future_create_done(poisoned) : cw__future_create();
+  cw_plugin_future_t* f =
+      poisoned ? cw_plugin_future_create_done(poisoned) : cw_plugin_future_create();
   if (!f) {
     if (donate != stack_donate) free(donate);
     return cw_plugin_error_from_status(cw__oom());
@@ -650,13 +654,13 @@ PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args) {
   for (size_t d = 0; !s && d < nd; ++d) {
     uint64_t* aid = &ids[d * (na + no)];
     uint64_t* oid = aid + na;
-    for (size_t a = 0; a < na; ++a) aid[a] = ((cw__buffer_t*)args->argument_lists[d][a])->id;
+    for (size_t a = 0; a < na; ++a) aid[a] = ((cw_plugin_buffer_t*)args->argument_lists[d][a])->id;
     for (size_t o = 0; !s && o < no; ++o) {
-      cw__buffer_t* ob = NULL;
-      oid[o] = cw__client_new_id(c);
-      s = cw__buffer_create(c, e->devices[d], oid[o], e->output_types[o],
-                            &e->output_dims[e->output_dim_offsets[o]], e->output_ranks[o], f,
-                            &ob);
+      cw_plugin_buffer_t* ob = NULL;
+      oid[o] = cw_plugin_client_new_id(c);
+      s = cw_plugin_buffer_create(c, e->devices[d], oid[o], e->output_types[o],
+                                  &e->output_dims[e->output_dim_offsets[o]], e->output_ranks[o], f,
+                                  &ob);
       if (!s) {
         args->output_lists[d][o] = (PJRT_Buffer*)ob;
         ++made;
@@ -688,16 +692,18 @@ PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args) {
     if (!lc) {
       s = cw__oom();
     } else {
-      cw__future_retain(f);
+      cw_plugin_future_retain(f);
       lc->f = f;
       lc->w = e->worker;
       pthread_mutex_lock(&e->worker->send_mu);  // seq order on the connection
       // Under send_mu: a replacement worker swaps the connection under it.
       cw_client_t* via = e->worker->direct_launch ? e->worker->conn : c->ctrl;
       // Batched DELETEs come first (in the same write when on the same connection).
-      if (via == e->worker->conn) cw__worker_stage_deletes_locked(e->worker);
-      else cw__worker_flush_deletes_locked(e->worker);
-      req.seq = cw__worker_next_seq(e->worker);
+      if (via == e->worker->conn)
+        cw_plugin_worker_stage_deletes_locked(e->worker);
+      else
+        cw_plugin_worker_flush_deletes_locked(e->worker);
+      req.seq = cw_plugin_worker_next_seq(e->worker);
       lc->seq = req.seq;
       trace_seq = req.seq;
       uint32_t epoch = atomic_load_explicit(&e->worker->epoch, memory_order_acquire);
@@ -705,7 +711,7 @@ PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args) {
       s = cw_client_send(via, CW_MSG_LAUNCH, &req.base, NULL, 0, NULL, cw__launch_cb, lc, NULL);
       pthread_mutex_unlock(&e->worker->send_mu);
       if (s) {
-        cw__future_release(f);
+        cw_plugin_future_release(f);
         free(lc);
         cw__fill_seq(e->worker, req.seq, epoch);  // keep the worker's seq order free of holes
         s = via == c->ctrl
@@ -725,7 +731,7 @@ PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args) {
     // delete them as PJRT_Buffer_Delete would.
     for (size_t k = 0; k < ndonate; ++k) {
       for (size_t d = 0; d < nd; ++d) {
-        cw__buffer_t* b = (cw__buffer_t*)args->argument_lists[d][donate[k]];
+        cw_plugin_buffer_t* b = (cw_plugin_buffer_t*)args->argument_lists[d][donate[k]];
         if (poisoned) {
           PJRT_Buffer_Delete_Args da = {.struct_size = sizeof(da), .buffer = (PJRT_Buffer*)b};
           (void)cw_plugin_buffer_delete(&da);  // NULL for a non-NULL buffer
@@ -739,22 +745,24 @@ PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args) {
   if (s) {
     // Undo the outputs made so far; nothing reached a worker.
     for (size_t k = 0; k < made; ++k) {
-      cw__buffer_t* ob = (cw__buffer_t*)args->output_lists[k / (no ? no : 1)][k % (no ? no : 1)];
+      cw_plugin_buffer_t* ob =
+          (cw_plugin_buffer_t*)args->output_lists[k / (no ? no : 1)][k % (no ? no : 1)];
       atomic_store(&ob->deleted, true);
       PJRT_Buffer_Destroy_Args da = {.struct_size = sizeof(da), .buffer = (PJRT_Buffer*)ob};
       cw_plugin_buffer_destroy(&da);
       args->output_lists[k / (no ? no : 1)][k % (no ? no : 1)] = NULL;
     }
-    cw__future_release(f);
+    cw_plugin_future_release(f);
     return cw_plugin_error_from_status(s);
   }
   if (args->device_complete_events) {
-    for (size_t d = 0; d < nd; ++d) args->device_complete_events[d] = cw__event_of(f);
+    for (size_t d = 0; d < nd; ++d)
+      args->device_complete_events[d] = cw_plugin_event_from_future(f);
   }
-  cw__future_release(f);
+  cw_plugin_future_release(f);
   if (trace_t0) {
-    cw__trace_client_event("execute", e->name, CW__TRACE_LANE_DISPATCH, trace_t0, e->worker,
-                           e->id, trace_seq, 0);
+    cw_plugin_trace_client_event("execute", e->name, CW_PLUGIN_TRACE_LANE_DISPATCH, trace_t0,
+                                 e->worker, e->id, trace_seq, 0);
   }
   return NULL;
 }
