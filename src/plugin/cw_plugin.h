@@ -23,25 +23,9 @@
 
 #include "cw_client.h"
 #include "cw_pjrt_c_api.h"
+#include "cw_plugin_error.h"
 #include "cw_settings.h"
 #include "cw_status.h"
-
-// ---- Errors ----------------------------------------------------------------
-
-// Takes `status` (must not be OK) and returns an owned PJRT_Error.
-PJRT_Error* cw_plugin_error_from_status(cw_status_t status);
-// NULL for OK, else cw_plugin_error_from_status.
-PJRT_Error* cw_plugin_error_or_null(cw_status_t status);
-
-// Checks the caller's args pointer and struct_size against the fields we read.
-#define CW_PLUGIN_CHECK_ARGS(args, type, last_field)                                           \
-  do {                                                                                         \
-    if (!(args) || (args)->struct_size < CW_PJRT_STRUCT_SIZE(type, last_field)) {              \
-      return cw_plugin_error_from_status(                                                      \
-          cw_make_status(CW_INVALID_ARGUMENT, "%s: args missing or struct_size %zu too small", \
-                         #type, (args) ? (args)->struct_size : (size_t)0));                    \
-    }                                                                                          \
-  } while (0)
 
 // ---- Futures (shared completions) and events --------------------------------
 

@@ -9,8 +9,11 @@
 #include "cw_plugin.h"
 #include "cw_time.h"
 
+// The wire dtypes are PJRT_Buffer_Type values 1..15 (an upload casts one to
+// the other).
+_Static_assert((int)PJRT_Buffer_Type_C128 == (int)CAUSEWAY__V1__DTYPE__DTYPE_C128, "dtypes");
+
 static size_t cw__dtype_size(PJRT_Buffer_Type type) {
-  // The wire dtypes are PJRT_Buffer_Type values 1..15.
   return type >= PJRT_Buffer_Type_PRED && type <= PJRT_Buffer_Type_C128 ? cw_dtype_size((int)type)
                                                                         : 0;
 }
