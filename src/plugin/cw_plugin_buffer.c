@@ -245,14 +245,6 @@ PJRT_Error* cw_plugin_buffer_from_host(PJRT_Client_BufferFromHostBuffer_Args* ar
 }
 
 #define CW__BUF(p) ((cw_plugin_buffer_t*)(p))
-#define CW__NEED_BUFFER(b, what)                                                  \
-  do {                                                                            \
-    if (!(b)) {                                                                   \
-      return cw_plugin_error_from_status(                                         \
-          cw_make_status(CW_INVALID_ARGUMENT, "%s: buffer is NULL", what));       \
-    }                                                                             \
-  } while (0)
-
 
 // Marks the buffer deleted and tells its worker (pipelined, in seq order).
 static void cw__buffer_delete(cw_plugin_buffer_t* b) {
@@ -277,28 +269,28 @@ PJRT_Error* cw_plugin_buffer_destroy(PJRT_Buffer_Destroy_Args* args) {
 
 PJRT_Error* cw_plugin_buffer_delete(PJRT_Buffer_Delete_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_Delete_Args, buffer);
-  CW__NEED_BUFFER(args->buffer, "PJRT_Buffer_Delete");
+  CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_Delete", "buffer");
   cw__buffer_delete(CW__BUF(args->buffer));
   return NULL;
 }
 
 PJRT_Error* cw_plugin_buffer_is_deleted(PJRT_Buffer_IsDeleted_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_IsDeleted_Args, is_deleted);
-  CW__NEED_BUFFER(args->buffer, "PJRT_Buffer_IsDeleted");
+  CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_IsDeleted", "buffer");
   args->is_deleted = atomic_load_explicit(&CW__BUF(args->buffer)->deleted, memory_order_acquire);
   return NULL;
 }
 
 PJRT_Error* cw_plugin_buffer_element_type(PJRT_Buffer_ElementType_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_ElementType_Args, type);
-  CW__NEED_BUFFER(args->buffer, "PJRT_Buffer_ElementType");
+  CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_ElementType", "buffer");
   args->type = CW__BUF(args->buffer)->type;
   return NULL;
 }
 
 PJRT_Error* cw_plugin_buffer_dimensions(PJRT_Buffer_Dimensions_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_Dimensions_Args, num_dims);
-  CW__NEED_BUFFER(args->buffer, "PJRT_Buffer_Dimensions");
+  CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_Dimensions", "buffer");
   args->dims = CW__BUF(args->buffer)->dims;
   args->num_dims = CW__BUF(args->buffer)->rank;
   return NULL;
@@ -306,7 +298,7 @@ PJRT_Error* cw_plugin_buffer_dimensions(PJRT_Buffer_Dimensions_Args* args) {
 
 PJRT_Error* cw_plugin_buffer_unpadded_dimensions(PJRT_Buffer_UnpaddedDimensions_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_UnpaddedDimensions_Args, num_dims);
-  CW__NEED_BUFFER(args->buffer, "PJRT_Buffer_UnpaddedDimensions");
+  CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_UnpaddedDimensions", "buffer");
   args->unpadded_dims = CW__BUF(args->buffer)->dims;
   args->num_dims = CW__BUF(args->buffer)->rank;
   return NULL;
@@ -322,21 +314,21 @@ PJRT_Error* cw_plugin_buffer_dynamic_dimension_indices(
 
 PJRT_Error* cw_plugin_buffer_on_device_size(PJRT_Buffer_OnDeviceSizeInBytes_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_OnDeviceSizeInBytes_Args, on_device_size_in_bytes);
-  CW__NEED_BUFFER(args->buffer, "PJRT_Buffer_OnDeviceSizeInBytes");
+  CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_OnDeviceSizeInBytes", "buffer");
   args->on_device_size_in_bytes = (size_t)cw__dense_bytes(CW__BUF(args->buffer));
   return NULL;
 }
 
 PJRT_Error* cw_plugin_buffer_device(PJRT_Buffer_Device_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_Device_Args, device);
-  CW__NEED_BUFFER(args->buffer, "PJRT_Buffer_Device");
+  CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_Device", "buffer");
   args->device = (PJRT_Device*)CW__BUF(args->buffer)->device;
   return NULL;
 }
 
 PJRT_Error* cw_plugin_buffer_memory(PJRT_Buffer_Memory_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_Memory_Args, memory);
-  CW__NEED_BUFFER(args->buffer, "PJRT_Buffer_Memory");
+  CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_Memory", "buffer");
   args->memory = CW__BUF(args->buffer)->device->memory_ptr;
   return NULL;
 }
@@ -349,7 +341,7 @@ PJRT_Error* cw_plugin_buffer_is_on_cpu(PJRT_Buffer_IsOnCpu_Args* args) {
 
 PJRT_Error* cw_plugin_buffer_ready_event(PJRT_Buffer_ReadyEvent_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_ReadyEvent_Args, event);
-  CW__NEED_BUFFER(args->buffer, "PJRT_Buffer_ReadyEvent");
+  CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_ReadyEvent", "buffer");
   args->event = cw_plugin_event_from_future(CW__BUF(args->buffer)->ready);
   return NULL;
 }
@@ -364,7 +356,7 @@ static cw_status_t cw__live(const cw_plugin_buffer_t* b, const char* what) {
 
 PJRT_Error* cw_plugin_buffer_to_host(PJRT_Buffer_ToHostBuffer_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_ToHostBuffer_Args, event);
-  CW__NEED_BUFFER(args->src, "PJRT_Buffer_ToHostBuffer");
+  CW_PLUGIN_NEED(args->src, "PJRT_Buffer_ToHostBuffer", "buffer");
   cw_plugin_buffer_t* b = CW__BUF(args->src);
   uint64_t need = cw__dense_bytes(b);
   cw_status_t s = cw__check_layout(args->host_layout, b->dims, b->rank, cw__dtype_size(b->type),
@@ -455,7 +447,7 @@ static cw_status_t cw__buffer_copy(cw_plugin_buffer_t* b, cw_plugin_device_t* ds
 
 PJRT_Error* cw_plugin_buffer_copy_to_device(PJRT_Buffer_CopyToDevice_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_CopyToDevice_Args, dst_buffer);
-  CW__NEED_BUFFER(args->buffer, "PJRT_Buffer_CopyToDevice");
+  CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_CopyToDevice", "buffer");
   if (!args->dst_device) {
     return cw_plugin_error_from_status(
         cw_make_status(CW_INVALID_ARGUMENT, "PJRT_Buffer_CopyToDevice: dst_device is NULL"));
@@ -470,7 +462,7 @@ PJRT_Error* cw_plugin_buffer_copy_to_device(PJRT_Buffer_CopyToDevice_Args* args)
 
 PJRT_Error* cw_plugin_buffer_copy_to_memory(PJRT_Buffer_CopyToMemory_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_CopyToMemory_Args, dst_buffer);
-  CW__NEED_BUFFER(args->buffer, "PJRT_Buffer_CopyToMemory");
+  CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_CopyToMemory", "buffer");
   if (!args->dst_memory) {
     return cw_plugin_error_from_status(
         cw_make_status(CW_INVALID_ARGUMENT, "PJRT_Buffer_CopyToMemory: dst_memory is NULL"));

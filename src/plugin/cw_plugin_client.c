@@ -667,17 +667,10 @@ PJRT_Error* cw_plugin_client_destroy(PJRT_Client_Destroy_Args* args) {
 // ---- Client queries ----------------------------------------------------------------
 
 #define CW__CLIENT(args) ((cw_plugin_client_t*)(args)->client)
-#define CW__NEED_CLIENT(args, what)                                                   \
-  do {                                                                                \
-    if (!(args)->client) {                                                            \
-      return cw_plugin_error_from_status(                                             \
-          cw_make_status(CW_INVALID_ARGUMENT, "%s: client is NULL", what));           \
-    }                                                                                 \
-  } while (0)
 
 PJRT_Error* cw_plugin_client_platform_name(PJRT_Client_PlatformName_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Client_PlatformName_Args, platform_name_size);
-  CW__NEED_CLIENT(args, "PJRT_Client_PlatformName");
+  CW_PLUGIN_NEED(args->client, "PJRT_Client_PlatformName", "client");
   args->platform_name = CW__CLIENT(args)->platform_name;
   args->platform_name_size = strlen(CW__CLIENT(args)->platform_name);
   return NULL;
@@ -691,7 +684,7 @@ PJRT_Error* cw_plugin_client_process_index(PJRT_Client_ProcessIndex_Args* args) 
 
 PJRT_Error* cw_plugin_client_platform_version(PJRT_Client_PlatformVersion_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Client_PlatformVersion_Args, platform_version_size);
-  CW__NEED_CLIENT(args, "PJRT_Client_PlatformVersion");
+  CW_PLUGIN_NEED(args->client, "PJRT_Client_PlatformVersion", "client");
   args->platform_version = CW__CLIENT(args)->platform_version;
   args->platform_version_size = strlen(CW__CLIENT(args)->platform_version);
   return NULL;
@@ -699,7 +692,7 @@ PJRT_Error* cw_plugin_client_platform_version(PJRT_Client_PlatformVersion_Args* 
 
 PJRT_Error* cw_plugin_client_devices(PJRT_Client_Devices_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Client_Devices_Args, num_devices);
-  CW__NEED_CLIENT(args, "PJRT_Client_Devices");
+  CW_PLUGIN_NEED(args->client, "PJRT_Client_Devices", "client");
   args->devices = CW__CLIENT(args)->device_ptrs;
   args->num_devices = CW__CLIENT(args)->num_devices;
   return NULL;
@@ -707,7 +700,7 @@ PJRT_Error* cw_plugin_client_devices(PJRT_Client_Devices_Args* args) {
 
 PJRT_Error* cw_plugin_client_addressable_devices(PJRT_Client_AddressableDevices_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Client_AddressableDevices_Args, num_addressable_devices);
-  CW__NEED_CLIENT(args, "PJRT_Client_AddressableDevices");
+  CW_PLUGIN_NEED(args->client, "PJRT_Client_AddressableDevices", "client");
   args->addressable_devices = CW__CLIENT(args)->device_ptrs;
   args->num_addressable_devices = CW__CLIENT(args)->num_devices;
   return NULL;
@@ -715,7 +708,7 @@ PJRT_Error* cw_plugin_client_addressable_devices(PJRT_Client_AddressableDevices_
 
 PJRT_Error* cw_plugin_client_lookup_device(PJRT_Client_LookupDevice_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Client_LookupDevice_Args, device);
-  CW__NEED_CLIENT(args, "PJRT_Client_LookupDevice");
+  CW_PLUGIN_NEED(args->client, "PJRT_Client_LookupDevice", "client");
   cw_plugin_device_t* d = cw_plugin_device_find(CW__CLIENT(args), args->id);
   if (!d) {
     return cw_plugin_error_from_status(
@@ -728,7 +721,7 @@ PJRT_Error* cw_plugin_client_lookup_device(PJRT_Client_LookupDevice_Args* args) 
 PJRT_Error* cw_plugin_client_lookup_addressable_device(
     PJRT_Client_LookupAddressableDevice_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Client_LookupAddressableDevice_Args, addressable_device);
-  CW__NEED_CLIENT(args, "PJRT_Client_LookupAddressableDevice");
+  CW_PLUGIN_NEED(args->client, "PJRT_Client_LookupAddressableDevice", "client");
   // local_hardware_id == global id for our devices.
   cw_plugin_device_t* d = cw_plugin_device_find(CW__CLIENT(args), args->local_hardware_id);
   if (!d) {
@@ -741,7 +734,7 @@ PJRT_Error* cw_plugin_client_lookup_addressable_device(
 
 PJRT_Error* cw_plugin_client_addressable_memories(PJRT_Client_AddressableMemories_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Client_AddressableMemories_Args, num_addressable_memories);
-  CW__NEED_CLIENT(args, "PJRT_Client_AddressableMemories");
+  CW_PLUGIN_NEED(args->client, "PJRT_Client_AddressableMemories", "client");
   args->addressable_memories = CW__CLIENT(args)->memory_ptrs;
   args->num_addressable_memories = CW__CLIENT(args)->num_devices;
   return NULL;
@@ -750,7 +743,7 @@ PJRT_Error* cw_plugin_client_addressable_memories(PJRT_Client_AddressableMemorie
 PJRT_Error* cw_plugin_client_default_device_assignment(
     PJRT_Client_DefaultDeviceAssignment_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Client_DefaultDeviceAssignment_Args, default_assignment);
-  CW__NEED_CLIENT(args, "PJRT_Client_DefaultDeviceAssignment");
+  CW_PLUGIN_NEED(args->client, "PJRT_Client_DefaultDeviceAssignment", "client");
   cw_plugin_client_t* c = CW__CLIENT(args);
   size_t need = (size_t)(args->num_replicas > 0 ? args->num_replicas : 0) *
                 (size_t)(args->num_partitions > 0 ? args->num_partitions : 0);
@@ -780,17 +773,10 @@ PJRT_Error* cw_plugin_client_default_device_assignment(
 // ---- Devices -------------------------------------------------------------------------
 
 #define CW__DEV(p) ((cw_plugin_device_t*)(p))
-#define CW__NEED(ptr, what)                                                           \
-  do {                                                                                \
-    if (!(ptr)) {                                                                     \
-      return cw_plugin_error_from_status(                                             \
-          cw_make_status(CW_INVALID_ARGUMENT, "%s: handle is NULL", what));           \
-    }                                                                                 \
-  } while (0)
 
 PJRT_Error* cw_plugin_device_description_id(PJRT_DeviceDescription_Id_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_DeviceDescription_Id_Args, id);
-  CW__NEED(args->device_description, "PJRT_DeviceDescription_Id");
+  CW_PLUGIN_NEED(args->device_description, "PJRT_DeviceDescription_Id", "handle");
   args->id = CW__DEV(args->device_description)->global_id;
   return NULL;
 }
@@ -804,7 +790,7 @@ PJRT_Error* cw_plugin_device_description_process_index(
 
 PJRT_Error* cw_plugin_device_description_attributes(PJRT_DeviceDescription_Attributes_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_DeviceDescription_Attributes_Args, attributes);
-  CW__NEED(args->device_description, "PJRT_DeviceDescription_Attributes");
+  CW_PLUGIN_NEED(args->device_description, "PJRT_DeviceDescription_Attributes", "handle");
   args->attributes = CW__DEV(args->device_description)->attributes;
   args->num_attributes = CW__DEV(args->device_description)->num_attributes;
   return NULL;
@@ -812,7 +798,7 @@ PJRT_Error* cw_plugin_device_description_attributes(PJRT_DeviceDescription_Attri
 
 PJRT_Error* cw_plugin_device_description_kind(PJRT_DeviceDescription_Kind_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_DeviceDescription_Kind_Args, device_kind_size);
-  CW__NEED(args->device_description, "PJRT_DeviceDescription_Kind");
+  CW_PLUGIN_NEED(args->device_description, "PJRT_DeviceDescription_Kind", "handle");
   args->device_kind = CW__DEV(args->device_description)->kind;
   args->device_kind_size = strlen(args->device_kind);
   return NULL;
@@ -821,7 +807,7 @@ PJRT_Error* cw_plugin_device_description_kind(PJRT_DeviceDescription_Kind_Args* 
 PJRT_Error* cw_plugin_device_description_debug_string(
     PJRT_DeviceDescription_DebugString_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_DeviceDescription_DebugString_Args, debug_string_size);
-  CW__NEED(args->device_description, "PJRT_DeviceDescription_DebugString");
+  CW_PLUGIN_NEED(args->device_description, "PJRT_DeviceDescription_DebugString", "handle");
   args->debug_string = CW__DEV(args->device_description)->debug_string;
   args->debug_string_size = strlen(args->debug_string);
   return NULL;
@@ -829,7 +815,7 @@ PJRT_Error* cw_plugin_device_description_debug_string(
 
 PJRT_Error* cw_plugin_device_description_to_string(PJRT_DeviceDescription_ToString_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_DeviceDescription_ToString_Args, to_string_size);
-  CW__NEED(args->device_description, "PJRT_DeviceDescription_ToString");
+  CW_PLUGIN_NEED(args->device_description, "PJRT_DeviceDescription_ToString", "handle");
   args->to_string = CW__DEV(args->device_description)->to_string;
   args->to_string_size = strlen(args->to_string);
   return NULL;
@@ -837,7 +823,7 @@ PJRT_Error* cw_plugin_device_description_to_string(PJRT_DeviceDescription_ToStri
 
 PJRT_Error* cw_plugin_device_get_description(PJRT_Device_GetDescription_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Device_GetDescription_Args, device_description);
-  CW__NEED(args->device, "PJRT_Device_GetDescription");
+  CW_PLUGIN_NEED(args->device, "PJRT_Device_GetDescription", "handle");
   args->device_description = (PJRT_DeviceDescription*)args->device;
   return NULL;
 }
@@ -850,14 +836,14 @@ PJRT_Error* cw_plugin_device_is_addressable(PJRT_Device_IsAddressable_Args* args
 
 PJRT_Error* cw_plugin_device_local_hardware_id(PJRT_Device_LocalHardwareId_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Device_LocalHardwareId_Args, local_hardware_id);
-  CW__NEED(args->device, "PJRT_Device_LocalHardwareId");
+  CW_PLUGIN_NEED(args->device, "PJRT_Device_LocalHardwareId", "handle");
   args->local_hardware_id = CW__DEV(args->device)->global_id;
   return NULL;
 }
 
 PJRT_Error* cw_plugin_device_addressable_memories(PJRT_Device_AddressableMemories_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Device_AddressableMemories_Args, num_memories);
-  CW__NEED(args->device, "PJRT_Device_AddressableMemories");
+  CW_PLUGIN_NEED(args->device, "PJRT_Device_AddressableMemories", "handle");
   args->memories = &CW__DEV(args->device)->memory_ptr;
   args->num_memories = 1;
   return NULL;
@@ -865,7 +851,7 @@ PJRT_Error* cw_plugin_device_addressable_memories(PJRT_Device_AddressableMemorie
 
 PJRT_Error* cw_plugin_device_default_memory(PJRT_Device_DefaultMemory_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Device_DefaultMemory_Args, memory);
-  CW__NEED(args->device, "PJRT_Device_DefaultMemory");
+  CW_PLUGIN_NEED(args->device, "PJRT_Device_DefaultMemory", "handle");
   args->memory = CW__DEV(args->device)->memory_ptr;
   return NULL;
 }
@@ -876,7 +862,7 @@ static void cw__no_attributes_deleter(PJRT_Device_Attributes* attributes) {
 
 PJRT_Error* cw_plugin_device_get_attributes(PJRT_Device_GetAttributes_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Device_GetAttributes_Args, attributes_deleter);
-  CW__NEED(args->device, "PJRT_Device_GetAttributes");
+  CW_PLUGIN_NEED(args->device, "PJRT_Device_GetAttributes", "handle");
   args->attributes = CW__DEV(args->device)->attributes;
   args->num_attributes = CW__DEV(args->device)->num_attributes;
   args->device_attributes = NULL;
@@ -897,7 +883,7 @@ PJRT_Error* cw_plugin_device_create_async_tracking_event(
 
 PJRT_Error* cw_plugin_memory_id(PJRT_Memory_Id_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Memory_Id_Args, id);
-  CW__NEED(args->memory, "PJRT_Memory_Id");
+  CW_PLUGIN_NEED(args->memory, "PJRT_Memory_Id", "handle");
   args->id = CW__MEM(args)->id;
   return NULL;
 }
@@ -911,14 +897,14 @@ PJRT_Error* cw_plugin_memory_kind(PJRT_Memory_Kind_Args* args) {
 
 PJRT_Error* cw_plugin_memory_kind_id(PJRT_Memory_Kind_Id_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Memory_Kind_Id_Args, kind_id);
-  CW__NEED(args->memory, "PJRT_Memory_Kind_Id");
+  CW_PLUGIN_NEED(args->memory, "PJRT_Memory_Kind_Id", "handle");
   args->kind_id = CW__MEM(args)->kind_id;
   return NULL;
 }
 
 PJRT_Error* cw_plugin_memory_debug_string(PJRT_Memory_DebugString_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Memory_DebugString_Args, debug_string_size);
-  CW__NEED(args->memory, "PJRT_Memory_DebugString");
+  CW_PLUGIN_NEED(args->memory, "PJRT_Memory_DebugString", "handle");
   args->debug_string = CW__MEM(args)->debug_string;
   args->debug_string_size = strlen(args->debug_string);
   return NULL;
@@ -926,7 +912,7 @@ PJRT_Error* cw_plugin_memory_debug_string(PJRT_Memory_DebugString_Args* args) {
 
 PJRT_Error* cw_plugin_memory_to_string(PJRT_Memory_ToString_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Memory_ToString_Args, to_string_size);
-  CW__NEED(args->memory, "PJRT_Memory_ToString");
+  CW_PLUGIN_NEED(args->memory, "PJRT_Memory_ToString", "handle");
   args->to_string = CW__MEM(args)->to_string;
   args->to_string_size = strlen(args->to_string);
   return NULL;
@@ -934,7 +920,7 @@ PJRT_Error* cw_plugin_memory_to_string(PJRT_Memory_ToString_Args* args) {
 
 PJRT_Error* cw_plugin_memory_addressable_by_devices(PJRT_Memory_AddressableByDevices_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Memory_AddressableByDevices_Args, num_devices);
-  CW__NEED(args->memory, "PJRT_Memory_AddressableByDevices");
+  CW_PLUGIN_NEED(args->memory, "PJRT_Memory_AddressableByDevices", "handle");
   args->devices = &CW__MEM(args)->device->self_ptr;
   args->num_devices = 1;
   return NULL;

@@ -22,6 +22,16 @@ PJRT_Error* cw_plugin_error_or_null(cw_status_t status);
     }                                                                                          \
   } while (0)
 
+// Fails the slot with INVALID_ARGUMENT "<slot>: <what> is NULL" when the
+// handle `ptr` is NULL.
+#define CW_PLUGIN_NEED(ptr, slot, what)                                       \
+  do {                                                                        \
+    if (!(ptr)) {                                                             \
+      return cw_plugin_error_from_status(                                     \
+          cw_make_status(CW_INVALID_ARGUMENT, "%s: %s is NULL", slot, what)); \
+    }                                                                         \
+  } while (0)
+
 // The PJRT_Error_* slots.
 void cw_plugin_error_destroy(PJRT_Error_Destroy_Args* args);
 void cw_plugin_error_message(PJRT_Error_Message_Args* args);

@@ -130,11 +130,6 @@ static void cw__future_add(cw_plugin_future_t* f, cw__waiter_t* w) {
 
 #define CW__EVENT(args) ((cw_plugin_future_t*)(args)->event)
 
-static PJRT_Error* cw__no_event(const char* what) {
-  return cw_plugin_error_from_status(
-      cw_make_status(CW_INVALID_ARGUMENT, "%s: event is NULL", what));
-}
-
 PJRT_Error* cw_plugin_event_destroy(PJRT_Event_Destroy_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Event_Destroy_Args, event);
   cw_plugin_future_release(CW__EVENT(args));
@@ -143,14 +138,14 @@ PJRT_Error* cw_plugin_event_destroy(PJRT_Event_Destroy_Args* args) {
 
 PJRT_Error* cw_plugin_event_is_ready(PJRT_Event_IsReady_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Event_IsReady_Args, is_ready);
-  if (!args->event) return cw__no_event("PJRT_Event_IsReady");
+  CW_PLUGIN_NEED(args->event, "PJRT_Event_IsReady", "event");
   args->is_ready = cw_plugin_future_is_done(CW__EVENT(args));
   return NULL;
 }
 
 PJRT_Error* cw_plugin_event_error(PJRT_Event_Error_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Event_Error_Args, event);
-  if (!args->event) return cw__no_event("PJRT_Event_Error");
+  CW_PLUGIN_NEED(args->event, "PJRT_Event_Error", "event");
   cw_plugin_future_t* f = CW__EVENT(args);
   if (!cw_plugin_future_is_done(f)) {
     return cw_plugin_error_from_status(
@@ -161,7 +156,7 @@ PJRT_Error* cw_plugin_event_error(PJRT_Event_Error_Args* args) {
 
 PJRT_Error* cw_plugin_event_await(PJRT_Event_Await_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Event_Await_Args, event);
-  if (!args->event) return cw__no_event("PJRT_Event_Await");
+  CW_PLUGIN_NEED(args->event, "PJRT_Event_Await", "event");
   int64_t t0 = cw_plugin_trace_on() ? cw_time_now_ns() : 0;
   cw_status_t s = cw_plugin_future_wait(CW__EVENT(args));
   if (t0)
@@ -171,7 +166,7 @@ PJRT_Error* cw_plugin_event_await(PJRT_Event_Await_Args* args) {
 
 PJRT_Error* cw_plugin_event_on_ready(PJRT_Event_OnReady_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Event_OnReady_Args, user_arg);
-  if (!args->event) return cw__no_event("PJRT_Event_OnReady");
+  CW_PLUGIN_NEED(args->event, "PJRT_Event_OnReady", "event");
   if (!args->callback) {
     return cw_plugin_error_from_status(
         cw_make_status(CW_INVALID_ARGUMENT, "PJRT_Event_OnReady: callback is NULL"));
@@ -201,7 +196,7 @@ PJRT_Error* cw_plugin_event_create(PJRT_Event_Create_Args* args) {
 
 PJRT_Error* cw_plugin_event_set(PJRT_Event_Set_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Event_Set_Args, error_message_size);
-  if (!args->event) return cw__no_event("PJRT_Event_Set");
+  CW_PLUGIN_NEED(args->event, "PJRT_Event_Set", "event");
   cw_status_t s = cw_ok_status();
   if (args->error_code != PJRT_Error_Code_OK) {
     s = cw_make_status(cw_status_code_from_u32((uint32_t)args->error_code), "%.*s",

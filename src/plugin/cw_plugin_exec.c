@@ -233,13 +233,6 @@ PJRT_Error* cw_plugin_client_compile(PJRT_Client_Compile_Args* args) {
 
 #define CW__EXE(args) ((cw_plugin_exe_t*)(args)->executable)
 #define CW__LOADED(args) ((cw_plugin_loaded_t*)(args)->executable)
-#define CW__NEED_EXE(args, what)                                                  \
-  do {                                                                            \
-    if (!(args)->executable) {                                                    \
-      return cw_plugin_error_from_status(                                         \
-          cw_make_status(CW_INVALID_ARGUMENT, "%s: executable is NULL", what));   \
-    }                                                                             \
-  } while (0)
 
 PJRT_Error* cw_plugin_executable_destroy(PJRT_Executable_Destroy_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_Destroy_Args, executable);
@@ -249,7 +242,7 @@ PJRT_Error* cw_plugin_executable_destroy(PJRT_Executable_Destroy_Args* args) {
 
 PJRT_Error* cw_plugin_executable_name(PJRT_Executable_Name_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_Name_Args, executable_name_size);
-  CW__NEED_EXE(args, "PJRT_Executable_Name");
+  CW_PLUGIN_NEED(args->executable, "PJRT_Executable_Name", "executable");
   args->executable_name = CW__EXE(args)->name;
   args->executable_name_size = strlen(CW__EXE(args)->name);
   return NULL;
@@ -257,21 +250,21 @@ PJRT_Error* cw_plugin_executable_name(PJRT_Executable_Name_Args* args) {
 
 PJRT_Error* cw_plugin_executable_num_replicas(PJRT_Executable_NumReplicas_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_NumReplicas_Args, num_replicas);
-  CW__NEED_EXE(args, "PJRT_Executable_NumReplicas");
+  CW_PLUGIN_NEED(args->executable, "PJRT_Executable_NumReplicas", "executable");
   args->num_replicas = CW__EXE(args)->num_replicas;
   return NULL;
 }
 
 PJRT_Error* cw_plugin_executable_num_partitions(PJRT_Executable_NumPartitions_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_NumPartitions_Args, num_partitions);
-  CW__NEED_EXE(args, "PJRT_Executable_NumPartitions");
+  CW_PLUGIN_NEED(args->executable, "PJRT_Executable_NumPartitions", "executable");
   args->num_partitions = CW__EXE(args)->num_partitions;
   return NULL;
 }
 
 PJRT_Error* cw_plugin_executable_num_outputs(PJRT_Executable_NumOutputs_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_NumOutputs_Args, num_outputs);
-  CW__NEED_EXE(args, "PJRT_Executable_NumOutputs");
+  CW_PLUGIN_NEED(args->executable, "PJRT_Executable_NumOutputs", "executable");
   args->num_outputs = CW__EXE(args)->num_outputs;
   return NULL;
 }
@@ -284,7 +277,7 @@ PJRT_Error* cw_plugin_executable_code_size(PJRT_Executable_SizeOfGeneratedCodeIn
 
 PJRT_Error* cw_plugin_executable_output_memory_kinds(PJRT_Executable_OutputMemoryKinds_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_OutputMemoryKinds_Args, memory_kind_sizes);
-  CW__NEED_EXE(args, "PJRT_Executable_OutputMemoryKinds");
+  CW_PLUGIN_NEED(args->executable, "PJRT_Executable_OutputMemoryKinds", "executable");
   args->num_outputs = CW__EXE(args)->num_outputs;
   args->memory_kinds = CW__EXE(args)->output_kinds;
   args->memory_kind_sizes = CW__EXE(args)->output_kind_sizes;
@@ -293,7 +286,7 @@ PJRT_Error* cw_plugin_executable_output_memory_kinds(PJRT_Executable_OutputMemor
 
 PJRT_Error* cw_plugin_executable_optimized_program(PJRT_Executable_OptimizedProgram_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_OptimizedProgram_Args, program);
-  CW__NEED_EXE(args, "PJRT_Executable_OptimizedProgram");
+  CW_PLUGIN_NEED(args->executable, "PJRT_Executable_OptimizedProgram", "executable");
   cw_plugin_exe_t* e = CW__EXE(args);
   PJRT_Program* p = args->program;
   if (!p) {
@@ -322,7 +315,7 @@ PJRT_Error* cw_plugin_executable_optimized_program(PJRT_Executable_OptimizedProg
 PJRT_Error* cw_plugin_executable_output_element_types(
     PJRT_Executable_OutputElementTypes_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_OutputElementTypes_Args, num_output_types);
-  CW__NEED_EXE(args, "PJRT_Executable_OutputElementTypes");
+  CW_PLUGIN_NEED(args->executable, "PJRT_Executable_OutputElementTypes", "executable");
   args->output_types = CW__EXE(args)->output_types;
   args->num_output_types = CW__EXE(args)->num_outputs;
   return NULL;
@@ -330,7 +323,7 @@ PJRT_Error* cw_plugin_executable_output_element_types(
 
 PJRT_Error* cw_plugin_executable_output_dimensions(PJRT_Executable_OutputDimensions_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_OutputDimensions_Args, dim_sizes);
-  CW__NEED_EXE(args, "PJRT_Executable_OutputDimensions");
+  CW_PLUGIN_NEED(args->executable, "PJRT_Executable_OutputDimensions", "executable");
   args->num_outputs = CW__EXE(args)->num_outputs;
   args->dims = CW__EXE(args)->output_dims;
   args->dim_sizes = CW__EXE(args)->output_ranks;
@@ -339,7 +332,7 @@ PJRT_Error* cw_plugin_executable_output_dimensions(PJRT_Executable_OutputDimensi
 
 PJRT_Error* cw_plugin_executable_fingerprint(PJRT_Executable_Fingerprint_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_Fingerprint_Args, executable_fingerprint_size);
-  CW__NEED_EXE(args, "PJRT_Executable_Fingerprint");
+  CW_PLUGIN_NEED(args->executable, "PJRT_Executable_Fingerprint", "executable");
   cw_plugin_exe_t* e = CW__EXE(args);
   if (!e->fingerprint) {
     return cw_plugin_error_from_status(
@@ -357,7 +350,7 @@ static void cw__no_options_deleter(PJRT_SerializedCompileOptions* options) {
 PJRT_Error* cw_plugin_executable_get_compile_options(PJRT_Executable_GetCompileOptions_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_GetCompileOptions_Args,
                        serialized_compile_options_deleter);
-  CW__NEED_EXE(args, "PJRT_Executable_GetCompileOptions");
+  CW_PLUGIN_NEED(args->executable, "PJRT_Executable_GetCompileOptions", "executable");
   cw_plugin_exe_t* e = CW__EXE(args);
   args->serialized_bytes = (const char*)e->compile_options;
   args->serialized_bytes_size = e->compile_options_size;
@@ -451,7 +444,7 @@ PJRT_Error* cw_plugin_loaded_addressable_devices(
     PJRT_LoadedExecutable_AddressableDevices_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_LoadedExecutable_AddressableDevices_Args,
                        num_addressable_devices);
-  CW__NEED_EXE(args, "PJRT_LoadedExecutable_AddressableDevices");
+  CW_PLUGIN_NEED(args->executable, "PJRT_LoadedExecutable_AddressableDevices", "executable");
   cw_plugin_exe_t* e = CW__LOADED(args)->exe;
   args->addressable_devices = e->device_ptrs;
   args->num_addressable_devices = e->num_devices;
@@ -460,21 +453,21 @@ PJRT_Error* cw_plugin_loaded_addressable_devices(
 
 PJRT_Error* cw_plugin_loaded_delete(PJRT_LoadedExecutable_Delete_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_LoadedExecutable_Delete_Args, executable);
-  CW__NEED_EXE(args, "PJRT_LoadedExecutable_Delete");
+  CW_PLUGIN_NEED(args->executable, "PJRT_LoadedExecutable_Delete", "executable");
   atomic_store(&CW__LOADED(args)->deleted, true);
   return NULL;
 }
 
 PJRT_Error* cw_plugin_loaded_is_deleted(PJRT_LoadedExecutable_IsDeleted_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_LoadedExecutable_IsDeleted_Args, is_deleted);
-  CW__NEED_EXE(args, "PJRT_LoadedExecutable_IsDeleted");
+  CW_PLUGIN_NEED(args->executable, "PJRT_LoadedExecutable_IsDeleted", "executable");
   args->is_deleted = atomic_load(&CW__LOADED(args)->deleted);
   return NULL;
 }
 
 PJRT_Error* cw_plugin_loaded_fingerprint(PJRT_LoadedExecutable_Fingerprint_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_LoadedExecutable_Fingerprint_Args, executable_fingerprint_size);
-  CW__NEED_EXE(args, "PJRT_LoadedExecutable_Fingerprint");
+  CW_PLUGIN_NEED(args->executable, "PJRT_LoadedExecutable_Fingerprint", "executable");
   cw_plugin_exe_t* e = CW__LOADED(args)->exe;
   if (!e->fingerprint) {
     return cw_plugin_error_from_status(
@@ -493,7 +486,7 @@ PJRT_Error* cw_plugin_loaded_get_device_assignment(
     PJRT_LoadedExecutable_GetDeviceAssignment_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_LoadedExecutable_GetDeviceAssignment_Args,
                        serialized_device_assignment_deleter);
-  CW__NEED_EXE(args, "PJRT_LoadedExecutable_GetDeviceAssignment");
+  CW_PLUGIN_NEED(args->executable, "PJRT_LoadedExecutable_GetDeviceAssignment", "executable");
   cw_plugin_exe_t* e = CW__LOADED(args)->exe;
   args->serialized_bytes = (const char*)e->device_assignment;
   args->serialized_bytes_size = e->device_assignment_size;
@@ -506,7 +499,8 @@ PJRT_Error* cw_plugin_loaded_logical_ids(
     PJRT_LoadedExecutable_AddressableDeviceLogicalIds_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_LoadedExecutable_AddressableDeviceLogicalIds_Args,
                        num_addressable_device_logical_ids);
-  CW__NEED_EXE(args, "PJRT_LoadedExecutable_AddressableDeviceLogicalIds");
+  CW_PLUGIN_NEED(args->executable, "PJRT_LoadedExecutable_AddressableDeviceLogicalIds",
+                 "executable");
   cw_plugin_exe_t* e = CW__LOADED(args)->exe;
   args->addressable_device_logical_ids = e->logical_ids;
   args->num_addressable_device_logical_ids = e->num_devices;
@@ -544,7 +538,7 @@ static void cw__launch_cb(void* user, cw_status_t status, const ProtobufCMessage
 
 PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_LoadedExecutable_Execute_Args, execute_device);
-  CW__NEED_EXE(args, "PJRT_LoadedExecutable_Execute");
+  CW_PLUGIN_NEED(args->executable, "PJRT_LoadedExecutable_Execute", "executable");
   int64_t trace_t0 = cw_plugin_trace_on() ? cw_time_now_ns() : 0;  // obs: the dispatch event
   uint64_t trace_seq = 0;
   cw_plugin_loaded_t* l = CW__LOADED(args);
