@@ -24,29 +24,10 @@
 #include "cw_client.h"
 #include "cw_pjrt_c_api.h"
 #include "cw_plugin_error.h"
+#include "cw_plugin_event.h"
+#include "cw_plugin_trace.h"
 #include "cw_settings.h"
 #include "cw_status.h"
-
-// ---- Futures (shared completions) and events --------------------------------
-
-typedef struct cw_plugin_future_s cw_plugin_future_t;
-
-// New pending future with one reference.
-cw_plugin_future_t* cw_plugin_future_create(void);
-// New completed future (takes `status`; OK for success).
-cw_plugin_future_t* cw_plugin_future_create_done(cw_status_t status);
-void cw_plugin_future_retain(cw_plugin_future_t* f);
-void cw_plugin_future_release(cw_plugin_future_t* f);
-// Completes `f` with `status` (taken). Only the first completion counts.
-void cw_plugin_future_complete(cw_plugin_future_t* f, cw_status_t status);
-bool cw_plugin_future_is_done(cw_plugin_future_t* f);
-// Blocks until done; returns a copy of its error (OK on success).
-CW_MUST_USE cw_status_t cw_plugin_future_wait(cw_plugin_future_t* f);
-// A new PJRT_Event holding its own reference to `f`.
-static inline PJRT_Event* cw_plugin_event_from_future(cw_plugin_future_t* f) {
-  cw_plugin_future_retain(f);
-  return (PJRT_Event*)f;
-}
 
 // ---- Cluster, workers, devices, memories -----------------------------------
 
@@ -348,14 +329,6 @@ PJRT_Error* cw_plugin_memory_debug_string(PJRT_Memory_DebugString_Args* args);
 PJRT_Error* cw_plugin_memory_to_string(PJRT_Memory_ToString_Args* args);
 PJRT_Error* cw_plugin_memory_addressable_by_devices(PJRT_Memory_AddressableByDevices_Args* args);
 
-PJRT_Error* cw_plugin_event_destroy(PJRT_Event_Destroy_Args* args);
-PJRT_Error* cw_plugin_event_is_ready(PJRT_Event_IsReady_Args* args);
-PJRT_Error* cw_plugin_event_error(PJRT_Event_Error_Args* args);
-PJRT_Error* cw_plugin_event_await(PJRT_Event_Await_Args* args);
-PJRT_Error* cw_plugin_event_on_ready(PJRT_Event_OnReady_Args* args);
-PJRT_Error* cw_plugin_event_create(PJRT_Event_Create_Args* args);
-PJRT_Error* cw_plugin_event_set(PJRT_Event_Set_Args* args);
-
 PJRT_Error* cw_plugin_buffer_from_host(PJRT_Client_BufferFromHostBuffer_Args* args);
 PJRT_Error* cw_plugin_buffer_destroy(PJRT_Buffer_Destroy_Args* args);
 PJRT_Error* cw_plugin_buffer_element_type(PJRT_Buffer_ElementType_Args* args);
@@ -403,22 +376,6 @@ PJRT_Error* cw_plugin_loaded_get_device_assignment(
     PJRT_LoadedExecutable_GetDeviceAssignment_Args* args);
 PJRT_Error* cw_plugin_loaded_logical_ids(
     PJRT_LoadedExecutable_AddressableDeviceLogicalIds_Args* args);
-
-// ---- Session timeline (cw_plugin_trace.c, obs) --------------------------------
-
-#define CW_PLUGIN_TRACE_LANE_DISPATCH 1  // client tids: API calls that dispatch
-#define CW_PLUGIN_TRACE_LANE_TRANSFER 2  // requests from dispatch to the worker's ack
-#define CW_PLUGIN_TRACE_LANE_WAIT 3      // blocking waits
-bool cw_plugin_trace_on(void);
-// Records a client event [start_ns, now) (no-op unless tracing); `w` may be NULL.
-void cw_plugin_trace_client_event(const char* cat, const char* name, int lane, int64_t start_ns,
-                                  const cw_plugin_worker_t* w, uint64_t id, uint64_t seq,
-                                  uint64_t bytes);
-// CAUSEWAY_TRACE set: asks every worker to record the session, registers the
-// exit-time write. Called once the client is ready.
-void cw_plugin_trace_start(cw_plugin_client_t* c);
-// Fetches the workers' events and writes the file (client destroy, exit).
-void cw_plugin_trace_finish(cw_plugin_client_t* c);
 
 // Plugin attributes: the workers' plugin attributes once a session exists
 // (defaults before). Set by client creation; never freed (process lifetime).

@@ -1,11 +1,13 @@
-// Futures and PJRT events. A future is a reference-counted one-shot
-// completion; every PJRT_Event handed to JAX is one reference to a future, so
-// a launch's output buffers, its device-complete events and their ready
-// events all share one allocation.
+// Futures and PJRT events (cw_plugin_event.h).
+#include "cw_plugin_event.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cw_plugin.h"
+#include "cw_plugin_error.h"
+#include "cw_plugin_trace.h"
 #include "cw_time.h"
 
 typedef struct cw__waiter_s {
