@@ -26,6 +26,7 @@
 #include "cw_plugin_error.h"
 #include "cw_plugin_event.h"
 #include "cw_plugin_trace.h"
+#include "cw_plugin_worker.h"
 #include "cw_settings.h"
 #include "cw_status.h"
 
@@ -51,7 +52,7 @@ typedef struct cw_plugin_worker_s {
   // control relies on (docs/protocol.md, "Ordering across connections").
   pthread_mutex_t send_mu;
   // Ids of dropped buffers whose DELETE waits (guarded by send_mu): sent as
-  // one DELETE before this worker's next seq'd request, or at CW__DELETE_BATCH.
+  // one DELETE before this worker's next seq'd request, or when the batch is full.
   uint64_t* pending_deletes;
   size_t n_pending_deletes, cap_pending_deletes;
   _Atomic bool dead;
@@ -137,39 +138,6 @@ cw_plugin_device_t* cw_plugin_device_find(cw_plugin_client_t* c, int global_id);
 static inline uint64_t cw_plugin_client_new_id(cw_plugin_client_t* c) {
   return atomic_fetch_add_explicit(&c->next_id, 1, memory_order_relaxed);
 }
-// Next per-session seq for requests to `w`.
-static inline uint64_t cw_plugin_worker_next_seq(cw_plugin_worker_t* w) {
-  return atomic_fetch_add_explicit(&w->seq, 1, memory_order_relaxed) + 1;
-}
-cw_plugin_worker_t* cw_plugin_worker_find(cw_plugin_client_t* c, uint32_t index);
-// Marks `w` dead with `why` (the first reason sticks until it is revived).
-void cw_plugin_worker_mark_dead(cw_plugin_worker_t* w, const char* why);
-// UNAVAILABLE naming the worker, if it is known dead; else OK.
-CW_MUST_USE cw_status_t cw_plugin_worker_check(cw_plugin_worker_t* w);
-// Sends a seq'd request directly to `w`. On a local failure that happened
-// before the frame went out, fills the seq hole so the worker does not stall.
-// `req_seq` points at the request's seq field, set here. Same completion
-// contract as cw_client_send.
-CW_MUST_USE cw_status_t cw_plugin_worker_send(cw_plugin_worker_t* w, uint16_t type,
-                                              ProtobufCMessage* req, uint64_t* req_seq,
-                                              const struct iovec* bulk, int bulk_count,
-                                              const cw_client_sink_t* sink, cw_client_done_fn done,
-                                              void* user);
-#define CW__DELETE_BATCH 256
-// Deletes buffer `id` on `w`: batched (see pending_deletes), in seq order.
-void cw_plugin_worker_delete(cw_plugin_worker_t* w, uint64_t id);
-// Sends the batched DELETEs now, with send_mu held (callers that take a seq
-// for `w` themselves, before taking it).
-void cw_plugin_worker_flush_deletes_locked(cw_plugin_worker_t* w);
-// Like cw_plugin_worker_flush_deletes_locked, but the DELETE waits in w->conn's
-// write buffer for the request the caller sends next on w->conn (one write
-// for both). With send_mu held, followed at once by that send.
-void cw_plugin_worker_stage_deletes_locked(cw_plugin_worker_t* w);
-// The recorded error(s) of pipelined requests, cleared; OK if none.
-CW_MUST_USE cw_status_t cw_plugin_worker_take_deferred(cw_plugin_worker_t* w);
-// Takes `status`: if it shows the worker's connection is lost, marks the
-// worker dead and returns UNAVAILABLE naming it; otherwise returns `status`.
-CW_MUST_USE cw_status_t cw_plugin_worker_map_error(cw_plugin_worker_t* w, cw_status_t status);
 
 // ---- Health: worker loss and replacement (cw_plugin_health.c) ---------------
 

@@ -365,32 +365,6 @@ static void cw__ignore_cb(void* user, cw_status_t status, const ProtobufCMessage
   cw_status_free(status);
 }
 
-// Sends an empty DELETE carrying `seq` straight to the worker, so a seq the
-// controller never relayed does not stall the worker's order. Not when the
-// seq was taken in an older epoch: the replacement numbers from 1 again.
-static void cw__fill_seq(cw_plugin_worker_t* w, uint64_t seq, uint32_t epoch) {
-  if (epoch != atomic_load_explicit(&w->epoch, memory_order_acquire)) return;
-  Causeway__V1__DeleteRequest filler = CAUSEWAY__V1__DELETE_REQUEST__INIT;
-  filler.seq = seq;
-  cw_status_free(cw_client_send(w->conn, CW_MSG_DELETE, &filler.base, NULL, 0, NULL,
-                                cw__ignore_cb, NULL, NULL));
-}
-
-typedef struct cw__exe_delete_s {
-  cw_plugin_worker_t* w;
-  uint64_t seq;
-  uint32_t epoch;
-} cw__exe_delete_t;
-
-static void cw__exe_delete_cb(void* user, cw_status_t status, const ProtobufCMessage* reply) {
-  (void)reply;
-  cw__exe_delete_t* d = user;
-  // An error reply may mean the controller relayed nothing (see cw__launch_cb).
-  if (status) cw__fill_seq(d->w, d->seq, d->epoch);
-  cw_status_free(status);
-  free(d);
-}
-
 PJRT_Error* cw_plugin_loaded_destroy(PJRT_LoadedExecutable_Destroy_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_LoadedExecutable_Destroy_Args, executable);
   cw_plugin_loaded_t* l = CW__LOADED(args);
@@ -403,25 +377,8 @@ PJRT_Error* cw_plugin_loaded_destroy(PJRT_LoadedExecutable_Destroy_Args* args) {
     uint64_t id = e->id;
     req.n_ids = 1;
     req.ids = &id;
-    cw__exe_delete_t* d = malloc(sizeof(*d));
-    cw_status_t s = d ? cw_ok_status() : cw__oom();
-    pthread_mutex_lock(&e->worker->send_mu);  // seq order on the connection
-    cw_plugin_worker_flush_deletes_locked(e->worker);  // batched DELETEs come first
-    req.seq = cw_plugin_worker_next_seq(e->worker);
-    uint32_t epoch = atomic_load_explicit(&e->worker->epoch, memory_order_acquire);
-    if (d) {
-      d->w = e->worker;
-      d->seq = req.seq;
-      d->epoch = epoch;
-      s = cw_client_send(e->client->ctrl, CW_MSG_DELETE, &req.base, NULL, 0, NULL,
-                         cw__exe_delete_cb, d, NULL);
-      if (s) free(d);
-    }
-    pthread_mutex_unlock(&e->worker->send_mu);
-    if (s) {
-      cw_status_free(s);
-      cw__fill_seq(e->worker, req.seq, epoch);
-    }
+    cw_status_free(cw_plugin_worker_send_ordered(e->worker, false, CW_MSG_DELETE, &req.base,
+                                                 &req.seq, cw__ignore_cb, NULL));
   }
   cw_plugin_exe_release(e);
   free(l);
@@ -512,23 +469,19 @@ PJRT_Error* cw_plugin_loaded_logical_ids(
 typedef struct cw__launch_s {
   cw_plugin_future_t* f;
   cw_plugin_worker_t* w;
-  uint64_t seq;
-  uint32_t epoch;
 } cw__launch_t;
 
 // A launch's error: the controller's connection lost names the controller.
 static cw_status_t cw__launch_error(cw_plugin_worker_t* w, cw_status_t status) {
-  if (cw_plugin_health_controller_lost(w->client, status))
+  if (cw_plugin_health_controller_lost(w->client, status)) {
     return cw_plugin_health_controller_error(w->client, status);
+  }
   return cw_plugin_worker_map_error(w, status);
 }
 
 static void cw__launch_cb(void* user, cw_status_t status, const ProtobufCMessage* reply) {
   (void)reply;
   cw__launch_t* l = user;
-  // After an error reply the launch is over: either the worker had it (the
-  // filler is refused as a duplicate) or it never will.
-  if (status) cw__fill_seq(l->w, l->seq, l->epoch);
   cw_plugin_future_complete(l->f, cw__launch_error(l->w, status));
   cw_plugin_future_release(l->f);
   free(l);
@@ -683,36 +636,23 @@ PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args) {
     // are ours alone), else relayed by the controller; either way the worker
     // applies it in this worker's seq order among our other requests.
     cw__launch_t* lc = malloc(sizeof(*lc));
+    bool direct = e->worker->direct_launch;
     if (!lc) {
       s = cw__oom();
     } else {
       cw_plugin_future_retain(f);
       lc->f = f;
       lc->w = e->worker;
-      pthread_mutex_lock(&e->worker->send_mu);  // seq order on the connection
-      // Under send_mu: a replacement worker swaps the connection under it.
-      cw_client_t* via = e->worker->direct_launch ? e->worker->conn : c->ctrl;
-      // Batched DELETEs come first (in the same write when on the same connection).
-      if (via == e->worker->conn)
-        cw_plugin_worker_stage_deletes_locked(e->worker);
-      else
-        cw_plugin_worker_flush_deletes_locked(e->worker);
-      req.seq = cw_plugin_worker_next_seq(e->worker);
-      lc->seq = req.seq;
+      s = cw_plugin_worker_send_ordered(e->worker, direct, CW_MSG_LAUNCH, &req.base, &req.seq,
+                                        cw__launch_cb, lc);
       trace_seq = req.seq;
-      uint32_t epoch = atomic_load_explicit(&e->worker->epoch, memory_order_acquire);
-      lc->epoch = epoch;
-      s = cw_client_send(via, CW_MSG_LAUNCH, &req.base, NULL, 0, NULL, cw__launch_cb, lc, NULL);
-      pthread_mutex_unlock(&e->worker->send_mu);
       if (s) {
         cw_plugin_future_release(f);
         free(lc);
-        cw__fill_seq(e->worker, req.seq, epoch);  // keep the worker's seq order free of holes
-        s = via == c->ctrl
-                ? cw_status_annotate(s, "causeway: launching %s through the controller at %s",
-                                     e->name, c->ctrl_address)
-                : cw_status_annotate(s, "causeway: launching %s on worker %s (%s)", e->name,
-                                     e->worker->name, e->worker->address);
+        s = direct ? cw_status_annotate(s, "causeway: launching %s on worker %s (%s)", e->name,
+                                        e->worker->name, e->worker->address)
+                   : cw_status_annotate(s, "causeway: launching %s through the controller at %s",
+                                        e->name, c->ctrl_address);
       }
     }
   }
