@@ -23,6 +23,7 @@
 
 #include "cw_client.h"
 #include "cw_pjrt_c_api.h"
+#include "cw_plugin_device.h"
 #include "cw_plugin_error.h"
 #include "cw_plugin_event.h"
 #include "cw_plugin_trace.h"
@@ -73,13 +74,6 @@ typedef struct cw_plugin_worker_s {
   size_t num_retired;
 } cw_plugin_worker_t;
 
-typedef struct cw__user_data_s {
-  struct cw__user_data_s* next;
-  const void* key;
-  void* data;
-  void (*dtor)(void*);
-} cw__user_data_t;
-
 typedef struct cw_plugin_memory_s {
   const PJRT_Memory_FunctionTable* vtable;  // first: callers read it
   cw_plugin_device_t* device;
@@ -88,7 +82,7 @@ typedef struct cw_plugin_memory_s {
   char* debug_string;
   char* to_string;
   pthread_mutex_t mu;
-  cw__user_data_t* user_data;
+  struct cw_plugin_memory_user_data_s* user_data;  // cw_plugin_device.c
 } cw_plugin_memory_t;
 
 struct cw_plugin_device_s {
@@ -132,8 +126,6 @@ struct cw_plugin_client_s {
   _Atomic bool ready;        // workers and devices are set up (events may look)
 };
 
-// Finds a device by global id (NULL if unknown).
-cw_plugin_device_t* cw_plugin_device_find(cw_plugin_client_t* c, int global_id);
 // Next object id (never 0, never reused).
 static inline uint64_t cw_plugin_client_new_id(cw_plugin_client_t* c) {
   return atomic_fetch_add_explicit(&c->next_id, 1, memory_order_relaxed);
@@ -271,31 +263,6 @@ PJRT_Error* cw_plugin_client_lookup_addressable_device(
 PJRT_Error* cw_plugin_client_addressable_memories(PJRT_Client_AddressableMemories_Args* args);
 PJRT_Error* cw_plugin_client_default_device_assignment(
     PJRT_Client_DefaultDeviceAssignment_Args* args);
-
-PJRT_Error* cw_plugin_device_description_id(PJRT_DeviceDescription_Id_Args* args);
-PJRT_Error* cw_plugin_device_description_process_index(
-    PJRT_DeviceDescription_ProcessIndex_Args* args);
-PJRT_Error* cw_plugin_device_description_attributes(
-    PJRT_DeviceDescription_Attributes_Args* args);
-PJRT_Error* cw_plugin_device_description_kind(PJRT_DeviceDescription_Kind_Args* args);
-PJRT_Error* cw_plugin_device_description_debug_string(
-    PJRT_DeviceDescription_DebugString_Args* args);
-PJRT_Error* cw_plugin_device_description_to_string(PJRT_DeviceDescription_ToString_Args* args);
-PJRT_Error* cw_plugin_device_get_description(PJRT_Device_GetDescription_Args* args);
-PJRT_Error* cw_plugin_device_is_addressable(PJRT_Device_IsAddressable_Args* args);
-PJRT_Error* cw_plugin_device_local_hardware_id(PJRT_Device_LocalHardwareId_Args* args);
-PJRT_Error* cw_plugin_device_addressable_memories(PJRT_Device_AddressableMemories_Args* args);
-PJRT_Error* cw_plugin_device_default_memory(PJRT_Device_DefaultMemory_Args* args);
-PJRT_Error* cw_plugin_device_get_attributes(PJRT_Device_GetAttributes_Args* args);
-PJRT_Error* cw_plugin_device_create_async_tracking_event(
-    PJRT_Device_CreateAsyncTrackingEvent_Args* args);
-
-PJRT_Error* cw_plugin_memory_id(PJRT_Memory_Id_Args* args);
-PJRT_Error* cw_plugin_memory_kind(PJRT_Memory_Kind_Args* args);
-PJRT_Error* cw_plugin_memory_kind_id(PJRT_Memory_Kind_Id_Args* args);
-PJRT_Error* cw_plugin_memory_debug_string(PJRT_Memory_DebugString_Args* args);
-PJRT_Error* cw_plugin_memory_to_string(PJRT_Memory_ToString_Args* args);
-PJRT_Error* cw_plugin_memory_addressable_by_devices(PJRT_Memory_AddressableByDevices_Args* args);
 
 PJRT_Error* cw_plugin_buffer_from_host(PJRT_Client_BufferFromHostBuffer_Args* args);
 PJRT_Error* cw_plugin_buffer_destroy(PJRT_Buffer_Destroy_Args* args);
