@@ -26,6 +26,8 @@
 #include "cw_plugin_device.h"
 #include "cw_plugin_error.h"
 #include "cw_plugin_event.h"
+#include "cw_plugin_executable.h"
+#include "cw_plugin_execute.h"
 #include "cw_plugin_trace.h"
 #include "cw_plugin_worker.h"
 #include "cw_settings.h"
@@ -208,46 +210,6 @@ CW_MUST_USE cw_status_t cw_plugin_buffer_create(cw_plugin_client_t* c, cw_plugin
                                                 cw_plugin_future_t* ready,
                                                 cw_plugin_buffer_t** out_buffer);
 
-// ---- Executables -----------------------------------------------------------
-
-typedef struct cw_plugin_exe_s {
-  _Atomic int refs;
-  cw_plugin_client_t* client;
-  uint64_t id;
-  char* name;
-  size_t num_replicas;
-  size_t num_partitions;
-  size_t num_outputs;
-  PJRT_Buffer_Type* output_types;
-  int64_t* output_dims;     // concatenated
-  size_t* output_ranks;
-  size_t* output_dim_offsets;
-  const char** output_kinds;  // "device" each
-  size_t* output_kind_sizes;
-  char* fingerprint;
-  uint8_t* program;
-  size_t program_size;
-  char* program_format;
-  size_t num_devices;
-  cw_plugin_device_t** devices;  // in launch order
-  PJRT_Device** device_ptrs;
-  cw_plugin_worker_t* worker;  // where it runs
-  uint8_t* compile_options;
-  size_t compile_options_size;
-  PJRT_LogicalDeviceIds* logical_ids;
-  uint8_t* device_assignment;  // serialized DeviceAssignmentProto
-  size_t device_assignment_size;
-  uint32_t* donated_params;  // parameters aliased to outputs (taken unless non-donatable)
-  size_t num_donated_params;
-} cw_plugin_exe_t;
-
-typedef struct cw_plugin_loaded_s {
-  cw_plugin_exe_t* exe;
-  _Atomic bool deleted;
-} cw_plugin_loaded_t;
-
-void cw_plugin_exe_release(cw_plugin_exe_t* e);
-
 // ---- API entry points implemented across files ------------------------------
 
 PJRT_Error* cw_plugin_client_create(PJRT_Client_Create_Args* args);
@@ -282,35 +244,6 @@ PJRT_Error* cw_plugin_buffer_to_host(PJRT_Buffer_ToHostBuffer_Args* args);
 PJRT_Error* cw_plugin_buffer_is_on_cpu(PJRT_Buffer_IsOnCpu_Args* args);
 PJRT_Error* cw_plugin_buffer_ready_event(PJRT_Buffer_ReadyEvent_Args* args);
 PJRT_Error* cw_plugin_client_create_error_buffer(PJRT_Client_CreateErrorBuffer_Args* args);
-
-PJRT_Error* cw_plugin_client_compile(PJRT_Client_Compile_Args* args);
-PJRT_Error* cw_plugin_executable_destroy(PJRT_Executable_Destroy_Args* args);
-PJRT_Error* cw_plugin_executable_name(PJRT_Executable_Name_Args* args);
-PJRT_Error* cw_plugin_executable_num_replicas(PJRT_Executable_NumReplicas_Args* args);
-PJRT_Error* cw_plugin_executable_num_partitions(PJRT_Executable_NumPartitions_Args* args);
-PJRT_Error* cw_plugin_executable_num_outputs(PJRT_Executable_NumOutputs_Args* args);
-PJRT_Error* cw_plugin_executable_code_size(PJRT_Executable_SizeOfGeneratedCodeInBytes_Args* args);
-PJRT_Error* cw_plugin_executable_output_memory_kinds(
-    PJRT_Executable_OutputMemoryKinds_Args* args);
-PJRT_Error* cw_plugin_executable_optimized_program(PJRT_Executable_OptimizedProgram_Args* args);
-PJRT_Error* cw_plugin_executable_output_element_types(
-    PJRT_Executable_OutputElementTypes_Args* args);
-PJRT_Error* cw_plugin_executable_output_dimensions(PJRT_Executable_OutputDimensions_Args* args);
-PJRT_Error* cw_plugin_executable_fingerprint(PJRT_Executable_Fingerprint_Args* args);
-PJRT_Error* cw_plugin_executable_get_compile_options(
-    PJRT_Executable_GetCompileOptions_Args* args);
-PJRT_Error* cw_plugin_loaded_destroy(PJRT_LoadedExecutable_Destroy_Args* args);
-PJRT_Error* cw_plugin_loaded_get_executable(PJRT_LoadedExecutable_GetExecutable_Args* args);
-PJRT_Error* cw_plugin_loaded_addressable_devices(
-    PJRT_LoadedExecutable_AddressableDevices_Args* args);
-PJRT_Error* cw_plugin_loaded_delete(PJRT_LoadedExecutable_Delete_Args* args);
-PJRT_Error* cw_plugin_loaded_is_deleted(PJRT_LoadedExecutable_IsDeleted_Args* args);
-PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args);
-PJRT_Error* cw_plugin_loaded_fingerprint(PJRT_LoadedExecutable_Fingerprint_Args* args);
-PJRT_Error* cw_plugin_loaded_get_device_assignment(
-    PJRT_LoadedExecutable_GetDeviceAssignment_Args* args);
-PJRT_Error* cw_plugin_loaded_logical_ids(
-    PJRT_LoadedExecutable_AddressableDeviceLogicalIds_Args* args);
 
 // Plugin attributes: the workers' plugin attributes once a session exists
 // (defaults before). Set by client creation; never freed (process lifetime).
