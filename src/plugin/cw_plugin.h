@@ -23,12 +23,14 @@
 
 #include "cw_client.h"
 #include "cw_pjrt_c_api.h"
+#include "cw_plugin_buffer.h"
 #include "cw_plugin_device.h"
 #include "cw_plugin_error.h"
 #include "cw_plugin_event.h"
 #include "cw_plugin_executable.h"
 #include "cw_plugin_execute.h"
 #include "cw_plugin_trace.h"
+#include "cw_plugin_transfer.h"
 #include "cw_plugin_worker.h"
 #include "cw_settings.h"
 #include "cw_status.h"
@@ -135,8 +137,6 @@ static inline uint64_t cw_plugin_client_new_id(cw_plugin_client_t* c) {
 
 // ---- Health: worker loss and replacement (cw_plugin_health.c) ---------------
 
-struct cw_plugin_buffer_s;
-
 // A ClusterEvent from the controller (reader thread). WORKER_DOWN marks the
 // worker dead and closes our connection to it (what is pending there fails);
 // WORKER_UP for a worker of this session with a new incarnation records
@@ -146,8 +146,6 @@ void cw_plugin_health_on_event(cw_plugin_client_t* c, const Causeway__V1__Cluste
 // announced, connects to it in this session, tells the controller
 // (HEALTH_REJOIN), restarts seq numbering and returns true.
 bool cw_plugin_health_revive(cw_plugin_worker_t* w);
-// UNAVAILABLE when `b` lived on a worker that has since been replaced.
-CW_MUST_USE cw_status_t cw_plugin_buffer_check_epoch(const struct cw_plugin_buffer_s* b);
 // Whether `status` (borrowed) says the controller connection is lost.
 bool cw_plugin_health_controller_lost(const cw_plugin_client_t* c, cw_status_t status);
 // Takes `status`: when the controller connection is lost, UNAVAILABLE
@@ -186,30 +184,6 @@ CW_MUST_USE cw_status_t cw_plugin_token_load(cw_settings_t* settings, char** out
 CW_MUST_USE cw_status_t cw_plugin_token_refused(cw_status_t status, const char* what,
                                                 const char* address);
 
-// ---- Buffers ---------------------------------------------------------------
-
-#define CW_PLUGIN_BUFFER_INLINE_DIMS 6
-
-typedef struct cw_plugin_buffer_s {
-  cw_plugin_client_t* client;
-  cw_plugin_device_t* device;
-  uint64_t id;
-  PJRT_Buffer_Type type;
-  size_t rank;
-  int64_t* dims;            // points at inline_dims or heap
-  int64_t inline_dims[CW_PLUGIN_BUFFER_INLINE_DIMS];
-  cw_plugin_future_t* ready;  // the value exists on the worker (or failed)
-  _Atomic bool deleted;
-  uint32_t epoch;           // the worker's epoch when it was made
-} cw_plugin_buffer_t;
-
-// Creates a proxy (no message sent). Takes a reference to `ready`.
-CW_MUST_USE cw_status_t cw_plugin_buffer_create(cw_plugin_client_t* c, cw_plugin_device_t* d,
-                                                uint64_t id, PJRT_Buffer_Type type,
-                                                const int64_t* dims, size_t rank,
-                                                cw_plugin_future_t* ready,
-                                                cw_plugin_buffer_t** out_buffer);
-
 // ---- API entry points implemented across files ------------------------------
 
 PJRT_Error* cw_plugin_client_create(PJRT_Client_Create_Args* args);
@@ -225,25 +199,6 @@ PJRT_Error* cw_plugin_client_lookup_addressable_device(
 PJRT_Error* cw_plugin_client_addressable_memories(PJRT_Client_AddressableMemories_Args* args);
 PJRT_Error* cw_plugin_client_default_device_assignment(
     PJRT_Client_DefaultDeviceAssignment_Args* args);
-
-PJRT_Error* cw_plugin_buffer_from_host(PJRT_Client_BufferFromHostBuffer_Args* args);
-PJRT_Error* cw_plugin_buffer_destroy(PJRT_Buffer_Destroy_Args* args);
-PJRT_Error* cw_plugin_buffer_element_type(PJRT_Buffer_ElementType_Args* args);
-PJRT_Error* cw_plugin_buffer_dimensions(PJRT_Buffer_Dimensions_Args* args);
-PJRT_Error* cw_plugin_buffer_unpadded_dimensions(PJRT_Buffer_UnpaddedDimensions_Args* args);
-PJRT_Error* cw_plugin_buffer_dynamic_dimension_indices(
-    PJRT_Buffer_DynamicDimensionIndices_Args* args);
-PJRT_Error* cw_plugin_buffer_on_device_size(PJRT_Buffer_OnDeviceSizeInBytes_Args* args);
-PJRT_Error* cw_plugin_buffer_device(PJRT_Buffer_Device_Args* args);
-PJRT_Error* cw_plugin_buffer_memory(PJRT_Buffer_Memory_Args* args);
-PJRT_Error* cw_plugin_buffer_delete(PJRT_Buffer_Delete_Args* args);
-PJRT_Error* cw_plugin_buffer_is_deleted(PJRT_Buffer_IsDeleted_Args* args);
-PJRT_Error* cw_plugin_buffer_copy_to_device(PJRT_Buffer_CopyToDevice_Args* args);
-PJRT_Error* cw_plugin_buffer_copy_to_memory(PJRT_Buffer_CopyToMemory_Args* args);
-PJRT_Error* cw_plugin_buffer_to_host(PJRT_Buffer_ToHostBuffer_Args* args);
-PJRT_Error* cw_plugin_buffer_is_on_cpu(PJRT_Buffer_IsOnCpu_Args* args);
-PJRT_Error* cw_plugin_buffer_ready_event(PJRT_Buffer_ReadyEvent_Args* args);
-PJRT_Error* cw_plugin_client_create_error_buffer(PJRT_Client_CreateErrorBuffer_Args* args);
 
 // Plugin attributes: the workers' plugin attributes once a session exists
 // (defaults before). Set by client creation; never freed (process lifetime).

@@ -146,14 +146,6 @@ bool cw_plugin_health_revive(cw_plugin_worker_t* w) {
   return ok;
 }
 
-cw_status_t cw_plugin_buffer_check_epoch(const struct cw_plugin_buffer_s* b) {
-  cw_plugin_worker_t* w = b->device->worker;
-  if (b->epoch == atomic_load_explicit(&w->epoch, memory_order_acquire)) return cw_ok_status();
-  return cw_make_status(CW_UNAVAILABLE, "worker %s (%s) was replaced: buffer %llu lived on the "
-                        "lost worker and its contents are gone; upload it again", w->name,
-                        w->address, (unsigned long long)b->id);
-}
-
 bool cw_plugin_health_controller_lost(const cw_plugin_client_t* c, cw_status_t status) {
   // cw_client reports a lost connection as "connection to ADDRESS lost: ...";
   // a worker's loss relayed by the controller starts with "worker ".
