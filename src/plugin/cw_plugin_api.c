@@ -1,12 +1,21 @@
 // The PJRT_Api table of libcauseway_pjrt.so: plugin attributes, the
 // UNIMPLEMENTED stubs and GetPjrtApi, the library's only exported symbol.
+#include "cw_plugin_api.h"
+
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cw_plugin.h"
+#include "cw_plugin_buffer.h"
+#include "cw_plugin_client.h"
+#include "cw_plugin_device.h"
 #include "cw_plugin_error.h"
+#include "cw_plugin_event.h"
+#include "cw_plugin_executable.h"
+#include "cw_plugin_execute.h"
+#include "cw_plugin_transfer.h"
 
 // ---- Plugin ------------------------------------------------------------------
 

@@ -1,11 +1,16 @@
 // PJRT buffers (cw_plugin_buffer.h): local proxies named by client-chosen
 // ids. Dropping one sends a batched DELETE to its worker in seq order; the
 // requests that fill or read one: cw_plugin_transfer.c.
+#include "cw_plugin_buffer.h"
+
 #include <stdlib.h>
 #include <string.h>
 
 #include "cw_array.h"
-#include "cw_plugin.h"
+#include "cw_plugin_error.h"
+#include "cw_plugin_health.h"
+#include "cw_plugin_internal.h"
+#include "cw_plugin_worker.h"
 
 size_t cw_plugin_buffer_dtype_size(PJRT_Buffer_Type type) {
   return type >= PJRT_Buffer_Type_PRED && type <= PJRT_Buffer_Type_C128 ? cw_dtype_size((int)type)

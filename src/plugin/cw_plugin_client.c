@@ -2,6 +2,8 @@
 // controller, one direct connection per worker, and the client's queries
 // (devices, memories, the default device assignment). The devices and
 // memories themselves: cw_plugin_device.c; the workers: cw_plugin_worker.c.
+#include "cw_plugin_client.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +11,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cw_plugin.h"
+#include "cw_plugin_alloc.h"
+#include "cw_plugin_api.h"
+#include "cw_plugin_cluster.h"
+#include "cw_plugin_device.h"
+#include "cw_plugin_error.h"
+#include "cw_plugin_health.h"
+#include "cw_plugin_internal.h"
+#include "cw_plugin_token.h"
+#include "cw_plugin_trace.h"
+#include "cw_plugin_worker.h"
 #include "cw_time.h"
 
 #define CW__CONNECT_TIMEOUT_MS 8000     // an unreachable controller fails within 10 s
@@ -119,15 +130,16 @@ static cw_status_t cw__open_session(cw_plugin_client_t* c, uint32_t min_workers)
   req.client_host = host;
   req.client_pid = (uint32_t)getpid();
   cw_plugin_alloc_t alloc;
-  cw_status_t s = cw_plugin_alloc_read(&c->settings, &req, &alloc);  // CAUSEWAY_DEVICES and friends
+  cw_status_t s =
+      cw_plugin_alloc_initialize(&alloc, &c->settings, &req);  // CAUSEWAY_DEVICES and friends
   ProtobufCMessage* reply = NULL;
   if (!s) {
     s = cw_client_call(c->ctrl, CW_MSG_OPEN_SESSION, &req.base, NULL, 0, NULL, &reply, NULL);
   } else {
-    cw_plugin_alloc_free(&alloc);
+    cw_plugin_alloc_deinitialize(&alloc);
     return s;
   }
-  cw_plugin_alloc_free(&alloc);
+  cw_plugin_alloc_deinitialize(&alloc);
   if (s) {
     s = cw_status_annotate(s, "causeway: opening a session at %s (waiting for %u workers)",
                            c->ctrl_address, min_workers);

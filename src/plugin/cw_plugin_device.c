@@ -1,9 +1,13 @@
 // PJRT devices and memories (cw_plugin_device.h).
+#include "cw_plugin_device.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cw_plugin.h"
+#include "cw_plugin_error.h"
+#include "cw_plugin_internal.h"
+#include "cw_plugin_worker.h"
 
 // PJRT_Memory user data: the caller's values by key, freed with the client.
 typedef struct cw_plugin_memory_user_data_s {

@@ -1,11 +1,17 @@
 // Executables (cw_plugin_executable.h): compile through the controller (the
 // one blocking round trip of a jit), metadata from the returned
 // ExecutableInfo, and the executable's DELETE when JAX drops it.
+#include "cw_plugin_executable.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cw_plugin.h"
+#include "cw_plugin_device.h"
+#include "cw_plugin_error.h"
+#include "cw_plugin_health.h"
+#include "cw_plugin_internal.h"
+#include "cw_plugin_worker.h"
 #include "proto/xla_compile_options.pb-c.h"
 
 void cw_plugin_exe_release(cw_plugin_exe_t* e) {

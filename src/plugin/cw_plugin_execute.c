@@ -1,9 +1,18 @@
 // PJRT_LoadedExecutable_Execute (cw_plugin_execute.h): a launch returns at
 // once with output buffers whose ids the plugin chose; one future, completed
 // by the worker's reply, stands for all of them.
+#include "cw_plugin_execute.h"
+
 #include <stdlib.h>
 
-#include "cw_plugin.h"
+#include "cw_plugin_buffer.h"
+#include "cw_plugin_error.h"
+#include "cw_plugin_event.h"
+#include "cw_plugin_executable.h"
+#include "cw_plugin_health.h"
+#include "cw_plugin_internal.h"
+#include "cw_plugin_trace.h"
+#include "cw_plugin_worker.h"
 #include "cw_time.h"
 
 static cw_status_t cw__oom(void) { return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"); }

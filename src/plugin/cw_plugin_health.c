@@ -12,11 +12,14 @@
 // restarts this worker's seq numbering. Buffers made before stay in error
 // (their contents died with the worker); executables keep working (the
 // controller LOADed them into the replacement under the same ids).
+#include "cw_plugin_health.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cw_plugin.h"
+#include "cw_plugin_internal.h"
+#include "cw_plugin_worker.h"
 
 #define CW__REJOIN_CONNECT_TIMEOUT_MS 8000
 
@@ -162,7 +165,7 @@ cw_status_t cw_plugin_health_controller_error(cw_plugin_client_t* c, cw_status_t
   return out;
 }
 
-void cw_plugin_health_worker_free(cw_plugin_worker_t* w) {
+void cw_plugin_health_worker_deinitialize(cw_plugin_worker_t* w) {
   for (size_t i = 0; i < w->num_retired; ++i) {
     if (w->retired[i].conn) cw_client_release(w->retired[i].conn);
     free(w->retired[i].address);

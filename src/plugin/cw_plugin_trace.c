@@ -14,6 +14,8 @@
 // process_name events); tids are lanes: the client's dispatch, transfer and
 // wait lanes, a worker's devices (tid = local device index) and its
 // transfer lanes.
+#include "cw_plugin_trace.h"
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +25,7 @@
 
 #include "cw_frame.h"
 #include "cw_json.h"
-#include "cw_plugin.h"
+#include "cw_plugin_internal.h"
 #include "cw_plugin_trace_file.h"
 #include "cw_time.h"
 

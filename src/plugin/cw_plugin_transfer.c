@@ -2,11 +2,18 @@
 // CopyToMemory send one pipelined request to the owning worker(s) and return
 // at once, the new buffer's ready future resolving on the reply;
 // ToHostBuffer reads bytes back, straight into the caller's memory.
+#include "cw_plugin_transfer.h"
+
 #include <stdlib.h>
 #include <string.h>
 
 #include "cw_array.h"
-#include "cw_plugin.h"
+#include "cw_plugin_buffer.h"
+#include "cw_plugin_error.h"
+#include "cw_plugin_event.h"
+#include "cw_plugin_internal.h"
+#include "cw_plugin_trace.h"
+#include "cw_plugin_worker.h"
 #include "cw_time.h"
 
 // The wire dtypes are PJRT_Buffer_Type values 1..15 (an upload casts one to

@@ -1,9 +1,12 @@
 // The client's side of each worker of its session (cw_plugin_worker.h).
+#include "cw_plugin_worker.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cw_plugin.h"
+#include "cw_plugin_health.h"
+#include "cw_plugin_internal.h"
 
 // Most ids one batched DELETE carries.
 #define CW__DELETE_BATCH 256
@@ -37,7 +40,7 @@ void cw_plugin_worker_deinitialize(cw_plugin_worker_t* w) {
   free(w->dead_reason);
   free(w->deferred_error);
   free(w->pending_deletes);  // the session's end frees them on the worker
-  cw_plugin_health_worker_free(w);
+  cw_plugin_health_worker_deinitialize(w);
   pthread_mutex_destroy(&w->mu);
   pthread_mutex_destroy(&w->send_mu);
 }
