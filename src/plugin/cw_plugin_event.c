@@ -161,18 +161,16 @@ PJRT_Error* cw_plugin_event_await(PJRT_Event_Await_Args* args) {
   CW_PLUGIN_NEED(args->event, "PJRT_Event_Await", "event");
   int64_t t0 = cw_plugin_trace_on() ? cw_time_now_ns() : 0;
   cw_status_t s = cw_plugin_future_wait(CW__EVENT(args));
-  if (t0)
+  if (t0) {
     cw_plugin_trace_client_event("wait", "await", CW_PLUGIN_TRACE_LANE_WAIT, t0, NULL, 0, 0, 0);
+  }
   return cw_plugin_error_or_null(s);
 }
 
 PJRT_Error* cw_plugin_event_on_ready(PJRT_Event_OnReady_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Event_OnReady_Args, user_arg);
   CW_PLUGIN_NEED(args->event, "PJRT_Event_OnReady", "event");
-  if (!args->callback) {
-    return cw_plugin_error_from_status(
-        cw_make_status(CW_INVALID_ARGUMENT, "PJRT_Event_OnReady: callback is NULL"));
-  }
+  CW_PLUGIN_NEED(args->callback, "PJRT_Event_OnReady", "callback");
   cw__waiter_t* w = calloc(1, sizeof(*w));
   if (!w) {
     return cw_plugin_error_from_status(

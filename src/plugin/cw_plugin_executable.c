@@ -294,10 +294,7 @@ PJRT_Error* cw_plugin_executable_optimized_program(PJRT_Executable_OptimizedProg
   CW_PLUGIN_NEED(args->executable, "PJRT_Executable_OptimizedProgram", "executable");
   cw_plugin_exe_t* e = CW__EXE(args);
   PJRT_Program* p = args->program;
-  if (!p) {
-    return cw_plugin_error_from_status(
-        cw_make_status(CW_INVALID_ARGUMENT, "OptimizedProgram: program is NULL"));
-  }
+  CW_PLUGIN_NEED(p, "OptimizedProgram", "program");
   if (!e->program) {
     return cw_plugin_error_from_status(cw_make_status(
         CW_UNIMPLEMENTED, "the controller did not provide the optimized program of %s", e->name));
@@ -398,10 +395,7 @@ PJRT_Error* cw_plugin_loaded_destroy(PJRT_LoadedExecutable_Destroy_Args* args) {
 
 PJRT_Error* cw_plugin_loaded_get_executable(PJRT_LoadedExecutable_GetExecutable_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_LoadedExecutable_GetExecutable_Args, executable);
-  if (!args->loaded_executable) {
-    return cw_plugin_error_from_status(
-        cw_make_status(CW_INVALID_ARGUMENT, "GetExecutable: loaded_executable is NULL"));
-  }
+  CW_PLUGIN_NEED(args->loaded_executable, "GetExecutable", "loaded_executable");
   cw_plugin_exe_t* e = ((cw_plugin_loaded_t*)args->loaded_executable)->exe;
   atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);  // the caller destroys it
   args->executable = (PJRT_Executable*)e;

@@ -302,32 +302,27 @@ static cw_status_t cw__buffer_copy(cw_plugin_buffer_t* b, cw_plugin_device_t* ds
   return cw_ok_status();
 }
 
+// The copy slots' end: `buffer` to `dst`, the new buffer in *out_buffer.
+static PJRT_Error* cw__copy_slot(PJRT_Buffer* buffer, cw_plugin_device_t* dst,
+                                 PJRT_Buffer** out_buffer) {
+  cw_plugin_buffer_t* nb = NULL;
+  cw_status_t s = cw__buffer_copy(CW__BUF(buffer), dst, &nb);
+  if (s) return cw_plugin_error_from_status(s);
+  *out_buffer = (PJRT_Buffer*)nb;
+  return NULL;
+}
+
 PJRT_Error* cw_plugin_buffer_copy_to_device(PJRT_Buffer_CopyToDevice_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_CopyToDevice_Args, dst_buffer);
   CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_CopyToDevice", "buffer");
-  if (!args->dst_device) {
-    return cw_plugin_error_from_status(
-        cw_make_status(CW_INVALID_ARGUMENT, "PJRT_Buffer_CopyToDevice: dst_device is NULL"));
-  }
-  cw_plugin_buffer_t* nb = NULL;
-  cw_status_t s =
-      cw__buffer_copy(CW__BUF(args->buffer), (cw_plugin_device_t*)args->dst_device, &nb);
-  if (s) return cw_plugin_error_from_status(s);
-  args->dst_buffer = (PJRT_Buffer*)nb;
-  return NULL;
+  CW_PLUGIN_NEED(args->dst_device, "PJRT_Buffer_CopyToDevice", "dst_device");
+  return cw__copy_slot(args->buffer, (cw_plugin_device_t*)args->dst_device, &args->dst_buffer);
 }
 
 PJRT_Error* cw_plugin_buffer_copy_to_memory(PJRT_Buffer_CopyToMemory_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_CopyToMemory_Args, dst_buffer);
   CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_CopyToMemory", "buffer");
-  if (!args->dst_memory) {
-    return cw_plugin_error_from_status(
-        cw_make_status(CW_INVALID_ARGUMENT, "PJRT_Buffer_CopyToMemory: dst_memory is NULL"));
-  }
-  cw_plugin_buffer_t* nb = NULL;
-  cw_status_t s =
-      cw__buffer_copy(CW__BUF(args->buffer), ((cw_plugin_memory_t*)args->dst_memory)->device, &nb);
-  if (s) return cw_plugin_error_from_status(s);
-  args->dst_buffer = (PJRT_Buffer*)nb;
-  return NULL;
+  CW_PLUGIN_NEED(args->dst_memory, "PJRT_Buffer_CopyToMemory", "dst_memory");
+  return cw__copy_slot(args->buffer, ((cw_plugin_memory_t*)args->dst_memory)->device,
+                       &args->dst_buffer);
 }

@@ -290,10 +290,11 @@ cw_status_t cw_plugin_worker_send_ordered(cw_plugin_worker_t* w, bool direct, ui
   // Under send_mu: a replacement worker swaps the connection under it.
   cw_client_t* via = direct ? w->conn : w->client->ctrl;
   // Batched DELETEs come first (in the same write when on the same connection).
-  if (direct)
+  if (direct) {
     cw__worker_stage_deletes_locked(w);
-  else
+  } else {
     cw__worker_flush_deletes_locked(w);
+  }
   uint64_t seq = cw__worker_next_seq(w);
   uint32_t epoch = atomic_load_explicit(&w->epoch, memory_order_acquire);
   *req_seq = seq;
