@@ -4,11 +4,11 @@
 // CAUSEWAY_WEIGHT, CAUSEWAY_QUEUE_TIMEOUT. The settings table parses and
 // bounds them; here they are checked for meaning, and a value that makes no
 // sense fails client creation with an error naming the variable.
-#include "cw_plugin_alloc.h"
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "cw_plugin_alloc.h"
 
 static bool cw__alloc_printable(const char* s, size_t max) {
   size_t n = 0;

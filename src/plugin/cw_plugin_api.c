@@ -1,13 +1,12 @@
 // The PJRT_Api table of libcauseway_pjrt.so: plugin attributes, the
 // UNIMPLEMENTED stubs and GetPjrtApi, the library's only exported symbol.
-#include "cw_plugin_api.h"
-
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cw_plugin_api.h"
 #include "cw_plugin_buffer.h"
 #include "cw_plugin_client.h"
 #include "cw_plugin_device.h"

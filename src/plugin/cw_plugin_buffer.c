@@ -1,12 +1,11 @@
 // PJRT buffers (cw_plugin_buffer.h): local proxies named by client-chosen
 // ids. Dropping one sends a batched DELETE to its worker in seq order; the
 // requests that fill or read one: cw_plugin_transfer.c.
-#include "cw_plugin_buffer.h"
-
 #include <stdlib.h>
 #include <string.h>
 
 #include "cw_array.h"
+#include "cw_plugin_buffer.h"
 #include "cw_plugin_error.h"
 #include "cw_plugin_health.h"
 #include "cw_plugin_internal.h"

@@ -2,8 +2,6 @@
 // controller, one direct connection per worker, and the client's queries
 // (devices, memories, the default device assignment). The devices and
 // memories themselves: cw_plugin_device.c; the workers: cw_plugin_worker.c.
-#include "cw_plugin_client.h"
-
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +11,7 @@
 
 #include "cw_plugin_alloc.h"
 #include "cw_plugin_api.h"
+#include "cw_plugin_client.h"
 #include "cw_plugin_cluster.h"
 #include "cw_plugin_device.h"
 #include "cw_plugin_error.h"

@@ -18,8 +18,6 @@
 // JAX never destroys its client, so at a normal exit an atexit handler
 // removes the private directories of clusters still running (their
 // children, already connected, need no socket file; they exit on EOF).
-#include "cw_plugin_cluster.h"
-
 #include <assert.h>
 #include <dirent.h>
 #include <dlfcn.h>
@@ -39,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cw_plugin_cluster.h"
 #include "cw_random.h"
 
 extern char** environ;

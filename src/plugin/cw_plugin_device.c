@@ -1,10 +1,9 @@
 // PJRT devices and memories (cw_plugin_device.h).
-#include "cw_plugin_device.h"
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cw_plugin_device.h"
 #include "cw_plugin_error.h"
 #include "cw_plugin_internal.h"
 #include "cw_plugin_worker.h"

@@ -1,9 +1,9 @@
 // PJRT_Error: a cw_status_t becomes one only here, at the API boundary. The
 // error object starts with its vtable, which callers read directly.
-#include "cw_plugin_error.h"
-
 #include <stdlib.h>
 #include <string.h>
+
+#include "cw_plugin_error.h"
 
 // cw_status codes are PJRT codes by construction (cw_status.h); pin it here
 // where both headers meet.

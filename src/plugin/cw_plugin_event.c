@@ -1,12 +1,11 @@
 // Futures and PJRT events (cw_plugin_event.h).
-#include "cw_plugin_event.h"
-
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cw_plugin_error.h"
+#include "cw_plugin_event.h"
 #include "cw_plugin_trace.h"
 #include "cw_time.h"
 

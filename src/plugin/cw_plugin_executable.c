@@ -1,14 +1,13 @@
 // Executables (cw_plugin_executable.h): compile through the controller (the
 // one blocking round trip of a jit), metadata from the returned
 // ExecutableInfo, and the executable's DELETE when JAX drops it.
-#include "cw_plugin_executable.h"
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cw_plugin_device.h"
 #include "cw_plugin_error.h"
+#include "cw_plugin_executable.h"
 #include "cw_plugin_health.h"
 #include "cw_plugin_internal.h"
 #include "cw_plugin_worker.h"

@@ -1,14 +1,13 @@
 // PJRT_LoadedExecutable_Execute (cw_plugin_execute.h): a launch returns at
 // once with output buffers whose ids the plugin chose; one future, completed
 // by the worker's reply, stands for all of them.
-#include "cw_plugin_execute.h"
-
 #include <stdlib.h>
 
 #include "cw_plugin_buffer.h"
 #include "cw_plugin_error.h"
 #include "cw_plugin_event.h"
 #include "cw_plugin_executable.h"
+#include "cw_plugin_execute.h"
 #include "cw_plugin_health.h"
 #include "cw_plugin_internal.h"
 #include "cw_plugin_trace.h"

@@ -12,12 +12,11 @@
 // restarts this worker's seq numbering. Buffers made before stay in error
 // (their contents died with the worker); executables keep working (the
 // controller LOADed them into the replacement under the same ids).
-#include "cw_plugin_health.h"
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cw_plugin_health.h"
 #include "cw_plugin_internal.h"
 #include "cw_plugin_worker.h"
 

@@ -5,10 +5,10 @@
 // variable wins so that a one-off override needs no file edit.
 // The embedded cluster ignores both: it makes its own random token per
 // cluster (cw_plugin_cluster.c) and the plugin presents that one.
-#include "cw_plugin_token.h"
-
 #include <stdlib.h>
 #include <string.h>
+
+#include "cw_plugin_token.h"
 
 cw_status_t cw_plugin_token_load(cw_settings_t* settings, char** out_token) {
   *out_token = NULL;

@@ -14,8 +14,6 @@
 // process_name events); tids are lanes: the client's dispatch, transfer and
 // wait lanes, a worker's devices (tid = local device index) and its
 // transfer lanes.
-#include "cw_plugin_trace.h"
-
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +24,7 @@
 #include "cw_frame.h"
 #include "cw_json.h"
 #include "cw_plugin_internal.h"
+#include "cw_plugin_trace.h"
 #include "cw_plugin_trace_file.h"
 #include "cw_time.h"
 

@@ -2,8 +2,6 @@
 // CopyToMemory send one pipelined request to the owning worker(s) and return
 // at once, the new buffer's ready future resolving on the reply;
 // ToHostBuffer reads bytes back, straight into the caller's memory.
-#include "cw_plugin_transfer.h"
-
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +11,7 @@
 #include "cw_plugin_event.h"
 #include "cw_plugin_internal.h"
 #include "cw_plugin_trace.h"
+#include "cw_plugin_transfer.h"
 #include "cw_plugin_worker.h"
 #include "cw_time.h"
 

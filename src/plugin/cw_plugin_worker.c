@@ -1,12 +1,11 @@
 // The client's side of each worker of its session (cw_plugin_worker.h).
-#include "cw_plugin_worker.h"
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cw_plugin_health.h"
 #include "cw_plugin_internal.h"
+#include "cw_plugin_worker.h"
 
 // Most ids one batched DELETE carries.
 #define CW__DELETE_BATCH 256
