@@ -51,44 +51,37 @@ static char* load(cw_status_t* out_status) {
   return token;
 }
 
-static void test_none_is_empty(void** state) {
-  (void)state;
+// Fails the test unless the plugin would present `want`.
+static void expect_token(const char* want) {
   cw_status_t s;
   char* token = load(&s);
   assert_null(s);
-  assert_string_equal(token, "");
+  assert_string_equal(token, want);
   free(token);
+}
+
+static void test_none_is_empty(void** state) {
+  (void)state;
+  expect_token("");
 }
 
 static void test_variable(void** state) {
   (void)state;
   setenv("CAUSEWAY_TOKEN", "s3cret", 1);
-  cw_status_t s;
-  char* token = load(&s);
-  assert_null(s);
-  assert_string_equal(token, "s3cret");
-  free(token);
+  expect_token("s3cret");
 }
 
 static void test_file_first_line(void** state) {
   (void)state;
   write_token_file("from-file\nsecond line\n");
-  cw_status_t s;
-  char* token = load(&s);
-  assert_null(s);
-  assert_string_equal(token, "from-file");
-  free(token);
+  expect_token("from-file");
 }
 
 static void test_variable_wins_over_file(void** state) {
   (void)state;
   write_token_file("from-file\n");
   setenv("CAUSEWAY_TOKEN", "override", 1);
-  cw_status_t s;
-  char* token = load(&s);
-  assert_null(s);
-  assert_string_equal(token, "override");
-  free(token);
+  expect_token("override");
 }
 
 static void test_missing_file_fails(void** state) {
