@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "cw_plugin_alloc.h"
-#include "cw_plugin_api.h"
+#include "cw_plugin_attributes.h"
 #include "cw_plugin_client.h"
 #include "cw_plugin_cluster.h"
 #include "cw_plugin_device.h"
@@ -170,7 +170,7 @@ static cw_status_t cw__open_session(cw_plugin_client_t* c, uint32_t min_workers)
     c->device_ptrs[i] = (PJRT_Device*)&c->devices[i];
     c->memory_ptrs[i] = (PJRT_Memory*)&c->devices[i].memory;
   }
-  if (!s) cw_plugin_api_attributes_set(info->plugin_attributes, info->n_plugin_attributes);
+  if (!s) cw_plugin_attributes_set(info->plugin_attributes, info->n_plugin_attributes);
   protobuf_c_message_free_unpacked(reply, NULL);
   return s;
 }
