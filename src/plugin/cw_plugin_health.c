@@ -1,4 +1,5 @@
-// Worker loss and replacement on the client side.
+// Worker loss and replacement on the client side (cw_plugin_health.h), and
+// naming a lost controller.
 //
 // WORKER_DOWN (the controller saw the worker's connection close or its
 // heartbeats stop): the worker is marked dead and our direct connection to
