@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cw_plugin.h"
+#include "cw_plugin_alloc.h"
 
 static bool cw__alloc_printable(const char* s, size_t max) {
   size_t n = 0;
@@ -18,9 +18,9 @@ static bool cw__alloc_printable(const char* s, size_t max) {
   return n > 0;
 }
 
-cw_status_t cw__alloc_env_read(const cw_settings_t* settings,
-                               Causeway__V1__OpenSessionRequest* req, cw__alloc_env_t* keep) {
-  memset(keep, 0, sizeof(*keep));
+cw_status_t cw_plugin_alloc_initialize(cw_plugin_alloc_t* out, const cw_settings_t* settings,
+                                       Causeway__V1__OpenSessionRequest* req) {
+  memset(out, 0, sizeof(*out));
   // Each was bounded by the table to fit a uint32 (0: not asked).
   req->num_devices = (uint32_t)cw_settings_int(settings, CW_SET_SESSION_DEVICES);
   req->min_island = (uint32_t)cw_settings_int(settings, CW_SET_MIN_ISLAND);
@@ -37,25 +37,25 @@ cw_status_t cw__alloc_env_read(const cw_settings_t* settings,
   }
   const char* w = cw_settings_string(settings, CW_SET_WORKERS);
   if (*w) {
-    keep->buf = strdup(w);
+    out->buf = strdup(w);
     size_t n = 1;
     for (const char* c = w; *c; ++c) n += *c == ',';
-    keep->names = calloc(n, sizeof(char*));
-    if (!keep->buf || !keep->names) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+    out->names = calloc(n, sizeof(char*));
+    if (!out->buf || !out->names) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
     char* save = NULL;
-    for (char* tok = strtok_r(keep->buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    for (char* tok = strtok_r(out->buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
       if (!cw__alloc_printable(tok, 127)) {
         return cw_make_status(CW_INVALID_ARGUMENT, "causeway: CAUSEWAY_WORKERS: '%s' is not "
                               "worker names separated by commas", w);
       }
-      keep->names[keep->count++] = tok;
+      out->names[out->count++] = tok;
     }
-    if (keep->count != n) {
+    if (out->count != n) {
       return cw_make_status(CW_INVALID_ARGUMENT, "causeway: CAUSEWAY_WORKERS: '%s' has an "
                             "empty worker name", w);
     }
-    req->workers = keep->names;
-    req->n_workers = keep->count;
+    req->workers = out->names;
+    req->n_workers = out->count;
   }
   bool other = (req->platform && req->platform[0]) || req->n_workers || req->min_island ||
                req->share || req->weight || req->queue_timeout_ms;
@@ -67,8 +67,8 @@ cw_status_t cw__alloc_env_read(const cw_settings_t* settings,
   return cw_ok_status();
 }
 
-void cw__alloc_env_free(cw__alloc_env_t* keep) {
-  free(keep->buf);
-  free(keep->names);
-  memset(keep, 0, sizeof(*keep));
+void cw_plugin_alloc_deinitialize(cw_plugin_alloc_t* alloc) {
+  free(alloc->buf);
+  free(alloc->names);
+  memset(alloc, 0, sizeof(*alloc));
 }

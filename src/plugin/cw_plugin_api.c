@@ -1,193 +1,22 @@
-// The PJRT_Api table of libcauseway_pjrt.so: errors, plugin attributes, the
-// UNIMPLEMENTED stubs and GetPjrtApi, the library's only exported symbol.
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+// The PJRT_Api table of libcauseway_pjrt.so: which function answers each
+// slot, the UNIMPLEMENTED stubs, and GetPjrtApi, the library's only exported
+// symbol.
+#include <stddef.h>
 
-#include "cw_plugin.h"
-
-// cw_status codes are PJRT codes by construction (cw_status.h); pin it here
-// where both headers meet.
-_Static_assert((int)CW_UNAVAILABLE == (int)PJRT_Error_Code_UNAVAILABLE, "status codes");
-_Static_assert((int)CW_UNIMPLEMENTED == (int)PJRT_Error_Code_UNIMPLEMENTED, "status codes");
-_Static_assert((int)CW_UNAUTHENTICATED == (int)PJRT_Error_Code_UNAUTHENTICATED, "status codes");
-_Static_assert((int)PJRT_Buffer_Type_C128 == (int)CAUSEWAY__V1__DTYPE__DTYPE_C128, "dtypes");
-
-// ---- Errors ------------------------------------------------------------------
-
-typedef struct cw__error_s {
-  const PJRT_Error_FunctionTable* vtable;  // first: callers read it directly
-  PJRT_Error_Code code;
-  size_t message_size;
-  char message[];
-} cw__error_t;
-
-static void cw__error_vt_destroy(PJRT_Error* error) { free(error); }
-
-static void cw__error_vt_message(const PJRT_Error* error, const char** message,
-                                 size_t* message_size) {
-  const cw__error_t* e = (const cw__error_t*)error;
-  *message = e->message;
-  *message_size = e->message_size;
-}
-
-static PJRT_Error_Code cw__error_vt_code(const PJRT_Error* error) {
-  return ((const cw__error_t*)error)->code;
-}
-
-static void cw__error_vt_payloads(const PJRT_Error* error, PJRT_Error_PayloadVisitor visitor,
-                                  void* user_arg) {
-  (void)error;
-  (void)visitor;
-  (void)user_arg;  // our errors carry no payloads
-}
-
-static const PJRT_Error_FunctionTable cw__error_vtable = {
-    .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Error_FunctionTable, for_each_payload),
-    .instance_size = sizeof(cw__error_t),
-    .extension_start = NULL,
-    .destroy = cw__error_vt_destroy,
-    .message = cw__error_vt_message,
-    .get_code = cw__error_vt_code,
-    .for_each_payload = cw__error_vt_payloads,
-};
-
-// Returned when even an error cannot be allocated; never freed.
-static cw__error_t cw__oom_error = {&cw__error_vtable, PJRT_Error_Code_RESOURCE_EXHAUSTED, 0};
-
-PJRT_Error* cw_plugin_error_from_status(cw_status_t status) {
-  const char* msg = cw_status_message(status);
-  size_t n = strlen(msg);
-  cw__error_t* e = malloc(sizeof(*e) + n + 1);
-  if (!e) {
-    cw_status_free(status);
-    return (PJRT_Error*)&cw__oom_error;
-  }
-  e->vtable = &cw__error_vtable;
-  e->code = status ? (PJRT_Error_Code)cw_status_code(status) : PJRT_Error_Code_UNKNOWN;
-  e->message_size = n;
-  memcpy(e->message, msg, n + 1);
-  cw_status_free(status);
-  return (PJRT_Error*)e;
-}
-
-PJRT_Error* cw_plugin_error_or_null(cw_status_t status) {
-  return status ? cw_plugin_error_from_status(status) : NULL;
-}
-
-static void cw__error_destroy(PJRT_Error_Destroy_Args* args) {
-  if (!args || !args->error || args->error == (PJRT_Error*)&cw__oom_error) return;
-  free(args->error);
-}
-
-static void cw__error_message(PJRT_Error_Message_Args* args) {
-  if (!args) return;
-  if (!args->error) {
-    args->message = "";
-    args->message_size = 0;
-    return;
-  }
-  cw__error_vt_message(args->error, &args->message, &args->message_size);
-}
-
-static PJRT_Error* cw__error_get_code(PJRT_Error_GetCode_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Error_GetCode_Args, code);
-  args->code = args->error ? cw__error_vt_code(args->error) : PJRT_Error_Code_OK;
-  return NULL;
-}
-
-static PJRT_Error* cw__error_for_each_payload(PJRT_Error_ForEachPayload_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Error_ForEachPayload_Args, user_arg);
-  return NULL;
-}
+#include "cw_plugin_attributes.h"
+#include "cw_plugin_buffer.h"
+#include "cw_plugin_client.h"
+#include "cw_plugin_device.h"
+#include "cw_plugin_error.h"
+#include "cw_plugin_event.h"
+#include "cw_plugin_executable.h"
+#include "cw_plugin_execute.h"
+#include "cw_plugin_transfer.h"
 
 // ---- Plugin ------------------------------------------------------------------
 
 static PJRT_Error* cw__plugin_initialize(PJRT_Plugin_Initialize_Args* args) {
   (void)args;
-  return NULL;
-}
-
-// Until a session reports the workers' plugin, answer with the values of the
-// pinned CPU plugin (lammps-jax-pjrt-cpu 0.11.2) so a pre-client caller sees
-// something sane. Arrays are never freed: the API says process lifetime.
-static const int64_t cw__default_shlo_current[3] = {1, 20, 0};
-static const int64_t cw__default_shlo_minimum[3] = {0, 9, 0};
-static PJRT_NamedValue cw__default_attrs[3] = {
-    {.struct_size = sizeof(PJRT_NamedValue), .name = "xla_version", .name_size = 11,
-     .type = PJRT_NamedValue_kInt64, .int64_value = 2, .value_size = 1},
-    {.struct_size = sizeof(PJRT_NamedValue), .name = "stablehlo_current_version",
-     .name_size = 25, .type = PJRT_NamedValue_kInt64List,
-     .int64_array_value = cw__default_shlo_current, .value_size = 3},
-    {.struct_size = sizeof(PJRT_NamedValue), .name = "stablehlo_minimum_version",
-     .name_size = 25, .type = PJRT_NamedValue_kInt64List,
-     .int64_array_value = cw__default_shlo_minimum, .value_size = 3},
-};
-static pthread_mutex_t cw__attrs_mu = PTHREAD_MUTEX_INITIALIZER;
-static const PJRT_NamedValue* cw__attrs = cw__default_attrs;
-static size_t cw__num_attrs = 3;
-
-void cw__plugin_attributes_set(Causeway__V1__NamedValue* const* values, size_t count) {
-  PJRT_NamedValue* out = calloc(count ? count : 1, sizeof(*out));
-  if (!out) return;
-  size_t n = 0;
-  for (size_t i = 0; i < count; ++i) {
-    const Causeway__V1__NamedValue* v = values[i];
-    if (!v || !v->name) continue;
-    PJRT_NamedValue* o = &out[n];
-    o->struct_size = sizeof(*o);
-    o->name = strdup(v->name);
-    if (!o->name) continue;
-    o->name_size = strlen(v->name);
-    switch (v->value_case) {
-      case CAUSEWAY__V1__NAMED_VALUE__VALUE_S:
-        o->type = PJRT_NamedValue_kString;
-        o->string_value = strdup(v->s ? v->s : "");
-        o->value_size = strlen(v->s ? v->s : "");
-        break;
-      case CAUSEWAY__V1__NAMED_VALUE__VALUE_I:
-        o->type = PJRT_NamedValue_kInt64;
-        o->int64_value = v->i;
-        o->value_size = 1;
-        break;
-      case CAUSEWAY__V1__NAMED_VALUE__VALUE_LIST: {
-        size_t k = v->list ? v->list->n_values : 0;
-        int64_t* a = calloc(k ? k : 1, sizeof(*a));
-        if (!a) continue;
-        if (k) memcpy(a, v->list->values, k * sizeof(*a));
-        o->type = PJRT_NamedValue_kInt64List;
-        o->int64_array_value = a;
-        o->value_size = k;
-        break;
-      }
-      case CAUSEWAY__V1__NAMED_VALUE__VALUE_F:
-        o->type = PJRT_NamedValue_kFloat;
-        o->float_value = v->f;
-        o->value_size = 1;
-        break;
-      case CAUSEWAY__V1__NAMED_VALUE__VALUE_B:
-        o->type = PJRT_NamedValue_kBool;
-        o->bool_value = v->b;
-        o->value_size = 1;
-        break;
-      default:
-        continue;
-    }
-    ++n;
-  }
-  pthread_mutex_lock(&cw__attrs_mu);
-  cw__attrs = out;  // the previous array stays valid for its holders
-  cw__num_attrs = n;
-  pthread_mutex_unlock(&cw__attrs_mu);
-}
-
-static PJRT_Error* cw__plugin_attributes(PJRT_Plugin_Attributes_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Plugin_Attributes_Args, num_attributes);
-  pthread_mutex_lock(&cw__attrs_mu);
-  args->attributes = cw__attrs;
-  args->num_attributes = cw__num_attrs;
-  pthread_mutex_unlock(&cw__attrs_mu);
   return NULL;
 }
 
@@ -271,11 +100,11 @@ static const PJRT_Api cw__api = {
                          .major_version = CW_PJRT_API_MAJOR,
                          .minor_version = CW_PJRT_API_MINOR},
 
-    .PJRT_Error_Destroy = cw__error_destroy,
-    .PJRT_Error_Message = cw__error_message,
-    .PJRT_Error_GetCode = cw__error_get_code,
+    .PJRT_Error_Destroy = cw_plugin_error_destroy,
+    .PJRT_Error_Message = cw_plugin_error_message,
+    .PJRT_Error_GetCode = cw_plugin_error_get_code,
     .PJRT_Plugin_Initialize = cw__plugin_initialize,
-    .PJRT_Plugin_Attributes = cw__plugin_attributes,
+    .PJRT_Plugin_Attributes = cw_plugin_attributes_get,
 
     .PJRT_Event_Destroy = cw_plugin_event_destroy,
     .PJRT_Event_IsReady = cw_plugin_event_is_ready,
@@ -435,7 +264,7 @@ static const PJRT_Api cw__api = {
 
     .PJRT_LoadedExecutable_AddressableDeviceLogicalIds = cw_plugin_loaded_logical_ids,
     .PJRT_Buffer_Bitcast = cw__stub_PJRT_Buffer_Bitcast,
-    .PJRT_Error_ForEachPayload = cw__error_for_each_payload,
+    .PJRT_Error_ForEachPayload = cw_plugin_error_for_each_payload,
     .PJRT_TopologyDescription_Fingerprint = cw__stub_PJRT_TopologyDescription_Fingerprint,
     .PJRT_Executable_ParameterMemoryKinds = cw__stub_PJRT_Executable_ParameterMemoryKinds,
     .PJRT_Device_ClearMemoryStats = cw__stub_PJRT_Device_ClearMemoryStats,

@@ -1,31 +1,32 @@
-// PJRT buffers: local proxies named by client-chosen ids. Creating, copying
-// and deleting send one pipelined request to the owning worker and return at
-// once; the buffer's ready future resolves on the worker's reply. Only
-// ToHostBuffer moves bytes back, straight into the caller's memory.
+// PJRT buffers (cw_plugin_buffer.h): local proxies named by client-chosen
+// ids. Dropping one sends a batched DELETE to its worker in seq order; the
+// requests that fill or read one: cw_plugin_transfer.c.
 #include <stdlib.h>
 #include <string.h>
 
 #include "cw_array.h"
-#include "cw_plugin.h"
-#include "cw_time.h"
+#include "cw_plugin_buffer.h"
+#include "cw_plugin_error.h"
+#include "cw_plugin_health.h"
+#include "cw_plugin_internal.h"
+#include "cw_plugin_worker.h"
 
-size_t cw__dtype_size(PJRT_Buffer_Type type) {
-  // The wire dtypes are PJRT_Buffer_Type values 1..15.
+size_t cw_plugin_buffer_dtype_size(PJRT_Buffer_Type type) {
   return type >= PJRT_Buffer_Type_PRED && type <= PJRT_Buffer_Type_C128 ? cw_dtype_size((int)type)
                                                                         : 0;
 }
 
-static uint64_t cw__dense_bytes(const cw__buffer_t* b) {
-  uint64_t n = cw__dtype_size(b->type);
+uint64_t cw_plugin_buffer_bytes(const cw_plugin_buffer_t* b) {
+  uint64_t n = cw_plugin_buffer_dtype_size(b->type);
   for (size_t i = 0; i < b->rank; ++i) n *= (uint64_t)(b->dims[i] > 0 ? b->dims[i] : 0);
   return n;
 }
 
-cw_status_t cw__buffer_create(cw__client_t* c, cw__device_t* d, uint64_t id,
-                              PJRT_Buffer_Type type, const int64_t* dims, size_t rank,
-                              cw__future_t* ready, cw__buffer_t** out_buffer) {
+cw_status_t cw_plugin_buffer_create(cw_plugin_client_t* c, cw_plugin_device_t* d, uint64_t id,
+                                    PJRT_Buffer_Type type, const int64_t* dims, size_t rank,
+                                    cw_plugin_future_t* ready, cw_plugin_buffer_t** out_buffer) {
   *out_buffer = NULL;
-  cw__buffer_t* b = malloc(sizeof(*b));
+  cw_plugin_buffer_t* b = malloc(sizeof(*b));
   if (!b) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   b->client = c;
   b->device = d;
@@ -33,7 +34,7 @@ cw_status_t cw__buffer_create(cw__client_t* c, cw__device_t* d, uint64_t id,
   b->type = type;
   b->rank = rank;
   b->dims = b->inline_dims;
-  if (rank > CW__INLINE_DIMS) {
+  if (rank > CW_PLUGIN_BUFFER_INLINE_DIMS) {
     b->dims = malloc(rank * sizeof(int64_t));
     if (!b->dims) {
       free(b);
@@ -41,265 +42,89 @@ cw_status_t cw__buffer_create(cw__client_t* c, cw__device_t* d, uint64_t id,
     }
   }
   if (rank) memcpy(b->dims, dims, rank * sizeof(int64_t));
-  cw__future_retain(ready);
+  cw_plugin_future_retain(ready);
   b->ready = ready;
   atomic_init(&b->deleted, false);
   // A new buffer on a replaced worker belongs to the replacement: connect
   // to it first (if it is not there yet, the buffer's request fails anyway).
   if (atomic_load_explicit(&d->worker->dead, memory_order_acquire)) {
-    (void)cw__health_revive(d->worker);
+    (void)cw_plugin_health_revive(d->worker);
   }
   b->epoch = atomic_load_explicit(&d->worker->epoch, memory_order_acquire);
   *out_buffer = b;
   return cw_ok_status();
 }
 
-static void cw__buffer_free(cw__buffer_t* b) {
-  cw__future_release(b->ready);
+void cw_plugin_buffer_free(cw_plugin_buffer_t* b) {
+  cw_plugin_future_release(b->ready);
   if (b->dims != b->inline_dims) free(b->dims);
   free(b);
 }
 
-// One request's completion: maps a lost connection to "worker X is
-// unavailable" and completes the future (first completion wins).
-typedef struct cw__op_s {
-  cw__future_t* f;
-  cw__worker_t* w;
-  // obs: the transfer event (trace_t0 0: not traced).
-  int64_t trace_t0;
-  uint16_t type;
-  uint64_t seq, bytes;
-  bool errors_only;  // success is reported by a sibling request
-} cw__op_t;
-
-static void cw__op_cb(void* user, cw_status_t status, const ProtobufCMessage* reply) {
-  (void)reply;
-  cw__op_t* op = user;
-  if (op->trace_t0) {
-    cw__trace_client_event("transfer", cw_msg_type_name(op->type), CW__TRACE_LANE_TRANSFER,
-                           op->trace_t0, op->w, 0, op->seq, op->bytes);
-  }
-  status = cw__worker_map_error(op->w, status);
-  if (status || !op->errors_only) {
-    cw__future_complete(op->f, status);
-  }
-  cw__future_release(op->f);
-  free(op);
+cw_status_t cw_plugin_buffer_check_epoch(const cw_plugin_buffer_t* b) {
+  cw_plugin_worker_t* w = b->device->worker;
+  if (b->epoch == atomic_load_explicit(&w->epoch, memory_order_acquire)) return cw_ok_status();
+  return cw_make_status(CW_UNAVAILABLE,
+                        "worker %s (%s) was replaced: buffer %llu lived on the "
+                        "lost worker and its contents are gone; upload it again",
+                        w->name, w->address, (unsigned long long)b->id);
 }
 
-static cw__op_t* cw__op_new(cw__future_t* f, cw__worker_t* w, bool errors_only) {
-  cw__op_t* op = malloc(sizeof(*op));
-  if (!op) return NULL;
-  cw__future_retain(f);
-  op->f = f;
-  op->w = w;
-  op->errors_only = errors_only;
-  op->trace_t0 = 0;
-  op->type = 0;
-  op->seq = op->bytes = 0;
-  return op;
-}
-
-static void cw__op_abandon(cw__op_t* op) {
-  cw__future_release(op->f);
-  free(op);
-}
-
-// Sends a seq'd request whose completion feeds `f`.
-static cw_status_t cw__send_op(cw__worker_t* w, uint16_t type, ProtobufCMessage* req,
-                               uint64_t* seq, const struct iovec* bulk, int bulk_count,
-                               const cw_client_sink_t* sink, cw__future_t* f, bool errors_only) {
-  cw__op_t* op = cw__op_new(f, w, errors_only);
-  if (!op) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  op->trace_t0 = cw__trace_on() ? cw_time_now_ns() : 0;
-  op->type = type;
-  for (int i = 0; op->trace_t0 && i < bulk_count; ++i) op->bytes += bulk[i].iov_len;
-  if (op->trace_t0 && sink) op->bytes += sink->capacity;
-  // (op->seq stays 0: the seq is taken inside the send, and the completion
-  // may free op before it returns.)
-  cw_status_t s = cw__worker_send(w, type, req, seq, bulk, bulk_count, sink, cw__op_cb, op);
-  if (s) cw__op_abandon(op);
-  return s;
-}
-
-// A process-lifetime completed future for done_with_host_buffer: the bytes
-// are in the socket before BufferFromHostBuffer returns.
-static cw__future_t* cw__done_singleton;
-static pthread_once_t cw__done_once = PTHREAD_ONCE_INIT;
-static void cw__done_init(void) { cw__done_singleton = cw__future_create_done(cw_ok_status()); }
-
-// A new PJRT_Event that is already complete (NULL only when out of memory).
-static PJRT_Event* cw__done_event(void) {
-  pthread_once(&cw__done_once, cw__done_init);
-  if (cw__done_singleton) return cw__event_of(cw__done_singleton);
-  return (PJRT_Event*)cw__future_create_done(cw_ok_status());
-}
-
-static bool cw__is_dense(const int64_t* dims, size_t rank, const int64_t* strides, size_t esize) {
-  int64_t expect = (int64_t)esize;
-  for (size_t i = rank; i-- > 0;) {
-    if (dims[i] > 1 && strides[i] != expect) return false;
-    expect *= dims[i] > 0 ? dims[i] : 1;
-  }
-  return true;
-}
-
-// Accepts NULL or the default layout (dense, major-to-minor, untiled).
-static cw_status_t cw__check_layout(const PJRT_Buffer_MemoryLayout* l, const int64_t* dims,
-                                    size_t rank, size_t esize, const char* what) {
-  if (!l) return cw_ok_status();
-  if (l->type == PJRT_Buffer_MemoryLayout_Type_Tiled) {
-    bool ok = l->tiled.num_tiles == 0 && l->tiled.minor_to_major_size == rank;
-    for (size_t i = 0; ok && i < rank; ++i) {
-      ok = l->tiled.minor_to_major[i] == (int64_t)(rank - 1 - i);
-    }
-    if (ok) return cw_ok_status();
-  } else if (l->type == PJRT_Buffer_MemoryLayout_Type_Strides) {
-    if (l->strides.num_byte_strides == rank &&
-        cw__is_dense(dims, rank, l->strides.byte_strides, esize)) {
-      return cw_ok_status();
-    }
-  }
-  return cw_make_status(CW_UNIMPLEMENTED,
-                        "%s: causeway supports only the default dense major-to-minor layout",
-                        what);
-}
-
-PJRT_Error* cw_plugin_buffer_from_host(PJRT_Client_BufferFromHostBuffer_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Client_BufferFromHostBuffer_Args, buffer);
-  cw__client_t* c = (cw__client_t*)args->client;
-  cw__device_t* d = args->memory ? ((cw__memory_t*)args->memory)->device
-                                 : (cw__device_t*)args->device;
-  if (!c || !d) {
-    return cw_plugin_error_from_status(cw_make_status(
-        CW_INVALID_ARGUMENT, "PJRT_Client_BufferFromHostBuffer: client and memory are required"));
-  }
-  size_t esize = cw__dtype_size(args->type);
-  if (!esize) {
-    return cw_plugin_error_from_status(cw_make_status(
-        CW_UNIMPLEMENTED, "causeway cannot transfer arrays of PJRT element type %d",
-        (int)args->type));
-  }
-  if (args->num_dims && !args->dims) {
-    return cw_plugin_error_from_status(
-        cw_make_status(CW_INVALID_ARGUMENT, "PJRT_Client_BufferFromHostBuffer: dims is NULL"));
-  }
-  cw_status_t s = cw__check_layout(args->device_layout, args->dims, args->num_dims, esize,
-                                   "BufferFromHostBuffer device_layout");
-  if (s) return cw_plugin_error_from_status(s);
-  const int64_t* strides = NULL;
-  if (args->byte_strides && args->num_byte_strides) {
-    if (args->num_byte_strides != args->num_dims) {
-      return cw_plugin_error_from_status(cw_make_status(
-          CW_INVALID_ARGUMENT, "%zu byte strides for a rank-%zu array", args->num_byte_strides,
-          args->num_dims));
-    }
-    if (!cw__is_dense(args->dims, args->num_dims, args->byte_strides, esize)) {
-      strides = args->byte_strides;
-    }
-  }
-  uint64_t bytes = 0;
-  s = cw_array_extent((int)args->type, args->dims, args->num_dims, strides,
-                      strides ? args->num_dims : 0, &bytes);
-  if (s) return cw_plugin_error_from_status(cw_status_annotate(s, "BufferFromHostBuffer"));
-  if (bytes && !args->data) {
-    return cw_plugin_error_from_status(
-        cw_make_status(CW_INVALID_ARGUMENT, "PJRT_Client_BufferFromHostBuffer: data is NULL"));
-  }
-
-  cw__future_t* ready = cw__future_create();
-  if (!ready) return cw_plugin_error_from_status(cw_make_status(CW_RESOURCE_EXHAUSTED, "oom"));
-  cw__buffer_t* b = NULL;
-  s = cw__buffer_create(c, d, cw__client_new_id(c), args->type, args->dims, args->num_dims,
-                        ready, &b);
-  if (!s) {
-    Causeway__V1__UploadRequest req = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
-    req.buffer_id = b->id;
-    req.dtype = (Causeway__V1__DType)args->type;
-    req.n_dims = args->num_dims;
-    req.dims = (int64_t*)args->dims;
-    req.n_byte_strides = strides ? args->num_dims : 0;
-    req.byte_strides = (int64_t*)strides;
-    req.device = d->local_id;
-    // Bytes go from the caller's memory straight into the socket (writev):
-    // when this returns, the host buffer is no longer needed.
-    struct iovec iov = {.iov_base = (void*)args->data, .iov_len = (size_t)bytes};
-    s = cw__send_op(d->worker, CW_MSG_UPLOAD, &req.base, &req.seq, &iov, bytes ? 1 : 0, NULL,
-                    ready, false);
-  }
-  cw__future_release(ready);
-  if (s) {
-    if (b) cw__buffer_free(b);
-    return cw_plugin_error_from_status(s);
-  }
-  args->done_with_host_buffer = cw__done_event();
-  args->buffer = (PJRT_Buffer*)b;
-  return NULL;
-}
-
-#define CW__BUF(p) ((cw__buffer_t*)(p))
-#define CW__NEED_BUFFER(b, what)                                                  \
-  do {                                                                            \
-    if (!(b)) {                                                                   \
-      return cw_plugin_error_from_status(                                         \
-          cw_make_status(CW_INVALID_ARGUMENT, "%s: buffer is NULL", what));       \
-    }                                                                             \
-  } while (0)
-
+#define CW__BUF(p) ((cw_plugin_buffer_t*)(p))
 
 // Marks the buffer deleted and tells its worker (pipelined, in seq order).
-static void cw__buffer_delete(cw__buffer_t* b) {
+static void cw__buffer_delete(cw_plugin_buffer_t* b) {
   if (atomic_exchange_explicit(&b->deleted, true, memory_order_acq_rel)) return;
   // Batched; a dead worker already freed everything of this session (and
   // one from before a replacement is not on the new worker at all).
-  cw_status_t stale = cw__buffer_check_epoch(b);
+  cw_status_t stale = cw_plugin_buffer_check_epoch(b);
   if (stale) {
     cw_status_free(stale);
     return;
   }
-  cw__worker_delete(b->device->worker, b->id);
+  cw_plugin_worker_delete(b->device->worker, b->id);
 }
 
 PJRT_Error* cw_plugin_buffer_destroy(PJRT_Buffer_Destroy_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Buffer_Destroy_Args, buffer);
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_Destroy_Args, buffer);
   if (!args->buffer) return NULL;
   cw__buffer_delete(CW__BUF(args->buffer));
-  cw__buffer_free(CW__BUF(args->buffer));
+  cw_plugin_buffer_free(CW__BUF(args->buffer));
   return NULL;
 }
 
 PJRT_Error* cw_plugin_buffer_delete(PJRT_Buffer_Delete_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Buffer_Delete_Args, buffer);
-  CW__NEED_BUFFER(args->buffer, "PJRT_Buffer_Delete");
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_Delete_Args, buffer);
+  CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_Delete", "buffer");
   cw__buffer_delete(CW__BUF(args->buffer));
   return NULL;
 }
 
 PJRT_Error* cw_plugin_buffer_is_deleted(PJRT_Buffer_IsDeleted_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Buffer_IsDeleted_Args, is_deleted);
-  CW__NEED_BUFFER(args->buffer, "PJRT_Buffer_IsDeleted");
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_IsDeleted_Args, is_deleted);
+  CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_IsDeleted", "buffer");
   args->is_deleted = atomic_load_explicit(&CW__BUF(args->buffer)->deleted, memory_order_acquire);
   return NULL;
 }
 
 PJRT_Error* cw_plugin_buffer_element_type(PJRT_Buffer_ElementType_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Buffer_ElementType_Args, type);
-  CW__NEED_BUFFER(args->buffer, "PJRT_Buffer_ElementType");
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_ElementType_Args, type);
+  CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_ElementType", "buffer");
   args->type = CW__BUF(args->buffer)->type;
   return NULL;
 }
 
 PJRT_Error* cw_plugin_buffer_dimensions(PJRT_Buffer_Dimensions_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Buffer_Dimensions_Args, num_dims);
-  CW__NEED_BUFFER(args->buffer, "PJRT_Buffer_Dimensions");
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_Dimensions_Args, num_dims);
+  CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_Dimensions", "buffer");
   args->dims = CW__BUF(args->buffer)->dims;
   args->num_dims = CW__BUF(args->buffer)->rank;
   return NULL;
 }
 
 PJRT_Error* cw_plugin_buffer_unpadded_dimensions(PJRT_Buffer_UnpaddedDimensions_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Buffer_UnpaddedDimensions_Args, num_dims);
-  CW__NEED_BUFFER(args->buffer, "PJRT_Buffer_UnpaddedDimensions");
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_UnpaddedDimensions_Args, num_dims);
+  CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_UnpaddedDimensions", "buffer");
   args->unpadded_dims = CW__BUF(args->buffer)->dims;
   args->num_dims = CW__BUF(args->buffer)->rank;
   return NULL;
@@ -307,176 +132,49 @@ PJRT_Error* cw_plugin_buffer_unpadded_dimensions(PJRT_Buffer_UnpaddedDimensions_
 
 PJRT_Error* cw_plugin_buffer_dynamic_dimension_indices(
     PJRT_Buffer_DynamicDimensionIndices_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Buffer_DynamicDimensionIndices_Args, num_dynamic_dims);
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_DynamicDimensionIndices_Args, num_dynamic_dims);
   args->dynamic_dim_indices = NULL;  // static shapes only
   args->num_dynamic_dims = 0;
   return NULL;
 }
 
 PJRT_Error* cw_plugin_buffer_on_device_size(PJRT_Buffer_OnDeviceSizeInBytes_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Buffer_OnDeviceSizeInBytes_Args, on_device_size_in_bytes);
-  CW__NEED_BUFFER(args->buffer, "PJRT_Buffer_OnDeviceSizeInBytes");
-  args->on_device_size_in_bytes = (size_t)cw__dense_bytes(CW__BUF(args->buffer));
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_OnDeviceSizeInBytes_Args, on_device_size_in_bytes);
+  CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_OnDeviceSizeInBytes", "buffer");
+  args->on_device_size_in_bytes = (size_t)cw_plugin_buffer_bytes(CW__BUF(args->buffer));
   return NULL;
 }
 
 PJRT_Error* cw_plugin_buffer_device(PJRT_Buffer_Device_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Buffer_Device_Args, device);
-  CW__NEED_BUFFER(args->buffer, "PJRT_Buffer_Device");
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_Device_Args, device);
+  CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_Device", "buffer");
   args->device = (PJRT_Device*)CW__BUF(args->buffer)->device;
   return NULL;
 }
 
 PJRT_Error* cw_plugin_buffer_memory(PJRT_Buffer_Memory_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Buffer_Memory_Args, memory);
-  CW__NEED_BUFFER(args->buffer, "PJRT_Buffer_Memory");
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_Memory_Args, memory);
+  CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_Memory", "buffer");
   args->memory = CW__BUF(args->buffer)->device->memory_ptr;
   return NULL;
 }
 
 PJRT_Error* cw_plugin_buffer_is_on_cpu(PJRT_Buffer_IsOnCpu_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Buffer_IsOnCpu_Args, is_on_cpu);
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_IsOnCpu_Args, is_on_cpu);
   args->is_on_cpu = false;  // the bytes live in another process
   return NULL;
 }
 
 PJRT_Error* cw_plugin_buffer_ready_event(PJRT_Buffer_ReadyEvent_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Buffer_ReadyEvent_Args, event);
-  CW__NEED_BUFFER(args->buffer, "PJRT_Buffer_ReadyEvent");
-  args->event = cw__event_of(CW__BUF(args->buffer)->ready);
-  return NULL;
-}
-
-static cw_status_t cw__live(const cw__buffer_t* b, const char* what) {
-  if (atomic_load_explicit(&b->deleted, memory_order_acquire)) {
-    return cw_make_status(CW_INVALID_ARGUMENT, "%s: buffer %llu was deleted or donated", what,
-                          (unsigned long long)b->id);
-  }
-  return cw__buffer_check_epoch(b);
-}
-
-PJRT_Error* cw_plugin_buffer_to_host(PJRT_Buffer_ToHostBuffer_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Buffer_ToHostBuffer_Args, event);
-  CW__NEED_BUFFER(args->src, "PJRT_Buffer_ToHostBuffer");
-  cw__buffer_t* b = CW__BUF(args->src);
-  uint64_t need = cw__dense_bytes(b);
-  cw_status_t s = cw__check_layout(args->host_layout, b->dims, b->rank, cw__dtype_size(b->type),
-                                   "ToHostBuffer host_layout");
-  if (s) return cw_plugin_error_from_status(s);
-  if (!args->dst) {
-    args->dst_size = (size_t)need;  // size query
-    args->event = NULL;
-    return NULL;
-  }
-  if (args->dst_size < need) {
-    return cw_plugin_error_from_status(cw_make_status(
-        CW_INVALID_ARGUMENT, "ToHostBuffer: destination holds %zu bytes, the array needs %llu",
-        args->dst_size, (unsigned long long)need));
-  }
-  s = cw__live(b, "ToHostBuffer");
-  // An error the buffer already has (its launch failed, or the controller
-  // relaying it was lost) wins over whatever the worker may hold.
-  if (!s && cw__future_is_done(b->ready)) s = cw__future_wait(b->ready);
-  if (!s) s = cw__worker_take_deferred(b->device->worker);
-  if (s) return cw_plugin_error_from_status(s);
-  if (need == 0) {
-    // Nothing to move, but the buffer's own error must still surface.
-    args->event = cw__event_of(b->ready);
-    return NULL;
-  }
-  cw__future_t* f = cw__future_create();
-  if (!f) return cw_plugin_error_from_status(cw_make_status(CW_RESOURCE_EXHAUSTED, "oom"));
-  Causeway__V1__DownloadRequest req = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
-  req.buffer_id = b->id;
-  // The reply's bytes are read straight into the caller's memory.
-  cw_client_sink_t sink = {.data = args->dst, .capacity = (size_t)need};
-  s = cw__send_op(b->device->worker, CW_MSG_DOWNLOAD, &req.base, &req.seq, NULL, 0, &sink, f,
-                  false);
-  if (s) {
-    cw__future_release(f);
-    return cw_plugin_error_from_status(s);
-  }
-  args->event = (PJRT_Event*)f;  // our reference moves to the caller
-  return NULL;
-}
-
-// Copies `b` to device `dst`: COPY on one worker, EXPECT + SEND across
-// workers (bytes go worker to worker; the client never carries them).
-static cw_status_t cw__buffer_copy(cw__buffer_t* b, cw__device_t* dst, cw__buffer_t** out) {
-  *out = NULL;
-  CW_RETURN_IF_ERROR(cw__live(b, "copy"), "copy");
-  cw__client_t* c = b->client;
-  cw__future_t* ready = cw__future_create();
-  if (!ready) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  cw__buffer_t* nb = NULL;
-  cw_status_t s = cw__buffer_create(c, dst, cw__client_new_id(c), b->type, b->dims, b->rank,
-                                    ready, &nb);
-  cw__worker_t* from = b->device->worker;
-  cw__worker_t* to = dst->worker;
-  if (!s && from == to) {
-    Causeway__V1__CopyRequest req = CAUSEWAY__V1__COPY_REQUEST__INIT;
-    req.src_id = b->id;
-    req.dst_id = nb->id;
-    req.dst_device = dst->local_id;
-    s = cw__send_op(from, CW_MSG_COPY, &req.base, &req.seq, NULL, 0, NULL, ready, false);
-  } else if (!s) {
-    Causeway__V1__ExpectRequest ex = CAUSEWAY__V1__EXPECT_REQUEST__INIT;
-    ex.buffer_id = nb->id;
-    s = cw__send_op(to, CW_MSG_EXPECT, &ex.base, &ex.seq, NULL, 0, NULL, ready, true);
-    if (!s) {
-      Causeway__V1__SendRequest req = CAUSEWAY__V1__SEND_REQUEST__INIT;
-      req.src_id = b->id;
-      req.peer_address = to->address;
-      req.dst_id = nb->id;
-      req.dst_device = dst->local_id;
-      req.dst_session = c->session_id;
-      s = cw__send_op(from, CW_MSG_SEND, &req.base, &req.seq, NULL, 0, NULL, ready, false);
-      // The destination already expects the id: poison it rather than leave
-      // it pending forever.
-      if (s) cw__future_complete(ready, cw_status_clone(s));
-    }
-  }
-  cw__future_release(ready);
-  if (s) {
-    if (nb) cw__buffer_free(nb);
-    return s;
-  }
-  *out = nb;
-  return cw_ok_status();
-}
-
-PJRT_Error* cw_plugin_buffer_copy_to_device(PJRT_Buffer_CopyToDevice_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Buffer_CopyToDevice_Args, dst_buffer);
-  CW__NEED_BUFFER(args->buffer, "PJRT_Buffer_CopyToDevice");
-  if (!args->dst_device) {
-    return cw_plugin_error_from_status(
-        cw_make_status(CW_INVALID_ARGUMENT, "PJRT_Buffer_CopyToDevice: dst_device is NULL"));
-  }
-  cw__buffer_t* nb = NULL;
-  cw_status_t s = cw__buffer_copy(CW__BUF(args->buffer), (cw__device_t*)args->dst_device, &nb);
-  if (s) return cw_plugin_error_from_status(s);
-  args->dst_buffer = (PJRT_Buffer*)nb;
-  return NULL;
-}
-
-PJRT_Error* cw_plugin_buffer_copy_to_memory(PJRT_Buffer_CopyToMemory_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Buffer_CopyToMemory_Args, dst_buffer);
-  CW__NEED_BUFFER(args->buffer, "PJRT_Buffer_CopyToMemory");
-  if (!args->dst_memory) {
-    return cw_plugin_error_from_status(
-        cw_make_status(CW_INVALID_ARGUMENT, "PJRT_Buffer_CopyToMemory: dst_memory is NULL"));
-  }
-  cw__buffer_t* nb = NULL;
-  cw_status_t s =
-      cw__buffer_copy(CW__BUF(args->buffer), ((cw__memory_t*)args->dst_memory)->device, &nb);
-  if (s) return cw_plugin_error_from_status(s);
-  args->dst_buffer = (PJRT_Buffer*)nb;
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_ReadyEvent_Args, event);
+  CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_ReadyEvent", "buffer");
+  args->event = cw_plugin_event_from_future(CW__BUF(args->buffer)->ready);
   return NULL;
 }
 
 PJRT_Error* cw_plugin_client_create_error_buffer(PJRT_Client_CreateErrorBuffer_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Client_CreateErrorBuffer_Args, buffer);
-  cw__client_t* c = (cw__client_t*)args->client;
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Client_CreateErrorBuffer_Args, buffer);
+  cw_plugin_client_t* c = (cw_plugin_client_t*)args->client;
   if (!c || !args->memory) {
     return cw_plugin_error_from_status(cw_make_status(
         CW_INVALID_ARGUMENT, "PJRT_Client_CreateErrorBuffer: client and memory are required"));
@@ -485,13 +183,13 @@ PJRT_Error* cw_plugin_client_create_error_buffer(PJRT_Client_CreateErrorBuffer_A
       args->error_code == PJRT_Error_Code_OK ? CW_UNKNOWN
                                              : cw_status_code_from_u32((uint32_t)args->error_code),
       "%.*s", (int)args->error_message_size, args->error_message ? args->error_message : "");
-  cw__future_t* f = cw__future_create_done(err);
+  cw_plugin_future_t* f = cw_plugin_future_create_done(err);
   if (!f) return cw_plugin_error_from_status(cw_make_status(CW_RESOURCE_EXHAUSTED, "oom"));
-  cw__buffer_t* b = NULL;
-  cw_status_t s = cw__buffer_create(c, ((cw__memory_t*)args->memory)->device, cw__client_new_id(c),
-                                    args->shape_element_type, args->shape_dims,
-                                    args->shape_num_dims, f, &b);
-  cw__future_release(f);
+  cw_plugin_buffer_t* b = NULL;
+  cw_status_t s = cw_plugin_buffer_create(c, ((cw_plugin_memory_t*)args->memory)->device,
+                                          cw_plugin_client_new_id(c), args->shape_element_type,
+                                          args->shape_dims, args->shape_num_dims, f, &b);
+  cw_plugin_future_release(f);
   if (s) return cw_plugin_error_from_status(s);
   args->buffer = (PJRT_Buffer*)b;
   return NULL;

@@ -1,6 +1,7 @@
-// PJRT_Client, devices and memories: joining (or starting) a cluster, the
-// session with the controller, one direct connection per worker, and the
-// global device table JAX sees as its own.
+// PJRT_Client: joining (or starting) a cluster, the session with the
+// controller, one direct connection per worker, and the client's queries
+// (devices, memories, the default device assignment). The devices and
+// memories themselves: cw_plugin_device.c; the workers: cw_plugin_worker.c.
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,387 +9,27 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cw_plugin.h"
+#include "cw_plugin_alloc.h"
+#include "cw_plugin_attributes.h"
+#include "cw_plugin_client.h"
+#include "cw_plugin_cluster.h"
+#include "cw_plugin_device.h"
+#include "cw_plugin_error.h"
+#include "cw_plugin_health.h"
+#include "cw_plugin_internal.h"
+#include "cw_plugin_token.h"
+#include "cw_plugin_trace.h"
+#include "cw_plugin_worker.h"
 #include "cw_time.h"
 
 #define CW__CONNECT_TIMEOUT_MS 8000     // an unreachable controller fails within 10 s
 #define CW__EMBEDDED_START_MS 30000     // children load XLA before they listen
 
-// ---- Workers -----------------------------------------------------------------
-
-static bool cw__names_worker(const cw__worker_t* w, const char* msg) {
-  char prefix[256];
-  snprintf(prefix, sizeof(prefix), "worker %s (", w->name);
-  return strncmp(msg, prefix, strlen(prefix)) == 0;
-}
-
-void cw__worker_mark_dead(cw__worker_t* w, const char* why) {
-  pthread_mutex_lock(&w->mu);
-  if (!w->dead_reason) w->dead_reason = strdup(why);
-  pthread_mutex_unlock(&w->mu);
-  atomic_store_explicit(&w->dead, true, memory_order_release);
-}
-
-cw_status_t cw__worker_check(cw__worker_t* w) {
-  if (!atomic_load_explicit(&w->dead, memory_order_acquire)) return cw_ok_status();
-  if (cw__health_revive(w)) return cw_ok_status();
-  pthread_mutex_lock(&w->mu);
-  const char* why = w->dead_reason ? w->dead_reason : "connection lost";
-  cw_status_t s = cw__names_worker(w, why)
-                      ? cw_make_status(CW_UNAVAILABLE, "%s", why)
-                      : cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable: %s",
-                                       w->name, w->address, why);
-  pthread_mutex_unlock(&w->mu);
-  return s;
-}
-
-cw_status_t cw__worker_map_error(cw__worker_t* w, cw_status_t status) {
-  if (!status || cw_status_code(status) != CW_UNAVAILABLE) return status;
-  const char* msg = cw_status_message(status);
-  if (cw__names_worker(w, msg)) return status;  // already named
-  // The client library reports a lost connection as "... <address> ...": the
-  // worker is gone (a peer's failure names the peer's address instead).
-  if (strstr(msg, w->address)) cw__worker_mark_dead(w, msg);
-  cw_status_t out = cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable: %s", w->name,
-                                   w->address, msg);
-  cw_status_free(status);
-  return out;
-}
-
-static void cw__ignore_cb(void* user, cw_status_t status, const ProtobufCMessage* reply) {
-  (void)user;
-  (void)reply;
-  cw_status_free(status);
-}
-
-void cw__worker_defer_error(cw__worker_t* w, const char* what, cw_status_t status) {
-  if (!status) return;
-  pthread_mutex_lock(&w->mu);
-  if (!w->deferred_error) {
-    char m[1024];
-    snprintf(m, sizeof(m), "worker %s (%s): an earlier pipelined %s failed (%s): %s", w->name,
-             w->address, what, cw_status_code_name(cw_status_code(status)),
-             cw_status_message(status));
-    w->deferred_error = strdup(m);
-    w->deferred_code = (int)cw_status_code(status);
-  }
-  w->deferred_count++;
-  pthread_mutex_unlock(&w->mu);
-  cw_status_free(status);
-}
-
-cw_status_t cw__worker_take_deferred(cw__worker_t* w) {
-  pthread_mutex_lock(&w->mu);
-  cw_status_t s = cw_ok_status();
-  if (w->deferred_count) {
-    s = cw_make_status(w->deferred_error ? (cw_status_code_t)w->deferred_code : CW_INTERNAL,
-                       "%s (%llu pipelined requests failed in all)",
-                       w->deferred_error ? w->deferred_error : "pipelined requests failed",
-                       (unsigned long long)w->deferred_count);
-    free(w->deferred_error);
-    w->deferred_error = NULL;
-    w->deferred_count = 0;
-  }
-  pthread_mutex_unlock(&w->mu);
-  return s;
-}
-
-// A pipelined DELETE's reply: nobody waits on it, so an error is recorded on
-// the worker and surfaced by its next read back (cw__worker_take_deferred).
-// NOT_FOUND is no failure: the objects are gone either way (e.g. the outputs
-// of a launch the worker refused).
-static void cw__delete_done_cb(void* user, cw_status_t status, const ProtobufCMessage* reply) {
-  (void)reply;
-  cw__worker_t* w = user;
-  // NOT_FOUND, or a worker that is gone (its death is reported by itself).
-  if (status && (cw_status_code(status) == CW_NOT_FOUND ||
-                 (cw_status_code(status) == CW_UNAVAILABLE &&
-                  atomic_load_explicit(&w->dead, memory_order_acquire)))) {
-    cw_status_free(status);
-    return;
-  }
-  cw__worker_defer_error(w, "DELETE", status);
-}
-
-// After sending the request that took `seq`, with status `s` (taken).
-static cw_status_t cw__worker_sent_locked(cw__worker_t* w, uint64_t seq, cw_status_t s) {
-  if (s) {
-    // A refused request leaves a hole in this worker's seq order; an empty
-    // DELETE with the same seq fills it so later requests do not wait.
-    Causeway__V1__DeleteRequest filler = CAUSEWAY__V1__DELETE_REQUEST__INIT;
-    filler.seq = seq;
-    cw_status_free(cw_client_send(w->conn, CW_MSG_DELETE, &filler.base, NULL, 0, NULL,
-                                  cw__ignore_cb, NULL, NULL));
-    return cw__worker_map_error(w, s);
-  }
-  return cw_ok_status();
-}
-
-// With send_mu held.
-static cw_status_t cw__worker_send_locked(cw__worker_t* w, uint16_t type, ProtobufCMessage* req,
-                                          uint64_t* req_seq, const struct iovec* bulk,
-                                          int bulk_count, const cw_client_sink_t* sink,
-                                          cw_client_done_fn done, void* user) {
-  uint64_t seq = cw__worker_next_seq(w);
-  *req_seq = seq;
-  cw_status_t s = cw_client_send(w->conn, type, req, bulk, bulk_count, sink, done, user, NULL);
-  return cw__worker_sent_locked(w, seq, s);
-}
-
-static void cw__worker_send_deletes_locked(cw__worker_t* w, bool deferred) {
-  if (!w->n_pending_deletes) return;
-  if (!atomic_load_explicit(&w->dead, memory_order_acquire)) {
-    // One DELETE, one seq: where the first of them would have gone. Every
-    // request since took this path first, so the order is unchanged.
-    Causeway__V1__DeleteRequest req = CAUSEWAY__V1__DELETE_REQUEST__INIT;
-    req.ids = w->pending_deletes;
-    req.n_ids = w->n_pending_deletes;
-    if (deferred) {
-      req.seq = cw__worker_next_seq(w);
-      cw_status_free(cw__worker_sent_locked(
-          w, req.seq, cw_client_send_deferred(w->conn, CW_MSG_DELETE, &req.base,
-                                              cw__delete_done_cb, w, NULL)));
-    } else {
-      cw_status_free(cw__worker_send_locked(w, CW_MSG_DELETE, &req.base, &req.seq, NULL, 0,
-                                            NULL, cw__delete_done_cb, w));
-    }
-  }  // else a dead worker already freed everything of this session
-  w->n_pending_deletes = 0;
-}
-
-void cw__worker_flush_deletes_locked(cw__worker_t* w) { cw__worker_send_deletes_locked(w, false); }
-
-void cw__worker_stage_deletes_locked(cw__worker_t* w) { cw__worker_send_deletes_locked(w, true); }
-
-void cw__worker_delete(cw__worker_t* w, uint64_t id) {
-  pthread_mutex_lock(&w->send_mu);
-  if (w->n_pending_deletes == w->cap_pending_deletes) {
-    size_t cap = w->cap_pending_deletes ? w->cap_pending_deletes * 2 : 16;
-    if (cap > CW__DELETE_BATCH) cap = CW__DELETE_BATCH;
-    uint64_t* ids = realloc(w->pending_deletes, cap * sizeof(*ids));
-    if (ids) {
-      w->pending_deletes = ids;
-      w->cap_pending_deletes = cap;
-    }
-  }
-  if (w->n_pending_deletes == w->cap_pending_deletes) {
-    cw__worker_flush_deletes_locked(w);  // out of memory: send what waits
-    if (w->n_pending_deletes == w->cap_pending_deletes) {  // nothing to hold it in: alone
-      Causeway__V1__DeleteRequest req = CAUSEWAY__V1__DELETE_REQUEST__INIT;
-      req.ids = &id;
-      req.n_ids = 1;
-      if (!atomic_load_explicit(&w->dead, memory_order_acquire)) {
-        cw_status_free(cw__worker_send_locked(w, CW_MSG_DELETE, &req.base, &req.seq, NULL, 0,
-                                              NULL, cw__delete_done_cb, w));
-      }
-      pthread_mutex_unlock(&w->send_mu);
-      return;
-    }
-  }
-  w->pending_deletes[w->n_pending_deletes++] = id;
-  if (w->n_pending_deletes >= CW__DELETE_BATCH) cw__worker_flush_deletes_locked(w);
-  pthread_mutex_unlock(&w->send_mu);
-}
-
-void cw__worker_flush_deletes(cw__worker_t* w) {
-  pthread_mutex_lock(&w->send_mu);
-  cw__worker_flush_deletes_locked(w);
-  pthread_mutex_unlock(&w->send_mu);
-}
-
-cw_status_t cw__worker_send(cw__worker_t* w, uint16_t type, ProtobufCMessage* req,
-                            uint64_t* req_seq, const struct iovec* bulk, int bulk_count,
-                            const cw_client_sink_t* sink, cw_client_done_fn done, void* user) {
-  CW_RETURN_IF_ERROR(cw__worker_check(w), "%s", cw_msg_type_name(type));
-  pthread_mutex_lock(&w->send_mu);
-  cw__worker_stage_deletes_locked(w);  // they come first in seq order, in one write
-  cw_status_t s = cw__worker_send_locked(w, type, req, req_seq, bulk, bulk_count, sink, done,
-                                         user);
-  pthread_mutex_unlock(&w->send_mu);
-  return s;
-}
-
 // ---- Client creation ---------------------------------------------------------------
-
-cw__worker_t* cw__find_worker(cw__client_t* c, uint32_t index) {
-  for (size_t i = 0; i < c->num_workers; ++i) {
-    if (c->workers[i].index == index) return &c->workers[i];
-  }
-  return NULL;
-}
-
-cw__device_t* cw__client_device(cw__client_t* c, int global_id) {
-  // Global ids are dense from 0 in practice; fall back to a scan otherwise.
-  if (global_id >= 0 && (size_t)global_id < c->num_devices &&
-      c->devices[global_id].global_id == global_id) {
-    return &c->devices[global_id];
-  }
-  for (size_t i = 0; i < c->num_devices; ++i) {
-    if (c->devices[i].global_id == global_id) return &c->devices[i];
-  }
-  return NULL;
-}
-
-static void* cw__memory_get_user_data(PJRT_Memory* memory, const void* key) {
-  cw__memory_t* m = (cw__memory_t*)memory;
-  void* out = NULL;
-  pthread_mutex_lock(&m->mu);
-  for (cw__user_data_t* u = m->user_data; u; u = u->next) {
-    if (u->key == key) {
-      out = u->data;
-      break;
-    }
-  }
-  pthread_mutex_unlock(&m->mu);
-  return out;
-}
-
-static void cw__memory_set_user_data(PJRT_Memory* memory, const void* key, void* data,
-                                     void (*dtor)(void*)) {
-  cw__memory_t* m = (cw__memory_t*)memory;
-  pthread_mutex_lock(&m->mu);
-  cw__user_data_t* u = m->user_data;
-  while (u && u->key != key) u = u->next;
-  if (!u) {
-    u = calloc(1, sizeof(*u));
-    if (!u) {
-      pthread_mutex_unlock(&m->mu);
-      return;
-    }
-    u->key = key;
-    u->next = m->user_data;
-    m->user_data = u;
-  } else if (u->dtor && u->data) {
-    u->dtor(u->data);
-  }
-  u->data = data;
-  u->dtor = dtor;
-  pthread_mutex_unlock(&m->mu);
-}
-
-static const PJRT_Memory_FunctionTable cw__memory_vtable = {
-    .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Memory_FunctionTable, set_user_data),
-    .extension_start = NULL,
-    .instance_struct_size = sizeof(cw__memory_t),
-    .get_user_data = cw__memory_get_user_data,
-    .set_user_data = cw__memory_set_user_data,
-};
 
 static cw_status_t cw__oom(void) { return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"); }
 
-// Adds one attribute to the device; strings and lists are copied.
-static cw_status_t cw__device_add_attr(cw__device_t* d, const char* name, PJRT_NamedValue_Type t,
-                                       const char* s, int64_t i, const int64_t* list,
-                                       size_t list_len) {
-  for (size_t k = 0; k < d->num_attributes; ++k) {
-    if (strcmp(d->attributes[k].name, name) == 0) return cw_ok_status();  // first wins
-  }
-  PJRT_NamedValue* a = realloc(d->attributes, (d->num_attributes + 1) * sizeof(*a));
-  if (!a) return cw__oom();
-  d->attributes = a;
-  char** strs = realloc(d->attr_strings, (d->num_attr_strings + 2) * sizeof(*strs));
-  if (!strs) return cw__oom();
-  d->attr_strings = strs;
-  char* name_copy = strdup(name);
-  if (!name_copy) return cw__oom();
-  d->attr_strings[d->num_attr_strings++] = name_copy;
-  PJRT_NamedValue* v = &d->attributes[d->num_attributes];
-  memset(v, 0, sizeof(*v));
-  v->struct_size = sizeof(*v);
-  v->name = name_copy;
-  v->name_size = strlen(name_copy);
-  v->type = t;
-  if (t == PJRT_NamedValue_kString) {
-    char* sc = strdup(s ? s : "");
-    if (!sc) return cw__oom();
-    d->attr_strings[d->num_attr_strings++] = sc;
-    v->string_value = sc;
-    v->value_size = strlen(sc);
-  } else if (t == PJRT_NamedValue_kInt64) {
-    v->int64_value = i;
-    v->value_size = 1;
-  } else {
-    int64_t** lists = realloc(d->attr_lists, (d->num_attr_lists + 1) * sizeof(*lists));
-    if (!lists) return cw__oom();
-    d->attr_lists = lists;
-    int64_t* lc = calloc(list_len ? list_len : 1, sizeof(*lc));
-    if (!lc) return cw__oom();
-    if (list_len) memcpy(lc, list, list_len * sizeof(*lc));
-    d->attr_lists[d->num_attr_lists++] = lc;
-    v->int64_array_value = lc;
-    v->value_size = list_len;
-  }
-  d->num_attributes++;
-  return cw_ok_status();
-}
-
-static cw_status_t cw__device_init(cw__client_t* c, size_t index,
-                                   const Causeway__V1__GlobalDevice* g) {
-  cw__device_t* d = &c->devices[index];
-  d->client = c;
-  d->global_id = g->global_id;
-  d->island = g->island;
-  d->worker = cw__find_worker(c, g->worker_index);
-  if (!d->worker) {
-    return cw_make_status(CW_INTERNAL, "device %d names unknown worker %u", g->global_id,
-                          g->worker_index);
-  }
-  const Causeway__V1__Device* wd = g->device;
-  d->local_id = wd ? wd->local_id : 0;
-  d->kind = strdup(wd && wd->kind && wd->kind[0] ? wd->kind : "cpu");
-  char buf[512];
-  snprintf(buf, sizeof(buf), "%s:%d (worker %s, island %u)", d->kind, d->global_id,
-           d->worker->name, d->island);
-  d->debug_string = strdup(buf);
-  snprintf(buf, sizeof(buf), "CausewayDevice(id=%d, kind=%s, worker=%s, local=%d, island=%u)",
-           d->global_id, d->kind, d->worker->name, d->local_id, d->island);
-  d->to_string = strdup(buf);
-  if (!d->kind || !d->debug_string || !d->to_string) return cw__oom();
-  // Ours first, then the worker's own (string, int64 and int64 lists only:
-  // other attribute types abort the caller).
-  CW_RETURN_IF_ERROR(cw__device_add_attr(d, "worker", PJRT_NamedValue_kString, d->worker->name, 0,
-                                         NULL, 0), "attributes");
-  CW_RETURN_IF_ERROR(cw__device_add_attr(d, "island", PJRT_NamedValue_kInt64, NULL, d->island,
-                                         NULL, 0), "attributes");
-  CW_RETURN_IF_ERROR(cw__device_add_attr(d, "worker_local_id", PJRT_NamedValue_kInt64, NULL,
-                                         d->local_id, NULL, 0), "attributes");
-  for (size_t k = 0; wd && k < wd->n_attributes; ++k) {
-    const Causeway__V1__NamedValue* v = wd->attributes[k];
-    if (!v || !v->name) continue;
-    if (v->value_case == CAUSEWAY__V1__NAMED_VALUE__VALUE_S) {
-      CW_RETURN_IF_ERROR(cw__device_add_attr(d, v->name, PJRT_NamedValue_kString, v->s, 0, NULL,
-                                             0), "attributes");
-    } else if (v->value_case == CAUSEWAY__V1__NAMED_VALUE__VALUE_I) {
-      CW_RETURN_IF_ERROR(cw__device_add_attr(d, v->name, PJRT_NamedValue_kInt64, NULL, v->i,
-                                             NULL, 0), "attributes");
-    } else if (v->value_case == CAUSEWAY__V1__NAMED_VALUE__VALUE_LIST && v->list) {
-      CW_RETURN_IF_ERROR(cw__device_add_attr(d, v->name, PJRT_NamedValue_kInt64List, NULL, 0,
-                                             v->list->values, v->list->n_values),
-                         "attributes");
-    }
-  }
-  cw__memory_t* m = &d->memory;
-  m->vtable = &cw__memory_vtable;
-  m->device = d;
-  m->id = (int)index;
-  m->kind_id = 0;
-  for (size_t k = 0; wd && k < wd->n_memories; ++k) {
-    if (wd->memories[k] && wd->memories[k]->kind && !strcmp(wd->memories[k]->kind, "device")) {
-      m->kind_id = wd->memories[k]->kind_id;
-    }
-  }
-  pthread_mutex_init(&m->mu, NULL);
-  snprintf(buf, sizeof(buf), "device memory of %s", d->debug_string);
-  m->debug_string = strdup(buf);
-  snprintf(buf, sizeof(buf), "MEMORY_SPACE_%d(device, %s)", m->id, d->to_string);
-  m->to_string = strdup(buf);
-  if (!m->debug_string || !m->to_string) return cw__oom();
-  d->memory_ptr = (PJRT_Memory*)m;
-  d->self_ptr = (PJRT_Device*)d;
-  return cw_ok_status();
-}
-
-static void cw__client_free(cw__client_t* c) {
+static void cw__client_free(cw_plugin_client_t* c) {
   if (!c) return;
   // The controller first: failing its pending launches may still send seq
   // fillers on the worker connections, which must be alive for that.
@@ -396,37 +37,8 @@ static void cw__client_free(cw__client_t* c) {
   for (size_t i = 0; i < c->num_workers; ++i) {
     if (c->workers[i].conn) cw_client_release(c->workers[i].conn);
   }
-  for (size_t i = 0; i < c->num_devices; ++i) {
-    cw__device_t* d = &c->devices[i];
-    free(d->kind);
-    free(d->debug_string);
-    free(d->to_string);
-    for (size_t k = 0; k < d->num_attr_strings; ++k) free(d->attr_strings[k]);
-    for (size_t k = 0; k < d->num_attr_lists; ++k) free(d->attr_lists[k]);
-    free(d->attr_strings);
-    free(d->attr_lists);
-    free(d->attributes);
-    free(d->memory.debug_string);
-    free(d->memory.to_string);
-    cw__user_data_t* u = d->memory.user_data;
-    while (u) {
-      cw__user_data_t* next = u->next;
-      if (u->dtor && u->data) u->dtor(u->data);
-      free(u);
-      u = next;
-    }
-    if (d->memory.vtable) pthread_mutex_destroy(&d->memory.mu);
-  }
-  for (size_t i = 0; i < c->num_workers; ++i) {
-    free(c->workers[i].name);
-    free(c->workers[i].address);
-    free(c->workers[i].dead_reason);
-    free(c->workers[i].deferred_error);
-    free(c->workers[i].pending_deletes);  // the session's end frees them on the worker
-    cw__health_worker_free(&c->workers[i]);
-    pthread_mutex_destroy(&c->workers[i].mu);
-    pthread_mutex_destroy(&c->workers[i].send_mu);
-  }
+  for (size_t i = 0; i < c->num_devices; ++i) cw_plugin_device_deinitialize(&c->devices[i]);
+  for (size_t i = 0; i < c->num_workers; ++i) cw_plugin_worker_deinitialize(&c->workers[i]);
   free(c->workers);
   free(c->devices);
   free(c->device_ptrs);
@@ -436,7 +48,7 @@ static void cw__client_free(cw__client_t* c) {
   free(c->ctrl_address);
   if (c->token) explicit_bzero(c->token, strlen(c->token));
   free(c->token);
-  if (c->cluster) cw__cluster_stop(c->cluster);
+  if (c->cluster) cw_plugin_cluster_stop(c->cluster);
   cw_settings_deinitialize(&c->settings);
   free(c);
 }
@@ -444,7 +56,7 @@ static void cw__client_free(cw__client_t* c) {
 // Unsolicited ClusterEvent from the controller (reader thread): a worker
 // that went down fails every later request to it at once.
 static void cw__on_cluster_event(void* user, const ProtobufCMessage* msg) {
-  cw__client_t* c = user;
+  cw_plugin_client_t* c = user;
   const Causeway__V1__ClusterEvent* alloc_ev = (const Causeway__V1__ClusterEvent*)msg;
   if (alloc_ev && alloc_ev->kind == CAUSEWAY__V1__CLUSTER_EVENT__KIND__ALLOC_WAITING &&
       alloc_ev->message) {
@@ -455,12 +67,12 @@ static void cw__on_cluster_event(void* user, const ProtobufCMessage* msg) {
   if (!atomic_load_explicit(&c->ready, memory_order_acquire)) return;
   // Events may arrive before the worker table exists; those workers are
   // then absent from the session anyway.
-  if (msg) cw__health_on_event(c, (const Causeway__V1__ClusterEvent*)msg);
+  if (msg) cw_plugin_health_on_event(c, (const Causeway__V1__ClusterEvent*)msg);
 }
 
 // Connects to the controller; with an embedded cluster, retries while the
 // children start (their sockets appear when they are ready).
-static cw_status_t cw__connect_controller(cw__client_t* c) {
+static cw_status_t cw__connect_controller(cw_plugin_client_t* c) {
   // A controller that owes answers and stays silent this long (it answers
   // PING even while compiles run) is hung: calls through it fail UNAVAILABLE.
   int liveness = (int)cw_settings_int(&c->settings, CW_SET_CONTROLLER_TIMEOUT_MS);
@@ -473,7 +85,7 @@ static cw_status_t cw__connect_controller(cw__client_t* c) {
   if (!c->cluster) {
     cw_status_t s = cw_client_connect(c->ctrl_address, &o, &c->ctrl);
     if (s && cw_status_code(s) == CW_UNAUTHENTICATED) {
-      return cw__client_token_refused(s, "controller", c->ctrl_address);
+      return cw_plugin_token_refused(s, "controller", c->ctrl_address);
     }
     CW_RETURN_IF_ERROR(s, "causeway: cannot reach the controller at %s (CAUSEWAY_CONTROLLER)",
                        c->ctrl_address);
@@ -484,24 +96,26 @@ static cw_status_t cw__connect_controller(cw__client_t* c) {
     cw_status_t s = cw_client_connect(c->ctrl_address, &o, &c->ctrl);
     if (!s) return cw_ok_status();
     char why[512];
-    if (cw__cluster_child_exited(c->cluster, why, sizeof(why))) {
+    if (cw_plugin_cluster_child_exited(c->cluster, why, sizeof(why))) {
       cw_status_t e = cw_make_status(CW_UNAVAILABLE,
                                      "causeway: the embedded cluster failed to start: %s (last "
                                      "connect error: %s)", why, cw_status_message(s));
       cw_status_free(s);
-      return cw__cluster_annotate(c->cluster, e);
+      return cw_plugin_cluster_annotate(c->cluster, e);
     }
     if (cw_time_now_ms() > deadline) {
-      return cw__cluster_annotate(
-          c->cluster, cw_status_annotate(s, "causeway: the embedded controller did not start "
-                                            "within %d ms", CW__EMBEDDED_START_MS));
+      return cw_plugin_cluster_annotate(
+          c->cluster, cw_status_annotate(s,
+                                         "causeway: the embedded controller did not start "
+                                         "within %d ms",
+                                         CW__EMBEDDED_START_MS));
     }
     cw_status_free(s);
     usleep(20 * 1000);
   }
 }
 
-static cw_status_t cw__open_session(cw__client_t* c, uint32_t min_workers) {
+static cw_status_t cw__open_session(cw_plugin_client_t* c, uint32_t min_workers) {
   Causeway__V1__OpenSessionRequest req = CAUSEWAY__V1__OPEN_SESSION_REQUEST__INIT;
   req.min_workers = min_workers;
   req.wait_ms = (uint32_t)cw_settings_int(&c->settings, CW_SET_WAIT_MS);
@@ -514,20 +128,21 @@ static cw_status_t cw__open_session(cw__client_t* c, uint32_t min_workers) {
   req.name = name;
   req.client_host = host;
   req.client_pid = (uint32_t)getpid();
-  cw__alloc_env_t alloc;
-  cw_status_t s = cw__alloc_env_read(&c->settings, &req, &alloc);  // CAUSEWAY_DEVICES and friends
+  cw_plugin_alloc_t alloc;
+  cw_status_t s =
+      cw_plugin_alloc_initialize(&alloc, &c->settings, &req);  // CAUSEWAY_DEVICES and friends
   ProtobufCMessage* reply = NULL;
   if (!s) {
     s = cw_client_call(c->ctrl, CW_MSG_OPEN_SESSION, &req.base, NULL, 0, NULL, &reply, NULL);
   } else {
-    cw__alloc_env_free(&alloc);
+    cw_plugin_alloc_deinitialize(&alloc);
     return s;
   }
-  cw__alloc_env_free(&alloc);
+  cw_plugin_alloc_deinitialize(&alloc);
   if (s) {
     s = cw_status_annotate(s, "causeway: opening a session at %s (waiting for %u workers)",
                            c->ctrl_address, min_workers);
-    return c->cluster ? cw__cluster_annotate(c->cluster, s) : s;
+    return c->cluster ? cw_plugin_cluster_annotate(c->cluster, s) : s;
   }
   Causeway__V1__SessionInfo* info = (Causeway__V1__SessionInfo*)reply;
   c->session_id = info->session_id;
@@ -547,40 +162,26 @@ static cw_status_t cw__open_session(cw__client_t* c, uint32_t min_workers) {
     if (!c->workers || !c->devices || !c->device_ptrs || !c->memory_ptrs) s = cw__oom();
   }
   for (size_t i = 0; !s && i < info->n_workers; ++i) {
-    const Causeway__V1__WorkerInfo* wi = info->workers[i];
-    cw__worker_t* w = &c->workers[c->num_workers++];
-    w->client = c;
-    w->index = wi->index;
-    w->island = wi->island;
-    w->direct_launch = wi->direct_launch;
-    pthread_mutex_init(&w->mu, NULL);
-    pthread_mutex_init(&w->send_mu, NULL);
-    atomic_init(&w->seq, 0);
-    atomic_init(&w->dead, false);
-    w->name = strdup(wi->name && wi->name[0] ? wi->name : "?");
-    w->address = strdup(wi->address ? wi->address : "");
-    w->incarnation = wi->incarnation;
-    atomic_init(&w->epoch, 0);
-    if (!w->name || !w->address) s = cw__oom();
+    s = cw_plugin_worker_initialize(&c->workers[c->num_workers++], c, info->workers[i]);
   }
   for (size_t i = 0; !s && i < info->n_devices; ++i) {
     c->num_devices = i + 1;
-    s = cw__device_init(c, i, info->devices[i]);
+    s = cw_plugin_device_initialize(&c->devices[i], c, i, info->devices[i]);
     c->device_ptrs[i] = (PJRT_Device*)&c->devices[i];
     c->memory_ptrs[i] = (PJRT_Memory*)&c->devices[i].memory;
   }
-  if (!s) cw__plugin_attributes_set(info->plugin_attributes, info->n_plugin_attributes);
+  if (!s) cw_plugin_attributes_set(info->plugin_attributes, info->n_plugin_attributes);
   protobuf_c_message_free_unpacked(reply, NULL);
   return s;
 }
 
 // A worker we cannot reach is marked dead (its devices stay listed and fail
 // with UNAVAILABLE naming it); the session needs at least one live worker.
-static cw_status_t cw__connect_workers(cw__client_t* c) {
+static cw_status_t cw__connect_workers(cw_plugin_client_t* c) {
   cw_status_t first = cw_ok_status();
   size_t live = 0;
   for (size_t i = 0; i < c->num_workers; ++i) {
-    cw__worker_t* w = &c->workers[i];
+    cw_plugin_worker_t* w = &c->workers[i];
     cw_client_options_t o = {.token = c->token,
                              .session_id = c->session_id,
                              .peer_name = "causeway-pjrt",
@@ -592,8 +193,8 @@ static cw_status_t cw__connect_workers(cw__client_t* c) {
       ++live;
       continue;
     }
-    s = cw__client_token_refused(s, "worker", w->address);
-    cw__worker_mark_dead(w, cw_status_message(s));
+    s = cw_plugin_token_refused(s, "worker", w->address);
+    cw_plugin_worker_mark_dead(w, cw_status_message(s));
     if (!first) {
       first = cw_status_annotate(s, "causeway: connecting to worker %s at %s", w->name,
                                  w->address);
@@ -617,9 +218,9 @@ static void cw__settings_warn_once(void) {
 }
 
 PJRT_Error* cw_plugin_client_create(PJRT_Client_Create_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Client_Create_Args, client);
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Client_Create_Args, client);
   args->client = NULL;
-  cw__client_t* c = calloc(1, sizeof(*c));
+  cw_plugin_client_t* c = calloc(1, sizeof(*c));
   if (!c) return cw_plugin_error_from_status(cw__oom());
   atomic_init(&c->next_id, 1);
   cw__settings_warn_once();
@@ -628,13 +229,13 @@ PJRT_Error* cw_plugin_client_create(PJRT_Client_Create_Args* args) {
   uint32_t min_workers = (uint32_t)cw_settings_int(&c->settings, CW_SET_MIN_WORKERS);
   const char* addr = cw_settings_string(&c->settings, CW_SET_CONTROLLER);
   if (!s && !*addr) {
-    s = cw__cluster_start(&c->settings, &c->cluster, &addr, &min_workers);
+    s = cw_plugin_cluster_start(&c->settings, &c->cluster, &addr, &min_workers);
     if (!s) {
-      c->token = strdup(cw__cluster_token(c->cluster));
+      c->token = strdup(cw_plugin_cluster_token(c->cluster));
       if (!c->token) s = cw__oom();
     }
   } else if (!s) {
-    s = cw__client_token_load(&c->settings, &c->token);
+    s = cw_plugin_token_load(&c->settings, &c->token);
   }
   if (!s) {
     c->ctrl_address = strdup(addr);
@@ -648,71 +249,64 @@ PJRT_Error* cw_plugin_client_create(PJRT_Client_Create_Args* args) {
     return cw_plugin_error_from_status(s);
   }
   atomic_store_explicit(&c->ready, true, memory_order_release);
-  cw__trace_start(c);  // CAUSEWAY_TRACE
+  cw_plugin_trace_start(c);  // CAUSEWAY_TRACE
   args->client = (PJRT_Client*)c;
   return NULL;
 }
 
 PJRT_Error* cw_plugin_client_destroy(PJRT_Client_Destroy_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Client_Destroy_Args, client);
-  if (args->client) cw__trace_finish((cw__client_t*)args->client);
-  cw__client_free((cw__client_t*)args->client);
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Client_Destroy_Args, client);
+  if (args->client) cw_plugin_trace_finish((cw_plugin_client_t*)args->client);
+  cw__client_free((cw_plugin_client_t*)args->client);
   return NULL;
 }
 
 // ---- Client queries ----------------------------------------------------------------
 
-#define CW__CLIENT(args) ((cw__client_t*)(args)->client)
-#define CW__NEED_CLIENT(args, what)                                                   \
-  do {                                                                                \
-    if (!(args)->client) {                                                            \
-      return cw_plugin_error_from_status(                                             \
-          cw_make_status(CW_INVALID_ARGUMENT, "%s: client is NULL", what));           \
-    }                                                                                 \
-  } while (0)
+#define CW__CLIENT(args) ((cw_plugin_client_t*)(args)->client)
 
 PJRT_Error* cw_plugin_client_platform_name(PJRT_Client_PlatformName_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Client_PlatformName_Args, platform_name_size);
-  CW__NEED_CLIENT(args, "PJRT_Client_PlatformName");
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Client_PlatformName_Args, platform_name_size);
+  CW_PLUGIN_NEED(args->client, "PJRT_Client_PlatformName", "client");
   args->platform_name = CW__CLIENT(args)->platform_name;
   args->platform_name_size = strlen(CW__CLIENT(args)->platform_name);
   return NULL;
 }
 
 PJRT_Error* cw_plugin_client_process_index(PJRT_Client_ProcessIndex_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Client_ProcessIndex_Args, process_index);
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Client_ProcessIndex_Args, process_index);
   args->process_index = 0;  // one client process sees every device
   return NULL;
 }
 
 PJRT_Error* cw_plugin_client_platform_version(PJRT_Client_PlatformVersion_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Client_PlatformVersion_Args, platform_version_size);
-  CW__NEED_CLIENT(args, "PJRT_Client_PlatformVersion");
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Client_PlatformVersion_Args, platform_version_size);
+  CW_PLUGIN_NEED(args->client, "PJRT_Client_PlatformVersion", "client");
   args->platform_version = CW__CLIENT(args)->platform_version;
   args->platform_version_size = strlen(CW__CLIENT(args)->platform_version);
   return NULL;
 }
 
 PJRT_Error* cw_plugin_client_devices(PJRT_Client_Devices_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Client_Devices_Args, num_devices);
-  CW__NEED_CLIENT(args, "PJRT_Client_Devices");
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Client_Devices_Args, num_devices);
+  CW_PLUGIN_NEED(args->client, "PJRT_Client_Devices", "client");
   args->devices = CW__CLIENT(args)->device_ptrs;
   args->num_devices = CW__CLIENT(args)->num_devices;
   return NULL;
 }
 
 PJRT_Error* cw_plugin_client_addressable_devices(PJRT_Client_AddressableDevices_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Client_AddressableDevices_Args, num_addressable_devices);
-  CW__NEED_CLIENT(args, "PJRT_Client_AddressableDevices");
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Client_AddressableDevices_Args, num_addressable_devices);
+  CW_PLUGIN_NEED(args->client, "PJRT_Client_AddressableDevices", "client");
   args->addressable_devices = CW__CLIENT(args)->device_ptrs;
   args->num_addressable_devices = CW__CLIENT(args)->num_devices;
   return NULL;
 }
 
 PJRT_Error* cw_plugin_client_lookup_device(PJRT_Client_LookupDevice_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Client_LookupDevice_Args, device);
-  CW__NEED_CLIENT(args, "PJRT_Client_LookupDevice");
-  cw__device_t* d = cw__client_device(CW__CLIENT(args), args->id);
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Client_LookupDevice_Args, device);
+  CW_PLUGIN_NEED(args->client, "PJRT_Client_LookupDevice", "client");
+  cw_plugin_device_t* d = cw_plugin_device_find(CW__CLIENT(args), args->id);
   if (!d) {
     return cw_plugin_error_from_status(
         cw_make_status(CW_INVALID_ARGUMENT, "no causeway device with global id %d", args->id));
@@ -723,10 +317,10 @@ PJRT_Error* cw_plugin_client_lookup_device(PJRT_Client_LookupDevice_Args* args) 
 
 PJRT_Error* cw_plugin_client_lookup_addressable_device(
     PJRT_Client_LookupAddressableDevice_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Client_LookupAddressableDevice_Args, addressable_device);
-  CW__NEED_CLIENT(args, "PJRT_Client_LookupAddressableDevice");
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Client_LookupAddressableDevice_Args, addressable_device);
+  CW_PLUGIN_NEED(args->client, "PJRT_Client_LookupAddressableDevice", "client");
   // local_hardware_id == global id for our devices.
-  cw__device_t* d = cw__client_device(CW__CLIENT(args), args->local_hardware_id);
+  cw_plugin_device_t* d = cw_plugin_device_find(CW__CLIENT(args), args->local_hardware_id);
   if (!d) {
     return cw_plugin_error_from_status(cw_make_status(
         CW_INVALID_ARGUMENT, "no causeway device with hardware id %d", args->local_hardware_id));
@@ -736,8 +330,8 @@ PJRT_Error* cw_plugin_client_lookup_addressable_device(
 }
 
 PJRT_Error* cw_plugin_client_addressable_memories(PJRT_Client_AddressableMemories_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Client_AddressableMemories_Args, num_addressable_memories);
-  CW__NEED_CLIENT(args, "PJRT_Client_AddressableMemories");
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Client_AddressableMemories_Args, num_addressable_memories);
+  CW_PLUGIN_NEED(args->client, "PJRT_Client_AddressableMemories", "client");
   args->addressable_memories = CW__CLIENT(args)->memory_ptrs;
   args->num_addressable_memories = CW__CLIENT(args)->num_devices;
   return NULL;
@@ -745,9 +339,9 @@ PJRT_Error* cw_plugin_client_addressable_memories(PJRT_Client_AddressableMemorie
 
 PJRT_Error* cw_plugin_client_default_device_assignment(
     PJRT_Client_DefaultDeviceAssignment_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Client_DefaultDeviceAssignment_Args, default_assignment);
-  CW__NEED_CLIENT(args, "PJRT_Client_DefaultDeviceAssignment");
-  cw__client_t* c = CW__CLIENT(args);
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Client_DefaultDeviceAssignment_Args, default_assignment);
+  CW_PLUGIN_NEED(args->client, "PJRT_Client_DefaultDeviceAssignment", "client");
+  cw_plugin_client_t* c = CW__CLIENT(args);
   size_t need = (size_t)(args->num_replicas > 0 ? args->num_replicas : 0) *
                 (size_t)(args->num_partitions > 0 ? args->num_partitions : 0);
   if (need == 0 || need > args->default_assignment_size || !args->default_assignment) {
@@ -771,167 +365,4 @@ PJRT_Error* cw_plugin_client_default_device_assignment(
       "no causeway island has %zu devices for %d replicas x %d partitions (a program runs "
       "within one island; use jax.device_put to move data between islands)",
       need, args->num_replicas, args->num_partitions));
-}
-
-// ---- Devices -------------------------------------------------------------------------
-
-#define CW__DEV(p) ((cw__device_t*)(p))
-#define CW__NEED(ptr, what)                                                           \
-  do {                                                                                \
-    if (!(ptr)) {                                                                     \
-      return cw_plugin_error_from_status(                                             \
-          cw_make_status(CW_INVALID_ARGUMENT, "%s: handle is NULL", what));           \
-    }                                                                                 \
-  } while (0)
-
-PJRT_Error* cw_plugin_device_description_id(PJRT_DeviceDescription_Id_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_DeviceDescription_Id_Args, id);
-  CW__NEED(args->device_description, "PJRT_DeviceDescription_Id");
-  args->id = CW__DEV(args->device_description)->global_id;
-  return NULL;
-}
-
-PJRT_Error* cw_plugin_device_description_process_index(
-    PJRT_DeviceDescription_ProcessIndex_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_DeviceDescription_ProcessIndex_Args, process_index);
-  args->process_index = 0;
-  return NULL;
-}
-
-PJRT_Error* cw_plugin_device_description_attributes(PJRT_DeviceDescription_Attributes_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_DeviceDescription_Attributes_Args, attributes);
-  CW__NEED(args->device_description, "PJRT_DeviceDescription_Attributes");
-  args->attributes = CW__DEV(args->device_description)->attributes;
-  args->num_attributes = CW__DEV(args->device_description)->num_attributes;
-  return NULL;
-}
-
-PJRT_Error* cw_plugin_device_description_kind(PJRT_DeviceDescription_Kind_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_DeviceDescription_Kind_Args, device_kind_size);
-  CW__NEED(args->device_description, "PJRT_DeviceDescription_Kind");
-  args->device_kind = CW__DEV(args->device_description)->kind;
-  args->device_kind_size = strlen(args->device_kind);
-  return NULL;
-}
-
-PJRT_Error* cw_plugin_device_description_debug_string(
-    PJRT_DeviceDescription_DebugString_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_DeviceDescription_DebugString_Args, debug_string_size);
-  CW__NEED(args->device_description, "PJRT_DeviceDescription_DebugString");
-  args->debug_string = CW__DEV(args->device_description)->debug_string;
-  args->debug_string_size = strlen(args->debug_string);
-  return NULL;
-}
-
-PJRT_Error* cw_plugin_device_description_to_string(PJRT_DeviceDescription_ToString_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_DeviceDescription_ToString_Args, to_string_size);
-  CW__NEED(args->device_description, "PJRT_DeviceDescription_ToString");
-  args->to_string = CW__DEV(args->device_description)->to_string;
-  args->to_string_size = strlen(args->to_string);
-  return NULL;
-}
-
-PJRT_Error* cw_plugin_device_get_description(PJRT_Device_GetDescription_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Device_GetDescription_Args, device_description);
-  CW__NEED(args->device, "PJRT_Device_GetDescription");
-  args->device_description = (PJRT_DeviceDescription*)args->device;
-  return NULL;
-}
-
-PJRT_Error* cw_plugin_device_is_addressable(PJRT_Device_IsAddressable_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Device_IsAddressable_Args, is_addressable);
-  args->is_addressable = true;
-  return NULL;
-}
-
-PJRT_Error* cw_plugin_device_local_hardware_id(PJRT_Device_LocalHardwareId_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Device_LocalHardwareId_Args, local_hardware_id);
-  CW__NEED(args->device, "PJRT_Device_LocalHardwareId");
-  args->local_hardware_id = CW__DEV(args->device)->global_id;
-  return NULL;
-}
-
-PJRT_Error* cw_plugin_device_addressable_memories(PJRT_Device_AddressableMemories_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Device_AddressableMemories_Args, num_memories);
-  CW__NEED(args->device, "PJRT_Device_AddressableMemories");
-  args->memories = &CW__DEV(args->device)->memory_ptr;
-  args->num_memories = 1;
-  return NULL;
-}
-
-PJRT_Error* cw_plugin_device_default_memory(PJRT_Device_DefaultMemory_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Device_DefaultMemory_Args, memory);
-  CW__NEED(args->device, "PJRT_Device_DefaultMemory");
-  args->memory = CW__DEV(args->device)->memory_ptr;
-  return NULL;
-}
-
-static void cw__no_attributes_deleter(PJRT_Device_Attributes* attributes) {
-  (void)attributes;  // the device owns them
-}
-
-PJRT_Error* cw_plugin_device_get_attributes(PJRT_Device_GetAttributes_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Device_GetAttributes_Args, attributes_deleter);
-  CW__NEED(args->device, "PJRT_Device_GetAttributes");
-  args->attributes = CW__DEV(args->device)->attributes;
-  args->num_attributes = CW__DEV(args->device)->num_attributes;
-  args->device_attributes = NULL;
-  args->attributes_deleter = cw__no_attributes_deleter;  // the caller CHECKs non-NULL
-  return NULL;
-}
-
-PJRT_Error* cw_plugin_device_create_async_tracking_event(
-    PJRT_Device_CreateAsyncTrackingEvent_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Device_CreateAsyncTrackingEvent_Args, event);
-  args->event = NULL;  // "no tracking" is allowed; failing is fatal to the caller
-  return NULL;
-}
-
-// ---- Memories ------------------------------------------------------------------------
-
-#define CW__MEM(args) ((cw__memory_t*)(args)->memory)
-
-PJRT_Error* cw_plugin_memory_id(PJRT_Memory_Id_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Memory_Id_Args, id);
-  CW__NEED(args->memory, "PJRT_Memory_Id");
-  args->id = CW__MEM(args)->id;
-  return NULL;
-}
-
-PJRT_Error* cw_plugin_memory_kind(PJRT_Memory_Kind_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Memory_Kind_Args, kind_size);
-  args->kind = "device";
-  args->kind_size = 6;
-  return NULL;
-}
-
-PJRT_Error* cw_plugin_memory_kind_id(PJRT_Memory_Kind_Id_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Memory_Kind_Id_Args, kind_id);
-  CW__NEED(args->memory, "PJRT_Memory_Kind_Id");
-  args->kind_id = CW__MEM(args)->kind_id;
-  return NULL;
-}
-
-PJRT_Error* cw_plugin_memory_debug_string(PJRT_Memory_DebugString_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Memory_DebugString_Args, debug_string_size);
-  CW__NEED(args->memory, "PJRT_Memory_DebugString");
-  args->debug_string = CW__MEM(args)->debug_string;
-  args->debug_string_size = strlen(args->debug_string);
-  return NULL;
-}
-
-PJRT_Error* cw_plugin_memory_to_string(PJRT_Memory_ToString_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Memory_ToString_Args, to_string_size);
-  CW__NEED(args->memory, "PJRT_Memory_ToString");
-  args->to_string = CW__MEM(args)->to_string;
-  args->to_string_size = strlen(args->to_string);
-  return NULL;
-}
-
-PJRT_Error* cw_plugin_memory_addressable_by_devices(PJRT_Memory_AddressableByDevices_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Memory_AddressableByDevices_Args, num_devices);
-  CW__NEED(args->memory, "PJRT_Memory_AddressableByDevices");
-  args->devices = &CW__MEM(args)->device->self_ptr;
-  args->num_devices = 1;
-  return NULL;
 }

@@ -37,7 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cw_plugin.h"
+#include "cw_plugin_cluster.h"
 #include "cw_random.h"
 
 extern char** environ;
@@ -53,7 +53,7 @@ typedef struct cw__child_s {
   bool reaped;
 } cw__child_t;
 
-struct cw__cluster_s {
+struct cw_plugin_cluster_s {
   char* dir;
   char token[65];  // 32 random bytes in hex
   char** envp;     // the children's environment (owned strings)
@@ -92,7 +92,7 @@ static char* cw__default_bin_dir(void) {
 
 // Spawns argv with stdout and stderr to log_path (or inherited when
 // CAUSEWAY_CHILD_LOGS=inherit); the watch fd is inherited.
-static cw_status_t cw__spawn(cw__cluster_t* cl, const char* name, char* const argv[]) {
+static cw_status_t cw__spawn(cw_plugin_cluster_t* cl, const char* name, char* const argv[]) {
   cw__child_t* ch = &cl->children[cl->num_children];
   memset(ch, 0, sizeof(*ch));
   ch->name = strdup(name);
@@ -125,7 +125,7 @@ static cw_status_t cw__spawn(cw__cluster_t* cl, const char* name, char* const ar
 }
 
 // Makes the cluster's token and its file `dir`/token (0600, created fresh).
-static cw_status_t cw__make_token(cw__cluster_t* cl, char** out_path) {
+static cw_status_t cw__make_token(cw_plugin_cluster_t* cl, char** out_path) {
   *out_path = NULL;
   uint8_t raw[32];
   CW_RETURN_IF_ERROR(cw_random_bytes(raw, sizeof(raw)), "causeway: the embedded cluster's token");
@@ -157,7 +157,7 @@ static const char* cw__env_prefix(cw_setting_id_t id, char* buf, size_t cap) {
 // The children's environment: ours without any token settings of the
 // caller's, plus CAUSEWAY_TOKEN_FILE=token_path and `extra` ("K=V", may be
 // NULL).
-static cw_status_t cw__make_child_env(cw__cluster_t* cl, const char* token_path,
+static cw_status_t cw__make_child_env(cw_plugin_cluster_t* cl, const char* token_path,
                                       const char* const* extra) {
   size_t n = 0, n_extra = 0;
   while (environ[n]) ++n;
@@ -190,7 +190,7 @@ oom:
   return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
 }
 
-const char* cw__cluster_token(const cw__cluster_t* cl) { return cl->token; }
+const char* cw_plugin_cluster_token(const cw_plugin_cluster_t* cl) { return cl->token; }
 
 // "CAUSEWAY_COMPILE_CACHE_DIR=..." for the embedded controller: the compile
 // cache on disk is on by default, per user. CAUSEWAY_COMPILE_CACHE_DIR
@@ -217,8 +217,10 @@ static cw_status_t cw__check_exe(const char* path, const char* what) {
 
 static void cw__track_dir(const char* dir, bool add);
 
-cw_status_t cw__cluster_start(const cw_settings_t* settings, cw__cluster_t** out_cluster,
-                              const char** out_controller_address, uint32_t* out_num_workers) {
+cw_status_t cw_plugin_cluster_start(const cw_settings_t* settings,
+                                    cw_plugin_cluster_t** out_cluster,
+                                    const char** out_controller_address,
+                                    uint32_t* out_num_workers) {
   *out_cluster = NULL;
   *out_controller_address = NULL;
   // The table bounds both (CAUSEWAY_LOCAL_WORKERS to the children array).
@@ -238,7 +240,7 @@ cw_status_t cw__cluster_start(const cw_settings_t* settings, cw__cluster_t** out
   char* ctl_exe = cw__printf("%s/causeway-controller", bin);
   char* wrk_exe = cw__printf("%s/causeway-worker", bin);
   free(bin);
-  cw__cluster_t* cl = calloc(1, sizeof(*cl));
+  cw_plugin_cluster_t* cl = calloc(1, sizeof(*cl));
   if (cl) {
     cl->watch_write_fd = -1;
     cl->keep_dir = cw_settings_int(settings, CW_SET_KEEP_TMP) != 0;
@@ -311,7 +313,7 @@ cw_status_t cw__cluster_start(const cw_settings_t* settings, cw__cluster_t** out
   free(ctl_exe);
   free(wrk_exe);
   if (s) {
-    cw__cluster_stop(cl);
+    cw_plugin_cluster_stop(cl);
     return s;
   }
   if (!cl->keep_dir) cw__track_dir(cl->dir, true);
@@ -321,7 +323,7 @@ cw_status_t cw__cluster_start(const cw_settings_t* settings, cw__cluster_t** out
   return cw_ok_status();
 }
 
-static void cw__reap(cw__cluster_t* cl, bool block) {
+static void cw__reap(cw_plugin_cluster_t* cl, bool block) {
   for (size_t i = 0; i < cl->num_children; ++i) {
     cw__child_t* ch = &cl->children[i];
     if (ch->reaped || ch->pid <= 0) continue;
@@ -334,7 +336,7 @@ static void cw__reap(cw__cluster_t* cl, bool block) {
   }
 }
 
-bool cw__cluster_child_exited(cw__cluster_t* cl, char* buf, size_t cap) {
+bool cw_plugin_cluster_child_exited(cw_plugin_cluster_t* cl, char* buf, size_t cap) {
   cw__reap(cl, false);
   for (size_t i = 0; i < cl->num_children; ++i) {
     cw__child_t* ch = &cl->children[i];
@@ -350,7 +352,7 @@ bool cw__cluster_child_exited(cw__cluster_t* cl, char* buf, size_t cap) {
 }
 
 // Appends the last bytes of every child's log to `status`.
-cw_status_t cw__cluster_annotate(cw__cluster_t* cl, cw_status_t status) {
+cw_status_t cw_plugin_cluster_annotate(cw_plugin_cluster_t* cl, cw_status_t status) {
   if (!status || !cl) return status;
   char* all = NULL;
   for (size_t i = 0; i < cl->num_children; ++i) {
@@ -428,7 +430,7 @@ static void cw__track_dir(const char* dir, bool add) {
   pthread_mutex_unlock(&cw__dirs_mu);
 }
 
-void cw__cluster_stop(cw__cluster_t* cl) {
+void cw_plugin_cluster_stop(cw_plugin_cluster_t* cl) {
   if (!cl) return;
   if (cl->watch_write_fd >= 0) close(cl->watch_write_fd);  // children see EOF
   for (size_t i = 0; i < cl->num_children; ++i) {

@@ -1,22 +1,22 @@
-// Futures and PJRT events. A future is a reference-counted one-shot
-// completion; every PJRT_Event handed to JAX is one reference to a future, so
-// a launch's output buffers, its device-complete events and their ready
-// events all share one allocation.
+// Futures and PJRT events (cw_plugin_event.h).
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cw_plugin.h"
+#include "cw_plugin_error.h"
+#include "cw_plugin_event.h"
+#include "cw_plugin_trace.h"
 #include "cw_time.h"
 
 typedef struct cw__waiter_s {
   struct cw__waiter_s* next;
-  cw__future_fn fn;              // internal continuation, or
-  PJRT_Event_OnReadyCallback cb;  // a PJRT callback (gets an owned error)
+  PJRT_Event_OnReadyCallback cb;  // gets an owned error
   void* user;
   int64_t trace_t0;  // obs: PJRT OnReady registration (a wait in the timeline); 0: none
 } cw__waiter_t;
 
-struct cw__future_s {
+struct cw_plugin_future_s {
   _Atomic int refs;
   _Atomic bool done;  // set (release) after status is final
   pthread_mutex_t mu;
@@ -25,8 +25,8 @@ struct cw__future_s {
   cw__waiter_t* waiters;  // LIFO; order among callbacks is unspecified
 };
 
-cw__future_t* cw__future_create(void) {
-  cw__future_t* f = calloc(1, sizeof(*f));
+cw_plugin_future_t* cw_plugin_future_create(void) {
+  cw_plugin_future_t* f = calloc(1, sizeof(*f));
   if (!f) return NULL;
   atomic_init(&f->refs, 1);
   atomic_init(&f->done, false);
@@ -35,8 +35,8 @@ cw__future_t* cw__future_create(void) {
   return f;
 }
 
-cw__future_t* cw__future_create_done(cw_status_t status) {
-  cw__future_t* f = cw__future_create();
+cw_plugin_future_t* cw_plugin_future_create_done(cw_status_t status) {
+  cw_plugin_future_t* f = cw_plugin_future_create();
   if (!f) {
     cw_status_free(status);
     return NULL;
@@ -46,11 +46,11 @@ cw__future_t* cw__future_create_done(cw_status_t status) {
   return f;
 }
 
-void cw__future_retain(cw__future_t* f) {
+void cw_plugin_future_retain(cw_plugin_future_t* f) {
   atomic_fetch_add_explicit(&f->refs, 1, memory_order_relaxed);
 }
 
-void cw__future_release(cw__future_t* f) {
+void cw_plugin_future_release(cw_plugin_future_t* f) {
   if (!f) return;
   if (atomic_fetch_sub_explicit(&f->refs, 1, memory_order_acq_rel) != 1) return;
   // Waiters hold no reference of their own: a future dropped before it
@@ -68,20 +68,16 @@ void cw__future_release(cw__future_t* f) {
 }
 
 static void cw__waiter_run(cw__waiter_t* w, cw_status_t status) {
-  if (w->fn) {
-    w->fn(w->user, status);
-  } else {
-    if (w->trace_t0) {
-      cw__trace_client_event("wait", "on_ready", CW__TRACE_LANE_WAIT, w->trace_t0, NULL, 0, 0,
-                             0);
-    }
-    // The PJRT callback owns the error it receives.
-    w->cb(status ? cw_plugin_error_from_status(cw_status_clone(status)) : NULL, w->user);
+  if (w->trace_t0) {
+    cw_plugin_trace_client_event("wait", "on_ready", CW_PLUGIN_TRACE_LANE_WAIT, w->trace_t0, NULL,
+                                 0, 0, 0);
   }
+  // The PJRT callback owns the error it receives.
+  w->cb(status ? cw_plugin_error_from_status(cw_status_clone(status)) : NULL, w->user);
   free(w);
 }
 
-void cw__future_complete(cw__future_t* f, cw_status_t status) {
+void cw_plugin_future_complete(cw_plugin_future_t* f, cw_status_t status) {
   pthread_mutex_lock(&f->mu);
   if (atomic_load_explicit(&f->done, memory_order_relaxed)) {
     pthread_mutex_unlock(&f->mu);
@@ -94,21 +90,21 @@ void cw__future_complete(cw__future_t* f, cw_status_t status) {
   f->waiters = NULL;
   pthread_cond_broadcast(&f->cv);
   // Callbacks may drop the last outside reference; keep `f` alive for them.
-  cw__future_retain(f);
+  cw_plugin_future_retain(f);
   pthread_mutex_unlock(&f->mu);
   while (w) {
     cw__waiter_t* next = w->next;
     cw__waiter_run(w, f->status);
     w = next;
   }
-  cw__future_release(f);
+  cw_plugin_future_release(f);
 }
 
-bool cw__future_is_done(cw__future_t* f) {
+bool cw_plugin_future_is_done(cw_plugin_future_t* f) {
   return atomic_load_explicit(&f->done, memory_order_acquire);
 }
 
-cw_status_t cw__future_wait(cw__future_t* f) {
+cw_status_t cw_plugin_future_wait(cw_plugin_future_t* f) {
   if (!atomic_load_explicit(&f->done, memory_order_acquire)) {
     pthread_mutex_lock(&f->mu);
     while (!atomic_load_explicit(&f->done, memory_order_relaxed)) {
@@ -119,61 +115,40 @@ cw_status_t cw__future_wait(cw__future_t* f) {
   return f->status ? cw_status_clone(f->status) : cw_ok_status();
 }
 
-static bool cw__future_add(cw__future_t* f, cw__waiter_t* w) {
+static void cw__future_add(cw_plugin_future_t* f, cw__waiter_t* w) {
   pthread_mutex_lock(&f->mu);
   if (!atomic_load_explicit(&f->done, memory_order_relaxed)) {
     w->next = f->waiters;
     f->waiters = w;
     pthread_mutex_unlock(&f->mu);
-    return true;
+    return;
   }
   pthread_mutex_unlock(&f->mu);
   cw__waiter_run(w, f->status);  // done: status is final
-  return true;
-}
-
-bool cw__future_then(cw__future_t* f, cw__future_fn fn, void* user) {
-  cw__waiter_t* w = calloc(1, sizeof(*w));
-  if (!w) return false;
-  w->fn = fn;
-  w->user = user;
-  return cw__future_add(f, w);
-}
-
-void cw__complete_future_cb(void* user, cw_status_t status, const ProtobufCMessage* reply) {
-  (void)reply;
-  cw__future_t* f = user;
-  cw__future_complete(f, status);
-  cw__future_release(f);
 }
 
 // ---- PJRT_Event_* ------------------------------------------------------------
 
-#define CW__EVENT(args) ((cw__future_t*)(args)->event)
-
-static PJRT_Error* cw__no_event(const char* what) {
-  return cw_plugin_error_from_status(
-      cw_make_status(CW_INVALID_ARGUMENT, "%s: event is NULL", what));
-}
+#define CW__EVENT(args) ((cw_plugin_future_t*)(args)->event)
 
 PJRT_Error* cw_plugin_event_destroy(PJRT_Event_Destroy_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Event_Destroy_Args, event);
-  cw__future_release(CW__EVENT(args));
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Event_Destroy_Args, event);
+  cw_plugin_future_release(CW__EVENT(args));
   return NULL;
 }
 
 PJRT_Error* cw_plugin_event_is_ready(PJRT_Event_IsReady_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Event_IsReady_Args, is_ready);
-  if (!args->event) return cw__no_event("PJRT_Event_IsReady");
-  args->is_ready = cw__future_is_done(CW__EVENT(args));
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Event_IsReady_Args, is_ready);
+  CW_PLUGIN_NEED(args->event, "PJRT_Event_IsReady", "event");
+  args->is_ready = cw_plugin_future_is_done(CW__EVENT(args));
   return NULL;
 }
 
 PJRT_Error* cw_plugin_event_error(PJRT_Event_Error_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Event_Error_Args, event);
-  if (!args->event) return cw__no_event("PJRT_Event_Error");
-  cw__future_t* f = CW__EVENT(args);
-  if (!cw__future_is_done(f)) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Event_Error_Args, event);
+  CW_PLUGIN_NEED(args->event, "PJRT_Event_Error", "event");
+  cw_plugin_future_t* f = CW__EVENT(args);
+  if (!cw_plugin_future_is_done(f)) {
     return cw_plugin_error_from_status(
         cw_make_status(CW_FAILED_PRECONDITION, "PJRT_Event_Error: event is not ready"));
   }
@@ -181,21 +156,20 @@ PJRT_Error* cw_plugin_event_error(PJRT_Event_Error_Args* args) {
 }
 
 PJRT_Error* cw_plugin_event_await(PJRT_Event_Await_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Event_Await_Args, event);
-  if (!args->event) return cw__no_event("PJRT_Event_Await");
-  int64_t t0 = cw__trace_on() ? cw_time_now_ns() : 0;
-  cw_status_t s = cw__future_wait(CW__EVENT(args));
-  if (t0) cw__trace_client_event("wait", "await", CW__TRACE_LANE_WAIT, t0, NULL, 0, 0, 0);
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Event_Await_Args, event);
+  CW_PLUGIN_NEED(args->event, "PJRT_Event_Await", "event");
+  int64_t t0 = cw_plugin_trace_on() ? cw_time_now_ns() : 0;
+  cw_status_t s = cw_plugin_future_wait(CW__EVENT(args));
+  if (t0) {
+    cw_plugin_trace_client_event("wait", "await", CW_PLUGIN_TRACE_LANE_WAIT, t0, NULL, 0, 0, 0);
+  }
   return cw_plugin_error_or_null(s);
 }
 
 PJRT_Error* cw_plugin_event_on_ready(PJRT_Event_OnReady_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Event_OnReady_Args, user_arg);
-  if (!args->event) return cw__no_event("PJRT_Event_OnReady");
-  if (!args->callback) {
-    return cw_plugin_error_from_status(
-        cw_make_status(CW_INVALID_ARGUMENT, "PJRT_Event_OnReady: callback is NULL"));
-  }
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Event_OnReady_Args, user_arg);
+  CW_PLUGIN_NEED(args->event, "PJRT_Event_OnReady", "event");
+  CW_PLUGIN_NEED(args->callback, "PJRT_Event_OnReady", "callback");
   cw__waiter_t* w = calloc(1, sizeof(*w));
   if (!w) {
     return cw_plugin_error_from_status(
@@ -203,14 +177,14 @@ PJRT_Error* cw_plugin_event_on_ready(PJRT_Event_OnReady_Args* args) {
   }
   w->cb = args->callback;
   w->user = args->user_arg;
-  w->trace_t0 = cw__trace_on() ? cw_time_now_ns() : 0;
+  w->trace_t0 = cw_plugin_trace_on() ? cw_time_now_ns() : 0;
   cw__future_add(CW__EVENT(args), w);
   return NULL;
 }
 
 PJRT_Error* cw_plugin_event_create(PJRT_Event_Create_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Event_Create_Args, event);
-  cw__future_t* f = cw__future_create();
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Event_Create_Args, event);
+  cw_plugin_future_t* f = cw_plugin_future_create();
   if (!f) {
     return cw_plugin_error_from_status(
         cw_make_status(CW_RESOURCE_EXHAUSTED, "PJRT_Event_Create: out of memory"));
@@ -220,14 +194,14 @@ PJRT_Error* cw_plugin_event_create(PJRT_Event_Create_Args* args) {
 }
 
 PJRT_Error* cw_plugin_event_set(PJRT_Event_Set_Args* args) {
-  CW__CHECK_ARGS(args, PJRT_Event_Set_Args, error_message_size);
-  if (!args->event) return cw__no_event("PJRT_Event_Set");
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Event_Set_Args, error_message_size);
+  CW_PLUGIN_NEED(args->event, "PJRT_Event_Set", "event");
   cw_status_t s = cw_ok_status();
   if (args->error_code != PJRT_Error_Code_OK) {
     s = cw_make_status(cw_status_code_from_u32((uint32_t)args->error_code), "%.*s",
                        (int)args->error_message_size,
                        args->error_message ? args->error_message : "");
   }
-  cw__future_complete(CW__EVENT(args), s);
+  cw_plugin_future_complete(CW__EVENT(args), s);
   return NULL;
 }

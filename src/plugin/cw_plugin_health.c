@@ -1,4 +1,5 @@
-// Worker loss and replacement on the client side.
+// Worker loss and replacement on the client side (cw_plugin_health.h), and
+// naming a lost controller.
 //
 // WORKER_DOWN (the controller saw the worker's connection close or its
 // heartbeats stop): the worker is marked dead and our direct connection to
@@ -16,15 +17,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cw_plugin.h"
+#include "cw_plugin_health.h"
+#include "cw_plugin_internal.h"
+#include "cw_plugin_worker.h"
 
 #define CW__REJOIN_CONNECT_TIMEOUT_MS 8000
 
-void cw__health_on_event(cw__client_t* c, const Causeway__V1__ClusterEvent* ev) {
-  cw__worker_t* w = cw__find_worker(c, ev->worker_index);
+void cw_plugin_health_on_event(cw_plugin_client_t* c, const Causeway__V1__ClusterEvent* ev) {
+  cw_plugin_worker_t* w = cw_plugin_worker_find(c, ev->worker_index);
   if (!w) return;  // not a worker of this session
   if (ev->kind == CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_DOWN) {
-    cw__worker_mark_dead(w, ev->message && ev->message[0] ? ev->message : "worker down");
+    cw_plugin_worker_mark_dead(w, ev->message && ev->message[0] ? ev->message : "worker down");
     cw_client_t* conn = w->conn;
     if (conn) cw_client_shutdown(conn);
     return;
@@ -47,7 +50,7 @@ void cw__health_on_event(cw__client_t* c, const Causeway__V1__ClusterEvent* ev) 
   pthread_mutex_unlock(&w->mu);
   // Missed the WORKER_DOWN? The old connection is no use either way.
   if (newer && !atomic_load_explicit(&w->dead, memory_order_acquire)) {
-    cw__worker_mark_dead(w, ev->message && ev->message[0] ? ev->message : "worker replaced");
+    cw_plugin_worker_mark_dead(w, ev->message && ev->message[0] ? ev->message : "worker replaced");
     cw_client_t* conn = w->conn;
     if (conn) cw_client_shutdown(conn);
   }
@@ -55,14 +58,14 @@ void cw__health_on_event(cw__client_t* c, const Causeway__V1__ClusterEvent* ev) 
 
 // A replaced connection and address: other threads may still hold them, so
 // they live until the client goes.
-struct cw__retired_s {
+struct cw_plugin_retired_s {
   cw_client_t* conn;
   char* address;
 };
 
 // With send_mu held.
-static void cw__retire(cw__worker_t* w, cw_client_t* conn, char* address) {
-  struct cw__retired_s* grown = realloc(w->retired, (w->num_retired + 1) * sizeof(*grown));
+static void cw__retire(cw_plugin_worker_t* w, cw_client_t* conn, char* address) {
+  struct cw_plugin_retired_s* grown = realloc(w->retired, (w->num_retired + 1) * sizeof(*grown));
   if (!grown) return;  // leaked rather than freed under a reader
   w->retired = grown;
   w->retired[w->num_retired].conn = conn;
@@ -71,7 +74,7 @@ static void cw__retire(cw__worker_t* w, cw_client_t* conn, char* address) {
 }
 
 // With send_mu held.
-static void cw__set_reason(cw__worker_t* w, const char* fmt, const char* a, const char* b) {
+static void cw__set_reason(cw_plugin_worker_t* w, const char* fmt, const char* a, const char* b) {
   char why[1024];
   snprintf(why, sizeof(why), fmt, a, b);
   pthread_mutex_lock(&w->mu);
@@ -83,8 +86,8 @@ static void cw__set_reason(cw__worker_t* w, const char* fmt, const char* a, cons
   pthread_mutex_unlock(&w->mu);
 }
 
-bool cw__health_revive(cw__worker_t* w) {
-  cw__client_t* c = w->client;
+bool cw_plugin_health_revive(cw_plugin_worker_t* w) {
+  cw_plugin_client_t* c = w->client;
   pthread_mutex_lock(&w->mu);
   char* address = w->next_address ? strdup(w->next_address) : NULL;
   uint32_t incarnation = w->next_incarnation;
@@ -146,15 +149,7 @@ bool cw__health_revive(cw__worker_t* w) {
   return ok;
 }
 
-cw_status_t cw__buffer_check_epoch(const struct cw__buffer_s* b) {
-  cw__worker_t* w = b->device->worker;
-  if (b->epoch == atomic_load_explicit(&w->epoch, memory_order_acquire)) return cw_ok_status();
-  return cw_make_status(CW_UNAVAILABLE, "worker %s (%s) was replaced: buffer %llu lived on the "
-                        "lost worker and its contents are gone; upload it again", w->name,
-                        w->address, (unsigned long long)b->id);
-}
-
-bool cw__is_controller_lost(const cw__client_t* c, cw_status_t status) {
+bool cw_plugin_health_controller_lost(const cw_plugin_client_t* c, cw_status_t status) {
   // cw_client reports a lost connection as "connection to ADDRESS lost: ...";
   // a worker's loss relayed by the controller starts with "worker ".
   return status && cw_status_code(status) == CW_UNAVAILABLE && c->ctrl_address &&
@@ -162,15 +157,15 @@ bool cw__is_controller_lost(const cw__client_t* c, cw_status_t status) {
          strncmp(cw_status_message(status), "worker ", 7) != 0;
 }
 
-cw_status_t cw__controller_error(cw__client_t* c, cw_status_t status) {
-  if (!cw__is_controller_lost(c, status)) return status;
+cw_status_t cw_plugin_health_controller_error(cw_plugin_client_t* c, cw_status_t status) {
+  if (!cw_plugin_health_controller_lost(c, status)) return status;
   cw_status_t out = cw_make_status(CW_UNAVAILABLE, "causeway: the controller at %s is "
                                    "unavailable: %s", c->ctrl_address, cw_status_message(status));
   cw_status_free(status);
   return out;
 }
 
-void cw__health_worker_free(cw__worker_t* w) {
+void cw_plugin_health_worker_deinitialize(cw_plugin_worker_t* w) {
   for (size_t i = 0; i < w->num_retired; ++i) {
     if (w->retired[i].conn) cw_client_release(w->retired[i].conn);
     free(w->retired[i].address);

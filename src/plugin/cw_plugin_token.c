@@ -8,16 +8,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cw_plugin.h"
+#include "cw_plugin_token.h"
 
-cw_status_t cw__client_token_load(cw_settings_t* settings, char** out_token) {
+cw_status_t cw_plugin_token_load(cw_settings_t* settings, char** out_token) {
   *out_token = NULL;
   CW_RETURN_IF_ERROR(cw_settings_load_token(settings), "causeway: CAUSEWAY_TOKEN_FILE");
   *out_token = strdup(cw_settings_string(settings, CW_SET_TOKEN));  // "": none is required
   return *out_token ? cw_ok_status() : cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
 }
 
-cw_status_t cw__client_token_refused(cw_status_t status, const char* what, const char* address) {
+cw_status_t cw_plugin_token_refused(cw_status_t status, const char* what, const char* address) {
   if (!status || cw_status_code(status) != CW_UNAUTHENTICATED) return status;
   cw_status_t out = cw_make_status(
       CW_UNAUTHENTICATED,

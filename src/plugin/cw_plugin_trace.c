@@ -23,7 +23,8 @@
 
 #include "cw_frame.h"
 #include "cw_json.h"
-#include "cw_plugin.h"
+#include "cw_plugin_internal.h"
+#include "cw_plugin_trace.h"
 #include "cw_plugin_trace_file.h"
 #include "cw_time.h"
 
@@ -68,7 +69,7 @@ typedef struct cw__wev_s {
 
 typedef struct cw__trace_state_s {
   char* path;
-  cw__client_t* client;
+  cw_plugin_client_t* client;
   int64_t origin_ns;
   cw__tev_t* ring;  // the client's events (under cw__tr.mu while attached)
   size_t head, count;
@@ -88,11 +89,12 @@ static struct {
   bool atexit_registered;
 } cw__tr = {.io = PTHREAD_MUTEX_INITIALIZER, .mu = PTHREAD_MUTEX_INITIALIZER};
 
-bool cw__trace_on(void) { return atomic_load_explicit(&cw__tr.on, memory_order_relaxed); }
+bool cw_plugin_trace_on(void) { return atomic_load_explicit(&cw__tr.on, memory_order_relaxed); }
 
-void cw__trace_client_event(const char* cat, const char* name, int lane, int64_t start_ns,
-                            const cw__worker_t* w, uint64_t id, uint64_t seq, uint64_t bytes) {
-  if (!cw__trace_on()) return;
+void cw_plugin_trace_client_event(const char* cat, const char* name, int lane, int64_t start_ns,
+                                  const cw_plugin_worker_t* w, uint64_t id, uint64_t seq,
+                                  uint64_t bytes) {
+  if (!cw_plugin_trace_on()) return;
   int64_t end = cw_time_now_ns();
   pthread_mutex_lock(&cw__tr.mu);
   cw__trace_state_t* st = cw__tr.st;
@@ -144,7 +146,7 @@ static int cw__worker_lane(const char* cat, int device) {
 
 // Fetches worker `i`'s new events into st->wevents (cw__tr.io held).
 static void cw__fetch_worker(cw__trace_state_t* st, size_t i) {
-  cw__worker_t* w = &st->client->workers[i];
+  cw_plugin_worker_t* w = &st->client->workers[i];
   cw__wclock_t* k = &st->clocks[i];
   if (!k->started || !w->conn || atomic_load(&w->dead)) return;
   for (int rounds = 0; rounds < 1000; ++rounds) {
@@ -207,7 +209,7 @@ static json_t* cw__with(json_t* obj, const char* key, json_t* v) {
 
 // Writes worker `i`'s process: its name, lanes and fetched events.
 static void cw__write_worker(cw_plugin_trace_file_t* t, const cw__trace_state_t* st, size_t i) {
-  const cw__worker_t* w = &st->client->workers[i];
+  const cw_plugin_worker_t* w = &st->client->workers[i];
   const cw__wclock_t* k = &st->clocks[i];
   if (!k->started) return;
   char pname[256];
@@ -247,7 +249,7 @@ static void cw__write_worker(cw_plugin_trace_file_t* t, const cw__trace_state_t*
 
 // otherData: the clock origin, drop counts and each worker's clock estimate.
 static json_t* cw__other_data(const cw__trace_state_t* st, uint64_t cdropped) {
-  const cw__client_t* c = st->client;
+  const cw_plugin_client_t* c = st->client;
   json_t* workers = json_array();
   for (size_t i = 0; i < c->num_workers; ++i) {
     const cw__wclock_t* k = &st->clocks[i];
@@ -276,7 +278,7 @@ static json_t* cw__other_data(const cw__trace_state_t* st, uint64_t cdropped) {
 // them in the ring), and every worker event fetched so far (cw__tr.io held).
 static void cw__write(const cw__trace_state_t* st, const cw__tev_t* cev, size_t chead,
                       size_t ccount, uint64_t cdropped) {
-  cw__client_t* c = st->client;
+  cw_plugin_client_t* c = st->client;
   char tmp[4096];
   snprintf(tmp, sizeof(tmp), "%s.tmp%d", st->path, (int)getpid());
   FILE* f = fopen(tmp, "w");
@@ -291,10 +293,10 @@ static void cw__write(const cw__trace_state_t* st, const cw__tev_t* cev, size_t 
   snprintf(pname, sizeof(pname), "causeway client (pid %u, session %" PRIu64 ")", pid,
            c->session_id);
   cw_plugin_trace_file_meta(&t, pid, 0, "process_name", pname);
-  cw_plugin_trace_file_meta(&t, pid, CW__TRACE_LANE_DISPATCH, "thread_name", "dispatch");
-  cw_plugin_trace_file_meta(&t, pid, CW__TRACE_LANE_TRANSFER, "thread_name",
+  cw_plugin_trace_file_meta(&t, pid, CW_PLUGIN_TRACE_LANE_DISPATCH, "thread_name", "dispatch");
+  cw_plugin_trace_file_meta(&t, pid, CW_PLUGIN_TRACE_LANE_TRANSFER, "thread_name",
                             "transfers (dispatch to ack)");
-  cw_plugin_trace_file_meta(&t, pid, CW__TRACE_LANE_WAIT, "thread_name", "waits");
+  cw_plugin_trace_file_meta(&t, pid, CW_PLUGIN_TRACE_LANE_WAIT, "thread_name", "waits");
   for (size_t i = 0; i < ccount; ++i) {
     const cw__tev_t* ev = &cev[(chead + i) % CW__TRACE_CLIENT_CAPACITY];
     json_t* args = json_object();
@@ -330,12 +332,12 @@ static void cw__state_free(cw__trace_state_t* st) {
 
 static void cw__trace_atexit(void) {
   pthread_mutex_lock(&cw__tr.mu);
-  cw__client_t* c = cw__tr.st ? cw__tr.st->client : NULL;
+  cw_plugin_client_t* c = cw__tr.st ? cw__tr.st->client : NULL;
   pthread_mutex_unlock(&cw__tr.mu);
-  if (c) cw__trace_finish(c);
+  if (c) cw_plugin_trace_finish(c);
 }
 
-void cw__trace_start(cw__client_t* c) {
+void cw_plugin_trace_start(cw_plugin_client_t* c) {
   const char* path = cw_settings_string(&c->settings, CW_SET_TRACE);
   if (!*path) return;
   cw__trace_state_t* st = calloc(1, sizeof(*st));
@@ -352,7 +354,7 @@ void cw__trace_start(cw__client_t* c) {
   st->client = c;
   st->origin_ns = cw_time_now_ns();
   for (size_t i = 0; i < c->num_workers; ++i) {
-    cw__worker_t* w = &c->workers[i];
+    cw_plugin_worker_t* w = &c->workers[i];
     cw__wclock_t* k = &st->clocks[i];
     k->rtt_ns = -1;
     if (!w->conn) continue;
@@ -392,7 +394,7 @@ void cw__trace_start(cw__client_t* c) {
   }
 }
 
-void cw__trace_finish(cw__client_t* c) {
+void cw_plugin_trace_finish(cw_plugin_client_t* c) {
   pthread_mutex_lock(&cw__tr.io);
   pthread_mutex_lock(&cw__tr.mu);
   cw__trace_state_t* st = cw__tr.st;

@@ -1,0 +1,23 @@
+// PJRT_Client (cw_plugin_client.c): creating one joins a cluster (or starts
+// the embedded one), opens the session with the controller and connects to
+// every worker; the queries answer from the session's tables.
+#ifndef CW_PLUGIN_CLIENT_H_
+#define CW_PLUGIN_CLIENT_H_
+
+#include "cw_pjrt_c_api.h"
+
+PJRT_Error* cw_plugin_client_create(PJRT_Client_Create_Args* args);
+PJRT_Error* cw_plugin_client_destroy(PJRT_Client_Destroy_Args* args);
+PJRT_Error* cw_plugin_client_platform_name(PJRT_Client_PlatformName_Args* args);
+PJRT_Error* cw_plugin_client_process_index(PJRT_Client_ProcessIndex_Args* args);
+PJRT_Error* cw_plugin_client_platform_version(PJRT_Client_PlatformVersion_Args* args);
+PJRT_Error* cw_plugin_client_devices(PJRT_Client_Devices_Args* args);
+PJRT_Error* cw_plugin_client_addressable_devices(PJRT_Client_AddressableDevices_Args* args);
+PJRT_Error* cw_plugin_client_lookup_device(PJRT_Client_LookupDevice_Args* args);
+PJRT_Error* cw_plugin_client_lookup_addressable_device(
+    PJRT_Client_LookupAddressableDevice_Args* args);
+PJRT_Error* cw_plugin_client_addressable_memories(PJRT_Client_AddressableMemories_Args* args);
+PJRT_Error* cw_plugin_client_default_device_assignment(
+    PJRT_Client_DefaultDeviceAssignment_Args* args);
+
+#endif  // CW_PLUGIN_CLIENT_H_

@@ -1,0 +1,43 @@
+// Futures and PJRT events. A future is a reference-counted one-shot
+// completion; every PJRT_Event handed to JAX is one reference to a future,
+// so a launch's outputs, its completion events and their ready events share
+// one allocation.
+#ifndef CW_PLUGIN_EVENT_H_
+#define CW_PLUGIN_EVENT_H_
+
+#include <stdbool.h>
+
+#include "cw_pjrt_c_api.h"
+#include "cw_status.h"
+
+typedef struct cw_plugin_future_s cw_plugin_future_t;
+
+// New pending future with one reference (NULL when out of memory).
+cw_plugin_future_t* cw_plugin_future_create(void);
+// New completed future (takes `status`; OK for success).
+cw_plugin_future_t* cw_plugin_future_create_done(cw_status_t status);
+void cw_plugin_future_retain(cw_plugin_future_t* f);
+// Drops one reference; NULL is ignored.
+void cw_plugin_future_release(cw_plugin_future_t* f);
+// Completes `f` with `status` (taken). Only the first completion counts;
+// OnReady callbacks run here, on the completing thread.
+void cw_plugin_future_complete(cw_plugin_future_t* f, cw_status_t status);
+bool cw_plugin_future_is_done(cw_plugin_future_t* f);
+// Blocks until done; returns a copy of its error (OK on success).
+CW_MUST_USE cw_status_t cw_plugin_future_wait(cw_plugin_future_t* f);
+// A new PJRT_Event holding its own reference to `f`.
+static inline PJRT_Event* cw_plugin_event_from_future(cw_plugin_future_t* f) {
+  cw_plugin_future_retain(f);
+  return (PJRT_Event*)f;
+}
+
+// The PJRT_Event_* slots.
+PJRT_Error* cw_plugin_event_destroy(PJRT_Event_Destroy_Args* args);
+PJRT_Error* cw_plugin_event_is_ready(PJRT_Event_IsReady_Args* args);
+PJRT_Error* cw_plugin_event_error(PJRT_Event_Error_Args* args);
+PJRT_Error* cw_plugin_event_await(PJRT_Event_Await_Args* args);
+PJRT_Error* cw_plugin_event_on_ready(PJRT_Event_OnReady_Args* args);
+PJRT_Error* cw_plugin_event_create(PJRT_Event_Create_Args* args);
+PJRT_Error* cw_plugin_event_set(PJRT_Event_Set_Args* args);
+
+#endif  // CW_PLUGIN_EVENT_H_

@@ -1,0 +1,227 @@
+// Unit tests for futures and the PJRT_Event slots: the first completion
+// wins, waits and OnReady callbacks see it whichever comes first, every
+// event is one reference (a callback may drop the last one), and the slots
+// refuse NULL events, too-small args and reading an error before it exists.
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <cmocka.h>
+
+#include "cw_plugin_error.h"
+#include "cw_plugin_event.h"
+
+// The code and message of `e`, which is destroyed.
+typedef struct error_s {
+  PJRT_Error_Code code;
+  char message[256];
+} pjrt_error_t;
+
+static pjrt_error_t take_error(PJRT_Error* e) {
+  pjrt_error_t out = {PJRT_Error_Code_OK, ""};
+  assert_non_null(e);
+  PJRT_Error_GetCode_Args g = {.struct_size = sizeof(g), .error = e};
+  assert_null(cw_plugin_error_get_code(&g));
+  out.code = g.code;
+  PJRT_Error_Message_Args m = {.struct_size = sizeof(m), .error = e};
+  cw_plugin_error_message(&m);
+  snprintf(out.message, sizeof(out.message), "%.*s", (int)m.message_size, m.message);
+  PJRT_Error_Destroy_Args d = {.struct_size = sizeof(d), .error = e};
+  cw_plugin_error_destroy(&d);
+  return out;
+}
+
+static void destroy_event(PJRT_Event* ev) {
+  PJRT_Event_Destroy_Args a = {.struct_size = sizeof(a), .event = ev};
+  assert_null(cw_plugin_event_destroy(&a));
+}
+
+static bool is_ready(PJRT_Event* ev) {
+  PJRT_Event_IsReady_Args a = {.struct_size = sizeof(a), .event = ev};
+  assert_null(cw_plugin_event_is_ready(&a));
+  return a.is_ready;
+}
+
+// What an OnReady callback saw.
+typedef struct seen_s {
+  int calls;
+  pjrt_error_t error;
+  PJRT_Event* drop;  // destroyed by the callback when set
+} seen_t;
+
+static void on_ready(PJRT_Error* error, void* user) {
+  seen_t* seen = user;
+  seen->calls++;
+  if (error) seen->error = take_error(error);  // the callback owns it
+  if (seen->drop) destroy_event(seen->drop);
+}
+
+static void on_ready_add(PJRT_Event* ev, seen_t* seen) {
+  PJRT_Event_OnReady_Args a = {
+      .struct_size = sizeof(a), .event = ev, .callback = on_ready, .user_arg = seen};
+  assert_null(cw_plugin_event_on_ready(&a));
+}
+
+static void test_first_completion_wins(void** state) {
+  (void)state;
+  cw_plugin_future_t* f = cw_plugin_future_create();
+  assert_non_null(f);
+  assert_false(cw_plugin_future_is_done(f));
+  cw_plugin_future_complete(f, cw_make_status(CW_NOT_FOUND, "first"));
+  cw_plugin_future_complete(f, cw_ok_status());
+  cw_plugin_future_complete(f, cw_make_status(CW_INTERNAL, "third"));  // freed, not kept
+  assert_true(cw_plugin_future_is_done(f));
+  cw_status_t s = cw_plugin_future_wait(f);
+  assert_int_equal(cw_status_code(s), CW_NOT_FOUND);
+  assert_string_equal(cw_status_message(s), "first");
+  cw_status_free(s);
+  // Each wait hands out its own copy.
+  s = cw_plugin_future_wait(f);
+  assert_string_equal(cw_status_message(s), "first");
+  cw_status_free(s);
+  cw_plugin_future_release(f);
+  cw_plugin_future_release(NULL);  // ignored
+}
+
+static void test_create_done(void** state) {
+  (void)state;
+  cw_plugin_future_t* ok = cw_plugin_future_create_done(cw_ok_status());
+  assert_true(cw_plugin_future_is_done(ok));
+  assert_null(cw_plugin_future_wait(ok));
+  cw_plugin_future_t* bad = cw_plugin_future_create_done(cw_make_status(CW_ABORTED, "no"));
+  cw_status_t s = cw_plugin_future_wait(bad);
+  assert_int_equal(cw_status_code(s), CW_ABORTED);
+  cw_status_free(s);
+  cw_plugin_future_release(ok);
+  cw_plugin_future_release(bad);
+}
+
+static void* complete_later(void* arg) {
+  struct timespec ts = {0, 20 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+  cw_plugin_future_complete(arg, cw_make_status(CW_UNAVAILABLE, "worker w (a) is unavailable"));
+  return NULL;
+}
+
+static void test_wait_blocks_until_another_thread_completes(void** state) {
+  (void)state;
+  cw_plugin_future_t* f = cw_plugin_future_create();
+  PJRT_Event* ev = cw_plugin_event_from_future(f);  // the event's own reference
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, complete_later, f), 0);
+  PJRT_Event_Await_Args a = {.struct_size = sizeof(a), .event = ev};
+  pjrt_error_t e = take_error(cw_plugin_event_await(&a));
+  assert_int_equal(e.code, PJRT_Error_Code_UNAVAILABLE);
+  assert_string_equal(e.message, "worker w (a) is unavailable");
+  assert_true(is_ready(ev));
+  pthread_join(t, NULL);
+  cw_plugin_future_release(f);
+  destroy_event(ev);  // the last reference
+}
+
+static void test_on_ready_before_and_after_completion(void** state) {
+  (void)state;
+  PJRT_Event_Create_Args c = {.struct_size = sizeof(c)};
+  assert_null(cw_plugin_event_create(&c));
+  PJRT_Event* ev = c.event;
+  assert_false(is_ready(ev));
+  seen_t before = {0}, after = {0};
+  on_ready_add(ev, &before);
+  assert_int_equal(before.calls, 0);
+
+  PJRT_Event_Set_Args s = {.struct_size = sizeof(s),
+                           .event = ev,
+                           .error_code = PJRT_Error_Code_DATA_LOSS,
+                           .error_message = "lost it and more",
+                           .error_message_size = 7};
+  assert_null(cw_plugin_event_set(&s));
+  assert_int_equal(before.calls, 1);  // ran on the completing thread
+  assert_int_equal(before.error.code, PJRT_Error_Code_DATA_LOSS);
+  assert_string_equal(before.error.message, "lost it");
+
+  on_ready_add(ev, &after);  // already complete: runs at once
+  assert_int_equal(after.calls, 1);
+  assert_string_equal(after.error.message, "lost it");
+
+  PJRT_Event_Error_Args er = {.struct_size = sizeof(er), .event = ev};
+  pjrt_error_t e = take_error(cw_plugin_event_error(&er));
+  assert_int_equal(e.code, PJRT_Error_Code_DATA_LOSS);
+  destroy_event(ev);
+}
+
+static void test_event_set_ok_and_error_of_ok(void** state) {
+  (void)state;
+  PJRT_Event_Create_Args c = {.struct_size = sizeof(c)};
+  assert_null(cw_plugin_event_create(&c));
+  seen_t seen = {0};
+  on_ready_add(c.event, &seen);
+  PJRT_Event_Set_Args s = {
+      .struct_size = sizeof(s), .event = c.event, .error_code = PJRT_Error_Code_OK};
+  assert_null(cw_plugin_event_set(&s));
+  assert_int_equal(seen.calls, 1);
+  assert_int_equal(seen.error.code, PJRT_Error_Code_OK);  // no error given
+  PJRT_Event_Error_Args er = {.struct_size = sizeof(er), .event = c.event};
+  assert_null(cw_plugin_event_error(&er));
+  PJRT_Event_Await_Args a = {.struct_size = sizeof(a), .event = c.event};
+  assert_null(cw_plugin_event_await(&a));
+  destroy_event(c.event);
+}
+
+// A callback may destroy the event it waits on, even when that drops the
+// future's last reference (AddressSanitizer checks nothing is used after).
+static void test_callback_drops_last_reference(void** state) {
+  (void)state;
+  cw_plugin_future_t* f = cw_plugin_future_create();
+  PJRT_Event* ev = cw_plugin_event_from_future(f);
+  seen_t keeps = {0}, drops = {.drop = ev};
+  on_ready_add(ev, &keeps);
+  on_ready_add(ev, &drops);     // (callbacks run last-added first today)
+  cw_plugin_future_release(f);  // the event's reference is the last one
+  cw_plugin_future_complete(f, cw_ok_status());
+  assert_int_equal(keeps.calls, 1);
+  assert_int_equal(drops.calls, 1);
+}
+
+static void test_slots_refuse_bad_calls(void** state) {
+  (void)state;
+  PJRT_Event_IsReady_Args r = {.struct_size = sizeof(r), .event = NULL};
+  pjrt_error_t e = take_error(cw_plugin_event_is_ready(&r));
+  assert_int_equal(e.code, PJRT_Error_Code_INVALID_ARGUMENT);
+  assert_string_equal(e.message, "PJRT_Event_IsReady: event is NULL");
+
+  PJRT_Event_Await_Args small = {.struct_size = 8};
+  e = take_error(cw_plugin_event_await(&small));
+  assert_int_equal(e.code, PJRT_Error_Code_INVALID_ARGUMENT);
+  assert_non_null(strstr(e.message, "struct_size 8 too small"));
+  e = take_error(cw_plugin_event_await(NULL));
+  assert_non_null(strstr(e.message, "args missing"));
+
+  PJRT_Event_Create_Args c = {.struct_size = sizeof(c)};
+  assert_null(cw_plugin_event_create(&c));
+  PJRT_Event_OnReady_Args o = {.struct_size = sizeof(o), .event = c.event, .callback = NULL};
+  e = take_error(cw_plugin_event_on_ready(&o));
+  assert_string_equal(e.message, "PJRT_Event_OnReady: callback is NULL");
+  // Its error cannot be read before it exists.
+  PJRT_Event_Error_Args er = {.struct_size = sizeof(er), .event = c.event};
+  e = take_error(cw_plugin_event_error(&er));
+  assert_int_equal(e.code, PJRT_Error_Code_FAILED_PRECONDITION);
+  destroy_event(c.event);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_first_completion_wins),
+      cmocka_unit_test(test_create_done),
+      cmocka_unit_test(test_wait_blocks_until_another_thread_completes),
+      cmocka_unit_test(test_on_ready_before_and_after_completion),
+      cmocka_unit_test(test_event_set_ok_and_error_of_ok),
+      cmocka_unit_test(test_callback_drops_last_reference),
+      cmocka_unit_test(test_slots_refuse_bad_calls),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,463 @@
+// Executables (cw_plugin_executable.h): compile through the controller (the
+// one blocking round trip of a jit), metadata from the returned
+// ExecutableInfo, and the executable's DELETE when JAX drops it.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cw_plugin_device.h"
+#include "cw_plugin_error.h"
+#include "cw_plugin_executable.h"
+#include "cw_plugin_health.h"
+#include "cw_plugin_internal.h"
+#include "cw_plugin_worker.h"
+#include "proto/xla_compile_options.pb-c.h"
+
+void cw_plugin_exe_release(cw_plugin_exe_t* e) {
+  if (!e || atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) != 1) return;
+  free(e->name);
+  free(e->output_types);
+  free(e->output_dims);
+  free(e->output_ranks);
+  free(e->output_dim_offsets);
+  free(e->output_kinds);
+  free(e->output_kind_sizes);
+  free(e->fingerprint);
+  free(e->program);
+  free(e->program_format);
+  free(e->devices);
+  free(e->device_ptrs);
+  free(e->compile_options);
+  free(e->logical_ids);
+  free(e->device_assignment);
+  free(e->donated_params);
+  free(e);
+}
+
+static cw_status_t cw__oom(void) { return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"); }
+
+// Serialized xla.DeviceAssignmentProto: [partition][replica] of global ids,
+// from launch order (replica-major: index = replica * partitions + partition).
+static cw_status_t cw__exe_device_assignment(cw_plugin_exe_t* e) {
+  size_t r = e->num_replicas, p = e->num_partitions;
+  if (r == 0 || p == 0 || r * p != e->num_devices) return cw_ok_status();  // portable: size 0
+  Causeway__Xla__ComputationDevice* cds = calloc(p, sizeof(*cds));
+  Causeway__Xla__ComputationDevice** cdp = calloc(p, sizeof(*cdp));
+  int64_t* ids = calloc(r * p, sizeof(*ids));
+  cw_status_t s = (cds && cdp && ids) ? cw_ok_status() : cw__oom();
+  if (!s) {
+    for (size_t pi = 0; pi < p; ++pi) {
+      causeway__xla__computation_device__init(&cds[pi]);
+      cds[pi].n_replica_device_ids = r;
+      cds[pi].replica_device_ids = &ids[pi * r];
+      for (size_t ri = 0; ri < r; ++ri) ids[pi * r + ri] = e->devices[ri * p + pi]->global_id;
+      cdp[pi] = &cds[pi];
+    }
+    Causeway__Xla__DeviceAssignment da = CAUSEWAY__XLA__DEVICE_ASSIGNMENT__INIT;
+    da.replica_count = (int32_t)r;
+    da.computation_count = (int32_t)p;
+    da.n_computation_devices = p;
+    da.computation_devices = cdp;
+    size_t n = causeway__xla__device_assignment__get_packed_size(&da);
+    e->device_assignment = malloc(n ? n : 1);
+    if (!e->device_assignment) {
+      s = cw__oom();
+    } else {
+      e->device_assignment_size = causeway__xla__device_assignment__pack(&da, e->device_assignment);
+    }
+  }
+  free(cds);
+  free(cdp);
+  free(ids);
+  return s;
+}
+
+static cw_status_t cw__exe_from_info(cw_plugin_client_t* c, uint64_t id,
+                                     const Causeway__V1__ExecutableInfo* info, const char* options,
+                                     size_t options_size, cw_plugin_exe_t** out) {
+  *out = NULL;
+  cw_plugin_exe_t* e = calloc(1, sizeof(*e));
+  if (!e) return cw__oom();
+  atomic_init(&e->refs, 1);
+  e->client = c;
+  e->id = id;
+  e->name = strdup(info->name && info->name[0] ? info->name : "causeway_program");
+  e->num_replicas = info->num_replicas ? info->num_replicas : 1;
+  e->num_partitions = info->num_partitions ? info->num_partitions : 1;
+  e->num_outputs = info->num_outputs;
+  size_t no = e->num_outputs;
+  cw_status_t s = e->name ? cw_ok_status() : cw__oom();
+  if (!s && (info->n_output_dtypes != no || info->n_output_dims != no)) {
+    s = cw_make_status(CW_INTERNAL,
+                       "controller sent %zu output dtypes and %zu output shapes for %zu outputs",
+                       info->n_output_dtypes, info->n_output_dims, no);
+  }
+  size_t total_dims = 0;
+  for (size_t i = 0; !s && i < no; ++i) {
+    total_dims += info->output_dims[i] ? info->output_dims[i]->n_values : 0;
+  }
+  if (!s) {
+    e->output_types = calloc(no + 1, sizeof(*e->output_types));
+    e->output_dims = calloc(total_dims + 1, sizeof(*e->output_dims));
+    e->output_ranks = calloc(no + 1, sizeof(*e->output_ranks));
+    e->output_dim_offsets = calloc(no + 1, sizeof(*e->output_dim_offsets));
+    e->output_kinds = calloc(no + 1, sizeof(*e->output_kinds));
+    e->output_kind_sizes = calloc(no + 1, sizeof(*e->output_kind_sizes));
+    if (!e->output_types || !e->output_dims || !e->output_ranks || !e->output_dim_offsets ||
+        !e->output_kinds || !e->output_kind_sizes) {
+      s = cw__oom();
+    }
+  }
+  size_t off = 0;
+  for (size_t i = 0; !s && i < no; ++i) {
+    e->output_types[i] = (PJRT_Buffer_Type)info->output_dtypes[i];
+    size_t rank = info->output_dims[i] ? info->output_dims[i]->n_values : 0;
+    e->output_ranks[i] = rank;
+    e->output_dim_offsets[i] = off;
+    if (rank) memcpy(&e->output_dims[off], info->output_dims[i]->values, rank * sizeof(int64_t));
+    off += rank;
+    e->output_kinds[i] = "device";
+    e->output_kind_sizes[i] = 6;
+  }
+  if (!s && info->fingerprint && info->fingerprint[0]) {
+    e->fingerprint = strdup(info->fingerprint);
+    if (!e->fingerprint) s = cw__oom();
+  }
+  if (!s && info->optimized_program.len) {
+    e->program = malloc(info->optimized_program.len);
+    e->program_format = strdup(info->optimized_program_format && info->optimized_program_format[0]
+                                   ? info->optimized_program_format
+                                   : "hlo_with_config");
+    if (!e->program || !e->program_format) {
+      s = cw__oom();
+    } else {
+      memcpy(e->program, info->optimized_program.data, info->optimized_program.len);
+      e->program_size = info->optimized_program.len;
+    }
+  }
+  if (!s && info->n_devices == 0) {
+    s = cw_make_status(CW_INTERNAL, "controller sent an executable with no devices");
+  }
+  if (!s) {
+    e->num_devices = info->n_devices;
+    e->devices = calloc(e->num_devices, sizeof(*e->devices));
+    e->device_ptrs = calloc(e->num_devices, sizeof(*e->device_ptrs));
+    e->logical_ids = calloc(e->num_devices, sizeof(*e->logical_ids));
+    if (!e->devices || !e->device_ptrs || !e->logical_ids) s = cw__oom();
+  }
+  for (size_t i = 0; !s && i < e->num_devices; ++i) {
+    cw_plugin_device_t* d = cw_plugin_device_find(c, info->devices[i]);
+    if (!d) {
+      s = cw_make_status(CW_INTERNAL, "executable names unknown device %d", info->devices[i]);
+      break;
+    }
+    e->devices[i] = d;
+    e->device_ptrs[i] = (PJRT_Device*)d;
+    e->logical_ids[i].replica = (int)(i / e->num_partitions);
+    e->logical_ids[i].partition = (int)(i % e->num_partitions);
+    if (i > 0 && d->worker != e->devices[0]->worker) {
+      s = cw_make_status(CW_INVALID_ARGUMENT,
+                         "executable spans workers %s and %s; a program runs within one island",
+                         e->devices[0]->worker->name, d->worker->name);
+    }
+  }
+  if (!s) e->worker = e->devices[0]->worker;
+  if (!s && options_size) {
+    e->compile_options = malloc(options_size);
+    if (!e->compile_options) {
+      s = cw__oom();
+    } else {
+      memcpy(e->compile_options, options, options_size);
+      e->compile_options_size = options_size;
+    }
+  }
+  if (!s) s = cw__exe_device_assignment(e);
+  if (!s && info->n_donated_params) {
+    e->donated_params = malloc(info->n_donated_params * sizeof(*e->donated_params));
+    if (!e->donated_params) {
+      s = cw__oom();
+    } else {
+      memcpy(e->donated_params, info->donated_params,
+             info->n_donated_params * sizeof(*e->donated_params));
+      e->num_donated_params = info->n_donated_params;
+    }
+  }
+  if (s) {
+    cw_plugin_exe_release(e);
+    return s;
+  }
+  *out = e;
+  return cw_ok_status();
+}
+
+PJRT_Error* cw_plugin_client_compile(PJRT_Client_Compile_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Client_Compile_Args, executable);
+  cw_plugin_client_t* c = (cw_plugin_client_t*)args->client;
+  const PJRT_Program* prog = args->program;
+  if (!c || !prog || (!prog->code && prog->code_size)) {
+    return cw_plugin_error_from_status(
+        cw_make_status(CW_INVALID_ARGUMENT, "PJRT_Client_Compile: client and program required"));
+  }
+  char format[32];
+  snprintf(format, sizeof(format), "%.*s", (int)(prog->format ? prog->format_size : 0),
+           prog->format ? prog->format : "");
+  Causeway__V1__CompileRequest req = CAUSEWAY__V1__COMPILE_REQUEST__INIT;
+  req.exe_id = cw_plugin_client_new_id(c);
+  req.format = format;
+  req.code.data = (uint8_t*)prog->code;
+  req.code.len = prog->code_size;
+  req.compile_options.data = (uint8_t*)args->compile_options;
+  req.compile_options.len = args->compile_options ? args->compile_options_size : 0;
+  ProtobufCMessage* reply = NULL;
+  cw_status_t s = cw_client_call(c->ctrl, CW_MSG_COMPILE, &req.base, NULL, 0, NULL, &reply, NULL);
+  // XLA's message, unchanged; a lost controller is named.
+  if (s) return cw_plugin_error_from_status(cw_plugin_health_controller_error(c, s));
+  const Causeway__V1__CompileReply* r = (const Causeway__V1__CompileReply*)reply;
+  cw_plugin_exe_t* e = NULL;
+  if (!r->info) {
+    s = cw_make_status(CW_INTERNAL, "the controller's compile reply carries no ExecutableInfo");
+  } else {
+    s = cw__exe_from_info(c, r->exe_id ? r->exe_id : req.exe_id, r->info, args->compile_options,
+                          req.compile_options.len, &e);
+  }
+  protobuf_c_message_free_unpacked(reply, NULL);
+  if (s) return cw_plugin_error_from_status(s);
+  cw_plugin_loaded_t* l = calloc(1, sizeof(*l));
+  if (!l) {
+    cw_plugin_exe_release(e);
+    return cw_plugin_error_from_status(cw__oom());
+  }
+  l->exe = e;
+  atomic_init(&l->deleted, false);
+  args->executable = (PJRT_LoadedExecutable*)l;
+  return NULL;
+}
+
+// ---- Executable queries ---------------------------------------------------------------
+
+#define CW__EXE(args) ((cw_plugin_exe_t*)(args)->executable)
+#define CW__LOADED(args) ((cw_plugin_loaded_t*)(args)->executable)
+
+PJRT_Error* cw_plugin_executable_destroy(PJRT_Executable_Destroy_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_Destroy_Args, executable);
+  cw_plugin_exe_release(CW__EXE(args));
+  return NULL;
+}
+
+PJRT_Error* cw_plugin_executable_name(PJRT_Executable_Name_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_Name_Args, executable_name_size);
+  CW_PLUGIN_NEED(args->executable, "PJRT_Executable_Name", "executable");
+  args->executable_name = CW__EXE(args)->name;
+  args->executable_name_size = strlen(CW__EXE(args)->name);
+  return NULL;
+}
+
+PJRT_Error* cw_plugin_executable_num_replicas(PJRT_Executable_NumReplicas_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_NumReplicas_Args, num_replicas);
+  CW_PLUGIN_NEED(args->executable, "PJRT_Executable_NumReplicas", "executable");
+  args->num_replicas = CW__EXE(args)->num_replicas;
+  return NULL;
+}
+
+PJRT_Error* cw_plugin_executable_num_partitions(PJRT_Executable_NumPartitions_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_NumPartitions_Args, num_partitions);
+  CW_PLUGIN_NEED(args->executable, "PJRT_Executable_NumPartitions", "executable");
+  args->num_partitions = CW__EXE(args)->num_partitions;
+  return NULL;
+}
+
+PJRT_Error* cw_plugin_executable_num_outputs(PJRT_Executable_NumOutputs_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_NumOutputs_Args, num_outputs);
+  CW_PLUGIN_NEED(args->executable, "PJRT_Executable_NumOutputs", "executable");
+  args->num_outputs = CW__EXE(args)->num_outputs;
+  return NULL;
+}
+
+PJRT_Error* cw_plugin_executable_code_size(PJRT_Executable_SizeOfGeneratedCodeInBytes_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_SizeOfGeneratedCodeInBytes_Args, size_in_bytes);
+  args->size_in_bytes = 0;  // unknown here; failing would abort the caller
+  return NULL;
+}
+
+PJRT_Error* cw_plugin_executable_output_memory_kinds(PJRT_Executable_OutputMemoryKinds_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_OutputMemoryKinds_Args, memory_kind_sizes);
+  CW_PLUGIN_NEED(args->executable, "PJRT_Executable_OutputMemoryKinds", "executable");
+  args->num_outputs = CW__EXE(args)->num_outputs;
+  args->memory_kinds = CW__EXE(args)->output_kinds;
+  args->memory_kind_sizes = CW__EXE(args)->output_kind_sizes;
+  return NULL;
+}
+
+PJRT_Error* cw_plugin_executable_optimized_program(PJRT_Executable_OptimizedProgram_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_OptimizedProgram_Args, program);
+  CW_PLUGIN_NEED(args->executable, "PJRT_Executable_OptimizedProgram", "executable");
+  cw_plugin_exe_t* e = CW__EXE(args);
+  PJRT_Program* p = args->program;
+  CW_PLUGIN_NEED(p, "OptimizedProgram", "program");
+  if (!e->program) {
+    return cw_plugin_error_from_status(cw_make_status(
+        CW_UNIMPLEMENTED, "the controller did not provide the optimized program of %s", e->name));
+  }
+  // Two calls: code == NULL asks for the size; then the caller's buffer.
+  if (p->code) {
+    if (p->code_size < e->program_size) {
+      return cw_plugin_error_from_status(
+          cw_make_status(CW_INVALID_ARGUMENT, "OptimizedProgram: buffer of %zu bytes, need %zu",
+                         p->code_size, e->program_size));
+    }
+    memcpy(p->code, e->program, e->program_size);
+  }
+  p->code_size = e->program_size;
+  p->format = e->program_format;
+  p->format_size = strlen(e->program_format);
+  return NULL;
+}
+
+PJRT_Error* cw_plugin_executable_output_element_types(
+    PJRT_Executable_OutputElementTypes_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_OutputElementTypes_Args, num_output_types);
+  CW_PLUGIN_NEED(args->executable, "PJRT_Executable_OutputElementTypes", "executable");
+  args->output_types = CW__EXE(args)->output_types;
+  args->num_output_types = CW__EXE(args)->num_outputs;
+  return NULL;
+}
+
+PJRT_Error* cw_plugin_executable_output_dimensions(PJRT_Executable_OutputDimensions_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_OutputDimensions_Args, dim_sizes);
+  CW_PLUGIN_NEED(args->executable, "PJRT_Executable_OutputDimensions", "executable");
+  args->num_outputs = CW__EXE(args)->num_outputs;
+  args->dims = CW__EXE(args)->output_dims;
+  args->dim_sizes = CW__EXE(args)->output_ranks;
+  return NULL;
+}
+
+// The fingerprint slots of both executable kinds.
+static PJRT_Error* cw__exe_fingerprint(const cw_plugin_exe_t* e, const char** out,
+                                       size_t* out_size) {
+  if (!e->fingerprint) {
+    return cw_plugin_error_from_status(
+        cw_make_status(CW_UNIMPLEMENTED, "no fingerprint for %s", e->name));
+  }
+  *out = e->fingerprint;
+  *out_size = strlen(e->fingerprint);
+  return NULL;
+}
+
+PJRT_Error* cw_plugin_executable_fingerprint(PJRT_Executable_Fingerprint_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_Fingerprint_Args, executable_fingerprint_size);
+  CW_PLUGIN_NEED(args->executable, "PJRT_Executable_Fingerprint", "executable");
+  return cw__exe_fingerprint(CW__EXE(args), &args->executable_fingerprint,
+                             &args->executable_fingerprint_size);
+}
+
+static void cw__no_options_deleter(PJRT_SerializedCompileOptions* options) {
+  (void)options;  // owned by the executable
+}
+
+PJRT_Error* cw_plugin_executable_get_compile_options(PJRT_Executable_GetCompileOptions_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_GetCompileOptions_Args,
+                       serialized_compile_options_deleter);
+  CW_PLUGIN_NEED(args->executable, "PJRT_Executable_GetCompileOptions", "executable");
+  cw_plugin_exe_t* e = CW__EXE(args);
+  args->serialized_bytes = (const char*)e->compile_options;
+  args->serialized_bytes_size = e->compile_options_size;
+  args->serialized_compile_options = NULL;
+  args->serialized_compile_options_deleter = cw__no_options_deleter;
+  return NULL;
+}
+
+static void cw__ignore_cb(void* user, cw_status_t status, const ProtobufCMessage* reply) {
+  (void)user;
+  (void)reply;
+  cw_status_free(status);
+}
+
+PJRT_Error* cw_plugin_loaded_destroy(PJRT_LoadedExecutable_Destroy_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_LoadedExecutable_Destroy_Args, executable);
+  cw_plugin_loaded_t* l = CW__LOADED(args);
+  if (!l) return NULL;
+  cw_plugin_exe_t* e = l->exe;
+  // The controller forgets it and the worker frees it, after every launch
+  // sent before (the worker's seq keeps the order).
+  if (!atomic_load_explicit(&e->worker->dead, memory_order_acquire)) {
+    Causeway__V1__DeleteRequest req = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+    uint64_t id = e->id;
+    req.n_ids = 1;
+    req.ids = &id;
+    cw_status_free(cw_plugin_worker_send_ordered(e->worker, false, CW_MSG_DELETE, &req.base,
+                                                 &req.seq, cw__ignore_cb, NULL));
+  }
+  cw_plugin_exe_release(e);
+  free(l);
+  return NULL;
+}
+
+PJRT_Error* cw_plugin_loaded_get_executable(PJRT_LoadedExecutable_GetExecutable_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_LoadedExecutable_GetExecutable_Args, executable);
+  CW_PLUGIN_NEED(args->loaded_executable, "GetExecutable", "loaded_executable");
+  cw_plugin_exe_t* e = ((cw_plugin_loaded_t*)args->loaded_executable)->exe;
+  atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);  // the caller destroys it
+  args->executable = (PJRT_Executable*)e;
+  return NULL;
+}
+
+PJRT_Error* cw_plugin_loaded_addressable_devices(
+    PJRT_LoadedExecutable_AddressableDevices_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_LoadedExecutable_AddressableDevices_Args,
+                       num_addressable_devices);
+  CW_PLUGIN_NEED(args->executable, "PJRT_LoadedExecutable_AddressableDevices", "executable");
+  cw_plugin_exe_t* e = CW__LOADED(args)->exe;
+  args->addressable_devices = e->device_ptrs;
+  args->num_addressable_devices = e->num_devices;
+  return NULL;
+}
+
+PJRT_Error* cw_plugin_loaded_delete(PJRT_LoadedExecutable_Delete_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_LoadedExecutable_Delete_Args, executable);
+  CW_PLUGIN_NEED(args->executable, "PJRT_LoadedExecutable_Delete", "executable");
+  atomic_store(&CW__LOADED(args)->deleted, true);
+  return NULL;
+}
+
+PJRT_Error* cw_plugin_loaded_is_deleted(PJRT_LoadedExecutable_IsDeleted_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_LoadedExecutable_IsDeleted_Args, is_deleted);
+  CW_PLUGIN_NEED(args->executable, "PJRT_LoadedExecutable_IsDeleted", "executable");
+  args->is_deleted = atomic_load(&CW__LOADED(args)->deleted);
+  return NULL;
+}
+
+PJRT_Error* cw_plugin_loaded_fingerprint(PJRT_LoadedExecutable_Fingerprint_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_LoadedExecutable_Fingerprint_Args, executable_fingerprint_size);
+  CW_PLUGIN_NEED(args->executable, "PJRT_LoadedExecutable_Fingerprint", "executable");
+  return cw__exe_fingerprint(CW__LOADED(args)->exe, &args->executable_fingerprint,
+                             &args->executable_fingerprint_size);
+}
+
+static void cw__no_da_deleter(PJRT_DeviceAssignmentSerialized* da) {
+  (void)da;  // owned by the executable
+}
+
+PJRT_Error* cw_plugin_loaded_get_device_assignment(
+    PJRT_LoadedExecutable_GetDeviceAssignment_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_LoadedExecutable_GetDeviceAssignment_Args,
+                       serialized_device_assignment_deleter);
+  CW_PLUGIN_NEED(args->executable, "PJRT_LoadedExecutable_GetDeviceAssignment", "executable");
+  cw_plugin_exe_t* e = CW__LOADED(args)->exe;
+  args->serialized_bytes = (const char*)e->device_assignment;
+  args->serialized_bytes_size = e->device_assignment_size;
+  args->serialized_device_assignment = NULL;
+  args->serialized_device_assignment_deleter = cw__no_da_deleter;  // called unconditionally
+  return NULL;
+}
+
+PJRT_Error* cw_plugin_loaded_logical_ids(
+    PJRT_LoadedExecutable_AddressableDeviceLogicalIds_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_LoadedExecutable_AddressableDeviceLogicalIds_Args,
+                       num_addressable_device_logical_ids);
+  CW_PLUGIN_NEED(args->executable, "PJRT_LoadedExecutable_AddressableDeviceLogicalIds",
+                 "executable");
+  cw_plugin_exe_t* e = CW__LOADED(args)->exe;
+  args->addressable_device_logical_ids = e->logical_ids;
+  args->num_addressable_device_logical_ids = e->num_devices;
+  return NULL;
+}

@@ -1,0 +1,175 @@
+// Unit tests for losing workers and the controller, against fake peers (the
+// client library's): WORKER_DOWN marks the worker dead and shuts its
+// connection; WORKER_UP of a newer incarnation makes the next check
+// reconnect to the replacement in this session (HEALTH_REJOIN to the
+// controller, seq numbering from 1, a new epoch in which older buffers are
+// gone); an older incarnation or another session's worker is ignored; a lost
+// controller connection is named.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cw_client_fake_peer.h"
+#include "cw_msg.h"
+#include "cw_plugin_buffer.h"
+#include "cw_plugin_health.h"
+#include "cw_plugin_internal.h"
+#include "cw_plugin_worker.h"
+
+// A client (session 5) with a fake controller and one worker ("worker-0",
+// controller index 2, incarnation 1) connected to a fake worker.
+typedef struct fixture_s {
+  fake_t ctrl, first, replacement;
+  cw_plugin_client_t client;
+  cw_plugin_worker_t worker;
+  cw_plugin_device_t device;  // only its worker is set (for buffers)
+} fixture_t;
+
+static int setup(void** state) {
+  fixture_t* fx = calloc(1, sizeof(*fx));
+  assert_non_null(fx);
+  fake_start(&fx->ctrl, script_echo);
+  fake_start(&fx->first, script_echo);
+  fx->client.ctrl = connect_ok(&fx->ctrl);
+  fx->client.ctrl_address = fx->ctrl.path;
+  fx->client.session_id = 5;
+  Causeway__V1__WorkerInfo wi = CAUSEWAY__V1__WORKER_INFO__INIT;
+  wi.index = 2;
+  wi.incarnation = 1;
+  wi.name = "worker-0";
+  wi.address = fx->first.path;
+  assert_null(cw_plugin_worker_initialize(&fx->worker, &fx->client, &wi));
+  fx->client.workers = &fx->worker;
+  fx->client.num_workers = 1;
+  fx->worker.conn = connect_ok(&fx->first);
+  fx->device.worker = &fx->worker;
+  *state = fx;
+  return 0;
+}
+
+static int teardown(void** state) {
+  fixture_t* fx = *state;
+  cw_client_release(fx->client.ctrl);
+  cw_client_release(fx->worker.conn);
+  cw_plugin_worker_deinitialize(&fx->worker);  // and the retired connection
+  fake_join(&fx->ctrl);
+  fake_join(&fx->first);
+  if (fx->replacement.path[0]) fake_join(&fx->replacement);
+  free(fx);
+  return 0;
+}
+
+static void on_event(fixture_t* fx, Causeway__V1__ClusterEvent__Kind kind, uint32_t index,
+                     uint32_t incarnation, const char* address, const char* message) {
+  Causeway__V1__ClusterEvent ev = CAUSEWAY__V1__CLUSTER_EVENT__INIT;
+  ev.kind = kind;
+  ev.worker_index = index;
+  ev.incarnation = incarnation;
+  ev.worker_address = (char*)(address ? address : "");
+  ev.message = (char*)(message ? message : "");
+  cw_plugin_health_on_event(&fx->client, &ev);
+}
+
+static bool is_dead(const cw_plugin_worker_t* w) {
+  return atomic_load_explicit(&w->dead, memory_order_acquire);
+}
+
+// Sends a COPY to the worker and waits until it is answered (an error
+// would surface in the flush); returns the seq it took.
+static uint64_t send_copy(fixture_t* fx) {
+  Causeway__V1__CopyRequest req = CAUSEWAY__V1__COPY_REQUEST__INIT;
+  assert_null(cw_plugin_worker_send(&fx->worker, CW_MSG_COPY, &req.base, &req.seq, NULL, 0, NULL,
+                                    NULL, NULL));
+  assert_ok(cw_client_flush(fx->worker.conn));
+  return req.seq;
+}
+
+static void test_worker_down(void** state) {
+  fixture_t* fx = *state;
+  on_event(fx, CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_DOWN, 9, 0, NULL, "not ours");
+  assert_false(is_dead(&fx->worker));
+  on_event(fx, CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_DOWN, 2, 0, NULL,
+           "worker-0 missed its heartbeats");
+  assert_true(is_dead(&fx->worker));
+  expect_status(cw_plugin_worker_check(&fx->worker), CW_UNAVAILABLE,
+                "is unavailable: worker-0 missed its heartbeats");
+  // Its connection was shut: what is sent there fails too.
+  Causeway__V1__CopyRequest req = CAUSEWAY__V1__COPY_REQUEST__INIT;
+  cw_status_t s =
+      cw_client_send(fx->worker.conn, CW_MSG_COPY, &req.base, NULL, 0, NULL, NULL, NULL, NULL);
+  expect_status(s, CW_UNAVAILABLE, NULL);
+}
+
+static void test_replacement_is_rejoined(void** state) {
+  fixture_t* fx = *state;
+  assert_int_equal(send_copy(fx), 1);
+  assert_int_equal(send_copy(fx), 2);
+  cw_plugin_future_t* ready = cw_plugin_future_create_done(cw_ok_status());
+  cw_plugin_buffer_t* old = NULL;
+  assert_null(cw_plugin_buffer_create(&fx->client, &fx->device, 41, PJRT_Buffer_Type_F32, NULL, 0,
+                                      ready, &old));
+  assert_null(cw_plugin_buffer_check_epoch(old));
+
+  fake_start(&fx->replacement, script_echo);
+  // Announced without a WORKER_DOWN first: the old connection is given up.
+  on_event(fx, CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_UP, 2, 2, fx->replacement.path, NULL);
+  assert_true(is_dead(&fx->worker));
+  // The next check reconnects in this session and tells the controller.
+  assert_null(cw_plugin_worker_check(&fx->worker));
+  assert_false(is_dead(&fx->worker));
+  assert_string_equal(fx->worker.address, fx->replacement.path);
+  assert_int_equal(fx->replacement.hello_session, 5);
+  assert_int_equal(atomic_load(&fx->worker.epoch), 1);
+  assert_int_equal(send_copy(fx), 1);  // the replacement numbers from 1
+  // A buffer of the lost worker is gone; a new one is fine.
+  expect_status(cw_plugin_buffer_check_epoch(old), CW_UNAVAILABLE, "was replaced: buffer 41");
+  cw_plugin_buffer_t* fresh = NULL;
+  assert_null(cw_plugin_buffer_create(&fx->client, &fx->device, 42, PJRT_Buffer_Type_F32, NULL, 0,
+                                      ready, &fresh));
+  assert_null(cw_plugin_buffer_check_epoch(fresh));
+  cw_plugin_buffer_free(old);
+  cw_plugin_buffer_free(fresh);
+  cw_plugin_future_release(ready);
+
+  // The same or an older incarnation again changes nothing.
+  on_event(fx, CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_UP, 2, 2, "/nowhere", NULL);
+  on_event(fx, CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_UP, 2, 1, "/nowhere", NULL);
+  assert_false(is_dead(&fx->worker));
+  assert_int_equal(send_copy(fx), 2);
+}
+
+static void test_unreachable_replacement(void** state) {
+  fixture_t* fx = *state;
+  on_event(fx, CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_DOWN, 2, 0, NULL, "gone");
+  on_event(fx, CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_UP, 2, 2, "/nonexistent/w.sock", NULL);
+  expect_status(cw_plugin_worker_check(&fx->worker), CW_UNAVAILABLE,
+                "its replacement at /nonexistent/w.sock cannot be reached");
+  assert_true(is_dead(&fx->worker));
+}
+
+static void test_controller_lost_is_named(void** state) {
+  fixture_t* fx = *state;
+  char lost[256];
+  snprintf(lost, sizeof(lost), "connection to %s lost: EOF", fx->ctrl.path);
+  cw_status_t s = cw_make_status(CW_UNAVAILABLE, "%s", lost);
+  assert_true(cw_plugin_health_controller_lost(&fx->client, s));
+  s = cw_plugin_health_controller_error(&fx->client, s);
+  expect_status(s, CW_UNAVAILABLE, "causeway: the controller at ");
+  // A worker's loss the controller relayed names the worker, not it.
+  s = cw_make_status(CW_UNAVAILABLE, "worker w (%s) is unavailable", fx->ctrl.path);
+  assert_false(cw_plugin_health_controller_lost(&fx->client, s));
+  cw_status_t same = cw_plugin_health_controller_error(&fx->client, s);
+  assert_ptr_equal(same, s);
+  cw_status_free(same);
+  assert_false(cw_plugin_health_controller_lost(&fx->client, cw_ok_status()));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_worker_down, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_replacement_is_rejoined, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_unreachable_replacement, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_controller_lost_is_named, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

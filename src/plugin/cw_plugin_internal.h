@@ -1,0 +1,136 @@
+// The plugin's core objects, shared because several modules read their
+// fields: the client (its controller connection, settings and tables: every
+// module that sends), its workers (cw_plugin_worker.c owns them;
+// cw_plugin_health.c replaces a worker's connection; transfers, launches and
+// the timeline name them), and its devices with their memory (set up by
+// cw_plugin_device.c, read by transfers and launches). Everything else is
+// declared by the module that owns it, in its own header.
+//
+// Object model (every PJRT handle is one of these structs, cast):
+//   PJRT_Client            -> cw_plugin_client_t (here)
+//   PJRT_Device            -> cw_plugin_device_t (here; also its PJRT_DeviceDescription)
+//   PJRT_Memory            -> cw_plugin_memory_t (here; starts with the memory vtable)
+//   PJRT_Buffer            -> cw_plugin_buffer_t (cw_plugin_buffer.h)
+//   PJRT_LoadedExecutable  -> cw_plugin_loaded_t, PJRT_Executable -> cw_plugin_exe_t
+//                             (cw_plugin_executable.h)
+//   PJRT_Event             -> cw_plugin_future_t (cw_plugin_event.h; one reference)
+//   PJRT_Error             -> private to cw_plugin_error.c (starts with the error vtable)
+#ifndef CW_PLUGIN_INTERNAL_H_
+#define CW_PLUGIN_INTERNAL_H_
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cw_client.h"
+#include "cw_pjrt_c_api.h"
+#include "cw_settings.h"
+
+typedef struct cw_plugin_client_s cw_plugin_client_t;
+typedef struct cw_plugin_device_s cw_plugin_device_t;
+typedef struct cw_plugin_cluster_s cw_plugin_cluster_t;  // cw_plugin_cluster.h
+
+// One worker of the session (cw_plugin_worker.h). Others read its identity,
+// `conn`, `dead` and `epoch`; the seq, send_mu, batched deletes and deferred
+// errors are cw_plugin_worker.c's alone but for cw_plugin_health.c, which
+// replaces the connection under send_mu.
+typedef struct cw_plugin_worker_s {
+  cw_plugin_client_t* client;
+  uint32_t index;
+  char* name;
+  char* address;
+  uint32_t island;
+  // Direct connection in the session. Replaced (under send_mu) when the
+  // worker is: readers load it atomically; the old one stays valid in
+  // `retired` until the client is destroyed.
+  _Atomic(cw_client_t*) conn;
+  bool direct_launch;    // LAUNCH goes on `conn`, not through the controller
+  _Atomic uint64_t seq;  // last seq handed out (first request gets 1)
+  // Held from taking a seq to sending its request: each connection then
+  // carries this worker's seqs in increasing order, which the worker's flow
+  // control relies on (docs/protocol.md, "Ordering across connections").
+  pthread_mutex_t send_mu;
+  // Ids of dropped buffers whose DELETE waits (guarded by send_mu): sent as
+  // one DELETE before this worker's next seq'd request, or when the batch is full.
+  uint64_t* pending_deletes;
+  size_t n_pending_deletes, cap_pending_deletes;
+  _Atomic bool dead;
+  pthread_mutex_t mu;  // guards dead_reason, deferred_error
+  char* dead_reason;
+  // The first error reply to a pipelined request nobody waits on (DELETE):
+  // surfaced by the next blocking call on this worker (cw_plugin_worker_take_deferred).
+  char* deferred_error;
+  int deferred_code;        // its cw_status_code_t
+  uint64_t deferred_count;  // such errors since it was last surfaced
+  // Health (cw_plugin_health.c). epoch counts this client's reconnections to
+  // replacements; buffers made in an older epoch lived on a lost worker.
+  _Atomic uint32_t epoch;
+  uint32_t incarnation;  // guarded by mu: the controller's, of the worker we talk to
+  char* next_address;    // guarded by mu: a replacement announced (WORKER_UP)
+  uint32_t next_incarnation;
+  struct cw_plugin_retired_s* retired;  // guarded by send_mu: old connections and addresses
+  size_t num_retired;
+} cw_plugin_worker_t;
+
+// A device's one memory (cw_plugin_device.h).
+typedef struct cw_plugin_memory_s {
+  const PJRT_Memory_FunctionTable* vtable;  // first: callers read it
+  cw_plugin_device_t* device;
+  int id;
+  int kind_id;
+  char* debug_string;
+  char* to_string;
+  pthread_mutex_t mu;
+  struct cw_plugin_memory_user_data_s* user_data;  // cw_plugin_device.c
+} cw_plugin_memory_t;
+
+// One device of the session's global table (cw_plugin_device.h).
+struct cw_plugin_device_s {
+  cw_plugin_client_t* client;
+  int global_id;
+  int local_id;  // index on its worker
+  cw_plugin_worker_t* worker;
+  uint32_t island;
+  char* kind;
+  char* debug_string;
+  char* to_string;
+  PJRT_NamedValue* attributes;
+  size_t num_attributes;
+  char** attr_strings;  // owned storage behind `attributes`
+  size_t num_attr_strings;
+  int64_t** attr_lists;
+  size_t num_attr_lists;
+  cw_plugin_memory_t memory;  // one memory per device: kind "device"
+  PJRT_Memory* memory_ptr;    // &memory, as an array of one
+  PJRT_Device* self_ptr;      // this, as an array of one
+};
+
+// Set up by client creation (cw_plugin_client.c) and read-only after, but
+// for next_id.
+struct cw_plugin_client_s {
+  cw_client_t* ctrl;  // connection to the controller
+  char* ctrl_address;
+  uint64_t session_id;
+  cw_plugin_worker_t* workers;
+  size_t num_workers;
+  cw_plugin_device_t* devices;
+  size_t num_devices;
+  PJRT_Device** device_ptrs;
+  PJRT_Memory** memory_ptrs;
+  char* platform_name;
+  char* platform_version;
+  _Atomic uint64_t next_id;      // client-chosen object ids
+  cw_plugin_cluster_t* cluster;  // embedded cluster, NULL when joining one
+  char* token;                   // presented in every HELLO ("" when none)
+  cw_settings_t settings;        // CW_SCOPE_PLUGIN, read once at client creation
+  _Atomic bool ready;            // workers and devices are set up (events may look)
+};
+
+// Next object id (never 0, never reused).
+static inline uint64_t cw_plugin_client_new_id(cw_plugin_client_t* c) {
+  return atomic_fetch_add_explicit(&c->next_id, 1, memory_order_relaxed);
+}
+
+#endif  // CW_PLUGIN_INTERNAL_H_

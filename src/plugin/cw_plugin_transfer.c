@@ -1,0 +1,327 @@
+// Transfers (cw_plugin_transfer.h): BufferFromHostBuffer, CopyToDevice and
+// CopyToMemory send one pipelined request to the owning worker(s) and return
+// at once, the new buffer's ready future resolving on the reply;
+// ToHostBuffer reads bytes back, straight into the caller's memory.
+#include <stdlib.h>
+#include <string.h>
+
+#include "cw_array.h"
+#include "cw_plugin_buffer.h"
+#include "cw_plugin_error.h"
+#include "cw_plugin_event.h"
+#include "cw_plugin_internal.h"
+#include "cw_plugin_trace.h"
+#include "cw_plugin_transfer.h"
+#include "cw_plugin_worker.h"
+#include "cw_time.h"
+
+// The wire dtypes are PJRT_Buffer_Type values 1..15 (an upload casts one to
+// the other).
+_Static_assert((int)PJRT_Buffer_Type_C128 == (int)CAUSEWAY__V1__DTYPE__DTYPE_C128, "dtypes");
+
+#define CW__BUF(p) ((cw_plugin_buffer_t*)(p))
+
+// One request's completion: maps a lost connection to "worker X is
+// unavailable" and completes the future (first completion wins).
+typedef struct cw__op_s {
+  cw_plugin_future_t* f;
+  cw_plugin_worker_t* w;
+  // obs: the transfer event (trace_t0 0: not traced).
+  int64_t trace_t0;
+  uint16_t type;
+  uint64_t seq, bytes;
+  bool errors_only;  // success is reported by a sibling request
+} cw__op_t;
+
+static void cw__op_cb(void* user, cw_status_t status, const ProtobufCMessage* reply) {
+  (void)reply;
+  cw__op_t* op = user;
+  if (op->trace_t0) {
+    cw_plugin_trace_client_event("transfer", cw_msg_type_name(op->type),
+                                 CW_PLUGIN_TRACE_LANE_TRANSFER, op->trace_t0, op->w, 0, op->seq,
+                                 op->bytes);
+  }
+  status = cw_plugin_worker_map_error(op->w, status);
+  if (status || !op->errors_only) {
+    cw_plugin_future_complete(op->f, status);
+  }
+  cw_plugin_future_release(op->f);
+  free(op);
+}
+
+static cw__op_t* cw__op_new(cw_plugin_future_t* f, cw_plugin_worker_t* w, bool errors_only) {
+  cw__op_t* op = malloc(sizeof(*op));
+  if (!op) return NULL;
+  cw_plugin_future_retain(f);
+  op->f = f;
+  op->w = w;
+  op->errors_only = errors_only;
+  op->trace_t0 = 0;
+  op->type = 0;
+  op->seq = op->bytes = 0;
+  return op;
+}
+
+static void cw__op_abandon(cw__op_t* op) {
+  cw_plugin_future_release(op->f);
+  free(op);
+}
+
+// Sends a seq'd request whose completion feeds `f`.
+static cw_status_t cw__send_op(cw_plugin_worker_t* w, uint16_t type, ProtobufCMessage* req,
+                               uint64_t* seq, const struct iovec* bulk, int bulk_count,
+                               const cw_client_sink_t* sink, cw_plugin_future_t* f,
+                               bool errors_only) {
+  cw__op_t* op = cw__op_new(f, w, errors_only);
+  if (!op) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  op->trace_t0 = cw_plugin_trace_on() ? cw_time_now_ns() : 0;
+  op->type = type;
+  for (int i = 0; op->trace_t0 && i < bulk_count; ++i) op->bytes += bulk[i].iov_len;
+  if (op->trace_t0 && sink) op->bytes += sink->capacity;
+  // (op->seq stays 0: the seq is taken inside the send, and the completion
+  // may free op before it returns.)
+  cw_status_t s = cw_plugin_worker_send(w, type, req, seq, bulk, bulk_count, sink, cw__op_cb, op);
+  if (s) cw__op_abandon(op);
+  return s;
+}
+
+// A process-lifetime completed future for done_with_host_buffer: the bytes
+// are in the socket before BufferFromHostBuffer returns.
+static cw_plugin_future_t* cw__done_singleton;
+static pthread_once_t cw__done_once = PTHREAD_ONCE_INIT;
+static void cw__done_init(void) {
+  cw__done_singleton = cw_plugin_future_create_done(cw_ok_status());
+}
+
+// A new PJRT_Event that is already complete (NULL only when out of memory).
+static PJRT_Event* cw__done_event(void) {
+  pthread_once(&cw__done_once, cw__done_init);
+  if (cw__done_singleton) return cw_plugin_event_from_future(cw__done_singleton);
+  return (PJRT_Event*)cw_plugin_future_create_done(cw_ok_status());
+}
+
+static bool cw__is_dense(const int64_t* dims, size_t rank, const int64_t* strides, size_t esize) {
+  int64_t expect = (int64_t)esize;
+  for (size_t i = rank; i-- > 0;) {
+    if (dims[i] > 1 && strides[i] != expect) return false;
+    expect *= dims[i] > 0 ? dims[i] : 1;
+  }
+  return true;
+}
+
+// Accepts NULL or the default layout (dense, major-to-minor, untiled).
+static cw_status_t cw__check_layout(const PJRT_Buffer_MemoryLayout* l, const int64_t* dims,
+                                    size_t rank, size_t esize, const char* what) {
+  if (!l) return cw_ok_status();
+  if (l->type == PJRT_Buffer_MemoryLayout_Type_Tiled) {
+    bool ok = l->tiled.num_tiles == 0 && l->tiled.minor_to_major_size == rank;
+    for (size_t i = 0; ok && i < rank; ++i) {
+      ok = l->tiled.minor_to_major[i] == (int64_t)(rank - 1 - i);
+    }
+    if (ok) return cw_ok_status();
+  } else if (l->type == PJRT_Buffer_MemoryLayout_Type_Strides) {
+    if (l->strides.num_byte_strides == rank &&
+        cw__is_dense(dims, rank, l->strides.byte_strides, esize)) {
+      return cw_ok_status();
+    }
+  }
+  return cw_make_status(CW_UNIMPLEMENTED,
+                        "%s: causeway supports only the default dense major-to-minor layout", what);
+}
+
+PJRT_Error* cw_plugin_buffer_from_host(PJRT_Client_BufferFromHostBuffer_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Client_BufferFromHostBuffer_Args, buffer);
+  cw_plugin_client_t* c = (cw_plugin_client_t*)args->client;
+  cw_plugin_device_t* d = args->memory ? ((cw_plugin_memory_t*)args->memory)->device
+                                       : (cw_plugin_device_t*)args->device;
+  if (!c || !d) {
+    return cw_plugin_error_from_status(cw_make_status(
+        CW_INVALID_ARGUMENT, "PJRT_Client_BufferFromHostBuffer: client and memory are required"));
+  }
+  size_t esize = cw_plugin_buffer_dtype_size(args->type);
+  if (!esize) {
+    return cw_plugin_error_from_status(
+        cw_make_status(CW_UNIMPLEMENTED, "causeway cannot transfer arrays of PJRT element type %d",
+                       (int)args->type));
+  }
+  if (args->num_dims && !args->dims) {
+    return cw_plugin_error_from_status(
+        cw_make_status(CW_INVALID_ARGUMENT, "PJRT_Client_BufferFromHostBuffer: dims is NULL"));
+  }
+  cw_status_t s = cw__check_layout(args->device_layout, args->dims, args->num_dims, esize,
+                                   "BufferFromHostBuffer device_layout");
+  if (s) return cw_plugin_error_from_status(s);
+  const int64_t* strides = NULL;
+  if (args->byte_strides && args->num_byte_strides) {
+    if (args->num_byte_strides != args->num_dims) {
+      return cw_plugin_error_from_status(cw_make_status(CW_INVALID_ARGUMENT,
+                                                        "%zu byte strides for a rank-%zu array",
+                                                        args->num_byte_strides, args->num_dims));
+    }
+    if (!cw__is_dense(args->dims, args->num_dims, args->byte_strides, esize)) {
+      strides = args->byte_strides;
+    }
+  }
+  uint64_t bytes = 0;
+  s = cw_array_extent((int)args->type, args->dims, args->num_dims, strides,
+                      strides ? args->num_dims : 0, &bytes);
+  if (s) return cw_plugin_error_from_status(cw_status_annotate(s, "BufferFromHostBuffer"));
+  if (bytes && !args->data) {
+    return cw_plugin_error_from_status(
+        cw_make_status(CW_INVALID_ARGUMENT, "PJRT_Client_BufferFromHostBuffer: data is NULL"));
+  }
+
+  cw_plugin_future_t* ready = cw_plugin_future_create();
+  if (!ready) return cw_plugin_error_from_status(cw_make_status(CW_RESOURCE_EXHAUSTED, "oom"));
+  cw_plugin_buffer_t* b = NULL;
+  s = cw_plugin_buffer_create(c, d, cw_plugin_client_new_id(c), args->type, args->dims,
+                              args->num_dims, ready, &b);
+  if (!s) {
+    Causeway__V1__UploadRequest req = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
+    req.buffer_id = b->id;
+    req.dtype = (Causeway__V1__DType)args->type;
+    req.n_dims = args->num_dims;
+    req.dims = (int64_t*)args->dims;
+    req.n_byte_strides = strides ? args->num_dims : 0;
+    req.byte_strides = (int64_t*)strides;
+    req.device = d->local_id;
+    // Bytes go from the caller's memory straight into the socket (writev):
+    // when this returns, the host buffer is no longer needed.
+    struct iovec iov = {.iov_base = (void*)args->data, .iov_len = (size_t)bytes};
+    s = cw__send_op(d->worker, CW_MSG_UPLOAD, &req.base, &req.seq, &iov, bytes ? 1 : 0, NULL, ready,
+                    false);
+  }
+  cw_plugin_future_release(ready);
+  if (s) {
+    if (b) cw_plugin_buffer_free(b);
+    return cw_plugin_error_from_status(s);
+  }
+  args->done_with_host_buffer = cw__done_event();
+  args->buffer = (PJRT_Buffer*)b;
+  return NULL;
+}
+
+static cw_status_t cw__live(const cw_plugin_buffer_t* b, const char* what) {
+  if (atomic_load_explicit(&b->deleted, memory_order_acquire)) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "%s: buffer %llu was deleted or donated", what,
+                          (unsigned long long)b->id);
+  }
+  return cw_plugin_buffer_check_epoch(b);
+}
+
+PJRT_Error* cw_plugin_buffer_to_host(PJRT_Buffer_ToHostBuffer_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_ToHostBuffer_Args, event);
+  CW_PLUGIN_NEED(args->src, "PJRT_Buffer_ToHostBuffer", "buffer");
+  cw_plugin_buffer_t* b = CW__BUF(args->src);
+  uint64_t need = cw_plugin_buffer_bytes(b);
+  cw_status_t s =
+      cw__check_layout(args->host_layout, b->dims, b->rank, cw_plugin_buffer_dtype_size(b->type),
+                       "ToHostBuffer host_layout");
+  if (s) return cw_plugin_error_from_status(s);
+  if (!args->dst) {
+    args->dst_size = (size_t)need;  // size query
+    args->event = NULL;
+    return NULL;
+  }
+  if (args->dst_size < need) {
+    return cw_plugin_error_from_status(cw_make_status(
+        CW_INVALID_ARGUMENT, "ToHostBuffer: destination holds %zu bytes, the array needs %llu",
+        args->dst_size, (unsigned long long)need));
+  }
+  s = cw__live(b, "ToHostBuffer");
+  // An error the buffer already has (its launch failed, or the controller
+  // relaying it was lost) wins over whatever the worker may hold.
+  if (!s && cw_plugin_future_is_done(b->ready)) s = cw_plugin_future_wait(b->ready);
+  if (!s) s = cw_plugin_worker_take_deferred(b->device->worker);
+  if (s) return cw_plugin_error_from_status(s);
+  if (need == 0) {
+    // Nothing to move, but the buffer's own error must still surface.
+    args->event = cw_plugin_event_from_future(b->ready);
+    return NULL;
+  }
+  cw_plugin_future_t* f = cw_plugin_future_create();
+  if (!f) return cw_plugin_error_from_status(cw_make_status(CW_RESOURCE_EXHAUSTED, "oom"));
+  Causeway__V1__DownloadRequest req = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
+  req.buffer_id = b->id;
+  // The reply's bytes are read straight into the caller's memory.
+  cw_client_sink_t sink = {.data = args->dst, .capacity = (size_t)need};
+  s = cw__send_op(b->device->worker, CW_MSG_DOWNLOAD, &req.base, &req.seq, NULL, 0, &sink, f,
+                  false);
+  if (s) {
+    cw_plugin_future_release(f);
+    return cw_plugin_error_from_status(s);
+  }
+  args->event = (PJRT_Event*)f;  // our reference moves to the caller
+  return NULL;
+}
+
+// Copies `b` to device `dst`: COPY on one worker, EXPECT + SEND across
+// workers (bytes go worker to worker; the client never carries them).
+static cw_status_t cw__buffer_copy(cw_plugin_buffer_t* b, cw_plugin_device_t* dst,
+                                   cw_plugin_buffer_t** out) {
+  *out = NULL;
+  CW_RETURN_IF_ERROR(cw__live(b, "copy"), "copy");
+  cw_plugin_client_t* c = b->client;
+  cw_plugin_future_t* ready = cw_plugin_future_create();
+  if (!ready) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  cw_plugin_buffer_t* nb = NULL;
+  cw_status_t s = cw_plugin_buffer_create(c, dst, cw_plugin_client_new_id(c), b->type, b->dims,
+                                          b->rank, ready, &nb);
+  cw_plugin_worker_t* from = b->device->worker;
+  cw_plugin_worker_t* to = dst->worker;
+  if (!s && from == to) {
+    Causeway__V1__CopyRequest req = CAUSEWAY__V1__COPY_REQUEST__INIT;
+    req.src_id = b->id;
+    req.dst_id = nb->id;
+    req.dst_device = dst->local_id;
+    s = cw__send_op(from, CW_MSG_COPY, &req.base, &req.seq, NULL, 0, NULL, ready, false);
+  } else if (!s) {
+    Causeway__V1__ExpectRequest ex = CAUSEWAY__V1__EXPECT_REQUEST__INIT;
+    ex.buffer_id = nb->id;
+    s = cw__send_op(to, CW_MSG_EXPECT, &ex.base, &ex.seq, NULL, 0, NULL, ready, true);
+    if (!s) {
+      Causeway__V1__SendRequest req = CAUSEWAY__V1__SEND_REQUEST__INIT;
+      req.src_id = b->id;
+      req.peer_address = to->address;
+      req.dst_id = nb->id;
+      req.dst_device = dst->local_id;
+      req.dst_session = c->session_id;
+      s = cw__send_op(from, CW_MSG_SEND, &req.base, &req.seq, NULL, 0, NULL, ready, false);
+      // The destination already expects the id: poison it rather than leave
+      // it pending forever.
+      if (s) cw_plugin_future_complete(ready, cw_status_clone(s));
+    }
+  }
+  cw_plugin_future_release(ready);
+  if (s) {
+    if (nb) cw_plugin_buffer_free(nb);
+    return s;
+  }
+  *out = nb;
+  return cw_ok_status();
+}
+
+// The copy slots' end: `buffer` to `dst`, the new buffer in *out_buffer.
+static PJRT_Error* cw__copy_slot(PJRT_Buffer* buffer, cw_plugin_device_t* dst,
+                                 PJRT_Buffer** out_buffer) {
+  cw_plugin_buffer_t* nb = NULL;
+  cw_status_t s = cw__buffer_copy(CW__BUF(buffer), dst, &nb);
+  if (s) return cw_plugin_error_from_status(s);
+  *out_buffer = (PJRT_Buffer*)nb;
+  return NULL;
+}
+
+PJRT_Error* cw_plugin_buffer_copy_to_device(PJRT_Buffer_CopyToDevice_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_CopyToDevice_Args, dst_buffer);
+  CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_CopyToDevice", "buffer");
+  CW_PLUGIN_NEED(args->dst_device, "PJRT_Buffer_CopyToDevice", "dst_device");
+  return cw__copy_slot(args->buffer, (cw_plugin_device_t*)args->dst_device, &args->dst_buffer);
+}
+
+PJRT_Error* cw_plugin_buffer_copy_to_memory(PJRT_Buffer_CopyToMemory_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_CopyToMemory_Args, dst_buffer);
+  CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_CopyToMemory", "buffer");
+  CW_PLUGIN_NEED(args->dst_memory, "PJRT_Buffer_CopyToMemory", "dst_memory");
+  return cw__copy_slot(args->buffer, ((cw_plugin_memory_t*)args->dst_memory)->device,
+                       &args->dst_buffer);
+}

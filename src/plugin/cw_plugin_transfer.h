@@ -1,0 +1,15 @@
+// Transfers (cw_plugin_transfer.c): arrays into buffers, buffers back to
+// host memory, and buffers to other devices (worker to worker when they
+// live on two). Each sends its request(s) in the worker's seq order and
+// returns at once; completions resolve the buffer's or the event's future.
+#ifndef CW_PLUGIN_TRANSFER_H_
+#define CW_PLUGIN_TRANSFER_H_
+
+#include "cw_pjrt_c_api.h"
+
+PJRT_Error* cw_plugin_buffer_from_host(PJRT_Client_BufferFromHostBuffer_Args* args);
+PJRT_Error* cw_plugin_buffer_to_host(PJRT_Buffer_ToHostBuffer_Args* args);
+PJRT_Error* cw_plugin_buffer_copy_to_device(PJRT_Buffer_CopyToDevice_Args* args);
+PJRT_Error* cw_plugin_buffer_copy_to_memory(PJRT_Buffer_CopyToMemory_Args* args);
+
+#endif  // CW_PLUGIN_TRANSFER_H_

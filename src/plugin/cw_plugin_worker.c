@@ -1,0 +1,309 @@
+// The client's side of each worker of its session (cw_plugin_worker.h).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cw_plugin_health.h"
+#include "cw_plugin_internal.h"
+#include "cw_plugin_worker.h"
+
+// Most ids one batched DELETE carries.
+#define CW__DELETE_BATCH 256
+
+// Next per-session seq for requests to `w` (the first request gets 1).
+static uint64_t cw__worker_next_seq(cw_plugin_worker_t* w) {
+  return atomic_fetch_add_explicit(&w->seq, 1, memory_order_relaxed) + 1;
+}
+
+cw_status_t cw_plugin_worker_initialize(cw_plugin_worker_t* w, cw_plugin_client_t* c,
+                                        const Causeway__V1__WorkerInfo* wi) {
+  w->client = c;
+  w->index = wi->index;
+  w->island = wi->island;
+  w->direct_launch = wi->direct_launch;
+  pthread_mutex_init(&w->mu, NULL);
+  pthread_mutex_init(&w->send_mu, NULL);
+  atomic_init(&w->seq, 0);
+  atomic_init(&w->dead, false);
+  w->name = strdup(wi->name && wi->name[0] ? wi->name : "?");
+  w->address = strdup(wi->address ? wi->address : "");
+  w->incarnation = wi->incarnation;
+  atomic_init(&w->epoch, 0);
+  if (!w->name || !w->address) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  return cw_ok_status();
+}
+
+void cw_plugin_worker_deinitialize(cw_plugin_worker_t* w) {
+  free(w->name);
+  free(w->address);
+  free(w->dead_reason);
+  free(w->deferred_error);
+  free(w->pending_deletes);  // the session's end frees them on the worker
+  cw_plugin_health_worker_deinitialize(w);
+  pthread_mutex_destroy(&w->mu);
+  pthread_mutex_destroy(&w->send_mu);
+}
+
+cw_plugin_worker_t* cw_plugin_worker_find(cw_plugin_client_t* c, uint32_t index) {
+  for (size_t i = 0; i < c->num_workers; ++i) {
+    if (c->workers[i].index == index) return &c->workers[i];
+  }
+  return NULL;
+}
+
+static bool cw__names_worker(const cw_plugin_worker_t* w, const char* msg) {
+  char prefix[256];
+  snprintf(prefix, sizeof(prefix), "worker %s (", w->name);
+  return strncmp(msg, prefix, strlen(prefix)) == 0;
+}
+
+void cw_plugin_worker_mark_dead(cw_plugin_worker_t* w, const char* why) {
+  pthread_mutex_lock(&w->mu);
+  if (!w->dead_reason) w->dead_reason = strdup(why);
+  pthread_mutex_unlock(&w->mu);
+  atomic_store_explicit(&w->dead, true, memory_order_release);
+}
+
+cw_status_t cw_plugin_worker_check(cw_plugin_worker_t* w) {
+  if (!atomic_load_explicit(&w->dead, memory_order_acquire)) return cw_ok_status();
+  if (cw_plugin_health_revive(w)) return cw_ok_status();
+  pthread_mutex_lock(&w->mu);
+  const char* why = w->dead_reason ? w->dead_reason : "connection lost";
+  cw_status_t s = cw__names_worker(w, why)
+                      ? cw_make_status(CW_UNAVAILABLE, "%s", why)
+                      : cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable: %s", w->name,
+                                       w->address, why);
+  pthread_mutex_unlock(&w->mu);
+  return s;
+}
+
+cw_status_t cw_plugin_worker_map_error(cw_plugin_worker_t* w, cw_status_t status) {
+  if (!status || cw_status_code(status) != CW_UNAVAILABLE) return status;
+  const char* msg = cw_status_message(status);
+  if (cw__names_worker(w, msg)) return status;  // already named
+  // The client library reports a lost connection as "... <address> ...": the
+  // worker is gone (a peer's failure names the peer's address instead).
+  if (strstr(msg, w->address)) cw_plugin_worker_mark_dead(w, msg);
+  cw_status_t out =
+      cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable: %s", w->name, w->address, msg);
+  cw_status_free(status);
+  return out;
+}
+
+static void cw__ignore_cb(void* user, cw_status_t status, const ProtobufCMessage* reply) {
+  (void)user;
+  (void)reply;
+  cw_status_free(status);
+}
+
+// Records the error of a pipelined request nobody waits on (takes `status`;
+// OK is ignored); `what` names the request.
+static void cw__worker_defer_error(cw_plugin_worker_t* w, const char* what, cw_status_t status) {
+  if (!status) return;
+  pthread_mutex_lock(&w->mu);
+  if (!w->deferred_error) {
+    char m[1024];
+    snprintf(m, sizeof(m), "worker %s (%s): an earlier pipelined %s failed (%s): %s", w->name,
+             w->address, what, cw_status_code_name(cw_status_code(status)),
+             cw_status_message(status));
+    w->deferred_error = strdup(m);
+    w->deferred_code = (int)cw_status_code(status);
+  }
+  w->deferred_count++;
+  pthread_mutex_unlock(&w->mu);
+  cw_status_free(status);
+}
+
+cw_status_t cw_plugin_worker_take_deferred(cw_plugin_worker_t* w) {
+  pthread_mutex_lock(&w->mu);
+  cw_status_t s = cw_ok_status();
+  if (w->deferred_count) {
+    s = cw_make_status(w->deferred_error ? (cw_status_code_t)w->deferred_code : CW_INTERNAL,
+                       "%s (%llu pipelined requests failed in all)",
+                       w->deferred_error ? w->deferred_error : "pipelined requests failed",
+                       (unsigned long long)w->deferred_count);
+    free(w->deferred_error);
+    w->deferred_error = NULL;
+    w->deferred_count = 0;
+  }
+  pthread_mutex_unlock(&w->mu);
+  return s;
+}
+
+// A pipelined DELETE's reply: nobody waits on it, so an error is recorded on
+// the worker and surfaced by its next read back (cw_plugin_worker_take_deferred).
+// NOT_FOUND is no failure: the objects are gone either way (e.g. the outputs
+// of a launch the worker refused).
+static void cw__delete_done_cb(void* user, cw_status_t status, const ProtobufCMessage* reply) {
+  (void)reply;
+  cw_plugin_worker_t* w = user;
+  // NOT_FOUND, or a worker that is gone (its death is reported by itself).
+  if (status && (cw_status_code(status) == CW_NOT_FOUND ||
+                 (cw_status_code(status) == CW_UNAVAILABLE &&
+                  atomic_load_explicit(&w->dead, memory_order_acquire)))) {
+    cw_status_free(status);
+    return;
+  }
+  cw__worker_defer_error(w, "DELETE", status);
+}
+
+// Sends an empty DELETE carrying `seq` straight to the worker: a request
+// that took a seq and never reached the worker (refused here, or not relayed
+// by the controller) leaves a hole in the worker's seq order, and later
+// requests would wait for it. A filler for a seq the worker already applied
+// is refused as a duplicate. Not when the seq was taken in an older epoch:
+// the replacement numbers from 1 again.
+static void cw__worker_fill_seq(cw_plugin_worker_t* w, uint64_t seq, uint32_t epoch) {
+  if (epoch != atomic_load_explicit(&w->epoch, memory_order_acquire)) return;
+  Causeway__V1__DeleteRequest filler = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+  filler.seq = seq;
+  cw_status_free(cw_client_send(w->conn, CW_MSG_DELETE, &filler.base, NULL, 0, NULL, cw__ignore_cb,
+                                NULL, NULL));
+}
+
+// After sending the request that took `seq`, with status `s` (taken); with
+// send_mu held.
+static cw_status_t cw__worker_sent_locked(cw_plugin_worker_t* w, uint64_t seq, cw_status_t s) {
+  if (s) {
+    cw__worker_fill_seq(w, seq, atomic_load_explicit(&w->epoch, memory_order_acquire));
+    return cw_plugin_worker_map_error(w, s);
+  }
+  return cw_ok_status();
+}
+
+// With send_mu held.
+static cw_status_t cw__worker_send_locked(cw_plugin_worker_t* w, uint16_t type,
+                                          ProtobufCMessage* req, uint64_t* req_seq,
+                                          const struct iovec* bulk, int bulk_count,
+                                          const cw_client_sink_t* sink, cw_client_done_fn done,
+                                          void* user) {
+  uint64_t seq = cw__worker_next_seq(w);
+  *req_seq = seq;
+  cw_status_t s = cw_client_send(w->conn, type, req, bulk, bulk_count, sink, done, user, NULL);
+  return cw__worker_sent_locked(w, seq, s);
+}
+
+// With send_mu held; `deferred`: see cw__worker_stage_deletes_locked.
+static void cw__worker_send_deletes_locked(cw_plugin_worker_t* w, bool deferred) {
+  if (!w->n_pending_deletes) return;
+  if (!atomic_load_explicit(&w->dead, memory_order_acquire)) {
+    // One DELETE, one seq: where the first of them would have gone. Every
+    // request since took this path first, so the order is unchanged.
+    Causeway__V1__DeleteRequest req = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+    req.ids = w->pending_deletes;
+    req.n_ids = w->n_pending_deletes;
+    if (deferred) {
+      req.seq = cw__worker_next_seq(w);
+      cw_status_free(cw__worker_sent_locked(
+          w, req.seq,
+          cw_client_send_deferred(w->conn, CW_MSG_DELETE, &req.base, cw__delete_done_cb, w, NULL)));
+    } else {
+      cw_status_free(cw__worker_send_locked(w, CW_MSG_DELETE, &req.base, &req.seq, NULL, 0, NULL,
+                                            cw__delete_done_cb, w));
+    }
+  }  // else a dead worker already freed everything of this session
+  w->n_pending_deletes = 0;
+}
+
+// Sends the batched DELETEs now, before the caller takes a seq (send_mu held).
+static void cw__worker_flush_deletes_locked(cw_plugin_worker_t* w) {
+  cw__worker_send_deletes_locked(w, false);
+}
+
+// Like cw__worker_flush_deletes_locked, but the DELETE waits in w->conn's
+// write buffer for the request the caller sends next on w->conn (one write
+// for both).
+static void cw__worker_stage_deletes_locked(cw_plugin_worker_t* w) {
+  cw__worker_send_deletes_locked(w, true);
+}
+
+void cw_plugin_worker_delete(cw_plugin_worker_t* w, uint64_t id) {
+  pthread_mutex_lock(&w->send_mu);
+  if (w->n_pending_deletes == w->cap_pending_deletes) {
+    size_t cap = w->cap_pending_deletes ? w->cap_pending_deletes * 2 : 16;
+    if (cap > CW__DELETE_BATCH) cap = CW__DELETE_BATCH;
+    uint64_t* ids = realloc(w->pending_deletes, cap * sizeof(*ids));
+    if (ids) {
+      w->pending_deletes = ids;
+      w->cap_pending_deletes = cap;
+    }
+  }
+  if (w->n_pending_deletes == w->cap_pending_deletes) {
+    cw__worker_flush_deletes_locked(w);                    // out of memory: send what waits
+    if (w->n_pending_deletes == w->cap_pending_deletes) {  // nothing to hold it in: alone
+      Causeway__V1__DeleteRequest req = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+      req.ids = &id;
+      req.n_ids = 1;
+      if (!atomic_load_explicit(&w->dead, memory_order_acquire)) {
+        cw_status_free(cw__worker_send_locked(w, CW_MSG_DELETE, &req.base, &req.seq, NULL, 0, NULL,
+                                              cw__delete_done_cb, w));
+      }
+      pthread_mutex_unlock(&w->send_mu);
+      return;
+    }
+  }
+  w->pending_deletes[w->n_pending_deletes++] = id;
+  if (w->n_pending_deletes >= CW__DELETE_BATCH) cw__worker_flush_deletes_locked(w);
+  pthread_mutex_unlock(&w->send_mu);
+}
+
+cw_status_t cw_plugin_worker_send(cw_plugin_worker_t* w, uint16_t type, ProtobufCMessage* req,
+                                  uint64_t* req_seq, const struct iovec* bulk, int bulk_count,
+                                  const cw_client_sink_t* sink, cw_client_done_fn done,
+                                  void* user) {
+  CW_RETURN_IF_ERROR(cw_plugin_worker_check(w), "%s", cw_msg_type_name(type));
+  pthread_mutex_lock(&w->send_mu);
+  cw__worker_stage_deletes_locked(w);  // they come first in seq order, in one write
+  cw_status_t s = cw__worker_send_locked(w, type, req, req_seq, bulk, bulk_count, sink, done, user);
+  pthread_mutex_unlock(&w->send_mu);
+  return s;
+}
+
+// The completion of a request sent by cw_plugin_worker_send_ordered.
+typedef struct cw__ordered_s {
+  cw_plugin_worker_t* w;
+  uint64_t seq;
+  uint32_t epoch;
+  cw_client_done_fn done;
+  void* user;
+} cw__ordered_t;
+
+static void cw__ordered_cb(void* user, cw_status_t status, const ProtobufCMessage* reply) {
+  cw__ordered_t* o = user;
+  // After an error reply the request is over: either the worker had it (the
+  // filler is refused as a duplicate) or it never will.
+  if (status) cw__worker_fill_seq(o->w, o->seq, o->epoch);
+  o->done(o->user, status, reply);
+  free(o);
+}
+
+cw_status_t cw_plugin_worker_send_ordered(cw_plugin_worker_t* w, bool direct, uint16_t type,
+                                          ProtobufCMessage* req, uint64_t* req_seq,
+                                          cw_client_done_fn done, void* user) {
+  cw__ordered_t* o = malloc(sizeof(*o));
+  if (!o) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  o->w = w;
+  o->done = done;
+  o->user = user;
+  pthread_mutex_lock(&w->send_mu);  // seq order on the connection
+  // Under send_mu: a replacement worker swaps the connection under it.
+  cw_client_t* via = direct ? w->conn : w->client->ctrl;
+  // Batched DELETEs come first (in the same write when on the same connection).
+  if (direct) {
+    cw__worker_stage_deletes_locked(w);
+  } else {
+    cw__worker_flush_deletes_locked(w);
+  }
+  uint64_t seq = cw__worker_next_seq(w);
+  uint32_t epoch = atomic_load_explicit(&w->epoch, memory_order_acquire);
+  *req_seq = seq;
+  o->seq = seq;
+  o->epoch = epoch;
+  cw_status_t s = cw_client_send(via, type, req, NULL, 0, NULL, cw__ordered_cb, o, NULL);
+  pthread_mutex_unlock(&w->send_mu);
+  if (s) {
+    free(o);
+    cw__worker_fill_seq(w, seq, epoch);  // keep the worker's seq order free of holes
+  }
+  return s;
+}

@@ -1,0 +1,61 @@
+// The client's side of each worker of its session (cw_plugin_worker.c): the
+// direct connection, the per-session `seq` every ordered request carries
+// (the worker applies them in seq order whichever path they took:
+// docs/protocol.md, "Ordering across connections"), the batched DELETEs of
+// dropped buffers, errors of pipelined requests nobody waits on, and whether
+// the worker is dead. Its loss and replacement: cw_plugin_health.h.
+#ifndef CW_PLUGIN_WORKER_H_
+#define CW_PLUGIN_WORKER_H_
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cw_client.h"
+#include "cw_status.h"
+#include "proto/causeway.pb-c.h"
+
+typedef struct cw_plugin_client_s cw_plugin_client_t;
+typedef struct cw_plugin_worker_s cw_plugin_worker_t;
+
+// Fills `w` (zeroed storage in the client's table) from the session's
+// WorkerInfo (borrowed). On failure `w` still needs deinitializing.
+CW_MUST_USE cw_status_t cw_plugin_worker_initialize(cw_plugin_worker_t* w, cw_plugin_client_t* c,
+                                                    const Causeway__V1__WorkerInfo* wi);
+// Frees what `w` holds; its connection is released by the caller first.
+void cw_plugin_worker_deinitialize(cw_plugin_worker_t* w);
+
+// The worker of the session with controller index `index` (NULL if none).
+cw_plugin_worker_t* cw_plugin_worker_find(cw_plugin_client_t* c, uint32_t index);
+// Marks `w` dead with `why` (the first reason sticks until it is revived).
+void cw_plugin_worker_mark_dead(cw_plugin_worker_t* w, const char* why);
+// UNAVAILABLE naming the worker, if it is known dead and has no replacement
+// to connect to; else OK.
+CW_MUST_USE cw_status_t cw_plugin_worker_check(cw_plugin_worker_t* w);
+// Takes `status`: if it shows the worker's connection is lost, marks the
+// worker dead and returns UNAVAILABLE naming it; otherwise returns `status`.
+CW_MUST_USE cw_status_t cw_plugin_worker_map_error(cw_plugin_worker_t* w, cw_status_t status);
+
+// Sends a seq'd request directly to `w`, after its batched DELETEs. On a
+// local failure that happened before the frame went out, fills the seq hole
+// so the worker does not stall. `req_seq` points at the request's seq field,
+// set here. Same completion contract as cw_client_send.
+CW_MUST_USE cw_status_t cw_plugin_worker_send(cw_plugin_worker_t* w, uint16_t type,
+                                              ProtobufCMessage* req, uint64_t* req_seq,
+                                              const struct iovec* bulk, int bulk_count,
+                                              const cw_client_sink_t* sink, cw_client_done_fn done,
+                                              void* user);
+// Sends a seq'd request for `w` on w's own connection (`direct`) or on the
+// controller's, which relays it to w; batched DELETEs go first. Whether it
+// fails here or in its reply, its seq is filled on w's connection, so w's
+// order keeps no hole. `done` gets the reply (not called when this fails).
+CW_MUST_USE cw_status_t cw_plugin_worker_send_ordered(cw_plugin_worker_t* w, bool direct,
+                                                      uint16_t type, ProtobufCMessage* req,
+                                                      uint64_t* req_seq, cw_client_done_fn done,
+                                                      void* user);
+// Deletes buffer `id` on `w`: batched into one DELETE sent before w's next
+// seq'd request (or when the batch is full), in seq order.
+void cw_plugin_worker_delete(cw_plugin_worker_t* w, uint64_t id);
+// The recorded error(s) of pipelined requests, cleared; OK if none.
+CW_MUST_USE cw_status_t cw_plugin_worker_take_deferred(cw_plugin_worker_t* w);
+
+#endif  // CW_PLUGIN_WORKER_H_

@@ -1,0 +1,276 @@
+// Unit tests for the client's side of a worker, against fake peers (the
+// client library's): dropped buffers' DELETEs are batched into one request
+// that takes its seq before the next request, a full batch goes alone, a
+// refused DELETE is surfaced by the next read back (NOT_FOUND is not), a
+// request that fails after taking a seq has the seq filled on the worker's
+// connection (also when the controller relayed it), and a lost connection
+// marks the worker dead with errors that name it.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cw_client_fake_peer.h"
+#include "cw_msg.h"
+#include "cw_plugin_internal.h"
+#include "cw_plugin_worker.h"
+
+#define MAX_SEEN 1024
+
+// A fake worker (or controller) that records every request and acks it,
+// but refuses requests of `refuse_type` with `refuse_code`.
+typedef struct peer_s {
+  fake_t f;  // first: the script gets &peer->f
+  pthread_mutex_t mu;
+  int n;
+  struct {
+    uint16_t type;
+    uint64_t seq;
+    size_t n_ids;  // a DELETE's
+    uint64_t first_id;
+  } seen[MAX_SEEN];
+  uint16_t refuse_type;
+  uint32_t refuse_code;
+} peer_t;
+
+static void script_record(fake_t* f) {
+  peer_t* p = (peer_t*)f;
+  frame_t fr;
+  while (fake_read(f, &fr)) {
+    pthread_mutex_lock(&p->mu);
+    if (p->n < MAX_SEEN) {
+      p->seen[p->n].type = fr.h.type;
+      p->seen[p->n].seq = cw_msg_seq(fr.h.type, fr.msg);
+      if (fr.h.type == CW_MSG_DELETE) {
+        const Causeway__V1__DeleteRequest* d = (const Causeway__V1__DeleteRequest*)fr.msg;
+        p->seen[p->n].n_ids = d->n_ids;
+        p->seen[p->n].first_id = d->n_ids ? d->ids[0] : 0;
+      }
+      p->n++;
+    }
+    pthread_mutex_unlock(&p->mu);
+    bool ok = fr.h.type == p->refuse_type
+                  ? fake_error(f, fr.h.type, fr.h.request_id, p->refuse_code, "refused by the test")
+                  : fake_ack(f, &fr);
+    frame_free(&fr);
+    if (!ok) return;
+  }
+}
+
+// Waits (up to 5 s) until the peer has seen `n` requests.
+static void wait_seen(peer_t* p, int n) {
+  for (int i = 0; i < 5000; ++i) {
+    pthread_mutex_lock(&p->mu);
+    int seen = p->n;
+    pthread_mutex_unlock(&p->mu);
+    if (seen >= n) return;
+    struct timespec ts = {0, 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  fail_msg("the peer saw fewer than %d requests", n);
+}
+
+static void expect_seen(peer_t* p, int i, uint16_t type, uint64_t seq) {
+  assert_true(i < p->n);
+  assert_string_equal(cw_msg_type_name(p->seen[i].type), cw_msg_type_name(type));
+  assert_int_equal(p->seen[i].seq, seq);
+}
+
+// A client whose one worker ("worker-0") is connected to the fake `peer`.
+typedef struct fixture_s {
+  peer_t peer;
+  cw_plugin_client_t client;
+  cw_plugin_worker_t worker;
+} fixture_t;
+
+static int setup(void** state) {
+  fixture_t* fx = calloc(1, sizeof(*fx));
+  assert_non_null(fx);
+  pthread_mutex_init(&fx->peer.mu, NULL);
+  *state = fx;
+  return 0;
+}
+
+// Starts the fake worker and connects the client's worker to it.
+static void connect_worker(fixture_t* fx) {
+  fake_start(&fx->peer.f, script_record);
+  Causeway__V1__WorkerInfo wi = CAUSEWAY__V1__WORKER_INFO__INIT;
+  wi.name = "worker-0";
+  wi.address = fx->peer.f.path;
+  assert_null(cw_plugin_worker_initialize(&fx->worker, &fx->client, &wi));
+  fx->client.workers = &fx->worker;
+  fx->client.num_workers = 1;
+  fx->worker.conn = connect_ok(&fx->peer.f);
+}
+
+static int teardown(void** state) {
+  fixture_t* fx = *state;
+  cw_client_release(fx->worker.conn);
+  fake_join(&fx->peer.f);
+  cw_plugin_worker_deinitialize(&fx->worker);
+  pthread_mutex_destroy(&fx->peer.mu);
+  free(fx);
+  return 0;
+}
+
+// Sends a COPY (any ordered request) to the worker and waits for its reply.
+static void send_copy(fixture_t* fx, cw_status_code_t expect) {
+  rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  Causeway__V1__CopyRequest req = CAUSEWAY__V1__COPY_REQUEST__INIT;
+  assert_null(cw_plugin_worker_send(&fx->worker, CW_MSG_COPY, &req.base, &req.seq, NULL, 0, NULL,
+                                    rec_done, &rec));
+  assert_ok(cw_client_flush(fx->worker.conn));
+  assert_int_equal(rec.calls, 1);
+  assert_int_equal(rec.code, expect);
+}
+
+static void test_deletes_go_first_in_one_request(void** state) {
+  fixture_t* fx = *state;
+  connect_worker(fx);
+  cw_plugin_worker_delete(&fx->worker, 11);
+  cw_plugin_worker_delete(&fx->worker, 12);
+  send_copy(fx, CW_OK);
+  wait_seen(&fx->peer, 2);
+  expect_seen(&fx->peer, 0, CW_MSG_DELETE, 1);
+  assert_int_equal(fx->peer.seen[0].n_ids, 2);
+  assert_int_equal(fx->peer.seen[0].first_id, 11);
+  expect_seen(&fx->peer, 1, CW_MSG_COPY, 2);
+  send_copy(fx, CW_OK);  // nothing batched: no DELETE
+  wait_seen(&fx->peer, 3);
+  expect_seen(&fx->peer, 2, CW_MSG_COPY, 3);
+  assert_int_equal(fx->peer.n, 3);
+  assert_null(cw_plugin_worker_take_deferred(&fx->worker));
+}
+
+static void test_full_batch_goes_alone(void** state) {
+  fixture_t* fx = *state;
+  connect_worker(fx);
+  for (uint64_t id = 1; id <= 256; ++id) cw_plugin_worker_delete(&fx->worker, id);
+  wait_seen(&fx->peer, 1);  // no other request needed
+  expect_seen(&fx->peer, 0, CW_MSG_DELETE, 1);
+  assert_int_equal(fx->peer.seen[0].n_ids, 256);
+  cw_plugin_worker_delete(&fx->worker, 1000);
+  send_copy(fx, CW_OK);
+  wait_seen(&fx->peer, 3);
+  expect_seen(&fx->peer, 1, CW_MSG_DELETE, 2);
+  assert_int_equal(fx->peer.seen[1].first_id, 1000);
+  expect_seen(&fx->peer, 2, CW_MSG_COPY, 3);
+}
+
+static void test_refused_delete_surfaces_later(void** state) {
+  fixture_t* fx = *state;
+  fx->peer.refuse_type = CW_MSG_DELETE;
+  fx->peer.refuse_code = CW_INTERNAL;
+  connect_worker(fx);
+  cw_plugin_worker_delete(&fx->worker, 7);
+  send_copy(fx, CW_OK);  // nobody waits on the DELETE itself
+  cw_status_t s = cw_plugin_worker_take_deferred(&fx->worker);
+  expect_status(s, CW_INTERNAL, "worker worker-0");
+  s = cw_plugin_worker_take_deferred(&fx->worker);
+  assert_null(s);  // surfaced once
+}
+
+static void test_not_found_delete_is_no_failure(void** state) {
+  fixture_t* fx = *state;
+  fx->peer.refuse_type = CW_MSG_DELETE;
+  fx->peer.refuse_code = CW_NOT_FOUND;  // gone either way
+  connect_worker(fx);
+  cw_plugin_worker_delete(&fx->worker, 7);
+  send_copy(fx, CW_OK);
+  assert_null(cw_plugin_worker_take_deferred(&fx->worker));
+}
+
+// A LAUNCH refused on the worker's connection: its seq is filled there.
+static void test_refused_ordered_request_is_filled(void** state) {
+  fixture_t* fx = *state;
+  fx->peer.refuse_type = CW_MSG_LAUNCH;
+  fx->peer.refuse_code = CW_INVALID_ARGUMENT;
+  connect_worker(fx);
+  cw_plugin_worker_delete(&fx->worker, 3);
+  rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  Causeway__V1__LaunchRequest req = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
+  assert_null(cw_plugin_worker_send_ordered(&fx->worker, true, CW_MSG_LAUNCH, &req.base, &req.seq,
+                                            rec_done, &rec));
+  assert_int_equal(req.seq, 2);  // after the batched DELETE's
+  wait_seen(&fx->peer, 3);
+  expect_seen(&fx->peer, 0, CW_MSG_DELETE, 1);
+  expect_seen(&fx->peer, 1, CW_MSG_LAUNCH, 2);
+  expect_seen(&fx->peer, 2, CW_MSG_DELETE, 2);  // the filler
+  assert_int_equal(fx->peer.seen[2].n_ids, 0);
+  assert_ok(cw_client_flush(fx->worker.conn));
+  assert_int_equal(rec.calls, 1);
+  assert_int_equal(rec.code, CW_INVALID_ARGUMENT);
+  send_copy(fx, CW_OK);
+  wait_seen(&fx->peer, 4);
+  expect_seen(&fx->peer, 3, CW_MSG_COPY, 3);
+}
+
+// Relayed by the controller, which refuses it: the batched DELETEs went to
+// the worker first, the LAUNCH to the controller, its seq filled at the
+// worker.
+static void test_refused_relayed_request_is_filled(void** state) {
+  fixture_t* fx = *state;
+  peer_t* ctrl = calloc(1, sizeof(*ctrl));
+  assert_non_null(ctrl);
+  pthread_mutex_init(&ctrl->mu, NULL);
+  ctrl->refuse_type = CW_MSG_LAUNCH;
+  ctrl->refuse_code = CW_UNAVAILABLE;
+  fake_start(&ctrl->f, script_record);
+  fx->client.ctrl = connect_ok(&ctrl->f);
+  connect_worker(fx);
+  cw_plugin_worker_delete(&fx->worker, 3);
+  rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  Causeway__V1__LaunchRequest req = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
+  assert_null(cw_plugin_worker_send_ordered(&fx->worker, false, CW_MSG_LAUNCH, &req.base, &req.seq,
+                                            rec_done, &rec));
+  wait_seen(ctrl, 1);
+  expect_seen(ctrl, 0, CW_MSG_LAUNCH, 2);
+  wait_seen(&fx->peer, 2);
+  expect_seen(&fx->peer, 0, CW_MSG_DELETE, 1);
+  expect_seen(&fx->peer, 1, CW_MSG_DELETE, 2);  // the filler
+  assert_int_equal(fx->peer.seen[1].n_ids, 0);
+  assert_ok(cw_client_flush(fx->client.ctrl));
+  assert_int_equal(rec.calls, 1);
+  assert_int_equal(rec.code, CW_UNAVAILABLE);
+  cw_client_release(fx->client.ctrl);
+  fake_join(&ctrl->f);
+  pthread_mutex_destroy(&ctrl->mu);
+  free(ctrl);
+}
+
+static void test_lost_connection_marks_dead(void** state) {
+  fixture_t* fx = *state;
+  connect_worker(fx);
+  // Not about the connection: passes unchanged.
+  cw_status_t in = cw_make_status(CW_INVALID_ARGUMENT, "bad shape");
+  assert_ptr_equal(cw_plugin_worker_map_error(&fx->worker, in), in);
+  cw_status_free(in);
+  assert_null(cw_plugin_worker_check(&fx->worker));
+  char lost[256];
+  snprintf(lost, sizeof(lost), "connection to %s lost: EOF", fx->peer.f.path);
+  cw_status_t s =
+      cw_plugin_worker_map_error(&fx->worker, cw_make_status(CW_UNAVAILABLE, "%s", lost));
+  expect_status(s, CW_UNAVAILABLE, "worker worker-0 (");
+  // Dead from now on (no replacement was announced): every request fails
+  // naming it, before anything is sent.
+  s = cw_plugin_worker_check(&fx->worker);
+  expect_status(s, CW_UNAVAILABLE, lost);
+  Causeway__V1__CopyRequest req = CAUSEWAY__V1__COPY_REQUEST__INIT;
+  s = cw_plugin_worker_send(&fx->worker, CW_MSG_COPY, &req.base, &req.seq, NULL, 0, NULL, NULL,
+                            NULL);
+  expect_status(s, CW_UNAVAILABLE, "worker worker-0");
+  assert_int_equal(fx->peer.n, 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_deletes_go_first_in_one_request, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_full_batch_goes_alone, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_refused_delete_surfaces_later, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_not_found_delete_is_no_failure, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_refused_ordered_request_is_filled, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_refused_relayed_request_is_filled, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_lost_connection_marks_dead, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
