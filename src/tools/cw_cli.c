@@ -33,7 +33,7 @@ const char cw_cli_usage[] =
     "SESSION is an id or a name (as `causeway status` lists them); WORKER a worker name.\n"
     "The controller: --controller host:port or a Unix socket path, else\n"
     "$CAUSEWAY_CONTROLLER. The token: $CAUSEWAY_TOKEN or the file $CAUSEWAY_TOKEN_FILE\n"
-    "names. up/down: DIR defaults to $XDG_RUNTIME_DIR/causeway, else\n"
+    "names. up/down: DIR defaults to $XDG_RUNTIME_DIR/causeway (if that exists), else\n"
     "/tmp/causeway-UID; the workers' PJRT plugin is --plugin or $CAUSEWAY_PJRT_PLUGIN.\n"
     "\n"
     "exit codes: 0 done; 1 the controller refused or failed it (up: the cluster did not\n"

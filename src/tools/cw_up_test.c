@@ -87,15 +87,22 @@ static void test_state_refused(void** state) {
 }
 
 static void test_default_dir(void** state) {
-  char dir[512], want[64];
+  char dir[512], want[512];
   char* saved = getenv("XDG_RUNTIME_DIR") ? strdup(getenv("XDG_RUNTIME_DIR")) : NULL;
-  setenv("XDG_RUNTIME_DIR", "/run/user/42", 1);
+  char xdg[] = "/tmp/cw-up-test-XXXXXX";
+  assert_non_null(mkdtemp(xdg));
+  setenv("XDG_RUNTIME_DIR", xdg, 1);
   cw_up_default_dir(NULL, dir, sizeof(dir));
-  assert_string_equal(dir, "/run/user/42/causeway");
+  snprintf(want, sizeof(want), "%s/causeway", xdg);
+  assert_string_equal(dir, want);
   cw_up_default_dir("/my/dir", dir, sizeof(dir));
   assert_string_equal(dir, "/my/dir");
-  setenv("XDG_RUNTIME_DIR", "relative", 1);  // not absolute: ignored
   snprintf(want, sizeof(want), "/tmp/causeway-%u", (unsigned)geteuid());
+  setenv("XDG_RUNTIME_DIR", "relative", 1);  // not absolute: ignored
+  cw_up_default_dir(NULL, dir, sizeof(dir));
+  assert_string_equal(dir, want);
+  rmdir(xdg);
+  setenv("XDG_RUNTIME_DIR", xdg, 1);  // gone (no session): ignored
   cw_up_default_dir(NULL, dir, sizeof(dir));
   assert_string_equal(dir, want);
   unsetenv("XDG_RUNTIME_DIR");
