@@ -6,9 +6,10 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 
+# systemd: systemd-analyze for the check of deploy/systemd (tests/deploy).
 debs=(build-essential clang llvm libclang-rt-14-dev cmake ninja-build pkg-config
       libprotobuf-c-dev protobuf-c-compiler libuv1-dev libcmocka-dev iproute2 libssl-dev
-      libjansson-dev)
+      libjansson-dev systemd)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

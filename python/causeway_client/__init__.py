@@ -43,12 +43,20 @@ def _find_library() -> str:
     env = os.environ.get("CW_CLIENT_LIB")
     if env:
         return env
+    try:  # the wheel's copy
+        import causeway
+        bundled = causeway.client_library()
+    except ImportError:
+        bundled = None
+    if bundled:
+        return bundled
     root = pathlib.Path(__file__).resolve().parents[2]
     for build in ("release", "asan"):
         p = root / "build" / build / "lib" / "libcauseway_client.so"
         if p.exists():
             return str(p)
-    raise FileNotFoundError("libcauseway_client.so not found: build first or set CW_CLIENT_LIB")
+    raise FileNotFoundError("libcauseway_client.so not found: install the causeway wheel, "
+                            "build first or set CW_CLIENT_LIB")
 
 
 _lib = None

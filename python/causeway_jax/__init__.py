@@ -6,7 +6,8 @@ cluster the plugin starts when CAUSEWAY_CONTROLLER is unset, tells it where
 the vendor PJRT plugin for the local workers lives (CAUSEWAY_PJRT_PLUGIN).
 
 Environment:
-  CAUSEWAY_PJRT_LIBRARY  path of libcauseway_pjrt.so (default: the repository's
+  CAUSEWAY_PJRT_LIBRARY  path of libcauseway_pjrt.so (default: the one the
+                         causeway wheel installed, else the repository's
                          build/release/lib/libcauseway_pjrt.so)
   CAUSEWAY_CONTROLLER    host:port or socket path of a running controller;
                          unset: start a private local cluster
@@ -28,12 +29,21 @@ def _repo_root() -> pathlib.Path:
     return pathlib.Path(__file__).resolve().parents[2]
 
 
+def _bundled() -> str | None:
+    # The wheel's copy (python/causeway in a clone has none).
+    try:
+        import causeway
+    except ImportError:
+        return None
+    return causeway.pjrt_library()
+
+
 def library_path() -> str:
     """Where libcauseway_pjrt.so is loaded from."""
     env = os.environ.get("CAUSEWAY_PJRT_LIBRARY")
     if env:
         return env
-    return str(_repo_root() / "build" / "release" / "lib" / "libcauseway_pjrt.so")
+    return _bundled() or str(_repo_root() / "build" / "release" / "lib" / "libcauseway_pjrt.so")
 
 
 def _set_worker_plugin() -> None:
@@ -52,8 +62,8 @@ def initialize() -> None:
     path = library_path()
     if not os.path.exists(path):
         logger.warning(
-            "causeway: %s not found; build it (cmake --build build/release) or set "
-            "CAUSEWAY_PJRT_LIBRARY", path)
+            "causeway: %s not found; install the causeway wheel, build it "
+            "(cmake --build build/release) or set CAUSEWAY_PJRT_LIBRARY", path)
         return
     _set_worker_plugin()
     from jax._src import xla_bridge

@@ -1,14 +1,9 @@
-// Prometheus metrics of the controller: a GET-only HTTP/1.x endpoint on the
-// controller's own libuv loop (no thread). Per-worker figures are the
-// workers' last STATS from the operations module's once-a-second poll
-// (cw_ctl_ops_worker_stats), so scrapes cause no worker traffic.
-//
-// An HTTP peer cannot stall or crash the loop: the request head is bounded
-// (CW__HTTP_MAX_REQUEST bytes, else 431), each connection has a deadline
-// (CW__HTTP_TIMEOUT_MS from accept to the end of the response, then it is
-// closed), at most CW__HTTP_MAX_CONNS are open (a new one closes the oldest),
-// writes are asynchronous, and the parser (cw_http.c) is fuzzed. Anything
-// other than GET/HEAD gets 405, any path but /metrics 404.
+// Prometheus metrics of the controller and its health probes: GET-only HTTP
+// on the controller's own libuv loop (src/net/cw_http_server.h bounds what
+// an HTTP peer can do). Per-worker figures are the workers' last STATS from
+// the operations module's once-a-second poll (cw_ctl_ops_worker_stats), so
+// scrapes cause no worker traffic. Paths: /metrics, /healthz, /readyz; any
+// other 404.
 #include <inttypes.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -20,13 +15,9 @@
 #include "cw_ctl_ops.h"
 #include "cw_ctl_relay.h"
 #include "cw_ctl_session.h"
-#include "cw_http.h"
+#include "cw_http_server.h"
 #include "cw_log.h"
 #include "cw_time.h"
-
-#define CW__HTTP_MAX_REQUEST 8192
-#define CW__HTTP_TIMEOUT_MS 10000
-#define CW__HTTP_MAX_CONNS 32
 
 static const double cw__launch_bounds[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
                                            0.025,  0.05,    0.1,    0.25,  0.5,    1,     2.5,
@@ -49,33 +40,13 @@ typedef struct cw_ctl_wmetrics_s {
   uint64_t launches;  // relayed to this worker and answered
 } cw_ctl_wmetrics_t;
 
-typedef struct cw_ctl_http_s {
-  struct cw_ctl_http_s* next;
-  struct cw_ctl_metrics_s* m;
-  uv_tcp_t tcp;
-  uv_timer_t timer;
-  uv_write_t write;
-  int open_handles;
-  bool closing;
-  bool responding;
-  size_t len;
-  char buf[CW__HTTP_MAX_REQUEST];
-  cw_http_text_t out;
-} cw_ctl_http_t;
-
 typedef struct cw_ctl_metrics_s {
   cw_controller_t* ctl;
-  uv_tcp_t listener;
-  bool listener_open;
-  bool stopped;
-  char address[256];
-  cw_ctl_http_t* conns;
-  size_t num_conns;
+  cw_http_server_t* server;  // NULL once stopped
   cw_ctl_wmetrics_t* workers;
   size_t num_workers;
   cw_ctl_hist_t launch_latency;
   cw_ctl_hist_t compile_latency;
-  uint64_t http_requests, http_refused;
 } cw_ctl_metrics_t;
 
 static void cw__hist_observe(cw_ctl_hist_t* h, double v) {
@@ -265,147 +236,33 @@ static void cw__render(cw_ctl_metrics_t* m, cw_http_text_t* t) {
 
 // --- HTTP ------------------------------------------------------------------------------
 
-static void cw__http_handle_closed(uv_handle_t* h) {
-  cw_ctl_http_t* c = h->data;
-  if (--c->open_handles > 0) return;
-  cw_http_text_free(&c->out);
-  free(c);
-}
-
-static void cw__http_close(cw_ctl_http_t* c) {
-  if (c->closing) return;
-  c->closing = true;
-  cw_ctl_metrics_t* m = c->m;
-  cw_ctl_http_t** pp = &m->conns;
-  while (*pp && *pp != c) pp = &(*pp)->next;
-  if (*pp) *pp = c->next;
-  m->num_conns--;
-  uv_close((uv_handle_t*)&c->tcp, cw__http_handle_closed);
-  uv_close((uv_handle_t*)&c->timer, cw__http_handle_closed);
-}
-
-static void cw__http_timeout(uv_timer_t* t) { cw__http_close(t->data); }
-
-static void cw__http_written(uv_write_t* req, int status) {
-  cw__http_close(req->data);
-}
-
-static void cw__http_respond(cw_ctl_http_t* c, int code, const char* reason,
-                             const char* content_type, const char* extra_headers,
-                             const char* body, size_t body_len, bool head) {
-  c->responding = true;
-  uv_read_stop((uv_stream_t*)&c->tcp);
-  cw_http_text_t hdr = {0};
-  cw_http_text_printf(&hdr, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-                      "Connection: close\r\n%s\r\n", code, reason, content_type, body_len,
-                      extra_headers);
-  if (hdr.failed) {
-    cw_http_text_free(&hdr);
-    cw__http_close(c);
-    return;
+// GET /metrics, and the probes: /healthz answers while the loop runs;
+// /readyz once the controller listens for sessions and workers (which is
+// before this server starts) until it shuts down. Readiness does not wait
+// for workers: workers reach the controller through the same address
+// (a Kubernetes Service routes only to ready pods), and a session waits for
+// the workers it needs itself (CAUSEWAY_MIN_WORKERS).
+static void cw__http_handle(void* user, const cw_http_request_t* r, cw_http_response_t* out) {
+  cw_ctl_metrics_t* m = user;
+  cw_controller_t* ctl = m->ctl;
+  if (!strcmp(r->path, "/metrics")) {
+    out->content_type = "text/plain; version=0.0.4; charset=utf-8";
+    cw__render(m, &out->body);
+  } else if (!strcmp(r->path, "/healthz")) {
+    cw_http_text_printf(&out->body, "ok\n");
+  } else if (!strcmp(r->path, "/readyz")) {
+    size_t alive = 0;
+    for (size_t i = 0; i < ctl->num_workers; ++i) alive += ctl->workers[i]->alive;
+    if (ctl->shutting_down) {
+      out->code = 503;
+      cw_http_text_printf(&out->body, "not ready: shutting down\n");
+    } else {
+      cw_http_text_printf(&out->body, "ready: listening on %s; %zu of %zu workers alive\n",
+                          ctl->net.listen_address, alive, ctl->num_workers);
+    }
+  } else {
+    cw_http_response_error(out, 404);
   }
-  if (!head && body_len) cw_http_text_printf(&hdr, "%.*s", (int)body_len, body);
-  cw_http_text_free(&c->out);
-  c->out = hdr;
-  if (c->out.failed) {
-    cw__http_close(c);
-    return;
-  }
-  uv_buf_t b = uv_buf_init(c->out.data, (unsigned)c->out.len);
-  c->write.data = c;
-  if (uv_write(&c->write, (uv_stream_t*)&c->tcp, &b, 1, cw__http_written) < 0) {
-    cw__http_close(c);
-  }
-}
-
-static void cw__http_error(cw_ctl_http_t* c, int code, const char* reason, const char* extra) {
-  char body[128];
-  int n = snprintf(body, sizeof(body), "%d %s\n", code, reason);
-  cw__http_respond(c, code, reason, "text/plain; charset=utf-8", extra, body, (size_t)n, false);
-}
-
-static void cw__http_request(cw_ctl_http_t* c, const cw_http_request_t* r) {
-  cw_ctl_metrics_t* m = c->m;
-  bool head = !strcmp(r->method, "HEAD");
-  if (strcmp(r->method, "GET") && !head) {
-    cw__http_error(c, 405, "Method Not Allowed", "Allow: GET, HEAD\r\n");
-    return;
-  }
-  if (strcmp(r->path, "/metrics")) {
-    cw__http_error(c, 404, "Not Found", "");
-    return;
-  }
-  m->http_requests++;
-  cw_http_text_t body = {0};
-  cw__render(m, &body);
-  if (body.failed) {
-    cw_http_text_free(&body);
-    cw__http_error(c, 500, "Internal Server Error", "");
-    return;
-  }
-  cw__http_respond(c, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", "", body.data,
-                   body.len, head);
-  cw_http_text_free(&body);
-}
-
-static void cw__http_alloc(uv_handle_t* h, size_t suggested, uv_buf_t* buf) {
-  cw_ctl_http_t* c = h->data;
-  // Never more than the bound: a full buffer without a head is refused (431)
-  // before another read is asked for.
-  *buf = uv_buf_init(c->buf + c->len, (unsigned)(sizeof(c->buf) - c->len));
-}
-
-static void cw__http_read(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf) {
-  cw_ctl_http_t* c = s->data;
-  if (c->closing || c->responding) return;
-  if (nread < 0) {
-    cw__http_close(c);
-    return;
-  }
-  c->len += (size_t)nread;
-  cw_http_request_t r;
-  switch (cw_http_parse_request(c->buf, c->len, sizeof(c->buf), &r)) {
-    case CW_HTTP_NEED_MORE:
-      return;
-    case CW_HTTP_OK:
-      cw__http_request(c, &r);
-      return;
-    case CW_HTTP_TOO_LARGE:
-      cw__http_error(c, 431, "Request Header Fields Too Large", "");
-      return;
-    case CW_HTTP_BAD:
-      cw__http_error(c, 400, "Bad Request", "");
-      return;
-  }
-}
-
-static void cw__http_accept(uv_stream_t* server, int status) {
-  cw_controller_t* ctl = server->data;
-  cw_ctl_metrics_t* m = ctl->metrics;
-  if (status < 0 || !m || m->stopped) return;
-  cw_ctl_http_t* c = calloc(1, sizeof(*c));
-  if (!c) return;
-  c->m = m;
-  uv_tcp_init(&ctl->loop, &c->tcp);
-  uv_timer_init(&ctl->loop, &c->timer);
-  c->tcp.data = c->timer.data = c;
-  c->open_handles = 2;
-  c->next = m->conns;
-  m->conns = c;
-  m->num_conns++;
-  if (uv_accept(server, (uv_stream_t*)&c->tcp) < 0) {
-    cw__http_close(c);
-    return;
-  }
-  if (m->num_conns > CW__HTTP_MAX_CONNS) {
-    // Full: the oldest goes (idle peers cannot lock a scraper out).
-    cw_ctl_http_t* oldest = m->conns;
-    while (oldest->next) oldest = oldest->next;
-    m->http_refused++;
-    cw__http_close(oldest);
-  }
-  uv_timer_start(&c->timer, cw__http_timeout, CW__HTTP_TIMEOUT_MS, 0);
-  if (uv_read_start((uv_stream_t*)&c->tcp, cw__http_alloc, cw__http_read) < 0) cw__http_close(c);
 }
 
 // --- Lifecycle -------------------------------------------------------------------------
@@ -413,8 +270,6 @@ static void cw__http_accept(uv_stream_t* server, int status) {
 cw_status_t cw_ctl_metrics_start(cw_controller_t* ctl) {
   const char* address = cw_settings_string(ctl->settings, CW_SET_METRICS_LISTEN);
   if (!address[0]) return cw_ok_status();
-  struct sockaddr_storage sa;
-  CW_RETURN_IF_ERROR(cw_net_parse_host_port(address, &sa), "--metrics-listen");
   cw_ctl_metrics_t* m = calloc(1, sizeof(*m));
   if (!m) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   ctl->metrics = m;
@@ -425,33 +280,18 @@ cw_status_t cw_ctl_metrics_start(cw_controller_t* ctl) {
   m->compile_latency.num_bounds = CW__NUM(cw__compile_bounds);
   _Static_assert(CW__NUM(cw__launch_bounds) < CW__MAX_BUCKETS, "buckets");
   _Static_assert(CW__NUM(cw__compile_bounds) < CW__MAX_BUCKETS, "buckets");
-  uv_tcp_init(&ctl->loop, &m->listener);
-  m->listener.data = ctl;
-  m->listener_open = true;
-  int rc = uv_tcp_bind(&m->listener, (const struct sockaddr*)&sa, 0);
-  if (rc >= 0) rc = uv_listen((uv_stream_t*)&m->listener, 64, cw__http_accept);
-  if (rc < 0) {
-    return cw_make_status(CW_UNAVAILABLE, "--metrics-listen: cannot listen on %s: %s", address,
-                          uv_strerror(rc));
-  }
-  struct sockaddr_storage bound;
-  int len = sizeof(bound);
-  uv_tcp_getsockname(&m->listener, (struct sockaddr*)&bound, &len);
-  int port = bound.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6*)&bound)->sin6_port)
-                                         : ntohs(((struct sockaddr_in*)&bound)->sin_port);
-  const char* colon = strrchr(address, ':');
-  snprintf(m->address, sizeof(m->address), "%.*s:%d", (int)(colon - address), address, port);
-  printf("causeway-controller metrics on http://%s/metrics\n", m->address);
+  CW_RETURN_IF_ERROR(cw_http_server_create(&ctl->loop, address, cw__http_handle, m, &m->server),
+                     "--metrics-listen");
+  printf("causeway-controller metrics on http://%s/metrics\n", cw_http_server_address(m->server));
   fflush(stdout);
   return cw_ok_status();
 }
 
 void cw_ctl_metrics_stop(cw_controller_t* ctl) {
   cw_ctl_metrics_t* m = ctl->metrics;
-  if (!m || m->stopped) return;
-  m->stopped = true;
-  if (m->listener_open) uv_close((uv_handle_t*)&m->listener, NULL);
-  while (m->conns) cw__http_close(m->conns);
+  if (!m) return;
+  cw_http_server_close(m->server);
+  m->server = NULL;
 }
 
 void cw_ctl_metrics_release(cw_controller_t* ctl) {

@@ -1,5 +1,6 @@
 // Metrics (cw_ctl_metrics.c): Prometheus text over HTTP on --metrics-listen,
-// from the controller's counters and the workers' polled STATS.
+// from the controller's counters and the workers' polled STATS, and the
+// health probes (/healthz, /readyz) on the same port.
 #ifndef CW_CTL_METRICS_H_
 #define CW_CTL_METRICS_H_
 

@@ -56,10 +56,10 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
                                   "frames-per-wakeup", CW_SETTING_INT, 1, 1 << 20, "64", false,
                                   false, "frames one connection may have handled per loop "
                                   "wakeup"},
-    [CW_SET_PLUGIN] = {"CAUSEWAY_PJRT_PLUGIN", "CW_PJRT_PLUGIN", CW__WRK | CW__PLG, "plugin",
-                       CW_SETTING_STRING, 0, 0, "", false, false,
+    [CW_SET_PLUGIN] = {"CAUSEWAY_PJRT_PLUGIN", "CW_PJRT_PLUGIN", CW__WRK | CW__PLG | CW__TOOL,
+                       "plugin", CW_SETTING_STRING, 0, 0, "", false, false,
                        "path of the vendor PJRT plugin library the worker loads (also the "
-                       "embedded cluster's workers)"},
+                       "embedded cluster's and `causeway up`'s workers)"},
     [CW_SET_DEVICES] = {"CAUSEWAY_WORKER_DEVICES", "CW_DEVICES", CW__WRK, "devices",
                         CW_SETTING_INT, 1, 4096, "4", false, false,
                         "devices the worker's PJRT client creates (CPU plugin)"},
@@ -108,10 +108,10 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
                                          "compile-cache-disk-bytes", CW_SETTING_INT, 0,
                                          1024 * 1024 * GIB, "10737418240", false, false,
                                          "bound of the disk cache (oldest out first)"},
-    [CW_SET_METRICS_LISTEN] = {"CAUSEWAY_METRICS_LISTEN", "CW_METRICS_LISTEN", CW__CTL,
+    [CW_SET_METRICS_LISTEN] = {"CAUSEWAY_METRICS_LISTEN", "CW_METRICS_LISTEN", CW__DMN,
                                "metrics-listen", CW_SETTING_STRING, 0, 0, "", false, false,
-                               "serve Prometheus metrics over HTTP on host:port (GET /metrics); "
-                               "empty: off"},
+                               "serve HTTP on host:port: GET /healthz and /readyz (probes), and "
+                               "on the controller /metrics (Prometheus); empty: off"},
     [CW_SET_HEARTBEAT_MS] = {"CAUSEWAY_HEARTBEAT_MS", "CW_HEARTBEAT_MS", CW__WRK,
                              "heartbeat-ms", CW_SETTING_INT, 10, 60000, "1000", false, false,
                              "send the controller a heartbeat this often"},
@@ -140,10 +140,11 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
     [CW_SET_LOCAL_DEVICES] = {"CAUSEWAY_LOCAL_DEVICES", NULL, CW__PLG, NULL, CW_SETTING_INT, 1,
                               4096, "4", false, false,
                               "CPU devices of each embedded worker"},
-    [CW_SET_BIN_DIR] = {"CAUSEWAY_BIN_DIR", NULL, CW__PLG, NULL, CW_SETTING_STRING, 0, 0, "",
-                        false, false,
+    [CW_SET_BIN_DIR] = {"CAUSEWAY_BIN_DIR", NULL, CW__PLG | CW__TOOL, NULL, CW_SETTING_STRING, 0,
+                        0, "", false, false,
                         "directory holding causeway-controller and causeway-worker for the "
-                        "embedded cluster (default: bin/ beside the plugin's lib/)"},
+                        "embedded cluster and `causeway up` (default: bin/ beside the "
+                        "plugin's lib/; the tool's own directory)"},
     [CW_SET_CHILD_LOGS] = {"CAUSEWAY_CHILD_LOGS", NULL, CW__PLG, NULL, CW_SETTING_STRING, 0, 0,
                            "", false, false,
                            "inherit: the embedded daemons log to this process's stderr "

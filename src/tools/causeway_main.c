@@ -1,6 +1,7 @@
 // `causeway`: the operator's tool. Talks to causeway-controller with the C
 // client library (ADMIN_* messages, docs/protocol.md); see cw_cli.c for the
-// command line and output, docs/operations.md for examples.
+// command line and output, cw_up.c for `causeway up` / `down`,
+// docs/operations.md and docs/deploy.md for examples.
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include "cw_client.h"
 #include "cw_settings.h"
 #include "cw_time.h"
+#include "cw_up.h"
 
 static int cw__exit_for(cw_status_t st) {
   switch (cw_status_code(st)) {
@@ -139,6 +141,13 @@ int main(int argc, char** argv) {
   cw_settings_warn_old_names(CW_SCOPE_TOOL);
   cw_settings_t settings;
   cw_status_t s = cw_settings_initialize(&settings, CW_SCOPE_TOOL);
+  if (!s && (args.command == CW_CLI_UP || args.command == CW_CLI_DOWN)) {
+    // A local cluster of its own (cw_up.c): no controller to reach, and no
+    // token of the caller's (up makes one).
+    int rc = args.command == CW_CLI_UP ? cw_up_start(&args, &settings) : cw_up_stop(&args);
+    cw_settings_deinitialize(&settings);
+    return rc;
+  }
   if (!s) s = cw_settings_load_token(&settings);
   if (s) {
     fprintf(stderr, "causeway: settings: %s\n", cw_status_message(s));
@@ -182,6 +191,8 @@ int main(int argc, char** argv) {
       rc = cw__drain(c, &args);
       break;
     case CW_CLI_HELP:
+    case CW_CLI_UP:
+    case CW_CLI_DOWN:
       break;
   }
   cw_client_release(c);

@@ -22,15 +22,24 @@ const char cw_cli_usage[] =
     "                                   finish what it holds, take nothing new;\n"
     "                                   --wait: until it is idle (default 60 s)\n"
     "  undrain WORKER                   take work again\n"
+    "  up [--workers N] [--devices D] [--dir DIR] [--listen HOST:PORT]\n"
+    "     [--metrics-listen HOST:PORT] [--plugin PATH] [--timeout S]\n"
+    "                                   start a local cluster in the background (default\n"
+    "                                   2 workers x 4 devices, Unix sockets in DIR, a\n"
+    "                                   fresh token) and print the lines to export\n"
+    "  down [--dir DIR] [--grace S]     stop it (SIGTERM, SIGKILL after S, default 10)\n"
+    "                                   and remove its files\n"
     "\n"
     "SESSION is an id or a name (as `causeway status` lists them); WORKER a worker name.\n"
     "The controller: --controller host:port or a Unix socket path, else\n"
     "$CAUSEWAY_CONTROLLER. The token: $CAUSEWAY_TOKEN or the file $CAUSEWAY_TOKEN_FILE\n"
-    "names.\n"
+    "names. up/down: DIR defaults to $XDG_RUNTIME_DIR/causeway (if that exists), else\n"
+    "/tmp/causeway-UID; the workers' PJRT plugin is --plugin or $CAUSEWAY_PJRT_PLUGIN.\n"
     "\n"
-    "exit codes: 0 done; 1 the controller refused or failed it; 2 bad command line;\n"
-    "3 controller unreachable or token refused; 4 no such session or worker;\n"
-    "5 drain --wait timed out\n";
+    "exit codes: 0 done; 1 the controller refused or failed it (up: the cluster did not\n"
+    "start or one runs in DIR already); 2 bad command line; 3 controller unreachable or\n"
+    "token refused; 4 no such session or worker (down: no cluster in DIR);\n"
+    "5 drain --wait or up timed out\n";
 
 static bool cw__fail(char* err, size_t n, const char* fmt, const char* what) {
   snprintf(err, n, fmt, what);
@@ -45,14 +54,96 @@ static bool cw__all_digits(const char* s) {
   return true;
 }
 
-enum { CW__OPT_CONTROLLER = 256, CW__OPT_TIMEOUT, CW__OPT_JSON, CW__OPT_WAIT };
+enum {
+  CW__OPT_CONTROLLER = 256,
+  CW__OPT_TIMEOUT,
+  CW__OPT_JSON,
+  CW__OPT_WAIT,
+  CW__OPT_DIR,
+  CW__OPT_WORKERS,
+  CW__OPT_DEVICES,
+  CW__OPT_LISTEN,
+  CW__OPT_METRICS_LISTEN,
+  CW__OPT_PLUGIN,
+  CW__OPT_GRACE,
+};
+
+static const struct option cw__longopts[] = {
+    {"help", no_argument, NULL, 'h'},
+    {"controller", required_argument, NULL, CW__OPT_CONTROLLER},
+    {"timeout", required_argument, NULL, CW__OPT_TIMEOUT},
+    {"json", no_argument, NULL, CW__OPT_JSON},
+    {"wait", no_argument, NULL, CW__OPT_WAIT},
+    {"dir", required_argument, NULL, CW__OPT_DIR},
+    {"workers", required_argument, NULL, CW__OPT_WORKERS},
+    {"devices", required_argument, NULL, CW__OPT_DEVICES},
+    {"listen", required_argument, NULL, CW__OPT_LISTEN},
+    {"metrics-listen", required_argument, NULL, CW__OPT_METRICS_LISTEN},
+    {"plugin", required_argument, NULL, CW__OPT_PLUGIN},
+    {"grace", required_argument, NULL, CW__OPT_GRACE},
+    {NULL, 0, NULL, 0}};
+
+// "--name" of option code `opt`.
+static const char* cw__opt_name(int opt) {
+  for (const struct option* o = cw__longopts; o->name; ++o) {
+    if (o->val == opt) return o->name;
+  }
+  return "?";
+}
 
 // An option that needs a value was given none (or "").
 static bool cw__missing(int opt, char* err, size_t err_size) {
-  if (opt == CW__OPT_CONTROLLER) {
-    return cw__fail(err, err_size, "%s needs an address", "--controller");
+  const char* what = "a value";
+  switch (opt) {
+    case CW__OPT_CONTROLLER:
+    case CW__OPT_LISTEN:
+    case CW__OPT_METRICS_LISTEN:
+      what = "an address";
+      break;
+    case CW__OPT_TIMEOUT:
+    case CW__OPT_GRACE:
+      what = "a number of seconds";
+      break;
+    case CW__OPT_WORKERS:
+    case CW__OPT_DEVICES:
+      what = "a number";
+      break;
+    case CW__OPT_DIR:
+      what = "a directory";
+      break;
+    case CW__OPT_PLUGIN:
+      what = "a path";
+      break;
   }
-  return cw__fail(err, err_size, "%s needs a number of seconds", "--timeout");
+  snprintf(err, err_size, "--%s needs %s", cw__opt_name(opt), what);
+  return false;
+}
+
+// Seconds in [0, 86400] into *out.
+static bool cw__seconds(int opt, const char* text, double* out, char* err, size_t err_size) {
+  char* end = NULL;
+  errno = 0;
+  double t = strtod(text, &end);
+  if (errno || *end || !isfinite(t) || t < 0 || t > 86400) {
+    snprintf(err, err_size, "--%s '%s' is not a number of seconds (0..86400)", cw__opt_name(opt),
+             text);
+    return false;
+  }
+  *out = t;
+  return true;
+}
+
+// A whole number in [1, max] into *out.
+static bool cw__count(int opt, const char* text, int max, int* out, char* err, size_t err_size) {
+  char* end = NULL;
+  errno = 0;
+  long v = strtol(text, &end, 10);
+  if (errno || *end || v < 1 || v > max) {
+    snprintf(err, err_size, "--%s '%s' is not a number in 1..%d", cw__opt_name(opt), text, max);
+    return false;
+  }
+  *out = (int)v;
+  return true;
 }
 
 // Adds a command-line word to the positional ones (a command and a target).
@@ -63,53 +154,73 @@ static bool cw__positional(const char* a, const char** positional, int* npos, ch
   return true;
 }
 
+// The options each command accepts (bits of 1 << (code - CW__OPT_CONTROLLER)).
+#define CW__BIT(o) (1u << ((o) - CW__OPT_CONTROLLER))
+static const unsigned cw__up_opts = CW__BIT(CW__OPT_DIR) | CW__BIT(CW__OPT_WORKERS) |
+                                    CW__BIT(CW__OPT_DEVICES) | CW__BIT(CW__OPT_LISTEN) |
+                                    CW__BIT(CW__OPT_METRICS_LISTEN) | CW__BIT(CW__OPT_PLUGIN) |
+                                    CW__BIT(CW__OPT_TIMEOUT);
+static const unsigned cw__down_opts = CW__BIT(CW__OPT_DIR) | CW__BIT(CW__OPT_GRACE);
+
 bool cw_cli_parse(int argc, char** argv, cw_cli_args_t* out, char* err, size_t err_size) {
   memset(out, 0, sizeof(*out));
   out->timeout_s = 60;
+  out->workers = 2;
+  out->devices = 4;
+  out->grace_s = 10;
   err[0] = 0;
   const char* positional[3] = {NULL, NULL, NULL};
   int npos = 0;
-  bool timeout_given = false;
-  static const struct option longopts[] = {
-      {"help", no_argument, NULL, 'h'},
-      {"controller", required_argument, NULL, CW__OPT_CONTROLLER},
-      {"timeout", required_argument, NULL, CW__OPT_TIMEOUT},
-      {"json", no_argument, NULL, CW__OPT_JSON},
-      {"wait", no_argument, NULL, CW__OPT_WAIT},
-      {NULL, 0, NULL, 0}};
+  unsigned given = 0;  // CW__BIT of each option given
   // "-": words in order (code 1), as options may come after the command;
   // ":": a missing value is ':', not a message of getopt's own. optind = 0
   // is glibc's full reset, so every call (the tests make many) starts afresh.
   opterr = 0;
   optind = 0;
   int c;
-  while ((c = getopt_long(argc, argv, "-:h", longopts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "-:h", cw__longopts, NULL)) != -1) {
+    if (c >= CW__OPT_CONTROLLER) given |= CW__BIT(c);
+    bool has_value = c >= CW__OPT_CONTROLLER && c != CW__OPT_JSON && c != CW__OPT_WAIT;
+    if (has_value && !*optarg) return cw__missing(c, err, err_size);
     switch (c) {
       case 'h':
         out->command = CW_CLI_HELP;
         return false;  // err "": usage
       case CW__OPT_CONTROLLER:
-        if (!*optarg) return cw__missing(c, err, err_size);
         out->controller = optarg;
         break;
-      case CW__OPT_TIMEOUT: {
-        if (!*optarg) return cw__missing(c, err, err_size);
-        char* end = NULL;
-        errno = 0;
-        double t = strtod(optarg, &end);
-        if (errno || *end || !isfinite(t) || t < 0 || t > 86400) {
-          return cw__fail(err, err_size, "--timeout '%s' is not a number of seconds (0..86400)",
-                          optarg);
-        }
-        out->timeout_s = t;
-        timeout_given = true;
+      case CW__OPT_TIMEOUT:
+        if (!cw__seconds(c, optarg, &out->timeout_s, err, err_size)) return false;
         break;
-      }
+      case CW__OPT_GRACE:
+        if (!cw__seconds(c, optarg, &out->grace_s, err, err_size)) return false;
+        break;
       case CW__OPT_JSON:
         out->json = true;
         break;
       case CW__OPT_WAIT:
         out->wait = true;
+        break;
+      case CW__OPT_DIR:
+        out->dir = optarg;
+        break;
+      case CW__OPT_WORKERS:
+        if (!cw__count(c, optarg, 64, &out->workers, err, err_size)) return false;
+        break;
+      case CW__OPT_DEVICES:
+        if (!cw__count(c, optarg, 4096, &out->devices, err, err_size)) return false;
+        break;
+      case CW__OPT_LISTEN:
+        if (strchr(optarg, '/') || !strchr(optarg, ':')) {
+          return cw__fail(err, err_size, "--listen '%s' is not HOST:PORT", optarg);
+        }
+        out->listen = optarg;
+        break;
+      case CW__OPT_METRICS_LISTEN:
+        out->metrics_listen = optarg;
+        break;
+      case CW__OPT_PLUGIN:
+        out->plugin = optarg;
         break;
       case 1:
         if (!cw__positional(optarg, positional, &npos, err, err_size)) return false;
@@ -135,11 +246,13 @@ bool cw_cli_parse(int argc, char** argv, cw_cli_args_t* out, char* err, size_t e
     bool needs_target;
   } cmds[] = {{"status", CW_CLI_STATUS, false}, {"pause", CW_CLI_PAUSE, true},
               {"resume", CW_CLI_RESUME, true},  {"drain", CW_CLI_DRAIN, true},
-              {"undrain", CW_CLI_UNDRAIN, true}};
+              {"undrain", CW_CLI_UNDRAIN, true}, {"up", CW_CLI_UP, false},
+              {"down", CW_CLI_DOWN, false}};
   size_t k = 0;
   while (k < sizeof(cmds) / sizeof(cmds[0]) && strcmp(cmds[k].name, positional[0])) k++;
   if (k == sizeof(cmds) / sizeof(cmds[0])) {
-    return cw__fail(err, err_size, "unknown command '%s' (status, pause, resume, drain, undrain)",
+    return cw__fail(err, err_size,
+                    "unknown command '%s' (status, pause, resume, drain, undrain, up, down)",
                     positional[0]);
   }
   out->command = cmds[k].cmd;
@@ -165,8 +278,33 @@ bool cw_cli_parse(int argc, char** argv, cw_cli_args_t* out, char* err, size_t e
   if (out->json && out->command != CW_CLI_STATUS) {
     return cw__fail(err, err_size, "%s", "--json is for status");
   }
-  if ((out->wait || timeout_given) && out->command != CW_CLI_DRAIN) {
-    return cw__fail(err, err_size, "%s", "--wait and --timeout are for drain");
+  if (out->command == CW_CLI_UP || out->command == CW_CLI_DOWN) {
+    if (out->controller) {
+      return cw__fail(err, err_size, "--controller is not for %s (it uses --dir)",
+                      cmds[k].name);
+    }
+    unsigned allowed = out->command == CW_CLI_UP ? cw__up_opts : cw__down_opts;
+    for (int o = CW__OPT_TIMEOUT; o <= CW__OPT_GRACE; ++o) {
+      if ((given & CW__BIT(o)) && !(allowed & CW__BIT(o))) {
+        snprintf(err, err_size, "--%s is not for %s (see --help)", cw__opt_name(o),
+                 cmds[k].name);
+        return false;
+      }
+    }
+    return true;
+  }
+  for (int o = CW__OPT_DIR; o <= CW__OPT_GRACE; ++o) {
+    if (!(given & CW__BIT(o))) continue;
+    bool up = cw__up_opts & CW__BIT(o), down = cw__down_opts & CW__BIT(o);
+    snprintf(err, err_size, "--%s is for %s", cw__opt_name(o),
+             up && down ? "up and down" : up ? "up" : "down");
+    return false;
+  }
+  if (out->wait && out->command != CW_CLI_DRAIN) {
+    return cw__fail(err, err_size, "%s", "--wait is for drain");
+  }
+  if ((given & CW__BIT(CW__OPT_TIMEOUT)) && out->command != CW_CLI_DRAIN) {
+    return cw__fail(err, err_size, "%s", "--timeout is for drain and up");
   }
   return true;
 }

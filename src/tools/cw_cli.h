@@ -1,5 +1,6 @@
 // The `causeway` operations tool: argument parsing and output formatting
-// (the parts that do not need a controller; causeway_main.c does the rest).
+// (the parts that do not need a controller; causeway_main.c does the rest,
+// cw_up.c the local clusters of `causeway up` / `causeway down`).
 #ifndef CW_TOOLS_CLI_H_
 #define CW_TOOLS_CLI_H_
 
@@ -27,6 +28,8 @@ typedef enum cw_cli_command_e {
   CW_CLI_RESUME,
   CW_CLI_DRAIN,
   CW_CLI_UNDRAIN,
+  CW_CLI_UP,
+  CW_CLI_DOWN,
 } cw_cli_command_t;
 
 typedef struct cw_cli_args_s {
@@ -36,7 +39,15 @@ typedef struct cw_cli_args_s {
   uint64_t session_id;     // target is all digits: a session id, else a name
   bool json;
   bool wait;
-  double timeout_s;  // drain --wait; default 60
+  double timeout_s;  // drain --wait, up (until every worker registered); default 60
+  // up and down: a local cluster whose files live in `dir`.
+  const char* dir;             // --dir, else NULL: the default state directory
+  int workers;                 // up --workers; default 2
+  int devices;                 // up --devices (each worker's); default 4
+  const char* listen;          // up --listen: the controller on TCP, else NULL: Unix sockets
+  const char* metrics_listen;  // up --metrics-listen: the controller's HTTP port, else NULL
+  const char* plugin;          // up --plugin, else NULL: $CAUSEWAY_PJRT_PLUGIN
+  double grace_s;              // down --grace: SIGTERM, then SIGKILL after it; default 10
 } cw_cli_args_t;
 
 // Parses argv (argv[0] is the program). Returns true, or false with a

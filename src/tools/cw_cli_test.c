@@ -352,13 +352,47 @@ static void test_args_commands(void** state) {
   assert_null(a.controller);
 }
 
+static void test_args_up_down(void** state) {
+  cw_cli_args_t a;
+  char err[256];
+  // Defaults: 2 workers x 4 devices, Unix sockets in the default directory.
+  assert_true(parse(&a, err, sizeof(err), "up", NULL));
+  assert_int_equal(a.command, CW_CLI_UP);
+  assert_int_equal(a.workers, 2);
+  assert_int_equal(a.devices, 4);
+  assert_null(a.dir);
+  assert_null(a.listen);
+  assert_null(a.metrics_listen);
+  assert_null(a.plugin);
+  assert_true(a.timeout_s == 60);
+  assert_true(parse(&a, err, sizeof(err), "up", "--workers", "3", "--devices=8", "--dir", "/d",
+                    "--listen", "0.0.0.0:7000", "--metrics-listen", "127.0.0.1:0", "--plugin",
+                    "/p.so", "--timeout", "90", NULL));
+  assert_int_equal(a.workers, 3);
+  assert_int_equal(a.devices, 8);
+  assert_string_equal(a.dir, "/d");
+  assert_string_equal(a.listen, "0.0.0.0:7000");
+  assert_string_equal(a.metrics_listen, "127.0.0.1:0");
+  assert_string_equal(a.plugin, "/p.so");
+  assert_true(a.timeout_s == 90);
+  assert_true(parse(&a, err, sizeof(err), "--dir=/d", "down", "--grace", "0.5", NULL));
+  assert_int_equal(a.command, CW_CLI_DOWN);
+  assert_string_equal(a.dir, "/d");
+  assert_true(a.grace_s == 0.5);
+  assert_true(parse(&a, err, sizeof(err), "down", NULL));
+  assert_true(a.grace_s == 10);
+  // The bounds themselves are accepted.
+  assert_true(parse(&a, err, sizeof(err), "up", "--workers", "64", "--devices", "4096", NULL));
+  assert_true(parse(&a, err, sizeof(err), "up", "--workers", "1", "--devices", "1", NULL));
+}
+
 static void test_args_errors(void** state) {
   static const struct {
     const char* args[6];  // after argv[0], up to the first NULL
     const char* err;
   } cases[] = {
       {{NULL}, "no command given (see --help)"},
-      {{"stats"}, "unknown command 'stats' (status, pause, resume, drain, undrain)"},
+      {{"stats"}, "unknown command 'stats' (status, pause, resume, drain, undrain, up, down)"},
       {{"pause"}, "pause needs a SESSION id or name"},
       {{"drain"}, "drain needs a WORKER name"},
       {{"status", "--frobnicate"}, "unknown option '--frobnicate' (see --help)"},
@@ -368,7 +402,26 @@ static void test_args_errors(void** state) {
       {{"pause", "99999999999999999999999"},
        "session id '99999999999999999999999' is out of range"},
       {{"pause", "s", "--json"}, "--json is for status"},
-      {{"status", "--wait"}, "--wait and --timeout are for drain"},
+      {{"status", "--wait"}, "--wait is for drain"},
+      {{"status", "--timeout", "1"}, "--timeout is for drain and up"},
+      {{"up", "--workers", "0"}, "--workers '0' is not a number in 1..64"},
+      {{"up", "--workers", "65"}, "--workers '65' is not a number in 1..64"},
+      {{"up", "--devices", "4097"}, "--devices '4097' is not a number in 1..4096"},
+      {{"up", "--devices", "2x"}, "--devices '2x' is not a number in 1..4096"},
+      {{"up", "--listen", "/tmp/c.sock"}, "--listen '/tmp/c.sock' is not HOST:PORT"},
+      {{"up", "--listen", "localhost"}, "--listen 'localhost' is not HOST:PORT"},
+      {{"up", "--dir"}, "--dir needs a directory"},
+      {{"up", "--plugin="}, "--plugin needs a path"},
+      {{"up", "--grace", "1"}, "--grace is not for up (see --help)"},
+      {{"up", "--wait"}, "--wait is not for up (see --help)"},
+      {{"up", "--controller", "h:1"}, "--controller is not for up (it uses --dir)"},
+      {{"up", "extra"}, "unexpected argument 'extra' (see --help)"},
+      {{"down", "--workers", "2"}, "--workers is not for down (see --help)"},
+      {{"down", "--timeout", "2"}, "--timeout is not for down (see --help)"},
+      {{"down", "--grace", "-1"}, "--grace '-1' is not a number of seconds (0..86400)"},
+      {{"status", "--dir", "/d"}, "--dir is for up and down"},
+      {{"drain", "w", "--grace", "1"}, "--grace is for down"},
+      {{"pause", "s", "--workers", "1"}, "--workers is for up"},
       {{"status", "extra"}, "unexpected argument 'extra' (see --help)"},
       {{"pause", "s", "more"}, "unexpected argument 'more' (see --help)"},
       {{"status", "-x"}, "unknown option '-x' (see --help)"},
@@ -425,6 +478,7 @@ int main(void) {
       cmocka_unit_test(test_status_json_repairs_invalid_utf8),
       cmocka_unit_test(test_args_commands),
       cmocka_unit_test(test_args_errors),
+      cmocka_unit_test(test_args_up_down),
       cmocka_unit_test(test_status_json_escapes_peer_text),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -30,6 +30,7 @@
 
 #include "cw_log.h"
 #include "cw_worker_conn.h"
+#include "cw_worker_http.h"
 #include "cw_worker_internal.h"
 #include "cw_worker_link.h"
 #include "cw_worker_pin.h"
@@ -178,6 +179,7 @@ void cw_worker_stop(cw_worker_t* w) {
   uv_close((uv_handle_t*)&w->sigint, NULL);
   cw_net_watch_stop(&w->watch);
   cw_worker_link_stop(w);
+  cw_worker_http_stop(w);
   cw_worker_stamp_stop(w);  // launches waiting for their turn go now
   cw_net_stop(&w->net);     // the listener, every connection
   // Any session left (none should be) goes with its objects.
@@ -257,6 +259,7 @@ cw_status_t cw_worker_create(const cw_settings_t* settings, cw_worker_t** out) {
                                           &w->watch), "worker");
   }
   CW_RETURN_IF_ERROR(cw_worker_link_start(w), "worker");
+  CW_RETURN_IF_ERROR(cw_worker_http_start(w), "worker");
   return cw_ok_status();
 }
 

@@ -124,6 +124,7 @@ struct cw_worker_s {
   cw_conn_t* launch_throttled_tail;
   cw_pin_t* pins;  // buffers whose device memory a write reads in place
   cw_worker_link_t* link;  // the controller link (cw_worker_link.c); NULL: none
+  struct cw_http_server_s* http;  // health probes (cw_worker_http.c); NULL: none
   // Operations (cw_worker_ops.c): `causeway drain`, and ops alive (for idle).
   bool draining;
   size_t ops_live;

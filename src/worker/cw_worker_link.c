@@ -176,6 +176,10 @@ void cw_worker_link_stop(cw_worker_t* w) {
   uv_close((uv_handle_t*)&w->link->reconnect_timer, NULL);
 }
 
+bool cw_worker_link_registered(const cw_worker_t* w) {
+  return w->link && w->link->conn && w->link->registered;
+}
+
 void cw_worker_link_release(cw_worker_t* w) {
   free(w->link);
   w->link = NULL;

@@ -14,6 +14,9 @@ CW_MUST_USE cw_status_t cw_worker_link_start(cw_worker_t* w);
 // Shutting down: timers close.
 void cw_worker_link_stop(cw_worker_t* w);
 void cw_worker_link_release(cw_worker_t* w);
+// Whether the controller has accepted this worker's REGISTER on the link
+// that is up now (false without --controller).
+bool cw_worker_link_registered(const cw_worker_t* w);
 // The controller connection `c` closed.
 void cw_worker_link_closed(cw_conn_t* c);
 

@@ -1,4 +1,4 @@
-// Unit tests of the metrics endpoint's request parser and label escaping.
+// Unit tests of the daemons' HTTP request parser and label escaping.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
-// libFuzzer target: the metrics endpoint's HTTP request-head parser, fed as
-// the controller feeds it (every prefix a read could deliver, then the whole
+// libFuzzer target: the daemons' HTTP request-head parser, fed as
+// cw_http_server feeds it (every prefix a read could deliver, then the whole
 // input), and the label escaper on the same bytes.
 #include <stddef.h>
 #include <stdint.h>

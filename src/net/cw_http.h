@@ -1,8 +1,9 @@
-// A minimal HTTP/1.x request-head parser for the controller's GET-only
-// metrics endpoint. Pure (no I/O): the caller buffers bytes up to a bound
-// and asks whether a complete, well-formed request head has arrived.
-#ifndef CW_CONTROLLER_HTTP_H_
-#define CW_CONTROLLER_HTTP_H_
+// A minimal HTTP/1.x request-head parser for the daemons' GET-only HTTP
+// endpoints (cw_http_server.h: metrics, health). Pure (no I/O): the caller
+// buffers bytes up to a bound and asks whether a complete, well-formed
+// request head has arrived.
+#ifndef CW_NET_HTTP_H_
+#define CW_NET_HTTP_H_
 
 #include <stddef.h>
 
@@ -39,4 +40,4 @@ void cw_http_text_printf(cw_http_text_t* t, const char* fmt, ...)
 void cw_http_text_label(cw_http_text_t* t, const char* value);
 void cw_http_text_free(cw_http_text_t* t);
 
-#endif  // CW_CONTROLLER_HTTP_H_
+#endif  // CW_NET_HTTP_H_

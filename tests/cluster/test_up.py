@@ -1,0 +1,160 @@
+"""`causeway up` / `causeway down` end to end: a background cluster that
+outlives the shell that started it, two JAX clients on it at once through the
+lines up printed, a second up refused, down stopping every daemon and
+removing its files; a dead cluster's files replaced, and a failed up cleaning
+up after itself."""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+import harness
+
+pytestmark = pytest.mark.skipif(harness.missing_build() is not None,
+                                reason=str(harness.missing_build()))
+
+CLIENT = pathlib.Path(__file__).resolve().parent / "up_client.py"
+
+
+def tool(*args, env=None, timeout=120):
+    return subprocess.run([os.path.join(harness.bin_dir(), "causeway"), *args],
+                          capture_output=True, text=True, timeout=timeout,
+                          env=env if env is not None else tool_env())
+
+
+def tool_env() -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("CAUSEWAY_") and not k.startswith("JAX_")}
+    env["CAUSEWAY_PJRT_PLUGIN"] = harness.cpu_plugin()
+    return env
+
+
+def exports(stdout: str) -> dict:
+    out = {}
+    for line in stdout.splitlines():
+        assert line.startswith("export "), stdout
+        k, v = line[len("export "):].split("=", 1)
+        out[k] = v
+    assert set(out) == {"CAUSEWAY_CONTROLLER", "CAUSEWAY_TOKEN_FILE"}, stdout
+    return out
+
+
+def pids(d: str) -> dict:
+    procs = {}
+    for line in pathlib.Path(d, "cluster").read_text().splitlines():
+        if line.startswith("process "):
+            _, name, pid, _start = line.split()
+            procs[name] = int(pid)
+    return procs
+
+
+def client_env(ex: dict) -> dict:
+    env = harness.causeway_env(controller=ex["CAUSEWAY_CONTROLLER"])
+    env["CAUSEWAY_TOKEN_FILE"] = ex["CAUSEWAY_TOKEN_FILE"]
+    env.pop("CAUSEWAY_TOKEN", None)
+    return env
+
+
+@pytest.fixture()
+def state_dir():
+    parent = tempfile.mkdtemp(prefix="cw-up-")
+    d = os.path.join(parent, "cluster")
+    yield d
+    if os.path.exists(os.path.join(d, "cluster")):
+        tool("down", "--dir", d, "--grace", "2")
+    shutil.rmtree(parent, ignore_errors=True)
+
+
+def test_up_two_clients_down(state_dir):
+    d = state_dir
+    # Started from a shell that exits at once: the daemons live on in
+    # sessions of their own.
+    sh = subprocess.run(["bash", "-c", f'"{harness.bin_dir()}/causeway" up --dir "{d}" '
+                         "--workers 2 --devices 2"], capture_output=True, text=True,
+                        timeout=120, env=tool_env())
+    assert sh.returncode == 0, sh.stderr
+    ex = exports(sh.stdout)
+    assert ex == {"CAUSEWAY_CONTROLLER": os.path.join(d, "controller.sock"),
+                  "CAUSEWAY_TOKEN_FILE": os.path.join(d, "token")}
+    assert "a cluster of 2 workers x 2 devices is up in " + d in sh.stderr
+    assert (os.stat(d).st_mode & 0o777) == 0o700
+    assert (os.stat(ex["CAUSEWAY_TOKEN_FILE"]).st_mode & 0o777) == 0o600
+    assert len(pathlib.Path(ex["CAUSEWAY_TOKEN_FILE"]).read_text().strip()) == 64
+    assert pathlib.Path(d, "env").read_text() == sh.stdout
+    procs = pids(d)
+    assert sorted(procs) == ["controller", "worker-0", "worker-1"]
+    for pid in procs.values():
+        assert harness.proc_alive(pid)
+        assert os.getsid(pid) == pid != os.getsid(0)
+        assert "--token" not in " ".join(harness.proc_cmdline(pid))
+
+    # Two JAX clients at once, each seeing all 4 devices.
+    env = client_env(ex)
+    clients = [subprocess.Popen([harness.PYTHON, str(CLIENT), str(i)], env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+               for i in range(2)]
+    for i, c in enumerate(clients):
+        out, err = c.communicate(timeout=180)
+        assert c.returncode == 0, err[-3000:]
+        r = json.loads(out.strip().splitlines()[-1])
+        assert r["devices"] == 4 and r["workers"] == ["worker-0", "worker-1"], r
+        assert r["process_count"] == 1 and r["sum"] == 2 * (28 + 8 * i), r
+    # Without the token a client is refused: the cluster is not open.
+    st = tool("status", env={**tool_env(), "CAUSEWAY_CONTROLLER": ex["CAUSEWAY_CONTROLLER"]})
+    assert st.returncode == 3, st
+    st = tool("status", env={**tool_env(), **ex})
+    assert st.returncode == 0 and "2 workers" in st.stdout, st
+
+    # A second cluster in the same directory is refused, the first untouched.
+    again = tool("up", "--dir", d)
+    assert again.returncode == 1, again
+    assert f"a cluster is running in {d} already" in again.stderr, again.stderr
+    assert again.stdout == ""
+    assert all(harness.proc_alive(p) for p in procs.values())
+
+    down = tool("down", "--dir", d)
+    assert down.returncode == 0, down.stderr
+    assert "(3 processes were running)" in down.stderr, down.stderr
+    assert not any(harness.proc_alive(p) for p in procs.values())
+    assert not os.path.exists(d)
+    again = tool("down", "--dir", d)
+    assert again.returncode == 4 and "no cluster in " + d in again.stderr, again
+
+
+def test_dead_cluster_replaced_and_failed_up_cleans_up(state_dir):
+    d = state_dir
+    up = tool("up", "--dir", d, "--workers", "1", "--devices", "1", "--listen", "127.0.0.1:0")
+    assert up.returncode == 0, up.stderr
+    ctl = exports(up.stdout)["CAUSEWAY_CONTROLLER"]
+    assert ctl.startswith("127.0.0.1:") and not ctl.endswith(":0"), ctl
+    old = pids(d)
+    for pid in old.values():
+        os.kill(pid, signal.SIGKILL)
+    assert harness.wait_until(lambda: not any(harness.proc_alive(p) for p in old.values()), 10)
+    # Its files are left; a new up replaces them.
+    up = tool("up", "--dir", d, "--workers", "1", "--devices", "1")
+    assert up.returncode == 0, up.stderr
+    assert "removing the files of a cluster in " + d + " that is no longer running" in up.stderr
+    assert tool("down", "--dir", d).returncode == 0
+
+    # A worker that cannot load its plugin: up fails, says why, stops the
+    # controller and leaves nothing behind.
+    bad = tool("up", "--dir", d, "--workers", "1", "--plugin", sys.executable, "--timeout", "30")
+    assert bad.returncode == 1, bad
+    assert "up failed; stopping what started" in bad.stderr and "worker-0.log" in bad.stderr
+    assert bad.stdout == ""
+    assert not os.path.exists(d)
+    # No plugin at all is a usage error, before anything starts.
+    env = tool_env()
+    del env["CAUSEWAY_PJRT_PLUGIN"]
+    none = tool("up", "--dir", d, env=env)
+    assert none.returncode == 2 and "no PJRT plugin for the workers" in none.stderr, none
+    assert not os.path.exists(d)
