@@ -1796,6 +1796,39 @@ static void test_on_free_after_last_reference(void** state) {
   assert_true(p->freed);
 }
 
+// A connection that closes after the connect but before the peer answered
+// HELLO is no different from a later close: its requests fail UNAVAILABLE
+// "connection to NAME closed: REASON" (only an unreachable peer or a refused
+// HELLO fail them with the reason itself).
+static void test_close_before_hello_answered(void** state) {
+  start_client("sesame");
+  char path[160];
+  raw_listen(path, sizeof(path));
+  for (int by_owner = 0; by_owner < 2; ++by_owner) {
+    out_t o = {0};
+    cw_net_conn_t* conn = connect_client(path, 0, &o);
+    reply_t a = {0};
+    request_ping(conn, "x", &a);
+    raw_t* s = raw_accept();
+    WAIT(raw_has_frames(s, 2));  // HELLO and PING, HELLO unanswered
+    if (by_owner) {
+      cw_net_conn_close(conn, cw_make_status(CW_ABORTED, "given up"));
+    } else {
+      raw_shutdown(s);
+      WAIT(a.done);
+    }
+    assert_true(a.done);
+    assert_int_equal(a.code, CW_UNAVAILABLE);
+    assert_string_equal(a.msg, by_owner ? "connection to srvname closed: given up"
+                                        : "connection to srvname closed: connection closed "
+                                          "by peer");
+    assert_int_equal(o.closes, 1);
+    assert_int_equal(o.close_code, by_owner ? CW_ABORTED : CW_UNAVAILABLE);
+    WAIT(o.freed);
+    raw_close(s);
+  }
+}
+
 // An EOF while a reply's bulk arrives fails that request (and frees what was
 // collected).
 static void test_outbound_eof_mid_reply_bulk(void** state) {
@@ -1923,6 +1956,7 @@ int main(void) {
       T(test_violation_closes_after_write),
       T(test_close_tries_gathered_frames),
       T(test_on_free_after_last_reference),
+      T(test_close_before_hello_answered),
       T(test_outbound_eof_mid_reply_bulk),
       T(test_stop_with_connections_open),
 #undef T
