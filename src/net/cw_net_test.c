@@ -67,6 +67,7 @@ typedef struct call_s {
 // An outbound connection's callbacks record here.
 typedef struct out_s {
   int closes;
+  int completions_at_close;  // requests completed when on_close ran
   bool closed_on_purpose;
   cw_status_code_t close_code;
   char close_msg[512];
@@ -400,6 +401,7 @@ static void start_client(const char* token) {
 static void o_on_close(cw_net_conn_t* conn, cw_status_t reason) {
   out_t* o = cw_net_conn_user(conn);
   o->closes++;
+  o->completions_at_close = fx.completions;
   o->closed_on_purpose = reason == NULL;
   copy_status(reason, &o->close_code, o->close_msg, sizeof(o->close_msg));
 }
@@ -1662,6 +1664,7 @@ static void test_close_with_reason(void** state) {
   assert_string_equal(a.msg, "connection to srvname closed: the test is done with it");
   assert_string_equal(b.msg, a.msg);
   assert_int_equal(o.closes, 1);
+  assert_int_equal(o.completions_at_close, fx.completions);  // requests failed first
   assert_int_equal(o.close_code, CW_ABORTED);
   assert_string_equal(o.close_msg, "the test is done with it");
   assert_false(cw_net_conn_is_open(conn));
