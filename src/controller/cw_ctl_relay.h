@@ -12,7 +12,6 @@ typedef struct cw_ctl_multi_s cw_ctl_multi_t;
 
 // A client request waiting in an island queue.
 struct cw_ctl_item_s {
-  cw_ctl_item_t* next;
   uint16_t type;
   cw_net_conn_t* client;  // retained
   uint64_t request_id;

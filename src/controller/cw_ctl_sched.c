@@ -227,6 +227,23 @@ void cw_ctl_sched_release(cw_controller_t* ctl, uint32_t island) {
   cw_ctl_sched_pump(ctl, island);
 }
 
+typedef struct cw__count_s {
+  bool launches_only;
+  uint64_t n;
+} cw__count_t;
+
+static void cw__count(void* user, const cw_sched_item_t* item) {
+  cw__count_t* c = user;
+  const cw_ctl_item_t* it = cw__item_of((cw_sched_item_t*)item);
+  c->n += !c->launches_only || it->type == CW_MSG_LAUNCH;
+}
+
+uint64_t cw_ctl_sched_queued(const cw_ctl_worker_t* w, bool launches_only) {
+  cw__count_t c = {launches_only, 0};
+  if (w->sched) cw_sched_island_visit(&w->sched->policy, cw__count, &c);
+  return c.n;
+}
+
 void* cw_ctl_sched_stats(cw_controller_t* ctl, Causeway__V1__Stats* st) {
   cw_ctl_stamp_ring_t* ring = ctl->stamp_ring;
   if (!ring || !ring->count) return NULL;
