@@ -126,6 +126,7 @@ static struct {
   raw_t raws[MAX_RAWS];
   int num_raws;
   int listen_fd;  // a raw listener (outbound tests)
+  char raw_path[160];
 } fx;
 
 static void tick_cb(uv_timer_t* t) { (void)t; }
@@ -266,25 +267,15 @@ static void h_download(cw_net_conn_t* conn, const cw_frame_header_t* h,
   }
 }
 
-static void h_compile(cw_net_conn_t* conn, const cw_frame_header_t* h, ProtobufCMessage** msg) {
+// Answers with an empty reply of the request's type.
+static void h_empty_reply(cw_net_conn_t* conn, const cw_frame_header_t* h,
+                          ProtobufCMessage** msg) {
   note_call(conn, h);
-  Causeway__V1__CompileReply rep = CAUSEWAY__V1__COMPILE_REPLY__INIT;
-  rep.exe_id = ((const Causeway__V1__CompileRequest*)*msg)->exe_id;
-  cw_net_conn_reply(conn, h->type, h->request_id, &rep.base);
-}
-
-static void h_register(cw_net_conn_t* conn, const cw_frame_header_t* h,
-                       ProtobufCMessage** msg) {
-  note_call(conn, h);
-  Causeway__V1__RegisterReply rep = CAUSEWAY__V1__REGISTER_REPLY__INIT;
-  cw_net_conn_reply(conn, h->type, h->request_id, &rep.base);
-}
-
-static void h_exe_info(cw_net_conn_t* conn, const cw_frame_header_t* h,
-                       ProtobufCMessage** msg) {
-  note_call(conn, h);
-  Causeway__V1__ExecutableInfo rep = CAUSEWAY__V1__EXECUTABLE_INFO__INIT;
-  cw_net_conn_reply(conn, h->type, h->request_id, &rep.base);
+  const ProtobufCMessageDescriptor* d = cw_msg_reply_descriptor(h->type);
+  ProtobufCMessage* rep = calloc(1, d->sizeof_message);
+  protobuf_c_message_init(d, rep);
+  cw_net_conn_reply(conn, h->type, h->request_id, rep);
+  free(rep);
 }
 
 static cw_status_t t_on_hello(cw_net_conn_t* conn, const Causeway__V1__HelloRequest* hello,
@@ -330,10 +321,10 @@ static const cw_net_service_t svc = {
             [CW_MSG_PING] = h_ping,
             [CW_MSG_UPLOAD] = h_upload,
             [CW_MSG_DOWNLOAD] = h_download,
-            [CW_MSG_COMPILE] = h_compile,
-            [CW_MSG_REGISTER] = h_register,
-            [CW_MSG_EXE_INFO] = h_exe_info,
-            [CW_MSG_STATS] = h_exe_info,  // never reached: admit refuses STATS
+            [CW_MSG_COMPILE] = h_empty_reply,
+            [CW_MSG_REGISTER] = h_empty_reply,
+            [CW_MSG_EXE_INFO] = h_empty_reply,
+            [CW_MSG_STATS] = h_empty_reply,  // never reached: admit refuses STATS
         },
 };
 
@@ -812,20 +803,19 @@ static int teardown(void** state) {
   for (int i = 0; i < fx.num_peers; ++i) free(fx.peers[i]);
   if (fx.admitted_kept) protobuf_c_message_free_unpacked(fx.admitted_kept, NULL);
   unlink(fx.path);
-  char p2[160];
-  snprintf(p2, sizeof(p2), "%s/raw.sock", fx.dir);
-  unlink(p2);
+  if (fx.raw_path[0]) unlink(fx.raw_path);
   rmdir(fx.dir);
   return rc;
 }
 
-// A Unix socket the test listens on itself (a peer the client net calls).
-static void raw_listen(char* out_path, size_t capacity) {
-  snprintf(out_path, capacity, "%s/raw.sock", fx.dir);
+// A Unix socket the test listens on itself (a peer the client net calls),
+// at fx.raw_path.
+static void raw_listen(void) {
+  snprintf(fx.raw_path, sizeof(fx.raw_path), "%s/raw.sock", fx.dir);
   int fd = socket(AF_UNIX, SOCK_STREAM, 0);
   assert_true(fd >= 0);
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", out_path);
+  snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", fx.raw_path);
   assert_int_equal(bind(fd, (struct sockaddr*)&sa, sizeof(sa)), 0);
   assert_int_equal(listen(fd, 8), 0);
   assert_int_equal(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK), 0);
@@ -837,6 +827,15 @@ static raw_t* raw_accept(void) {
   RUN_UNTIL((fd = accept(fx.listen_fd, NULL, NULL)) >= 0, WAIT_MS);
   assert_true(fd >= 0);
   return raw_adopt(fd);
+}
+
+// A client net connection to the raw listener, and the raw side it
+// accepted; a PING "x" follows HELLO when `ping` is given.
+static raw_t* connect_raw_peer(uint64_t session, out_t* o, reply_t* ping,
+                               cw_net_conn_t** out_conn) {
+  *out_conn = connect_client(fx.raw_path, session, o);
+  if (ping) request_ping(*out_conn, "x", ping);
+  return raw_accept();
 }
 
 // Reads the HELLO a client net sent and accepts it.
@@ -947,14 +946,12 @@ static void test_reply_completes_request_by_id(void** state) {
 // fail with why); an accepted one gets a violation.
 static void test_unknown_reply_id(void** state) {
   start_client("sesame");
-  char path[160];
-  raw_listen(path, sizeof(path));
+  raw_listen();
   for (int wrong_type = 0; wrong_type < 2; ++wrong_type) {
     out_t o = {0};
-    cw_net_conn_t* conn = connect_client(path, 0, &o);
     reply_t a = {0};
-    request_ping(conn, "x", &a);
-    raw_t* s = raw_accept();
+    cw_net_conn_t* conn;
+    raw_t* s = connect_raw_peer(0, &o, &a, &conn);
     raw_answer_hello(s);
     frame_t f;
     raw_next(s, &f);
@@ -1805,14 +1802,12 @@ static void test_on_free_after_last_reference(void** state) {
 // HELLO fail them with the reason itself).
 static void test_close_before_hello_answered(void** state) {
   start_client("sesame");
-  char path[160];
-  raw_listen(path, sizeof(path));
+  raw_listen();
   for (int by_owner = 0; by_owner < 2; ++by_owner) {
     out_t o = {0};
-    cw_net_conn_t* conn = connect_client(path, 0, &o);
     reply_t a = {0};
-    request_ping(conn, "x", &a);
-    raw_t* s = raw_accept();
+    cw_net_conn_t* conn;
+    raw_t* s = connect_raw_peer(0, &o, &a, &conn);
     WAIT(raw_has_frames(s, 2));  // HELLO and PING, HELLO unanswered
     if (by_owner) {
       cw_net_conn_close(conn, cw_make_status(CW_ABORTED, "given up"));
@@ -1836,13 +1831,12 @@ static void test_close_before_hello_answered(void** state) {
 // collected).
 static void test_outbound_eof_mid_reply_bulk(void** state) {
   start_client("sesame");
-  char path[160];
-  raw_listen(path, sizeof(path));
+  raw_listen();
   out_t o = {0};
-  cw_net_conn_t* conn = connect_client(path, 7, &o);
+  cw_net_conn_t* conn;
+  raw_t* s = connect_raw_peer(7, &o, NULL, &conn);
   reply_t a = {0};
   request_download(conn, 1000, &a);
-  raw_t* s = raw_accept();
   raw_answer_hello(s);
   frame_t f;
   raw_next(s, &f);
@@ -1881,13 +1875,11 @@ static void test_stop_with_connections_open(void** state) {
   WAIT(fx.num_peers == 3 && last_peer()->num_deferred == 1);
   peer_t* pc = last_peer();
   // A second client connection, to a peer that never answers.
-  char path[160];
-  raw_listen(path, sizeof(path));
+  raw_listen();
   out_t o2 = {0};
-  cw_net_conn_t* conn2 = connect_client(path, 0, &o2);
   reply_t e = {0};
-  request_ping(conn2, "x", &e);
-  raw_t* s = raw_accept();
+  cw_net_conn_t* conn2;
+  raw_t* s = connect_raw_peer(0, &o2, &e, &conn2);
   raw_answer_hello(s);
   frame_t f;
   raw_next(s, &f);  // the PING arrived; HELLO is done
