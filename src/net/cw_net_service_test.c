@@ -4,7 +4,6 @@
 // served, a sender the table forbids, a session needed), the admit and
 // applied hooks' order and who owns a request's message.
 #include <setjmp.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -135,13 +134,10 @@ static void test_admit_applied_and_ownership(void** state) {
 }
 
 int main(void) {
-  signal(SIGPIPE, SIG_IGN);  // as the daemons do: a write to a gone peer is an error
   const struct CMUnitTest tests[] = {
-#define T(name) cmocka_unit_test_setup_teardown(name, fx_setup, fx_teardown)
-      T(test_hello_refusals),
-      T(test_message_table_rules),
-      T(test_admit_applied_and_ownership),
-#undef T
+      NET_TEST(test_hello_refusals),
+      NET_TEST(test_message_table_rules),
+      NET_TEST(test_admit_applied_and_ownership),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -298,6 +299,14 @@ static void on_reply(void* user, cw_net_conn_t* conn, cw_status_t status,
   }
   r->bulk = bulk;
   r->bulk_len = bulk_len;
+}
+
+void expect_failed(const reply_t* r, cw_status_code_t code, const char* msg) {
+  assert_true(r->done);
+  if (r->code != code || strcmp(r->msg, msg) != 0) {
+    fail_msg("got %s \"%s\", want %s \"%s\"", cw_status_code_name(r->code), r->msg,
+             cw_status_code_name(code), msg);
+  }
 }
 
 void request_ping(cw_net_conn_t* conn, const char* data, reply_t* r) {
@@ -609,6 +618,7 @@ raw_t* raw_ready(uint64_t session, peer_t** out_peer) {
 
 int fx_setup(void** state) {
   (void)state;
+  signal(SIGPIPE, SIG_IGN);
   memset(&fx, 0, sizeof(fx));
   fx.probe_fd = -1;
   fx.listen_fd = -1;

@@ -174,7 +174,11 @@ void loop_end(void);
 // Runs the loop for `ms` whatever happens (to show that something does not).
 #define RUN_FOR(ms) RUN_UNTIL(false, ms)
 
-// cmocka setup and teardown of every test: a fresh loop and temp dir, the
+// A test of the fixture, for main's table.
+#define NET_TEST(name) cmocka_unit_test_setup_teardown(name, fx_setup, fx_teardown)
+
+// cmocka setup and teardown of every test (SIGPIPE ignored, as the daemons
+// do: a write to a gone peer is an error): a fresh loop and temp dir, the
 // server's options (fx.sopts: pre-HELLO payload 256, payload 4096, bulk
 // 8 MiB, 64 frames per wakeup, 8 connections, HELLO within 10 s). Teardown
 // closes the nets and fails unless every handle closed and every accepted
@@ -194,6 +198,8 @@ cw_net_conn_t* connect_client(const char* address, uint64_t session, out_t* o);
 // Requests whose completion lands in `r`.
 void request_ping(cw_net_conn_t* conn, const char* data, reply_t* r);
 void request_download(cw_net_conn_t* conn, uint64_t size, reply_t* r);
+// The request completed (now) with `code` and exactly `msg`.
+void expect_failed(const reply_t* r, cw_status_code_t code, const char* msg);
 // The last accepted connection's server side.
 peer_t* last_peer(void);
 
