@@ -252,11 +252,6 @@ void cw_controller_release(cw_controller_t* ctl) {
   cw_ctl_sched_free(ctl);
   for (size_t i = 0; i < ctl->num_workers; ++i) {
     cw_ctl_worker_t* w = ctl->workers[i];
-    while (w->queue_head) {
-      cw_ctl_item_t* it = w->queue_head;
-      w->queue_head = it->next;
-      cw_ctl_item_free(it);
-    }
     if (w->reg) protobuf_c_message_free_unpacked(&w->reg->base, NULL);
     cw_ctl_ops_worker_free(w);
     free(w);

@@ -12,7 +12,9 @@
 // (direct, seq 10..17) sent back to back give stock JAX's numbers; killing a
 // worker fails its pending relayed launch with UNAVAILABLE naming it and
 // sends an EVENT; a client's disconnect frees its session on the workers;
-// --watch-fd makes both daemons exit 0; SIGTERM exits 0 (ASan: no leaks).
+// --watch-fd makes both daemons exit 0; launches past the island's cap on
+// outstanding ones are counted in ADMIN_STATUS's island queue; SIGTERM exits
+// 0 (ASan: no leaks).
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -479,6 +481,66 @@ static void test_launch_relay_with_seq(void** state) {
   cw_client_release(wb);
 }
 
+// Stamped launches past the island's cap on those outstanding (32) wait in
+// the controller's island queue: ADMIN_STATUS counts them there. Runs last:
+// it ends by killing worker B.
+static void test_island_queue_is_counted(void** state) {
+  cw_client_t* c = NULL;
+  ASSERT_OK(connect_to(g.ctl_address, "queue-depth", 0, &c));
+  uint64_t session = cw_client_session_id(c);
+  blob_t opts;
+  options_for(4, &opts);
+  uint64_t exe = new_id();
+  Causeway__V1__CompileReply* rep = NULL;
+  ASSERT_OK(compile(c, exe, &opts, &rep));
+  assert_int_equal(rep->info->worker_index, 1);
+  free_msg(rep);
+  free(opts.data);
+  // Launches whose input never arrives: relayed, unanswered, outstanding.
+  cw_client_t* wb = NULL;
+  ASSERT_OK(connect_to(g.b.address, "queue-depth-b", session, &wb));
+  uint64_t pending = new_id();
+  ASSERT_OK(cw_client_expect(wb, pending, NULL, NULL));
+  ASSERT_OK(cw_client_flush(wb));
+  enum { LAUNCHES = 40, CAP = 32 };
+  uint64_t rids[LAUNCHES];
+  for (int i = 0; i < LAUNCHES; ++i) {
+    uint64_t in_ids[DEVS][NARGS], out_ids[DEVS][NOUTS];
+    for (int d = 0; d < DEVS; ++d) {
+      for (int a = 0; a < NARGS; ++a) in_ids[d][a] = pending;
+      for (int o = 0; o < NOUTS; ++o) out_ids[d][o] = new_id();
+    }
+    launch_buf_t lb;
+    make_launch(&lb, exe, in_ids, out_ids, 0);
+    ASSERT_OK(cw_client_send(c, CW_MSG_LAUNCH, &lb.l.base, NULL, 0, NULL, NULL, NULL, &rids[i]));
+  }
+  // Read after the launches on the same connection: all of them are queued
+  // or relayed by then.
+  Causeway__V1__AdminStatusRequest sreq = CAUSEWAY__V1__ADMIN_STATUS_REQUEST__INIT;
+  Causeway__V1__AdminStatus* st = NULL;
+  ASSERT_OK(cw_client_call(c, CW_MSG_ADMIN_STATUS, &sreq.base, NULL, 0, NULL,
+                           (ProtobufCMessage**)&st, NULL));
+  const Causeway__V1__AdminIsland* island = NULL;
+  for (size_t i = 0; i < st->n_islands; ++i) {
+    if (st->islands[i]->index == 1) island = st->islands[i];
+  }
+  assert_non_null(island);
+  fprintf(stderr, "  %d launches, island 1 queue: %llu, worker-b queue depth %llu\n", LAUNCHES,
+          (unsigned long long)island->queued, (unsigned long long)st->workers[1]->queue_depth);
+  assert_int_equal(island->queued, LAUNCHES - CAP);
+  assert_true(st->workers[1]->queue_depth >= LAUNCHES - CAP);
+  free_msg(st);
+  // The worker goes (the last test): every launch fails, relayed or queued.
+  assert_true(cw_test_worker_kill(&g.b) >= 0);
+  for (int i = 0; i < LAUNCHES; ++i) {
+    cw_status_t ls = cw_client_wait(c, rids[i], NULL, NULL);
+    assert_int_equal(cw_status_code(ls), CW_UNAVAILABLE);
+    cw_status_free(ls);
+  }
+  cw_client_release(wb);
+  cw_client_release(c);
+}
+
 static void test_worker_loss(void** state) {
   // A program on A whose input never arrives: the relayed launch stays pending.
   blob_t opts;
@@ -630,6 +692,7 @@ int main(void) {
       cmocka_unit_test(test_worker_loss),
       cmocka_unit_test(test_disconnect_frees_session),
       cmocka_unit_test(test_watch_fd),
+      cmocka_unit_test(test_island_queue_is_counted),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

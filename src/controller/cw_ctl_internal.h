@@ -42,8 +42,6 @@ typedef struct cw_ctl_worker_s {
   uint32_t num_devices;
   Causeway__V1__RegisterRequest* reg;  // owned: the worker's inventory
   cw_net_conn_t* private_conn;         // retained: the controller's compile session
-  cw_ctl_item_t* queue_head;           // the island's queue
-  cw_ctl_item_t* queue_tail;
   // Health (cw_ctl_health.c).
   cw_net_conn_t* reg_conn;      // borrowed: the live REGISTER connection, NULL once lost
   int64_t last_heartbeat_ms;

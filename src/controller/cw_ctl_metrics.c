@@ -14,6 +14,7 @@
 #include "cw_ctl_metrics.h"
 #include "cw_ctl_ops.h"
 #include "cw_ctl_relay.h"
+#include "cw_ctl_sched.h"
 #include "cw_ctl_session.h"
 #include "cw_http_server.h"
 #include "cw_log.h"
@@ -176,11 +177,8 @@ static void cw__render(cw_ctl_metrics_t* m, cw_http_text_t* t) {
   cw__family(t, "causeway_launch_queue_depth", "gauge",
              "Launches waiting in each island's queue (not yet relayed)");
   for (size_t i = 0; i < ctl->num_workers; ++i) {
-    uint64_t n = 0;
-    for (cw_ctl_item_t* it = ctl->workers[i]->queue_head; it; it = it->next) {
-      n += it->type == CW_MSG_LAUNCH;
-    }
-    cw__worker_sample(t, "causeway_launch_queue_depth", ctl->workers[i], n);
+    cw__worker_sample(t, "causeway_launch_queue_depth", ctl->workers[i],
+                      cw_ctl_sched_queued(ctl->workers[i], true));
   }
   size_t sessions = 0;
   for (cw_ctl_session_t* s = ctl->sessions; s; s = s->next) sessions++;

@@ -25,7 +25,7 @@
 
 #include "cw_ctl_island.h"
 #include "cw_ctl_ops.h"
-#include "cw_ctl_relay.h"
+#include "cw_ctl_sched.h"
 #include "cw_ctl_session.h"
 #include "cw_log.h"
 
@@ -397,12 +397,6 @@ static const char* cw__worker_state(const cw_ctl_worker_t* w) {
   return (w->ops->last.draining && w->ops->last.idle) ? "idle" : "draining";
 }
 
-static uint64_t cw__island_queued(const cw_ctl_worker_t* w) {
-  uint64_t n = 0;
-  for (const cw_ctl_item_t* it = w->queue_head; it; it = it->next) n++;
-  return n;
-}
-
 static void cw__reply_status(cw_controller_t* ctl, cw_ctl_gather_t* g) {
   cw_ctl_ops_t* ops = ctl->ops;
   Causeway__V1__AdminStatus rep = CAUSEWAY__V1__ADMIN_STATUS__INIT;
@@ -443,7 +437,7 @@ static void cw__reply_status(cw_controller_t* ctl, cw_ctl_gather_t* g) {
     a->first_device = w->first_device;
     a->island = w->island;
     a->platform = w->reg && w->reg->inventory ? w->reg->inventory->platform_name : (char*)"";
-    uint64_t island_queued = cw__island_queued(w);
+    uint64_t island_queued = cw_ctl_sched_queued(w, false);
     a->queue_depth = island_queued;
     if (wo && w->alive) {
       a->buffers = wo->last.buffers;
@@ -471,7 +465,7 @@ static void cw__reply_status(cw_controller_t* ctl, cw_ctl_gather_t* g) {
     causeway__v1__admin_island__init(&is[ni]);
     is[ni].index = w->index;
     is[ni].workers = &inames[nn];
-    is[ni].queued = cw__island_queued(w);
+    is[ni].queued = cw_ctl_sched_queued(w, false);
     uint32_t* members = calloc(w->island_size, sizeof(uint32_t));
     size_t m = members ? cw_ctl_island_members(ctl, w->index, members, w->island_size) : 0;
     for (size_t k = 0; k < m && nn < nw; ++k) {

@@ -6,12 +6,12 @@
 #define CW_CTL_RELAY_H_
 
 #include "cw_ctl_internal.h"
+#include "cw_ctl_sched_queue.h"
 
 typedef struct cw_ctl_multi_s cw_ctl_multi_t;
 
 // A client request waiting in an island queue.
 struct cw_ctl_item_s {
-  cw_ctl_item_t* next;
   uint16_t type;
   cw_net_conn_t* client;  // retained
   uint64_t request_id;
@@ -21,6 +21,7 @@ struct cw_ctl_item_s {
   uint32_t worker;
   int64_t received_ns;  // CLOCK_MONOTONIC at receipt (launch latency)
   uint64_t stamp;       // LAUNCH: the island's stamp once relayed (cw_ctl_sched.c)
+  cw_sched_item_t sched;  // its place in the island's queues (cw_ctl_sched.c)
 };
 
 // A DELETE split over several workers, or a LAUNCH over the workers of one

@@ -5,15 +5,14 @@
 // (LaunchRequest.sched_stamp), one total order over all sessions, and the
 // worker issues stamped launches in that order (cw_worker_sched.c).
 //
-// Weights: among the queues whose head is a launch ready to go, the one with
-// the smallest pass goes next, and its pass grows by STRIDE / weight (stride
-// scheduling), so backlogged sessions get stamps in proportion to their
-// weights. At most CW__SCHED_MAX_OUTSTANDING stamped launches per island are
-// relayed and not yet answered; the rest wait here, where the weights decide.
-// A queue whose head waits for its executable to load holds only its own
-// session. A queue that empties is freed; it rejoins at the island's current
-// virtual time, so an idle session gains no credit.
+// The policy -- per-session FIFOs, stride scheduling by weight, the stamp
+// counter, at most CW__SCHED_MAX_OUTSTANDING stamped launches out, a blocked
+// head holding only its own session, no credit for idle sessions -- is
+// cw_ctl_sched_queue.c, with no I/O. This file judges each head against the
+// controller's state (session closed, worker lost, executable loading or
+// failed, a draining island member) and relays what the policy picks.
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,25 +20,14 @@
 #include "cw_ctl_ops.h"
 #include "cw_ctl_relay.h"
 #include "cw_ctl_sched.h"
+#include "cw_ctl_sched_queue.h"
 #include "cw_ctl_session.h"
 #include "cw_log.h"
 
-#define CW__SCHED_STRIDE (1ull << 20)
 #define CW__STAMP_RECORD 4096
 
-typedef struct cw_ctl_sched_q_s {
-  struct cw_ctl_sched_q_s* next;
-  uint64_t session_id;
-  cw_ctl_item_t* head;
-  cw_ctl_item_t* tail;
-  uint64_t pass;
-} cw_ctl_sched_q_t;
-
 struct cw_ctl_sched_island_s {
-  cw_ctl_sched_q_t* queues;  // non-empty ones, in order of arrival
-  uint64_t last_stamp;
-  uint64_t vtime;            // pass of the launch picked last
-  uint32_t outstanding;      // stamped launches relayed, not answered
+  cw_sched_island_t policy;
 };
 
 struct cw_ctl_stamp_ring_s {
@@ -47,8 +35,15 @@ struct cw_ctl_stamp_ring_s {
   uint64_t count;  // ever recorded
 };
 
+static cw_ctl_item_t* cw__item_of(cw_sched_item_t* si) {
+  return (cw_ctl_item_t*)((char*)si - offsetof(cw_ctl_item_t, sched));
+}
+
 static cw_ctl_sched_island_t* cw__sched_island(cw_ctl_worker_t* w) {
-  if (!w->sched) w->sched = calloc(1, sizeof(*w->sched));
+  if (!w->sched) {
+    w->sched = calloc(1, sizeof(*w->sched));
+    if (w->sched) cw_sched_island_initialize(&w->sched->policy, CW__SCHED_MAX_OUTSTANDING);
+  }
   return w->sched;
 }
 
@@ -67,27 +62,12 @@ static void cw__sched_record(cw_controller_t* ctl, uint32_t island, uint64_t sta
 void cw_ctl_sched_push(cw_controller_t* ctl, cw_ctl_item_t* it) {
   cw_ctl_worker_t* w = ctl->workers[it->worker];
   cw_ctl_sched_island_t* isl = cw__sched_island(w);
-  if (!isl) {
+  it->sched.session_id = it->session->id;
+  it->sched.weight = it->session->weight;
+  if (!isl || !cw_sched_island_push(&isl->policy, &it->sched)) {
     cw_ctl_item_fail(ctl, it, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
     return;
   }
-  cw_ctl_sched_q_t** pp = &isl->queues;
-  while (*pp && (*pp)->session_id != it->session->id) pp = &(*pp)->next;
-  cw_ctl_sched_q_t* q = *pp;
-  if (!q) {
-    q = calloc(1, sizeof(*q));
-    if (!q) {
-      cw_ctl_item_fail(ctl, it, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
-      return;
-    }
-    q->session_id = it->session->id;
-    q->pass = isl->vtime;
-    *pp = q;
-  }
-  it->next = NULL;
-  if (q->tail) q->tail->next = it;
-  else q->head = it;
-  q->tail = it;
   cw_ctl_sched_pump(ctl, it->worker);
 }
 
@@ -137,18 +117,26 @@ static cw_status_t cw__sched_check(cw_ctl_worker_t* w, cw_ctl_item_t* it, bool* 
   return cw_ok_status();
 }
 
-static cw_ctl_item_t* cw__sched_pop(cw_ctl_sched_island_t* isl, cw_ctl_sched_q_t* q) {
-  cw_ctl_item_t* it = q->head;
-  q->head = it->next;
-  if (!q->head) {
-    q->tail = NULL;
-    cw_ctl_sched_q_t** pp = &isl->queues;
-    while (*pp != q) pp = &(*pp)->next;
-    *pp = q->next;
-    free(q);
+typedef struct cw__judge_s {
+  cw_ctl_worker_t* w;
+  cw_status_t failed;  // the FAILED head's answer
+} cw__judge_t;
+
+// The policy asks what a queue's head may do now.
+static cw_sched_verdict_t cw__judge(void* user, cw_sched_item_t* head) {
+  cw__judge_t* j = user;
+  cw_ctl_item_t* it = cw__item_of(head);
+  bool blocked = false;
+  cw_ctl_exe_t* e = NULL;
+  cw_status_t st = cw__sched_check(j->w, it, &blocked, &e);
+  if (st) {
+    j->failed = st;
+    return CW_SCHED_FAILED;
   }
-  it->next = NULL;
-  return it;
+  if (blocked) return CW_SCHED_BLOCKED;
+  if (it->type != CW_MSG_LAUNCH) return CW_SCHED_READY;  // not ordered against other sessions
+  head->weight = it->session->weight;
+  return CW_SCHED_LAUNCH;
 }
 
 void cw_ctl_sched_pump(cw_controller_t* ctl, uint32_t index) {
@@ -157,42 +145,22 @@ void cw_ctl_sched_pump(cw_controller_t* ctl, uint32_t index) {
   cw_ctl_sched_island_t* isl = w->sched;
   if (!isl) return;
   for (;;) {
-    cw_ctl_sched_q_t* pick = NULL;
-    cw_ctl_exe_t* e = NULL;  // the one pick's head names
-    bool failed = false;
-    for (cw_ctl_sched_q_t* q = isl->queues; q; q = q->next) {
-      bool blocked = false;
-      cw_ctl_exe_t* exe = NULL;
-      cw_status_t st = cw__sched_check(w, q->head, &blocked, &exe);
-      if (st) {
-        cw_ctl_item_fail(ctl, cw__sched_pop(isl, q), st);
-        failed = true;
-        break;  // the list changed
-      }
-      if (blocked) continue;
-      if (q->head->type != CW_MSG_LAUNCH) {
-        pick = q;  // not ordered against other sessions: at once
-        e = exe;
-        break;
-      }
-      if (isl->outstanding >= CW__SCHED_MAX_OUTSTANDING) continue;
-      if (!pick || q->pass < pick->pass) {
-        pick = q;
-        e = exe;
-      }
+    cw__judge_t j = {w, NULL};
+    cw_sched_verdict_t verdict;
+    cw_sched_item_t* picked = cw_sched_island_pick(&isl->policy, cw__judge, &j, &verdict);
+    if (!picked) return;
+    cw_ctl_item_t* it = cw__item_of(picked);
+    if (verdict == CW_SCHED_FAILED) {
+      cw_ctl_item_fail(ctl, it, j.failed);
+      continue;
     }
-    if (failed) continue;
-    if (!pick) return;
-    cw_ctl_session_t* s = pick->head->session;
-    bool launch = pick->head->type == CW_MSG_LAUNCH;
+    cw_ctl_session_t* s = it->session;
+    bool launch = verdict == CW_SCHED_LAUNCH;
+    // The executable a launch names (judged found and not failed just now).
+    cw_ctl_exe_t* e = launch ? cw_ctl_exe_find(s, cw_ctl_item_exe_id(it)) : NULL;
     // On an island of several workers only its programs are stamped: the
     // stamp sequence must reach every member whole (cw_ctl_island.c).
     bool stamped = launch && (!cw_ctl_island_spans(w) || e->num_parts);
-    if (launch) {
-      isl->vtime = pick->pass;
-      pick->pass += CW__SCHED_STRIDE / (s->weight ? s->weight : 1);
-    }
-    cw_ctl_item_t* it = cw__sched_pop(isl, pick);
     if (it->type == CW_MSG_DELETE && cw_ctl_island_spans(w) && w->island == index) {
       cw_ctl_island_relay_all(ctl, it, index);
       continue;
@@ -201,15 +169,14 @@ void cw_ctl_sched_pump(cw_controller_t* ctl, uint32_t index) {
       // The stamp is taken only when a part went out: a launch refused
       // before that (a bad list) must not leave a gap in every member's
       // stamp sequence.
-      uint64_t stamp = isl->last_stamp + 1;
+      uint64_t stamp = cw_sched_island_next_stamp(&isl->policy);
       uint64_t session_id = s->id;
       uint32_t sent = cw_ctl_island_relay_launch(ctl, it, e, stamp);
       if (sent) {
-        isl->last_stamp = stamp;
+        cw_sched_island_stamped(&isl->policy, sent);
         cw__sched_record(ctl, index, stamp, session_id);
         ctl->launches_relayed++;
         s->launches++;
-        isl->outstanding += sent;
       }
       continue;
     }
@@ -227,9 +194,9 @@ void cw_ctl_sched_pump(cw_controller_t* ctl, uint32_t index) {
       Causeway__V1__LaunchRequest* r = (Causeway__V1__LaunchRequest*)it->msg;
       r->sched_stamp = 0;  // whatever the client put there
       if (stamped) {
-        it->stamp = ++isl->last_stamp;
+        it->stamp = cw_sched_island_next_stamp(&isl->policy);
+        cw_sched_island_stamped(&isl->policy, 1);
         r->sched_stamp = it->stamp;
-        isl->outstanding++;
         cw__sched_record(ctl, index, it->stamp, s->id);
       }
       ctl->launches_relayed++;
@@ -243,23 +210,38 @@ void cw_ctl_sched_pump(cw_controller_t* ctl, uint32_t index) {
 void cw_ctl_sched_reset(cw_ctl_worker_t* w) {
   // A replacement worker counts stamps from 1 again; what was outstanding
   // died with its predecessor.
-  if (!w->sched) return;
-  w->sched->last_stamp = 0;
-  w->sched->outstanding = 0;
+  if (w->sched) cw_sched_island_restart(&w->sched->policy);
 }
 
 bool cw_ctl_sched_done(cw_controller_t* ctl, const cw_ctl_item_t* it) {
   if (!it->stamp || it->worker >= ctl->num_workers) return false;
   cw_ctl_sched_island_t* isl = ctl->workers[ctl->workers[it->worker]->island]->sched;
-  if (isl && isl->outstanding) isl->outstanding--;
+  if (isl) cw_sched_island_answered(&isl->policy);
   return true;
 }
 
 void cw_ctl_sched_release(cw_controller_t* ctl, uint32_t island) {
   if (island >= ctl->num_workers) return;
   cw_ctl_sched_island_t* isl = ctl->workers[island]->sched;
-  if (isl && isl->outstanding) isl->outstanding--;
+  if (isl) cw_sched_island_answered(&isl->policy);
   cw_ctl_sched_pump(ctl, island);
+}
+
+typedef struct cw__count_s {
+  bool launches_only;
+  uint64_t n;
+} cw__count_t;
+
+static void cw__count(void* user, const cw_sched_item_t* item) {
+  cw__count_t* c = user;
+  const cw_ctl_item_t* it = cw__item_of((cw_sched_item_t*)item);
+  c->n += !c->launches_only || it->type == CW_MSG_LAUNCH;
+}
+
+uint64_t cw_ctl_sched_queued(const cw_ctl_worker_t* w, bool launches_only) {
+  cw__count_t c = {launches_only, 0};
+  if (w->sched) cw_sched_island_visit(&w->sched->policy, cw__count, &c);
+  return c.n;
 }
 
 void* cw_ctl_sched_stats(cw_controller_t* ctl, Causeway__V1__Stats* st) {
@@ -280,7 +262,10 @@ void cw_ctl_sched_free(cw_controller_t* ctl) {
   for (size_t i = 0; i < ctl->num_workers; ++i) {
     cw_ctl_sched_island_t* isl = ctl->workers[i]->sched;
     if (!isl) continue;
-    while (isl->queues) cw_ctl_item_free(cw__sched_pop(isl, isl->queues));
+    cw_sched_item_t* si;
+    while ((si = cw_sched_island_take_any(&isl->policy)) != NULL) {
+      cw_ctl_item_free(cw__item_of(si));
+    }
     free(isl);
     ctl->workers[i]->sched = NULL;
   }

@@ -18,6 +18,9 @@ bool cw_ctl_sched_done(cw_controller_t* ctl, const cw_ctl_item_t* it);
 // A stamped launch of island `island` that the scheduler did not relay as an
 // item (an island's parts, cw_ctl_island.c) is over: room for the next one.
 void cw_ctl_sched_release(cw_controller_t* ctl, uint32_t island);
+// Requests waiting in the queues of the island worker `w` schedules (0 for
+// a member that does not head its island): all, or launches only.
+uint64_t cw_ctl_sched_queued(const cw_ctl_worker_t* w, bool launches_only);
 // Points st->sched_stamps at the record of stamps assigned; returns what the
 // caller frees after replying (NULL: nothing).
 void* cw_ctl_sched_stats(cw_controller_t* ctl, Causeway__V1__Stats* st);

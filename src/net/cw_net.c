@@ -55,9 +55,11 @@ void cw_net_conn_release(cw_net_conn_t* c) {
 
 static void cw__handle_closed(uv_handle_t* h) { cw_net_conn_release((cw_net_conn_t*)h->data); }
 
-// Fails the requests this side sent. Before the connection was usable (an
-// outbound one not connected or whose HELLO was refused) they fail with the
-// reason itself: that says what went wrong with the peer.
+// Fails the requests this side sent. When the peer never became usable (an
+// outbound one unreachable or whose HELLO was refused) they fail with the
+// reason itself: that says what went wrong with the peer. Any other close
+// (EOF, the owner's, a violation), even before HELLO was answered, is
+// "connection to NAME closed: REASON".
 static void cw__fail_outreqs(cw_net_conn_t* c, cw_status_t reason) {
   if (c->recv_req) {
     cw_net_outreq_t* r = c->recv_req;
@@ -70,7 +72,7 @@ static void cw__fail_outreqs(cw_net_conn_t* c, cw_status_t reason) {
     c->outreqs = r;
   }
   c->outreqs_tail = NULL;  // every one completes below
-  bool early = c->outbound && !c->hello_done && reason;
+  bool early = c->unusable && reason;
   while (c->outreqs) {
     cw_net_outreq_t* r = c->outreqs;
     c->outreqs = r->next;
@@ -388,7 +390,7 @@ void cw_net_conn_request(cw_net_conn_t* c, uint16_t type, const ProtobufCMessage
     cw_status_t st;
     if (!c->closing) {
       st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-    } else if (c->outbound && !c->hello_done && c->close_reason) {
+    } else if (c->unusable && c->close_reason) {
       st = cw_status_clone(c->close_reason);  // what made the peer unusable
     } else {
       st = cw_make_status(CW_UNAVAILABLE, "connection to %s is closed", c->name);

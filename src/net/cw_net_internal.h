@@ -31,6 +31,7 @@ struct cw_net_conn_s {
   bool outbound;
   bool connected;  // outbound: the connect completed
   bool hello_done;  // inbound: HELLO accepted; outbound: the peer accepted ours
+  bool unusable;    // outbound: closed because the peer was unreachable or refused HELLO
   bool has_session;
   bool close_after_write;
   bool reading;

@@ -156,6 +156,7 @@ static void cw__connected(uv_connect_t* req, int status) {
   if (!c->closing) uv_timer_stop(&c->timer);
   if (status < 0) {
     if (!c->closing) {
+      c->unusable = true;
       cw_net_conn_close(c, cw_make_status(CW_UNAVAILABLE, "peer %s unreachable: %s", c->address,
                                           uv_strerror(status)));
     }
@@ -170,6 +171,7 @@ static void cw__connected(uv_connect_t* req, int status) {
 static void cw__connect_timeout(uv_timer_t* t) {
   cw_net_conn_t* c = t->data;
   if (c->closing || c->connected) return;
+  c->unusable = true;
   cw_net_conn_close(c, cw_make_status(CW_UNAVAILABLE, "peer %s unreachable: connect timed out",
                                       c->address));
 }
@@ -186,6 +188,7 @@ static void cw__hello_answered(void* user, cw_net_conn_t* c, cw_status_t status,
     return;
   }
   CW_LOGW("peer %s refused HELLO: %s", c->name, cw_status_message(status));
+  c->unusable = true;
   cw_net_conn_close(c, cw_status_annotate(status, "peer %s refused HELLO", c->name));
 }
 
@@ -209,6 +212,7 @@ cw_status_t cw_net_connect(cw_net_t* net, const char* address, const char* name,
     if (rc < 0) {
       cw_status_t st = cw_make_status(CW_UNAVAILABLE, "peer %s unreachable: %s", address,
                                       uv_strerror(rc));
+      c->unusable = true;
       cw_net_conn_close(c, cw_status_clone(st));
       return st;
     }

@@ -1,0 +1,93 @@
+// The island scheduler's policy as plain data and decisions, with no I/O and
+// no controller state (cw_ctl_sched.c judges each head, relays what is
+// picked and reports answers); unit-tested in cw_ctl_sched_queue_test.c.
+//
+// - One FIFO per session, in order of arrival of the sessions.
+// - Among the sessions whose head is a launch ready to go, the one with the
+//   smallest pass goes next, and its pass grows by CW_SCHED_STRIDE / weight
+//   (stride scheduling): backlogged sessions get launches in proportion to
+//   their weights. Ties go to the session that arrived first.
+// - At most max_outstanding stamped launches are out (relayed, not yet
+//   answered); the others wait here, where the weights decide.
+// - A head that cannot go yet (its executable is loading) holds only its own
+//   session; a head that is not a launch goes at once, unordered against
+//   other sessions.
+// - A session whose queue empties leaves; it rejoins at the island's virtual
+//   time (the pass of the launch picked last), so an idle session gains no
+//   credit.
+// - Stamps count 1, 2, 3... with no gaps: one is taken only when the caller
+//   says its launch went out.
+#ifndef CW_CTL_SCHED_QUEUE_H_
+#define CW_CTL_SCHED_QUEUE_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CW_SCHED_STRIDE (1ull << 20)
+
+// A queued request: embedded in the caller's own struct and linked by the
+// island while it is queued.
+typedef struct cw_sched_item_s {
+  struct cw_sched_item_s* next;
+  uint64_t session_id;
+  // The session's share (0 counts as 1), read when the item is picked: the
+  // judge may refresh it.
+  uint32_t weight;
+} cw_sched_item_t;
+
+// What a queue's head may do now: the caller's verdict (cw_sched_island_pick).
+typedef enum cw_sched_verdict_e {
+  CW_SCHED_BLOCKED = 0,  // waits: skipped, and its session's later items with it
+  CW_SCHED_READY,        // not a launch: goes at once, outside the weights and the cap
+  CW_SCHED_LAUNCH,       // a launch ready to go: by weight, while under the cap
+  CW_SCHED_FAILED,       // to be answered with an error: taken off at once
+} cw_sched_verdict_t;
+
+typedef struct cw_sched_queue_s cw_sched_queue_t;  // one session's FIFO
+
+typedef struct cw_sched_island_s {
+  cw_sched_queue_t* queues;  // sessions with items queued, in order of arrival
+  uint64_t last_stamp;       // stamps taken so far: 1..last_stamp
+  uint64_t vtime;            // the pass of the launch picked last
+  uint32_t outstanding;      // stamped launches out, not yet answered
+  uint32_t max_outstanding;
+} cw_sched_island_t;
+
+// `isl` is caller storage. An island with nothing queued holds no memory.
+void cw_sched_island_initialize(cw_sched_island_t* isl, uint32_t max_outstanding);
+
+// Queues `item` (borrowed until it is picked or taken) behind its session's
+// earlier ones. False without memory (nothing queued).
+bool cw_sched_island_push(cw_sched_island_t* isl, cw_sched_item_t* item);
+
+// Judges the sessions' heads in order of arrival with judge(user, head), at
+// most once each, and takes one item off its queue: the first FAILED or
+// READY head met, else the LAUNCH head with the smallest pass if fewer than
+// max_outstanding stamped launches are out (its pass then grows). NULL when
+// nothing can go now. *out_verdict says which.
+cw_sched_item_t* cw_sched_island_pick(cw_sched_island_t* isl,
+                                      cw_sched_verdict_t (*judge)(void* user,
+                                                                  cw_sched_item_t* head),
+                                      void* user, cw_sched_verdict_t* out_verdict);
+
+// Takes some queued item off (NULL when none is left): to empty the island.
+cw_sched_item_t* cw_sched_island_take_any(cw_sched_island_t* isl);
+
+// fn(user, item) for every queued item, sessions in order of arrival, each
+// session's in its order.
+void cw_sched_island_visit(const cw_sched_island_t* isl,
+                           void (*fn)(void* user, const cw_sched_item_t* item), void* user);
+
+// The stamp the next stamped launch gets (not taken until cw_sched_island_stamped).
+uint64_t cw_sched_island_next_stamp(const cw_sched_island_t* isl);
+// The launch stamped cw_sched_island_next_stamp went out: the stamp is
+// taken, and it counts `outstanding` (>= 1) against the cap until answered.
+void cw_sched_island_stamped(cw_sched_island_t* isl, uint32_t outstanding);
+// A stamped launch out is answered: room for the next.
+void cw_sched_island_answered(cw_sched_island_t* isl);
+// The island's workers were replaced: stamps count from 1 again and what
+// was out died with them. The queues stay.
+void cw_sched_island_restart(cw_sched_island_t* isl);
+
+#endif  // CW_CTL_SCHED_QUEUE_H_

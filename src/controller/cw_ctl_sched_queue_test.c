@@ -1,0 +1,370 @@
+// Unit tests of the island scheduler's policy (cw_sched_island_*): weights
+// share a backlogged island, FIFO within a session, stamps without gaps, the
+// cap on stamped launches out, a blocked head holding only its session,
+// requests that are not launches going at once, no credit for idle sessions,
+// a session that leaves, and a restart.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cw_ctl_sched_queue.h"
+
+typedef struct item_s {
+  cw_sched_item_t s;  // first: the policy's item is the test's item
+  int seq;            // push order within its session
+  bool launch;        // else READY when it may go
+  bool blocked, failed;
+} item_t;
+
+#define POOL 4096
+static item_t pool[POOL];
+static int used;
+static int judged;  // judge calls
+
+static cw_sched_verdict_t judge(void* user, cw_sched_item_t* head) {
+  (void)user;
+  judged++;
+  const item_t* it = (const item_t*)head;
+  if (it->failed) return CW_SCHED_FAILED;
+  if (it->blocked) return CW_SCHED_BLOCKED;
+  return it->launch ? CW_SCHED_LAUNCH : CW_SCHED_READY;
+}
+
+static int next_seq[16];
+
+static item_t* push(cw_sched_island_t* isl, uint64_t session, uint32_t weight, bool launch) {
+  assert_true(used < POOL && session < 16);
+  item_t* it = &pool[used++];
+  memset(it, 0, sizeof(*it));
+  it->s.session_id = session;
+  it->s.weight = weight;
+  it->seq = next_seq[session]++;
+  it->launch = launch;
+  assert_true(cw_sched_island_push(isl, &it->s));
+  return it;
+}
+
+static item_t* pick(cw_sched_island_t* isl, cw_sched_verdict_t* out_verdict) {
+  cw_sched_verdict_t v = CW_SCHED_BLOCKED;
+  item_t* it = (item_t*)cw_sched_island_pick(isl, judge, NULL, &v);
+  if (out_verdict) *out_verdict = v;
+  return it;
+}
+
+// Picks a launch and stamps it as the controller does when it goes out.
+static item_t* pick_and_stamp(cw_sched_island_t* isl) {
+  cw_sched_verdict_t v;
+  item_t* it = pick(isl, &v);
+  if (it) {
+    assert_int_equal(v, CW_SCHED_LAUNCH);
+    cw_sched_island_stamped(isl, 1);
+  }
+  return it;
+}
+
+static void drain(cw_sched_island_t* isl) {
+  while (cw_sched_island_take_any(isl)) {
+  }
+  assert_null(isl->queues);  // nothing left, nothing held
+}
+
+static int setup(void** state) {
+  (void)state;
+  used = 0;
+  judged = 0;
+  memset(next_seq, 0, sizeof(next_seq));
+  return 0;
+}
+
+// Weights 1:3 while both are backlogged: stamps in that proportion, and
+// never a long run for either.
+static void test_weights_share_a_backlogged_island(void** state) {
+  cw_sched_island_t isl;
+  cw_sched_island_initialize(&isl, 1000);
+  for (int i = 0; i < 400; ++i) {
+    push(&isl, 1, 1, true);
+    push(&isl, 2, 3, true);
+  }
+  int count[3] = {0}, run = 0, longest_a = 0, longest_b = 0;
+  uint64_t prev = 0;
+  for (int i = 0; i < 400; ++i) {
+    item_t* it = pick_and_stamp(&isl);
+    assert_non_null(it);
+    cw_sched_island_answered(&isl);
+    count[it->s.session_id]++;
+    run = it->s.session_id == prev ? run + 1 : 1;
+    prev = it->s.session_id;
+    if (prev == 1 && run > longest_a) longest_a = run;
+    if (prev == 2 && run > longest_b) longest_b = run;
+  }
+  // 100:300, give or take the stride's rounding.
+  assert_true(count[1] >= 99 && count[1] <= 101);
+  assert_int_equal(count[1] + count[2], 400);
+  assert_int_equal(longest_a, 1);
+  assert_true(longest_b >= 3 && longest_b <= 4);
+  drain(&isl);
+}
+
+static void test_fifo_within_a_session(void** state) {
+  cw_sched_island_t isl;
+  cw_sched_island_initialize(&isl, 1000);
+  const uint32_t weights[3] = {1, 2, 5};
+  for (int i = 0; i < 60; ++i) {
+    for (int s = 0; s < 3; ++s) push(&isl, (uint64_t)s + 1, weights[s], (i % 7) != 3);
+  }
+  int want[4] = {0};
+  for (int i = 0; i < 180; ++i) {
+    cw_sched_verdict_t v;
+    item_t* it = pick(&isl, &v);
+    assert_non_null(it);
+    assert_int_equal(v, it->launch ? CW_SCHED_LAUNCH : CW_SCHED_READY);
+    assert_int_equal(it->seq, want[it->s.session_id]++);
+  }
+  assert_null(pick(&isl, NULL));
+  assert_null(isl.queues);
+}
+
+// Stamps count 1, 2, 3... over every session, and a launch that did not go
+// out (the caller never calls stamped) leaves no gap.
+static void test_stamps_increase_without_gaps(void** state) {
+  cw_sched_island_t isl;
+  cw_sched_island_initialize(&isl, 8);
+  for (int i = 0; i < 50; ++i) {
+    push(&isl, 1, 1, true);
+    push(&isl, 2, 2, true);
+    push(&isl, 3, 1, true);
+  }
+  uint64_t last = 0;
+  int refused = 0;
+  for (int i = 0; i < 150; ++i) {
+    cw_sched_verdict_t v;
+    item_t* it = pick(&isl, &v);
+    assert_non_null(it);
+    assert_int_equal(v, CW_SCHED_LAUNCH);
+    uint64_t stamp = cw_sched_island_next_stamp(&isl);
+    assert_int_equal(cw_sched_island_next_stamp(&isl), stamp);  // asking takes nothing
+    if (i % 5 == 2) {
+      refused++;  // answered before it went out: its stamp stays free
+      continue;
+    }
+    cw_sched_island_stamped(&isl, 1);
+    assert_int_equal(stamp, last + 1);
+    last = stamp;
+    cw_sched_island_answered(&isl);
+  }
+  assert_int_equal(last, 150 - refused);
+  assert_int_equal(isl.last_stamp, last);
+}
+
+// At most max_outstanding stamped launches out; an answer makes room for
+// one. Requests that are not launches are not held by the cap.
+static void test_outstanding_cap(void** state) {
+  cw_sched_island_t isl;
+  cw_sched_island_initialize(&isl, 4);
+  for (int i = 0; i < 10; ++i) push(&isl, 1, 1, true);
+  for (int i = 0; i < 4; ++i) assert_non_null(pick_and_stamp(&isl));
+  assert_int_equal(isl.outstanding, 4);
+  assert_null(pick(&isl, NULL));
+  item_t* info = push(&isl, 2, 1, false);
+  cw_sched_verdict_t v;
+  assert_ptr_equal(pick(&isl, &v), info);
+  assert_int_equal(v, CW_SCHED_READY);
+  assert_null(pick(&isl, NULL));
+  cw_sched_island_answered(&isl);
+  item_t* it = pick_and_stamp(&isl);
+  assert_non_null(it);
+  assert_int_equal(it->seq, 4);
+  assert_null(pick(&isl, NULL));
+  // A launch going out to an island's several parts counts as they say.
+  for (int i = 0; i < 4; ++i) cw_sched_island_answered(&isl);
+  assert_int_equal(isl.outstanding, 0);
+  assert_non_null(pick(&isl, NULL));
+  cw_sched_island_stamped(&isl, 4);
+  assert_null(pick(&isl, NULL));
+  cw_sched_island_answered(&isl);
+  cw_sched_island_answered(&isl);
+  cw_sched_island_answered(&isl);
+  cw_sched_island_answered(&isl);
+  cw_sched_island_answered(&isl);  // one too many: stays at 0
+  assert_int_equal(isl.outstanding, 0);
+  drain(&isl);
+}
+
+// A head that waits (its executable loads) holds its own session only.
+static void test_blocked_head_blocks_only_its_session(void** state) {
+  cw_sched_island_t isl;
+  cw_sched_island_initialize(&isl, 100);
+  item_t* a0 = push(&isl, 1, 1, true);
+  push(&isl, 1, 1, true);
+  push(&isl, 1, 1, false);
+  push(&isl, 2, 1, true);
+  push(&isl, 2, 1, true);
+  a0->blocked = true;
+  item_t* it = pick_and_stamp(&isl);
+  assert_int_equal(it->s.session_id, 2);
+  it = pick_and_stamp(&isl);
+  assert_int_equal(it->s.session_id, 2);
+  assert_null(pick(&isl, NULL));  // a's later items wait behind its head
+  a0->blocked = false;
+  for (int i = 0; i < 3; ++i) {
+    it = pick(&isl, NULL);
+    assert_non_null(it);
+    assert_int_equal(it->s.session_id, 1);
+    assert_int_equal(it->seq, i);
+  }
+  assert_null(isl.queues);
+}
+
+// The first FAILED or READY head met (sessions in arrival order) goes before
+// any launch, and moves nobody's pass; each head is judged once per pick.
+static void test_failed_and_ready_heads_go_first(void** state) {
+  cw_sched_island_t isl;
+  cw_sched_island_initialize(&isl, 100);
+  push(&isl, 1, 1, true);
+  push(&isl, 2, 1, true);
+  item_t* info = push(&isl, 3, 1, false);
+  item_t* bad = push(&isl, 4, 1, true);
+  bad->failed = true;
+  cw_sched_verdict_t v;
+  judged = 0;
+  assert_ptr_equal(pick(&isl, &v), info);
+  assert_int_equal(v, CW_SCHED_READY);
+  assert_int_equal(judged, 3);  // stopped at the READY head
+  assert_int_equal(isl.vtime, 0);
+  judged = 0;
+  assert_ptr_equal(pick(&isl, &v), bad);
+  assert_int_equal(v, CW_SCHED_FAILED);
+  assert_int_equal(judged, 3);
+  assert_int_equal(isl.vtime, 0);
+  assert_int_equal(isl.last_stamp, 0);
+  judged = 0;
+  item_t* it = pick(&isl, &v);
+  assert_int_equal(v, CW_SCHED_LAUNCH);
+  assert_int_equal(it->s.session_id, 1);  // a tie goes to the first to arrive
+  assert_int_equal(judged, 2);
+  it = pick(&isl, &v);
+  assert_int_equal(it->s.session_id, 2);
+  assert_null(pick(&isl, &v));
+  assert_null(isl.queues);
+}
+
+// A session that had nothing queued rejoins at the island's virtual time:
+// it does not get the island to itself to catch up.
+static void test_no_credit_for_idle_sessions(void** state) {
+  cw_sched_island_t isl;
+  cw_sched_island_initialize(&isl, 1000);
+  for (int i = 0; i < 300; ++i) push(&isl, 1, 1, true);
+  for (int i = 0; i < 100; ++i) {
+    assert_int_equal(pick_and_stamp(&isl)->s.session_id, 1);
+    cw_sched_island_answered(&isl);
+  }
+  for (int i = 0; i < 100; ++i) push(&isl, 2, 1, true);
+  int b = 0;
+  for (int i = 0; i < 20; ++i) {
+    b += pick_and_stamp(&isl)->s.session_id == 2;
+    cw_sched_island_answered(&isl);
+  }
+  assert_true(b >= 9 && b <= 11);
+  drain(&isl);
+}
+
+static void count_items(void* user, const cw_sched_item_t* item) {
+  int* counts = user;
+  counts[item->session_id]++;
+}
+
+// A session that leaves (its requests failed, its queue emptied) holds no
+// place; when it comes back it starts at the island's virtual time.
+static void test_a_session_that_leaves(void** state) {
+  cw_sched_island_t isl;
+  cw_sched_island_initialize(&isl, 1000);
+  item_t* a[10];
+  for (int i = 0; i < 10; ++i) {
+    a[i] = push(&isl, 1, 1, true);
+    push(&isl, 2, 1, true);
+  }
+  for (int i = 0; i < 4; ++i) assert_non_null(pick_and_stamp(&isl));
+  for (int i = 0; i < 10; ++i) a[i]->failed = true;  // its session closed
+  int failed = 0;
+  cw_sched_verdict_t v;
+  item_t* it;
+  while ((it = pick(&isl, &v)) != NULL && v == CW_SCHED_FAILED) {
+    assert_int_equal(it->s.session_id, 1);
+    failed++;
+  }
+  assert_int_equal(failed, 8);
+  assert_int_equal(it->s.session_id, 2);
+  int counts[3] = {0};
+  cw_sched_island_visit(&isl, count_items, counts);
+  assert_int_equal(counts[1], 0);
+  assert_int_equal(counts[2], 7);
+  // Back with a backlog: shares from now on, no catching up.
+  for (int i = 0; i < 6; ++i) push(&isl, 1, 1, true);
+  int got_a = 0;
+  for (int i = 0; i < 6; ++i) got_a += pick_and_stamp(&isl)->s.session_id == 1;
+  assert_int_equal(got_a, 3);
+  drain(&isl);
+}
+
+static void record_order(void* user, const cw_sched_item_t* item) {
+  int** out = user;
+  *(*out)++ = (int)item->session_id * 100 + ((const item_t*)item)->seq;
+}
+
+static void test_visit_in_order(void** state) {
+  cw_sched_island_t isl;
+  cw_sched_island_initialize(&isl, 10);
+  push(&isl, 3, 1, true);
+  push(&isl, 1, 1, true);
+  push(&isl, 3, 1, false);
+  push(&isl, 1, 1, true);
+  int got[4], *p = got;
+  cw_sched_island_visit(&isl, record_order, &p);
+  assert_int_equal(p - got, 4);
+  assert_int_equal(got[0], 300);
+  assert_int_equal(got[1], 301);
+  assert_int_equal(got[2], 100);
+  assert_int_equal(got[3], 101);
+  drain(&isl);
+}
+
+// A restart (the island's workers replaced): stamps from 1, nothing out,
+// the queues as they were.
+static void test_restart(void** state) {
+  cw_sched_island_t isl;
+  cw_sched_island_initialize(&isl, 2);
+  for (int i = 0; i < 5; ++i) push(&isl, 1, 1, true);
+  assert_non_null(pick_and_stamp(&isl));
+  assert_non_null(pick_and_stamp(&isl));
+  assert_null(pick(&isl, NULL));
+  assert_int_equal(cw_sched_island_next_stamp(&isl), 3);
+  cw_sched_island_restart(&isl);
+  assert_int_equal(cw_sched_island_next_stamp(&isl), 1);
+  assert_int_equal(isl.outstanding, 0);
+  item_t* it = pick_and_stamp(&isl);
+  assert_non_null(it);
+  assert_int_equal(it->seq, 2);
+  assert_int_equal(isl.last_stamp, 1);
+  drain(&isl);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup(test_weights_share_a_backlogged_island, setup),
+      cmocka_unit_test_setup(test_fifo_within_a_session, setup),
+      cmocka_unit_test_setup(test_stamps_increase_without_gaps, setup),
+      cmocka_unit_test_setup(test_outstanding_cap, setup),
+      cmocka_unit_test_setup(test_blocked_head_blocks_only_its_session, setup),
+      cmocka_unit_test_setup(test_failed_and_ready_heads_go_first, setup),
+      cmocka_unit_test_setup(test_no_credit_for_idle_sessions, setup),
+      cmocka_unit_test_setup(test_a_session_that_leaves, setup),
+      cmocka_unit_test_setup(test_visit_in_order, setup),
+      cmocka_unit_test_setup(test_restart, setup),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
