@@ -77,6 +77,18 @@ static void file_edit(const char* key_text, long offset, uint8_t xor_with, long 
   free(path);
 }
 
+// Moves `from`'s entry to the file name of `to`'s key.
+static void rename_entry(const char* from, const char* to) {
+  uint8_t k1[CW_COMPILE_DISK_DIGEST_SIZE], k2[CW_COMPILE_DISK_DIGEST_SIZE];
+  digest_of(from, k1);
+  digest_of(to, k2);
+  char* p1 = path_of(k1);
+  char* p2 = path_of(k2);
+  assert_int_equal(rename(p1, p2), 0);
+  free(p1);
+  free(p2);
+}
+
 static bool entry_exists(const char* key_text) {
   uint8_t key[CW_COMPILE_DISK_DIGEST_SIZE];
   digest_of(key_text, key);
@@ -154,15 +166,8 @@ static void test_disk_bad_files_refused_and_removed(void** state) {
   }
   // A foreign file under this key's name: another key inside.
   write_entry("other", 100, 1);
-  uint8_t k1[CW_COMPILE_DISK_DIGEST_SIZE], k2[CW_COMPILE_DISK_DIGEST_SIZE];
-  digest_of("other", k1);
-  digest_of("mine", k2);
-  char* p1 = path_of(k1);
-  char* p2 = path_of(k2);
-  assert_int_equal(rename(p1, p2), 0);
+  rename_entry("other", "mine");
   assert_int_equal(read_code("mine", "another key"), CW_DATA_LOSS);
-  free(p1);
-  free(p2);
 }
 
 static void set_mtime(const char* key_text, time_t t) {
@@ -225,16 +230,8 @@ static void test_disk_scan_prunes(void** state) {
   file_edit("short-payload", -1, 0, CW_COMPILE_DISK_HEADER_SIZE + 10);
   write_entry("tiny", 300, 5);
   file_edit("tiny", -1, 0, 12);
-  // Another key's entry under this name.
   write_entry("theirs", 300, 6);
-  uint8_t k1[CW_COMPILE_DISK_DIGEST_SIZE], k2[CW_COMPILE_DISK_DIGEST_SIZE];
-  digest_of("theirs", k1);
-  digest_of("renamed", k2);
-  char* p1 = path_of(k1);
-  char* p2 = path_of(k2);
-  assert_int_equal(rename(p1, p2), 0);
-  free(p1);
-  free(p2);
+  rename_entry("theirs", "renamed");  // another key's entry under this name
   char path[600];
   const char* others[] = {"NOT-HEX-AT-ALL.cwx", ".tmp-old", ".tmp-fresh", "notes.txt"};
   for (size_t i = 0; i < 4; ++i) {

@@ -45,39 +45,10 @@ static void test_advertised_address(void** state) {
   assert_string_equal(small, "127.0.0");
 }
 
-static void test_register_and_exit_with_controller(void** state) {
-  (void)state;
-  assert_non_null(cw_test_getenv("CW_CONTROLLER_BIN", NULL));
-  cw_test_process_t ctl;
-  char address[256];
-  assert_int_equal(cw_test_controller_start(NULL, &ctl, address, sizeof(address)), 0);
-  const char* extra[] = {"--controller", address, "--exit-with-controller", NULL};
-  cw_test_worker_options_t o = {.devices = 2, .name = "registered", .extra_args = extra};
-  cw_test_worker_t w;
-  assert_int_equal(cw_test_worker_start(&o, &w), 0);
-  cw_client_t* c = NULL;
-  ASSERT_OK(cw_client_connect(address, NULL, &c));
-  Causeway__V1__OpenSessionRequest req = CAUSEWAY__V1__OPEN_SESSION_REQUEST__INIT;
-  req.min_workers = 1;
-  req.wait_ms = 30000;
-  ProtobufCMessage* rep = NULL;
-  ASSERT_OK(cw_client_call(c, CW_MSG_OPEN_SESSION, &req.base, NULL, 0, NULL, &rep, NULL));
-  const Causeway__V1__SessionInfo* si = (const Causeway__V1__SessionInfo*)rep;
-  assert_int_equal(si->n_workers, 1);
-  assert_string_equal(si->workers[0]->name, "registered");
-  assert_string_equal(si->workers[0]->address, w.address);
-  assert_int_equal(si->n_devices, 2);
-  protobuf_c_message_free_unpacked(rep, NULL);
-  cw_client_release(c);
-  // The controller goes (even by SIGKILL): the worker exits cleanly.
-  cw_test_process_kill(&ctl);
-  int rc = cw_test_process_wait(&w.process, 30000);
-  fprintf(stderr, "  controller killed: worker exit status %d\n", rc);
-  assert_int_equal(rc, 0);
-}
-
-// One session on the controller at `address` sees `name` (with 2 devices).
-static void expect_registered(const char* address, const char* name) {
+// One session on the controller at `address` sees `name` (with 2 devices),
+// at `worker_address` unless NULL.
+static void expect_registered(const char* address, const char* name,
+                              const char* worker_address) {
   cw_client_t* c = NULL;
   ASSERT_OK(cw_client_connect(address, NULL, &c));
   Causeway__V1__OpenSessionRequest req = CAUSEWAY__V1__OPEN_SESSION_REQUEST__INIT;
@@ -88,9 +59,28 @@ static void expect_registered(const char* address, const char* name) {
   const Causeway__V1__SessionInfo* si = (const Causeway__V1__SessionInfo*)rep;
   assert_int_equal(si->n_workers, 1);
   assert_string_equal(si->workers[0]->name, name);
+  if (worker_address) assert_string_equal(si->workers[0]->address, worker_address);
   assert_int_equal(si->n_devices, 2);
   protobuf_c_message_free_unpacked(rep, NULL);
   cw_client_release(c);
+}
+
+static void test_register_and_exit_with_controller(void** state) {
+  (void)state;
+  assert_non_null(cw_test_getenv("CW_CONTROLLER_BIN", NULL));
+  cw_test_process_t ctl;
+  char address[256];
+  assert_int_equal(cw_test_controller_start(NULL, &ctl, address, sizeof(address)), 0);
+  const char* extra[] = {"--controller", address, "--exit-with-controller", NULL};
+  cw_test_worker_options_t o = {.devices = 2, .name = "registered", .extra_args = extra};
+  cw_test_worker_t w;
+  assert_int_equal(cw_test_worker_start(&o, &w), 0);
+  expect_registered(address, "registered", w.address);
+  // The controller goes (even by SIGKILL): the worker exits cleanly.
+  cw_test_process_kill(&ctl);
+  int rc = cw_test_process_wait(&w.process, 30000);
+  fprintf(stderr, "  controller killed: worker exit status %d\n", rc);
+  assert_int_equal(rc, 0);
 }
 
 // Workers first, the controller 1.5 s later: the worker (embedded-style,
@@ -113,7 +103,7 @@ static void test_controller_starts_later(void** state) {
   const char* ctl_args[] = {"--listen", sock, NULL};
   assert_int_equal(cw_test_controller_start(ctl_args, &ctl, address, sizeof(address)), 0);
   assert_string_equal(address, sock);
-  expect_registered(address, "early");
+  expect_registered(address, "early", NULL);
   cw_test_process_kill(&ctl);
   assert_int_equal(cw_test_process_wait(&w.process, 30000), 0);
   cw_test_tempdir_remove(dir);
