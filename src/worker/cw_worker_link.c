@@ -43,6 +43,7 @@ struct cw_worker_link_s {
   uint64_t heartbeat_seq;
   int64_t reconnect_delay_ms;  // next wait before reconnecting
   char last_error[512];        // why the latest attempt failed (before the first registration)
+  uint64_t attempts;           // failed ones before the first registration
   cw_status_t fatal;           // why the link stopped the worker (cw_worker_run returns it)
 };
 
@@ -86,8 +87,15 @@ static void cw__retry(cw_worker_t* w, const char* name, const char* why) {
     CW_LOGW("lost the controller %s; still serving, reconnecting in %" PRId64 " ms", name, delay);
   } else {
     if (why) snprintf(k->last_error, sizeof(k->last_error), "%s", why);
-    CW_LOGI("not registered with the controller %s yet (%s); trying again in %" PRId64 " ms",
-            name, k->last_error, delay);
+    // Said once at warning level: daemons started in any order wait for each other.
+    if (k->attempts++ == 0) {
+      CW_LOGW("not registered with the controller %s yet (%s); trying again in %" PRId64
+              " ms, for up to %" PRId64 " ms (--start-timeout-ms; 0: no bound)", name,
+              k->last_error, delay, cw_settings_int(w->settings, CW_SET_START_TIMEOUT_MS));
+    } else {
+      CW_LOGI("not registered with the controller %s yet (%s); trying again in %" PRId64 " ms",
+              name, k->last_error, delay);
+    }
   }
   k->reconnect_delay_ms = delay * 2 > max ? max : delay * 2;
   uv_timer_start(&k->reconnect_timer, cw__reconnect, (uint64_t)delay, 0);
@@ -114,11 +122,11 @@ static void cw__registered(void* user, cw_net_conn_t* nc, cw_status_t status,
   cw_worker_link_t* k = w->link;
   free(bulk);
   if (status) {
-    if (k->ever_registered) {
+    // UNAVAILABLE: nothing answered (not listening yet, say); the retry logs that.
+    if (k->ever_registered || cw_status_code(status) != CW_UNAVAILABLE) {
       CW_LOGE("controller %s refused REGISTER: %s", cw_net_conn_name(nc),
               cw_status_message(status));
     }
-    // Before the first registration the retry logs it.
     snprintf(k->last_error, sizeof(k->last_error), "%s", cw_status_message(status));
     cw_status_free(status);
     if (cw_net_conn_is_open(nc)) cw_net_conn_close(nc, NULL);  // retried, or exits (see top)
