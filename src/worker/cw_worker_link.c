@@ -30,6 +30,10 @@ struct cw_worker_link_s {
   bool registered;  // the controller accepted REGISTER on `conn`
   uint64_t heartbeat_seq;
   int64_t reconnect_delay_ms;  // next wait before reconnecting
+  // The global ids of the last registration, asked for again after a
+  // controller restart (RegisterRequest.previous).
+  bool numbered;
+  int32_t first_device_id;
 };
 
 void cw_worker_advertised_address(const char* listen, char* out, size_t out_size) {
@@ -86,6 +90,8 @@ static void cw__registered(void* user, cw_net_conn_t* nc, cw_status_t status,
   CW_LOGI("registered with the controller %s as %s (%s)", cw_net_conn_name(nc), w->name,
           k->address);
   k->registered = true;
+  k->numbered = true;
+  k->first_device_id = ((const Causeway__V1__RegisterReply*)reply)->first_device_id;
   k->heartbeat_seq = 0;
   k->reconnect_delay_ms = CW__RECONNECT_FIRST_MS;
   cw__heartbeat(&k->heartbeat_timer);  // at once: the controller's clock starts now
@@ -104,6 +110,9 @@ static cw_status_t cw__connect(cw_worker_t* w, const char* address) {
   req.worker_name = (char*)w->name;
   req.address = k->address;
   req.inventory = &w->inventory;
+  Causeway__V1__RegisterPrevious previous = CAUSEWAY__V1__REGISTER_PREVIOUS__INIT;
+  previous.first_device_id = k->first_device_id;
+  if (k->numbered) req.previous = &previous;
   req.island_name = (char*)cw_settings_string(w->settings, CW_SET_ISLAND);
   req.island_size = (uint32_t)cw_settings_int(w->settings, CW_SET_ISLAND_SIZE);
   if (req.island_name[0]) {
