@@ -52,6 +52,15 @@ CW_MUST_USE cw_status_t cw_test_session_open(const cw_test_session_options_t* op
                                              cw_test_session_t* out_session);
 void cw_test_session_close(cw_test_session_t* s);
 
+// Resumes `s` on a restarted controller at `controller` (SESSION_RESUME):
+// joins in its session id and reports its devices (its SessionInfo's) and
+// executable `exe` over session devices ids[0..n); `num_devices`: the
+// allocation it was opened with. Checks the reply has the same devices;
+// s->info and the worker connections stay as they were.
+CW_MUST_USE cw_status_t cw_test_session_resume(cw_test_session_t* s, const char* controller,
+                                               uint32_t num_devices, uint64_t exe,
+                                               const int64_t* ids, size_t n);
+
 // The session device with global id `id`, or NULL.
 const Causeway__V1__GlobalDevice* cw_test_session_device(const cw_test_session_t* s, int32_t id);
 

@@ -168,6 +168,33 @@ def test_two_sessions_across_restart(share):
         cluster.stop()
 
 
+def test_hung_controller_wakes():
+    # A stopped controller keeps its sockets open; the client's watchdog
+    # (CAUSEWAY_CONTROLLER_TIMEOUT_MS) takes it for lost, and the client
+    # resumes its session on the same controller once it runs again, which
+    # still had it (or closed it meanwhile: either way the session goes on).
+    cluster = _cluster(relay=True)
+    r = _runner("restart-hung", cluster, CAUSEWAY_CONTROLLER_TIMEOUT_MS="1000")
+    progress = os.path.join(cluster.dir, "progress")
+    try:
+        ref = r.call("train", steps=STEPS, probe_at=PROBE_AT)
+        r.submit("train", steps=STEPS, probe_at=PROBE_AT, progress=progress, step_sleep=0.05)
+        assert harness.wait_until(lambda: _progress(progress) >= KILL_AT, 180, interval=0.01)
+        cluster.kill("controller", signal.SIGSTOP)
+        time.sleep(3.0)
+        cluster.kill("controller", signal.SIGCONT)
+        got = r.result(timeout=300)
+        report = f"{cluster.logs()}\n--- client ---\n{r.log_tail()}"
+        _check_same(ref, got, report)
+        assert _resumed_after(r), f"the client never took the controller for lost\n{report}"
+        assert _sessions(cluster) == 1, report
+        print(f"stopped 3 s: loop held up {_delay(got):.2f} s; resumed after {_resumed_after(r)} s")
+    finally:
+        cluster.kill("controller", signal.SIGCONT)
+        r.close()
+        cluster.stop()
+
+
 def test_controller_never_comes_back():
     cluster = _cluster(relay=True)
     bound_ms = 3000
