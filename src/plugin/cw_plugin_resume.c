@@ -159,6 +159,19 @@ cw_status_t cw_plugin_ctrl_get(cw_plugin_client_t* c, cw_client_t** out_ctrl, ui
   return s;
 }
 
+cw_status_t cw_plugin_ctrl_now(cw_plugin_client_t* c, cw_client_t** out_ctrl, uint64_t* out_gen) {
+  cw_plugin_resume_t* r = c->resume;
+  *out_gen = 0;
+  *out_ctrl = c->ctrl;
+  if (!r) return cw_ok_status();
+  pthread_mutex_lock(&r->mu);
+  cw_status_t s = r->failure ? cw_status_clone(r->failure) : cw_ok_status();
+  *out_ctrl = c->ctrl;
+  *out_gen = r->gen;
+  pthread_mutex_unlock(&r->mu);
+  return s;
+}
+
 bool cw_plugin_ctrl_retry(cw_plugin_client_t* c, uint64_t gen, cw_status_t status) {
   cw_plugin_resume_t* r = c->resume;
   if (!r || !cw_plugin_health_controller_lost(c, status)) return false;

@@ -5,11 +5,12 @@
 // request's failure). When it is lost, one thread reconnects to the same
 // address (backoff from 100 ms to 0.5 s) and reopens the session there with
 // SESSION_RESUME: the same session id, the same devices under the same ids,
-// the executables the workers still hold. Meanwhile calls that need the
-// controller wait (cw_plugin_ctrl_get), for at most
-// CAUSEWAY_CONTROLLER_RECONNECT_MS; requests whose replies the lost
-// controller took with it are parked and sent again on the new connection,
-// in seq order per worker, before anything new. Past the bound every waiter
+// the executables the workers still hold. Meanwhile calls that need an
+// answer from the controller (compile) wait (cw_plugin_ctrl_get), for at
+// most CAUSEWAY_CONTROLLER_RECONNECT_MS; relayed requests (LAUNCH, DELETE)
+// sent meanwhile, and those whose replies the lost controller took with it,
+// are parked and sent again on the new connection, in seq order per worker,
+// before anything new: their events complete later. Past the bound every waiter
 // and parked request fails UNAVAILABLE naming the controller, and later
 // calls fail at once with the same error. CAUSEWAY_CONTROLLER_RECONNECT_MS=0
 // (or an embedded cluster) keeps the old behaviour: c->resume is NULL and
@@ -62,13 +63,18 @@ void cw_plugin_resume_release(cw_plugin_client_t* c);
 // error when reconnecting gave up.
 CW_MUST_USE cw_status_t cw_plugin_ctrl_get(cw_plugin_client_t* c, cw_client_t** out_ctrl,
                                            uint64_t* out_gen);
+// Like cw_plugin_ctrl_get without waiting: the current connection, lost or
+// not (a request sent on a lost one fails and can be parked). Call with the
+// send lock held.
+CW_MUST_USE cw_status_t cw_plugin_ctrl_now(cw_plugin_client_t* c, cw_client_t** out_ctrl,
+                                           uint64_t* out_gen);
 // `status` (borrowed) came from a request on the connection of generation
 // `gen`. True when it says the controller is lost and reconnecting is on:
 // a reconnection starts (once per connection) and the caller may try again
 // with cw_plugin_ctrl_get.
 bool cw_plugin_ctrl_retry(cw_plugin_client_t* c, uint64_t gen, cw_status_t status);
 // Ordered sends on the controller connection hold this (for reading) from
-// cw_plugin_ctrl_get to the end of cw_client_send, so requests sent again
+// cw_plugin_ctrl_now to the end of cw_client_send, so requests sent again
 // after a reconnection go out before any new one.
 void cw_plugin_ctrl_send_lock(cw_plugin_client_t* c);
 void cw_plugin_ctrl_send_unlock(cw_plugin_client_t* c);

@@ -417,18 +417,22 @@ cw_status_t cw_plugin_worker_send_ordered(cw_plugin_worker_t* w, bool direct, ui
   o->parked.worker = (uint32_t)(w - c->workers);
   o->parked.resend = cw__ordered_resend;
   cw_client_t* via = NULL;
+  pthread_mutex_lock(&w->send_mu);  // seq order on the connection
   if (!direct) {
-    // Waits while the controller is being reconnected to.
-    cw_status_t s = cw_plugin_ctrl_get(c, &via, &o->gen);
+    cw_plugin_ctrl_send_lock(c);
+    // Not waiting while the controller is reconnected to: sent on a lost
+    // connection it fails at once and waits parked, in seq order.
+    cw_status_t s = cw_plugin_ctrl_now(c, &via, &o->gen);
     if (s) {
+      cw_plugin_ctrl_send_unlock(c);
+      pthread_mutex_unlock(&w->send_mu);
       free(o);
       return s;
     }
+  } else {
+    // Under send_mu: a replacement worker swaps the connection under it.
+    via = w->conn;
   }
-  pthread_mutex_lock(&w->send_mu);  // seq order on the connection
-  if (!direct) cw_plugin_ctrl_send_lock(c);
-  // Under send_mu: a replacement worker swaps the connection under it.
-  if (direct) via = w->conn;
   // Batched DELETEs come first (in the same write when on the same connection).
   if (direct) {
     cw__worker_stage_deletes_locked(w);
