@@ -16,7 +16,9 @@
 //   old ids; the client joins in its old session id, resumes with its
 //   executable, which the worker still holds (EXE_INFO answered, nothing
 //   compiled), and compiling an id the worker holds already (a LOAD of the
-//   old controller whose reply was lost) succeeds without a second LOAD;
+//   old controller whose reply was lost) succeeds without a second LOAD; a
+//   replacement of that worker gets the program compiled here reloaded, and
+//   the resumed one fails with "compile it again";
 // - SIGTERM: the controller exits 0 (under ASan: no leaks).
 #include <setjmp.h>
 #include <stdarg.h>
@@ -440,10 +442,37 @@ static void test_real_restart(void** state) {
   protobuf_c_message_free_unpacked(&info->base, NULL);
   cw_client_release(fresh);
   cw_client_release(n);
-  cw_client_release(c);
+  // Replaced after the restart: 77's bytes were the old controller's, so it
+  // is not reloaded but fails with what to do; 78 (compiled here) is.
   cw_client_release(direct);
+  assert_true(cw_test_worker_kill(&rw) >= 0);
+  cw_test_worker_t rw2;
+  assert_int_equal(cw_test_worker_start(&o, &rw2), 0);
+  for (int i = 0;; ++i) {
+    s = stats();
+    bool replaced = s->workers == 1 && s->workers_replaced == 1;
+    protobuf_c_message_free_unpacked(&s->base, NULL);
+    if (replaced) break;
+    assert_true(i < 400);
+    cw_test_sleep_ms(50);
+  }
+  Causeway__V1__HealthRejoinRequest rj = CAUSEWAY__V1__HEALTH_REJOIN_REQUEST__INIT;
+  rj.worker_index = 0;
+  rj.incarnation = 1;
+  assert_null(cw_client_call(c, CW_MSG_HEALTH_REJOIN, &rj.base, NULL, 0, NULL, &rep, NULL));
+  protobuf_c_message_free_unpacked(rep, NULL);
+  ereq.exe_id = 77;
+  expect_error(cw_client_call(c, CW_MSG_EXE_INFO, &ereq.base, NULL, 0, NULL, &rep, NULL),
+               CW_UNAVAILABLE, "compiled before the controller restarted");
+  ereq.exe_id = 78;
+  assert_null(cw_client_call(c, CW_MSG_EXE_INFO, &ereq.base, NULL, 0, NULL, &rep, NULL));
+  protobuf_c_message_free_unpacked(rep, NULL);
+  s = stats();
+  assert_int_equal(s->exes_reloaded, 1);  // 78 only
+  protobuf_c_message_free_unpacked(&s->base, NULL);
+  cw_client_release(c);
   free(code);
-  assert_int_equal(cw_test_worker_stop(&rw, 30000), 0);
+  assert_int_equal(cw_test_worker_stop(&rw2, 30000), 0);
 }
 
 int main(void) {
