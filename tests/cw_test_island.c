@@ -51,6 +51,34 @@ cw_status_t cw_test_call(cw_client_t* c, uint16_t type, const ProtobufCMessage* 
   return s;
 }
 
+cw_status_t cw_test_register(cw_client_t* c, const char* name, const char* address,
+                             size_t devices, int32_t previous, Causeway__V1__RegisterReply** out) {
+  Causeway__V1__Device devs[4];
+  Causeway__V1__Device* ptrs[4];
+  if (devices > 4) return cw_make_status(CW_INVALID_ARGUMENT, "at most 4 pretend devices");
+  for (size_t i = 0; i < devices; ++i) {
+    causeway__v1__device__init(&devs[i]);
+    devs[i].local_id = (int32_t)i;
+    devs[i].id = (int32_t)i;
+    devs[i].kind = (char*)"cpu";
+    ptrs[i] = &devs[i];
+  }
+  Causeway__V1__Inventory inv = CAUSEWAY__V1__INVENTORY__INIT;
+  inv.worker_name = (char*)name;
+  inv.platform_name = (char*)"cpu";
+  inv.platform_version = (char*)"test";
+  inv.devices = ptrs;
+  inv.n_devices = devices;
+  Causeway__V1__RegisterRequest req = CAUSEWAY__V1__REGISTER_REQUEST__INIT;
+  req.worker_name = (char*)name;
+  req.address = (char*)address;
+  req.inventory = &inv;
+  Causeway__V1__RegisterPrevious prev = CAUSEWAY__V1__REGISTER_PREVIOUS__INIT;
+  prev.first_device_id = previous;
+  if (previous >= 0) req.previous = &prev;
+  return cw_test_call(c, CW_MSG_REGISTER, &req.base, (ProtobufCMessage**)out);
+}
+
 // ---- Sessions -----------------------------------------------------------------------
 
 cw_status_t cw_test_session_open(const cw_test_session_options_t* o, cw_test_session_t* s) {

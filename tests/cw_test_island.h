@@ -28,6 +28,14 @@ uint8_t* cw_test_compile_options(const int64_t* ids, size_t n, size_t* out_size)
 CW_MUST_USE cw_status_t cw_test_call(cw_client_t* c, uint16_t type, const ProtobufCMessage* m,
                                      ProtobufCMessage** out_reply);
 
+// REGISTER on `c` (a connection with HELLO role WORKER) as a pretend worker
+// `name` at `address` with `devices` (at most 4) CPU devices of platform
+// "cpu" version "test"; previous >= 0: RegisterRequest.previous. *out (may
+// be NULL) gets the reply, freed with protobuf_c_message_free_unpacked.
+CW_MUST_USE cw_status_t cw_test_register(cw_client_t* c, const char* name, const char* address,
+                                         size_t devices, int32_t previous,
+                                         Causeway__V1__RegisterReply** out);
+
 // A controller session: its connection, its SessionInfo, and one connection
 // per worker of the session, by worker index.
 typedef struct cw_test_session_s {

@@ -107,16 +107,6 @@ size_t cw_ctl_alloc_queue_length(const cw_controller_t* ctl) {
 
 // --- SessionInfo of an allocated session ----------------------------------------------
 
-ProtobufCMessage* cw_ctl_msg_copy(const ProtobufCMessage* m) {
-  size_t len = protobuf_c_message_get_packed_size(m);
-  uint8_t* buf = malloc(len ? len : 1);
-  if (!buf) return NULL;
-  protobuf_c_message_pack(m, buf);
-  ProtobufCMessage* out = protobuf_c_message_unpack(m->descriptor, NULL, len, buf);
-  free(buf);
-  return out;
-}
-
 void cw_ctl_info_platform(Causeway__V1__SessionInfo* info, const Causeway__V1__Inventory* inv) {
   // The workers' plugin, unchanged.
   info->platform_name = inv->platform_name;
@@ -389,7 +379,7 @@ void cw_ctl_alloc_open(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_
     return;
   }
   cw_ctl_alloc_wait_t* a = calloc(1, sizeof(*a));
-  if (a) a->req = (Causeway__V1__OpenSessionRequest*)cw_ctl_msg_copy(&r->base);
+  if (a) a->req = (Causeway__V1__OpenSessionRequest*)cw_msg_copy(&r->base);
   if (!a || !a->req) {
     free(a);
     cw_ctl_reply_error(ctl, p->conn, CW_MSG_OPEN_SESSION, request_id,

@@ -34,9 +34,6 @@ int32_t cw_ctl_alloc_session_id(cw_controller_t* ctl, cw_ctl_session_t* s, uint3
 // not shared): the lead's "shared => through the scheduler" test.
 bool cw_ctl_alloc_exclusive_on(cw_controller_t* ctl, cw_ctl_session_t* s, uint32_t worker_index);
 size_t cw_ctl_alloc_queue_length(const cw_controller_t* ctl);
-// A deep copy (packed and unpacked) the caller frees with
-// protobuf_c_message_free_unpacked; NULL when out of memory.
-ProtobufCMessage* cw_ctl_msg_copy(const ProtobufCMessage* m);
 // SessionInfo's platform from a worker's inventory; a worker's WorkerInfo
 // as session `s` sees it (incarnation, direct-launch lease).
 void cw_ctl_info_platform(Causeway__V1__SessionInfo* info, const Causeway__V1__Inventory* inv);

@@ -138,7 +138,7 @@ static void cw__compile_loaded(void* user, cw_net_conn_t* conn, cw_status_t stat
     return;
   }
   // Keep what LOAD said; EXE_INFO follows on the same connection.
-  if (reply) cp->load_reply = (Causeway__V1__CompileReply*)cw_ctl_msg_copy(reply);
+  if (reply) cp->load_reply = (Causeway__V1__CompileReply*)cw_msg_copy(reply);
   Causeway__V1__ExeInfoRequest req = CAUSEWAY__V1__EXE_INFO_REQUEST__INIT;
   req.exe_id = cp->exe_id;
   cw_net_conn_request(conn, CW_MSG_EXE_INFO, &req.base, NULL, 0, NULL, NULL,

@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "cw_client.h"
+#include "cw_test_island.h"
 #include "cw_test_util.h"
 
 static struct {
@@ -57,33 +58,10 @@ static int32_t fake_worker(const char* name, size_t devices, int32_t previous) {
   assert_null(cw_client_connect(g.address, &o, &c));
   assert_true(g.num_workers < 8);
   g.workers[g.num_workers++] = c;
-  Causeway__V1__Device devs[4];
-  Causeway__V1__Device* ptrs[4];
-  for (size_t i = 0; i < devices && i < 4; ++i) {
-    causeway__v1__device__init(&devs[i]);
-    devs[i].local_id = (int32_t)i;
-    devs[i].id = (int32_t)i;
-    devs[i].kind = (char*)"cpu";
-    ptrs[i] = &devs[i];
-  }
-  Causeway__V1__Inventory inv = CAUSEWAY__V1__INVENTORY__INIT;
-  inv.worker_name = (char*)name;
-  inv.platform_name = (char*)"cpu";
-  inv.platform_version = (char*)"test";
-  inv.devices = ptrs;
-  inv.n_devices = devices;
   char address[64];
   snprintf(address, sizeof(address), "fake-%s:1", name);
-  Causeway__V1__RegisterRequest req = CAUSEWAY__V1__REGISTER_REQUEST__INIT;
-  req.worker_name = (char*)name;
-  req.address = address;
-  req.inventory = &inv;
-  Causeway__V1__RegisterPrevious prev = CAUSEWAY__V1__REGISTER_PREVIOUS__INIT;
-  prev.first_device_id = previous;
-  if (previous >= 0) req.previous = &prev;
   Causeway__V1__RegisterReply* rep = NULL;
-  assert_null(cw_client_call(c, CW_MSG_REGISTER, &req.base, NULL, 0, NULL,
-                             (ProtobufCMessage**)&rep, NULL));
+  assert_null(cw_test_register(c, name, address, devices, previous, &rep));
   int32_t first = rep->first_device_id;
   protobuf_c_message_free_unpacked(&rep->base, NULL);
   return first;

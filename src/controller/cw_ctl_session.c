@@ -327,7 +327,7 @@ void cw_ctl_handle_open_session(cw_net_conn_t* conn, const cw_frame_header_t* h,
   ow->min_workers = r->min_workers ? r->min_workers : 1;
   if (r->num_devices) {
     // Kept for the allocation once enough workers are there.
-    ow->req = (Causeway__V1__OpenSessionRequest*)cw_ctl_msg_copy(&r->base);
+    ow->req = (Causeway__V1__OpenSessionRequest*)cw_msg_copy(&r->base);
     if (!ow->req) {
       cw__open_wait_free(ow);
       cw_ctl_reply_error(ctl, p->conn, h->type, h->request_id,

@@ -96,12 +96,7 @@ cw_status_t cw_plugin_resume_set_open(cw_plugin_client_t* c,
                                       const Causeway__V1__OpenSessionRequest* open) {
   cw_plugin_resume_t* r = c->resume;
   if (!r) return cw_ok_status();
-  size_t len = protobuf_c_message_get_packed_size(&open->base);
-  uint8_t* buf = malloc(len ? len : 1);
-  if (!buf) return cw__oom();
-  protobuf_c_message_pack(&open->base, buf);
-  r->open = causeway__v1__open_session_request__unpack(NULL, len, buf);
-  free(buf);
+  r->open = (Causeway__V1__OpenSessionRequest*)cw_msg_copy(&open->base);
   return r->open ? cw_ok_status() : cw__oom();
 }
 

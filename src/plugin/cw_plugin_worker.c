@@ -393,17 +393,6 @@ static void cw__ordered_resend(cw_plugin_parked_t* p, cw_client_t* ctrl, uint64_
   if (s) cw__ordered_finish(o, s, NULL);
 }
 
-// A copy of `req` (packed and unpacked), owned by the caller; NULL when out of memory.
-static ProtobufCMessage* cw__msg_copy(const ProtobufCMessage* req) {
-  size_t len = protobuf_c_message_get_packed_size(req);
-  uint8_t* buf = malloc(len ? len : 1);
-  if (!buf) return NULL;
-  protobuf_c_message_pack(req, buf);
-  ProtobufCMessage* out = protobuf_c_message_unpack(req->descriptor, NULL, len, buf);
-  free(buf);
-  return out;
-}
-
 cw_status_t cw_plugin_worker_send_ordered(cw_plugin_worker_t* w, bool direct, uint16_t type,
                                           ProtobufCMessage* req, uint64_t* req_seq,
                                           cw_client_done_fn done, void* user) {
@@ -447,7 +436,7 @@ cw_status_t cw_plugin_worker_send_ordered(cw_plugin_worker_t* w, bool direct, ui
   o->parked.seq = seq;
   // What a restarted controller is sent again (with its seq).
   if (!direct && c->resume) {
-    o->copy = cw__msg_copy(req);
+    o->copy = cw_msg_copy(req);
     if (o->copy && type == CW_MSG_LAUNCH) pthread_mutex_init(&o->await_mu, NULL);
   }
   cw_status_t s = cw_client_send(via, type, req, NULL, 0, NULL, cw__ordered_cb, o, NULL);

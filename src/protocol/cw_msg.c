@@ -1,6 +1,7 @@
 #include "cw_msg.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cw_array.h"
@@ -200,4 +201,14 @@ const char* cw_role_name(int role) {
     case CAUSEWAY__V1__ROLE__ROLE_CONTROLLER: return "CONTROLLER";
     default: return "UNKNOWN";
   }
+}
+
+ProtobufCMessage* cw_msg_copy(const ProtobufCMessage* m) {
+  size_t len = protobuf_c_message_get_packed_size(m);
+  uint8_t* buf = malloc(len ? len : 1);
+  if (!buf) return NULL;
+  protobuf_c_message_pack(m, buf);
+  ProtobufCMessage* out = protobuf_c_message_unpack(m->descriptor, NULL, len, buf);
+  free(buf);
+  return out;
 }

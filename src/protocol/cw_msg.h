@@ -101,6 +101,9 @@ uint64_t cw_msg_seq(uint16_t type, const ProtobufCMessage* msg);
 // any length, every other type none. Replies pass.
 CW_MUST_USE cw_status_t cw_msg_check_bulk(const struct cw_frame_header_s* header,
                                           const ProtobufCMessage* msg);
+// A deep copy of `m` (borrowed), packed and unpacked, that the caller frees
+// with protobuf_c_message_free_unpacked; NULL when out of memory.
+ProtobufCMessage* cw_msg_copy(const ProtobufCMessage* m);
 // "clients", "workers", "the controller", "clients or the controller": who
 // may send a type, for refusals. `senders` is a CW_ROLE_*_BIT set.
 void cw_msg_senders_text(uint32_t senders, char* out, size_t capacity);

@@ -17,22 +17,6 @@ import checks
 STATE: dict = {}
 
 
-def _mlp_params(key, sizes):
-    params = []
-    for n_in, n_out in zip(sizes[:-1], sizes[1:]):
-        key, k1 = jax.random.split(key)
-        params.append({"w": np.asarray(jax.random.normal(k1, (n_in, n_out), jnp.float32))
-                       * np.float32(1.0 / np.sqrt(n_in)),
-                       "b": np.zeros((n_out,), np.float32)})
-    return params
-
-
-def _mlp(params, x):
-    for layer in params[:-1]:
-        x = jax.nn.relu(x @ layer["w"] + layer["b"])
-    return x @ params[-1]["w"] + params[-1]["b"]
-
-
 def _setup():
     """The session's first island as a data-parallel mesh, host data, the step."""
     devs = checks.islands()[0]
@@ -45,10 +29,13 @@ def _setup():
     if "step" not in STATE:
         @functools.partial(jax.jit, donate_argnums=0)
         def step(params, x, y):
-            loss, g = jax.value_and_grad(lambda p: jnp.mean((_mlp(p, x) - y) ** 2))(params)
+            def mse(p):
+                return jnp.mean((checks._mlp(p, x) - y) ** 2)
+            loss, g = jax.value_and_grad(mse)(params)
             return jax.tree.map(lambda p, gp: p - 0.05 * gp, params, g), loss
         STATE["step"] = step
-    return data_sh, rep, xs, ys, _mlp_params(jax.random.key(1), [16, 32, 32, 1])
+    p0 = jax.tree.map(np.asarray, checks._mlp_params(jax.random.key(1), [16, 32, 32, 1]))
+    return data_sh, rep, xs, ys, p0
 
 
 def train(steps: int = 60, progress: str = "", step_sleep: float = 0.0,
@@ -69,7 +56,7 @@ def train(steps: int = 60, progress: str = "", step_sleep: float = 0.0,
         losses.append(np.asarray(loss))
         if i == probe_at:
             # A fresh function object: traced and compiled now, not cached.
-            fresh = jax.jit(lambda p, v, k=float(i): jnp.mean(_mlp(p, v)) + k)
+            fresh = jax.jit(lambda p, v, k=float(i): jnp.mean(checks._mlp(p, v)) + k)
             probe = np.asarray(fresh(params, x))
         times.append(time.monotonic() - t)
         if progress:
