@@ -61,7 +61,8 @@ void cw_ctl_worker_lost(cw_ctl_worker_t* w, const char* why) {
 // controller (re)started (RegisterRequest.previous) while no slot holds any
 // of those ids, so clients that resume their sessions and new ones number
 // the devices alike; else after every slot's.
-static int32_t cw__first_device(const cw_controller_t* ctl, const Causeway__V1__RegisterRequest* r) {
+static int32_t cw__first_device(const cw_controller_t* ctl,
+                                const Causeway__V1__RegisterRequest* r) {
   int64_t n = (int64_t)r->inventory->n_devices;
   if (!r->previous || r->previous->first_device_id < 0 ||
       (int64_t)r->previous->first_device_id + n > INT32_MAX / 2) {

@@ -46,7 +46,9 @@ static void expect_error(cw_status_t st, cw_status_code_t code, const char* text
   assert_non_null(st);
   fprintf(stderr, "  %s\n", cw_status_message(st));
   assert_int_equal(cw_status_code(st), code);
-  if (!strstr(cw_status_message(st), text)) fail_msg("'%s' lacks '%s'", cw_status_message(st), text);
+  if (!strstr(cw_status_message(st), text)) {
+    fail_msg("'%s' lacks '%s'", cw_status_message(st), text);
+  }
   cw_status_free(st);
 }
 
