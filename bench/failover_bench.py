@@ -117,6 +117,8 @@ def controller_case(clients: int, timeout_ms: int) -> list[float]:
         env["CW_RUNNER_CHECKS"] = CHECKS
         env["CAUSEWAY_MIN_WORKERS"] = "2"
         env["CAUSEWAY_CONTROLLER_TIMEOUT_MS"] = str(timeout_ms)
+        # The watchdog's error itself, not a reconnection that waits it out.
+        env["CAUSEWAY_CONTROLLER_RECONNECT_MS"] = "0"
         runners = [harness.Runner(f"failover-ctl-{i}", env) for i in range(clients)]
         for r in runners:
             r.call("failover_prepare")

@@ -51,6 +51,34 @@ cw_status_t cw_test_call(cw_client_t* c, uint16_t type, const ProtobufCMessage* 
   return s;
 }
 
+cw_status_t cw_test_register(cw_client_t* c, const char* name, const char* address,
+                             size_t devices, int32_t previous, Causeway__V1__RegisterReply** out) {
+  Causeway__V1__Device devs[4];
+  Causeway__V1__Device* ptrs[4];
+  if (devices > 4) return cw_make_status(CW_INVALID_ARGUMENT, "at most 4 pretend devices");
+  for (size_t i = 0; i < devices; ++i) {
+    causeway__v1__device__init(&devs[i]);
+    devs[i].local_id = (int32_t)i;
+    devs[i].id = (int32_t)i;
+    devs[i].kind = (char*)"cpu";
+    ptrs[i] = &devs[i];
+  }
+  Causeway__V1__Inventory inv = CAUSEWAY__V1__INVENTORY__INIT;
+  inv.worker_name = (char*)name;
+  inv.platform_name = (char*)"cpu";
+  inv.platform_version = (char*)"test";
+  inv.devices = ptrs;
+  inv.n_devices = devices;
+  Causeway__V1__RegisterRequest req = CAUSEWAY__V1__REGISTER_REQUEST__INIT;
+  req.worker_name = (char*)name;
+  req.address = (char*)address;
+  req.inventory = &inv;
+  Causeway__V1__RegisterPrevious prev = CAUSEWAY__V1__REGISTER_PREVIOUS__INIT;
+  prev.first_device_id = previous;
+  if (previous >= 0) req.previous = &prev;
+  return cw_test_call(c, CW_MSG_REGISTER, &req.base, (ProtobufCMessage**)out);
+}
+
 // ---- Sessions -----------------------------------------------------------------------
 
 cw_status_t cw_test_session_open(const cw_test_session_options_t* o, cw_test_session_t* s) {
@@ -88,6 +116,76 @@ void cw_test_session_close(cw_test_session_t* s) {
   if (s->info) protobuf_c_message_free_unpacked(&s->info->base, NULL);
   if (s->ctl) cw_client_release(s->ctl);
   memset(s, 0, sizeof(*s));
+}
+
+static const char* cw__worker_name(const Causeway__V1__SessionInfo* info, uint32_t index) {
+  for (size_t i = 0; i < info->n_workers; ++i) {
+    if (info->workers[i]->index == index) return info->workers[i]->name;
+  }
+  return "";
+}
+
+cw_status_t cw_test_session_resume(cw_test_session_t* s, const char* controller,
+                                   uint32_t num_devices, uint64_t exe, const int64_t* ids,
+                                   size_t n) {
+  const Causeway__V1__SessionInfo* info = s->info;
+  if (s->ctl) cw_client_release(s->ctl);
+  s->ctl = NULL;
+  cw_client_options_t co = {.peer_name = info->name, .session_id = info->session_id};
+  CW_RETURN_IF_ERROR(cw_client_connect(controller, &co, &s->ctl), "resuming %s", info->name);
+  Causeway__V1__OpenSessionRequest open = CAUSEWAY__V1__OPEN_SESSION_REQUEST__INIT;
+  open.name = info->name;
+  open.num_devices = num_devices;
+  open.share = true;
+  open.wait_ms = 60000;
+  size_t nd = info->n_devices;
+  Causeway__V1__ResumeDevice* devs = calloc(nd + 1, sizeof(*devs));
+  Causeway__V1__ResumeDevice** dptrs = calloc(nd + 1, sizeof(*dptrs));
+  int32_t* exe_ids = calloc(n + 1, sizeof(*exe_ids));
+  if (!devs || !dptrs || !exe_ids) {
+    free(devs);
+    free(dptrs);
+    free(exe_ids);
+    return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  for (size_t i = 0; i < nd; ++i) {
+    causeway__v1__resume_device__init(&devs[i]);
+    devs[i].id = info->devices[i]->global_id;
+    devs[i].worker_name = (char*)cw__worker_name(info, info->devices[i]->worker_index);
+    devs[i].local_id = info->devices[i]->device->local_id;
+    dptrs[i] = &devs[i];
+  }
+  for (size_t i = 0; i < n; ++i) exe_ids[i] = (int32_t)ids[i];
+  Causeway__V1__ResumeExecutable x = CAUSEWAY__V1__RESUME_EXECUTABLE__INIT;
+  x.exe_id = exe;
+  x.devices = exe_ids;
+  x.n_devices = n;
+  Causeway__V1__ResumeExecutable* xp = &x;
+  Causeway__V1__SessionResumeRequest req = CAUSEWAY__V1__SESSION_RESUME_REQUEST__INIT;
+  req.open = &open;
+  req.devices = dptrs;
+  req.n_devices = nd;
+  req.executables = &xp;
+  req.n_executables = 1;
+  ProtobufCMessage* rep = NULL;
+  cw_status_t st = cw_test_call(s->ctl, CW_MSG_SESSION_RESUME, &req.base, &rep);
+  const Causeway__V1__SessionInfo* now = (const Causeway__V1__SessionInfo*)rep;
+  for (size_t i = 0; !st && i < nd; ++i) {
+    const Causeway__V1__GlobalDevice* d = NULL;
+    for (size_t k = 0; k < now->n_devices; ++k) {
+      if (now->devices[k]->global_id == devs[i].id) d = now->devices[k];
+    }
+    if (!d || strcmp(cw__worker_name(now, d->worker_index), devs[i].worker_name) != 0 ||
+        d->device->local_id != devs[i].local_id) {
+      st = cw_make_status(CW_INTERNAL, "the resumed session lacks device %d (%s:%d)", devs[i].id,
+                          devs[i].worker_name, devs[i].local_id);
+    }
+  }
+  if (rep) protobuf_c_message_free_unpacked(rep, NULL);
+  free(devs);
+  free(dptrs);
+  free(exe_ids);
+  return st;
 }
 
 const Causeway__V1__GlobalDevice* cw_test_session_device(const cw_test_session_t* s, int32_t id) {

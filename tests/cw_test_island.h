@@ -28,6 +28,14 @@ uint8_t* cw_test_compile_options(const int64_t* ids, size_t n, size_t* out_size)
 CW_MUST_USE cw_status_t cw_test_call(cw_client_t* c, uint16_t type, const ProtobufCMessage* m,
                                      ProtobufCMessage** out_reply);
 
+// REGISTER on `c` (a connection with HELLO role WORKER) as a pretend worker
+// `name` at `address` with `devices` (at most 4) CPU devices of platform
+// "cpu" version "test"; previous >= 0: RegisterRequest.previous. *out (may
+// be NULL) gets the reply, freed with protobuf_c_message_free_unpacked.
+CW_MUST_USE cw_status_t cw_test_register(cw_client_t* c, const char* name, const char* address,
+                                         size_t devices, int32_t previous,
+                                         Causeway__V1__RegisterReply** out);
+
 // A controller session: its connection, its SessionInfo, and one connection
 // per worker of the session, by worker index.
 typedef struct cw_test_session_s {
@@ -51,6 +59,15 @@ typedef struct cw_test_session_options_s {
 CW_MUST_USE cw_status_t cw_test_session_open(const cw_test_session_options_t* options,
                                              cw_test_session_t* out_session);
 void cw_test_session_close(cw_test_session_t* s);
+
+// Resumes `s` on a restarted controller at `controller` (SESSION_RESUME):
+// joins in its session id and reports its devices (its SessionInfo's) and
+// executable `exe` over session devices ids[0..n); `num_devices`: the
+// allocation it was opened with. Checks the reply has the same devices;
+// s->info and the worker connections stay as they were.
+CW_MUST_USE cw_status_t cw_test_session_resume(cw_test_session_t* s, const char* controller,
+                                               uint32_t num_devices, uint64_t exe,
+                                               const int64_t* ids, size_t n);
 
 // The session device with global id `id`, or NULL.
 const Causeway__V1__GlobalDevice* cw_test_session_device(const cw_test_session_t* s, int32_t id);

@@ -35,6 +35,7 @@
 #define LAUNCHES 25
 #define N 16      // elements per device
 #define DEVS 4    // 2 per gang worker
+#define KEPT 3    // launches of the session resumed after the controller restart
 
 static struct {
   char dir[256];
@@ -363,9 +364,33 @@ static void test_sessions_share_the_island_in_one_order(void** state) {
 // island forms again, and its stamps count from 1 on both sides, so new
 // sessions' launches are ordered again from the first one (a worker that
 // kept its old count would issue them unordered).
+// A session of the first controller resumes on the restarted one
+// (SESSION_RESUME) and launches the island program it compiled before, in
+// the new order after the new sessions' launches.
 static void test_controller_restart_keeps_the_island_in_order(void** state) {
   (void)state;
   enum { BEFORE = NUM_CLIENTS * LAUNCHES + 1 };  // stamps the first controller gave
+  client_t clients[3];
+  memset(clients, 0, sizeof(clients));
+  client_t* kept = &clients[2];
+  kept->k = 20;
+  snprintf(kept->tag, sizeof(kept->tag), "k20");
+  cw_test_session_t s;
+  const char* workers[] = {"gang0", "gang1"};
+  ASSERT_OK(session_open(&s, "island-kept", workers, 2, DEVS, 0));
+  kept->session_id = s.info->session_id;
+  int64_t ids[DEVS];
+  gang_ids(&s, false, ids);
+  ASSERT_OK(compile_gang(&s, 1, kept->tag, ids, DEVS));
+  for (int i = 0; i < KEPT; ++i) {
+    for (int d = 0; d < DEVS; ++d) {
+      float data[N];
+      for (int j = 0; j < N; ++j) data[j] = input_value(kept->k, i, d, j);
+      ASSERT_OK(cw_test_session_upload_f32(&s, ids[d], 1000 + (uint64_t)(i * DEVS + d), data, N));
+    }
+  }
+  ASSERT_OK(cw_test_session_flush(&s));
+
   assert_int_equal(cw_test_process_stop(&g.ctl, 30000), 0);
   char address[512];
   snprintf(address, sizeof(address), "%s", g.ctl_address);
@@ -373,14 +398,37 @@ static void test_controller_restart_keeps_the_island_in_order(void** state) {
   assert_int_equal(cw_test_controller_start(args, &g.ctl, g.ctl_address, sizeof(g.ctl_address)),
                    0);
   assert_string_equal(g.ctl_address, address);
-  client_t clients[2];
+  // Waits (<= 60 s) for gang0 and gang1 to register again.
+  ASSERT_OK(cw_test_session_resume(&s, g.ctl_address, DEVS, 1, ids, DEVS));
   run_clients(clients, 10, 2, "r");  // sessions wait (<= 60 s) for the 3 workers
-  static stamp_t want[2 * LAUNCHES + 8];
-  size_t n = records_agree(clients[0].island, BEFORE, want, 2 * LAUNCHES + 8);
-  assert_int_equal(n, 2 * LAUNCHES);
-  logs_agree(BEFORE, want, n, clients, 2);
-  fprintf(stderr, "after the restart: %zu stamps from 1, both workers and both plugin processes "
-          "followed them\n", n);
+  for (int i = 0; i < KEPT; ++i) {
+    uint64_t in[DEVS], out[DEVS];
+    for (int d = 0; d < DEVS; ++d) {
+      in[d] = 1000 + (uint64_t)(i * DEVS + d);
+      out[d] = 5000 + (uint64_t)(i * DEVS + d);
+    }
+    ASSERT_OK(cw_test_gang_launch(&s, 1, in, out, DEVS));
+  }
+  ASSERT_OK(cw_client_flush(s.ctl));
+  for (int i = 0; i < KEPT; ++i) {
+    for (int d = 0; d < DEVS; ++d) {
+      float got[N];
+      ASSERT_OK(cw_test_session_download_f32(&s, ids[d], 5000 + (uint64_t)(i * DEVS + d), got, N));
+      for (int j = 0; j < N; ++j) {
+        float want = 0;
+        for (int e = 0; e < DEVS; ++e) want += input_value(kept->k, i, e, j);
+        assert_true(got[j] == want);
+      }
+    }
+  }
+  cw_test_session_close(&s);
+  static stamp_t want[2 * LAUNCHES + KEPT + 8];
+  size_t n = records_agree(clients[0].island, BEFORE, want, 2 * LAUNCHES + KEPT + 8);
+  assert_int_equal(n, 2 * LAUNCHES + KEPT);
+  for (size_t i = 2 * LAUNCHES; i < n; ++i) assert_int_equal(want[i].session, kept->session_id);
+  logs_agree(BEFORE, want, n, clients, 3);
+  fprintf(stderr, "after the restart: %zu stamps from 1 (%d of the resumed session), both workers "
+          "and both plugin processes followed them\n", n, KEPT);
 }
 
 static void expect_error(cw_status_t st, int code, const char* needle, const char* what) {
@@ -628,10 +676,10 @@ static void test_a_part_refused_on_one_member_cancels_the_others(void** state) {
   assert_int_equal(log_lines(0), lines0 + 1);
   assert_int_equal(log_lines(1), lines1 + 1);
   // Both workers passed the cancelled stamp in its turn, as the controller gave it.
-  static stamp_t rec[2 * LAUNCHES + 16];
+  static stamp_t rec[2 * LAUNCHES + KEPT + 16];
   assert_int_equal(records_agree(s.info->devices[0]->island, NUM_CLIENTS * LAUNCHES + 1, rec,
-                                 2 * LAUNCHES + 16),
-                   2 * LAUNCHES + 2);
+                                 2 * LAUNCHES + KEPT + 16),
+                   2 * LAUNCHES + KEPT + 2);
   cw_test_session_close(&s);
 }
 

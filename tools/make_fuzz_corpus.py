@@ -41,6 +41,7 @@ ADMIN_STATUS, ADMIN_PAUSE, ADMIN_RESUME, ADMIN_DRAIN, ADMIN_UNDRAIN, ADMIN_HOLD,
 TRACE_START, TRACE_FETCH = 65, 66  # obs: session timelines
 
 HEALTH_HEARTBEAT, HEALTH_REJOIN = 45, 46
+SESSION_RESUME = 36
 ROLE_CLIENT, ROLE_WORKER, ROLE_CONTROLLER = 1, 2, 3
 F32, S32, U8, F64, BF16, PRED = 11, 4, 6, 12, 13, 1
 
@@ -342,6 +343,27 @@ def frame_corpus():
     stamp = f_varint(1, 0) + f_varint(2, 7) + f_varint(3, 42)
     c["rep_stats_stamps"] = frame(STATS, stats() + f_bytes(30, stamp) + f_bytes(30, stamp) +
                                   f_varint(31, 3) + f_varint(32, 1), flags=REPLY, req_id=22)
+    # A controller restart: REGISTER (32) with the worker's previous global ids
+    # (field 7); SESSION_RESUME (36) with its open request, devices and
+    # executables, its SessionInfo reply and a wait that ran out.
+    c["req_register_previous"] = frame(
+        32, f_bytes(1, "w0") + f_bytes(2, "127.0.0.1:7311") + f_bytes(3, inventory()) +
+        f_bytes(7, f_varint(1, 4)), req_id=23)
+    c["rep_register"] = frame(32, f_varint(1, 1) + f_varint(2, 4), flags=REPLY, req_id=23)
+    open_req = f_varint(2, 20000) + f_varint(3, 2) + f_varint(7, 1) + f_bytes(16, "train@h:1")
+    device = f_varint(1, 0) + f_bytes(2, "w0") + f_varint(3, 1)
+    c["req_session_resume"] = frame(
+        SESSION_RESUME, f_bytes(1, open_req) + f_bytes(2, device) +
+        f_bytes(2, f_varint(1, 1) + f_bytes(2, "w0") + f_varint(3, 0)) +
+        f_bytes(3, f_varint(1, 9) + f_packed(2, (0, 1))), req_id=24)
+    worker_info = f_varint(1, 0) + f_bytes(2, "w0") + f_bytes(3, "127.0.0.1:7311") + f_varint(4, 1)
+    global_device = f_varint(1, 0) + f_varint(2, 0) + f_bytes(4, f_varint(1, 1))
+    c["rep_session_resume"] = frame(
+        SESSION_RESUME, f_varint(1, 1234567) + f_bytes(2, "cpu") + f_bytes(7, worker_info) +
+        f_bytes(8, global_device), flags=REPLY, req_id=24)
+    c["err_session_resume"] = frame(
+        SESSION_RESUME, error_reply(4, "session 7 waited 20000 ms for worker w1 to register "
+                                    "again"), flags=REPLY | ERROR, req_id=24)
     # Error replies.
     c["err_not_found"] = frame(DOWNLOAD, error_reply(5, "buffer 3 not found"),
                                flags=REPLY | ERROR, req_id=10)

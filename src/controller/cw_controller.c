@@ -41,6 +41,7 @@
 #include "cw_ctl_ops.h"
 #include "cw_ctl_registry.h"
 #include "cw_ctl_relay.h"
+#include "cw_ctl_resume.h"
 #include "cw_ctl_sched.h"
 #include "cw_ctl_session.h"
 #include "cw_log.h"
@@ -110,6 +111,7 @@ static const cw_net_service_t cw__service = {
             [CW_MSG_HEALTH_HEARTBEAT] = cw_ctl_handle_heartbeat,
             [CW_MSG_HEALTH_REJOIN] = cw_ctl_handle_rejoin,
             [CW_MSG_OPEN_SESSION] = cw_ctl_handle_open_session,
+            [CW_MSG_SESSION_RESUME] = cw_ctl_handle_session_resume,
             [CW_MSG_COMPILE] = cw_ctl_handle_compile,
             [CW_MSG_LAUNCH] = cw_ctl_handle_launch,
             [CW_MSG_EXE_INFO] = cw_ctl_handle_exe_info,

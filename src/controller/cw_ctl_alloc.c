@@ -15,6 +15,7 @@
 #include "cw_ctl_alloc.h"
 #include "cw_ctl_health.h"
 #include "cw_ctl_island.h"
+#include "cw_ctl_ops.h"
 #include "cw_ctl_session.h"
 #include "cw_log.h"
 #include "cw_time.h"
@@ -34,10 +35,14 @@ struct cw_ctl_alloc_wait_s {
 
 // --- Mapping a session's ids --------------------------------------------------------
 
+// Whether the session's ids go through s->vdevs: allocated, or resumed with
+// the ids an earlier controller gave (cw_ctl_resume.c).
+static bool cw__mapped(const cw_ctl_session_t* s) { return s && (s->allocated || s->mapped); }
+
 cw_ctl_worker_t* cw_ctl_alloc_resolve(cw_controller_t* ctl, cw_ctl_session_t* s, int64_t id,
                                       uint32_t* out_local) {
   *out_local = 0;
-  if (s && s->allocated) {
+  if (cw__mapped(s)) {
     if (id < 0 || id >= s->num_vdevs || s->vdevs[id].worker >= ctl->num_workers) return NULL;
     *out_local = s->vdevs[id].local;
     return ctl->workers[s->vdevs[id].worker];
@@ -53,12 +58,25 @@ cw_ctl_worker_t* cw_ctl_alloc_resolve(cw_controller_t* ctl, cw_ctl_session_t* s,
 }
 
 int64_t cw_ctl_alloc_num_ids(cw_controller_t* ctl, cw_ctl_session_t* s) {
-  return (s && s->allocated) ? (int64_t)s->num_vdevs : (int64_t)ctl->next_device;
+  return cw__mapped(s) ? (int64_t)s->num_vdevs : (int64_t)ctl->next_device;
+}
+
+int64_t cw_ctl_alloc_default_device(cw_controller_t* ctl, cw_ctl_session_t* s) {
+  for (size_t i = 0; cw__mapped(s) && i < s->num_vdevs; ++i) {
+    if (s->allocated || s->vdevs[i].worker < ctl->num_workers) return (int64_t)i;
+  }
+  if (cw__mapped(s)) return -1;
+  for (size_t i = 0; i < ctl->num_workers; ++i) {
+    if (ctl->workers[i]->alive && cw_ctl_ops_worker_takes_work(ctl->workers[i])) {
+      return ctl->workers[i]->first_device;
+    }
+  }
+  return -1;
 }
 
 int32_t cw_ctl_alloc_session_id(cw_controller_t* ctl, cw_ctl_session_t* s, uint32_t worker,
                                 uint32_t local) {
-  if (!s || !s->allocated) {
+  if (!cw__mapped(s)) {
     return worker < ctl->num_workers ? ctl->workers[worker]->first_device + (int32_t)local : -1;
   }
   for (uint32_t i = 0; i < s->num_vdevs; ++i) {
@@ -89,16 +107,6 @@ size_t cw_ctl_alloc_queue_length(const cw_controller_t* ctl) {
 
 // --- SessionInfo of an allocated session ----------------------------------------------
 
-ProtobufCMessage* cw_ctl_msg_copy(const ProtobufCMessage* m) {
-  size_t len = protobuf_c_message_get_packed_size(m);
-  uint8_t* buf = malloc(len ? len : 1);
-  if (!buf) return NULL;
-  protobuf_c_message_pack(m, buf);
-  ProtobufCMessage* out = protobuf_c_message_unpack(m->descriptor, NULL, len, buf);
-  free(buf);
-  return out;
-}
-
 void cw_ctl_info_platform(Causeway__V1__SessionInfo* info, const Causeway__V1__Inventory* inv) {
   // The workers' plugin, unchanged.
   info->platform_name = inv->platform_name;
@@ -121,9 +129,10 @@ void cw_ctl_worker_info_fill(Causeway__V1__WorkerInfo* wi, const cw_ctl_worker_t
   wi->direct_launch = cw_ctl_session_direct_launch(w->ctl, s, w->index);
 }
 
-bool cw_ctl_alloc_reply_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_id) {
+bool cw_ctl_alloc_reply_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint16_t type,
+                             uint64_t request_id) {
   cw_ctl_session_t* s = p->session;
-  if (!s || !s->allocated) return false;
+  if (!cw__mapped(s)) return false;
   Causeway__V1__SessionInfo info = CAUSEWAY__V1__SESSION_INFO__INIT;
   info.session_id = s->id;
   Causeway__V1__WorkerInfo* wis = calloc(s->num_vdevs + 1, sizeof(*wis));
@@ -131,14 +140,15 @@ bool cw_ctl_alloc_reply_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t re
   Causeway__V1__GlobalDevice* gds = calloc(s->num_vdevs + 1, sizeof(*gds));
   Causeway__V1__GlobalDevice** gptrs = calloc(s->num_vdevs + 1, sizeof(*gptrs));
   if (!wis || !wptrs || !gds || !gptrs) {
-    cw_ctl_reply_error(ctl, p->conn, CW_MSG_OPEN_SESSION, request_id,
+    cw_ctl_reply_error(ctl, p->conn, type, request_id,
                     cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
   } else {
-    size_t wn = 0;
+    size_t wn = 0, dn = 0;
     for (uint32_t i = 0; i < s->num_vdevs; ++i) {
+      if (s->vdevs[i].worker >= ctl->num_workers) continue;  // a hole of a mapped session
       cw_ctl_worker_t* w = ctl->workers[s->vdevs[i].worker];
       const Causeway__V1__Inventory* inv = w->reg->inventory;
-      if (i == 0) cw_ctl_info_platform(&info, inv);
+      if (dn == 0) cw_ctl_info_platform(&info, inv);
       size_t k = 0;
       while (k < wn && wis[k].index != w->index) k++;
       if (k == wn) {
@@ -147,19 +157,21 @@ bool cw_ctl_alloc_reply_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t re
         wn++;
       }
       wis[k].num_devices++;
-      causeway__v1__global_device__init(&gds[i]);
-      gds[i].global_id = (int32_t)i;
-      gds[i].worker_index = w->index;
-      gds[i].island = w->island;
-      gds[i].device = inv->devices[s->vdevs[i].local];
-      gptrs[i] = &gds[i];
+      causeway__v1__global_device__init(&gds[dn]);
+      gds[dn].global_id = (int32_t)i;
+      gds[dn].worker_index = w->index;
+      gds[dn].island = w->island;
+      gds[dn].device = inv->devices[s->vdevs[i].local];
+      gptrs[dn] = &gds[dn];
+      dn++;
     }
     info.workers = wptrs;
     info.n_workers = wn;
     info.devices = gptrs;
-    info.n_devices = s->num_vdevs;
+    info.n_devices = dn;
+    if (s->mapped) cw_ctl_ops_session_devices(s, gds, dn);  // the ids it numbered with
     cw_ctl_health_session_joined(s);  // it knows the workers as they are now
-    cw_net_conn_reply(p->conn, CW_MSG_OPEN_SESSION, request_id, &info.base);
+    cw_net_conn_reply(p->conn, type, request_id, &info.base);
     for (size_t k = 0; k < wn; ++k) (void)cw_ctl_session_link(s, wis[k].index);
   }
   free(wis);
@@ -330,7 +342,7 @@ static void cw__alloc_reply(cw_controller_t* ctl, cw_net_conn_t* conn, cw_ctl_se
   view.ctl = ctl;
   view.conn = conn;
   view.session = s;
-  (void)cw_ctl_alloc_reply_info(ctl, &view, request_id);
+  (void)cw_ctl_alloc_reply_info(ctl, &view, CW_MSG_OPEN_SESSION, request_id);
 }
 
 void cw_ctl_alloc_open(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_id,
@@ -338,7 +350,7 @@ void cw_ctl_alloc_open(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_
   cw_ctl_session_t* s = p->session;
   if (!r || r->num_devices == 0 || !s || s->allocated) {
     // Every device (or the allocation this session already has).
-    cw_ctl_session_reply_info(ctl, p, request_id);
+    cw_ctl_session_reply_info(ctl, p, CW_MSG_OPEN_SESSION, request_id);
     return;
   }
   char asked[512];
@@ -356,7 +368,7 @@ void cw_ctl_alloc_open(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_
   cw__alloc_result_t res = cw__alloc_try(ctl, s, head, r, &st, &usable, &capacity);
   if (!head && res == CW__ALLOC_GRANTED) res = CW__ALLOC_WAIT;
   if (res == CW__ALLOC_GRANTED) {
-    cw_ctl_session_reply_info(ctl, p, request_id);
+    cw_ctl_session_reply_info(ctl, p, CW_MSG_OPEN_SESSION, request_id);
     return;
   }
   if (res == CW__ALLOC_FAILED) {
@@ -367,7 +379,7 @@ void cw_ctl_alloc_open(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_
     return;
   }
   cw_ctl_alloc_wait_t* a = calloc(1, sizeof(*a));
-  if (a) a->req = (Causeway__V1__OpenSessionRequest*)cw_ctl_msg_copy(&r->base);
+  if (a) a->req = (Causeway__V1__OpenSessionRequest*)cw_msg_copy(&r->base);
   if (!a || !a->req) {
     free(a);
     cw_ctl_reply_error(ctl, p->conn, CW_MSG_OPEN_SESSION, request_id,

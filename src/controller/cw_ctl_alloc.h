@@ -14,15 +14,19 @@ void cw_ctl_alloc_open(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_
 // The queue: grants what fits now in FIFO order, drops waits whose client is
 // gone, and (expire) fails those past their timeout.
 void cw_ctl_alloc_check(cw_controller_t* ctl, bool expire);
-// Fills SessionInfo for an allocated session; false when `p`'s session is
-// not allocated (the caller lists every device).
-bool cw_ctl_alloc_reply_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_id);
+// Fills SessionInfo for an allocated (or mapped, cw_ctl_resume.c) session;
+// false when `p`'s session has neither (the caller lists every device).
+bool cw_ctl_alloc_reply_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint16_t type,
+                             uint64_t request_id);
 void cw_ctl_alloc_session_free(cw_ctl_session_t* s);
 // A session's device id: its worker (NULL: no such device) and local id.
 cw_ctl_worker_t* cw_ctl_alloc_resolve(cw_controller_t* ctl, cw_ctl_session_t* s, int64_t id,
                                       uint32_t* out_local);
 // How many device ids the session has (ids are 0..n-1).
 int64_t cw_ctl_alloc_num_ids(cw_controller_t* ctl, cw_ctl_session_t* s);
+// The device a program without a device assignment runs on: the session's
+// first, or (no allocation) the first live worker's first; -1: none.
+int64_t cw_ctl_alloc_default_device(cw_controller_t* ctl, cw_ctl_session_t* s);
 // The session's id of `worker`'s device `local` (-1: not the session's).
 int32_t cw_ctl_alloc_session_id(cw_controller_t* ctl, cw_ctl_session_t* s, uint32_t worker,
                                 uint32_t local);
@@ -30,9 +34,6 @@ int32_t cw_ctl_alloc_session_id(cw_controller_t* ctl, cw_ctl_session_t* s, uint3
 // not shared): the lead's "shared => through the scheduler" test.
 bool cw_ctl_alloc_exclusive_on(cw_controller_t* ctl, cw_ctl_session_t* s, uint32_t worker_index);
 size_t cw_ctl_alloc_queue_length(const cw_controller_t* ctl);
-// A deep copy (packed and unpacked) the caller frees with
-// protobuf_c_message_free_unpacked; NULL when out of memory.
-ProtobufCMessage* cw_ctl_msg_copy(const ProtobufCMessage* m);
 // SessionInfo's platform from a worker's inventory; a worker's WorkerInfo
 // as session `s` sees it (incarnation, direct-launch lease).
 void cw_ctl_info_platform(Causeway__V1__SessionInfo* info, const Causeway__V1__Inventory* inv);

@@ -122,12 +122,23 @@ static void cw__compile_loaded(void* user, cw_net_conn_t* conn, cw_status_t stat
   cw_ctl_compile_t* cp = user;
   cw_ctl_worker_t* w = cp->ctl->workers[cp->worker];
   free(bulk);
+  if (status && cw_status_code(status) == CW_ALREADY_EXISTS) {
+    // The session's worker holds the id already: a controller that restarted
+    // LOADed it before the client heard back, and the client compiles it
+    // again under the same id (ids are never reused for other programs).
+    // EXE_INFO says whether it is an executable.
+    CW_LOGI("executable %" PRIu64 " is on worker %s already (loaded before a restart)",
+            cp->exe_id, w->name);
+    cw_status_free(status);
+    status = cw_ok_status();
+    reply = NULL;
+  }
   if (status) {
     cw__compile_fail(cp, cw_status_annotate(cw_ctl_worker_error(w, conn, status), "LOAD"));
     return;
   }
   // Keep what LOAD said; EXE_INFO follows on the same connection.
-  cp->load_reply = (Causeway__V1__CompileReply*)cw_ctl_msg_copy(reply);
+  if (reply) cp->load_reply = (Causeway__V1__CompileReply*)cw_msg_copy(reply);
   Causeway__V1__ExeInfoRequest req = CAUSEWAY__V1__EXE_INFO_REQUEST__INIT;
   req.exe_id = cp->exe_id;
   cw_net_conn_request(conn, CW_MSG_EXE_INFO, &req.base, NULL, 0, NULL, NULL,
@@ -276,13 +287,7 @@ static cw_status_t cw__compile_place(cw_controller_t* ctl, cw_ctl_session_t* s,
   if (info->num_assigned == 0) {
     // No assignment: one device, the session's first (or the first live worker's).
     info->num_assigned = 1;
-    info->assigned[0] = s->allocated ? 0 : -1;
-    for (size_t i = 0; !s->allocated && i < ctl->num_workers; ++i) {
-      if (ctl->workers[i]->alive && cw_ctl_ops_worker_takes_work(ctl->workers[i])) {
-        info->assigned[0] = ctl->workers[i]->first_device;
-        break;
-      }
-    }
+    info->assigned[0] = cw_ctl_alloc_default_device(ctl, s);
     if (info->assigned[0] < 0) {
       free(info);
       return cw_make_status(CW_UNAVAILABLE, "no live worker to compile for");

@@ -178,7 +178,17 @@ static void cw__reload_done(void* user, cw_net_conn_t* conn, cw_status_t status,
 static void cw__reload_all(cw_controller_t* ctl, cw_ctl_worker_t* w) {
   for (cw_ctl_session_t* s = ctl->sessions; s; s = s->next) {
     for (cw_ctl_exe_t* e = s->exes; e; e = e->next) {
-      if (e->worker != w->index || e->state != CW__EXE_READY || !e->entry) continue;
+      if (e->worker != w->index || e->state != CW__EXE_READY || e->num_parts) continue;
+      if (!e->entry) {
+        // Resumed after a controller restart (cw_ctl_resume.c): its bytes
+        // were the old controller's.
+        e->state = CW__EXE_FAILED;
+        e->error = cw_make_status(CW_UNAVAILABLE, "executable %" PRIu64 " was compiled before "
+                                  "the controller restarted and cannot be loaded into the "
+                                  "replacement worker %s (%s): compile it again", e->id, w->name,
+                                  w->address);
+        continue;
+      }
       cw_net_conn_t* link = cw_ctl_session_link(s, w->index);
       cw__reload_t* rl = link ? calloc(1, sizeof(*rl)) : NULL;
       if (!rl) {

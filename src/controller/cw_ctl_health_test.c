@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "cw_client.h"
+#include "cw_test_island.h"
 #include "cw_test_util.h"
 
 #define TIMEOUT_MS 1000
@@ -85,27 +86,7 @@ static void worker_connect(cw_client_t** out) {
 // REGISTER `name` at `address` with `devices` CPU devices.
 static cw_status_t worker_register(cw_client_t* c, const char* name, const char* address,
                                    size_t devices, Causeway__V1__RegisterReply** out) {
-  Causeway__V1__Device devs[4];
-  Causeway__V1__Device* ptrs[4];
-  for (size_t i = 0; i < devices && i < 4; ++i) {
-    causeway__v1__device__init(&devs[i]);
-    devs[i].local_id = (int32_t)i;
-    devs[i].id = (int32_t)i;
-    devs[i].kind = (char*)"cpu";
-    ptrs[i] = &devs[i];
-  }
-  Causeway__V1__Inventory inv = CAUSEWAY__V1__INVENTORY__INIT;
-  inv.worker_name = (char*)name;
-  inv.platform_name = (char*)"cpu";
-  inv.platform_version = (char*)"test";
-  inv.devices = ptrs;
-  inv.n_devices = devices;
-  Causeway__V1__RegisterRequest req = CAUSEWAY__V1__REGISTER_REQUEST__INIT;
-  req.worker_name = (char*)name;
-  req.address = (char*)address;
-  req.inventory = &inv;
-  return cw_client_call(c, CW_MSG_REGISTER, &req.base, NULL, 0, NULL, (ProtobufCMessage**)out,
-                        NULL);
+  return cw_test_register(c, name, address, devices, -1, out);
 }
 
 static void heartbeat(cw_client_t* c) {

@@ -104,6 +104,10 @@ struct cw_ctl_session_s {
   // Allocation (cw_ctl_alloc.c). Not allocated: every device, by global id,
   // nothing reserved (OPEN_SESSION without num_devices).
   bool allocated;
+  // Resumed after a controller restart without an allocation (cw_ctl_resume.c):
+  // vdevs maps the ids the client numbered with the earlier controller, and
+  // nothing is reserved. Holes (worker UINT32_MAX) are ids it did not have.
+  bool mapped;
   bool share;
   uint32_t weight;            // gang order: share of shared islands (>= 1)
   cw_alloc_device_t* vdevs;   // [num_vdevs]: session device id -> worker index, local id
@@ -119,6 +123,7 @@ struct cw_ctl_peer_s {
 };
 
 typedef struct cw_ctl_alloc_wait_s cw_ctl_alloc_wait_t;
+typedef struct cw_ctl_resume_wait_s cw_ctl_resume_wait_t;
 typedef struct cw_ctl_open_wait_s cw_ctl_open_wait_t;
 typedef struct cw_ctl_inflight_s cw_ctl_inflight_t;
 
@@ -160,6 +165,8 @@ struct cw_controller_s {
   // Allocation: OPEN_SESSIONs waiting for devices, FIFO (cw_ctl_alloc.c).
   cw_ctl_alloc_wait_t* alloc_queue;
   cw_ctl_alloc_wait_t* alloc_queue_tail;
+  // SESSION_RESUMEs waiting for their workers to register (cw_ctl_resume.c).
+  cw_ctl_resume_wait_t* resume_waits;
   // Gang order: the record of stamps assigned, all islands (cw_ctl_sched.c).
   cw_ctl_stamp_ring_t* stamp_ring;
 };

@@ -371,7 +371,7 @@ bool cw_ctl_island_compile_done(cw_ctl_compile_t* cp, cw_status_t* st,
     }
     *st = NULL;
   } else if (info && !g->info) {
-    g->info = (Causeway__V1__ExecutableInfo*)cw_ctl_msg_copy(&info->base);
+    g->info = (Causeway__V1__ExecutableInfo*)cw_msg_copy(&info->base);
   }
   if (!cp->cache_hit) g->cache_hit = false;
   cp->gang = NULL;
@@ -636,7 +636,7 @@ void cw_ctl_island_relay_all(cw_controller_t* ctl, cw_ctl_item_t* it, uint32_t i
     part.ids = ids;
     part.n_ids = n;
     if (n != r->n_ids) part.seq = 0;
-    cw__relay_part(ctl, it, m, cw_ctl_msg_copy(&part.base), members[k]);
+    cw__relay_part(ctl, it, m, cw_msg_copy(&part.base), members[k]);
   }
   free(ids);
   free(members);

@@ -57,6 +57,27 @@ void cw_ctl_worker_lost(cw_ctl_worker_t* w, const char* why) {
   if (w->island != w->index) cw_ctl_sched_pump(ctl, w->island);  // its island's launches fail
 }
 
+// A new slot's first global device id: the one the worker had before this
+// controller (re)started (RegisterRequest.previous) while no slot holds any
+// of those ids, so clients that resume their sessions and new ones number
+// the devices alike; else after every slot's.
+static int32_t cw__first_device(const cw_controller_t* ctl,
+                                const Causeway__V1__RegisterRequest* r) {
+  int64_t n = (int64_t)r->inventory->n_devices;
+  if (!r->previous || r->previous->first_device_id < 0 ||
+      (int64_t)r->previous->first_device_id + n > INT32_MAX / 2) {
+    return ctl->next_device;
+  }
+  int64_t lo = r->previous->first_device_id;
+  for (size_t i = 0; i < ctl->num_workers; ++i) {
+    const cw_ctl_worker_t* w = ctl->workers[i];
+    if (lo < (int64_t)w->first_device + w->num_devices && w->first_device < lo + n) {
+      return ctl->next_device;
+    }
+  }
+  return (int32_t)lo;
+}
+
 bool cw_ctl_printable(const char* s, size_t max) {
   size_t n = 0;
   for (; s && *s; ++s, ++n) {
@@ -119,13 +140,15 @@ void cw_ctl_handle_register(cw_net_conn_t* conn, const cw_frame_header_t* h,
   snprintf(w->name, sizeof(w->name), "%s", r->worker_name);
   snprintf(w->address, sizeof(w->address), "%s", r->address);
   w->alive = true;
-  w->first_device = ctl->next_device;
+  w->first_device = cw__first_device(ctl, r);
   w->num_devices = (uint32_t)r->inventory->n_devices;
   w->reg = r;
   *msg = NULL;
   ctl->workers[ctl->num_workers++] = w;
   cw_ctl_island_join(ctl, w, r);
-  ctl->next_device += (int32_t)w->num_devices;
+  if (w->first_device + (int32_t)w->num_devices > ctl->next_device) {
+    ctl->next_device = w->first_device + (int32_t)w->num_devices;
+  }
   p->worker = w;
   cw_ctl_health_registered(p, w);
   cw_net_conn_set_name(p->conn, w->name);

@@ -229,7 +229,7 @@ void cw_ctl_handle_delete(cw_net_conn_t* conn, const cw_frame_header_t* h,
     part->n_ids = n;
     part->seq = r->seq;  // per worker; meaningful when one worker holds them all
     // A hand-built message: a copy, so the item owns a normal one.
-    ProtobufCMessage* owned = cw_ctl_msg_copy(&part->base);
+    ProtobufCMessage* owned = cw_msg_copy(&part->base);
     free(part_ids);
     free(part);
     cw_ctl_item_t* it = owned ? cw__item_create(p, h, owned, wi) : NULL;

@@ -12,6 +12,7 @@
 #include "cw_ctl_island.h"
 #include "cw_ctl_ops.h"
 #include "cw_ctl_registry.h"
+#include "cw_ctl_resume.h"
 #include "cw_log.h"
 #include "cw_random.h"
 #include "cw_time.h"
@@ -185,8 +186,15 @@ cw_net_conn_t* cw_ctl_private_link(cw_controller_t* ctl, cw_ctl_worker_t* w) {
   return w->private_conn;
 }
 
-void cw_ctl_session_reply_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_id) {
-  if (cw_ctl_alloc_reply_info(ctl, p, request_id)) return;  // an allocated session
+static int cw__by_global_id(const void* a, const void* b) {
+  int32_t x = (*(const Causeway__V1__GlobalDevice* const*)a)->global_id;
+  int32_t y = (*(const Causeway__V1__GlobalDevice* const*)b)->global_id;
+  return (x > y) - (x < y);
+}
+
+void cw_ctl_session_reply_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint16_t type,
+                               uint64_t request_id) {
+  if (cw_ctl_alloc_reply_info(ctl, p, type, request_id)) return;  // an allocated session
   cw_ctl_session_t* s = p->session;
   Causeway__V1__SessionInfo info = CAUSEWAY__V1__SESSION_INFO__INIT;
   info.session_id = s->id;
@@ -202,7 +210,7 @@ void cw_ctl_session_reply_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t 
   Causeway__V1__GlobalDevice* gds = calloc(nd + 1, sizeof(*gds));
   Causeway__V1__GlobalDevice** gptrs = calloc(nd + 1, sizeof(*gptrs));
   if (!wis || !wptrs || !gds || !gptrs) {
-    cw_ctl_reply_error(ctl, p->conn, CW_MSG_OPEN_SESSION, request_id,
+    cw_ctl_reply_error(ctl, p->conn, type, request_id,
                     cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
   } else {
     size_t wn = 0, dn = 0;
@@ -225,13 +233,16 @@ void cw_ctl_session_reply_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t 
         dn++;
       }
     }
+    // In id order: workers that registered again after a restart keep their
+    // ids (cw_ctl_registry.c) but may have come back in another order.
+    qsort(gptrs, dn, sizeof(*gptrs), cw__by_global_id);
     info.workers = wptrs;
     info.n_workers = wn;
     info.devices = gptrs;
     info.n_devices = dn;
     cw_ctl_health_session_joined(s);
     cw_ctl_ops_session_devices(s, gds, dn);
-    cw_net_conn_reply(p->conn, CW_MSG_OPEN_SESSION, request_id, &info.base);
+    cw_net_conn_reply(p->conn, type, request_id, &info.base);
     // Relay connections, one per worker, in the client's session.
     for (size_t i = 0; i < ctl->num_workers; ++i) {
       if (ctl->workers[i]->alive) (void)cw_ctl_session_link(s, (uint32_t)i);
@@ -283,7 +294,8 @@ void cw_ctl_session_open_waits_check(cw_controller_t* ctl, bool expire) {
     cw__open_wait_free(ow);
   }
   cw_ctl_alloc_check(ctl, expire);  // capacity may have freed: the device queue
-  if (!ctl->open_waits && !ctl->alloc_queue && !ctl->shutting_down) {
+  cw_ctl_resume_check(ctl, expire);  // sessions waiting for their workers to come back
+  if (!ctl->open_waits && !ctl->alloc_queue && !ctl->resume_waits && !ctl->shutting_down) {
     uv_timer_stop(&ctl->open_tick);
   }
 }
@@ -315,7 +327,7 @@ void cw_ctl_handle_open_session(cw_net_conn_t* conn, const cw_frame_header_t* h,
   ow->min_workers = r->min_workers ? r->min_workers : 1;
   if (r->num_devices) {
     // Kept for the allocation once enough workers are there.
-    ow->req = (Causeway__V1__OpenSessionRequest*)cw_ctl_msg_copy(&r->base);
+    ow->req = (Causeway__V1__OpenSessionRequest*)cw_msg_copy(&r->base);
     if (!ow->req) {
       cw__open_wait_free(ow);
       cw_ctl_reply_error(ctl, p->conn, h->type, h->request_id,

@@ -40,8 +40,10 @@ void cw_ctl_broadcast_event(cw_controller_t* ctl, Causeway__V1__ClusterEvent* ev
 
 void cw_ctl_handle_open_session(cw_net_conn_t* conn, const cw_frame_header_t* h,
                                 ProtobufCMessage** msg);
-// SessionInfo for `p`'s session (every device, or its allocation).
-void cw_ctl_session_reply_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_id);
+// SessionInfo for `p`'s session (every device, or its allocation), the reply
+// to its request `type` (OPEN_SESSION, SESSION_RESUME).
+void cw_ctl_session_reply_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint16_t type,
+                               uint64_t request_id);
 // Answers the OPEN_SESSIONs that can be answered: enough workers, deadline
 // passed (`expire`), or the client gone; then the allocator's queue.
 void cw_ctl_session_open_waits_check(cw_controller_t* ctl, bool expire);

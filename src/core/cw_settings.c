@@ -173,6 +173,11 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
                                       CW_SETTING_INT, 100, 3600000, "10000", false, false,
                                       "a controller that owes answers and is silent this long "
                                       "is hung: calls through it fail UNAVAILABLE"},
+    [CW_SET_CONTROLLER_RECONNECT_MS] = {"CAUSEWAY_CONTROLLER_RECONNECT_MS", NULL, CW__PLG, NULL,
+                                        CW_SETTING_INT, 0, 3600000, "30000", false, false,
+                                        "a lost controller (joining a cluster): reconnect and "
+                                        "resume the session for this long, meanwhile calls that "
+                                        "need it wait (0: they fail at once)"},
     [CW_SET_SESSION_NAME] = {"CAUSEWAY_SESSION_NAME", NULL, CW__PLG, NULL, CW_SETTING_STRING, 0,
                              0, "", false, false,
                              "what `causeway status` calls the session (default: "

@@ -17,6 +17,7 @@
 #include "cw_plugin_error.h"
 #include "cw_plugin_health.h"
 #include "cw_plugin_internal.h"
+#include "cw_plugin_resume.h"
 #include "cw_plugin_token.h"
 #include "cw_plugin_trace.h"
 #include "cw_plugin_worker.h"
@@ -31,7 +32,9 @@ static void cw__client_free(cw_plugin_client_t* c) {
   if (!c) return;
   // The controller first: failing its pending launches may still send seq
   // fillers on the worker connections, which must be alive for that.
+  cw_plugin_resume_stop(c);
   if (c->ctrl) cw_client_release(c->ctrl);
+  cw_plugin_resume_release(c);
   for (size_t i = 0; i < c->num_workers; ++i) {
     if (c->workers[i].conn) cw_client_release(c->workers[i].conn);
   }
@@ -63,23 +66,31 @@ static void cw__on_cluster_event(void* user, const ProtobufCMessage* msg) {
     return;
   }
   if (!atomic_load_explicit(&c->ready, memory_order_acquire)) return;
+  // A controller we are resuming the session on numbers workers its own way
+  // until its reply has been applied.
+  if (cw_plugin_resume_events_muted(c)) return;
   // Events may arrive before the worker table exists; those workers are
   // then absent from the session anyway.
   if (msg) cw_plugin_health_on_event(c, (const Causeway__V1__ClusterEvent*)msg);
 }
 
-// Connects to the controller (an embedded one listens already: the cluster
-// started waits for that).
-static cw_status_t cw__connect_controller(cw_plugin_client_t* c) {
+void cw_plugin_client_controller_options(cw_plugin_client_t* c, cw_client_options_t* out) {
   // A controller that owes answers and stays silent this long (it answers
   // PING even while compiles run) is hung: calls through it fail UNAVAILABLE.
   int liveness = (int)cw_settings_int(&c->settings, CW_SET_CONTROLLER_TIMEOUT_MS);
-  cw_client_options_t o = {.token = c->token,
-                           .peer_name = "causeway-pjrt",
-                           .connect_timeout_ms = CW__CONNECT_TIMEOUT_MS,
-                           .on_event = cw__on_cluster_event,
-                           .event_user = c,
-                           .liveness_ms = liveness};
+  *out = (cw_client_options_t){.token = c->token,
+                               .peer_name = "causeway-pjrt",
+                               .connect_timeout_ms = CW__CONNECT_TIMEOUT_MS,
+                               .on_event = cw__on_cluster_event,
+                               .event_user = c,
+                               .liveness_ms = liveness};
+}
+
+// Connects to the controller (an embedded one listens already: the cluster
+// started waits for that).
+static cw_status_t cw__connect_controller(cw_plugin_client_t* c) {
+  cw_client_options_t o;
+  cw_plugin_client_controller_options(c, &o);
   cw_status_t s = cw_client_connect(c->ctrl_address, &o, &c->ctrl);
   if (s && cw_status_code(s) == CW_UNAUTHENTICATED) {
     return cw_plugin_token_refused(s, "controller", c->ctrl_address);
@@ -109,6 +120,7 @@ static cw_status_t cw__open_session(cw_plugin_client_t* c, uint32_t min_workers)
   cw_plugin_alloc_t alloc;
   cw_status_t s =
       cw_plugin_alloc_initialize(&alloc, &c->settings, &req);  // CAUSEWAY_DEVICES and friends
+  if (!s) s = cw_plugin_resume_set_open(c, &req);  // what a restarted controller is told again
   ProtobufCMessage* reply = NULL;
   if (!s) {
     s = cw_client_call(c->ctrl, CW_MSG_OPEN_SESSION, &req.base, NULL, 0, NULL, &reply, NULL);
@@ -219,6 +231,7 @@ PJRT_Error* cw_plugin_client_create(PJRT_Client_Create_Args* args) {
     c->ctrl_address = strdup(addr);
     if (!c->ctrl_address) s = cw__oom();
   }
+  if (!s) s = cw_plugin_resume_create(c);  // CAUSEWAY_CONTROLLER_RECONNECT_MS
   if (!s) s = cw__connect_controller(c);
   if (!s) s = cw__open_session(c, min_workers);
   if (!s) s = cw__connect_workers(c);
@@ -227,6 +240,11 @@ PJRT_Error* cw_plugin_client_create(PJRT_Client_Create_Args* args) {
     return cw_plugin_error_from_status(s);
   }
   atomic_store_explicit(&c->ready, true, memory_order_release);
+  s = cw_plugin_resume_start(c);
+  if (s) {
+    cw__client_free(c);
+    return cw_plugin_error_from_status(s);
+  }
   cw_plugin_trace_start(c);  // CAUSEWAY_TRACE
   args->client = (PJRT_Client*)c;
   return NULL;

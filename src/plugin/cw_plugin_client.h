@@ -4,7 +4,14 @@
 #ifndef CW_PLUGIN_CLIENT_H_
 #define CW_PLUGIN_CLIENT_H_
 
+#include "cw_client.h"
 #include "cw_pjrt_c_api.h"
+
+typedef struct cw_plugin_client_s cw_plugin_client_t;
+
+// The options of `c`'s connections to its controller (credentials, events,
+// liveness), for connecting again after a restart (cw_plugin_resume.c).
+void cw_plugin_client_controller_options(cw_plugin_client_t* c, cw_client_options_t* out);
 
 PJRT_Error* cw_plugin_client_create(PJRT_Client_Create_Args* args);
 PJRT_Error* cw_plugin_client_destroy(PJRT_Client_Destroy_Args* args);

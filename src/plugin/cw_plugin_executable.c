@@ -10,8 +10,13 @@
 #include "cw_plugin_executable.h"
 #include "cw_plugin_health.h"
 #include "cw_plugin_internal.h"
+#include "cw_plugin_resume.h"
 #include "cw_plugin_worker.h"
 #include "proto/xla_compile_options.pb-c.h"
+
+// Compiles tried when the controller is lost during one (each after the
+// session resumed on a restarted controller).
+#define CW__COMPILE_ATTEMPTS 4
 
 void cw_plugin_exe_release(cw_plugin_exe_t* e) {
   if (!e || atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) != 1) return;
@@ -209,7 +214,18 @@ PJRT_Error* cw_plugin_client_compile(PJRT_Client_Compile_Args* args) {
   req.compile_options.data = (uint8_t*)args->compile_options;
   req.compile_options.len = args->compile_options ? args->compile_options_size : 0;
   ProtobufCMessage* reply = NULL;
-  cw_status_t s = cw_client_call(c->ctrl, CW_MSG_COMPILE, &req.base, NULL, 0, NULL, &reply, NULL);
+  cw_status_t s = cw_ok_status();
+  // A controller lost meanwhile: waits for the session to resume on its
+  // restarted one and compiles again under the same id (a LOAD the old one
+  // made is found on the worker, cw_ctl_compile.c).
+  for (int attempt = 0;; ++attempt) {
+    cw_client_t* ctrl = NULL;
+    uint64_t gen = 0;
+    s = cw_plugin_ctrl_get(c, &ctrl, &gen);
+    if (!s) s = cw_client_call(ctrl, CW_MSG_COMPILE, &req.base, NULL, 0, NULL, &reply, NULL);
+    if (!s || attempt >= CW__COMPILE_ATTEMPTS || !cw_plugin_ctrl_retry(c, gen, s)) break;
+    cw_status_free(s);
+  }
   // XLA's message, unchanged; a lost controller is named.
   if (s) return cw_plugin_error_from_status(cw_plugin_health_controller_error(c, s));
   const Causeway__V1__CompileReply* r = (const Causeway__V1__CompileReply*)reply;
@@ -222,6 +238,13 @@ PJRT_Error* cw_plugin_client_compile(PJRT_Client_Compile_Args* args) {
   }
   protobuf_c_message_free_unpacked(reply, NULL);
   if (s) return cw_plugin_error_from_status(s);
+  if (c->resume) {  // announced to a restarted controller until its DELETE is answered
+    int32_t stack[64];
+    int32_t* ids = e->num_devices <= 64 ? stack : malloc(e->num_devices * sizeof(*ids));
+    for (size_t i = 0; ids && i < e->num_devices; ++i) ids[i] = e->devices[i]->global_id;
+    if (ids) cw_plugin_resume_exe_added(c, e->id, ids, e->num_devices);
+    if (ids != stack) free(ids);
+  }
   cw_plugin_loaded_t* l = calloc(1, sizeof(*l));
   if (!l) {
     cw_plugin_exe_release(e);
@@ -366,10 +389,19 @@ PJRT_Error* cw_plugin_executable_get_compile_options(PJRT_Executable_GetCompileO
   return NULL;
 }
 
-static void cw__ignore_cb(void* user, cw_status_t status, const ProtobufCMessage* reply) {
-  (void)user;
+// The executable's DELETE was answered (or failed for good): a restarted
+// controller need not hear of it any more.
+typedef struct cw__exe_deleted_s {
+  cw_plugin_client_t* c;
+  uint64_t id;
+} cw__exe_deleted_t;
+
+static void cw__deleted_cb(void* user, cw_status_t status, const ProtobufCMessage* reply) {
   (void)reply;
+  cw__exe_deleted_t* d = user;
+  cw_plugin_resume_exe_deleted(d->c, d->id);
   cw_status_free(status);
+  free(d);
 }
 
 PJRT_Error* cw_plugin_loaded_destroy(PJRT_LoadedExecutable_Destroy_Args* args) {
@@ -379,13 +411,19 @@ PJRT_Error* cw_plugin_loaded_destroy(PJRT_LoadedExecutable_Destroy_Args* args) {
   cw_plugin_exe_t* e = l->exe;
   // The controller forgets it and the worker frees it, after every launch
   // sent before (the worker's seq keeps the order).
-  if (!atomic_load_explicit(&e->worker->dead, memory_order_acquire)) {
+  cw__exe_deleted_t* d = malloc(sizeof(*d));
+  if (d && !atomic_load_explicit(&e->worker->dead, memory_order_acquire)) {
     Causeway__V1__DeleteRequest req = CAUSEWAY__V1__DELETE_REQUEST__INIT;
     uint64_t id = e->id;
     req.n_ids = 1;
     req.ids = &id;
-    cw_status_free(cw_plugin_worker_send_ordered(e->worker, false, CW_MSG_DELETE, &req.base,
-                                                 &req.seq, cw__ignore_cb, NULL));
+    *d = (cw__exe_deleted_t){e->client, e->id};
+    cw_status_t s = cw_plugin_worker_send_ordered(e->worker, false, CW_MSG_DELETE, &req.base,
+                                                  &req.seq, cw__deleted_cb, d);
+    if (s) cw__deleted_cb(d, s, NULL);
+  } else {
+    free(d);
+    cw_plugin_resume_exe_deleted(e->client, e->id);
   }
   cw_plugin_exe_release(e);
   free(l);

@@ -19,6 +19,7 @@
 
 #include "cw_plugin_health.h"
 #include "cw_plugin_internal.h"
+#include "cw_plugin_resume.h"
 #include "cw_plugin_worker.h"
 
 #define CW__REJOIN_CONNECT_TIMEOUT_MS 8000
@@ -114,7 +115,11 @@ bool cw_plugin_health_revive(cw_plugin_worker_t* w) {
     // On the controller connection after every request we sent for the old
     // incarnation (send_mu keeps them ordered), so those are refused there.
     ProtobufCMessage* reply = NULL;
-    s = cw_client_call(c->ctrl, CW_MSG_HEALTH_REJOIN, &req.base, NULL, 0, NULL, &reply, NULL);
+    cw_client_t* ctrl = NULL;
+    uint64_t gen = 0;
+    s = cw_plugin_ctrl_get(c, &ctrl, &gen);
+    if (!s) s = cw_client_call(ctrl, CW_MSG_HEALTH_REJOIN, &req.base, NULL, 0, NULL, &reply, NULL);
+    if (s) (void)cw_plugin_ctrl_retry(c, gen, s);  // the next use tries again
     if (reply) protobuf_c_message_free_unpacked(reply, NULL);
     if (s) {
       cw__set_reason(w, "rejoining its replacement at %s failed: %s", address,
@@ -159,6 +164,8 @@ bool cw_plugin_health_controller_lost(const cw_plugin_client_t* c, cw_status_t s
 
 cw_status_t cw_plugin_health_controller_error(cw_plugin_client_t* c, cw_status_t status) {
   if (!cw_plugin_health_controller_lost(c, status)) return status;
+  // Named already (reconnecting gave up, cw_plugin_resume.c).
+  if (!strncmp(cw_status_message(status), "causeway: the controller at ", 28)) return status;
   cw_status_t out = cw_make_status(CW_UNAVAILABLE, "causeway: the controller at %s is "
                                    "unavailable: %s", c->ctrl_address, cw_status_message(status));
   cw_status_free(status);

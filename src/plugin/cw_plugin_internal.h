@@ -108,9 +108,12 @@ struct cw_plugin_device_s {
 };
 
 // Set up by client creation (cw_plugin_client.c) and read-only after, but
-// for next_id.
+// for next_id and ctrl.
 struct cw_plugin_client_s {
-  cw_client_t* ctrl;  // connection to the controller
+  // Connection to the controller. With `resume`, replaced when the controller
+  // restarts: read it through cw_plugin_ctrl_get (cw_plugin_resume.h).
+  cw_client_t* ctrl;
+  struct cw_plugin_resume_s* resume;  // NULL: a lost controller fails calls at once
   char* ctrl_address;
   uint64_t session_id;
   cw_plugin_worker_t* workers;

@@ -3,8 +3,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cw_msg.h"
 #include "cw_plugin_health.h"
 #include "cw_plugin_internal.h"
+#include "cw_plugin_resume.h"
 #include "cw_plugin_worker.h"
 
 // Most ids one batched DELETE carries.
@@ -261,33 +263,165 @@ cw_status_t cw_plugin_worker_send(cw_plugin_worker_t* w, uint16_t type, Protobuf
 
 // The completion of a request sent by cw_plugin_worker_send_ordered.
 typedef struct cw__ordered_s {
+  cw_plugin_parked_t parked;  // first: a relayed request waits here for a new controller
   cw_plugin_worker_t* w;
   uint64_t seq;
   uint32_t epoch;
   cw_client_done_fn done;
   void* user;
+  // Relayed requests, with reconnecting on: what to send again, and on which
+  // controller connection it went last.
+  uint16_t type;
+  ProtobufCMessage* copy;  // owned
+  uint64_t gen;
+  bool resent;
+  // A LAUNCH the worker had applied before the controller was lost: its
+  // outputs are awaited on the worker instead (cw__ordered_await).
+  size_t awaiting;
+  cw_status_t await_error;
+  pthread_mutex_t await_mu;
 } cw__ordered_t;
 
-static void cw__ordered_cb(void* user, cw_status_t status, const ProtobufCMessage* reply) {
-  cw__ordered_t* o = user;
+static void cw__ordered_free(cw__ordered_t* o) {
+  if (o->copy) protobuf_c_message_free_unpacked(o->copy, NULL);
+  cw_status_free(o->await_error);
+  if (o->type == CW_MSG_LAUNCH && o->copy) pthread_mutex_destroy(&o->await_mu);
+  free(o);
+}
+
+// Ends the request: its reply (or error: the seq is filled first) to `done`.
+static void cw__ordered_finish(cw__ordered_t* o, cw_status_t status,
+                               const ProtobufCMessage* reply) {
   // After an error reply the request is over: either the worker had it (the
   // filler is refused as a duplicate) or it never will.
   if (status) cw__worker_fill_seq(o->w, o->seq, o->epoch);
   o->done(o->user, status, reply);
-  free(o);
+  cw__ordered_free(o);
+}
+
+// One AWAIT of a re-sent LAUNCH's output answered.
+static void cw__ordered_await_cb(void* user, cw_status_t status, const ProtobufCMessage* reply) {
+  (void)reply;
+  cw__ordered_t* o = user;
+  // NOT_FOUND: the client dropped that output meanwhile; nobody reads it.
+  if (status && cw_status_code(status) == CW_NOT_FOUND) {
+    cw_status_free(status);
+    status = cw_ok_status();
+  }
+  pthread_mutex_lock(&o->await_mu);
+  if (status && !o->await_error) {
+    o->await_error = status;
+    status = cw_ok_status();
+  }
+  bool last = --o->awaiting == 0;
+  pthread_mutex_unlock(&o->await_mu);
+  cw_status_free(status);
+  if (!last) return;
+  cw_status_t result = o->await_error;
+  o->await_error = cw_ok_status();
+  // The launch's seq is the worker's already: no filler.
+  o->done(o->user, result, NULL);
+  cw__ordered_free(o);
+}
+
+// A LAUNCH sent again is a duplicate at the worker: it was applied from the
+// lost controller's connection. Its outcome is its outputs' (each AWAITed
+// directly on the worker, unordered).
+static void cw__ordered_await(cw__ordered_t* o) {
+  const Causeway__V1__LaunchRequest* l = (const Causeway__V1__LaunchRequest*)o->copy;
+  size_t n = 0;
+  for (size_t d = 0; d < l->n_outputs; ++d) n += l->outputs[d]->n_ids;
+  if (!n) {
+    o->done(o->user, cw_ok_status(), NULL);
+    cw__ordered_free(o);
+    return;
+  }
+  o->awaiting = n + 1;  // +1: held until every AWAIT is out
+  cw_client_t* conn = o->w->conn;
+  for (size_t d = 0; d < l->n_outputs; ++d) {
+    for (size_t k = 0; k < l->outputs[d]->n_ids; ++k) {
+      Causeway__V1__AwaitRequest req = CAUSEWAY__V1__AWAIT_REQUEST__INIT;
+      req.buffer_id = l->outputs[d]->ids[k];
+      cw_status_t s = cw_client_send(conn, CW_MSG_AWAIT, &req.base, NULL, 0, NULL,
+                                     cw__ordered_await_cb, o, NULL);
+      if (s) cw__ordered_await_cb(o, cw_plugin_worker_map_error(o->w, s), NULL);
+    }
+  }
+  cw__ordered_await_cb(o, cw_ok_status(), NULL);
+}
+
+static void cw__ordered_resend(cw_plugin_parked_t* p, cw_client_t* ctrl, uint64_t gen,
+                               cw_status_t failure);
+
+static void cw__ordered_cb(void* user, cw_status_t status, const ProtobufCMessage* reply) {
+  cw__ordered_t* o = user;
+  cw_plugin_client_t* c = o->w->client;
+  // The controller went away with it: sent again once the session resumed.
+  if (status && o->copy && cw_plugin_ctrl_park(c, o->gen, status, &o->parked)) {
+    cw_status_free(status);
+    return;
+  }
+  if (status && o->resent && cw_status_code(status) == CW_INVALID_ARGUMENT &&
+      strstr(cw_status_message(status), CW_MSG_SEQ_DUPLICATE)) {
+    // The worker applied it before the controller was lost.
+    cw_status_free(status);
+    if (o->type == CW_MSG_LAUNCH) {
+      cw__ordered_await(o);
+      return;
+    }
+    o->done(o->user, cw_ok_status(), NULL);
+    cw__ordered_free(o);
+    return;
+  }
+  cw__ordered_finish(o, status, reply);
+}
+
+static void cw__ordered_resend(cw_plugin_parked_t* p, cw_client_t* ctrl, uint64_t gen,
+                               cw_status_t failure) {
+  cw__ordered_t* o = (cw__ordered_t*)p;
+  if (failure) {
+    cw__ordered_finish(o, failure, NULL);
+    return;
+  }
+  o->gen = gen;
+  o->resent = true;
+  cw_status_t s = cw_client_send(ctrl, o->type, o->copy, NULL, 0, NULL, cw__ordered_cb, o, NULL);
+  if (s && cw_plugin_ctrl_park(o->w->client, gen, s, &o->parked)) {
+    cw_status_free(s);
+    return;
+  }
+  if (s) cw__ordered_finish(o, s, NULL);
 }
 
 cw_status_t cw_plugin_worker_send_ordered(cw_plugin_worker_t* w, bool direct, uint16_t type,
                                           ProtobufCMessage* req, uint64_t* req_seq,
                                           cw_client_done_fn done, void* user) {
-  cw__ordered_t* o = malloc(sizeof(*o));
+  cw_plugin_client_t* c = w->client;
+  cw__ordered_t* o = calloc(1, sizeof(*o));
   if (!o) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   o->w = w;
   o->done = done;
   o->user = user;
+  o->type = type;
+  o->parked.worker = (uint32_t)(w - c->workers);
+  o->parked.resend = cw__ordered_resend;
+  cw_client_t* via = NULL;
   pthread_mutex_lock(&w->send_mu);  // seq order on the connection
-  // Under send_mu: a replacement worker swaps the connection under it.
-  cw_client_t* via = direct ? w->conn : w->client->ctrl;
+  if (!direct) {
+    cw_plugin_ctrl_send_lock(c);
+    // Not waiting while the controller is reconnected to: sent on a lost
+    // connection it fails at once and waits parked, in seq order.
+    cw_status_t s = cw_plugin_ctrl_now(c, &via, &o->gen);
+    if (s) {
+      cw_plugin_ctrl_send_unlock(c);
+      pthread_mutex_unlock(&w->send_mu);
+      free(o);
+      return s;
+    }
+  } else {
+    // Under send_mu: a replacement worker swaps the connection under it.
+    via = w->conn;
+  }
   // Batched DELETEs come first (in the same write when on the same connection).
   if (direct) {
     cw__worker_stage_deletes_locked(w);
@@ -299,10 +433,21 @@ cw_status_t cw_plugin_worker_send_ordered(cw_plugin_worker_t* w, bool direct, ui
   *req_seq = seq;
   o->seq = seq;
   o->epoch = epoch;
+  o->parked.seq = seq;
+  // What a restarted controller is sent again (with its seq).
+  if (!direct && c->resume) {
+    o->copy = cw_msg_copy(req);
+    if (o->copy && type == CW_MSG_LAUNCH) pthread_mutex_init(&o->await_mu, NULL);
+  }
   cw_status_t s = cw_client_send(via, type, req, NULL, 0, NULL, cw__ordered_cb, o, NULL);
+  if (!direct) cw_plugin_ctrl_send_unlock(c);
   pthread_mutex_unlock(&w->send_mu);
+  if (s && o->copy && cw_plugin_ctrl_park(c, o->gen, s, &o->parked)) {
+    cw_status_free(s);
+    return cw_ok_status();  // sent on the new connection; `done` reports it
+  }
   if (s) {
-    free(o);
+    cw__ordered_free(o);
     cw__worker_fill_seq(w, seq, epoch);  // keep the worker's seq order free of holes
   }
   return s;

@@ -1,6 +1,7 @@
 #include "cw_msg.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cw_array.h"
@@ -29,6 +30,7 @@ CW__PIN(LAUNCH_GO);
 CW__PIN(REGISTER);
 CW__PIN(OPEN_SESSION);
 CW__PIN(EXE_INFO);
+CW__PIN(SESSION_RESUME);
 CW__PIN(EVENT);
 CW__PIN(TRACE_START);
 CW__PIN(TRACE_FETCH);
@@ -115,6 +117,7 @@ static const cw_msg_info_t cw__msgs[CW_MSG_TYPE_MAX + 1] = {
   [CW_MSG_REGISTER] =     {"REGISTER",     CW__D(register_request),     CW__D(register_reply),     W,            0,                      0,  NULL,            false, false},
   [CW_MSG_OPEN_SESSION] = {"OPEN_SESSION", CW__D(open_session_request), CW__D(session_info),       C,            0,                      0,  NULL,            true,  false},
   [CW_MSG_EXE_INFO] =     {"EXE_INFO",     CW__D(exe_info_request),     CW__D(executable_info),    C | K,        0,                      0,  NULL,            true,  false},
+  [CW_MSG_SESSION_RESUME] = {"SESSION_RESUME", CW__D(session_resume_request), CW__D(session_info), C,         0,                      0,  NULL,            true,  false},
   [CW_MSG_EVENT] =        {"EVENT",        CW__D(cluster_event),        NULL,                      K,            0,                      0,  NULL,            false, false},
   [CW_MSG_HEALTH_HEARTBEAT] = {"HEALTH_HEARTBEAT", CW__D(health_heartbeat), NULL,                  W,            0,                      0,  NULL,            false, false},
   [CW_MSG_HEALTH_REJOIN] = {"HEALTH_REJOIN", CW__D(health_rejoin_request), CW__D(ack),           C,            0,                      0,  NULL,            true,  false},
@@ -198,4 +201,14 @@ const char* cw_role_name(int role) {
     case CAUSEWAY__V1__ROLE__ROLE_CONTROLLER: return "CONTROLLER";
     default: return "UNKNOWN";
   }
+}
+
+ProtobufCMessage* cw_msg_copy(const ProtobufCMessage* m) {
+  size_t len = protobuf_c_message_get_packed_size(m);
+  uint8_t* buf = malloc(len ? len : 1);
+  if (!buf) return NULL;
+  protobuf_c_message_pack(m, buf);
+  ProtobufCMessage* out = protobuf_c_message_unpack(m->descriptor, NULL, len, buf);
+  free(buf);
+  return out;
 }

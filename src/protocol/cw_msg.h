@@ -40,6 +40,7 @@ typedef enum cw_msg_type_e {
   CW_MSG_OPEN_SESSION = 33,
   CW_MSG_EXE_INFO = 34,
   CW_MSG_EVENT = 35,
+  CW_MSG_SESSION_RESUME = 36,
   CW_MSG_HEALTH_HEARTBEAT = 45,
   CW_MSG_HEALTH_REJOIN = 46,
   CW_MSG_ADMIN_STATUS = 50,
@@ -90,11 +91,19 @@ const ProtobufCMessageDescriptor* cw_msg_request_descriptor(uint16_t type);
 const ProtobufCMessageDescriptor* cw_msg_reply_descriptor(uint16_t type);
 // The request's seq (0: unordered type or none given). `msg` is borrowed.
 uint64_t cw_msg_seq(uint16_t type, const ProtobufCMessage* msg);
+// How a worker refuses an ordered request whose seq it applied before
+// (cw_worker_seq.c): "LAUNCH with seq 7 " CW_MSG_SEQ_DUPLICATE " 9)". A client
+// that resends its requests after a controller restart reads it as "this one
+// was applied" (cw_plugin_resume.c).
+#define CW_MSG_SEQ_DUPLICATE "is a duplicate (this session's next is"
 // Checks a request frame's bulk length against its decoded payload: UPLOAD
 // and PUT carry exactly the array's extent (a PUT with an error none), LOAD
 // any length, every other type none. Replies pass.
 CW_MUST_USE cw_status_t cw_msg_check_bulk(const struct cw_frame_header_s* header,
                                           const ProtobufCMessage* msg);
+// A deep copy of `m` (borrowed), packed and unpacked, that the caller frees
+// with protobuf_c_message_free_unpacked; NULL when out of memory.
+ProtobufCMessage* cw_msg_copy(const ProtobufCMessage* m);
 // "clients", "workers", "the controller", "clients or the controller": who
 // may send a type, for refusals. `senders` is a CW_ROLE_*_BIT set.
 void cw_msg_senders_text(uint32_t senders, char* out, size_t capacity);

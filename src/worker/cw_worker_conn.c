@@ -510,6 +510,15 @@ static void cw__seq_conn_closed(cw_conn_t* c) {
     c->recv_held = NULL;
     if (c->session) cw__seq_drain(c->w, c->session->key);
   }
+  // A controller that died held requests it relayed for a client: their
+  // seqs stay unfilled, so the client sends them again through the new
+  // controller (or fills them), instead of their turns passing unapplied.
+  if (c->session && c->seq_held && cw_net_conn_role(c->nc) == CAUSEWAY__V1__ROLE__ROLE_CONTROLLER) {
+    size_t n = cw_seq_forget_conn(&c->session->seq, c, cw__seq_release_conn);
+    CW_LOGI("%s: closed with %zu requests waiting for their seq (from %" PRIu64 "); left for "
+            "the client to send again", cw_worker_conn_name(c), n, c->session->seq.next);
+    cw__seq_unblock(c->w, c->session);
+  }
 }
 
 // --- The handler table ------------------------------------------------------------

@@ -45,6 +45,10 @@ struct cw_worker_link_s {
   char last_error[512];        // why the latest attempt failed (before the first registration)
   uint64_t attempts;           // failed ones before the first registration
   cw_status_t fatal;           // why the link stopped the worker (cw_worker_run returns it)
+  // The global ids of the last registration, asked for again after a
+  // controller restart (RegisterRequest.previous).
+  bool numbered;
+  int32_t first_device_id;
 };
 
 void cw_worker_advertised_address(const char* listen, char* out, size_t out_size) {
@@ -141,6 +145,8 @@ static void cw__registered(void* user, cw_net_conn_t* nc, cw_status_t status,
     cw_ready_signal(k->ready_fd, "registered with %s as %s", cw_net_conn_name(nc), w->name);
     k->ready_fd = -1;
   }
+  k->numbered = true;
+  k->first_device_id = ((const Causeway__V1__RegisterReply*)reply)->first_device_id;
   k->heartbeat_seq = 0;
   k->reconnect_delay_ms = CW__RECONNECT_FIRST_MS;
   cw__heartbeat(&k->heartbeat_timer);  // at once: the controller's clock starts now
@@ -159,6 +165,9 @@ static cw_status_t cw__connect(cw_worker_t* w, const char* address) {
   req.worker_name = (char*)w->name;
   req.address = k->address;
   req.inventory = &w->inventory;
+  Causeway__V1__RegisterPrevious previous = CAUSEWAY__V1__REGISTER_PREVIOUS__INIT;
+  previous.first_device_id = k->first_device_id;
+  if (k->numbered) req.previous = &previous;
   req.island_name = (char*)cw_settings_string(w->settings, CW_SET_ISLAND);
   req.island_size = (uint32_t)cw_settings_int(w->settings, CW_SET_ISLAND_SIZE);
   if (req.island_name[0]) {

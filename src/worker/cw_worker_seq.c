@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cw_msg.h"
+
 #define CW__SEQ_BULK_ALIGN 64
 
 void cw_seq_initialize(cw_seq_t* seq) {
@@ -56,8 +58,8 @@ cw_status_t cw_seq_admit(cw_seq_t* seq, uint64_t request_seq, const cw_frame_hea
   }
   if (request_seq < seq->next) {
     return cw_make_status(CW_INVALID_ARGUMENT,
-                          "%s with seq %" PRIu64 " is a duplicate (this session's next is %" PRIu64
-                          ")", cw_msg_type_name(h->type), request_seq, seq->next);
+                          "%s with seq %" PRIu64 " " CW_MSG_SEQ_DUPLICATE " %" PRIu64 ")",
+                          cw_msg_type_name(h->type), request_seq, seq->next);
   }
   cw_seq_held_t** pp = &seq->held;
   if (seq->held_tail && seq->held_tail->seq < request_seq) {
@@ -117,4 +119,27 @@ cw_seq_held_t* cw_seq_take_ready(cw_seq_t* seq) {
   seq->held_bytes -= hd->header.bulk_len;
   seq->next++;
   return hd;
+}
+
+size_t cw_seq_forget_conn(cw_seq_t* seq, const void* conn,
+                          void (*release_conn)(void* conn, cw_seq_held_t* held)) {
+  size_t n = 0;
+  cw_seq_held_t** pp = &seq->held;
+  seq->held_tail = NULL;
+  while (*pp) {
+    cw_seq_held_t* hd = *pp;
+    if (hd->conn != conn) {
+      seq->held_tail = hd;
+      pp = &hd->next;
+      continue;
+    }
+    *pp = hd->next;
+    assert(seq->held_count > 0 && seq->held_bytes >= hd->header.bulk_len);
+    seq->held_count--;
+    seq->held_bytes -= hd->header.bulk_len;
+    if (release_conn) release_conn(hd->conn, hd);
+    cw_seq_held_free(hd);
+    n++;
+  }
+  return n;
 }

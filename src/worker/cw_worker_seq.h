@@ -70,6 +70,13 @@ CW_MUST_USE cw_status_t cw_seq_admit(cw_seq_t* seq, uint64_t request_seq,
 // applies it and frees it with cw_seq_held_free.
 cw_seq_held_t* cw_seq_take_ready(cw_seq_t* seq);
 
+// Removes every request `conn` has held, unapplied and without advancing
+// next: their seqs stay unfilled, for the sender to send again (or fill).
+// `release_conn(conn, held)` runs first for each (may be NULL). Returns how
+// many were removed.
+size_t cw_seq_forget_conn(cw_seq_t* seq, const void* conn,
+                          void (*release_conn)(void* conn, cw_seq_held_t* held));
+
 // Frees msg and bulk (not conn) and the entry.
 void cw_seq_held_free(cw_seq_held_t* held);
 

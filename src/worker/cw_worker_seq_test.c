@@ -26,12 +26,17 @@ static cw_frame_header_t header(uint16_t type, uint64_t bulk_len) {
   return h;
 }
 
-static cw_status_t admit(cw_seq_t* s, uint64_t seq, uint64_t bulk_len, cw_seq_held_t** held) {
+static cw_status_t admit_on(cw_seq_t* s, void* conn, uint64_t seq, uint64_t bulk_len,
+                            cw_seq_held_t** held) {
   cw_frame_header_t h = header(bulk_len ? CW_MSG_UPLOAD : CW_MSG_DELETE, bulk_len);
   ProtobufCMessage* m = delete_msg(seq);
-  cw_status_t st = cw_seq_admit(s, seq, &h, &m, (void*)0x1, 3, 100, held);
+  cw_status_t st = cw_seq_admit(s, seq, &h, &m, conn, 3, 100, held);
   if (m) protobuf_c_message_free_unpacked(m, NULL);
   return st;
+}
+
+static cw_status_t admit(cw_seq_t* s, uint64_t seq, uint64_t bulk_len, cw_seq_held_t** held) {
+  return admit_on(s, (void*)0x1, seq, bulk_len, held);
 }
 
 static void test_in_order(void** state) {
@@ -157,6 +162,48 @@ static void test_tail_order(void** state) {
   assert_null(s.held_tail);
 }
 
+// A closed connection's held requests leave their seqs unfilled: the same
+// seqs sent again (on another connection) apply, in order with the rest.
+static void test_forget_conn(void** state) {
+  (void)state;
+  cw_seq_t s;
+  cw_seq_initialize(&s);
+  cw_seq_held_t* held = NULL;
+  void* gone = (void*)0x2;
+  assert_null(admit(&s, 4, 0, &held));  // conn 1
+  assert_null(admit_on(&s, gone, 2, 20, &held));
+  assert_null(admit_on(&s, gone, 5, 0, &held));  // the tail
+  assert_int_equal(s.held_count, 3);
+  assert_int_equal(s.held_bytes, 20);
+  assert_int_equal(cw_seq_forget_conn(&s, gone, NULL), 2);
+  assert_int_equal(s.held_count, 1);
+  assert_int_equal(s.held_bytes, 0);
+  assert_int_equal(s.next, 1);
+  assert_int_equal(s.held_tail->seq, 4);
+  assert_null(admit(&s, 1, 0, &held));
+  assert_null(held);
+  assert_null(cw_seq_take_ready(&s));  // 2 is unfilled again
+  assert_null(admit(&s, 2, 0, &held));  // sent again: applies
+  assert_null(held);
+  assert_null(admit(&s, 5, 0, &held));  // held again, after 4
+  assert_non_null(held);
+  assert_int_equal(s.held_tail->seq, 5);
+  assert_null(admit(&s, 3, 0, &held));
+  cw_seq_held_t* four = cw_seq_take_ready(&s);
+  assert_non_null(four);
+  assert_int_equal(four->seq, 4);
+  cw_seq_held_free(four);
+  cw_seq_held_t* five = cw_seq_take_ready(&s);
+  assert_non_null(five);
+  assert_int_equal(five->seq, 5);
+  cw_seq_held_free(five);
+  assert_int_equal(s.next, 6);
+  g_released = 0;
+  assert_int_equal(cw_seq_forget_conn(&s, (void*)0x1, release), 0);
+  assert_int_equal(g_released, 0);
+  cw_seq_deinitialize(&s, NULL);
+}
+
 static void test_seq_of_request(void** state) {
   (void)state;
   ProtobufCMessage* m = delete_msg(7);
@@ -171,6 +218,7 @@ int main(void) {
       cmocka_unit_test(test_in_order),     cmocka_unit_test(test_hold_and_drain),
       cmocka_unit_test(test_duplicates),   cmocka_unit_test(test_limits),
       cmocka_unit_test(test_tail_order),   cmocka_unit_test(test_seq_of_request),
+      cmocka_unit_test(test_forget_conn),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

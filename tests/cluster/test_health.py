@@ -2,7 +2,8 @@
 a worker killed (SIGKILL) during a training loop and replaced by one of the
 same name, the loop resuming from a host checkpoint with losses equal to an
 unbroken run; a silent worker (SIGSTOP) declared dead by heartbeat timeout
-and waking up again; a controller restarted under running workers."""
+and waking up again; a controller restarted under running workers, with clients
+that do not reconnect (test_restart.py: clients that do)."""
 from __future__ import annotations
 
 import os
@@ -170,8 +171,11 @@ def test_controller_hung():
     # A stopped (not dead) controller keeps its sockets open: nothing closes.
     # The client's own watchdog (CAUSEWAY_CONTROLLER_TIMEOUT_MS; it pings a
     # controller that owes answers) must turn the silence into a clear error.
+    # Without reconnecting (CAUSEWAY_CONTROLLER_RECONNECT_MS=0), at once; with
+    # it, the client waits for the controller instead (tests/cluster/test_restart.py).
     cluster = harness.HandCluster(workers=2, devices=2, tcp=True, **FAST)
-    a = _runner("health-ctl-hung", cluster, CAUSEWAY_CONTROLLER_TIMEOUT_MS="2000")
+    a = _runner("health-ctl-hung", cluster, CAUSEWAY_CONTROLLER_TIMEOUT_MS="2000",
+                CAUSEWAY_CONTROLLER_RECONNECT_MS="0")
     try:
         first, lost, report = _lose_controller(a, cluster, signal.SIGSTOP)
         _unavailable_naming(lost["compile"], cluster.controller, report)
@@ -200,6 +204,8 @@ def test_controller_hung():
 
 @pytest.mark.parametrize("relay", [False, True], ids=["direct", "relayed"])
 def test_controller_restart(relay):
+    # Without reconnecting (CAUSEWAY_CONTROLLER_RECONNECT_MS=0: the client's
+    # session dies with its controller; with it, tests/cluster/test_restart.py).
     # direct: the session's launches go straight to the workers under the
     # controller's lease, so compiled programs keep running without it;
     # relayed: launches need the controller too and fail like compiles.
@@ -207,7 +213,7 @@ def test_controller_restart(relay):
     args["controller_args"] = FAST["controller_args"] + (
         ("--relay-launches",) if relay else ("--relay-launches=0",))
     cluster = harness.HandCluster(workers=2, devices=2, tcp=True, **args)
-    a = _runner("health-ctl-old", cluster)
+    a = _runner("health-ctl-old", cluster, CAUSEWAY_CONTROLLER_RECONNECT_MS="0")
     try:
         first, lost, report = _lose_controller(a, cluster, signal.SIGKILL)
         # Arrays already on workers still read back (straight from the worker).

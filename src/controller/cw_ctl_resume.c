@@ -1,0 +1,367 @@
+// Resuming sessions after a controller restart (see cw_ctl_resume.h).
+//
+// Workers outlive their controller and keep every session a client still
+// has a connection to: its buffers, its loaded executables, its seq order.
+// What died is the controller's view of the session, and that is what the
+// client reports here. Nothing is recompiled: the executables' records say
+// where they are loaded (a replacement worker later gets no reload of them:
+// their serialized bytes died with the old controller's cache).
+#include "cw_ctl_resume.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cw_ctl_alloc.h"
+#include "cw_ctl_health.h"
+#include "cw_ctl_island.h"
+#include "cw_ctl_ops.h"
+#include "cw_ctl_registry.h"
+#include "cw_ctl_session.h"
+#include "cw_log.h"
+#include "cw_time.h"
+#include "cw_xla_options.h"
+
+// Bounds on what a client may report (it held at most this much).
+#define CW__MAX_RESUME_DEVICES 65536
+#define CW__MAX_RESUME_EXES (1u << 20)
+
+struct cw_ctl_resume_wait_s {
+  cw_ctl_resume_wait_t* next;
+  cw_net_conn_t* conn;         // retained
+  cw_ctl_session_t* session;   // retained
+  uint64_t request_id;
+  Causeway__V1__SessionResumeRequest* req;  // owned
+  int64_t start_ms;
+  int64_t deadline_ms;
+};
+
+static void cw__wait_free(cw_ctl_resume_wait_t* rw) {
+  cw_net_conn_release(rw->conn);
+  cw_ctl_session_release(rw->session);
+  protobuf_c_message_free_unpacked(&rw->req->base, NULL);
+  free(rw);
+}
+
+static cw_ctl_worker_t* cw__worker_named(cw_controller_t* ctl, const char* name) {
+  for (size_t i = 0; i < ctl->num_workers; ++i) {
+    if (!strcmp(ctl->workers[i]->name, name)) return ctl->workers[i];
+  }
+  return NULL;
+}
+
+// The first worker the request names that is not registered and alive; NULL
+// when all are. *out_missing counts them.
+static const char* cw__missing_worker(cw_controller_t* ctl,
+                                      const Causeway__V1__SessionResumeRequest* r,
+                                      size_t* out_missing) {
+  const char* first = NULL;
+  *out_missing = 0;
+  for (size_t i = 0; i < r->n_devices; ++i) {
+    const char* name = r->devices[i]->worker_name;
+    bool seen = false;  // counted already
+    for (size_t k = 0; k < i && !seen; ++k) seen = !strcmp(r->devices[k]->worker_name, name);
+    if (seen) continue;
+    cw_ctl_worker_t* w = cw__worker_named(ctl, name);
+    if (w && w->alive) continue;
+    if (!first) first = name;
+    (*out_missing)++;
+  }
+  return first;
+}
+
+// Checks what a peer sent before anything is waited for.
+static cw_status_t cw__validate(const Causeway__V1__SessionResumeRequest* r) {
+  if (r->n_devices == 0 || r->n_devices > CW__MAX_RESUME_DEVICES) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "SESSION_RESUME lists %zu devices (1..%d)",
+                          r->n_devices, CW__MAX_RESUME_DEVICES);
+  }
+  if (r->n_executables > CW__MAX_RESUME_EXES) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "SESSION_RESUME lists %zu executables (at most "
+                          "%u)", r->n_executables, CW__MAX_RESUME_EXES);
+  }
+  if (r->open && r->open->num_devices && r->open->num_devices != r->n_devices) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "SESSION_RESUME: the session was allocated %u "
+                          "devices but lists %zu", r->open->num_devices, r->n_devices);
+  }
+  for (size_t i = 0; i < r->n_devices; ++i) {
+    const Causeway__V1__ResumeDevice* d = r->devices[i];
+    if (!cw_ctl_printable(d->worker_name, CW__MAX_NAME - 1)) {
+      return cw_make_status(CW_INVALID_ARGUMENT, "SESSION_RESUME device %zu: worker_name must "
+                            "be 1..%d printable characters", i, CW__MAX_NAME - 1);
+    }
+    if (d->id < 0 || d->id >= CW__MAX_RESUME_DEVICES * 16 || d->local_id < 0 ||
+        d->local_id >= CW_XLA_MAX_ASSIGNED_DEVICES) {
+      return cw_make_status(CW_INVALID_ARGUMENT, "SESSION_RESUME device %zu: id %d, local id %d "
+                            "out of range", i, d->id, d->local_id);
+    }
+    for (size_t k = 0; k < i; ++k) {
+      if (r->devices[k]->id == d->id) {
+        return cw_make_status(CW_INVALID_ARGUMENT, "SESSION_RESUME names device %d twice", d->id);
+      }
+    }
+  }
+  for (size_t i = 0; i < r->n_executables; ++i) {
+    const Causeway__V1__ResumeExecutable* e = r->executables[i];
+    if (!e->exe_id || e->n_devices == 0 || e->n_devices > CW_XLA_MAX_ASSIGNED_DEVICES) {
+      return cw_make_status(CW_INVALID_ARGUMENT, "SESSION_RESUME executable %zu: needs an id and "
+                            "1..%d devices", i, CW_XLA_MAX_ASSIGNED_DEVICES);
+    }
+  }
+  return cw_ok_status();
+}
+
+// The client's devices as this controller's (worker index, local id), by the
+// client's id: devs[id] (holes: worker UINT32_MAX), *out_n = largest id + 1.
+static cw_status_t cw__place_devices(cw_controller_t* ctl,
+                                     const Causeway__V1__SessionResumeRequest* r,
+                                     cw_alloc_device_t** out_devs, uint32_t* out_n) {
+  *out_devs = NULL;
+  uint32_t n = 0;
+  for (size_t i = 0; i < r->n_devices; ++i) {
+    if ((uint32_t)r->devices[i]->id + 1 > n) n = (uint32_t)r->devices[i]->id + 1;
+  }
+  cw_alloc_device_t* devs = malloc(n * sizeof(*devs));
+  if (!devs) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  for (uint32_t i = 0; i < n; ++i) devs[i] = (cw_alloc_device_t){UINT32_MAX, 0};
+  for (size_t i = 0; i < r->n_devices; ++i) {
+    const Causeway__V1__ResumeDevice* d = r->devices[i];
+    cw_ctl_worker_t* w = cw__worker_named(ctl, d->worker_name);
+    if (!w || !w->alive) {
+      free(devs);
+      return cw_make_status(CW_UNAVAILABLE, "worker %s is not registered", d->worker_name);
+    }
+    if ((uint32_t)d->local_id >= w->num_devices) {
+      free(devs);
+      return cw_make_status(CW_FAILED_PRECONDITION, "worker %s has %u devices now, not device "
+                            "%d (the session's device %d)", w->name, w->num_devices, d->local_id,
+                            d->id);
+    }
+    devs[d->id] = (cw_alloc_device_t){w->index, (uint32_t)d->local_id};
+  }
+  *out_devs = devs;
+  *out_n = n;
+  return cw_ok_status();
+}
+
+// An allocated session's devices must not be another session's now (a new
+// client may have been granted them while this one was away).
+static cw_status_t cw__check_free(cw_controller_t* ctl, cw_ctl_session_t* s, bool share,
+                                  const cw_alloc_device_t* devs, uint32_t n) {
+  for (cw_ctl_session_t* o = ctl->sessions; o; o = o->next) {
+    if (o == s || !o->allocated || o->closed) continue;
+    for (uint32_t i = 0; i < n; ++i) {
+      for (uint32_t k = 0; k < o->num_vdevs; ++k) {
+        if (o->vdevs[k].worker != devs[i].worker || o->vdevs[k].local != devs[i].local) continue;
+        if (share && o->share) continue;
+        const cw_ctl_worker_t* w = ctl->workers[devs[i].worker];
+        return cw_make_status(CW_FAILED_PRECONDITION, "device %u of worker %s (the session's "
+                              "device %u) is held by session %" PRIu64 " (%s) now", devs[i].local,
+                              w->name, i, o->id, cw_ctl_ops_session_name(o));
+      }
+    }
+  }
+  return cw_ok_status();
+}
+
+// The same devices as the session already has (a client that reconnected to
+// a controller that did not restart, or resumed twice).
+static cw_status_t cw__check_same(const cw_ctl_session_t* s, const cw_alloc_device_t* devs,
+                                  uint32_t n) {
+  bool same = s->num_vdevs == n;
+  for (uint32_t i = 0; same && i < n; ++i) {
+    same = s->vdevs[i].worker == devs[i].worker && s->vdevs[i].local == devs[i].local;
+  }
+  return same ? cw_ok_status()
+              : cw_make_status(CW_FAILED_PRECONDITION, "session %" PRIu64 " has other devices "
+                               "here than the client reports", s->id);
+}
+
+// Gives `s` the devices the client reports (takes devs).
+static cw_status_t cw__set_devices(cw_controller_t* ctl, cw_ctl_session_t* s,
+                                   const Causeway__V1__OpenSessionRequest* open,
+                                   cw_alloc_device_t* devs, uint32_t n) {
+  bool allocated = open && open->num_devices;
+  cw_status_t st = cw_ok_status();
+  if (s->allocated || s->mapped) {
+    st = cw__check_same(s, devs, n);
+    free(devs);
+    return st;
+  }
+  if (allocated) {
+    for (uint32_t i = 0; !st && i < n; ++i) {
+      if (devs[i].worker == UINT32_MAX) {
+        st = cw_make_status(CW_INVALID_ARGUMENT, "SESSION_RESUME: allocated device %u missing", i);
+      }
+    }
+    if (!st) st = cw__check_free(ctl, s, open->share, devs, n);
+    if (st) {
+      free(devs);
+      return st;
+    }
+    s->allocated = true;
+    s->share = open->share;
+    s->weight = open->weight ? open->weight : 1;
+  } else {
+    s->mapped = true;
+  }
+  s->vdevs = devs;
+  s->num_vdevs = n;
+  return cw_ok_status();
+}
+
+// Records the executables the client holds, where they are loaded; one the
+// devices do not place (it could not have been compiled so) is left out.
+static size_t cw__set_exes(cw_controller_t* ctl, cw_ctl_session_t* s,
+                           const Causeway__V1__SessionResumeRequest* r) {
+  size_t known = 0;
+  int64_t* ids = malloc(CW_XLA_MAX_ASSIGNED_DEVICES * sizeof(*ids));
+  for (size_t i = 0; ids && i < r->n_executables; ++i) {
+    const Causeway__V1__ResumeExecutable* x = r->executables[i];
+    if (cw_ctl_exe_find(s, x->exe_id)) {
+      known++;
+      continue;
+    }
+    uint32_t local = 0;
+    cw_ctl_worker_t* first = NULL;
+    bool spans = false;
+    for (size_t k = 0; k < x->n_devices; ++k) {
+      ids[k] = x->devices[k];
+      cw_ctl_worker_t* w = cw_ctl_alloc_resolve(ctl, s, ids[k], &local);
+      if (!w) {
+        first = NULL;
+        break;
+      }
+      if (!first) first = w;
+      if (w != first) spans = true;
+    }
+    cw_ctl_exe_t* e = first ? calloc(1, sizeof(*e)) : NULL;
+    uint32_t* parts = NULL;
+    uint32_t* part_devices = NULL;
+    size_t num_parts = 0;
+    if (e && spans) {
+      bool one = false;
+      cw_status_t st = cw_ctl_island_place(ctl, s, ids, x->n_devices, &one, &parts, &part_devices,
+                                           &num_parts);
+      if (!st && one) first = ctl->workers[first->island];
+      if (!st && one) e->devices = malloc(x->n_devices * sizeof(int32_t));
+      if (st || !one || !e->devices) {
+        cw_status_free(st);
+        free(parts);
+        free(part_devices);
+        free(e->devices);
+        free(e);
+        e = NULL;
+      }
+    }
+    if (!e) {
+      CW_LOGW("session %" PRIu64 ": executable %" PRIu64 " left out of the resumed session: its "
+              "devices do not place it", s->id, x->exe_id);
+      continue;
+    }
+    if (num_parts) {
+      memcpy(e->devices, x->devices, x->n_devices * sizeof(int32_t));
+      e->num_devices = x->n_devices;
+      e->parts = parts;
+      e->part_devices = part_devices;
+      e->num_parts = num_parts;
+    }
+    e->id = x->exe_id;
+    e->serial = ++ctl->next_exe_serial;
+    e->worker = first->index;
+    e->state = CW__EXE_READY;  // loaded on its workers by the earlier controller
+    e->next = s->exes;
+    s->exes = e;
+    known++;
+  }
+  free(ids);
+  return known;
+}
+
+// Rebuilds the session and answers with its SessionInfo (or an error).
+static void cw__resume(cw_controller_t* ctl, cw_ctl_resume_wait_t* rw) {
+  cw_ctl_session_t* s = rw->session;
+  const Causeway__V1__SessionResumeRequest* r = rw->req;
+  cw_alloc_device_t* devs = NULL;
+  uint32_t n = 0;
+  cw_status_t st = cw__place_devices(ctl, r, &devs, &n);
+  if (!st) st = cw__set_devices(ctl, s, r->open, devs, n);
+  if (st) {
+    CW_LOGW("session %" PRIu64 " cannot resume: %s", s->id, cw_status_message(st));
+    cw_ctl_reply_error(ctl, rw->conn, CW_MSG_SESSION_RESUME, rw->request_id,
+                       cw_status_annotate(st, "cannot resume session %" PRIu64, s->id));
+    return;
+  }
+  size_t exes = cw__set_exes(ctl, s, r);
+  if (r->open) cw_ctl_ops_session_opened(s, r->open);
+  CW_LOGI("session %" PRIu64 " resumed after %" PRId64 " ms: %zu devices%s, %zu of %zu "
+          "executables", s->id, cw_time_now_ms() - rw->start_ms, r->n_devices,
+          s->allocated ? " (allocated)" : "", exes, r->n_executables);
+  // The reply and the session's connections to its workers, as OPEN_SESSION.
+  cw_ctl_peer_t view;
+  memset(&view, 0, sizeof(view));
+  view.ctl = ctl;
+  view.conn = rw->conn;
+  view.session = s;
+  cw_ctl_session_reply_info(ctl, &view, CW_MSG_SESSION_RESUME, rw->request_id);
+}
+
+void cw_ctl_resume_check(cw_controller_t* ctl, bool expire) {
+  int64_t now = cw_time_now_ms();
+  cw_ctl_resume_wait_t** pp = &ctl->resume_waits;
+  while (*pp) {
+    cw_ctl_resume_wait_t* rw = *pp;
+    bool gone = ctl->shutting_down || !cw_net_conn_is_open(rw->conn) || rw->session->closed;
+    size_t missing = 0;
+    const char* name = gone ? NULL : cw__missing_worker(ctl, rw->req, &missing);
+    bool late = name && expire && now >= rw->deadline_ms;
+    if (!gone && name && !late) {
+      pp = &rw->next;
+      continue;
+    }
+    *pp = rw->next;
+    if (late) {
+      char more[48] = "";
+      if (missing > 1) snprintf(more, sizeof(more), " (and %zu more)", missing - 1);
+      cw_ctl_reply_error(ctl, rw->conn, CW_MSG_SESSION_RESUME, rw->request_id,
+                         cw_make_status(CW_DEADLINE_EXCEEDED, "session %" PRIu64 " waited %" PRId64
+                                        " ms for worker %s%s to register again",
+                                        rw->session->id, now - rw->start_ms, name, more));
+    } else if (!gone) {
+      cw__resume(ctl, rw);
+    }
+    cw__wait_free(rw);
+  }
+}
+
+void cw_ctl_handle_session_resume(cw_net_conn_t* conn, const cw_frame_header_t* h,
+                                  ProtobufCMessage** msg) {
+  cw_ctl_peer_t* p = cw_net_conn_user(conn);
+  cw_controller_t* ctl = p->ctl;
+  Causeway__V1__SessionResumeRequest* r = (Causeway__V1__SessionResumeRequest*)*msg;
+  cw_status_t st = cw__validate(r);
+  cw_ctl_resume_wait_t* rw = st ? NULL : calloc(1, sizeof(*rw));
+  if (!st && !rw) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  if (st) {
+    cw_ctl_reply_error(ctl, conn, h->type, h->request_id, st);
+    return;
+  }
+  *msg = NULL;
+  rw->req = r;
+  rw->conn = conn;
+  cw_net_conn_retain(conn);
+  rw->session = p->session;
+  cw_ctl_session_retain(p->session);
+  rw->request_id = h->request_id;
+  rw->start_ms = cw_time_now_ms();
+  uint32_t wait = r->open ? r->open->wait_ms : 0;
+  rw->deadline_ms = rw->start_ms + (wait < CW__MAX_WAIT_MS ? wait : CW__MAX_WAIT_MS);
+  cw_ctl_resume_wait_t** tail = &ctl->resume_waits;
+  while (*tail) tail = &(*tail)->next;
+  *tail = rw;
+  if (!uv_is_active((uv_handle_t*)&ctl->open_tick) && !ctl->shutting_down) {
+    uv_timer_start(&ctl->open_tick, cw_ctl_session_open_tick, CW__OPEN_TICK_MS, CW__OPEN_TICK_MS);
+  }
+  cw_ctl_resume_check(ctl, wait == 0);
+}

@@ -1,0 +1,464 @@
+// Resuming sessions after a controller restart, against a real
+// causeway-controller: workers played by this test (REGISTER frames over the
+// C client library) and, last, a real worker (XLA's CPU plugin) and a real
+// restart.
+//
+// - REGISTER with `previous`: the worker gets its old global ids while no
+//   slot holds any of them, else ids after every slot's;
+// - SESSION_RESUME refusals: no devices, an id twice, an allocation that does
+//   not match its device count, a name that is not printable, from a worker;
+// - a resume waits for the workers it names to register (then SessionInfo
+//   lists exactly its devices under its ids, holes and all), and fails with
+//   DEADLINE_EXCEEDED naming the missing one after its wait_ms;
+// - allocations come back: exclusive devices another session holds now are
+//   refused (FAILED_PRECONDITION naming it), shared ones are shared again;
+// - a real restart: the worker registers with the new controller under its
+//   old ids; the client joins in its old session id, resumes with its
+//   executable, which the worker still holds (EXE_INFO answered, nothing
+//   compiled), and compiling an id the worker holds already (a LOAD of the
+//   old controller whose reply was lost) succeeds without a second LOAD; a
+//   replacement of that worker gets the program compiled here reloaded, and
+//   the resumed one fails with "compile it again";
+// - SIGTERM: the controller exits 0 (under ASan: no leaks).
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cw_client.h"
+#include "cw_test_island.h"
+#include "cw_test_util.h"
+
+static struct {
+  cw_test_process_t ctl;
+  char address[512];
+  cw_client_t* workers[8];  // fake workers' REGISTER connections
+  size_t num_workers;
+} g;
+
+static void expect_error(cw_status_t st, cw_status_code_t code, const char* text) {
+  assert_non_null(st);
+  fprintf(stderr, "  %s\n", cw_status_message(st));
+  assert_int_equal(cw_status_code(st), code);
+  if (!strstr(cw_status_message(st), text)) {
+    fail_msg("'%s' lacks '%s'", cw_status_message(st), text);
+  }
+  cw_status_free(st);
+}
+
+// A fake worker `name` with `devices` devices; previous < 0: none. Returns
+// its first global device id.
+static int32_t fake_worker(const char* name, size_t devices, int32_t previous) {
+  cw_client_options_t o = {.peer_name = "fake-worker", .role = CAUSEWAY__V1__ROLE__ROLE_WORKER};
+  cw_client_t* c = NULL;
+  assert_null(cw_client_connect(g.address, &o, &c));
+  assert_true(g.num_workers < 8);
+  g.workers[g.num_workers++] = c;
+  char address[64];
+  snprintf(address, sizeof(address), "fake-%s:1", name);
+  Causeway__V1__RegisterReply* rep = NULL;
+  assert_null(cw_test_register(c, name, address, devices, previous, &rep));
+  int32_t first = rep->first_device_id;
+  protobuf_c_message_free_unpacked(&rep->base, NULL);
+  return first;
+}
+
+static cw_client_t* client(uint64_t session_id) {
+  cw_client_options_t o = {.peer_name = "resume-test", .session_id = session_id};
+  cw_client_t* c = NULL;
+  assert_null(cw_client_connect(g.address, &o, &c));
+  if (session_id) assert_int_equal(cw_client_session_id(c), session_id);
+  return c;
+}
+
+typedef struct dev_s {
+  int32_t id;
+  const char* worker;
+  int32_t local;
+} rdev_t;
+
+typedef struct resume_s {
+  const rdev_t* devs;
+  size_t n;
+  uint32_t num_devices;  // allocated: this many (0: none)
+  bool share;
+  uint32_t wait_ms;
+  const uint64_t* exes;  // each on devs[0]
+  size_t num_exes;
+} resume_t;
+
+static void resume_request(const resume_t* r, Causeway__V1__SessionResumeRequest* req,
+                           Causeway__V1__OpenSessionRequest* open,
+                           Causeway__V1__ResumeDevice* devs, Causeway__V1__ResumeDevice** dptrs,
+                           Causeway__V1__ResumeExecutable* exes,
+                           Causeway__V1__ResumeExecutable** eptrs, int32_t* exe_dev) {
+  causeway__v1__session_resume_request__init(req);
+  causeway__v1__open_session_request__init(open);
+  open->name = (char*)"resume-test";
+  open->num_devices = r->num_devices;
+  open->share = r->share;
+  open->wait_ms = r->wait_ms;
+  req->open = open;
+  for (size_t i = 0; i < r->n; ++i) {
+    causeway__v1__resume_device__init(&devs[i]);
+    devs[i].id = r->devs[i].id;
+    devs[i].worker_name = (char*)r->devs[i].worker;
+    devs[i].local_id = r->devs[i].local;
+    dptrs[i] = &devs[i];
+  }
+  req->devices = dptrs;
+  req->n_devices = r->n;
+  *exe_dev = r->n ? r->devs[0].id : 0;
+  for (size_t i = 0; i < r->num_exes; ++i) {
+    causeway__v1__resume_executable__init(&exes[i]);
+    exes[i].exe_id = r->exes[i];
+    exes[i].devices = exe_dev;
+    exes[i].n_devices = 1;
+    eptrs[i] = &exes[i];
+  }
+  req->executables = eptrs;
+  req->n_executables = r->num_exes;
+}
+
+// Sends SESSION_RESUME; with out_id, only sends it (the reply is waited for
+// with resume_wait).
+static cw_status_t resume(cw_client_t* c, const resume_t* r, Causeway__V1__SessionInfo** out,
+                          uint64_t* out_id) {
+  Causeway__V1__SessionResumeRequest req;
+  Causeway__V1__OpenSessionRequest open;
+  Causeway__V1__ResumeDevice devs[8];
+  Causeway__V1__ResumeDevice* dptrs[8];
+  Causeway__V1__ResumeExecutable exes[4];
+  Causeway__V1__ResumeExecutable* eptrs[4];
+  int32_t exe_dev;
+  assert_true(r->n <= 8 && r->num_exes <= 4);
+  resume_request(r, &req, &open, devs, dptrs, exes, eptrs, &exe_dev);
+  if (out_id) return cw_client_send(c, CW_MSG_SESSION_RESUME, &req.base, NULL, 0, NULL, NULL, NULL,
+                                    out_id);
+  ProtobufCMessage* reply = NULL;
+  cw_status_t st = cw_client_call(c, CW_MSG_SESSION_RESUME, &req.base, NULL, 0, NULL, &reply,
+                                  NULL);
+  if (out) *out = (Causeway__V1__SessionInfo*)reply;
+  else if (reply) protobuf_c_message_free_unpacked(reply, NULL);
+  return st;
+}
+
+// The device with session id `id` in `info` and its worker's name.
+static const Causeway__V1__GlobalDevice* info_device(const Causeway__V1__SessionInfo* info,
+                                                     int32_t id, const char** out_worker) {
+  for (size_t i = 0; i < info->n_devices; ++i) {
+    if (info->devices[i]->global_id != id) continue;
+    for (size_t k = 0; k < info->n_workers; ++k) {
+      if (info->workers[k]->index == info->devices[i]->worker_index) {
+        *out_worker = info->workers[k]->name;
+      }
+    }
+    return info->devices[i];
+  }
+  return NULL;
+}
+
+static void expect_device(const Causeway__V1__SessionInfo* info, int32_t id, const char* worker,
+                          int32_t local) {
+  const char* name = NULL;
+  const Causeway__V1__GlobalDevice* d = info_device(info, id, &name);
+  assert_non_null(d);
+  assert_non_null(name);
+  assert_string_equal(name, worker);
+  assert_int_equal(d->device->local_id, local);
+}
+
+static int setup(void** state) {
+  (void)state;
+  return cw_test_controller_start(NULL, &g.ctl, g.address, sizeof(g.address)) == 0 ? 0 : -1;
+}
+
+static int teardown(void** state) {
+  (void)state;
+  for (size_t i = 0; i < g.num_workers; ++i) cw_client_release(g.workers[i]);
+  return cw_test_process_stop(&g.ctl, 30000) == 0 ? 0 : -1;
+}
+
+static void test_register_keeps_ids(void** state) {
+  (void)state;
+  assert_int_equal(fake_worker("a", 2, 4), 4);  // its old ids, though they come first
+  assert_int_equal(fake_worker("b", 2, 0), 0);
+  assert_int_equal(fake_worker("c", 2, 5), 6);  // 5 is a's: after every slot's
+  assert_int_equal(fake_worker("d", 1, -1), 8);
+  // A new session numbers devices by id whatever the order of registration.
+  cw_client_t* c = client(0);
+  Causeway__V1__OpenSessionRequest open = CAUSEWAY__V1__OPEN_SESSION_REQUEST__INIT;
+  open.min_workers = 4;
+  open.wait_ms = 5000;
+  Causeway__V1__SessionInfo* info = NULL;
+  assert_null(cw_client_call(c, CW_MSG_OPEN_SESSION, &open.base, NULL, 0, NULL,
+                             (ProtobufCMessage**)&info, NULL));
+  assert_int_equal(info->n_devices, 7);
+  for (size_t i = 1; i < info->n_devices; ++i) {
+    assert_true(info->devices[i - 1]->global_id < info->devices[i]->global_id);
+  }
+  expect_device(info, 4, "a", 0);
+  expect_device(info, 0, "b", 0);
+  expect_device(info, 8, "d", 0);
+  protobuf_c_message_free_unpacked(&info->base, NULL);
+  cw_client_release(c);
+}
+
+static void test_resume_refusals(void** state) {
+  (void)state;
+  cw_client_t* c = client(0);
+  resume_t r = {.wait_ms = 100};
+  expect_error(resume(c, &r, NULL, NULL), CW_INVALID_ARGUMENT, "lists 0 devices");
+  rdev_t twice[] = {{3, "a", 0}, {3, "a", 1}};
+  r = (resume_t){.devs = twice, .n = 2};
+  expect_error(resume(c, &r, NULL, NULL), CW_INVALID_ARGUMENT, "names device 3 twice");
+  rdev_t one[] = {{0, "a", 0}};
+  r = (resume_t){.devs = one, .n = 1, .num_devices = 2};
+  expect_error(resume(c, &r, NULL, NULL), CW_INVALID_ARGUMENT, "allocated 2 devices but lists 1");
+  rdev_t bad[] = {{0, "a\x01", 0}};
+  r = (resume_t){.devs = bad, .n = 1};
+  expect_error(resume(c, &r, NULL, NULL), CW_INVALID_ARGUMENT, "printable");
+  rdev_t far[] = {{0, "a", 7}};  // a has 2 devices
+  r = (resume_t){.devs = far, .n = 1};
+  expect_error(resume(c, &r, NULL, NULL), CW_FAILED_PRECONDITION, "worker a has 2 devices now");
+  r = (resume_t){.devs = one, .n = 1};
+  expect_error(resume(g.workers[0], &r, NULL, NULL), CW_PERMISSION_DENIED, "for clients");
+  cw_client_release(c);
+}
+
+static void test_resume_waits_for_workers(void** state) {
+  (void)state;
+  cw_client_t* c = client(0x5e55);
+  // The ids this client numbered with an earlier controller: 10 and 11.
+  rdev_t devs[] = {{10, "late", 1}, {11, "late", 0}, {12, "d", 0}};
+  resume_t r = {.devs = devs, .n = 3, .wait_ms = 20000};
+  uint64_t rid = 0;
+  assert_null(resume(c, &r, NULL, &rid));
+  cw_test_sleep_ms(300);
+  assert_int_equal(fake_worker("late", 2, -1), 9);
+  Causeway__V1__SessionInfo* info = NULL;
+  assert_null(cw_client_wait(c, rid, (ProtobufCMessage**)&info, NULL));
+  assert_int_equal(info->session_id, 0x5e55);
+  assert_int_equal(info->n_devices, 3);  // exactly its devices, under its ids
+  expect_device(info, 10, "late", 1);
+  expect_device(info, 11, "late", 0);
+  expect_device(info, 12, "d", 0);
+  protobuf_c_message_free_unpacked(&info->base, NULL);
+  // Resumed again (a client that lost only its connection): the same answer.
+  assert_null(resume(c, &r, &info, NULL));
+  assert_int_equal(info->n_devices, 3);
+  protobuf_c_message_free_unpacked(&info->base, NULL);
+  // Other devices than it has: refused.
+  rdev_t other[] = {{10, "late", 0}, {11, "late", 1}, {12, "d", 0}};
+  r.devs = other;
+  expect_error(resume(c, &r, NULL, NULL), CW_FAILED_PRECONDITION, "has other devices");
+  cw_client_release(c);
+
+  c = client(0);
+  rdev_t gone[] = {{0, "never", 0}, {1, "gone", 0}, {2, "a", 0}};
+  r = (resume_t){.devs = gone, .n = 3, .wait_ms = 300};
+  int64_t t0 = cw_time_now_ms();
+  expect_error(resume(c, &r, NULL, NULL), CW_DEADLINE_EXCEEDED,
+               "for worker never (and 1 more) to register again");
+  assert_true(cw_time_now_ms() - t0 >= 250);
+  cw_client_release(c);
+}
+
+static void test_resume_allocations(void** state) {
+  (void)state;
+  rdev_t mine[] = {{0, "b", 0}, {1, "b", 1}};
+  rdev_t theirs[] = {{0, "b", 1}, {1, "c", 0}};
+  cw_client_t* p = client(0);
+  cw_client_t* q = client(0);
+  resume_t r = {.devs = mine, .n = 2, .num_devices = 2, .wait_ms = 1000};
+  Causeway__V1__SessionInfo* info = NULL;
+  assert_null(resume(p, &r, &info, NULL));
+  expect_device(info, 0, "b", 0);
+  expect_device(info, 1, "b", 1);
+  assert_true(info->workers[0]->direct_launch);  // exclusive again
+  protobuf_c_message_free_unpacked(&info->base, NULL);
+  r.devs = theirs;
+  expect_error(resume(q, &r, NULL, NULL), CW_FAILED_PRECONDITION, "device 1 of worker b");
+  // Shared devices are shared again (and relayed: not leased).
+  cw_client_t* s1 = client(0);
+  cw_client_t* s2 = client(0);
+  rdev_t shared[] = {{0, "c", 0}, {1, "c", 1}};
+  r = (resume_t){.devs = shared, .n = 2, .num_devices = 2, .share = true, .wait_ms = 1000};
+  assert_null(resume(s1, &r, NULL, NULL));
+  assert_null(resume(s2, &r, &info, NULL));
+  assert_false(info->workers[0]->direct_launch);
+  protobuf_c_message_free_unpacked(&info->base, NULL);
+  // A session that asks now gets none of them while they are held.
+  Causeway__V1__OpenSessionRequest open = CAUSEWAY__V1__OPEN_SESSION_REQUEST__INIT;
+  open.num_devices = 2;
+  open.workers = (char*[]){(char*)"b"};
+  open.n_workers = 1;
+  open.queue_timeout_ms = 200;
+  ProtobufCMessage* rep = NULL;
+  expect_error(cw_client_call(q, CW_MSG_OPEN_SESSION, &open.base, NULL, 0, NULL, &rep, NULL),
+               CW_DEADLINE_EXCEEDED, "0 of 2");
+  cw_client_release(p);
+  cw_client_release(q);
+  cw_client_release(s1);
+  cw_client_release(s2);
+}
+
+static cw_status_t compile(cw_client_t* c, uint64_t exe_id, const void* code, size_t size) {
+  Causeway__V1__CompileRequest req = CAUSEWAY__V1__COMPILE_REQUEST__INIT;
+  req.exe_id = exe_id;
+  req.format = (char*)"mlir";
+  req.code.data = (uint8_t*)code;
+  req.code.len = size;
+  ProtobufCMessage* rep = NULL;
+  cw_status_t st = cw_client_call(c, CW_MSG_COMPILE, &req.base, NULL, 0, NULL, &rep, NULL);
+  if (rep) protobuf_c_message_free_unpacked(rep, NULL);
+  return st;
+}
+
+static Causeway__V1__Stats* stats(void) {
+  cw_client_t* c = client(0);
+  Causeway__V1__Stats* st = NULL;
+  assert_null(cw_client_stats(c, &st));
+  cw_client_release(c);
+  return st;
+}
+
+static void test_real_restart(void** state) {
+  (void)state;
+  // The fake workers go: their slots die with this controller anyway.
+  for (size_t i = 0; i < g.num_workers; ++i) cw_client_release(g.workers[i]);
+  g.num_workers = 0;
+  char path[1024];
+  snprintf(path, sizeof(path), "%s/f64.mlir", cw_test_getenv("CW_PROGRAMS_DIR", "programs"));
+  void* code = NULL;
+  size_t code_size = 0;
+  assert_int_equal(cw_test_read_file(path, &code, &code_size), 0);
+  const char* extra[] = {"--controller", g.address, "--heartbeat-ms", "100",
+                         "--reconnect-max-ms", "200", NULL};
+  cw_test_worker_options_t o = {.devices = 1, .name = "rw", .extra_args = extra};
+  cw_test_worker_t rw;
+  assert_int_equal(cw_test_worker_start(&o, &rw), 0);
+  // The client's session, with executables 77 and 78 compiled there.
+  cw_client_t* c = client(0);
+  Causeway__V1__OpenSessionRequest open = CAUSEWAY__V1__OPEN_SESSION_REQUEST__INIT;
+  open.min_workers = 1;
+  open.wait_ms = 30000;
+  open.workers = (char*[]){(char*)"rw"};
+  open.n_workers = 1;
+  open.num_devices = 1;
+  ProtobufCMessage* rep = NULL;
+  assert_null(cw_client_call(c, CW_MSG_OPEN_SESSION, &open.base, NULL, 0, NULL, &rep, NULL));
+  uint64_t session = ((Causeway__V1__SessionInfo*)rep)->session_id;
+  protobuf_c_message_free_unpacked(rep, NULL);
+  assert_null(compile(c, 77, code, code_size));
+  assert_null(compile(c, 78, code, code_size));
+  // The worker's session lives on while the client is connected to it.
+  cw_client_options_t wo = {.peer_name = "resume-test", .session_id = session};
+  cw_client_t* direct = NULL;
+  assert_null(cw_client_connect(rw.address, &wo, &direct));
+  // Its global ids come after every slot the fake workers held: 11.
+  cw_client_t* n = client(0);
+  open = (Causeway__V1__OpenSessionRequest)CAUSEWAY__V1__OPEN_SESSION_REQUEST__INIT;
+  open.wait_ms = 1000;
+  Causeway__V1__SessionInfo* info = NULL;
+  assert_null(cw_client_call(n, CW_MSG_OPEN_SESSION, &open.base, NULL, 0, NULL,
+                             (ProtobufCMessage**)&info, NULL));
+  expect_device(info, 11, "rw", 0);
+  protobuf_c_message_free_unpacked(&info->base, NULL);
+  cw_client_release(n);
+
+  // A real restart on the same address.
+  assert_int_equal(cw_test_process_stop(&g.ctl, 30000), 0);
+  expect_error(cw_client_ping(c), CW_UNAVAILABLE, "");
+  cw_client_release(c);
+  char address[512];
+  snprintf(address, sizeof(address), "%s", g.address);
+  const char* args[] = {"--listen", address, NULL};
+  assert_int_equal(cw_test_controller_start(args, &g.ctl, g.address, sizeof(g.address)), 0);
+  assert_string_equal(g.address, address);
+
+  c = client(session);  // joins in its old session id
+  rdev_t devs[] = {{0, "rw", 0}};
+  uint64_t exes[] = {77};  // 78 is not announced: its COMPILE's reply "was lost"
+  resume_t r = {.devs = devs, .n = 1, .num_devices = 1, .wait_ms = 20000, .exes = exes,
+                .num_exes = 1};
+  assert_null(resume(c, &r, &info, NULL));
+  expect_device(info, 0, "rw", 0);
+  protobuf_c_message_free_unpacked(&info->base, NULL);
+  Causeway__V1__ExeInfoRequest ereq = CAUSEWAY__V1__EXE_INFO_REQUEST__INIT;
+  ereq.exe_id = 77;
+  assert_null(cw_client_call(c, CW_MSG_EXE_INFO, &ereq.base, NULL, 0, NULL, &rep, NULL));
+  assert_int_equal(((Causeway__V1__ExecutableInfo*)rep)->num_outputs, 1);
+  protobuf_c_message_free_unpacked(rep, NULL);
+  Causeway__V1__Stats* s = stats();
+  assert_int_equal(s->executables, 1);
+  assert_int_equal(s->compiles, 0);  // nothing compiled again
+  protobuf_c_message_free_unpacked(&s->base, NULL);
+  // 78: compiled again under its id, found loaded on the worker.
+  assert_null(compile(c, 78, code, code_size));
+  ereq.exe_id = 78;
+  assert_null(cw_client_call(c, CW_MSG_EXE_INFO, &ereq.base, NULL, 0, NULL, &rep, NULL));
+  protobuf_c_message_free_unpacked(rep, NULL);
+  // The worker registered again under its old ids (the new controller had
+  // no other slot), and a session without an allocation resumes with them.
+  n = client(0);
+  rdev_t same[] = {{11, "rw", 0}};
+  r = (resume_t){.devs = same, .n = 1, .wait_ms = 1000};
+  assert_null(resume(n, &r, &info, NULL));
+  expect_device(info, 11, "rw", 0);
+  protobuf_c_message_free_unpacked(&info->base, NULL);
+  open = (Causeway__V1__OpenSessionRequest)CAUSEWAY__V1__OPEN_SESSION_REQUEST__INIT;
+  cw_client_t* fresh = client(0);
+  assert_null(cw_client_call(fresh, CW_MSG_OPEN_SESSION, &open.base, NULL, 0, NULL,
+                             (ProtobufCMessage**)&info, NULL));
+  assert_int_equal(info->n_devices, 1);
+  expect_device(info, 11, "rw", 0);
+  protobuf_c_message_free_unpacked(&info->base, NULL);
+  cw_client_release(fresh);
+  cw_client_release(n);
+  // Replaced after the restart: 77's bytes were the old controller's, so it
+  // is not reloaded but fails with what to do; 78 (compiled here) is.
+  cw_client_release(direct);
+  assert_true(cw_test_worker_kill(&rw) >= 0);
+  cw_test_worker_t rw2;
+  assert_int_equal(cw_test_worker_start(&o, &rw2), 0);
+  for (int i = 0;; ++i) {
+    s = stats();
+    bool replaced = s->workers == 1 && s->workers_replaced == 1;
+    protobuf_c_message_free_unpacked(&s->base, NULL);
+    if (replaced) break;
+    assert_true(i < 400);
+    cw_test_sleep_ms(50);
+  }
+  Causeway__V1__HealthRejoinRequest rj = CAUSEWAY__V1__HEALTH_REJOIN_REQUEST__INIT;
+  rj.worker_index = 0;
+  rj.incarnation = 1;
+  assert_null(cw_client_call(c, CW_MSG_HEALTH_REJOIN, &rj.base, NULL, 0, NULL, &rep, NULL));
+  protobuf_c_message_free_unpacked(rep, NULL);
+  ereq.exe_id = 77;
+  expect_error(cw_client_call(c, CW_MSG_EXE_INFO, &ereq.base, NULL, 0, NULL, &rep, NULL),
+               CW_UNAVAILABLE, "compiled before the controller restarted");
+  ereq.exe_id = 78;
+  assert_null(cw_client_call(c, CW_MSG_EXE_INFO, &ereq.base, NULL, 0, NULL, &rep, NULL));
+  protobuf_c_message_free_unpacked(rep, NULL);
+  s = stats();
+  assert_int_equal(s->exes_reloaded, 1);  // 78 only
+  protobuf_c_message_free_unpacked(&s->base, NULL);
+  cw_client_release(c);
+  free(code);
+  assert_int_equal(cw_test_worker_stop(&rw2, 30000), 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_register_keeps_ids), cmocka_unit_test(test_resume_refusals),
+      cmocka_unit_test(test_resume_waits_for_workers), cmocka_unit_test(test_resume_allocations),
+      cmocka_unit_test(test_real_restart)};
+  return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,286 @@
+// Unit tests of reconnecting to a restarted controller, against fake peers
+// (the client library's): a fake controller that "dies" (closes the
+// connection) while a relayed LAUNCH is in flight and then accepts the
+// client again on the same socket, and a fake worker.
+//
+// - the LAUNCH is parked and sent again, with its seq, after SESSION_RESUME
+//   (which carries the session's device and executable, in its session id);
+//   the client takes the new controller's worker numbering;
+// - sent again and refused as a duplicate (the worker had applied it), its
+//   outcome is read from its output with AWAIT on the worker;
+// - a controller that does not come back within
+//   CAUSEWAY_CONTROLLER_RECONNECT_MS fails the parked LAUNCH (its seq filled
+//   on the worker) and every later call with the same clear error.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "cw_client_fake_peer.h"
+#include "cw_msg.h"
+#include "cw_plugin_internal.h"
+#include "cw_plugin_resume.h"
+#include "cw_plugin_worker.h"
+#include "cw_time.h"
+
+#define SESSION 77  // what the fake peer's HELLO reply says
+
+// What the fake controller does with the LAUNCH sent again.
+typedef enum { AGAIN_ACK, AGAIN_DUPLICATE, NEVER_BACK } again_t;
+
+typedef struct fixture_s {
+  fake_t ctrl, worker;
+  again_t again;
+  cw_plugin_client_t client;
+  cw_plugin_worker_t w;
+  cw_plugin_device_t device;
+  // Seen by the fake peers (their threads write, the test reads after joining).
+  uint64_t first_seq, again_seq;
+  size_t resume_devices, resume_exes;
+  uint64_t hello_session;
+  uint64_t awaited;       // the buffer the worker was asked to AWAIT
+  uint64_t filler_seq;    // an empty DELETE's seq at the worker
+} fixture_t;
+
+static fixture_t* g_fx;  // for the fake peers' scripts
+
+// A second connection on the fake's socket, as a restarted controller would
+// take it: accept, answer HELLO.
+static bool accept_again(fake_t* f) {
+  close(f->fd);
+  f->fd = accept(f->listen_fd, NULL, NULL);
+  if (f->fd < 0) return false;
+  frame_t fr;
+  if (!fake_read(f, &fr)) return false;
+  g_fx->hello_session = ((Causeway__V1__HelloRequest*)fr.msg)->session_id;
+  Causeway__V1__HelloReply r = CAUSEWAY__V1__HELLO_REPLY__INIT;
+  r.version = 1;
+  r.session_id = SESSION;
+  r.max_payload = 1u << 24;
+  r.max_bulk = 1ull << 32;
+  bool ok = fake_reply(f, &fr, &r.base, NULL, 0);
+  frame_free(&fr);
+  return ok;
+}
+
+// Answers PINGs until a frame of `type` arrives (into *out); false on EOF.
+static bool read_until(fake_t* f, uint16_t type, frame_t* out) {
+  while (fake_read(f, out)) {
+    if (out->h.type == type) return true;
+    if (out->h.type == CW_MSG_PING) fake_reply(f, out, out->msg, NULL, 0);
+    frame_free(out);
+  }
+  return false;
+}
+
+static void script_controller(fake_t* f) {
+  fixture_t* fx = g_fx;
+  frame_t fr;
+  FCHECK(f, read_until(f, CW_MSG_LAUNCH, &fr));
+  fx->first_seq = ((Causeway__V1__LaunchRequest*)fr.msg)->seq;
+  frame_free(&fr);
+  if (fx->again == NEVER_BACK) {  // dies, and nothing listens there any more
+    close(f->listen_fd);
+    f->listen_fd = -1;
+    unlink(f->path);
+    return;
+  }
+  FCHECK(f, accept_again(f));  // died (the client saw EOF) and came back
+  FCHECK(f, read_until(f, CW_MSG_SESSION_RESUME, &fr));
+  const Causeway__V1__SessionResumeRequest* r = (const Causeway__V1__SessionResumeRequest*)fr.msg;
+  fx->resume_devices = r->n_devices;
+  fx->resume_exes = r->n_executables;
+  FCHECK(f, r->n_devices == 1 && !strcmp(r->devices[0]->worker_name, "w0"));
+  FCHECK(f, r->n_executables == 1 && r->executables[0]->exe_id == 9);
+  FCHECK(f, r->open && !strcmp(r->open->name, "resume-test"));
+  Causeway__V1__WorkerInfo wi = CAUSEWAY__V1__WORKER_INFO__INIT;
+  wi.index = 5;  // the new controller's numbering
+  wi.name = (char*)"w0";
+  wi.address = g_fx->worker.path;
+  Causeway__V1__WorkerInfo* wptr = &wi;
+  Causeway__V1__Device dev = CAUSEWAY__V1__DEVICE__INIT;
+  Causeway__V1__GlobalDevice gd = CAUSEWAY__V1__GLOBAL_DEVICE__INIT;
+  gd.global_id = 0;
+  gd.worker_index = 5;
+  gd.device = &dev;
+  Causeway__V1__GlobalDevice* gptr = &gd;
+  Causeway__V1__SessionInfo info = CAUSEWAY__V1__SESSION_INFO__INIT;
+  info.session_id = SESSION;
+  info.workers = &wptr;
+  info.n_workers = 1;
+  info.devices = &gptr;
+  info.n_devices = 1;
+  fake_reply(f, &fr, &info.base, NULL, 0);
+  frame_free(&fr);
+  FCHECK(f, read_until(f, CW_MSG_LAUNCH, &fr));
+  fx->again_seq = ((Causeway__V1__LaunchRequest*)fr.msg)->seq;
+  if (fx->again == AGAIN_ACK) {
+    fake_ack(f, &fr);
+  } else {
+    char text[128];
+    snprintf(text, sizeof(text), "LAUNCH with seq %llu " CW_MSG_SEQ_DUPLICATE " 2)",
+             (unsigned long long)fx->again_seq);
+    fake_error(f, CW_MSG_LAUNCH, fr.h.request_id, CW_INVALID_ARGUMENT, text);
+  }
+  frame_free(&fr);
+  while (fake_read(f, &fr)) {  // PINGs until the client goes
+    if (fr.h.type == CW_MSG_PING) fake_reply(f, &fr, fr.msg, NULL, 0);
+    frame_free(&fr);
+  }
+}
+
+static void script_worker(fake_t* f) {
+  frame_t fr;
+  while (fake_read(f, &fr)) {
+    if (fr.h.type == CW_MSG_AWAIT) {
+      g_fx->awaited = ((Causeway__V1__AwaitRequest*)fr.msg)->buffer_id;
+    } else if (fr.h.type == CW_MSG_DELETE) {
+      g_fx->filler_seq = ((Causeway__V1__DeleteRequest*)fr.msg)->seq;
+    }
+    fake_ack(f, &fr);
+    frame_free(&fr);
+  }
+}
+
+static fixture_t* fixture(again_t again, const char* bound_ms) {
+  fixture_t* fx = calloc(1, sizeof(*fx));
+  assert_non_null(fx);
+  g_fx = fx;
+  fx->again = again;
+  setenv("CAUSEWAY_CONTROLLER_RECONNECT_MS", bound_ms, 1);
+  cw_plugin_client_t* c = &fx->client;
+  assert_null(cw_settings_initialize(&c->settings, CW_SCOPE_PLUGIN));
+  fake_start(&fx->ctrl, script_controller);
+  fake_start(&fx->worker, script_worker);
+  c->ctrl = connect_ok(&fx->ctrl);
+  c->ctrl_address = fx->ctrl.path;
+  c->session_id = SESSION;
+  Causeway__V1__WorkerInfo wi = CAUSEWAY__V1__WORKER_INFO__INIT;
+  wi.index = 2;
+  wi.name = (char*)"w0";
+  wi.address = fx->worker.path;
+  assert_null(cw_plugin_worker_initialize(&fx->w, c, &wi));
+  fx->w.conn = connect_ok(&fx->worker);
+  c->workers = &fx->w;
+  c->num_workers = 1;
+  fx->device.worker = &fx->w;
+  c->devices = &fx->device;
+  c->num_devices = 1;
+  assert_null(cw_plugin_resume_create(c));
+  assert_non_null(c->resume);
+  Causeway__V1__OpenSessionRequest open = CAUSEWAY__V1__OPEN_SESSION_REQUEST__INIT;
+  open.name = (char*)"resume-test";
+  assert_null(cw_plugin_resume_set_open(c, &open));
+  int32_t devs[1] = {0};
+  cw_plugin_resume_exe_added(c, 9, devs, 1);
+  assert_null(cw_plugin_resume_start(c));
+  return fx;
+}
+
+// Stops the client and joins the fake peers (their records may be read then).
+static void fixture_stop(fixture_t* fx) {
+  cw_plugin_client_t* c = &fx->client;
+  cw_plugin_resume_stop(c);
+  cw_client_release(c->ctrl);
+  cw_plugin_resume_release(c);
+  cw_client_release(fx->w.conn);
+  cw_plugin_worker_deinitialize(&fx->w);
+  fake_join(&fx->ctrl);
+  fake_join(&fx->worker);
+  cw_settings_deinitialize(&c->settings);
+  unsetenv("CAUSEWAY_CONTROLLER_RECONNECT_MS");
+}
+
+// Sends the relayed LAUNCH (exe 9, output 100) and waits for its completion.
+static void launch(fixture_t* fx, rec_t* rec, int timeout_ms) {
+  uint64_t out_id = 100;
+  Causeway__V1__IdList outs = CAUSEWAY__V1__ID_LIST__INIT;
+  outs.ids = &out_id;
+  outs.n_ids = 1;
+  Causeway__V1__IdList* optr = &outs;
+  Causeway__V1__LaunchRequest req = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
+  req.exe_id = 9;
+  req.outputs = &optr;
+  req.n_outputs = 1;
+  assert_null(cw_plugin_worker_send_ordered(&fx->w, false, CW_MSG_LAUNCH, &req.base, &req.seq,
+                                            rec_done, rec));
+  assert_int_equal(req.seq, 1);
+  int64_t end = cw_time_now_ms() + timeout_ms;
+  for (;;) {
+    pthread_mutex_lock(&rec->mu);
+    int calls = rec->calls;
+    pthread_mutex_unlock(&rec->mu);
+    if (calls) break;
+    if (cw_time_now_ms() > end) fail_msg("the LAUNCH was not answered");
+    usleep(10 * 1000);
+  }
+}
+
+static void test_parked_launch_sent_again(void** state) {
+  (void)state;
+  fixture_t* fx = fixture(AGAIN_ACK, "10000");
+  rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  launch(fx, &rec, 10000);
+  assert_int_equal(rec.code, CW_OK);
+  assert_int_equal(fx->w.index, 5);  // the new controller's numbering
+  // The next compile-like call gets the new connection at once.
+  cw_client_t* ctrl = NULL;
+  uint64_t gen = 0;
+  assert_null(cw_plugin_ctrl_get(&fx->client, &ctrl, &gen));
+  assert_int_equal(gen, 1);
+  assert_ok(cw_client_ping(ctrl));
+  fixture_stop(fx);
+  assert_int_equal(fx->first_seq, 1);
+  assert_int_equal(fx->again_seq, 1);
+  free(fx);
+}
+
+static void test_duplicate_reads_outputs(void** state) {
+  (void)state;
+  fixture_t* fx = fixture(AGAIN_DUPLICATE, "10000");
+  rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  launch(fx, &rec, 10000);
+  assert_int_equal(rec.code, CW_OK);
+  fixture_stop(fx);
+  assert_int_equal(fx->first_seq, 1);
+  assert_int_equal(fx->again_seq, 1);  // the same seq
+  assert_int_equal(fx->hello_session, SESSION);
+  assert_int_equal(fx->resume_devices, 1);
+  assert_int_equal(fx->resume_exes, 1);
+  assert_int_equal(fx->awaited, 100);  // its outcome came from its output
+  assert_int_equal(fx->filler_seq, 0);  // and no filler: the seq was the worker's already
+  free(fx);
+}
+
+static void test_never_back(void** state) {
+  (void)state;
+  fixture_t* fx = fixture(NEVER_BACK, "1000");
+  rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  int64_t t0 = cw_time_now_ms();
+  launch(fx, &rec, 10000);
+  int64_t ms = cw_time_now_ms() - t0;
+  fprintf(stderr, "  after %lld ms: %s\n", (long long)ms, rec.message);
+  assert_int_equal(rec.code, CW_UNAVAILABLE);
+  assert_non_null(strstr(rec.message, "did not come back within 1000 ms "
+                                      "(CAUSEWAY_CONTROLLER_RECONNECT_MS)"));
+  assert_true(ms >= 900 && ms < 5000);
+  // Later calls fail at once with the same error.
+  cw_client_t* ctrl = NULL;
+  uint64_t gen = 0;
+  expect_status(cw_plugin_ctrl_get(&fx->client, &ctrl, &gen), CW_UNAVAILABLE,
+                "did not come back within");
+  assert_ok(cw_client_flush(fx->w.conn));  // the filler was answered
+  fixture_stop(fx);
+  assert_int_equal(fx->filler_seq, 1);  // the worker's order keeps no hole
+  free(fx);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_parked_launch_sent_again),
+      cmocka_unit_test(test_duplicate_reads_outputs),
+      cmocka_unit_test(test_never_back),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
