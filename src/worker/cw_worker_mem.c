@@ -171,6 +171,7 @@ cw_status_t cw_worker_mem_reserve(cw_worker_t* w, uint64_t skey, const uint64_t*
   cw_mem_budget_format_bytes(m->budget.used[device], used, sizeof(used));
   CW_LOGD("%s waits for memory: needs %s, where %s of %s are in use", what, needs, used, limit);
   cw__mem_settle(w, false);
+  *out_wait = wt;
   return cw_ok_status();
 }
 
