@@ -1,7 +1,5 @@
 #include "cw_mem_budget.h"
 
-#include <inttypes.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -173,22 +171,4 @@ uint64_t cw_mem_budget_used_max(const cw_mem_budget_t* b) {
     if (b->used[d] > most) most = b->used[d];
   }
   return most;
-}
-
-void cw_mem_budget_format_bytes(uint64_t bytes, char* buf, size_t size) {
-  static const char* const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
-  if (bytes < 1024) {
-    snprintf(buf, size, "%" PRIu64 " bytes", bytes);
-    return;
-  }
-  double v = (double)bytes;
-  size_t u = 0;
-  v /= 1024.0;
-  while (v >= 1024.0 && u + 1 < sizeof(units) / sizeof(units[0])) {
-    v /= 1024.0;
-    u++;
-  }
-  // Whole numbers print without a fraction ("512 MiB"), others with one digit.
-  if (v == (double)(uint64_t)v) snprintf(buf, size, "%" PRIu64 " %s", (uint64_t)v, units[u]);
-  else snprintf(buf, size, "%.1f %s", v, units[u]);
 }

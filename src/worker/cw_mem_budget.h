@@ -98,7 +98,4 @@ int64_t cw_mem_budget_next_deadline(const cw_mem_budget_t* b);
 uint64_t cw_mem_budget_used_total(const cw_mem_budget_t* b);
 uint64_t cw_mem_budget_used_max(const cw_mem_budget_t* b);  // the fullest device
 
-// "600 MiB", "1.5 GiB", "12 KiB", "100 bytes" into buf.
-void cw_mem_budget_format_bytes(uint64_t bytes, char* buf, size_t size);
-
 #endif  // CW_WORKER_MEM_BUDGET_H_

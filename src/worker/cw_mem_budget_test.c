@@ -1,7 +1,6 @@
 // Unit tests of the memory budget (cw_mem_budget.c): what fits, what can
 // never fit, per-session order, other sessions passing a large waiter,
-// several devices at once, timeouts, charges over the limit, no limit at all,
-// and the byte texts errors print.
+// several devices at once, timeouts, charges over the limit and no limit at all.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -188,21 +187,6 @@ static void test_over_limit_and_unlimited(void** state) {
   cw_mem_budget_deinitialize(&b);
 }
 
-static void test_format_bytes(void** state) {
-  (void)state;
-  char buf[32];
-  cw_mem_budget_format_bytes(100, buf, sizeof(buf));
-  assert_string_equal(buf, "100 bytes");
-  cw_mem_budget_format_bytes(12 * 1024, buf, sizeof(buf));
-  assert_string_equal(buf, "12 KiB");
-  cw_mem_budget_format_bytes(600 * MIB, buf, sizeof(buf));
-  assert_string_equal(buf, "600 MiB");
-  cw_mem_budget_format_bytes(1536 * MIB, buf, sizeof(buf));
-  assert_string_equal(buf, "1.5 GiB");
-  cw_mem_budget_format_bytes(MIB + 1, buf, sizeof(buf));
-  assert_string_equal(buf, "1.0 MiB");
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fits_waits_never),
@@ -211,7 +195,6 @@ int main(void) {
       cmocka_unit_test(test_several_devices),
       cmocka_unit_test(test_timeouts),
       cmocka_unit_test(test_over_limit_and_unlimited),
-      cmocka_unit_test(test_format_bytes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cw_bytes.h"
 #include "cw_log.h"
 #include "cw_mem_budget.h"
 #include "cw_time.h"
@@ -74,7 +75,7 @@ cw_status_t cw_worker_mem_start(cw_worker_t* w) {
   m->handles_open = true;
   if (m->limited) {
     char b[32];
-    cw_mem_budget_format_bytes(m->budget.limit[0], b, sizeof(b));
+    cw_bytes_format(m->budget.limit[0], b, sizeof(b));
     CW_LOGI("memory budget: %s per device (%s); a request that does not fit waits up to %" PRId64
             " ms (--memory-wait-ms)", b, m->source, m->wait_ms);
   } else {
@@ -132,7 +133,7 @@ uint64_t* cw_worker_mem_scratch(cw_worker_t* w) {
 static void cw__need_text(const cw_worker_mem_t* m, const uint64_t* need, size_t device,
                           char* buf, size_t size) {
   char b[32];
-  cw_mem_budget_format_bytes(device < m->budget.num_devices ? need[device] : 0, b, sizeof(b));
+  cw_bytes_format(device < m->budget.num_devices ? need[device] : 0, b, sizeof(b));
   snprintf(buf, size, "%s on device %zu", b, device);
 }
 
@@ -147,7 +148,7 @@ cw_status_t cw_worker_mem_reserve(cw_worker_t* w, uint64_t skey, const uint64_t*
   if (d == CW_MEM_FITS) return cw_ok_status();
   char needs[96], limit[32];
   cw__need_text(m, need, device, needs, sizeof(needs));
-  cw_mem_budget_format_bytes(m->budget.limit[device], limit, sizeof(limit));
+  cw_bytes_format(m->budget.limit[device], limit, sizeof(limit));
   if (d == CW_MEM_NEVER) {
     return cw_make_status(CW_RESOURCE_EXHAUSTED, "%s: needs %s; the worker's budget is %s per "
                           "device (%s)", what, needs, limit, m->source);
@@ -168,7 +169,7 @@ cw_status_t cw_worker_mem_reserve(cw_worker_t* w, uint64_t skey, const uint64_t*
   wt->user = user;
   snprintf(wt->what, sizeof(wt->what), "%s", what);
   char used[32];
-  cw_mem_budget_format_bytes(m->budget.used[device], used, sizeof(used));
+  cw_bytes_format(m->budget.used[device], used, sizeof(used));
   CW_LOGD("%s waits for memory: needs %s, where %s of %s are in use", what, needs, used, limit);
   cw__mem_settle(w, false);
   *out_wait = wt;
@@ -240,8 +241,8 @@ static void cw__on_timer(uv_timer_t* t) {
     if (behind) device = first;
     char needs[96], used[32], limit[32];
     cw__need_text(m, waiter->need, device, needs, sizeof(needs));
-    cw_mem_budget_format_bytes(m->budget.used[device], used, sizeof(used));
-    cw_mem_budget_format_bytes(m->budget.limit[device], limit, sizeof(limit));
+    cw_bytes_format(m->budget.used[device], used, sizeof(used));
+    cw_bytes_format(m->budget.limit[device], limit, sizeof(limit));
     cw_status_t st =
         behind ? cw_make_status(CW_RESOURCE_EXHAUSTED, "%s: waited %" PRId64 " ms "
                                 "(--memory-wait-ms) for %s behind an earlier request of its "
