@@ -140,8 +140,8 @@ def test_status_workers_sessions_buffers_launches_errors(cluster):
         s = session(status(cluster), "ops-status client")  # nothing runs meanwhile
         row = next(line for line in text.splitlines() if "ops-status client" in line).split()
         assert row[0] == str(s["id"]) and "0-3" in row, row
-        assert row[-4:] == [str(s["launches_held"]), str(s["buffers"]), str(s["buffer_bytes"]),
-                            str(s["executables"])], (row, s)
+        assert row[-5:] == [str(s["launches_held"]), str(s["buffers"]), str(s["buffer_bytes"]),
+                            str(s["executables"]), str(s["memory_waiting"])], (row, s)
     finally:
         r.close()
 
