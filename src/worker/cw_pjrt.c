@@ -314,8 +314,9 @@ cw_status_t cw_pjrt_executable_outputs(const cw_pjrt_t* p, PJRT_LoadedExecutable
     size_t pos = 0;
     for (size_t i = 0; i < d.num_outputs; ++i) {
       // A type with no byte size (sub-byte, token) counts 0: charged once it exists.
-      cw_status_t est = cw_array_extent((int)t.output_types[i], d.dims + pos, d.dim_sizes[i],
-                                        NULL, 0, &bytes[i]);
+      const int64_t* dims = d.dims ? d.dims + pos : NULL;  // NULL: only scalars
+      cw_status_t est = cw_array_extent((int)t.output_types[i], dims, d.dim_sizes[i], NULL, 0,
+                                        &bytes[i]);
       if (est) bytes[i] = 0;
       cw_status_free(est);
       pos += d.dim_sizes[i];

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cw_log.h"
 #include "cw_time.h"
 #include "cw_worker_conn.h"
 #include "cw_worker_mem.h"
@@ -270,6 +271,11 @@ static void cw__launch_attach_outputs(cw_worker_t* w, cw_launch_t* l, PJRT_Buffe
         // What it holds, where it is: the charge taken before the launch
         // (the executable's output shapes), or the first one when the plugin
         // could not say.
+        if (e->charge && (e->charge != e->bytes || e->charge_device != device)) {
+          CW_LOGW("launch of executable %" PRIu64 ": output %" PRIu64 " holds %" PRIu64
+                  " bytes on device %d; %" PRIu64 " were charged on device %d",
+                  l->req->exe_id, e->id, e->bytes, device, e->charge, e->charge_device);
+        }
         cw_worker_mem_charge(w, e, device, e->bytes);
         cw_store_set_ready(w->store, e, b);
       }
