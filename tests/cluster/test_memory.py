@@ -147,6 +147,7 @@ def test_two_sessions_over_the_budget_both_finish(cluster):
 
         # 3. Bigger than the budget: refused at once, naming sizes and budget.
         got = b.call("mem_try_hold", name="huge", mib=80)
+        print("too big:", got)
         assert got["error"] and "RESOURCE_EXHAUSTED" in got["error"], got
         assert ("needs 80 MiB on device 0; the worker's budget is 64 MiB per device "
                 "(--memory-limit)") in got["error"], got
@@ -174,6 +175,7 @@ def test_wait_that_never_ends_times_out():
         t0 = time.monotonic()
         got = b.call("mem_try_hold", name="x", mib=24)
         took = time.monotonic() - t0
+        print("timed out:", got)
         assert got["error"] and "RESOURCE_EXHAUSTED" in got["error"], got
         assert ("waited 2000 ms (--memory-wait-ms) for 24 MiB on device 0, and it did not "
                 "free: 48 MiB of the worker's budget of 64 MiB per device (--memory-limit) are "
