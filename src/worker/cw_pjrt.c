@@ -258,16 +258,26 @@ static void cw__executable_free(const cw_pjrt_t* p, PJRT_Executable* e) {
   cw_status_free(cw_pjrt_status(p, p->api->PJRT_Executable_Destroy(&a)));
 }
 
+// The loaded executable's addressable devices (*ad, PJRT's array) and its
+// PJRT_Executable (*out_exe; free with cw__executable_free).
+static cw_status_t cw__devices_and_executable(const cw_pjrt_t* p, PJRT_LoadedExecutable* exe,
+                                              PJRT_LoadedExecutable_AddressableDevices_Args* ad,
+                                              PJRT_Executable** out_exe) {
+  memset(ad, 0, sizeof(*ad));
+  ad->struct_size = sizeof(*ad);
+  ad->executable = exe;
+  CW_PJRT_CALL(p, PJRT_LoadedExecutable_AddressableDevices, *ad, "addressable devices");
+  return cw__get_executable(p, exe, out_exe);
+}
+
 cw_status_t cw_pjrt_executable_info(const cw_pjrt_t* p, PJRT_LoadedExecutable* exe,
                                     uint32_t* out_num_outputs, uint32_t* out_num_devices,
                                     char** out_name) {
   *out_name = NULL;
-  CW_PJRT_ARGS(PJRT_LoadedExecutable_AddressableDevices_Args, d);
-  d.executable = exe;
-  CW_PJRT_CALL(p, PJRT_LoadedExecutable_AddressableDevices, d, "addressable devices");
-  *out_num_devices = (uint32_t)d.num_addressable_devices;
+  PJRT_LoadedExecutable_AddressableDevices_Args d;
   PJRT_Executable* e = NULL;
-  CW_RETURN_IF_ERROR(cw__get_executable(p, exe, &e), "executable info");
+  CW_RETURN_IF_ERROR(cw__devices_and_executable(p, exe, &d, &e), "executable info");
+  *out_num_devices = (uint32_t)d.num_addressable_devices;
   CW_PJRT_ARGS(PJRT_Executable_NumOutputs_Args, n);
   n.executable = e;
   cw_status_t st = cw_pjrt_status(p, p->api->PJRT_Executable_NumOutputs(&n));
@@ -282,6 +292,24 @@ cw_status_t cw_pjrt_executable_info(const cw_pjrt_t* p, PJRT_LoadedExecutable* e
   return st;
 }
 
+cw_status_t cw_pjrt_output_shapes(const cw_pjrt_t* p, PJRT_Executable* e,
+                                  PJRT_Executable_OutputElementTypes_Args* t,
+                                  PJRT_Executable_OutputDimensions_Args* d) {
+  memset(t, 0, sizeof(*t));
+  t->struct_size = sizeof(*t);
+  t->executable = e;
+  memset(d, 0, sizeof(*d));
+  d->struct_size = sizeof(*d);
+  d->executable = e;
+  CW_PJRT_CALL(p, PJRT_Executable_OutputElementTypes, *t, "output element types");
+  CW_PJRT_CALL(p, PJRT_Executable_OutputDimensions, *d, "output dimensions");
+  if (d->num_outputs != t->num_output_types) {
+    return cw_make_status(CW_INTERNAL, "the plugin reports %zu output types but %zu output "
+                          "shapes", t->num_output_types, d->num_outputs);
+  }
+  return cw_ok_status();
+}
+
 cw_status_t cw_pjrt_executable_outputs(const cw_pjrt_t* p, PJRT_LoadedExecutable* exe,
                                        int** out_devices, size_t* out_num_devices,
                                        uint64_t** out_bytes, size_t* out_num_outputs) {
@@ -289,21 +317,12 @@ cw_status_t cw_pjrt_executable_outputs(const cw_pjrt_t* p, PJRT_LoadedExecutable
   *out_num_devices = 0;
   *out_bytes = NULL;
   *out_num_outputs = 0;
-  CW_PJRT_ARGS(PJRT_LoadedExecutable_AddressableDevices_Args, ad);
-  ad.executable = exe;
-  CW_PJRT_CALL(p, PJRT_LoadedExecutable_AddressableDevices, ad, "addressable devices");
+  PJRT_LoadedExecutable_AddressableDevices_Args ad;
   PJRT_Executable* e = NULL;
-  CW_RETURN_IF_ERROR(cw__get_executable(p, exe, &e), "output sizes");
-  CW_PJRT_ARGS(PJRT_Executable_OutputElementTypes_Args, t);
-  t.executable = e;
-  CW_PJRT_ARGS(PJRT_Executable_OutputDimensions_Args, d);
-  d.executable = e;
-  cw_status_t st = cw_pjrt_status(p, p->api->PJRT_Executable_OutputElementTypes(&t));
-  if (!st) st = cw_pjrt_status(p, p->api->PJRT_Executable_OutputDimensions(&d));
-  if (!st && d.num_outputs != t.num_output_types) {
-    st = cw_make_status(CW_INTERNAL, "the plugin reports %zu output types but %zu output shapes",
-                        t.num_output_types, d.num_outputs);
-  }
+  CW_RETURN_IF_ERROR(cw__devices_and_executable(p, exe, &ad, &e), "output sizes");
+  PJRT_Executable_OutputElementTypes_Args t;
+  PJRT_Executable_OutputDimensions_Args d;
+  cw_status_t st = cw_pjrt_output_shapes(p, e, &t, &d);
   int* devices = st ? NULL : calloc(ad.num_addressable_devices + 1, sizeof(*devices));
   uint64_t* bytes = st ? NULL : calloc(d.num_outputs + 1, sizeof(*bytes));
   if (!st && (!devices || !bytes)) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");

@@ -62,6 +62,12 @@ CW_MUST_USE cw_status_t cw_pjrt_executable_info(const cw_pjrt_t* pjrt,
                                                 PJRT_LoadedExecutable* exe,
                                                 uint32_t* out_num_outputs,
                                                 uint32_t* out_num_devices, char** out_name);
+// The output element types (t->output_types[t->num_output_types]) and dims
+// (d->dims, d->dim_sizes[i] per output) of `e`, PJRT's arrays that live with
+// `e`; INTERNAL when their counts differ.
+CW_MUST_USE cw_status_t cw_pjrt_output_shapes(const cw_pjrt_t* pjrt, PJRT_Executable* e,
+                                              PJRT_Executable_OutputElementTypes_Args* t,
+                                              PJRT_Executable_OutputDimensions_Args* d);
 // What a launch of the executable needs in device memory: the local index of
 // each device it runs on (*out_devices[*out_num_devices], in launch order)
 // and the dense bytes of each output on one device (*out_bytes[*out_num_outputs];

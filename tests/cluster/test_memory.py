@@ -18,13 +18,12 @@ integer-valued floats is exact).
 from __future__ import annotations
 
 import pathlib
-import subprocess
 import time
 
 import pytest
 
 import harness
-from test_ops import cli, session, status, worker
+from test_ops import cli, session, status, stop_checked, worker
 
 pytestmark = pytest.mark.skipif(harness.missing_build() is not None,
                                 reason=str(harness.missing_build()))
@@ -49,22 +48,6 @@ def make_cluster(wait_ms: int, relay: bool = False) -> harness.HandCluster:
                                             "--memory-wait-ms", str(wait_ms)))
 
 
-def stop_cluster(c: harness.HandCluster) -> None:
-    # Every daemon exits cleanly (under ASan: without leaks) on SIGTERM.
-    for p in c.procs.values():
-        if p.poll() is None:
-            p.terminate()
-    codes = {}
-    for name, p in c.procs.items():
-        try:
-            codes[name] = p.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            codes[name] = "hung"
-    logs = c.logs()
-    c.stop()
-    assert all(rc == 0 for rc in codes.values()), (codes, logs)
-
-
 # Launches straight to the worker (sessions that asked for no devices), or
 # all through the controller's island queue, stamped (--relay-launches).
 @pytest.fixture(params=["direct", "relayed"])
@@ -74,7 +57,7 @@ def cluster(request):
     try:
         yield c
     finally:
-        stop_cluster(c)
+        stop_checked(c)
 
 
 def waiting_seen(cluster, name: str, bytes_: int) -> dict:
@@ -189,4 +172,4 @@ def test_wait_that_never_ends_times_out():
         for r in (a, b):
             if r is not None:
                 r.close()
-        stop_cluster(c)
+        stop_checked(c)
