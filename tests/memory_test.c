@@ -32,8 +32,7 @@
 #include "cw_client.h"
 #include "cw_frame.h"
 #include "cw_test_util.h"
-
-#define ASSERT_OK CW_TEST_ASSERT_OK
+#include "cw_worker_test_util.h"
 #define F32 CAUSEWAY__V1__DTYPE__DTYPE_F32
 #define MIB (1024 * 1024)
 #define BUDGET (10 * MIB)
@@ -281,7 +280,7 @@ static cw_status_t bg_upload_join(bg_upload_t* u) {
 
 // ---- Set-up ---------------------------------------------------------------------
 
-static int start_worker(const char* wait_ms) {
+static int start_memory_worker(const char* wait_ms) {
   char budget[32];
   snprintf(budget, sizeof(budget), "%d", BUDGET);
   const char* args[] = {"--memory-limit", budget, "--memory-wait-ms", wait_ms, NULL};
@@ -296,7 +295,7 @@ static int setup(void** state) {
   if (!g.big || !g.small) return -1;
   for (int64_t i = 0; i < N_BIG; ++i) g.big[i] = (float)(i % 1000) - 250.0f;
   for (int64_t i = 0; i < N_SMALL; ++i) g.small[i] = (float)(i % 77) * 0.5f;
-  return start_worker("60000");
+  return start_memory_worker("60000");
 }
 
 static int teardown(void** state) {
@@ -449,23 +448,9 @@ static void test_donation_needs_no_new_memory(void** state) {
   uint64_t x = new_id(), y = new_id(), x2 = new_id(), y2 = new_id();
   upload_ok(a, x, g.big, N_BIG);
   upload_ok(a, y, g.big, N_BIG);  // 8 MiB
-  Causeway__V1__LaunchRequest r = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
-  Causeway__V1__IdList args = CAUSEWAY__V1__ID_LIST__INIT, outs = CAUSEWAY__V1__ID_LIST__INIT;
-  Causeway__V1__IdList* argp = &args;
-  Causeway__V1__IdList* outp = &outs;
-  uint32_t donated = 0;
-  args.ids = &x;
-  args.n_ids = 1;
-  outs.ids = &x2;
-  outs.n_ids = 1;
-  r.exe_id = aliased;
-  r.args = &argp;
-  r.n_args = 1;
-  r.outputs = &outp;
-  r.n_outputs = 1;
-  r.donate = &donated;
-  r.n_donate = 1;
-  ASSERT_OK(cw_client_call(a, CW_MSG_LAUNCH, &r.base, NULL, 0, NULL, NULL, NULL));
+  launch1_t l;  // cw_worker_test_util.h: for the fields cw_client_launch does not set
+  launch1_init(&l, aliased, x, x2, true);
+  ASSERT_OK(cw_client_call(a, CW_MSG_LAUNCH, &l.req.base, NULL, 0, NULL, NULL, NULL));
   expect_scaled(a, x2, g.big, N_BIG, 1);
   Causeway__V1__Stats* st = stats_of(a);
   uint64_t waits = st->memory_waits;
@@ -502,30 +487,19 @@ static void test_stamped_launch_passes_its_turn(void** state) {
   upload_ok(b, x, g.big, N_BIG);    // 8 MiB
   upload_ok(a, s, g.small, N_SMALL);  // 9 MiB
   // Stamp 1: b's launch needs 4 MiB and waits. Stamp 2: a's needs 1 and fits.
-  Causeway__V1__LaunchRequest r = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
-  Causeway__V1__IdList args = CAUSEWAY__V1__ID_LIST__INIT, outs = CAUSEWAY__V1__ID_LIST__INIT;
-  Causeway__V1__IdList* argp = &args;
-  Causeway__V1__IdList* outp = &outs;
-  args.n_ids = outs.n_ids = 1;
-  r.args = &argp;
-  r.n_args = 1;
-  r.outputs = &outp;
-  r.n_outputs = 1;
-  args.ids = &x;
-  outs.ids = &xo;
-  r.exe_id = big;
-  r.sched_stamp = 1;
+  launch1_t l;
+  launch1_init(&l, big, x, xo, false);
+  l.req.sched_stamp = 1;
   uint64_t rid_b = 0;
-  ASSERT_OK(cw_client_send(b_ctl, CW_MSG_LAUNCH, &r.base, NULL, 0, NULL, NULL, NULL, &rid_b));
+  ASSERT_OK(cw_client_send(b_ctl, CW_MSG_LAUNCH, &l.req.base, NULL, 0, NULL, NULL, NULL,
+                           &rid_b));
   Causeway__V1__Stats* st = wait_for_waiters(a, 1);
   free_stats(st);
-  args.ids = &s;
-  outs.ids = &so;
-  r.exe_id = small;
-  r.sched_stamp = 2;
+  launch1_init(&l, small, s, so, false);
+  l.req.sched_stamp = 2;
   // Not after the gang order's 5 s stall recovery: at once.
   int64_t t0 = cw_time_now_ms();
-  ASSERT_OK(cw_client_call(a_ctl, CW_MSG_LAUNCH, &r.base, NULL, 0, NULL, NULL, NULL));
+  ASSERT_OK(cw_client_call(a_ctl, CW_MSG_LAUNCH, &l.req.base, NULL, 0, NULL, NULL, NULL));
   int64_t took = cw_time_now_ms() - t0;
   fprintf(stderr, "  stamp 2 ran %lld ms after it was sent, stamp 1 waiting for memory\n",
           (long long)took);
@@ -577,7 +551,7 @@ static void test_session_end_frees_memory(void** state) {
 static void test_wait_times_out(void** state) {
   (void)state;
   assert_int_equal(cw_test_worker_stop(&g.worker, 30000), 0);
-  assert_int_equal(start_worker("1000"), 0);
+  assert_int_equal(start_memory_worker("1000"), 0);
   cw_client_t* a = connect_session("a", 0, 0);
   cw_client_t* b = connect_session("b", 0, 0);
   uint64_t a1 = new_id(), a2 = new_id(), b1 = new_id();

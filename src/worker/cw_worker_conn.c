@@ -174,6 +174,25 @@ static void cw__link(cw_worker_t* w, cw_conn_t* c) {
   w->conns = c;
 }
 
+// A transfer whose bytes will not come (its connection closed): its entry
+// fails with UNAVAILABLE; frees op (NULL: none). `waited`: it was waiting for
+// memory, none of its bytes read.
+static void cw__drop_unread(cw_conn_t* c, cw_op_t* op, bool waited) {
+  if (!op) return;
+  cw_store_entry_t* e = cw_worker_op_own_entry(op, op->dst_id);
+  if (e) {
+    e->filling = false;
+    cw_store_set_error(c->w->store, e,
+                       waited ? cw_make_status(CW_UNAVAILABLE, "%s closed while %" PRIu64
+                                               " waited for memory", cw_worker_conn_name(c),
+                                               op->dst_id)
+                              : cw_make_status(CW_UNAVAILABLE, "%s closed before the bytes of %"
+                                               PRIu64 " arrived", cw_worker_conn_name(c),
+                                               op->dst_id));
+  }
+  cw_worker_op_free(op);
+}
+
 static void cw__on_close(cw_net_conn_t* nc, cw_status_t reason) {
   cw_conn_t* c = cw_net_conn_user(nc);
   cw_worker_t* w = c->w;
@@ -183,32 +202,13 @@ static void cw__on_close(cw_net_conn_t* nc, cw_status_t reason) {
   else if (w->conns == c) w->conns = c->next;
   if (c->next) c->next->prev = c->prev;
   c->prev = c->next = NULL;
-  // A partial upload: its staging memory goes, its entry fails.
-  if (c->recv) {
-    cw_op_t* op = c->recv;
-    c->recv = NULL;
-    cw_store_entry_t* e = cw_worker_op_own_entry(op, op->dst_id);
-    if (e) {
-      e->filling = false;
-      cw_store_set_error(w->store, e,
-                         cw_make_status(CW_UNAVAILABLE, "%s closed before the bytes of %" PRIu64
-                                        " arrived", cw_worker_conn_name(c), op->dst_id));
-    }
-    cw_worker_op_free(op);
-  }
-  // One that waited for memory before its bytes were read.
-  if (c->mem_recv) {
-    cw_op_t* op = c->mem_recv;
-    c->mem_recv = NULL;
-    cw_store_entry_t* e = cw_worker_op_own_entry(op, op->dst_id);
-    if (e) {
-      e->filling = false;
-      cw_store_set_error(w->store, e,
-                         cw_make_status(CW_UNAVAILABLE, "%s closed while %" PRIu64 " waited for "
-                                        "memory", cw_worker_conn_name(c), op->dst_id));
-    }
-    cw_worker_op_free(op);  // ends its wait
-  }
+  // A partial upload: its staging memory goes, its entry fails. One that
+  // waited for memory before its bytes were read: its wait ends too.
+  cw_op_t* partial = c->recv;
+  cw_op_t* waiting = c->mem_recv;
+  c->recv = c->mem_recv = NULL;
+  cw__drop_unread(c, partial, false);
+  cw__drop_unread(c, waiting, true);
   cw__seq_conn_closed(c);  // held requests
   if (c->is_controller) cw_worker_link_closed(c);
   // A prepared part nobody can say go to; launches a paused session held here.
