@@ -11,6 +11,7 @@
 //   waiting one; a donating launch needs no new memory;
 // - a stamped launch (from a controller connection) that waits passes its
 //   turn: a later stamp of another session runs meanwhile;
+// - an UPLOAD held for its seq waits for memory with its bytes in hand;
 // - a session that ends frees its memory for the waiters;
 // - with --memory-wait-ms 1000, waits end with RESOURCE_EXHAUSTED naming what
 //   they waited for, and a worker stopped while a request waits exits 0.
@@ -527,6 +528,44 @@ static void test_stamped_launch_passes_its_turn(void** state) {
   cw_client_release(b);
 }
 
+// An UPLOAD held for its seq (it came before an earlier request of its
+// session) has its bytes already when its turn comes: it waits for memory
+// with them, and its connection goes on being read.
+static void test_held_upload_waits_with_its_bytes(void** state) {
+  (void)state;
+  cw_client_t* a = connect_session("a", 0, 0);
+  cw_client_t* b = connect_session("b", 0, 0);
+  cw_client_t* b_ctl = connect_session("controller", CAUSEWAY__V1__ROLE__ROLE_CONTROLLER,
+                                       cw_client_session_id(b));
+  uint64_t a1 = new_id(), a2 = new_id(), b1 = new_id();
+  upload_ok(a, a1, g.big, N_BIG);
+  upload_ok(a, a2, g.big, N_BIG);  // 8 MiB
+  Causeway__V1__UploadRequest up = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
+  int64_t dims[1] = {N_BIG};
+  up.buffer_id = b1;
+  up.dtype = F32;
+  up.dims = dims;
+  up.n_dims = 1;
+  up.seq = 2;  // held: seq 1 has not come
+  struct iovec iov = {g.big, N_BIG * sizeof(float)};
+  uint64_t rid = 0;
+  ASSERT_OK(cw_client_send(b, CW_MSG_UPLOAD, &up.base, &iov, 1, NULL, NULL, NULL, &rid));
+  ASSERT_OK(cw_client_ping(b));  // its bytes are in
+  Causeway__V1__DeleteRequest del = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+  del.seq = 1;  // the hole: the UPLOAD's turn comes, and it waits for memory
+  ASSERT_OK(cw_client_call(b_ctl, CW_MSG_DELETE, &del.base, NULL, 0, NULL, NULL, NULL));
+  free_stats(wait_for_waiters(a, 1));
+  ASSERT_OK(cw_client_ping(b));  // its connection is read meanwhile
+  delete_ids(a, (uint64_t[]){a1}, 1);
+  ASSERT_OK(cw_client_wait(b, rid, NULL, NULL));
+  expect_scaled(b, b1, g.big, N_BIG, 0);
+  delete_ids(a, (uint64_t[]){a2}, 1);
+  cw_client_release(b_ctl);
+  cw_client_release(b);  // its session ends: b1 goes
+  expect_nothing_in_use(a);
+  cw_client_release(a);
+}
+
 static void test_session_end_frees_memory(void** state) {
   (void)state;
   cw_client_t* a = connect_session("a", 0, 0);
@@ -601,6 +640,7 @@ int main(void) {
       cmocka_unit_test(test_launch_waits_and_session_order),
       cmocka_unit_test(test_donation_needs_no_new_memory),
       cmocka_unit_test(test_stamped_launch_passes_its_turn),
+      cmocka_unit_test(test_held_upload_waits_with_its_bytes),
       cmocka_unit_test(test_session_end_frees_memory),
       cmocka_unit_test(test_wait_times_out),
   };
