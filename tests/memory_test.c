@@ -6,6 +6,7 @@
 // - an UPLOAD that does not fit waits (its connection is not read) until
 //   another session deletes; meanwhile STATS shows the waiter and the worker
 //   serves other sessions (their launches run, a small upload passes it);
+// - a COPY waits for memory on its target device;
 // - a LAUNCH that does not fit waits while its session's later requests on
 //   the same connection go on; a session's later request waits behind its
 //   waiting one; a donating launch needs no new memory;
@@ -439,6 +440,35 @@ static void test_launch_waits_and_session_order(void** state) {
   cw_client_release(c);
 }
 
+// A COPY to a full device waits there; its source's device has room.
+static void test_copy_waits_for_its_device(void** state) {
+  (void)state;
+  cw_client_t* a = connect_session("a", 0, 0);
+  cw_client_t* b = connect_session("b", 0, 0);
+  uint64_t a1 = new_id(), a2 = new_id(), x = new_id(), y = new_id();
+  upload_ok(a, a1, g.big, N_BIG);
+  upload_ok(a, a2, g.big, N_BIG);  // 8 MiB on device 0
+  ASSERT_OK(upload_on(b, x, g.big, N_BIG, 1, NULL));
+  ASSERT_OK(cw_client_flush(b));  // 4 MiB on device 1
+  done_t d = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  ASSERT_OK(cw_client_copy(b, x, y, 0, on_done, &d));  // 4 more on device 0: waits
+  Causeway__V1__Stats* st = wait_for_waiters(a, 1);
+  assert_int_equal(st->memory_waiting_bytes, 4 * MIB);
+  assert_int_equal(st->memory_in_use_max, 8 * MIB);
+  free_stats(st);
+  delete_ids(a, (uint64_t[]){a1}, 1);
+  ASSERT_OK(result_of(b, &d));
+  expect_scaled(b, y, g.big, N_BIG, 0);
+  st = stats_of(b);
+  assert_int_equal(st->memory_in_use, 12 * MIB);  // a2 and y on device 0, x on device 1
+  free_stats(st);
+  delete_ids(a, (uint64_t[]){a2}, 1);
+  delete_ids(b, (uint64_t[]){x, y}, 2);
+  expect_nothing_in_use(a);
+  cw_client_release(a);
+  cw_client_release(b);
+}
+
 // A donating launch: its output takes its input's memory, so at 8 of 10 MiB
 // it runs at once; the same launch without donation needs 4 MiB more.
 static void test_donation_needs_no_new_memory(void** state) {
@@ -638,6 +668,7 @@ int main(void) {
       cmocka_unit_test(test_bigger_than_budget_fails_at_once),
       cmocka_unit_test(test_upload_waits_for_another_sessions_delete),
       cmocka_unit_test(test_launch_waits_and_session_order),
+      cmocka_unit_test(test_copy_waits_for_its_device),
       cmocka_unit_test(test_donation_needs_no_new_memory),
       cmocka_unit_test(test_stamped_launch_passes_its_turn),
       cmocka_unit_test(test_held_upload_waits_with_its_bytes),

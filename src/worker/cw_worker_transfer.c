@@ -154,13 +154,15 @@ static void cw__transfer_admit(cw_conn_t* c, const cw_frame_header_t* h, cw_op_t
                                cw_store_entry_t* e) {
   cw_worker_t* w = c->w;
   uint64_t bytes = cw__transfer_bytes(op, h->bulk_len);
-  uint64_t* need = cw_worker_mem_scratch(w);
-  need[op->device] = bytes;
-  char what[64];
-  snprintf(what, sizeof(what), "%s %" PRIu64, cw_msg_type_name(op->type), op->dst_id);
   cw_worker_mem_wait_t* wait = NULL;
-  cw_status_t st = cw_worker_mem_reserve(w, op->skey, need, what, cw__transfer_mem_ready, op,
-                                         &wait);
+  cw_status_t st = cw_ok_status();
+  if (cw_worker_mem_limited(w)) {
+    uint64_t* need = cw_worker_mem_scratch(w);
+    need[op->device] = bytes;
+    char what[64];
+    snprintf(what, sizeof(what), "%s %" PRIu64, cw_msg_type_name(op->type), op->dst_id);
+    st = cw_worker_mem_reserve(w, op->skey, need, what, cw__transfer_mem_ready, op, &wait);
+  }
   if (st) {
     e->filling = false;
     cw__fail_entry(op, e, st);
@@ -458,7 +460,7 @@ static void cw__copy_cont(cw_op_t* op, cw_store_entry_t* src) {
     st = cw_make_status(cw_status_code(src->error), "input %" PRIu64 " failed: %s", op->id,
                         cw_status_message(src->error));
   }
-  if (!st && !op->mem_admitted) {
+  if (!st && !op->mem_admitted && cw_worker_mem_limited(w)) {
     // The copy's memory on its device, before PJRT takes it.
     uint64_t* need = cw_worker_mem_scratch(w);
     need[op->dst_device] = src->bytes;
@@ -466,7 +468,9 @@ static void cw__copy_cont(cw_op_t* op, cw_store_entry_t* src) {
     snprintf(what, sizeof(what), "COPY %" PRIu64 " to %" PRIu64, op->id, op->dst_id);
     st = cw_worker_mem_reserve(w, op->skey, need, what, cw__copy_mem_ready, op, &op->mem_wait);
     if (!st && op->mem_wait) return;  // cw__copy_mem_ready goes on
-    if (!st) cw_worker_mem_charge(w, dst, op->dst_device, src->bytes);
+  }
+  if (!st && !op->mem_admitted) {
+    cw_worker_mem_charge(w, dst, op->dst_device, src->bytes);
     op->mem_admitted = true;
   }
   PJRT_Buffer* out = NULL;
