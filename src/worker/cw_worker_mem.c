@@ -129,7 +129,7 @@ uint64_t* cw_worker_mem_scratch(cw_worker_t* w) {
   return w->mem->scratch;
 }
 
-// "600 MiB on device 0" for the first device `need` names at or after `device`.
+// "600 MiB on device 0": what `need` asks of `device`.
 static void cw__need_text(const cw_worker_mem_t* m, const uint64_t* need, size_t device,
                           char* buf, size_t size) {
   char b[32];

@@ -57,8 +57,8 @@ void cw_worker_mem_charge(cw_worker_t* w, cw_store_entry_t* e, int device, uint6
 // Gives e's charge back (its memory went, or moved to another buffer).
 void cw_worker_mem_uncharge(cw_worker_t* w, cw_store_entry_t* e);
 
-// Fills the memory fields of STATS (all sessions) and, per session,
-// out_waiting / out_waiting_bytes for session key `skey`.
+// Fills the memory fields of STATS; and the requests of session key `skey`
+// waiting for memory, and the bytes they need.
 void cw_worker_mem_stats(cw_worker_t* w, Causeway__V1__Stats* st);
 void cw_worker_mem_session_waiting(const cw_worker_t* w, uint64_t skey, uint64_t* out_waiting,
                                    uint64_t* out_waiting_bytes);
