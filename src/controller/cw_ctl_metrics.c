@@ -155,6 +155,23 @@ static const cw_ctl_stats_family_t cw__stats_families[] = {
     CW__SF("causeway_worker_executables", "gauge", "Loaded executables on the worker",
            executables),
     CW__SF("causeway_worker_sessions", "gauge", "Sessions open on the worker", sessions),
+    CW__SF("causeway_worker_memory_budget_bytes", "gauge",
+           "Bytes of buffers each device of the worker may hold (0: no limit)", memory_budget),
+    CW__SF("causeway_worker_memory_in_use_bytes", "gauge",
+           "Bytes the worker's buffers hold against its budget, all devices", memory_in_use),
+    CW__SF("causeway_worker_memory_in_use_max_bytes", "gauge",
+           "Bytes the worker's buffers hold on its fullest device", memory_in_use_max),
+    CW__SF("causeway_worker_memory_waiting_requests", "gauge",
+           "Uploads, copies and launches waiting for memory on the worker", memory_waiting),
+    CW__SF("causeway_worker_memory_waiting_bytes", "gauge",
+           "Bytes the requests waiting for memory need", memory_waiting_bytes),
+    CW__SF("causeway_worker_memory_waits_total", "counter",
+           "Requests that had to wait for memory", memory_waits),
+    CW__SF("causeway_worker_memory_wait_timeouts_total", "counter",
+           "Waits for memory that timed out (RESOURCE_EXHAUSTED)", memory_wait_timeouts),
+    CW__SF("causeway_worker_memory_refused_total", "counter",
+           "Requests bigger than the memory budget, refused at once (RESOURCE_EXHAUSTED)",
+           memory_refused),
 };
 
 static void cw__render(cw_ctl_metrics_t* m, cw_http_text_t* t) {

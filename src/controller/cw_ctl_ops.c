@@ -65,12 +65,14 @@ typedef struct cw_ctl_ops_s {
 
 typedef struct cw_ctl_session_stat_s {
   uint64_t session_id, buffers, buffer_bytes, launches_held;
+  uint64_t memory_waiting, memory_waiting_bytes;
 } cw_ctl_session_stat_t;
 
 struct cw_ctl_worker_ops_s {
   bool draining;
   uint64_t serial;  // of the last round it answered
   Causeway__V1__Stats last;  // scalar fields only (session_stats below)
+  char memory_budget_source[64];  // last.memory_budget_source's text
   cw_ctl_session_stat_t* sessions;
   size_t num_sessions;
   uint64_t rate_launches[CW__RATE_SAMPLES];  // ring, oldest at rate_first
@@ -453,6 +455,15 @@ static void cw__reply_status(cw_controller_t* ctl, cw_ctl_gather_t* g) {
       a->errors = wo->last.errors;
       a->transfers_pending = wo->last.transfers_pending;
       a->stats_fresh = g->serial && wo->serial >= g->serial;
+      a->memory_budget = wo->last.memory_budget;
+      a->memory_budget_source = (char*)wo->memory_budget_source;
+      a->memory_in_use = wo->last.memory_in_use;
+      a->memory_in_use_max = wo->last.memory_in_use_max;
+      a->memory_waiting = wo->last.memory_waiting;
+      a->memory_waiting_bytes = wo->last.memory_waiting_bytes;
+      a->memory_waits = wo->last.memory_waits;
+      a->memory_wait_timeouts = wo->last.memory_wait_timeouts;
+      a->memory_refused = wo->last.memory_refused;
     }
     wp[i] = a;
   }
@@ -503,6 +514,8 @@ static void cw__reply_status(cw_controller_t* ctl, cw_ctl_gather_t* g) {
         a->buffers += wo->sessions[j].buffers;
         a->buffer_bytes += wo->sessions[j].buffer_bytes;
         a->launches_held += wo->sessions[j].launches_held;
+        a->memory_waiting += wo->sessions[j].memory_waiting;
+        a->memory_waiting_bytes += wo->sessions[j].memory_waiting_bytes;
       }
     }
     sp[k++] = a;
@@ -563,6 +576,8 @@ static void cw__keep_stats(cw_ctl_worker_t* w, const Causeway__V1__Stats* st, ui
       sess[i].buffers = st->session_stats[i]->buffers;
       sess[i].buffer_bytes = st->session_stats[i]->buffer_bytes;
       sess[i].launches_held = st->session_stats[i]->launches_held;
+      sess[i].memory_waiting = st->session_stats[i]->memory_waiting;
+      sess[i].memory_waiting_bytes = st->session_stats[i]->memory_waiting_bytes;
     }
     free(wo->sessions);
     wo->sessions = sess;
@@ -575,6 +590,9 @@ static void cw__keep_stats(cw_ctl_worker_t* w, const Causeway__V1__Stats* st, ui
   wo->last.n_session_stats = 0;
   wo->last.sched_stamps = NULL;  // borrowed from the reply, like the two above
   wo->last.n_sched_stamps = 0;
+  cw__clean_copy(wo->memory_budget_source, sizeof(wo->memory_budget_source),
+                 st->memory_budget_source);
+  wo->last.memory_budget_source = wo->memory_budget_source;
   if (serial > wo->serial) wo->serial = serial;
   // Launches per second over the samples kept (at most one per poll period).
   int64_t now = cw__mono_ms();

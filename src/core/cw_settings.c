@@ -144,6 +144,15 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
     [CW_SET_ISLAND_SIZE] = {"CAUSEWAY_ISLAND_SIZE", "CW_ISLAND_SIZE", CW__WRK, "island-size",
                             CW_SETTING_INT, 1, 4096, "1", false, false,
                             "how many workers (plugin processes) form --island"},
+    [CW_SET_MEMORY_LIMIT] = {"CAUSEWAY_MEMORY_LIMIT", NULL, CW__WRK, "memory-limit",
+                             CW_SETTING_INT, 0, (int64_t)1 << 60, "0", false, false,
+                             "bytes of buffers each device may hold; uploads, copies and "
+                             "launches that would go over wait for memory (0: the plugin's "
+                             "own limit where it reports one, else none)"},
+    [CW_SET_MEMORY_WAIT_MS] = {"CAUSEWAY_MEMORY_WAIT_MS", NULL, CW__WRK, "memory-wait-ms",
+                               CW_SETTING_INT, 0, 3600000, "30000", false, false,
+                               "how long a request waits for memory before it fails with "
+                               "RESOURCE_EXHAUSTED"},
     // The plugin's own: environment only.
     [CW_SET_LOCAL_WORKERS] = {"CAUSEWAY_LOCAL_WORKERS", NULL, CW__PLG, NULL, CW_SETTING_INT, 1,
                               64, "2", false, false, "workers of the embedded cluster"},

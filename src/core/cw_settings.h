@@ -69,6 +69,8 @@ typedef enum cw_setting_id_e {
   CW_SET_RELAY_LAUNCHES,
   CW_SET_ISLAND,
   CW_SET_ISLAND_SIZE,
+  CW_SET_MEMORY_LIMIT,
+  CW_SET_MEMORY_WAIT_MS,
   // The plugin's: its embedded cluster, its session, its trace.
   CW_SET_LOCAL_WORKERS,
   CW_SET_LOCAL_DEVICES,

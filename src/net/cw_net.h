@@ -38,7 +38,10 @@ typedef struct cw_net_conn_s cw_net_conn_t;
 // A request handler. `*msg` is the decoded request: the handler takes it by
 // setting *msg = NULL, else the net frees it on return. A handler that wants
 // the frame's bulk bytes calls cw_net_conn_set_bulk_dest before returning;
-// otherwise they are discarded.
+// otherwise they are discarded. One that holds reading
+// (cw_net_conn_hold_reading) before returning may name the destination (or
+// none) later instead, before it releases the hold: no bulk byte is read
+// while reading is held.
 typedef void (*cw_net_handler_fn)(cw_net_conn_t* conn, const cw_frame_header_t* header,
                                   ProtobufCMessage** msg);
 

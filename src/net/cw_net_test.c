@@ -566,6 +566,34 @@ static void test_hold_reading(void** state) {
   assert_int_equal(p->calls, 4);
 }
 
+// A handler that holds reading before it returns may name the bulk
+// destination later (the worker does, while an upload waits for memory):
+// none of the bytes is read or discarded meanwhile, and neither is the frame
+// behind them.
+static void test_bulk_destination_named_later(void** state) {
+  start_server();
+  peer_t* p;
+  raw_t* r = raw_ready(7, &p);
+  // More than the 64 KiB read-ahead (which holds the bulk's first bytes when
+  // the hold begins), less than the socket buffers (the test's sends must not block).
+  uint64_t n = 100000;
+  buf_t b = {0};
+  buf_upload(&b, 95, 3, (int64_t)n, n);
+  buf_ping(&b, 96, "behind");
+  raw_send_buf(r, &b);
+  expect_ack(r, 95, 3);
+  raw_expect_silence(r, 50);
+  RUN_FOR(20);
+  assert_int_equal(p->calls, 1);
+  assert_int_equal(p->bulk_done, 0);
+  cw_net_conn_set_bulk_dest(p->conn, p->dest);
+  cw_net_conn_hold_reading(p->conn, false);
+  raw_expect_pong(r, 96, "behind");
+  assert_int_equal(p->bulk_done, 1);
+  assert_int_equal(p->bulk_done_rid, 95);
+  expect_dest_pattern(p, n);
+}
+
 // --- Close paths ---------------------------------------------------------------------
 
 static void test_peer_eof_mid_payload(void** state) {
@@ -758,6 +786,7 @@ int main(void) {
       NET_TEST(test_bulk_check_refused),
       NET_TEST(test_reply_bulk_collected),
       NET_TEST(test_hold_reading),
+      NET_TEST(test_bulk_destination_named_later),
       NET_TEST(test_peer_eof_mid_payload),
       NET_TEST(test_peer_eof_mid_bulk),
       NET_TEST(test_close_with_reason),

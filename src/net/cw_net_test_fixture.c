@@ -92,16 +92,18 @@ static void h_ping(cw_net_conn_t* conn, const cw_frame_header_t* h, ProtobufCMes
   if (data_is(m, "close")) cw_net_conn_close(conn, NULL);
 }
 
-// UPLOAD with buffer_id 1 takes its bulk into p->dest; others discard it.
+// UPLOAD with buffer_id 1 takes its bulk into p->dest; with buffer_id 3 it
+// stops reading and leaves naming p->dest to the test; others discard it.
 static void h_upload(cw_net_conn_t* conn, const cw_frame_header_t* h, ProtobufCMessage** msg) {
   peer_t* p = cw_net_conn_user(conn);
   note_call(conn, h);
   const Causeway__V1__UploadRequest* r = (const Causeway__V1__UploadRequest*)*msg;
-  if (r->buffer_id == 1) {
+  if (r->buffer_id == 1 || r->buffer_id == 3) {
     free(p->dest);
     p->dest = calloc(1, h->bulk_len ? h->bulk_len : 1);
     p->dest_len = h->bulk_len;
-    cw_net_conn_set_bulk_dest(conn, p->dest);
+    if (r->buffer_id == 1) cw_net_conn_set_bulk_dest(conn, p->dest);
+    else cw_net_conn_hold_reading(conn, true);
   }
   Causeway__V1__Ack ack = CAUSEWAY__V1__ACK__INIT;
   ack.id = r->buffer_id;

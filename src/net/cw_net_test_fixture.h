@@ -10,7 +10,8 @@
 // PING does what its data says ("defer": answered later by the test; "hold":
 // stops reading, then echoes; "close": echoes, then closes at once;
 // "violate"; "take": the handler keeps the message; anything else is
-// echoed); UPLOAD with buffer_id 1 takes its bulk into the peer's `dest`,
+// echoed); UPLOAD with buffer_id 1 takes its bulk into the peer's `dest`
+// (buffer_id 3: stops reading first, and the test names `dest` later),
 // others discard it; DOWNLOAD answers buffer_id bytes of pattern() as reply
 // bulk; COMPILE, REGISTER and EXE_INFO answer an empty reply; INVENTORY is
 // not served; admit refuses STATS (and takes it with fx.admit_takes); HELLO
@@ -48,7 +49,7 @@ typedef struct peer_s {
   char close_msg[512];
   int bulk_done;
   uint64_t bulk_done_rid;
-  uint8_t* dest;  // UPLOAD with buffer_id 1: where its bulk goes
+  uint8_t* dest;  // UPLOAD with buffer_id 1 (or 3): where its bulk goes
   uint64_t dest_len;
   ProtobufCMessage* kept;  // a request the handler took
   uint64_t deferred[64];   // PING "defer": answered later by the test

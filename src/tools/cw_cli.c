@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cw_bytes.h"
 #include "cw_json.h"
 #include "cw_status.h"
 
@@ -362,6 +363,23 @@ void cw_cli_print_status(FILE* out, const Causeway__V1__AdminStatus* st) {
             w->buffer_bytes, w->executables, w->launches, w->launches_per_sec, w->queue_depth,
             w->launches_in_flight, w->launches_held);
   }
+  // Memory back-pressure: each device's budget, what the buffers hold, and
+  // what waits for memory (docs/operations.md "Memory").
+  fprintf(out, "\nMEMORY\n%-20s %-12s %-12s %-12s %7s %-12s %8s %8s  %s\n", "WORKER",
+          "BUDGET/DEV", "IN USE", "FULLEST DEV", "WAITING", "WAIT BYTES", "TIMEOUTS", "TOO BIG",
+          "BUDGET FROM");
+  for (size_t i = 0; i < st->n_workers; ++i) {
+    const Causeway__V1__AdminWorker* w = st->workers[i];
+    char budget[32], used[32], most[32], waiting[32];
+    if (w->memory_budget) cw_bytes_format(w->memory_budget, budget, sizeof(budget));
+    else snprintf(budget, sizeof(budget), "none");
+    cw_bytes_format(w->memory_in_use, used, sizeof(used));
+    cw_bytes_format(w->memory_in_use_max, most, sizeof(most));
+    cw_bytes_format(w->memory_waiting_bytes, waiting, sizeof(waiting));
+    fprintf(out, "%-20s %-12s %-12s %-12s %7" PRIu64 " %-12s %8" PRIu64 " %8" PRIu64 "  %s\n",
+            w->name, budget, used, most, w->memory_waiting, waiting, w->memory_wait_timeouts,
+            w->memory_refused, w->memory_budget_source[0] ? w->memory_budget_source : "-");
+  }
   fprintf(out, "\nISLANDS\n%-6s %-8s %-7s %s\n", "ISLAND", "DEVICES", "QUEUED", "WORKERS");
   for (size_t i = 0; i < st->n_islands; ++i) {
     const Causeway__V1__AdminIsland* is = st->islands[i];
@@ -369,8 +387,8 @@ void cw_cli_print_status(FILE* out, const Causeway__V1__AdminStatus* st) {
     for (size_t k = 0; k < is->n_workers; ++k) fprintf(out, "%s%s", k ? "," : "", is->workers[k]);
     fprintf(out, "\n");
   }
-  fprintf(out, "\nSESSIONS\n%-20s %-28s %-24s %-10s %-6s %5s %8s %12s %5s\n", "ID", "NAME",
-          "CLIENT", "DEVICES", "PAUSED", "HELD", "BUFFERS", "BYTES", "EXES");
+  fprintf(out, "\nSESSIONS\n%-20s %-28s %-24s %-10s %-6s %5s %8s %12s %5s %7s\n", "ID", "NAME",
+          "CLIENT", "DEVICES", "PAUSED", "HELD", "BUFFERS", "BYTES", "EXES", "MEMWAIT");
   for (size_t i = 0; i < st->n_sessions; ++i) {
     const Causeway__V1__AdminSession* s = st->sessions[i];
     char client[96], devs[128];
@@ -378,8 +396,9 @@ void cw_cli_print_status(FILE* out, const Causeway__V1__AdminStatus* st) {
              s->client_pid);
     cw__devices_text(s->devices, s->n_devices, devs, sizeof(devs));
     fprintf(out, "%-20" PRIu64 " %-28s %-24s %-10s %-6s %5" PRIu64 " %8" PRIu64 " %12" PRIu64
-            " %5" PRIu64 "\n", s->session_id, s->name, client, devs, s->paused ? "yes" : "no",
-            s->launches_held, s->buffers, s->buffer_bytes, s->executables);
+            " %5" PRIu64 " %7" PRIu64 "\n", s->session_id, s->name, client, devs,
+            s->paused ? "yes" : "no", s->launches_held, s->buffers, s->buffer_bytes,
+            s->executables, s->memory_waiting);
   }
   if (!st->n_sessions) fprintf(out, "(none)\n");
   fprintf(out, "\nRECENT ERRORS\n");
@@ -429,6 +448,17 @@ static json_t* cw__worker_json(const Causeway__V1__AdminWorker* w, bool* ok) {
   cw__set(o, "downloads", cw_json_uint_create(w->downloads), ok);
   cw__set(o, "errors", cw_json_uint_create(w->errors), ok);
   cw__set(o, "stats_fresh", json_boolean(w->stats_fresh), ok);
+  json_t* mem = json_object();
+  cw__set(mem, "budget_per_device", cw_json_uint_create(w->memory_budget), ok);
+  cw__set(mem, "budget_source", cw_json_string_create(w->memory_budget_source), ok);
+  cw__set(mem, "in_use", cw_json_uint_create(w->memory_in_use), ok);
+  cw__set(mem, "in_use_max_device", cw_json_uint_create(w->memory_in_use_max), ok);
+  cw__set(mem, "waiting", cw_json_uint_create(w->memory_waiting), ok);
+  cw__set(mem, "waiting_bytes", cw_json_uint_create(w->memory_waiting_bytes), ok);
+  cw__set(mem, "waits", cw_json_uint_create(w->memory_waits), ok);
+  cw__set(mem, "wait_timeouts", cw_json_uint_create(w->memory_wait_timeouts), ok);
+  cw__set(mem, "refused", cw_json_uint_create(w->memory_refused), ok);
+  cw__set(o, "memory", mem, ok);
   return o;
 }
 
@@ -460,6 +490,8 @@ static json_t* cw__session_json(const Causeway__V1__AdminSession* s, bool* ok) {
   cw__set(o, "buffer_bytes", cw_json_uint_create(s->buffer_bytes), ok);
   cw__set(o, "executables", cw_json_uint_create(s->executables), ok);
   cw__set(o, "clients", json_integer(s->clients), ok);
+  cw__set(o, "memory_waiting", cw_json_uint_create(s->memory_waiting), ok);
+  cw__set(o, "memory_waiting_bytes", cw_json_uint_create(s->memory_waiting_bytes), ok);
   return o;
 }
 

@@ -64,6 +64,17 @@ static void sample_fill(sample_t* x) {
     w->downloads = 6;
     w->errors = 7;
     w->stats_fresh = i == 0;
+    if (i == 0) {  // a budget, and a request waiting for memory
+      w->memory_budget = 512ull << 20;
+      w->memory_budget_source = (char*)"--memory-limit";
+      w->memory_in_use = 700ull << 20;
+      w->memory_in_use_max = 500ull << 20;
+      w->memory_waiting = 1;
+      w->memory_waiting_bytes = 100ull << 20;
+      w->memory_waits = 3;
+      w->memory_wait_timeouts = 1;
+      w->memory_refused = 2;
+    }
     x->wp[i] = w;
   }
   x->st.workers = x->wp;
@@ -98,6 +109,8 @@ static void sample_fill(sample_t* x) {
     s->buffer_bytes = 10;
     s->executables = 11;
     s->clients = 1;
+    s->memory_waiting = i ? 0 : 1;
+    s->memory_waiting_bytes = i ? 0 : 100ull << 20;
     x->sp[i] = s;
   }
   x->st.sessions = x->sp;
@@ -113,9 +126,9 @@ static void sample_fill(sample_t* x) {
 }
 
 // What the hand-written writer printed for the sample before the tool moved
-// to jansson. Now the text may differ only in how a number or a character is
-// spelt (2.5 for 2.500, a raw U+FFFD for \ufffd), never in keys, order,
-// values or structure.
+// to jansson (with the memory fields added since). Now the text may differ
+// only in how a number or a character is spelt (2.5 for 2.500, a raw U+FFFD
+// for \ufffd), never in keys, order, values or structure.
 static const char kStatusBefore[] =
     "{\n"
     "  \"controller\": \"ctl-1\",\n"
@@ -152,7 +165,18 @@ static const char kStatusBefore[] =
     "      \"uploads\": 5,\n"
     "      \"downloads\": 6,\n"
     "      \"errors\": 7,\n"
-    "      \"stats_fresh\": true\n"
+    "      \"stats_fresh\": true,\n"
+    "      \"memory\": {\n"
+    "        \"budget_per_device\": 536870912,\n"
+    "        \"budget_source\": \"--memory-limit\",\n"
+    "        \"in_use\": 734003200,\n"
+    "        \"in_use_max_device\": 524288000,\n"
+    "        \"waiting\": 1,\n"
+    "        \"waiting_bytes\": 104857600,\n"
+    "        \"waits\": 3,\n"
+    "        \"wait_timeouts\": 1,\n"
+    "        \"refused\": 2\n"
+    "      }\n"
     "    },\n"
     "    {\n"
     "      \"index\": 1,\n"
@@ -176,7 +200,18 @@ static const char kStatusBefore[] =
     "      \"uploads\": 5,\n"
     "      \"downloads\": 6,\n"
     "      \"errors\": 7,\n"
-    "      \"stats_fresh\": false\n"
+    "      \"stats_fresh\": false,\n"
+    "      \"memory\": {\n"
+    "        \"budget_per_device\": 0,\n"
+    "        \"budget_source\": \"\",\n"
+    "        \"in_use\": 0,\n"
+    "        \"in_use_max_device\": 0,\n"
+    "        \"waiting\": 0,\n"
+    "        \"waiting_bytes\": 0,\n"
+    "        \"waits\": 0,\n"
+    "        \"wait_timeouts\": 0,\n"
+    "        \"refused\": 0\n"
+    "      }\n"
     "    }\n"
     "  ],\n"
     "  \"islands\": [\n"
@@ -207,7 +242,9 @@ static const char kStatusBefore[] =
     "      \"buffers\": 9,\n"
     "      \"buffer_bytes\": 10,\n"
     "      \"executables\": 11,\n"
-    "      \"clients\": 1\n"
+    "      \"clients\": 1,\n"
+    "      \"memory_waiting\": 1,\n"
+    "      \"memory_waiting_bytes\": 104857600\n"
     "    },\n"
     "    {\n"
     "      \"id\": 9223372036854775807,\n"
@@ -220,7 +257,9 @@ static const char kStatusBefore[] =
     "      \"buffers\": 9,\n"
     "      \"buffer_bytes\": 10,\n"
     "      \"executables\": 11,\n"
-    "      \"clients\": 1\n"
+    "      \"clients\": 1,\n"
+    "      \"memory_waiting\": 0,\n"
+    "      \"memory_waiting_bytes\": 0\n"
     "    }\n"
     "  ],\n"
     "  \"recent_errors\": [\n"
@@ -276,6 +315,27 @@ static void test_status_json_matches_before(void** state) {
   assert_non_null(strstr(text, "\"launches_per_sec\": 12.5,\n"));
   assert_non_null(strstr(text, "\"id\": 9223372036854775807,\n"));
   assert_string_equal(text + strlen(text) - 4, "]\n}\n");
+  free(text);
+}
+
+// The table: the MEMORY section (budget, in use, waiting) and the sessions'
+// MEMWAIT column.
+static void test_status_text_memory(void** state) {
+  (void)state;
+  sample_t x;
+  sample_fill(&x);
+  char* text = NULL;
+  size_t len = 0;
+  FILE* f = open_memstream(&text, &len);
+  assert_non_null(f);
+  cw_cli_print_status(f, &x.st);
+  fclose(f);
+  assert_non_null(strstr(text, "\nMEMORY\nWORKER               BUDGET/DEV   IN USE       "
+                                "FULLEST DEV  WAITING WAIT BYTES   TIMEOUTS  TOO BIG  BUDGET FROM\n"
+                                "wa                   512 MiB      700 MiB      500 MiB            1 "
+                                "100 MiB             1        2  --memory-limit\n"));
+  assert_non_null(strstr(text, "none         0 bytes      0 bytes            0 0 bytes"));
+  assert_non_null(strstr(text, "EXES MEMWAIT\n"));
   free(text);
 }
 
@@ -475,6 +535,7 @@ static void test_status_json_escapes_peer_text(void** state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_status_json_matches_before),
+      cmocka_unit_test(test_status_text_memory),
       cmocka_unit_test(test_status_json_repairs_invalid_utf8),
       cmocka_unit_test(test_args_commands),
       cmocka_unit_test(test_args_errors),

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cw_array.h"
 #include "cw_log.h"
 #include "proto/xla_hlo_subset.pb-c.h"
 
@@ -257,16 +258,26 @@ static void cw__executable_free(const cw_pjrt_t* p, PJRT_Executable* e) {
   cw_status_free(cw_pjrt_status(p, p->api->PJRT_Executable_Destroy(&a)));
 }
 
+// The loaded executable's addressable devices (*ad, PJRT's array) and its
+// PJRT_Executable (*out_exe; free with cw__executable_free).
+static cw_status_t cw__devices_and_executable(const cw_pjrt_t* p, PJRT_LoadedExecutable* exe,
+                                              PJRT_LoadedExecutable_AddressableDevices_Args* ad,
+                                              PJRT_Executable** out_exe) {
+  memset(ad, 0, sizeof(*ad));
+  ad->struct_size = sizeof(*ad);
+  ad->executable = exe;
+  CW_PJRT_CALL(p, PJRT_LoadedExecutable_AddressableDevices, *ad, "addressable devices");
+  return cw__get_executable(p, exe, out_exe);
+}
+
 cw_status_t cw_pjrt_executable_info(const cw_pjrt_t* p, PJRT_LoadedExecutable* exe,
                                     uint32_t* out_num_outputs, uint32_t* out_num_devices,
                                     char** out_name) {
   *out_name = NULL;
-  CW_PJRT_ARGS(PJRT_LoadedExecutable_AddressableDevices_Args, d);
-  d.executable = exe;
-  CW_PJRT_CALL(p, PJRT_LoadedExecutable_AddressableDevices, d, "addressable devices");
-  *out_num_devices = (uint32_t)d.num_addressable_devices;
+  PJRT_LoadedExecutable_AddressableDevices_Args d;
   PJRT_Executable* e = NULL;
-  CW_RETURN_IF_ERROR(cw__get_executable(p, exe, &e), "executable info");
+  CW_RETURN_IF_ERROR(cw__devices_and_executable(p, exe, &d, &e), "executable info");
+  *out_num_devices = (uint32_t)d.num_addressable_devices;
   CW_PJRT_ARGS(PJRT_Executable_NumOutputs_Args, n);
   n.executable = e;
   cw_status_t st = cw_pjrt_status(p, p->api->PJRT_Executable_NumOutputs(&n));
@@ -279,6 +290,79 @@ cw_status_t cw_pjrt_executable_info(const cw_pjrt_t* p, PJRT_LoadedExecutable* e
   }
   cw__executable_free(p, e);
   return st;
+}
+
+cw_status_t cw_pjrt_output_shapes(const cw_pjrt_t* p, PJRT_Executable* e,
+                                  PJRT_Executable_OutputElementTypes_Args* t,
+                                  PJRT_Executable_OutputDimensions_Args* d) {
+  memset(t, 0, sizeof(*t));
+  t->struct_size = sizeof(*t);
+  t->executable = e;
+  memset(d, 0, sizeof(*d));
+  d->struct_size = sizeof(*d);
+  d->executable = e;
+  CW_PJRT_CALL(p, PJRT_Executable_OutputElementTypes, *t, "output element types");
+  CW_PJRT_CALL(p, PJRT_Executable_OutputDimensions, *d, "output dimensions");
+  if (d->num_outputs != t->num_output_types) {
+    return cw_make_status(CW_INTERNAL, "the plugin reports %zu output types but %zu output "
+                          "shapes", t->num_output_types, d->num_outputs);
+  }
+  return cw_ok_status();
+}
+
+cw_status_t cw_pjrt_executable_outputs(const cw_pjrt_t* p, PJRT_LoadedExecutable* exe,
+                                       int** out_devices, size_t* out_num_devices,
+                                       uint64_t** out_bytes, size_t* out_num_outputs) {
+  *out_devices = NULL;
+  *out_num_devices = 0;
+  *out_bytes = NULL;
+  *out_num_outputs = 0;
+  PJRT_LoadedExecutable_AddressableDevices_Args ad;
+  PJRT_Executable* e = NULL;
+  CW_RETURN_IF_ERROR(cw__devices_and_executable(p, exe, &ad, &e), "output sizes");
+  PJRT_Executable_OutputElementTypes_Args t;
+  PJRT_Executable_OutputDimensions_Args d;
+  cw_status_t st = cw_pjrt_output_shapes(p, e, &t, &d);
+  int* devices = st ? NULL : calloc(ad.num_addressable_devices + 1, sizeof(*devices));
+  uint64_t* bytes = st ? NULL : calloc(d.num_outputs + 1, sizeof(*bytes));
+  if (!st && (!devices || !bytes)) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  if (!st) {
+    for (size_t i = 0; i < ad.num_addressable_devices; ++i) {
+      devices[i] = cw_pjrt_device_index(p, ad.addressable_devices[i]);
+    }
+    size_t pos = 0;
+    for (size_t i = 0; i < d.num_outputs; ++i) {
+      // A type with no byte size (sub-byte, token) counts 0: charged once it exists.
+      const int64_t* dims = d.dims ? d.dims + pos : NULL;  // NULL: only scalars
+      cw_status_t est = cw_array_extent((int)t.output_types[i], dims, d.dim_sizes[i], NULL, 0,
+                                        &bytes[i]);
+      if (est) bytes[i] = 0;
+      cw_status_free(est);
+      pos += d.dim_sizes[i];
+    }
+    *out_devices = devices;
+    *out_num_devices = ad.num_addressable_devices;
+    *out_bytes = bytes;
+    *out_num_outputs = d.num_outputs;
+  } else {
+    free(devices);
+    free(bytes);
+  }
+  cw__executable_free(p, e);
+  return st;
+}
+
+cw_status_t cw_pjrt_device_memory_limit(const cw_pjrt_t* p, size_t device,
+                                        uint64_t* out_limit) {
+  *out_limit = 0;
+  if (device >= p->num_devices) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "device %zu out of range", device);
+  }
+  CW_PJRT_ARGS(PJRT_Device_MemoryStats_Args, a);
+  a.device = p->devices[device];
+  CW_PJRT_CALL(p, PJRT_Device_MemoryStats, a, "memory stats of device %zu", device);
+  if (a.bytes_limit_is_set && a.bytes_limit > 0) *out_limit = (uint64_t)a.bytes_limit;
+  return cw_ok_status();
 }
 
 int cw_pjrt_dtype_from_xla(int t) {

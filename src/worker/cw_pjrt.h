@@ -62,6 +62,27 @@ CW_MUST_USE cw_status_t cw_pjrt_executable_info(const cw_pjrt_t* pjrt,
                                                 PJRT_LoadedExecutable* exe,
                                                 uint32_t* out_num_outputs,
                                                 uint32_t* out_num_devices, char** out_name);
+// The output element types (t->output_types[t->num_output_types]) and dims
+// (d->dims, d->dim_sizes[i] per output) of `e`, PJRT's arrays that live with
+// `e`; INTERNAL when their counts differ.
+CW_MUST_USE cw_status_t cw_pjrt_output_shapes(const cw_pjrt_t* pjrt, PJRT_Executable* e,
+                                              PJRT_Executable_OutputElementTypes_Args* t,
+                                              PJRT_Executable_OutputDimensions_Args* d);
+// What a launch of the executable needs in device memory: the local index of
+// each device it runs on (*out_devices[*out_num_devices], in launch order)
+// and the dense bytes of each output on one device (*out_bytes[*out_num_outputs];
+// 0 for a type with no byte size). Both malloc'd. An error when the plugin
+// cannot say.
+CW_MUST_USE cw_status_t cw_pjrt_executable_outputs(const cw_pjrt_t* pjrt,
+                                                   PJRT_LoadedExecutable* exe,
+                                                   int** out_devices, size_t* out_num_devices,
+                                                   uint64_t** out_bytes,
+                                                   size_t* out_num_outputs);
+// The plugin's memory limit of a device (PJRT_Device_MemoryStats'
+// bytes_limit); 0 when it reports none. An error when the plugin does not
+// answer (XLA's CPU plugin: UNIMPLEMENTED).
+CW_MUST_USE cw_status_t cw_pjrt_device_memory_limit(const cw_pjrt_t* pjrt, size_t device,
+                                                    uint64_t* out_limit);
 // One array shape: `dtype` a PJRT_Buffer_Type (-1 for an XLA type with no
 // PJRT equivalent, a tuple or a token), `dims` owned.
 typedef struct cw_pjrt_shape_s {

@@ -65,17 +65,10 @@ static void cw__donated_params(Causeway__V1__ExecutableInfo* info) {
 
 static cw_status_t cw__output_shapes(const cw_pjrt_t* p, PJRT_Executable* e,
                                      Causeway__V1__ExecutableInfo* info) {
-  CW_PJRT_ARGS(PJRT_Executable_OutputElementTypes_Args, t);
-  t.executable = e;
-  CW_PJRT_CALL(p, PJRT_Executable_OutputElementTypes, t, "output element types");
-  CW_PJRT_ARGS(PJRT_Executable_OutputDimensions_Args, d);
-  d.executable = e;
-  CW_PJRT_CALL(p, PJRT_Executable_OutputDimensions, d, "output dimensions");
+  PJRT_Executable_OutputElementTypes_Args t;
+  PJRT_Executable_OutputDimensions_Args d;
+  CW_RETURN_IF_ERROR(cw_pjrt_output_shapes(p, e, &t, &d), "executable info");
   size_t n = t.num_output_types;
-  if (d.num_outputs != n) {
-    return cw_make_status(CW_INTERNAL, "the plugin reports %zu output types but %zu output shapes",
-                          n, d.num_outputs);
-  }
   info->output_dtypes = calloc(n + 1, sizeof(*info->output_dtypes));
   info->output_dims = calloc(n + 1, sizeof(*info->output_dims));
   if (!info->output_dtypes || !info->output_dims) return cw__oom();

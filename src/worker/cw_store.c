@@ -167,8 +167,9 @@ static void cw__run_waiters(cw_store_waiter_t* w) {
 }
 
 static void cw__release_handle(cw_store_t* s, cw_store_entry_t* e) {
-  if (e->handle && s->release) s->release(s->release_user, e);
+  if ((e->handle || e->charge) && s->release) s->release(s->release_user, e);
   e->handle = NULL;
+  e->charge = 0;
 }
 
 void cw_store_set_ready(cw_store_t* s, cw_store_entry_t* e, void* handle) {
@@ -197,6 +198,8 @@ static void cw__free_entry(cw_store_t* s, cw_store_entry_t* e) {
   free(e->name);
   for (size_t k = 0; e->params && k < e->num_params; ++k) free(e->params[k].dims);
   free(e->params);
+  free(e->devices);
+  free(e->output_bytes);
   free(e);
   cw__run_waiters(w);
 }

@@ -61,6 +61,11 @@ typedef struct cw_store_entry_s {
   uint64_t bytes;  // dense size
   bool from_put;   // created by a peer's PUT (EXPECT may follow)
   bool filling;    // bytes for it are arriving (UPLOAD or PUT)
+  // The bytes the worker's memory budget counts for it on charge_device
+  // (cw_worker_mem.c), taken before its memory is: the release fn also runs
+  // for an entry that has a charge and no handle, and gives them back.
+  uint64_t charge;
+  int charge_device;
   // Executables.
   uint32_t num_outputs;
   uint32_t num_devices;
@@ -70,6 +75,12 @@ typedef struct cw_store_entry_s {
   bool params_known;
   size_t num_params;
   cw_store_shape_t* params;
+  // What a launch takes in memory (outputs_known false: the plugin cannot
+  // say, and outputs are charged once they exist): the local device of each
+  // launch position [num_devices], each output's bytes per device [num_outputs].
+  bool outputs_known;
+  int* devices;             // owned
+  uint64_t* output_bytes;   // owned
   cw_store_waiter_t* waiters;
   // References held by applied requests; removal while held detaches.
   uint32_t refs;
@@ -81,7 +92,8 @@ typedef struct cw_store_entry_s {
 
 typedef struct cw_store_s cw_store_t;
 
-// Releases an entry's handle when the entry is removed (PJRT destroy).
+// Releases an entry's handle (PJRT destroy) and charge when the entry is
+// removed or fails.
 typedef void (*cw_store_release_fn)(void* user, cw_store_entry_t* entry);
 
 CW_MUST_USE cw_status_t cw_store_create(cw_store_release_fn release, void* user,

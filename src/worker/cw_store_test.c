@@ -11,9 +11,11 @@
 #include "cw_store.h"
 
 static int g_released;
+static uint64_t g_uncharged;
 static void release_fn(void* user, cw_store_entry_t* e) {
   (void)user;
   if (e->handle) g_released++;
+  g_uncharged += e->charge;
 }
 
 static cw_store_t* make_store(void) {
@@ -21,6 +23,7 @@ static cw_store_t* make_store(void) {
   cw_status_t st = cw_store_create(release_fn, NULL, &s);
   assert_null(st);
   g_released = 0;
+  g_uncharged = 0;
   return s;
 }
 
@@ -220,12 +223,44 @@ static void test_references(void** state) {
   cw_store_release(s);
 }
 
+// A charge (memory the worker counts before the buffer exists) goes back
+// exactly once when the entry fails or is freed, handle or not, and not
+// while a holder keeps a removed entry.
+static void test_charges(void** state) {
+  (void)state;
+  cw_store_t* s = make_store();
+  cw_store_entry_t* a = NULL;
+  cw_store_entry_t* b = NULL;
+  cw_store_entry_t* c = NULL;
+  assert_null(cw_store_insert(s, 1, 1, CW_STORE_BUFFER, &a));
+  assert_null(cw_store_insert(s, 1, 2, CW_STORE_BUFFER, &b));
+  assert_null(cw_store_insert(s, 1, 3, CW_STORE_BUFFER, &c));
+  a->charge = 100;
+  b->charge = 20;
+  c->charge = 3;
+  cw_store_set_error(s, a, cw_make_status(CW_CANCELLED, "x"));
+  assert_int_equal(g_uncharged, 100);
+  assert_int_equal(a->charge, 0);
+  cw_store_remove(s, a);
+  assert_int_equal(g_uncharged, 100);
+  cw_store_entry_retain(b);
+  cw_store_remove(s, b);  // detached: its memory is still held
+  assert_int_equal(g_uncharged, 100);
+  cw_store_entry_release(s, b);
+  assert_int_equal(g_uncharged, 120);
+  cw_store_remove_session(s, 1);
+  assert_int_equal(g_uncharged, 123);
+  assert_int_equal(g_released, 0);  // no handles
+  cw_store_release(s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_insert_lookup),
       cmocka_unit_test(test_waiters),
       cmocka_unit_test(test_growth_and_sessions),
       cmocka_unit_test(test_references),
+      cmocka_unit_test(test_charges),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

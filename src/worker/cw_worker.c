@@ -5,14 +5,16 @@
 //
 // Loop phases (one iteration of uv_run):
 //   1. timers: HELLO and connect deadlines (src/net), heartbeats and
-//      reconnecting (cw_worker_link.c), the gang order's stall check.
+//      reconnecting (cw_worker_link.c), the gang order's stall check, the
+//      deadline of requests waiting for memory (cw_worker_mem.c).
 //   2. pending/poll I/O: accept; reads (src/net: bulk bytes straight into
 //      staging memory); write completions (free payloads and bulk staging);
 //      connects. The async handle wakes this phase too: it drains the
 //      completion queue that PJRT event callbacks fill from plugin threads,
 //      and threadpool after-work callbacks apply finished compilations.
 //   3. idle: connections that hit the per-wakeup frame cap (or whose reading
-//      flow control released) resume parsing here (src/net).
+//      flow control released) resume parsing here (src/net); requests waiting
+//      for memory are admitted here once memory was given back.
 //   4. prepare, before the loop blocks: completions that fired inline on this
 //      thread are applied (the net's prepare hook), then each connection's
 //      gathered small frames are written with one uv_write (src/net).
@@ -33,6 +35,7 @@
 #include "cw_worker_http.h"
 #include "cw_worker_internal.h"
 #include "cw_worker_link.h"
+#include "cw_worker_mem.h"
 #include "cw_worker_pin.h"
 #include "cw_worker_sched.h"
 
@@ -142,9 +145,11 @@ void cw_worker_job_done(cw_worker_t* w) {
   cw__maybe_finish_shutdown(w);
 }
 
-// Releases an entry's PJRT handle (the store's release callback).
+// Releases an entry's PJRT handle and memory charge (the store's release callback).
 static void cw__release_handle(void* user, cw_store_entry_t* e) {
   cw_worker_t* w = user;
+  cw_worker_mem_uncharge(w, e);  // its memory goes
+  if (!e->handle) return;
   if (e->kind == CW_STORE_BUFFER) {
     cw_worker_pin_destroy_buffer(w, (PJRT_Buffer*)e->handle);
   } else {
@@ -185,6 +190,7 @@ void cw_worker_stop(cw_worker_t* w) {
   // Any session left (none should be) goes with its objects.
   cw_worker_sessions_free(w);
   cw_store_remove_session(w->store, 0);
+  cw_worker_mem_stop(w);  // requests still waiting for memory end
   uv_timer_start(&w->shutdown_timer, cw__shutdown_timeout, CW__SHUTDOWN_GRACE_MS, 0);
   cw__maybe_finish_shutdown(w);
 }
@@ -225,6 +231,7 @@ cw_status_t cw_worker_create(const cw_settings_t* settings, cw_worker_t** out) {
                          (uint64_t)cw_settings_int(settings, CW_SET_STAGING_CACHE_BYTES),
                          &w->staging),
                      "worker");
+  CW_RETURN_IF_ERROR(cw_worker_mem_start(w), "worker");
   CW_RETURN_IF_ERROR(cw_pjrt_inventory_initialize(w->pjrt, &w->inventory), "inventory");
   w->inventory_ready = true;
   uv_async_init(&w->loop, &w->async, cw__on_async);
@@ -280,6 +287,7 @@ void cw_worker_release(cw_worker_t* w) {
   }
   if (w->leak_on_exit) return;  // PJRT may still call into us
   cw_store_release(w->store);
+  cw_worker_mem_free(w);
   if (w->staging) {
     cw_staging_stats_t ss;
     cw_staging_stats(w->staging, &ss);

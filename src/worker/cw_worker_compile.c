@@ -50,6 +50,19 @@ static void cw__compile_work(uv_work_t* req) {
     } else {
       op->params_known = true;
     }
+    // Output sizes: a launch's memory is checked before it is issued.
+    cw_status_t ost = cw_pjrt_executable_outputs(p, op->exe, &op->exe_devices,
+                                                 &op->num_exe_devices, &op->output_bytes,
+                                                 &op->num_output_bytes);
+    if (ost) {
+      CW_LOGW("executable %" PRIu64 ": no output sizes (%s); its launches' outputs count "
+              "against the memory budget only once they exist", op->dst_id,
+              cw_status_message(ost));
+      cw_status_free(ost);
+    } else {
+      op->outputs_known = op->num_exe_devices == op->num_devices &&
+                          op->num_output_bytes == op->num_outputs;
+    }
   }
 }
 
@@ -83,6 +96,13 @@ static void cw__compile_done(uv_work_t* req, int status) {
         e->num_params = op->num_params;
         e->params_known = true;
       }
+    }
+    if (op->outputs_known) {
+      e->outputs_known = true;
+      e->devices = op->exe_devices;
+      e->output_bytes = op->output_bytes;
+      op->exe_devices = NULL;
+      op->output_bytes = NULL;
     }
     PJRT_LoadedExecutable* exe = op->exe;
     op->exe = NULL;

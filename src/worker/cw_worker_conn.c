@@ -174,6 +174,25 @@ static void cw__link(cw_worker_t* w, cw_conn_t* c) {
   w->conns = c;
 }
 
+// A transfer whose bytes will not come (its connection closed): its entry
+// fails with UNAVAILABLE; frees op (NULL: none). `waited`: it was waiting for
+// memory, none of its bytes read.
+static void cw__drop_unread(cw_conn_t* c, cw_op_t* op, bool waited) {
+  if (!op) return;
+  cw_store_entry_t* e = cw_worker_op_own_entry(op, op->dst_id);
+  if (e) {
+    e->filling = false;
+    cw_store_set_error(c->w->store, e,
+                       waited ? cw_make_status(CW_UNAVAILABLE, "%s closed while %" PRIu64
+                                               " waited for memory", cw_worker_conn_name(c),
+                                               op->dst_id)
+                              : cw_make_status(CW_UNAVAILABLE, "%s closed before the bytes of %"
+                                               PRIu64 " arrived", cw_worker_conn_name(c),
+                                               op->dst_id));
+  }
+  cw_worker_op_free(op);
+}
+
 static void cw__on_close(cw_net_conn_t* nc, cw_status_t reason) {
   cw_conn_t* c = cw_net_conn_user(nc);
   cw_worker_t* w = c->w;
@@ -183,19 +202,13 @@ static void cw__on_close(cw_net_conn_t* nc, cw_status_t reason) {
   else if (w->conns == c) w->conns = c->next;
   if (c->next) c->next->prev = c->prev;
   c->prev = c->next = NULL;
-  // A partial upload: its staging memory goes, its entry fails.
-  if (c->recv) {
-    cw_op_t* op = c->recv;
-    c->recv = NULL;
-    cw_store_entry_t* e = cw_worker_op_own_entry(op, op->dst_id);
-    if (e) {
-      e->filling = false;
-      cw_store_set_error(w->store, e,
-                         cw_make_status(CW_UNAVAILABLE, "%s closed before the bytes of %" PRIu64
-                                        " arrived", cw_worker_conn_name(c), op->dst_id));
-    }
-    cw_worker_op_free(op);
-  }
+  // A partial upload: its staging memory goes, its entry fails. One that
+  // waited for memory before its bytes were read: its wait ends too.
+  cw_op_t* partial = c->recv;
+  cw_op_t* waiting = c->mem_recv;
+  c->recv = c->mem_recv = NULL;
+  cw__drop_unread(c, partial, false);
+  cw__drop_unread(c, waiting, true);
   cw__seq_conn_closed(c);  // held requests
   if (c->is_controller) cw_worker_link_closed(c);
   // A prepared part nobody can say go to; launches a paused session held here.
@@ -324,31 +337,65 @@ static void cw__on_bulk_done(cw_net_conn_t* nc, const cw_frame_header_t* h) {
   if (op) cw__received(op);
 }
 
-void cw_worker_conn_receive_bulk(cw_conn_t* c, const cw_frame_header_t* h, cw_op_t* op) {
-  op->size = h->bulk_len;
-  if (c->seq_applying && c->seq_applying->bulk) {
-    // A held request: its bytes arrived while it waited for its seq.
-    op->staging = c->seq_applying->bulk;
-    op->staging_foreign = true;
-    c->seq_applying->bulk = NULL;
-    cw__received(op);
-    return;
-  }
-  op->staging = cw_worker_staging_alloc(c->w, h->bulk_len);
+// The bytes of op's frame (op->size of them) go into staging memory.
+static void cw__receive_into_staging(cw_conn_t* c, cw_op_t* op) {
+  op->staging = cw_worker_staging_alloc(c->w, op->size);
   if (!op->staging) {
     cw_store_entry_t* e = cw_worker_op_own_entry(op, op->dst_id);
     cw_status_t st = cw_make_status(CW_RESOURCE_EXHAUSTED, "cannot allocate %" PRIu64
-                                    " bytes for %s", h->bulk_len, cw_msg_type_name(h->type));
+                                    " bytes for %s", op->size, cw_msg_type_name(op->type));
     if (e) cw_store_set_error(c->w->store, e, cw_status_clone(st));
     cw_worker_op_fail(op, st);
     return;  // the bytes are discarded
   }
-  if (h->bulk_len == 0) {
+  if (op->size == 0) {
     cw__received(op);
     return;
   }
   c->recv = op;
   cw_net_conn_set_bulk_dest(c->nc, op->staging);
+}
+
+void cw_worker_conn_receive_bulk(cw_conn_t* c, const cw_frame_header_t* h, cw_op_t* op) {
+  op->size = h->bulk_len;
+  if (cw_worker_conn_bulk_arrived(c)) {
+    // A held request: its bytes arrived while it waited for its seq.
+    cw_worker_conn_take_held_bulk(c, h, op);
+    cw__received(op);
+    return;
+  }
+  cw__receive_into_staging(c, op);
+}
+
+bool cw_worker_conn_bulk_arrived(const cw_conn_t* c) {
+  return c->seq_applying && c->seq_applying->bulk;
+}
+
+void cw_worker_conn_take_held_bulk(cw_conn_t* c, const cw_frame_header_t* h, cw_op_t* op) {
+  op->size = h->bulk_len;
+  op->staging = c->seq_applying->bulk;
+  op->staging_foreign = true;
+  c->seq_applying->bulk = NULL;
+}
+
+// Memory back-pressure before the bytes are read: they stay in the socket
+// (and the sender's buffers: TCP flow control), so the memory they would
+// take is not taken until the budget has room. The frame's header is
+// handled; the parser waits at its first bulk byte, and nothing more of this
+// connection is read, until cw_worker_conn_resume_bulk.
+void cw_worker_conn_defer_bulk(cw_conn_t* c, const cw_frame_header_t* h, cw_op_t* op) {
+  op->size = h->bulk_len;
+  c->mem_recv = op;
+  cw_net_conn_hold_reading(c->nc, true);
+}
+
+void cw_worker_conn_resume_bulk(cw_conn_t* c, cw_op_t* op, bool keep) {
+  if (c->mem_recv != op) return;
+  c->mem_recv = NULL;
+  // Reading resumes (unless flow control holds it): the bytes go to op, or
+  // are discarded.
+  if (!c->closing && !c->seq_blocked) cw_net_conn_hold_reading(c->nc, false);
+  if (keep) cw__receive_into_staging(c, op);
 }
 
 // --- Ordering across connections (seq) ---------------------------------------------
@@ -400,7 +447,8 @@ static void cw__seq_unblock(cw_worker_t* w, cw_session_t* s) {
     if (!c->seq_blocked || c->session != s || (at_cap && c->seq_held > 0)) continue;
     c->seq_blocked = false;
     s->seq.blocked--;
-    cw_net_conn_hold_reading(c->nc, false);  // read again from the idle phase
+    // Read again from the idle phase, unless a request waits for memory there.
+    if (!c->mem_recv) cw_net_conn_hold_reading(c->nc, false);
   }
 }
 

@@ -32,6 +32,16 @@ void cw_worker_reply_error(cw_conn_t* c, uint16_t type, uint64_t request_id,
 // bytes a held request already received), finished by
 // cw_worker_compile_received / cw_worker_transfer_received.
 void cw_worker_conn_receive_bulk(cw_conn_t* c, const cw_frame_header_t* h, cw_op_t* op);
+// Whether the frame being applied is a held request whose bytes are in
+// already (then cw_worker_conn_take_held_bulk hands them to `op`).
+bool cw_worker_conn_bulk_arrived(const cw_conn_t* c);
+void cw_worker_conn_take_held_bulk(cw_conn_t* c, const cw_frame_header_t* h, cw_op_t* op);
+// Memory back-pressure (cw_worker_mem.h): `c` stops being read before the
+// bytes of op's frame; cw_worker_conn_resume_bulk (`keep`: they go to op as
+// cw_worker_conn_receive_bulk says; else they are discarded) reads on. A
+// close while it waits fails op's entry and frees op.
+void cw_worker_conn_defer_bulk(cw_conn_t* c, const cw_frame_header_t* h, cw_op_t* op);
+void cw_worker_conn_resume_bulk(cw_conn_t* c, cw_op_t* op, bool keep);
 
 cw_session_t* cw_worker_session_find(cw_worker_t* w, uint64_t id);
 // Shutting down: every session goes with its objects.

@@ -57,6 +57,9 @@ struct cw_conn_s {
   size_t peer_stat;
   uint64_t uncounted_in, uncounted_out;
   cw_op_t* recv;  // the UPLOAD/PUT/LOAD whose bulk bytes are arriving
+  // The UPLOAD/PUT whose bytes are not read until memory for them frees
+  // (cw_worker_mem.h): reading stops while it is set.
+  cw_op_t* mem_recv;
   // Launches of this connection, issued in arrival order (cw_worker_launch.c).
   cw_launch_t* launch_head;
   cw_launch_t* launch_tail;
@@ -129,6 +132,7 @@ struct cw_worker_s {
   bool draining;
   size_t ops_live;
   cw_stamp_state_t* stamps;  // gang order (cw_worker_sched.c)
+  struct cw_worker_mem_s* mem;  // memory budget and its waiters (cw_worker_mem.c)
 };
 
 // A PJRT event's completion, applied on the loop thread (cw_worker.c).

@@ -7,8 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cw_log.h"
 #include "cw_time.h"
 #include "cw_worker_conn.h"
+#include "cw_worker_mem.h"
 #include "cw_worker_op.h"
 #include "cw_worker_pin.h"
 #include "cw_worker_sched.h"
@@ -54,10 +56,17 @@ struct cw_launch_s {
   // its turn, then held there until LAUNCH_GO says go (or cancel).
   bool prepared, go;
   bool go_request;  // request_id is the LAUNCH_GO's: the reply answers that
+  // Memory (cw_worker_mem.h): its outputs are charged before it is issued;
+  // while it waits for that, mem_wait is set. A stamped launch that waits
+  // passes its turn (stamp_released), and so do those queued behind it.
+  bool mem_admitted;
+  struct cw_worker_mem_wait_s* mem_wait;
+  bool stamp_released;
 };
 
 static void cw__launch_free(cw_launch_t* l) {
   cw_store_t* store = l->conn->w->store;
+  cw_worker_mem_cancel(l->conn->w, l->mem_wait);
   cw_store_entry_release(store, l->exe);
   for (size_t i = 0; l->inputs && i < l->num_devices * l->num_args; ++i) {
     cw_store_entry_release(store, l->inputs[i]);
@@ -259,9 +268,41 @@ static void cw__launch_attach_outputs(cw_worker_t* w, cw_launch_t* l, PJRT_Buffe
         cw_pjrt_buffer_destroy(w->pjrt, b);
         cw_store_set_error(w->store, e, ist);
       } else {
+        // What it holds, where it is: the charge taken before the launch
+        // (the executable's output shapes), or the first one when the plugin
+        // could not say.
+        if (e->charge && (e->charge != e->bytes || e->charge_device != device)) {
+          CW_LOGW("launch of executable %" PRIu64 ": output %" PRIu64 " holds %" PRIu64
+                  " bytes on device %d; %" PRIu64 " were charged on device %d",
+                  l->req->exe_id, e->id, e->bytes, device, e->charge, e->charge_device);
+        }
+        cw_worker_mem_charge(w, e, device, e->bytes);
         cw_store_set_ready(w->store, e, b);
       }
     }
+  }
+}
+
+// donate[num_args]: the arguments PJRT takes. It takes a donated argument's
+// memory where the program aliases the parameter, unless a reader holds the
+// buffer in place (pinned) or the launch names it twice on a device; those
+// are only deleted afterwards.
+static void cw__launch_donations(cw_worker_t* w, const cw_launch_t* l,
+                                 const cw_store_entry_t* exe, bool* donate) {
+  size_t nd = l->num_devices, na = l->num_args;
+  for (size_t k = 0; exe->params_known && k < l->req->n_donate; ++k) {
+    uint32_t a = l->req->donate[k];
+    if (a >= na || a >= exe->num_params || !exe->params[a].donated) continue;
+    bool ok = true;
+    for (size_t d = 0; ok && d < nd; ++d) {
+      const cw_store_entry_t* e = l->inputs[d * na + a];
+      PJRT_Buffer* b = e ? (PJRT_Buffer*)e->handle : NULL;
+      ok = b && !cw_worker_pin_held(w, b);
+      for (size_t o = 0; ok && o < na; ++o) {
+        ok = o == a || !l->inputs[d * na + o] || l->inputs[d * na + o]->handle != b;
+      }
+    }
+    donate[a] = ok;
   }
 }
 
@@ -299,20 +340,7 @@ static void cw__launch_issue(cw_worker_t* w, cw_launch_t* l, cw_store_entry_t* e
       args[d * na + a] = e ? (PJRT_Buffer*)e->handle : NULL;
     }
   }
-  // PJRT takes a donated argument's memory where the program aliases the
-  // parameter, unless a reader holds the buffer in place (pinned) or the
-  // launch names it twice on a device; those are only deleted afterwards.
-  for (size_t k = 0; !st && exe->params_known && k < l->req->n_donate; ++k) {
-    uint32_t a = l->req->donate[k];
-    if (a >= na || a >= exe->num_params || !exe->params[a].donated) continue;
-    bool ok = true;
-    for (size_t d = 0; ok && d < nd; ++d) {
-      PJRT_Buffer* b = args[d * na + a];
-      ok = b && !cw_worker_pin_held(w, b);
-      for (size_t o = 0; ok && o < na; ++o) ok = o == a || args[d * na + o] != b;
-    }
-    donate[a] = ok;
-  }
+  if (!st) cw__launch_donations(w, l, exe, donate);
   l->trace_start_ns = cw_time_now_ns();
   if (!st) {
     st = cw_pjrt_execute(w->pjrt, (PJRT_LoadedExecutable*)exe->handle, nd, na,
@@ -322,8 +350,8 @@ static void cw__launch_issue(cw_worker_t* w, cw_launch_t* l, cw_store_entry_t* e
   free(args);
   free(arg_lists);
   free(out_lists);
-  free(donate);
   if (st) {
+    free(donate);
     free(outs);
     free(events);
     cw__launch_fail(w, l, st);
@@ -331,6 +359,13 @@ static void cw__launch_issue(cw_worker_t* w, cw_launch_t* l, cw_store_entry_t* e
   }
   w->launches++;
   w->launches_in_flight++;  // until every device's event fires
+  // The donated inputs' memory is the outputs' now.
+  for (size_t a = 0; a < na; ++a) {
+    for (size_t d = 0; donate[a] && d < nd; ++d) {
+      if (l->inputs[d * na + a]) cw_worker_mem_uncharge(w, l->inputs[d * na + a]);
+    }
+  }
+  free(donate);
   cw__launch_attach_outputs(w, l, outs);
   free(outs);
   cw__drop_donated(w, l);
@@ -399,14 +434,128 @@ static cw_status_t cw__launch_check_ready(cw_launch_t* l, cw_store_entry_t** out
   return cw_ok_status();
 }
 
+// --- Memory (cw_worker_mem.h) ----------------------------------------------------
+
+// Charges the launch's outputs (pending entries, by serial) what the
+// executable says they will hold; attaching them charges what they do hold.
+static void cw__launch_charge(cw_worker_t* w, cw_launch_t* l) {
+  l->mem_admitted = true;
+  const cw_store_entry_t* exe = l->exe;
+  if (!exe || !exe->outputs_known || exe->num_outputs != l->num_outputs ||
+      exe->num_devices != l->num_devices) {
+    return;
+  }
+  for (size_t d = 0; d < l->num_devices; ++d) {
+    for (size_t o = 0; o < l->num_outputs; ++o) {
+      cw_store_entry_t* e = cw_store_lookup_serial(w->store, l->skey, l->req->outputs[d]->ids[o],
+                                                   l->out_serials[d * l->num_outputs + o]);
+      if (e && e->state == CW_STORE_PENDING) {
+        cw_worker_mem_charge(w, e, exe->devices[d], exe->output_bytes[o]);
+      }
+    }
+  }
+}
+
+// The launch's new memory per device (need[device], zeroed): its outputs,
+// less the inputs it donates, whose memory becomes outputs'.
+static void cw__launch_need(cw_worker_t* w, const cw_launch_t* l, uint64_t* need) {
+  const cw_store_entry_t* exe = l->exe;
+  size_t nd = l->num_devices, na = l->num_args;
+  if (!exe->outputs_known || exe->num_outputs != l->num_outputs || exe->num_devices != nd) {
+    return;  // charged once the outputs exist
+  }
+  for (size_t d = 0; d < nd; ++d) {
+    int dev = exe->devices[d];
+    if (dev < 0 || (size_t)dev >= w->pjrt->num_devices) continue;
+    for (size_t o = 0; o < l->num_outputs; ++o) need[dev] += exe->output_bytes[o];
+  }
+  bool* donate = calloc(na + 1, sizeof(*donate));
+  if (!donate) return;  // counted without donations: more, never less
+  cw__launch_donations(w, l, exe, donate);
+  for (size_t a = 0; a < na; ++a) {
+    for (size_t d = 0; donate[a] && d < nd; ++d) {
+      const cw_store_entry_t* e = l->inputs[d * na + a];
+      if (!e || !e->charge || (size_t)e->charge_device >= w->pjrt->num_devices) continue;
+      uint64_t* n = &need[e->charge_device];
+      *n = *n > e->charge ? *n - e->charge : 0;
+    }
+  }
+  free(donate);
+}
+
+// A stamped launch that waits for memory passes its turn, and so do the
+// stamped launches queued behind it on this connection (issued after it, in
+// their order): the island's other sessions go on meanwhile. Only a worker's
+// own island's launches are stamped and not parts (cw_ctl_island.c relays
+// programs of one member unstamped), so this changes who goes first, never
+// what meets in a collective. Parts of an island's launch keep their turns.
+static void cw__launch_release_stamps(cw_conn_t* c, cw_launch_t* from) {
+  uint64_t sid = c->session ? c->session->id : 0;
+  for (cw_launch_t* x = from; x; x = x->next) {
+    uint64_t s = cw_worker_stamp_of(c, CW_MSG_LAUNCH, &x->req->base);
+    if (!s || x->stamp_released || x->req->prepare) continue;
+    x->stamp_released = true;
+    cw_worker_stamp_passed(c->w, s, sid);
+  }
+}
+
+static void cw__launch_mem_ready(cw_worker_t* w, void* user, cw_status_t status) {
+  cw_conn_t* c = user;
+  cw_launch_t* l = c->launch_head;  // the one that waited: still the head
+  l->mem_wait = NULL;
+  if (l->req->prepare) cw_worker_stamp_hold(w, 0);  // a part held its turn while it waited
+  if (status) {
+    l->apply_error = status;  // failed by the pump, in order
+  } else {
+    cw__launch_charge(w, l);
+  }
+  c->launch_waiting = false;
+  cw_worker_launch_pump(c);
+  cw_worker_conn_unref(c);
+}
+
+// Takes the head launch's memory, or parks its connection until it frees
+// (true). An error: it can never fit, or nobody is left to wait for it.
+static bool cw__launch_reserve(cw_worker_t* w, cw_conn_t* c, cw_launch_t* l, uint64_t stamp,
+                               cw_status_t* out_status) {
+  *out_status = cw_ok_status();
+  if (!cw_worker_mem_limited(w)) {
+    cw__launch_charge(w, l);
+    return false;
+  }
+  uint64_t* need = cw_worker_mem_scratch(w);
+  cw__launch_need(w, l, need);
+  char what[96];
+  snprintf(what, sizeof(what), "LAUNCH of executable %" PRIu64, l->req->exe_id);
+  cw_worker_mem_wait_t* wait = NULL;
+  cw_status_t st = cw_worker_mem_reserve(w, l->skey, need, what, cw__launch_mem_ready, c, &wait);
+  if (!st && wait && c->closing) {
+    cw_worker_mem_cancel(w, wait);
+    st = cw_make_status(CW_CANCELLED, "%s: %s closed while it waited for memory", what,
+                        cw_worker_conn_name(c));
+  }
+  if (st || !wait) {
+    if (!st) cw__launch_charge(w, l);
+    *out_status = st;
+    return false;
+  }
+  l->mem_wait = wait;
+  c->launch_waiting = true;
+  cw_worker_conn_ref(c);  // cw__launch_mem_ready's
+  if (stamp && l->req->prepare) cw_worker_stamp_hold(w, stamp);  // gang order: it keeps its turn
+  else if (stamp) cw__launch_release_stamps(c, l);
+  return true;
+}
+
 void cw_worker_launch_pump(cw_conn_t* c) {
   cw_worker_t* w = c->w;
   // A paused session's launches stay queued, in order (cw_worker_ops.c resumes).
   while (c->launch_head && !c->launch_waiting &&
          !(c->keeps_session && c->session && c->session->paused)) {
     cw_launch_t* l = c->launch_head;
-    // Gang order: a stamped launch waits for its turn (cw_worker_sched.c).
-    uint64_t stamp = cw_worker_stamp_of(c, CW_MSG_LAUNCH, &l->req->base);
+    // Gang order: a stamped launch waits for its turn (cw_worker_sched.c),
+    // unless it passed it while it waited for memory.
+    uint64_t stamp = l->stamp_released ? 0 : cw_worker_stamp_of(c, CW_MSG_LAUNCH, &l->req->base);
     if (stamp && cw_worker_stamp_wait(c, stamp)) return;
     cw_store_entry_t* wait_on = NULL;
     cw_status_t st = cw__launch_check_ready(l, &wait_on);
@@ -418,6 +567,8 @@ void cw_worker_launch_pump(cw_conn_t* c) {
         return;
       }
     }
+    // Ready: its outputs' memory is taken before PJRT takes it.
+    if (!st && !l->mem_admitted && cw__launch_reserve(w, c, l, stamp, &st)) return;
     if (!st && l->num_devices > 1 && w->launches_in_flight >= CW__MAX_LAUNCHES_IN_FLIGHT) {
       // A multi-device launch, ready, but PJRT has its fill (see
       // CW__MAX_LAUNCHES_IN_FLIGHT): wait for a launch to complete
@@ -588,9 +739,12 @@ void cw_worker_handle_launch(cw_net_conn_t* nc, const cw_frame_header_t* h,
       l->inputs[d * na + a] = e;
     }
   }
+  cw_launch_t* before = c->launch_tail;
   if (c->launch_tail) c->launch_tail->next = l;
   else c->launch_head = l;
   c->launch_tail = l;
+  // Behind a launch that passed its turn waiting for memory: it passes its own.
+  if (before && before->stamp_released) cw__launch_release_stamps(c, l);
   cw_worker_launch_pump(c);
 }
 
@@ -598,6 +752,20 @@ void cw_worker_launch_conn_closed(cw_conn_t* c) {
   if (c->launch_head && c->launch_head->prepared && !c->launch_head->go) {
     c->launch_waiting = false;  // no go can come now: the pump cancels it
     cw_worker_launch_pump(c);
+  }
+  cw_launch_t* head = c->launch_head;
+  if (head && head->mem_wait) {
+    // Nobody is left to hear it: it stops waiting for memory (the pump fails
+    // it, and any behind it that would wait too).
+    cw_worker_mem_cancel(c->w, head->mem_wait);
+    head->mem_wait = NULL;
+    head->apply_error = cw_make_status(CW_CANCELLED, "%s closed while launch of executable %"
+                                       PRIu64 " waited for memory", cw_worker_conn_name(c),
+                                       head->req->exe_id);
+    if (head->req->prepare) cw_worker_stamp_hold(c->w, 0);  // a part held its turn
+    c->launch_waiting = false;
+    cw_worker_launch_pump(c);
+    cw_worker_conn_unref(c);  // the wait's reference
   }
   // Only a connection that keeps its session knows it is still there (a
   // peer's PUT connection may outlive the session it named).
@@ -619,5 +787,6 @@ size_t cw_worker_launch_queued(const cw_conn_t* c) {
 }
 
 uint64_t cw_worker_launch_head_stamp(const cw_conn_t* c) {
-  return c->launch_head ? cw_worker_stamp_of(c, CW_MSG_LAUNCH, &c->launch_head->req->base) : 0;
+  if (!c->launch_head || c->launch_head->stamp_released) return 0;
+  return cw_worker_stamp_of(c, CW_MSG_LAUNCH, &c->launch_head->req->base);
 }

@@ -9,6 +9,7 @@
 #include "cw_array.h"
 #include "cw_time.h"
 #include "cw_worker_conn.h"
+#include "cw_worker_mem.h"
 #include "cw_worker_pin.h"
 
 // A staging block handed to a write or a PJRT event, to give back on
@@ -77,6 +78,9 @@ void cw_worker_op_free(cw_op_t* op) {
   free(op->peer_address);
   free(op->name);
   cw_pjrt_shapes_free(op->params, op->num_params);
+  free(op->exe_devices);
+  free(op->output_bytes);
+  cw_worker_mem_cancel(op->w, op->mem_wait);
   cw_status_free(op->status);
   if (op->exe) cw_pjrt_executable_destroy(op->w->pjrt, op->exe);
   assert(op->w->ops_live > 0);

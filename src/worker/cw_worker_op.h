@@ -38,6 +38,14 @@ struct cw_op_s {
   cw_pjrt_shape_t* params;  // owned; parameter shapes when params_known
   size_t num_params;
   bool params_known;
+  // What its launches take in memory (cw_pjrt_executable_outputs); owned.
+  int* exe_devices;
+  uint64_t* output_bytes;
+  size_t num_exe_devices, num_output_bytes;
+  bool outputs_known;
+  // Waiting for memory (cw_worker_mem.h); NULL when not. Freeing the op ends it.
+  struct cw_worker_mem_wait_s* mem_wait;
+  bool mem_admitted;  // COPY: its memory is charged
   // op->staging came from elsewhere (a held request's bytes): plain free().
   bool staging_foreign;
   // DOWNLOAD/SEND straight from device memory: the source, pinned, and

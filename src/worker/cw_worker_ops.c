@@ -20,6 +20,7 @@
 #include "cw_log.h"
 #include "cw_worker_conn.h"
 #include "cw_worker_launch.h"
+#include "cw_worker_mem.h"
 #include "cw_worker_ops.h"
 #include "cw_worker_sched.h"
 
@@ -181,6 +182,7 @@ static void cw__fill_ops_stats(cw_worker_t* w, Causeway__V1__Stats* st,
     it->launches_queued = queued;
     it->launches_held = s->paused ? queued : 0;
     it->paused = s->paused;
+    cw_worker_mem_session_waiting(w, s->key, &it->memory_waiting, &it->memory_waiting_bytes);
     scratch->ptrs[k++] = it;
   }
   st->session_stats = scratch->ptrs;
@@ -226,6 +228,7 @@ void cw_worker_handle_stats(cw_net_conn_t* nc, const cw_frame_header_t* h,
   for (cw_session_t* s = w->sessions; s; s = s->next) st.sessions++;
   st.connections = w->net.inbound_connections;
   st.session_buffers = mine.buffers;
+  cw_worker_mem_stats(w, &st);
   cw__stats_scratch_t scratch;
   cw__fill_ops_stats(w, &st, &scratch);
   Causeway__V1__PeerStats* peers = NULL;

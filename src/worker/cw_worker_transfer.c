@@ -10,6 +10,7 @@
 #include "cw_log.h"
 #include "cw_messages.h"
 #include "cw_worker_conn.h"
+#include "cw_worker_mem.h"
 #include "cw_worker_op.h"
 #include "cw_worker_pin.h"
 #include "cw_worker_trace.h"
@@ -108,6 +109,75 @@ void cw_worker_transfer_received(cw_op_t* op) {
   cw_worker_when_ready(w, ready, cw__upload_ready, op);
 }
 
+// --- Memory for the buffer a transfer makes (cw_worker_mem.h) -------------------
+
+// The bytes the buffer will hold: dense, whatever strides the bytes came in.
+static uint64_t cw__transfer_bytes(const cw_op_t* op, uint64_t bulk_len) {
+  uint64_t bytes = 0;
+  cw_status_t st = cw_array_extent(op->dtype, op->dims, op->rank, NULL, 0, &bytes);
+  if (st) bytes = bulk_len;  // a type with no byte size: what arrives
+  cw_status_free(st);
+  return bytes;
+}
+
+// A transfer's wait for memory ended: its bytes are read now (or were in
+// already), or it fails and they are discarded.
+static void cw__transfer_mem_ready(cw_worker_t* w, void* user, cw_status_t status) {
+  cw_op_t* op = user;
+  op->mem_wait = NULL;
+  cw_conn_t* c = op->conn;
+  bool deferred = c->mem_recv == op;
+  cw_store_entry_t* e = cw_worker_op_own_entry(op, op->dst_id);
+  if (!status && !e) {
+    status = cw_make_status(CW_CANCELLED, "buffer %" PRIu64 " was deleted while it waited for "
+                            "memory", op->dst_id);
+  }
+  if (status) {
+    if (deferred) cw_worker_conn_resume_bulk(c, op, false);
+    if (!e) {
+      cw_worker_op_fail(op, status);
+      return;
+    }
+    e->filling = false;
+    cw__fail_entry(op, e, status);
+    return;
+  }
+  cw_worker_mem_charge(w, e, op->device, cw__transfer_bytes(op, op->size));
+  if (deferred) cw_worker_conn_resume_bulk(c, op, true);
+  else cw_worker_transfer_received(op);
+}
+
+// UPLOAD, PUT: the new buffer's memory is taken only when it fits the
+// budget. A request that must wait stops its connection before its bytes
+// are read (a held request's bytes are in already: they wait with it).
+static void cw__transfer_admit(cw_conn_t* c, const cw_frame_header_t* h, cw_op_t* op,
+                               cw_store_entry_t* e) {
+  cw_worker_t* w = c->w;
+  uint64_t bytes = cw__transfer_bytes(op, h->bulk_len);
+  cw_worker_mem_wait_t* wait = NULL;
+  cw_status_t st = cw_ok_status();
+  if (cw_worker_mem_limited(w)) {
+    uint64_t* need = cw_worker_mem_scratch(w);
+    need[op->device] = bytes;
+    char what[64];
+    snprintf(what, sizeof(what), "%s %" PRIu64, cw_msg_type_name(op->type), op->dst_id);
+    st = cw_worker_mem_reserve(w, op->skey, need, what, cw__transfer_mem_ready, op, &wait);
+  }
+  if (st) {
+    e->filling = false;
+    cw__fail_entry(op, e, st);
+    return;  // its bytes are discarded
+  }
+  if (!wait) {
+    cw_worker_mem_charge(w, e, op->device, bytes);
+    cw_worker_conn_receive_bulk(c, h, op);
+    return;
+  }
+  op->mem_wait = wait;
+  if (cw_worker_conn_bulk_arrived(c)) cw_worker_conn_take_held_bulk(c, h, op);
+  else cw_worker_conn_defer_bulk(c, h, op);
+}
+
 void cw_worker_handle_upload(cw_net_conn_t* nc, const cw_frame_header_t* h,
                              ProtobufCMessage** msg) {
   cw_conn_t* c = cw_net_conn_user(nc);
@@ -140,7 +210,7 @@ void cw_worker_handle_upload(cw_net_conn_t* nc, const cw_frame_header_t* h,
   op->device = r->device;
   op->msg = *msg;
   *msg = NULL;
-  cw_worker_conn_receive_bulk(c, h, op);
+  cw__transfer_admit(c, h, op, e);
 }
 
 void cw_worker_handle_put(cw_net_conn_t* nc, const cw_frame_header_t* h,
@@ -194,7 +264,7 @@ void cw_worker_handle_put(cw_net_conn_t* nc, const cw_frame_header_t* h,
   op->device = r->dst_device;
   op->msg = *msg;
   *msg = NULL;
-  cw_worker_conn_receive_bulk(c, h, op);
+  cw__transfer_admit(c, h, op, e);
 }
 
 // --- DOWNLOAD, AWAIT: bytes out -------------------------------------------------
@@ -356,6 +426,23 @@ void cw_worker_handle_await(cw_net_conn_t* nc, const cw_frame_header_t* h,
 
 // --- COPY, EXPECT, DELETE ---------------------------------------------------------
 
+static void cw__copy_cont(cw_op_t* op, cw_store_entry_t* src);
+
+// A COPY's wait for memory ended: it copies now, or fails.
+static void cw__copy_mem_ready(cw_worker_t* w, void* user, cw_status_t status) {
+  cw_op_t* op = user;
+  op->mem_wait = NULL;
+  cw_store_entry_t* dst = cw_worker_op_own_entry(op, op->dst_id);
+  if (status) {
+    if (dst) cw__fail_entry(op, dst, status);
+    else cw_worker_op_fail(op, status);
+    return;
+  }
+  if (dst && op->src) cw_worker_mem_charge(w, dst, op->dst_device, op->src->bytes);
+  op->mem_admitted = true;
+  cw__copy_cont(op, op->src);
+}
+
 static void cw__copy_cont(cw_op_t* op, cw_store_entry_t* src) {
   cw_worker_t* w = op->w;
   cw_store_entry_t* dst = cw_worker_op_own_entry(op, op->dst_id);
@@ -372,6 +459,19 @@ static void cw__copy_cont(cw_op_t* op, cw_store_entry_t* src) {
   } else if (src->state == CW_STORE_ERROR) {
     st = cw_make_status(cw_status_code(src->error), "input %" PRIu64 " failed: %s", op->id,
                         cw_status_message(src->error));
+  }
+  if (!st && !op->mem_admitted && cw_worker_mem_limited(w)) {
+    // The copy's memory on its device, before PJRT takes it.
+    uint64_t* need = cw_worker_mem_scratch(w);
+    need[op->dst_device] = src->bytes;
+    char what[64];
+    snprintf(what, sizeof(what), "COPY %" PRIu64 " to %" PRIu64, op->id, op->dst_id);
+    st = cw_worker_mem_reserve(w, op->skey, need, what, cw__copy_mem_ready, op, &op->mem_wait);
+    if (!st && op->mem_wait) return;  // cw__copy_mem_ready goes on
+  }
+  if (!st && !op->mem_admitted) {
+    cw_worker_mem_charge(w, dst, op->dst_device, src->bytes);
+    op->mem_admitted = true;
   }
   PJRT_Buffer* out = NULL;
   if (!st) st = cw_pjrt_copy(w->pjrt, (PJRT_Buffer*)src->handle, op->dst_device, &out);

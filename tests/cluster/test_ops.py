@@ -61,25 +61,30 @@ def names_by_index(cluster) -> list[str]:
     return [w["name"] for w in sorted(status(cluster)["workers"], key=lambda w: w["index"])]
 
 
+def stop_checked(c: harness.HandCluster) -> None:
+    """Stops the cluster; every daemon must exit cleanly (under ASan: without
+    leaks) on SIGTERM."""
+    for p in c.procs.values():
+        if p.poll() is None:
+            p.terminate()
+    codes = {}
+    for name, p in c.procs.items():
+        try:
+            codes[name] = p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            codes[name] = "hung"
+    logs = c.logs()
+    c.stop()
+    assert all(rc == 0 for rc in codes.values()), (codes, logs)
+
+
 @pytest.fixture
 def cluster():
     c = harness.HandCluster(workers=2, devices=2, tcp=True)
     try:
         yield c
     finally:
-        # Every daemon exits cleanly (under ASan: without leaks) on SIGTERM.
-        for p in c.procs.values():
-            if p.poll() is None:
-                p.terminate()
-        codes = {}
-        for name, p in c.procs.items():
-            try:
-                codes[name] = p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                codes[name] = "hung"
-        logs = c.logs()
-        c.stop()
-        assert all(rc == 0 for rc in codes.values()), (codes, logs)
+        stop_checked(c)
 
 
 def test_status_workers_sessions_buffers_launches_errors(cluster):
@@ -140,8 +145,8 @@ def test_status_workers_sessions_buffers_launches_errors(cluster):
         s = session(status(cluster), "ops-status client")  # nothing runs meanwhile
         row = next(line for line in text.splitlines() if "ops-status client" in line).split()
         assert row[0] == str(s["id"]) and "0-3" in row, row
-        assert row[-4:] == [str(s["launches_held"]), str(s["buffers"]), str(s["buffer_bytes"]),
-                            str(s["executables"])], (row, s)
+        assert row[-5:] == [str(s["launches_held"]), str(s["buffers"]), str(s["buffer_bytes"]),
+                            str(s["executables"]), str(s["memory_waiting"])], (row, s)
     finally:
         r.close()
 

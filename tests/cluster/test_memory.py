@@ -1,0 +1,175 @@
+"""Memory back-pressure (issue 11 item 4) with real JAX clients: a
+hand-started controller and one worker with --memory-limit 64 MiB per
+device, two sessions whose working sets together exceed it. The JAX side is
+in memory_checks.py; results are compared with numpy (f(x) = 2x + 1 on
+integer-valued floats is exact).
+
+- An upload that does not fit waits until the other session frees memory;
+  meanwhile `causeway status` shows the waiting (worker and session) and the
+  other session's launches keep running. Then a launch that does not fit
+  waits the same way. Both sessions finish with correct results. Run with
+  launches straight to the worker and, with --relay-launches, through the
+  controller's island queue (stamped: a waiting launch passes its turn).
+- An upload bigger than the budget fails at once with RESOURCE_EXHAUSTED
+  naming the sizes and the budget.
+- With --memory-wait-ms 2000 a wait that never ends fails with
+  RESOURCE_EXHAUSTED naming what it waited for; the session goes on.
+"""
+from __future__ import annotations
+
+import pathlib
+import time
+
+import pytest
+
+import harness
+from test_ops import cli, session, status, stop_checked, worker
+
+pytestmark = pytest.mark.skipif(harness.missing_build() is not None,
+                                reason=str(harness.missing_build()))
+
+CHECKS = str(pathlib.Path(__file__).resolve().parent / "memory_checks.py")
+MIB = 1 << 20
+BUDGET = 64 * MIB
+W = "hand-worker-0"
+
+
+def runner(cluster, name: str) -> harness.Runner:
+    env = harness.causeway_env(controller=cluster.controller)
+    env["CW_RUNNER_CHECKS"] = CHECKS
+    env["CAUSEWAY_SESSION_NAME"] = name
+    return harness.Runner(name, env)
+
+
+def make_cluster(wait_ms: int, relay: bool = False) -> harness.HandCluster:
+    return harness.HandCluster(workers=1, devices=2, tcp=True,
+                               controller_args=("--relay-launches",) if relay else (),
+                               worker_args=("--memory-limit", str(BUDGET),
+                                            "--memory-wait-ms", str(wait_ms)))
+
+
+# Launches straight to the worker (sessions that asked for no devices), or
+# all through the controller's island queue, stamped (--relay-launches).
+@pytest.fixture(params=["direct", "relayed"])
+def cluster(request):
+    c = make_cluster(120000, relay=request.param == "relayed")
+    c.relay = request.param == "relayed"
+    try:
+        yield c
+    finally:
+        stop_checked(c)
+
+
+def waiting_seen(cluster, name: str, bytes_: int) -> dict:
+    """Polls `causeway status --json` until session `name` waits for memory
+    on the worker; returns that status."""
+    seen = {}
+
+    def check():
+        st = status(cluster)
+        w = worker(st, W)["memory"]
+        s = session(st, name)
+        if w["waiting"] >= 1 and w["waiting_bytes"] >= bytes_ and s["memory_waiting"] >= 1:
+            seen["st"] = st
+            return True
+        return False
+    assert harness.wait_until(check, 60), status(cluster)
+    return seen["st"]
+
+
+def test_two_sessions_over_the_budget_both_finish(cluster):
+    a, b = runner(cluster, "mem-a"), runner(cluster, "mem-b")
+    try:
+        a.wait_ready()
+        b.wait_ready()
+        st = status(cluster)
+        m = worker(st, W)["memory"]
+        assert (m["budget_per_device"], m["budget_source"]) == (BUDGET, "--memory-limit"), m
+
+        # 1. a holds 48 MiB; b's 24 MiB upload does not fit (72 > 64): it waits.
+        assert a.call("mem_hold", name="big", mib=48)["ok"]
+        b.submit("mem_hold", name="x", mib=24, seed=1)
+        st = waiting_seen(cluster, "mem-b", 24 * MIB)
+        m = worker(st, W)["memory"]
+        assert m["in_use"] >= 48 * MIB and m["in_use_max_device"] >= 48 * MIB, m
+        assert session(st, "mem-a")["memory_waiting"] == 0
+        # The table says so too: the MEMORY row and mem-b's MEMWAIT column.
+        text = cli(cluster, "status").stdout
+        print(text)
+        mem_row = next(line for line in text.split("MEMORY\n")[1].splitlines()
+                       if line.startswith(W)).split()
+        assert mem_row[1:3] == ["64", "MiB"] and mem_row[-1] == "--memory-limit", mem_row
+        b_row = next(line for line in text.splitlines() if "mem-b" in line).split()
+        assert b_row[-1] == "1", b_row
+        # The worker serves a meanwhile: its launches run (small ones fit).
+        got = a.call("mem_steps", k=20)
+        assert got["ok"], got
+        assert not b.reply_waiting(0.5)  # b still waits
+        # a frees its 48 MiB: b's upload goes in, its bytes intact.
+        a.call("mem_release", name="big")
+        got = b.result(timeout=120)
+        assert got["ok"] and got["seconds"] > 0.5, got
+
+        # 2. a holds 24 MiB again (24 + 24 < 64); b's launch f(x) needs 24
+        # MiB more for its output: it waits in the worker's queue (relayed:
+        # stamped by the controller, it passes its turn), while a's launches
+        # run.
+        assert a.call("mem_hold", name="again", mib=24, seed=2)["ok"]
+        b.submit("mem_apply", src="x", dst="y")
+        waiting_seen(cluster, "mem-b", 24 * MIB)
+        got = a.call("mem_steps", k=20)
+        # Not held behind b's turn (the gang order's stall recovery takes 5 s).
+        assert got["ok"] and got["seconds"] < 4.5, got
+        assert not b.reply_waiting(0.5)
+        a.call("mem_release", name="again")
+        got = b.result(timeout=120)
+        assert got["ok"] and got["seconds"] > 0.5, got  # y = f(x), exact
+        assert b.call("mem_check", name="x")["ok"]
+        relayed = status(cluster)["launches_relayed"]
+        assert (relayed > 40) if cluster.relay else (relayed == 0), relayed
+
+        # 3. Bigger than the budget: refused at once, naming sizes and budget.
+        got = b.call("mem_try_hold", name="huge", mib=80)
+        print("too big:", got)
+        assert got["error"] and "RESOURCE_EXHAUSTED" in got["error"], got
+        assert ("needs 80 MiB on device 0; the worker's budget is 64 MiB per device "
+                "(--memory-limit)") in got["error"], got
+        assert got["seconds"] < 15, got
+        assert b.call("mem_check", name="y")["ok"]  # the session goes on
+        st = status(cluster)
+        m = worker(st, W)["memory"]
+        assert m["waits"] >= 2 and m["refused"] >= 1 and m["waiting"] == 0, m
+    finally:
+        a.close()
+        b.close()
+    # Both sessions are gone: their memory is free again.
+    assert harness.wait_until(lambda: worker(status(cluster), W)["memory"]["in_use"] == 0, 30), \
+        status(cluster)
+
+
+def test_wait_that_never_ends_times_out():
+    c = make_cluster(2000)
+    a = b = None
+    try:
+        a, b = runner(c, "mem-a"), runner(c, "mem-b")
+        a.wait_ready()
+        b.wait_ready()
+        assert a.call("mem_hold", name="big", mib=48)["ok"]
+        t0 = time.monotonic()
+        got = b.call("mem_try_hold", name="x", mib=24)
+        took = time.monotonic() - t0
+        print("timed out:", got)
+        assert got["error"] and "RESOURCE_EXHAUSTED" in got["error"], got
+        assert ("waited 2000 ms (--memory-wait-ms) for 24 MiB on device 0, and it did not "
+                "free: 48 MiB of the worker's budget of 64 MiB per device (--memory-limit) are "
+                "in use") in got["error"], got
+        assert 1.5 < took < 60, took
+        # The session goes on: what fits is stored.
+        assert b.call("mem_hold", name="x", mib=8)["ok"]
+        assert a.call("mem_steps", k=5)["ok"]
+        assert worker(status(c), W)["memory"]["wait_timeouts"] >= 1
+    finally:
+        for r in (a, b):
+            if r is not None:
+                r.close()
+        stop_checked(c)
