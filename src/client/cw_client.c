@@ -17,14 +17,19 @@
 #include "cw_time.h"
 
 #define CW__DEFAULT_CONNECT_TIMEOUT_MS 10000
+#define CW__HELLO_ATTEMPTS 4
 #define CW__DEFAULT_MAX_PAYLOAD (16u * 1024 * 1024)
 #define CW__DEFAULT_MAX_BULK (64ull * 1024 * 1024 * 1024)
 // A worker may announce a larger payload limit; we never buffer more.
 #define CW__MAX_PAYLOAD_CAP (1u << 30)
 
 // Synchronous HELLO before the reader starts: the socket has send/receive
-// timeouts of the connect timeout for the duration.
-static cw_status_t cw__hello(cw_client_t* c, const cw_client_options_t* o, int timeout_ms) {
+// timeouts of the connect timeout for the duration. *out_closed: the peer
+// closed the connection before answering anything (a daemon making room
+// among connections without HELLO closes them so: worth another try).
+static cw_status_t cw__hello(cw_client_t* c, const cw_client_options_t* o, int timeout_ms,
+                             bool* out_closed) {
+  *out_closed = false;
   char name[64];
   const char* peer_name = o ? o->peer_name : NULL;
   if (!peer_name) {
@@ -44,12 +49,15 @@ static cw_status_t cw__hello(cw_client_t* c, const cw_client_options_t* o, int t
   uint64_t id = c->next_id++;
   cw_status_t s = cw_client_frame_write(c, CW_MSG_HELLO, id, payload, payload_len, NULL, 0, 0);
   if (payload != stack) free(payload);
-  if (s) return cw_status_annotate(s, "HELLO");
-
+  // A write into a connection the peer already closed fails; the read below
+  // says how (EOF or reset).
+  cw_status_t ws = s;
   uint8_t hdr[CW_FRAME_HEADER_SIZE];
   size_t got = 0;
   if (cw_client_socket_read_full(c->fd, hdr, sizeof(hdr), &got) != 0) {
     int err = errno;
+    *out_closed = got == 0 && (err == 0 || err == ECONNRESET || err == EPIPE);
+    if (ws) return cw_status_annotate(ws, "HELLO");
     if (err == EAGAIN || err == EWOULDBLOCK) {
       return cw_make_status(CW_UNAVAILABLE, "no HELLO reply from %s within %d ms", c->address,
                             timeout_ms);
@@ -57,6 +65,7 @@ static cw_status_t cw__hello(cw_client_t* c, const cw_client_options_t* o, int t
     return cw_make_status(CW_UNAVAILABLE, "HELLO to %s: %s", c->address,
                           cw_client_socket_error_text(err, got));
   }
+  if (ws) return cw_status_annotate(ws, "HELLO");
   cw_frame_header_t h;
   cw_status_t hs = cw_frame_header_decode(hdr, sizeof(hdr), &c->limits, &h);
   if (hs) {
@@ -145,6 +154,38 @@ static cw_status_t cw__thread_start(cw_client_t* c, const char* what, void* (*bo
   return cw_ok_status();
 }
 
+// Connect and HELLO, again (a few times within the connect timeout) when
+// the peer closes the connection before answering: a daemon flooded by
+// connections without HELLO closes the longest-waiting ones to make room, and
+// a connection it closed that way says nothing about the next one.
+static cw_status_t cw__open_and_hello(cw_client_t* c, const cw_client_options_t* o,
+                                      int timeout_ms) {
+  int64_t deadline = cw_time_now_ms() + timeout_ms;
+  int delay_ms = 10;
+  for (int attempt = 1;; ++attempt) {
+    int left = (int)(deadline - cw_time_now_ms());
+    if (left < 1) left = 1;
+    cw_status_t s = cw_client_socket_open(c->address, left, &c->fd);
+    if (!s) s = cw_client_socket_set_timeouts(c->fd, left);
+    bool closed = false;
+    if (!s) s = cw__hello(c, o, left, &closed);
+    if (!s || !closed || attempt >= CW__HELLO_ATTEMPTS ||
+        cw_time_now_ms() + delay_ms >= deadline) {
+      if (s && closed && attempt > 1) {
+        s = cw_status_annotate(s, "%d attempts, each closed before HELLO was answered",
+                               attempt);
+      }
+      return s;
+    }
+    cw_status_free(s);
+    close(c->fd);
+    c->fd = -1;
+    c->next_id = 1;
+    usleep((useconds_t)delay_ms * 1000);
+    delay_ms *= 4;
+  }
+}
+
 cw_status_t cw_client_connect(const char* address, const cw_client_options_t* options,
                               cw_client_t** out_client) {
   if (out_client) *out_client = NULL;
@@ -172,9 +213,7 @@ cw_status_t cw_client_connect(const char* address, const cw_client_options_t* op
   atomic_store_explicit(&c->last_rx_ms, cw_time_now_ms(), memory_order_relaxed);
   cw_status_t s = c->address ? cw_client_table_initialize(&c->table)
                              : cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  if (!s) s = cw_client_socket_open(address, timeout_ms, &c->fd);
-  if (!s) s = cw_client_socket_set_timeouts(c->fd, timeout_ms);
-  if (!s) s = cw__hello(c, options, timeout_ms);
+  if (!s) s = cw__open_and_hello(c, options, timeout_ms);
   // From now on reads block without limit; sends too, or for liveness_ms.
   if (!s) s = cw_client_socket_set_timeouts(c->fd, 0);
   if (!s && c->liveness_ms) s = cw_client_socket_set_send_timeout(c->fd, c->liveness_ms);

@@ -152,6 +152,11 @@ static void fake_hello(fake_t* f) {
 
 static void* fake_main(void* arg) {
   fake_t* f = arg;
+  for (int i = 0; i < f->close_first; ++i) {
+    int fd = accept(f->listen_fd, NULL, NULL);
+    if (fd >= 0) close(fd);
+  }
+  if (f->close_only) return NULL;
   f->fd = accept(f->listen_fd, NULL, NULL);
   if (f->fd < 0) {
     fake_fail(f, __LINE__, "accept failed");

@@ -30,6 +30,8 @@ struct fake_s {
   uint32_t hello_error_code;
   const char* hello_error_message;
   bool hello_silent;  // never answer HELLO
+  int close_first;    // accept and close this many connections first, HELLO unread
+  bool close_only;    // then accept nothing more
   // What the client's HELLO said.
   uint32_t hello_min, hello_max;
   int hello_role;

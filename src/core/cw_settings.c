@@ -43,7 +43,7 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
                            "token-file", CW_SETTING_STRING, 0, 0, "", false, false,
                            "file whose first line is the shared secret (CAUSEWAY_TOKEN wins)"},
     [CW_SET_HELLO_TIMEOUT_MS] = {"CAUSEWAY_HELLO_TIMEOUT_MS", "CW_HELLO_TIMEOUT_MS", CW__DMN,
-                                 "hello-timeout-ms", CW_SETTING_INT, 10, 600000, "10000", false,
+                                 "hello-timeout-ms", CW_SETTING_INT, 10, 600000, "5000", false,
                                  false, "close connections that send no HELLO in this time"},
     [CW_SET_CONNECT_TIMEOUT_MS] = {"CAUSEWAY_CONNECT_TIMEOUT_MS", "CW_CONNECT_TIMEOUT_MS",
                                    CW__DMN, "connect-timeout-ms", CW_SETTING_INT, 10, 600000,
@@ -52,6 +52,16 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
     [CW_SET_MAX_CONNECTIONS] = {"CAUSEWAY_MAX_CONNECTIONS", "CW_MAX_CONNECTIONS", CW__DMN,
                                 "max-connections", CW_SETTING_INT, 1, 65536, "1024", false,
                                 false, "accepted connections at once"},
+    [CW_SET_MAX_UNAUTH_CONNECTIONS] = {"CAUSEWAY_MAX_UNAUTH_CONNECTIONS", NULL, CW__DMN,
+                                       "max-unauth-connections", CW_SETTING_INT, 1, 65536, "256",
+                                       false, false,
+                                       "accepted connections without HELLO yet at once (within "
+                                       "--max-connections); a new one closes the one waiting "
+                                       "longest"},
+    [CW_SET_MAX_UNAUTH_PER_PEER] = {"CAUSEWAY_MAX_UNAUTH_PER_PEER", NULL, CW__DMN,
+                                    "max-unauth-per-peer", CW_SETTING_INT, 1, 65536, "128", false,
+                                    false, "of those, from one IP address at once (a new one "
+                                    "closes that address's longest waiting)"},
     [CW_SET_FRAMES_PER_WAKEUP] = {"CAUSEWAY_FRAMES_PER_WAKEUP", "CW_FRAMES_PER_WAKEUP", CW__DMN,
                                   "frames-per-wakeup", CW_SETTING_INT, 1, 1 << 20, "64", false,
                                   false, "frames one connection may have handled per loop "

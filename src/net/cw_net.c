@@ -25,6 +25,9 @@
 #include "cw_net_internal.h"
 
 #define CW__READAHEAD (64 * 1024)
+// Before HELLO: a HELLO frame arrives in a few reads of this (the parser
+// keeps a frame's payload itself, bounded by the pre-HELLO limit).
+#define CW__READAHEAD_PREHELLO 1024
 #define CW__OUT_INITIAL 4096
 #define CW__OUT_FLUSH_AT (256 * 1024)  // write at once past this many gathered bytes
 
@@ -103,6 +106,7 @@ void cw_net_conn_close(cw_net_conn_t* c, cw_status_t reason) {
   if (c->next) c->next->prev = c->prev;
   c->prev = c->next = NULL;
   if (!c->outbound) net->inbound_connections--;
+  if (net->gate_on) cw_net_gate_leave(&net->gate, &c->gate);
   if (c->out_len && (c->connected || !c->outbound)) {
     // Best effort, as an unqueued uv_write would have: frames gathered
     // before the close (a last error reply) still reach the peer.
@@ -119,11 +123,6 @@ void cw_net_conn_close(cw_net_conn_t* c, cw_status_t reason) {
 cw_net_conn_t* cw_net__conn_create(cw_net_t* net, bool outbound, bool pipe) {
   cw_net_conn_t* c = calloc(1, sizeof(*c));
   if (!c) return NULL;
-  c->readahead = malloc(CW__READAHEAD);
-  if (!c->readahead) {
-    free(c);
-    return NULL;
-  }
   c->net = net;
   c->outbound = outbound;
   c->next_request_id = 1;
@@ -134,7 +133,6 @@ cw_net_conn_t* cw_net__conn_create(cw_net_t* net, bool outbound, bool pipe) {
   int rc = pipe ? uv_pipe_init(net->loop, &c->h.pipe, 0) : uv_tcp_init(net->loop, &c->h.tcp);
   if (rc < 0) {
     cw_conn_parser_deinitialize(&c->parser);
-    free(c->readahead);
     free(c);
     return NULL;
   }
@@ -173,6 +171,7 @@ void cw_net__hello_accepted(cw_net_conn_t* c, int role, bool has_session) {
   c->hello_done = true;
   c->role = role;
   c->has_session = has_session;
+  if (c->net->gate_on) cw_net_gate_leave(&c->net->gate, &c->gate);
   uv_timer_stop(&c->timer);
   cw_conn_parser_set_limits(&c->parser, &c->net->options.limits);
   cw_conn_parser_require_hello(&c->parser, false);
@@ -421,8 +420,20 @@ static void cw__alloc(uv_handle_t* h, size_t suggested, uv_buf_t* buf) {
     buf->len = len > (1u << 30) ? (1u << 30) : (size_t)len;
     return;
   }
+  // Reading stops while parsed bytes wait (cw__conn_process), so the buffer
+  // is empty here and may be replaced.
+  size_t want = (c->outbound || c->hello_done) ? CW__READAHEAD : CW__READAHEAD_PREHELLO;
+  if (c->ra_cap < want) {
+    uint8_t* grown = malloc(want);
+    if (grown) {
+      free(c->readahead);
+      c->readahead = grown;
+      c->ra_cap = want;
+    }
+  }
+  // Out of memory: libuv reports UV_ENOBUFS for an empty buffer (closes).
   buf->base = (char*)c->readahead;
-  buf->len = CW__READAHEAD;
+  buf->len = c->readahead ? c->ra_cap : 0;
 }
 
 static void cw__reply_complete(cw_net_conn_t* c, cw_net_outreq_t* r, const cw_frame_header_t* h,
@@ -543,6 +554,7 @@ static void cw__on_read(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf)
     return;
   }
   cw_net_conn_retain(c);
+  if (c->gate.in) cw_net_gate_progress(&c->net->gate, &c->gate);
   if ((uint8_t*)buf->base != c->readahead) {
     cw_conn_parser_event_t ev;
     cw_conn_parser_bulk_advance(&c->parser, (uint64_t)nread, &ev);
@@ -659,6 +671,8 @@ void cw_net_options_from_settings(const cw_settings_t* settings, const char* nam
   out->limits.max_bulk = (uint64_t)cw_settings_int(settings, CW_SET_MAX_BULK);
   out->frames_per_wakeup = cw_settings_int(settings, CW_SET_FRAMES_PER_WAKEUP);
   out->max_connections = cw_settings_int(settings, CW_SET_MAX_CONNECTIONS);
+  out->max_unauth_connections = cw_settings_int(settings, CW_SET_MAX_UNAUTH_CONNECTIONS);
+  out->max_unauth_per_peer = cw_settings_int(settings, CW_SET_MAX_UNAUTH_PER_PEER);
   out->hello_timeout_ms = cw_settings_int(settings, CW_SET_HELLO_TIMEOUT_MS);
   out->token = cw_settings_string(settings, CW_SET_TOKEN);
   out->name = name;
@@ -682,6 +696,7 @@ void cw_net_stop(cw_net_t* net) {
   net->stopped = true;
   if (net->listening) {
     uv_close(&net->listener.handle, NULL);
+    cw_net_pacer_close(&net->pacer, NULL);
     net->listening = false;
     if (net->unix_path) unlink(net->unix_path);
   }
@@ -699,4 +714,6 @@ void cw_net_deinitialize(cw_net_t* net) {
   // Connections waiting to resume are closed: their references go.
   cw__on_idle(&net->idle);
   uv_close((uv_handle_t*)&net->idle, NULL);
+  if (net->gate_on) cw_net_gate_deinitialize(&net->gate);
+  net->gate_on = false;
 }

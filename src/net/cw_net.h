@@ -29,6 +29,7 @@
 
 #include "cw_conn_parser.h"
 #include "cw_frame.h"
+#include "cw_net_gate.h"
 #include "cw_settings.h"
 #include "cw_status.h"
 
@@ -90,6 +91,11 @@ typedef struct cw_net_options_s {
   cw_frame_limits_t limits;           // after HELLO, and outbound connections
   int64_t frames_per_wakeup;
   int64_t max_connections;  // accepted connections at once
+  // Accepted connections before HELLO at once, in all and from one address
+  // (0: max_connections); when full the longest-waiting one is closed
+  // (cw_net_gate.h).
+  int64_t max_unauth_connections;
+  int64_t max_unauth_per_peer;
   int64_t hello_timeout_ms;
   const char* token;  // borrowed: presented in outbound HELLOs, required in inbound ones
   const char* name;   // borrowed: this daemon's name (HelloReply, outbound HELLOs)
@@ -109,6 +115,12 @@ struct cw_net_s {
   void* prepare_user;
   cw_net_conn_t* conns;
   size_t inbound_connections;
+  cw_net_gate_t gate;  // accepted connections before HELLO (from cw_net_listen)
+  bool gate_on;
+  cw_net_pacer_t pacer;
+  cw_net_warn_limit_t warn_full, warn_evict, warn_hello;
+  uint64_t refused;         // accepted connections closed at once: no room
+  uint64_t hello_timeouts;  // closed for want of a HELLO in time
   union {
     uv_handle_t handle;
     uv_stream_t stream;

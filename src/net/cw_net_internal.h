@@ -41,8 +41,12 @@ struct cw_net_conn_s {
   cw_net_conn_t* resume_next;
   char name[128];
   char address[256];  // outbound: what it connects to
+  cw_net_gate_entry_t gate;  // accepted, before HELLO
   cw_conn_parser_t parser;
+  // Allocated at the first read: small before HELLO (a flood of idle or
+  // dribbling peers holds little memory), full size after.
   uint8_t* readahead;
+  size_t ra_cap;
   size_t ra_off, ra_len;  // bytes read, not yet parsed
   size_t writes_pending;
   // Small frames gathered for one write: out[0..out_len) are whole frames
