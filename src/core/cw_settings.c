@@ -66,6 +66,26 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
                                   "frames-per-wakeup", CW_SETTING_INT, 1, 1 << 20, "64", false,
                                   false, "frames one connection may have handled per loop "
                                   "wakeup"},
+    [CW_SET_TLS] = {"CAUSEWAY_TLS", NULL, CW__DMN | CW__PLG | CW__TOOL | CW__CLI, "tls",
+                    CW_SETTING_BOOL, 0, 1, "0", false, false,
+                    "TLS on every TCP connection (Unix sockets stay plaintext): a daemon refuses "
+                    "plaintext peers, a client speaks TLS"},
+    [CW_SET_TLS_CA] = {"CAUSEWAY_TLS_CA", NULL, CW__DMN | CW__PLG | CW__TOOL | CW__CLI, "tls-ca",
+                       CW_SETTING_STRING, 0, 0, "", false, false,
+                       "PEM file of the CA certificate(s) peers are verified against (with "
+                       "CAUSEWAY_TLS)"},
+    [CW_SET_TLS_CERT] = {"CAUSEWAY_TLS_CERT", NULL, CW__DMN | CW__PLG | CW__TOOL | CW__CLI,
+                         "tls-cert", CW_SETTING_STRING, 0, 0, "", false, false,
+                         "PEM file of this program's certificate (a daemon's: required with "
+                         "CAUSEWAY_TLS; a client's: optional, presented for mutual TLS)"},
+    [CW_SET_TLS_KEY] = {"CAUSEWAY_TLS_KEY", NULL, CW__DMN | CW__PLG | CW__TOOL | CW__CLI,
+                        "tls-key", CW_SETTING_STRING, 0, 0, "", false, false,
+                        "PEM file of its private key (mode 0600)"},
+    [CW_SET_TLS_REQUIRE_CLIENT_CERT] = {"CAUSEWAY_TLS_REQUIRE_CLIENT_CERT", NULL, CW__DMN,
+                                        "tls-require-client-cert", CW_SETTING_BOOL, 0, 1, "0",
+                                        false, false,
+                                        "mutual TLS: refuse TCP peers without a certificate "
+                                        "signed by CAUSEWAY_TLS_CA"},
     [CW_SET_PLUGIN] = {"CAUSEWAY_PJRT_PLUGIN", "CW_PJRT_PLUGIN", CW__WRK | CW__PLG | CW__TOOL,
                        "plugin", CW_SETTING_STRING, 0, 0, "", false, false,
                        "path of the vendor PJRT plugin library the worker loads (also the "
