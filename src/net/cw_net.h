@@ -32,6 +32,7 @@
 #include "cw_net_gate.h"
 #include "cw_settings.h"
 #include "cw_status.h"
+#include "cw_tls.h"
 
 typedef struct cw_net_s cw_net_t;
 typedef struct cw_net_conn_s cw_net_conn_t;
@@ -99,6 +100,9 @@ typedef struct cw_net_options_s {
   int64_t hello_timeout_ms;
   const char* token;  // borrowed: presented in outbound HELLOs, required in inbound ones
   const char* name;   // borrowed: this daemon's name (HelloReply, outbound HELLOs)
+  // TLS on TCP connections, both ways (strings borrowed); Unix sockets stay
+  // plaintext. A TLS listener refuses plaintext peers and vice versa.
+  cw_tls_config_t tls;
 } cw_net_options_t;
 
 struct cw_net_s {
@@ -121,6 +125,10 @@ struct cw_net_s {
   cw_net_warn_limit_t warn_full, warn_evict, warn_hello;
   uint64_t refused;         // accepted connections closed at once: no room
   uint64_t hello_timeouts;  // closed for want of a HELLO in time
+  cw_tls_t* tls;            // made at first use (cw_net_listen on TCP, a TCP connect)
+  bool tls_listener;        // the listener is TCP with TLS on
+  uint64_t tls_failures;    // handshakes that failed, and peers that spoke the wrong thing
+  cw_net_warn_limit_t warn_tls;
   union {
     uv_handle_t handle;
     uv_stream_t stream;

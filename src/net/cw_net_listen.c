@@ -128,6 +128,7 @@ static void cw__accept_one(uv_stream_t* server) {
     return;
   }
   cw__name_peer(c);
+  c->tls = net->tls_listener;
   // Room before HELLO first (closing a waiting one if need be), then room in
   // all: a waiting one goes before the newcomer is refused.
   bool per_peer = net->gate.max_per_peer < net->gate.max_total &&
@@ -220,6 +221,12 @@ cw_status_t cw_net_listen(cw_net_t* net, const char* address, const cw_net_servi
   } else {
     struct sockaddr_storage sa;
     CW_RETURN_IF_ERROR(cw_net_parse_host_port(address, &sa), "--listen");
+    if (net->options.tls.enabled) {
+      // The certificate is loaded now: a daemon with a bad one does not start.
+      cw_tls_t* tls = NULL;
+      CW_RETURN_IF_ERROR(cw_net__tls_context(net, true, &tls), "--listen %s", address);
+      net->tls_listener = true;
+    }
     rc = uv_tcp_init(net->loop, &net->listener.tcp);
     if (rc == 0) {
       net->listening = true;
@@ -301,6 +308,14 @@ cw_status_t cw_net_connect(cw_net_t* net, const char* address, const char* name,
   if (!c) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for a connection");
   snprintf(c->address, sizeof(c->address), "%s", address);
   cw_net_conn_set_name(c, name ? name : address);
+  if (!pipe && net->options.tls.enabled) {
+    cw_status_t st = cw_net__tls_start_outbound(c, address);
+    if (st) {
+      c->unusable = true;
+      cw_net_conn_close(c, cw_status_clone(st));
+      return st;
+    }
+  }
   c->connect_req.data = c;
   if (pipe) {
     uv_pipe_connect(&c->connect_req, &c->h.pipe, address, cw__connected);

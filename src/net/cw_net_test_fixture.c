@@ -762,6 +762,11 @@ void expect_reply_type(raw_t* r, uint16_t type, uint64_t rid) {
   frame_free(&f);
 }
 
+void request_upload(cw_net_conn_t* conn, const ProtobufCMessage* msg, const void* bulk,
+                    uint64_t len, cw_net_free_fn bulk_free, void* user, reply_t* r) {
+  cw_net_conn_request(conn, CW_MSG_UPLOAD, msg, bulk, len, bulk_free, user, on_reply, r);
+}
+
 void request_download(cw_net_conn_t* conn, uint64_t size, reply_t* r) {
   Causeway__V1__DownloadRequest dl = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
   dl.buffer_id = size;

@@ -201,6 +201,9 @@ cw_net_conn_t* connect_client(const char* address, uint64_t session, out_t* o);
 // Requests whose completion lands in `r`.
 void request_ping(cw_net_conn_t* conn, const char* data, reply_t* r);
 void request_download(cw_net_conn_t* conn, uint64_t size, reply_t* r);
+// A request `msg` of type UPLOAD with `bulk` (bulk_free(user) when written).
+void request_upload(cw_net_conn_t* conn, const ProtobufCMessage* msg, const void* bulk,
+                    uint64_t len, cw_net_free_fn bulk_free, void* user, reply_t* r);
 // The request completed (now) with `code` and exactly `msg`.
 void expect_failed(const reply_t* r, cw_status_code_t code, const char* msg);
 // The last accepted connection's server side.
