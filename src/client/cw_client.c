@@ -98,6 +98,12 @@ static cw_status_t cw__hello(cw_client_t* c, const cw_client_options_t* o, int t
       return cw_make_status(CW_UNAVAILABLE, "no HELLO reply from %s within %d ms", c->address,
                             timeout_ms);
     }
+    if (c->tls && err == EPROTO) {
+      // TLS 1.3: a server that refuses this side's certificate says so
+      // after the client finished, in place of the HELLO reply.
+      return cw_make_status(CW_UNAVAILABLE, "TLS handshake with %s failed: %s", c->address,
+                            cw_client_io_error_text(c, err, got));
+    }
     return cw_make_status(CW_UNAVAILABLE, "HELLO to %s: %s", c->address,
                           cw_client_io_error_text(c, err, got));
   }

@@ -191,7 +191,7 @@ static void test_mutual_tls(void** state) {
   cw_client_options_t o = {.tls = anon};
   cw_client_t* c = NULL;
   expect_status(cw_client_connect(f.path, &o, &c), CW_UNAVAILABLE,
-                "the peer requires a client certificate (mutual TLS)");
+                "the peer requires a client certificate for mutual TLS");
   fake_join(&f);
   assert_non_null(strstr(f.tls_error, "peer did not return a certificate"));
 

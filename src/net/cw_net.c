@@ -380,6 +380,10 @@ void cw_net_conn_reply_error(cw_net_conn_t* c, uint16_t type, uint64_t request_i
 void cw_net_conn_violation(cw_net_conn_t* c, uint16_t type, uint64_t request_id,
                            cw_status_t status) {
   CW_LOGW("%s: closing: %s", c->name, cw_status_message(status));
+  cw_net__refuse(c, type, request_id, status);
+}
+
+void cw_net__refuse(cw_net_conn_t* c, uint16_t type, uint64_t request_id, cw_status_t status) {
   if (!cw_msg_info(type)) type = CW_MSG_HELLO;  // the peer can decode the answer
   if (c->reading) {
     uv_read_stop(&c->h.stream);
@@ -443,6 +447,8 @@ static void cw__alloc(uv_handle_t* h, size_t suggested, uv_buf_t* buf) {
   uint64_t len;
   if (c->tls) {
     // Ciphertext; plaintext is decrypted from it by cw_net__tls_pump_in.
+    // Reading stops while the SSL has not taken all of it, so it is empty.
+    c->tls_in_off = c->tls_in_len = 0;
     cw_net__buffer_reserve(&c->tls_in, &c->tls_in_cap, cw_net__read_size(c));
     buf->base = (char*)c->tls_in;
     buf->len = c->tls_in ? c->tls_in_cap : 0;
@@ -575,7 +581,7 @@ static bool cw__refuse_tls_handshake(cw_net_conn_t* c, const uint8_t* data, size
   cw_net_t* net = c->net;
   net->tls_failures++;
   uint64_t more = 0;
-  if (cw_net_warn_limit_pass(&net->warn_tls, cw_time_now_ms(), 5000, &more)) {
+  if (cw_net_warn_limit_pass(&net->warn_plain, cw_time_now_ms(), 5000, &more)) {
     CW_LOGW("%s: refused: a TLS handshake on a plaintext port (TLS is off here: CAUSEWAY_TLS, "
             "--tls; %" PRIu64 " more such refusals since the last warning)", c->name, more);
   }
@@ -608,7 +614,7 @@ static void cw__on_read(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf)
     }
   }
   if (c->tls) {
-    cw_net__tls_on_read(c, (const uint8_t*)buf->base, (size_t)nread);
+    cw_net__tls_on_read(c, (size_t)nread);
   } else if ((uint8_t*)buf->base != c->readahead) {
     cw_conn_parser_event_t ev;
     cw_conn_parser_bulk_advance(&c->parser, (uint64_t)nread, &ev);
@@ -786,4 +792,5 @@ void cw_net_deinitialize(cw_net_t* net) {
   net->gate_on = false;
   cw_tls_release(net->tls);
   net->tls = NULL;
+  while (net->tls_pool_n > 0) free(net->tls_pool[--net->tls_pool_n]);
 }

@@ -128,7 +128,12 @@ struct cw_net_s {
   cw_tls_t* tls;            // made at first use (cw_net_listen on TCP, a TCP connect)
   bool tls_listener;        // the listener is TCP with TLS on
   uint64_t tls_failures;    // handshakes that failed, and peers that spoke the wrong thing
-  cw_net_warn_limit_t warn_tls;
+  // Ciphertext buffers of a whole chunk, kept for reuse across connections
+  // (fresh ones would be page-faulted in again and again).
+  uint8_t* tls_pool[32];
+  int tls_pool_n;
+  cw_net_warn_limit_t warn_tls;    // failed handshakes
+  cw_net_warn_limit_t warn_plain;  // the wrong protocol: plaintext at TLS, TLS at plaintext
   union {
     uv_handle_t handle;
     uv_stream_t stream;

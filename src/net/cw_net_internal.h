@@ -85,14 +85,17 @@ struct cw_net_conn_s {
   bool first_read;           // inbound: the first bytes were looked at
   // TLS (cw_net_tls.c). `tls`: this connection speaks it (accepted on a TCP
   // listener with TLS on, or outbound to host:port with TLS on); `ssl` is
-  // made at the first byte (accepted) or at connect. Ciphertext is read
-  // into tls_in and written from the SSL's memory BIO; plaintext is read
-  // into readahead (or a bulk destination).
+  // made at the first byte (accepted) or at connect. Its BIO reads the
+  // ciphertext libuv read into tls_in[tls_in_off..tls_in_len) and writes
+  // ciphertext into tls_out, which goes to libuv as it is; plaintext is
+  // read into readahead (or a bulk destination).
   bool tls;
   bool tls_up;  // the handshake finished
   SSL* ssl;
   uint8_t* tls_in;
-  size_t tls_in_cap;
+  size_t tls_in_cap, tls_in_off, tls_in_len;
+  uint8_t* tls_out;
+  size_t tls_out_len, tls_out_cap;
   cw_net_tls_item_t* tls_q;
   cw_net_tls_item_t* tls_q_tail;
   size_t tls_inflight;  // ciphertext handed to libuv, not yet written
@@ -113,6 +116,8 @@ void cw_net__conn_start_reading(cw_net_conn_t* c);
 // consumed. Reading goes on unless closing, held or paused. A frame whose
 // bulk bytes just arrived. A write finished (status < 0: failed).
 bool cw_net__parse_buffered(cw_net_conn_t* c);
+// cw_net_conn_violation without its log line (the caller logged, rate-limited).
+void cw_net__refuse(cw_net_conn_t* c, uint16_t type, uint64_t request_id, cw_status_t status);
 void cw_net__read_on(cw_net_conn_t* c);
 void cw_net__bulk_done(cw_net_conn_t* c, const cw_frame_header_t* h);
 void cw_net__write_finished(cw_net_conn_t* c, int status);
@@ -126,8 +131,8 @@ size_t cw_net__read_size(const cw_net_conn_t* c);
 CW_MUST_USE cw_status_t cw_net__tls_context(cw_net_t* net, bool server, cw_tls_t** out);
 // An outbound connection to `address` speaks TLS from now on.
 CW_MUST_USE cw_status_t cw_net__tls_start_outbound(cw_net_conn_t* c, const char* address);
-// Ciphertext arrived (`data` in c->tls_in).
-void cw_net__tls_on_read(cw_net_conn_t* c, const uint8_t* data, size_t len);
+// `len` bytes of ciphertext arrived in c->tls_in.
+void cw_net__tls_on_read(cw_net_conn_t* c, size_t len);
 // An outbound connection ended (EOF or a read error `uv_err`) before its
 // HELLO was answered: the peer refused the handshake.
 void cw_net__tls_lost(cw_net_conn_t* c, int uv_err);

@@ -1,17 +1,20 @@
-// TLS under libuv for src/net's connections (cw_net_internal.h): the SSL of
-// a connection reads ciphertext from a memory BIO that cw__on_read fills
-// (c->tls_in) and writes ciphertext into a memory BIO that is handed to
-// libuv. Plaintext goes into the parser's readahead, or straight into a bulk
-// destination (SSL_read_ex into the handler's memory). Writes are queued as
-// plaintext items (gathered frames, then bulk straight from caller memory)
-// and encrypted as libuv drains the ciphertext, at most CW__TLS_INFLIGHT
-// bytes ahead, so a 1 GiB bulk never has a 1 GiB ciphertext copy.
+// TLS under libuv for src/net's connections (cw_net_internal.h). The SSL of
+// a connection has a BIO of ours (no socket under it): reading takes the
+// ciphertext libuv read into c->tls_in, writing appends ciphertext to
+// c->tls_out, which is then handed to libuv as it is (memory BIOs would copy
+// both ways, and grow by reallocating and wiping). Plaintext goes into the
+// parser's readahead, or straight into a bulk destination (SSL_read_ex into
+// the handler's memory). Writes are queued as plaintext items (gathered
+// frames, then bulk straight from caller memory) and encrypted as libuv
+// drains the ciphertext, at most CW__TLS_INFLIGHT bytes ahead, so a 1 GiB
+// bulk never has a 1 GiB ciphertext copy.
 //
 // An accepted connection on a TLS listener that starts with a causeway frame
 // (a peer with TLS off) is answered in plaintext with an error that says TLS
 // is required, and closed; anything else that is not a TLS handshake is
 // closed. The HELLO deadline covers the handshake.
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,8 +27,79 @@
 
 #define CW__TLS_CHUNK (256 * 1024)       // plaintext handed to SSL_write at once
 #define CW__TLS_INFLIGHT (4 * 1024 * 1024)  // ciphertext handed to libuv, not yet written
+// Ciphertext of a chunk's records fits a buffer of this size (the net keeps
+// some for reuse).
+#define CW__TLS_OUT_CHUNK (CW__TLS_CHUNK + 16 * 1024)
 
 static void cw__pump_out(cw_net_conn_t* c);
+
+// --- The connection's BIO ------------------------------------------------------------
+
+static int cw__bio_read(BIO* b, char* out, size_t len, size_t* out_read) {
+  cw_net_conn_t* c = BIO_get_data(b);
+  BIO_clear_retry_flags(b);
+  size_t avail = c->tls_in_len - c->tls_in_off;
+  if (!avail) {
+    BIO_set_retry_read(b);  // more when libuv reads it
+    *out_read = 0;
+    return 0;
+  }
+  size_t n = avail < len ? avail : len;
+  memcpy(out, c->tls_in + c->tls_in_off, n);
+  c->tls_in_off += n;
+  *out_read = n;
+  return 1;
+}
+
+static int cw__bio_write(BIO* b, const char* data, size_t len, size_t* out_written) {
+  cw_net_conn_t* c = BIO_get_data(b);
+  BIO_clear_retry_flags(b);
+  cw_net_t* net = c->net;
+  if (!c->tls_out && c->tls_up && net->tls_pool_n > 0) {
+    c->tls_out = net->tls_pool[--net->tls_pool_n];
+    c->tls_out_cap = CW__TLS_OUT_CHUNK;
+  }
+  if (len > c->tls_out_cap - c->tls_out_len) {
+    // A whole chunk's records at once after the handshake (growing by
+    // doubling would copy them again and again); small before it.
+    size_t cap = c->tls_out_cap ? c->tls_out_cap : c->tls_up ? CW__TLS_OUT_CHUNK : 16 * 1024;
+    while (cap - c->tls_out_len < len) cap *= 2;
+    uint8_t* grown = realloc(c->tls_out, cap);
+    if (!grown) return 0;  // OpenSSL reports the failed write
+    c->tls_out = grown;
+    c->tls_out_cap = cap;
+  }
+  memcpy(c->tls_out + c->tls_out_len, data, len);
+  c->tls_out_len += len;
+  *out_written = len;
+  return 1;
+}
+
+static long cw__bio_ctrl(BIO* b, int cmd, long num, void* ptr) {
+  cw_net_conn_t* c = BIO_get_data(b);
+  switch (cmd) {
+    case BIO_CTRL_FLUSH:
+      return 1;  // cw__flush hands tls_out to libuv
+    case BIO_CTRL_PENDING:
+      return c ? (long)(c->tls_in_len - c->tls_in_off) : 0;
+    case BIO_CTRL_WPENDING:
+      return c ? (long)c->tls_out_len : 0;
+    default:
+      return 0;
+  }
+}
+
+static BIO_METHOD* g_bio_method;
+
+static void cw__bio_method_make(void) {
+  BIO_METHOD* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "causeway-net");
+  if (m && BIO_meth_set_read_ex(m, cw__bio_read) && BIO_meth_set_write_ex(m, cw__bio_write) &&
+      BIO_meth_set_ctrl(m, cw__bio_ctrl)) {
+    g_bio_method = m;
+  } else {
+    BIO_meth_free(m);
+  }
+}
 
 cw_status_t cw_net__tls_context(cw_net_t* net, bool server, cw_tls_t** out) {
   *out = NULL;
@@ -42,16 +116,17 @@ static cw_status_t cw__ssl_attach(cw_net_conn_t* c, const char* peer_host) {
   CW_RETURN_IF_ERROR(cw_net__tls_context(c->net, peer_host == NULL, &tls), "");
   SSL* ssl = NULL;
   CW_RETURN_IF_ERROR(cw_tls_ssl_new(tls, peer_host, &ssl), "");
-  BIO* in = BIO_new(BIO_s_mem());
-  BIO* out = BIO_new(BIO_s_mem());
-  if (!in || !out) {
-    BIO_free(in);
-    BIO_free(out);
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, cw__bio_method_make);
+  BIO* bio = g_bio_method ? BIO_new(g_bio_method) : NULL;
+  if (!bio) {
     SSL_free(ssl);
+    ERR_clear_error();
     return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for TLS");
   }
-  BIO_set_mem_eof_return(in, -1);  // empty: "want more", not end of stream
-  SSL_set_bio(ssl, in, out);
+  BIO_set_data(bio, c);
+  BIO_set_init(bio, 1);
+  SSL_set_bio(ssl, bio, bio);  // one reference, both ways
   // Before HELLO an idle connection holds no record buffers.
   if (!peer_host) SSL_set_mode(ssl, SSL_MODE_RELEASE_BUFFERS);
   c->ssl = ssl;
@@ -73,10 +148,11 @@ void cw_net__tls_hello_accepted(cw_net_conn_t* c) {
 }
 
 void cw_net__tls_free(cw_net_conn_t* c) {
-  SSL_free(c->ssl);  // and its BIOs
+  SSL_free(c->ssl);  // and its BIO
   c->ssl = NULL;
   free(c->tls_in);
-  c->tls_in = NULL;
+  free(c->tls_out);
+  c->tls_in = c->tls_out = NULL;
 }
 
 static bool cw__warn_pass(cw_net_t* net, uint64_t* more) {
@@ -114,8 +190,7 @@ void cw_net__tls_lost(cw_net_conn_t* c, int uv_err) {
   char why[256];
   snprintf(why, sizeof(why), "%s", uv_err == UV_EOF
                                        ? "the peer closed the connection during the TLS "
-                                         "handshake (a daemon with TLS off closes a TLS "
-                                         "handshake)"
+                                         "handshake: a daemon with TLS off closes one"
                                        : uv_strerror(uv_err));
   CW_LOGW("TLS handshake with %s failed: %s", c->address, why);
   c->unusable = true;
@@ -128,35 +203,45 @@ void cw_net__tls_lost(cw_net_conn_t* c, int uv_err) {
 typedef struct cw__cipher_write_s {
   uv_write_t req;
   cw_net_conn_t* conn;
-  size_t len;
-  uint8_t data[];
+  uint8_t* data;  // owned: the connection's tls_out when it was handed over
+  size_t len, cap;
 } cw__cipher_write_t;
 
 static void cw__cipher_written(uv_write_t* req, int status) {
   cw__cipher_write_t* w = (cw__cipher_write_t*)req;
   cw_net_conn_t* c = w->conn;
   c->tls_inflight -= w->len;
+  cw_net_t* net = c->net;
+  int pool_cap = (int)(sizeof(net->tls_pool) / sizeof(net->tls_pool[0]));
+  if (w->cap == CW__TLS_OUT_CHUNK && net->handles_open && net->tls_pool_n < pool_cap) {
+    net->tls_pool[net->tls_pool_n++] = w->data;
+  } else {
+    free(w->data);
+  }
   free(w);
   cw_net__write_finished(c, status);
   if (!c->closing) cw__pump_out(c);
   cw_net_conn_release(c);
 }
 
-// Hands what the SSL wrote to libuv.
+// Hands what the SSL wrote to libuv (the buffer itself: no copy).
 static void cw__flush(cw_net_conn_t* c) {
-  BIO* out = SSL_get_wbio(c->ssl);
-  size_t pending = BIO_ctrl_pending(out);
-  if (!pending || c->closing) return;
-  cw__cipher_write_t* w = malloc(sizeof(*w) + pending);
+  if (!c->tls_out_len || c->closing) return;
+  cw__cipher_write_t* w = malloc(sizeof(*w));
   if (!w) {
     cw_net_conn_close(c, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory writing"));
     return;
   }
   w->conn = c;
-  w->len = (size_t)BIO_read(out, w->data, (int)pending);
+  w->data = c->tls_out;
+  w->len = c->tls_out_len;
+  w->cap = c->tls_out_cap;
+  c->tls_out = NULL;
+  c->tls_out_len = c->tls_out_cap = 0;
   uv_buf_t b = uv_buf_init((char*)w->data, (unsigned)w->len);
   int rc = uv_write(&w->req, &c->h.stream, &b, 1, cw__cipher_written);
   if (rc < 0) {
+    free(w->data);
     free(w);
     cw_net_conn_close(c, cw_make_status(CW_UNAVAILABLE, "write to %s failed: %s", c->name,
                                         uv_strerror(rc)));
@@ -243,15 +328,11 @@ void cw_net__tls_close(cw_net_conn_t* c) {
   // when nothing else is waiting, as the plaintext path does.
   if (c->ssl && c->tls_up && c->out_len && !c->tls_q && !c->tls_inflight) {
     size_t written = 0;
-    if (SSL_write_ex(c->ssl, c->out, c->out_len, &written) == 1) {
-      BIO* out = SSL_get_wbio(c->ssl);
-      char* data = NULL;
-      long n = BIO_get_mem_data(out, &data);
-      if (n > 0) {
-        uv_buf_t b = uv_buf_init(data, (unsigned)n);
-        (void)uv_try_write(&c->h.stream, &b, 1);
-      }
+    if (SSL_write_ex(c->ssl, c->out, c->out_len, &written) == 1 && c->tls_out_len) {
+      uv_buf_t b = uv_buf_init((char*)c->tls_out, (unsigned)c->tls_out_len);
+      (void)uv_try_write(&c->h.stream, &b, 1);
     }
+    c->tls_out_len = 0;
     ERR_clear_error();
   }
   while (c->tls_q) {
@@ -274,18 +355,18 @@ static bool cw__check_first_bytes(cw_net_conn_t* c, const uint8_t* data, size_t 
   cw_net_t* net = c->net;
   net->tls_failures++;
   uint64_t more = 0;
-  bool say = cw__warn_pass(net, &more);
+  bool say = cw_net_warn_limit_pass(&net->warn_plain, cw_time_now_ms(), 5000, &more);
   if (kind == CW_TLS_FIRST_OTHER) {
     if (say) {
-      CW_LOGW("%s: refused: not a TLS handshake on a TLS port (%" PRIu64 " more TLS failures "
-              "since the last warning)", c->name, more);
+      CW_LOGW("%s: refused: not a TLS handshake on a TLS port (%" PRIu64 " more such "
+              "refusals since the last warning)", c->name, more);
     }
     cw_net_conn_close(c, cw_make_status(CW_UNAVAILABLE, "not a TLS handshake"));
     return false;
   }
   if (say) {
     CW_LOGW("%s: refused: plaintext causeway frames on a TLS port (the peer has TLS off; this "
-            "daemon requires TLS: CAUSEWAY_TLS; %" PRIu64 " more TLS failures since the last "
+            "daemon requires TLS: CAUSEWAY_TLS; %" PRIu64 " more such refusals since the last "
             "warning)", c->name, more);
   }
   // Answered as a plaintext connection would be: the error names the cure.
@@ -298,7 +379,7 @@ static bool cw__check_first_bytes(cw_net_conn_t* c, const uint8_t* data, size_t 
     cw_status_free(st);
   }
   c->tls = false;
-  cw_net_conn_violation(c, CW_MSG_HELLO, rid,
+  cw_net__refuse(c, CW_MSG_HELLO, rid,
                         cw_make_status(CW_FAILED_PRECONDITION,
                                        "this daemon requires TLS on TCP connections: set "
                                        "CAUSEWAY_TLS=1 and CAUSEWAY_TLS_CA (the cluster's CA "
@@ -306,9 +387,11 @@ static bool cw__check_first_bytes(cw_net_conn_t* c, const uint8_t* data, size_t 
   return false;
 }
 
-void cw_net__tls_on_read(cw_net_conn_t* c, const uint8_t* data, size_t len) {
+void cw_net__tls_on_read(cw_net_conn_t* c, size_t len) {
+  c->tls_in_off = 0;
+  c->tls_in_len = len;
   if (!c->ssl) {
-    if (!cw__check_first_bytes(c, data, len)) return;
+    if (!cw__check_first_bytes(c, c->tls_in, len)) return;
     cw_status_t st = cw__ssl_attach(c, NULL);
     if (st) {
       CW_LOGE("%s: %s", c->name, cw_status_message(st));
@@ -316,7 +399,6 @@ void cw_net__tls_on_read(cw_net_conn_t* c, const uint8_t* data, size_t len) {
       return;
     }
   }
-  BIO_write(SSL_get_rbio(c->ssl), data, (int)len);
   cw_net__tls_pump_in(c);
 }
 

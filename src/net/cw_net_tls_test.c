@@ -162,7 +162,7 @@ static void test_tls_client_at_plaintext_port(void** state) {
   WAIT(a.done);
   assert_int_equal(a.code, CW_UNAVAILABLE);
   expect_contains(a.msg, "TLS handshake with 127.0.0.1:");
-  expect_contains(a.msg, "(a daemon with TLS off closes a TLS handshake)");
+  expect_contains(a.msg, "during the TLS handshake: a daemon with TLS off closes one");
   assert_int_equal(fx.srv.tls_failures, 1);
   WAIT(o.freed);
 }
@@ -193,7 +193,7 @@ static void test_mutual_tls(void** state) {
   request_ping(conn, "x", &a);
   WAIT(a.done);
   assert_int_equal(a.code, CW_UNAVAILABLE);
-  expect_contains(a.msg, "(the peer requires a client certificate (mutual TLS)");
+  expect_contains(a.msg, "(the peer requires a client certificate for mutual TLS");
   WAIT(fx.num_peers == 1 && fx.peers[0]->closes == 1);
   expect_contains(fx.peers[0]->close_msg, "peer did not return a certificate");
   // A certificate of another CA.
