@@ -13,6 +13,12 @@
 // here, sent by a role that may send it, on a connection with a session if
 // the type needs one. Only then does a handler run.
 //
+// Accepted connections before HELLO have a budget of their own and one per
+// peer address; a full one closes the connection that waited longest
+// (cw_net_gate.h). With options.tls enabled, TCP connections (accepted and
+// outbound) are TLS 1.3 and every frame travels inside it (cw_net_tls.c);
+// Unix sockets stay plaintext.
+//
 // Lifetime: a connection is reference counted. The net holds one reference
 // while it is open; on_close runs exactly once (EOF, I/O error, violation,
 // failed connect or cw_net_conn_close), after the requests it had sent were
