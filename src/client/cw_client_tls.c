@@ -97,33 +97,53 @@ void cw_client_tls_free(cw_client_tls_conn_t* t) {
   free(t);
 }
 
+// What one SSL call did.
+typedef struct cw__io_s {
+  int err;      // SSL_get_error's verdict (SSL_ERROR_NONE: done)
+  size_t n;     // bytes read or written
+  int errno_;   // errno right after the call
+  bool described;  // OpenSSL said why: the text is in the caller's `why`
+} cw__io_t;
+
+// One SSL_read_ex or SSL_write_ex, under the lock (the only place the SSL
+// is touched after the handshake).
+static cw__io_t cw__ssl_io(cw_client_tls_conn_t* t, bool write, void* buf, size_t len,
+                           char* why, size_t why_cap) {
+  cw__io_t o = {0};
+  pthread_mutex_lock(&t->mu);
+  ERR_clear_error();
+  errno = 0;
+  int r = write ? SSL_write_ex(t->ssl, buf, len, &o.n) : SSL_read_ex(t->ssl, buf, len, &o.n);
+  o.err = r == 1 ? SSL_ERROR_NONE : SSL_get_error(t->ssl, r);
+  o.errno_ = errno;
+  o.described = o.err == SSL_ERROR_SSL || (o.err == SSL_ERROR_SYSCALL && ERR_peek_error());
+  if (o.described) cw_tls_describe_error(t->ssl, r, why, why_cap);
+  pthread_mutex_unlock(&t->mu);
+  return o;
+}
+
 // Writes all of [p, p + n): OpenSSL under the lock, waits without it.
 static cw_status_t cw__write_all(cw_client_tls_conn_t* t, const char* address, const uint8_t* p,
                                  size_t n) {
   while (n) {
-    pthread_mutex_lock(&t->mu);
-    ERR_clear_error();
-    errno = 0;
-    size_t w = 0;
-    int r = SSL_write_ex(t->ssl, p, n, &w);
-    int e = r == 1 ? SSL_ERROR_NONE : SSL_get_error(t->ssl, r);
     char why[384] = "";
-    if (e != SSL_ERROR_NONE && e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) {
-      cw_tls_describe_error(t->ssl, r, why, sizeof(why));
-    }
-    pthread_mutex_unlock(&t->mu);
-    if (e == SSL_ERROR_NONE) {
-      p += w;
-      n -= w;
+    cw__io_t o = cw__ssl_io(t, true, (void*)p, n, why, sizeof(why));
+    if (o.err == SSL_ERROR_NONE) {
+      p += o.n;
+      n -= o.n;
       continue;
     }
-    if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) {
-      if (!cw__wait(t->fd, e == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN, t->send_timeout_ms)) {
+    if (o.err == SSL_ERROR_WANT_WRITE || o.err == SSL_ERROR_WANT_READ) {
+      if (!cw__wait(t->fd, o.err == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN,
+                    t->send_timeout_ms)) {
         return cw_make_status(CW_UNAVAILABLE, "timed out writing to %s", address);
       }
       continue;
     }
-    return cw_make_status(CW_UNAVAILABLE, "write to %s failed: %s", address, why);
+    return cw_make_status(CW_UNAVAILABLE, "write to %s failed: %s", address,
+                          o.described ? why
+                          : o.errno_  ? strerror(o.errno_)
+                                      : "the peer closed the connection");
   }
   return cw_ok_status();
 }
@@ -157,19 +177,11 @@ cw_status_t cw_client_tls_write_iov(cw_client_tls_conn_t* t, const char* address
 ssize_t cw_client_tls_read(void* conn, void* buf, size_t len) {
   cw_client_tls_conn_t* t = conn;
   for (;;) {
-    pthread_mutex_lock(&t->mu);
-    ERR_clear_error();
-    errno = 0;
-    size_t got = 0;
-    int r = SSL_read_ex(t->ssl, buf, len, &got);
-    int e = r == 1 ? SSL_ERROR_NONE : SSL_get_error(t->ssl, r);
-    int saved = errno;
-    bool described = e == SSL_ERROR_SSL || (e == SSL_ERROR_SYSCALL && ERR_peek_error());
-    if (described) cw_tls_describe_error(t->ssl, r, t->error, sizeof(t->error));
-    pthread_mutex_unlock(&t->mu);
+    cw__io_t o = cw__ssl_io(t, false, buf, len, t->error, sizeof(t->error));
+    int e = o.err;
     switch (e) {
       case SSL_ERROR_NONE:
-        return (ssize_t)got;
+        return (ssize_t)o.n;
       case SSL_ERROR_ZERO_RETURN:
         return 0;
       case SSL_ERROR_WANT_READ:
@@ -180,10 +192,10 @@ ssize_t cw_client_tls_read(void* conn, void* buf, size_t len) {
         }
         continue;
       case SSL_ERROR_SYSCALL:
-        if (described) {
+        if (o.described) {
           errno = EPROTO;
-        } else if (saved) {
-          errno = saved;
+        } else if (o.errno_) {
+          errno = o.errno_;
         } else {
           return 0;  // the peer went away
         }

@@ -11,43 +11,22 @@
 #include <unistd.h>
 
 #include "cw_client_fake_peer.h"
+#include "cw_tls_test_pki.h"
 
-static char g_dir[64];
-static char g_files[10][160];
-enum { CA, CA_KEY, SRV, SRV_KEY, CLI, CLI_KEY, OCA, OCA_KEY, OSRV, OSRV_KEY };
+static tls_test_pki_t g_pki;
 
-static int group_setup(void** state) {
-  snprintf(g_dir, sizeof(g_dir), "/tmp/cw_client_tls_test.XXXXXX");
-  if (!mkdtemp(g_dir)) return -1;
-  static const char* names[] = {"ca.pem", "ca.key", "srv.pem", "srv.key", "cli.pem",
-                                "cli.key", "oca.pem", "oca.key", "osrv.pem", "osrv.key"};
-  for (int i = 0; i < 10; ++i) snprintf(g_files[i], sizeof(g_files[i]), "%s/%s", g_dir, names[i]);
-  const char* hosts[] = {"127.0.0.1"};
-  cw_status_t st = cw_tls_pki_make_ca("ca", 2, g_files[CA], g_files[CA_KEY], false);
-  if (!st) st = cw_tls_pki_issue(g_files[CA], g_files[CA_KEY], "srv", CW_TLS_CERT_DAEMON, hosts,
-                                 1, 2, g_files[SRV], g_files[SRV_KEY], false);
-  if (!st) st = cw_tls_pki_issue(g_files[CA], g_files[CA_KEY], "cli", CW_TLS_CERT_CLIENT, NULL, 0,
-                                 2, g_files[CLI], g_files[CLI_KEY], false);
-  if (!st) st = cw_tls_pki_make_ca("other", 2, g_files[OCA], g_files[OCA_KEY], false);
-  if (!st) st = cw_tls_pki_issue(g_files[OCA], g_files[OCA_KEY], "osrv", CW_TLS_CERT_DAEMON,
-                                 hosts, 1, 2, g_files[OSRV], g_files[OSRV_KEY], false);
-  if (st) {
-    fprintf(stderr, "certificates: %s\n", cw_status_message(st));
-    cw_status_free(st);
-    return -1;
-  }
-  return 0;
-}
+static int group_setup(void** state) { return tls_test_pki_make(&g_pki, "cw_client_tls_test"); }
 
 static int group_teardown(void** state) {
-  for (int i = 0; i < 10; ++i) unlink(g_files[i]);
-  rmdir(g_dir);
+  tls_test_pki_remove(&g_pki);
   return 0;
 }
 
+// A context of the cluster's CA (or another), with a certificate and key
+// (TP_COUNT: none).
 static cw_tls_t* ctx(int ca, int cert, int key, bool server, bool require) {
-  cw_tls_config_t c = {true, g_files[ca], cert >= 0 ? g_files[cert] : "",
-                       key >= 0 ? g_files[key] : "", require};
+  cw_tls_config_t c = {true, g_pki.path[ca], cert < TP_COUNT ? g_pki.path[cert] : "",
+                       key < TP_COUNT ? g_pki.path[key] : "", require};
   cw_tls_t* t = NULL;
   assert_ok(cw_tls_create(&c, server, &t));
   return t;
@@ -60,12 +39,21 @@ static cw_client_t* connect_tls(fake_t* f, cw_tls_t* tls) {
   return c;
 }
 
+// The usual pair: a fake peer with the cluster's daemon certificate running
+// script_echo (serving f->pattern), and a client of the cluster's CA
+// connected to it. Release both contexts after fake_join.
+static cw_client_t* start_echo(fake_t* f, cw_tls_t** out_srv, cw_tls_t** out_cli) {
+  *out_srv = ctx(TP_CA, TP_SRV, TP_SRV_KEY, true, false);
+  *out_cli = ctx(TP_CA, TP_COUNT, TP_COUNT, false, false);
+  f->tls = *out_srv;
+  fake_start(f, script_echo);
+  return connect_tls(f, *out_cli);
+}
+
 static void test_hello_inside_tls(void** state) {
-  cw_tls_t* srv = ctx(CA, SRV, SRV_KEY, true, false);
-  cw_tls_t* cli = ctx(CA, -1, -1, false, false);
-  fake_t f = {.tls = srv};
-  fake_start(&f, script_echo);
-  cw_client_t* c = connect_tls(&f, cli);
+  cw_tls_t *srv, *cli;
+  fake_t f = {0};
+  cw_client_t* c = start_echo(&f, &srv, &cli);
   assert_int_equal(cw_client_session_id(c), 77);
   assert_ok(cw_client_ping(c));
   cw_client_release(c);
@@ -79,11 +67,9 @@ static void test_hello_inside_tls(void** state) {
 static void test_bulk_both_ways(void** state) {
   enum { N = 24 << 20 };
   uint8_t* pattern = make_pattern(N);
-  cw_tls_t* srv = ctx(CA, SRV, SRV_KEY, true, false);
-  cw_tls_t* cli = ctx(CA, -1, -1, false, false);
-  fake_t f = {.tls = srv, .pattern = pattern, .pattern_len = N};
-  fake_start(&f, script_echo);
-  cw_client_t* c = connect_tls(&f, cli);
+  cw_tls_t *srv, *cli;
+  fake_t f = {.pattern = pattern, .pattern_len = N};
+  cw_client_t* c = start_echo(&f, &srv, &cli);
   int64_t dims = N;
   // Upload: the fake checks every byte against the pattern.
   assert_ok(cw_client_upload(c, 1, CAUSEWAY__V1__DTYPE__DTYPE_U8, &dims, 1, NULL, 0, pattern, N,
@@ -136,11 +122,9 @@ static void* writer_main(void* arg) {
 static void test_writers_and_reader_share_the_ssl(void** state) {
   enum { N = 1 << 20 };
   uint8_t* pattern = make_pattern(N);
-  cw_tls_t* srv = ctx(CA, SRV, SRV_KEY, true, false);
-  cw_tls_t* cli = ctx(CA, -1, -1, false, false);
-  fake_t f = {.tls = srv, .pattern = pattern, .pattern_len = N};
-  fake_start(&f, script_echo);
-  cw_client_t* c = connect_tls(&f, cli);
+  cw_tls_t *srv, *cli;
+  fake_t f = {.pattern = pattern, .pattern_len = N};
+  cw_client_t* c = start_echo(&f, &srv, &cli);
   writer_t w[4];
   pthread_t t[4];
   for (int i = 0; i < 4; ++i) {
@@ -167,38 +151,38 @@ static void test_writers_and_reader_share_the_ssl(void** state) {
   cw_tls_release(srv);
 }
 
-static void test_peer_of_another_ca(void** state) {
-  cw_tls_t* srv = ctx(OCA, OSRV, OSRV_KEY, true, false);
-  cw_tls_t* cli = ctx(CA, -1, -1, false, false);
+// A connect through `cli` to a fake peer with `srv` fails with `needle`,
+// and the peer's handshake with `peer_needle`.
+static void expect_refused(cw_tls_t* srv, cw_tls_t* cli, const char* needle,
+                           const char* peer_needle) {
   fake_t f = {.tls = srv};
   fake_start(&f, NULL);
   cw_client_options_t o = {.tls = cli};
   cw_client_t* c = NULL;
-  expect_status(cw_client_connect(f.path, &o, &c), CW_UNAVAILABLE,
-                "(the peer's certificate is not signed by the CA in CAUSEWAY_TLS_CA)");
+  expect_status(cw_client_connect(f.path, &o, &c), CW_UNAVAILABLE, needle);
   assert_null(c);
   fake_join(&f);
-  assert_non_null(strstr(f.tls_error, "unknown ca"));
+  if (!strstr(f.tls_error, peer_needle)) fail_msg("peer: \"%s\"", f.tls_error);
+}
+
+static void test_peer_of_another_ca(void** state) {
+  cw_tls_t* srv = ctx(TP_OCA, TP_OSRV, TP_OSRV_KEY, true, false);
+  cw_tls_t* cli = ctx(TP_CA, TP_COUNT, TP_COUNT, false, false);
+  expect_refused(srv, cli, "(the peer's certificate is not signed by the CA in CAUSEWAY_TLS_CA)",
+                 "unknown ca");
   cw_tls_release(cli);
   cw_tls_release(srv);
 }
 
 static void test_mutual_tls(void** state) {
-  cw_tls_t* srv = ctx(CA, SRV, SRV_KEY, true, true);
-  cw_tls_t* anon = ctx(CA, -1, -1, false, false);
-  fake_t f = {.tls = srv};
-  fake_start(&f, NULL);
-  cw_client_options_t o = {.tls = anon};
-  cw_client_t* c = NULL;
-  expect_status(cw_client_connect(f.path, &o, &c), CW_UNAVAILABLE,
-                "the peer requires a client certificate for mutual TLS");
-  fake_join(&f);
-  assert_non_null(strstr(f.tls_error, "peer did not return a certificate"));
-
-  cw_tls_t* cert = ctx(CA, CLI, CLI_KEY, false, false);
+  cw_tls_t* srv = ctx(TP_CA, TP_SRV, TP_SRV_KEY, true, true);
+  cw_tls_t* anon = ctx(TP_CA, TP_COUNT, TP_COUNT, false, false);
+  expect_refused(srv, anon, "the peer requires a client certificate for mutual TLS",
+                 "peer did not return a certificate");
+  cw_tls_t* cert = ctx(TP_CA, TP_CLI, TP_CLI_KEY, false, false);
   fake_t g = {.tls = srv};
   fake_start(&g, script_echo);
-  c = connect_tls(&g, cert);
+  cw_client_t* c = connect_tls(&g, cert);
   assert_ok(cw_client_ping(c));
   cw_client_release(c);
   fake_join(&g);
@@ -208,7 +192,7 @@ static void test_mutual_tls(void** state) {
 }
 
 static void test_tls_client_at_plaintext_peer(void** state) {
-  cw_tls_t* cli = ctx(CA, -1, -1, false, false);
+  cw_tls_t* cli = ctx(TP_CA, TP_COUNT, TP_COUNT, false, false);
   fake_t f = {.plain_tcp = true};
   fake_start(&f, NULL);  // reads a "frame" that is a ClientHello, fails, closes
   cw_client_options_t o = {.tls = cli, .connect_timeout_ms = 1000};
@@ -221,11 +205,11 @@ static void test_tls_client_at_plaintext_peer(void** state) {
 }
 
 static void test_tls_from_environment(void** state) {
-  cw_tls_t* srv = ctx(CA, SRV, SRV_KEY, true, false);
+  cw_tls_t* srv = ctx(TP_CA, TP_SRV, TP_SRV_KEY, true, false);
   fake_t f = {.tls = srv};
   fake_start(&f, script_echo);
   setenv("CAUSEWAY_TLS", "1", 1);
-  setenv("CAUSEWAY_TLS_CA", g_files[CA], 1);
+  setenv("CAUSEWAY_TLS_CA", g_pki.path[TP_CA], 1);
   cw_client_t* c = NULL;
   cw_status_t s = cw_client_connect(f.path, NULL, &c);
   assert_ok(s);
@@ -249,7 +233,7 @@ static void test_tls_from_environment(void** state) {
 
 // A Unix socket stays plaintext whatever TLS says.
 static void test_unix_socket_stays_plaintext(void** state) {
-  cw_tls_t* cli = ctx(CA, -1, -1, false, false);
+  cw_tls_t* cli = ctx(TP_CA, TP_COUNT, TP_COUNT, false, false);
   fake_t f = {0};
   fake_start(&f, script_echo);
   cw_client_t* c = connect_tls(&f, cli);

@@ -17,51 +17,29 @@
 
 #include "cw_net_internal.h"
 #include "cw_net_test_fixture.h"
+#include "cw_tls_test_pki.h"
 
-static char g_dir[64];
-static char g_files[10][160];
-enum { CA, CA_KEY, SRV, SRV_KEY, CLI, CLI_KEY, OCA, OCA_KEY, OCLI, OCLI_KEY };
+static tls_test_pki_t g_pki;
+#define F(name) g_pki.path[TP_##name]
 
-static int group_setup(void** state) {
-  snprintf(g_dir, sizeof(g_dir), "/tmp/cw_net_tls_test.XXXXXX");
-  if (!mkdtemp(g_dir)) return -1;
-  static const char* names[] = {"ca.pem", "ca.key", "srv.pem", "srv.key", "cli.pem",
-                                "cli.key", "oca.pem", "oca.key", "ocli.pem", "ocli.key"};
-  for (int i = 0; i < 10; ++i) snprintf(g_files[i], sizeof(g_files[i]), "%s/%s", g_dir, names[i]);
-  const char* hosts[] = {"127.0.0.1"};
-  cw_status_t st = cw_tls_pki_make_ca("ca", 2, g_files[CA], g_files[CA_KEY], false);
-  if (!st) st = cw_tls_pki_issue(g_files[CA], g_files[CA_KEY], "srv", CW_TLS_CERT_DAEMON, hosts,
-                                 1, 2, g_files[SRV], g_files[SRV_KEY], false);
-  if (!st) st = cw_tls_pki_issue(g_files[CA], g_files[CA_KEY], "cli", CW_TLS_CERT_CLIENT, NULL, 0,
-                                 2, g_files[CLI], g_files[CLI_KEY], false);
-  if (!st) st = cw_tls_pki_make_ca("other", 2, g_files[OCA], g_files[OCA_KEY], false);
-  if (!st) st = cw_tls_pki_issue(g_files[OCA], g_files[OCA_KEY], "ocli", CW_TLS_CERT_CLIENT,
-                                 NULL, 0, 2, g_files[OCLI], g_files[OCLI_KEY], false);
-  if (st) {
-    fprintf(stderr, "certificates: %s\n", cw_status_message(st));
-    cw_status_free(st);
-    return -1;
-  }
-  return 0;
-}
+static int group_setup(void** state) { return tls_test_pki_make(&g_pki, "cw_net_tls_test"); }
 
 static int group_teardown(void** state) {
-  for (int i = 0; i < 10; ++i) unlink(g_files[i]);
-  rmdir(g_dir);
+  tls_test_pki_remove(&g_pki);
   return 0;
 }
 
 static void server_tls(bool require_client_cert) {
-  fx.sopts.tls = (cw_tls_config_t){true, g_files[CA], g_files[SRV], g_files[SRV_KEY],
-                                   require_client_cert};
+  fx.sopts.tls = (cw_tls_config_t){true, F(CA), F(SRV), F(SRV_KEY), require_client_cert};
   start_server_tcp();
   assert_true(fx.srv.tls_listener);
 }
 
-// The client net's TLS: the cluster's CA (or another) and maybe a certificate.
+// The client net's TLS: the cluster's CA (or another) and maybe a
+// certificate (TP_COUNT: none).
 static void client_tls(int ca, int cert, int key) {
-  fx.sopts.tls = (cw_tls_config_t){true, g_files[ca], cert >= 0 ? g_files[cert] : "",
-                                   key >= 0 ? g_files[key] : "", false};
+  fx.sopts.tls = (cw_tls_config_t){true, g_pki.path[ca], cert < TP_COUNT ? g_pki.path[cert] : "",
+                                   key < TP_COUNT ? g_pki.path[key] : "", false};
   start_client("sesame");
 }
 
@@ -73,15 +51,24 @@ static void restart_client(int ca, int cert, int key) {
   client_tls(ca, cert, key);
 }
 
+// A client connection's record: connections that stay open are closed by
+// the fixture's teardown, after the test returned, so it outlives the test.
+static out_t* new_out(void) {
+  static out_t outs[8];
+  static int next;
+  out_t* o = &outs[next++ % 8];
+  memset(o, 0, sizeof(*o));
+  return o;
+}
+
 static void expect_contains(const char* got, const char* want) {
   if (!strstr(got, want)) fail_msg("got \"%s\", want \"%s\"", got, want);
 }
 
 static void test_handshake_and_hello(void** state) {
   server_tls(false);
-  client_tls(CA, -1, -1);
-  out_t o = {0};
-  cw_net_conn_t* conn = connect_client(fx.srv.listen_address, 0, &o);
+  client_tls(TP_CA, TP_COUNT, TP_COUNT);
+  cw_net_conn_t* conn = connect_client(fx.srv.listen_address, 0, new_out());
   reply_t a = {0};
   request_ping(conn, "over tls", &a);
   WAIT(a.done);
@@ -99,9 +86,9 @@ static void bulk_free_cb(void* user) { free(user); }
 
 static void test_bulk_both_ways(void** state) {
   server_tls(false);
-  client_tls(CA, -1, -1);
-  out_t o = {0};
-  cw_net_conn_t* conn = connect_client(fx.srv.listen_address, 5, &o);  // UPLOAD needs a session
+  client_tls(TP_CA, TP_COUNT, TP_COUNT);
+  // UPLOAD needs a session.
+  cw_net_conn_t* conn = connect_client(fx.srv.listen_address, 5, new_out());
   enum { N = 6 << 20 };  // more than the ciphertext kept in flight (4 MiB)
   uint8_t* up = malloc(N);
   for (uint64_t i = 0; i < N; ++i) up[i] = pattern(i);
@@ -154,9 +141,9 @@ static void test_plaintext_peer_refused(void** state) {
 
 static void test_tls_client_at_plaintext_port(void** state) {
   start_server_tcp();  // TLS off
-  client_tls(CA, -1, -1);
-  out_t o = {0};
-  cw_net_conn_t* conn = connect_client(fx.srv.listen_address, 0, &o);
+  client_tls(TP_CA, TP_COUNT, TP_COUNT);
+  out_t* o = new_out();
+  cw_net_conn_t* conn = connect_client(fx.srv.listen_address, 0, o);
   reply_t a = {0};
   request_ping(conn, "x", &a);
   WAIT(a.done);
@@ -164,14 +151,13 @@ static void test_tls_client_at_plaintext_port(void** state) {
   expect_contains(a.msg, "TLS handshake with 127.0.0.1:");
   expect_contains(a.msg, "during the TLS handshake: a daemon with TLS off closes one");
   assert_int_equal(fx.srv.tls_failures, 1);
-  WAIT(o.freed);
+  WAIT(o->freed);
 }
 
 static void test_wrong_ca(void** state) {
   server_tls(false);
-  client_tls(OCA, -1, -1);
-  out_t o = {0};
-  cw_net_conn_t* conn = connect_client(fx.srv.listen_address, 0, &o);
+  client_tls(TP_OCA, TP_COUNT, TP_COUNT);
+  cw_net_conn_t* conn = connect_client(fx.srv.listen_address, 0, new_out());
   reply_t a = {0};
   request_ping(conn, "x", &a);
   WAIT(a.done);
@@ -183,38 +169,41 @@ static void test_wrong_ca(void** state) {
   expect_contains(fx.peers[0]->close_msg, "TLS handshake failed: ");
 }
 
+// A fresh client connection's PING, waited for: its reply, and the server
+// side's close text when it closed.
+static void ping_through(const char* data, reply_t* r) {
+  cw_net_conn_t* conn = connect_client(fx.srv.listen_address, 0, new_out());
+  request_ping(conn, data, r);
+  WAIT(r->done);
+}
+
 static void test_mutual_tls(void** state) {
+  static const struct {
+    int cert, key;
+    const char* client_reads;  // NULL: served
+    const char* server_closes;
+  } cases[] = {
+      {TP_COUNT, TP_COUNT, "(the peer requires a client certificate for mutual TLS",
+       "peer did not return a certificate"},
+      {TP_OCLI, TP_OCLI_KEY, "unknown ca (the peer does not trust this side's certificate",
+       "certificate verify failed"},
+      {TP_CLI, TP_CLI_KEY, NULL, NULL},  // the cluster's client certificate
+  };
   server_tls(true);
-  // No client certificate.
-  client_tls(CA, -1, -1);
-  out_t o = {0};
-  cw_net_conn_t* conn = connect_client(fx.srv.listen_address, 0, &o);
-  reply_t a = {0};
-  request_ping(conn, "x", &a);
-  WAIT(a.done);
-  assert_int_equal(a.code, CW_UNAVAILABLE);
-  expect_contains(a.msg, "(the peer requires a client certificate for mutual TLS");
-  WAIT(fx.num_peers == 1 && fx.peers[0]->closes == 1);
-  expect_contains(fx.peers[0]->close_msg, "peer did not return a certificate");
-  // A certificate of another CA.
-  restart_client(CA, OCLI, OCLI_KEY);
-  out_t o2 = {0};
-  conn = connect_client(fx.srv.listen_address, 0, &o2);
-  reply_t b = {0};
-  request_ping(conn, "y", &b);
-  WAIT(b.done);
-  assert_int_equal(b.code, CW_UNAVAILABLE);
-  expect_contains(b.msg, "unknown ca (the peer does not trust this side's certificate");
-  WAIT(fx.num_peers == 2 && fx.peers[1]->closes == 1);
-  expect_contains(fx.peers[1]->close_msg, "certificate verify failed");
-  // The cluster's client certificate.
-  restart_client(CA, CLI, CLI_KEY);
-  out_t o3 = {0};
-  conn = connect_client(fx.srv.listen_address, 0, &o3);
-  reply_t c = {0};
-  request_ping(conn, "z", &c);
-  WAIT(c.done);
-  assert_int_equal(c.code, CW_OK);
+  for (int i = 0; i < 3; ++i) {
+    if (i) restart_client(TP_CA, cases[i].cert, cases[i].key);
+    else client_tls(TP_CA, cases[i].cert, cases[i].key);
+    reply_t r = {0};
+    ping_through("x", &r);
+    if (!cases[i].client_reads) {
+      assert_int_equal(r.code, CW_OK);
+      continue;
+    }
+    assert_int_equal(r.code, CW_UNAVAILABLE);
+    expect_contains(r.msg, cases[i].client_reads);
+    WAIT(fx.num_peers == i + 1 && fx.peers[i]->closes == 1);
+    expect_contains(fx.peers[i]->close_msg, cases[i].server_closes);
+  }
   assert_int_equal(fx.srv.tls_failures, 2);
 }
 

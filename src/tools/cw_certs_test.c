@@ -16,13 +16,21 @@
 #include "cw_certs.h"
 #include "cw_tls.h"
 
-static bool parse(cw_certs_args_t* a, char* err, size_t n, const char* line) {
+// "causeway certs LINE" split at spaces (static storage, until the next call).
+static int words(const char* line, char*** out_argv) {
   static char buf[512];
   static char* argv[32];
   snprintf(buf, sizeof(buf), "causeway certs %s", line);
   int argc = 0;
   for (char* t = strtok(buf, " "); t && argc < 31; t = strtok(NULL, " ")) argv[argc++] = t;
   argv[argc] = NULL;
+  *out_argv = argv;
+  return argc;
+}
+
+static bool parse(cw_certs_args_t* a, char* err, size_t n, const char* line) {
+  char** argv;
+  int argc = words(line, &argv);
   return cw_certs_parse(argc, argv, a, err, n);
 }
 
@@ -69,12 +77,8 @@ static void test_parse(void** state) {
 }
 
 static int run(const char* line) {
-  static char buf[512];
-  static char* argv[32];
-  snprintf(buf, sizeof(buf), "causeway certs %s", line);
-  int argc = 0;
-  for (char* t = strtok(buf, " "); t && argc < 31; t = strtok(NULL, " ")) argv[argc++] = t;
-  argv[argc] = NULL;
+  char** argv;
+  int argc = words(line, &argv);
   return cw_certs_main(argc, argv);
 }
 
