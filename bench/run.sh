@@ -27,3 +27,20 @@ cmake --build build/release --target causeway_pjrt causeway-controller causeway-
 # One island shared by 1, 4 and 16 client sessions: launches/s through the
 # island's scheduler, beside stock in-process JAX calls/s (--quick: 1 and 4).
 .venv/bin/python bench/sessions_bench.py "${jax_args[@]}"
+# Start-up of the embedded cluster with an empty and a full compile cache
+# (20,000 entries: real ones and junk, generated once in build/release), idle
+# and under 2 CPU burners: 30 starts each (--quick: 5). Every start must
+# succeed. With CW_OLD_BUILD=DIR (an older build tree: DIR/lib/
+# libcauseway_pjrt.so, DIR/bin) the same for that build in the same run; its
+# failed starts are reported, not fatal.
+cmake --build build/release --target startup_bench causeway_pjrt causeway-controller \
+  causeway-worker >&2
+starts=30; [[ ${#jax_args[@]} -gt 0 ]] && starts=5
+startup=(--cache build/release/startup-cache --plugin "$plugin" --starts "$starts")
+build/release/bin/startup_bench --pjrt-lib build/release/lib/libcauseway_pjrt.so \
+  --bin-dir build/release/bin --label current "${startup[@]}"
+if [[ -n "${CW_OLD_BUILD:-}" ]]; then
+  build/release/bin/startup_bench --pjrt-lib "$CW_OLD_BUILD/lib/libcauseway_pjrt.so" \
+    --bin-dir "$CW_OLD_BUILD/bin" --label old "${startup[@]}" 2>/dev/null ||
+    echo "startup old: some starts failed (above: how many started)"
+fi

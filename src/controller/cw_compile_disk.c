@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <openssl/crypto.h>
@@ -38,19 +39,19 @@ cw_status_t cw_compile_disk_header_encode(const uint8_t key[CW_COMPILE_DISK_DIGE
   return cw_compile_disk_digest(payload, size, out + 48);
 }
 
-cw_status_t cw_compile_disk_decode(const uint8_t* data, size_t size,
-                                   const uint8_t key[CW_COMPILE_DISK_DIGEST_SIZE],
-                                   size_t* out_payload_len) {
-  *out_payload_len = 0;
+cw_status_t cw_compile_disk_header_check(const uint8_t* data, size_t size, uint64_t file_size,
+                                         const uint8_t key[CW_COMPILE_DISK_DIGEST_SIZE]) {
   cw_reader_t r;
   cw_reader_initialize(&r, data, size);
   uint32_t magic = 0, version = 0;
   uint64_t len = 0;
-  const uint8_t *file_key = NULL, *sum = NULL;
+  const uint8_t* file_key = NULL;
   if (!cw_reader_u32le(&r, &magic) || !cw_reader_u32le(&r, &version) ||
       !cw_reader_bytes(&r, CW_COMPILE_DISK_DIGEST_SIZE, &file_key) ||
-      !cw_reader_u64le(&r, &len) || !cw_reader_bytes(&r, CW_COMPILE_DISK_DIGEST_SIZE, &sum)) {
-    return cw_make_status(CW_DATA_LOSS, "truncated header (%zu of %d bytes)", size,
+      !cw_reader_u64le(&r, &len) || cw_reader_remaining(&r) < CW_COMPILE_DISK_DIGEST_SIZE ||
+      file_size < CW_COMPILE_DISK_HEADER_SIZE) {
+    return cw_make_status(CW_DATA_LOSS, "truncated header (%llu of %d bytes)",
+                          (unsigned long long)(file_size < size ? file_size : size),
                           CW_COMPILE_DISK_HEADER_SIZE);
   }
   if (magic != CW_COMPILE_DISK_MAGIC) {
@@ -65,21 +66,43 @@ cw_status_t cw_compile_disk_decode(const uint8_t* data, size_t size,
     return cw_make_status(CW_DATA_LOSS, "the file holds another key");
   }
   // Compared before any use of `len`: a peer-written length never sizes anything.
-  if (len != (uint64_t)cw_reader_remaining(&r)) {
-    return cw_make_status(CW_DATA_LOSS, "payload length %llu, but %zu bytes follow the header",
-                          (unsigned long long)len, cw_reader_remaining(&r));
+  if (len != file_size - CW_COMPILE_DISK_HEADER_SIZE) {
+    return cw_make_status(CW_DATA_LOSS, "payload length %llu, but %llu bytes follow the header",
+                          (unsigned long long)len,
+                          (unsigned long long)(file_size - CW_COMPILE_DISK_HEADER_SIZE));
   }
-  const uint8_t* payload = NULL;
-  if (!cw_reader_bytes(&r, (size_t)len, &payload)) {
-    return cw_make_status(CW_DATA_LOSS, "truncated payload");
-  }
+  return cw_ok_status();
+}
+
+cw_status_t cw_compile_disk_decode(const uint8_t* data, size_t size,
+                                   const uint8_t key[CW_COMPILE_DISK_DIGEST_SIZE],
+                                   size_t* out_payload_len) {
+  *out_payload_len = 0;
+  CW_RETURN_IF_ERROR(cw_compile_disk_header_check(data, size, size, key), "");
+  size_t len = size - CW_COMPILE_DISK_HEADER_SIZE;
+  const uint8_t* payload = data + CW_COMPILE_DISK_HEADER_SIZE;
   uint8_t got[CW_COMPILE_DISK_DIGEST_SIZE];
-  CW_RETURN_IF_ERROR(cw_compile_disk_digest(payload, (size_t)len, got), "checksum");
-  if (CRYPTO_memcmp(got, sum, sizeof(got)) != 0) {
+  CW_RETURN_IF_ERROR(cw_compile_disk_digest(payload, len, got), "checksum");
+  if (CRYPTO_memcmp(got, data + 48, sizeof(got)) != 0) {
     return cw_make_status(CW_DATA_LOSS, "payload checksum mismatch");
   }
-  *out_payload_len = (size_t)len;
+  *out_payload_len = len;
   return cw_ok_status();
+}
+
+bool cw_compile_disk_name_key(const char* name, uint8_t out[CW_COMPILE_DISK_DIGEST_SIZE]) {
+  if (strlen(name) != 2 * CW_COMPILE_DISK_DIGEST_SIZE + strlen(CW__SUFFIX) ||
+      strcmp(name + 2 * CW_COMPILE_DISK_DIGEST_SIZE, CW__SUFFIX) != 0) {
+    return false;
+  }
+  for (int i = 0; i < 2 * CW_COMPILE_DISK_DIGEST_SIZE; ++i) {
+    char c = name[i];
+    int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (v < 0) return false;  // the writer spells digests in lowercase
+    if (i % 2 == 0) out[i / 2] = (uint8_t)(v << 4);
+    else out[i / 2] |= (uint8_t)v;
+  }
+  return true;
 }
 
 cw_status_t cw_compile_disk_path(const char* dir, const uint8_t key[CW_COMPILE_DISK_DIGEST_SIZE],
@@ -226,7 +249,7 @@ cw_status_t cw_compile_disk_write(const char* dir, const uint8_t key[CW_COMPILE_
 }
 
 typedef struct cw__file_s {
-  char* name;
+  char name[2 * CW_COMPILE_DISK_DIGEST_SIZE + sizeof(CW__SUFFIX)];
   uint64_t size;
   struct timespec mtime;
 } cw__file_t;
@@ -239,10 +262,51 @@ static int cw__older_first(const void* a, const void* b) {
   return strcmp(x->name, y->name);
 }
 
-cw_status_t cw_compile_disk_evict(const char* dir, uint64_t bound, uint64_t* out_bytes) {
-  *out_bytes = 0;
+static bool cw__has_suffix(const char* name, const char* suffix) {
+  size_t n = strlen(name), k = strlen(suffix);
+  return n > k && !strcmp(name + n - k, suffix);
+}
+
+// Removes `name` if it is still the file `sb` describes (a writer may have
+// renamed a fresh entry over it since).
+static bool cw__remove_if_same(int dfd, const char* name, const struct stat* sb) {
+  struct stat now;
+  return fstatat(dfd, name, &now, AT_SYMLINK_NOFOLLOW) == 0 && now.st_ino == sb->st_ino &&
+         now.st_dev == sb->st_dev && unlinkat(dfd, name, 0) == 0;
+}
+
+// Reads the header of entry `name` (key `key`) and checks it; the size and
+// identity of the file read are in *sb.
+static cw_status_t cw__check_header(int dfd, const char* name,
+                                    const uint8_t key[CW_COMPILE_DISK_DIGEST_SIZE],
+                                    struct stat* sb) {
+  int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return cw_make_status(CW_NOT_FOUND, "open %s: %s", name, strerror(errno));
+  uint8_t header[CW_COMPILE_DISK_HEADER_SIZE];
+  cw_status_t s = cw_ok_status();
+  ssize_t n = 0;
+  if (fstat(fd, sb) != 0) {
+    s = cw_make_status(CW_UNAVAILABLE, "stat %s: %s", name, strerror(errno));
+  } else if (!S_ISREG(sb->st_mode)) {
+    s = cw_make_status(CW_DATA_LOSS, "%s is not a regular file", name);
+  } else {
+    do n = pread(fd, header, sizeof(header), 0);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) s = cw_make_status(CW_UNAVAILABLE, "read %s: %s", name, strerror(errno));
+  }
+  close(fd);
+  if (!s) s = cw_compile_disk_header_check(header, (size_t)n, (uint64_t)sb->st_size, key);
+  return s;
+}
+
+cw_status_t cw_compile_disk_scan(const char* dir, uint64_t bound, uint64_t target,
+                                 bool check_headers, const atomic_bool* stop,
+                                 cw_compile_disk_scan_t* out) {
+  memset(out, 0, sizeof(*out));
+  if (target > bound) target = bound;
   DIR* d = opendir(dir);
   if (!d) return cw_make_status(CW_UNAVAILABLE, "open %s: %s", dir, strerror(errno));
+  int dfd = dirfd(d);
   cw__file_t* files = NULL;
   size_t n = 0, cap = 0;
   uint64_t total = 0;
@@ -250,22 +314,41 @@ cw_status_t cw_compile_disk_evict(const char* dir, uint64_t bound, uint64_t* out
   time_t now = time(NULL);
   struct dirent* e;
   while (!s && (e = readdir(d)) != NULL) {
-    size_t len = strlen(e->d_name);
-    bool entry = len > strlen(CW__SUFFIX) &&
-                 !strcmp(e->d_name + len - strlen(CW__SUFFIX), CW__SUFFIX);
-    bool tmp = !strncmp(e->d_name, CW__TMP_PREFIX, strlen(CW__TMP_PREFIX));
-    if (!entry && !tmp) continue;
-    struct stat sb;
-    if (fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode)) {
-      continue;
+    if (stop && atomic_load_explicit(stop, memory_order_relaxed)) {
+      s = cw_make_status(CW_CANCELLED, "scanning %s: stopped", dir);
+      break;
     }
+    bool tmp = !strncmp(e->d_name, CW__TMP_PREFIX, strlen(CW__TMP_PREFIX));
+    if (!tmp && !cw__has_suffix(e->d_name, CW__SUFFIX)) continue;  // not ours
+    struct stat sb;
+    if (fstatat(dfd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0) continue;  // gone since
     if (tmp) {
       // A writer that died mid-write leaves one; live writers finish in well under an hour.
-      if (now - sb.st_mtim.tv_sec > 3600) unlinkat(dirfd(d), e->d_name, 0);
+      if (S_ISREG(sb.st_mode) && now - sb.st_mtim.tv_sec > 3600 &&
+          unlinkat(dfd, e->d_name, 0) == 0) {
+        out->temporaries++;
+      }
+      continue;
+    }
+    if (!S_ISREG(sb.st_mode)) continue;  // a directory, a link: never ours to remove
+    uint8_t key[CW_COMPILE_DISK_DIGEST_SIZE];
+    bool valid = cw_compile_disk_name_key(e->d_name, key) &&
+                 (uint64_t)sb.st_size >= CW_COMPILE_DISK_HEADER_SIZE;
+    if (valid && check_headers) {
+      cw_status_t hs = cw__check_header(dfd, e->d_name, key, &sb);
+      valid = !hs;
+      if (hs && cw_status_code(hs) != CW_DATA_LOSS) {  // gone, or unreadable: not ours to judge
+        cw_status_free(hs);
+        continue;
+      }
+      cw_status_free(hs);
+    }
+    if (!valid) {
+      if (cw__remove_if_same(dfd, e->d_name, &sb)) out->pruned++;
       continue;
     }
     if (n == cap) {
-      size_t ncap = cap ? 2 * cap : 64;
+      size_t ncap = cap ? 2 * cap : 256;
       cw__file_t* nf = realloc(files, ncap * sizeof(*nf));
       if (!nf) {
         s = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
@@ -274,11 +357,7 @@ cw_status_t cw_compile_disk_evict(const char* dir, uint64_t bound, uint64_t* out
       files = nf;
       cap = ncap;
     }
-    files[n].name = strdup(e->d_name);
-    if (!files[n].name) {
-      s = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-      break;
-    }
+    snprintf(files[n].name, sizeof(files[n].name), "%s", e->d_name);
     files[n].size = (uint64_t)sb.st_size;
     files[n].mtime = sb.st_mtim;
     total += files[n].size;
@@ -286,14 +365,17 @@ cw_status_t cw_compile_disk_evict(const char* dir, uint64_t bound, uint64_t* out
   }
   if (!s && total > bound) {
     qsort(files, n, sizeof(*files), cw__older_first);
-    for (size_t i = 0; i < n && total > bound; ++i) {
-      if (unlinkat(dirfd(d), files[i].name, 0) == 0 || errno == ENOENT) total -= files[i].size;
+    for (size_t i = 0; i < n && total > target; ++i) {
+      if (unlinkat(dfd, files[i].name, 0) == 0 || errno == ENOENT) {
+        total -= files[i].size;
+        out->evicted++;
+      }
     }
   }
-  for (size_t i = 0; i < n; ++i) free(files[i].name);
   free(files);
   closedir(d);
-  *out_bytes = total;
+  out->entries = n - out->evicted;
+  out->bytes = total;
   return s;
 }
 

@@ -17,6 +17,8 @@
 #ifndef CW_CONTROLLER_COMPILE_DISK_H_
 #define CW_CONTROLLER_COMPILE_DISK_H_
 
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,12 +39,24 @@ CW_MUST_USE cw_status_t cw_compile_disk_header_encode(const uint8_t key[CW_COMPI
                                                       uint8_t out[CW_COMPILE_DISK_HEADER_SIZE]);
 
 // Validates a whole file's bytes (data[0..size)) as the entry for `key`:
-// magic, version, key, payload length equal to what follows the header,
-// payload checksum. On success the payload is data[HEADER_SIZE..+*out_len).
-// Errors are DATA_LOSS naming the first field that is wrong.
+// the header (cw_compile_disk_header_check) and the payload checksum. On
+// success the payload is data[HEADER_SIZE..+*out_len). Errors are DATA_LOSS
+// naming the first field that is wrong.
 CW_MUST_USE cw_status_t cw_compile_disk_decode(const uint8_t* data, size_t size,
                                                const uint8_t key[CW_COMPILE_DISK_DIGEST_SIZE],
                                                size_t* out_payload_len);
+
+// Validates the first `size` bytes of a file of `file_size` bytes as the
+// header of the entry for `key`: magic, version, key, payload length equal
+// to what follows the header. The payload is not read. DATA_LOSS naming the
+// first field that is wrong.
+CW_MUST_USE cw_status_t cw_compile_disk_header_check(const uint8_t* data, size_t size,
+                                                     uint64_t file_size,
+                                                     const uint8_t key[CW_COMPILE_DISK_DIGEST_SIZE]);
+
+// The key digest an entry's file name spells ("<64 lowercase hex digits>.cwx");
+// false for any other name.
+bool cw_compile_disk_name_key(const char* name, uint8_t out[CW_COMPILE_DISK_DIGEST_SIZE]);
 
 // "<dir>/<64 hex digits>.cwx", malloc'd.
 CW_MUST_USE cw_status_t cw_compile_disk_path(const char* dir,
@@ -68,10 +82,28 @@ CW_MUST_USE cw_status_t cw_compile_disk_write(const char* dir,
                                               const uint8_t key[CW_COMPILE_DISK_DIGEST_SIZE],
                                               const void* payload, size_t size);
 
-// Removes the oldest entries (by mtime) until the entries total at most
-// `bound` bytes, and stale temporary files; *out_bytes: the total kept.
-CW_MUST_USE cw_status_t cw_compile_disk_evict(const char* dir, uint64_t bound,
-                                              uint64_t* out_bytes);
+// What a scan of the directory found and removed.
+typedef struct cw_compile_disk_scan_s {
+  uint64_t entries;      // entries kept
+  uint64_t bytes;        // their total size (headers included)
+  uint64_t pruned;       // removed: not valid entries
+  uint64_t evicted;      // removed: the oldest, over the bound
+  uint64_t temporaries;  // removed: temporary files a dead writer left (over an hour old)
+} cw_compile_disk_scan_t;
+
+// Scans `dir` (a listing and a stat per file, no payload read). Files named
+// like entries ("*.cwx") that cannot be one are removed: another name than
+// a key digest, not a regular file, shorter than a header; with
+// `check_headers` also those whose header does not check out
+// (cw_compile_disk_header_check: each entry's first 80 bytes are read; the
+// payload checksum is checked only when an entry is looked up). Files with
+// other names are not the cache's and are left alone. When the entries
+// total more than `bound` bytes, the oldest (by mtime, refreshed on every
+// hit) are removed until at most `target` (<= bound) remain.
+// `stop` (may be NULL): once it reads true the scan ends with CANCELLED.
+CW_MUST_USE cw_status_t cw_compile_disk_scan(const char* dir, uint64_t bound, uint64_t target,
+                                             bool check_headers, const atomic_bool* stop,
+                                             cw_compile_disk_scan_t* out);
 
 // XLA serializes DebugOptions' map fields (CompileOptionsProto field 3
 // ExecutableBuildOptions, its field 3 DebugOptions, map fields 357 and 500 in

@@ -1,8 +1,10 @@
 // Unit tests of the compile cache on disk (cw_compile_disk.c): the digest and
 // header codec, round trip, modes, truncated / corrupted / foreign /
-// other-version files refused and removed, the byte bound (oldest first),
+// other-version files refused and removed, the directory scan (what it
+// prunes, the byte bound: oldest first, down to a target), entry names,
 // canonical compile options.
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -18,6 +20,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static char g_dir[256];
@@ -72,6 +75,18 @@ static void file_edit(const char* key_text, long offset, uint8_t xor_with, long 
   }
   close(fd);
   free(path);
+}
+
+// Moves `from`'s entry to the file name of `to`'s key.
+static void rename_entry(const char* from, const char* to) {
+  uint8_t k1[CW_COMPILE_DISK_DIGEST_SIZE], k2[CW_COMPILE_DISK_DIGEST_SIZE];
+  digest_of(from, k1);
+  digest_of(to, k2);
+  char* p1 = path_of(k1);
+  char* p2 = path_of(k2);
+  assert_int_equal(rename(p1, p2), 0);
+  free(p1);
+  free(p2);
 }
 
 static bool entry_exists(const char* key_text) {
@@ -151,15 +166,8 @@ static void test_disk_bad_files_refused_and_removed(void** state) {
   }
   // A foreign file under this key's name: another key inside.
   write_entry("other", 100, 1);
-  uint8_t k1[CW_COMPILE_DISK_DIGEST_SIZE], k2[CW_COMPILE_DISK_DIGEST_SIZE];
-  digest_of("other", k1);
-  digest_of("mine", k2);
-  char* p1 = path_of(k1);
-  char* p2 = path_of(k2);
-  assert_int_equal(rename(p1, p2), 0);
+  rename_entry("other", "mine");
   assert_int_equal(read_code("mine", "another key"), CW_DATA_LOSS);
-  free(p1);
-  free(p2);
 }
 
 static void set_mtime(const char* key_text, time_t t) {
@@ -171,28 +179,131 @@ static void set_mtime(const char* key_text, time_t t) {
   free(path);
 }
 
+// Scans without header checks; *total: the bytes kept.
+static void scan_to(uint64_t bound, uint64_t target, uint64_t* total) {
+  cw_compile_disk_scan_t sc;
+  assert_null(cw_compile_disk_scan(g_dir, bound, target, false, NULL, &sc));
+  *total = sc.bytes;
+}
+
 static void test_disk_bound_evicts_oldest(void** state) {
   (void)state;
   uint64_t total = 0;
-  assert_null(cw_compile_disk_evict(g_dir, UINT64_MAX, &total));
-  assert_null(cw_compile_disk_evict(g_dir, 0, &total));  // empties it
+  scan_to(UINT64_MAX, UINT64_MAX, &total);
+  scan_to(0, 0, &total);  // empties it
   assert_int_equal(total, 0);
-  const char* names[] = {"old", "middle", "new"};
-  for (int i = 0; i < 3; ++i) {
+  const char* names[] = {"old", "middle", "new", "newer"};
+  for (int i = 0; i < 4; ++i) {
     write_entry(names[i], 1000 - CW_COMPILE_DISK_HEADER_SIZE, 9);
     set_mtime(names[i], 1000000 + i * 100);
   }
+  // Under the bound: nothing goes, whatever the target.
+  scan_to(4000, 0, &total);
+  assert_int_equal(total, 4000);
   // A read refreshes the mtime: "old" becomes the newest.
   assert_int_equal(read_code("old", NULL), CW_OK);
-  assert_null(cw_compile_disk_evict(g_dir, 2500, &total));
-  assert_int_equal(total, 2000);
+  scan_to(3500, 3500, &total);
+  assert_int_equal(total, 3000);
   assert_false(entry_exists("middle"));
   assert_true(entry_exists("old"));
   assert_true(entry_exists("new"));
-  assert_null(cw_compile_disk_evict(g_dir, 1999, &total));
+  // Over the bound: down to the target, oldest first.
+  scan_to(2999, 1000, &total);
   assert_int_equal(total, 1000);
   assert_false(entry_exists("new"));
+  assert_false(entry_exists("newer"));
   assert_true(entry_exists("old"));
+}
+
+// What a start-up scan prunes: files named like entries that cannot be one
+// (bad names, too short, with headers checked also a foreign magic, another
+// key, a wrong length), stale temporaries; what it keeps: entries (even one
+// whose payload is corrupt: that is found when it is read) and other files.
+static void test_disk_scan_prunes(void** state) {
+  (void)state;
+  write_entry("good", 300, 1);
+  write_entry("corrupt-payload", 300, 2);
+  file_edit("corrupt-payload", CW_COMPILE_DISK_HEADER_SIZE + 3, 0x01, -1);
+  write_entry("bad-magic", 300, 3);
+  file_edit("bad-magic", 0, 0xff, -1);
+  write_entry("short-payload", 300, 4);
+  file_edit("short-payload", -1, 0, CW_COMPILE_DISK_HEADER_SIZE + 10);
+  write_entry("tiny", 300, 5);
+  file_edit("tiny", -1, 0, 12);
+  write_entry("theirs", 300, 6);
+  rename_entry("theirs", "renamed");  // another key's entry under this name
+  char path[600];
+  const char* others[] = {"NOT-HEX-AT-ALL.cwx", ".tmp-old", ".tmp-fresh", "notes.txt"};
+  for (size_t i = 0; i < 4; ++i) {
+    snprintf(path, sizeof(path), "%s/%s", g_dir, others[i]);
+    FILE* f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("0123456789012345678901234567890123456789012345678901234567890123456789012345678901234",
+          f);
+    fclose(f);
+  }
+  snprintf(path, sizeof(path), "%s/.tmp-old", g_dir);
+  struct timespec two_hours_ago[2] = {{time(NULL) - 7200, 0}, {time(NULL) - 7200, 0}};
+  assert_int_equal(utimensat(AT_FDCWD, path, two_hours_ago, 0), 0);
+  snprintf(path, sizeof(path), "%s/dir.cwx", g_dir);
+  assert_int_equal(mkdir(path, 0700), 0);
+
+  // Without headers: names, sizes and types only.
+  cw_compile_disk_scan_t sc;
+  assert_null(cw_compile_disk_scan(g_dir, UINT64_MAX, UINT64_MAX, false, NULL, &sc));
+  assert_int_equal(sc.pruned, 2);  // NOT-HEX-AT-ALL.cwx, tiny (dir.cwx is left alone)
+  assert_int_equal(sc.temporaries, 1);
+  assert_int_equal(sc.entries, 5);
+  assert_true(entry_exists("bad-magic"));
+  assert_false(entry_exists("tiny"));
+  // With headers.
+  assert_null(cw_compile_disk_scan(g_dir, UINT64_MAX, UINT64_MAX, true, NULL, &sc));
+  assert_int_equal(sc.pruned, 3);  // bad-magic, short-payload, renamed
+  assert_int_equal(sc.entries, 2);
+  assert_int_equal(sc.bytes, 2 * (300 + CW_COMPILE_DISK_HEADER_SIZE));
+  assert_true(entry_exists("good"));
+  assert_true(entry_exists("corrupt-payload"));
+  assert_false(entry_exists("bad-magic"));
+  assert_false(entry_exists("short-payload"));
+  assert_false(entry_exists("renamed"));
+  snprintf(path, sizeof(path), "%s/notes.txt", g_dir);
+  assert_int_equal(access(path, F_OK), 0);  // not the cache's
+  snprintf(path, sizeof(path), "%s/.tmp-fresh", g_dir);
+  assert_int_equal(access(path, F_OK), 0);  // a live writer's, perhaps
+  // The corrupt payload is refused when read.
+  assert_int_equal(read_code("corrupt-payload", "checksum mismatch"), CW_DATA_LOSS);
+
+  // A stop flag already set: the scan ends at once.
+  atomic_bool stop = true;
+  cw_status_t s = cw_compile_disk_scan(g_dir, 0, 0, true, &stop, &sc);
+  assert_int_equal(cw_status_code(s), CW_CANCELLED);
+  cw_status_free(s);
+  assert_true(entry_exists("good"));
+}
+
+static void test_disk_name_key(void** state) {
+  (void)state;
+  uint8_t key[CW_COMPILE_DISK_DIGEST_SIZE], got[CW_COMPILE_DISK_DIGEST_SIZE];
+  digest_of("name", key);
+  char* path = path_of(key);
+  const char* name = strrchr(path, '/') + 1;
+  assert_true(cw_compile_disk_name_key(name, got));
+  assert_memory_equal(got, key, sizeof(key));
+  char upper[128];
+  snprintf(upper, sizeof(upper), "%s", name);
+  for (char* p = upper; *p && *p != '.'; ++p) {
+    if (*p >= 'a' && *p <= 'f') *p = (char)(*p - 'a' + 'A');
+  }
+  bool has_letter = strcmp(upper, name) != 0;
+  assert_true(!has_letter || !cw_compile_disk_name_key(upper, got));
+  char shorter[128];
+  snprintf(shorter, sizeof(shorter), "%s", name + 1);
+  assert_false(cw_compile_disk_name_key(shorter, got));
+  assert_false(cw_compile_disk_name_key("x.cwx", got));
+  char other_suffix[128];
+  snprintf(other_suffix, sizeof(other_suffix), "%.64s.cwy", name);
+  assert_false(cw_compile_disk_name_key(other_suffix, got));
+  free(path);
 }
 
 // CompileOptions{3: {4: 1, 3: DebugOptions{1: 1, 357: {k: v}...}}} by hand.
@@ -293,6 +404,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_disk_bad_files_refused_and_removed, disk_setup,
                                       disk_teardown),
       cmocka_unit_test_setup_teardown(test_disk_bound_evicts_oldest, disk_setup, disk_teardown),
+      cmocka_unit_test_setup_teardown(test_disk_scan_prunes, disk_setup, disk_teardown),
+      cmocka_unit_test_setup_teardown(test_disk_name_key, disk_setup, disk_teardown),
       cmocka_unit_test(test_canonical_options),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

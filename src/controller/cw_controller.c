@@ -44,6 +44,7 @@
 #include "cw_ctl_sched.h"
 #include "cw_ctl_session.h"
 #include "cw_log.h"
+#include "cw_ready.h"
 
 void cw_ctl_reply_error(cw_controller_t* ctl, cw_net_conn_t* c, uint16_t type, uint64_t rid,
                         cw_status_t st) {
@@ -170,6 +171,7 @@ void cw_controller_stop(cw_controller_t* ctl) {
   uv_close((uv_handle_t*)&ctl->sigint, NULL);
   cw_net_watch_stop(&ctl->watch);
   cw_ctl_metrics_stop(ctl);
+  cw_ctl_disk_stop(ctl);
   cw_ctl_health_stop(ctl);
   cw_ctl_ops_stop(ctl);
   for (size_t i = 0; i < ctl->num_workers; ++i) cw_ctl_link_drop(&ctl->workers[i]->private_conn);
@@ -233,6 +235,8 @@ cw_status_t cw_controller_create(const cw_settings_t* settings, cw_controller_t*
   printf("causeway-controller listening on %s\n", ctl->net.listen_address);
   fflush(stdout);
   CW_RETURN_IF_ERROR(cw_ctl_metrics_start(ctl), "controller");
+  cw_ready_signal((int)cw_settings_int(settings, CW_SET_READY_FD), "listening on %s",
+                  ctl->net.listen_address);
   return cw_ok_status();
 }
 

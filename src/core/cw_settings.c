@@ -111,6 +111,11 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
     [CW_SET_WATCH_FD] = {"CAUSEWAY_WATCH_FD", "CW_WATCH_FD", CW__DMN, "watch-fd",
                          CW_SETTING_INT, -1, 1 << 20, "-1", false, false,
                          "exit cleanly when this inherited descriptor reaches EOF (-1: none)"},
+    [CW_SET_READY_FD] = {"CAUSEWAY_READY_FD", NULL, CW__DMN, "ready-fd", CW_SETTING_INT, -1,
+                         1 << 20, "-1", false, false,
+                         "write one line to this inherited descriptor once ready, then close "
+                         "it: the controller when it listens, a worker when it first "
+                         "registered (listens, without --controller) (-1: none)"},
     [CW_SET_COMPILE_CACHE_BYTES] = {"CAUSEWAY_COMPILE_CACHE_BYTES", "CW_COMPILE_CACHE_BYTES",
                                     CW__CTL, "compile-cache-bytes", CW_SETTING_INT, 0,
                                     1024 * GIB, "1073741824", false, false,
@@ -153,6 +158,11 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
                                  "reconnect-max-ms", CW_SETTING_INT, 10, 600000, "2000", false,
                                  false, "longest wait between attempts to reach a lost "
                                  "controller (from 100 ms, doubling)"},
+    [CW_SET_START_TIMEOUT_MS] = {"CAUSEWAY_START_TIMEOUT_MS", NULL, CW__WRK | CW__PLG,
+                                 "start-timeout-ms", CW_SETTING_INT, 0, 3600000, "60000", false,
+                                 false, "a worker that has not registered with its controller "
+                                 "in this time exits with an error (0: it keeps trying); the "
+                                 "embedded cluster waits this long for each daemon"},
     [CW_SET_RELAY_LAUNCHES] = {"CAUSEWAY_RELAY_LAUNCHES", "CW_RELAY_LAUNCHES", CW__CTL,
                                "relay-launches", CW_SETTING_BOOL, 0, 1, "0", false, false,
                                "sessions send LAUNCH through the controller, never straight to "

@@ -1,6 +1,7 @@
 // Tests of libcauseway_pjrt.so through dlopen, as JAX loads it: the table,
 // errors, events, plugin attributes, symbol visibility and client-creation
-// failures that must be errors (never crashes or hangs).
+// failures that must be errors (never crashes or hangs), among them an
+// embedded cluster whose daemons never become ready or exit first.
 #include <dlfcn.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -8,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -307,6 +309,109 @@ static void test_embedded_without_binaries(void** state) {
   error_free(e);
 }
 
+// A bin directory with the real controller (or `controller_script`) and a
+// worker that is `worker_script` (a shell script), in `dir`.
+static void fake_bin_dir(char* dir, size_t cap, const char* controller_script,
+                         const char* worker_script) {
+  assert_int_equal(cw_test_tempdir_create("cw-fakebin", dir, cap), 0);
+  char path[600];
+  const char* scripts[] = {controller_script, worker_script};
+  const char* names[] = {"causeway-controller", "causeway-worker"};
+  for (int i = 0; i < 2; ++i) {
+    snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+    if (!scripts[i]) {
+      char real[600];
+      snprintf(real, sizeof(real), "%s/%s", CW_BIN_DIR, names[i]);
+      assert_int_equal(symlink(real, path), 0);
+      continue;
+    }
+    assert_int_equal(cw_test_write_file(path, scripts[i], strlen(scripts[i])), 0);
+    assert_int_equal(chmod(path, 0700), 0);
+  }
+}
+
+// Creates a client on the embedded cluster of `bin_dir` that must fail; its
+// message (malloc'd), after checking the code.
+static char* embedded_failure(const char* bin_dir, PJRT_Error_Code want, double* out_s) {
+  setenv("CAUSEWAY_BIN_DIR", bin_dir, 1);
+  setenv("CAUSEWAY_PJRT_PLUGIN", "/not-loaded-by-fake-workers.so", 1);
+  setenv("CAUSEWAY_COMPILE_CACHE_DIR", "", 1);
+  setenv("CAUSEWAY_START_TIMEOUT_MS", "1500", 1);
+  PJRT_Client* client = NULL;
+  double t0 = now_s();
+  PJRT_Error* e = create_client(&client);
+  *out_s = now_s() - t0;
+  unsetenv("CAUSEWAY_BIN_DIR");
+  unsetenv("CAUSEWAY_COMPILE_CACHE_DIR");
+  unsetenv("CAUSEWAY_START_TIMEOUT_MS");
+  assert_null(client);
+  assert_non_null(e);
+  char* msg = error_text(e);
+  fprintf(stderr, "  %.1f s: %s\n", *out_s, msg);
+  assert_int_equal(error_code(e), want);
+  error_free(e);
+  return msg;
+}
+
+// The log an error names with "(log: PATH)", kept after the failed start:
+// its text (malloc'd); the file and its directory are removed.
+static char* named_log(const char* msg) {
+  const char* at = strstr(msg, "log: ");
+  assert_non_null(at);
+  at += strlen("log: ");
+  char path[600];
+  size_t n = strcspn(at, ")");
+  assert_true(n < sizeof(path));
+  memcpy(path, at, n);
+  path[n] = '\0';
+  void* text = NULL;
+  size_t size = 0;
+  assert_int_equal(cw_test_read_file(path, &text, &size), 0);
+  char* slash = strrchr(path, '/');
+  *slash = '\0';
+  assert_int_equal(cw_test_tempdir_remove(path), 0);
+  return text;
+}
+
+// The embedded cluster waits for each daemon's readiness line: a worker
+// that never registers fails the start after CAUSEWAY_START_TIMEOUT_MS,
+// naming it, what it did not do and its log; one that exits first fails it
+// at once with its exit status; so does a controller that never listens.
+static void test_embedded_daemon_not_ready(void** state) {
+  (void)state;
+  char dir[256];
+  double s = 0;
+  fake_bin_dir(dir, sizeof(dir), NULL, "#!/bin/sh\necho 'fake worker: asleep'\nexec sleep 30\n");
+  char* msg = embedded_failure(dir, PJRT_Error_Code_DEADLINE_EXCEEDED, &s);
+  assert_non_null(strstr(msg, "causeway: the embedded cluster failed to start: worker-0 did not "
+                              "register within 1500 ms (CAUSEWAY_START_TIMEOUT_MS; log: "));
+  assert_non_null(strstr(msg, "fake worker: asleep"));  // the log's tail
+  assert_true(s >= 1.4 && s < 10);
+  char* log = named_log(msg);
+  assert_non_null(strstr(log, "fake worker: asleep"));
+  free(log);
+  free(msg);
+  cw_test_tempdir_remove(dir);
+
+  fake_bin_dir(dir, sizeof(dir), NULL, "#!/bin/sh\necho 'fake worker: giving up'\nexit 3\n");
+  msg = embedded_failure(dir, PJRT_Error_Code_UNAVAILABLE, &s);
+  assert_non_null(strstr(msg, "causeway: the embedded cluster failed to start: worker-0 exited "
+                              "with status 3 before it could register (log: "));
+  assert_non_null(strstr(msg, "fake worker: giving up"));
+  assert_true(s < 1.4);  // at once, not after the timeout
+  free(named_log(msg));
+  free(msg);
+  cw_test_tempdir_remove(dir);
+
+  fake_bin_dir(dir, sizeof(dir), "#!/bin/sh\nexec sleep 30\n", "#!/bin/sh\nexit 0\n");
+  msg = embedded_failure(dir, PJRT_Error_Code_DEADLINE_EXCEEDED, &s);
+  assert_non_null(strstr(msg, "controller did not listen within 1500 ms"));
+  free(named_log(msg));
+  free(msg);
+  cw_test_tempdir_remove(dir);
+  unsetenv("CAUSEWAY_PJRT_PLUGIN");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_table),
@@ -317,6 +422,7 @@ int main(void) {
       cmocka_unit_test(test_bad_settings),
       cmocka_unit_test(test_unreachable_controller),
       cmocka_unit_test(test_embedded_without_binaries),
+      cmocka_unit_test(test_embedded_daemon_not_ready),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }

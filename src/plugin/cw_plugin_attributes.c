@@ -34,6 +34,13 @@ static PJRT_NamedValue cw__default_attrs[3] = {
 static pthread_mutex_t cw__attrs_mu = PTHREAD_MUTEX_INITIALIZER;
 static const PJRT_NamedValue* cw__attrs = cw__default_attrs;
 static size_t cw__num_attrs = 3;
+// Arrays a later session replaced: still valid for their holders, and
+// reachable from here (a process that creates many clients is not leaking).
+typedef struct cw__retired_s {
+  struct cw__retired_s* next;
+  const PJRT_NamedValue* attrs;
+} cw__retired_t;
+static cw__retired_t* cw__retired;
 
 void cw_plugin_attributes_set(Causeway__V1__NamedValue* const* values, size_t count) {
   PJRT_NamedValue* out = calloc(count ? count : 1, sizeof(*out));
@@ -83,7 +90,14 @@ void cw_plugin_attributes_set(Causeway__V1__NamedValue* const* values, size_t co
     }
     ++n;
   }
+  cw__retired_t* r = malloc(sizeof(*r));
   pthread_mutex_lock(&cw__attrs_mu);
+  if (r && cw__attrs != cw__default_attrs) {
+    *r = (cw__retired_t){.next = cw__retired, .attrs = cw__attrs};
+    cw__retired = r;
+    r = NULL;
+  }
+  free(r);
   cw__attrs = out;  // the previous array stays valid for its holders
   cw__num_attrs = n;
   pthread_mutex_unlock(&cw__attrs_mu);

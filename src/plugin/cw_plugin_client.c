@@ -20,10 +20,8 @@
 #include "cw_plugin_token.h"
 #include "cw_plugin_trace.h"
 #include "cw_plugin_worker.h"
-#include "cw_time.h"
 
 #define CW__CONNECT_TIMEOUT_MS 8000     // an unreachable controller fails within 10 s
-#define CW__EMBEDDED_START_MS 30000     // children load XLA before they listen
 
 // ---- Client creation ---------------------------------------------------------------
 
@@ -71,8 +69,8 @@ static void cw__on_cluster_event(void* user, const ProtobufCMessage* msg) {
   if (msg) cw_plugin_health_on_event(c, (const Causeway__V1__ClusterEvent*)msg);
 }
 
-// Connects to the controller; with an embedded cluster, retries while the
-// children start (their sockets appear when they are ready).
+// Connects to the controller (an embedded one listens already: the cluster
+// started waits for that).
 static cw_status_t cw__connect_controller(cw_plugin_client_t* c) {
   // A controller that owes answers and stays silent this long (it answers
   // PING even while compiles run) is hung: calls through it fail UNAVAILABLE.
@@ -84,37 +82,17 @@ static cw_status_t cw__connect_controller(cw_plugin_client_t* c) {
                            .event_user = c,
                            .liveness_ms = liveness,
                            .tls = c->tls};
-  if (!c->cluster) {
-    cw_status_t s = cw_client_connect(c->ctrl_address, &o, &c->ctrl);
-    if (s && cw_status_code(s) == CW_UNAUTHENTICATED) {
-      return cw_plugin_token_refused(s, "controller", c->ctrl_address);
-    }
-    CW_RETURN_IF_ERROR(s, "causeway: cannot reach the controller at %s (CAUSEWAY_CONTROLLER)",
-                       c->ctrl_address);
-    return cw_ok_status();
+  cw_status_t s = cw_client_connect(c->ctrl_address, &o, &c->ctrl);
+  if (s && cw_status_code(s) == CW_UNAUTHENTICATED) {
+    return cw_plugin_token_refused(s, "controller", c->ctrl_address);
   }
-  int64_t deadline = cw_time_now_ms() + CW__EMBEDDED_START_MS;
-  for (;;) {
-    cw_status_t s = cw_client_connect(c->ctrl_address, &o, &c->ctrl);
-    if (!s) return cw_ok_status();
-    char why[512];
-    if (cw_plugin_cluster_child_exited(c->cluster, why, sizeof(why))) {
-      cw_status_t e = cw_make_status(CW_UNAVAILABLE,
-                                     "causeway: the embedded cluster failed to start: %s (last "
-                                     "connect error: %s)", why, cw_status_message(s));
-      cw_status_free(s);
-      return cw_plugin_cluster_annotate(c->cluster, e);
-    }
-    if (cw_time_now_ms() > deadline) {
-      return cw_plugin_cluster_annotate(
-          c->cluster, cw_status_annotate(s,
-                                         "causeway: the embedded controller did not start "
-                                         "within %d ms",
-                                         CW__EMBEDDED_START_MS));
-    }
-    cw_status_free(s);
-    usleep(20 * 1000);
+  if (s && c->cluster) {
+    return cw_plugin_cluster_annotate(
+        c->cluster, cw_status_annotate(s, "causeway: cannot reach the embedded controller"));
   }
+  CW_RETURN_IF_ERROR(s, "causeway: cannot reach the controller at %s (CAUSEWAY_CONTROLLER)",
+                     c->ctrl_address);
+  return cw_ok_status();
 }
 
 static cw_status_t cw__open_session(cw_plugin_client_t* c, uint32_t min_workers) {

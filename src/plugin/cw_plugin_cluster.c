@@ -2,6 +2,16 @@
 // private controller and CAUSEWAY_LOCAL_WORKERS workers as child processes on
 // Unix sockets in a private temporary directory.
 //
+// Start-up, in order: the controller, then each worker, one at a time, each
+// started only once the one before is ready. A child is ready when it writes
+// its line on its own readiness pipe (--ready-fd, src/core/cw_ready.h): the
+// controller when it listens, a worker when it has registered. So no worker
+// races the controller's socket, and workers register in name order (their
+// devices get global ids in that order). A child that exits first gives EOF
+// on its pipe; one that stays silent for CAUSEWAY_START_TIMEOUT_MS fails the
+// start with an error that names it, what it did not do and its log, and
+// the logs of a failed start are kept (the token and sockets are not).
+//
 // Lifetime: the children get the read end of a pipe (--watch-fd) whose only
 // write end stays in this process, close-on-exec. When this process exits,
 // even by SIGKILL, the kernel closes the write end and every child sees EOF
@@ -25,6 +35,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
@@ -39,6 +50,7 @@
 
 #include "cw_plugin_cluster.h"
 #include "cw_random.h"
+#include "cw_time.h"
 
 extern char** environ;
 
@@ -51,6 +63,7 @@ typedef struct cw__child_s {
   char* log_path;
   int exit_status;  // valid when reaped
   bool reaped;
+  int ready_fd;     // read end of its readiness pipe until it answered; -1 after
 } cw__child_t;
 
 struct cw_plugin_cluster_s {
@@ -60,6 +73,7 @@ struct cw_plugin_cluster_s {
   char* controller_address;
   int watch_write_fd;
   bool keep_dir;       // CAUSEWAY_KEEP_TMP
+  bool keep_logs;      // a failed start: the directory keeps its logs
   bool inherit_logs;   // CAUSEWAY_CHILD_LOGS=inherit
   cw__child_t children[CW__MAX_LOCAL_WORKERS + 1];
   size_t num_children;
@@ -91,19 +105,44 @@ static char* cw__default_bin_dir(void) {
 }
 
 // Spawns argv with stdout and stderr to log_path (or inherited when
-// CAUSEWAY_CHILD_LOGS=inherit); the watch fd is inherited.
-static cw_status_t cw__spawn(cw_plugin_cluster_t* cl, const char* name, char* const argv[]) {
+// CAUSEWAY_CHILD_LOGS=inherit), the watch fd inherited, and "--ready-fd N"
+// added: the write end of a fresh pipe whose read end the child's record
+// keeps. argv must leave two NULL slots before its terminating NULL.
+static cw_status_t cw__spawn(cw_plugin_cluster_t* cl, const char* name, char* argv[],
+                             int watch_fd) {
   cw__child_t* ch = &cl->children[cl->num_children];
   memset(ch, 0, sizeof(*ch));
+  ch->ready_fd = -1;
   ch->name = strdup(name);
   ch->log_path = cw__printf("%s/%s.log", cl->dir, name);
-  if (!ch->name || !ch->log_path) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  if (!ch->name || !ch->log_path) {
+    free(ch->name);
+    free(ch->log_path);
+    return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  // Both ends close-on-exec here; the child gets the write end by dup2 onto
+  // a number of its own (above every descriptor it must keep), so no other
+  // process this one starts meanwhile holds it and EOF means the child.
+  int ready[2];
+  if (pipe2(ready, O_CLOEXEC) != 0) {
+    free(ch->name);
+    free(ch->log_path);
+    return cw_make_status(CW_UNAVAILABLE, "causeway: pipe: %s", strerror(errno));
+  }
+  int child_fd = (ready[1] > watch_fd ? ready[1] : watch_fd) + 1;
+  char fdbuf[16];
+  snprintf(fdbuf, sizeof(fdbuf), "%d", child_fd);
+  size_t argc = 0;
+  while (argv[argc]) ++argc;
+  argv[argc] = "--ready-fd";
+  argv[argc + 1] = fdbuf;
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   if (!cl->inherit_logs) {
     posix_spawn_file_actions_addopen(&fa, 1, ch->log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
   }
+  posix_spawn_file_actions_adddup2(&fa, ready[1], child_fd);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   // Children must not inherit the caller's signal mask or handlers.
@@ -116,12 +155,94 @@ static cw_status_t cw__spawn(cw_plugin_cluster_t* cl, const char* name, char* co
   int err = posix_spawn(&ch->pid, argv[0], &fa, &attr, argv, cl->envp);
   posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&fa);
+  argv[argc] = NULL;
+  close(ready[1]);  // the child's alone now
   if (err) {
+    close(ready[0]);
+    free(ch->name);
+    free(ch->log_path);
     return cw_make_status(CW_UNAVAILABLE, "causeway: cannot start %s (%s): %s", name, argv[0],
                           strerror(err));
   }
+  ch->ready_fd = ready[0];
   cl->num_children++;
   return cw_ok_status();
+}
+
+// Reaps `ch` if it exits within `ms`; true when it has.
+static bool cw__reap_within(cw__child_t* ch, int ms) {
+  for (int64_t end = cw_time_now_ms() + ms;;) {
+    int st = 0;
+    pid_t r = waitpid(ch->pid, &st, WNOHANG);
+    if (r == ch->pid || (r < 0 && errno == ECHILD)) {
+      ch->reaped = true;
+      ch->exit_status = st;
+      return true;
+    }
+    if (cw_time_now_ms() >= end) return false;
+    usleep(5 * 1000);  // only after its pipe said it is going
+  }
+}
+
+// "exited with status N" / "was killed by signal N" for a reaped child.
+static void cw__describe_exit(const cw__child_t* ch, char* buf, size_t cap) {
+  if (WIFSIGNALED(ch->exit_status)) {
+    snprintf(buf, cap, "%s was killed by signal %d", ch->name, WTERMSIG(ch->exit_status));
+  } else {
+    snprintf(buf, cap, "%s exited with status %d", ch->name, WEXITSTATUS(ch->exit_status));
+  }
+}
+
+// Waits for `ch`'s readiness line (`what` it does to be ready: "listen",
+// "register"); timeout_ms 0: no bound. The error names the child, what it
+// did not do and its log.
+static cw_status_t cw__wait_ready(const cw_plugin_cluster_t* cl, cw__child_t* ch,
+                                  const char* what, int64_t timeout_ms) {
+  const char* log = cl->inherit_logs ? "this process's stderr" : ch->log_path;
+  int64_t start = cw_time_now_ms();
+  char line[256];
+  size_t got = 0;
+  cw_status_t s = cw_ok_status();
+  for (;;) {
+    int wait = -1;
+    if (timeout_ms > 0) {
+      int64_t left = start + timeout_ms - cw_time_now_ms();
+      if (left <= 0) {
+        s = cw_make_status(CW_DEADLINE_EXCEEDED,
+                           "causeway: the embedded cluster failed to start: %s did not %s "
+                           "within %" PRId64 " ms (CAUSEWAY_START_TIMEOUT_MS; log: %s)",
+                           ch->name, what, timeout_ms, log);
+        break;
+      }
+      wait = left > INT_MAX ? INT_MAX : (int)left;
+    }
+    struct pollfd p = {.fd = ch->ready_fd, .events = POLLIN};
+    int rc = poll(&p, 1, wait);
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc < 0) {
+      s = cw_make_status(CW_UNAVAILABLE, "causeway: poll: %s", strerror(errno));
+      break;
+    }
+    if (rc == 0) continue;  // the deadline, checked above
+    ssize_t n = read(ch->ready_fd, line + got, sizeof(line) - 1 - got);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n > 0) {
+      got += (size_t)n;
+      if (memchr(line, '\n', got) || got == sizeof(line) - 1) break;  // ready
+      continue;
+    }
+    // EOF (or an error): it closed its end without a word, so it is going.
+    char why[300];
+    if (cw__reap_within(ch, 2000)) cw__describe_exit(ch, why, sizeof(why));
+    else snprintf(why, sizeof(why), "%s closed its readiness pipe", ch->name);
+    s = cw_make_status(CW_UNAVAILABLE,
+                       "causeway: the embedded cluster failed to start: %s before it could %s "
+                       "(log: %s)", why, what, log);
+    break;
+  }
+  close(ch->ready_fd);
+  ch->ready_fd = -1;
+  return s;
 }
 
 // Makes the cluster's token and its file `dir`/token (0600, created fresh).
@@ -289,9 +410,13 @@ cw_status_t cw_plugin_cluster_start(const cw_settings_t* settings,
   }
   char fdbuf[16];
   snprintf(fdbuf, sizeof(fdbuf), "%d", pipefd[0]);
+  // Each child in turn, once the one before is ready (see the top).
+  int64_t timeout_ms = cw_settings_int(settings, CW_SET_START_TIMEOUT_MS);
   if (!s) {
-    char* argv[] = {ctl_exe, "--listen", cl->controller_address, "--watch-fd", fdbuf, NULL};
-    s = cw__spawn(cl, "controller", argv);
+    char* argv[] = {ctl_exe, "--listen", cl->controller_address, "--watch-fd", fdbuf,
+                    NULL, NULL, NULL};
+    s = cw__spawn(cl, "controller", argv, pipefd[0]);
+    if (!s) s = cw__wait_ready(cl, &cl->children[0], "listen", timeout_ms);
   }
   char devbuf[16];
   snprintf(devbuf, sizeof(devbuf), "%" PRId64, devices);
@@ -303,16 +428,25 @@ cw_status_t cw_plugin_cluster_start(const cw_settings_t* settings,
       s = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
       break;
     }
+    // --metrics-listen= : a CAUSEWAY_METRICS_LISTEN the user set is the
+    // controller's port; workers inheriting it would all try to bind it.
     char* argv[] = {wrk_exe, "--plugin", (char*)plugin, "--devices", devbuf, "--listen", listen,
                     "--name", name, "--controller", cl->controller_address,
-                    "--exit-with-controller", "--watch-fd", fdbuf, NULL};
-    s = cw__spawn(cl, name, argv);
+                    "--exit-with-controller", "--watch-fd", fdbuf, "--metrics-listen=", NULL,
+                    NULL, NULL};
+    s = cw__spawn(cl, name, argv, pipefd[0]);
+    if (!s) s = cw__wait_ready(cl, &cl->children[cl->num_children - 1], "register",
+                                timeout_ms);
     free(listen);
   }
   if (pipefd[0] >= 0) close(pipefd[0]);  // only the children hold it now
   free(ctl_exe);
   free(wrk_exe);
   if (s) {
+    if (cl->num_children) {
+      s = cw_plugin_cluster_annotate(cl, s);
+      cl->keep_logs = !cl->keep_dir;  // the error names them
+    }
     cw_plugin_cluster_stop(cl);
     return s;
   }
@@ -341,11 +475,7 @@ bool cw_plugin_cluster_child_exited(cw_plugin_cluster_t* cl, char* buf, size_t c
   for (size_t i = 0; i < cl->num_children; ++i) {
     cw__child_t* ch = &cl->children[i];
     if (!ch->reaped) continue;
-    if (WIFSIGNALED(ch->exit_status)) {
-      snprintf(buf, cap, "%s was killed by signal %d", ch->name, WTERMSIG(ch->exit_status));
-    } else {
-      snprintf(buf, cap, "%s exited with status %d", ch->name, WEXITSTATUS(ch->exit_status));
-    }
+    cw__describe_exit(ch, buf, cap);
     return true;
   }
   return false;
@@ -381,12 +511,16 @@ cw_status_t cw_plugin_cluster_annotate(cw_plugin_cluster_t* cl, cw_status_t stat
   return out;
 }
 
-static void cw__remove_dir(const char* dir) {
+// Removes `dir` and its files; with `keep_logs`, its *.log files and so the
+// directory stay.
+static void cw__remove_dir(const char* dir, bool keep_logs) {
   DIR* d = opendir(dir);
   if (d) {
     struct dirent* e;
     while ((e = readdir(d)) != NULL) {
       if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+      size_t len = strlen(e->d_name);
+      if (keep_logs && len > 4 && !strcmp(e->d_name + len - 4, ".log")) continue;
       char* p = cw__printf("%s/%s", dir, e->d_name);
       if (p) unlink(p);
       free(p);
@@ -403,7 +537,7 @@ static char* cw__dirs[8];
 static void cw__remove_dirs_at_exit(void) {
   pthread_mutex_lock(&cw__dirs_mu);
   for (size_t i = 0; i < sizeof(cw__dirs) / sizeof(cw__dirs[0]); ++i) {
-    if (cw__dirs[i]) cw__remove_dir(cw__dirs[i]);
+    if (cw__dirs[i]) cw__remove_dir(cw__dirs[i], false);
     free(cw__dirs[i]);
     cw__dirs[i] = NULL;
   }
@@ -450,9 +584,10 @@ void cw_plugin_cluster_stop(cw_plugin_cluster_t* cl) {
   cw__reap(cl, true);
   if (cl->dir && !cl->keep_dir) {
     cw__track_dir(cl->dir, false);
-    cw__remove_dir(cl->dir);
+    cw__remove_dir(cl->dir, cl->keep_logs);
   }
   for (size_t i = 0; i < cl->num_children; ++i) {
+    if (cl->children[i].ready_fd >= 0) close(cl->children[i].ready_fd);
     free(cl->children[i].name);
     free(cl->children[i].log_path);
   }

@@ -267,7 +267,7 @@ cw_status_t cw_worker_run(cw_worker_t* w) {
   w->loop_thread = pthread_self();
   w->loop_thread_known = true;
   uv_run(&w->loop, UV_RUN_DEFAULT);
-  return cw_ok_status();
+  return cw_worker_link_take_error(w);  // the loop ends with OK unless the link gave up
 }
 
 void cw_worker_release(cw_worker_t* w) {

@@ -3,11 +3,19 @@
 // The worker connects to the controller as to a peer (HELLO role WORKER) and
 // sends REGISTER with its inventory. While registered it sends
 // HEALTH_HEARTBEAT (no reply) every --heartbeat-ms; the controller declares
-// it dead after --worker-timeout-ms without one. When the link is lost (the
-// controller died or restarted, or declared this worker dead), the worker
-// keeps serving and reconnects after 100 ms, doubling up to
-// --reconnect-max-ms, then registers again under the same name; with
-// --exit-with-controller it exits instead.
+// it dead after --worker-timeout-ms without one.
+//
+// Start-up: daemons may start in any order. Until its first registration
+// the worker keeps trying (100 ms, doubling to --reconnect-max-ms), whatever
+// failed: no controller listening yet, a refused REGISTER. If none succeeded
+// within --start-timeout-ms it stops with an error naming the controller and
+// the last failure (main exits 1). The first registration writes the
+// --ready-fd line (the embedded cluster's plugin waits for it).
+//
+// After that, when the link is lost (the controller died or restarted, or
+// declared this worker dead), the worker keeps serving and reconnects with
+// the same backoff, then registers again under the same name; with
+// --exit-with-controller it exits instead (status 0).
 #include "cw_worker_link.h"
 
 #include <inttypes.h>
@@ -17,6 +25,7 @@
 #include <unistd.h>
 
 #include "cw_log.h"
+#include "cw_ready.h"
 #include "cw_worker_conn.h"
 #include "cw_worker_sched.h"
 
@@ -27,9 +36,15 @@ struct cw_worker_link_s {
   char address[256];  // this worker's advertised address
   uv_timer_t heartbeat_timer;
   uv_timer_t reconnect_timer;
+  uv_timer_t start_timer;  // --start-timeout-ms, until the first registration
   bool registered;  // the controller accepted REGISTER on `conn`
+  bool ever_registered;
+  int ready_fd;     // --ready-fd until the first registration, then -1
   uint64_t heartbeat_seq;
   int64_t reconnect_delay_ms;  // next wait before reconnecting
+  char last_error[512];        // why the latest attempt failed (before the first registration)
+  uint64_t attempts;           // failed ones before the first registration
+  cw_status_t fatal;           // why the link stopped the worker (cw_worker_run returns it)
 };
 
 void cw_worker_advertised_address(const char* listen, char* out, size_t out_size) {
@@ -58,34 +73,74 @@ static void cw__heartbeat(uv_timer_t* t) {
 
 static void cw__reconnect(uv_timer_t* t);
 
-// The link `name` is gone (and the worker keeps serving): reconnect after
-// 100 ms, doubling to --reconnect-max-ms, and register again.
-static void cw__lost(cw_worker_t* w, const char* name) {
+// The link `name` is gone, or an attempt failed (`why`), and the worker keeps
+// serving: reconnect after 100 ms, doubling to --reconnect-max-ms, and
+// register again.
+static void cw__retry(cw_worker_t* w, const char* name, const char* why) {
   cw_worker_link_t* k = w->link;
   k->registered = false;
   if (w->shutting_down) return;
   int64_t delay = k->reconnect_delay_ms;
   int64_t max = cw_settings_int(w->settings, CW_SET_RECONNECT_MAX_MS);
   if (delay > max) delay = max;
-  CW_LOGW("lost the controller %s; still serving, reconnecting in %" PRId64 " ms", name, delay);
+  if (k->ever_registered) {
+    CW_LOGW("lost the controller %s; still serving, reconnecting in %" PRId64 " ms", name, delay);
+  } else {
+    if (why) snprintf(k->last_error, sizeof(k->last_error), "%s", why);
+    // Said once at warning level: daemons started in any order wait for each other.
+    if (k->attempts++ == 0) {
+      CW_LOGW("not registered with the controller %s yet (%s); trying again in %" PRId64
+              " ms, for up to %" PRId64 " ms (--start-timeout-ms; 0: no bound)", name,
+              k->last_error, delay, cw_settings_int(w->settings, CW_SET_START_TIMEOUT_MS));
+    } else {
+      CW_LOGI("not registered with the controller %s yet (%s); trying again in %" PRId64 " ms",
+              name, k->last_error, delay);
+    }
+  }
   k->reconnect_delay_ms = delay * 2 > max ? max : delay * 2;
   uv_timer_start(&k->reconnect_timer, cw__reconnect, (uint64_t)delay, 0);
+}
+
+// --start-timeout-ms passed without a registration: stop with the reason.
+static void cw__start_timeout(uv_timer_t* t) {
+  cw_worker_t* w = t->data;
+  cw_worker_link_t* k = w->link;
+  if (k->ever_registered || w->shutting_down) return;
+  const char* address = cw_settings_string(w->settings, CW_SET_CONTROLLER);
+  k->fatal = cw_make_status(CW_DEADLINE_EXCEEDED,
+                            "worker %s did not register with the controller %s within %" PRId64
+                            " ms (--start-timeout-ms); last error: %s",
+                            w->name, address,
+                            cw_settings_int(w->settings, CW_SET_START_TIMEOUT_MS),
+                            k->last_error[0] ? k->last_error : "none");
+  cw_worker_stop(w);  // main prints the error and exits 1
 }
 
 static void cw__registered(void* user, cw_net_conn_t* nc, cw_status_t status,
                            const ProtobufCMessage* reply, uint8_t* bulk, uint64_t bulk_len) {
   cw_worker_t* w = user;
+  cw_worker_link_t* k = w->link;
   free(bulk);
   if (status) {
-    CW_LOGE("controller %s refused REGISTER: %s", cw_net_conn_name(nc), cw_status_message(status));
+    // UNAVAILABLE: nothing answered (not listening yet, say); the retry logs that.
+    if (k->ever_registered || cw_status_code(status) != CW_UNAVAILABLE) {
+      CW_LOGE("controller %s refused REGISTER: %s", cw_net_conn_name(nc),
+              cw_status_message(status));
+    }
+    snprintf(k->last_error, sizeof(k->last_error), "%s", cw_status_message(status));
     cw_status_free(status);
-    if (cw_net_conn_is_open(nc)) cw_net_conn_close(nc, NULL);  // --exit-with-controller applies
+    if (cw_net_conn_is_open(nc)) cw_net_conn_close(nc, NULL);  // retried, or exits (see top)
     return;
   }
-  cw_worker_link_t* k = w->link;
   CW_LOGI("registered with the controller %s as %s (%s)", cw_net_conn_name(nc), w->name,
           k->address);
   k->registered = true;
+  if (!k->ever_registered) {
+    k->ever_registered = true;
+    uv_timer_stop(&k->start_timer);
+    cw_ready_signal(k->ready_fd, "registered with %s as %s", cw_net_conn_name(nc), w->name);
+    k->ready_fd = -1;
+  }
   k->heartbeat_seq = 0;
   k->reconnect_delay_ms = CW__RECONNECT_FIRST_MS;
   cw__heartbeat(&k->heartbeat_timer);  // at once: the controller's clock starts now
@@ -131,13 +186,13 @@ static void cw__reconnect(uv_timer_t* t) {
   cw_worker_link_t* k = w->link;
   if (w->shutting_down || k->conn) return;
   const char* address = cw_settings_string(w->settings, CW_SET_CONTROLLER);
-  CW_LOGI("reconnecting to the controller %s", address);
+  if (k->ever_registered) CW_LOGI("reconnecting to the controller %s", address);
   cw_status_t st = cw__connect(w, address);
   if (st) {
     // Failed before any connection existed: try again later.
     CW_LOGW("%s", cw_status_message(st));
+    cw__retry(w, address, cw_status_message(st));
     cw_status_free(st);
-    cw__lost(w, address);
   }
 }
 
@@ -147,26 +202,36 @@ void cw_worker_link_closed(cw_conn_t* c) {
   if (!k || k->conn != c) return;
   k->conn = NULL;
   if (w->shutting_down) return;
-  if (cw_settings_int(w->settings, CW_SET_EXIT_WITH_CONTROLLER)) {
+  if (k->ever_registered && cw_settings_int(w->settings, CW_SET_EXIT_WITH_CONTROLLER)) {
     CW_LOGW("lost the controller %s; exiting (--exit-with-controller)", cw_worker_conn_name(c));
     cw_worker_stop(w);
     return;
   }
-  cw__lost(w, cw_worker_conn_name(c));
+  cw__retry(w, cw_worker_conn_name(c), NULL);
 }
 
 cw_status_t cw_worker_link_start(cw_worker_t* w) {
   const char* address = cw_settings_string(w->settings, CW_SET_CONTROLLER);
-  if (!address[0]) return cw_ok_status();
+  int ready_fd = (int)cw_settings_int(w->settings, CW_SET_READY_FD);
+  if (!address[0]) {
+    cw_ready_signal(ready_fd, "listening on %s", w->net.listen_address);
+    return cw_ok_status();
+  }
   cw_worker_link_t* k = calloc(1, sizeof(*k));
   if (!k) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   w->link = k;
+  k->ready_fd = ready_fd;
   uv_timer_init(&w->loop, &k->heartbeat_timer);
   uv_timer_init(&w->loop, &k->reconnect_timer);
-  k->heartbeat_timer.data = k->reconnect_timer.data = w;
+  uv_timer_init(&w->loop, &k->start_timer);
+  k->heartbeat_timer.data = k->reconnect_timer.data = k->start_timer.data = w;
   k->reconnect_delay_ms = CW__RECONNECT_FIRST_MS;
   uint64_t period = (uint64_t)cw_settings_int(w->settings, CW_SET_HEARTBEAT_MS);
   uv_timer_start(&k->heartbeat_timer, cw__heartbeat, period, period);
+  int64_t start_timeout = cw_settings_int(w->settings, CW_SET_START_TIMEOUT_MS);
+  if (start_timeout > 0) {
+    uv_timer_start(&k->start_timer, cw__start_timeout, (uint64_t)start_timeout, 0);
+  }
   return cw__connect(w, address);
 }
 
@@ -174,6 +239,14 @@ void cw_worker_link_stop(cw_worker_t* w) {
   if (!w->link) return;
   uv_close((uv_handle_t*)&w->link->heartbeat_timer, NULL);
   uv_close((uv_handle_t*)&w->link->reconnect_timer, NULL);
+  uv_close((uv_handle_t*)&w->link->start_timer, NULL);
+}
+
+cw_status_t cw_worker_link_take_error(cw_worker_t* w) {
+  if (!w->link) return cw_ok_status();
+  cw_status_t s = w->link->fatal;
+  w->link->fatal = NULL;
+  return s;
 }
 
 bool cw_worker_link_registered(const cw_worker_t* w) {
@@ -181,6 +254,7 @@ bool cw_worker_link_registered(const cw_worker_t* w) {
 }
 
 void cw_worker_link_release(cw_worker_t* w) {
+  if (w->link) cw_status_free(w->link->fatal);
   free(w->link);
   w->link = NULL;
 }

@@ -1,6 +1,7 @@
 // The worker's link to its controller (cw_worker_link.c): REGISTER with the
-// worker's inventory, heartbeats while registered, reconnecting with backoff
-// when the link is lost (or exiting, with --exit-with-controller).
+// worker's inventory, retried with backoff until it first succeeds (within
+// --start-timeout-ms), heartbeats while registered, reconnecting with
+// backoff when the link is lost (or exiting, with --exit-with-controller).
 #ifndef CW_WORKER_LINK_H_
 #define CW_WORKER_LINK_H_
 
@@ -9,10 +10,13 @@
 #include "cw_worker_internal.h"
 
 // Starts the link when --controller is set (connects and registers
-// asynchronously).
+// asynchronously); without one, the worker is ready now (--ready-fd).
 CW_MUST_USE cw_status_t cw_worker_link_start(cw_worker_t* w);
 // Shutting down: timers close.
 void cw_worker_link_stop(cw_worker_t* w);
+// Why the link stopped the worker (no registration within
+// --start-timeout-ms), for the caller; OK otherwise.
+CW_MUST_USE cw_status_t cw_worker_link_take_error(cw_worker_t* w);
 void cw_worker_link_release(cw_worker_t* w);
 // Whether the controller has accepted this worker's REGISTER on the link
 // that is up now (false without --controller).

@@ -1,7 +1,10 @@
 // The worker's link to its controller (cw_worker_link.c): the address it
 // advertises (in process), and against real daemons REGISTER (the session
-// the controller opens lists the worker under its name and address) and
-// --exit-with-controller (the controller killed, the worker exits 0).
+// the controller opens lists the worker under its name and address),
+// --exit-with-controller (the controller killed, the worker exits 0), a
+// controller that starts seconds after its worker (the worker keeps trying
+// and registers; --exit-with-controller applies only after that), and one
+// that never comes (the worker exits 1 after --start-timeout-ms, saying so).
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -42,6 +45,26 @@ static void test_advertised_address(void** state) {
   assert_string_equal(small, "127.0.0");
 }
 
+// One session on the controller at `address` sees `name` (with 2 devices),
+// at `worker_address` unless NULL.
+static void expect_registered(const char* address, const char* name,
+                              const char* worker_address) {
+  cw_client_t* c = NULL;
+  ASSERT_OK(cw_client_connect(address, NULL, &c));
+  Causeway__V1__OpenSessionRequest req = CAUSEWAY__V1__OPEN_SESSION_REQUEST__INIT;
+  req.min_workers = 1;
+  req.wait_ms = 30000;
+  ProtobufCMessage* rep = NULL;
+  ASSERT_OK(cw_client_call(c, CW_MSG_OPEN_SESSION, &req.base, NULL, 0, NULL, &rep, NULL));
+  const Causeway__V1__SessionInfo* si = (const Causeway__V1__SessionInfo*)rep;
+  assert_int_equal(si->n_workers, 1);
+  assert_string_equal(si->workers[0]->name, name);
+  if (worker_address) assert_string_equal(si->workers[0]->address, worker_address);
+  assert_int_equal(si->n_devices, 2);
+  protobuf_c_message_free_unpacked(rep, NULL);
+  cw_client_release(c);
+}
+
 static void test_register_and_exit_with_controller(void** state) {
   (void)state;
   assert_non_null(cw_test_getenv("CW_CONTROLLER_BIN", NULL));
@@ -52,25 +75,70 @@ static void test_register_and_exit_with_controller(void** state) {
   cw_test_worker_options_t o = {.devices = 2, .name = "registered", .extra_args = extra};
   cw_test_worker_t w;
   assert_int_equal(cw_test_worker_start(&o, &w), 0);
-  cw_client_t* c = NULL;
-  ASSERT_OK(cw_client_connect(address, NULL, &c));
-  Causeway__V1__OpenSessionRequest req = CAUSEWAY__V1__OPEN_SESSION_REQUEST__INIT;
-  req.min_workers = 1;
-  req.wait_ms = 30000;
-  ProtobufCMessage* rep = NULL;
-  ASSERT_OK(cw_client_call(c, CW_MSG_OPEN_SESSION, &req.base, NULL, 0, NULL, &rep, NULL));
-  const Causeway__V1__SessionInfo* si = (const Causeway__V1__SessionInfo*)rep;
-  assert_int_equal(si->n_workers, 1);
-  assert_string_equal(si->workers[0]->name, "registered");
-  assert_string_equal(si->workers[0]->address, w.address);
-  assert_int_equal(si->n_devices, 2);
-  protobuf_c_message_free_unpacked(rep, NULL);
-  cw_client_release(c);
+  expect_registered(address, "registered", w.address);
   // The controller goes (even by SIGKILL): the worker exits cleanly.
   cw_test_process_kill(&ctl);
   int rc = cw_test_process_wait(&w.process, 30000);
   fprintf(stderr, "  controller killed: worker exit status %d\n", rc);
   assert_int_equal(rc, 0);
+}
+
+// Workers first, the controller 1.5 s later: the worker (embedded-style,
+// --exit-with-controller) keeps trying and registers; losing the controller
+// after that still makes it exit.
+static void test_controller_starts_later(void** state) {
+  (void)state;
+  char dir[256], sock[320];
+  assert_int_equal(cw_test_tempdir_create("cw-link", dir, sizeof(dir)), 0);
+  snprintf(sock, sizeof(sock), "%s/ctl.sock", dir);
+  const char* extra[] = {"--controller", sock, "--exit-with-controller", "--start-timeout-ms",
+                         "60000", "--reconnect-max-ms", "300", NULL};
+  cw_test_worker_options_t o = {.devices = 2, .name = "early", .extra_args = extra};
+  cw_test_worker_t w;
+  assert_int_equal(cw_test_worker_start(&o, &w), 0);
+  cw_test_sleep_ms(1500);
+  assert_int_equal(cw_test_process_wait(&w.process, 0), -1);  // still there, still trying
+  cw_test_process_t ctl;
+  char address[256];
+  const char* ctl_args[] = {"--listen", sock, NULL};
+  assert_int_equal(cw_test_controller_start(ctl_args, &ctl, address, sizeof(address)), 0);
+  assert_string_equal(address, sock);
+  expect_registered(address, "early", NULL);
+  cw_test_process_kill(&ctl);
+  assert_int_equal(cw_test_process_wait(&w.process, 30000), 0);
+  cw_test_tempdir_remove(dir);
+}
+
+// No controller ever: the worker gives up after --start-timeout-ms with an
+// error that names the controller, the timeout and the last failure.
+static void test_start_timeout(void** state) {
+  (void)state;
+  char dir[256], sock[320];
+  assert_int_equal(cw_test_tempdir_create("cw-link", dir, sizeof(dir)), 0);
+  snprintf(sock, sizeof(sock), "%s/never.sock", dir);
+  const char* extra[] = {"--controller", sock, "--exit-with-controller", "--start-timeout-ms",
+                         "1500", "--reconnect-max-ms", "200", NULL};
+  cw_test_worker_options_t o = {.devices = 2, .name = "lonely", .extra_args = extra};
+  cw_test_stderr_capture_t cap;
+  assert_int_equal(cw_test_stderr_capture_begin(&cap), 0);
+  cw_test_worker_t w;
+  int started = cw_test_worker_start(&o, &w);
+  int64_t t0 = cw_time_now_ms();
+  int rc = started == 0 ? cw_test_process_wait(&w.process, 30000) : -2;
+  int64_t waited = cw_time_now_ms() - t0;
+  char text[16384];
+  assert_int_equal(cw_test_stderr_capture_end(&cap, text, sizeof(text)), 0);
+  fprintf(stderr, "%s", text);
+  assert_int_equal(started, 0);
+  assert_int_equal(rc, 1);
+  assert_true(waited >= 1000 && waited < 20000);
+  char want[512];
+  snprintf(want, sizeof(want),
+           "worker lonely did not register with the controller %s within 1500 ms "
+           "(--start-timeout-ms); last error: ", sock);
+  assert_non_null(strstr(text, want));
+  assert_non_null(strstr(text, "no such file or directory"));
+  cw_test_tempdir_remove(dir);
 }
 
 int main(void) {
@@ -79,6 +147,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_advertised_address),
       cmocka_unit_test(test_register_and_exit_with_controller),
+      cmocka_unit_test(test_controller_starts_later),
+      cmocka_unit_test(test_start_timeout),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,12 +3,16 @@
 cluster is stopped, a new controller and workers with the same directory
 answer the same program from disk -- zero compiles sent to workers -- and
 the results are right. A corrupted entry is ignored with a warning and
-recompiled, never trusted."""
+recompiled, never trusted. The directory is scanned in the background
+after the controller listens (issue 11): files that cannot be entries are
+pruned, the byte bound is kept at start-up and after stores."""
 from __future__ import annotations
 
+import hashlib
 import os
 import pathlib
 import stat
+import struct
 
 import numpy as np
 import pytest
@@ -26,10 +30,20 @@ def _expected() -> list:
     return (np.tanh(x @ np.ones((4, 2), dtype=np.float32)) * 2.0 + 1.0).tolist()
 
 
-def _run_once(cache_dir: pathlib.Path, name: str) -> dict:
-    """A fresh cluster on `cache_dir` runs cc_program once; its controller's stats."""
-    cluster = harness.HandCluster(workers=1, devices=2,
-                                  controller_args=("--compile-cache-dir", str(cache_dir)))
+def _entry(payload: bytes, key: bytes | None = None, name_key: bytes | None = None):
+    """A file in the entry format (cw_compile_disk.h): (its name, its bytes)."""
+    key = key or os.urandom(32)
+    header = (struct.pack("<II", 0x43585743, 1) + key + struct.pack("<Q", len(payload))
+              + hashlib.sha256(payload).digest())
+    return (name_key or key).hex() + ".cwx", header + payload
+
+
+def _run_once(cache_dir: pathlib.Path, name: str, controller_args: tuple = (),
+              until=None) -> dict:
+    """A fresh cluster on `cache_dir` runs cc_program once; its controller's
+    stats (once `until(stats)` holds, if given)."""
+    cluster = harness.HandCluster(workers=1, devices=2, controller_args=(
+        "--compile-cache-dir", str(cache_dir), *controller_args))
     try:
         env = harness.causeway_env(controller=cluster.controller)
         env["CW_RUNNER_CHECKS"] = str(HERE / "compile_cache_checks.py")
@@ -40,9 +54,9 @@ def _run_once(cache_dir: pathlib.Path, name: str) -> dict:
             r.close()
         np.testing.assert_allclose(got, _expected(), rtol=1e-6)
         # Writes are asynchronous: wait for them before stopping.
+        done = until or (lambda s: s["disk_bytes"] > 0 or s["compiles_sent"] == 0)
         st = harness.wait_until(
-            lambda: (lambda s: s if s["disk_bytes"] > 0 or s["compiles_sent"] == 0 else None)(
-                harness.stats(cluster.controller)), 30)
+            lambda: (lambda s: s if done(s) else None)(harness.stats(cluster.controller)), 30)
         assert st, harness.stats(cluster.controller)
         st["log"] = cluster.log("controller")
         return st
@@ -98,11 +112,74 @@ def test_size_bound_evicts_oldest(tmp_path):
     cluster = harness.HandCluster(workers=1, devices=1, controller_args=(
         "--compile-cache-dir", str(cache), "--compile-cache-disk-bytes", "1000"))
     try:
-        # At start-up the directory is trimmed to its bound.
-        assert not old.exists()
-        assert harness.stats(cluster.controller)["disk_bytes"] == 0
+        # At start-up (in the background) the directory is trimmed to its bound.
+        assert harness.wait_until(lambda: not old.exists(), 30)
+        assert harness.wait_until(
+            lambda: harness.stats(cluster.controller)["disk_bytes"] == 0, 30)
     finally:
         cluster.stop()
+
+
+def test_startup_scan_prunes_invalid_files(tmp_path):
+    """The start-up scan (after the controller listens) removes files named
+    like entries that cannot be one, keeps valid entries and files that are
+    not the cache's, and counts what the entries hold."""
+    cache = tmp_path / "cc"
+    cache.mkdir(mode=0o700)
+    files = {}
+    name, data = _entry(b"g" * 1000)
+    files["good"] = (cache / name, data)
+    name, data = _entry(b"m" * 1000)
+    files["bad-magic"] = (cache / name, b"XXXX" + data[4:])
+    name, data = _entry(b"t" * 1000)
+    files["truncated"] = (cache / name, data[:-10])
+    name, data = _entry(b"o" * 1000, name_key=os.urandom(32))
+    files["other-key"] = (cache / name, data)
+    files["bad-name"] = (cache / "not-a-digest.cwx", data)
+    files["not-ours"] = (cache / "notes.txt", b"keep me")
+    for path, data in files.values():
+        path.write_bytes(data)
+    cluster = harness.HandCluster(workers=1, devices=1, controller_args=(
+        "--compile-cache-dir", str(cache), "--log-level", "info"))
+    try:
+        invalid = ("bad-magic", "truncated", "other-key", "bad-name")
+        assert harness.wait_until(lambda: not any(files[k][0].exists() for k in invalid), 30), \
+            sorted(p.name for p in cache.iterdir())
+        assert files["good"][0].exists() and files["not-ours"][0].exists()
+        good_size = len(files["good"][1])
+        assert harness.wait_until(
+            lambda: harness.stats(cluster.controller)["disk_bytes"] == good_size, 30)
+        assert "1 entries" in cluster.log("controller") and "removed 4 invalid" in \
+            cluster.log("controller"), cluster.log("controller")
+    finally:
+        cluster.stop()
+
+
+def test_store_over_bound_evicts_oldest(tmp_path):
+    """A store that takes the cache over its bound trims it, oldest first,
+    to 90% of the bound: here exactly the oldest of four old entries goes."""
+    seed = tmp_path / "seed"
+    _run_once(seed, "cc-size")
+    size = sum(f.stat().st_size for f in seed.glob("*.cwx"))  # what cc_program stores
+    cache = tmp_path / "cc"
+    cache.mkdir(mode=0o700)
+    old = []
+    for i in range(4):
+        name, data = _entry(bytes([i]) * (size - 80))
+        path = cache / name
+        path.write_bytes(data)
+        os.utime(path, (1000 + i, 1000 + i))
+        old.append(path)
+    bound = 4 * size + size // 2
+    st = _run_once(cache, "cc-bound", ("--compile-cache-disk-bytes", str(bound), "--log-level",
+                                       "info"),
+                   until=lambda s: not old[0].exists() and s["disk_bytes"] == sum(
+                       f.stat().st_size for f in cache.glob("*.cwx")))
+    assert st["compiles_sent"] >= 1, st
+    assert not old[0].exists()
+    assert all(p.exists() for p in old[1:])
+    assert st["disk_bytes"] <= bound, st
+    assert "1 oldest" in st["log"], st["log"]
 
 
 def test_embedded_cluster_default_cache_dir(tmp_path):

@@ -129,3 +129,22 @@ def test_worker_before_its_controller_and_standalone():
                 p.kill()
                 p.wait()
         subprocess.run(["rm", "-rf", d], check=False)
+
+
+def test_embedded_cluster_with_metrics_listen():
+    """CAUSEWAY_METRICS_LISTEN set for a JAX process names the embedded
+    controller's port: its workers must not inherit it (they would all try to
+    bind it and the cluster would not start)."""
+    port = harness.free_tcp_port()
+    env = harness.causeway_env()
+    env["CAUSEWAY_METRICS_LISTEN"] = f"127.0.0.1:{port}"
+    r = harness.Runner("embedded-metrics", env)
+    try:
+        info = r.call("backend_info")
+        assert info["devices"] == 8, info
+        code, body = get(f"http://127.0.0.1:{port}/readyz")
+        assert code == 200, body
+        code, body = get(f"http://127.0.0.1:{port}/metrics")
+        assert code == 200 and "causeway_workers" in body, body[:500]
+    finally:
+        r.close()

@@ -717,12 +717,14 @@ class HandCluster:
     def __init__(self, workers: int = NUM_WORKERS, devices: int = DEVICES_PER_WORKER,
                  tcp: bool = False, token: str | None = None, token_via: str = "file",
                  controller_args: tuple = (), controller_env: dict | None = None,
-                 worker_args: tuple = ()):
+                 worker_args: tuple = (), controller_after_s: float | None = None):
         """`token`: every daemon requires it, given through a 0600 token file
         in the cluster's directory (token_via="file", CAUSEWAY_TOKEN_FILE) or the
         environment (token_via="env", CAUSEWAY_TOKEN); never on a command line.
         `controller_args` / `controller_env`: extra flags and environment of
-        the controller; `worker_args`: extra flags of every worker."""
+        the controller; `worker_args`: extra flags of every worker;
+        `controller_after_s`: start the workers first and the controller this
+        many seconds after they listen (daemons may start in any order)."""
         self.dir = tempfile.mkdtemp(prefix="cw-hand-")
         self.token = token
         self.tcp = tcp
@@ -741,7 +743,8 @@ class HandCluster:
         if token is not None:
             env.update(self.token_env(token, token_via))
         self.env = env
-        self.start_controller()
+        if controller_after_s is None:
+            self.start_controller()
         for i in range(workers):
             name = f"hand-worker-{i}"
             addr = (f"127.0.0.1:{free_tcp_port()}" if tcp
@@ -753,6 +756,9 @@ class HandCluster:
                                "--controller", self.controller, *self.worker_args], env)
         for name, addr in self.addresses.items():
             self._wait_listening(name, addr)
+        if controller_after_s is not None:
+            time.sleep(controller_after_s)
+            self.start_controller()
         # Registered with the controller?
         ok = wait_until(lambda: self._registered() >= workers, 30)
         if not ok:
