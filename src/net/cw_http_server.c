@@ -9,7 +9,7 @@
 #include "cw_net.h"
 #include "cw_net_gate.h"
 
-#define CW__ACCEPTS_PER_PASS 32
+#define CW__ACCEPTS_PER_PASS 16
 
 typedef struct cw_http_conn_s {
   cw_net_gate_entry_t gate;  // every connection is in the server's gate

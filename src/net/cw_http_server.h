@@ -24,8 +24,8 @@
 
 #define CW_HTTP_SERVER_MAX_REQUEST 8192
 #define CW_HTTP_SERVER_TIMEOUT_MS 5000
-#define CW_HTTP_SERVER_MAX_CONNS 256
-#define CW_HTTP_SERVER_MAX_CONNS_PER_PEER 128
+#define CW_HTTP_SERVER_MAX_CONNS 512
+#define CW_HTTP_SERVER_MAX_CONNS_PER_PEER 256
 
 typedef struct cw_http_server_s cw_http_server_t;
 

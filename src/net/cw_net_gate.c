@@ -47,16 +47,18 @@ static void cw__peer_add(cw_net_gate_t* g, const cw_net_peer_key_t* key) {
   cw_net_gate_peer_t* p = &g->peers[cw__slot(g, key)];
   if (p->count++ == 0) {
     p->key = *key;
+    p->active = 0;
     g->distinct++;
   }
 }
 
 // Linear probing without tombstones: emptying a slot moves later members of
 // its run back so that every key stays reachable from its home slot.
-static void cw__peer_remove(cw_net_gate_t* g, const cw_net_peer_key_t* key) {
+static void cw__peer_remove(cw_net_gate_t* g, const cw_net_peer_key_t* key, bool active) {
   size_t mask = g->peers_cap - 1;
   size_t i = cw__slot(g, key);
   assert(g->peers[i].count > 0);
+  if (active) g->peers[i].active--;
   if (--g->peers[i].count > 0) return;
   g->distinct--;
   size_t j = i;
@@ -115,32 +117,37 @@ static void cw__append(cw_net_gate_t* g, cw_net_gate_entry_t* e) {
   *tail = e;
 }
 
-// The longest-waiting entry of `key` (any address when NULL): silent first.
-static cw_net_gate_entry_t* cw__oldest(const cw_net_gate_t* g, const cw_net_peer_key_t* key) {
-  for (int list = 0; list < 2; ++list) {
-    for (cw_net_gate_entry_t* e = list ? g->active_head : g->silent_head; e; e = e->next) {
+// The longest-waiting entry of `key` (any address when NULL): silent
+// first, active first when `active_first`.
+static cw_net_gate_entry_t* cw__oldest(const cw_net_gate_t* g, const cw_net_peer_key_t* key,
+                                       bool active_first) {
+  for (int i = 0; i < 2; ++i) {
+    bool active = (i == 0) == active_first;
+    for (cw_net_gate_entry_t* e = active ? g->active_head : g->silent_head; e; e = e->next) {
       if (!key || cw__key_eq(&e->peer, key)) return e;
     }
   }
   return NULL;
 }
 
-static const cw_net_peer_key_t* cw__heaviest(const cw_net_gate_t* g) {
+static const cw_net_gate_peer_t* cw__heaviest(const cw_net_gate_t* g) {
   const cw_net_gate_peer_t* best = NULL;
   for (size_t i = 0; i < g->peers_cap; ++i) {
     if (g->peers[i].count && (!best || g->peers[i].count > best->count)) best = &g->peers[i];
   }
-  return best ? &best->key : NULL;
+  return best;
 }
 
 cw_net_gate_entry_t* cw_net_gate_admit(cw_net_gate_t* g, cw_net_gate_entry_t* e) {
   assert(!e->in);
   cw_net_gate_entry_t* victim = NULL;
-  if (cw_net_gate_peer_count(g, &e->peer) >= g->max_per_peer) {
-    victim = cw__oldest(g, &e->peer);
+  const cw_net_gate_peer_t* p = &g->peers[cw__slot(g, &e->peer)];
+  if (p->count >= g->max_per_peer) {
+    victim = cw__oldest(g, &e->peer, 2 * p->active > g->max_per_peer);
   } else if (g->count >= g->max_total) {
     // One address: its oldest is the oldest of all (no table scan).
-    victim = cw__oldest(g, g->distinct == 1 ? NULL : cw__heaviest(g));
+    const cw_net_gate_peer_t* h = g->distinct == 1 ? NULL : cw__heaviest(g);
+    victim = cw__oldest(g, h ? &h->key : NULL, 2 * g->active > g->max_total);
   }
   if (victim) g->evicted++;
   e->in = true;
@@ -156,12 +163,15 @@ void cw_net_gate_progress(cw_net_gate_t* g, cw_net_gate_entry_t* e) {
   cw__unlink(g, e);
   e->active = true;
   cw__append(g, e);
+  g->active++;
+  g->peers[cw__slot(g, &e->peer)].active++;
 }
 
 void cw_net_gate_leave(cw_net_gate_t* g, cw_net_gate_entry_t* e) {
   if (!e->in) return;
   cw__unlink(g, e);
-  cw__peer_remove(g, &e->peer);
+  cw__peer_remove(g, &e->peer, e->active);
+  if (e->active) g->active--;
   e->in = false;
   g->count--;
 }

@@ -1,10 +1,13 @@
 // Admission of connections nobody has authenticated yet: the daemons'
 // connections before HELLO, every connection of the HTTP server. Those get a
 // budget of their own and a budget per peer address; when one is full the
-// connection that has been waiting longest makes room (those that have sent
-// nothing go before those that are part way through a handshake), never a
-// newcomer and never a connection that authenticated (it has left the gate).
-// The gate says which entry to close; its owner closes it. No I/O.
+// connection that has been waiting longest makes room, never a newcomer and
+// never a connection that authenticated (it has left the gate). Which one:
+// those that have sent nothing go before those part way through a handshake,
+// except that the latter may hold at most half of a budget (beyond that the
+// oldest of them goes first), so that dribbling peers (slowloris) cannot
+// leave newcomers too few places to get their first bytes in. The gate says
+// which entry to close; its owner closes it. No I/O.
 //
 // Why eviction and not refusal: refusing newcomers lets a peer that opens
 // connections and sends nothing lock everyone else out; closing the oldest
@@ -48,7 +51,8 @@ typedef struct cw_net_gate_entry_s {
 
 typedef struct cw_net_gate_peer_s {
   cw_net_peer_key_t key;
-  uint32_t count;  // 0: a free slot
+  uint32_t count;   // 0: a free slot
+  uint32_t active;  // of those, how many have sent bytes
 } cw_net_gate_peer_t;
 
 typedef struct cw_net_gate_s {
@@ -60,6 +64,7 @@ typedef struct cw_net_gate_s {
   cw_net_gate_entry_t* active_head;
   cw_net_gate_entry_t* active_tail;
   size_t count;
+  size_t active;  // entries that have sent bytes
   // Entries per address: open addressing, at most half full.
   cw_net_gate_peer_t* peers;
   size_t peers_cap;  // a power of two
@@ -76,10 +81,11 @@ void cw_net_gate_deinitialize(cw_net_gate_t* gate);
 
 // Admits `entry` (its peer set; borrowed until it leaves). Returns the entry
 // to close to make room (still in the gate: closing it calls
-// cw_net_gate_leave), or NULL when there was room. The victim is the
-// longest-waiting entry of the newcomer's address when that address is at its
-// budget, else, when the gate is full, of the address holding most entries;
-// never `entry` itself.
+// cw_net_gate_leave), or NULL when there was room. The victim is of the
+// newcomer's address when that address is at its budget, else, when the gate
+// is full, of the address holding most entries; the longest-waiting silent
+// one, or the longest-waiting active one when active ones hold more than half
+// of that budget (or no silent one is left); never `entry` itself.
 cw_net_gate_entry_t* cw_net_gate_admit(cw_net_gate_t* gate, cw_net_gate_entry_t* entry);
 // The entry sent bytes: it now goes after every silent one.
 void cw_net_gate_progress(cw_net_gate_t* gate, cw_net_gate_entry_t* entry);

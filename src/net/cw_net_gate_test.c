@@ -1,6 +1,6 @@
 // Unit tests of cw_net_gate.c: which waiting connection makes room (silent
-// before active, oldest first, the newcomer's address at its budget, else the
-// busiest address), the per-address table against a plain count under random
+// before active, oldest first, active ones at most half a budget, the
+// newcomer's address at its budget, else the busiest address), the per-address table against a plain count under random
 // admits and leaves, and the warning limiter. The pacer is exercised on a
 // real loop by cw_net_listen_test.
 #include <setjmp.h>
@@ -55,6 +55,38 @@ static void test_oldest_silent_first(void** state) {
   assert_int_equal(g.count, 2);
   assert_null(admit(&g, &e[7], 1));
   assert_int_equal(g.evicted, 4);
+  cw_net_gate_deinitialize(&g);
+}
+
+// Entries part way (active) hold at most half of a budget: beyond that the
+// oldest of them goes before any silent one.
+static void test_dribblers_hold_half(void** state) {
+  cw_net_gate_t g;
+  assert_null(cw_net_gate_initialize(&g, 8, 0));
+  cw_net_gate_entry_t slow[5], idle[3], e[4];
+  for (int i = 0; i < 5; ++i) {
+    assert_null(admit(&g, &slow[i], 1));
+    cw_net_gate_progress(&g, &slow[i]);
+  }
+  for (int i = 0; i < 3; ++i) assert_null(admit(&g, &idle[i], 1));
+  assert_int_equal(g.active, 5);
+  // 5 of 8 active: the oldest active goes.
+  assert_ptr_equal(admit(&g, &e[0], 1), &slow[0]);
+  cw_net_gate_leave(&g, &slow[0]);
+  assert_int_equal(g.active, 4);
+  // 4 of 8: no more than half; the oldest silent goes.
+  assert_ptr_equal(admit(&g, &e[1], 1), &idle[0]);
+  cw_net_gate_leave(&g, &idle[0]);
+  // The same per address (budget 4 for address 2).
+  cw_net_gate_t h;
+  assert_null(cw_net_gate_initialize(&h, 100, 4));
+  cw_net_gate_entry_t a[5];
+  for (int i = 0; i < 4; ++i) {
+    assert_null(admit(&h, &a[i], 2));
+    if (i < 3) cw_net_gate_progress(&h, &a[i]);
+  }
+  assert_ptr_equal(admit(&h, &a[4], 2), &a[0]);  // 3 of 4 active
+  cw_net_gate_deinitialize(&h);
   cw_net_gate_deinitialize(&g);
 }
 
@@ -117,6 +149,9 @@ static void test_peer_table_random(void** state) {
         distinct += want[p] > 0;
       }
       assert_int_equal(g.distinct, distinct);
+      size_t active = 0;
+      for (int k = 0; k < N; ++k) active += e[k].in && e[k].active;
+      assert_int_equal(g.active, active);
     }
   }
   cw_net_gate_deinitialize(&g);
@@ -136,6 +171,7 @@ static void test_warn_limit(void** state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_oldest_silent_first),
+      cmocka_unit_test(test_dribblers_hold_half),
       cmocka_unit_test(test_per_peer_budget),
       cmocka_unit_test(test_busiest_address_pays),
       cmocka_unit_test(test_peer_table_random),

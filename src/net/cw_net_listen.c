@@ -56,7 +56,7 @@ cw_status_t cw_net_parse_host_port(const char* address, struct sockaddr_storage*
 
 // Accepts per loop pass (cw_net_pacer_t): a burst of connects is taken in
 // slices, with the reads of those already accepted in between.
-#define CW__ACCEPTS_PER_PASS 32
+#define CW__ACCEPTS_PER_PASS 16
 // Warnings a flood repeats: one line per period, with a count.
 #define CW__WARN_PERIOD_MS 5000
 

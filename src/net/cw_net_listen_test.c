@@ -202,7 +202,7 @@ static void test_per_peer_budget(void** state) {
   raw_hello(x[3], 0);
 }
 
-// Accepts are paced: a burst of connects is taken in slices of at most 32 a
+// Accepts are paced: a burst of connects is taken in slices of at most 16 a
 // loop turn, and every connection of the burst is served.
 static void test_accept_pacing(void** state) {
   fx.sopts.max_connections = 64;
@@ -224,7 +224,7 @@ static void test_accept_pacing(void** state) {
                    ? per_turn + 1 : 1;
     if (per_turn > max_per_turn) max_per_turn = per_turn;
   }
-  assert_true(max_per_turn <= 32);
+  assert_true(max_per_turn <= 16);
   assert_true(fx.peers[N - 1]->accept_turn > fx.peers[0]->accept_turn);
   for (int i = 0; i < N; ++i) {
     frame_t f;

@@ -8,7 +8,9 @@ flooder's own CPU stays small beside what it costs the target).
 --kind http: they dribble an HTTP request head that never ends.
 
 Prints one JSON line "ready" once the first round is open, and one JSON line
-of counts when SIGTERM arrives (then exits 0).
+of counts when SIGTERM arrives (then exits 0). It runs at nice 10: a flood
+from the network costs the target's machine nothing but the connections, and
+on loopback the flooder must not win by eating the CPU the client needs.
 """
 from __future__ import annotations
 
@@ -74,6 +76,7 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=1000.0, help="new connections a second")
     ap.add_argument("--byte-every", type=float, default=0.3, help="slowloris: seconds a byte")
     a = ap.parse_args()
+    os.nice(10)
 
     limit = raise_nofile(a.silent + a.slow + 64)
     room = max(0, limit - 64)
@@ -154,7 +157,7 @@ def main() -> int:
                     pass  # closed: the poll below sees it
                 c.next_at = now + a.byte_every
         # Whatever the target closed (or answered: read and keep holding).
-        for fd, ev in poller.poll(20):
+        for fd, ev in poller.poll(50):
             c = conns.get(fd)
             if c is None:
                 continue
