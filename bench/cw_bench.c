@@ -1,10 +1,14 @@
-// cw_bench: latency and bandwidth of causeway's wire paths, each beside a raw
-// loopback TCP baseline measured in the same run on the same machine.
+// cw_bench: latency and bandwidth of causeway's wire paths, plaintext and
+// with TLS, each beside a raw loopback TCP baseline measured in the same run
+// on the same machine.
 //
-// It starts two causeway-worker processes on 127.0.0.1 (port 0), connects a
-// client to each (cw_client.h), and measures:
+// It starts two causeway-worker processes on 127.0.0.1 (port 0) and two more
+// with TLS on (a CA and certificates made for the run with cw_tls_pki_*),
+// connects a client to each (cw_client.h), and measures, on both transports:
 //   - PING round trips over the client library vs raw TCP ping-pong of the
 //     same byte count (two threads, TCP_NODELAY);
+//   - LAUNCH round trips of a one-op program (f32[4] + itself) on its input,
+//     until the launch's reply;
 //   - UPLOAD (client -> worker, until the Ack), DOWNLOAD (worker -> caller
 //     buffer) and worker-to-worker (EXPECT on B, SEND A -> B, until the SEND's
 //     Ack) for float32 1-D arrays, vs raw TCP bulk of the same size (a sender
@@ -14,11 +18,12 @@
 // error or a mismatch makes the run fail (exit 1). Nothing is asserted about
 // speed. --quick: tiny sizes and few repetitions (the CTest `bench_quick`).
 //
-// Usage: cw_bench [--quick] [--plugin PATH] [--worker PATH] [--pings N]
+// Usage: cw_bench [--quick] [--no-tls] [--plugin PATH] [--worker PATH] [--pings N]
 //                 [--max-mib N] [--sizes LIST] [--reps-scale X] [--only LIST]
 //   --plugin defaults to $CAUSEWAY_PJRT_PLUGIN; --worker to causeway-worker next to
-//   this executable. --only: comma list of ping,upload,download,w2w.
+//   this executable. --only: comma list of ping,launch,upload,download,w2w.
 //   --sizes: comma list of byte counts with k/m suffixes (multiples of 4).
+//   --no-tls: plaintext only.
 
 #include <errno.h>
 #include <fcntl.h>
@@ -44,6 +49,7 @@
 #include <unistd.h>
 
 #include "cw_client.h"
+#include "cw_tls.h"
 
 #define KIB ((size_t)1024)
 #define MIB (KIB * 1024)
@@ -97,7 +103,7 @@ typedef struct worker_s {
                             // hold the pipe open after the worker is gone
 } worker_t;
 
-static worker_t g_workers[2];
+static worker_t g_workers[4];
 static int g_num_workers;
 static bool g_keep_logs;
 
@@ -183,7 +189,9 @@ static void die_status(cw_status_t st, const char* what) {
     if (s__) die_status(s__, (what));        \
   } while (0)
 
-static void start_worker(int index, const char* worker_path, const char* plugin) {
+// `tls_dir`: the worker speaks TLS with the certificates there (NULL: plaintext).
+static void start_worker(int index, const char* worker_path, const char* plugin,
+                         const char* tls_dir) {
   worker_t* w = &g_workers[index];
   memset(w, 0, sizeof *w);
   w->out_fd = -1;
@@ -200,6 +208,18 @@ static void start_worker(int index, const char* worker_path, const char* plugin)
   if (pid == 0) {
     dup2(p[1], STDOUT_FILENO);
     dup2(log_fd, STDERR_FILENO);
+    if (tls_dir) {
+      char f[3][512];
+      snprintf(f[0], sizeof f[0], "%s/ca.pem", tls_dir);
+      snprintf(f[1], sizeof f[1], "%s/worker.pem", tls_dir);
+      snprintf(f[2], sizeof f[2], "%s/worker.key", tls_dir);
+      setenv("CAUSEWAY_TLS", "1", 1);
+      setenv("CAUSEWAY_TLS_CA", f[0], 1);
+      setenv("CAUSEWAY_TLS_CERT", f[1], 1);
+      setenv("CAUSEWAY_TLS_KEY", f[2], 1);
+    } else {
+      unsetenv("CAUSEWAY_TLS");
+    }
     char name[8];
     snprintf(name, sizeof name, "%c", 'A' + index);
     execl(worker_path, worker_path, "--plugin", plugin, "--devices", "1", "--listen",
@@ -419,10 +439,20 @@ static double raw_bulk_once(raw_t* raw, const uint8_t* src, size_t n) {
 // ---------------------------------------------------------------------------
 // Bench state
 
-typedef struct bench_s {
-  cw_client_t* a;  // client connected to worker A
-  cw_client_t* b;  // client connected to worker B
+// One transport: a client connected to each of two workers that speak it.
+typedef struct transport_s {
+  const char* name;  // "plaintext", "TLS"
+  cw_client_t* a;    // client connected to worker A
+  cw_client_t* b;    // client connected to worker B
   uint64_t session_b;
+  const char* addr_b;
+  uint64_t exe_id;  // the launch program on A
+  uint64_t input_id;
+} transport_t;
+
+typedef struct bench_s {
+  transport_t t[2];
+  int num_t;
   uint64_t next_id;
   uint8_t* src;    // pattern source, max_size bytes
   uint8_t* dst;    // receive buffer, max_size bytes
@@ -517,29 +547,29 @@ static result_t summarize(double* t, int n) {
 // of `n` bytes live on a worker at a time.
 
 typedef struct size_results_s {
-  result_t raw, path[3];
+  result_t raw, path[3][2];  // [path][transport]
 } size_results_t;
 
-static double time_upload(bench_t* b, size_t n, int r) {
+static double time_upload(bench_t* b, transport_t* tr, size_t n, int r) {
   uint64_t id = b->next_id++;
   double t0 = now_s();
-  upload(b, b->a, id, n);
+  upload(b, tr->a, id, n);
   double dt = now_s() - t0;
   if (b->quick || r <= 0) {
     memset(b->dst, 0, n);
-    download(b, b->a, id, n, "download after upload");
+    download(b, tr->a, id, n, "download after upload");
     verify(b, n, "upload", r);
     ++b->transfers;
   }
-  delete_id(b, b->a, id);
+  delete_id(b, tr->a, id);
   return dt;
 }
 
-static double time_download(bench_t* b, size_t n, int r, uint64_t src_id) {
+static double time_download(bench_t* b, transport_t* tr, size_t n, int r, uint64_t src_id) {
   bool check = b->quick || r <= 0;
   if (check) memset(b->dst, 0, n);
   double t0 = now_s();
-  download(b, b->a, src_id, n, "download");
+  download(b, tr->a, src_id, n, "download");
   double dt = now_s() - t0;
   if (check) {
     verify(b, n, "download", r);
@@ -548,56 +578,109 @@ static double time_download(bench_t* b, size_t n, int r, uint64_t src_id) {
   return dt;
 }
 
-static double time_w2w(bench_t* b, size_t n, int r, uint64_t src_id, const char* addr_b) {
+static double time_w2w(bench_t* b, transport_t* tr, size_t n, int r, uint64_t src_id) {
   uint64_t dst_id = b->next_id++;
-  CHECK_OK(cw_client_expect(b->b, dst_id, sync_done, &b->sync), "expect");
+  CHECK_OK(cw_client_expect(tr->b, dst_id, sync_done, &b->sync), "expect");
   CHECK_OK(sync_wait(&b->sync), "expect ack");
   double t0 = now_s();
-  CHECK_OK(cw_client_send_to_peer(b->a, src_id, addr_b, dst_id, 0, b->session_b, sync_done,
-                                  &b->sync),
+  CHECK_OK(cw_client_send_to_peer(tr->a, src_id, tr->addr_b, dst_id, 0, tr->session_b,
+                                  sync_done, &b->sync),
            "send");
   CHECK_OK(sync_wait(&b->sync), "send ack");
   double dt = now_s() - t0;
   if (b->quick || r <= 0) {
     memset(b->dst, 0, n);
-    download(b, b->b, dst_id, n, "download from worker B after SEND");
+    download(b, tr->b, dst_id, n, "download from worker B after SEND");
     verify(b, n, "worker-to-worker", r);
     ++b->transfers;
   }
-  delete_id(b, b->b, dst_id);
+  delete_id(b, tr->b, dst_id);
   return dt;
 }
 
-static size_results_t bench_size(bench_t* b, size_t n, int reps, const bool want_path[3],
-                                 const char* addr_b) {
-  double* t[4];
-  for (int p = 0; p < 4; ++p) t[p] = calloc((size_t)reps, sizeof(double));
-  // The source of DOWNLOAD and SEND: one array on worker A.
-  uint64_t src_id = 0;
-  if (want_path[1] || want_path[2]) {
-    src_id = b->next_id++;
-    upload(b, b->a, src_id, n);
+static size_results_t bench_size(bench_t* b, size_t n, int reps, const bool want_path[3]) {
+  enum { kSeries = 1 + 3 * 2 };  // raw, then path p of transport k at 1 + 3 * k + p
+  double* t[kSeries];
+  for (int p = 0; p < kSeries; ++p) t[p] = calloc((size_t)reps, sizeof(double));
+  // The source of DOWNLOAD and SEND: one array on each transport's worker A.
+  uint64_t src_id[2] = {0, 0};
+  for (int k = 0; k < b->num_t && (want_path[1] || want_path[2]); ++k) {
+    src_id[k] = b->next_id++;
+    upload(b, b->t[k].a, src_id[k], n);
   }
   for (int r = -1; r < reps; ++r) {
-    double dt[4] = {0, 0, 0, 0};
-    dt[3] = raw_bulk_once(&b->raw, b->src, n);
+    double dt[kSeries] = {0};
+    dt[0] = raw_bulk_once(&b->raw, b->src, n);
     if (memcmp(b->src, b->dst, n) != 0) die("raw TCP baseline: data differs (bench bug)");
-    if (want_path[0]) dt[0] = time_upload(b, n, r);
-    if (want_path[1]) dt[1] = time_download(b, n, r, src_id);
-    if (want_path[2]) dt[2] = time_w2w(b, n, r, src_id, addr_b);
+    for (int k = 0; k < b->num_t; ++k) {
+      transport_t* tr = &b->t[k];
+      if (want_path[0]) dt[1 + 3 * k] = time_upload(b, tr, n, r);
+      if (want_path[1]) dt[2 + 3 * k] = time_download(b, tr, n, r, src_id[k]);
+      if (want_path[2]) dt[3 + 3 * k] = time_w2w(b, tr, n, r, src_id[k]);
+    }
     if (r >= 0) {
-      for (int p = 0; p < 4; ++p) t[p][r] = dt[p];
+      for (int p = 0; p < kSeries; ++p) t[p][r] = dt[p];
     }
   }
-  if (src_id) delete_id(b, b->a, src_id);
+  for (int k = 0; k < b->num_t; ++k) {
+    if (src_id[k]) delete_id(b, b->t[k].a, src_id[k]);
+  }
   size_results_t res;
   memset(&res, 0, sizeof res);
-  res.raw = summarize(t[3], reps);
-  for (int p = 0; p < 3; ++p) {
-    if (want_path[p]) res.path[p] = summarize(t[p], reps);
+  res.raw = summarize(t[0], reps);
+  for (int k = 0; k < b->num_t; ++k) {
+    for (int p = 0; p < 3; ++p) {
+      if (want_path[p]) res.path[p][k] = summarize(t[1 + 3 * k + p], reps);
+    }
   }
-  for (int p = 0; p < 4; ++p) free(t[p]);
+  for (int p = 0; p < kSeries; ++p) free(t[p]);
   return res;
+}
+
+// ---------------------------------------------------------------------------
+// Launch: a one-op program on worker A of a transport.
+
+static const char kLaunchProgram[] =
+    "module @bench {\n"
+    "  func.func public @main(%arg0: tensor<4xf32>) -> tensor<4xf32> {\n"
+    "    %0 = stablehlo.add %arg0, %arg0 : tensor<4xf32>\n"
+    "    return %0 : tensor<4xf32>\n"
+    "  }\n"
+    "}\n";
+
+static void launch_setup(bench_t* b, transport_t* tr) {
+  tr->exe_id = b->next_id++;
+  CHECK_OK(cw_client_compile(tr->a, tr->exe_id, "mlir", kLaunchProgram,
+                             sizeof(kLaunchProgram) - 1, NULL, 0, NULL),
+           "compile the launch program");
+  tr->input_id = b->next_id++;
+  upload(b, tr->a, tr->input_id, 4 * sizeof(float));
+}
+
+// LAUNCH until its reply; the output is deleted after (not timed). The
+// first one's output is read back and checked.
+static double time_launch(bench_t* b, transport_t* tr, bool check) {
+  uint64_t out = b->next_id++;
+  const uint64_t* args[1] = {&tr->input_id};
+  const uint64_t* outs[1] = {&out};
+  double t0 = now_s();
+  CHECK_OK(cw_client_launch(tr->a, tr->exe_id, 1, 1, args, 1, outs, sync_done, &b->sync),
+           "launch");
+  CHECK_OK(sync_wait(&b->sync), "launch reply");
+  double dt = now_s() - t0;
+  if (check) {
+    float got[4];
+    size_t size = 0;
+    CHECK_OK(cw_client_download(tr->a, out, got, sizeof got, &size, NULL), "launch output");
+    const float* in = (const float*)b->src;
+    for (int i = 0; i < 4; ++i) {
+      if (size != sizeof got || got[i] != in[i] + in[i]) {
+        die("%s launch: output %d is %g, want %g", tr->name, i, got[i], in[i] + in[i]);
+      }
+    }
+  }
+  delete_id(b, tr->a, out);
+  return dt;
 }
 
 // ---------------------------------------------------------------------------
@@ -605,9 +688,9 @@ static size_results_t bench_size(bench_t* b, size_t n, int reps, const bool want
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: cw_bench [--quick] [--plugin PATH] [--worker PATH] [--pings N]\n"
+          "usage: cw_bench [--quick] [--no-tls] [--plugin PATH] [--worker PATH] [--pings N]\n"
           "                [--max-mib N] [--sizes 4k,1m,...] [--reps-scale X]\n"
-          "                [--only ping,upload,download,w2w]\n"
+          "                [--only ping,launch,upload,download,w2w]\n"
           "                [--keep-logs]\n");
   exit(2);
 }
@@ -646,6 +729,7 @@ int main(int argc, char** argv) {
   const char* worker_path = NULL;
   const char* only = NULL;
   long pings = -1;
+  bool no_tls = false;
   long max_mib = 256;
   size_t custom_sizes[8];
   size_t num_custom = 0;
@@ -654,6 +738,8 @@ int main(int argc, char** argv) {
     const char* v = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(a, "--quick") == 0) {
       b->quick = true;
+    } else if (strcmp(a, "--no-tls") == 0) {
+      no_tls = true;
     } else if (strcmp(a, "--keep-logs") == 0) {
       g_keep_logs = true;
     } else if (strcmp(a, "--plugin") == 0 && v) {
@@ -718,57 +804,131 @@ int main(int argc, char** argv) {
   memset(b->dst, 0, b->max_size);
   fill_pattern(b->src, b->max_size, 0x5eed);
 
-  start_worker(0, worker_path, plugin);
-  start_worker(1, worker_path, plugin);
-  CHECK_OK(cw_client_connect(g_workers[0].address, NULL, &b->a), "connect to worker A");
-  CHECK_OK(cw_client_connect(g_workers[1].address, NULL, &b->b), "connect to worker B");
-  b->session_b = cw_client_session_id(b->b);
+  // Certificates for the TLS workers, made for this run.
+  char tls_dir[64] = "";
+  if (!no_tls) {
+    const char* tmp = getenv("TMPDIR");
+    snprintf(tls_dir, sizeof tls_dir, "%s/cw_bench_tls.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(tls_dir)) die("mkdtemp: %s", strerror(errno));
+    char f[4][128];
+    const char* names[4] = {"ca.pem", "ca.key", "worker.pem", "worker.key"};
+    for (int i = 0; i < 4; ++i) snprintf(f[i], sizeof f[i], "%s/%s", tls_dir, names[i]);
+    const char* hosts[] = {"127.0.0.1"};
+    CHECK_OK(cw_tls_pki_make_ca("cw_bench CA", 1, f[0], f[1], false), "make a CA");
+    CHECK_OK(cw_tls_pki_issue(f[0], f[1], "worker", CW_TLS_CERT_DAEMON, hosts, 1, 1, f[2], f[3],
+                              false),
+             "make a worker certificate");
+  }
+  b->num_t = no_tls ? 1 : 2;
+  cw_tls_t* client_tls = NULL;
+  for (int k = 0; k < b->num_t; ++k) {
+    transport_t* tr = &b->t[k];
+    tr->name = k == 0 ? "plaintext" : "TLS";
+    start_worker(2 * k, worker_path, plugin, k ? tls_dir : NULL);
+    start_worker(2 * k + 1, worker_path, plugin, k ? tls_dir : NULL);
+    cw_client_options_t o = {0};
+    if (k == 1) {
+      char ca[128];
+      snprintf(ca, sizeof ca, "%s/ca.pem", tls_dir);
+      cw_tls_config_t cfg = {true, ca, NULL, NULL, false};
+      CHECK_OK(cw_tls_create(&cfg, false, &client_tls), "client TLS");
+      o.tls = client_tls;
+    }
+    CHECK_OK(cw_client_connect(g_workers[2 * k].address, &o, &tr->a), "connect to worker A");
+    CHECK_OK(cw_client_connect(g_workers[2 * k + 1].address, &o, &tr->b), "connect to worker B");
+    tr->session_b = cw_client_session_id(tr->b);
+    tr->addr_b = g_workers[2 * k + 1].address;
+  }
   sync_init(&b->sync);
   raw_start(&b->raw, b->dst, b->max_size);
 
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  printf("causeway bench%s: 2 workers (A %s, B %s), 1 device each, loopback TCP 127.0.0.1\n",
-         b->quick ? " (--quick: tiny sizes, few reps; numbers not meaningful)" : "",
-         g_workers[0].address, g_workers[1].address);
+  printf("causeway bench%s: 2 workers per transport, 1 device each, loopback TCP 127.0.0.1\n",
+         b->quick ? " (--quick: tiny sizes, few reps; numbers not meaningful)" : "");
+  for (int k = 0; k < b->num_t; ++k) {
+    printf("  %-9s A %s, B %s%s\n", b->t[k].name, g_workers[2 * k].address,
+           g_workers[2 * k + 1].address,
+           k ? " (TLS 1.3 both ways and worker to worker, certificates of a CA made for the run)"
+             : "");
+  }
   printf("machine: %ld CPU core%s online; the raw TCP baseline and causeway (bench, client reader "
-         "thread, both workers) share them\n",
+         "thread, workers) share them\n",
          cores, cores == 1 ? "" : "s");
   printf("raw TCP baseline: two threads in the bench process, TCP_NODELAY, default socket "
          "buffers, measured in this run\n\n");
   fflush(stdout);
 
-  if (want(only, "ping")) {
+  if (want(only, "ping") || want(only, "launch")) {
     // PING frames: 32-byte header and an empty Ping payload each way (the
-    // raw ping-pong moves 32 bytes each way too).
+    // raw ping-pong moves 32 bytes each way too). LAUNCH: a one-op program.
+    bool do_ping = want(only, "ping"), do_launch = want(only, "launch");
     long warm = pings / 20 + 10;
-    double* tc = calloc((size_t)pings, sizeof *tc);
-    double* tr = calloc((size_t)pings, sizeof *tr);
-    for (long i = 0; i < warm; ++i) {
-      CHECK_OK(cw_client_ping(b->a), "ping");
-      (void)raw_ping_once(&b->raw);
+    long launches = b->quick ? 50 : pings / 4;
+    double* tr_raw = calloc((size_t)pings, sizeof(double));
+    double* tp[2] = {calloc((size_t)pings, sizeof(double)), calloc((size_t)pings, sizeof(double))};
+    double* tl[2] = {calloc((size_t)launches, sizeof(double)),
+                     calloc((size_t)launches, sizeof(double))};
+    for (int k = 0; k < b->num_t; ++k) {
+      if (do_launch) launch_setup(b, &b->t[k]);
+      for (long i = 0; i < warm; ++i) {
+        if (do_ping) CHECK_OK(cw_client_ping(b->t[k].a), "ping");
+        if (do_launch) (void)time_launch(b, &b->t[k], i == 0);
+      }
     }
-    // Interleave in blocks so both see the same machine conditions.
+    for (long i = 0; i < warm; ++i) (void)raw_ping_once(&b->raw);
+    // Interleave in blocks so all see the same machine conditions.
     const long block = 1000;
     for (long base = 0; base < pings; base += block) {
       long end = base + block < pings ? base + block : pings;
-      for (long i = base; i < end; ++i) tr[i] = raw_ping_once(&b->raw);
-      for (long i = base; i < end; ++i) {
-        double t0 = now_s();
-        CHECK_OK(cw_client_ping(b->a), "ping");
-        tc[i] = now_s() - t0;
+      for (long i = base; i < end; ++i) tr_raw[i] = raw_ping_once(&b->raw);
+      for (int k = 0; k < b->num_t && do_ping; ++k) {
+        for (long i = base; i < end; ++i) {
+          double t0 = now_s();
+          CHECK_OK(cw_client_ping(b->t[k].a), "ping");
+          tp[k][i] = now_s() - t0;
+        }
+      }
+      for (int k = 0; k < b->num_t && do_launch; ++k) {
+        for (long i = base / 4; i < end / 4 && i < launches; ++i) {
+          tl[k][i] = time_launch(b, &b->t[k], false);
+        }
       }
     }
-    double c50 = quantile(tc, (size_t)pings, 0.5), c99 = quantile(tc, (size_t)pings, 0.99);
-    double r50 = quantile(tr, (size_t)pings, 0.5), r99 = quantile(tr, (size_t)pings, 0.99);
-    printf("Round-trip latency, 32 B each way, %ld round trips each (%ld warm-up)\n", pings, warm);
-    printf("  %-40s %10s %10s\n", "path", "median us", "p99 us");
-    printf("  %-40s %10.1f %10.1f\n", "raw TCP ping-pong (2 threads)", r50 * 1e6, r99 * 1e6);
-    printf("  %-40s %10.1f %10.1f\n", "causeway PING (cw_client_ping -> A)", c50 * 1e6,
-           c99 * 1e6);
-    printf("  %-40s %10.2f %10.2f\n\n", "ratio causeway / raw", c50 / r50, c99 / r99);
+    double r50 = quantile(tr_raw, (size_t)pings, 0.5), r99 = quantile(tr_raw, (size_t)pings, 0.99);
+    printf("Round trips (median and p99 microseconds): PING 32 B each way, %ld each; LAUNCH of\n"
+           "f32[4] + itself on worker A until its reply, %ld each; raw TCP ping-pong %ld\n",
+           pings, launches, pings);
+    printf("  %-34s %10s %10s %10s\n", "path", "median us", "p99 us", "x raw");
+    printf("  %-34s %10.1f %10.1f %10.2f\n", "raw TCP ping-pong (2 threads)", r50 * 1e6,
+           r99 * 1e6, 1.0);
+    double med[2][2] = {{0}};
+    for (int k = 0; k < b->num_t; ++k) {
+      char label[64];
+      if (do_ping) {
+        double c50 = quantile(tp[k], (size_t)pings, 0.5), c99 = quantile(tp[k], (size_t)pings, 0.99);
+        med[0][k] = c50;
+        snprintf(label, sizeof label, "causeway PING, %s", b->t[k].name);
+        printf("  %-34s %10.1f %10.1f %10.2f\n", label, c50 * 1e6, c99 * 1e6, c50 / r50);
+      }
+      if (do_launch) {
+        double l50 = quantile(tl[k], (size_t)launches, 0.5);
+        double l99 = quantile(tl[k], (size_t)launches, 0.99);
+        med[1][k] = l50;
+        snprintf(label, sizeof label, "causeway LAUNCH, %s", b->t[k].name);
+        printf("  %-34s %10.1f %10.1f %10.2f\n", label, l50 * 1e6, l99 * 1e6, l50 / r50);
+      }
+    }
+    if (b->num_t == 2) {
+      if (do_ping) printf("  TLS / plaintext, PING median: %.2f\n", med[0][1] / med[0][0]);
+      if (do_launch) printf("  TLS / plaintext, LAUNCH median: %.2f\n", med[1][1] / med[1][0]);
+    }
+    printf("\n");
     fflush(stdout);
-    free(tc);
-    free(tr);
+    free(tr_raw);
+    for (int k = 0; k < 2; ++k) {
+      free(tp[k]);
+      free(tl[k]);
+    }
   }
 
   struct {
@@ -788,34 +948,53 @@ int main(int argc, char** argv) {
       reps[s] = reps_for(b, n);
       char hs[32];
       fprintf(stderr, "cw_bench: %s x %d ...\n", human_size(n, hs, sizeof hs), reps[s]);
-      res[s] = bench_size(b, n, reps[s], want_path, g_workers[1].address);
+      res[s] = bench_size(b, n, reps[s], want_path);
     }
     for (int p = 0; p < 3; ++p) {
       if (!want(only, paths[p].key)) continue;
       printf("%s, float32 1-D; GB/s = 1e9 B/s of median time\n", paths[p].title);
-      printf("  %-9s %5s %11s %10s %10s %10s %8s\n", "size", "reps", "median us", "GB/s",
-             "best GB/s", "raw GB/s", "% raw");
+      printf("  %-9s %5s %10s %10s %7s", "size", "reps", "raw GB/s", "plain GB/s", "% raw");
+      if (b->num_t == 2) printf(" %10s %7s %9s", "TLS GB/s", "% raw", "TLS/plain");
+      printf("\n");
       for (size_t s = 0; s < num_sizes; ++s) {
         size_t n = sizes[s];
         char hs[32];
-        double gbs = (double)n / res[s].path[p].med_s / 1e9;
-        double best = (double)n / res[s].path[p].min_s / 1e9;
         double raw = (double)n / res[s].raw.med_s / 1e9;
-        printf("  %-9s %5d %11.1f %10.3f %10.3f %10.3f %7.1f%%\n", human_size(n, hs, sizeof hs),
-               reps[s], res[s].path[p].med_s * 1e6, gbs, best, raw, 100.0 * gbs / raw);
+        double g[2] = {0, 0};
+        for (int k = 0; k < b->num_t; ++k) g[k] = (double)n / res[s].path[p][k].med_s / 1e9;
+        printf("  %-9s %5d %10.3f %10.3f %6.1f%%", human_size(n, hs, sizeof hs), reps[s], raw,
+               g[0], 100.0 * g[0] / raw);
+        if (b->num_t == 2) {
+          printf(" %10.3f %6.1f%% %8.1f%%", g[1], 100.0 * g[1] / raw, 100.0 * g[1] / g[0]);
+        }
+        printf("\n");
       }
       printf("\n");
     }
   }
 
-  CHECK_OK(cw_client_flush(b->a), "flush A");
-  CHECK_OK(cw_client_flush(b->b), "flush B");
+  for (int k = 0; k < b->num_t; ++k) {
+    CHECK_OK(cw_client_flush(b->t[k].a), "flush A");
+    CHECK_OK(cw_client_flush(b->t[k].b), "flush B");
+  }
   raw_stop(&b->raw);
   if (b->raw.failed) die("raw TCP peer failed");
-  cw_client_release(b->a);
-  cw_client_release(b->b);
+  for (int k = 0; k < b->num_t; ++k) {
+    cw_client_release(b->t[k].a);
+    cw_client_release(b->t[k].b);
+  }
+  cw_tls_release(client_tls);
   sync_deinit(&b->sync);
   stop_workers(false);
+  if (tls_dir[0]) {
+    const char* names[4] = {"ca.pem", "ca.key", "worker.pem", "worker.key"};
+    for (int i = 0; i < 4; ++i) {
+      char f[128];
+      snprintf(f, sizeof f, "%s/%s", tls_dir, names[i]);
+      unlink(f);
+    }
+    rmdir(tls_dir);
+  }
   free(b->src);
   free(b->dst);
   printf("ok: %" PRIu64 " causeway transfers verified byte for byte; %.1f s\n", b->transfers,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The causeway wheel into DIR (default dist/): `pip wheel .` with the pinned
 # build backend (scikit-build-core: the shipped targets, libuv, protobuf-c,
-# jansson and libcrypto linked statically), then `auditwheel repair`, which
+# jansson, libssl and libcrypto linked statically), then `auditwheel repair`, which
 # checks that the binaries need nothing but glibc and tags the wheel with the
 # oldest manylinux its glibc symbols allow (manylinux_2_34 from Debian 12).
 # Prints the wheel's path last. docs/deploy.md.

@@ -12,19 +12,60 @@
 
 #include "cw_client_internal.h"
 #include "cw_client_socket.h"
+#include "cw_client_tls.h"
 #include "cw_settings.h"
 #include "cw_messages.h"
 #include "cw_time.h"
 
 #define CW__DEFAULT_CONNECT_TIMEOUT_MS 10000
+#define CW__HELLO_ATTEMPTS 4
 #define CW__DEFAULT_MAX_PAYLOAD (16u * 1024 * 1024)
 #define CW__DEFAULT_MAX_BULK (64ull * 1024 * 1024 * 1024)
 // A worker may announce a larger payload limit; we never buffer more.
 #define CW__MAX_PAYLOAD_CAP (1u << 30)
 
+const char* cw_client_io_error_text(const cw_client_t* c, int err, size_t got) {
+  if (err == EPROTO && c->tls && c->tls->error[0]) return c->tls->error;
+  return cw_client_socket_error_text(err, got);
+}
+
+// Reads exactly `len` bytes (before the reader starts); as
+// cw_client_socket_read_full.
+static int cw__read_full(cw_client_t* c, void* buf, size_t len, size_t* out_got) {
+  if (!c->tls) return cw_client_socket_read_full(c->fd, buf, len, out_got);
+  size_t got = 0;
+  int rc = 0;
+  while (got < len) {
+    ssize_t n = cw_client_tls_read(c->tls, (uint8_t*)buf + got, len - got);
+    if (n > 0) {
+      got += (size_t)n;
+      continue;
+    }
+    if (n == 0) errno = 0;
+    rc = -1;
+    break;
+  }
+  if (out_got) *out_got = got;
+  return rc;
+}
+
+// Socket timeouts, and the same for TLS's waits (0: none).
+static cw_status_t cw__set_timeouts(cw_client_t* c, int recv_ms, int send_ms) {
+  if (c->tls) {
+    c->tls->recv_timeout_ms = recv_ms;
+    c->tls->send_timeout_ms = send_ms;
+  }
+  CW_RETURN_IF_ERROR(cw_client_socket_set_timeouts(c->fd, recv_ms), "");
+  return send_ms == recv_ms ? cw_ok_status() : cw_client_socket_set_send_timeout(c->fd, send_ms);
+}
+
 // Synchronous HELLO before the reader starts: the socket has send/receive
-// timeouts of the connect timeout for the duration.
-static cw_status_t cw__hello(cw_client_t* c, const cw_client_options_t* o, int timeout_ms) {
+// timeouts of the connect timeout for the duration. *out_closed: the peer
+// closed the connection before answering anything (a daemon making room
+// among connections without HELLO closes them so: worth another try).
+static cw_status_t cw__hello(cw_client_t* c, const cw_client_options_t* o, int timeout_ms,
+                             bool* out_closed) {
+  *out_closed = false;
   char name[64];
   const char* peer_name = o ? o->peer_name : NULL;
   if (!peer_name) {
@@ -44,19 +85,29 @@ static cw_status_t cw__hello(cw_client_t* c, const cw_client_options_t* o, int t
   uint64_t id = c->next_id++;
   cw_status_t s = cw_client_frame_write(c, CW_MSG_HELLO, id, payload, payload_len, NULL, 0, 0);
   if (payload != stack) free(payload);
-  if (s) return cw_status_annotate(s, "HELLO");
-
+  // A write into a connection the peer already closed fails; the read below
+  // says how (EOF or reset).
+  cw_status_t ws = s;
   uint8_t hdr[CW_FRAME_HEADER_SIZE];
   size_t got = 0;
-  if (cw_client_socket_read_full(c->fd, hdr, sizeof(hdr), &got) != 0) {
+  if (cw__read_full(c, hdr, sizeof(hdr), &got) != 0) {
     int err = errno;
+    *out_closed = got == 0 && (err == 0 || err == ECONNRESET || err == EPIPE);
+    if (ws) return cw_status_annotate(ws, "HELLO");
     if (err == EAGAIN || err == EWOULDBLOCK) {
       return cw_make_status(CW_UNAVAILABLE, "no HELLO reply from %s within %d ms", c->address,
                             timeout_ms);
     }
+    if (c->tls && err == EPROTO) {
+      // TLS 1.3: a server that refuses this side's certificate says so
+      // after the client finished, in place of the HELLO reply.
+      return cw_make_status(CW_UNAVAILABLE, "TLS handshake with %s failed: %s", c->address,
+                            cw_client_io_error_text(c, err, got));
+    }
     return cw_make_status(CW_UNAVAILABLE, "HELLO to %s: %s", c->address,
-                          cw_client_socket_error_text(err, got));
+                          cw_client_io_error_text(c, err, got));
   }
+  if (ws) return cw_status_annotate(ws, "HELLO");
   cw_frame_header_t h;
   cw_status_t hs = cw_frame_header_decode(hdr, sizeof(hdr), &c->limits, &h);
   if (hs) {
@@ -73,11 +124,11 @@ static cw_status_t cw__hello(cw_client_t* c, const cw_client_options_t* o, int t
   }
   uint8_t* buf = malloc(h.payload_len ? h.payload_len : 1);
   if (!buf) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  if (h.payload_len && cw_client_socket_read_full(c->fd, buf, h.payload_len, &got) != 0) {
+  if (h.payload_len && cw__read_full(c, buf, h.payload_len, &got) != 0) {
     int err = errno;
     free(buf);
     return cw_make_status(CW_UNAVAILABLE, "HELLO to %s: %s", c->address,
-                          cw_client_socket_error_text(err, 1));
+                          cw_client_io_error_text(c, err, 1));
   }
   ProtobufCMessage* msg = NULL;
   s = cw_frame_decode_payload(&h, buf, &msg);
@@ -117,6 +168,7 @@ static cw_status_t cw__hello(cw_client_t* c, const cw_client_options_t* o, int t
 
 static void cw__client_free(cw_client_t* c) {
   if (!c) return;
+  cw_client_tls_free(c->tls);
   if (c->fd >= 0) close(c->fd);
   cw_client_table_deinitialize(&c->table);
   pthread_cond_destroy(&c->cv);
@@ -143,6 +195,55 @@ static cw_status_t cw__thread_start(cw_client_t* c, const char* what, void* (*bo
   }
   *out_started = true;
   return cw_ok_status();
+}
+
+// Connect and HELLO, again (a few times within the connect timeout) when
+// the peer closes the connection before answering: a daemon flooded by
+// connections without HELLO closes the longest-waiting ones to make room, and
+// a connection it closed that way says nothing about the next one.
+static cw_status_t cw__open_and_hello(cw_client_t* c, const cw_client_options_t* o,
+                                      cw_tls_t* tls, int timeout_ms) {
+  int64_t deadline = cw_time_now_ms() + timeout_ms;
+  int delay_ms = 10;
+  for (int attempt = 1;; ++attempt) {
+    int left = (int)(deadline - cw_time_now_ms());
+    if (left < 1) left = 1;
+    cw_status_t s = cw_client_socket_open(c->address, left, &c->fd);
+    bool closed = false;
+    if (!s && tls) s = cw_client_tls_handshake(tls, c->fd, c->address, left, &c->tls, &closed);
+    if (!s) s = cw__set_timeouts(c, left, left);
+    if (!s) s = cw__hello(c, o, left, &closed);
+    if (!s || !closed || attempt >= CW__HELLO_ATTEMPTS ||
+        cw_time_now_ms() + delay_ms >= deadline) {
+      if (s && closed && attempt > 1) {
+        s = cw_status_annotate(s, "%d attempts, each closed before HELLO was answered",
+                               attempt);
+      }
+      return s;
+    }
+    cw_status_free(s);
+    cw_client_tls_free(c->tls);
+    c->tls = NULL;
+    close(c->fd);
+    c->fd = -1;
+    c->next_id = 1;
+    usleep((useconds_t)delay_ms * 1000);
+    delay_ms *= 4;
+  }
+}
+
+// The TLS context of the environment (CAUSEWAY_TLS and friends, the client
+// library's scope): NULL when TLS is off there.
+static cw_status_t cw__tls_from_environment(cw_tls_t** out) {
+  *out = NULL;
+  if (!cw_settings_getenv(CW_SET_TLS)) return cw_ok_status();
+  cw_settings_t settings;
+  CW_RETURN_IF_ERROR(cw_settings_initialize(&settings, CW_SCOPE_CLIENT), "");
+  cw_tls_config_t config;
+  cw_tls_config_from_settings(&settings, &config);
+  cw_status_t s = config.enabled ? cw_tls_create(&config, false, out) : cw_ok_status();
+  cw_settings_deinitialize(&settings);
+  return s;
 }
 
 cw_status_t cw_client_connect(const char* address, const cw_client_options_t* options,
@@ -172,12 +273,19 @@ cw_status_t cw_client_connect(const char* address, const cw_client_options_t* op
   atomic_store_explicit(&c->last_rx_ms, cw_time_now_ms(), memory_order_relaxed);
   cw_status_t s = c->address ? cw_client_table_initialize(&c->table)
                              : cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  if (!s) s = cw_client_socket_open(address, timeout_ms, &c->fd);
-  if (!s) s = cw_client_socket_set_timeouts(c->fd, timeout_ms);
-  if (!s) s = cw__hello(c, options, timeout_ms);
+  // TLS on TCP only: whoever reaches a Unix socket is on this host already.
+  bool tcp = !strchr(address, '/');
+  cw_tls_t* tls = tcp && options ? options->tls : NULL;
+  cw_tls_t* env_tls = NULL;
+  if (!s && tcp && !tls) {
+    s = cw__tls_from_environment(&env_tls);
+    if (s) s = cw_status_annotate(s, "connecting to %s", address);
+    tls = env_tls;
+  }
+  if (!s) s = cw__open_and_hello(c, options, tls, timeout_ms);
+  cw_tls_release(env_tls);  // the connection's SSL keeps what it needs
   // From now on reads block without limit; sends too, or for liveness_ms.
-  if (!s) s = cw_client_socket_set_timeouts(c->fd, 0);
-  if (!s && c->liveness_ms) s = cw_client_socket_set_send_timeout(c->fd, c->liveness_ms);
+  if (!s) s = cw__set_timeouts(c, 0, c->liveness_ms);
   if (!s) {
     s = cw__thread_start(c, "reader", cw_client_reader_main, &c->reader, &c->reader_started);
   }

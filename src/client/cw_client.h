@@ -14,6 +14,7 @@
 #include "cw_status.h"
 
 typedef struct cw_client_s cw_client_t;
+typedef struct cw_tls_s cw_tls_t;  // cw_tls.h
 
 typedef struct cw_client_options_s {
   const char* token;       // shared secret for HELLO; NULL: $CAUSEWAY_TOKEN or none
@@ -31,10 +32,18 @@ typedef struct cw_client_options_s {
   // answers however long its other requests take; sends that make no
   // progress for this long fail too. 0: wait without limit.
   int liveness_ms;
+  // TLS to a "host:port" address (a Unix socket path stays plaintext): a
+  // context of cw_tls.h (borrowed; the connection keeps what it needs).
+  // NULL: CAUSEWAY_TLS, CAUSEWAY_TLS_CA, CAUSEWAY_TLS_CERT and
+  // CAUSEWAY_TLS_KEY from the environment (TLS off when CAUSEWAY_TLS is).
+  cw_tls_t* tls;
 } cw_client_options_t;
 
 // Connects to `address` ("host:port", or a Unix socket path containing '/'),
-// sends HELLO and waits for its reply. `options` may be NULL. On success
+// with TLS on TCP when it is on (the handshake first, then everything inside
+// it), sends HELLO and waits for its reply. A peer that closes the connection
+// before answering (a daemon making room among connections without HELLO)
+// is tried again a few times within the connect timeout. `options` may be NULL. On success
 // *out_client owns the connection and its reader thread.
 CW_MUST_USE cw_status_t cw_client_connect(const char* address,
                                           const cw_client_options_t* options,

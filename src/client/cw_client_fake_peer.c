@@ -1,7 +1,9 @@
 // The fake peer of the client library's unit tests (cw_client_fake_peer.h).
 #include "cw_client_fake_peer.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,10 +30,29 @@ bool write_all(int fd, const void* data, size_t len) {
   return true;
 }
 
-static bool read_all(int fd, void* data, size_t len) {
+bool fake_write_all(fake_t* f, const void* data, size_t len) {
+  if (!f->ssl) return write_all(f->fd, data, len);
+  const uint8_t* p = data;
+  while (len) {  // partial writes: the context allows them
+    size_t w = 0;
+    if (SSL_write_ex(f->ssl, p, len, &w) != 1) return false;
+    p += w;
+    len -= w;
+  }
+  return true;
+}
+
+static bool read_all(fake_t* f, void* data, size_t len) {
   uint8_t* p = data;
   while (len) {
-    ssize_t n = recv(fd, p, len, 0);
+    size_t got = 0;
+    if (f->ssl) {
+      if (SSL_read_ex(f->ssl, p, len, &got) != 1) return false;
+      p += got;
+      len -= got;
+      continue;
+    }
+    ssize_t n = recv(f->fd, p, len, 0);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return false;
     p += n;
@@ -49,7 +70,7 @@ void frame_free(frame_t* fr) {
 bool fake_read(fake_t* f, frame_t* fr) {
   memset(fr, 0, sizeof(*fr));
   uint8_t hdr[CW_FRAME_HEADER_SIZE];
-  if (!read_all(f->fd, hdr, sizeof(hdr))) return false;
+  if (!read_all(f, hdr, sizeof(hdr))) return false;
   cw_frame_limits_t lim = {.max_payload = 1u << 24, .max_bulk = 1ull << 32};
   cw_status_t s = cw_frame_header_decode(hdr, sizeof(hdr), &lim, &fr->h);
   if (s) {
@@ -58,7 +79,7 @@ bool fake_read(fake_t* f, frame_t* fr) {
     return false;
   }
   uint8_t* payload = malloc(fr->h.payload_len + 1);
-  if (!read_all(f->fd, payload, fr->h.payload_len)) {
+  if (!read_all(f, payload, fr->h.payload_len)) {
     free(payload);
     return false;
   }
@@ -71,7 +92,7 @@ bool fake_read(fake_t* f, frame_t* fr) {
   }
   if (fr->h.bulk_len) {
     fr->bulk = malloc(fr->h.bulk_len);
-    if (!read_all(f->fd, fr->bulk, fr->h.bulk_len)) {
+    if (!read_all(f, fr->bulk, fr->h.bulk_len)) {
       frame_free(fr);
       return false;
     }
@@ -93,8 +114,8 @@ bool fake_write(fake_t* f, uint16_t type, uint32_t flags, uint64_t id,
                          .bulk_len = bulk_len};
   uint8_t hdr[CW_FRAME_HEADER_SIZE];
   cw_frame_header_encode(&h, hdr);
-  bool ok = write_all(f->fd, hdr, sizeof(hdr)) && write_all(f->fd, buf, len) &&
-            (!bulk_len || write_all(f->fd, bulk, bulk_len));
+  bool ok = fake_write_all(f, hdr, sizeof(hdr)) && fake_write_all(f, buf, len) &&
+            (!bulk_len || fake_write_all(f, bulk, bulk_len));
   free(buf);
   return ok;
 }
@@ -131,7 +152,7 @@ static void fake_hello(fake_t* f) {
   if (f->hello_silent) {
     // Hold the connection until the client gives up.
     char c;
-    while (recv(f->fd, &c, 1, 0) > 0) {
+    while (f->ssl ? SSL_read(f->ssl, &c, 1) > 0 : recv(f->fd, &c, 1, 0) > 0) {
     }
     frame_free(&fr);
     return;
@@ -152,13 +173,36 @@ static void fake_hello(fake_t* f) {
 
 static void* fake_main(void* arg) {
   fake_t* f = arg;
+  for (int i = 0; i < f->close_first; ++i) {
+    int fd = accept(f->listen_fd, NULL, NULL);
+    if (fd >= 0) close(fd);
+  }
+  if (f->close_only) return NULL;
   f->fd = accept(f->listen_fd, NULL, NULL);
   if (f->fd < 0) {
     fake_fail(f, __LINE__, "accept failed");
     return NULL;
   }
+  if (f->tls) {
+    cw_status_t st = cw_tls_ssl_new(f->tls, NULL, &f->ssl);
+    if (!st && SSL_set_fd(f->ssl, f->fd) == 1) {
+      int r = SSL_accept(f->ssl);
+      if (r != 1) cw_tls_describe_error(f->ssl, r, f->tls_error, sizeof(f->tls_error));
+    } else {
+      snprintf(f->tls_error, sizeof(f->tls_error), "setting up TLS failed");
+    }
+    cw_status_free(st);
+    if (f->tls_error[0]) {
+      SSL_free(f->ssl);
+      f->ssl = NULL;
+      close(f->fd);
+      return NULL;
+    }
+  }
   fake_hello(f);
   if (!f->failure[0] && !f->hello_silent && !f->hello_error_code && f->script) f->script(f);
+  SSL_free(f->ssl);
+  f->ssl = NULL;
   close(f->fd);
   return NULL;
 }
@@ -167,6 +211,18 @@ void fake_start(fake_t* f, fake_script_fn script) {
   f->script = script;
   snprintf(f->dir, sizeof(f->dir), "/tmp/cw_client_test.XXXXXX");
   assert_non_null(mkdtemp(f->dir));
+  if (f->tls || f->plain_tcp) {
+    f->listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(f->listen_fd >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(f->listen_fd, (struct sockaddr*)&sa, sizeof(sa)), 0);
+    socklen_t len = sizeof(sa);
+    assert_int_equal(getsockname(f->listen_fd, (struct sockaddr*)&sa, &len), 0);
+    snprintf(f->path, sizeof(f->path), "127.0.0.1:%u", ntohs(sa.sin_port));
+    assert_int_equal(listen(f->listen_fd, 4), 0);
+    assert_int_equal(pthread_create(&f->thread, NULL, fake_main, f), 0);
+    return;
+  }
   snprintf(f->path, sizeof(f->path), "%s/sock", f->dir);
   f->listen_fd = socket(AF_UNIX, SOCK_STREAM, 0);
   assert_true(f->listen_fd >= 0);
@@ -180,7 +236,7 @@ void fake_start(fake_t* f, fake_script_fn script) {
 void fake_join(fake_t* f) {
   pthread_join(f->thread, NULL);
   close(f->listen_fd);
-  unlink(f->path);
+  if (!f->tls && !f->plain_tcp) unlink(f->path);
   rmdir(f->dir);
   if (f->failure[0]) fail_msg("%s", f->failure);
 }

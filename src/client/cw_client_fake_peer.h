@@ -14,13 +14,20 @@
 #include <cmocka.h>
 
 #include "cw_client.h"
+#include "cw_tls.h"
 
 typedef struct fake_s fake_t;
 typedef void (*fake_script_fn)(fake_t* f);
 
 struct fake_s {
   char dir[64];
-  char path[100];
+  char path[100];  // the address clients connect to
+  // TLS: a server context (borrowed) makes the peer listen on TCP
+  // 127.0.0.1 and speak TLS; tls_error says why a handshake failed.
+  cw_tls_t* tls;
+  SSL* ssl;
+  char tls_error[512];
+  bool plain_tcp;  // TCP without TLS
   int listen_fd;
   int fd;
   pthread_t thread;
@@ -30,6 +37,8 @@ struct fake_s {
   uint32_t hello_error_code;
   const char* hello_error_message;
   bool hello_silent;  // never answer HELLO
+  int close_first;    // accept and close this many connections first, HELLO unread
+  bool close_only;    // then accept nothing more
   // What the client's HELLO said.
   uint32_t hello_min, hello_max;
   int hello_role;
@@ -54,6 +63,8 @@ void fake_fail(fake_t* f, int line, const char* what);
 
 // Sends all of `data` (false on error).
 bool write_all(int fd, const void* data, size_t len);
+// The same on the fake's connection (TLS when it speaks it).
+bool fake_write_all(fake_t* f, const void* data, size_t len);
 
 // A frame the fake peer received: header, decoded payload, bulk (malloc'd).
 typedef struct frame_s {

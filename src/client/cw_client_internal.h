@@ -78,6 +78,7 @@ typedef struct cw_client_table_s {
 
 struct cw_client_s {
   int fd;
+  struct cw_client_tls_conn_s* tls;  // TLS over fd (cw_client_tls.h); NULL: plaintext
   char* address;
   char* worker_name;
   uint64_t session_id;
@@ -160,6 +161,12 @@ CW_MUST_USE cw_status_t cw_client_call_flags(cw_client_t* c, uint16_t type,
                                              const cw_client_sink_t* sink, unsigned flags,
                                              ProtobufCMessage** out_reply,
                                              uint64_t* out_bulk_len, void** out_alloc);
+
+// ---- Socket or TLS (cw_client.c) ---------------------------------------------------
+
+// Words for a failed read (errno `err` after `got` bytes of a frame),
+// TLS's own when it was TLS that failed.
+const char* cw_client_io_error_text(const cw_client_t* c, int err, size_t got);
 
 // ---- Threads (started and joined by cw_client.c; `arg` is the client) --------
 

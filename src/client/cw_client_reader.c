@@ -10,6 +10,7 @@
 
 #include "cw_client_internal.h"
 #include "cw_client_socket.h"
+#include "cw_client_tls.h"
 #include "cw_messages.h"
 #include "cw_time.h"
 
@@ -130,7 +131,7 @@ static cw_status_t cw__discard(cw_client_t* c, uint64_t len) {
     size_t got = 0;
     if (cw_rbuf_read(&c->rb, buf, n, &got) != 0) {
       return cw_make_status(CW_UNAVAILABLE, "reading reply bulk: %s",
-                            cw_client_socket_error_text(errno, 1));
+                            cw_client_io_error_text(c, errno, 1));
     }
     len -= n;
   }
@@ -143,7 +144,7 @@ static cw_status_t cw__read_one(cw_client_t* c) {
   uint8_t hdr[CW_FRAME_HEADER_SIZE];
   size_t got = 0;
   if (cw_rbuf_read(&c->rb, hdr, sizeof(hdr), &got) != 0) {
-    return cw_make_status(CW_UNAVAILABLE, "%s", cw_client_socket_error_text(errno, got));
+    return cw_make_status(CW_UNAVAILABLE, "%s", cw_client_io_error_text(c, errno, got));
   }
   atomic_store_explicit(&c->last_rx_ms, cw_time_now_ms(), memory_order_relaxed);
   cw_frame_header_t h;
@@ -164,7 +165,7 @@ static cw_status_t cw__read_one(cw_client_t* c) {
   }
   if (h.payload_len && cw_rbuf_read(&c->rb, c->payload_buf, h.payload_len, &got) != 0) {
     return cw_make_status(CW_UNAVAILABLE, "reading payload: %s",
-                          cw_client_socket_error_text(errno, 1));
+                          cw_client_io_error_text(c, errno, 1));
   }
   ProtobufCMessage* msg = NULL;
   CW_RETURN_IF_ERROR(cw_frame_decode_payload(&h, c->payload_buf, &msg),
@@ -233,7 +234,7 @@ static cw_status_t cw__read_one(cw_client_t* c) {
       rs = cw_rbuf_read(&c->rb, dest, (size_t)h.bulk_len, &got) == 0
                ? cw_ok_status()
                : cw_make_status(CW_UNAVAILABLE, "reading reply bulk: %s",
-                                cw_client_socket_error_text(errno, 1));
+                                cw_client_io_error_text(c, errno, 1));
     } else {
       rs = cw__discard(c, h.bulk_len);
     }
@@ -256,6 +257,7 @@ void* cw_client_reader_main(void* arg) {
     shutdown(c->fd, SHUT_RDWR);
     return NULL;
   }
+  if (c->tls) cw_rbuf_set_reader(&c->rb, cw_client_tls_read, c->tls);  // plaintext out of TLS
   for (;;) {
     cw_status_t s = cw__read_one(c);
     if (s) {

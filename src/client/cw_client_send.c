@@ -7,6 +7,7 @@
 
 #include "cw_client_internal.h"
 #include "cw_client_socket.h"
+#include "cw_client_tls.h"
 #include "cw_time.h"
 
 #define CW__STACK_IOVS 8
@@ -46,7 +47,8 @@ cw_status_t cw_client_frame_write(cw_client_t* c, uint16_t type, uint64_t reques
   iov[1] = (struct iovec){.iov_base = hdr, .iov_len = sizeof(hdr)};
   iov[2] = (struct iovec){.iov_base = (void*)payload, .iov_len = payload_len};
   for (int i = 0; i < bulk_count; ++i) iov[3 + i] = bulk[i];
-  cw_status_t s = cw_client_socket_write_iov(c->fd, c->address, iov, n);
+  cw_status_t s = c->tls ? cw_client_tls_write_iov(c->tls, c->address, iov, n)
+                         : cw_client_socket_write_iov(c->fd, c->address, iov, n);
   c->wbuf_len = 0;  // written, or the connection is being shut down
   if (iov != stack_iov) free(iov);
   return s;

@@ -64,6 +64,26 @@ static void test_hello_timeout(void** state) {
   fake_join(&f);
 }
 
+// A peer that closes connections before answering HELLO (a daemon making
+// room among connections without HELLO) is tried again a few times.
+static void test_hello_closed_is_retried(void** state) {
+  fake_t f = {.close_first = 2};
+  fake_start(&f, NULL);
+  cw_client_t* c = connect_ok(&f);
+  cw_client_release(c);
+  fake_join(&f);
+
+  fake_t g = {.close_first = 4, .close_only = true};
+  fake_start(&g, NULL);
+  c = NULL;
+  int64_t t0 = cw_time_now_ms();
+  cw_status_t s = cw_client_connect(g.path, NULL, &c);
+  assert_true(cw_time_now_ms() - t0 < 3000);
+  expect_status(s, CW_UNAVAILABLE, "4 attempts, each closed before HELLO was answered");
+  assert_null(c);
+  fake_join(&g);
+}
+
 static void test_connect_refused(void** state) {
   // A port that was just free: nobody listens there.
   int s = socket(AF_INET, SOCK_STREAM, 0);
@@ -115,6 +135,7 @@ int main(void) {
       cmocka_unit_test(test_hello),
       cmocka_unit_test(test_hello_refused),
       cmocka_unit_test(test_hello_timeout),
+      cmocka_unit_test(test_hello_closed_is_retried),
       cmocka_unit_test(test_connect_refused),
       cmocka_unit_test(test_release_fails_outstanding),
   };

@@ -13,6 +13,12 @@ int cw_rbuf_initialize(cw_rbuf_t* rb, int fd, size_t capacity) {
   return rb->data ? 0 : -1;
 }
 
+void cw_rbuf_set_reader(cw_rbuf_t* rb, ssize_t (*read_fn)(void* io, void* buf, size_t len),
+                        void* io) {
+  rb->read_fn = read_fn;
+  rb->read_io = io;
+}
+
 void cw_rbuf_deinitialize(cw_rbuf_t* rb) {
   free(rb->data);
   rb->data = NULL;
@@ -22,7 +28,7 @@ void cw_rbuf_deinitialize(cw_rbuf_t* rb) {
 // One recv into `dst`; >0 bytes, or -1 with errno (0: EOF). Retries EINTR.
 static ssize_t cw__recv(cw_rbuf_t* rb, void* dst, size_t len) {
   for (;;) {
-    ssize_t n = recv(rb->fd, dst, len, 0);
+    ssize_t n = rb->read_fn ? rb->read_fn(rb->read_io, dst, len) : recv(rb->fd, dst, len, 0);
     rb->recvs++;
     if (n > 0) return n;
     if (n < 0 && errno == EINTR) continue;

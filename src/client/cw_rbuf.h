@@ -8,11 +8,15 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define CW_RBUF_DEFAULT_CAPACITY (64 * 1024)
 
 typedef struct cw_rbuf_s {
   int fd;
+  // Reads in place of recv(fd) (TLS): > 0 bytes, 0 at EOF, -1 with errno.
+  ssize_t (*read_fn)(void* io, void* buf, size_t len);
+  void* read_io;
   uint8_t* data;
   size_t cap;
   size_t off, len;  // data[off..len) is read and not yet consumed
@@ -21,6 +25,9 @@ typedef struct cw_rbuf_s {
 
 // Returns 0, or -1 if the buffer cannot be allocated.
 int cw_rbuf_initialize(cw_rbuf_t* rb, int fd, size_t capacity);
+// Bytes come from read_fn(io, ...) instead of recv(fd).
+void cw_rbuf_set_reader(cw_rbuf_t* rb, ssize_t (*read_fn)(void* io, void* buf, size_t len),
+                        void* io);
 void cw_rbuf_deinitialize(cw_rbuf_t* rb);
 
 // Reads exactly `len` bytes into `dst`. Returns 0, or -1 with errno set; a

@@ -43,7 +43,7 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
                            "token-file", CW_SETTING_STRING, 0, 0, "", false, false,
                            "file whose first line is the shared secret (CAUSEWAY_TOKEN wins)"},
     [CW_SET_HELLO_TIMEOUT_MS] = {"CAUSEWAY_HELLO_TIMEOUT_MS", "CW_HELLO_TIMEOUT_MS", CW__DMN,
-                                 "hello-timeout-ms", CW_SETTING_INT, 10, 600000, "10000", false,
+                                 "hello-timeout-ms", CW_SETTING_INT, 10, 600000, "5000", false,
                                  false, "close connections that send no HELLO in this time"},
     [CW_SET_CONNECT_TIMEOUT_MS] = {"CAUSEWAY_CONNECT_TIMEOUT_MS", "CW_CONNECT_TIMEOUT_MS",
                                    CW__DMN, "connect-timeout-ms", CW_SETTING_INT, 10, 600000,
@@ -52,10 +52,40 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
     [CW_SET_MAX_CONNECTIONS] = {"CAUSEWAY_MAX_CONNECTIONS", "CW_MAX_CONNECTIONS", CW__DMN,
                                 "max-connections", CW_SETTING_INT, 1, 65536, "1024", false,
                                 false, "accepted connections at once"},
+    [CW_SET_MAX_UNAUTH_CONNECTIONS] = {"CAUSEWAY_MAX_UNAUTH_CONNECTIONS", NULL, CW__DMN,
+                                       "max-unauth-connections", CW_SETTING_INT, 1, 65536, "256",
+                                       false, false,
+                                       "accepted connections without HELLO yet at once (within "
+                                       "--max-connections); a new one closes the one waiting "
+                                       "longest"},
+    [CW_SET_MAX_UNAUTH_PER_PEER] = {"CAUSEWAY_MAX_UNAUTH_PER_PEER", NULL, CW__DMN,
+                                    "max-unauth-per-peer", CW_SETTING_INT, 1, 65536, "128", false,
+                                    false, "of those, from one IP address at once (a new one "
+                                    "closes that address's longest waiting)"},
     [CW_SET_FRAMES_PER_WAKEUP] = {"CAUSEWAY_FRAMES_PER_WAKEUP", "CW_FRAMES_PER_WAKEUP", CW__DMN,
                                   "frames-per-wakeup", CW_SETTING_INT, 1, 1 << 20, "64", false,
                                   false, "frames one connection may have handled per loop "
                                   "wakeup"},
+    [CW_SET_TLS] = {"CAUSEWAY_TLS", NULL, CW__DMN | CW__PLG | CW__TOOL | CW__CLI, "tls",
+                    CW_SETTING_BOOL, 0, 1, "0", false, false,
+                    "TLS on every TCP connection (Unix sockets stay plaintext): a daemon refuses "
+                    "plaintext peers, a client speaks TLS"},
+    [CW_SET_TLS_CA] = {"CAUSEWAY_TLS_CA", NULL, CW__DMN | CW__PLG | CW__TOOL | CW__CLI, "tls-ca",
+                       CW_SETTING_STRING, 0, 0, "", false, false,
+                       "PEM file of the CA certificate(s) peers are verified against (with "
+                       "CAUSEWAY_TLS)"},
+    [CW_SET_TLS_CERT] = {"CAUSEWAY_TLS_CERT", NULL, CW__DMN | CW__PLG | CW__TOOL | CW__CLI,
+                         "tls-cert", CW_SETTING_STRING, 0, 0, "", false, false,
+                         "PEM file of this program's certificate (a daemon's: required with "
+                         "CAUSEWAY_TLS; a client's: optional, presented for mutual TLS)"},
+    [CW_SET_TLS_KEY] = {"CAUSEWAY_TLS_KEY", NULL, CW__DMN | CW__PLG | CW__TOOL | CW__CLI,
+                        "tls-key", CW_SETTING_STRING, 0, 0, "", false, false,
+                        "PEM file of its private key (mode 0600)"},
+    [CW_SET_TLS_REQUIRE_CLIENT_CERT] = {"CAUSEWAY_TLS_REQUIRE_CLIENT_CERT", NULL, CW__DMN,
+                                        "tls-require-client-cert", CW_SETTING_BOOL, 0, 1, "0",
+                                        false, false,
+                                        "mutual TLS: refuse TCP peers without a certificate "
+                                        "signed by CAUSEWAY_TLS_CA"},
     [CW_SET_PLUGIN] = {"CAUSEWAY_PJRT_PLUGIN", "CW_PJRT_PLUGIN", CW__WRK | CW__PLG | CW__TOOL,
                        "plugin", CW_SETTING_STRING, 0, 0, "", false, false,
                        "path of the vendor PJRT plugin library the worker loads (also the "

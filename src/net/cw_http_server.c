@@ -1,14 +1,18 @@
 #include "cw_http_server.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cw_net.h"
+#include "cw_net_gate.h"
+
+#define CW__ACCEPTS_PER_PASS 16
 
 typedef struct cw_http_conn_s {
-  struct cw_http_conn_s* next;
+  cw_net_gate_entry_t gate;  // every connection is in the server's gate
   cw_http_server_t* server;
   uv_tcp_t tcp;
   uv_timer_t timer;
@@ -17,23 +21,25 @@ typedef struct cw_http_conn_s {
   bool closing;
   bool responding;
   size_t len;
-  char buf[CW_HTTP_SERVER_MAX_REQUEST];
+  char* buf;  // CW_HTTP_SERVER_MAX_REQUEST bytes from the first read
   cw_http_text_t out;
 } cw_http_conn_t;
 
 struct cw_http_server_s {
   uv_tcp_t listener;
   bool closing;
-  size_t live;  // the listener and connections not yet freed
+  size_t live;  // the listener, the pacer and connections not yet freed
   char address[256];
-  cw_http_conn_t* conns;  // newest first
-  size_t num_conns;
+  cw_net_gate_t gate;
+  cw_net_pacer_t pacer;
   cw_http_handler_fn fn;
   void* user;
 };
 
 static void cw__server_unref(cw_http_server_t* s) {
-  if (--s->live == 0) free(s);
+  if (--s->live > 0) return;
+  cw_net_gate_deinitialize(&s->gate);
+  free(s);
 }
 
 static void cw__conn_handle_closed(uv_handle_t* h) {
@@ -41,6 +47,7 @@ static void cw__conn_handle_closed(uv_handle_t* h) {
   if (--c->open_handles > 0) return;
   cw_http_server_t* s = c->server;
   cw_http_text_free(&c->out);
+  free(c->buf);
   free(c);
   cw__server_unref(s);
 }
@@ -48,11 +55,7 @@ static void cw__conn_handle_closed(uv_handle_t* h) {
 static void cw__conn_close(cw_http_conn_t* c) {
   if (c->closing) return;
   c->closing = true;
-  cw_http_server_t* s = c->server;
-  cw_http_conn_t** pp = &s->conns;
-  while (*pp && *pp != c) pp = &(*pp)->next;
-  if (*pp) *pp = c->next;
-  s->num_conns--;
+  cw_net_gate_leave(&c->server->gate, &c->gate);
   uv_close((uv_handle_t*)&c->tcp, cw__conn_handle_closed);
   uv_close((uv_handle_t*)&c->timer, cw__conn_handle_closed);
 }
@@ -126,9 +129,13 @@ static void cw__request(cw_http_conn_t* c, const cw_http_request_t* req) {
 
 static void cw__alloc(uv_handle_t* h, size_t suggested, uv_buf_t* buf) {
   cw_http_conn_t* c = h->data;
+  // Connections that send nothing hold no buffer.
+  if (!c->buf) c->buf = malloc(CW_HTTP_SERVER_MAX_REQUEST);
   // Never more than the bound: a full buffer without a head is refused (431)
-  // before another read is asked for.
-  *buf = uv_buf_init(c->buf + c->len, (unsigned)(sizeof(c->buf) - c->len));
+  // before another read is asked for. Out of memory: an empty buffer, which
+  // libuv reports as UV_ENOBUFS (closed).
+  *buf = uv_buf_init(c->buf ? c->buf + c->len : NULL,
+                     c->buf ? (unsigned)(CW_HTTP_SERVER_MAX_REQUEST - c->len) : 0);
 }
 
 static void cw__read(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf) {
@@ -138,9 +145,11 @@ static void cw__read(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf) {
     cw__conn_close(c);
     return;
   }
+  if (nread == 0) return;
+  cw_net_gate_progress(&c->server->gate, &c->gate);
   c->len += (size_t)nread;
   cw_http_request_t req;
-  switch (cw_http_parse_request(c->buf, c->len, sizeof(c->buf), &req)) {
+  switch (cw_http_parse_request(c->buf, c->len, CW_HTTP_SERVER_MAX_REQUEST, &req)) {
     case CW_HTTP_NEED_MORE:
       return;
     case CW_HTTP_OK:
@@ -155,35 +164,42 @@ static void cw__read(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf) {
   }
 }
 
-static void cw__accept(uv_stream_t* listener, int status) {
+static void cw__accept_one(uv_stream_t* listener) {
   cw_http_server_t* s = listener->data;
-  if (status < 0 || s->closing) return;
   cw_http_conn_t* c = calloc(1, sizeof(*c));
-  if (!c) return;
+  if (!c) return;  // libuv keeps the connection and stops listening until an accept
   c->server = s;
   uv_tcp_init(listener->loop, &c->tcp);
   uv_timer_init(listener->loop, &c->timer);
   c->tcp.data = c->timer.data = c;
   c->open_handles = 2;
-  c->next = s->conns;
-  s->conns = c;
-  s->num_conns++;
   s->live++;
   if (uv_accept(listener, (uv_stream_t*)&c->tcp) < 0) {
     cw__conn_close(c);
     return;
   }
-  if (s->num_conns > CW_HTTP_SERVER_MAX_CONNS) {
-    // Full: the oldest goes (idle peers cannot lock a prober out).
-    cw_http_conn_t* oldest = s->conns;
-    while (oldest->next) oldest = oldest->next;
-    cw__conn_close(oldest);
-  }
+  struct sockaddr_storage sa;
+  int len = sizeof(sa);
+  bool named = uv_tcp_getpeername(&c->tcp, (struct sockaddr*)&sa, &len) == 0;
+  cw_net_peer_key_from_sockaddr(named ? (const struct sockaddr*)&sa : NULL, &c->gate.peer);
+  // Full: the longest-waiting connection of the busiest address goes, those
+  // that sent nothing first (idle peers cannot lock a prober out).
+  cw_net_gate_entry_t* victim = cw_net_gate_admit(&s->gate, &c->gate);
+  if (victim) cw__conn_close((cw_http_conn_t*)((char*)victim - offsetof(cw_http_conn_t, gate)));
   uv_timer_start(&c->timer, cw__conn_timeout, CW_HTTP_SERVER_TIMEOUT_MS, 0);
   if (uv_read_start((uv_stream_t*)&c->tcp, cw__alloc, cw__read) < 0) cw__conn_close(c);
 }
 
+static void cw__accept(uv_stream_t* listener, int status) {
+  cw_http_server_t* s = listener->data;
+  if (status < 0 || s->closing) return;
+  if (cw_net_pacer_take(&s->pacer)) cw__accept_one(listener);
+}
+
 static void cw__listener_closed(uv_handle_t* h) { cw__server_unref(h->data); }
+static void cw__pacer_closed(uv_handle_t* h) {
+  cw__server_unref(((cw_net_pacer_t*)h->data)->listener->data);
+}
 
 cw_status_t cw_http_server_create(uv_loop_t* loop, const char* address, cw_http_handler_fn fn,
                                   void* user, cw_http_server_t** out_server) {
@@ -192,13 +208,21 @@ cw_status_t cw_http_server_create(uv_loop_t* loop, const char* address, cw_http_
   CW_RETURN_IF_ERROR(cw_net_parse_host_port(address, &sa), "http");
   cw_http_server_t* s = calloc(1, sizeof(*s));
   if (!s) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  cw_status_t gst = cw_net_gate_initialize(&s->gate, CW_HTTP_SERVER_MAX_CONNS,
+                                           CW_HTTP_SERVER_MAX_CONNS_PER_PEER);
+  if (gst) {
+    free(s);
+    return gst;
+  }
   s->fn = fn;
   s->user = user;
-  s->live = 1;
+  s->live = 2;
   uv_tcp_init(loop, &s->listener);
   s->listener.data = s;
+  cw_net_pacer_initialize(&s->pacer, loop, (uv_stream_t*)&s->listener, CW__ACCEPTS_PER_PASS,
+                          cw__accept_one);
   int rc = uv_tcp_bind(&s->listener, (const struct sockaddr*)&sa, 0);
-  if (rc >= 0) rc = uv_listen((uv_stream_t*)&s->listener, 64, cw__accept);
+  if (rc >= 0) rc = uv_listen((uv_stream_t*)&s->listener, SOMAXCONN, cw__accept);
   if (rc < 0) {
     cw_http_server_close(s);
     return cw_make_status(CW_UNAVAILABLE, "cannot listen on %s: %s", address, uv_strerror(rc));
@@ -219,6 +243,10 @@ const char* cw_http_server_address(const cw_http_server_t* s) { return s->addres
 void cw_http_server_close(cw_http_server_t* s) {
   if (!s || s->closing) return;
   s->closing = true;
-  while (s->conns) cw__conn_close(s->conns);
+  while (s->gate.silent_head || s->gate.active_head) {
+    cw_net_gate_entry_t* e = s->gate.silent_head ? s->gate.silent_head : s->gate.active_head;
+    cw__conn_close((cw_http_conn_t*)((char*)e - offsetof(cw_http_conn_t, gate)));
+  }
   uv_close((uv_handle_t*)&s->listener, cw__listener_closed);
+  cw_net_pacer_close(&s->pacer, cw__pacer_closed);
 }

@@ -4,11 +4,13 @@
 // handler that fills a response; everything else is here.
 //
 // An HTTP peer cannot stall or crash the loop: the request head is bounded
-// (CW_HTTP_SERVER_MAX_REQUEST bytes, else 431), each connection has a
-// deadline (CW_HTTP_SERVER_TIMEOUT_MS from accept to the end of the
-// response, then it is closed), at most CW_HTTP_SERVER_MAX_CONNS are open (a
-// new one closes the oldest), writes are asynchronous, and the parser
-// (cw_http.c) is fuzzed. Anything but GET/HEAD gets 405 without reaching the
+// (CW_HTTP_SERVER_MAX_REQUEST bytes, else 431; the buffer is allocated at
+// the first byte), each connection has a deadline (CW_HTTP_SERVER_TIMEOUT_MS
+// from accept to the end of the response, then it is closed), at most
+// CW_HTTP_SERVER_MAX_CONNS are open and CW_HTTP_SERVER_MAX_CONNS_PER_PEER
+// from one address (a new one closes the longest waiting, those that sent
+// nothing first: cw_net_gate.h), accepts are paced, writes are asynchronous,
+// and the parser (cw_http.c) is fuzzed. Anything but GET/HEAD gets 405 without reaching the
 // handler; a malformed head 400. One request per connection (Connection:
 // close).
 #ifndef CW_NET_HTTP_SERVER_H_
@@ -21,8 +23,9 @@
 #include "cw_status.h"
 
 #define CW_HTTP_SERVER_MAX_REQUEST 8192
-#define CW_HTTP_SERVER_TIMEOUT_MS 10000
-#define CW_HTTP_SERVER_MAX_CONNS 32
+#define CW_HTTP_SERVER_TIMEOUT_MS 5000
+#define CW_HTTP_SERVER_MAX_CONNS 512
+#define CW_HTTP_SERVER_MAX_CONNS_PER_PEER 256
 
 typedef struct cw_http_server_s cw_http_server_t;
 

@@ -1,7 +1,7 @@
 // Unit tests of the daemons' HTTP server in process: a libuv loop on this
 // thread, a plain-socket client on another. What reaches the handler, what
 // the server answers by itself (405, 400, 431), HEAD without a body, the
-// connection cap closing the oldest, and a close with connections still
+// connection cap closing the oldest idle peer (not one sending its request), and a close with connections still
 // open leaving no handle behind (the loop closes cleanly; ASan: no leak).
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -96,7 +96,16 @@ static void* client(void* arg) {
   memcpy(big, "GET /x HTTP/1.1\r\n", 17);
   memset(big + 17, 'a', sizeof(big) - 17);
   exchange(f->port, big, sizeof(big), f->replies[6], sizeof(f->replies[6]));
-  // Idle peers past the cap: the oldest is closed, the newest kept.
+  // A request on its way (part of its head sent) and idle peers past the
+  // cap: the oldest idle one is closed, the newest kept, and the one on its
+  // way is answered once its head is whole.
+  int slow = connect_to(f->port);
+  static const char slow_head[] = "GET /slow HTTP/1.1\r\n";
+  if (write(slow, slow_head, strlen(slow_head)) != (ssize_t)strlen(slow_head)) {
+    close(slow);
+    slow = -1;
+  }
+  usleep(20 * 1000);
   int fds[CW_HTTP_SERVER_MAX_CONNS + 1];
   for (int i = 0; i <= CW_HTTP_SERVER_MAX_CONNS; ++i) {
     fds[i] = connect_to(f->port);
@@ -107,6 +116,16 @@ static void* client(void* arg) {
   struct timeval tv = {.tv_usec = 200 * 1000};
   setsockopt(fds[CW_HTTP_SERVER_MAX_CONNS], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   f->newest_open = read(fds[CW_HTTP_SERVER_MAX_CONNS], &ch, 1) < 0;
+  if (slow >= 0 && write(slow, "\r\n", 2) == 2) {
+    size_t n = 0;
+    ssize_t r;
+    while (n + 1 < sizeof(f->replies[7]) &&
+           (r = read(slow, f->replies[7] + n, sizeof(f->replies[7]) - 1 - n)) > 0) {
+      n += (size_t)r;
+    }
+    f->replies[7][n] = 0;
+  }
+  if (slow >= 0) close(slow);
   // Close the server with the others still open.
   uv_async_send(&f->done);
   usleep(100 * 1000);
@@ -154,9 +173,10 @@ static void test_server(void** state) {
   assert_non_null(strstr(f->replies[5], "HTTP/1.1 404 Not Found\r\n"));
   assert_non_null(strstr(f->replies[5], "\r\n\r\n404 Not Found\n"));
   assert_non_null(strstr(f->replies[6], "HTTP/1.1 431 Request Header Fields Too Large\r\n"));
+  assert_non_null(strstr(f->replies[7], "\r\n\r\nhello /slow\n"));
   // Only the well-formed GET and HEAD requests reached the handler.
-  assert_int_equal(f->handled, 4);
-  assert_string_equal(f->last_path, "/missing");
+  assert_int_equal(f->handled, 5);
+  assert_string_equal(f->last_path, "/slow");
   assert_true(f->oldest_closed);
   assert_true(f->newest_open);
   free(f);

@@ -23,8 +23,12 @@
 #include "cw_log.h"
 #include "cw_messages.h"
 #include "cw_net_internal.h"
+#include "cw_time.h"
 
 #define CW__READAHEAD (64 * 1024)
+// Before HELLO: a HELLO frame arrives in a few reads of this (the parser
+// keeps a frame's payload itself, bounded by the pre-HELLO limit).
+#define CW__READAHEAD_PREHELLO 1024
 #define CW__OUT_INITIAL 4096
 #define CW__OUT_FLUSH_AT (256 * 1024)  // write at once past this many gathered bytes
 
@@ -38,6 +42,7 @@ static void cw__conn_free(cw_net_conn_t* c) {
   assert(c->closing && !c->outreqs && !c->flush_queued && !c->paused);
   if (c->cb.on_free) c->cb.on_free(c->user);
   cw_conn_parser_deinitialize(&c->parser);
+  cw_net__tls_free(c);
   free(c->readahead);
   free(c->out);
   free(c->out_spare);
@@ -103,7 +108,10 @@ void cw_net_conn_close(cw_net_conn_t* c, cw_status_t reason) {
   if (c->next) c->next->prev = c->prev;
   c->prev = c->next = NULL;
   if (!c->outbound) net->inbound_connections--;
-  if (c->out_len && (c->connected || !c->outbound)) {
+  if (net->gate_on) cw_net_gate_leave(&net->gate, &c->gate);
+  if (c->tls) {
+    cw_net__tls_close(c);
+  } else if (c->out_len && (c->connected || !c->outbound)) {
     // Best effort, as an unqueued uv_write would have: frames gathered
     // before the close (a last error reply) still reach the peer.
     uv_buf_t b = {.base = (char*)c->out, .len = c->out_len};
@@ -119,11 +127,6 @@ void cw_net_conn_close(cw_net_conn_t* c, cw_status_t reason) {
 cw_net_conn_t* cw_net__conn_create(cw_net_t* net, bool outbound, bool pipe) {
   cw_net_conn_t* c = calloc(1, sizeof(*c));
   if (!c) return NULL;
-  c->readahead = malloc(CW__READAHEAD);
-  if (!c->readahead) {
-    free(c);
-    return NULL;
-  }
   c->net = net;
   c->outbound = outbound;
   c->next_request_id = 1;
@@ -134,7 +137,6 @@ cw_net_conn_t* cw_net__conn_create(cw_net_t* net, bool outbound, bool pipe) {
   int rc = pipe ? uv_pipe_init(net->loop, &c->h.pipe, 0) : uv_tcp_init(net->loop, &c->h.tcp);
   if (rc < 0) {
     cw_conn_parser_deinitialize(&c->parser);
-    free(c->readahead);
     free(c);
     return NULL;
   }
@@ -173,9 +175,11 @@ void cw_net__hello_accepted(cw_net_conn_t* c, int role, bool has_session) {
   c->hello_done = true;
   c->role = role;
   c->has_session = has_session;
+  if (c->net->gate_on) cw_net_gate_leave(&c->net->gate, &c->gate);
   uv_timer_stop(&c->timer);
   cw_conn_parser_set_limits(&c->parser, &c->net->options.limits);
   cw_conn_parser_require_hello(&c->parser, false);
+  if (c->ssl) cw_net__tls_hello_accepted(c);
 }
 
 void cw_net_conn_set_bulk_dest(cw_net_conn_t* c, uint8_t* dest) {
@@ -214,6 +218,11 @@ static void cw__write_done(uv_write_t* req, int status) {
   }
   if (wr->bulk_free) wr->bulk_free(wr->bulk_user);
   free(wr);
+  cw_net__write_finished(c, status);
+  cw_net_conn_release(c);
+}
+
+void cw_net__write_finished(cw_net_conn_t* c, int status) {
   c->writes_pending--;
   if (status < 0 && !c->closing) {
     cw_net_conn_close(c, cw_make_status(CW_UNAVAILABLE, "write to %s failed: %s", c->name,
@@ -223,12 +232,15 @@ static void cw__write_done(uv_write_t* req, int status) {
     if (c->out_len) cw__out_write(c, NULL, 0, NULL, NULL);
     else cw_net_conn_close(c, NULL);
   }
-  cw_net_conn_release(c);
 }
 
 // Hands the gathered frames (and `bulk`, if any) to libuv as one write.
 static void cw__out_write(cw_net_conn_t* c, const void* bulk, uint64_t bulk_len,
                           cw_net_free_fn bulk_free, void* bulk_user) {
+  if (c->tls) {
+    cw_net__tls_write(c, bulk, bulk_len, bulk_free, bulk_user);
+    return;
+  }
   cw__write_t* wr = calloc(1, sizeof(*wr));
   if (!wr) {
     if (bulk_free) bulk_free(bulk_user);
@@ -368,6 +380,10 @@ void cw_net_conn_reply_error(cw_net_conn_t* c, uint16_t type, uint64_t request_i
 void cw_net_conn_violation(cw_net_conn_t* c, uint16_t type, uint64_t request_id,
                            cw_status_t status) {
   CW_LOGW("%s: closing: %s", c->name, cw_status_message(status));
+  cw_net__refuse(c, type, request_id, status);
+}
+
+void cw_net__refuse(cw_net_conn_t* c, uint16_t type, uint64_t request_id, cw_status_t status) {
   if (!cw_msg_info(type)) type = CW_MSG_HELLO;  // the peer can decode the answer
   if (c->reading) {
     uv_read_stop(&c->h.stream);
@@ -411,18 +427,45 @@ void cw_net_conn_request(cw_net_conn_t* c, uint16_t type, const ProtobufCMessage
 
 // --- Reading --------------------------------------------------------------------
 
+size_t cw_net__read_size(const cw_net_conn_t* c) {
+  return (c->outbound || c->hello_done) ? CW__READAHEAD : CW__READAHEAD_PREHELLO;
+}
+
+bool cw_net__buffer_reserve(uint8_t** buf, size_t* cap, size_t want) {
+  if (*cap >= want) return true;
+  uint8_t* grown = malloc(want);
+  if (!grown) return false;
+  free(*buf);
+  *buf = grown;
+  *cap = want;
+  return true;
+}
+
 static void cw__alloc(uv_handle_t* h, size_t suggested, uv_buf_t* buf) {
   cw_net_conn_t* c = h->data;
   uint8_t* ptr;
   uint64_t len;
+  if (c->tls) {
+    // Ciphertext; plaintext is decrypted from it by cw_net__tls_pump_in.
+    // Reading stops while the SSL has not taken all of it, so it is empty.
+    c->tls_in_off = c->tls_in_len = 0;
+    cw_net__buffer_reserve(&c->tls_in, &c->tls_in_cap, cw_net__read_size(c));
+    buf->base = (char*)c->tls_in;
+    buf->len = c->tls_in ? c->tls_in_cap : 0;
+    return;
+  }
   // Bulk bytes go straight into their destination.
   if (cw_conn_parser_bulk_window(&c->parser, &ptr, &len) && len >= 4096) {
     buf->base = (char*)ptr;
     buf->len = len > (1u << 30) ? (1u << 30) : (size_t)len;
     return;
   }
+  // Reading stops while parsed bytes wait (cw__conn_process), so the buffer
+  // is empty here and may be replaced. Out of memory: libuv reports
+  // UV_ENOBUFS for an empty buffer (closes).
+  cw_net__buffer_reserve(&c->readahead, &c->ra_cap, cw_net__read_size(c));
   buf->base = (char*)c->readahead;
-  buf->len = CW__READAHEAD;
+  buf->len = c->readahead ? c->ra_cap : 0;
 }
 
 static void cw__reply_complete(cw_net_conn_t* c, cw_net_outreq_t* r, const cw_frame_header_t* h,
@@ -437,7 +480,7 @@ static void cw__reply_complete(cw_net_conn_t* c, cw_net_outreq_t* r, const cw_fr
   free(r);
 }
 
-static void cw__bulk_done(cw_net_conn_t* c, const cw_frame_header_t* h) {
+void cw_net__bulk_done(cw_net_conn_t* c, const cw_frame_header_t* h) {
   if (c->recv_req) {
     cw_net_outreq_t* r = c->recv_req;
     ProtobufCMessage* msg = c->recv_msg;
@@ -531,10 +574,29 @@ static void cw__on_frame(cw_net_conn_t* c, const cw_frame_header_t* h, ProtobufC
   cw_net__serve(c, h, msg);
 }
 
+// A plaintext listener's first bytes: a TLS handshake gets a log line and a
+// close (an answer in plaintext would mean nothing to a TLS client).
+static bool cw__refuse_tls_handshake(cw_net_conn_t* c, const uint8_t* data, size_t len) {
+  if (cw_tls_classify_first_bytes(data, len) != CW_TLS_FIRST_TLS) return false;
+  cw_net_t* net = c->net;
+  net->tls_failures++;
+  uint64_t more = 0;
+  if (cw_net_warn_limit_pass(&net->warn_plain, cw_time_now_ms(), 5000, &more)) {
+    CW_LOGW("%s: refused: a TLS handshake on a plaintext port (TLS is off here: CAUSEWAY_TLS, "
+            "--tls; %" PRIu64 " more such refusals since the last warning)", c->name, more);
+  }
+  cw_net_conn_close(c, cw_make_status(CW_UNAVAILABLE, "a TLS handshake on a plaintext port"));
+  return true;
+}
+
 static void cw__on_read(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf) {
   cw_net_conn_t* c = stream->data;
   if (nread == 0) return;
   if (nread < 0) {
+    if (c->tls && c->outbound && !c->hello_done) {
+      cw_net__tls_lost(c, (int)nread);  // the peer refused the handshake
+      return;
+    }
     if (nread != UV_EOF) CW_LOGI("%s: read failed: %s", c->name, uv_strerror((int)nread));
     cw_net_conn_close(c, nread == UV_EOF
                              ? cw_make_status(CW_UNAVAILABLE, "connection closed by peer")
@@ -543,16 +605,27 @@ static void cw__on_read(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf)
     return;
   }
   cw_net_conn_retain(c);
-  if ((uint8_t*)buf->base != c->readahead) {
+  if (c->gate.in) cw_net_gate_progress(&c->net->gate, &c->gate);
+  if (!c->outbound && !c->first_read) {
+    c->first_read = true;
+    if (!c->tls && cw__refuse_tls_handshake(c, (const uint8_t*)buf->base, (size_t)nread)) {
+      cw_net_conn_release(c);
+      return;
+    }
+  }
+  if (c->tls) {
+    cw_net__tls_on_read(c, (size_t)nread);
+  } else if ((uint8_t*)buf->base != c->readahead) {
     cw_conn_parser_event_t ev;
     cw_conn_parser_bulk_advance(&c->parser, (uint64_t)nread, &ev);
-    if (ev.kind == CW_CONN_PARSER_EVENT_BULK_DONE) cw__bulk_done(c, &ev.header);
+    if (ev.kind == CW_CONN_PARSER_EVENT_BULK_DONE) cw_net__bulk_done(c, &ev.header);
   } else {
     c->ra_off = 0;
     c->ra_len = (size_t)nread;
     cw__conn_process(c);
   }
-  if (c->cb.on_bytes) c->cb.on_bytes(c, (uint64_t)nread, 0);
+  // TLS counts the plaintext as it is decrypted.
+  if (!c->tls && c->cb.on_bytes) c->cb.on_bytes(c, (uint64_t)nread, 0);
   cw_net_conn_release(c);
 }
 
@@ -597,17 +670,31 @@ void cw_net_conn_hold_reading(cw_net_conn_t* c, bool hold) {
 
 // Parses buffered bytes, at most frames-per-wakeup frames, then yields.
 static void cw__conn_process(cw_net_conn_t* c) {
+  if (c->tls) {
+    cw_net__tls_pump_in(c);
+    return;
+  }
+  if (cw_net__parse_buffered(c)) cw_net__read_on(c);
+}
+
+void cw_net__read_on(cw_net_conn_t* c) {
+  if (!c->closing && !c->close_after_write && !c->reading && !c->read_held && !c->paused) {
+    cw_net__conn_start_reading(c);
+  }
+}
+
+bool cw_net__parse_buffered(cw_net_conn_t* c) {
   cw_net_t* net = c->net;
   int64_t frames = 0;
   while (c->ra_off < c->ra_len && !c->closing && !c->close_after_write) {
-    if (c->read_held) return;  // the rest waits in readahead
+    if (c->read_held) return false;  // the rest waits in readahead
     if (frames >= net->options.frames_per_wakeup) {
       if (c->reading) {
         uv_read_stop(&c->h.stream);
         c->reading = false;
       }
       cw__resume_later(c);
-      return;
+      return false;
     }
     size_t used = 0;
     cw_conn_parser_event_t ev;
@@ -621,7 +708,7 @@ static void cw__conn_process(cw_net_conn_t* c) {
         cw__on_frame(c, &ev.header, ev.msg);
         break;
       case CW_CONN_PARSER_EVENT_BULK_DONE:
-        cw__bulk_done(c, &ev.header);
+        cw_net__bulk_done(c, &ev.header);
         break;
       case CW_CONN_PARSER_EVENT_ERROR:
         if (c->outbound) {
@@ -629,13 +716,11 @@ static void cw__conn_process(cw_net_conn_t* c) {
         } else {
           cw_net_conn_violation(c, ev.header.type, ev.header.request_id, ev.status);
         }
-        return;
+        return false;
     }
   }
   c->ra_off = c->ra_len = 0;
-  if (!c->closing && !c->close_after_write && !c->reading && !c->read_held) {
-    cw_net__conn_start_reading(c);
-  }
+  return true;
 }
 
 void cw_net__conn_start_reading(cw_net_conn_t* c) {
@@ -659,9 +744,12 @@ void cw_net_options_from_settings(const cw_settings_t* settings, const char* nam
   out->limits.max_bulk = (uint64_t)cw_settings_int(settings, CW_SET_MAX_BULK);
   out->frames_per_wakeup = cw_settings_int(settings, CW_SET_FRAMES_PER_WAKEUP);
   out->max_connections = cw_settings_int(settings, CW_SET_MAX_CONNECTIONS);
+  out->max_unauth_connections = cw_settings_int(settings, CW_SET_MAX_UNAUTH_CONNECTIONS);
+  out->max_unauth_per_peer = cw_settings_int(settings, CW_SET_MAX_UNAUTH_PER_PEER);
   out->hello_timeout_ms = cw_settings_int(settings, CW_SET_HELLO_TIMEOUT_MS);
   out->token = cw_settings_string(settings, CW_SET_TOKEN);
   out->name = name;
+  cw_tls_config_from_settings(settings, &out->tls);
 }
 
 void cw_net_initialize(cw_net_t* net, uv_loop_t* loop, const cw_net_options_t* options) {
@@ -682,6 +770,7 @@ void cw_net_stop(cw_net_t* net) {
   net->stopped = true;
   if (net->listening) {
     uv_close(&net->listener.handle, NULL);
+    cw_net_pacer_close(&net->pacer, NULL);
     net->listening = false;
     if (net->unix_path) unlink(net->unix_path);
   }
@@ -699,4 +788,9 @@ void cw_net_deinitialize(cw_net_t* net) {
   // Connections waiting to resume are closed: their references go.
   cw__on_idle(&net->idle);
   uv_close((uv_handle_t*)&net->idle, NULL);
+  if (net->gate_on) cw_net_gate_deinitialize(&net->gate);
+  net->gate_on = false;
+  cw_tls_release(net->tls);
+  net->tls = NULL;
+  while (net->tls_pool_n > 0) free(net->tls_pool[--net->tls_pool_n]);
 }

@@ -13,6 +13,12 @@
 // here, sent by a role that may send it, on a connection with a session if
 // the type needs one. Only then does a handler run.
 //
+// Accepted connections before HELLO have a budget of their own and one per
+// peer address; a full one closes the connection that waited longest
+// (cw_net_gate.h). With options.tls enabled, TCP connections (accepted and
+// outbound) are TLS 1.3 and every frame travels inside it (cw_net_tls.c);
+// Unix sockets stay plaintext.
+//
 // Lifetime: a connection is reference counted. The net holds one reference
 // while it is open; on_close runs exactly once (EOF, I/O error, violation,
 // failed connect or cw_net_conn_close), after the requests it had sent were
@@ -29,8 +35,10 @@
 
 #include "cw_conn_parser.h"
 #include "cw_frame.h"
+#include "cw_net_gate.h"
 #include "cw_settings.h"
 #include "cw_status.h"
+#include "cw_tls.h"
 
 typedef struct cw_net_s cw_net_t;
 typedef struct cw_net_conn_s cw_net_conn_t;
@@ -93,9 +101,17 @@ typedef struct cw_net_options_s {
   cw_frame_limits_t limits;           // after HELLO, and outbound connections
   int64_t frames_per_wakeup;
   int64_t max_connections;  // accepted connections at once
+  // Accepted connections before HELLO at once, in all and from one address
+  // (0: max_connections); when full the longest-waiting one is closed
+  // (cw_net_gate.h).
+  int64_t max_unauth_connections;
+  int64_t max_unauth_per_peer;
   int64_t hello_timeout_ms;
   const char* token;  // borrowed: presented in outbound HELLOs, required in inbound ones
   const char* name;   // borrowed: this daemon's name (HelloReply, outbound HELLOs)
+  // TLS on TCP connections, both ways (strings borrowed); Unix sockets stay
+  // plaintext. A TLS listener refuses plaintext peers and vice versa.
+  cw_tls_config_t tls;
 } cw_net_options_t;
 
 struct cw_net_s {
@@ -112,6 +128,21 @@ struct cw_net_s {
   void* prepare_user;
   cw_net_conn_t* conns;
   size_t inbound_connections;
+  cw_net_gate_t gate;  // accepted connections before HELLO (from cw_net_listen)
+  bool gate_on;
+  cw_net_pacer_t pacer;
+  cw_net_warn_limit_t warn_full, warn_evict, warn_hello;
+  uint64_t refused;         // accepted connections closed at once: no room
+  uint64_t hello_timeouts;  // closed for want of a HELLO in time
+  cw_tls_t* tls;            // made at first use (cw_net_listen on TCP, a TCP connect)
+  bool tls_listener;        // the listener is TCP with TLS on
+  uint64_t tls_failures;    // handshakes that failed, and peers that spoke the wrong thing
+  // Ciphertext buffers of a whole chunk, kept for reuse across connections
+  // (fresh ones would be page-faulted in again and again).
+  uint8_t* tls_pool[32];
+  int tls_pool_n;
+  cw_net_warn_limit_t warn_tls;    // failed handshakes
+  cw_net_warn_limit_t warn_plain;  // the wrong protocol: plaintext at TLS, TLS at plaintext
   union {
     uv_handle_t handle;
     uv_stream_t stream;

@@ -5,6 +5,19 @@
 #define CW_NET_INTERNAL_H_
 
 #include "cw_net.h"
+#include "cw_tls.h"
+
+// Plaintext waiting for SSL_write (cw_net_tls.c): gathered frames, then a
+// frame's bulk straight from caller memory.
+typedef struct cw_net_tls_item_s {
+  struct cw_net_tls_item_s* next;
+  uint8_t* payload;  // owned
+  size_t payload_len, payload_off;
+  const uint8_t* bulk;  // borrowed until bulk_free
+  uint64_t bulk_len, bulk_off;
+  cw_net_free_fn bulk_free;
+  void* bulk_user;
+} cw_net_tls_item_t;
 
 typedef struct cw_net_outreq_s {
   struct cw_net_outreq_s* next;
@@ -41,8 +54,12 @@ struct cw_net_conn_s {
   cw_net_conn_t* resume_next;
   char name[128];
   char address[256];  // outbound: what it connects to
+  cw_net_gate_entry_t gate;  // accepted, before HELLO
   cw_conn_parser_t parser;
+  // Allocated at the first read: small before HELLO (a flood of idle or
+  // dribbling peers holds little memory), full size after.
   uint8_t* readahead;
+  size_t ra_cap;
   size_t ra_off, ra_len;  // bytes read, not yet parsed
   size_t writes_pending;
   // Small frames gathered for one write: out[0..out_len) are whole frames
@@ -65,6 +82,23 @@ struct cw_net_conn_s {
   uint8_t* recv_bulk;
   bool recv_owner_bulk;  // an inbound request's bulk goes where its handler said
   cw_status_t close_reason;  // owned, once closed
+  bool first_read;           // inbound: the first bytes were looked at
+  // TLS (cw_net_tls.c). `tls`: this connection speaks it (accepted on a TCP
+  // listener with TLS on, or outbound to host:port with TLS on); `ssl` is
+  // made at the first byte (accepted) or at connect. Its BIO reads the
+  // ciphertext libuv read into tls_in[tls_in_off..tls_in_len) and writes
+  // ciphertext into tls_out, which goes to libuv as it is; plaintext is
+  // read into readahead (or a bulk destination).
+  bool tls;
+  bool tls_up;  // the handshake finished
+  SSL* ssl;
+  uint8_t* tls_in;
+  size_t tls_in_cap, tls_in_off, tls_in_len;
+  uint8_t* tls_out;
+  size_t tls_out_len, tls_out_cap;
+  cw_net_tls_item_t* tls_q;
+  cw_net_tls_item_t* tls_q_tail;
+  size_t tls_inflight;  // ciphertext handed to libuv, not yet written
 };
 
 // cw_net_service.c: a request (not a reply) on an accepted connection, its
@@ -76,5 +110,41 @@ void cw_net__hello_accepted(cw_net_conn_t* c, int role, bool has_session);
 // without memory); reading starts.
 cw_net_conn_t* cw_net__conn_create(cw_net_t* net, bool outbound, bool pipe);
 void cw_net__conn_start_reading(cw_net_conn_t* c);
+
+// cw_net.c, for cw_net_tls.c: parses the plaintext in readahead (at most
+// frames-per-wakeup frames, then it yields); true when all of it was
+// consumed. Reading goes on unless closing, held or paused. A frame whose
+// bulk bytes just arrived. A write finished (status < 0: failed).
+bool cw_net__parse_buffered(cw_net_conn_t* c);
+// cw_net_conn_violation without its log line (the caller logged, rate-limited).
+void cw_net__refuse(cw_net_conn_t* c, uint16_t type, uint64_t request_id, cw_status_t status);
+void cw_net__read_on(cw_net_conn_t* c);
+void cw_net__bulk_done(cw_net_conn_t* c, const cw_frame_header_t* h);
+void cw_net__write_finished(cw_net_conn_t* c, int status);
+// A buffer of at least `want` bytes in *buf (replaced only when smaller).
+bool cw_net__buffer_reserve(uint8_t** buf, size_t* cap, size_t want);
+size_t cw_net__read_size(const cw_net_conn_t* c);
+
+// cw_net_tls.c: the TLS side of a connection.
+// The net's TLS context, made at first use (`server`: a listener's, which
+// needs the daemon's certificate).
+CW_MUST_USE cw_status_t cw_net__tls_context(cw_net_t* net, bool server, cw_tls_t** out);
+// An outbound connection to `address` speaks TLS from now on.
+CW_MUST_USE cw_status_t cw_net__tls_start_outbound(cw_net_conn_t* c, const char* address);
+// `len` bytes of ciphertext arrived in c->tls_in.
+void cw_net__tls_on_read(cw_net_conn_t* c, size_t len);
+// An outbound connection ended (EOF or a read error `uv_err`) before its
+// HELLO was answered: the peer refused the handshake.
+void cw_net__tls_lost(cw_net_conn_t* c, int uv_err);
+// Decrypts and handles what the SSL holds; reads on when it wants more.
+void cw_net__tls_pump_in(cw_net_conn_t* c);
+// Queues the gathered frames (c->out, taken) and `bulk` for SSL_write.
+void cw_net__tls_write(cw_net_conn_t* c, const void* bulk, uint64_t bulk_len,
+                       cw_net_free_fn bulk_free, void* bulk_user);
+// The connection closes: gathered frames tried once, queued plaintext dropped.
+void cw_net__tls_close(cw_net_conn_t* c);
+// HELLO passed: buffers are kept from now on.
+void cw_net__tls_hello_accepted(cw_net_conn_t* c);
+void cw_net__tls_free(cw_net_conn_t* c);
 
 #endif  // CW_NET_INTERNAL_H_

@@ -1,16 +1,20 @@
 // Where connections come from (see cw_net.h): addresses, listening and
 // accepting (with the connection budget and HELLO deadline), connecting
 // (with HELLO sent at once), and the parent watch.
+#include <inttypes.h>
 #include <netdb.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "cw_log.h"
 #include "cw_messages.h"
 #include "cw_net_internal.h"
+#include "cw_time.h"
 
 cw_status_t cw_net_parse_host_port(const char* address, struct sockaddr_storage* out) {
   memset(out, 0, sizeof(*out));
@@ -50,21 +54,36 @@ cw_status_t cw_net_parse_host_port(const char* address, struct sockaddr_storage*
   return cw_ok_status();
 }
 
+// Accepts per loop pass (cw_net_pacer_t): a burst of connects is taken in
+// slices, with the reads of those already accepted in between.
+#define CW__ACCEPTS_PER_PASS 16
+// Warnings a flood repeats: one line per period, with a count.
+#define CW__WARN_PERIOD_MS 5000
+
 static void cw__hello_timeout(uv_timer_t* t) {
   cw_net_conn_t* c = t->data;
   if (c->closing || c->hello_done) return;
-  CW_LOGW("%s: no HELLO in time; closing", c->name);
+  cw_net_t* net = c->net;
+  net->hello_timeouts++;
+  uint64_t more = 0;
+  if (cw_net_warn_limit_pass(&net->warn_hello, cw_time_now_ms(), CW__WARN_PERIOD_MS, &more)) {
+    CW_LOGW("%s: no HELLO within %" PRId64 " ms; closing (%" PRIu64 " more since the last "
+            "such warning)", c->name, net->options.hello_timeout_ms, more);
+  }
   cw_net_conn_close(c, cw_make_status(CW_DEADLINE_EXCEEDED, "no HELLO in time"));
 }
 
+// Names the peer and sets its address for the gate.
 static void cw__name_peer(cw_net_conn_t* c) {
   uv_os_fd_t fd = -1;
   if (uv_fileno(&c->h.handle, &fd) != 0) fd = -1;
   cw_net_describe_unix_peer(fd, c->name, sizeof(c->name));
+  cw_net_peer_key_from_sockaddr(NULL, &c->gate.peer);
   if (c->net->is_pipe) return;
   struct sockaddr_storage sa;
   int len = sizeof(sa);
   if (uv_tcp_getpeername(&c->h.tcp, (struct sockaddr*)&sa, &len) == 0) {
+    cw_net_peer_key_from_sockaddr((const struct sockaddr*)&sa, &c->gate.peer);
     char ip[64] = "?";
     int port = 0;
     if (sa.ss_family == AF_INET) {
@@ -79,14 +98,28 @@ static void cw__name_peer(cw_net_conn_t* c) {
   uv_tcp_nodelay(&c->h.tcp, 1);
 }
 
-static void cw__on_connection(uv_stream_t* server, int status) {
-  cw_net_t* net = server->data;
-  if (status < 0) {
-    CW_LOGW("accept failed: %s", uv_strerror(status));
-    return;
+// Closes a connection before HELLO to make room for a newcomer.
+static void cw__evict(cw_net_t* net, cw_net_conn_t* victim, const char* newcomer,
+                      const char* budget) {
+  uint64_t more = 0;
+  if (cw_net_warn_limit_pass(&net->warn_evict, cw_time_now_ms(), CW__WARN_PERIOD_MS, &more)) {
+    CW_LOGW("%s: closing the oldest connection without HELLO to make room for %s (%s full; "
+            "%" PRIu64 " more since the last such warning)", victim->name, newcomer, budget,
+            more);
   }
+  cw_net_conn_close(victim, cw_make_status(CW_RESOURCE_EXHAUSTED,
+                                           "closed before HELLO to make room (%s)", budget));
+}
+
+static cw_net_conn_t* cw__conn_of(cw_net_gate_entry_t* e) {
+  return (cw_net_conn_t*)((char*)e - offsetof(cw_net_conn_t, gate));
+}
+
+static void cw__accept_one(uv_stream_t* server) {
+  cw_net_t* net = server->data;
   cw_net_conn_t* c = cw_net__conn_create(net, false, net->is_pipe);
   if (!c) {
+    // libuv keeps the connection and stops listening until an accept.
     CW_LOGE("out of memory accepting a connection");
     return;
   }
@@ -95,14 +128,68 @@ static void cw__on_connection(uv_stream_t* server, int status) {
     return;
   }
   cw__name_peer(c);
+  c->tls = net->tls_listener;
+  // Room before HELLO first (closing a waiting one if need be), then room in
+  // all: a waiting one goes before the newcomer is refused.
+  bool per_peer = net->gate.max_per_peer < net->gate.max_total &&
+                  cw_net_gate_peer_count(&net->gate, &c->gate.peer) >= net->gate.max_per_peer;
+  cw_net_gate_entry_t* victim = cw_net_gate_admit(&net->gate, &c->gate);
+  if (victim) {
+    cw__evict(net, cw__conn_of(victim), c->name,
+              per_peer ? "its address's budget, --max-unauth-per-peer"
+                       : "the budget of connections before HELLO, --max-unauth-connections");
+  }
   if ((int64_t)net->inbound_connections > net->options.max_connections) {
-    CW_LOGW("%s: too many connections; refusing", c->name);
-    cw_net_conn_close(c, NULL);
-    return;
+    // The newcomer is the last silent entry: any other one is older.
+    cw_net_gate_entry_t* oldest = net->gate.silent_head != &c->gate ? net->gate.silent_head
+                                                                    : net->gate.active_head;
+    if (oldest) {
+      cw__evict(net, cw__conn_of(oldest), c->name, "--max-connections");
+    } else {
+      net->refused++;
+      uint64_t more = 0;
+      if (cw_net_warn_limit_pass(&net->warn_full, cw_time_now_ms(), CW__WARN_PERIOD_MS,
+                                 &more)) {
+        CW_LOGW("%s: too many connections (--max-connections %" PRId64 ", all past HELLO); "
+                "refusing (%" PRIu64 " more since the last such warning)", c->name,
+                net->options.max_connections, more);
+      }
+      cw_net_conn_close(c, NULL);
+      return;
+    }
   }
   uv_timer_start(&c->timer, cw__hello_timeout, (uint64_t)net->options.hello_timeout_ms, 0);
   if (net->on_accept) net->on_accept(net, c);
   if (!c->closing) cw_net__conn_start_reading(c);
+}
+
+static void cw__on_connection(uv_stream_t* server, int status) {
+  cw_net_t* net = server->data;
+  if (status < 0) {
+    CW_LOGW("accept failed: %s", uv_strerror(status));
+    return;
+  }
+  if (cw_net_pacer_take(&net->pacer)) cw__accept_one(server);
+}
+
+// Every connection is a descriptor: the soft limit rises (to the hard one at
+// most) to the connection budget plus room for the daemon's own files.
+static void cw__raise_fd_limit(const cw_net_t* net) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  rlim_t want = (rlim_t)net->options.max_connections + 256;
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+    rlim_t was = rl.rlim_cur;
+    rl.rlim_cur = (rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want) ? want : rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < want) {
+      CW_LOGW("open files limited to %llu (ulimit -Hn): fewer than --max-connections %" PRId64
+              " + 256; raise the hard limit", (unsigned long long)rl.rlim_cur,
+              net->options.max_connections);
+    } else {
+      CW_LOGI("open files limit raised from %llu to %llu", (unsigned long long)was,
+              (unsigned long long)rl.rlim_cur);
+    }
+  }
 }
 
 cw_status_t cw_net_listen(cw_net_t* net, const char* address, const cw_net_service_t* service,
@@ -110,6 +197,13 @@ cw_status_t cw_net_listen(cw_net_t* net, const char* address, const cw_net_servi
   int rc;
   net->on_accept = on_accept;
   net->service = service;
+  int64_t unauth = net->options.max_unauth_connections;
+  if (unauth <= 0 || unauth > net->options.max_connections) unauth = net->options.max_connections;
+  int64_t per_peer = net->options.max_unauth_per_peer;
+  CW_RETURN_IF_ERROR(cw_net_gate_initialize(&net->gate, (size_t)(unauth > 0 ? unauth : 1),
+                                            (size_t)(per_peer > 0 ? per_peer : 0)),
+                     "--listen");
+  net->gate_on = true;
   if (strchr(address, '/')) {
     net->is_pipe = true;
     struct stat sb;
@@ -127,6 +221,12 @@ cw_status_t cw_net_listen(cw_net_t* net, const char* address, const cw_net_servi
   } else {
     struct sockaddr_storage sa;
     CW_RETURN_IF_ERROR(cw_net_parse_host_port(address, &sa), "--listen");
+    if (net->options.tls.enabled) {
+      // The certificate is loaded now: a daemon with a bad one does not start.
+      cw_tls_t* tls = NULL;
+      CW_RETURN_IF_ERROR(cw_net__tls_context(net, true, &tls), "--listen %s", address);
+      net->tls_listener = true;
+    }
     rc = uv_tcp_init(net->loop, &net->listener.tcp);
     if (rc == 0) {
       net->listening = true;
@@ -144,10 +244,15 @@ cw_status_t cw_net_listen(cw_net_t* net, const char* address, const cw_net_servi
     }
   }
   net->listener.handle.data = net;
-  if (rc == 0) rc = uv_listen(&net->listener.stream, 128, cw__on_connection);
+  // A long accept queue: a burst of connects waits there instead of having
+  // SYNs dropped (the newcomer then makes room, cw_net_gate.h).
+  if (rc == 0) rc = uv_listen(&net->listener.stream, SOMAXCONN, cw__on_connection);
   if (rc < 0) {
     return cw_make_status(CW_UNAVAILABLE, "cannot listen on %s: %s", address, uv_strerror(rc));
   }
+  cw_net_pacer_initialize(&net->pacer, net->loop, &net->listener.stream, CW__ACCEPTS_PER_PASS,
+                          cw__accept_one);
+  cw__raise_fd_limit(net);
   return cw_ok_status();
 }
 
@@ -203,6 +308,14 @@ cw_status_t cw_net_connect(cw_net_t* net, const char* address, const char* name,
   if (!c) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for a connection");
   snprintf(c->address, sizeof(c->address), "%s", address);
   cw_net_conn_set_name(c, name ? name : address);
+  if (!pipe && net->options.tls.enabled) {
+    cw_status_t st = cw_net__tls_start_outbound(c, address);
+    if (st) {
+      c->unusable = true;
+      cw_net_conn_close(c, cw_status_clone(st));
+      return st;
+    }
+  }
   c->connect_req.data = c;
   if (pipe) {
     uv_pipe_connect(&c->connect_req, &c->h.pipe, address, cw__connected);

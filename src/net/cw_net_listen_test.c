@@ -1,6 +1,7 @@
 // Unit tests of cw_net_listen.c on a real loop (fixture:
-// cw_net_test_fixture.h): the HELLO deadline and the connection budget of
-// accepted connections; connecting: an unreachable peer, a refused HELLO, a
+// cw_net_test_fixture.h): the HELLO deadline and the connection budgets of
+// accepted connections (before HELLO: eviction order, per address, memory;
+// accept pacing); connecting: an unreachable peer, a refused HELLO, a
 // close before HELLO was answered; cw_net_stop and cw_net_deinitialize with
 // connections open.
 #include <arpa/inet.h>
@@ -16,6 +17,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "cw_net_internal.h"
 #include "cw_net_test_fixture.h"
 #include "cw_time.h"
 
@@ -63,6 +65,174 @@ static void test_max_connections(void** state) {
   raw_ping(d, 2, "d");
   raw_expect_pong(d, 2, "d");
   assert_int_equal(fx.num_peers, 3);
+}
+
+// The budget before HELLO: a newcomer closes the connection that has waited
+// longest without HELLO; connections past HELLO are never closed for it, and
+// a client that sends its HELLO gets in however many idle ones there are.
+static void test_unauth_budget(void** state) {
+  fx.sopts.max_unauth_connections = 3;
+  start_server();
+  peer_t *pa, *pb;
+  raw_t* a = raw_ready(0, &pa);
+  raw_t* b = raw_ready(0, &pb);
+  raw_t* idle[12];
+  for (int i = 0; i < 12; ++i) {
+    idle[i] = raw_connect();
+    WAIT(fx.num_peers == 3 + i);
+    if (i >= 3) {
+      raw_expect_eof(idle[i - 3]);  // the oldest idle one made room
+      peer_t* gone = fx.peers[2 + i - 3];
+      assert_int_equal(gone->close_code, CW_RESOURCE_EXHAUSTED);
+      assert_non_null(strstr(gone->close_msg, "closed before HELLO to make room"));
+    }
+  }
+  assert_int_equal(fx.srv.gate.count, 3);
+  assert_int_equal(fx.srv.gate.evicted, 9);
+  raw_ping(a, 2, "a");
+  raw_expect_pong(a, 2, "a");
+  raw_ping(b, 2, "b");
+  raw_expect_pong(b, 2, "b");
+  assert_int_equal(pa->closes + pb->closes, 0);
+  peer_t* pc;
+  raw_t* c = raw_ready(0, &pc);  // the newcomer got in (idle[9] made room)
+  raw_expect_eof(idle[9]);
+  raw_ping(c, 2, "c");
+  raw_expect_pong(c, 2, "c");
+  // Every place taken (6 past HELLO + 2 idle = 8): a newcomer closes an
+  // idle one instead of being refused.
+  for (int i = 0; i < 3; ++i) raw_ready(0, NULL);
+  assert_int_equal(fx.srv.inbound_connections, 8);
+  assert_int_equal(fx.srv.gate.count, 2);
+  raw_t* d = raw_connect();
+  raw_expect_eof(idle[10]);
+  raw_hello(d, 0);
+  assert_int_equal(fx.srv.refused, 0);
+  assert_int_equal(fx.srv.inbound_connections, 8);
+  raw_expect_silence(idle[11], 1);
+}
+
+// A connection part way through its HELLO outlives idle ones that are
+// younger: they make room first.
+static void test_silent_ones_go_first(void** state) {
+  fx.sopts.max_unauth_connections = 3;
+  start_server();
+  raw_t* slow = raw_connect();
+  buf_t hello = {0};
+  buf_hello(&hello, "sesame", ROLE_CLIENT, 0, "slow");
+  assert_true(raw_send(slow, hello.p, 10));
+  WAIT(fx.num_peers == 1 && fx.peers[0]->bytes_in == 10);
+  raw_t* s1 = raw_connect();
+  raw_t* s2 = raw_connect();
+  WAIT(fx.num_peers == 3);
+  raw_t* s3 = raw_connect();
+  raw_expect_eof(s1);
+  raw_t* s4 = raw_connect();
+  raw_expect_eof(s2);
+  WAIT(fx.num_peers == 5);
+  assert_true(raw_send(slow, hello.p + 10, hello.len - 10));
+  buf_free(&hello);
+  frame_t f;
+  raw_next(slow, &f);
+  assert_int_equal(f.h.type, CW_MSG_HELLO);
+  assert_false(f.h.flags & CW_FRAME_ERROR);
+  frame_free(&f);
+  raw_ping(slow, 2, "in");
+  raw_expect_pong(slow, 2, "in");
+  raw_expect_silence(s3, 50);
+  raw_expect_silence(s4, 1);
+}
+
+// Memory before HELLO: none read yet, a small buffer while a HELLO arrives,
+// the full one after it.
+static void test_prehello_memory(void** state) {
+  start_server();
+  raw_t* r = raw_connect();
+  WAIT(fx.num_peers == 1);
+  cw_net_conn_t* c = fx.peers[0]->conn;
+  RUN_FOR(20);
+  assert_null(c->readahead);
+  buf_t hello = {0};
+  buf_hello(&hello, "sesame", ROLE_CLIENT, 0, "mem");
+  assert_true(raw_send(r, hello.p, 5));
+  WAIT(fx.peers[0]->bytes_in == 5);
+  assert_int_equal(c->ra_cap, 1024);
+  assert_true(raw_send(r, hello.p + 5, hello.len - 5));
+  buf_free(&hello);
+  frame_t f;
+  raw_next(r, &f);
+  frame_free(&f);
+  raw_ping(r, 2, "x");
+  raw_expect_pong(r, 2, "x");
+  assert_int_equal(c->ra_cap, 64 * 1024);
+}
+
+// Per-address budgets (TCP, where the address is known): an address at its
+// budget closes its own oldest; when all is full the busiest address pays.
+static void test_per_peer_budget(void** state) {
+  fx.sopts.max_unauth_connections = 4;
+  fx.sopts.max_unauth_per_peer = 3;
+  start_server_tcp();
+  raw_t* x[4];
+  for (int i = 0; i < 3; ++i) {
+    x[i] = raw_connect_tcp("127.0.0.1");
+    WAIT(fx.num_peers == i + 1);
+  }
+  raw_t* y = raw_connect_tcp("127.0.0.2");
+  WAIT(fx.num_peers == 4);
+  // Full: the newcomer from a third address closes the oldest of the
+  // address holding most (127.0.0.1).
+  raw_t* z = raw_connect_tcp("127.0.0.3");
+  raw_expect_eof(x[0]);
+  WAIT(fx.num_peers == 5);
+  // 127.0.0.1 holds 2, below its budget of 3, but the gate is full: again
+  // the busiest address (127.0.0.1) pays.
+  x[3] = raw_connect_tcp("127.0.0.1");
+  raw_expect_eof(x[1]);
+  raw_expect_silence(y, 50);
+  raw_expect_silence(z, 1);
+  raw_expect_silence(x[2], 1);
+  raw_hello(y, 0);
+  raw_hello(z, 0);
+  // Now 127.0.0.1 holds 2 of 2 waiting; at its budget of 3 it closes its own.
+  fx.srv.gate.max_per_peer = 2;
+  raw_t* x4 = raw_connect_tcp("127.0.0.1");
+  raw_expect_eof(x[2]);
+  raw_hello(x4, 0);
+  raw_hello(x[3], 0);
+}
+
+// Accepts are paced: a burst of connects is taken in slices of at most 16 a
+// loop turn, and every connection of the burst is served.
+static void test_accept_pacing(void** state) {
+  fx.sopts.max_connections = 64;
+  start_server();
+  enum { N = 60 };
+  raw_t* r[N];
+  buf_t b = {0};
+  buf_hello(&b, "sesame", ROLE_CLIENT, 0, "burst");
+  buf_ping(&b, 2, "hi");
+  for (int i = 0; i < N; ++i) {
+    r[i] = raw_connect();  // queued by the kernel until accepted
+    assert_true(send(r[i]->fd, b.p, b.len, 0) == (ssize_t)b.len);
+  }
+  buf_free(&b);
+  WAIT(fx.num_peers == N);
+  int per_turn = 0, max_per_turn = 0;
+  for (int i = 0; i < N; ++i) {
+    per_turn = (i > 0 && fx.peers[i]->accept_turn == fx.peers[i - 1]->accept_turn)
+                   ? per_turn + 1 : 1;
+    if (per_turn > max_per_turn) max_per_turn = per_turn;
+  }
+  assert_true(max_per_turn <= 16);
+  assert_true(fx.peers[N - 1]->accept_turn > fx.peers[0]->accept_turn);
+  for (int i = 0; i < N; ++i) {
+    frame_t f;
+    raw_next(r[i], &f);
+    assert_int_equal(f.h.type, CW_MSG_HELLO);
+    frame_free(&f);
+    raw_expect_pong(r[i], 2, "hi");
+  }
 }
 
 static void test_connect_to_dead_address(void** state) {
@@ -210,6 +380,11 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       NET_TEST(test_hello_deadline),
       NET_TEST(test_max_connections),
+      NET_TEST(test_unauth_budget),
+      NET_TEST(test_silent_ones_go_first),
+      NET_TEST(test_prehello_memory),
+      NET_TEST(test_per_peer_budget),
+      NET_TEST(test_accept_pacing),
       NET_TEST(test_connect_to_dead_address),
       NET_TEST(test_refused_hello),
       NET_TEST(test_close_before_hello_answered),

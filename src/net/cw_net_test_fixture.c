@@ -1,6 +1,7 @@
 // The fixture of src/net's tests: see cw_net_test_fixture.h.
 #include "cw_net_test_fixture.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -236,6 +237,7 @@ static void on_accept(cw_net_t* net, cw_net_conn_t* conn) {
   assert_true(fx.num_peers < MAX_PEERS);
   peer_t* p = calloc(1, sizeof(*p));
   p->id = fx.num_peers;
+  p->accept_turn = fx.turn;
   p->conn = conn;
   fx.peers[fx.num_peers++] = p;
   cw_net_conn_set_callbacks(conn, &peer_callbacks, p);
@@ -248,6 +250,13 @@ void start_server(void) {
   cw_status_t st = cw_net_listen(&fx.srv, fx.path, &svc, on_accept);
   assert_null(st);
   assert_string_equal(fx.srv.listen_address, fx.path);
+}
+
+void start_server_tcp(void) {
+  cw_net_initialize(&fx.srv, &fx.loop, &fx.sopts);
+  fx.srv_on = true;
+  cw_status_t st = cw_net_listen(&fx.srv, "127.0.0.1:0", &svc, on_accept);
+  assert_null(st);
 }
 
 void start_client(const char* token) {
@@ -408,6 +417,18 @@ int unix_connect(const char* path) {
 raw_t* raw_connect(void) {
   int fd = unix_connect(fx.path);
   assert_true(fd >= 0);
+  return raw_adopt(fd);
+}
+
+raw_t* raw_connect_tcp(const char* from_ip) {
+  struct sockaddr_storage to;
+  assert_null(cw_net_parse_host_port(fx.srv.listen_address, &to));
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  assert_true(fd >= 0);
+  struct sockaddr_in from = {.sin_family = AF_INET};
+  assert_int_equal(inet_pton(AF_INET, from_ip, &from.sin_addr), 1);
+  assert_int_equal(bind(fd, (struct sockaddr*)&from, sizeof(from)), 0);
+  assert_int_equal(connect(fd, (struct sockaddr*)&to, sizeof(struct sockaddr_in)), 0);
   return raw_adopt(fd);
 }
 
@@ -741,6 +762,11 @@ void expect_reply_type(raw_t* r, uint16_t type, uint64_t rid) {
   assert_int_equal(f.h.request_id, rid);
   assert_int_equal(f.h.flags, CW_FRAME_REPLY);
   frame_free(&f);
+}
+
+void request_upload(cw_net_conn_t* conn, const ProtobufCMessage* msg, const void* bulk,
+                    uint64_t len, cw_net_free_fn bulk_free, void* user, reply_t* r) {
+  cw_net_conn_request(conn, CW_MSG_UPLOAD, msg, bulk, len, bulk_free, user, on_reply, r);
 }
 
 void request_download(cw_net_conn_t* conn, uint64_t size, reply_t* r) {

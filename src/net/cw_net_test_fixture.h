@@ -30,8 +30,8 @@
 #include "cw_net.h"
 
 #define WAIT_MS 5000
-#define MAX_PEERS 32
-#define MAX_RAWS 16
+#define MAX_PEERS 64
+#define MAX_RAWS 64
 #define MAX_CALLS 8192
 
 #define ROLE_CLIENT CAUSEWAY__V1__ROLE__ROLE_CLIENT
@@ -41,6 +41,7 @@
 // The server side of one accepted connection (its user data; freed by on_free).
 typedef struct peer_s {
   int id;  // accept order
+  uint64_t accept_turn;  // the loop turn it was accepted in
   cw_net_conn_t* conn;
   int calls;  // handler calls
   int closes;
@@ -191,6 +192,8 @@ int fx_teardown(void** state);
 
 // Starts the server net ("srv", fx.sopts) listening on fx.path.
 void start_server(void);
+// The same on 127.0.0.1 (a port of its own), at fx.srv.listen_address.
+void start_server_tcp(void);
 // Starts the client net ("cli", fx.sopts but for `token`, borrowed).
 void start_client(const char* token);
 // A client net connection as a CLIENT named "srvname" with `session`; its
@@ -199,6 +202,9 @@ cw_net_conn_t* connect_client(const char* address, uint64_t session, out_t* o);
 // Requests whose completion lands in `r`.
 void request_ping(cw_net_conn_t* conn, const char* data, reply_t* r);
 void request_download(cw_net_conn_t* conn, uint64_t size, reply_t* r);
+// A request `msg` of type UPLOAD with `bulk` (bulk_free(user) when written).
+void request_upload(cw_net_conn_t* conn, const ProtobufCMessage* msg, const void* bulk,
+                    uint64_t len, cw_net_free_fn bulk_free, void* user, reply_t* r);
 // The request completed (now) with `code` and exactly `msg`.
 void expect_failed(const reply_t* r, cw_status_code_t code, const char* msg);
 // The last accepted connection's server side.
@@ -226,6 +232,9 @@ raw_t* raw_adopt(int fd);
 int unix_connect(const char* path);
 // A raw peer connected to the server.
 raw_t* raw_connect(void);
+// A raw peer connected to the TCP server from the address `from_ip` (a
+// loopback address: 127.0.0.2 is another peer than 127.0.0.1).
+raw_t* raw_connect_tcp(const char* from_ip);
 // EOF for the server, without the reset a close with unread replies gives.
 void raw_shutdown(raw_t* r);
 void raw_close(raw_t* r);

@@ -50,6 +50,7 @@ static void cw__client_free(cw_plugin_client_t* c) {
   if (c->token) explicit_bzero(c->token, strlen(c->token));
   free(c->token);
   if (c->cluster) cw_plugin_cluster_stop(c->cluster);
+  cw_tls_release(c->tls);
   cw_settings_deinitialize(&c->settings);
   free(c);
 }
@@ -83,7 +84,8 @@ void cw_plugin_client_controller_options(cw_plugin_client_t* c, cw_client_option
                                .connect_timeout_ms = CW__CONNECT_TIMEOUT_MS,
                                .on_event = cw__on_cluster_event,
                                .event_user = c,
-                               .liveness_ms = liveness};
+                               .liveness_ms = liveness,
+                               .tls = c->tls};
 }
 
 // Connects to the controller (an embedded one listens already: the cluster
@@ -175,7 +177,8 @@ static cw_status_t cw__connect_workers(cw_plugin_client_t* c) {
     cw_client_options_t o = {.token = c->token,
                              .session_id = c->session_id,
                              .peer_name = "causeway-pjrt",
-                             .connect_timeout_ms = CW__CONNECT_TIMEOUT_MS};
+                             .connect_timeout_ms = CW__CONNECT_TIMEOUT_MS,
+                             .tls = c->tls};
     cw_client_t* conn = NULL;
     cw_status_t s = cw_client_connect(w->address, &o, &conn);
     w->conn = conn;
@@ -226,6 +229,14 @@ PJRT_Error* cw_plugin_client_create(PJRT_Client_Create_Args* args) {
     }
   } else if (!s) {
     s = cw_plugin_token_load(&c->settings, &c->token);
+    // TLS for the cluster's TCP connections (the embedded one is on Unix
+    // sockets: none there).
+    cw_tls_config_t tls;
+    cw_tls_config_from_settings(&c->settings, &tls);
+    if (!s && tls.enabled) {
+      s = cw_tls_create(&tls, false, &c->tls);
+      if (s) s = cw_status_annotate(s, "causeway");
+    }
   }
   if (!s) {
     c->ctrl_address = strdup(addr);

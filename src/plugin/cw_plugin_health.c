@@ -101,7 +101,8 @@ bool cw_plugin_health_revive(cw_plugin_worker_t* w) {
   if (!ok) {
     cw_client_options_t o = {.session_id = c->session_id,
                              .peer_name = "causeway-pjrt",
-                             .connect_timeout_ms = CW__REJOIN_CONNECT_TIMEOUT_MS};
+                             .connect_timeout_ms = CW__REJOIN_CONNECT_TIMEOUT_MS,
+                             .tls = c->tls};
     s = cw_client_connect(address, &o, &conn);
     if (s) {
       cw__set_reason(w, "its replacement at %s cannot be reached: %s", address,

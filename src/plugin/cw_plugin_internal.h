@@ -27,6 +27,7 @@
 #include "cw_client.h"
 #include "cw_pjrt_c_api.h"
 #include "cw_settings.h"
+#include "cw_tls.h"
 
 typedef struct cw_plugin_client_s cw_plugin_client_t;
 typedef struct cw_plugin_device_s cw_plugin_device_t;
@@ -127,6 +128,7 @@ struct cw_plugin_client_s {
   _Atomic uint64_t next_id;      // client-chosen object ids
   cw_plugin_cluster_t* cluster;  // embedded cluster, NULL when joining one
   char* token;                   // presented in every HELLO ("" when none)
+  cw_tls_t* tls;                 // CAUSEWAY_TLS when joining a cluster (NULL: off)
   cw_settings_t settings;        // CW_SCOPE_PLUGIN, read once at client creation
   _Atomic bool ready;            // workers and devices are set up (events may look)
 };

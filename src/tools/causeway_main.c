@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cw_certs.h"
 #include "cw_cli.h"
 #include "cw_client.h"
 #include "cw_settings.h"
@@ -126,6 +127,8 @@ static int cw__drain(cw_client_t* c, const cw_cli_args_t* a) {
 }
 
 int main(int argc, char** argv) {
+  // Certificates need no controller and have their own words (cw_certs.c).
+  if (argc > 1 && !strcmp(argv[1], "certs")) return cw_certs_main(argc, argv);
   cw_cli_args_t args;
   char err[256];
   if (!cw_cli_parse(argc, argv, &args, err, sizeof(err))) {

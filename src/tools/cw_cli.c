@@ -30,6 +30,8 @@ const char cw_cli_usage[] =
     "                                   fresh token) and print the lines to export\n"
     "  down [--dir DIR] [--grace S]     stop it (SIGTERM, SIGKILL after S, default 10)\n"
     "                                   and remove its files\n"
+    "  certs ca|daemon|client ...       a cluster's CA and certificates for TLS\n"
+    "                                   (causeway certs --help)\n"
     "\n"
     "SESSION is an id or a name (as `causeway status` lists them); WORKER a worker name.\n"
     "The controller: --controller host:port or a Unix socket path, else\n"
