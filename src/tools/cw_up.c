@@ -135,9 +135,12 @@ static size_t cw__count_running(const cw_up_state_t* st) {
 // SIGTERM to every process still running, then SIGKILL to those left after
 // `grace_s`. Returns how many were running.
 static size_t cw__stop_procs(const cw_up_state_t* st, double grace_s) {
-  size_t signalled = 0;
+  // Counted before any signal: a worker exits on its own once its controller
+  // is gone (--exit-with-controller), and on a busy machine it may do so
+  // before this loop reaches it.
+  size_t running = cw__count_running(st);
   for (size_t i = 0; i < st->num_procs; ++i) {
-    if (cw__running(&st->procs[i]) && kill(st->procs[i].pid, SIGTERM) == 0) signalled++;
+    if (cw__running(&st->procs[i])) kill(st->procs[i].pid, SIGTERM);
   }
   int64_t deadline = cw_time_now_ms() + (int64_t)(grace_s * 1000);
   // Our own children (a failed up) are reaped here; others by their parent.
@@ -158,7 +161,7 @@ static size_t cw__stop_procs(const cw_up_state_t* st, double grace_s) {
     }
     usleep(20 * 1000);
   }
-  return signalled;
+  return running;
 }
 
 // The environment of the daemons: ours without what up sets itself (a
