@@ -18,12 +18,14 @@
 // error or a mismatch makes the run fail (exit 1). Nothing is asserted about
 // speed. --quick: tiny sizes and few repetitions (the CTest `bench_quick`).
 //
-// Usage: cw_bench [--quick] [--no-tls] [--plugin PATH] [--worker PATH] [--pings N]
-//                 [--max-mib N] [--sizes LIST] [--reps-scale X] [--only LIST]
+// Usage: cw_bench [--quick] [--no-tls] [--null] [--plugin PATH] [--worker PATH]
+//                 [--pings N] [--max-mib N] [--sizes LIST] [--reps-scale X] [--only LIST]
 //   --plugin defaults to $CAUSEWAY_PJRT_PLUGIN; --worker to causeway-worker next to
 //   this executable. --only: comma list of ping,launch,upload,download,w2w.
 //   --sizes: comma list of byte counts with k/m suffixes (multiples of 4).
-//   --no-tls: plaintext only.
+//   --no-tls: plaintext only. --null: --plugin is the null plugin (tests/nullplugin):
+//   launches run a "cwnull" program of the same shapes, so the figures are
+//   causeway's own cost with no XLA under it.
 
 #include <errno.h>
 #include <fcntl.h>
@@ -648,10 +650,24 @@ static const char kLaunchProgram[] =
     "  }\n"
     "}\n";
 
+// With --null (the null plugin, tests/nullplugin): the same shapes, no
+// compute; the output repeats the FNV-1a of the input bytes.
+static bool g_null;
+static const char kNullProgram[] = "f32[4] checksum";
+
+static uint64_t fnv1a(const void* data, size_t n) {
+  const unsigned char* s = data;
+  uint64_t h = 14695981039346656037ull;
+  for (size_t i = 0; i < n; ++i) h = (h ^ s[i]) * 1099511628211ull;
+  return h;
+}
+
 static void launch_setup(bench_t* b, transport_t* tr) {
   tr->exe_id = b->next_id++;
-  CHECK_OK(cw_client_compile(tr->a, tr->exe_id, "mlir", kLaunchProgram,
-                             sizeof(kLaunchProgram) - 1, NULL, 0, NULL),
+  CHECK_OK(cw_client_compile(tr->a, tr->exe_id, g_null ? "cwnull" : "mlir",
+                             g_null ? kNullProgram : kLaunchProgram,
+                             g_null ? sizeof(kNullProgram) - 1 : sizeof(kLaunchProgram) - 1,
+                             NULL, 0, NULL),
            "compile the launch program");
   tr->input_id = b->next_id++;
   upload(b, tr->a, tr->input_id, 4 * sizeof(float));
@@ -673,7 +689,13 @@ static double time_launch(bench_t* b, transport_t* tr, bool check) {
     size_t size = 0;
     CHECK_OK(cw_client_download(tr->a, out, got, sizeof got, &size, NULL), "launch output");
     const float* in = (const float*)b->src;
-    for (int i = 0; i < 4; ++i) {
+    uint64_t sum = fnv1a(in, sizeof got), words[2];
+    memcpy(words, got, sizeof words);
+    if (g_null && (size != sizeof got || words[0] != sum || words[1] != sum)) {
+      die("%s launch: the null plugin's checksum is %016" PRIx64 ", want %016" PRIx64, tr->name,
+          words[0], sum);
+    }
+    for (int i = 0; i < 4 && !g_null; ++i) {
       if (size != sizeof got || got[i] != in[i] + in[i]) {
         die("%s launch: output %d is %g, want %g", tr->name, i, got[i], in[i] + in[i]);
       }
@@ -688,7 +710,7 @@ static double time_launch(bench_t* b, transport_t* tr, bool check) {
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: cw_bench [--quick] [--no-tls] [--plugin PATH] [--worker PATH] [--pings N]\n"
+          "usage: cw_bench [--quick] [--no-tls] [--null] [--plugin PATH] [--worker PATH] [--pings N]\n"
           "                [--max-mib N] [--sizes 4k,1m,...] [--reps-scale X]\n"
           "                [--only ping,launch,upload,download,w2w]\n"
           "                [--keep-logs]\n");
@@ -740,6 +762,8 @@ int main(int argc, char** argv) {
       b->quick = true;
     } else if (strcmp(a, "--no-tls") == 0) {
       no_tls = true;
+    } else if (strcmp(a, "--null") == 0) {
+      g_null = true;
     } else if (strcmp(a, "--keep-logs") == 0) {
       g_keep_logs = true;
     } else if (strcmp(a, "--plugin") == 0 && v) {
@@ -845,6 +869,7 @@ int main(int argc, char** argv) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   printf("causeway bench%s: 2 workers per transport, 1 device each, loopback TCP 127.0.0.1\n",
          b->quick ? " (--quick: tiny sizes, few reps; numbers not meaningful)" : "");
+  if (g_null) printf("plugin: the null plugin (no compiler, no compute): causeway's own cost\n");
   for (int k = 0; k < b->num_t; ++k) {
     printf("  %-9s A %s, B %s%s\n", b->t[k].name, g_workers[2 * k].address,
            g_workers[2 * k + 1].address,
@@ -896,8 +921,8 @@ int main(int argc, char** argv) {
     }
     double r50 = quantile(tr_raw, (size_t)pings, 0.5), r99 = quantile(tr_raw, (size_t)pings, 0.99);
     printf("Round trips (median and p99 microseconds): PING 32 B each way, %ld each; LAUNCH of\n"
-           "f32[4] + itself on worker A until its reply, %ld each; raw TCP ping-pong %ld\n",
-           pings, launches, pings);
+           "%s on worker A until its reply, %ld each; raw TCP ping-pong %ld\n",
+           pings, g_null ? "cwnull f32[4] checksum" : "f32[4] + itself", launches, pings);
     printf("  %-34s %10s %10s %10s\n", "path", "median us", "p99 us", "x raw");
     printf("  %-34s %10.1f %10.1f %10.2f\n", "raw TCP ping-pong (2 threads)", r50 * 1e6,
            r99 * 1e6, 1.0);

@@ -9,9 +9,12 @@ if [[ ! -f build/release/build.ninja ]]; then
   cmake -S . -B build/release -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Release >&2
 fi
 cmake --build build/release --target cw_bench island_bench causeway-worker causeway-controller \
-  cw_gangplugin >&2
+  cw_gangplugin cw_nullplugin >&2
 plugin="$(.venv/bin/python -c 'import lammps_jax_pjrt_cpu as m; print(m.PLUGIN_PATH)')"
 build/release/bin/cw_bench --plugin "$plugin" "$@"
+# The same paths over the null plugin (no compiler, no compute): causeway's own
+# cost with XLA taken out, plaintext only.
+build/release/bin/cw_bench --plugin build/release/lib/libcw_nullplugin.so --null --no-tls "$@"
 jax_args=(); for a in "$@"; do [[ "$a" == --quick ]] && jax_args=(--quick); done
 # An island of two worker processes (the gang test plugin) beside one worker of
 # the same plugin: pipelined launches/s through the controller, 1 and 4 sessions.

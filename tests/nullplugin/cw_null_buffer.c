@@ -1,0 +1,235 @@
+// The null plugin's buffers: bytes in host memory, charged to their device.
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cw_array.h"
+#include "cw_nullplugin.h"
+
+void cw_null_buffer_unref(cw_null_buffer_t* b) {
+  if (atomic_fetch_sub(&b->refs, 1) != 1) return;
+  atomic_fetch_sub(&b->dev->bytes_in_use, (int64_t)b->size);
+  free(b->data);
+  free(b);
+}
+
+PJRT_Error* cw_null_buffer_create(cw_null_device_t* dev, PJRT_Buffer_Type type, const int64_t* dims,
+                                  size_t rank, cw_null_buffer_t** out) {
+  *out = NULL;
+  if (rank > CW_NULL_MAX_RANK) {
+    return cw_null_err(PJRT_Error_Code_UNIMPLEMENTED, "cw_nullplugin: rank %zu is above %d", rank,
+                       CW_NULL_MAX_RANK);
+  }
+  if (!cw_dtype_size((int)type)) {
+    return cw_null_err(PJRT_Error_Code_UNIMPLEMENTED,
+                       "cw_nullplugin: element type %d is not supported", (int)type);
+  }
+  uint64_t size = 0;
+  cw_status_t st = cw_array_extent((int)type, dims, rank, NULL, 0, &size);
+  if (st) {
+    PJRT_Error* e =
+        cw_null_err(PJRT_Error_Code_INVALID_ARGUMENT, "cw_nullplugin: %s", cw_status_message(st));
+    cw_status_free(st);
+    return e;
+  }
+  cw_null_buffer_t* b = calloc(1, sizeof(*b));
+  if (!b || !(b->data = calloc(size ? size : 1, 1))) {
+    free(b);
+    return cw_null_err(PJRT_Error_Code_RESOURCE_EXHAUSTED,
+                       "cw_nullplugin: out of memory for a buffer of %" PRIu64 " bytes", size);
+  }
+  b->dev = dev;
+  b->type = type;
+  b->rank = rank;
+  for (size_t i = 0; i < rank; ++i) {
+    b->dims[i] = dims[i];
+    b->minor_to_major[i] = (int64_t)(rank - 1 - i);
+  }
+  b->size = size;
+  b->refs = 1;
+  int64_t now = atomic_fetch_add(&dev->bytes_in_use, (int64_t)size) + (int64_t)size;
+  int64_t peak = atomic_load(&dev->peak_bytes);
+  while (now > peak && !atomic_compare_exchange_weak(&dev->peak_bytes, &peak, now)) {
+  }
+  atomic_fetch_add(&dev->num_allocs, 1);
+  *out = b;
+  return NULL;
+}
+
+// Copies a host array laid out with `strides` (bytes per step of each dim,
+// none negative) into dense row-major `dst`.
+static void cw__gather(unsigned char* dst, const unsigned char* src, const int64_t* dims,
+                       const int64_t* strides, size_t rank, size_t elem, size_t* pos) {
+  if (rank == 0) {
+    memcpy(dst + *pos, src, elem);
+    *pos += elem;
+    return;
+  }
+  for (int64_t i = 0; i < dims[0]; ++i) {
+    cw__gather(dst, src + i * strides[0], dims + 1, strides + 1, rank - 1, elem, pos);
+  }
+}
+
+static PJRT_Error* cw__from_host(PJRT_Client_BufferFromHostBuffer_Args* a) {
+  cw_null_device_t* dev = a->memory ? CW_NULL_DEV(a->memory) : CW_NULL_DEV(a->device);
+  if (!dev) {
+    return cw_null_err(PJRT_Error_Code_INVALID_ARGUMENT,
+                       "cw_nullplugin: no device or memory given");
+  }
+  if (a->device_layout) {
+    return cw_null_err(PJRT_Error_Code_UNIMPLEMENTED,
+                       "cw_nullplugin: device layouts other than the default");
+  }
+  bool strided = false;
+  for (size_t i = 0; i < a->num_byte_strides; ++i) {
+    if (a->byte_strides[i] < 0) {
+      return cw_null_err(PJRT_Error_Code_INVALID_ARGUMENT,
+                         "cw_nullplugin: byte stride %" PRId64 " of dimension %zu is negative",
+                         a->byte_strides[i], i);
+    }
+    strided = strided || a->byte_strides[i] != 0;
+  }
+  if (strided && a->num_byte_strides != a->num_dims) {
+    return cw_null_err(PJRT_Error_Code_INVALID_ARGUMENT,
+                       "cw_nullplugin: %zu byte strides for %zu dimensions", a->num_byte_strides,
+                       a->num_dims);
+  }
+  cw_null_buffer_t* b = NULL;
+  PJRT_Error* e = cw_null_buffer_create(dev, a->type, a->dims, a->num_dims, &b);
+  if (e) return e;
+  if (b->size && strided) {
+    size_t pos = 0;
+    cw__gather(b->data, a->data, a->dims, a->byte_strides, a->num_dims, cw_dtype_size(a->type),
+               &pos);
+  } else if (b->size) {
+    memcpy(b->data, a->data, b->size);
+  }
+  a->done_with_host_buffer = CW_NULL_READY;
+  a->buffer = (PJRT_Buffer*)b;
+  return NULL;
+}
+
+static PJRT_Error* cw__to_host(PJRT_Buffer_ToHostBuffer_Args* a) {
+  const cw_null_buffer_t* b = CW_NULL_BUF(a->src);
+  if (a->host_layout) {
+    return cw_null_err(PJRT_Error_Code_UNIMPLEMENTED,
+                       "cw_nullplugin: host layouts other than dense row-major");
+  }
+  if (atomic_load(&b->deleted)) {
+    return cw_null_err(PJRT_Error_Code_FAILED_PRECONDITION,
+                       "cw_nullplugin: the buffer was deleted");
+  }
+  if (!a->dst) {
+    a->dst_size = b->size;
+    return NULL;
+  }
+  if (a->dst_size < b->size) {
+    return cw_null_err(PJRT_Error_Code_INVALID_ARGUMENT,
+                       "cw_nullplugin: destination of %zu bytes for a buffer of %" PRIu64,
+                       a->dst_size, b->size);
+  }
+  memcpy(a->dst, b->data, b->size);
+  a->event = CW_NULL_READY;
+  return NULL;
+}
+
+static PJRT_Error* cw__copy_to(cw_null_buffer_t* src, cw_null_device_t* dev, PJRT_Buffer** out) {
+  cw_null_buffer_t* b = NULL;
+  PJRT_Error* e = cw_null_buffer_create(dev, src->type, src->dims, src->rank, &b);
+  if (e) return e;
+  memcpy(b->data, src->data, src->size);
+  *out = (PJRT_Buffer*)b;
+  return NULL;
+}
+static PJRT_Error* cw__copy_to_device(PJRT_Buffer_CopyToDevice_Args* a) {
+  return cw__copy_to(CW_NULL_BUF(a->buffer), CW_NULL_DEV(a->dst_device), &a->dst_buffer);
+}
+static PJRT_Error* cw__copy_to_memory(PJRT_Buffer_CopyToMemory_Args* a) {
+  return cw__copy_to(CW_NULL_BUF(a->buffer), CW_NULL_DEV(a->dst_memory), &a->dst_buffer);
+}
+
+static PJRT_Error* cw__buffer_destroy(PJRT_Buffer_Destroy_Args* a) {
+  if (a->buffer) cw_null_buffer_unref(CW_NULL_BUF(a->buffer));
+  return NULL;
+}
+static PJRT_Error* cw__buffer_delete(PJRT_Buffer_Delete_Args* a) {
+  atomic_store(&CW_NULL_BUF(a->buffer)->deleted, true);
+  return NULL;
+}
+static PJRT_Error* cw__buffer_is_deleted(PJRT_Buffer_IsDeleted_Args* a) {
+  a->is_deleted = atomic_load(&CW_NULL_BUF(a->buffer)->deleted);
+  return NULL;
+}
+static PJRT_Error* cw__buffer_type(PJRT_Buffer_ElementType_Args* a) {
+  a->type = CW_NULL_BUF(a->buffer)->type;
+  return NULL;
+}
+static PJRT_Error* cw__buffer_dims(PJRT_Buffer_Dimensions_Args* a) {
+  a->dims = CW_NULL_BUF(a->buffer)->dims;
+  a->num_dims = CW_NULL_BUF(a->buffer)->rank;
+  return NULL;
+}
+static PJRT_Error* cw__buffer_layout(PJRT_Buffer_GetMemoryLayout_Args* a) {
+  const cw_null_buffer_t* b = CW_NULL_BUF(a->buffer);
+  memset(&a->layout, 0, sizeof(a->layout));
+  a->layout.struct_size = sizeof(a->layout);
+  a->layout.type = PJRT_Buffer_MemoryLayout_Type_Tiled;
+  a->layout.tiled.struct_size = sizeof(a->layout.tiled);
+  a->layout.tiled.minor_to_major = b->minor_to_major;
+  a->layout.tiled.minor_to_major_size = b->rank;
+  return NULL;
+}
+static PJRT_Error* cw__buffer_size(PJRT_Buffer_OnDeviceSizeInBytes_Args* a) {
+  a->on_device_size_in_bytes = CW_NULL_BUF(a->buffer)->size;
+  return NULL;
+}
+static PJRT_Error* cw__buffer_device(PJRT_Buffer_Device_Args* a) {
+  a->device = CW_NULL_BUF(a->buffer)->dev->device;
+  return NULL;
+}
+static PJRT_Error* cw__buffer_memory(PJRT_Buffer_Memory_Args* a) {
+  a->memory = CW_NULL_BUF(a->buffer)->dev->memory;
+  return NULL;
+}
+static PJRT_Error* cw__buffer_ready(PJRT_Buffer_ReadyEvent_Args* a) {
+  a->event = CW_NULL_READY;
+  return NULL;
+}
+static PJRT_Error* cw__unsafe_pointer(PJRT_Buffer_UnsafePointer_Args* a) {
+  a->buffer_pointer = (uintptr_t)CW_NULL_BUF(a->buffer)->data;
+  return NULL;
+}
+static PJRT_Error* cw__ref_up(PJRT_Buffer_IncreaseExternalReferenceCount_Args* a) {
+  atomic_fetch_add(&CW_NULL_BUF(a->buffer)->refs, 1);
+  return NULL;
+}
+static PJRT_Error* cw__ref_down(PJRT_Buffer_DecreaseExternalReferenceCount_Args* a) {
+  cw_null_buffer_t* b = CW_NULL_BUF(a->buffer);
+  if (atomic_load(&b->refs) < 2) {
+    return cw_null_err(PJRT_Error_Code_FAILED_PRECONDITION,
+                       "cw_nullplugin: no external reference to drop");
+  }
+  cw_null_buffer_unref(b);
+  return NULL;
+}
+
+void cw_null_buffer_fill(PJRT_Api* api) {
+  api->PJRT_Client_BufferFromHostBuffer = cw__from_host;
+  api->PJRT_Buffer_Destroy = cw__buffer_destroy;
+  api->PJRT_Buffer_ElementType = cw__buffer_type;
+  api->PJRT_Buffer_Dimensions = cw__buffer_dims;
+  api->PJRT_Buffer_GetMemoryLayout = cw__buffer_layout;
+  api->PJRT_Buffer_OnDeviceSizeInBytes = cw__buffer_size;
+  api->PJRT_Buffer_Device = cw__buffer_device;
+  api->PJRT_Buffer_Memory = cw__buffer_memory;
+  api->PJRT_Buffer_Delete = cw__buffer_delete;
+  api->PJRT_Buffer_IsDeleted = cw__buffer_is_deleted;
+  api->PJRT_Buffer_CopyToDevice = cw__copy_to_device;
+  api->PJRT_Buffer_CopyToMemory = cw__copy_to_memory;
+  api->PJRT_Buffer_ToHostBuffer = cw__to_host;
+  api->PJRT_Buffer_ReadyEvent = cw__buffer_ready;
+  api->PJRT_Buffer_UnsafePointer = cw__unsafe_pointer;
+  api->PJRT_Buffer_IncreaseExternalReferenceCount = cw__ref_up;
+  api->PJRT_Buffer_DecreaseExternalReferenceCount = cw__ref_down;
+}

@@ -1,0 +1,85 @@
+// What the null plugin's files share (cw_nullplugin.c: errors, events,
+// clients, devices and the table; cw_null_buffer.c; cw_null_exe.c).
+#ifndef CW_TESTS_NULLPLUGIN_H_
+#define CW_TESTS_NULLPLUGIN_H_
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cw_pjrt_c_api.h"
+
+#define CW_NULL_FORMAT "cwnull"
+#define CW_NULL_MAGIC "CWNULL1\n"
+#define CW_NULL_MAX_DEVICES 4096
+#define CW_NULL_MAX_OUTPUTS 64
+#define CW_NULL_MAX_RANK 8
+
+typedef struct cw_null_client_s cw_null_client_t;
+
+// One object is the device, its description and its only memory: the ABI
+// types are opaque, so the three pointers may coincide.
+typedef struct cw_null_device_s {
+  cw_null_client_t* client;
+  int id;
+  char debug[48];
+  _Atomic int64_t bytes_in_use;
+  _Atomic int64_t peak_bytes;
+  _Atomic int64_t num_allocs;
+  PJRT_Memory* memory;  // this object, as the memory
+  PJRT_Device* device;  // this object, as the device
+} cw_null_device_t;
+
+struct cw_null_client_s {
+  size_t num_devices;
+  cw_null_device_t* devs;
+  PJRT_Device** devices;  // devs[i] as PJRT_Device*
+  PJRT_Memory** memories;
+};
+
+#define CW_NULL_DEV(p) ((cw_null_device_t*)(p))
+#define CW_NULL_CLIENT(p) ((cw_null_client_t*)(p))
+
+// "device": the kind of every memory.
+extern const char cw_null_memory_kind[];
+
+// An error the caller owns (PJRT_Error_Destroy frees it).
+__attribute__((format(printf, 2, 3))) PJRT_Error* cw_null_err(PJRT_Error_Code code, const char* fmt,
+                                                              ...);
+
+// Returned when even an error cannot be allocated; never freed.
+extern struct cw_null_error_s cw_null_oom_error;
+#define CW_NULL_OOM ((PJRT_Error*)&cw_null_oom_error)
+
+// The one event there is: everything is done when the call that hands it out
+// returns.
+extern struct cw_null_event_s cw_null_ready_event;
+#define CW_NULL_READY ((PJRT_Event*)&cw_null_ready_event)
+
+typedef struct cw_null_buffer_s {
+  cw_null_device_t* dev;
+  PJRT_Buffer_Type type;
+  size_t rank;
+  int64_t dims[CW_NULL_MAX_RANK];
+  int64_t minor_to_major[CW_NULL_MAX_RANK];
+  uint64_t size;
+  _Atomic int refs;  // 1 for the buffer itself + external references
+  _Atomic bool deleted;
+  unsigned char* data;
+} cw_null_buffer_t;
+
+#define CW_NULL_BUF(p) ((cw_null_buffer_t*)(p))
+
+// Drops one reference; the last frees the bytes and uncharges the device.
+void cw_null_buffer_unref(cw_null_buffer_t* b);
+
+// A zero-filled buffer of `type` and `dims` on `dev`, charged to it.
+PJRT_Error* cw_null_buffer_create(cw_null_device_t* dev, PJRT_Buffer_Type type, const int64_t* dims,
+                                  size_t rank, cw_null_buffer_t** out);
+
+// Set the table's slots each file serves.
+void cw_null_buffer_fill(PJRT_Api* api);
+void cw_null_exe_fill(PJRT_Api* api);
+
+#endif  // CW_TESTS_NULLPLUGIN_H_

@@ -1,0 +1,340 @@
+// The null plugin (issue 12 item 1): directly through its PJRT table, and
+// end to end as the plugin of a real causeway-worker behind a real
+// controller, where a "checksum" program proves the argument bytes reached
+// the worker and the outputs came back.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cw_client.h"
+#include "cw_pjrt_test_util.h"
+#include "cw_test_island.h"
+
+#define F32 PJRT_Buffer_Type_F32
+
+static const PJRT_Api* api;
+
+static uint64_t fnv1a(const void* data, size_t n) {
+  const unsigned char* s = data;
+  uint64_t h = 14695981039346656037ull;
+  for (size_t i = 0; i < n; ++i)
+    h = (h ^ s[i]) * 1099511628211ull;
+  return h;
+}
+
+// The error's code; its message into msg (may be NULL). Frees err.
+static PJRT_Error_Code take(PJRT_Error* err, char* msg, size_t cap) {
+  assert_non_null(err);
+  const char* m = NULL;
+  size_t n = 0;
+  cw_pjrt_test_error_text(err, &m, &n);
+  if (msg) snprintf(msg, cap, "%.*s", (int)n, m);
+  PJRT_Error_Code code = cw_pjrt_test_error_code(err);
+  cw_pjrt_test_error_free(err);
+  return code;
+}
+
+static PJRT_Error* compile(PJRT_Client* c, const char* format, const char* code, const int64_t* ids,
+                           size_t n, PJRT_LoadedExecutable** out) {
+  size_t osize = 0;
+  uint8_t* opts = cw_test_compile_options(ids, n, &osize);
+  assert_non_null(opts);
+  PJRT_Program p;
+  CW_PJRT_INIT_ARGS(p);
+  p.code = (char*)code;
+  p.code_size = strlen(code);
+  p.format = format;
+  p.format_size = strlen(format);
+  PJRT_Client_Compile_Args a;
+  CW_PJRT_INIT_ARGS(a);
+  a.client = c;
+  a.program = &p;
+  a.compile_options = (const char*)opts;
+  a.compile_options_size = osize;
+  PJRT_Error* e = api->PJRT_Client_Compile(&a);
+  free(opts);
+  *out = a.executable;
+  return e;
+}
+
+static int64_t bytes_in_use(PJRT_Device* d) {
+  PJRT_Device_MemoryStats_Args a;
+  CW_PJRT_INIT_ARGS(a);
+  a.device = d;
+  CW_PJRT_ASSERT_OK(api->PJRT_Device_MemoryStats(&a));
+  return a.bytes_in_use;
+}
+
+static void client_free(PJRT_Client* c) {
+  PJRT_Client_Destroy_Args a;
+  CW_PJRT_INIT_ARGS(a);
+  a.client = c;
+  CW_PJRT_ASSERT_OK(api->PJRT_Client_Destroy(&a));
+}
+
+// ---- Through the PJRT table ------------------------------------------------------------------
+
+static void test_devices_and_strided_upload(void** state) {
+  PJRT_Client* c = cw_pjrt_test_create_client(3);
+  assert_non_null(c);
+  PJRT_Client_AddressableDevices_Args d;
+  CW_PJRT_INIT_ARGS(d);
+  d.client = c;
+  CW_PJRT_ASSERT_OK(api->PJRT_Client_AddressableDevices(&d));
+  assert_int_equal(d.num_addressable_devices, 3);
+  PJRT_Client_PlatformName_Args pn;
+  CW_PJRT_INIT_ARGS(pn);
+  pn.client = c;
+  CW_PJRT_ASSERT_OK(api->PJRT_Client_PlatformName(&pn));
+  assert_memory_equal(pn.platform_name, "null", 4);
+
+  // A 3x2 transposed view of a row-major 2x3 matrix: strides (4, 12).
+  float m[6] = {1, 2, 3, 4, 5, 6};
+  int64_t dims[2] = {3, 2}, strides[2] = {4, 12};
+  PJRT_Client_BufferFromHostBuffer_Args u;
+  CW_PJRT_INIT_ARGS(u);
+  u.client = c;
+  u.data = m;
+  u.type = F32;
+  u.dims = dims;
+  u.num_dims = 2;
+  u.byte_strides = strides;
+  u.num_byte_strides = 2;
+  u.device = d.addressable_devices[1];
+  CW_PJRT_ASSERT_OK(api->PJRT_Client_BufferFromHostBuffer(&u));
+  assert_int_equal(bytes_in_use(d.addressable_devices[1]), 24);
+  float t[6];
+  cw_pjrt_test_device_to_host(u.buffer, t, sizeof(t));
+  const float want[6] = {1, 4, 2, 5, 3, 6};
+  assert_memory_equal(t, want, sizeof(t));
+  cw_pjrt_test_buffer_free(u.buffer);
+  assert_int_equal(bytes_in_use(d.addressable_devices[1]), 0);
+
+  strides[0] = -4;
+  u.buffer = NULL;
+  char msg[256];
+  assert_int_equal(take(api->PJRT_Client_BufferFromHostBuffer(&u), msg, sizeof(msg)),
+                   PJRT_Error_Code_INVALID_ARGUMENT);
+  assert_non_null(strstr(msg, "negative"));
+
+  client_free(c);
+}
+
+static PJRT_Buffer* upload(PJRT_Client* c, PJRT_Device* dev, const float* data, int64_t n) {
+  return cw_pjrt_test_host_to_device(c, cw_pjrt_test_default_memory(dev), data, F32, &n, 1,
+                                     PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes,
+                                     NULL);
+}
+
+static void test_checksum_program_on_assigned_devices(void** state) {
+  PJRT_Client* c = cw_pjrt_test_create_client(4);
+  assert_non_null(c);
+  PJRT_Client_AddressableDevices_Args d;
+  CW_PJRT_INIT_ARGS(d);
+  d.client = c;
+  CW_PJRT_ASSERT_OK(api->PJRT_Client_AddressableDevices(&d));
+
+  const int64_t ids[2] = {2, 0};
+  PJRT_LoadedExecutable* exe = NULL;
+  CW_PJRT_ASSERT_OK(compile(c, "cwnull", "f32[4] s32[2,3] checksum", ids, 2, &exe));
+  PJRT_LoadedExecutable_AddressableDevices_Args ad;
+  CW_PJRT_INIT_ARGS(ad);
+  ad.executable = exe;
+  CW_PJRT_ASSERT_OK(api->PJRT_LoadedExecutable_AddressableDevices(&ad));
+  assert_int_equal(ad.num_addressable_devices, 2);
+  assert_ptr_equal(ad.addressable_devices[0], d.addressable_devices[2]);
+  assert_ptr_equal(ad.addressable_devices[1], d.addressable_devices[0]);
+
+  float in[2][3] = {{1, 2, 3}, {7, 8, 9}};
+  PJRT_Buffer* args[2][1] = {{upload(c, ad.addressable_devices[0], in[0], 3)},
+                             {upload(c, ad.addressable_devices[1], in[1], 3)}};
+  PJRT_Buffer* outs[2][2] = {{NULL}};
+  PJRT_Buffer* const* arg_lists[2] = {args[0], args[1]};
+  PJRT_Buffer** out_lists[2] = {outs[0], outs[1]};
+  PJRT_Event* done[2] = {NULL};
+  PJRT_ExecuteOptions o;
+  CW_PJRT_INIT_ARGS(o);
+  PJRT_LoadedExecutable_Execute_Args x;
+  CW_PJRT_INIT_ARGS(x);
+  x.executable = exe;
+  x.options = &o;
+  x.argument_lists = arg_lists;
+  x.num_devices = 2;
+  x.num_args = 1;
+  x.output_lists = out_lists;
+  x.device_complete_events = done;
+  CW_PJRT_ASSERT_OK(api->PJRT_LoadedExecutable_Execute(&x));
+  for (int k = 0; k < 2; ++k) {
+    cw_pjrt_test_event_wait(done[k]);
+    uint64_t sum = fnv1a(in[k], sizeof(in[k]));
+    uint64_t got[2];
+    cw_pjrt_test_device_to_host(outs[k][0], got, sizeof(got));
+    assert_int_equal(got[0], sum);
+    assert_int_equal(got[1], sum);
+    int32_t words[6];
+    cw_pjrt_test_device_to_host(outs[k][1], words, sizeof(words));
+    uint64_t w01;
+    memcpy(&w01, words, 8);
+    assert_int_equal(w01, sum);
+    PJRT_Buffer_Device_Args bd;
+    CW_PJRT_INIT_ARGS(bd);
+    bd.buffer = outs[k][0];
+    CW_PJRT_ASSERT_OK(api->PJRT_Buffer_Device(&bd));
+    assert_ptr_equal(bd.device, ad.addressable_devices[k]);
+  }
+
+  // Serialized and loaded again: same devices, same fingerprint.
+  PJRT_Executable* e = NULL;
+  {
+    PJRT_LoadedExecutable_GetExecutable_Args g;
+    CW_PJRT_INIT_ARGS(g);
+    g.loaded_executable = exe;
+    CW_PJRT_ASSERT_OK(api->PJRT_LoadedExecutable_GetExecutable(&g));
+    e = g.executable;
+  }
+  PJRT_Executable_Serialize_Args s;
+  CW_PJRT_INIT_ARGS(s);
+  s.executable = e;
+  CW_PJRT_ASSERT_OK(api->PJRT_Executable_Serialize(&s));
+  PJRT_Executable_DeserializeAndLoad_Args l;
+  CW_PJRT_INIT_ARGS(l);
+  l.client = c;
+  l.serialized_executable = s.serialized_bytes;
+  l.serialized_executable_size = s.serialized_bytes_size;
+  CW_PJRT_ASSERT_OK(api->PJRT_Executable_DeserializeAndLoad(&l));
+  s.serialized_executable_deleter(s.serialized_executable);
+  PJRT_LoadedExecutable_AddressableDevices_Args ad2;
+  CW_PJRT_INIT_ARGS(ad2);
+  ad2.executable = l.loaded_executable;
+  CW_PJRT_ASSERT_OK(api->PJRT_LoadedExecutable_AddressableDevices(&ad2));
+  assert_int_equal(ad2.num_addressable_devices, 2);
+  assert_ptr_equal(ad2.addressable_devices[0], d.addressable_devices[2]);
+  cw_pjrt_test_loaded_free(l.loaded_executable);
+  cw_pjrt_test_executable_free(e);
+
+  for (int k = 0; k < 2; ++k) {
+    cw_pjrt_test_buffer_free(args[k][0]);
+    cw_pjrt_test_buffer_free(outs[k][0]);
+    cw_pjrt_test_buffer_free(outs[k][1]);
+  }
+  cw_pjrt_test_loaded_free(exe);
+  for (size_t i = 0; i < d.num_addressable_devices; ++i) {
+    assert_int_equal(bytes_in_use(d.addressable_devices[i]), 0);
+  }
+  client_free(c);
+}
+
+static void test_bad_programs_are_named(void** state) {
+  PJRT_Client* c = cw_pjrt_test_create_client(2);
+  assert_non_null(c);
+  const int64_t ids[1] = {0};
+  static const struct {
+    const char* format;
+    const char* code;
+    PJRT_Error_Code code_want;
+    const char* needle;
+  } bad[] = {
+      {"mlir", "module {}", PJRT_Error_Code_UNIMPLEMENTED, "not 'mlir'"},
+      {"cwnull", "f33[4]", PJRT_Error_Code_INVALID_ARGUMENT, "unknown element type 'f33'"},
+      {"cwnull", "f32[4", PJRT_Error_Code_INVALID_ARGUMENT, "lacks ']'"},
+      {"cwnull", "f32[4,x]", PJRT_Error_Code_INVALID_ARGUMENT, "bad dimension of output 0"},
+      {"cwnull", "f32[4] bogus", PJRT_Error_Code_INVALID_ARGUMENT, "'bogus'"},
+      {"cwnull", "f32[1000000,1000000]", PJRT_Error_Code_INVALID_ARGUMENT, "above 16 GiB"},
+      {"cwnull", "f32[1,1,1,1,1,1,1,1,1]", PJRT_Error_Code_INVALID_ARGUMENT, "more than 8"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
+    PJRT_LoadedExecutable* exe = NULL;
+    char msg[512];
+    PJRT_Error_Code code =
+        take(compile(c, bad[i].format, bad[i].code, ids, 1, &exe), msg, sizeof(msg));
+    if (code != bad[i].code_want || !strstr(msg, bad[i].needle)) {
+      fail_msg("'%s': code %d, message '%s'; want %d and '%s'", bad[i].code, (int)code, msg,
+               (int)bad[i].code_want, bad[i].needle);
+    }
+  }
+  const int64_t far[1] = {5};
+  PJRT_LoadedExecutable* exe = NULL;
+  char msg[512];
+  assert_int_equal(take(compile(c, "cwnull", "f32[1]", far, 1, &exe), msg, sizeof(msg)),
+                   PJRT_Error_Code_INVALID_ARGUMENT);
+  client_free(c);
+}
+
+// ---- As a worker's plugin --------------------------------------------------------------------
+
+static void test_worker_runs_null_programs(void** state) {
+  char dir[256];
+  assert_int_equal(cw_test_tempdir_create("cwnull", dir, sizeof(dir)), 0);
+  cw_test_process_t ctl;
+  char address[512];
+  assert_int_equal(cw_test_controller_start(NULL, &ctl, address, sizeof(address)), 0);
+  const char* wargs[] = {"--controller", address, NULL};
+  cw_test_worker_options_t wo = {
+      .plugin = getenv("CW_NULLPLUGIN"), .devices = 4, .name = "null0", .extra_args = wargs};
+  cw_test_worker_t w;
+  assert_int_equal(cw_test_worker_start(&wo, &w), 0);
+
+  cw_test_session_t s;
+  cw_test_session_options_t so = {
+      .controller = address, .name = "null-client", .num_devices = 2, .min_workers = 1};
+  CW_TEST_ASSERT_OK(cw_test_session_open(&so, &s));
+  const char* workers[] = {"null0"};
+  int64_t ids[2];
+  assert_int_equal(cw_test_session_ids(&s, workers, 1, ids, 2), 2);
+  size_t osize = 0;
+  uint8_t* opts = cw_test_compile_options(ids, 2, &osize);
+  assert_non_null(opts);
+  const char* code = "f32[6] checksum";
+  CW_TEST_ASSERT_OK(cw_client_compile(s.ctl, 1, "cwnull", code, strlen(code), opts, osize, NULL));
+  cw_status_t st = cw_client_compile(s.ctl, 2, "cwnull", "c99[1]", 6, opts, osize, NULL);
+  assert_non_null(st);
+  assert_non_null(strstr(cw_status_message(st), "unknown element type 'c99'"));
+  cw_status_free(st);
+  free(opts);
+
+  float in[2][5] = {{1, 2, 3, 4, 5}, {-1, -2, -3, -4, -5}};
+  for (int k = 0; k < 2; ++k) {
+    CW_TEST_ASSERT_OK(cw_test_session_upload_f32(&s, ids[k], 100 + (uint64_t)k, in[k], 5));
+  }
+  CW_TEST_ASSERT_OK(cw_test_session_flush(&s));
+  const uint64_t args[2] = {100, 101}, outs[2] = {200, 201};
+  CW_TEST_ASSERT_OK(cw_test_gang_launch(&s, 1, args, outs, 2));
+  CW_TEST_ASSERT_OK(cw_client_flush(s.ctl));
+  for (int k = 0; k < 2; ++k) {
+    float got[6];
+    CW_TEST_ASSERT_OK(cw_test_session_download_f32(&s, ids[k], outs[k], got, 6));
+    uint64_t words[3];
+    memcpy(words, got, sizeof(words));
+    uint64_t sum = fnv1a(in[k], sizeof(in[k]));
+    for (int j = 0; j < 3; ++j)
+      assert_int_equal(words[j], sum);
+  }
+  cw_test_session_close(&s);
+  assert_int_equal(cw_test_worker_stop(&w, 20000), 0);
+  assert_int_equal(cw_test_process_stop(&ctl, 20000), 0);
+  cw_test_tempdir_remove(dir);
+}
+
+int main(void) {
+  const char* path = getenv("CW_NULLPLUGIN");
+  if (!path || !*path) {
+    printf("CW_NULLPLUGIN is not set: skipped\n");
+    return CW_PJRT_TEST_SKIP;
+  }
+  if (cw_pjrt_test_load(path) || cw_pjrt_test_initialize()) return 1;
+  api = cw_pjrt_test_api;
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_devices_and_strided_upload),
+      cmocka_unit_test(test_checksum_program_on_assigned_devices),
+      cmocka_unit_test(test_bad_programs_are_named),
+      cmocka_unit_test(test_worker_runs_null_programs),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
