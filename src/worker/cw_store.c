@@ -332,20 +332,57 @@ void cw_store_release(cw_store_t* s) {
   free(s);
 }
 
+static void cw__count(const cw_store_entry_t* e, cw_store_stats_t* out) {
+  if (e->kind != CW_STORE_BUFFER) {
+    out->executables++;
+  } else if (e->state != CW_STORE_ERROR) {
+    out->buffers++;
+    out->buffer_bytes += e->bytes;
+  }
+}
+
 void cw_store_stats(const cw_store_t* s, uint64_t session, cw_store_stats_t* out) {
-  memset(out, 0, sizeof(*out));
+  cw_store_stats_t all;
+  if (session) cw_store_stats_sessions(s, &session, 1, &all, out);
+  else cw_store_stats_sessions(s, NULL, 0, out, NULL);
+}
+
+// One pass over the table whatever the number of sessions: STATS runs every
+// second on a worker that may hold many sessions and many buffers, and a pass
+// per session stalled the loop past the heartbeat timeout.
+void cw_store_stats_sessions(const cw_store_t* s, const uint64_t* keys, size_t n,
+                             cw_store_stats_t* out_all, cw_store_stats_t* out_sessions) {
+  memset(out_all, 0, sizeof(*out_all));
+  if (n) memset(out_sessions, 0, n * sizeof(*out_sessions));
+  // keys -> position, open addressing over a power of two >= 2n; without
+  // memory for it, a linear search per entry.
+  size_t cap = 1;
+  while (cap < 2 * n) cap <<= 1;
+  size_t* index = n > 4 ? malloc(cap * sizeof(*index)) : NULL;
+  if (index) {
+    for (size_t i = 0; i < cap; ++i) index[i] = SIZE_MAX;
+    for (size_t k = 0; k < n; ++k) {
+      size_t i = cw__hash(keys[k], 0) & (cap - 1);
+      while (index[i] != SIZE_MAX) i = (i + 1) & (cap - 1);
+      index[i] = k;
+    }
+  }
   for (size_t i = 0; i < s->capacity; ++i) {
     const cw_store_entry_t* e = s->slots[i];
     if (!e || e == CW__TOMBSTONE) continue;
-    if (session && e->session != session) continue;
-    if (e->kind == CW_STORE_BUFFER) {
-      if (e->state == CW_STORE_ERROR) continue;
-      out->buffers++;
-      out->buffer_bytes += e->bytes;
+    cw__count(e, out_all);
+    if (index) {
+      for (size_t j = cw__hash(e->session, 0) & (cap - 1); index[j] != SIZE_MAX;
+           j = (j + 1) & (cap - 1)) {
+        if (keys[index[j]] == e->session) cw__count(e, &out_sessions[index[j]]);
+      }
     } else {
-      out->executables++;
+      for (size_t k = 0; k < n; ++k) {
+        if (keys[k] == e->session) cw__count(e, &out_sessions[k]);
+      }
     }
   }
+  free(index);
 }
 
 size_t cw_store_size(const cw_store_t* s) { return s->count; }

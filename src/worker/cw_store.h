@@ -148,6 +148,10 @@ typedef struct cw_store_stats_s {
 } cw_store_stats_t;
 // Counts entries (all sessions when session is 0).
 void cw_store_stats(const cw_store_t* store, uint64_t session, cw_store_stats_t* out_stats);
+// Counts every entry into *out_all and those of session keys[i] into
+// out_sessions[i] (n of them, caller storage), in one pass over the table.
+void cw_store_stats_sessions(const cw_store_t* store, const uint64_t* keys, size_t n,
+                             cw_store_stats_t* out_all, cw_store_stats_t* out_sessions);
 size_t cw_store_size(const cw_store_t* store);
 
 #endif  // CW_WORKER_STORE_H_

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -118,6 +119,49 @@ static void test_growth_and_sessions(void** state) {
   assert_true(st.buffers > 1000);
   cw_store_release(s);
   assert_int_equal(g_released, 5000);
+}
+
+// Every session's counts in one pass equal counting each session alone,
+// with the keys indexed (more than 4), repeated, or absent from the store.
+static void test_stats_of_many_sessions_in_one_pass(void** state) {
+  (void)state;
+  cw_store_t* s = make_store();
+  static int handle;
+  cw_store_stats_t want[13], total;  // by session key 1..12, counted here
+  memset(want, 0, sizeof(want));
+  memset(&total, 0, sizeof(total));
+  for (uint64_t i = 1; i <= 3000; ++i) {
+    uint64_t key = 1 + (i % 11);
+    bool exe = i % 7 == 0, failed = i % 13 == 0;
+    cw_store_entry_t* e = NULL;
+    assert_null(cw_store_insert(s, key, i, exe ? CW_STORE_EXECUTABLE : CW_STORE_BUFFER, &e));
+    e->bytes = i;
+    if (failed) cw_store_set_error(s, e, cw_make_status(CW_INTERNAL, "failed"));
+    else cw_store_set_ready(s, e, &handle);
+    cw_store_stats_t* w[2] = {&want[key], &total};
+    for (int k = 0; k < 2; ++k) {
+      if (exe) {
+        w[k]->executables++;
+      } else if (!failed) {  // failed buffers are not counted
+        w[k]->buffers++;
+        w[k]->buffer_bytes += i;
+      }
+    }
+  }
+  const uint64_t keys[] = {3, 1, 11, 5, 99, 2, 7, 3, 12, 4, 6, 8, 9, 10};
+  enum { N = sizeof(keys) / sizeof(keys[0]) };
+  const size_t counts[] = {0, 2, N};  // none, a linear search (2 keys), indexed (14)
+  for (size_t c = 0; c < 3; ++c) {
+    size_t n = counts[c];
+    cw_store_stats_t all, per[N];
+    cw_store_stats_sessions(s, keys, n, &all, per);
+    assert_memory_equal(&all, &total, sizeof(total));
+    for (size_t k = 0; k < n; ++k) {
+      cw_store_stats_t none = {0, 0, 0};
+      assert_memory_equal(&per[k], keys[k] <= 12 ? &want[keys[k]] : &none, sizeof(none));
+    }
+  }
+  cw_store_release(s);
 }
 
 // References: removal takes the id out of the table at once; a referenced
@@ -259,6 +303,7 @@ int main(void) {
       cmocka_unit_test(test_insert_lookup),
       cmocka_unit_test(test_waiters),
       cmocka_unit_test(test_growth_and_sessions),
+      cmocka_unit_test(test_stats_of_many_sessions_in_one_pass),
       cmocka_unit_test(test_references),
       cmocka_unit_test(test_charges),
   };
