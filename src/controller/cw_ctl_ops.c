@@ -399,6 +399,12 @@ static const char* cw__worker_state(const cw_ctl_worker_t* w) {
   return (w->ops->last.draining && w->ops->last.idle) ? "idle" : "draining";
 }
 
+static int cw__by_session_id(const void* a, const void* b) {
+  uint64_t x = (*(Causeway__V1__AdminSession* const*)a)->session_id;
+  uint64_t y = (*(Causeway__V1__AdminSession* const*)b)->session_id;
+  return (x > y) - (x < y);
+}
+
 static void cw__reply_status(cw_controller_t* ctl, cw_ctl_gather_t* g) {
   cw_ctl_ops_t* ops = ctl->ops;
   Causeway__V1__AdminStatus rep = CAUSEWAY__V1__ADMIN_STATUS__INIT;
@@ -477,8 +483,13 @@ static void cw__reply_status(cw_controller_t* ctl, cw_ctl_gather_t* g) {
     is[ni].index = w->index;
     is[ni].workers = &inames[nn];
     is[ni].queued = cw_ctl_sched_queued(w, false);
-    uint32_t* members = calloc(w->island_size, sizeof(uint32_t));
-    size_t m = members ? cw_ctl_island_members(ctl, w->index, members, w->island_size) : 0;
+    // A worker alone is its own island; only --island ones need the scan of
+    // every worker for their members (once per such island, not per worker).
+    uint32_t* members = calloc(w->island_size ? w->island_size : 1, sizeof(uint32_t));
+    size_t m = !members               ? 0
+               : w->island_size <= 1 ? (members[0] = w->index, 1)
+                                     : cw_ctl_island_members(ctl, w->index, members,
+                                                             w->island_size);
     for (size_t k = 0; k < m && nn < nw; ++k) {
       inames[nn++] = ctl->workers[members[k]]->name;
       is[ni].num_devices += ctl->workers[members[k]]->num_devices;
@@ -506,19 +517,25 @@ static void cw__reply_status(cw_controller_t* ctl, cw_ctl_gather_t* g) {
     a->paused = s->ops->paused;
     a->clients = (uint32_t)s->clients;
     for (cw_ctl_exe_t* e = s->exes; e; e = e->next) a->executables++;
-    for (size_t i = 0; i < nw; ++i) {
-      const struct cw_ctl_worker_ops_s* wo = ctl->workers[i]->ops;
-      if (!wo || !ctl->workers[i]->alive) continue;
-      for (size_t j = 0; j < wo->num_sessions; ++j) {
-        if (wo->sessions[j].session_id != s->id) continue;
-        a->buffers += wo->sessions[j].buffers;
-        a->buffer_bytes += wo->sessions[j].buffer_bytes;
-        a->launches_held += wo->sessions[j].launches_held;
-        a->memory_waiting += wo->sessions[j].memory_waiting;
-        a->memory_waiting_bytes += wo->sessions[j].memory_waiting_bytes;
-      }
-    }
     sp[k++] = a;
+  }
+  // Each worker's numbers per session, added to the session's row: one pass
+  // over the workers, the rows found by id (sorted), not workers x sessions.
+  qsort(sp, k, sizeof(*sp), cw__by_session_id);
+  for (size_t i = 0; i < nw; ++i) {
+    const struct cw_ctl_worker_ops_s* wo = ctl->workers[i]->ops;
+    if (!wo || !ctl->workers[i]->alive) continue;
+    for (size_t j = 0; j < wo->num_sessions; ++j) {
+      const cw_ctl_session_stat_t* x = &wo->sessions[j];
+      Causeway__V1__AdminSession key = {.session_id = x->session_id}, *kp = &key;
+      Causeway__V1__AdminSession** hit = bsearch(&kp, sp, k, sizeof(*sp), cw__by_session_id);
+      if (!hit) continue;
+      (*hit)->buffers += x->buffers;
+      (*hit)->buffer_bytes += x->buffer_bytes;
+      (*hit)->launches_held += x->launches_held;
+      (*hit)->memory_waiting += x->memory_waiting;
+      (*hit)->memory_waiting_bytes += x->memory_waiting_bytes;
+    }
   }
   rep.sessions = sp;
   rep.n_sessions = k;
