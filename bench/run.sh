@@ -8,8 +8,8 @@ cd "$root"
 if [[ ! -f build/release/build.ninja ]]; then
   cmake -S . -B build/release -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Release >&2
 fi
-cmake --build build/release --target cw_bench island_bench causeway-worker causeway-controller \
-  cw_gangplugin cw_nullplugin >&2
+cmake --build build/release --target cw_bench island_bench fleet_bench causeway-worker \
+  causeway-controller causeway cw_gangplugin cw_nullplugin >&2
 plugin="$(.venv/bin/python -c 'import lammps_jax_pjrt_cpu as m; print(m.PLUGIN_PATH)')"
 build/release/bin/cw_bench --plugin "$plugin" "$@"
 # The same paths over the null plugin (no compiler, no compute): causeway's own
@@ -19,6 +19,10 @@ jax_args=(); for a in "$@"; do [[ "$a" == --quick ]] && jax_args=(--quick); done
 # An island of two worker processes (the gang test plugin) beside one worker of
 # the same plugin: pipelined launches/s through the controller, 1 and 4 sessions.
 build/release/bin/island_bench --plugin "$plugin" "${jax_args[@]}"
+# One controller in front of 10, 100 and 1,000 worker processes of 8 null
+# devices each: registration, status, heartbeat CPU, memory per worker,
+# launches/s from 100 sessions, death notice (--quick: 10 and 30 workers).
+build/release/bin/fleet_bench "${jax_args[@]}"
 # JAX on causeway (embedded cluster) against stock in-process JAX on CPU: sync
 # call latency, async dispatch throughput, training step time (full run; with
 # --quick among the arguments, its quick mode).
