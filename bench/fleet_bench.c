@@ -17,6 +17,10 @@
 //   - controller CPU with nothing but heartbeats (target < 5% of a core);
 //   - controller memory per worker: RSS growth over the idle controller / N
 //     (target < 64 KiB);
+//   - compile at the client: a first compile (the worker compiles), the same
+//     program after the controller restart (its disk cache), then from its
+//     memory cache (target < 5 ms); the S sessions' COMPILE requests for that
+//     program and how many of them compiled (target: once);
 //   - launches/s through the controller (relayed) from S sessions (threads,
 //     S = min(100, N)) each on its own worker (distinct islands; target
 //     >= 20,000/s), then from S sessions sharing worker w0's island;
@@ -36,6 +40,7 @@
 //   $CW_CONTROLLER_BIN, $CW_CLI_BIN, else beside this executable.
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -45,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -190,6 +196,19 @@ static double proc_cpu_s(pid_t pid) {
   return (double)(ut + stime) / (double)sysconf(_SC_CLK_TCK);
 }
 
+static int g_files;
+static int count_one(const char* path, const struct stat* st, int flag, struct FTW* ftw) {
+  if (flag == FTW_F) g_files++;
+  return 0;
+}
+
+// Regular files below dir (0 when it does not exist).
+static int count_files(const char* dir) {
+  g_files = 0;
+  nftw(dir, count_one, 16, FTW_PHYS);
+  return g_files;
+}
+
 static pid_t spawn_worker(int i, int log_fd) {
   char name[16];
   snprintf(name, sizeof(name), "w%d", i);
@@ -265,6 +284,7 @@ typedef struct session_s {
   const char* expect_down;   // set before a death: the worker expected to go down
   uint64_t launches;
   pthread_barrier_t* start;
+  double compile_s;  // its COMPILE round trip
   char error[256];
 } session_t;
 
@@ -306,8 +326,10 @@ static void session_open(session_t* s, const char* name, const char* worker) {
   uint8_t* opts = cw_test_compile_options(&id, 1, &osize);
   if (!opts) die("compile options");
   static const char code[] = "f32[1]";
+  double t0 = now_s();
   CHECK_OK(cw_client_compile(s->ctl, EXE, "cwnull", code, sizeof(code) - 1, opts, osize, NULL),
            "%s: compile", name);
+  s->compile_s = now_s() - t0;
   free(opts);
 }
 
@@ -374,6 +396,7 @@ static double wait_told(session_t* const* s, int n, double limit_s) {
 
 typedef struct result_s {
   int n, sessions;
+  double compile_miss_ms, compile_disk_ms, compile_hit_ms, compiles_run, compile_requests;
   double spawn_s, register_cpu_s, register_s, reregister_s, status_cli_ms, status_cpu_ms, status_rpc_ms, hb_cpu_pct, kib_per_worker;
   double distinct_lps, shared_lps, kill_told_ms, stop_told_ms;
   long ctl_rss_idle_kib, ctl_rss_fleet_kib;
@@ -387,7 +410,10 @@ static result_t run_fleet(int n, int sessions, uint64_t launches, double hb_wind
   char max_conn[16], timeout[16];
   snprintf(max_conn, sizeof(max_conn), "%d", n + 4 * sessions + 64);
   snprintf(timeout, sizeof(timeout), "%d", g.timeout_ms);
-  const char* args[] = {"--max-connections", max_conn, "--worker-timeout-ms", timeout, NULL};
+  char cache_dir[300];
+  snprintf(cache_dir, sizeof(cache_dir), "%s/compile-cache", g.dir);
+  const char* args[] = {"--max-connections", max_conn, "--worker-timeout-ms", timeout,
+                        "--compile-cache-dir", cache_dir, NULL};
   if (cw_test_controller_start(args, &g.ctl, g.ctl_address, sizeof(g.ctl_address)) != 0) {
     die("controller did not start");
   }
@@ -438,6 +464,21 @@ static result_t run_fleet(int n, int sessions, uint64_t launches, double hb_wind
   r.status_rpc_ms = median(rpc, 20) * 1e3;
   r.status_cpu_ms = rpc_cpu / 20 * 1e3;
 
+  // A first compile of the sessions' program (a miss: the worker compiles),
+  // kept in the disk cache before the controller dies.
+  {
+    session_t probe;
+    memset(&probe, 0, sizeof(probe));
+    session_open(&probe, "probe", "w0");
+    r.compile_miss_ms = probe.compile_s * 1e3;
+    session_close(&probe);
+    double t = now_s();
+    while (count_files(cache_dir) < 1) {
+      if (now_s() - t > 30) die("no compile cache entry in %s after 30 s", cache_dir);
+      cw_test_sleep_ms(10);
+    }
+  }
+
   // The controller dies (SIGKILL) and a new one listens on its address: the
   // running workers register again by themselves.
   cw_client_release(g_admin);
@@ -446,7 +487,7 @@ static result_t run_fleet(int n, int sessions, uint64_t launches, double hb_wind
   char address[512];
   snprintf(address, sizeof(address), "%s", g.ctl_address);
   const char* again[] = {"--max-connections", max_conn, "--worker-timeout-ms", timeout,
-                         "--listen", address, NULL};
+                         "--compile-cache-dir", cache_dir, "--listen", address, NULL};
   double t1 = now_s();
   if (cw_test_controller_start(again, &g.ctl, g.ctl_address, sizeof(g.ctl_address)) != 0) {
     die("the restarted controller did not start");
@@ -464,6 +505,17 @@ static result_t run_fleet(int n, int sessions, uint64_t launches, double hb_wind
     snprintf(name, sizeof(name), "distinct-%d", k);
     snprintf(worker, sizeof(worker), "w%d", k);
     session_open(&g_distinct[k], name, worker);
+  }
+  // distinct-0 found the program on disk; the others in memory.
+  r.compile_disk_ms = g_distinct[0].compile_s * 1e3;
+  double hits[MAX_SESSIONS];
+  for (int k = 1; k < sessions; ++k) hits[k - 1] = g_distinct[k].compile_s;
+  r.compile_hit_ms = sessions > 1 ? median(hits, sessions - 1) * 1e3 : -1;
+  {
+    Causeway__V1__AdminStatus* st = admin_status();
+    r.compiles_run = (double)st->cache_misses;
+    r.compile_requests = (double)st->compiles;
+    protobuf_c_message_free_unpacked(&st->base, NULL);
   }
   r.distinct_lps = launch_all(g_distinct, sessions, launches);
   for (int k = 0; k < sessions; ++k) {
@@ -552,6 +604,11 @@ static double f_cpu(const result_t* r) { return r->hb_cpu_pct; }
 static double f_mem(const result_t* r) { return r->kib_per_worker; }
 static double f_rss(const result_t* r) { return (double)r->ctl_rss_fleet_kib / 1024.0; }
 static double f_distinct(const result_t* r) { return r->distinct_lps; }
+static double f_c_miss(const result_t* r) { return r->compile_miss_ms; }
+static double f_c_disk(const result_t* r) { return r->compile_disk_ms; }
+static double f_c_hit(const result_t* r) { return r->compile_hit_ms; }
+static double f_c_run(const result_t* r) { return r->compiles_run; }
+static double f_c_req(const result_t* r) { return r->compile_requests; }
 static double f_shared(const result_t* r) { return r->shared_lps; }
 static double f_kill(const result_t* r) { return r->kill_told_ms; }
 static double f_stop(const result_t* r) { return r->stop_told_ms; }
@@ -649,6 +706,12 @@ int main(int argc, char** argv) {
   print_row("controller CPU, heartbeats only (% core)", "< 5%", res, num_sizes, f_cpu, "%.2f");
   print_row("controller RSS with the fleet (MiB)", "", res, num_sizes, f_rss, "%.1f");
   print_row("controller memory per worker (KiB)", "< 64 KiB", res, num_sizes, f_mem, "%.1f");
+  print_row("compile at the client, first (ms; worker)", "", res, num_sizes, f_c_miss, "%.2f");
+  print_row("  after a restart, from the disk cache (ms)", "< 5 ms", res, num_sizes, f_c_disk,
+            "%.2f");
+  print_row("  from the memory cache (ms, median)", "< 5 ms", res, num_sizes, f_c_hit, "%.2f");
+  print_row("S sessions' same program: COMPILE requests", "", res, num_sizes, f_c_req, "%.0f");
+  print_row("  of which compiled (memory cache misses)", "1", res, num_sizes, f_c_run, "%.0f");
   print_row("launches/s, S sessions on distinct islands", ">= 20000", res, num_sizes, f_distinct,
             "%.0f");
   print_row("launches/s, S sessions on one shared island", "", res, num_sizes, f_shared, "%.0f");
