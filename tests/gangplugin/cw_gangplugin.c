@@ -11,6 +11,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -19,6 +21,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -32,6 +35,7 @@
 #define CW_GANG_MAX_SIZE 64
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "shared-memory counters must be lock-free");
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "futex waits on a counter's low half");
 
 const PJRT_Api* GetPjrtApi(void);
 
@@ -604,20 +608,37 @@ static PJRT_Error* cw__accumulate(const cw__exe_t* x, size_t d, PJRT_Buffer* b, 
   return NULL;
 }
 
+// The low 32 bits of a slot counter, where futex waits: the counters are
+// little-endian 64-bit words in memory shared between the ranks' processes.
+static uint32_t* cw__futex_word(const _Atomic uint64_t* counter) {
+  return (uint32_t*)(uintptr_t)counter;
+}
+
+// Publishes a counter and wakes the ranks waiting on it. A futex, not a sleep
+// loop: the wait is what a real collective's hardware would take, and a
+// 50 us nanosleep turned into hundreds of microseconds on a busy machine,
+// which island_bench then counted as causeway's.
+static void cw__post(_Atomic uint64_t* counter, uint64_t v) {
+  atomic_store_explicit(counter, v, memory_order_release);
+  syscall(SYS_futex, cw__futex_word(counter), FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
 // Waits until every rank's counter (posted or done) is >= want; on timeout
 // returns the rank that is behind, else -1.
 static int cw__wait_all(const cw__client_t* c, int posted, uint64_t want) {
   int64_t deadline = cw_time_now_ms() + c->timeout_ms;
   for (int k = 0; k < c->size;) {
     const cw__slot_t* s = &c->slots[k];
-    uint64_t v = posted ? atomic_load_explicit(&s->posted, memory_order_acquire)
-                        : atomic_load_explicit(&s->done, memory_order_acquire);
+    const _Atomic uint64_t* counter = posted ? &s->posted : &s->done;
+    uint64_t v = atomic_load_explicit(counter, memory_order_acquire);
     if (v >= want) {
       k++;
       continue;
     }
     if (cw_time_now_ms() >= deadline) return k;
-    nanosleep(&(struct timespec){0, 50000}, NULL);
+    // Sleeps until the word changes (or 1 ms: the deadline is checked again).
+    struct timespec ms = {0, 1000000};
+    syscall(SYS_futex, cw__futex_word(counter), FUTEX_WAIT, (uint32_t)v, &ms, NULL, 0);
   }
   return -1;
 }
@@ -654,7 +675,7 @@ static PJRT_Error* cw__rendezvous(cw__client_t* c, const cw__exe_t* x, int64_t l
   me->n = x->n;
   memcpy(me->tag, x->tag, sizeof(me->tag));
   memcpy(me->data, acc, (size_t)x->n * sizeof(float));
-  atomic_store_explicit(&me->posted, r, memory_order_release);
+  cw__post(&me->posted, r);
   PJRT_Error* e = NULL;
   late = cw__wait_all(c, 1, r);
   if (late >= 0) {
@@ -678,7 +699,7 @@ static PJRT_Error* cw__rendezvous(cw__client_t* c, const cw__exe_t* x, int64_t l
     }
   }
   // Also after a failure, so the others are not left waiting on me.
-  atomic_store_explicit(&me->done, r, memory_order_release);
+  cw__post(&me->done, r);
   fprintf(c->log, "%" PRIu64 " %" PRId64 " %s %s\n", r, launch_id, x->tag, e ? "error" : "ok");
   fflush(c->log);
   return e;
