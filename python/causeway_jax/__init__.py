@@ -82,6 +82,15 @@ def _describe(dtype, shape) -> str:
     return f"{dtype}{list(shape)}"
 
 
+def _shapes(n, ranks, dims):
+    """The n shapes that ranks[] and the concatenated dims[] describe."""
+    out, k = [], 0
+    for i in range(n):
+        out.append(tuple(dims[k + d] for d in range(ranks[i])))
+        k += ranks[i]
+    return out
+
+
 def _run_callback(callable_ptr, n_ops, op_dtypes, op_ranks, op_dims, op_data, n_res,
                   res_dtypes, res_ranks, res_dims, res_data, err, err_cap):
     import ctypes
@@ -92,11 +101,7 @@ def _run_callback(callable_ptr, n_ops, op_dtypes, op_ranks, op_dims, op_data, n_
         dtypes = _wire_dtypes()
         callback = ctypes.cast(callable_ptr, ctypes.py_object).value
         args = []
-        k = 0
-        for i in range(n_ops):
-            rank = op_ranks[i]
-            shape = tuple(op_dims[k + d] for d in range(rank))
-            k += rank
+        for i, shape in enumerate(_shapes(n_ops, op_ranks, op_dims)):
             if op_dtypes[i] < 0:
                 args.append(None)  # a token
                 continue
@@ -112,11 +117,7 @@ def _run_callback(callable_ptr, n_ops, op_dtypes, op_ranks, op_dims, op_data, n_
         except Exception:
             raise RuntimeError(
                 "CpuCallback error calling callback: " + traceback.format_exc()) from None
-        k = 0
-        for i in range(n_res):
-            rank = res_ranks[i]
-            shape = tuple(res_dims[k + d] for d in range(rank))
-            k += rank
+        for i, shape in enumerate(_shapes(n_res, res_ranks, res_dims)):
             if res_dtypes[i] < 0:
                 continue  # a token
             dt = dtypes[res_dtypes[i]]

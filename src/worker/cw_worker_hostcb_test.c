@@ -191,21 +191,7 @@ static void test_slow_then_dead_client(void** state) {
     ASSERT_OK(cw_client_upload(b, 20, CAUSEWAY__V1__DTYPE__DTYPE_F32, dims, 2, NULL, 0, y,
                                sizeof(y), NULL, NULL));
     uint64_t brid = 0;
-    Causeway__V1__IdList args = CAUSEWAY__V1__ID_LIST__INIT, outs = CAUSEWAY__V1__ID_LIST__INIT;
-    uint64_t in = 20, out = 21;
-    args.ids = &in;
-    args.n_ids = 1;
-    outs.ids = &out;
-    outs.n_ids = 1;
-    Causeway__V1__IdList* argp = &args;
-    Causeway__V1__IdList* outp = &outs;
-    Causeway__V1__LaunchRequest r = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
-    r.exe_id = 1;
-    r.args = &argp;
-    r.n_args = 1;
-    r.outputs = &outp;
-    r.n_outputs = 1;
-    ASSERT_OK(cw_client_send(b, CW_MSG_LAUNCH, &r.base, NULL, 0, NULL, NULL, NULL, &brid));
+    launch(b, 1, 20, 21, 0, &brid);
     ASSERT_OK(cw_client_wait(b, brid, NULL, NULL));
     float got[6] = {0};
     ASSERT_OK(cw_client_download(b, 21, got, sizeof(got), NULL, NULL));
