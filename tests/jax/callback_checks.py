@@ -213,3 +213,28 @@ def cb_slow_beside() -> dict:
     fast_s = time.monotonic() - t0
     th.join()
     return {"value": [result["slow"], fast], "fast_within_slow": fast_s < 2.5}
+
+
+def cb_sharded_jit(partitioned: bool = False) -> dict:
+    """Callbacks in a jit over an array sharded across one island's devices:
+    pure_callback and debug.print (JAX gathers to one device), and with
+    `partitioned` a debug.callback per shard."""
+    devs = np.array(checks.islands()[0])
+    mesh = Mesh(devs, ("d",))
+    shards = []
+
+    @jax.jit
+    def f(x):
+        y = jax.pure_callback(lambda v: (np.asarray(v) * 2).astype(np.float32),
+                              jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+        if partitioned:
+            jax.debug.callback(lambda v: shards.append(np.asarray(v).copy()), y,
+                               partitioned=True)
+        jax.debug.print("cw-cb-sharded total={t}", t=y.sum())
+        return y + 1
+    x = jax.device_put(np.arange(8.0 * len(devs), dtype=np.float32), NamedSharding(mesh, P("d")))
+    y = f(x)
+    out = np.asarray(y)
+    jax.effects_barrier()
+    return {"value": out, "sharding": checks.sharding_desc(y),
+            "shards": sorted(s.tolist() for s in shards)}
