@@ -94,21 +94,10 @@ static void upload4(cw_client_t* c, uint64_t id, const float* v) {
 // Sends LAUNCH of `exe` (one device) from `in` into `out`; *out_rid for cw_client_wait.
 static void launch(cw_client_t* c, uint64_t exe, uint64_t in, uint64_t out,
                    uint64_t host_callbacks, uint64_t* out_rid) {
-  Causeway__V1__IdList args = CAUSEWAY__V1__ID_LIST__INIT, outs = CAUSEWAY__V1__ID_LIST__INIT;
-  args.ids = &in;
-  args.n_ids = 1;
-  outs.ids = &out;
-  outs.n_ids = 1;
-  Causeway__V1__IdList* argp = &args;
-  Causeway__V1__IdList* outp = &outs;
-  Causeway__V1__LaunchRequest r = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
-  r.exe_id = exe;
-  r.args = &argp;
-  r.n_args = 1;
-  r.outputs = &outp;
-  r.n_outputs = 1;
-  r.host_callbacks = host_callbacks;
-  ASSERT_OK(cw_client_send(c, CW_MSG_LAUNCH, &r.base, NULL, 0, NULL, NULL, NULL, out_rid));
+  launch1_t l;
+  launch1_init(&l, exe, in, out, false);
+  l.req.host_callbacks = host_callbacks;
+  ASSERT_OK(cw_client_send(c, CW_MSG_LAUNCH, &l.req.base, NULL, 0, NULL, NULL, NULL, out_rid));
 }
 
 static void expect_error(cw_status_t st, cw_status_code_t code, const char* part) {
