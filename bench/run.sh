@@ -51,3 +51,8 @@ if [[ -n "${CW_OLD_BUILD:-}" ]]; then
     --bin-dir "$CW_OLD_BUILD/bin" --label old "${startup[@]}" 2>/dev/null ||
     echo "startup old: some starts failed (above: how many started)"
 fi
+# Host callbacks: one pure_callback and one debug.print per blocked call on
+# causeway (worker -> client -> Python and back) and on stock JAX, each beside
+# the same call without a callback.
+cmake --build build/release --target causeway_pjrt causeway-controller causeway-worker >&2
+.venv/bin/python bench/callback_bench.py "${jax_args[@]}"

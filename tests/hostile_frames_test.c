@@ -127,7 +127,7 @@ static void test_wrong_version(void** state) {
 
 static void test_unknown_type(void** state) {
   (void)state;
-  static const uint16_t types[] = {0, 18, 65535};
+  static const uint16_t types[] = {0, 31, 65535};  // 31: unassigned
   for (int i = 0; i < 3; ++i) {
     for (int with_hello = 0; with_hello < 2; ++with_hello) {
       hdr_t h = hdr_of(types[i], 9, 0, 0);

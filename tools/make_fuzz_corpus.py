@@ -9,6 +9,10 @@
                                          connection would carry them, behind the
                                          one leading byte that conn_parser_fuzz.c
                                          takes as its split point (byte % size).
+  src/protocol/corpus/hostcb_fuzz/       HOST_CALLBACK requests (worker to
+                                         client): operands and results of
+                                         several dtypes and ranks, tokens, and
+                                         broken layouts and bulks.
   src/controller/corpus/compile_disk_fuzz/  compile cache files (header +
                                          payload, valid and broken) and
                                          CompileOptionsProto bytes with
@@ -509,6 +513,62 @@ def write_dir(path, files):
             f.write(data)
 
 
+# --- Host callbacks (HOST_CALLBACK, 18) ----------------------------------------
+
+HOST_CALLBACK = 18
+
+
+def hostcb_array(dtype=F32, dims=(4,), token=False):
+    return f_varint(1, dtype) + f_packed(2, dims) + (f_varint(3, 1) if token else b"")
+
+
+def hostcb_request(operands, results, cbs=1, index=0, exe=100, partitioned=False):
+    p = f_varint(1, cbs) + f_varint(2, index)
+    for a in operands:
+        p += f_bytes(3, a)
+    for a in results:
+        p += f_bytes(4, a)
+    p += f_varint(5, exe)
+    if partitioned:
+        p += f_varint(6, 1)
+    return p
+
+
+def hostcb_corpus():
+    """name -> bytes for hostcb_fuzz: HOST_CALLBACK frames."""
+    c = {}
+    four = f32_bytes([1.0, 2.0, 3.0, 4.0])
+    f4 = hostcb_array(F32, (4,))
+    tok = f_varint(3, 1)
+    c["ok_one_f32"] = frame(HOST_CALLBACK, hostcb_request([f4], [f4]), bulk=four)
+    c["ok_token_first"] = frame(HOST_CALLBACK, hostcb_request([tok, f4], [tok, f4]), bulk=four)
+    c["ok_scalar_s32"] = frame(HOST_CALLBACK, hostcb_request([hostcb_array(S32, ())],
+                                                             [hostcb_array(S32, ())]),
+                               bulk=struct.pack("<i", 7))
+    c["ok_empty"] = frame(HOST_CALLBACK, hostcb_request([hostcb_array(F32, (0, 3))],
+                                                        [hostcb_array(F32, (0, 3))]))
+    c["ok_many"] = frame(HOST_CALLBACK,
+                         hostcb_request([hostcb_array(U8, (3,)), hostcb_array(PRED, (2, 2)),
+                                         hostcb_array(F64, (1,))], [f4, tok],
+                                        index=3, partitioned=True),
+                         bulk=bytes(3 + 4 + 8))
+    c["ok_no_operands"] = frame(HOST_CALLBACK, hostcb_request([], [f4]))
+    c["bad_bulk_short"] = frame(HOST_CALLBACK, hostcb_request([f4], [f4]), bulk=four[:12])
+    c["bad_bulk_long"] = frame(HOST_CALLBACK, hostcb_request([f4], []), bulk=four + four)
+    c["bad_token_dtype"] = frame(HOST_CALLBACK, hostcb_request([hostcb_array(F32, (), True)],
+                                                               []))
+    c["bad_dtype"] = frame(HOST_CALLBACK, hostcb_request([hostcb_array(99, (4,))], []),
+                           bulk=four)
+    c["bad_negative_dim"] = frame(HOST_CALLBACK,
+                                  hostcb_request([hostcb_array(F32, (-1 & (2**64 - 1),))], []))
+    c["bad_overflow"] = frame(HOST_CALLBACK,
+                              hostcb_request([hostcb_array(F64, (2**40, 2**40))], []))
+    c["bad_result_dtype"] = frame(HOST_CALLBACK, hostcb_request([f4], [hostcb_array(0, (4,))]),
+                                  bulk=four)
+    c["bad_huge_bulk_len"] = frame(HOST_CALLBACK, hostcb_request([f4], [f4]), bulk_len=2**39)
+    return c
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -517,6 +577,8 @@ def main():
     write_dir(os.path.join(args.root, "src/protocol/corpus/frame_fuzz"), frames)
     streams = stream_corpus(frames)
     write_dir(os.path.join(args.root, "src/net/corpus/conn_parser_fuzz"), streams)
+    hostcb = hostcb_corpus()
+    write_dir(os.path.join(args.root, "src/protocol/corpus/hostcb_fuzz"), hostcb)
     disk = compile_disk_corpus()
     write_dir(os.path.join(args.root, "src/controller/corpus/compile_disk_fuzz"), disk)
     print("wrote %d frame seeds, %d stream seeds and %d compile cache seeds"

@@ -58,6 +58,111 @@ def _set_worker_plugin() -> None:
     os.environ["CAUSEWAY_PJRT_PLUGIN"] = str(cpu_plugin.PLUGIN_PATH)
 
 
+# Host callbacks (docs/host_callbacks.md): the plugin runs a launch's Python
+# callables through this runner, which it calls from a thread of its own
+# (ctypes takes the GIL). Wire dtypes are PJRT_Buffer_Type numbers.
+_runner = None
+
+
+def _wire_dtypes():
+    import numpy as np
+    names = {1: "bool", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "uint8",
+             7: "uint16", 8: "uint32", 9: "uint64", 10: "float16", 11: "float32",
+             12: "float64", 14: "complex64", 15: "complex128"}
+    out = {k: np.dtype(v) for k, v in names.items()}
+    try:
+        import ml_dtypes
+        out[13] = np.dtype(ml_dtypes.bfloat16)
+    except ImportError:
+        pass
+    return out
+
+
+def _describe(dtype, shape) -> str:
+    return f"{dtype}{list(shape)}"
+
+
+def _shapes(n, ranks, dims):
+    """The n shapes that ranks[] and the concatenated dims[] describe."""
+    out, k = [], 0
+    for i in range(n):
+        out.append(tuple(dims[k + d] for d in range(ranks[i])))
+        k += ranks[i]
+    return out
+
+
+def _run_callback(callable_ptr, n_ops, op_dtypes, op_ranks, op_dims, op_data, n_res,
+                  res_dtypes, res_ranks, res_dims, res_data, err, err_cap):
+    import ctypes
+    import traceback
+
+    import numpy as np
+    try:
+        dtypes = _wire_dtypes()
+        callback = ctypes.cast(callable_ptr, ctypes.py_object).value
+        args = []
+        for i, shape in enumerate(_shapes(n_ops, op_ranks, op_dims)):
+            if op_dtypes[i] < 0:
+                args.append(None)  # a token
+                continue
+            dt = dtypes[op_dtypes[i]]
+            count = int(np.prod(shape, dtype=np.int64))
+            raw = (ctypes.c_char * (count * dt.itemsize)).from_address(op_data[i] or 0) \
+                if count else b""
+            a = np.frombuffer(raw, dtype=dt, count=count).reshape(shape).copy()
+            a.flags.writeable = False
+            args.append(a)
+        try:
+            results = callback(*args)
+        except Exception:
+            raise RuntimeError(
+                "CpuCallback error calling callback: " + traceback.format_exc()) from None
+        for i, shape in enumerate(_shapes(n_res, res_ranks, res_dims)):
+            if res_dtypes[i] < 0:
+                continue  # a token
+            dt = dtypes[res_dtypes[i]]
+            got = np.asarray(results[i])
+            if got.shape != shape or got.dtype != dt:
+                raise TypeError(
+                    f"host callback result {i}: the program expects "
+                    f"{_describe(dt, shape)}, the callback returned "
+                    f"{_describe(got.dtype, got.shape)}")
+            got = np.ascontiguousarray(got)
+            ctypes.memmove(res_data[i], got.ctypes.data, got.nbytes)
+        return 0
+    except BaseException as e:  # everything goes back to the program as its error
+        text = str(e) if isinstance(e, (RuntimeError, TypeError)) and \
+            str(e).startswith(("CpuCallback", "host callback")) else \
+            "CpuCallback error calling callback: " + traceback.format_exc()
+        data = text.encode("utf-8", "replace")
+        if len(data) > err_cap - 1:  # keep the head and the exception's own lines
+            keep = max(0, err_cap - 1 - 5)
+            data = data[: keep // 4] + b"\n...\n" + data[len(data) - (keep - keep // 4):]
+            data = data[: max(0, err_cap - 1)]
+        ctypes.memmove(err, data + b"\0", len(data) + 1)
+        return 1
+
+
+def _install_runner(path: str) -> None:
+    global _runner
+    import ctypes
+    i32p, i64p, vpp = (ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int64),
+                       ctypes.POINTER(ctypes.c_void_p))
+    proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int32, i32p, i32p, i64p,
+                             vpp, ctypes.c_int32, i32p, i32p, i64p, vpp, ctypes.c_void_p,
+                             ctypes.c_int64)
+    try:
+        lib = ctypes.CDLL(path)
+        hook = lib.CausewayHostCallbackRunner
+    except (OSError, AttributeError) as e:
+        logger.warning("causeway: host callbacks unavailable: %s", e)
+        return
+    _runner = proto(_run_callback)
+    hook.argtypes = [proto]
+    hook.restype = None
+    hook(_runner)
+
+
 def initialize() -> None:
     path = library_path()
     if not os.path.exists(path):
@@ -66,5 +171,6 @@ def initialize() -> None:
             "(cmake --build build/release) or set CAUSEWAY_PJRT_LIBRARY", path)
         return
     _set_worker_plugin()
+    _install_runner(path)
     from jax._src import xla_bridge
     xla_bridge.register_plugin(PLUGIN_NAME, library_path=path)

@@ -268,6 +268,8 @@ cw_status_t cw_client_connect(const char* address, const cw_client_options_t* op
   if (options) {
     c->on_event = options->on_event;
     c->event_user = options->event_user;
+    c->on_request = options->on_request;
+    c->request_user = options->request_user;
     c->liveness_ms = options->liveness_ms > 0 ? options->liveness_ms : 0;
   }
   atomic_store_explicit(&c->last_rx_ms, cw_time_now_ms(), memory_order_relaxed);

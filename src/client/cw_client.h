@@ -26,6 +26,15 @@ typedef struct cw_client_options_s {
   // reader thread; `event` is borrowed for the call. NULL: they are dropped.
   void (*on_event)(void* user, const ProtobufCMessage* event);
   void* event_user;
+  // Requests the peer sends us (a worker's HOST_CALLBACK), on the reader
+  // thread: `request` (payload decoded, bulk checked against it) and `bulk`
+  // (malloc'd, NULL when none) are taken. Answer each exactly once with
+  // cw_client_reply or cw_client_reply_error, from any thread -- not this
+  // one if the answer waits on other replies. NULL: such a request is a
+  // protocol violation and ends the connection.
+  void (*on_request)(void* user, cw_client_t* client, uint16_t type, uint64_t request_id,
+                     ProtobufCMessage* request, uint8_t* bulk, uint64_t bulk_len);
+  void* request_user;
   // > 0: a peer that owes answers and says nothing for this long is taken for
   // hung: everything outstanding fails UNAVAILABLE ("no answer from ADDR for
   // N ms"). After half of it the client sends PING, which a live peer
@@ -121,6 +130,15 @@ CW_MUST_USE cw_status_t cw_client_call(cw_client_t* client, uint16_t type,
 // error among completions that nobody waits for (sent with done == NULL and
 // never passed to cw_client_wait are kept; this drains them), or OK.
 CW_MUST_USE cw_status_t cw_client_flush(cw_client_t* client);
+
+// Answers the peer's request `request_id` of `type` (options.on_request)
+// with `reply` and bulk bytes (borrowed; written before this returns).
+CW_MUST_USE cw_status_t cw_client_reply(cw_client_t* client, uint16_t type, uint64_t request_id,
+                                        const ProtobufCMessage* reply, const struct iovec* bulk,
+                                        int bulk_count);
+// The same with an error (status taken).
+CW_MUST_USE cw_status_t cw_client_reply_error(cw_client_t* client, uint16_t type,
+                                              uint64_t request_id, cw_status_t status);
 
 // ---- Typed helpers (each a thin wrapper over cw_client_send/call) ----------
 

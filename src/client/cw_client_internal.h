@@ -105,6 +105,9 @@ struct cw_client_s {
   cw_rbuf_t rb;          // reader-owned: what one recv brought (cw_rbuf.h)
   void (*on_event)(void* user, const ProtobufCMessage* event);
   void* event_user;
+  void (*on_request)(void* user, cw_client_t* client, uint16_t type, uint64_t request_id,
+                     ProtobufCMessage* request, uint8_t* bulk, uint64_t bulk_len);
+  void* request_user;
   // Liveness (cw_client_options_t.liveness_ms; 0: off): the watchdog thread
   // pings a peer that owes answers and has been quiet, and gives up on one
   // that stays quiet.
@@ -144,6 +147,12 @@ CW_MUST_USE cw_status_t cw_client_message_pack(const ProtobufCMessage* msg, uint
 // are borrowed. The caller holds write_mu (or is the only thread, during
 // HELLO).
 CW_MUST_USE cw_status_t cw_client_frame_write(cw_client_t* c, uint16_t type, uint64_t request_id,
+                                              const uint8_t* payload, size_t payload_len,
+                                              const struct iovec* bulk, int bulk_count,
+                                              uint64_t bulk_len);
+// The same with header flags (CW_FRAME_REPLY, CW_FRAME_ERROR): a reply.
+CW_MUST_USE cw_status_t cw_client_frame_write_flags(cw_client_t* c, uint16_t type, uint32_t flags,
+                                                    uint64_t request_id,
                                               const uint8_t* payload, size_t payload_len,
                                               const struct iovec* bulk, int bulk_count,
                                               uint64_t bulk_len);

@@ -138,6 +138,36 @@ static cw_status_t cw__discard(cw_client_t* c, uint64_t len) {
   return cw_ok_status();
 }
 
+// A request from the peer (options.on_request): its bulk, checked against
+// the payload, into memory of its own; both go to the callback.
+static cw_status_t cw__peer_request(cw_client_t* c, const cw_frame_header_t* h,
+                                    ProtobufCMessage* msg) {
+  cw_status_t s = cw_msg_check_bulk(h, msg);
+  if (s) {
+    protobuf_c_message_free_unpacked(msg, NULL);
+    return cw_status_annotate(s, "protocol violation from peer");
+  }
+  uint8_t* bulk = NULL;
+  if (h->bulk_len) {
+    bulk = h->bulk_len <= SIZE_MAX ? malloc((size_t)h->bulk_len) : NULL;
+    size_t got = 0;
+    if (!bulk) {
+      s = cw_make_status(CW_RESOURCE_EXHAUSTED, "cannot allocate %llu bytes for a %s request",
+                         (unsigned long long)h->bulk_len, cw_msg_type_name(h->type));
+    } else if (cw_rbuf_read(&c->rb, bulk, (size_t)h->bulk_len, &got) != 0) {
+      s = cw_make_status(CW_UNAVAILABLE, "reading request bulk: %s",
+                         cw_client_io_error_text(c, errno, 1));
+    }
+    if (s) {
+      free(bulk);
+      protobuf_c_message_free_unpacked(msg, NULL);
+      return s;
+    }
+  }
+  c->on_request(c->request_user, c, h->type, h->request_id, msg, bulk, h->bulk_len);
+  return cw_ok_status();
+}
+
 // Handles one frame. Returns an error only for conditions that end the
 // connection (I/O errors, protocol violations).
 static cw_status_t cw__read_one(cw_client_t* c) {
@@ -150,7 +180,9 @@ static cw_status_t cw__read_one(cw_client_t* c) {
   cw_frame_header_t h;
   CW_RETURN_IF_ERROR(cw_frame_header_decode(hdr, sizeof(hdr), &c->limits, &h),
                      "protocol violation from peer");
-  if (!(h.flags & CW_FRAME_REPLY) && h.type != CW_MSG_EVENT) {
+  bool peer_request = !(h.flags & CW_FRAME_REPLY) && h.type == CW_MSG_HOST_CALLBACK &&
+                      c->on_request;
+  if (!(h.flags & CW_FRAME_REPLY) && h.type != CW_MSG_EVENT && !peer_request) {
     return cw_make_status(CW_UNAVAILABLE, "protocol violation from peer: unexpected %s request",
                           cw_msg_type_name(h.type));
   }
@@ -171,6 +203,7 @@ static cw_status_t cw__read_one(cw_client_t* c) {
   CW_RETURN_IF_ERROR(cw_frame_decode_payload(&h, c->payload_buf, &msg),
                      "protocol violation from peer: %s reply", cw_msg_type_name(h.type));
 
+  if (peer_request) return cw__peer_request(c, &h, msg);
   if (!(h.flags & CW_FRAME_REPLY)) {
     // An unsolicited EVENT (no bulk: the header check refuses it).
     if (c->on_event) c->on_event(c->event_user, msg);

@@ -8,6 +8,7 @@
 #include "cw_client_internal.h"
 #include "cw_client_socket.h"
 #include "cw_client_tls.h"
+#include "cw_messages.h"
 #include "cw_time.h"
 
 #define CW__STACK_IOVS 8
@@ -17,24 +18,37 @@
 // ---- Frames ----------------------------------------------------------------
 
 // Encodes a request frame's header into out[CW_FRAME_HEADER_SIZE].
-static void cw__encode_request_header(uint16_t type, uint64_t request_id, size_t payload_len,
-                                      uint64_t bulk_len, uint8_t* out) {
+static void cw__encode_header(uint16_t type, uint32_t flags, uint64_t request_id,
+                              size_t payload_len, uint64_t bulk_len, uint8_t* out) {
   cw_frame_header_t h = {.magic = CW_FRAME_MAGIC,
                          .version = CW_PROTOCOL_VERSION,
                          .type = type,
-                         .flags = 0,
+                         .flags = flags,
                          .payload_len = (uint32_t)payload_len,
                          .request_id = request_id,
                          .bulk_len = bulk_len};
   cw_frame_header_encode(&h, out);
 }
 
+static void cw__encode_request_header(uint16_t type, uint64_t request_id, size_t payload_len,
+                                      uint64_t bulk_len, uint8_t* out) {
+  cw__encode_header(type, 0, request_id, payload_len, bulk_len, out);
+}
+
 // Packs and writes one frame; `bulk` is borrowed and not copied.
 cw_status_t cw_client_frame_write(cw_client_t* c, uint16_t type, uint64_t request_id,
                                   const uint8_t* payload, size_t payload_len,
                                   const struct iovec* bulk, int bulk_count, uint64_t bulk_len) {
+  return cw_client_frame_write_flags(c, type, 0, request_id, payload, payload_len, bulk,
+                                     bulk_count, bulk_len);
+}
+
+cw_status_t cw_client_frame_write_flags(cw_client_t* c, uint16_t type, uint32_t flags,
+                                        uint64_t request_id, const uint8_t* payload,
+                                        size_t payload_len, const struct iovec* bulk,
+                                        int bulk_count, uint64_t bulk_len) {
   uint8_t hdr[CW_FRAME_HEADER_SIZE];
-  cw__encode_request_header(type, request_id, payload_len, bulk_len, hdr);
+  cw__encode_header(type, flags, request_id, payload_len, bulk_len, hdr);
   struct iovec stack_iov[CW__STACK_IOVS];
   size_t n = 3 + (size_t)bulk_count;
   struct iovec* iov = stack_iov;
@@ -355,5 +369,45 @@ cw_status_t cw_client_flush(cw_client_t* client) {
   cw_status_t s = first->status;
   first->status = cw_ok_status();
   cw_client_pending_free(first);
+  return s;
+}
+
+// ---- Replies to the peer's requests ------------------------------------------
+
+static cw_status_t cw__reply(cw_client_t* c, uint16_t type, uint32_t flags, uint64_t request_id,
+                             const ProtobufCMessage* msg, const struct iovec* bulk,
+                             int bulk_count) {
+  uint64_t bulk_len = 0;
+  for (int i = 0; i < bulk_count; ++i) bulk_len += bulk[i].iov_len;
+  uint8_t stack[256];
+  uint8_t* payload = stack;
+  size_t payload_len = 0;
+  if (msg) CW_RETURN_IF_ERROR(cw_client_message_pack(msg, stack, sizeof(stack), &payload,
+                                                     &payload_len), "reply");
+  pthread_mutex_lock(&c->mu);
+  cw_status_t s = c->dead ? cw__dead_status(c) : cw_ok_status();
+  pthread_mutex_unlock(&c->mu);
+  if (!s) {
+    pthread_mutex_lock(&c->write_mu);
+    s = cw_client_frame_write_flags(c, type, CW_FRAME_REPLY | flags, request_id, payload,
+                                    payload_len, bulk, bulk_count, bulk_len);
+    pthread_mutex_unlock(&c->write_mu);
+  }
+  if (payload != stack) free(payload);
+  return s;
+}
+
+cw_status_t cw_client_reply(cw_client_t* c, uint16_t type, uint64_t request_id,
+                            const ProtobufCMessage* reply, const struct iovec* bulk,
+                            int bulk_count) {
+  return cw__reply(c, type, 0, request_id, reply, bulk, bulk_count);
+}
+
+cw_status_t cw_client_reply_error(cw_client_t* c, uint16_t type, uint64_t request_id,
+                                  cw_status_t status) {
+  Causeway__V1__ErrorReply er;
+  cw_error_reply_fill(&er, status);
+  cw_status_t s = cw__reply(c, type, CW_FRAME_ERROR, request_id, &er.base, NULL, 0);
+  cw_status_free(status);
   return s;
 }

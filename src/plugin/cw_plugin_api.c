@@ -11,6 +11,8 @@
 #include "cw_plugin_event.h"
 #include "cw_plugin_executable.h"
 #include "cw_plugin_execute.h"
+#include "cw_plugin_hostcb.h"
+#include "cw_pjrt_ffi.h"
 #include "cw_plugin_transfer.h"
 
 // ---- Plugin ------------------------------------------------------------------
@@ -56,8 +58,6 @@ CW__STUB(PJRT_Device_MemoryStats)
 CW__STUB(PJRT_Device_ClearMemoryStats)
 CW__STUB(PJRT_Device_PoisonExecution)
 CW__STUB(PJRT_AsyncTrackingEvent_Destroy)
-CW__STUB(PJRT_ExecuteContext_Create)
-CW__STUB(PJRT_ExecuteContext_Destroy)
 CW__STUB(PJRT_Executable_GetCostAnalysis)
 CW__STUB(PJRT_Executable_Serialize)
 CW__STUB(PJRT_Executable_GetCompiledMemoryStats)
@@ -94,7 +94,8 @@ CW__STUB(PJRT_Compile)
 
 static const PJRT_Api cw__api = {
     .struct_size = sizeof(PJRT_Api),
-    .extension_start = NULL,
+    // FFI: JAX hands host callbacks to Execute through it (cw_plugin_hostcb.h).
+    .extension_start = &cw_plugin_hostcb_ffi.base,
     .pjrt_api_version = {.struct_size = sizeof(PJRT_Api_Version),
                          .extension_start = NULL,
                          .major_version = CW_PJRT_API_MAJOR,
@@ -214,8 +215,8 @@ static const PJRT_Api cw__api = {
     .PJRT_Client_TopologyDescription = cw__stub_PJRT_Client_TopologyDescription,
     .PJRT_Executable_GetCompiledMemoryStats = cw__stub_PJRT_Executable_GetCompiledMemoryStats,
     .PJRT_Memory_Kind_Id = cw_plugin_memory_kind_id,
-    .PJRT_ExecuteContext_Create = cw__stub_PJRT_ExecuteContext_Create,
-    .PJRT_ExecuteContext_Destroy = cw__stub_PJRT_ExecuteContext_Destroy,
+    .PJRT_ExecuteContext_Create = cw_plugin_execute_context_create,
+    .PJRT_ExecuteContext_Destroy = cw_plugin_execute_context_destroy,
 
     .PJRT_Buffer_CopyRawToHost = cw__stub_PJRT_Buffer_CopyRawToHost,
     .PJRT_AsyncHostToDeviceTransferManager_Destroy =

@@ -16,6 +16,7 @@
 #include "cw_plugin_device.h"
 #include "cw_plugin_error.h"
 #include "cw_plugin_health.h"
+#include "cw_plugin_hostcb.h"
 #include "cw_plugin_internal.h"
 #include "cw_plugin_resume.h"
 #include "cw_plugin_token.h"
@@ -178,7 +179,8 @@ static cw_status_t cw__connect_workers(cw_plugin_client_t* c) {
                              .session_id = c->session_id,
                              .peer_name = "causeway-pjrt",
                              .connect_timeout_ms = CW__CONNECT_TIMEOUT_MS,
-                             .tls = c->tls};
+                             .tls = c->tls,
+                             .on_request = cw_plugin_hostcb_on_request};
     cw_client_t* conn = NULL;
     cw_status_t s = cw_client_connect(w->address, &o, &conn);
     w->conn = conn;

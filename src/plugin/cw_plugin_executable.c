@@ -9,6 +9,7 @@
 #include "cw_plugin_error.h"
 #include "cw_plugin_executable.h"
 #include "cw_plugin_health.h"
+#include "cw_plugin_hostcb.h"
 #include "cw_plugin_internal.h"
 #include "cw_plugin_resume.h"
 #include "cw_plugin_worker.h"
@@ -20,6 +21,7 @@
 
 void cw_plugin_exe_release(cw_plugin_exe_t* e) {
   if (!e || atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) != 1) return;
+  cw_plugin_hostcb_forget(e);
   free(e->name);
   free(e->output_types);
   free(e->output_dims);

@@ -9,6 +9,7 @@
 #include "cw_plugin_executable.h"
 #include "cw_plugin_execute.h"
 #include "cw_plugin_health.h"
+#include "cw_plugin_hostcb.h"
 #include "cw_plugin_internal.h"
 #include "cw_plugin_trace.h"
 #include "cw_plugin_worker.h"
@@ -180,7 +181,8 @@ static cw_status_t cw__execute_outputs(PJRT_LoadedExecutable_Execute_Args* args,
 // order among our other requests. *out_seq: the seq it took.
 static cw_status_t cw__execute_launch(cw_plugin_exe_t* e, const PJRT_ExecuteOptions* opt,
                                       Causeway__V1__IdList** ptrs, size_t nd, uint32_t* donate,
-                                      size_t ndonate, cw_plugin_future_t* f, uint64_t* out_seq) {
+                                      size_t ndonate, uint64_t host_callbacks,
+                                      cw_plugin_future_t* f, uint64_t* out_seq) {
   Causeway__V1__LaunchRequest req = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
   req.exe_id = e->id;
   req.n_args = nd;
@@ -190,6 +192,7 @@ static cw_status_t cw__execute_launch(cw_plugin_exe_t* e, const PJRT_ExecuteOpti
   req.launch_id = opt ? (uint64_t)(uint32_t)opt->launch_id : 0;
   req.n_donate = ndonate;
   req.donate = donate;
+  req.host_callbacks = host_callbacks;
   cw__launch_t* lc = malloc(sizeof(*lc));
   if (!lc) return cw__oom();
   bool direct = e->worker->direct_launch;
@@ -248,8 +251,18 @@ PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args) {
   Causeway__V1__IdList** ptrs =
       2 * nd <= CW__STACK_LISTS ? stack_ptrs : calloc(2 * nd, sizeof(*ptrs));
   size_t made = 0;
+  // Host callbacks: the callables are JAX's for as long as this call lasts
+  // (it may drop the executable, and them, once it returns), so a launch
+  // that has them is waited for here, as stock JAX runs such programs
+  // synchronously. JAX has released the GIL they need meanwhile.
+  uint64_t host_callbacks =
+      opt && opt->struct_size >= CW_PJRT_STRUCT_SIZE(PJRT_ExecuteOptions, context)
+          ? cw_plugin_hostcb_for_launch(e, opt->context)
+          : 0;
   s = (ids && lists && ptrs) ? cw__execute_outputs(args, f, ids, lists, ptrs, &made) : cw__oom();
-  if (!s && !poisoned) s = cw__execute_launch(e, opt, ptrs, nd, donate, ndonate, f, &trace_seq);
+  if (!s && !poisoned) {
+    s = cw__execute_launch(e, opt, ptrs, nd, donate, ndonate, host_callbacks, f, &trace_seq);
+  }
   if (ids != stack_ids) free(ids);
   if (lists != stack_lists) free(lists);
   if (ptrs != stack_ptrs) free(ptrs);
@@ -288,6 +301,8 @@ PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args) {
       args->device_complete_events[d] = cw_plugin_event_from_future(f);
     }
   }
+  // Its outcome is the outputs' and the events': not this call's.
+  if (host_callbacks) cw_status_free(cw_plugin_future_wait(f));
   cw_plugin_future_release(f);
   if (trace_t0) {
     cw_plugin_trace_client_event("execute", e->name, CW_PLUGIN_TRACE_LANE_DISPATCH, trace_t0,

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "cw_plugin_health.h"
+#include "cw_plugin_hostcb.h"
 #include "cw_plugin_internal.h"
 #include "cw_plugin_resume.h"
 #include "cw_plugin_worker.h"
@@ -102,7 +103,8 @@ bool cw_plugin_health_revive(cw_plugin_worker_t* w) {
     cw_client_options_t o = {.session_id = c->session_id,
                              .peer_name = "causeway-pjrt",
                              .connect_timeout_ms = CW__REJOIN_CONNECT_TIMEOUT_MS,
-                             .tls = c->tls};
+                             .tls = c->tls,
+                             .on_request = cw_plugin_hostcb_on_request};
     s = cw_client_connect(address, &o, &conn);
     if (s) {
       cw__set_reason(w, "its replacement at %s cannot be reached: %s", address,

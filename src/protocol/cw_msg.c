@@ -6,6 +6,7 @@
 
 #include "cw_array.h"
 #include "cw_frame.h"
+#include "cw_hostcb.h"
 
 #define CW__PIN(name) \
   _Static_assert((int)CW_MSG_##name == (int)CAUSEWAY__V1__MSG_TYPE__MSG_##name, \
@@ -27,6 +28,7 @@ CW__PIN(DELETE);
 CW__PIN(STATS);
 CW__PIN(AWAIT);
 CW__PIN(LAUNCH_GO);
+CW__PIN(HOST_CALLBACK);
 CW__PIN(REGISTER);
 CW__PIN(OPEN_SESSION);
 CW__PIN(EXE_INFO);
@@ -74,6 +76,22 @@ static cw_status_t cw__put_bulk(const cw_frame_header_t* h, const ProtobufCMessa
   return cw_ok_status();
 }
 
+// A HOST_CALLBACK request carries its operands' bytes, exactly.
+static cw_status_t cw__host_callback_bulk(const cw_frame_header_t* h, const ProtobufCMessage* msg) {
+  const Causeway__V1__HostCallbackRequest* r = (const Causeway__V1__HostCallbackRequest*)msg;
+  uint64_t total = 0, results = 0;
+  CW_RETURN_IF_ERROR(cw_hostcb_layout(r->results, r->n_results, "result", NULL, &results),
+                     "HOST_CALLBACK");
+  CW_RETURN_IF_ERROR(cw_hostcb_layout(r->operands, r->n_operands, "operand", NULL, &total),
+                     "HOST_CALLBACK");
+  if (total != h->bulk_len) {
+    return cw_make_status(CW_INVALID_ARGUMENT,
+                          "HOST_CALLBACK bulk of %llu bytes differs from its operands' %llu bytes",
+                          (unsigned long long)h->bulk_len, (unsigned long long)total);
+  }
+  return cw_ok_status();
+}
+
 #define CW__SEQ_IS_U64(type) \
   _Static_assert(sizeof(((Causeway__V1__##type*)0)->seq) == 8, #type ".seq is a uint64")
 CW__SEQ_IS_U64(UploadRequest);
@@ -114,6 +132,8 @@ static const cw_msg_info_t cw__msgs[CW_MSG_TYPE_MAX + 1] = {
   [CW_MSG_STATS] =        {"STATS",        CW__D(stats_request),        CW__D(stats),              CW_ROLES_ANY, 0,                      0,  NULL,            false, false},
   [CW_MSG_AWAIT] =        {"AWAIT",        CW__D(await_request),        CW__D(array_info),         C,            CW__SEQ(AwaitRequest),  0,  NULL,            true,  false},
   [CW_MSG_LAUNCH_GO] =    {"LAUNCH_GO",    CW__D(launch_go_request),    CW__D(ack),                K,            0,                      0,  NULL,            true,  false},
+  // Host callbacks (18-21): the worker asks the client to run a callable.
+  [CW_MSG_HOST_CALLBACK] = {"HOST_CALLBACK", CW__D(host_callback_request), CW__D(host_callback_reply), W, 0,                  BQ | BR, cw__host_callback_bulk, true, false},
   [CW_MSG_REGISTER] =     {"REGISTER",     CW__D(register_request),     CW__D(register_reply),     W,            0,                      0,  NULL,            false, false},
   [CW_MSG_OPEN_SESSION] = {"OPEN_SESSION", CW__D(open_session_request), CW__D(session_info),       C,            0,                      0,  NULL,            true,  false},
   [CW_MSG_EXE_INFO] =     {"EXE_INFO",     CW__D(exe_info_request),     CW__D(executable_info),    C | K,        0,                      0,  NULL,            true,  false},

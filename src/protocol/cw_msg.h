@@ -36,6 +36,7 @@ typedef enum cw_msg_type_e {
   CW_MSG_STATS = 15,
   CW_MSG_AWAIT = 16,
   CW_MSG_LAUNCH_GO = 17,
+  CW_MSG_HOST_CALLBACK = 18,
   CW_MSG_REGISTER = 32,
   CW_MSG_OPEN_SESSION = 33,
   CW_MSG_EXE_INFO = 34,

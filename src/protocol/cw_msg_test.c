@@ -153,6 +153,7 @@ static void test_msg_senders(void** state) {
   }
   assert_int_equal(cw_msg_info(CW_MSG_PUT)->senders, CW_ROLE_WORKER_BIT);
   assert_int_equal(cw_msg_info(CW_MSG_LAUNCH_GO)->senders, CW_ROLE_CONTROLLER_BIT);
+  assert_int_equal(cw_msg_info(CW_MSG_HOST_CALLBACK)->senders, CW_ROLE_WORKER_BIT);
 }
 
 // The bulk column is what the frame layer allows: requests and replies
@@ -181,7 +182,7 @@ static void test_msg_bulk_columns(void** state) {
       cw_status_free(s);
     }
   }
-  assert_int_equal(carriers, 5);  // SERIALIZE, LOAD, UPLOAD, DOWNLOAD, PUT
+  assert_int_equal(carriers, 6);  // SERIALIZE, LOAD, UPLOAD, DOWNLOAD, PUT, HOST_CALLBACK
   assert_false(cw_frame_may_carry_bulk(99, 0));
 }
 
@@ -239,6 +240,32 @@ static void test_msg_check_bulk(void** state) {
   Causeway__V1__SerializeRequest ser = CAUSEWAY__V1__SERIALIZE_REQUEST__INIT;
   expect_refused(check_bulk(CW_MSG_SERIALIZE, 0, 8, &ser.base), "SERIALIZE carries no bulk");
   expect_refused(check_bulk(99, 0, 8, NULL), "UNKNOWN carries no bulk");
+  // HOST_CALLBACK carries exactly its operands' bytes (a token none); its
+  // results travel in the reply.
+  int64_t four[] = {4};
+  Causeway__V1__HostCallbackArray tok = CAUSEWAY__V1__HOST_CALLBACK_ARRAY__INIT;
+  tok.token = true;
+  Causeway__V1__HostCallbackArray f32 = CAUSEWAY__V1__HOST_CALLBACK_ARRAY__INIT;
+  f32.dtype = CAUSEWAY__V1__DTYPE__DTYPE_F32;
+  f32.dims = four;
+  f32.n_dims = 1;
+  Causeway__V1__HostCallbackArray* ops[] = {&tok, &f32};
+  Causeway__V1__HostCallbackArray* res[] = {&f32, &f32};
+  Causeway__V1__HostCallbackRequest cb = CAUSEWAY__V1__HOST_CALLBACK_REQUEST__INIT;
+  cb.operands = ops;
+  cb.n_operands = 2;
+  cb.results = res;
+  cb.n_results = 2;
+  assert_null(check_bulk(CW_MSG_HOST_CALLBACK, 0, 16, &cb.base));
+  expect_refused(check_bulk(CW_MSG_HOST_CALLBACK, 0, 32, &cb.base),
+                 "HOST_CALLBACK bulk of 32 bytes differs from its operands' 16 bytes");
+  f32.dtype = 99;
+  expect_refused(check_bulk(CW_MSG_HOST_CALLBACK, 0, 16, &cb.base),
+                 "HOST_CALLBACK: host callback result 0: unknown element type 99");
+  f32.dtype = CAUSEWAY__V1__DTYPE__DTYPE_F32;
+  tok.dtype = CAUSEWAY__V1__DTYPE__DTYPE_S8;
+  expect_refused(check_bulk(CW_MSG_HOST_CALLBACK, 0, 16, &cb.base),
+                 "host callback operand 0: a token has no element type or dimensions");
   // Replies pass, whatever they carry (the header checked the direction).
   assert_null(check_bulk(CW_MSG_DOWNLOAD, CW_FRAME_REPLY, 1 << 20, NULL));
   assert_null(check_bulk(CW_MSG_UPLOAD, CW_FRAME_REPLY, 7, NULL));

@@ -79,6 +79,7 @@ typedef struct cw_store_entry_s {
   // say, and outputs are charged once they exist): the local device of each
   // launch position [num_devices], each output's bytes per device [num_outputs].
   bool outputs_known;
+  bool host_callbacks;  // it may call back to the client (cw_worker_hostcb.h)
   int* devices;             // owned
   uint64_t* output_bytes;   // owned
   cw_store_waiter_t* waiters;

@@ -32,6 +32,7 @@
 
 #include "cw_log.h"
 #include "cw_worker_conn.h"
+#include "cw_worker_hostcb.h"
 #include "cw_worker_http.h"
 #include "cw_worker_internal.h"
 #include "cw_worker_link.h"
@@ -48,6 +49,7 @@ struct cw_completion_s {
   cw_status_t status;
   cw_done_fn fn;
   void* user;
+  bool uncounted;  // cw_worker_post: not in w->outstanding
 };
 
 static void cw__maybe_finish_shutdown(cw_worker_t* w);
@@ -72,7 +74,7 @@ static void cw__on_async(uv_async_t* handle) {
     cw_completion_t* cp = fifo;
     fifo = fifo->next;
     cw_pjrt_event_destroy(w->pjrt, cp->event);
-    w->outstanding--;
+    if (!cp->uncounted) w->outstanding--;
     cp->fn(w, cp->user, cp->status);
     free(cp);
   }
@@ -138,6 +140,25 @@ void cw_worker_when_ready(cw_worker_t* w, PJRT_Event* event, cw_done_fn fn, void
   if (st) cw__event_fired(cp, st);
 }
 
+bool cw_worker_post(cw_worker_t* w, cw_done_fn fn, void* user) {
+  cw_completion_t* cp = calloc(1, sizeof(*cp));
+  if (!cp) return false;
+  cp->w = w;
+  cp->fn = fn;
+  cp->user = user;
+  cp->uncounted = true;
+  pthread_mutex_lock(&w->mu);
+  bool open = !w->posts_closed;
+  if (open) {
+    cp->next = w->completions;
+    w->completions = cp;
+    uv_async_send(&w->async);  // under mu: the handle is not closed meanwhile
+  }
+  pthread_mutex_unlock(&w->mu);
+  if (!open) free(cp);
+  return open;
+}
+
 void cw_worker_job_started(cw_worker_t* w) { w->outstanding++; }
 
 void cw_worker_job_done(cw_worker_t* w) {
@@ -162,6 +183,9 @@ static void cw__release_handle(void* user, cw_store_entry_t* e) {
 static void cw__maybe_finish_shutdown(cw_worker_t* w) {
   if (!w->shutting_down || !w->handles_open || w->outstanding > 0) return;
   w->handles_open = false;
+  pthread_mutex_lock(&w->mu);
+  w->posts_closed = true;
+  pthread_mutex_unlock(&w->mu);
   uv_close((uv_handle_t*)&w->async, NULL);
   cw_net_deinitialize(&w->net);  // a last prepare pass applies what fired inline
   uv_close((uv_handle_t*)&w->shutdown_timer, NULL);
@@ -232,6 +256,7 @@ cw_status_t cw_worker_create(const cw_settings_t* settings, cw_worker_t** out) {
                          &w->staging),
                      "worker");
   CW_RETURN_IF_ERROR(cw_worker_mem_start(w), "worker");
+  CW_RETURN_IF_ERROR(cw_worker_hostcb_start(w), "worker");
   CW_RETURN_IF_ERROR(cw_pjrt_inventory_initialize(w->pjrt, &w->inventory), "inventory");
   w->inventory_ready = true;
   uv_async_init(&w->loop, &w->async, cw__on_async);
@@ -286,6 +311,7 @@ void cw_worker_release(cw_worker_t* w) {
     uv_run(&w->loop, UV_RUN_DEFAULT);
   }
   if (w->leak_on_exit) return;  // PJRT may still call into us
+  cw_worker_hostcb_stop(w);  // its threads' launches have ended with the loop
   cw_store_release(w->store);
   cw_worker_mem_free(w);
   if (w->staging) {

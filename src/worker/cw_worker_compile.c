@@ -7,6 +7,7 @@
 #include "cw_log.h"
 #include "cw_pjrt_info.h"
 #include "cw_worker_conn.h"
+#include "cw_worker_hostcb.h"
 #include "cw_worker_op.h"
 #include "cw_xla_options.h"
 
@@ -30,8 +31,10 @@ static void cw__compile_work(uv_work_t* req) {
     const Causeway__V1__CompileRequest* r = (const Causeway__V1__CompileRequest*)op->msg;
     const char* format = (r->format && r->format[0]) ? r->format : "mlir";
     op->status = cw_pjrt_compile(p, format, r->code.data, r->code.len, opts, opts_len, &op->exe);
+    op->host_callbacks = cw_worker_hostcb_in_program(r->code.data, r->code.len);
   } else {
     op->status = cw_pjrt_deserialize(p, op->staging, (size_t)op->size, opts, opts_len, &op->exe);
+    op->host_callbacks = cw_worker_hostcb_in_program(op->staging, (size_t)op->size);
   }
   free(opts);
   if (!op->status) {
@@ -82,6 +85,7 @@ static void cw__compile_done(uv_work_t* req, int status) {
   } else {
     e->num_outputs = op->num_outputs;
     e->num_devices = op->num_devices;
+    e->host_callbacks = op->host_callbacks;
     e->name = op->name;
     op->name = NULL;
     if (op->params_known) {

@@ -133,6 +133,8 @@ struct cw_worker_s {
   size_t ops_live;
   cw_stamp_state_t* stamps;  // gang order (cw_worker_sched.c)
   struct cw_worker_mem_s* mem;  // memory budget and its waiters (cw_worker_mem.c)
+  struct cw_worker_hostcb_s* hostcb;  // host callbacks (cw_worker_hostcb.c)
+  bool posts_closed;  // under mu: the loop takes no more cw_worker_post
 };
 
 // A PJRT event's completion, applied on the loop thread (cw_worker.c).
@@ -141,6 +143,9 @@ typedef void (*cw_done_fn)(cw_worker_t* w, void* user, cw_status_t status);
 // Runs fn(w, user, status) on the loop thread once `event` is ready; takes
 // `event` (destroyed after fn ran; NULL: ready now).
 void cw_worker_when_ready(cw_worker_t* w, PJRT_Event* event, cw_done_fn fn, void* user);
+// Any thread: runs fn(w, user, OK) on the loop thread soon. False (and fn
+// never runs) once the loop is closing.
+CW_MUST_USE bool cw_worker_post(cw_worker_t* w, cw_done_fn fn, void* user);
 // A threadpool job was queued / applied (shutdown waits for none left).
 void cw_worker_job_started(cw_worker_t* w);
 void cw_worker_job_done(cw_worker_t* w);

@@ -10,6 +10,7 @@
 #include "cw_log.h"
 #include "cw_time.h"
 #include "cw_worker_conn.h"
+#include "cw_worker_hostcb.h"
 #include "cw_worker_mem.h"
 #include "cw_worker_op.h"
 #include "cw_worker_pin.h"
@@ -62,6 +63,8 @@ struct cw_launch_s {
   bool mem_admitted;
   struct cw_worker_mem_wait_s* mem_wait;
   bool stamp_released;
+  // A program that calls back (cw_worker_hostcb.h): its execute context.
+  cw_hostcb_launch_t* hostcb;
 };
 
 static void cw__launch_free(cw_launch_t* l) {
@@ -75,6 +78,7 @@ static void cw__launch_free(cw_launch_t* l) {
   cw_status_free(l->apply_error);
   if (l->req) protobuf_c_message_free_unpacked(&l->req->base, NULL);
   free(l->out_serials);
+  cw_worker_hostcb_launch_free(l->conn->w, l->hostcb);
   cw_status_free(l->first_error);
   cw_worker_conn_unref(l->conn);
   free(l);
@@ -306,6 +310,85 @@ static void cw__launch_donations(cw_worker_t* w, const cw_launch_t* l,
   }
 }
 
+// What an Execute call needs and gives, kept while it runs off the loop.
+typedef struct cw__issue_s {
+  cw_launch_t* l;
+  PJRT_LoadedExecutable* exe;
+  PJRT_Buffer** args;
+  PJRT_Buffer*** arg_lists;
+  PJRT_Buffer** outs;
+  PJRT_Buffer*** out_lists;
+  PJRT_Event** events;
+  bool* donate;
+  cw_status_t status;
+} cw__issue_t;
+
+static void cw__issue_free(cw__issue_t* is) {
+  free(is->args);
+  free(is->arg_lists);
+  free(is->outs);
+  free(is->out_lists);
+  free(is->events);
+  free(is->donate);
+  cw_status_free(is->status);
+  free(is);
+}
+
+static void cw__issue_execute(cw_worker_t* w, cw__issue_t* is) {
+  cw_launch_t* l = is->l;
+  is->status = cw_pjrt_execute(w->pjrt, is->exe, l->num_devices, l->num_args,
+                               (PJRT_Buffer* const* const*)is->arg_lists,
+                               (PJRT_Buffer** const*)is->out_lists, is->events,
+                               cw__launch_id(l->req), is->donate,
+                               l->hostcb ? cw_worker_hostcb_launch_context(l->hostcb) : NULL);
+}
+
+// Execute has returned (its outputs exist, its events will fire): the
+// outputs go into the store. Takes `is` and its launch.
+static void cw__launch_executed(cw_worker_t* w, cw__issue_t* is) {
+  cw_launch_t* l = is->l;
+  size_t nd = l->num_devices, na = l->num_args;
+  if (is->status) {
+    cw_status_t st = is->status;
+    is->status = NULL;
+    cw__issue_free(is);
+    cw__launch_fail(w, l, st);
+    return;
+  }
+  w->launches++;
+  w->launches_in_flight++;  // until every device's event fires
+  // The donated inputs' memory is the outputs' now.
+  for (size_t a = 0; a < na; ++a) {
+    for (size_t d = 0; is->donate[a] && d < nd; ++d) {
+      if (l->inputs[d * na + a]) cw_worker_mem_uncharge(w, l->inputs[d * na + a]);
+    }
+  }
+  cw__launch_attach_outputs(w, l, is->outs);
+  cw__drop_donated(w, l);
+  l->events_left = nd;
+  for (size_t d = 0; d < nd; ++d) cw__when_device_done(w, l, d, is->events[d]);
+  cw__issue_free(is);
+}
+
+// Loop thread: an Execute that ran on a host-callback thread is back.
+static void cw__launch_back(cw_worker_t* w, void* user, cw_status_t status) {
+  cw_status_free(status);  // always OK
+  cw__launch_executed(w, user);
+  cw_worker_job_done(w);
+}
+
+// Host-callback thread: Execute may call back and wait for the client.
+static void cw__launch_off_loop(void* user) {
+  cw__issue_t* is = user;
+  cw_worker_t* w = is->l->conn->w;
+  cw__issue_execute(w, is);
+  if (!cw_worker_post(w, cw__launch_back, is)) {
+    // The loop has gone (shutdown timed out): nobody takes the outputs.
+    CW_LOGE("launch of executable %" PRIu64 " finished after the worker's loop closed",
+            is->l->req->exe_id);
+  }
+}
+
 // All inputs and the executable are ready: execute. Takes `l`.
 static void cw__launch_issue(cw_worker_t* w, cw_launch_t* l, cw_store_entry_t* exe) {
   size_t nd = l->num_devices, na = l->num_args, no = l->num_outputs;
@@ -323,55 +406,51 @@ static void cw__launch_issue(cw_worker_t* w, cw_launch_t* l, cw_store_entry_t* e
     cw__launch_fail(w, l, st);
     return;
   }
-  PJRT_Buffer** args = calloc(nd * na + 1, sizeof(*args));
-  PJRT_Buffer*** arg_lists = calloc(nd, sizeof(*arg_lists));
-  PJRT_Buffer** outs = calloc(nd * no + 1, sizeof(*outs));
-  PJRT_Buffer*** out_lists = calloc(nd, sizeof(*out_lists));
-  PJRT_Event** events = calloc(nd, sizeof(*events));
-  bool* donate = calloc(na + 1, sizeof(*donate));
-  if (!args || !arg_lists || !outs || !out_lists || !events || !donate) {
-    st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for a launch");
+  cw__issue_t* is = calloc(1, sizeof(*is));
+  if (is) {
+    is->l = l;
+    is->exe = (PJRT_LoadedExecutable*)exe->handle;
+    is->args = calloc(nd * na + 1, sizeof(*is->args));
+    is->arg_lists = calloc(nd + 1, sizeof(*is->arg_lists));
+    is->outs = calloc(nd * no + 1, sizeof(*is->outs));
+    is->out_lists = calloc(nd + 1, sizeof(*is->out_lists));
+    is->events = calloc(nd + 1, sizeof(*is->events));
+    is->donate = calloc(na + 1, sizeof(*is->donate));
   }
-  for (size_t d = 0; !st && d < nd; ++d) {
-    arg_lists[d] = args + d * na;
-    out_lists[d] = outs + d * no;
-    for (size_t a = 0; a < na; ++a) {
-      cw_store_entry_t* e = l->inputs[d * na + a];  // held since the launch was applied
-      args[d * na + a] = e ? (PJRT_Buffer*)e->handle : NULL;
-    }
-  }
-  if (!st) cw__launch_donations(w, l, exe, donate);
-  l->trace_start_ns = cw_time_now_ns();
-  if (!st) {
-    st = cw_pjrt_execute(w->pjrt, (PJRT_LoadedExecutable*)exe->handle, nd, na,
-                         (PJRT_Buffer* const* const*)arg_lists, (PJRT_Buffer** const*)out_lists,
-                         events, cw__launch_id(l->req), donate);
-  }
-  free(args);
-  free(arg_lists);
-  free(out_lists);
-  if (st) {
-    free(donate);
-    free(outs);
-    free(events);
-    cw__launch_fail(w, l, st);
+  if (!is || !is->args || !is->arg_lists || !is->outs || !is->out_lists || !is->events ||
+      !is->donate) {
+    if (is) cw__issue_free(is);
+    cw__launch_fail(w, l, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for a launch"));
     return;
   }
-  w->launches++;
-  w->launches_in_flight++;  // until every device's event fires
-  // The donated inputs' memory is the outputs' now.
-  for (size_t a = 0; a < na; ++a) {
-    for (size_t d = 0; donate[a] && d < nd; ++d) {
-      if (l->inputs[d * na + a]) cw_worker_mem_uncharge(w, l->inputs[d * na + a]);
+  for (size_t d = 0; d < nd; ++d) {
+    is->arg_lists[d] = is->args + d * na;
+    is->out_lists[d] = is->outs + d * no;
+    for (size_t a = 0; a < na; ++a) {
+      cw_store_entry_t* e = l->inputs[d * na + a];  // held since the launch was applied
+      is->args[d * na + a] = e ? (PJRT_Buffer*)e->handle : NULL;
     }
   }
-  free(donate);
-  cw__launch_attach_outputs(w, l, outs);
-  free(outs);
-  cw__drop_donated(w, l);
-  l->events_left = nd;
-  for (size_t d = 0; d < nd; ++d) cw__when_device_done(w, l, d, events[d]);
-  free(events);
+  cw__launch_donations(w, l, exe, is->donate);
+  l->trace_start_ns = cw_time_now_ns();
+  if (!exe->host_callbacks) {
+    cw__issue_execute(w, is);
+    cw__launch_executed(w, is);
+    return;
+  }
+  // It may call back: XLA may run it inline on the calling thread, and its
+  // handler waits for the client, whose request this loop must carry.
+  st = cw_worker_hostcb_launch_create(w, l->skey, l->req->host_callbacks, l->req->exe_id,
+                                      &l->hostcb);
+  if (!st) {
+    cw_worker_job_started(w);
+    st = cw_worker_hostcb_run(w, cw__launch_off_loop, is);
+    if (st) cw_worker_job_done(w);
+  }
+  if (st) {
+    cw__issue_free(is);
+    cw__launch_fail(w, l, st);
+  }
 }
 
 // Takes the head launch off the connection's queue.

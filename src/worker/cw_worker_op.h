@@ -43,6 +43,7 @@ struct cw_op_s {
   uint64_t* output_bytes;
   size_t num_exe_devices, num_output_bytes;
   bool outputs_known;
+  bool host_callbacks;  // COMPILE/LOAD: the program calls back (cw_worker_hostcb.h)
   // Waiting for memory (cw_worker_mem.h); NULL when not. Freeing the op ends it.
   struct cw_worker_mem_wait_s* mem_wait;
   bool mem_admitted;  // COPY: its memory is charged

@@ -1,0 +1,319 @@
+// Host callbacks in the client (see cw_plugin_hostcb.h).
+#include "cw_plugin_hostcb.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cw_hostcb.h"
+#include "cw_msg.h"
+#include "cw_pjrt_ffi.h"
+#include "cw_plugin_error.h"
+#include "cw_plugin_executable.h"
+#include "cw_pool.h"
+
+// Threads that run callables; each may block in Python for long.
+#define CW__MAX_THREADS 64
+// More callables than any program has: user data claiming more is not ours.
+#define CW__MAX_CALLABLES (1u << 20)
+
+// What JAX puts in the execute context (jaxlib's layout).
+typedef struct cw__loaded_callbacks_s {
+  void** callbacks;
+  uint32_t num_callbacks;
+} cw__loaded_callbacks_t;
+
+// PJRT_ExecuteContext: the user data added to it.
+typedef struct cw__context_s {
+  size_t n;
+  PJRT_FFI_UserData items[8];
+} cw__context_t;
+
+// A launch's callables, by id (per executable).
+typedef struct cw__entry_s {
+  struct cw__entry_s* next;
+  uint64_t id;
+  const cw_plugin_exe_t* exe;
+  void** callables;  // owned copy of the pointers (the objects are JAX's)
+  uint32_t n;
+} cw__entry_t;
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static cw__entry_t* g_entries;
+static uint64_t g_next_id = 1;
+static int64_t g_next_type = 1;
+static int64_t g_callbacks_type;  // the id JAX registered for its callbacks' type (0: none)
+static cw_pool_t* g_pool;
+static _Atomic(cw_plugin_hostcb_runner_fn) g_runner;
+
+void CausewayHostCallbackRunner(cw_plugin_hostcb_runner_fn runner) { atomic_store(&g_runner, runner); }
+
+// --- The execute context and the FFI extension ------------------------------------
+
+PJRT_Error* cw_plugin_execute_context_create(PJRT_ExecuteContext_Create_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_ExecuteContext_Create_Args, context);
+  cw__context_t* c = calloc(1, sizeof(*c));
+  if (!c) return cw_plugin_error_from_status(cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
+  args->context = (PJRT_ExecuteContext*)c;
+  return NULL;
+}
+
+PJRT_Error* cw_plugin_execute_context_destroy(PJRT_ExecuteContext_Destroy_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_ExecuteContext_Destroy_Args, context);
+  free(args->context);
+  return NULL;
+}
+
+static PJRT_Error* cw__type_register(PJRT_FFI_Type_Register_Args* args) {
+  if (!args || args->struct_size < CW_PJRT_STRUCT_SIZE(PJRT_FFI_Type_Register_Args, type_id)) {
+    return cw_plugin_error_from_status(
+        cw_make_status(CW_INVALID_ARGUMENT, "PJRT_FFI_Type_Register: bad arguments"));
+  }
+  pthread_mutex_lock(&g_mu);
+  if (!args->type_id) args->type_id = g_next_type++;
+  static const char kName[] = "FfiLoadedHostCallbacks";
+  if (args->type_name && args->type_name_size >= sizeof(kName) - 1 &&
+      memcmp(args->type_name + args->type_name_size - (sizeof(kName) - 1), kName,
+             sizeof(kName) - 1) == 0) {
+    g_callbacks_type = args->type_id;
+  }
+  pthread_mutex_unlock(&g_mu);
+  return NULL;
+}
+
+static PJRT_Error* cw__user_data_add(PJRT_FFI_UserData_Add_Args* args) {
+  if (!args || args->struct_size < CW_PJRT_STRUCT_SIZE(PJRT_FFI_UserData_Add_Args, user_data) ||
+      !args->context) {
+    return cw_plugin_error_from_status(
+        cw_make_status(CW_INVALID_ARGUMENT, "PJRT_FFI_UserData_Add: bad arguments"));
+  }
+  cw__context_t* c = (cw__context_t*)args->context;
+  if (c->n == sizeof(c->items) / sizeof(c->items[0])) {
+    return cw_plugin_error_from_status(cw_make_status(
+        CW_RESOURCE_EXHAUSTED, "PJRT_FFI_UserData_Add: the causeway context holds 8 entries"));
+  }
+  c->items[c->n++] = args->user_data;
+  return NULL;
+}
+
+static PJRT_Error* cw__register_handler(PJRT_FFI_Register_Handler_Args* args) {
+  (void)args;
+  return cw_plugin_error_from_status(cw_make_status(
+      CW_UNIMPLEMENTED, "causeway runs custom calls on its workers: a handler registered in the "
+                        "client would never run (see docs/host_callbacks.md)"));
+}
+
+PJRT_FFI_Extension cw_plugin_hostcb_ffi = {
+    .base = {.struct_size = sizeof(PJRT_FFI_Extension), .type = PJRT_Extension_Type_FFI},
+    .type_register = cw__type_register,
+    .user_data_add = cw__user_data_add,
+    .register_handler = cw__register_handler,
+};
+
+
+// --- Launches -------------------------------------------------------------------
+
+// The context's callbacks: the entry of JAX's registered type, else the one
+// entry there is.
+static const cw__loaded_callbacks_t* cw__callbacks(const cw__context_t* c) {
+  pthread_mutex_lock(&g_mu);
+  int64_t type = g_callbacks_type;
+  pthread_mutex_unlock(&g_mu);
+  const PJRT_FFI_UserData* u = NULL;
+  for (size_t i = 0; i < c->n; ++i) {
+    if (type && c->items[i].type_id == type) u = &c->items[i];
+  }
+  if (!u && c->n == 1) u = &c->items[0];
+  const cw__loaded_callbacks_t* lc = u ? u->data : NULL;
+  if (!lc || !lc->callbacks || !lc->num_callbacks || lc->num_callbacks > CW__MAX_CALLABLES) {
+    return NULL;
+  }
+  return lc;
+}
+
+uint64_t cw_plugin_hostcb_for_launch(cw_plugin_exe_t* e, PJRT_ExecuteContext* context) {
+  const cw__loaded_callbacks_t* lc = context ? cw__callbacks((const cw__context_t*)context) : NULL;
+  if (!lc) return 0;
+  void** copy = malloc(lc->num_callbacks * sizeof(void*));
+  if (!copy) return 0;
+  memcpy(copy, lc->callbacks, lc->num_callbacks * sizeof(void*));
+  pthread_mutex_lock(&g_mu);
+  cw__entry_t* en = NULL;
+  for (en = g_entries; en && en->exe != e; en = en->next) {
+  }
+  if (!en && (en = calloc(1, sizeof(*en))) != NULL) {
+    en->id = g_next_id++;
+    en->exe = e;
+    en->next = g_entries;
+    g_entries = en;
+  }
+  uint64_t id = 0;
+  if (en) {
+    free(en->callables);
+    en->callables = copy;
+    en->n = lc->num_callbacks;
+    id = en->id;
+    copy = NULL;
+  }
+  pthread_mutex_unlock(&g_mu);
+  free(copy);
+  return id;
+}
+
+void cw_plugin_hostcb_forget(const cw_plugin_exe_t* e) {
+  pthread_mutex_lock(&g_mu);
+  for (cw__entry_t** p = &g_entries; *p; p = &(*p)->next) {
+    if ((*p)->exe == e) {
+      cw__entry_t* en = *p;
+      *p = en->next;
+      free(en->callables);
+      free(en);
+      break;
+    }
+  }
+  pthread_mutex_unlock(&g_mu);
+}
+
+// --- Requests from workers --------------------------------------------------------
+
+typedef struct cw__job_s {
+  cw_client_t* client;
+  uint64_t request_id;
+  Causeway__V1__HostCallbackRequest* req;
+  uint8_t* bulk;
+  void* callable;
+} cw__job_t;
+
+static void cw__job_free(cw__job_t* j) {
+  protobuf_c_message_free_unpacked(&j->req->base, NULL);
+  free(j->bulk);
+  free(j);
+}
+
+static void cw__answer_error(cw_client_t* client, uint64_t request_id, cw_status_t st) {
+  cw_status_free(cw_client_reply_error(client, CW_MSG_HOST_CALLBACK, request_id, st));
+}
+
+// Dtypes, ranks and dims (concatenated) of `arrays` for the runner.
+static cw_status_t cw__shapes(Causeway__V1__HostCallbackArray* const* arrays, size_t n,
+                              int32_t* dtypes, int32_t* ranks, int64_t** out_dims) {
+  size_t total = 0;
+  for (size_t i = 0; i < n; ++i) total += arrays[i]->n_dims;
+  int64_t* dims = malloc((total + 1) * sizeof(*dims));
+  if (!dims) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  size_t k = 0;
+  for (size_t i = 0; i < n; ++i) {
+    dtypes[i] = arrays[i]->token ? -1 : (int32_t)arrays[i]->dtype;
+    ranks[i] = (int32_t)arrays[i]->n_dims;
+    for (size_t d = 0; d < arrays[i]->n_dims; ++d) dims[k++] = arrays[i]->dims[d];
+  }
+  *out_dims = dims;
+  return cw_ok_status();
+}
+
+// Pool thread: runs the callable and answers.
+static void cw__run(void* user) {
+  cw__job_t* j = user;
+  const Causeway__V1__HostCallbackRequest* r = j->req;
+  size_t no = r->n_operands, nr = r->n_results;
+  uint64_t* offsets = calloc(no + nr + 1, sizeof(*offsets));
+  int32_t* dtypes = calloc(no + nr + 1, sizeof(*dtypes));
+  int32_t* ranks = calloc(no + nr + 1, sizeof(*ranks));
+  void** data = calloc(no + nr + 1, sizeof(*data));
+  int64_t* op_dims = NULL;
+  int64_t* res_dims = NULL;
+  uint8_t* out = NULL;
+  uint64_t out_len = 0, in_len = 0;
+  char err[16384] = "";  // a traceback (the runner keeps its last lines)
+  cw_status_t st = (offsets && dtypes && ranks && data)
+                       ? cw_ok_status()
+                       : cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  if (!st) st = cw_hostcb_layout(r->operands, no, "operand", offsets, &in_len);
+  if (!st) st = cw_hostcb_layout(r->results, nr, "result", offsets + no, &out_len);
+  if (!st) st = cw__shapes(r->operands, no, dtypes, ranks, &op_dims);
+  if (!st) st = cw__shapes(r->results, nr, dtypes + no, ranks + no, &res_dims);
+  if (!st && !(out = malloc(out_len ? (size_t)out_len : 1))) {
+    st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for %llu bytes of results",
+                        (unsigned long long)out_len);
+  }
+  cw_plugin_hostcb_runner_fn runner = atomic_load(&g_runner);
+  if (!st && !runner) {
+    st = cw_make_status(CW_FAILED_PRECONDITION,
+                        "host callbacks need the causeway_jax package, which installs the "
+                        "runner of Python callables (JAX loaded libcauseway_pjrt.so without it)");
+  }
+  if (!st) {
+    for (size_t i = 0; i < no; ++i) data[i] = j->bulk + offsets[i];
+    for (size_t i = 0; i < nr; ++i) data[no + i] = out + offsets[no + i];
+    memset(out, 0, out_len ? (size_t)out_len : 1);
+    int rc = runner(j->callable, (int32_t)no, dtypes, ranks, op_dims, data, (int32_t)nr,
+                    dtypes + no, ranks + no, res_dims, data + no, err, (int64_t)sizeof(err));
+    if (rc) {
+      err[sizeof(err) - 1] = 0;
+      st = cw_make_status(CW_INTERNAL, "%s", err[0] ? err : "host callback failed");
+    }
+  }
+  if (st) {
+    cw__answer_error(j->client, j->request_id, st);
+  } else {
+    Causeway__V1__HostCallbackReply rep = CAUSEWAY__V1__HOST_CALLBACK_REPLY__INIT;
+    struct iovec iov = {.iov_base = out, .iov_len = (size_t)out_len};
+    cw_status_free(cw_client_reply(j->client, CW_MSG_HOST_CALLBACK, j->request_id, &rep.base,
+                                   &iov, out_len ? 1 : 0));
+  }
+  free(offsets);
+  free(dtypes);
+  free(ranks);
+  free(data);
+  free(op_dims);
+  free(res_dims);
+  free(out);
+  cw__job_free(j);
+}
+
+void cw_plugin_hostcb_on_request(void* user, cw_client_t* client, uint16_t type,
+                                 uint64_t request_id, ProtobufCMessage* request, uint8_t* bulk,
+                                 uint64_t bulk_len) {
+  (void)user;
+  (void)bulk_len;  // the reader checked it against the operands
+  cw__job_t* j = calloc(1, sizeof(*j));
+  if (!j) {
+    protobuf_c_message_free_unpacked(request, NULL);
+    free(bulk);
+    cw__answer_error(client, request_id,
+                     cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for a host callback"));
+    return;
+  }
+  j->client = client;
+  j->request_id = request_id;
+  j->req = (Causeway__V1__HostCallbackRequest*)request;
+  j->bulk = bulk;
+  cw_status_t st = type == CW_MSG_HOST_CALLBACK
+                       ? cw_ok_status()
+                       : cw_make_status(CW_UNIMPLEMENTED, "the client does not serve %s",
+                                        cw_msg_type_name(type));
+  pthread_mutex_lock(&g_mu);
+  if (!st) {
+    const cw__entry_t* en = g_entries;
+    while (en && en->id != j->req->host_callbacks) en = en->next;
+    if (!en) {
+      st = cw_make_status(CW_NOT_FOUND, "host callbacks %llu are not known here (their "
+                          "executable is gone)", (unsigned long long)j->req->host_callbacks);
+    } else if (j->req->index >= en->n) {
+      st = cw_make_status(CW_INVALID_ARGUMENT, "host callback %llu of %u does not exist",
+                          (unsigned long long)j->req->index, en->n);
+    } else {
+      j->callable = en->callables[j->req->index];
+    }
+  }
+  if (!st && !g_pool) st = cw_pool_create("cw-callbacks", CW__MAX_THREADS, &g_pool);
+  pthread_mutex_unlock(&g_mu);
+  if (!st) st = cw_pool_submit(g_pool, cw__run, j);
+  if (st) {
+    cw__answer_error(client, request_id, st);
+    cw__job_free(j);
+  }
+}

@@ -1,0 +1,53 @@
+// Host callbacks in the client (cw_plugin_hostcb.c; docs/host_callbacks.md).
+// JAX hands a launch's Python callables to Execute as FFI user data of an
+// execute context (FfiLoadedHostCallbacks {void** callbacks; uint32_t
+// num_callbacks}, through PJRT_ExecuteContext_Create and the FFI extension
+// this module answers). The plugin names them with an id in the LAUNCH; the
+// worker's HOST_CALLBACK requests name that id and the callable's index, and
+// a thread here runs the callable through the Python runner that the
+// causeway_jax package installs (CausewayHostCallbackRunner), then answers.
+#ifndef CW_PLUGIN_HOSTCB_H_
+#define CW_PLUGIN_HOSTCB_H_
+
+#include <stdint.h>
+
+#include "cw_client.h"
+#include "cw_pjrt_ffi.h"
+
+typedef struct cw_plugin_exe_s cw_plugin_exe_t;
+
+// The slots of the PJRT_Api table, and the FFI extension (its first field
+// is a PJRT_Extension_Base) for the table's extension chain.
+PJRT_Error* cw_plugin_execute_context_create(PJRT_ExecuteContext_Create_Args* args);
+PJRT_Error* cw_plugin_execute_context_destroy(PJRT_ExecuteContext_Destroy_Args* args);
+extern struct PJRT_FFI_Extension cw_plugin_hostcb_ffi;
+
+// The id LaunchRequest.host_callbacks carries for `e` launched with
+// `context` (may be NULL): 0 when JAX gave no callables.
+uint64_t cw_plugin_hostcb_for_launch(cw_plugin_exe_t* e, PJRT_ExecuteContext* context);
+// `e` is going: its callables are no longer called.
+void cw_plugin_hostcb_forget(const cw_plugin_exe_t* e);
+
+// cw_client_options_t.on_request of the workers' connections.
+void cw_plugin_hostcb_on_request(void* user, cw_client_t* client, uint16_t type,
+                                 uint64_t request_id, ProtobufCMessage* request, uint8_t* bulk,
+                                 uint64_t bulk_len);
+
+// What the Python runner is called with: the callable (a borrowed
+// PyObject*), the operands (wire dtypes, -1 for a token; ranks; dims one
+// after another; data), the results likewise with room to write each into,
+// and a buffer for an error's text. Returns 0, or nonzero with the error
+// text written.
+typedef int (*cw_plugin_hostcb_runner_fn)(void* callable, int32_t num_operands,
+                                          const int32_t* operand_dtypes,
+                                          const int32_t* operand_ranks,
+                                          const int64_t* operand_dims, void* const* operand_data,
+                                          int32_t num_results, const int32_t* result_dtypes,
+                                          const int32_t* result_ranks, const int64_t* result_dims,
+                                          void* const* result_data, char* error,
+                                          int64_t error_capacity);
+// Exported (exports.map): the causeway_jax package installs its runner.
+__attribute__((visibility("default"))) void CausewayHostCallbackRunner(
+    cw_plugin_hostcb_runner_fn runner);
+
+#endif  // CW_PLUGIN_HOSTCB_H_

@@ -1,0 +1,190 @@
+// Unit tests for host callbacks in the plugin (cw_plugin_hostcb.c): execute
+// contexts and the FFI extension as JAX uses them, the id a launch carries
+// (JAX's registered type, else the one entry; the same id per executable;
+// gone with it), and a worker's HOST_CALLBACK answered through a runner --
+// results, the runner's error, an unknown id, no runner -- against the
+// client library's fake peer playing the worker.
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "cw_client_fake_peer.h"
+#include "cw_msg.h"
+#include "cw_plugin_error.h"
+#include "cw_plugin_hostcb.h"
+
+typedef struct {
+  void** callbacks;
+  uint32_t num_callbacks;
+} loaded_t;  // FfiLoadedHostCallbacks, as JAX lays it out
+
+static PJRT_ExecuteContext* context_with(int64_t type, void* data) {
+  PJRT_ExecuteContext_Create_Args c = {.struct_size = sizeof(c)};
+  assert_null(cw_plugin_execute_context_create(&c));
+  if (data) {
+    PJRT_FFI_UserData_Add_Args a = {.struct_size = sizeof(a), .context = c.context};
+    a.user_data.type_id = type;
+    a.user_data.data = data;
+    assert_null(cw_plugin_hostcb_ffi.user_data_add(&a));
+  }
+  return c.context;
+}
+
+static void context_destroy(PJRT_ExecuteContext* ctx) {
+  PJRT_ExecuteContext_Destroy_Args d = {.struct_size = sizeof(d), .context = ctx};
+  assert_null(cw_plugin_execute_context_destroy(&d));
+}
+
+static int64_t register_type(const char* name) {
+  PJRT_FFI_Type_Register_Args a = {.struct_size = sizeof(a), .type_name = name,
+                                   .type_name_size = strlen(name)};
+  assert_null(cw_plugin_hostcb_ffi.type_register(&a));
+  assert_true(a.type_id != 0);
+  return a.type_id;
+}
+
+static void test_launch_ids(void** state) {
+  (void)state;
+  void* fns[2] = {(void*)0x1111, (void*)0x2222};
+  loaded_t lc = {fns, 2};
+  cw_plugin_exe_t* e1 = (cw_plugin_exe_t*)&fns[0];  // only the address matters here
+  cw_plugin_exe_t* e2 = (cw_plugin_exe_t*)&fns[1];
+  // No context, an empty one: no callbacks.
+  assert_int_equal(cw_plugin_hostcb_for_launch(e1, NULL), 0);
+  PJRT_ExecuteContext* empty = context_with(0, NULL);
+  assert_int_equal(cw_plugin_hostcb_for_launch(e1, empty), 0);
+  context_destroy(empty);
+  // The one entry there is.
+  PJRT_ExecuteContext* one = context_with(12345, &lc);
+  uint64_t id1 = cw_plugin_hostcb_for_launch(e1, one);
+  assert_true(id1 != 0);
+  assert_int_equal(cw_plugin_hostcb_for_launch(e1, one), id1);  // per executable
+  uint64_t id2 = cw_plugin_hostcb_for_launch(e2, one);
+  assert_true(id2 != 0 && id2 != id1);
+  context_destroy(one);
+  // Two entries: the one of JAX's registered type.
+  int64_t other = register_type("SomethingElse");
+  int64_t jax_type = register_type("xla::FfiLoadedHostCallbacks");
+  assert_true(other != jax_type);
+  loaded_t bogus = {NULL, 0};
+  PJRT_ExecuteContext* two = context_with(other, &bogus);
+  PJRT_FFI_UserData_Add_Args a = {.struct_size = sizeof(a), .context = two};
+  a.user_data.type_id = jax_type;
+  a.user_data.data = &lc;
+  assert_null(cw_plugin_hostcb_ffi.user_data_add(&a));
+  assert_int_equal(cw_plugin_hostcb_for_launch(e1, two), id1);
+  // A context holds 8 entries.
+  for (int i = 2; i < 8; ++i) assert_null(cw_plugin_hostcb_ffi.user_data_add(&a));
+  PJRT_Error* err = cw_plugin_hostcb_ffi.user_data_add(&a);
+  assert_non_null(err);
+  PJRT_Error_Destroy_Args da = {.struct_size = sizeof(da), .error = err};
+  cw_plugin_error_destroy(&da);
+  context_destroy(two);
+  // Handlers registered in the client would never run: refused.
+  PJRT_FFI_Register_Handler_Args r = {.struct_size = sizeof(r)};
+  err = cw_plugin_hostcb_ffi.register_handler(&r);
+  assert_non_null(err);
+  da.error = err;
+  cw_plugin_error_destroy(&da);
+  cw_plugin_hostcb_forget(e1);
+  cw_plugin_hostcb_forget(e2);
+}
+
+// --- A worker's requests, through a runner -------------------------------------
+
+static int g_runner_mode;  // 0: doubles its f32 operand; 1: fails
+
+static int runner(void* callable, int32_t no, const int32_t* odt, const int32_t* ork,
+                  const int64_t* odims, void* const* odata, int32_t nr, const int32_t* rdt,
+                  const int32_t* rrk, const int64_t* rdims, void* const* rdata, char* err,
+                  int64_t cap) {
+  (void)ork;
+  (void)rrk;
+  (void)rdims;
+  if (g_runner_mode == 1 || callable != (void*)0x2222 || no != 1 || nr != 1 || odt[0] != 11 ||
+      rdt[0] != 11 || odims[0] != 3) {
+    snprintf(err, (size_t)cap, "ValueError: cw-runner-boom");
+    return 1;
+  }
+  for (int i = 0; i < 3; ++i) ((float*)rdata[0])[i] = ((const float*)odata[0])[i] * 2;
+  return 0;
+}
+
+static uint64_t g_id;
+
+// The worker's side: three HOST_CALLBACKs, each answer checked.
+static void script_worker(fake_t* f) {
+  int64_t three = 3;
+  Causeway__V1__HostCallbackArray a = CAUSEWAY__V1__HOST_CALLBACK_ARRAY__INIT;
+  a.dtype = CAUSEWAY__V1__DTYPE__DTYPE_F32;
+  a.dims = &three;
+  a.n_dims = 1;
+  Causeway__V1__HostCallbackArray* arrays[1] = {&a};
+  Causeway__V1__HostCallbackRequest r = CAUSEWAY__V1__HOST_CALLBACK_REQUEST__INIT;
+  r.host_callbacks = g_id;
+  r.index = 1;
+  r.operands = arrays;
+  r.n_operands = 1;
+  r.results = arrays;
+  r.n_results = 1;
+  const float in[3] = {1, 2, 3};
+  // 1: results.
+  FCHECK(f, fake_write(f, CW_MSG_HOST_CALLBACK, 0, 41, &r.base, in, sizeof(in)));
+  frame_t fr;
+  FCHECK(f, fake_read(f, &fr));
+  FCHECK(f, fr.h.request_id == 41 && (fr.h.flags & CW_FRAME_REPLY) && !(fr.h.flags & CW_FRAME_ERROR));
+  FCHECK(f, fr.h.bulk_len == 12 && ((float*)fr.bulk)[2] == 6.0f);
+  frame_free(&fr);
+  // 2: the runner's error, as an error reply.
+  g_runner_mode = 1;
+  FCHECK(f, fake_write(f, CW_MSG_HOST_CALLBACK, 0, 42, &r.base, in, sizeof(in)));
+  FCHECK(f, fake_read(f, &fr));
+  FCHECK(f, fr.h.request_id == 42 && (fr.h.flags & CW_FRAME_ERROR));
+  const Causeway__V1__ErrorReply* er = (const Causeway__V1__ErrorReply*)fr.msg;
+  FCHECK(f, er->code == CW_INTERNAL && strstr(er->message, "cw-runner-boom"));
+  frame_free(&fr);
+  // 3: callables nobody knows.
+  r.host_callbacks = g_id + 1000;
+  FCHECK(f, fake_write(f, CW_MSG_HOST_CALLBACK, 0, 43, &r.base, in, sizeof(in)));
+  FCHECK(f, fake_read(f, &fr));
+  FCHECK(f, fr.h.request_id == 43 && (fr.h.flags & CW_FRAME_ERROR));
+  er = (const Causeway__V1__ErrorReply*)fr.msg;
+  FCHECK(f, er->code == CW_NOT_FOUND && strstr(er->message, "not known here"));
+  frame_free(&fr);
+}
+
+static void test_requests_from_a_worker(void** state) {
+  (void)state;
+  void* fns[2] = {(void*)0x1111, (void*)0x2222};
+  loaded_t lc = {fns, 2};
+  cw_plugin_exe_t* e = (cw_plugin_exe_t*)&lc;
+  PJRT_ExecuteContext* ctx = context_with(777, &lc);
+  g_id = cw_plugin_hostcb_for_launch(e, ctx);
+  context_destroy(ctx);
+  assert_true(g_id != 0);
+  CausewayHostCallbackRunner(runner);
+  g_runner_mode = 0;
+  fake_t f;
+  memset(&f, 0, sizeof(f));
+  fake_start(&f, script_worker);
+  cw_client_options_t o = {.on_request = cw_plugin_hostcb_on_request};
+  cw_client_t* c = NULL;
+  assert_ok(cw_client_connect(f.path, &o, &c));
+  fake_join(&f);
+  cw_client_release(c);
+  cw_plugin_hostcb_forget(e);
+  CausewayHostCallbackRunner(NULL);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_launch_ids),
+      cmocka_unit_test(test_requests_from_a_worker),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

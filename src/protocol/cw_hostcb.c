@@ -1,0 +1,47 @@
+// Layout of a HOST_CALLBACK request's arrays (see cw_hostcb.h).
+#include "cw_hostcb.h"
+
+#include "cw_array.h"
+
+static cw_status_t cw__array_bytes(const Causeway__V1__HostCallbackArray* a, uint64_t* out) {
+  *out = 0;
+  if (a->token) {
+    if (a->dtype != CAUSEWAY__V1__DTYPE__DTYPE_INVALID || a->n_dims) {
+      return cw_make_status(CW_INVALID_ARGUMENT, "a token has no element type or dimensions");
+    }
+    return cw_ok_status();
+  }
+  return cw_array_extent((int)a->dtype, a->dims, a->n_dims, NULL, 0, out);
+}
+
+cw_status_t cw_hostcb_layout(Causeway__V1__HostCallbackArray* const* arrays, size_t n,
+                             const char* what, uint64_t* out_offsets, uint64_t* out_total) {
+  *out_total = 0;
+  if (n > CW_HOSTCB_MAX_ARRAYS) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "host callback with %zu %ss (at most %d)", n, what,
+                          CW_HOSTCB_MAX_ARRAYS);
+  }
+  uint64_t total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t bytes = 0;
+    if (!arrays[i]) {
+      return cw_make_status(CW_INVALID_ARGUMENT, "host callback %s %zu is missing", what, i);
+    }
+    CW_RETURN_IF_ERROR(cw__array_bytes(arrays[i], &bytes), "host callback %s %zu", what, i);
+    if (bytes > UINT64_MAX - total) {
+      return cw_make_status(CW_INVALID_ARGUMENT, "host callback %ss overflow 64 bits", what);
+    }
+    if (out_offsets) out_offsets[i] = total;
+    total += bytes;
+  }
+  *out_total = total;
+  return cw_ok_status();
+}
+
+uint64_t cw_hostcb_array_bytes(const Causeway__V1__HostCallbackArray* a) {
+  uint64_t bytes = 0;
+  cw_status_t s = cw__array_bytes(a, &bytes);
+  if (!s) return bytes;
+  cw_status_free(s);
+  return 0;
+}

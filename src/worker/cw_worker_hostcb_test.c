@@ -1,0 +1,223 @@
+// Host callbacks at the worker (cw_worker_hostcb.c), against a real worker
+// through the client library, the test playing JAX's client: a program that
+// calls xla_ffi_python_cpu_callback sends HOST_CALLBACK on the client's
+// connection and takes the reply's results; an error reply, results of the
+// wrong size and a launch without callables fail the launch with a clear
+// error; while one client sits on a callback, another session's launches
+// run; a client that dies mid-callback fails only its own launch.
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cw_msg.h"
+#include "cw_time.h"
+#include "cw_worker_test_util.h"
+
+// f32[4] -> the callback's f32[4] + 1, as JAX lowers a pure_callback.
+static const char kCallbackProgram[] =
+    "module @cw_hostcb {\n"
+    "  func.func public @main(%arg0: tensor<4xf32>) -> tensor<4xf32> {\n"
+    "    %0 = stablehlo.custom_call @xla_ffi_python_cpu_callback(%arg0) {api_version = 4 : i32,"
+    " backend_config = {index = 0 : ui64}, has_side_effect = true} :"
+    " (tensor<4xf32>) -> tensor<4xf32>\n"
+    "    %c = stablehlo.constant dense<1.0> : tensor<4xf32>\n"
+    "    %1 = stablehlo.add %0, %c : tensor<4xf32>\n"
+    "    return %1 : tensor<4xf32>\n"
+    "  }\n"
+    "}\n";
+
+// What the test's on_request does with a HOST_CALLBACK.
+typedef enum { ANSWER_TIMES_TEN, ANSWER_ERROR, ANSWER_SHORT, ANSWER_NEVER } answer_t;
+
+typedef struct {
+  answer_t answer;
+  atomic_int requests;
+  uint64_t host_callbacks, index;
+  size_t n_operands;
+  int dtype;
+  int64_t dim0;
+} peer_t;
+
+static void on_request(void* user, cw_client_t* client, uint16_t type, uint64_t request_id,
+                       ProtobufCMessage* request, uint8_t* bulk, uint64_t bulk_len) {
+  peer_t* p = user;
+  const Causeway__V1__HostCallbackRequest* r = (const Causeway__V1__HostCallbackRequest*)request;
+  p->host_callbacks = r->host_callbacks;
+  p->index = r->index;
+  p->n_operands = r->n_operands;
+  p->dtype = r->n_operands ? (int)r->operands[0]->dtype : -1;
+  p->dim0 = r->n_operands && r->operands[0]->n_dims ? r->operands[0]->dims[0] : -1;
+  atomic_fetch_add(&p->requests, 1);
+  Causeway__V1__HostCallbackReply rep = CAUSEWAY__V1__HOST_CALLBACK_REPLY__INIT;
+  float out[4] = {0};
+  for (size_t i = 0; i < 4 && bulk_len == sizeof(out); ++i) out[i] = ((float*)bulk)[i] * 10;
+  struct iovec iov = {.iov_base = out, .iov_len = sizeof(out)};
+  if (p->answer == ANSWER_TIMES_TEN || p->answer == ANSWER_SHORT) {
+    if (p->answer == ANSWER_SHORT) iov.iov_len = 8;
+    cw_status_free(cw_client_reply(client, type, request_id, &rep.base, &iov, 1));
+  } else if (p->answer == ANSWER_ERROR) {
+    cw_status_free(cw_client_reply_error(
+        client, type, request_id, cw_make_status(CW_INTERNAL, "cw-test-boom in the callable")));
+  }
+  protobuf_c_message_free_unpacked(request, NULL);
+  free(bulk);
+}
+
+static cw_client_t* connect_peer(peer_t* p) {
+  cw_client_options_t o = {.peer_name = "hostcb-test",
+                           .role = CAUSEWAY__V1__ROLE__ROLE_CLIENT,
+                           .on_request = on_request,
+                           .request_user = p};
+  cw_client_t* c = NULL;
+  ASSERT_OK(cw_client_connect(g_worker.address, &o, &c));
+  return c;
+}
+
+static void compile(cw_client_t* c, uint64_t exe, const char* program) {
+  ASSERT_OK(cw_client_compile(c, exe, "mlir", program, strlen(program), NULL, 0, NULL));
+}
+
+static void upload4(cw_client_t* c, uint64_t id, const float* v) {
+  int64_t dims[1] = {4};
+  ASSERT_OK(cw_client_upload(c, id, CAUSEWAY__V1__DTYPE__DTYPE_F32, dims, 1, NULL, 0, v,
+                             4 * sizeof(float), NULL, NULL));
+  ASSERT_OK(cw_client_flush(c));
+}
+
+// Sends LAUNCH of `exe` (one device) from `in` into `out`; *out_rid for cw_client_wait.
+static void launch(cw_client_t* c, uint64_t exe, uint64_t in, uint64_t out,
+                   uint64_t host_callbacks, uint64_t* out_rid) {
+  launch1_t l;
+  launch1_init(&l, exe, in, out, false);
+  l.req.host_callbacks = host_callbacks;
+  ASSERT_OK(cw_client_send(c, CW_MSG_LAUNCH, &l.req.base, NULL, 0, NULL, NULL, NULL, out_rid));
+}
+
+static void expect_error(cw_status_t st, cw_status_code_t code, const char* part) {
+  if (!st || !strstr(cw_status_message(st), part)) {
+    fprintf(stderr, "want an error with '%s', got %s\n", part, st ? cw_status_message(st) : "OK");
+  }
+  assert_non_null(st);
+  assert_non_null(strstr(cw_status_message(st), part));
+  assert_code(st, code);
+}
+
+static void test_round_trip(void** state) {
+  (void)state;
+  peer_t p = {.answer = ANSWER_TIMES_TEN};
+  cw_client_t* c = connect_peer(&p);
+  compile(c, 1, kCallbackProgram);
+  static const float x[4] = {1, 2, 3, 4};
+  upload4(c, 10, x);
+  uint64_t rid = 0;
+  launch(c, 1, 10, 11, 77, &rid);
+  ASSERT_OK(cw_client_wait(c, rid, NULL, NULL));
+  float got[4] = {0};
+  size_t size = 0;
+  ASSERT_OK(cw_client_download(c, 11, got, sizeof(got), &size, NULL));
+  static const float want[4] = {11, 21, 31, 41};
+  assert_memory_equal(got, want, sizeof(want));
+  assert_int_equal(atomic_load(&p.requests), 1);
+  assert_int_equal(p.host_callbacks, 77);
+  assert_int_equal(p.index, 0);
+  assert_int_equal(p.n_operands, 1);
+  assert_int_equal(p.dtype, CAUSEWAY__V1__DTYPE__DTYPE_F32);
+  assert_int_equal(p.dim0, 4);
+  cw_client_release(c);
+}
+
+static void test_bad_answers(void** state) {
+  (void)state;
+  peer_t p = {.answer = ANSWER_ERROR};
+  cw_client_t* c = connect_peer(&p);
+  compile(c, 1, kCallbackProgram);
+  static const float x[4] = {1, 2, 3, 4};
+  upload4(c, 10, x);
+  uint64_t rid = 0;
+  // The callable's error is the launch's, code and message.
+  launch(c, 1, 10, 11, 5, &rid);
+  expect_error(cw_client_wait(c, rid, NULL, NULL), CW_INTERNAL, "cw-test-boom in the callable");
+  // Results of the wrong size.
+  p.answer = ANSWER_SHORT;
+  launch(c, 1, 10, 12, 5, &rid);
+  expect_error(cw_client_wait(c, rid, NULL, NULL), CW_INTERNAL,
+               "the client answered with 8 bytes of results; the program expects 16");
+  // A launch that gave no callables: refused by the handler, no request.
+  int before = atomic_load(&p.requests);
+  launch(c, 1, 10, 13, 0, &rid);
+  expect_error(cw_client_wait(c, rid, NULL, NULL), CW_FAILED_PRECONDITION,
+               "gave this launch no callables");
+  assert_int_equal(atomic_load(&p.requests), before);
+  cw_client_release(c);
+}
+
+static void test_slow_then_dead_client(void** state) {
+  (void)state;
+  peer_t slow = {.answer = ANSWER_NEVER};
+  cw_client_t* a = connect_peer(&slow);
+  compile(a, 1, kCallbackProgram);
+  static const float x[4] = {1, 2, 3, 4};
+  upload4(a, 10, x);
+  uint64_t rid = 0;
+  launch(a, 1, 10, 11, 9, &rid);
+  for (int i = 0; i < 2000 && atomic_load(&slow.requests) == 0; ++i) cw_test_sleep_ms(5);
+  assert_int_equal(atomic_load(&slow.requests), 1);
+  // Another session's launches run while A's callable "runs".
+  peer_t other = {.answer = ANSWER_TIMES_TEN};
+  cw_client_t* b = connect_peer(&other);
+  compile(b, 1, kScaleProgram);
+  static const float y[6] = {1, 2, 3, 4, 5, 6};
+  int64_t dims[2] = {2, 3};
+  int64_t t0 = cw_time_now_ms();
+  for (int k = 0; k < 3; ++k) {
+    ASSERT_OK(cw_client_upload(b, 20, CAUSEWAY__V1__DTYPE__DTYPE_F32, dims, 2, NULL, 0, y,
+                               sizeof(y), NULL, NULL));
+    uint64_t brid = 0;
+    launch(b, 1, 20, 21, 0, &brid);
+    ASSERT_OK(cw_client_wait(b, brid, NULL, NULL));
+    float got[6] = {0};
+    ASSERT_OK(cw_client_download(b, 21, got, sizeof(got), NULL, NULL));
+    assert_true(got[5] == 13.0f);
+    uint64_t ids[2] = {20, 21};
+    ASSERT_OK(cw_client_delete(b, ids, 2, NULL, NULL));
+  }
+  int64_t took = cw_time_now_ms() - t0;
+  fprintf(stderr, "  another session's 3 launches took %lld ms beside a pending callback\n",
+          (long long)took);
+  assert_true(took < 10000);
+  // A dies with its callback pending: its launch fails, B goes on.
+  cw_client_release(a);
+  for (int k = 0; k < 2; ++k) {
+    ASSERT_OK(cw_client_upload(b, 30, CAUSEWAY__V1__DTYPE__DTYPE_F32, dims, 2, NULL, 0, y,
+                               sizeof(y), NULL, NULL));
+    ASSERT_OK(cw_client_await(b, 30));
+    uint64_t ids[1] = {30};
+    ASSERT_OK(cw_client_delete(b, ids, 1, NULL, NULL));
+  }
+  // And a new client's callbacks still work.
+  peer_t again = {.answer = ANSWER_TIMES_TEN};
+  cw_client_t* c = connect_peer(&again);
+  compile(c, 1, kCallbackProgram);
+  upload4(c, 10, x);
+  launch(c, 1, 10, 11, 3, &rid);
+  ASSERT_OK(cw_client_wait(c, rid, NULL, NULL));
+  cw_client_release(c);
+  cw_client_release(b);
+}
+
+int main(void) {
+  if (!getenv("CAUSEWAY_PJRT_PLUGIN") || !*getenv("CAUSEWAY_PJRT_PLUGIN")) return 77;
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_round_trip),
+      cmocka_unit_test(test_bad_answers),
+      cmocka_unit_test(test_slow_then_dead_client),
+  };
+  return cmocka_run_group_tests(tests, suite_setup, suite_teardown);
+}

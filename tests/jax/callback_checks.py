@@ -1,0 +1,240 @@
+"""Host callbacks (jax.debug.print, jax.debug.callback, jax.pure_callback,
+io_callback): checks run unchanged on stock CPU JAX and on causeway
+(test_callbacks.py; loaded through CW_RUNNER_CHECKS). On causeway the
+callables run in this process, the client, called by the workers."""
+from __future__ import annotations
+
+import functools
+import threading
+import time
+
+import numpy as np
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import io_callback
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+import checks
+
+
+def _err(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"
+
+
+def cb_debug_print() -> dict:
+    @jax.jit
+    def f(x):
+        jax.debug.print("cw-cb-print sum={s} first={f}", s=x.sum(), f=x[0])
+        return x * 2
+    y = np.asarray(f(jnp.arange(4.0)))
+    jax.effects_barrier()
+    return {"value": y}
+
+
+def cb_debug_callback() -> dict:
+    seen = []
+
+    @jax.jit
+    def f(x):
+        jax.debug.callback(lambda v, w: seen.append((np.asarray(v).copy(), int(w))), x * 3,
+                           x.shape[0])
+        return x + 1
+    y = [np.asarray(f(jnp.arange(6, dtype=jnp.int32) + i)) for i in range(3)]
+    jax.effects_barrier()
+    return {"value": y, "seen": [s[0] for s in seen], "ints": [s[1] for s in seen]}
+
+
+def cb_pure_jit() -> dict:
+    def host(a, b, c):
+        return (np.sin(a) * 3).astype(np.float32), (b * 2 + 1).astype(np.int32), ~c
+
+    @jax.jit
+    def f(a, b, c):
+        out = jax.ShapeDtypeStruct(a.shape, jnp.float32), \
+            jax.ShapeDtypeStruct(b.shape, jnp.int32), jax.ShapeDtypeStruct(c.shape, jnp.bool_)
+        x, y, z = jax.pure_callback(host, out, a, b, c)
+        return x + 1, y * 2, z
+    a = np.linspace(0, 1, 12, dtype=np.float32).reshape(3, 4)
+    b = np.arange(5, dtype=np.int32)
+    c = np.array([True, False, True])
+    return {"value": [np.asarray(v) for v in f(a, b, c)]}
+
+
+def cb_pure_scalar_and_empty() -> dict:
+    @jax.jit
+    def f(x):
+        s = jax.pure_callback(lambda v: np.float32(v.sum()), jax.ShapeDtypeStruct((), jnp.float32),
+                              x)
+        e = jax.pure_callback(lambda v: np.zeros((0, 3), np.float32),
+                              jax.ShapeDtypeStruct((0, 3), jnp.float32), x)
+        return s, e
+    s, e = f(jnp.arange(10.0, dtype=jnp.float32))
+    return {"value": [np.asarray(s), np.asarray(e)]}
+
+
+def cb_pure_vmap(method: str) -> dict:
+    calls = []
+
+    def host(v):
+        calls.append(np.shape(v))
+        return (np.asarray(v) ** 2).astype(np.float32)
+
+    def one(x):
+        return jax.pure_callback(host, jax.ShapeDtypeStruct(x.shape, x.dtype), x,
+                                 vmap_method=method)
+    y = jax.jit(jax.vmap(one))(jnp.arange(12.0, dtype=jnp.float32).reshape(4, 3))
+    return {"value": np.asarray(y), "calls": calls}
+
+
+def cb_scan_while() -> dict:
+    def host(c, x):
+        return (np.asarray(c) * 0.5 + np.asarray(x)).astype(np.float32)
+
+    def step(c, x):
+        c = jax.pure_callback(host, jax.ShapeDtypeStruct(c.shape, c.dtype), c, x)
+        return c, c.sum()
+
+    @jax.jit
+    def scan(xs):
+        return lax.scan(step, jnp.zeros(3, jnp.float32), xs)
+
+    @jax.jit
+    def loop(n):
+        def cond(s):
+            return s[0] < n
+
+        def body(s):
+            i, v = s
+            v = jax.pure_callback(lambda a: (np.asarray(a) + 1.5).astype(np.float32),
+                                  jax.ShapeDtypeStruct((), jnp.float32), v)
+            return i + 1, v
+        return lax.while_loop(cond, body, (0, jnp.float32(0)))
+    c, ys = scan(jnp.arange(15.0, dtype=jnp.float32).reshape(5, 3))
+    i, v = loop(7)
+    return {"value": [np.asarray(c), np.asarray(ys), np.asarray(i), np.asarray(v)]}
+
+
+def cb_shard_map() -> dict:
+    """pure_callback per shard inside shard_map over one island's devices."""
+    devs = np.array(checks.islands()[0])
+    mesh = Mesh(devs, ("d",))
+    n = len(devs)
+
+    def host(v):
+        return (np.asarray(v) * 10 + 1).astype(np.float32)
+
+    @jax.jit
+    @functools.partial(jax.shard_map, mesh=mesh, in_specs=P("d"), out_specs=P("d"))
+    def f(x):
+        y = jax.pure_callback(host, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+        return y + lax.axis_index("d").astype(jnp.float32)
+    x = jax.device_put(np.arange(4.0 * n, dtype=np.float32), NamedSharding(mesh, P("d")))
+    return {"value": np.asarray(f(x))}
+
+
+def cb_io_ordered() -> dict:
+    log = []
+
+    def record(v):
+        log.append(int(v))
+        return np.int32(len(log))
+
+    @jax.jit
+    def f(x):
+        a = io_callback(record, jax.ShapeDtypeStruct((), jnp.int32), x, ordered=True)
+        b = io_callback(record, jax.ShapeDtypeStruct((), jnp.int32), x + 100, ordered=True)
+        return a + b
+    outs = [np.asarray(f(jnp.int32(i))) for i in range(6)]
+    jax.effects_barrier()
+    return {"value": outs, "log": log}
+
+
+def cb_exception() -> dict:
+    def boom(v):
+        raise ValueError("cw-boom-42 from the callback")
+
+    @jax.jit
+    def f(x):
+        return jax.pure_callback(boom, jax.ShapeDtypeStruct(x.shape, x.dtype), x) + 1
+    out = {}
+    try:
+        np.asarray(f(jnp.arange(3.0)))
+        out["ok"] = True
+    except Exception as e:  # noqa: BLE001
+        out.update(ok=False, error=_err(e), type=type(e).__name__)
+    # The client and its workers go on.
+    out["after"] = np.asarray(jax.jit(lambda v: v * 2)(jnp.arange(3.0)))
+    return out
+
+
+def cb_wrong_result(kind: str) -> dict:
+    wrong = {"shape": lambda v: np.zeros((5,), np.float32),
+             "dtype": lambda v: np.zeros((3,), np.int64)}[kind]
+
+    @jax.jit
+    def f(x):
+        return jax.pure_callback(wrong, jax.ShapeDtypeStruct((3,), jnp.float32), x)
+    try:
+        np.asarray(f(jnp.arange(3.0, dtype=jnp.float32)))
+        out = {"ok": True}
+    except Exception as e:  # noqa: BLE001
+        out = {"ok": False, "error": _err(e)}
+    out["after"] = np.asarray(jax.jit(lambda v: v + 1)(jnp.arange(3.0)))
+    return out
+
+
+def cb_slow_beside() -> dict:
+    """A slow callback in one thread; jits without callbacks on another device
+    of the same worker meanwhile finish long before it does."""
+    devs = checks.islands()
+    slow_dev, other_dev = devs[0][0], devs[0][1]
+    started = threading.Event()
+
+    def slow(v):
+        started.set()
+        time.sleep(3.0)
+        return np.asarray(v)
+    f = jax.jit(lambda x: jax.pure_callback(slow, jax.ShapeDtypeStruct(x.shape, x.dtype), x))
+    g = jax.jit(lambda x: x * 2 + 1)
+    xs = jax.device_put(jnp.arange(4.0), slow_dev)
+    xo = jax.device_put(jnp.arange(4.0), other_dev)
+    np.asarray(g(xo))  # compiled before the race
+    result = {}
+
+    def run_slow():
+        result["slow"] = np.asarray(f(xs))
+    t0 = time.monotonic()
+    th = threading.Thread(target=run_slow)
+    th.start()
+    started.wait(30)
+    fast = [np.asarray(g(xo + i)) for i in range(5)]
+    fast_s = time.monotonic() - t0
+    th.join()
+    return {"value": [result["slow"], fast], "fast_within_slow": fast_s < 2.5}
+
+
+def cb_sharded_jit(partitioned: bool = False) -> dict:
+    """Callbacks in a jit over an array sharded across one island's devices:
+    pure_callback and debug.print (JAX gathers to one device), and with
+    `partitioned` a debug.callback per shard."""
+    devs = np.array(checks.islands()[0])
+    mesh = Mesh(devs, ("d",))
+    shards = []
+
+    @jax.jit
+    def f(x):
+        y = jax.pure_callback(lambda v: (np.asarray(v) * 2).astype(np.float32),
+                              jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+        if partitioned:
+            jax.debug.callback(lambda v: shards.append(np.asarray(v).copy()), y,
+                               partitioned=True)
+        jax.debug.print("cw-cb-sharded total={t}", t=y.sum())
+        return y + 1
+    x = jax.device_put(np.arange(8.0 * len(devs), dtype=np.float32), NamedSharding(mesh, P("d")))
+    y = f(x)
+    out = np.asarray(y)
+    jax.effects_barrier()
+    return {"value": out, "sharding": checks.sharding_desc(y),
+            "shards": sorted(s.tolist() for s in shards)}
