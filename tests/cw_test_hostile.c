@@ -158,11 +158,8 @@ bool daemon_start(worker_t* w, const daemon_spec_t* spec) {
 }
 
 static bool worker_start(worker_t* w, const char* token) {
-  const char* plugin = getenv("CAUSEWAY_PJRT_PLUGIN");
-  if (!plugin || !plugin[0]) {
-    print_error("CAUSEWAY_PJRT_PLUGIN is not set\n");
-    return false;
-  }
+  const char* plugin = hostile_plugin();
+  if (!plugin) return false;
   static char token_env[128];
   snprintf(token_env, sizeof token_env, "CAUSEWAY_TOKEN=%s", token ? token : "");
   const char* args[] = {"--plugin", plugin, "--devices", "2", "--listen", "127.0.0.1:0", NULL};
@@ -421,4 +418,25 @@ void hostile_test_sigterm_clean_exit(void** state) {
   (void)state;
   worker_t* const ws[2] = {&g_plain, &g_token};
   daemons_sigterm_clean_exit(ws, 2);
+}
+
+const char* hostile_plugin(void) {
+  const char* plugin = getenv("CAUSEWAY_PJRT_PLUGIN");
+  if (plugin && plugin[0]) return plugin;
+  print_error("CAUSEWAY_PJRT_PLUGIN is not set\n");
+  return NULL;
+}
+
+int hostile_print_counts(const char* title, const char* const* kinds, int num_kinds,
+                         const int (*counts)[2], int out_per[2]) {
+  out_per[0] = out_per[1] = 0;
+  fprintf(stderr, "[hostile] %-24s   worker  controller\n", title);
+  for (int k = 0; k < num_kinds; ++k) {
+    fprintf(stderr, "[hostile]   %-24s %6d  %10d\n", kinds[k], counts[k][0], counts[k][1]);
+    out_per[0] += counts[k][0];
+    out_per[1] += counts[k][1];
+  }
+  fprintf(stderr, "[hostile]   %-24s %6d  %10d   total %d\n", "all", out_per[0], out_per[1],
+          out_per[0] + out_per[1]);
+  return out_per[0] + out_per[1];
 }

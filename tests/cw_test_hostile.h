@@ -114,6 +114,14 @@ void daemons_sigterm_clean_exit(worker_t* const* ws, size_t n);
 // SIGKILL whichever of `ws` still runs (a group teardown).
 void daemons_kill(worker_t* const* ws, size_t n);
 
+// $CAUSEWAY_PJRT_PLUGIN, or NULL after printing that it is not set.
+const char* hostile_plugin(void);
+// The counted suites (types, HTTP, TLS): prints `title`'s cases by kind
+// (counts[k][0] the worker's, [1] the controller's) with the sums, and
+// stores the per-daemon sums in out_per. Returns the total.
+int hostile_print_counts(const char* title, const char* const* kinds, int num_kinds,
+                         const int (*counts)[2], int out_per[2]);
+
 // Call first in main: takes the worker binary from argv[1] or the environment.
 void hostile_init(int argc, char** argv);
 // Group setups: start the plain worker, or both workers; the teardown kills

@@ -227,18 +227,8 @@ static void test_slow_peers(void** state) {
 
 static void test_count(void** state) {
   (void)state;
-  int total = 0, per[D_COUNT] = {0};
-  fprintf(stderr, "[hostile] HTTP cases by kind:   worker  controller\n");
-  for (int k = 0; k < K_COUNT; ++k) {
-    fprintf(stderr, "[hostile]   %-24s %6d  %10d\n", k_kind[k], g_count[k][D_WORKER],
-            g_count[k][D_CONTROLLER]);
-    for (int d = 0; d < D_COUNT; ++d) {
-      per[d] += g_count[k][d];
-      total += g_count[k][d];
-    }
-  }
-  fprintf(stderr, "[hostile]   %-24s %6d  %10d   total %d\n", "all", per[D_WORKER],
-          per[D_CONTROLLER], total);
+  int per[D_COUNT];
+  hostile_print_counts("HTTP cases by kind:", k_kind, K_COUNT, g_count, per);
   size_t want = sizeof k_cases / sizeof k_cases[0] + 6;  // + oversize 4, slow 2
   assert_int_equal(per[D_WORKER], want);
   assert_int_equal(per[D_CONTROLLER], want);
@@ -252,11 +242,8 @@ static int group_setup(void** state) {
                        .listen_prefix = "causeway-controller listening on ",
                        .http_prefix = "causeway-controller metrics on "};
   if (!daemon_start(&g_ctl, &ctl)) return -1;
-  const char* plugin = getenv("CAUSEWAY_PJRT_PLUGIN");
-  if (!plugin || !plugin[0]) {
-    print_error("CAUSEWAY_PJRT_PLUGIN is not set\n");
-    return -1;
-  }
+  const char* plugin = hostile_plugin();
+  if (!plugin) return -1;
   const char* wrk_args[] = {"--plugin", plugin, "--devices", "1", "--listen", "127.0.0.1:0",
                             "--metrics-listen", "127.0.0.1:0", NULL};
   daemon_spec_t wrk = {.bin = hostile_worker_bin(), .args = wrk_args,

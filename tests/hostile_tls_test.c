@@ -439,18 +439,8 @@ static void test_logs(void** state) {
 
 static void test_count(void** state) {
   (void)state;
-  int total = 0, per[D_COUNT] = {0};
-  fprintf(stderr, "[hostile] TLS cases by kind:    worker  controller\n");
-  for (int k = 0; k < K_COUNT; ++k) {
-    fprintf(stderr, "[hostile]   %-24s %6d  %10d\n", k_kind[k], g_count[k][D_WORKER],
-            g_count[k][D_CONTROLLER]);
-    for (int d = 0; d < D_COUNT; ++d) {
-      per[d] += g_count[k][d];
-      total += g_count[k][d];
-    }
-  }
-  fprintf(stderr, "[hostile]   %-24s %6d  %10d   total %d\n", "all", per[D_WORKER],
-          per[D_CONTROLLER], total);
+  int per[D_COUNT];
+  hostile_print_counts("TLS cases by kind:", k_kind, K_COUNT, g_count, per);
   for (int d = 0; d < D_COUNT; ++d) assert_int_equal(per[d], 7 + 7 + 8 + 3 + 5);
 }
 
@@ -468,11 +458,8 @@ static int group_setup(void** state) {
   daemon_spec_t ctl = {.bin = hostile_controller_bin(), .args = ctl_args, .env = ctl_env,
                        .listen_prefix = "causeway-controller listening on "};
   if (!daemon_start(&g_ctl, &ctl)) return -1;
-  const char* plugin = getenv("CAUSEWAY_PJRT_PLUGIN");
-  if (!plugin || !plugin[0]) {
-    print_error("CAUSEWAY_PJRT_PLUGIN is not set\n");
-    return -1;
-  }
+  const char* plugin = hostile_plugin();
+  if (!plugin) return -1;
   const char* wrk_env[] = {"CAUSEWAY_TLS=1", ca, cert, key, "CAUSEWAY_TLS_REQUIRE_CLIENT_CERT=1",
                            NULL};
   const char* wrk_args[] = {"--plugin", plugin, "--devices", "1", "--listen", "127.0.0.1:0",

@@ -738,18 +738,8 @@ static void test_extreme_request_ids(void** state) {
 
 static void test_count(void** state) {
   (void)state;
-  int total = 0, per[D_COUNT] = {0};
-  fprintf(stderr, "[hostile] cases by kind:        worker  controller\n");
-  for (int k = 0; k < K_COUNT; ++k) {
-    fprintf(stderr, "[hostile]   %-24s %6d  %10d\n", k_kind[k], g_count[k][D_WORKER],
-            g_count[k][D_CONTROLLER]);
-    for (int d = 0; d < D_COUNT; ++d) {
-      per[d] += g_count[k][d];
-      total += g_count[k][d];
-    }
-  }
-  fprintf(stderr, "[hostile]   %-24s %6d  %10d   total %d\n", "all", per[D_WORKER],
-          per[D_CONTROLLER], total);
+  int per[D_COUNT];
+  hostile_print_counts("cases by kind:", k_kind, K_COUNT, g_count, per);
   // Every type was sent before HELLO, malformed, oversize and truncated to both.
   for (int d = 0; d < D_COUNT; ++d) {
     assert_int_equal(g_count[K_BEFORE_HELLO][d], NUM_TYPES - 1);
@@ -765,11 +755,8 @@ static int group_setup(void** state) {
   daemon_spec_t ctl = {.bin = hostile_controller_bin(), .args = ctl_args,
                        .listen_prefix = "causeway-controller listening on "};
   if (!daemon_start(&g_ctl, &ctl)) return -1;
-  const char* plugin = getenv("CAUSEWAY_PJRT_PLUGIN");
-  if (!plugin || !plugin[0]) {
-    print_error("CAUSEWAY_PJRT_PLUGIN is not set\n");
-    return -1;
-  }
+  const char* plugin = hostile_plugin();
+  if (!plugin) return -1;
   const char* wrk_args[] = {"--plugin", plugin, "--devices", "2", "--listen", "127.0.0.1:0",
                             "--name", "hostile-w0", "--controller", g_ctl.addr, NULL};
   daemon_spec_t wrk = {.bin = hostile_worker_bin(), .args = wrk_args,
