@@ -4,13 +4,19 @@
 // that are no ClientHello, ClientHellos that are garbage, oversized,
 // truncated (then EOF, or then silence), tampered with, or offering only TLS
 // 1.2, a second ClientHello, client certificates from an unknown CA or none,
-// and bytes that are not TLS records after the handshake. Each case asserts
-// what docs/operations.md ("TLS") documents: a causeway frame is answered in
-// plaintext with FAILED_PRECONDITION naming CAUSEWAY_TLS, everything else is
-// closed (at most a TLS alert on the way). After every case a good TLS client
-// (the cluster's CA, a client certificate) does HELLO + PING; at the end the
-// logs hold the refusals and both daemons exit 0 on SIGTERM (ASan: no leaks).
+// and bytes that are not TLS records after the handshake; and, the other way
+// round, a worker dialling a controller that is this test: another CA's or a
+// client-only certificate, plaintext, a junk ServerHello, EOF mid-handshake.
+// Each case asserts what docs/operations.md ("TLS") documents: a causeway
+// frame is answered in plaintext with FAILED_PRECONDITION naming
+// CAUSEWAY_TLS, everything else is closed (at most a TLS alert on the way);
+// the dialling worker ends the connection and tries again later. After every
+// case a good TLS client (the cluster's CA, a client certificate) does HELLO
+// + PING; at the end the logs hold the refusals with their reasons and the
+// daemons exit 0 on SIGTERM (ASan: no leaks).
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -32,13 +38,16 @@ static const char* const k_daemon[D_COUNT] = {"worker", "controller"};
 static worker_t g_ctl = {.label = "tls-controller"};
 static worker_t g_wrk = {.label = "tls-worker"};
 static worker_t* const g_daemons[D_COUNT] = {&g_wrk, &g_ctl};
+// A worker whose --controller is this test (test_hostile_controllers).
+static worker_t g_lnk = {.label = "tls-linked-worker"};
+static int g_fake_ctl = -1;  // the listening socket it dials
 static tls_test_pki_t g_pki;
 static uint64_t g_rid = 5000;
 
-enum { K_PLAIN, K_RECORDS, K_CLIENT_HELLO, K_CERTS, K_AFTER, K_COUNT };
+enum { K_PLAIN, K_RECORDS, K_CLIENT_HELLO, K_CERTS, K_AFTER, K_SERVERS, K_COUNT };
 static const char* const k_kind[K_COUNT] = {"not TLS at a TLS port", "records no handshake",
                                             "ClientHello broken", "client certificates",
-                                            "after the handshake"};
+                                            "after the handshake", "hostile controllers"};
 static int g_count[K_COUNT][D_COUNT];
 
 // --- A client over OpenSSL (blocking socket) ----------------------------------------
@@ -116,10 +125,10 @@ static bool ssl_request(SSL* ssl, uint16_t type, uint64_t rid, const ProtobufCMe
          flags == F_REPLY;
 }
 
-// A TLS connection to `d` with `ctx` that does HELLO + PING; false (with
+// A TLS connection to `w` with `ctx` that does HELLO + PING; false (with
 // OpenSSL's reason in why) when any step fails.
-static bool tls_hello_ping(int d, SSL_CTX* ctx, char* why, size_t cap) {
-  int fd = conn_open(g_daemons[d]);
+static bool tls_hello_ping(worker_t* w, SSL_CTX* ctx, char* why, size_t cap) {
+  int fd = conn_open(w);
   SSL* ssl = SSL_new(ctx);
   SSL_set_fd(ssl, fd);
   SSL_set1_host(ssl, "127.0.0.1");
@@ -145,14 +154,14 @@ static bool tls_hello_ping(int d, SSL_CTX* ctx, char* why, size_t cap) {
 }
 
 // The daemon is up and a good TLS client does HELLO + PING.
-static void assert_tls_serving(int d) {
+static void assert_tls_serving(worker_t* w) {
   SSL_CTX* ctx = client_ctx(TP_CA, TP_CLI, false);
   char why[256];
-  bool ok = tls_hello_ping(d, ctx, why, sizeof why);
+  bool ok = tls_hello_ping(w, ctx, why, sizeof why);
   SSL_CTX_free(ctx);
-  if (!ok || !worker_running(g_daemons[d])) {
-    dump_worker(g_daemons[d]);
-    fail_msg("%s: a good TLS client after a hostile case: %s", k_daemon[d], why);
+  if (!ok || !worker_running(w)) {
+    dump_worker(w);
+    fail_msg("%s: a good TLS client after a hostile case: %s", w->label, why);
   }
 }
 
@@ -199,7 +208,7 @@ static void expect_closed_or_alert(int fd, const char* what, int64_t start, bool
 
 static void done(int kind, int d, int fd) {
   close(fd);
-  assert_tls_serving(d);
+  assert_tls_serving(g_daemons[d]);
   g_count[kind][d]++;
 }
 
@@ -331,10 +340,10 @@ static void refused_client(int kind, int d, const char* what, SSL_CTX* ctx) {
   char label[160], why[256];
   snprintf(label, sizeof label, "%s (%s)", what, k_daemon[d]);
   int64_t start = cw_time_now_ms();
-  if (tls_hello_ping(d, ctx, why, sizeof why)) fail_msg("%s: accepted", label);
+  if (tls_hello_ping(g_daemons[d], ctx, why, sizeof why)) fail_msg("%s: accepted", label);
   fprintf(stderr, "[hostile]   %-60s -> refused (%s) in %lld ms\n", label, why,
           (long long)(cw_time_now_ms() - start));
-  assert_tls_serving(d);
+  assert_tls_serving(g_daemons[d]);
   g_count[kind][d]++;
 }
 
@@ -418,6 +427,89 @@ static void test_after_handshake(void** state) {
   }
 }
 
+// --- The worker as a TLS client ---------------------------------------------------------
+
+// The next connection the linked worker makes to this test, within IO_TIMEOUT_MS.
+static int fake_accept(void) {
+  struct pollfd p = {.fd = g_fake_ctl, .events = POLLIN};
+  if (poll(&p, 1, IO_TIMEOUT_MS) != 1) {
+    dump_worker(&g_lnk);
+    fail_msg("the linked worker did not try its controller again");
+  }
+  int fd = accept(g_fake_ctl, NULL, NULL);
+  assert_true(fd >= 0);
+  return fd;
+}
+
+// A TLS server context with `cert` (and its key).
+static SSL_CTX* server_ctx(int cert) {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
+  assert_non_null(ctx);
+  assert_int_equal(SSL_CTX_use_certificate_chain_file(ctx, g_pki.path[cert]), 1);
+  assert_int_equal(SSL_CTX_use_PrivateKey_file(ctx, g_pki.path[cert + 1], SSL_FILETYPE_PEM), 1);
+  return ctx;
+}
+
+// A controller the worker dials that is not one it may trust: the worker
+// ends the connection (and tries again later), still serving its own port.
+static void fake_controller_case(const char* what, int cert, const void* answer, size_t len) {
+  char label[160];
+  snprintf(label, sizeof label, "%s (worker as client)", what);
+  int fd = fake_accept();
+  int64_t start = cw_time_now_ms();
+  if (cert != TP_COUNT) {
+    SSL_CTX* ctx = server_ctx(cert);
+    SSL* ssl = SSL_new(ctx);
+    SSL_set_fd(ssl, fd);
+    // The worker refuses the certificate: it aborts the handshake.
+    if (SSL_accept(ssl) == 1) {
+      uint8_t b;
+      size_t n;
+      if (SSL_read_ex(ssl, &b, 1, &n) == 1) fail_msg("%s: the worker sent a frame", label);
+    }
+    ERR_clear_error();
+    SSL_free(ssl);
+    SSL_CTX_free(ctx);
+  } else {
+    uint8_t hello[4096];
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    assert_int_equal(poll(&p, 1, IO_TIMEOUT_MS), 1);
+    assert_true(recv(fd, hello, sizeof hello, 0) > 0);  // its ClientHello
+    if (len) send_all(fd, answer, len);
+    else shutdown(fd, SHUT_WR);
+  }
+  uint8_t rest[4096];
+  if (read_to_eof(fd, rest, sizeof rest) < 0) fail_msg("%s: the worker kept the connection", label);
+  close(fd);
+  fprintf(stderr, "[hostile]   %-60s -> refused in %lld ms\n", label,
+          (long long)(cw_time_now_ms() - start));
+  assert_tls_serving(&g_lnk);
+  g_count[K_SERVERS][D_WORKER]++;
+}
+
+static void test_hostile_controllers(void** state) {
+  (void)state;
+  fake_controller_case("a controller certificate of another CA", TP_OSRV, NULL, 0);
+  fake_controller_case("a client certificate as the controller's", TP_CLI, NULL, 0);
+  static const uint8_t plain[HDR] = {'C', 'W', 'A', 'Y', 1, 0, 1, 0, 3};
+  fake_controller_case("a plaintext controller (a causeway frame)", TP_COUNT, plain, sizeof plain);
+  static const uint8_t junk[] = {22, 3, 3, 0, 8, 2, 0, 0, 4, 0xde, 0xad, 0xbe, 0xef};
+  fake_controller_case("a ServerHello of junk", TP_COUNT, junk, sizeof junk);
+  fake_controller_case("EOF in the middle of the handshake", TP_COUNT, NULL, 0);
+  // Each refusal is logged with the reason (info: after the first).
+  FILE* f = fopen(g_lnk.log_path, "r");
+  assert_non_null(f);
+  static char text[1 << 20];
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  text[n] = 0;
+  fclose(f);
+  static const char* const reasons[] = {"certificate verify failed",
+                                        "the peer does not speak TLS"};
+  for (size_t i = 0; i < 2; ++i) {
+    if (!strstr(text, reasons[i])) fail_msg("linked worker log lacks \"%s\"", reasons[i]);
+  }
+}
+
 static void test_logs(void** state) {
   (void)state;
   // The refusals are logged (rate-limited: one line per kind in 5 s, which
@@ -441,7 +533,8 @@ static void test_count(void** state) {
   (void)state;
   int per[D_COUNT];
   hostile_print_counts("TLS cases by kind:", k_kind, K_COUNT, g_count, per);
-  for (int d = 0; d < D_COUNT; ++d) assert_int_equal(per[d], 7 + 7 + 8 + 3 + 5);
+  assert_int_equal(per[D_WORKER], 7 + 7 + 8 + 3 + 5 + 5);
+  assert_int_equal(per[D_CONTROLLER], 7 + 7 + 8 + 3 + 5);
 }
 
 static int group_setup(void** state) {
@@ -467,19 +560,40 @@ static int group_setup(void** state) {
   daemon_spec_t wrk = {.bin = hostile_worker_bin(), .args = wrk_args, .env = wrk_env,
                        .listen_prefix = "causeway-worker listening on "};
   if (!daemon_start(&g_wrk, &wrk)) return -1;
+  // The linked worker's controller is a socket of this test.
+  g_fake_ctl = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t sl = sizeof sa;
+  if (bind(g_fake_ctl, (struct sockaddr*)&sa, sizeof sa) != 0 || listen(g_fake_ctl, 16) != 0 ||
+      getsockname(g_fake_ctl, (struct sockaddr*)&sa, &sl) != 0) {
+    return -1;
+  }
+  static char fake[64];
+  snprintf(fake, sizeof fake, "127.0.0.1:%d", ntohs(sa.sin_port));
+  const char* lnk_env[] = {"CAUSEWAY_TLS=1", ca, cert, key, "CAUSEWAY_LOG_LEVEL=info", NULL};
+  const char* lnk_args[] = {"--plugin", plugin, "--devices", "1", "--listen", "127.0.0.1:0",
+                            "--controller", fake, "--start-timeout-ms", "0",
+                            "--reconnect-max-ms", "200", NULL};
+  daemon_spec_t lnk = {.bin = hostile_worker_bin(), .args = lnk_args, .env = lnk_env,
+                       .listen_prefix = "causeway-worker listening on "};
+  if (!daemon_start(&g_lnk, &lnk)) return -1;
   return 0;
 }
 
 static int group_teardown(void** state) {
   (void)state;
   daemons_kill(g_daemons, D_COUNT);
+  worker_t* const lnk[] = {&g_lnk};
+  daemons_kill(lnk, 1);
+  if (g_fake_ctl >= 0) close(g_fake_ctl);
   tls_test_pki_remove(&g_pki);
   return 0;
 }
 
 static void test_sigterm_clean_exit(void** state) {
   (void)state;
-  daemons_sigterm_clean_exit(g_daemons, D_COUNT);
+  worker_t* const all[] = {&g_lnk, &g_wrk, &g_ctl};
+  daemons_sigterm_clean_exit(all, 3);
 }
 
 int main(int argc, char** argv) {
@@ -490,6 +604,7 @@ int main(int argc, char** argv) {
       cmocka_unit_test(test_client_hello),
       cmocka_unit_test(test_certificates),
       cmocka_unit_test(test_after_handshake),
+      cmocka_unit_test(test_hostile_controllers),
       cmocka_unit_test(test_logs),
       cmocka_unit_test(test_count),
       cmocka_unit_test(test_sigterm_clean_exit),
