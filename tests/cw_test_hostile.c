@@ -19,8 +19,8 @@
 
 #include "cw_time.h"
 
-worker_t g_plain = {.label = "plain"};
-worker_t g_token = {.label = "token"};
+worker_t g_plain = {.label = "worker-plain"};
+worker_t g_token = {.label = "worker-token"};
 static const char* g_worker_bin;
 
 void sleep_ms(int ms) {
@@ -70,85 +70,103 @@ void describe_status(int st, char* out, size_t n) {
   }
 }
 
-static bool worker_start(worker_t* w, const char* token) {
-  const char* plugin = getenv("CAUSEWAY_PJRT_PLUGIN");
-  if (!plugin || !plugin[0]) {
-    print_error("CAUSEWAY_PJRT_PLUGIN is not set\n");
-    return false;
+// The rest of the first line of `path` that starts with `prefix`, into out
+// (without the newline); false while there is none (or it is incomplete).
+static bool find_line(const char* path, const char* prefix, char* out, size_t cap) {
+  FILE* f = fopen(path, "r");
+  if (!f) return false;
+  char line[512];
+  bool found = false;
+  size_t plen = strlen(prefix);
+  while (!found && fgets(line, sizeof line, f)) {
+    size_t n = strlen(line);
+    if (strncmp(line, prefix, plen) != 0 || !n || line[n - 1] != '\n') continue;
+    line[n - 1] = 0;
+    snprintf(out, cap, "%s", line + plen);
+    found = true;
   }
+  fclose(f);
+  return found;
+}
+
+bool daemon_start(worker_t* w, const daemon_spec_t* spec) {
   const char* dir = getenv("CW_HOSTILE_LOG_DIR");
   if (!dir || !dir[0]) dir = getenv("TMPDIR");
   if (!dir || !dir[0]) dir = "/tmp";
-  snprintf(w->log_path, sizeof w->log_path, "%s/hostile-worker-%s-%d.log", dir, w->label,
+  snprintf(w->log_path, sizeof w->log_path, "%s/hostile-%s-%d.log", dir, w->label,
            (int)getpid());
-  snprintf(w->out_path, sizeof w->out_path, "%s/hostile-worker-%s-%d.out", dir, w->label,
+  snprintf(w->out_path, sizeof w->out_path, "%s/hostile-%s-%d.out", dir, w->label,
            (int)getpid());
+  w->addr[0] = w->http_addr[0] = 0;
   int out_fd = open(w->out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   int log_fd = open(w->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (out_fd < 0 || log_fd < 0) {
     print_error("cannot create %s / %s: %s\n", w->out_path, w->log_path, strerror(errno));
     return false;
   }
+  const char* argv[32] = {spec->bin};
+  size_t argc = 1;
+  for (const char* const* a = spec->args; a && *a && argc < 31; ++a) argv[argc++] = *a;
+  argv[argc] = NULL;
   pid_t pid = fork();
   if (pid < 0) return false;
   if (pid == 0) {
     dup2(out_fd, 1);
     dup2(log_fd, 2);
     setenv("CAUSEWAY_HELLO_TIMEOUT_MS", "300", 1);
-    if (token) {
-      setenv("CAUSEWAY_TOKEN", token, 1);
-    } else {
-      unsetenv("CAUSEWAY_TOKEN");
-    }
+    unsetenv("CAUSEWAY_TOKEN");
     unsetenv("CAUSEWAY_TOKEN_FILE");
-    execl(g_worker_bin, g_worker_bin, "--plugin", plugin, "--devices", "2", "--listen",
-          "127.0.0.1:0", (char*)NULL);
-    fprintf(stderr, "exec %s: %s\n", g_worker_bin, strerror(errno));
+    for (const char* const* e = spec->env; e && *e; ++e) putenv((char*)*e);
+    execv(spec->bin, (char* const*)argv);
+    fprintf(stderr, "exec %s: %s\n", spec->bin, strerror(errno));
     _exit(127);
   }
   close(out_fd);
   close(log_fd);
   w->pid = pid;
   w->reaped = false;
-  // Wait for "causeway-worker listening on <ADDR>".
-  static const char prefix[] = "causeway-worker listening on ";
   int64_t deadline = cw_time_now_ms() + 120000;
   while (cw_time_now_ms() < deadline) {
-    FILE* f = fopen(w->out_path, "r");
-    char line[512];
-    bool found = false;
-    while (f && fgets(line, sizeof line, f)) {
-      size_t n = strlen(line);
-      if (strncmp(line, prefix, sizeof prefix - 1) == 0 && n && line[n - 1] == '\n') {
-        line[n - 1] = 0;
-        const char* a = line + sizeof prefix - 1;
-        size_t alen = strlen(a);
-        if (alen >= sizeof w->addr) alen = sizeof w->addr - 1;
-        memcpy(w->addr, a, alen);
-        w->addr[alen] = 0;
-        found = true;
-        break;
+    if (!w->addr[0]) find_line(w->out_path, spec->listen_prefix, w->addr, sizeof w->addr);
+    if (spec->http_prefix && !w->http_addr[0]) {
+      char url[256];
+      if (find_line(w->out_path, spec->http_prefix, url, sizeof url)) {
+        // "http://HOST:PORT/metrics" or "http://HOST:PORT (...)": HOST:PORT.
+        const char* hp = strncmp(url, "http://", 7) == 0 ? url + 7 : url;
+        size_t n = strcspn(hp, "/ ");
+        snprintf(w->http_addr, sizeof w->http_addr, "%.*s", (int)n, hp);
       }
     }
-    if (f) fclose(f);
-    if (found) {
-      fprintf(stderr, "[hostile] %s worker pid %d listening on %s (log %s)\n", w->label,
-              (int)pid, w->addr, w->log_path);
+    if (w->addr[0] && (!spec->http_prefix || w->http_addr[0])) {
+      fprintf(stderr, "[hostile] %s pid %d listening on %s%s%s (log %s)\n", w->label, (int)pid,
+              w->addr, w->http_addr[0] ? ", http " : "", w->http_addr, w->log_path);
       return true;
     }
     if (!worker_running(w)) {
       char d[64];
       describe_status(w->exit_status, d, sizeof d);
-      print_error("%s worker exited before listening (%s)\n", w->label, d);
+      print_error("%s exited before listening (%s)\n", w->label, d);
       dump_worker(w);
       return false;
     }
     sleep_ms(20);
   }
-  print_error("%s worker did not print its listen line in time\n", w->label);
+  print_error("%s did not print its listen line in time\n", w->label);
   dump_worker(w);
   kill(pid, SIGKILL);
   return false;
+}
+
+static bool worker_start(worker_t* w, const char* token) {
+  const char* plugin = hostile_plugin();
+  if (!plugin) return false;
+  static char token_env[128];
+  snprintf(token_env, sizeof token_env, "CAUSEWAY_TOKEN=%s", token ? token : "");
+  const char* args[] = {"--plugin", plugin, "--devices", "2", "--listen", "127.0.0.1:0", NULL};
+  const char* env[] = {token ? token_env : NULL, NULL};
+  daemon_spec_t spec = {.bin = g_worker_bin, .args = args, .env = env,
+                        .listen_prefix = "causeway-worker listening on "};
+  return daemon_start(w, &spec);
 }
 
 // SIGTERM, then wait up to 60 s. Returns the wait status, or -1 on timeout.
@@ -208,7 +226,7 @@ int conn_open(const worker_t* w) {
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     }
   }
-  if (fd < 0) fail_msg("connect to %s worker at %s: %s", w->label, w->addr, strerror(errno));
+  if (fd < 0) fail_msg("connect to %s at %s: %s", w->label, w->addr, strerror(errno));
   return fd;
 }
 
@@ -258,22 +276,20 @@ void ping(int fd, uint64_t rid) {
   frame_free(&f);
 }
 
-void assert_serving(worker_t* w) {
+void daemon_assert_serving(worker_t* w, const char* token) {
   if (!worker_running(w)) {
     char d[64];
     describe_status(w->exit_status, d, sizeof d);
     dump_worker(w);
-    fail_msg("%s worker is gone (%s)", w->label, d);
+    fail_msg("%s is gone (%s)", w->label, d);
   }
   int fd = conn_open(w);
-  if (w == &g_token) {
-    hello_as(fd, TOKEN, CAUSEWAY__V1__ROLE__ROLE_CLIENT, 0, NULL);
-  } else {
-    hello(fd);
-  }
+  hello_as(fd, token, CAUSEWAY__V1__ROLE__ROLE_CLIENT, 0, NULL);
   ping(fd, 77);
   close(fd);
 }
+
+void assert_serving(worker_t* w) { daemon_assert_serving(w, w == &g_token ? TOKEN : NULL); }
 
 Causeway__V1__UploadRequest upload_req(uint64_t id, int dtype, int64_t* dims, size_t rank) {
   Causeway__V1__UploadRequest m = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
@@ -339,6 +355,17 @@ void hostile_init(int argc, char** argv) {
   }
 }
 
+const char* hostile_worker_bin(void) { return g_worker_bin; }
+
+const char* hostile_controller_bin(void) {
+  static char path[1024];
+  const char* bin = getenv("CW_CONTROLLER_BIN");
+  if (bin && bin[0]) return bin;
+  const char* b = getenv("CW_BUILD_DIR");
+  snprintf(path, sizeof path, "%s/bin/causeway-controller", b ? b : ".");
+  return path;
+}
+
 int hostile_group_setup(void** state) {
   (void)state;
   signal(SIGPIPE, SIG_IGN);
@@ -352,34 +379,64 @@ int hostile_group_setup_with_token(void** state) {
   return 0;
 }
 
-int hostile_group_teardown(void** state) {
-  (void)state;
-  worker_t* ws[2] = {&g_plain, &g_token};
-  for (int i = 0; i < 2; ++i) {
+void daemons_kill(worker_t* const* ws, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
     if (ws[i]->pid > 0 && !ws[i]->reaped) {
       kill(ws[i]->pid, SIGKILL);
       waitpid(ws[i]->pid, NULL, 0);
+      ws[i]->reaped = true;
     }
   }
+}
+
+int hostile_group_teardown(void** state) {
+  (void)state;
+  worker_t* const ws[2] = {&g_plain, &g_token};
+  daemons_kill(ws, 2);
   return 0;
 }
 
-void hostile_test_sigterm_clean_exit(void** state) {
-  (void)state;
-  worker_t* ws[2] = {&g_plain, &g_token};
-  for (int i = 0; i < 2; ++i) {
+void daemons_sigterm_clean_exit(worker_t* const* ws, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
     if (ws[i]->pid <= 0) continue;  // not started by this suite
     int st = worker_stop(ws[i]);
     char d[64];
     if (st == -1) {
       dump_worker(ws[i]);
-      fail_msg("%s worker did not exit within 60 s of SIGTERM", ws[i]->label);
+      fail_msg("%s did not exit within 60 s of SIGTERM", ws[i]->label);
     }
     describe_status(st, d, sizeof d);
-    fprintf(stderr, "[hostile] %s worker after SIGTERM: %s\n", ws[i]->label, d);
+    fprintf(stderr, "[hostile] %s after SIGTERM: %s\n", ws[i]->label, d);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
       dump_worker(ws[i]);
-      fail_msg("%s worker: %s after SIGTERM (want exit 0: no leak, no crash)", ws[i]->label, d);
+      fail_msg("%s: %s after SIGTERM (want exit 0: no leak, no crash)", ws[i]->label, d);
     }
   }
+}
+
+void hostile_test_sigterm_clean_exit(void** state) {
+  (void)state;
+  worker_t* const ws[2] = {&g_plain, &g_token};
+  daemons_sigterm_clean_exit(ws, 2);
+}
+
+const char* hostile_plugin(void) {
+  const char* plugin = getenv("CAUSEWAY_PJRT_PLUGIN");
+  if (plugin && plugin[0]) return plugin;
+  print_error("CAUSEWAY_PJRT_PLUGIN is not set\n");
+  return NULL;
+}
+
+int hostile_print_counts(const char* title, const char* const* kinds, int num_kinds,
+                         const int (*counts)[2], int out_per[2]) {
+  out_per[0] = out_per[1] = 0;
+  fprintf(stderr, "[hostile] %-24s   worker  controller\n", title);
+  for (int k = 0; k < num_kinds; ++k) {
+    fprintf(stderr, "[hostile]   %-24s %6d  %10d\n", kinds[k], counts[k][0], counts[k][1]);
+    out_per[0] += counts[k][0];
+    out_per[1] += counts[k][1];
+  }
+  fprintf(stderr, "[hostile]   %-24s %6d  %10d   total %d\n", "all", out_per[0], out_per[1],
+          out_per[0] + out_per[1]);
+  return out_per[0] + out_per[1];
 }

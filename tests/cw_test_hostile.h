@@ -12,7 +12,7 @@
 // Workers come from argv[1], else $CW_WORKER_BIN, else
 // $CW_BUILD_DIR/bin/causeway-worker; the plugin from $CAUSEWAY_PJRT_PLUGIN. Worker
 // logs go to $CW_HOSTILE_LOG_DIR (default: the temp dir) as
-// hostile-worker-*.log and are printed when a worker misbehaves.
+// hostile-<label>-<pid>.log and .out and are printed when a daemon misbehaves.
 #ifndef CW_TESTS_TEST_HOSTILE_H_
 #define CW_TESTS_TEST_HOSTILE_H_
 
@@ -25,10 +25,12 @@
 
 #define TOKEN "hostile-secret-token"
 
+// A daemon a suite started (a worker, or with daemon_start a controller).
 typedef struct worker_s {
   const char* label;
   pid_t pid;
   char addr[256];
+  char http_addr[256];  // host:port of its HTTP port (--metrics-listen); "" when none
   char log_path[512];
   char out_path[512];
   int exit_status;  // valid once reaped
@@ -85,6 +87,40 @@ int open_hello(void);
 void violation(const char* what, bool do_hello, const hdr_t* h, const void* payload,
                size_t plen, const void* bulk, size_t blen, uint64_t rid, uint32_t code,
                const char* keywords);
+
+// How to start a daemon other than the suites' workers (daemon_start).
+typedef struct daemon_spec_s {
+  const char* bin;                  // the executable
+  const char* const* args;          // argv[1..], NULL-terminated
+  const char* const* env;           // "K=V" set in the child, NULL-terminated; may be NULL
+  const char* listen_prefix;        // its stdout line "<prefix>ADDRESS"
+  const char* http_prefix;          // NULL, or its line "<prefix>http://HOST:PORT..."
+} daemon_spec_t;
+
+// Starts `spec` as `w` (label set by the caller) with CAUSEWAY_HELLO_TIMEOUT_MS
+// 300 and no token unless spec->env sets one; waits for its listen line (and
+// HTTP line). Its stdout and stderr go to files in $CW_HOSTILE_LOG_DIR. False
+// after printing why.
+bool daemon_start(worker_t* w, const daemon_spec_t* spec);
+// The worker binary hostile_init found.
+const char* hostile_worker_bin(void);
+// $CW_CONTROLLER_BIN, else $CW_BUILD_DIR/bin/causeway-controller.
+const char* hostile_controller_bin(void);
+// A fresh connection to `w` does HELLO (`token`, role CLIENT) and PING:
+// fails the test (after dumping the daemon's log) if `w` is gone or does not.
+void daemon_assert_serving(worker_t* w, const char* token);
+// SIGTERM each of `ws` that was started and require exit 0 (no leak, no crash).
+void daemons_sigterm_clean_exit(worker_t* const* ws, size_t n);
+// SIGKILL whichever of `ws` still runs (a group teardown).
+void daemons_kill(worker_t* const* ws, size_t n);
+
+// $CAUSEWAY_PJRT_PLUGIN, or NULL after printing that it is not set.
+const char* hostile_plugin(void);
+// The counted suites (types, HTTP, TLS): prints `title`'s cases by kind
+// (counts[k][0] the worker's, [1] the controller's) with the sums, and
+// stores the per-daemon sums in out_per. Returns the total.
+int hostile_print_counts(const char* title, const char* const* kinds, int num_kinds,
+                         const int (*counts)[2], int out_per[2]);
 
 // Call first in main: takes the worker binary from argv[1] or the environment.
 void hostile_init(int argc, char** argv);

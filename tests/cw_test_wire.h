@@ -37,7 +37,7 @@ enum {
 #define PREHELLO_MAX_PAYLOAD 4096u
 #define MAX_PAYLOAD (16u << 20)
 #define IO_TIMEOUT_MS 20000   // a reply must come within this
-#define CLOSE_TIMEOUT_MS 5000 // a violating connection must be closed within this
+#define CLOSE_TIMEOUT_MS 20000 // a violating connection must be closed within this
 
 // Sends everything; false if the peer went away (EPIPE/ECONNRESET), which
 // several cases allow once the worker has rejected the frame.

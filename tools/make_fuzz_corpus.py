@@ -17,6 +17,11 @@
                                          payload, valid and broken) and
                                          CompileOptionsProto bytes with
                                          DebugOptions map entries.
+  src/core/corpus/{settings,json,tls}_fuzz/, src/tools/corpus/up_state_fuzz/,
+  src/worker/corpus/hlo_params_fuzz/     flags and variables, peer text, a
+                                         peer's first TLS bytes, `causeway up`
+                                         state files, HloModuleProto bytes
+                                         (each function's docstring).
 
 Only the Python standard library is used: the protobuf payloads are encoded
 by hand from proto/causeway.proto (field numbers and wire types below), so the
@@ -501,6 +506,109 @@ def compile_disk_corpus():
     return files
 
 
+def settings_corpus():
+    """settings_fuzz: byte 0 the path (0 argv, 1 a variable, 2 a flag; bit 7
+    from the command line), byte 1 the setting (an index into the table),
+    then the text."""
+    files = {}
+    argvs = {
+        "argv_listen": [b"--listen", b"127.0.0.1:0", b"--devices=2"],
+        "argv_bool": [b"--tls", b"--tls-require-client-cert=yes", b"--exit-with-controller"],
+        "argv_bad": [b"--", b"--=1", b"listen", b"--devices"],
+        "argv_hex": [b"--devices=0x10", b"--heartbeat-ms=-0x1", b"--hello-timeout=1e-9"],
+        "argv_token": [b"--token", b"secret"],
+    }
+    for name, args in argvs.items():
+        files["seed_" + name] = bytes([0, 0]) + b"\0".join(args)
+    values = [b"1", b"0", b"yes", b"-1", b"0x7fffffffffffffff", b"9223372036854775808", b"1e308",
+              b"nan", b"0.0004", b"", b"127.0.0.1:7311", b"\xff\xfe"]
+    for i, v in enumerate(values):
+        files["seed_env_%02d" % i] = bytes([1, i * 7]) + v
+        files["seed_flag_%02d" % i] = bytes([2 | (0x80 if i % 2 else 0), i * 5 + 1]) + v
+    return files
+
+
+def json_corpus():
+    """json_fuzz: text made a JSON string (valid and broken UTF-8)."""
+    texts = [b"worker-0", b"caf\xc3\xa9", b"\xe2\x82\xac\xf0\x9f\x98\x80", b"\xc0\xaf",
+             b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xe0\x80", b"\x80\xbf\xff",
+             b"quote\" back\\ nl\n tab\t \x01", b"\xff" * 8, b"\x7f" * 8]
+    return {"seed_text_%02d" % i: t for i, t in enumerate(texts)}
+
+
+def up_state_corpus():
+    """up_state_fuzz: `causeway up` state files (src/tools/cw_up.c)."""
+    good = (b"causeway-cluster 1\ncontroller /tmp/causeway-0/controller.sock\n"
+            b"process controller 1234 99887766\nprocess worker-0 1240 99887770\n")
+    return {
+        "seed_state": good,
+        "seed_state_tcp": b"causeway-cluster 1\ncontroller 127.0.0.1:7310\n",
+        "bad_state_magic": good.replace(b"cluster 1", b"cluster 2"),
+        "bad_state_no_newline": good[:-1],
+        "bad_state_pid1": good.replace(b"1234", b"1"),
+        "bad_state_long_name": good.replace(b"worker-0", b"w" * 40),
+        "bad_state_no_controller": b"causeway-cluster 1\nprocess worker-0 5 6\n",
+        "bad_state_long_line": b"causeway-cluster 1\ncontroller " + b"a" * 700 + b"\n",
+        "bad_state_huge_numbers": good.replace(b"99887766", b"18446744073709551616"),
+    }
+
+
+def hlo_params_corpus():
+    """hlo_params_fuzz: byte 0 bit 0 with_config, then HloModuleProto
+    (proto/xla_hlo_subset.proto) bytes."""
+    def shape(et, dims, tuple_shapes=()):
+        return f_varint(2, et) + f_packed(3, dims) + b"".join(f_bytes(4, t) for t in tuple_shapes)
+    def module(params, aliases=()):
+        ps = b"".join(f_bytes(1, p) for p in params) + f_bytes(2, shape(F32, [4]))
+        io = b"".join(f_bytes(1, f_varint(2, a)) for a in aliases)
+        return f_bytes(4, ps) + (f_bytes(8, io) if aliases else b"")
+    two = module([shape(F32, [2, 3]), shape(S32, [])], aliases=[1])
+    tup = module([shape(13, [], [shape(F32, [2]), shape(PRED, [1])])])
+    deep = shape(F32, [1])
+    for _ in range(64):
+        deep = shape(13, [], [deep])
+    return {
+        "seed_hlo_two_params": b"\0" + two,
+        "seed_hlo_with_config": b"\1" + f_bytes(1, two),
+        "seed_hlo_tuple": b"\0" + tup,
+        "seed_hlo_deep_tuple": b"\0" + module([deep]),
+        "seed_hlo_alias_out_of_range": b"\0" + module([shape(F32, [1])], aliases=[5, -1]),
+        "seed_hlo_no_shape": b"\0" + f_bytes(8, b""),
+        "bad_hlo_truncated": b"\0" + two[:-3],
+    }
+
+
+def tls_corpus(root):
+    """tls_fuzz mode 3 (a peer's first bytes to a TLS port): ClientHellos of
+    Python's ssl module (ch_*, whole and cut; their key shares differ each
+    run, so they are written only when missing), and first bytes that are
+    not TLS; PEM seeds (modes 0-2) are committed by hand as pem_*."""
+    import ssl
+    files = {}
+    have = os.path.join(root, "src/core/corpus/tls_fuzz/ch_tls13")
+    for name, maxv in (("tls13", ssl.TLSVersion.TLSv1_3), ("tls12", ssl.TLSVersion.TLSv1_2)):
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        ctx.maximum_version = maxv
+        inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+        obj = ctx.wrap_bio(inc, out, server_hostname="127.0.0.1")
+        try:
+            obj.do_handshake()
+        except ssl.SSLWantReadError:
+            pass
+        hello = out.read()
+        if not os.path.exists(have):
+            files["ch_" + name] = b"\3" + hello
+            files["ch_%s_half" % name] = b"\3" + hello[:len(hello) // 2]
+    files["seed_first_causeway"] = b"\3CWAY\1\0\1\0"
+    files["seed_first_http"] = b"\3GET / HTTP/1.1\r\n\r\n"
+    files["seed_first_ccs"] = b"\3\x14\3\3\0\1\1"
+    files["seed_address_v6"] = b"\3[::1]:7311"
+    files["seed_address_host"] = b"\3controller.example:7310"
+    return files
+
+
 def write_dir(path, files):
     # Replace only what this script generates; reproducers added by hand
     # (any other name, e.g. crash-<sha1>) are kept.
@@ -583,6 +691,14 @@ def main():
     write_dir(os.path.join(args.root, "src/controller/corpus/compile_disk_fuzz"), disk)
     print("wrote %d frame seeds, %d stream seeds and %d compile cache seeds"
           % (len(frames), len(streams), len(disk)))
+    for target, make in (("src/core/corpus/settings_fuzz", settings_corpus),
+                         ("src/core/corpus/json_fuzz", json_corpus),
+                         ("src/core/corpus/tls_fuzz", lambda: tls_corpus(args.root)),
+                         ("src/tools/corpus/up_state_fuzz", up_state_corpus),
+                         ("src/worker/corpus/hlo_params_fuzz", hlo_params_corpus)):
+        files = make()
+        write_dir(os.path.join(args.root, target), files)
+        print("wrote %d seeds to %s" % (len(files), target))
 
 
 if __name__ == "__main__":

@@ -104,7 +104,8 @@ void cw_ctl_handle_register(cw_net_conn_t* conn, const cw_frame_header_t* h,
              r->inventory->n_devices > CW_XLA_MAX_ASSIGNED_DEVICES) {
     st = cw_make_status(CW_INVALID_ARGUMENT, "inventory must list 1..%d devices",
                         CW_XLA_MAX_ASSIGNED_DEVICES);
-  } else if (!r->inventory->platform_name || !r->inventory->platform_version) {
+  } else if (!r->inventory->platform_name || !r->inventory->platform_name[0]) {
+    // protobuf-c decodes an absent string as "", never NULL.
     st = cw_make_status(CW_INVALID_ARGUMENT, "inventory lacks the platform");
   } else if (ctl->num_workers >= CW__MAX_WORKERS ||
              (int64_t)ctl->next_device + (int64_t)r->inventory->n_devices > INT32_MAX / 2) {

@@ -21,11 +21,17 @@ cw_http_parse_t cw_http_parse_request(const char* buf, size_t len, size_t max,
   memset(out, 0, sizeof(*out));
   if (len > max) len = max;
   size_t end = cw__head_end(buf, len);
-  if (!end) return len >= max ? CW_HTTP_TOO_LARGE : CW_HTTP_NEED_MORE;
-  // Header bytes: printable ASCII, tab, CR, LF only.
-  for (size_t i = 0; i < end; ++i) {
+  // Header bytes: printable ASCII, tab, CR, LF only. Without the end of the
+  // head every byte so far is head, so a peer that sends something else
+  // (a causeway frame, a TLS ClientHello, binary junk) is refused at once
+  // rather than holding the connection until its deadline.
+  for (size_t i = 0; i < (end ? end : len); ++i) {
     unsigned char ch = (unsigned char)buf[i];
     if (ch >= 0x7f || (ch < 0x20 && ch != '\t' && ch != '\r' && ch != '\n')) return CW_HTTP_BAD;
+  }
+  if (!end) {
+    if (len && (buf[0] < 'A' || buf[0] > 'Z')) return CW_HTTP_BAD;  // no method starts so
+    return len >= max ? CW_HTTP_TOO_LARGE : CW_HTTP_NEED_MORE;
   }
   // Request line: METHOD SP target SP HTTP/1.x (CR)LF
   size_t i = 0, n = 0;

@@ -34,6 +34,17 @@ static void test_incomplete_and_oversized(void** state) {
   assert_int_equal(cw_http_parse_request(big, 63, 64, &r), CW_HTTP_NEED_MORE);
 }
 
+// Bytes no head can hold are refused before the head is complete.
+static void test_refused_before_the_end(void** state) {
+  (void)state;
+  cw_http_request_t r;
+  assert_int_equal(parse("GET /metrics HTTP/1.1\r\nX: \x01", &r), CW_HTTP_BAD);
+  assert_int_equal(parse("CWAY\x01", &r), CW_HTTP_BAD);          // a causeway frame
+  assert_int_equal(parse("\x16\x03\x01\x02", &r), CW_HTTP_BAD);  // a TLS ClientHello
+  assert_int_equal(parse("get /", &r), CW_HTTP_BAD);
+  assert_int_equal(parse("GET /metr", &r), CW_HTTP_NEED_MORE);
+}
+
 static void test_malformed(void** state) {
   cw_http_request_t r;
   const char* bad[] = {
@@ -70,6 +81,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_get_with_headers),
       cmocka_unit_test(test_incomplete_and_oversized),
+      cmocka_unit_test(test_refused_before_the_end),
       cmocka_unit_test(test_malformed),
       cmocka_unit_test(test_label_escaping),
   };

@@ -547,10 +547,70 @@ static void test_ffi_handler(void** state) {
   cw_pjrt_executable_destroy(g_pjrt, exe);
 }
 
+// A parameter of tuples nested `depth` deep, wrapped by hand (packing it
+// with protobuf-c would recurse as deep).
+static uint8_t* nested_tuple_module(int depth, size_t* out_size) {
+  size_t cap = 16 + (size_t)depth * 16;
+  uint8_t* a = malloc(cap);
+  uint8_t* b = malloc(cap);
+  size_t n = 0;
+  a[n++] = 0x10;  // element_type F32
+  a[n++] = 11;
+  // Each level: element_type TUPLE, tuple_shapes = the level below; then
+  // ProgramShape.parameters (1), HloModule.host_program_shape (4).
+  for (int i = 0; i < depth + 2; ++i) {
+    size_t k = 0;
+    if (i < depth) {
+      b[k++] = 0x10;
+      b[k++] = 13;
+    }
+    b[k++] = i < depth ? 0x22 : i == depth ? 0x0a : 0x22;
+    for (size_t len = n; ; len >>= 7) {  // the length as a varint
+      b[k++] = (uint8_t)((len & 0x7f) | (len >> 7 ? 0x80 : 0));
+      if (!(len >> 7)) break;
+    }
+    memcpy(b + k, a, n);
+    n += k;
+    uint8_t* t = a;
+    a = b;
+    b = t;
+  }
+  free(b);
+  *out_size = n;
+  return a;
+}
+
+static void test_params_from_hlo_nesting(void** state) {
+  (void)state;
+  size_t size = 0;
+  uint8_t* bytes = nested_tuple_module(60, &size);
+  cw_pjrt_shape_t* shapes = NULL;
+  size_t n = 0;
+  ASSERT_OK(cw_pjrt_params_from_hlo(bytes, size, false, &shapes, &n));
+  assert_int_equal(n, 1);
+  assert_int_equal(shapes[0].dtype, -1);
+  cw_pjrt_shapes_free(shapes, n);
+  free(bytes);
+  // Deeper than 64 levels (with the module and its program shape): refused
+  // before protobuf-c recurses; 100000 levels used to overflow the stack.
+  static const int deep[] = {63, 100000};
+  for (int i = 0; i < 2; ++i) {
+    bytes = nested_tuple_module(deep[i], &size);
+    cw_status_t st = cw_pjrt_params_from_hlo(bytes, size, false, &shapes, &n);
+    assert_int_equal(cw_status_code(st), CW_UNIMPLEMENTED);
+    assert_string_equal(cw_status_message(st),
+                        "optimized program nests shapes deeper than 64 levels");
+    assert_null(shapes);
+    cw_status_free(st);
+    free(bytes);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest pure[] = {
       cmocka_unit_test(test_dtype_from_xla),
       cmocka_unit_test(test_params_from_hlo),
+      cmocka_unit_test(test_params_from_hlo_nesting),
   };
   int failed = cmocka_run_group_tests_name("without a plugin", pure, NULL, NULL);
   const char* plugin = getenv("CAUSEWAY_PJRT_PLUGIN");
