@@ -6,6 +6,7 @@
 
 #include "cw_array.h"
 #include "cw_log.h"
+#include "cw_pjrt_ffi.h"
 #include "proto/xla_hlo_subset.pb-c.h"
 
 // Status codes equal PJRT_Error_Code: pinned here, where both headers meet.
@@ -676,7 +677,7 @@ void cw_pjrt_buffer_destroy(const cw_pjrt_t* p, PJRT_Buffer* buffer) {
 cw_status_t cw_pjrt_execute(const cw_pjrt_t* p, PJRT_LoadedExecutable* exe, size_t num_devices,
                             size_t num_args, PJRT_Buffer* const* const* argument_lists,
                             PJRT_Buffer** const* output_lists, PJRT_Event** events,
-                            int launch_id, const bool* donate) {
+                            int launch_id, const bool* donate, PJRT_ExecuteContext* context) {
   // Inputs stay owned by the store unless the caller donates them.
   int64_t* keep = calloc(num_args ? num_args : 1, sizeof(int64_t));
   if (!keep) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
@@ -688,6 +689,7 @@ cw_status_t cw_pjrt_execute(const cw_pjrt_t* p, PJRT_LoadedExecutable* exe, size
   o.launch_id = launch_id;
   o.non_donatable_input_indices = keep;
   o.num_non_donatable_input_indices = num_keep;
+  o.context = context;
   CW_PJRT_ARGS(PJRT_LoadedExecutable_Execute_Args, a);
   a.executable = exe;
   a.options = &o;
@@ -881,4 +883,82 @@ void cw_pjrt_inventory_deinitialize(Causeway__V1__Inventory* inv) {
   }
   free(inv->devices);
   causeway__v1__inventory__init(inv);
+}
+
+// --- FFI extension ---------------------------------------------------------------
+
+static const PJRT_FFI_Extension* cw__ffi(const cw_pjrt_t* p) {
+  const PJRT_Extension_Base* e = cw_pjrt_find_extension(p->api, PJRT_Extension_Type_FFI);
+  if (!e || e->struct_size < sizeof(PJRT_FFI_Extension)) return NULL;
+  return (const PJRT_FFI_Extension*)e;
+}
+
+static cw_status_t cw__no_ffi(const char* what) {
+  return cw_make_status(CW_UNIMPLEMENTED, "%s: the PJRT plugin has no FFI extension", what);
+}
+
+cw_status_t cw_pjrt_ffi_register_handler(const cw_pjrt_t* p, const char* target,
+                                         const char* platform, void* handler,
+                                         uint32_t traits) {
+  const PJRT_FFI_Extension* ffi = cw__ffi(p);
+  if (!ffi || !ffi->register_handler) return cw__no_ffi("registering an FFI handler");
+  PJRT_FFI_Register_Handler_Args a;
+  memset(&a, 0, sizeof(a));
+  a.struct_size = CW_PJRT_STRUCT_SIZE(PJRT_FFI_Register_Handler_Args, traits);
+  a.target_name = target;
+  a.target_name_size = strlen(target);
+  a.handler = handler;
+  a.platform_name = platform;
+  a.platform_name_size = strlen(platform);
+  a.traits = traits;
+  return cw_status_annotate(cw_pjrt_status(p, ffi->register_handler(&a)),
+                            "registering FFI handler %s for %s", target, platform);
+}
+
+cw_status_t cw_pjrt_ffi_register_type(const cw_pjrt_t* p, const char* name,
+                                      int64_t* out_type_id) {
+  *out_type_id = 0;
+  const PJRT_FFI_Extension* ffi = cw__ffi(p);
+  if (!ffi || !ffi->type_register) return cw__no_ffi("registering an FFI type");
+  static const PJRT_FFI_Type_Info info = {NULL, NULL, NULL};  // our data is never XLA's to free
+  PJRT_FFI_Type_Register_Args a;
+  memset(&a, 0, sizeof(a));
+  a.struct_size = CW_PJRT_STRUCT_SIZE(PJRT_FFI_Type_Register_Args, type_info);
+  a.type_name = name;
+  a.type_name_size = strlen(name);
+  a.type_info = &info;
+  CW_RETURN_IF_ERROR(cw_pjrt_status(p, ffi->type_register(&a)), "registering FFI type %s", name);
+  *out_type_id = a.type_id;
+  return cw_ok_status();
+}
+
+cw_status_t cw_pjrt_execute_context_create(const cw_pjrt_t* p, int64_t type_id, void* data,
+                                           PJRT_ExecuteContext** out) {
+  *out = NULL;
+  const PJRT_FFI_Extension* ffi = cw__ffi(p);
+  if (!ffi || !ffi->user_data_add) return cw__no_ffi("an execute context");
+  CW_PJRT_ARGS(PJRT_ExecuteContext_Create_Args, c);
+  CW_PJRT_CALL(p, PJRT_ExecuteContext_Create, c, "creating an execute context");
+  PJRT_FFI_UserData_Add_Args a;
+  memset(&a, 0, sizeof(a));
+  a.struct_size = CW_PJRT_STRUCT_SIZE(PJRT_FFI_UserData_Add_Args, user_data);
+  a.context = c.context;
+  a.user_data.type_id = type_id;
+  a.user_data.data = data;
+  cw_status_t st = cw_pjrt_status(p, ffi->user_data_add(&a));
+  if (st) {
+    cw_pjrt_execute_context_destroy(p, c.context);
+    return cw_status_annotate(st, "adding user data to an execute context");
+  }
+  *out = c.context;
+  return cw_ok_status();
+}
+
+void cw_pjrt_execute_context_destroy(const cw_pjrt_t* p, PJRT_ExecuteContext* context) {
+  if (!context) return;
+  PJRT_ExecuteContext_Destroy_Args a;
+  memset(&a, 0, sizeof(a));
+  a.struct_size = sizeof(a);
+  a.context = context;
+  cw_status_free(cw_pjrt_status(p, p->api->PJRT_ExecuteContext_Destroy(&a)));
 }

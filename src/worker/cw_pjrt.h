@@ -152,13 +152,36 @@ void cw_pjrt_buffer_destroy(const cw_pjrt_t* pjrt, PJRT_Buffer* buffer);
 // argument_lists[num_devices][num_args]; output_lists[num_devices][*]
 // preallocated; events[num_devices] filled. `donate[num_args]` (NULL: none)
 // marks the arguments PJRT may take (it does where the program aliases the
-// parameter); every other argument is passed as non-donatable.
+// parameter); every other argument is passed as non-donatable. `context`
+// (borrowed, may be NULL) must outlive the execution.
 CW_MUST_USE cw_status_t cw_pjrt_execute(const cw_pjrt_t* pjrt, PJRT_LoadedExecutable* exe,
                                         size_t num_devices, size_t num_args,
                                         PJRT_Buffer* const* const* argument_lists,
                                         PJRT_Buffer** const* output_lists,
                                         PJRT_Event** events, int launch_id,
-                                        const bool* donate);
+                                        const bool* donate, PJRT_ExecuteContext* context);
+
+// --- The plugin's FFI extension (cw_pjrt_ffi.h) --------------------------------
+// Registers `handler` (an XLA_FFI_Handler*, cw_xla_ffi.h; it must answer
+// XLA's metadata query) for custom call `target` on `platform` ("Host" for
+// XLA's CPU plugin) with XLA_FFI_Handler_Traits `traits` (0: none). The
+// registry is the plugin's, process-wide. UNIMPLEMENTED when the plugin has
+// no FFI extension.
+CW_MUST_USE cw_status_t cw_pjrt_ffi_register_handler(const cw_pjrt_t* pjrt, const char* target,
+                                                     const char* platform, void* handler,
+                                                     uint32_t traits);
+// Registers a user-data type under `name` (process-wide; XLA never frees
+// the data); *out_type_id is the id XLA chose, for cw_xla_ffi_user_data.
+CW_MUST_USE cw_status_t cw_pjrt_ffi_register_type(const cw_pjrt_t* pjrt, const char* name,
+                                                  int64_t* out_type_id);
+// An execute context whose handlers find `data` (borrowed; it must outlive
+// the context) as user data of `type_id`. Destroy it after the execution.
+// A handler that asks for user data crashes XLA when the launch has no
+// context at all: launch every program that may call one with a context.
+CW_MUST_USE cw_status_t cw_pjrt_execute_context_create(const cw_pjrt_t* pjrt, int64_t type_id,
+                                                       void* data,
+                                                       PJRT_ExecuteContext** out_context);
+void cw_pjrt_execute_context_destroy(const cw_pjrt_t* pjrt, PJRT_ExecuteContext* context);
 
 // Fills `inv` (platform, version, plugin attributes, devices). Strings and
 // arrays are malloc'd; free with cw_pjrt_inventory_deinitialize.

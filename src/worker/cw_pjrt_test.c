@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "cw_pjrt.h"
+#include "cw_xla_ffi.h"
 #include "proto/xla_hlo_subset.pb-c.h"
 
 #define ASSERT_OK(expr)                                                            \
@@ -99,7 +100,7 @@ static PJRT_Buffer* run(PJRT_LoadedExecutable* exe, PJRT_Buffer* in, int launch_
   PJRT_Buffer* outs0[1] = {NULL};
   PJRT_Buffer** out_lists[1] = {outs0};
   PJRT_Event* done[1] = {NULL};
-  ASSERT_OK(cw_pjrt_execute(g_pjrt, exe, 1, 1, arg_lists, out_lists, done, launch_id, NULL));
+  ASSERT_OK(cw_pjrt_execute(g_pjrt, exe, 1, 1, arg_lists, out_lists, done, launch_id, NULL, NULL));
   await_event(done[0]);
   assert_non_null(outs0[0]);
   return outs0[0];
@@ -455,6 +456,97 @@ static void test_params_from_hlo(void** state) {
   cw_pjrt_shapes_free(NULL, 0);
 }
 
+// --- The FFI extension: a handler of our own, its user data -------------------
+
+static int64_t g_scale_type;
+
+// cw_test_scale: out = in * the float the execute context carries.
+static XLA_FFI_Error* scale_handler(XLA_FFI_CallFrame* frame) {
+  if (cw_xla_ffi_answer_metadata(frame, 0)) return NULL;
+  const float* factor = cw_xla_ffi_user_data(frame, g_scale_type);
+  if (!factor) {
+    return cw_xla_ffi_error(frame->api, XLA_FFI_Error_Code_FAILED_PRECONDITION,
+                            "cw_test_scale: no factor in the execute context");
+  }
+  if (frame->args.size != 1 || frame->rets.size != 1) {
+    return cw_xla_ffi_error(frame->api, XLA_FFI_Error_Code_INVALID_ARGUMENT, "arity");
+  }
+  const XLA_FFI_Buffer* in = frame->args.args[0];
+  XLA_FFI_Buffer* out = frame->rets.rets[0];
+  int64_t n = 1;
+  for (int64_t i = 0; i < in->rank; ++i) n *= in->dims[i];
+  for (int64_t i = 0; i < n; ++i) ((float*)out->data)[i] = ((const float*)in->data)[i] * *factor;
+  return NULL;
+}
+
+static const char kScaleProgram[] =
+    "module @jit_s {\n"
+    "  func.func public @main(%arg0: tensor<2x3xf32>) -> tensor<2x3xf32> {\n"
+    "    %0 = stablehlo.custom_call @cw_test_scale(%arg0) {api_version = 4 : i32} :"
+    " (tensor<2x3xf32>) -> tensor<2x3xf32>\n"
+    "    return %0 : tensor<2x3xf32>\n"
+    "  }\n"
+    "}\n";
+
+// Runs `exe` on `in` with `context`; the status of the launch (its call or its event).
+static cw_status_t run_with(PJRT_LoadedExecutable* exe, PJRT_Buffer* in,
+                            PJRT_ExecuteContext* context, PJRT_Buffer** out) {
+  PJRT_Buffer* args0[1] = {in};
+  PJRT_Buffer* const* arg_lists[1] = {args0};
+  PJRT_Buffer* outs0[1] = {NULL};
+  PJRT_Buffer** out_lists[1] = {outs0};
+  PJRT_Event* done[1] = {NULL};
+  cw_status_t st = cw_pjrt_execute(g_pjrt, exe, 1, 1, arg_lists, out_lists, done, 7, NULL,
+                                   context);
+  if (!st && done[0]) {
+    PJRT_Event_Await_Args a;
+    memset(&a, 0, sizeof(a));
+    a.struct_size = sizeof(a);
+    a.event = done[0];
+    st = cw_pjrt_status(g_pjrt, g_pjrt->api->PJRT_Event_Await(&a));
+  }
+  cw_pjrt_event_destroy(g_pjrt, done[0]);
+  *out = outs0[0];
+  return st;
+}
+
+static void test_ffi_handler(void** state) {
+  (void)state;
+  ASSERT_OK(cw_pjrt_ffi_register_type(g_pjrt, "cw_test_scale_factor", &g_scale_type));
+  assert_int_not_equal(g_scale_type, 0);
+  ASSERT_OK(cw_pjrt_ffi_register_handler(g_pjrt, "cw_test_scale", "Host",
+                                         (void*)scale_handler, 0));
+  PJRT_LoadedExecutable* exe = compile(kScaleProgram, NULL, 0);
+  static const float in_data[6] = {1, 2, 3, 4, 5, 6};
+  PJRT_Buffer* in = upload(in_data, NULL, 0);
+  // The handler reads its factor from the context's user data.
+  float factor = 3.0f;
+  PJRT_ExecuteContext* ctx = NULL;
+  ASSERT_OK(cw_pjrt_execute_context_create(g_pjrt, g_scale_type, &factor, &ctx));
+  PJRT_Buffer* out = NULL;
+  ASSERT_OK(run_with(exe, in, ctx, &out));
+  static const float want[6] = {3, 6, 9, 12, 15, 18};
+  expect_contents(out, want);
+  cw_pjrt_buffer_destroy(g_pjrt, out);
+  cw_pjrt_execute_context_destroy(g_pjrt, ctx);
+  // Without a factor (user data of another type only), its error is the
+  // launch's, code and message. (Without any context XLA itself crashes in
+  // InvokeContext_Get: callers always give one.)
+  int64_t other_type = 0;
+  ASSERT_OK(cw_pjrt_ffi_register_type(g_pjrt, "cw_test_other", &other_type));
+  assert_int_not_equal(other_type, g_scale_type);
+  ASSERT_OK(cw_pjrt_execute_context_create(g_pjrt, other_type, &factor, &ctx));
+  out = NULL;
+  cw_status_t st = run_with(exe, in, ctx, &out);
+  cw_pjrt_execute_context_destroy(g_pjrt, ctx);
+  assert_int_equal(cw_status_code(st), CW_FAILED_PRECONDITION);
+  assert_non_null(strstr(cw_status_message(st), "cw_test_scale: no factor in the execute context"));
+  cw_status_free(st);
+  if (out) cw_pjrt_buffer_destroy(g_pjrt, out);
+  cw_pjrt_buffer_destroy(g_pjrt, in);
+  cw_pjrt_executable_destroy(g_pjrt, exe);
+}
+
 int main(void) {
   const struct CMUnitTest pure[] = {
       cmocka_unit_test(test_dtype_from_xla),
@@ -474,6 +566,7 @@ int main(void) {
       cmocka_unit_test(test_compile_error),
       cmocka_unit_test(test_serialize_deserialize),
       cmocka_unit_test(test_event_on_ready),
+      cmocka_unit_test(test_ffi_handler),
   };
   return failed + cmocka_run_group_tests_name("XLA's CPU plugin", with_plugin, setup, teardown);
 }

@@ -345,7 +345,7 @@ static void cw__launch_issue(cw_worker_t* w, cw_launch_t* l, cw_store_entry_t* e
   if (!st) {
     st = cw_pjrt_execute(w->pjrt, (PJRT_LoadedExecutable*)exe->handle, nd, na,
                          (PJRT_Buffer* const* const*)arg_lists, (PJRT_Buffer** const*)out_lists,
-                         events, cw__launch_id(l->req), donate);
+                         events, cw__launch_id(l->req), donate, NULL);
   }
   free(args);
   free(arg_lists);
