@@ -841,6 +841,18 @@ def linalg_sharded() -> dict:
     return {"value": np.asarray(y), "sharding": sharding_desc(y)}
 
 
+def linalg_each_island() -> dict:
+    """One program (a solve) on every island in turn: the first compiles it,
+    the others load the executable the controller ships them."""
+    a, _, b, _ = _linalg_inputs("float32")
+    f = jax.jit(jnp.linalg.solve)
+    out = []
+    for isl in islands():
+        y = f(jax.device_put(a, isl[0]), jax.device_put(b, isl[0]))
+        out.append({"value": np.asarray(y), "device": positions(y)})
+    return {"islands": out}
+
+
 def _ffi_library():
     import ctypes
     return ctypes.CDLL(os.environ["CW_TEST_FFI_LIB"])

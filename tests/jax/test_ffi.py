@@ -96,6 +96,12 @@ def test_linalg_sharded(ref_ffi, cw_ffi):
     harness.assert_same(want, got, "linalg_sharded")
 
 
+def test_linalg_each_island(ref_ffi, cw_ffi):
+    # Workers that load (not compile) the executable load jaxlib's kernels too.
+    want, got = harness.run_both(ref_ffi, cw_ffi, "linalg_each_island")
+    harness.assert_same(want, got, "linalg_each_island")
+
+
 def test_user_ffi_library(ref_ffi, cw_ffi):
     want, got = harness.run_both(ref_ffi, cw_ffi, "ffi_call")
     assert want["ok"], want
