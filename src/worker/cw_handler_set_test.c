@@ -4,7 +4,7 @@
 // compiled and run in both forms; its kernel's own error; libraries that do
 // not load; the error a compile gets for a target no set provides; jaxlib
 // asked for by name but not loadable. jaxlib's kernels themselves are tested
-// with real JAX (tests/jax/test_ffi.py): Python is not started here.
+// with real JAX (tests/ffi/test_ffi.py): Python is not started here.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>

@@ -1,5 +1,5 @@
 // libcw_test_ffi.so: a user's FFI library as the tests ship it to workers
-// (cw_handler_set_test.c, tests/jax/test_ffi.py). Written against the XLA FFI
+// (cw_handler_set_test.c, tests/ffi/test_ffi.py). Written against the XLA FFI
 // C ABI only (cw_xla_ffi.h), as any C library could be.
 //   cw_test_add_one   f32[...] -> f32[...], x + 1
 //   cw_test_fail      always fails with INVALID_ARGUMENT, naming itself

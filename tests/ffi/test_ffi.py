@@ -27,7 +27,7 @@ import tempfile
 import pytest
 
 import harness
-from conftest import requires_causeway
+from conftest import requires_causeway  # tests/ffi/conftest.py
 
 FFI_LIB = str(pathlib.Path(harness.bin_dir()).parent / "lib" / "libcw_test_ffi.so")
 FFI_SPEC = f"{FFI_LIB}:cw_test_ffi_targets"
@@ -135,10 +135,8 @@ def test_missing_target_names_it(cw_ffi):
 
 def _fake_venv(root: str) -> str:
     """A venv of the pinned Python without jaxlib (nor anything else)."""
-    import sys  # noqa: F401  (the pinned venv's own pyvenv.cfg names its base)
-    cfg = (pathlib.Path(harness.PYTHON).resolve().parents[1] / "pyvenv.cfg")
-    if not cfg.exists():
-        cfg = pathlib.Path(harness.PYTHON).parents[1] / "pyvenv.cfg"
+    # The pinned venv's pyvenv.cfg names its base installation and version.
+    cfg = pathlib.Path(harness.PYTHON).parents[1] / "pyvenv.cfg"
     text = cfg.read_text()
     home = re.search(r"^home\s*=\s*(.+)$", text, re.M).group(1).strip()
     version = re.search(r"^version\s*=\s*(.+)$", text, re.M).group(1).strip()
