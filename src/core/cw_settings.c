@@ -248,6 +248,19 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
                               "queue (with CAUSEWAY_DEVICES; unset or 0: wait)"},
     [CW_SET_TRACE] = {"CAUSEWAY_TRACE", NULL, CW__PLG, NULL, CW_SETTING_STRING, 0, 0, "", false,
                       false, "write a Chrome trace of the session to this file"},
+    // The worker's custom-call handler sets (docs/ffi.md).
+    [CW_SET_FFI_LIBRARIES] = {"CAUSEWAY_FFI_LIBRARIES", NULL, CW__WRK, "ffi-libraries",
+                              CW_SETTING_STRING, 0, 0, "", false, false,
+                              "FFI libraries whose custom-call handlers the worker registers, "
+                              "comma-separated: PATH:SYMBOL (SYMBOL returns a table, "
+                              "causeway_ffi.h) or PATH:TARGET=SYMBOL (one handler); one that "
+                              "does not load stops the worker"},
+    [CW_SET_JAXLIB_PYTHON] = {"CAUSEWAY_JAXLIB_PYTHON", NULL, CW__WRK, "jaxlib-python",
+                              CW_SETTING_STRING, 0, 0, "", false, false,
+                              "the Python (a venv's bin/python) whose jaxlib gives the "
+                              "worker jaxlib's CPU kernels (LAPACK): loaded at start, or the "
+                              "worker stops; empty: the PJRT plugin's venv, loaded when a "
+                              "program first needs it; off: none"},
 };
 
 const cw_setting_def_t* cw_settings_def(cw_setting_id_t id) {

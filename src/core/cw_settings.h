@@ -97,6 +97,9 @@ typedef enum cw_setting_id_e {
   CW_SET_WEIGHT,
   CW_SET_QUEUE_TIMEOUT,
   CW_SET_TRACE,
+  // The worker's custom-call handler sets (issue 10 item 2, docs/ffi.md).
+  CW_SET_FFI_LIBRARIES,
+  CW_SET_JAXLIB_PYTHON,
   CW_SET_COUNT,
 } cw_setting_id_t;
 

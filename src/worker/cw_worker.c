@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cw_handler_set.h"
 #include "cw_log.h"
 #include "cw_worker_conn.h"
 #include "cw_worker_hostcb.h"
@@ -250,6 +251,12 @@ cw_status_t cw_worker_create(const cw_settings_t* settings, cw_worker_t** out) {
   CW_RETURN_IF_ERROR(cw_pjrt_create(cw_settings_string(settings, CW_SET_PLUGIN),
                                     (int)cw_settings_int(settings, CW_SET_DEVICES), &w->pjrt),
                      "worker");
+  cw_handler_sets_options_t ho = {
+      .ffi_libraries = cw_settings_string(settings, CW_SET_FFI_LIBRARIES),
+      .jaxlib_python = cw_settings_string(settings, CW_SET_JAXLIB_PYTHON),
+      .plugin_path = cw_settings_string(settings, CW_SET_PLUGIN),
+  };
+  CW_RETURN_IF_ERROR(cw_handler_sets_create(&ho, w->pjrt, &w->handlers), "worker");
   CW_RETURN_IF_ERROR(cw_store_create(cw__release_handle, w, &w->store), "worker");
   CW_RETURN_IF_ERROR(cw_staging_create(
                          (uint64_t)cw_settings_int(settings, CW_SET_STAGING_CACHE_BYTES),
@@ -322,6 +329,7 @@ void cw_worker_release(cw_worker_t* w) {
   }
   cw_staging_release(w->staging);  // every block came back with its transfer
   if (w->inventory_ready) cw_pjrt_inventory_deinitialize(&w->inventory);
+  cw_handler_sets_release(w->handlers);
   cw_pjrt_release(w->pjrt);
   if (w->loop_initialized) uv_loop_close(&w->loop);
   cw_worker_conn_free_peer_stats(w);

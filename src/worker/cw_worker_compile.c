@@ -4,6 +4,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
+#include "cw_handler_set.h"
 #include "cw_log.h"
 #include "cw_pjrt_info.h"
 #include "cw_worker_conn.h"
@@ -25,16 +26,25 @@ static void cw__compile_work(uv_work_t* req) {
     op->status = cw_xla_options_normalize(raw->data, raw->len, (int64_t)p->num_devices, &opts,
                                           &opts_len);
   }
-  if (op->status) {
-    // Reported below.
-  } else if (op->type == CW_MSG_COMPILE) {
-    const Causeway__V1__CompileRequest* r = (const Causeway__V1__CompileRequest*)op->msg;
-    const char* format = (r->format && r->format[0]) ? r->format : "mlir";
-    op->status = cw_pjrt_compile(p, format, r->code.data, r->code.len, opts, opts_len, &op->exe);
-    op->host_callbacks = cw_worker_hostcb_in_program(r->code.data, r->code.len);
-  } else {
-    op->status = cw_pjrt_deserialize(p, op->staging, (size_t)op->size, opts, opts_len, &op->exe);
-    op->host_callbacks = cw_worker_hostcb_in_program(op->staging, (size_t)op->size);
+  // A custom call without a handler may load a handler set (jaxlib's
+  // kernels load when first needed): then once more.
+  for (int attempt = 0; !op->status; ++attempt) {
+    if (op->type == CW_MSG_COMPILE) {
+      const Causeway__V1__CompileRequest* r = (const Causeway__V1__CompileRequest*)op->msg;
+      const char* format = (r->format && r->format[0]) ? r->format : "mlir";
+      op->status = cw_pjrt_compile(p, format, r->code.data, r->code.len, opts, opts_len,
+                                   &op->exe);
+      op->host_callbacks = cw_worker_hostcb_in_program(r->code.data, r->code.len);
+    } else {
+      op->status = cw_pjrt_deserialize(p, op->staging, (size_t)op->size, opts, opts_len,
+                                       &op->exe);
+      op->host_callbacks = cw_worker_hostcb_in_program(op->staging, (size_t)op->size);
+    }
+    if (!op->status || !cw_handler_sets_resolve(op->w->handlers, attempt == 0, &op->status)) {
+      break;
+    }
+    cw_status_free(op->status);
+    op->status = NULL;
   }
   free(opts);
   if (!op->status) {

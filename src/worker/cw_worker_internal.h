@@ -103,6 +103,7 @@ struct cw_worker_s {
   const char* name;
   const char* token;
   cw_pjrt_t* pjrt;
+  struct cw_handler_sets_s* handlers;  // custom-call handlers (cw_handler_set.h)
   cw_store_t* store;
   cw_staging_t* staging;  // bulk staging blocks, reused (staging-cache-bytes)
   Causeway__V1__Inventory inventory;

@@ -758,6 +758,140 @@ def xla_rejects() -> dict:
         return {"ok": False, "error": err_text(e), "type": type(e).__name__}
 
 
+# ---- Custom calls on workers (test_ffi.py) ---------------------------------------------
+
+def _linalg_inputs(dtype: str, n: int = 5):
+    r = rng(23)
+    dt = np.dtype(dtype)
+    def draw(*shape):
+        x = r.standard_normal(shape)
+        if dt.kind == "c":
+            x = x + 1j * r.standard_normal(shape)
+        return x.astype(dt)
+    a = draw(n, n)
+    herm = a @ a.conj().T + n * np.eye(n, dtype=dt)
+    return a, herm.astype(dt), draw(n, 2), draw(3, n, n)
+
+
+def linalg_suite(dtype: str = "float32") -> dict:
+    """LAPACK-backed jnp.linalg, jax.scipy.linalg and lax.linalg calls on
+    fixed inputs: each result, or the error it raised."""
+    import jax.scipy.linalg as jsl
+    a, spd, b, batch = _linalg_inputs(dtype)
+    real = np.dtype(dtype).kind == "f"
+    tri = np.triu(a) + len(a) * np.eye(len(a), dtype=a.dtype)
+    calls = {
+        "solve": lambda: jnp.linalg.solve(a, b),
+        "cholesky": lambda: jnp.linalg.cholesky(spd),
+        "eigh": lambda: jnp.linalg.eigh(spd),
+        "eigvalsh": lambda: jnp.linalg.eigvalsh(spd),
+        "svd": lambda: jnp.linalg.svd(a),
+        "svdvals": lambda: jnp.linalg.svd(a, compute_uv=False),
+        "qr": lambda: jnp.linalg.qr(a),
+        "det": lambda: jnp.linalg.det(a),
+        "slogdet": lambda: jnp.linalg.slogdet(a),
+        "inv": lambda: jnp.linalg.inv(a),
+        "pinv": lambda: jnp.linalg.pinv(a),
+        "lstsq": lambda: jnp.linalg.lstsq(a, b)[0],
+        "matrix_rank": lambda: jnp.linalg.matrix_rank(a),
+        "norm2": lambda: jnp.linalg.norm(a, ord=2),
+        "eig": lambda: jnp.linalg.eigvals(a),
+        "batched_solve": lambda: jnp.linalg.solve(batch, batch[..., :1]),
+        "vmap_cholesky": lambda: jax.vmap(jnp.linalg.cholesky)(
+            np.stack([spd, 2 * spd]).astype(spd.dtype)),
+        "grad_det": lambda: jax.grad(lambda m: jnp.linalg.det(m).real)(a),
+        "scipy_lu": lambda: jsl.lu(a),
+        "scipy_lu_solve": lambda: jsl.lu_solve(jsl.lu_factor(a), b),
+        "scipy_cho_solve": lambda: jsl.cho_solve(jsl.cho_factor(spd), b),
+        "scipy_solve_triangular": lambda: jsl.solve_triangular(tri, b),
+        "scipy_qr": lambda: jsl.qr(a, pivoting=True),
+        "scipy_schur": lambda: jsl.schur(a),
+        "scipy_hessenberg": lambda: jsl.hessenberg(a),
+        "scipy_expm": lambda: jsl.expm(a / 4),
+        "scipy_eigh": lambda: jsl.eigh(spd),
+        "scipy_svd": lambda: jsl.svd(a),
+        "scipy_inv": lambda: jsl.inv(a),
+        "scipy_det": lambda: jsl.det(a),
+        "scipy_polar": lambda: jsl.polar(a)[0],
+        "tridiagonal_solve": lambda: jax.lax.linalg.tridiagonal_solve(
+            np.concatenate([[0], np.diag(a, -1)]).astype(a.dtype),
+            (np.diag(a) + 4).astype(a.dtype),
+            np.concatenate([np.diag(a, 1), [0]]).astype(a.dtype), b),
+    }
+    if real:
+        calls["scipy_sqrtm"] = lambda: jsl.sqrtm(spd)
+    out = {}
+    for name, fn in calls.items():
+        try:
+            out[name] = {"ok": True, "value": jax.tree.map(np.asarray, fn())}
+        except Exception as e:  # noqa: BLE001
+            out[name] = {"ok": False, "error": err_text(e)}
+    return out
+
+
+def linalg_sharded() -> dict:
+    """A batch of solves sharded over one island's devices, under jit."""
+    isl = islands()[0]
+    mesh = Mesh(np.array(isl), ("x",))
+    a, _, _, _ = _linalg_inputs("float32")
+    batch = np.stack([a + i * np.eye(len(a), dtype=a.dtype) for i in range(len(isl) * 2)])
+    x = jax.device_put(batch, NamedSharding(mesh, P("x")))
+    f = jax.jit(lambda m: jnp.linalg.inv(m) @ m[..., :1])
+    y = f(x)
+    return {"value": np.asarray(y), "sharding": sharding_desc(y)}
+
+
+def linalg_each_island() -> dict:
+    """One program (a solve) on every island in turn: the first compiles it,
+    the others load the executable the controller ships them."""
+    a, _, b, _ = _linalg_inputs("float32")
+    f = jax.jit(jnp.linalg.solve)
+    out = []
+    for isl in islands():
+        y = f(jax.device_put(a, isl[0]), jax.device_put(b, isl[0]))
+        out.append({"value": np.asarray(y), "device": positions(y)})
+    return {"islands": out}
+
+
+def _ffi_library():
+    import ctypes
+    return ctypes.CDLL(os.environ["CW_TEST_FFI_LIB"])
+
+
+def ffi_register() -> dict:
+    """What a user's program does in process for its own kernels (stock JAX
+    needs it; on causeway the workers have them from CAUSEWAY_FFI_LIBRARIES)."""
+    lib = _ffi_library()
+    for name in ("cw_test_add_one",):
+        jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, name)), platform="cpu")
+    return {"ok": True}
+
+
+def ffi_call(target: str = "cw_test_add_one", dtype: str = "float32") -> dict:
+    """A user's jax.ffi kernel: under jit, vmap, and on one island's devices."""
+    x = np.arange(12, dtype=dtype).reshape(3, 4)
+    def call(v):
+        return jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(v.shape, v.dtype),
+                                vmap_method="broadcast_all")(v)
+    out = {}
+    try:
+        out["eager"] = np.asarray(call(x))
+        out["jit"] = np.asarray(jax.jit(lambda v: call(v) * 2)(x))
+        out["vmap"] = np.asarray(jax.vmap(call)(x))
+        isl = islands()[0]
+        mesh = Mesh(np.array(isl), ("x",))
+        xs = jax.device_put(np.arange(8 * len(isl), dtype=dtype).reshape(len(isl), 8),
+                            NamedSharding(mesh, P("x")))
+        from jax import shard_map
+        sm = jax.jit(shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
+        y = sm(xs)
+        out["shard_map"] = np.asarray(y)
+        out["shard_map_sharding"] = sharding_desc(y)
+        return {"ok": True, "value": out}
+    except Exception as e:  # noqa: BLE001
+        return {"ok": False, "error": err_text(e)}
+
+
 # ---- Failure scenarios (hand-started clusters) ------------------------------------------------
 
 def by_worker() -> dict:
