@@ -3,7 +3,14 @@
 JAX calls initialize() at start-up (entry point group `jax_plugins`). It
 registers libcauseway_pjrt.so under the name "causeway" and, for the embedded
 cluster the plugin starts when CAUSEWAY_CONTROLLER is unset, tells it where
-the vendor PJRT plugin for the local workers lives (CAUSEWAY_PJRT_PLUGIN).
+the vendor PJRT plugin for the local workers lives (CAUSEWAY_PJRT_PLUGIN) and
+how many CPU devices JAX asks for (jax_num_cpu_devices, passed as the create
+option cpu_device_count; the plugin reads XLA_FLAGS itself).
+
+JAX's in-process CPU backend stays beside causeway: JAX_PLATFORMS=causeway
+reads as "causeway,cpu" (causeway the default backend, as the first), so code
+that asks for a CPU device (jax.devices("cpu"), backend="cpu", the eager path
+of jax.debug.callback and pure_callback) finds one, as it does next to a GPU.
 
 Environment:
   CAUSEWAY_PJRT_LIBRARY  path of libcauseway_pjrt.so (default: the one the
@@ -58,6 +65,26 @@ def _set_worker_plugin() -> None:
     os.environ["CAUSEWAY_PJRT_PLUGIN"] = str(cpu_plugin.PLUGIN_PATH)
 
 
+def _create_options() -> dict:
+    # Read when JAX creates the client (after the program's own
+    # jax.config.update("jax_num_cpu_devices", N), as JAX's CPU backend does).
+    from jax._src import xla_bridge
+    n = xla_bridge.num_cpu_devices.value
+    return {"cpu_device_count": n} if n >= 1 else {}
+
+
+def _keep_cpu_beside() -> None:
+    # JAX initializes only the platforms listed in jax_platforms, and reads it
+    # after plugin discovery: add "cpu" after "causeway" when it is missing.
+    from jax._src import config
+    platforms = config.jax_platforms.value
+    if not platforms:
+        return  # every registered backend starts, "cpu" among them
+    names = platforms.split(",")
+    if PLUGIN_NAME in names and "cpu" not in names:
+        config.config.update("jax_platforms", ",".join(names + ["cpu"]))
+
+
 def initialize() -> None:
     path = library_path()
     if not os.path.exists(path):
@@ -67,4 +94,5 @@ def initialize() -> None:
         return
     _set_worker_plugin()
     from jax._src import xla_bridge
-    xla_bridge.register_plugin(PLUGIN_NAME, library_path=path)
+    xla_bridge.register_plugin(PLUGIN_NAME, library_path=path, options=_create_options)
+    _keep_cpu_beside()

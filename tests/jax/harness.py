@@ -115,7 +115,10 @@ _STRIP = ("JAX_PLATFORMS", "JAX_PLATFORM_NAME", "XLA_FLAGS", "CAUSEWAY_CONTROLLE
 
 def _base_env(x64: bool) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in _STRIP}
-    env["PYTHONPATH"] = str(HERE) + os.pathsep + env.get("PYTHONPATH", "")
+    # This tree's causeway_jax first: the venv's editable install may point
+    # at another checkout.
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(ROOT / "python"),
+                                         env.get("PYTHONPATH", "")])
     env["PYTHONUNBUFFERED"] = "1"
     env["TF_CPP_MIN_LOG_LEVEL"] = env.get("TF_CPP_MIN_LOG_LEVEL", "1")
     if x64:
