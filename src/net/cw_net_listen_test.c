@@ -248,44 +248,44 @@ static void test_connect_to_dead_address(void** state) {
   snprintf(address, sizeof(address), "127.0.0.1:%d", ntohs(sa.sin_port));
   char want[128];
   snprintf(want, sizeof(want), "peer %s unreachable: connection refused", address);
-  out_t o = {0};
-  cw_net_conn_t* conn = connect_client(address, 0, &o);
+  out_t* o = new_out();
+  cw_net_conn_t* conn = connect_client(address, 0, o);
   cw_net_conn_retain(conn);
   reply_t a = {0};
   request_ping(conn, "x", &a);
   WAIT(a.done);
   expect_failed(&a, CW_UNAVAILABLE, want);
-  assert_int_equal(o.closes, 1);
-  assert_int_equal(o.close_code, CW_UNAVAILABLE);
-  assert_string_equal(o.close_msg, want);
+  assert_int_equal(o->closes, 1);
+  assert_int_equal(o->close_code, CW_UNAVAILABLE);
+  assert_string_equal(o->close_msg, want);
   assert_string_equal(cw_status_message(cw_net_conn_close_reason(conn)), want);
   reply_t b = {0};
   request_ping(conn, "y", &b);  // later requests learn why too
   assert_true(b.done);
   assert_string_equal(b.msg, want);
   cw_net_conn_release(conn);
-  WAIT(o.freed);
+  WAIT(o->freed);
 }
 
 static void test_refused_hello(void** state) {
   start_server();
   start_client("not the token");
-  out_t o = {0};
-  cw_net_conn_t* conn = connect_client(fx.path, 0, &o);
+  out_t* o = new_out();
+  cw_net_conn_t* conn = connect_client(fx.path, 0, o);
   reply_t a = {0};
   request_ping(conn, "x", &a);
   WAIT(a.done);
   assert_int_equal(a.code, CW_UNAUTHENTICATED);
   const char* want = "peer srvname refused HELLO: credentials refused: wrong token";
   if (strncmp(a.msg, want, strlen(want)) != 0) fail_msg("got \"%s\"", a.msg);
-  assert_int_equal(o.closes, 1);
-  assert_int_equal(o.close_code, CW_UNAUTHENTICATED);
-  assert_string_equal(o.close_msg, a.msg);
+  assert_int_equal(o->closes, 1);
+  assert_int_equal(o->close_code, CW_UNAUTHENTICATED);
+  assert_string_equal(o->close_msg, a.msg);
   assert_int_equal(fx.num_peers, 1);
   peer_t* p = fx.peers[0];
   WAIT(p->closes == 1);
   assert_int_equal(p->calls, 0);  // the PING behind the HELLO was never handled
-  WAIT(o.freed);
+  WAIT(o->freed);
 }
 
 // A connection that closes after the connect but before the peer answered
@@ -296,10 +296,10 @@ static void test_close_before_hello_answered(void** state) {
   start_client("sesame");
   raw_listen();
   for (int by_owner = 0; by_owner < 2; ++by_owner) {
-    out_t o = {0};
+    out_t* o = new_out();
     reply_t a = {0};
     cw_net_conn_t* conn;
-    raw_t* s = connect_raw_peer(0, &o, &a, &conn);
+    raw_t* s = connect_raw_peer(0, o, &a, &conn);
     WAIT(raw_has_frames(s, 2));  // HELLO and PING, HELLO unanswered
     if (by_owner) {
       cw_net_conn_close(conn, cw_make_status(CW_ABORTED, "given up"));
@@ -312,9 +312,9 @@ static void test_close_before_hello_answered(void** state) {
     assert_string_equal(a.msg, by_owner ? "connection to srvname closed: given up"
                                         : "connection to srvname closed: connection closed "
                                           "by peer");
-    assert_int_equal(o.closes, 1);
-    assert_int_equal(o.close_code, by_owner ? CW_ABORTED : CW_UNAVAILABLE);
-    WAIT(o.freed);
+    assert_int_equal(o->closes, 1);
+    assert_int_equal(o->close_code, by_owner ? CW_ABORTED : CW_UNAVAILABLE);
+    WAIT(o->freed);
     raw_close(s);
   }
 }
@@ -328,18 +328,18 @@ static void test_stop_with_connections_open(void** state) {
   peer_t *pa, *pb;
   raw_t* a = raw_ready(0, &pa);
   raw_t* b = raw_ready(7, &pb);
-  out_t o = {0};
-  cw_net_conn_t* conn = connect_client(fx.path, 0, &o);
+  out_t* o = new_out();
+  cw_net_conn_t* conn = connect_client(fx.path, 0, o);
   reply_t d = {0};
   request_ping(conn, "defer", &d);
   WAIT(fx.num_peers == 3 && last_peer()->num_deferred == 1);
   peer_t* pc = last_peer();
   // A second client connection, to a peer that never answers.
   raw_listen();
-  out_t o2 = {0};
+  out_t* o2 = new_out();
   reply_t e = {0};
   cw_net_conn_t* conn2;
-  raw_t* s = connect_raw_peer(0, &o2, &e, &conn2);
+  raw_t* s = connect_raw_peer(0, o2, &e, &conn2);
   raw_answer_hello(s);
   frame_t f;
   raw_next(s, &f);  // the PING arrived; HELLO is done
@@ -362,17 +362,17 @@ static void test_stop_with_connections_open(void** state) {
   raw_expect_eof(b);
   WAIT(d.done);
   expect_failed(&d, CW_UNAVAILABLE, "connection to srvname closed: connection closed by peer");
-  assert_int_equal(o.closes, 1);
+  assert_int_equal(o->closes, 1);
   assert_false(e.done);
   cw_net_stop(&fx.cli);
   expect_failed(&e, CW_UNAVAILABLE, "connection to srvname closed");
-  assert_int_equal(o2.closes, 1);
-  assert_true(o2.closed_on_purpose);
+  assert_int_equal(o2->closes, 1);
+  assert_true(o2->closed_on_purpose);
   cw_net_deinitialize(&fx.srv);
   fx.srv_on = false;
   cw_net_deinitialize(&fx.cli);
   fx.cli_on = false;
-  WAIT(fx.freed == 3 && o.freed && o2.freed);
+  WAIT(fx.freed == 3 && o->freed && o2->freed);
   raw_expect_eof(s);
 }
 

@@ -73,8 +73,8 @@ static void test_many_frames_in_one_write(void** state) {
 static void test_reply_completes_request_by_id(void** state) {
   start_server();
   start_client("sesame");
-  out_t o = {0};
-  cw_net_conn_t* conn = connect_client(fx.path, 0, &o);
+  out_t* o = new_out();
+  cw_net_conn_t* conn = connect_client(fx.path, 0, o);
   reply_t rs[4];
   memset(rs, 0, sizeof(rs));
   for (int i = 0; i < 4; ++i) request_ping(conn, "defer", &rs[i]);
@@ -100,7 +100,7 @@ static void test_reply_completes_request_by_id(void** state) {
     assert_memory_equal(rs[k].data, want, rs[k].data_len);
     assert_int_equal(rs[k].order, 3 - k);
   }
-  assert_int_equal(o.closes, 0);
+  assert_int_equal(o->closes, 0);
 }
 
 // A reply nobody asked for: an outbound connection closes (its requests
@@ -109,10 +109,10 @@ static void test_unknown_reply_id(void** state) {
   start_client("sesame");
   raw_listen();
   for (int wrong_type = 0; wrong_type < 2; ++wrong_type) {
-    out_t o = {0};
+    out_t* o = new_out();
     reply_t a = {0};
     cw_net_conn_t* conn;
-    raw_t* s = connect_raw_peer(0, &o, &a, &conn);
+    raw_t* s = connect_raw_peer(0, o, &a, &conn);
     raw_answer_hello(s);
     frame_t f;
     raw_next(s, &f);
@@ -126,19 +126,19 @@ static void test_unknown_reply_id(void** state) {
     if (wrong_type) buf_frame(&b, CW_MSG_DOWNLOAD, CW_FRAME_REPLY, rid, &ai.base, NULL, 0);
     else buf_frame(&b, CW_MSG_PING, CW_FRAME_REPLY, 999, &ping.base, NULL, 0);
     raw_send_buf(s, &b);
-    WAIT(o.closes == 1);
+    WAIT(o->closes == 1);
     char want[128];
     snprintf(want, sizeof(want), "%s reply to unknown request %llu",
              wrong_type ? "DOWNLOAD" : "PING", wrong_type ? (unsigned long long)rid : 999ull);
-    assert_int_equal(o.close_code, CW_UNAVAILABLE);
-    assert_string_equal(o.close_msg, want);
+    assert_int_equal(o->close_code, CW_UNAVAILABLE);
+    assert_string_equal(o->close_msg, want);
     assert_true(a.done);
     assert_int_equal(a.code, CW_UNAVAILABLE);
     char want_req[200];
     snprintf(want_req, sizeof(want_req), "connection to srvname closed: %s", want);
     assert_string_equal(a.msg, want_req);
     raw_expect_eof(s);
-    WAIT(o.freed);  // nobody kept a reference
+    WAIT(o->freed);  // nobody kept a reference
   }
 
   start_server();
@@ -517,8 +517,8 @@ static void test_bulk_check_refused(void** state) {
 static void test_reply_bulk_collected(void** state) {
   start_server();
   start_client("sesame");
-  out_t o = {0};
-  cw_net_conn_t* conn = connect_client(fx.path, 7, &o);
+  out_t* o = new_out();
+  cw_net_conn_t* conn = connect_client(fx.path, 7, o);
   reply_t rs[3];
   memset(rs, 0, sizeof(rs));
   const uint64_t sizes[3] = {0, 100, 300000};
@@ -640,8 +640,8 @@ static void test_peer_eof_mid_bulk(void** state) {
 static void test_close_with_reason(void** state) {
   start_server();
   start_client("sesame");
-  out_t o = {0};
-  cw_net_conn_t* conn = connect_client(fx.path, 0, &o);
+  out_t* o = new_out();
+  cw_net_conn_t* conn = connect_client(fx.path, 0, o);
   cw_net_conn_retain(conn);
   reply_t sync = {0}, a = {0}, b = {0};
   request_ping(conn, "sync", &sync);  // answered: HELLO is done
@@ -658,15 +658,15 @@ static void test_close_with_reason(void** state) {
   assert_int_equal(a.code, CW_UNAVAILABLE);
   assert_string_equal(a.msg, "connection to srvname closed: the test is done with it");
   assert_string_equal(b.msg, a.msg);
-  assert_int_equal(o.closes, 1);
-  assert_int_equal(o.completions_at_close, fx.completions);  // requests failed first
-  assert_int_equal(o.close_code, CW_ABORTED);
-  assert_string_equal(o.close_msg, "the test is done with it");
+  assert_int_equal(o->closes, 1);
+  assert_int_equal(o->completions_at_close, fx.completions);  // requests failed first
+  assert_int_equal(o->close_code, CW_ABORTED);
+  assert_string_equal(o->close_msg, "the test is done with it");
   assert_false(cw_net_conn_is_open(conn));
   assert_string_equal(cw_status_message(cw_net_conn_close_reason(conn)),
                       "the test is done with it");
   cw_net_conn_close(conn, cw_make_status(CW_INTERNAL, "again"));  // taken, ignored
-  assert_int_equal(o.closes, 1);
+  assert_int_equal(o->closes, 1);
   reply_t c = {0};
   request_ping(conn, "late", &c);  // fails before it returns
   expect_failed(&c, CW_UNAVAILABLE, "connection to srvname is closed");
@@ -674,9 +674,9 @@ static void test_close_with_reason(void** state) {
   assert_string_equal(p->close_msg, "connection closed by peer");
   // on_free waits for the last reference.
   RUN_FOR(20);
-  assert_false(o.freed);
+  assert_false(o->freed);
   cw_net_conn_release(conn);
-  assert_true(o.freed);
+  assert_true(o->freed);
 }
 
 // A violation answers, then closes once the answer (and what was written
@@ -743,9 +743,9 @@ static void test_on_free_after_last_reference(void** state) {
 static void test_outbound_eof_mid_reply_bulk(void** state) {
   start_client("sesame");
   raw_listen();
-  out_t o = {0};
+  out_t* o = new_out();
   cw_net_conn_t* conn;
-  raw_t* s = connect_raw_peer(7, &o, NULL, &conn);
+  raw_t* s = connect_raw_peer(7, o, NULL, &conn);
   reply_t a = {0};
   request_download(conn, 1000, &a);
   raw_answer_hello(s);
@@ -765,8 +765,8 @@ static void test_outbound_eof_mid_reply_bulk(void** state) {
   WAIT(a.done);
   expect_failed(&a, CW_UNAVAILABLE, "connection to srvname closed: connection closed by peer");
   assert_null(a.bulk);
-  assert_int_equal(o.closes, 1);
-  WAIT(o.freed);
+  assert_int_equal(o->closes, 1);
+  WAIT(o->freed);
 }
 
 int main(void) {

@@ -281,6 +281,11 @@ static void o_on_free(void* user) { ((out_t*)user)->freed = true; }
 
 static const cw_net_conn_callbacks_t out_callbacks = {NULL, o_on_close, NULL, o_on_free};
 
+out_t* new_out(void) {
+  assert_true(fx.num_outs < (int)(sizeof(fx.outs) / sizeof(fx.outs[0])));
+  return &fx.outs[fx.num_outs++];
+}
+
 cw_net_conn_t* connect_client(const char* address, uint64_t session, out_t* o) {
   cw_net_conn_t* conn = NULL;
   cw_status_t st = cw_net_connect(&fx.cli, address, "srvname", ROLE_CLIENT, session,

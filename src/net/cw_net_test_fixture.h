@@ -145,6 +145,8 @@ typedef struct net_fx_s {
   int completions;
   raw_t raws[MAX_RAWS];
   int num_raws;
+  out_t outs[16];  // client connections' records (new_out)
+  int num_outs;
   int listen_fd;  // a raw listener (outbound tests)
   char raw_path[160];
 } net_fx_t;
@@ -196,6 +198,9 @@ void start_server(void);
 void start_server_tcp(void);
 // Starts the client net ("cli", fx.sopts but for `token`, borrowed).
 void start_client(const char* token);
+// A zeroed client connection record owned by the fixture: connections left
+// open are closed by teardown, after the test's own frame is gone.
+out_t* new_out(void);
 // A client net connection as a CLIENT named "srvname" with `session`; its
 // callbacks record into `o` (borrowed while the connection lives).
 cw_net_conn_t* connect_client(const char* address, uint64_t session, out_t* o);

@@ -51,16 +51,6 @@ static void restart_client(int ca, int cert, int key) {
   client_tls(ca, cert, key);
 }
 
-// A client connection's record: connections that stay open are closed by
-// the fixture's teardown, after the test returned, so it outlives the test.
-static out_t* new_out(void) {
-  static out_t outs[8];
-  static int next;
-  out_t* o = &outs[next++ % 8];
-  memset(o, 0, sizeof(*o));
-  return o;
-}
-
 static void expect_contains(const char* got, const char* want) {
   if (!strstr(got, want)) fail_msg("got \"%s\", want \"%s\"", got, want);
 }
