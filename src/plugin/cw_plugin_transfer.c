@@ -15,9 +15,12 @@
 #include "cw_plugin_worker.h"
 #include "cw_time.h"
 
-// The wire dtypes are PJRT_Buffer_Type values 1..15 (an upload casts one to
-// the other).
-_Static_assert((int)PJRT_Buffer_Type_C128 == (int)CAUSEWAY__V1__DTYPE__DTYPE_C128, "dtypes");
+// The wire dtypes are PJRT_Buffer_Type values (an upload casts one to the
+// other).
+_Static_assert((int)PJRT_Buffer_Type_C128 == (int)CAUSEWAY__V1__DTYPE__DTYPE_C128 &&
+                   (int)PJRT_Buffer_Type_F4E2M1FN == (int)CAUSEWAY__V1__DTYPE__DTYPE_F4E2M1FN &&
+                   (int)PJRT_Buffer_Type_F6E3M2FN == (int)CAUSEWAY__V1__DTYPE__DTYPE_F6E3M2FN,
+               "dtypes");
 
 #define CW__BUF(p) ((cw_plugin_buffer_t*)(p))
 
@@ -152,6 +155,7 @@ PJRT_Error* cw_plugin_buffer_from_host(PJRT_Client_BufferFromHostBuffer_Args* ar
                                    "BufferFromHostBuffer device_layout");
   if (s) return cw_plugin_error_from_status(s);
   const int64_t* strides = NULL;
+  bool gather = false;  // made dense here: the wire carries no negative stride
   if (args->byte_strides && args->num_byte_strides) {
     if (args->num_byte_strides != args->num_dims) {
       return cw_plugin_error_from_status(cw_make_status(CW_INVALID_ARGUMENT,
@@ -160,15 +164,33 @@ PJRT_Error* cw_plugin_buffer_from_host(PJRT_Client_BufferFromHostBuffer_Args* ar
     }
     if (!cw__is_dense(args->dims, args->num_dims, args->byte_strides, esize)) {
       strides = args->byte_strides;
+      for (size_t i = 0; i < args->num_dims; ++i) gather |= strides[i] < 0;
     }
   }
   uint64_t bytes = 0;
-  s = cw_array_extent((int)args->type, args->dims, args->num_dims, strides,
-                      strides ? args->num_dims : 0, &bytes);
+  s = cw_array_extent((int)args->type, args->dims, args->num_dims, gather ? NULL : strides,
+                      strides && !gather ? args->num_dims : 0, &bytes);
   if (s) return cw_plugin_error_from_status(cw_status_annotate(s, "BufferFromHostBuffer"));
   if (bytes && !args->data) {
     return cw_plugin_error_from_status(
         cw_make_status(CW_INVALID_ARGUMENT, "PJRT_Client_BufferFromHostBuffer: data is NULL"));
+  }
+  const void* data = args->data;
+  void* dense = NULL;
+  if (gather) {
+    strides = NULL;
+    dense = bytes ? malloc((size_t)bytes) : NULL;
+    if (bytes && !dense) {
+      return cw_plugin_error_from_status(cw_make_status(
+          CW_RESOURCE_EXHAUSTED, "BufferFromHostBuffer: cannot allocate %llu bytes to make a "
+                                 "negatively strided array dense",
+          (unsigned long long)bytes));
+    }
+    if (dense) {
+      cw_array_gather_dense(args->data, esize, args->dims, args->byte_strides, args->num_dims,
+                            dense);
+    }
+    data = dense;
   }
 
   cw_plugin_future_t* ready = cw_plugin_future_create();
@@ -187,10 +209,11 @@ PJRT_Error* cw_plugin_buffer_from_host(PJRT_Client_BufferFromHostBuffer_Args* ar
     req.device = d->local_id;
     // Bytes go from the caller's memory straight into the socket (writev):
     // when this returns, the host buffer is no longer needed.
-    struct iovec iov = {.iov_base = (void*)args->data, .iov_len = (size_t)bytes};
+    struct iovec iov = {.iov_base = (void*)data, .iov_len = (size_t)bytes};
     s = cw__send_op(d->worker, CW_MSG_UPLOAD, &req.base, &req.seq, &iov, bytes ? 1 : 0, NULL, ready,
                     false);
   }
+  free(dense);
   cw_plugin_future_release(ready);
   if (s) {
     if (b) cw_plugin_buffer_free(b);
