@@ -11,6 +11,7 @@ JAX's in-process CPU backend stays beside causeway: JAX_PLATFORMS=causeway
 reads as "causeway,cpu" (causeway the default backend, as the first), so code
 that asks for a CPU device (jax.devices("cpu"), backend="cpu", the eager path
 of jax.debug.callback and pure_callback) finds one, as it does next to a GPU.
+It also answers compiled.cost_analysis() (see _answer_cost_analysis).
 
 Environment:
   CAUSEWAY_PJRT_LIBRARY  path of libcauseway_pjrt.so (default: the one the
@@ -85,6 +86,37 @@ def _keep_cpu_beside() -> None:
         config.config.update("jax_platforms", ",".join(names + ["cpu"]))
 
 
+def _answer_cost_analysis() -> None:
+    # compiled.cost_analysis(): the workers' plugin (XLA's CPU plugin behind
+    # the C API) has none to forward, so JAX would say None where stock CPU
+    # JAX answers. The answer is XLA's cost analysis of the optimized
+    # program, which the executable carries: jaxlib computes it here with the
+    # CPU backend beside causeway (the same numbers stock JAX gives).
+    from jax._src import stages, xla_bridge
+    from jax._src.lib import _jax
+
+    original = stages.Executable.cost_analysis
+    if getattr(original, "_causeway", False):
+        return
+
+    def cost_analysis(self):
+        try:
+            return original(self)
+        except NotImplementedError:
+            exe = self.xla_extension_executable()
+            backends = xla_bridge.backends()
+            if (exe is None or "cpu" not in backends
+                    or getattr(exe, "client", None) is not backends.get(PLUGIN_NAME)):
+                raise
+            modules = exe.hlo_modules()
+            if len(modules) != 1:
+                raise
+            return _jax.hlo_module_cost_analysis(backends["cpu"], modules[0])
+
+    cost_analysis._causeway = True
+    stages.Executable.cost_analysis = cost_analysis
+
+
 def initialize() -> None:
     path = library_path()
     if not os.path.exists(path):
@@ -96,3 +128,4 @@ def initialize() -> None:
     from jax._src import xla_bridge
     xla_bridge.register_plugin(PLUGIN_NAME, library_path=path, options=_create_options)
     _keep_cpu_beside()
+    _answer_cost_analysis()

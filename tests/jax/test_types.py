@@ -1,6 +1,6 @@
-"""Every element type and stride kind, and JAX's CPU backend beside causeway
-(issue 10 items 4 and 6): causeway against stock JAX, checks in
-types_checks.py."""
+"""Every element type and stride kind, double donation, cost_analysis and
+JAX's CPU backend beside causeway (issue 10 items 4 and 6): causeway against
+stock JAX, checks in types_checks.py."""
 import pytest
 
 import harness
@@ -53,6 +53,17 @@ def test_every_stride(check):
 
 def test_every_stride_x64(check):
     check("strides", names=["float64", "complex128", "int64"], x64=True)
+
+
+def test_donate_twice_refused(check):
+    want, got = check("donate_twice")
+    assert not got["both_donated"]["ok"] and got["both_donated"]["names_it"], got
+    assert not got["donated_and_kept"]["ok"], got
+
+
+def test_cost_analysis(check):
+    want, got = check("cost_analysis")
+    assert got["matmul"] and got["matmul"].get("flops", 0) > 0, got
 
 
 def test_cpu_beside(check):
