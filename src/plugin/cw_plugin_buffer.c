@@ -46,6 +46,7 @@ cw_status_t cw_plugin_buffer_create(cw_plugin_client_t* c, cw_plugin_device_t* d
   cw_plugin_future_retain(ready);
   b->ready = ready;
   atomic_init(&b->deleted, false);
+  atomic_init(&b->address, 0);
   // A new buffer on a replaced worker belongs to the replacement: connect
   // to it first (if it is not there yet, the buffer's request fails anyway).
   if (atomic_load_explicit(&d->worker->dead, memory_order_acquire)) {

@@ -244,6 +244,22 @@ static void test_strides_and_packed_types(void** state) {
   download(a, out, 6);
   static const float want[] = {6, 5, 4, 3, 2, 1};
   assert_memory_equal(out, want, sizeof(want));
+  // Its address on the worker: non-zero, the same when asked again,
+  // another buffer's differs.
+  uintptr_t addr[2] = {0, 0};
+  PJRT_Buffer* other = upload(devs[0], want, 6);
+  PJRT_Buffer* both[] = {a, a, other};
+  for (size_t i = 0; i < 3; ++i) {
+    PJRT_Buffer_UnsafePointer_Args up;
+    INIT_ARGS(up);
+    up.buffer = both[i];
+    OK(api->PJRT_Buffer_UnsafePointer(&up));
+    assert_true(up.buffer_pointer != 0);
+    if (i == 1) assert_true(up.buffer_pointer == addr[0]);
+    if (i == 2) assert_true(up.buffer_pointer != addr[0]);
+    addr[i ? 1 : 0] = up.buffer_pointer;
+  }
+  destroy_buffer(other);
   destroy_buffer(a);
 
   int8_t s4[7] = {-8, -3, -1, 0, 1, 5, 7}, got[7] = {0};

@@ -278,6 +278,70 @@ PJRT_Error* cw_plugin_buffer_to_host(PJRT_Buffer_ToHostBuffer_Args* args) {
   return NULL;
 }
 
+// The AWAIT of an unsafe-pointer query: records the address, then
+// completes the future the caller waits on (so `b` outlives this).
+typedef struct {
+  cw_plugin_buffer_t* b;
+  cw_plugin_future_t* f;
+  cw_plugin_worker_t* w;
+} cw__pointer_op_t;
+
+static void cw__pointer_cb(void* user, cw_status_t status, const ProtobufCMessage* reply) {
+  cw__pointer_op_t* op = user;
+  status = cw_plugin_worker_map_error(op->w, status);
+  if (!status) {
+    uint64_t addr = reply ? ((const Causeway__V1__ArrayInfo*)reply)->device_address : 0;
+    if (addr) {
+      atomic_store_explicit(&op->b->address, addr, memory_order_release);
+    } else {
+      status = cw_make_status(CW_UNIMPLEMENTED,
+                              "unsafe_buffer_pointer: worker %s's plugin gives no address for "
+                              "buffer %llu",
+                              op->w->name, (unsigned long long)op->b->id);
+    }
+  }
+  cw_plugin_future_complete(op->f, status);
+  cw_plugin_future_release(op->f);
+  free(op);
+}
+
+PJRT_Error* cw_plugin_buffer_unsafe_pointer(PJRT_Buffer_UnsafePointer_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_UnsafePointer_Args, buffer_pointer);
+  CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_UnsafePointer", "buffer");
+  cw_plugin_buffer_t* b = CW__BUF(args->buffer);
+  cw_status_t s = cw__live(b, "unsafe_buffer_pointer");
+  if (s) return cw_plugin_error_from_status(s);
+  uint64_t addr = atomic_load_explicit(&b->address, memory_order_acquire);
+  if (!addr) {
+    cw_plugin_future_t* f = cw_plugin_future_create();
+    cw__pointer_op_t* op = malloc(sizeof(*op));
+    if (!f || !op) {
+      free(op);
+      if (f) cw_plugin_future_release(f);
+      return cw_plugin_error_from_status(cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
+    }
+    cw_plugin_future_retain(f);
+    *op = (cw__pointer_op_t){.b = b, .f = f, .w = b->device->worker};
+    Causeway__V1__AwaitRequest req = CAUSEWAY__V1__AWAIT_REQUEST__INIT;
+    req.buffer_id = b->id;
+    s = cw_plugin_worker_send(op->w, CW_MSG_AWAIT, &req.base, &req.seq, NULL, 0, NULL,
+                              cw__pointer_cb, op);
+    if (s) {
+      cw_plugin_future_release(f);
+      free(op);
+    } else {
+      s = cw_plugin_future_wait(f);
+    }
+    cw_plugin_future_release(f);
+    if (s) {
+      return cw_plugin_error_from_status(cw_status_annotate(s, "unsafe_buffer_pointer"));
+    }
+    addr = atomic_load_explicit(&b->address, memory_order_acquire);
+  }
+  args->buffer_pointer = (uintptr_t)addr;
+  return NULL;
+}
+
 // Copies `b` to device `dst`: COPY on one worker, EXPECT + SEND across
 // workers (bytes go worker to worker; the client never carries them).
 static cw_status_t cw__buffer_copy(cw_plugin_buffer_t* b, cw_plugin_device_t* dst,

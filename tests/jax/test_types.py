@@ -1,6 +1,6 @@
-"""Every element type and stride kind, double donation, cost_analysis and
-JAX's CPU backend beside causeway (issue 10 items 4 and 6): causeway against
-stock JAX, checks in types_checks.py."""
+"""Every element type and stride kind, unsafe_buffer_pointer, double
+donation, cost_analysis and JAX's CPU backend beside causeway (issue 10
+items 4-6): causeway against stock JAX, checks in types_checks.py."""
 import pytest
 
 import harness
@@ -53,6 +53,11 @@ def test_every_stride(check):
 
 def test_every_stride_x64(check):
     check("strides", names=["float64", "complex128", "int64"], x64=True)
+
+
+def test_unsafe_buffer_pointer(check):
+    want, got = check("buffer_pointer")
+    assert got["stable"] and got["distinct"] and got["nonzero"]
 
 
 def test_donate_twice_refused(check):
