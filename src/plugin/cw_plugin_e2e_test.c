@@ -262,6 +262,27 @@ static void test_strides_and_packed_types(void** state) {
   destroy_buffer(other);
   destroy_buffer(a);
 
+  // A type that never crosses is refused, named.
+  PJRT_Device_DefaultMemory_Args dm;
+  INIT_ARGS(dm);
+  dm.device = devs[0];
+  OK(api->PJRT_Device_DefaultMemory(&dm));
+  PJRT_Client_BufferFromHostBuffer_Args tk;
+  INIT_ARGS(tk);
+  tk.client = client;
+  tk.data = m;
+  tk.type = PJRT_Buffer_Type_TOKEN;
+  tk.dims = dims;
+  tk.num_dims = 1;
+  tk.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes;
+  tk.memory = dm.memory;
+  PJRT_Error* err = api->PJRT_Client_BufferFromHostBuffer(&tk);
+  assert_non_null(err);
+  char* text = error_text(err);
+  assert_non_null(strstr(text, "element type token"));
+  free(text);
+  error_free(err);
+
   int8_t s4[7] = {-8, -3, -1, 0, 1, 5, 7}, got[7] = {0};
   int64_t n7 = 7;
   PJRT_Buffer* b = upload_raw(devs[0], PJRT_Buffer_Type_S4, s4, &n7, 1, NULL);

@@ -144,8 +144,9 @@ PJRT_Error* cw_plugin_buffer_from_host(PJRT_Client_BufferFromHostBuffer_Args* ar
   size_t esize = cw_plugin_buffer_dtype_size(args->type);
   if (!esize) {
     return cw_plugin_error_from_status(
-        cw_make_status(CW_UNIMPLEMENTED, "causeway cannot transfer arrays of PJRT element type %d",
-                       (int)args->type));
+        cw_make_status(CW_UNIMPLEMENTED,
+                       "causeway cannot transfer arrays of element type %s (PJRT element type %d)",
+                       cw_dtype_name((int)args->type), (int)args->type));
   }
   if (args->num_dims && !args->dims) {
     return cw_plugin_error_from_status(

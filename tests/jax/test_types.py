@@ -42,6 +42,11 @@ def test_wide_types_x64(check):
         assert got[name]["dtype"] == name
 
 
+def test_tokens(check):
+    want, got = check("tokens")
+    assert got["out"] == "Token"
+
+
 STRIDE_TYPES = ["float32", "int8", "bool", "bfloat16", "float16", "uint16", "complex64", "int4",
                 "uint2", "float8_e4m3fn", "float4_e2m1fn"]
 

@@ -78,6 +78,15 @@ def _dtypes_all(names: list[str]) -> dict:
     return out
 
 
+def tokens() -> dict:
+    """Tokens into and out of a jit (JAX keeps them off the wire)."""
+    from jax import lax
+    tok, y = jax.jit(lambda x: (lax.create_token(), x + 1))(np.float32(1.0))
+    tok2, z = jax.jit(lambda t, x: (t, x * 2))(tok, np.float32(3.0))
+    return {"out": type(tok).__name__, "y": np.asarray(y), "through": type(tok2).__name__,
+            "z": np.asarray(z)}
+
+
 def _stride_kinds(dt: np.dtype) -> dict:
     m = _sample(dt, (6, 8))
     cube = _sample(dt, (3, 4, 5))
