@@ -58,6 +58,7 @@ CW__STUB(PJRT_Device_PoisonExecution)
 CW__STUB(PJRT_AsyncTrackingEvent_Destroy)
 CW__STUB(PJRT_ExecuteContext_Create)
 CW__STUB(PJRT_ExecuteContext_Destroy)
+CW__STUB(PJRT_Executable_GetCostAnalysis)
 CW__STUB(PJRT_Executable_Serialize)
 CW__STUB(PJRT_Executable_GetCompiledMemoryStats)
 CW__STUB(PJRT_Executable_ParameterMemoryKinds)
@@ -150,7 +151,7 @@ static const PJRT_Api cw__api = {
     .PJRT_Executable_NumPartitions = cw_plugin_executable_num_partitions,
     .PJRT_Executable_NumOutputs = cw_plugin_executable_num_outputs,
     .PJRT_Executable_SizeOfGeneratedCodeInBytes = cw_plugin_executable_code_size,
-    .PJRT_Executable_GetCostAnalysis = cw_plugin_executable_cost_analysis,
+    .PJRT_Executable_GetCostAnalysis = cw__stub_PJRT_Executable_GetCostAnalysis,
     .PJRT_Executable_OutputMemoryKinds = cw_plugin_executable_output_memory_kinds,
     .PJRT_Executable_OptimizedProgram = cw_plugin_executable_optimized_program,
     .PJRT_Executable_Serialize = cw__stub_PJRT_Executable_Serialize,

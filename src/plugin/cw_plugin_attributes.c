@@ -42,16 +42,14 @@ typedef struct cw__retired_s {
 } cw__retired_t;
 static cw__retired_t* cw__retired;
 
-size_t cw_plugin_named_values_from_wire(Causeway__V1__NamedValue* const* values, size_t count,
-                                        PJRT_NamedValue** out) {
-  *out = calloc(count ? count : 1, sizeof(**out));
-  if (!*out) return 0;
+void cw_plugin_attributes_set(Causeway__V1__NamedValue* const* values, size_t count) {
+  PJRT_NamedValue* out = calloc(count ? count : 1, sizeof(*out));
+  if (!out) return;
   size_t n = 0;
   for (size_t i = 0; i < count; ++i) {
     const Causeway__V1__NamedValue* v = values[i];
     if (!v || !v->name) continue;
-    PJRT_NamedValue* o = &(*out)[n];
-    memset(o, 0, sizeof(*o));
+    PJRT_NamedValue* o = &out[n];
     o->struct_size = sizeof(*o);
     o->name = strdup(v->name);
     if (!o->name) continue;
@@ -61,7 +59,6 @@ size_t cw_plugin_named_values_from_wire(Causeway__V1__NamedValue* const* values,
         o->type = PJRT_NamedValue_kString;
         o->string_value = strdup(v->s ? v->s : "");
         o->value_size = strlen(v->s ? v->s : "");
-        if (!o->string_value) goto skip;
         break;
       case CAUSEWAY__V1__NAMED_VALUE__VALUE_I:
         o->type = PJRT_NamedValue_kInt64;
@@ -71,7 +68,7 @@ size_t cw_plugin_named_values_from_wire(Causeway__V1__NamedValue* const* values,
       case CAUSEWAY__V1__NAMED_VALUE__VALUE_LIST: {
         size_t k = v->list ? v->list->n_values : 0;
         int64_t* a = calloc(k ? k : 1, sizeof(*a));
-        if (!a) goto skip;
+        if (!a) continue;
         if (k) memcpy(a, v->list->values, k * sizeof(*a));
         o->type = PJRT_NamedValue_kInt64List;
         o->int64_array_value = a;
@@ -89,29 +86,10 @@ size_t cw_plugin_named_values_from_wire(Causeway__V1__NamedValue* const* values,
         o->value_size = 1;
         break;
       default:
-        goto skip;
+        continue;
     }
     ++n;
-    continue;
-  skip:
-    free((char*)o->name);
   }
-  return n;
-}
-
-void cw_plugin_named_values_free(PJRT_NamedValue* values, size_t count) {
-  for (size_t i = 0; values && i < count; ++i) {
-    free((char*)values[i].name);
-    if (values[i].type == PJRT_NamedValue_kString) free((char*)values[i].string_value);
-    if (values[i].type == PJRT_NamedValue_kInt64List) free((int64_t*)values[i].int64_array_value);
-  }
-  free(values);
-}
-
-void cw_plugin_attributes_set(Causeway__V1__NamedValue* const* values, size_t count) {
-  PJRT_NamedValue* out = NULL;
-  size_t n = cw_plugin_named_values_from_wire(values, count, &out);
-  if (!out) return;
   cw__retired_t* r = malloc(sizeof(*r));
   pthread_mutex_lock(&cw__attrs_mu);
   if (r && cw__attrs != cw__default_attrs) {

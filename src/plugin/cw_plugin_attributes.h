@@ -13,13 +13,6 @@
 // client creation; never freed (the API says process lifetime).
 void cw_plugin_attributes_set(Causeway__V1__NamedValue* const* values, size_t count);
 
-// Wire NamedValues as PJRT ones: *out a malloc'd array (NULL when out of
-// memory) of the values converted, their count returned; each owns its
-// strings and lists (cw_plugin_named_values_free). Borrows `values`.
-size_t cw_plugin_named_values_from_wire(Causeway__V1__NamedValue* const* values, size_t count,
-                                        PJRT_NamedValue** out);
-void cw_plugin_named_values_free(PJRT_NamedValue* values, size_t count);
-
 // The PJRT_Plugin_Attributes slot.
 PJRT_Error* cw_plugin_attributes_get(PJRT_Plugin_Attributes_Args* args);
 

@@ -137,22 +137,7 @@ static PJRT_Buffer* upload_raw(PJRT_Device* dev, PJRT_Buffer_Type type, const vo
 }
 
 static PJRT_Buffer* upload(PJRT_Device* dev, const float* data, int64_t n) {
-  PJRT_Device_DefaultMemory_Args m;
-  INIT_ARGS(m);
-  m.device = dev;
-  OK(api->PJRT_Device_DefaultMemory(&m));
-  PJRT_Client_BufferFromHostBuffer_Args b;
-  INIT_ARGS(b);
-  b.client = client;
-  b.data = data;
-  b.type = PJRT_Buffer_Type_F32;
-  b.dims = &n;
-  b.num_dims = 1;
-  b.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes;
-  b.memory = m.memory;
-  OK(api->PJRT_Client_BufferFromHostBuffer(&b));
-  await_event(b.done_with_host_buffer);
-  return b.buffer;
+  return upload_raw(dev, PJRT_Buffer_Type_F32, data, &n, 1, NULL);
 }
 
 static void download(PJRT_Buffer* buf, float* out, size_t n) {

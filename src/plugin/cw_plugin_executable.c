@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cw_plugin_attributes.h"
 #include "cw_plugin_device.h"
 #include "cw_plugin_error.h"
 #include "cw_plugin_executable.h"
@@ -37,7 +36,6 @@ void cw_plugin_exe_release(cw_plugin_exe_t* e) {
   free(e->logical_ids);
   free(e->device_assignment);
   free(e->donated_params);
-  cw_plugin_named_values_free(e->cost, e->num_cost);
   free(e);
 }
 
@@ -188,11 +186,6 @@ static cw_status_t cw__exe_from_info(cw_plugin_client_t* c, uint64_t id,
              info->n_donated_params * sizeof(*e->donated_params));
       e->num_donated_params = info->n_donated_params;
     }
-  }
-  if (!s && info->n_cost_analysis) {
-    e->num_cost = cw_plugin_named_values_from_wire(info->cost_analysis, info->n_cost_analysis,
-                                                   &e->cost);
-    if (!e->cost) s = cw__oom();
   }
   if (s) {
     cw_plugin_exe_release(e);
@@ -378,19 +371,6 @@ PJRT_Error* cw_plugin_executable_fingerprint(PJRT_Executable_Fingerprint_Args* a
   CW_PLUGIN_NEED(args->executable, "PJRT_Executable_Fingerprint", "executable");
   return cw__exe_fingerprint(CW__EXE(args), &args->executable_fingerprint,
                              &args->executable_fingerprint_size);
-}
-
-PJRT_Error* cw_plugin_executable_cost_analysis(PJRT_Executable_GetCostAnalysis_Args* args) {
-  CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_GetCostAnalysis_Args, properties);
-  CW_PLUGIN_NEED(args->executable, "PJRT_Executable_GetCostAnalysis", "executable");
-  const cw_plugin_exe_t* e = CW__EXE(args);
-  if (!e->cost) {
-    return cw_plugin_error_from_status(cw_make_status(
-        CW_UNIMPLEMENTED, "the workers' plugin gave no cost analysis for %s", e->name));
-  }
-  args->properties = e->cost;
-  args->num_properties = e->num_cost;
-  return NULL;
 }
 
 static void cw__no_options_deleter(PJRT_SerializedCompileOptions* options) {

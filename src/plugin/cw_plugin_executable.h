@@ -48,8 +48,6 @@ typedef struct cw_plugin_exe_s {
   size_t device_assignment_size;
   uint32_t* donated_params;  // parameters aliased to outputs (taken unless non-donatable)
   size_t num_donated_params;
-  PJRT_NamedValue* cost;  // the worker plugin's cost analysis (NULL: none)
-  size_t num_cost;
 } cw_plugin_exe_t;
 
 typedef struct cw_plugin_loaded_s {
@@ -65,7 +63,6 @@ void cw_plugin_exe_release(cw_plugin_exe_t* e);
 PJRT_Error* cw_plugin_client_compile(PJRT_Client_Compile_Args* args);
 PJRT_Error* cw_plugin_executable_destroy(PJRT_Executable_Destroy_Args* args);
 PJRT_Error* cw_plugin_executable_name(PJRT_Executable_Name_Args* args);
-PJRT_Error* cw_plugin_executable_cost_analysis(PJRT_Executable_GetCostAnalysis_Args* args);
 PJRT_Error* cw_plugin_executable_num_replicas(PJRT_Executable_NumReplicas_Args* args);
 PJRT_Error* cw_plugin_executable_num_partitions(PJRT_Executable_NumPartitions_Args* args);
 PJRT_Error* cw_plugin_executable_num_outputs(PJRT_Executable_NumOutputs_Args* args);

@@ -18,6 +18,9 @@ size_t cw_dtype_size(int dtype);
 // Its name as numpy and ml_dtypes spell it ("float8_e4m3fn"), "token", or
 // "invalid".
 const char* cw_dtype_name(int dtype);
+// Its name in XLA's shape syntax ("f32", "s4", "f8e4m3fn"), "token", or
+// "invalid".
+const char* cw_dtype_xla_name(int dtype);
 // True for the sub-byte types the device packs (int4, uint2, float4_e2m1fn ...).
 bool cw_dtype_packed(int dtype);
 // Bytes `count` elements take on an XLA device, where sub-byte types are

@@ -82,6 +82,12 @@ static void test_dtype_sizes(void** state) {
     assert_int_equal(cw_dtype_size(known[i].dtype), known[i].size);
     assert_string_equal(cw_dtype_name(known[i].dtype), known[i].name);
   }
+  assert_string_equal(cw_dtype_xla_name(CAUSEWAY__V1__DTYPE__DTYPE_F32), "f32");
+  assert_string_equal(cw_dtype_xla_name(CAUSEWAY__V1__DTYPE__DTYPE_PRED), "pred");
+  assert_string_equal(cw_dtype_xla_name(CAUSEWAY__V1__DTYPE__DTYPE_S4), "s4");
+  assert_string_equal(cw_dtype_xla_name(CAUSEWAY__V1__DTYPE__DTYPE_F8E4M3FN), "f8e4m3fn");
+  assert_string_equal(cw_dtype_xla_name(CAUSEWAY__V1__DTYPE__DTYPE_TOKEN), "token");
+  assert_string_equal(cw_dtype_xla_name(1000), "invalid");
   static const int unknown[] = {CAUSEWAY__V1__DTYPE__DTYPE_INVALID, -1, 34, 1000};
   for (size_t i = 0; i < sizeof(unknown) / sizeof(unknown[0]); ++i) {
     assert_int_equal(cw_dtype_size(unknown[i]), 0);

@@ -632,6 +632,7 @@ cw_status_t cw_pjrt_buffer_info(const cw_pjrt_t* p, PJRT_Buffer* buffer, int* ou
 }
 
 uintptr_t cw_pjrt_buffer_pointer(const cw_pjrt_t* p, PJRT_Buffer* buffer) {
+  if (!p->api->PJRT_Buffer_UnsafePointer) return 0;
   CW_PJRT_ARGS(PJRT_Buffer_UnsafePointer_Args, a);
   a.buffer = buffer;
   cw_status_t st = cw_pjrt_status(p, p->api->PJRT_Buffer_UnsafePointer(&a));
@@ -732,8 +733,9 @@ cw_status_t cw_pjrt_execute(const cw_pjrt_t* p, PJRT_LoadedExecutable* exe, size
 
 static char* cw__strndup(const char* s, size_t n) { return strndup(s ? s : "", s ? n : 0); }
 
-cw_status_t cw_pjrt_named_values_copy(const PJRT_NamedValue* in, size_t n,
-                                      Causeway__V1__NamedValue*** out, size_t* out_n) {
+// Converts PJRT named values to wire NamedValues (malloc'd array).
+static cw_status_t cw__named_values(const PJRT_NamedValue* in, size_t n,
+                                    Causeway__V1__NamedValue*** out, size_t* out_n) {
   *out = calloc(n ? n : 1, sizeof(**out));
   *out_n = 0;
   if (!*out) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
@@ -801,7 +803,7 @@ static cw_status_t cw__device(const cw_pjrt_t* p, size_t index, Causeway__V1__De
   CW_PJRT_ARGS(PJRT_DeviceDescription_Attributes_Args, at);
   at.device_description = g.device_description;
   CW_PJRT_CALL(p, PJRT_DeviceDescription_Attributes, at, "device attributes");
-  CW_RETURN_IF_ERROR(cw_pjrt_named_values_copy(at.attributes, at.num_attributes, &d->attributes,
+  CW_RETURN_IF_ERROR(cw__named_values(at.attributes, at.num_attributes, &d->attributes,
                                       &d->n_attributes), "device attributes");
   CW_PJRT_ARGS(PJRT_Device_LocalHardwareId_Args, hw);
   hw.device = dev;
@@ -857,7 +859,7 @@ cw_status_t cw_pjrt_inventory_initialize(const cw_pjrt_t* p, Causeway__V1__Inven
   inv->pjrt_minor = (uint32_t)p->api->pjrt_api_version.minor_version;
   CW_PJRT_ARGS(PJRT_Plugin_Attributes_Args, pa);
   CW_PJRT_CALL(p, PJRT_Plugin_Attributes, pa, "plugin attributes");
-  CW_RETURN_IF_ERROR(cw_pjrt_named_values_copy(pa.attributes, pa.num_attributes, &inv->plugin_attributes,
+  CW_RETURN_IF_ERROR(cw__named_values(pa.attributes, pa.num_attributes, &inv->plugin_attributes,
                                       &inv->n_plugin_attributes), "plugin attributes");
   inv->devices = calloc(p->num_devices ? p->num_devices : 1, sizeof(*inv->devices));
   if (!inv->devices) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
@@ -871,7 +873,7 @@ cw_status_t cw_pjrt_inventory_initialize(const cw_pjrt_t* p, Causeway__V1__Inven
   return cw_ok_status();
 }
 
-void cw_pjrt_named_values_free(Causeway__V1__NamedValue** v, size_t n) {
+static void cw__free_named_values(Causeway__V1__NamedValue** v, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     if (!v[i]) continue;
     if (v[i]->name != protobuf_c_empty_string) free(v[i]->name);
@@ -892,12 +894,12 @@ static void cw__free_str(char* s) {
 void cw_pjrt_inventory_deinitialize(Causeway__V1__Inventory* inv) {
   cw__free_str(inv->platform_name);
   cw__free_str(inv->platform_version);
-  cw_pjrt_named_values_free(inv->plugin_attributes, inv->n_plugin_attributes);
+  cw__free_named_values(inv->plugin_attributes, inv->n_plugin_attributes);
   for (size_t i = 0; i < inv->n_devices; ++i) {
     Causeway__V1__Device* d = inv->devices[i];
     cw__free_str(d->kind);
     cw__free_str(d->debug_string);
-    cw_pjrt_named_values_free(d->attributes, d->n_attributes);
+    cw__free_named_values(d->attributes, d->n_attributes);
     for (size_t j = 0; j < d->n_memories; ++j) {
       cw__free_str(d->memories[j]->kind);
       free(d->memories[j]);

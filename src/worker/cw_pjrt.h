@@ -132,12 +132,6 @@ CW_MUST_USE cw_status_t cw_pjrt_ready_event(const cw_pjrt_t* pjrt, PJRT_Buffer* 
                                             PJRT_Event** out_event);
 CW_MUST_USE cw_status_t cw_pjrt_copy(const cw_pjrt_t* pjrt, PJRT_Buffer* buffer, int device,
                                      PJRT_Buffer** out_buffer);
-// PJRT named values as wire NamedValues: *out a malloc'd array of *out_n
-// malloc'd values (also when this fails: free them with
-// cw_pjrt_named_values_free). Borrows `in`.
-CW_MUST_USE cw_status_t cw_pjrt_named_values_copy(const PJRT_NamedValue* in, size_t n,
-                                                  Causeway__V1__NamedValue*** out, size_t* out_n);
-void cw_pjrt_named_values_free(Causeway__V1__NamedValue** v, size_t n);
 // dtype, dims (*out_dims malloc'd), local device index.
 CW_MUST_USE cw_status_t cw_pjrt_buffer_info(const cw_pjrt_t* pjrt, PJRT_Buffer* buffer,
                                             int* out_dtype, int64_t** out_dims,

@@ -109,26 +109,6 @@ static void cw__output_memory_kinds(const cw_pjrt_t* p, PJRT_Executable* e,
   }
 }
 
-// XLA's cost analysis of the program (flops, bytes accessed ...), as
-// compiled.cost_analysis() shows it; left empty when the plugin has none.
-static void cw__cost_analysis(const cw_pjrt_t* p, PJRT_Executable* e,
-                              Causeway__V1__ExecutableInfo* info) {
-  if (!p->api->PJRT_Executable_GetCostAnalysis) return;
-  CW_PJRT_ARGS(PJRT_Executable_GetCostAnalysis_Args, ca);
-  ca.executable = e;
-  cw_status_t st = cw_pjrt_status(p, p->api->PJRT_Executable_GetCostAnalysis(&ca));
-  if (!st) {
-    st = cw_pjrt_named_values_copy(ca.properties, ca.num_properties, &info->cost_analysis,
-                                   &info->n_cost_analysis);
-  }
-  if (st) {
-    cw_pjrt_named_values_free(info->cost_analysis, info->n_cost_analysis);
-    info->cost_analysis = NULL;
-    info->n_cost_analysis = 0;
-  }
-  cw_status_free(st);
-}
-
 cw_status_t cw_pjrt_exe_info_initialize(const cw_pjrt_t* p, PJRT_LoadedExecutable* exe,
                                         Causeway__V1__ExecutableInfo* info) {
   causeway__v1__executable_info__init(info);
@@ -179,7 +159,6 @@ cw_status_t cw_pjrt_exe_info_initialize(const cw_pjrt_t* p, PJRT_LoadedExecutabl
     cw_status_free(cw__optimized_program(p, e, info));
     cw__donated_params(info);
     cw__output_memory_kinds(p, e, info);
-    cw__cost_analysis(p, e, info);
   }
   CW_PJRT_ARGS(PJRT_Executable_Destroy_Args, de);
   de.executable = e;
@@ -204,6 +183,5 @@ void cw_pjrt_exe_info_deinitialize(Causeway__V1__ExecutableInfo* info) {
   for (size_t i = 0; i < info->n_output_memory_kinds; ++i) free(info->output_memory_kinds[i]);
   free(info->output_memory_kinds);
   free(info->donated_params);
-  cw_pjrt_named_values_free(info->cost_analysis, info->n_cost_analysis);
   causeway__v1__executable_info__init(info);
 }

@@ -193,10 +193,10 @@ static void cw__when_device_done(cw_worker_t* w, cw_launch_t* l, size_t index,
   cw_worker_when_ready(w, event, cw__traced_device_done, td);
 }
 
-// "float32[4,8]" into buf.
+// "f32[4,8]" into buf.
 static void cw__format_shape(int dtype, const int64_t* dims, size_t rank, char* buf, size_t n) {
   size_t used = 0;
-  int k = snprintf(buf, n, "%s[", cw_dtype_name(dtype));
+  int k = snprintf(buf, n, "%s[", cw_dtype_xla_name(dtype));
   if (k > 0) used = (size_t)k;
   for (size_t i = 0; i < rank && used < n; ++i) {
     k = snprintf(buf + used, n - used, "%s%" PRId64, i ? "," : "", dims[i]);

@@ -6,6 +6,7 @@ suite asks for two islands explicitly (harness.causeway_env)."""
 import pytest
 
 import harness
+from test_types import ref  # noqa: F401 - stock JAX with types_checks.py, a fixture
 
 CHECKS = str(harness.HERE / "types_checks.py")
 pytestmark = pytest.mark.skipif(not harness.on_causeway(),
@@ -19,15 +20,6 @@ def _env(**extra) -> dict:
     env["CW_RUNNER_CHECKS"] = CHECKS
     env.update(extra)
     return env
-
-
-@pytest.fixture(scope="module")
-def ref():
-    env = harness.stock_env()
-    env["CW_RUNNER_CHECKS"] = CHECKS
-    r = harness.Runner("stock-layout", env)
-    yield r
-    r.close()
 
 
 @pytest.fixture(scope="module")
