@@ -113,9 +113,11 @@ static const char* device_worker(PJRT_Device* dev) {
   return "";
 }
 
-// Any element type, shape and byte strides (NULL: dense).
-static PJRT_Buffer* upload_raw(PJRT_Device* dev, PJRT_Buffer_Type type, const void* data,
-                               const int64_t* dims, size_t rank, const int64_t* strides) {
+// Any element type, shape and byte strides (NULL: dense); the error if
+// BufferFromHostBuffer refuses it.
+static PJRT_Error* upload_try(PJRT_Device* dev, PJRT_Buffer_Type type, const void* data,
+                              const int64_t* dims, size_t rank, const int64_t* strides,
+                              PJRT_Buffer** out) {
   PJRT_Device_DefaultMemory_Args m;
   INIT_ARGS(m);
   m.device = dev;
@@ -131,9 +133,18 @@ static PJRT_Buffer* upload_raw(PJRT_Device* dev, PJRT_Buffer_Type type, const vo
   b.num_byte_strides = strides ? rank : 0;
   b.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes;
   b.memory = m.memory;
-  OK(api->PJRT_Client_BufferFromHostBuffer(&b));
+  PJRT_Error* e = api->PJRT_Client_BufferFromHostBuffer(&b);
+  if (e) return e;
   await_event(b.done_with_host_buffer);
-  return b.buffer;
+  *out = b.buffer;
+  return NULL;
+}
+
+static PJRT_Buffer* upload_raw(PJRT_Device* dev, PJRT_Buffer_Type type, const void* data,
+                               const int64_t* dims, size_t rank, const int64_t* strides) {
+  PJRT_Buffer* buf = NULL;
+  OK(upload_try(dev, type, data, dims, rank, strides, &buf));
+  return buf;
 }
 
 static PJRT_Buffer* upload(PJRT_Device* dev, const float* data, int64_t n) {
@@ -150,6 +161,20 @@ static void download(PJRT_Buffer* buf, float* out, size_t n) {
   OK(api->PJRT_Buffer_ToHostBuffer(&t));
   assert_non_null(t.event);
   await_event(t.event);
+}
+
+// A copy of `b` in `dev`'s default memory.
+static PJRT_Buffer* copy_to(PJRT_Buffer* b, PJRT_Device* dev) {
+  PJRT_Device_DefaultMemory_Args m;
+  INIT_ARGS(m);
+  m.device = dev;
+  OK(api->PJRT_Device_DefaultMemory(&m));
+  PJRT_Buffer_CopyToMemory_Args c;
+  INIT_ARGS(c);
+  c.buffer = b;
+  c.dst_memory = m.memory;
+  OK(api->PJRT_Buffer_CopyToMemory(&c));
+  return c.dst_buffer;
 }
 
 static void destroy_buffer(PJRT_Buffer* b) {
@@ -193,24 +218,16 @@ static void test_upload_download_copy(void** state) {
   assert_memory_equal(in, out, sizeof(in));
   // To every other device: same worker (COPY) and other workers (SEND).
   for (size_t i = 1; i < n; ++i) {
-    PJRT_Device_DefaultMemory_Args m;
-    INIT_ARGS(m);
-    m.device = devs[i];
-    OK(api->PJRT_Device_DefaultMemory(&m));
-    PJRT_Buffer_CopyToMemory_Args c;
-    INIT_ARGS(c);
-    c.buffer = a;
-    c.dst_memory = m.memory;
-    OK(api->PJRT_Buffer_CopyToMemory(&c));
+    PJRT_Buffer* copy = copy_to(a, devs[i]);
     PJRT_Buffer_ReadyEvent_Args r;
     INIT_ARGS(r);
-    r.buffer = c.dst_buffer;
+    r.buffer = copy;
     OK(api->PJRT_Buffer_ReadyEvent(&r));
     await_event(r.event);
     memset(out, 0, sizeof(out));
-    download(c.dst_buffer, out, 6);
+    download(copy, out, 6);
     assert_memory_equal(in, out, sizeof(in));
-    destroy_buffer(c.dst_buffer);
+    destroy_buffer(copy);
   }
   destroy_buffer(a);
 }
@@ -248,25 +265,14 @@ static void test_strides_and_packed_types(void** state) {
   destroy_buffer(a);
 
   // A type that never crosses is refused, named.
-  PJRT_Device_DefaultMemory_Args dm;
-  INIT_ARGS(dm);
-  dm.device = devs[0];
-  OK(api->PJRT_Device_DefaultMemory(&dm));
-  PJRT_Client_BufferFromHostBuffer_Args tk;
-  INIT_ARGS(tk);
-  tk.client = client;
-  tk.data = m;
-  tk.type = PJRT_Buffer_Type_TOKEN;
-  tk.dims = dims;
-  tk.num_dims = 1;
-  tk.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes;
-  tk.memory = dm.memory;
-  PJRT_Error* err = api->PJRT_Client_BufferFromHostBuffer(&tk);
+  PJRT_Buffer* none = NULL;
+  PJRT_Error* err = upload_try(devs[0], PJRT_Buffer_Type_TOKEN, m, dims, 1, NULL, &none);
   assert_non_null(err);
   char* text = error_text(err);
   assert_non_null(strstr(text, "element type token"));
   free(text);
   error_free(err);
+  assert_null(none);
 
   int8_t s4[7] = {-8, -3, -1, 0, 1, 5, 7}, got[7] = {0};
   int64_t n7 = 7;
@@ -276,16 +282,7 @@ static void test_strides_and_packed_types(void** state) {
   sz.buffer = b;
   OK(api->PJRT_Buffer_OnDeviceSizeInBytes(&sz));
   assert_int_equal(sz.on_device_size_in_bytes, 4);  // packed there
-  PJRT_Device_DefaultMemory_Args mem;
-  INIT_ARGS(mem);
-  mem.device = devs[n - 1];  // another worker
-  OK(api->PJRT_Device_DefaultMemory(&mem));
-  PJRT_Buffer_CopyToMemory_Args c;
-  INIT_ARGS(c);
-  c.buffer = b;
-  c.dst_memory = mem.memory;
-  OK(api->PJRT_Buffer_CopyToMemory(&c));
-  PJRT_Buffer* bufs[] = {b, c.dst_buffer};
+  PJRT_Buffer* bufs[] = {b, copy_to(b, devs[n - 1])};  // to another worker
   for (size_t i = 0; i < 2; ++i) {
     PJRT_Buffer_ToHostBuffer_Args t;
     INIT_ARGS(t);
