@@ -3,8 +3,9 @@
     JAX_PLATFORMS=causeway python examples/quickstart.py
 
 With CAUSEWAY_CONTROLLER unset the plugin starts a private cluster (a
-controller and 2 workers of 4 CPU devices, one island per worker) that exits
-with this process.
+controller and one worker of 8 CPU devices: one island, as one machine has)
+that exits with this process. CAUSEWAY_LOCAL_WORKERS=2 makes two islands of
+4 devices each; step 4 then copies an array from one to the other.
 """
 import os
 
@@ -30,7 +31,8 @@ f = jax.jit(lambda x: jnp.tanh(x) @ x.T)
 x = jnp.arange(12.0).reshape(3, 4)
 print("jit:\n", f(x))
 
-# 3. A sharded array: SPMD over one island's devices.
+# 3. A sharded array: SPMD over one island's devices (with one island, all
+# of them: Mesh(jax.devices()) as on stock JAX).
 first = islands[min(islands)]
 mesh = Mesh(np.array(first), ("d",))
 xs = jax.device_put(np.arange(16.0), NamedSharding(mesh, P("d")))

@@ -3,7 +3,9 @@
     JAX_PLATFORMS=causeway python examples/train_two_islands.py [--steps 30]
 
 The model is a two-stage MLP classifier. Stage 1 lives on island 0, stage 2
-on island 1 (with the embedded cluster: worker-0 and worker-1). Within an
+on island 1 (with the embedded cluster: worker-0 and worker-1; the script asks
+for them with CAUSEWAY_LOCAL_WORKERS=2, since by default the embedded cluster
+is one island, as one machine is). Within an
 island the stage is data-parallel over the island's 4 devices (batch sharded,
 parameters replicated: XLA all-reduces the gradients inside the island).
 Across islands it is a pipeline: each step splits the batch into
@@ -32,6 +34,8 @@ if REFERENCE:
     xla_bridge.discover_pjrt_plugins = lambda: None
 else:
     os.environ.setdefault("JAX_PLATFORMS", "causeway")
+    # Two islands of the embedded cluster (ignored when joining a cluster).
+    os.environ.setdefault("CAUSEWAY_LOCAL_WORKERS", "2")
 
 import numpy as np  # noqa: E402
 

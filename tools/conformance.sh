@@ -67,8 +67,10 @@ run_side() {
   if [[ "$name" == stock ]]; then
     env_side=(JAX_PLATFORMS=cpu "XLA_FLAGS=--xla_force_host_platform_device_count=$devices")
   else
-    # The embedded cluster: one island of all devices, as a single machine has.
+    # The embedded cluster: one island of all devices, as a single machine has
+    # (its default; said here so the count cannot drift from stock's).
     env_side=(JAX_PLATFORMS=causeway CAUSEWAY_LOCAL_WORKERS=1 "CAUSEWAY_LOCAL_DEVICES=$devices"
+              "PYTHONPATH=$root/python"
               "CAUSEWAY_PJRT_LIBRARY=$root/build/release/lib/libcauseway_pjrt.so"
               "CAUSEWAY_BIN_DIR=$root/build/release/bin"
               "CAUSEWAY_COMPILE_CACHE_DIR=$root/$out/compile-cache")

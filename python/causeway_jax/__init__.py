@@ -3,7 +3,15 @@
 JAX calls initialize() at start-up (entry point group `jax_plugins`). It
 registers libcauseway_pjrt.so under the name "causeway" and, for the embedded
 cluster the plugin starts when CAUSEWAY_CONTROLLER is unset, tells it where
-the vendor PJRT plugin for the local workers lives (CAUSEWAY_PJRT_PLUGIN).
+the vendor PJRT plugin for the local workers lives (CAUSEWAY_PJRT_PLUGIN) and
+how many CPU devices JAX asks for (jax_num_cpu_devices, passed as the create
+option cpu_device_count; the plugin reads XLA_FLAGS itself).
+
+JAX's in-process CPU backend stays beside causeway: JAX_PLATFORMS=causeway
+reads as "causeway,cpu" (causeway the default backend, as the first), so code
+that asks for a CPU device (jax.devices("cpu"), backend="cpu", the eager path
+of jax.debug.callback and pure_callback) finds one, as it does next to a GPU.
+It also answers compiled.cost_analysis() (see _answer_cost_analysis).
 
 Environment:
   CAUSEWAY_PJRT_LIBRARY  path of libcauseway_pjrt.so (default: the one the
@@ -163,6 +171,57 @@ def _install_runner(path: str) -> None:
     hook(_runner)
 
 
+def _create_options() -> dict:
+    # Read when JAX creates the client (after the program's own
+    # jax.config.update("jax_num_cpu_devices", N), as JAX's CPU backend does).
+    from jax._src import xla_bridge
+    n = xla_bridge.num_cpu_devices.value
+    return {"cpu_device_count": n} if n >= 1 else {}
+
+
+def _keep_cpu_beside() -> None:
+    # JAX initializes only the platforms listed in jax_platforms, and reads it
+    # after plugin discovery: add "cpu" after "causeway" when it is missing.
+    from jax._src import config
+    platforms = config.jax_platforms.value
+    if not platforms:
+        return  # every registered backend starts, "cpu" among them
+    names = platforms.split(",")
+    if PLUGIN_NAME in names and "cpu" not in names:
+        config.config.update("jax_platforms", ",".join(names + ["cpu"]))
+
+
+def _answer_cost_analysis() -> None:
+    # compiled.cost_analysis(): the workers' plugin (XLA's CPU plugin behind
+    # the C API) has none to forward, so JAX would say None where stock CPU
+    # JAX answers. The answer is XLA's cost analysis of the optimized
+    # program, which the executable carries: jaxlib computes it here with the
+    # CPU backend beside causeway (the same numbers stock JAX gives).
+    from jax._src import stages, xla_bridge
+    from jax._src.lib import _jax
+
+    original = stages.Executable.cost_analysis
+    if getattr(original, "_causeway", False):
+        return
+
+    def cost_analysis(self):
+        try:
+            return original(self)
+        except NotImplementedError:
+            exe = self.xla_extension_executable()
+            backends = xla_bridge.backends()
+            if (exe is None or "cpu" not in backends
+                    or getattr(exe, "client", None) is not backends.get(PLUGIN_NAME)):
+                raise
+            modules = exe.hlo_modules()
+            if len(modules) != 1:
+                raise
+            return _jax.hlo_module_cost_analysis(backends["cpu"], modules[0])
+
+    cost_analysis._causeway = True
+    stages.Executable.cost_analysis = cost_analysis
+
+
 def initialize() -> None:
     path = library_path()
     if not os.path.exists(path):
@@ -173,4 +232,6 @@ def initialize() -> None:
     _set_worker_plugin()
     _install_runner(path)
     from jax._src import xla_bridge
-    xla_bridge.register_plugin(PLUGIN_NAME, library_path=path)
+    xla_bridge.register_plugin(PLUGIN_NAME, library_path=path, options=_create_options)
+    _keep_cpu_beside()
+    _answer_cost_analysis()

@@ -185,10 +185,14 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
                                "RESOURCE_EXHAUSTED"},
     // The plugin's own: environment only.
     [CW_SET_LOCAL_WORKERS] = {"CAUSEWAY_LOCAL_WORKERS", NULL, CW__PLG, NULL, CW_SETTING_INT, 1,
-                              64, "2", false, false, "workers of the embedded cluster"},
+                              64, "1", false, false,
+                              "workers of the embedded cluster, an island each (1: every local "
+                              "device in one island, as on one machine)"},
     [CW_SET_LOCAL_DEVICES] = {"CAUSEWAY_LOCAL_DEVICES", NULL, CW__PLG, NULL, CW_SETTING_INT, 1,
-                              4096, "4", false, false,
-                              "CPU devices of each embedded worker"},
+                              4096, "", false, false,
+                              "CPU devices of each embedded worker (unset: the count JAX asks "
+                              "for, jax_num_cpu_devices or XLA_FLAGS=--xla_force_host_platform_"
+                              "device_count=N, else 8, split evenly over the workers)"},
     [CW_SET_BIN_DIR] = {"CAUSEWAY_BIN_DIR", NULL, CW__PLG | CW__TOOL, NULL, CW_SETTING_STRING, 0,
                         0, "", false, false,
                         "directory holding causeway-controller and causeway-worker for the "

@@ -64,7 +64,6 @@ CW__STUB(PJRT_Executable_GetCompiledMemoryStats)
 CW__STUB(PJRT_Executable_ParameterMemoryKinds)
 CW__STUB(PJRT_Executable_DeserializeAndLoad)
 CW__STUB(PJRT_Buffer_GetMemoryLayout)
-CW__STUB(PJRT_Buffer_UnsafePointer)
 CW__STUB(PJRT_Buffer_IncreaseExternalReferenceCount)
 CW__STUB(PJRT_Buffer_DecreaseExternalReferenceCount)
 CW__STUB(PJRT_Buffer_OpaqueDeviceMemoryDataPointer)
@@ -182,7 +181,7 @@ static const PJRT_Api cw__api = {
     .PJRT_Buffer_ToHostBuffer = cw_plugin_buffer_to_host,
     .PJRT_Buffer_IsOnCpu = cw_plugin_buffer_is_on_cpu,
     .PJRT_Buffer_ReadyEvent = cw_plugin_buffer_ready_event,
-    .PJRT_Buffer_UnsafePointer = cw__stub_PJRT_Buffer_UnsafePointer,
+    .PJRT_Buffer_UnsafePointer = cw_plugin_buffer_unsafe_pointer,
     .PJRT_Buffer_IncreaseExternalReferenceCount =
         cw__stub_PJRT_Buffer_IncreaseExternalReferenceCount,
     .PJRT_Buffer_DecreaseExternalReferenceCount =

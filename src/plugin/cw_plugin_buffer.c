@@ -11,15 +11,16 @@
 #include "cw_plugin_internal.h"
 #include "cw_plugin_worker.h"
 
-size_t cw_plugin_buffer_dtype_size(PJRT_Buffer_Type type) {
-  return type >= PJRT_Buffer_Type_PRED && type <= PJRT_Buffer_Type_C128 ? cw_dtype_size((int)type)
-                                                                        : 0;
+size_t cw_plugin_buffer_dtype_size(PJRT_Buffer_Type type) { return cw_dtype_size((int)type); }
+
+static uint64_t cw__count(const cw_plugin_buffer_t* b) {
+  uint64_t n = 1;
+  for (size_t i = 0; i < b->rank; ++i) n *= (uint64_t)(b->dims[i] > 0 ? b->dims[i] : 0);
+  return n;
 }
 
 uint64_t cw_plugin_buffer_bytes(const cw_plugin_buffer_t* b) {
-  uint64_t n = cw_plugin_buffer_dtype_size(b->type);
-  for (size_t i = 0; i < b->rank; ++i) n *= (uint64_t)(b->dims[i] > 0 ? b->dims[i] : 0);
-  return n;
+  return cw__count(b) * cw_plugin_buffer_dtype_size(b->type);
 }
 
 cw_status_t cw_plugin_buffer_create(cw_plugin_client_t* c, cw_plugin_device_t* d, uint64_t id,
@@ -45,6 +46,7 @@ cw_status_t cw_plugin_buffer_create(cw_plugin_client_t* c, cw_plugin_device_t* d
   cw_plugin_future_retain(ready);
   b->ready = ready;
   atomic_init(&b->deleted, false);
+  atomic_init(&b->address, 0);
   // A new buffer on a replaced worker belongs to the replacement: connect
   // to it first (if it is not there yet, the buffer's request fails anyway).
   if (atomic_load_explicit(&d->worker->dead, memory_order_acquire)) {
@@ -141,7 +143,9 @@ PJRT_Error* cw_plugin_buffer_dynamic_dimension_indices(
 PJRT_Error* cw_plugin_buffer_on_device_size(PJRT_Buffer_OnDeviceSizeInBytes_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_OnDeviceSizeInBytes_Args, on_device_size_in_bytes);
   CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_OnDeviceSizeInBytes", "buffer");
-  args->on_device_size_in_bytes = (size_t)cw_plugin_buffer_bytes(CW__BUF(args->buffer));
+  // Sub-byte types are packed on the device (their host bytes are not).
+  const cw_plugin_buffer_t* b = CW__BUF(args->buffer);
+  args->on_device_size_in_bytes = (size_t)cw_dtype_device_bytes((int)b->type, cw__count(b));
   return NULL;
 }
 

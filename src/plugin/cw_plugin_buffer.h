@@ -32,6 +32,7 @@ typedef struct cw_plugin_buffer_s {
   cw_plugin_future_t* ready;  // the value exists on the worker (or failed)
   _Atomic bool deleted;       // deleted, donated to a launch, or destroyed
   uint32_t epoch;             // the worker's epoch when it was made
+  _Atomic uint64_t address;   // on the worker, once asked (0: not yet)
 } cw_plugin_buffer_t;
 
 // Creates a proxy (no message sent). Takes a reference to `ready`.

@@ -212,6 +212,27 @@ static void cw__settings_warn_once(void) {
   pthread_once(&once, cw__settings_warn);
 }
 
+// The create option `name` as an int64 (JAX passes ints, and strings from
+// jax_pjrt_client_create_options="name:8"); 0 when absent or not a number.
+// The embedded cluster's only option: cpu_device_count, the CPU devices JAX
+// asks for (causeway_jax passes jax_num_cpu_devices).
+static int64_t cw__option_int(const PJRT_NamedValue* opts, size_t n, const char* name) {
+  for (size_t i = 0; opts && i < n; ++i) {
+    const PJRT_NamedValue* o = &opts[i];
+    if (!o->name || o->name_size != strlen(name) || memcmp(o->name, name, o->name_size)) continue;
+    if (o->type == PJRT_NamedValue_kInt64) return o->int64_value;
+    if (o->type == PJRT_NamedValue_kString && o->string_value && o->value_size < 32) {
+      char buf[32];
+      memcpy(buf, o->string_value, o->value_size);
+      buf[o->value_size] = '\0';
+      char* end = NULL;
+      long long v = strtoll(buf, &end, 10);
+      return end && end != buf && !*end ? v : 0;
+    }
+  }
+  return 0;
+}
+
 PJRT_Error* cw_plugin_client_create(PJRT_Client_Create_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Client_Create_Args, client);
   args->client = NULL;
@@ -224,7 +245,9 @@ PJRT_Error* cw_plugin_client_create(PJRT_Client_Create_Args* args) {
   uint32_t min_workers = (uint32_t)cw_settings_int(&c->settings, CW_SET_MIN_WORKERS);
   const char* addr = cw_settings_string(&c->settings, CW_SET_CONTROLLER);
   if (!s && !*addr) {
-    s = cw_plugin_cluster_start(&c->settings, &c->cluster, &addr, &min_workers);
+    int64_t jax_devices = cw__option_int(args->create_options, args->num_options,
+                                         "cpu_device_count");
+    s = cw_plugin_cluster_start(&c->settings, jax_devices, &c->cluster, &addr, &min_workers);
     if (!s) {
       c->token = strdup(cw_plugin_cluster_token(c->cluster));
       if (!c->token) s = cw__oom();

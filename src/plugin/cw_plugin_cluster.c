@@ -338,16 +338,92 @@ static cw_status_t cw__check_exe(const char* path, const char* what) {
 
 static void cw__track_dir(const char* dir, bool add);
 
-cw_status_t cw_plugin_cluster_start(const cw_settings_t* settings,
+#define CW__DEFAULT_LOCAL_DEVICES 8
+#define CW__XLA_DEVICE_FLAG "xla_force_host_platform_device_count"
+
+// The last --xla_force_host_platform_device_count=N in `flags` (XLA's own
+// flag parser lets the last one win) into *out (0: absent).
+static cw_status_t cw__xla_flag_devices(const char* flags, int64_t* out) {
+  *out = 0;
+  const size_t name_len = strlen(CW__XLA_DEVICE_FLAG);
+  for (const char* p = flags; p && *p;) {
+    p += strspn(p, " \t\n");
+    size_t len = strcspn(p, " \t\n");
+    const char* name = p;
+    while (name < p + len && *name == '-') ++name;
+    if (name > p && (size_t)(p + len - name) > name_len &&
+        !strncmp(name, CW__XLA_DEVICE_FLAG, name_len) && name[name_len] == '=') {
+      const char* v = name + name_len + 1;
+      int vlen = (int)(p + len - v);
+      char buf[32];
+      char* end = NULL;
+      long long n = -1;
+      if (vlen > 0 && vlen < (int)sizeof(buf)) {
+        memcpy(buf, v, (size_t)vlen);
+        buf[vlen] = '\0';
+        errno = 0;
+        n = strtoll(buf, &end, 10);
+        if (errno || *end) n = -1;
+      }
+      if (n < 1 || n > cw_settings_def(CW_SET_LOCAL_DEVICES)->max) {
+        return cw_make_status(CW_INVALID_ARGUMENT,
+                              "causeway: XLA_FLAGS: --%s=%.*s is not a device count in [1, %" PRId64
+                              "]", CW__XLA_DEVICE_FLAG, vlen, v,
+                              cw_settings_def(CW_SET_LOCAL_DEVICES)->max);
+      }
+      *out = n;
+    }
+    p += len;
+  }
+  return cw_ok_status();
+}
+
+cw_status_t cw_plugin_cluster_layout(const cw_settings_t* settings, int64_t jax_devices,
+                                     const char* xla_flags, int64_t* out_workers,
+                                     int64_t* out_devices) {
+  // The table bounds both (CAUSEWAY_LOCAL_WORKERS to the children array).
+  int64_t workers = cw_settings_int(settings, CW_SET_LOCAL_WORKERS);
+  assert(workers >= 1 && workers <= CW__MAX_LOCAL_WORKERS);
+  *out_workers = workers;
+  *out_devices = 0;
+  if (cw_settings_given(settings, CW_SET_LOCAL_DEVICES)) {
+    *out_devices = cw_settings_int(settings, CW_SET_LOCAL_DEVICES);
+    return cw_ok_status();
+  }
+  int64_t total = CW__DEFAULT_LOCAL_DEVICES;
+  const char* from = "the default";
+  int64_t flag = 0;
+  if (jax_devices > 0) {
+    total = jax_devices;
+    from = "jax_num_cpu_devices";
+  } else {
+    CW_RETURN_IF_ERROR(cw__xla_flag_devices(xla_flags, &flag), "");
+    if (flag) {
+      total = flag;
+      from = "XLA_FLAGS";
+    }
+  }
+  if (total % workers || total / workers > cw_settings_def(CW_SET_LOCAL_DEVICES)->max) {
+    return cw_make_status(CW_INVALID_ARGUMENT,
+                          "causeway: %" PRId64 " CPU devices (%s) do not split evenly over "
+                          "CAUSEWAY_LOCAL_WORKERS=%" PRId64 " workers; set "
+                          "CAUSEWAY_LOCAL_DEVICES (devices of each worker)",
+                          total, from, workers);
+  }
+  *out_devices = total / workers;
+  return cw_ok_status();
+}
+
+cw_status_t cw_plugin_cluster_start(const cw_settings_t* settings, int64_t jax_devices,
                                     cw_plugin_cluster_t** out_cluster,
                                     const char** out_controller_address,
                                     uint32_t* out_num_workers) {
   *out_cluster = NULL;
   *out_controller_address = NULL;
-  // The table bounds both (CAUSEWAY_LOCAL_WORKERS to the children array).
-  int64_t workers = cw_settings_int(settings, CW_SET_LOCAL_WORKERS);
-  int64_t devices = cw_settings_int(settings, CW_SET_LOCAL_DEVICES);
-  assert(workers >= 1 && workers <= CW__MAX_LOCAL_WORKERS);
+  int64_t workers = 0, devices = 0;
+  CW_RETURN_IF_ERROR(
+      cw_plugin_cluster_layout(settings, jax_devices, getenv("XLA_FLAGS"), &workers, &devices),
+      "");
   const char* plugin = cw_settings_string(settings, CW_SET_PLUGIN);
   if (!*plugin) {
     return cw_make_status(CW_FAILED_PRECONDITION,

@@ -13,10 +13,23 @@
 
 typedef struct cw_plugin_cluster_s cw_plugin_cluster_t;
 
-// Starts a private controller and CAUSEWAY_LOCAL_WORKERS workers as child
-// processes, as `settings` (borrowed) say; *out_num_workers is how many.
+// The embedded cluster's shape: *out_workers workers (islands) of
+// *out_devices CPU devices each. CAUSEWAY_LOCAL_WORKERS (default 1: one
+// island, as one machine has) and CAUSEWAY_LOCAL_DEVICES when given; else
+// the device count JAX asks for, split evenly over the workers: `jax_devices`
+// (jax_num_cpu_devices, passed as the create option cpu_device_count; 0:
+// not asked), else --xla_force_host_platform_device_count=N in `xla_flags`
+// (NULL: none), else 8. A count that does not split, or a bad flag, is an
+// error naming it. `settings` is borrowed.
+CW_MUST_USE cw_status_t cw_plugin_cluster_layout(const cw_settings_t* settings,
+                                                 int64_t jax_devices, const char* xla_flags,
+                                                 int64_t* out_workers, int64_t* out_devices);
+
+// Starts a private controller and workers as child processes, shaped by
+// cw_plugin_cluster_layout (`jax_devices` as there; XLA_FLAGS from the
+// environment), as `settings` (borrowed) say; *out_num_workers is how many.
 // *out_controller_address is borrowed from the cluster.
-CW_MUST_USE cw_status_t cw_plugin_cluster_start(const cw_settings_t* settings,
+CW_MUST_USE cw_status_t cw_plugin_cluster_start(const cw_settings_t* settings, int64_t jax_devices,
                                                 cw_plugin_cluster_t** out_cluster,
                                                 const char** out_controller_address,
                                                 uint32_t* out_num_workers);

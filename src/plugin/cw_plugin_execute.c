@@ -135,6 +135,54 @@ static size_t cw__execute_donated(const cw_plugin_exe_t* e, const PJRT_ExecuteOp
   return n;
 }
 
+typedef struct {
+  uintptr_t buffer;
+  size_t index;
+} cw__arg_t;
+
+static int cw__arg_cmp(const void* a, const void* b) {
+  const cw__arg_t *x = a, *y = b;
+  if (x->buffer != y->buffer) return x->buffer < y->buffer ? -1 : 1;
+  return x->index < y->index ? -1 : x->index > y->index;
+}
+
+// A buffer donated in this call must not also be another of its arguments
+// (it would be read after the program took it), as XLA's own clients refuse.
+static cw_status_t cw__execute_check_donated(PJRT_LoadedExecutable_Execute_Args* args,
+                                             const cw_plugin_exe_t* e, const uint32_t* donate,
+                                             size_t ndonate) {
+  size_t na = args->num_args;
+  if (!ndonate || na < 2) return cw_ok_status();
+  cw__arg_t* sorted = malloc(na * sizeof(*sorted));
+  bool* donated = calloc(na, sizeof(*donated));
+  cw_status_t s = sorted && donated ? cw_ok_status() : cw__oom();
+  for (size_t k = 0; !s && k < ndonate; ++k) donated[donate[k]] = true;
+  for (size_t d = 0; !s && d < args->num_devices; ++d) {
+    for (size_t a = 0; a < na; ++a) {
+      sorted[a] = (cw__arg_t){(uintptr_t)args->argument_lists[d][a], a};
+    }
+    qsort(sorted, na, sizeof(*sorted), cw__arg_cmp);
+    for (size_t i = 0; !s && i + 1 < na; ++i) {
+      // Runs of one buffer: its first use against each later one.
+      size_t first = i;
+      while (i + 1 < na && sorted[i + 1].buffer == sorted[first].buffer) {
+        size_t a = sorted[first].index, b = sorted[++i].index;
+        if (donated[a] || donated[b]) {
+          s = cw_make_status(CW_INVALID_ARGUMENT,
+                             "Execute: argument %zu of %s on device %zu is the buffer of argument "
+                             "%zu, which is donated in the same call: a donated buffer cannot "
+                             "be another argument too (f(donate(a), a))",
+                             b, e->name, d, a);
+          break;
+        }
+      }
+    }
+  }
+  free(sorted);
+  free(donated);
+  return s;
+}
+
 // The launch's id lists: lists[d] the arguments of device d, lists[nd + d]
 // its outputs, new proxies sharing `f` put in args->output_lists (ids in
 // `ids`, nd * (na + no) of them). *out_made counts the outputs made, also
@@ -232,6 +280,12 @@ PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args) {
     return cw_plugin_error_from_status(cw__oom());
   }
   size_t ndonate = cw__execute_donated(e, opt, na, donate);
+  s = cw__execute_check_donated(args, e, donate, ndonate);
+  if (s) {
+    if (donate != stack_donate) free(donate);
+    cw_status_free(poisoned);
+    return cw_plugin_error_from_status(s);
+  }
 
   // One future for the whole launch: every output and completion event
   // shares it.

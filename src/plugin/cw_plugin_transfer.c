@@ -15,9 +15,12 @@
 #include "cw_plugin_worker.h"
 #include "cw_time.h"
 
-// The wire dtypes are PJRT_Buffer_Type values 1..15 (an upload casts one to
-// the other).
-_Static_assert((int)PJRT_Buffer_Type_C128 == (int)CAUSEWAY__V1__DTYPE__DTYPE_C128, "dtypes");
+// The wire dtypes are PJRT_Buffer_Type values (an upload casts one to the
+// other).
+_Static_assert((int)PJRT_Buffer_Type_C128 == (int)CAUSEWAY__V1__DTYPE__DTYPE_C128 &&
+                   (int)PJRT_Buffer_Type_F4E2M1FN == (int)CAUSEWAY__V1__DTYPE__DTYPE_F4E2M1FN &&
+                   (int)PJRT_Buffer_Type_F6E3M2FN == (int)CAUSEWAY__V1__DTYPE__DTYPE_F6E3M2FN,
+               "dtypes");
 
 #define CW__BUF(p) ((cw_plugin_buffer_t*)(p))
 
@@ -141,8 +144,9 @@ PJRT_Error* cw_plugin_buffer_from_host(PJRT_Client_BufferFromHostBuffer_Args* ar
   size_t esize = cw_plugin_buffer_dtype_size(args->type);
   if (!esize) {
     return cw_plugin_error_from_status(
-        cw_make_status(CW_UNIMPLEMENTED, "causeway cannot transfer arrays of PJRT element type %d",
-                       (int)args->type));
+        cw_make_status(CW_UNIMPLEMENTED,
+                       "causeway cannot transfer arrays of element type %s (PJRT element type %d)",
+                       cw_dtype_name((int)args->type), (int)args->type));
   }
   if (args->num_dims && !args->dims) {
     return cw_plugin_error_from_status(
@@ -152,6 +156,7 @@ PJRT_Error* cw_plugin_buffer_from_host(PJRT_Client_BufferFromHostBuffer_Args* ar
                                    "BufferFromHostBuffer device_layout");
   if (s) return cw_plugin_error_from_status(s);
   const int64_t* strides = NULL;
+  bool gather = false;  // made dense here: the wire carries no negative stride
   if (args->byte_strides && args->num_byte_strides) {
     if (args->num_byte_strides != args->num_dims) {
       return cw_plugin_error_from_status(cw_make_status(CW_INVALID_ARGUMENT,
@@ -160,15 +165,33 @@ PJRT_Error* cw_plugin_buffer_from_host(PJRT_Client_BufferFromHostBuffer_Args* ar
     }
     if (!cw__is_dense(args->dims, args->num_dims, args->byte_strides, esize)) {
       strides = args->byte_strides;
+      for (size_t i = 0; i < args->num_dims; ++i) gather |= strides[i] < 0;
     }
   }
   uint64_t bytes = 0;
-  s = cw_array_extent((int)args->type, args->dims, args->num_dims, strides,
-                      strides ? args->num_dims : 0, &bytes);
+  s = cw_array_extent((int)args->type, args->dims, args->num_dims, gather ? NULL : strides,
+                      strides && !gather ? args->num_dims : 0, &bytes);
   if (s) return cw_plugin_error_from_status(cw_status_annotate(s, "BufferFromHostBuffer"));
   if (bytes && !args->data) {
     return cw_plugin_error_from_status(
         cw_make_status(CW_INVALID_ARGUMENT, "PJRT_Client_BufferFromHostBuffer: data is NULL"));
+  }
+  const void* data = args->data;
+  void* dense = NULL;
+  if (gather) {
+    strides = NULL;
+    dense = bytes ? malloc((size_t)bytes) : NULL;
+    if (bytes && !dense) {
+      return cw_plugin_error_from_status(cw_make_status(
+          CW_RESOURCE_EXHAUSTED, "BufferFromHostBuffer: cannot allocate %llu bytes to make a "
+                                 "negatively strided array dense",
+          (unsigned long long)bytes));
+    }
+    if (dense) {
+      cw_array_gather_dense(args->data, esize, args->dims, args->byte_strides, args->num_dims,
+                            dense);
+    }
+    data = dense;
   }
 
   cw_plugin_future_t* ready = cw_plugin_future_create();
@@ -187,10 +210,11 @@ PJRT_Error* cw_plugin_buffer_from_host(PJRT_Client_BufferFromHostBuffer_Args* ar
     req.device = d->local_id;
     // Bytes go from the caller's memory straight into the socket (writev):
     // when this returns, the host buffer is no longer needed.
-    struct iovec iov = {.iov_base = (void*)args->data, .iov_len = (size_t)bytes};
+    struct iovec iov = {.iov_base = (void*)data, .iov_len = (size_t)bytes};
     s = cw__send_op(d->worker, CW_MSG_UPLOAD, &req.base, &req.seq, &iov, bytes ? 1 : 0, NULL, ready,
                     false);
   }
+  free(dense);
   cw_plugin_future_release(ready);
   if (s) {
     if (b) cw_plugin_buffer_free(b);
@@ -252,6 +276,70 @@ PJRT_Error* cw_plugin_buffer_to_host(PJRT_Buffer_ToHostBuffer_Args* args) {
     return cw_plugin_error_from_status(s);
   }
   args->event = (PJRT_Event*)f;  // our reference moves to the caller
+  return NULL;
+}
+
+// The AWAIT of an unsafe-pointer query: records the address, then
+// completes the future the caller waits on (so `b` outlives this).
+typedef struct {
+  cw_plugin_buffer_t* b;
+  cw_plugin_future_t* f;
+  cw_plugin_worker_t* w;
+} cw__pointer_op_t;
+
+static void cw__pointer_cb(void* user, cw_status_t status, const ProtobufCMessage* reply) {
+  cw__pointer_op_t* op = user;
+  status = cw_plugin_worker_map_error(op->w, status);
+  if (!status) {
+    uint64_t addr = reply ? ((const Causeway__V1__ArrayInfo*)reply)->device_address : 0;
+    if (addr) {
+      atomic_store_explicit(&op->b->address, addr, memory_order_release);
+    } else {
+      status = cw_make_status(CW_UNIMPLEMENTED,
+                              "unsafe_buffer_pointer: worker %s's plugin gives no address for "
+                              "buffer %llu",
+                              op->w->name, (unsigned long long)op->b->id);
+    }
+  }
+  cw_plugin_future_complete(op->f, status);
+  cw_plugin_future_release(op->f);
+  free(op);
+}
+
+PJRT_Error* cw_plugin_buffer_unsafe_pointer(PJRT_Buffer_UnsafePointer_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_UnsafePointer_Args, buffer_pointer);
+  CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_UnsafePointer", "buffer");
+  cw_plugin_buffer_t* b = CW__BUF(args->buffer);
+  cw_status_t s = cw__live(b, "unsafe_buffer_pointer");
+  if (s) return cw_plugin_error_from_status(s);
+  uint64_t addr = atomic_load_explicit(&b->address, memory_order_acquire);
+  if (!addr) {
+    cw_plugin_future_t* f = cw_plugin_future_create();
+    cw__pointer_op_t* op = malloc(sizeof(*op));
+    if (!f || !op) {
+      free(op);
+      if (f) cw_plugin_future_release(f);
+      return cw_plugin_error_from_status(cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
+    }
+    cw_plugin_future_retain(f);
+    *op = (cw__pointer_op_t){.b = b, .f = f, .w = b->device->worker};
+    Causeway__V1__AwaitRequest req = CAUSEWAY__V1__AWAIT_REQUEST__INIT;
+    req.buffer_id = b->id;
+    s = cw_plugin_worker_send(op->w, CW_MSG_AWAIT, &req.base, &req.seq, NULL, 0, NULL,
+                              cw__pointer_cb, op);
+    if (s) {
+      cw_plugin_future_release(f);
+      free(op);
+    } else {
+      s = cw_plugin_future_wait(f);
+    }
+    cw_plugin_future_release(f);
+    if (s) {
+      return cw_plugin_error_from_status(cw_status_annotate(s, "unsafe_buffer_pointer"));
+    }
+    addr = atomic_load_explicit(&b->address, memory_order_acquire);
+  }
+  args->buffer_pointer = (uintptr_t)addr;
   return NULL;
 }
 

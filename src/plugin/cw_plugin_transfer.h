@@ -11,5 +11,8 @@ PJRT_Error* cw_plugin_buffer_from_host(PJRT_Client_BufferFromHostBuffer_Args* ar
 PJRT_Error* cw_plugin_buffer_to_host(PJRT_Buffer_ToHostBuffer_Args* args);
 PJRT_Error* cw_plugin_buffer_copy_to_device(PJRT_Buffer_CopyToDevice_Args* args);
 PJRT_Error* cw_plugin_buffer_copy_to_memory(PJRT_Buffer_CopyToMemory_Args* args);
+// The buffer's address on its worker (x.unsafe_buffer_pointer()): one AWAIT
+// in seq order, blocking until the buffer is ready; remembered after.
+PJRT_Error* cw_plugin_buffer_unsafe_pointer(PJRT_Buffer_UnsafePointer_Args* args);
 
 #endif  // CW_PLUGIN_TRANSFER_H_

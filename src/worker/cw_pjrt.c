@@ -367,8 +367,10 @@ cw_status_t cw_pjrt_device_memory_limit(const cw_pjrt_t* p, size_t device,
 }
 
 int cw_pjrt_dtype_from_xla(int t) {
-  // XLA's PrimitiveType numbers (xla_data.proto), checked against modules
-  // the CPU plugin compiled; they part from PJRT_Buffer_Type at BF16.
+  // XLA's PrimitiveType numbers (xla_data.proto; jaxlib 0.11.2's
+  // xla_client.PrimitiveType lists them, S2/U2/S1/U1 from XLA's FFI header),
+  // checked against modules the CPU plugin compiled; they part from
+  // PJRT_Buffer_Type at BF16.
   switch (t) {
     case 1: return PJRT_Buffer_Type_PRED;
     case 2: return PJRT_Buffer_Type_S8;
@@ -385,7 +387,24 @@ int cw_pjrt_dtype_from_xla(int t) {
     case 15: return PJRT_Buffer_Type_C64;
     case 16: return PJRT_Buffer_Type_BF16;
     case 18: return PJRT_Buffer_Type_C128;
-    default: return -1;  // TUPLE 13, OPAQUE 14, TOKEN 17, sub-byte and fp8 types
+    case 19: return PJRT_Buffer_Type_F8E5M2;
+    case 20: return PJRT_Buffer_Type_F8E4M3FN;
+    case 21: return PJRT_Buffer_Type_S4;
+    case 22: return PJRT_Buffer_Type_U4;
+    case 23: return PJRT_Buffer_Type_F8E4M3B11FNUZ;
+    case 24: return PJRT_Buffer_Type_F8E5M2FNUZ;
+    case 25: return PJRT_Buffer_Type_F8E4M3FNUZ;
+    case 26: return PJRT_Buffer_Type_S2;
+    case 27: return PJRT_Buffer_Type_U2;
+    case 28: return PJRT_Buffer_Type_F8E4M3;
+    case 29: return PJRT_Buffer_Type_F8E3M4;
+    case 30: return PJRT_Buffer_Type_S1;
+    case 31: return PJRT_Buffer_Type_U1;
+    case 32: return PJRT_Buffer_Type_F4E2M1FN;
+    case 33: return PJRT_Buffer_Type_F8E8M0FNU;
+    case 35: return PJRT_Buffer_Type_F6E3M2FN;
+    case 36: return PJRT_Buffer_Type_F6E2M3FN;
+    default: return -1;  // TUPLE 13, OPAQUE 14, TOKEN 17, and any newer type
   }
 }
 
@@ -685,6 +704,7 @@ cw_status_t cw_pjrt_buffer_info(const cw_pjrt_t* p, PJRT_Buffer* buffer, int* ou
 }
 
 uintptr_t cw_pjrt_buffer_pointer(const cw_pjrt_t* p, PJRT_Buffer* buffer) {
+  if (!p->api->PJRT_Buffer_UnsafePointer) return 0;
   CW_PJRT_ARGS(PJRT_Buffer_UnsafePointer_Args, a);
   a.buffer = buffer;
   cw_status_t st = cw_pjrt_status(p, p->api->PJRT_Buffer_UnsafePointer(&a));
@@ -697,6 +717,14 @@ uintptr_t cw_pjrt_buffer_pointer(const cw_pjrt_t* p, PJRT_Buffer* buffer) {
 
 const void* cw_pjrt_buffer_host_view(const cw_pjrt_t* p, PJRT_Buffer* buffer, size_t rank) {
   if (!p->host_memory || !p->api->PJRT_Buffer_UnsafePointer) return NULL;
+  // Sub-byte types are packed on the device but one byte each on the host.
+  CW_PJRT_ARGS(PJRT_Buffer_ElementType_Args, t);
+  t.buffer = buffer;
+  cw_status_t tst = cw_pjrt_status(p, p->api->PJRT_Buffer_ElementType(&t));
+  if (tst || cw_dtype_packed((int)t.type)) {
+    cw_status_free(tst);
+    return NULL;
+  }
   if (p->api->PJRT_Buffer_GetMemoryLayout) {
     CW_PJRT_ARGS(PJRT_Buffer_GetMemoryLayout_Args, l);
     l.buffer = buffer;

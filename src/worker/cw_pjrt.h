@@ -140,7 +140,8 @@ CW_MUST_USE cw_status_t cw_pjrt_buffer_info(const cw_pjrt_t* pjrt, PJRT_Buffer* 
 uintptr_t cw_pjrt_buffer_pointer(const cw_pjrt_t* pjrt, PJRT_Buffer* buffer);
 // The host address of a ready buffer whose memory this process can read in
 // place, dense and row-major (`size` bytes); NULL when that is not so (a
-// device that is not host memory, another layout): copy with cw_pjrt_to_host.
+// device that is not host memory, another layout, a packed sub-byte type):
+// copy with cw_pjrt_to_host.
 const void* cw_pjrt_buffer_host_view(const cw_pjrt_t* pjrt, PJRT_Buffer* buffer,
                                      size_t rank);
 // Holds the buffer's device memory for a reader outside PJRT (external

@@ -361,11 +361,20 @@ static void test_dtype_from_xla(void** state) {
       {7, PJRT_Buffer_Type_U16},  {8, PJRT_Buffer_Type_U32},   {9, PJRT_Buffer_Type_U64},
       {10, PJRT_Buffer_Type_F16}, {11, PJRT_Buffer_Type_F32},  {12, PJRT_Buffer_Type_F64},
       {15, PJRT_Buffer_Type_C64}, {16, PJRT_Buffer_Type_BF16}, {18, PJRT_Buffer_Type_C128},
+      {19, PJRT_Buffer_Type_F8E5M2},        {20, PJRT_Buffer_Type_F8E4M3FN},
+      {21, PJRT_Buffer_Type_S4},            {22, PJRT_Buffer_Type_U4},
+      {23, PJRT_Buffer_Type_F8E4M3B11FNUZ}, {24, PJRT_Buffer_Type_F8E5M2FNUZ},
+      {25, PJRT_Buffer_Type_F8E4M3FNUZ},    {26, PJRT_Buffer_Type_S2},
+      {27, PJRT_Buffer_Type_U2},            {28, PJRT_Buffer_Type_F8E4M3},
+      {29, PJRT_Buffer_Type_F8E3M4},        {30, PJRT_Buffer_Type_S1},
+      {31, PJRT_Buffer_Type_U1},            {32, PJRT_Buffer_Type_F4E2M1FN},
+      {33, PJRT_Buffer_Type_F8E8M0FNU},     {35, PJRT_Buffer_Type_F6E3M2FN},
+      {36, PJRT_Buffer_Type_F6E2M3FN},
   };
   for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); ++i) {
     assert_int_equal(cw_pjrt_dtype_from_xla(pairs[i][0]), pairs[i][1]);
   }
-  static const int none[] = {0, 13, 14, 17, 19, 28, -1, 1000};  // tuple, opaque, token, ...
+  static const int none[] = {0, 13, 14, 17, 34, 37, -1, 1000};  // tuple, opaque, token, ...
   for (size_t i = 0; i < sizeof(none) / sizeof(none[0]); ++i) {
     assert_int_equal(cw_pjrt_dtype_from_xla(none[i]), -1);
   }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cw_array.h"
 #include "cw_log.h"
 #include "cw_time.h"
 #include "cw_worker_conn.h"
@@ -198,13 +199,8 @@ static void cw__when_device_done(cw_worker_t* w, cw_launch_t* l, size_t index,
 
 // "f32[4,8]" into buf.
 static void cw__format_shape(int dtype, const int64_t* dims, size_t rank, char* buf, size_t n) {
-  static const char* const names[] = {"invalid", "pred", "s8",  "s16", "s32", "s64",
-                                      "u8",      "u16",  "u32", "u64", "f16", "f32",
-                                      "f64",     "bf16", "c64", "c128"};
-  const char* name = (dtype >= 0 && (size_t)dtype < sizeof(names) / sizeof(names[0]))
-                         ? names[dtype] : "?";
   size_t used = 0;
-  int k = snprintf(buf, n, "%s[", name);
+  int k = snprintf(buf, n, "%s[", cw_dtype_xla_name(dtype));
   if (k > 0) used = (size_t)k;
   for (size_t i = 0; i < rank && used < n; ++i) {
     k = snprintf(buf + used, n - used, "%s%" PRId64, i ? "," : "", dims[i]);

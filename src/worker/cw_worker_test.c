@@ -81,6 +81,16 @@ static void test_single_worker(void** state) {
   aw.buffer_id = 4;
   assert_int_equal(call(fd, CW_MSG_AWAIT, &aw.base, NULL, 0, &r), 0);
   assert_int_equal(((Causeway__V1__ArrayInfo*)r.msg)->size, 24);
+  // The buffer's address in the plugin, the same each time it is asked.
+  uint64_t addr = ((Causeway__V1__ArrayInfo*)r.msg)->device_address;
+  assert_true(addr != 0);
+  reply_free(&r);
+  assert_int_equal(call(fd, CW_MSG_AWAIT, &aw.base, NULL, 0, &r), 0);
+  assert_true(((Causeway__V1__ArrayInfo*)r.msg)->device_address == addr);
+  reply_free(&r);
+  aw.buffer_id = 3;
+  assert_int_equal(call(fd, CW_MSG_AWAIT, &aw.base, NULL, 0, &r), 0);
+  assert_true(((Causeway__V1__ArrayInfo*)r.msg)->device_address != addr);
   reply_free(&r);
 
   Causeway__V1__CopyRequest cp = CAUSEWAY__V1__COPY_REQUEST__INIT;

@@ -392,6 +392,9 @@ static void cw__await_done(cw_worker_t* w, void* user, cw_status_t status) {
     info.n_dims = e->rank;
     info.device = e->device;
     info.size = e->bytes;
+    if (e->kind == CW_STORE_BUFFER && e->handle) {
+      info.device_address = (uint64_t)cw_pjrt_buffer_pointer(w->pjrt, (PJRT_Buffer*)e->handle);
+    }
   }
   info.buffer_id = op->id;
   cw_worker_reply(op->conn, op->type, op->request_id, &info.base);

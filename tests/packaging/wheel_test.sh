@@ -76,8 +76,12 @@ case "$where" in *"$root"*) fail "the installed packages point into the reposito
 "${clean[@]}" JAX_PLATFORMS=causeway python quickstart.py > quickstart.out 2>&1 ||
   { cat quickstart.out; fail "quickstart.py"; }
 grep -q "^8 devices in 1 process" quickstart.out || { cat quickstart.out; fail "quickstart devices"; }
-grep -q "^moved to island 1 -> " quickstart.out || { cat quickstart.out; fail "quickstart copy"; }
+grep -q "^sharded: NamedSharding(mesh=Mesh('d': 8" quickstart.out ||
+  { cat quickstart.out; fail "quickstart: one island of 8 devices by default"; }
 tail -3 quickstart.out
+"${clean[@]}" JAX_PLATFORMS=causeway CAUSEWAY_LOCAL_WORKERS=2 python quickstart.py \
+  > quickstart2.out 2>&1 || { cat quickstart2.out; fail "quickstart.py, two islands"; }
+grep -q "^moved to island 1 -> " quickstart2.out || { cat quickstart2.out; fail "quickstart copy"; }
 
 step "causeway up, two clients, causeway down (the installed commands)"
 "${clean[@]}" causeway-worker --help | head -1

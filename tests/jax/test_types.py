@@ -1,0 +1,81 @@
+"""Every element type and stride kind, unsafe_buffer_pointer, double
+donation, cost_analysis and JAX's CPU backend beside causeway (issue 10
+items 4-6): causeway against stock JAX, checks in types_checks.py."""
+import pytest
+
+import harness
+import types_checks
+
+CHECKS = str(harness.HERE / "types_checks.py")
+
+
+@pytest.fixture(scope="module")
+def ref():
+    env = harness.stock_env()
+    env["CW_RUNNER_CHECKS"] = CHECKS
+    r = harness.Runner("stock-types", env)
+    yield r
+    r.close()
+
+
+@pytest.fixture(scope="module")
+def cw(ref):
+    if harness.on_causeway() and harness.missing_build():
+        pytest.fail(f"causeway is not built: {harness.missing_build()}", pytrace=False)
+    env = harness.target_env()
+    env["CW_RUNNER_CHECKS"] = CHECKS
+    r = harness.Runner(f"{harness.TARGET}-types", env)
+    yield r
+    r.close()
+
+
+def test_every_element_type(check):
+    want, got = check("dtypes_all", names=types_checks.EXOTIC)
+    for name in types_checks.EXOTIC:
+        assert got[name]["dtype"] == name
+
+
+def test_wide_types_x64(check):
+    names = ["float64", "complex128", "int64", "uint64", "bool", "complex64"]
+    want, got = check("dtypes_all", names=names, x64=True)
+    for name in names:
+        assert got[name]["dtype"] == name
+
+
+def test_tokens(check):
+    want, got = check("tokens")
+    assert got["out"] == "Token"
+
+
+STRIDE_TYPES = ["float32", "int8", "bool", "bfloat16", "float16", "uint16", "complex64", "int4",
+                "uint2", "float8_e4m3fn", "float4_e2m1fn"]
+
+
+def test_every_stride(check):
+    want, got = check("strides", names=STRIDE_TYPES)
+    assert set(got["float32"]) >= {"rows_reversed", "broadcast_rows", "overlapping_windows"}
+
+
+def test_every_stride_x64(check):
+    check("strides", names=["float64", "complex128", "int64"], x64=True)
+
+
+def test_unsafe_buffer_pointer(check):
+    want, got = check("buffer_pointer")
+    assert got["stable"] and got["distinct"] and got["nonzero"]
+
+
+def test_donate_twice_refused(check):
+    want, got = check("donate_twice")
+    assert not got["both_donated"]["ok"] and got["both_donated"]["names_it"], got
+    assert not got["donated_and_kept"]["ok"], got
+
+
+def test_cost_analysis(check):
+    want, got = check("cost_analysis")
+    assert got["matmul"] and got["matmul"].get("flops", 0) > 0, got
+
+
+def test_cpu_beside(check):
+    want, got = check("cpu_beside")
+    assert got["cpu_platform"] == "cpu" and got["y_platform"] == "cpu"
