@@ -25,8 +25,9 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (size_t i = 0; i < n; ++i) {
     if (!shapes[i].dims) __builtin_trap();
     // Every dimension was copied (ASan reads them all).
-    volatile int64_t sum = 0;
-    for (size_t k = 0; k < shapes[i].rank; ++k) sum += shapes[i].dims[k];
+    // Unsigned: dims are the input's, and a signed sum of them may overflow.
+    volatile uint64_t sum = 0;
+    for (size_t k = 0; k < shapes[i].rank; ++k) sum += (uint64_t)shapes[i].dims[k];
     (void)sum;
   }
   cw_pjrt_shapes_free(shapes, n);
