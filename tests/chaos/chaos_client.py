@@ -1,0 +1,141 @@
+"""One chaos client: trains a small MLP on its own island, checkpointing to disk.
+
+Run by tests/chaos/chaos.py, one process per session: a job of --steps steps
+starts from the checkpoint in --dir if there is one (a fresh session resuming
+after its worker died), else from the initial parameters. Every step uploads
+its batch (sharded over the island's devices), launches the step (params
+donated) and reads the loss back, so an error surfaces at the step it hits.
+
+Files in --dir (the driver reads them):
+  ckpt.npz      step k, the losses of steps 0..k-1 and the params after k steps
+                (written to a temporary name and renamed: never half a file)
+  progress      "<pid> <steps done>" after every step
+  events.jsonl  one JSON object a line: "ready" (session open, worker, the step
+                it starts from), "error" (CLOCK_MONOTONIC time, step, text), "done"
+  losses.npy    every step's loss, once the job finished
+Exit status: 0 done, 3 an error from causeway (reported in events.jsonl).
+
+--reference: stock CPU JAX (the driver sets JAX_PLATFORMS=cpu and two host
+devices), no files but losses.npy: the undisturbed run the chaos is judged by.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+SIZES = [16, 64, 64, 1]
+BATCHES = 8          # distinct batches, cycled
+BATCH = 32           # rows per batch, split over the island's devices
+LR = np.float32(0.05)
+
+
+def _event(path: str, **kw) -> None:
+    kw.setdefault("t", time.monotonic())
+    kw["pid"] = os.getpid()
+    with open(path, "a") as f:
+        f.write(json.dumps(kw) + "\n")
+
+
+def _data(seed: int):
+    r = np.random.default_rng(seed)
+    xs = r.standard_normal((BATCHES, BATCH, SIZES[0])).astype(np.float32)
+    w = r.standard_normal((SIZES[0], 1)).astype(np.float32)
+    ys = np.sin(xs @ w).astype(np.float32)
+    params = []
+    for n_in, n_out in zip(SIZES[:-1], SIZES[1:]):
+        params.append({"w": (r.standard_normal((n_in, n_out)) / np.sqrt(n_in)).astype(np.float32),
+                       "b": np.zeros((n_out,), np.float32)})
+    return xs, ys, params
+
+
+def _save(path: str, step: int, losses: list, params) -> None:
+    flat = {f"p{i}_{k}": v for i, layer in enumerate(params) for k, v in layer.items()}
+    tmp = path + ".tmp.npz"
+    np.savez(tmp, step=np.int64(step), losses=np.asarray(losses, np.float32).reshape(-1), **flat)
+    os.replace(tmp, path)
+
+
+def _load(path: str):
+    with np.load(path) as z:
+        params = [{"w": z[f"p{i}_w"], "b": z[f"p{i}_b"]} for i in range(len(SIZES) - 1)]
+        return int(z["step"]), list(z["losses"]), params
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seed", type=int, required=True, help="data and initial params")
+    ap.add_argument("--steps", type=int, required=True)
+    ap.add_argument("--every", type=int, default=10, help="checkpoint every this many steps")
+    ap.add_argument("--dir", required=True)
+    ap.add_argument("--step-sleep", type=float, default=0.0)
+    ap.add_argument("--reference", action="store_true")
+    args = ap.parse_args()
+    os.makedirs(args.dir, exist_ok=True)
+    events = os.path.join(args.dir, "events.jsonl")
+    ckpt = os.path.join(args.dir, "ckpt.npz")
+    if args.reference:
+        # Stock JAX only: never discover (and dlopen) the causeway plugin.
+        from jax._src import xla_bridge
+        xla_bridge.discover_pjrt_plugins = lambda: None
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    def mlp(p, x):
+        for layer in p[:-1]:
+            x = jax.nn.relu(x @ layer["w"] + layer["b"])
+        return x @ p[-1]["w"] + p[-1]["b"]
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def step(p, x, y):
+        loss, g = jax.value_and_grad(lambda q: jnp.mean((mlp(q, x) - y) ** 2))(p)
+        return jax.tree.map(lambda a, b: a - LR * b, p, g), loss
+
+    xs, ys, params0 = _data(args.seed)
+    start, losses = 0, []
+    if not args.reference and os.path.exists(ckpt):
+        start, losses, params0 = _load(ckpt)
+    i = start
+    try:
+        devs = jax.devices()[:2]
+        mesh = Mesh(np.array(devs), ("data",))
+        data_sh, rep = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
+        params = jax.device_put(params0, rep)
+        if not args.reference:
+            _event(events, ev="ready", step=start,
+                   worker=str(getattr(devs[0], "worker", "")), devices=[d.id for d in devs])
+        progress = os.path.join(args.dir, "progress")
+        for i in range(start, args.steps):
+            if not args.reference and i % args.every == 0 and i > start:
+                _save(ckpt, i, losses, jax.tree.map(np.asarray, params))
+            x = jax.device_put(xs[i % BATCHES], data_sh)
+            y = jax.device_put(ys[i % BATCHES], data_sh)
+            params, loss = step(params, x, y)
+            losses.append(np.asarray(loss))
+            if not args.reference:
+                with open(progress, "w") as f:
+                    f.write(f"{os.getpid()} {i + 1}")
+            if args.step_sleep:
+                time.sleep(args.step_sleep)
+    except Exception as e:  # noqa: BLE001 - reported to the driver
+        t = time.monotonic()
+        if args.reference:
+            raise
+        _event(events, ev="error", t=t, step=i, text=f"{type(e).__name__}: {e}")
+        return 3
+    out = os.path.join(args.dir, "losses.npy")
+    np.save(out + ".tmp.npy", np.asarray(losses, np.float32))
+    os.replace(out + ".tmp.npy", out)
+    if not args.reference:
+        _event(events, ev="done", step=args.steps)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
