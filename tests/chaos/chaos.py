@@ -81,6 +81,9 @@ KINDS = ("kill_worker", "stop_worker", "kill_controller", "stop_controller")
 ERROR_BOUND_S = 5.0  # issue 11: UNAVAILABLE naming the worker within 5 s
 EXIT_ERROR = 3       # chaos_client.py: failed with an error it reported
 # The plugin's report of a session resumed on a restarted controller.
+# What AddressSanitizer, LeakSanitizer and UBSan print when they find something.
+SANITIZER = re.compile(r"ERROR: (Address|Leak|Thread|Memory)Sanitizer|runtime error: |"
+                       r"UndefinedBehaviorSanitizer")
 RESUMED = re.compile(r"resumed session \d+ on the controller at \S+ after ([0-9.]+) s")
 
 
@@ -654,6 +657,17 @@ class Driver:
         if any(rc != 0 for rc in codes.values()):
             self.fail(f"daemons did not exit 0 on SIGTERM: {codes}\n{self.daemon_logs()}")
         self.exit_codes = codes
+        self._scan_logs()
+
+    def _scan_logs(self) -> None:
+        """A sanitizer's report in any daemon's log, killed ones too (with
+        CAUSEWAY_BIN_DIR pointing at a CW_SANITIZE build)."""
+        for key in self.cluster.procs:
+            text = self.cluster.log(key)
+            m = SANITIZER.search(text)
+            if m:
+                self.fail(f"{key}: sanitizer report in its log:\n"
+                          f"{text[max(0, m.start() - 500):m.start() + 3000]}")
 
     def stop(self) -> None:
         for s in self.slots:
