@@ -16,7 +16,9 @@ Files in --dir (the driver reads them):
 Exit status: 0 done, 3 an error from causeway (reported in events.jsonl).
 
 --reference: stock CPU JAX (the driver sets JAX_PLATFORMS=cpu and two host
-devices), no files but losses.npy: the undisturbed run the chaos is judged by.
+devices), the undisturbed run the chaos is judged by: one process for every
+--seed given (one JAX start-up, not one per client), no files but
+losses-<seed>.npy.
 """
 from __future__ import annotations
 
@@ -69,13 +71,16 @@ def _load(path: str):
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--seed", type=int, required=True, help="data and initial params")
+    ap.add_argument("--seed", type=int, nargs="+", required=True,
+                    help="data and initial params (--reference: one run per seed)")
     ap.add_argument("--steps", type=int, required=True)
     ap.add_argument("--every", type=int, default=10, help="checkpoint every this many steps")
     ap.add_argument("--dir", required=True)
     ap.add_argument("--step-sleep", type=float, default=0.0)
     ap.add_argument("--reference", action="store_true")
     args = ap.parse_args()
+    if len(args.seed) > 1 and not args.reference:
+        ap.error("one --seed a session")
     os.makedirs(args.dir, exist_ok=True)
     events = os.path.join(args.dir, "events.jsonl")
     ckpt = os.path.join(args.dir, "ckpt.npz")
@@ -97,45 +102,65 @@ def main() -> int:
         loss, g = jax.value_and_grad(lambda q: jnp.mean((mlp(q, x) - y) ** 2))(p)
         return jax.tree.map(lambda a, b: a - LR * b, p, g), loss
 
-    xs, ys, params0 = _data(args.seed)
-    start, losses = 0, []
-    if not args.reference and os.path.exists(ckpt):
-        start, losses, params0 = _load(ckpt)
-    i = start
-    try:
+    def train(seed: int, start: int, losses: list, params0, on_step) -> None:
+        """Opens the session (the first use of the devices) and trains."""
         devs = jax.devices()[:2]
         mesh = Mesh(np.array(devs), ("data",))
         data_sh, rep = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
+        xs, ys, _ = _data(seed)
+        on_step(start, None, devs)
         params = jax.device_put(params0, rep)
-        if not args.reference:
-            _event(events, ev="ready", step=start,
-                   worker=str(getattr(devs[0], "worker", "")), devices=[d.id for d in devs])
-        progress = os.path.join(args.dir, "progress")
         for i in range(start, args.steps):
-            if not args.reference and i % args.every == 0 and i > start:
-                _save(ckpt, i, losses, jax.tree.map(np.asarray, params))
+            if i > start:
+                on_step(i, params, devs)
             x = jax.device_put(xs[i % BATCHES], data_sh)
             y = jax.device_put(ys[i % BATCHES], data_sh)
             params, loss = step(params, x, y)
             losses.append(np.asarray(loss))
-            if not args.reference:
-                with open(progress, "w") as f:
-                    f.write(f"{os.getpid()} {i + 1}")
             if args.step_sleep:
                 time.sleep(args.step_sleep)
+
+    if args.reference:
+        for seed in args.seed:
+            losses = []
+            train(seed, 0, losses, _data(seed)[2], lambda i, p, d: None)
+            _write_losses(os.path.join(args.dir, f"losses-{seed}.npy"), losses)
+        return 0
+
+    start, losses, params0 = 0, [], _data(args.seed[0])[2]
+    if os.path.exists(ckpt):
+        start, losses, params0 = _load(ckpt)
+    progress = os.path.join(args.dir, "progress")
+    at = [start]
+
+    def on_step(i: int, params, devs) -> None:
+        """Before step i: the session is open (i == start), or i steps are done."""
+        at[0] = i
+        if params is None:
+            _event(events, ev="ready", step=start, worker=str(getattr(devs[0], "worker", "")),
+                   devices=[d.id for d in devs])
+            return
+        with open(progress, "w") as f:
+            f.write(f"{os.getpid()} {i}")
+        if i % args.every == 0:
+            _save(ckpt, i, losses, jax.tree.map(np.asarray, params))
+
+    try:
+        train(args.seed[0], start, losses, params0, on_step)
     except Exception as e:  # noqa: BLE001 - reported to the driver
-        t = time.monotonic()
-        if args.reference:
-            raise
-        _event(events, ev="error", t=t, step=i, text=f"{type(e).__name__}: {e}")
+        _event(events, ev="error", t=time.monotonic(), step=at[0],
+               text=f"{type(e).__name__}: {e}")
         return 3
-    out = os.path.join(args.dir, "losses.npy")
-    np.save(out + ".tmp.npy", np.asarray(losses, np.float32))
-    os.replace(out + ".tmp.npy", out)
-    if not args.reference:
-        _event(events, ev="done", step=args.steps)
+    with open(progress, "w") as f:
+        f.write(f"{os.getpid()} {args.steps}")
+    _write_losses(os.path.join(args.dir, "losses.npy"), losses)
+    _event(events, ev="done", step=args.steps)
     return 0
 
+
+def _write_losses(path: str, losses: list) -> None:
+    np.save(path + ".tmp.npy", np.asarray(losses, np.float32))
+    os.replace(path + ".tmp.npy", path)
 
 if __name__ == "__main__":
     sys.exit(main())
