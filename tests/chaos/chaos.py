@@ -2,6 +2,7 @@
 """Chaos driver: JAX clients train while workers and the controller are killed
 (SIGKILL) and stopped (SIGSTOP/SIGCONT) at moments drawn from a seed.
 
+    .venv/bin/python tests/chaos/chaos.py --short              # what ctest runs (chaos_e2e)
     .venv/bin/python tests/chaos/chaos.py --seed 11 --events 8
     CW_CHAOS_SEED=11 .venv/bin/python tests/chaos/chaos.py       # replay a run
     .venv/bin/python bench/chaos_bench.py ...                       # long form, soak
@@ -22,8 +23,10 @@ The schedule is a function of the seed alone (printed first): event n is a
 kind, a target and a duration, drawn in order from random.Random(seed); it
 runs --gap seconds (drawn too) after the previous one settled. What happens
 around it (the step a client is at) depends on timing and is logged. Events
-run one at a time, each once the cluster is steady (every daemon up, every
-client past a step of its current process), so each outcome has one cause:
+run one at a time, each once the cluster is steady (every daemon up, and
+the target worker's client mid-job: past a step of its current process, short
+of its last 10%; for a controller event every running client is mid-job, and
+no new session opens until the event is over), so each outcome has one cause:
 
 - kill_worker k: SIGKILL; after down_ms a replacement of the same name
   starts. Client k fails with UNAVAILABLE naming hand-worker-k within 5 s of
@@ -92,7 +95,7 @@ class Config:
     seed: int
     clients: int = 3
     events: int = 8             # 0 with soak_s: as many as fit
-    steps: int = 300            # per job
+    steps: int = 400            # per job
     every: int = 10             # checkpoint interval, steps
     step_sleep: float = 0.01
     gap: tuple = (1.0, 3.0)     # seconds between one event settling and the next
@@ -166,6 +169,8 @@ class Slot:
         self.expect = None     # the event whose error this slot must see
         self.jobs_ok = 0
         self.resumes = 0
+        self.ckpt_step = 0     # the checkpoint a resuming process must start from
+        self.resumed_from: list[int] = []
         self.resumed_after: list[float] = []  # the plugin's own reports of controller restarts
 
     def log(self) -> str:
@@ -187,6 +192,13 @@ class Slot:
             self.ev_off = 0
         else:
             self.resumes += 1
+            try:
+                with np.load(os.path.join(self.dir, "ckpt.npz")) as z:
+                    self.ckpt_step = int(z["step"])
+            except OSError:
+                self.ckpt_step = 0  # failed before its first checkpoint
+        if fresh:
+            self.ckpt_step = 0
         self.procs_in_job += 1
         env = dict(self.drv.client_env)
         env["CAUSEWAY_WORKERS"] = self.worker
@@ -225,6 +237,12 @@ class Slot:
                 continue
             if ev["ev"] == "ready":
                 self.ready = ev
+                if ev["step"] != self.ckpt_step:
+                    self.drv.fail(f"client {self.k}: process {self.procs_in_job} of job "
+                                  f"{self.job} started at step {ev['step']}, its checkpoint "
+                                  f"is at step {self.ckpt_step}")
+                if self.procs_in_job > 1:
+                    self.resumed_from.append(ev["step"])
             elif ev["ev"] == "error":
                 self.error = ev
                 self.error_seen_t = time.monotonic()
@@ -235,7 +253,7 @@ class Slot:
             if self.state == "waiting" and self.drv.worker_up(self.worker):
                 self.start(fresh=False)
             elif self.state == "idle" and self.drv.starting_jobs and \
-                    self.drv.worker_up(self.worker):
+                    not self.drv.hold_starts and self.drv.worker_up(self.worker):
                 self.start(fresh=True)
             return
         self._read_events()
@@ -305,6 +323,7 @@ class Driver:
         self.done_events: list[dict] = []
         self.latencies: list[dict] = []
         self.starting_jobs = True
+        self.hold_starts = False          # no new job while a controller event waits
         self.down: set[str] = set()       # workers (or "controller") the driver took down
         self.killed: list[tuple] = []     # (name, Popen) killed on purpose
         self.current: dict[str, str] = {}  # daemon name -> key in cluster.procs
@@ -356,28 +375,27 @@ class Driver:
             self.rss_file = open(os.path.join(self.out, "rss.csv"), "w")
             self.rss_file.write("t_s,daemon,pid,rss_kib\n")
 
-    def _start_reference(self) -> list:
+    def _start_reference(self) -> tuple:
+        """Every slot's undisturbed run in one stock JAX process, while the cluster starts."""
         env = harness.stock_env()
         env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
-        procs = []
-        for k in range(self.cfg.clients):
-            d = os.path.join(self.out, "reference", f"slot{k}")
-            os.makedirs(d, exist_ok=True)
-            log = open(os.path.join(d, "log"), "wb")
-            procs.append((d, subprocess.Popen(
-                [harness.PYTHON, CLIENT, "--reference", "--seed", str(k), "--steps",
-                 str(self.cfg.steps), "--dir", d], env=env, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, cwd=str(ROOT))))
-            log.close()
-        return procs
+        d = os.path.join(self.out, "reference")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "log"), "wb") as log:
+            return d, subprocess.Popen(
+                [harness.PYTHON, CLIENT, "--reference", "--steps", str(self.cfg.steps),
+                 "--dir", d, "--seed", *(str(k) for k in range(self.cfg.clients))],
+                env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                cwd=str(ROOT))
 
-    def _finish_reference(self, procs) -> None:
-        for d, p in procs:
-            if p.wait(timeout=300) != 0:
-                with open(os.path.join(d, "log"), "rb") as f:
-                    raise Failure(f"reference run failed ({p.returncode}):\n"
-                                  f"{f.read()[-3000:].decode('utf-8', 'replace')}")
-            self.reference.append(np.load(os.path.join(d, "losses.npy")))
+    def _finish_reference(self, ref: tuple) -> None:
+        d, p = ref
+        if p.wait(timeout=300) != 0:
+            with open(os.path.join(d, "log"), "rb") as f:
+                raise Failure(f"reference run failed ({p.returncode}):\n"
+                              f"{f.read()[-3000:].decode('utf-8', 'replace')}")
+        self.reference = [np.load(os.path.join(d, f"losses-{k}.npy"))
+                          for k in range(self.cfg.clients)]
 
     def proc(self, name: str) -> subprocess.Popen:
         return self.cluster.procs[self.current[name]]
@@ -446,7 +464,8 @@ class Driver:
             return False
         if "worker" in ev:
             return self.slots[ev["worker"]].training()
-        return all(s.training() or s.state == "finished" for s in self.slots)
+        return (all(s.training() or s.state in ("idle", "finished") for s in self.slots) and
+                any(s.training() for s in self.slots))
 
     # ---- events --------------------------------------------------------------------------------
 
@@ -477,6 +496,9 @@ class Driver:
         if not self.wait(lambda: not self.down, cfg.settle_s, f"every daemon up before {ev}"):
             raise Failure("the cluster did not settle")
         self.sleep(ev["gap"])
+        # A controller event reaches every session: no new one opens meanwhile
+        # (the running ones get to mid-job, the others wait until it is over).
+        self.hold_starts = "worker" not in ev
         if not self.wait(lambda: self.ready_for(ev), cfg.settle_s, f"sessions mid-job for {ev}"):
             raise Failure("the cluster did not settle")
         steps = {s.k: s.progress for s in self.slots}
@@ -488,6 +510,7 @@ class Driver:
         if "worker" in ev:
             ev["target"] = f"hand-worker-{ev['worker']}"
         getattr(self, "_" + ev["kind"])(ev)
+        self.hold_starts = False
         self.done_events.append(ev)
 
     def _expect(self, ev: dict, k: int, t0: float, t_dead: float) -> None:
@@ -724,6 +747,7 @@ class Driver:
             "latency_max_s": max(lats) if lats else None,
             "jobs_ok": {s.k: s.jobs_ok for s in self.slots},
             "resumes": {s.k: s.resumes for s in self.slots},
+            "resumed_from_steps": {s.k: s.resumed_from for s in self.slots},
             "sessions_resumed_after_s": sorted(t for s in self.slots for t in s.resumed_after),
             "notes": self.notes,
             "failures": self.failures,
@@ -766,6 +790,7 @@ def print_report(rep: dict) -> None:
     print(f"\nchaos seed {rep['seed']}: {rep['wall_s']} s, events {rep['counts']}")
     print(f"  jobs finished with the reference losses: {rep['jobs_ok']}; "
           f"resumed from a checkpoint: {rep['resumes']}")
+    print(f"  steps they resumed from: {rep['resumed_from_steps']}")
     if rep["latencies"]:
         print(f"  error after the worker was dead: median {rep['latency_median_s']:.3f} s, "
               f"max {rep['latency_max_s']:.3f} s over {len(rep['latencies'])} errors")
@@ -788,7 +813,8 @@ def parse_args(argv=None, defaults: Config | None = None) -> Config:
     d = defaults or Config(seed=0)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=None,
-                    help="the schedule's seed (default: $CW_CHAOS_SEED, else random)")
+                    help="the schedule's seed (default: $CW_CHAOS_SEED, else --short's "
+                    "fixed one, else random)")
     ap.add_argument("--clients", type=int, default=d.clients)
     ap.add_argument("--events", type=int, default=d.events)
     ap.add_argument("--steps", type=int, default=d.steps)
@@ -808,7 +834,7 @@ def parse_args(argv=None, defaults: Config | None = None) -> Config:
     seed = a.seed
     if seed is None:
         env = os.environ.get("CW_CHAOS_SEED")
-        seed = int(env) if env else random.SystemRandom().randrange(1 << 31)
+        seed = int(env) if env else (d.seed or random.SystemRandom().randrange(1 << 31))
     return Config(seed=seed, clients=a.clients, events=a.events, steps=a.steps, every=a.every,
                   step_sleep=a.step_sleep, gap=tuple(a.gap), weights=d.weights,
                   heartbeat_ms=a.heartbeat_ms, worker_timeout_ms=a.worker_timeout_ms,
@@ -817,12 +843,23 @@ def parse_args(argv=None, defaults: Config | None = None) -> Config:
                   rss_every=a.rss_every, out=a.out, settle_s=d.settle_s, hang_s=d.hang_s)
 
 
+# The short form ctest runs (chaos_e2e): seed 1 draws each kind of event once
+# or twice (kill_worker x2, stop_worker long and short, kill_controller,
+# stop_controller); about 45 s on 2 busy cores.
+SHORT = Config(seed=1, clients=3, events=6, steps=400, gap=(0.5, 1.5))
+
+
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    defaults = None
+    if "--short" in argv:
+        argv.remove("--short")
+        defaults = SHORT
     missing = harness.missing_build()
     if missing:
         print(f"chaos: {missing}", file=sys.stderr)
         return 2
-    cfg = parse_args(argv)
+    cfg = parse_args(argv, defaults)
     rep = Driver(cfg).run()
     print_report(rep)
     return 1 if rep["failures"] else 0
