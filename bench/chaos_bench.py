@@ -88,6 +88,7 @@ def main() -> int:
     ap.add_argument("--flat-mib", type=float, default=8.0)
     ap.add_argument("--flat-pct", type=float, default=5.0)
     own, rest = ap.parse_known_args()
+    chaos.stop_on_sigterm()
     defaults = LONG
     soak = "--soak" in rest
     if soak:

@@ -849,7 +849,16 @@ def parse_args(argv=None, defaults: Config | None = None) -> Config:
 SHORT = Config(seed=1, clients=3, events=6, steps=400, gap=(0.5, 1.5))
 
 
+def stop_on_sigterm() -> None:
+    """SIGTERM (ctest's timeout, a stopped soak) ends a run as Ctrl-C does: the
+    daemons and clients it started are stopped, not left behind."""
+    def raise_interrupt(_sig, _frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, raise_interrupt)
+
+
 def main(argv=None) -> int:
+    stop_on_sigterm()
     argv = list(sys.argv[1:] if argv is None else argv)
     defaults = None
     if "--short" in argv:
