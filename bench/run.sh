@@ -44,3 +44,13 @@ if [[ -n "${CW_OLD_BUILD:-}" ]]; then
     --bin-dir "$CW_OLD_BUILD/bin" --label old "${startup[@]}" 2>/dev/null ||
     echo "startup old: some starts failed (above: how many started)"
 fi
+# Chaos (docs/chaos.md): JAX clients train while workers and the controller are
+# SIGKILLed and SIGSTOPped; long form, 40 events on 4 clients with a fresh seed
+# (printed first; replay with CW_CHAOS_SEED). --quick: the short form ctest runs.
+# The 1-hour soak with its RSS curve is not part of this script:
+# bench/chaos_bench.py --soak 3600.
+if [[ ${#jax_args[@]} -gt 0 ]]; then
+  .venv/bin/python tests/chaos/chaos.py --short
+else
+  .venv/bin/python bench/chaos_bench.py
+fi
