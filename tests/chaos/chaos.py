@@ -200,6 +200,7 @@ class Slot:
         if fresh:
             self.ckpt_step = 0
         self.procs_in_job += 1
+        self.roles: set[str] = set()  # what events reached this session (process)
         env = dict(self.drv.client_env)
         env["CAUSEWAY_WORKERS"] = self.worker
         env["CAUSEWAY_SESSION_NAME"] = f"chaos-{self.k}-{self.job}-{self.procs_in_job}"
@@ -282,6 +283,8 @@ class Slot:
             return
         self._read_events()
         self.resumed_after += [float(v) for v in RESUMED.findall(self.log_tail(1 << 20))]
+        self.drv.count_session(self.roles, "done" if rc == 0 else
+                               "error" if rc == EXIT_ERROR and self.error is not None else "crash")
         if rc == 0:
             self._job_done()
         elif rc == EXIT_ERROR and self.error is not None:
@@ -334,6 +337,7 @@ class Driver:
         self.next_rss = 0.0
         self.t_start = time.monotonic()
         self._pause_until = 0.0
+        self.sessions: dict[str, int] = {}
 
     # ---- reporting -------------------------------------------------------------------------
 
@@ -348,6 +352,17 @@ class Driver:
     def fail(self, msg: str) -> None:
         self.failures.append(msg)
         self.say("FAILURE: " + msg.splitlines()[0])
+
+    def count_session(self, roles: set, outcome: str) -> None:
+        """A client process ended: `outcome` (done, error, crash) of a session,
+        by the first of what reached it: the target of a worker event, a
+        controller event, only bystanding worker events (its own worker
+        untouched), nothing."""
+        role = next((r for r in ("target", "controller", "bystander") if r in roles),
+                    "untouched")
+        key = f"{role}_{outcome}"
+        self.sessions[key] = self.sessions.get(key, 0) + 1
+        self.sessions["all"] = self.sessions.get("all", 0) + 1
 
     def daemon_logs(self) -> str:
         return self.cluster.logs() if self.cluster else ""
@@ -509,6 +524,10 @@ class Driver:
         ev = dict(ev, steps=steps)
         if "worker" in ev:
             ev["target"] = f"hand-worker-{ev['worker']}"
+        for s in self.slots:
+            if s.state == "running":
+                s.roles.add("controller" if "worker" not in ev else
+                            "target" if s.k == ev["worker"] else "bystander")
         getattr(self, "_" + ev["kind"])(ev)
         self.hold_starts = False
         self.done_events.append(ev)
@@ -746,6 +765,7 @@ class Driver:
             "latency_median_s": statistics.median(lats) if lats else None,
             "latency_max_s": max(lats) if lats else None,
             "jobs_ok": {s.k: s.jobs_ok for s in self.slots},
+            "sessions": dict(sorted(self.sessions.items())),
             "resumes": {s.k: s.resumes for s in self.slots},
             "resumed_from_steps": {s.k: s.resumed_from for s in self.slots},
             "sessions_resumed_after_s": sorted(t for s in self.slots for t in s.resumed_after),
@@ -791,6 +811,8 @@ def print_report(rep: dict) -> None:
     print(f"  jobs finished with the reference losses: {rep['jobs_ok']}; "
           f"resumed from a checkpoint: {rep['resumes']}")
     print(f"  steps they resumed from: {rep['resumed_from_steps']}")
+    print(f"  sessions (client processes) by what reached them and how they ended: "
+          f"{rep['sessions']}")
     if rep["latencies"]:
         print(f"  error after the worker was dead: median {rep['latency_median_s']:.3f} s, "
               f"max {rep['latency_max_s']:.3f} s over {len(rep['latencies'])} errors")
