@@ -254,7 +254,7 @@ class Slot:
             if self.state == "waiting" and self.drv.worker_up(self.worker):
                 self.start(fresh=False)
             elif self.state == "idle" and self.drv.starting_jobs and \
-                    not self.drv.hold_starts and self.drv.worker_up(self.worker):
+                    not self.drv.held() and self.drv.worker_up(self.worker):
                 self.start(fresh=True)
             return
         self._read_events()
@@ -417,6 +417,11 @@ class Driver:
 
     def worker_up(self, name: str) -> bool:
         return name not in self.down and "controller" not in self.down
+
+    def held(self) -> bool:
+        """No new session now: a controller event waits for the running ones
+        to get mid-job (with none running, one starts, so that it has one)."""
+        return self.hold_starts and any(s.state == "running" for s in self.slots)
 
     def paused(self) -> bool:
         """While something is down clients may wait: no hang verdicts then."""
