@@ -56,3 +56,14 @@ fi
 # the same call without a callback.
 cmake --build build/release --target causeway_pjrt causeway-controller causeway-worker >&2
 .venv/bin/python bench/callback_bench.py "${jax_args[@]}"
+
+# Chaos (docs/chaos.md): JAX clients train while workers and the controller are
+# SIGKILLed and SIGSTOPped; long form, 40 events on 4 clients with a fresh seed
+# (printed first; replay with CW_CHAOS_SEED). --quick: the short form ctest runs.
+# The 1-hour soak with its RSS curve is not part of this script:
+# bench/chaos_bench.py --soak 3600.
+if [[ ${#jax_args[@]} -gt 0 ]]; then
+  .venv/bin/python tests/chaos/chaos.py --short
+else
+  .venv/bin/python bench/chaos_bench.py
+fi
