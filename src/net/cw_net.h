@@ -192,10 +192,11 @@ CW_MUST_USE cw_status_t cw_net_parse_host_port(const char* address,
 
 // Connects to `address` and sends HELLO (role `role`, this net's token and
 // name, session `session_id`) at once; frames may be sent behind it at once
-// (libuv holds them until the connect completes). A failed or timed-out
-// connect closes the connection with UNAVAILABLE "peer ADDRESS unreachable:
-// WHY", a refused HELLO with the peer's code and "peer NAME refused HELLO:
-// WHY"; requests sent on it fail with that same status. *out_conn is
+// (libuv holds them until the connect completes). A failed connect, or one
+// whose TCP connect, TLS handshake and HELLO answer take longer than
+// `timeout_ms` together, closes the connection with UNAVAILABLE "peer ADDRESS
+// unreachable: WHY", a refused HELLO with the peer's code and "peer NAME
+// refused HELLO: WHY"; requests sent on it fail with that same status. *out_conn is
 // borrowed from the net (retain it to keep it).
 CW_MUST_USE cw_status_t cw_net_connect(cw_net_t* net, const char* address, const char* name,
                                        int role, uint64_t session_id,

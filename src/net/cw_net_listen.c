@@ -258,7 +258,8 @@ cw_status_t cw_net_listen(cw_net_t* net, const char* address, const cw_net_servi
 
 static void cw__connected(uv_connect_t* req, int status) {
   cw_net_conn_t* c = req->data;
-  if (!c->closing) uv_timer_stop(&c->timer);
+  // On success the deadline runs on until the peer answers HELLO (below).
+  if (!c->closing && status < 0) uv_timer_stop(&c->timer);
   if (status < 0) {
     if (!c->closing) {
       c->unusable = true;
@@ -273,12 +274,18 @@ static void cw__connected(uv_connect_t* req, int status) {
   cw_net_conn_release(c);
 }
 
+// The connect deadline covers the TLS handshake and the HELLO answer too: a
+// peer that accepts and then says nothing (wedged, or hostile) would
+// otherwise hold the connection, and whoever waits on it, for ever.
 static void cw__connect_timeout(uv_timer_t* t) {
   cw_net_conn_t* c = t->data;
-  if (c->closing || c->connected) return;
+  if (c->closing || c->hello_done) return;
   c->unusable = true;
-  cw_net_conn_close(c, cw_make_status(CW_UNAVAILABLE, "peer %s unreachable: connect timed out",
-                                      c->address));
+  const char* what = !c->connected             ? "connect timed out"
+                     : c->tls && !c->tls_up     ? "connected, but the TLS handshake timed out"
+                                                : "connected, but HELLO got no answer in time";
+  cw_net_conn_close(c, cw_make_status(CW_UNAVAILABLE, "peer %s unreachable: %s", c->address,
+                                      what));
 }
 
 static void cw__hello_answered(void* user, cw_net_conn_t* c, cw_status_t status,
@@ -286,6 +293,7 @@ static void cw__hello_answered(void* user, cw_net_conn_t* c, cw_status_t status,
   free(bulk);
   if (!status) {
     c->hello_done = true;
+    if (!c->closing) uv_timer_stop(&c->timer);
     return;
   }
   if (c->closing) {  // unreachable: already said why

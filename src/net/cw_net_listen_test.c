@@ -267,6 +267,32 @@ static void test_connect_to_dead_address(void** state) {
   WAIT(o->freed);
 }
 
+// A peer that accepts and never answers HELLO (wedged, or hostile) is given
+// up at the connect deadline, like one that never accepts.
+static void test_silent_peer_times_out(void** state) {
+  start_client("sesame");
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(bind(s, (struct sockaddr*)&sa, sizeof(sa)), 0);
+  assert_int_equal(listen(s, 4), 0);  // the kernel completes the connect; nobody reads
+  socklen_t len = sizeof(sa);
+  assert_int_equal(getsockname(s, (struct sockaddr*)&sa, &len), 0);
+  char address[64], want[160];
+  snprintf(address, sizeof(address), "127.0.0.1:%d", ntohs(sa.sin_port));
+  snprintf(want, sizeof(want), "peer %s unreachable: connected, but HELLO got no answer in time",
+           address);
+  out_t* o = new_out();
+  int64_t start = cw_time_now_ms();
+  cw_net_conn_t* conn = connect_client_within(address, 0, o, 300);
+  reply_t a = {0};
+  request_ping(conn, "x", &a);
+  WAIT(a.done);
+  expect_failed(&a, CW_UNAVAILABLE, want);
+  assert_true(cw_time_now_ms() - start >= 300);
+  WAIT(o->freed);
+  close(s);
+}
+
 static void test_refused_hello(void** state) {
   start_server();
   start_client("not the token");
@@ -386,6 +412,7 @@ int main(void) {
       NET_TEST(test_per_peer_budget),
       NET_TEST(test_accept_pacing),
       NET_TEST(test_connect_to_dead_address),
+      NET_TEST(test_silent_peer_times_out),
       NET_TEST(test_refused_hello),
       NET_TEST(test_close_before_hello_answered),
       NET_TEST(test_stop_with_connections_open),

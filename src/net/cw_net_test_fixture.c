@@ -287,9 +287,14 @@ out_t* new_out(void) {
 }
 
 cw_net_conn_t* connect_client(const char* address, uint64_t session, out_t* o) {
+  return connect_client_within(address, session, o, WAIT_MS);
+}
+
+cw_net_conn_t* connect_client_within(const char* address, uint64_t session, out_t* o,
+                                     int64_t timeout_ms) {
   cw_net_conn_t* conn = NULL;
   cw_status_t st = cw_net_connect(&fx.cli, address, "srvname", ROLE_CLIENT, session,
-                                  &out_callbacks, o, WAIT_MS, &conn);
+                                  &out_callbacks, o, timeout_ms, &conn);
   assert_null(st);
   assert_non_null(conn);
   return conn;

@@ -204,6 +204,9 @@ out_t* new_out(void);
 // A client net connection as a CLIENT named "srvname" with `session`; its
 // callbacks record into `o` (borrowed while the connection lives).
 cw_net_conn_t* connect_client(const char* address, uint64_t session, out_t* o);
+// The same with a connect deadline of `timeout_ms` (connect_client: WAIT_MS).
+cw_net_conn_t* connect_client_within(const char* address, uint64_t session, out_t* o,
+                                     int64_t timeout_ms);
 // Requests whose completion lands in `r`.
 void request_ping(cw_net_conn_t* conn, const char* data, reply_t* r);
 void request_download(cw_net_conn_t* conn, uint64_t size, reply_t* r);
