@@ -46,6 +46,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,7 +191,8 @@ static double proc_cpu_s(pid_t pid) {
   buf[n] = '\0';
   const char* p = strrchr(buf, ')');  // the command may hold spaces
   unsigned long ut = 0, stime = 0;
-  if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &stime) != 2) {
+  static const char fields[] = "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu";
+  if (!p || sscanf(p + 2, fields, &ut, &stime) != 2) {
     die("reading %s", path);
   }
   return (double)(ut + stime) / (double)sysconf(_SC_CLK_TCK);
@@ -397,8 +399,9 @@ static double wait_told(session_t* const* s, int n, double limit_s) {
 typedef struct result_s {
   int n, sessions;
   double compile_miss_ms, compile_disk_ms, compile_hit_ms, compiles_run, compile_requests;
-  double spawn_s, register_cpu_s, register_s, reregister_s, status_cli_ms, status_cpu_ms, status_rpc_ms, hb_cpu_pct, kib_per_worker;
-  double distinct_lps, shared_lps, kill_told_ms, stop_told_ms;
+  double spawn_s, register_cpu_s, register_s, reregister_s;
+  double status_cli_ms, status_cpu_ms, status_rpc_ms, hb_cpu_pct, kib_per_worker, rss_mib;
+  double distinct_lps, shared_lps, kill_told_ms, stop_told_ms;  // < 0: not measured
   long ctl_rss_idle_kib, ctl_rss_fleet_kib;
 } result_t;
 
@@ -448,6 +451,7 @@ static result_t run_fleet(int n, int sessions, uint64_t launches, double hb_wind
   r.hb_cpu_pct = 100.0 * (proc_cpu_s(g.ctl.pid) - c0) / (now_s() - w0);
   r.ctl_rss_fleet_kib = proc_rss_kib(g.ctl.pid);
   r.kib_per_worker = (double)(r.ctl_rss_fleet_kib - r.ctl_rss_idle_kib) / n;
+  r.rss_mib = (double)r.ctl_rss_fleet_kib / 1024.0;
 
   // CPU in clock ticks (10 ms): the controller's share is averaged over 20 calls.
   double cli[5], rpc[20], rpc_cpu = 0;
@@ -580,38 +584,50 @@ static void usage(void) {
   exit(2);
 }
 
-static void print_row(const char* what, const char* target, const result_t* r, int n,
-                      double (*get)(const result_t*), const char* fmt) {
-  printf("  %-44s %-12s", what, target);
+// One row of the table: a figure of every fleet (a double of result_t).
+typedef struct row_s {
+  const char* what;
+  const char* target;
+  size_t field;  // offsetof(result_t, ...)
+  const char* fmt;
+} row_t;
+
+#define ROW(what, target, field, fmt) {what, target, offsetof(result_t, field), fmt}
+
+static const row_t g_rows[] = {
+    ROW("registration of all N (s)", "< 10 s", register_s, "%.2f"),
+    ROW("  of which forking the N workers (s)", "", spawn_s, "%.2f"),
+    ROW("  controller CPU meanwhile (s)", "", register_cpu_s, "%.2f"),
+    ROW("re-registration, controller restarted (s)", "< 10 s", reregister_s, "%.2f"),
+    ROW("causeway status --json (ms, CLI wall)", "< 200 ms", status_cli_ms, "%.1f"),
+    ROW("ADMIN_STATUS round trip (ms)", "", status_rpc_ms, "%.1f"),
+    ROW("  controller CPU per ADMIN_STATUS (ms)", "", status_cpu_ms, "%.1f"),
+    ROW("controller CPU, heartbeats only (% core)", "< 5%", hb_cpu_pct, "%.2f"),
+    ROW("controller RSS with the fleet (MiB)", "", rss_mib, "%.1f"),
+    ROW("controller memory per worker (KiB)", "< 64 KiB", kib_per_worker, "%.1f"),
+    ROW("compile at the client, first (ms; worker)", "", compile_miss_ms, "%.2f"),
+    ROW("  after a restart, from the disk cache (ms)", "< 5 ms", compile_disk_ms, "%.2f"),
+    ROW("  from the memory cache (ms, median)", "< 5 ms", compile_hit_ms, "%.2f"),
+    ROW("S sessions' same program: COMPILE requests", "", compile_requests, "%.0f"),
+    ROW("  of which compiled (memory cache misses)", "1", compiles_run, "%.0f"),
+    ROW("launches/s, S sessions on distinct islands", ">= 20000", distinct_lps, "%.0f"),
+    ROW("launches/s, S sessions on one shared island", "", shared_lps, "%.0f"),
+    ROW("SIGKILL of w0 -> all sessions told (ms)", "", kill_told_ms, "%.1f"),
+    // Target NULL: the timeout + 1 s, known at run time.
+    ROW("SIGSTOP of w1 -> its session told (ms)", NULL, stop_told_ms, "%.0f"),
+};
+
+static void print_row(const row_t* row, const char* target, const result_t* r, int n) {
+  printf("  %-44s %-12s", row->what, target);
   for (int i = 0; i < n; ++i) {
     char cell[32];
-    double v = get(&r[i]);
+    double v = *(const double*)((const char*)&r[i] + row->field);
     if (v < 0) snprintf(cell, sizeof(cell), "-");
-    else snprintf(cell, sizeof(cell), fmt, v);
+    else snprintf(cell, sizeof(cell), row->fmt, v);
     printf(" %12s", cell);
   }
   printf("\n");
 }
-
-static double f_register(const result_t* r) { return r->register_s; }
-static double f_spawn(const result_t* r) { return r->spawn_s; }
-static double f_rereg(const result_t* r) { return r->reregister_s; }
-static double f_reg_cpu(const result_t* r) { return r->register_cpu_s; }
-static double f_cli(const result_t* r) { return r->status_cli_ms; }
-static double f_rpc(const result_t* r) { return r->status_rpc_ms; }
-static double f_rpc_cpu(const result_t* r) { return r->status_cpu_ms; }
-static double f_cpu(const result_t* r) { return r->hb_cpu_pct; }
-static double f_mem(const result_t* r) { return r->kib_per_worker; }
-static double f_rss(const result_t* r) { return (double)r->ctl_rss_fleet_kib / 1024.0; }
-static double f_distinct(const result_t* r) { return r->distinct_lps; }
-static double f_c_miss(const result_t* r) { return r->compile_miss_ms; }
-static double f_c_disk(const result_t* r) { return r->compile_disk_ms; }
-static double f_c_hit(const result_t* r) { return r->compile_hit_ms; }
-static double f_c_run(const result_t* r) { return r->compiles_run; }
-static double f_c_req(const result_t* r) { return r->compile_requests; }
-static double f_shared(const result_t* r) { return r->shared_lps; }
-static double f_kill(const result_t* r) { return r->kill_told_ms; }
-static double f_stop(const result_t* r) { return r->stop_told_ms; }
 
 int main(int argc, char** argv) {
   bool quick = false;
@@ -695,31 +711,11 @@ int main(int argc, char** argv) {
   printf("  %-44s %-12s", "N workers", "target");
   for (int i = 0; i < num_sizes; ++i) printf(" %12d", res[i].n);
   printf("\n");
-  print_row("registration of all N (s)", "< 10 s", res, num_sizes, f_register, "%.2f");
-  print_row("  of which forking the N workers (s)", "", res, num_sizes, f_spawn, "%.2f");
-  print_row("  controller CPU meanwhile (s)", "", res, num_sizes, f_reg_cpu, "%.2f");
-  print_row("re-registration, controller restarted (s)", "< 10 s", res, num_sizes, f_rereg,
-            "%.2f");
-  print_row("causeway status --json (ms, CLI wall)", "< 200 ms", res, num_sizes, f_cli, "%.1f");
-  print_row("ADMIN_STATUS round trip (ms)", "", res, num_sizes, f_rpc, "%.1f");
-  print_row("  controller CPU per ADMIN_STATUS (ms)", "", res, num_sizes, f_rpc_cpu, "%.1f");
-  print_row("controller CPU, heartbeats only (% core)", "< 5%", res, num_sizes, f_cpu, "%.2f");
-  print_row("controller RSS with the fleet (MiB)", "", res, num_sizes, f_rss, "%.1f");
-  print_row("controller memory per worker (KiB)", "< 64 KiB", res, num_sizes, f_mem, "%.1f");
-  print_row("compile at the client, first (ms; worker)", "", res, num_sizes, f_c_miss, "%.2f");
-  print_row("  after a restart, from the disk cache (ms)", "< 5 ms", res, num_sizes, f_c_disk,
-            "%.2f");
-  print_row("  from the memory cache (ms, median)", "< 5 ms", res, num_sizes, f_c_hit, "%.2f");
-  print_row("S sessions' same program: COMPILE requests", "", res, num_sizes, f_c_req, "%.0f");
-  print_row("  of which compiled (memory cache misses)", "1", res, num_sizes, f_c_run, "%.0f");
-  print_row("launches/s, S sessions on distinct islands", ">= 20000", res, num_sizes, f_distinct,
-            "%.0f");
-  print_row("launches/s, S sessions on one shared island", "", res, num_sizes, f_shared, "%.0f");
-  print_row("SIGKILL of w0 -> all sessions told (ms)", "", res, num_sizes, f_kill, "%.1f");
   char stop_target[32];
   snprintf(stop_target, sizeof(stop_target), "< %d ms", g.timeout_ms + 1000);
-  print_row("SIGSTOP of w1 -> its session told (ms)", stop_target, res, num_sizes, f_stop,
-            "%.0f");
+  for (size_t k = 0; k < sizeof(g_rows) / sizeof(g_rows[0]); ++k) {
+    print_row(&g_rows[k], g_rows[k].target ? g_rows[k].target : stop_target, res, num_sizes);
+  }
   printf("\nok: %d fleets; every launch succeeded, every session was told of the right worker\n",
          num_sizes);
   return 0;
