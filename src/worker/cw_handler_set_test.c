@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "cw_handler_set.h"
+#include "cw_pjrt_test_fixture.h"
 
 #define ASSERT_OK(expr)                                                   \
   do {                                                                    \
@@ -228,20 +229,12 @@ static void test_no_jaxlib(void** state) {
 
 static int setup(void** state) {
   (void)state;
-  cw_status_t st = cw_pjrt_create(getenv("CAUSEWAY_PJRT_PLUGIN"), 1, &g_pjrt);
-  if (st) {
-    fprintf(stderr, "cw_pjrt_create: %s\n", cw_status_message(st));
-    cw_status_free(st);
-    return -1;
-  }
-  return 0;
+  return cw_pjrt_fixture_create(1, &g_pjrt);
 }
 
 static int teardown(void** state) {
   (void)state;
-  cw_pjrt_release(g_pjrt);
-  g_pjrt = NULL;
-  return 0;
+  return cw_pjrt_fixture_release(&g_pjrt);
 }
 
 int main(void) {

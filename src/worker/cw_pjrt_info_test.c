@@ -13,21 +13,18 @@
 #include <cmocka.h>
 
 #include "cw_pjrt_info.h"
+#include "cw_pjrt_test_fixture.h"
 
 static cw_pjrt_t* g_pjrt;
 
 static int setup(void** state) {
   (void)state;
-  cw_status_t st = cw_pjrt_create(getenv("CAUSEWAY_PJRT_PLUGIN"), 2, &g_pjrt);
-  if (st) fprintf(stderr, "cw_pjrt_create: %s\n", cw_status_message(st));
-  cw_status_free(st);
-  return g_pjrt ? 0 : -1;
+  return cw_pjrt_fixture_create(2, &g_pjrt);
 }
 
 static int teardown(void** state) {
   (void)state;
-  cw_pjrt_release(g_pjrt);
-  return 0;
+  return cw_pjrt_fixture_release(&g_pjrt);
 }
 
 // The info of `program` compiled with `options` (may be empty); free with

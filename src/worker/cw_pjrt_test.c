@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "cw_pjrt.h"
+#include "cw_pjrt_test_fixture.h"
 #include "cw_xla_ffi.h"
 #include "proto/xla_hlo_subset.pb-c.h"
 
@@ -42,21 +43,12 @@ static const char kProgram[] =
 
 static int setup(void** state) {
   (void)state;
-  const char* plugin = getenv("CAUSEWAY_PJRT_PLUGIN");
-  cw_status_t st = cw_pjrt_create(plugin, 2, &g_pjrt);
-  if (st) {
-    fprintf(stderr, "cw_pjrt_create: %s\n", cw_status_message(st));
-    cw_status_free(st);
-    return -1;
-  }
-  return 0;
+  return cw_pjrt_fixture_create(2, &g_pjrt);
 }
 
 static int teardown(void** state) {
   (void)state;
-  cw_pjrt_release(g_pjrt);
-  g_pjrt = NULL;
-  return 0;
+  return cw_pjrt_fixture_release(&g_pjrt);
 }
 
 // Waits for `ev` (NULL: nothing to wait for) and destroys it.
