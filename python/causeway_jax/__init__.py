@@ -23,6 +23,7 @@ Environment:
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import pathlib
@@ -72,7 +73,9 @@ def _set_worker_plugin() -> None:
 _runner = None
 
 
+@functools.lru_cache(maxsize=None)
 def _wire_dtypes():
+    # Built once: every host callback asks.
     import numpy as np
     names = {1: "bool", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "uint8",
              7: "uint16", 8: "uint32", 9: "uint64", 10: "float16", 11: "float32",
