@@ -286,7 +286,7 @@ static void cw__on_flush(uv_prepare_t* h) {
     if (net->prepare_hook && net->prepare_hook(net->prepare_user)) continue;
     cw_net_conn_t* list = net->flush_list;
     if (!list) break;
-    net->flush_list = NULL;
+    net->flush_list = net->flush_tail = NULL;
     while (list) {
       cw_net_conn_t* c = list;
       list = c->flush_next;
@@ -355,8 +355,10 @@ void cw_net_conn_send(cw_net_conn_t* c, uint16_t type, uint32_t flags, uint64_t 
     cw_net_t* net = c->net;
     c->flush_queued = true;
     cw_net_conn_retain(c);
-    c->flush_next = net->flush_list;
-    net->flush_list = c;
+    c->flush_next = NULL;
+    if (net->flush_list) net->flush_tail->flush_next = c;
+    else net->flush_list = c;
+    net->flush_tail = c;
     cw_net_wake(net);
   }
 }

@@ -123,7 +123,11 @@ struct cw_net_s {
   bool handles_open;
   bool stopped;
   cw_net_conn_t* resume_list;
+  // Connections with gathered frames, in the order their first frame was
+  // made: a reply caused by another goes out after it (a worker's REGISTER
+  // reply before the session reply that lists the worker).
   cw_net_conn_t* flush_list;
+  cw_net_conn_t* flush_tail;
   bool (*prepare_hook)(void* user);
   void* prepare_user;
   cw_net_conn_t* conns;
