@@ -31,6 +31,7 @@ cw_status_t cw_plugin_buffer_create(cw_plugin_client_t* c, cw_plugin_device_t* d
   if (!b) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   b->client = c;
   b->device = d;
+  b->memory = d->default_memory;
   b->id = id;
   b->type = type;
   b->rank = rank;
@@ -159,7 +160,7 @@ PJRT_Error* cw_plugin_buffer_device(PJRT_Buffer_Device_Args* args) {
 PJRT_Error* cw_plugin_buffer_memory(PJRT_Buffer_Memory_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_Memory_Args, memory);
   CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_Memory", "buffer");
-  args->memory = CW__BUF(args->buffer)->device->memory_ptr;
+  args->memory = (PJRT_Memory*)CW__BUF(args->buffer)->memory;
   return NULL;
 }
 
@@ -195,6 +196,7 @@ PJRT_Error* cw_plugin_client_create_error_buffer(PJRT_Client_CreateErrorBuffer_A
                                           args->shape_dims, args->shape_num_dims, f, &b);
   cw_plugin_future_release(f);
   if (s) return cw_plugin_error_from_status(s);
+  b->memory = (cw_plugin_memory_t*)args->memory;
   args->buffer = (PJRT_Buffer*)b;
   return NULL;
 }

@@ -16,6 +16,7 @@
 
 typedef struct cw_plugin_client_s cw_plugin_client_t;
 typedef struct cw_plugin_device_s cw_plugin_device_t;
+typedef struct cw_plugin_memory_s cw_plugin_memory_t;
 
 #define CW_PLUGIN_BUFFER_INLINE_DIMS 6
 
@@ -24,6 +25,7 @@ typedef struct cw_plugin_device_s cw_plugin_device_t;
 typedef struct cw_plugin_buffer_s {
   cw_plugin_client_t* client;
   cw_plugin_device_t* device;
+  cw_plugin_memory_t* memory;  // one of device's (its kind: where the worker keeps it)
   uint64_t id;
   PJRT_Buffer_Type type;
   size_t rank;
@@ -35,7 +37,8 @@ typedef struct cw_plugin_buffer_s {
   _Atomic uint64_t address;   // on the worker, once asked (0: not yet)
 } cw_plugin_buffer_t;
 
-// Creates a proxy (no message sent). Takes a reference to `ready`.
+// Creates a proxy (no message sent) in `d`'s default memory; set `memory`
+// after for another of d's memories. Takes a reference to `ready`.
 CW_MUST_USE cw_status_t cw_plugin_buffer_create(cw_plugin_client_t* c, cw_plugin_device_t* d,
                                                 uint64_t id, PJRT_Buffer_Type type,
                                                 const int64_t* dims, size_t rank,

@@ -151,8 +151,7 @@ static cw_status_t cw__open_session(cw_plugin_client_t* c, uint32_t min_workers)
     c->workers = calloc(info->n_workers, sizeof(*c->workers));
     c->devices = calloc(info->n_devices, sizeof(*c->devices));
     c->device_ptrs = calloc(info->n_devices, sizeof(*c->device_ptrs));
-    c->memory_ptrs = calloc(info->n_devices, sizeof(*c->memory_ptrs));
-    if (!c->workers || !c->devices || !c->device_ptrs || !c->memory_ptrs) s = cw__oom();
+    if (!c->workers || !c->devices || !c->device_ptrs) s = cw__oom();
   }
   for (size_t i = 0; !s && i < info->n_workers; ++i) {
     s = cw_plugin_worker_initialize(&c->workers[c->num_workers++], c, info->workers[i]);
@@ -161,7 +160,15 @@ static cw_status_t cw__open_session(cw_plugin_client_t* c, uint32_t min_workers)
     c->num_devices = i + 1;
     s = cw_plugin_device_initialize(&c->devices[i], c, i, info->devices[i]);
     c->device_ptrs[i] = (PJRT_Device*)&c->devices[i];
-    c->memory_ptrs[i] = (PJRT_Memory*)&c->devices[i].memory;
+  }
+  if (!s) {
+    c->memory_ptrs = calloc(c->num_memories ? c->num_memories : 1, sizeof(*c->memory_ptrs));
+    if (!c->memory_ptrs) s = cw__oom();
+  }
+  for (size_t i = 0, n = 0; !s && i < c->num_devices; ++i) {
+    for (size_t k = 0; k < c->devices[i].num_memories; ++k) {
+      c->memory_ptrs[n++] = c->devices[i].memory_ptrs[k];
+    }
   }
   if (!s) cw_plugin_attributes_set(info->plugin_attributes, info->n_plugin_attributes);
   protobuf_c_message_free_unpacked(reply, NULL);
@@ -365,7 +372,7 @@ PJRT_Error* cw_plugin_client_addressable_memories(PJRT_Client_AddressableMemorie
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Client_AddressableMemories_Args, num_addressable_memories);
   CW_PLUGIN_NEED(args->client, "PJRT_Client_AddressableMemories", "client");
   args->addressable_memories = CW__CLIENT(args)->memory_ptrs;
-  args->num_addressable_memories = CW__CLIENT(args)->num_devices;
+  args->num_addressable_memories = CW__CLIENT(args)->num_memories;
   return NULL;
 }
 

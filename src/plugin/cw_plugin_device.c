@@ -121,6 +121,65 @@ static cw_status_t cw__device_add_attr(cw_plugin_device_t* d, const char* name,
   return cw_ok_status();
 }
 
+// One memory of `d`: `id` unique in the client.
+static cw_status_t cw__memory_initialize(cw_plugin_memory_t* m, cw_plugin_device_t* d, int id,
+                                         const char* kind, int kind_id) {
+  m->vtable = &cw__memory_vtable;
+  m->device = d;
+  m->id = id;
+  m->kind_id = kind_id;
+  pthread_mutex_init(&m->mu, NULL);
+  m->kind = strdup(kind);
+  char buf[600];
+  snprintf(buf, sizeof(buf), "%s memory of %s", kind, d->debug_string);
+  m->debug_string = strdup(buf);
+  snprintf(buf, sizeof(buf), "MEMORY_SPACE_%d(%s, %s)", m->id, kind, d->to_string);
+  m->to_string = strdup(buf);
+  if (!m->kind || !m->debug_string || !m->to_string) return cw__oom();
+  return cw_ok_status();
+}
+
+// The memories the worker's plugin gives the device (stock CPU: device,
+// pinned_host, unpinned_host), under ids unique in the client; one "device"
+// memory when it names none.
+static cw_status_t cw__device_memories(cw_plugin_device_t* d, cw_plugin_client_t* c,
+                                       const Causeway__V1__Device* wd) {
+  size_t n = 0;
+  for (size_t k = 0; wd && k < wd->n_memories; ++k) {
+    n += wd->memories[k] && wd->memories[k]->kind && wd->memories[k]->kind[0];
+  }
+  d->memories = calloc(n ? n : 1, sizeof(*d->memories));
+  d->memory_ptrs = calloc(n ? n : 1, sizeof(*d->memory_ptrs));
+  if (!d->memories || !d->memory_ptrs) return cw__oom();
+  for (size_t k = 0; wd && k < wd->n_memories; ++k) {
+    const Causeway__V1__Memory* wm = wd->memories[k];
+    if (!wm || !wm->kind || !wm->kind[0]) continue;
+    cw_plugin_memory_t* m = &d->memories[d->num_memories];
+    d->memory_ptrs[d->num_memories++] = (PJRT_Memory*)m;
+    CW_RETURN_IF_ERROR(cw__memory_initialize(m, d, (int)c->num_memories++, wm->kind, wm->kind_id),
+                       "memory %s", wm->kind);
+    if (wm->id == wd->default_memory && !d->default_memory) d->default_memory = m;
+  }
+  if (!d->num_memories) {
+    d->memory_ptrs[d->num_memories++] = (PJRT_Memory*)d->memories;
+    CW_RETURN_IF_ERROR(cw__memory_initialize(d->memories, d, (int)c->num_memories++, "device", 0),
+                       "memory device");
+  }
+  if (!d->default_memory) {  // none named: the "device" one, else the first
+    d->default_memory = cw_plugin_device_memory_of_kind(d, "device");
+    if (!d->default_memory) d->default_memory = d->memories;
+  }
+  d->default_memory->is_default = true;
+  return cw_ok_status();
+}
+
+cw_plugin_memory_t* cw_plugin_device_memory_of_kind(cw_plugin_device_t* d, const char* kind) {
+  for (size_t k = 0; k < d->num_memories; ++k) {
+    if (!strcmp(d->memories[k].kind, kind)) return &d->memories[k];
+  }
+  return NULL;
+}
+
 cw_status_t cw_plugin_device_initialize(cw_plugin_device_t* d, cw_plugin_client_t* c, size_t index,
                                         const Causeway__V1__GlobalDevice* g) {
   d->client = c;
@@ -169,23 +228,7 @@ cw_status_t cw_plugin_device_initialize(cw_plugin_device_t* d, cw_plugin_client_
                          "attributes");
     }
   }
-  cw_plugin_memory_t* m = &d->memory;
-  m->vtable = &cw__memory_vtable;
-  m->device = d;
-  m->id = (int)index;
-  m->kind_id = 0;
-  for (size_t k = 0; wd && k < wd->n_memories; ++k) {
-    if (wd->memories[k] && wd->memories[k]->kind && !strcmp(wd->memories[k]->kind, "device")) {
-      m->kind_id = wd->memories[k]->kind_id;
-    }
-  }
-  pthread_mutex_init(&m->mu, NULL);
-  snprintf(buf, sizeof(buf), "device memory of %s", d->debug_string);
-  m->debug_string = strdup(buf);
-  snprintf(buf, sizeof(buf), "MEMORY_SPACE_%d(device, %s)", m->id, d->to_string);
-  m->to_string = strdup(buf);
-  if (!m->debug_string || !m->to_string) return cw__oom();
-  d->memory_ptr = (PJRT_Memory*)m;
+  CW_RETURN_IF_ERROR(cw__device_memories(d, c, wd), "memories");
   d->self_ptr = (PJRT_Device*)d;
   return cw_ok_status();
 }
@@ -199,16 +242,22 @@ void cw_plugin_device_deinitialize(cw_plugin_device_t* d) {
   free(d->attr_strings);
   free(d->attr_lists);
   free(d->attributes);
-  free(d->memory.debug_string);
-  free(d->memory.to_string);
-  cw__user_data_t* u = d->memory.user_data;
-  while (u) {
-    cw__user_data_t* next = u->next;
-    if (u->dtor && u->data) u->dtor(u->data);
-    free(u);
-    u = next;
+  for (size_t k = 0; d->memories && k < d->num_memories; ++k) {
+    cw_plugin_memory_t* m = &d->memories[k];
+    free(m->kind);
+    free(m->debug_string);
+    free(m->to_string);
+    cw__user_data_t* u = m->user_data;
+    while (u) {
+      cw__user_data_t* next = u->next;
+      if (u->dtor && u->data) u->dtor(u->data);
+      free(u);
+      u = next;
+    }
+    if (m->vtable) pthread_mutex_destroy(&m->mu);
   }
-  if (d->memory.vtable) pthread_mutex_destroy(&d->memory.mu);
+  free(d->memories);
+  free(d->memory_ptrs);
 }
 
 // ---- Devices -------------------------------------------------------------------------
@@ -285,15 +334,15 @@ PJRT_Error* cw_plugin_device_local_hardware_id(PJRT_Device_LocalHardwareId_Args*
 PJRT_Error* cw_plugin_device_addressable_memories(PJRT_Device_AddressableMemories_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Device_AddressableMemories_Args, num_memories);
   CW_PLUGIN_NEED(args->device, "PJRT_Device_AddressableMemories", "handle");
-  args->memories = &CW__DEV(args->device)->memory_ptr;
-  args->num_memories = 1;
+  args->memories = CW__DEV(args->device)->memory_ptrs;
+  args->num_memories = CW__DEV(args->device)->num_memories;
   return NULL;
 }
 
 PJRT_Error* cw_plugin_device_default_memory(PJRT_Device_DefaultMemory_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Device_DefaultMemory_Args, memory);
   CW_PLUGIN_NEED(args->device, "PJRT_Device_DefaultMemory", "handle");
-  args->memory = CW__DEV(args->device)->memory_ptr;
+  args->memory = (PJRT_Memory*)CW__DEV(args->device)->default_memory;
   return NULL;
 }
 
@@ -331,8 +380,9 @@ PJRT_Error* cw_plugin_memory_id(PJRT_Memory_Id_Args* args) {
 
 PJRT_Error* cw_plugin_memory_kind(PJRT_Memory_Kind_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Memory_Kind_Args, kind_size);
-  args->kind = "device";
-  args->kind_size = 6;
+  CW_PLUGIN_NEED(args->memory, "PJRT_Memory_Kind", "handle");
+  args->kind = CW__MEM(args)->kind;
+  args->kind_size = strlen(args->kind);
   return NULL;
 }
 

@@ -1,6 +1,6 @@
 // PJRT devices and memories (cw_plugin_device.c): the session's global
-// device table as JAX sees it, one "device" memory per device, and their
-// PJRT slots. A device is also its own PJRT_DeviceDescription.
+// device table as JAX sees it, each device's memories as its worker's plugin
+// has them (memory kinds), and their PJRT slots. A device is also its own PJRT_DeviceDescription.
 #ifndef CW_PLUGIN_DEVICE_H_
 #define CW_PLUGIN_DEVICE_H_
 
@@ -12,15 +12,18 @@
 
 typedef struct cw_plugin_client_s cw_plugin_client_t;
 typedef struct cw_plugin_device_s cw_plugin_device_t;
+typedef struct cw_plugin_memory_s cw_plugin_memory_t;
 
 // Fills `d` (zeroed storage: c->devices[index]) from the session's device
-// `g` (borrowed): names, attributes and its memory (id `index`). Needs the
-// client's workers. On failure `d` still needs deinitializing.
+// `g` (borrowed): names, attributes and its memories (ids from
+// c->num_memories on). Needs the client's workers. On failure `d` still needs deinitializing.
 CW_MUST_USE cw_status_t cw_plugin_device_initialize(cw_plugin_device_t* d, cw_plugin_client_t* c,
                                                     size_t index,
                                                     const Causeway__V1__GlobalDevice* g);
 // Frees what `d` holds, the memory's user data included.
 void cw_plugin_device_deinitialize(cw_plugin_device_t* d);
+// `d`'s memory of `kind` (NULL if it has none).
+cw_plugin_memory_t* cw_plugin_device_memory_of_kind(cw_plugin_device_t* d, const char* kind);
 // The client's device with global id `global_id` (NULL if none).
 cw_plugin_device_t* cw_plugin_device_find(cw_plugin_client_t* c, int global_id);
 

@@ -90,9 +90,11 @@ static void test_device_from_the_session(void** state) {
   speed.f = 1.5f;
   Causeway__V1__NamedValue* attrs[] = {&spoof, &cores, &coords, &speed};
   Causeway__V1__Memory pinned = CAUSEWAY__V1__MEMORY__INIT;
+  pinned.id = 7;
   pinned.kind = "pinned_host";
   pinned.kind_id = 1;
   Causeway__V1__Memory devmem = CAUSEWAY__V1__MEMORY__INIT;
+  devmem.id = 6;
   devmem.kind = "device";
   devmem.kind_id = 5;
   Causeway__V1__Memory* memories[] = {&pinned, &devmem};
@@ -103,6 +105,7 @@ static void test_device_from_the_session(void** state) {
   wd.attributes = attrs;
   wd.n_memories = 2;
   wd.memories = memories;
+  wd.default_memory = 6;  // the worker's id of its default memory
   Causeway__V1__GlobalDevice g = CAUSEWAY__V1__GLOBAL_DEVICE__INIT;
   g.global_id = 0;
   g.worker_index = 3;
@@ -139,9 +142,23 @@ static void test_device_from_the_session(void** state) {
   assert_int_equal(ki.kind_id, 5);
   PJRT_Memory_ToString_Args ts = {.struct_size = sizeof(ts), .memory = dm.memory};
   assert_null(cw_plugin_memory_to_string(&ts));
+  // Ids are the client's (unique across devices), in the worker's order.
   assert_string_equal(ts.to_string,
-                      "MEMORY_SPACE_0(device, "
+                      "MEMORY_SPACE_1(device, "
                       "CausewayDevice(id=0, kind=cpu, worker=worker-7, local=1, island=1))");
+  PJRT_Device_AddressableMemories_Args am = {.struct_size = sizeof(am), .device = (PJRT_Device*)d};
+  assert_null(cw_plugin_device_addressable_memories(&am));
+  assert_int_equal(am.num_memories, 2);
+  assert_ptr_equal(am.memories[1], dm.memory);
+  PJRT_Memory_Kind_Args mk = {.struct_size = sizeof(mk), .memory = am.memories[0]};
+  assert_null(cw_plugin_memory_kind(&mk));
+  assert_int_equal(mk.kind_size, strlen("pinned_host"));
+  assert_memory_equal(mk.kind, "pinned_host", mk.kind_size);
+  PJRT_Memory_Id_Args mi = {.struct_size = sizeof(mi), .memory = am.memories[0]};
+  assert_null(cw_plugin_memory_id(&mi));
+  assert_int_equal(mi.id, 0);
+  assert_ptr_equal(cw_plugin_device_memory_of_kind(d, "pinned_host"), am.memories[0]);
+  assert_null(cw_plugin_device_memory_of_kind(d, "unpinned_host"));
   PJRT_Memory_AddressableByDevices_Args ab = {.struct_size = sizeof(ab), .memory = dm.memory};
   assert_null(cw_plugin_memory_addressable_by_devices(&ab));
   assert_int_equal(ab.num_devices, 1);
@@ -185,7 +202,10 @@ static void test_memory_user_data(void** state) {
   Causeway__V1__GlobalDevice g = CAUSEWAY__V1__GLOBAL_DEVICE__INIT;
   g.worker_index = 3;
   assert_null(add_device(fx, 0, &g));
-  PJRT_Memory* m = fx->devices[0].memory_ptr;
+  // No memories named: one "device" memory, the default.
+  assert_int_equal(fx->devices[0].num_memories, 1);
+  assert_string_equal(fx->devices[0].default_memory->kind, "device");
+  PJRT_Memory* m = fx->devices[0].memory_ptrs[0];
   static const char key_a = 'a', key_b = 'b';
   g_dtor_calls = 0;
   assert_null(m->vtable->get_user_data(m, &key_a));

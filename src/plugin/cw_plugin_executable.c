@@ -27,6 +27,7 @@ void cw_plugin_exe_release(cw_plugin_exe_t* e) {
   free(e->output_dims);
   free(e->output_ranks);
   free(e->output_dim_offsets);
+  for (size_t i = 0; e->output_kinds && i < e->num_outputs; ++i) free(e->output_kinds[i]);
   free(e->output_kinds);
   free(e->output_kind_sizes);
   free(e->fingerprint);
@@ -123,8 +124,14 @@ static cw_status_t cw__exe_from_info(cw_plugin_client_t* c, uint64_t id,
     e->output_dim_offsets[i] = off;
     if (rank) memcpy(&e->output_dims[off], info->output_dims[i]->values, rank * sizeof(int64_t));
     off += rank;
-    e->output_kinds[i] = "device";
-    e->output_kind_sizes[i] = 6;
+    // Older workers name no kinds: their outputs are in device memory.
+    const char* kind = info->n_output_memory_kinds == no && info->output_memory_kinds[i] &&
+                               info->output_memory_kinds[i][0]
+                           ? info->output_memory_kinds[i]
+                           : "device";
+    e->output_kinds[i] = strdup(kind);
+    if (!e->output_kinds[i]) s = cw__oom();
+    e->output_kind_sizes[i] = strlen(kind);
   }
   if (!s && info->fingerprint && info->fingerprint[0]) {
     e->fingerprint = strdup(info->fingerprint);
@@ -308,7 +315,7 @@ PJRT_Error* cw_plugin_executable_output_memory_kinds(PJRT_Executable_OutputMemor
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_OutputMemoryKinds_Args, memory_kind_sizes);
   CW_PLUGIN_NEED(args->executable, "PJRT_Executable_OutputMemoryKinds", "executable");
   args->num_outputs = CW__EXE(args)->num_outputs;
-  args->memory_kinds = CW__EXE(args)->output_kinds;
+  args->memory_kinds = (const char* const*)CW__EXE(args)->output_kinds;
   args->memory_kind_sizes = CW__EXE(args)->output_kind_sizes;
   return NULL;
 }

@@ -31,7 +31,7 @@ typedef struct cw_plugin_exe_s {
   int64_t* output_dims;  // concatenated
   size_t* output_ranks;
   size_t* output_dim_offsets;
-  const char** output_kinds;  // "device" each
+  char** output_kinds;  // memory kind of each output (the worker's compile says)
   size_t* output_kind_sizes;
   char* fingerprint;
   uint8_t* program;

@@ -75,12 +75,15 @@ typedef struct cw_plugin_worker_s {
   size_t num_retired;
 } cw_plugin_worker_t;
 
-// A device's one memory (cw_plugin_device.h).
+// One memory of a device, as its worker's plugin has it ("device",
+// "pinned_host", ...; cw_plugin_device.h).
 typedef struct cw_plugin_memory_s {
   const PJRT_Memory_FunctionTable* vtable;  // first: callers read it
   cw_plugin_device_t* device;
-  int id;
+  int id;  // unique in the client
   int kind_id;
+  char* kind;
+  bool is_default;  // the device's default memory: its kind is not sent
   char* debug_string;
   char* to_string;
   pthread_mutex_t mu;
@@ -103,8 +106,10 @@ struct cw_plugin_device_s {
   size_t num_attr_strings;
   int64_t** attr_lists;
   size_t num_attr_lists;
-  cw_plugin_memory_t memory;  // one memory per device: kind "device"
-  PJRT_Memory* memory_ptr;    // &memory, as an array of one
+  cw_plugin_memory_t* memories;  // the worker's memories of this device, its order
+  size_t num_memories;
+  PJRT_Memory** memory_ptrs;            // memories as handles
+  cw_plugin_memory_t* default_memory;   // one of memories
   PJRT_Device* self_ptr;      // this, as an array of one
 };
 
@@ -122,7 +127,8 @@ struct cw_plugin_client_s {
   cw_plugin_device_t* devices;
   size_t num_devices;
   PJRT_Device** device_ptrs;
-  PJRT_Memory** memory_ptrs;
+  PJRT_Memory** memory_ptrs;  // every device's memories, device order
+  size_t num_memories;
   char* platform_name;
   char* platform_version;
   _Atomic uint64_t next_id;      // client-chosen object ids

@@ -135,8 +135,8 @@ static cw_status_t cw__check_layout(const PJRT_Buffer_MemoryLayout* l, const int
 PJRT_Error* cw_plugin_buffer_from_host(PJRT_Client_BufferFromHostBuffer_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Client_BufferFromHostBuffer_Args, buffer);
   cw_plugin_client_t* c = (cw_plugin_client_t*)args->client;
-  cw_plugin_device_t* d = args->memory ? ((cw_plugin_memory_t*)args->memory)->device
-                                       : (cw_plugin_device_t*)args->device;
+  cw_plugin_memory_t* m = (cw_plugin_memory_t*)args->memory;
+  cw_plugin_device_t* d = m ? m->device : (cw_plugin_device_t*)args->device;
   if (!c || !d) {
     return cw_plugin_error_from_status(cw_make_status(
         CW_INVALID_ARGUMENT, "PJRT_Client_BufferFromHostBuffer: client and memory are required"));
@@ -200,8 +200,10 @@ PJRT_Error* cw_plugin_buffer_from_host(PJRT_Client_BufferFromHostBuffer_Args* ar
   s = cw_plugin_buffer_create(c, d, cw_plugin_client_new_id(c), args->type, args->dims,
                               args->num_dims, ready, &b);
   if (!s) {
+    if (m) b->memory = m;
     Causeway__V1__UploadRequest req = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
     req.buffer_id = b->id;
+    if (!b->memory->is_default) req.memory_kind = b->memory->kind;
     req.dtype = (Causeway__V1__DType)args->type;
     req.n_dims = args->num_dims;
     req.dims = (int64_t*)args->dims;
@@ -343,11 +345,14 @@ PJRT_Error* cw_plugin_buffer_unsafe_pointer(PJRT_Buffer_UnsafePointer_Args* args
   return NULL;
 }
 
-// Copies `b` to device `dst`: COPY on one worker, EXPECT + SEND across
-// workers (bytes go worker to worker; the client never carries them).
-static cw_status_t cw__buffer_copy(cw_plugin_buffer_t* b, cw_plugin_device_t* dst,
+// Copies `b` to memory `dm` (of device `dst`): COPY on one worker, EXPECT +
+// SEND across workers (bytes go worker to worker; the client never carries
+// them).
+static cw_status_t cw__buffer_copy(cw_plugin_buffer_t* b, cw_plugin_memory_t* dm,
                                    cw_plugin_buffer_t** out) {
   *out = NULL;
+  cw_plugin_device_t* dst = dm->device;
+  char* kind = dm->is_default ? "" : dm->kind;
   CW_RETURN_IF_ERROR(cw__live(b, "copy"), "copy");
   cw_plugin_client_t* c = b->client;
   cw_plugin_future_t* ready = cw_plugin_future_create();
@@ -355,6 +360,7 @@ static cw_status_t cw__buffer_copy(cw_plugin_buffer_t* b, cw_plugin_device_t* ds
   cw_plugin_buffer_t* nb = NULL;
   cw_status_t s = cw_plugin_buffer_create(c, dst, cw_plugin_client_new_id(c), b->type, b->dims,
                                           b->rank, ready, &nb);
+  if (nb) nb->memory = dm;
   cw_plugin_worker_t* from = b->device->worker;
   cw_plugin_worker_t* to = dst->worker;
   if (!s && from == to) {
@@ -362,6 +368,7 @@ static cw_status_t cw__buffer_copy(cw_plugin_buffer_t* b, cw_plugin_device_t* ds
     req.src_id = b->id;
     req.dst_id = nb->id;
     req.dst_device = dst->local_id;
+    req.dst_memory_kind = kind;
     s = cw__send_op(from, CW_MSG_COPY, &req.base, &req.seq, NULL, 0, NULL, ready, false);
   } else if (!s) {
     Causeway__V1__ExpectRequest ex = CAUSEWAY__V1__EXPECT_REQUEST__INIT;
@@ -374,6 +381,7 @@ static cw_status_t cw__buffer_copy(cw_plugin_buffer_t* b, cw_plugin_device_t* ds
       req.dst_id = nb->id;
       req.dst_device = dst->local_id;
       req.dst_session = c->session_id;
+      req.dst_memory_kind = kind;
       s = cw__send_op(from, CW_MSG_SEND, &req.base, &req.seq, NULL, 0, NULL, ready, false);
       // The destination already expects the id: poison it rather than leave
       // it pending forever.
@@ -390,7 +398,7 @@ static cw_status_t cw__buffer_copy(cw_plugin_buffer_t* b, cw_plugin_device_t* ds
 }
 
 // The copy slots' end: `buffer` to `dst`, the new buffer in *out_buffer.
-static PJRT_Error* cw__copy_slot(PJRT_Buffer* buffer, cw_plugin_device_t* dst,
+static PJRT_Error* cw__copy_slot(PJRT_Buffer* buffer, cw_plugin_memory_t* dst,
                                  PJRT_Buffer** out_buffer) {
   cw_plugin_buffer_t* nb = NULL;
   cw_status_t s = cw__buffer_copy(CW__BUF(buffer), dst, &nb);
@@ -403,13 +411,13 @@ PJRT_Error* cw_plugin_buffer_copy_to_device(PJRT_Buffer_CopyToDevice_Args* args)
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_CopyToDevice_Args, dst_buffer);
   CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_CopyToDevice", "buffer");
   CW_PLUGIN_NEED(args->dst_device, "PJRT_Buffer_CopyToDevice", "dst_device");
-  return cw__copy_slot(args->buffer, (cw_plugin_device_t*)args->dst_device, &args->dst_buffer);
+  return cw__copy_slot(args->buffer, ((cw_plugin_device_t*)args->dst_device)->default_memory,
+                       &args->dst_buffer);
 }
 
 PJRT_Error* cw_plugin_buffer_copy_to_memory(PJRT_Buffer_CopyToMemory_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_CopyToMemory_Args, dst_buffer);
   CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_CopyToMemory", "buffer");
   CW_PLUGIN_NEED(args->dst_memory, "PJRT_Buffer_CopyToMemory", "dst_memory");
-  return cw__copy_slot(args->buffer, ((cw_plugin_memory_t*)args->dst_memory)->device,
-                       &args->dst_buffer);
+  return cw__copy_slot(args->buffer, (cw_plugin_memory_t*)args->dst_memory, &args->dst_buffer);
 }

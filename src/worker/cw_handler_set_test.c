@@ -89,7 +89,7 @@ static cw_status_t run_call(const char* target, float out[6]) {
   static const int64_t dims[2] = {2, 3};
   PJRT_Buffer* in = NULL;
   PJRT_Event* uploaded = NULL;
-  ASSERT_OK(cw_pjrt_upload(g_pjrt, in_data, PJRT_Buffer_Type_F32, dims, 2, NULL, 0, 0, false,
+  ASSERT_OK(cw_pjrt_upload(g_pjrt, in_data, PJRT_Buffer_Type_F32, dims, 2, NULL, 0, 0, NULL, false,
                            &in, &uploaded));
   ASSERT_OK(await(uploaded));
   PJRT_Buffer* args0[1] = {in};

@@ -1,6 +1,7 @@
 #include "cw_pjrt.h"
 
 #include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -612,9 +613,38 @@ static cw_status_t cw__check_device(const cw_pjrt_t* p, int device) {
   return cw_ok_status();
 }
 
+cw_status_t cw_pjrt_memory_of_kind(const cw_pjrt_t* p, int device, const char* kind,
+                                   PJRT_Memory** out) {
+  *out = NULL;
+  if (!kind || !kind[0]) return cw_ok_status();
+  CW_RETURN_IF_ERROR(cw__check_device(p, device), "memory kind");
+  CW_PJRT_ARGS(PJRT_Device_AddressableMemories_Args, ms);
+  ms.device = p->devices[device];
+  CW_PJRT_CALL(p, PJRT_Device_AddressableMemories, ms, "memories of device %d", device);
+  char have[256] = "";
+  size_t used = 0;
+  for (size_t i = 0; i < ms.num_memories; ++i) {
+    CW_PJRT_ARGS(PJRT_Memory_Kind_Args, mk);
+    mk.memory = ms.memories[i];
+    CW_PJRT_CALL(p, PJRT_Memory_Kind, mk, "memory kind");
+    if (mk.kind_size == strlen(kind) && !memcmp(mk.kind, kind, mk.kind_size)) {
+      *out = ms.memories[i];
+      return cw_ok_status();
+    }
+    if (used < sizeof(have)) {
+      used += (size_t)snprintf(have + used, sizeof(have) - used, "%s%.*s", i ? ", " : "",
+                               (int)mk.kind_size, mk.kind);
+    }
+  }
+  return cw_make_status(CW_INVALID_ARGUMENT,
+                        "device %d has no memory of kind \"%.64s\" (it has: %s)", device, kind,
+                        have[0] ? have : "none");
+}
+
 cw_status_t cw_pjrt_upload(const cw_pjrt_t* p, const void* data, int dtype, const int64_t* dims,
                            size_t rank, const int64_t* strides, size_t num_strides, int device,
-                           bool zero_copy, PJRT_Buffer** out_buffer, PJRT_Event** out_done) {
+                           PJRT_Memory* memory, bool zero_copy, PJRT_Buffer** out_buffer,
+                           PJRT_Event** out_done) {
   *out_buffer = NULL;
   *out_done = NULL;
   CW_RETURN_IF_ERROR(cw__check_device(p, device), "upload");
@@ -628,9 +658,9 @@ cw_status_t cw_pjrt_upload(const cw_pjrt_t* p, const void* data, int dtype, cons
   a.num_byte_strides = num_strides;
   a.host_buffer_semantics = zero_copy ? PJRT_HostBufferSemantics_kImmutableZeroCopy
                                       : PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes;
-  // As JAX does: the device's default memory, device NULL.
-  if (p->default_memories[device]) {
-    a.memory = p->default_memories[device];
+  // As JAX does: a memory (the device's default unless given), device NULL.
+  if (memory || p->default_memories[device]) {
+    a.memory = memory ? memory : p->default_memories[device];
   } else {
     a.device = p->devices[device];
   }
@@ -662,13 +692,13 @@ cw_status_t cw_pjrt_ready_event(const cw_pjrt_t* p, PJRT_Buffer* buffer, PJRT_Ev
 }
 
 cw_status_t cw_pjrt_copy(const cw_pjrt_t* p, PJRT_Buffer* buffer, int device,
-                         PJRT_Buffer** out) {
+                         PJRT_Memory* memory, PJRT_Buffer** out) {
   *out = NULL;
   CW_RETURN_IF_ERROR(cw__check_device(p, device), "copy");
-  if (p->default_memories[device]) {
+  if (memory || p->default_memories[device]) {
     CW_PJRT_ARGS(PJRT_Buffer_CopyToMemory_Args, a);
     a.buffer = buffer;
-    a.dst_memory = p->default_memories[device];
+    a.dst_memory = memory ? memory : p->default_memories[device];
     CW_PJRT_CALL(p, PJRT_Buffer_CopyToMemory, a, "copy to device %d", device);
     *out = a.dst_buffer;
   } else {

@@ -118,20 +118,27 @@ CW_MUST_USE cw_status_t cw_pjrt_serialize(const cw_pjrt_t* pjrt, PJRT_LoadedExec
                                           void** out_handle, void (**out_deleter)(void*));
 void cw_pjrt_executable_destroy(const cw_pjrt_t* pjrt, PJRT_LoadedExecutable* exe);
 
-// Creates a buffer on `device` from host memory that must stay unchanged
-// until *out_done fires (zero-copy when `zero_copy` and the plugin aliases).
+// `device`'s memory of `kind` (memory kinds: "device", "pinned_host", ...):
+// NULL for "" (the device's default); INVALID_ARGUMENT naming the kinds it
+// has when it has none of that kind.
+CW_MUST_USE cw_status_t cw_pjrt_memory_of_kind(const cw_pjrt_t* pjrt, int device,
+                                               const char* kind, PJRT_Memory** out_memory);
+// Creates a buffer on `device` (in `memory`, one of its memories; NULL: its
+// default) from host memory that must stay unchanged until *out_done fires
+// (zero-copy when `zero_copy` and the plugin aliases).
 CW_MUST_USE cw_status_t cw_pjrt_upload(const cw_pjrt_t* pjrt, const void* data, int dtype,
                                        const int64_t* dims, size_t rank,
                                        const int64_t* byte_strides, size_t num_strides,
-                                       int device, bool zero_copy, PJRT_Buffer** out_buffer,
-                                       PJRT_Event** out_done);
+                                       int device, PJRT_Memory* memory, bool zero_copy,
+                                       PJRT_Buffer** out_buffer, PJRT_Event** out_done);
 // Dense row-major copy into `dst`; completion on *out_event.
 CW_MUST_USE cw_status_t cw_pjrt_to_host(const cw_pjrt_t* pjrt, PJRT_Buffer* buffer, void* dst,
                                         size_t size, PJRT_Event** out_event);
 CW_MUST_USE cw_status_t cw_pjrt_ready_event(const cw_pjrt_t* pjrt, PJRT_Buffer* buffer,
                                             PJRT_Event** out_event);
+// A copy on `device` (in `memory`, one of its memories; NULL: its default).
 CW_MUST_USE cw_status_t cw_pjrt_copy(const cw_pjrt_t* pjrt, PJRT_Buffer* buffer, int device,
-                                     PJRT_Buffer** out_buffer);
+                                     PJRT_Memory* memory, PJRT_Buffer** out_buffer);
 // dtype, dims (*out_dims malloc'd), local device index.
 CW_MUST_USE cw_status_t cw_pjrt_buffer_info(const cw_pjrt_t* pjrt, PJRT_Buffer* buffer,
                                             int* out_dtype, int64_t** out_dims,

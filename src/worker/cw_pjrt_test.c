@@ -77,7 +77,7 @@ static PJRT_Buffer* upload(const float* data, const int64_t* strides, int device
   PJRT_Buffer* b = NULL;
   PJRT_Event* done = NULL;
   ASSERT_OK(cw_pjrt_upload(g_pjrt, data, PJRT_Buffer_Type_F32, dims, 2, strides,
-                           strides ? 2 : 0, device, false, &b, &done));
+                           strides ? 2 : 0, device, NULL, false, &b, &done));
   await_event(done);
   PJRT_Event* ready = NULL;
   ASSERT_OK(cw_pjrt_ready_event(g_pjrt, b, &ready));
@@ -214,13 +214,13 @@ static void test_compile_upload_execute_download(void** state) {
 
   // A copy to the other device; the wrong device is refused before PJRT.
   PJRT_Buffer* copy = NULL;
-  ASSERT_OK(cw_pjrt_copy(g_pjrt, out, 1, &copy));
+  ASSERT_OK(cw_pjrt_copy(g_pjrt, out, 1, NULL, &copy));
   ASSERT_OK(cw_pjrt_buffer_info(g_pjrt, copy, &dtype, &dims, &rank, &device));
   assert_int_equal(device, 1);
   free(dims);
   expect_contents(copy, y);
   PJRT_Buffer* none = copy;
-  cw_status_t st = cw_pjrt_copy(g_pjrt, copy, 2, &none);
+  cw_status_t st = cw_pjrt_copy(g_pjrt, copy, 2, NULL, &none);
   assert_int_equal(cw_status_code(st), CW_INVALID_ARGUMENT);
   assert_string_equal(cw_status_message(st), "copy: device 2 is not one of this worker's 2 devices");
   assert_null(none);
@@ -243,11 +243,63 @@ static void test_strided_upload_and_refusals(void** state) {
   cw_pjrt_buffer_destroy(g_pjrt, b);
   static const int64_t dims[] = {2, 3};
   PJRT_Event* done = (PJRT_Event*)&done;
-  cw_status_t st = cw_pjrt_upload(g_pjrt, x, PJRT_Buffer_Type_F32, dims, 2, NULL, 0, -1, false,
+  cw_status_t st = cw_pjrt_upload(g_pjrt, x, PJRT_Buffer_Type_F32, dims, 2, NULL, 0, -1, NULL, false,
                                   &b, &done);
   assert_string_equal(cw_status_message(st), "upload: device -1 is not one of this worker's 2 devices");
   assert_null(b);
   assert_null(done);
+  cw_status_free(st);
+}
+
+// The name of the memory `b` is in (PJRT_Buffer_Memory, PJRT_Memory_Kind).
+static void expect_memory_kind(PJRT_Buffer* b, const char* kind) {
+  PJRT_Buffer_Memory_Args m = {.struct_size = sizeof(m), .buffer = b};
+  assert_null(g_pjrt->api->PJRT_Buffer_Memory(&m));
+  PJRT_Memory_Kind_Args k = {.struct_size = sizeof(k), .memory = m.memory};
+  assert_null(g_pjrt->api->PJRT_Memory_Kind(&k));
+  assert_int_equal(k.kind_size, strlen(kind));
+  assert_memory_equal(k.kind, kind, k.kind_size);
+}
+
+// Memory kinds: uploads and copies land in the memory named; "" is the
+// default; an unknown kind is refused naming the kinds there are.
+static void test_memory_kinds(void** state) {
+  (void)state;
+  PJRT_Memory* pinned = NULL;
+  PJRT_Memory* dflt = (PJRT_Memory*)&dflt;
+  ASSERT_OK(cw_pjrt_memory_of_kind(g_pjrt, 1, "pinned_host", &pinned));
+  assert_non_null(pinned);
+  ASSERT_OK(cw_pjrt_memory_of_kind(g_pjrt, 1, "", &dflt));
+  assert_null(dflt);
+  float x[6] = {1, 2, 3, 4, 5, 6};
+  static const int64_t dims[] = {2, 3};
+  PJRT_Buffer* b = NULL;
+  PJRT_Event* done = NULL;
+  ASSERT_OK(cw_pjrt_upload(g_pjrt, x, PJRT_Buffer_Type_F32, dims, 2, NULL, 0, 1, pinned, false,
+                           &b, &done));
+  await_event(done);
+  expect_memory_kind(b, "pinned_host");
+  expect_contents(b, x);
+  PJRT_Memory* unpinned = NULL;
+  ASSERT_OK(cw_pjrt_memory_of_kind(g_pjrt, 0, "unpinned_host", &unpinned));
+  PJRT_Buffer* c = NULL;
+  ASSERT_OK(cw_pjrt_copy(g_pjrt, b, 0, unpinned, &c));
+  expect_memory_kind(c, "unpinned_host");
+  expect_contents(c, x);
+  PJRT_Buffer* d = NULL;
+  ASSERT_OK(cw_pjrt_copy(g_pjrt, c, 0, NULL, &d));
+  expect_memory_kind(d, "device");
+  expect_contents(d, x);
+  cw_pjrt_buffer_destroy(g_pjrt, b);
+  cw_pjrt_buffer_destroy(g_pjrt, c);
+  cw_pjrt_buffer_destroy(g_pjrt, d);
+  PJRT_Memory* none = (PJRT_Memory*)&none;
+  cw_status_t st = cw_pjrt_memory_of_kind(g_pjrt, 0, "hbm", &none);
+  assert_int_equal(cw_status_code(st), CW_INVALID_ARGUMENT);
+  assert_string_equal(cw_status_message(st),
+                      "device 0 has no memory of kind \"hbm\" "
+                      "(it has: device, pinned_host, unpinned_host)");
+  assert_null(none);
   cw_status_free(st);
 }
 
@@ -624,6 +676,7 @@ int main(void) {
       cmocka_unit_test(test_devices_and_inventory),
       cmocka_unit_test(test_compile_upload_execute_download),
       cmocka_unit_test(test_strided_upload_and_refusals),
+      cmocka_unit_test(test_memory_kinds),
       cmocka_unit_test(test_compile_error),
       cmocka_unit_test(test_serialize_deserialize),
       cmocka_unit_test(test_event_on_ready),

@@ -76,6 +76,7 @@ void cw_worker_op_free(cw_op_t* op) {
   cw_store_entry_release(op->w->store, op->src);
   free(op->dims);
   free(op->peer_address);
+  free(op->memory_kind);
   free(op->name);
   cw_pjrt_shapes_free(op->params, op->num_params);
   free(op->exe_devices);

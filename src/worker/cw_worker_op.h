@@ -27,6 +27,9 @@ struct cw_op_s {
   int64_t* dims;  // owned
   size_t rank;
   int device;
+  // UPLOAD, PUT, COPY: the new buffer's memory (NULL: the device's default).
+  PJRT_Memory* memory;
+  char* memory_kind;  // SEND: the PUT's dst_memory_kind (owned; NULL: default)
   char* peer_address;
   uint64_t dst_session;
   cw_status_t status;  // SEND: the source's error, sent on as a poisoned PUT

@@ -42,7 +42,7 @@ static PJRT_Buffer* buffer(cw_pjrt_t* p) {
   PJRT_Buffer* b = NULL;
   PJRT_Event* done = NULL;
   cw_status_t st =
-      cw_pjrt_upload(p, data, PJRT_Buffer_Type_F32, dims, 1, NULL, 0, 0, false, &b, &done);
+      cw_pjrt_upload(p, data, PJRT_Buffer_Type_F32, dims, 1, NULL, 0, 0, NULL, false, &b, &done);
   if (st) fail_msg("upload: %s", cw_status_message(st));
   cw_pjrt_event_destroy(p, done);  // `data` is static: nothing to wait for
   return b;

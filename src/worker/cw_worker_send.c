@@ -50,6 +50,7 @@ static void cw__put(cw_op_t* op) {
   put.dst_id = op->dst_id;
   put.dst_session = op->dst_session;
   put.dst_device = op->dst_device;
+  if (op->memory_kind) put.dst_memory_kind = op->memory_kind;
   put.dtype = (Causeway__V1__DType)op->dtype;
   put.dims = op->dims;
   put.n_dims = op->rank;
@@ -140,7 +141,8 @@ void cw_worker_handle_send(cw_net_conn_t* nc, const cw_frame_header_t* h,
   cw_op_t* op = cw_worker_op_for_wait(c, h, r->src_id, cw__send_cont);
   if (!op) return;
   op->peer_address = strdup(r->peer_address);
-  if (!op->peer_address) {
+  if (r->dst_memory_kind && r->dst_memory_kind[0]) op->memory_kind = strdup(r->dst_memory_kind);
+  if (!op->peer_address || (r->dst_memory_kind && r->dst_memory_kind[0] && !op->memory_kind)) {
     cw_worker_op_fail(op, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
     return;
   }

@@ -239,6 +239,17 @@ static void test_violations(void** state) {
   u.n_dims = 2;
   assert_int_equal(call(fd, CW_MSG_UPLOAD, &u.base, x, 20, NULL), CW_INVALID_ARGUMENT);
   close(fd);
+  // A memory kind the device lacks is refused; the connection goes on, and
+  // a kind it has is used.
+  fd = dial(w.port);
+  assert_true(hello(fd, 0, 1, "sesame") != 0);
+  u.memory_kind = "hbm";
+  assert_int_equal(call(fd, CW_MSG_UPLOAD, &u.base, x, 24, NULL), CW_INVALID_ARGUMENT);
+  u.memory_kind = "pinned_host";
+  assert_int_equal(call(fd, CW_MSG_UPLOAD, &u.base, x, 24, NULL), CW_OK);
+  expect_download(fd, 1, x);
+  u.memory_kind = "";
+  close(fd);
   fd = dial(w.port);
   assert_true(hello(fd, 0, 1, "sesame") != 0);
   size_t plen = protobuf_c_message_get_packed_size(&u.base);

@@ -71,7 +71,7 @@ void cw_worker_transfer_received(cw_op_t* op) {
   PJRT_Buffer* buffer = NULL;
   PJRT_Event* done = NULL;
   cw_status_t st = cw_pjrt_upload(w->pjrt, op->staging, op->dtype, op->dims, op->rank, strides,
-                                  nstrides, op->device, true, &buffer, &done);
+                                  nstrides, op->device, op->memory, true, &buffer, &done);
   if (!st) st = cw_worker_entry_set_array(e, op->dtype, op->dims, op->rank, op->device);
   // The staging memory lives until PJRT is done with it (zero-copy: until
   // the buffer is destroyed).
@@ -184,6 +184,8 @@ void cw_worker_handle_upload(cw_net_conn_t* nc, const cw_frame_header_t* h,
   cw_worker_t* w = c->w;
   const Causeway__V1__UploadRequest* r = (const Causeway__V1__UploadRequest*)*msg;
   cw_status_t st = cw_worker_check_device(w, r->device);
+  PJRT_Memory* memory = NULL;
+  if (!st) st = cw_pjrt_memory_of_kind(w->pjrt, r->device, r->memory_kind, &memory);
   if (!st && r->n_byte_strides && r->n_byte_strides != r->n_dims) {
     st = cw_make_status(CW_INVALID_ARGUMENT, "%zu byte strides for %zu dimensions",
                         r->n_byte_strides, r->n_dims);
@@ -208,6 +210,7 @@ void cw_worker_handle_upload(cw_net_conn_t* nc, const cw_frame_header_t* h,
   op->dst_id = r->buffer_id;
   op->dtype = r->dtype;
   op->device = r->device;
+  op->memory = memory;
   op->msg = *msg;
   *msg = NULL;
   cw__transfer_admit(c, h, op, e);
@@ -222,6 +225,10 @@ void cw_worker_handle_put(cw_net_conn_t* nc, const cw_frame_header_t* h,
   cw_session_t* s = cw_worker_session_find(w, r->dst_session);
   if (!s) st = cw_make_status(CW_NOT_FOUND, "session %" PRIu64 " not found", r->dst_session);
   if (!st && !r->error) st = cw_worker_check_device(w, r->dst_device);
+  PJRT_Memory* memory = NULL;
+  if (!st && !r->error) {
+    st = cw_pjrt_memory_of_kind(w->pjrt, r->dst_device, r->dst_memory_kind, &memory);
+  }
   cw_store_entry_t* e = NULL;
   if (!st) {
     // An EXPECT-ed buffer deleted while a request that uses it waits for it
@@ -262,6 +269,7 @@ void cw_worker_handle_put(cw_net_conn_t* nc, const cw_frame_header_t* h,
   op->dst_id = r->dst_id;
   op->dtype = r->dtype;
   op->device = r->dst_device;
+  op->memory = memory;
   op->msg = *msg;
   *msg = NULL;
   cw__transfer_admit(c, h, op, e);
@@ -477,7 +485,8 @@ static void cw__copy_cont(cw_op_t* op, cw_store_entry_t* src) {
     op->mem_admitted = true;
   }
   PJRT_Buffer* out = NULL;
-  if (!st) st = cw_pjrt_copy(w->pjrt, (PJRT_Buffer*)src->handle, op->dst_device, &out);
+  if (!st) st = cw_pjrt_copy(w->pjrt, (PJRT_Buffer*)src->handle, op->dst_device, op->memory,
+                                   &out);
   if (!st) st = cw_worker_entry_set_array(dst, src->dtype, src->dims, src->rank, op->dst_device);
   PJRT_Event* ev = NULL;
   if (!st) st = cw_pjrt_ready_event(w->pjrt, out, &ev);
@@ -495,6 +504,8 @@ void cw_worker_handle_copy(cw_net_conn_t* nc, const cw_frame_header_t* h,
   cw_conn_t* c = cw_net_conn_user(nc);
   const Causeway__V1__CopyRequest* r = (const Causeway__V1__CopyRequest*)*msg;
   cw_status_t st = cw_worker_check_device(c->w, r->dst_device);
+  PJRT_Memory* memory = NULL;
+  if (!st) st = cw_pjrt_memory_of_kind(c->w->pjrt, r->dst_device, r->dst_memory_kind, &memory);
   cw_store_entry_t* dst = NULL;
   if (!st) st = cw_store_insert(c->w->store, c->session->key, r->dst_id, CW_STORE_BUFFER, &dst);
   if (st) {
@@ -509,6 +520,7 @@ void cw_worker_handle_copy(cw_net_conn_t* nc, const cw_frame_header_t* h,
   op->dst_id = r->dst_id;
   op->serial = dst->serial;
   op->dst_device = r->dst_device;
+  op->memory = memory;
   cw_worker_op_start_wait(op);
 }
 

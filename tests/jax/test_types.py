@@ -79,3 +79,31 @@ def test_cost_analysis(check):
 def test_cpu_beside(check):
     want, got = check("cpu_beside")
     assert got["cpu_platform"] == "cpu" and got["y_platform"] == "cpu"
+
+
+# Memory kinds (issue 10 item 3).
+
+def test_memory_kinds_listed(check):
+    want, got = check("memory_kinds_listed")
+    assert got[0]["kinds"] == ["device", "pinned_host", "unpinned_host"], got[0]
+    assert got[0]["default"] == "device" and got[0]["own"], got[0]
+
+
+def test_memory_kinds_device_put(check):
+    want, got = check("memory_kinds_put")
+    assert got["d0_np_pinned_host"]["kind"] == "pinned_host", got
+    assert got["d0_pinned_host_to_unpinned_host"]["kind"] == "unpinned_host", got
+    assert got["cross"]["kind"] == "pinned_host" and got["cross"]["device"], got["cross"]
+    assert got["unknown"]["names_it"], got["unknown"]
+
+
+def test_memory_kinds_in_jit(check):
+    want, got = check("memory_kinds_jit")
+    assert got["out_pinned_host"]["kind"] == "pinned_host", got
+    assert got["in_out"]["kinds"] == ["device", "pinned_host"], got["in_out"]
+    assert got["sharded"]["shard_kinds"] == ["pinned_host"], got["sharded"]
+
+
+def test_memory_kinds_offloaded_activations(check):
+    want, got = check("memory_kinds_offload")
+    assert want["offloaded"] and got["offloaded"], (want["offloaded"], got["offloaded"])

@@ -253,3 +253,122 @@ def mesh_all() -> dict:
     g = jax.jit(jax.grad(lambda b, a: jnp.mean((a @ b) ** 2)))(w, x)
     return {"y": np.asarray(y), "s": np.asarray(s), "grad": np.asarray(g),
             "y_sharding": checks.sharding_desc(y), "n": n}
+
+
+# --- Memory kinds (issue 10 item 3) -------------------------------------------
+
+KINDS = ("device", "pinned_host", "unpinned_host")
+
+
+def _kind(a) -> str:
+    return a.sharding.memory_kind
+
+
+def memory_kinds_listed() -> dict:
+    """Each device's memories as JAX sees them: kinds, default, and that every
+    memory names its device."""
+    out = {}
+    for i, d in enumerate(jax.devices()):
+        mems = d.addressable_memories()
+        out[i] = {"kinds": sorted(m.kind for m in mems), "default": d.default_memory().kind,
+                  "own": all(d in m.addressable_by_devices() for m in mems),
+                  "by_kind": d.memory("pinned_host").kind}
+    return out
+
+
+def memory_kinds_put() -> dict:
+    """device_put between kinds on one device and across workers (first and
+    last device), from numpy and from arrays; values and kinds after each."""
+    from jax.sharding import SingleDeviceSharding
+    devs = jax.devices()
+    x = np.arange(24, dtype=np.float32).reshape(4, 6) - 7.5
+    out = {}
+    for di in (0, len(devs) - 1):
+        s = SingleDeviceSharding(devs[di])
+        for kind in KINDS:
+            a = jax.device_put(x, s.with_memory_kind(kind))  # numpy -> kind
+            out[f"d{di}_np_{kind}"] = {"kind": _kind(a), "v": np.asarray(a)}
+            for to in KINDS:  # kind -> kind on the same device
+                b = jax.device_put(a, s.with_memory_kind(to))
+                out[f"d{di}_{kind}_to_{to}"] = {"kind": _kind(b), "v": np.asarray(b * 2)}
+    # Across workers: first device's device memory to the last one's host memory.
+    a = jax.device_put(x, devs[0])
+    far = SingleDeviceSharding(devs[-1], memory_kind="pinned_host")
+    b = jax.device_put(a, far)
+    out["cross"] = {"kind": _kind(b), "device": b.devices() == {devs[-1]}, "v": np.asarray(b)}
+    back = jax.device_put(b, SingleDeviceSharding(devs[0], memory_kind="device"))
+    out["cross_back"] = {"kind": _kind(back), "v": np.asarray(back + 1)}
+    try:
+        jax.device_put(x, SingleDeviceSharding(devs[0], memory_kind="no_such_kind"))
+        out["unknown"] = "no error"
+    except Exception as e:  # noqa: BLE001
+        out["unknown"] = {"type": type(e).__name__, "names_it": "no_such_kind" in str(e)}
+    return out
+
+
+def memory_kinds_jit() -> dict:
+    """Memory kinds in out_shardings and on jit arguments, one device and a
+    sharded mesh of four."""
+    from jax.sharding import SingleDeviceSharding
+    devs = jax.devices()
+    s = SingleDeviceSharding(devs[0])
+    x = jnp.arange(16.0, dtype=jnp.float32).reshape(4, 4)
+    out = {}
+    for kind in KINDS:
+        f = jax.jit(lambda a: jnp.sin(a) * 2, out_shardings=s.with_memory_kind(kind))
+        y = f(x)
+        out[f"out_{kind}"] = {"kind": _kind(y), "v": np.asarray(y)}
+    xh = jax.device_put(x, s.with_memory_kind("pinned_host"))
+    y = jax.jit(lambda a: a + 1)(xh)  # a host argument: the output follows it
+    out["arg_host"] = {"kind": _kind(y), "v": np.asarray(y)}
+    g = jax.jit(lambda a, b: (a * 3, b - 1), in_shardings=(s.with_memory_kind("pinned_host"), s),
+                out_shardings=(s, s.with_memory_kind("pinned_host")))
+    y1, y2 = g(xh, x)
+    out["in_out"] = {"kinds": [_kind(y1), _kind(y2)], "v": [np.asarray(y1), np.asarray(y2)]}
+    mesh = Mesh(np.array(devs[:4]), ("d",))
+    ns = NamedSharding(mesh, P("d"))
+    xs = jax.device_put(np.arange(32.0, dtype=np.float32).reshape(8, 4),
+                        ns.with_memory_kind("pinned_host"))
+    h = jax.jit(lambda a: jnp.cos(a).sum(axis=1), out_shardings=ns.with_memory_kind("pinned_host"))
+    ys = h(jax.device_put(xs, ns))
+    out["sharded"] = {"in_kind": _kind(xs), "kind": _kind(ys), "v": np.asarray(ys),
+                      "shard_kinds": sorted({_kind(sh.data) for sh in ys.addressable_shards}),
+                      "back": np.asarray(jax.device_put(ys, ns.with_memory_kind("device")))}
+    return out
+
+
+def memory_kinds_offload() -> dict:
+    """Host-offloaded activations: jax.checkpoint with a policy that offloads
+    a named residual to pinned_host, in a plain function and in a scan; the
+    gradients as stock computes them."""
+    from jax.ad_checkpoint import checkpoint_name
+    policy = jax.checkpoint_policies.save_and_offload_only_these_names(
+        names_which_can_be_saved=[], names_which_can_be_offloaded=["h"],
+        offload_src="device", offload_dst="pinned_host")
+
+    def layer(w, a):
+        h = checkpoint_name(jnp.sin(a @ w), "h")
+        return jnp.tanh(h @ w.T)
+
+    def loss(w, a):
+        return jnp.sum(jax.checkpoint(layer, policy=policy)(w, a) ** 2)
+
+    def scan_loss(w, a):
+        def body(c, _):
+            return jax.checkpoint(layer, policy=policy)(w, c), None
+        c, _ = jax.lax.scan(body, a, None, length=4)
+        return jnp.sum(c ** 2)
+
+    rng = np.random.default_rng(3)
+    w = jnp.asarray(rng.standard_normal((8, 8), dtype=np.float32) * 0.3)
+    a = jnp.asarray(rng.standard_normal((16, 8), dtype=np.float32))
+    f = jax.jit(jax.value_and_grad(loss))
+    g = jax.jit(jax.value_and_grad(scan_loss))
+    # JAX moves the residual to host memory space (on CPU its lowering needs
+    # no transfer: both spaces are host memory); this checks the policy took.
+    jaxpr = str(jax.make_jaxpr(jax.value_and_grad(loss))(w, a))
+    v1, g1 = f(w, a)
+    v2, g2 = g(w, a)
+    return {"loss": np.asarray(v1), "grad": np.asarray(g1), "scan_loss": np.asarray(v2),
+            "scan_grad": np.asarray(g2),
+            "offloaded": "f32<host>" in jaxpr}
