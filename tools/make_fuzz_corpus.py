@@ -17,7 +17,7 @@
                                          payload, valid and broken) and
                                          CompileOptionsProto bytes with
                                          DebugOptions map entries.
-  src/core/corpus/{settings,json,tls}_fuzz/, src/tools/corpus/up_state_fuzz/,
+  src/core/corpus/{settings,json,tls,tls_first_bytes}_fuzz/, src/tools/corpus/up_state_fuzz/,
   src/worker/corpus/hlo_params_fuzz/     flags and variables, peer text, a
                                          peer's first TLS bytes, `causeway up`
                                          state files, HloModuleProto bytes
@@ -609,6 +609,25 @@ def tls_corpus(root):
     return files
 
 
+def tls_first_bytes_corpus():
+    """tls_first_bytes_fuzz: a peer's first bytes (a TLS record header, a
+    causeway frame, HTTP, cut short) and addresses, as they come."""
+    return {
+        "seed_first_tls_record": b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
+        "seed_first_tls_short": b"\x16\x03",
+        "seed_first_causeway": b"CWAY\1\0\1\0",
+        "seed_first_cut": b"CW",
+        "seed_first_http": b"GET / HTTP/1.1\r\n\r\n",
+        "seed_first_ccs": b"\x14\x03\x03\x00\x01\x01",
+        "seed_address_v4": b"127.0.0.1:7311",
+        "seed_address_v6": b"[::1]:7311",
+        "seed_address_v6_open": b"[::1:7311",
+        "seed_address_host": b"controller.example:7310",
+        "seed_address_unix": b"/tmp/causeway/controller.sock",
+        "seed_address_long": b"h" * 80 + b":1",
+    }
+
+
 def write_dir(path, files):
     # Replace only what this script generates; reproducers added by hand
     # (any other name, e.g. crash-<sha1>) are kept.
@@ -694,6 +713,7 @@ def main():
     for target, make in (("src/core/corpus/settings_fuzz", settings_corpus),
                          ("src/core/corpus/json_fuzz", json_corpus),
                          ("src/core/corpus/tls_fuzz", lambda: tls_corpus(args.root)),
+                         ("src/core/corpus/tls_first_bytes_fuzz", tls_first_bytes_corpus),
                          ("src/tools/corpus/up_state_fuzz", up_state_corpus),
                          ("src/worker/corpus/hlo_params_fuzz", hlo_params_corpus)):
         files = make()
