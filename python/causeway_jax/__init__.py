@@ -27,6 +27,7 @@ import functools
 import logging
 import os
 import pathlib
+import sys
 
 logger = logging.getLogger(__name__)
 
@@ -183,15 +184,27 @@ def _create_options() -> dict:
 
 
 def _keep_cpu_beside() -> None:
-    # JAX initializes only the platforms listed in jax_platforms, and reads it
-    # after plugin discovery: add "cpu" after "causeway" when it is missing.
-    from jax._src import config
-    platforms = config.jax_platforms.value
-    if not platforms:
-        return  # every registered backend starts, "cpu" among them
-    names = platforms.split(",")
-    if PLUGIN_NAME in names and "cpu" not in names:
-        config.config.update("jax_platforms", ",".join(names + ["cpu"]))
+    # JAX initializes only the platforms jax_platforms lists, expanding each
+    # name through expand_platform_alias after plugin discovery: "causeway"
+    # expands to causeway then cpu there when the list lacks cpu. The config
+    # value itself stays as the user set it (JAX's own tests check that no
+    # test changes it), and the expansion applies only to that one call site.
+    from jax._src import config, xla_bridge
+    original = xla_bridge.expand_platform_alias
+    if getattr(original, "_causeway", False):
+        return
+    backends_code = xla_bridge.backends.__code__
+
+    def expand_platform_alias(platform: str) -> list[str]:
+        out = original(platform)
+        if platform == PLUGIN_NAME and sys._getframe(1).f_code is backends_code:
+            names = (config.jax_platforms.value or "").split(",")
+            if "cpu" not in names:
+                out = list(out) + ["cpu"]
+        return out
+
+    expand_platform_alias._causeway = True
+    xla_bridge.expand_platform_alias = expand_platform_alias
 
 
 def _answer_cost_analysis() -> None:
