@@ -13,7 +13,10 @@
 //     buffer) and worker-to-worker (EXPECT on B, SEND A -> B, until the SEND's
 //     Ack) for float32 1-D arrays, vs raw TCP bulk of the same size (a sender
 //     writes N bytes, a receiver reads them into a preallocated buffer and
-//     answers with a 1-byte ack).
+//     answers with a 1-byte ack);
+//   - same host: a fifth worker on a Unix socket, UPLOAD and DOWNLOAD through
+//     the socket and by peer_address (the worker copies this process's memory
+//     itself, process_vm_readv/writev), vs memcpy between two warm buffers.
 // Every path's data is read back and compared with what was sent; a transfer
 // error or a mismatch makes the run fail (exit 1). Nothing is asserted about
 // speed. --quick: tiny sizes and few repetitions (the CTest `bench_quick`).
@@ -21,7 +24,7 @@
 // Usage: cw_bench [--quick] [--no-tls] [--null] [--plugin PATH] [--worker PATH]
 //                 [--pings N] [--max-mib N] [--sizes LIST] [--reps-scale X] [--only LIST]
 //   --plugin defaults to $CAUSEWAY_PJRT_PLUGIN; --worker to causeway-worker next to
-//   this executable. --only: comma list of ping,launch,upload,download,w2w.
+//   this executable. --only: comma list of ping,launch,upload,download,w2w,samehost.
 //   --sizes: comma list of byte counts with k/m suffixes (multiples of 4).
 //   --no-tls: plaintext only. --null: --plugin is the null plugin (tests/nullplugin):
 //   launches run a "cwnull" program of the same shapes, so the figures are
@@ -105,7 +108,7 @@ typedef struct worker_s {
                             // hold the pipe open after the worker is gone
 } worker_t;
 
-static worker_t g_workers[4];
+static worker_t g_workers[5];
 static int g_num_workers;
 static bool g_keep_logs;
 
@@ -192,8 +195,9 @@ static void die_status(cw_status_t st, const char* what) {
   } while (0)
 
 // `tls_dir`: the worker speaks TLS with the certificates there (NULL: plaintext).
+// `listen`: NULL for 127.0.0.1 port 0, else an address (a Unix socket path).
 static void start_worker(int index, const char* worker_path, const char* plugin,
-                         const char* tls_dir) {
+                         const char* tls_dir, const char* listen) {
   worker_t* w = &g_workers[index];
   memset(w, 0, sizeof *w);
   w->out_fd = -1;
@@ -225,7 +229,7 @@ static void start_worker(int index, const char* worker_path, const char* plugin,
     char name[8];
     snprintf(name, sizeof name, "%c", 'A' + index);
     execl(worker_path, worker_path, "--plugin", plugin, "--devices", "1", "--listen",
-          "127.0.0.1:0", (char*)NULL);
+          listen ? listen : "127.0.0.1:0", (char*)NULL);
     dprintf(STDERR_FILENO, "exec %s: %s\n", worker_path, strerror(errno));
     _exit(127);
   }
@@ -708,11 +712,101 @@ static double time_launch(bench_t* b, transport_t* tr, bool check) {
 // ---------------------------------------------------------------------------
 // main
 
+// ---------------------------------------------------------------------------
+// Same host: a worker on a Unix socket, bytes through the socket or copied by
+// the worker straight from/to this process's memory (peer_address).
+
+// One UPLOAD of b->src[0, n) as `id` until its Ack: bulk on the socket, or by
+// peer_address.
+static double samehost_upload(bench_t* b, cw_client_t* c, uint64_t id, size_t n, bool direct) {
+  int64_t dims[1] = {(int64_t)(n / sizeof(float))};
+  Causeway__V1__UploadRequest req = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
+  req.buffer_id = id;
+  req.dtype = CAUSEWAY__V1__DTYPE__DTYPE_F32;
+  req.dims = dims;
+  req.n_dims = 1;
+  struct iovec iov = {b->src, n};
+  if (direct) req.peer_address = (uint64_t)(uintptr_t)b->src;
+  ProtobufCMessage* rep = NULL;
+  double t0 = now_s();
+  CHECK_OK(cw_client_call(c, CW_MSG_UPLOAD, &req.base, direct ? NULL : &iov, direct ? 0 : 1,
+                          NULL, &rep, NULL),
+           direct ? "same-host upload by peer_address" : "same-host upload");
+  double dt = now_s() - t0;
+  protobuf_c_message_free_unpacked(rep, NULL);
+  return dt;
+}
+
+// One DOWNLOAD of `id` into b->dst: bulk on the socket, or by peer_address
+// (then the reply must carry no bytes).
+static double samehost_download(bench_t* b, cw_client_t* c, uint64_t id, size_t n, bool direct) {
+  Causeway__V1__DownloadRequest req = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
+  req.buffer_id = id;
+  if (direct) req.peer_address = (uint64_t)(uintptr_t)b->dst;
+  cw_client_sink_t sink = {.data = b->dst, .capacity = n};
+  ProtobufCMessage* rep = NULL;
+  uint64_t bulk = 0;
+  double t0 = now_s();
+  CHECK_OK(cw_client_call(c, CW_MSG_DOWNLOAD, &req.base, NULL, 0, &sink, &rep, &bulk),
+           direct ? "same-host download by peer_address" : "same-host download");
+  double dt = now_s() - t0;
+  if (direct && bulk) die("same-host download by peer_address: the reply carried %" PRIu64
+                          " bytes (the worker could not copy; see its log)", bulk);
+  if (!direct && bulk != n) die("same-host download: %" PRIu64 " bytes, not %zu", bulk, n);
+  protobuf_c_message_free_unpacked(rep, NULL);
+  return dt;
+}
+
+// memcpy, upload and download through the socket and by peer_address, for
+// each size; every transfer's bytes are compared on the first rep.
+static void samehost_table(bench_t* b, cw_client_t* c, const size_t* sizes, size_t num_sizes) {
+  printf("Same host: client <-> worker on a Unix socket, float32 1-D; GB/s = 1e9 B/s of median\n"
+         "time; %% = of memcpy between two warm buffers in this process, same run\n");
+  printf("  %-9s %5s %9s %9s %6s %9s %6s %9s %6s %9s %6s\n", "size", "reps", "memcpy",
+         "up sock", "%", "up same", "%", "down sock", "%", "down same", "%");
+  for (size_t s = 0; s < num_sizes; ++s) {
+    size_t n = sizes[s];
+    int reps = reps_for(b, n);
+    double* t[5];
+    for (int p = 0; p < 5; ++p) t[p] = calloc((size_t)reps, sizeof(double));
+    for (int r = -1; r < reps; ++r) {  // rep -1 warms up
+      double dt[5];
+      double t0 = now_s();
+      memcpy(b->dst, b->src, n);
+      dt[0] = now_s() - t0;
+      for (int direct = 0; direct < 2; ++direct) {
+        uint64_t id = b->next_id++;
+        dt[1 + direct] = samehost_upload(b, c, id, n, direct);
+        memset(b->dst, 0, n);
+        dt[3 + direct] = samehost_download(b, c, id, n, direct);
+        if (r <= 0) {
+          verify(b, n, direct ? "same-host upload+download by peer_address"
+                              : "same-host upload+download", r);
+          ++b->transfers;
+        }
+        delete_id(b, c, id);
+      }
+      for (int p = 0; r >= 0 && p < 5; ++p) t[p][r] = dt[p];
+    }
+    double g[5];
+    for (int p = 0; p < 5; ++p) {
+      g[p] = (double)n / summarize(t[p], reps).med_s / 1e9;
+      free(t[p]);
+    }
+    char hs[32];
+    printf("  %-9s %5d %9.2f %9.2f %5.0f%% %9.2f %5.0f%% %9.2f %5.0f%% %9.2f %5.0f%%\n",
+           human_size(n, hs, sizeof hs), reps, g[0], g[1], 100 * g[1] / g[0], g[2],
+           100 * g[2] / g[0], g[3], 100 * g[3] / g[0], g[4], 100 * g[4] / g[0]);
+  }
+  printf("\n");
+  fflush(stdout);
+}
+
 static void usage(void) {
   fprintf(stderr,
           "usage: cw_bench [--quick] [--no-tls] [--null] [--plugin PATH] [--worker PATH] [--pings N]\n"
           "                [--max-mib N] [--sizes 4k,1m,...] [--reps-scale X]\n"
-          "                [--only ping,launch,upload,download,w2w]\n"
+          "                [--only ping,launch,upload,download,w2w,samehost]\n"
           "                [--keep-logs]\n");
   exit(2);
 }
@@ -848,8 +942,8 @@ int main(int argc, char** argv) {
   for (int k = 0; k < b->num_t; ++k) {
     transport_t* tr = &b->t[k];
     tr->name = k == 0 ? "plaintext" : "TLS";
-    start_worker(2 * k, worker_path, plugin, k ? tls_dir : NULL);
-    start_worker(2 * k + 1, worker_path, plugin, k ? tls_dir : NULL);
+    start_worker(2 * k, worker_path, plugin, k ? tls_dir : NULL, NULL);
+    start_worker(2 * k + 1, worker_path, plugin, k ? tls_dir : NULL, NULL);
     cw_client_options_t o = {0};
     if (k == 1) {
       char ca[128];
@@ -998,6 +1092,19 @@ int main(int argc, char** argv) {
     }
   }
 
+  char unix_dir[64] = "", sock[96];
+  if (want(only, "samehost")) {
+    char* dir = unix_dir;
+    const char* tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof unix_dir, "%s/cw_bench_unix.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) die("mkdtemp: %s", strerror(errno));
+    snprintf(sock, sizeof sock, "%s/worker.sock", dir);
+    start_worker(4, worker_path, plugin, NULL, sock);
+    cw_client_t* c = NULL;
+    CHECK_OK(cw_client_connect(sock, &(cw_client_options_t){0}, &c), "connect to the Unix worker");
+    samehost_table(b, c, sizes, num_sizes);
+    cw_client_release(c);
+  }
   for (int k = 0; k < b->num_t; ++k) {
     CHECK_OK(cw_client_flush(b->t[k].a), "flush A");
     CHECK_OK(cw_client_flush(b->t[k].b), "flush B");
@@ -1011,6 +1118,10 @@ int main(int argc, char** argv) {
   cw_tls_release(client_tls);
   sync_deinit(&b->sync);
   stop_workers(false);
+  if (unix_dir[0]) {
+    unlink(sock);  // if the worker left it
+    rmdir(unix_dir);
+  }
   if (tls_dir[0]) {
     const char* names[4] = {"ca.pem", "ca.key", "worker.pem", "worker.key"};
     for (int i = 0; i < 4; ++i) {

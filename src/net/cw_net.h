@@ -295,5 +295,8 @@ CW_MUST_USE cw_status_t cw_net_hello_authenticate(const char* want, const uint8_
 // Names an accepted Unix-socket peer for logs: "unix-peer pid P uid U" from
 // SO_PEERCRED, or "unix-peer" when the kernel cannot say.
 void cw_net_describe_unix_peer(int fd, char* out, size_t capacity);
+// The process at the other end of `c` when it is a Unix socket (SO_PEERCRED,
+// the kernel's word, not the peer's), else 0.
+int cw_net_conn_peer_pid(const cw_net_conn_t* c);
 
 #endif  // CW_NET_NET_H_

@@ -7,6 +7,7 @@
 
 #include "cw_log.h"
 #include "cw_net.h"
+#include "cw_net_internal.h"
 #include "proto/causeway.pb-c.h"
 
 static const char* cw__role_name(int role) {
@@ -37,6 +38,16 @@ cw_status_t cw_net_hello_authenticate(const char* want, const uint8_t* got, size
                         "credentials refused: %s (this cluster requires its shared token: "
                         "CAUSEWAY_TOKEN or CAUSEWAY_TOKEN_FILE, or --token-file for "
                         "daemons)", why);
+}
+
+int cw_net_conn_peer_pid(const cw_net_conn_t* c) {
+  if (!c || c->h.handle.type != UV_NAMED_PIPE) return 0;
+  uv_os_fd_t fd = -1;
+  if (uv_fileno(&c->h.handle, &fd) != 0 || fd < 0) return 0;
+  struct ucred cred;
+  socklen_t len = sizeof(cred);
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return 0;
+  return (int)cred.pid;
 }
 
 void cw_net_describe_unix_peer(int fd, char* out, size_t capacity) {

@@ -21,6 +21,7 @@
 #include "cw_plugin_resume.h"
 #include "cw_plugin_token.h"
 #include "cw_plugin_trace.h"
+#include "cw_plugin_transfer.h"
 #include "cw_plugin_worker.h"
 
 #define CW__CONNECT_TIMEOUT_MS 8000     // an unreachable controller fails within 10 s
@@ -206,6 +207,7 @@ static cw_status_t cw__connect_workers(cw_plugin_client_t* c) {
   }
   if (live) {
     cw_status_free(first);
+    for (size_t i = 0; i < c->num_workers; ++i) cw_plugin_transfer_probe_direct(&c->workers[i]);
     return cw_ok_status();
   }
   return first;

@@ -48,6 +48,10 @@ typedef struct cw_plugin_worker_s {
   // `retired` until the client is destroyed.
   _Atomic(cw_client_t*) conn;
   bool direct_launch;    // LAUNCH goes on `conn`, not through the controller
+  // Same host (a Unix socket) and the kernel lets the worker copy our memory:
+  // big arrays move by peer_address, not through the socket
+  // (cw_plugin_transfer_probe_direct). Off after a replacement.
+  _Atomic bool direct_bulk;
   _Atomic uint64_t seq;  // last seq handed out (first request gets 1)
   // Held from taking a seq to sending its request: each connection then
   // carries this worker's seqs in increasing order, which the worker's flow

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cw_array.h"
+#include "cw_log.h"
 #include "cw_plugin_buffer.h"
 #include "cw_plugin_error.h"
 #include "cw_plugin_event.h"
@@ -196,6 +197,10 @@ PJRT_Error* cw_plugin_buffer_from_host(PJRT_Client_BufferFromHostBuffer_Args* ar
 
   cw_plugin_future_t* ready = cw_plugin_future_create();
   if (!ready) return cw_plugin_error_from_status(cw_make_status(CW_RESOURCE_EXHAUSTED, "oom"));
+  // Same host: the worker copies the caller's memory itself; it must stay
+  // until the buffer is ready (done_with_host_buffer is that event).
+  bool direct = !dense && bytes >= CW_PLUGIN_DIRECT_MIN_BYTES &&
+                atomic_load_explicit(&d->worker->direct_bulk, memory_order_relaxed);
   cw_plugin_buffer_t* b = NULL;
   s = cw_plugin_buffer_create(c, d, cw_plugin_client_new_id(c), args->type, args->dims,
                               args->num_dims, ready, &b);
@@ -210,19 +215,22 @@ PJRT_Error* cw_plugin_buffer_from_host(PJRT_Client_BufferFromHostBuffer_Args* ar
     req.n_byte_strides = strides ? args->num_dims : 0;
     req.byte_strides = (int64_t*)strides;
     req.device = d->local_id;
-    // Bytes go from the caller's memory straight into the socket (writev):
-    // when this returns, the host buffer is no longer needed.
+    // Otherwise bytes go from the caller's memory straight into the socket
+    // (writev): when this returns, the host buffer is no longer needed.
     struct iovec iov = {.iov_base = (void*)data, .iov_len = (size_t)bytes};
-    s = cw__send_op(d->worker, CW_MSG_UPLOAD, &req.base, &req.seq, &iov, bytes ? 1 : 0, NULL, ready,
-                    false);
+    req.peer_address = direct ? (uint64_t)(uintptr_t)data : 0;
+    s = cw__send_op(d->worker, CW_MSG_UPLOAD, &req.base, &req.seq, &iov,
+                    bytes && !direct ? 1 : 0, NULL, ready, false);
   }
   free(dense);
-  cw_plugin_future_release(ready);
   if (s) {
+    cw_plugin_future_release(ready);
     if (b) cw_plugin_buffer_free(b);
     return cw_plugin_error_from_status(s);
   }
-  args->done_with_host_buffer = cw__done_event();
+  args->done_with_host_buffer =
+      direct ? cw_plugin_event_from_future(ready) : cw__done_event();
+  cw_plugin_future_release(ready);
   args->buffer = (PJRT_Buffer*)b;
   return NULL;
 }
@@ -269,6 +277,12 @@ PJRT_Error* cw_plugin_buffer_to_host(PJRT_Buffer_ToHostBuffer_Args* args) {
   if (!f) return cw_plugin_error_from_status(cw_make_status(CW_RESOURCE_EXHAUSTED, "oom"));
   Causeway__V1__DownloadRequest req = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
   req.buffer_id = b->id;
+  // Same host: the worker writes the caller's memory itself (or, refused by
+  // the kernel, sends the bytes as usual).
+  if (need >= CW_PLUGIN_DIRECT_MIN_BYTES &&
+      atomic_load_explicit(&b->device->worker->direct_bulk, memory_order_relaxed)) {
+    req.peer_address = (uint64_t)(uintptr_t)args->dst;
+  }
   // The reply's bytes are read straight into the caller's memory.
   cw_client_sink_t sink = {.data = args->dst, .capacity = (size_t)need};
   s = cw__send_op(b->device->worker, CW_MSG_DOWNLOAD, &req.base, &req.seq, NULL, 0, &sink, f,
@@ -420,4 +434,40 @@ PJRT_Error* cw_plugin_buffer_copy_to_memory(PJRT_Buffer_CopyToMemory_Args* args)
   CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_CopyToMemory", "buffer");
   CW_PLUGIN_NEED(args->dst_memory, "PJRT_Buffer_CopyToMemory", "dst_memory");
   return cw__copy_slot(args->buffer, (cw_plugin_memory_t*)args->dst_memory, &args->dst_buffer);
+}
+
+// One small UPLOAD by peer_address: the worker on a Unix socket answers it
+// when the kernel lets it read our memory (no Yama or seccomp refusal); the
+// probe buffer is dropped after.
+void cw_plugin_transfer_probe_direct(cw_plugin_worker_t* w) {
+  if (!w->address || w->address[0] != '/' || atomic_load(&w->dead)) return;
+  static const float probe[CW_PLUGIN_DIRECT_PROBE_FLOATS] = {1, 2, 3, 4, 5, 6, 7, 8};
+  int64_t dims[1] = {CW_PLUGIN_DIRECT_PROBE_FLOATS};
+  cw_plugin_future_t* f = cw_plugin_future_create();
+  if (!f) return;
+  Causeway__V1__UploadRequest req = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
+  req.buffer_id = cw_plugin_client_new_id(w->client);
+  req.dtype = CAUSEWAY__V1__DTYPE__DTYPE_F32;
+  req.n_dims = 1;
+  req.dims = dims;
+  req.peer_address = (uint64_t)(uintptr_t)probe;
+  for (size_t i = 0; i < w->client->num_devices; ++i) {
+    if (w->client->devices[i].worker == w) {
+      req.device = w->client->devices[i].local_id;
+      break;
+    }
+  }
+  cw_status_t s = cw__send_op(w, CW_MSG_UPLOAD, &req.base, &req.seq, NULL, 0, NULL, f, false);
+  if (!s) s = cw_plugin_future_wait(f);
+  cw_plugin_future_release(f);
+  if (!s) {
+    atomic_store_explicit(&w->direct_bulk, true, memory_order_relaxed);
+    CW_LOGI("worker %s: arrays of %d bytes or more move by same-host copies", w->name,
+            CW_PLUGIN_DIRECT_MIN_BYTES);
+  } else {
+    CW_LOGI("worker %s: arrays move through the socket (same-host copy refused: %s)", w->name,
+            cw_status_message(s));
+    cw_status_free(s);
+  }
+  cw_plugin_worker_delete(w, req.buffer_id);
 }

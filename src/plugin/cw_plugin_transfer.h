@@ -6,6 +6,13 @@
 #define CW_PLUGIN_TRANSFER_H_
 
 #include "cw_pjrt_c_api.h"
+#include "cw_plugin_internal.h"
+
+// Arrays this big or bigger move by same-host copies where a worker allows
+// them (UPLOAD/DOWNLOAD peer_address); smaller ones through the socket, where
+// one frame costs less than the copy's threadpool hop.
+#define CW_PLUGIN_DIRECT_MIN_BYTES (512 * 1024)
+#define CW_PLUGIN_DIRECT_PROBE_FLOATS 8
 
 PJRT_Error* cw_plugin_buffer_from_host(PJRT_Client_BufferFromHostBuffer_Args* args);
 PJRT_Error* cw_plugin_buffer_to_host(PJRT_Buffer_ToHostBuffer_Args* args);
@@ -14,5 +21,9 @@ PJRT_Error* cw_plugin_buffer_copy_to_memory(PJRT_Buffer_CopyToMemory_Args* args)
 // The buffer's address on its worker (x.unsafe_buffer_pointer()): one AWAIT
 // in seq order, blocking until the buffer is ready; remembered after.
 PJRT_Error* cw_plugin_buffer_unsafe_pointer(PJRT_Buffer_UnsafePointer_Args* args);
+// At connection: asks worker `w` (a Unix socket) to copy a small array from
+// this process's memory; sets w->direct_bulk when it could. Blocks for one
+// round trip; any failure just leaves bytes going through the socket.
+void cw_plugin_transfer_probe_direct(cw_plugin_worker_t* w);
 
 #endif  // CW_PLUGIN_TRANSFER_H_

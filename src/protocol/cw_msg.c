@@ -64,9 +64,23 @@ static cw_status_t cw__check_extent(const cw_frame_header_t* h, int dtype, const
   return cw_ok_status();
 }
 
+// An UPLOAD carries the array's bytes, exactly; by peer_address (same host:
+// the worker copies them from the sender's memory) none, but the array must
+// still have an extent.
 static cw_status_t cw__upload_bulk(const cw_frame_header_t* h, const ProtobufCMessage* msg) {
   const Causeway__V1__UploadRequest* r = (const Causeway__V1__UploadRequest*)msg;
-  return cw__check_extent(h, r->dtype, r->dims, r->n_dims, r->byte_strides, r->n_byte_strides);
+  if (!r->peer_address) {
+    return cw__check_extent(h, r->dtype, r->dims, r->n_dims, r->byte_strides, r->n_byte_strides);
+  }
+  uint64_t extent = 0;
+  CW_RETURN_IF_ERROR(
+      cw_array_extent(r->dtype, r->dims, r->n_dims, r->byte_strides, r->n_byte_strides, &extent),
+      "UPLOAD");
+  if (h->bulk_len) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "UPLOAD by peer_address carries no bulk (it has "
+                          "%llu bytes)", (unsigned long long)h->bulk_len);
+  }
+  return cw_ok_status();
 }
 
 static cw_status_t cw__put_bulk(const cw_frame_header_t* h, const ProtobufCMessage* msg) {

@@ -216,6 +216,15 @@ static void test_msg_check_bulk(void** state) {
   assert_null(check_bulk(CW_MSG_UPLOAD, 0, 24, &up.base));
   strides[1] = 12;  // 4 + 2 * 12 + 4
   expect_refused(check_bulk(CW_MSG_UPLOAD, 0, 24, &up.base), "the array's 32 bytes");
+  // By peer_address (same host): no bulk at all, but still an array with an extent.
+  up.peer_address = 0x1000;
+  assert_null(check_bulk(CW_MSG_UPLOAD, 0, 0, &up.base));
+  expect_refused(check_bulk(CW_MSG_UPLOAD, 0, 32, &up.base),
+                 "UPLOAD by peer_address carries no bulk (it has 32 bytes)");
+  dims[0] = -1;
+  expect_refused(check_bulk(CW_MSG_UPLOAD, 0, 0, &up.base), "UPLOAD");
+  dims[0] = 2;
+  up.peer_address = 0;
   up.dtype = 77;
   expect_refused(check_bulk(CW_MSG_UPLOAD, 0, 24, &up.base), "UPLOAD: unknown element type 77");
 

@@ -250,6 +250,7 @@ static void cw__on_accept(cw_net_t* net, cw_net_conn_t* nc) {
     return;
   }
   c->nc = nc;
+  c->peer_pid = cw_net_conn_peer_pid(nc);
   cw__link(w, c);
   cw_net_conn_set_callbacks(nc, &cw__callbacks, c);
 }

@@ -50,6 +50,7 @@ struct cw_conn_s {
   cw_net_conn_t* nc;
   bool closing;
   bool outbound;
+  int peer_pid;  // accepted on a Unix socket: the peer process (SO_PEERCRED); else 0
   cw_session_t* session;  // keeps it alive when keeps_session
   bool keeps_session;
   // Per-peer byte counts (STATS): the peer's slot, and bytes moved before
@@ -99,6 +100,7 @@ struct cw_worker_s {
   bool shutting_down;
   bool leak_on_exit;
   bool zero_copy_reported;
+  bool direct_refusal_logged;  // a same-host copy was refused once (logged once)
   cw_net_watch_t watch;  // --watch-fd
   const char* name;
   const char* token;

@@ -30,6 +30,13 @@ struct cw_op_s {
   // UPLOAD, PUT, COPY: the new buffer's memory (NULL: the device's default).
   PJRT_Memory* memory;
   char* memory_kind;  // SEND: the PUT's dst_memory_kind (owned; NULL: default)
+  // UPLOAD/DOWNLOAD straight from/to the peer's memory (cw_worker_direct.h):
+  // the address there (0: over the socket), and the copy's outcome.
+  uint64_t direct_address;
+  int direct_errno;
+  const void* direct_src;  // DOWNLOAD: the bytes copied out, and their release
+  void (*direct_free)(void*);
+  void* direct_free_user;
   char* peer_address;
   uint64_t dst_session;
   cw_status_t status;  // SEND: the source's error, sent on as a poisoned PUT

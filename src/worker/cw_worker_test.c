@@ -352,10 +352,62 @@ static void test_pipelined_replies(void** state) {
   stop_worker(&w);
 }
 
+// Same host (Unix socket): UPLOAD and DOWNLOAD by peer_address copy this
+// process's memory with no bulk on the socket; a bad address is the
+// request's error, not the worker's; over TCP peer_address is refused.
+static void test_same_host_copies(void** state) {
+  (void)state;
+  char dir[256], sock[320];
+  assert_int_equal(cw_test_tempdir_create("cw-direct", dir, sizeof(dir)), 0);
+  snprintf(sock, sizeof(sock), "%s/w.sock", dir);
+  worker_t w;
+  start_worker_at(&w, NULL, sock);
+  int fd = dial_unix(sock);
+  assert_true(hello(fd, 0, 1, NULL) != 0);
+  float x[6] = {1.5f, -2, 3, 4, 5, 6.25f};
+  Causeway__V1__UploadRequest u;
+  upload_request_init(&u, 1);
+  u.peer_address = (uint64_t)(uintptr_t)x;
+  assert_int_equal(call(fd, CW_MSG_UPLOAD, &u.base, NULL, 0, NULL), CW_OK);
+  expect_download(fd, 1, x);  // through the socket: what was copied
+  float got[6] = {0};
+  Causeway__V1__DownloadRequest d = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
+  d.buffer_id = 1;
+  d.peer_address = (uint64_t)(uintptr_t)got;
+  reply_t r;
+  assert_int_equal(call(fd, CW_MSG_DOWNLOAD, &d.base, NULL, 0, &r), CW_OK);
+  assert_int_equal(r.h.bulk_len, 0);  // written into `got` instead
+  assert_int_equal(((Causeway__V1__ArrayInfo*)r.msg)->size, sizeof(x));
+  reply_free(&r);
+  assert_memory_equal(got, x, sizeof(x));
+  // Addresses this process does not map: each request fails, the worker serves on.
+  upload_request_init(&u, 2);
+  u.peer_address = 8;
+  assert_int_equal(call(fd, CW_MSG_UPLOAD, &u.base, NULL, 0, NULL), CW_INVALID_ARGUMENT);
+  d.peer_address = 8;
+  assert_int_equal(call(fd, CW_MSG_DOWNLOAD, &d.base, NULL, 0, NULL), CW_INVALID_ARGUMENT);
+  d.peer_address = UINT64_MAX - 4;  // wraps
+  assert_int_equal(call(fd, CW_MSG_DOWNLOAD, &d.base, NULL, 0, NULL), CW_INVALID_ARGUMENT);
+  expect_download(fd, 1, x);
+  close(fd);
+  stop_worker(&w);
+  cw_test_tempdir_remove(dir);
+  // TCP: the worker cannot know the peer's process.
+  start_worker(&w, NULL);
+  fd = dial(w.port);
+  assert_true(hello(fd, 0, 1, NULL) != 0);
+  upload_request_init(&u, 1);
+  u.peer_address = (uint64_t)(uintptr_t)x;
+  assert_int_equal(call(fd, CW_MSG_UPLOAD, &u.base, NULL, 0, NULL), CW_INVALID_ARGUMENT);
+  close(fd);
+  stop_worker(&w);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_single_worker),
       cmocka_unit_test(test_violations),
+      cmocka_unit_test(test_same_host_copies),
       cmocka_unit_test(test_pipelined_replies),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -9,13 +9,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 // ---- Raw frames ----------------------------------------------------------------
 
-void start_worker(worker_t* w, const char* token) {
+void start_worker(worker_t* w, const char* token) { start_worker_at(w, token, "127.0.0.1:0"); }
+
+void start_worker_at(worker_t* w, const char* token, const char* listen) {
   const char* plugin = getenv("CAUSEWAY_PJRT_PLUGIN");
   const char* build = getenv("CW_BUILD_DIR");
   assert_non_null(plugin);
@@ -31,7 +34,7 @@ void start_worker(worker_t* w, const char* token) {
     close(fds[0]);
     if (token) setenv("CAUSEWAY_TOKEN", token, 1);
     else unsetenv("CAUSEWAY_TOKEN");
-    execl(exe, exe, "--plugin", plugin, "--devices", "2", "--listen", "127.0.0.1:0", (char*)NULL);
+    execl(exe, exe, "--plugin", plugin, "--devices", "2", "--listen", listen, (char*)NULL);
     _exit(127);
   }
   close(fds[1]);
@@ -47,7 +50,7 @@ void start_worker(worker_t* w, const char* token) {
   const char* prefix = "causeway-worker listening on ";
   assert_true(strncmp(line, prefix, strlen(prefix)) == 0);
   snprintf(w->addr, sizeof(w->addr), "%s", line + strlen(prefix));
-  w->port = atoi(strrchr(w->addr, ':') + 1);
+  w->port = w->addr[0] == '/' ? 0 : atoi(strrchr(w->addr, ':') + 1);
 }
 
 void stop_worker(worker_t* w) {
@@ -76,6 +79,17 @@ int dial(int port) {
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   assert_int_equal(connect(fd, (struct sockaddr*)&sa, sizeof(sa)), 0);
   // A reply that never comes fails the test in 60 s instead of hanging it.
+  struct timeval tv = {60, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  return fd;
+}
+
+int dial_unix(const char* path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un sa = {0};
+  sa.sun_family = AF_UNIX;
+  snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+  assert_int_equal(connect(fd, (struct sockaddr*)&sa, sizeof(sa)), 0);
   struct timeval tv = {60, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   return fd;

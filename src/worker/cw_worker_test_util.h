@@ -32,11 +32,15 @@ typedef struct {
 // Starts $CW_BUILD_DIR/bin/causeway-worker with 2 devices on 127.0.0.1 port
 // 0, requiring `token` (NULL: none), and reads its listen line.
 void start_worker(worker_t* w, const char* token);
+// The same listening on `listen` (a Unix socket path: port 0).
+void start_worker_at(worker_t* w, const char* token, const char* listen);
 // SIGTERM; the worker must exit 0 within 30 s (under ASan: no leaks).
 void stop_worker(worker_t* w);
 
 // A TCP connection to 127.0.0.1:port whose reads time out after 60 s.
 int dial(int port);
+// The same to a Unix socket.
+int dial_unix(const char* path);
 void write_all(int fd, const void* p, size_t n);
 // One frame: header, `m` packed (may be NULL), then `bulk_len` bulk bytes.
 void send_frame(int fd, uint16_t type, uint64_t rid, const ProtobufCMessage* m,

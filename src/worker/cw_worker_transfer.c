@@ -1,6 +1,7 @@
 // UPLOAD, PUT, DOWNLOAD, AWAIT, COPY, EXPECT, DELETE (see cw_worker_transfer.h).
 #include "cw_worker_transfer.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include "cw_log.h"
 #include "cw_messages.h"
 #include "cw_worker_conn.h"
+#include "cw_worker_direct.h"
 #include "cw_worker_mem.h"
 #include "cw_worker_op.h"
 #include "cw_worker_pin.h"
@@ -109,6 +111,40 @@ void cw_worker_transfer_received(cw_op_t* op) {
   cw_worker_when_ready(w, ready, cw__upload_ready, op);
 }
 
+// --- Same-host UPLOAD: the bytes come from the peer's memory (cw_worker_direct.h) ---
+
+static void cw__direct_received(cw_op_t* op) {
+  if (!op->direct_errno) {
+    cw_worker_transfer_received(op);
+    return;
+  }
+  cw_status_t st = cw_worker_direct_error(op, "UPLOAD");
+  cw_store_entry_t* e = cw_worker_op_own_entry(op, op->dst_id);
+  if (!e) {
+    cw_worker_op_fail(op, st);
+    return;
+  }
+  e->filling = false;
+  cw__fail_entry(op, e, st);
+}
+
+static void cw__direct_receive(cw_op_t* op) {
+  op->staging = cw_worker_staging_alloc(op->w, op->size);
+  if (!op->staging) {
+    cw_status_t st = cw_make_status(CW_RESOURCE_EXHAUSTED, "cannot allocate %" PRIu64
+                                    " bytes for UPLOAD", op->size);
+    cw_store_entry_t* e = cw_worker_op_own_entry(op, op->dst_id);
+    if (e) cw_store_set_error(op->w->store, e, cw_status_clone(st));
+    cw_worker_op_fail(op, st);
+    return;
+  }
+  if (op->size == 0) {
+    cw_worker_transfer_received(op);
+    return;
+  }
+  cw_worker_direct_copy(op, op->staging, false, cw__direct_received);
+}
+
 // --- Memory for the buffer a transfer makes (cw_worker_mem.h) -------------------
 
 // The bytes the buffer will hold: dense, whatever strides the bytes came in.
@@ -144,6 +180,7 @@ static void cw__transfer_mem_ready(cw_worker_t* w, void* user, cw_status_t statu
   }
   cw_worker_mem_charge(w, e, op->device, cw__transfer_bytes(op, op->size));
   if (deferred) cw_worker_conn_resume_bulk(c, op, true);
+  else if (op->direct_address) cw__direct_receive(op);
   else cw_worker_transfer_received(op);
 }
 
@@ -170,10 +207,12 @@ static void cw__transfer_admit(cw_conn_t* c, const cw_frame_header_t* h, cw_op_t
   }
   if (!wait) {
     cw_worker_mem_charge(w, e, op->device, bytes);
-    cw_worker_conn_receive_bulk(c, h, op);
+    if (op->direct_address) cw__direct_receive(op);
+    else cw_worker_conn_receive_bulk(c, h, op);
     return;
   }
   op->mem_wait = wait;
+  if (op->direct_address) return;  // no bytes on the socket: nothing to hold
   if (cw_worker_conn_bulk_arrived(c)) cw_worker_conn_take_held_bulk(c, h, op);
   else cw_worker_conn_defer_bulk(c, h, op);
 }
@@ -189,6 +228,12 @@ void cw_worker_handle_upload(cw_net_conn_t* nc, const cw_frame_header_t* h,
   if (!st && r->n_byte_strides && r->n_byte_strides != r->n_dims) {
     st = cw_make_status(CW_INVALID_ARGUMENT, "%zu byte strides for %zu dimensions",
                         r->n_byte_strides, r->n_dims);
+  }
+  uint64_t direct_size = 0;
+  if (!st && r->peer_address) {  // no bulk (cw_msg_check_bulk)
+    st = cw_array_extent(r->dtype, r->dims, r->n_dims, r->byte_strides, r->n_byte_strides,
+                         &direct_size);
+    if (!st) st = cw_worker_direct_check(c, r->peer_address, direct_size);
   }
   cw_op_t* op = NULL;
   if (!st) {
@@ -211,6 +256,8 @@ void cw_worker_handle_upload(cw_net_conn_t* nc, const cw_frame_header_t* h,
   op->dtype = r->dtype;
   op->device = r->device;
   op->memory = memory;
+  op->direct_address = r->peer_address;
+  op->size = direct_size;
   op->msg = *msg;
   *msg = NULL;
   cw__transfer_admit(c, h, op, e);
@@ -317,6 +364,10 @@ cw_status_t cw_worker_fetch_start(cw_op_t* op, cw_store_entry_t* e, PJRT_Event**
   return cw_pjrt_to_host(op->w->pjrt, b, op->staging, (size_t)op->size, out_event);
 }
 
+static void cw__download_reply(cw_op_t* op, const void* bulk, void (*bulk_free)(void*),
+                               void* bulk_user);
+static void cw__download_direct_done(cw_op_t* op);
+
 static void cw__download_done(cw_worker_t* w, void* user, cw_status_t status) {
   cw_op_t* op = user;
   if (status) {
@@ -344,6 +395,20 @@ static void cw__download_done(cw_worker_t* w, void* user, cw_status_t status) {
     bulk = op->staging;
     cw_worker_op_staging_ref(op, &bulk_free, &bulk_user);
   }
+  if (op->direct_address && op->size) {
+    // Same host: into the peer's memory, then a reply without bytes.
+    op->direct_src = bulk;
+    op->direct_free = bulk_free;
+    op->direct_free_user = bulk_user;
+    cw_worker_direct_copy(op, (void*)(uintptr_t)bulk, true, cw__download_direct_done);
+    return;
+  }
+  cw__download_reply(op, bulk, bulk_free, bulk_user);
+}
+
+static void cw__download_reply(cw_op_t* op, const void* bulk, void (*bulk_free)(void*),
+                               void* bulk_user) {
+  cw_worker_t* w = op->w;
   Causeway__V1__ArrayInfo info = CAUSEWAY__V1__ARRAY_INFO__INIT;
   info.buffer_id = op->id;
   info.dtype = (Causeway__V1__DType)op->dtype;
@@ -356,8 +421,35 @@ static void cw__download_done(cw_worker_t* w, void* user, cw_status_t status) {
   cw_worker_trace_record(w, op->skey, "download", "DOWNLOAD", op->device, op->trace_start_ns,
                          op->id, op->msg ? cw_msg_seq(op->type, op->msg) : 0, op->size, 0, NULL);
   cw_net_conn_send(op->conn->nc, op->type, CW_FRAME_REPLY, op->request_id, &info.base, bulk,
-                   op->size, bulk_free, bulk_user);
+                   bulk ? op->size : 0, bulk_free, bulk_user);
   cw_worker_op_free(op);
+}
+
+// The same-host copy of a DOWNLOAD ran. The kernel may refuse it (no
+// permission to write the peer's memory: Yama, a container's seccomp): then
+// the bytes go over the socket after all, as the client also allows.
+static void cw__download_direct_done(cw_op_t* op) {
+  const void* bulk = op->direct_src;
+  void (*bulk_free)(void*) = op->direct_free;
+  void* bulk_user = op->direct_free_user;
+  int e = op->direct_errno;
+  if (!e) {
+    if (bulk_free) bulk_free(bulk_user);
+    cw__download_reply(op, NULL, NULL, NULL);
+    return;
+  }
+  if (e == EFAULT) {  // the address the client named
+    if (bulk_free) bulk_free(bulk_user);
+    cw_worker_op_fail(op, cw_worker_direct_error(op, "DOWNLOAD"));
+    return;
+  }
+  if (!op->w->direct_refusal_logged) {
+    op->w->direct_refusal_logged = true;
+    cw_status_t st = cw_worker_direct_error(op, "DOWNLOAD");
+    CW_LOGI("%s; sending the bytes over the socket", cw_status_message(st));
+    cw_status_free(st);
+  }
+  cw__download_reply(op, bulk, bulk_free, bulk_user);
 }
 
 static void cw__download_cont(cw_op_t* op, cw_store_entry_t* e) {
@@ -370,6 +462,7 @@ static void cw__download_cont(cw_op_t* op, cw_store_entry_t* e) {
     op->dtype = e->dtype;
     op->device = e->device;
   }
+  if (!st && op->direct_address) st = cw_worker_direct_check(op->conn, op->direct_address, size);
   PJRT_Event* ev = NULL;
   if (!st) st = cw_worker_fetch_start(op, e, &ev);
   if (st) {
@@ -381,9 +474,12 @@ static void cw__download_cont(cw_op_t* op, cw_store_entry_t* e) {
 
 void cw_worker_handle_download(cw_net_conn_t* nc, const cw_frame_header_t* h,
                                ProtobufCMessage** msg) {
-  uint64_t id = ((const Causeway__V1__DownloadRequest*)*msg)->buffer_id;
-  cw_op_t* op = cw_worker_op_for_wait(cw_net_conn_user(nc), h, id, cw__download_cont);
-  if (op) cw_worker_op_start_wait(op);
+  const Causeway__V1__DownloadRequest* r = (const Causeway__V1__DownloadRequest*)*msg;
+  uint64_t peer_address = r->peer_address;
+  cw_op_t* op = cw_worker_op_for_wait(cw_net_conn_user(nc), h, r->buffer_id, cw__download_cont);
+  if (!op) return;
+  op->direct_address = peer_address;
+  cw_worker_op_start_wait(op);
 }
 
 static void cw__await_done(cw_worker_t* w, void* user, cw_status_t status) {

@@ -107,3 +107,9 @@ def test_memory_kinds_in_jit(check):
 def test_memory_kinds_offloaded_activations(check):
     want, got = check("memory_kinds_offload")
     assert want["offloaded"] and got["offloaded"], (want["offloaded"], got["offloaded"])
+
+
+def test_big_transfers(check):
+    # Same bits as stock for arrays that move by same-host copies on causeway.
+    want, got = check("big_transfers")
+    assert got["dense"].nbytes == 4 << 20

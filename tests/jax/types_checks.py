@@ -372,3 +372,26 @@ def memory_kinds_offload() -> dict:
     return {"loss": np.asarray(v1), "grad": np.asarray(g1), "scan_loss": np.asarray(v2),
             "scan_grad": np.asarray(g2),
             "offloaded": "f32<host>" in jaxpr}
+
+
+def big_transfers() -> dict:
+    """Arrays past the same-host copy threshold (512 KiB; on the embedded
+    cluster the worker copies them from and to the client's memory): dense,
+    strided and reversed views, to another device and back, through jit and
+    donation."""
+    rng = np.random.default_rng(11)
+    devs = jax.devices()
+    x = rng.standard_normal((1024, 1024), dtype=np.float32)  # 4 MiB
+    b = rng.integers(-128, 127, size=(3, 1 << 20), dtype=np.int8)
+    out = {}
+    a = jax.device_put(x, devs[0])
+    out["dense"] = np.asarray(a)
+    out["int8"] = np.asarray(jax.device_put(b, devs[1]))
+    out["columns"] = np.asarray(jax.device_put(x[:, ::2], devs[0]))  # positive strides
+    out["reversed"] = np.asarray(jax.device_put(x[::-1], devs[0]))  # made dense first
+    out["other_device"] = np.asarray(jax.device_put(a, devs[-1]))
+    out["jit"] = np.asarray(jax.jit(lambda v: jnp.tanh(v) @ v[:8].T)(a))
+    f = jax.jit(lambda v: v * 2 + 1, donate_argnums=0)
+    out["donated"] = np.asarray(f(jax.device_put(x, devs[0])))
+    out["small_after"] = np.asarray(jax.device_put(np.arange(5.0, dtype=np.float32), devs[0]))
+    return out
