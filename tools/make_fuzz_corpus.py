@@ -274,6 +274,13 @@ def frame_corpus():
     c["req_launch_2dev"] = frame(LAUNCH, launch_request(args=((1, 2), (11, 12)),
                                                         outs=((3,), (13,))), req_id=9)
     c["req_download"] = frame(DOWNLOAD, f_varint(1, 3), req_id=10)
+    # Same host: the worker copies from/to the peer's memory; no bulk.
+    c["req_upload_peer_address"] = frame(UPLOAD, upload_request() + f_varint(7, 0x7f0000001000),
+                                         req_id=8)
+    c["req_upload_memory_kind"] = frame(UPLOAD, upload_request() + f_bytes(6, b"pinned_host"),
+                                        req_id=8, bulk=four)
+    c["req_download_peer_address"] = frame(DOWNLOAD, f_varint(1, 3) + f_varint(2, 0x7f0000002000),
+                                           req_id=10)
     c["req_copy"] = frame(COPY, f_varint(1, 3) + f_varint(2, 4) + f_varint(3, 1), req_id=11)
     c["req_send"] = frame(SEND, f_varint(1, 3) + f_bytes(2, "127.0.0.1:7001") + f_varint(3, 5) +
                           f_varint(4, 0) + f_varint(5, 77), req_id=12)
@@ -404,6 +411,8 @@ def frame_corpus():
     c["bad_upload_dims_negative"] = frame(UPLOAD, upload_request(dims=(-4,)), bulk_len=16)
     c["bad_upload_dtype"] = frame(UPLOAD, upload_request(dtype=99), bulk_len=16)
     c["bad_upload_extent"] = frame(UPLOAD, upload_request(dims=(4,)), bulk=bytes(12))
+    c["bad_upload_peer_address_bulk"] = frame(UPLOAD, upload_request() + f_varint(7, 4096),
+                                              bulk=bytes(16))
     c["bad_upload_rank65"] = frame(UPLOAD, upload_request(dtype=PRED, dims=(1,) * 65),
                                    bulk_len=1)
     c["bad_upload_strides_mismatch"] = frame(UPLOAD, upload_request(dims=(2, 2), strides=(4,)),
