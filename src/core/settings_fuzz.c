@@ -48,10 +48,22 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   cw_settings_t s;
   cw_status_t st = NULL;
   if (mode == 1) {
-    // One variable of the environment, read as a program starts.
-    setenv(d->env, text, 1);
+    // One variable of the environment, read as a program starts. putenv
+    // with our own string: setenv would keep a copy of every value it was
+    // given (glibc never frees them), and RSS would grow without bound.
+    size_t nl = strlen(d->env);
+    char* var = malloc(nl + 1 + strlen(text) + 1);
+    if (!var) {
+      free(text);
+      return 0;
+    }
+    memcpy(var, d->env, nl);
+    var[nl] = '=';
+    strcpy(var + nl + 1, text);
+    putenv(var);
     st = cw_settings_initialize(&s, CW_SCOPE_ALL);
-    unsetenv(d->env);
+    unsetenv(d->env);  // takes `var` out of the environment before it is freed
+    free(var);
     if (!st) cw__check_bounds(&s);
     cw_settings_deinitialize(&s);
   } else {
