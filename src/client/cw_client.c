@@ -161,6 +161,7 @@ static cw_status_t cw__hello(cw_client_t* c, const cw_client_options_t* o, int t
         r->max_payload < CW__MAX_PAYLOAD_CAP ? r->max_payload : CW__MAX_PAYLOAD_CAP;
   }
   if (r->max_bulk) c->limits.max_bulk = r->max_bulk;
+  c->same_host_copies = r->same_host_copies;
   protobuf_c_message_free_unpacked(msg, NULL);
   if (!c->worker_name) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   return cw_ok_status();
@@ -330,6 +331,10 @@ void cw_client_shutdown(cw_client_t* client) {
 
 uint64_t cw_client_session_id(const cw_client_t* client) {
   return client ? client->session_id : 0;
+}
+
+bool cw_client_same_host_copies(const cw_client_t* client) {
+  return client && client->same_host_copies;
 }
 
 const char* cw_client_peer_name(const cw_client_t* client) {

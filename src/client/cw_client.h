@@ -68,6 +68,9 @@ void cw_client_release(cw_client_t* client);
 void cw_client_shutdown(cw_client_t* client);
 
 uint64_t cw_client_session_id(const cw_client_t* client);
+// The peer said it takes UPLOAD/DOWNLOAD by peer_address (HelloReply
+// same_host_copies: a worker on a Unix socket, this process of its user).
+bool cw_client_same_host_copies(const cw_client_t* client);
 // The worker's name from its HELLO reply (borrowed; lives with the client).
 const char* cw_client_peer_name(const cw_client_t* client);
 

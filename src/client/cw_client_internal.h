@@ -82,6 +82,7 @@ struct cw_client_s {
   char* address;
   char* worker_name;
   uint64_t session_id;
+  bool same_host_copies;  // HelloReply.same_host_copies
   cw_frame_limits_t limits;  // what we accept from the worker, and send to it
 
   pthread_mutex_t write_mu;  // serialises whole frames on the socket

@@ -58,6 +58,9 @@ typedef struct cw_net_service_s {
   const char* name;           // "worker" / "controller", in refusals
   const char* unserved_hint;  // after "the NAME does not serve TYPE" (may be "")
   uint32_t hello_roles;       // CW_ROLE_*_BIT accepted in HELLO
+  // HelloReply.same_host_copies on connections whose peer process is known
+  // (cw_net_conn_peer_pid): the worker copies arrays from and to it.
+  bool same_host_copies;
   // HELLO passed credentials, version and role: attach the connection's
   // session (or none). *out_session_id is answered in HelloReply;
   // *out_has_session says whether requests that need a session may come. An
@@ -295,8 +298,9 @@ CW_MUST_USE cw_status_t cw_net_hello_authenticate(const char* want, const uint8_
 // Names an accepted Unix-socket peer for logs: "unix-peer pid P uid U" from
 // SO_PEERCRED, or "unix-peer" when the kernel cannot say.
 void cw_net_describe_unix_peer(int fd, char* out, size_t capacity);
-// The process at the other end of `c` when it is a Unix socket (SO_PEERCRED,
-// the kernel's word, not the peer's), else 0.
+// The process at the other end of `c` when it is a Unix socket and that
+// process runs as this one's user (SO_PEERCRED: the kernel's word, not the
+// peer's), else 0.
 int cw_net_conn_peer_pid(const cw_net_conn_t* c);
 
 #endif  // CW_NET_NET_H_

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "cw_log.h"
 #include "cw_net.h"
@@ -47,7 +48,7 @@ int cw_net_conn_peer_pid(const cw_net_conn_t* c) {
   struct ucred cred;
   socklen_t len = sizeof(cred);
   if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return 0;
-  return (int)cred.pid;
+  return cred.uid == geteuid() ? (int)cred.pid : 0;
 }
 
 void cw_net_describe_unix_peer(int fd, char* out, size_t capacity) {

@@ -199,7 +199,9 @@ PJRT_Error* cw_plugin_buffer_from_host(PJRT_Client_BufferFromHostBuffer_Args* ar
   if (!ready) return cw_plugin_error_from_status(cw_make_status(CW_RESOURCE_EXHAUSTED, "oom"));
   // Same host: the worker copies the caller's memory itself; it must stay
   // until the buffer is ready (done_with_host_buffer is that event).
+  // Not when the caller may reuse its memory once the call returns.
   bool direct = !dense && bytes >= CW_PLUGIN_DIRECT_MIN_BYTES &&
+                args->host_buffer_semantics != PJRT_HostBufferSemantics_kImmutableOnlyDuringCall &&
                 atomic_load_explicit(&d->worker->direct_bulk, memory_order_relaxed);
   cw_plugin_buffer_t* b = NULL;
   s = cw_plugin_buffer_create(c, d, cw_plugin_client_new_id(c), args->type, args->dims,
@@ -282,6 +284,7 @@ PJRT_Error* cw_plugin_buffer_to_host(PJRT_Buffer_ToHostBuffer_Args* args) {
   if (need >= CW_PLUGIN_DIRECT_MIN_BYTES &&
       atomic_load_explicit(&b->device->worker->direct_bulk, memory_order_relaxed)) {
     req.peer_address = (uint64_t)(uintptr_t)args->dst;
+    req.peer_capacity = args->dst_size;
   }
   // The reply's bytes are read straight into the caller's memory.
   cw_client_sink_t sink = {.data = args->dst, .capacity = (size_t)need};
@@ -440,7 +443,7 @@ PJRT_Error* cw_plugin_buffer_copy_to_memory(PJRT_Buffer_CopyToMemory_Args* args)
 // when the kernel lets it read our memory (no Yama or seccomp refusal); the
 // probe buffer is dropped after.
 void cw_plugin_transfer_probe_direct(cw_plugin_worker_t* w) {
-  if (!w->address || w->address[0] != '/' || atomic_load(&w->dead)) return;
+  if (atomic_load(&w->dead) || !cw_client_same_host_copies(w->conn)) return;
   static const float probe[CW_PLUGIN_DIRECT_PROBE_FLOATS] = {1, 2, 3, 4, 5, 6, 7, 8};
   int64_t dims[1] = {CW_PLUGIN_DIRECT_PROBE_FLOATS};
   cw_plugin_future_t* f = cw_plugin_future_create();

@@ -3,6 +3,7 @@
 // the handler table, sessions at HELLO, `seq` order and flow control, drain
 // refusals in that order, where bulk bytes go, and per-peer byte counts.
 #include "cw_worker_conn.h"
+#include "cw_worker_direct.h"
 
 #include <assert.h>
 #include <inttypes.h>
@@ -224,6 +225,7 @@ static void cw__on_close(cw_net_conn_t* nc, cw_status_t reason) {
 
 static void cw__on_free(void* user) {
   cw_conn_t* c = user;
+  cw_worker_direct_conn_close(c);
   free(c->peer_address);
   free(c);
 }
@@ -239,6 +241,7 @@ static cw_conn_t* cw__conn_new(cw_worker_t* w, bool outbound) {
   c->w = w;
   c->outbound = outbound;
   c->peer_stat = SIZE_MAX;
+  c->peer_pidfd = -1;
   return c;
 }
 
@@ -250,7 +253,7 @@ static void cw__on_accept(cw_net_t* net, cw_net_conn_t* nc) {
     return;
   }
   c->nc = nc;
-  c->peer_pid = cw_net_conn_peer_pid(nc);
+  cw_worker_direct_conn_open(c);
   cw__link(w, c);
   cw_net_conn_set_callbacks(nc, &cw__callbacks, c);
 }
@@ -579,6 +582,7 @@ static const cw_net_service_t cw__service = {
     .name = "worker",
     .unserved_hint = "",
     .hello_roles = CW_ROLES_ANY,
+    .same_host_copies = true,
     .on_hello = cw__on_hello,
     .admit = cw__admit,
     .applied = cw__applied,

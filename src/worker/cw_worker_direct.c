@@ -1,23 +1,54 @@
 // Same-host transfers straight between process memories (cw_worker_direct.h).
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
+#include "cw_net.h"
 #include "cw_worker_direct.h"
 #include "cw_worker_op.h"
 
+void cw_worker_direct_conn_open(cw_conn_t* c) {
+  c->peer_pid = cw_net_conn_peer_pid(c->nc);
+  c->peer_pidfd = -1;
+  if (!c->peer_pid) return;
+  // The peer is connected, so alive: this pidfd is its process's.
+  c->peer_pidfd = (int)syscall(SYS_pidfd_open, (pid_t)c->peer_pid, 0);
+  if (c->peer_pidfd < 0) c->peer_pid = 0;  // no way to tell a reused pid: no copies
+}
+
+void cw_worker_direct_conn_close(cw_conn_t* c) {
+  if (c->peer_pidfd >= 0) close(c->peer_pidfd);
+  c->peer_pidfd = -1;
+  c->peer_pid = 0;
+}
+
 cw_status_t cw_worker_direct_check(const cw_conn_t* c, uint64_t address, uint64_t size) {
   if (!c->peer_pid) {
-    return cw_make_status(CW_INVALID_ARGUMENT,
-                          "peer_address needs a peer on this host's Unix socket");
+    return cw_make_status(CW_INVALID_ARGUMENT, "peer_address needs a peer of this user on this "
+                          "host's Unix socket");
   }
   if (!address || address + size < address) {
     return cw_make_status(CW_INVALID_ARGUMENT, "peer_address 0x%" PRIx64 " with %" PRIu64
                           " bytes is not a range", address, size);
   }
+  uint64_t max = c->w->net.options.limits.max_bulk;
+  if (size > max) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "%" PRIu64 " bytes by peer_address exceed the "
+                          "bulk limit of %" PRIu64 " (--max-bulk)", size, max);
+  }
   return cw_ok_status();
+}
+
+// The peer process still runs: its pidfd is not readable (it becomes so at exit).
+static bool cw__peer_alive(const cw_conn_t* c) {
+  if (c->closing || c->peer_pidfd < 0) return false;
+  struct pollfd p = {.fd = c->peer_pidfd, .events = POLLIN};
+  return poll(&p, 1, 0) == 0;
 }
 
 // A copy in up to CW__PARTS pieces on the threadpool: the kernel pins and
@@ -72,13 +103,20 @@ static void cw__after(uv_work_t* req, int status) {
   if (p->err && !c->op->direct_errno) c->op->direct_errno = p->err;
   if (--c->pending > 0) return;
   cw_op_t* op = c->op;
+  cw_worker_t* w = op->w;
   cw_worker_direct_fn done = c->done;
   free(c);
   done(op);
+  cw_worker_job_done(w);  // counted: shutdown waits for copies as for compiles
 }
 
 void cw_worker_direct_copy(cw_op_t* op, void* local, bool to_peer, cw_worker_direct_fn done) {
   op->direct_errno = 0;
+  if (!cw__peer_alive(op->conn)) {
+    op->direct_errno = ESRCH;
+    done(op);
+    return;
+  }
   cw__copy_t* c = calloc(1, sizeof(*c));
   if (!c) {
     op->direct_errno = ENOMEM;
@@ -94,6 +132,7 @@ void cw_worker_direct_copy(cw_op_t* op, void* local, bool to_peer, cw_worker_dir
   // Pieces in whole pages, the last one takes the rest.
   uint64_t piece = op->size / (uint64_t)parts / 4096 * 4096;
   c->pending = parts;
+  cw_worker_job_started(op->w);
   for (int i = 0; i < parts; ++i) {
     cw__part_t* p = &c->parts[i];
     p->copy = c;
@@ -105,8 +144,10 @@ void cw_worker_direct_copy(cw_op_t* op, void* local, bool to_peer, cw_worker_dir
       op->direct_errno = ENOMEM;
       c->pending -= parts - i;
       if (c->pending == 0) {
+        cw_worker_t* w = op->w;
         free(c);
         done(op);
+        cw_worker_job_done(w);
       }
       return;
     }

@@ -9,8 +9,14 @@
 
 #include "cw_worker_internal.h"
 
+// At accept: c->peer_pid and c->peer_pidfd for a Unix-socket peer of this
+// user (else 0 and -1); at free: closes the pidfd.
+void cw_worker_direct_conn_open(cw_conn_t* c);
+void cw_worker_direct_conn_close(cw_conn_t* c);
+
 // OK when `c` may move `size` bytes at `address` of its peer: a Unix-socket
-// peer, a non-null range that does not wrap. INVALID_ARGUMENT naming why not.
+// peer of this user, a non-null range that does not wrap, within the bulk
+// limit. INVALID_ARGUMENT naming why not.
 CW_MUST_USE cw_status_t cw_worker_direct_check(const cw_conn_t* c, uint64_t address,
                                                uint64_t size);
 
@@ -19,7 +25,9 @@ CW_MUST_USE cw_status_t cw_worker_direct_check(const cw_conn_t* c, uint64_t addr
 typedef void (*cw_worker_direct_fn)(cw_op_t* op);
 // Copies op->size bytes between op->direct_address in op->conn's peer and
 // `local` (into the peer when `to_peer`), in up to 4 pieces on the
-// threadpool, then calls `done` on the loop (always, once).
+// threadpool, then calls `done` on the loop (always, once). Not started
+// (ESRCH) once the connection closes or its peer process has exited: a pid
+// is only the peer's while that process lives.
 void cw_worker_direct_copy(cw_op_t* op, void* local, bool to_peer, cw_worker_direct_fn done);
 
 // The reason for a copy's errno, for errors and logs.

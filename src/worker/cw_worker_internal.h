@@ -50,7 +50,11 @@ struct cw_conn_s {
   cw_net_conn_t* nc;
   bool closing;
   bool outbound;
-  int peer_pid;  // accepted on a Unix socket: the peer process (SO_PEERCRED); else 0
+  // Accepted on a Unix socket from a process of this user: that process
+  // (SO_PEERCRED) and a pidfd that tells when it is gone; else 0 and -1
+  // (cw_worker_direct.h).
+  int peer_pid;
+  int peer_pidfd;
   cw_session_t* session;  // keeps it alive when keeps_session
   bool keeps_session;
   // Per-peer byte counts (STATS): the peer's slot, and bytes moved before

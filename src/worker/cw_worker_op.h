@@ -33,6 +33,7 @@ struct cw_op_s {
   // UPLOAD/DOWNLOAD straight from/to the peer's memory (cw_worker_direct.h):
   // the address there (0: over the socket), and the copy's outcome.
   uint64_t direct_address;
+  uint64_t direct_capacity;  // DOWNLOAD: bytes writable there
   int direct_errno;
   const void* direct_src;  // DOWNLOAD: the bytes copied out, and their release
   void (*direct_free)(void*);

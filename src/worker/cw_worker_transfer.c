@@ -462,6 +462,9 @@ static void cw__download_cont(cw_op_t* op, cw_store_entry_t* e) {
     op->dtype = e->dtype;
     op->device = e->device;
   }
+  // Same host: only into room the client said it has; else as bulk, which
+  // the client's reader checks against its buffer.
+  if (!st && op->direct_address && size > op->direct_capacity) op->direct_address = 0;
   if (!st && op->direct_address) st = cw_worker_direct_check(op->conn, op->direct_address, size);
   PJRT_Event* ev = NULL;
   if (!st) st = cw_worker_fetch_start(op, e, &ev);
@@ -475,10 +478,11 @@ static void cw__download_cont(cw_op_t* op, cw_store_entry_t* e) {
 void cw_worker_handle_download(cw_net_conn_t* nc, const cw_frame_header_t* h,
                                ProtobufCMessage** msg) {
   const Causeway__V1__DownloadRequest* r = (const Causeway__V1__DownloadRequest*)*msg;
-  uint64_t peer_address = r->peer_address;
+  uint64_t peer_address = r->peer_address, peer_capacity = r->peer_capacity;
   cw_op_t* op = cw_worker_op_for_wait(cw_net_conn_user(nc), h, r->buffer_id, cw__download_cont);
   if (!op) return;
   op->direct_address = peer_address;
+  op->direct_capacity = peer_capacity;
   cw_worker_op_start_wait(op);
 }
 
