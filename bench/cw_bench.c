@@ -742,7 +742,10 @@ static double samehost_upload(bench_t* b, cw_client_t* c, uint64_t id, size_t n,
 static double samehost_download(bench_t* b, cw_client_t* c, uint64_t id, size_t n, bool direct) {
   Causeway__V1__DownloadRequest req = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
   req.buffer_id = id;
-  if (direct) req.peer_address = (uint64_t)(uintptr_t)b->dst;
+  if (direct) {
+    req.peer_address = (uint64_t)(uintptr_t)b->dst;
+    req.peer_capacity = n;
+  }
   cw_client_sink_t sink = {.data = b->dst, .capacity = n};
   ProtobufCMessage* rep = NULL;
   uint64_t bulk = 0;
