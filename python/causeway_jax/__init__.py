@@ -84,9 +84,16 @@ def _wire_dtypes():
     out = {k: np.dtype(v) for k, v in names.items()}
     try:
         import ml_dtypes
-        out[13] = np.dtype(ml_dtypes.bfloat16)
     except ImportError:
-        pass
+        return out
+    # Sub-byte types arrive one byte per element, as ml_dtypes holds them.
+    extra = {13: "bfloat16", 16: "float8_e5m2", 17: "float8_e4m3fn", 18: "float8_e4m3b11fnuz",
+             19: "float8_e5m2fnuz", 20: "float8_e4m3fnuz", 21: "int4", 22: "uint4", 24: "int2",
+             25: "uint2", 26: "float8_e4m3", 27: "float8_e3m4", 28: "float8_e8m0fnu",
+             29: "float4_e2m1fn", 32: "float6_e2m3fn", 33: "float6_e3m2fn"}
+    for k, name in extra.items():
+        if hasattr(ml_dtypes, name):
+            out[k] = np.dtype(getattr(ml_dtypes, name))
     return out
 
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cw_array.h"
 #include "cw_hostcb.h"
 #include "cw_log.h"
 #include "cw_pool.h"
@@ -139,6 +140,27 @@ static bool cw__attr_index(const XLA_FFI_CallFrame* frame, uint64_t* out) {
 }
 
 // Describes `b` as a wire array (dims point into b's).
+// XLA keeps sub-byte elements (int4, uint2, float4_e2m1fn ...) packed in
+// device memory, the first in a byte's low bits; JAX's callbacks and the wire
+// take one byte per element holding the element's bits (ml_dtypes' layout,
+// no sign extension). `count` elements each way.
+static void cw__unpack(int dtype, const uint8_t* packed, uint64_t count, uint8_t* out) {
+  unsigned bits = (unsigned)cw_dtype_device_bytes(dtype, 8);  // 8 elements take `bits` bytes
+  unsigned per_byte = 8 / bits, mask = (1u << bits) - 1;
+  for (uint64_t i = 0; i < count; ++i) {
+    out[i] = (uint8_t)((packed[i / per_byte] >> (bits * (i % per_byte))) & mask);
+  }
+}
+
+static void cw__pack(int dtype, const uint8_t* in, uint64_t count, uint8_t* packed) {
+  unsigned bits = (unsigned)cw_dtype_device_bytes(dtype, 8);
+  unsigned per_byte = 8 / bits, mask = (1u << bits) - 1;
+  memset(packed, 0, (size_t)cw_dtype_device_bytes(dtype, count));
+  for (uint64_t i = 0; i < count; ++i) {
+    packed[i / per_byte] |= (uint8_t)((in[i] & mask) << (bits * (i % per_byte)));
+  }
+}
+
 static cw_status_t cw__describe(const XLA_FFI_Buffer* b, Causeway__V1__HostCallbackArray* a) {
   causeway__v1__host_callback_array__init(a);
   if (b->dtype == XLA_FFI_DataType_TOKEN) {
@@ -196,7 +218,13 @@ static cw_status_t cw__call_build(XLA_FFI_CallFrame* frame, cw__call_t* call,
   if (!call->bulk) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for operands");
   for (size_t i = 0; i < na; ++i) {
     uint64_t n = cw_hostcb_array_bytes(&arrays[i]);
-    if (n) memcpy(call->bulk + offsets[i], ((const XLA_FFI_Buffer*)frame->args.args[i])->data, n);
+    const uint8_t* data = ((const XLA_FFI_Buffer*)frame->args.args[i])->data;
+    if (!n) continue;
+    if (cw_dtype_packed((int)arrays[i].dtype)) {
+      cw__unpack((int)arrays[i].dtype, data, n, call->bulk + offsets[i]);
+    } else {
+      memcpy(call->bulk + offsets[i], data, n);
+    }
   }
   return cw_ok_status();
 }
@@ -214,7 +242,13 @@ static cw_status_t cw__call_results(XLA_FFI_CallFrame* frame, cw__call_t* call,
   }
   for (size_t i = 0; i < call->req.n_results; ++i) {
     uint64_t n = cw_hostcb_array_bytes(call->req.results[i]);
-    if (n) memcpy(((XLA_FFI_Buffer*)frame->rets.rets[i])->data, call->reply + offsets[i], n);
+    uint8_t* data = ((XLA_FFI_Buffer*)frame->rets.rets[i])->data;
+    if (!n) continue;
+    if (cw_dtype_packed((int)call->req.results[i]->dtype)) {
+      cw__pack((int)call->req.results[i]->dtype, call->reply + offsets[i], n, data);
+    } else {
+      memcpy(data, call->reply + offsets[i], n);
+    }
   }
   return cw_ok_status();
 }

@@ -62,6 +62,32 @@ def cb_pure_jit() -> dict:
     return {"value": [np.asarray(v) for v in f(a, b, c)]}
 
 
+def cb_pure_subbyte() -> dict:
+    """Sub-byte operands and results (int4, uint4, int2, uint2, float4_e2m1fn),
+    odd element counts included: the device packs them, the callback sees one
+    byte per element; what it saw and what it returned, as stock."""
+    import ml_dtypes
+    names = ["int4", "uint4", "int2", "uint2", "float4_e2m1fn"]
+    out = {}
+    for name in names:
+        dt = np.dtype(getattr(ml_dtypes, name))
+        lo, hi = (0, 3) if name.startswith("u") else (-2, 1)
+        x = np.array([lo, hi, 1, 0, lo, 1, hi][: 7 if "2" in name else 5], dtype=dt)
+        seen = []
+
+        def host(v):
+            seen.append((str(v.dtype), v.astype(np.float32).tolist()))
+            return v[::-1].copy(), np.full((3,), v[0], dtype=v.dtype)
+
+        f = jax.jit(lambda v: jax.pure_callback(
+            host, (jax.ShapeDtypeStruct(v.shape, v.dtype),
+                   jax.ShapeDtypeStruct((3,), v.dtype)), v))
+        r, full = f(x)
+        out[name] = {"seen": seen, "reversed": np.asarray(r).astype(np.float32),
+                     "full": np.asarray(full).astype(np.float32)}
+    return out
+
+
 def cb_pure_scalar_and_empty() -> dict:
     @jax.jit
     def f(x):

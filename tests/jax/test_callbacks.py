@@ -65,6 +65,11 @@ def test_pure_callback_jit(cref, ccw):
     both(cref, ccw, "cb_pure_jit")
 
 
+def test_pure_callback_subbyte_types(cref, ccw):
+    # Packed on the device, one byte per element in the callback.
+    both(cref, ccw, "cb_pure_subbyte")
+
+
 def test_pure_callback_scalar_and_empty(cref, ccw):
     both(cref, ccw, "cb_pure_scalar_and_empty")
 
