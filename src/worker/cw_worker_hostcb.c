@@ -311,6 +311,13 @@ static XLA_FFI_Error* cw__handle(XLA_FFI_CallFrame* frame, bool partitioned) {
   return st ? cw__error(frame, st) : NULL;
 }
 
+// jaxlib's `dce_sink` (lax.dce_sink): an operand XLA must not remove as dead,
+// and nothing to do. jaxlib registers it in the JAX process's own XLA only.
+static XLA_FFI_Error* cw__dce_sink(XLA_FFI_CallFrame* frame) {
+  (void)cw_xla_ffi_answer_metadata(frame, 0);
+  return NULL;
+}
+
 static XLA_FFI_Error* cw__handler(XLA_FFI_CallFrame* frame) { return cw__handle(frame, false); }
 static XLA_FFI_Error* cw__partitioned_handler(XLA_FFI_CallFrame* frame) {
   return cw__handle(frame, true);
@@ -331,6 +338,7 @@ cw_status_t cw_worker_hostcb_start(cw_worker_t* w) {
     st = cw_pjrt_ffi_register_handler(w->pjrt, kPartitioned, "Host",
                                       (void*)cw__partitioned_handler, 0);
   }
+  if (!st) st = cw_pjrt_ffi_register_handler(w->pjrt, "dce_sink", "Host", (void*)cw__dce_sink, 0);
   if (st && cw_status_code(st) == CW_UNIMPLEMENTED) {
     CW_LOGW("host callbacks unavailable: %s", cw_status_message(st));
     cw_status_free(st);

@@ -88,6 +88,17 @@ def cb_pure_subbyte() -> dict:
     return out
 
 
+def cb_dce_sink() -> dict:
+    """lax.dce_sink keeps a value XLA would drop (jaxlib's no-op custom call,
+    which workers must know too)."""
+    @jax.jit
+    def f(x):
+        y = jnp.sin(x) * 2
+        jax.lax.dce_sink(y, prevent_mlir_dce=True)  # emits the custom call
+        return x + 1
+    return {"value": np.asarray(f(jnp.arange(4.0, dtype=jnp.float32)))}
+
+
 def cb_pure_scalar_and_empty() -> dict:
     @jax.jit
     def f(x):

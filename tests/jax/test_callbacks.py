@@ -70,6 +70,10 @@ def test_pure_callback_subbyte_types(cref, ccw):
     both(cref, ccw, "cb_pure_subbyte")
 
 
+def test_dce_sink(cref, ccw):
+    both(cref, ccw, "cb_dce_sink")
+
+
 def test_pure_callback_scalar_and_empty(cref, ccw):
     both(cref, ccw, "cb_pure_scalar_and_empty")
 
