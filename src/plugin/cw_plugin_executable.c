@@ -30,6 +30,7 @@ void cw_plugin_exe_release(cw_plugin_exe_t* e) {
   for (size_t i = 0; e->output_kinds && i < e->num_outputs; ++i) free(e->output_kinds[i]);
   free(e->output_kinds);
   free(e->output_kind_sizes);
+  free(e->output_memories);
   free(e->fingerprint);
   free(e->program);
   free(e->program_format);
@@ -78,6 +79,27 @@ static cw_status_t cw__exe_device_assignment(cw_plugin_exe_t* e) {
   free(cdp);
   free(ids);
   return s;
+}
+
+// Each output's memory on each device, once: a launch then names it without
+// looking the kind up. Left NULL when every output is in its device's default.
+static cw_status_t cw__exe_output_memories(cw_plugin_exe_t* e) {
+  bool all_default = true;
+  for (size_t d = 0; d < e->num_devices; ++d) {
+    for (size_t o = 0; o < e->num_outputs; ++o) {
+      all_default &= !strcmp(e->output_kinds[o], e->devices[d]->default_memory->kind);
+    }
+  }
+  if (all_default) return cw_ok_status();
+  e->output_memories = calloc(e->num_devices * e->num_outputs, sizeof(*e->output_memories));
+  if (!e->output_memories) return cw__oom();
+  for (size_t d = 0; d < e->num_devices; ++d) {
+    for (size_t o = 0; o < e->num_outputs; ++o) {
+      cw_plugin_memory_t* m = cw_plugin_device_memory_of_kind(e->devices[d], e->output_kinds[o]);
+      e->output_memories[d * e->num_outputs + o] = m ? m : e->devices[d]->default_memory;
+    }
+  }
+  return cw_ok_status();
 }
 
 static cw_status_t cw__exe_from_info(cw_plugin_client_t* c, uint64_t id,
@@ -176,6 +198,7 @@ static cw_status_t cw__exe_from_info(cw_plugin_client_t* c, uint64_t id,
     }
   }
   if (!s) e->worker = e->devices[0]->worker;
+  if (!s) s = cw__exe_output_memories(e);
   if (!s && options_size) {
     e->compile_options = malloc(options_size);
     if (!e->compile_options) {

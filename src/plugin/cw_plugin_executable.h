@@ -33,6 +33,9 @@ typedef struct cw_plugin_exe_s {
   size_t* output_dim_offsets;
   char** output_kinds;  // memory kind of each output (the worker's compile says)
   size_t* output_kind_sizes;
+  // Output o on device d lives in output_memories[d * num_outputs + o]; NULL
+  // when every output is in its device's default memory (the common case).
+  struct cw_plugin_memory_s** output_memories;
   char* fingerprint;
   uint8_t* program;
   size_t program_size;

@@ -2,10 +2,8 @@
 // once with output buffers whose ids the plugin chose; one future, completed
 // by the worker's reply, stands for all of them.
 #include <stdlib.h>
-#include <string.h>
 
 #include "cw_plugin_buffer.h"
-#include "cw_plugin_device.h"
 #include "cw_plugin_error.h"
 #include "cw_plugin_event.h"
 #include "cw_plugin_executable.h"
@@ -209,10 +207,7 @@ static cw_status_t cw__execute_outputs(PJRT_LoadedExecutable_Execute_Args* args,
                                   &e->output_dims[e->output_dim_offsets[o]], e->output_ranks[o], f,
                                   &ob);
       if (!s) {
-        if (strcmp(e->output_kinds[o], ob->memory->kind)) {
-          cw_plugin_memory_t* m = cw_plugin_device_memory_of_kind(e->devices[d], e->output_kinds[o]);
-          if (m) ob->memory = m;
-        }
+        if (e->output_memories) ob->memory = e->output_memories[d * no + o];
         args->output_lists[d][o] = (PJRT_Buffer*)ob;
         ++*out_made;
       }
