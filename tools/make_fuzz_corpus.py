@@ -356,7 +356,6 @@ def frame_corpus():
         f_varint(5, 2) + f_bytes(6, "w0") + f_bytes(6, "w1") + f_varint(7, 1) + f_varint(8, 2) +
         f_varint(9, 1500), req_id=20)
     c["req_launch_stamped"] = frame(LAUNCH, launch_request() + f_varint(6, 7), req_id=21)
-    c["req_launch_defer_reply"] = frame(LAUNCH, launch_request() + f_varint(9, 1), req_id=22)
     stamp = f_varint(1, 0) + f_varint(2, 7) + f_varint(3, 42)
     c["rep_stats_stamps"] = frame(STATS, stats() + f_bytes(30, stamp) + f_bytes(30, stamp) +
                                   f_varint(31, 3) + f_varint(32, 1), flags=REPLY, req_id=22)

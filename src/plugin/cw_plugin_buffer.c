@@ -173,10 +173,7 @@ PJRT_Error* cw_plugin_buffer_is_on_cpu(PJRT_Buffer_IsOnCpu_Args* args) {
 PJRT_Error* cw_plugin_buffer_ready_event(PJRT_Buffer_ReadyEvent_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_ReadyEvent_Args, event);
   CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_ReadyEvent", "buffer");
-  cw_plugin_buffer_t* b = CW__BUF(args->buffer);
-  // JAX asks at block_until_ready (not per launch): a held reply is due.
-  cw_plugin_worker_nudge(b->device->worker, !cw_plugin_future_is_done(b->ready));
-  args->event = cw_plugin_event_from_future(b->ready);
+  args->event = cw_plugin_event_from_future(CW__BUF(args->buffer)->ready);
   return NULL;
 }
 

@@ -20,7 +20,6 @@ static cw_status_t cw__oom(void) { return cw_make_status(CW_RESOURCE_EXHAUSTED, 
 typedef struct cw__launch_s {
   cw_plugin_future_t* f;
   cw_plugin_worker_t* w;
-  bool deferred;  // asked the worker to hold its reply
 } cw__launch_t;
 
 // A launch's error: the controller's connection lost names the controller.
@@ -34,7 +33,6 @@ static cw_status_t cw__launch_error(cw_plugin_worker_t* w, cw_status_t status) {
 static void cw__launch_cb(void* user, cw_status_t status, const ProtobufCMessage* reply) {
   (void)reply;
   cw__launch_t* l = user;
-  if (l->deferred) atomic_fetch_sub_explicit(&l->w->deferred_replies, 1, memory_order_release);
   cw_plugin_future_complete(l->f, cw__launch_error(l->w, status));
   cw_plugin_future_release(l->f);
   free(l);
@@ -250,20 +248,10 @@ static cw_status_t cw__execute_launch(cw_plugin_exe_t* e, const PJRT_ExecuteOpti
   cw_plugin_future_retain(f);
   lc->f = f;
   lc->w = e->worker;
-  // The second launch in a row on this worker's connection, nobody having
-  // asked for a buffer's readiness since: its reply may be held and share a
-  // write with others' (a host-callback launch is waited for here: never).
-  lc->deferred = direct && !host_callbacks &&
-                 atomic_exchange_explicit(&e->worker->launch_streak, true, memory_order_relaxed);
-  if (lc->deferred) {
-    req.defer_reply = true;
-    atomic_fetch_add_explicit(&e->worker->deferred_replies, 1, memory_order_release);
-  }
   cw_status_t s = cw_plugin_worker_send_ordered(e->worker, direct, CW_MSG_LAUNCH, &req.base,
                                                 &req.seq, cw__launch_cb, lc);
   *out_seq = req.seq;
   if (!s) return cw_ok_status();
-  if (lc->deferred) atomic_fetch_sub_explicit(&e->worker->deferred_replies, 1, memory_order_release);
   cw_plugin_future_release(f);
   free(lc);
   return direct ? cw_status_annotate(s, "causeway: launching %s on worker %s (%s)", e->name,

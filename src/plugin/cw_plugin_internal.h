@@ -53,11 +53,6 @@ typedef struct cw_plugin_worker_s {
   // (cw_plugin_transfer_probe_direct). Off after a replacement.
   _Atomic bool direct_bulk;
   _Atomic uint64_t seq;  // last seq handed out (first request gets 1)
-  // Launches back to back (cw_plugin_execute.c): set by a launch, cleared
-  // when JAX asks for a buffer's readiness; while set, direct launches ask
-  // the worker to hold their replies (defer_reply), counted until answered.
-  _Atomic bool launch_streak;
-  _Atomic uint32_t deferred_replies;
   // Held from taking a seq to sending its request: each connection then
   // carries this worker's seqs in increasing order, which the worker's flow
   // control relies on (docs/protocol.md, "Ordering across connections").

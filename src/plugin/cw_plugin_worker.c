@@ -149,19 +149,6 @@ static void cw__delete_done_cb(void* user, cw_status_t status, const ProtobufCMe
   cw__worker_defer_error(w, "DELETE", status);
 }
 
-void cw_plugin_worker_nudge(cw_plugin_worker_t* w, bool pending) {
-  atomic_store_explicit(&w->launch_streak, false, memory_order_relaxed);
-  if (!pending || !atomic_load_explicit(&w->deferred_replies, memory_order_acquire) ||
-      atomic_load_explicit(&w->dead, memory_order_acquire)) {
-    return;
-  }
-  Causeway__V1__Ping ping = CAUSEWAY__V1__PING__INIT;
-  pthread_mutex_lock(&w->send_mu);  // the connection is swapped under it
-  cw_status_free(cw_client_send(w->conn, CW_MSG_PING, &ping.base, NULL, 0, NULL, cw__ignore_cb,
-                                NULL, NULL));
-  pthread_mutex_unlock(&w->send_mu);
-}
-
 // Sends an empty DELETE carrying `seq` straight to the worker: a request
 // that took a seq and never reached the worker (refused here, or not relayed
 // by the controller) leaves a hole in the worker's seq order, and later

@@ -55,10 +55,6 @@ CW_MUST_USE cw_status_t cw_plugin_worker_send_ordered(cw_plugin_worker_t* w, boo
 // Deletes buffer `id` on `w`: batched into one DELETE sent before w's next
 // seq'd request (or when the batch is full), in seq order.
 void cw_plugin_worker_delete(cw_plugin_worker_t* w, uint64_t id);
-// Someone asks for a buffer's readiness on `w`: ends the launch streak,
-// and if it is `pending` and replies may be held (defer_reply), sends a PING
-// so that the worker writes them.
-void cw_plugin_worker_nudge(cw_plugin_worker_t* w, bool pending);
 // The recorded error(s) of pipelined requests, cleared; OK if none.
 CW_MUST_USE cw_status_t cw_plugin_worker_take_deferred(cw_plugin_worker_t* w);
 

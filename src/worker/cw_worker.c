@@ -190,7 +190,6 @@ static void cw__maybe_finish_shutdown(cw_worker_t* w) {
   uv_close((uv_handle_t*)&w->async, NULL);
   cw_net_deinitialize(&w->net);  // a last prepare pass applies what fired inline
   uv_close((uv_handle_t*)&w->shutdown_timer, NULL);
-  uv_close((uv_handle_t*)&w->reply_timer, NULL);
 }
 
 static void cw__shutdown_timeout(uv_timer_t* t) {
@@ -272,8 +271,6 @@ cw_status_t cw_worker_create(const cw_settings_t* settings, cw_worker_t** out) {
   uv_timer_init(&w->loop, &w->shutdown_timer);
   w->shutdown_timer.data = w;
   uv_unref((uv_handle_t*)&w->shutdown_timer);
-  uv_timer_init(&w->loop, &w->reply_timer);
-  w->reply_timer.data = w;
   uv_signal_init(&w->loop, &w->sigterm);
   uv_signal_init(&w->loop, &w->sigint);
   w->sigterm.data = w->sigint.data = w;

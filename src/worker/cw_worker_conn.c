@@ -199,7 +199,6 @@ static void cw__on_close(cw_net_conn_t* nc, cw_status_t reason) {
   cw_worker_t* w = c->w;
   c->nc = nc;
   c->closing = true;
-  c->num_held_replies = 0;  // nobody reads them now
   if (c->prev) c->prev->next = c->next;
   else if (w->conns == c) w->conns = c->next;
   if (c->next) c->next->prev = c->prev;
@@ -621,15 +620,6 @@ static void cw__apply(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCMessage
 
 static bool cw__admit(cw_net_conn_t* nc, const cw_frame_header_t* h, ProtobufCMessage** msg) {
   cw_conn_t* c = cw_net_conn_user(nc);
-  // Held launch replies go before anything else this connection asked for
-  // is answered: another request is where the client may wait for them
-  // (not a DELETE: the plugin sends those with its launches, and waits for
-  // none).
-  if (h->type != CW_MSG_DELETE &&
-      !(h->type == CW_MSG_LAUNCH && *msg &&
-        ((const Causeway__V1__LaunchRequest*)*msg)->defer_reply)) {
-    cw_worker_launch_flush_replies(c);
-  }
   uint64_t key = 0;
   if (cw__seq_gate(c, h, msg, &key)) return false;  // held, or refused as a duplicate
   if (cw_worker_ops_refuse(c, h, msg)) {  // draining: applied in order, refused

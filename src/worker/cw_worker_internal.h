@@ -23,8 +23,6 @@
 typedef struct cw_conn_s cw_conn_t;
 typedef struct cw_op_s cw_op_t;          // cw_worker_op.h
 typedef struct cw_launch_s cw_launch_t;  // cw_worker_launch.c
-// Launch success replies a connection holds back at most (defer_reply).
-#define CW_WORKER_HELD_REPLIES 32
 typedef struct cw_completion_s cw_completion_t;  // cw_worker.c
 typedef struct cw_worker_link_s cw_worker_link_t;  // cw_worker_link.c
 typedef struct cw_stamp_state_s cw_stamp_state_t;  // cw_worker_sched.c
@@ -71,15 +69,6 @@ struct cw_conn_s {
   cw_launch_t* launch_head;
   cw_launch_t* launch_tail;
   bool launch_waiting;
-  // Success replies held back (LaunchRequest.defer_reply): written together
-  // by cw_worker_launch_flush_replies.
-  struct {
-    uint64_t request_id, exe_id;
-  } held_replies[CW_WORKER_HELD_REPLIES];
-  size_t num_held_replies;
-  // Launches counted on arrival; those up to replies_due_upto arrived before
-  // a request of another kind (the client may wait for them): not held.
-  uint64_t launches_arrived, replies_due_upto;
   cw_conn_t* throttle_next;    // on the launch module's throttled list
   cw_conn_t* stamp_wait_next;  // gang order: on the list of turns waited for
   // Outbound: the peer's address and the session there (SEND's PUT links),
@@ -111,7 +100,6 @@ struct cw_worker_s {
   bool inline_completions;  // completions queued from the loop thread itself
   uv_signal_t sigterm, sigint;
   uv_timer_t shutdown_timer;
-  uv_timer_t reply_timer;  // writes held launch replies (cw_worker_launch.c)
   bool handles_open;
   bool shutting_down;
   bool leak_on_exit;

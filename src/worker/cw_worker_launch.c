@@ -66,7 +66,6 @@ struct cw_launch_s {
   bool stamp_released;
   // A program that calls back (cw_worker_hostcb.h): its execute context.
   cw_hostcb_launch_t* hostcb;
-  uint64_t number;  // this connection's launches counted on arrival (held replies)
 };
 
 static void cw__launch_free(cw_launch_t* l) {
@@ -151,14 +150,6 @@ static void cw__launch_device_done(cw_worker_t* w, void* user, cw_status_t statu
     cw_status_t st = l->first_error;
     l->first_error = NULL;
     cw__launch_fail(w, l, st);
-  } else if (l->req->defer_reply && !l->go_request && !l->conn->closing &&
-             l->number > l->conn->replies_due_upto) {
-    cw_conn_t* c = l->conn;
-    if (c->num_held_replies == CW_WORKER_HELD_REPLIES) cw_worker_launch_flush_replies(c);
-    c->held_replies[c->num_held_replies].request_id = l->request_id;
-    c->held_replies[c->num_held_replies].exe_id = l->req->exe_id;
-    if (c->num_held_replies++ == 0) cw_worker_launch_reply_timer_start(w);
-    cw__launch_free(l);
   } else {
     Causeway__V1__Ack ack = CAUSEWAY__V1__ACK__INIT;
     ack.id = l->req->exe_id;
@@ -167,33 +158,6 @@ static void cw__launch_device_done(cw_worker_t* w, void* user, cw_status_t statu
     cw__launch_free(l);
   }
   cw__launch_unthrottle(w);
-}
-
-void cw_worker_launch_flush_replies(cw_conn_t* c) {
-  // Launches that arrived before the request that calls for this are
-  // answered at once when they complete.
-  c->replies_due_upto = c->launches_arrived;
-  for (size_t i = 0; i < c->num_held_replies; ++i) {
-    Causeway__V1__Ack ack = CAUSEWAY__V1__ACK__INIT;
-    ack.id = c->held_replies[i].exe_id;
-    cw_worker_reply(c, CW_MSG_LAUNCH, c->held_replies[i].request_id, &ack.base);
-  }
-  c->num_held_replies = 0;
-}
-
-static void cw__reply_timer_fired(uv_timer_t* t) {
-  cw_worker_t* w = t->data;
-  for (cw_conn_t* c = w->conns; c; c = c->next) {
-    if (c->num_held_replies) cw_worker_launch_flush_replies(c);
-  }
-}
-
-// Held replies wait at most about a millisecond (libuv's timer resolution):
-// enough for a client's back-to-back launches to share a write.
-void cw_worker_launch_reply_timer_start(cw_worker_t* w) {
-  if (!w->handles_open || uv_is_active((uv_handle_t*)&w->reply_timer)) return;
-  w->reply_timer.data = w;
-  uv_timer_start(&w->reply_timer, cw__reply_timer_fired, 1, 0);
 }
 
 // One device's completion of a traced launch: recorded, then the launch's
@@ -827,7 +791,6 @@ void cw_worker_handle_launch(cw_net_conn_t* nc, const cw_frame_header_t* h,
   }
   l->conn = c;
   cw_worker_conn_ref(c);
-  l->number = ++c->launches_arrived;
   l->request_id = h->request_id;
   l->skey = c->session->key;
   l->req = r;

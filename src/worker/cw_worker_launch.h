@@ -23,13 +23,6 @@ void cw_worker_launch_conn_closed(cw_conn_t* c);
 size_t cw_worker_launch_queued(const cw_conn_t* c);
 // The stamp of the launch at the head of the queue (0: none).
 uint64_t cw_worker_launch_head_stamp(const cw_conn_t* c);
-// Held success replies (LaunchRequest.defer_reply): the connection's go out
-// now (before it handles a request of another kind, or at close), or every
-// connection's (the reply timer). A client dispatching launches back to
-// back then gets one write of replies for up to CW_WORKER_HELD_REPLIES
-// launches, not one each.
-void cw_worker_launch_flush_replies(cw_conn_t* c);
-void cw_worker_launch_reply_timer_start(cw_worker_t* w);
 // Deletes the ids of the arguments a launch donates, on every device: the
 // client treats them as gone from the moment it sent the launch.
 void cw_worker_launch_drop_donated(cw_worker_t* w, uint64_t skey,

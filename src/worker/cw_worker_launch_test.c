@@ -1,9 +1,7 @@
 // LAUNCH at the worker (cw_worker_launch.c), over raw frames against a real
 // worker: donated arguments (donate_argnums) -- what EXE_INFO says a program
 // aliases, the donated id gone after the launch whether or not the program
-// aliases it and whether or not the launch ran, the result the same; and
-// held replies (defer_reply) -- every one arrives, with nothing else sent
-// (the reply timer), past the batch limit, and around a DOWNLOAD.
+// aliases it and whether or not the launch ran, the result the same.
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -99,91 +97,9 @@ static void test_donation(void** state) {
   stop_worker(&w);
 }
 
-// Sends `n` chained launches of `exe` (ids from+k -> from+k+1) asking the
-// worker to hold their replies; request ids rid0+k.
-static void send_deferred_chain(int fd, uint64_t exe, uint64_t from, int n, uint64_t rid0) {
-  for (int k = 0; k < n; ++k) {
-    launch1_t l;
-    launch1_init(&l, exe, from + (uint64_t)k, from + (uint64_t)k + 1, false);
-    l.req.defer_reply = true;
-    send_frame(fd, CW_MSG_LAUNCH, rid0 + (uint64_t)k, &l.req.base, NULL, 0);
-  }
-}
-
-// Reads frames until each of the `n` launch replies rid0.. and (when
-// other_rid) the reply `other_rid` came: each once, none an error.
-static void expect_replies(int fd, int n, uint64_t rid0, uint64_t other_rid) {
-  bool seen[64] = {false};
-  bool other_seen = !other_rid;
-  int left = n;
-  while (left > 0 || !other_seen) {
-    reply_t r;
-    assert_true(recv_frame(fd, &r));  // 60 s read timeout: a reply never written fails here
-    assert_false(r.h.flags & CW_FRAME_ERROR);
-    if (other_rid && r.h.request_id == other_rid) {
-      assert_false(other_seen);
-      other_seen = true;
-    } else {
-      assert_int_equal(r.h.type, CW_MSG_LAUNCH);
-      assert_true(r.h.request_id >= rid0 && r.h.request_id < rid0 + (uint64_t)n);
-      assert_false(seen[r.h.request_id - rid0]);
-      seen[r.h.request_id - rid0] = true;
-      left--;
-    }
-    reply_free(&r);
-  }
-}
-
-static void test_deferred_replies(void** state) {
-  (void)state;
-  worker_t w;
-  int fd = start_client(&w, NULL);
-  Causeway__V1__CompileRequest c = CAUSEWAY__V1__COMPILE_REQUEST__INIT;
-  c.exe_id = 3;
-  c.format = "mlir";
-  c.code.data = (uint8_t*)kScaleProgram;
-  c.code.len = strlen(kScaleProgram);
-  assert_int_equal(call(fd, CW_MSG_COMPILE, &c.base, NULL, 0, NULL), 0);
-  float x[6] = {0, 1, 2, 3, 4, 5};
-  assert_int_equal(upload(fd, 100, x, NULL, 24, 0), 0);
-
-  // Nothing else is sent: the held replies still come (the reply timer).
-  send_deferred_chain(fd, 3, 100, 5, 5000);
-  expect_replies(fd, 5, 5000, 0);
-  // More than a connection holds (CW_WORKER_HELD_REPLIES).
-  send_deferred_chain(fd, 3, 105, 40, 6000);
-  expect_replies(fd, 40, 6000, 0);
-  // A DOWNLOAD of the last output: replies and the right bytes (2x + 1, 50 times).
-  send_deferred_chain(fd, 3, 145, 5, 7000);
-  Causeway__V1__DownloadRequest dr = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
-  dr.buffer_id = 150;
-  send_frame(fd, CW_MSG_DOWNLOAD, 7100, &dr.base, NULL, 0);
-  expect_replies(fd, 5, 7000, 7100);
-  float want[6];
-  for (int i = 0; i < 6; ++i) {
-    double v = x[i];
-    for (int k = 0; k < 50; ++k) v = (float)(v * 2 + 1);
-    want[i] = (float)v;
-  }
-  expect_download(fd, 150, want);
-
-  // A connection that closes while its replies are held: the worker goes on.
-  int fd2 = dial(w.port);
-  uint64_t sid = hello(fd2, 0, CAUSEWAY__V1__ROLE__ROLE_CLIENT, NULL);
-  assert_true(sid != 0);
-  assert_int_equal(call(fd2, CW_MSG_COMPILE, &c.base, NULL, 0, NULL), 0);
-  assert_int_equal(upload(fd2, 100, x, NULL, 24, 0), 0);
-  send_deferred_chain(fd2, 3, 100, 8, 8000);
-  close(fd2);
-  expect_download(fd, 150, want);
-  close(fd);
-  stop_worker(&w);
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_donation),
-      cmocka_unit_test(test_deferred_replies),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
