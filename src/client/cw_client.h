@@ -46,6 +46,9 @@ typedef struct cw_client_options_s {
   // NULL: CAUSEWAY_TLS, CAUSEWAY_TLS_CA, CAUSEWAY_TLS_CERT and
   // CAUSEWAY_TLS_KEY from the environment (TLS off when CAUSEWAY_TLS is).
   cw_tls_t* tls;
+  // cw_client_send_batched's window: a frame is held only if the reader took
+  // a batched reply this recently. 0: CW_CLIENT_BATCH_WINDOW_US.
+  int batch_window_us;
 } cw_client_options_t;
 
 // Connects to `address` ("host:port", or a Unix socket path containing '/'),
@@ -115,11 +118,29 @@ CW_MUST_USE cw_status_t cw_client_wait(cw_client_t* client, uint64_t request_id,
 // client's write buffer until the next cw_client_send or cw_client_call on
 // this client, which writes both with one system call. For a request that is
 // always followed at once by another (the plugin's batched DELETE before the
-// request it precedes); nothing else flushes it.
+// request it precedes); only that, cw_client_write_held, cw_client_wait and
+// cw_client_flush write it.
 CW_MUST_USE cw_status_t cw_client_send_deferred(cw_client_t* client, uint16_t type,
                                                 const ProtobufCMessage* request,
                                                 cw_client_done_fn done, void* user,
                                                 uint64_t* out_request_id);
+
+// Requests sent back to back share a write (one system call for many):
+// like cw_client_send without bulk, except that while CW_CLIENT_BATCH_DEPTH
+// earlier requests sent this way are unanswered and the reader took the
+// reply to one within the batch window (options.batch_window_us), the frame waits in the
+// write buffer. It goes out with the next frame written, when the reader
+// takes the reply to one of those, or at cw_client_write_held. Only for a
+// request the peer answers without this client's help (a LAUNCH without host
+// callbacks): the replies it waits for then always come.
+#define CW_CLIENT_BATCH_DEPTH 2
+#define CW_CLIENT_BATCH_WINDOW_US 5000
+CW_MUST_USE cw_status_t cw_client_send_batched(cw_client_t* client, uint16_t type,
+                                               const ProtobufCMessage* request,
+                                               cw_client_done_fn done, void* user,
+                                               uint64_t* out_request_id);
+// Writes the frames waiting in the write buffer now (someone waits for one).
+CW_MUST_USE cw_status_t cw_client_write_held(cw_client_t* client);
 
 // Send + wait.
 CW_MUST_USE cw_status_t cw_client_call(cw_client_t* client, uint16_t type,

@@ -9,9 +9,10 @@
 // cw_client_socket.c (socket I/O).
 //
 // Threading model: any thread sends (one mutex serialises writers, each frame
-// goes out with one sendmsg loop over [header, payload, caller's bulk...]);
-// one reader thread per client decodes replies and completes requests by
-// request id. Every request lives in a pending table from just before its
+// goes out with one sendmsg loop over [held frames, header, payload, caller's
+// bulk...]); one reader thread per client decodes replies and completes
+// requests by request id. Held frames (deferred, batched) wait in wbuf; the
+// reader writes batched ones after taking a batched request's reply. Every request lives in a pending table from just before its
 // frame is written until it is claimed (cw_client_wait, cw_client_flush) or
 // its callback has run.
 //
@@ -50,6 +51,7 @@ enum {
   CW_CLIENT_PEND_MATCHED = 1u << 5,     // the reader took a reply; reader-owned until DONE
   // cw_client_send_flags only (never stored): cw_client_send_deferred.
   CW_CLIENT_SEND_DEFER = 1u << 6,
+  CW_CLIENT_PEND_BATCHED = 1u << 7,  // cw_client_send_batched: counted in c->batched
 };
 
 typedef struct cw_client_pending_s {
@@ -90,12 +92,18 @@ struct cw_client_s {
   // written; they go out ahead of the next frame.
   uint8_t* wbuf;
   size_t wbuf_len, wbuf_cap;
+  // Guarded by write_mu: wbuf holds a cw_client_send_batched frame, which
+  // the reader writes after taking a batched request's reply.
+  bool wbuf_batched;
 
   pthread_mutex_t mu;  // guards everything below
   pthread_cond_t cv;   // broadcast on every completion
   cw_client_table_t table;
   uint64_t next_id;
   size_t outstanding;  // sent and not completed (callbacks count until they return)
+  size_t batched;      // cw_client_send_batched requests whose reply was not taken
+  int64_t batched_reply_ns;  // CLOCK_MONOTONIC when the reader last took one's reply
+  int64_t batch_window_ns;   // options.batch_window_us
   char* dead;          // set once the connection is lost: the reason
   bool closing;        // cw_client_release has begun
 
@@ -157,6 +165,9 @@ CW_MUST_USE cw_status_t cw_client_frame_write_flags(cw_client_t* c, uint16_t typ
                                               const uint8_t* payload, size_t payload_len,
                                               const struct iovec* bulk, int bulk_count,
                                               uint64_t bulk_len);
+// Writes wbuf's frames now; write_mu held. An error shuts the socket down
+// (the reader then fails what is outstanding).
+CW_MUST_USE cw_status_t cw_client_write_held_locked(cw_client_t* c);
 // cw_client_send and cw_client_call with CW_CLIENT_PEND_* flags (DETACHED,
 // ALLOC_SINK) and CW_CLIENT_SEND_DEFER; *out_alloc takes an ALLOC_SINK buffer.
 CW_MUST_USE cw_status_t cw_client_send_flags(cw_client_t* c, uint16_t type,

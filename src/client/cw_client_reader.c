@@ -229,6 +229,10 @@ static cw_status_t cw__read_one(cw_client_t* c) {
     p->flags |= CW_CLIENT_PEND_MATCHED;
     pflags = p->flags;
     sink = p->sink;
+    if (pflags & CW_CLIENT_PEND_BATCHED) {
+      c->batched--;
+      c->batched_reply_ns = cw_time_now_ns();
+    }
   }
   pthread_mutex_unlock(&c->mu);
   if (!ok) {
@@ -280,6 +284,12 @@ static cw_status_t cw__read_one(cw_client_t* c) {
     }
   }
   cw__complete(c, p, status, msg, h.bulk_len, alloc);
+  if (pflags & CW_CLIENT_PEND_BATCHED) {
+    // Frames held behind this one go out now (cw_client_send_batched).
+    pthread_mutex_lock(&c->write_mu);
+    if (c->wbuf_batched) cw_status_free(cw_client_write_held_locked(c));
+    pthread_mutex_unlock(&c->write_mu);
+  }
   return cw_ok_status();
 }
 

@@ -64,7 +64,27 @@ cw_status_t cw_client_frame_write_flags(cw_client_t* c, uint16_t type, uint32_t 
   cw_status_t s = c->tls ? cw_client_tls_write_iov(c->tls, c->address, iov, n)
                          : cw_client_socket_write_iov(c->fd, c->address, iov, n);
   c->wbuf_len = 0;  // written, or the connection is being shut down
+  c->wbuf_batched = false;
   if (iov != stack_iov) free(iov);
+  return s;
+}
+
+cw_status_t cw_client_write_held_locked(cw_client_t* c) {
+  if (!c->wbuf_len) return cw_ok_status();
+  struct iovec iov = {.iov_base = c->wbuf, .iov_len = c->wbuf_len};
+  cw_status_t s = c->tls ? cw_client_tls_write_iov(c->tls, c->address, &iov, 1)
+                         : cw_client_socket_write_iov(c->fd, c->address, &iov, 1);
+  c->wbuf_len = 0;
+  c->wbuf_batched = false;
+  if (s) shutdown(c->fd, SHUT_RDWR);  // a partial frame: the reader fails the rest
+  return s;
+}
+
+cw_status_t cw_client_write_held(cw_client_t* client) {
+  if (!client) return cw_make_status(CW_INVALID_ARGUMENT, "client is required");
+  pthread_mutex_lock(&client->write_mu);
+  cw_status_t s = cw_client_write_held_locked(client);
+  pthread_mutex_unlock(&client->write_mu);
   return s;
 }
 
@@ -122,6 +142,7 @@ cw_status_t cw_client_send_flags(cw_client_t* c, uint16_t type, const ProtobufCM
   if (!c || !request) return cw_make_status(CW_INVALID_ARGUMENT, "client and request are required");
   bool defer = (flags & CW_CLIENT_SEND_DEFER) != 0;
   flags &= ~(unsigned)CW_CLIENT_SEND_DEFER;
+  bool batch = (flags & CW_CLIENT_PEND_BATCHED) != 0;
   const ProtobufCMessageDescriptor* desc = cw_msg_request_descriptor(type);
   if (!desc || type == CW_MSG_HELLO) {
     return cw_make_status(CW_INVALID_ARGUMENT, "cannot send message type %u (%s)", type,
@@ -189,6 +210,14 @@ cw_status_t cw_client_send_flags(cw_client_t* c, uint16_t type, const ProtobufCM
   }
   uint64_t id = p->id = c->next_id++;
   cw_client_table_insert(&c->table, p);
+  // Held while enough earlier ones are unanswered and their replies flow:
+  // the reader writes it when it takes one of them (it takes write_mu
+  // after, so it cannot miss a frame held meanwhile). Replies that stopped
+  // coming (a paused session, a long program) hold nothing: the peer sees
+  // the request at once.
+  bool hold = batch && c->batched >= CW_CLIENT_BATCH_DEPTH &&
+              cw_time_now_ns() - c->batched_reply_ns < c->batch_window_ns;
+  if (batch) c->batched++;
   // Liveness counts silence only while something is owed: from now, if
   // nothing was.
   if (c->outstanding++ == 0) {
@@ -197,10 +226,11 @@ cw_status_t cw_client_send_flags(cw_client_t* c, uint16_t type, const ProtobufCM
   pthread_mutex_unlock(&c->mu);
   // From here on the reader may complete (and free) `p`; use `id` only.
 
-  cw_status_t ws = defer && !bulk_len
+  cw_status_t ws = (defer || hold) && !bulk_len
                        ? cw__defer_frame(c, type, id, payload, payload_len)
                        : cw_client_frame_write(c, type, id, payload, payload_len, bulk, bulk_count,
                                          bulk_len);
+  if (hold && !ws && c->wbuf_len) c->wbuf_batched = true;
   if (ws) {
     // A partial frame desynchronises the stream: close it so the reader
     // fails everything else outstanding.
@@ -217,6 +247,7 @@ cw_status_t cw_client_send_flags(cw_client_t* c, uint16_t type, const ProtobufCM
     // Lost before any reply: report it here, not through the callback.
     cw_client_table_remove(&c->table, id);
     c->outstanding--;
+    if (q->flags & CW_CLIENT_PEND_BATCHED) c->batched--;
     pthread_cond_broadcast(&c->cv);
     s = ws ? ws : cw__dead_status(c);
     cw_client_pending_free(q);
@@ -247,6 +278,13 @@ cw_status_t cw_client_send(cw_client_t* client, uint16_t type, const ProtobufCMe
                               out_request_id);
 }
 
+cw_status_t cw_client_send_batched(cw_client_t* client, uint16_t type,
+                                   const ProtobufCMessage* request, cw_client_done_fn done,
+                                   void* user, uint64_t* out_request_id) {
+  return cw_client_send_flags(client, type, request, NULL, 0, NULL, CW_CLIENT_PEND_BATCHED, done,
+                              user, out_request_id);
+}
+
 cw_status_t cw_client_send_deferred(cw_client_t* client, uint16_t type,
                                     const ProtobufCMessage* request, cw_client_done_fn done,
                                     void* user, uint64_t* out_request_id) {
@@ -266,6 +304,8 @@ static cw_status_t cw__wait(cw_client_t* c, uint64_t id, ProtobufCMessage** out_
     return cw_make_status(CW_FAILED_PRECONDITION,
                           "cannot wait inside a completion callback (it runs on the reader)");
   }
+  // What we wait for may be held in the write buffer (a failed write fails it).
+  cw_status_free(cw_client_write_held(c));
   pthread_mutex_lock(&c->mu);
   cw_client_pending_t* p = cw_client_table_find(&c->table, id);
   cw_status_t s = cw_ok_status();
@@ -342,6 +382,7 @@ cw_status_t cw_client_flush(cw_client_t* client) {
     return cw_make_status(CW_FAILED_PRECONDITION,
                           "cannot flush inside a completion callback (it runs on the reader)");
   }
+  cw_status_free(cw_client_write_held(c));  // a failed write fails what it held
   pthread_mutex_lock(&c->mu);
   while (c->outstanding > 0) pthread_cond_wait(&c->cv, &c->mu);
   // Drain parked completions nobody waits for; keep the lowest-id error.

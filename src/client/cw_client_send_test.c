@@ -1,9 +1,13 @@
 // Unit tests of sending, waiting and flushing (cw_client_send.c): ids,
-// pipelined requests answered out of order, deferred frames, several
-// threads on one client; against the fake peer.
+// pipelined requests answered out of order, deferred frames, batched frames
+// (held while enough are unanswered, written by the reader or on demand),
+// several threads on one client; against the fake peer.
+#include <errno.h>
+#include <semaphore.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "cw_client_fake_peer.h"
 
@@ -78,6 +82,181 @@ static void test_deferred_send(void** state) {
   fake_join(&f);
 }
 
+// Batched sends: the test thread posts g_sent once it sent them all, the
+// script g_peeked once it looked at what the socket holds, and g_read once
+// the held frames came (before the test thread flushes, which would write
+// them itself).
+static sem_t g_sent, g_peeked, g_read;
+
+// Nothing more is in the socket now (a held frame was not written).
+static bool socket_empty(fake_t* f) {
+  char b;
+  return recv(f->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+static void send_batched_ping(cw_client_t* c, const char* data, rec_t* rec) {
+  Causeway__V1__Ping p = CAUSEWAY__V1__PING__INIT;
+  p.data.data = (uint8_t*)data;
+  p.data.len = strlen(data);
+  assert_ok(cw_client_send_batched(c, CW_MSG_PING, &p.base, rec_done, rec, NULL));
+}
+
+// A client whose batch window is wide enough for a loaded machine, after one
+// batched request answered: frames may be held from now on.
+static cw_client_t* connect_batching(fake_t* f, rec_t* rec) {
+  cw_client_options_t o = {.batch_window_us = 60 * 1000 * 1000};
+  cw_client_t* c = NULL;
+  assert_ok(cw_client_connect(f->path, &o, &c));
+  send_batched_ping(c, "warm-up", rec);
+  assert_ok(cw_client_flush(c));
+  return c;
+}
+
+// The peer's side of connect_batching.
+static bool answer_warm_up(fake_t* f) {
+  frame_t fr;
+  if (!fake_read(f, &fr)) return false;
+  bool ok = fake_reply(f, &fr, fr.msg, NULL, 0);
+  frame_free(&fr);
+  return ok;
+}
+
+// Four batched PINGs: the first CW_CLIENT_BATCH_DEPTH go out at once, the
+// others are held until the reader takes the first reply, then come together.
+static void script_batched_reader(fake_t* f) {
+  frame_t fr[4];
+  FCHECK(f, answer_warm_up(f));
+  for (int i = 0; i < CW_CLIENT_BATCH_DEPTH; ++i) FCHECK(f, fake_read(f, &fr[i]));
+  sem_wait(&g_sent);
+  bool held = socket_empty(f);
+  sem_post(&g_peeked);
+  if (!held) sem_post(&g_read);  // the test thread fails instead of waiting
+  FCHECK(f, held);
+  FCHECK(f, fake_reply(f, &fr[0], fr[0].msg, NULL, 0));
+  for (int i = CW_CLIENT_BATCH_DEPTH; i < 4; ++i) FCHECK(f, fake_read(f, &fr[i]));
+  sem_post(&g_read);
+  for (int i = 1; i < 4; ++i) FCHECK(f, fake_reply(f, &fr[i], fr[i].msg, NULL, 0));
+  for (int i = 0; i < 4; ++i) frame_free(&fr[i]);
+  script_echo(f);
+}
+
+static void test_batched_send_reader(void** state) {
+  sem_init(&g_sent, 0, 0);
+  sem_init(&g_peeked, 0, 0);
+  sem_init(&g_read, 0, 0);
+  fake_t f = {0};
+  fake_start(&f, script_batched_reader);
+  rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  cw_client_t* c = connect_batching(&f, &rec);
+  for (int i = 0; i < 4; ++i) send_batched_ping(c, "batched", &rec);
+  sem_post(&g_sent);
+  sem_wait(&g_peeked);
+  sem_wait(&g_read);  // the reader wrote them: nobody else did
+  assert_ok(cw_client_flush(c));
+  assert_int_equal(rec.calls, 5);  // and the warm-up
+  assert_int_equal(rec.code, CW_OK);
+  cw_client_release(c);
+  fake_join(&f);
+  sem_destroy(&g_sent);
+  sem_destroy(&g_peeked);
+  sem_destroy(&g_read);
+}
+
+// A held frame goes out at cw_client_write_held, no reply needed.
+static void script_batched_write_held(fake_t* f) {
+  frame_t fr[3];
+  FCHECK(f, answer_warm_up(f));
+  for (int i = 0; i < CW_CLIENT_BATCH_DEPTH; ++i) FCHECK(f, fake_read(f, &fr[i]));
+  sem_wait(&g_sent);
+  bool held = socket_empty(f);
+  sem_post(&g_peeked);
+  FCHECK(f, held);
+  FCHECK(f, fake_read(f, &fr[2]));
+  for (int i = 0; i < 3; ++i) FCHECK(f, fake_reply(f, &fr[i], fr[i].msg, NULL, 0));
+  for (int i = 0; i < 3; ++i) frame_free(&fr[i]);
+  script_echo(f);
+}
+
+static void test_batched_send_write_held(void** state) {
+  sem_init(&g_sent, 0, 0);
+  sem_init(&g_peeked, 0, 0);
+  fake_t f = {0};
+  fake_start(&f, script_batched_write_held);
+  rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  cw_client_t* c = connect_batching(&f, &rec);
+  for (int i = 0; i < 3; ++i) send_batched_ping(c, "batched", &rec);
+  sem_post(&g_sent);
+  sem_wait(&g_peeked);
+  assert_ok(cw_client_write_held(c));
+  assert_ok(cw_client_flush(c));
+  assert_int_equal(rec.calls, 4);  // and the warm-up
+  assert_int_equal(rec.code, CW_OK);
+  cw_client_release(c);
+  fake_join(&f);
+  sem_destroy(&g_sent);
+  sem_destroy(&g_peeked);
+}
+
+// Held batched frames fail with the connection like any other request.
+static void script_batched_close(fake_t* f) {
+  frame_t fr[CW_CLIENT_BATCH_DEPTH];
+  FCHECK(f, answer_warm_up(f));
+  for (int i = 0; i < CW_CLIENT_BATCH_DEPTH; ++i) FCHECK(f, fake_read(f, &fr[i]));
+  sem_wait(&g_sent);
+  for (int i = 0; i < CW_CLIENT_BATCH_DEPTH; ++i) frame_free(&fr[i]);
+  // Returning closes the connection, unanswered.
+}
+
+static void test_batched_send_connection_lost(void** state) {
+  sem_init(&g_sent, 0, 0);
+  fake_t f = {0};
+  fake_start(&f, script_batched_close);
+  rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  cw_client_t* c = connect_batching(&f, &rec);
+  for (int i = 0; i < 4; ++i) send_batched_ping(c, "batched", &rec);
+  sem_post(&g_sent);
+  fake_join(&f);
+  expect_status(cw_client_flush(c), CW_OK, NULL);  // callbacks got the errors
+  assert_int_equal(rec.calls, 5);  // and the warm-up
+  assert_int_equal(rec.code, CW_UNAVAILABLE);
+  cw_client_release(c);
+  sem_destroy(&g_sent);
+}
+
+// Replies that stopped coming hold nothing: past the window, every batched
+// frame goes out at once (the peer reads all three before answering any).
+static void script_batched_window(fake_t* f) {
+  frame_t fr[3];
+  FCHECK(f, answer_warm_up(f));
+  for (int i = 0; i < 3; ++i) FCHECK(f, fake_read(f, &fr[i]));
+  sem_post(&g_read);
+  for (int i = 0; i < 3; ++i) FCHECK(f, fake_reply(f, &fr[i], fr[i].msg, NULL, 0));
+  for (int i = 0; i < 3; ++i) frame_free(&fr[i]);
+  script_echo(f);
+}
+
+static void test_batched_send_window(void** state) {
+  sem_init(&g_read, 0, 0);
+  fake_t f = {0};
+  fake_start(&f, script_batched_window);
+  cw_client_options_t o = {.batch_window_us = 1};
+  cw_client_t* c = NULL;
+  assert_ok(cw_client_connect(f.path, &o, &c));
+  rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  send_batched_ping(c, "warm-up", &rec);
+  assert_ok(cw_client_flush(c));
+  // Frames held now would never be answered: the peer waits for all three
+  // (and the test for the peer) before anything could write them.
+  for (int i = 0; i < 3; ++i) send_batched_ping(c, "x", &rec);
+  sem_wait(&g_read);
+  assert_ok(cw_client_flush(c));
+  assert_int_equal(rec.calls, 4);
+  assert_int_equal(rec.code, CW_OK);
+  cw_client_release(c);
+  fake_join(&f);
+  sem_destroy(&g_read);
+}
+
 // Several threads share one client; the peer echoes.
 typedef struct stress_s {
   cw_client_t* c;
@@ -131,6 +310,10 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_pipelined_out_of_order),
       cmocka_unit_test(test_deferred_send),
+      cmocka_unit_test(test_batched_send_reader),
+      cmocka_unit_test(test_batched_send_write_held),
+      cmocka_unit_test(test_batched_send_connection_lost),
+      cmocka_unit_test(test_batched_send_window),
       cmocka_unit_test(test_threads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
