@@ -31,8 +31,10 @@ Measurements (per side):
     the same loop data-parallel over one island's 4 devices (batch sharded,
     parameters replicated; gradients all-reduced inside the island).
 
-Targets (from the issue): asynchronous throughput >= 0.5x in-process JAX;
-training step time <= 1.2x in-process JAX.
+Targets (issue 12, item 3): asynchronous throughput >= 0.8x in-process JAX;
+training step time <= 1.05x in-process JAX. (Its synchronous-call target,
+<= 1.5x (raw loopback round trip + the in-process call), needs cw_bench's raw
+TCP baseline: docs/performance.md puts the two side by side.)
 """
 from __future__ import annotations
 
@@ -48,6 +50,8 @@ import tempfile
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent
+ASYNC_TARGET = 0.8   # issue 12: asynchronous chain >= 0.8x in-process JAX
+TRAIN_TARGET = 1.05  # issue 12: training step <= 1.05x in-process JAX
 ROOT = HERE.parent
 
 # ---- The measuring side (runs in a subprocess) ----------------------------------
@@ -319,13 +323,13 @@ def report(res: dict, cfg: dict, quick: bool) -> list[str]:
 
     a_cw, a_st = cw["async"], st["async"]
     a_ratio = r(a_cw["median_calls_per_s"], a_st["median_calls_per_s"])
-    met_a = a_ratio >= 0.5
+    met_a = a_ratio >= ASYNC_TARGET
     verdicts = []
     lines.append(fmt_row(f"2. async chain of {a_cw['calls']} (median of {a_cw['repeats']})",
                          f"{a_cw['median_calls_per_s']:.0f}", f"{a_st['median_calls_per_s']:.0f}",
                          "calls/s", f"{a_ratio:.2f}x",
-                         f">= 0.50x: {'MET' if met_a else 'NOT MET'}"))
-    verdicts.append(("async throughput >= 0.5x stock", met_a, f"{a_ratio:.2f}x"))
+                         f">= {ASYNC_TARGET:.2f}x: {'MET' if met_a else 'NOT MET'}"))
+    verdicts.append((f"async throughput >= {ASYNC_TARGET}x stock", met_a, f"{a_ratio:.2f}x"))
     lines.append(fmt_row("   async, dispatch loop only", f"{a_cw['dispatch_only_calls_per_s']:.0f}",
                          f"{a_st['dispatch_only_calls_per_s']:.0f}", "calls/s",
                          f"{r(a_cw['dispatch_only_calls_per_s'], a_st['dispatch_only_calls_per_s']):.2f}x",
@@ -343,13 +347,15 @@ def report(res: dict, cfg: dict, quick: bool) -> list[str]:
             side = "causeway" if "error" in t_cw else "stock"
             lines.append(fmt_row(label, "n/a", "n/a", "ms", "-", "NOT MET (no result)"))
             lines.append(f"     {side}: {err}")
-            verdicts.append((f"training step ({key[-1]} dev) <= 1.2x stock", False, "no result"))
+            verdicts.append((f"training step ({key[-1]} dev) <= {TRAIN_TARGET}x stock", False,
+                             "no result"))
             continue
         tr = r(t_cw["median_ms"], t_st["median_ms"])
-        met = tr <= 1.2
+        met = tr <= TRAIN_TARGET
         lines.append(fmt_row(f"{label}", f"{t_cw['median_ms']:.3f}", f"{t_st['median_ms']:.3f}",
-                             "ms/step", f"{tr:.2f}x", f"<= 1.20x: {'MET' if met else 'NOT MET'}"))
-        verdicts.append((f"training step ({key[-1]} dev) <= 1.2x stock", met, f"{tr:.2f}x"))
+                             "ms/step", f"{tr:.2f}x", f"<= {TRAIN_TARGET:.2f}x: {'MET' if met else 'NOT MET'}"))
+        verdicts.append((f"training step ({key[-1]} dev) <= {TRAIN_TARGET}x stock", met,
+                         f"{tr:.2f}x"))
         lines.append(fmt_row("     p90 step", f"{t_cw['p90_ms']:.3f}", f"{t_st['p90_ms']:.3f}",
                              "ms/step", f"{r(t_cw['p90_ms'], t_st['p90_ms']):.2f}x", "-"))
         lines.append(fmt_row("     pipelined (no per-step block)", f"{t_cw['pipelined_ms']:.3f}",

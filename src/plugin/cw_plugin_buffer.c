@@ -173,7 +173,11 @@ PJRT_Error* cw_plugin_buffer_is_on_cpu(PJRT_Buffer_IsOnCpu_Args* args) {
 PJRT_Error* cw_plugin_buffer_ready_event(PJRT_Buffer_ReadyEvent_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_ReadyEvent_Args, event);
   CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_ReadyEvent", "buffer");
-  args->event = cw_plugin_event_from_future(CW__BUF(args->buffer)->ready);
+  cw_plugin_buffer_t* b = CW__BUF(args->buffer);
+  // JAX asks at block_until_ready, not per launch: the launch that makes
+  // `b` may be held for a shared write (cw_client_send_batched).
+  if (!cw_plugin_future_is_done(b->ready)) cw_plugin_worker_write_held(b->device->worker);
+  args->event = cw_plugin_event_from_future(b->ready);
   return NULL;
 }
 
