@@ -177,6 +177,7 @@ static void cw__client_free(cw_client_t* c) {
   free(c->hung);
   pthread_mutex_destroy(&c->mu);
   pthread_mutex_destroy(&c->write_mu);
+  pthread_cond_destroy(&c->flush_cv);
   free(c->payload_buf);
   free(c->wbuf);
   cw_rbuf_deinitialize(&c->rb);
@@ -259,6 +260,11 @@ cw_status_t cw_client_connect(const char* address, const cw_client_options_t* op
   if (!c) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   c->fd = -1;
   pthread_mutex_init(&c->write_mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);  // cw_time_now_ns's clock
+  pthread_cond_init(&c->flush_cv, &ca);
+  pthread_condattr_destroy(&ca);
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->cv, NULL);
   c->next_id = 1;
@@ -322,6 +328,12 @@ void cw_client_release(cw_client_t* client) {
   pthread_mutex_unlock(&c->mu);
   // Wakes the reader (EOF/error), which fails everything still outstanding.
   shutdown(c->fd, SHUT_RDWR);
+  pthread_mutex_lock(&c->write_mu);
+  c->flusher_stop = true;
+  pthread_cond_signal(&c->flush_cv);
+  bool flusher = c->flusher_started;
+  pthread_mutex_unlock(&c->write_mu);
+  if (flusher) pthread_join(c->flusher, NULL);
   if (c->watchdog_started) pthread_join(c->watchdog, NULL);
   if (c->reader_started) pthread_join(c->reader, NULL);
   // Parked, unclaimed completions are freed with the table.

@@ -118,8 +118,8 @@ CW_MUST_USE cw_status_t cw_client_wait(cw_client_t* client, uint64_t request_id,
 // client's write buffer until the next cw_client_send or cw_client_call on
 // this client, which writes both with one system call. For a request that is
 // always followed at once by another (the plugin's batched DELETE before the
-// request it precedes); only that, cw_client_write_held, cw_client_wait and
-// cw_client_flush write it.
+// request it precedes); only that and cw_client_write_held write it (or
+// whatever writes held batched frames, below).
 CW_MUST_USE cw_status_t cw_client_send_deferred(cw_client_t* client, uint16_t type,
                                                 const ProtobufCMessage* request,
                                                 cw_client_done_fn done, void* user,
@@ -130,9 +130,10 @@ CW_MUST_USE cw_status_t cw_client_send_deferred(cw_client_t* client, uint16_t ty
 // earlier requests sent this way are unanswered and the reader took the
 // reply to one within the batch window (options.batch_window_us), the frame waits in the
 // write buffer. It goes out with the next frame written, when the reader
-// takes the reply to one of those, or at cw_client_write_held. Only for a
-// request the peer answers without this client's help (a LAUNCH without host
-// callbacks): the replies it waits for then always come.
+// takes the reply to one of those, at cw_client_write_held, cw_client_wait
+// or cw_client_flush, and at the latest one batch window after it was held
+// (a flusher thread, started at the first hold). Only for a request the peer
+// answers without this client's help (a LAUNCH without host callbacks).
 #define CW_CLIENT_BATCH_DEPTH 2
 #define CW_CLIENT_BATCH_WINDOW_US 5000
 CW_MUST_USE cw_status_t cw_client_send_batched(cw_client_t* client, uint16_t type,

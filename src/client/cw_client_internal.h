@@ -92,9 +92,16 @@ struct cw_client_s {
   // written; they go out ahead of the next frame.
   uint8_t* wbuf;
   size_t wbuf_len, wbuf_cap;
-  // Guarded by write_mu: wbuf holds a cw_client_send_batched frame, which
-  // the reader writes after taking a batched request's reply.
-  bool wbuf_batched;
+  // wbuf holds a cw_client_send_batched frame (changed under write_mu; read
+  // without it to skip the lock): the reader writes it after taking a
+  // batched request's reply, the flusher once it was held for the batch window.
+  _Atomic bool wbuf_batched;
+  // Guarded by write_mu: when wbuf_batched was set; the flusher thread
+  // (started at the first hold) and what it waits on.
+  int64_t held_since_ns;
+  pthread_cond_t flush_cv;  // CLOCK_MONOTONIC
+  pthread_t flusher;
+  bool flusher_started, flusher_idle, flusher_stop;
 
   pthread_mutex_t mu;  // guards everything below
   pthread_cond_t cv;   // broadcast on every completion
@@ -197,6 +204,9 @@ void* cw_client_reader_main(void* arg);
 // The liveness watchdog (cw_client_liveness.c; c->liveness_ms > 0): ends with
 // c->closing or c->dead.
 void* cw_client_watchdog_main(void* arg);
+// The flusher (cw_client_send.c): writes batched frames held longer than the
+// batch window; ends with c->flusher_stop.
+void* cw_client_flusher_main(void* arg);
 
 #pragma GCC visibility pop
 

@@ -64,7 +64,7 @@ cw_status_t cw_client_frame_write_flags(cw_client_t* c, uint16_t type, uint32_t 
   cw_status_t s = c->tls ? cw_client_tls_write_iov(c->tls, c->address, iov, n)
                          : cw_client_socket_write_iov(c->fd, c->address, iov, n);
   c->wbuf_len = 0;  // written, or the connection is being shut down
-  c->wbuf_batched = false;
+  atomic_store_explicit(&c->wbuf_batched, false, memory_order_relaxed);
   if (iov != stack_iov) free(iov);
   return s;
 }
@@ -75,9 +75,47 @@ cw_status_t cw_client_write_held_locked(cw_client_t* c) {
   cw_status_t s = c->tls ? cw_client_tls_write_iov(c->tls, c->address, &iov, 1)
                          : cw_client_socket_write_iov(c->fd, c->address, &iov, 1);
   c->wbuf_len = 0;
-  c->wbuf_batched = false;
+  atomic_store_explicit(&c->wbuf_batched, false, memory_order_relaxed);
   if (s) shutdown(c->fd, SHUT_RDWR);  // a partial frame: the reader fails the rest
   return s;
+}
+
+// A batched frame was just held (write_mu held): the flusher writes it if
+// nothing else has within the batch window (a paused session's worker, a
+// long program: replies that stopped). Without a flusher it goes now.
+static void cw__held_batched(cw_client_t* c) {
+  if (atomic_load_explicit(&c->wbuf_batched, memory_order_relaxed)) return;
+  c->held_since_ns = cw_time_now_ns();
+  atomic_store_explicit(&c->wbuf_batched, true, memory_order_relaxed);
+  if (!c->flusher_started) {
+    c->flusher_started = pthread_create(&c->flusher, NULL, cw_client_flusher_main, c) == 0;
+    if (!c->flusher_started) cw_status_free(cw_client_write_held_locked(c));
+  } else if (c->flusher_idle) {
+    pthread_cond_signal(&c->flush_cv);
+  }
+}
+
+void* cw_client_flusher_main(void* arg) {
+  cw_client_t* c = arg;
+  pthread_mutex_lock(&c->write_mu);
+  while (!c->flusher_stop) {
+    if (!atomic_load_explicit(&c->wbuf_batched, memory_order_relaxed)) {
+      c->flusher_idle = true;
+      pthread_cond_wait(&c->flush_cv, &c->write_mu);
+      c->flusher_idle = false;
+      continue;
+    }
+    int64_t due = c->held_since_ns + c->batch_window_ns;
+    if (cw_time_now_ns() >= due) {
+      cw_status_free(cw_client_write_held_locked(c));
+      continue;
+    }
+    struct timespec ts = {.tv_sec = (time_t)(due / 1000000000),
+                          .tv_nsec = (long)(due % 1000000000)};
+    pthread_cond_timedwait(&c->flush_cv, &c->write_mu, &ts);
+  }
+  pthread_mutex_unlock(&c->write_mu);
+  return NULL;
 }
 
 cw_status_t cw_client_write_held(cw_client_t* client) {
@@ -230,7 +268,7 @@ cw_status_t cw_client_send_flags(cw_client_t* c, uint16_t type, const ProtobufCM
                        ? cw__defer_frame(c, type, id, payload, payload_len)
                        : cw_client_frame_write(c, type, id, payload, payload_len, bulk, bulk_count,
                                          bulk_len);
-  if (hold && !ws && c->wbuf_len) c->wbuf_batched = true;
+  if (hold && !ws && c->wbuf_len) cw__held_batched(c);
   if (ws) {
     // A partial frame desynchronises the stream: close it so the reader
     // fails everything else outstanding.
@@ -305,7 +343,9 @@ static cw_status_t cw__wait(cw_client_t* c, uint64_t id, ProtobufCMessage** out_
                           "cannot wait inside a completion callback (it runs on the reader)");
   }
   // What we wait for may be held in the write buffer (a failed write fails it).
-  cw_status_free(cw_client_write_held(c));
+  if (atomic_load_explicit(&c->wbuf_batched, memory_order_relaxed)) {
+    cw_status_free(cw_client_write_held(c));
+  }
   pthread_mutex_lock(&c->mu);
   cw_client_pending_t* p = cw_client_table_find(&c->table, id);
   cw_status_t s = cw_ok_status();
@@ -382,7 +422,9 @@ cw_status_t cw_client_flush(cw_client_t* client) {
     return cw_make_status(CW_FAILED_PRECONDITION,
                           "cannot flush inside a completion callback (it runs on the reader)");
   }
-  cw_status_free(cw_client_write_held(c));  // a failed write fails what it held
+  if (atomic_load_explicit(&c->wbuf_batched, memory_order_relaxed)) {
+    cw_status_free(cw_client_write_held(c));  // a failed write fails what it held
+  }
   pthread_mutex_lock(&c->mu);
   while (c->outstanding > 0) pthread_cond_wait(&c->cv, &c->mu);
   // Drain parked completions nobody waits for; keep the lowest-id error.

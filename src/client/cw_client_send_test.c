@@ -1,6 +1,7 @@
 // Unit tests of sending, waiting and flushing (cw_client_send.c): ids,
 // pipelined requests answered out of order, deferred frames, batched frames
-// (held while enough are unanswered, written by the reader or on demand),
+// (held while enough are unanswered, written by the reader, on demand, or by
+// the flusher),
 // several threads on one client; against the fake peer.
 #include <errno.h>
 #include <semaphore.h>
@@ -257,6 +258,38 @@ static void test_batched_send_window(void** state) {
   sem_destroy(&g_read);
 }
 
+// Held frames whose replies do not come (the peer answers nothing until it
+// has all four) go out by the flusher, one batch window after the hold.
+static void script_batched_flusher(fake_t* f) {
+  frame_t fr[4];
+  FCHECK(f, answer_warm_up(f));
+  for (int i = 0; i < 4; ++i) FCHECK(f, fake_read(f, &fr[i]));
+  sem_post(&g_read);
+  for (int i = 0; i < 4; ++i) FCHECK(f, fake_reply(f, &fr[i], fr[i].msg, NULL, 0));
+  for (int i = 0; i < 4; ++i) frame_free(&fr[i]);
+  script_echo(f);
+}
+
+static void test_batched_send_flusher(void** state) {
+  sem_init(&g_read, 0, 0);
+  fake_t f = {0};
+  fake_start(&f, script_batched_flusher);
+  cw_client_options_t o = {.batch_window_us = 50 * 1000};
+  cw_client_t* c = NULL;
+  assert_ok(cw_client_connect(f.path, &o, &c));
+  rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  send_batched_ping(c, "warm-up", &rec);
+  assert_ok(cw_client_flush(c));
+  for (int i = 0; i < 4; ++i) send_batched_ping(c, "x", &rec);
+  sem_wait(&g_read);  // nobody but the flusher writes the held ones
+  assert_ok(cw_client_flush(c));
+  assert_int_equal(rec.calls, 5);
+  assert_int_equal(rec.code, CW_OK);
+  cw_client_release(c);
+  fake_join(&f);
+  sem_destroy(&g_read);
+}
+
 // Several threads share one client; the peer echoes.
 typedef struct stress_s {
   cw_client_t* c;
@@ -314,6 +347,7 @@ int main(void) {
       cmocka_unit_test(test_batched_send_write_held),
       cmocka_unit_test(test_batched_send_connection_lost),
       cmocka_unit_test(test_batched_send_window),
+      cmocka_unit_test(test_batched_send_flusher),
       cmocka_unit_test(test_threads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

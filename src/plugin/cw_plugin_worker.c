@@ -393,7 +393,7 @@ static void cw__ordered_resend(cw_plugin_parked_t* p, cw_client_t* ctrl, uint64_
   if (s) cw__ordered_finish(o, s, NULL);
 }
 
-// cw_plugin_worker_send_ordered; `batch`: cw_client_send_batched.
+// cw_plugin_worker_send_ordered; `batch` (direct only): cw_client_send_batched.
 static cw_status_t cw__send_ordered(cw_plugin_worker_t* w, bool direct, bool batch, uint16_t type,
                                     ProtobufCMessage* req, uint64_t* req_seq,
                                     cw_client_done_fn done, void* user) {
@@ -440,7 +440,7 @@ static cw_status_t cw__send_ordered(cw_plugin_worker_t* w, bool direct, bool bat
     o->copy = cw_msg_copy(req);
     if (o->copy && type == CW_MSG_LAUNCH) pthread_mutex_init(&o->await_mu, NULL);
   }
-  cw_status_t s = batch
+  cw_status_t s = batch && direct
                       ? cw_client_send_batched(via, type, req, cw__ordered_cb, o, NULL)
                       : cw_client_send(via, type, req, NULL, 0, NULL, cw__ordered_cb, o, NULL);
   if (!direct) cw_plugin_ctrl_send_unlock(c);
@@ -462,25 +462,15 @@ cw_status_t cw_plugin_worker_send_ordered(cw_plugin_worker_t* w, bool direct, ui
   return cw__send_ordered(w, direct, false, type, req, req_seq, done, user);
 }
 
-cw_status_t cw_plugin_worker_send_batched(cw_plugin_worker_t* w, bool direct, uint16_t type,
+cw_status_t cw_plugin_worker_send_batched(cw_plugin_worker_t* w, uint16_t type,
                                           ProtobufCMessage* req, uint64_t* req_seq,
                                           cw_client_done_fn done, void* user) {
-  return cw__send_ordered(w, direct, true, type, req, req_seq, done, user);
+  return cw__send_ordered(w, true, true, type, req, req_seq, done, user);
 }
 
 void cw_plugin_worker_write_held(cw_plugin_worker_t* w) {
-  if (atomic_load_explicit(&w->dead, memory_order_acquire)) return;
-  // A failed write fails what it held, through the reader.
-  if (w->direct_launch) {
-    cw_status_free(cw_client_write_held(atomic_load_explicit(&w->conn, memory_order_acquire)));
-    return;
-  }
-  cw_plugin_client_t* c = w->client;
-  cw_plugin_ctrl_send_lock(c);  // the controller's connection is not swapped meanwhile
-  cw_client_t* via = NULL;
-  uint64_t gen = 0;
-  cw_status_t s = cw_plugin_ctrl_now(c, &via, &gen);
-  if (!s && via) s = cw_client_write_held(via);
-  cw_plugin_ctrl_send_unlock(c);
-  cw_status_free(s);
+  if (!w->direct_launch || atomic_load_explicit(&w->dead, memory_order_acquire)) return;
+  // A failed write fails what it held, through the reader. A replaced
+  // connection stays valid (retired) until the client is destroyed.
+  cw_status_free(cw_client_write_held(atomic_load_explicit(&w->conn, memory_order_acquire)));
 }

@@ -52,15 +52,15 @@ CW_MUST_USE cw_status_t cw_plugin_worker_send_ordered(cw_plugin_worker_t* w, boo
                                                       uint16_t type, ProtobufCMessage* req,
                                                       uint64_t* req_seq, cw_client_done_fn done,
                                                       void* user);
-// The same for a LAUNCH answered without our help (no host callbacks): back
-// to back, such launches share writes (cw_client_send_batched), straight to
-// the worker or to the controller that relays them.
-CW_MUST_USE cw_status_t cw_plugin_worker_send_batched(cw_plugin_worker_t* w, bool direct,
-                                                      uint16_t type, ProtobufCMessage* req,
-                                                      uint64_t* req_seq,
+// The same, straight to the worker (direct), for a LAUNCH answered without
+// our help (no host callbacks): back to back, such launches share writes
+// (cw_client_send_batched). Not relayed ones: the controller's connection
+// carries every worker's, and a launch held there would wait for others'.
+CW_MUST_USE cw_status_t cw_plugin_worker_send_batched(cw_plugin_worker_t* w, uint16_t type,
+                                                      ProtobufCMessage* req, uint64_t* req_seq,
                                                       cw_client_done_fn done, void* user);
-// Someone waits for a buffer of `w`: launches held for a shared write (on
-// w's connection, or the controller's) go now.
+// Someone waits for a buffer of `w`: launches held for a shared write on w's
+// connection go now.
 void cw_plugin_worker_write_held(cw_plugin_worker_t* w);
 // Deletes buffer `id` on `w`: batched into one DELETE sent before w's next
 // seq'd request (or when the batch is full), in seq order.
