@@ -244,7 +244,7 @@ static cw_status_t cw__execute_launch(cw_plugin_exe_t* e, const PJRT_ExecuteOpti
   req.host_callbacks = host_callbacks;
   cw__launch_t* lc = malloc(sizeof(*lc));
   if (!lc) return cw__oom();
-  bool direct = e->worker->direct_launch;
+  bool direct = atomic_load_explicit(&e->worker->direct_launch, memory_order_relaxed);
   cw_plugin_future_retain(f);
   lc->f = f;
   lc->w = e->worker;

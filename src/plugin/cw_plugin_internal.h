@@ -47,7 +47,9 @@ typedef struct cw_plugin_worker_s {
   // worker is: readers load it atomically; the old one stays valid in
   // `retired` until the client is destroyed.
   _Atomic(cw_client_t*) conn;
-  bool direct_launch;    // LAUNCH goes on `conn`, not through the controller
+  // LAUNCH goes on `conn`, not through the controller. Atomic: a restarted
+  // controller's answer sets it again while other threads launch.
+  _Atomic bool direct_launch;
   // Same host (a Unix socket) and the kernel lets the worker copy our memory:
   // big arrays move by peer_address, not through the socket
   // (cw_plugin_transfer_probe_direct). Off after a replacement.

@@ -391,7 +391,7 @@ static cw_status_t cw__apply_info(cw_plugin_client_t* c, const Causeway__V1__Ses
     const Causeway__V1__WorkerInfo* wi = cw__info_worker(info, 0, w->name);
     if (!wi) continue;  // none of the session's devices is there
     w->index = wi->index;
-    w->direct_launch = wi->direct_launch;
+    atomic_store_explicit(&w->direct_launch, wi->direct_launch, memory_order_relaxed);
     bool moved = false;
     pthread_mutex_lock(&w->mu);
     w->incarnation = wi->incarnation;

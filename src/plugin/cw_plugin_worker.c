@@ -22,7 +22,7 @@ cw_status_t cw_plugin_worker_initialize(cw_plugin_worker_t* w, cw_plugin_client_
   w->client = c;
   w->index = wi->index;
   w->island = wi->island;
-  w->direct_launch = wi->direct_launch;
+  atomic_store_explicit(&w->direct_launch, wi->direct_launch, memory_order_relaxed);
   pthread_mutex_init(&w->mu, NULL);
   pthread_mutex_init(&w->send_mu, NULL);
   atomic_init(&w->seq, 0);
@@ -469,7 +469,10 @@ cw_status_t cw_plugin_worker_send_batched(cw_plugin_worker_t* w, uint16_t type,
 }
 
 void cw_plugin_worker_write_held(cw_plugin_worker_t* w) {
-  if (!w->direct_launch || atomic_load_explicit(&w->dead, memory_order_acquire)) return;
+  if (!atomic_load_explicit(&w->direct_launch, memory_order_relaxed) ||
+      atomic_load_explicit(&w->dead, memory_order_acquire)) {
+    return;
+  }
   // A failed write fails what it held, through the reader. A replaced
   // connection stays valid (retired) until the client is destroyed.
   cw_status_free(cw_client_write_held(atomic_load_explicit(&w->conn, memory_order_acquire)));
