@@ -273,10 +273,8 @@ cw_status_t cw_client_connect(const char* address, const cw_client_options_t* op
   c->address = strdup(address);
   pthread_cond_init(&c->watchdog_cv, NULL);
   c->batch_window_ns = (int64_t)CW_CLIENT_BATCH_WINDOW_US * 1000;
-  if (options && options->batch_window_us > 0) {
-    c->batch_window_ns = (int64_t)options->batch_window_us * 1000;
-  }
   if (options) {
+    if (options->batch_window_us > 0) c->batch_window_ns = (int64_t)options->batch_window_us * 1000;
     c->on_event = options->on_event;
     c->event_user = options->event_user;
     c->on_request = options->on_request;

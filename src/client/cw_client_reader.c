@@ -283,17 +283,10 @@ static cw_status_t cw__read_one(cw_client_t* c) {
       return rs;
     }
   }
-  if ((pflags & CW_CLIENT_PEND_BATCHED) &&
-      atomic_load_explicit(&c->wbuf_batched, memory_order_relaxed)) {
-    // Frames held behind this one go out now (cw_client_send_batched), before
-    // its callback runs. One held after this check waits for the reply to
-    // another request it counted, still unanswered, or the flusher.
-    pthread_mutex_lock(&c->write_mu);
-    if (atomic_load_explicit(&c->wbuf_batched, memory_order_relaxed)) {
-      cw_status_free(cw_client_write_held_locked(c));
-    }
-    pthread_mutex_unlock(&c->write_mu);
-  }
+  // Frames held behind this one go out now (cw_client_send_batched), before
+  // its callback runs. One held after this check waits for the reply to
+  // another request it counted, still unanswered, or the flusher.
+  if (pflags & CW_CLIENT_PEND_BATCHED) cw_client_write_held_batched(c);
   cw__complete(c, p, status, msg, h.bulk_len, alloc);
   return cw_ok_status();
 }

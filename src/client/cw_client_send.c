@@ -43,6 +43,16 @@ cw_status_t cw_client_frame_write(cw_client_t* c, uint16_t type, uint64_t reques
                                      bulk_count, bulk_len);
 }
 
+// Writes `iov` (write_mu held), wbuf's frames at iov[0]: after it, wbuf holds
+// nothing (written, or the connection is being shut down).
+static cw_status_t cw__write_with_held(cw_client_t* c, struct iovec* iov, size_t n) {
+  cw_status_t s = c->tls ? cw_client_tls_write_iov(c->tls, c->address, iov, n)
+                         : cw_client_socket_write_iov(c->fd, c->address, iov, n);
+  c->wbuf_len = 0;
+  atomic_store_explicit(&c->wbuf_batched, false, memory_order_relaxed);
+  return s;
+}
+
 cw_status_t cw_client_frame_write_flags(cw_client_t* c, uint16_t type, uint32_t flags,
                                         uint64_t request_id, const uint8_t* payload,
                                         size_t payload_len, const struct iovec* bulk,
@@ -61,10 +71,7 @@ cw_status_t cw_client_frame_write_flags(cw_client_t* c, uint16_t type, uint32_t 
   iov[1] = (struct iovec){.iov_base = hdr, .iov_len = sizeof(hdr)};
   iov[2] = (struct iovec){.iov_base = (void*)payload, .iov_len = payload_len};
   for (int i = 0; i < bulk_count; ++i) iov[3 + i] = bulk[i];
-  cw_status_t s = c->tls ? cw_client_tls_write_iov(c->tls, c->address, iov, n)
-                         : cw_client_socket_write_iov(c->fd, c->address, iov, n);
-  c->wbuf_len = 0;  // written, or the connection is being shut down
-  atomic_store_explicit(&c->wbuf_batched, false, memory_order_relaxed);
+  cw_status_t s = cw__write_with_held(c, iov, n);
   if (iov != stack_iov) free(iov);
   return s;
 }
@@ -72,12 +79,19 @@ cw_status_t cw_client_frame_write_flags(cw_client_t* c, uint16_t type, uint32_t 
 cw_status_t cw_client_write_held_locked(cw_client_t* c) {
   if (!c->wbuf_len) return cw_ok_status();
   struct iovec iov = {.iov_base = c->wbuf, .iov_len = c->wbuf_len};
-  cw_status_t s = c->tls ? cw_client_tls_write_iov(c->tls, c->address, &iov, 1)
-                         : cw_client_socket_write_iov(c->fd, c->address, &iov, 1);
-  c->wbuf_len = 0;
-  atomic_store_explicit(&c->wbuf_batched, false, memory_order_relaxed);
+  cw_status_t s = cw__write_with_held(c, &iov, 1);
   if (s) shutdown(c->fd, SHUT_RDWR);  // a partial frame: the reader fails the rest
   return s;
+}
+
+void cw_client_write_held_batched(cw_client_t* c) {
+  if (!atomic_load_explicit(&c->wbuf_batched, memory_order_relaxed)) return;  // the common case
+  pthread_mutex_lock(&c->write_mu);
+  // A failed write fails what it held, through the reader.
+  if (atomic_load_explicit(&c->wbuf_batched, memory_order_relaxed)) {
+    cw_status_free(cw_client_write_held_locked(c));
+  }
+  pthread_mutex_unlock(&c->write_mu);
 }
 
 // A batched frame was just held (write_mu held): the flusher writes it if
@@ -342,10 +356,7 @@ static cw_status_t cw__wait(cw_client_t* c, uint64_t id, ProtobufCMessage** out_
     return cw_make_status(CW_FAILED_PRECONDITION,
                           "cannot wait inside a completion callback (it runs on the reader)");
   }
-  // What we wait for may be held in the write buffer (a failed write fails it).
-  if (atomic_load_explicit(&c->wbuf_batched, memory_order_relaxed)) {
-    cw_status_free(cw_client_write_held(c));
-  }
+  cw_client_write_held_batched(c);  // what we wait for may be held
   pthread_mutex_lock(&c->mu);
   cw_client_pending_t* p = cw_client_table_find(&c->table, id);
   cw_status_t s = cw_ok_status();
@@ -422,9 +433,7 @@ cw_status_t cw_client_flush(cw_client_t* client) {
     return cw_make_status(CW_FAILED_PRECONDITION,
                           "cannot flush inside a completion callback (it runs on the reader)");
   }
-  if (atomic_load_explicit(&c->wbuf_batched, memory_order_relaxed)) {
-    cw_status_free(cw_client_write_held(c));  // a failed write fails what it held
-  }
+  cw_client_write_held_batched(c);
   pthread_mutex_lock(&c->mu);
   while (c->outstanding > 0) pthread_cond_wait(&c->cv, &c->mu);
   // Drain parked completions nobody waits for; keep the lowest-id error.

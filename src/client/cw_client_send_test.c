@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "cw_client_fake_peer.h"
 
@@ -102,10 +103,25 @@ static void send_batched_ping(cw_client_t* c, const char* data, rec_t* rec) {
   assert_ok(cw_client_send_batched(c, CW_MSG_PING, &p.base, rec_done, rec, NULL));
 }
 
-// A client whose batch window is wide enough for a loaded machine, after one
-// batched request answered: frames may be held from now on.
-static cw_client_t* connect_batching(fake_t* f, rec_t* rec) {
-  cw_client_options_t o = {.batch_window_us = 60 * 1000 * 1000};
+static void sems_init(void) {
+  sem_init(&g_sent, 0, 0);
+  sem_init(&g_peeked, 0, 0);
+  sem_init(&g_read, 0, 0);
+}
+
+static void sems_destroy(void) {
+  sem_destroy(&g_sent);
+  sem_destroy(&g_peeked);
+  sem_destroy(&g_read);
+}
+
+// A wide window: enough for a loaded machine.
+#define WIDE_WINDOW_US (60 * 1000 * 1000)
+
+// A client with batch window `window_us`, after one batched request
+// answered: frames may be held from now on (within the window).
+static cw_client_t* connect_batching(fake_t* f, rec_t* rec, int window_us) {
+  cw_client_options_t o = {.batch_window_us = window_us};
   cw_client_t* c = NULL;
   assert_ok(cw_client_connect(f->path, &o, &c));
   send_batched_ping(c, "warm-up", rec);
@@ -122,6 +138,25 @@ static bool answer_warm_up(fake_t* f) {
   return ok;
 }
 
+// The peer echoes frames [from, n) of `fr`, frees all n, then echoes what comes.
+static void reply_rest_and_echo(fake_t* f, frame_t* fr, int from, int n) {
+  bool ok = true;
+  for (int i = from; i < n; ++i) ok = ok && fake_reply(f, &fr[i], fr[i].msg, NULL, 0);
+  for (int i = 0; i < n; ++i) frame_free(&fr[i]);
+  FCHECK(f, ok);
+  script_echo(f);
+}
+
+// The test's end: every request (`calls` with the warm-up) completed OK.
+static void finish_batching(cw_client_t* c, fake_t* f, rec_t* rec, int calls) {
+  assert_ok(cw_client_flush(c));
+  assert_int_equal(rec->calls, calls);
+  assert_int_equal(rec->code, CW_OK);
+  cw_client_release(c);
+  fake_join(f);
+  sems_destroy();
+}
+
 // Four batched PINGs: the first CW_CLIENT_BATCH_DEPTH go out at once, the
 // others are held until the reader takes the first reply, then come together.
 static void script_batched_reader(fake_t* f) {
@@ -136,31 +171,20 @@ static void script_batched_reader(fake_t* f) {
   FCHECK(f, fake_reply(f, &fr[0], fr[0].msg, NULL, 0));
   for (int i = CW_CLIENT_BATCH_DEPTH; i < 4; ++i) FCHECK(f, fake_read(f, &fr[i]));
   sem_post(&g_read);
-  for (int i = 1; i < 4; ++i) FCHECK(f, fake_reply(f, &fr[i], fr[i].msg, NULL, 0));
-  for (int i = 0; i < 4; ++i) frame_free(&fr[i]);
-  script_echo(f);
+  reply_rest_and_echo(f, fr, 1, 4);
 }
 
 static void test_batched_send_reader(void** state) {
-  sem_init(&g_sent, 0, 0);
-  sem_init(&g_peeked, 0, 0);
-  sem_init(&g_read, 0, 0);
+  sems_init();
   fake_t f = {0};
   fake_start(&f, script_batched_reader);
   rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
-  cw_client_t* c = connect_batching(&f, &rec);
+  cw_client_t* c = connect_batching(&f, &rec, WIDE_WINDOW_US);
   for (int i = 0; i < 4; ++i) send_batched_ping(c, "batched", &rec);
   sem_post(&g_sent);
   sem_wait(&g_peeked);
   sem_wait(&g_read);  // the reader wrote them: nobody else did
-  assert_ok(cw_client_flush(c));
-  assert_int_equal(rec.calls, 5);  // and the warm-up
-  assert_int_equal(rec.code, CW_OK);
-  cw_client_release(c);
-  fake_join(&f);
-  sem_destroy(&g_sent);
-  sem_destroy(&g_peeked);
-  sem_destroy(&g_read);
+  finish_batching(c, &f, &rec, 5);  // and the warm-up
 }
 
 // A held frame goes out at cw_client_write_held, no reply needed.
@@ -173,29 +197,20 @@ static void script_batched_write_held(fake_t* f) {
   sem_post(&g_peeked);
   FCHECK(f, held);
   FCHECK(f, fake_read(f, &fr[2]));
-  for (int i = 0; i < 3; ++i) FCHECK(f, fake_reply(f, &fr[i], fr[i].msg, NULL, 0));
-  for (int i = 0; i < 3; ++i) frame_free(&fr[i]);
-  script_echo(f);
+  reply_rest_and_echo(f, fr, 0, 3);
 }
 
 static void test_batched_send_write_held(void** state) {
-  sem_init(&g_sent, 0, 0);
-  sem_init(&g_peeked, 0, 0);
+  sems_init();
   fake_t f = {0};
   fake_start(&f, script_batched_write_held);
   rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
-  cw_client_t* c = connect_batching(&f, &rec);
+  cw_client_t* c = connect_batching(&f, &rec, WIDE_WINDOW_US);
   for (int i = 0; i < 3; ++i) send_batched_ping(c, "batched", &rec);
   sem_post(&g_sent);
   sem_wait(&g_peeked);
   assert_ok(cw_client_write_held(c));
-  assert_ok(cw_client_flush(c));
-  assert_int_equal(rec.calls, 4);  // and the warm-up
-  assert_int_equal(rec.code, CW_OK);
-  cw_client_release(c);
-  fake_join(&f);
-  sem_destroy(&g_sent);
-  sem_destroy(&g_peeked);
+  finish_batching(c, &f, &rec, 4);  // and the warm-up
 }
 
 // Held batched frames fail with the connection like any other request.
@@ -209,11 +224,11 @@ static void script_batched_close(fake_t* f) {
 }
 
 static void test_batched_send_connection_lost(void** state) {
-  sem_init(&g_sent, 0, 0);
+  sems_init();
   fake_t f = {0};
   fake_start(&f, script_batched_close);
   rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
-  cw_client_t* c = connect_batching(&f, &rec);
+  cw_client_t* c = connect_batching(&f, &rec, WIDE_WINDOW_US);
   for (int i = 0; i < 4; ++i) send_batched_ping(c, "batched", &rec);
   sem_post(&g_sent);
   fake_join(&f);
@@ -221,74 +236,65 @@ static void test_batched_send_connection_lost(void** state) {
   assert_int_equal(rec.calls, 5);  // and the warm-up
   assert_int_equal(rec.code, CW_UNAVAILABLE);
   cw_client_release(c);
-  sem_destroy(&g_sent);
+  sems_destroy();
 }
 
-// Replies that stopped coming hold nothing: past the window, every batched
-// frame goes out at once (the peer reads all three before answering any).
-static void script_batched_window(fake_t* f) {
+// The peer reads f->count batched frames before it answers any, and posts
+// g_read once it has them: held frames would wait for its replies forever
+// unless something else writes them.
+static void script_batched_unanswered(fake_t* f) {
+  frame_t fr[8];
+  FCHECK(f, f->count <= 8 && answer_warm_up(f));
+  for (int i = 0; i < f->count; ++i) FCHECK(f, fake_read(f, &fr[i]));
+  sem_post(&g_read);
+  reply_rest_and_echo(f, fr, 0, f->count);
+}
+
+// Sends `n` batched PINGs on a client with batch window `window_us`; the
+// peer gets them all before it answers (and the test waits for the peer
+// before anything but the flusher could write them).
+static void batched_unanswered(int n, int window_us) {
+  sems_init();
+  fake_t f = {.count = n};
+  fake_start(&f, script_batched_unanswered);
+  rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  cw_client_t* c = connect_batching(&f, &rec, window_us);
+  for (int i = 0; i < n; ++i) send_batched_ping(c, "x", &rec);
+  sem_wait(&g_read);
+  finish_batching(c, &f, &rec, n + 1);  // and the warm-up
+}
+
+// Replies that stopped coming hold nothing: a batched frame sent longer than
+// the window (300 ms) after the last reply goes out at once, not when the
+// flusher would write it.
+static void script_batched_not_held(fake_t* f) {
   frame_t fr[3];
   FCHECK(f, answer_warm_up(f));
-  for (int i = 0; i < 3; ++i) FCHECK(f, fake_read(f, &fr[i]));
-  sem_post(&g_read);
-  for (int i = 0; i < 3; ++i) FCHECK(f, fake_reply(f, &fr[i], fr[i].msg, NULL, 0));
-  for (int i = 0; i < 3; ++i) frame_free(&fr[i]);
-  script_echo(f);
+  for (int i = 0; i < CW_CLIENT_BATCH_DEPTH; ++i) FCHECK(f, fake_read(f, &fr[i]));
+  sem_wait(&g_sent);
+  bool sent = !socket_empty(f);
+  sem_post(&g_peeked);
+  FCHECK(f, sent);
+  FCHECK(f, fake_read(f, &fr[2]));
+  reply_rest_and_echo(f, fr, 0, 3);
 }
 
 static void test_batched_send_window(void** state) {
-  sem_init(&g_read, 0, 0);
+  sems_init();
   fake_t f = {0};
-  fake_start(&f, script_batched_window);
-  cw_client_options_t o = {.batch_window_us = 1};
-  cw_client_t* c = NULL;
-  assert_ok(cw_client_connect(f.path, &o, &c));
+  fake_start(&f, script_batched_not_held);
   rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
-  send_batched_ping(c, "warm-up", &rec);
-  assert_ok(cw_client_flush(c));
-  // Frames held now would never be answered: the peer waits for all three
-  // (and the test for the peer) before anything could write them.
+  cw_client_t* c = connect_batching(&f, &rec, 300 * 1000);
+  usleep(400 * 1000);  // the replies stopped: the window passed
   for (int i = 0; i < 3; ++i) send_batched_ping(c, "x", &rec);
-  sem_wait(&g_read);
-  assert_ok(cw_client_flush(c));
-  assert_int_equal(rec.calls, 4);
-  assert_int_equal(rec.code, CW_OK);
-  cw_client_release(c);
-  fake_join(&f);
-  sem_destroy(&g_read);
+  sem_post(&g_sent);
+  sem_wait(&g_peeked);
+  finish_batching(c, &f, &rec, 4);  // and the warm-up
 }
 
-// Held frames whose replies do not come (the peer answers nothing until it
-// has all four) go out by the flusher, one batch window after the hold.
-static void script_batched_flusher(fake_t* f) {
-  frame_t fr[4];
-  FCHECK(f, answer_warm_up(f));
-  for (int i = 0; i < 4; ++i) FCHECK(f, fake_read(f, &fr[i]));
-  sem_post(&g_read);
-  for (int i = 0; i < 4; ++i) FCHECK(f, fake_reply(f, &fr[i], fr[i].msg, NULL, 0));
-  for (int i = 0; i < 4; ++i) frame_free(&fr[i]);
-  script_echo(f);
-}
-
-static void test_batched_send_flusher(void** state) {
-  sem_init(&g_read, 0, 0);
-  fake_t f = {0};
-  fake_start(&f, script_batched_flusher);
-  cw_client_options_t o = {.batch_window_us = 50 * 1000};
-  cw_client_t* c = NULL;
-  assert_ok(cw_client_connect(f.path, &o, &c));
-  rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
-  send_batched_ping(c, "warm-up", &rec);
-  assert_ok(cw_client_flush(c));
-  for (int i = 0; i < 4; ++i) send_batched_ping(c, "x", &rec);
-  sem_wait(&g_read);  // nobody but the flusher writes the held ones
-  assert_ok(cw_client_flush(c));
-  assert_int_equal(rec.calls, 5);
-  assert_int_equal(rec.code, CW_OK);
-  cw_client_release(c);
-  fake_join(&f);
-  sem_destroy(&g_read);
-}
+// Held frames whose replies do not come go out by the flusher, one batch
+// window (50 ms) after the hold.
+static void test_batched_send_flusher(void** state) { batched_unanswered(4, 50 * 1000); }
 
 // Several threads share one client; the peer echoes.
 typedef struct stress_s {
