@@ -7,9 +7,10 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 
 # systemd: systemd-analyze for the check of deploy/systemd (tests/deploy).
+# libnghttp2-dev: HTTP/2 of causeway-proxy's gRPC front.
 debs=(build-essential clang llvm libclang-rt-14-dev cmake ninja-build pkg-config
       libprotobuf-c-dev protobuf-c-compiler libuv1-dev libcmocka-dev iproute2 libssl-dev
-      libjansson-dev systemd)
+      libjansson-dev libnghttp2-dev systemd)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -205,7 +205,7 @@ cw_status_t cw_http_server_create(uv_loop_t* loop, const char* address, cw_http_
                                   void* user, cw_http_server_t** out_server) {
   *out_server = NULL;
   struct sockaddr_storage sa;
-  CW_RETURN_IF_ERROR(cw_net_parse_host_port(address, &sa), "http");
+  CW_RETURN_IF_ERROR(cw_net_parse_host_port(address, &sa), "http");  // before anything opens
   cw_http_server_t* s = calloc(1, sizeof(*s));
   if (!s) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   cw_status_t gst = cw_net_gate_initialize(&s->gate, CW_HTTP_SERVER_MAX_CONNS,
@@ -221,19 +221,12 @@ cw_status_t cw_http_server_create(uv_loop_t* loop, const char* address, cw_http_
   s->listener.data = s;
   cw_net_pacer_initialize(&s->pacer, loop, (uv_stream_t*)&s->listener, CW__ACCEPTS_PER_PASS,
                           cw__accept_one);
-  int rc = uv_tcp_bind(&s->listener, (const struct sockaddr*)&sa, 0);
-  if (rc >= 0) rc = uv_listen((uv_stream_t*)&s->listener, SOMAXCONN, cw__accept);
-  if (rc < 0) {
+  cw_status_t lst = cw_net_tcp_listen(&s->listener, address, cw__accept, s->address,
+                                      sizeof(s->address));
+  if (lst) {
     cw_http_server_close(s);
-    return cw_make_status(CW_UNAVAILABLE, "cannot listen on %s: %s", address, uv_strerror(rc));
+    return lst;
   }
-  struct sockaddr_storage bound;
-  int len = sizeof(bound);
-  uv_tcp_getsockname(&s->listener, (struct sockaddr*)&bound, &len);
-  int port = bound.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6*)&bound)->sin6_port)
-                                         : ntohs(((struct sockaddr_in*)&bound)->sin_port);
-  const char* colon = strrchr(address, ':');
-  snprintf(s->address, sizeof(s->address), "%.*s:%d", (int)(colon - address), address, port);
   *out_server = s;
   return cw_ok_status();
 }

@@ -197,6 +197,13 @@ CW_MUST_USE cw_status_t cw_net_listen(cw_net_t* net, const char* address,
 CW_MUST_USE cw_status_t cw_net_parse_host_port(const char* address,
                                                struct sockaddr_storage* out_addr);
 
+// Binds `listener` (the caller's, initialized) to host:port `address` and
+// listens with `cb`; the bound host:port, port resolved, goes to
+// out_address. For the HTTP listeners (health and metrics, gRPC).
+CW_MUST_USE cw_status_t cw_net_tcp_listen(uv_tcp_t* listener, const char* address,
+                                          uv_connection_cb cb, char* out_address,
+                                          size_t cap);
+
 // Connects to `address` and sends HELLO (role `role`, this net's token and
 // name, session `session_id`) at once; frames may be sent behind it at once
 // (libuv holds them until the connect completes). A failed connect, or one

@@ -54,6 +54,24 @@ cw_status_t cw_net_parse_host_port(const char* address, struct sockaddr_storage*
   return cw_ok_status();
 }
 
+cw_status_t cw_net_tcp_listen(uv_tcp_t* listener, const char* address, uv_connection_cb cb,
+                              char* out_address, size_t cap) {
+  struct sockaddr_storage sa;
+  CW_RETURN_IF_ERROR(cw_net_parse_host_port(address, &sa), "listen");
+  int rc = uv_tcp_bind(listener, (const struct sockaddr*)&sa, 0);
+  if (rc >= 0) rc = uv_listen((uv_stream_t*)listener, SOMAXCONN, cb);
+  if (rc < 0) return cw_make_status(CW_UNAVAILABLE, "cannot listen on %s: %s", address,
+                                    uv_strerror(rc));
+  struct sockaddr_storage bound;
+  int len = sizeof(bound);
+  uv_tcp_getsockname(listener, (struct sockaddr*)&bound, &len);
+  int port = bound.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6*)&bound)->sin6_port)
+                                         : ntohs(((struct sockaddr_in*)&bound)->sin_port);
+  const char* colon = strrchr(address, ':');
+  snprintf(out_address, cap, "%.*s:%d", (int)(colon - address), address, port);
+  return cw_ok_status();
+}
+
 // Accepts per loop pass (cw_net_pacer_t): a burst of connects is taken in
 // slices, with the reads of those already accepted in between.
 #define CW__ACCEPTS_PER_PASS 16

@@ -1,0 +1,126 @@
+// gRPC over HTTP/2 on the server side, without I/O: nghttp2 does HTTP/2
+// (frames, HPACK, flow control, stream limits); this file does gRPC's part
+// (method, metadata, the 5-byte length prefix of each message, status
+// trailers) and hands whole messages to a service's callbacks.
+// cw_grpc_server.c puts a session on a libuv socket; the fuzz target
+// (grpc_fuzz.c) feeds one bytes directly.
+//
+// Limits, each a clear gRPC status to the peer and never an abort: a
+// message over max_message (RESOURCE_EXHAUSTED, the stream reset); a
+// compressed message (UNIMPLEMENTED: no compression is offered); a header
+// block over CW_GRPC_MAX_METADATA bytes (the stream reset); more than
+// max_streams open streams (HTTP/2 REFUSED_STREAM); responses queued past
+// max_queued bytes (RESOURCE_EXHAUSTED). A message buffer grows as its bytes
+// arrive, never from the length a peer declared. An HTTP/2 protocol error
+// ends the session (GOAWAY), which the owner closes.
+//
+// Lifetime: every call belongs to its session; on_close runs once per call
+// that on_start saw (stream finished, reset, or session ended), after which
+// the call pointer is gone unless the owner took a reference
+// (cw_grpc_call_retain); on a call whose stream is gone, send and finish do
+// nothing. All functions run on the owner's thread.
+#ifndef CW_NET_GRPC_H_
+#define CW_NET_GRPC_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cw_status.h"
+
+#define CW_GRPC_MAX_METADATA 16384
+
+typedef struct cw_grpc_session_s cw_grpc_session_t;
+typedef struct cw_grpc_call_s cw_grpc_call_t;
+
+typedef struct cw_grpc_handlers_s {
+  // A call's request headers arrived (method and metadata readable). OK:
+  // served; otherwise the call ends at once with that status (taken).
+  cw_status_t (*on_start)(void* user, cw_grpc_call_t* call);
+  // One whole request message (borrowed for the call).
+  void (*on_message)(void* user, cw_grpc_call_t* call, const uint8_t* data, size_t len);
+  // The client sent its last message (may be NULL).
+  void (*on_half_close)(void* user, cw_grpc_call_t* call);
+  // The call is over (may be NULL).
+  void (*on_close)(void* user, cw_grpc_call_t* call);
+} cw_grpc_handlers_t;
+
+typedef struct cw_grpc_options_s {
+  size_t max_message;  // bytes of one message, either way
+  size_t max_queued;   // response bytes waiting to be written, per call
+  uint32_t max_streams;
+  uint32_t window;  // HTTP/2 receive window, per stream and per session
+} cw_grpc_options_t;
+
+// The defaults: 64 MiB messages, 256 MiB queued, 100 streams, 16 MiB windows.
+void cw_grpc_options_default(cw_grpc_options_t* out_options);
+
+// `handlers` and `options` are borrowed for the session's life. Queues the
+// server's SETTINGS (read them with cw_grpc_session_take_output).
+CW_MUST_USE cw_status_t cw_grpc_session_create(const cw_grpc_handlers_t* handlers, void* user,
+                                               const cw_grpc_options_t* options,
+                                               cw_grpc_session_t** out_session);
+// Ends every call (on_close) and frees the session. Takes `session`.
+void cw_grpc_session_release(cw_grpc_session_t* session);
+// Bytes from the peer. Non-OK: the session is broken (a GOAWAY may still be
+// queued); write what take_output gives, then close.
+CW_MUST_USE cw_status_t cw_grpc_session_feed(cw_grpc_session_t* session, const uint8_t* data,
+                                             size_t len);
+// The next bytes to write to the peer (borrowed until the next call on the
+// session); *out_len 0 when there are none.
+void cw_grpc_session_take_output(cw_grpc_session_t* session, const uint8_t** out_data,
+                                 size_t* out_len);
+// True while the session still reads or writes (false: close it).
+bool cw_grpc_session_alive(const cw_grpc_session_t* session);
+// Asks the peer to open no new streams (GOAWAY); open calls carry on.
+void cw_grpc_session_shutdown(cw_grpc_session_t* session);
+// A call that on_start accepted and that has not closed.
+size_t cw_grpc_session_calls(const cw_grpc_session_t* session);
+
+// ":path", e.g. "/pkg.Service/Method" (borrowed, for the call's life).
+const char* cw_grpc_call_method(const cw_grpc_call_t* call);
+// The value of metadata `key` (lowercase); a "-bin" key's value is decoded
+// from base64. False when absent or undecodable. Borrowed for the call's
+// life.
+bool cw_grpc_call_metadata(const cw_grpc_call_t* call, const char* key, const uint8_t** out_data,
+                           size_t* out_len);
+void cw_grpc_call_set_user(cw_grpc_call_t* call, void* user);
+void* cw_grpc_call_user(const cw_grpc_call_t* call);
+// False once the call's stream is gone.
+bool cw_grpc_call_open(const cw_grpc_call_t* call);
+void cw_grpc_call_retain(cw_grpc_call_t* call);
+void cw_grpc_call_release(cw_grpc_call_t* call);
+// Queues one response message (copied). Non-OK when the call is gone,
+// finished, or over its limits (then the call is finished with that error).
+CW_MUST_USE cw_status_t cw_grpc_call_send(cw_grpc_call_t* call, const uint8_t* data, size_t len);
+// Ends the call after the queued messages: trailers with status's code and
+// message (grpc-status, grpc-message). Takes `status`.
+void cw_grpc_call_finish(cw_grpc_call_t* call, cw_status_t status);
+
+// --- The message framing (exposed for tests and fuzzing) --------------------
+
+typedef void (*cw_grpc_message_fn)(void* user, const uint8_t* data, size_t len);
+
+typedef struct cw_grpc_deframer_s {
+  uint8_t head[5];
+  size_t head_len;
+  uint8_t* buf;
+  size_t cap;
+  size_t len;   // bytes of the current message so far
+  size_t want;  // its declared length
+  size_t max;
+} cw_grpc_deframer_t;
+
+void cw_grpc_deframer_initialize(cw_grpc_deframer_t* d, size_t max_message);
+void cw_grpc_deframer_deinitialize(cw_grpc_deframer_t* d);
+// Splits `data` into messages, calling `fn` for each whole one. Non-OK (a
+// compressed message, one over the limit, out of memory): the stream is
+// broken; the deframer must not be fed again.
+CW_MUST_USE cw_status_t cw_grpc_deframer_feed(cw_grpc_deframer_t* d, const uint8_t* data,
+                                              size_t len, cw_grpc_message_fn fn, void* user);
+
+// grpc-message's percent-encoding of `text` into `out` (NUL-terminated,
+// truncated to cap).
+void cw_grpc_percent_encode(const char* text, char* out, size_t cap);
+
+#endif  // CW_NET_GRPC_H_

@@ -1,0 +1,338 @@
+// The gRPC server session against a real HTTP/2 client (an nghttp2 client
+// session), bytes passed in memory: calls, metadata, statuses, limits and
+// the close paths.
+#include <nghttp2/nghttp2.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cw_grpc.h"
+
+// --- The service under test ------------------------------------------------------
+
+typedef struct svc_s {
+  int started, messages, half_closes, closes;
+  cw_status_code_t refuse;  // on_start's answer when not OK
+  char md[64];
+  size_t md_len;
+  bool echo, finish_on_half_close;
+} svc_t;
+
+static cw_status_t svc_start(void* user, cw_grpc_call_t* call) {
+  svc_t* s = user;
+  s->started++;
+  const uint8_t* v;
+  size_t n;
+  if (cw_grpc_call_metadata(call, "x-trace-bin", &v, &n) && n < sizeof(s->md)) {
+    memcpy(s->md, v, n);
+    s->md_len = n;
+  }
+  if (s->refuse) return cw_make_status(s->refuse, "refused: 100%% \xc3\xa9");
+  return cw_ok_status();
+}
+
+static void svc_message(void* user, cw_grpc_call_t* call, const uint8_t* d, size_t n) {
+  svc_t* s = user;
+  s->messages++;
+  if (s->echo) assert_null(cw_grpc_call_send(call, d, n));
+}
+
+static void svc_half_close(void* user, cw_grpc_call_t* call) {
+  svc_t* s = user;
+  s->half_closes++;
+  if (s->finish_on_half_close) cw_grpc_call_finish(call, cw_ok_status());
+}
+
+static void svc_close(void* user, cw_grpc_call_t* call) { ((svc_t*)user)->closes++; }
+
+static const cw_grpc_handlers_t svc_handlers = {svc_start, svc_message, svc_half_close, svc_close};
+
+// --- A client ----------------------------------------------------------------------------
+
+typedef struct cli_s {
+  nghttp2_session* h2;
+  uint8_t body[4096];
+  size_t body_len, body_off;
+  bool end_after_body;
+  uint8_t got[8192];
+  size_t got_len;
+  int grpc_status;  // -1 until the trailers come
+  char grpc_message[512];
+  bool closed;
+} cli_t;
+
+static ssize_t cli_read(nghttp2_session* h2, int32_t id, uint8_t* buf, size_t len,
+                        uint32_t* flags, nghttp2_data_source* src, void* user) {
+  cli_t* c = user;
+  size_t n = c->body_len - c->body_off < len ? c->body_len - c->body_off : len;
+  memcpy(buf, c->body + c->body_off, n);
+  c->body_off += n;
+  if (c->body_off == c->body_len) {
+    if (!c->end_after_body) return n ? (ssize_t)n : NGHTTP2_ERR_DEFERRED;
+    *flags |= NGHTTP2_DATA_FLAG_EOF;
+  }
+  return (ssize_t)n;
+}
+
+static int cli_header(nghttp2_session* h2, const nghttp2_frame* f, const uint8_t* name,
+                      size_t nlen, const uint8_t* value, size_t vlen, uint8_t flags, void* user) {
+  cli_t* c = user;
+  if (nlen == 11 && !memcmp(name, "grpc-status", 11)) c->grpc_status = atoi((const char*)value);
+  if (nlen == 12 && !memcmp(name, "grpc-message", 12) && vlen < sizeof(c->grpc_message)) {
+    memcpy(c->grpc_message, value, vlen);
+    c->grpc_message[vlen] = 0;
+  }
+  return 0;
+}
+
+static int cli_data(nghttp2_session* h2, uint8_t flags, int32_t id, const uint8_t* d, size_t n,
+                    void* user) {
+  cli_t* c = user;
+  assert_true(c->got_len + n <= sizeof(c->got));
+  memcpy(c->got + c->got_len, d, n);
+  c->got_len += n;
+  return 0;
+}
+
+static int cli_close(nghttp2_session* h2, int32_t id, uint32_t err, void* user) {
+  ((cli_t*)user)->closed = true;
+  return 0;
+}
+
+static void cli_init(cli_t* c) {
+  memset(c, 0, sizeof(*c));
+  c->grpc_status = -1;
+  c->end_after_body = true;
+  nghttp2_session_callbacks* cb;
+  assert_int_equal(nghttp2_session_callbacks_new(&cb), 0);
+  nghttp2_session_callbacks_set_on_header_callback(cb, cli_header);
+  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, cli_data);
+  nghttp2_session_callbacks_set_on_stream_close_callback(cb, cli_close);
+  assert_int_equal(nghttp2_session_client_new(&c->h2, cb, c), 0);
+  nghttp2_session_callbacks_del(cb);
+  assert_int_equal(nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, NULL, 0), 0);
+}
+
+// A message with gRPC's prefix in the request body.
+static void cli_add_message(cli_t* c, uint8_t flag, const char* text, uint32_t declared) {
+  size_t n = strlen(text);
+  uint8_t* p = c->body + c->body_len;
+  p[0] = flag;
+  p[1] = (uint8_t)(declared >> 24);
+  p[2] = (uint8_t)(declared >> 16);
+  p[3] = (uint8_t)(declared >> 8);
+  p[4] = (uint8_t)declared;
+  memcpy(p + 5, text, n);
+  c->body_len += 5 + n;
+}
+
+#define NV(n, v) {(uint8_t*)(n), (uint8_t*)(v), sizeof(n) - 1, sizeof(v) - 1, NGHTTP2_NV_FLAG_NONE}
+
+static int32_t cli_call(cli_t* c, const char* content_type) {
+  nghttp2_nv nv[] = {NV(":method", "POST"), NV(":scheme", "http"), NV(":authority", "t"),
+                     NV(":path", "/t.S/M"), NV("te", "trailers"),
+                     {(uint8_t*)"content-type", (uint8_t*)content_type, 12, strlen(content_type),
+                      NGHTTP2_NV_FLAG_NONE},
+                     NV("x-trace-bin", "aGVsbG8")};  // "hello", unpadded
+  nghttp2_data_provider p = {.read_callback = cli_read};
+  int32_t id = nghttp2_submit_request(c->h2, NULL, nv, sizeof(nv) / sizeof(nv[0]), &p, c);
+  assert_true(id > 0);
+  return id;
+}
+
+// Passes bytes both ways until neither side has any.
+static void pump(cli_t* c, cw_grpc_session_t* s) {
+  for (int round = 0; round < 100; round++) {
+    bool moved = false;
+    const uint8_t* d;
+    ssize_t n;
+    while ((n = nghttp2_session_mem_send(c->h2, &d)) > 0) {
+      moved = true;
+      cw_status_t st = cw_grpc_session_feed(s, d, (size_t)n);
+      if (st) {
+        cw_status_free(st);
+        return;
+      }
+    }
+    size_t len;
+    for (cw_grpc_session_take_output(s, &d, &len); len; cw_grpc_session_take_output(s, &d, &len)) {
+      moved = true;
+      assert_true(nghttp2_session_mem_recv(c->h2, d, len) >= 0);
+    }
+    if (!moved) return;
+  }
+  fail_msg("the sessions kept talking");
+}
+
+typedef struct fix_s {
+  svc_t svc;
+  cli_t cli;
+  cw_grpc_options_t o;
+  cw_grpc_session_t* s;
+} fix_t;
+
+static int setup(void** state) {
+  fix_t* f = calloc(1, sizeof(*f));
+  cw_grpc_options_default(&f->o);
+  f->o.max_message = 64;
+  f->svc.echo = f->svc.finish_on_half_close = true;
+  assert_null(cw_grpc_session_create(&svc_handlers, &f->svc, &f->o, &f->s));
+  cli_init(&f->cli);
+  *state = f;
+  return 0;
+}
+
+static int teardown(void** state) {
+  fix_t* f = *state;
+  cw_grpc_session_release(f->s);
+  nghttp2_session_del(f->cli.h2);
+  free(f);
+  return 0;
+}
+
+// Two messages echoed in order, then OK trailers; metadata decoded.
+static void test_unary_echo(void** state) {
+  fix_t* f = *state;
+  cli_add_message(&f->cli, 0, "ab", 2);
+  cli_add_message(&f->cli, 0, "", 0);
+  cli_call(&f->cli, "application/grpc");
+  pump(&f->cli, f->s);
+  assert_int_equal(f->svc.started, 1);
+  assert_int_equal(f->svc.messages, 2);
+  assert_int_equal(f->svc.half_closes, 1);
+  assert_int_equal(f->svc.closes, 1);
+  assert_int_equal(f->svc.md_len, 5);
+  assert_memory_equal(f->svc.md, "hello", 5);
+  assert_int_equal(f->cli.got_len, 7 + 5);
+  assert_memory_equal(f->cli.got, "\0\0\0\0\2ab\0\0\0\0\0", 12);
+  assert_int_equal(f->cli.grpc_status, 0);
+  assert_true(f->cli.closed);
+  assert_int_equal(cw_grpc_session_calls(f->s), 0);
+}
+
+// A refusal in on_start: its code, and its message percent-encoded.
+static void test_refused(void** state) {
+  fix_t* f = *state;
+  f->svc.refuse = CW_PERMISSION_DENIED;
+  cli_call(&f->cli, "application/grpc+proto");
+  pump(&f->cli, f->s);
+  assert_int_equal(f->cli.grpc_status, CW_PERMISSION_DENIED);
+  assert_string_equal(f->cli.grpc_message, "refused: 100%25 %C3%A9");
+  assert_int_equal(f->svc.closes, 0);  // never started
+}
+
+static void test_not_grpc(void** state) {
+  fix_t* f = *state;
+  cli_call(&f->cli, "text/plain");
+  pump(&f->cli, f->s);
+  assert_int_equal(f->cli.grpc_status, CW_INVALID_ARGUMENT);
+  assert_int_equal(f->svc.started, 0);
+}
+
+// A declared length over the limit ends the call before any byte is kept.
+static void test_oversize(void** state) {
+  fix_t* f = *state;
+  cli_add_message(&f->cli, 0, "x", 1u << 30);
+  cli_call(&f->cli, "application/grpc");
+  pump(&f->cli, f->s);
+  assert_int_equal(f->cli.grpc_status, CW_RESOURCE_EXHAUSTED);
+  assert_non_null(strstr(f->cli.grpc_message, "over the limit 64"));
+  assert_int_equal(f->svc.messages, 0);
+}
+
+static void test_compressed(void** state) {
+  fix_t* f = *state;
+  cli_add_message(&f->cli, 1, "zz", 2);
+  cli_call(&f->cli, "application/grpc");
+  pump(&f->cli, f->s);
+  assert_int_equal(f->cli.grpc_status, CW_UNIMPLEMENTED);
+  assert_non_null(strstr(f->cli.grpc_message, "compressed"));
+}
+
+// The stream ends inside a message.
+static void test_truncated(void** state) {
+  fix_t* f = *state;
+  cli_add_message(&f->cli, 0, "abc", 10);
+  cli_call(&f->cli, "application/grpc");
+  pump(&f->cli, f->s);
+  assert_int_equal(f->cli.grpc_status, CW_INVALID_ARGUMENT);
+  assert_int_equal(f->svc.messages, 0);
+}
+
+// A client that resets its stream: the call closes, the session lives on.
+static void test_reset_and_release(void** state) {
+  fix_t* f = *state;
+  f->cli.end_after_body = false;
+  f->svc.finish_on_half_close = false;
+  int32_t id = cli_call(&f->cli, "application/grpc");
+  int32_t id2 = cli_call(&f->cli, "application/grpc");
+  pump(&f->cli, f->s);
+  assert_int_equal(f->svc.started, 2);
+  assert_int_equal(cw_grpc_session_calls(f->s), 2);
+  assert_int_equal(nghttp2_submit_rst_stream(f->cli.h2, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL),
+                   0);
+  pump(&f->cli, f->s);
+  assert_int_equal(f->svc.closes, 1);
+  assert_true(cw_grpc_session_alive(f->s));
+  (void)id2;
+  // The session goes with a call open: that call closes too.
+  cw_grpc_session_release(f->s);
+  assert_int_equal(f->svc.closes, 2);
+  assert_null(cw_grpc_session_create(&svc_handlers, &f->svc, &f->o, &f->s));
+}
+
+// Garbage instead of the HTTP/2 preface breaks the session.
+static void test_bad_preface(void** state) {
+  fix_t* f = *state;
+  const char junk[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+  cw_status_t st = cw_grpc_session_feed(f->s, (const uint8_t*)junk, sizeof(junk) - 1);
+  assert_non_null(st);
+  cw_status_free(st);
+}
+
+static void collect(void* user, const uint8_t* d, size_t n) {
+  size_t* total = user;
+  *total += n + 1;
+}
+
+// The deframer across arbitrary splits, and its bound.
+static void test_deframer(void** state) {
+  const uint8_t bytes[] = {0, 0, 0, 0, 3, 'a', 'b', 'c', 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 'z'};
+  for (size_t split = 0; split <= sizeof(bytes); split++) {
+    cw_grpc_deframer_t d;
+    cw_grpc_deframer_initialize(&d, 8);
+    size_t total = 0;
+    assert_null(cw_grpc_deframer_feed(&d, bytes, split, collect, &total));
+    assert_null(cw_grpc_deframer_feed(&d, bytes + split, sizeof(bytes) - split, collect, &total));
+    assert_int_equal(total, 4 + 1 + 2);
+    cw_grpc_deframer_deinitialize(&d);
+  }
+  cw_grpc_deframer_t d;
+  cw_grpc_deframer_initialize(&d, 2);
+  size_t total = 0;
+  cw_status_t st = cw_grpc_deframer_feed(&d, bytes, sizeof(bytes), collect, &total);
+  assert_int_equal(cw_status_code(st), CW_RESOURCE_EXHAUSTED);
+  cw_status_free(st);
+  assert_null(d.buf);  // nothing allocated for the refused message
+  cw_grpc_deframer_deinitialize(&d);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_unary_echo, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_refused, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_not_grpc, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_oversize, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_compressed, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_truncated, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_reset_and_release, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_bad_preface, setup, teardown),
+      cmocka_unit_test(test_deframer),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
