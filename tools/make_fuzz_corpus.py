@@ -22,6 +22,9 @@
                                          peer's first TLS bytes, `causeway up`
                                          state files, HloModuleProto bytes
                                          (each function's docstring).
+  src/net/corpus/grpc_fuzz/,             an HTTP/2 client's bytes (gRPC calls)
+  src/proxy/corpus/ifrt_request_fuzz/    and IFRT proxy requests (each
+                                         function's docstring).
 
 Only the Python standard library is used: the protobuf payloads are encoded
 by hand from proto/causeway.proto (field numbers and wire types below), so the
@@ -705,6 +708,96 @@ def hostcb_corpus():
     return c
 
 
+# --- gRPC over HTTP/2 and the IFRT proxy ----------------------------------------
+
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
+def h2_frame(ftype, flags, stream, payload):
+    return struct.pack(">I", len(payload))[1:] + bytes([ftype, flags]) + \
+        struct.pack(">I", stream) + payload
+
+
+def hpack_literal(name, value):
+    """A header field as HPACK's literal without indexing, new name, no Huffman."""
+    return b"\x00" + bytes([len(name)]) + name + bytes([len(value)]) + value
+
+
+def grpc_message(body, flag=0, declared=None):
+    return bytes([flag]) + struct.pack(">I", len(body) if declared is None else declared) + body
+
+
+def grpc_call(stream, path, messages, end=True, extra=()):
+    fields = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", path),
+              (b":authority", b"fuzz"), (b"content-type", b"application/grpc"),
+              (b"te", b"trailers")] + list(extra)
+    block = b"".join(hpack_literal(n, v) for n, v in fields)
+    out = h2_frame(1, 0x4, stream, block)  # HEADERS, END_HEADERS
+    body = b"".join(messages)
+    out += h2_frame(0, 0x1 if end else 0, stream, body)  # DATA
+    return out
+
+
+def ifrt_version(protocol, serdes=6):
+    return f_varint(1, protocol) + f_varint(2, serdes)
+
+
+def ifrt_request(kind_field, body=b"", op_id=1):
+    """IfrtRequest{1: RequestMetadata{1: fixed64 op_id}, kind: body}."""
+    md = key(1, 1) + struct.pack("<Q", op_id)
+    return f_bytes(1, md) + f_bytes(kind_field, body)
+
+
+def grpc_corpus():
+    """Client byte streams: the preface and SETTINGS, then calls of the IFRT
+    proxy's methods (unary, streaming, binary metadata), broken messages
+    (compressed, over the limit, cut short), a reset, a PING and junk."""
+    settings = h2_frame(4, 0, 0, b"")
+    gv = f_bytes(1, ifrt_version(16)) + f_bytes(2, ifrt_version(25))
+    svc = b"/xla.ifrt.proxy.GrpcIfrtService/"
+    md = (b"ifrt-proxy-grpc-ifrt-session-metadata-bin", b"CgQIGRAG")
+    init = ifrt_request(2)
+    out = {
+        "get_version": H2_PREFACE + settings + grpc_call(1, svc + b"GetVersion", [grpc_message(gv)]),
+        "session_init": H2_PREFACE + settings + grpc_call(
+            1, svc + b"IfrtSession", [grpc_message(init), grpc_message(ifrt_request(13, b"", 2))],
+            extra=[md]),
+        "session_open": H2_PREFACE + settings + grpc_call(
+            3, svc + b"IfrtSession", [grpc_message(init)], end=False, extra=[md]),
+        "two_calls": H2_PREFACE + settings + grpc_call(1, svc + b"GetVersion", [grpc_message(gv)])
+        + grpc_call(3, b"/x.Unknown/Method", [grpc_message(b"")]),
+        "compressed": H2_PREFACE + settings + grpc_call(1, b"/a.B/C", [grpc_message(b"zz", flag=1)]),
+        "oversize": H2_PREFACE + settings + grpc_call(1, b"/a.B/C",
+                                                      [grpc_message(b"x", declared=1 << 30)]),
+        "cut": H2_PREFACE + settings + grpc_call(1, b"/a.B/C", [grpc_message(b"abc", declared=9)]),
+        "reset": H2_PREFACE + settings + grpc_call(1, b"/a.B/C", [], end=False)
+        + h2_frame(3, 0, 1, struct.pack(">I", 8)),
+        "ping": H2_PREFACE + settings + h2_frame(6, 0, 0, b"12345678"),
+        "bin_metadata": H2_PREFACE + settings + grpc_call(
+            1, b"/a.B/C", [grpc_message(b"q")], extra=[(b"x-bin", b"aGVsbG8"),
+                                                      (b"y-bin", b"***")]),
+        "not_http2": b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+    }
+    return out
+
+
+def ifrt_request_corpus():
+    """IfrtRequest bytes of several kinds (Init, Compile, CheckFuture with a
+    handle, one past the known kinds), GetVersionRequest and the session
+    metadata, and broken ones."""
+    gv = f_bytes(1, ifrt_version(16)) + f_bytes(2, ifrt_version(25))
+    return {
+        "init": ifrt_request(2),
+        "compile": ifrt_request(13, f_bytes(1, b"program") + f_bytes(2, b"options"), 7),
+        "check_future": ifrt_request(3, key(1, 1) + struct.pack("<Q", 42), 3),
+        "unknown_kind": ifrt_request(99, b"abc"),
+        "get_version": gv,
+        "session_metadata": f_bytes(1, ifrt_version(25)) + f_bytes(2, f_bytes(1, f_bytes(1, b"k"))),
+        "truncated": ifrt_request(2)[:-1] + b"\xff",
+        "empty": b"",
+    }
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -724,7 +817,9 @@ def main():
                          ("src/core/corpus/tls_fuzz", lambda: tls_corpus(args.root)),
                          ("src/core/corpus/tls_first_bytes_fuzz", tls_first_bytes_corpus),
                          ("src/tools/corpus/up_state_fuzz", up_state_corpus),
-                         ("src/worker/corpus/hlo_params_fuzz", hlo_params_corpus)):
+                         ("src/worker/corpus/hlo_params_fuzz", hlo_params_corpus),
+                         ("src/net/corpus/grpc_fuzz", grpc_corpus),
+                         ("src/proxy/corpus/ifrt_request_fuzz", ifrt_request_corpus)):
         files = make()
         write_dir(os.path.join(args.root, target), files)
         print("wrote %d seeds to %s" % (len(files), target))

@@ -19,10 +19,11 @@
 #define CW__PLG CW_SCOPE_PLUGIN
 #define CW__TOOL CW_SCOPE_TOOL
 #define CW__CLI CW_SCOPE_CLIENT
+#define CW__PRX CW_SCOPE_PROXY
 
 // env, old env, scope, flag, type, min, max, default, secret, empty is a value, help.
 static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
-    [CW_SET_LOG_LEVEL] = {"CAUSEWAY_LOG_LEVEL", "CW_LOG_LEVEL", CW__DMN, "log-level",
+    [CW_SET_LOG_LEVEL] = {"CAUSEWAY_LOG_LEVEL", "CW_LOG_LEVEL", CW__DMN | CW__PRX, "log-level",
                           CW_SETTING_STRING, 0, 0, "warn", false, false,
                           "error, warn, info or debug"},
     [CW_SET_MAX_PAYLOAD] = {"CAUSEWAY_MAX_PAYLOAD", "CW_MAX_PAYLOAD", CW__DMN, "max-payload",
@@ -35,11 +36,13 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
     [CW_SET_MAX_BULK] = {"CAUSEWAY_MAX_BULK", "CW_MAX_BULK", CW__DMN, "max-bulk",
                          CW_SETTING_INT, 1, 1024 * GIB, "68719476736", false, false,
                          "largest bulk byte stream of one frame"},
-    [CW_SET_TOKEN] = {"CAUSEWAY_TOKEN", "CW_TOKEN", CW__DMN | CW__PLG | CW__TOOL | CW__CLI,
+    [CW_SET_TOKEN] = {"CAUSEWAY_TOKEN", "CW_TOKEN",
+                      CW__DMN | CW__PLG | CW__TOOL | CW__CLI | CW__PRX,
                       "token", CW_SETTING_STRING, 0, 0, "", true, false,
                       "shared secret presented in HELLO (environment only; a JAX client "
                       "presents it when it joins a cluster)"},
-    [CW_SET_TOKEN_FILE] = {"CAUSEWAY_TOKEN_FILE", "CW_TOKEN_FILE", CW__DMN | CW__PLG | CW__TOOL,
+    [CW_SET_TOKEN_FILE] = {"CAUSEWAY_TOKEN_FILE", "CW_TOKEN_FILE",
+                           CW__DMN | CW__PLG | CW__TOOL | CW__PRX,
                            "token-file", CW_SETTING_STRING, 0, 0, "", false, false,
                            "file whose first line is the shared secret (CAUSEWAY_TOKEN wins)"},
     [CW_SET_HELLO_TIMEOUT_MS] = {"CAUSEWAY_HELLO_TIMEOUT_MS", "CW_HELLO_TIMEOUT_MS", CW__DMN,
@@ -265,6 +268,16 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
                               "worker jaxlib's CPU kernels (LAPACK): loaded at start, or the "
                               "worker stops; empty: the PJRT plugin's venv, loaded when a "
                               "program first needs it; off: none"},
+    [CW_SET_PROXY_LISTEN] = {"CAUSEWAY_PROXY_LISTEN", NULL, CW__PRX, "listen", CW_SETTING_STRING,
+                             0, 0, "127.0.0.1:0", false, false,
+                             "host:port the IFRT proxy front serves gRPC on (port 0: any)"},
+    [CW_SET_PROXY_PJRT_LIBRARY] = {"CAUSEWAY_PROXY_PJRT_LIBRARY", NULL, CW__PRX, "pjrt-library",
+                                   CW_SETTING_STRING, 0, 0, "", false, false,
+                                   "the PJRT plugin the proxy drives; empty: "
+                                   "libcauseway_pjrt.so beside the proxy (../lib)"},
+    [CW_SET_PROXY_MAX_MESSAGE] = {"CAUSEWAY_PROXY_MAX_MESSAGE", NULL, CW__PRX, "max-message",
+                                  CW_SETTING_INT, 4 * KIB, 1 * GIB, "67108864", false, false,
+                                  "largest gRPC message (bytes) the proxy takes or sends"},
 };
 
 const cw_setting_def_t* cw_settings_def(cw_setting_id_t id) {
@@ -526,7 +539,7 @@ bool cw_settings_initialize_for_main(const char* program, const char* usage,
     fprintf(stderr, "%s: %s/--log-level: unknown log level '%s' (error, warn, info or debug)\n",
             program, cw__defs[CW_SET_LOG_LEVEL].env, text);
     *out_exit_code = 2;
-  } else if (!*cw_settings_string(settings, CW_SET_LISTEN)) {
+  } else if ((scope & CW_SCOPE_DAEMONS) && !*cw_settings_string(settings, CW_SET_LISTEN)) {
     fprintf(stderr, "%s: --listen is required (see --help)\n", program);
     *out_exit_code = 2;
   }

@@ -30,11 +30,12 @@ typedef enum cw_setting_scope_e {
   CW_SCOPE_PLUGIN = 1u << 2,      // libcauseway_pjrt.so: a JAX client, its embedded cluster, trace
   CW_SCOPE_TOOL = 1u << 3,        // the causeway command
   CW_SCOPE_CLIENT = 1u << 4,      // the C client library (src/client)
+  CW_SCOPE_PROXY = 1u << 5,       // causeway-proxy, the IFRT proxy front
 } cw_setting_scope_t;
 #define CW_SCOPE_DAEMONS (CW_SCOPE_CONTROLLER | CW_SCOPE_WORKER)
 #define CW_SCOPE_ALL                                                                   \
   (CW_SCOPE_CONTROLLER | CW_SCOPE_WORKER | CW_SCOPE_PLUGIN | CW_SCOPE_TOOL |          \
-   CW_SCOPE_CLIENT)
+   CW_SCOPE_CLIENT | CW_SCOPE_PROXY)
 
 typedef enum cw_setting_id_e {
   CW_SET_LOG_LEVEL,
@@ -100,6 +101,9 @@ typedef enum cw_setting_id_e {
   // The worker's custom-call handler sets (issue 10 item 2, docs/ffi.md).
   CW_SET_FFI_LIBRARIES,
   CW_SET_JAXLIB_PYTHON,
+  CW_SET_PROXY_LISTEN,
+  CW_SET_PROXY_PJRT_LIBRARY,
+  CW_SET_PROXY_MAX_MESSAGE,
   CW_SET_COUNT,
 } cw_setting_id_t;
 

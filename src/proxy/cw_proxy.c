@@ -1,0 +1,245 @@
+// The gRPC service xla.ifrt.proxy.GrpcIfrtService on the proxy's loop:
+// GetVersion answered here; each IfrtSession stream a session with a thread
+// (cw_proxy_session.c); the host-buffer methods named and refused until they
+// are built.
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cw_log.h"
+#include "cw_proxy_internal.h"
+#include "cw_random.h"
+
+#define CW__SERVICE "/xla.ifrt.proxy.GrpcIfrtService/"
+#define CW__SESSION_METADATA "ifrt-proxy-grpc-ifrt-session-metadata-bin"
+
+typedef enum cw__method_e {
+  CW__GET_VERSION = 1,
+  CW__IFRT_SESSION,
+  CW__HOST_BUFFER,  // Store, Lookup, Delete, ReadFromDisk
+} cw__method_t;
+
+// The call user of a GetVersion call (a session call's user is its session).
+static char cw__get_version_marker;
+
+static cw__method_t cw__method(const char* path) {
+  if (strncmp(path, CW__SERVICE, strlen(CW__SERVICE))) return 0;
+  const char* m = path + strlen(CW__SERVICE);
+  if (!strcmp(m, "GetVersion")) return CW__GET_VERSION;
+  if (!strcmp(m, "IfrtSession")) return CW__IFRT_SESSION;
+  if (!strcmp(m, "HostBufferStore") || !strcmp(m, "HostBufferLookup") ||
+      !strcmp(m, "HostBufferDelete") || !strcmp(m, "HostBufferReadFromDisk")) {
+    return CW__HOST_BUFFER;
+  }
+  return 0;
+}
+
+static cw_status_t cw__range_error(int32_t lo, int32_t hi) {
+  return cw_make_status(CW_FAILED_PRECONDITION,
+                        "causeway-proxy speaks IFRT proxy protocol versions %d to %d; the client "
+                        "offers %d to %d (use jaxlib 0.11.2, whose client offers 16 to 25)",
+                        CW_PROXY_PROTOCOL_MIN, CW_PROXY_PROTOCOL_MAX, lo, hi);
+}
+
+static void cw__get_version(cw_grpc_call_t* call, const uint8_t* d, size_t n) {
+  CwIfrt__GetVersionRequest* req = cw_ifrt__get_version_request__unpack(NULL, n, d);
+  if (!req || !req->min_version || !req->max_version) {
+    cw_grpc_call_finish(call, cw_make_status(CW_INVALID_ARGUMENT,
+                                             "GetVersion: the request does not decode or lacks "
+                                             "min_version/max_version"));
+    if (req) cw_ifrt__get_version_request__free_unpacked(req, NULL);
+    return;
+  }
+  int32_t lo = req->min_version->protocol_version, hi = req->max_version->protocol_version;
+  int32_t serdes = req->max_version->ifrt_serdes_version_number;
+  cw_ifrt__get_version_request__free_unpacked(req, NULL);
+  int32_t v = hi < CW_PROXY_PROTOCOL_MAX ? hi : CW_PROXY_PROTOCOL_MAX;
+  if (lo > hi || v < lo || v < CW_PROXY_PROTOCOL_MIN) {
+    cw_grpc_call_finish(call, cw__range_error(lo, hi));
+    return;
+  }
+  CwIfrt__ProxyVersion pv = CW_IFRT__PROXY_VERSION__INIT;
+  pv.has_protocol_version = pv.has_ifrt_serdes_version_number = true;
+  pv.protocol_version = v;
+  pv.ifrt_serdes_version_number = serdes;
+  CwIfrt__GetVersionResponse resp = CW_IFRT__GET_VERSION_RESPONSE__INIT;
+  resp.version = &pv;
+  uint8_t buf[64];
+  size_t len = cw_ifrt__get_version_response__pack(&resp, buf);
+  cw_status_t st = cw_grpc_call_send(call, buf, len);
+  cw_grpc_call_finish(call, st);
+}
+
+static cw_status_t cw__session_open(cw_proxy_t* p, cw_grpc_call_t* call) {
+  const uint8_t* md;
+  size_t md_len;
+  if (!cw_grpc_call_metadata(call, CW__SESSION_METADATA, &md, &md_len)) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "IfrtSession: metadata %s is missing",
+                          CW__SESSION_METADATA);
+  }
+  CwIfrt__SessionMetadata* m = cw_ifrt__session_metadata__unpack(NULL, md_len, md);
+  if (!m || !m->version) {
+    if (m) cw_ifrt__session_metadata__free_unpacked(m, NULL);
+    return cw_make_status(CW_INVALID_ARGUMENT, "IfrtSession: metadata %s does not decode",
+                          CW__SESSION_METADATA);
+  }
+  int32_t v = m->version->protocol_version;
+  cw_ifrt__session_metadata__free_unpacked(m, NULL);
+  if (v < CW_PROXY_PROTOCOL_MIN || v > CW_PROXY_PROTOCOL_MAX) return cw__range_error(v, v);
+  cw_proxy_session_t* s = calloc(1, sizeof(*s));
+  if (!s) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  s->proxy = p;
+  s->protocol_version = v;
+  cw_status_t st = cw_random_id(&s->id);
+  if (!st) st = cw_proxy_session_start(s);
+  if (st) {
+    cw_proxy_session_free(s);
+    return st;
+  }
+  cw_grpc_call_retain(call);
+  s->call = call;
+  cw_grpc_call_set_user(call, s);
+  s->next = p->sessions;
+  p->sessions = s;
+  CW_LOGI("session %016llx opened (protocol version %d)", (unsigned long long)s->id, v);
+  return cw_ok_status();
+}
+
+static cw_status_t cw__on_start(void* user, cw_grpc_call_t* call) {
+  cw_proxy_t* p = user;
+  if (p->stopping) return cw_make_status(CW_UNAVAILABLE, "causeway-proxy is shutting down");
+  const char* path = cw_grpc_call_method(call);
+  switch (cw__method(path)) {
+    case CW__GET_VERSION:
+      cw_grpc_call_set_user(call, &cw__get_version_marker);
+      return cw_ok_status();
+    case CW__IFRT_SESSION:
+      return cw__session_open(p, call);
+    case CW__HOST_BUFFER:
+      return cw_make_status(CW_UNIMPLEMENTED, "causeway-proxy does not serve %s yet", path);
+  }
+  return cw_make_status(CW_UNIMPLEMENTED, "causeway-proxy has no method %s", path);
+}
+
+static void cw__on_message(void* user, cw_grpc_call_t* call, const uint8_t* d, size_t n) {
+  void* cu = cw_grpc_call_user(call);
+  if (cu == &cw__get_version_marker) {
+    cw__get_version(call, d, n);
+    return;
+  }
+  cw_proxy_session_t* s = cu;
+  if (!s) return;
+  cw_status_t st = cw_proxy_session_push(s, d, n);
+  if (st) cw_grpc_call_finish(call, st);
+}
+
+static void cw__on_half_close(void* user, cw_grpc_call_t* call) {
+  void* cu = cw_grpc_call_user(call);
+  if (cu == &cw__get_version_marker) {
+    cw_grpc_call_finish(call, cw_make_status(CW_INVALID_ARGUMENT, "GetVersion: no request"));
+    return;
+  }
+  // The session answers what it has, then the call ends (cw__wake).
+  if (cu) cw_proxy_session_end(cu, true);
+}
+
+static void cw__on_close(void* user, cw_grpc_call_t* call) {
+  void* cu = cw_grpc_call_user(call);
+  if (!cu || cu == &cw__get_version_marker) return;
+  cw_proxy_session_t* s = cu;
+  cw_grpc_call_set_user(call, NULL);
+  CW_LOGI("session %016llx: stream closed", (unsigned long long)s->id);
+  cw_proxy_session_end(s, false);
+}
+
+static const cw_grpc_handlers_t cw__handlers = {cw__on_start, cw__on_message, cw__on_half_close,
+                                                cw__on_close};
+
+// Session threads queued responses or exited.
+static void cw__wake(uv_async_t* a) {
+  cw_proxy_t* p = a->data;
+  for (cw_proxy_session_t **pp = &p->sessions, *s; (s = *pp);) {
+    if (!cw_proxy_session_drain(s)) {
+      pp = &s->next;
+      continue;
+    }
+    *pp = s->next;
+    if (s->call) {
+      cw_grpc_call_set_user(s->call, NULL);
+      cw_grpc_call_finish(s->call, cw_ok_status());
+    }
+    CW_LOGI("session %016llx ended", (unsigned long long)s->id);
+    cw_proxy_session_free(s);
+  }
+  if (p->stopping && !p->sessions && !p->closed) {
+    p->closed = true;
+    cw_grpc_server_close(p->server);
+    p->server = NULL;
+    uv_close((uv_handle_t*)&p->wake, NULL);
+    uv_close((uv_handle_t*)&p->sigterm, NULL);
+    uv_close((uv_handle_t*)&p->sigint, NULL);
+  }
+}
+
+static void cw__on_signal(uv_signal_t* sig, int signum) {
+  cw_proxy_t* p = sig->data;
+  if (p->stopping) return;
+  CW_LOGI("signal %d: ending %s sessions", signum, p->sessions ? "open" : "no");
+  p->stopping = true;
+  for (cw_proxy_session_t* s = p->sessions; s; s = s->next) cw_proxy_session_end(s, false);
+  uv_async_send(&p->wake);
+}
+
+cw_status_t cw_proxy_create(const cw_settings_t* settings, cw_proxy_t** out) {
+  *out = NULL;
+  cw_proxy_t* p = calloc(1, sizeof(*p));
+  if (!p) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  p->settings = settings;
+  cw_status_t st = cw_proxy_pjrt_load(cw_settings_string(settings, CW_SET_PROXY_PJRT_LIBRARY),
+                                      &p->pjrt);
+  if (st) {
+    free(p);
+    return st;
+  }
+  uv_loop_init(&p->loop);
+  uv_async_init(&p->loop, &p->wake, cw__wake);
+  p->wake.data = p;
+  uv_signal_init(&p->loop, &p->sigterm);
+  uv_signal_init(&p->loop, &p->sigint);
+  p->sigterm.data = p->sigint.data = p;
+  uv_signal_start(&p->sigterm, cw__on_signal, SIGTERM);
+  uv_signal_start(&p->sigint, cw__on_signal, SIGINT);
+  cw_grpc_options_default(&p->server_options.grpc);
+  p->server_options.grpc.max_message = (size_t)cw_settings_int(settings, CW_SET_PROXY_MAX_MESSAGE);
+  p->server_options.token = cw_settings_string(settings, CW_SET_TOKEN);
+  st = cw_grpc_server_create(&p->loop, cw_settings_string(settings, CW_SET_PROXY_LISTEN),
+                             &p->server_options, &cw__handlers, p, &p->server);
+  if (st) {
+    p->stopping = true;
+    cw_proxy_release(p);
+    return st;
+  }
+  printf("causeway-proxy listening on %s\n", cw_grpc_server_address(p->server));
+  fflush(stdout);
+  *out = p;
+  return cw_ok_status();
+}
+
+cw_status_t cw_proxy_run(cw_proxy_t* p) {
+  uv_run(&p->loop, UV_RUN_DEFAULT);
+  return cw_ok_status();
+}
+
+void cw_proxy_release(cw_proxy_t* p) {
+  if (!p) return;
+  if (!p->closed) {
+    p->stopping = true;
+    for (cw_proxy_session_t* s = p->sessions; s; s = s->next) cw_proxy_session_end(s, false);
+    uv_async_send(&p->wake);
+    uv_run(&p->loop, UV_RUN_DEFAULT);
+  }
+  uv_loop_close(&p->loop);
+  cw_proxy_pjrt_unload(&p->pjrt);
+  free(p);
+}

@@ -1,0 +1,283 @@
+// InitRequest: the session's platform, devices and memories, as the PJRT
+// client of this session (the causeway plugin) sees them.
+#include <stdlib.h>
+#include <string.h>
+
+#include "cw_proxy_internal.h"
+
+#define CW__ARGS(type, last) .struct_size = CW_PJRT_STRUCT_SIZE(type, last)
+
+typedef struct cw__init_s {
+  CwIfrt__InitResponse r;
+  CwIfrt__InitResponse__Device* devices;
+  CwIfrt__InitResponse__Device** device_ptrs;
+  CwIfrt__InitResponse__Memory* memories;
+  CwIfrt__InitResponse__Memory** memory_ptrs;
+  int32_t* ids;
+  CwIfrt__AttributeMap* attrs;
+  char* platform_name;
+  char* platform_version;
+} cw__init_t;
+
+static char* cw__dup(const char* s, size_t n) {
+  char* d = malloc(n + 1);
+  if (d) {
+    memcpy(d, s, n);
+    d[n] = 0;
+  }
+  return d;
+}
+
+static cw_status_t cw__oom(void) {
+  return cw_make_status(CW_RESOURCE_EXHAUSTED, "causeway-proxy: out of memory for Init");
+}
+
+// The attributes of a device description (PJRT named values) as an IFRT
+// AttributeMap. Values borrow the plugin's strings and lists; the keys and
+// one block (entry pointers, entries, values, lists) are the map's own.
+static cw_status_t cw__attributes(const cw_proxy_pjrt_t* p, PJRT_DeviceDescription* dd,
+                                  CwIfrt__AttributeMap* out) {
+  cw_ifrt__attribute_map__init(out);
+  PJRT_DeviceDescription_Attributes_Args a = {
+      CW__ARGS(PJRT_DeviceDescription_Attributes_Args, attributes), .device_description = dd};
+  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_DeviceDescription_Attributes, &a), "Init");
+  size_t n = a.num_attributes;
+  if (!n) return cw_ok_status();
+  size_t each = sizeof(CwIfrt__AttributeMap__Entry*) + sizeof(CwIfrt__AttributeMap__Entry) +
+                sizeof(CwIfrt__AttributeMap__Value) + sizeof(CwIfrt__AttributeMap__Int64List);
+  char* block = calloc(n, each);
+  if (!block) return cw__oom();
+  CwIfrt__AttributeMap__Entry** ents = (CwIfrt__AttributeMap__Entry**)block;
+  CwIfrt__AttributeMap__Entry* e = (CwIfrt__AttributeMap__Entry*)(ents + n);
+  CwIfrt__AttributeMap__Value* v = (CwIfrt__AttributeMap__Value*)(e + n);
+  CwIfrt__AttributeMap__Int64List* l = (CwIfrt__AttributeMap__Int64List*)(v + n);
+  out->attributes = ents;
+  for (size_t i = 0; i < n; i++) {
+    const PJRT_NamedValue* nv = &a.attributes[i];
+    size_t k = out->n_attributes;
+    cw_ifrt__attribute_map__entry__init(&e[k]);
+    cw_ifrt__attribute_map__value__init(&v[k]);
+    cw_ifrt__attribute_map__int64_list__init(&l[k]);
+    switch (nv->type) {
+      case PJRT_NamedValue_kString:
+        v[k].value_case = CW_IFRT__ATTRIBUTE_MAP__VALUE__VALUE_STRING_VALUE;
+        v[k].string_value.data = (uint8_t*)nv->string_value;
+        v[k].string_value.len = nv->value_size;
+        break;
+      case PJRT_NamedValue_kInt64:
+        v[k].value_case = CW_IFRT__ATTRIBUTE_MAP__VALUE__VALUE_INT64_VALUE;
+        v[k].int64_value = nv->int64_value;
+        break;
+      case PJRT_NamedValue_kInt64List:
+        v[k].value_case = CW_IFRT__ATTRIBUTE_MAP__VALUE__VALUE_INT64_LIST_VALUE;
+        l[k].elements = (int64_t*)nv->int64_array_value;
+        l[k].n_elements = nv->value_size;
+        v[k].int64_list_value = &l[k];
+        break;
+      case PJRT_NamedValue_kFloat:
+        v[k].value_case = CW_IFRT__ATTRIBUTE_MAP__VALUE__VALUE_FLOAT_VALUE;
+        v[k].float_value = nv->float_value;
+        break;
+      case PJRT_NamedValue_kBool:
+        v[k].value_case = CW_IFRT__ATTRIBUTE_MAP__VALUE__VALUE_BOOL_VALUE;
+        v[k].bool_value = nv->bool_value;
+        break;
+      default:
+        continue;  // a kind IFRT has no value for
+    }
+    e[k].key = cw__dup(nv->name, nv->name_size);
+    if (!e[k].key) return cw__oom();
+    e[k].value = &v[k];
+    ents[k] = &e[k];
+    out->n_attributes++;
+  }
+  return cw_ok_status();
+}
+
+static void cw__attributes_free(CwIfrt__AttributeMap* m) {
+  for (size_t i = 0; i < m->n_attributes; i++) free(m->attributes[i]->key);
+  free(m->attributes);
+  m->attributes = NULL;
+  m->n_attributes = 0;
+}
+
+// The memory with PJRT id `id` among those seen so far (NULL: none).
+static CwIfrt__InitResponse__Memory* cw__memory_slot(cw__init_t* in, int id) {
+  for (size_t i = 0; i < in->r.n_memories; i++) {
+    if (in->memories[i].id == id) return &in->memories[i];
+  }
+  return NULL;
+}
+
+cw_status_t cw_proxy_init(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
+                          CwIfrt__IfrtResponse* resp) {
+  const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
+  cw__init_t* in = calloc(1, sizeof(*in));
+  if (!in) return cw__oom();
+  cw_ifrt__init_response__init(&in->r);
+  resp->response_case = CW_IFRT__IFRT_RESPONSE__RESPONSE_INIT_RESPONSE;
+  resp->init_response = &in->r;  // freed by cw_proxy_init_free, also on error
+
+  PJRT_Client_PlatformName_Args pn = {CW__ARGS(PJRT_Client_PlatformName_Args, platform_name_size),
+                                      .client = s->client};
+  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Client_PlatformName, &pn), "Init");
+  PJRT_Client_PlatformVersion_Args pv = {
+      CW__ARGS(PJRT_Client_PlatformVersion_Args, platform_version_size), .client = s->client};
+  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Client_PlatformVersion, &pv), "Init");
+  in->platform_name = cw__dup(pn.platform_name, pn.platform_name_size);
+  in->platform_version = cw__dup(pv.platform_version, pv.platform_version_size);
+  if (!in->platform_name || !in->platform_version) return cw__oom();
+  in->r.platform_name = in->platform_name;
+  in->r.platform_version = in->platform_version;
+  in->r.runtime_type = "causeway";
+  in->r.has_session_id = in->r.has_process_index = in->r.has_platform_id = true;
+  in->r.session_id = s->id;
+
+  PJRT_Client_Devices_Args da = {CW__ARGS(PJRT_Client_Devices_Args, num_devices),
+                                 .client = s->client};
+  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Client_Devices, &da), "Init");
+  size_t nd = da.num_devices;
+  // Each device names its memories; the CPU plugin has three per device.
+  size_t max_mem = 0;
+  in->devices = calloc(nd ? nd : 1, sizeof(*in->devices));
+  in->device_ptrs = calloc(nd ? nd : 1, sizeof(*in->device_ptrs));
+  in->attrs = calloc(nd ? nd : 1, sizeof(*in->attrs));
+  in->ids = calloc(nd ? nd : 1, sizeof(*in->ids));
+  if (!in->devices || !in->device_ptrs || !in->attrs || !in->ids) return cw__oom();
+  for (size_t i = 0; i < nd; i++) {
+    PJRT_Device_AddressableMemories_Args ma = {
+        CW__ARGS(PJRT_Device_AddressableMemories_Args, num_memories), .device = da.devices[i]};
+    CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Device_AddressableMemories, &ma), "Init");
+    max_mem += ma.num_memories;
+  }
+  in->memories = calloc(max_mem ? max_mem : 1, sizeof(*in->memories));
+  in->memory_ptrs = calloc(max_mem ? max_mem : 1, sizeof(*in->memory_ptrs));
+  if (!in->memories || !in->memory_ptrs) return cw__oom();
+  in->r.all_devices = in->device_ptrs;
+  in->r.memories = in->memory_ptrs;
+  for (size_t i = 0; i < nd; i++) {
+    CwIfrt__InitResponse__Device* d = &in->devices[i];
+    cw_ifrt__init_response__device__init(d);
+    in->device_ptrs[i] = d;
+    cw_ifrt__attribute_map__init(&in->attrs[i]);
+    in->r.n_all_devices = i + 1;  // what to free, should a call below fail
+    PJRT_Device_GetDescription_Args g = {CW__ARGS(PJRT_Device_GetDescription_Args,
+                                                  device_description),
+                                         .device = da.devices[i]};
+    CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Device_GetDescription, &g), "Init");
+    PJRT_DeviceDescription_Id_Args ia = {CW__ARGS(PJRT_DeviceDescription_Id_Args, id),
+                                         .device_description = g.device_description};
+    CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_DeviceDescription_Id, &ia), "Init");
+    PJRT_DeviceDescription_Kind_Args ka = {CW__ARGS(PJRT_DeviceDescription_Kind_Args,
+                                                    device_kind_size),
+                                           .device_description = g.device_description};
+    CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_DeviceDescription_Kind, &ka), "Init");
+    PJRT_DeviceDescription_DebugString_Args sa = {
+        CW__ARGS(PJRT_DeviceDescription_DebugString_Args, debug_string_size),
+        .device_description = g.device_description};
+    CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_DeviceDescription_DebugString, &sa), "Init");
+    PJRT_DeviceDescription_ToString_Args ta = {
+        CW__ARGS(PJRT_DeviceDescription_ToString_Args, to_string_size),
+        .device_description = g.device_description};
+    CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_DeviceDescription_ToString, &ta), "Init");
+    PJRT_Device_LocalHardwareId_Args ha = {CW__ARGS(PJRT_Device_LocalHardwareId_Args,
+                                                    local_hardware_id),
+                                           .device = da.devices[i]};
+    CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Device_LocalHardwareId, &ha), "Init");
+    d->has_id = d->has_local_hardware_id = d->has_local_device_id = true;
+    d->id = ia.id;
+    d->local_hardware_id = ha.local_hardware_id;
+    d->local_device_id = ha.local_hardware_id;
+    d->device_kind = cw__dup(ka.device_kind, ka.device_kind_size);
+    d->debug_string = cw__dup(sa.debug_string, sa.debug_string_size);
+    d->to_string = cw__dup(ta.to_string, ta.to_string_size);
+    d->platform_name = in->platform_name;
+    if (!d->device_kind || !d->debug_string || !d->to_string) return cw__oom();
+    CW_RETURN_IF_ERROR(cw__attributes(p, g.device_description, &in->attrs[i]), "Init");
+    d->attributes = &in->attrs[i];
+    in->ids[i] = ia.id;
+
+    PJRT_Device_DefaultMemory_Args dm = {CW__ARGS(PJRT_Device_DefaultMemory_Args, memory),
+                                         .device = da.devices[i]};
+    CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Device_DefaultMemory, &dm), "Init");
+    PJRT_Device_AddressableMemories_Args ma = {
+        CW__ARGS(PJRT_Device_AddressableMemories_Args, num_memories), .device = da.devices[i]};
+    CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Device_AddressableMemories, &ma), "Init");
+    d->memory_ids = calloc(ma.num_memories ? ma.num_memories : 1, sizeof(int32_t));
+    if (!d->memory_ids) return cw__oom();
+    for (size_t j = 0; j < ma.num_memories; j++) {
+      PJRT_Memory_Id_Args mi = {CW__ARGS(PJRT_Memory_Id_Args, id), .memory = ma.memories[j]};
+      CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Memory_Id, &mi), "Init");
+      d->memory_ids[d->n_memory_ids++] = mi.id;
+      if (ma.memories[j] == dm.memory) {
+        d->has_default_memory_id = true;
+        d->default_memory_id = mi.id;
+      }
+      CwIfrt__InitResponse__Memory* m = cw__memory_slot(in, mi.id);
+      if (!m) {
+        m = &in->memories[in->r.n_memories];
+        in->memory_ptrs[in->r.n_memories++] = m;
+        cw_ifrt__init_response__memory__init(m);
+        m->has_id = m->has_kind_id = true;
+        m->id = mi.id;
+        PJRT_Memory_Kind_Args mk = {CW__ARGS(PJRT_Memory_Kind_Args, kind_size),
+                                    .memory = ma.memories[j]};
+        PJRT_Memory_Kind_Id_Args mki = {CW__ARGS(PJRT_Memory_Kind_Id_Args, kind_id),
+                                        .memory = ma.memories[j]};
+        PJRT_Memory_DebugString_Args mds = {CW__ARGS(PJRT_Memory_DebugString_Args,
+                                                     debug_string_size),
+                                            .memory = ma.memories[j]};
+        PJRT_Memory_ToString_Args mts = {CW__ARGS(PJRT_Memory_ToString_Args, to_string_size),
+                                         .memory = ma.memories[j]};
+        CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Memory_Kind, &mk), "Init");
+        CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Memory_Kind_Id, &mki), "Init");
+        CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Memory_DebugString, &mds), "Init");
+        CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Memory_ToString, &mts), "Init");
+        m->kind_id = mki.kind_id;
+        m->memory_space_kind = cw__dup(mk.kind, mk.kind_size);
+        m->debug_string = cw__dup(mds.debug_string, mds.debug_string_size);
+        m->to_string = cw__dup(mts.to_string, mts.to_string_size);
+        m->device_ids = calloc(nd ? nd : 1, sizeof(int32_t));
+        if (!m->memory_space_kind || !m->debug_string || !m->to_string || !m->device_ids) {
+          return cw__oom();
+        }
+      }
+      m->device_ids[m->n_device_ids++] = ia.id;
+    }
+  }
+  in->r.addressable_device_ids = in->ids;
+  in->r.n_addressable_device_ids = nd;
+  in->r.primary_device_ids = in->ids;
+  in->r.n_primary_device_ids = nd;
+  return cw_ok_status();
+}
+
+void cw_proxy_init_free(CwIfrt__IfrtResponse* resp) {
+  if (resp->response_case != CW_IFRT__IFRT_RESPONSE__RESPONSE_INIT_RESPONSE) return;
+  cw__init_t* in = (cw__init_t*)resp->init_response;  // r is its first member
+  if (!in) return;
+  for (size_t i = 0; in->devices && i < in->r.n_all_devices; i++) {
+    CwIfrt__InitResponse__Device* d = &in->devices[i];
+    free(d->device_kind);
+    free(d->debug_string);
+    free(d->to_string);
+    free(d->memory_ids);
+    cw__attributes_free(&in->attrs[i]);
+  }
+  for (size_t i = 0; in->memories && i < in->r.n_memories; i++) {
+    free(in->memories[i].memory_space_kind);
+    free(in->memories[i].debug_string);
+    free(in->memories[i].to_string);
+    free(in->memories[i].device_ids);
+  }
+  free(in->devices);
+  free(in->device_ptrs);
+  free(in->memories);
+  free(in->memory_ptrs);
+  free(in->ids);
+  free(in->attrs);
+  free(in->platform_name);
+  free(in->platform_version);
+  free(in);
+  resp->init_response = NULL;
+}

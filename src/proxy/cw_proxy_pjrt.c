@@ -1,0 +1,51 @@
+#include "cw_proxy_pjrt.h"
+
+#include <dlfcn.h>
+#include <string.h>
+
+cw_status_t cw_proxy_pjrt_load(const char* path, cw_proxy_pjrt_t* out) {
+  *out = (cw_proxy_pjrt_t){0};
+  void* dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!dl) return cw_make_status(CW_NOT_FOUND, "cannot load PJRT plugin %s: %s", path, dlerror());
+  const PJRT_Api* (*get)(void) = (const PJRT_Api* (*)(void))dlsym(dl, "GetPjrtApi");
+  const PJRT_Api* api = get ? get() : NULL;
+  if (!api) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "%s has no GetPjrtApi or it returned nothing",
+                          path);
+  }
+  if (api->pjrt_api_version.major_version != CW_PJRT_API_MAJOR) {
+    return cw_make_status(CW_FAILED_PRECONDITION, "%s speaks PJRT C API %d.%d; this build %d.x",
+                          path, api->pjrt_api_version.major_version,
+                          api->pjrt_api_version.minor_version, CW_PJRT_API_MAJOR);
+  }
+  out->dl = dl;
+  out->api = api;
+  PJRT_Plugin_Initialize_Args a = {.struct_size = CW_PJRT_STRUCT_SIZE(
+                                       PJRT_Plugin_Initialize_Args, extension_start)};
+  return CW_PROXY_PJRT_CALL(out, PJRT_Plugin_Initialize, &a);
+}
+
+void cw_proxy_pjrt_unload(cw_proxy_pjrt_t* p) { *p = (cw_proxy_pjrt_t){0}; }
+
+cw_status_t cw_proxy_pjrt_status(const cw_proxy_pjrt_t* p, PJRT_Error* err, const char* what) {
+  if (!err) return cw_ok_status();
+  PJRT_Error_Message_Args m = {.struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Error_Message_Args,
+                                                                  message_size),
+                               .error = err};
+  p->api->PJRT_Error_Message(&m);
+  PJRT_Error_GetCode_Args g = {.struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Error_GetCode_Args, code),
+                               .error = err};
+  PJRT_Error* gerr = p->api->PJRT_Error_GetCode(&g);
+  cw_status_code_t code = gerr ? CW_UNKNOWN : (cw_status_code_t)g.code;
+  if (gerr) {
+    PJRT_Error_Destroy_Args d = {.struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Error_Destroy_Args, error),
+                                 .error = gerr};
+    p->api->PJRT_Error_Destroy(&d);
+  }
+  if (code == CW_OK) code = CW_UNKNOWN;
+  cw_status_t st = cw_make_status(code, "%s: %.*s", what, (int)m.message_size, m.message);
+  PJRT_Error_Destroy_Args d = {.struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Error_Destroy_Args, error),
+                               .error = err};
+  p->api->PJRT_Error_Destroy(&d);
+  return st;
+}

@@ -1,0 +1,221 @@
+// One IFRT session: a thread that owns the session's PJRT client and answers
+// its requests in order. The loop thread hands it request bytes and writes
+// the response bytes it queues (cw_proxy.c).
+#include <stdlib.h>
+#include <string.h>
+
+#include "cw_log.h"
+#include "cw_proxy_internal.h"
+
+// What serves each request kind: a handler filling the response's oneof and
+// what frees it. Kinds without an entry are answered UNIMPLEMENTED by name.
+typedef struct cw__family_s {
+  cw_status_t (*handle)(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
+                        CwIfrt__IfrtResponse* resp);
+  void (*free)(CwIfrt__IfrtResponse* resp);
+} cw__family_t;
+
+static const cw__family_t cw__families[] = {
+    [CW_IFRT__IFRT_REQUEST__REQUEST_INIT_REQUEST] = {cw_proxy_init, cw_proxy_init_free},
+};
+
+static void cw__push(cw_proxy_queue_t* q, cw_proxy_item_t* it) {
+  it->next = NULL;
+  if (q->tail) q->tail->next = it; else q->head = it;
+  q->tail = it;
+}
+
+static cw_proxy_item_t* cw__pop(cw_proxy_queue_t* q) {
+  cw_proxy_item_t* it = q->head;
+  if (it) {
+    q->head = it->next;
+    if (!q->head) q->tail = NULL;
+  }
+  return it;
+}
+
+static void cw__queue_free(cw_proxy_queue_t* q) {
+  for (cw_proxy_item_t* it; (it = cw__pop(q));) free(it);
+}
+
+void cw_proxy_session_respond(cw_proxy_session_t* s, CwIfrt__IfrtResponse* resp) {
+  size_t n = cw_ifrt__ifrt_response__get_packed_size(resp);
+  cw_proxy_item_t* it = malloc(sizeof(*it) + n);
+  if (!it) {
+    CW_LOGE("proxy session %016llx: out of memory for a response", (unsigned long long)s->id);
+    return;
+  }
+  it->len = cw_ifrt__ifrt_response__pack(resp, it->data);
+  pthread_mutex_lock(&s->mu);
+  cw__push(&s->responses, it);
+  pthread_mutex_unlock(&s->mu);
+  uv_async_send(&s->proxy->wake);
+}
+
+// Sends `resp` with its metadata, or on error a response carrying only the
+// status (resp's own content is left for its family to free). Takes `st`.
+static void cw__respond_status(cw_proxy_session_t* s, uint64_t op_id, cw_status_t st,
+                               CwIfrt__IfrtResponse* resp) {
+  CwIfrt__IfrtResponse err = CW_IFRT__IFRT_RESPONSE__INIT;
+  CwIfrt__ResponseMetadata md = CW_IFRT__RESPONSE_METADATA__INIT;
+  CwIfrt__StatusProto sp = CW_IFRT__STATUS_PROTO__INIT;
+  md.has_op_id = true;
+  md.op_id = op_id;
+  if (st) {
+    sp.has_code = true;
+    sp.code = (int32_t)cw_status_code(st);
+    sp.message = (char*)cw_status_message(st);
+    md.status = &sp;
+    resp = &err;
+  }
+  resp->response_metadata = &md;
+  cw_proxy_session_respond(s, resp);
+  resp->response_metadata = NULL;
+  cw_status_free(st);
+}
+
+static void cw__handle(cw_proxy_session_t* s, const uint8_t* data, size_t len) {
+  CwIfrt__IfrtRequest* req = cw_ifrt__ifrt_request__unpack(NULL, len, data);
+  CwIfrt__IfrtResponse resp = CW_IFRT__IFRT_RESPONSE__INIT;
+  if (!req) {
+    cw__respond_status(s, 0,
+                       cw_make_status(CW_INVALID_ARGUMENT,
+                                      "causeway-proxy: an IfrtRequest of %zu bytes does not "
+                                      "decode", len),
+                       &resp);
+    return;
+  }
+  uint64_t op_id = req->request_metadata ? req->request_metadata->op_id : 0;
+  size_t kind = (size_t)req->request_case;
+  const cw__family_t* f =
+      kind < sizeof(cw__families) / sizeof(cw__families[0]) && cw__families[kind].handle
+          ? &cw__families[kind]
+          : NULL;
+  cw_status_t st;
+  if (kind == CW_IFRT__IFRT_REQUEST__REQUEST__NOT_SET) {
+    st = cw_make_status(CW_INVALID_ARGUMENT,
+                        "causeway-proxy: IfrtRequest op %llu names no request kind this proxy "
+                        "knows (protocol version %d)", (unsigned long long)op_id,
+                        s->protocol_version);
+  } else if (!f) {
+    const ProtobufCFieldDescriptor* fd =
+        protobuf_c_message_descriptor_get_field(&cw_ifrt__ifrt_request__descriptor, (int)kind);
+    st = cw_make_status(CW_UNIMPLEMENTED, "causeway-proxy does not serve %s yet",
+                        fd ? fd->name : "this request");
+  } else if (s->client_status) {
+    st = cw_status_clone(s->client_status);
+  } else {
+    st = f->handle(s, req, &resp);
+  }
+  cw__respond_status(s, op_id, st, &resp);
+  if (f && f->free) f->free(&resp);
+  cw_ifrt__ifrt_request__free_unpacked(req, NULL);
+}
+
+static void cw__client_create(cw_proxy_session_t* s) {
+  const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
+  PJRT_Client_Create_Args a = {.struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Client_Create_Args,
+                                                                  kv_try_get_user_arg)};
+  s->client_status = CW_PROXY_PJRT_CALL(p, PJRT_Client_Create, &a);
+  if (s->client_status) {
+    s->client_status = cw_status_annotate(s->client_status, "causeway-proxy session %016llx",
+                                          (unsigned long long)s->id);
+    CW_LOGW("%s", cw_status_message(s->client_status));
+  }
+  s->client = a.client;
+}
+
+static void cw__client_destroy(cw_proxy_session_t* s) {
+  if (!s->client) return;
+  const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
+  PJRT_Client_Destroy_Args a = {.struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Client_Destroy_Args,
+                                                                   client),
+                                .client = s->client};
+  cw_status_t st = CW_PROXY_PJRT_CALL(p, PJRT_Client_Destroy, &a);
+  if (st) CW_LOGW("proxy session %016llx: %s", (unsigned long long)s->id, cw_status_message(st));
+  cw_status_free(st);
+  s->client = NULL;
+}
+
+static void* cw__main(void* arg) {
+  cw_proxy_session_t* s = arg;
+  cw__client_create(s);
+  for (;;) {
+    pthread_mutex_lock(&s->mu);
+    while (!s->requests.head && !s->half_closed && !s->gone) pthread_cond_wait(&s->cv, &s->mu);
+    cw_proxy_item_t* it = s->gone ? NULL : cw__pop(&s->requests);
+    pthread_mutex_unlock(&s->mu);
+    if (!it) break;
+    cw__handle(s, it->data, it->len);
+    free(it);
+  }
+  cw__client_destroy(s);
+  pthread_mutex_lock(&s->mu);
+  s->exited = true;
+  pthread_mutex_unlock(&s->mu);
+  uv_async_send(&s->proxy->wake);
+  return NULL;
+}
+
+cw_status_t cw_proxy_session_start(cw_proxy_session_t* s) {
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv, NULL);
+  int rc = pthread_create(&s->thread, NULL, cw__main, s);
+  if (rc) return cw_make_status(CW_RESOURCE_EXHAUSTED, "cannot start a session thread: %s",
+                                strerror(rc));
+  s->thread_started = true;
+  return cw_ok_status();
+}
+
+cw_status_t cw_proxy_session_push(cw_proxy_session_t* s, const uint8_t* data, size_t len) {
+  cw_proxy_item_t* it = malloc(sizeof(*it) + len);
+  if (!it) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for a request");
+  it->len = len;
+  memcpy(it->data, data, len);
+  pthread_mutex_lock(&s->mu);
+  cw__push(&s->requests, it);
+  pthread_cond_signal(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  return cw_ok_status();
+}
+
+void cw_proxy_session_end(cw_proxy_session_t* s, bool half) {
+  if (!s->thread_started) return;
+  pthread_mutex_lock(&s->mu);
+  if (half) s->half_closed = true; else s->gone = true;
+  pthread_cond_signal(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+bool cw_proxy_session_drain(cw_proxy_session_t* s) {
+  if (!s->thread_started) return true;
+  pthread_mutex_lock(&s->mu);
+  cw_proxy_queue_t out = s->responses;
+  s->responses = (cw_proxy_queue_t){0};
+  bool exited = s->exited;
+  pthread_mutex_unlock(&s->mu);
+  for (cw_proxy_item_t* it; (it = cw__pop(&out));) {
+    if (s->call && cw_grpc_call_open(s->call)) {
+      cw_status_t st = cw_grpc_call_send(s->call, it->data, it->len);
+      if (st) CW_LOGW("proxy session %016llx: %s", (unsigned long long)s->id,
+                      cw_status_message(st));
+      cw_status_free(st);
+    }
+    free(it);
+  }
+  if (!exited) return false;
+  pthread_join(s->thread, NULL);
+  s->thread_started = false;
+  return true;
+}
+
+void cw_proxy_session_free(cw_proxy_session_t* s) {
+  if (!s) return;
+  if (s->call) cw_grpc_call_release(s->call);
+  cw__queue_free(&s->requests);
+  cw__queue_free(&s->responses);
+  cw_status_free(s->client_status);
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->cv);
+  free(s);
+}

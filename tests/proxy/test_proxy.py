@@ -1,0 +1,300 @@
+"""causeway-proxy end to end: a cluster started by hand (controller and a
+worker over loopback TCP), the proxy in front of it, and stock JAX's IFRT
+proxy client (jaxlib 0.11.2) as the `proxy` backend; then a raw gRPC peer
+for bad versions, metadata, methods and requests."""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+
+import grpc
+import pytest
+
+import harness
+
+HERE = pathlib.Path(__file__).resolve().parent
+SERVICE = "/xla.ifrt.proxy.GrpcIfrtService/"
+SESSION_MD = "ifrt-proxy-grpc-ifrt-session-metadata-bin"
+
+pytestmark = pytest.mark.skipif(
+    harness.missing_build() is not None
+    or not os.path.exists(os.path.join(harness.bin_dir(), "causeway-proxy")),
+    reason="causeway-proxy is not built: build the release tree (cmake --build build/release)")
+
+
+class Proxy:
+    """causeway-proxy on a free loopback port in front of `controller`."""
+
+    def __init__(self, controller: str, env: dict | None = None):
+        self.log = tempfile.NamedTemporaryFile(prefix="cw-proxy-", suffix=".log", delete=False)
+        e = {k: v for k, v in os.environ.items() if not k.startswith("CAUSEWAY_")}
+        e.update({"CAUSEWAY_CONTROLLER": controller,
+                  "CAUSEWAY_PJRT_PLUGIN": harness.cpu_plugin(),
+                  "CAUSEWAY_BIN_DIR": harness.bin_dir(),
+                  "CAUSEWAY_PROXY_PJRT_LIBRARY": harness.pjrt_library(),
+                  "CAUSEWAY_LOG_LEVEL": "info"})
+        e.update(env or {})
+        self.proc = subprocess.Popen([os.path.join(harness.bin_dir(), "causeway-proxy"),
+                                      "--listen", "127.0.0.1:0"], env=e,
+                                     stdout=subprocess.PIPE, stderr=self.log, text=True)
+        line = self.proc.stdout.readline()
+        assert line.startswith("causeway-proxy listening on "), (line, self.logs())
+        self.address = line.split()[-1]
+
+    def logs(self) -> str:
+        return pathlib.Path(self.log.name).read_text(errors="replace")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = harness.HandCluster(workers=1, devices=4, tcp=True)
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def proxy(cluster):
+    p = Proxy(cluster.controller)
+    yield p
+    rc = p.stop()
+    assert rc == 0, p.logs()
+
+
+def jax_client(address: str) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CAUSEWAY_", "JAX_"))}
+    return subprocess.Popen([sys.executable, str(HERE / "proxy_client.py"), address], env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def read_report(client: subprocess.Popen) -> dict:
+    line = client.stdout.readline()
+    if not line:
+        client.wait(10)
+        raise AssertionError(f"the JAX client said nothing:\n{client.stderr.read()}")
+    return json.loads(line)
+
+
+def finish(client: subprocess.Popen) -> None:
+    client.stdin.write("\n")
+    client.stdin.flush()
+    client.wait(60)
+
+
+def sessions(controller: str) -> int:
+    """Client sessions on the controller (the STATS probe is one of them)."""
+    return harness.stats(controller)["sessions"] - 1
+
+
+def test_stock_jax_sees_the_cluster_through_the_proxy(cluster, proxy):
+    """JAX_PLATFORMS=proxy lists the worker's devices as causeway's plugin
+    front does (ids, kind, memories); the IFRT session is a causeway session
+    while the stream is open and is gone once it breaks."""
+    before = sessions(cluster.controller)
+    client = jax_client(proxy.address)
+    try:
+        out = read_report(client)
+        assert out["backend"] == "cpu", out
+        assert [d["id"] for d in out["devices"]] == [0, 1, 2, 3], out
+        assert {d["kind"] for d in out["devices"]} == {"cpu"}, out
+        assert out["devices"][0]["memories"] == ["device", "pinned_host", "unpinned_host"], out
+        assert out["devices"][0]["default_memory"] == "device", out
+        assert out["runtime_type"] == "proxy/causeway", out
+        assert sessions(cluster.controller) == before + 1
+        # Requests not served yet are refused by name, not by a broken stream.
+        assert "causeway-proxy does not serve compile_request yet" in out["compute_error"], out
+    finally:
+        finish(client)
+    assert harness.wait_until(lambda: sessions(cluster.controller) == before, 30), proxy.logs()
+
+
+def test_two_streams_are_two_sessions(cluster, proxy):
+    before = sessions(cluster.controller)
+    a, b = jax_client(proxy.address), jax_client(proxy.address)
+    try:
+        ra, rb = read_report(a), read_report(b)
+        assert len(ra["devices"]) == len(rb["devices"]) == 4
+        assert sessions(cluster.controller) == before + 2
+    finally:
+        finish(a)
+    # One ends; the other's session stays.
+    assert harness.wait_until(lambda: sessions(cluster.controller) == before + 1, 30)
+    finish(b)
+    assert harness.wait_until(lambda: sessions(cluster.controller) == before, 30)
+
+
+# --- A raw gRPC peer -------------------------------------------------------------------
+
+def varint(v: int) -> bytes:
+    out = b""
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        out += bytes([b | (0x80 if v else 0)])
+        if not v:
+            return out
+
+
+def field(num: int, body: bytes) -> bytes:
+    return varint(num << 3 | 2) + varint(len(body)) + body
+
+
+def version(protocol: int, serdes: int = 6) -> bytes:
+    return varint(1 << 3) + varint(protocol) + varint(2 << 3) + varint(serdes)
+
+
+def ifrt_request(kind: int, op_id: int, body: bytes = b"") -> bytes:
+    md = varint(1 << 3 | 1) + struct.pack("<Q", op_id)
+    return field(1, md) + field(kind, body)
+
+
+def response_status(data: bytes) -> tuple[int, int, str]:
+    """(op_id, code, message) of an IfrtResponse's metadata (hand decoded)."""
+    def fields(b):
+        i = 0
+        while i < len(b):
+            k, i = _uvarint(b, i)
+            wt = k & 7
+            if wt == 0:
+                v, i = _uvarint(b, i)
+            elif wt == 1:
+                v, i = b[i:i + 8], i + 8
+            elif wt == 2:
+                n, i = _uvarint(b, i)
+                v, i = b[i:i + n], i + n
+            else:
+                raise AssertionError(f"wire type {wt}")
+            yield k >> 3, v
+    md = dict(fields(data)).get(1, b"")
+    mdf = dict(fields(md))
+    op = struct.unpack("<Q", mdf[1])[0] if 1 in mdf else 0
+    st = dict(fields(mdf.get(2, b"")))
+    return op, st.get(1, 0), st.get(2, b"").decode()
+
+
+def _uvarint(b: bytes, i: int) -> tuple[int, int]:
+    r = s = 0
+    while True:
+        c = b[i]
+        i += 1
+        r |= (c & 0x7F) << s
+        s += 7
+        if not c & 0x80:
+            return r, i
+
+
+def raw(channel, method: str):
+    return channel.unary_unary(SERVICE + method, request_serializer=None,
+                               response_deserializer=None)
+
+
+def test_version_negotiation(proxy):
+    with grpc.insecure_channel(proxy.address) as ch:
+        got = raw(ch, "GetVersion")(field(1, version(16)) + field(2, version(25)), timeout=10)
+        assert got == field(1, version(25)), got
+        with pytest.raises(grpc.RpcError) as e:
+            raw(ch, "GetVersion")(field(1, version(3)) + field(2, version(9)), timeout=10)
+        assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "speaks IFRT proxy protocol versions 25 to 25; the client offers 3 to 9" \
+            in e.value.details()
+        with pytest.raises(grpc.RpcError) as e:
+            raw(ch, "GetVersion")(b"\xff\xff", timeout=10)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_unknown_method_and_unserved_methods(proxy):
+    with grpc.insecure_channel(proxy.address) as ch:
+        with pytest.raises(grpc.RpcError) as e:
+            ch.unary_unary("/no.Such/Method")(b"", timeout=10)
+        assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        assert "causeway-proxy has no method /no.Such/Method" in e.value.details()
+        with pytest.raises(grpc.RpcError) as e:
+            raw(ch, "HostBufferDelete")(b"", timeout=10)
+        assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        assert "does not serve /xla.ifrt.proxy.GrpcIfrtService/HostBufferDelete yet" \
+            in e.value.details()
+
+
+def session_call(ch, requests, metadata):
+    call = ch.stream_stream(SERVICE + "IfrtSession", request_serializer=None,
+                            response_deserializer=None)
+    return call(iter(requests), metadata=metadata, timeout=60)
+
+
+def test_session_metadata_is_checked(proxy):
+    with grpc.insecure_channel(proxy.address) as ch:
+        for md, code, text in (
+                ((), grpc.StatusCode.INVALID_ARGUMENT, f"metadata {SESSION_MD} is missing"),
+                (((SESSION_MD, b"\xff\xff"),), grpc.StatusCode.INVALID_ARGUMENT,
+                 "does not decode"),
+                (((SESSION_MD, field(1, version(30))),), grpc.StatusCode.FAILED_PRECONDITION,
+                 "the client offers 30 to 30")):
+            with pytest.raises(grpc.RpcError) as e:
+                list(session_call(ch, [ifrt_request(2, 1)], md))
+            assert e.value.code() == code, e.value
+            assert text in e.value.details(), e.value.details()
+
+
+def test_bad_requests_get_answers_and_the_session_lives(cluster, proxy):
+    """Garbage, an unknown kind and an unserved kind each get an error
+    response naming the problem, in order; Init after them still works."""
+    md = ((SESSION_MD, field(1, version(25))),)
+    reqs = [b"\xff\xff\xff", ifrt_request(99, 5, b"x"), ifrt_request(13, 6), ifrt_request(2, 7)]
+    with grpc.insecure_channel(proxy.address) as ch:
+        got = [response_status(r) for r in session_call(ch, reqs, md)]
+    assert len(got) == 4, got
+    assert got[0][1] == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert "an IfrtRequest of 3 bytes does not decode" in got[0][2]
+    assert got[1][:2] == (5, grpc.StatusCode.INVALID_ARGUMENT.value[0])
+    assert "names no request kind" in got[1][2]
+    assert got[2][:2] == (6, grpc.StatusCode.UNIMPLEMENTED.value[0])
+    assert "causeway-proxy does not serve compile_request yet" in got[2][2]
+    assert got[3] == (7, 0, ""), got[3]
+
+
+def test_oversize_message_is_refused(cluster):
+    p = Proxy(cluster.controller, {"CAUSEWAY_PROXY_MAX_MESSAGE": "4096"})
+    try:
+        md = ((SESSION_MD, field(1, version(25))),)
+        with grpc.insecure_channel(p.address) as ch:
+            with pytest.raises(grpc.RpcError) as e:
+                list(session_call(ch, [ifrt_request(2, 1, b"x" * 8192)], md))
+            assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "over the limit 4096" in e.value.details(), e.value.details()
+            # The proxy still serves.
+            got = raw(ch, "GetVersion")(field(1, version(16)) + field(2, version(25)), timeout=10)
+            assert got == field(1, version(25))
+    finally:
+        assert p.stop() == 0, p.logs()
+
+
+def test_token_is_required_when_set(cluster):
+    p = Proxy(cluster.controller, {"CAUSEWAY_TOKEN": "s3cret"})
+    try:
+        with grpc.insecure_channel(p.address) as ch:
+            with pytest.raises(grpc.RpcError) as e:
+                raw(ch, "GetVersion")(field(1, version(16)) + field(2, version(25)), timeout=10)
+            assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert "no token presented" in e.value.details()
+            got = raw(ch, "GetVersion")(field(1, version(16)) + field(2, version(25)),
+                                        metadata=(("authorization", "Bearer s3cret"),),
+                                        timeout=10)
+            assert got == field(1, version(25))
+    finally:
+        assert p.stop() == 0, p.logs()
