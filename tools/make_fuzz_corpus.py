@@ -781,12 +781,43 @@ def grpc_corpus():
     return out
 
 
+def ifrt_sharding(type_name, data):
+    """xla.ifrt.ShardingProto{1: Serialized{1: type_name, 2: data}}."""
+    return f_bytes(1, f_bytes(1, type_name) + f_bytes(2, data))
+
+
 def ifrt_request_corpus():
     """IfrtRequest bytes of several kinds (Init, Compile, CheckFuture with a
-    handle, one past the known kinds), GetVersionRequest and the session
+    handle, one past the known kinds; arrays from host buffers with each kind
+    of sharding, strides and dtypes), GetVersionRequest and the session
     metadata, and broken ones."""
     gv = f_bytes(1, ifrt_version(16)) + f_bytes(2, ifrt_version(25))
+    dtype = lambda k: f_varint(1, k)  # noqa: E731
+    shape = lambda dims: f_packed(1, dims)  # noqa: E731
+    single = ifrt_sharding(b"xla::ifrt::SingleDeviceSharding", f_varint(1, 3))
+    hlo = ifrt_sharding(b"xla::ifrt::HloSharding",
+                        f_bytes(1, f_packed(1, [0, 1, 2, 3])) + f_bytes(2, f_varint(1, 0)))
+    even = ifrt_sharding(b"xla::ifrt::ConcreteEvenSharding",
+                         f_bytes(1, f_packed(1, [4, 5])) + f_varint(5, 1))
+    unknown = ifrt_sharding(b"xla::ifrt::ShardingParamSharding", b"")
+    handle = key(4, 1) + struct.pack("<Q", 9) + key(6, 1) + struct.pack("<Q", 10)
+    def make(sh, dims=(2, 3), kind=11, strides=None):
+        body = f_bytes(1, dtype(kind)) + f_bytes(2, shape(dims)) + f_bytes(3, sh) + handle
+        if strides is not None:
+            body += f_bytes(5, f_packed(1, strides))
+        return ifrt_request(4, body)
+    spec = (f_bytes(1, f_packed(1, [0, 1])) + f_bytes(2, f_bytes(1, dtype(4)) + f_bytes(2, shape((4,))))
+            + f_bytes(3, f_bytes(1, dtype(4)) + f_bytes(2, shape((4,))) + f_bytes(3, hlo)))
     return {
+        "make_single": make(single),
+        "make_hlo": make(hlo, dims=(8,), kind=16),
+        "make_even": make(even, dims=(0, 4)),
+        "make_strided": make(single, strides=(12, 4)),
+        "make_transposed": make(single, strides=(4, 8)),
+        "make_unknown_sharding": make(unknown),
+        "make_bad_dtype": make(single, kind=17),
+        "make_shards": ifrt_request(25, f_bytes(1, spec)),
+        "assemble": ifrt_request(5, f_bytes(1, shape((4,))) + f_bytes(2, hlo) + f_bytes(7, dtype(11))),
         "init": ifrt_request(2),
         "compile": ifrt_request(13, f_bytes(1, b"program") + f_bytes(2, b"options"), 7),
         "check_future": ifrt_request(3, key(1, 1) + struct.pack("<Q", 42), 3),

@@ -14,25 +14,30 @@
 #define CW__SERVICE "/xla.ifrt.proxy.GrpcIfrtService/"
 #define CW__SESSION_METADATA "ifrt-proxy-grpc-ifrt-session-metadata-bin"
 
-typedef enum cw__method_e {
-  CW__GET_VERSION = 1,
-  CW__IFRT_SESSION,
-  CW__HOST_BUFFER,  // Store, Lookup, Delete, ReadFromDisk
-} cw__method_t;
+// The call user of a GetVersion call.
+static const cw_proxy_call_kind_t cw__get_version_marker = CW_PROXY_CALL_GET_VERSION;
 
-// The call user of a GetVersion call (a session call's user is its session).
-static char cw__get_version_marker;
-
-static cw__method_t cw__method(const char* path) {
+// The method's kind (0: not this service's); *out_name: after the service.
+static cw_proxy_call_kind_t cw__method(const char* path, const char** out_name) {
   if (strncmp(path, CW__SERVICE, strlen(CW__SERVICE))) return 0;
   const char* m = path + strlen(CW__SERVICE);
-  if (!strcmp(m, "GetVersion")) return CW__GET_VERSION;
-  if (!strcmp(m, "IfrtSession")) return CW__IFRT_SESSION;
-  if (!strcmp(m, "HostBufferStore") || !strcmp(m, "HostBufferLookup") ||
-      !strcmp(m, "HostBufferDelete") || !strcmp(m, "HostBufferReadFromDisk")) {
-    return CW__HOST_BUFFER;
-  }
+  *out_name = m;
+  if (!strcmp(m, "GetVersion")) return CW_PROXY_CALL_GET_VERSION;
+  if (!strcmp(m, "IfrtSession")) return CW_PROXY_CALL_SESSION;
+  if (!strncmp(m, "HostBuffer", 10)) return CW_PROXY_CALL_HOST_BUFFER;
   return 0;
+}
+
+cw_proxy_session_t* cw_proxy_session_find(cw_proxy_t* p, uint64_t id) {
+  for (cw_proxy_session_t* s = p->sessions; s; s = s->next) {
+    if (s->id == id) return s;
+  }
+  return NULL;
+}
+
+static cw_proxy_call_kind_t cw__kind(cw_grpc_call_t* call) {
+  const cw_proxy_call_kind_t* k = cw_grpc_call_user(call);
+  return k ? *k : 0;
 }
 
 static cw_status_t cw__range_error(int32_t lo, int32_t hi) {
@@ -110,47 +115,65 @@ static cw_status_t cw__on_start(void* user, cw_grpc_call_t* call) {
   cw_proxy_t* p = user;
   if (p->stopping) return cw_make_status(CW_UNAVAILABLE, "causeway-proxy is shutting down");
   const char* path = cw_grpc_call_method(call);
-  switch (cw__method(path)) {
-    case CW__GET_VERSION:
-      cw_grpc_call_set_user(call, &cw__get_version_marker);
+  const char* name = NULL;
+  switch (cw__method(path, &name)) {
+    case CW_PROXY_CALL_GET_VERSION:
+      cw_grpc_call_set_user(call, (void*)&cw__get_version_marker);
       return cw_ok_status();
-    case CW__IFRT_SESSION:
+    case CW_PROXY_CALL_SESSION:
       return cw__session_open(p, call);
-    case CW__HOST_BUFFER:
-      return cw_make_status(CW_UNIMPLEMENTED, "causeway-proxy does not serve %s yet", path);
+    case CW_PROXY_CALL_HOST_BUFFER:
+      return cw_proxy_host_buffer_start(p, call, name);
   }
   return cw_make_status(CW_UNIMPLEMENTED, "causeway-proxy has no method %s", path);
 }
 
 static void cw__on_message(void* user, cw_grpc_call_t* call, const uint8_t* d, size_t n) {
-  void* cu = cw_grpc_call_user(call);
-  if (cu == &cw__get_version_marker) {
-    cw__get_version(call, d, n);
-    return;
+  switch (cw__kind(call)) {
+    case CW_PROXY_CALL_GET_VERSION:
+      cw__get_version(call, d, n);
+      return;
+    case CW_PROXY_CALL_SESSION: {
+      cw_status_t st = cw_proxy_session_push(cw_grpc_call_user(call), d, n);
+      if (st) cw_grpc_call_finish(call, st);
+      return;
+    }
+    case CW_PROXY_CALL_HOST_BUFFER:
+      cw_proxy_host_buffer_message(user, call, d, n);
+      return;
   }
-  cw_proxy_session_t* s = cu;
-  if (!s) return;
-  cw_status_t st = cw_proxy_session_push(s, d, n);
-  if (st) cw_grpc_call_finish(call, st);
 }
 
 static void cw__on_half_close(void* user, cw_grpc_call_t* call) {
-  void* cu = cw_grpc_call_user(call);
-  if (cu == &cw__get_version_marker) {
-    cw_grpc_call_finish(call, cw_make_status(CW_INVALID_ARGUMENT, "GetVersion: no request"));
-    return;
+  switch (cw__kind(call)) {
+    case CW_PROXY_CALL_GET_VERSION:
+      cw_grpc_call_finish(call, cw_make_status(CW_INVALID_ARGUMENT, "GetVersion: no request"));
+      return;
+    case CW_PROXY_CALL_SESSION:
+      // The session answers what it has, then the call ends (cw__wake).
+      cw_proxy_session_end(cw_grpc_call_user(call), true);
+      return;
+    case CW_PROXY_CALL_HOST_BUFFER:
+      cw_proxy_host_buffer_half_close(user, call);
+      return;
   }
-  // The session answers what it has, then the call ends (cw__wake).
-  if (cu) cw_proxy_session_end(cu, true);
 }
 
 static void cw__on_close(void* user, cw_grpc_call_t* call) {
-  void* cu = cw_grpc_call_user(call);
-  if (!cu || cu == &cw__get_version_marker) return;
-  cw_proxy_session_t* s = cu;
-  cw_grpc_call_set_user(call, NULL);
-  CW_LOGI("session %016llx: stream closed", (unsigned long long)s->id);
-  cw_proxy_session_end(s, false);
+  switch (cw__kind(call)) {
+    case CW_PROXY_CALL_GET_VERSION:
+      return;
+    case CW_PROXY_CALL_SESSION: {
+      cw_proxy_session_t* s = cw_grpc_call_user(call);
+      cw_grpc_call_set_user(call, NULL);
+      CW_LOGI("session %016llx: stream closed", (unsigned long long)s->id);
+      cw_proxy_session_end(s, false);
+      return;
+    }
+    case CW_PROXY_CALL_HOST_BUFFER:
+      cw_proxy_host_buffer_close(user, call);
+      return;
+  }
 }
 
 static const cw_grpc_handlers_t cw__handlers = {cw__on_start, cw__on_message, cw__on_half_close,
@@ -172,6 +195,7 @@ static void cw__wake(uv_async_t* a) {
     CW_LOGI("session %016llx ended", (unsigned long long)s->id);
     cw_proxy_session_free(s);
   }
+  cw_proxy_host_buffer_retry(p);
   if (p->stopping && !p->sessions && !p->closed) {
     p->closed = true;
     cw_grpc_server_close(p->server);

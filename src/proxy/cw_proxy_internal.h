@@ -12,7 +12,40 @@
 #include "cw_grpc_server.h"
 #include "cw_proxy.h"
 #include "cw_proxy_pjrt.h"
+#include "cw_proxy_table.h"
 #include "proto/ifrt_proxy.pb-c.h"
+
+#define CW_PROXY_MAX_RANK 64
+
+// What a gRPC call's user pointer is: every such struct starts with its kind.
+typedef enum cw_proxy_call_kind_e {
+  CW_PROXY_CALL_GET_VERSION = 1,
+  CW_PROXY_CALL_SESSION,
+  CW_PROXY_CALL_HOST_BUFFER,  // Store, Lookup or Delete
+} cw_proxy_call_kind_t;
+
+typedef struct cw_proxy_shard_s cw_proxy_shard_t;
+
+typedef struct cw_proxy_array_s {
+  int32_t dtype;  // IFRT DType kind (XLA PrimitiveType)
+  size_t rank;
+  int64_t dims[CW_PROXY_MAX_RANK];
+  uint8_t* sharding;  // the ShardingProto it was made with (packed), if any
+  size_t sharding_len;
+  size_t n;  // shards
+  cw_proxy_shard_t** shards;
+  bool deleted;
+} cw_proxy_array_t;
+
+// A host buffer: being stored (by HostBufferStore on the loop thread) or
+// complete (stored, or made by CopyToHostBuffer).
+typedef struct cw_proxy_host_buffer_s {
+  uint8_t* data;
+  size_t len;
+  size_t cap;
+  size_t declared;
+  bool complete;
+} cw_proxy_host_buffer_t;
 
 typedef struct cw_proxy_item_s {
   struct cw_proxy_item_s* next;
@@ -26,6 +59,7 @@ typedef struct cw_proxy_queue_s {
 } cw_proxy_queue_t;
 
 typedef struct cw_proxy_session_s {
+  cw_proxy_call_kind_t kind;  // CW_PROXY_CALL_SESSION
   cw_proxy_t* proxy;
   uint64_t id;
   int32_t protocol_version;
@@ -41,9 +75,14 @@ typedef struct cw_proxy_session_s {
   bool half_closed;  // the client sends no more requests
   bool gone;         // the stream closed: stop now
   bool exited;       // the thread is done; join it
+  cw_proxy_table_t host_buffers;  // handle -> cw_proxy_host_buffer_t
+  pthread_cond_t host_buffer_cv;  // one was completed or removed
   // The session thread's own.
   PJRT_Client* client;
   cw_status_t client_status;  // why there is no client
+  cw_proxy_table_t arrays;    // handle -> cw_proxy_array_t
+  cw_proxy_table_t futures;   // handle -> cw_status_t box (resolved futures)
+  uint64_t next_handle;
 } cw_proxy_session_t;
 
 struct cw_proxy_s {
@@ -58,6 +97,7 @@ struct cw_proxy_s {
   cw_grpc_server_options_t server_options;
   cw_proxy_pjrt_t pjrt;
   cw_proxy_session_t* sessions;
+  struct cw_proxy_lookup_s* lookups;  // HostBufferLookup calls waiting for their buffer
 };
 
 // --- Sessions (cw_proxy_session.c) ----------------------------------------------
@@ -77,6 +117,40 @@ void cw_proxy_session_free(cw_proxy_session_t* s);
 // Session thread: queues a response whose metadata the caller filled.
 void cw_proxy_session_respond(cw_proxy_session_t* s, CwIfrt__IfrtResponse* response);
 
+// Session thread: a resolved future with status `st` (taken); its handle.
+CW_MUST_USE cw_status_t cw_proxy_future_put(cw_proxy_session_t* s, cw_status_t st,
+                                            uint64_t* out_handle);
+// Session thread: the future's status, and the future is gone.
+CW_MUST_USE cw_status_t cw_proxy_future_take(cw_proxy_session_t* s, uint64_t handle);
+
+// The session of `id` in the proxy's list (loop thread), or NULL.
+cw_proxy_session_t* cw_proxy_session_find(cw_proxy_t* p, uint64_t id);
+
+// --- Host buffers (cw_proxy_host_buffer.c) ----------------------------------------------
+
+// Loop thread: the gRPC methods HostBufferStore, HostBufferLookup,
+// HostBufferDelete (`method` is the name after the service).
+CW_MUST_USE cw_status_t cw_proxy_host_buffer_start(cw_proxy_t* p, cw_grpc_call_t* call,
+                                                   const char* method);
+void cw_proxy_host_buffer_message(cw_proxy_t* p, cw_grpc_call_t* call, const uint8_t* data,
+                                  size_t len);
+void cw_proxy_host_buffer_half_close(cw_proxy_t* p, cw_grpc_call_t* call);
+void cw_proxy_host_buffer_close(cw_proxy_t* p, cw_grpc_call_t* call);
+// Loop thread: answers the lookups whose buffer is now there (or whose
+// session is gone).
+void cw_proxy_host_buffer_retry(cw_proxy_t* p);
+// Session thread: waits up to timeout_ms for host buffer `handle` to be
+// complete, then takes it out of the session (data is the caller's).
+CW_MUST_USE cw_status_t cw_proxy_host_buffer_take(cw_proxy_session_t* s, uint64_t handle,
+                                                  int timeout_ms, uint8_t** out_data,
+                                                  size_t* out_len);
+// Session thread: a complete host buffer under `handle` (takes `data`
+// only on success).
+CW_MUST_USE cw_status_t cw_proxy_host_buffer_put(cw_proxy_session_t* s, uint64_t handle,
+                                                 uint8_t* data, size_t len);
+// Frees every host buffer of a session that has ended.
+void cw_proxy_host_buffers_free(cw_proxy_session_t* s);
+
 // --- Request families (session thread) ------------------------------------------------
 
 // Fills `resp` for an InitRequest (cw_proxy_init.c).
@@ -84,5 +158,16 @@ CW_MUST_USE cw_status_t cw_proxy_init(cw_proxy_session_t* s, const CwIfrt__IfrtR
                                       CwIfrt__IfrtResponse* resp);
 // Frees what cw_proxy_init put in `resp`.
 void cw_proxy_init_free(CwIfrt__IfrtResponse* resp);
+
+// Arrays (cw_proxy_array.c): MakeArrayFromHostBuffer, Assemble, Disassemble,
+// FullyReplicatedShard, CopyToHostBuffer, CheckValueReady, Delete,
+// IsDeleted, Destruct, CheckFuture.
+CW_MUST_USE cw_status_t cw_proxy_array_handle(cw_proxy_session_t* s,
+                                              const CwIfrt__IfrtRequest* req,
+                                              CwIfrt__IfrtResponse* resp);
+void cw_proxy_array_response_free(CwIfrt__IfrtResponse* resp);
+void cw_proxy_array_free(cw_proxy_session_t* s, cw_proxy_array_t* a);
+// Every array of the session (its end).
+void cw_proxy_arrays_free(cw_proxy_session_t* s);
 
 #endif  // CW_PROXY_INTERNAL_H_

@@ -3,6 +3,8 @@
 #include <dlfcn.h>
 #include <string.h>
 
+#include "cw_log.h"
+
 cw_status_t cw_proxy_pjrt_load(const char* path, cw_proxy_pjrt_t* out) {
   *out = (cw_proxy_pjrt_t){0};
   void* dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -48,4 +50,27 @@ cw_status_t cw_proxy_pjrt_status(const cw_proxy_pjrt_t* p, PJRT_Error* err, cons
                                .error = err};
   p->api->PJRT_Error_Destroy(&d);
   return st;
+}
+
+cw_status_t cw_proxy_pjrt_await(const cw_proxy_pjrt_t* p, PJRT_Event* ev, const char* what) {
+  if (!ev) return cw_ok_status();
+  PJRT_Event_Await_Args a = {.struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Event_Await_Args, event),
+                             .event = ev};
+  cw_status_t st = cw_proxy_pjrt_status(p, p->api->PJRT_Event_Await(&a), what);
+  PJRT_Event_Destroy_Args d = {.struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Event_Destroy_Args, event),
+                               .event = ev};
+  cw_status_t dst = cw_proxy_pjrt_status(p, p->api->PJRT_Event_Destroy(&d), "PJRT_Event_Destroy");
+  if (dst) CW_LOGW("%s", cw_status_message(dst));
+  cw_status_free(dst);
+  return st;
+}
+
+void cw_proxy_pjrt_buffer_destroy(const cw_proxy_pjrt_t* p, PJRT_Buffer* b) {
+  if (!b) return;
+  PJRT_Buffer_Destroy_Args a = {.struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_Destroy_Args,
+                                                                   buffer),
+                                .buffer = b};
+  cw_status_t st = CW_PROXY_PJRT_CALL(p, PJRT_Buffer_Destroy, &a);
+  if (st) CW_LOGW("%s", cw_status_message(st));
+  cw_status_free(st);
 }

@@ -24,6 +24,12 @@ void cw_proxy_pjrt_unload(cw_proxy_pjrt_t* pjrt);
 CW_MUST_USE cw_status_t cw_proxy_pjrt_status(const cw_proxy_pjrt_t* pjrt, PJRT_Error* err,
                                              const char* what);
 
+// Waits for `ev` and destroys it (NULL: OK at once); its error as a status.
+CW_MUST_USE cw_status_t cw_proxy_pjrt_await(const cw_proxy_pjrt_t* pjrt, PJRT_Event* ev,
+                                            const char* what);
+// Destroys `buffer` (NULL: nothing); errors are logged.
+void cw_proxy_pjrt_buffer_destroy(const cw_proxy_pjrt_t* pjrt, PJRT_Buffer* buffer);
+
 // Runs PJRT call `fn` with `args` (struct_size set by the caller) and
 // returns its status annotated with the call's name.
 #define CW_PROXY_PJRT_CALL(pjrt, fn, args) \

@@ -15,9 +15,56 @@ typedef struct cw__family_s {
   void (*free)(CwIfrt__IfrtResponse* resp);
 } cw__family_t;
 
+#define CW__ARRAY {cw_proxy_array_handle, cw_proxy_array_response_free}
 static const cw__family_t cw__families[] = {
     [CW_IFRT__IFRT_REQUEST__REQUEST_INIT_REQUEST] = {cw_proxy_init, cw_proxy_init_free},
+    [CW_IFRT__IFRT_REQUEST__REQUEST_MAKE_ARRAY_FROM_HOST_BUFFER_REQUEST] = CW__ARRAY,
+    [CW_IFRT__IFRT_REQUEST__REQUEST_MAKE_ARRAYS_FROM_HOST_BUFFER_SHARDS_REQUEST] = CW__ARRAY,
+    [CW_IFRT__IFRT_REQUEST__REQUEST_ASSEMBLE_ARRAY_FROM_SINGLE_DEVICE_ARRAYS_REQUEST] = CW__ARRAY,
+    [CW_IFRT__IFRT_REQUEST__REQUEST_DISASSEMBLE_INTO_SINGLE_DEVICE_ARRAYS_REQUEST] = CW__ARRAY,
+    [CW_IFRT__IFRT_REQUEST__REQUEST_FULLY_REPLICATED_SHARD_REQUEST] = CW__ARRAY,
+    [CW_IFRT__IFRT_REQUEST__REQUEST_COPY_TO_HOST_BUFFER_REQUEST] = CW__ARRAY,
+    [CW_IFRT__IFRT_REQUEST__REQUEST_CHECK_VALUE_READY_REQUEST] = CW__ARRAY,
+    [CW_IFRT__IFRT_REQUEST__REQUEST_DELETE_ARRAY_REQUEST] = CW__ARRAY,
+    [CW_IFRT__IFRT_REQUEST__REQUEST_IS_ARRAY_DELETED_REQUEST] = CW__ARRAY,
+    [CW_IFRT__IFRT_REQUEST__REQUEST_DESTRUCT_ARRAY_REQUEST] = CW__ARRAY,
+    [CW_IFRT__IFRT_REQUEST__REQUEST_CHECK_FUTURE_REQUEST] = CW__ARRAY,
 };
+
+// --- Futures: the proxy answers in order, so a future is resolved when made.
+
+cw_status_t cw_proxy_future_put(cw_proxy_session_t* s, cw_status_t st, uint64_t* out_handle) {
+  cw_status_t* box = malloc(sizeof(*box));
+  if (!box) {
+    cw_status_free(st);
+    return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  *box = st;
+  uint64_t h = (1ull << 63) | ++s->next_handle;
+  cw_status_t pst = cw_proxy_table_put(&s->futures, h, box);
+  if (pst) {
+    cw_status_free(st);
+    free(box);
+    return pst;
+  }
+  *out_handle = h;
+  return cw_ok_status();
+}
+
+cw_status_t cw_proxy_future_take(cw_proxy_session_t* s, uint64_t handle) {
+  cw_status_t* box = cw_proxy_table_remove(&s->futures, handle);
+  if (!box) return cw_make_status(CW_NOT_FOUND, "no future with handle %llu in this session",
+                                  (unsigned long long)handle);
+  cw_status_t st = *box;
+  free(box);
+  return st;
+}
+
+static void cw__future_free(void* user, uint64_t key, void* value) {
+  cw_status_t* box = value;
+  cw_status_free(*box);
+  free(box);
+}
 
 static void cw__push(cw_proxy_queue_t* q, cw_proxy_item_t* it) {
   it->next = NULL;
@@ -91,6 +138,10 @@ static void cw__handle(cw_proxy_session_t* s, const uint8_t* data, size_t len) {
       kind < sizeof(cw__families) / sizeof(cw__families[0]) && cw__families[kind].handle
           ? &cw__families[kind]
           : NULL;
+  const ProtobufCFieldDescriptor* kd =
+      protobuf_c_message_descriptor_get_field(&cw_ifrt__ifrt_request__descriptor, (int)kind);
+  CW_LOGD("session %016llx: op %llu %s", (unsigned long long)s->id, (unsigned long long)op_id,
+          kd ? kd->name : "(unknown kind)");
   cw_status_t st;
   if (kind == CW_IFRT__IFRT_REQUEST__REQUEST__NOT_SET) {
     st = cw_make_status(CW_INVALID_ARGUMENT,
@@ -98,10 +149,8 @@ static void cw__handle(cw_proxy_session_t* s, const uint8_t* data, size_t len) {
                         "knows (protocol version %d)", (unsigned long long)op_id,
                         s->protocol_version);
   } else if (!f) {
-    const ProtobufCFieldDescriptor* fd =
-        protobuf_c_message_descriptor_get_field(&cw_ifrt__ifrt_request__descriptor, (int)kind);
     st = cw_make_status(CW_UNIMPLEMENTED, "causeway-proxy does not serve %s yet",
-                        fd ? fd->name : "this request");
+                        kd ? kd->name : "this request");
   } else if (s->client_status) {
     st = cw_status_clone(s->client_status);
   } else {
@@ -149,6 +198,10 @@ static void* cw__main(void* arg) {
     cw__handle(s, it->data, it->len);
     free(it);
   }
+  // Objects go before the client that made them.
+  cw_proxy_arrays_free(s);
+  cw_proxy_table_each(&s->futures, cw__future_free, NULL);
+  cw_proxy_table_deinitialize(&s->futures);
   cw__client_destroy(s);
   pthread_mutex_lock(&s->mu);
   s->exited = true;
@@ -158,8 +211,10 @@ static void* cw__main(void* arg) {
 }
 
 cw_status_t cw_proxy_session_start(cw_proxy_session_t* s) {
+  s->kind = CW_PROXY_CALL_SESSION;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
+  pthread_cond_init(&s->host_buffer_cv, NULL);
   int rc = pthread_create(&s->thread, NULL, cw__main, s);
   if (rc) return cw_make_status(CW_RESOURCE_EXHAUSTED, "cannot start a session thread: %s",
                                 strerror(rc));
@@ -184,6 +239,7 @@ void cw_proxy_session_end(cw_proxy_session_t* s, bool half) {
   pthread_mutex_lock(&s->mu);
   if (half) s->half_closed = true; else s->gone = true;
   pthread_cond_signal(&s->cv);
+  pthread_cond_broadcast(&s->host_buffer_cv);  // a MakeArray waiting for bytes stops
   pthread_mutex_unlock(&s->mu);
 }
 
@@ -215,7 +271,9 @@ void cw_proxy_session_free(cw_proxy_session_t* s) {
   cw__queue_free(&s->requests);
   cw__queue_free(&s->responses);
   cw_status_free(s->client_status);
+  cw_proxy_host_buffers_free(s);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
+  pthread_cond_destroy(&s->host_buffer_cv);
   free(s);
 }

@@ -1,19 +1,66 @@
-// libFuzzer: what a peer of the IFRT proxy front sends, through the decoders
-// the proxy runs on it: an IfrtRequest, GetVersion's request and the
-// session metadata (protobuf-c over our schema, proto/ifrt_proxy.proto).
+// libFuzzer: what a peer of the IFRT proxy front sends, through what the
+// proxy decodes of it before any PJRT call: an IfrtRequest (protobuf-c over
+// proto/ifrt_proxy.proto) and, for the array requests, the dtype, dense size
+// and strides, and sharding of each array or host buffer
+// (cw_proxy_decode.c); GetVersion's request and the session metadata.
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
-#include "proto/ifrt_proxy.pb-c.h"
+#include "cw_proxy_decode.h"
+
+static void fz_array(const CwIfrt__DType* dtype, const CwIfrt__Shape* shape,
+                     const CwIfrt__ByteStrides* strides, const CwIfrt__Sharding* sharding) {
+  cw_proxy_dtype_t dt;
+  size_t bytes;
+  cw_status_t dst = dtype ? cw_proxy_dtype(dtype->kind, &dt) : cw_ok_status();
+  bool known = dtype && !dst;
+  cw_status_free(dst);
+  if (known && shape) {
+    cw_status_t st = cw_proxy_dense_size(&dt, shape->dims, shape->n_dims, strides, &bytes);
+    if (!st && bytes) {
+      // A size the proxy accepts is the product it claims to be.
+      size_t want = dt.width;
+      for (size_t i = 0; i < shape->n_dims; i++) want *= (size_t)shape->dims[i];
+      if (want != bytes) abort();
+    }
+    cw_status_free(st);
+  }
+  int32_t* ids = NULL;
+  size_t n = 0;
+  bool replicated = false;
+  cw_status_t st = cw_proxy_sharding_devices(sharding, &ids, &n, &replicated);
+  if (!st && (!n || !ids)) abort();
+  cw_status_free(st);
+  free(ids);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   CwIfrt__IfrtRequest* r = cw_ifrt__ifrt_request__unpack(NULL, size, data);
   if (r) {
-    // What the proxy reads of every request: its kind and op id.
-    volatile uint64_t op = r->request_metadata ? r->request_metadata->op_id : 0;
-    volatile int kind = (int)r->request_case;
-    (void)op, (void)kind;
+    if (r->request_case == CW_IFRT__IFRT_REQUEST__REQUEST_MAKE_ARRAY_FROM_HOST_BUFFER_REQUEST) {
+      const CwIfrt__MakeArrayFromHostBufferRequest* m = r->make_array_from_host_buffer_request;
+      fz_array(m->dtype, m->shape, m->byte_strides, m->sharding);
+    } else if (r->request_case ==
+               CW_IFRT__IFRT_REQUEST__REQUEST_MAKE_ARRAYS_FROM_HOST_BUFFER_SHARDS_REQUEST) {
+      const CwIfrt__MakeArraysFromHostBufferShardsRequest* m =
+          r->make_arrays_from_host_buffer_shards_request;
+      for (size_t i = 0; i < m->n_specs; i++) {
+        const CwIfrt__ArraySpec* as = m->specs[i]->array_spec;
+        if (as) fz_array(as->dtype, as->shape, NULL, as->sharding);
+        for (size_t k = 0; k < m->specs[i]->n_host_buffers; k++) {
+          const CwIfrt__MakeArraysFromHostBufferShardsRequest__HostBuffer* hb =
+              m->specs[i]->host_buffers[k];
+          fz_array(hb->dtype, hb->shape, hb->byte_strides, NULL);
+        }
+      }
+    } else if (r->request_case ==
+               CW_IFRT__IFRT_REQUEST__REQUEST_ASSEMBLE_ARRAY_FROM_SINGLE_DEVICE_ARRAYS_REQUEST) {
+      const CwIfrt__AssembleArrayFromSingleDeviceArraysRequest* m =
+          r->assemble_array_from_single_device_arrays_request;
+      fz_array(m->dtype, m->shape, NULL, m->sharding);
+    }
     cw_ifrt__ifrt_request__free_unpacked(r, NULL);
   }
   CwIfrt__GetVersionRequest* v = cw_ifrt__get_version_request__unpack(NULL, size, data);

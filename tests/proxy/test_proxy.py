@@ -76,9 +76,10 @@ def proxy(cluster):
     assert rc == 0, p.logs()
 
 
-def jax_client(address: str) -> subprocess.Popen:
+def jax_client(address: str, mode: str = "report") -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CAUSEWAY_", "JAX_"))}
-    return subprocess.Popen([sys.executable, str(HERE / "proxy_client.py"), address], env=env,
+    return subprocess.Popen([sys.executable, str(HERE / "proxy_client.py"), address, mode],
+                            env=env,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -124,6 +125,22 @@ def test_stock_jax_sees_the_cluster_through_the_proxy(cluster, proxy):
     assert harness.wait_until(lambda: sessions(cluster.controller) == before, 30), proxy.logs()
 
 
+def test_arrays_round_trip(cluster, proxy):
+    """device_put and back through the proxy: every dtype, a scalar, an empty
+    array, 64 MiB, replicated over four devices and split over them; the
+    session's buffers on the worker are gone once the stream ends."""
+    client = jax_client(proxy.address, "arrays")
+    try:
+        out = read_report(client)
+        assert out["checks"] and all(out["checks"].values()), out
+        assert harness.stats(cluster.addresses["hand-worker-0"])["buffers"] > 0
+    finally:
+        finish(client)
+    assert harness.wait_until(
+        lambda: harness.stats(cluster.addresses["hand-worker-0"])["buffers"] == 0, 30), \
+        proxy.logs()
+
+
 def test_two_streams_are_two_sessions(cluster, proxy):
     before = sessions(cluster.controller)
     a, b = jax_client(proxy.address), jax_client(proxy.address)
@@ -166,26 +183,10 @@ def ifrt_request(kind: int, op_id: int, body: bytes = b"") -> bytes:
 
 def response_status(data: bytes) -> tuple[int, int, str]:
     """(op_id, code, message) of an IfrtResponse's metadata (hand decoded)."""
-    def fields(b):
-        i = 0
-        while i < len(b):
-            k, i = _uvarint(b, i)
-            wt = k & 7
-            if wt == 0:
-                v, i = _uvarint(b, i)
-            elif wt == 1:
-                v, i = b[i:i + 8], i + 8
-            elif wt == 2:
-                n, i = _uvarint(b, i)
-                v, i = b[i:i + n], i + n
-            else:
-                raise AssertionError(f"wire type {wt}")
-            yield k >> 3, v
-    md = dict(fields(data)).get(1, b"")
-    mdf = dict(fields(md))
-    op = struct.unpack("<Q", mdf[1])[0] if 1 in mdf else 0
-    st = dict(fields(mdf.get(2, b"")))
-    return op, st.get(1, 0), st.get(2, b"").decode()
+    md = dict(_fields(data)).get(1, b"")
+    mdf = dict(_fields(md))
+    st = dict(_fields(mdf.get(2, b"")))
+    return mdf.get(1, 0), st.get(1, 0), st.get(2, b"").decode()
 
 
 def _uvarint(b: bytes, i: int) -> tuple[int, int]:
@@ -225,9 +226,20 @@ def test_unknown_method_and_unserved_methods(proxy):
         assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
         assert "causeway-proxy has no method /no.Such/Method" in e.value.details()
         with pytest.raises(grpc.RpcError) as e:
-            raw(ch, "HostBufferDelete")(b"", timeout=10)
+            raw(ch, "HostBufferReadFromDisk")(b"", timeout=10)
         assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
-        assert "does not serve /xla.ifrt.proxy.GrpcIfrtService/HostBufferDelete yet" \
+        assert "does not serve HostBufferReadFromDisk yet" in e.value.details()
+        # Host buffers of a session that does not exist.
+        ids = varint(1 << 3 | 1) + struct.pack("<Q", 77) + varint(2 << 3 | 1) + struct.pack("<Q", 5)
+        for method in ("HostBufferDelete", "HostBufferLookup"):
+            with pytest.raises(grpc.RpcError) as e:
+                list(ch.unary_stream(SERVICE + method)(ids, timeout=10))
+            assert e.value.code() == grpc.StatusCode.NOT_FOUND, method
+            assert "no IFRT session 000000000000004d on this proxy" in e.value.details()
+        with pytest.raises(grpc.RpcError) as e:
+            ch.stream_unary(SERVICE + "HostBufferStore")(iter([b""]), timeout=10)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "metadata ifrt-proxy-grpc-host-buffer-store-metadata-bin is missing" \
             in e.value.details()
 
 
@@ -298,3 +310,72 @@ def test_token_is_required_when_set(cluster):
             assert got == field(1, version(25))
     finally:
         assert p.stop() == 0, p.logs()
+
+
+def test_host_buffers_of_a_session(proxy):
+    """HostBufferStore/Lookup/Delete against a live session: sizes that do
+    not match the metadata, a handle stored twice, lookups and deletes."""
+    import queue
+    q: queue.Queue = queue.Queue()
+    q.put(ifrt_request(2, 1))
+
+    def requests():
+        while (item := q.get()) is not None:
+            yield item
+
+    md = ((SESSION_MD, field(1, version(25))),)
+    with grpc.insecure_channel(proxy.address) as ch:
+        responses = session_call(ch, requests(), md)
+        init = next(responses)
+        assert response_status(init)[1] == 0
+        init_body = dict(_fields(init))[2]
+        sid = dict(_fields(init_body))[8]  # InitResponse.session_id (varint)
+
+        def store(handle, declared, chunks):
+            meta = (varint(1 << 3 | 1) + struct.pack("<Q", sid) + varint(2 << 3 | 1)
+                    + struct.pack("<Q", handle) + varint(3 << 3) + varint(declared))
+            return ch.stream_unary(SERVICE + "HostBufferStore")(
+                iter([field(1, c) for c in chunks]),
+                metadata=(("ifrt-proxy-grpc-host-buffer-store-metadata-bin", meta),), timeout=10)
+
+        ids = lambda h: (varint(1 << 3 | 1) + struct.pack("<Q", sid) + varint(2 << 3 | 1)  # noqa
+                         + struct.pack("<Q", h))
+        with pytest.raises(grpc.RpcError) as e:
+            store(5, 4, [b"12345678"])
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "more than the 4 bytes declared" in e.value.details()
+        with pytest.raises(grpc.RpcError) as e:
+            store(5, 4, [b"12"])
+        assert "2 bytes arrived of the 4 declared" in e.value.details()
+        store(5, 4, [b"ab", b"cd"])
+        with pytest.raises(grpc.RpcError) as e:
+            store(5, 4, [b"wxyz"])
+        assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS
+        assert "handle 5 is in use" in e.value.details()
+        got = b"".join(dict(_fields(m)).get(1, b"")
+                       for m in ch.unary_stream(SERVICE + "HostBufferLookup")(ids(5), timeout=10))
+        assert got == b"abcd"
+        list(ch.unary_stream(SERVICE + "HostBufferDelete")(ids(5), timeout=10))
+        with pytest.raises(grpc.RpcError) as e:
+            list(ch.unary_stream(SERVICE + "HostBufferDelete")(ids(5), timeout=10))
+        assert e.value.code() == grpc.StatusCode.NOT_FOUND
+        assert "no host buffer 5" in e.value.details()
+        q.put(None)
+        assert list(responses) == []
+
+
+def _fields(b: bytes):
+    i = 0
+    while i < len(b):
+        k, i = _uvarint(b, i)
+        wt = k & 7
+        if wt == 0:
+            v, i = _uvarint(b, i)
+        elif wt == 1:
+            v, i = struct.unpack("<Q", b[i:i + 8])[0], i + 8
+        elif wt == 2:
+            n, i = _uvarint(b, i)
+            v, i = b[i:i + n], i + n
+        else:
+            raise AssertionError(f"wire type {wt}")
+        yield k >> 3, v

@@ -1,0 +1,550 @@
+// Arrays: an IFRT array is a set of shards, each a PJRT buffer of the
+// session's client (a causeway buffer on a worker), under the handle the
+// IFRT client chose. Shards are reference counted so that the arrays
+// assembled from, or disassembled into, single-device arrays share them.
+#include <stdlib.h>
+#include <string.h>
+
+#include "cw_log.h"
+#include "cw_proxy_decode.h"
+#include "cw_proxy_internal.h"
+
+#define CW__HOST_BUFFER_WAIT_MS 60000
+
+struct cw_proxy_shard_s {
+  int refs;
+  PJRT_Buffer* buffer;
+  int32_t device_id;
+};
+
+// --- Shards and arrays -------------------------------------------------------------------
+
+static cw_proxy_shard_t* cw__shard_retain(cw_proxy_shard_t* sh) {
+  sh->refs++;
+  return sh;
+}
+
+static void cw__shard_release(cw_proxy_session_t* s, cw_proxy_shard_t* sh) {
+  if (!sh || --sh->refs > 0) return;
+  cw_proxy_pjrt_buffer_destroy(&s->proxy->pjrt, sh->buffer);
+  free(sh);
+}
+
+// Drops the shards (Delete): the array stays, deleted, until Destruct.
+static void cw__array_drop(cw_proxy_session_t* s, cw_proxy_array_t* a) {
+  for (size_t i = 0; i < a->n; i++) cw__shard_release(s, a->shards[i]);  // NULL: none
+  free(a->shards);
+  a->shards = NULL;
+  a->n = 0;
+  a->deleted = true;
+}
+
+void cw_proxy_array_free(cw_proxy_session_t* s, cw_proxy_array_t* a) {
+  if (!a) return;
+  cw__array_drop(s, a);
+  free(a->sharding);
+  free(a);
+}
+
+static void cw__free_each(void* user, uint64_t key, void* value) {
+  cw_proxy_array_free(user, value);
+}
+
+void cw_proxy_arrays_free(cw_proxy_session_t* s) {
+  cw_proxy_table_each(&s->arrays, cw__free_each, s);
+  cw_proxy_table_deinitialize(&s->arrays);
+}
+
+static cw_status_t cw__array_get(cw_proxy_session_t* s, uint64_t handle, cw_proxy_array_t** out) {
+  cw_proxy_array_t* a = cw_proxy_table_get(&s->arrays, handle);
+  if (!a) return cw_make_status(CW_NOT_FOUND, "no array with handle %llu in this session",
+                                (unsigned long long)handle);
+  if (a->deleted) return cw_make_status(CW_FAILED_PRECONDITION, "array %llu was deleted",
+                                        (unsigned long long)handle);
+  *out = a;
+  return cw_ok_status();
+}
+
+// The handle the client chose, else one of the proxy's (top bit set).
+static uint64_t cw__handle(cw_proxy_session_t* s, bool has, uint64_t chosen) {
+  return has && chosen ? chosen : (1ull << 63) | ++s->next_handle;
+}
+
+static cw_status_t cw__array_new(cw_proxy_session_t* s, uint64_t handle, int32_t dtype,
+                                 const int64_t* dims, size_t rank, size_t n,
+                                 cw_proxy_array_t** out) {
+  *out = NULL;
+  if (rank > CW_PROXY_MAX_RANK) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "rank %zu is over %d", rank, CW_PROXY_MAX_RANK);
+  }
+  cw_proxy_array_t* a = calloc(1, sizeof(*a));
+  cw_proxy_shard_t** shards = calloc(n ? n : 1, sizeof(*shards));
+  if (!a || !shards) {
+    free(a);
+    free(shards);
+    return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for an array");
+  }
+  a->dtype = dtype;
+  a->rank = rank;
+  if (rank) memcpy(a->dims, dims, rank * sizeof(*dims));
+  a->shards = shards;
+  cw_status_t st = cw_proxy_table_put(&s->arrays, handle, a);
+  if (st) {
+    free(shards);
+    free(a);
+    return cw_status_annotate(st, "array");
+  }
+  *out = a;
+  return cw_ok_status();
+}
+
+// --- Requests ------------------------------------------------------------------------------
+
+// Sets the response to kind `kase`, a message of that kind whose field 1,
+// when `with_handle`, is the fixed64 `handle` (most of this family's
+// responses are that or empty). Freed by cw_proxy_array_response_free.
+static cw_status_t cw__respond(CwIfrt__IfrtResponse* resp, int kase, bool with_handle,
+                               uint64_t handle) {
+  const ProtobufCFieldDescriptor* f =
+      protobuf_c_message_descriptor_get_field(&cw_ifrt__ifrt_response__descriptor, kase);
+  const ProtobufCMessageDescriptor* md = f->descriptor;
+  ProtobufCMessage* m = calloc(1, md->sizeof_message);
+  if (!m) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  protobuf_c_message_init(md, m);
+  if (with_handle) {
+    const ProtobufCFieldDescriptor* hf = protobuf_c_message_descriptor_get_field(md, 1);
+    *(uint64_t*)((char*)m + hf->offset) = handle;
+    *(protobuf_c_boolean*)((char*)m + hf->quantifier_offset) = 1;
+  }
+  resp->response_case = kase;
+  resp->init_response = (CwIfrt__InitResponse*)m;  // the oneof's one pointer
+  return cw_ok_status();
+}
+
+static cw_status_t cw__respond_handle(CwIfrt__IfrtResponse* resp, int kase, uint64_t handle) {
+  return cw__respond(resp, kase, true, handle);
+}
+
+static cw_status_t cw__lookup_device(cw_proxy_session_t* s, int32_t id, PJRT_Device** out) {
+  PJRT_Client_LookupDevice_Args a = {
+      .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Client_LookupDevice_Args, device),
+      .client = s->client, .id = id};
+  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(&s->proxy->pjrt, PJRT_Client_LookupDevice, &a),
+                     "device %d", id);
+  *out = a.device;
+  return cw_ok_status();
+}
+
+// One shard on `device_id` holding `data`.
+static cw_status_t cw__upload(cw_proxy_session_t* s, const cw_proxy_dtype_t* dt, const int64_t* dims,
+                              size_t rank, int32_t device_id, const uint8_t* data,
+                              cw_proxy_shard_t** out) {
+  PJRT_Device* device;
+  CW_RETURN_IF_ERROR(cw__lookup_device(s, device_id, &device), "upload");
+  PJRT_Client_BufferFromHostBuffer_Args a = {
+      .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Client_BufferFromHostBuffer_Args, buffer),
+      .client = s->client, .data = data, .type = dt->pjrt, .dims = dims, .num_dims = rank,
+      .host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableOnlyDuringCall,
+      .device = device};
+  const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
+  cw_status_t st = CW_PROXY_PJRT_CALL(p, PJRT_Client_BufferFromHostBuffer, &a);
+  if (!st) st = cw_proxy_pjrt_await(p, a.done_with_host_buffer, "done with the host buffer");
+  cw_proxy_shard_t* sh = st ? NULL : malloc(sizeof(*sh));
+  if (!st && !sh) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  if (st) {
+    cw_proxy_pjrt_buffer_destroy(p, a.buffer);
+    return st;
+  }
+  *sh = (cw_proxy_shard_t){.refs = 1, .buffer = a.buffer, .device_id = device_id};
+  *out = sh;
+  return cw_ok_status();
+}
+
+static cw_status_t cw__make_from_host(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
+                                      CwIfrt__IfrtResponse* resp) {
+  const CwIfrt__MakeArrayFromHostBufferRequest* r = req->make_array_from_host_buffer_request;
+  if (!r->dtype || !r->shape) return cw_make_status(CW_INVALID_ARGUMENT, "dtype and shape needed");
+  cw_proxy_dtype_t dt;
+  size_t bytes, n;
+  int32_t* ids;
+  bool replicated;
+  CW_RETURN_IF_ERROR(cw_proxy_dtype(r->dtype->kind, &dt), "MakeArrayFromHostBuffer");
+  CW_RETURN_IF_ERROR(cw_proxy_dense_size(&dt, r->shape->dims, r->shape->n_dims, r->byte_strides,
+                                    &bytes), "MakeArrayFromHostBuffer");
+  CW_RETURN_IF_ERROR(cw_proxy_sharding_devices(r->sharding, &ids, &n, &replicated),
+                     "MakeArrayFromHostBuffer");
+  if (!replicated) {
+    free(ids);
+    return cw_make_status(CW_INVALID_ARGUMENT, "MakeArrayFromHostBuffer: the sharding splits "
+                          "the array over %zu devices; one host buffer makes a single-device or "
+                          "fully replicated array", n);
+  }
+  uint8_t* data = NULL;
+  size_t len = 0;
+  cw_status_t st = cw_proxy_host_buffer_take(s, r->host_buffer_handle, CW__HOST_BUFFER_WAIT_MS,
+                                             &data, &len);
+  if (!st && len != bytes) {
+    st = cw_make_status(CW_INVALID_ARGUMENT, "host buffer %llu has %zu bytes; the array needs "
+                        "%zu", (unsigned long long)r->host_buffer_handle, len, bytes);
+  }
+  uint64_t handle = cw__handle(s, r->has_array_handle, r->array_handle);
+  cw_proxy_array_t* arr = NULL;
+  if (!st) {
+    st = cw__array_new(s, handle, r->dtype->kind, r->shape->dims, r->shape->n_dims, n, &arr);
+  }
+  for (size_t i = 0; !st && i < n; i++) {
+    st = cw__upload(s, &dt, r->shape->dims, r->shape->n_dims, ids[i], data, &arr->shards[i]);
+    if (!st) arr->n++;
+  }
+  if (!st && r->sharding) {
+    size_t sl = cw_ifrt__sharding__get_packed_size(r->sharding);
+    arr->sharding = malloc(sl ? sl : 1);
+    if (arr->sharding) arr->sharding_len = cw_ifrt__sharding__pack(r->sharding, arr->sharding);
+  }
+  if (!st) st = cw__respond_handle(resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_MAKE_ARRAY_FROM_HOST_BUFFER_RESPONSE, handle);
+  if (st && arr) cw_proxy_array_free(s, cw_proxy_table_remove(&s->arrays, handle));
+  free(data);
+  free(ids);
+  return st ? cw_status_annotate(st, "MakeArrayFromHostBuffer") : st;
+}
+
+// One array of MakeArraysFromHostBufferShards: host buffer k goes to the
+// shards (indices into the sharding's devices) spec->addressable_shard_indices[k].
+static cw_status_t cw__make_one_from_shards(
+    cw_proxy_session_t* s, const CwIfrt__MakeArraysFromHostBufferShardsRequest__Spec* spec,
+    uint64_t handle) {
+  const CwIfrt__ArraySpec* as = spec->array_spec;
+  if (!as || !as->dtype || !as->shape || !as->sharding) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "an array spec needs dtype, shape and sharding");
+  }
+  if (spec->n_host_buffers != spec->n_addressable_shard_indices) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "%zu host buffers for %zu shard index lists",
+                          spec->n_host_buffers, spec->n_addressable_shard_indices);
+  }
+  int32_t* ids;
+  size_t n;
+  bool replicated;
+  CW_RETURN_IF_ERROR(cw_proxy_sharding_devices(as->sharding, &ids, &n, &replicated), "spec");
+  cw_proxy_array_t* arr;
+  cw_status_t st = cw__array_new(s, handle, as->dtype->kind, as->shape->dims, as->shape->n_dims,
+                                 n, &arr);
+  if (st) {
+    free(ids);
+    return st;
+  }
+  for (size_t k = 0; !st && k < spec->n_host_buffers; k++) {
+    const CwIfrt__MakeArraysFromHostBufferShardsRequest__HostBuffer* hb = spec->host_buffers[k];
+    const CwIfrt__MakeArraysFromHostBufferShardsRequest__ShardIndices* idx =
+        spec->addressable_shard_indices[k];
+    cw_proxy_dtype_t dt;
+    size_t bytes = 0, len = 0;
+    uint8_t* data = NULL;
+    if (!hb->dtype || !hb->shape) {
+      st = cw_make_status(CW_INVALID_ARGUMENT, "host buffer %zu needs dtype and shape", k);
+    }
+    if (!st) st = cw_proxy_dtype(hb->dtype->kind, &dt);
+    if (!st) st = cw_proxy_dense_size(&dt, hb->shape->dims, hb->shape->n_dims, hb->byte_strides, &bytes);
+    if (!st) {
+      st = cw_proxy_host_buffer_take(s, hb->host_buffer_handle, CW__HOST_BUFFER_WAIT_MS, &data,
+                                     &len);
+    }
+    if (!st && len != bytes) {
+      st = cw_make_status(CW_INVALID_ARGUMENT, "host buffer %llu has %zu bytes; its shape needs "
+                          "%zu", (unsigned long long)hb->host_buffer_handle, len, bytes);
+    }
+    for (size_t j = 0; !st && j < idx->n_indices; j++) {
+      int64_t i = idx->indices[j];
+      if (i < 0 || (size_t)i >= n || arr->shards[i]) {
+        st = cw_make_status(CW_INVALID_ARGUMENT, "shard index %lld is out of range or given twice",
+                            (long long)i);
+        break;
+      }
+      st = cw__upload(s, &dt, hb->shape->dims, hb->shape->n_dims, ids[i], data, &arr->shards[i]);
+    }
+    free(data);
+  }
+  // Every shard must have been given (addressable shards are all shards here).
+  for (size_t i = 0; !st && i < n; i++) {
+    if (!arr->shards[i]) st = cw_make_status(CW_INVALID_ARGUMENT, "shard %zu has no host buffer", i);
+  }
+  arr->n = n;  // cw_proxy_array_free skips the NULL ones of a failure
+  free(ids);
+  if (!st) {
+    size_t sl = cw_ifrt__sharding__get_packed_size(as->sharding);
+    arr->sharding = malloc(sl ? sl : 1);
+    if (arr->sharding) arr->sharding_len = cw_ifrt__sharding__pack(as->sharding, arr->sharding);
+  }
+  if (st) cw_proxy_array_free(s, cw_proxy_table_remove(&s->arrays, handle));
+  return st;
+}
+
+static cw_status_t cw__make_from_shards(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
+                                        CwIfrt__IfrtResponse* resp) {
+  const CwIfrt__MakeArraysFromHostBufferShardsRequest* r =
+      req->make_arrays_from_host_buffer_shards_request;
+  if (r->n_array_handles && r->n_array_handles != r->n_specs) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "MakeArraysFromHostBufferShards: %zu handles for "
+                          "%zu specs", r->n_array_handles, r->n_specs);
+  }
+  uint64_t* handles = calloc(r->n_specs ? r->n_specs : 1, sizeof(*handles));
+  CwIfrt__MakeArraysFromHostBufferShardsResponse* out = malloc(sizeof(*out));
+  if (!handles || !out) {
+    free(handles);
+    free(out);
+    return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  cw_ifrt__make_arrays_from_host_buffer_shards_response__init(out);
+  out->array_handles = handles;
+  resp->response_case = CW_IFRT__IFRT_RESPONSE__RESPONSE_MAKE_ARRAYS_FROM_HOST_BUFFER_SHARDS_RESPONSE;
+  resp->make_arrays_from_host_buffer_shards_response = out;
+  for (size_t i = 0; i < r->n_specs; i++) {
+    uint64_t h = cw__handle(s, r->n_array_handles > 0, r->n_array_handles ? r->array_handles[i] : 0);
+    CW_RETURN_IF_ERROR(cw__make_one_from_shards(s, r->specs[i], h),
+                       "MakeArraysFromHostBufferShards, array %zu", i);
+    handles[out->n_array_handles++] = h;
+  }
+  return cw_ok_status();
+}
+
+static cw_status_t cw__assemble(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
+                                CwIfrt__IfrtResponse* resp) {
+  const CwIfrt__AssembleArrayFromSingleDeviceArraysRequest* r =
+      req->assemble_array_from_single_device_arrays_request;
+  if (!r->shape || !r->sharding || !r->n_single_device_array_handles) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "Assemble: shape, sharding and arrays needed");
+  }
+  size_t n = r->n_single_device_array_handles;
+  cw_proxy_array_t* first;
+  CW_RETURN_IF_ERROR(cw__array_get(s, r->single_device_array_handles[0], &first), "Assemble");
+  for (size_t i = 0; i < n; i++) {
+    cw_proxy_array_t* part;
+    CW_RETURN_IF_ERROR(cw__array_get(s, r->single_device_array_handles[i], &part), "Assemble");
+    if (part->n != 1) {
+      return cw_make_status(CW_INVALID_ARGUMENT, "Assemble: array %llu has %zu shards, not one",
+                            (unsigned long long)r->single_device_array_handles[i], part->n);
+    }
+  }
+  uint64_t handle = cw__handle(s, r->has_result_handle, r->result_handle);
+  int32_t dtype = r->dtype ? r->dtype->kind : first->dtype;
+  cw_proxy_array_t* a;
+  CW_RETURN_IF_ERROR(cw__array_new(s, handle, dtype, r->shape->dims, r->shape->n_dims, n, &a),
+                     "Assemble");
+  for (size_t i = 0; i < n; i++) {
+    cw_proxy_array_t* part = cw_proxy_table_get(&s->arrays, r->single_device_array_handles[i]);
+    a->shards[a->n++] = cw__shard_retain(part->shards[0]);
+  }
+  size_t len = cw_ifrt__sharding__get_packed_size(r->sharding);
+  a->sharding = malloc(len ? len : 1);
+  if (a->sharding) a->sharding_len = cw_ifrt__sharding__pack(r->sharding, a->sharding);
+  return cw__respond_handle(resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_ASSEMBLE_ARRAY_FROM_SINGLE_DEVICE_ARRAYS_RESPONSE, handle);
+}
+
+// A new single-device array over shard `i` of `a`, shaped as that shard's
+// buffer (the whole array when replicated, a tile when split).
+static cw_status_t cw__shard_array(cw_proxy_session_t* s, cw_proxy_array_t* a, size_t i,
+                                   uint64_t handle) {
+  PJRT_Buffer_Dimensions_Args d = {
+      .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_Dimensions_Args, num_dims),
+      .buffer = a->shards[i]->buffer};
+  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(&s->proxy->pjrt, PJRT_Buffer_Dimensions, &d), "shard");
+  cw_proxy_array_t* one;
+  CW_RETURN_IF_ERROR(cw__array_new(s, handle, a->dtype, d.dims, d.num_dims, 1, &one), "shard");
+  one->shards[0] = cw__shard_retain(a->shards[i]);
+  one->n = 1;
+  return cw_ok_status();
+}
+
+static cw_status_t cw__disassemble(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
+                                   CwIfrt__IfrtResponse* resp) {
+  const CwIfrt__DisassembleIntoSingleDeviceArraysRequest* r =
+      req->disassemble_into_single_device_arrays_request;
+  cw_proxy_array_t* a;
+  CW_RETURN_IF_ERROR(cw__array_get(s, r->array_handle, &a), "Disassemble");
+  if (r->n_result_handles && r->n_result_handles != a->n) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "Disassemble: %zu result handles for %zu shards",
+                          r->n_result_handles, a->n);
+  }
+  CwIfrt__DisassembleIntoSingleDeviceArraysResponse* out = calloc(1, sizeof(*out));
+  uint64_t* handles = calloc(a->n ? a->n : 1, sizeof(*handles));
+  if (!out || !handles) {
+    free(out);
+    free(handles);
+    return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  cw_ifrt__disassemble_into_single_device_arrays_response__init(out);
+  out->array_handles = handles;
+  resp->response_case =
+      CW_IFRT__IFRT_RESPONSE__RESPONSE_DISASSEMBLE_INTO_SINGLE_DEVICE_ARRAYS_RESPONSE;
+  resp->disassemble_into_single_device_arrays_response = out;
+  for (size_t i = 0; i < a->n; i++) {
+    uint64_t h = cw__handle(s, r->n_result_handles > 0, r->n_result_handles ? r->result_handles[i] : 0);
+    CW_RETURN_IF_ERROR(cw__shard_array(s, a, i, h), "Disassemble");
+    handles[out->n_array_handles++] = h;
+  }
+  return cw_ok_status();
+}
+
+static cw_status_t cw__replicated_shard(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
+                                        CwIfrt__IfrtResponse* resp) {
+  const CwIfrt__FullyReplicatedShardRequest* r = req->fully_replicated_shard_request;
+  cw_proxy_array_t* a;
+  CW_RETURN_IF_ERROR(cw__array_get(s, r->array_handle, &a), "FullyReplicatedShard");
+  if (!a->n) return cw_make_status(CW_FAILED_PRECONDITION, "FullyReplicatedShard: no shards");
+  uint64_t h = cw__handle(s, r->has_result_handle, r->result_handle);
+  CW_RETURN_IF_ERROR(cw__shard_array(s, a, 0, h), "FullyReplicatedShard");
+  return cw__respond_handle(resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_FULLY_REPLICATED_SHARD_RESPONSE, h);
+}
+
+static cw_status_t cw__copy_to_host(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
+                                    CwIfrt__IfrtResponse* resp) {
+  const CwIfrt__CopyToHostBufferRequest* r = req->copy_to_host_buffer_request;
+  cw_proxy_array_t* a;
+  CW_RETURN_IF_ERROR(cw__array_get(s, r->array_handle, &a), "CopyToHostBuffer");
+  if (a->n != 1) {
+    return cw_make_status(CW_INVALID_ARGUMENT,
+                          "CopyToHostBuffer: array %llu has %zu shards (copy a single-device "
+                          "array)", (unsigned long long)r->array_handle, a->n);
+  }
+  cw_proxy_dtype_t dt;
+  size_t bytes;
+  CW_RETURN_IF_ERROR(cw_proxy_dtype(a->dtype, &dt), "CopyToHostBuffer");
+  CW_RETURN_IF_ERROR(cw_proxy_dense_size(&dt, a->dims, a->rank, r->byte_strides, &bytes),
+                     "CopyToHostBuffer");
+  const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
+  PJRT_Buffer_ToHostBuffer_Args q = {
+      .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_ToHostBuffer_Args, event),
+      .src = a->shards[0]->buffer};
+  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Buffer_ToHostBuffer, &q), "CopyToHostBuffer");
+  if (q.dst_size != bytes) {
+    return cw_make_status(CW_INTERNAL, "CopyToHostBuffer: the buffer holds %zu bytes, not %zu",
+                          q.dst_size, bytes);
+  }
+  uint8_t* data = malloc(bytes ? bytes : 1);
+  if (!data) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for %zu bytes", bytes);
+  q.dst = data;
+  q.event = NULL;
+  cw_status_t st = CW_PROXY_PJRT_CALL(p, PJRT_Buffer_ToHostBuffer, &q);
+  if (!st) st = cw_proxy_pjrt_await(p, q.event, "CopyToHostBuffer");
+  if (!st) st = cw_proxy_host_buffer_put(s, r->host_buffer_handle, data, bytes);
+  if (st) {
+    free(data);
+    return cw_status_annotate(st, "CopyToHostBuffer");
+  }
+  return cw__respond(resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_COPY_TO_HOST_BUFFER_RESPONSE, false, 0);
+}
+
+static cw_status_t cw__value_ready(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
+                                   CwIfrt__IfrtResponse* resp) {
+  const CwIfrt__CheckValueReadyRequest* r = req->check_value_ready_request;
+  const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
+  for (size_t i = 0; i < r->n_value_handles; i++) {
+    cw_proxy_array_t* a;
+    CW_RETURN_IF_ERROR(cw__array_get(s, r->value_handles[i], &a), "CheckValueReady");
+    for (size_t j = 0; j < a->n; j++) {
+      PJRT_Buffer_ReadyEvent_Args e = {
+          .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_ReadyEvent_Args, event),
+          .buffer = a->shards[j]->buffer};
+      CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Buffer_ReadyEvent, &e), "CheckValueReady");
+      CW_RETURN_IF_ERROR(cw_proxy_pjrt_await(p, e.event, "array"), "CheckValueReady %llu",
+                         (unsigned long long)r->value_handles[i]);
+    }
+  }
+  return cw__respond(resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_CHECK_VALUE_READY_RESPONSE, false, 0);
+}
+
+static cw_status_t cw__delete(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
+                              CwIfrt__IfrtResponse* resp) {
+  const CwIfrt__DeleteArrayRequest* r = req->delete_array_request;
+  for (size_t i = 0; i < r->n_array_handle; i++) {
+    cw_proxy_array_t* a = cw_proxy_table_get(&s->arrays, r->array_handle[i]);
+    if (!a) return cw_make_status(CW_NOT_FOUND, "DeleteArray: no array with handle %llu",
+                                  (unsigned long long)r->array_handle[i]);
+    cw__array_drop(s, a);
+  }
+  uint64_t future;
+  CW_RETURN_IF_ERROR(cw_proxy_future_put(s, cw_ok_status(), &future), "DeleteArray");
+  return cw__respond_handle(resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_DELETE_ARRAY_RESPONSE, future);
+}
+
+static cw_status_t cw__is_deleted(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
+                                  CwIfrt__IfrtResponse* resp) {
+  uint64_t h = req->is_array_deleted_request->array_handle;
+  cw_proxy_array_t* a = cw_proxy_table_get(&s->arrays, h);
+  if (!a) return cw_make_status(CW_NOT_FOUND, "IsArrayDeleted: no array with handle %llu",
+                                (unsigned long long)h);
+  CwIfrt__IsArrayDeletedResponse* out = malloc(sizeof(*out));
+  if (!out) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  cw_ifrt__is_array_deleted_response__init(out);
+  out->has_deleted = true;
+  out->deleted = a->deleted;
+  resp->response_case = CW_IFRT__IFRT_RESPONSE__RESPONSE_IS_ARRAY_DELETED_RESPONSE;
+  resp->is_array_deleted_response = out;
+  return cw_ok_status();
+}
+
+static cw_status_t cw__destruct(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
+                                CwIfrt__IfrtResponse* resp) {
+  const CwIfrt__DestructArrayRequest* r = req->destruct_array_request;
+  // Unknown handles are no error: a destructor may follow a failed creation.
+  for (size_t i = 0; i < r->n_array_handle; i++) {
+    cw_proxy_array_free(s, cw_proxy_table_remove(&s->arrays, r->array_handle[i]));
+  }
+  return cw__respond(resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_DESTRUCT_ARRAY_RESPONSE, false, 0);
+}
+
+static cw_status_t cw__check_future(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
+                                    CwIfrt__IfrtResponse* resp) {
+  CW_RETURN_IF_ERROR(cw_proxy_future_take(s, req->check_future_request->future_handle),
+                     "CheckFuture");
+  return cw__respond(resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_CHECK_FUTURE_RESPONSE, false, 0);
+}
+
+cw_status_t cw_proxy_array_handle(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
+                                  CwIfrt__IfrtResponse* resp) {
+  switch (req->request_case) {
+    case CW_IFRT__IFRT_REQUEST__REQUEST_MAKE_ARRAY_FROM_HOST_BUFFER_REQUEST:
+      return cw__make_from_host(s, req, resp);
+    case CW_IFRT__IFRT_REQUEST__REQUEST_MAKE_ARRAYS_FROM_HOST_BUFFER_SHARDS_REQUEST:
+      return cw__make_from_shards(s, req, resp);
+    case CW_IFRT__IFRT_REQUEST__REQUEST_ASSEMBLE_ARRAY_FROM_SINGLE_DEVICE_ARRAYS_REQUEST:
+      return cw__assemble(s, req, resp);
+    case CW_IFRT__IFRT_REQUEST__REQUEST_DISASSEMBLE_INTO_SINGLE_DEVICE_ARRAYS_REQUEST:
+      return cw__disassemble(s, req, resp);
+    case CW_IFRT__IFRT_REQUEST__REQUEST_FULLY_REPLICATED_SHARD_REQUEST:
+      return cw__replicated_shard(s, req, resp);
+    case CW_IFRT__IFRT_REQUEST__REQUEST_COPY_TO_HOST_BUFFER_REQUEST:
+      return cw__copy_to_host(s, req, resp);
+    case CW_IFRT__IFRT_REQUEST__REQUEST_CHECK_VALUE_READY_REQUEST:
+      return cw__value_ready(s, req, resp);
+    case CW_IFRT__IFRT_REQUEST__REQUEST_DELETE_ARRAY_REQUEST:
+      return cw__delete(s, req, resp);
+    case CW_IFRT__IFRT_REQUEST__REQUEST_IS_ARRAY_DELETED_REQUEST:
+      return cw__is_deleted(s, req, resp);
+    case CW_IFRT__IFRT_REQUEST__REQUEST_DESTRUCT_ARRAY_REQUEST:
+      return cw__destruct(s, req, resp);
+    case CW_IFRT__IFRT_REQUEST__REQUEST_CHECK_FUTURE_REQUEST:
+      return cw__check_future(s, req, resp);
+    default:
+      return cw_make_status(CW_INTERNAL, "not an array request");
+  }
+}
+
+// Every response of this family is one flat message: its pointer is the
+// oneof's, freed as such.
+void cw_proxy_array_response_free(CwIfrt__IfrtResponse* resp) {
+  if (resp->response_case ==
+          CW_IFRT__IFRT_RESPONSE__RESPONSE_DISASSEMBLE_INTO_SINGLE_DEVICE_ARRAYS_RESPONSE &&
+      resp->disassemble_into_single_device_arrays_response) {
+    free(resp->disassemble_into_single_device_arrays_response->array_handles);
+  }
+  if (resp->response_case ==
+          CW_IFRT__IFRT_RESPONSE__RESPONSE_MAKE_ARRAYS_FROM_HOST_BUFFER_SHARDS_RESPONSE &&
+      resp->make_arrays_from_host_buffer_shards_response) {
+    free(resp->make_arrays_from_host_buffer_shards_response->array_handles);
+  }
+  if (resp->response_case != CW_IFRT__IFRT_RESPONSE__RESPONSE__NOT_SET) {
+    // All oneof members share storage: any member's pointer is the message.
+    free(resp->init_response);
+  }
+  resp->response_case = CW_IFRT__IFRT_RESPONSE__RESPONSE__NOT_SET;
+}

@@ -1,0 +1,111 @@
+// What the proxy reads out of IFRT values before it calls PJRT: dtypes,
+// dense sizes and strides, the devices of a sharding. No PJRT here, so the
+// fuzz target (ifrt_request_fuzz.c) runs it on a peer's bytes.
+#include "cw_proxy_decode.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define CW__SINGLE_DEVICE "xla::ifrt::SingleDeviceSharding"
+
+// XLA's PrimitiveType (IFRT's DType kinds) -> PJRT's buffer type and the
+// bytes of one element in a host buffer (sub-byte types take a byte each).
+
+static const cw_proxy_dtype_t cw__dtypes[] = {
+    [1] = {PJRT_Buffer_Type_PRED, 1},          [2] = {PJRT_Buffer_Type_S8, 1},
+    [3] = {PJRT_Buffer_Type_S16, 2},           [4] = {PJRT_Buffer_Type_S32, 4},
+    [5] = {PJRT_Buffer_Type_S64, 8},           [6] = {PJRT_Buffer_Type_U8, 1},
+    [7] = {PJRT_Buffer_Type_U16, 2},           [8] = {PJRT_Buffer_Type_U32, 4},
+    [9] = {PJRT_Buffer_Type_U64, 8},           [10] = {PJRT_Buffer_Type_F16, 2},
+    [11] = {PJRT_Buffer_Type_F32, 4},          [12] = {PJRT_Buffer_Type_F64, 8},
+    [15] = {PJRT_Buffer_Type_C64, 8},          [16] = {PJRT_Buffer_Type_BF16, 2},
+    [18] = {PJRT_Buffer_Type_C128, 16},        [19] = {PJRT_Buffer_Type_F8E5M2, 1},
+    [20] = {PJRT_Buffer_Type_F8E4M3FN, 1},     [21] = {PJRT_Buffer_Type_S4, 1},
+    [22] = {PJRT_Buffer_Type_U4, 1},           [23] = {PJRT_Buffer_Type_F8E4M3B11FNUZ, 1},
+    [24] = {PJRT_Buffer_Type_F8E5M2FNUZ, 1},   [25] = {PJRT_Buffer_Type_F8E4M3FNUZ, 1},
+    [26] = {PJRT_Buffer_Type_S2, 1},           [27] = {PJRT_Buffer_Type_U2, 1},
+    [28] = {PJRT_Buffer_Type_F8E4M3, 1},       [29] = {PJRT_Buffer_Type_F8E3M4, 1},
+    [30] = {PJRT_Buffer_Type_F4E2M1FN, 1},     [31] = {PJRT_Buffer_Type_F8E8M0FNU, 1},
+    [32] = {PJRT_Buffer_Type_S1, 1},           [33] = {PJRT_Buffer_Type_U1, 1},
+    [34] = {PJRT_Buffer_Type_F6E2M3FN, 1},     [35] = {PJRT_Buffer_Type_F6E3M2FN, 1},
+};
+
+cw_status_t cw_proxy_dtype(int32_t kind, cw_proxy_dtype_t* out) {
+  if (kind <= 0 || (size_t)kind >= sizeof(cw__dtypes) / sizeof(cw__dtypes[0]) ||
+      !cw__dtypes[kind].width) {
+    return cw_make_status(CW_UNIMPLEMENTED, "dtype kind %d is not served", kind);
+  }
+  *out = cw__dtypes[kind];
+  return cw_ok_status();
+}
+
+// The devices of a sharding, and whether each holds the whole array.
+// Unknown kinds: UNIMPLEMENTED, named. *out_ids is the caller's to free.
+cw_status_t cw_proxy_sharding_devices(const CwIfrt__Sharding* sh, int32_t** out_ids,
+                                        size_t* out_n, bool* out_replicated) {
+  *out_ids = NULL;
+  *out_n = 0;
+  const CwIfrt__Serialized* ser = sh ? sh->serialized_sharding : NULL;
+  if (!ser || !ser->type_name) return cw_make_status(CW_INVALID_ARGUMENT, "no sharding given");
+  size_t len = ser->has_data ? ser->data.len : 0;
+  const uint8_t* data = ser->data.data;
+  if (!strcmp(ser->type_name, CW__SINGLE_DEVICE)) {
+    CwIfrt__SingleDeviceSharding* sd = cw_ifrt__single_device_sharding__unpack(NULL, len, data);
+    if (!sd) return cw_make_status(CW_INVALID_ARGUMENT, "%s does not decode", ser->type_name);
+    *out_ids = malloc(sizeof(int32_t));
+    if (*out_ids) (*out_ids)[0] = sd->device_id;
+    cw_ifrt__single_device_sharding__free_unpacked(sd, NULL);
+    if (!*out_ids) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+    *out_n = 1;
+    *out_replicated = true;
+    return cw_ok_status();
+  }
+  bool hlo = !strcmp(ser->type_name, "xla::ifrt::HloSharding");
+  bool even = !strcmp(ser->type_name, "xla::ifrt::ConcreteEvenSharding");
+  if (!hlo && !even && strcmp(ser->type_name, "xla::ifrt::OpaqueSharding") &&
+      strcmp(ser->type_name, "xla::ifrt::ConcreteSharding")) {
+    return cw_make_status(CW_UNIMPLEMENTED, "sharding %s is not served yet", ser->type_name);
+  }
+  CwIfrt__ShardingDevices* sd = cw_ifrt__sharding_devices__unpack(NULL, len, data);
+  if (!sd) return cw_make_status(CW_INVALID_ARGUMENT, "%s does not decode", ser->type_name);
+  size_t n = sd->devices ? sd->devices->n_device_ids : 0;
+  int32_t* ids = n ? malloc(n * sizeof(*ids)) : NULL;
+  if (ids) memcpy(ids, sd->devices->device_ids, n * sizeof(*ids));
+  bool replicated = n == 1 || (even && sd->is_fully_replicated) ||
+                    (hlo && sd->xla_op_sharding && sd->xla_op_sharding->type <= 1);
+  cw_ifrt__sharding_devices__free_unpacked(sd, NULL);
+  if (!n) return cw_make_status(CW_INVALID_ARGUMENT, "%s names no devices", ser->type_name);
+  if (!ids) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  *out_ids = ids;
+  *out_n = n;
+  *out_replicated = replicated;
+  return cw_ok_status();
+}
+
+// Bytes of a dense array; refuses byte strides other than dense
+// major-to-minor.
+cw_status_t cw_proxy_dense_size(const cw_proxy_dtype_t* dt, const int64_t* dims, size_t rank,
+                                  const CwIfrt__ByteStrides* strides, size_t* out_bytes) {
+  size_t bytes = dt->width;
+  bool none = false;  // no elements: strides say nothing
+  for (size_t i = 0; i < rank; i++) none = none || dims[i] == 0;
+  for (size_t i = rank; i-- > 0;) {
+    if (dims[i] < 0) return cw_make_status(CW_INVALID_ARGUMENT, "dimension %zu is negative", i);
+    if (strides && strides->n_strides == rank && strides->strides[i] != (int64_t)bytes &&
+        dims[i] > 1 && !none) {
+      return cw_make_status(CW_UNIMPLEMENTED, "byte strides other than dense major-to-minor "
+                                              "are not served yet");
+    }
+    if (dims[i] && bytes > SIZE_MAX / (size_t)dims[i]) {
+      return cw_make_status(CW_INVALID_ARGUMENT, "the array's size overflows");
+    }
+    bytes *= (size_t)dims[i];
+  }
+  if (strides && strides->n_strides != rank && strides->n_strides != 0) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "%zu byte strides for rank %zu",
+                          strides->n_strides, rank);
+  }
+  *out_bytes = bytes;
+  return cw_ok_status();
+}
+

@@ -1,0 +1,36 @@
+// The IFRT values the proxy interprets (the rest it keeps as bytes).
+#ifndef CW_PROXY_DECODE_H_
+#define CW_PROXY_DECODE_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cw_pjrt_c_api.h"
+#include "cw_status.h"
+#include "proto/ifrt_proxy.pb-c.h"
+
+typedef struct cw_proxy_dtype_s {
+  PJRT_Buffer_Type pjrt;
+  uint8_t width;  // bytes of one element in a host buffer (sub-byte types: 1)
+} cw_proxy_dtype_t;
+
+// An IFRT DType kind (XLA's PrimitiveType) as PJRT sees it; UNIMPLEMENTED
+// for kinds without a PJRT buffer type (token, opaque, string).
+CW_MUST_USE cw_status_t cw_proxy_dtype(int32_t kind, cw_proxy_dtype_t* out_dtype);
+
+// Bytes of a dense array of `dims`; `strides` (NULL: none given) must be
+// dense major-to-minor (others: UNIMPLEMENTED), except where they cannot
+// matter (dimensions of 1, arrays without elements).
+CW_MUST_USE cw_status_t cw_proxy_dense_size(const cw_proxy_dtype_t* dtype, const int64_t* dims,
+                                            size_t rank, const CwIfrt__ByteStrides* strides,
+                                            size_t* out_bytes);
+
+// The devices of a sharding and whether each holds the whole array; kinds
+// other than single-device, HLO, opaque and concrete: UNIMPLEMENTED, named.
+// *out_ids is the caller's to free.
+CW_MUST_USE cw_status_t cw_proxy_sharding_devices(const CwIfrt__Sharding* sharding,
+                                                  int32_t** out_ids, size_t* out_n,
+                                                  bool* out_replicated);
+
+#endif  // CW_PROXY_DECODE_H_

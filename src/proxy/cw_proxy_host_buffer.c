@@ -1,0 +1,375 @@
+// Host buffers: the bytes of arrays in flight between the IFRT client and
+// the proxy, named by (session id, handle). HostBufferStore streams them in
+// (loop thread) for MakeArrayFromHostBuffer, which may arrive first and
+// waits; CopyToHostBuffer leaves them (session thread) for HostBufferLookup,
+// which may also arrive first and is parked until they are there.
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cw_log.h"
+#include "cw_proxy_internal.h"
+
+#define CW__STORE_METADATA "ifrt-proxy-grpc-host-buffer-store-metadata-bin"
+#define CW__CHUNK (1u << 20)  // bytes per HostBufferLookup response message
+
+typedef enum cw__op_e { CW__STORE = 1, CW__LOOKUP, CW__DELETE } cw__op_t;
+
+// The user of a host-buffer call.
+typedef struct cw_proxy_lookup_s {
+  cw_proxy_call_kind_t kind;  // CW_PROXY_CALL_HOST_BUFFER
+  cw__op_t op;
+  uint64_t session_id;
+  uint64_t handle;
+  bool have_request;
+  cw_grpc_call_t* call;  // retained while parked
+  struct cw_proxy_lookup_s* next;  // the proxy's parked lookups
+  bool parked;
+} cw__hb_call_t;
+
+static void cw__hb_free(cw_proxy_host_buffer_t* hb) {
+  if (!hb) return;
+  free(hb->data);
+  free(hb);
+}
+
+static void cw__hb_free_each(void* user, uint64_t key, void* value) { cw__hb_free(value); }
+
+void cw_proxy_host_buffers_free(cw_proxy_session_t* s) {
+  cw_proxy_table_each(&s->host_buffers, cw__hb_free_each, NULL);
+  cw_proxy_table_deinitialize(&s->host_buffers);
+}
+
+// --- Session thread ------------------------------------------------------------------------
+
+cw_status_t cw_proxy_host_buffer_take(cw_proxy_session_t* s, uint64_t handle, int timeout_ms,
+                                      uint8_t** out_data, size_t* out_len) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += timeout_ms / 1000;
+  until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&s->mu);
+  cw_proxy_host_buffer_t* hb;
+  int rc = 0;
+  while (!(hb = cw_proxy_table_get(&s->host_buffers, handle)) || !hb->complete) {
+    if (s->gone || rc == ETIMEDOUT) break;
+    rc = pthread_cond_timedwait(&s->host_buffer_cv, &s->mu, &until);
+  }
+  if (hb && hb->complete) cw_proxy_table_remove(&s->host_buffers, handle);
+  pthread_mutex_unlock(&s->mu);
+  if (!hb || !hb->complete) {
+    return cw_make_status(CW_NOT_FOUND, "host buffer %llu %s", (unsigned long long)handle,
+                          hb ? "was not stored in full in time" : "was never stored");
+  }
+  *out_data = hb->data;
+  *out_len = hb->len;
+  hb->data = NULL;
+  cw__hb_free(hb);
+  return cw_ok_status();
+}
+
+cw_status_t cw_proxy_host_buffer_put(cw_proxy_session_t* s, uint64_t handle, uint8_t* data,
+                                     size_t len) {
+  cw_proxy_host_buffer_t* hb = calloc(1, sizeof(*hb));
+  if (!hb) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  *hb = (cw_proxy_host_buffer_t){.data = data, .len = len, .cap = len, .declared = len,
+                                 .complete = true};
+  pthread_mutex_lock(&s->mu);
+  cw_status_t st = cw_proxy_table_put(&s->host_buffers, handle, hb);
+  pthread_mutex_unlock(&s->mu);
+  if (st) {
+    free(hb);
+    return cw_status_annotate(st, "host buffer");
+  }
+  uv_async_send(&s->proxy->wake);  // a parked lookup may want it
+  return cw_ok_status();
+}
+
+// --- Loop thread: the gRPC methods --------------------------------------------------------
+
+static cw_status_t cw__session_of(cw_proxy_t* p, uint64_t id, cw_proxy_session_t** out) {
+  *out = cw_proxy_session_find(p, id);
+  if (*out) return cw_ok_status();
+  return cw_make_status(CW_NOT_FOUND, "no IFRT session %016llx on this proxy",
+                        (unsigned long long)id);
+}
+
+cw_status_t cw_proxy_host_buffer_start(cw_proxy_t* p, cw_grpc_call_t* call, const char* method) {
+  CW_LOGD("%s", method);
+  cw__hb_call_t* c = calloc(1, sizeof(*c));
+  if (!c) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  c->kind = CW_PROXY_CALL_HOST_BUFFER;
+  if (!strcmp(method, "HostBufferLookup")) {
+    c->op = CW__LOOKUP;
+  } else if (!strcmp(method, "HostBufferDelete")) {
+    c->op = CW__DELETE;
+  } else if (!strcmp(method, "HostBufferStore")) {
+    c->op = CW__STORE;
+  } else {
+    free(c);
+    return cw_make_status(CW_UNIMPLEMENTED, "causeway-proxy does not serve %s yet", method);
+  }
+  if (c->op == CW__STORE) {
+    const uint8_t* md;
+    size_t md_len;
+    CwIfrt__HostBufferStoreMetadata* m =
+        cw_grpc_call_metadata(call, CW__STORE_METADATA, &md, &md_len)
+            ? cw_ifrt__host_buffer_store_metadata__unpack(NULL, md_len, md)
+            : NULL;
+    if (!m || m->buffer_size < 0) {
+      if (m) cw_ifrt__host_buffer_store_metadata__free_unpacked(m, NULL);
+      free(c);
+      return cw_make_status(CW_INVALID_ARGUMENT, "HostBufferStore: metadata %s is missing or "
+                            "does not decode", CW__STORE_METADATA);
+    }
+    c->session_id = m->session_id;
+    c->handle = m->handle;
+    size_t declared = (size_t)m->buffer_size;
+    cw_ifrt__host_buffer_store_metadata__free_unpacked(m, NULL);
+    cw_proxy_session_t* s;
+    cw_proxy_host_buffer_t* hb = calloc(1, sizeof(*hb));
+    cw_status_t st = hb ? cw__session_of(p, c->session_id, &s)
+                        : cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+    if (!st) {
+      hb->declared = declared;
+      pthread_mutex_lock(&s->mu);
+      st = cw_proxy_table_put(&s->host_buffers, c->handle, hb);
+      pthread_mutex_unlock(&s->mu);
+    }
+    if (st) {
+      st = cw_status_annotate(st, "HostBufferStore %llu", (unsigned long long)c->handle);
+      free(hb);
+      free(c);
+      return st;
+    }
+    c->have_request = true;
+  }
+  cw_grpc_call_set_user(call, c);
+  return cw_ok_status();
+}
+
+// Removes (session, handle) if it is still being stored.
+static void cw__abandon_store(cw_proxy_t* p, cw__hb_call_t* c) {
+  cw_proxy_session_t* s = cw_proxy_session_find(p, c->session_id);
+  if (!s) return;
+  pthread_mutex_lock(&s->mu);
+  cw_proxy_host_buffer_t* hb = cw_proxy_table_get(&s->host_buffers, c->handle);
+  if (hb && !hb->complete) {
+    cw_proxy_table_remove(&s->host_buffers, c->handle);
+    cw__hb_free(hb);
+    pthread_cond_broadcast(&s->host_buffer_cv);
+  }
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void cw__store_data(cw_proxy_t* p, cw_grpc_call_t* call, cw__hb_call_t* c,
+                           const uint8_t* d, size_t n) {
+  CwIfrt__HostBufferStoreRequest* r = cw_ifrt__host_buffer_store_request__unpack(NULL, n, d);
+  cw_proxy_session_t* s = cw_proxy_session_find(p, c->session_id);
+  // Only this call writes an incomplete buffer, and only the loop frees a
+  // session: no lock is needed for the bytes.
+  cw_proxy_host_buffer_t* hb = NULL;
+  if (s) {
+    pthread_mutex_lock(&s->mu);
+    hb = cw_proxy_table_get(&s->host_buffers, c->handle);
+    pthread_mutex_unlock(&s->mu);
+  }
+  cw_status_t st = cw_ok_status();
+  if (!r) {
+    st = cw_make_status(CW_INVALID_ARGUMENT, "HostBufferStore: a request does not decode");
+  } else if (!hb || hb->complete) {
+    st = cw_make_status(CW_NOT_FOUND, "HostBufferStore: host buffer %llu is gone",
+                        (unsigned long long)c->handle);
+  } else if (r->data.len > hb->declared - hb->len) {
+    st = cw_make_status(CW_INVALID_ARGUMENT, "HostBufferStore: more than the %zu bytes declared",
+                        hb->declared);
+  } else if (hb->len + r->data.len > hb->cap) {
+    size_t cap = hb->cap ? hb->cap : 65536;
+    while (cap < hb->len + r->data.len) cap *= 2;
+    if (cap > hb->declared) cap = hb->declared;
+    uint8_t* b = realloc(hb->data, cap);
+    if (!b) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for a host buffer");
+    else {
+      hb->data = b;
+      hb->cap = cap;
+    }
+  }
+  if (!st && r->data.len) {
+    memcpy(hb->data + hb->len, r->data.data, r->data.len);
+    hb->len += r->data.len;
+  }
+  if (r) cw_ifrt__host_buffer_store_request__free_unpacked(r, NULL);
+  if (st) {
+    cw__abandon_store(p, c);
+    cw_grpc_call_finish(call, st);
+  }
+}
+
+// Sends a complete buffer in chunks and ends the call.
+static void cw__send_buffer(cw_grpc_call_t* call, const cw_proxy_host_buffer_t* hb) {
+  size_t off = 0;
+  cw_status_t st = cw_ok_status();
+  uint8_t* msg = malloc(CW__CHUNK + 16);
+  if (!msg) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  do {
+    if (st) break;
+    size_t n = hb->len - off < CW__CHUNK ? hb->len - off : CW__CHUNK;
+    CwIfrt__HostBufferLookupResponse r = CW_IFRT__HOST_BUFFER_LOOKUP_RESPONSE__INIT;
+    r.has_data = true;
+    r.data.data = hb->data + off;
+    r.data.len = n;
+    size_t len = cw_ifrt__host_buffer_lookup_response__pack(&r, msg);
+    st = cw_grpc_call_send(call, msg, len);
+    off += n;
+  } while (off < hb->len);
+  free(msg);
+  cw_grpc_call_finish(call, st);
+}
+
+// Answers a lookup if it can: true when the call is done.
+static bool cw__lookup_try(cw_proxy_t* p, cw__hb_call_t* c) {
+  cw_proxy_session_t* s = cw_proxy_session_find(p, c->session_id);
+  if (!s) {
+    cw_grpc_call_finish(c->call, cw_make_status(CW_NOT_FOUND, "no IFRT session %016llx on this "
+                                                "proxy", (unsigned long long)c->session_id));
+    return true;
+  }
+  pthread_mutex_lock(&s->mu);
+  cw_proxy_host_buffer_t* hb = cw_proxy_table_get(&s->host_buffers, c->handle);
+  bool ready = hb && hb->complete;
+  pthread_mutex_unlock(&s->mu);
+  // The buffer stays until HostBufferDelete or the session's end; the
+  // session thread never changes a complete one.
+  if (ready) cw__send_buffer(c->call, hb);
+  return ready;
+}
+
+static void cw__park(cw_proxy_t* p, cw__hb_call_t* c) {
+  c->parked = true;
+  cw_grpc_call_retain(c->call);
+  c->next = p->lookups;
+  p->lookups = c;
+}
+
+void cw_proxy_host_buffer_retry(cw_proxy_t* p) {
+  for (cw__hb_call_t **pp = &p->lookups, *c; (c = *pp);) {
+    if (!cw_grpc_call_open(c->call) || cw__lookup_try(p, c)) {
+      *pp = c->next;
+      c->parked = false;
+      cw_grpc_call_t* call = c->call;
+      if (!cw_grpc_call_open(call)) free(c);  // on_close ran before: the call's user is ours
+      cw_grpc_call_release(call);
+      continue;
+    }
+    pp = &c->next;
+  }
+}
+
+void cw_proxy_host_buffer_message(cw_proxy_t* p, cw_grpc_call_t* call, const uint8_t* d,
+                                  size_t n) {
+  cw__hb_call_t* c = cw_grpc_call_user(call);
+  if (c->op == CW__STORE) {
+    cw__store_data(p, call, c, d, n);
+    return;
+  }
+  if (c->have_request) {
+    cw_grpc_call_finish(call, cw_make_status(CW_INVALID_ARGUMENT, "one request expected"));
+    return;
+  }
+  c->have_request = true;
+  c->call = call;
+  if (c->op == CW__LOOKUP) {
+    CwIfrt__HostBufferLookupRequest* r = cw_ifrt__host_buffer_lookup_request__unpack(NULL, n, d);
+    if (!r) {
+      cw_grpc_call_finish(call, cw_make_status(CW_INVALID_ARGUMENT,
+                                               "HostBufferLookup: the request does not decode"));
+      return;
+    }
+    c->session_id = r->session_id;
+    c->handle = r->handle;
+    cw_ifrt__host_buffer_lookup_request__free_unpacked(r, NULL);
+    if (!cw__lookup_try(p, c)) cw__park(p, c);
+    return;
+  }
+  CwIfrt__HostBufferDeleteRequest* r = cw_ifrt__host_buffer_delete_request__unpack(NULL, n, d);
+  if (!r) {
+    cw_grpc_call_finish(call, cw_make_status(CW_INVALID_ARGUMENT,
+                                             "HostBufferDelete: the request does not decode"));
+    return;
+  }
+  cw_proxy_session_t* s;
+  cw_status_t st = cw__session_of(p, r->session_id, &s);
+  if (!st) {
+    pthread_mutex_lock(&s->mu);
+    cw_proxy_host_buffer_t* hb = cw_proxy_table_remove(&s->host_buffers, r->handle);
+    pthread_cond_broadcast(&s->host_buffer_cv);
+    pthread_mutex_unlock(&s->mu);
+    if (!hb) {
+      st = cw_make_status(CW_NOT_FOUND, "HostBufferDelete: no host buffer %llu",
+                          (unsigned long long)r->handle);
+    }
+    cw__hb_free(hb);
+  }
+  cw_ifrt__host_buffer_delete_request__free_unpacked(r, NULL);
+  if (!st) {
+    uint8_t empty[1];
+    st = cw_grpc_call_send(call, empty, 0);
+  }
+  cw_grpc_call_finish(call, st);
+}
+
+void cw_proxy_host_buffer_half_close(cw_proxy_t* p, cw_grpc_call_t* call) {
+  cw__hb_call_t* c = cw_grpc_call_user(call);
+  if (c->op != CW__STORE) {
+    if (!c->have_request) {
+      cw_grpc_call_finish(call, cw_make_status(CW_INVALID_ARGUMENT, "no request"));
+    }
+    return;
+  }
+  cw_proxy_session_t* s = cw_proxy_session_find(p, c->session_id);
+  cw_status_t st = cw_ok_status();
+  if (!s) {
+    st = cw_make_status(CW_NOT_FOUND, "HostBufferStore: the session is gone");
+  } else {
+    pthread_mutex_lock(&s->mu);
+    cw_proxy_host_buffer_t* hb = cw_proxy_table_get(&s->host_buffers, c->handle);
+    if (!hb || hb->complete) {
+      st = cw_make_status(CW_NOT_FOUND, "HostBufferStore: host buffer %llu is gone",
+                          (unsigned long long)c->handle);
+    } else if (hb->len != hb->declared) {
+      st = cw_make_status(CW_INVALID_ARGUMENT,
+                          "HostBufferStore: %zu bytes arrived of the %zu declared", hb->len,
+                          hb->declared);
+    } else {
+      hb->complete = true;
+      pthread_cond_broadcast(&s->host_buffer_cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+  }
+  if (st) {
+    cw__abandon_store(p, c);
+    cw_grpc_call_finish(call, st);
+    return;
+  }
+  uint8_t empty[1];
+  st = cw_grpc_call_send(call, empty, 0);
+  cw_grpc_call_finish(call, st);
+  uv_async_send(&p->wake);  // a parked lookup of the same handle
+}
+
+void cw_proxy_host_buffer_close(cw_proxy_t* p, cw_grpc_call_t* call) {
+  cw__hb_call_t* c = cw_grpc_call_user(call);
+  cw_grpc_call_set_user(call, NULL);
+  if (c->op == CW__STORE) cw__abandon_store(p, c);
+  if (c->parked) {
+    // Freed by the next retry, which sees the call closed.
+    cw_proxy_host_buffer_retry(p);
+    return;
+  }
+  free(c);
+}
