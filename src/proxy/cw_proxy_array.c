@@ -103,8 +103,8 @@ static cw_status_t cw__array_new(cw_proxy_session_t* s, uint64_t handle, int32_t
 // Sets the response to kind `kase`, a message of that kind whose field 1,
 // when `with_handle`, is the fixed64 `handle` (most of this family's
 // responses are that or empty). Freed by cw_proxy_array_response_free.
-static cw_status_t cw__respond(CwIfrt__IfrtResponse* resp, int kase, bool with_handle,
-                               uint64_t handle) {
+cw_status_t cw_proxy_respond(CwIfrt__IfrtResponse* resp, int kase, bool with_handle,
+                             uint64_t handle) {
   const ProtobufCFieldDescriptor* f =
       protobuf_c_message_descriptor_get_field(&cw_ifrt__ifrt_response__descriptor, kase);
   const ProtobufCMessageDescriptor* md = f->descriptor;
@@ -122,7 +122,39 @@ static cw_status_t cw__respond(CwIfrt__IfrtResponse* resp, int kase, bool with_h
 }
 
 static cw_status_t cw__respond_handle(CwIfrt__IfrtResponse* resp, int kase, uint64_t handle) {
-  return cw__respond(resp, kase, true, handle);
+  return cw_proxy_respond(resp, kase, true, handle);
+}
+
+PJRT_Buffer* cw_proxy_array_buffer_on(const cw_proxy_array_t* a, int32_t device_id) {
+  for (size_t i = 0; i < a->n; i++) {
+    if (a->shards[i] && a->shards[i]->device_id == device_id) return a->shards[i]->buffer;
+  }
+  return NULL;
+}
+
+cw_status_t cw_proxy_array_adopt(cw_proxy_session_t* s, uint64_t handle, PJRT_Buffer* buffer,
+                                 int32_t device_id, cw_proxy_array_t** out) {
+  const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
+  PJRT_Buffer_ElementType_Args et = {
+      .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_ElementType_Args, type), .buffer = buffer};
+  PJRT_Buffer_Dimensions_Args d = {
+      .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_Dimensions_Args, num_dims),
+      .buffer = buffer};
+  int32_t kind;
+  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Buffer_ElementType, &et), "output");
+  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Buffer_Dimensions, &d), "output");
+  CW_RETURN_IF_ERROR(cw_proxy_dtype_kind(et.type, &kind), "output");
+  cw_proxy_shard_t* sh = malloc(sizeof(*sh));
+  if (!sh) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  cw_status_t st = cw__array_new(s, handle, kind, d.dims, d.num_dims, 1, out);
+  if (st) {
+    free(sh);
+    return st;
+  }
+  *sh = (cw_proxy_shard_t){.refs = 1, .buffer = buffer, .device_id = device_id};
+  (*out)->shards[0] = sh;
+  (*out)->n = 1;
+  return cw_ok_status();
 }
 
 static cw_status_t cw__lookup_device(cw_proxy_session_t* s, int32_t id, PJRT_Device** out) {
@@ -430,7 +462,7 @@ static cw_status_t cw__copy_to_host(cw_proxy_session_t* s, const CwIfrt__IfrtReq
     free(data);
     return cw_status_annotate(st, "CopyToHostBuffer");
   }
-  return cw__respond(resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_COPY_TO_HOST_BUFFER_RESPONSE, false, 0);
+  return cw_proxy_respond(resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_COPY_TO_HOST_BUFFER_RESPONSE, false, 0);
 }
 
 static cw_status_t cw__value_ready(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
@@ -449,7 +481,7 @@ static cw_status_t cw__value_ready(cw_proxy_session_t* s, const CwIfrt__IfrtRequ
                          (unsigned long long)r->value_handles[i]);
     }
   }
-  return cw__respond(resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_CHECK_VALUE_READY_RESPONSE, false, 0);
+  return cw_proxy_respond(resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_CHECK_VALUE_READY_RESPONSE, false, 0);
 }
 
 static cw_status_t cw__delete(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
@@ -462,7 +494,7 @@ static cw_status_t cw__delete(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* 
     cw__array_drop(s, a);
   }
   uint64_t future;
-  CW_RETURN_IF_ERROR(cw_proxy_future_put(s, cw_ok_status(), &future), "DeleteArray");
+  CW_RETURN_IF_ERROR(cw_proxy_future_put(s, cw_ok_status(), 0, &future), "DeleteArray");
   return cw__respond_handle(resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_DELETE_ARRAY_RESPONSE, future);
 }
 
@@ -489,14 +521,14 @@ static cw_status_t cw__destruct(cw_proxy_session_t* s, const CwIfrt__IfrtRequest
   for (size_t i = 0; i < r->n_array_handle; i++) {
     cw_proxy_array_free(s, cw_proxy_table_remove(&s->arrays, r->array_handle[i]));
   }
-  return cw__respond(resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_DESTRUCT_ARRAY_RESPONSE, false, 0);
+  return cw_proxy_respond(resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_DESTRUCT_ARRAY_RESPONSE, false, 0);
 }
 
 static cw_status_t cw__check_future(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
                                     CwIfrt__IfrtResponse* resp) {
   CW_RETURN_IF_ERROR(cw_proxy_future_take(s, req->check_future_request->future_handle),
                      "CheckFuture");
-  return cw__respond(resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_CHECK_FUTURE_RESPONSE, false, 0);
+  return cw_proxy_respond(resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_CHECK_FUTURE_RESPONSE, false, 0);
 }
 
 cw_status_t cw_proxy_array_handle(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,

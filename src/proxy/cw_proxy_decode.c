@@ -39,6 +39,16 @@ cw_status_t cw_proxy_dtype(int32_t kind, cw_proxy_dtype_t* out) {
   return cw_ok_status();
 }
 
+cw_status_t cw_proxy_dtype_kind(PJRT_Buffer_Type type, int32_t* out_kind) {
+  for (size_t k = 0; k < sizeof(cw__dtypes) / sizeof(cw__dtypes[0]); k++) {
+    if (cw__dtypes[k].width && cw__dtypes[k].pjrt == type) {
+      *out_kind = (int32_t)k;
+      return cw_ok_status();
+    }
+  }
+  return cw_make_status(CW_UNIMPLEMENTED, "PJRT buffer type %d has no IFRT dtype here", (int)type);
+}
+
 // The devices of a sharding, and whether each holds the whole array.
 // Unknown kinds: UNIMPLEMENTED, named. *out_ids is the caller's to free.
 cw_status_t cw_proxy_sharding_devices(const CwIfrt__Sharding* sh, int32_t** out_ids,

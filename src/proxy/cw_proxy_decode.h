@@ -19,6 +19,9 @@ typedef struct cw_proxy_dtype_s {
 // for kinds without a PJRT buffer type (token, opaque, string).
 CW_MUST_USE cw_status_t cw_proxy_dtype(int32_t kind, cw_proxy_dtype_t* out_dtype);
 
+// The IFRT DType kind of a PJRT buffer type.
+CW_MUST_USE cw_status_t cw_proxy_dtype_kind(PJRT_Buffer_Type type, int32_t* out_kind);
+
 // Bytes of a dense array of `dims`; `strides` (NULL: none given) must be
 // dense major-to-minor (others: UNIMPLEMENTED), except where they cannot
 // matter (dimensions of 1, arrays without elements).

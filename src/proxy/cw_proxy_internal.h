@@ -25,6 +25,7 @@ typedef enum cw_proxy_call_kind_e {
 } cw_proxy_call_kind_t;
 
 typedef struct cw_proxy_shard_s cw_proxy_shard_t;
+typedef struct cw_proxy_exe_s cw_proxy_exe_t;
 
 typedef struct cw_proxy_array_s {
   int32_t dtype;  // IFRT DType kind (XLA PrimitiveType)
@@ -82,6 +83,7 @@ typedef struct cw_proxy_session_s {
   cw_status_t client_status;  // why there is no client
   cw_proxy_table_t arrays;    // handle -> cw_proxy_array_t
   cw_proxy_table_t futures;   // handle -> cw_status_t box (resolved futures)
+  cw_proxy_table_t exes;      // handle -> cw_proxy_exe_t
   uint64_t next_handle;
 } cw_proxy_session_t;
 
@@ -117,9 +119,10 @@ void cw_proxy_session_free(cw_proxy_session_t* s);
 // Session thread: queues a response whose metadata the caller filled.
 void cw_proxy_session_respond(cw_proxy_session_t* s, CwIfrt__IfrtResponse* response);
 
-// Session thread: a resolved future with status `st` (taken); its handle.
+// Session thread: a resolved future with status `st` (taken) under
+// `handle` (0: one of the proxy's); its handle.
 CW_MUST_USE cw_status_t cw_proxy_future_put(cw_proxy_session_t* s, cw_status_t st,
-                                            uint64_t* out_handle);
+                                            uint64_t handle, uint64_t* out_handle);
 // Session thread: the future's status, and the future is gone.
 CW_MUST_USE cw_status_t cw_proxy_future_take(cw_proxy_session_t* s, uint64_t handle);
 
@@ -169,5 +172,25 @@ void cw_proxy_array_response_free(CwIfrt__IfrtResponse* resp);
 void cw_proxy_array_free(cw_proxy_session_t* s, cw_proxy_array_t* a);
 // Every array of the session (its end).
 void cw_proxy_arrays_free(cw_proxy_session_t* s);
+// Sets the response to kind `kase`: a message of that kind, empty or, with
+// `with_handle`, whose field 1 is the fixed64 `handle`. Freed by
+// cw_proxy_array_response_free.
+CW_MUST_USE cw_status_t cw_proxy_respond(CwIfrt__IfrtResponse* resp, int kase, bool with_handle,
+                                         uint64_t handle);
+// The buffer of `a`'s shard on `device_id` (NULL: none there).
+PJRT_Buffer* cw_proxy_array_buffer_on(const cw_proxy_array_t* a, int32_t device_id);
+// A new single-device array under `handle` over `buffer` (taken on success).
+CW_MUST_USE cw_status_t cw_proxy_array_adopt(cw_proxy_session_t* s, uint64_t handle,
+                                             PJRT_Buffer* buffer, int32_t device_id,
+                                             cw_proxy_array_t** out_array);
+
+// Compile and execute (cw_proxy_exec.c): Compile, LoadedExecutable
+// Metadata, Execute, Delete, IsDeleted, Destruct.
+CW_MUST_USE cw_status_t cw_proxy_exec_handle(cw_proxy_session_t* s,
+                                             const CwIfrt__IfrtRequest* req,
+                                             CwIfrt__IfrtResponse* resp);
+void cw_proxy_exec_response_free(CwIfrt__IfrtResponse* resp);
+void cw_proxy_exe_free(cw_proxy_session_t* s, cw_proxy_exe_t* e);
+void cw_proxy_exes_free(cw_proxy_session_t* s);
 
 #endif  // CW_PROXY_INTERNAL_H_

@@ -16,6 +16,7 @@ typedef struct cw__family_s {
 } cw__family_t;
 
 #define CW__ARRAY {cw_proxy_array_handle, cw_proxy_array_response_free}
+#define CW__EXEC {cw_proxy_exec_handle, cw_proxy_exec_response_free}
 static const cw__family_t cw__families[] = {
     [CW_IFRT__IFRT_REQUEST__REQUEST_INIT_REQUEST] = {cw_proxy_init, cw_proxy_init_free},
     [CW_IFRT__IFRT_REQUEST__REQUEST_MAKE_ARRAY_FROM_HOST_BUFFER_REQUEST] = CW__ARRAY,
@@ -29,18 +30,26 @@ static const cw__family_t cw__families[] = {
     [CW_IFRT__IFRT_REQUEST__REQUEST_IS_ARRAY_DELETED_REQUEST] = CW__ARRAY,
     [CW_IFRT__IFRT_REQUEST__REQUEST_DESTRUCT_ARRAY_REQUEST] = CW__ARRAY,
     [CW_IFRT__IFRT_REQUEST__REQUEST_CHECK_FUTURE_REQUEST] = CW__ARRAY,
+    [CW_IFRT__IFRT_REQUEST__REQUEST_COMPILE_REQUEST] = CW__EXEC,
+    [CW_IFRT__IFRT_REQUEST__REQUEST_LOADED_EXECUTABLE_METADATA_REQUEST] = CW__EXEC,
+    [CW_IFRT__IFRT_REQUEST__REQUEST_LOADED_EXECUTABLE_EXECUTE_REQUEST] = CW__EXEC,
+    [CW_IFRT__IFRT_REQUEST__REQUEST_LOADED_EXECUTABLE_DELETE_REQUEST] = CW__EXEC,
+    [CW_IFRT__IFRT_REQUEST__REQUEST_LOADED_EXECUTABLE_IS_DELETED_REQUEST] = CW__EXEC,
+    [CW_IFRT__IFRT_REQUEST__REQUEST_LOADED_EXECUTABLE_DESTRUCT_REQUEST] = CW__EXEC,
+    [CW_IFRT__IFRT_REQUEST__REQUEST_GET_DEFAULT_LAYOUT_REQUEST] = CW__EXEC,
 };
 
 // --- Futures: the proxy answers in order, so a future is resolved when made.
 
-cw_status_t cw_proxy_future_put(cw_proxy_session_t* s, cw_status_t st, uint64_t* out_handle) {
+cw_status_t cw_proxy_future_put(cw_proxy_session_t* s, cw_status_t st, uint64_t handle,
+                                uint64_t* out_handle) {
   cw_status_t* box = malloc(sizeof(*box));
   if (!box) {
     cw_status_free(st);
     return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   }
   *box = st;
-  uint64_t h = (1ull << 63) | ++s->next_handle;
+  uint64_t h = handle ? handle : (1ull << 63) | ++s->next_handle;
   cw_status_t pst = cw_proxy_table_put(&s->futures, h, box);
   if (pst) {
     cw_status_free(st);
@@ -200,6 +209,7 @@ static void* cw__main(void* arg) {
   }
   // Objects go before the client that made them.
   cw_proxy_arrays_free(s);
+  cw_proxy_exes_free(s);
   cw_proxy_table_each(&s->futures, cw__future_free, NULL);
   cw_proxy_table_deinitialize(&s->futures);
   cw__client_destroy(s);

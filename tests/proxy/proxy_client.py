@@ -6,6 +6,10 @@ test can look at the cluster while the session is open) and exits.
 Usage: proxy_client.py HOST:PORT [report|arrays]
 
 report: the devices, memories and what a computation answers.
+compute: jitted programs on one device of the proxy against the same
+         programs on stock JAX's CPU backend in this process: elementwise,
+         matmul, reductions, random numbers, control flow and 20 steps of
+         training a small MLP (losses compared step by step).
 arrays: round trips of arrays (dtypes, a single device, replicated, split
         over devices, 64 MiB) compared with the numpy arrays they came from.
 """
@@ -25,11 +29,12 @@ def _client():
 
 
 register_backend_factory("proxy", _client, priority=-1)
-jax.config.update("jax_platforms", "proxy")
-
 mode = sys.argv[2] if len(sys.argv) > 2 else "report"
+# compute: stock JAX's own CPU backend beside the proxy, for reference results.
+jax.config.update("jax_platforms", "proxy,cpu" if mode == "compute" else "proxy")
+
 out = {}
-devices = jax.devices()
+devices = jax.devices("proxy")
 if mode == "arrays":
     import ml_dtypes
     import numpy as np
@@ -73,6 +78,74 @@ out["devices"] = [{"id": d.id, "kind": d.device_kind, "platform": d.platform,
                    "memories": sorted(m.kind for m in d.addressable_memories()),
                    "default_memory": d.default_memory().kind} for d in devices]
 client = devices[0].client
+if mode == "compute":
+    import jax.numpy as jnp
+    import numpy as np
+
+    cpu = jax.devices("cpu")[0]
+    proxy_dev = devices[1]
+
+    def both(fn, *args):
+        """fn's results on the proxy's device and on stock CPU, as numpy (the
+        inputs are committed to the device, so the program runs there)."""
+        on = lambda d: jax.jit(fn)(*[jax.device_put(a, d) for a in args])  # noqa: E731
+        return np.asarray(on(proxy_dev)), np.asarray(on(cpu))
+
+    x = np.linspace(-3, 3, 64, dtype=np.float32).reshape(8, 8)
+    progs = {
+        "elementwise": (lambda a: jnp.tanh(a) * 2 + jnp.exp(-a * a), x),
+        "matmul": (lambda a: a @ a.T + 1, x),
+        "reductions": (lambda a: jnp.stack([a.sum(0), a.max(1), a.mean(0)]), x),
+        "random": (lambda k: jax.random.normal(jax.random.wrap_key_data(k), (16,)),
+                   np.asarray(jax.random.key_data(jax.random.key(3)))),
+        "while": (lambda a: jax.lax.fori_loop(0, 10, lambda i, c: c * 0.5 + i, a), x),
+        "int": (lambda a: (a.astype(jnp.int32) * 7) % 5, x),
+    }
+    results = {}
+    for name, (fn, arg) in progs.items():
+        got, want = both(fn, arg)
+        results[name] = bool(got.shape == want.shape and np.array_equal(got, want))
+
+    # A small MLP trained for 20 steps, one device.
+    rng = np.random.RandomState(0)
+    xs = rng.randn(64, 16).astype(np.float32)
+    ys = rng.randn(64, 4).astype(np.float32)
+    params0 = [rng.randn(16, 32).astype(np.float32) * 0.1, np.zeros(32, np.float32),
+               rng.randn(32, 4).astype(np.float32) * 0.1, np.zeros(4, np.float32)]
+
+    def loss(p, a, b):
+        h = jnp.tanh(a @ p[0] + p[1])
+        return jnp.mean((h @ p[2] + p[3] - b) ** 2)
+
+    def step(p, a, b):
+        l, g = jax.value_and_grad(loss)(p, a, b)
+        return [w - 0.1 * gw for w, gw in zip(p, g)], l
+
+    losses = {}
+    for where, dev in (("proxy", proxy_dev), ("cpu", cpu)):
+        f = jax.jit(step)
+        p = [jax.device_put(w, dev) for w in params0]
+        a, b = jax.device_put(xs, dev), jax.device_put(ys, dev)
+        ls = []
+        for _ in range(20):
+            p, l = f(p, a, b)
+            ls.append(float(l))
+        losses[where] = ls
+    results["mlp_losses_equal"] = losses["proxy"] == losses["cpu"]
+    # Programs over several devices are refused by name (not served yet).
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    mesh = Mesh(np.array(devices[:2]), ("x",))
+    try:
+        jax.jit(lambda a: a * 2)(jax.device_put(np.arange(4.0), NamedSharding(mesh, P("x"))))
+        out["multi_device"] = "ran"
+    except Exception as e:  # noqa: BLE001
+        out["multi_device"] = str(e).splitlines()[0]
+    results["mlp_learns"] = losses["proxy"][-1] < losses["proxy"][0]
+    out["checks"] = results
+    out["losses"] = losses["proxy"]
+    print(json.dumps(out), flush=True)
+    sys.stdin.readline()
+    sys.exit(0)
 out["platform_version"] = client.platform_version
 out["runtime_type"] = client.runtime_type
 try:

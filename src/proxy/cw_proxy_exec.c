@@ -1,0 +1,546 @@
+// Compile and execute: an IFRT HloProgram is compiled by the session's PJRT
+// client (the causeway plugin: the controller's compile service, compile
+// once, cache) and run on its devices (the island's scheduler orders it).
+// Programs over one device are served; over several, outputs need their
+// shardings' global shapes, which come next.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cw_log.h"
+#include "cw_proxy_decode.h"
+#include "cw_proxy_internal.h"
+
+#define CW__HLO_PROGRAM "xla::ifrt::XlaProgram"
+#define CW__XLA_OPTIONS "xla::ifrt::XlaCompileOptions"
+
+struct cw_proxy_exe_s {
+  PJRT_LoadedExecutable* loaded;
+  PJRT_Executable* exe;
+  size_t num_outputs;
+  size_t n;  // addressable devices
+  PJRT_Device** devices;
+  int32_t* device_ids;
+  bool deleted;
+};
+
+#define CW__ARGS(type, last) .struct_size = CW_PJRT_STRUCT_SIZE(type, last)
+
+void cw_proxy_exe_free(cw_proxy_session_t* s, cw_proxy_exe_t* e) {
+  if (!e) return;
+  const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
+  if (e->exe) {
+    PJRT_Executable_Destroy_Args d = {CW__ARGS(PJRT_Executable_Destroy_Args, executable),
+                                      .executable = e->exe};
+    cw_status_free(CW_PROXY_PJRT_CALL(p, PJRT_Executable_Destroy, &d));
+  }
+  if (e->loaded) {
+    PJRT_LoadedExecutable_Destroy_Args d = {
+        CW__ARGS(PJRT_LoadedExecutable_Destroy_Args, executable), .executable = e->loaded};
+    cw_status_free(CW_PROXY_PJRT_CALL(p, PJRT_LoadedExecutable_Destroy, &d));
+  }
+  free(e->devices);
+  free(e->device_ids);
+  free(e);
+}
+
+static void cw__exe_free_each(void* user, uint64_t key, void* value) {
+  cw_proxy_exe_free(user, value);
+}
+
+void cw_proxy_exes_free(cw_proxy_session_t* s) {
+  cw_proxy_table_each(&s->exes, cw__exe_free_each, s);
+  cw_proxy_table_deinitialize(&s->exes);
+}
+
+static cw_status_t cw__exe_get(cw_proxy_session_t* s, uint64_t handle, cw_proxy_exe_t** out) {
+  cw_proxy_exe_t* e = cw_proxy_table_get(&s->exes, handle);
+  if (!e) return cw_make_status(CW_NOT_FOUND, "no executable with handle %llu in this session",
+                                (unsigned long long)handle);
+  if (e->deleted) return cw_make_status(CW_FAILED_PRECONDITION, "executable %llu was deleted",
+                                        (unsigned long long)handle);
+  *out = e;
+  return cw_ok_status();
+}
+
+// The CompileOptionsProto inside the request's XlaCompileOptions (borrowed
+// from *out_unpacked, which the caller frees).
+static cw_status_t cw__options(const CwIfrt__Serialized* ser, CwIfrt__XlaCompileOptions** out) {
+  *out = NULL;
+  if (!ser || !ser->type_name || strcmp(ser->type_name, CW__XLA_OPTIONS)) {
+    return cw_make_status(CW_UNIMPLEMENTED, "compile options of type %s are not served",
+                          ser && ser->type_name ? ser->type_name : "(none)");
+  }
+  *out = cw_ifrt__xla_compile_options__unpack(NULL, ser->has_data ? ser->data.len : 0,
+                                              ser->data.data);
+  if (!*out) return cw_make_status(CW_INVALID_ARGUMENT, "%s does not decode", CW__XLA_OPTIONS);
+  return cw_ok_status();
+}
+
+// What the client needs of a compiled executable.
+static cw_status_t cw__describe(cw_proxy_session_t* s, cw_proxy_exe_t* e) {
+  const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
+  PJRT_LoadedExecutable_GetExecutable_Args g = {
+      CW__ARGS(PJRT_LoadedExecutable_GetExecutable_Args, executable),
+      .loaded_executable = e->loaded};
+  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_LoadedExecutable_GetExecutable, &g), "compile");
+  e->exe = g.executable;
+  PJRT_Executable_NumOutputs_Args no = {CW__ARGS(PJRT_Executable_NumOutputs_Args, num_outputs),
+                                        .executable = e->exe};
+  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Executable_NumOutputs, &no), "compile");
+  e->num_outputs = no.num_outputs;
+  PJRT_LoadedExecutable_AddressableDevices_Args ad = {
+      CW__ARGS(PJRT_LoadedExecutable_AddressableDevices_Args, num_addressable_devices),
+      .executable = e->loaded};
+  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_LoadedExecutable_AddressableDevices, &ad),
+                     "compile");
+  e->n = ad.num_addressable_devices;
+  e->devices = calloc(e->n ? e->n : 1, sizeof(*e->devices));
+  e->device_ids = calloc(e->n ? e->n : 1, sizeof(*e->device_ids));
+  if (!e->devices || !e->device_ids) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  for (size_t i = 0; i < e->n; i++) {
+    e->devices[i] = ad.addressable_devices[i];
+    PJRT_Device_GetDescription_Args dd = {
+        CW__ARGS(PJRT_Device_GetDescription_Args, device_description),
+        .device = ad.addressable_devices[i]};
+    CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Device_GetDescription, &dd), "compile");
+    PJRT_DeviceDescription_Id_Args id = {CW__ARGS(PJRT_DeviceDescription_Id_Args, id),
+                                         .device_description = dd.device_description};
+    CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_DeviceDescription_Id, &id), "compile");
+    e->device_ids[i] = id.id;
+  }
+  return cw_ok_status();
+}
+
+typedef struct cw__compiled_s {
+  CwIfrt__CompileResponse r;
+  char* name;
+  uint8_t* fingerprint;
+} cw__compiled_t;
+
+static cw_status_t cw__compile(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
+                               CwIfrt__IfrtResponse* resp) {
+  const CwIfrt__CompileRequest* r = req->compile_request;
+  const CwIfrt__Serialized* prog = r->program;
+  if (!prog || !prog->type_name || strcmp(prog->type_name, CW__HLO_PROGRAM)) {
+    return cw_make_status(CW_UNIMPLEMENTED, "Compile: programs of type %s are not served",
+                          prog && prog->type_name ? prog->type_name : "(none)");
+  }
+  if (r->n_host_callbacks) {
+    return cw_make_status(CW_UNIMPLEMENTED, "Compile: host callbacks through the proxy are not "
+                          "served yet (%zu in this program)", r->n_host_callbacks);
+  }
+  CwIfrt__XlaCompileOptions* opts;
+  CW_RETURN_IF_ERROR(cw__options(r->compile_options, &opts), "Compile");
+
+  const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
+  PJRT_Program program = {.struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Program, format_size),
+                          .code = (char*)prog->data.data, .code_size = prog->data.len,
+                          .format = "mlir", .format_size = 4};
+  PJRT_Client_Compile_Args c = {
+      CW__ARGS(PJRT_Client_Compile_Args, executable), .client = s->client, .program = &program,
+      .compile_options = (const char*)opts->compile_options.data,
+      .compile_options_size = opts->has_compile_options ? opts->compile_options.len : 0};
+  cw_status_t st = CW_PROXY_PJRT_CALL(p, PJRT_Client_Compile, &c);
+  cw_ifrt__xla_compile_options__free_unpacked(opts, NULL);
+  CW_RETURN_IF_ERROR(st, "Compile");
+  cw_proxy_exe_t* e = calloc(1, sizeof(*e));
+  if (!e) {
+    PJRT_LoadedExecutable_Destroy_Args d = {
+        CW__ARGS(PJRT_LoadedExecutable_Destroy_Args, executable), .executable = c.executable};
+    cw_status_free(CW_PROXY_PJRT_CALL(p, PJRT_LoadedExecutable_Destroy, &d));
+    return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  e->loaded = c.executable;
+  uint64_t handle = (1ull << 63) | ++s->next_handle;
+  st = cw__describe(s, e);
+  if (!st) st = cw_proxy_table_put(&s->exes, handle, e);
+  if (st) {
+    cw_proxy_exe_free(s, e);
+    return cw_status_annotate(st, "Compile");
+  }
+  cw__compiled_t* out = calloc(1, sizeof(*out));
+  if (!out) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  cw_ifrt__compile_response__init(&out->r);
+  resp->response_case = CW_IFRT__IFRT_RESPONSE__RESPONSE_COMPILE_RESPONSE;
+  resp->compile_response = &out->r;
+  out->r.has_loaded_executable_handle = out->r.has_num_devices = true;
+  out->r.loaded_executable_handle = handle;
+  out->r.num_devices = (int32_t)e->n;
+  out->r.device_ids = out->r.addressable_device_ids = e->device_ids;
+  out->r.n_device_ids = out->r.n_addressable_device_ids = e->n;
+  PJRT_Executable_Name_Args nm = {CW__ARGS(PJRT_Executable_Name_Args, executable_name_size),
+                                  .executable = e->exe};
+  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Executable_Name, &nm), "Compile");
+  out->name = strndup(nm.executable_name, nm.executable_name_size);
+  out->r.name = out->name ? out->name : "";
+  PJRT_Executable_Fingerprint_Args fp = {
+      CW__ARGS(PJRT_Executable_Fingerprint_Args, executable_fingerprint_size),
+      .executable = e->exe};
+  cw_status_t fst = CW_PROXY_PJRT_CALL(p, PJRT_Executable_Fingerprint, &fp);
+  if (!fst && fp.executable_fingerprint) {
+    out->fingerprint = malloc(fp.executable_fingerprint_size + 1);
+    if (out->fingerprint) {
+      memcpy(out->fingerprint, fp.executable_fingerprint, fp.executable_fingerprint_size);
+      out->r.fingerprint_case = CW_IFRT__COMPILE_RESPONSE__FINGERPRINT_FINGERPRINT_VALUE;
+      out->r.fingerprint_value.data = out->fingerprint;
+      out->r.fingerprint_value.len = fp.executable_fingerprint_size;
+    }
+  }
+  cw_status_free(fst);
+  uint64_t ready;
+  CW_RETURN_IF_ERROR(cw_proxy_future_put(s, cw_ok_status(), 0, &ready), "Compile");
+  out->r.has_ready_future_handle = true;
+  out->r.ready_future_handle = ready;
+  return cw_ok_status();
+}
+
+typedef struct cw__metadata_s {
+  CwIfrt__LoadedExecutableMetadataResponse r;
+  CwIfrt__LoadedExecutableMetadataResponse__OutputMemoryKind kinds;
+  CwIfrt__LoadedExecutableMetadataResponse__MemoryKindList list;
+  CwIfrt__LoadedExecutableMetadataResponse__MemoryKindList* lists[1];
+  char** names;
+  size_t n_names;
+  CwIfrt__StatusProto layouts_error;
+} cw__metadata_t;
+
+static cw_status_t cw__metadata(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
+                                CwIfrt__IfrtResponse* resp) {
+  cw_proxy_exe_t* e;
+  CW_RETURN_IF_ERROR(cw__exe_get(s, req->loaded_executable_metadata_request->loaded_executable_handle,
+                                 &e), "LoadedExecutableMetadata");
+  cw__metadata_t* out = calloc(1, sizeof(*out));
+  if (!out) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  cw_ifrt__loaded_executable_metadata_response__init(&out->r);
+  resp->response_case = CW_IFRT__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_METADATA_RESPONSE;
+  resp->loaded_executable_metadata_response = &out->r;
+  // Layouts: the client then uses the default ones, as for PJRT clients
+  // that do not say.
+  cw_ifrt__status_proto__init(&out->layouts_error);
+  out->layouts_error.has_code = true;
+  out->layouts_error.code = CW_UNIMPLEMENTED;
+  out->layouts_error.message = "causeway-proxy does not report layouts";
+  out->r.parameter_layouts_case =
+      CW_IFRT__LOADED_EXECUTABLE_METADATA_RESPONSE__PARAMETER_LAYOUTS_PARAMETER_LAYOUTS_ERROR;
+  out->r.parameter_layouts_error = &out->layouts_error;
+  out->r.output_layouts_case =
+      CW_IFRT__LOADED_EXECUTABLE_METADATA_RESPONSE__OUTPUT_LAYOUTS_OUTPUT_LAYOUTS_ERROR;
+  out->r.output_layouts_error = &out->layouts_error;
+  PJRT_Executable_OutputMemoryKinds_Args mk = {
+      CW__ARGS(PJRT_Executable_OutputMemoryKinds_Args, memory_kind_sizes), .executable = e->exe};
+  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(&s->proxy->pjrt, PJRT_Executable_OutputMemoryKinds, &mk),
+                     "LoadedExecutableMetadata");
+  out->names = calloc(mk.num_outputs ? mk.num_outputs : 1, sizeof(*out->names));
+  if (!out->names) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  for (size_t i = 0; i < mk.num_outputs; i++) {
+    out->names[i] = strndup(mk.memory_kinds[i], mk.memory_kind_sizes[i]);
+    if (!out->names[i]) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+    out->n_names++;
+  }
+  cw_ifrt__loaded_executable_metadata_response__memory_kind_list__init(&out->list);
+  out->list.memory_kinds = out->names;
+  out->list.n_memory_kinds = out->n_names;
+  out->lists[0] = &out->list;
+  cw_ifrt__loaded_executable_metadata_response__output_memory_kind__init(&out->kinds);
+  out->kinds.memory_kind_lists = out->lists;
+  out->kinds.n_memory_kind_lists = 1;
+  out->r.output_memory_kinds = &out->kinds;
+  return cw_ok_status();
+}
+
+typedef struct cw__executed_s {
+  CwIfrt__LoadedExecutableExecuteResponse r;
+  CwIfrt__LoadedExecutableExecuteResponse__Output* outs;
+  CwIfrt__LoadedExecutableExecuteResponse__Output** out_ptrs;
+  CwIfrt__DType* dtypes;
+  CwIfrt__Shape* shapes;
+  CwIfrt__Sharding* shardings;
+  CwIfrt__Serialized* serialized;
+  uint8_t** sharding_bytes;
+  size_t n;
+} cw__executed_t;
+
+// A SingleDeviceSharding of `device_id` as the client reads it.
+static cw_status_t cw__single_sharding(int32_t device_id, CwIfrt__Sharding* sh,
+                                       CwIfrt__Serialized* ser, uint8_t** out_bytes) {
+  CwIfrt__SingleDeviceSharding sd = CW_IFRT__SINGLE_DEVICE_SHARDING__INIT;
+  sd.has_device_id = true;
+  sd.device_id = device_id;
+  size_t len = cw_ifrt__single_device_sharding__get_packed_size(&sd);
+  *out_bytes = malloc(len ? len : 1);
+  if (!*out_bytes) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  cw_ifrt__single_device_sharding__pack(&sd, *out_bytes);
+  cw_ifrt__serialized__init(ser);
+  ser->type_name = "xla::ifrt::SingleDeviceSharding";
+  ser->has_data = true;
+  ser->data.data = *out_bytes;
+  ser->data.len = len;
+  cw_ifrt__sharding__init(sh);
+  sh->serialized_sharding = ser;
+  return cw_ok_status();
+}
+
+static cw_status_t cw__execute(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
+                               CwIfrt__IfrtResponse* resp) {
+  const CwIfrt__LoadedExecutableExecuteRequest* r = req->loaded_executable_execute_request;
+  cw_proxy_exe_t* e;
+  CW_RETURN_IF_ERROR(cw__exe_get(s, r->loaded_executable_handle, &e), "Execute");
+  if (e->n != 1) {
+    return cw_make_status(CW_UNIMPLEMENTED, "Execute: programs over %zu devices are not served "
+                          "through the proxy yet (one device is)", e->n);
+  }
+  if (r->n_result_array_handle && r->n_result_array_handle != e->num_outputs) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "Execute: %zu result handles for %zu outputs",
+                          r->n_result_array_handle, e->num_outputs);
+  }
+  size_t na = r->n_args_handles;
+  PJRT_Buffer** args = calloc(na ? na : 1, sizeof(*args));
+  int64_t* keep = calloc(na ? na : 1, sizeof(*keep));
+  PJRT_Buffer** outs = calloc(e->num_outputs ? e->num_outputs : 1, sizeof(*outs));
+  cw_status_t st = args && keep && outs ? cw_ok_status()
+                                        : cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  for (size_t i = 0; !st && i < na; i++) {
+    cw_proxy_array_t* a = cw_proxy_table_get(&s->arrays, r->args_handles[i]);
+    if (!a || a->deleted) {
+      st = cw_make_status(CW_NOT_FOUND, "Execute: argument %zu: no array with handle %llu", i,
+                          (unsigned long long)r->args_handles[i]);
+      break;
+    }
+    PJRT_Buffer* b = cw_proxy_array_buffer_on(a, e->device_ids[0]);
+    if (!b) {
+      st = cw_make_status(CW_INVALID_ARGUMENT, "Execute: argument %zu has no shard on device %d",
+                          i, e->device_ids[0]);
+    }
+    args[i] = b;
+    keep[i] = (int64_t)i;  // the arrays stay valid: no input is donated
+  }
+  const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
+  if (!st) {
+    PJRT_ExecuteOptions o = {.struct_size = sizeof(PJRT_ExecuteOptions),
+                             .launch_id = r->execute_options ? r->execute_options->launch_id : 0,
+                             .non_donatable_input_indices = keep,
+                             .num_non_donatable_input_indices = na};
+    PJRT_Buffer* const* arg_lists[1] = {args};
+    PJRT_Buffer** out_lists[1] = {outs};
+    PJRT_LoadedExecutable_Execute_Args x = {
+        CW__ARGS(PJRT_LoadedExecutable_Execute_Args, execute_device), .executable = e->loaded,
+        .options = &o, .argument_lists = arg_lists, .num_devices = 1, .num_args = na,
+        .output_lists = out_lists};
+    st = CW_PROXY_PJRT_CALL(p, PJRT_LoadedExecutable_Execute, &x);
+  }
+  free(args);
+  free(keep);
+  cw__executed_t* out = st ? NULL : calloc(1, sizeof(*out));
+  if (!st && !out) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  size_t no = e->num_outputs;
+  if (!st) {
+    out->outs = calloc(no ? no : 1, sizeof(*out->outs));
+    out->out_ptrs = calloc(no ? no : 1, sizeof(*out->out_ptrs));
+    out->dtypes = calloc(no ? no : 1, sizeof(*out->dtypes));
+    out->shapes = calloc(no ? no : 1, sizeof(*out->shapes));
+    out->shardings = calloc(no ? no : 1, sizeof(*out->shardings));
+    out->serialized = calloc(no ? no : 1, sizeof(*out->serialized));
+    out->sharding_bytes = calloc(no ? no : 1, sizeof(*out->sharding_bytes));
+    if (!out->outs || !out->out_ptrs || !out->dtypes || !out->shapes || !out->shardings ||
+        !out->serialized || !out->sharding_bytes) {
+      st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    cw_ifrt__loaded_executable_execute_response__init(&out->r);
+    resp->response_case = CW_IFRT__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_EXECUTE_RESPONSE;
+    resp->loaded_executable_execute_response = &out->r;
+  }
+  for (size_t i = 0; !st && i < no; i++) {
+    uint64_t h = r->n_result_array_handle ? r->result_array_handle[i]
+                                          : (1ull << 63) | ++s->next_handle;
+    cw_proxy_array_t* a;
+    st = cw_proxy_array_adopt(s, h, outs[i], e->device_ids[0], &a);
+    if (st) break;
+    outs[i] = NULL;  // the array's now
+    CwIfrt__LoadedExecutableExecuteResponse__Output* o = &out->outs[i];
+    cw_ifrt__loaded_executable_execute_response__output__init(o);
+    cw_ifrt__dtype__init(&out->dtypes[i]);
+    out->dtypes[i].has_kind = true;
+    out->dtypes[i].kind = a->dtype;
+    cw_ifrt__shape__init(&out->shapes[i]);
+    out->shapes[i].dims = a->dims;
+    out->shapes[i].n_dims = a->rank;
+    st = cw__single_sharding(e->device_ids[0], &out->shardings[i], &out->serialized[i],
+                             &out->sharding_bytes[i]);
+    o->dtype = &out->dtypes[i];
+    o->shape = &out->shapes[i];
+    o->sharding = &out->shardings[i];
+    o->has_array_handle = true;
+    o->array_handle = h;
+    out->out_ptrs[i] = o;
+    out->n = i + 1;
+  }
+  for (size_t i = 0; i < no && outs; i++) cw_proxy_pjrt_buffer_destroy(p, outs[i]);
+  free(outs);
+  if (st) return cw_status_annotate(st, "Execute");
+  out->r.outputs = out->out_ptrs;
+  out->r.n_outputs = no;
+  // A status future only when asked for (fill_status), under the client's
+  // handle when it chose one.
+  bool fill = r->execute_options && r->execute_options->fill_status;
+  if (!fill) {
+    // Errors of the launch reach the outputs (their buffers are poisoned).
+  } else {
+    uint64_t status_handle;
+    CW_RETURN_IF_ERROR(cw_proxy_future_put(s, cw_ok_status(), r->result_status_handle,
+                                           &status_handle), "Execute");
+    if (!r->result_status_handle) {
+      out->r.has_status_handle = true;
+      out->r.status_handle = status_handle;
+    }
+  }
+  return cw_ok_status();
+}
+
+typedef struct cw__layout_s {
+  CwIfrt__GetDefaultLayoutResponse r;
+  uint8_t* bytes;
+} cw__layout_t;
+
+// The dense major-to-minor layout, which is what the CPU plugin's arrays
+// have (layouts of other plugins are not reported yet), in the text form a
+// PJRT layout is serialized as: "{1,0}".
+static cw_status_t cw__default_layout(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
+                                      CwIfrt__IfrtResponse* resp) {
+  const CwIfrt__GetDefaultLayoutRequest* r = req->get_default_layout_request;
+  if (r->n_dims > CW_PROXY_MAX_RANK) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "GetDefaultLayout: rank %zu is over %d", r->n_dims,
+                          CW_PROXY_MAX_RANK);
+  }
+  cw__layout_t* out = calloc(1, sizeof(*out));
+  uint8_t* text = malloc(4 * CW_PROXY_MAX_RANK + 3);
+  if (!out || !text) {
+    free(out);
+    free(text);
+    return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  size_t len = 0;
+  text[len++] = '{';
+  for (size_t i = 0; i < r->n_dims; i++) {
+    len += (size_t)sprintf((char*)text + len, i ? ",%zu" : "%zu", r->n_dims - 1 - i);
+  }
+  text[len++] = '}';
+  cw_ifrt__get_default_layout_response__init(&out->r);
+  out->bytes = text;
+  out->r.has_serialized_pjrt_layout = true;
+  out->r.serialized_pjrt_layout.data = text;
+  out->r.serialized_pjrt_layout.len = len;
+  resp->response_case = CW_IFRT__IFRT_RESPONSE__RESPONSE_GET_DEFAULT_LAYOUT_RESPONSE;
+  resp->get_default_layout_response = &out->r;
+  return cw_ok_status();
+}
+
+static cw_status_t cw__exe_delete(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
+                                  CwIfrt__IfrtResponse* resp) {
+  uint64_t h = req->loaded_executable_delete_request->loaded_executable_handle;
+  cw_proxy_exe_t* e;
+  CW_RETURN_IF_ERROR(cw__exe_get(s, h, &e), "LoadedExecutableDelete");
+  PJRT_LoadedExecutable_Delete_Args d = {CW__ARGS(PJRT_LoadedExecutable_Delete_Args, executable),
+                                         .executable = e->loaded};
+  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(&s->proxy->pjrt, PJRT_LoadedExecutable_Delete, &d),
+                     "LoadedExecutableDelete");
+  e->deleted = true;
+  uint64_t future;
+  CW_RETURN_IF_ERROR(cw_proxy_future_put(s, cw_ok_status(), 0, &future), "LoadedExecutableDelete");
+  return cw_proxy_respond(resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_DELETE_RESPONSE,
+                          true, future);
+}
+
+static cw_status_t cw__exe_is_deleted(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
+                                      CwIfrt__IfrtResponse* resp) {
+  uint64_t h = req->loaded_executable_is_deleted_request->loaded_executable_handle;
+  cw_proxy_exe_t* e = cw_proxy_table_get(&s->exes, h);
+  if (!e) return cw_make_status(CW_NOT_FOUND, "no executable with handle %llu in this session",
+                                (unsigned long long)h);
+  CW_RETURN_IF_ERROR(cw_proxy_respond(
+      resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_IS_DELETED_RESPONSE, false, 0),
+      "LoadedExecutableIsDeleted");
+  resp->loaded_executable_is_deleted_response->has_is_deleted = true;
+  resp->loaded_executable_is_deleted_response->is_deleted = e->deleted;
+  return cw_ok_status();
+}
+
+static cw_status_t cw__exe_destruct(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
+                                    CwIfrt__IfrtResponse* resp) {
+  uint64_t h = req->loaded_executable_destruct_request->loaded_executable_handle;
+  cw_proxy_exe_free(s, cw_proxy_table_remove(&s->exes, h));
+  return cw_proxy_respond(
+      resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_DESTRUCT_RESPONSE, false, 0);
+}
+
+cw_status_t cw_proxy_exec_handle(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
+                                 CwIfrt__IfrtResponse* resp) {
+  switch (req->request_case) {
+    case CW_IFRT__IFRT_REQUEST__REQUEST_COMPILE_REQUEST:
+      return cw__compile(s, req, resp);
+    case CW_IFRT__IFRT_REQUEST__REQUEST_LOADED_EXECUTABLE_METADATA_REQUEST:
+      return cw__metadata(s, req, resp);
+    case CW_IFRT__IFRT_REQUEST__REQUEST_LOADED_EXECUTABLE_EXECUTE_REQUEST:
+      return cw__execute(s, req, resp);
+    case CW_IFRT__IFRT_REQUEST__REQUEST_LOADED_EXECUTABLE_DELETE_REQUEST:
+      return cw__exe_delete(s, req, resp);
+    case CW_IFRT__IFRT_REQUEST__REQUEST_LOADED_EXECUTABLE_IS_DELETED_REQUEST:
+      return cw__exe_is_deleted(s, req, resp);
+    case CW_IFRT__IFRT_REQUEST__REQUEST_LOADED_EXECUTABLE_DESTRUCT_REQUEST:
+      return cw__exe_destruct(s, req, resp);
+    case CW_IFRT__IFRT_REQUEST__REQUEST_GET_DEFAULT_LAYOUT_REQUEST:
+      return cw__default_layout(s, req, resp);
+    default:
+      return cw_make_status(CW_INTERNAL, "not an executable request");
+  }
+}
+
+void cw_proxy_exec_response_free(CwIfrt__IfrtResponse* resp) {
+  switch (resp->response_case) {
+    case CW_IFRT__IFRT_RESPONSE__RESPONSE_COMPILE_RESPONSE: {
+      cw__compiled_t* c = (cw__compiled_t*)resp->compile_response;
+      if (c) {
+        free(c->name);
+        free(c->fingerprint);
+        free(c);
+      }
+      break;
+    }
+    case CW_IFRT__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_METADATA_RESPONSE: {
+      cw__metadata_t* m = (cw__metadata_t*)resp->loaded_executable_metadata_response;
+      if (m) {
+        for (size_t i = 0; i < m->n_names; i++) free(m->names[i]);
+        free(m->names);
+        free(m);
+      }
+      break;
+    }
+    case CW_IFRT__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_EXECUTE_RESPONSE: {
+      cw__executed_t* x = (cw__executed_t*)resp->loaded_executable_execute_response;
+      if (x) {
+        for (size_t i = 0; x->sharding_bytes && i < x->n; i++) free(x->sharding_bytes[i]);
+        free(x->sharding_bytes);
+        free(x->serialized);
+        free(x->shardings);
+        free(x->shapes);
+        free(x->dtypes);
+        free(x->out_ptrs);
+        free(x->outs);
+        free(x);
+      }
+      break;
+    }
+    case CW_IFRT__IFRT_RESPONSE__RESPONSE_GET_DEFAULT_LAYOUT_RESPONSE: {
+      cw__layout_t* l = (cw__layout_t*)resp->get_default_layout_response;
+      if (l) {
+        free(l->bytes);
+        free(l);
+      }
+      break;
+    }
+    default:
+      cw_proxy_array_response_free(resp);  // the flat ones
+      return;
+  }
+  resp->response_case = CW_IFRT__IFRT_RESPONSE__RESPONSE__NOT_SET;
+}
