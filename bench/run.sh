@@ -56,6 +56,11 @@ fi
 # the same call without a callback.
 cmake --build build/release --target causeway_pjrt causeway-controller causeway-worker >&2
 .venv/bin/python bench/callback_bench.py "${jax_args[@]}"
+# The IFRT proxy front (causeway-proxy, jaxlib's `proxy` backend) beside the
+# plugin front and stock in-process JAX: sync call, async chain, a training
+# step and 64 MiB up and down, one device (docs/proxy.md).
+cmake --build build/release --target causeway-proxy >&2
+.venv/bin/python bench/proxy_bench.py "${jax_args[@]}"
 
 # Chaos (docs/chaos.md): JAX clients train while workers and the controller are
 # SIGKILLed and SIGSTOPped; long form, 40 events on 4 clients with a fresh seed
