@@ -132,28 +132,33 @@ PJRT_Buffer* cw_proxy_array_buffer_on(const cw_proxy_array_t* a, int32_t device_
   return NULL;
 }
 
-cw_status_t cw_proxy_array_adopt(cw_proxy_session_t* s, uint64_t handle, PJRT_Buffer* buffer,
-                                 int32_t device_id, cw_proxy_array_t** out) {
+cw_status_t cw_proxy_array_adopt(cw_proxy_session_t* s, uint64_t handle,
+                                 PJRT_Buffer* const* buffers, const int32_t* device_ids, size_t n,
+                                 cw_proxy_array_t** out) {
   const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
   PJRT_Buffer_ElementType_Args et = {
-      .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_ElementType_Args, type), .buffer = buffer};
+      .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_ElementType_Args, type),
+      .buffer = buffers[0]};
   PJRT_Buffer_Dimensions_Args d = {
       .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_Dimensions_Args, num_dims),
-      .buffer = buffer};
+      .buffer = buffers[0]};
   int32_t kind;
   CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Buffer_ElementType, &et), "output");
   CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Buffer_Dimensions, &d), "output");
   CW_RETURN_IF_ERROR(cw_proxy_dtype_kind(et.type, &kind), "output");
-  cw_proxy_shard_t* sh = malloc(sizeof(*sh));
-  if (!sh) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  cw_status_t st = cw__array_new(s, handle, kind, d.dims, d.num_dims, 1, out);
-  if (st) {
-    free(sh);
-    return st;
+  CW_RETURN_IF_ERROR(cw__array_new(s, handle, kind, d.dims, d.num_dims, n, out), "output");
+  for (size_t i = 0; i < n; i++) {
+    cw_proxy_shard_t* sh = malloc(sizeof(*sh));
+    if (!sh) {
+      // The shards made so far go with the array; the rest stay the caller's.
+      for (size_t k = 0; k < (*out)->n; k++) (*out)->shards[k]->buffer = NULL;
+      cw_proxy_array_free(s, cw_proxy_table_remove(&s->arrays, handle));
+      *out = NULL;
+      return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    *sh = (cw_proxy_shard_t){.refs = 1, .buffer = buffers[i], .device_id = device_ids[i]};
+    (*out)->shards[(*out)->n++] = sh;
   }
-  *sh = (cw_proxy_shard_t){.refs = 1, .buffer = buffer, .device_id = device_id};
-  (*out)->shards[0] = sh;
-  (*out)->n = 1;
   return cw_ok_status();
 }
 
@@ -192,17 +197,51 @@ static cw_status_t cw__upload(cw_proxy_session_t* s, const cw_proxy_dtype_t* dt,
   return cw_ok_status();
 }
 
+// Host buffer `handle` as the dense bytes of an array of `dims` (strided
+// buffers are gathered); *out_data is the caller's.
+static cw_status_t cw__host_array(cw_proxy_session_t* s, uint64_t handle,
+                                  const cw_proxy_dtype_t* dt, const int64_t* dims, size_t rank,
+                                  const CwIfrt__ByteStrides* strides, uint8_t** out_data) {
+  *out_data = NULL;
+  cw_proxy_host_layout_t l;
+  CW_RETURN_IF_ERROR(cw_proxy_host_layout(dt, dims, rank, strides, &l), "host buffer");
+  uint8_t* data = NULL;
+  size_t len = 0;
+  CW_RETURN_IF_ERROR(cw_proxy_host_buffer_take(s, handle, CW__HOST_BUFFER_WAIT_MS, &data, &len),
+                     "host buffer");
+  if (l.dense ? len != l.bytes : len < l.source_bytes) {
+    free(data);
+    return cw_make_status(CW_INVALID_ARGUMENT, "host buffer %llu has %zu bytes; the array needs "
+                          "%zu", (unsigned long long)handle, len,
+                          l.dense ? l.bytes : l.source_bytes);
+  }
+  if (!l.dense) {
+    uint8_t* dense = malloc(l.bytes ? l.bytes : 1);
+    if (!dense) {
+      free(data);
+      return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for %zu bytes", l.bytes);
+    }
+    cw_proxy_densify(data, dims, rank, strides->strides, dt->width, dense);
+    free(data);
+    data = dense;
+  }
+  *out_data = data;
+  return cw_ok_status();
+}
+
 static cw_status_t cw__make_from_host(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
                                       CwIfrt__IfrtResponse* resp) {
   const CwIfrt__MakeArrayFromHostBufferRequest* r = req->make_array_from_host_buffer_request;
   if (!r->dtype || !r->shape) return cw_make_status(CW_INVALID_ARGUMENT, "dtype and shape needed");
   cw_proxy_dtype_t dt;
-  size_t bytes, n;
+  size_t n;
   int32_t* ids;
   bool replicated;
+  if (r->shape->n_dims > CW_PROXY_MAX_RANK) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "rank %zu is over %d", r->shape->n_dims,
+                          CW_PROXY_MAX_RANK);
+  }
   CW_RETURN_IF_ERROR(cw_proxy_dtype(r->dtype->kind, &dt), "MakeArrayFromHostBuffer");
-  CW_RETURN_IF_ERROR(cw_proxy_dense_size(&dt, r->shape->dims, r->shape->n_dims, r->byte_strides,
-                                    &bytes), "MakeArrayFromHostBuffer");
   CW_RETURN_IF_ERROR(cw_proxy_sharding_devices(r->sharding, &ids, &n, &replicated),
                      "MakeArrayFromHostBuffer");
   if (!replicated) {
@@ -212,13 +251,8 @@ static cw_status_t cw__make_from_host(cw_proxy_session_t* s, const CwIfrt__IfrtR
                           "fully replicated array", n);
   }
   uint8_t* data = NULL;
-  size_t len = 0;
-  cw_status_t st = cw_proxy_host_buffer_take(s, r->host_buffer_handle, CW__HOST_BUFFER_WAIT_MS,
-                                             &data, &len);
-  if (!st && len != bytes) {
-    st = cw_make_status(CW_INVALID_ARGUMENT, "host buffer %llu has %zu bytes; the array needs "
-                        "%zu", (unsigned long long)r->host_buffer_handle, len, bytes);
-  }
+  cw_status_t st = cw__host_array(s, r->host_buffer_handle, &dt, r->shape->dims,
+                                  r->shape->n_dims, r->byte_strides, &data);
   uint64_t handle = cw__handle(s, r->has_array_handle, r->array_handle);
   cw_proxy_array_t* arr = NULL;
   if (!st) {
@@ -269,20 +303,15 @@ static cw_status_t cw__make_one_from_shards(
     const CwIfrt__MakeArraysFromHostBufferShardsRequest__ShardIndices* idx =
         spec->addressable_shard_indices[k];
     cw_proxy_dtype_t dt;
-    size_t bytes = 0, len = 0;
     uint8_t* data = NULL;
-    if (!hb->dtype || !hb->shape) {
-      st = cw_make_status(CW_INVALID_ARGUMENT, "host buffer %zu needs dtype and shape", k);
+    if (!hb->dtype || !hb->shape || hb->shape->n_dims > CW_PROXY_MAX_RANK) {
+      st = cw_make_status(CW_INVALID_ARGUMENT, "host buffer %zu needs a dtype and a shape of "
+                          "rank at most %d", k, CW_PROXY_MAX_RANK);
     }
     if (!st) st = cw_proxy_dtype(hb->dtype->kind, &dt);
-    if (!st) st = cw_proxy_dense_size(&dt, hb->shape->dims, hb->shape->n_dims, hb->byte_strides, &bytes);
     if (!st) {
-      st = cw_proxy_host_buffer_take(s, hb->host_buffer_handle, CW__HOST_BUFFER_WAIT_MS, &data,
-                                     &len);
-    }
-    if (!st && len != bytes) {
-      st = cw_make_status(CW_INVALID_ARGUMENT, "host buffer %llu has %zu bytes; its shape needs "
-                          "%zu", (unsigned long long)hb->host_buffer_handle, len, bytes);
+      st = cw__host_array(s, hb->host_buffer_handle, &dt, hb->shape->dims, hb->shape->n_dims,
+                          hb->byte_strides, &data);
     }
     for (size_t j = 0; !st && j < idx->n_indices; j++) {
       int64_t i = idx->indices[j];
@@ -438,10 +467,15 @@ static cw_status_t cw__copy_to_host(cw_proxy_session_t* s, const CwIfrt__IfrtReq
                           "array)", (unsigned long long)r->array_handle, a->n);
   }
   cw_proxy_dtype_t dt;
-  size_t bytes;
+  cw_proxy_host_layout_t l;
   CW_RETURN_IF_ERROR(cw_proxy_dtype(a->dtype, &dt), "CopyToHostBuffer");
-  CW_RETURN_IF_ERROR(cw_proxy_dense_size(&dt, a->dims, a->rank, r->byte_strides, &bytes),
+  CW_RETURN_IF_ERROR(cw_proxy_host_layout(&dt, a->dims, a->rank, r->byte_strides, &l),
                      "CopyToHostBuffer");
+  if (!l.dense) {
+    return cw_make_status(CW_UNIMPLEMENTED, "CopyToHostBuffer: byte strides other than dense "
+                          "major-to-minor are not served yet");
+  }
+  size_t bytes = l.bytes;
   const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
   PJRT_Buffer_ToHostBuffer_Args q = {
       .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_ToHostBuffer_Args, event),

@@ -94,28 +94,69 @@ cw_status_t cw_proxy_sharding_devices(const CwIfrt__Sharding* sh, int32_t** out_
 
 // Bytes of a dense array; refuses byte strides other than dense
 // major-to-minor.
-cw_status_t cw_proxy_dense_size(const cw_proxy_dtype_t* dt, const int64_t* dims, size_t rank,
-                                  const CwIfrt__ByteStrides* strides, size_t* out_bytes) {
+cw_status_t cw_proxy_host_layout(const cw_proxy_dtype_t* dt, const int64_t* dims, size_t rank,
+                                  const CwIfrt__ByteStrides* strides, cw_proxy_host_layout_t* out) {
+  *out = (cw_proxy_host_layout_t){.dense = true};
+  if (strides && strides->n_strides != rank && strides->n_strides != 0) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "%zu byte strides for rank %zu",
+                          strides->n_strides, rank);
+  }
+  bool given = strides && strides->n_strides == rank && rank;
   size_t bytes = dt->width;
+  size_t last = 0;  // offset of the last element in the host buffer
   bool none = false;  // no elements: strides say nothing
-  for (size_t i = 0; i < rank; i++) none = none || dims[i] == 0;
-  for (size_t i = rank; i-- > 0;) {
+  for (size_t i = 0; i < rank; i++) {
     if (dims[i] < 0) return cw_make_status(CW_INVALID_ARGUMENT, "dimension %zu is negative", i);
-    if (strides && strides->n_strides == rank && strides->strides[i] != (int64_t)bytes &&
-        dims[i] > 1 && !none) {
-      return cw_make_status(CW_UNIMPLEMENTED, "byte strides other than dense major-to-minor "
-                                              "are not served yet");
+    none = none || dims[i] == 0;
+  }
+  for (size_t i = rank; i-- > 0;) {
+    if (given && !none && dims[i] > 1) {
+      int64_t st = strides->strides[i];
+      if (st < 0) return cw_make_status(CW_INVALID_ARGUMENT, "byte stride %zu is negative", i);
+      if (st != (int64_t)bytes) out->dense = false;
+      // (dims - 1) * stride, checked: a peer's numbers.
+      if ((uint64_t)st > (SIZE_MAX - last) / (uint64_t)(dims[i] - 1)) {
+        return cw_make_status(CW_INVALID_ARGUMENT, "byte strides reach past any buffer");
+      }
+      last += (size_t)(dims[i] - 1) * (size_t)st;
     }
     if (dims[i] && bytes > SIZE_MAX / (size_t)dims[i]) {
       return cw_make_status(CW_INVALID_ARGUMENT, "the array's size overflows");
     }
     bytes *= (size_t)dims[i];
   }
-  if (strides && strides->n_strides != rank && strides->n_strides != 0) {
-    return cw_make_status(CW_INVALID_ARGUMENT, "%zu byte strides for rank %zu",
-                          strides->n_strides, rank);
-  }
-  *out_bytes = bytes;
+  out->bytes = bytes;
+  out->source_bytes = out->dense || none ? bytes : last + dt->width;
+  if (none) out->dense = true;
   return cw_ok_status();
+}
+
+void cw_proxy_densify(const uint8_t* src, const int64_t* dims, size_t rank,
+                      const int64_t* strides, size_t width, uint8_t* dst) {
+  // An odometer over every index but the last; the last dimension's run is
+  // copied element by element (its stride may differ from the width).
+  size_t idx[CW_PROXY_DECODE_MAX_RANK] = {0};
+  if (rank == 0) {
+    memcpy(dst, src, width);
+    return;
+  }
+  for (size_t i = 0; i < rank; i++) {
+    if (dims[i] == 0) return;
+  }
+  size_t inner = (size_t)dims[rank - 1];
+  for (;;) {
+    size_t off = 0;
+    for (size_t i = 0; i + 1 < rank; i++) off += idx[i] * (size_t)strides[i];
+    for (size_t k = 0; k < inner; k++) {
+      memcpy(dst, src + off + k * (size_t)strides[rank - 1], width);
+      dst += width;
+    }
+    size_t i = rank - 1;
+    while (i-- > 0) {
+      if (++idx[i] < (size_t)dims[i]) break;
+      idx[i] = 0;
+    }
+    if (i == (size_t)-1) return;
+  }
 }
 

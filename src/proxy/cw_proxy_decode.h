@@ -22,12 +22,29 @@ CW_MUST_USE cw_status_t cw_proxy_dtype(int32_t kind, cw_proxy_dtype_t* out_dtype
 // The IFRT DType kind of a PJRT buffer type.
 CW_MUST_USE cw_status_t cw_proxy_dtype_kind(PJRT_Buffer_Type type, int32_t* out_kind);
 
-// Bytes of a dense array of `dims`; `strides` (NULL: none given) must be
-// dense major-to-minor (others: UNIMPLEMENTED), except where they cannot
-// matter (dimensions of 1, arrays without elements).
-CW_MUST_USE cw_status_t cw_proxy_dense_size(const cw_proxy_dtype_t* dtype, const int64_t* dims,
-                                            size_t rank, const CwIfrt__ByteStrides* strides,
-                                            size_t* out_bytes);
+#define CW_PROXY_DECODE_MAX_RANK 64
+
+// An array's host buffer: `bytes` of the dense array, `source_bytes` the
+// host buffer must hold with the strides given, and whether they are dense
+// major-to-minor (strides of dimensions of 1 and of arrays without elements
+// do not count).
+typedef struct cw_proxy_host_layout_s {
+  size_t bytes;
+  size_t source_bytes;
+  bool dense;
+} cw_proxy_host_layout_t;
+
+// The host layout of `dims` with byte `strides` (NULL or none: dense).
+// Negative strides and sizes that overflow are refused. rank <=
+// CW_PROXY_DECODE_MAX_RANK.
+CW_MUST_USE cw_status_t cw_proxy_host_layout(const cw_proxy_dtype_t* dtype, const int64_t* dims,
+                                             size_t rank, const CwIfrt__ByteStrides* strides,
+                                             cw_proxy_host_layout_t* out_layout);
+
+// Copies a strided host buffer (`src`, of the layout's source_bytes) into
+// the dense `dst` (of its bytes).
+void cw_proxy_densify(const uint8_t* src, const int64_t* dims, size_t rank,
+                      const int64_t* strides, size_t width, uint8_t* dst);
 
 // The devices of a sharding and whether each holds the whole array; kinds
 // other than single-device, HLO, opaque and concrete: UNIMPLEMENTED, named.

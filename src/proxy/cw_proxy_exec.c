@@ -1,8 +1,8 @@
 // Compile and execute: an IFRT HloProgram is compiled by the session's PJRT
 // client (the causeway plugin: the controller's compile service, compile
 // once, cache) and run on its devices (the island's scheduler orders it).
-// Programs over one device are served; over several, outputs need their
-// shardings' global shapes, which come next.
+// Programs over several devices (SPMD) take their outputs' shardings from
+// the optimized program.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,13 +14,24 @@
 #define CW__HLO_PROGRAM "xla::ifrt::XlaProgram"
 #define CW__XLA_OPTIONS "xla::ifrt::XlaCompileOptions"
 
+// How an output of a program over several devices lies on them.
+typedef struct cw__out_sharding_s {
+  uint8_t* op;  // its xla.OpSharding, as the compiler wrote it
+  size_t op_len;
+  size_t n_tiles;  // tiles per data dimension (0: replicated)
+  int64_t tiles[CW_PROXY_MAX_RANK];
+} cw__out_sharding_t;
+
 struct cw_proxy_exe_s {
   PJRT_LoadedExecutable* loaded;
   PJRT_Executable* exe;
   size_t num_outputs;
-  size_t n;  // addressable devices
+  size_t n;  // addressable devices, in the program's device order
   PJRT_Device** devices;
   int32_t* device_ids;
+  cw__out_sharding_t* outs;  // num_outputs of them when n > 1
+  ProtobufCBinaryData* params;  // the parameters' xla.OpSharding when n > 1
+  size_t n_params;
   bool deleted;
 };
 
@@ -39,6 +50,10 @@ void cw_proxy_exe_free(cw_proxy_session_t* s, cw_proxy_exe_t* e) {
         CW__ARGS(PJRT_LoadedExecutable_Destroy_Args, executable), .executable = e->loaded};
     cw_status_free(CW_PROXY_PJRT_CALL(p, PJRT_LoadedExecutable_Destroy, &d));
   }
+  for (size_t i = 0; e->outs && i < e->num_outputs; i++) free(e->outs[i].op);
+  free(e->outs);
+  for (size_t i = 0; i < e->n_params; i++) free(e->params[i].data);
+  free(e->params);
   free(e->devices);
   free(e->device_ids);
   free(e);
@@ -77,6 +92,132 @@ static cw_status_t cw__options(const CwIfrt__Serialized* ser, CwIfrt__XlaCompile
   return cw_ok_status();
 }
 
+// One output's sharding from its xla.OpSharding bytes.
+static cw_status_t cw__out_sharding(const uint8_t* op, size_t len, cw__out_sharding_t* out) {
+  CwIfrt__XlaOpSharding* sh = cw_ifrt__xla_op_sharding__unpack(NULL, len, op);
+  if (!sh) return cw_make_status(CW_INTERNAL, "an output sharding does not decode");
+  cw_status_t st = cw_ok_status();
+  const CwIfrt__XlaNamedSharding* ns = sh->named_sharding;
+  if (ns) {
+    // Each dimension is split by the product of its axes' sizes.
+    size_t n_axes = ns->mesh ? ns->mesh->n_axes : 0;
+    if (ns->n_manual_axes) {
+      st = cw_make_status(CW_UNIMPLEMENTED, "outputs with manual axes (shard_map) are not served "
+                          "through the proxy yet");
+    } else if (ns->n_dim_shardings > CW_PROXY_MAX_RANK) {
+      st = cw_make_status(CW_UNIMPLEMENTED, "an output of rank %zu", ns->n_dim_shardings);
+    }
+    for (size_t j = 0; !st && j < ns->n_dim_shardings; j++) {
+      int64_t t = 1;
+      for (size_t k = 0; k < ns->dim_shardings[j]->n_axes; k++) {
+        const CwIfrt__XlaAxisRef* ax = ns->dim_shardings[j]->axes[k];
+        if (ax->sub_axis_info) {
+          t *= ax->sub_axis_info->size;
+        } else if (ax->mesh_axis_index >= 0 && (size_t)ax->mesh_axis_index < n_axes) {
+          t *= ns->mesh->axes[ax->mesh_axis_index]->size;
+        } else {
+          st = cw_make_status(CW_INTERNAL, "an output sharding names mesh axis %lld of %zu",
+                              (long long)ax->mesh_axis_index, n_axes);
+        }
+      }
+      out->tiles[j] = t;
+    }
+    if (!st) out->n_tiles = ns->n_dim_shardings;
+  } else if (sh->type == 3) {  // OTHER: tiled; trailing tile dimensions replicate, not tile
+    size_t n = sh->n_tile_assignment_dimensions;
+    size_t extra = (sh->replicate_on_last_tile_dim ? 1 : 0) + sh->n_last_tile_dims;
+    if (extra > n || n - extra > CW_PROXY_MAX_RANK) {
+      st = cw_make_status(CW_UNIMPLEMENTED, "an output tiling of %zu dimensions", n);
+    } else {
+      out->n_tiles = n - extra;
+      memcpy(out->tiles, sh->tile_assignment_dimensions, out->n_tiles * sizeof(int64_t));
+    }
+  } else if (sh->type != 0 && sh->type != 1) {
+    st = cw_make_status(CW_UNIMPLEMENTED, "outputs with sharding type %d (manual or tuple) are "
+                        "not served through the proxy yet", sh->type);
+  }
+  CW_LOGD("output sharding: type %d, %zu tile dimensions (%zu data), %zu bytes", sh->type,
+          sh->n_tile_assignment_dimensions, out->n_tiles, len);
+  cw_ifrt__xla_op_sharding__free_unpacked(sh, NULL);
+  if (st) return st;
+  out->op = malloc(len ? len : 1);
+  if (!out->op) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  if (len) memcpy(out->op, op, len);
+  out->op_len = len;
+  return cw_ok_status();
+}
+
+// The outputs' shardings of a program over several devices, from its
+// optimized program (the SPMD partitioner's output sharding).
+static cw_status_t cw__out_shardings(cw_proxy_session_t* s, cw_proxy_exe_t* e) {
+  const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
+  PJRT_Program prog = {.struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Program, format_size)};
+  PJRT_Executable_OptimizedProgram_Args a = {
+      CW__ARGS(PJRT_Executable_OptimizedProgram_Args, program), .executable = e->exe,
+      .program = &prog};
+  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Executable_OptimizedProgram, &a), "shardings");
+  char* code = malloc(prog.code_size ? prog.code_size : 1);
+  if (!code) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  prog.code = code;
+  cw_status_t st = CW_PROXY_PJRT_CALL(p, PJRT_Executable_OptimizedProgram, &a);
+  CwIfrt__XlaHloModule* m = NULL;
+  CwIfrt__XlaHloModuleWithConfig* mc = NULL;
+  if (!st) {
+    bool with_config = prog.format_size == 15 && !memcmp(prog.format, "hlo_with_config", 15);
+    if (with_config) {
+      mc = cw_ifrt__xla_hlo_module_with_config__unpack(NULL, prog.code_size, (uint8_t*)code);
+    } else {
+      m = cw_ifrt__xla_hlo_module__unpack(NULL, prog.code_size, (uint8_t*)code);
+    }
+    if (mc) m = mc->hlo_module;
+    if (!m) st = cw_make_status(CW_INTERNAL, "the optimized program does not decode");
+  }
+  if (!st && !m->has_spmd_output_sharding) {
+    st = cw_make_status(CW_UNIMPLEMENTED, "programs over %zu devices without SPMD partitioning "
+                        "(pmap) are not served through the proxy yet", e->n);
+  }
+  CwIfrt__XlaOpShardingTuple* t = NULL;
+  if (!st) {
+    t = cw_ifrt__xla_op_sharding_tuple__unpack(NULL, m->spmd_output_sharding.len,
+                                               m->spmd_output_sharding.data);
+    if (!t) st = cw_make_status(CW_INTERNAL, "the output sharding does not decode");
+  }
+  if (!st) {
+    e->outs = calloc(e->num_outputs ? e->num_outputs : 1, sizeof(*e->outs));
+    if (!e->outs) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  if (!st && t->type == 2 && t->n_tuple_shardings != e->num_outputs) {
+    st = cw_make_status(CW_INTERNAL, "%zu output shardings for %zu outputs",
+                        t->n_tuple_shardings, e->num_outputs);
+  }
+  for (size_t i = 0; !st && i < e->num_outputs; i++) {
+    st = t->type == 2 ? cw__out_sharding(t->tuple_shardings[i].data, t->tuple_shardings[i].len,
+                                         &e->outs[i])
+                      : cw__out_sharding(m->spmd_output_sharding.data,
+                                         m->spmd_output_sharding.len, &e->outs[i]);
+  }
+  if (!st && m->n_spmd_parameters_shardings) {
+    e->params = calloc(m->n_spmd_parameters_shardings, sizeof(*e->params));
+    if (!e->params) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+    for (size_t i = 0; !st && i < m->n_spmd_parameters_shardings; i++) {
+      size_t len = m->spmd_parameters_shardings[i].len;
+      e->params[i].data = malloc(len ? len : 1);
+      if (!e->params[i].data) {
+        st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+        break;
+      }
+      if (len) memcpy(e->params[i].data, m->spmd_parameters_shardings[i].data, len);
+      e->params[i].len = len;
+      e->n_params++;
+    }
+  }
+  if (t) cw_ifrt__xla_op_sharding_tuple__free_unpacked(t, NULL);
+  if (mc) cw_ifrt__xla_hlo_module_with_config__free_unpacked(mc, NULL);
+  else if (m) cw_ifrt__xla_hlo_module__free_unpacked(m, NULL);
+  free(code);
+  return st;
+}
+
 // What the client needs of a compiled executable.
 static cw_status_t cw__describe(cw_proxy_session_t* s, cw_proxy_exe_t* e) {
   const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
@@ -109,7 +250,7 @@ static cw_status_t cw__describe(cw_proxy_session_t* s, cw_proxy_exe_t* e) {
     CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_DeviceDescription_Id, &id), "compile");
     e->device_ids[i] = id.id;
   }
-  return cw_ok_status();
+  return e->n > 1 ? cw__out_shardings(s, e) : cw_ok_status();
 }
 
 typedef struct cw__compiled_s {
@@ -197,6 +338,9 @@ static cw_status_t cw__compile(cw_proxy_session_t* s, const CwIfrt__IfrtRequest*
 
 typedef struct cw__metadata_s {
   CwIfrt__LoadedExecutableMetadataResponse r;
+  CwIfrt__LoadedExecutableMetadataResponse__ShardingList params;
+  CwIfrt__LoadedExecutableMetadataResponse__ShardingList outputs;
+  ProtobufCBinaryData* output_ops;
   CwIfrt__LoadedExecutableMetadataResponse__OutputMemoryKind kinds;
   CwIfrt__LoadedExecutableMetadataResponse__MemoryKindList list;
   CwIfrt__LoadedExecutableMetadataResponse__MemoryKindList* lists[1];
@@ -246,6 +390,23 @@ static cw_status_t cw__metadata(cw_proxy_session_t* s, const CwIfrt__IfrtRequest
   out->kinds.memory_kind_lists = out->lists;
   out->kinds.n_memory_kind_lists = 1;
   out->r.output_memory_kinds = &out->kinds;
+  if (e->n > 1) {
+    // The compiler's shardings (borrowed from the executable).
+    out->output_ops = calloc(e->num_outputs + 1, sizeof(*out->output_ops));
+    if (!out->output_ops) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+    for (size_t i = 0; i < e->num_outputs; i++) {
+      out->output_ops[i].data = e->outs[i].op;
+      out->output_ops[i].len = e->outs[i].op_len;
+    }
+    cw_ifrt__loaded_executable_metadata_response__sharding_list__init(&out->outputs);
+    out->outputs.shardings = out->output_ops;
+    out->outputs.n_shardings = e->num_outputs;
+    out->r.output_shardings = &out->outputs;
+    cw_ifrt__loaded_executable_metadata_response__sharding_list__init(&out->params);
+    out->params.shardings = e->params;
+    out->params.n_shardings = e->n_params;
+    out->r.parameter_shardings = &out->params;
+  }
   return cw_ok_status();
 }
 
@@ -261,23 +422,71 @@ typedef struct cw__executed_s {
   size_t n;
 } cw__executed_t;
 
-// A SingleDeviceSharding of `device_id` as the client reads it.
-static cw_status_t cw__single_sharding(int32_t device_id, CwIfrt__Sharding* sh,
-                                       CwIfrt__Serialized* ser, uint8_t** out_bytes) {
-  CwIfrt__SingleDeviceSharding sd = CW_IFRT__SINGLE_DEVICE_SHARDING__INIT;
-  sd.has_device_id = true;
-  sd.device_id = device_id;
-  size_t len = cw_ifrt__single_device_sharding__get_packed_size(&sd);
-  *out_bytes = malloc(len ? len : 1);
-  if (!*out_bytes) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  cw_ifrt__single_device_sharding__pack(&sd, *out_bytes);
+// A Serialized sharding as the client reads it: `type` with `data` (taken).
+static void cw__sharding_of(const char* type, uint8_t* data, size_t len, CwIfrt__Sharding* sh,
+                            CwIfrt__Serialized* ser, uint8_t** keep) {
+  *keep = data;
   cw_ifrt__serialized__init(ser);
-  ser->type_name = "xla::ifrt::SingleDeviceSharding";
+  ser->type_name = (char*)type;
   ser->has_data = true;
-  ser->data.data = *out_bytes;
+  ser->data.data = data;
   ser->data.len = len;
   cw_ifrt__sharding__init(sh);
   sh->serialized_sharding = ser;
+}
+
+// Output `o`'s sharding: a single device's, or an HloSharding over the
+// program's devices with the compiler's OpSharding.
+static cw_status_t cw__output_sharding(const cw_proxy_exe_t* e, size_t o, CwIfrt__Sharding* sh,
+                                       CwIfrt__Serialized* ser, uint8_t** keep) {
+  size_t len;
+  uint8_t* data;
+  if (e->n == 1) {
+    CwIfrt__SingleDeviceSharding sd = CW_IFRT__SINGLE_DEVICE_SHARDING__INIT;
+    sd.has_device_id = true;
+    sd.device_id = e->device_ids[0];
+    len = cw_ifrt__single_device_sharding__get_packed_size(&sd);
+    data = malloc(len ? len : 1);
+    if (!data) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+    cw_ifrt__single_device_sharding__pack(&sd, data);
+    cw__sharding_of("xla::ifrt::SingleDeviceSharding", data, len, sh, ser, keep);
+    return cw_ok_status();
+  }
+  CwIfrt__DeviceList dl = CW_IFRT__DEVICE_LIST__INIT;
+  dl.device_ids = e->device_ids;
+  dl.n_device_ids = e->n;
+  CwIfrt__HloSharding hs = CW_IFRT__HLO_SHARDING__INIT;
+  hs.devices = &dl;
+  hs.has_xla_op_sharding = true;
+  hs.xla_op_sharding.data = e->outs[o].op;
+  hs.xla_op_sharding.len = e->outs[o].op_len;
+  len = cw_ifrt__hlo_sharding__get_packed_size(&hs);
+  data = malloc(len ? len : 1);
+  if (!data) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  cw_ifrt__hlo_sharding__pack(&hs, data);
+  cw__sharding_of("xla::ifrt::HloSharding", data, len, sh, ser, keep);
+  return cw_ok_status();
+}
+
+// The arguments' shards, one list per device of the program.
+static cw_status_t cw__arguments(cw_proxy_session_t* s, const cw_proxy_exe_t* e,
+                                 const CwIfrt__LoadedExecutableExecuteRequest* r,
+                                 PJRT_Buffer** args) {
+  size_t na = r->n_args_handles;
+  for (size_t i = 0; i < na; i++) {
+    cw_proxy_array_t* a = cw_proxy_table_get(&s->arrays, r->args_handles[i]);
+    if (!a || a->deleted) {
+      return cw_make_status(CW_NOT_FOUND, "argument %zu: no array with handle %llu", i,
+                            (unsigned long long)r->args_handles[i]);
+    }
+    for (size_t d = 0; d < e->n; d++) {
+      args[d * na + i] = cw_proxy_array_buffer_on(a, e->device_ids[d]);
+      if (!args[d * na + i]) {
+        return cw_make_status(CW_INVALID_ARGUMENT, "argument %zu has no shard on device %d", i,
+                              e->device_ids[d]);
+      }
+    }
+  }
   return cw_ok_status();
 }
 
@@ -286,62 +495,50 @@ static cw_status_t cw__execute(cw_proxy_session_t* s, const CwIfrt__IfrtRequest*
   const CwIfrt__LoadedExecutableExecuteRequest* r = req->loaded_executable_execute_request;
   cw_proxy_exe_t* e;
   CW_RETURN_IF_ERROR(cw__exe_get(s, r->loaded_executable_handle, &e), "Execute");
-  if (e->n != 1) {
-    return cw_make_status(CW_UNIMPLEMENTED, "Execute: programs over %zu devices are not served "
-                          "through the proxy yet (one device is)", e->n);
-  }
   if (r->n_result_array_handle && r->n_result_array_handle != e->num_outputs) {
     return cw_make_status(CW_INVALID_ARGUMENT, "Execute: %zu result handles for %zu outputs",
                           r->n_result_array_handle, e->num_outputs);
   }
-  size_t na = r->n_args_handles;
-  PJRT_Buffer** args = calloc(na ? na : 1, sizeof(*args));
-  int64_t* keep = calloc(na ? na : 1, sizeof(*keep));
-  PJRT_Buffer** outs = calloc(e->num_outputs ? e->num_outputs : 1, sizeof(*outs));
-  cw_status_t st = args && keep && outs ? cw_ok_status()
-                                        : cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  for (size_t i = 0; !st && i < na; i++) {
-    cw_proxy_array_t* a = cw_proxy_table_get(&s->arrays, r->args_handles[i]);
-    if (!a || a->deleted) {
-      st = cw_make_status(CW_NOT_FOUND, "Execute: argument %zu: no array with handle %llu", i,
-                          (unsigned long long)r->args_handles[i]);
-      break;
-    }
-    PJRT_Buffer* b = cw_proxy_array_buffer_on(a, e->device_ids[0]);
-    if (!b) {
-      st = cw_make_status(CW_INVALID_ARGUMENT, "Execute: argument %zu has no shard on device %d",
-                          i, e->device_ids[0]);
-    }
-    args[i] = b;
-    keep[i] = (int64_t)i;  // the arrays stay valid: no input is donated
-  }
+  size_t na = r->n_args_handles, nd = e->n, no = e->num_outputs;
+  PJRT_Buffer** args = calloc(nd * na + 1, sizeof(*args));
+  PJRT_Buffer** outs = calloc(nd * no + 1, sizeof(*outs));
+  PJRT_Buffer** arg_lists[CW_PROXY_MAX_DEVICES];
+  PJRT_Buffer** out_lists[CW_PROXY_MAX_DEVICES];
+  int64_t* keep = calloc(na + 1, sizeof(*keep));
+  cw_status_t st = !args || !outs || !keep
+                       ? cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory")
+                   : nd > CW_PROXY_MAX_DEVICES
+                       ? cw_make_status(CW_UNIMPLEMENTED, "a program over %zu devices", nd)
+                       : cw__arguments(s, e, r, args);
   const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
   if (!st) {
+    for (size_t i = 0; i < na; i++) keep[i] = (int64_t)i;  // no input is donated
+    for (size_t d = 0; d < nd; d++) {
+      arg_lists[d] = args + d * na;
+      out_lists[d] = outs + d * no;
+    }
     PJRT_ExecuteOptions o = {.struct_size = sizeof(PJRT_ExecuteOptions),
                              .launch_id = r->execute_options ? r->execute_options->launch_id : 0,
                              .non_donatable_input_indices = keep,
                              .num_non_donatable_input_indices = na};
-    PJRT_Buffer* const* arg_lists[1] = {args};
-    PJRT_Buffer** out_lists[1] = {outs};
     PJRT_LoadedExecutable_Execute_Args x = {
         CW__ARGS(PJRT_LoadedExecutable_Execute_Args, execute_device), .executable = e->loaded,
-        .options = &o, .argument_lists = arg_lists, .num_devices = 1, .num_args = na,
-        .output_lists = out_lists};
+        .options = &o, .argument_lists = (PJRT_Buffer* const* const*)arg_lists,
+        .num_devices = nd, .num_args = na, .output_lists = out_lists};
     st = CW_PROXY_PJRT_CALL(p, PJRT_LoadedExecutable_Execute, &x);
   }
   free(args);
   free(keep);
   cw__executed_t* out = st ? NULL : calloc(1, sizeof(*out));
   if (!st && !out) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  size_t no = e->num_outputs;
   if (!st) {
-    out->outs = calloc(no ? no : 1, sizeof(*out->outs));
-    out->out_ptrs = calloc(no ? no : 1, sizeof(*out->out_ptrs));
-    out->dtypes = calloc(no ? no : 1, sizeof(*out->dtypes));
-    out->shapes = calloc(no ? no : 1, sizeof(*out->shapes));
-    out->shardings = calloc(no ? no : 1, sizeof(*out->shardings));
-    out->serialized = calloc(no ? no : 1, sizeof(*out->serialized));
-    out->sharding_bytes = calloc(no ? no : 1, sizeof(*out->sharding_bytes));
+    out->outs = calloc(no + 1, sizeof(*out->outs));
+    out->out_ptrs = calloc(no + 1, sizeof(*out->out_ptrs));
+    out->dtypes = calloc(no + 1, sizeof(*out->dtypes));
+    out->shapes = calloc(no + 1, sizeof(*out->shapes));
+    out->shardings = calloc(no + 1, sizeof(*out->shardings));
+    out->serialized = calloc(no + 1, sizeof(*out->serialized));
+    out->sharding_bytes = calloc(no + 1, sizeof(*out->sharding_bytes));
     if (!out->outs || !out->out_ptrs || !out->dtypes || !out->shapes || !out->shardings ||
         !out->serialized || !out->sharding_bytes) {
       st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
@@ -354,9 +551,20 @@ static cw_status_t cw__execute(cw_proxy_session_t* s, const CwIfrt__IfrtRequest*
     uint64_t h = r->n_result_array_handle ? r->result_array_handle[i]
                                           : (1ull << 63) | ++s->next_handle;
     cw_proxy_array_t* a;
-    st = cw_proxy_array_adopt(s, h, outs[i], e->device_ids[0], &a);
+    PJRT_Buffer* shard_bufs[CW_PROXY_MAX_DEVICES];
+    for (size_t d = 0; d < nd; d++) shard_bufs[d] = outs[d * no + i];
+    st = cw_proxy_array_adopt(s, h, shard_bufs, e->device_ids, nd, &a);
     if (st) break;
-    outs[i] = NULL;  // the array's now
+    for (size_t d = 0; d < nd; d++) outs[d * no + i] = NULL;  // the array's now
+    if (nd > 1) {
+      // The global shape: each data dimension times its tiles.
+      if (e->outs[i].n_tiles && e->outs[i].n_tiles != a->rank) {
+        st = cw_make_status(CW_INTERNAL, "output %zu: %zu tile dimensions for rank %zu", i,
+                            e->outs[i].n_tiles, a->rank);
+        break;
+      }
+      for (size_t j = 0; j < e->outs[i].n_tiles; j++) a->dims[j] *= e->outs[i].tiles[j];
+    }
     CwIfrt__LoadedExecutableExecuteResponse__Output* o = &out->outs[i];
     cw_ifrt__loaded_executable_execute_response__output__init(o);
     cw_ifrt__dtype__init(&out->dtypes[i]);
@@ -365,7 +573,8 @@ static cw_status_t cw__execute(cw_proxy_session_t* s, const CwIfrt__IfrtRequest*
     cw_ifrt__shape__init(&out->shapes[i]);
     out->shapes[i].dims = a->dims;
     out->shapes[i].n_dims = a->rank;
-    st = cw__single_sharding(e->device_ids[0], &out->shardings[i], &out->serialized[i],
+    out->n = i + 1;
+    st = cw__output_sharding(e, i, &out->shardings[i], &out->serialized[i],
                              &out->sharding_bytes[i]);
     o->dtype = &out->dtypes[i];
     o->shape = &out->shapes[i];
@@ -373,19 +582,16 @@ static cw_status_t cw__execute(cw_proxy_session_t* s, const CwIfrt__IfrtRequest*
     o->has_array_handle = true;
     o->array_handle = h;
     out->out_ptrs[i] = o;
-    out->n = i + 1;
   }
-  for (size_t i = 0; i < no && outs; i++) cw_proxy_pjrt_buffer_destroy(p, outs[i]);
+  for (size_t k = 0; outs && k < nd * no; k++) cw_proxy_pjrt_buffer_destroy(p, outs[k]);
   free(outs);
   if (st) return cw_status_annotate(st, "Execute");
   out->r.outputs = out->out_ptrs;
   out->r.n_outputs = no;
   // A status future only when asked for (fill_status), under the client's
-  // handle when it chose one.
-  bool fill = r->execute_options && r->execute_options->fill_status;
-  if (!fill) {
-    // Errors of the launch reach the outputs (their buffers are poisoned).
-  } else {
+  // handle when it chose one; errors of the launch otherwise reach the
+  // outputs (their buffers are poisoned).
+  if (r->execute_options && r->execute_options->fill_status) {
     uint64_t status_handle;
     CW_RETURN_IF_ERROR(cw_proxy_future_put(s, cw_ok_status(), r->result_status_handle,
                                            &status_handle), "Execute");
@@ -511,6 +717,7 @@ void cw_proxy_exec_response_free(CwIfrt__IfrtResponse* resp) {
       if (m) {
         for (size_t i = 0; i < m->n_names; i++) free(m->names[i]);
         free(m->names);
+        free(m->output_ops);
         free(m);
       }
       break;

@@ -16,6 +16,7 @@
 #include "proto/ifrt_proxy.pb-c.h"
 
 #define CW_PROXY_MAX_RANK 64
+#define CW_PROXY_MAX_DEVICES 4096  // of one program
 
 // What a gRPC call's user pointer is: every such struct starts with its kind.
 typedef enum cw_proxy_call_kind_e {
@@ -179,9 +180,12 @@ CW_MUST_USE cw_status_t cw_proxy_respond(CwIfrt__IfrtResponse* resp, int kase, b
                                          uint64_t handle);
 // The buffer of `a`'s shard on `device_id` (NULL: none there).
 PJRT_Buffer* cw_proxy_array_buffer_on(const cw_proxy_array_t* a, int32_t device_id);
-// A new single-device array under `handle` over `buffer` (taken on success).
+// A new array under `handle` over `n` buffers, buffer i on device_ids[i]
+// (taken on success); dtype and shape from the first (the caller makes the
+// shape global).
 CW_MUST_USE cw_status_t cw_proxy_array_adopt(cw_proxy_session_t* s, uint64_t handle,
-                                             PJRT_Buffer* buffer, int32_t device_id,
+                                             PJRT_Buffer* const* buffers,
+                                             const int32_t* device_ids, size_t n,
                                              cw_proxy_array_t** out_array);
 
 // Compile and execute (cw_proxy_exec.c): Compile, LoadedExecutable

@@ -6,10 +6,12 @@ test can look at the cluster while the session is open) and exits.
 Usage: proxy_client.py HOST:PORT [report|arrays]
 
 report: the devices, memories and what a computation answers.
-compute: jitted programs on one device of the proxy against the same
-         programs on stock JAX's CPU backend in this process: elementwise,
-         matmul, reductions, random numbers, control flow and 20 steps of
-         training a small MLP (losses compared step by step).
+compute: jitted programs through the proxy against the same programs on
+         stock JAX's CPU backend in this process: on one device
+         elementwise, matmul, reductions, random numbers, control flow and
+         20 steps of training a small MLP (losses compared step by step);
+         over 4 devices split, replicated and 2-D mesh programs and 10
+         data-parallel steps of the MLP.
 arrays: round trips of arrays (dtypes, a single device, replicated, split
         over devices, 64 MiB) compared with the numpy arrays they came from.
 """
@@ -132,14 +134,44 @@ if mode == "compute":
             ls.append(float(l))
         losses[where] = ls
     results["mlp_losses_equal"] = losses["proxy"] == losses["cpu"]
-    # Programs over several devices are refused by name (not served yet).
+    # Programs over several devices: split, replicated, a 2-D mesh, and
+    # the MLP data-parallel over 4 devices (batch split, parameters
+    # replicated), each against stock JAX's CPU devices.
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-    mesh = Mesh(np.array(devices[:2]), ("x",))
-    try:
-        jax.jit(lambda a: a * 2)(jax.device_put(np.arange(4.0), NamedSharding(mesh, P("x"))))
-        out["multi_device"] = "ran"
-    except Exception as e:  # noqa: BLE001
-        out["multi_device"] = str(e).splitlines()[0]
+
+    def on_mesh(devs, shape, names):
+        return Mesh(np.array(devs).reshape(shape), names)
+
+    cpus = jax.devices("cpu")
+    sharded = {}
+    for where, devs in (("proxy", devices[:4]), ("cpu", cpus[:4])):
+        m1 = on_mesh(devs, (4,), ("x",))
+        m2 = on_mesh(devs, (2, 2), ("a", "b"))
+        v = jax.device_put(np.arange(32.0, dtype=np.float32).reshape(8, 4),
+                           NamedSharding(m1, P("x", None)))
+        w = jax.device_put(np.ones((4, 3), np.float32), NamedSharding(m1, P()))
+        t = jax.device_put(np.arange(16.0, dtype=np.float32).reshape(4, 4),
+                           NamedSharding(m2, P("a", "b")))
+        mm = jax.jit(lambda a, b: a @ b)(v, w)
+        sharded[where] = {"split": np.asarray(jax.jit(lambda a: jnp.sin(a) * 2)(v)),
+                          "matmul": np.asarray(mm),
+                          "matmul_spec": str(mm.sharding.spec),
+                          "sum": np.asarray(jax.jit(lambda a: a.sum(0))(v)),
+                          "mesh2d": np.asarray(jax.jit(lambda a: a.T + 1)(t))}
+        dp = NamedSharding(m1, P("x", None))
+        rep = NamedSharding(m1, P())
+        f = jax.jit(step)
+        p = [jax.device_put(w0, rep) for w0 in params0]
+        a, b = jax.device_put(xs, dp), jax.device_put(ys, dp)
+        ls = []
+        for _ in range(10):
+            p, l = f(p, a, b)
+            ls.append(float(l))
+        sharded[where]["dp_losses"] = ls
+    for k in ("split", "matmul", "sum", "mesh2d"):
+        results["sharded_" + k] = bool(np.array_equal(sharded["proxy"][k], sharded["cpu"][k]))
+    results["sharded_spec"] = sharded["proxy"]["matmul_spec"] == sharded["cpu"]["matmul_spec"]
+    results["dp_losses_equal"] = sharded["proxy"]["dp_losses"] == sharded["cpu"]["dp_losses"]
     results["mlp_learns"] = losses["proxy"][-1] < losses["proxy"][0]
     out["checks"] = results
     out["losses"] = losses["proxy"]
