@@ -121,6 +121,17 @@ cw_status_t cw_proxy_respond(CwIfrt__IfrtResponse* resp, int kase, bool with_han
   return cw_ok_status();
 }
 
+cw_status_t cw_proxy_respond_handles(CwIfrt__IfrtResponse* resp, int kase, size_t n) {
+  CW_RETURN_IF_ERROR(cw_proxy_respond(resp, kase, false, 0), "response");
+  // Field 1 of these responses: repeated fixed64 handles (count, then array).
+  ProtobufCMessage* m = (ProtobufCMessage*)resp->init_response;
+  const ProtobufCFieldDescriptor* f = protobuf_c_message_descriptor_get_field(m->descriptor, 1);
+  uint64_t* handles = calloc(n + 1, sizeof(*handles));
+  if (!handles) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  *(uint64_t**)((char*)m + f->offset) = handles;
+  return cw_ok_status();
+}
+
 static cw_status_t cw__respond_handle(CwIfrt__IfrtResponse* resp, int kase, uint64_t handle) {
   return cw_proxy_respond(resp, kase, true, handle);
 }
@@ -367,6 +378,92 @@ static cw_status_t cw__make_from_shards(cw_proxy_session_t* s, const CwIfrt__Ifr
   return cw_ok_status();
 }
 
+// The memory of kind `kind` on `device` (NULL kind: the device's default).
+static cw_status_t cw__memory_of(cw_proxy_session_t* s, PJRT_Device* device, const char* kind,
+                                 PJRT_Memory** out) {
+  const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
+  *out = NULL;
+  if (!kind || !*kind) return cw_ok_status();
+  PJRT_Device_AddressableMemories_Args m = {
+      .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Device_AddressableMemories_Args, num_memories),
+      .device = device};
+  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Device_AddressableMemories, &m), "memory");
+  for (size_t i = 0; i < m.num_memories; i++) {
+    PJRT_Memory_Kind_Args k = {.struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Memory_Kind_Args,
+                                                                  kind_size),
+                               .memory = m.memories[i]};
+    CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Memory_Kind, &k), "memory");
+    if (k.kind_size == strlen(kind) && !memcmp(k.kind, kind, k.kind_size)) {
+      *out = m.memories[i];
+      return cw_ok_status();
+    }
+  }
+  return cw_make_status(CW_INVALID_ARGUMENT, "the device has no memory of kind %s", kind);
+}
+
+// Copies of arrays onto other devices (and memory kinds), shard k onto
+// device k: the plugin copies worker to worker.
+static cw_status_t cw__copy_arrays(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
+                                   CwIfrt__IfrtResponse* resp) {
+  const CwIfrt__CopyArraysRequest* r = req->copy_arrays_request;
+  if (r->n_result_handles && r->n_result_handles != r->n_array_handles) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "CopyArrays: %zu result handles for %zu arrays",
+                          r->n_result_handles, r->n_array_handles);
+  }
+  CW_RETURN_IF_ERROR(cw_proxy_respond_handles(
+      resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_COPY_ARRAYS_RESPONSE, r->n_array_handles),
+      "CopyArrays");
+  CwIfrt__CopyArraysResponse* out = resp->copy_arrays_response;
+  const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
+  for (size_t i = 0; i < r->n_array_handles; i++) {
+    cw_proxy_array_t* a;
+    CW_RETURN_IF_ERROR(cw__array_get(s, r->array_handles[i], &a), "CopyArrays");
+    if (r->n_device_ids != a->n) {
+      return cw_make_status(CW_INVALID_ARGUMENT, "CopyArrays: %zu devices for an array of %zu "
+                            "shards", r->n_device_ids, a->n);
+    }
+    uint64_t h = cw__handle(s, r->n_result_handles > 0,
+                            r->n_result_handles ? r->result_handles[i] : 0);
+    cw_proxy_array_t* c;
+    CW_RETURN_IF_ERROR(cw__array_new(s, h, a->dtype, a->dims, a->rank, a->n, &c), "CopyArrays");
+    cw_status_t st = cw_ok_status();
+    for (size_t k = 0; !st && k < a->n; k++) {
+      PJRT_Device* dev;
+      PJRT_Memory* mem = NULL;
+      PJRT_Buffer* b = NULL;
+      st = cw__lookup_device(s, r->device_ids[k], &dev);
+      if (!st) st = cw__memory_of(s, dev, r->memory_kind, &mem);
+      if (!st && mem) {
+        PJRT_Buffer_CopyToMemory_Args m = {
+            .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_CopyToMemory_Args, dst_buffer),
+            .buffer = a->shards[k]->buffer, .dst_memory = mem};
+        st = CW_PROXY_PJRT_CALL(p, PJRT_Buffer_CopyToMemory, &m);
+        b = m.dst_buffer;
+      } else if (!st) {
+        PJRT_Buffer_CopyToDevice_Args d = {
+            .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_CopyToDevice_Args, dst_buffer),
+            .buffer = a->shards[k]->buffer, .dst_device = dev};
+        st = CW_PROXY_PJRT_CALL(p, PJRT_Buffer_CopyToDevice, &d);
+        b = d.dst_buffer;
+      }
+      cw_proxy_shard_t* sh = st ? NULL : malloc(sizeof(*sh));
+      if (!st && !sh) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+      if (st) {
+        cw_proxy_pjrt_buffer_destroy(p, b);
+        break;
+      }
+      *sh = (cw_proxy_shard_t){.refs = 1, .buffer = b, .device_id = r->device_ids[k]};
+      c->shards[c->n++] = sh;
+    }
+    if (st) {
+      cw_proxy_array_free(s, cw_proxy_table_remove(&s->arrays, h));
+      return cw_status_annotate(st, "CopyArrays");
+    }
+    out->array_handles[out->n_array_handles++] = h;
+  }
+  return cw_ok_status();
+}
+
 static cw_status_t cw__assemble(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
                                 CwIfrt__IfrtResponse* resp) {
   const CwIfrt__AssembleArrayFromSingleDeviceArraysRequest* r =
@@ -570,6 +667,8 @@ cw_status_t cw_proxy_array_handle(cw_proxy_session_t* s, const CwIfrt__IfrtReque
   switch (req->request_case) {
     case CW_IFRT__IFRT_REQUEST__REQUEST_MAKE_ARRAY_FROM_HOST_BUFFER_REQUEST:
       return cw__make_from_host(s, req, resp);
+    case CW_IFRT__IFRT_REQUEST__REQUEST_COPY_ARRAYS_REQUEST:
+      return cw__copy_arrays(s, req, resp);
     case CW_IFRT__IFRT_REQUEST__REQUEST_MAKE_ARRAYS_FROM_HOST_BUFFER_SHARDS_REQUEST:
       return cw__make_from_shards(s, req, resp);
     case CW_IFRT__IFRT_REQUEST__REQUEST_ASSEMBLE_ARRAY_FROM_SINGLE_DEVICE_ARRAYS_REQUEST:
@@ -598,15 +697,11 @@ cw_status_t cw_proxy_array_handle(cw_proxy_session_t* s, const CwIfrt__IfrtReque
 // Every response of this family is one flat message: its pointer is the
 // oneof's, freed as such.
 void cw_proxy_array_response_free(CwIfrt__IfrtResponse* resp) {
-  if (resp->response_case ==
-          CW_IFRT__IFRT_RESPONSE__RESPONSE_DISASSEMBLE_INTO_SINGLE_DEVICE_ARRAYS_RESPONSE &&
-      resp->disassemble_into_single_device_arrays_response) {
-    free(resp->disassemble_into_single_device_arrays_response->array_handles);
-  }
-  if (resp->response_case ==
-          CW_IFRT__IFRT_RESPONSE__RESPONSE_MAKE_ARRAYS_FROM_HOST_BUFFER_SHARDS_RESPONSE &&
-      resp->make_arrays_from_host_buffer_shards_response) {
-    free(resp->make_arrays_from_host_buffer_shards_response->array_handles);
+  ProtobufCMessage* m = (ProtobufCMessage*)resp->init_response;
+  if (resp->response_case != CW_IFRT__IFRT_RESPONSE__RESPONSE__NOT_SET && m) {
+    // A repeated field 1 (the handle lists) is ours to free.
+    const ProtobufCFieldDescriptor* f = protobuf_c_message_descriptor_get_field(m->descriptor, 1);
+    if (f && f->label == PROTOBUF_C_LABEL_REPEATED) free(*(void**)((char*)m + f->offset));
   }
   if (resp->response_case != CW_IFRT__IFRT_RESPONSE__RESPONSE__NOT_SET) {
     // All oneof members share storage: any member's pointer is the message.

@@ -178,6 +178,9 @@ void cw_proxy_arrays_free(cw_proxy_session_t* s);
 // cw_proxy_array_response_free.
 CW_MUST_USE cw_status_t cw_proxy_respond(CwIfrt__IfrtResponse* resp, int kase, bool with_handle,
                                          uint64_t handle);
+// The same for a response whose field 1 is a list of handles, room for `n`
+// (its count starts at 0).
+CW_MUST_USE cw_status_t cw_proxy_respond_handles(CwIfrt__IfrtResponse* resp, int kase, size_t n);
 // The buffer of `a`'s shard on `device_id` (NULL: none there).
 PJRT_Buffer* cw_proxy_array_buffer_on(const cw_proxy_array_t* a, int32_t device_id);
 // A new array under `handle` over `n` buffers, buffer i on device_ids[i]
