@@ -3,7 +3,7 @@ the `proxy` backend registered as pathwaysutils does it (docs/proxy.md).
 Prints one JSON line of what it saw, then waits for a line on stdin (so a
 test can look at the cluster while the session is open) and exits.
 
-Usage: proxy_client.py HOST:PORT [report|arrays]
+Usage: proxy_client.py HOST:PORT [report|arrays|compute|failure]
 
 report: the devices, memories and what a computation answers.
 compute: jitted programs through the proxy against the same programs on
@@ -12,6 +12,9 @@ compute: jitted programs through the proxy against the same programs on
          20 steps of training a small MLP (losses compared step by step);
          over 4 devices split, replicated and 2-D mesh programs and 10
          data-parallel steps of the MLP.
+failure: an array on the last device; after a line on stdin (the test has
+         killed that device's worker), reading and computing on it, and a
+         program on device 0.
 arrays: round trips of arrays (dtypes, a single device, replicated, split
         over devices, 64 MiB) compared with the numpy arrays they came from.
 """
@@ -37,6 +40,28 @@ jax.config.update("jax_platforms", "proxy,cpu" if mode == "compute" else "proxy"
 
 out = {}
 devices = jax.devices("proxy")
+if mode == "failure":
+    # An array on the last device; the test kills that device's worker, then
+    # reading it and computing on it must fail naming the worker, while the
+    # other worker's devices carry on.
+    import numpy as np
+    x = jax.device_put(np.arange(4.0, dtype=np.float32), devices[-1])
+    x.block_until_ready()
+    print(json.dumps({"ready": True, "worker": devices[-1].worker}), flush=True)
+    sys.stdin.readline()
+    errors = {}
+    for name, fn in (("read", lambda: np.asarray(x)),
+                     ("compute", lambda: np.asarray(jax.jit(lambda a: a + 1)(x)))):
+        try:
+            fn()
+            errors[name] = "no error"
+        except Exception as e:  # noqa: BLE001  the test checks the text
+            errors[name] = str(e).splitlines()[0]
+    y = jax.device_put(np.arange(4.0, dtype=np.float32), devices[0])
+    out = {"errors": errors, "survivor": np.asarray(jax.jit(lambda a: a * 3)(y)).tolist()}
+    print(json.dumps(out), flush=True)
+    sys.stdin.readline()
+    sys.exit(0)
 if mode == "arrays":
     import ml_dtypes
     import numpy as np

@@ -428,3 +428,36 @@ def test_main_job_through_the_proxy():
         if p:
             assert p.stop() == 0, p.logs()
         c.stop()
+
+
+def test_dying_worker_fails_its_arrays_by_name():
+    """A worker killed for real (SIGKILL) under an open session: reading and
+    computing on an array it held fail UNAVAILABLE naming the worker; the
+    session carries on with the other worker's devices."""
+    c = harness.HandCluster(workers=2, devices=2, tcp=True)
+    p = None
+    try:
+        p = Proxy(c.controller)
+        client = jax_client(p.address, "failure")
+        try:
+            first = read_report(client)
+            assert first["ready"], first
+            # The worker of the last device (its `worker` attribute, as on the
+            # plugin front).
+            victim = first["worker"]
+            assert victim in c.procs, first
+            c.procs[victim].kill()
+            c.procs[victim].wait(10)
+            client.stdin.write("\n")
+            client.stdin.flush()
+            out = read_report(client)
+        finally:
+            finish(client)
+        for name, text in out["errors"].items():
+            assert "UNAVAILABLE" in text and victim in text, (name, text)
+        assert out["survivor"] == [0.0, 3.0, 6.0, 9.0], out
+    finally:
+        if p:
+            assert p.stop() == 0, p.logs()
+        c.stop()
+
