@@ -36,11 +36,6 @@ else:
     os.environ.setdefault("JAX_PLATFORMS", "causeway")
     # Two islands of the embedded cluster (ignored when joining a cluster).
     os.environ.setdefault("CAUSEWAY_LOCAL_WORKERS", "2")
-    if os.environ["JAX_PLATFORMS"] == "proxy":
-        # Through causeway-proxy (docs/proxy.md), as pathwaysutils registers it.
-        from jax.extend.backend import ifrt_proxy, register_backend_factory
-        register_backend_factory("proxy", lambda: ifrt_proxy.get_client(
-            os.environ["JAX_BACKEND_TARGET"], ifrt_proxy.ClientConnectionOptions()), priority=-1)
 
 import numpy as np  # noqa: E402
 

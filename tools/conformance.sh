@@ -8,7 +8,12 @@
 # copied from a JAX source tree into build/conformance/ (git ignores build/).
 #
 #   tools/conformance.sh --jax-src DIR [--files api,lax,...] [--cases N]
-#                        [--devices N] [--timeout S] [--side both|stock|causeway]
+#                        [--devices N] [--timeout S] [--side both|stock|causeway|proxy]
+#
+# --side proxy runs the files on the IFRT proxy front instead: one
+# causeway-proxy for the run, each test process a session of it with a
+# private embedded cluster (JAX_PLATFORMS=proxy, JAX_BACKEND_TARGET; the
+# report then compares proxy with stock).
 #
 # DIR is a checkout of github.com/jax-ml/jax (ideally at tag jax-v0.11.2, the
 # pinned release; a bare git directory works too: HEAD's tests/ is taken).
@@ -60,12 +65,30 @@ fi
 echo "conformance: JAX tests from $jax_src at $commit; jax $("$py" -c 'import jax; print(jax.__version__)')"
 echo "$commit" > "$out/jax-commit"
 
+proxy_pid=""
+if [[ "$side" == proxy ]]; then
+  # Sessions of one proxy, each with its own embedded cluster of $devices.
+  (CAUSEWAY_LOCAL_WORKERS=1 CAUSEWAY_LOCAL_DEVICES="$devices" \
+   CAUSEWAY_PJRT_PLUGIN="$("$py" -c 'import lammps_jax_pjrt_cpu as m; print(m.PLUGIN_PATH)')" \
+   CAUSEWAY_BIN_DIR="$root/build/release/bin" CAUSEWAY_COMPILE_CACHE_DIR="$root/$out/compile-cache" \
+   exec build/release/bin/causeway-proxy --listen 127.0.0.1:0 > "$out/proxy.addr" 2> "$out/proxy.log") &
+  proxy_pid=$!
+  trap 'kill "$proxy_pid" 2>/dev/null || true' EXIT
+  for _ in $(seq 100); do grep -q listening "$out/proxy.addr" 2>/dev/null && break; sleep 0.1; done
+  proxy_addr="$(sed -n 's/causeway-proxy listening on //p' "$out/proxy.addr")"
+  [[ -n "$proxy_addr" ]] || { echo "conformance: causeway-proxy did not start" >&2; exit 1; }
+fi
+
 run_side() {
   local name="$1" f="$2"
   local xml="$out/$name-$f.xml"
   local -a env_side
   if [[ "$name" == stock ]]; then
     env_side=(JAX_PLATFORMS=cpu "XLA_FLAGS=--xla_force_host_platform_device_count=$devices")
+  elif [[ "$name" == proxy ]]; then
+    # causeway_jax registers the `proxy` backend from JAX_BACKEND_TARGET.
+    env_side=(JAX_PLATFORMS=proxy "JAX_BACKEND_TARGET=grpc://$proxy_addr"
+              IFRT_PROXY_USE_INSECURE_GRPC_CREDENTIALS=true "PYTHONPATH=$root/python")
   else
     # The embedded cluster: one island of all devices, as a single machine has
     # (its default; said here so the count cannot drift from stock's).
@@ -86,5 +109,7 @@ for f in "${list[@]}"; do
   [[ -f "$out/jax/tests/${f}_test.py" ]] || { echo "conformance: no tests/${f}_test.py" >&2; continue; }
   if [[ "$side" == both || "$side" == stock ]]; then run_side stock "$f"; fi
   if [[ "$side" == both || "$side" == causeway ]]; then run_side causeway "$f"; fi
+  if [[ "$side" == proxy ]]; then run_side proxy "$f"; fi
 done
-"$py" tools/conformance_report.py "$out" "${list[@]}"
+CW_CONFORMANCE_TARGET="$([[ "$side" == proxy ]] && echo proxy || echo causeway)" \
+  "$py" tools/conformance_report.py "$out" "${list[@]}"

@@ -44,11 +44,13 @@ def count(r: dict[str, tuple[str, str]]) -> tuple[int, int, int]:
 
 def main() -> int:
     out_dir, files = sys.argv[1], sys.argv[2:]
+    # The side compared with stock: causeway (the plugin) or proxy.
+    target = os.environ.get("CW_CONFORMANCE_TARGET", "causeway")
     rows, regressions = [], []
     tot = [0] * 6
     for f in files:
         stock = results(os.path.join(out_dir, f"stock-{f}.xml"))
-        cw = results(os.path.join(out_dir, f"causeway-{f}.xml"))
+        cw = results(os.path.join(out_dir, f"{target}-{f}.xml"))
         s, c = count(stock), count(cw)
         rows.append((f, *s, *c))
         tot = [a + b for a, b in zip(tot, (*s, *c))]
@@ -58,13 +60,13 @@ def main() -> int:
             c_out, c_msg = cw.get(tid, ("missing", "not run (the file crashed or timed out)"))
             if c_out != "passed":
                 regressions.append((f, tid, c_out, c_msg))
-    print(f"{'file':<24} {'stock pass':>10} {'fail':>6} {'skip':>6}   {'causeway pass':>13} "
+    print(f"{'file':<24} {'stock pass':>10} {'fail':>6} {'skip':>6}   {target + ' pass':>13} "
           f"{'fail':>6} {'skip':>6}")
     for r in rows:
         print(f"{r[0]:<24} {r[1]:>10} {r[2]:>6} {r[3]:>6}   {r[4]:>13} {r[5]:>6} {r[6]:>6}")
     print(f"{'total':<24} {tot[0]:>10} {tot[1]:>6} {tot[2]:>6}   {tot[3]:>13} {tot[4]:>6} "
           f"{tot[5]:>6}")
-    print(f"\n{len(regressions)} tests pass on stock and not on causeway:")
+    print(f"\n{len(regressions)} tests pass on stock and not on {target}:")
     for f, tid, outcome, msg in regressions:
         print(f"  {f}: {tid} [{outcome}] {msg}")
     return 0

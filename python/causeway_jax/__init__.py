@@ -13,6 +13,10 @@ that asks for a CPU device (jax.devices("cpu"), backend="cpu", the eager path
 of jax.debug.callback and pure_callback) finds one, as it does next to a GPU.
 It also answers compiled.cost_analysis() (see _answer_cost_analysis).
 
+With JAX_PLATFORMS=proxy and JAX_BACKEND_TARGET=grpc://HOST:PORT it registers
+the `proxy` backend instead: jaxlib's IFRT proxy client to causeway-proxy
+(docs/proxy.md), as pathwaysutils does.
+
 Environment:
   CAUSEWAY_PJRT_LIBRARY  path of libcauseway_pjrt.so (default: the one the
                          causeway wheel installed, else the repository's
@@ -245,7 +249,29 @@ def _answer_cost_analysis() -> None:
     stages.Executable.cost_analysis = cost_analysis
 
 
+def _register_proxy() -> bool:
+    """JAX_PLATFORMS=proxy with JAX_BACKEND_TARGET=grpc://HOST:PORT: the
+    `proxy` backend, jaxlib's IFRT proxy client to causeway-proxy (the
+    registration pathwaysutils does; docs/proxy.md). The plugin itself is
+    then not loaded into this process."""
+    target = os.environ.get("JAX_BACKEND_TARGET", "")
+    if "proxy" not in os.environ.get("JAX_PLATFORMS", "").split(",") or \
+            not target.startswith("grpc://"):
+        return False
+    from jax._src import xla_bridge
+    if "proxy" in xla_bridge._backend_factories:  # registered by the program or pathwaysutils
+        return True
+    from jax._src.lib import ifrt_proxy
+
+    def factory():
+        return ifrt_proxy.get_client(target, ifrt_proxy.ClientConnectionOptions())
+    xla_bridge.register_backend_factory("proxy", factory, priority=-1)
+    return True
+
+
 def initialize() -> None:
+    if _register_proxy():
+        return
     path = library_path()
     if not os.path.exists(path):
         logger.warning(
