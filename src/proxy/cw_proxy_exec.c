@@ -641,6 +641,17 @@ static cw_status_t cw__default_layout(cw_proxy_session_t* s, const CwIfrt__IfrtR
   return cw_ok_status();
 }
 
+// The status of an execution the client asked about (fill_status): its
+// future's, answered in order like every request here.
+static cw_status_t cw__fetch_result(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
+                                    CwIfrt__IfrtResponse* resp) {
+  uint64_t h = req->loaded_executable_fetch_execute_result_request->result_status_handle;
+  CW_RETURN_IF_ERROR(cw_proxy_future_take(s, h), "LoadedExecutableFetchExecuteResult");
+  return cw_proxy_respond(
+      resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_FETCH_EXECUTE_RESULT_RESPONSE,
+      false, 0);
+}
+
 static cw_status_t cw__exe_delete(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
                                   CwIfrt__IfrtResponse* resp) {
   uint64_t h = req->loaded_executable_delete_request->loaded_executable_handle;
@@ -696,6 +707,8 @@ cw_status_t cw_proxy_exec_handle(cw_proxy_session_t* s, const CwIfrt__IfrtReques
       return cw__exe_destruct(s, req, resp);
     case CW_IFRT__IFRT_REQUEST__REQUEST_GET_DEFAULT_LAYOUT_REQUEST:
       return cw__default_layout(s, req, resp);
+    case CW_IFRT__IFRT_REQUEST__REQUEST_LOADED_EXECUTABLE_FETCH_EXECUTE_RESULT_REQUEST:
+      return cw__fetch_result(s, req, resp);
     default:
       return cw_make_status(CW_INTERNAL, "not an executable request");
   }
