@@ -270,7 +270,8 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
                               "program first needs it; off: none"},
     [CW_SET_PROXY_LISTEN] = {"CAUSEWAY_PROXY_LISTEN", NULL, CW__PRX, "listen", CW_SETTING_STRING,
                              0, 0, "127.0.0.1:0", false, false,
-                             "host:port the IFRT proxy front serves gRPC on (port 0: any)"},
+                             "host:port the IFRT proxy front serves gRPC on (port 0: any), "
+                             "or a Unix socket path only its owner may connect to"},
     [CW_SET_PROXY_PJRT_LIBRARY] = {"CAUSEWAY_PROXY_PJRT_LIBRARY", NULL, CW__PRX, "pjrt-library",
                                    CW_SETTING_STRING, 0, 0, "", false, false,
                                    "the PJRT plugin the proxy drives; empty: "

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cw_log.h"
 #include "cw_net.h"
@@ -22,7 +24,12 @@ typedef struct cw_grpc_conn_s {
   cw_grpc_server_t* server;
   struct cw_grpc_conn_s* prev;
   struct cw_grpc_conn_s* next;
-  uv_tcp_t tcp;
+  union {
+    uv_handle_t handle;
+    uv_stream_t stream;
+    uv_tcp_t tcp;
+    uv_pipe_t pipe;
+  } sock;
   uv_timer_t timer;
   int open_handles;
   bool closing;
@@ -38,7 +45,13 @@ typedef struct cw__write_s {
 } cw__write_t;
 
 struct cw_grpc_server_s {
-  uv_tcp_t listener;
+  union {
+    uv_handle_t handle;
+    uv_stream_t stream;
+    uv_tcp_t tcp;
+    uv_pipe_t pipe;
+  } listener;
+  bool is_pipe;
   uv_prepare_t flusher;
   bool closing;
   size_t live;  // listener, pacer, flusher and connections not yet freed
@@ -76,7 +89,7 @@ static void cw__conn_close(cw_grpc_conn_t* c) {
   // The owner's on_close runs for every open call here.
   cw_grpc_session_release(c->session);
   c->session = NULL;
-  uv_close((uv_handle_t*)&c->tcp, cw__conn_handle_closed);
+  uv_close(&c->sock.handle, cw__conn_handle_closed);
   uv_close((uv_handle_t*)&c->timer, cw__conn_handle_closed);
 }
 
@@ -94,7 +107,7 @@ static void cw__written(uv_write_t* req, int status) {
 // Writes what the session has to say; closes a session that is done.
 static void cw__conn_flush(cw_grpc_conn_t* c) {
   if (c->closing) return;
-  while (uv_stream_get_write_queue_size((uv_stream_t*)&c->tcp) < CW__WRITE_HIGH) {
+  while (uv_stream_get_write_queue_size(&c->sock.stream) < CW__WRITE_HIGH) {
     const uint8_t* d;
     size_t n;
     cw_grpc_session_take_output(c->session, &d, &n);
@@ -108,14 +121,14 @@ static void cw__conn_flush(cw_grpc_conn_t* c) {
     w->len = n;
     memcpy(w->data, d, n);
     uv_buf_t b = uv_buf_init((char*)w->data, (unsigned)n);
-    if (uv_write(&w->req, (uv_stream_t*)&c->tcp, &b, 1, cw__written) < 0) {
+    if (uv_write(&w->req, &c->sock.stream, &b, 1, cw__written) < 0) {
       free(w);
       cw__conn_close(c);
       return;
     }
   }
   if (!cw_grpc_session_alive(c->session) &&
-      uv_stream_get_write_queue_size((uv_stream_t*)&c->tcp) == 0) {
+      uv_stream_get_write_queue_size(&c->sock.stream) == 0) {
     cw__conn_close(c);
   }
 }
@@ -201,29 +214,36 @@ static void cw__accept_one(uv_stream_t* listener) {
   cw_grpc_conn_t* c = calloc(1, sizeof(*c));
   if (!c) return;
   c->server = s;
-  uv_tcp_init(listener->loop, &c->tcp);
+  if (s->is_pipe) {
+    uv_pipe_init(listener->loop, &c->sock.pipe, 0);
+  } else {
+    uv_tcp_init(listener->loop, &c->sock.tcp);
+  }
   uv_timer_init(listener->loop, &c->timer);
-  c->tcp.data = c->timer.data = c;
+  c->sock.handle.data = c->timer.data = c;
   c->open_handles = 2;
   s->live++;
   c->next = s->conns;
   if (s->conns) s->conns->prev = c;
   s->conns = c;
   cw_status_t st = cw_grpc_session_create(&s->wrap, c, &s->o->grpc, &c->session);
-  if (st || uv_accept(listener, (uv_stream_t*)&c->tcp) < 0) {
+  if (st || uv_accept(listener, &c->sock.stream) < 0) {
     cw_status_free(st);
     cw__conn_close(c);
     return;
   }
-  uv_tcp_nodelay(&c->tcp, 1);
   struct sockaddr_storage sa;
   int len = sizeof(sa);
-  bool named = uv_tcp_getpeername(&c->tcp, (struct sockaddr*)&sa, &len) == 0;
+  bool named = false;  // a Unix socket's peers share one budget
+  if (!s->is_pipe) {
+    uv_tcp_nodelay(&c->sock.tcp, 1);
+    named = uv_tcp_getpeername(&c->sock.tcp, (struct sockaddr*)&sa, &len) == 0;
+  }
   cw_net_peer_key_from_sockaddr(named ? (const struct sockaddr*)&sa : NULL, &c->gate.peer);
   cw_net_gate_entry_t* victim = cw_net_gate_admit(&s->gate, &c->gate);
   if (victim) cw__conn_close(cw__conn_of_gate(victim));
   uv_timer_start(&c->timer, cw__timeout, CW_GRPC_SERVER_FIRST_CALL_MS, 0);
-  if (uv_read_start((uv_stream_t*)&c->tcp, cw__alloc, cw__read) < 0) cw__conn_close(c);
+  if (uv_read_start(&c->sock.stream, cw__alloc, cw__read) < 0) cw__conn_close(c);
   cw__conn_flush(c);  // the server's SETTINGS
 }
 
@@ -238,13 +258,31 @@ static void cw__pacer_closed(uv_handle_t* h) {
   cw__server_unref(((cw_net_pacer_t*)h->data)->listener->data);
 }
 
+// A Unix socket only its owner may connect to: the file's mode is the
+// credential (a stale socket of an earlier run is replaced).
+static cw_status_t cw__pipe_listen(cw_grpc_server_t* s, const char* path) {
+  struct stat sb;
+  if (stat(path, &sb) == 0 && S_ISSOCK(sb.st_mode)) unlink(path);
+  mode_t old = umask(0077);
+  int rc = uv_pipe_bind(&s->listener.pipe, path);
+  umask(old);
+  if (rc >= 0) rc = uv_listen(&s->listener.stream, SOMAXCONN, cw__accept);
+  if (rc < 0) return cw_make_status(CW_UNAVAILABLE, "cannot listen on %s: %s", path,
+                                    uv_strerror(rc));
+  snprintf(s->address, sizeof(s->address), "%s", path);
+  return cw_ok_status();
+}
+
 cw_status_t cw_grpc_server_create(uv_loop_t* loop, const char* address,
                                   const cw_grpc_server_options_t* options,
                                   const cw_grpc_handlers_t* handlers, void* user,
                                   cw_grpc_server_t** out_server) {
   *out_server = NULL;
-  struct sockaddr_storage sa;
-  CW_RETURN_IF_ERROR(cw_net_parse_host_port(address, &sa), "grpc");  // before anything opens
+  bool is_pipe = strchr(address, '/') != NULL;
+  if (!is_pipe) {
+    struct sockaddr_storage sa;
+    CW_RETURN_IF_ERROR(cw_net_parse_host_port(address, &sa), "grpc");  // before anything opens
+  }
   cw_grpc_server_t* s = calloc(1, sizeof(*s));
   if (!s) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   cw_status_t gst = cw_net_gate_initialize(&s->gate, CW_GRPC_SERVER_MAX_CONNS,
@@ -258,15 +296,21 @@ cw_status_t cw_grpc_server_create(uv_loop_t* loop, const char* address,
   s->user = user;
   s->wrap = (cw_grpc_handlers_t){cw__on_start, cw__on_message, cw__on_half_close, cw__on_close};
   s->live = 3;
-  uv_tcp_init(loop, &s->listener);
-  s->listener.data = s;
+  s->is_pipe = is_pipe;
+  if (is_pipe) {
+    uv_pipe_init(loop, &s->listener.pipe, 0);
+  } else {
+    uv_tcp_init(loop, &s->listener.tcp);
+  }
+  s->listener.handle.data = s;
   uv_prepare_init(loop, &s->flusher);
   s->flusher.data = s;
   uv_prepare_start(&s->flusher, cw__flush_all);
-  cw_net_pacer_initialize(&s->pacer, loop, (uv_stream_t*)&s->listener, CW__ACCEPTS_PER_PASS,
+  cw_net_pacer_initialize(&s->pacer, loop, &s->listener.stream, CW__ACCEPTS_PER_PASS,
                           cw__accept_one);
-  cw_status_t lst = cw_net_tcp_listen(&s->listener, address, cw__accept, s->address,
-                                      sizeof(s->address));
+  cw_status_t lst = is_pipe ? cw__pipe_listen(s, address)
+                            : cw_net_tcp_listen(&s->listener.tcp, address, cw__accept, s->address,
+                                                sizeof(s->address));
   if (lst) {
     cw_grpc_server_close(s);
     return lst;
@@ -281,7 +325,8 @@ void cw_grpc_server_close(cw_grpc_server_t* s) {
   if (!s || s->closing) return;
   s->closing = true;
   while (s->conns) cw__conn_close(s->conns);
-  uv_close((uv_handle_t*)&s->listener, cw__handle_closed);
+  if (s->is_pipe && s->address[0]) unlink(s->address);
+  uv_close(&s->listener.handle, cw__handle_closed);
   uv_close((uv_handle_t*)&s->flusher, cw__handle_closed);
   cw_net_pacer_close(&s->pacer, cw__pacer_closed);
 }

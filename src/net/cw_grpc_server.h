@@ -6,8 +6,9 @@
 // Admission as the other listeners (cw_net_gate.h): a connection stays in
 // the gate, and under its deadline, until its first call is accepted; with a
 // token set, a call needs metadata "authorization: Bearer <token>" (else
-// UNAUTHENTICATED). Plaintext only: TLS for this listener is not built yet
-// (docs/proxy.md); bind it to loopback or a trusted network.
+// UNAUTHENTICATED). A Unix socket (an address with '/') is made 0700: only
+// its owner connects. Plaintext only: TLS for this listener is not built
+// (docs/proxy.md says why); bind TCP to loopback or a trusted network.
 #ifndef CW_NET_GRPC_SERVER_H_
 #define CW_NET_GRPC_SERVER_H_
 
@@ -27,7 +28,7 @@ typedef struct cw_grpc_server_options_s {
   const char* token;  // NULL or "": none needed (borrowed for the server's life)
 } cw_grpc_server_options_t;
 
-// Listens on `address` (host:port; port 0 picks one). `handlers` and
+// Listens on `address` (host:port, port 0 picks one; or a Unix socket path). `handlers` and
 // `options` are borrowed for the server's life.
 CW_MUST_USE cw_status_t cw_grpc_server_create(uv_loop_t* loop, const char* address,
                                               const cw_grpc_server_options_t* options,

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.skipif(
 class Proxy:
     """causeway-proxy on a free loopback port in front of `controller`."""
 
-    def __init__(self, controller: str, env: dict | None = None):
+    def __init__(self, controller: str, env: dict | None = None, listen: str = "127.0.0.1:0"):
         self.log = tempfile.NamedTemporaryFile(prefix="cw-proxy-", suffix=".log", delete=False)
         e = {k: v for k, v in os.environ.items() if not k.startswith("CAUSEWAY_")}
         e.update({"CAUSEWAY_CONTROLLER": controller,
@@ -41,11 +41,13 @@ class Proxy:
                   "CAUSEWAY_LOG_LEVEL": "info"})
         e.update(env or {})
         self.proc = subprocess.Popen([os.path.join(harness.bin_dir(), "causeway-proxy"),
-                                      "--listen", "127.0.0.1:0"], env=e,
+                                      "--listen", listen], env=e,
                                      stdout=subprocess.PIPE, stderr=self.log, text=True)
         line = self.proc.stdout.readline()
         assert line.startswith("causeway-proxy listening on "), (line, self.logs())
         self.address = line.split()[-1]
+        if "/" in self.address:
+            self.address = "unix:" + self.address  # a gRPC target
 
     def logs(self) -> str:
         return pathlib.Path(self.log.name).read_text(errors="replace")
@@ -152,6 +154,26 @@ def test_programs_match_stock_jax(cluster, proxy):
     finally:
         finish(client)
     assert out["checks"] and all(out["checks"].values()), out
+
+
+def test_unix_socket_for_its_owner_only(cluster):
+    """On a Unix socket (jaxlib's client takes grpc://unix:PATH) the proxy
+    serves as on TCP, and only its owner may use the socket: the file mode is the
+    credential, since jaxlib's client sends no token and speaks no TLS."""
+    d = tempfile.mkdtemp(prefix="cw-proxy-sock-")
+    path = os.path.join(d, "proxy.sock")
+    p = Proxy(cluster.controller, listen=path)
+    try:
+        assert os.stat(path).st_mode & 0o077 == 0  # nobody but the owner
+        client = jax_client(p.address)
+        try:
+            out = read_report(client)
+            assert len(out["devices"]) == 4 and out["compute"] == [0.0, 1.0, 2.0, 3.0], out
+        finally:
+            finish(client)
+    finally:
+        assert p.stop() == 0, p.logs()
+    assert not os.path.exists(path)
 
 
 def test_two_streams_are_two_sessions(cluster, proxy):
