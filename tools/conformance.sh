@@ -68,6 +68,7 @@ echo "$commit" > "$out/jax-commit"
 proxy_pid=""
 if [[ "$side" == proxy ]]; then
   # Sessions of one proxy, each with its own embedded cluster of $devices.
+  rm -f "$out/proxy.addr"  # an earlier run's address must not be read
   (CAUSEWAY_LOCAL_WORKERS=1 CAUSEWAY_LOCAL_DEVICES="$devices" \
    CAUSEWAY_PJRT_PLUGIN="$("$py" -c 'import lammps_jax_pjrt_cpu as m; print(m.PLUGIN_PATH)')" \
    CAUSEWAY_BIN_DIR="$root/build/release/bin" CAUSEWAY_COMPILE_CACHE_DIR="$root/$out/compile-cache" \
