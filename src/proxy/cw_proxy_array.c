@@ -358,17 +358,12 @@ static cw_status_t cw__make_from_shards(cw_proxy_session_t* s, const CwIfrt__Ifr
     return cw_make_status(CW_INVALID_ARGUMENT, "MakeArraysFromHostBufferShards: %zu handles for "
                           "%zu specs", r->n_array_handles, r->n_specs);
   }
-  uint64_t* handles = calloc(r->n_specs ? r->n_specs : 1, sizeof(*handles));
-  CwIfrt__MakeArraysFromHostBufferShardsResponse* out = malloc(sizeof(*out));
-  if (!handles || !out) {
-    free(handles);
-    free(out);
-    return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  }
-  cw_ifrt__make_arrays_from_host_buffer_shards_response__init(out);
-  out->array_handles = handles;
-  resp->response_case = CW_IFRT__IFRT_RESPONSE__RESPONSE_MAKE_ARRAYS_FROM_HOST_BUFFER_SHARDS_RESPONSE;
-  resp->make_arrays_from_host_buffer_shards_response = out;
+  CW_RETURN_IF_ERROR(cw_proxy_respond_handles(
+      resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_MAKE_ARRAYS_FROM_HOST_BUFFER_SHARDS_RESPONSE,
+      r->n_specs), "MakeArraysFromHostBufferShards");
+  CwIfrt__MakeArraysFromHostBufferShardsResponse* out =
+      resp->make_arrays_from_host_buffer_shards_response;
+  uint64_t* handles = out->array_handles;
   for (size_t i = 0; i < r->n_specs; i++) {
     uint64_t h = cw__handle(s, r->n_array_handles > 0, r->n_array_handles ? r->array_handles[i] : 0);
     CW_RETURN_IF_ERROR(cw__make_one_from_shards(s, r->specs[i], h),
@@ -522,18 +517,12 @@ static cw_status_t cw__disassemble(cw_proxy_session_t* s, const CwIfrt__IfrtRequ
     return cw_make_status(CW_INVALID_ARGUMENT, "Disassemble: %zu result handles for %zu shards",
                           r->n_result_handles, a->n);
   }
-  CwIfrt__DisassembleIntoSingleDeviceArraysResponse* out = calloc(1, sizeof(*out));
-  uint64_t* handles = calloc(a->n ? a->n : 1, sizeof(*handles));
-  if (!out || !handles) {
-    free(out);
-    free(handles);
-    return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  }
-  cw_ifrt__disassemble_into_single_device_arrays_response__init(out);
-  out->array_handles = handles;
-  resp->response_case =
-      CW_IFRT__IFRT_RESPONSE__RESPONSE_DISASSEMBLE_INTO_SINGLE_DEVICE_ARRAYS_RESPONSE;
-  resp->disassemble_into_single_device_arrays_response = out;
+  CW_RETURN_IF_ERROR(cw_proxy_respond_handles(
+      resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_DISASSEMBLE_INTO_SINGLE_DEVICE_ARRAYS_RESPONSE, a->n),
+      "Disassemble");
+  CwIfrt__DisassembleIntoSingleDeviceArraysResponse* out =
+      resp->disassemble_into_single_device_arrays_response;
+  uint64_t* handles = out->array_handles;
   for (size_t i = 0; i < a->n; i++) {
     uint64_t h = cw__handle(s, r->n_result_handles > 0, r->n_result_handles ? r->result_handles[i] : 0);
     CW_RETURN_IF_ERROR(cw__shard_array(s, a, i, h), "Disassemble");
