@@ -194,10 +194,11 @@ def _create_options() -> dict:
     return {"cpu_device_count": n} if n >= 1 else {}
 
 
-def _keep_cpu_beside() -> None:
+def _keep_cpu_beside(name: str = PLUGIN_NAME) -> None:
     # JAX initializes only the platforms jax_platforms lists, expanding each
-    # name through expand_platform_alias after plugin discovery: "causeway"
-    # expands to causeway then cpu there when the list lacks cpu. The config
+    # name through expand_platform_alias after plugin discovery: `name`
+    # ("causeway", or "proxy") expands to itself then cpu there when the
+    # list lacks cpu. The config
     # value itself stays as the user set it (JAX's own tests check that no
     # test changes it), and the expansion applies only to that one call site.
     from jax._src import config, xla_bridge
@@ -208,7 +209,7 @@ def _keep_cpu_beside() -> None:
 
     def expand_platform_alias(platform: str) -> list[str]:
         out = original(platform)
-        if platform == PLUGIN_NAME and sys._getframe(1).f_code is backends_code:
+        if platform == name and sys._getframe(1).f_code is backends_code:
             names = (config.jax_platforms.value or "").split(",")
             if "cpu" not in names:
                 out = list(out) + ["cpu"]
@@ -266,6 +267,7 @@ def _register_proxy() -> bool:
     def factory():
         return ifrt_proxy.get_client(target, ifrt_proxy.ClientConnectionOptions())
     xla_bridge.register_backend_factory("proxy", factory, priority=-1)
+    _keep_cpu_beside("proxy")  # as for the plugin front: jax.devices("cpu") still answers
     return True
 
 
