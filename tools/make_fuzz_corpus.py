@@ -814,6 +814,7 @@ def ifrt_request_corpus():
         "make_even": make(even, dims=(0, 4)),
         "make_strided": make(single, strides=(12, 4)),
         "make_transposed": make(single, strides=(4, 8)),
+        "make_huge_strides": make(single, dims=(2, 2), strides=(2**63 - 1, 2**63 - 1)),
         "make_unknown_sharding": make(unknown),
         "make_bad_dtype": make(single, kind=17),
         "make_shards": ifrt_request(25, f_bytes(1, spec)),

@@ -273,11 +273,17 @@ cw_status_t cw_grpc_call_send(cw_grpc_call_t* c, const uint8_t* data, size_t len
     cw_grpc_call_finish(c, cw_status_clone(st));
     return st;
   }
+  if (c->out_off > 0) {
+    // Sent bytes go: the unsent ones move to the front.
+    memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
+    c->out_len -= c->out_off;
+    c->out_off = 0;
+  }
   size_t need = c->out_len + 5 + len;
-  if (need - c->out_off > c->s->o->max_queued) {
+  if (need > c->s->o->max_queued) {
     cw_status_t st = cw_make_status(CW_RESOURCE_EXHAUSTED,
-                                    "%zu response bytes wait for the peer (limit %zu)",
-                                    need - c->out_off, c->s->o->max_queued);
+                                    "%zu response bytes wait for the peer (limit %zu)", need,
+                                    c->s->o->max_queued);
     cw_grpc_call_finish(c, cw_status_clone(st));
     return st;
   }

@@ -125,6 +125,9 @@ cw_status_t cw_proxy_host_layout(const cw_proxy_dtype_t* dt, const int64_t* dims
     }
     bytes *= (size_t)dims[i];
   }
+  if (last > SIZE_MAX - dt->width) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "byte strides reach past any buffer");
+  }
   out->bytes = bytes;
   out->source_bytes = out->dense || none ? bytes : last + dt->width;
   if (none) out->dense = true;

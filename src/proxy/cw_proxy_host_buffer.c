@@ -56,13 +56,16 @@ cw_status_t cw_proxy_host_buffer_take(cw_proxy_session_t* s, uint64_t handle, in
   pthread_mutex_lock(&s->mu);
   cw_proxy_host_buffer_t* hb;
   int rc = 0;
-  while (!(hb = cw_proxy_table_get(&s->host_buffers, handle)) || !hb->complete) {
+  // Complete and not being sent by a lookup: then it is this thread's.
+  while (!(hb = cw_proxy_table_get(&s->host_buffers, handle)) || !hb->complete ||
+         hb->readers > 0) {
     if (s->gone || rc == ETIMEDOUT) break;
     rc = pthread_cond_timedwait(&s->host_buffer_cv, &s->mu, &until);
   }
-  if (hb && hb->complete) cw_proxy_table_remove(&s->host_buffers, handle);
+  bool mine = hb && hb->complete && hb->readers == 0;
+  if (mine) cw_proxy_table_remove(&s->host_buffers, handle);
   pthread_mutex_unlock(&s->mu);
-  if (!hb || !hb->complete) {
+  if (!mine) {
     return cw_make_status(CW_NOT_FOUND, "host buffer %llu %s", (unsigned long long)handle,
                           hb ? "was not stored in full in time" : "was never stored");
   }
@@ -242,11 +245,17 @@ static bool cw__lookup_try(cw_proxy_t* p, cw__hb_call_t* c) {
   pthread_mutex_lock(&s->mu);
   cw_proxy_host_buffer_t* hb = cw_proxy_table_get(&s->host_buffers, c->handle);
   bool ready = hb && hb->complete;
+  // While it is read here, MakeArray on the session thread waits to take it
+  // (HostBufferDelete and the session's end are on this thread).
+  if (ready) hb->readers++;
   pthread_mutex_unlock(&s->mu);
-  // The buffer stays until HostBufferDelete or the session's end; the
-  // session thread never changes a complete one.
-  if (ready) cw__send_buffer(c->call, hb);
-  return ready;
+  if (!ready) return false;
+  cw__send_buffer(c->call, hb);
+  pthread_mutex_lock(&s->mu);
+  hb->readers--;
+  pthread_cond_broadcast(&s->host_buffer_cv);
+  pthread_mutex_unlock(&s->mu);
+  return true;
 }
 
 static void cw__park(cw_proxy_t* p, cw__hb_call_t* c) {

@@ -47,6 +47,7 @@ typedef struct cw_proxy_host_buffer_s {
   size_t cap;
   size_t declared;
   bool complete;
+  int readers;  // lookups sending it now (loop thread); take() waits for none
 } cw_proxy_host_buffer_t;
 
 typedef struct cw_proxy_item_s {

@@ -407,6 +407,20 @@ def test_host_buffers_of_a_session(proxy):
             list(ch.unary_stream(SERVICE + "HostBufferDelete")(ids(5), timeout=10))
         assert e.value.code() == grpc.StatusCode.NOT_FOUND
         assert "no host buffer 5" in e.value.details()
+        # Byte strides that reach past any buffer (they once wrapped around
+        # the size check): refused, and the session answers on.
+        store(6, 16, [b"x" * 16])
+        sharding = field(1, field(1, b"xla::ifrt::SingleDeviceSharding") + field(2, varint(1 << 3) + varint(0)))
+        big = (1 << 63) - 1
+        make = (field(1, varint(1 << 3) + varint(11)) + field(2, field(1, varint(2) + varint(2)))
+                + field(3, sharding) + varint(4 << 3 | 1) + struct.pack("<Q", 6)
+                + field(5, field(1, varint(big) + varint(big))))
+        q.put(ifrt_request(4, 40, make))
+        op, code, msg = response_status(next(responses))
+        assert (op, code) == (40, grpc.StatusCode.INVALID_ARGUMENT.value[0]), (op, code, msg)
+        assert "byte strides reach past any buffer" in msg, msg
+        q.put(ifrt_request(2, 41))
+        assert response_status(next(responses)) == (41, 0, "")
         q.put(None)
         assert list(responses) == []
 
