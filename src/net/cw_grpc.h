@@ -6,7 +6,7 @@
 // (grpc_fuzz.c) feeds one bytes directly.
 //
 // Limits, each a clear gRPC status to the peer and never an abort: a
-// message over max_message (RESOURCE_EXHAUSTED, the stream reset); a
+// message over max_message (RESOURCE_EXHAUSTED, the call ended); a
 // compressed message (UNIMPLEMENTED: no compression is offered); a header
 // block over CW_GRPC_MAX_METADATA bytes (the stream reset); more than
 // max_streams open streams (HTTP/2 REFUSED_STREAM); responses queued past
