@@ -55,6 +55,10 @@ void cw_proxy_arrays_free(cw_proxy_session_t* s) {
   cw_proxy_table_deinitialize(&s->arrays);
 }
 
+void cw_proxy_arrays_drop(cw_proxy_session_t* s, const uint64_t* handles, size_t n) {
+  for (size_t i = 0; i < n; i++) cw_proxy_array_free(s, cw_proxy_table_remove(&s->arrays, handles[i]));
+}
+
 static cw_status_t cw__array_get(cw_proxy_session_t* s, uint64_t handle, cw_proxy_array_t** out) {
   cw_proxy_array_t* a = cw_proxy_table_get(&s->arrays, handle);
   if (!a) return cw_make_status(CW_NOT_FOUND, "no array with handle %llu in this session",
@@ -366,8 +370,11 @@ static cw_status_t cw__make_from_shards(cw_proxy_session_t* s, const CwIfrt__Ifr
   uint64_t* handles = out->array_handles;
   for (size_t i = 0; i < r->n_specs; i++) {
     uint64_t h = cw__handle(s, r->n_array_handles > 0, r->n_array_handles ? r->array_handles[i] : 0);
-    CW_RETURN_IF_ERROR(cw__make_one_from_shards(s, r->specs[i], h),
-                       "MakeArraysFromHostBufferShards, array %zu", i);
+    cw_status_t st = cw__make_one_from_shards(s, r->specs[i], h);
+    if (st) {
+      cw_proxy_arrays_drop(s, handles, out->n_array_handles);
+      return cw_status_annotate(st, "MakeArraysFromHostBufferShards, array %zu", i);
+    }
     handles[out->n_array_handles++] = h;
   }
   return cw_ok_status();
@@ -412,16 +419,19 @@ static cw_status_t cw__copy_arrays(cw_proxy_session_t* s, const CwIfrt__IfrtRequ
   const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
   for (size_t i = 0; i < r->n_array_handles; i++) {
     cw_proxy_array_t* a;
-    CW_RETURN_IF_ERROR(cw__array_get(s, r->array_handles[i], &a), "CopyArrays");
-    if (r->n_device_ids != a->n) {
-      return cw_make_status(CW_INVALID_ARGUMENT, "CopyArrays: %zu devices for an array of %zu "
-                            "shards", r->n_device_ids, a->n);
-    }
+    cw_proxy_array_t* c = NULL;
     uint64_t h = cw__handle(s, r->n_result_handles > 0,
                             r->n_result_handles ? r->result_handles[i] : 0);
-    cw_proxy_array_t* c;
-    CW_RETURN_IF_ERROR(cw__array_new(s, h, a->dtype, a->dims, a->rank, a->n, &c), "CopyArrays");
-    cw_status_t st = cw_ok_status();
+    cw_status_t st = cw__array_get(s, r->array_handles[i], &a);
+    if (!st && r->n_device_ids != a->n) {
+      st = cw_make_status(CW_INVALID_ARGUMENT, "%zu devices for an array of %zu shards",
+                          r->n_device_ids, a->n);
+    }
+    if (!st) st = cw__array_new(s, h, a->dtype, a->dims, a->rank, a->n, &c);
+    if (st) {
+      cw_proxy_arrays_drop(s, out->array_handles, out->n_array_handles);
+      return cw_status_annotate(st, "CopyArrays");
+    }
     for (size_t k = 0; !st && k < a->n; k++) {
       PJRT_Device* dev;
       PJRT_Memory* mem = NULL;
@@ -452,6 +462,7 @@ static cw_status_t cw__copy_arrays(cw_proxy_session_t* s, const CwIfrt__IfrtRequ
     }
     if (st) {
       cw_proxy_array_free(s, cw_proxy_table_remove(&s->arrays, h));
+      cw_proxy_arrays_drop(s, out->array_handles, out->n_array_handles);
       return cw_status_annotate(st, "CopyArrays");
     }
     out->array_handles[out->n_array_handles++] = h;
@@ -525,7 +536,11 @@ static cw_status_t cw__disassemble(cw_proxy_session_t* s, const CwIfrt__IfrtRequ
   uint64_t* handles = out->array_handles;
   for (size_t i = 0; i < a->n; i++) {
     uint64_t h = cw__handle(s, r->n_result_handles > 0, r->n_result_handles ? r->result_handles[i] : 0);
-    CW_RETURN_IF_ERROR(cw__shard_array(s, a, i, h), "Disassemble");
+    cw_status_t st = cw__shard_array(s, a, i, h);
+    if (st) {
+      cw_proxy_arrays_drop(s, handles, out->n_array_handles);
+      return cw_status_annotate(st, "Disassemble");
+    }
     handles[out->n_array_handles++] = h;
   }
   return cw_ok_status();

@@ -547,6 +547,9 @@ static cw_status_t cw__execute(cw_proxy_session_t* s, const CwIfrt__IfrtRequest*
     resp->response_case = CW_IFRT__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_EXECUTE_RESPONSE;
     resp->loaded_executable_execute_response = &out->r;
   }
+  uint64_t* made = st ? NULL : calloc(no + 1, sizeof(*made));
+  size_t n_made = 0;
+  if (!st && !made) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   for (size_t i = 0; !st && i < no; i++) {
     uint64_t h = r->n_result_array_handle ? r->result_array_handle[i]
                                           : (1ull << 63) | ++s->next_handle;
@@ -556,6 +559,7 @@ static cw_status_t cw__execute(cw_proxy_session_t* s, const CwIfrt__IfrtRequest*
     st = cw_proxy_array_adopt(s, h, shard_bufs, e->device_ids, nd, &a);
     if (st) break;
     for (size_t d = 0; d < nd; d++) outs[d * no + i] = NULL;  // the array's now
+    made[n_made++] = h;
     if (nd > 1) {
       // The global shape: each data dimension times its tiles.
       if (e->outs[i].n_tiles && e->outs[i].n_tiles != a->rank) {
@@ -585,6 +589,9 @@ static cw_status_t cw__execute(cw_proxy_session_t* s, const CwIfrt__IfrtRequest*
   }
   for (size_t k = 0; outs && k < nd * no; k++) cw_proxy_pjrt_buffer_destroy(p, outs[k]);
   free(outs);
+  // On failure the outputs made so far go: the client is told none were.
+  if (st) cw_proxy_arrays_drop(s, made, n_made);
+  free(made);
   if (st) return cw_status_annotate(st, "Execute");
   out->r.outputs = out->out_ptrs;
   out->r.n_outputs = no;

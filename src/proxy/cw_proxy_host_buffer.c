@@ -60,7 +60,13 @@ cw_status_t cw_proxy_host_buffer_take(cw_proxy_session_t* s, uint64_t handle, in
   while (!(hb = cw_proxy_table_get(&s->host_buffers, handle)) || !hb->complete ||
          hb->readers > 0) {
     if (s->gone || rc == ETIMEDOUT) break;
-    rc = pthread_cond_timedwait(&s->host_buffer_cv, &s->mu, &until);
+    if (hb) {
+      // Being stored (or read): it is coming, however long the upload takes;
+      // a store that breaks off removes it and wakes this wait.
+      pthread_cond_wait(&s->host_buffer_cv, &s->mu);
+    } else {
+      rc = pthread_cond_timedwait(&s->host_buffer_cv, &s->mu, &until);
+    }
   }
   bool mine = hb && hb->complete && hb->readers == 0;
   if (mine) cw_proxy_table_remove(&s->host_buffers, handle);

@@ -144,8 +144,9 @@ void cw_proxy_host_buffer_close(cw_proxy_t* p, cw_grpc_call_t* call);
 // Loop thread: answers the lookups whose buffer is now there (or whose
 // session is gone).
 void cw_proxy_host_buffer_retry(cw_proxy_t* p);
-// Session thread: waits up to timeout_ms for host buffer `handle` to be
-// complete, then takes it out of the session (data is the caller's).
+// Session thread: waits for host buffer `handle` to be complete (up to
+// timeout_ms for its store to begin; then as long as the store goes on),
+// then takes it out of the session (data is the caller's).
 CW_MUST_USE cw_status_t cw_proxy_host_buffer_take(cw_proxy_session_t* s, uint64_t handle,
                                                   int timeout_ms, uint8_t** out_data,
                                                   size_t* out_len);
@@ -174,6 +175,8 @@ void cw_proxy_array_response_free(CwIfrt__IfrtResponse* resp);
 void cw_proxy_array_free(cw_proxy_session_t* s, cw_proxy_array_t* a);
 // Every array of the session (its end).
 void cw_proxy_arrays_free(cw_proxy_session_t* s);
+// Forgets the arrays under `handles` (a request that failed part way).
+void cw_proxy_arrays_drop(cw_proxy_session_t* s, const uint64_t* handles, size_t n);
 // Sets the response to kind `kase`: a message of that kind, empty or, with
 // `with_handle`, whose field 1 is the fixed64 `handle`. Freed by
 // cw_proxy_array_response_free.

@@ -421,6 +421,26 @@ def test_host_buffers_of_a_session(proxy):
         assert "byte strides reach past any buffer" in msg, msg
         q.put(ifrt_request(2, 41))
         assert response_status(next(responses)) == (41, 0, "")
+        # A request that fails part way leaves nothing behind: CopyArrays of
+        # [a real array, an unknown one] fails, and its first result handle
+        # is free again.
+        store(7, 16, [b"y" * 16])
+        make = (field(1, varint(1 << 3) + varint(11)) + field(2, field(1, varint(4)))
+                + field(3, sharding) + varint(4 << 3 | 1) + struct.pack("<Q", 7)
+                + varint(6 << 3 | 1) + struct.pack("<Q", 50))
+        q.put(ifrt_request(4, 42, make))
+        assert response_status(next(responses)) == (42, 0, "")
+
+        def copy(op, arrays, results):
+            return ifrt_request(24, op, field(1, b"".join(struct.pack("<Q", a) for a in arrays))
+                                + field(2, varint(1)) + field(5, b"".join(
+                                    struct.pack("<Q", r) for r in results)))
+        q.put(copy(43, [50, 999], [60, 61]))
+        op, code, msg = response_status(next(responses))
+        assert (op, code) == (43, grpc.StatusCode.NOT_FOUND.value[0]), (op, code, msg)
+        assert "no array with handle 999" in msg, msg
+        q.put(copy(44, [50], [60]))
+        assert response_status(next(responses)) == (44, 0, "")
         q.put(None)
         assert list(responses) == []
 
