@@ -35,19 +35,17 @@ struct cw_proxy_exe_s {
   bool deleted;
 };
 
-#define CW__ARGS(type, last) .struct_size = CW_PJRT_STRUCT_SIZE(type, last)
-
 void cw_proxy_exe_free(cw_proxy_session_t* s, cw_proxy_exe_t* e) {
   if (!e) return;
   const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
   if (e->exe) {
-    PJRT_Executable_Destroy_Args d = {CW__ARGS(PJRT_Executable_Destroy_Args, executable),
+    PJRT_Executable_Destroy_Args d = {CW_PROXY_ARGS(PJRT_Executable_Destroy_Args, executable),
                                       .executable = e->exe};
     cw_status_free(CW_PROXY_PJRT_CALL(p, PJRT_Executable_Destroy, &d));
   }
   if (e->loaded) {
     PJRT_LoadedExecutable_Destroy_Args d = {
-        CW__ARGS(PJRT_LoadedExecutable_Destroy_Args, executable), .executable = e->loaded};
+        CW_PROXY_ARGS(PJRT_LoadedExecutable_Destroy_Args, executable), .executable = e->loaded};
     cw_status_free(CW_PROXY_PJRT_CALL(p, PJRT_LoadedExecutable_Destroy, &d));
   }
   for (size_t i = 0; e->outs && i < e->num_outputs; i++) free(e->outs[i].op);
@@ -153,7 +151,7 @@ static cw_status_t cw__out_shardings(cw_proxy_session_t* s, cw_proxy_exe_t* e) {
   const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
   PJRT_Program prog = {.struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Program, format_size)};
   PJRT_Executable_OptimizedProgram_Args a = {
-      CW__ARGS(PJRT_Executable_OptimizedProgram_Args, program), .executable = e->exe,
+      CW_PROXY_ARGS(PJRT_Executable_OptimizedProgram_Args, program), .executable = e->exe,
       .program = &prog};
   CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Executable_OptimizedProgram, &a), "shardings");
   char* code = malloc(prog.code_size ? prog.code_size : 1);
@@ -222,16 +220,16 @@ static cw_status_t cw__out_shardings(cw_proxy_session_t* s, cw_proxy_exe_t* e) {
 static cw_status_t cw__describe(cw_proxy_session_t* s, cw_proxy_exe_t* e) {
   const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
   PJRT_LoadedExecutable_GetExecutable_Args g = {
-      CW__ARGS(PJRT_LoadedExecutable_GetExecutable_Args, executable),
+      CW_PROXY_ARGS(PJRT_LoadedExecutable_GetExecutable_Args, executable),
       .loaded_executable = e->loaded};
   CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_LoadedExecutable_GetExecutable, &g), "compile");
   e->exe = g.executable;
-  PJRT_Executable_NumOutputs_Args no = {CW__ARGS(PJRT_Executable_NumOutputs_Args, num_outputs),
+  PJRT_Executable_NumOutputs_Args no = {CW_PROXY_ARGS(PJRT_Executable_NumOutputs_Args, num_outputs),
                                         .executable = e->exe};
   CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Executable_NumOutputs, &no), "compile");
   e->num_outputs = no.num_outputs;
   PJRT_LoadedExecutable_AddressableDevices_Args ad = {
-      CW__ARGS(PJRT_LoadedExecutable_AddressableDevices_Args, num_addressable_devices),
+      CW_PROXY_ARGS(PJRT_LoadedExecutable_AddressableDevices_Args, num_addressable_devices),
       .executable = e->loaded};
   CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_LoadedExecutable_AddressableDevices, &ad),
                      "compile");
@@ -242,10 +240,10 @@ static cw_status_t cw__describe(cw_proxy_session_t* s, cw_proxy_exe_t* e) {
   for (size_t i = 0; i < e->n; i++) {
     e->devices[i] = ad.addressable_devices[i];
     PJRT_Device_GetDescription_Args dd = {
-        CW__ARGS(PJRT_Device_GetDescription_Args, device_description),
+        CW_PROXY_ARGS(PJRT_Device_GetDescription_Args, device_description),
         .device = ad.addressable_devices[i]};
     CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Device_GetDescription, &dd), "compile");
-    PJRT_DeviceDescription_Id_Args id = {CW__ARGS(PJRT_DeviceDescription_Id_Args, id),
+    PJRT_DeviceDescription_Id_Args id = {CW_PROXY_ARGS(PJRT_DeviceDescription_Id_Args, id),
                                          .device_description = dd.device_description};
     CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_DeviceDescription_Id, &id), "compile");
     e->device_ids[i] = id.id;
@@ -279,7 +277,7 @@ static cw_status_t cw__compile(cw_proxy_session_t* s, const CwIfrt__IfrtRequest*
                           .code = (char*)prog->data.data, .code_size = prog->data.len,
                           .format = "mlir", .format_size = 4};
   PJRT_Client_Compile_Args c = {
-      CW__ARGS(PJRT_Client_Compile_Args, executable), .client = s->client, .program = &program,
+      CW_PROXY_ARGS(PJRT_Client_Compile_Args, executable), .client = s->client, .program = &program,
       .compile_options = (const char*)opts->compile_options.data,
       .compile_options_size = opts->has_compile_options ? opts->compile_options.len : 0};
   cw_status_t st = CW_PROXY_PJRT_CALL(p, PJRT_Client_Compile, &c);
@@ -288,7 +286,7 @@ static cw_status_t cw__compile(cw_proxy_session_t* s, const CwIfrt__IfrtRequest*
   cw_proxy_exe_t* e = calloc(1, sizeof(*e));
   if (!e) {
     PJRT_LoadedExecutable_Destroy_Args d = {
-        CW__ARGS(PJRT_LoadedExecutable_Destroy_Args, executable), .executable = c.executable};
+        CW_PROXY_ARGS(PJRT_LoadedExecutable_Destroy_Args, executable), .executable = c.executable};
     cw_status_free(CW_PROXY_PJRT_CALL(p, PJRT_LoadedExecutable_Destroy, &d));
     return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   }
@@ -310,13 +308,13 @@ static cw_status_t cw__compile(cw_proxy_session_t* s, const CwIfrt__IfrtRequest*
   out->r.num_devices = (int32_t)e->n;
   out->r.device_ids = out->r.addressable_device_ids = e->device_ids;
   out->r.n_device_ids = out->r.n_addressable_device_ids = e->n;
-  PJRT_Executable_Name_Args nm = {CW__ARGS(PJRT_Executable_Name_Args, executable_name_size),
+  PJRT_Executable_Name_Args nm = {CW_PROXY_ARGS(PJRT_Executable_Name_Args, executable_name_size),
                                   .executable = e->exe};
   CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Executable_Name, &nm), "Compile");
   out->name = strndup(nm.executable_name, nm.executable_name_size);
   out->r.name = out->name ? out->name : "";
   PJRT_Executable_Fingerprint_Args fp = {
-      CW__ARGS(PJRT_Executable_Fingerprint_Args, executable_fingerprint_size),
+      CW_PROXY_ARGS(PJRT_Executable_Fingerprint_Args, executable_fingerprint_size),
       .executable = e->exe};
   cw_status_t fst = CW_PROXY_PJRT_CALL(p, PJRT_Executable_Fingerprint, &fp);
   if (!fst && fp.executable_fingerprint) {
@@ -372,7 +370,7 @@ static cw_status_t cw__metadata(cw_proxy_session_t* s, const CwIfrt__IfrtRequest
       CW_IFRT__LOADED_EXECUTABLE_METADATA_RESPONSE__OUTPUT_LAYOUTS_OUTPUT_LAYOUTS_ERROR;
   out->r.output_layouts_error = &out->layouts_error;
   PJRT_Executable_OutputMemoryKinds_Args mk = {
-      CW__ARGS(PJRT_Executable_OutputMemoryKinds_Args, memory_kind_sizes), .executable = e->exe};
+      CW_PROXY_ARGS(PJRT_Executable_OutputMemoryKinds_Args, memory_kind_sizes), .executable = e->exe};
   CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(&s->proxy->pjrt, PJRT_Executable_OutputMemoryKinds, &mk),
                      "LoadedExecutableMetadata");
   out->names = calloc(mk.num_outputs ? mk.num_outputs : 1, sizeof(*out->names));
@@ -522,7 +520,7 @@ static cw_status_t cw__execute(cw_proxy_session_t* s, const CwIfrt__IfrtRequest*
                              .non_donatable_input_indices = keep,
                              .num_non_donatable_input_indices = na};
     PJRT_LoadedExecutable_Execute_Args x = {
-        CW__ARGS(PJRT_LoadedExecutable_Execute_Args, execute_device), .executable = e->loaded,
+        CW_PROXY_ARGS(PJRT_LoadedExecutable_Execute_Args, execute_device), .executable = e->loaded,
         .options = &o, .argument_lists = (PJRT_Buffer* const* const*)arg_lists,
         .num_devices = nd, .num_args = na, .output_lists = out_lists};
     st = CW_PROXY_PJRT_CALL(p, PJRT_LoadedExecutable_Execute, &x);
@@ -664,7 +662,7 @@ static cw_status_t cw__exe_delete(cw_proxy_session_t* s, const CwIfrt__IfrtReque
   uint64_t h = req->loaded_executable_delete_request->loaded_executable_handle;
   cw_proxy_exe_t* e;
   CW_RETURN_IF_ERROR(cw__exe_get(s, h, &e), "LoadedExecutableDelete");
-  PJRT_LoadedExecutable_Delete_Args d = {CW__ARGS(PJRT_LoadedExecutable_Delete_Args, executable),
+  PJRT_LoadedExecutable_Delete_Args d = {CW_PROXY_ARGS(PJRT_LoadedExecutable_Delete_Args, executable),
                                          .executable = e->loaded};
   CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(&s->proxy->pjrt, PJRT_LoadedExecutable_Delete, &d),
                      "LoadedExecutableDelete");

@@ -5,8 +5,6 @@
 
 #include "cw_proxy_internal.h"
 
-#define CW__ARGS(type, last) .struct_size = CW_PJRT_STRUCT_SIZE(type, last)
-
 typedef struct cw__init_s {
   CwIfrt__InitResponse r;
   CwIfrt__InitResponse__Device* devices;
@@ -19,15 +17,6 @@ typedef struct cw__init_s {
   char* platform_version;
 } cw__init_t;
 
-static char* cw__dup(const char* s, size_t n) {
-  char* d = malloc(n + 1);
-  if (d) {
-    memcpy(d, s, n);
-    d[n] = 0;
-  }
-  return d;
-}
-
 static cw_status_t cw__oom(void) {
   return cw_make_status(CW_RESOURCE_EXHAUSTED, "causeway-proxy: out of memory for Init");
 }
@@ -39,7 +28,7 @@ static cw_status_t cw__attributes(const cw_proxy_pjrt_t* p, PJRT_DeviceDescripti
                                   CwIfrt__AttributeMap* out) {
   cw_ifrt__attribute_map__init(out);
   PJRT_DeviceDescription_Attributes_Args a = {
-      CW__ARGS(PJRT_DeviceDescription_Attributes_Args, attributes), .device_description = dd};
+      CW_PROXY_ARGS(PJRT_DeviceDescription_Attributes_Args, attributes), .device_description = dd};
   CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_DeviceDescription_Attributes, &a), "Init");
   size_t n = a.num_attributes;
   if (!n) return cw_ok_status();
@@ -85,7 +74,7 @@ static cw_status_t cw__attributes(const cw_proxy_pjrt_t* p, PJRT_DeviceDescripti
       default:
         continue;  // a kind IFRT has no value for
     }
-    e[k].key = cw__dup(nv->name, nv->name_size);
+    e[k].key = strndup(nv->name, nv->name_size);
     if (!e[k].key) return cw__oom();
     e[k].value = &v[k];
     ents[k] = &e[k];
@@ -118,14 +107,14 @@ cw_status_t cw_proxy_init(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
   resp->response_case = CW_IFRT__IFRT_RESPONSE__RESPONSE_INIT_RESPONSE;
   resp->init_response = &in->r;  // freed by cw_proxy_init_free, also on error
 
-  PJRT_Client_PlatformName_Args pn = {CW__ARGS(PJRT_Client_PlatformName_Args, platform_name_size),
+  PJRT_Client_PlatformName_Args pn = {CW_PROXY_ARGS(PJRT_Client_PlatformName_Args, platform_name_size),
                                       .client = s->client};
   CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Client_PlatformName, &pn), "Init");
   PJRT_Client_PlatformVersion_Args pv = {
-      CW__ARGS(PJRT_Client_PlatformVersion_Args, platform_version_size), .client = s->client};
+      CW_PROXY_ARGS(PJRT_Client_PlatformVersion_Args, platform_version_size), .client = s->client};
   CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Client_PlatformVersion, &pv), "Init");
-  in->platform_name = cw__dup(pn.platform_name, pn.platform_name_size);
-  in->platform_version = cw__dup(pv.platform_version, pv.platform_version_size);
+  in->platform_name = strndup(pn.platform_name, pn.platform_name_size);
+  in->platform_version = strndup(pv.platform_version, pv.platform_version_size);
   if (!in->platform_name || !in->platform_version) return cw__oom();
   in->r.platform_name = in->platform_name;
   in->r.platform_version = in->platform_version;
@@ -133,7 +122,7 @@ cw_status_t cw_proxy_init(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
   in->r.has_session_id = in->r.has_process_index = in->r.has_platform_id = true;
   in->r.session_id = s->id;
 
-  PJRT_Client_Devices_Args da = {CW__ARGS(PJRT_Client_Devices_Args, num_devices),
+  PJRT_Client_Devices_Args da = {CW_PROXY_ARGS(PJRT_Client_Devices_Args, num_devices),
                                  .client = s->client};
   CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Client_Devices, &da), "Init");
   size_t nd = da.num_devices;
@@ -146,7 +135,7 @@ cw_status_t cw_proxy_init(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
   if (!in->devices || !in->device_ptrs || !in->attrs || !in->ids) return cw__oom();
   for (size_t i = 0; i < nd; i++) {
     PJRT_Device_AddressableMemories_Args ma = {
-        CW__ARGS(PJRT_Device_AddressableMemories_Args, num_memories), .device = da.devices[i]};
+        CW_PROXY_ARGS(PJRT_Device_AddressableMemories_Args, num_memories), .device = da.devices[i]};
     CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Device_AddressableMemories, &ma), "Init");
     max_mem += ma.num_memories;
   }
@@ -161,26 +150,26 @@ cw_status_t cw_proxy_init(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
     in->device_ptrs[i] = d;
     cw_ifrt__attribute_map__init(&in->attrs[i]);
     in->r.n_all_devices = i + 1;  // what to free, should a call below fail
-    PJRT_Device_GetDescription_Args g = {CW__ARGS(PJRT_Device_GetDescription_Args,
+    PJRT_Device_GetDescription_Args g = {CW_PROXY_ARGS(PJRT_Device_GetDescription_Args,
                                                   device_description),
                                          .device = da.devices[i]};
     CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Device_GetDescription, &g), "Init");
-    PJRT_DeviceDescription_Id_Args ia = {CW__ARGS(PJRT_DeviceDescription_Id_Args, id),
+    PJRT_DeviceDescription_Id_Args ia = {CW_PROXY_ARGS(PJRT_DeviceDescription_Id_Args, id),
                                          .device_description = g.device_description};
     CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_DeviceDescription_Id, &ia), "Init");
-    PJRT_DeviceDescription_Kind_Args ka = {CW__ARGS(PJRT_DeviceDescription_Kind_Args,
+    PJRT_DeviceDescription_Kind_Args ka = {CW_PROXY_ARGS(PJRT_DeviceDescription_Kind_Args,
                                                     device_kind_size),
                                            .device_description = g.device_description};
     CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_DeviceDescription_Kind, &ka), "Init");
     PJRT_DeviceDescription_DebugString_Args sa = {
-        CW__ARGS(PJRT_DeviceDescription_DebugString_Args, debug_string_size),
+        CW_PROXY_ARGS(PJRT_DeviceDescription_DebugString_Args, debug_string_size),
         .device_description = g.device_description};
     CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_DeviceDescription_DebugString, &sa), "Init");
     PJRT_DeviceDescription_ToString_Args ta = {
-        CW__ARGS(PJRT_DeviceDescription_ToString_Args, to_string_size),
+        CW_PROXY_ARGS(PJRT_DeviceDescription_ToString_Args, to_string_size),
         .device_description = g.device_description};
     CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_DeviceDescription_ToString, &ta), "Init");
-    PJRT_Device_LocalHardwareId_Args ha = {CW__ARGS(PJRT_Device_LocalHardwareId_Args,
+    PJRT_Device_LocalHardwareId_Args ha = {CW_PROXY_ARGS(PJRT_Device_LocalHardwareId_Args,
                                                     local_hardware_id),
                                            .device = da.devices[i]};
     CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Device_LocalHardwareId, &ha), "Init");
@@ -188,25 +177,25 @@ cw_status_t cw_proxy_init(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
     d->id = ia.id;
     d->local_hardware_id = ha.local_hardware_id;
     d->local_device_id = ha.local_hardware_id;
-    d->device_kind = cw__dup(ka.device_kind, ka.device_kind_size);
-    d->debug_string = cw__dup(sa.debug_string, sa.debug_string_size);
-    d->to_string = cw__dup(ta.to_string, ta.to_string_size);
+    d->device_kind = strndup(ka.device_kind, ka.device_kind_size);
+    d->debug_string = strndup(sa.debug_string, sa.debug_string_size);
+    d->to_string = strndup(ta.to_string, ta.to_string_size);
     d->platform_name = in->platform_name;
     if (!d->device_kind || !d->debug_string || !d->to_string) return cw__oom();
     CW_RETURN_IF_ERROR(cw__attributes(p, g.device_description, &in->attrs[i]), "Init");
     d->attributes = &in->attrs[i];
     in->ids[i] = ia.id;
 
-    PJRT_Device_DefaultMemory_Args dm = {CW__ARGS(PJRT_Device_DefaultMemory_Args, memory),
+    PJRT_Device_DefaultMemory_Args dm = {CW_PROXY_ARGS(PJRT_Device_DefaultMemory_Args, memory),
                                          .device = da.devices[i]};
     CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Device_DefaultMemory, &dm), "Init");
     PJRT_Device_AddressableMemories_Args ma = {
-        CW__ARGS(PJRT_Device_AddressableMemories_Args, num_memories), .device = da.devices[i]};
+        CW_PROXY_ARGS(PJRT_Device_AddressableMemories_Args, num_memories), .device = da.devices[i]};
     CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Device_AddressableMemories, &ma), "Init");
     d->memory_ids = calloc(ma.num_memories ? ma.num_memories : 1, sizeof(int32_t));
     if (!d->memory_ids) return cw__oom();
     for (size_t j = 0; j < ma.num_memories; j++) {
-      PJRT_Memory_Id_Args mi = {CW__ARGS(PJRT_Memory_Id_Args, id), .memory = ma.memories[j]};
+      PJRT_Memory_Id_Args mi = {CW_PROXY_ARGS(PJRT_Memory_Id_Args, id), .memory = ma.memories[j]};
       CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Memory_Id, &mi), "Init");
       d->memory_ids[d->n_memory_ids++] = mi.id;
       if (ma.memories[j] == dm.memory) {
@@ -220,23 +209,23 @@ cw_status_t cw_proxy_init(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
         cw_ifrt__init_response__memory__init(m);
         m->has_id = m->has_kind_id = true;
         m->id = mi.id;
-        PJRT_Memory_Kind_Args mk = {CW__ARGS(PJRT_Memory_Kind_Args, kind_size),
+        PJRT_Memory_Kind_Args mk = {CW_PROXY_ARGS(PJRT_Memory_Kind_Args, kind_size),
                                     .memory = ma.memories[j]};
-        PJRT_Memory_Kind_Id_Args mki = {CW__ARGS(PJRT_Memory_Kind_Id_Args, kind_id),
+        PJRT_Memory_Kind_Id_Args mki = {CW_PROXY_ARGS(PJRT_Memory_Kind_Id_Args, kind_id),
                                         .memory = ma.memories[j]};
-        PJRT_Memory_DebugString_Args mds = {CW__ARGS(PJRT_Memory_DebugString_Args,
+        PJRT_Memory_DebugString_Args mds = {CW_PROXY_ARGS(PJRT_Memory_DebugString_Args,
                                                      debug_string_size),
                                             .memory = ma.memories[j]};
-        PJRT_Memory_ToString_Args mts = {CW__ARGS(PJRT_Memory_ToString_Args, to_string_size),
+        PJRT_Memory_ToString_Args mts = {CW_PROXY_ARGS(PJRT_Memory_ToString_Args, to_string_size),
                                          .memory = ma.memories[j]};
         CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Memory_Kind, &mk), "Init");
         CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Memory_Kind_Id, &mki), "Init");
         CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Memory_DebugString, &mds), "Init");
         CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Memory_ToString, &mts), "Init");
         m->kind_id = mki.kind_id;
-        m->memory_space_kind = cw__dup(mk.kind, mk.kind_size);
-        m->debug_string = cw__dup(mds.debug_string, mds.debug_string_size);
-        m->to_string = cw__dup(mts.to_string, mts.to_string_size);
+        m->memory_space_kind = strndup(mk.kind, mk.kind_size);
+        m->debug_string = strndup(mds.debug_string, mds.debug_string_size);
+        m->to_string = strndup(mts.to_string, mts.to_string_size);
         m->device_ids = calloc(nd ? nd : 1, sizeof(int32_t));
         if (!m->memory_space_kind || !m->debug_string || !m->to_string || !m->device_ids) {
           return cw__oom();

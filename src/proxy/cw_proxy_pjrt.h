@@ -30,6 +30,10 @@ CW_MUST_USE cw_status_t cw_proxy_pjrt_await(const cw_proxy_pjrt_t* pjrt, PJRT_Ev
 // Destroys `buffer` (NULL: nothing); errors are logged.
 void cw_proxy_pjrt_buffer_destroy(const cw_proxy_pjrt_t* pjrt, PJRT_Buffer* buffer);
 
+// The struct_size initializer of a PJRT args struct whose last known field
+// is `last`.
+#define CW_PROXY_ARGS(type, last) .struct_size = CW_PJRT_STRUCT_SIZE(type, last)
+
 // Runs PJRT call `fn` with `args` (struct_size set by the caller) and
 // returns its status annotated with the call's name.
 #define CW_PROXY_PJRT_CALL(pjrt, fn, args) \

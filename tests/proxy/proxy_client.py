@@ -148,16 +148,18 @@ if mode == "compute":
         l, g = jax.value_and_grad(loss)(p, a, b)
         return [w - 0.1 * gw for w, gw in zip(p, g)], l
 
-    losses = {}
-    for where, dev in (("proxy", proxy_dev), ("cpu", cpu)):
+    def train(steps, params_on, batch_on):
+        """Losses of `steps` SGD steps, parameters and batch placed as given."""
         f = jax.jit(step)
-        p = [jax.device_put(w, dev) for w in params0]
-        a, b = jax.device_put(xs, dev), jax.device_put(ys, dev)
+        p = [jax.device_put(w, params_on) for w in params0]
+        a, b = jax.device_put(xs, batch_on), jax.device_put(ys, batch_on)
         ls = []
-        for _ in range(20):
+        for _ in range(steps):
             p, l = f(p, a, b)
             ls.append(float(l))
-        losses[where] = ls
+        return ls
+
+    losses = {where: train(20, dev, dev) for where, dev in (("proxy", proxy_dev), ("cpu", cpu))}
     results["mlp_losses_equal"] = losses["proxy"] == losses["cpu"]
     # Programs over several devices: split, replicated, a 2-D mesh, and
     # the MLP data-parallel over 4 devices (batch split, parameters
@@ -183,16 +185,8 @@ if mode == "compute":
                           "matmul_spec": str(mm.sharding.spec),
                           "sum": np.asarray(jax.jit(lambda a: a.sum(0))(v)),
                           "mesh2d": np.asarray(jax.jit(lambda a: a.T + 1)(t))}
-        dp = NamedSharding(m1, P("x", None))
-        rep = NamedSharding(m1, P())
-        f = jax.jit(step)
-        p = [jax.device_put(w0, rep) for w0 in params0]
-        a, b = jax.device_put(xs, dp), jax.device_put(ys, dp)
-        ls = []
-        for _ in range(10):
-            p, l = f(p, a, b)
-            ls.append(float(l))
-        sharded[where]["dp_losses"] = ls
+        sharded[where]["dp_losses"] = train(10, NamedSharding(m1, P()),
+                                            NamedSharding(m1, P("x", None)))
     for k in ("split", "matmul", "sum", "mesh2d"):
         results["sharded_" + k] = bool(np.array_equal(sharded["proxy"][k], sharded["cpu"][k]))
     results["sharded_spec"] = sharded["proxy"]["matmul_spec"] == sharded["cpu"]["matmul_spec"]
