@@ -35,6 +35,7 @@ struct cw_grpc_call_s {
   size_t out_off;
   size_t out_len;
   size_t out_cap;
+  size_t writable_below;  // nonzero: on_writable wanted below this many queued bytes
   int code;
   char message[1024];  // percent-encoded
   void* user;
@@ -175,6 +176,12 @@ const char* cw_grpc_call_method(const cw_grpc_call_t* c) { return c->path ? c->p
 void cw_grpc_call_set_user(cw_grpc_call_t* c, void* user) { c->user = user; }
 void* cw_grpc_call_user(const cw_grpc_call_t* c) { return c->user; }
 bool cw_grpc_call_open(const cw_grpc_call_t* c) { return c->s != NULL; }
+
+size_t cw_grpc_call_queued(const cw_grpc_call_t* c) { return c->out_len - c->out_off; }
+
+void cw_grpc_call_when_writable(cw_grpc_call_t* c, size_t below) {
+  c->writable_below = below ? below : 1;
+}
 
 bool cw_grpc_call_metadata(const cw_grpc_call_t* c, const char* key, const uint8_t** out_data,
                            size_t* out_len) {
@@ -499,6 +506,20 @@ cw_status_t cw_grpc_session_feed(cw_grpc_session_t* s, const uint8_t* data, size
 }
 
 void cw_grpc_session_take_output(cw_grpc_session_t* s, const uint8_t** out_data, size_t* out_len) {
+  if (s->h->on_writable) {
+    // Outside nghttp2's callbacks, so the handler may queue and finish.
+    for (cw_grpc_call_t *c = s->calls, *next; c; c = next) {
+      next = c->next;
+      if (!c->writable_below || c->finished || cw_grpc_call_queued(c) >= c->writable_below) {
+        continue;
+      }
+      c->writable_below = 0;
+      cw_grpc_call_retain(c);
+      s->h->on_writable(s->user, c);
+      next = c->s ? c->next : NULL;  // the list may have changed under a closed call
+      cw_grpc_call_release(c);
+    }
+  }
   const uint8_t* d = NULL;
   ssize_t n = nghttp2_session_mem_send(s->h2, &d);
   *out_data = n > 0 ? d : NULL;

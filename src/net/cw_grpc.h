@@ -43,6 +43,9 @@ typedef struct cw_grpc_handlers_s {
   void (*on_half_close)(void* user, cw_grpc_call_t* call);
   // The call is over (may be NULL).
   void (*on_close)(void* user, cw_grpc_call_t* call);
+  // A call that asked (cw_grpc_call_when_writable) has room to queue more;
+  // called before output is taken (may be NULL).
+  void (*on_writable)(void* user, cw_grpc_call_t* call);
 } cw_grpc_handlers_t;
 
 typedef struct cw_grpc_options_s {
@@ -88,6 +91,11 @@ void cw_grpc_call_set_user(cw_grpc_call_t* call, void* user);
 void* cw_grpc_call_user(const cw_grpc_call_t* call);
 // False once the call's stream is gone.
 bool cw_grpc_call_open(const cw_grpc_call_t* call);
+// Response bytes queued and not yet taken by the transport.
+size_t cw_grpc_call_queued(const cw_grpc_call_t* call);
+// Asks for one on_writable once fewer than `below` bytes are queued: a
+// large response is sent a window at a time instead of queued whole.
+void cw_grpc_call_when_writable(cw_grpc_call_t* call, size_t below);
 void cw_grpc_call_retain(cw_grpc_call_t* call);
 void cw_grpc_call_release(cw_grpc_call_t* call);
 // Queues one response message (copied). Non-OK when the call is gone,

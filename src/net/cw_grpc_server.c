@@ -207,6 +207,11 @@ static void cw__on_close(void* user, cw_grpc_call_t* call) {
   if (c->server->h->on_close) c->server->h->on_close(c->server->user, call);
 }
 
+static void cw__on_writable(void* user, cw_grpc_call_t* call) {
+  cw_grpc_conn_t* c = user;
+  if (c->server->h->on_writable) c->server->h->on_writable(c->server->user, call);
+}
+
 // --- Accepting ----------------------------------------------------------------------
 
 static void cw__accept_one(uv_stream_t* listener) {
@@ -294,7 +299,8 @@ cw_status_t cw_grpc_server_create(uv_loop_t* loop, const char* address,
   s->o = options;
   s->h = handlers;
   s->user = user;
-  s->wrap = (cw_grpc_handlers_t){cw__on_start, cw__on_message, cw__on_half_close, cw__on_close};
+  s->wrap = (cw_grpc_handlers_t){cw__on_start, cw__on_message, cw__on_half_close, cw__on_close,
+                                 cw__on_writable};
   s->live = 3;
   s->is_pipe = is_pipe;
   if (is_pipe) {

@@ -21,6 +21,9 @@ typedef struct svc_s {
   char md[64];
   size_t md_len;
   bool echo, finish_on_half_close;
+  int stream_left;  // > 0: half-close starts a response of this many messages
+  int writables;
+  size_t most_queued;
 } svc_t;
 
 static cw_status_t svc_start(void* user, cw_grpc_call_t* call) {
@@ -42,15 +45,40 @@ static void svc_message(void* user, cw_grpc_call_t* call, const uint8_t* d, size
   if (s->echo) assert_null(cw_grpc_call_send(call, d, n));
 }
 
+// Queues 50-byte messages while fewer than 300 bytes wait, then asks to be
+// called again below 150; finishes after the last.
+static void svc_stream(svc_t* s, cw_grpc_call_t* call) {
+  uint8_t msg[50];
+  while (s->stream_left > 0 && cw_grpc_call_queued(call) < 300) {
+    memset(msg, 'a' + s->stream_left % 26, sizeof(msg));
+    assert_null(cw_grpc_call_send(call, msg, sizeof(msg)));
+    s->stream_left--;
+    if (cw_grpc_call_queued(call) > s->most_queued) s->most_queued = cw_grpc_call_queued(call);
+  }
+  if (s->stream_left > 0) {
+    cw_grpc_call_when_writable(call, 150);
+  } else {
+    cw_grpc_call_finish(call, cw_ok_status());
+  }
+}
+
 static void svc_half_close(void* user, cw_grpc_call_t* call) {
   svc_t* s = user;
   s->half_closes++;
-  if (s->finish_on_half_close) cw_grpc_call_finish(call, cw_ok_status());
+  if (s->stream_left) svc_stream(s, call);
+  else if (s->finish_on_half_close) cw_grpc_call_finish(call, cw_ok_status());
 }
 
 static void svc_close(void* user, cw_grpc_call_t* call) { ((svc_t*)user)->closes++; }
 
-static const cw_grpc_handlers_t svc_handlers = {svc_start, svc_message, svc_half_close, svc_close};
+static void svc_writable(void* user, cw_grpc_call_t* call) {
+  svc_t* s = user;
+  s->writables++;
+  svc_stream(s, call);
+}
+
+static const cw_grpc_handlers_t svc_handlers = {svc_start, svc_message, svc_half_close, svc_close,
+                                                svc_writable};
 
 // --- A client ----------------------------------------------------------------------------
 
@@ -215,6 +243,24 @@ static void test_unary_echo(void** state) {
   assert_int_equal(cw_grpc_session_calls(f->s), 0);
 }
 
+// A response larger than what may wait goes out a window at a time: the
+// service queues more only when asked, never more than its bound.
+static void test_streamed_response(void** state) {
+  fix_t* f = *state;
+  f->svc.stream_left = 40;
+  cli_call(&f->cli, "application/grpc");
+  pump(&f->cli, f->s);
+  assert_int_equal(f->cli.grpc_status, 0);
+  assert_int_equal(f->cli.got_len, 40 * 55);
+  for (int i = 0; i < 40; i++) {
+    const uint8_t* m = f->cli.got + i * 55;
+    assert_int_equal(m[4], 50);
+    assert_int_equal(m[5], 'a' + (40 - i) % 26);  // in order
+  }
+  assert_true(f->svc.writables >= 6);  // 40 messages, at most 6 queued at a time
+  assert_true(f->svc.most_queued < 300 + 55);
+}
+
 // A refusal in on_start: its code, and its message percent-encoded.
 static void test_refused(void** state) {
   fix_t* f = *state;
@@ -325,6 +371,7 @@ static void test_deframer(void** state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_unary_echo, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_streamed_response, setup, teardown),
       cmocka_unit_test_setup_teardown(test_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_not_grpc, setup, teardown),
       cmocka_unit_test_setup_teardown(test_oversize, setup, teardown),

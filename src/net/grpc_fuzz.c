@@ -25,7 +25,8 @@ static void fz_half_close(void* user, cw_grpc_call_t* call) {
   cw_grpc_call_finish(call, cw_make_status(CW_ABORTED, "done \xff%%"));
 }
 
-static const cw_grpc_handlers_t fz_handlers = {fz_start, fz_message, fz_half_close, NULL};
+static const cw_grpc_handlers_t fz_handlers = {fz_start, fz_message, fz_half_close, NULL,
+                                               NULL};
 
 static void fz_ignore(void* user, const uint8_t* d, size_t n) {}
 

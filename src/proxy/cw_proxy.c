@@ -176,8 +176,12 @@ static void cw__on_close(void* user, cw_grpc_call_t* call) {
   }
 }
 
+static void cw__on_writable(void* user, cw_grpc_call_t* call) {
+  if (cw__kind(call) == CW_PROXY_CALL_HOST_BUFFER) cw_proxy_host_buffer_writable(user, call);
+}
+
 static const cw_grpc_handlers_t cw__handlers = {cw__on_start, cw__on_message, cw__on_half_close,
-                                                cw__on_close};
+                                                cw__on_close, cw__on_writable};
 
 // Session threads queued responses or exited.
 static void cw__wake(uv_async_t* a) {

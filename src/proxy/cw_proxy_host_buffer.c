@@ -13,6 +13,9 @@
 
 #define CW__STORE_METADATA "ifrt-proxy-grpc-host-buffer-store-metadata-bin"
 #define CW__CHUNK (1u << 20)  // bytes per HostBufferLookup response message
+// A lookup queues this much ahead of the socket, then waits for room: a
+// buffer of any size goes out without a second copy of it in memory.
+#define CW__AHEAD (8u << 20)
 
 typedef enum cw__op_e { CW__STORE = 1, CW__LOOKUP, CW__DELETE } cw__op_t;
 
@@ -26,6 +29,8 @@ typedef struct cw_proxy_lookup_s {
   cw_grpc_call_t* call;  // retained while parked
   struct cw_proxy_lookup_s* next;  // the proxy's parked lookups
   bool parked;
+  bool reading;  // a lookup under way: it counts among the buffer's readers
+  size_t off;    // bytes of the buffer sent so far
 } cw__hb_call_t;
 
 static void cw__hb_free(cw_proxy_host_buffer_t* hb) {
@@ -219,31 +224,51 @@ static void cw__store_data(cw_proxy_t* p, cw_grpc_call_t* call, cw__hb_call_t* c
   }
 }
 
-// Sends a complete buffer in chunks and ends the call.
-static void cw__send_buffer(cw_grpc_call_t* call, const cw_proxy_host_buffer_t* hb) {
-  size_t off = 0;
-  cw_status_t st = cw_ok_status();
+// Queues the next chunks of `hb` up to CW__AHEAD: true once all are queued.
+static bool cw__send_chunks(cw__hb_call_t* c, const cw_proxy_host_buffer_t* hb,
+                            cw_status_t* out_status) {
   uint8_t* msg = malloc(CW__CHUNK + 16);
-  if (!msg) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  do {
-    if (st) break;
-    size_t n = hb->len - off < CW__CHUNK ? hb->len - off : CW__CHUNK;
+  if (!msg) {
+    *out_status = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+    return true;
+  }
+  // An empty buffer is one empty message.
+  bool first = c->off == 0;
+  while ((first || c->off < hb->len) && cw_grpc_call_queued(c->call) < CW__AHEAD) {
+    first = false;
+    size_t n = hb->len - c->off < CW__CHUNK ? hb->len - c->off : CW__CHUNK;
     CwIfrt__HostBufferLookupResponse r = CW_IFRT__HOST_BUFFER_LOOKUP_RESPONSE__INIT;
     r.has_data = true;
-    r.data.data = hb->data + off;
+    r.data.data = hb->data + c->off;
     r.data.len = n;
     size_t len = cw_ifrt__host_buffer_lookup_response__pack(&r, msg);
-    st = cw_grpc_call_send(call, msg, len);
-    off += n;
-  } while (off < hb->len);
+    *out_status = cw_grpc_call_send(c->call, msg, len);
+    c->off += n;
+    if (*out_status) break;
+  }
   free(msg);
-  cw_grpc_call_finish(call, st);
+  return *out_status || c->off >= hb->len;
 }
 
-// Answers a lookup if it can: true when the call is done.
+// Ends a lookup's read of its buffer (if it began one).
+static void cw__end_read(cw_proxy_t* p, cw__hb_call_t* c) {
+  if (!c->reading) return;
+  c->reading = false;
+  cw_proxy_session_t* s = cw_proxy_session_find(p, c->session_id);
+  if (!s) return;
+  pthread_mutex_lock(&s->mu);
+  cw_proxy_host_buffer_t* hb = cw_proxy_table_get(&s->host_buffers, c->handle);
+  if (hb && hb->readers > 0) hb->readers--;
+  pthread_cond_broadcast(&s->host_buffer_cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+// Answers a lookup if it can: true when the call is done or under way (it
+// then goes on from on_writable); false while the buffer is not there yet.
 static bool cw__lookup_try(cw_proxy_t* p, cw__hb_call_t* c) {
   cw_proxy_session_t* s = cw_proxy_session_find(p, c->session_id);
   if (!s) {
+    c->reading = false;  // its buffers went with it
     cw_grpc_call_finish(c->call, cw_make_status(CW_NOT_FOUND, "no IFRT session %016llx on this "
                                                 "proxy", (unsigned long long)c->session_id));
     return true;
@@ -253,15 +278,32 @@ static bool cw__lookup_try(cw_proxy_t* p, cw__hb_call_t* c) {
   bool ready = hb && hb->complete;
   // While it is read here, MakeArray on the session thread waits to take it
   // (HostBufferDelete and the session's end are on this thread).
-  if (ready) hb->readers++;
+  if (ready && !c->reading) {
+    hb->readers++;
+    c->reading = true;
+  }
   pthread_mutex_unlock(&s->mu);
-  if (!ready) return false;
-  cw__send_buffer(c->call, hb);
-  pthread_mutex_lock(&s->mu);
-  hb->readers--;
-  pthread_cond_broadcast(&s->host_buffer_cv);
-  pthread_mutex_unlock(&s->mu);
+  if (!ready) {
+    if (!c->reading) return false;
+    c->reading = false;  // deleted while it was read
+    cw_grpc_call_finish(c->call, cw_make_status(CW_NOT_FOUND, "host buffer %llu was deleted "
+                                                "while it was read",
+                                                (unsigned long long)c->handle));
+    return true;
+  }
+  cw_status_t st = cw_ok_status();
+  if (!cw__send_chunks(c, hb, &st)) {
+    cw_grpc_call_when_writable(c->call, CW__AHEAD / 2);
+    return true;
+  }
+  cw__end_read(p, c);
+  cw_grpc_call_finish(c->call, st);
   return true;
+}
+
+void cw_proxy_host_buffer_writable(cw_proxy_t* p, cw_grpc_call_t* call) {
+  cw__hb_call_t* c = cw_grpc_call_user(call);
+  if (c && c->op == CW__LOOKUP && c->reading) (void)cw__lookup_try(p, c);
 }
 
 static void cw__park(cw_proxy_t* p, cw__hb_call_t* c) {
@@ -381,6 +423,7 @@ void cw_proxy_host_buffer_close(cw_proxy_t* p, cw_grpc_call_t* call) {
   cw__hb_call_t* c = cw_grpc_call_user(call);
   cw_grpc_call_set_user(call, NULL);
   if (c->op == CW__STORE) cw__abandon_store(p, c);
+  cw__end_read(p, c);  // a lookup cut short
   if (c->parked) {
     // Freed by the next retry, which sees the call closed.
     cw_proxy_host_buffer_retry(p);

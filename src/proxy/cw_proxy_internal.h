@@ -141,6 +141,8 @@ void cw_proxy_host_buffer_message(cw_proxy_t* p, cw_grpc_call_t* call, const uin
                                   size_t len);
 void cw_proxy_host_buffer_half_close(cw_proxy_t* p, cw_grpc_call_t* call);
 void cw_proxy_host_buffer_close(cw_proxy_t* p, cw_grpc_call_t* call);
+// A lookup under way has room to send more.
+void cw_proxy_host_buffer_writable(cw_proxy_t* p, cw_grpc_call_t* call);
 // Loop thread: answers the lookups whose buffer is now there (or whose
 // session is gone).
 void cw_proxy_host_buffer_retry(cw_proxy_t* p);
@@ -186,6 +188,9 @@ CW_MUST_USE cw_status_t cw_proxy_respond(CwIfrt__IfrtResponse* resp, int kase, b
 // (its count starts at 0).
 CW_MUST_USE cw_status_t cw_proxy_respond_handles(CwIfrt__IfrtResponse* resp, int kase, size_t n);
 // The buffer of `a`'s shard on `device_id` (NULL: none there).
+// Marks `a` deleted when the plugin deleted one of its shards (a donated
+// argument); true when it is deleted.
+bool cw_proxy_array_check_deleted(cw_proxy_session_t* s, cw_proxy_array_t* a);
 PJRT_Buffer* cw_proxy_array_buffer_on(const cw_proxy_array_t* a, int32_t device_id);
 // A new array under `handle` over `n` buffers, buffer i on device_ids[i]
 // (taken on success); dtype and shape from the first (the caller makes the
