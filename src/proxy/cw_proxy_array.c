@@ -147,6 +147,22 @@ PJRT_Buffer* cw_proxy_array_buffer_on(const cw_proxy_array_t* a, int32_t device_
   return NULL;
 }
 
+bool cw_proxy_array_check_deleted(cw_proxy_session_t* s, cw_proxy_array_t* a) {
+  const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
+  for (size_t i = 0; !a->deleted && i < a->n; i++) {
+    if (!a->shards[i]) continue;
+    PJRT_Buffer_IsDeleted_Args x = {CW_PROXY_ARGS(PJRT_Buffer_IsDeleted_Args, is_deleted),
+                                    .buffer = a->shards[i]->buffer};
+    cw_status_t st = CW_PROXY_PJRT_CALL(p, PJRT_Buffer_IsDeleted, &x);
+    if (st) {
+      cw_status_free(st);
+      continue;
+    }
+    a->deleted = x.is_deleted;
+  }
+  return a->deleted;
+}
+
 cw_status_t cw_proxy_array_adopt(cw_proxy_session_t* s, uint64_t handle,
                                  PJRT_Buffer* const* buffers, const int32_t* device_ids, size_t n,
                                  cw_proxy_array_t** out) {
@@ -643,7 +659,7 @@ static cw_status_t cw__is_deleted(cw_proxy_session_t* s, const CwIfrt__IfrtReque
   if (!out) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   cw_ifrt__is_array_deleted_response__init(out);
   out->has_deleted = true;
-  out->deleted = a->deleted;
+  out->deleted = cw_proxy_array_check_deleted(s, a);
   resp->response_case = CW_IFRT__IFRT_RESPONSE__RESPONSE_IS_ARRAY_DELETED_RESPONSE;
   resp->is_array_deleted_response = out;
   return cw_ok_status();

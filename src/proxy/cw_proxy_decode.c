@@ -19,6 +19,7 @@ static const cw_proxy_dtype_t cw__dtypes[] = {
     [9] = {PJRT_Buffer_Type_U64, 8},           [10] = {PJRT_Buffer_Type_F16, 2},
     [11] = {PJRT_Buffer_Type_F32, 4},          [12] = {PJRT_Buffer_Type_F64, 8},
     [15] = {PJRT_Buffer_Type_C64, 8},          [16] = {PJRT_Buffer_Type_BF16, 2},
+    [17] = {PJRT_Buffer_Type_TOKEN, 1},  // no host bytes: a token is never transferred
     [18] = {PJRT_Buffer_Type_C128, 16},        [19] = {PJRT_Buffer_Type_F8E5M2, 1},
     [20] = {PJRT_Buffer_Type_F8E4M3FN, 1},     [21] = {PJRT_Buffer_Type_S4, 1},
     [22] = {PJRT_Buffer_Type_U4, 1},           [23] = {PJRT_Buffer_Type_F8E4M3B11FNUZ, 1},

@@ -32,6 +32,7 @@ struct cw_proxy_exe_s {
   cw__out_sharding_t* outs;  // num_outputs of them when n > 1
   ProtobufCBinaryData* params;  // the parameters' xla.OpSharding when n > 1
   size_t n_params;
+  char** out_kinds;  // num_outputs memory kinds ("device", "pinned_host", ...)
   bool deleted;
 };
 
@@ -50,6 +51,8 @@ void cw_proxy_exe_free(cw_proxy_session_t* s, cw_proxy_exe_t* e) {
   }
   for (size_t i = 0; e->outs && i < e->num_outputs; i++) free(e->outs[i].op);
   free(e->outs);
+  for (size_t i = 0; e->out_kinds && i < e->num_outputs; i++) free(e->out_kinds[i]);
+  free(e->out_kinds);
   for (size_t i = 0; i < e->n_params; i++) free(e->params[i].data);
   free(e->params);
   free(e->devices);
@@ -228,6 +231,19 @@ static cw_status_t cw__describe(cw_proxy_session_t* s, cw_proxy_exe_t* e) {
                                         .executable = e->exe};
   CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Executable_NumOutputs, &no), "compile");
   e->num_outputs = no.num_outputs;
+  PJRT_Executable_OutputMemoryKinds_Args mk = {
+      CW_PROXY_ARGS(PJRT_Executable_OutputMemoryKinds_Args, memory_kind_sizes), .executable = e->exe};
+  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Executable_OutputMemoryKinds, &mk), "compile");
+  if (mk.num_outputs != e->num_outputs) {
+    return cw_make_status(CW_INTERNAL, "compile: %zu output memory kinds for %zu outputs",
+                          mk.num_outputs, e->num_outputs);
+  }
+  e->out_kinds = calloc(e->num_outputs + 1, sizeof(*e->out_kinds));
+  if (!e->out_kinds) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  for (size_t i = 0; i < e->num_outputs; i++) {
+    e->out_kinds[i] = strndup(mk.memory_kinds[i], mk.memory_kind_sizes[i]);
+    if (!e->out_kinds[i]) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  }
   PJRT_LoadedExecutable_AddressableDevices_Args ad = {
       CW_PROXY_ARGS(PJRT_LoadedExecutable_AddressableDevices_Args, num_addressable_devices),
       .executable = e->loaded};
@@ -342,8 +358,6 @@ typedef struct cw__metadata_s {
   CwIfrt__LoadedExecutableMetadataResponse__OutputMemoryKind kinds;
   CwIfrt__LoadedExecutableMetadataResponse__MemoryKindList list;
   CwIfrt__LoadedExecutableMetadataResponse__MemoryKindList* lists[1];
-  char** names;
-  size_t n_names;
   CwIfrt__StatusProto layouts_error;
 } cw__metadata_t;
 
@@ -369,20 +383,9 @@ static cw_status_t cw__metadata(cw_proxy_session_t* s, const CwIfrt__IfrtRequest
   out->r.output_layouts_case =
       CW_IFRT__LOADED_EXECUTABLE_METADATA_RESPONSE__OUTPUT_LAYOUTS_OUTPUT_LAYOUTS_ERROR;
   out->r.output_layouts_error = &out->layouts_error;
-  PJRT_Executable_OutputMemoryKinds_Args mk = {
-      CW_PROXY_ARGS(PJRT_Executable_OutputMemoryKinds_Args, memory_kind_sizes), .executable = e->exe};
-  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(&s->proxy->pjrt, PJRT_Executable_OutputMemoryKinds, &mk),
-                     "LoadedExecutableMetadata");
-  out->names = calloc(mk.num_outputs ? mk.num_outputs : 1, sizeof(*out->names));
-  if (!out->names) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  for (size_t i = 0; i < mk.num_outputs; i++) {
-    out->names[i] = strndup(mk.memory_kinds[i], mk.memory_kind_sizes[i]);
-    if (!out->names[i]) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-    out->n_names++;
-  }
   cw_ifrt__loaded_executable_metadata_response__memory_kind_list__init(&out->list);
-  out->list.memory_kinds = out->names;
-  out->list.n_memory_kinds = out->n_names;
+  out->list.memory_kinds = e->out_kinds;  // borrowed, as the shardings below
+  out->list.n_memory_kinds = e->num_outputs;
   out->lists[0] = &out->list;
   cw_ifrt__loaded_executable_metadata_response__output_memory_kind__init(&out->kinds);
   out->kinds.memory_kind_lists = out->lists;
@@ -443,6 +446,7 @@ static cw_status_t cw__output_sharding(const cw_proxy_exe_t* e, size_t o, CwIfrt
     CwIfrt__SingleDeviceSharding sd = CW_IFRT__SINGLE_DEVICE_SHARDING__INIT;
     sd.has_device_id = true;
     sd.device_id = e->device_ids[0];
+    sd.memory_kind = e->out_kinds[o];
     len = cw_ifrt__single_device_sharding__get_packed_size(&sd);
     data = malloc(len ? len : 1);
     if (!data) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
@@ -458,6 +462,7 @@ static cw_status_t cw__output_sharding(const cw_proxy_exe_t* e, size_t o, CwIfrt
   hs.has_xla_op_sharding = true;
   hs.xla_op_sharding.data = e->outs[o].op;
   hs.xla_op_sharding.len = e->outs[o].op_len;
+  hs.memory_kind = e->out_kinds[o];
   len = cw_ifrt__hlo_sharding__get_packed_size(&hs);
   data = malloc(len ? len : 1);
   if (!data) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
@@ -510,7 +515,21 @@ static cw_status_t cw__execute(cw_proxy_session_t* s, const CwIfrt__IfrtRequest*
                        : cw__arguments(s, e, r, args);
   const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
   if (!st) {
-    for (size_t i = 0; i < na; i++) keep[i] = (int64_t)i;  // no input is donated
+    // The program's aliased inputs are donated unless the client says not.
+    const CwIfrt__ExecuteOptions* xo = r->execute_options;
+    size_t n_keep = xo ? xo->n_non_donatable_input_indices : 0;
+    if (n_keep > na) {
+      st = cw_make_status(CW_INVALID_ARGUMENT, "%zu non-donatable inputs of %zu arguments",
+                          n_keep, na);
+    }
+    for (size_t i = 0; !st && i < n_keep; i++) {
+      int32_t k = xo->non_donatable_input_indices[i];
+      if (k < 0 || (size_t)k >= na) {
+        st = cw_make_status(CW_INVALID_ARGUMENT, "non-donatable input %d of %zu arguments", k,
+                            na);
+      }
+      keep[i] = k;
+    }
     for (size_t d = 0; d < nd; d++) {
       arg_lists[d] = args + d * na;
       out_lists[d] = outs + d * no;
@@ -518,12 +537,17 @@ static cw_status_t cw__execute(cw_proxy_session_t* s, const CwIfrt__IfrtRequest*
     PJRT_ExecuteOptions o = {.struct_size = sizeof(PJRT_ExecuteOptions),
                              .launch_id = r->execute_options ? r->execute_options->launch_id : 0,
                              .non_donatable_input_indices = keep,
-                             .num_non_donatable_input_indices = na};
+                             .num_non_donatable_input_indices = n_keep};
     PJRT_LoadedExecutable_Execute_Args x = {
         CW_PROXY_ARGS(PJRT_LoadedExecutable_Execute_Args, execute_device), .executable = e->loaded,
         .options = &o, .argument_lists = (PJRT_Buffer* const* const*)arg_lists,
         .num_devices = nd, .num_args = na, .output_lists = out_lists};
-    st = CW_PROXY_PJRT_CALL(p, PJRT_LoadedExecutable_Execute, &x);
+    if (!st) st = CW_PROXY_PJRT_CALL(p, PJRT_LoadedExecutable_Execute, &x);
+    // Donated arguments are deleted now, as the client expects.
+    for (size_t i = 0; !st && i < na; i++) {
+      cw_proxy_array_t* a = cw_proxy_table_get(&s->arrays, r->args_handles[i]);
+      if (a) (void)cw_proxy_array_check_deleted(s, a);
+    }
   }
   free(args);
   free(keep);
@@ -695,6 +719,91 @@ static cw_status_t cw__exe_destruct(cw_proxy_session_t* s, const CwIfrt__IfrtReq
       resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_DESTRUCT_RESPONSE, false, 0);
 }
 
+typedef struct cw__cost_s {
+  CwIfrt__LoadedExecutableCostAnalysisResponse r;
+  CwIfrt__AttributeMap map;
+  CwIfrt__AttributeMap__Entry* entries;
+  CwIfrt__AttributeMap__Entry** entry_ptrs;
+  CwIfrt__AttributeMap__Value* values;
+  CwIfrt__AttributeMap__Int64List* lists;
+  char** names;
+  size_t n;
+} cw__cost_t;
+
+// XLA's cost analysis of the program (flops, bytes accessed, ...) as the
+// plugin reports it; the values are borrowed from the executable.
+static cw_status_t cw__cost_analysis(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
+                                     CwIfrt__IfrtResponse* resp) {
+  cw_proxy_exe_t* e;
+  CW_RETURN_IF_ERROR(
+      cw__exe_get(s, req->loaded_executable_cost_analysis_request->loaded_executable_handle, &e),
+      "LoadedExecutableCostAnalysis");
+  PJRT_Executable_GetCostAnalysis_Args a = {
+      CW_PROXY_ARGS(PJRT_Executable_GetCostAnalysis_Args, properties), .executable = e->exe};
+  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(&s->proxy->pjrt, PJRT_Executable_GetCostAnalysis, &a),
+                     "LoadedExecutableCostAnalysis");
+  cw__cost_t* out = calloc(1, sizeof(*out));
+  if (!out) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  cw_ifrt__loaded_executable_cost_analysis_response__init(&out->r);
+  resp->response_case = CW_IFRT__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_COST_ANALYSIS_RESPONSE;
+  resp->loaded_executable_cost_analysis_response = &out->r;
+  size_t n = a.num_properties;
+  out->entries = calloc(n + 1, sizeof(*out->entries));
+  out->entry_ptrs = calloc(n + 1, sizeof(*out->entry_ptrs));
+  out->values = calloc(n + 1, sizeof(*out->values));
+  out->lists = calloc(n + 1, sizeof(*out->lists));
+  out->names = calloc(n + 1, sizeof(*out->names));
+  if (!out->entries || !out->entry_ptrs || !out->values || !out->lists || !out->names) {
+    return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  for (size_t i = 0; i < n; i++) {
+    const PJRT_NamedValue* nv = &a.properties[i];
+    CwIfrt__AttributeMap__Value* v = &out->values[i];
+    cw_ifrt__attribute_map__value__init(v);
+    switch (nv->type) {
+      case PJRT_NamedValue_kString:
+        v->value_case = CW_IFRT__ATTRIBUTE_MAP__VALUE__VALUE_STRING_VALUE;
+        v->string_value.data = (uint8_t*)nv->string_value;
+        v->string_value.len = nv->value_size;
+        break;
+      case PJRT_NamedValue_kInt64:
+        v->value_case = CW_IFRT__ATTRIBUTE_MAP__VALUE__VALUE_INT64_VALUE;
+        v->int64_value = nv->int64_value;
+        break;
+      case PJRT_NamedValue_kInt64List:
+        cw_ifrt__attribute_map__int64_list__init(&out->lists[i]);
+        out->lists[i].elements = (int64_t*)nv->int64_array_value;
+        out->lists[i].n_elements = nv->value_size;
+        v->value_case = CW_IFRT__ATTRIBUTE_MAP__VALUE__VALUE_INT64_LIST_VALUE;
+        v->int64_list_value = &out->lists[i];
+        break;
+      case PJRT_NamedValue_kFloat:
+        v->value_case = CW_IFRT__ATTRIBUTE_MAP__VALUE__VALUE_FLOAT_VALUE;
+        v->float_value = nv->float_value;
+        break;
+      case PJRT_NamedValue_kBool:
+        v->value_case = CW_IFRT__ATTRIBUTE_MAP__VALUE__VALUE_BOOL_VALUE;
+        v->bool_value = nv->bool_value;
+        break;
+      default:
+        continue;  // a kind this proxy does not know: left out
+    }
+    out->names[out->n] = strndup(nv->name, nv->name_size);
+    if (!out->names[out->n]) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+    CwIfrt__AttributeMap__Entry* en = &out->entries[out->n];
+    cw_ifrt__attribute_map__entry__init(en);
+    en->key = out->names[out->n];
+    en->value = v;
+    out->entry_ptrs[out->n++] = en;
+  }
+  cw_ifrt__attribute_map__init(&out->map);
+  out->map.attributes = out->entry_ptrs;
+  out->map.n_attributes = out->n;
+  out->r.result_case = CW_IFRT__LOADED_EXECUTABLE_COST_ANALYSIS_RESPONSE__RESULT_ATTRIBUTES;
+  out->r.attributes = &out->map;
+  return cw_ok_status();
+}
+
 cw_status_t cw_proxy_exec_handle(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
                                  CwIfrt__IfrtResponse* resp) {
   switch (req->request_case) {
@@ -714,6 +823,8 @@ cw_status_t cw_proxy_exec_handle(cw_proxy_session_t* s, const CwIfrt__IfrtReques
       return cw__default_layout(s, req, resp);
     case CW_IFRT__IFRT_REQUEST__REQUEST_LOADED_EXECUTABLE_FETCH_EXECUTE_RESULT_REQUEST:
       return cw__fetch_result(s, req, resp);
+    case CW_IFRT__IFRT_REQUEST__REQUEST_LOADED_EXECUTABLE_COST_ANALYSIS_REQUEST:
+      return cw__cost_analysis(s, req, resp);
     default:
       return cw_make_status(CW_INTERNAL, "not an executable request");
   }
@@ -733,8 +844,6 @@ void cw_proxy_exec_response_free(CwIfrt__IfrtResponse* resp) {
     case CW_IFRT__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_METADATA_RESPONSE: {
       cw__metadata_t* m = (cw__metadata_t*)resp->loaded_executable_metadata_response;
       if (m) {
-        for (size_t i = 0; i < m->n_names; i++) free(m->names[i]);
-        free(m->names);
         free(m->output_ops);
         free(m);
       }
@@ -752,6 +861,19 @@ void cw_proxy_exec_response_free(CwIfrt__IfrtResponse* resp) {
         free(x->out_ptrs);
         free(x->outs);
         free(x);
+      }
+      break;
+    }
+    case CW_IFRT__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_COST_ANALYSIS_RESPONSE: {
+      cw__cost_t* c = (cw__cost_t*)resp->loaded_executable_cost_analysis_response;
+      if (c) {
+        for (size_t i = 0; i < c->n; i++) free(c->names[i]);
+        free(c->names);
+        free(c->lists);
+        free(c->values);
+        free(c->entry_ptrs);
+        free(c->entries);
+        free(c);
       }
       break;
     }
