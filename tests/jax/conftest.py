@@ -41,6 +41,12 @@ requires_causeway = pytest.mark.skipif(
     reason="meaningful only on causeway (CW_JAX_TARGET=cpu validates the checks on stock JAX)")
 
 
+def plugin_front_only(why: str):
+    """Skips on the proxy front (CW_JAX_TARGET=proxy): the test drives the
+    plugin front's own machinery, `why`."""
+    return pytest.mark.skipif(harness.on_proxy(), reason=f"plugin front only: {why}")
+
+
 def _need_build():
     if harness.on_causeway():
         why = harness.missing_build()

@@ -34,7 +34,13 @@ Modes (CW_JAX_TARGET): "causeway" (default) runs the target on causeway;
 "cpu" runs the target on stock CPU JAX too, with islands emulated as groups of
 4 devices, to validate the checks and the harness themselves; tests that only
 mean something on causeway (worker stats, process lifetime, failures) are
-skipped in that mode.
+skipped in that mode. "proxy" runs the target through the IFRT proxy front:
+each runner gets a causeway-proxy of its own on a private Unix socket, and its
+stock JAX is the `proxy` backend (JAX_PLATFORMS=proxy, JAX_BACKEND_TARGET);
+the runner's IFRT session is a causeway session whose embedded cluster (2
+workers x 4 devices) the proxy starts. Tests that reach the plugin front's
+own machinery (the runner's cluster children, in-process callbacks) say
+so and are skipped there.
 """
 from __future__ import annotations
 
@@ -62,7 +68,18 @@ NUM_DEVICES = NUM_WORKERS * DEVICES_PER_WORKER
 
 
 def on_causeway() -> bool:
-    return TARGET == "causeway"
+    """The target runs on causeway (either front)."""
+    return TARGET in ("causeway", "proxy")
+
+
+def on_proxy() -> bool:
+    """The target is stock JAX's `proxy` backend in front of causeway-proxy."""
+    return TARGET == "proxy"
+
+
+requires_plugin_front = ("reaches the plugin front's own machinery (the runner's embedded "
+                         "cluster, callbacks in the client process); the proxy front has "
+                         "its own suite in tests/proxy")
 
 
 # ---- Locations ---------------------------------------------------------------
@@ -99,8 +116,11 @@ def cpu_plugin() -> str:
 
 def missing_build() -> str | None:
     """Why causeway cannot run here, or None."""
-    for path in (pjrt_library(), os.path.join(bin_dir(), "causeway-controller"),
-                 os.path.join(bin_dir(), "causeway-worker")):
+    needed = [pjrt_library(), os.path.join(bin_dir(), "causeway-controller"),
+              os.path.join(bin_dir(), "causeway-worker")]
+    if on_proxy():
+        needed.append(os.path.join(bin_dir(), "causeway-proxy"))
+    for path in needed:
         if not os.path.exists(path):
             return f"{path} not found: build the release tree (cmake --build build/release)"
     return None
@@ -152,8 +172,51 @@ def causeway_env(x64: bool = False, controller: str | None = None) -> dict:
     return env
 
 
+def proxy_env(x64: bool = False) -> dict:
+    """Stock JAX's `proxy` backend; Runner.start puts a causeway-proxy behind it."""
+    env = _base_env(x64)
+    env["JAX_PLATFORMS"] = "proxy"
+    env["IFRT_PROXY_USE_INSECURE_GRPC_CREDENTIALS"] = "true"
+    env["CW_PROXY_FRONT"] = "1"
+    return env
+
+
 def target_env(x64: bool = False) -> dict:
+    if on_proxy():
+        return proxy_env(x64)
     return causeway_env(x64) if on_causeway() else stock_env(x64)
+
+
+class ProxyFront:
+    """causeway-proxy on a Unix socket only this user may reach; its sessions
+    start embedded clusters as the plugin front's runner would."""
+
+    def __init__(self, log_path: str):
+        env = {k: v for k, v in causeway_env().items() if not k.startswith("JAX_")}
+        env["CAUSEWAY_PROXY_PJRT_LIBRARY"] = pjrt_library()
+        self.dir = tempfile.mkdtemp(prefix="proxy-", dir=log_dir())
+        sock = os.path.join(self.dir, "ifrt.sock")
+        with open(log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [os.path.join(bin_dir(), "causeway-proxy"), "--listen", sock], env=env,
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
+                start_new_session=True, text=True)
+        line = self.proc.stdout.readline()
+        if not line.startswith("causeway-proxy listening on "):
+            self.stop()
+            raise RunnerDied(f"causeway-proxy did not start (see {log_path}): {line!r}")
+        self.target = "grpc://unix:" + sock
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stdout.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 _log_dir = None
@@ -232,6 +295,7 @@ class Runner:
         self.info: dict | None = None
         self._ready = False
         self._pending: str | None = None
+        self.proxy: ProxyFront | None = None
         fd, self.log_path = tempfile.mkstemp(prefix=f"{name}-", suffix=".log", dir=log_dir())
         os.close(fd)
         self.start()
@@ -244,9 +308,14 @@ class Runner:
         log = open(self.log_path, "ab")
         log.write(f"\n=== {self.name}: start {time.strftime('%X')} ===\n".encode())
         log.flush()
+        env = self.env
+        if env.get("CW_PROXY_FRONT"):
+            if self.proxy is None or self.proxy.proc.poll() is not None:
+                self.proxy = ProxyFront(self.log_path)
+            env = dict(env, JAX_BACKEND_TARGET=self.proxy.target)
         self.proc = subprocess.Popen(
             [PYTHON, str(HERE / "runner.py"), str(req_r), str(rep_w)],
-            env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             pass_fds=(req_r, rep_w), cwd=str(ROOT), start_new_session=True)
         log.close()
         os.close(req_r)
@@ -258,6 +327,12 @@ class Runner:
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+    @property
+    def cluster_pid(self) -> int:
+        """The process whose children are this runner's embedded cluster: the
+        runner, or its causeway-proxy on the proxy front."""
+        return self.proxy.proc.pid if self.proxy is not None else self.proc.pid
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -378,6 +453,8 @@ class Runner:
             except OSError:
                 pass
         self._req = self._rep = -1
+        if self.proxy is not None:
+            self.proxy.stop()
         return self.proc.returncode if self.proc else None
 
 

@@ -2,9 +2,11 @@
 import subprocess
 
 import harness
-from conftest import requires_causeway
+from conftest import plugin_front_only, requires_causeway
 
-pytestmark = requires_causeway
+pytestmark = [requires_causeway, plugin_front_only(
+    "the examples as JAX_PLATFORMS=causeway runs them; the main job through the "
+    "proxy is in tests/proxy")]
 
 
 def _run(script, *args, timeout=300):

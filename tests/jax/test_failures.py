@@ -14,9 +14,11 @@ import time
 import pytest
 
 import harness
-from conftest import requires_causeway
+from conftest import plugin_front_only, requires_causeway
 
-pytestmark = requires_causeway
+pytestmark = [requires_causeway, plugin_front_only(
+    "clients of the plugin and their embedded clusters; a worker killed under the "
+    "proxy front is in tests/proxy")]
 
 DEADLINE_S = 10.0
 

@@ -6,11 +6,13 @@ suite asks for two islands explicitly (harness.causeway_env)."""
 import pytest
 
 import harness
+from conftest import plugin_front_only
 from test_types import ref  # noqa: F401 - stock JAX with types_checks.py, a fixture
 
 CHECKS = str(harness.HERE / "types_checks.py")
-pytestmark = pytest.mark.skipif(not harness.on_causeway(),
-                                reason="the embedded cluster's layout exists only on causeway")
+pytestmark = [pytest.mark.skipif(not harness.on_causeway(),
+                                 reason="the embedded cluster's layout exists only on causeway"),
+              plugin_front_only("the layout the plugin gives its own embedded cluster")]
 
 
 def _env(**extra) -> dict:

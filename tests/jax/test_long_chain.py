@@ -11,6 +11,7 @@ import subprocess
 import pytest
 
 import harness
+from conftest import plugin_front_only
 
 PROGRAM = """
 import jax, jax.numpy as jnp
@@ -23,6 +24,7 @@ print("RESULT", [float(v) for v in x])
 
 
 @pytest.mark.skipif(not harness.on_causeway(), reason="exercises causeway's worker seq gate")
+@plugin_front_only("a JAX_PLATFORMS=causeway program with a small hold cap")
 def test_long_chain_small_hold_cap():
     why = harness.missing_build()
     if why:

@@ -23,7 +23,7 @@ def test_device_put_between_islands(check):
 @requires_causeway
 def test_cross_island_bytes_go_worker_to_worker(cw):
     cw.wait_ready()
-    kids = harness.cluster_children(cw.pid)
+    kids = harness.cluster_children(cw.cluster_pid)
     nbytes = 32 << 20
     info = cw.call("xfer_prepare", nbytes=nbytes)
     src, dst = info["src_worker"], info["dst_worker"]

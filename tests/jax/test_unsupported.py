@@ -16,7 +16,7 @@ def _still_serving(ref, cw):
     want, got = harness.run_both(ref, cw, "health")
     harness.assert_same(want, got, "health after the check")
     if harness.on_causeway():
-        kids = harness.cluster_children(cw.pid)
+        kids = harness.cluster_children(cw.cluster_pid)
         dead = [n for n, (pid, _) in kids.items() if not harness.proc_alive(pid)]
         assert len(kids) == 1 + harness.NUM_WORKERS and not dead, f"cluster processes {kids}"
 

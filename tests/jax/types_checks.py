@@ -111,15 +111,29 @@ def _stride_kinds(dt: np.dtype) -> dict:
     }
 
 
-def strides(names: list[str], x64: bool = False) -> dict:
+def strides(names: list[str], x64: bool = False, positive_only: bool = False) -> dict:
     """numpy views of every stride kind (negative, zero, arbitrary, overlapping)
     through device_put, jnp.asarray and as jit arguments (64-bit types under
-    jax.enable_x64)."""
+    jax.enable_x64). positive_only: only the views whose strides are all
+    positive (jaxlib's IFRT proxy client refuses the others itself)."""
     with jax.enable_x64(x64):
-        return _strides(names)
+        return _strides(names, positive_only)
 
 
-def _strides(names: list[str]) -> dict:
+def positive_strides(v: np.ndarray) -> bool:
+    return all(s > 0 for s, d in zip(v.strides, v.shape) if d > 1)
+
+
+def negative_stride_put() -> dict:
+    """device_put of a reversed view: {"ok"} or {"error"}."""
+    try:
+        jax.device_put(np.arange(12.0, dtype=np.float32).reshape(3, 4)[::-1], jax.devices()[0])
+        return {"ok": True}
+    except Exception as e:  # noqa: BLE001
+        return {"ok": False, "error": f"{type(e).__name__}: {e}"}
+
+
+def _strides(names: list[str], positive_only: bool = False) -> dict:
     devs = jax.devices()
     f = jax.jit(lambda v: v.astype(jnp.float32) + 1)
     out = {}
@@ -127,6 +141,8 @@ def _strides(names: list[str]) -> dict:
         dt = _dtype(name)
         res = {}
         for kind, v in _stride_kinds(dt).items():
+            if positive_only and not positive_strides(v):
+                continue
             res[kind] = {"put": np.asarray(jax.device_put(v, devs[-1])),
                          "asarray": np.asarray(jnp.asarray(v)),
                          # As a jit argument (a compile per shape: a few types).
@@ -374,7 +390,7 @@ def memory_kinds_offload() -> dict:
             "offloaded": "f32<host>" in jaxpr}
 
 
-def big_transfers() -> dict:
+def big_transfers(positive_only: bool = False) -> dict:
     """Arrays past the same-host copy threshold (512 KiB; on the embedded
     cluster the worker copies them from and to the client's memory): dense,
     strided and reversed views, to another device and back, through jit and
@@ -388,7 +404,8 @@ def big_transfers() -> dict:
     out["dense"] = np.asarray(a)
     out["int8"] = np.asarray(jax.device_put(b, devs[1]))
     out["columns"] = np.asarray(jax.device_put(x[:, ::2], devs[0]))  # positive strides
-    out["reversed"] = np.asarray(jax.device_put(x[::-1], devs[0]))  # made dense first
+    if not positive_only:
+        out["reversed"] = np.asarray(jax.device_put(x[::-1], devs[0]))  # made dense first
     out["other_device"] = np.asarray(jax.device_put(a, devs[-1]))
     out["jit"] = np.asarray(jax.jit(lambda v: jnp.tanh(v) @ v[:8].T)(a))
     f = jax.jit(lambda v: v * 2 + 1, donate_argnums=0)
