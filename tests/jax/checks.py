@@ -522,6 +522,23 @@ def sharding_island() -> dict:
 
 
 
+def pmap_island() -> dict:
+    """jax.pmap over one island's devices: collectives, an unmapped output,
+    a second call on its own output (jit and shard_map underneath)."""
+    isl = islands()[0]
+    n = len(isl)
+    x = np.arange(n * 6, dtype=np.float32).reshape(n, 6)
+    f = jax.pmap(lambda v: (v * 2 + jax.lax.psum(v, "i"), jax.lax.pmax(v.sum(), "i")),
+                 axis_name="i", devices=isl)
+    y, m = f(x)
+    out = {"y": np.asarray(y), "max": np.asarray(m), "y_devices": positions(y)}
+    g = jax.pmap(lambda v: jax.lax.pmean(v, "i") - v, axis_name="i", devices=isl)
+    out["again"] = np.asarray(g(y))
+    h = jax.pmap(lambda v, w: v @ w, in_axes=(0, None), out_axes=0, devices=isl)
+    out["broadcast_arg"] = np.asarray(h(x.reshape(n, 2, 3), np.ones((3, 2), np.float32)))
+    return out
+
+
 def dp_training_pipelined(steps: int = 200) -> dict:
     """Data-parallel SGD over one island's 4 devices, every step dispatched
     without blocking: far more 4-device launches with an all-reduce in flight

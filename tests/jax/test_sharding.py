@@ -14,6 +14,11 @@ def test_sharding_within_island(check):
     assert got["replicated_shards_equal"]
 
 
+def test_pmap_within_island(check):
+    want, got = check("pmap_island")
+    assert got["y_devices"] == [0, 1, 2, 3], got["y_devices"]
+
+
 def test_device_put_between_islands(check):
     want, got = check("cross_island_put")
     assert got["single"]["y_island"] == 1
