@@ -36,6 +36,8 @@ struct cw_grpc_call_s {
   size_t out_len;
   size_t out_cap;
   size_t writable_below;  // nonzero: on_writable wanted below this many queued bytes
+  bool hold_flow;         // credit for arriving bytes waits for cw_grpc_call_consume
+  size_t held;            // bytes received and not yet credited back
   int code;
   char message[1024];  // percent-encoded
   void* user;
@@ -178,6 +180,15 @@ void* cw_grpc_call_user(const cw_grpc_call_t* c) { return c->user; }
 bool cw_grpc_call_open(const cw_grpc_call_t* c) { return c->s != NULL; }
 
 size_t cw_grpc_call_queued(const cw_grpc_call_t* c) { return c->out_len - c->out_off; }
+
+void cw_grpc_call_hold_flow(cw_grpc_call_t* c) { c->hold_flow = true; }
+
+void cw_grpc_call_consume(cw_grpc_call_t* c, size_t n) {
+  if (!c->s) return;
+  if (n > c->held) n = c->held;
+  c->held -= n;
+  if (n) nghttp2_session_consume_stream(c->s->h2, c->stream_id, n);
+}
 
 void cw_grpc_call_when_writable(cw_grpc_call_t* c, size_t below) {
   c->writable_below = below ? below : 1;
@@ -387,6 +398,14 @@ static void cw__on_msg(void* user, const uint8_t* data, size_t len) {
 static int cw__on_data(nghttp2_session* h2, uint8_t flags, int32_t stream_id, const uint8_t* data,
                        size_t len, void* user) {
   cw_grpc_call_t* c = nghttp2_session_get_stream_user_data(h2, stream_id);
+  // The connection's credit goes back at once, so one stream's backlog never
+  // stalls another; the stream's waits if its owner holds it.
+  nghttp2_session_consume_connection(h2, len);
+  if (c && c->hold_flow && c->started && !c->finished) {
+    c->held += len;
+  } else {
+    nghttp2_session_consume_stream(h2, stream_id, len);
+  }
   if (!c || !c->started || c->finished) return 0;
   cw_grpc_call_retain(c);  // a handler may end the stream
   cw_status_t st = cw_grpc_deframer_feed(&c->in, data, len, cw__on_msg, c);
@@ -467,6 +486,9 @@ cw_status_t cw_grpc_session_create(const cw_grpc_handlers_t* handlers, void* use
     // Bounded control-frame replies (PING/SETTINGS floods) and header tables.
     nghttp2_option_set_max_outbound_ack(opt, 1000);
     nghttp2_option_set_max_deflate_dynamic_table_size(opt, 4096);
+    // Credit is returned by cw__on_data or, for a call that holds it, by
+    // its owner once a request is handled: a busy session slows its client.
+    nghttp2_option_set_no_auto_window_update(opt, 1);
     rc = nghttp2_session_server_new2(&s->h2, cb, s, opt);
     nghttp2_option_del(opt);
   }
@@ -475,9 +497,14 @@ cw_status_t cw_grpc_session_create(const cw_grpc_handlers_t* handlers, void* use
     free(s);
     return cw_make_status(CW_RESOURCE_EXHAUSTED, "http/2 session: %s", nghttp2_strerror(rc));
   }
+  // A stream's window holds its largest message, so a held stream always
+  // receives the message its owner waits for.
+  uint64_t window = options->window;
+  if (window < (uint64_t)options->max_message + 5) window = (uint64_t)options->max_message + 5;
+  if (window > INT32_MAX) window = INT32_MAX;
   nghttp2_settings_entry iv[] = {
       {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, options->max_streams},
-      {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, options->window},
+      {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, (uint32_t)window},
       {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, CW_GRPC_MAX_METADATA},
   };
   rc = nghttp2_submit_settings(s->h2, NGHTTP2_FLAG_NONE, iv, sizeof(iv) / sizeof(iv[0]));

@@ -52,7 +52,7 @@ typedef struct cw_grpc_options_s {
   size_t max_message;  // bytes of one message, either way
   size_t max_queued;   // response bytes waiting to be written, per call
   uint32_t max_streams;
-  uint32_t window;  // HTTP/2 receive window, per stream and per session
+  uint32_t window;  // HTTP/2 receive window, per stream (at least max_message + 5) and session
 } cw_grpc_options_t;
 
 // The defaults: 64 MiB messages, 256 MiB queued, 100 streams, 16 MiB windows.
@@ -96,6 +96,15 @@ size_t cw_grpc_call_queued(const cw_grpc_call_t* call);
 // Asks for one on_writable once fewer than `below` bytes are queued: a
 // large response is sent a window at a time instead of queued whole.
 void cw_grpc_call_when_writable(cw_grpc_call_t* call, size_t below);
+// Holds the stream's flow-control credit for bytes that arrive on `call`
+// until cw_grpc_call_consume gives it back, so a client cannot send more
+// than one window ahead of what its owner has handled. The window is at
+// least the largest message plus its prefix, so a held stream never stalls
+// on a message its owner waits for.
+void cw_grpc_call_hold_flow(cw_grpc_call_t* call);
+// Gives back credit for `bytes` handled (a message's length plus its 5-byte
+// prefix); at most what is held.
+void cw_grpc_call_consume(cw_grpc_call_t* call, size_t bytes);
 void cw_grpc_call_retain(cw_grpc_call_t* call);
 void cw_grpc_call_release(cw_grpc_call_t* call);
 // Queues one response message (copied). Non-OK when the call is gone,

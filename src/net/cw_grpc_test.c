@@ -24,11 +24,15 @@ typedef struct svc_s {
   int stream_left;  // > 0: half-close starts a response of this many messages
   int writables;
   size_t most_queued;
+  bool hold;  // holds the call's flow-control credit
+  cw_grpc_call_t* last;
 } svc_t;
 
 static cw_status_t svc_start(void* user, cw_grpc_call_t* call) {
   svc_t* s = user;
   s->started++;
+  s->last = call;
+  if (s->hold) cw_grpc_call_hold_flow(call);
   const uint8_t* v;
   size_t n;
   if (cw_grpc_call_metadata(call, "x-trace-bin", &v, &n) && n < sizeof(s->md)) {
@@ -261,6 +265,34 @@ static void test_streamed_response(void** state) {
   assert_true(f->svc.most_queued < 300 + 55);
 }
 
+// A call that holds its credit: the client stops at one window of
+// unhandled bytes and goes on as the service gives credit back.
+static void test_held_flow(void** state) {
+  fix_t* f = *state;
+  cw_grpc_session_release(f->s);
+  f->o.window = 1024;
+  f->svc.hold = true;
+  f->svc.echo = false;
+  assert_null(cw_grpc_session_create(&svc_handlers, &f->svc, &f->o, &f->s));
+  pump(&f->cli, f->s);  // SETTINGS both ways before any data
+  char text[60];
+  memset(text, 'q', 59);
+  text[59] = 0;
+  for (int i = 0; i < 64; i++) cli_add_message(&f->cli, 0, text, 59);  // 64 x 64 bytes
+  int32_t id = cli_call(&f->cli, "application/grpc");
+  pump(&f->cli, f->s);
+  assert_int_equal(f->svc.messages, 1024 / 64);  // one window, then the client waits
+  assert_int_equal(nghttp2_session_get_stream_remote_window_size(f->cli.h2, id), 0);
+  assert_int_equal(f->svc.half_closes, 0);
+  for (int round = 0; round < 64 && !f->svc.half_closes; round++) {
+    cw_grpc_call_consume(f->svc.last, 64 * 4);  // four handled
+    pump(&f->cli, f->s);
+  }
+  assert_int_equal(f->svc.messages, 64);
+  assert_int_equal(f->svc.half_closes, 1);
+  assert_int_equal(f->cli.grpc_status, 0);
+}
+
 // A refusal in on_start: its code, and its message percent-encoded.
 static void test_refused(void** state) {
   fix_t* f = *state;
@@ -372,6 +404,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_unary_echo, setup, teardown),
       cmocka_unit_test_setup_teardown(test_streamed_response, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_held_flow, setup, teardown),
       cmocka_unit_test_setup_teardown(test_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_not_grpc, setup, teardown),
       cmocka_unit_test_setup_teardown(test_oversize, setup, teardown),

@@ -105,6 +105,9 @@ static cw_status_t cw__session_open(cw_proxy_t* p, cw_grpc_call_t* call) {
   cw_grpc_call_retain(call);
   s->call = call;
   cw_grpc_call_set_user(call, s);
+  // Credit for request bytes returns as the session thread handles them
+  // (cw_proxy_session_drain): a client cannot queue work without bound.
+  cw_grpc_call_hold_flow(call);
   s->next = p->sessions;
   p->sessions = s;
   CW_LOGI("session %016llx opened (protocol version %d)", (unsigned long long)s->id, v);

@@ -78,6 +78,7 @@ typedef struct cw_proxy_session_s {
   bool half_closed;  // the client sends no more requests
   bool gone;         // the stream closed: stop now
   bool exited;       // the thread is done; join it
+  size_t handled;    // request bytes handled, not yet credited to the stream
   cw_proxy_table_t host_buffers;  // handle -> cw_proxy_host_buffer_t
   pthread_cond_t host_buffer_cv;  // one was completed or removed
   // The session thread's own.
@@ -87,6 +88,7 @@ typedef struct cw_proxy_session_s {
   cw_proxy_table_t futures;   // handle -> cw_status_t box (resolved futures)
   cw_proxy_table_t exes;      // handle -> cw_proxy_exe_t
   uint64_t next_handle;
+  size_t handling;  // bytes of the request being handled, credited with its response
 } cw_proxy_session_t;
 
 struct cw_proxy_s {

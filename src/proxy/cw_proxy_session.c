@@ -107,6 +107,8 @@ void cw_proxy_session_respond(cw_proxy_session_t* s, CwIfrt__IfrtResponse* resp)
   it->len = cw_ifrt__ifrt_response__pack(resp, it->data);
   pthread_mutex_lock(&s->mu);
   cw__push(&s->responses, it);
+  s->handled += s->handling;  // the request's bytes may come again
+  s->handling = 0;
   pthread_mutex_unlock(&s->mu);
   uv_async_send(&s->proxy->wake);
 }
@@ -207,7 +209,14 @@ static void* cw__main(void* arg) {
     cw_proxy_item_t* it = s->gone ? NULL : cw__pop(&s->requests);
     pthread_mutex_unlock(&s->mu);
     if (!it) break;
+    s->handling = it->len + 5;  // with gRPC's prefix, as it arrived
     cw__handle(s, it->data, it->len);
+    if (s->handling) {  // no response: credited with the next one
+      pthread_mutex_lock(&s->mu);
+      s->handled += s->handling;
+      s->handling = 0;
+      pthread_mutex_unlock(&s->mu);
+    }
     free(it);
   }
   // Objects go before the client that made them.
@@ -262,7 +271,10 @@ bool cw_proxy_session_drain(cw_proxy_session_t* s) {
   cw_proxy_queue_t out = s->responses;
   s->responses = (cw_proxy_queue_t){0};
   bool exited = s->exited;
+  size_t handled = s->handled;
+  s->handled = 0;
   pthread_mutex_unlock(&s->mu);
+  if (s->call && handled) cw_grpc_call_consume(s->call, handled);
   for (cw_proxy_item_t* it; (it = cw__pop(&out));) {
     if (s->call && cw_grpc_call_open(s->call)) {
       cw_status_t st = cw_grpc_call_send(s->call, it->data, it->len);

@@ -327,6 +327,20 @@ def test_bad_requests_get_answers_and_the_session_lives(cluster, proxy):
     assert got[6] == (7, 0, ""), got[6]
 
 
+def test_session_credit_returns_as_requests_are_handled(proxy):
+    """A session holds its stream's flow-control credit until its thread has
+    handled a request (the stream's window is the 64 MiB message limit), so
+    100 MiB of requests in one stream get through only if the credit comes
+    back: each of the 100 gets its answer, in order."""
+    md = ((SESSION_MD, field(1, version(25))),)
+    pad = field(15, b"x" * (1 << 20))  # a field the proxy does not read
+    reqs = (ifrt_request(23, 100 + i, pad) for i in range(100))
+    with grpc.insecure_channel(proxy.address) as ch:
+        got = [response_status(r) for r in session_call(ch, reqs, md)]
+    assert [g[0] for g in got] == list(range(100, 200))
+    assert all(g[1] == grpc.StatusCode.UNIMPLEMENTED.value[0] for g in got), got[:3]
+
+
 def test_oversize_message_is_refused(cluster):
     p = Proxy(cluster.controller, {"CAUSEWAY_PROXY_MAX_MESSAGE": "4096"})
     try:
