@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define CW__MAX_MD 64
 
@@ -50,13 +51,17 @@ struct cw_grpc_session_s {
   const cw_grpc_options_t* o;
   cw_grpc_call_t* calls;  // every call whose stream is open
   size_t started;
+  double reset_tokens;  // resets the client may still send now
+  struct timespec reset_at;  // when the tokens were last refilled
 };
 
 void cw_grpc_options_default(cw_grpc_options_t* o) {
   *o = (cw_grpc_options_t){.max_message = 64u << 20,
                            .max_queued = 256u << 20,
                            .max_streams = 100,
-                           .window = 16u << 20};
+                           .window = 16u << 20,
+                           .reset_burst = 1000,
+                           .resets_per_second = 33};
 }
 
 // --- Framing -------------------------------------------------------------------
@@ -431,8 +436,25 @@ static void cw__start(cw_grpc_session_t* s, cw_grpc_call_t* c) {
   s->started++;
 }
 
+// A reset from the client spends a token; none left ends the session.
+static void cw__client_reset(cw_grpc_session_t* s) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  double dt = (double)(now.tv_sec - s->reset_at.tv_sec) +
+              (double)(now.tv_nsec - s->reset_at.tv_nsec) / 1e9;
+  s->reset_at = now;
+  s->reset_tokens += dt * s->o->resets_per_second;
+  if (s->reset_tokens > s->o->reset_burst) s->reset_tokens = s->o->reset_burst;
+  if (s->reset_tokens >= 1) {
+    s->reset_tokens -= 1;
+    return;
+  }
+  nghttp2_session_terminate_session(s->h2, NGHTTP2_ENHANCE_YOUR_CALM);
+}
+
 static int cw__on_frame(nghttp2_session* h2, const nghttp2_frame* frame, void* user) {
   cw_grpc_session_t* s = user;
+  if (frame->hd.type == NGHTTP2_RST_STREAM) cw__client_reset(s);
   if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
   cw_grpc_call_t* c = nghttp2_session_get_stream_user_data(h2, frame->hd.stream_id);
   if (!c) return 0;
@@ -470,6 +492,8 @@ cw_status_t cw_grpc_session_create(const cw_grpc_handlers_t* handlers, void* use
   s->h = handlers;
   s->user = user;
   s->o = options;
+  s->reset_tokens = options->reset_burst;
+  clock_gettime(CLOCK_MONOTONIC, &s->reset_at);
   nghttp2_session_callbacks* cb;
   if (nghttp2_session_callbacks_new(&cb) != 0) {
     free(s);

@@ -53,9 +53,15 @@ typedef struct cw_grpc_options_s {
   size_t max_queued;   // response bytes waiting to be written, per call
   uint32_t max_streams;
   uint32_t window;  // HTTP/2 receive window, per stream (at least max_message + 5) and session
+  // Streams the client may reset: a burst, refilled at a rate per second;
+  // past it the session ends with ENHANCE_YOUR_CALM (rapid reset,
+  // CVE-2023-44487, which nghttp2 1.52 does not limit itself).
+  uint32_t reset_burst;
+  uint32_t resets_per_second;
 } cw_grpc_options_t;
 
-// The defaults: 64 MiB messages, 256 MiB queued, 100 streams, 16 MiB windows.
+// The defaults: 64 MiB messages, 256 MiB queued, 100 streams, 16 MiB windows,
+// 1000 resets then 33 a second (nghttp2's own later defaults).
 void cw_grpc_options_default(cw_grpc_options_t* out_options);
 
 // `handlers` and `options` are borrowed for the session's life. Queues the

@@ -96,6 +96,7 @@ typedef struct cli_s {
   int grpc_status;  // -1 until the trailers come
   char grpc_message[512];
   bool closed;
+  uint32_t goaway;  // a GOAWAY's error code + 1 once one came
 } cli_t;
 
 static ssize_t cli_read(nghttp2_session* h2, int32_t id, uint8_t* buf, size_t len,
@@ -131,6 +132,11 @@ static int cli_data(nghttp2_session* h2, uint8_t flags, int32_t id, const uint8_
   return 0;
 }
 
+static int cli_frame(nghttp2_session* h2, const nghttp2_frame* f, void* user) {
+  if (f->hd.type == NGHTTP2_GOAWAY) ((cli_t*)user)->goaway = f->goaway.error_code + 1;
+  return 0;
+}
+
 static int cli_close(nghttp2_session* h2, int32_t id, uint32_t err, void* user) {
   ((cli_t*)user)->closed = true;
   return 0;
@@ -145,6 +151,7 @@ static void cli_init(cli_t* c) {
   nghttp2_session_callbacks_set_on_header_callback(cb, cli_header);
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, cli_data);
   nghttp2_session_callbacks_set_on_stream_close_callback(cb, cli_close);
+  nghttp2_session_callbacks_set_on_frame_recv_callback(cb, cli_frame);
   assert_int_equal(nghttp2_session_client_new(&c->h2, cb, c), 0);
   nghttp2_session_callbacks_del(cb);
   assert_int_equal(nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, NULL, 0), 0);
@@ -293,6 +300,33 @@ static void test_held_flow(void** state) {
   assert_int_equal(f->cli.grpc_status, 0);
 }
 
+// Streams opened and reset at once, past the burst: the session ends with
+// ENHANCE_YOUR_CALM and says so in a GOAWAY; within it, nothing happens.
+static void test_rapid_reset(void** state) {
+  fix_t* f = *state;
+  cw_grpc_session_release(f->s);
+  f->o.reset_burst = 50;
+  f->o.resets_per_second = 0;  // no refill: the same on any machine
+  f->svc.finish_on_half_close = false;
+  f->cli.end_after_body = false;
+  assert_null(cw_grpc_session_create(&svc_handlers, &f->svc, &f->o, &f->s));
+  int resets = 0;
+  for (int round = 0; round < 10 && !f->cli.goaway; round++) {
+    int32_t ids[10];
+    for (int i = 0; i < 10; i++) ids[i] = cli_call(&f->cli, "application/grpc");
+    pump(&f->cli, f->s);
+    for (int i = 0; i < 10; i++) {
+      assert_int_equal(nghttp2_submit_rst_stream(f->cli.h2, NGHTTP2_FLAG_NONE, ids[i],
+                                                 NGHTTP2_CANCEL), 0);
+    }
+    pump(&f->cli, f->s);
+    resets += 10;
+    if (resets <= 50) assert_int_equal(f->cli.goaway, 0);
+  }
+  assert_int_equal(f->cli.goaway, NGHTTP2_ENHANCE_YOUR_CALM + 1);
+  assert_int_equal(resets, 60);
+}
+
 // A refusal in on_start: its code, and its message percent-encoded.
 static void test_refused(void** state) {
   fix_t* f = *state;
@@ -405,6 +439,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_unary_echo, setup, teardown),
       cmocka_unit_test_setup_teardown(test_streamed_response, setup, teardown),
       cmocka_unit_test_setup_teardown(test_held_flow, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_rapid_reset, setup, teardown),
       cmocka_unit_test_setup_teardown(test_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_not_grpc, setup, teardown),
       cmocka_unit_test_setup_teardown(test_oversize, setup, teardown),
