@@ -98,9 +98,10 @@ def test_donate_twice_refused(check):
 
 
 @pytest.mark.xfail(harness.on_proxy(), strict=True, raises=harness.CheckFailed,
-                   reason="on the plugin front jaxlib computes the cost analysis in the client "
-                          "from the program; through the proxy it must come from the server, "
-                          "and the causeway plugin does not report one yet")
+                   reason="XLA's CPU plugin answers PJRT_Executable_GetCostAnalysis 'not "
+                          "implemented'; on the plugin front jaxlib then runs XLA's cost "
+                          "analysis in the client, but its proxy client asks the server, "
+                          "which has no XLA to run it")
 def test_cost_analysis(check):
     want, got = check("cost_analysis")
     assert got["matmul"] and got["matmul"].get("flops", 0) > 0, got
