@@ -777,6 +777,14 @@ def grpc_corpus():
             1, b"/a.B/C", [grpc_message(b"q")], extra=[(b"x-bin", b"aGVsbG8"),
                                                       (b"y-bin", b"***")]),
         "not_http2": b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+        # grpc_fuzz's service: "/h..." holds its credit, "/w..." streams its answer.
+        "held_flow": H2_PREFACE + settings + grpc_call(
+            1, b"/h.B/C", [grpc_message(b"a" * 40), grpc_message(b"b" * 40)]),
+        "streamed_answer": H2_PREFACE + settings + grpc_call(1, b"/w.B/C", [grpc_message(b"q")])
+        + h2_frame(8, 0, 1, struct.pack(">I", 1 << 20)),  # WINDOW_UPDATE
+        "server_resets": H2_PREFACE + settings + b"".join(
+            grpc_call(2 * i + 1, b"/a.B/C", [grpc_message(b"zz")],
+                      extra=[(b"content-length", b"1")]) for i in range(4)),
     }
     return out
 

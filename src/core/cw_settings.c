@@ -277,7 +277,7 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
                                    "the PJRT plugin the proxy drives; empty: "
                                    "libcauseway_pjrt.so beside the proxy (../lib)"},
     [CW_SET_PROXY_MAX_MESSAGE] = {"CAUSEWAY_PROXY_MAX_MESSAGE", NULL, CW__PRX, "max-message",
-                                  CW_SETTING_INT, 4 * KIB, 1 * GIB, "67108864", false, false,
+                                  CW_SETTING_INT, 4 * KIB, 1023 * MIB, "67108864", false, false,
                                   "largest gRPC message (bytes) the proxy takes or sends"},
 };
 

@@ -51,6 +51,7 @@ struct cw_grpc_session_s {
   const cw_grpc_options_t* o;
   cw_grpc_call_t* calls;  // every call whose stream is open
   size_t started;
+  bool releasing;       // cw_grpc_session_release: calls close, no one reset them
   double reset_tokens;  // resets the client may still send now
   struct timespec reset_at;  // when the tokens were last refilled
 };
@@ -186,6 +187,8 @@ bool cw_grpc_call_open(const cw_grpc_call_t* c) { return c->s != NULL; }
 
 size_t cw_grpc_call_queued(const cw_grpc_call_t* c) { return c->out_len - c->out_off; }
 
+bool cw_grpc_call_finished(const cw_grpc_call_t* c) { return c->finished; }
+
 void cw_grpc_call_hold_flow(cw_grpc_call_t* c) { c->hold_flow = true; }
 
 void cw_grpc_call_consume(cw_grpc_call_t* c, size_t n) {
@@ -211,10 +214,15 @@ bool cw_grpc_call_metadata(const cw_grpc_call_t* c, const char* key, const uint8
 }
 
 // The stream is gone: the call leaves its session.
+static void cw__client_reset(cw_grpc_session_t* s);
+
 static void cw__call_detach(cw_grpc_session_t* s, cw_grpc_call_t* c) {
   if (c->prev) c->prev->next = c->next; else s->calls = c->next;
   if (c->next) c->next->prev = c->prev;
   c->s = NULL;
+  // A started call that ends before the server finished it was reset, by
+  // the client or by nghttp2 for the client's fault: either spends a token.
+  if (c->started && !c->finished && !s->releasing) cw__client_reset(s);
   if (c->started) {
     s->started--;
     if (s->h->on_close) s->h->on_close(s->user, c);
@@ -436,7 +444,7 @@ static void cw__start(cw_grpc_session_t* s, cw_grpc_call_t* c) {
   s->started++;
 }
 
-// A reset from the client spends a token; none left ends the session.
+// A reset spends a token; none left ends the session.
 static void cw__client_reset(cw_grpc_session_t* s) {
   struct timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);
@@ -454,7 +462,6 @@ static void cw__client_reset(cw_grpc_session_t* s) {
 
 static int cw__on_frame(nghttp2_session* h2, const nghttp2_frame* frame, void* user) {
   cw_grpc_session_t* s = user;
-  if (frame->hd.type == NGHTTP2_RST_STREAM) cw__client_reset(s);
   if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
   cw_grpc_call_t* c = nghttp2_session_get_stream_user_data(h2, frame->hd.stream_id);
   if (!c) return 0;
@@ -521,11 +528,18 @@ cw_status_t cw_grpc_session_create(const cw_grpc_handlers_t* handlers, void* use
     free(s);
     return cw_make_status(CW_RESOURCE_EXHAUSTED, "http/2 session: %s", nghttp2_strerror(rc));
   }
-  // A stream's window holds its largest message, so a held stream always
-  // receives the message its owner waits for.
+  // A stream's window is at least twice its largest message: nghttp2
+  // returns credit once half a window is consumed, so a held stream whose
+  // requests are all handled always has room for one more whole message.
   uint64_t window = options->window;
-  if (window < (uint64_t)options->max_message + 5) window = (uint64_t)options->max_message + 5;
-  if (window > INT32_MAX) window = INT32_MAX;
+  uint64_t need = 2 * ((uint64_t)options->max_message + 5);
+  if (window < need) window = need;
+  if (window > INT32_MAX) {
+    nghttp2_session_del(s->h2);
+    free(s);
+    return cw_make_status(CW_INVALID_ARGUMENT, "gRPC messages of %zu bytes need a window over "
+                          "2 GiB", options->max_message);
+  }
   nghttp2_settings_entry iv[] = {
       {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, options->max_streams},
       {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, (uint32_t)window},
@@ -545,6 +559,7 @@ cw_status_t cw_grpc_session_create(const cw_grpc_handlers_t* handlers, void* use
 
 void cw_grpc_session_release(cw_grpc_session_t* s) {
   if (!s) return;
+  s->releasing = true;
   while (s->calls) cw__call_detach(s, s->calls);
   nghttp2_session_del(s->h2);
   free(s);
@@ -561,7 +576,8 @@ void cw_grpc_session_take_output(cw_grpc_session_t* s, const uint8_t** out_data,
     // Outside nghttp2's callbacks, so the handler may queue and finish.
     for (cw_grpc_call_t *c = s->calls, *next; c; c = next) {
       next = c->next;
-      if (!c->writable_below || c->finished || cw_grpc_call_queued(c) >= c->writable_below) {
+      // A call finished meanwhile is told too, so its owner can let go.
+      if (!c->writable_below || (!c->finished && cw_grpc_call_queued(c) >= c->writable_below)) {
         continue;
       }
       c->writable_below = 0;

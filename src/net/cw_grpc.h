@@ -52,10 +52,11 @@ typedef struct cw_grpc_options_s {
   size_t max_message;  // bytes of one message, either way
   size_t max_queued;   // response bytes waiting to be written, per call
   uint32_t max_streams;
-  uint32_t window;  // HTTP/2 receive window, per stream (at least max_message + 5) and session
-  // Streams the client may reset: a burst, refilled at a rate per second;
-  // past it the session ends with ENHANCE_YOUR_CALM (rapid reset,
-  // CVE-2023-44487, which nghttp2 1.52 does not limit itself).
+  uint32_t window;  // HTTP/2 receive window, per stream (at least 2 (max_message + 5)) and session
+  // Calls that may end reset (by the client, or by nghttp2 for the
+  // client's fault) before the server finished them: a burst, refilled at a
+  // rate per second; past it the session ends with ENHANCE_YOUR_CALM (rapid
+  // reset, CVE-2023-44487, which nghttp2 1.52 does not limit itself).
   uint32_t reset_burst;
   uint32_t resets_per_second;
 } cw_grpc_options_t;
@@ -97,16 +98,20 @@ void cw_grpc_call_set_user(cw_grpc_call_t* call, void* user);
 void* cw_grpc_call_user(const cw_grpc_call_t* call);
 // False once the call's stream is gone.
 bool cw_grpc_call_open(const cw_grpc_call_t* call);
+// True once the call's status is set (cw_grpc_call_finish, or an error of
+// the call's own, such as a malformed request).
+bool cw_grpc_call_finished(const cw_grpc_call_t* call);
 // Response bytes queued and not yet taken by the transport.
 size_t cw_grpc_call_queued(const cw_grpc_call_t* call);
-// Asks for one on_writable once fewer than `below` bytes are queued: a
-// large response is sent a window at a time instead of queued whole.
+// Asks for one on_writable once fewer than `below` bytes are queued, or
+// once the call is finished: a large response is sent a window at a time
+// instead of queued whole.
 void cw_grpc_call_when_writable(cw_grpc_call_t* call, size_t below);
 // Holds the stream's flow-control credit for bytes that arrive on `call`
 // until cw_grpc_call_consume gives it back, so a client cannot send more
 // than one window ahead of what its owner has handled. The window is at
-// least the largest message plus its prefix, so a held stream never stalls
-// on a message its owner waits for.
+// least twice the largest message with its prefix, so a held stream whose
+// requests are all handled always has room for the next one.
 void cw_grpc_call_hold_flow(cw_grpc_call_t* call);
 // Gives back credit for `bytes` handled (a message's length plus its 5-byte
 // prefix); at most what is held.

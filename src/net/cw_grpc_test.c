@@ -172,16 +172,24 @@ static void cli_add_message(cli_t* c, uint8_t flag, const char* text, uint32_t d
 
 #define NV(n, v) {(uint8_t*)(n), (uint8_t*)(v), sizeof(n) - 1, sizeof(v) - 1, NGHTTP2_NV_FLAG_NONE}
 
-static int32_t cli_call(cli_t* c, const char* content_type) {
+// A request; with content_length, a content-length header saying so.
+static int32_t cli_call_with(cli_t* c, const char* content_type, const char* content_length) {
   nghttp2_nv nv[] = {NV(":method", "POST"), NV(":scheme", "http"), NV(":authority", "t"),
                      NV(":path", "/t.S/M"), NV("te", "trailers"),
                      {(uint8_t*)"content-type", (uint8_t*)content_type, 12, strlen(content_type),
                       NGHTTP2_NV_FLAG_NONE},
-                     NV("x-trace-bin", "aGVsbG8")};  // "hello", unpadded
+                     NV("x-trace-bin", "aGVsbG8"),  // "hello", unpadded
+                     {(uint8_t*)"content-length", (uint8_t*)content_length, 14,
+                      content_length ? strlen(content_length) : 0, NGHTTP2_NV_FLAG_NONE}};
   nghttp2_data_provider p = {.read_callback = cli_read};
-  int32_t id = nghttp2_submit_request(c->h2, NULL, nv, sizeof(nv) / sizeof(nv[0]), &p, c);
+  size_t n = sizeof(nv) / sizeof(nv[0]) - (content_length ? 0 : 1);
+  int32_t id = nghttp2_submit_request(c->h2, NULL, nv, n, &p, c);
   assert_true(id > 0);
   return id;
+}
+
+static int32_t cli_call(cli_t* c, const char* content_type) {
+  return cli_call_with(c, content_type, NULL);
 }
 
 // Passes bytes both ways until neither side has any.
@@ -327,6 +335,52 @@ static void test_rapid_reset(void** state) {
   assert_int_equal(resets, 60);
 }
 
+// Credit of a handled request that nghttp2 keeps back (less than half a
+// window) never leaves a held stream too small for a whole message.
+static void test_held_flow_largest_message(void** state) {
+  fix_t* f = *state;
+  cw_grpc_session_release(f->s);
+  f->o.window = 1;  // raised to what max_message (64) needs
+  f->svc.hold = true;
+  f->svc.echo = false;
+  assert_null(cw_grpc_session_create(&svc_handlers, &f->svc, &f->o, &f->s));
+  pump(&f->cli, f->s);
+  f->cli.end_after_body = false;
+  cli_add_message(&f->cli, 0, "0123456789", 10);
+  int32_t id = cli_call(&f->cli, "application/grpc");
+  pump(&f->cli, f->s);
+  assert_int_equal(f->svc.messages, 1);
+  cw_grpc_call_consume(f->svc.last, 15);  // handled
+  char big[65];
+  memset(big, 'b', 64);
+  big[64] = 0;
+  cli_add_message(&f->cli, 0, big, 64);
+  f->cli.end_after_body = true;
+  assert_int_equal(nghttp2_session_resume_data(f->cli.h2, id), 0);
+  pump(&f->cli, f->s);
+  assert_int_equal(f->svc.messages, 2);
+  assert_int_equal(f->svc.half_closes, 1);
+}
+
+// Resets nghttp2 makes for the client's fault (a body longer than its
+// content-length) spend the same tokens as the client's own.
+static void test_rapid_reset_by_protocol_error(void** state) {
+  fix_t* f = *state;
+  cw_grpc_session_release(f->s);
+  f->o.reset_burst = 20;
+  f->o.resets_per_second = 0;
+  assert_null(cw_grpc_session_create(&svc_handlers, &f->svc, &f->o, &f->s));
+  cli_add_message(&f->cli, 0, "ab", 2);  // 7 bytes of body
+  int calls = 0;
+  for (; calls < 60 && !f->cli.goaway; calls++) {
+    f->cli.body_off = 0;
+    cli_call_with(&f->cli, "application/grpc", "1");
+    pump(&f->cli, f->s);
+  }
+  assert_int_equal(f->cli.goaway, NGHTTP2_ENHANCE_YOUR_CALM + 1);
+  assert_true(calls > 20 && calls < 60);
+}
+
 // A refusal in on_start: its code, and its message percent-encoded.
 static void test_refused(void** state) {
   fix_t* f = *state;
@@ -440,6 +494,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_streamed_response, setup, teardown),
       cmocka_unit_test_setup_teardown(test_held_flow, setup, teardown),
       cmocka_unit_test_setup_teardown(test_rapid_reset, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_held_flow_largest_message, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_rapid_reset_by_protocol_error, setup, teardown),
       cmocka_unit_test_setup_teardown(test_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_not_grpc, setup, teardown),
       cmocka_unit_test_setup_teardown(test_oversize, setup, teardown),

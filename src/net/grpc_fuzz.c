@@ -1,6 +1,8 @@
 // libFuzzer: a peer's bytes into a gRPC server session (HTTP/2 by nghttp2,
 // gRPC framing, metadata, limits by cw_grpc.c), whose service echoes each
-// message and ends each call when the client half-closes; and the same
+// message and ends each call when the client half-closes; methods "/h..."
+// hold their flow-control credit (returned per message), methods "/w..."
+// answer a half-close with a response sent as the call has room; and the same
 // bytes through the message deframer alone. Inputs that start with the
 // HTTP/2 client preface reach the frame handling.
 #include <stddef.h>
@@ -13,20 +15,47 @@ static cw_status_t fz_start(void* user, cw_grpc_call_t* call) {
   const uint8_t* v;
   size_t n;
   (void)cw_grpc_call_metadata(call, "x-bin", &v, &n);
-  return cw_grpc_call_method(call)[1] == 'x' ? cw_make_status(CW_NOT_FOUND, "no such method")
-                                            : cw_ok_status();
+  char kind = cw_grpc_call_method(call)[1];
+  if (kind == 'h') cw_grpc_call_hold_flow(call);
+  return kind == 'x' ? cw_make_status(CW_NOT_FOUND, "no such method") : cw_ok_status();
 }
 
 static void fz_message(void* user, cw_grpc_call_t* call, const uint8_t* d, size_t n) {
   cw_status_free(cw_grpc_call_send(call, d, n));
+  cw_grpc_call_consume(call, n + 5);
+}
+
+// Up to 40 messages of 100 bytes, at most 300 bytes queued at a time.
+static void fz_stream(cw_grpc_call_t* call) {
+  static const uint8_t msg[100];
+  uintptr_t sent = (uintptr_t)cw_grpc_call_user(call);
+  while (sent < 40 && cw_grpc_call_queued(call) < 300) {
+    cw_status_t st = cw_grpc_call_send(call, msg, sizeof(msg));
+    sent++;
+    if (st) {
+      cw_status_free(st);
+      return;
+    }
+  }
+  cw_grpc_call_set_user(call, (void*)sent);
+  if (sent < 40) cw_grpc_call_when_writable(call, 150);
+  else cw_grpc_call_finish(call, cw_ok_status());
 }
 
 static void fz_half_close(void* user, cw_grpc_call_t* call) {
+  if (cw_grpc_call_method(call)[1] == 'w') {
+    fz_stream(call);
+    return;
+  }
   cw_grpc_call_finish(call, cw_make_status(CW_ABORTED, "done \xff%%"));
 }
 
+static void fz_writable(void* user, cw_grpc_call_t* call) {
+  if (!cw_grpc_call_finished(call)) fz_stream(call);
+}
+
 static const cw_grpc_handlers_t fz_handlers = {fz_start, fz_message, fz_half_close, NULL,
-                                               NULL};
+                                               fz_writable};
 
 static void fz_ignore(void* user, const uint8_t* d, size_t n) {}
 

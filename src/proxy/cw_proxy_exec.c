@@ -231,19 +231,19 @@ static cw_status_t cw__describe(cw_proxy_session_t* s, cw_proxy_exe_t* e) {
                                         .executable = e->exe};
   CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Executable_NumOutputs, &no), "compile");
   e->num_outputs = no.num_outputs;
-  PJRT_Executable_OutputMemoryKinds_Args mk = {
-      CW_PROXY_ARGS(PJRT_Executable_OutputMemoryKinds_Args, memory_kind_sizes), .executable = e->exe};
-  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Executable_OutputMemoryKinds, &mk), "compile");
-  if (mk.num_outputs != e->num_outputs) {
-    return cw_make_status(CW_INTERNAL, "compile: %zu output memory kinds for %zu outputs",
-                          mk.num_outputs, e->num_outputs);
-  }
+  // Output memory kinds: optional in PJRT; without them outputs name none
+  // (the client's default memory).
   e->out_kinds = calloc(e->num_outputs + 1, sizeof(*e->out_kinds));
   if (!e->out_kinds) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  for (size_t i = 0; i < e->num_outputs; i++) {
+  PJRT_Executable_OutputMemoryKinds_Args mk = {
+      CW_PROXY_ARGS(PJRT_Executable_OutputMemoryKinds_Args, memory_kind_sizes), .executable = e->exe};
+  cw_status_t kst = CW_PROXY_PJRT_CALL(p, PJRT_Executable_OutputMemoryKinds, &mk);
+  for (size_t i = 0; !kst && i < e->num_outputs && i < mk.num_outputs; i++) {
     e->out_kinds[i] = strndup(mk.memory_kinds[i], mk.memory_kind_sizes[i]);
-    if (!e->out_kinds[i]) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+    if (!e->out_kinds[i]) kst = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   }
+  if (kst) CW_LOGW("compile: no output memory kinds: %s", cw_status_message(kst));
+  cw_status_free(kst);
   PJRT_LoadedExecutable_AddressableDevices_Args ad = {
       CW_PROXY_ARGS(PJRT_LoadedExecutable_AddressableDevices_Args, num_addressable_devices),
       .executable = e->loaded};
@@ -386,6 +386,9 @@ static cw_status_t cw__metadata(cw_proxy_session_t* s, const CwIfrt__IfrtRequest
   cw_ifrt__loaded_executable_metadata_response__memory_kind_list__init(&out->list);
   out->list.memory_kinds = e->out_kinds;  // borrowed, as the shardings below
   out->list.n_memory_kinds = e->num_outputs;
+  for (size_t i = 0; i < e->num_outputs; i++) {
+    if (!e->out_kinds[i]) out->list.n_memory_kinds = 0;  // not reported: none at all
+  }
   out->lists[0] = &out->list;
   cw_ifrt__loaded_executable_metadata_response__output_memory_kind__init(&out->kinds);
   out->kinds.memory_kind_lists = out->lists;

@@ -29,8 +29,8 @@ typedef struct cw_proxy_lookup_s {
   cw_grpc_call_t* call;  // retained while parked
   struct cw_proxy_lookup_s* next;  // the proxy's parked lookups
   bool parked;
-  bool reading;  // a lookup under way: it counts among the buffer's readers
-  size_t off;    // bytes of the buffer sent so far
+  cw_proxy_host_buffer_t* hb;  // the buffer a lookup under way reads (one of its readers)
+  size_t off;                  // bytes of it sent so far
 } cw__hb_call_t;
 
 static void cw__hb_free(cw_proxy_host_buffer_t* hb) {
@@ -39,7 +39,18 @@ static void cw__hb_free(cw_proxy_host_buffer_t* hb) {
   free(hb);
 }
 
-static void cw__hb_free_each(void* user, uint64_t key, void* value) { cw__hb_free(value); }
+// Frees `hb`, or leaves it to its last reader (loop thread; the caller
+// holds the session's lock or the session is gone).
+static void cw__hb_drop(cw_proxy_host_buffer_t* hb) {
+  if (!hb) return;
+  if (hb->readers > 0) {
+    hb->orphan = true;
+    return;
+  }
+  cw__hb_free(hb);
+}
+
+static void cw__hb_free_each(void* user, uint64_t key, void* value) { cw__hb_drop(value); }
 
 void cw_proxy_host_buffers_free(cw_proxy_session_t* s) {
   cw_proxy_table_each(&s->host_buffers, cw__hb_free_each, NULL);
@@ -250,60 +261,74 @@ static bool cw__send_chunks(cw__hb_call_t* c, const cw_proxy_host_buffer_t* hb,
   return *out_status || c->off >= hb->len;
 }
 
-// Ends a lookup's read of its buffer (if it began one).
+// Ends a lookup's read of its buffer (if it began one). An orphan is out
+// of every table, so only lookups on this thread still see it.
 static void cw__end_read(cw_proxy_t* p, cw__hb_call_t* c) {
-  if (!c->reading) return;
-  c->reading = false;
+  cw_proxy_host_buffer_t* hb = c->hb;
+  if (!hb) return;
+  c->hb = NULL;
+  if (hb->orphan) {
+    if (--hb->readers == 0) cw__hb_free(hb);
+    return;
+  }
   cw_proxy_session_t* s = cw_proxy_session_find(p, c->session_id);
-  if (!s) return;
+  if (!s) return;  // not reached: a session's end orphans what is read
   pthread_mutex_lock(&s->mu);
-  cw_proxy_host_buffer_t* hb = cw_proxy_table_get(&s->host_buffers, c->handle);
-  if (hb && hb->readers > 0) hb->readers--;
+  hb->readers--;
   pthread_cond_broadcast(&s->host_buffer_cv);
   pthread_mutex_unlock(&s->mu);
+}
+
+// Ends a lookup call with `st` (taken), its read too.
+static void cw__lookup_finish(cw_proxy_t* p, cw__hb_call_t* c, cw_status_t st) {
+  cw__end_read(p, c);
+  cw_grpc_call_finish(c->call, st);
 }
 
 // Answers a lookup if it can: true when the call is done or under way (it
 // then goes on from on_writable); false while the buffer is not there yet.
 static bool cw__lookup_try(cw_proxy_t* p, cw__hb_call_t* c) {
-  cw_proxy_session_t* s = cw_proxy_session_find(p, c->session_id);
-  if (!s) {
-    c->reading = false;  // its buffers went with it
-    cw_grpc_call_finish(c->call, cw_make_status(CW_NOT_FOUND, "no IFRT session %016llx on this "
-                                                "proxy", (unsigned long long)c->session_id));
-    return true;
+  if (!c->hb) {
+    cw_proxy_session_t* s = cw_proxy_session_find(p, c->session_id);
+    if (!s) {
+      cw_grpc_call_finish(c->call, cw_make_status(CW_NOT_FOUND, "no IFRT session %016llx on "
+                                                  "this proxy",
+                                                  (unsigned long long)c->session_id));
+      return true;
+    }
+    pthread_mutex_lock(&s->mu);
+    cw_proxy_host_buffer_t* hb = cw_proxy_table_get(&s->host_buffers, c->handle);
+    // While it is read here, MakeArray on the session thread waits to take
+    // it; HostBufferDelete and the session's end (this thread) orphan it.
+    if (hb && hb->complete) {
+      hb->readers++;
+      c->hb = hb;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (!c->hb) return false;
   }
-  pthread_mutex_lock(&s->mu);
-  cw_proxy_host_buffer_t* hb = cw_proxy_table_get(&s->host_buffers, c->handle);
-  bool ready = hb && hb->complete;
-  // While it is read here, MakeArray on the session thread waits to take it
-  // (HostBufferDelete and the session's end are on this thread).
-  if (ready && !c->reading) {
-    hb->readers++;
-    c->reading = true;
-  }
-  pthread_mutex_unlock(&s->mu);
-  if (!ready) {
-    if (!c->reading) return false;
-    c->reading = false;  // deleted while it was read
-    cw_grpc_call_finish(c->call, cw_make_status(CW_NOT_FOUND, "host buffer %llu was deleted "
-                                                "while it was read",
-                                                (unsigned long long)c->handle));
+  if (c->hb->orphan) {
+    cw__lookup_finish(p, c, cw_make_status(CW_NOT_FOUND, "host buffer %llu was deleted while it "
+                                           "was read", (unsigned long long)c->handle));
     return true;
   }
   cw_status_t st = cw_ok_status();
-  if (!cw__send_chunks(c, hb, &st)) {
+  if (!cw__send_chunks(c, c->hb, &st)) {
     cw_grpc_call_when_writable(c->call, CW__AHEAD / 2);
     return true;
   }
-  cw__end_read(p, c);
-  cw_grpc_call_finish(c->call, st);
+  cw__lookup_finish(p, c, st);
   return true;
 }
 
 void cw_proxy_host_buffer_writable(cw_proxy_t* p, cw_grpc_call_t* call) {
   cw__hb_call_t* c = cw_grpc_call_user(call);
-  if (c && c->op == CW__LOOKUP && c->reading) (void)cw__lookup_try(p, c);
+  if (!c || c->op != CW__LOOKUP || !c->hb) return;
+  if (cw_grpc_call_finished(call)) {
+    cw__end_read(p, c);  // ended by an error of its own (a second request, say)
+    return;
+  }
+  (void)cw__lookup_try(p, c);
 }
 
 static void cw__park(cw_proxy_t* p, cw__hb_call_t* c) {
@@ -335,7 +360,7 @@ void cw_proxy_host_buffer_message(cw_proxy_t* p, cw_grpc_call_t* call, const uin
     return;
   }
   if (c->have_request) {
-    cw_grpc_call_finish(call, cw_make_status(CW_INVALID_ARGUMENT, "one request expected"));
+    cw__lookup_finish(p, c, cw_make_status(CW_INVALID_ARGUMENT, "one request expected"));
     return;
   }
   c->have_request = true;
@@ -364,13 +389,13 @@ void cw_proxy_host_buffer_message(cw_proxy_t* p, cw_grpc_call_t* call, const uin
   if (!st) {
     pthread_mutex_lock(&s->mu);
     cw_proxy_host_buffer_t* hb = cw_proxy_table_remove(&s->host_buffers, r->handle);
+    cw__hb_drop(hb);  // a lookup reading it sees it orphaned
     pthread_cond_broadcast(&s->host_buffer_cv);
     pthread_mutex_unlock(&s->mu);
     if (!hb) {
       st = cw_make_status(CW_NOT_FOUND, "HostBufferDelete: no host buffer %llu",
                           (unsigned long long)r->handle);
     }
-    cw__hb_free(hb);
   }
   cw_ifrt__host_buffer_delete_request__free_unpacked(r, NULL);
   if (!st) {

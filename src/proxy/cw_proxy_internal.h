@@ -48,6 +48,7 @@ typedef struct cw_proxy_host_buffer_s {
   size_t declared;
   bool complete;
   int readers;  // lookups sending it now (loop thread); take() waits for none
+  bool orphan;  // deleted (or its session ended) while read: the last reader frees it
 } cw_proxy_host_buffer_t;
 
 typedef struct cw_proxy_item_s {
@@ -189,10 +190,10 @@ CW_MUST_USE cw_status_t cw_proxy_respond(CwIfrt__IfrtResponse* resp, int kase, b
 // The same for a response whose field 1 is a list of handles, room for `n`
 // (its count starts at 0).
 CW_MUST_USE cw_status_t cw_proxy_respond_handles(CwIfrt__IfrtResponse* resp, int kase, size_t n);
-// The buffer of `a`'s shard on `device_id` (NULL: none there).
 // Marks `a` deleted when the plugin deleted one of its shards (a donated
 // argument); true when it is deleted.
 bool cw_proxy_array_check_deleted(cw_proxy_session_t* s, cw_proxy_array_t* a);
+// The buffer of `a`'s shard on `device_id` (NULL: none there).
 PJRT_Buffer* cw_proxy_array_buffer_on(const cw_proxy_array_t* a, int32_t device_id);
 // A new array under `handle` over `n` buffers, buffer i on device_ids[i]
 // (taken on success); dtype and shape from the first (the caller makes the

@@ -187,11 +187,17 @@ def target_env(x64: bool = False) -> dict:
     return causeway_env(x64) if on_causeway() else stock_env(x64)
 
 
+def _die_with_parent() -> None:
+    """In a child before exec: SIGTERM when the test process goes, so a
+    killed pytest leaves no proxy behind."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 class ProxyFront:
     """causeway-proxy on a Unix socket only this user may reach; its sessions
     start embedded clusters as the plugin front's runner would."""
 
-    def __init__(self, log_path: str):
+    def __init__(self, log_path: str, start_timeout: float = 30.0):
         env = {k: v for k, v in causeway_env().items() if not k.startswith("JAX_")}
         env["CAUSEWAY_PROXY_PJRT_LIBRARY"] = pjrt_library()
         self.dir = tempfile.mkdtemp(prefix="proxy-", dir=log_dir())
@@ -200,11 +206,17 @@ class ProxyFront:
             self.proc = subprocess.Popen(
                 [os.path.join(bin_dir(), "causeway-proxy"), "--listen", sock], env=env,
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
-                start_new_session=True, text=True)
-        line = self.proc.stdout.readline()
-        if not line.startswith("causeway-proxy listening on "):
+                start_new_session=True, preexec_fn=_die_with_parent)
+        # The address line, then stdout is closed: nothing more is read from it.
+        line = b""
+        ready, _, _ = select.select([self.proc.stdout], [], [], start_timeout)
+        if ready:
+            line = self.proc.stdout.readline()
+        self.proc.stdout.close()
+        if not line.startswith(b"causeway-proxy listening on "):
             self.stop()
-            raise RunnerDied(f"causeway-proxy did not start (see {log_path}): {line!r}")
+            raise RunnerDied(f"causeway-proxy did not start in {start_timeout:.0f} s "
+                             f"(see {log_path}): {line!r}")
         self.target = "grpc://unix:" + sock
 
     def stop(self) -> None:
@@ -215,7 +227,6 @@ class ProxyFront:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        self.proc.stdout.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -310,8 +321,17 @@ class Runner:
         log.flush()
         env = self.env
         if env.get("CW_PROXY_FRONT"):
-            if self.proxy is None or self.proxy.proc.poll() is not None:
-                self.proxy = ProxyFront(self.log_path)
+            if self.proxy is not None and self.proxy.proc.poll() is not None:
+                self.proxy.stop()  # it died: its directory goes
+                self.proxy = None
+            if self.proxy is None:
+                try:
+                    self.proxy = ProxyFront(self.log_path)
+                except BaseException:
+                    for fd in (req_r, req_w, rep_r, rep_w):
+                        os.close(fd)
+                    log.close()
+                    raise
             env = dict(env, JAX_BACKEND_TARGET=self.proxy.target)
         self.proc = subprocess.Popen(
             [PYTHON, str(HERE / "runner.py"), str(req_r), str(rep_w)],

@@ -459,6 +459,56 @@ def test_host_buffers_of_a_session(proxy):
         assert list(responses) == []
 
 
+def test_lookup_streams_and_a_delete_cuts_it_short(proxy):
+    """A 96 MiB lookup goes out as the client reads it (the proxy queues 8 MiB
+    ahead). Deleting the buffer meanwhile, and storing another under the same
+    handle, ends the lookup NOT_FOUND; it never sends the new buffer's bytes.
+    A fresh lookup then reads the new buffer."""
+    import queue
+    q: queue.Queue = queue.Queue()
+    q.put(ifrt_request(2, 1))
+
+    def requests():
+        while (item := q.get()) is not None:
+            yield item
+
+    md = ((SESSION_MD, field(1, version(25))),)
+    size = 96 << 20
+    with grpc.insecure_channel(proxy.address) as ch:
+        responses = session_call(ch, requests(), md)
+        sid = dict(_fields(dict(_fields(next(responses)))[2]))[8]
+
+        def store(handle, chunks, declared):
+            meta = (varint(1 << 3 | 1) + struct.pack("<Q", sid) + varint(2 << 3 | 1)
+                    + struct.pack("<Q", handle) + varint(3 << 3) + varint(declared))
+            return ch.stream_unary(SERVICE + "HostBufferStore")(
+                (field(1, c) for c in chunks),
+                metadata=(("ifrt-proxy-grpc-host-buffer-store-metadata-bin", meta),), timeout=60)
+
+        ids = (varint(1 << 3 | 1) + struct.pack("<Q", sid) + varint(2 << 3 | 1)
+               + struct.pack("<Q", 8))
+        store(8, (b"z" * (1 << 20) for _ in range(96)), size)
+        lookup = ch.unary_stream(SERVICE + "HostBufferLookup")(ids, timeout=60)
+        first = dict(_fields(next(lookup))).get(1, b"")
+        assert first == b"z" * len(first) and first
+        list(ch.unary_stream(SERVICE + "HostBufferDelete")(ids, timeout=10))
+        store(8, [b"new!"], 4)
+        got = len(first)
+        with pytest.raises(grpc.RpcError) as e:
+            for m in lookup:
+                data = dict(_fields(m)).get(1, b"")
+                assert data == b"z" * len(data), "the lookup sent another buffer's bytes"
+                got += len(data)
+        assert e.value.code() == grpc.StatusCode.NOT_FOUND, e.value
+        assert "host buffer 8 was deleted while it was read" in e.value.details()
+        assert got < size
+        again = b"".join(dict(_fields(m)).get(1, b"")
+                         for m in ch.unary_stream(SERVICE + "HostBufferLookup")(ids, timeout=10))
+        assert again == b"new!"
+        q.put(None)
+        assert list(responses) == []
+
+
 def _fields(b: bytes):
     i = 0
     while i < len(b):
