@@ -193,18 +193,16 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-class ProxyFront:
-    """causeway-proxy on a Unix socket only this user may reach; its sessions
-    start embedded clusters as the plugin front's runner would."""
+class ProxyProcess:
+    """A causeway-proxy with environment `env`, listening on `listen` (host:port
+    or a Unix socket path), stderr appended to `log_path`. `address` is its
+    gRPC target (host:port, or unix:PATH)."""
 
-    def __init__(self, log_path: str, start_timeout: float = 30.0):
-        env = {k: v for k, v in causeway_env().items() if not k.startswith("JAX_")}
-        env["CAUSEWAY_PROXY_PJRT_LIBRARY"] = pjrt_library()
-        self.dir = tempfile.mkdtemp(prefix="proxy-", dir=log_dir())
-        sock = os.path.join(self.dir, "ifrt.sock")
+    def __init__(self, env: dict, listen: str, log_path: str, start_timeout: float = 30.0):
+        self.log_path = log_path
         with open(log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [os.path.join(bin_dir(), "causeway-proxy"), "--listen", sock], env=env,
+                [os.path.join(bin_dir(), "causeway-proxy"), "--listen", listen], env=env,
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
                 start_new_session=True, preexec_fn=_die_with_parent)
         # The address line, then stdout is closed: nothing more is read from it.
@@ -215,11 +213,16 @@ class ProxyFront:
         self.proc.stdout.close()
         if not line.startswith(b"causeway-proxy listening on "):
             self.stop()
-            raise RunnerDied(f"causeway-proxy did not start in {start_timeout:.0f} s "
-                             f"(see {log_path}): {line!r}")
-        self.target = "grpc://unix:" + sock
+            raise RunnerDied(f"causeway-proxy did not start in {start_timeout:.0f} s: {line!r}\n"
+                             f"{self.logs()[-4000:]}")
+        self.address = line.split()[-1].decode()
+        if "/" in self.address:
+            self.address = "unix:" + self.address
 
-    def stop(self) -> None:
+    def logs(self) -> str:
+        return pathlib.Path(self.log_path).read_text(errors="replace")
+
+    def stop(self) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -227,7 +230,28 @@ class ProxyFront:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        return self.proc.returncode
+
+
+class ProxyFront(ProxyProcess):
+    """causeway-proxy on a Unix socket only this user may reach; its sessions
+    start embedded clusters as the plugin front's runner would."""
+
+    def __init__(self, log_path: str):
+        env = {k: v for k, v in causeway_env().items() if not k.startswith("JAX_")}
+        env["CAUSEWAY_PROXY_PJRT_LIBRARY"] = pjrt_library()
+        self.dir = tempfile.mkdtemp(prefix="proxy-", dir=log_dir())
+        try:
+            super().__init__(env, os.path.join(self.dir, "ifrt.sock"), log_path)
+        except BaseException:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise
+        self.target = "grpc://" + self.address
+
+    def stop(self) -> int:
+        rc = super().stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+        return rc
 
 
 _log_dir = None

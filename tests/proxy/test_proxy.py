@@ -28,11 +28,12 @@ pytestmark = pytest.mark.skipif(
     reason="causeway-proxy is not built: build the release tree (cmake --build build/release)")
 
 
-class Proxy:
+class Proxy(harness.ProxyProcess):
     """causeway-proxy on a free loopback port in front of `controller`."""
 
     def __init__(self, controller: str, env: dict | None = None, listen: str = "127.0.0.1:0"):
-        self.log = tempfile.NamedTemporaryFile(prefix="cw-proxy-", suffix=".log", delete=False)
+        log = tempfile.NamedTemporaryFile(prefix="cw-proxy-", suffix=".log", delete=False)
+        log.close()
         e = {k: v for k, v in os.environ.items() if not k.startswith("CAUSEWAY_")}
         e.update({"CAUSEWAY_CONTROLLER": controller,
                   "CAUSEWAY_PJRT_PLUGIN": harness.cpu_plugin(),
@@ -40,27 +41,7 @@ class Proxy:
                   "CAUSEWAY_PROXY_PJRT_LIBRARY": harness.pjrt_library(),
                   "CAUSEWAY_LOG_LEVEL": "info"})
         e.update(env or {})
-        self.proc = subprocess.Popen([os.path.join(harness.bin_dir(), "causeway-proxy"),
-                                      "--listen", listen], env=e,
-                                     stdout=subprocess.PIPE, stderr=self.log, text=True)
-        line = self.proc.stdout.readline()
-        assert line.startswith("causeway-proxy listening on "), (line, self.logs())
-        self.address = line.split()[-1]
-        if "/" in self.address:
-            self.address = "unix:" + self.address  # a gRPC target
-
-    def logs(self) -> str:
-        return pathlib.Path(self.log.name).read_text(errors="replace")
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
+        super().__init__(e, listen, log.name)
 
 
 @pytest.fixture(scope="module")
@@ -373,9 +354,9 @@ def test_token_is_required_when_set(cluster):
         assert p.stop() == 0, p.logs()
 
 
-def test_host_buffers_of_a_session(proxy):
-    """HostBufferStore/Lookup/Delete against a live session: sizes that do
-    not match the metadata, a handle stored twice, lookups and deletes."""
+def live_session(ch):
+    """An IfrtSession after Init: (queue of requests, responses, session id).
+    Put a request on the queue to send it, None to end the stream."""
     import queue
     q: queue.Queue = queue.Queue()
     q.put(ifrt_request(2, 1))
@@ -384,33 +365,42 @@ def test_host_buffers_of_a_session(proxy):
         while (item := q.get()) is not None:
             yield item
 
-    md = ((SESSION_MD, field(1, version(25))),)
+    responses = session_call(ch, requests(), ((SESSION_MD, field(1, version(25))),))
+    init = next(responses)
+    assert response_status(init)[1] == 0
+    return q, responses, dict(_fields(dict(_fields(init))[2]))[8]  # InitResponse.session_id
+
+
+def buffer_ids(sid: int, handle: int) -> bytes:
+    """HostBufferLookup/DeleteRequest{session_id, handle}."""
+    return (varint(1 << 3 | 1) + struct.pack("<Q", sid) + varint(2 << 3 | 1)
+            + struct.pack("<Q", handle))
+
+
+def store(ch, sid: int, handle: int, chunks, declared: int, timeout: float = 10):
+    """HostBufferStore of `chunks` (an iterable of bytes) declaring `declared` bytes."""
+    meta = buffer_ids(sid, handle) + varint(3 << 3) + varint(declared)
+    return ch.stream_unary(SERVICE + "HostBufferStore")(
+        (field(1, c) for c in chunks),
+        metadata=(("ifrt-proxy-grpc-host-buffer-store-metadata-bin", meta),), timeout=timeout)
+
+
+def test_host_buffers_of_a_session(proxy):
+    """HostBufferStore/Lookup/Delete against a live session: sizes that do
+    not match the metadata, a handle stored twice, lookups and deletes."""
     with grpc.insecure_channel(proxy.address) as ch:
-        responses = session_call(ch, requests(), md)
-        init = next(responses)
-        assert response_status(init)[1] == 0
-        init_body = dict(_fields(init))[2]
-        sid = dict(_fields(init_body))[8]  # InitResponse.session_id (varint)
-
-        def store(handle, declared, chunks):
-            meta = (varint(1 << 3 | 1) + struct.pack("<Q", sid) + varint(2 << 3 | 1)
-                    + struct.pack("<Q", handle) + varint(3 << 3) + varint(declared))
-            return ch.stream_unary(SERVICE + "HostBufferStore")(
-                iter([field(1, c) for c in chunks]),
-                metadata=(("ifrt-proxy-grpc-host-buffer-store-metadata-bin", meta),), timeout=10)
-
-        ids = lambda h: (varint(1 << 3 | 1) + struct.pack("<Q", sid) + varint(2 << 3 | 1)  # noqa
-                         + struct.pack("<Q", h))
+        q, responses, sid = live_session(ch)
+        ids = lambda h: buffer_ids(sid, h)  # noqa: E731
         with pytest.raises(grpc.RpcError) as e:
-            store(5, 4, [b"12345678"])
+            store(ch, sid, 5, [b"12345678"], 4)
         assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "more than the 4 bytes declared" in e.value.details()
         with pytest.raises(grpc.RpcError) as e:
-            store(5, 4, [b"12"])
+            store(ch, sid, 5, [b"12"], 4)
         assert "2 bytes arrived of the 4 declared" in e.value.details()
-        store(5, 4, [b"ab", b"cd"])
+        store(ch, sid, 5, [b"ab", b"cd"], 4)
         with pytest.raises(grpc.RpcError) as e:
-            store(5, 4, [b"wxyz"])
+            store(ch, sid, 5, [b"wxyz"], 4)
         assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS
         assert "handle 5 is in use" in e.value.details()
         got = b"".join(dict(_fields(m)).get(1, b"")
@@ -423,7 +413,7 @@ def test_host_buffers_of_a_session(proxy):
         assert "no host buffer 5" in e.value.details()
         # Byte strides that reach past any buffer (they once wrapped around
         # the size check): refused, and the session answers on.
-        store(6, 16, [b"x" * 16])
+        store(ch, sid, 6, [b"x" * 16], 16)
         sharding = field(1, field(1, b"xla::ifrt::SingleDeviceSharding") + field(2, varint(1 << 3) + varint(0)))
         big = (1 << 63) - 1
         make = (field(1, varint(1 << 3) + varint(11)) + field(2, field(1, varint(2) + varint(2)))
@@ -438,7 +428,7 @@ def test_host_buffers_of_a_session(proxy):
         # A request that fails part way leaves nothing behind: CopyArrays of
         # [a real array, an unknown one] fails, and its first result handle
         # is free again.
-        store(7, 16, [b"y" * 16])
+        store(ch, sid, 7, [b"y" * 16], 16)
         make = (field(1, varint(1 << 3) + varint(11)) + field(2, field(1, varint(4)))
                 + field(3, sharding) + varint(4 << 3 | 1) + struct.pack("<Q", 7)
                 + varint(6 << 3 | 1) + struct.pack("<Q", 50))
@@ -464,35 +454,16 @@ def test_lookup_streams_and_a_delete_cuts_it_short(proxy):
     ahead). Deleting the buffer meanwhile, and storing another under the same
     handle, ends the lookup NOT_FOUND; it never sends the new buffer's bytes.
     A fresh lookup then reads the new buffer."""
-    import queue
-    q: queue.Queue = queue.Queue()
-    q.put(ifrt_request(2, 1))
-
-    def requests():
-        while (item := q.get()) is not None:
-            yield item
-
-    md = ((SESSION_MD, field(1, version(25))),)
     size = 96 << 20
     with grpc.insecure_channel(proxy.address) as ch:
-        responses = session_call(ch, requests(), md)
-        sid = dict(_fields(dict(_fields(next(responses)))[2]))[8]
-
-        def store(handle, chunks, declared):
-            meta = (varint(1 << 3 | 1) + struct.pack("<Q", sid) + varint(2 << 3 | 1)
-                    + struct.pack("<Q", handle) + varint(3 << 3) + varint(declared))
-            return ch.stream_unary(SERVICE + "HostBufferStore")(
-                (field(1, c) for c in chunks),
-                metadata=(("ifrt-proxy-grpc-host-buffer-store-metadata-bin", meta),), timeout=60)
-
-        ids = (varint(1 << 3 | 1) + struct.pack("<Q", sid) + varint(2 << 3 | 1)
-               + struct.pack("<Q", 8))
-        store(8, (b"z" * (1 << 20) for _ in range(96)), size)
+        q, responses, sid = live_session(ch)
+        ids = buffer_ids(sid, 8)
+        store(ch, sid, 8, (b"z" * (1 << 20) for _ in range(96)), size, timeout=60)
         lookup = ch.unary_stream(SERVICE + "HostBufferLookup")(ids, timeout=60)
         first = dict(_fields(next(lookup))).get(1, b"")
         assert first == b"z" * len(first) and first
         list(ch.unary_stream(SERVICE + "HostBufferDelete")(ids, timeout=10))
-        store(8, [b"new!"], 4)
+        store(ch, sid, 8, [b"new!"], 4)
         got = len(first)
         with pytest.raises(grpc.RpcError) as e:
             for m in lookup:
