@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import pathlib
-import signal
 import statistics
 import subprocess
 import sys
@@ -147,11 +146,9 @@ def main() -> int:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAUSEWAY_")}
     env.update({"CAUSEWAY_CONTROLLER": cluster.controller,
                 "CAUSEWAY_PROXY_PJRT_LIBRARY": harness.pjrt_library()})
-    proxy = subprocess.Popen([os.path.join(harness.bin_dir(), "causeway-proxy"), "--listen",
-                              "127.0.0.1:0"], env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True)
+    proxy = harness.ProxyProcess(env, "127.0.0.1:0", os.devnull)
     try:
-        cfg["proxy"] = proxy.stdout.readline().split()[-1]
+        cfg["proxy"] = proxy.address
         res = {}
         clean = {k: v for k, v in os.environ.items() if not k.startswith(("CAUSEWAY_", "JAX_"))}
         res["stock"] = run_side("stock", harness.stock_env(), cfg)
@@ -159,8 +156,7 @@ def main() -> int:
                                  cfg)
         res["proxy"] = run_side("proxy", clean, cfg)
     finally:
-        proxy.send_signal(signal.SIGTERM)
-        proxy.wait(30)
+        proxy.stop()
         cluster.stop()
     rows = [("sync tiny call", "sync_us", "us", "{:.1f}"),
             ("async chain", "async_per_s", "calls/s", "{:,.0f}"),
