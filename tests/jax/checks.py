@@ -522,6 +522,29 @@ def sharding_island() -> dict:
 
 
 
+def no_outputs_island() -> dict:
+    """Programs over an island's devices that return nothing (XLA gives the
+    empty tuple one sharding of its own), then one that returns something."""
+    from jax import shard_map
+    from jax.extend.core import Primitive
+    isl = islands()[0]
+    mesh = Mesh(np.array(isl), ("x",))
+    prim = Primitive("cw_no_results")  # compiled, though it computes nothing
+    prim.multiple_results = True
+    prim.def_impl(lambda: [])
+    prim.def_abstract_eval(lambda: [])
+
+    def body():
+        prim.bind()
+
+    nothing = shard_map(body, mesh=mesh, in_specs=(), out_specs=None, check_vma=False)
+    out = {"eager": nothing(), "jit": jax.jit(nothing)()}
+    x = jax.device_put(np.arange(8, dtype=np.float32), NamedSharding(mesh, P("x")))
+    out["jit_sharded_arg"] = jax.jit(lambda v: None)(x)
+    out["after"] = np.asarray(jax.jit(lambda v: v * 2)(x))
+    return out
+
+
 def pmap_island() -> dict:
     """jax.pmap over one island's devices: collectives, an unmapped output,
     a second call on its own output (jit and shard_map underneath)."""

@@ -14,6 +14,11 @@ def test_sharding_within_island(check):
     assert got["replicated_shards_equal"]
 
 
+def test_no_outputs_within_island(check):
+    want, got = check("no_outputs_island")
+    assert got["jit"] is None and got["jit_sharded_arg"] is None
+
+
 def test_pmap_within_island(check):
     want, got = check("pmap_island")
     assert got["y_devices"] == [0, 1, 2, 3], got["y_devices"]
