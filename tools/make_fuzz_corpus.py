@@ -807,6 +807,10 @@ def ifrt_request_corpus():
                         f_bytes(1, f_packed(1, [0, 1, 2, 3])) + f_bytes(2, f_varint(1, 0)))
     even = ifrt_sharding(b"xla::ifrt::ConcreteEvenSharding",
                          f_bytes(1, f_packed(1, [4, 5])) + f_varint(5, 1))
+    # As jaxlib writes it: shape (2) and shard shape (3) are ShapeProtos.
+    even_shaped = ifrt_sharding(b"xla::ifrt::ConcreteEvenSharding",
+                                f_bytes(1, f_packed(1, [0, 1, 2, 3])) + f_bytes(2, shape((8, 2)))
+                                + f_bytes(3, shape((4, 2))) + f_varint(5, 0))
     unknown = ifrt_sharding(b"xla::ifrt::ShardingParamSharding", b"")
     handle = key(4, 1) + struct.pack("<Q", 9) + key(6, 1) + struct.pack("<Q", 10)
     def make(sh, dims=(2, 3), kind=11, strides=None):
@@ -820,6 +824,7 @@ def ifrt_request_corpus():
         "make_single": make(single),
         "make_hlo": make(hlo, dims=(8,), kind=16),
         "make_even": make(even, dims=(0, 4)),
+        "make_even_shaped": make(even_shaped, dims=(8, 2)),
         "make_strided": make(single, strides=(12, 4)),
         "make_transposed": make(single, strides=(4, 8)),
         "make_huge_strides": make(single, dims=(2, 2), strides=(2**63 - 1, 2**63 - 1)),

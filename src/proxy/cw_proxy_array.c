@@ -104,6 +104,18 @@ static cw_status_t cw__array_new(cw_proxy_session_t* s, uint64_t handle, int32_t
 
 // --- Requests ------------------------------------------------------------------------------
 
+#define CW__DONATE_INPUT 3  // xla.ifrt.proto.ArrayCopySemantics
+
+// With DONATE_INPUT the inputs are deleted once their shards are another's.
+static void cw__donate_if(cw_proxy_session_t* s, int32_t semantics, const uint64_t* handles,
+                          size_t n) {
+  if (semantics != CW__DONATE_INPUT) return;
+  for (size_t i = 0; i < n; i++) {
+    cw_proxy_array_t* a = cw_proxy_table_get(&s->arrays, handles[i]);
+    if (a) cw__array_drop(s, a);
+  }
+}
+
 // Sets the response to kind `kase`, a message of that kind whose field 1,
 // when `with_handle`, is the fixed64 `handle` (most of this family's
 // responses are that or empty). Freed by cw_proxy_array_response_free.
@@ -483,7 +495,170 @@ static cw_status_t cw__copy_arrays(cw_proxy_session_t* s, const CwIfrt__IfrtRequ
     }
     out->array_handles[out->n_array_handles++] = h;
   }
+  cw__donate_if(s, r->copy_semantics, r->array_handles, r->n_array_handles);
   return cw_ok_status();
+}
+
+// Puts `sh` as shard `j` of `out`, which its sharding puts on out_ids[j].
+static cw_status_t cw__remap_put(cw_proxy_shard_t* sh, cw_proxy_array_t* out,
+                                 const int32_t* out_ids, size_t j) {
+  if (!sh) return cw_make_status(CW_FAILED_PRECONDITION, "an input shard is gone");
+  if (out->shards[j]) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "output shard %zu is mapped twice", j);
+  }
+  if (sh->device_id != out_ids[j]) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "output shard %zu is on device %d, its input "
+                          "shard on device %d", j, out_ids[j], sh->device_id);
+  }
+  out->shards[j] = cw__shard_retain(sh);
+  return cw_ok_status();
+}
+
+// One interval pair of a remap mapping: shards from[k] of `in` become
+// shards to[k] of `out`.
+static cw_status_t cw__remap_interval(const CwIfrt__RemapPlan__Mapping* m, size_t k,
+                                      const cw_proxy_array_t* in, cw_proxy_array_t* out,
+                                      const int32_t* out_ids) {
+  int64_t fs = m->from_start[k], fe = m->from_end[k], fst = m->from_step[k];
+  int64_t ts = m->to_start[k], te = m->to_end[k], tst = m->to_step[k];
+  if (fst <= 0 || tst <= 0 || fs < 0 || ts < 0 || fs > fe || ts > te ||
+      (uint64_t)fe > in->n || (uint64_t)te > out->n) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "interval %zu: shards %lld:%lld:%lld of %zu to "
+                          "%lld:%lld:%lld of %zu", k, (long long)fs, (long long)fe, (long long)fst,
+                          in->n, (long long)ts, (long long)te, (long long)tst, out->n);
+  }
+  // Counts first: c * step then stays within the interval (no overflow).
+  int64_t count = fe > fs ? (fe - fs - 1) / fst + 1 : 0;
+  if (count != (te > ts ? (te - ts - 1) / tst + 1 : 0)) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "interval %zu maps a different number of shards "
+                          "from than to", k);
+  }
+  for (int64_t c = 0; c < count; c++) {
+    CW_RETURN_IF_ERROR(cw__remap_put(in->shards[fs + c * fst], out, out_ids,
+                                     (size_t)(ts + c * tst)), "interval %zu", k);
+  }
+  return cw_ok_status();
+}
+
+// The compact form: output shards on `devices` are `in`'s shards there.
+static cw_status_t cw__remap_devices(const CwIfrt__DeviceList* devices, const cw_proxy_array_t* in,
+                                     cw_proxy_array_t* out, const int32_t* out_ids) {
+  for (size_t k = 0; devices && k < devices->n_device_ids; k++) {
+    int32_t d = devices->device_ids[k];
+    size_t j = 0, i = 0;
+    while (j < out->n && out_ids[j] != d) j++;
+    while (i < in->n && !(in->shards[i] && in->shards[i]->device_id == d)) i++;
+    if (j == out->n || i == in->n) {
+      return cw_make_status(CW_INVALID_ARGUMENT, "device %d is not among the %s's", d,
+                            j == out->n ? "output" : "input");
+    }
+    CW_RETURN_IF_ERROR(cw__remap_put(in->shards[i], out, out_ids, j), "device %d", d);
+  }
+  return cw_ok_status();
+}
+
+// Output arrays made of the inputs' shards, as the plan maps them (no byte
+// moves: shards are shared).
+static cw_status_t cw__remap_outputs(cw_proxy_session_t* s, const CwIfrt__RemapArraysRequest* r,
+                                     cw_proxy_array_t** in, int32_t** out_ids,
+                                     CwIfrt__RemapArraysResponse* out) {
+  const CwIfrt__RemapPlan* plan = r->plan;
+  size_t n_in = r->n_array_handles, n_out = plan->n_output_specs;
+  cw_proxy_array_t** outs = calloc(n_out + 1, sizeof(*outs));
+  if (!outs) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  cw_status_t st = cw_ok_status();
+  for (size_t o = 0; !st && o < n_out; o++) {
+    const CwIfrt__ArraySpec* spec = plan->output_specs[o];
+    if (!spec->dtype || !spec->shape || !spec->sharding) {
+      st = cw_make_status(CW_INVALID_ARGUMENT, "output %zu: dtype, shape and sharding needed", o);
+      break;
+    }
+    size_t nd = 0;
+    bool replicated;
+    st = cw_proxy_sharding_devices(spec->sharding, &out_ids[o], &nd, &replicated);
+    uint64_t h = cw__handle(s, r->n_result_handles > 0,
+                            r->n_result_handles ? r->result_handles[o] : 0);
+    if (!st) st = cw__array_new(s, h, spec->dtype->kind, spec->shape->dims, spec->shape->n_dims,
+                                nd, &outs[o]);
+    if (st) break;
+    outs[o]->n = nd;  // shards filled below
+    out->array_handles[out->n_array_handles++] = h;
+    size_t len = cw_ifrt__sharding__get_packed_size(spec->sharding);
+    outs[o]->sharding = malloc(len ? len : 1);
+    if (outs[o]->sharding) {
+      outs[o]->sharding_len = cw_ifrt__sharding__pack(spec->sharding, outs[o]->sharding);
+    }
+  }
+  for (size_t i = 0; !st && i < plan->n_mappings; i++) {
+    const CwIfrt__RemapPlan__Mapping* m = plan->mappings[i];
+    size_t n = m->n_from_start;
+    if (m->in_array < 0 || (size_t)m->in_array >= n_in || m->out_array < 0 ||
+        (size_t)m->out_array >= n_out) {
+      st = cw_make_status(CW_INVALID_ARGUMENT, "arrays %d to %d", m->in_array, m->out_array);
+    } else if (m->n_from_end != n || m->n_from_step != n || m->n_to_start != n ||
+               m->n_to_end != n || m->n_to_step != n) {
+      st = cw_make_status(CW_INVALID_ARGUMENT, "intervals of unequal counts");
+    }
+    for (size_t k = 0; !st && k < n; k++) {
+      st = cw__remap_interval(m, k, in[m->in_array], outs[m->out_array], out_ids[m->out_array]);
+    }
+    if (st) st = cw_status_annotate(st, "mapping %zu", i);
+  }
+  for (size_t i = 0; !st && i < plan->n_input_devices_for_output; i++) {
+    const CwIfrt__RemapPlan__InputDevicesForOutput* f = plan->input_devices_for_output[i];
+    if (f->out_array < 0 || (size_t)f->out_array >= n_out) {
+      st = cw_make_status(CW_INVALID_ARGUMENT, "output %d of %zu", f->out_array, n_out);
+    }
+    for (size_t k = 0; !st && k < f->n_input_devices; k++) {
+      const CwIfrt__RemapPlan__InputDevices* d = f->input_devices[k];
+      st = d->in_array < 0 || (size_t)d->in_array >= n_in
+               ? cw_make_status(CW_INVALID_ARGUMENT, "input %d of %zu", d->in_array, n_in)
+               : cw__remap_devices(d->device_list, in[d->in_array], outs[f->out_array],
+                                   out_ids[f->out_array]);
+    }
+    if (st) st = cw_status_annotate(st, "output %zu's input devices", i);
+  }
+  for (size_t o = 0; !st && o < n_out; o++) {
+    for (size_t j = 0; !st && j < outs[o]->n; j++) {
+      if (!outs[o]->shards[j]) {
+        st = cw_make_status(CW_INVALID_ARGUMENT, "shard %zu of output %zu is not mapped", j, o);
+      }
+    }
+  }
+  free(outs);
+  return st;
+}
+
+static cw_status_t cw__remap(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
+                             CwIfrt__IfrtResponse* resp) {
+  const CwIfrt__RemapArraysRequest* r = req->remap_arrays_request;
+  const CwIfrt__RemapPlan* plan = r->plan;
+  if (!plan) return cw_make_status(CW_INVALID_ARGUMENT, "RemapArrays: no plan");
+  if (r->n_array_handles != plan->n_input_specs ||
+      (r->n_result_handles && r->n_result_handles != plan->n_output_specs)) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "RemapArrays: %zu arrays and %zu result handles "
+                          "for a plan of %zu inputs and %zu outputs", r->n_array_handles,
+                          r->n_result_handles, plan->n_input_specs, plan->n_output_specs);
+  }
+  cw_proxy_array_t** in = calloc(r->n_array_handles + 1, sizeof(*in));
+  int32_t** out_ids = calloc(plan->n_output_specs + 1, sizeof(*out_ids));
+  cw_status_t st = !in || !out_ids ? cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory")
+                                   : cw_ok_status();
+  for (size_t i = 0; !st && i < r->n_array_handles; i++) {
+    st = cw__array_get(s, r->array_handles[i], &in[i]);
+  }
+  if (!st) {
+    st = cw_proxy_respond_handles(resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_REMAP_ARRAYS_RESPONSE,
+                                  plan->n_output_specs);
+  }
+  CwIfrt__RemapArraysResponse* out = st ? NULL : resp->remap_arrays_response;
+  if (!st) st = cw__remap_outputs(s, r, in, out_ids, out);
+  if (st && out) cw_proxy_arrays_drop(s, out->array_handles, out->n_array_handles);
+  if (!st) cw__donate_if(s, r->copy_semantics, r->array_handles, r->n_array_handles);
+  for (size_t o = 0; out_ids && o < plan->n_output_specs; o++) free(out_ids[o]);
+  free(out_ids);
+  free(in);
+  return st ? cw_status_annotate(st, "RemapArrays") : cw_ok_status();
 }
 
 static cw_status_t cw__assemble(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
@@ -693,6 +868,8 @@ cw_status_t cw_proxy_array_handle(cw_proxy_session_t* s, const CwIfrt__IfrtReque
       return cw__make_from_shards(s, req, resp);
     case CW_IFRT__IFRT_REQUEST__REQUEST_ASSEMBLE_ARRAY_FROM_SINGLE_DEVICE_ARRAYS_REQUEST:
       return cw__assemble(s, req, resp);
+    case CW_IFRT__IFRT_REQUEST__REQUEST_REMAP_ARRAYS_REQUEST:
+      return cw__remap(s, req, resp);
     case CW_IFRT__IFRT_REQUEST__REQUEST_DISASSEMBLE_INTO_SINGLE_DEVICE_ARRAYS_REQUEST:
       return cw__disassemble(s, req, resp);
     case CW_IFRT__IFRT_REQUEST__REQUEST_FULLY_REPLICATED_SHARD_REQUEST:

@@ -82,9 +82,17 @@ cw_status_t cw_proxy_sharding_devices(const CwIfrt__Sharding* sh, int32_t** out_
   size_t n = sd->devices ? sd->devices->n_device_ids : 0;
   int32_t* ids = n ? malloc(n * sizeof(*ids)) : NULL;
   if (ids) memcpy(ids, sd->devices->device_ids, n * sizeof(*ids));
-  bool replicated = n == 1 || (even && sd->is_fully_replicated) ||
-                    (hlo && sd->xla_op_sharding && sd->xla_op_sharding->type <= 1);
   cw_ifrt__sharding_devices__free_unpacked(sd, NULL);
+  bool replicated = n == 1;
+  if (hlo) {
+    CwIfrt__HloShardingType* h = cw_ifrt__hlo_sharding_type__unpack(NULL, len, data);
+    replicated = replicated || (h && h->xla_op_sharding && h->xla_op_sharding->type <= 1);
+    if (h) cw_ifrt__hlo_sharding_type__free_unpacked(h, NULL);
+  } else if (even) {
+    CwIfrt__ConcreteEvenReplicated* e = cw_ifrt__concrete_even_replicated__unpack(NULL, len, data);
+    replicated = replicated || (e && e->is_fully_replicated);
+    if (e) cw_ifrt__concrete_even_replicated__free_unpacked(e, NULL);
+  }
   if (!n) return cw_make_status(CW_INVALID_ARGUMENT, "%s names no devices", ser->type_name);
   if (!ids) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   *out_ids = ids;

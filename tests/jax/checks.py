@@ -522,6 +522,28 @@ def sharding_island() -> dict:
 
 
 
+def reshard_device_order() -> dict:
+    """device_put between meshes over the same devices in another order: JAX
+    reorders the shards (IFRT RemapArrays, no bytes moved) and then reshards
+    with a program."""
+    isl = islands()[0]
+    mesh1 = Mesh(np.array(isl).reshape(2, 2), ("a", "b"))
+    mesh2 = Mesh(np.array(isl[::-1]).reshape(2, 2), ("c", "d"))
+    a = np.arange(8 * 6, dtype=np.float32).reshape(8, 6)
+    b = np.arange(8 * 4, dtype=np.int32).reshape(8, 4)
+    x1 = jax.device_put(a, NamedSharding(mesh1, P("a")))
+    x2 = jax.device_put(b, NamedSharding(mesh1, P("b")))
+    s2 = NamedSharding(mesh2, P("c", "d"))
+    y1, y2 = jax.device_put((x1, x2), s2)
+    out = {"y1": np.asarray(y1), "y2": np.asarray(y2), "y1_sharding": sharding_desc(y1),
+           "y2_sharding": sharding_desc(y2), "x2_kept": not x2.is_deleted(),
+           "x1_after": np.asarray(x1)}
+    z = jax.device_put(x2, NamedSharding(mesh2, P("c")), donate=False)
+    out["z"] = np.asarray(z)
+    out["z_sharding"] = sharding_desc(z)
+    return out
+
+
 def no_outputs_island() -> dict:
     """Programs over an island's devices that return nothing (XLA gives the
     empty tuple one sharding of its own), then one that returns something."""

@@ -14,6 +14,11 @@ def test_sharding_within_island(check):
     assert got["replicated_shards_equal"]
 
 
+def test_reshard_to_another_device_order(check):
+    want, got = check("reshard_device_order")
+    assert got["y1_sharding"]["spec"] == "P('c', 'd')" and got["x2_kept"]
+
+
 def test_no_outputs_within_island(check):
     want, got = check("no_outputs_island")
     assert got["jit"] is None and got["jit_sharded_arg"] is None

@@ -287,7 +287,7 @@ def test_bad_requests_get_answers_and_the_session_lives(cluster, proxy):
     junk_program = field(1, field(1, b"xla::ifrt::XlaProgram") + field(2, b"not a module")) + \
         field(2, field(1, b"xla::ifrt::XlaCompileOptions"))
     other_program = field(1, field(1, b"xla::ifrt::SomethingElse"))
-    reqs = [b"\xff\xff\xff", ifrt_request(99, 5, b"x"), ifrt_request(23, 6),
+    reqs = [b"\xff\xff\xff", ifrt_request(99, 5, b"x"), ifrt_request(34, 6),
             ifrt_request(13, 8, junk_program), ifrt_request(13, 9, other_program),
             ifrt_request(15, 10, varint(1 << 3 | 1) + struct.pack("<Q", 12345)),
             ifrt_request(2, 7)]
@@ -299,7 +299,7 @@ def test_bad_requests_get_answers_and_the_session_lives(cluster, proxy):
     assert got[1][:2] == (5, grpc.StatusCode.INVALID_ARGUMENT.value[0])
     assert "names no request kind" in got[1][2]
     assert got[2][:2] == (6, grpc.StatusCode.UNIMPLEMENTED.value[0])
-    assert "causeway-proxy does not serve remap_arrays_request yet" in got[2][2]
+    assert "causeway-proxy does not serve bitcast_arrays_request yet" in got[2][2]
     assert got[3][0] == 8 and got[3][1] != 0 and got[3][2].startswith("Compile: "), got[3]
     assert got[4][:2] == (9, grpc.StatusCode.UNIMPLEMENTED.value[0])
     assert "programs of type xla::ifrt::SomethingElse are not served" in got[4][2]
@@ -315,7 +315,7 @@ def test_session_credit_returns_as_requests_are_handled(proxy):
     back: each of the 100 gets its answer, in order."""
     md = ((SESSION_MD, field(1, version(25))),)
     pad = field(15, b"x" * (1 << 20))  # a field the proxy does not read
-    reqs = (ifrt_request(23, 100 + i, pad) for i in range(100))
+    reqs = (ifrt_request(34, 100 + i, pad) for i in range(100))
     with grpc.insecure_channel(proxy.address) as ch:
         got = [response_status(r) for r in session_call(ch, reqs, md)]
     assert [g[0] for g in got] == list(range(100, 200))
@@ -445,6 +445,37 @@ def test_host_buffers_of_a_session(proxy):
         assert "no array with handle 999" in msg, msg
         q.put(copy(44, [50], [60]))
         assert response_status(next(responses)) == (44, 0, "")
+        # RemapArrays plans that do not fit their arrays: named, nothing made.
+        spec = (field(1, varint(1 << 3) + varint(11)) + field(2, field(1, varint(4)))
+                + field(3, sharding))
+
+        def remap(op, mapping, semantics=2):
+            plan = field(1, spec) + field(2, spec) + (field(3, mapping) if mapping else b"")
+            return ifrt_request(23, op, field(1, plan) + field(2, struct.pack("<Q", 50))
+                                + varint(3 << 3) + varint(semantics)
+                                + field(4, struct.pack("<Q", 70)))
+
+        def interval(*v):  # in, out, then from start/end/step and to start/end/step
+            return (varint(1 << 3) + varint(v[0]) + varint(2 << 3) + varint(v[1])
+                    + b"".join(field(3 + k, varint(x)) for k, x in enumerate(v[2:])))
+        for op, mapping, text in (
+                (45, interval(0, 0, 0, 5, 1, 0, 5, 1), "interval 0: shards 0:5:1 of 1 to 0:5:1 of 1"),
+                (46, interval(0, 3, 0, 1, 1, 0, 1, 1), "mapping 0: arrays 0 to 3"),
+                (47, b"", "shard 0 of output 0 is not mapped")):
+            q.put(remap(op, mapping))
+            got_op, code, msg = response_status(next(responses))
+            assert (got_op, code) == (op, grpc.StatusCode.INVALID_ARGUMENT.value[0]), msg
+            assert text in msg, msg
+        # One that fits, donating its input: array 50 is then deleted.
+        q.put(remap(48, interval(0, 0, 0, 1, 1, 0, 1, 1), semantics=3))
+        got_op, code, msg = response_status(next(responses))
+        assert (got_op, code) == (48, 0), msg
+        q.put(copy(49, [50], [61]))
+        got_op, code, msg = response_status(next(responses))
+        assert (got_op, code) == (49, grpc.StatusCode.FAILED_PRECONDITION.value[0]), msg
+        assert "array 50 was deleted" in msg, msg
+        q.put(copy(51, [70], [62]))
+        assert response_status(next(responses)) == (51, 0, "")
         q.put(None)
         assert list(responses) == []
 
