@@ -726,12 +726,6 @@ static cw_status_t cw__exe_destruct(cw_proxy_session_t* s, const CwIfrt__IfrtReq
 typedef struct cw__cost_s {
   CwIfrt__LoadedExecutableCostAnalysisResponse r;
   CwIfrt__AttributeMap map;
-  CwIfrt__AttributeMap__Entry* entries;
-  CwIfrt__AttributeMap__Entry** entry_ptrs;
-  CwIfrt__AttributeMap__Value* values;
-  CwIfrt__AttributeMap__Int64List* lists;
-  char** names;
-  size_t n;
 } cw__cost_t;
 
 // XLA's cost analysis of the program (flops, bytes accessed, ...) as the
@@ -751,58 +745,8 @@ static cw_status_t cw__cost_analysis(cw_proxy_session_t* s, const CwIfrt__IfrtRe
   cw_ifrt__loaded_executable_cost_analysis_response__init(&out->r);
   resp->response_case = CW_IFRT__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_COST_ANALYSIS_RESPONSE;
   resp->loaded_executable_cost_analysis_response = &out->r;
-  size_t n = a.num_properties;
-  out->entries = calloc(n + 1, sizeof(*out->entries));
-  out->entry_ptrs = calloc(n + 1, sizeof(*out->entry_ptrs));
-  out->values = calloc(n + 1, sizeof(*out->values));
-  out->lists = calloc(n + 1, sizeof(*out->lists));
-  out->names = calloc(n + 1, sizeof(*out->names));
-  if (!out->entries || !out->entry_ptrs || !out->values || !out->lists || !out->names) {
-    return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  }
-  for (size_t i = 0; i < n; i++) {
-    const PJRT_NamedValue* nv = &a.properties[i];
-    CwIfrt__AttributeMap__Value* v = &out->values[i];
-    cw_ifrt__attribute_map__value__init(v);
-    switch (nv->type) {
-      case PJRT_NamedValue_kString:
-        v->value_case = CW_IFRT__ATTRIBUTE_MAP__VALUE__VALUE_STRING_VALUE;
-        v->string_value.data = (uint8_t*)nv->string_value;
-        v->string_value.len = nv->value_size;
-        break;
-      case PJRT_NamedValue_kInt64:
-        v->value_case = CW_IFRT__ATTRIBUTE_MAP__VALUE__VALUE_INT64_VALUE;
-        v->int64_value = nv->int64_value;
-        break;
-      case PJRT_NamedValue_kInt64List:
-        cw_ifrt__attribute_map__int64_list__init(&out->lists[i]);
-        out->lists[i].elements = (int64_t*)nv->int64_array_value;
-        out->lists[i].n_elements = nv->value_size;
-        v->value_case = CW_IFRT__ATTRIBUTE_MAP__VALUE__VALUE_INT64_LIST_VALUE;
-        v->int64_list_value = &out->lists[i];
-        break;
-      case PJRT_NamedValue_kFloat:
-        v->value_case = CW_IFRT__ATTRIBUTE_MAP__VALUE__VALUE_FLOAT_VALUE;
-        v->float_value = nv->float_value;
-        break;
-      case PJRT_NamedValue_kBool:
-        v->value_case = CW_IFRT__ATTRIBUTE_MAP__VALUE__VALUE_BOOL_VALUE;
-        v->bool_value = nv->bool_value;
-        break;
-      default:
-        continue;  // a kind this proxy does not know: left out
-    }
-    out->names[out->n] = strndup(nv->name, nv->name_size);
-    if (!out->names[out->n]) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-    CwIfrt__AttributeMap__Entry* en = &out->entries[out->n];
-    cw_ifrt__attribute_map__entry__init(en);
-    en->key = out->names[out->n];
-    en->value = v;
-    out->entry_ptrs[out->n++] = en;
-  }
-  cw_ifrt__attribute_map__init(&out->map);
-  out->map.attributes = out->entry_ptrs;
-  out->map.n_attributes = out->n;
+  CW_RETURN_IF_ERROR(cw_proxy_attributes(a.properties, a.num_properties, &out->map),
+                     "LoadedExecutableCostAnalysis");
   out->r.result_case = CW_IFRT__LOADED_EXECUTABLE_COST_ANALYSIS_RESPONSE__RESULT_ATTRIBUTES;
   out->r.attributes = &out->map;
   return cw_ok_status();
@@ -871,12 +815,7 @@ void cw_proxy_exec_response_free(CwIfrt__IfrtResponse* resp) {
     case CW_IFRT__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_COST_ANALYSIS_RESPONSE: {
       cw__cost_t* c = (cw__cost_t*)resp->loaded_executable_cost_analysis_response;
       if (c) {
-        for (size_t i = 0; i < c->n; i++) free(c->names[i]);
-        free(c->names);
-        free(c->lists);
-        free(c->values);
-        free(c->entry_ptrs);
-        free(c->entries);
+        cw_proxy_attributes_free(&c->map);
         free(c);
       }
       break;

@@ -13,6 +13,7 @@ typedef struct cw__init_s {
   CwIfrt__InitResponse__Memory** memory_ptrs;
   int32_t* ids;
   CwIfrt__AttributeMap* attrs;
+  CwIfrt__AttributeMap client_attrs;
   char* platform_name;
   char* platform_version;
 } cw__init_t;
@@ -21,16 +22,8 @@ static cw_status_t cw__oom(void) {
   return cw_make_status(CW_RESOURCE_EXHAUSTED, "causeway-proxy: out of memory for Init");
 }
 
-// The attributes of a device description (PJRT named values) as an IFRT
-// AttributeMap. Values borrow the plugin's strings and lists; the keys and
-// one block (entry pointers, entries, values, lists) are the map's own.
-static cw_status_t cw__attributes(const cw_proxy_pjrt_t* p, PJRT_DeviceDescription* dd,
-                                  CwIfrt__AttributeMap* out) {
+cw_status_t cw_proxy_attributes(const PJRT_NamedValue* nv, size_t n, CwIfrt__AttributeMap* out) {
   cw_ifrt__attribute_map__init(out);
-  PJRT_DeviceDescription_Attributes_Args a = {
-      CW_PROXY_ARGS(PJRT_DeviceDescription_Attributes_Args, attributes), .device_description = dd};
-  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_DeviceDescription_Attributes, &a), "Init");
-  size_t n = a.num_attributes;
   if (!n) return cw_ok_status();
   size_t each = sizeof(CwIfrt__AttributeMap__Entry*) + sizeof(CwIfrt__AttributeMap__Entry) +
                 sizeof(CwIfrt__AttributeMap__Value) + sizeof(CwIfrt__AttributeMap__Int64List);
@@ -42,39 +35,38 @@ static cw_status_t cw__attributes(const cw_proxy_pjrt_t* p, PJRT_DeviceDescripti
   CwIfrt__AttributeMap__Int64List* l = (CwIfrt__AttributeMap__Int64List*)(v + n);
   out->attributes = ents;
   for (size_t i = 0; i < n; i++) {
-    const PJRT_NamedValue* nv = &a.attributes[i];
     size_t k = out->n_attributes;
     cw_ifrt__attribute_map__entry__init(&e[k]);
     cw_ifrt__attribute_map__value__init(&v[k]);
     cw_ifrt__attribute_map__int64_list__init(&l[k]);
-    switch (nv->type) {
+    switch (nv[i].type) {
       case PJRT_NamedValue_kString:
         v[k].value_case = CW_IFRT__ATTRIBUTE_MAP__VALUE__VALUE_STRING_VALUE;
-        v[k].string_value.data = (uint8_t*)nv->string_value;
-        v[k].string_value.len = nv->value_size;
+        v[k].string_value.data = (uint8_t*)nv[i].string_value;
+        v[k].string_value.len = nv[i].value_size;
         break;
       case PJRT_NamedValue_kInt64:
         v[k].value_case = CW_IFRT__ATTRIBUTE_MAP__VALUE__VALUE_INT64_VALUE;
-        v[k].int64_value = nv->int64_value;
+        v[k].int64_value = nv[i].int64_value;
         break;
       case PJRT_NamedValue_kInt64List:
         v[k].value_case = CW_IFRT__ATTRIBUTE_MAP__VALUE__VALUE_INT64_LIST_VALUE;
-        l[k].elements = (int64_t*)nv->int64_array_value;
-        l[k].n_elements = nv->value_size;
+        l[k].elements = (int64_t*)nv[i].int64_array_value;
+        l[k].n_elements = nv[i].value_size;
         v[k].int64_list_value = &l[k];
         break;
       case PJRT_NamedValue_kFloat:
         v[k].value_case = CW_IFRT__ATTRIBUTE_MAP__VALUE__VALUE_FLOAT_VALUE;
-        v[k].float_value = nv->float_value;
+        v[k].float_value = nv[i].float_value;
         break;
       case PJRT_NamedValue_kBool:
         v[k].value_case = CW_IFRT__ATTRIBUTE_MAP__VALUE__VALUE_BOOL_VALUE;
-        v[k].bool_value = nv->bool_value;
+        v[k].bool_value = nv[i].bool_value;
         break;
       default:
         continue;  // a kind IFRT has no value for
     }
-    e[k].key = strndup(nv->name, nv->name_size);
+    e[k].key = strndup(nv[i].name, nv[i].name_size);
     if (!e[k].key) return cw__oom();
     e[k].value = &v[k];
     ents[k] = &e[k];
@@ -83,11 +75,47 @@ static cw_status_t cw__attributes(const cw_proxy_pjrt_t* p, PJRT_DeviceDescripti
   return cw_ok_status();
 }
 
-static void cw__attributes_free(CwIfrt__AttributeMap* m) {
+void cw_proxy_attributes_free(CwIfrt__AttributeMap* m) {
   for (size_t i = 0; i < m->n_attributes; i++) free(m->attributes[i]->key);
   free(m->attributes);
   m->attributes = NULL;
   m->n_attributes = 0;
+}
+
+static cw_status_t cw__device_attributes(const cw_proxy_pjrt_t* p, PJRT_DeviceDescription* dd,
+                                         CwIfrt__AttributeMap* out) {
+  cw_ifrt__attribute_map__init(out);
+  PJRT_DeviceDescription_Attributes_Args a = {
+      CW_PROXY_ARGS(PJRT_DeviceDescription_Attributes_Args, attributes), .device_description = dd};
+  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_DeviceDescription_Attributes, &a), "Init");
+  return cw_proxy_attributes(a.attributes, a.num_attributes, out);
+}
+
+// The client's attributes as a PJRT-backed IFRT client has them: the
+// plugin's own, whether programs are serialized with Shardy (jax.export
+// reads it), and the C API version.
+static cw_status_t cw__client_attributes(const cw_proxy_pjrt_t* p, CwIfrt__AttributeMap* out) {
+  cw_ifrt__attribute_map__init(out);
+  PJRT_Plugin_Attributes_Args a = {CW_PROXY_ARGS(PJRT_Plugin_Attributes_Args, num_attributes)};
+  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Plugin_Attributes, &a), "Init");
+  PJRT_NamedValue* all = calloc(a.num_attributes + 3, sizeof(*all));
+  if (!all) return cw__oom();
+  if (a.num_attributes) memcpy(all, a.attributes, a.num_attributes * sizeof(*all));
+  size_t n = a.num_attributes;
+  all[n++] = (PJRT_NamedValue){.name = "serialize_with_sdy", .name_size = 18,
+                               .type = PJRT_NamedValue_kBool, .bool_value = true,
+                               .value_size = 1};
+  all[n++] = (PJRT_NamedValue){.name = "pjrt_c_api_major_version", .name_size = 24,
+                               .type = PJRT_NamedValue_kInt64,
+                               .int64_value = p->api->pjrt_api_version.major_version,
+                               .value_size = 1};
+  all[n++] = (PJRT_NamedValue){.name = "pjrt_c_api_minor_version", .name_size = 24,
+                               .type = PJRT_NamedValue_kInt64,
+                               .int64_value = p->api->pjrt_api_version.minor_version,
+                               .value_size = 1};
+  cw_status_t st = cw_proxy_attributes(all, n, out);  // borrows only the plugin's values
+  free(all);
+  return st;
 }
 
 // The memory with PJRT id `id` among those seen so far (NULL: none).
@@ -121,6 +149,8 @@ cw_status_t cw_proxy_init(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
   in->r.runtime_type = "causeway";
   in->r.has_session_id = in->r.has_process_index = in->r.has_platform_id = true;
   in->r.session_id = s->id;
+  CW_RETURN_IF_ERROR(cw__client_attributes(p, &in->client_attrs), "Init");
+  in->r.client_attributes = &in->client_attrs;
 
   PJRT_Client_Devices_Args da = {CW_PROXY_ARGS(PJRT_Client_Devices_Args, num_devices),
                                  .client = s->client};
@@ -182,7 +212,7 @@ cw_status_t cw_proxy_init(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
     d->to_string = strndup(ta.to_string, ta.to_string_size);
     d->platform_name = in->platform_name;
     if (!d->device_kind || !d->debug_string || !d->to_string) return cw__oom();
-    CW_RETURN_IF_ERROR(cw__attributes(p, g.device_description, &in->attrs[i]), "Init");
+    CW_RETURN_IF_ERROR(cw__device_attributes(p, g.device_description, &in->attrs[i]), "Init");
     d->attributes = &in->attrs[i];
     in->ids[i] = ia.id;
 
@@ -251,7 +281,7 @@ void cw_proxy_init_free(CwIfrt__IfrtResponse* resp) {
     free(d->debug_string);
     free(d->to_string);
     free(d->memory_ids);
-    cw__attributes_free(&in->attrs[i]);
+    cw_proxy_attributes_free(&in->attrs[i]);
   }
   for (size_t i = 0; in->memories && i < in->r.n_memories; i++) {
     free(in->memories[i].memory_space_kind);
@@ -265,6 +295,7 @@ void cw_proxy_init_free(CwIfrt__IfrtResponse* resp) {
   free(in->memory_ptrs);
   free(in->ids);
   free(in->attrs);
+  cw_proxy_attributes_free(&in->client_attrs);
   free(in->platform_name);
   free(in->platform_version);
   free(in);

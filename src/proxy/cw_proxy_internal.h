@@ -190,6 +190,12 @@ CW_MUST_USE cw_status_t cw_proxy_respond(CwIfrt__IfrtResponse* resp, int kase, b
 // The same for a response whose field 1 is a list of handles, room for `n`
 // (its count starts at 0).
 CW_MUST_USE cw_status_t cw_proxy_respond_handles(CwIfrt__IfrtResponse* resp, int kase, size_t n);
+// PJRT named values as an IFRT AttributeMap: the keys and one block are
+// the map's own (cw_proxy_attributes_free), values borrow `nv`'s strings
+// and lists.
+CW_MUST_USE cw_status_t cw_proxy_attributes(const PJRT_NamedValue* nv, size_t n,
+                                            CwIfrt__AttributeMap* out);
+void cw_proxy_attributes_free(CwIfrt__AttributeMap* map);
 // Marks `a` deleted when the plugin deleted one of its shards (a donated
 // argument); true when it is deleted.
 bool cw_proxy_array_check_deleted(cw_proxy_session_t* s, cw_proxy_array_t* a);

@@ -522,6 +522,28 @@ def sharding_island() -> dict:
 
 
 
+def export_roundtrip() -> dict:
+    """jax.export: export (which reads the client's serialize_with_sdy to
+    write the module) and call the exported program, on one device and
+    sharded over an island. (Serializing it needs flatbuffers, which the
+    project does not install.)"""
+    from jax import export
+    f = jax.jit(lambda x, y: jnp.tanh(x) @ y + 1)
+    x = np.linspace(-2, 2, 24, dtype=np.float32).reshape(4, 6)
+    y = np.ones((6, 3), np.float32)
+    exp = export.export(f)(x, y)
+    out = {"one": np.asarray(exp.call(x, y)), "in_avals": str(exp.in_avals),
+           "bytecode": len(exp.mlir_module_serialized) > 0}
+    mesh = Mesh(np.array(islands()[0]), ("d",))
+    s = NamedSharding(mesh, P("d"))
+    g = jax.jit(lambda v: v * 2 + 1, in_shardings=s, out_shardings=s)
+    v = jax.device_put(np.arange(8, dtype=np.float32), s)
+    w = export.export(g)(v).call(v)
+    out["sharded"] = np.asarray(w)
+    out["sharded_layout"] = sharding_desc(w)["layout"]
+    return out
+
+
 def reshard_device_order() -> dict:
     """device_put between meshes over the same devices in another order: JAX
     reorders the shards (IFRT RemapArrays, no bytes moved) and then reshards

@@ -14,6 +14,11 @@ def test_sharding_within_island(check):
     assert got["replicated_shards_equal"]
 
 
+def test_export_roundtrip(check):
+    want, got = check("export_roundtrip")
+    assert got["one"].shape == (4, 3)
+
+
 def test_reshard_to_another_device_order(check):
     want, got = check("reshard_device_order")
     assert got["y1_sharding"]["spec"] == "P('c', 'd')" and got["x2_kept"]
