@@ -146,7 +146,10 @@ def main() -> int:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAUSEWAY_")}
     env.update({"CAUSEWAY_CONTROLLER": cluster.controller,
                 "CAUSEWAY_PROXY_PJRT_LIBRARY": harness.pjrt_library()})
-    proxy = harness.ProxyProcess(env, "127.0.0.1:0", os.devnull)
+    # In this process's session, as every run before: the proxy's thread
+    # hops are slower across autogroups (docs/performance.md).
+    proxy = harness.ProxyProcess(env, "127.0.0.1:0", os.devnull,
+                                 new_session=bool(os.environ.get("CW_BENCH_PROXY_SESSION")))
     try:
         cfg["proxy"] = proxy.address
         res = {}

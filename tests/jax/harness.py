@@ -196,15 +196,18 @@ def _die_with_parent() -> None:
 class ProxyProcess:
     """A causeway-proxy with environment `env`, listening on `listen` (host:port
     or a Unix socket path), stderr appended to `log_path`. `address` is its
-    gRPC target (host:port, or unix:PATH)."""
+    gRPC target (host:port, or unix:PATH). `new_session`: a session (and, with
+    Linux's autogroup scheduling, a CPU share) of its own, as a daemon has;
+    bench/proxy_bench.py keeps it in the caller's to compare with earlier runs."""
 
-    def __init__(self, env: dict, listen: str, log_path: str, start_timeout: float = 30.0):
+    def __init__(self, env: dict, listen: str, log_path: str, start_timeout: float = 30.0,
+                 new_session: bool = True):
         self.log_path = log_path
         with open(log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [os.path.join(bin_dir(), "causeway-proxy"), "--listen", listen], env=env,
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
-                start_new_session=True, preexec_fn=_die_with_parent)
+                start_new_session=new_session, preexec_fn=_die_with_parent)
         # The address line, then stdout is closed: nothing more is read from it.
         line = b""
         ready, _, _ = select.select([self.proc.stdout], [], [], start_timeout)
