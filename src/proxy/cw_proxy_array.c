@@ -104,7 +104,8 @@ static cw_status_t cw__array_new(cw_proxy_session_t* s, uint64_t handle, int32_t
 
 // --- Requests ------------------------------------------------------------------------------
 
-#define CW__DONATE_INPUT 3  // xla.ifrt.proto.ArrayCopySemantics
+#define CW__REUSE_INPUT 2  // xla.ifrt.proto.ArrayCopySemantics
+#define CW__DONATE_INPUT 3
 
 // With DONATE_INPUT the inputs are deleted once their shards are another's.
 static void cw__donate_if(cw_proxy_session_t* s, int32_t semantics, const uint64_t* handles,
@@ -589,7 +590,10 @@ static cw_status_t cw__remap_outputs(cw_proxy_session_t* s, const CwIfrt__RemapA
       outs[o]->sharding_len = cw_ifrt__sharding__pack(spec->sharding, outs[o]->sharding);
     }
   }
-  for (size_t i = 0; !st && i < plan->n_mappings; i++) {
+  // A plan may carry both forms; the compact one, when given, is the
+  // plan's whole (as XLA's own clients read it).
+  size_t n_mappings = plan->n_input_devices_for_output ? 0 : plan->n_mappings;
+  for (size_t i = 0; !st && i < n_mappings; i++) {
     const CwIfrt__RemapPlan__Mapping* m = plan->mappings[i];
     size_t n = m->n_from_start;
     if (m->in_array < 0 || (size_t)m->in_array >= n_in || m->out_array < 0 ||
@@ -640,12 +644,27 @@ static cw_status_t cw__remap(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* r
                           "for a plan of %zu inputs and %zu outputs", r->n_array_handles,
                           r->n_result_handles, plan->n_input_specs, plan->n_output_specs);
   }
+  // Outputs share the inputs' buffers: a copy is not what they would get.
+  if (r->copy_semantics != CW__REUSE_INPUT && r->copy_semantics != CW__DONATE_INPUT) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "RemapArrays: copy semantics %d; shards are "
+                          "shared, so only REUSE_INPUT (%d) or DONATE_INPUT (%d)",
+                          r->copy_semantics, CW__REUSE_INPUT, CW__DONATE_INPUT);
+  }
   cw_proxy_array_t** in = calloc(r->n_array_handles + 1, sizeof(*in));
   int32_t** out_ids = calloc(plan->n_output_specs + 1, sizeof(*out_ids));
   cw_status_t st = !in || !out_ids ? cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory")
                                    : cw_ok_status();
   for (size_t i = 0; !st && i < r->n_array_handles; i++) {
     st = cw__array_get(s, r->array_handles[i], &in[i]);
+    const CwIfrt__ArraySpec* spec = plan->input_specs[i];
+    bool same = !st && spec->dtype && spec->shape && spec->dtype->kind == in[i]->dtype &&
+                spec->shape->n_dims == in[i]->rank &&
+                (!in[i]->rank ||
+                 !memcmp(spec->shape->dims, in[i]->dims, in[i]->rank * sizeof(int64_t)));
+    if (!st && !same) {
+      st = cw_make_status(CW_INVALID_ARGUMENT, "input %zu is not the array its spec describes "
+                          "(dtype and shape)", i);
+    }
   }
   if (!st) {
     st = cw_proxy_respond_handles(resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_REMAP_ARRAYS_RESPONSE,

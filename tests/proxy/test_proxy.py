@@ -466,6 +466,10 @@ def test_host_buffers_of_a_session(proxy):
             got_op, code, msg = response_status(next(responses))
             assert (got_op, code) == (op, grpc.StatusCode.INVALID_ARGUMENT.value[0]), msg
             assert text in msg, msg
+        q.put(remap(44, interval(0, 0, 0, 1, 1, 0, 1, 1), semantics=1))  # ALWAYS_COPY
+        got_op, code, msg = response_status(next(responses))
+        assert (got_op, code) == (44, grpc.StatusCode.INVALID_ARGUMENT.value[0]), msg
+        assert "copy semantics 1; shards are shared" in msg, msg
         # One that fits, donating its input: array 50 is then deleted.
         q.put(remap(48, interval(0, 0, 0, 1, 1, 0, 1, 1), semantics=3))
         got_op, code, msg = response_status(next(responses))
