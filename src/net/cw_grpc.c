@@ -52,6 +52,7 @@ struct cw_grpc_session_s {
   cw_grpc_call_t* calls;  // every call whose stream is open
   size_t started;
   bool releasing;       // cw_grpc_session_release: calls close, no one reset them
+  size_t want_writable;  // calls with writable_below set (take_output scans only then)
   double reset_tokens;  // resets the client may still send now
   struct timespec reset_at;  // when the tokens were last refilled
 };
@@ -199,6 +200,8 @@ void cw_grpc_call_consume(cw_grpc_call_t* c, size_t n) {
 }
 
 void cw_grpc_call_when_writable(cw_grpc_call_t* c, size_t below) {
+  if (!c->s) return;
+  if (!c->writable_below) c->s->want_writable++;
   c->writable_below = below ? below : 1;
 }
 
@@ -219,6 +222,8 @@ static void cw__client_reset(cw_grpc_session_t* s);
 static void cw__call_detach(cw_grpc_session_t* s, cw_grpc_call_t* c) {
   if (c->prev) c->prev->next = c->next; else s->calls = c->next;
   if (c->next) c->next->prev = c->prev;
+  if (c->writable_below) s->want_writable--;
+  c->writable_below = 0;
   c->s = NULL;
   // A started call that ends before the server finished it was reset, by
   // the client or by nghttp2 for the client's fault: either spends a token.
@@ -572,7 +577,7 @@ cw_status_t cw_grpc_session_feed(cw_grpc_session_t* s, const uint8_t* data, size
 }
 
 void cw_grpc_session_take_output(cw_grpc_session_t* s, const uint8_t** out_data, size_t* out_len) {
-  if (s->h->on_writable) {
+  if (s->h->on_writable && s->want_writable) {
     // Outside nghttp2's callbacks, so the handler may queue and finish.
     for (cw_grpc_call_t *c = s->calls, *next; c; c = next) {
       next = c->next;
@@ -581,6 +586,7 @@ void cw_grpc_session_take_output(cw_grpc_session_t* s, const uint8_t** out_data,
         continue;
       }
       c->writable_below = 0;
+      s->want_writable--;
       cw_grpc_call_retain(c);
       s->h->on_writable(s->user, c);
       next = c->s ? c->next : NULL;  // the list may have changed under a closed call

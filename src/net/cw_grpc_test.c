@@ -234,6 +234,12 @@ static int setup(void** state) {
   return 0;
 }
 
+// A new server session with the fixture's options as the test changed them.
+static void restart(fix_t* f) {
+  cw_grpc_session_release(f->s);
+  assert_null(cw_grpc_session_create(&svc_handlers, &f->svc, &f->o, &f->s));
+}
+
 static int teardown(void** state) {
   fix_t* f = *state;
   cw_grpc_session_release(f->s);
@@ -284,11 +290,10 @@ static void test_streamed_response(void** state) {
 // unhandled bytes and goes on as the service gives credit back.
 static void test_held_flow(void** state) {
   fix_t* f = *state;
-  cw_grpc_session_release(f->s);
   f->o.window = 1024;
   f->svc.hold = true;
   f->svc.echo = false;
-  assert_null(cw_grpc_session_create(&svc_handlers, &f->svc, &f->o, &f->s));
+  restart(f);
   pump(&f->cli, f->s);  // SETTINGS both ways before any data
   char text[60];
   memset(text, 'q', 59);
@@ -312,12 +317,11 @@ static void test_held_flow(void** state) {
 // ENHANCE_YOUR_CALM and says so in a GOAWAY; within it, nothing happens.
 static void test_rapid_reset(void** state) {
   fix_t* f = *state;
-  cw_grpc_session_release(f->s);
   f->o.reset_burst = 50;
   f->o.resets_per_second = 0;  // no refill: the same on any machine
   f->svc.finish_on_half_close = false;
   f->cli.end_after_body = false;
-  assert_null(cw_grpc_session_create(&svc_handlers, &f->svc, &f->o, &f->s));
+  restart(f);
   int resets = 0;
   for (int round = 0; round < 10 && !f->cli.goaway; round++) {
     int32_t ids[10];
@@ -339,11 +343,10 @@ static void test_rapid_reset(void** state) {
 // window) never leaves a held stream too small for a whole message.
 static void test_held_flow_largest_message(void** state) {
   fix_t* f = *state;
-  cw_grpc_session_release(f->s);
   f->o.window = 1;  // raised to what max_message (64) needs
   f->svc.hold = true;
   f->svc.echo = false;
-  assert_null(cw_grpc_session_create(&svc_handlers, &f->svc, &f->o, &f->s));
+  restart(f);
   pump(&f->cli, f->s);
   f->cli.end_after_body = false;
   cli_add_message(&f->cli, 0, "0123456789", 10);
@@ -366,10 +369,9 @@ static void test_held_flow_largest_message(void** state) {
 // content-length) spend the same tokens as the client's own.
 static void test_rapid_reset_by_protocol_error(void** state) {
   fix_t* f = *state;
-  cw_grpc_session_release(f->s);
   f->o.reset_burst = 20;
   f->o.resets_per_second = 0;
-  assert_null(cw_grpc_session_create(&svc_handlers, &f->svc, &f->o, &f->s));
+  restart(f);
   cli_add_message(&f->cli, 0, "ab", 2);  // 7 bytes of body
   int calls = 0;
   for (; calls < 60 && !f->cli.goaway; calls++) {

@@ -102,6 +102,13 @@ static cw_status_t cw__array_new(cw_proxy_session_t* s, uint64_t handle, int32_t
   return cw_ok_status();
 }
 
+// Keeps the ShardingProto `a` was made with (packed); left out if memory is short.
+static void cw__keep_sharding(cw_proxy_array_t* a, const CwIfrt__Sharding* sharding) {
+  size_t len = cw_ifrt__sharding__get_packed_size(sharding);
+  a->sharding = malloc(len ? len : 1);
+  if (a->sharding) a->sharding_len = cw_ifrt__sharding__pack(sharding, a->sharding);
+}
+
 // --- Requests ------------------------------------------------------------------------------
 
 #define CW__REUSE_INPUT 2  // xla.ifrt.proto.ArrayCopySemantics
@@ -584,11 +591,7 @@ static cw_status_t cw__remap_outputs(cw_proxy_session_t* s, const CwIfrt__RemapA
     if (st) break;
     outs[o]->n = nd;  // shards filled below
     out->array_handles[out->n_array_handles++] = h;
-    size_t len = cw_ifrt__sharding__get_packed_size(spec->sharding);
-    outs[o]->sharding = malloc(len ? len : 1);
-    if (outs[o]->sharding) {
-      outs[o]->sharding_len = cw_ifrt__sharding__pack(spec->sharding, outs[o]->sharding);
-    }
+    cw__keep_sharding(outs[o], spec->sharding);
   }
   // A plan may carry both forms; the compact one, when given, is the
   // plan's whole (as XLA's own clients read it).
@@ -707,9 +710,7 @@ static cw_status_t cw__assemble(cw_proxy_session_t* s, const CwIfrt__IfrtRequest
     cw_proxy_array_t* part = cw_proxy_table_get(&s->arrays, r->single_device_array_handles[i]);
     a->shards[a->n++] = cw__shard_retain(part->shards[0]);
   }
-  size_t len = cw_ifrt__sharding__get_packed_size(r->sharding);
-  a->sharding = malloc(len ? len : 1);
-  if (a->sharding) a->sharding_len = cw_ifrt__sharding__pack(r->sharding, a->sharding);
+  cw__keep_sharding(a, r->sharding);
   return cw__respond_handle(resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_ASSEMBLE_ARRAY_FROM_SINGLE_DEVICE_ARRAYS_RESPONSE, handle);
 }
 
