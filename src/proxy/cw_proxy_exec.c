@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cw_hlo_text.h"
 #include "cw_log.h"
 #include "cw_proxy_decode.h"
 #include "cw_proxy_internal.h"
@@ -148,27 +149,52 @@ static cw_status_t cw__out_sharding(const uint8_t* op, size_t len, cw__out_shard
   return cw_ok_status();
 }
 
-// The outputs' shardings of a program over several devices, from its
-// optimized program (the SPMD partitioner's output sharding).
-static cw_status_t cw__out_shardings(cw_proxy_session_t* s, cw_proxy_exe_t* e) {
+// The executable's optimized program (an XLA HLO module, with its config
+// when with_config): *out_code is malloc'd.
+static cw_status_t cw__optimized_program(cw_proxy_session_t* s, const cw_proxy_exe_t* e,
+                                         char** out_code, size_t* out_size, bool* with_config) {
+  *out_code = NULL;
   const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
   PJRT_Program prog = {.struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Program, format_size)};
   PJRT_Executable_OptimizedProgram_Args a = {
       CW_PROXY_ARGS(PJRT_Executable_OptimizedProgram_Args, program), .executable = e->exe,
       .program = &prog};
-  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Executable_OptimizedProgram, &a), "shardings");
+  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Executable_OptimizedProgram, &a),
+                     "optimized program");
   char* code = malloc(prog.code_size ? prog.code_size : 1);
   if (!code) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   prog.code = code;
   cw_status_t st = CW_PROXY_PJRT_CALL(p, PJRT_Executable_OptimizedProgram, &a);
+  bool hlo = prog.format_size == 3 && !memcmp(prog.format, "hlo", 3);
+  *with_config = prog.format_size == 15 && !memcmp(prog.format, "hlo_with_config", 15);
+  if (!st && !hlo && !*with_config) {
+    st = cw_make_status(CW_UNIMPLEMENTED, "optimized program in format '%.*s'",
+                        (int)prog.format_size, prog.format ? prog.format : "");
+  }
+  if (st) {
+    free(code);
+    return st;
+  }
+  *out_code = code;
+  *out_size = prog.code_size;
+  return cw_ok_status();
+}
+
+// The outputs' shardings of a program over several devices, from its
+// optimized program (the SPMD partitioner's output sharding).
+static cw_status_t cw__out_shardings(cw_proxy_session_t* s, cw_proxy_exe_t* e) {
+  char* code;
+  size_t size;
+  bool with_config;
+  CW_RETURN_IF_ERROR(cw__optimized_program(s, e, &code, &size, &with_config), "shardings");
+  cw_status_t st = cw_ok_status();
   CwIfrt__XlaHloModule* m = NULL;
   CwIfrt__XlaHloModuleWithConfig* mc = NULL;
   if (!st) {
-    bool with_config = prog.format_size == 15 && !memcmp(prog.format, "hlo_with_config", 15);
     if (with_config) {
-      mc = cw_ifrt__xla_hlo_module_with_config__unpack(NULL, prog.code_size, (uint8_t*)code);
+      mc = cw_ifrt__xla_hlo_module_with_config__unpack(NULL, size, (uint8_t*)code);
     } else {
-      m = cw_ifrt__xla_hlo_module__unpack(NULL, prog.code_size, (uint8_t*)code);
+      m = cw_ifrt__xla_hlo_module__unpack(NULL, size, (uint8_t*)code);
     }
     if (mc) m = mc->hlo_module;
     if (!m) st = cw_make_status(CW_INTERNAL, "the optimized program does not decode");
@@ -360,7 +386,30 @@ typedef struct cw__metadata_s {
   CwIfrt__LoadedExecutableMetadataResponse__MemoryKindList list;
   CwIfrt__LoadedExecutableMetadataResponse__MemoryKindList* lists[1];
   CwIfrt__StatusProto layouts_error;
+  char* layouts_message;
+  CwIfrt__LoadedExecutableMetadataResponse__LayoutList layout_lists[2];
+  ProtobufCBinaryData* layouts[2];  // parameters, outputs
+  size_t n_layouts[2];
 } cw__metadata_t;
+
+// The entry computation's parameter and output layouts, read from the
+// optimized program as XLA's own PJRT clients do.
+static cw_status_t cw__layouts(cw_proxy_session_t* s, const cw_proxy_exe_t* e,
+                               cw__metadata_t* out) {
+  char* code;
+  size_t size;
+  bool with_config;
+  CW_RETURN_IF_ERROR(cw__optimized_program(s, e, &code, &size, &with_config), "layouts");
+  cw_hlo_module_t* m;
+  cw_status_t st = cw_hlo_module_parse((const uint8_t*)code, size, with_config, &m);
+  free(code);
+  CW_RETURN_IF_ERROR(st, "layouts");
+  for (int i = 0; !st && i < 2; i++) {
+    st = cw_hlo_module_layouts(m, i == 1, &out->layouts[i], &out->n_layouts[i]);
+  }
+  cw_hlo_module_free(m);
+  return st;
+}
 
 static cw_status_t cw__metadata(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
                                 CwIfrt__IfrtResponse* resp) {
@@ -372,18 +421,36 @@ static cw_status_t cw__metadata(cw_proxy_session_t* s, const CwIfrt__IfrtRequest
   cw_ifrt__loaded_executable_metadata_response__init(&out->r);
   resp->response_case = CW_IFRT__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_METADATA_RESPONSE;
   resp->loaded_executable_metadata_response = &out->r;
-  // Layouts: the client then uses the default ones, as for PJRT clients
-  // that do not say.
-  cw_ifrt__status_proto__init(&out->layouts_error);
-  out->layouts_error.has_code = true;
-  out->layouts_error.code = CW_UNIMPLEMENTED;
-  out->layouts_error.message = "causeway-proxy does not report layouts";
-  out->r.parameter_layouts_case =
-      CW_IFRT__LOADED_EXECUTABLE_METADATA_RESPONSE__PARAMETER_LAYOUTS_PARAMETER_LAYOUTS_ERROR;
-  out->r.parameter_layouts_error = &out->layouts_error;
-  out->r.output_layouts_case =
-      CW_IFRT__LOADED_EXECUTABLE_METADATA_RESPONSE__OUTPUT_LAYOUTS_OUTPUT_LAYOUTS_ERROR;
-  out->r.output_layouts_error = &out->layouts_error;
+  // Layouts; when they cannot be read the client uses the default ones, as
+  // for PJRT clients that do not say.
+  cw_status_t lst = cw__layouts(s, e, out);
+  if (lst) {
+    CW_LOGW("LoadedExecutableMetadata: %s", cw_status_message(lst));
+    cw_ifrt__status_proto__init(&out->layouts_error);
+    out->layouts_error.has_code = true;
+    out->layouts_error.code = cw_status_code(lst);
+    out->layouts_message = strdup(cw_status_message(lst));
+    out->layouts_error.message = out->layouts_message ? out->layouts_message : "";
+    cw_status_free(lst);
+    out->r.parameter_layouts_case =
+        CW_IFRT__LOADED_EXECUTABLE_METADATA_RESPONSE__PARAMETER_LAYOUTS_PARAMETER_LAYOUTS_ERROR;
+    out->r.parameter_layouts_error = &out->layouts_error;
+    out->r.output_layouts_case =
+        CW_IFRT__LOADED_EXECUTABLE_METADATA_RESPONSE__OUTPUT_LAYOUTS_OUTPUT_LAYOUTS_ERROR;
+    out->r.output_layouts_error = &out->layouts_error;
+  } else {
+    for (int i = 0; i < 2; i++) {
+      cw_ifrt__loaded_executable_metadata_response__layout_list__init(&out->layout_lists[i]);
+      out->layout_lists[i].layouts = out->layouts[i];
+      out->layout_lists[i].n_layouts = out->n_layouts[i];
+    }
+    out->r.parameter_layouts_case =
+        CW_IFRT__LOADED_EXECUTABLE_METADATA_RESPONSE__PARAMETER_LAYOUTS_PARAMETER_LAYOUTS_LIST;
+    out->r.parameter_layouts_list = &out->layout_lists[0];
+    out->r.output_layouts_case =
+        CW_IFRT__LOADED_EXECUTABLE_METADATA_RESPONSE__OUTPUT_LAYOUTS_OUTPUT_LAYOUTS_LIST;
+    out->r.output_layouts_list = &out->layout_lists[1];
+  }
   cw_ifrt__loaded_executable_metadata_response__memory_kind_list__init(&out->list);
   out->list.memory_kinds = e->out_kinds;  // borrowed, as the shardings below
   out->list.n_memory_kinds = e->num_outputs;
@@ -752,6 +819,50 @@ static cw_status_t cw__cost_analysis(cw_proxy_session_t* s, const CwIfrt__IfrtRe
   return cw_ok_status();
 }
 
+typedef struct cw__text_s {
+  CwIfrt__LoadedExecutableHumanReadableProgramTextResponse r;
+  char* text;
+} cw__text_t;
+
+// compiled.as_text(): the optimized program printed as XLA prints HLO.
+static cw_status_t cw__program_text(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
+                                    CwIfrt__IfrtResponse* resp) {
+  const char* what = "LoadedExecutableHumanReadableProgramText";
+  cw_proxy_exe_t* e;
+  CW_RETURN_IF_ERROR(cw__exe_get(s,
+                                 req->loaded_executable_human_readable_program_text_request
+                                     ->loaded_executable_handle,
+                                 &e),
+                     "%s", what);
+  char* code;
+  size_t size;
+  bool with_config;
+  CW_RETURN_IF_ERROR(cw__optimized_program(s, e, &code, &size, &with_config), "%s", what);
+  cw_hlo_module_t* m;
+  cw_status_t st = cw_hlo_module_parse((const uint8_t*)code, size, with_config, &m);
+  free(code);
+  CW_RETURN_IF_ERROR(st, "%s", what);
+  char* text;
+  size_t len;
+  st = cw_hlo_module_text(m, &text, &len);
+  cw_hlo_module_free(m);
+  CW_RETURN_IF_ERROR(st, "%s", what);
+  cw__text_t* out = calloc(1, sizeof(*out));
+  if (!out) {
+    free(text);
+    return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  cw_ifrt__loaded_executable_human_readable_program_text_response__init(&out->r);
+  out->text = text;
+  out->r.result_case =
+      CW_IFRT__LOADED_EXECUTABLE_HUMAN_READABLE_PROGRAM_TEXT_RESPONSE__RESULT_HUMAN_READABLE_PROGRAM_TEXT;
+  out->r.human_readable_program_text = text;
+  resp->response_case =
+      CW_IFRT__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_HUMAN_READABLE_PROGRAM_TEXT_RESPONSE;
+  resp->loaded_executable_human_readable_program_text_response = &out->r;
+  return cw_ok_status();
+}
+
 cw_status_t cw_proxy_exec_handle(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
                                  CwIfrt__IfrtResponse* resp) {
   switch (req->request_case) {
@@ -773,6 +884,8 @@ cw_status_t cw_proxy_exec_handle(cw_proxy_session_t* s, const CwIfrt__IfrtReques
       return cw__fetch_result(s, req, resp);
     case CW_IFRT__IFRT_REQUEST__REQUEST_LOADED_EXECUTABLE_COST_ANALYSIS_REQUEST:
       return cw__cost_analysis(s, req, resp);
+    case CW_IFRT__IFRT_REQUEST__REQUEST_LOADED_EXECUTABLE_HUMAN_READABLE_PROGRAM_TEXT_REQUEST:
+      return cw__program_text(s, req, resp);
     default:
       return cw_make_status(CW_INTERNAL, "not an executable request");
   }
@@ -793,6 +906,8 @@ void cw_proxy_exec_response_free(CwIfrt__IfrtResponse* resp) {
       cw__metadata_t* m = (cw__metadata_t*)resp->loaded_executable_metadata_response;
       if (m) {
         free(m->output_ops);
+        free(m->layouts_message);
+        for (int i = 0; i < 2; i++) cw_hlo_layouts_free(m->layouts[i], m->n_layouts[i]);
         free(m);
       }
       break;
@@ -817,6 +932,15 @@ void cw_proxy_exec_response_free(CwIfrt__IfrtResponse* resp) {
       if (c) {
         cw_proxy_attributes_free(&c->map);
         free(c);
+      }
+      break;
+    }
+    case CW_IFRT__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_HUMAN_READABLE_PROGRAM_TEXT_RESPONSE: {
+      cw__text_t* t =
+          (cw__text_t*)resp->loaded_executable_human_readable_program_text_response;
+      if (t) {
+        free(t->text);
+        free(t);
       }
       break;
     }

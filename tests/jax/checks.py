@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
 import time
 from typing import NamedTuple
 
@@ -586,6 +587,57 @@ def no_outputs_island() -> dict:
     x = jax.device_put(np.arange(8, dtype=np.float32), NamedSharding(mesh, P("x")))
     out["jit_sharded_arg"] = jax.jit(lambda v: None)(x)
     out["after"] = np.asarray(jax.jit(lambda v: v * 2)(x))
+    return out
+
+
+def compiled_text() -> dict:
+    """What a compiled program says about itself: compiled.as_text() (XLA's
+    HLO text of the optimized program, which the proxy prints itself), the
+    output info and the input and output formats (layouts), for programs on
+    one device and over an island (collectives, host memory, a while loop,
+    LAPACK custom calls, donation, constants)."""
+    isl = islands()[0]
+    mesh = Mesh(np.array(isl), ("x",))
+    x = np.arange(8, dtype=np.float32)
+    xs = jax.device_put(np.arange(64, dtype=np.float32).reshape(8, 8),
+                        NamedSharding(mesh, P("x")))
+    host = NamedSharding(mesh, P("x"), memory_kind="pinned_host")
+    xh = jax.device_put(np.arange(64, dtype=np.float32).reshape(8, 8), host)
+    programs = {
+        "one_device": jax.jit(lambda a: a * 2 + 1).lower(x),
+        "constants": jax.jit(lambda a: a + jnp.array([[1., 2.], [3., 4.]]) @ a[:2].reshape(2, 1)
+                             ).lower(x),
+        "while": jax.jit(lambda a: lax.fori_loop(0, 10, lambda i, c: c * 1.5 + i, a)).lower(x),
+        "cond": jax.jit(lambda p, a: lax.cond(p > 0, lambda: a + 1, lambda: a - 1)).lower(1.0, x),
+        "lapack": jax.jit(lambda a: jnp.linalg.inv(a)).lower(np.eye(4, dtype=np.float32)),
+        "donated": jax.jit(lambda a: a + 1, donate_argnums=0).lower(x),
+        "all_reduce": jax.jit(lambda a: jnp.sum(a, axis=0)).lower(xs),
+        "all_gather": jax.jit(lambda a: a, out_shardings=NamedSharding(mesh, P())).lower(xs),
+        "pinned_host": jax.jit(
+            lambda a: jax.device_put(a, host.with_memory_kind("device")) * 2,
+            out_shardings=host).lower(xh),
+        "tuple_out": jax.jit(lambda a: tuple(a + i for i in range(7))).lower(x),
+    }
+    def sharding(sh):  # devices by position, as everywhere here
+        spec = str(sh.spec) if isinstance(sh, NamedSharding) else type(sh).__name__
+        return (spec, sorted(pos(d) for d in sh.device_set), sh.memory_kind)
+
+    def leaves(tree, f):
+        return [f(v) for v in jax.tree.leaves(tree)]
+
+    out = {}
+    for name, lowered in programs.items():
+        c = lowered.compile()
+        # The source locations' numbering follows the order a lowering met
+        # them, which differs between backends (the text says the same).
+        text = c.as_text()
+        out[name + "_frames"] = "\nStackFrames\n" in text
+        text = re.sub(r"\n\nFileNames\n.*?\nStackFrames\n.*?\n\n", "\n\n", text, flags=re.S)
+        out[name] = re.sub(r" stack_frame_id=\d+", "", text)
+        out[name + "_out_info"] = leaves(c.out_info, lambda o: (
+            o.shape, str(o.dtype), sharding(o.sharding), str(o.format.layout)))
+        out[name + "_formats"] = [leaves(fs, lambda f: (str(f.layout), sharding(f.sharding)))
+                                  for fs in (c.input_formats, c.output_formats)]
     return out
 
 

@@ -29,6 +29,15 @@ def test_no_outputs_within_island(check):
     assert got["jit"] is None and got["jit_sharded_arg"] is None
 
 
+def test_compiled_text_and_formats(check):
+    # Stock JAX prints the text with XLA; the proxy front prints it itself
+    # from the worker's optimized program (src/protocol/cw_hlo_text.c).
+    want, got = check("compiled_text")
+    assert "all-reduce(" in got["all_reduce"] and "num_partitions=4" in got["all_reduce"]
+    assert re.search(r"entry_computation_layout=.*S\(5\)}", got["pinned_host"])
+    assert "custom_call_target=\"lapack_sgetrf_ffi\"" in got["lapack"]
+
+
 def test_pmap_within_island(check):
     want, got = check("pmap_island")
     assert got["y_devices"] == [0, 1, 2, 3], got["y_devices"]
