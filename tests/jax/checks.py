@@ -567,6 +567,41 @@ def reshard_device_order() -> dict:
     return out
 
 
+def reshard_donation(asked: bool = False) -> dict:
+    """Donation through a reshard. device_put((x1, x2), s2, donate=(True,
+    False)) onto the same devices in another order: JAX reorders x1's shards
+    (IFRT RemapArrays, REUSE_INPUT) and donates the reordered array to a
+    program. A jit with replicated in_shardings donating a single-device
+    array: JAX copies it onto the island's devices and donates the array
+    assembled from it and the copies. Both donated inputs share their
+    buffers with what was donated, so both are deleted (IFRT's semantics: a
+    donation deletes the buffers, and every array over them); x2, not
+    donated, is kept. With `asked`, each donated input is first given to a
+    program (which fails): jaxlib's proxy client then asks the server
+    whether it is deleted instead of answering from its own cache."""
+    isl = islands()[0]
+    mesh1 = Mesh(np.array(isl).reshape(2, 2), ("a", "b"))
+    mesh2 = Mesh(np.array(isl[::-1]).reshape(2, 2), ("c", "d"))
+    a = np.arange(8 * 6, dtype=np.float32).reshape(8, 6)
+    b = np.arange(8 * 4, dtype=np.int32).reshape(8, 4)
+    x1 = jax.device_put(a, NamedSharding(mesh1, P("a")))
+    x2 = jax.device_put(b, NamedSharding(mesh1, P("b")))
+    y1, y2 = jax.device_put((x1, x2), NamedSharding(mesh2, P("c")), donate=(True, False))
+    arr = jnp.arange(16, dtype=jnp.int32)  # uncommitted, on the first device
+    z = jax.jit(lambda v: v * 2, in_shardings=NamedSharding(mesh1, P()), donate_argnums=0)(arr)
+    out = {"y1": np.asarray(y1), "y2": np.asarray(y2), "z": np.asarray(z)}
+    if asked:
+        for name, v in (("x1", x1), ("arr", arr)):
+            try:
+                jax.jit(lambda t: t + 1)(v).block_until_ready()
+                out[f"{name}_usable"] = True
+            except Exception:  # noqa: BLE001 - stock JAX and the proxy word it differently
+                out[f"{name}_usable"] = False
+    out.update(x1_deleted=x1.is_deleted(), arr_deleted=arr.is_deleted(),
+               x2_deleted=x2.is_deleted(), x2=np.asarray(x2))
+    return out
+
+
 def no_outputs_island() -> dict:
     """Programs over an island's devices that return nothing (XLA gives the
     empty tuple one sharding of its own), then one that returns something."""
