@@ -24,6 +24,16 @@ typedef struct cw__iref_s {
   const cw__instr_t* in;
 } cw__iref_t;
 
+typedef struct cw__cref_s {
+  int64_t id;
+  size_t index;  // into comps
+} cw__cref_t;
+
+static int cw__cmp_cref(const void* a, const void* b) {
+  int64_t x = ((const cw__cref_t*)a)->id, y = ((const cw__cref_t*)b)->id;
+  return (x > y) - (x < y);
+}
+
 typedef struct cw__comp_s {
   const cw__comp_pb_t* pb;
   cw__iref_t* by_id;  // sorted by id
@@ -39,7 +49,7 @@ struct cw_hlo_module_s {
   const Causeway__Hlo__ModuleConfig* config;  // NULL without one
   cw__comp_t* comps;                        // in the module's order
   size_t n_comps;
-  size_t* comp_by_id;  // indexes into comps, sorted by computation id
+  cw__cref_t* comp_by_id;  // sorted by computation id
   const cw__comp_t* entry;
 };
 
@@ -55,26 +65,11 @@ static const cw__instr_t* cw__find_instr(const cw__comp_t* c, int64_t id) {
 }
 
 static const cw__comp_t* cw__find_comp(const cw_hlo_module_t* m, int64_t id) {
-  size_t lo = 0, hi = m->n_comps;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    int64_t v = m->comps[m->comp_by_id[mid]].pb->id;
-    if (v == id) return &m->comps[m->comp_by_id[mid]];
-    if (v < id) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
-    }
-  }
-  return NULL;
+  cw__cref_t key = {.id = id};
+  const cw__cref_t* r = bsearch(&key, m->comp_by_id, m->n_comps, sizeof(key), cw__cmp_cref);
+  return r ? &m->comps[r->index] : NULL;
 }
 
-static const cw_hlo_module_t* cw__sort_module;  // qsort has no context argument
-static int cw__cmp_comp(const void* a, const void* b) {
-  int64_t x = cw__sort_module->comps[*(const size_t*)a].pb->id;
-  int64_t y = cw__sort_module->comps[*(const size_t*)b].pb->id;
-  return (x > y) - (x < y);
-}
 
 void cw_hlo_module_free(cw_hlo_module_t* m) {
   if (!m) return;
@@ -109,15 +104,13 @@ static cw_status_t cw__index(cw_hlo_module_t* m) {
                               c->pb->name, c->by_id[j].id);
       }
     }
-    m->comp_by_id[i] = i;
+    m->comp_by_id[i] = (cw__cref_t){.id = c->pb->id, .index = i};
   }
-  cw__sort_module = m;
-  qsort(m->comp_by_id, m->n_comps, sizeof(*m->comp_by_id), cw__cmp_comp);
-  cw__sort_module = NULL;
+  qsort(m->comp_by_id, m->n_comps, sizeof(*m->comp_by_id), cw__cmp_cref);
   for (size_t i = 1; i < m->n_comps; i++) {
-    if (m->comps[m->comp_by_id[i]].pb->id == m->comps[m->comp_by_id[i - 1]].pb->id) {
+    if (m->comp_by_id[i].id == m->comp_by_id[i - 1].id) {
       return cw_make_status(CW_INVALID_ARGUMENT, "HLO module: two computations with id %" PRId64,
-                            m->comps[m->comp_by_id[i]].pb->id);
+                            m->comp_by_id[i].id);
     }
   }
   // A schedule sequence is printed in place of the computation's own order
