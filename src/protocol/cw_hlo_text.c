@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 
+#include "cw_pb_nesting.h"
 #include "proto/xla_hlo_module.pb-c.h"
 
 typedef Causeway__Hlo__Instruction cw__instr_t;
@@ -83,10 +84,11 @@ void cw_hlo_module_free(cw_hlo_module_t* m) {
 
 static cw_status_t cw__index(cw_hlo_module_t* m) {
   const Causeway__Hlo__Module* mod = m->mod;
-  m->n_comps = mod->n_computations;
-  m->comps = calloc(m->n_comps ? m->n_comps : 1, sizeof(*m->comps));
-  m->comp_by_id = calloc(m->n_comps ? m->n_comps : 1, sizeof(*m->comp_by_id));
+  size_t n = mod->n_computations;
+  m->comps = calloc(n ? n : 1, sizeof(*m->comps));
+  m->comp_by_id = calloc(n ? n : 1, sizeof(*m->comp_by_id));
   if (!m->comps || !m->comp_by_id) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  m->n_comps = n;
   for (size_t i = 0; i < m->n_comps; i++) {
     cw__comp_t* c = &m->comps[i];
     c->pb = mod->computations[i];
@@ -119,14 +121,20 @@ static cw_status_t cw__index(cw_hlo_module_t* m) {
   for (size_t i = 0; sch && i < sch->n_sequences; i++) {
     const Causeway__Hlo__ScheduleEntry* e = sch->sequences[i];
     cw__comp_t* c = (cw__comp_t*)cw__find_comp(m, e->key);
-    if (!c || !e->value || e->value->n_instruction_ids != c->n) continue;
-    bool all = true;
-    for (size_t j = 0; all && j < e->value->n_instruction_ids; j++) {
-      all = cw__find_instr(c, e->value->instruction_ids[j]) != NULL;
+    if (!c || c->order || !e->value || e->value->n_instruction_ids != c->n) continue;
+    bool* seen = calloc(c->n ? c->n : 1, sizeof(bool));
+    if (!seen) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+    bool permutation = true;
+    for (size_t j = 0; permutation && j < c->n; j++) {
+      cw__iref_t key = {.id = e->value->instruction_ids[j]};
+      const cw__iref_t* r = bsearch(&key, c->by_id, c->n, sizeof(key), cw__cmp_iref);
+      permutation = r && !seen[r - c->by_id];
+      if (r) seen[r - c->by_id] = true;
     }
-    if (all) {
+    free(seen);
+    if (permutation) {
       c->order = e->value->instruction_ids;
-      c->n_order = e->value->n_instruction_ids;
+      c->n_order = c->n;
     }
   }
   m->entry = cw__find_comp(m, mod->entry_computation_id);
@@ -148,6 +156,14 @@ cw_status_t cw_hlo_module_parse(const uint8_t* data, size_t size, bool with_conf
   *out = NULL;
   cw_hlo_module_t* m = calloc(1, sizeof(*m));
   if (!m) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  const ProtobufCMessageDescriptor* desc = with_config
+                                                ? &causeway__hlo__module_with_config__descriptor
+                                                : &causeway__hlo__module__descriptor;
+  if (!cw_pb_nesting_ok(desc, data, size, CW_PB_MAX_NESTING)) {
+    free(m);
+    return cw_make_status(CW_INVALID_ARGUMENT, "HLO module nests messages deeper than %d levels",
+                          CW_PB_MAX_NESTING);
+  }
   if (with_config) {
     m->wc = causeway__hlo__module_with_config__unpack(NULL, size, data);
     if (m->wc) {
@@ -281,9 +297,10 @@ static int64_t cw__elements(const cw__shape_t* s) {
 
 // ---- literals ----
 
-// XLA's round-trip form: the shortest of digits10 / max_digits10 digits that
-// reads back as the same value.
-static void cw__print_fp(FILE* f, double v, bool is_float) {
+// XLA's forms: a float with digits10 digits when that reads back as the
+// same value, else max_digits10; a double likewise; a half or bfloat16
+// always with its max_digits10 (`digits`).
+static void cw__print_fp(FILE* f, double v, bool is_float, int digits) {
   if (isnan(v)) {
     fputs(signbit(v) ? "-nan" : "nan", f);
     return;
@@ -293,7 +310,9 @@ static void cw__print_fp(FILE* f, double v, bool is_float) {
     return;
   }
   char buf[64];
-  if (is_float) {
+  if (digits) {
+    snprintf(buf, sizeof(buf), "%.*g", digits, v);
+  } else if (is_float) {
     snprintf(buf, sizeof(buf), "%.6g", v);
     if (strtof(buf, NULL) != (float)v) snprintf(buf, sizeof(buf), "%.9g", v);
   } else {
@@ -368,34 +387,34 @@ static bool cw__print_element(FILE* f, const Causeway__Hlo__Literal* l, int32_t 
       return true;
     case 10:
       if (i >= l->f16s.len / 2) return false;
-      cw__print_fp(f, cw__half_to_float(cw__u16_at(&l->f16s, i)), true);
+      cw__print_fp(f, cw__half_to_float(cw__u16_at(&l->f16s, i)), true, 5);
       return true;
     case 16:
       if (i >= l->bf16s.len / 2) return false;
-      cw__print_fp(f, cw__bf16_to_float(cw__u16_at(&l->bf16s, i)), true);
+      cw__print_fp(f, cw__bf16_to_float(cw__u16_at(&l->bf16s, i)), true, 4);
       return true;
     case 11:
       if (i >= l->n_f32s) return false;
-      cw__print_fp(f, l->f32s[i], true);
+      cw__print_fp(f, l->f32s[i], true, 0);
       return true;
     case 12:
       if (i >= l->n_f64s) return false;
-      cw__print_fp(f, l->f64s[i], false);
+      cw__print_fp(f, l->f64s[i], false, 0);
       return true;
     case 15:
       if (i >= l->n_c64s / 2) return false;
       fputc('(', f);
-      cw__print_fp(f, l->c64s[2 * i], true);
+      cw__print_fp(f, l->c64s[2 * i], true, 0);
       fputs(", ", f);
-      cw__print_fp(f, l->c64s[2 * i + 1], true);
+      cw__print_fp(f, l->c64s[2 * i + 1], true, 0);
       fputc(')', f);
       return true;
     case 18:
       if (i >= l->n_c128s / 2) return false;
       fputc('(', f);
-      cw__print_fp(f, l->c128s[2 * i], false);
+      cw__print_fp(f, l->c128s[2 * i], false, 0);
       fputs(", ", f);
-      cw__print_fp(f, l->c128s[2 * i + 1], false);
+      cw__print_fp(f, l->c128s[2 * i + 1], false, 0);
       fputc(')', f);
       return true;
     default:
@@ -434,7 +453,15 @@ static bool cw__print_array(FILE* f, const Causeway__Hlo__Literal* l, const cw__
 static void cw__print_literal(FILE* f, const cw__instr_t* in) {
   const cw__shape_t* s = in->shape;
   int64_t n = cw__elements(s);
-  if (!in->literal || n < 0 || n > CW__MAX_CONSTANT_ELEMENTS || s->n_dimensions > 8) {
+  // An empty array still prints a brace group per index of the dimensions
+  // before its first zero: bounded as its elements are.
+  int64_t groups = 1;
+  for (size_t i = 0; n == 0 && s && i < s->n_dimensions && s->dimensions[i] && groups >= 0; i++) {
+    groups = s->dimensions[i] > CW__MAX_CONSTANT_ELEMENTS ? -1 : groups * s->dimensions[i];
+    if (groups > CW__MAX_CONSTANT_ELEMENTS) groups = -1;
+  }
+  if (!in->literal || n < 0 || n > CW__MAX_CONSTANT_ELEMENTS || groups < 0 ||
+      s->n_dimensions > 8) {
     fputs("{...}", f);
     return;
   }
@@ -859,7 +886,19 @@ typedef struct cw__printer_s {
   FILE* f;
   const cw_hlo_module_t* m;
   const cw__comp_t* c;
+  size_t max_len;
+  bool over;  // the text passed max_len: printing stops
 } cw__printer_t;
+
+// A module's names are printed once per reference, so text can grow with
+// the square of the module: every list that names others checks the room.
+static bool cw__room(cw__printer_t* p) {
+  if (!p->over) {
+    long at = ftell(p->f);
+    p->over = at < 0 || (size_t)at > p->max_len;
+  }
+  return !p->over;
+}
 
 static void cw__print_comp_ref(cw__printer_t* p, int64_t id) {
   const cw__comp_t* c = cw__find_comp(p->m, id);
@@ -1087,7 +1126,7 @@ static void cw__print_kind_attributes(cw__printer_t* p, const cw__instr_t* in) {
       cw__print_comp_ref(p, cc[1]);
     } else {
       fputs(", branch_computations={", f);
-      for (size_t i = 0; i < nc; i++) {
+      for (size_t i = 0; i < nc && cw__room(p); i++) {
         if (i) fputs(", ", f);
         cw__print_comp_ref(p, cc[i]);
       }
@@ -1098,7 +1137,7 @@ static void cw__print_kind_attributes(cw__printer_t* p, const cw__instr_t* in) {
     cw__print_comp_ref(p, cc[0]);
   } else {
     fputs(!strcmp(op, "custom-call") ? ", called_computations={" : ", calls=", f);
-    for (size_t i = 0; i < nc; i++) {
+    for (size_t i = 0; i < nc && cw__room(p); i++) {
       if (i) fputs(", ", f);
       cw__print_comp_ref(p, cc[i]);
     }
@@ -1116,7 +1155,7 @@ static void cw__print_instruction(cw__printer_t* p, const cw__instr_t* in, bool 
   } else if (!strcmp(in->opcode, "constant")) {
     cw__print_literal(f, in);
   } else {
-    for (size_t i = 0; i < in->n_operand_ids; i++) {
+    for (size_t i = 0; i < in->n_operand_ids && cw__room(p); i++) {
       const cw__instr_t* o = cw__find_instr(p->c, in->operand_ids[i]);
       cw__print_separator(f, i);
       if (o) {
@@ -1135,7 +1174,7 @@ static void cw__print_instruction(cw__printer_t* p, const cw__instr_t* in, bool 
   cw__print_frontend_attributes(f, ", ", in->frontend_attributes);
   if (in->n_control_predecessor_ids) {
     fputs(", control-predecessors={", f);
-    for (size_t i = 0; i < in->n_control_predecessor_ids; i++) {
+    for (size_t i = 0; i < in->n_control_predecessor_ids && cw__room(p); i++) {
       const cw__instr_t* o = cw__find_instr(p->c, in->control_predecessor_ids[i]);
       fprintf(f, "%s%%%s", i ? ", " : "", o ? o->name : "<unknown>");
     }
@@ -1177,7 +1216,7 @@ static void cw__print_computation(cw__printer_t* p, const cw__comp_t* c, bool en
   fputs(") -> ", f);
   cw__print_shape(f, root ? root->shape : NULL, false, 0);
   fputs(" {\n", f);
-  for (size_t i = 0; i < c->n; i++) {
+  for (size_t i = 0; i < c->n && cw__room(p); i++) {
     const cw__instr_t* in =
         c->order ? cw__find_instr(c, c->order[i]) : c->pb->instructions[i];
     cw__print_instruction(p, in, in == root);
@@ -1358,7 +1397,8 @@ static cw_status_t cw__computation_order(const cw_hlo_module_t* m, size_t** out)
   return cw_ok_status();
 }
 
-cw_status_t cw_hlo_module_text(const cw_hlo_module_t* m, char** out_text, size_t* out_len) {
+cw_status_t cw_hlo_module_text(const cw_hlo_module_t* m, size_t max_len, char** out_text,
+                               size_t* out_len) {
   *out_text = NULL;
   *out_len = 0;
   size_t* order = NULL;
@@ -1370,10 +1410,10 @@ cw_status_t cw_hlo_module_text(const cw_hlo_module_t* m, char** out_text, size_t
     free(order);
     return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory printing HLO text");
   }
-  cw__printer_t p = {.f = f, .m = m};
+  cw__printer_t p = {.f = f, .m = m, .max_len = max_len};
   cw__print_header(f, m);
   cw__print_stack_frames(f, m->mod->stack_frame_index);
-  for (size_t i = 0; i < m->n_comps; i++) {
+  for (size_t i = 0; i < m->n_comps && cw__room(&p); i++) {
     const cw__comp_t* c = &m->comps[order[i]];
     cw__print_computation(&p, c, c == m->entry);
   }
@@ -1383,6 +1423,12 @@ cw_status_t cw_hlo_module_text(const cw_hlo_module_t* m, char** out_text, size_t
   if (failed) {
     free(buf);
     return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory printing HLO text");
+  }
+  if (p.over || len > max_len) {
+    free(buf);
+    return cw_make_status(CW_RESOURCE_EXHAUSTED,
+                          "the HLO text of module '%s' is longer than %zu bytes", m->mod->name,
+                          max_len);
   }
   *out_text = buf;
   *out_len = len;

@@ -6,8 +6,9 @@
 //
 // The text follows XLA's HLO text format for the instructions and attributes
 // XLA's CPU compiler emits; attributes causeway does not know are left out
-// rather than guessed. Every id a module names is checked before it is
-// followed, so any bytes give text or an error, never a crash.
+// rather than guessed. Nesting is bounded before protobuf-c decodes, every
+// id a module names is checked before it is followed, and the text has a
+// size limit, so any bytes give text or an error.
 #ifndef CW_PROTOCOL_HLO_TEXT_H_
 #define CW_PROTOCOL_HLO_TEXT_H_
 
@@ -26,9 +27,11 @@ CW_MUST_USE cw_status_t cw_hlo_module_parse(const uint8_t* data, size_t size, bo
                                             cw_hlo_module_t** out);
 void cw_hlo_module_free(cw_hlo_module_t* m);
 
-// The module as HLO text; *out_text is malloc'd and NUL-terminated.
-CW_MUST_USE cw_status_t cw_hlo_module_text(const cw_hlo_module_t* m, char** out_text,
-                                           size_t* out_len);
+// The module as HLO text, at most max_len bytes (RESOURCE_EXHAUSTED past
+// it: a module's names are printed once per reference, so its text can grow
+// with the square of its size); *out_text is malloc'd and NUL-terminated.
+CW_MUST_USE cw_status_t cw_hlo_module_text(const cw_hlo_module_t* m, size_t max_len,
+                                           char** out_text, size_t* out_len);
 
 // The entry computation's parameter layouts (outputs false) or output layouts
 // (outputs true: the result tuple's elements, or the one result), each a

@@ -44,7 +44,7 @@ static char* text_of(const uint8_t* data, size_t len, bool with_config) {
   if (st) fail_msg("parse: %s", cw_status_message(st));
   char* text = NULL;
   size_t n = 0;
-  assert_null(cw_hlo_module_text(m, &text, &n));
+  assert_null(cw_hlo_module_text(m, SIZE_MAX, &text, &n));
   assert_int_equal(strlen(text), n);
   cw_hlo_module_free(m);
   return text;
@@ -251,12 +251,200 @@ static void test_hlo_malformed_modules(void** state) {
   cw_hlo_module_free(m);
 }
 
+// One computation 'main' of instructions a (parameter) and b (negate of a,
+// the root), for the cases below to dress.
+typedef struct tiny_s {
+  Causeway__Hlo__Instruction a, b;
+  Causeway__Hlo__Instruction* ins[2];
+  Causeway__Hlo__Computation c;
+  Causeway__Hlo__Computation* cs[1];
+  Causeway__Hlo__Module mod;
+  int64_t ops[1];
+} tiny_t;
+
+static void tiny_init(tiny_t* t) {
+  Causeway__Hlo__Instruction i0 = CAUSEWAY__HLO__INSTRUCTION__INIT;
+  t->a = i0;
+  t->b = i0;
+  t->a.name = "a";
+  t->a.opcode = "parameter";
+  t->a.id = 1;
+  t->b.name = "b";
+  t->b.opcode = "negate";
+  t->b.id = 2;
+  t->ops[0] = 1;
+  t->b.operand_ids = t->ops;
+  t->b.n_operand_ids = 1;
+  t->ins[0] = &t->a;
+  t->ins[1] = &t->b;
+  Causeway__Hlo__Computation c0 = CAUSEWAY__HLO__COMPUTATION__INIT;
+  t->c = c0;
+  t->c.name = "main";
+  t->c.id = 7;
+  t->c.root_id = 2;
+  t->c.instructions = t->ins;
+  t->c.n_instructions = 2;
+  t->cs[0] = &t->c;
+  Causeway__Hlo__Module m0 = CAUSEWAY__HLO__MODULE__INIT;
+  t->mod = m0;
+  t->mod.name = "m";
+  t->mod.entry_computation_id = 7;
+  t->mod.computations = t->cs;
+  t->mod.n_computations = 1;
+}
+
+static uint8_t* tiny_pack(const tiny_t* t, size_t* n) {
+  *n = causeway__hlo__module__get_packed_size(&t->mod);
+  uint8_t* buf = malloc(*n);
+  assert_non_null(buf);
+  causeway__hlo__module__pack(&t->mod, buf);
+  return buf;
+}
+
+// The module's text holds `want`.
+static void tiny_expect(const tiny_t* t, const char* want) {
+  size_t n;
+  uint8_t* buf = tiny_pack(t, &n);
+  char* text = text_of(buf, n, false);
+  if (!strstr(text, want)) fail_msg("no\n%s\nin\n%s", want, text);
+  free(text);
+  free(buf);
+}
+
+static size_t put_varint(uint8_t* p, uint64_t v) {
+  size_t n = 0;
+  do {
+    p[n++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+    v >>= 7;
+  } while (v);
+  return n;
+}
+
+// protobuf-c recurses into nested messages without a bound: a program shape
+// of tuples 100000 deep overflowed the stack before the walk refused it.
+static void test_hlo_deep_nesting_refused(void** state) {
+  // Written back to front: each level's header goes before what it holds.
+  const int levels = 100000;
+  size_t cap = 16 * (size_t)levels + 64, at = cap;
+  uint8_t* buf = malloc(cap);
+  assert_non_null(buf);
+  uint8_t head[16];
+  buf[--at] = 11;  // element_type F32, innermost
+  buf[--at] = 0x10;
+  for (int i = 0; i < levels + 2; i++) {
+    size_t k = 0, len = cap - at;
+    bool shape = i < levels;  // then ProgramShape{result}, Module{host_program_shape}
+    if (shape) {
+      head[k++] = 0x10;  // element_type TUPLE
+      head[k++] = 13;
+    }
+    head[k++] = shape ? 0x22 : i == levels ? 0x12 : 0x22;  // tuple_shapes / result / shape
+    k += put_varint(head + k, len);
+    at -= k;
+    memcpy(buf + at, head, k);
+  }
+  expect_error(buf + at, cap - at, false, "HLO module nests messages deeper than 64 levels");
+  free(buf);
+}
+
+// Each reference prints the name it refers to: 5000 references to a name of
+// 1000 bytes would be 5 MB of text from 20 kB of module. The limit holds.
+static void test_hlo_text_size_limit(void** state) {
+  tiny_t t;
+  tiny_init(&t);
+  char name[1001];
+  memset(name, 'x', 1000);
+  name[1000] = 0;
+  t.a.name = name;
+  int64_t* refs = malloc(5000 * sizeof(*refs));
+  assert_non_null(refs);
+  for (int i = 0; i < 5000; i++) refs[i] = 1;
+  t.b.operand_ids = refs;
+  t.b.n_operand_ids = 5000;
+  size_t n;
+  uint8_t* buf = tiny_pack(&t, &n);
+  assert_true(n < 30000);
+  cw_hlo_module_t* m;
+  assert_null(cw_hlo_module_parse(buf, n, false, &m));
+  char* text = NULL;
+  size_t len = 0;
+  cw_status_t st = cw_hlo_module_text(m, 65536, &text, &len);
+  assert_int_equal(cw_status_code(st), CW_RESOURCE_EXHAUSTED);
+  assert_string_equal(cw_status_message(st),
+                      "the HLO text of module 'm' is longer than 65536 bytes");
+  assert_null(text);
+  cw_status_free(st);
+  assert_null(cw_hlo_module_text(m, SIZE_MAX, &text, &len));  // without a limit: all of it
+  assert_true(len > 5000 * 1000);
+  free(text);
+  cw_hlo_module_free(m);
+  free(buf);
+  free(refs);
+}
+
+// Constants: an empty array with a huge leading dimension (a brace group per
+// index) prints as a large one does; half floats with their own digits.
+static void test_hlo_constants(void** state) {
+  tiny_t t;
+  tiny_init(&t);
+  int64_t dims[2] = {INT64_MAX, 0};
+  Causeway__Hlo__Shape shape = CAUSEWAY__HLO__SHAPE__INIT;
+  shape.element_type = 4;
+  shape.dimensions = dims;
+  shape.n_dimensions = 2;
+  Causeway__Hlo__Literal lit = CAUSEWAY__HLO__LITERAL__INIT;
+  t.b.opcode = "constant";
+  t.b.n_operand_ids = 0;
+  t.b.shape = &shape;
+  t.b.literal = &lit;
+  tiny_expect(&t, "ROOT %b = s32[9223372036854775807,0] constant({...})\n");
+
+  int64_t two[1] = {2};
+  shape.element_type = 10;  // F16: 0.1 and 1000, as XLA prints them
+  shape.dimensions = two;
+  shape.n_dimensions = 1;
+  uint8_t halves[4] = {0x66, 0x2e, 0xd0, 0x63};
+  lit.f16s.data = halves;
+  lit.f16s.len = 4;
+  tiny_expect(&t, "ROOT %b = f16[2] constant({0.099976, 1000})\n");
+  lit.f16s.len = 3;  // short of data
+  tiny_expect(&t, "ROOT %b = f16[2] constant({...})\n");
+}
+
+// A schedule that names one instruction twice is not the computation's
+// order: the module's own order prints, each instruction once.
+static void test_hlo_schedule_must_be_a_permutation(void** state) {
+  tiny_t t;
+  tiny_init(&t);
+  int64_t seq[2] = {2, 2};
+  Causeway__Hlo__InstructionSequence is = CAUSEWAY__HLO__INSTRUCTION_SEQUENCE__INIT;
+  is.instruction_ids = seq;
+  is.n_instruction_ids = 2;
+  Causeway__Hlo__ScheduleEntry e = CAUSEWAY__HLO__SCHEDULE_ENTRY__INIT;
+  e.key = 7;
+  e.value = &is;
+  Causeway__Hlo__ScheduleEntry* es[1] = {&e};
+  Causeway__Hlo__Schedule sch = CAUSEWAY__HLO__SCHEDULE__INIT;
+  sch.sequences = es;
+  sch.n_sequences = 1;
+  t.mod.schedule = &sch;
+  const char* want = "ENTRY %main (a: ()) -> () {\n  %a = () parameter(0)\n"
+                     "  ROOT %b = () negate(%a)\n}\n";
+  tiny_expect(&t, want);
+  seq[0] = 1;  // a permutation: printed in its order (here the same)
+  tiny_expect(&t, want);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_hlo_text_matches_xla),
       cmocka_unit_test(test_hlo_text_config_header_and_layouts),
       cmocka_unit_test(test_hlo_layouts_of_each_output),
       cmocka_unit_test(test_hlo_malformed_modules),
+      cmocka_unit_test(test_hlo_deep_nesting_refused),
+      cmocka_unit_test(test_hlo_text_size_limit),
+      cmocka_unit_test(test_hlo_constants),
+      cmocka_unit_test(test_hlo_schedule_must_be_a_permutation),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,6 @@
 // libFuzzer target: arbitrary bytes as the optimized program a plugin
 // returns, read as a module with and without its config, printed as HLO text
-// and read for its entry layouts.
+// (at most 1 MiB of it) and read for its entry layouts.
 #include <stdlib.h>
 
 #include "cw_hlo_text.h"
@@ -17,7 +17,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     char* text = NULL;
     size_t len = 0;
-    cw_status_free(cw_hlo_module_text(m, &text, &len));
+    cw_status_free(cw_hlo_module_text(m, 1 << 20, &text, &len));
     free(text);
     for (int outputs = 0; outputs < 2; outputs++) {
       ProtobufCBinaryData* l = NULL;

@@ -844,7 +844,9 @@ static cw_status_t cw__program_text(cw_proxy_session_t* s, const CwIfrt__IfrtReq
   CW_RETURN_IF_ERROR(st, "%s", what);
   char* text;
   size_t len;
-  st = cw_hlo_module_text(m, &text, &len);
+  // Room for the response around the text in one gRPC message.
+  size_t max = s->proxy->server_options.grpc.max_message;
+  st = cw_hlo_module_text(m, max > 4096 ? max - 4096 : max, &text, &len);
   cw_hlo_module_free(m);
   CW_RETURN_IF_ERROR(st, "%s", what);
   cw__text_t* out = calloc(1, sizeof(*out));

@@ -7,6 +7,7 @@
 
 #include "cw_array.h"
 #include "cw_log.h"
+#include "cw_pb_nesting.h"
 #include "cw_pjrt_ffi.h"
 #include "proto/xla_hlo_subset.pb-c.h"
 
@@ -414,80 +415,17 @@ void cw_pjrt_shapes_free(cw_pjrt_shape_t* shapes, size_t n) {
   free(shapes);
 }
 
-// protobuf-c decodes nested messages by recursion, without a bound, and a
-// Shape holds Shapes (tuple_shapes): tens of thousands of levels overflow the
-// stack (found by hlo_params_fuzz). The wire format is walked first along the
-// fields that nest, to a bounded depth; anything malformed is left for
-// protobuf-c to refuse.
-#define CW__HLO_MAX_NESTING 64
-enum { CW__HLO_WRAP, CW__HLO_MODULE, CW__HLO_PROGRAM_SHAPE, CW__HLO_SHAPE, CW__HLO_LEAF };
-
-static bool cw__hlo_varint(const uint8_t** p, const uint8_t* end, uint64_t* out) {
-  uint64_t v = 0;
-  for (int shift = 0; *p < end && shift < 64; shift += 7) {
-    uint8_t b = *(*p)++;
-    v |= (uint64_t)(b & 0x7f) << shift;
-    if (!(b & 0x80)) {
-      *out = v;
-      return true;
-    }
-  }
-  return false;
-}
-
-// The message a length-delimited `field` of message `kind` holds.
-static int cw__hlo_child(int kind, uint64_t field) {
-  switch (kind) {
-    case CW__HLO_WRAP: return field == 1 ? CW__HLO_MODULE : CW__HLO_LEAF;
-    case CW__HLO_MODULE: return field == 4 ? CW__HLO_PROGRAM_SHAPE : CW__HLO_LEAF;
-    case CW__HLO_PROGRAM_SHAPE: return field == 1 || field == 2 ? CW__HLO_SHAPE : CW__HLO_LEAF;
-    case CW__HLO_SHAPE: return field == 4 ? CW__HLO_SHAPE : CW__HLO_LEAF;
-    default: return CW__HLO_LEAF;
-  }
-}
-
-// False when messages nest deeper than CW__HLO_MAX_NESTING (the recursion
-// here is bounded by it).
-static bool cw__hlo_nesting_ok(const uint8_t* p, const uint8_t* end, int kind, int depth) {
-  if (depth > CW__HLO_MAX_NESTING) return false;
-  while (p < end) {
-    uint64_t key, len;
-    if (!cw__hlo_varint(&p, end, &key)) return true;
-    switch (key & 7) {
-      case 0:
-        if (!cw__hlo_varint(&p, end, &len)) return true;
-        break;
-      case 1:
-      case 5: {
-        size_t skip = (key & 7) == 1 ? 8 : 4;
-        if ((size_t)(end - p) < skip) return true;
-        p += skip;
-        break;
-      }
-      case 2: {
-        if (!cw__hlo_varint(&p, end, &len) || len > (uint64_t)(end - p)) return true;
-        int child = cw__hlo_child(kind, key >> 3);
-        if (child != CW__HLO_LEAF && !cw__hlo_nesting_ok(p, p + len, child, depth + 1)) {
-          return false;
-        }
-        p += len;
-        break;
-      }
-      default:
-        return true;  // groups or junk: protobuf-c refuses them
-    }
-  }
-  return true;
-}
-
 cw_status_t cw_pjrt_params_from_hlo(const uint8_t* bytes, size_t size, bool with_config,
                                     cw_pjrt_shape_t** out, size_t* out_n) {
   *out = NULL;
   *out_n = 0;
-  if (size && !cw__hlo_nesting_ok(bytes, bytes + size, with_config ? CW__HLO_WRAP : CW__HLO_MODULE,
-                                   0)) {
-    return cw_make_status(CW_UNIMPLEMENTED, "optimized program nests shapes deeper than %d levels",
-                          CW__HLO_MAX_NESTING);
+  // A Shape holds Shapes (found by hlo_params_fuzz: 100000 levels overflowed the stack).
+  if (!cw_pb_nesting_ok(with_config ? &causeway__xla__hlo_module_with_config__descriptor
+                                    : &causeway__xla__hlo_module__descriptor,
+                        bytes, size, CW_PB_MAX_NESTING)) {
+    return cw_make_status(CW_UNIMPLEMENTED,
+                          "optimized program nests messages deeper than %d levels",
+                          CW_PB_MAX_NESTING);
   }
   Causeway__Xla__HloModuleWithConfig* wrap = NULL;
   Causeway__Xla__HloModule* mod = NULL;

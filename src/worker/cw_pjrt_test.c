@@ -652,7 +652,7 @@ static void test_params_from_hlo_nesting(void** state) {
     cw_status_t st = cw_pjrt_params_from_hlo(bytes, size, false, &shapes, &n);
     assert_int_equal(cw_status_code(st), CW_UNIMPLEMENTED);
     assert_string_equal(cw_status_message(st),
-                        "optimized program nests shapes deeper than 64 levels");
+                        "optimized program nests messages deeper than 64 levels");
     assert_null(shapes);
     cw_status_free(st);
     free(bytes);
