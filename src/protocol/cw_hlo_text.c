@@ -1506,3 +1506,37 @@ cw_status_t cw_hlo_module_layouts(const cw_hlo_module_t* m, bool outputs,
   *out_n = n;
   return cw_ok_status();
 }
+
+static int cw__cmp_u32(const void* a, const void* b) {
+  uint32_t x = *(const uint32_t*)a, y = *(const uint32_t*)b;
+  return (x > y) - (x < y);
+}
+
+cw_status_t cw_hlo_module_aliased_params(const cw_hlo_module_t* m, uint32_t** out,
+                                         size_t* out_n) {
+  *out = NULL;
+  *out_n = 0;
+  const Causeway__Hlo__InputOutputAlias* io = m->mod->input_output_alias;
+  if (!io || !io->n_entries) return cw_ok_status();
+  uint32_t* v = malloc(io->n_entries * sizeof(*v));
+  if (!v) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  size_t n = 0;
+  for (size_t i = 0; i < io->n_entries; i++) {
+    int64_t p = io->entries[i]->parameter_number;
+    if (p < 0 || p > UINT32_MAX) {
+      free(v);
+      return cw_make_status(CW_INVALID_ARGUMENT,
+                            "HLO module '%s' aliases an output to parameter %" PRId64,
+                            m->mod->name, p);
+    }
+    v[n++] = (uint32_t)p;
+  }
+  qsort(v, n, sizeof(*v), cw__cmp_u32);
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!k || v[k - 1] != v[i]) v[k++] = v[i];
+  }
+  *out = v;
+  *out_n = k;
+  return cw_ok_status();
+}

@@ -43,4 +43,9 @@ CW_MUST_USE cw_status_t cw_hlo_module_layouts(const cw_hlo_module_t* m, bool out
                                               ProtobufCBinaryData** out, size_t* out_n);
 void cw_hlo_layouts_free(ProtobufCBinaryData* items, size_t n);
 
+// The entry parameters an output aliases (the ones a run may donate), in
+// ascending order without repeats; *out is malloc'd (NULL when none).
+CW_MUST_USE cw_status_t cw_hlo_module_aliased_params(const cw_hlo_module_t* m, uint32_t** out,
+                                                     size_t* out_n);
+
 #endif  // CW_PROTOCOL_HLO_TEXT_H_

@@ -435,6 +435,59 @@ static void test_hlo_schedule_must_be_a_permutation(void** state) {
   tiny_expect(&t, want);
 }
 
+// The parameters a run may donate: those an output aliases.
+static void test_hlo_aliased_params(void** state) {
+  size_t plen;
+  char* pb = slurp(CW_HLO_CORPUS, "donate", ".pb", &plen);  // jit(donate_argnums=0)
+  cw_hlo_module_t* m;
+  assert_null(cw_hlo_module_parse((uint8_t*)pb, plen, false, &m));
+  uint32_t* v;
+  size_t n;
+  assert_null(cw_hlo_module_aliased_params(m, &v, &n));
+  assert_int_equal(n, 1);
+  assert_int_equal(v[0], 0);
+  free(v);
+  cw_hlo_module_free(m);
+  free(pb);
+  pb = slurp(CW_HLO_CORPUS, "add", ".pb", &plen);  // nothing donated
+  assert_null(cw_hlo_module_parse((uint8_t*)pb, plen, false, &m));
+  assert_null(cw_hlo_module_aliased_params(m, &v, &n));
+  assert_int_equal(n, 0);
+  assert_null(v);
+  cw_hlo_module_free(m);
+  free(pb);
+
+  tiny_t t;  // two outputs aliasing parameter 3, one parameter -1
+  tiny_init(&t);
+  Causeway__Hlo__AliasEntry e1 = CAUSEWAY__HLO__ALIAS_ENTRY__INIT, e2 = e1, e3 = e1;
+  e1.parameter_number = 3;
+  e2.parameter_number = 3;
+  e3.parameter_number = 1;
+  Causeway__Hlo__AliasEntry* es[3] = {&e1, &e2, &e3};
+  Causeway__Hlo__InputOutputAlias io = CAUSEWAY__HLO__INPUT_OUTPUT_ALIAS__INIT;
+  io.entries = es;
+  io.n_entries = 3;
+  t.mod.input_output_alias = &io;
+  uint8_t* buf = tiny_pack(&t, &n);
+  assert_null(cw_hlo_module_parse(buf, n, false, &m));
+  size_t k;
+  assert_null(cw_hlo_module_aliased_params(m, &v, &k));
+  assert_int_equal(k, 2);
+  assert_int_equal(v[0], 1);
+  assert_int_equal(v[1], 3);
+  free(v);
+  cw_hlo_module_free(m);
+  free(buf);
+  e3.parameter_number = -1;
+  buf = tiny_pack(&t, &n);
+  assert_null(cw_hlo_module_parse(buf, n, false, &m));
+  cw_status_t st = cw_hlo_module_aliased_params(m, &v, &k);
+  assert_string_equal(cw_status_message(st), "HLO module 'm' aliases an output to parameter -1");
+  cw_status_free(st);
+  cw_hlo_module_free(m);
+  free(buf);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_hlo_text_matches_xla),
@@ -445,6 +498,7 @@ int main(void) {
       cmocka_unit_test(test_hlo_text_size_limit),
       cmocka_unit_test(test_hlo_constants),
       cmocka_unit_test(test_hlo_schedule_must_be_a_permutation),
+      cmocka_unit_test(test_hlo_aliased_params),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -390,12 +390,17 @@ typedef struct cw__metadata_s {
   CwIfrt__LoadedExecutableMetadataResponse__LayoutList layout_lists[2];
   ProtobufCBinaryData* layouts[2];  // parameters, outputs
   size_t n_layouts[2];
+  CwIfrt__LoadedExecutableMetadataResponse__DonatedInputIndices donatable;
+  uint32_t* donatable_indices;
 } cw__metadata_t;
 
-// The entry computation's parameter and output layouts, read from the
-// optimized program as XLA's own PJRT clients do.
-static cw_status_t cw__layouts(cw_proxy_session_t* s, const cw_proxy_exe_t* e,
-                               cw__metadata_t* out) {
+// The entry computation's parameter and output layouts, and the parameters
+// a run may donate (those an output aliases), read from the optimized program
+// as XLA's own PJRT clients do. Knowing the donatable ones, jaxlib's client
+// keeps every other argument's state itself instead of asking the server
+// whether it was deleted after each run.
+static cw_status_t cw__program_facts(cw_proxy_session_t* s, const cw_proxy_exe_t* e,
+                                     cw__metadata_t* out) {
   char* code;
   size_t size;
   bool with_config;
@@ -406,6 +411,12 @@ static cw_status_t cw__layouts(cw_proxy_session_t* s, const cw_proxy_exe_t* e,
   CW_RETURN_IF_ERROR(st, "layouts");
   for (int i = 0; !st && i < 2; i++) {
     st = cw_hlo_module_layouts(m, i == 1, &out->layouts[i], &out->n_layouts[i]);
+  }
+  if (!st) {
+    cw_ifrt__loaded_executable_metadata_response__donated_input_indices__init(&out->donatable);
+    st = cw_hlo_module_aliased_params(m, &out->donatable_indices,
+                                      &out->donatable.n_donated_input_indices);
+    out->donatable.donated_input_indices = out->donatable_indices;
   }
   cw_hlo_module_free(m);
   return st;
@@ -422,8 +433,8 @@ static cw_status_t cw__metadata(cw_proxy_session_t* s, const CwIfrt__IfrtRequest
   resp->response_case = CW_IFRT__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_METADATA_RESPONSE;
   resp->loaded_executable_metadata_response = &out->r;
   // Layouts; when they cannot be read the client uses the default ones, as
-  // for PJRT clients that do not say.
-  cw_status_t lst = cw__layouts(s, e, out);
+  // for PJRT clients that do not say (and asks after donations).
+  cw_status_t lst = cw__program_facts(s, e, out);
   if (lst) {
     CW_LOGW("LoadedExecutableMetadata: %s", cw_status_message(lst));
     cw_ifrt__status_proto__init(&out->layouts_error);
@@ -450,6 +461,9 @@ static cw_status_t cw__metadata(cw_proxy_session_t* s, const CwIfrt__IfrtRequest
     out->r.output_layouts_case =
         CW_IFRT__LOADED_EXECUTABLE_METADATA_RESPONSE__OUTPUT_LAYOUTS_OUTPUT_LAYOUTS_LIST;
     out->r.output_layouts_list = &out->layout_lists[1];
+    out->r.donated_input_indices_oneof_case =
+        CW_IFRT__LOADED_EXECUTABLE_METADATA_RESPONSE__DONATED_INPUT_INDICES_ONEOF_DONATED_INPUT_INDICES;
+    out->r.donated_input_indices = &out->donatable;
   }
   cw_ifrt__loaded_executable_metadata_response__memory_kind_list__init(&out->list);
   out->list.memory_kinds = e->out_kinds;  // borrowed, as the shardings below
@@ -909,6 +923,7 @@ void cw_proxy_exec_response_free(CwIfrt__IfrtResponse* resp) {
       if (m) {
         free(m->output_ops);
         free(m->layouts_message);
+        free(m->donatable_indices);
         for (int i = 0; i < 2; i++) cw_hlo_layouts_free(m->layouts[i], m->n_layouts[i]);
         free(m);
       }

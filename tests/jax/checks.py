@@ -576,9 +576,10 @@ def reshard_donation(asked: bool = False) -> dict:
     assembled from it and the copies. Both donated inputs share their
     buffers with what was donated, so both are deleted (IFRT's semantics: a
     donation deletes the buffers, and every array over them); x2, not
-    donated, is kept. With `asked`, each donated input is first given to a
-    program (which fails): jaxlib's proxy client then asks the server
-    whether it is deleted instead of answering from its own cache."""
+    donated, is kept. With `asked`, each donated input is then given to a
+    program, which must refuse it (on the proxy front the server does: its
+    shared buffers were donated), and is_deleted() of the donated inputs is
+    left out (jaxlib's proxy client answers it from its own state)."""
     isl = islands()[0]
     mesh1 = Mesh(np.array(isl).reshape(2, 2), ("a", "b"))
     mesh2 = Mesh(np.array(isl[::-1]).reshape(2, 2), ("c", "d"))
@@ -597,8 +598,9 @@ def reshard_donation(asked: bool = False) -> dict:
                 out[f"{name}_usable"] = True
             except Exception:  # noqa: BLE001 - stock JAX and the proxy word it differently
                 out[f"{name}_usable"] = False
-    out.update(x1_deleted=x1.is_deleted(), arr_deleted=arr.is_deleted(),
-               x2_deleted=x2.is_deleted(), x2=np.asarray(x2))
+    else:
+        out.update(x1_deleted=x1.is_deleted(), arr_deleted=arr.is_deleted())
+    out.update(x2_deleted=x2.is_deleted(), x2=np.asarray(x2))
     return out
 
 

@@ -181,6 +181,32 @@ def buffer_pointer() -> dict:
     return out
 
 
+def donate_twice_fresh() -> dict:
+    """donate_twice with a fresh array for each case: whether each call is
+    refused, with what, and what is left of the array after."""
+    import warnings
+    cases = {"both_donated": jax.jit(lambda a, b: a + b, donate_argnums=(0, 1)),
+             "donated_and_kept": jax.jit(lambda a, b: a * b, donate_argnums=(0,)),
+             "kept_and_donated": jax.jit(lambda a, b: a - b, donate_argnums=(1,))}
+    out = {}
+    for name, f in cases.items():
+        x = jnp.arange(8.0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                out[name] = {"ok": True, "value": np.asarray(f(x, x))}
+            except Exception as e:  # noqa: BLE001
+                out[name] = {"ok": False, "message": str(e)}
+        out[name]["x_deleted"] = x.is_deleted()
+    g = jax.jit(lambda a, b: a + b, donate_argnums=(0, 1))
+    y, z = jnp.arange(8.0) + 1, jnp.arange(8.0) + 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out["distinct"] = np.asarray(g(y, z))
+    out["distinct_deleted"] = [y.is_deleted(), z.is_deleted()]
+    return out
+
+
 def donate_twice() -> dict:
     """One buffer donated twice, or donated and also passed undonated, in one
     call: refused as stock refuses it; the buffer stays usable."""
