@@ -835,6 +835,7 @@ def ifrt_request_corpus():
         "init": ifrt_request(2),
         "compile": ifrt_request(13, f_bytes(1, b"program") + f_bytes(2, b"options"), 7),
         "check_future": ifrt_request(3, key(1, 1) + struct.pack("<Q", 42), 3),
+        "program_text": ifrt_request(29, key(1, 1) + struct.pack("<Q", 5), 4),
         "unknown_kind": ifrt_request(99, b"abc"),
         "get_version": gv,
         "session_metadata": f_bytes(1, ifrt_version(25)) + f_bytes(2, f_bytes(1, f_bytes(1, b"k"))),
