@@ -279,6 +279,10 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
     [CW_SET_PROXY_MAX_MESSAGE] = {"CAUSEWAY_PROXY_MAX_MESSAGE", NULL, CW__PRX, "max-message",
                                   CW_SETTING_INT, 4 * KIB, 1023 * MIB, "67108864", false, false,
                                   "largest gRPC message (bytes) the proxy takes or sends"},
+    [CW_SET_PROXY_BUFFER_CACHE] = {"CAUSEWAY_PROXY_BUFFER_CACHE", NULL, CW__PRX, "buffer-cache",
+                                   CW_SETTING_INT, 0, 64 * GIB, "268435456", false, false,
+                                   "bytes of released host buffers (1 MiB and up) the proxy keeps "
+                                   "for the next ones; 0: none"},
 };
 
 const cw_setting_def_t* cw_settings_def(cw_setting_id_t id) {

@@ -243,6 +243,7 @@ cw_status_t cw_proxy_create(const cw_settings_t* settings, cw_proxy_t** out) {
   uv_signal_start(&p->sigint, cw__on_signal, SIGINT);
   cw_grpc_options_default(&p->server_options.grpc);
   p->server_options.grpc.max_message = (size_t)cw_settings_int(settings, CW_SET_PROXY_MAX_MESSAGE);
+  cw_proxy_bytes_configure((size_t)cw_settings_int(settings, CW_SET_PROXY_BUFFER_CACHE));
   p->server_options.token = cw_settings_string(settings, CW_SET_TOKEN);
   st = cw_grpc_server_create(&p->loop, cw_settings_string(settings, CW_SET_PROXY_LISTEN),
                              &p->server_options, &cw__handlers, p, &p->server);
@@ -272,5 +273,6 @@ void cw_proxy_release(cw_proxy_t* p) {
   }
   uv_loop_close(&p->loop);
   cw_proxy_pjrt_unload(&p->pjrt);
+  cw_proxy_bytes_drain();
   free(p);
 }

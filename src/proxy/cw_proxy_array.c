@@ -261,19 +261,19 @@ static cw_status_t cw__host_array(cw_proxy_session_t* s, uint64_t handle,
   CW_RETURN_IF_ERROR(cw_proxy_host_buffer_take(s, handle, CW__HOST_BUFFER_WAIT_MS, &data, &len),
                      "host buffer");
   if (l.dense ? len != l.bytes : len < l.source_bytes) {
-    free(data);
+    cw_proxy_bytes_free(data);
     return cw_make_status(CW_INVALID_ARGUMENT, "host buffer %llu has %zu bytes; the array needs "
                           "%zu", (unsigned long long)handle, len,
                           l.dense ? l.bytes : l.source_bytes);
   }
   if (!l.dense) {
-    uint8_t* dense = malloc(l.bytes ? l.bytes : 1);
+    uint8_t* dense = cw_proxy_bytes_alloc(l.bytes ? l.bytes : 1);
     if (!dense) {
-      free(data);
+      cw_proxy_bytes_free(data);
       return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for %zu bytes", l.bytes);
     }
     cw_proxy_densify(data, dims, rank, strides->strides, dt->width, dense);
-    free(data);
+    cw_proxy_bytes_free(data);
     data = dense;
   }
   *out_data = data;
@@ -320,7 +320,7 @@ static cw_status_t cw__make_from_host(cw_proxy_session_t* s, const CwIfrt__IfrtR
   }
   if (!st) st = cw__respond_handle(resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_MAKE_ARRAY_FROM_HOST_BUFFER_RESPONSE, handle);
   if (st && arr) cw_proxy_array_free(s, cw_proxy_table_remove(&s->arrays, handle));
-  free(data);
+  cw_proxy_bytes_free(data);
   free(ids);
   return st ? cw_status_annotate(st, "MakeArrayFromHostBuffer") : st;
 }
@@ -373,7 +373,7 @@ static cw_status_t cw__make_one_from_shards(
       }
       st = cw__upload(s, &dt, hb->shape->dims, hb->shape->n_dims, ids[i], data, &arr->shards[i]);
     }
-    free(data);
+    cw_proxy_bytes_free(data);
   }
   // Every shard must have been given (addressable shards are all shards here).
   for (size_t i = 0; !st && i < n; i++) {
@@ -797,7 +797,7 @@ static cw_status_t cw__copy_to_host(cw_proxy_session_t* s, const CwIfrt__IfrtReq
     return cw_make_status(CW_INTERNAL, "CopyToHostBuffer: the buffer holds %zu bytes, not %zu",
                           q.dst_size, bytes);
   }
-  uint8_t* data = malloc(bytes ? bytes : 1);
+  uint8_t* data = cw_proxy_bytes_alloc(bytes ? bytes : 1);
   if (!data) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for %zu bytes", bytes);
   q.dst = data;
   q.event = NULL;
@@ -805,7 +805,7 @@ static cw_status_t cw__copy_to_host(cw_proxy_session_t* s, const CwIfrt__IfrtReq
   if (!st) st = cw_proxy_pjrt_await(p, q.event, "CopyToHostBuffer");
   if (!st) st = cw_proxy_host_buffer_put(s, r->host_buffer_handle, data, bytes);
   if (st) {
-    free(data);
+    cw_proxy_bytes_free(data);
     return cw_status_annotate(st, "CopyToHostBuffer");
   }
   return cw_proxy_respond(resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_COPY_TO_HOST_BUFFER_RESPONSE, false, 0);

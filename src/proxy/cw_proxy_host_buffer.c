@@ -35,7 +35,7 @@ typedef struct cw_proxy_lookup_s {
 
 static void cw__hb_free(cw_proxy_host_buffer_t* hb) {
   if (!hb) return;
-  free(hb->data);
+  cw_proxy_bytes_free(hb->data);
   free(hb);
 }
 
@@ -214,10 +214,16 @@ static void cw__store_data(cw_proxy_t* p, cw_grpc_call_t* call, cw__hb_call_t* c
     st = cw_make_status(CW_INVALID_ARGUMENT, "HostBufferStore: more than the %zu bytes declared",
                         hb->declared);
   } else if (hb->len + r->data.len > hb->cap) {
-    size_t cap = hb->cap ? hb->cap : 65536;
-    while (cap < hb->len + r->data.len) cap *= 2;
-    if (cap > hb->declared) cap = hb->declared;
-    uint8_t* b = realloc(hb->data, cap);
+    // A kept buffer that holds all that is declared, else room as the bytes come.
+    uint8_t* b = NULL;
+    size_t cap = hb->declared;
+    if (!hb->data && hb->declared >= ((size_t)1 << 20)) b = cw_proxy_bytes_alloc(cap);
+    if (!b) {
+      cap = hb->cap ? hb->cap : 65536;
+      while (cap < hb->len + r->data.len) cap *= 2;
+      if (cap > hb->declared) cap = hb->declared;
+      b = cw_proxy_bytes_grow(hb->data, cap);
+    }
     if (!b) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for a host buffer");
     else {
       hb->data = b;

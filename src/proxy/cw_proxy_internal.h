@@ -134,6 +134,20 @@ CW_MUST_USE cw_status_t cw_proxy_future_take(cw_proxy_session_t* s, uint64_t han
 // The session of `id` in the proxy's list (loop thread), or NULL.
 cw_proxy_session_t* cw_proxy_session_find(cw_proxy_t* p, uint64_t id);
 
+// --- Host-buffer bytes (cw_proxy_bytes.c) ------------------------------------------------
+
+// Any thread. Bytes of host buffers (and of arrays made from them): released
+// with cw_proxy_bytes_free only; large ones are kept for the next that fits.
+uint8_t* cw_proxy_bytes_alloc(size_t n);
+// Like realloc: the first n bytes are kept (NULL: the old ones stay).
+uint8_t* cw_proxy_bytes_grow(uint8_t* data, size_t n);
+void cw_proxy_bytes_free(uint8_t* data);
+size_t cw_proxy_bytes_cap(const uint8_t* data);
+// How many bytes of released buffers to keep (CAUSEWAY_PROXY_BUFFER_CACHE);
+// drain frees them.
+void cw_proxy_bytes_configure(size_t max_cached);
+void cw_proxy_bytes_drain(void);
+
 // --- Host buffers (cw_proxy_host_buffer.c) ----------------------------------------------
 
 // Loop thread: the gRPC methods HostBufferStore, HostBufferLookup,
