@@ -1518,16 +1518,25 @@ cw_status_t cw_hlo_module_aliased_params(const cw_hlo_module_t* m, uint32_t** ou
   *out_n = 0;
   const Causeway__Hlo__InputOutputAlias* io = m->mod->input_output_alias;
   if (!io || !io->n_entries) return cw_ok_status();
+  // Parameters are the arguments one for one, unless a single tuple holds
+  // them all (which JAX does only on TPU): that is refused, not guessed.
+  size_t params = 0;
+  for (size_t i = 0; i < m->entry->n; i++) {
+    params += !strcmp(m->entry->pb->instructions[i]->opcode, "parameter");
+  }
   uint32_t* v = malloc(io->n_entries * sizeof(*v));
   if (!v) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   size_t n = 0;
   for (size_t i = 0; i < io->n_entries; i++) {
-    int64_t p = io->entries[i]->parameter_number;
-    if (p < 0 || p > UINT32_MAX) {
+    const Causeway__Hlo__AliasEntry* e = io->entries[i];
+    int64_t p = e->parameter_number;
+    if (p < 0 || (uint64_t)p >= params || e->n_parameter_shape_index) {
       free(v);
       return cw_make_status(CW_INVALID_ARGUMENT,
-                            "HLO module '%s' aliases an output to parameter %" PRId64,
-                            m->mod->name, p);
+                            "HLO module '%s' aliases an output to %sparameter %" PRId64
+                            " of %zu",
+                            m->mod->name, e->n_parameter_shape_index ? "a part of tupled " : "",
+                            p, params);
     }
     v[n++] = (uint32_t)p;
   }

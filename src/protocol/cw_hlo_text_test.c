@@ -457,8 +457,25 @@ static void test_hlo_aliased_params(void** state) {
   cw_hlo_module_free(m);
   free(pb);
 
-  tiny_t t;  // two outputs aliasing parameter 3, one parameter -1
+  // Four parameters; two outputs alias parameter 3, one parameter 1.
+  Causeway__Hlo__Instruction ps[4];
+  Causeway__Hlo__Instruction* pp[4];
+  char names[4][8];
+  for (int i = 0; i < 4; i++) {
+    Causeway__Hlo__Instruction p0 = CAUSEWAY__HLO__INSTRUCTION__INIT;
+    ps[i] = p0;
+    snprintf(names[i], sizeof(names[i]), "p%d", i);
+    ps[i].name = names[i];
+    ps[i].opcode = "parameter";
+    ps[i].parameter_number = i;
+    ps[i].id = i + 1;
+    pp[i] = &ps[i];
+  }
+  tiny_t t;
   tiny_init(&t);
+  t.c.instructions = pp;
+  t.c.n_instructions = 4;
+  t.c.root_id = 4;
   Causeway__Hlo__AliasEntry e1 = CAUSEWAY__HLO__ALIAS_ENTRY__INIT, e2 = e1, e3 = e1;
   e1.parameter_number = 3;
   e2.parameter_number = 3;
@@ -478,14 +495,28 @@ static void test_hlo_aliased_params(void** state) {
   free(v);
   cw_hlo_module_free(m);
   free(buf);
-  e3.parameter_number = -1;
-  buf = tiny_pack(&t, &n);
-  assert_null(cw_hlo_module_parse(buf, n, false, &m));
-  cw_status_t st = cw_hlo_module_aliased_params(m, &v, &k);
-  assert_string_equal(cw_status_message(st), "HLO module 'm' aliases an output to parameter -1");
-  cw_status_free(st);
-  cw_hlo_module_free(m);
-  free(buf);
+  // Refused: a parameter out of range (either way), a part of a tuple.
+  static const struct {
+    int64_t param;
+    bool tupled;
+    const char* says;
+  } bad[] = {{-1, false, "HLO module 'm' aliases an output to parameter -1 of 4"},
+             {4, false, "HLO module 'm' aliases an output to parameter 4 of 4"},
+             {0, true, "HLO module 'm' aliases an output to a part of tupled parameter 0 of 4"}};
+  int64_t index[1] = {1};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    e3.parameter_number = bad[i].param;
+    e3.parameter_shape_index = bad[i].tupled ? index : NULL;
+    e3.n_parameter_shape_index = bad[i].tupled ? 1 : 0;
+    buf = tiny_pack(&t, &n);
+    assert_null(cw_hlo_module_parse(buf, n, false, &m));
+    cw_status_t st = cw_hlo_module_aliased_params(m, &v, &k);
+    assert_int_equal(cw_status_code(st), CW_INVALID_ARGUMENT);
+    assert_string_equal(cw_status_message(st), bad[i].says);
+    cw_status_free(st);
+    cw_hlo_module_free(m);
+    free(buf);
+  }
 }
 
 int main(void) {

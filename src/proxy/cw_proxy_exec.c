@@ -9,6 +9,7 @@
 
 #include "cw_hlo_text.h"
 #include "cw_log.h"
+#include "cw_pb_nesting.h"
 #include "cw_proxy_decode.h"
 #include "cw_proxy_internal.h"
 
@@ -96,7 +97,11 @@ static cw_status_t cw__options(const CwIfrt__Serialized* ser, CwIfrt__XlaCompile
 
 // One output's sharding from its xla.OpSharding bytes.
 static cw_status_t cw__out_sharding(const uint8_t* op, size_t len, cw__out_sharding_t* out) {
-  CwIfrt__XlaOpSharding* sh = cw_ifrt__xla_op_sharding__unpack(NULL, len, op);
+  // An OpSharding holds OpShardings (tuples): bounded before protobuf-c recurses.
+  CwIfrt__XlaOpSharding* sh =
+      cw_pb_nesting_ok(&cw_ifrt__xla_op_sharding__descriptor, op, len, CW_PB_MAX_NESTING)
+          ? cw_ifrt__xla_op_sharding__unpack(NULL, len, op)
+          : NULL;
   if (!sh) return cw_make_status(CW_INTERNAL, "an output sharding does not decode");
   cw_status_t st = cw_ok_status();
   const CwIfrt__XlaNamedSharding* ns = sh->named_sharding;
@@ -392,34 +397,50 @@ typedef struct cw__metadata_s {
   size_t n_layouts[2];
   CwIfrt__LoadedExecutableMetadataResponse__DonatedInputIndices donatable;
   uint32_t* donatable_indices;
+  CwIfrt__StatusProto donatable_error;
+  char* donatable_message;
 } cw__metadata_t;
 
-// The entry computation's parameter and output layouts, and the parameters
-// a run may donate (those an output aliases), read from the optimized program
-// as XLA's own PJRT clients do. Knowing the donatable ones, jaxlib's client
-// keeps every other argument's state itself instead of asking the server
-// whether it was deleted after each run.
-static cw_status_t cw__program_facts(cw_proxy_session_t* s, const cw_proxy_exe_t* e,
-                                     cw__metadata_t* out) {
+// An error where the response has one: `st`'s code and message (taken).
+static void cw__error_proto(cw_status_t st, CwIfrt__StatusProto* out, char** message) {
+  cw_ifrt__status_proto__init(out);
+  out->has_code = true;
+  out->code = cw_status_code(st);
+  *message = strdup(cw_status_message(st));
+  out->message = *message ? *message : "";
+  cw_status_free(st);
+}
+
+// The entry computation's parameter and output layouts (*layouts_st), and
+// the parameters a run may donate, those an output aliases (*donatable_st),
+// read from the optimized program as XLA's own PJRT clients do. Knowing the
+// donatable ones, jaxlib's client keeps every other argument's state itself
+// instead of asking the server whether it was deleted after each run.
+static void cw__program_facts(cw_proxy_session_t* s, const cw_proxy_exe_t* e, cw__metadata_t* out,
+                              cw_status_t* layouts_st, cw_status_t* donatable_st) {
   char* code;
   size_t size;
   bool with_config;
-  CW_RETURN_IF_ERROR(cw__optimized_program(s, e, &code, &size, &with_config), "layouts");
-  cw_hlo_module_t* m;
-  cw_status_t st = cw_hlo_module_parse((const uint8_t*)code, size, with_config, &m);
-  free(code);
-  CW_RETURN_IF_ERROR(st, "layouts");
-  for (int i = 0; !st && i < 2; i++) {
-    st = cw_hlo_module_layouts(m, i == 1, &out->layouts[i], &out->n_layouts[i]);
-  }
+  cw_hlo_module_t* m = NULL;
+  cw_status_t st = cw__optimized_program(s, e, &code, &size, &with_config);
   if (!st) {
-    cw_ifrt__loaded_executable_metadata_response__donated_input_indices__init(&out->donatable);
-    st = cw_hlo_module_aliased_params(m, &out->donatable_indices,
-                                      &out->donatable.n_donated_input_indices);
-    out->donatable.donated_input_indices = out->donatable_indices;
+    st = cw_hlo_module_parse((const uint8_t*)code, size, with_config, &m);
+    free(code);
   }
+  if (st) {
+    *layouts_st = cw_status_annotate(cw_status_clone(st), "layouts");
+    *donatable_st = cw_status_annotate(st, "donatable inputs");
+    return;
+  }
+  *layouts_st = cw_ok_status();
+  for (int i = 0; !*layouts_st && i < 2; i++) {
+    *layouts_st = cw_hlo_module_layouts(m, i == 1, &out->layouts[i], &out->n_layouts[i]);
+  }
+  cw_ifrt__loaded_executable_metadata_response__donated_input_indices__init(&out->donatable);
+  *donatable_st = cw_hlo_module_aliased_params(m, &out->donatable_indices,
+                                               &out->donatable.n_donated_input_indices);
+  out->donatable.donated_input_indices = out->donatable_indices;
   cw_hlo_module_free(m);
-  return st;
 }
 
 static cw_status_t cw__metadata(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
@@ -432,17 +453,14 @@ static cw_status_t cw__metadata(cw_proxy_session_t* s, const CwIfrt__IfrtRequest
   cw_ifrt__loaded_executable_metadata_response__init(&out->r);
   resp->response_case = CW_IFRT__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_METADATA_RESPONSE;
   resp->loaded_executable_metadata_response = &out->r;
-  // Layouts; when they cannot be read the client uses the default ones, as
-  // for PJRT clients that do not say (and asks after donations).
-  cw_status_t lst = cw__program_facts(s, e, out);
+  // Either may fail alone. Without layouts the client uses the default ones,
+  // as for PJRT clients that do not say; without the donatable inputs it asks
+  // after each run.
+  cw_status_t lst, dst;
+  cw__program_facts(s, e, out, &lst, &dst);
   if (lst) {
     CW_LOGW("LoadedExecutableMetadata: %s", cw_status_message(lst));
-    cw_ifrt__status_proto__init(&out->layouts_error);
-    out->layouts_error.has_code = true;
-    out->layouts_error.code = cw_status_code(lst);
-    out->layouts_message = strdup(cw_status_message(lst));
-    out->layouts_error.message = out->layouts_message ? out->layouts_message : "";
-    cw_status_free(lst);
+    cw__error_proto(lst, &out->layouts_error, &out->layouts_message);
     out->r.parameter_layouts_case =
         CW_IFRT__LOADED_EXECUTABLE_METADATA_RESPONSE__PARAMETER_LAYOUTS_PARAMETER_LAYOUTS_ERROR;
     out->r.parameter_layouts_error = &out->layouts_error;
@@ -461,6 +479,14 @@ static cw_status_t cw__metadata(cw_proxy_session_t* s, const CwIfrt__IfrtRequest
     out->r.output_layouts_case =
         CW_IFRT__LOADED_EXECUTABLE_METADATA_RESPONSE__OUTPUT_LAYOUTS_OUTPUT_LAYOUTS_LIST;
     out->r.output_layouts_list = &out->layout_lists[1];
+  }
+  if (dst) {
+    CW_LOGW("LoadedExecutableMetadata: %s", cw_status_message(dst));
+    cw__error_proto(dst, &out->donatable_error, &out->donatable_message);
+    out->r.donated_input_indices_oneof_case =
+        CW_IFRT__LOADED_EXECUTABLE_METADATA_RESPONSE__DONATED_INPUT_INDICES_ONEOF_DONATED_INPUT_INDICES_ERROR;
+    out->r.donated_input_indices_error = &out->donatable_error;
+  } else {
     out->r.donated_input_indices_oneof_case =
         CW_IFRT__LOADED_EXECUTABLE_METADATA_RESPONSE__DONATED_INPUT_INDICES_ONEOF_DONATED_INPUT_INDICES;
     out->r.donated_input_indices = &out->donatable;
@@ -924,6 +950,7 @@ void cw_proxy_exec_response_free(CwIfrt__IfrtResponse* resp) {
         free(m->output_ops);
         free(m->layouts_message);
         free(m->donatable_indices);
+        free(m->donatable_message);
         for (int i = 0; i < 2; i++) cw_hlo_layouts_free(m->layouts[i], m->n_layouts[i]);
         free(m);
       }
