@@ -440,6 +440,23 @@ def big_roundtrip(mib: int = 512) -> dict:
             "up_s": t1 - t0, "down_s": t2 - t1}
 
 
+def repeated_transfers() -> dict:
+    """Arrays of 1 to 6 MiB up and back, one after the other, each with its
+    own bytes: the proxy hands a released buffer to the next transfer that
+    fits (cw_proxy_bytes.c), so a later array must never show an earlier
+    one's bytes. Digests of what came back, and whether each matched."""
+    dev = jax.devices()[0]
+    out = {"equal": [], "sha256": []}
+    for k, mib in enumerate((4, 2, 3, 6, 1, 4, 4)):
+        a = _pattern(mib << 20)
+        a = (a.view(np.uint32) ^ np.uint32(0x9E3779B9 * (k + 1) & 0xFFFFFFFF)).view(np.float32)
+        b = np.asarray(jax.device_put(a, dev) + 0)  # through a program too
+        c = np.asarray(jax.device_put(a, dev))
+        out["equal"].append(bool(np.array_equal(a.view(np.uint32), c.view(np.uint32))))
+        out["sha256"].append(hashlib.sha256(memoryview(b).cast("B")).hexdigest())
+    return out
+
+
 def device_put_chosen() -> dict:
     r = rng(6)
     a = r.standard_normal((16, 8)).astype(np.float32)

@@ -75,6 +75,11 @@ def test_512mib_roundtrip(cw):
     print(f"512 MiB up {got['up_s']:.2f} s, down {got['down_s']:.2f} s")
 
 
+def test_repeated_transfers(check):
+    want, got = check("repeated_transfers")
+    assert all(got["equal"]), got["equal"]
+
+
 def test_device_put_chosen_device(check):
     want, got = check("device_put_chosen")
     for p in range(harness.NUM_DEVICES):
