@@ -562,17 +562,23 @@ def export_roundtrip() -> dict:
     return out
 
 
-def reshard_device_order() -> dict:
-    """device_put between meshes over the same devices in another order: JAX
-    reorders the shards (IFRT RemapArrays, no bytes moved) and then reshards
-    with a program."""
+def _two_orders():
+    """Two 2x2 meshes over island 0's devices in opposite orders, and two
+    arrays on the first (float32 split on "a", int32 split on "b")."""
     isl = islands()[0]
     mesh1 = Mesh(np.array(isl).reshape(2, 2), ("a", "b"))
     mesh2 = Mesh(np.array(isl[::-1]).reshape(2, 2), ("c", "d"))
     a = np.arange(8 * 6, dtype=np.float32).reshape(8, 6)
     b = np.arange(8 * 4, dtype=np.int32).reshape(8, 4)
-    x1 = jax.device_put(a, NamedSharding(mesh1, P("a")))
-    x2 = jax.device_put(b, NamedSharding(mesh1, P("b")))
+    return (mesh1, mesh2, jax.device_put(a, NamedSharding(mesh1, P("a"))),
+            jax.device_put(b, NamedSharding(mesh1, P("b"))))
+
+
+def reshard_device_order() -> dict:
+    """device_put between meshes over the same devices in another order: JAX
+    reorders the shards (IFRT RemapArrays, no bytes moved) and then reshards
+    with a program."""
+    mesh1, mesh2, x1, x2 = _two_orders()
     s2 = NamedSharding(mesh2, P("c", "d"))
     y1, y2 = jax.device_put((x1, x2), s2)
     out = {"y1": np.asarray(y1), "y2": np.asarray(y2), "y1_sharding": sharding_desc(y1),
@@ -597,13 +603,7 @@ def reshard_donation(asked: bool = False) -> dict:
     program, which must refuse it (on the proxy front the server does: its
     shared buffers were donated), and is_deleted() of the donated inputs is
     left out (jaxlib's proxy client answers it from its own state)."""
-    isl = islands()[0]
-    mesh1 = Mesh(np.array(isl).reshape(2, 2), ("a", "b"))
-    mesh2 = Mesh(np.array(isl[::-1]).reshape(2, 2), ("c", "d"))
-    a = np.arange(8 * 6, dtype=np.float32).reshape(8, 6)
-    b = np.arange(8 * 4, dtype=np.int32).reshape(8, 4)
-    x1 = jax.device_put(a, NamedSharding(mesh1, P("a")))
-    x2 = jax.device_put(b, NamedSharding(mesh1, P("b")))
+    mesh1, mesh2, x1, x2 = _two_orders()
     y1, y2 = jax.device_put((x1, x2), NamedSharding(mesh2, P("c")), donate=(True, False))
     arr = jnp.arange(16, dtype=jnp.int32)  # uncommitted, on the first device
     z = jax.jit(lambda v: v * 2, in_shardings=NamedSharding(mesh1, P()), donate_argnums=0)(arr)

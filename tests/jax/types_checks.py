@@ -181,6 +181,19 @@ def buffer_pointer() -> dict:
     return out
 
 
+def _distinct_donation(out: dict) -> dict:
+    """Donating two different buffers to a fresh function still works (after a
+    refused call stock JAX keeps both inputs of the next one)."""
+    import warnings
+    g = jax.jit(lambda a, b: a + b, donate_argnums=(0, 1))
+    y, z = jnp.arange(8.0) + 1, jnp.arange(8.0) + 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out["distinct"] = np.asarray(g(y, z))
+    out["distinct_deleted"] = [y.is_deleted(), z.is_deleted()]
+    return out
+
+
 def donate_twice_fresh() -> dict:
     """donate_twice with a fresh array for each case: whether each call is
     refused, with what, and what is left of the array after."""
@@ -198,13 +211,7 @@ def donate_twice_fresh() -> dict:
             except Exception as e:  # noqa: BLE001
                 out[name] = {"ok": False, "message": str(e)}
         out[name]["x_deleted"] = x.is_deleted()
-    g = jax.jit(lambda a, b: a + b, donate_argnums=(0, 1))
-    y, z = jnp.arange(8.0) + 1, jnp.arange(8.0) + 2
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        out["distinct"] = np.asarray(g(y, z))
-    out["distinct_deleted"] = [y.is_deleted(), z.is_deleted()]
-    return out
+    return _distinct_donation(out)
 
 
 def donate_twice() -> dict:
@@ -227,15 +234,7 @@ def donate_twice() -> dict:
                              "names_it": "donat" in msg.lower()}
         out[name]["x_deleted"] = x.is_deleted()
     out["x_after"] = np.asarray(x)
-    # Donating different buffers still works (a fresh function: after a
-    # refused call stock JAX keeps both inputs of the next one).
-    g = jax.jit(lambda a, b: a + b, donate_argnums=(0, 1))
-    y, z = jnp.arange(8.0) + 1, jnp.arange(8.0) + 2
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        out["distinct"] = np.asarray(g(y, z))
-    out["distinct_deleted"] = [y.is_deleted(), z.is_deleted()]
-    return out
+    return _distinct_donation(out)
 
 
 def cost_analysis() -> dict:
