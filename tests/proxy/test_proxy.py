@@ -281,8 +281,9 @@ def test_session_metadata_is_checked(proxy):
 
 def test_bad_requests_get_answers_and_the_session_lives(cluster, proxy):
     """Garbage, an unknown kind, an unserved kind, a program that does not
-    parse, a program of another type and an unknown executable each get an
-    error response naming the problem, in order; Init after them works."""
+    parse, a program of another type and an unknown executable (to run, to
+    print) each get an error response naming the problem, in order; Init
+    after them works."""
     md = ((SESSION_MD, field(1, version(25))),)
     junk_program = field(1, field(1, b"xla::ifrt::XlaProgram") + field(2, b"not a module")) + \
         field(2, field(1, b"xla::ifrt::XlaCompileOptions"))
@@ -290,10 +291,11 @@ def test_bad_requests_get_answers_and_the_session_lives(cluster, proxy):
     reqs = [b"\xff\xff\xff", ifrt_request(99, 5, b"x"), ifrt_request(34, 6),
             ifrt_request(13, 8, junk_program), ifrt_request(13, 9, other_program),
             ifrt_request(15, 10, varint(1 << 3 | 1) + struct.pack("<Q", 12345)),
+            ifrt_request(29, 11, varint(1 << 3 | 1) + struct.pack("<Q", 777)),
             ifrt_request(2, 7)]
     with grpc.insecure_channel(proxy.address) as ch:
         got = [response_status(r) for r in session_call(ch, reqs, md)]
-    assert len(got) == 7, got
+    assert len(got) == 8, got
     assert got[0][1] == grpc.StatusCode.INVALID_ARGUMENT.value[0]
     assert "an IfrtRequest of 3 bytes does not decode" in got[0][2]
     assert got[1][:2] == (5, grpc.StatusCode.INVALID_ARGUMENT.value[0])
@@ -305,7 +307,11 @@ def test_bad_requests_get_answers_and_the_session_lives(cluster, proxy):
     assert "programs of type xla::ifrt::SomethingElse are not served" in got[4][2]
     assert got[5][:2] == (10, grpc.StatusCode.NOT_FOUND.value[0])
     assert "no executable with handle 12345 in this session" in got[5][2]
-    assert got[6] == (7, 0, ""), got[6]
+    # compiled.as_text() of an executable the session does not have.
+    assert got[6][:2] == (11, grpc.StatusCode.NOT_FOUND.value[0])
+    assert got[6][2] == ("LoadedExecutableHumanReadableProgramText: no executable with handle "
+                         "777 in this session"), got[6]
+    assert got[7] == (7, 0, ""), got[7]
 
 
 def test_session_credit_returns_as_requests_are_handled(proxy):
