@@ -388,21 +388,6 @@ typedef struct cw__record_s {
   bool is_len;
 } cw__record_t;
 
-static bool cw__varint(cw_reader_t* r, uint64_t* out) {
-  uint64_t v = 0;
-  for (int shift = 0; shift < 64; shift += 7) {
-    const uint8_t* p = NULL;
-    if (!cw_reader_bytes(r, 1, &p)) return false;
-    uint8_t b = *p;
-    v |= (uint64_t)(b & 0x7f) << shift;
-    if (!(b & 0x80)) {
-      *out = v;
-      return true;
-    }
-  }
-  return false;  // more than 10 bytes
-}
-
 // Splits a message into records; false if it is not well-formed wire format.
 // *out (malloc'd) holds *out_n records.
 static bool cw__records(const uint8_t* data, size_t size, cw__record_t** out, size_t* out_n) {
@@ -416,14 +401,14 @@ static bool cw__records(const uint8_t* data, size_t size, cw__record_t** out, si
     rec.start = r.pos;
     uint64_t tag = 0, v = 0;
     const uint8_t* p = NULL;
-    if (!cw__varint(&r, &tag) || (tag >> 3) == 0 || (tag >> 3) > 0x1fffffff) goto bad;
+    if (!cw_reader_varint(&r, &tag) || (tag >> 3) == 0 || (tag >> 3) > 0x1fffffff) goto bad;
     rec.field = (uint32_t)(tag >> 3);
     switch (tag & 7) {
-      case 0: if (!cw__varint(&r, &v)) goto bad; break;
+      case 0: if (!cw_reader_varint(&r, &v)) goto bad; break;
       case 1: if (!cw_reader_bytes(&r, 8, &p)) goto bad; break;
       case 5: if (!cw_reader_bytes(&r, 4, &p)) goto bad; break;
       case 2:
-        if (!cw__varint(&r, &v) || v > cw_reader_remaining(&r)) goto bad;
+        if (!cw_reader_varint(&r, &v) || v > cw_reader_remaining(&r)) goto bad;
         rec.value_start = r.pos;
         rec.value_size = (size_t)v;
         rec.is_len = true;

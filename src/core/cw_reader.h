@@ -29,6 +29,21 @@ static inline bool cw_reader_bytes(cw_reader_t* r, size_t n, const uint8_t** out
   return true;
 }
 
+// A protobuf base-128 varint: false when cut short or over 10 bytes.
+static inline bool cw_reader_varint(cw_reader_t* r, uint64_t* out) {
+  uint64_t v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    const uint8_t* p = NULL;
+    if (!cw_reader_bytes(r, 1, &p)) return false;
+    v |= (uint64_t)(*p & 0x7f) << shift;
+    if (!(*p & 0x80)) {
+      *out = v;
+      return true;
+    }
+  }
+  return false;
+}
+
 #define CW__READER_LE(bits)                                               \
   static inline bool cw_reader_u##bits##le(cw_reader_t* r, uint##bits##_t* out) { \
     const uint8_t* p;                                                     \

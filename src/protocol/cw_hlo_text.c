@@ -536,6 +536,21 @@ static void cw__print_mesh(FILE* f, const Causeway__Hlo__Mesh* mesh) {
   }
 }
 
+// A device list as an iota: "<=[reshape dims]", then "T(perm)" unless the
+// permutation is the identity (shardings and replica groups alike).
+static void cw__print_iota(FILE* f, const int64_t* dims, size_t n_dims, const int32_t* perm,
+                           size_t n_perm) {
+  fputs("<=[", f);
+  cw__print_ints(f, dims, n_dims, ",");
+  fputc(']', f);
+  bool identity = true;
+  for (size_t i = 0; i < n_perm; i++) identity = identity && perm[i] == (int32_t)i;
+  if (identity) return;
+  fputs("T(", f);
+  for (size_t i = 0; i < n_perm; i++) fprintf(f, "%s%" PRId32, i ? "," : "", perm[i]);
+  fputc(')', f);
+}
+
 static void cw__print_sharding(FILE* f, const Causeway__Hlo__OpSharding* s, int depth) {
   if (depth > CW__MAX_DEPTH) {
     fputs("{...}", f);
@@ -593,20 +608,8 @@ static void cw__print_sharding(FILE* f, const Causeway__Hlo__OpSharding* s, int 
   cw__print_ints(f, s->tile_assignment_dimensions, s->n_tile_assignment_dimensions, ",");
   fputc(']', f);
   if (s->n_iota_reshape_dims) {
-    fputs("<=[", f);
-    cw__print_ints(f, s->iota_reshape_dims, s->n_iota_reshape_dims, ",");
-    fputc(']', f);
-    bool identity = true;
-    for (size_t i = 0; i < s->n_iota_transpose_perm; i++) {
-      identity = identity && s->iota_transpose_perm[i] == (int32_t)i;
-    }
-    if (!identity) {
-      fputs("T(", f);
-      for (size_t i = 0; i < s->n_iota_transpose_perm; i++) {
-        fprintf(f, "%s%" PRId32, i ? "," : "", s->iota_transpose_perm[i]);
-      }
-      fputc(')', f);
-    }
+    cw__print_iota(f, s->iota_reshape_dims, s->n_iota_reshape_dims, s->iota_transpose_perm,
+                   s->n_iota_transpose_perm);
   } else {
     cw__print_ints(f, s->tile_assignment_devices, s->n_tile_assignment_devices, ",");
   }
@@ -830,20 +833,9 @@ static void cw__print_replica_groups(FILE* f, const cw__instr_t* in) {
   }
   if (in->iota_collective_device_list) {
     const Causeway__Hlo__IotaReplicaGroupList* r = in->iota_collective_device_list;
-    fprintf(f, "[%" PRId64 ",%" PRId64 "]<=[", r->num_replica_groups, r->num_devices_per_group);
-    cw__print_ints(f, r->iota_reshape_dims, r->n_iota_reshape_dims, ",");
-    fputc(']', f);
-    bool identity = true;
-    for (size_t i = 0; i < r->n_iota_transpose_perm; i++) {
-      identity = identity && r->iota_transpose_perm[i] == (int32_t)i;
-    }
-    if (!identity) {
-      fputs("T(", f);
-      for (size_t i = 0; i < r->n_iota_transpose_perm; i++) {
-        fprintf(f, "%s%" PRId32, i ? "," : "", r->iota_transpose_perm[i]);
-      }
-      fputc(')', f);
-    }
+    fprintf(f, "[%" PRId64 ",%" PRId64 "]", r->num_replica_groups, r->num_devices_per_group);
+    cw__print_iota(f, r->iota_reshape_dims, r->n_iota_reshape_dims, r->iota_transpose_perm,
+                   r->n_iota_transpose_perm);
     return;
   }
   Causeway__Hlo__ReplicaGroup** g = in->replica_groups;

@@ -1,46 +1,33 @@
 #include "cw_pb_nesting.h"
 
-static bool cw__varint(const uint8_t** p, const uint8_t* end, uint64_t* out) {
-  uint64_t v = 0;
-  for (int shift = 0; *p < end && shift < 64; shift += 7) {
-    uint8_t b = *(*p)++;
-    v |= (uint64_t)(b & 0x7f) << shift;
-    if (!(b & 0x80)) {
-      *out = v;
-      return true;
-    }
-  }
-  return false;
-}
+#include "cw_reader.h"
 
-static bool cw__walk(const ProtobufCMessageDescriptor* desc, const uint8_t* p, const uint8_t* end,
-                     int depth) {
+static bool cw__walk(const ProtobufCMessageDescriptor* desc, cw_reader_t* r, int depth) {
   if (depth < 0) return false;
-  while (p < end) {
+  while (cw_reader_remaining(r)) {
     uint64_t key, len;
-    if (!cw__varint(&p, end, &key)) return true;
+    const uint8_t* p;
+    if (!cw_reader_varint(r, &key)) return true;  // malformed: protobuf-c refuses it
     switch (key & 7) {
       case 0:
-        if (!cw__varint(&p, end, &len)) return true;
+        if (!cw_reader_varint(r, &len)) return true;
         break;
       case 1:
-      case 5: {
-        size_t skip = (key & 7) == 1 ? 8 : 4;
-        if ((size_t)(end - p) < skip) return true;
-        p += skip;
+      case 5:
+        if (!cw_reader_bytes(r, (key & 7) == 1 ? 8 : 4, &p)) return true;
         break;
-      }
       case 2: {
-        if (!cw__varint(&p, end, &len) || len > (uint64_t)(end - p)) return true;
+        if (!cw_reader_varint(r, &len) || len > cw_reader_remaining(r)) return true;
+        cw_reader_bytes(r, (size_t)len, &p);
         uint64_t number = key >> 3;
         const ProtobufCFieldDescriptor* f =
             number <= 0x1fffffff ? protobuf_c_message_descriptor_get_field(desc, (unsigned)number)
                                  : NULL;
-        if (f && f->type == PROTOBUF_C_TYPE_MESSAGE &&
-            !cw__walk(f->descriptor, p, p + len, depth - 1)) {
-          return false;
+        if (f && f->type == PROTOBUF_C_TYPE_MESSAGE) {
+          cw_reader_t child;
+          cw_reader_initialize(&child, p, (size_t)len);
+          if (!cw__walk(f->descriptor, &child, depth - 1)) return false;
         }
-        p += len;
         break;
       }
       default:
@@ -52,5 +39,8 @@ static bool cw__walk(const ProtobufCMessageDescriptor* desc, const uint8_t* p, c
 
 bool cw_pb_nesting_ok(const ProtobufCMessageDescriptor* desc, const uint8_t* data, size_t size,
                       int max_depth) {
-  return !size || cw__walk(desc, data, data + size, max_depth);
+  if (!size) return true;
+  cw_reader_t r;
+  cw_reader_initialize(&r, data, size);
+  return cw__walk(desc, &r, max_depth);
 }
