@@ -13,7 +13,10 @@ sides, each a subprocess, one after the other:
 
 - stock: JAX_PLATFORMS=cpu, in-process;
 - plugin: JAX_PLATFORMS=causeway joining the cluster (CAUSEWAY_CONTROLLER);
-- proxy: JAX_PLATFORMS=proxy, jaxlib's IFRT proxy client to causeway-proxy.
+- proxy: JAX_PLATFORMS=proxy, jaxlib's IFRT proxy client to causeway-proxy;
+- proxy, disk: the same, uploads of 1 MiB and up left in the proxy's transfer
+  directory (HostBufferReadFromDisk, under /dev/shm when there is one) rather
+  than streamed over gRPC: bulk only.
 
 Measured on one device: a synchronous tiny call (jit(x + 1) on float32[8],
 blocked per call; median), an asynchronous chain (x = f(x) N times, one
@@ -27,9 +30,11 @@ import argparse
 import json
 import os
 import pathlib
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -37,10 +42,13 @@ ROOT = HERE.parent
 
 
 def measure(side: str, cfg: dict) -> dict:
-    if side == "proxy":
+    if side.startswith("proxy"):
         os.environ["IFRT_PROXY_USE_INSECURE_GRPC_CREDENTIALS"] = "true"
+    if side == "proxy-disk":
+        os.environ["IFRT_PROXY_GRPC_LARGE_TRANSFER_OPTIMIZATION_DIRECTORY"] = cfg["transfer_dir"]
+        os.environ["IFRT_PROXY_GRPC_LARGE_TRANSFER_OPTIMIZATION_THRESHOLD_BYTES"] = str(1 << 20)
     import jax
-    if side == "proxy":
+    if side.startswith("proxy"):
         from jax.extend.backend import ifrt_proxy, register_backend_factory
 
         def client():
@@ -54,6 +62,8 @@ def measure(side: str, cfg: dict) -> dict:
 
     dev = jax.devices()[0]
     out = {"platform": jax.default_backend(), "runtime": dev.client.runtime_type}
+    if side == "proxy-disk":
+        return bulk(cfg, dev, out)
     f = jax.jit(lambda x: x + 1)
     x = jax.device_put(np.zeros(8, np.float32), dev)
     for _ in range(cfg["warmup"]):
@@ -97,7 +107,13 @@ def measure(side: str, cfg: dict) -> dict:
         l.block_until_ready()
         ts.append(time.perf_counter() - t)
     out["train_ms"] = statistics.median(ts) * 1e3
+    return bulk(cfg, dev, out)
 
+
+def bulk(cfg: dict, dev, out: dict) -> dict:
+    import jax
+    import numpy as np
+    rng = np.random.RandomState(0)
     big = rng.rand(cfg["mib"] << 18).astype(np.float32)  # mib MiB
     ups, downs = [], []
     for _ in range(cfg["bulk_repeats"]):
@@ -143,9 +159,13 @@ def main() -> int:
     if missing:
         raise SystemExit(f"proxy_bench: {missing}")
     cluster = harness.HandCluster(workers=1, devices=4, tcp=True)
+    transfer_dir = tempfile.mkdtemp(prefix="cw-proxy-bench-",
+                                    dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    cfg["transfer_dir"] = transfer_dir
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAUSEWAY_")}
     env.update({"CAUSEWAY_CONTROLLER": cluster.controller,
-                "CAUSEWAY_PROXY_PJRT_LIBRARY": harness.pjrt_library()})
+                "CAUSEWAY_PROXY_PJRT_LIBRARY": harness.pjrt_library(),
+                "CAUSEWAY_PROXY_TRANSFER_DIR": transfer_dir})
     # In this process's session, as every run before: the proxy's thread
     # hops are slower across autogroups (docs/performance.md).
     proxy = harness.ProxyProcess(env, "127.0.0.1:0", os.devnull,
@@ -158,9 +178,14 @@ def main() -> int:
         res["plugin"] = run_side("plugin", harness.causeway_env(controller=cluster.controller),
                                  cfg)
         res["proxy"] = run_side("proxy", clean, cfg)
+        res["proxy-disk"] = run_side("proxy-disk", clean, cfg)
+        left = os.listdir(transfer_dir)
+        if left:
+            raise SystemExit(f"proxy_bench: the proxy left {left} in {transfer_dir}")
     finally:
         proxy.stop()
         cluster.stop()
+        shutil.rmtree(transfer_dir, ignore_errors=True)
     rows = [("sync tiny call", "sync_us", "us", "{:.1f}"),
             ("async chain", "async_per_s", "calls/s", "{:,.0f}"),
             ("MLP training step", "train_ms", "ms", "{:.2f}"),
@@ -174,6 +199,10 @@ def main() -> int:
         p, g, s = (res[side][key] for side in ("proxy", "plugin", "stock"))
         print(f"  {name:<30} {fmt.format(p):>12} {fmt.format(g):>12} {fmt.format(s):>12} "
               f"{unit:<8} {p / s:>10.2f}x {p / g:>11.2f}x")
+    d, g, s = (res[side]["up_gbs"] for side in ("proxy-disk", "plugin", "stock"))
+    name = f"{cfg['mib']} MiB up, transfer dir"
+    print(f"  {name:<30} {d:>12.2f} {g:>12.2f} {s:>12.2f} {'GB/s':<8} {d / s:>10.2f}x "
+          f"{d / g:>11.2f}x")
     return 0
 
 

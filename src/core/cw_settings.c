@@ -283,6 +283,12 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
                                    CW_SETTING_INT, 0, 64 * GIB, "268435456", false, false,
                                    "bytes of released host buffers (1 MiB and up) the proxy keeps "
                                    "for the next ones; 0: none"},
+    [CW_SET_PROXY_TRANSFER_DIR] = {"CAUSEWAY_PROXY_TRANSFER_DIR", NULL, CW__PRX, "transfer-dir",
+                                   CW_SETTING_STRING, 0, 0, "", false, false,
+                                   "the directory IFRT clients on this host name in "
+                                   "IFRT_PROXY_GRPC_LARGE_TRANSFER_OPTIMIZATION_DIRECTORY, "
+                                   "where they leave large host buffers for the proxy to read; "
+                                   "empty: HostBufferReadFromDisk is refused"},
 };
 
 const cw_setting_def_t* cw_settings_def(cw_setting_id_t id) {

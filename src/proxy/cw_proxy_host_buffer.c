@@ -3,10 +3,16 @@
 // (loop thread) for MakeArrayFromHostBuffer, which may arrive first and
 // waits; CopyToHostBuffer leaves them (session thread) for HostBufferLookup,
 // which may also arrive first and is parked until they are there.
+// HostBufferReadFromDisk takes them from a file the client wrote.
 #include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cw_log.h"
 #include "cw_proxy_internal.h"
@@ -17,7 +23,7 @@
 // buffer of any size goes out without a second copy of it in memory.
 #define CW__AHEAD (8u << 20)
 
-typedef enum cw__op_e { CW__STORE = 1, CW__LOOKUP, CW__DELETE } cw__op_t;
+typedef enum cw__op_e { CW__STORE = 1, CW__LOOKUP, CW__DELETE, CW__DISK } cw__op_t;
 
 // The user of a host-buffer call.
 typedef struct cw_proxy_lookup_s {
@@ -135,6 +141,8 @@ cw_status_t cw_proxy_host_buffer_start(cw_proxy_t* p, cw_grpc_call_t* call, cons
     c->op = CW__DELETE;
   } else if (!strcmp(method, "HostBufferStore")) {
     c->op = CW__STORE;
+  } else if (!strcmp(method, "HostBufferReadFromDisk")) {
+    c->op = CW__DISK;
   } else {
     free(c);
     return cw_make_status(CW_UNIMPLEMENTED, "causeway-proxy does not serve %s yet", method);
@@ -162,6 +170,7 @@ cw_status_t cw_proxy_host_buffer_start(cw_proxy_t* p, cw_grpc_call_t* call, cons
                         : cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
     if (!st) {
       hb->declared = declared;
+      hb->filler = c;
       pthread_mutex_lock(&s->mu);
       st = cw_proxy_table_put(&s->host_buffers, c->handle, hb);
       pthread_mutex_unlock(&s->mu);
@@ -178,13 +187,13 @@ cw_status_t cw_proxy_host_buffer_start(cw_proxy_t* p, cw_grpc_call_t* call, cons
   return cw_ok_status();
 }
 
-// Removes (session, handle) if it is still being stored.
+// Removes (session, handle) if this call is still storing it.
 static void cw__abandon_store(cw_proxy_t* p, cw__hb_call_t* c) {
   cw_proxy_session_t* s = cw_proxy_session_find(p, c->session_id);
   if (!s) return;
   pthread_mutex_lock(&s->mu);
   cw_proxy_host_buffer_t* hb = cw_proxy_table_get(&s->host_buffers, c->handle);
-  if (hb && !hb->complete) {
+  if (hb && !hb->complete && hb->filler == c) {
     cw_proxy_table_remove(&s->host_buffers, c->handle);
     cw__hb_free(hb);
     pthread_cond_broadcast(&s->host_buffer_cv);
@@ -196,8 +205,9 @@ static void cw__store_data(cw_proxy_t* p, cw_grpc_call_t* call, cw__hb_call_t* c
                            const uint8_t* d, size_t n) {
   CwIfrt__HostBufferStoreRequest* r = cw_ifrt__host_buffer_store_request__unpack(NULL, n, d);
   cw_proxy_session_t* s = cw_proxy_session_find(p, c->session_id);
-  // Only this call writes an incomplete buffer, and only the loop frees a
-  // session: no lock is needed for the bytes.
+  // Only this call writes the buffer it fills, and only the loop frees a
+  // session: no lock is needed for the bytes. (Deleted, its handle may hold
+  // another's buffer now.)
   cw_proxy_host_buffer_t* hb = NULL;
   if (s) {
     pthread_mutex_lock(&s->mu);
@@ -207,7 +217,7 @@ static void cw__store_data(cw_proxy_t* p, cw_grpc_call_t* call, cw__hb_call_t* c
   cw_status_t st = cw_ok_status();
   if (!r) {
     st = cw_make_status(CW_INVALID_ARGUMENT, "HostBufferStore: a request does not decode");
-  } else if (!hb || hb->complete) {
+  } else if (!hb || hb->complete || hb->filler != c) {
     st = cw_make_status(CW_NOT_FOUND, "HostBufferStore: host buffer %llu is gone",
                         (unsigned long long)c->handle);
   } else if (r->data.len > hb->declared - hb->len) {
@@ -358,6 +368,175 @@ void cw_proxy_host_buffer_retry(cw_proxy_t* p) {
   }
 }
 
+// --- HostBufferReadFromDisk ---------------------------------------------------------------
+
+// The client wrote the bytes to <transfer dir>/lt_<handle as a 32-bit int>
+// (as jaxlib names it). The loop opens, checks and removes the file; a
+// libuv worker reads it (the loop never waits on a file) into a buffer that
+// completes the host buffer, as a store would. Read, not mapped: a client
+// that shortens a mapped file would fault the proxy.
+typedef struct cw__disk_s {
+  uv_work_t req;
+  cw_proxy_t* proxy;
+  cw_grpc_call_t* call;  // retained until answered
+  uint64_t session_id;
+  uint64_t handle;
+  int fd;
+  size_t len;
+  uint8_t* data;
+  cw_status_t st;  // of the read
+} cw__disk_t;
+
+static void cw__disk_read(uv_work_t* req) {
+  cw__disk_t* w = req->data;
+  w->data = cw_proxy_bytes_alloc(w->len ? w->len : 1);
+  if (!w->data) {
+    w->st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for %zu bytes", w->len);
+  }
+  for (size_t off = 0; !w->st && off < w->len;) {
+    ssize_t got = pread(w->fd, w->data + off, w->len - off, (off_t)off);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      w->st = cw_make_status(CW_DATA_LOSS, "the file ended after %zu of its %zu bytes (%s)", off,
+                             w->len, got < 0 ? strerror(errno) : "shortened meanwhile");
+    }
+    off += got > 0 ? (size_t)got : 0;
+  }
+  close(w->fd);
+  w->fd = -1;
+}
+
+// Loop thread: the read is done; completes the host buffer if it is still
+// the one this read fills, and answers the call.
+static void cw__disk_done(uv_work_t* req, int status) {
+  cw__disk_t* w = req->data;
+  cw_proxy_t* p = w->proxy;
+  cw_status_t st = w->st;
+  if (!st && status) st = cw_make_status(CW_CANCELLED, "the read was cancelled");
+  cw_proxy_session_t* s = cw_proxy_session_find(p, w->session_id);
+  if (s) {
+    pthread_mutex_lock(&s->mu);
+    cw_proxy_host_buffer_t* hb = cw_proxy_table_get(&s->host_buffers, w->handle);
+    if (hb && hb->filler == w) {
+      hb->filler = NULL;
+      if (!st) {
+        hb->data = w->data;
+        w->data = NULL;
+        hb->len = hb->cap = w->len;
+        hb->complete = true;
+      } else {
+        cw_proxy_table_remove(&s->host_buffers, w->handle);
+        cw__hb_free(hb);
+      }
+      pthread_cond_broadcast(&s->host_buffer_cv);
+    } else if (!st) {
+      st = cw_make_status(CW_NOT_FOUND, "host buffer %llu was deleted while it was read",
+                          (unsigned long long)w->handle);
+    }
+    pthread_mutex_unlock(&s->mu);
+  } else if (!st) {
+    st = cw_make_status(CW_NOT_FOUND, "the session ended while its host buffer was read");
+  }
+  CW_LOGD("HostBufferReadFromDisk %llu: %zu bytes %s", (unsigned long long)w->handle, w->len,
+          st ? cw_status_message(st) : "read");
+  cw_proxy_bytes_free(w->data);
+  if (st) st = cw_status_annotate(st, "HostBufferReadFromDisk %llu", (unsigned long long)w->handle);
+  if (cw_grpc_call_open(w->call)) {
+    uint8_t empty[1];
+    if (!st) st = cw_grpc_call_send(w->call, empty, 0);
+    cw_grpc_call_finish(w->call, st);
+  } else {
+    cw_status_free(st);
+  }
+  cw_grpc_call_release(w->call);
+  free(w);
+  cw_proxy_host_buffer_retry(p);  // lookups parked for it
+}
+
+// Opens, checks and removes the file of `handle` (its size declared as
+// `declared`, or -1: any); the caller reads it from *out_fd.
+static cw_status_t cw__disk_open(cw_proxy_t* p, uint64_t handle, int64_t declared, int* out_fd,
+                                 size_t* out_len) {
+  const char* dir = cw_settings_string(p->settings, CW_SET_PROXY_TRANSFER_DIR);
+  if (!dir[0]) {
+    return cw_make_status(CW_FAILED_PRECONDITION,
+                          "this proxy has no transfer directory: start it with "
+                          "CAUSEWAY_PROXY_TRANSFER_DIR set to the directory the client's "
+                          "IFRT_PROXY_GRPC_LARGE_TRANSFER_OPTIMIZATION_DIRECTORY names");
+  }
+  char path[4096];
+  int n = snprintf(path, sizeof(path), "%s/lt_%" PRId32, dir,
+                   (int32_t)(uint32_t)(handle & 0xffffffffu));
+  if (n < 0 || (size_t)n >= sizeof(path)) {
+    return cw_make_status(CW_FAILED_PRECONDITION, "the transfer directory's name is too long");
+  }
+  // Not a link, and a FIFO must not stall the loop.
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return cw_make_status(CW_NOT_FOUND, "cannot open %s: %s", path, strerror(errno));
+  struct stat sb;
+  if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
+    close(fd);
+    return cw_make_status(CW_INVALID_ARGUMENT, "%s is not a regular file", path);
+  }
+  unlink(path);  // the bytes are the proxy's (or refused) from here
+  if (declared >= 0 && (int64_t)sb.st_size != declared) {
+    close(fd);
+    return cw_make_status(CW_INVALID_ARGUMENT, "%s holds %lld bytes; the request declares %lld",
+                          path, (long long)sb.st_size, (long long)declared);
+  }
+  *out_fd = fd;
+  *out_len = (size_t)sb.st_size;
+  return cw_ok_status();
+}
+
+static void cw__read_from_disk(cw_proxy_t* p, cw_grpc_call_t* call, const uint8_t* d, size_t n) {
+  CwIfrt__HostBufferReadFromDiskRequest* r =
+      cw_ifrt__host_buffer_read_from_disk_request__unpack(NULL, n, d);
+  if (!r || !r->metadata || !r->metadata->has_handle) {
+    if (r) cw_ifrt__host_buffer_read_from_disk_request__free_unpacked(r, NULL);
+    cw_grpc_call_finish(call, cw_make_status(CW_INVALID_ARGUMENT, "HostBufferReadFromDisk: the "
+                                             "request does not decode or names no handle"));
+    return;
+  }
+  cw__disk_t* w = calloc(1, sizeof(*w));
+  cw_proxy_host_buffer_t* hb = calloc(1, sizeof(*hb));
+  uint64_t handle = r->metadata->handle;
+  int64_t declared = r->metadata->has_buffer_size ? r->metadata->buffer_size : -1;
+  cw_proxy_session_t* s = NULL;
+  cw_status_t st = w && hb ? cw__session_of(p, r->metadata->session_id, &s)
+                           : cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  if (w) *w = (cw__disk_t){.proxy = p, .call = call, .handle = handle, .fd = -1};
+  if (!st) {
+    w->session_id = s->id;
+    st = cw__disk_open(p, handle, declared, &w->fd, &w->len);
+  }
+  cw_ifrt__host_buffer_read_from_disk_request__free_unpacked(r, NULL);
+  if (!st) {
+    hb->declared = w->len;
+    hb->filler = w;
+    pthread_mutex_lock(&s->mu);
+    st = cw_proxy_table_put(&s->host_buffers, handle, hb);
+    pthread_mutex_unlock(&s->mu);
+  }
+  if (!st) {
+    w->req.data = w;
+    cw_grpc_call_retain(call);
+    int rc = uv_queue_work(&p->loop, &w->req, cw__disk_read, cw__disk_done);
+    if (!rc) return;
+    cw_grpc_call_release(call);
+    pthread_mutex_lock(&s->mu);
+    cw_proxy_table_remove(&s->host_buffers, handle);
+    pthread_cond_broadcast(&s->host_buffer_cv);
+    pthread_mutex_unlock(&s->mu);
+    st = cw_make_status(CW_INTERNAL, "no worker thread for the read: %s", uv_strerror(rc));
+  }
+  if (w && w->fd >= 0) close(w->fd);
+  free(w);
+  free(hb);
+  cw_grpc_call_finish(call, cw_status_annotate(st, "HostBufferReadFromDisk %llu",
+                                               (unsigned long long)handle));
+}
+
 void cw_proxy_host_buffer_message(cw_proxy_t* p, cw_grpc_call_t* call, const uint8_t* d,
                                   size_t n) {
   cw__hb_call_t* c = cw_grpc_call_user(call);
@@ -371,6 +550,10 @@ void cw_proxy_host_buffer_message(cw_proxy_t* p, cw_grpc_call_t* call, const uin
   }
   c->have_request = true;
   c->call = call;
+  if (c->op == CW__DISK) {
+    cw__read_from_disk(p, call, d, n);
+    return;
+  }
   if (c->op == CW__LOOKUP) {
     CwIfrt__HostBufferLookupRequest* r = cw_ifrt__host_buffer_lookup_request__unpack(NULL, n, d);
     if (!r) {
@@ -426,7 +609,7 @@ void cw_proxy_host_buffer_half_close(cw_proxy_t* p, cw_grpc_call_t* call) {
   } else {
     pthread_mutex_lock(&s->mu);
     cw_proxy_host_buffer_t* hb = cw_proxy_table_get(&s->host_buffers, c->handle);
-    if (!hb || hb->complete) {
+    if (!hb || hb->complete || hb->filler != c) {
       st = cw_make_status(CW_NOT_FOUND, "HostBufferStore: host buffer %llu is gone",
                           (unsigned long long)c->handle);
     } else if (hb->len != hb->declared) {
@@ -435,6 +618,7 @@ void cw_proxy_host_buffer_half_close(cw_proxy_t* p, cw_grpc_call_t* call) {
                           hb->declared);
     } else {
       hb->complete = true;
+      hb->filler = NULL;
       pthread_cond_broadcast(&s->host_buffer_cv);
     }
     pthread_mutex_unlock(&s->mu);

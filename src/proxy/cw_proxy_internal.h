@@ -49,6 +49,7 @@ typedef struct cw_proxy_host_buffer_s {
   bool complete;
   int readers;  // lookups sending it now (loop thread); take() waits for none
   bool orphan;  // deleted (or its session ended) while read: the last reader frees it
+  const void* filler;  // the disk read that will complete it (loop thread), if any
 } cw_proxy_host_buffer_t;
 
 typedef struct cw_proxy_item_s {
@@ -151,7 +152,8 @@ void cw_proxy_bytes_drain(void);
 // --- Host buffers (cw_proxy_host_buffer.c) ----------------------------------------------
 
 // Loop thread: the gRPC methods HostBufferStore, HostBufferLookup,
-// HostBufferDelete (`method` is the name after the service).
+// HostBufferDelete, HostBufferReadFromDisk (`method` is the name after the
+// service).
 CW_MUST_USE cw_status_t cw_proxy_host_buffer_start(cw_proxy_t* p, cw_grpc_call_t* call,
                                                    const char* method);
 void cw_proxy_host_buffer_message(cw_proxy_t* p, cw_grpc_call_t* call, const uint8_t* data,

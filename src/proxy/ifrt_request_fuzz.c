@@ -2,7 +2,8 @@
 // proxy decodes of it before any PJRT call: an IfrtRequest (protobuf-c over
 // proto/ifrt_proxy.proto) and, for the array requests, the dtype, dense size
 // and strides, and sharding of each array or host buffer
-// (cw_proxy_decode.c); GetVersion's request and the session metadata.
+// (cw_proxy_decode.c); GetVersion's request, the session metadata and
+// HostBufferReadFromDisk's request.
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -77,5 +78,8 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (v) cw_ifrt__get_version_request__free_unpacked(v, NULL);
   CwIfrt__SessionMetadata* m = cw_ifrt__session_metadata__unpack(NULL, size, data);
   if (m) cw_ifrt__session_metadata__free_unpacked(m, NULL);
+  CwIfrt__HostBufferReadFromDiskRequest* d =
+      cw_ifrt__host_buffer_read_from_disk_request__unpack(NULL, size, data);
+  if (d) cw_ifrt__host_buffer_read_from_disk_request__free_unpacked(d, NULL);
   return 0;
 }

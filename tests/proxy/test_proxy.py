@@ -59,9 +59,11 @@ def proxy(cluster):
     assert rc == 0, p.logs()
 
 
-def jax_client(address: str, mode: str = "report") -> subprocess.Popen:
+def jax_client(address: str, mode: str = "report", env_extra: dict | None = None
+               ) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CAUSEWAY_", "JAX_"))}
     env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"  # stock JAX's side
+    env.update(env_extra or {})
     return subprocess.Popen([sys.executable, str(HERE / "proxy_client.py"), address, mode],
                             env=env,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -243,8 +245,8 @@ def test_unknown_method_and_unserved_methods(proxy):
         assert "causeway-proxy has no method /no.Such/Method" in e.value.details()
         with pytest.raises(grpc.RpcError) as e:
             raw(ch, "HostBufferReadFromDisk")(b"", timeout=10)
-        assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
-        assert "does not serve HostBufferReadFromDisk yet" in e.value.details()
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "does not decode or names no handle" in e.value.details()
         # Host buffers of a session that does not exist.
         ids = varint(1 << 3 | 1) + struct.pack("<Q", 77) + varint(2 << 3 | 1) + struct.pack("<Q", 5)
         for method in ("HostBufferDelete", "HostBufferLookup"):
@@ -519,6 +521,116 @@ def test_lookup_streams_and_a_delete_cuts_it_short(proxy):
         assert again == b"new!"
         q.put(None)
         assert list(responses) == []
+
+
+def read_from_disk(ch, sid: int, handle: int, size: int | None):
+    """HostBufferReadFromDisk{metadata{session_id, handle, buffer_size}}."""
+    md = buffer_ids(sid, handle) + (varint(3 << 3) + varint(size) if size is not None else b"")
+    return raw(ch, "HostBufferReadFromDisk")(field(1, md), timeout=10)
+
+
+def test_host_buffers_read_from_disk(cluster, proxy, tmp_path):
+    """HostBufferReadFromDisk takes the bytes a client left in the transfer
+    directory as lt_<handle as a 32-bit int> and removes the file; a missing
+    file, a size other than declared, a link, a FIFO, a handle in use and a
+    proxy with no directory are refused by name, and nothing is read from
+    them."""
+    with grpc.insecure_channel(proxy.address) as ch:
+        q, responses, sid = live_session(ch)
+        with pytest.raises(grpc.RpcError) as e:
+            read_from_disk(ch, sid, 1, 4)
+        assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "this proxy has no transfer directory" in e.value.details()
+        q.put(None)
+    p = Proxy(cluster.controller, env={"CAUSEWAY_PROXY_TRANSFER_DIR": str(tmp_path)})
+    try:
+        with grpc.insecure_channel(p.address) as ch:
+            q, responses, sid = live_session(ch)
+            data = bytes(range(256)) * 40
+            (tmp_path / "lt_9").write_bytes(data)
+            read_from_disk(ch, sid, 9, len(data))
+            assert not (tmp_path / "lt_9").exists()
+            got = b"".join(dict(_fields(m)).get(1, b"") for m in
+                           ch.unary_stream(SERVICE + "HostBufferLookup")(buffer_ids(sid, 9),
+                                                                          timeout=10))
+            assert got == data
+            # The handle is in use: refused, and the file is gone all the same.
+            (tmp_path / "lt_9").write_bytes(b"other")
+            with pytest.raises(grpc.RpcError) as e:
+                read_from_disk(ch, sid, 9, 5)
+            assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS, e.value
+            assert "handle 9 is in use" in e.value.details()
+            assert not (tmp_path / "lt_9").exists()
+            # jaxlib names the file by the handle cut to a 32-bit int.
+            (tmp_path / "lt_5").write_bytes(b"five")
+            read_from_disk(ch, sid, (1 << 32) + 5, None)
+            assert not (tmp_path / "lt_5").exists()
+            (tmp_path / "lt_-1").write_bytes(b"minus one")
+            read_from_disk(ch, sid, 0xFFFFFFFF, 9)
+            for handle, text in (((1 << 32) + 5, b"five"), (0xFFFFFFFF, b"minus one")):
+                got = b"".join(dict(_fields(m)).get(1, b"") for m in ch.unary_stream(
+                    SERVICE + "HostBufferLookup")(buffer_ids(sid, handle), timeout=10))
+                assert got == text
+            with pytest.raises(grpc.RpcError) as e:
+                read_from_disk(ch, sid, 10, 4)
+            assert e.value.code() == grpc.StatusCode.NOT_FOUND
+            assert f"cannot open {tmp_path}/lt_10: No such file or directory" \
+                in e.value.details(), e.value.details()
+            (tmp_path / "lt_11").write_bytes(b"12345")
+            with pytest.raises(grpc.RpcError) as e:
+                read_from_disk(ch, sid, 11, 6)
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "lt_11 holds 5 bytes; the request declares 6" in e.value.details()
+            secret = tmp_path / "secret"
+            secret.write_bytes(b"not for clients")
+            (tmp_path / "lt_12").symlink_to(secret)
+            with pytest.raises(grpc.RpcError) as e:
+                read_from_disk(ch, sid, 12, None)
+            assert e.value.code() == grpc.StatusCode.NOT_FOUND
+            assert "cannot open" in e.value.details() and "lt_12" in e.value.details()
+            assert secret.exists() and (tmp_path / "lt_12").is_symlink()
+            os.mkfifo(tmp_path / "lt_13")
+            with pytest.raises(grpc.RpcError) as e:
+                read_from_disk(ch, sid, 13, None)
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "lt_13 is not a regular file" in e.value.details()
+            with pytest.raises(grpc.RpcError) as e:
+                read_from_disk(ch, 77, 14, None)
+            assert e.value.code() == grpc.StatusCode.NOT_FOUND
+            assert "no IFRT session 000000000000004d" in e.value.details()
+            for handle in (10, 11, 12, 13):  # nothing was stored for the refused ones
+                with pytest.raises(grpc.RpcError) as e:
+                    list(ch.unary_stream(SERVICE + "HostBufferDelete")(buffer_ids(sid, handle),
+                                                                         timeout=10))
+                assert e.value.code() == grpc.StatusCode.NOT_FOUND, handle
+            q.put(None)
+            assert list(responses) == []
+    finally:
+        assert p.stop() == 0, p.logs()
+
+
+def test_stock_jax_uploads_through_the_transfer_directory(cluster, tmp_path):
+    """jaxlib's client, told to (IFRT_PROXY_GRPC_LARGE_TRANSFER_OPTIMIZATION_*),
+    writes host buffers of 1 MiB and up to the transfer directory rather than
+    streaming them: the round trips of `arrays` (64 MiB among them) give back
+    the same bytes, the proxy read them from disk, and no file is left."""
+    p = Proxy(cluster.controller, env={"CAUSEWAY_PROXY_TRANSFER_DIR": str(tmp_path),
+                                       "CAUSEWAY_LOG_LEVEL": "debug"})
+    try:
+        client = jax_client(p.address, "arrays", {
+            "IFRT_PROXY_GRPC_LARGE_TRANSFER_OPTIMIZATION_DIRECTORY": str(tmp_path),
+            "IFRT_PROXY_GRPC_LARGE_TRANSFER_OPTIMIZATION_THRESHOLD_BYTES": str(1 << 20)})
+        try:
+            out = read_report(client)
+            assert out["checks"] and all(out["checks"].values()), out
+        finally:
+            finish(client)
+        assert client.returncode == 0, client.stderr.read()[-3000:]
+        assert " bytes read" in p.logs() and "HostBufferReadFromDisk" in p.logs(), p.logs()
+        assert "67108864 bytes read" in p.logs()
+        assert list(tmp_path.iterdir()) == []
+    finally:
+        assert p.stop() == 0, p.logs()[-3000:]
 
 
 def _fields(b: bytes):
