@@ -12,6 +12,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 
 import grpc
 import pytest
@@ -521,6 +522,55 @@ def test_lookup_streams_and_a_delete_cuts_it_short(proxy):
         assert again == b"new!"
         q.put(None)
         assert list(responses) == []
+
+
+def test_store_cut_off_by_a_delete_leaves_the_next_buffer_alone(proxy):
+    """A store under way whose buffer is deleted, then stored again under the
+    same handle by a second store, fails when its next chunk comes, and
+    neither writes into nor removes the second one's buffer, which gets its
+    own bytes."""
+    import queue
+    with grpc.insecure_channel(proxy.address) as ch:
+        q, responses, sid = live_session(ch)
+        ids = buffer_ids(sid, 20)
+
+        def streaming(first: bytes):
+            chunks: queue.Queue = queue.Queue()
+            chunks.put(first)
+            call = ch.stream_unary(SERVICE + "HostBufferStore").future(
+                (field(1, c) for c in iter(chunks.get, None)),
+                metadata=(("ifrt-proxy-grpc-host-buffer-store-metadata-bin",
+                           ids + varint(3 << 3) + varint(8)),), timeout=30)
+            return chunks, call
+        old, old_call = streaming(b"old1")
+        # The first store's buffer exists once its call has begun: delete it.
+        assert harness.wait_until(lambda: _deleted(ch, ids), 10)
+        new, new_call = streaming(b"new1")
+        # One connection: the second store's first chunk reaches the proxy
+        # before the first store's second.
+        time.sleep(0.5)
+        old.put(b"old2")
+        old.put(None)
+        with pytest.raises(grpc.RpcError) as e:
+            old_call.result(timeout=30)
+        assert e.value.code() == grpc.StatusCode.NOT_FOUND, e.value
+        assert "HostBufferStore: host buffer 20 is gone" in e.value.details()
+        new.put(b"new2")
+        new.put(None)
+        new_call.result(timeout=30)
+        got = b"".join(dict(_fields(m)).get(1, b"")
+                       for m in ch.unary_stream(SERVICE + "HostBufferLookup")(ids, timeout=10))
+        assert got == b"new1new2"
+        q.put(None)
+        assert list(responses) == []
+
+
+def _deleted(ch, ids: bytes) -> bool:
+    try:
+        list(ch.unary_stream(SERVICE + "HostBufferDelete")(ids, timeout=10))
+        return True
+    except grpc.RpcError:
+        return False
 
 
 def read_from_disk(ch, sid: int, handle: int, size: int | None):
