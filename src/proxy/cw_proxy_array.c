@@ -30,6 +30,26 @@ static void cw__shard_release(cw_proxy_session_t* s, cw_proxy_shard_t* sh) {
   free(sh);
 }
 
+cw_status_t cw_proxy_array_add_shard(cw_proxy_array_t* a, PJRT_Buffer* buffer, int32_t device_id) {
+  cw_proxy_shard_t* sh = malloc(sizeof(*sh));
+  if (!sh) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  *sh = (cw_proxy_shard_t){.refs = 1, .buffer = buffer, .device_id = device_id};
+  a->shards[a->n++] = sh;
+  return cw_ok_status();
+}
+
+void cw_proxy_array_share_shard(cw_proxy_array_t* out, const cw_proxy_array_t* in, size_t k) {
+  out->shards[out->n++] = cw__shard_retain(in->shards[k]);
+}
+
+int32_t cw_proxy_array_shard_device(const cw_proxy_array_t* a, size_t k) {
+  return a->shards[k]->device_id;
+}
+
+PJRT_Buffer* cw_proxy_array_shard_buffer(const cw_proxy_array_t* a, size_t k) {
+  return a->shards[k]->buffer;
+}
+
 // Drops the shards (Delete): the array stays, deleted, until Destruct.
 static void cw__array_drop(cw_proxy_session_t* s, cw_proxy_array_t* a) {
   for (size_t i = 0; i < a->n; i++) cw__shard_release(s, a->shards[i]);  // NULL: none
@@ -42,6 +62,7 @@ static void cw__array_drop(cw_proxy_session_t* s, cw_proxy_array_t* a) {
 void cw_proxy_array_free(cw_proxy_session_t* s, cw_proxy_array_t* a) {
   if (!a) return;
   cw__array_drop(s, a);
+  cw_status_free(a->error);
   free(a->sharding);
   free(a);
 }
@@ -59,24 +80,24 @@ void cw_proxy_arrays_drop(cw_proxy_session_t* s, const uint64_t* handles, size_t
   for (size_t i = 0; i < n; i++) cw_proxy_array_free(s, cw_proxy_table_remove(&s->arrays, handles[i]));
 }
 
-static cw_status_t cw__array_get(cw_proxy_session_t* s, uint64_t handle, cw_proxy_array_t** out) {
+cw_status_t cw_proxy_array_get(cw_proxy_session_t* s, uint64_t handle, cw_proxy_array_t** out) {
   cw_proxy_array_t* a = cw_proxy_table_get(&s->arrays, handle);
   if (!a) return cw_make_status(CW_NOT_FOUND, "no array with handle %llu in this session",
                                 (unsigned long long)handle);
   if (a->deleted) return cw_make_status(CW_FAILED_PRECONDITION, "array %llu was deleted",
                                         (unsigned long long)handle);
+  if (a->error) return cw_status_clone(a->error);
   *out = a;
   return cw_ok_status();
 }
 
-// The handle the client chose, else one of the proxy's (top bit set).
-static uint64_t cw__handle(cw_proxy_session_t* s, bool has, uint64_t chosen) {
+uint64_t cw_proxy_result_handle(cw_proxy_session_t* s, bool has, uint64_t chosen) {
   return has && chosen ? chosen : (1ull << 63) | ++s->next_handle;
 }
 
-static cw_status_t cw__array_new(cw_proxy_session_t* s, uint64_t handle, int32_t dtype,
-                                 const int64_t* dims, size_t rank, size_t n,
-                                 cw_proxy_array_t** out) {
+cw_status_t cw_proxy_array_new(cw_proxy_session_t* s, uint64_t handle, int32_t dtype,
+                               const int64_t* dims, size_t rank, size_t n,
+                               cw_proxy_array_t** out) {
   *out = NULL;
   if (rank > CW_PROXY_MAX_RANK) {
     return cw_make_status(CW_INVALID_ARGUMENT, "rank %zu is over %d", rank, CW_PROXY_MAX_RANK);
@@ -102,8 +123,7 @@ static cw_status_t cw__array_new(cw_proxy_session_t* s, uint64_t handle, int32_t
   return cw_ok_status();
 }
 
-// Keeps the ShardingProto `a` was made with (packed); left out if memory is short.
-static void cw__keep_sharding(cw_proxy_array_t* a, const CwIfrt__Sharding* sharding) {
+void cw_proxy_array_keep_sharding(cw_proxy_array_t* a, const CwIfrt__Sharding* sharding) {
   size_t len = cw_ifrt__sharding__get_packed_size(sharding);
   a->sharding = malloc(len ? len : 1);
   if (a->sharding) a->sharding_len = cw_ifrt__sharding__pack(sharding, a->sharding);
@@ -111,13 +131,10 @@ static void cw__keep_sharding(cw_proxy_array_t* a, const CwIfrt__Sharding* shard
 
 // --- Requests ------------------------------------------------------------------------------
 
-#define CW__REUSE_INPUT 2  // xla.ifrt.proto.ArrayCopySemantics
-#define CW__DONATE_INPUT 3
 
-// With DONATE_INPUT the inputs are deleted once their shards are another's.
-static void cw__donate_if(cw_proxy_session_t* s, int32_t semantics, const uint64_t* handles,
-                          size_t n) {
-  if (semantics != CW__DONATE_INPUT) return;
+void cw_proxy_arrays_donate_if(cw_proxy_session_t* s, int32_t semantics, const uint64_t* handles,
+                               size_t n) {
+  if (semantics != CW_PROXY_DONATE_INPUT) return;
   for (size_t i = 0; i < n; i++) {
     cw_proxy_array_t* a = cw_proxy_table_get(&s->arrays, handles[i]);
     if (a) cw__array_drop(s, a);
@@ -197,7 +214,7 @@ cw_status_t cw_proxy_array_adopt(cw_proxy_session_t* s, uint64_t handle,
   CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Buffer_ElementType, &et), "output");
   CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Buffer_Dimensions, &d), "output");
   CW_RETURN_IF_ERROR(cw_proxy_dtype_kind(et.type, &kind), "output");
-  CW_RETURN_IF_ERROR(cw__array_new(s, handle, kind, d.dims, d.num_dims, n, out), "output");
+  CW_RETURN_IF_ERROR(cw_proxy_array_new(s, handle, kind, d.dims, d.num_dims, n, out), "output");
   for (size_t i = 0; i < n; i++) {
     cw_proxy_shard_t* sh = malloc(sizeof(*sh));
     if (!sh) {
@@ -223,10 +240,10 @@ static cw_status_t cw__lookup_device(cw_proxy_session_t* s, int32_t id, PJRT_Dev
   return cw_ok_status();
 }
 
-// One shard on `device_id` holding `data`.
-static cw_status_t cw__upload(cw_proxy_session_t* s, const cw_proxy_dtype_t* dt, const int64_t* dims,
-                              size_t rank, int32_t device_id, const uint8_t* data,
-                              cw_proxy_shard_t** out) {
+cw_status_t cw_proxy_buffer_upload(cw_proxy_session_t* s, const cw_proxy_dtype_t* dt,
+                                   const int64_t* dims, size_t rank, int32_t device_id,
+                                   const uint8_t* data, PJRT_Buffer** out) {
+  *out = NULL;
   PJRT_Device* device;
   CW_RETURN_IF_ERROR(cw__lookup_device(s, device_id, &device), "upload");
   PJRT_Client_BufferFromHostBuffer_Args a = {
@@ -237,13 +254,26 @@ static cw_status_t cw__upload(cw_proxy_session_t* s, const cw_proxy_dtype_t* dt,
   const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
   cw_status_t st = CW_PROXY_PJRT_CALL(p, PJRT_Client_BufferFromHostBuffer, &a);
   if (!st) st = cw_proxy_pjrt_await(p, a.done_with_host_buffer, "done with the host buffer");
-  cw_proxy_shard_t* sh = st ? NULL : malloc(sizeof(*sh));
-  if (!st && !sh) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   if (st) {
     cw_proxy_pjrt_buffer_destroy(p, a.buffer);
     return st;
   }
-  *sh = (cw_proxy_shard_t){.refs = 1, .buffer = a.buffer, .device_id = device_id};
+  *out = a.buffer;
+  return cw_ok_status();
+}
+
+// One shard on `device_id` holding `data`.
+static cw_status_t cw__upload(cw_proxy_session_t* s, const cw_proxy_dtype_t* dt, const int64_t* dims,
+                              size_t rank, int32_t device_id, const uint8_t* data,
+                              cw_proxy_shard_t** out) {
+  PJRT_Buffer* b;
+  CW_RETURN_IF_ERROR(cw_proxy_buffer_upload(s, dt, dims, rank, device_id, data, &b), "upload");
+  cw_proxy_shard_t* sh = malloc(sizeof(*sh));
+  if (!sh) {
+    cw_proxy_pjrt_buffer_destroy(&s->proxy->pjrt, b);
+    return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  *sh = (cw_proxy_shard_t){.refs = 1, .buffer = b, .device_id = device_id};
   *out = sh;
   return cw_ok_status();
 }
@@ -304,10 +334,10 @@ static cw_status_t cw__make_from_host(cw_proxy_session_t* s, const CwIfrt__IfrtR
   uint8_t* data = NULL;
   cw_status_t st = cw__host_array(s, r->host_buffer_handle, &dt, r->shape->dims,
                                   r->shape->n_dims, r->byte_strides, &data);
-  uint64_t handle = cw__handle(s, r->has_array_handle, r->array_handle);
+  uint64_t handle = cw_proxy_result_handle(s, r->has_array_handle, r->array_handle);
   cw_proxy_array_t* arr = NULL;
   if (!st) {
-    st = cw__array_new(s, handle, r->dtype->kind, r->shape->dims, r->shape->n_dims, n, &arr);
+    st = cw_proxy_array_new(s, handle, r->dtype->kind, r->shape->dims, r->shape->n_dims, n, &arr);
   }
   for (size_t i = 0; !st && i < n; i++) {
     st = cw__upload(s, &dt, r->shape->dims, r->shape->n_dims, ids[i], data, &arr->shards[i]);
@@ -343,7 +373,7 @@ static cw_status_t cw__make_one_from_shards(
   bool replicated;
   CW_RETURN_IF_ERROR(cw_proxy_sharding_devices(as->sharding, &ids, &n, &replicated), "spec");
   cw_proxy_array_t* arr;
-  cw_status_t st = cw__array_new(s, handle, as->dtype->kind, as->shape->dims, as->shape->n_dims,
+  cw_status_t st = cw_proxy_array_new(s, handle, as->dtype->kind, as->shape->dims, as->shape->n_dims,
                                  n, &arr);
   if (st) {
     free(ids);
@@ -405,7 +435,7 @@ static cw_status_t cw__make_from_shards(cw_proxy_session_t* s, const CwIfrt__Ifr
       resp->make_arrays_from_host_buffer_shards_response;
   uint64_t* handles = out->array_handles;
   for (size_t i = 0; i < r->n_specs; i++) {
-    uint64_t h = cw__handle(s, r->n_array_handles > 0, r->n_array_handles ? r->array_handles[i] : 0);
+    uint64_t h = cw_proxy_result_handle(s, r->n_array_handles > 0, r->n_array_handles ? r->array_handles[i] : 0);
     cw_status_t st = cw__make_one_from_shards(s, r->specs[i], h);
     if (st) {
       cw_proxy_arrays_drop(s, handles, out->n_array_handles);
@@ -439,6 +469,30 @@ static cw_status_t cw__memory_of(cw_proxy_session_t* s, PJRT_Device* device, con
   return cw_make_status(CW_INVALID_ARGUMENT, "the device has no memory of kind %s", kind);
 }
 
+cw_status_t cw_proxy_buffer_copy(cw_proxy_session_t* s, PJRT_Buffer* buffer, int32_t device_id,
+                                 const char* memory_kind, PJRT_Buffer** out) {
+  *out = NULL;
+  const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
+  PJRT_Device* dev;
+  PJRT_Memory* mem = NULL;
+  CW_RETURN_IF_ERROR(cw__lookup_device(s, device_id, &dev), "copy");
+  CW_RETURN_IF_ERROR(cw__memory_of(s, dev, memory_kind, &mem), "copy");
+  if (mem) {
+    PJRT_Buffer_CopyToMemory_Args m = {
+        .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_CopyToMemory_Args, dst_buffer),
+        .buffer = buffer, .dst_memory = mem};
+    CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Buffer_CopyToMemory, &m), "copy");
+    *out = m.dst_buffer;
+    return cw_ok_status();
+  }
+  PJRT_Buffer_CopyToDevice_Args d = {
+      .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_CopyToDevice_Args, dst_buffer),
+      .buffer = buffer, .dst_device = dev};
+  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Buffer_CopyToDevice, &d), "copy");
+  *out = d.dst_buffer;
+  return cw_ok_status();
+}
+
 // Copies of arrays onto other devices (and memory kinds), shard k onto
 // device k: the plugin copies worker to worker.
 static cw_status_t cw__copy_arrays(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
@@ -456,45 +510,23 @@ static cw_status_t cw__copy_arrays(cw_proxy_session_t* s, const CwIfrt__IfrtRequ
   for (size_t i = 0; i < r->n_array_handles; i++) {
     cw_proxy_array_t* a;
     cw_proxy_array_t* c = NULL;
-    uint64_t h = cw__handle(s, r->n_result_handles > 0,
+    uint64_t h = cw_proxy_result_handle(s, r->n_result_handles > 0,
                             r->n_result_handles ? r->result_handles[i] : 0);
-    cw_status_t st = cw__array_get(s, r->array_handles[i], &a);
+    cw_status_t st = cw_proxy_array_get(s, r->array_handles[i], &a);
     if (!st && r->n_device_ids != a->n) {
       st = cw_make_status(CW_INVALID_ARGUMENT, "%zu devices for an array of %zu shards",
                           r->n_device_ids, a->n);
     }
-    if (!st) st = cw__array_new(s, h, a->dtype, a->dims, a->rank, a->n, &c);
+    if (!st) st = cw_proxy_array_new(s, h, a->dtype, a->dims, a->rank, a->n, &c);
     if (st) {
       cw_proxy_arrays_drop(s, out->array_handles, out->n_array_handles);
       return cw_status_annotate(st, "CopyArrays");
     }
     for (size_t k = 0; !st && k < a->n; k++) {
-      PJRT_Device* dev;
-      PJRT_Memory* mem = NULL;
       PJRT_Buffer* b = NULL;
-      st = cw__lookup_device(s, r->device_ids[k], &dev);
-      if (!st) st = cw__memory_of(s, dev, r->memory_kind, &mem);
-      if (!st && mem) {
-        PJRT_Buffer_CopyToMemory_Args m = {
-            .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_CopyToMemory_Args, dst_buffer),
-            .buffer = a->shards[k]->buffer, .dst_memory = mem};
-        st = CW_PROXY_PJRT_CALL(p, PJRT_Buffer_CopyToMemory, &m);
-        b = m.dst_buffer;
-      } else if (!st) {
-        PJRT_Buffer_CopyToDevice_Args d = {
-            .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_CopyToDevice_Args, dst_buffer),
-            .buffer = a->shards[k]->buffer, .dst_device = dev};
-        st = CW_PROXY_PJRT_CALL(p, PJRT_Buffer_CopyToDevice, &d);
-        b = d.dst_buffer;
-      }
-      cw_proxy_shard_t* sh = st ? NULL : malloc(sizeof(*sh));
-      if (!st && !sh) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-      if (st) {
-        cw_proxy_pjrt_buffer_destroy(p, b);
-        break;
-      }
-      *sh = (cw_proxy_shard_t){.refs = 1, .buffer = b, .device_id = r->device_ids[k]};
-      c->shards[c->n++] = sh;
+      st = cw_proxy_buffer_copy(s, a->shards[k]->buffer, r->device_ids[k], r->memory_kind, &b);
+      if (!st) st = cw_proxy_array_add_shard(c, b, r->device_ids[k]);
+      if (st) cw_proxy_pjrt_buffer_destroy(p, b);
     }
     if (st) {
       cw_proxy_array_free(s, cw_proxy_table_remove(&s->arrays, h));
@@ -503,7 +535,7 @@ static cw_status_t cw__copy_arrays(cw_proxy_session_t* s, const CwIfrt__IfrtRequ
     }
     out->array_handles[out->n_array_handles++] = h;
   }
-  cw__donate_if(s, r->copy_semantics, r->array_handles, r->n_array_handles);
+  cw_proxy_arrays_donate_if(s, r->copy_semantics, r->array_handles, r->n_array_handles);
   return cw_ok_status();
 }
 
@@ -584,14 +616,14 @@ static cw_status_t cw__remap_outputs(cw_proxy_session_t* s, const CwIfrt__RemapA
     size_t nd = 0;
     bool replicated;
     st = cw_proxy_sharding_devices(spec->sharding, &out_ids[o], &nd, &replicated);
-    uint64_t h = cw__handle(s, r->n_result_handles > 0,
+    uint64_t h = cw_proxy_result_handle(s, r->n_result_handles > 0,
                             r->n_result_handles ? r->result_handles[o] : 0);
-    if (!st) st = cw__array_new(s, h, spec->dtype->kind, spec->shape->dims, spec->shape->n_dims,
+    if (!st) st = cw_proxy_array_new(s, h, spec->dtype->kind, spec->shape->dims, spec->shape->n_dims,
                                 nd, &outs[o]);
     if (st) break;
     outs[o]->n = nd;  // shards filled below
     out->array_handles[out->n_array_handles++] = h;
-    cw__keep_sharding(outs[o], spec->sharding);
+    cw_proxy_array_keep_sharding(outs[o], spec->sharding);
   }
   // A plan may carry both forms; the compact one, when given, is the
   // plan's whole (as XLA's own clients read it).
@@ -648,17 +680,17 @@ static cw_status_t cw__remap(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* r
                           r->n_result_handles, plan->n_input_specs, plan->n_output_specs);
   }
   // Outputs share the inputs' buffers: a copy is not what they would get.
-  if (r->copy_semantics != CW__REUSE_INPUT && r->copy_semantics != CW__DONATE_INPUT) {
+  if (r->copy_semantics != CW_PROXY_REUSE_INPUT && r->copy_semantics != CW_PROXY_DONATE_INPUT) {
     return cw_make_status(CW_INVALID_ARGUMENT, "RemapArrays: copy semantics %d; shards are "
                           "shared, so only REUSE_INPUT (%d) or DONATE_INPUT (%d)",
-                          r->copy_semantics, CW__REUSE_INPUT, CW__DONATE_INPUT);
+                          r->copy_semantics, CW_PROXY_REUSE_INPUT, CW_PROXY_DONATE_INPUT);
   }
   cw_proxy_array_t** in = calloc(r->n_array_handles + 1, sizeof(*in));
   int32_t** out_ids = calloc(plan->n_output_specs + 1, sizeof(*out_ids));
   cw_status_t st = !in || !out_ids ? cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory")
                                    : cw_ok_status();
   for (size_t i = 0; !st && i < r->n_array_handles; i++) {
-    st = cw__array_get(s, r->array_handles[i], &in[i]);
+    st = cw_proxy_array_get(s, r->array_handles[i], &in[i]);
     const CwIfrt__ArraySpec* spec = plan->input_specs[i];
     bool same = !st && spec->dtype && spec->shape && spec->dtype->kind == in[i]->dtype &&
                 spec->shape->n_dims == in[i]->rank &&
@@ -676,7 +708,7 @@ static cw_status_t cw__remap(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* r
   CwIfrt__RemapArraysResponse* out = st ? NULL : resp->remap_arrays_response;
   if (!st) st = cw__remap_outputs(s, r, in, out_ids, out);
   if (st && out) cw_proxy_arrays_drop(s, out->array_handles, out->n_array_handles);
-  if (!st) cw__donate_if(s, r->copy_semantics, r->array_handles, r->n_array_handles);
+  if (!st) cw_proxy_arrays_donate_if(s, r->copy_semantics, r->array_handles, r->n_array_handles);
   for (size_t o = 0; out_ids && o < plan->n_output_specs; o++) free(out_ids[o]);
   free(out_ids);
   free(in);
@@ -692,25 +724,25 @@ static cw_status_t cw__assemble(cw_proxy_session_t* s, const CwIfrt__IfrtRequest
   }
   size_t n = r->n_single_device_array_handles;
   cw_proxy_array_t* first;
-  CW_RETURN_IF_ERROR(cw__array_get(s, r->single_device_array_handles[0], &first), "Assemble");
+  CW_RETURN_IF_ERROR(cw_proxy_array_get(s, r->single_device_array_handles[0], &first), "Assemble");
   for (size_t i = 0; i < n; i++) {
     cw_proxy_array_t* part;
-    CW_RETURN_IF_ERROR(cw__array_get(s, r->single_device_array_handles[i], &part), "Assemble");
+    CW_RETURN_IF_ERROR(cw_proxy_array_get(s, r->single_device_array_handles[i], &part), "Assemble");
     if (part->n != 1) {
       return cw_make_status(CW_INVALID_ARGUMENT, "Assemble: array %llu has %zu shards, not one",
                             (unsigned long long)r->single_device_array_handles[i], part->n);
     }
   }
-  uint64_t handle = cw__handle(s, r->has_result_handle, r->result_handle);
+  uint64_t handle = cw_proxy_result_handle(s, r->has_result_handle, r->result_handle);
   int32_t dtype = r->dtype ? r->dtype->kind : first->dtype;
   cw_proxy_array_t* a;
-  CW_RETURN_IF_ERROR(cw__array_new(s, handle, dtype, r->shape->dims, r->shape->n_dims, n, &a),
+  CW_RETURN_IF_ERROR(cw_proxy_array_new(s, handle, dtype, r->shape->dims, r->shape->n_dims, n, &a),
                      "Assemble");
   for (size_t i = 0; i < n; i++) {
     cw_proxy_array_t* part = cw_proxy_table_get(&s->arrays, r->single_device_array_handles[i]);
     a->shards[a->n++] = cw__shard_retain(part->shards[0]);
   }
-  cw__keep_sharding(a, r->sharding);
+  cw_proxy_array_keep_sharding(a, r->sharding);
   return cw__respond_handle(resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_ASSEMBLE_ARRAY_FROM_SINGLE_DEVICE_ARRAYS_RESPONSE, handle);
 }
 
@@ -723,7 +755,7 @@ static cw_status_t cw__shard_array(cw_proxy_session_t* s, cw_proxy_array_t* a, s
       .buffer = a->shards[i]->buffer};
   CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(&s->proxy->pjrt, PJRT_Buffer_Dimensions, &d), "shard");
   cw_proxy_array_t* one;
-  CW_RETURN_IF_ERROR(cw__array_new(s, handle, a->dtype, d.dims, d.num_dims, 1, &one), "shard");
+  CW_RETURN_IF_ERROR(cw_proxy_array_new(s, handle, a->dtype, d.dims, d.num_dims, 1, &one), "shard");
   one->shards[0] = cw__shard_retain(a->shards[i]);
   one->n = 1;
   return cw_ok_status();
@@ -734,7 +766,7 @@ static cw_status_t cw__disassemble(cw_proxy_session_t* s, const CwIfrt__IfrtRequ
   const CwIfrt__DisassembleIntoSingleDeviceArraysRequest* r =
       req->disassemble_into_single_device_arrays_request;
   cw_proxy_array_t* a;
-  CW_RETURN_IF_ERROR(cw__array_get(s, r->array_handle, &a), "Disassemble");
+  CW_RETURN_IF_ERROR(cw_proxy_array_get(s, r->array_handle, &a), "Disassemble");
   if (r->n_result_handles && r->n_result_handles != a->n) {
     return cw_make_status(CW_INVALID_ARGUMENT, "Disassemble: %zu result handles for %zu shards",
                           r->n_result_handles, a->n);
@@ -746,7 +778,7 @@ static cw_status_t cw__disassemble(cw_proxy_session_t* s, const CwIfrt__IfrtRequ
       resp->disassemble_into_single_device_arrays_response;
   uint64_t* handles = out->array_handles;
   for (size_t i = 0; i < a->n; i++) {
-    uint64_t h = cw__handle(s, r->n_result_handles > 0, r->n_result_handles ? r->result_handles[i] : 0);
+    uint64_t h = cw_proxy_result_handle(s, r->n_result_handles > 0, r->n_result_handles ? r->result_handles[i] : 0);
     cw_status_t st = cw__shard_array(s, a, i, h);
     if (st) {
       cw_proxy_arrays_drop(s, handles, out->n_array_handles);
@@ -761,18 +793,42 @@ static cw_status_t cw__replicated_shard(cw_proxy_session_t* s, const CwIfrt__Ifr
                                         CwIfrt__IfrtResponse* resp) {
   const CwIfrt__FullyReplicatedShardRequest* r = req->fully_replicated_shard_request;
   cw_proxy_array_t* a;
-  CW_RETURN_IF_ERROR(cw__array_get(s, r->array_handle, &a), "FullyReplicatedShard");
+  CW_RETURN_IF_ERROR(cw_proxy_array_get(s, r->array_handle, &a), "FullyReplicatedShard");
   if (!a->n) return cw_make_status(CW_FAILED_PRECONDITION, "FullyReplicatedShard: no shards");
-  uint64_t h = cw__handle(s, r->has_result_handle, r->result_handle);
+  uint64_t h = cw_proxy_result_handle(s, r->has_result_handle, r->result_handle);
   CW_RETURN_IF_ERROR(cw__shard_array(s, a, 0, h), "FullyReplicatedShard");
   return cw__respond_handle(resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_FULLY_REPLICATED_SHARD_RESPONSE, h);
+}
+
+cw_status_t cw_proxy_buffer_download(cw_proxy_session_t* s, PJRT_Buffer* buffer, size_t bytes,
+                                     uint8_t** out) {
+  *out = NULL;
+  const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
+  PJRT_Buffer_ToHostBuffer_Args q = {
+      .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_ToHostBuffer_Args, event), .src = buffer};
+  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Buffer_ToHostBuffer, &q), "download");
+  if (q.dst_size != bytes) {
+    return cw_make_status(CW_INTERNAL, "the buffer holds %zu bytes, not %zu", q.dst_size, bytes);
+  }
+  uint8_t* data = cw_proxy_bytes_alloc(bytes ? bytes : 1);
+  if (!data) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for %zu bytes", bytes);
+  q.dst = data;
+  q.event = NULL;
+  cw_status_t st = CW_PROXY_PJRT_CALL(p, PJRT_Buffer_ToHostBuffer, &q);
+  if (!st) st = cw_proxy_pjrt_await(p, q.event, "download");
+  if (st) {
+    cw_proxy_bytes_free(data);
+    return st;
+  }
+  *out = data;
+  return cw_ok_status();
 }
 
 static cw_status_t cw__copy_to_host(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
                                     CwIfrt__IfrtResponse* resp) {
   const CwIfrt__CopyToHostBufferRequest* r = req->copy_to_host_buffer_request;
   cw_proxy_array_t* a;
-  CW_RETURN_IF_ERROR(cw__array_get(s, r->array_handle, &a), "CopyToHostBuffer");
+  CW_RETURN_IF_ERROR(cw_proxy_array_get(s, r->array_handle, &a), "CopyToHostBuffer");
   if (a->n != 1) {
     return cw_make_status(CW_INVALID_ARGUMENT,
                           "CopyToHostBuffer: array %llu has %zu shards (copy a single-device "
@@ -788,22 +844,10 @@ static cw_status_t cw__copy_to_host(cw_proxy_session_t* s, const CwIfrt__IfrtReq
                           "major-to-minor are not served yet");
   }
   size_t bytes = l.bytes;
-  const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
-  PJRT_Buffer_ToHostBuffer_Args q = {
-      .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_ToHostBuffer_Args, event),
-      .src = a->shards[0]->buffer};
-  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Buffer_ToHostBuffer, &q), "CopyToHostBuffer");
-  if (q.dst_size != bytes) {
-    return cw_make_status(CW_INTERNAL, "CopyToHostBuffer: the buffer holds %zu bytes, not %zu",
-                          q.dst_size, bytes);
-  }
-  uint8_t* data = cw_proxy_bytes_alloc(bytes ? bytes : 1);
-  if (!data) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for %zu bytes", bytes);
-  q.dst = data;
-  q.event = NULL;
-  cw_status_t st = CW_PROXY_PJRT_CALL(p, PJRT_Buffer_ToHostBuffer, &q);
-  if (!st) st = cw_proxy_pjrt_await(p, q.event, "CopyToHostBuffer");
-  if (!st) st = cw_proxy_host_buffer_put(s, r->host_buffer_handle, data, bytes);
+  uint8_t* data;
+  CW_RETURN_IF_ERROR(cw_proxy_buffer_download(s, a->shards[0]->buffer, bytes, &data),
+                     "CopyToHostBuffer");
+  cw_status_t st = cw_proxy_host_buffer_put(s, r->host_buffer_handle, data, bytes);
   if (st) {
     cw_proxy_bytes_free(data);
     return cw_status_annotate(st, "CopyToHostBuffer");
@@ -817,7 +861,7 @@ static cw_status_t cw__value_ready(cw_proxy_session_t* s, const CwIfrt__IfrtRequ
   const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
   for (size_t i = 0; i < r->n_value_handles; i++) {
     cw_proxy_array_t* a;
-    CW_RETURN_IF_ERROR(cw__array_get(s, r->value_handles[i], &a), "CheckValueReady");
+    CW_RETURN_IF_ERROR(cw_proxy_array_get(s, r->value_handles[i], &a), "CheckValueReady");
     for (size_t j = 0; j < a->n; j++) {
       PJRT_Buffer_ReadyEvent_Args e = {
           .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_ReadyEvent_Args, event),

@@ -101,6 +101,38 @@ cw_status_t cw_proxy_sharding_devices(const CwIfrt__Sharding* sh, int32_t** out_
   return cw_ok_status();
 }
 
+cw_status_t cw_proxy_sharding_memory_kind(const CwIfrt__Sharding* sh, char** out_kind) {
+  *out_kind = NULL;
+  const CwIfrt__Serialized* ser = sh ? sh->serialized_sharding : NULL;
+  if (!ser || !ser->type_name) return cw_make_status(CW_INVALID_ARGUMENT, "no sharding given");
+  size_t len = ser->has_data ? ser->data.len : 0;
+  const uint8_t* data = ser->data.data;
+  const char* t = ser->type_name;
+  const char* kind = NULL;
+  ProtobufCMessage* m = NULL;
+  if (!strcmp(t, CW__SINGLE_DEVICE) || !strcmp(t, "xla::ifrt::OpaqueSharding")) {
+    CwIfrt__ShardingMemoryKind2* k = cw_ifrt__sharding_memory_kind2__unpack(NULL, len, data);
+    m = k ? &k->base : NULL;
+    kind = k ? k->memory_kind : NULL;
+  } else if (!strcmp(t, "xla::ifrt::HloSharding")) {
+    CwIfrt__ShardingMemoryKind3* k = cw_ifrt__sharding_memory_kind3__unpack(NULL, len, data);
+    m = k ? &k->base : NULL;
+    kind = k ? k->memory_kind : NULL;
+  } else if (!strcmp(t, "xla::ifrt::ConcreteSharding") ||
+             !strcmp(t, "xla::ifrt::ConcreteEvenSharding")) {
+    CwIfrt__ShardingMemoryKind4* k = cw_ifrt__sharding_memory_kind4__unpack(NULL, len, data);
+    m = k ? &k->base : NULL;
+    kind = k ? k->memory_kind : NULL;
+  } else {
+    return cw_make_status(CW_UNIMPLEMENTED, "sharding %s is not served yet", t);
+  }
+  if (!m) return cw_make_status(CW_INVALID_ARGUMENT, "%s does not decode", t);
+  if (kind && *kind) *out_kind = strdup(kind);
+  bool oom = kind && *kind && !*out_kind;
+  protobuf_c_message_free_unpacked(m, NULL);
+  return oom ? cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory") : cw_ok_status();
+}
+
 // Bytes of a dense array; refuses byte strides other than dense
 // major-to-minor.
 cw_status_t cw_proxy_host_layout(const cw_proxy_dtype_t* dt, const int64_t* dims, size_t rank,

@@ -53,4 +53,9 @@ CW_MUST_USE cw_status_t cw_proxy_sharding_devices(const CwIfrt__Sharding* shardi
                                                   int32_t** out_ids, size_t* out_n,
                                                   bool* out_replicated);
 
+// The memory kind a sharding names (*out_kind NULL: none, the default;
+// else the caller's to free).
+CW_MUST_USE cw_status_t cw_proxy_sharding_memory_kind(const CwIfrt__Sharding* sharding,
+                                                      char** out_kind);
+
 #endif  // CW_PROXY_DECODE_H_

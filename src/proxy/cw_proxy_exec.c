@@ -593,6 +593,7 @@ static cw_status_t cw__arguments(cw_proxy_session_t* s, const cw_proxy_exe_t* e,
       return cw_make_status(CW_NOT_FOUND, "argument %zu: no array with handle %llu", i,
                             (unsigned long long)r->args_handles[i]);
     }
+    if (a->error) return cw_status_annotate(cw_status_clone(a->error), "argument %zu", i);
     for (size_t d = 0; d < e->n; d++) {
       args[d * na + i] = cw_proxy_array_buffer_on(a, e->device_ids[d]);
       if (!args[d * na + i]) {
@@ -859,6 +860,49 @@ static cw_status_t cw__cost_analysis(cw_proxy_session_t* s, const CwIfrt__IfrtRe
   return cw_ok_status();
 }
 
+// MPMD executables run parts of one program on different devices; the
+// proxy compiles none (every program is one XLA program), so it answers
+// the MPMD requests as XLA's server does for such an executable.
+#define CW__NOT_MPMD "LoadedExecutable is not an MPMD executable"
+
+typedef struct cw__mpmd_s {
+  CwIfrt__LoadedExecutableMpmdMetadataResponse r;
+  CwIfrt__StatusProto error;
+} cw__mpmd_t;
+
+static cw_status_t cw__mpmd_metadata(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
+                                     CwIfrt__IfrtResponse* resp) {
+  cw_proxy_exe_t* e;
+  CW_RETURN_IF_ERROR(
+      cw__exe_get(s, req->loaded_executable_mpmd_metadata_request->mpmd_loaded_executable_handle,
+                  &e),
+      "LoadedExecutableMpmdMetadata");
+  cw__mpmd_t* out = calloc(1, sizeof(*out));
+  if (!out) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  cw_ifrt__loaded_executable_mpmd_metadata_response__init(&out->r);
+  cw_ifrt__status_proto__init(&out->error);
+  out->error.has_code = true;
+  out->error.code = CW_INVALID_ARGUMENT;
+  out->error.message = (char*)CW__NOT_MPMD;
+  out->r.mpmd_compiled_memory_stats_oneof_case =
+      CW_IFRT__LOADED_EXECUTABLE_MPMD_METADATA_RESPONSE__MPMD_COMPILED_MEMORY_STATS_ONEOF_MPMD_COMPILED_MEMORY_STATS_ERROR;
+  out->r.mpmd_compiled_memory_stats_error = &out->error;
+  resp->response_case =
+      CW_IFRT__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_MPMD_METADATA_RESPONSE;
+  resp->loaded_executable_mpmd_metadata_response = &out->r;
+  return cw_ok_status();
+}
+
+static cw_status_t cw__mpmd_cost_analysis(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
+                                          CwIfrt__IfrtResponse* resp) {
+  cw_proxy_exe_t* e;
+  CW_RETURN_IF_ERROR(
+      cw__exe_get(s, req->loaded_executable_mpmd_cost_analysis_request->loaded_executable_handle,
+                  &e),
+      "LoadedExecutableMpmdCostAnalysis");
+  return cw_make_status(CW_INVALID_ARGUMENT, "LoadedExecutableMpmdCostAnalysis: " CW__NOT_MPMD);
+}
+
 typedef struct cw__text_s {
   CwIfrt__LoadedExecutableHumanReadableProgramTextResponse r;
   char* text;
@@ -928,6 +972,10 @@ cw_status_t cw_proxy_exec_handle(cw_proxy_session_t* s, const CwIfrt__IfrtReques
       return cw__cost_analysis(s, req, resp);
     case CW_IFRT__IFRT_REQUEST__REQUEST_LOADED_EXECUTABLE_HUMAN_READABLE_PROGRAM_TEXT_REQUEST:
       return cw__program_text(s, req, resp);
+    case CW_IFRT__IFRT_REQUEST__REQUEST_LOADED_EXECUTABLE_MPMD_METADATA_REQUEST:
+      return cw__mpmd_metadata(s, req, resp);
+    case CW_IFRT__IFRT_REQUEST__REQUEST_LOADED_EXECUTABLE_MPMD_COST_ANALYSIS_REQUEST:
+      return cw__mpmd_cost_analysis(s, req, resp);
     default:
       return cw_make_status(CW_INTERNAL, "not an executable request");
   }
@@ -988,6 +1036,9 @@ void cw_proxy_exec_response_free(CwIfrt__IfrtResponse* resp) {
       }
       break;
     }
+    case CW_IFRT__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_MPMD_METADATA_RESPONSE:
+      free(resp->loaded_executable_mpmd_metadata_response);  // its error's text is static
+      break;
     case CW_IFRT__IFRT_RESPONSE__RESPONSE_GET_DEFAULT_LAYOUT_RESPONSE: {
       cw__layout_t* l = (cw__layout_t*)resp->get_default_layout_response;
       if (l) {

@@ -1,5 +1,6 @@
 // InitRequest: the session's platform, devices and memories, as the PJRT
-// client of this session (the causeway plugin) sees them.
+// client of this session (the causeway plugin) sees them; and the client's
+// default device assignment (GetDefaultDeviceAssignment).
 #include <stdlib.h>
 #include <string.h>
 
@@ -300,4 +301,87 @@ void cw_proxy_init_free(CwIfrt__IfrtResponse* resp) {
   free(in->platform_version);
   free(in);
   resp->init_response = NULL;
+}
+
+// --- GetDefaultDeviceAssignment --------------------------------------------------------
+
+typedef struct cw__assignment_s {
+  CwIfrt__GetDefaultDeviceAssignmentResponse r;  // first: the oneof's pointer
+  CwIfrt__DeviceAssignment da;
+  CwIfrt__DeviceAssignment__ComputationDevice* computations;
+  CwIfrt__DeviceAssignment__ComputationDevice** computation_ptrs;
+  int64_t* ids;  // computation-major, each computation's replicas
+} cw__assignment_t;
+
+cw_status_t cw_proxy_device_assignment(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
+                                       CwIfrt__IfrtResponse* resp) {
+  const CwIfrt__GetDefaultDeviceAssignmentRequest* r =
+      req->get_default_device_assignment_request;
+  uint64_t replicas = r->num_replicas, partitions = r->num_partitions;
+  if (!replicas || !partitions || replicas > CW_PROXY_MAX_DEVICES ||
+      partitions > CW_PROXY_MAX_DEVICES / replicas) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "GetDefaultDeviceAssignment: %llu replicas x %llu "
+                          "partitions (each from 1, %d devices at most)",
+                          (unsigned long long)replicas, (unsigned long long)partitions,
+                          CW_PROXY_MAX_DEVICES);
+  }
+  size_t n = (size_t)(replicas * partitions);
+  int* flat = malloc(n * sizeof(*flat));
+  cw__assignment_t* a = calloc(1, sizeof(*a));
+  if (a) {
+    a->computations = calloc(partitions, sizeof(*a->computations));
+    a->computation_ptrs = calloc(partitions, sizeof(*a->computation_ptrs));
+    a->ids = malloc(n * sizeof(*a->ids));
+  }
+  // Set before any failure: the caller frees what is there.
+  resp->response_case = CW_IFRT__IFRT_RESPONSE__RESPONSE_GET_DEFAULT_DEVICE_ASSIGNMENT_RESPONSE;
+  resp->get_default_device_assignment_response = a ? &a->r : NULL;
+  if (!flat || !a || !a->computations || !a->computation_ptrs || !a->ids) {
+    free(flat);
+    return cw__oom();
+  }
+  PJRT_Client_DefaultDeviceAssignment_Args q = {
+      .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Client_DefaultDeviceAssignment_Args,
+                                         default_assignment),
+      .client = s->client, .num_replicas = (int)replicas, .num_partitions = (int)partitions,
+      .default_assignment_size = n, .default_assignment = flat};
+  cw_status_t st = CW_PROXY_PJRT_CALL(&s->proxy->pjrt, PJRT_Client_DefaultDeviceAssignment, &q);
+  if (st) {
+    free(flat);
+    return cw_status_annotate(st, "GetDefaultDeviceAssignment");
+  }
+  cw_ifrt__get_default_device_assignment_response__init(&a->r);
+  cw_ifrt__device_assignment__init(&a->da);
+  a->da.has_replica_count = a->da.has_computation_count = true;
+  a->da.replica_count = (int32_t)replicas;
+  a->da.computation_count = (int32_t)partitions;
+  // PJRT's is replica-major; xla.DeviceAssignmentProto lists each
+  // computation's (partition's) replicas.
+  for (size_t c = 0; c < partitions; c++) {
+    CwIfrt__DeviceAssignment__ComputationDevice* cd = &a->computations[c];
+    cw_ifrt__device_assignment__computation_device__init(cd);
+    cd->replica_device_ids = &a->ids[c * replicas];
+    cd->n_replica_device_ids = replicas;
+    for (size_t k = 0; k < replicas; k++) cd->replica_device_ids[k] = flat[k * partitions + c];
+    a->computation_ptrs[c] = cd;
+  }
+  free(flat);
+  a->da.computation_devices = a->computation_ptrs;
+  a->da.n_computation_devices = partitions;
+  a->r.device_assignment = &a->da;
+  return cw_ok_status();
+}
+
+void cw_proxy_device_assignment_free(CwIfrt__IfrtResponse* resp) {
+  if (resp->response_case !=
+      CW_IFRT__IFRT_RESPONSE__RESPONSE_GET_DEFAULT_DEVICE_ASSIGNMENT_RESPONSE) {
+    return;
+  }
+  cw__assignment_t* a = (cw__assignment_t*)resp->get_default_device_assignment_response;
+  if (!a) return;
+  free(a->computations);
+  free(a->computation_ptrs);
+  free(a->ids);
+  free(a);
+  resp->get_default_device_assignment_response = NULL;
 }

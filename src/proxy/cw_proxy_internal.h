@@ -11,6 +11,7 @@
 
 #include "cw_grpc_server.h"
 #include "cw_proxy.h"
+#include "cw_proxy_decode.h"
 #include "cw_proxy_pjrt.h"
 #include "cw_proxy_table.h"
 #include "proto/ifrt_proxy.pb-c.h"
@@ -37,6 +38,7 @@ typedef struct cw_proxy_array_s {
   size_t n;  // shards
   cw_proxy_shard_t** shards;
   bool deleted;
+  cw_status_t error;  // MakeErrorArrays: what every use of it answers
 } cw_proxy_array_t;
 
 // A host buffer: being stored (by HostBufferStore on the loop thread) or
@@ -185,6 +187,20 @@ CW_MUST_USE cw_status_t cw_proxy_init(cw_proxy_session_t* s, const CwIfrt__IfrtR
                                       CwIfrt__IfrtResponse* resp);
 // Frees what cw_proxy_init put in `resp`.
 void cw_proxy_init_free(CwIfrt__IfrtResponse* resp);
+// MakeErrorArrays, ReshardArrays, BitcastArrays (cw_proxy_respec.c); the
+// responses are flat (cw_proxy_array_response_free).
+CW_MUST_USE cw_status_t cw_proxy_respec_handle(cw_proxy_session_t* s,
+                                               const CwIfrt__IfrtRequest* req,
+                                               CwIfrt__IfrtResponse* resp);
+// LoadedHostCallbackPoll/Return (cw_proxy_callback.c).
+CW_MUST_USE cw_status_t cw_proxy_callback_handle(cw_proxy_session_t* s,
+                                                 const CwIfrt__IfrtRequest* req,
+                                                 CwIfrt__IfrtResponse* resp);
+// GetDefaultDeviceAssignment (cw_proxy_init.c), as the plugin assigns them.
+CW_MUST_USE cw_status_t cw_proxy_device_assignment(cw_proxy_session_t* s,
+                                                   const CwIfrt__IfrtRequest* req,
+                                                   CwIfrt__IfrtResponse* resp);
+void cw_proxy_device_assignment_free(CwIfrt__IfrtResponse* resp);
 
 // Arrays (cw_proxy_array.c): MakeArrayFromHostBuffer, Assemble, Disassemble,
 // FullyReplicatedShard, CopyToHostBuffer, CheckValueReady, Delete,
@@ -212,6 +228,44 @@ CW_MUST_USE cw_status_t cw_proxy_respond_handles(CwIfrt__IfrtResponse* resp, int
 CW_MUST_USE cw_status_t cw_proxy_attributes(const PJRT_NamedValue* nv, size_t n,
                                             CwIfrt__AttributeMap* out);
 void cw_proxy_attributes_free(CwIfrt__AttributeMap* map);
+// xla.ifrt.proto.ArrayCopySemantics
+#define CW_PROXY_REUSE_INPUT 2
+#define CW_PROXY_DONATE_INPUT 3
+
+// The live array under `handle` (an error array answers its error).
+CW_MUST_USE cw_status_t cw_proxy_array_get(cw_proxy_session_t* s, uint64_t handle,
+                                           cw_proxy_array_t** out_array);
+// A new array under `handle` with room for `n` shards (none yet).
+CW_MUST_USE cw_status_t cw_proxy_array_new(cw_proxy_session_t* s, uint64_t handle, int32_t dtype,
+                                           const int64_t* dims, size_t rank, size_t n,
+                                           cw_proxy_array_t** out_array);
+// The handle the client chose, else one of the proxy's (top bit set).
+uint64_t cw_proxy_result_handle(cw_proxy_session_t* s, bool has, uint64_t chosen);
+// Keeps the ShardingProto `a` was made with (packed); left out if memory is short.
+void cw_proxy_array_keep_sharding(cw_proxy_array_t* a, const CwIfrt__Sharding* sharding);
+// With DONATE_INPUT the inputs are deleted once their shards are another's.
+void cw_proxy_arrays_donate_if(cw_proxy_session_t* s, int32_t semantics, const uint64_t* handles,
+                               size_t n);
+// A shard of `a` holding `buffer` (taken on success), on `device_id`.
+CW_MUST_USE cw_status_t cw_proxy_array_add_shard(cw_proxy_array_t* a, PJRT_Buffer* buffer,
+                                                 int32_t device_id);
+// Shard k of `in` becomes `out`'s next shard too (shared).
+void cw_proxy_array_share_shard(cw_proxy_array_t* out, const cw_proxy_array_t* in, size_t k);
+int32_t cw_proxy_array_shard_device(const cw_proxy_array_t* a, size_t k);
+PJRT_Buffer* cw_proxy_array_shard_buffer(const cw_proxy_array_t* a, size_t k);
+// A buffer on `device_id` holding `data` (an array of `dims`).
+CW_MUST_USE cw_status_t cw_proxy_buffer_upload(cw_proxy_session_t* s, const cw_proxy_dtype_t* dt,
+                                               const int64_t* dims, size_t rank,
+                                               int32_t device_id, const uint8_t* data,
+                                               PJRT_Buffer** out_buffer);
+// A copy of `buffer` on `device_id`, in its memory of `memory_kind` (NULL
+// or "": the default); the plugin copies worker to worker.
+CW_MUST_USE cw_status_t cw_proxy_buffer_copy(cw_proxy_session_t* s, PJRT_Buffer* buffer,
+                                             int32_t device_id, const char* memory_kind,
+                                             PJRT_Buffer** out_buffer);
+// The `bytes` of `buffer` (cw_proxy_bytes_free them).
+CW_MUST_USE cw_status_t cw_proxy_buffer_download(cw_proxy_session_t* s, PJRT_Buffer* buffer,
+                                                 size_t bytes, uint8_t** out_data);
 // Marks `a` deleted when the plugin deleted one of its shards (a donated
 // argument); true when it is deleted.
 bool cw_proxy_array_check_deleted(cw_proxy_session_t* s, cw_proxy_array_t* a);

@@ -1,9 +1,10 @@
 // libFuzzer: what a peer of the IFRT proxy front sends, through what the
 // proxy decodes of it before any PJRT call: an IfrtRequest (protobuf-c over
 // proto/ifrt_proxy.proto) and, for the array requests, the dtype, dense size
-// and strides, and sharding of each array or host buffer
-// (cw_proxy_decode.c); GetVersion's request, the session metadata and
-// HostBufferReadFromDisk's request.
+// and strides, and sharding (devices and memory kind) of each array or host
+// buffer (cw_proxy_decode.c), also of the specs of MakeErrorArrays,
+// ReshardArrays and BitcastArrays; GetVersion's request, the session
+// metadata and HostBufferReadFromDisk's request.
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -44,6 +45,17 @@ static void fz_array(const CwIfrt__DType* dtype, const CwIfrt__Shape* shape,
   if (!st && (!n || !ids)) abort();
   cw_status_free(st);
   free(ids);
+  char* kind = NULL;
+  st = cw_proxy_sharding_memory_kind(sharding, &kind);
+  if (!st && kind && !kind[0]) abort();  // "" is the default: NULL
+  cw_status_free(st);
+  free(kind);
+}
+
+static void fz_specs(CwIfrt__ArraySpec* const* specs, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (specs[i]) fz_array(specs[i]->dtype, specs[i]->shape, NULL, specs[i]->sharding);
+  }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
@@ -71,6 +83,13 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const CwIfrt__AssembleArrayFromSingleDeviceArraysRequest* m =
           r->assemble_array_from_single_device_arrays_request;
       fz_array(m->dtype, m->shape, NULL, m->sharding);
+    } else if (r->request_case == CW_IFRT__IFRT_REQUEST__REQUEST_MAKE_ERROR_ARRAYS_REQUEST) {
+      fz_specs(r->make_error_arrays_request->array_specs,
+               r->make_error_arrays_request->n_array_specs);
+    } else if (r->request_case == CW_IFRT__IFRT_REQUEST__REQUEST_RESHARD_ARRAYS_REQUEST) {
+      fz_specs(r->reshard_arrays_request->array_specs, r->reshard_arrays_request->n_array_specs);
+    } else if (r->request_case == CW_IFRT__IFRT_REQUEST__REQUEST_BITCAST_ARRAYS_REQUEST) {
+      fz_specs(r->bitcast_arrays_request->array_specs, r->bitcast_arrays_request->n_array_specs);
     }
     cw_ifrt__ifrt_request__free_unpacked(r, NULL);
   }

@@ -283,7 +283,7 @@ def test_session_metadata_is_checked(proxy):
 
 
 def test_bad_requests_get_answers_and_the_session_lives(cluster, proxy):
-    """Garbage, an unknown kind, an unserved kind, a program that does not
+    """Garbage, an unknown kind, a bitcast without specs, a program that does not
     parse, a program of another type and an unknown executable (to run, to
     print) each get an error response naming the problem, in order; Init
     after them works."""
@@ -291,7 +291,8 @@ def test_bad_requests_get_answers_and_the_session_lives(cluster, proxy):
     junk_program = field(1, field(1, b"xla::ifrt::XlaProgram") + field(2, b"not a module")) + \
         field(2, field(1, b"xla::ifrt::XlaCompileOptions"))
     other_program = field(1, field(1, b"xla::ifrt::SomethingElse"))
-    reqs = [b"\xff\xff\xff", ifrt_request(99, 5, b"x"), ifrt_request(34, 6),
+    reqs = [b"\xff\xff\xff", ifrt_request(99, 5, b"x"),
+            ifrt_request(34, 6, field(1, struct.pack("<Q", 1))),
             ifrt_request(13, 8, junk_program), ifrt_request(13, 9, other_program),
             ifrt_request(15, 10, varint(1 << 3 | 1) + struct.pack("<Q", 12345)),
             ifrt_request(29, 11, varint(1 << 3 | 1) + struct.pack("<Q", 777)),
@@ -303,8 +304,8 @@ def test_bad_requests_get_answers_and_the_session_lives(cluster, proxy):
     assert "an IfrtRequest of 3 bytes does not decode" in got[0][2]
     assert got[1][:2] == (5, grpc.StatusCode.INVALID_ARGUMENT.value[0])
     assert "names no request kind" in got[1][2]
-    assert got[2][:2] == (6, grpc.StatusCode.UNIMPLEMENTED.value[0])
-    assert "causeway-proxy does not serve bitcast_arrays_request yet" in got[2][2]
+    assert got[2] == (6, grpc.StatusCode.INVALID_ARGUMENT.value[0],
+                      "BitcastArrays: 1 arrays, 0 specs, 0 result handles"), got[2]
     assert got[3][0] == 8 and got[3][1] != 0 and got[3][2].startswith("Compile: "), got[3]
     assert got[4][:2] == (9, grpc.StatusCode.UNIMPLEMENTED.value[0])
     assert "programs of type xla::ifrt::SomethingElse are not served" in got[4][2]
@@ -328,7 +329,7 @@ def test_session_credit_returns_as_requests_are_handled(proxy):
     with grpc.insecure_channel(proxy.address) as ch:
         got = [response_status(r) for r in session_call(ch, reqs, md)]
     assert [g[0] for g in got] == list(range(100, 200))
-    assert all(g[1] == grpc.StatusCode.UNIMPLEMENTED.value[0] for g in got), got[:3]
+    assert all(g[1] == 0 for g in got), got[:3]  # empty bitcasts
 
 
 def test_oversize_message_is_refused(cluster):
@@ -489,6 +490,170 @@ def test_host_buffers_of_a_session(proxy):
         assert "array 50 was deleted" in msg, msg
         q.put(copy(51, [70], [62]))
         assert response_status(next(responses)) == (51, 0, "")
+        q.put(None)
+        assert list(responses) == []
+
+
+def packed_fixed64(num: int, values) -> bytes:
+    return field(num, b"".join(struct.pack("<Q", v) for v in values))
+
+
+def single_device(device: int, memory_kind: str | None = None) -> bytes:
+    """ShardingProto of xla::ifrt::SingleDeviceSharding."""
+    body = varint(1 << 3) + varint(device) + (field(2, memory_kind.encode()) if memory_kind
+                                               else b"")
+    return field(1, field(1, b"xla::ifrt::SingleDeviceSharding") + field(2, body))
+
+
+def replicated(devices) -> bytes:
+    """ShardingProto of an xla::ifrt::HloSharding replicated over `devices`."""
+    body = field(1, field(1, b"".join(varint(d) for d in devices))) + field(2, b"")
+    return field(1, field(1, b"xla::ifrt::HloSharding") + field(2, body))
+
+
+def array_spec(kind: int, dims, sharding: bytes) -> bytes:
+    return (field(1, varint(1 << 3) + varint(kind))
+            + field(2, field(1, b"".join(varint(d) for d in dims))) + field(3, sharding))
+
+
+def to_specs(kind: int, op: int, arrays, specs, results, semantics: int = 2) -> bytes:
+    """ReshardArrays (33) or BitcastArrays (34)."""
+    return ifrt_request(kind, op, packed_fixed64(1, arrays) + b"".join(field(2, sp) for sp in specs)
+                        + varint(3 << 3) + varint(semantics) + packed_fixed64(4, results))
+
+
+def copy_to_host(array: int, handle: int) -> bytes:
+    """CopyToHostBufferRequest{host_buffer_handle, array_handle}."""
+    return (varint(1 << 3 | 1) + struct.pack("<Q", handle) + varint(2 << 3 | 1)
+            + struct.pack("<Q", array))
+
+
+def handles_of(response: bytes, kind: int) -> list[int]:
+    body = dict(_fields(response)).get(kind, b"")
+    raw_handles = dict(_fields(body)).get(1, b"")
+    return [struct.unpack("<Q", raw_handles[i:i + 8])[0] for i in range(0, len(raw_handles), 8)]
+
+
+def test_arrays_to_new_specs_and_error_arrays(cluster, proxy):
+    """ReshardArrays moves whole arrays onto other devices (shared where a
+    shard is there already), BitcastArrays reinterprets their bytes, and
+    MakeErrorArrays makes arrays whose every use answers their error; specs
+    that do not fit are refused by name and the session lives. Then the
+    default device assignment and the MPMD and host-callback requests."""
+    import numpy as np
+    with grpc.insecure_channel(proxy.address) as ch:
+        q, responses, sid = live_session(ch)
+
+        def call(req):
+            q.put(req)
+            return next(responses)
+
+        def read_back(op, array, handle):
+            """CopyToHostBuffer of `array` into host buffer `handle`, then its bytes."""
+            st = response_status(call(ifrt_request(6, op, copy_to_host(array, handle))))
+            assert st[1] == 0, st
+            return b"".join(dict(_fields(m)).get(1, b"") for m in ch.unary_stream(
+                SERVICE + "HostBufferLookup")(buffer_ids(sid, handle), timeout=10))
+        data = np.arange(1, 5, dtype=np.float32).tobytes()
+        store(ch, sid, 30, [data], 16)
+        make = (field(1, varint(1 << 3) + varint(11)) + field(2, field(1, varint(4)))
+                + field(3, single_device(0)) + varint(4 << 3 | 1) + struct.pack("<Q", 30)
+                + varint(6 << 3 | 1) + struct.pack("<Q", 100))
+        assert response_status(call(ifrt_request(4, 60, make))) == (60, 0, "")
+        # Onto device 1, then replicated over 1 and 2, then device 2 alone.
+        r = call(to_specs(33, 61, [100], [array_spec(11, [4], single_device(1))], [101]))
+        assert response_status(r) == (61, 0, "") and handles_of(r, 33) == [101]
+        assert read_back(62, 101, 31) == data
+        r = call(to_specs(33, 63, [101], [array_spec(11, [4], replicated([1, 2]))], [102]))
+        assert response_status(r) == (63, 0, "") and handles_of(r, 33) == [102]
+        r = call(to_specs(33, 64, [102], [array_spec(11, [4], single_device(2))], [103]))
+        assert response_status(r) == (64, 0, "")
+        assert read_back(65, 103, 32) == data
+        # Bitcast: the same 16 bytes as u32[2,2].
+        r = call(to_specs(34, 66, [100], [array_spec(8, [2, 2], single_device(3))], [104]))
+        assert response_status(r) == (66, 0, "") and handles_of(r, 34) == [104]
+        assert read_back(67, 104, 33) == data
+        for op, req, code, text in (
+                (68, to_specs(33, 68, [100], [array_spec(8, [4], single_device(1))], [105]),
+                 grpc.StatusCode.INVALID_ARGUMENT, "the spec's dtype or shape is not the array's"),
+                (69, to_specs(34, 69, [100], [array_spec(11, [2], single_device(1))], [105]),
+                 grpc.StatusCode.INVALID_ARGUMENT, "the array has 16 bytes, the spec 8"),
+                (70, to_specs(33, 70, [100, 101], [array_spec(11, [4], single_device(1))], []),
+                 grpc.StatusCode.INVALID_ARGUMENT, "ReshardArrays: 2 arrays, 1 specs"),
+                (71, to_specs(33, 71, [999], [array_spec(11, [4], single_device(1))], [105]),
+                 grpc.StatusCode.NOT_FOUND, "no array with handle 999")):
+            got_op, got_code, msg = response_status(call(req))
+            assert (got_op, got_code) == (op, code.value[0]), msg
+            assert text in msg, msg
+        # Donated: the input is deleted, the output has its bytes.
+        r = call(to_specs(33, 72, [103], [array_spec(11, [4], single_device(0))], [106],
+                          semantics=3))
+        assert response_status(r) == (72, 0, "")
+        assert read_back(73, 106, 34) == data
+        op, code, msg = response_status(call(to_specs(
+            33, 74, [103], [array_spec(11, [4], single_device(0))], [107])))
+        assert (op, code) == (74, grpc.StatusCode.FAILED_PRECONDITION.value[0]), msg
+        assert "array 103 was deleted" in msg
+        # Error arrays: made, and every use answers their error.
+        err = field(1, varint(1 << 3) + varint(8) + field(2, b"disk on fire"))
+        r = call(ifrt_request(26, 75, err + field(2, array_spec(11, [4], single_device(0)))
+                              + packed_fixed64(3, [110])))
+        assert response_status(r) == (75, 0, "") and handles_of(r, 26) == [110]
+        for op, req in ((76, ifrt_request(8, 76, packed_fixed64(1, [110]))),
+                        (77, ifrt_request(6, 77, copy_to_host(110, 35))),
+                        (78, to_specs(33, 78, [110], [array_spec(11, [4], single_device(1))],
+                                      [111]))):
+            got_op, code, msg = response_status(call(req))
+            assert (got_op, code) == (op, grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]), msg
+            assert "disk on fire" in msg, msg
+        op, code, msg = response_status(call(ifrt_request(26, 79, field(1, b"") + field(
+            2, array_spec(11, [4], single_device(0))))))
+        assert (op, code) == (79, grpc.StatusCode.INVALID_ARGUMENT.value[0])
+        assert "MakeErrorArrays: the error is OK" in msg
+        # The default device assignment: 2 replicas x 2 partitions over the
+        # island's devices, each computation (partition) listing its replicas.
+        r = call(ifrt_request(19, 80, varint(1 << 3 | 1) + struct.pack("<Q", 2)
+                              + varint(2 << 3 | 1) + struct.pack("<Q", 2)))
+        assert response_status(r) == (80, 0, "")
+        da = list(_fields(dict(_fields(dict(_fields(r))[19]))[1]))
+        assert (dict(da)[1], dict(da)[2]) == (2, 2), da
+        comps = [_varints(dict(_fields(v))[1]) for k, v in da if k == 3]
+        # The plugin takes the island's devices in order, replica-major.
+        assert comps == [[0, 2], [1, 3]], comps
+        for op, replicas, partitions, code, text in (
+                (81, 0, 2, grpc.StatusCode.INVALID_ARGUMENT, "0 replicas x 2 partitions"),
+                (82, 3, 3, grpc.StatusCode.INVALID_ARGUMENT, "no causeway island has 9 devices")):
+            got_op, got_code, msg = response_status(call(ifrt_request(
+                19, op, varint(1 << 3 | 1) + struct.pack("<Q", replicas) + varint(2 << 3 | 1)
+                + struct.pack("<Q", partitions))))
+            assert (got_op, got_code) == (op, code.value[0]), msg
+            assert text in msg, msg
+        # MPMD requests of a program the proxy compiled: answered as XLA's
+        # server answers for one that is not MPMD (metadata: in the response).
+        mlir = (b"module @m { func.func public @main(%arg0: tensor<4xf32>) -> tensor<4xf32> "
+                b"{ return %arg0 : tensor<4xf32> } }")
+        r = call(ifrt_request(13, 87, field(1, field(1, b"xla::ifrt::XlaProgram")
+                                             + field(2, mlir))
+                              + field(2, field(1, b"xla::ifrt::XlaCompileOptions"))))
+        assert response_status(r) == (87, 0, "")
+        exe = dict(_fields(dict(_fields(r))[13]))[1]
+        r = call(ifrt_request(30, 88, varint(1 << 3 | 1) + struct.pack("<Q", exe)))
+        assert response_status(r) == (88, 0, "")
+        assert dict(_fields(dict(_fields(r))[30])) == {
+            2: varint(1 << 3) + varint(3) + field(2, b"LoadedExecutable is not an MPMD executable")}
+        got_op, code, msg = response_status(call(ifrt_request(
+            31, 89, varint(1 << 3 | 1) + struct.pack("<Q", exe))))
+        assert (got_op, code) == (89, grpc.StatusCode.INVALID_ARGUMENT.value[0]), msg
+        assert msg == "LoadedExecutableMpmdCostAnalysis: LoadedExecutable is not an MPMD executable"
+        # Unknown handles; and host callbacks, of which no session here has any.
+        for op, kind, text in ((83, 30, "no executable with handle 4242"),
+                               (84, 31, "no executable with handle 4242"),
+                               (85, 21, "no host callback with handle 4242"),
+                               (86, 22, "no host callback execution 4242")):
+            got_op, code, msg = response_status(call(ifrt_request(
+                kind, op, varint(1 << 3 | 1) + struct.pack("<Q", 4242))))
+            assert (got_op, code) == (op, grpc.StatusCode.NOT_FOUND.value[0]), msg
+            assert text in msg, msg
         q.put(None)
         assert list(responses) == []
 
@@ -681,6 +846,14 @@ def test_stock_jax_uploads_through_the_transfer_directory(cluster, tmp_path):
         assert list(tmp_path.iterdir()) == []
     finally:
         assert p.stop() == 0, p.logs()[-3000:]
+
+
+def _varints(b: bytes) -> list[int]:
+    out, i = [], 0
+    while i < len(b):
+        v, i = _uvarint(b, i)
+        out.append(v)
+    return out
 
 
 def _fields(b: bytes):
