@@ -5,7 +5,9 @@
 //                 connection) and answers once all have replied, or after
 //                 CW__STATUS_WAIT_MS with the numbers it last had. Nothing
 //                 blocks: the replies continue the request. A 1 s timer polls
-//                 the same way, so launches per second and `idle` stay current.
+//                 the same way, so launches per second and `idle` stay current;
+//                 with `max_age_ms` the last poll's numbers answer at once (a
+//                 round waits for the slowest of N workers).
 //   ADMIN_PAUSE / ADMIN_RESUME
 //                 mark the session and send ADMIN_HOLD on its connection to
 //                 every worker; the workers hold its launches (cw_worker_ops.c),
@@ -51,6 +53,7 @@ typedef struct cw_ctl_gather_s {
   int left;  // STATS requests outstanding, plus one while sending
   bool replied;
   int64_t deadline_ms;
+  int64_t stats_ms;  // when the numbers it answers were polled (0: this round)
 } cw_ctl_gather_t;
 
 typedef struct cw_ctl_ops_s {
@@ -61,6 +64,8 @@ typedef struct cw_ctl_ops_s {
   size_t error_next, error_count;
   cw_ctl_gather_t* gathers;
   uint64_t next_serial;
+  uint64_t polled_serial;  // the last timer poll every live worker answered
+  int64_t polled_ms;       // when it ended (0: none yet)
 } cw_ctl_ops_t;
 
 typedef struct cw_ctl_session_stat_s {
@@ -416,6 +421,7 @@ static void cw__reply_status(cw_controller_t* ctl, cw_ctl_gather_t* g) {
   rep.cache_bytes = cw_compile_cache_bytes(ctl->cache);
   rep.launches = ctl->launches_relayed;
   rep.errors = ctl->errors;
+  rep.stats_age_ms = g->stats_ms ? cw__mono_ms() - g->stats_ms : 0;
   size_t nw = ctl->num_workers, ns = 0;
   for (cw_ctl_session_t* s = ctl->sessions; s; s = s->next) ns += cw__session_listed(s);
   Causeway__V1__AdminWorker* ws = calloc(nw + 1, sizeof(*ws));
@@ -578,6 +584,10 @@ static void cw__gather_settle(cw_ctl_gather_t* g, bool answer) {
     if (g->client) cw__reply_status(ctl, g);
   }
   if (g->left > 0) return;
+  if (!g->client && g->serial > ctl->ops->polled_serial) {
+    ctl->ops->polled_serial = g->serial;
+    ctl->ops->polled_ms = cw__mono_ms();
+  }
   cw__gather_unlink(ctl->ops, g);
   if (g->client) cw_net_conn_release(g->client);
   free(g);
@@ -648,8 +658,10 @@ static void cw__poll_reply(void* user, cw_net_conn_t* conn, cw_status_t status,
   cw__gather_settle(g, g->left == 0);
 }
 
-// Starts a STATS round; client NULL: the timer's poll.
-static void cw__gather_start(cw_controller_t* ctl, cw_net_conn_t* client, uint64_t request_id) {
+// Starts a STATS round; client NULL: the timer's poll. A client's with
+// max_age_ms answers from the last poll when it is that recent.
+static void cw__gather_start(cw_controller_t* ctl, cw_net_conn_t* client, uint64_t request_id,
+                             uint32_t max_age_ms) {
   cw_ctl_ops_t* ops = ctl->ops;
   cw_ctl_gather_t* g = calloc(1, sizeof(*g));
   if (!g) {
@@ -663,11 +675,18 @@ static void cw__gather_start(cw_controller_t* ctl, cw_net_conn_t* client, uint64
   g->client = client;
   if (client) cw_net_conn_retain(client);
   g->request_id = request_id;
-  g->serial = ++ops->next_serial;
-  g->deadline_ms = cw__mono_ms() + CW__STATUS_WAIT_MS;
-  g->left = 1;
+  int64_t now = cw__mono_ms();
   g->next = ops->gathers;
   ops->gathers = g;
+  if (client && max_age_ms && ops->polled_ms && now - ops->polled_ms <= (int64_t)max_age_ms) {
+    g->serial = ops->polled_serial;
+    g->stats_ms = ops->polled_ms;
+    cw__gather_settle(g, true);
+    return;
+  }
+  g->serial = ++ops->next_serial;
+  g->deadline_ms = now + CW__STATUS_WAIT_MS;
+  g->left = 1;
   for (uint32_t i = 0; i < ctl->num_workers; ++i) {
     cw_ctl_worker_t* w = ctl->workers[i];
     if (!w->alive || ctl->shutting_down) continue;
@@ -696,7 +715,7 @@ static void cw__on_timer(uv_timer_t* t) {
     if (g->client && !g->replied && now >= g->deadline_ms) cw__gather_settle(g, true);
     g = next;
   }
-  if (!polling && ctl->num_workers) cw__gather_start(ctl, NULL, 0);
+  if (!polling && ctl->num_workers) cw__gather_start(ctl, NULL, 0, 0);
 }
 
 // --- Entry points -------------------------------------------------------------------
@@ -710,7 +729,8 @@ void cw_ctl_handle_admin(cw_net_conn_t* conn, const cw_frame_header_t* h,
     cw_ctl_reply_error(ctl, p->conn, h->type, h->request_id,
                     cw_make_status(CW_UNAVAILABLE, "the controller is shutting down"));
   } else if (h->type == CW_MSG_ADMIN_STATUS) {
-    cw__gather_start(ctl, p->conn, h->request_id);
+    cw__gather_start(ctl, p->conn, h->request_id,
+                     ((const Causeway__V1__AdminStatusRequest*)msg)->max_age_ms);
   } else if (h->type == CW_MSG_ADMIN_PAUSE || h->type == CW_MSG_ADMIN_RESUME) {
     cw__handle_pause(p, h, (const Causeway__V1__AdminSessionRequest*)msg);
   } else {

@@ -1,9 +1,10 @@
 // Operations messages against a real causeway-controller and two real
 // causeway-worker daemons (XLA's CPU plugin), through the C client library:
-// ADMIN_STATUS numbers match what a session did (a direct upload), a session
-// opened with a name is listed under it, errors land in the recent-errors
-// ring, PAUSE/RESUME by name and id (and unknown ones refused naming them),
-// ADMIN_HOLD refused from a client, DRAIN refusing UPLOAD with the draining
+// ADMIN_STATUS numbers match what a session did (a direct upload), also when
+// answered from the last poll (max_age_ms), a session opened with a name is
+// listed under it, errors land in the recent-errors ring, PAUSE/RESUME by
+// name and id (and unknown ones refused naming them), ADMIN_HOLD refused
+// from a client, DRAIN refusing UPLOAD with the draining
 // text while DOWNLOAD works, the refused id reporting the drain, idle in
 // STATUS, a new session without the draining worker, UNDRAIN; every daemon
 // exits 0 on SIGTERM (ASan: no leaks). The JAX-level checks (held launches,
@@ -43,12 +44,15 @@ static void expect_error(cw_status_t st, cw_status_code_t code, const char* text
   cw_status_free(st);
 }
 
-static Causeway__V1__AdminStatus* admin_status(void) {
+static Causeway__V1__AdminStatus* admin_status_aged(uint32_t max_age_ms) {
   Causeway__V1__AdminStatusRequest req = CAUSEWAY__V1__ADMIN_STATUS_REQUEST__INIT;
+  req.max_age_ms = max_age_ms;
   ProtobufCMessage* rep = NULL;
   ASSERT_OK(cw_client_call(g.client, CW_MSG_ADMIN_STATUS, &req.base, NULL, 0, NULL, &rep, NULL));
   return (Causeway__V1__AdminStatus*)rep;
 }
+
+static Causeway__V1__AdminStatus* admin_status(void) { return admin_status_aged(0); }
 
 static const Causeway__V1__AdminWorker* find_worker(const Causeway__V1__AdminStatus* st,
                                                     const char* name) {
@@ -165,6 +169,31 @@ static void test_status_counts_a_direct_upload(void** state) {
   assert_string_equal(w->state, "alive");
   protobuf_c_message_free_unpacked(&st->base, NULL);
   cw_client_release(direct);
+}
+
+// max_age_ms: the numbers of the controller's last poll (once a second),
+// at once, saying how old they are; the buffer of the test above is in them.
+static void test_status_from_the_last_poll(void** state) {
+  Causeway__V1__AdminStatus* st = NULL;
+  for (int i = 0; i < 200; ++i) {  // until a poll has ended
+    st = admin_status_aged(60000);
+    if (st->stats_age_ms > 0) break;
+    protobuf_c_message_free_unpacked(&st->base, NULL);
+    st = NULL;
+    cw_test_sleep_ms(50);
+  }
+  assert_non_null(st);
+  assert_true(st->stats_age_ms <= 60000);
+  const Causeway__V1__AdminWorker* w = find_worker(st, "ops-b");
+  assert_int_equal(w->buffers, 1);
+  assert_int_equal(w->buffer_bytes, 12);
+  assert_true(w->stats_fresh);
+  assert_int_equal(find_session(st, g.session)->buffers, 1);
+  protobuf_c_message_free_unpacked(&st->base, NULL);
+  st = admin_status();  // a round of its own
+  assert_int_equal(st->stats_age_ms, 0);
+  assert_int_equal(find_worker(st, "ops-b")->buffers, 1);
+  protobuf_c_message_free_unpacked(&st->base, NULL);
 }
 
 static void test_pause_resume_and_errors(void** state) {
@@ -293,6 +322,7 @@ static void test_worker_loss_is_listed(void** state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_status_counts_a_direct_upload),
+      cmocka_unit_test(test_status_from_the_last_poll),
       cmocka_unit_test(test_pause_resume_and_errors),
       cmocka_unit_test(test_drain_refuses_new_work_and_reports_idle),
       cmocka_unit_test(test_worker_loss_is_listed),

@@ -36,15 +36,18 @@ static int cw__report(const char* what, cw_status_t st) {
   return code;
 }
 
-static cw_status_t cw__get_status(cw_client_t* c, Causeway__V1__AdminStatus** out) {
+// max_age_s < 0: fresh numbers from every worker.
+static cw_status_t cw__get_status(cw_client_t* c, double max_age_s,
+                                  Causeway__V1__AdminStatus** out) {
   Causeway__V1__AdminStatusRequest req = CAUSEWAY__V1__ADMIN_STATUS_REQUEST__INIT;
+  if (max_age_s >= 0) req.max_age_ms = (uint32_t)(max_age_s * 1000.0);
   return cw_client_call(c, CW_MSG_ADMIN_STATUS, &req.base, NULL, 0, NULL,
                         (ProtobufCMessage**)out, NULL);
 }
 
 static int cw__status(cw_client_t* c, const cw_cli_args_t* a) {
   Causeway__V1__AdminStatus* st = NULL;
-  cw_status_t s = cw__get_status(c, &st);
+  cw_status_t s = cw__get_status(c, a->max_age_s, &st);
   if (s) return cw__report("status", s);
   int rc = CW_CLI_OK;
   if (a->json) {
@@ -83,7 +86,7 @@ static int cw__wait_idle(cw_client_t* c, const cw_cli_args_t* a) {
   char last[160] = "unknown";
   for (;;) {
     Causeway__V1__AdminStatus* st = NULL;
-    cw_status_t s = cw__get_status(c, &st);
+    cw_status_t s = cw__get_status(c, -1, &st);
     if (s) return cw__report("drain --wait", s);
     const Causeway__V1__AdminWorker* found = NULL;
     for (size_t i = 0; i < st->n_workers; ++i) {

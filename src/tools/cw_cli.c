@@ -16,7 +16,10 @@ const char cw_cli_usage[] =
     "usage: causeway [--controller ADDR] COMMAND [ARGS]\n"
     "\n"
     "commands:\n"
-    "  status [--json]                  workers, islands, sessions, cache, recent errors\n"
+    "  status [--json] [--max-age S]    workers, islands, sessions, cache, recent errors;\n"
+    "                                   --max-age: the controller's last poll of the\n"
+    "                                   workers if at most S old (at once on a large\n"
+    "                                   fleet), else ask every worker now (the default)\n"
     "  pause SESSION                    hold the session's launches (they queue, in order)\n"
     "  resume SESSION                   release them in order\n"
     "  drain WORKER [--wait] [--timeout S]\n"
@@ -62,6 +65,7 @@ enum {
   CW__OPT_TIMEOUT,
   CW__OPT_JSON,
   CW__OPT_WAIT,
+  CW__OPT_MAX_AGE,
   CW__OPT_DIR,
   CW__OPT_WORKERS,
   CW__OPT_DEVICES,
@@ -77,6 +81,7 @@ static const struct option cw__longopts[] = {
     {"timeout", required_argument, NULL, CW__OPT_TIMEOUT},
     {"json", no_argument, NULL, CW__OPT_JSON},
     {"wait", no_argument, NULL, CW__OPT_WAIT},
+    {"max-age", required_argument, NULL, CW__OPT_MAX_AGE},
     {"dir", required_argument, NULL, CW__OPT_DIR},
     {"workers", required_argument, NULL, CW__OPT_WORKERS},
     {"devices", required_argument, NULL, CW__OPT_DEVICES},
@@ -105,6 +110,7 @@ static bool cw__missing(int opt, char* err, size_t err_size) {
       break;
     case CW__OPT_TIMEOUT:
     case CW__OPT_GRACE:
+    case CW__OPT_MAX_AGE:
       what = "a number of seconds";
       break;
     case CW__OPT_WORKERS:
@@ -171,6 +177,7 @@ bool cw_cli_parse(int argc, char** argv, cw_cli_args_t* out, char* err, size_t e
   out->workers = 2;
   out->devices = 4;
   out->grace_s = 10;
+  out->max_age_s = -1;
   err[0] = 0;
   const char* positional[3] = {NULL, NULL, NULL};
   int npos = 0;
@@ -197,6 +204,9 @@ bool cw_cli_parse(int argc, char** argv, cw_cli_args_t* out, char* err, size_t e
         break;
       case CW__OPT_GRACE:
         if (!cw__seconds(c, optarg, &out->grace_s, err, err_size)) return false;
+        break;
+      case CW__OPT_MAX_AGE:
+        if (!cw__seconds(c, optarg, &out->max_age_s, err, err_size)) return false;
         break;
       case CW__OPT_JSON:
         out->json = true;
@@ -281,6 +291,9 @@ bool cw_cli_parse(int argc, char** argv, cw_cli_args_t* out, char* err, size_t e
   if (out->json && out->command != CW_CLI_STATUS) {
     return cw__fail(err, err_size, "%s", "--json is for status");
   }
+  if ((given & CW__BIT(CW__OPT_MAX_AGE)) && out->command != CW_CLI_STATUS) {
+    return cw__fail(err, err_size, "%s", "--max-age is for status");
+  }
   if (out->command == CW_CLI_UP || out->command == CW_CLI_DOWN) {
     if (out->controller) {
       return cw__fail(err, err_size, "--controller is not for %s (it uses --dir)",
@@ -344,6 +357,10 @@ static void cw__devices_text(const int32_t* ids, size_t n, char* buf, size_t siz
 void cw_cli_print_status(FILE* out, const Causeway__V1__AdminStatus* st) {
   fprintf(out, "controller %s, up %" PRId64 " s, %zu workers, %zu sessions\n", st->controller,
           st->uptime_ms / 1000, st->n_workers, st->n_sessions);
+  if (st->stats_age_ms) {
+    fprintf(out, "workers' numbers from the controller's poll %" PRId64 " ms ago\n",
+            st->stats_age_ms);
+  }
   fprintf(out, "compile cache: %" PRIu64 " compiles, %" PRIu64 " hits, %" PRIu64 " misses, %"
           PRIu64 " bytes; launches relayed %" PRIu64 "; errors %" PRIu64 "\n\n", st->compiles,
           st->cache_hits, st->cache_misses, st->cache_bytes, st->launches, st->errors);
@@ -514,6 +531,8 @@ char* cw_cli_status_json(const Causeway__V1__AdminStatus* st) {
   json_t* root = json_object();
   cw__set(root, "controller", cw_json_string_create(st->controller), &ok);
   cw__set(root, "uptime_ms", json_integer(st->uptime_ms), &ok);
+  // Only in answers from a poll (--max-age): the fresh form stays as it was.
+  if (st->stats_age_ms) cw__set(root, "stats_age_ms", json_integer(st->stats_age_ms), &ok);
   cw__set(root, "launches_relayed", cw_json_uint_create(st->launches), &ok);
   cw__set(root, "errors", cw_json_uint_create(st->errors), &ok);
   json_t* cache = json_object();

@@ -48,6 +48,7 @@ typedef struct cw_cli_args_s {
   const char* metrics_listen;  // up --metrics-listen: the controller's HTTP port, else NULL
   const char* plugin;          // up --plugin, else NULL: $CAUSEWAY_PJRT_PLUGIN
   double grace_s;              // down --grace: SIGTERM, then SIGKILL after it; default 10
+  double max_age_s;            // status --max-age: the last poll's numbers; -1: ask now
 } cw_cli_args_t;
 
 // Parses argv (argv[0] is the program). Returns true, or false with a

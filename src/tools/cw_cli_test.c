@@ -294,6 +294,24 @@ static void assert_same_member_order(json_t* a, json_t* b) {
   }
 }
 
+// An answer from the controller's last poll says how old its numbers are,
+// right after uptime_ms; a fresh one does not (the test above).
+static void test_status_json_says_the_poll_age(void** state) {
+  sample_t x;
+  sample_fill(&x);
+  x.st.stats_age_ms = 250;
+  char* text = cw_cli_status_json(&x.st);
+  assert_non_null(text);
+  assert_non_null(strstr(text, "\"uptime_ms\": 123456,\n  \"stats_age_ms\": 250,\n"));
+  free(text);
+  char buf[4096];
+  FILE* f = fmemopen(buf, sizeof(buf), "w");
+  assert_non_null(f);
+  cw_cli_print_status(f, &x.st);
+  fclose(f);
+  assert_non_null(strstr(buf, "workers' numbers from the controller's poll 250 ms ago\n"));
+}
+
 static void test_status_json_matches_before(void** state) {
   sample_t x;
   sample_fill(&x);
@@ -379,6 +397,9 @@ static void test_args_commands(void** state) {
   assert_int_equal(a.command, CW_CLI_STATUS);
   assert_true(a.json);
   assert_string_equal(a.controller, "h:1");
+  assert_true(a.max_age_s == -1);
+  assert_true(parse(&a, err, sizeof(err), "status", "--max-age", "1.5", NULL));
+  assert_true(a.max_age_s == 1.5);
   assert_true(parse(&a, err, sizeof(err), "--controller=/tmp/s", "pause", "1234", NULL));
   assert_int_equal(a.command, CW_CLI_PAUSE);
   assert_int_equal(a.session_id, 1234);
@@ -463,6 +484,11 @@ static void test_args_errors(void** state) {
        "session id '99999999999999999999999' is out of range"},
       {{"pause", "s", "--json"}, "--json is for status"},
       {{"status", "--wait"}, "--wait is for drain"},
+      {{"pause", "s", "--max-age", "1"}, "--max-age is for status"},
+      {{"up", "--max-age", "1"}, "--max-age is for status"},
+      {{"status", "--max-age", "soon"},
+       "--max-age 'soon' is not a number of seconds (0..86400)"},
+      {{"status", "--max-age"}, "--max-age needs a number of seconds"},
       {{"status", "--timeout", "1"}, "--timeout is for drain and up"},
       {{"up", "--workers", "0"}, "--workers '0' is not a number in 1..64"},
       {{"up", "--workers", "65"}, "--workers '65' is not a number in 1..64"},
@@ -535,6 +561,7 @@ static void test_status_json_escapes_peer_text(void** state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_status_json_matches_before),
+      cmocka_unit_test(test_status_json_says_the_poll_age),
       cmocka_unit_test(test_status_text_memory),
       cmocka_unit_test(test_status_json_repairs_invalid_utf8),
       cmocka_unit_test(test_args_commands),
