@@ -289,6 +289,11 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
                                    "IFRT_PROXY_GRPC_LARGE_TRANSFER_OPTIMIZATION_DIRECTORY, "
                                    "where they leave large host buffers for the proxy to read; "
                                    "empty: HostBufferReadFromDisk is refused"},
+    [CW_SET_PROXY_MAX_HOST_BUFFER] = {"CAUSEWAY_PROXY_MAX_HOST_BUFFER", NULL, CW__PRX,
+                                      "max-host-buffer", CW_SETTING_INT, 1, 1024 * GIB,
+                                      "68719476736", false, false,
+                                      "largest host buffer (bytes) a client may store or leave "
+                                      "in the transfer directory"},
 };
 
 const cw_setting_def_t* cw_settings_def(cw_setting_id_t id) {

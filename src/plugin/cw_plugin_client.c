@@ -398,7 +398,14 @@ PJRT_Error* cw_plugin_client_default_device_assignment(
     size_t n = 0;
     for (size_t i = start; i < c->num_devices && c->devices[i].island == island; ++i) ++n;
     if (n < need) continue;
-    for (size_t i = 0; i < need; ++i) args->default_assignment[i] = c->devices[start + i].global_id;
+    // Replica-major, as PJRT reads it; partition p of replica r gets the
+    // island's device p * replicas + r, as XLA's computation placer does.
+    size_t nr = (size_t)args->num_replicas, np = (size_t)args->num_partitions;
+    for (size_t r = 0; r < nr; ++r) {
+      for (size_t p = 0; p < np; ++p) {
+        args->default_assignment[r * np + p] = c->devices[start + p * nr + r].global_id;
+      }
+    }
     return NULL;
   }
   return cw_plugin_error_from_status(cw_make_status(

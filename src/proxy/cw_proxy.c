@@ -244,6 +244,7 @@ cw_status_t cw_proxy_create(const cw_settings_t* settings, cw_proxy_t** out) {
   cw_grpc_options_default(&p->server_options.grpc);
   p->server_options.grpc.max_message = (size_t)cw_settings_int(settings, CW_SET_PROXY_MAX_MESSAGE);
   cw_proxy_bytes_configure((size_t)cw_settings_int(settings, CW_SET_PROXY_BUFFER_CACHE));
+  p->max_host_buffer = (size_t)cw_settings_int(settings, CW_SET_PROXY_MAX_HOST_BUFFER);
   p->server_options.token = cw_settings_string(settings, CW_SET_TOKEN);
   st = cw_grpc_server_create(&p->loop, cw_settings_string(settings, CW_SET_PROXY_LISTEN),
                              &p->server_options, &cw__handlers, p, &p->server);

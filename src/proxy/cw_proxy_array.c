@@ -230,7 +230,7 @@ cw_status_t cw_proxy_array_adopt(cw_proxy_session_t* s, uint64_t handle,
   return cw_ok_status();
 }
 
-static cw_status_t cw__lookup_device(cw_proxy_session_t* s, int32_t id, PJRT_Device** out) {
+cw_status_t cw_proxy_device_lookup(cw_proxy_session_t* s, int32_t id, PJRT_Device** out) {
   PJRT_Client_LookupDevice_Args a = {
       .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Client_LookupDevice_Args, device),
       .client = s->client, .id = id};
@@ -245,7 +245,7 @@ cw_status_t cw_proxy_buffer_upload(cw_proxy_session_t* s, const cw_proxy_dtype_t
                                    const uint8_t* data, PJRT_Buffer** out) {
   *out = NULL;
   PJRT_Device* device;
-  CW_RETURN_IF_ERROR(cw__lookup_device(s, device_id, &device), "upload");
+  CW_RETURN_IF_ERROR(cw_proxy_device_lookup(s, device_id, &device), "upload");
   PJRT_Client_BufferFromHostBuffer_Args a = {
       .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Client_BufferFromHostBuffer_Args, buffer),
       .client = s->client, .data = data, .type = dt->pjrt, .dims = dims, .num_dims = rank,
@@ -267,7 +267,8 @@ static cw_status_t cw__upload(cw_proxy_session_t* s, const cw_proxy_dtype_t* dt,
                               size_t rank, int32_t device_id, const uint8_t* data,
                               cw_proxy_shard_t** out) {
   PJRT_Buffer* b;
-  CW_RETURN_IF_ERROR(cw_proxy_buffer_upload(s, dt, dims, rank, device_id, data, &b), "upload");
+  cw_status_t st = cw_proxy_buffer_upload(s, dt, dims, rank, device_id, data, &b);
+  if (st) return st;
   cw_proxy_shard_t* sh = malloc(sizeof(*sh));
   if (!sh) {
     cw_proxy_pjrt_buffer_destroy(&s->proxy->pjrt, b);
@@ -475,22 +476,23 @@ cw_status_t cw_proxy_buffer_copy(cw_proxy_session_t* s, PJRT_Buffer* buffer, int
   const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
   PJRT_Device* dev;
   PJRT_Memory* mem = NULL;
-  CW_RETURN_IF_ERROR(cw__lookup_device(s, device_id, &dev), "copy");
-  CW_RETURN_IF_ERROR(cw__memory_of(s, dev, memory_kind, &mem), "copy");
+  cw_status_t st = cw_proxy_device_lookup(s, device_id, &dev);
+  if (!st) st = cw__memory_of(s, dev, memory_kind, &mem);
+  if (st) return st;
   if (mem) {
     PJRT_Buffer_CopyToMemory_Args m = {
         .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_CopyToMemory_Args, dst_buffer),
         .buffer = buffer, .dst_memory = mem};
-    CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Buffer_CopyToMemory, &m), "copy");
+    st = CW_PROXY_PJRT_CALL(p, PJRT_Buffer_CopyToMemory, &m);
     *out = m.dst_buffer;
-    return cw_ok_status();
+    return st;
   }
   PJRT_Buffer_CopyToDevice_Args d = {
       .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_CopyToDevice_Args, dst_buffer),
       .buffer = buffer, .dst_device = dev};
-  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Buffer_CopyToDevice, &d), "copy");
+  st = CW_PROXY_PJRT_CALL(p, PJRT_Buffer_CopyToDevice, &d);
   *out = d.dst_buffer;
-  return cw_ok_status();
+  return st;
 }
 
 // Copies of arrays onto other devices (and memory kinds), shard k onto
@@ -806,7 +808,8 @@ cw_status_t cw_proxy_buffer_download(cw_proxy_session_t* s, PJRT_Buffer* buffer,
   const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
   PJRT_Buffer_ToHostBuffer_Args q = {
       .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_ToHostBuffer_Args, event), .src = buffer};
-  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Buffer_ToHostBuffer, &q), "download");
+  cw_status_t st = CW_PROXY_PJRT_CALL(p, PJRT_Buffer_ToHostBuffer, &q);
+  if (st) return st;
   if (q.dst_size != bytes) {
     return cw_make_status(CW_INTERNAL, "the buffer holds %zu bytes, not %zu", q.dst_size, bytes);
   }
@@ -814,8 +817,8 @@ cw_status_t cw_proxy_buffer_download(cw_proxy_session_t* s, PJRT_Buffer* buffer,
   if (!data) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for %zu bytes", bytes);
   q.dst = data;
   q.event = NULL;
-  cw_status_t st = CW_PROXY_PJRT_CALL(p, PJRT_Buffer_ToHostBuffer, &q);
-  if (!st) st = cw_proxy_pjrt_await(p, q.event, "download");
+  st = CW_PROXY_PJRT_CALL(p, PJRT_Buffer_ToHostBuffer, &q);
+  if (!st) st = cw_proxy_pjrt_await(p, q.event, "the download");
   if (st) {
     cw_proxy_bytes_free(data);
     return st;

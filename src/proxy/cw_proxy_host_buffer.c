@@ -164,6 +164,15 @@ cw_status_t cw_proxy_host_buffer_start(cw_proxy_t* p, cw_grpc_call_t* call, cons
     c->handle = m->handle;
     size_t declared = (size_t)m->buffer_size;
     cw_ifrt__host_buffer_store_metadata__free_unpacked(m, NULL);
+    if (declared > p->max_host_buffer) {
+      cw_status_t st = cw_make_status(CW_RESOURCE_EXHAUSTED, "HostBufferStore %llu: %zu bytes is "
+                                      "over this proxy's largest host buffer, %zu bytes "
+                                      "(CAUSEWAY_PROXY_MAX_HOST_BUFFER)",
+                                      (unsigned long long)c->handle, declared,
+                                      p->max_host_buffer);
+      free(c);
+      return st;
+    }
     cw_proxy_session_t* s;
     cw_proxy_host_buffer_t* hb = calloc(1, sizeof(*hb));
     cw_status_t st = hb ? cw__session_of(p, c->session_id, &s)
@@ -413,6 +422,7 @@ static void cw__disk_done(uv_work_t* req, int status) {
   cw_proxy_t* p = w->proxy;
   cw_status_t st = w->st;
   if (!st && status) st = cw_make_status(CW_CANCELLED, "the read was cancelled");
+  if (w->fd >= 0) close(w->fd);  // cancelled before it ran
   cw_proxy_session_t* s = cw_proxy_session_find(p, w->session_id);
   if (s) {
     pthread_mutex_lock(&s->mu);
@@ -478,11 +488,19 @@ static cw_status_t cw__disk_open(cw_proxy_t* p, uint64_t handle, int64_t declare
     close(fd);
     return cw_make_status(CW_INVALID_ARGUMENT, "%s is not a regular file", path);
   }
-  unlink(path);  // the bytes are the proxy's (or refused) from here
+  // The bytes are the proxy's (or refused) from here.
+  if (unlink(path)) CW_LOGW("HostBufferReadFromDisk: cannot remove %s: %s", path, strerror(errno));
   if (declared >= 0 && (int64_t)sb.st_size != declared) {
     close(fd);
     return cw_make_status(CW_INVALID_ARGUMENT, "%s holds %lld bytes; the request declares %lld",
                           path, (long long)sb.st_size, (long long)declared);
+  }
+  // Checked before any byte is read: a sparse file costs its writer nothing.
+  if ((uint64_t)sb.st_size > p->max_host_buffer) {
+    close(fd);
+    return cw_make_status(CW_RESOURCE_EXHAUSTED, "%s holds %lld bytes, over this proxy's "
+                          "largest host buffer, %zu bytes (CAUSEWAY_PROXY_MAX_HOST_BUFFER)", path,
+                          (long long)sb.st_size, p->max_host_buffer);
   }
   *out_fd = fd;
   *out_len = (size_t)sb.st_size;
@@ -492,10 +510,12 @@ static cw_status_t cw__disk_open(cw_proxy_t* p, uint64_t handle, int64_t declare
 static void cw__read_from_disk(cw_proxy_t* p, cw_grpc_call_t* call, const uint8_t* d, size_t n) {
   CwIfrt__HostBufferReadFromDiskRequest* r =
       cw_ifrt__host_buffer_read_from_disk_request__unpack(NULL, n, d);
-  if (!r || !r->metadata || !r->metadata->has_handle) {
+  if (!r || !r->metadata || !r->metadata->has_handle || !r->metadata->handle ||
+      (r->metadata->has_buffer_size && r->metadata->buffer_size < 0)) {
     if (r) cw_ifrt__host_buffer_read_from_disk_request__free_unpacked(r, NULL);
     cw_grpc_call_finish(call, cw_make_status(CW_INVALID_ARGUMENT, "HostBufferReadFromDisk: the "
-                                             "request does not decode or names no handle"));
+                                             "request does not decode, names no handle (or "
+                                             "0), or declares a negative size"));
     return;
   }
   cw__disk_t* w = calloc(1, sizeof(*w));
@@ -506,7 +526,21 @@ static void cw__read_from_disk(cw_proxy_t* p, cw_grpc_call_t* call, const uint8_
   cw_status_t st = w && hb ? cw__session_of(p, r->metadata->session_id, &s)
                            : cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   if (w) *w = (cw__disk_t){.proxy = p, .call = call, .handle = handle, .fd = -1};
+  // jaxlib names its files by handle alone: a second client's would land on
+  // the first's. The first session to use the directory has it while open.
+  if (!st && p->disk_session && p->disk_session != s->id &&
+      cw_proxy_session_find(p, p->disk_session)) {
+    CW_LOGW("HostBufferReadFromDisk: session %016llx uses the transfer directory of session "
+            "%016llx; their files may have overwritten each other's",
+            (unsigned long long)s->id, (unsigned long long)p->disk_session);
+    st = cw_make_status(CW_FAILED_PRECONDITION, "session %016llx takes files from this proxy's "
+                        "transfer directory, and jaxlib names them by handle alone, so another "
+                        "client's would overwrite them: give each client a proxy of its own (or "
+                        "unset IFRT_PROXY_GRPC_LARGE_TRANSFER_OPTIMIZATION_DIRECTORY)",
+                        (unsigned long long)p->disk_session);
+  }
   if (!st) {
+    p->disk_session = s->id;
     w->session_id = s->id;
     st = cw__disk_open(p, handle, declared, &w->fd, &w->len);
   }

@@ -108,6 +108,8 @@ struct cw_proxy_s {
   cw_proxy_pjrt_t pjrt;
   cw_proxy_session_t* sessions;
   struct cw_proxy_lookup_s* lookups;  // HostBufferLookup calls waiting for their buffer
+  size_t max_host_buffer;             // CAUSEWAY_PROXY_MAX_HOST_BUFFER
+  uint64_t disk_session;  // the session that takes files from the transfer directory (0: none)
 };
 
 // --- Sessions (cw_proxy_session.c) ----------------------------------------------
@@ -253,6 +255,9 @@ CW_MUST_USE cw_status_t cw_proxy_array_add_shard(cw_proxy_array_t* a, PJRT_Buffe
 void cw_proxy_array_share_shard(cw_proxy_array_t* out, const cw_proxy_array_t* in, size_t k);
 int32_t cw_proxy_array_shard_device(const cw_proxy_array_t* a, size_t k);
 PJRT_Buffer* cw_proxy_array_shard_buffer(const cw_proxy_array_t* a, size_t k);
+// The session's device of global id `id`.
+CW_MUST_USE cw_status_t cw_proxy_device_lookup(cw_proxy_session_t* s, int32_t id,
+                                               PJRT_Device** out_device);
 // A buffer on `device_id` holding `data` (an array of `dims`).
 CW_MUST_USE cw_status_t cw_proxy_buffer_upload(cw_proxy_session_t* s, const cw_proxy_dtype_t* dt,
                                                const int64_t* dims, size_t rank,

@@ -28,7 +28,37 @@ static void cw__spec_free(cw__spec_t* sp) {
   *sp = (cw__spec_t){0};
 }
 
-static cw_status_t cw__spec(const CwIfrt__ArraySpec* as, cw__spec_t* out) {
+static int cw__by_id(const void* a, const void* b) {
+  int32_t x = *(const int32_t*)a, y = *(const int32_t*)b;
+  return (x > y) - (x < y);
+}
+
+// The devices of a spec are the session's, each named once.
+static cw_status_t cw__devices_ok(cw_proxy_session_t* s, const int32_t* ids, size_t n) {
+  if (n > CW_PROXY_MAX_DEVICES) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "%zu devices (at most %d)", n,
+                          CW_PROXY_MAX_DEVICES);
+  }
+  int32_t* sorted = malloc(n * sizeof(*sorted) + 1);
+  if (!sorted) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  memcpy(sorted, ids, n * sizeof(*sorted));
+  qsort(sorted, n, sizeof(*sorted), cw__by_id);
+  cw_status_t st = cw_ok_status();
+  for (size_t i = 1; !st && i < n; i++) {
+    if (sorted[i] == sorted[i - 1]) {
+      st = cw_make_status(CW_INVALID_ARGUMENT, "device %d is named twice", sorted[i]);
+    }
+  }
+  free(sorted);
+  for (size_t i = 0; !st && i < n; i++) {
+    PJRT_Device* d;
+    st = cw_proxy_device_lookup(s, ids[i], &d);
+  }
+  return st;
+}
+
+static cw_status_t cw__spec(cw_proxy_session_t* s, const CwIfrt__ArraySpec* as,
+                            cw__spec_t* out) {
   *out = (cw__spec_t){0};
   if (!as || !as->dtype || !as->shape || !as->sharding) {
     return cw_make_status(CW_INVALID_ARGUMENT, "a spec without dtype, shape or sharding");
@@ -49,6 +79,7 @@ static cw_status_t cw__spec(const CwIfrt__ArraySpec* as, cw__spec_t* out) {
   cw_status_t st = cw_proxy_dtype(out->kind, &out->dt);
   if (!st) st = cw_proxy_sharding_devices(as->sharding, &out->ids, &out->n, &out->whole);
   if (!st) st = cw_proxy_sharding_memory_kind(as->sharding, &out->memory_kind);
+  if (!st) st = cw__devices_ok(s, out->ids, out->n);
   if (st) cw__spec_free(out);
   return st;
 }
@@ -77,7 +108,7 @@ static cw_status_t cw__make_error(cw_proxy_session_t* s, const CwIfrt__IfrtReque
     cw_proxy_array_t* a = NULL;
     uint64_t h = cw_proxy_result_handle(s, r->n_array_handles > 0,
                                         r->n_array_handles ? r->array_handles[i] : 0);
-    cw_status_t st = cw__spec(r->array_specs[i], &sp);
+    cw_status_t st = cw__spec(s, r->array_specs[i], &sp);
     if (!st) st = cw_proxy_array_new(s, h, sp.kind, sp.dims, sp.rank, 0, &a);
     cw__spec_free(&sp);
     if (!st) {
@@ -108,18 +139,34 @@ static cw_status_t cw__whole(cw_proxy_session_t* s, const cw_proxy_array_t* a, b
   return cw_ok_status();
 }
 
-// The memory kind `a` was made in (NULL: the default, or not known).
-static char* cw__memory_kind_of(const cw_proxy_array_t* a) {
-  if (!a->sharding) return NULL;
-  CwIfrt__Sharding* sh = cw_ifrt__sharding__unpack(NULL, a->sharding_len, a->sharding);
-  char* kind = NULL;
-  if (sh) cw_status_free(cw_proxy_sharding_memory_kind(sh, &kind));
-  if (sh) cw_ifrt__sharding__free_unpacked(sh, NULL);
-  return kind;
+static cw_status_t cw__kind_of(const cw_proxy_pjrt_t* p, PJRT_Memory* m, const char* want,
+                               bool* out_same) {
+  PJRT_Memory_Kind_Args k = {.struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Memory_Kind_Args, kind_size),
+                             .memory = m};
+  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Memory_Kind, &k), "memory");
+  *out_same = k.kind_size == strlen(want) && !memcmp(k.kind, want, k.kind_size);
+  return cw_ok_status();
 }
 
-static bool cw__same_kind(const char* x, const char* y) {
-  return (!x && !y) || (x && y && !strcmp(x, y));
+// Whether `buffer` is in the memory `kind` names (NULL: its device's
+// default memory), as the plugin says: an array's kept sharding may not
+// name its memory (CopyArrays, Execute outputs keep none).
+static cw_status_t cw__in_memory(cw_proxy_session_t* s, PJRT_Buffer* buffer, const char* kind,
+                                 bool* out) {
+  const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
+  PJRT_Buffer_Memory_Args m = {.struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_Memory_Args, memory),
+                               .buffer = buffer};
+  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Buffer_Memory, &m), "shard memory");
+  if (kind) return cw__kind_of(p, m.memory, kind, out);
+  PJRT_Buffer_Device_Args d = {.struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_Device_Args, device),
+                               .buffer = buffer};
+  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Buffer_Device, &d), "shard device");
+  PJRT_Device_DefaultMemory_Args dm = {
+      .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Device_DefaultMemory_Args, memory),
+      .device = d.device};
+  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Device_DefaultMemory, &dm), "default memory");
+  *out = dm.memory == m.memory;
+  return cw_ok_status();
 }
 
 // Bytes of a dense array of `dims`; sub-byte types are refused (their
@@ -158,7 +205,6 @@ static cw_status_t cw__fill(cw_proxy_session_t* s, const cw_proxy_array_t* a,
     }
     if (!st) st = cw_proxy_buffer_download(s, cw_proxy_array_shard_buffer(a, 0), len, &bytes);
   }
-  char* from_kind = bitcast ? NULL : cw__memory_kind_of(a);
   for (size_t k = 0; !st && k < sp->n; k++) {
     int32_t dev = sp->ids[k];
     if (bitcast) {
@@ -171,7 +217,12 @@ static cw_status_t cw__fill(cw_proxy_session_t* s, const cw_proxy_array_t* a,
     // copy is asked for.
     size_t j = 0;
     while (j < a->n && cw_proxy_array_shard_device(a, j) != dev) j++;
-    if (j < a->n && semantics != CW__ALWAYS_COPY && cw__same_kind(from_kind, sp->memory_kind)) {
+    bool there = false;
+    if (j < a->n && semantics != CW__ALWAYS_COPY) {
+      st = cw__in_memory(s, cw_proxy_array_shard_buffer(a, j), sp->memory_kind, &there);
+    }
+    if (st) break;
+    if (there) {
       cw_proxy_array_share_shard(c, a, j);
       continue;
     }
@@ -180,7 +231,6 @@ static cw_status_t cw__fill(cw_proxy_session_t* s, const cw_proxy_array_t* a,
                               sp->memory_kind, &b);
     if (!st && (st = cw_proxy_array_add_shard(c, b, dev))) cw_proxy_pjrt_buffer_destroy(p, b);
   }
-  free(from_kind);
   cw_proxy_bytes_free(bytes);
   return st;
 }
@@ -190,7 +240,7 @@ static cw_status_t cw__one(cw_proxy_session_t* s, const CwIfrt__ArraysToSpecsReq
   cw_proxy_array_t* a;
   CW_RETURN_IF_ERROR(cw_proxy_array_get(s, r->array_handles[i], &a), "array %zu", i);
   cw__spec_t sp;
-  CW_RETURN_IF_ERROR(cw__spec(r->array_specs[i], &sp), "spec %zu", i);
+  CW_RETURN_IF_ERROR(cw__spec(s, r->array_specs[i], &sp), "spec %zu", i);
   bool whole = false;
   cw_status_t st = cw__whole(s, a, &whole);
   if (!st && (!whole || !sp.whole)) {

@@ -247,7 +247,7 @@ def test_unknown_method_and_unserved_methods(proxy):
         with pytest.raises(grpc.RpcError) as e:
             raw(ch, "HostBufferReadFromDisk")(b"", timeout=10)
         assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert "does not decode or names no handle" in e.value.details()
+        assert "does not decode, names no handle (or 0)" in e.value.details()
         # Host buffers of a session that does not exist.
         ids = varint(1 << 3 | 1) + struct.pack("<Q", 77) + varint(2 << 3 | 1) + struct.pack("<Q", 5)
         for method in ("HostBufferDelete", "HostBufferLookup"):
@@ -541,6 +541,10 @@ def test_arrays_to_new_specs_and_error_arrays(cluster, proxy):
     that do not fit are refused by name and the session lives. Then the
     default device assignment and the MPMD and host-callback requests."""
     import numpy as np
+    worker = cluster.addresses["hand-worker-0"]
+    # The sessions of earlier tests have freed theirs: the worker's buffers
+    # counted below are this session's.
+    assert harness.wait_until(lambda: harness.stats(worker)["buffers"] == 0, 30)
     with grpc.insecure_channel(proxy.address) as ch:
         q, responses, sid = live_session(ch)
 
@@ -585,6 +589,30 @@ def test_arrays_to_new_specs_and_error_arrays(cluster, proxy):
             got_op, got_code, msg = response_status(call(req))
             assert (got_op, got_code) == (op, code.value[0]), msg
             assert text in msg, msg
+        # Whether a shard is in the memory asked for is the plugin's answer,
+        # not the kept sharding's (CopyArrays keeps none): one in pinned_host
+        # is copied into device memory, and shared into pinned_host.
+        r = call(ifrt_request(24, 90, packed_fixed64(1, [100]) + field(2, varint(0))
+                              + field(3, b"pinned_host") + packed_fixed64(5, [120])))
+        assert response_status(r) == (90, 0, "")
+        before = harness.stats(worker)["buffers"]
+        r = call(to_specs(33, 91, [120], [array_spec(11, [4], single_device(0))], [121]))
+        assert response_status(r) == (91, 0, "")
+        assert harness.stats(worker)["buffers"] == before + 1
+        r = call(to_specs(33, 92, [120], [array_spec(11, [4], single_device(0, "pinned_host"))],
+                          [122]))
+        assert response_status(r) == (92, 0, "")
+        assert harness.stats(worker)["buffers"] == before + 1
+        assert read_back(93, 121, 36) == data
+        # Devices a spec names: the session's, each once.
+        for op, spec, text in (
+                (94, array_spec(11, [4], replicated([1, 1])), "device 1 is named twice"),
+                (95, array_spec(11, [4], single_device(77)), "77")):
+            got_op, code, msg = response_status(call(to_specs(33, op, [100], [spec], [123])))
+            assert got_op == op and code != 0 and text in msg, (op, code, msg)
+            got_op, code, msg = response_status(call(ifrt_request(
+                26, op, field(1, varint(1 << 3) + varint(8)) + field(2, spec))))
+            assert got_op == op and code != 0 and text in msg, (op, code, msg)
         # Donated: the input is deleted, the output has its bytes.
         r = call(to_specs(33, 72, [103], [array_spec(11, [4], single_device(0))], [106],
                           semantics=3))
@@ -618,8 +646,8 @@ def test_arrays_to_new_specs_and_error_arrays(cluster, proxy):
         da = list(_fields(dict(_fields(dict(_fields(r))[19]))[1]))
         assert (dict(da)[1], dict(da)[2]) == (2, 2), da
         comps = [_varints(dict(_fields(v))[1]) for k, v in da if k == 3]
-        # The plugin takes the island's devices in order, replica-major.
-        assert comps == [[0, 2], [1, 3]], comps
+        # As XLA's computation placer: partition p of replica r on device p * 2 + r.
+        assert comps == [[0, 1], [2, 3]], comps
         for op, replicas, partitions, code, text in (
                 (81, 0, 2, grpc.StatusCode.INVALID_ARGUMENT, "0 replicas x 2 partitions"),
                 (82, 3, 3, grpc.StatusCode.INVALID_ARGUMENT, "no causeway island has 9 devices")):
@@ -740,14 +768,17 @@ def _deleted(ch, ids: bytes) -> bool:
 
 def read_from_disk(ch, sid: int, handle: int, size: int | None):
     """HostBufferReadFromDisk{metadata{session_id, handle, buffer_size}}."""
-    md = buffer_ids(sid, handle) + (varint(3 << 3) + varint(size) if size is not None else b"")
+    md = buffer_ids(sid, handle) + (varint(3 << 3) + varint(size & (2**64 - 1))
+                                    if size is not None else b"")
     return raw(ch, "HostBufferReadFromDisk")(field(1, md), timeout=10)
 
 
 def test_host_buffers_read_from_disk(cluster, proxy, tmp_path):
     """HostBufferReadFromDisk takes the bytes a client left in the transfer
     directory as lt_<handle as a 32-bit int> and removes the file; a missing
-    file, a size other than declared, a link, a FIFO, a handle in use and a
+    file, a size other than declared or over the largest host buffer (a
+    sparse file: checked before reading), a negative size, handle 0, a link, a
+    FIFO, a handle in use, a second session while the first is open and a
     proxy with no directory are refused by name, and nothing is read from
     them."""
     with grpc.insecure_channel(proxy.address) as ch:
@@ -757,7 +788,8 @@ def test_host_buffers_read_from_disk(cluster, proxy, tmp_path):
         assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert "this proxy has no transfer directory" in e.value.details()
         q.put(None)
-    p = Proxy(cluster.controller, env={"CAUSEWAY_PROXY_TRANSFER_DIR": str(tmp_path)})
+    p = Proxy(cluster.controller, env={"CAUSEWAY_PROXY_TRANSFER_DIR": str(tmp_path),
+                                       "CAUSEWAY_PROXY_MAX_HOST_BUFFER": str(1 << 20)})
     try:
         with grpc.insecure_channel(p.address) as ch:
             q, responses, sid = live_session(ch)
@@ -813,15 +845,58 @@ def test_host_buffers_read_from_disk(cluster, proxy, tmp_path):
                 read_from_disk(ch, 77, 14, None)
             assert e.value.code() == grpc.StatusCode.NOT_FOUND
             assert "no IFRT session 000000000000004d" in e.value.details()
-            for handle in (10, 11, 12, 13):  # nothing was stored for the refused ones
+            with open(tmp_path / "lt_15", "wb") as f:
+                f.truncate(2 << 20)  # sparse: costs its writer nothing
+            with pytest.raises(grpc.RpcError) as e:
+                read_from_disk(ch, sid, 15, None)
+            assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert ("lt_15 holds 2097152 bytes, over this proxy's largest host buffer, 1048576 "
+                    "bytes (CAUSEWAY_PROXY_MAX_HOST_BUFFER)") in e.value.details()
+            assert not (tmp_path / "lt_15").exists()
+            with pytest.raises(grpc.RpcError) as e:
+                store(ch, sid, 16, [b"x"], 2 << 20)
+            assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "2097152 bytes is over this proxy's largest host buffer" in e.value.details()
+            (tmp_path / "lt_0").write_bytes(b"zero")
+            for handle, size in ((16, -5), (0, 4)):
+                with pytest.raises(grpc.RpcError) as e:
+                    read_from_disk(ch, sid, handle, size)
+                assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                assert "names no handle (or 0), or declares a negative size" in e.value.details()
+            assert (tmp_path / "lt_0").read_bytes() == b"zero"
+            # jaxlib names its files by handle alone: a second client's would
+            # land on the first's, so the first session keeps the directory.
+            q2, responses2, sid2 = live_session(ch)
+            (tmp_path / "lt_17").write_bytes(b"second")
+            with pytest.raises(grpc.RpcError) as e:
+                read_from_disk(ch, sid2, 17, 6)
+            assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert (f"session {sid:016x} takes files from this proxy's transfer directory"
+                    in e.value.details()), e.value.details()
+            assert (tmp_path / "lt_17").exists()
+            for handle in (10, 11, 12, 13, 15):  # nothing was stored for the refused ones
                 with pytest.raises(grpc.RpcError) as e:
                     list(ch.unary_stream(SERVICE + "HostBufferDelete")(buffer_ids(sid, handle),
                                                                          timeout=10))
                 assert e.value.code() == grpc.StatusCode.NOT_FOUND, handle
             q.put(None)
             assert list(responses) == []
+            # The first session gone, the second may have the directory.
+            assert harness.wait_until(lambda: _reads(ch, sid2, 17, 6), 30), p.logs()[-2000:]
+            assert not (tmp_path / "lt_17").exists()
+            q2.put(None)
+            assert list(responses2) == []
     finally:
         assert p.stop() == 0, p.logs()
+
+
+def _reads(ch, sid: int, handle: int, size: int) -> bool:
+    try:
+        read_from_disk(ch, sid, handle, size)
+        return True
+    except grpc.RpcError as e:
+        assert e.code() == grpc.StatusCode.FAILED_PRECONDITION, e
+        return False
 
 
 def test_stock_jax_uploads_through_the_transfer_directory(cluster, tmp_path):
