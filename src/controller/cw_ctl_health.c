@@ -22,6 +22,7 @@
 
 #include "cw_ctl_health.h"
 #include "cw_ctl_island.h"
+#include "cw_ctl_ops.h"
 #include "cw_ctl_registry.h"
 #include "cw_ctl_relay.h"
 #include "cw_ctl_sched.h"
@@ -224,6 +225,7 @@ void cw_ctl_health_take_over(cw_ctl_peer_t* p, const cw_frame_header_t* h, cw_ct
   snprintf(w->address, sizeof(w->address), "%s", r->address);
   w->alive = true;
   w->incarnation++;
+  cw_ctl_ops_worker_replaced(w);
   cw_ctl_sched_reset(w);
   cw_ctl_island_restarted(ctl, w);
   ctl->workers_replaced++;

@@ -54,6 +54,7 @@ typedef struct cw_ctl_gather_s {
   bool replied;
   int64_t deadline_ms;
   int64_t stats_ms;  // when the numbers it answers were polled (0: this round)
+  int64_t start_ms;
 } cw_ctl_gather_t;
 
 typedef struct cw_ctl_ops_s {
@@ -64,8 +65,8 @@ typedef struct cw_ctl_ops_s {
   size_t error_next, error_count;
   cw_ctl_gather_t* gathers;
   uint64_t next_serial;
-  uint64_t polled_serial;  // the last timer poll every live worker answered
-  int64_t polled_ms;       // when it ended (0: none yet)
+  uint64_t polled_serial;  // the last timer poll every worker it asked answered
+  int64_t polled_ms;       // when it began: its numbers are at most this old (0: none yet)
 } cw_ctl_ops_t;
 
 typedef struct cw_ctl_session_stat_s {
@@ -85,6 +86,7 @@ struct cw_ctl_worker_ops_s {
   size_t rate_first, rate_count;
   double launches_per_sec;
   int64_t last_ms;  // when `last` arrived (CLOCK_MONOTONIC); 0: never
+  bool polled;      // a timer poll's STATS to it is unanswered: the next polls skip it
 };
 
 struct cw_ctl_session_ops_s {
@@ -201,6 +203,15 @@ void cw_ctl_ops_worker_free(cw_ctl_worker_t* w) {
   free(w->ops->sessions);
   free(w->ops);
   w->ops = NULL;
+}
+
+void cw_ctl_ops_worker_replaced(cw_ctl_worker_t* w) {
+  struct cw_ctl_worker_ops_s* wo = w->ops;
+  if (!wo) return;
+  bool draining = wo->draining;  // the slot's, as the operator set it
+  free(wo->sessions);
+  memset(wo, 0, sizeof(*wo));
+  wo->draining = draining;
 }
 
 bool cw_ctl_ops_worker_takes_work(const cw_ctl_worker_t* w) {
@@ -395,6 +406,7 @@ static void cw__handle_drain(cw_ctl_peer_t* p, const cw_frame_header_t* h,
 typedef struct cw_ctl_poll_s {
   cw_ctl_gather_t* g;
   uint32_t worker;
+  bool timer;
 } cw_ctl_poll_t;
 
 static const char* cw__worker_state(const cw_ctl_worker_t* w) {
@@ -421,7 +433,11 @@ static void cw__reply_status(cw_controller_t* ctl, cw_ctl_gather_t* g) {
   rep.cache_bytes = cw_compile_cache_bytes(ctl->cache);
   rep.launches = ctl->launches_relayed;
   rep.errors = ctl->errors;
-  rep.stats_age_ms = g->stats_ms ? cw__mono_ms() - g->stats_ms : 0;
+  // At least 1: 0 means numbers asked for this reply.
+  if (g->stats_ms) {
+    int64_t age = cw__mono_ms() - g->stats_ms;
+    rep.stats_age_ms = age > 0 ? age : 1;
+  }
   size_t nw = ctl->num_workers, ns = 0;
   for (cw_ctl_session_t* s = ctl->sessions; s; s = s->next) ns += cw__session_listed(s);
   Causeway__V1__AdminWorker* ws = calloc(nw + 1, sizeof(*ws));
@@ -577,6 +593,14 @@ static void cw__gather_unlink(cw_ctl_ops_t* ops, cw_ctl_gather_t* g) {
 }
 
 // Answers the status request (once) and frees the round when nothing is outstanding.
+// A timer poll is done (every worker it asked answered): --max-age answers
+// from its numbers, `stats_fresh` for those that answered it.
+static void cw__poll_ended(cw_ctl_ops_t* ops, cw_ctl_gather_t* g) {
+  if (g->client || g->serial <= ops->polled_serial) return;
+  ops->polled_serial = g->serial;
+  ops->polled_ms = g->start_ms;
+}
+
 static void cw__gather_settle(cw_ctl_gather_t* g, bool answer) {
   cw_controller_t* ctl = g->ctl;
   if (answer && !g->replied) {
@@ -584,10 +608,7 @@ static void cw__gather_settle(cw_ctl_gather_t* g, bool answer) {
     if (g->client) cw__reply_status(ctl, g);
   }
   if (g->left > 0) return;
-  if (!g->client && g->serial > ctl->ops->polled_serial) {
-    ctl->ops->polled_serial = g->serial;
-    ctl->ops->polled_ms = cw__mono_ms();
-  }
+  cw__poll_ended(ctl->ops, g);
   cw__gather_unlink(ctl->ops, g);
   if (g->client) cw_net_conn_release(g->client);
   free(g);
@@ -647,6 +668,9 @@ static void cw__poll_reply(void* user, cw_net_conn_t* conn, cw_status_t status,
   cw_ctl_gather_t* g = pl->g;
   cw_controller_t* ctl = g->ctl;
   free(bulk);
+  if (pl->timer && pl->worker < ctl->num_workers && ctl->workers[pl->worker]->ops) {
+    ctl->workers[pl->worker]->ops->polled = false;
+  }
   if (!status && pl->worker < ctl->num_workers) {
     cw__keep_stats(ctl->workers[pl->worker], (const Causeway__V1__Stats*)reply, g->serial);
   } else if (status) {
@@ -676,6 +700,7 @@ static void cw__gather_start(cw_controller_t* ctl, cw_net_conn_t* client, uint64
   if (client) cw_net_conn_retain(client);
   g->request_id = request_id;
   int64_t now = cw__mono_ms();
+  g->start_ms = now;
   g->next = ops->gathers;
   ops->gathers = g;
   if (client && max_age_ms && ops->polled_ms && now - ops->polled_ms <= (int64_t)max_age_ms) {
@@ -690,11 +715,17 @@ static void cw__gather_start(cw_controller_t* ctl, cw_net_conn_t* client, uint64
   for (uint32_t i = 0; i < ctl->num_workers; ++i) {
     cw_ctl_worker_t* w = ctl->workers[i];
     if (!w->alive || ctl->shutting_down) continue;
+    // A worker still silent since an earlier poll holds up no later one
+    // (its numbers are then listed as not fresh).
+    struct cw_ctl_worker_ops_s* wo = client ? NULL : cw__wops(w);
+    if (wo && wo->polled) continue;
     cw_net_conn_t* link = cw_ctl_private_link(ctl, w);
     cw_ctl_poll_t* pl = link ? calloc(1, sizeof(*pl)) : NULL;
     if (!pl) continue;
     pl->g = g;
     pl->worker = i;
+    pl->timer = !client;
+    if (wo) wo->polled = true;
     g->left++;
     Causeway__V1__StatsRequest req = CAUSEWAY__V1__STATS_REQUEST__INIT;
     cw_net_conn_request(link, CW_MSG_STATS, &req.base, NULL, 0, NULL, NULL, cw__poll_reply, pl);
@@ -707,15 +738,13 @@ static void cw__on_timer(uv_timer_t* t) {
   cw_controller_t* ctl = t->data;
   cw_ctl_ops_t* ops = ctl->ops;
   int64_t now = cw__mono_ms();
-  bool polling = false;
   for (cw_ctl_gather_t* g = ops->gathers; g;) {
     cw_ctl_gather_t* next = g->next;
-    if (!g->client && g->left > 0) polling = true;
     // A worker slow to answer: reply with the numbers last seen.
     if (g->client && !g->replied && now >= g->deadline_ms) cw__gather_settle(g, true);
     g = next;
   }
-  if (!polling && ctl->num_workers) cw__gather_start(ctl, NULL, 0, 0);
+  if (ctl->num_workers) cw__gather_start(ctl, NULL, 0, 0);
 }
 
 // --- Entry points -------------------------------------------------------------------

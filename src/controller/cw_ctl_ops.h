@@ -25,6 +25,8 @@ const char* cw_ctl_ops_session_name(const cw_ctl_session_t* s);
 const Causeway__V1__Stats* cw_ctl_ops_worker_stats(const cw_ctl_worker_t* w, double* out_age_s);
 void cw_ctl_ops_session_free(cw_ctl_session_t* s);
 void cw_ctl_ops_worker_free(cw_ctl_worker_t* w);
+// A new worker took the slot over: the lost one's numbers are not its own.
+void cw_ctl_ops_worker_replaced(cw_ctl_worker_t* w);
 // A new connection of session s to worker `index`: a paused session holds there too.
 void cw_ctl_ops_link_opened(cw_ctl_session_t* s, uint32_t index, cw_net_conn_t* link);
 // False while the worker drains: it gets no new sessions or compiles.

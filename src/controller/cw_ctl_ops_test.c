@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cw_client.h"
 #include "cw_test_util.h"
@@ -99,7 +100,9 @@ static cw_status_t open_named(cw_client_t* c, const char* name,
 
 static int group_setup(void** state) {
   signal(SIGPIPE, SIG_IGN);
-  if (cw_test_controller_start(NULL, &g.ctl, g.ctl_address, sizeof(g.ctl_address)) != 0) {
+  // A stopped worker stays alive for the whole of test_a_silent_worker_...
+  static const char* const ctl_args[] = {"--worker-timeout-ms", "60000", NULL};
+  if (cw_test_controller_start(ctl_args, &g.ctl, g.ctl_address, sizeof(g.ctl_address)) != 0) {
     return -1;
   }
   const char* extra[] = {"--controller", g.ctl_address, NULL};
@@ -299,6 +302,25 @@ static void test_drain_refuses_new_work_and_reports_idle(void** state) {
   protobuf_c_message_free_unpacked(&st->base, NULL);
 }
 
+// A worker that stops answering holds up neither the controller's polls nor
+// --max-age: later polls skip it while its STATS is unanswered, and its
+// numbers are listed as not fresh (while it is still alive).
+static void test_a_silent_worker_does_not_hold_up_max_age(void** state) {
+  assert_int_equal(kill(g.w[1].process.pid, SIGSTOP), 0);
+  bool seen = false;
+  time_t until = time(NULL) + 20;  // polls run every second
+  while (!seen && time(NULL) < until) {
+    Causeway__V1__AdminStatus* st = admin_status_aged(2000);
+    const Causeway__V1__AdminWorker* b = find_worker(st, "ops-b");
+    seen = st->stats_age_ms > 0 && !b->stats_fresh && !strcmp(b->state, "alive") &&
+           find_worker(st, "ops-a")->stats_fresh;
+    protobuf_c_message_free_unpacked(&st->base, NULL);
+    if (!seen) cw_test_sleep_ms(50);
+  }
+  assert_int_equal(kill(g.w[1].process.pid, SIGCONT), 0);
+  assert_true(seen);
+}
+
 static void test_worker_loss_is_listed(void** state) {
   assert_int_equal(cw_test_worker_stop(&g.w[1], 30000), 0);
   memset(&g.w[1], 0, sizeof(g.w[1]));
@@ -325,6 +347,7 @@ int main(void) {
       cmocka_unit_test(test_status_from_the_last_poll),
       cmocka_unit_test(test_pause_resume_and_errors),
       cmocka_unit_test(test_drain_refuses_new_work_and_reports_idle),
+      cmocka_unit_test(test_a_silent_worker_does_not_hold_up_max_age),
       cmocka_unit_test(test_worker_loss_is_listed),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -540,10 +540,10 @@ static void cw__read_from_disk(cw_proxy_t* p, cw_grpc_call_t* call, const uint8_
                         (unsigned long long)p->disk_session);
   }
   if (!st) {
-    p->disk_session = s->id;
     w->session_id = s->id;
     st = cw__disk_open(p, handle, declared, &w->fd, &w->len);
   }
+  if (!st) p->disk_session = s->id;  // a file of its was there: the directory is its
   cw_ifrt__host_buffer_read_from_disk_request__free_unpacked(r, NULL);
   if (!st) {
     hb->declared = w->len;

@@ -881,11 +881,23 @@ def test_host_buffers_read_from_disk(cluster, proxy, tmp_path):
                 assert e.value.code() == grpc.StatusCode.NOT_FOUND, handle
             q.put(None)
             assert list(responses) == []
-            # The first session gone, the second may have the directory.
-            assert harness.wait_until(lambda: _reads(ch, sid2, 17, 6), 30), p.logs()[-2000:]
+            # The first session gone, a read that fails (no file) claims
+            # nothing, and the second session may have the directory.
+            q3, responses3, sid3 = live_session(ch)
+
+            def missing_file() -> bool:
+                try:
+                    read_from_disk(ch, sid3, 40, 4)
+                except grpc.RpcError as e:
+                    return e.code() == grpc.StatusCode.NOT_FOUND
+                raise AssertionError("lt_40 was read")
+            assert harness.wait_until(missing_file, 30), p.logs()[-2000:]
+            assert _reads(ch, sid2, 17, 6)
             assert not (tmp_path / "lt_17").exists()
             q2.put(None)
             assert list(responses2) == []
+            q3.put(None)
+            assert list(responses3) == []
     finally:
         assert p.stop() == 0, p.logs()
 
