@@ -5,9 +5,10 @@
 //                 connection) and answers once all have replied, or after
 //                 CW__STATUS_WAIT_MS with the numbers it last had. Nothing
 //                 blocks: the replies continue the request. A 1 s timer polls
-//                 the same way, so launches per second and `idle` stay current;
-//                 with `max_age_ms` the last poll's numbers answer at once (a
-//                 round waits for the slowest of N workers).
+//                 the same way (skipping a worker that has not answered the
+//                 last), so launches per second and `idle` stay current; with
+//                 `max_age_ms` the last poll's numbers answer at once (a round
+//                 waits for the slowest of N workers).
 //   ADMIN_PAUSE / ADMIN_RESUME
 //                 mark the session and send ADMIN_HOLD on its connection to
 //                 every worker; the workers hold its launches (cw_worker_ops.c),
@@ -592,7 +593,6 @@ static void cw__gather_unlink(cw_ctl_ops_t* ops, cw_ctl_gather_t* g) {
   if (*pp) *pp = g->next;
 }
 
-// Answers the status request (once) and frees the round when nothing is outstanding.
 // A timer poll is done (every worker it asked answered): --max-age answers
 // from its numbers, `stats_fresh` for those that answered it.
 static void cw__poll_ended(cw_ctl_ops_t* ops, cw_ctl_gather_t* g) {
@@ -601,6 +601,7 @@ static void cw__poll_ended(cw_ctl_ops_t* ops, cw_ctl_gather_t* g) {
   ops->polled_ms = g->start_ms;
 }
 
+// Answers the status request (once) and frees the round when nothing is outstanding.
 static void cw__gather_settle(cw_ctl_gather_t* g, bool answer) {
   cw_controller_t* ctl = g->ctl;
   if (answer && !g->replied) {

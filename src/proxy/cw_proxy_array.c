@@ -30,10 +30,16 @@ static void cw__shard_release(cw_proxy_session_t* s, cw_proxy_shard_t* sh) {
   free(sh);
 }
 
-cw_status_t cw_proxy_array_add_shard(cw_proxy_array_t* a, PJRT_Buffer* buffer, int32_t device_id) {
+// A shard holding `buffer` (not taken: NULL when memory is short).
+static cw_proxy_shard_t* cw__shard_new(PJRT_Buffer* buffer, int32_t device_id) {
   cw_proxy_shard_t* sh = malloc(sizeof(*sh));
+  if (sh) *sh = (cw_proxy_shard_t){.refs = 1, .buffer = buffer, .device_id = device_id};
+  return sh;
+}
+
+cw_status_t cw_proxy_array_add_shard(cw_proxy_array_t* a, PJRT_Buffer* buffer, int32_t device_id) {
+  cw_proxy_shard_t* sh = cw__shard_new(buffer, device_id);
   if (!sh) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  *sh = (cw_proxy_shard_t){.refs = 1, .buffer = buffer, .device_id = device_id};
   a->shards[a->n++] = sh;
   return cw_ok_status();
 }
@@ -216,16 +222,14 @@ cw_status_t cw_proxy_array_adopt(cw_proxy_session_t* s, uint64_t handle,
   CW_RETURN_IF_ERROR(cw_proxy_dtype_kind(et.type, &kind), "output");
   CW_RETURN_IF_ERROR(cw_proxy_array_new(s, handle, kind, d.dims, d.num_dims, n, out), "output");
   for (size_t i = 0; i < n; i++) {
-    cw_proxy_shard_t* sh = malloc(sizeof(*sh));
-    if (!sh) {
-      // The shards made so far go with the array; the rest stay the caller's.
+    cw_status_t st = cw_proxy_array_add_shard(*out, buffers[i], device_ids[i]);
+    if (st) {
+      // The buffers stay the caller's, those of the shards made so far too.
       for (size_t k = 0; k < (*out)->n; k++) (*out)->shards[k]->buffer = NULL;
       cw_proxy_array_free(s, cw_proxy_table_remove(&s->arrays, handle));
       *out = NULL;
-      return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+      return st;
     }
-    *sh = (cw_proxy_shard_t){.refs = 1, .buffer = buffers[i], .device_id = device_ids[i]};
-    (*out)->shards[(*out)->n++] = sh;
   }
   return cw_ok_status();
 }
@@ -269,14 +273,10 @@ static cw_status_t cw__upload(cw_proxy_session_t* s, const cw_proxy_dtype_t* dt,
   PJRT_Buffer* b;
   cw_status_t st = cw_proxy_buffer_upload(s, dt, dims, rank, device_id, data, &b);
   if (st) return st;
-  cw_proxy_shard_t* sh = malloc(sizeof(*sh));
-  if (!sh) {
-    cw_proxy_pjrt_buffer_destroy(&s->proxy->pjrt, b);
-    return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  }
-  *sh = (cw_proxy_shard_t){.refs = 1, .buffer = b, .device_id = device_id};
-  *out = sh;
-  return cw_ok_status();
+  *out = cw__shard_new(b, device_id);
+  if (*out) return cw_ok_status();
+  cw_proxy_pjrt_buffer_destroy(&s->proxy->pjrt, b);
+  return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
 }
 
 // Host buffer `handle` as the dense bytes of an array of `dims` (strided
@@ -344,11 +344,7 @@ static cw_status_t cw__make_from_host(cw_proxy_session_t* s, const CwIfrt__IfrtR
     st = cw__upload(s, &dt, r->shape->dims, r->shape->n_dims, ids[i], data, &arr->shards[i]);
     if (!st) arr->n++;
   }
-  if (!st && r->sharding) {
-    size_t sl = cw_ifrt__sharding__get_packed_size(r->sharding);
-    arr->sharding = malloc(sl ? sl : 1);
-    if (arr->sharding) arr->sharding_len = cw_ifrt__sharding__pack(r->sharding, arr->sharding);
-  }
+  if (!st && r->sharding) cw_proxy_array_keep_sharding(arr, r->sharding);
   if (!st) st = cw__respond_handle(resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_MAKE_ARRAY_FROM_HOST_BUFFER_RESPONSE, handle);
   if (st && arr) cw_proxy_array_free(s, cw_proxy_table_remove(&s->arrays, handle));
   cw_proxy_bytes_free(data);
@@ -374,8 +370,8 @@ static cw_status_t cw__make_one_from_shards(
   bool replicated;
   CW_RETURN_IF_ERROR(cw_proxy_sharding_devices(as->sharding, &ids, &n, &replicated), "spec");
   cw_proxy_array_t* arr;
-  cw_status_t st = cw_proxy_array_new(s, handle, as->dtype->kind, as->shape->dims, as->shape->n_dims,
-                                 n, &arr);
+  cw_status_t st = cw_proxy_array_new(s, handle, as->dtype->kind, as->shape->dims,
+                                      as->shape->n_dims, n, &arr);
   if (st) {
     free(ids);
     return st;
@@ -412,11 +408,7 @@ static cw_status_t cw__make_one_from_shards(
   }
   arr->n = n;  // cw_proxy_array_free skips the NULL ones of a failure
   free(ids);
-  if (!st) {
-    size_t sl = cw_ifrt__sharding__get_packed_size(as->sharding);
-    arr->sharding = malloc(sl ? sl : 1);
-    if (arr->sharding) arr->sharding_len = cw_ifrt__sharding__pack(as->sharding, arr->sharding);
-  }
+  if (!st) cw_proxy_array_keep_sharding(arr, as->sharding);
   if (st) cw_proxy_array_free(s, cw_proxy_table_remove(&s->arrays, handle));
   return st;
 }
@@ -436,7 +428,8 @@ static cw_status_t cw__make_from_shards(cw_proxy_session_t* s, const CwIfrt__Ifr
       resp->make_arrays_from_host_buffer_shards_response;
   uint64_t* handles = out->array_handles;
   for (size_t i = 0; i < r->n_specs; i++) {
-    uint64_t h = cw_proxy_result_handle(s, r->n_array_handles > 0, r->n_array_handles ? r->array_handles[i] : 0);
+    uint64_t h = cw_proxy_result_handle(s, r->n_array_handles > 0,
+                                        r->n_array_handles ? r->array_handles[i] : 0);
     cw_status_t st = cw__make_one_from_shards(s, r->specs[i], h);
     if (st) {
       cw_proxy_arrays_drop(s, handles, out->n_array_handles);
@@ -448,8 +441,8 @@ static cw_status_t cw__make_from_shards(cw_proxy_session_t* s, const CwIfrt__Ifr
 }
 
 // The memory of kind `kind` on `device` (NULL kind: the device's default).
-static cw_status_t cw__memory_of(cw_proxy_session_t* s, PJRT_Device* device, const char* kind,
-                                 PJRT_Memory** out) {
+cw_status_t cw_proxy_device_memory(cw_proxy_session_t* s, PJRT_Device* device, const char* kind,
+                                   PJRT_Memory** out) {
   const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
   *out = NULL;
   if (!kind || !*kind) return cw_ok_status();
@@ -477,7 +470,7 @@ cw_status_t cw_proxy_buffer_copy(cw_proxy_session_t* s, PJRT_Buffer* buffer, int
   PJRT_Device* dev;
   PJRT_Memory* mem = NULL;
   cw_status_t st = cw_proxy_device_lookup(s, device_id, &dev);
-  if (!st) st = cw__memory_of(s, dev, memory_kind, &mem);
+  if (!st) st = cw_proxy_device_memory(s, dev, memory_kind, &mem);
   if (st) return st;
   if (mem) {
     PJRT_Buffer_CopyToMemory_Args m = {
@@ -513,7 +506,7 @@ static cw_status_t cw__copy_arrays(cw_proxy_session_t* s, const CwIfrt__IfrtRequ
     cw_proxy_array_t* a;
     cw_proxy_array_t* c = NULL;
     uint64_t h = cw_proxy_result_handle(s, r->n_result_handles > 0,
-                            r->n_result_handles ? r->result_handles[i] : 0);
+                                        r->n_result_handles ? r->result_handles[i] : 0);
     cw_status_t st = cw_proxy_array_get(s, r->array_handles[i], &a);
     if (!st && r->n_device_ids != a->n) {
       st = cw_make_status(CW_INVALID_ARGUMENT, "%zu devices for an array of %zu shards",
@@ -619,9 +612,11 @@ static cw_status_t cw__remap_outputs(cw_proxy_session_t* s, const CwIfrt__RemapA
     bool replicated;
     st = cw_proxy_sharding_devices(spec->sharding, &out_ids[o], &nd, &replicated);
     uint64_t h = cw_proxy_result_handle(s, r->n_result_handles > 0,
-                            r->n_result_handles ? r->result_handles[o] : 0);
-    if (!st) st = cw_proxy_array_new(s, h, spec->dtype->kind, spec->shape->dims, spec->shape->n_dims,
-                                nd, &outs[o]);
+                                        r->n_result_handles ? r->result_handles[o] : 0);
+    if (!st) {
+      st = cw_proxy_array_new(s, h, spec->dtype->kind, spec->shape->dims, spec->shape->n_dims, nd,
+                              &outs[o]);
+    }
     if (st) break;
     outs[o]->n = nd;  // shards filled below
     out->array_handles[out->n_array_handles++] = h;
@@ -738,11 +733,11 @@ static cw_status_t cw__assemble(cw_proxy_session_t* s, const CwIfrt__IfrtRequest
   uint64_t handle = cw_proxy_result_handle(s, r->has_result_handle, r->result_handle);
   int32_t dtype = r->dtype ? r->dtype->kind : first->dtype;
   cw_proxy_array_t* a;
-  CW_RETURN_IF_ERROR(cw_proxy_array_new(s, handle, dtype, r->shape->dims, r->shape->n_dims, n, &a),
-                     "Assemble");
+  CW_RETURN_IF_ERROR(
+      cw_proxy_array_new(s, handle, dtype, r->shape->dims, r->shape->n_dims, n, &a), "Assemble");
   for (size_t i = 0; i < n; i++) {
-    cw_proxy_array_t* part = cw_proxy_table_get(&s->arrays, r->single_device_array_handles[i]);
-    a->shards[a->n++] = cw__shard_retain(part->shards[0]);
+    cw_proxy_array_share_shard(
+        a, cw_proxy_table_get(&s->arrays, r->single_device_array_handles[i]), 0);
   }
   cw_proxy_array_keep_sharding(a, r->sharding);
   return cw__respond_handle(resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_ASSEMBLE_ARRAY_FROM_SINGLE_DEVICE_ARRAYS_RESPONSE, handle);
@@ -758,8 +753,7 @@ static cw_status_t cw__shard_array(cw_proxy_session_t* s, cw_proxy_array_t* a, s
   CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(&s->proxy->pjrt, PJRT_Buffer_Dimensions, &d), "shard");
   cw_proxy_array_t* one;
   CW_RETURN_IF_ERROR(cw_proxy_array_new(s, handle, a->dtype, d.dims, d.num_dims, 1, &one), "shard");
-  one->shards[0] = cw__shard_retain(a->shards[i]);
-  one->n = 1;
+  cw_proxy_array_share_shard(one, a, i);
   return cw_ok_status();
 }
 
@@ -780,7 +774,8 @@ static cw_status_t cw__disassemble(cw_proxy_session_t* s, const CwIfrt__IfrtRequ
       resp->disassemble_into_single_device_arrays_response;
   uint64_t* handles = out->array_handles;
   for (size_t i = 0; i < a->n; i++) {
-    uint64_t h = cw_proxy_result_handle(s, r->n_result_handles > 0, r->n_result_handles ? r->result_handles[i] : 0);
+    uint64_t h = cw_proxy_result_handle(s, r->n_result_handles > 0,
+                                        r->n_result_handles ? r->result_handles[i] : 0);
     cw_status_t st = cw__shard_array(s, a, i, h);
     if (st) {
       cw_proxy_arrays_drop(s, handles, out->n_array_handles);

@@ -7,6 +7,10 @@
 #include <string.h>
 
 #define CW__SINGLE_DEVICE "xla::ifrt::SingleDeviceSharding"
+#define CW__HLO "xla::ifrt::HloSharding"
+#define CW__OPAQUE "xla::ifrt::OpaqueSharding"
+#define CW__CONCRETE "xla::ifrt::ConcreteSharding"
+#define CW__CONCRETE_EVEN "xla::ifrt::ConcreteEvenSharding"
 
 // XLA's PrimitiveType (IFRT's DType kinds) -> PJRT's buffer type and the
 // bytes of one element in a host buffer (sub-byte types take a byte each).
@@ -71,10 +75,10 @@ cw_status_t cw_proxy_sharding_devices(const CwIfrt__Sharding* sh, int32_t** out_
     *out_replicated = true;
     return cw_ok_status();
   }
-  bool hlo = !strcmp(ser->type_name, "xla::ifrt::HloSharding");
-  bool even = !strcmp(ser->type_name, "xla::ifrt::ConcreteEvenSharding");
-  if (!hlo && !even && strcmp(ser->type_name, "xla::ifrt::OpaqueSharding") &&
-      strcmp(ser->type_name, "xla::ifrt::ConcreteSharding")) {
+  bool hlo = !strcmp(ser->type_name, CW__HLO);
+  bool even = !strcmp(ser->type_name, CW__CONCRETE_EVEN);
+  if (!hlo && !even && strcmp(ser->type_name, CW__OPAQUE) &&
+      strcmp(ser->type_name, CW__CONCRETE)) {
     return cw_make_status(CW_UNIMPLEMENTED, "sharding %s is not served yet", ser->type_name);
   }
   CwIfrt__ShardingDevices* sd = cw_ifrt__sharding_devices__unpack(NULL, len, data);
@@ -110,16 +114,16 @@ cw_status_t cw_proxy_sharding_memory_kind(const CwIfrt__Sharding* sh, char** out
   const char* t = ser->type_name;
   const char* kind = NULL;
   ProtobufCMessage* m = NULL;
-  if (!strcmp(t, CW__SINGLE_DEVICE) || !strcmp(t, "xla::ifrt::OpaqueSharding")) {
+  if (!strcmp(t, CW__SINGLE_DEVICE) || !strcmp(t, CW__OPAQUE)) {
     CwIfrt__ShardingMemoryKind2* k = cw_ifrt__sharding_memory_kind2__unpack(NULL, len, data);
     m = k ? &k->base : NULL;
     kind = k ? k->memory_kind : NULL;
-  } else if (!strcmp(t, "xla::ifrt::HloSharding")) {
+  } else if (!strcmp(t, CW__HLO)) {
     CwIfrt__ShardingMemoryKind3* k = cw_ifrt__sharding_memory_kind3__unpack(NULL, len, data);
     m = k ? &k->base : NULL;
     kind = k ? k->memory_kind : NULL;
-  } else if (!strcmp(t, "xla::ifrt::ConcreteSharding") ||
-             !strcmp(t, "xla::ifrt::ConcreteEvenSharding")) {
+  } else if (!strcmp(t, CW__CONCRETE) ||
+             !strcmp(t, CW__CONCRETE_EVEN)) {
     CwIfrt__ShardingMemoryKind4* k = cw_ifrt__sharding_memory_kind4__unpack(NULL, len, data);
     m = k ? &k->base : NULL;
     kind = k ? k->memory_kind : NULL;

@@ -870,13 +870,20 @@ typedef struct cw__mpmd_s {
   CwIfrt__StatusProto error;
 } cw__mpmd_t;
 
-static cw_status_t cw__mpmd_metadata(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
-                                     CwIfrt__IfrtResponse* resp) {
+// LoadedExecutableMpmdMetadata answers the error in its response,
+// LoadedExecutableMpmdCostAnalysis as the request's status.
+static cw_status_t cw__mpmd(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
+                            CwIfrt__IfrtResponse* resp) {
+  bool metadata =
+      req->request_case == CW_IFRT__IFRT_REQUEST__REQUEST_LOADED_EXECUTABLE_MPMD_METADATA_REQUEST;
+  const char* what =
+      metadata ? "LoadedExecutableMpmdMetadata" : "LoadedExecutableMpmdCostAnalysis";
+  uint64_t handle =
+      metadata ? req->loaded_executable_mpmd_metadata_request->mpmd_loaded_executable_handle
+               : req->loaded_executable_mpmd_cost_analysis_request->loaded_executable_handle;
   cw_proxy_exe_t* e;
-  CW_RETURN_IF_ERROR(
-      cw__exe_get(s, req->loaded_executable_mpmd_metadata_request->mpmd_loaded_executable_handle,
-                  &e),
-      "LoadedExecutableMpmdMetadata");
+  CW_RETURN_IF_ERROR(cw__exe_get(s, handle, &e), "%s", what);
+  if (!metadata) return cw_make_status(CW_INVALID_ARGUMENT, "%s: " CW__NOT_MPMD, what);
   cw__mpmd_t* out = calloc(1, sizeof(*out));
   if (!out) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   cw_ifrt__loaded_executable_mpmd_metadata_response__init(&out->r);
@@ -891,16 +898,6 @@ static cw_status_t cw__mpmd_metadata(cw_proxy_session_t* s, const CwIfrt__IfrtRe
       CW_IFRT__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_MPMD_METADATA_RESPONSE;
   resp->loaded_executable_mpmd_metadata_response = &out->r;
   return cw_ok_status();
-}
-
-static cw_status_t cw__mpmd_cost_analysis(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
-                                          CwIfrt__IfrtResponse* resp) {
-  cw_proxy_exe_t* e;
-  CW_RETURN_IF_ERROR(
-      cw__exe_get(s, req->loaded_executable_mpmd_cost_analysis_request->loaded_executable_handle,
-                  &e),
-      "LoadedExecutableMpmdCostAnalysis");
-  return cw_make_status(CW_INVALID_ARGUMENT, "LoadedExecutableMpmdCostAnalysis: " CW__NOT_MPMD);
 }
 
 typedef struct cw__text_s {
@@ -973,9 +970,8 @@ cw_status_t cw_proxy_exec_handle(cw_proxy_session_t* s, const CwIfrt__IfrtReques
     case CW_IFRT__IFRT_REQUEST__REQUEST_LOADED_EXECUTABLE_HUMAN_READABLE_PROGRAM_TEXT_REQUEST:
       return cw__program_text(s, req, resp);
     case CW_IFRT__IFRT_REQUEST__REQUEST_LOADED_EXECUTABLE_MPMD_METADATA_REQUEST:
-      return cw__mpmd_metadata(s, req, resp);
     case CW_IFRT__IFRT_REQUEST__REQUEST_LOADED_EXECUTABLE_MPMD_COST_ANALYSIS_REQUEST:
-      return cw__mpmd_cost_analysis(s, req, resp);
+      return cw__mpmd(s, req, resp);
     default:
       return cw_make_status(CW_INTERNAL, "not an executable request");
   }

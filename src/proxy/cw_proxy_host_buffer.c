@@ -58,6 +58,22 @@ static void cw__hb_drop(cw_proxy_host_buffer_t* hb) {
 
 static void cw__hb_free_each(void* user, uint64_t key, void* value) { cw__hb_drop(value); }
 
+// Any thread: `hb` under `handle` in the session (taken on success).
+static cw_status_t cw__hb_insert(cw_proxy_session_t* s, uint64_t handle,
+                                 cw_proxy_host_buffer_t* hb) {
+  pthread_mutex_lock(&s->mu);
+  cw_status_t st = cw_proxy_table_put(&s->host_buffers, handle, hb);
+  pthread_mutex_unlock(&s->mu);
+  return st;
+}
+
+// Loop thread: ends a call answered by one empty message, or by `st` (taken).
+static void cw__finish_empty(cw_grpc_call_t* call, cw_status_t st) {
+  uint8_t empty[1];
+  if (!st) st = cw_grpc_call_send(call, empty, 0);
+  cw_grpc_call_finish(call, st);
+}
+
 void cw_proxy_host_buffers_free(cw_proxy_session_t* s) {
   cw_proxy_table_each(&s->host_buffers, cw__hb_free_each, NULL);
   cw_proxy_table_deinitialize(&s->host_buffers);
@@ -110,9 +126,7 @@ cw_status_t cw_proxy_host_buffer_put(cw_proxy_session_t* s, uint64_t handle, uin
   if (!hb) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   *hb = (cw_proxy_host_buffer_t){.data = data, .len = len, .cap = len, .declared = len,
                                  .complete = true};
-  pthread_mutex_lock(&s->mu);
-  cw_status_t st = cw_proxy_table_put(&s->host_buffers, handle, hb);
-  pthread_mutex_unlock(&s->mu);
+  cw_status_t st = cw__hb_insert(s, handle, hb);
   if (st) {
     free(hb);
     return cw_status_annotate(st, "host buffer");
@@ -180,9 +194,7 @@ cw_status_t cw_proxy_host_buffer_start(cw_proxy_t* p, cw_grpc_call_t* call, cons
     if (!st) {
       hb->declared = declared;
       hb->filler = c;
-      pthread_mutex_lock(&s->mu);
-      st = cw_proxy_table_put(&s->host_buffers, c->handle, hb);
-      pthread_mutex_unlock(&s->mu);
+      st = cw__hb_insert(s, c->handle, hb);
     }
     if (st) {
       st = cw_status_annotate(st, "HostBufferStore %llu", (unsigned long long)c->handle);
@@ -452,9 +464,7 @@ static void cw__disk_done(uv_work_t* req, int status) {
   cw_proxy_bytes_free(w->data);
   if (st) st = cw_status_annotate(st, "HostBufferReadFromDisk %llu", (unsigned long long)w->handle);
   if (cw_grpc_call_open(w->call)) {
-    uint8_t empty[1];
-    if (!st) st = cw_grpc_call_send(w->call, empty, 0);
-    cw_grpc_call_finish(w->call, st);
+    cw__finish_empty(w->call, st);
   } else {
     cw_status_free(st);
   }
@@ -548,9 +558,7 @@ static void cw__read_from_disk(cw_proxy_t* p, cw_grpc_call_t* call, const uint8_
   if (!st) {
     hb->declared = w->len;
     hb->filler = w;
-    pthread_mutex_lock(&s->mu);
-    st = cw_proxy_table_put(&s->host_buffers, handle, hb);
-    pthread_mutex_unlock(&s->mu);
+    st = cw__hb_insert(s, handle, hb);
   }
   if (!st) {
     w->req.data = w;
@@ -621,11 +629,7 @@ void cw_proxy_host_buffer_message(cw_proxy_t* p, cw_grpc_call_t* call, const uin
     }
   }
   cw_ifrt__host_buffer_delete_request__free_unpacked(r, NULL);
-  if (!st) {
-    uint8_t empty[1];
-    st = cw_grpc_call_send(call, empty, 0);
-  }
-  cw_grpc_call_finish(call, st);
+  cw__finish_empty(call, st);
 }
 
 void cw_proxy_host_buffer_half_close(cw_proxy_t* p, cw_grpc_call_t* call) {
@@ -662,9 +666,7 @@ void cw_proxy_host_buffer_half_close(cw_proxy_t* p, cw_grpc_call_t* call) {
     cw_grpc_call_finish(call, st);
     return;
   }
-  uint8_t empty[1];
-  st = cw_grpc_call_send(call, empty, 0);
-  cw_grpc_call_finish(call, st);
+  cw__finish_empty(call, st);
   uv_async_send(&p->wake);  // a parked lookup of the same handle
 }
 

@@ -258,6 +258,9 @@ PJRT_Buffer* cw_proxy_array_shard_buffer(const cw_proxy_array_t* a, size_t k);
 // The session's device of global id `id`.
 CW_MUST_USE cw_status_t cw_proxy_device_lookup(cw_proxy_session_t* s, int32_t id,
                                                PJRT_Device** out_device);
+// The memory of `device` of `kind` (NULL or "": *out NULL, the default).
+CW_MUST_USE cw_status_t cw_proxy_device_memory(cw_proxy_session_t* s, PJRT_Device* device,
+                                               const char* kind, PJRT_Memory** out_memory);
 // A buffer on `device_id` holding `data` (an array of `dims`).
 CW_MUST_USE cw_status_t cw_proxy_buffer_upload(cw_proxy_session_t* s, const cw_proxy_dtype_t* dt,
                                                const int64_t* dims, size_t rank,

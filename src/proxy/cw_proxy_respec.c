@@ -139,15 +139,6 @@ static cw_status_t cw__whole(cw_proxy_session_t* s, const cw_proxy_array_t* a, b
   return cw_ok_status();
 }
 
-static cw_status_t cw__kind_of(const cw_proxy_pjrt_t* p, PJRT_Memory* m, const char* want,
-                               bool* out_same) {
-  PJRT_Memory_Kind_Args k = {.struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Memory_Kind_Args, kind_size),
-                             .memory = m};
-  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Memory_Kind, &k), "memory");
-  *out_same = k.kind_size == strlen(want) && !memcmp(k.kind, want, k.kind_size);
-  return cw_ok_status();
-}
-
 // Whether `buffer` is in the memory `kind` names (NULL: its device's
 // default memory), as the plugin says: an array's kept sharding may not
 // name its memory (CopyArrays, Execute outputs keep none).
@@ -157,15 +148,20 @@ static cw_status_t cw__in_memory(cw_proxy_session_t* s, PJRT_Buffer* buffer, con
   PJRT_Buffer_Memory_Args m = {.struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_Memory_Args, memory),
                                .buffer = buffer};
   CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Buffer_Memory, &m), "shard memory");
-  if (kind) return cw__kind_of(p, m.memory, kind, out);
   PJRT_Buffer_Device_Args d = {.struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_Device_Args, device),
                                .buffer = buffer};
   CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Buffer_Device, &d), "shard device");
-  PJRT_Device_DefaultMemory_Args dm = {
-      .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Device_DefaultMemory_Args, memory),
-      .device = d.device};
-  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Device_DefaultMemory, &dm), "default memory");
-  *out = dm.memory == m.memory;
+  PJRT_Memory* want = NULL;
+  cw_status_t st = cw_proxy_device_memory(s, d.device, kind, &want);
+  if (st) return st;  // no such memory: worded as a copy into it would be
+  if (!want) {
+    PJRT_Device_DefaultMemory_Args dm = {
+        .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Device_DefaultMemory_Args, memory),
+        .device = d.device};
+    CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Device_DefaultMemory, &dm), "default memory");
+    want = dm.memory;
+  }
+  *out = want == m.memory;
   return cw_ok_status();
 }
 
