@@ -69,6 +69,7 @@ struct cw_conn_s {
   cw_launch_t* launch_head;
   cw_launch_t* launch_tail;
   bool launch_waiting;
+  bool go_waiting;  // the head is a part at its turn, waiting for LAUNCH_GO
   cw_conn_t* throttle_next;    // on the launch module's throttled list
   cw_conn_t* stamp_wait_next;  // gang order: on the list of turns waited for
   // Outbound: the peer's address and the session there (SEND's PUT links),
@@ -130,6 +131,9 @@ struct cw_worker_s {
   // Launches handed to PJRT, not yet complete, and the connections (FIFO,
   // referenced) whose next launch waits for room (cw_worker_launch.c).
   size_t launches_in_flight;
+  // Parts of islands' launches queued, and those prepared that donate
+  // inputs (cw_worker_launch.c: parts are prepared ahead only while none do).
+  size_t parts_queued, parts_donating;
   cw_conn_t* launch_throttled;
   cw_conn_t* launch_throttled_tail;
   cw_pin_t* pins;  // buffers whose device memory a write reads in place

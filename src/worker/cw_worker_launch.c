@@ -55,8 +55,12 @@ struct cw_launch_s {
   bool donated_dropped;  // the donated inputs' ids are deleted
   int64_t trace_start_ns;  // when it was issued to PJRT
   // A part of an island's launch (LaunchRequest.prepare): answered ready at
-  // its turn, then held there until LAUNCH_GO says go (or cancel).
+  // its turn or ahead of it, then held at its turn until LAUNCH_GO says go,
+  // or failed there with `cancel`.
+  bool part;        // counted in w->parts_queued while queued
+  bool donating;    // prepared and donates: counted in w->parts_donating
   bool prepared, go;
+  cw_status_t cancel;
   bool go_request;  // request_id is the LAUNCH_GO's: the reply answers that
   // Memory (cw_worker_mem.h): its outputs are charged before it is issued;
   // while it waits for that, mem_wait is set. A stamped launch that waits
@@ -81,6 +85,8 @@ static void cw__launch_free(cw_launch_t* l) {
   free(l->out_serials);
   cw_worker_hostcb_launch_free(l->conn->w, l->hostcb);
   cw_status_free(l->first_error);
+  cw_status_free(l->cancel);
+  if (l->donating) l->conn->w->parts_donating--;
   cw_worker_conn_unref(l->conn);
   free(l);
 }
@@ -385,19 +391,24 @@ static void cw__launch_off_loop(void* user) {
   }
 }
 
+// The launch's lists against the (ready) executable: devices, outputs and
+// each argument's shape.
+static cw_status_t cw__launch_check_exe(const cw_launch_t* l, const cw_store_entry_t* exe) {
+  if (exe->num_devices != l->num_devices) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "executable %" PRIu64 " runs on %u devices, "
+                          "launch names %zu", exe->id, exe->num_devices, l->num_devices);
+  }
+  if (exe->num_outputs != l->num_outputs) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "executable %" PRIu64 " has %u outputs per "
+                          "device, launch names %zu", exe->id, exe->num_outputs, l->num_outputs);
+  }
+  return cw__launch_check_args(l, exe);
+}
+
 // All inputs and the executable are ready: execute. Takes `l`.
 static void cw__launch_issue(cw_worker_t* w, cw_launch_t* l, cw_store_entry_t* exe) {
   size_t nd = l->num_devices, na = l->num_args, no = l->num_outputs;
-  cw_status_t st = cw_ok_status();
-  if (exe->num_devices != nd) {
-    st = cw_make_status(CW_INVALID_ARGUMENT, "executable %" PRIu64 " runs on %u devices, launch "
-                        "names %zu", exe->id, exe->num_devices, nd);
-  } else if (exe->num_outputs != no) {
-    st = cw_make_status(CW_INVALID_ARGUMENT, "executable %" PRIu64 " has %u outputs per device, "
-                        "launch names %zu", exe->id, exe->num_outputs, no);
-  } else {
-    st = cw__launch_check_args(l, exe);
-  }
+  cw_status_t st = cw__launch_check_exe(l, exe);
   if (st) {
     cw__launch_fail(w, l, st);
     return;
@@ -455,6 +466,7 @@ static void cw__launch_pop(cw_conn_t* c) {
   c->launch_head = l->next;
   if (!c->launch_head) c->launch_tail = NULL;
   l->next = NULL;
+  if (l->part) c->w->parts_queued--;
 }
 
 static void cw__launch_waiter(void* user) {
@@ -622,7 +634,71 @@ static bool cw__launch_reserve(cw_worker_t* w, cw_conn_t* c, cw_launch_t* l, uin
   return true;
 }
 
+// A part answers ready: its turn (or the frontier, ahead of it) is held
+// for the controller's go.
+static void cw__launch_prepare(cw_worker_t* w, cw_conn_t* c, cw_launch_t* l, uint64_t stamp) {
+  l->prepared = true;
+  if (l->req->n_donate && !l->donating) {
+    l->donating = true;
+    w->parts_donating++;
+  }
+  cw_worker_stamp_prepared(w, stamp);
+  Causeway__V1__Ack ack = CAUSEWAY__V1__ACK__INIT;
+  ack.id = l->req->exe_id;
+  cw_worker_reply(c, CW_MSG_LAUNCH, l->request_id, &ack.base);
+}
+
+// Whether part `l` (stamped `stamp`, queued behind prepared parts only) can
+// answer ready ahead of its turn. Its answer must still hold at its turn,
+// whatever the controller decides for the parts before it: so its
+// executable and every input are ready now and match, no prepared part that
+// may still run donates (it could take an input), and its memory needs no
+// wait. Any other part is prepared at its turn, as before.
+static bool cw__launch_ready_ahead(cw_worker_t* w, cw_conn_t* c, cw_launch_t* l,
+                                   uint64_t stamp) {
+  if (!l->part || l->prepared || l->apply_error || w->parts_donating || c->closing ||
+      (c->keeps_session && c->session && c->session->paused) ||
+      (!l->mem_admitted && cw_worker_mem_limited(w)) || !cw_worker_stamp_may_prepare(w, stamp)) {
+    return false;
+  }
+  cw_store_entry_t* wait_on = NULL;
+  cw_status_t st = cw__launch_check_ready(l, &wait_on);
+  if (!st && !wait_on) st = cw__launch_check_exe(l, l->exe);
+  bool ok = !st && !wait_on;
+  cw_status_free(st);
+  return ok;
+}
+
+// Prepares ahead of their turns, in stamp order over every connection, the
+// parts that can be (cw__launch_ready_ahead): on each connection those right
+// behind its prepared parts. Nothing is pumped here.
+static void cw__launch_prepare_ahead(cw_worker_t* w) {
+  bool more = w->parts_queued > 0;
+  while (more) {
+    more = false;
+    for (cw_conn_t* c = w->conns; c; c = c->next) {
+      for (cw_launch_t* l = c->launch_head; l; l = l->next) {
+        uint64_t stamp = l->stamp_released ? 0 : cw_worker_stamp_of(c, CW_MSG_LAUNCH,
+                                                                     &l->req->base);
+        if (stamp && l->prepared) continue;  // held for its go: look behind it
+        if (!stamp || !cw__launch_ready_ahead(w, c, l, stamp)) break;
+        if (!l->mem_admitted) cw__launch_charge(w, l);
+        cw__launch_prepare(w, c, l, stamp);
+        more = true;
+      }
+    }
+  }
+}
+
+static void cw__launch_pump(cw_conn_t* c);
+
 void cw_worker_launch_pump(cw_conn_t* c) {
+  cw_worker_t* w = c->w;
+  cw__launch_pump(c);
+  cw__launch_prepare_ahead(w);
+}
+
+static void cw__launch_pump(cw_conn_t* c) {
   cw_worker_t* w = c->w;
   // A paused session's launches stay queued, in order (cw_worker_ops.c resumes).
   while (c->launch_head && !c->launch_waiting &&
@@ -633,7 +709,9 @@ void cw_worker_launch_pump(cw_conn_t* c) {
     uint64_t stamp = l->stamp_released ? 0 : cw_worker_stamp_of(c, CW_MSG_LAUNCH, &l->req->base);
     if (stamp && cw_worker_stamp_wait(c, stamp)) return;
     cw_store_entry_t* wait_on = NULL;
-    cw_status_t st = cw__launch_check_ready(l, &wait_on);
+    cw_status_t st = l->cancel;  // LAUNCH_GO said cancel: it fails in its turn
+    l->cancel = NULL;
+    if (!st) st = cw__launch_check_ready(l, &wait_on);
     if (!st && wait_on) {
       st = cw_store_add_waiter(w->store, wait_on, cw__launch_waiter, c);
       if (!st) {
@@ -657,26 +735,23 @@ void cw_worker_launch_pump(cw_conn_t* c) {
       w->launch_throttled_tail = c;
       return;
     }
-    // A part of an island's launch: ready at its turn; it answers so, and
-    // holds the turn until the controller heard from every part
-    // (LAUNCH_GO). Nobody says go on a closed connection.
+    // A part of an island's launch: ready at its turn (unless it answered so
+    // ahead of it); it holds the turn until the controller heard from every
+    // part (LAUNCH_GO). Its executable's shapes are checked before it says
+    // ready: a part refused after the go would leave the others in their
+    // collectives. Nobody says go on a closed connection.
     bool part = stamp && l->req->prepare && !l->go;
     if (!st && part && c->closing) {
       st = cw_make_status(CW_CANCELLED, "%s closed before the controller said go",
                           cw_worker_conn_name(c));
     }
+    if (!st && part && !l->prepared) st = cw__launch_check_exe(l, l->exe);
     if (!st && part) {
-      if (!l->prepared) {
-        l->prepared = true;
-        cw_worker_stamp_hold(w, stamp);
-        Causeway__V1__Ack ack = CAUSEWAY__V1__ACK__INIT;
-        ack.id = l->req->exe_id;
-        cw_worker_reply(c, CW_MSG_LAUNCH, l->request_id, &ack.base);
-      }
+      if (!l->prepared) cw__launch_prepare(w, c, l, stamp);
       c->launch_waiting = true;
+      c->go_waiting = true;
       return;
     }
-    if (l->prepared) cw_worker_stamp_hold(w, 0);
     cw__launch_pop(c);
     uint64_t sid = c->session ? c->session->id : 0;
     if (st) cw__launch_fail(w, l, st);
@@ -688,30 +763,30 @@ void cw_worker_launch_pump(cw_conn_t* c) {
 void cw_worker_handle_launch_go(cw_net_conn_t* nc, const cw_frame_header_t* h,
                                 ProtobufCMessage** msg) {
   cw_conn_t* c = cw_net_conn_user(nc);
-  cw_worker_t* w = c->w;
   const Causeway__V1__LaunchGoRequest* r = (const Causeway__V1__LaunchGoRequest*)*msg;
   cw_launch_t* l = c->launch_head;
-  if (!l || !l->prepared || l->req->sched_stamp != r->sched_stamp) {
+  while (l && !(l->prepared && !l->go && !l->cancel && l->req->sched_stamp == r->sched_stamp)) {
+    l = l->next;  // prepared ahead of its turn: behind the head
+  }
+  if (!l) {
     cw_worker_reply_error(c, h->type, h->request_id,
                           cw_make_status(CW_FAILED_PRECONDITION, "no prepared launch with stamp "
                                          "%" PRIu64 " on this connection", r->sched_stamp));
     return;
   }
-  // Its completion (or the cancel) answers this request.
+  // Its completion (or the cancel) answers this request, in its turn.
   l->request_id = h->request_id;
   l->go_request = true;
-  c->launch_waiting = false;
   if (r->go) {
-    l->go = true;  // the pump issues it now
+    l->go = true;
   } else {
-    cw_worker_stamp_hold(w, 0);
-    cw__launch_pop(c);
-    uint64_t sid = c->session ? c->session->id : 0;
-    uint64_t stamp = l->req->sched_stamp;
-    cw__launch_fail(w, l, cw_make_status(CW_CANCELLED, "launch of executable %" PRIu64
-                                         " (stamp %" PRIu64 ") cancelled: %s",
-                                         l->req->exe_id, stamp, r->reason ? r->reason : ""));
-    cw_worker_stamp_passed(w, stamp, sid);
+    l->cancel = cw_make_status(CW_CANCELLED, "launch of executable %" PRIu64 " (stamp %" PRIu64
+                               ") cancelled: %s", l->req->exe_id, r->sched_stamp,
+                               r->reason ? r->reason : "");
+  }
+  if (l == c->launch_head && c->go_waiting) {  // at its turn: the pump goes on now
+    c->go_waiting = false;
+    c->launch_waiting = false;
   }
   cw_worker_launch_pump(c);
 }
@@ -814,6 +889,8 @@ void cw_worker_handle_launch(cw_net_conn_t* nc, const cw_frame_header_t* h,
       l->inputs[d * na + a] = e;
     }
   }
+  l->part = r->prepare && cw_worker_stamp_of(c, h->type, &r->base);
+  w->parts_queued += l->part;
   cw_launch_t* before = c->launch_tail;
   if (c->launch_tail) c->launch_tail->next = l;
   else c->launch_head = l;
@@ -824,7 +901,8 @@ void cw_worker_handle_launch(cw_net_conn_t* nc, const cw_frame_header_t* h,
 }
 
 void cw_worker_launch_conn_closed(cw_conn_t* c) {
-  if (c->launch_head && c->launch_head->prepared && !c->launch_head->go) {
+  if (c->go_waiting) {
+    c->go_waiting = false;
     c->launch_waiting = false;  // no go can come now: the pump cancels it
     cw_worker_launch_pump(c);
   }

@@ -13,6 +13,13 @@
 // sessions, is what STATS reports (Stats.sched_stamps): tests compare it with
 // the controller's record of stamps assigned.
 //
+// Parts of an island's launch (LaunchRequest.prepare) may also be prepared
+// ahead of their turn, in stamp order: `frontier` is the next stamp that may
+// be, every stamp from `next` up to it being prepared (held for the
+// controller's go) or refused early. So a member answers ready for stamp k+1
+// while k waits for its go, and the controller's round trip per stamp
+// overlaps the next ones' (cw_worker_launch.c says which parts qualify).
+//
 // Every REGISTER starts the count at 1 again, as the controller does for the
 // registration. A stamp that never arrives (its frame lost with a controller
 // connection) would hold every later one: when launches have waited CW__STAMP_STALL_MS
@@ -43,7 +50,8 @@ struct cw_stamp_state_s {
   cw_conn_t* waiters;  // referenced: connections whose head waits for its turn
   bool waking, rewake;
   bool off;            // shutting down: no more waiting
-  uint64_t held;       // the turn a prepared launch holds (0: none)
+  uint64_t held;       // the turn a launch waiting for memory holds (0: none)
+  uint64_t frontier;   // the stamp that may be prepared ahead next (see above)
   uv_timer_t stall;    // runs while connections wait
   bool stall_init;
   uint64_t stall_next;  // `next` when the stall timer last looked
@@ -54,7 +62,7 @@ struct cw_stamp_state_s {
 static cw_stamp_state_t* cw__stamps(cw_worker_t* w) {
   if (!w->stamps) {
     w->stamps = calloc(1, sizeof(*w->stamps));
-    if (w->stamps) w->stamps->next = 1;
+    if (w->stamps) w->stamps->next = w->stamps->frontier = 1;
   }
   return w->stamps;
 }
@@ -118,6 +126,18 @@ static void cw__stamp_wake(cw_worker_t* w, cw_stamp_state_t* g) {
 
 static void cw__stamp_advance(cw_worker_t* w, cw_stamp_state_t* g);
 
+// Moves the frontier past `next` and past the stamps refused early (they
+// pass at their turn whatever the parts before them do).
+static void cw__stamp_frontier(cw_stamp_state_t* g) {
+  if (g->frontier <= g->next) {
+    g->frontier = g->next;
+    return;
+  }
+  for (size_t i = 0; i < g->num_ahead && g->ahead[i].stamp <= g->frontier; ++i) {
+    if (g->ahead[i].stamp == g->frontier) g->frontier++;
+  }
+}
+
 // No progress for a while with launches waiting: skip the stamps that never came.
 static void cw__stamp_stall(uv_timer_t* t) {
   cw_worker_t* w = t->data;
@@ -126,7 +146,7 @@ static void cw__stamp_stall(uv_timer_t* t) {
     uv_timer_stop(t);
     return;
   }
-  if (g->next != g->stall_next || (g->held && g->held == g->next)) {
+  if (g->next != g->stall_next || (g->held && g->held == g->next) || g->frontier > g->next) {
     g->stall_next = g->next;  // progress, or a turn held on purpose
     return;
   }
@@ -166,6 +186,7 @@ void cw_worker_stamp_passed(cw_worker_t* w, uint64_t stamp, uint64_t session_id)
     g->ahead[i].stamp = stamp;
     g->ahead[i].session_id = session_id;
     g->num_ahead++;
+    cw__stamp_frontier(g);
     return;
   }
   cw__stamp_record(g, stamp, session_id);
@@ -188,6 +209,7 @@ static void cw__stamp_advance(cw_worker_t* w, cw_stamp_state_t* g) {
     memmove(g->ahead, g->ahead + used, (g->num_ahead - used) * sizeof(*g->ahead));
     g->num_ahead -= used;
   }
+  cw__stamp_frontier(g);
   cw__stamp_wake(w, g);
 }
 
@@ -205,6 +227,7 @@ void cw_worker_stamp_restart(cw_worker_t* w) {
   CW_LOGI("gang order: stamps count from 1 again (were at %" PRIu64 ")", g->next);
   g->next = 1;
   g->stall_next = 1;
+  g->frontier = 1;
   g->num_ahead = 0;
   g->held = 0;
   cw__stamp_wake(w, g);
@@ -213,6 +236,18 @@ void cw_worker_stamp_restart(cw_worker_t* w) {
 void cw_worker_stamp_hold(cw_worker_t* w, uint64_t stamp) {
   cw_stamp_state_t* g = cw__stamps(w);
   if (g) g->held = stamp;
+}
+
+bool cw_worker_stamp_may_prepare(cw_worker_t* w, uint64_t stamp) {
+  cw_stamp_state_t* g = w->stamps;
+  return g && !g->off && stamp > g->next && stamp == g->frontier;
+}
+
+void cw_worker_stamp_prepared(cw_worker_t* w, uint64_t stamp) {
+  cw_stamp_state_t* g = cw__stamps(w);
+  if (!g || stamp < g->frontier) return;
+  g->frontier = stamp + 1;
+  cw__stamp_frontier(g);
 }
 
 void cw_worker_stamp_stop(cw_worker_t* w) {

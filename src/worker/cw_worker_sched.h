@@ -17,9 +17,17 @@ void cw_worker_stamp_passed(cw_worker_t* w, uint64_t stamp, uint64_t session_id)
 void cw_worker_stamp_drop(cw_conn_t* c, uint16_t type, const ProtobufCMessage* msg);
 // A REGISTER goes out: the controller counts this worker's island from 1.
 void cw_worker_stamp_restart(cw_worker_t* w);
-// A prepared launch holds the turn of `stamp` (0: none holds it): the stall
-// recovery must not go past it while the controller decides.
+// A part waiting for memory holds the turn of `stamp` (0: none holds it):
+// the stall recovery must not go past it.
 void cw_worker_stamp_hold(cw_worker_t* w, uint64_t stamp);
+// Whether a part stamped `stamp` may be prepared now, ahead of its turn: it
+// is the frontier (every stamp before it, from the next turn on, is prepared
+// or refused).
+bool cw_worker_stamp_may_prepare(cw_worker_t* w, uint64_t stamp);
+// A part stamped `stamp` answered ready (at its turn or ahead of it): the
+// frontier moves past it. Prepared turns are held on purpose: the stall
+// recovery waits for the controller's go.
+void cw_worker_stamp_prepared(cw_worker_t* w, uint64_t stamp);
 // Shutting down: nothing waits for a turn any more.
 void cw_worker_stamp_stop(cw_worker_t* w);
 // Points st->sched_stamps at the record; returns what the caller frees.

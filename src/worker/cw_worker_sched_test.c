@@ -3,7 +3,10 @@
 // connections are issued in stamp order whatever order they arrive in; a
 // stamp refused before its turn passes its turn; a client's own stamp is
 // ignored; a stamp that never comes holds the rest only for the stall time.
+// Parts of an island's launch (prepare) answer ready ahead of their turn
+// when nothing before them can change that answer, and still run in turn.
 // Asserts on replies and on the worker's Stats.sched_stamps.
+#include <poll.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -152,10 +155,100 @@ static void test_stamp_order(void** state) {
   session_close(&b);
 }
 
+// A raw controller connection: which reply comes first, and when none does.
+static bool reply_within(int fd, int ms, reply_t* r) {
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  if (poll(&p, 1, ms) != 1) return false;
+  assert_true(recv_frame(fd, r));
+  return true;
+}
+
+static uint64_t raw_part(int fd, uint64_t rid, uint64_t stamp, uint64_t in, uint64_t out) {
+  launch1_t l;
+  launch1_init(&l, 7, in, out, false);
+  l.req.sched_stamp = stamp;
+  l.req.prepare = true;
+  send_frame(fd, CW_MSG_LAUNCH, rid, &l.req.base, NULL, 0);
+  return rid;
+}
+
+static void raw_go(int fd, uint64_t rid, uint64_t stamp, bool go) {
+  Causeway__V1__LaunchGoRequest r = CAUSEWAY__V1__LAUNCH_GO_REQUEST__INIT;
+  r.sched_stamp = stamp;
+  r.go = go;
+  r.reason = (char*)(go ? "" : "a member refused");
+  send_frame(fd, CW_MSG_LAUNCH_GO, rid, &r.base, NULL, 0);
+}
+
+// The next reply on fd (within 5 s) answers `rid` with `code`.
+static void expect_reply(int fd, uint64_t rid, uint32_t code, const char* what) {
+  reply_t r;
+  if (!reply_within(fd, 5000, &r)) fail_msg("no reply: %s", what);
+  uint32_t got = (r.h.flags & CW_FRAME_ERROR)
+                     ? ((const Causeway__V1__ErrorReply*)r.msg)->code : 0;
+  if (r.h.request_id != rid || got != code) {
+    fail_msg("%s: reply to %llu with code %u (want %llu, %u)", what,
+             (unsigned long long)r.h.request_id, got, (unsigned long long)rid, code);
+  }
+  reply_free(&r);
+}
+
+static void test_parts_prepared_ahead(void** state) {
+  (void)state;
+  session_t a;
+  session_open(&a);
+  uint64_t stamps[32], sessions[32];
+  size_t n0 = record(stamps, sessions, 32);
+  uint64_t b = n0 ? stamps[n0 - 1] + 1 : 1;  // the worker's next turn
+  int port = atoi(strrchr(g_worker.address, ':') + 1);
+  int fd = dial(port);
+  assert_true(hello(fd, a.id, CAUSEWAY__V1__ROLE__ROLE_CONTROLLER, NULL) == a.id);
+  // b answers ready at its turn; b+1 (its input ready) answers ready ahead
+  // of its turn, while b waits for its go.
+  expect_reply(fd, raw_part(fd, 1, b, 101, 301), 0, "part b ready");
+  expect_reply(fd, raw_part(fd, 2, b + 1, 101, 302), 0, "part b+1 ready ahead of its turn");
+  // b+2 reads b+1's output, which exists only once b+1 runs: it is not
+  // prepared ahead.
+  raw_part(fd, 3, b + 2, 302, 303);
+  reply_t r;
+  assert_false(reply_within(fd, 300, &r));
+  // b+1's go before b's: it still waits for b's turn to pass.
+  raw_go(fd, 12, b + 1, true);
+  assert_false(reply_within(fd, 300, &r));
+  assert_int_equal(record(stamps, sessions, 32), n0);
+  // b is cancelled: it fails in its turn, then b+1 runs, then b+2 is ready.
+  raw_go(fd, 11, b, false);
+  expect_reply(fd, 11, CW_CANCELLED, "part b cancelled");
+  // b+1's completion and b+2's ready, in either order (b+2 may read b+1's
+  // output once b+1 was issued).
+  bool ran = false, ready = false;
+  for (int i = 0; i < 2; ++i) {
+    if (!reply_within(fd, 5000, &r)) fail_msg("no reply after b was cancelled");
+    assert_false(r.h.flags & CW_FRAME_ERROR);
+    ran |= r.h.request_id == 12;
+    ready |= r.h.request_id == 3;
+    reply_free(&r);
+  }
+  assert_true(ran && ready);
+  raw_go(fd, 13, b + 2, true);
+  expect_reply(fd, 13, 0, "part b+2 ran");
+  float want[6] = {4, 8, 12, 16, 20, 24};  // 101 doubled twice
+  float got[6] = {0};
+  size_t size = 0;
+  ASSERT_OK(cw_client_download(a.client, 303, got, sizeof(got), &size, NULL));
+  assert_int_equal(size, sizeof(got));
+  assert_memory_equal(got, want, sizeof(got));
+  assert_int_equal(record(stamps, sessions, 32), n0 + 3);
+  for (size_t i = 0; i < 3; ++i) assert_int_equal(stamps[n0 + i], b + i);
+  close(fd);
+  session_close(&a);
+}
+
 int main(void) {
   if (!getenv("CAUSEWAY_PJRT_PLUGIN") || !*getenv("CAUSEWAY_PJRT_PLUGIN")) return 77;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_stamp_order),
+      cmocka_unit_test(test_parts_prepared_ahead),
   };
   return cmocka_run_group_tests(tests, suite_setup, suite_teardown);
 }
