@@ -175,8 +175,13 @@ PJRT_Error* cw_plugin_buffer_ready_event(PJRT_Buffer_ReadyEvent_Args* args) {
   CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_ReadyEvent", "buffer");
   cw_plugin_buffer_t* b = CW__BUF(args->buffer);
   // JAX asks at block_until_ready, not per launch: the launch that makes
-  // `b` may be held for a shared write (cw_client_send_batched).
-  if (!cw_plugin_future_is_done(b->ready)) cw_plugin_worker_write_held(b->device->worker);
+  // `b` may be held for a shared write (cw_client_send_batched). Its thread
+  // sleeps next, and on an idle machine the reader's wakeup of it costs far
+  // more than the round trip (docs/performance.md): it polls briefly first.
+  if (!cw_plugin_future_is_done(b->ready)) {
+    cw_plugin_worker_write_held(b->device->worker);
+    cw_plugin_future_spin(b->ready, b->client->wait_spin_us);
+  }
   args->event = cw_plugin_event_from_future(b->ready);
   return NULL;
 }

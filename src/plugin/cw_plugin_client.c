@@ -252,6 +252,7 @@ PJRT_Error* cw_plugin_client_create(PJRT_Client_Create_Args* args) {
   cw_status_t s = cw_settings_initialize(&c->settings, CW_SCOPE_PLUGIN);
   if (s) s = cw_status_annotate(s, "causeway");
   uint32_t min_workers = (uint32_t)cw_settings_int(&c->settings, CW_SET_MIN_WORKERS);
+  c->wait_spin_us = cw_settings_int(&c->settings, CW_SET_WAIT_SPIN_US);
   const char* addr = cw_settings_string(&c->settings, CW_SET_CONTROLLER);
   if (!s && !*addr) {
     int64_t jax_devices = cw__option_int(args->create_options, args->num_options,

@@ -1,5 +1,6 @@
 // Futures and PJRT events (cw_plugin_event.h).
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +103,15 @@ void cw_plugin_future_complete(cw_plugin_future_t* f, cw_status_t status) {
 
 bool cw_plugin_future_is_done(cw_plugin_future_t* f) {
   return atomic_load_explicit(&f->done, memory_order_acquire);
+}
+
+bool cw_plugin_future_spin(cw_plugin_future_t* f, int64_t budget_us) {
+  if (budget_us <= 0 || cw_plugin_future_is_done(f)) return cw_plugin_future_is_done(f);
+  int64_t until = cw_time_now_ns() + budget_us * 1000;
+  // sched_yield hands the core to any thread that can run (the reader that
+  // completes `f`, on a busy machine); on an idle one it returns at once.
+  while (!cw_plugin_future_is_done(f) && cw_time_now_ns() < until) sched_yield();
+  return cw_plugin_future_is_done(f);
 }
 
 cw_status_t cw_plugin_future_wait(cw_plugin_future_t* f) {

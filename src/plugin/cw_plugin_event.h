@@ -25,6 +25,9 @@ void cw_plugin_future_complete(cw_plugin_future_t* f, cw_status_t status);
 bool cw_plugin_future_is_done(cw_plugin_future_t* f);
 // Blocks until done; returns a copy of its error (OK on success).
 CW_MUST_USE cw_status_t cw_plugin_future_wait(cw_plugin_future_t* f);
+// Polls for up to budget_us microseconds (yielding between polls) for `f`
+// to complete; whether it has. For a caller about to sleep on it.
+bool cw_plugin_future_spin(cw_plugin_future_t* f, int64_t budget_us);
 // A new PJRT_Event holding its own reference to `f`.
 static inline PJRT_Event* cw_plugin_event_from_future(cw_plugin_future_t* f) {
   cw_plugin_future_retain(f);

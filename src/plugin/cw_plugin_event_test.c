@@ -124,6 +124,27 @@ static void test_wait_blocks_until_another_thread_completes(void** state) {
   destroy_event(ev);  // the last reference
 }
 
+// The poll before a sleep (CAUSEWAY_WAIT_SPIN_US): it sees a completion from
+// another thread within its budget, gives up after the budget, and with none
+// does not poll at all.
+static void test_spin_polls_within_its_budget(void** state) {
+  (void)state;
+  cw_plugin_future_t* f = cw_plugin_future_create();
+  assert_false(cw_plugin_future_spin(f, 0));
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  assert_false(cw_plugin_future_spin(f, 2000));  // nobody completes it
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  int64_t waited_us = (t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000;
+  assert_true(waited_us >= 2000);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, complete_later, f), 0);  // in 20 ms
+  assert_true(cw_plugin_future_spin(f, 60 * 1000 * 1000));
+  assert_true(cw_plugin_future_spin(f, 0));  // done: true at once
+  pthread_join(t, NULL);
+  cw_plugin_future_release(f);
+}
+
 static void test_on_ready_before_and_after_completion(void** state) {
   (void)state;
   PJRT_Event_Create_Args c = {.struct_size = sizeof(c)};
@@ -218,6 +239,7 @@ int main(void) {
       cmocka_unit_test(test_first_completion_wins),
       cmocka_unit_test(test_create_done),
       cmocka_unit_test(test_wait_blocks_until_another_thread_completes),
+      cmocka_unit_test(test_spin_polls_within_its_budget),
       cmocka_unit_test(test_on_ready_before_and_after_completion),
       cmocka_unit_test(test_event_set_ok_and_error_of_ok),
       cmocka_unit_test(test_callback_drops_last_reference),

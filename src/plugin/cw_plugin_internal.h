@@ -142,6 +142,7 @@ struct cw_plugin_client_s {
   char* token;                   // presented in every HELLO ("" when none)
   cw_tls_t* tls;                 // CAUSEWAY_TLS when joining a cluster (NULL: off)
   cw_settings_t settings;        // CW_SCOPE_PLUGIN, read once at client creation
+  int64_t wait_spin_us;          // CAUSEWAY_WAIT_SPIN_US
   _Atomic bool ready;            // workers and devices are set up (events may look)
 };
 

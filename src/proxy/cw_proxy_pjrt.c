@@ -1,12 +1,16 @@
 #include "cw_proxy_pjrt.h"
 
 #include <dlfcn.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cw_log.h"
 
 cw_status_t cw_proxy_pjrt_load(const char* path, cw_proxy_pjrt_t* out) {
   *out = (cw_proxy_pjrt_t){0};
+  // The plugin's calls come from the proxy's loop, which must never poll
+  // for a result (CAUSEWAY_WAIT_SPIN_US is for a JAX thread about to sleep).
+  setenv("CAUSEWAY_WAIT_SPIN_US", "0", 1);
   void* dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!dl) return cw_make_status(CW_NOT_FOUND, "cannot load PJRT plugin %s: %s", path, dlerror());
   const PJRT_Api* (*get)(void) = (const PJRT_Api* (*)(void))dlsym(dl, "GetPjrtApi");
