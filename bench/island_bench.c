@@ -350,7 +350,7 @@ int main(int argc, char** argv) {
   printf("\nisland_bench: all-reduce f32[%d], %ld pipelined launches per session through the "
          "controller\n", ELEMS, launches);
   printf("  gang = island of 2 workers x 2 devices; 1 worker = 1 worker x 2 devices (baseline); "
-         "same plugin\n\n");
+         "same plugin\n  under the gang plugin: %s\n\n", cw_test_getenv("CAUSEWAY_PJRT_PLUGIN", ""));
   printf("%-20s %8s %12s %12s %11s %12s\n", "island", "sessions", "launches/s", "per session",
          "us/launch", "vs 1 worker");
   for (int si = 0; si < 2; ++si) {

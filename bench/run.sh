@@ -19,6 +19,8 @@ jax_args=(); for a in "$@"; do [[ "$a" == --quick ]] && jax_args=(--quick); done
 # An island of two worker processes (the gang test plugin) beside one worker of
 # the same plugin: pipelined launches/s through the controller, 1 and 4 sessions.
 build/release/bin/island_bench --plugin "$plugin" "${jax_args[@]}"
+# The same over the null plugin: the island's own cost, XLA's threads taken out.
+build/release/bin/island_bench --plugin build/release/lib/libcw_nullplugin.so "${jax_args[@]}"
 # One controller in front of 10, 100 and 1,000 worker processes of 8 null
 # devices each: registration, status, heartbeat CPU, memory per worker,
 # launches/s from 100 sessions, death notice (--quick: 10 and 30 workers).

@@ -256,7 +256,7 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
     [CW_SET_TRACE] = {"CAUSEWAY_TRACE", NULL, CW__PLG, NULL, CW_SETTING_STRING, 0, 0, "", false,
                       false, "write a Chrome trace of the session to this file"},
     [CW_SET_WAIT_SPIN_US] = {"CAUSEWAY_WAIT_SPIN_US", NULL, CW__PLG, NULL, CW_SETTING_INT, 0,
-                             10000, "50", false, false,
+                             10000, "200", false, false,
                              "at block_until_ready, how long (microseconds) the waiting "
                              "thread polls for the result, yielding to any other, before it "
                              "sleeps: a sleeping thread wakes slowly on an idle machine; 0: "
