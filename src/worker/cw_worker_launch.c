@@ -145,6 +145,8 @@ static void cw__launch_unthrottle(cw_worker_t* w) {
   }
 }
 
+static void cw__launch_prepare_ahead(cw_worker_t* w);
+
 static void cw__launch_device_done(cw_worker_t* w, void* user, cw_status_t status) {
   cw_launch_t* l = user;
   if (status && !l->first_error) l->first_error = status;
@@ -164,6 +166,7 @@ static void cw__launch_device_done(cw_worker_t* w, void* user, cw_status_t statu
     cw__launch_free(l);
   }
   cw__launch_unthrottle(w);
+  cw__launch_prepare_ahead(w);  // a part that donated is done: those behind may go ahead
 }
 
 // One device's completion of a traced launch: recorded, then the launch's
@@ -669,23 +672,38 @@ static bool cw__launch_ready_ahead(cw_worker_t* w, cw_conn_t* c, cw_launch_t* l,
   return ok;
 }
 
+// On `c`, prepares ahead of their turns the parts right behind its prepared
+// ones that can be (cw__launch_ready_ahead); whether any was. A ready reply
+// may close `c` at once, and its close cancels and frees its launches: then
+// *out_closed is set and `c` must not be touched again.
+static bool cw__launch_prepare_ahead_on(cw_worker_t* w, cw_conn_t* c, bool* out_closed) {
+  bool any = false;
+  for (cw_launch_t* l = c->launch_head; l; l = l->next) {
+    uint64_t stamp = l->stamp_released ? 0 : cw_worker_stamp_of(c, CW_MSG_LAUNCH, &l->req->base);
+    if (stamp && l->prepared) continue;  // held for its go: look behind it
+    if (!stamp || !cw__launch_ready_ahead(w, c, l, stamp)) break;
+    if (!l->mem_admitted) cw__launch_charge(w, l);
+    cw_worker_conn_ref(c);
+    cw__launch_prepare(w, c, l, stamp);
+    *out_closed = c->closing;
+    cw_worker_conn_unref(c);
+    any = true;
+    if (*out_closed) break;
+  }
+  return any;
+}
+
 // Prepares ahead of their turns, in stamp order over every connection, the
-// parts that can be (cw__launch_ready_ahead): on each connection those right
-// behind its prepared parts. Nothing is pumped here.
+// parts that can be. Nothing is pumped here.
 static void cw__launch_prepare_ahead(cw_worker_t* w) {
   bool more = w->parts_queued > 0;
   while (more) {
     more = false;
-    for (cw_conn_t* c = w->conns; c; c = c->next) {
-      for (cw_launch_t* l = c->launch_head; l; l = l->next) {
-        uint64_t stamp = l->stamp_released ? 0 : cw_worker_stamp_of(c, CW_MSG_LAUNCH,
-                                                                     &l->req->base);
-        if (stamp && l->prepared) continue;  // held for its go: look behind it
-        if (!stamp || !cw__launch_ready_ahead(w, c, l, stamp)) break;
-        if (!l->mem_admitted) cw__launch_charge(w, l);
-        cw__launch_prepare(w, c, l, stamp);
-        more = true;
-      }
+    for (cw_conn_t* c = w->conns; c;) {
+      bool closed = false;
+      more |= cw__launch_prepare_ahead_on(w, c, &closed);
+      if (closed) break;  // w->conns changed under the scan: again from its start
+      c = c->next;
     }
   }
 }
@@ -747,9 +765,11 @@ static void cw__launch_pump(cw_conn_t* c) {
     }
     if (!st && part && !l->prepared) st = cw__launch_check_exe(l, l->exe);
     if (!st && part) {
-      if (!l->prepared) cw__launch_prepare(w, c, l, stamp);
+      // Parked first: the ready reply may close the connection at once, and
+      // its close then cancels this part (cw_worker_launch_conn_closed).
       c->launch_waiting = true;
       c->go_waiting = true;
+      if (!l->prepared) cw__launch_prepare(w, c, l, stamp);
       return;
     }
     cw__launch_pop(c);
@@ -783,6 +803,8 @@ void cw_worker_handle_launch_go(cw_net_conn_t* nc, const cw_frame_header_t* h,
     l->cancel = cw_make_status(CW_CANCELLED, "launch of executable %" PRIu64 " (stamp %" PRIu64
                                ") cancelled: %s", l->req->exe_id, r->sched_stamp,
                                r->reason ? r->reason : "");
+    // The client has its error now and may reuse the ids it gave up.
+    cw__drop_donated(c->w, l);
   }
   if (l == c->launch_head && c->go_waiting) {  // at its turn: the pump goes on now
     c->go_waiting = false;
@@ -926,10 +948,12 @@ void cw_worker_launch_conn_closed(cw_conn_t* c) {
   if (!s || !s->paused) return;
   while (c->launch_head && !c->launch_waiting) {
     cw_launch_t* l = c->launch_head;
+    uint64_t stamp = cw_worker_launch_head_stamp(c);
     cw__launch_pop(c);
     cw__launch_fail(c->w, l, cw_make_status(CW_CANCELLED, "%s closed while session %" PRIu64
                                             " was paused: launch not run",
                                             cw_worker_conn_name(c), s->id));
+    if (stamp) cw_worker_stamp_passed(c->w, stamp, s->id);  // later turns go on
   }
 }
 

@@ -220,10 +220,10 @@ void cw_worker_stamp_drop(cw_conn_t* c, uint16_t type, const ProtobufCMessage* m
 
 void cw_worker_stamp_restart(cw_worker_t* w) {
   cw_stamp_state_t* g = w->stamps;
-  if (!g || g->next == 1) return;
+  if (!g || (g->next == 1 && g->frontier == 1 && !g->num_ahead && !g->held)) return;
   // A registration's island counts from 1 (a new controller, or a slot taken
   // over after this worker was declared dead); stamps of the previous count
-  // died with its connections.
+  // died with its connections (even a count that had not passed stamp 1).
   CW_LOGI("gang order: stamps count from 1 again (were at %" PRIu64 ")", g->next);
   g->next = 1;
   g->stall_next = 1;

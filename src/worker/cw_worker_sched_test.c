@@ -163,13 +163,25 @@ static bool reply_within(int fd, int ms, reply_t* r) {
   return true;
 }
 
-static uint64_t raw_part(int fd, uint64_t rid, uint64_t stamp, uint64_t in, uint64_t out) {
+static uint64_t raw_part_of(int fd, uint64_t rid, uint64_t stamp, uint64_t exe, uint64_t in,
+                            uint64_t out, bool donate) {
   launch1_t l;
-  launch1_init(&l, 7, in, out, false);
+  launch1_init(&l, exe, in, out, donate);
   l.req.sched_stamp = stamp;
   l.req.prepare = true;
   send_frame(fd, CW_MSG_LAUNCH, rid, &l.req.base, NULL, 0);
   return rid;
+}
+
+static uint64_t raw_part(int fd, uint64_t rid, uint64_t stamp, uint64_t in, uint64_t out) {
+  return raw_part_of(fd, rid, stamp, 7, in, out, false);
+}
+
+// A raw connection of session `id` as the controller.
+static int raw_link(uint64_t id) {
+  int fd = dial(atoi(strrchr(g_worker.address, ':') + 1));
+  assert_true(hello(fd, id, CAUSEWAY__V1__ROLE__ROLE_CONTROLLER, NULL) == id);
+  return fd;
 }
 
 static void raw_go(int fd, uint64_t rid, uint64_t stamp, bool go) {
@@ -200,9 +212,7 @@ static void test_parts_prepared_ahead(void** state) {
   uint64_t stamps[32], sessions[32];
   size_t n0 = record(stamps, sessions, 32);
   uint64_t b = n0 ? stamps[n0 - 1] + 1 : 1;  // the worker's next turn
-  int port = atoi(strrchr(g_worker.address, ':') + 1);
-  int fd = dial(port);
-  assert_true(hello(fd, a.id, CAUSEWAY__V1__ROLE__ROLE_CONTROLLER, NULL) == a.id);
+  int fd = raw_link(a.id);
   // b answers ready at its turn; b+1 (its input ready) answers ready ahead
   // of its turn, while b waits for its go.
   expect_reply(fd, raw_part(fd, 1, b, 101, 301), 0, "part b ready");
@@ -244,11 +254,72 @@ static void test_parts_prepared_ahead(void** state) {
   session_close(&a);
 }
 
+// The frontier across connections, past a stamp refused early, held back by
+// a prepared part that donates, and after a connection closes with parts
+// prepared ahead: their turns pass and later stamps run at once (well
+// within the 5 s stall recovery).
+static void test_parts_ahead_across_connections(void** state) {
+  (void)state;
+  session_t a;
+  session_open(&a);
+  Causeway__V1__CompileRequest cr = CAUSEWAY__V1__COMPILE_REQUEST__INIT;
+  cr.exe_id = 8;  // 2x + 1, its argument aliased to the result (donatable)
+  cr.format = (char*)"mlir";
+  cr.code.data = (uint8_t*)kAliasedProgram;
+  cr.code.len = strlen(kAliasedProgram);
+  ASSERT_OK(cw_client_call(a.client, CW_MSG_COMPILE, &cr.base, NULL, 0, NULL, NULL, NULL));
+  float data[6] = {1, 2, 3, 4, 5, 6};
+  for (uint64_t id = 102; id <= 103; ++id) {
+    Causeway__V1__UploadRequest up;
+    upload_request_init(&up, id);
+    struct iovec iov = {data, sizeof(data)};
+    ASSERT_OK(cw_client_call(a.client, CW_MSG_UPLOAD, &up.base, &iov, 1, NULL, NULL, NULL));
+  }
+  uint64_t stamps[64], sessions[64];
+  size_t n0 = record(stamps, sessions, 64);
+  uint64_t b = n0 ? stamps[n0 - 1] + 1 : 1;
+  int fa = raw_link(a.id), fb = raw_link(a.id);
+  reply_t r;
+  expect_reply(fa, raw_part(fa, 1, b, 101, 401), 0, "b ready at its turn");
+  expect_reply(fb, raw_part(fb, 2, b + 1, 101, 402), 0, "b+1 ready ahead, on another connection");
+  uint64_t bad = launch(a.link, b + 2, 403, true);  // refused at once: its turn passes
+  assert_code(cw_client_wait(a.link, bad, NULL, NULL), CW_INVALID_ARGUMENT);
+  expect_reply(fb, raw_part_of(fb, 4, b + 3, 8, 102, 404, true), 0,
+               "b+3 (donates 102) ready ahead, past the refused b+2");
+  raw_part(fa, 5, b + 4, 103, 405);
+  assert_false(reply_within(fa, 300, &r));  // b+3 may still run and donates: b+4 waits
+  raw_go(fa, 11, b, true);
+  raw_go(fb, 12, b + 1, true);
+  raw_go(fb, 14, b + 3, true);
+  expect_reply(fa, 11, 0, "b ran");
+  expect_reply(fb, 12, 0, "b+1 ran");
+  // b+4's ready (fa) comes once b+3 issued; b+3's completion on fb.
+  expect_reply(fa, 5, 0, "b+4 ready");
+  expect_reply(fb, 14, 0, "b+3 ran");
+  expect_reply(fa, raw_part(fa, 6, b + 5, 101, 406), 0, "b+5 ready ahead");
+  close(fa);  // b+4 and b+5 prepared, never told go: cancelled in their turns
+  expect_reply(fb, raw_part(fb, 7, b + 6, 101, 407), 0, "b+6 ready after the closed ones passed");
+  raw_go(fb, 17, b + 6, true);
+  expect_reply(fb, 17, 0, "b+6 ran");
+  assert_int_equal(record(stamps, sessions, 64), n0 + 7);
+  for (size_t i = 0; i < 7; ++i) assert_int_equal(stamps[n0 + i], b + i);
+  float got[6], want[6] = {3, 5, 7, 9, 11, 13};  // 102 -> 2x + 1
+  size_t size = 0;
+  ASSERT_OK(cw_client_download(a.client, 404, got, sizeof(got), &size, NULL));
+  assert_memory_equal(got, want, sizeof(got));
+  cw_status_t st = cw_client_download(a.client, 405, got, sizeof(got), &size, NULL);
+  assert_int_equal(cw_status_code(st), CW_CANCELLED);  // b+4: closed before its go
+  cw_status_free(st);
+  close(fb);
+  session_close(&a);
+}
+
 int main(void) {
   if (!getenv("CAUSEWAY_PJRT_PLUGIN") || !*getenv("CAUSEWAY_PJRT_PLUGIN")) return 77;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_stamp_order),
       cmocka_unit_test(test_parts_prepared_ahead),
+      cmocka_unit_test(test_parts_ahead_across_connections),
   };
   return cmocka_run_group_tests(tests, suite_setup, suite_teardown);
 }
