@@ -72,6 +72,12 @@ struct cw_launch_s {
   cw_hostcb_launch_t* hostcb;
 };
 
+// Its stamp in the gang order (cw_worker_sched.c); 0 when unstamped or
+// when it passed its turn while it waited for memory.
+static uint64_t cw__launch_stamp(const cw_conn_t* c, const cw_launch_t* l) {
+  return l->stamp_released ? 0 : cw_worker_stamp_of(c, CW_MSG_LAUNCH, &l->req->base);
+}
+
 static void cw__launch_free(cw_launch_t* l) {
   cw_store_t* store = l->conn->w->store;
   cw_worker_mem_cancel(l->conn->w, l->mem_wait);
@@ -679,7 +685,7 @@ static bool cw__launch_ready_ahead(cw_worker_t* w, cw_conn_t* c, cw_launch_t* l,
 static bool cw__launch_prepare_ahead_on(cw_worker_t* w, cw_conn_t* c, bool* out_closed) {
   bool any = false;
   for (cw_launch_t* l = c->launch_head; l; l = l->next) {
-    uint64_t stamp = l->stamp_released ? 0 : cw_worker_stamp_of(c, CW_MSG_LAUNCH, &l->req->base);
+    uint64_t stamp = cw__launch_stamp(c, l);
     if (stamp && l->prepared) continue;  // held for its go: look behind it
     if (!stamp || !cw__launch_ready_ahead(w, c, l, stamp)) break;
     if (!l->mem_admitted) cw__launch_charge(w, l);
@@ -724,7 +730,7 @@ static void cw__launch_pump(cw_conn_t* c) {
     cw_launch_t* l = c->launch_head;
     // Gang order: a stamped launch waits for its turn (cw_worker_sched.c),
     // unless it passed it while it waited for memory.
-    uint64_t stamp = l->stamp_released ? 0 : cw_worker_stamp_of(c, CW_MSG_LAUNCH, &l->req->base);
+    uint64_t stamp = cw__launch_stamp(c, l);
     if (stamp && cw_worker_stamp_wait(c, stamp)) return;
     cw_store_entry_t* wait_on = NULL;
     cw_status_t st = l->cancel;  // LAUNCH_GO said cancel: it fails in its turn
@@ -964,6 +970,5 @@ size_t cw_worker_launch_queued(const cw_conn_t* c) {
 }
 
 uint64_t cw_worker_launch_head_stamp(const cw_conn_t* c) {
-  if (!c->launch_head || c->launch_head->stamp_released) return 0;
-  return cw_worker_stamp_of(c, CW_MSG_LAUNCH, &c->launch_head->req->base);
+  return c->launch_head ? cw__launch_stamp(c, c->launch_head) : 0;
 }
