@@ -248,10 +248,10 @@ static cw_status_t cw__execute_launch(cw_plugin_exe_t* e, const PJRT_ExecuteOpti
   cw_plugin_future_retain(f);
   lc->f = f;
   lc->w = e->worker;
-  // Straight to the worker and answered without us (no host callbacks):
-  // launches back to back share writes until JAX waits for one.
-  cw_status_t s = direct && !host_callbacks
-                      ? cw_plugin_worker_send_batched(e->worker, CW_MSG_LAUNCH, &req.base,
+  // Answered without us (no host callbacks): launches back to back share
+  // writes until JAX waits for one.
+  cw_status_t s = !host_callbacks
+                      ? cw_plugin_worker_send_batched(e->worker, direct, CW_MSG_LAUNCH, &req.base,
                                                       &req.seq, cw__launch_cb, lc)
                       : cw_plugin_worker_send_ordered(e->worker, direct, CW_MSG_LAUNCH, &req.base,
                                                       &req.seq, cw__launch_cb, lc);

@@ -50,6 +50,10 @@ typedef struct cw_plugin_worker_s {
   // LAUNCH goes on `conn`, not through the controller. Atomic: a restarted
   // controller's answer sets it again while other threads launch.
   _Atomic bool direct_launch;
+  // Requests for this worker sent through the controller and not yet
+  // answered (cw_plugin_worker.c): with two or more LAUNCHes among them the
+  // next may wait for a shared write, which their replies bring.
+  _Atomic uint32_t relayed_out;
   // Same host (a Unix socket) and the kernel lets the worker copy our memory:
   // big arrays move by peer_address, not through the socket
   // (cw_plugin_transfer_probe_direct). Off after a replacement.

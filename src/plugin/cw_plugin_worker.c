@@ -173,6 +173,24 @@ static cw_status_t cw__worker_sent_locked(cw_plugin_worker_t* w, uint64_t seq, c
   return cw_ok_status();
 }
 
+// w's relayed launches held in the controller connection's write buffer
+// (cw_client_send_batched) go out now: before a request with a later seq
+// goes straight to w (w applies its requests in seq order), or for a waiter.
+// Not with the controller's send lock held. Batched DELETEs need not: nobody
+// waits for them.
+static void cw__worker_write_relayed_held(cw_plugin_worker_t* w) {
+  if (!atomic_load_explicit(&w->relayed_out, memory_order_relaxed)) return;  // nothing held
+  cw_plugin_client_t* c = w->client;
+  cw_client_t* ctrl = NULL;
+  uint64_t gen = 0;
+  cw_plugin_ctrl_send_lock(c);
+  cw_status_t s = cw_plugin_ctrl_now(c, &ctrl, &gen);
+  // A failed write fails what it held, through the reader (parked or failed).
+  if (!s && ctrl) s = cw_client_write_held(ctrl);
+  cw_plugin_ctrl_send_unlock(c);
+  cw_status_free(s);
+}
+
 // With send_mu held.
 static cw_status_t cw__worker_send_locked(cw_plugin_worker_t* w, uint16_t type,
                                           ProtobufCMessage* req, uint64_t* req_seq,
@@ -255,6 +273,7 @@ cw_status_t cw_plugin_worker_send(cw_plugin_worker_t* w, uint16_t type, Protobuf
                                   void* user) {
   CW_RETURN_IF_ERROR(cw_plugin_worker_check(w), "%s", cw_msg_type_name(type));
   pthread_mutex_lock(&w->send_mu);
+  cw__worker_write_relayed_held(w);
   cw__worker_stage_deletes_locked(w);  // they come first in seq order, in one write
   cw_status_t s = cw__worker_send_locked(w, type, req, req_seq, bulk, bulk_count, sink, done, user);
   pthread_mutex_unlock(&w->send_mu);
@@ -275,6 +294,7 @@ typedef struct cw__ordered_s {
   ProtobufCMessage* copy;  // owned
   uint64_t gen;
   bool resent;
+  bool relayed;  // counted in w->relayed_out until freed
   // A LAUNCH the worker had applied before the controller was lost: its
   // outputs are awaited on the worker instead (cw__ordered_await).
   size_t awaiting;
@@ -283,6 +303,7 @@ typedef struct cw__ordered_s {
 } cw__ordered_t;
 
 static void cw__ordered_free(cw__ordered_t* o) {
+  if (o->relayed) atomic_fetch_sub_explicit(&o->w->relayed_out, 1, memory_order_relaxed);
   if (o->copy) protobuf_c_message_free_unpacked(o->copy, NULL);
   cw_status_free(o->await_error);
   if (o->type == CW_MSG_LAUNCH && o->copy) pthread_mutex_destroy(&o->await_mu);
@@ -393,7 +414,8 @@ static void cw__ordered_resend(cw_plugin_parked_t* p, cw_client_t* ctrl, uint64_
   if (s) cw__ordered_finish(o, s, NULL);
 }
 
-// cw_plugin_worker_send_ordered; `batch` (direct only): cw_client_send_batched.
+// cw_plugin_worker_send_ordered; `batch`: cw_client_send_batched (see
+// cw_plugin_worker_send_batched for when a relayed one may be held).
 static cw_status_t cw__send_ordered(cw_plugin_worker_t* w, bool direct, bool batch, uint16_t type,
                                     ProtobufCMessage* req, uint64_t* req_seq,
                                     cw_client_done_fn done, void* user) {
@@ -419,16 +441,20 @@ static cw_status_t cw__send_ordered(cw_plugin_worker_t* w, bool direct, bool bat
       free(o);
       return s;
     }
+    batch = batch && atomic_load_explicit(&w->relayed_out, memory_order_relaxed) >= 2;
+    o->relayed = true;
+    atomic_fetch_add_explicit(&w->relayed_out, 1, memory_order_relaxed);
   } else {
     // Under send_mu: a replacement worker swaps the connection under it.
     via = w->conn;
+    cw__worker_write_relayed_held(w);
   }
-  // Batched DELETEs come first (in the same write when on the same connection).
-  if (direct) {
-    cw__worker_stage_deletes_locked(w);
-  } else {
-    cw__worker_flush_deletes_locked(w);
-  }
+  // Batched DELETEs come first, in the same write. Not before a relayed
+  // request: they would cost w a message and a wakeup per launch of a chain.
+  // They take no seq while they wait, so they may come later than dropped;
+  // they go with w's next direct request, when the batch is full, or when
+  // someone waits for w (a launch may wait at w for the memory they free).
+  if (direct) cw__worker_stage_deletes_locked(w);
   uint64_t seq = cw__worker_next_seq(w);
   uint32_t epoch = atomic_load_explicit(&w->epoch, memory_order_acquire);
   *req_seq = seq;
@@ -440,7 +466,7 @@ static cw_status_t cw__send_ordered(cw_plugin_worker_t* w, bool direct, bool bat
     o->copy = cw_msg_copy(req);
     if (o->copy && type == CW_MSG_LAUNCH) pthread_mutex_init(&o->await_mu, NULL);
   }
-  cw_status_t s = batch && direct
+  cw_status_t s = batch
                       ? cw_client_send_batched(via, type, req, cw__ordered_cb, o, NULL)
                       : cw_client_send(via, type, req, NULL, 0, NULL, cw__ordered_cb, o, NULL);
   if (!direct) cw_plugin_ctrl_send_unlock(c);
@@ -462,17 +488,21 @@ cw_status_t cw_plugin_worker_send_ordered(cw_plugin_worker_t* w, bool direct, ui
   return cw__send_ordered(w, direct, false, type, req, req_seq, done, user);
 }
 
-cw_status_t cw_plugin_worker_send_batched(cw_plugin_worker_t* w, uint16_t type,
+cw_status_t cw_plugin_worker_send_batched(cw_plugin_worker_t* w, bool direct, uint16_t type,
                                           ProtobufCMessage* req, uint64_t* req_seq,
                                           cw_client_done_fn done, void* user) {
-  return cw__send_ordered(w, true, true, type, req, req_seq, done, user);
+  return cw__send_ordered(w, direct, true, type, req, req_seq, done, user);
 }
 
 void cw_plugin_worker_write_held(cw_plugin_worker_t* w) {
-  if (!atomic_load_explicit(&w->direct_launch, memory_order_relaxed) ||
-      atomic_load_explicit(&w->dead, memory_order_acquire)) {
+  if (!atomic_load_explicit(&w->direct_launch, memory_order_relaxed)) {
+    cw__worker_write_relayed_held(w);
+    pthread_mutex_lock(&w->send_mu);
+    cw__worker_flush_deletes_locked(w);
+    pthread_mutex_unlock(&w->send_mu);
     return;
   }
+  if (atomic_load_explicit(&w->dead, memory_order_acquire)) return;
   // A failed write fails what it held, through the reader. A replaced
   // connection stays valid (retired) until the client is destroyed.
   cw_status_free(cw_client_write_held(atomic_load_explicit(&w->conn, memory_order_acquire)));

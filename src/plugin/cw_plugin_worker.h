@@ -52,15 +52,17 @@ CW_MUST_USE cw_status_t cw_plugin_worker_send_ordered(cw_plugin_worker_t* w, boo
                                                       uint16_t type, ProtobufCMessage* req,
                                                       uint64_t* req_seq, cw_client_done_fn done,
                                                       void* user);
-// The same, straight to the worker (direct), for a LAUNCH answered without
-// our help (no host callbacks): back to back, such launches share writes
-// (cw_client_send_batched). Not relayed ones: the controller's connection
-// carries every worker's, and a launch held there would wait for others'.
-CW_MUST_USE cw_status_t cw_plugin_worker_send_batched(cw_plugin_worker_t* w, uint16_t type,
-                                                      ProtobufCMessage* req, uint64_t* req_seq,
-                                                      cw_client_done_fn done, void* user);
+// The same for a LAUNCH answered without our help (no host callbacks): back
+// to back, such launches share writes (cw_client_send_batched). Relayed ones
+// only while two or more of w's relayed requests are unanswered: the
+// controller's connection carries every worker's, and w's own replies must
+// be the ones that let a held launch go.
+CW_MUST_USE cw_status_t cw_plugin_worker_send_batched(cw_plugin_worker_t* w, bool direct,
+                                                      uint16_t type, ProtobufCMessage* req,
+                                                      uint64_t* req_seq, cw_client_done_fn done,
+                                                      void* user);
 // Someone waits for a buffer of `w`: launches held for a shared write on w's
-// connection go now.
+// connection, or on the controller's for a relayed w, go now.
 void cw_plugin_worker_write_held(cw_plugin_worker_t* w);
 // Deletes buffer `id` on `w`: batched into one DELETE sent before w's next
 // seq'd request (or when the batch is full), in seq order.

@@ -3,7 +3,8 @@
 // that takes its seq before the next request, a full batch goes alone, a
 // refused DELETE is surfaced by the next read back (NOT_FOUND is not), a
 // request that fails after taking a seq has the seq filled on the worker's
-// connection (also when the controller relayed it), and a lost connection
+// connection (also when the controller relayed it), relayed launches share
+// writes without holding up the worker's order, and a lost connection
 // marks the worker dead with errors that name it.
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,22 +34,26 @@ typedef struct peer_s {
   uint32_t refuse_code;
 } peer_t;
 
+static void record_frame(peer_t* p, const frame_t* fr) {
+  pthread_mutex_lock(&p->mu);
+  if (p->n < MAX_SEEN) {
+    p->seen[p->n].type = fr->h.type;
+    p->seen[p->n].seq = cw_msg_seq(fr->h.type, fr->msg);
+    if (fr->h.type == CW_MSG_DELETE) {
+      const Causeway__V1__DeleteRequest* d = (const Causeway__V1__DeleteRequest*)fr->msg;
+      p->seen[p->n].n_ids = d->n_ids;
+      p->seen[p->n].first_id = d->n_ids ? d->ids[0] : 0;
+    }
+    p->n++;
+  }
+  pthread_mutex_unlock(&p->mu);
+}
+
 static void script_record(fake_t* f) {
   peer_t* p = (peer_t*)f;
   frame_t fr;
   while (fake_read(f, &fr)) {
-    pthread_mutex_lock(&p->mu);
-    if (p->n < MAX_SEEN) {
-      p->seen[p->n].type = fr.h.type;
-      p->seen[p->n].seq = cw_msg_seq(fr.h.type, fr.msg);
-      if (fr.h.type == CW_MSG_DELETE) {
-        const Causeway__V1__DeleteRequest* d = (const Causeway__V1__DeleteRequest*)fr.msg;
-        p->seen[p->n].n_ids = d->n_ids;
-        p->seen[p->n].first_id = d->n_ids ? d->ids[0] : 0;
-      }
-      p->n++;
-    }
-    pthread_mutex_unlock(&p->mu);
+    record_frame(p, &fr);
     bool ok = fr.h.type == p->refuse_type
                   ? fake_error(f, fr.h.type, fr.h.request_id, p->refuse_code, "refused by the test")
                   : fake_ack(f, &fr);
@@ -205,9 +210,9 @@ static void test_refused_ordered_request_is_filled(void** state) {
   expect_seen(&fx->peer, 3, CW_MSG_COPY, 3);
 }
 
-// Relayed by the controller, which refuses it: the batched DELETEs went to
-// the worker first, the LAUNCH to the controller, its seq filled at the
-// worker.
+// Relayed by the controller, which refuses it: the LAUNCH went to the
+// controller, its seq filled at the worker; the batched DELETEs waited
+// (without a seq) until someone waited for the worker.
 static void test_refused_relayed_request_is_filled(void** state) {
   fixture_t* fx = *state;
   peer_t* ctrl = calloc(1, sizeof(*ctrl));
@@ -224,14 +229,104 @@ static void test_refused_relayed_request_is_filled(void** state) {
   assert_null(cw_plugin_worker_send_ordered(&fx->worker, false, CW_MSG_LAUNCH, &req.base, &req.seq,
                                             rec_done, &rec));
   wait_seen(ctrl, 1);
-  expect_seen(ctrl, 0, CW_MSG_LAUNCH, 2);
-  wait_seen(&fx->peer, 2);
-  expect_seen(&fx->peer, 0, CW_MSG_DELETE, 1);
-  expect_seen(&fx->peer, 1, CW_MSG_DELETE, 2);  // the filler
-  assert_int_equal(fx->peer.seen[1].n_ids, 0);
+  expect_seen(ctrl, 0, CW_MSG_LAUNCH, 1);
+  wait_seen(&fx->peer, 1);
+  expect_seen(&fx->peer, 0, CW_MSG_DELETE, 1);  // the filler
+  assert_int_equal(fx->peer.seen[0].n_ids, 0);
   assert_ok(cw_client_flush(fx->client.ctrl));
   assert_int_equal(rec.calls, 1);
   assert_int_equal(rec.code, CW_UNAVAILABLE);
+  cw_plugin_worker_write_held(&fx->worker);
+  wait_seen(&fx->peer, 2);
+  expect_seen(&fx->peer, 1, CW_MSG_DELETE, 2);
+  assert_int_equal(fx->peer.seen[1].n_ids, 1);
+  assert_int_equal(fx->peer.seen[1].first_id, 3);
+  cw_client_release(fx->client.ctrl);
+  fake_join(&ctrl->f);
+  pthread_mutex_destroy(&ctrl->mu);
+  free(ctrl);
+}
+
+// The controller's side of test_relayed_launches_share_writes: the replies
+// to launches 1-4 wait, launch 5 is answered at once (a batched reply just
+// taken: the client may hold frames from now on), then launches 6 and 7
+// must come without any reply to bring them; then everything is answered.
+static void script_relay_gated(fake_t* f) {
+  peer_t* p = (peer_t*)f;
+  frame_t fr[7];
+  int got = 0;
+  bool ok = true;
+  for (; ok && got < 5; ++got) {
+    ok = fake_read(f, &fr[got]);
+    if (ok) record_frame(p, &fr[got]);
+  }
+  ok = ok && fake_ack(f, &fr[4]);
+  for (; ok && got < 7; ++got) {
+    ok = fake_read(f, &fr[got]);
+    if (ok) record_frame(p, &fr[got]);
+  }
+  for (int i = 0; i < got; ++i) {
+    if (ok && i != 4) ok = fake_ack(f, &fr[i]);
+  }
+  for (int i = 0; i < got; ++i) frame_free(&fr[i]);
+  FCHECK(f, ok);
+  script_record(f);
+}
+
+static int rec_calls(rec_t* rec) {
+  pthread_mutex_lock(&rec->mu);
+  int n = rec->calls;
+  pthread_mutex_unlock(&rec->mu);
+  return n;
+}
+
+static void send_relayed_launch(fixture_t* fx, rec_t* rec) {
+  Causeway__V1__LaunchRequest req = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
+  assert_null(cw_plugin_worker_send_batched(&fx->worker, false, CW_MSG_LAUNCH, &req.base,
+                                            &req.seq, rec_done, rec));
+}
+
+// Relayed launches back to back share writes on the controller's connection
+// once two of the worker's are unanswered, and one held there goes out
+// before a request that takes a later seq goes straight to the worker (the
+// worker would wait for it), and when someone waits for the worker.
+static void test_relayed_launches_share_writes(void** state) {
+  fixture_t* fx = *state;
+  peer_t* ctrl = calloc(1, sizeof(*ctrl));
+  assert_non_null(ctrl);
+  pthread_mutex_init(&ctrl->mu, NULL);
+  fake_start(&ctrl->f, script_relay_gated);
+  // A wide window: only a reply, a direct request or a waiter writes what is held.
+  cw_client_options_t o = {.batch_window_us = 60 * 1000 * 1000};
+  assert_ok(cw_client_connect(ctrl->f.path, &o, &fx->client.ctrl));
+  connect_worker(fx);
+  rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  for (int i = 0; i < 5; ++i) send_relayed_launch(fx, &rec);
+  wait_seen(ctrl, 5);  // nothing held before a batched reply came
+  for (int i = 0; i < 5000 && rec_calls(&rec) < 1; ++i) {
+    struct timespec ts = {0, 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  assert_int_equal(rec_calls(&rec), 1);
+  send_relayed_launch(fx, &rec);  // seq 6: held
+  struct timespec pause = {0, 50 * 1000 * 1000};
+  nanosleep(&pause, NULL);
+  pthread_mutex_lock(&ctrl->mu);
+  int seen = ctrl->n;
+  pthread_mutex_unlock(&ctrl->mu);
+  assert_int_equal(seen, 5);
+  send_copy(fx, CW_OK);  // seq 7, straight to the worker
+  wait_seen(ctrl, 6);
+  expect_seen(ctrl, 5, CW_MSG_LAUNCH, 6);
+  expect_seen(&fx->peer, 0, CW_MSG_COPY, 7);
+  send_relayed_launch(fx, &rec);  // seq 8: held, until someone waits
+  cw_plugin_worker_write_held(&fx->worker);
+  wait_seen(ctrl, 7);
+  expect_seen(ctrl, 6, CW_MSG_LAUNCH, 8);
+  assert_ok(cw_client_flush(fx->client.ctrl));
+  assert_int_equal(rec.calls, 7);
+  assert_int_equal(rec.code, CW_OK);
+  assert_int_equal(atomic_load(&fx->worker.relayed_out), 0);
   cw_client_release(fx->client.ctrl);
   fake_join(&ctrl->f);
   pthread_mutex_destroy(&ctrl->mu);
@@ -270,6 +365,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_not_found_delete_is_no_failure, setup, teardown),
       cmocka_unit_test_setup_teardown(test_refused_ordered_request_is_filled, setup, teardown),
       cmocka_unit_test_setup_teardown(test_refused_relayed_request_is_filled, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_relayed_launches_share_writes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lost_connection_marks_dead, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
