@@ -21,9 +21,6 @@
 #define CW__MAX_NAME 128
 #define CW__MAX_ADDRESS 200
 #define CW__MAX_WORKERS 4096
-// Stamped launches relayed to an island's worker and not yet answered; more
-// wait in the controller, where the island's scheduler orders them by weight.
-#define CW__SCHED_MAX_OUTSTANDING 32
 
 typedef struct cw_ctl_session_s cw_ctl_session_t;
 typedef struct cw_ctl_peer_s cw_ctl_peer_t;

@@ -6,7 +6,7 @@
 // worker issues stamped launches in that order (cw_worker_sched.c).
 //
 // The policy -- per-session FIFOs, stride scheduling by weight, the stamp
-// counter, at most CW__SCHED_MAX_OUTSTANDING stamped launches out, a blocked
+// counter, at most CAUSEWAY_SCHED_WINDOW stamped launches out, a blocked
 // head holding only its own session, no credit for idle sessions -- is
 // cw_ctl_sched_queue.c, with no I/O. This file judges each head against the
 // controller's state (session closed, worker lost, executable loading or
@@ -39,10 +39,15 @@ static cw_ctl_item_t* cw__item_of(cw_sched_item_t* si) {
   return (cw_ctl_item_t*)((char*)si - offsetof(cw_ctl_item_t, sched));
 }
 
-static cw_ctl_sched_island_t* cw__sched_island(cw_ctl_worker_t* w) {
+// Stamped launches relayed to an island's worker and not yet answered are
+// at most CAUSEWAY_SCHED_WINDOW; more wait here, ordered by weight.
+static cw_ctl_sched_island_t* cw__sched_island(cw_controller_t* ctl, cw_ctl_worker_t* w) {
   if (!w->sched) {
     w->sched = calloc(1, sizeof(*w->sched));
-    if (w->sched) cw_sched_island_initialize(&w->sched->policy, CW__SCHED_MAX_OUTSTANDING);
+    if (w->sched) {
+      cw_sched_island_initialize(&w->sched->policy,
+                                 (uint32_t)cw_settings_int(ctl->settings, CW_SET_SCHED_WINDOW));
+    }
   }
   return w->sched;
 }
@@ -61,7 +66,7 @@ static void cw__sched_record(cw_controller_t* ctl, uint32_t island, uint64_t sta
 
 void cw_ctl_sched_push(cw_controller_t* ctl, cw_ctl_item_t* it) {
   cw_ctl_worker_t* w = ctl->workers[it->worker];
-  cw_ctl_sched_island_t* isl = cw__sched_island(w);
+  cw_ctl_sched_island_t* isl = cw__sched_island(ctl, w);
   it->sched.session_id = it->session->id;
   it->sched.weight = it->session->weight;
   if (!isl || !cw_sched_island_push(&isl->policy, &it->sched)) {

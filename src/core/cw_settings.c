@@ -170,6 +170,12 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
                                "relay-launches", CW_SETTING_BOOL, 0, 1, "0", false, false,
                                "sessions send LAUNCH through the controller, never straight to "
                                "the worker"},
+    [CW_SET_SCHED_WINDOW] = {"CAUSEWAY_SCHED_WINDOW", NULL, CW__CTL, "sched-window",
+                             CW_SETTING_INT, 1, 4096, "128", false, false,
+                             "stamped launches of a shared island out at its workers at once; "
+                             "the rest wait at the controller, ordered by the sessions' "
+                             "weights (smaller: the weights act sooner; larger: more launches "
+                             "share each write)"},
     [CW_SET_ISLAND] = {"CAUSEWAY_ISLAND", "CW_ISLAND", CW__WRK, "island", CW_SETTING_STRING, 0,
                        0, "", false, false,
                        "name of the island its plugin's processes form with other workers "

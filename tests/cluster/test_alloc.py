@@ -213,7 +213,9 @@ def test_shared_island_gang_order():
 
 
 def test_weights_share_a_backlogged_island():
-    cluster = harness.HandCluster(workers=1, devices=4)
+    # The window the default (128) would let out unordered is most of the
+    # bursts; a small one leaves the scheduler's order to measure.
+    cluster = harness.HandCluster(workers=1, devices=4, controller_args=("--sched-window", "32"))
     runners = []
     try:
         heavy = client("weight-2", cluster, devices=1, share=1, weight=2)
