@@ -17,7 +17,7 @@ Each session warms up, waits for a common start time, runs x = f(x) N times
 asynchronously, then blocks on x. Launches/s = all sessions' launches over
 the time from the common start to the last session's end. Stock: the same
 chain in one stock CPU JAX process (JAX_PLATFORMS=cpu), calls/s, measured in
-the same run, before the sessions.
+the same run before and after the sessions (the ratio is over their mean).
 """
 from __future__ import annotations
 
@@ -91,13 +91,22 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--launches", type=int, default=0,
+                    help="launches per row in all (default 20000; --quick 1000)")
+    ap.add_argument("--sessions", default="",
+                    help="comma-separated session counts (default 1,4,16; --quick 1,4)")
     args = ap.parse_args()
     import harness
     counts = (1, 4) if args.quick else (1, 4, 16)
-    total = 1000 if args.quick else 4000
+    if args.sessions:
+        counts = tuple(int(c) for c in args.sessions.split(","))
+    total = args.launches or (1000 if args.quick else 20000)
 
+    # Stock before and after the sessions: this machine's speed drifts within
+    # a run (up to 2x between two stock runs a minute apart); the ratio is
+    # over their mean.
     stock_env = harness.stock_env()
-    stock = run_clients(stock_env, 1, total)
+    stock_runs = [run_clients(stock_env, 1, total)]
 
     cluster = harness.HandCluster(workers=1, devices=4)
     rows = []
@@ -110,9 +119,13 @@ def main() -> int:
         st = harness.stats(cluster.controller)
     finally:
         cluster.stop()
+    stock_runs.append(run_clients(stock_env, 1, total))
+    stock = {"per_s": sum(r["per_s"] for r in stock_runs) / len(stock_runs),
+             "launches": total, "runs": [r["per_s"] for r in stock_runs]}
     print(f"\nOne island (1 worker, 4 CPU devices), sessions sharing its device 0; "
           f"program: jit(x + 1) on f32[8], async chain per session")
-    print(f"stock in-process JAX: {stock['per_s']:.0f} calls/s ({stock['launches']} calls)\n")
+    print(f"stock in-process JAX: {stock['per_s']:.0f} calls/s ({stock['launches']} calls; "
+          f"{stock['runs'][0]:.0f} before the sessions, {stock['runs'][1]:.0f} after)\n")
     print(f"{'sessions':>8} | {'launches':>8} | {'seconds':>7} | {'launches/s':>10} | "
           f"{'per session/s':>13} | {'vs stock':>8}")
     print("-" * 70)
