@@ -8,8 +8,9 @@ cd "$root"
 
 # systemd: systemd-analyze for the check of deploy/systemd (tests/deploy).
 # libnghttp2-dev: HTTP/2 of causeway-proxy's gRPC front.
+# libjemalloc-dev: the daemons' malloc (CW_ALLOCATOR in CMakeLists.txt).
 debs=(build-essential clang llvm libclang-rt-14-dev cmake ninja-build pkg-config
-      libprotobuf-c-dev protobuf-c-compiler libuv1-dev libcmocka-dev iproute2 libssl-dev
+      libprotobuf-c-dev protobuf-c-compiler libuv1-dev libcmocka-dev iproute2 libssl-dev libjemalloc-dev
       libjansson-dev libnghttp2-dev systemd)
 missing=()
 for p in "${debs[@]}"; do
