@@ -85,7 +85,8 @@ static void cw__buffer_delete(cw_plugin_buffer_t* b) {
     cw_status_free(stale);
     return;
   }
-  cw_plugin_worker_delete(b->device->worker, b->id);
+  cw_plugin_worker_delete(b->device->worker, b->id,
+                          cw_dtype_device_bytes((int)b->type, cw__count(b)));
 }
 
 PJRT_Error* cw_plugin_buffer_destroy(PJRT_Buffer_Destroy_Args* args) {
@@ -181,6 +182,8 @@ PJRT_Error* cw_plugin_buffer_ready_event(PJRT_Buffer_ReadyEvent_Args* args) {
   if (!cw_plugin_future_is_done(b->ready)) {
     cw_plugin_worker_write_held(b->device->worker);
     cw_plugin_future_spin(b->ready, b->client->wait_spin_us);
+    // JAX sleeps next: the launch may be waiting at the worker for memory.
+    if (!cw_plugin_future_is_done(b->ready)) cw_plugin_worker_flush_deletes(b->device->worker);
   }
   args->event = cw_plugin_event_from_future(b->ready);
   return NULL;

@@ -139,6 +139,7 @@ bool cw_plugin_health_revive(cw_plugin_worker_t* w) {
     atomic_store_explicit(&w->direct_bulk, false, memory_order_relaxed);
     atomic_store_explicit(&w->seq, 0, memory_order_relaxed);
     w->n_pending_deletes = 0;  // ids of the lost worker
+    w->pending_delete_bytes = 0;
     atomic_fetch_add_explicit(&w->epoch, 1, memory_order_acq_rel);
     pthread_mutex_lock(&w->mu);
     w->incarnation = incarnation;

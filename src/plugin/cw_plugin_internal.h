@@ -67,6 +67,7 @@ typedef struct cw_plugin_worker_s {
   // one DELETE before this worker's next seq'd request, or when the batch is full.
   uint64_t* pending_deletes;
   size_t n_pending_deletes, cap_pending_deletes;
+  uint64_t pending_delete_bytes;  // what those buffers hold on the worker
   _Atomic bool dead;
   pthread_mutex_t mu;  // guards dead_reason, deferred_error
   char* dead_reason;

@@ -472,5 +472,5 @@ void cw_plugin_transfer_probe_direct(cw_plugin_worker_t* w) {
             cw_status_message(s));
     cw_status_free(s);
   }
-  cw_plugin_worker_delete(w, req.buffer_id);
+  cw_plugin_worker_delete(w, req.buffer_id, 0);
 }

@@ -11,6 +11,12 @@
 
 // Most ids one batched DELETE carries.
 #define CW__DELETE_BATCH 256
+// A LAUNCH takes the pending DELETEs along only once this many wait: a chain
+// drops a buffer per launch, and a DELETE per launch cost the client and the
+// worker as much as the launch itself (docs/performance.md).
+#define CW__DELETE_LAUNCH_BATCH 64
+// ... or once the buffers they drop hold this much on the worker.
+#define CW__DELETE_BATCH_BYTES ((uint64_t)8 << 20)
 
 // Next per-session seq for requests to `w` (the first request gets 1).
 static uint64_t cw__worker_next_seq(cw_plugin_worker_t* w) {
@@ -223,6 +229,7 @@ static void cw__worker_send_deletes_locked(cw_plugin_worker_t* w, bool deferred)
     }
   }  // else a dead worker already freed everything of this session
   w->n_pending_deletes = 0;
+  w->pending_delete_bytes = 0;
 }
 
 // Sends the batched DELETEs now, before the caller takes a seq (send_mu held).
@@ -237,7 +244,7 @@ static void cw__worker_stage_deletes_locked(cw_plugin_worker_t* w) {
   cw__worker_send_deletes_locked(w, true);
 }
 
-void cw_plugin_worker_delete(cw_plugin_worker_t* w, uint64_t id) {
+void cw_plugin_worker_delete(cw_plugin_worker_t* w, uint64_t id, uint64_t bytes) {
   pthread_mutex_lock(&w->send_mu);
   if (w->n_pending_deletes == w->cap_pending_deletes) {
     size_t cap = w->cap_pending_deletes ? w->cap_pending_deletes * 2 : 16;
@@ -263,7 +270,16 @@ void cw_plugin_worker_delete(cw_plugin_worker_t* w, uint64_t id) {
     }
   }
   w->pending_deletes[w->n_pending_deletes++] = id;
-  if (w->n_pending_deletes >= CW__DELETE_BATCH) cw__worker_flush_deletes_locked(w);
+  w->pending_delete_bytes += bytes;
+  if (w->n_pending_deletes >= CW__DELETE_BATCH || w->pending_delete_bytes >= CW__DELETE_BATCH_BYTES) {
+    cw__worker_flush_deletes_locked(w);
+  }
+  pthread_mutex_unlock(&w->send_mu);
+}
+
+void cw_plugin_worker_flush_deletes(cw_plugin_worker_t* w) {
+  pthread_mutex_lock(&w->send_mu);
+  cw__worker_flush_deletes_locked(w);
   pthread_mutex_unlock(&w->send_mu);
 }
 
@@ -449,12 +465,16 @@ static cw_status_t cw__send_ordered(cw_plugin_worker_t* w, bool direct, bool bat
     via = w->conn;
     cw__worker_write_relayed_held(w);
   }
-  // Batched DELETEs come first, in the same write. Not before a relayed
-  // request: they would cost w a message and a wakeup per launch of a chain.
-  // They take no seq while they wait, so they may come later than dropped;
-  // they go with w's next direct request, when the batch is full, or when
-  // someone waits for w (a launch may wait at w for the memory they free).
-  if (direct) cw__worker_stage_deletes_locked(w);
+  // Batched DELETEs come first, in the same write; a LAUNCH takes them only
+  // once CW__DELETE_LAUNCH_BATCH wait, and a relayed request never (they
+  // would cost w a message and a wakeup). They take no seq while they wait,
+  // so they may come later than dropped: with w's next other direct request,
+  // when they fill a batch, or when a waiter is about to sleep
+  // (cw_plugin_worker_flush_deletes: a launch may wait at w for the memory
+  // they free).
+  if (direct && (type != CW_MSG_LAUNCH || w->n_pending_deletes >= CW__DELETE_LAUNCH_BATCH)) {
+    cw__worker_stage_deletes_locked(w);
+  }
   uint64_t seq = cw__worker_next_seq(w);
   uint32_t epoch = atomic_load_explicit(&w->epoch, memory_order_acquire);
   *req_seq = seq;
@@ -497,9 +517,6 @@ cw_status_t cw_plugin_worker_send_batched(cw_plugin_worker_t* w, bool direct, ui
 void cw_plugin_worker_write_held(cw_plugin_worker_t* w) {
   if (!atomic_load_explicit(&w->direct_launch, memory_order_relaxed)) {
     cw__worker_write_relayed_held(w);
-    pthread_mutex_lock(&w->send_mu);
-    cw__worker_flush_deletes_locked(w);
-    pthread_mutex_unlock(&w->send_mu);
     return;
   }
   if (atomic_load_explicit(&w->dead, memory_order_acquire)) return;

@@ -64,9 +64,14 @@ CW_MUST_USE cw_status_t cw_plugin_worker_send_batched(cw_plugin_worker_t* w, boo
 // Someone waits for a buffer of `w`: launches held for a shared write on w's
 // connection, or on the controller's for a relayed w, go now.
 void cw_plugin_worker_write_held(cw_plugin_worker_t* w);
-// Deletes buffer `id` on `w`: batched into one DELETE sent before w's next
-// seq'd request (or when the batch is full), in seq order.
-void cw_plugin_worker_delete(cw_plugin_worker_t* w, uint64_t id);
+// Deletes buffer `id` (`bytes` on the worker) on `w`: batched into one
+// DELETE that takes its seq when it goes: before w's next direct request
+// other than a LAUNCH, with a LAUNCH once enough wait, when the batch is full
+// (ids or bytes), or at cw_plugin_worker_flush_deletes.
+void cw_plugin_worker_delete(cw_plugin_worker_t* w, uint64_t id, uint64_t bytes);
+// Sends the DELETEs that wait now: someone is about to sleep waiting for
+// `w`, whose launch may wait there for the memory they free.
+void cw_plugin_worker_flush_deletes(cw_plugin_worker_t* w);
 // The recorded error(s) of pipelined requests, cleared; OK if none.
 CW_MUST_USE cw_status_t cw_plugin_worker_take_deferred(cw_plugin_worker_t* w);
 

@@ -1,6 +1,7 @@
 // Unit tests for the client's side of a worker, against fake peers (the
 // client library's): dropped buffers' DELETEs are batched into one request
-// that takes its seq before the next request, a full batch goes alone, a
+// that takes its seq before the next request (a launch's once 64 wait), a
+// full batch goes alone, a
 // refused DELETE is surfaced by the next read back (NOT_FOUND is not), a
 // request that fails after taking a seq has the seq filled on the worker's
 // connection (also when the controller relayed it), relayed launches share
@@ -132,8 +133,8 @@ static void send_copy(fixture_t* fx, cw_status_code_t expect) {
 static void test_deletes_go_first_in_one_request(void** state) {
   fixture_t* fx = *state;
   connect_worker(fx);
-  cw_plugin_worker_delete(&fx->worker, 11);
-  cw_plugin_worker_delete(&fx->worker, 12);
+  cw_plugin_worker_delete(&fx->worker, 11, 0);
+  cw_plugin_worker_delete(&fx->worker, 12, 0);
   send_copy(fx, CW_OK);
   wait_seen(&fx->peer, 2);
   expect_seen(&fx->peer, 0, CW_MSG_DELETE, 1);
@@ -150,11 +151,11 @@ static void test_deletes_go_first_in_one_request(void** state) {
 static void test_full_batch_goes_alone(void** state) {
   fixture_t* fx = *state;
   connect_worker(fx);
-  for (uint64_t id = 1; id <= 256; ++id) cw_plugin_worker_delete(&fx->worker, id);
+  for (uint64_t id = 1; id <= 256; ++id) cw_plugin_worker_delete(&fx->worker, id, 0);
   wait_seen(&fx->peer, 1);  // no other request needed
   expect_seen(&fx->peer, 0, CW_MSG_DELETE, 1);
   assert_int_equal(fx->peer.seen[0].n_ids, 256);
-  cw_plugin_worker_delete(&fx->worker, 1000);
+  cw_plugin_worker_delete(&fx->worker, 1000, 0);
   send_copy(fx, CW_OK);
   wait_seen(&fx->peer, 3);
   expect_seen(&fx->peer, 1, CW_MSG_DELETE, 2);
@@ -162,12 +163,56 @@ static void test_full_batch_goes_alone(void** state) {
   expect_seen(&fx->peer, 2, CW_MSG_COPY, 3);
 }
 
+// Sends a LAUNCH straight to the worker (batched, as the plugin's launches).
+static void send_direct_launch(fixture_t* fx, rec_t* rec) {
+  Causeway__V1__LaunchRequest req = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
+  assert_null(cw_plugin_worker_send_batched(&fx->worker, true, CW_MSG_LAUNCH, &req.base,
+                                            &req.seq, rec_done, rec));
+  assert_ok(cw_client_flush(fx->worker.conn));
+}
+
+// A chain drops a buffer per launch: launches leave the DELETEs waiting
+// until 64 do (then the next launch takes them along), and buffers holding
+// 8 MiB or more go at once.
+static void test_launches_take_deletes_in_batches(void** state) {
+  fixture_t* fx = *state;
+  connect_worker(fx);
+  rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  uint64_t id = 1;
+  for (int i = 0; i < 63; ++i) {
+    cw_plugin_worker_delete(&fx->worker, id++, 32);
+    send_direct_launch(fx, &rec);
+  }
+  wait_seen(&fx->peer, 63);
+  for (int i = 0; i < 63; ++i) expect_seen(&fx->peer, i, CW_MSG_LAUNCH, (uint64_t)i + 1);
+  cw_plugin_worker_delete(&fx->worker, id++, 32);  // the 64th
+  send_direct_launch(fx, &rec);
+  wait_seen(&fx->peer, 65);
+  expect_seen(&fx->peer, 63, CW_MSG_DELETE, 64);
+  assert_int_equal(fx->peer.seen[63].n_ids, 64);
+  assert_int_equal(fx->peer.seen[63].first_id, 1);
+  expect_seen(&fx->peer, 64, CW_MSG_LAUNCH, 65);
+  // Large buffers: no launch needed.
+  cw_plugin_worker_delete(&fx->worker, id++, 4 << 20);
+  cw_plugin_worker_delete(&fx->worker, id++, 4 << 20);
+  wait_seen(&fx->peer, 66);
+  expect_seen(&fx->peer, 65, CW_MSG_DELETE, 66);
+  assert_int_equal(fx->peer.seen[65].n_ids, 2);
+  // One left waiting goes when a waiter is about to sleep.
+  cw_plugin_worker_delete(&fx->worker, id++, 32);
+  cw_plugin_worker_flush_deletes(&fx->worker);
+  wait_seen(&fx->peer, 67);
+  expect_seen(&fx->peer, 66, CW_MSG_DELETE, 67);
+  assert_int_equal(rec.calls, 64);
+  assert_int_equal(rec.code, CW_OK);
+}
+
 static void test_refused_delete_surfaces_later(void** state) {
   fixture_t* fx = *state;
   fx->peer.refuse_type = CW_MSG_DELETE;
   fx->peer.refuse_code = CW_INTERNAL;
   connect_worker(fx);
-  cw_plugin_worker_delete(&fx->worker, 7);
+  cw_plugin_worker_delete(&fx->worker, 7, 0);
   send_copy(fx, CW_OK);  // nobody waits on the DELETE itself
   cw_status_t s = cw_plugin_worker_take_deferred(&fx->worker);
   expect_status(s, CW_INTERNAL, "worker worker-0");
@@ -180,7 +225,7 @@ static void test_not_found_delete_is_no_failure(void** state) {
   fx->peer.refuse_type = CW_MSG_DELETE;
   fx->peer.refuse_code = CW_NOT_FOUND;  // gone either way
   connect_worker(fx);
-  cw_plugin_worker_delete(&fx->worker, 7);
+  cw_plugin_worker_delete(&fx->worker, 7, 0);
   send_copy(fx, CW_OK);
   assert_null(cw_plugin_worker_take_deferred(&fx->worker));
 }
@@ -191,28 +236,29 @@ static void test_refused_ordered_request_is_filled(void** state) {
   fx->peer.refuse_type = CW_MSG_LAUNCH;
   fx->peer.refuse_code = CW_INVALID_ARGUMENT;
   connect_worker(fx);
-  cw_plugin_worker_delete(&fx->worker, 3);
+  cw_plugin_worker_delete(&fx->worker, 3, 0);
   rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
   Causeway__V1__LaunchRequest req = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
   assert_null(cw_plugin_worker_send_ordered(&fx->worker, true, CW_MSG_LAUNCH, &req.base, &req.seq,
                                             rec_done, &rec));
-  assert_int_equal(req.seq, 2);  // after the batched DELETE's
-  wait_seen(&fx->peer, 3);
-  expect_seen(&fx->peer, 0, CW_MSG_DELETE, 1);
-  expect_seen(&fx->peer, 1, CW_MSG_LAUNCH, 2);
-  expect_seen(&fx->peer, 2, CW_MSG_DELETE, 2);  // the filler
-  assert_int_equal(fx->peer.seen[2].n_ids, 0);
+  assert_int_equal(req.seq, 1);  // one DELETE waiting does not go with a LAUNCH
+  wait_seen(&fx->peer, 2);
+  expect_seen(&fx->peer, 0, CW_MSG_LAUNCH, 1);
+  expect_seen(&fx->peer, 1, CW_MSG_DELETE, 1);  // the filler
+  assert_int_equal(fx->peer.seen[1].n_ids, 0);
   assert_ok(cw_client_flush(fx->worker.conn));
   assert_int_equal(rec.calls, 1);
   assert_int_equal(rec.code, CW_INVALID_ARGUMENT);
-  send_copy(fx, CW_OK);
+  send_copy(fx, CW_OK);  // takes the DELETE along
   wait_seen(&fx->peer, 4);
+  expect_seen(&fx->peer, 2, CW_MSG_DELETE, 2);
+  assert_int_equal(fx->peer.seen[2].first_id, 3);
   expect_seen(&fx->peer, 3, CW_MSG_COPY, 3);
 }
 
 // Relayed by the controller, which refuses it: the LAUNCH went to the
 // controller, its seq filled at the worker; the batched DELETEs waited
-// (without a seq) until someone waited for the worker.
+// (without a seq) until a waiter sent them.
 static void test_refused_relayed_request_is_filled(void** state) {
   fixture_t* fx = *state;
   peer_t* ctrl = calloc(1, sizeof(*ctrl));
@@ -223,7 +269,7 @@ static void test_refused_relayed_request_is_filled(void** state) {
   fake_start(&ctrl->f, script_record);
   fx->client.ctrl = connect_ok(&ctrl->f);
   connect_worker(fx);
-  cw_plugin_worker_delete(&fx->worker, 3);
+  cw_plugin_worker_delete(&fx->worker, 3, 0);
   rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
   Causeway__V1__LaunchRequest req = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
   assert_null(cw_plugin_worker_send_ordered(&fx->worker, false, CW_MSG_LAUNCH, &req.base, &req.seq,
@@ -236,7 +282,7 @@ static void test_refused_relayed_request_is_filled(void** state) {
   assert_ok(cw_client_flush(fx->client.ctrl));
   assert_int_equal(rec.calls, 1);
   assert_int_equal(rec.code, CW_UNAVAILABLE);
-  cw_plugin_worker_write_held(&fx->worker);
+  cw_plugin_worker_flush_deletes(&fx->worker);
   wait_seen(&fx->peer, 2);
   expect_seen(&fx->peer, 1, CW_MSG_DELETE, 2);
   assert_int_equal(fx->peer.seen[1].n_ids, 1);
@@ -361,6 +407,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_deletes_go_first_in_one_request, setup, teardown),
       cmocka_unit_test_setup_teardown(test_full_batch_goes_alone, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_launches_take_deletes_in_batches, setup, teardown),
       cmocka_unit_test_setup_teardown(test_refused_delete_surfaces_later, setup, teardown),
       cmocka_unit_test_setup_teardown(test_not_found_delete_is_no_failure, setup, teardown),
       cmocka_unit_test_setup_teardown(test_refused_ordered_request_is_filled, setup, teardown),
