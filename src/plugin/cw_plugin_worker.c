@@ -304,10 +304,13 @@ typedef struct cw__ordered_s {
   uint32_t epoch;
   cw_client_done_fn done;
   void* user;
-  // Relayed requests, with reconnecting on: what to send again, and on which
-  // controller connection it went last.
+  // Relayed requests, with reconnecting on: what to send again (packed: a
+  // copy per launch cost a dozen allocations, and it is rarely sent again),
+  // and on which controller connection it went last.
   uint16_t type;
-  ProtobufCMessage* copy;  // owned
+  uint8_t* packed;  // owned
+  size_t packed_len;
+  ProtobufCMessage* copy;  // owned: unpacked from `packed` when sent again
   uint64_t gen;
   bool resent;
   bool relayed;  // counted in w->relayed_out until freed
@@ -321,8 +324,9 @@ typedef struct cw__ordered_s {
 static void cw__ordered_free(cw__ordered_t* o) {
   if (o->relayed) atomic_fetch_sub_explicit(&o->w->relayed_out, 1, memory_order_relaxed);
   if (o->copy) protobuf_c_message_free_unpacked(o->copy, NULL);
+  free(o->packed);
   cw_status_free(o->await_error);
-  if (o->type == CW_MSG_LAUNCH && o->copy) pthread_mutex_destroy(&o->await_mu);
+  if (o->type == CW_MSG_LAUNCH && o->packed) pthread_mutex_destroy(&o->await_mu);
   free(o);
 }
 
@@ -394,7 +398,7 @@ static void cw__ordered_cb(void* user, cw_status_t status, const ProtobufCMessag
   cw__ordered_t* o = user;
   cw_plugin_client_t* c = o->w->client;
   // The controller went away with it: sent again once the session resumed.
-  if (status && o->copy && cw_plugin_ctrl_park(c, o->gen, status, &o->parked)) {
+  if (status && o->packed && cw_plugin_ctrl_park(c, o->gen, status, &o->parked)) {
     cw_status_free(status);
     return;
   }
@@ -419,6 +423,14 @@ static void cw__ordered_resend(cw_plugin_parked_t* p, cw_client_t* ctrl, uint64_
   if (failure) {
     cw__ordered_finish(o, failure, NULL);
     return;
+  }
+  if (!o->copy) {
+    o->copy = protobuf_c_message_unpack(cw_msg_request_descriptor(o->type), NULL, o->packed_len,
+                                        o->packed);
+    if (!o->copy) {
+      cw__ordered_finish(o, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"), NULL);
+      return;
+    }
   }
   o->gen = gen;
   o->resent = true;
@@ -483,15 +495,17 @@ static cw_status_t cw__send_ordered(cw_plugin_worker_t* w, bool direct, bool bat
   o->parked.seq = seq;
   // What a restarted controller is sent again (with its seq).
   if (!direct && c->resume) {
-    o->copy = cw_msg_copy(req);
-    if (o->copy && type == CW_MSG_LAUNCH) pthread_mutex_init(&o->await_mu, NULL);
+    o->packed_len = protobuf_c_message_get_packed_size(req);
+    o->packed = malloc(o->packed_len ? o->packed_len : 1);
+    if (o->packed) protobuf_c_message_pack(req, o->packed);
+    if (o->packed && type == CW_MSG_LAUNCH) pthread_mutex_init(&o->await_mu, NULL);
   }
   cw_status_t s = batch
                       ? cw_client_send_batched(via, type, req, cw__ordered_cb, o, NULL)
                       : cw_client_send(via, type, req, NULL, 0, NULL, cw__ordered_cb, o, NULL);
   if (!direct) cw_plugin_ctrl_send_unlock(c);
   pthread_mutex_unlock(&w->send_mu);
-  if (s && o->copy && cw_plugin_ctrl_park(c, o->gen, s, &o->parked)) {
+  if (s && o->packed && cw_plugin_ctrl_park(c, o->gen, s, &o->parked)) {
     cw_status_free(s);
     return cw_ok_status();  // sent on the new connection; `done` reports it
   }
