@@ -15,8 +15,9 @@
 // drops a buffer per launch, and a DELETE per launch cost the client and the
 // worker as much as the launch itself (docs/performance.md).
 #define CW__DELETE_LAUNCH_BATCH 64
-// ... or once the buffers they drop hold this much on the worker.
-#define CW__DELETE_BATCH_BYTES ((uint64_t)8 << 20)
+// ... or once the buffers they drop hold this much on the worker (memory
+// another session may be waiting for).
+#define CW__DELETE_BATCH_BYTES ((uint64_t)1 << 20)
 
 // Next per-session seq for requests to `w` (the first request gets 1).
 static uint64_t cw__worker_next_seq(cw_plugin_worker_t* w) {
@@ -182,8 +183,7 @@ static cw_status_t cw__worker_sent_locked(cw_plugin_worker_t* w, uint64_t seq, c
 // w's relayed launches held in the controller connection's write buffer
 // (cw_client_send_batched) go out now: before a request with a later seq
 // goes straight to w (w applies its requests in seq order), or for a waiter.
-// Not with the controller's send lock held. Batched DELETEs need not: nobody
-// waits for them.
+// Not with the controller's send lock held.
 static void cw__worker_write_relayed_held(cw_plugin_worker_t* w) {
   if (!atomic_load_explicit(&w->relayed_out, memory_order_relaxed)) return;  // nothing held
   cw_plugin_client_t* c = w->client;
@@ -192,7 +192,7 @@ static void cw__worker_write_relayed_held(cw_plugin_worker_t* w) {
   cw_plugin_ctrl_send_lock(c);
   cw_status_t s = cw_plugin_ctrl_now(c, &ctrl, &gen);
   // A failed write fails what it held, through the reader (parked or failed).
-  if (!s && ctrl) s = cw_client_write_held(ctrl);
+  if (!s) cw_client_write_batched(ctrl);
   cw_plugin_ctrl_send_unlock(c);
   cw_status_free(s);
 }
@@ -272,6 +272,7 @@ void cw_plugin_worker_delete(cw_plugin_worker_t* w, uint64_t id, uint64_t bytes)
   w->pending_deletes[w->n_pending_deletes++] = id;
   w->pending_delete_bytes += bytes;
   if (w->n_pending_deletes >= CW__DELETE_BATCH || w->pending_delete_bytes >= CW__DELETE_BATCH_BYTES) {
+    cw__worker_write_relayed_held(w);  // the DELETE's seq comes after theirs
     cw__worker_flush_deletes_locked(w);
   }
   pthread_mutex_unlock(&w->send_mu);
@@ -279,7 +280,10 @@ void cw_plugin_worker_delete(cw_plugin_worker_t* w, uint64_t id, uint64_t bytes)
 
 void cw_plugin_worker_flush_deletes(cw_plugin_worker_t* w) {
   pthread_mutex_lock(&w->send_mu);
-  cw__worker_flush_deletes_locked(w);
+  if (w->n_pending_deletes) {
+    cw__worker_write_relayed_held(w);
+    cw__worker_flush_deletes_locked(w);
+  }
   pthread_mutex_unlock(&w->send_mu);
 }
 
@@ -458,7 +462,22 @@ static cw_status_t cw__send_ordered(cw_plugin_worker_t* w, bool direct, bool bat
   o->parked.resend = cw__ordered_resend;
   cw_client_t* via = NULL;
   pthread_mutex_lock(&w->send_mu);  // seq order on the connection
+  // Batched DELETEs come first; a batched LAUNCH (a chain drops a buffer per
+  // launch, and a DELETE per launch cost w a message and the client a
+  // request) takes them only once CW__DELETE_LAUNCH_BATCH wait. They take no
+  // seq while they wait, so they may come later than dropped: with w's next
+  // other request, when they fill a batch, or when a waiter is about to
+  // sleep (cw_plugin_worker_flush_deletes: a launch may wait at w for the
+  // memory they free; a waiting launch does not hold up later DELETEs).
+  bool take_deletes = w->n_pending_deletes &&
+                      (type != CW_MSG_LAUNCH || !batch ||
+                       w->n_pending_deletes >= CW__DELETE_LAUNCH_BATCH);
   if (!direct) {
+    // Straight to w, after w's relayed launches held so far.
+    if (take_deletes) {
+      cw__worker_write_relayed_held(w);
+      cw__worker_flush_deletes_locked(w);
+    }
     cw_plugin_ctrl_send_lock(c);
     // Not waiting while the controller is reconnected to: sent on a lost
     // connection it fails at once and waits parked, in seq order.
@@ -477,16 +496,7 @@ static cw_status_t cw__send_ordered(cw_plugin_worker_t* w, bool direct, bool bat
     via = w->conn;
     cw__worker_write_relayed_held(w);
   }
-  // Batched DELETEs come first, in the same write; a LAUNCH takes them only
-  // once CW__DELETE_LAUNCH_BATCH wait, and a relayed request never (they
-  // would cost w a message and a wakeup). They take no seq while they wait,
-  // so they may come later than dropped: with w's next other direct request,
-  // when they fill a batch, or when a waiter is about to sleep
-  // (cw_plugin_worker_flush_deletes: a launch may wait at w for the memory
-  // they free).
-  if (direct && (type != CW_MSG_LAUNCH || w->n_pending_deletes >= CW__DELETE_LAUNCH_BATCH)) {
-    cw__worker_stage_deletes_locked(w);
-  }
+  if (direct && take_deletes) cw__worker_stage_deletes_locked(w);  // in the same write
   uint64_t seq = cw__worker_next_seq(w);
   uint32_t epoch = atomic_load_explicit(&w->epoch, memory_order_acquire);
   *req_seq = seq;

@@ -171,9 +171,9 @@ static void send_direct_launch(fixture_t* fx, rec_t* rec) {
   assert_ok(cw_client_flush(fx->worker.conn));
 }
 
-// A chain drops a buffer per launch: launches leave the DELETEs waiting
-// until 64 do (then the next launch takes them along), and buffers holding
-// 8 MiB or more go at once.
+// A chain drops a buffer per launch: batched launches leave the DELETEs
+// waiting until 64 do (then the next launch takes them along), and buffers
+// holding 1 MiB or more go at once.
 static void test_launches_take_deletes_in_batches(void** state) {
   fixture_t* fx = *state;
   connect_worker(fx);
@@ -193,8 +193,8 @@ static void test_launches_take_deletes_in_batches(void** state) {
   assert_int_equal(fx->peer.seen[63].first_id, 1);
   expect_seen(&fx->peer, 64, CW_MSG_LAUNCH, 65);
   // Large buffers: no launch needed.
-  cw_plugin_worker_delete(&fx->worker, id++, 4 << 20);
-  cw_plugin_worker_delete(&fx->worker, id++, 4 << 20);
+  cw_plugin_worker_delete(&fx->worker, id++, 512 << 10);
+  cw_plugin_worker_delete(&fx->worker, id++, 512 << 10);
   wait_seen(&fx->peer, 66);
   expect_seen(&fx->peer, 65, CW_MSG_DELETE, 66);
   assert_int_equal(fx->peer.seen[65].n_ids, 2);
@@ -241,24 +241,23 @@ static void test_refused_ordered_request_is_filled(void** state) {
   Causeway__V1__LaunchRequest req = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
   assert_null(cw_plugin_worker_send_ordered(&fx->worker, true, CW_MSG_LAUNCH, &req.base, &req.seq,
                                             rec_done, &rec));
-  assert_int_equal(req.seq, 1);  // one DELETE waiting does not go with a LAUNCH
-  wait_seen(&fx->peer, 2);
-  expect_seen(&fx->peer, 0, CW_MSG_LAUNCH, 1);
-  expect_seen(&fx->peer, 1, CW_MSG_DELETE, 1);  // the filler
-  assert_int_equal(fx->peer.seen[1].n_ids, 0);
+  assert_int_equal(req.seq, 2);  // after the batched DELETE's: not a batched launch
+  wait_seen(&fx->peer, 3);
+  expect_seen(&fx->peer, 0, CW_MSG_DELETE, 1);
+  expect_seen(&fx->peer, 1, CW_MSG_LAUNCH, 2);
+  expect_seen(&fx->peer, 2, CW_MSG_DELETE, 2);  // the filler
+  assert_int_equal(fx->peer.seen[2].n_ids, 0);
   assert_ok(cw_client_flush(fx->worker.conn));
   assert_int_equal(rec.calls, 1);
   assert_int_equal(rec.code, CW_INVALID_ARGUMENT);
-  send_copy(fx, CW_OK);  // takes the DELETE along
+  send_copy(fx, CW_OK);
   wait_seen(&fx->peer, 4);
-  expect_seen(&fx->peer, 2, CW_MSG_DELETE, 2);
-  assert_int_equal(fx->peer.seen[2].first_id, 3);
   expect_seen(&fx->peer, 3, CW_MSG_COPY, 3);
 }
 
-// Relayed by the controller, which refuses it: the LAUNCH went to the
-// controller, its seq filled at the worker; the batched DELETEs waited
-// (without a seq) until a waiter sent them.
+// Relayed by the controller, which refuses it: the batched DELETEs went to
+// the worker first (not a batched launch), the LAUNCH to the controller, its
+// seq filled at the worker.
 static void test_refused_relayed_request_is_filled(void** state) {
   fixture_t* fx = *state;
   peer_t* ctrl = calloc(1, sizeof(*ctrl));
@@ -275,18 +274,15 @@ static void test_refused_relayed_request_is_filled(void** state) {
   assert_null(cw_plugin_worker_send_ordered(&fx->worker, false, CW_MSG_LAUNCH, &req.base, &req.seq,
                                             rec_done, &rec));
   wait_seen(ctrl, 1);
-  expect_seen(ctrl, 0, CW_MSG_LAUNCH, 1);
-  wait_seen(&fx->peer, 1);
-  expect_seen(&fx->peer, 0, CW_MSG_DELETE, 1);  // the filler
-  assert_int_equal(fx->peer.seen[0].n_ids, 0);
+  expect_seen(ctrl, 0, CW_MSG_LAUNCH, 2);
+  wait_seen(&fx->peer, 2);
+  expect_seen(&fx->peer, 0, CW_MSG_DELETE, 1);
+  assert_int_equal(fx->peer.seen[0].first_id, 3);
+  expect_seen(&fx->peer, 1, CW_MSG_DELETE, 2);  // the filler
+  assert_int_equal(fx->peer.seen[1].n_ids, 0);
   assert_ok(cw_client_flush(fx->client.ctrl));
   assert_int_equal(rec.calls, 1);
   assert_int_equal(rec.code, CW_UNAVAILABLE);
-  cw_plugin_worker_flush_deletes(&fx->worker);
-  wait_seen(&fx->peer, 2);
-  expect_seen(&fx->peer, 1, CW_MSG_DELETE, 2);
-  assert_int_equal(fx->peer.seen[1].n_ids, 1);
-  assert_int_equal(fx->peer.seen[1].first_id, 3);
   cw_client_release(fx->client.ctrl);
   fake_join(&ctrl->f);
   pthread_mutex_destroy(&ctrl->mu);
