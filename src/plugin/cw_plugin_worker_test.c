@@ -291,11 +291,12 @@ static void test_refused_relayed_request_is_filled(void** state) {
 
 // The controller's side of test_relayed_launches_share_writes: the replies
 // to launches 1-4 wait, launch 5 is answered at once (a batched reply just
-// taken: the client may hold frames from now on), then launches 6 and 7
-// must come without any reply to bring them; then everything is answered.
+// taken: the client may hold frames from now on), then the next three
+// launches must come without any reply to bring them; then everything is
+// answered.
 static void script_relay_gated(fake_t* f) {
   peer_t* p = (peer_t*)f;
-  frame_t fr[7];
+  frame_t fr[8];
   int got = 0;
   bool ok = true;
   for (; ok && got < 5; ++got) {
@@ -303,7 +304,7 @@ static void script_relay_gated(fake_t* f) {
     if (ok) record_frame(p, &fr[got]);
   }
   ok = ok && fake_ack(f, &fr[4]);
-  for (; ok && got < 7; ++got) {
+  for (; ok && got < 8; ++got) {
     ok = fake_read(f, &fr[got]);
     if (ok) record_frame(p, &fr[got]);
   }
@@ -330,8 +331,9 @@ static void send_relayed_launch(fixture_t* fx, rec_t* rec) {
 
 // Relayed launches back to back share writes on the controller's connection
 // once two of the worker's are unanswered, and one held there goes out
-// before a request that takes a later seq goes straight to the worker (the
-// worker would wait for it), and when someone waits for the worker.
+// before a request or a DELETE that takes a later seq goes straight to the
+// worker (the worker would wait for it), and when someone waits for the
+// worker.
 static void test_relayed_launches_share_writes(void** state) {
   fixture_t* fx = *state;
   peer_t* ctrl = calloc(1, sizeof(*ctrl));
@@ -365,8 +367,18 @@ static void test_relayed_launches_share_writes(void** state) {
   cw_plugin_worker_write_held(&fx->worker);
   wait_seen(ctrl, 7);
   expect_seen(ctrl, 6, CW_MSG_LAUNCH, 8);
+  // A dropped buffer's DELETE sent on its own takes the next seq: the held
+  // launch before it goes first, or the worker would hold the DELETE.
+  cw_plugin_worker_delete(&fx->worker, 77, 0);
+  send_relayed_launch(fx, &rec);  // seq 9: held
+  cw_plugin_worker_flush_deletes(&fx->worker);
+  wait_seen(ctrl, 8);
+  expect_seen(ctrl, 7, CW_MSG_LAUNCH, 9);
+  wait_seen(&fx->peer, 2);
+  expect_seen(&fx->peer, 1, CW_MSG_DELETE, 10);
+  assert_int_equal(fx->peer.seen[1].first_id, 77);
   assert_ok(cw_client_flush(fx->client.ctrl));
-  assert_int_equal(rec.calls, 7);
+  assert_int_equal(rec.calls, 8);
   assert_int_equal(rec.code, CW_OK);
   assert_int_equal(atomic_load(&fx->worker.relayed_out), 0);
   cw_client_release(fx->client.ctrl);
