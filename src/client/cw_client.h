@@ -143,9 +143,10 @@ CW_MUST_USE cw_status_t cw_client_send_batched(cw_client_t* client, uint16_t typ
 // Writes the frames waiting in the write buffer now (someone waits for one).
 CW_MUST_USE cw_status_t cw_client_write_held(cw_client_t* client);
 // The same when a batched frame waits (cw_client_send_batched), and without
-// taking the write lock when none does (the common case). A failed write
-// fails what it held, through the reader.
-void cw_client_write_batched(cw_client_t* client);
+// taking the write lock when none does (the common case): the reader after a
+// batched reply, a wait, a flush. A failed write fails what it held, through
+// the reader.
+void cw_client_write_held_batched(cw_client_t* client);
 
 // Send + wait.
 CW_MUST_USE cw_status_t cw_client_call(cw_client_t* client, uint16_t type,

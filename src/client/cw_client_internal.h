@@ -175,9 +175,6 @@ CW_MUST_USE cw_status_t cw_client_frame_write_flags(cw_client_t* c, uint16_t typ
 // Writes wbuf's frames now; write_mu held. An error shuts the socket down
 // (the reader then fails what is outstanding).
 CW_MUST_USE cw_status_t cw_client_write_held_locked(cw_client_t* c);
-// Writes wbuf's frames if a batched one is among them (takes write_mu only
-// then): the reader after a batched reply, a wait, a flush.
-void cw_client_write_held_batched(cw_client_t* c);
 // cw_client_send and cw_client_call with CW_CLIENT_PEND_* flags (DETACHED,
 // ALLOC_SINK) and CW_CLIENT_SEND_DEFER; *out_alloc takes an ALLOC_SINK buffer.
 CW_MUST_USE cw_status_t cw_client_send_flags(cw_client_t* c, uint16_t type,

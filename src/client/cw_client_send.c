@@ -94,10 +94,6 @@ void cw_client_write_held_batched(cw_client_t* c) {
   pthread_mutex_unlock(&c->write_mu);
 }
 
-void cw_client_write_batched(cw_client_t* client) {
-  if (client) cw_client_write_held_batched(client);
-}
-
 // A batched frame was just held (write_mu held): the flusher writes it if
 // nothing else has within the batch window (a paused session's worker, a
 // long program: replies that stopped). Without a flusher it goes now.

@@ -192,7 +192,7 @@ static void cw__worker_write_relayed_held(cw_plugin_worker_t* w) {
   cw_plugin_ctrl_send_lock(c);
   cw_status_t s = cw_plugin_ctrl_now(c, &ctrl, &gen);
   // A failed write fails what it held, through the reader (parked or failed).
-  if (!s) cw_client_write_batched(ctrl);
+  if (!s && ctrl) cw_client_write_held_batched(ctrl);
   cw_plugin_ctrl_send_unlock(c);
   cw_status_free(s);
 }
@@ -232,8 +232,12 @@ static void cw__worker_send_deletes_locked(cw_plugin_worker_t* w, bool deferred)
   w->pending_delete_bytes = 0;
 }
 
-// Sends the batched DELETEs now, before the caller takes a seq (send_mu held).
+// Sends the batched DELETEs now, before the caller takes a seq (send_mu held;
+// not the controller's send lock). w's relayed launches held on the
+// controller's connection go first: the DELETE's seq comes after theirs.
 static void cw__worker_flush_deletes_locked(cw_plugin_worker_t* w) {
+  if (!w->n_pending_deletes) return;
+  cw__worker_write_relayed_held(w);
   cw__worker_send_deletes_locked(w, false);
 }
 
@@ -272,7 +276,6 @@ void cw_plugin_worker_delete(cw_plugin_worker_t* w, uint64_t id, uint64_t bytes)
   w->pending_deletes[w->n_pending_deletes++] = id;
   w->pending_delete_bytes += bytes;
   if (w->n_pending_deletes >= CW__DELETE_BATCH || w->pending_delete_bytes >= CW__DELETE_BATCH_BYTES) {
-    cw__worker_write_relayed_held(w);  // the DELETE's seq comes after theirs
     cw__worker_flush_deletes_locked(w);
   }
   pthread_mutex_unlock(&w->send_mu);
@@ -280,10 +283,7 @@ void cw_plugin_worker_delete(cw_plugin_worker_t* w, uint64_t id, uint64_t bytes)
 
 void cw_plugin_worker_flush_deletes(cw_plugin_worker_t* w) {
   pthread_mutex_lock(&w->send_mu);
-  if (w->n_pending_deletes) {
-    cw__worker_write_relayed_held(w);
-    cw__worker_flush_deletes_locked(w);
-  }
+  cw__worker_flush_deletes_locked(w);
   pthread_mutex_unlock(&w->send_mu);
 }
 
@@ -473,11 +473,7 @@ static cw_status_t cw__send_ordered(cw_plugin_worker_t* w, bool direct, bool bat
                       (type != CW_MSG_LAUNCH || !batch ||
                        w->n_pending_deletes >= CW__DELETE_LAUNCH_BATCH);
   if (!direct) {
-    // Straight to w, after w's relayed launches held so far.
-    if (take_deletes) {
-      cw__worker_write_relayed_held(w);
-      cw__worker_flush_deletes_locked(w);
-    }
+    if (take_deletes) cw__worker_flush_deletes_locked(w);  // straight to w
     cw_plugin_ctrl_send_lock(c);
     // Not waiting while the controller is reconnected to: sent on a lost
     // connection it fails at once and waits parked, in seq order.
@@ -505,9 +501,7 @@ static cw_status_t cw__send_ordered(cw_plugin_worker_t* w, bool direct, bool bat
   o->parked.seq = seq;
   // What a restarted controller is sent again (with its seq).
   if (!direct && c->resume) {
-    o->packed_len = protobuf_c_message_get_packed_size(req);
-    o->packed = malloc(o->packed_len ? o->packed_len : 1);
-    if (o->packed) protobuf_c_message_pack(req, o->packed);
+    o->packed = cw_msg_pack(req, &o->packed_len);
     if (o->packed && type == CW_MSG_LAUNCH) pthread_mutex_init(&o->await_mu, NULL);
   }
   cw_status_t s = batch

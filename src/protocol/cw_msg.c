@@ -237,11 +237,18 @@ const char* cw_role_name(int role) {
   }
 }
 
-ProtobufCMessage* cw_msg_copy(const ProtobufCMessage* m) {
+uint8_t* cw_msg_pack(const ProtobufCMessage* m, size_t* out_len) {
   size_t len = protobuf_c_message_get_packed_size(m);
   uint8_t* buf = malloc(len ? len : 1);
+  if (buf) protobuf_c_message_pack(m, buf);
+  *out_len = len;
+  return buf;
+}
+
+ProtobufCMessage* cw_msg_copy(const ProtobufCMessage* m) {
+  size_t len = 0;
+  uint8_t* buf = cw_msg_pack(m, &len);
   if (!buf) return NULL;
-  protobuf_c_message_pack(m, buf);
   ProtobufCMessage* out = protobuf_c_message_unpack(m->descriptor, NULL, len, buf);
   free(buf);
   return out;

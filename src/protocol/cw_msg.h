@@ -102,6 +102,9 @@ uint64_t cw_msg_seq(uint16_t type, const ProtobufCMessage* msg);
 // any length, every other type none. Replies pass.
 CW_MUST_USE cw_status_t cw_msg_check_bulk(const struct cw_frame_header_s* header,
                                           const ProtobufCMessage* msg);
+// `m` packed into a new buffer the caller frees (*out_len bytes); NULL when
+// out of memory.
+uint8_t* cw_msg_pack(const ProtobufCMessage* m, size_t* out_len);
 // A deep copy of `m` (borrowed), packed and unpacked, that the caller frees
 // with protobuf_c_message_free_unpacked; NULL when out of memory.
 ProtobufCMessage* cw_msg_copy(const ProtobufCMessage* m);
