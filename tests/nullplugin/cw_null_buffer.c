@@ -10,6 +10,7 @@
 void cw_null_buffer_unref(cw_null_buffer_t* b) {
   if (atomic_fetch_sub(&b->refs, 1) != 1) return;
   atomic_fetch_sub(&b->dev->bytes_in_use, (int64_t)b->size);
+  cw_null_event_unref(b->pending);
   free(b->data);
   free(b);
 }
@@ -55,6 +56,10 @@ PJRT_Error* cw_null_buffer_create(cw_null_device_t* dev, PJRT_Buffer_Type type, 
   atomic_fetch_add(&dev->num_allocs, 1);
   *out = b;
   return NULL;
+}
+
+PJRT_Error* cw_null_buffer_wait(const cw_null_buffer_t* b) {
+  return b->pending ? cw_null_event_wait(b->pending) : NULL;
 }
 
 // Copies a host array laid out with `strides` (bytes per step of each dim,
@@ -129,14 +134,18 @@ static PJRT_Error* cw__to_host(PJRT_Buffer_ToHostBuffer_Args* a) {
                        "cw_nullplugin: destination of %zu bytes for a buffer of %" PRIu64,
                        a->dst_size, b->size);
   }
+  PJRT_Error* e = cw_null_buffer_wait(b);
+  if (e) return e;
   memcpy(a->dst, b->data, b->size);
   a->event = CW_NULL_READY;
   return NULL;
 }
 
 static PJRT_Error* cw__copy_to(cw_null_buffer_t* src, cw_null_device_t* dev, PJRT_Buffer** out) {
+  PJRT_Error* e = cw_null_buffer_wait(src);
+  if (e) return e;
   cw_null_buffer_t* b = NULL;
-  PJRT_Error* e = cw_null_buffer_create(dev, src->type, src->dims, src->rank, &b);
+  e = cw_null_buffer_create(dev, src->type, src->dims, src->rank, &b);
   if (e) return e;
   memcpy(b->data, src->data, src->size);
   *out = (PJRT_Buffer*)b;
@@ -193,7 +202,8 @@ static PJRT_Error* cw__buffer_memory(PJRT_Buffer_Memory_Args* a) {
   return NULL;
 }
 static PJRT_Error* cw__buffer_ready(PJRT_Buffer_ReadyEvent_Args* a) {
-  a->event = CW_NULL_READY;
+  cw_null_event_t* pending = CW_NULL_BUF(a->buffer)->pending;
+  a->event = pending ? (PJRT_Event*)cw_null_event_ref(pending) : CW_NULL_READY;
   return NULL;
 }
 static PJRT_Error* cw__unsafe_pointer(PJRT_Buffer_UnsafePointer_Args* a) {
@@ -214,7 +224,168 @@ static PJRT_Error* cw__ref_down(PJRT_Buffer_DecreaseExternalReferenceCount_Args*
   return NULL;
 }
 
+// ---- Transfer managers: buffers now, bytes later ---------------------------------------------
+
+// Holds a reference to each of its buffers until it is destroyed; a buffer
+// not written by then is ready with an error.
+typedef struct cw__manager_s {
+  cw_null_device_t* dev;
+  size_t count;
+  cw_null_buffer_t** bufs;
+  bool* retrieved;
+} cw__manager_t;
+
+#define CW__MANAGER(p) ((cw__manager_t*)(p))
+
+static void cw__manager_free(cw__manager_t* m) {
+  for (size_t i = 0; i < m->count; ++i) {
+    cw_null_buffer_t* b = m->bufs[i];
+    if (!b) continue;
+    char msg[128];
+    snprintf(msg, sizeof(msg),
+             "cw_nullplugin: transfer manager destroyed before buffer %zu was written", i);
+    cw_null_event_set(b->pending, PJRT_Error_Code_CANCELLED, msg);
+    cw_null_buffer_unref(b);
+  }
+  free(m->bufs);
+  free(m->retrieved);
+  free(m);
+}
+
+static PJRT_Error* cw__create_for_h2d(PJRT_Client_CreateBuffersForAsyncHostToDevice_Args* a) {
+  if (!a->memory) {
+    return cw_null_err(PJRT_Error_Code_INVALID_ARGUMENT, "cw_nullplugin: no memory given");
+  }
+  for (size_t i = 0; i < a->num_device_layouts; ++i) {
+    if (a->device_layouts && a->device_layouts[i]) {
+      return cw_null_err(PJRT_Error_Code_UNIMPLEMENTED,
+                         "cw_nullplugin: device layouts other than the default");
+    }
+  }
+  cw__manager_t* m = calloc(1, sizeof(*m));
+  size_t n = a->num_shape_specs;
+  if (!m || !(m->bufs = calloc(n ? n : 1, sizeof(*m->bufs))) ||
+      !(m->retrieved = calloc(n ? n : 1, sizeof(*m->retrieved)))) {
+    if (m) free(m->bufs);
+    free(m);
+    return CW_NULL_OOM;
+  }
+  m->dev = CW_NULL_DEV(a->memory);
+  for (; m->count < n; ++m->count) {
+    const PJRT_ShapeSpec* spec = &a->shape_specs[m->count];
+    cw_null_buffer_t* b = NULL;
+    PJRT_Error* e = cw_null_buffer_create(m->dev, spec->element_type, spec->dims, spec->num_dims, &b);
+    if (!e && !(b->pending = cw_null_event_create())) {
+      cw_null_buffer_unref(b);
+      e = CW_NULL_OOM;
+    }
+    if (e) {
+      cw__manager_free(m);
+      return e;
+    }
+    m->bufs[m->count] = b;
+  }
+  a->transfer_manager = (PJRT_AsyncHostToDeviceTransferManager*)m;
+  return NULL;
+}
+
+// The manager's buffer `index`, or an error naming the index.
+static PJRT_Error* cw__manager_buffer(const cw__manager_t* m, int index, cw_null_buffer_t** out) {
+  if (index < 0 || (size_t)index >= m->count) {
+    return cw_null_err(PJRT_Error_Code_INVALID_ARGUMENT,
+                       "cw_nullplugin: buffer index %d of a transfer manager of %zu", index,
+                       m->count);
+  }
+  *out = m->bufs[index];
+  return NULL;
+}
+
+static PJRT_Error* cw__manager_destroy(PJRT_AsyncHostToDeviceTransferManager_Destroy_Args* a) {
+  if (a->transfer_manager) cw__manager_free(CW__MANAGER(a->transfer_manager));
+  return NULL;
+}
+
+static PJRT_Error* cw__manager_transfer(
+    PJRT_AsyncHostToDeviceTransferManager_TransferData_Args* a) {
+  cw_null_buffer_t* b = NULL;
+  PJRT_Error* e = cw__manager_buffer(CW__MANAGER(a->transfer_manager), a->buffer_index, &b);
+  if (e) return e;
+  if (cw_null_event_is_ready(b->pending)) {
+    return cw_null_err(PJRT_Error_Code_FAILED_PRECONDITION,
+                       "cw_nullplugin: buffer %d was already written or failed", a->buffer_index);
+  }
+  if (a->offset < 0 || a->transfer_size < 0 || (uint64_t)a->offset > b->size ||
+      (uint64_t)a->transfer_size > b->size - (uint64_t)a->offset) {
+    return cw_null_err(PJRT_Error_Code_INVALID_ARGUMENT,
+                       "cw_nullplugin: transfer of %" PRId64 " bytes at %" PRId64
+                       " into a buffer of %" PRIu64,
+                       a->transfer_size, a->offset, b->size);
+  }
+  if (a->transfer_size) memcpy(b->data + a->offset, a->data, (size_t)a->transfer_size);
+  if (a->is_last_transfer) cw_null_event_set(b->pending, 0, NULL);
+  a->done_with_h2d_transfer = CW_NULL_READY;
+  return NULL;
+}
+
+static PJRT_Error* cw__manager_retrieve(
+    PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer_Args* a) {
+  cw__manager_t* m = CW__MANAGER(a->transfer_manager);
+  cw_null_buffer_t* b = NULL;
+  PJRT_Error* e = cw__manager_buffer(m, a->buffer_index, &b);
+  if (e) return e;
+  if (m->retrieved[a->buffer_index]) {
+    return cw_null_err(PJRT_Error_Code_FAILED_PRECONDITION,
+                       "cw_nullplugin: buffer %d was already retrieved", a->buffer_index);
+  }
+  m->retrieved[a->buffer_index] = true;
+  atomic_fetch_add(&b->refs, 1);
+  a->buffer_out = (PJRT_Buffer*)b;
+  return NULL;
+}
+
+static PJRT_Error* cw__manager_device(PJRT_AsyncHostToDeviceTransferManager_Device_Args* a) {
+  a->device_out = CW__MANAGER(a->transfer_manager)->dev->device;
+  return NULL;
+}
+
+static PJRT_Error* cw__manager_count(PJRT_AsyncHostToDeviceTransferManager_BufferCount_Args* a) {
+  a->buffer_count = CW__MANAGER(a->transfer_manager)->count;
+  return NULL;
+}
+
+static PJRT_Error* cw__manager_size(PJRT_AsyncHostToDeviceTransferManager_BufferSize_Args* a) {
+  cw_null_buffer_t* b = NULL;
+  PJRT_Error* e = cw__manager_buffer(CW__MANAGER(a->transfer_manager), a->buffer_index, &b);
+  if (!e) a->buffer_size = b->size;
+  return e;
+}
+
+static PJRT_Error* cw__manager_set_error(
+    PJRT_AsyncHostToDeviceTransferManager_SetBufferError_Args* a) {
+  cw_null_buffer_t* b = NULL;
+  PJRT_Error* e = cw__manager_buffer(CW__MANAGER(a->transfer_manager), a->buffer_index, &b);
+  if (e) return e;
+  char* msg = strndup(a->error_message ? a->error_message : "", a->error_message_size);
+  if (!msg) return CW_NULL_OOM;
+  bool set = cw_null_event_set(b->pending, a->error_code ? a->error_code : PJRT_Error_Code_UNKNOWN,
+                               msg);
+  free(msg);
+  if (!set) {
+    return cw_null_err(PJRT_Error_Code_FAILED_PRECONDITION,
+                       "cw_nullplugin: buffer %d was already written or failed", a->buffer_index);
+  }
+  return NULL;
+}
+
 void cw_null_buffer_fill(PJRT_Api* api) {
+  api->PJRT_Client_CreateBuffersForAsyncHostToDevice = cw__create_for_h2d;
+  api->PJRT_AsyncHostToDeviceTransferManager_Destroy = cw__manager_destroy;
+  api->PJRT_AsyncHostToDeviceTransferManager_TransferData = cw__manager_transfer;
+  api->PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer = cw__manager_retrieve;
+  api->PJRT_AsyncHostToDeviceTransferManager_Device = cw__manager_device;
+  api->PJRT_AsyncHostToDeviceTransferManager_BufferCount = cw__manager_count;
+  api->PJRT_AsyncHostToDeviceTransferManager_BufferSize = cw__manager_size;
+  api->PJRT_AsyncHostToDeviceTransferManager_SetBufferError = cw__manager_set_error;
   api->PJRT_Client_BufferFromHostBuffer = cw__from_host;
   api->PJRT_Buffer_Destroy = cw__buffer_destroy;
   api->PJRT_Buffer_ElementType = cw__buffer_type;

@@ -335,6 +335,18 @@ static PJRT_Error* cw__optimized_program(PJRT_Executable_OptimizedProgram_Args* 
                      "cwnull programs have no optimized HLO program");
 }
 
+// Frees the outputs made so far: every output of devices before `d`, and
+// device d's first `o`.
+static void cw__outputs_free(PJRT_LoadedExecutable_Execute_Args* a, size_t d, size_t o,
+                             size_t num_outputs) {
+  for (size_t k = 0; k < o; ++k) cw_null_buffer_unref(CW_NULL_BUF(a->output_lists[d][k]));
+  for (size_t dd = 0; dd < d; ++dd) {
+    for (size_t k = 0; k < num_outputs; ++k) {
+      cw_null_buffer_unref(CW_NULL_BUF(a->output_lists[dd][k]));
+    }
+  }
+}
+
 static PJRT_Error* cw__execute(PJRT_LoadedExecutable_Execute_Args* a) {
   const cw__exe_t* x = CW__EXE(a->executable);
   size_t want = a->execute_device ? 1 : x->num_devices;
@@ -348,6 +360,11 @@ static PJRT_Error* cw__execute(PJRT_LoadedExecutable_Execute_Args* a) {
     uint64_t sum = CW__FNV_BASIS;
     for (size_t i = 0; x->checksum && i < a->num_args; ++i) {
       const cw_null_buffer_t* in = CW_NULL_BUF(a->argument_lists[d][i]);
+      PJRT_Error* e = cw_null_buffer_wait(in);  // an argument still being written
+      if (e) {
+        cw__outputs_free(a, d, 0, x->num_outputs);
+        return e;
+      }
       sum = cw__fnv1a(sum, in->data, in->size);
     }
     unsigned char word[8];
@@ -358,13 +375,7 @@ static PJRT_Error* cw__execute(PJRT_LoadedExecutable_Execute_Args* a) {
       cw_null_buffer_t* b = NULL;
       PJRT_Error* e = cw_null_buffer_create(dev, x->types[o], dims, x->dim_sizes[o], &b);
       if (e) {
-        for (size_t k = 0; k < o; ++k)
-          cw_null_buffer_unref(CW_NULL_BUF(a->output_lists[d][k]));
-        for (size_t dd = 0; dd < d; ++dd) {
-          for (size_t k = 0; k < x->num_outputs; ++k) {
-            cw_null_buffer_unref(CW_NULL_BUF(a->output_lists[dd][k]));
-          }
-        }
+        cw__outputs_free(a, d, o, x->num_outputs);
         return e;
       }
       for (uint64_t at = 0; x->checksum && at < b->size; at += 8) {

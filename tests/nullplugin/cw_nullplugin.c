@@ -83,30 +83,6 @@ static PJRT_Error* cw__error_get_code(PJRT_Error_GetCode_Args* a) {
   return NULL;
 }
 
-// ---- Events: everything is done when it returns ----------------------------------------------
-
-struct cw_null_event_s {
-  int unused;
-} cw_null_ready_event;
-
-static PJRT_Error* cw__event_destroy(PJRT_Event_Destroy_Args* a) {
-  return NULL;
-}
-static PJRT_Error* cw__event_is_ready(PJRT_Event_IsReady_Args* a) {
-  a->is_ready = true;
-  return NULL;
-}
-static PJRT_Error* cw__event_error(PJRT_Event_Error_Args* a) {
-  return NULL;
-}
-static PJRT_Error* cw__event_await(PJRT_Event_Await_Args* a) {
-  return NULL;
-}
-static PJRT_Error* cw__event_on_ready(PJRT_Event_OnReady_Args* a) {
-  a->callback(NULL, a->user_arg);
-  return NULL;
-}
-
 // ---- Clients, devices, memories --------------------------------------------------------------
 
 const char cw_null_memory_kind[] = "device";
@@ -318,6 +294,7 @@ static void cw__load(void) {
   g_api.pjrt_api_version.struct_size = sizeof(g_api.pjrt_api_version);
   g_api.pjrt_api_version.major_version = CW_PJRT_API_MAJOR;
   g_api.pjrt_api_version.minor_version = CW_PJRT_API_MINOR;
+  cw_null_event_fill(&g_api);
   cw_null_buffer_fill(&g_api);
   cw_null_exe_fill(&g_api);
   g_api.PJRT_Error_Destroy = cw__error_destroy;
@@ -325,11 +302,6 @@ static void cw__load(void) {
   g_api.PJRT_Error_GetCode = cw__error_get_code;
   g_api.PJRT_Plugin_Initialize = cw__initialize;
   g_api.PJRT_Plugin_Attributes = cw__plugin_attributes;
-  g_api.PJRT_Event_Destroy = cw__event_destroy;
-  g_api.PJRT_Event_IsReady = cw__event_is_ready;
-  g_api.PJRT_Event_Error = cw__event_error;
-  g_api.PJRT_Event_Await = cw__event_await;
-  g_api.PJRT_Event_OnReady = cw__event_on_ready;
   g_api.PJRT_Client_Create = cw__client_create;
   g_api.PJRT_Client_Destroy = cw__client_destroy;
   g_api.PJRT_Client_PlatformName = cw__platform_name;

@@ -1,5 +1,5 @@
-// What the null plugin's files share (cw_nullplugin.c: errors, events,
-// clients, devices and the table; cw_null_buffer.c; cw_null_exe.c).
+// What the null plugin's files share (cw_nullplugin.c: errors, clients,
+// devices and the table; cw_null_event.c; cw_null_buffer.c; cw_null_exe.c).
 #ifndef CW_TESTS_NULLPLUGIN_H_
 #define CW_TESTS_NULLPLUGIN_H_
 
@@ -52,10 +52,23 @@ __attribute__((format(printf, 2, 3))) PJRT_Error* cw_null_err(PJRT_Error_Code co
 extern struct cw_null_error_s cw_null_oom_error;
 #define CW_NULL_OOM ((PJRT_Error*)&cw_null_oom_error)
 
-// The one event there is: everything is done when the call that hands it out
-// returns.
-extern struct cw_null_event_s cw_null_ready_event;
+// Events (cw_null_event.c). Most calls finish before they return and hand
+// out the static ready event; a buffer made through a transfer manager is
+// pending until its last transfer or an error.
+typedef struct cw_null_event_s cw_null_event_t;
+extern cw_null_event_t cw_null_ready_event;
 #define CW_NULL_READY ((PJRT_Event*)&cw_null_ready_event)
+
+// A pending event with one reference, or NULL when out of memory.
+cw_null_event_t* cw_null_event_create(void);
+cw_null_event_t* cw_null_event_ref(cw_null_event_t* ev);
+void cw_null_event_unref(cw_null_event_t* ev);
+bool cw_null_event_is_ready(const cw_null_event_t* ev);
+// Makes the event ready (code 0: without error) and runs its callbacks;
+// false when it was ready already.
+bool cw_null_event_set(cw_null_event_t* ev, PJRT_Error_Code code, const char* message);
+// Waits until the event is ready; its error as a new one the caller owns.
+PJRT_Error* cw_null_event_wait(cw_null_event_t* ev);
 
 typedef struct cw_null_buffer_s {
   cw_null_device_t* dev;
@@ -66,6 +79,7 @@ typedef struct cw_null_buffer_s {
   uint64_t size;
   _Atomic int refs;  // 1 for the buffer itself + external references
   _Atomic bool deleted;
+  cw_null_event_t* pending;  // NULL: written at creation; else ready once written
   unsigned char* data;
 } cw_null_buffer_t;
 
@@ -78,7 +92,11 @@ void cw_null_buffer_unref(cw_null_buffer_t* b);
 PJRT_Error* cw_null_buffer_create(cw_null_device_t* dev, PJRT_Buffer_Type type, const int64_t* dims,
                                   size_t rank, cw_null_buffer_t** out);
 
+// Waits until the buffer's bytes are written; the error that kept them from it.
+PJRT_Error* cw_null_buffer_wait(const cw_null_buffer_t* b);
+
 // Set the table's slots each file serves.
+void cw_null_event_fill(PJRT_Api* api);
 void cw_null_buffer_fill(PJRT_Api* api);
 void cw_null_exe_fill(PJRT_Api* api);
 

@@ -127,6 +127,159 @@ static void test_devices_and_strided_upload(void** state) {
   client_free(c);
 }
 
+static void on_ready(PJRT_Error* error, void* arg) {
+  int* code = arg;
+  *code = error ? (int)cw_pjrt_test_error_code(error) : 0;
+  if (error) cw_pjrt_test_error_free(error);
+}
+
+static PJRT_AsyncHostToDeviceTransferManager* manager_create(PJRT_Client* c, PJRT_Device* dev,
+                                                             int64_t n) {
+  int64_t dims[1] = {n};
+  PJRT_ShapeSpec spec;
+  CW_PJRT_INIT_ARGS(spec);
+  spec.dims = dims;
+  spec.num_dims = 1;
+  spec.element_type = F32;
+  PJRT_Client_CreateBuffersForAsyncHostToDevice_Args h;
+  CW_PJRT_INIT_ARGS(h);
+  h.client = c;
+  h.shape_specs = &spec;
+  h.num_shape_specs = 1;
+  h.memory = cw_pjrt_test_default_memory(dev);
+  CW_PJRT_ASSERT_OK(api->PJRT_Client_CreateBuffersForAsyncHostToDevice(&h));
+  return h.transfer_manager;
+}
+
+static PJRT_Buffer* manager_retrieve(PJRT_AsyncHostToDeviceTransferManager* m) {
+  PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer_Args r;
+  CW_PJRT_INIT_ARGS(r);
+  r.transfer_manager = m;
+  CW_PJRT_ASSERT_OK(api->PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer(&r));
+  return r.buffer_out;
+}
+
+static void manager_destroy(PJRT_AsyncHostToDeviceTransferManager* m) {
+  PJRT_AsyncHostToDeviceTransferManager_Destroy_Args d;
+  CW_PJRT_INIT_ARGS(d);
+  d.transfer_manager = m;
+  CW_PJRT_ASSERT_OK(api->PJRT_AsyncHostToDeviceTransferManager_Destroy(&d));
+}
+
+static bool event_is_ready(PJRT_Event* ev) {
+  PJRT_Event_IsReady_Args r;
+  CW_PJRT_INIT_ARGS(r);
+  r.event = ev;
+  CW_PJRT_ASSERT_OK(api->PJRT_Event_IsReady(&r));
+  return r.is_ready;
+}
+
+// Buffers made now and written later (the gang test plugin makes its
+// outputs so): pending until the last transfer, their events' callbacks run
+// then, and a manager destroyed before that fails them.
+static void test_transfer_manager(void** state) {
+  PJRT_Client* c = cw_pjrt_test_create_client(1);
+  assert_non_null(c);
+  PJRT_Client_AddressableDevices_Args d;
+  CW_PJRT_INIT_ARGS(d);
+  d.client = c;
+  CW_PJRT_ASSERT_OK(api->PJRT_Client_AddressableDevices(&d));
+  PJRT_Device* dev = d.addressable_devices[0];
+
+  PJRT_AsyncHostToDeviceTransferManager* m = manager_create(c, dev, 4);
+  PJRT_Buffer* b = manager_retrieve(m);
+  assert_int_equal(bytes_in_use(dev), 16);
+  PJRT_Buffer_ReadyEvent_Args re;
+  CW_PJRT_INIT_ARGS(re);
+  re.buffer = b;
+  CW_PJRT_ASSERT_OK(api->PJRT_Buffer_ReadyEvent(&re));
+  assert_false(event_is_ready(re.event));
+  int seen = -1;  // the callback's code, once it ran
+  PJRT_Event_OnReady_Args on;
+  CW_PJRT_INIT_ARGS(on);
+  on.event = re.event;
+  on.callback = on_ready;
+  on.user_arg = &seen;
+  CW_PJRT_ASSERT_OK(api->PJRT_Event_OnReady(&on));
+  assert_int_equal(seen, -1);
+
+  const float v[4] = {1, 2, 3, 4};
+  PJRT_AsyncHostToDeviceTransferManager_TransferData_Args t;
+  CW_PJRT_INIT_ARGS(t);
+  t.transfer_manager = m;
+  t.data = v;
+  t.transfer_size = 8;
+  CW_PJRT_ASSERT_OK(api->PJRT_AsyncHostToDeviceTransferManager_TransferData(&t));
+  assert_false(event_is_ready(re.event));  // not the last transfer
+  t.data = v + 2;
+  t.offset = 12;  // 8 bytes at 12 run past the buffer's 16
+  char msg[256];
+  assert_int_equal(
+      take(api->PJRT_AsyncHostToDeviceTransferManager_TransferData(&t), msg, sizeof(msg)),
+      PJRT_Error_Code_INVALID_ARGUMENT);
+  assert_non_null(strstr(msg, "8 bytes at 12"));
+  t.offset = 8;
+  t.is_last_transfer = true;
+  CW_PJRT_ASSERT_OK(api->PJRT_AsyncHostToDeviceTransferManager_TransferData(&t));
+  assert_true(event_is_ready(re.event));
+  assert_int_equal(seen, 0);
+  assert_int_equal(take(api->PJRT_AsyncHostToDeviceTransferManager_TransferData(&t), NULL, 0),
+                   PJRT_Error_Code_FAILED_PRECONDITION);
+  manager_destroy(m);
+  float got[4];
+  cw_pjrt_test_device_to_host(b, got, sizeof(got));
+  assert_memory_equal(got, v, sizeof(v));
+  cw_pjrt_test_event_free(re.event);
+  cw_pjrt_test_buffer_free(b);
+  assert_int_equal(bytes_in_use(dev), 0);
+
+  // Destroyed before its last transfer: the buffer fails, and so do reads.
+  m = manager_create(c, dev, 4);
+  b = manager_retrieve(m);
+  CW_PJRT_INIT_ARGS(re);
+  re.buffer = b;
+  CW_PJRT_ASSERT_OK(api->PJRT_Buffer_ReadyEvent(&re));
+  manager_destroy(m);
+  assert_true(event_is_ready(re.event));
+  PJRT_Event_Error_Args ee;
+  CW_PJRT_INIT_ARGS(ee);
+  ee.event = re.event;
+  assert_int_equal(take(api->PJRT_Event_Error(&ee), msg, sizeof(msg)), PJRT_Error_Code_CANCELLED);
+  assert_non_null(strstr(msg, "destroyed before buffer 0 was written"));
+  PJRT_Buffer_ToHostBuffer_Args th;
+  CW_PJRT_INIT_ARGS(th);
+  th.src = b;
+  th.dst = got;
+  th.dst_size = sizeof(got);
+  assert_int_equal(take(api->PJRT_Buffer_ToHostBuffer(&th), NULL, 0), PJRT_Error_Code_CANCELLED);
+  cw_pjrt_test_event_free(re.event);
+  cw_pjrt_test_buffer_free(b);
+
+  // An error set by the writer reaches the buffer's readers with its code and text.
+  m = manager_create(c, dev, 4);
+  b = manager_retrieve(m);
+  PJRT_AsyncHostToDeviceTransferManager_SetBufferError_Args se;
+  CW_PJRT_INIT_ARGS(se);
+  se.transfer_manager = m;
+  se.error_code = PJRT_Error_Code_DEADLINE_EXCEEDED;
+  se.error_message = "rank 1 has not arrived";
+  se.error_message_size = strlen(se.error_message);
+  CW_PJRT_ASSERT_OK(api->PJRT_AsyncHostToDeviceTransferManager_SetBufferError(&se));
+  th.src = b;
+  assert_int_equal(take(api->PJRT_Buffer_ToHostBuffer(&th), msg, sizeof(msg)),
+                   PJRT_Error_Code_DEADLINE_EXCEEDED);
+  assert_string_equal(msg, "rank 1 has not arrived");
+  PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer_Args r;
+  CW_PJRT_INIT_ARGS(r);
+  r.transfer_manager = m;
+  r.buffer_index = 1;
+  assert_int_equal(take(api->PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer(&r), NULL, 0),
+                   PJRT_Error_Code_INVALID_ARGUMENT);
+  manager_destroy(m);
+  cw_pjrt_test_buffer_free(b);
+  client_free(c);
+}
+
 static PJRT_Buffer* upload(PJRT_Client* c, PJRT_Device* dev, const float* data, int64_t n) {
   return cw_pjrt_test_host_to_device(c, cw_pjrt_test_default_memory(dev), data, F32, &n, 1,
                                      PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes,
@@ -332,6 +485,7 @@ int main(void) {
   api = cw_pjrt_test_api;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_devices_and_strided_upload),
+      cmocka_unit_test(test_transfer_manager),
       cmocka_unit_test(test_checksum_program_on_assigned_devices),
       cmocka_unit_test(test_bad_programs_are_named),
       cmocka_unit_test(test_worker_runs_null_programs),
