@@ -33,6 +33,8 @@
 #define CW_GANG_MAX_N 65536
 #define CW_GANG_MAX_TAG 63
 #define CW_GANG_MAX_SIZE 64
+// Rounds a rank may post ahead of the slowest rank's reading.
+#define CW_GANG_RING 8
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "shared-memory counters must be lock-free");
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "futex waits on a counter's low half");
@@ -176,25 +178,39 @@ static PJRT_Error* cw__error_get_code(PJRT_Error_GetCode_Args* a) {
 
 // ---- Clients --------------------------------------------------------------------
 
-// One rank's slot in the shared rendezvous file.
-typedef struct cw__slot_s {
-  _Atomic uint64_t posted;  // last round whose fields below are written
-  _Atomic uint64_t done;    // last round this rank finished reading
+// What one rank posts for one round.
+typedef struct cw__entry_s {
   uint64_t fingerprint;
   int64_t launch_id;
   uint32_t n;
   char tag[CW_GANG_MAX_TAG + 1];
   float data[CW_GANG_MAX_N];
+} cw__entry_t;
+
+// One rank's slot in the shared rendezvous file: round r is in ring[r % RING].
+typedef struct cw__slot_s {
+  _Atomic uint64_t posted;  // last round whose entry is written
+  _Atomic uint64_t done;    // last round this rank finished reading
+  cw__entry_t ring[CW_GANG_RING];
 } cw__slot_t;
+
+struct cw__job_s;
 
 // Our state for one inner client, found by the inner client pointer.
 typedef struct cw__client_s {
   PJRT_Client* inner;
   int rank, size, timeout_ms;
   cw__slot_t* slots;  // mmap'd, `size` of them
-  FILE* log;
-  pthread_mutex_t mu;  // one round at a time
+  FILE* log;          // written by the executor thread only
+  pthread_mutex_t mu;  // posts rounds and queues their jobs in the order of Execute calls
   uint64_t round;
+  // Jobs posted and not yet met, oldest first; the executor thread meets them.
+  pthread_mutex_t queue_mu;
+  pthread_cond_t queue_cv;
+  struct cw__job_s *head, *tail;
+  bool has_thread;
+  pthread_t thread;
+  _Atomic bool stopping;  // client destroy: rounds not met fail at once
   PJRT_Device* const* devices;  // owned by the inner client
   size_t num_devices;
   struct cw__client_s* next;
@@ -211,10 +227,16 @@ static cw__client_t* cw__client_find(const PJRT_Client* inner) {
   return c;
 }
 
+static PJRT_Error* cw__executor_start(cw__client_t* c);
+static void cw__executor_stop(cw__client_t* c);
+
 static void cw__client_free(cw__client_t* c) {
+  cw__executor_stop(c);
   if (c->slots) munmap(c->slots, (size_t)c->size * sizeof(cw__slot_t));
   if (c->log) fclose(c->log);
   pthread_mutex_destroy(&c->mu);
+  pthread_mutex_destroy(&c->queue_mu);
+  pthread_cond_destroy(&c->queue_cv);
   free(c);
 }
 
@@ -282,6 +304,8 @@ static PJRT_Error* cw__client_create(PJRT_Client_Create_Args* a) {
   cw__client_t* c = calloc(1, sizeof(*c));
   if (!c) return (PJRT_Error*)&g_oom_error;
   pthread_mutex_init(&c->mu, NULL);
+  pthread_mutex_init(&c->queue_mu, NULL);
+  pthread_cond_init(&c->queue_cv, NULL);
   PJRT_Error* e = cw__client_setup(c);
   if (!e) e = g_inner.PJRT_Client_Create(a);  // options go through unchanged
   if (e) {
@@ -292,6 +316,11 @@ static PJRT_Error* cw__client_create(PJRT_Client_Create_Args* a) {
   CW__ARGS(PJRT_Client_AddressableDevices_Args, d);
   d.client = c->inner;
   e = g_inner.PJRT_Client_AddressableDevices(&d);
+  if (!e) {
+    c->devices = d.addressable_devices;
+    c->num_devices = d.num_addressable_devices;
+    e = cw__executor_start(c);
+  }
   if (e) {
     CW__ARGS(PJRT_Client_Destroy_Args, x);
     x.client = c->inner;
@@ -301,8 +330,6 @@ static PJRT_Error* cw__client_create(PJRT_Client_Create_Args* a) {
     cw__client_free(c);
     return e;
   }
-  c->devices = d.addressable_devices;
-  c->num_devices = d.num_addressable_devices;
   pthread_mutex_lock(&g_clients_mu);
   c->next = g_clients;
   g_clients = c;
@@ -557,7 +584,7 @@ static PJRT_Error* cw__optimized_program(PJRT_Executable_OptimizedProgram_Args* 
   return cw__err(PJRT_Error_Code_UNIMPLEMENTED, "cwgang programs have no optimized HLO program");
 }
 
-// ---- Execute ------------------------------------------------------------------------
+// ---- Rounds: local sums and the rendezvous -------------------------------------------
 
 static void cw__inner_error_free(PJRT_Error* e) {
   if (e) g_api.PJRT_Error_Destroy(&(PJRT_Error_Destroy_Args){.error = e});
@@ -623,8 +650,11 @@ static void cw__post(_Atomic uint64_t* counter, uint64_t v) {
   syscall(SYS_futex, cw__futex_word(counter), FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
-// Waits until every rank's counter (posted or done) is >= want; on timeout
-// returns the rank that is behind, else -1.
+#define CW__WAIT_STOPPED (-2)
+
+// Waits until every rank's counter (posted or done) is >= want; returns -1,
+// the rank that is behind at the timeout, or CW__WAIT_STOPPED when the client
+// is being destroyed.
 static int cw__wait_all(const cw__client_t* c, int posted, uint64_t want) {
   int64_t deadline = cw_time_now_ms() + c->timeout_ms;
   for (int k = 0; k < c->size;) {
@@ -635,6 +665,7 @@ static int cw__wait_all(const cw__client_t* c, int posted, uint64_t want) {
       k++;
       continue;
     }
+    if (atomic_load(&c->stopping)) return CW__WAIT_STOPPED;
     if (cw_time_now_ms() >= deadline) return k;
     // Sleeps until the word changes (or 1 ms: the deadline is checked again).
     struct timespec ms = {0, 1000000};
@@ -643,96 +674,244 @@ static int cw__wait_all(const cw__client_t* c, int posted, uint64_t want) {
   return -1;
 }
 
-// Describes what every rank posted, for the mismatch error.
-static void cw__describe(const cw__client_t* c, char* buf, size_t cap) {
+// Describes what every rank posted for round r, for the mismatch error.
+static void cw__describe(const cw__client_t* c, uint64_t r, char* buf, size_t cap) {
   size_t len = 0;
   for (int k = 0; k < c->size && len < cap; ++k) {
-    const cw__slot_t* s = &c->slots[k];
+    const cw__entry_t* en = &c->slots[k].ring[r % CW_GANG_RING];
     int n = snprintf(buf + len, cap - len,
                      "%srank %d runs allreduce_sum f32[%u] %.*s (launch %" PRId64 ")",
-                     k ? ", " : "", k, s->n, CW_GANG_MAX_TAG, s->tag, s->launch_id);
+                     k ? ", " : "", k, en->n, CW_GANG_MAX_TAG, en->tag, en->launch_id);
     if (n < 0) break;
     len += (size_t)n;
   }
 }
 
-// One rendezvous: posts acc, checks that every rank runs the same program
-// and launch, and replaces acc by the sum over all ranks.
-static PJRT_Error* cw__rendezvous(cw__client_t* c, const cw__exe_t* x, int64_t launch_id,
-                                  float* acc) {
-  uint64_t r = ++c->round;
-  // Nobody may still be reading my previous round when I overwrite it.
-  int late = cw__wait_all(c, 0, r - 1);
-  if (late >= 0) {
-    return cw__err(PJRT_Error_Code_DEADLINE_EXCEEDED,
-                   "gang rendezvous %" PRIu64 ": rank %d has not finished rendezvous %" PRIu64
-                   " after %d ms",
-                   r, late, r - 1, c->timeout_ms);
+// Posts this rank's part of round r: its program, launch and partial sum.
+// Waits only while the ring is full, that is while a rank has not finished
+// reading round r - RING. Called under c->mu, in the order of Execute calls.
+static PJRT_Error* cw__post_round(cw__client_t* c, const cw__exe_t* x, uint64_t r,
+                                  int64_t launch_id, const float* part) {
+  if (r > CW_GANG_RING) {
+    int late = cw__wait_all(c, 0, r - CW_GANG_RING);
+    if (late >= 0) {
+      return cw__err(PJRT_Error_Code_DEADLINE_EXCEEDED,
+                     "gang rendezvous %" PRIu64 ": rank %d has not finished rendezvous %" PRIu64
+                     " after %d ms",
+                     r, late, r - CW_GANG_RING, c->timeout_ms);
+    }
+    if (late == CW__WAIT_STOPPED) {
+      return cw__err(PJRT_Error_Code_CANCELLED, "gang rendezvous %" PRIu64 ": client destroyed",
+                     r);
+    }
   }
   cw__slot_t* me = &c->slots[c->rank];
-  me->fingerprint = x->fingerprint;
-  me->launch_id = launch_id;
-  me->n = x->n;
-  memcpy(me->tag, x->tag, sizeof(me->tag));
-  memcpy(me->data, acc, (size_t)x->n * sizeof(float));
+  cw__entry_t* en = &me->ring[r % CW_GANG_RING];
+  en->fingerprint = x->fingerprint;
+  en->launch_id = launch_id;
+  en->n = x->n;
+  memcpy(en->tag, x->tag, sizeof(en->tag));
+  memcpy(en->data, part, (size_t)x->n * sizeof(float));
   cw__post(&me->posted, r);
+  return NULL;
+}
+
+// Meets round r: waits until every rank has posted it, checks that all run
+// the same program and launch, and writes the sum over all ranks to `sum`.
+// Marks the round read also after a failure, so the others are not left
+// waiting on this rank.
+static PJRT_Error* cw__meet(cw__client_t* c, const cw__exe_t* x, uint64_t r, int64_t launch_id,
+                            float* sum) {
   PJRT_Error* e = NULL;
-  late = cw__wait_all(c, 1, r);
+  int late = cw__wait_all(c, 1, r);
   if (late >= 0) {
     e = cw__err(PJRT_Error_Code_DEADLINE_EXCEEDED,
                 "gang rendezvous %" PRIu64 ": rank %d has not arrived after %d ms", r, late,
                 c->timeout_ms);
+  } else if (late == CW__WAIT_STOPPED) {
+    e = cw__err(PJRT_Error_Code_CANCELLED, "gang rendezvous %" PRIu64 ": client destroyed", r);
   }
   for (int k = 0; !e && k < c->size; ++k) {
-    const cw__slot_t* s = &c->slots[k];
-    if (s->fingerprint != x->fingerprint || s->launch_id != launch_id || s->n != x->n) {
+    const cw__entry_t* en = &c->slots[k].ring[r % CW_GANG_RING];
+    if (en->fingerprint != x->fingerprint || en->launch_id != launch_id || en->n != x->n) {
       char what[2048];
-      cw__describe(c, what, sizeof(what));
+      cw__describe(c, r, what, sizeof(what));
       e = cw__err(PJRT_Error_Code_FAILED_PRECONDITION,
                   "gang order violated at rendezvous %" PRIu64 ": %s", r, what);
     }
   }
   if (!e) {
-    memset(acc, 0, (size_t)x->n * sizeof(float));
+    memset(sum, 0, (size_t)x->n * sizeof(float));
     for (int k = 0; k < c->size; ++k) {
-      for (uint32_t i = 0; i < x->n; ++i) acc[i] += c->slots[k].data[i];
+      const float* part = c->slots[k].ring[r % CW_GANG_RING].data;
+      for (uint32_t i = 0; i < x->n; ++i) sum[i] += part[i];
     }
   }
-  // Also after a failure, so the others are not left waiting on me.
-  cw__post(&me->done, r);
+  cw__post(&c->slots[c->rank].done, r);
   fprintf(c->log, "%" PRIu64 " %" PRId64 " %s %s\n", r, launch_id, x->tag, e ? "error" : "ok");
   fflush(c->log);
   return e;
 }
 
-// Makes device d's output from the summed values.
-static PJRT_Error* cw__output(const cw__exe_t* x, size_t d, const float* acc, PJRT_Buffer** out,
-                              PJRT_Event** out_event) {
-  CW__ARGS(PJRT_Client_BufferFromHostBuffer_Args, h);
-  h.client = x->client->inner;
-  h.data = acc;
-  h.type = PJRT_Buffer_Type_F32;
-  h.dims = x->dims;
-  h.num_dims = 1;
-  h.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableOnlyDuringCall;
-  h.device = x->client->devices[d];
-  PJRT_Error* e = g_inner.PJRT_Client_BufferFromHostBuffer(&h);
+// ---- The executor: rounds met off the caller's thread ------------------------------------
+
+// One posted round waiting to be met: its outputs exist and are written
+// (or fail) once it is.
+typedef struct cw__job_s {
+  cw__exe_t* x;  // a reference
+  uint64_t round;
+  int64_t launch_id;
+  struct cw__job_s* next;
+  PJRT_AsyncHostToDeviceTransferManager* managers[];  // one per device
+} cw__job_t;
+
+// Writes `sum` into every output, or fails them all with `e` (consumed).
+static void cw__job_finish(cw__client_t* c, cw__job_t* j, PJRT_Error* e, const float* sum) {
+  PJRT_Error_Code code = PJRT_Error_Code_INTERNAL;
+  const char* msg = "";
+  size_t msg_size = 0;
+  if (e) {
+    PJRT_Error_GetCode_Args gc = {.struct_size = sizeof(gc), .error = e};
+    cw__inner_error_free(g_api.PJRT_Error_GetCode(&gc));
+    code = gc.code;
+    PJRT_Error_Message_Args m = {.struct_size = sizeof(m), .error = e};
+    g_api.PJRT_Error_Message(&m);
+    msg = m.message;
+    msg_size = m.message_size;
+  }
+  for (size_t d = 0; d < c->num_devices; ++d) {
+    if (e) {
+      CW__ARGS(PJRT_AsyncHostToDeviceTransferManager_SetBufferError_Args, se);
+      se.transfer_manager = j->managers[d];
+      se.error_code = code;
+      se.error_message = msg;
+      se.error_message_size = msg_size;
+      cw__inner_error_free(g_inner.PJRT_AsyncHostToDeviceTransferManager_SetBufferError(&se));
+    } else {
+      CW__ARGS(PJRT_AsyncHostToDeviceTransferManager_TransferData_Args, t);
+      t.transfer_manager = j->managers[d];
+      t.data = sum;
+      t.transfer_size = (int64_t)j->x->n * (int64_t)sizeof(float);
+      t.is_last_transfer = true;
+      PJRT_Error* te = g_inner.PJRT_AsyncHostToDeviceTransferManager_TransferData(&t);
+      if (!te) te = cw__await(t.done_with_h2d_transfer);  // `sum` is read until then
+      cw__inner_error_free(te);
+    }
+    CW__ARGS(PJRT_AsyncHostToDeviceTransferManager_Destroy_Args, md);
+    md.transfer_manager = j->managers[d];
+    cw__inner_error_free(g_inner.PJRT_AsyncHostToDeviceTransferManager_Destroy(&md));
+  }
+  if (e) g_api.PJRT_Error_Destroy(&(PJRT_Error_Destroy_Args){.error = e});
+}
+
+static void* cw__executor(void* arg) {
+  cw__client_t* c = arg;
+  float* sum = malloc(CW_GANG_MAX_N * sizeof(float));
+  for (;;) {
+    pthread_mutex_lock(&c->queue_mu);
+    while (!c->head && !atomic_load(&c->stopping)) pthread_cond_wait(&c->queue_cv, &c->queue_mu);
+    cw__job_t* j = c->head;
+    if (j && !(c->head = j->next)) c->tail = NULL;
+    pthread_mutex_unlock(&c->queue_mu);
+    if (!j) break;  // stopping, and nothing left
+    PJRT_Error* e = sum ? cw__meet(c, j->x, j->round, j->launch_id, sum)
+                        : (PJRT_Error*)&g_oom_error;
+    cw__job_finish(c, j, e, sum);
+    cw__exe_release(j->x);
+    free(j);
+  }
+  free(sum);
+  return NULL;
+}
+
+static PJRT_Error* cw__executor_start(cw__client_t* c) {
+  int rc = pthread_create(&c->thread, NULL, cw__executor, c);
+  if (rc) {
+    return cw__err(PJRT_Error_Code_RESOURCE_EXHAUSTED,
+                   "cw_gangplugin: starting the executor thread: %s", strerror(rc));
+  }
+  c->has_thread = true;
+  return NULL;
+}
+
+// Rounds still queued fail with CANCELLED, without waiting for the others.
+static void cw__executor_stop(cw__client_t* c) {
+  if (!c->has_thread) return;
+  pthread_mutex_lock(&c->queue_mu);
+  atomic_store(&c->stopping, true);
+  pthread_cond_broadcast(&c->queue_cv);
+  pthread_mutex_unlock(&c->queue_mu);
+  pthread_join(c->thread, NULL);
+  c->has_thread = false;
+}
+
+// ---- Execute ----------------------------------------------------------------------
+
+// Device d's output, made now and written when its round is met: a buffer
+// of the inner plugin behind a host-to-device transfer manager.
+static PJRT_Error* cw__output(const cw__exe_t* x, size_t d,
+                              PJRT_AsyncHostToDeviceTransferManager** out_manager,
+                              PJRT_Buffer** out, PJRT_Event** out_event) {
+  const cw__client_t* c = x->client;
+  *out = NULL;
+  if (out_event) *out_event = NULL;
+  CW__ARGS(PJRT_Device_DefaultMemory_Args, dm);
+  dm.device = c->devices[d];
+  PJRT_Error* e = g_inner.PJRT_Device_DefaultMemory(&dm);
   if (e) return e;
-  cw__inner_error_free(cw__await(h.done_with_host_buffer));
-  *out = h.buffer;
+  PJRT_ShapeSpec spec;
+  memset(&spec, 0, sizeof(spec));
+  spec.struct_size = sizeof(spec);
+  spec.dims = x->dims;
+  spec.num_dims = 1;
+  spec.element_type = PJRT_Buffer_Type_F32;
+  CW__ARGS(PJRT_Client_CreateBuffersForAsyncHostToDevice_Args, h);
+  h.client = c->inner;
+  h.shape_specs = &spec;
+  h.num_shape_specs = 1;
+  h.memory = dm.memory;
+  e = g_inner.PJRT_Client_CreateBuffersForAsyncHostToDevice(&h);
+  if (e) return e;
+  *out_manager = h.transfer_manager;
+  CW__ARGS(PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer_Args, rb);
+  rb.transfer_manager = h.transfer_manager;
+  e = g_inner.PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer(&rb);
+  if (e) return e;
+  *out = rb.buffer_out;
   if (!out_event) return NULL;
   CW__ARGS(PJRT_Buffer_ReadyEvent_Args, r);
-  r.buffer = h.buffer;
+  r.buffer = rb.buffer_out;
   e = g_inner.PJRT_Buffer_ReadyEvent(&r);
   *out_event = r.event;
   return e;
 }
 
-// Synchronous: returns once the collective is done and the outputs exist.
-// That keeps a test plugin simple; callers already run Execute off their
-// event loop and bound the wait by CW_GANG_TIMEOUT_MS.
+// Undoes what cw__execute made before it failed: outputs, events, managers.
+static void cw__outputs_free(PJRT_LoadedExecutable_Execute_Args* a, cw__job_t* j, size_t n) {
+  for (size_t d = 0; d < n; ++d) {
+    CW__ARGS(PJRT_Buffer_Destroy_Args, bd);
+    bd.buffer = a->output_lists[d][0];
+    if (bd.buffer) cw__inner_error_free(g_inner.PJRT_Buffer_Destroy(&bd));
+    a->output_lists[d][0] = NULL;
+    if (a->device_complete_events && a->device_complete_events[d]) {
+      CW__ARGS(PJRT_Event_Destroy_Args, ed);
+      ed.event = a->device_complete_events[d];
+      cw__inner_error_free(g_inner.PJRT_Event_Destroy(&ed));
+      a->device_complete_events[d] = NULL;
+    }
+    if (j->managers[d]) {
+      CW__ARGS(PJRT_AsyncHostToDeviceTransferManager_Destroy_Args, md);
+      md.transfer_manager = j->managers[d];
+      cw__inner_error_free(g_inner.PJRT_AsyncHostToDeviceTransferManager_Destroy(&md));
+    }
+  }
+}
+
+// Returns as a device does: the local sum and this rank's post happen now,
+// in call order; the meeting with the other ranks happens on the executor
+// thread, and the outputs (and their events) are ready once it is done.
 static PJRT_Error* cw__execute(PJRT_LoadedExecutable_Execute_Args* a) {
-  const cw__exe_t* x = cw__exe(a->executable);
+  cw__exe_t* x = cw__exe(a->executable);
   if (!x) return g_inner.PJRT_LoadedExecutable_Execute(a);
   cw__client_t* c = x->client;
   if (a->execute_device) {
@@ -746,38 +925,48 @@ static PJRT_Error* cw__execute(PJRT_LoadedExecutable_Execute_Args* a) {
                    x->tag, c->num_devices, a->num_devices, a->num_args);
   }
   float* acc = calloc(2 * (size_t)x->n, sizeof(float));
-  if (!acc) return (PJRT_Error*)&g_oom_error;
+  cw__job_t* j = calloc(1, sizeof(*j) + c->num_devices * sizeof(j->managers[0]));
+  if (!acc || !j) {
+    free(acc);
+    free(j);
+    return (PJRT_Error*)&g_oom_error;
+  }
   PJRT_Error* e = NULL;
   for (size_t d = 0; !e && d < c->num_devices; ++d) {
     e = cw__accumulate(x, d, a->argument_lists[d][0], acc, acc + x->n);
   }
-  int64_t launch_id = a->options ? a->options->launch_id : 0;
-  if (!e) {
-    pthread_mutex_lock(&c->mu);
-    e = cw__rendezvous(c, x, launch_id, acc);
-    pthread_mutex_unlock(&c->mu);
-  }
   size_t made = 0;
   for (; !e && made < c->num_devices; ++made) {
     PJRT_Event** ev = a->device_complete_events ? &a->device_complete_events[made] : NULL;
-    e = cw__output(x, made, acc, &a->output_lists[made][0], ev);
+    e = cw__output(x, made, &j->managers[made], &a->output_lists[made][0], ev);
   }
   if (e) {
     // Partial outputs go: the caller gets an error and nothing to free.
-    for (size_t d = 0; d < made; ++d) {
-      CW__ARGS(PJRT_Buffer_Destroy_Args, bd);
-      bd.buffer = a->output_lists[d][0];
-      if (bd.buffer) cw__inner_error_free(g_inner.PJRT_Buffer_Destroy(&bd));
-      a->output_lists[d][0] = NULL;
-      if (a->device_complete_events && a->device_complete_events[d]) {
-        CW__ARGS(PJRT_Event_Destroy_Args, ed);
-        ed.event = a->device_complete_events[d];
-        cw__inner_error_free(g_inner.PJRT_Event_Destroy(&ed));
-        a->device_complete_events[d] = NULL;
-      }
-    }
+    cw__outputs_free(a, j, made);
+    free(acc);
+    free(j);
+    return e;
   }
+  j->x = x;
+  j->launch_id = a->options ? a->options->launch_id : 0;
+  pthread_mutex_lock(&c->mu);
+  j->round = ++c->round;
+  e = cw__post_round(c, x, j->round, j->launch_id, acc);
+  if (!e) {
+    atomic_fetch_add(&x->refs, 1);
+    pthread_mutex_lock(&c->queue_mu);
+    if (c->tail) c->tail->next = j;
+    else c->head = j;
+    c->tail = j;
+    pthread_cond_signal(&c->queue_cv);
+    pthread_mutex_unlock(&c->queue_mu);
+  }
+  pthread_mutex_unlock(&c->mu);
   free(acc);
+  if (e) {
+    cw__outputs_free(a, j, c->num_devices);
+    free(j);
+  }
   return e;
 }
 
