@@ -68,6 +68,9 @@ struct cw_conn_s {
   // Launches of this connection, issued in arrival order (cw_worker_launch.c).
   cw_launch_t* launch_head;
   cw_launch_t* launch_tail;
+  // The last of the queue's leading parts that are prepared, held for their
+  // go (NULL: none known): preparing ahead looks only behind it.
+  cw_launch_t* launch_prepared;
   bool launch_waiting;
   bool go_waiting;  // the head is a part at its turn, waiting for LAUNCH_GO
   cw_conn_t* throttle_next;    // on the launch module's throttled list

@@ -474,6 +474,7 @@ static void cw__launch_pop(cw_conn_t* c) {
   cw_launch_t* l = c->launch_head;
   c->launch_head = l->next;
   if (!c->launch_head) c->launch_tail = NULL;
+  if (c->launch_prepared == l) c->launch_prepared = NULL;
   l->next = NULL;
   if (l->part) c->w->parts_queued--;
 }
@@ -681,15 +682,23 @@ static bool cw__launch_ready_ahead(cw_worker_t* w, cw_conn_t* c, cw_launch_t* l,
 // On `c`, prepares ahead of their turns the parts right behind its prepared
 // ones that can be (cw__launch_ready_ahead); whether any was. A ready reply
 // may close `c` at once, and its close cancels and frees its launches: then
-// *out_closed is set and `c` must not be touched again.
+// *out_closed is set and `c` must not be touched again. Prepared parts stay
+// prepared and leave only from the head (cw__launch_pop), so the scan starts
+// behind the last one it saw: it ran over up to a window of held parts after
+// every device's completion.
 static bool cw__launch_prepare_ahead_on(cw_worker_t* w, cw_conn_t* c, bool* out_closed) {
   bool any = false;
-  for (cw_launch_t* l = c->launch_head; l; l = l->next) {
+  cw_launch_t* l = c->launch_prepared ? c->launch_prepared->next : c->launch_head;
+  for (; l; l = l->next) {
     uint64_t stamp = cw__launch_stamp(c, l);
-    if (stamp && l->prepared) continue;  // held for its go: look behind it
+    if (stamp && l->prepared) {  // held for its go: look behind it
+      c->launch_prepared = l;
+      continue;
+    }
     if (!stamp || !cw__launch_ready_ahead(w, c, l, stamp)) break;
     if (!l->mem_admitted) cw__launch_charge(w, l);
     cw_worker_conn_ref(c);
+    c->launch_prepared = l;
     cw__launch_prepare(w, c, l, stamp);
     *out_closed = c->closing;
     cw_worker_conn_unref(c);
