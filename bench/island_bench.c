@@ -2,10 +2,11 @@
 // spans two worker processes, beside a one-worker island of the same plugin
 // measured in the same run.
 //
-// It starts a controller and three workers over the gang test plugin
+// It starts a controller and four workers over the gang test plugin
 // (tests/gangplugin, docs/gangplugin.md): gang0 and gang1 form island "gang"
-// (--island gang --island-size 2, CW_GANG_SIZE=2, 2 devices each), and "base"
-// is its own island (CW_GANG_SIZE=1, its own CW_GANG_DIR, 2 devices). For S in
+// (--island gang --island-size 2, CW_GANG_SIZE=2, 2 devices each); "base"
+// (2 devices, the baseline) and "base4" (4 devices, the island's count) are
+// islands of one (CW_GANG_SIZE=1, each its own CW_GANG_DIR). For S in
 // {1, 4} concurrent sessions (threads, each its own shared controller session
 // naming its workers) on each island, every session compiles
 // "allreduce_sum f32[16] sK" over its devices, uploads its inputs once, and
@@ -63,13 +64,13 @@ static struct {
   char dir[256];
   cw_test_process_t ctl;
   char ctl_address[512];
-  cw_test_worker_t workers[3];  // gang0, gang1, base
+  cw_test_worker_t workers[4];  // gang0, gang1, base, base4
 } g;
 
 // Stops what was started; false when a process did not exit cleanly.
 static bool stop_all(void) {
   bool ok = true;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 4; ++i) {
     if (g.workers[i].process.pid && cw_test_worker_stop(&g.workers[i], 30000) != 0) ok = false;
   }
   if (g.ctl.pid && cw_test_process_stop(&g.ctl, 30000) != 0) ok = false;
@@ -108,21 +109,25 @@ static void default_env(const char* var, const char* path) {
 
 static void start_processes(void) {
   if (cw_test_tempdir_create("cw-ibench", g.dir, sizeof(g.dir)) != 0) die("temporary directory");
-  char gang_dir[300], base_dir[300];
+  char gang_dir[300], base_dir[300], base4_dir[300];
   snprintf(gang_dir, sizeof(gang_dir), "%s/gang", g.dir);
   snprintf(base_dir, sizeof(base_dir), "%s/base", g.dir);
-  if (mkdir(gang_dir, 0700) != 0 || mkdir(base_dir, 0700) != 0) die("mkdir in %s", g.dir);
+  snprintf(base4_dir, sizeof(base4_dir), "%s/base4", g.dir);
+  if (mkdir(gang_dir, 0700) != 0 || mkdir(base_dir, 0700) != 0 || mkdir(base4_dir, 0700) != 0) {
+    die("mkdir in %s", g.dir);
+  }
   if (cw_test_controller_start(NULL, &g.ctl, g.ctl_address, sizeof(g.ctl_address)) != 0) {
     die("controller did not start");
   }
-  cw_test_gang_worker_options_t o[3] = {
+  cw_test_gang_worker_options_t o[4] = {
       {.dir = gang_dir, .rank = 0, .size = 2, .name = "gang0", .island = "gang"},
       {.dir = gang_dir, .rank = 1, .size = 2, .name = "gang1", .island = "gang"},
       {.dir = base_dir, .rank = 0, .size = 1, .name = "base"},
+      {.dir = base4_dir, .rank = 0, .size = 1, .name = "base4"},
   };
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 4; ++i) {
     o[i].controller = g.ctl_address;
-    o[i].devices = 2;
+    o[i].devices = i == 3 ? 4 : 2;
     if (cw_test_gang_worker_start(&o[i], &g.workers[i]) != 0) die("worker %s", o[i].name);
   }
 }
@@ -329,14 +334,19 @@ int main(int argc, char** argv) {
   start_processes();
   static const char* const gang_workers[] = {"gang0", "gang1"};
   static const char* const base_workers[] = {"base"};
-  const island_t islands[2] = {
+  static const char* const base4_workers[] = {"base4"};
+  // The target compares the island with one worker of 2 devices (the island's
+  // worker); "1 worker x 4" runs the island's device count in one process.
+  const island_t islands[3] = {
       {.label = "gang", .workers = gang_workers, .num_workers = 2, .devices = 4},
       {.label = "base", .workers = base_workers, .num_workers = 1, .devices = 2},
+      {.label = "base4", .workers = base4_workers, .num_workers = 1, .devices = 4},
   };
+  static const char* const row_names[3] = {"gang (2 workers x 2)", "1 worker x 2", "1 worker x 4"};
   const int sessions[2] = {1, 4};
-  double wall[2][2];  // [sessions][island]
+  double wall[2][3];  // [sessions][island]
   for (int si = 0; si < 2; ++si) {
-    for (int ii = 0; ii < 2; ++ii) {
+    for (int ii = 0; ii < 3; ++ii) {
       wall[si][ii] = run_sessions(&islands[ii], sessions[si], (int)launches, warmup);
       fprintf(stderr, "island_bench: %s, %d session(s): %ld launches each in %.3f s\n",
               islands[ii].label, sessions[si], launches, wall[si][ii]);
@@ -349,20 +359,21 @@ int main(int argc, char** argv) {
 
   printf("\nisland_bench: all-reduce f32[%d], %ld pipelined launches per session through the "
          "controller\n", ELEMS, launches);
-  printf("  gang = island of 2 workers x 2 devices; 1 worker = 1 worker x 2 devices (baseline); "
-         "same plugin\n  under the gang plugin: %s\n\n", cw_test_getenv("CAUSEWAY_PJRT_PLUGIN", ""));
-  printf("%-20s %8s %12s %12s %11s %12s\n", "island", "sessions", "launches/s", "per session",
-         "us/launch", "vs 1 worker");
+  printf("  gang = island of 2 workers x 2 devices; 1 worker x 2 = the baseline; 1 worker x 4 = "
+         "the island's\n  device count in one process; same plugin under the gang plugin: %s\n\n",
+         cw_test_getenv("CAUSEWAY_PJRT_PLUGIN", ""));
+  printf("%-20s %8s %12s %12s %11s %14s %14s\n", "island", "sessions", "launches/s",
+         "per session", "us/launch", "vs 1 worker x2", "vs 1 worker x4");
   for (int si = 0; si < 2; ++si) {
     double base_rate = (double)sessions[si] * (double)launches / wall[si][1];
-    for (int ii = 0; ii < 2; ++ii) {
+    double base4_rate = (double)sessions[si] * (double)launches / wall[si][2];
+    for (int ii = 0; ii < 3; ++ii) {
       double total = (double)sessions[si] * (double)launches / wall[si][ii];
-      printf("%-20s %8d %12.0f %12.0f %11.1f %11.2fx\n",
-             ii == 0 ? "gang (2 workers)" : "1 worker", sessions[si], total,
-             total / sessions[si], 1e6 / total, total / base_rate);
+      printf("%-20s %8d %12.0f %12.0f %11.1f %13.2fx %13.2fx\n", row_names[ii], sessions[si],
+             total, total / sessions[si], 1e6 / total, total / base_rate, total / base4_rate);
     }
   }
-  printf("\n  us/launch = wall time / all sessions' launches; vs 1 worker = launches/s over the "
-         "baseline's at the same sessions\n");
+  printf("\n  us/launch = wall time / all sessions' launches; vs 1 worker x2 (the target's "
+         "baseline) and x4 =\n  launches/s over that worker's at the same sessions\n");
   return 0;
 }
