@@ -180,6 +180,7 @@ static PJRT_Error* cw__error_get_code(PJRT_Error_GetCode_Args* a) {
 
 // What one rank posts for one round.
 typedef struct cw__entry_s {
+  uint64_t round;  // which round the entry holds: a rank that skipped one is caught
   uint64_t fingerprint;
   int64_t launch_id;
   uint32_t n;
@@ -210,6 +211,7 @@ typedef struct cw__client_s {
   struct cw__job_s *head, *tail;
   bool has_thread;
   pthread_t thread;
+  float* sum;  // the executor's, CW_GANG_MAX_N floats
   _Atomic bool stopping;  // client destroy: rounds not met fail at once
   PJRT_Device* const* devices;  // owned by the inner client
   size_t num_devices;
@@ -237,6 +239,7 @@ static void cw__client_free(cw__client_t* c) {
   pthread_mutex_destroy(&c->mu);
   pthread_mutex_destroy(&c->queue_mu);
   pthread_cond_destroy(&c->queue_cv);
+  free(c->sum);
   free(c);
 }
 
@@ -679,9 +682,13 @@ static void cw__describe(const cw__client_t* c, uint64_t r, char* buf, size_t ca
   size_t len = 0;
   for (int k = 0; k < c->size && len < cap; ++k) {
     const cw__entry_t* en = &c->slots[k].ring[r % CW_GANG_RING];
-    int n = snprintf(buf + len, cap - len,
-                     "%srank %d runs allreduce_sum f32[%u] %.*s (launch %" PRId64 ")",
-                     k ? ", " : "", k, en->n, CW_GANG_MAX_TAG, en->tag, en->launch_id);
+    int n = en->round == r
+                ? snprintf(buf + len, cap - len,
+                           "%srank %d runs allreduce_sum f32[%u] %.*s (launch %" PRId64 ")",
+                           k ? ", " : "", k, en->n, CW_GANG_MAX_TAG, en->tag, en->launch_id)
+                : snprintf(buf + len, cap - len,
+                           "%srank %d posted round %" PRIu64 " in its place", k ? ", " : "", k,
+                           en->round);
     if (n < 0) break;
     len += (size_t)n;
   }
@@ -707,6 +714,7 @@ static PJRT_Error* cw__post_round(cw__client_t* c, const cw__exe_t* x, uint64_t 
   }
   cw__slot_t* me = &c->slots[c->rank];
   cw__entry_t* en = &me->ring[r % CW_GANG_RING];
+  en->round = r;
   en->fingerprint = x->fingerprint;
   en->launch_id = launch_id;
   en->n = x->n;
@@ -733,7 +741,8 @@ static PJRT_Error* cw__meet(cw__client_t* c, const cw__exe_t* x, uint64_t r, int
   }
   for (int k = 0; !e && k < c->size; ++k) {
     const cw__entry_t* en = &c->slots[k].ring[r % CW_GANG_RING];
-    if (en->fingerprint != x->fingerprint || en->launch_id != launch_id || en->n != x->n) {
+    if (en->round != r || en->fingerprint != x->fingerprint || en->launch_id != launch_id ||
+        en->n != x->n) {
       char what[2048];
       cw__describe(c, r, what, sizeof(what));
       e = cw__err(PJRT_Error_Code_FAILED_PRECONDITION,
@@ -806,7 +815,6 @@ static void cw__job_finish(cw__client_t* c, cw__job_t* j, PJRT_Error* e, const f
 
 static void* cw__executor(void* arg) {
   cw__client_t* c = arg;
-  float* sum = malloc(CW_GANG_MAX_N * sizeof(float));
   for (;;) {
     pthread_mutex_lock(&c->queue_mu);
     while (!c->head && !atomic_load(&c->stopping)) pthread_cond_wait(&c->queue_cv, &c->queue_mu);
@@ -814,17 +822,16 @@ static void* cw__executor(void* arg) {
     if (j && !(c->head = j->next)) c->tail = NULL;
     pthread_mutex_unlock(&c->queue_mu);
     if (!j) break;  // stopping, and nothing left
-    PJRT_Error* e = sum ? cw__meet(c, j->x, j->round, j->launch_id, sum)
-                        : (PJRT_Error*)&g_oom_error;
-    cw__job_finish(c, j, e, sum);
+    PJRT_Error* e = cw__meet(c, j->x, j->round, j->launch_id, c->sum);
+    cw__job_finish(c, j, e, c->sum);
     cw__exe_release(j->x);
     free(j);
   }
-  free(sum);
   return NULL;
 }
 
 static PJRT_Error* cw__executor_start(cw__client_t* c) {
+  if (!(c->sum = malloc(CW_GANG_MAX_N * sizeof(float)))) return (PJRT_Error*)&g_oom_error;
   int rc = pthread_create(&c->thread, NULL, cw__executor, c);
   if (rc) {
     return cw__err(PJRT_Error_Code_RESOURCE_EXHAUSTED,
@@ -834,13 +841,17 @@ static PJRT_Error* cw__executor_start(cw__client_t* c) {
   return NULL;
 }
 
-// Rounds still queued fail with CANCELLED, without waiting for the others.
+// Rounds still waiting for another rank fail with CANCELLED. An Execute in
+// flight finishes first (one waiting for ring space fails). Not from the
+// executor thread, i.e. not from a callback of an output's event.
 static void cw__executor_stop(cw__client_t* c) {
   if (!c->has_thread) return;
   pthread_mutex_lock(&c->queue_mu);
   atomic_store(&c->stopping, true);
   pthread_cond_broadcast(&c->queue_cv);
   pthread_mutex_unlock(&c->queue_mu);
+  pthread_mutex_lock(&c->mu);  // no Execute posts or queues after this
+  pthread_mutex_unlock(&c->mu);
   pthread_join(c->thread, NULL);
   c->has_thread = false;
 }
@@ -952,13 +963,19 @@ static PJRT_Error* cw__execute(PJRT_LoadedExecutable_Execute_Args* a) {
   pthread_mutex_lock(&c->mu);
   j->round = ++c->round;
   e = cw__post_round(c, x, j->round, j->launch_id, acc);
+  if (e) c->round--;  // not posted: the next Execute takes this round
   if (!e) {
-    atomic_fetch_add(&x->refs, 1);
     pthread_mutex_lock(&c->queue_mu);
-    if (c->tail) c->tail->next = j;
-    else c->head = j;
-    c->tail = j;
-    pthread_cond_signal(&c->queue_cv);
+    if (atomic_load(&c->stopping)) {
+      e = cw__err(PJRT_Error_Code_CANCELLED,
+                  "gang rendezvous %" PRIu64 ": client destroyed", j->round);
+    } else {
+      atomic_fetch_add(&x->refs, 1);
+      if (c->tail) c->tail->next = j;
+      else c->head = j;
+      c->tail = j;
+      pthread_cond_signal(&c->queue_cv);
+    }
     pthread_mutex_unlock(&c->queue_mu);
   }
   pthread_mutex_unlock(&c->mu);
