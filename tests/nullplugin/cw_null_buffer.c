@@ -115,6 +115,47 @@ static PJRT_Error* cw__from_host(PJRT_Client_BufferFromHostBuffer_Args* a) {
   return NULL;
 }
 
+// A copy out of a buffer still being written, made once it is: into host
+// memory `dst` or into buffer `to`, then `done` (taken) is set with the
+// source's outcome.
+typedef struct cw__later_s {
+  cw_null_buffer_t* src;  // a reference
+  void* dst;
+  cw_null_buffer_t* to;  // a reference, or NULL
+  cw_null_event_t* done;
+} cw__later_t;
+
+static void cw__copy_now(PJRT_Error* error, void* arg) {
+  cw__later_t* l = arg;
+  if (error) {
+    cw_null_event_set_like(l->done, l->src->pending);
+    cw_null_error_free(error);
+  } else {
+    memcpy(l->to ? l->to->data : l->dst, l->src->data, l->src->size);
+    cw_null_event_set(l->done, 0, NULL);
+  }
+  cw_null_event_unref(l->done);
+  cw_null_buffer_unref(l->src);
+  if (l->to) cw_null_buffer_unref(l->to);
+  free(l);
+}
+
+static PJRT_Error* cw__copy_later(cw_null_buffer_t* src, void* dst, cw_null_buffer_t* to,
+                                  cw_null_event_t* done) {
+  cw__later_t* l = malloc(sizeof(*l));
+  if (!l) return CW_NULL_OOM;
+  atomic_fetch_add(&src->refs, 1);
+  if (to) atomic_fetch_add(&to->refs, 1);
+  *l = (cw__later_t){src, dst, to, done};
+  PJRT_Error* e = cw_null_event_on_ready(src->pending, cw__copy_now, l);
+  if (e) {
+    cw_null_buffer_unref(src);
+    if (to) cw_null_buffer_unref(to);
+    free(l);
+  }
+  return e;
+}
+
 static PJRT_Error* cw__to_host(PJRT_Buffer_ToHostBuffer_Args* a) {
   const cw_null_buffer_t* b = CW_NULL_BUF(a->src);
   if (a->host_layout) {
@@ -134,20 +175,42 @@ static PJRT_Error* cw__to_host(PJRT_Buffer_ToHostBuffer_Args* a) {
                        "cw_nullplugin: destination of %zu bytes for a buffer of %" PRIu64,
                        a->dst_size, b->size);
   }
-  PJRT_Error* e = cw_null_buffer_wait(b);
-  if (e) return e;
-  memcpy(a->dst, b->data, b->size);
-  a->event = CW_NULL_READY;
+  if (!b->pending || cw_null_event_is_ready(b->pending)) {
+    PJRT_Error* e = cw_null_buffer_wait(b);
+    if (e) return e;
+    memcpy(a->dst, b->data, b->size);
+    a->event = CW_NULL_READY;
+    return NULL;
+  }
+  cw_null_event_t* done = cw_null_event_create();
+  if (!done) return CW_NULL_OOM;
+  PJRT_Error* e = cw__copy_later(CW_NULL_BUF(a->src), a->dst, NULL, cw_null_event_ref(done));
+  if (e) {
+    cw_null_event_unref(done);
+    cw_null_event_unref(done);
+    return e;
+  }
+  a->event = (PJRT_Event*)done;
   return NULL;
 }
 
 static PJRT_Error* cw__copy_to(cw_null_buffer_t* src, cw_null_device_t* dev, PJRT_Buffer** out) {
-  PJRT_Error* e = cw_null_buffer_wait(src);
-  if (e) return e;
   cw_null_buffer_t* b = NULL;
-  e = cw_null_buffer_create(dev, src->type, src->dims, src->rank, &b);
+  PJRT_Error* e = cw_null_buffer_create(dev, src->type, src->dims, src->rank, &b);
   if (e) return e;
-  memcpy(b->data, src->data, src->size);
+  if (!src->pending || cw_null_event_is_ready(src->pending)) {
+    e = cw_null_buffer_wait(src);
+    if (e) {
+      cw_null_buffer_unref(b);
+      return e;
+    }
+    memcpy(b->data, src->data, src->size);
+  } else if (!(b->pending = cw_null_event_create()) ||
+             (e = cw__copy_later(src, NULL, b, cw_null_event_ref(b->pending)))) {
+    if (b->pending) cw_null_event_unref(b->pending);  // the copy's reference
+    cw_null_buffer_unref(b);
+    return e ? e : CW_NULL_OOM;
+  }
   *out = (PJRT_Buffer*)b;
   return NULL;
 }
@@ -211,15 +274,19 @@ static PJRT_Error* cw__unsafe_pointer(PJRT_Buffer_UnsafePointer_Args* a) {
   return NULL;
 }
 static PJRT_Error* cw__ref_up(PJRT_Buffer_IncreaseExternalReferenceCount_Args* a) {
+  atomic_fetch_add(&CW_NULL_BUF(a->buffer)->external, 1);
   atomic_fetch_add(&CW_NULL_BUF(a->buffer)->refs, 1);
   return NULL;
 }
 static PJRT_Error* cw__ref_down(PJRT_Buffer_DecreaseExternalReferenceCount_Args* a) {
   cw_null_buffer_t* b = CW_NULL_BUF(a->buffer);
-  if (atomic_load(&b->refs) < 2) {
-    return cw_null_err(PJRT_Error_Code_FAILED_PRECONDITION,
-                       "cw_nullplugin: no external reference to drop");
-  }
+  int n = atomic_load(&b->external);
+  do {
+    if (n < 1) {
+      return cw_null_err(PJRT_Error_Code_FAILED_PRECONDITION,
+                         "cw_nullplugin: no external reference to drop");
+    }
+  } while (!atomic_compare_exchange_weak(&b->external, &n, n - 1));
   cw_null_buffer_unref(b);
   return NULL;
 }

@@ -82,6 +82,10 @@ bool cw_null_event_set(cw_null_event_t* ev, PJRT_Error_Code code, const char* me
   return true;
 }
 
+bool cw_null_event_set_like(cw_null_event_t* ev, const cw_null_event_t* from) {
+  return cw_null_event_set(ev, from->code, from->message);
+}
+
 PJRT_Error* cw_null_event_wait(cw_null_event_t* ev) {
   if (!atomic_load(&ev->ready)) {
     pthread_mutex_lock(&ev->mu);
@@ -111,12 +115,11 @@ static PJRT_Error* cw__event_error(PJRT_Event_Error_Args* a) {
 static PJRT_Error* cw__event_await(PJRT_Event_Await_Args* a) {
   return cw_null_event_wait(CW__EV(a->event));
 }
-static PJRT_Error* cw__event_on_ready(PJRT_Event_OnReady_Args* a) {
-  cw_null_event_t* ev = CW__EV(a->event);
+PJRT_Error* cw_null_event_on_ready(cw_null_event_t* ev, PJRT_Event_OnReadyCallback fn, void* arg) {
   if (!cw_null_event_is_ready(ev)) {
     cw__waiter_t* w = malloc(sizeof(*w));
     if (!w) return CW_NULL_OOM;
-    *w = (cw__waiter_t){a->callback, a->user_arg, NULL};
+    *w = (cw__waiter_t){fn, arg, NULL};
     pthread_mutex_lock(&ev->mu);
     bool queued = !atomic_load(&ev->ready);
     if (queued) {
@@ -127,8 +130,12 @@ static PJRT_Error* cw__event_on_ready(PJRT_Event_OnReady_Args* a) {
     if (queued) return NULL;
     free(w);
   }
-  a->callback(cw__event_status(ev), a->user_arg);
+  fn(cw__event_status(ev), arg);
   return NULL;
+}
+
+static PJRT_Error* cw__event_on_ready(PJRT_Event_OnReady_Args* a) {
+  return cw_null_event_on_ready(CW__EV(a->event), a->callback, a->user_arg);
 }
 
 void cw_null_event_fill(PJRT_Api* api) {

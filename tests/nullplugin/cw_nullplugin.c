@@ -72,9 +72,11 @@ PJRT_Error* cw_null_err(PJRT_Error_Code code, const char* fmt, ...) {
   return (PJRT_Error*)e;
 }
 
-static void cw__error_destroy(PJRT_Error_Destroy_Args* a) {
-  if (a->error) cw__vt_destroy(a->error);
+void cw_null_error_free(PJRT_Error* e) {
+  if (e) cw__vt_destroy(e);
 }
+
+static void cw__error_destroy(PJRT_Error_Destroy_Args* a) { cw_null_error_free(a->error); }
 static void cw__error_message(PJRT_Error_Message_Args* a) {
   cw__vt_message(a->error, &a->message, &a->message_size);
 }

@@ -48,6 +48,9 @@ extern const char cw_null_memory_kind[];
 __attribute__((format(printf, 2, 3))) PJRT_Error* cw_null_err(PJRT_Error_Code code, const char* fmt,
                                                               ...);
 
+// Frees an error of ours (PJRT_Error_Destroy).
+void cw_null_error_free(PJRT_Error* e);
+
 // Returned when even an error cannot be allocated; never freed.
 extern struct cw_null_error_s cw_null_oom_error;
 #define CW_NULL_OOM ((PJRT_Error*)&cw_null_oom_error)
@@ -67,8 +70,13 @@ bool cw_null_event_is_ready(const cw_null_event_t* ev);
 // Makes the event ready (code 0: without error) and runs its callbacks;
 // false when it was ready already.
 bool cw_null_event_set(cw_null_event_t* ev, PJRT_Error_Code code, const char* message);
+// The same as cw_null_event_set with `from`'s outcome (`from` is ready).
+bool cw_null_event_set_like(cw_null_event_t* ev, const cw_null_event_t* from);
 // Waits until the event is ready; its error as a new one the caller owns.
 PJRT_Error* cw_null_event_wait(cw_null_event_t* ev);
+// Runs fn(error it owns, arg) once the event is ready: now if it is, else on
+// the thread that sets it.
+PJRT_Error* cw_null_event_on_ready(cw_null_event_t* ev, PJRT_Event_OnReadyCallback fn, void* arg);
 
 typedef struct cw_null_buffer_s {
   cw_null_device_t* dev;
@@ -77,7 +85,8 @@ typedef struct cw_null_buffer_s {
   int64_t dims[CW_NULL_MAX_RANK];
   int64_t minor_to_major[CW_NULL_MAX_RANK];
   uint64_t size;
-  _Atomic int refs;  // 1 for the buffer itself + external references
+  _Atomic int refs;      // the buffer itself, external references, a transfer manager's
+  _Atomic int external;  // external references (IncreaseExternalReferenceCount)
   _Atomic bool deleted;
   cw_null_event_t* pending;  // NULL: written at creation; else ready once written
   unsigned char* data;

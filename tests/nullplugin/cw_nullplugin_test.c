@@ -203,6 +203,27 @@ static void test_transfer_manager(void** state) {
   CW_PJRT_ASSERT_OK(api->PJRT_Event_OnReady(&on));
   assert_int_equal(seen, -1);
 
+  // Reads of a pending buffer return at once and finish when it is written.
+  float early[4] = {0};
+  PJRT_Buffer_ToHostBuffer_Args eh;
+  CW_PJRT_INIT_ARGS(eh);
+  eh.src = b;
+  eh.dst = early;
+  eh.dst_size = sizeof(early);
+  CW_PJRT_ASSERT_OK(api->PJRT_Buffer_ToHostBuffer(&eh));
+  assert_false(event_is_ready(eh.event));
+  PJRT_Buffer_CopyToDevice_Args cp;
+  CW_PJRT_INIT_ARGS(cp);
+  cp.buffer = b;
+  cp.dst_device = dev;
+  CW_PJRT_ASSERT_OK(api->PJRT_Buffer_CopyToDevice(&cp));
+  // The manager's reference is not an external one.
+  PJRT_Buffer_DecreaseExternalReferenceCount_Args dr;
+  CW_PJRT_INIT_ARGS(dr);
+  dr.buffer = b;
+  assert_int_equal(take(api->PJRT_Buffer_DecreaseExternalReferenceCount(&dr), NULL, 0),
+                   PJRT_Error_Code_FAILED_PRECONDITION);
+
   const float v[4] = {1, 2, 3, 4};
   PJRT_AsyncHostToDeviceTransferManager_TransferData_Args t;
   CW_PJRT_INIT_ARGS(t);
@@ -223,6 +244,13 @@ static void test_transfer_manager(void** state) {
   CW_PJRT_ASSERT_OK(api->PJRT_AsyncHostToDeviceTransferManager_TransferData(&t));
   assert_true(event_is_ready(re.event));
   assert_int_equal(seen, 0);
+  assert_true(event_is_ready(eh.event));
+  assert_memory_equal(early, v, sizeof(v));
+  cw_pjrt_test_event_free(eh.event);
+  float copied[4];
+  cw_pjrt_test_device_to_host(cp.dst_buffer, copied, sizeof(copied));
+  assert_memory_equal(copied, v, sizeof(v));
+  cw_pjrt_test_buffer_free(cp.dst_buffer);
   assert_int_equal(take(api->PJRT_AsyncHostToDeviceTransferManager_TransferData(&t), NULL, 0),
                    PJRT_Error_Code_FAILED_PRECONDITION);
   manager_destroy(m);
