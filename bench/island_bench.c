@@ -208,7 +208,7 @@ static bool prepare(session_run_t* r, cw_test_session_t* s, int64_t* ids) {
                                  .workers = is->workers,
                                  .num_workers = is->num_workers,
                                  .num_devices = is->devices,
-                                 .min_workers = 3};
+                                 .min_workers = 4};
   cw_status_t st = cw_test_session_open(&o, s);
   if (st) {
     run_fail(r, st, "open");

@@ -686,7 +686,21 @@ static bool cw__launch_ready_ahead(cw_worker_t* w, cw_conn_t* c, cw_launch_t* l,
 // prepared and leave only from the head (cw__launch_pop), so the scan starts
 // behind the last one it saw: it ran over up to a window of held parts after
 // every device's completion.
+#ifndef NDEBUG
+// Whether every launch from the head through c->launch_prepared is a
+// prepared part, and the cursor is in the queue.
+static bool cw__launch_prepared_ok(const cw_conn_t* c) {
+  if (!c->launch_prepared) return true;
+  for (const cw_launch_t* l = c->launch_head; l; l = l->next) {
+    if (!cw__launch_stamp(c, l) || !l->prepared) return false;
+    if (l == c->launch_prepared) return true;
+  }
+  return false;
+}
+#endif
+
 static bool cw__launch_prepare_ahead_on(cw_worker_t* w, cw_conn_t* c, bool* out_closed) {
+  assert(cw__launch_prepared_ok(c));
   bool any = false;
   cw_launch_t* l = c->launch_prepared ? c->launch_prepared->next : c->launch_head;
   for (; l; l = l->next) {
