@@ -17,7 +17,8 @@ build/release/bin/cw_bench --plugin "$plugin" "$@"
 build/release/bin/cw_bench --plugin build/release/lib/libcw_nullplugin.so --null --no-tls "$@"
 jax_args=(); for a in "$@"; do [[ "$a" == --quick ]] && jax_args=(--quick); done
 # An island of two worker processes (the gang test plugin) beside one worker of
-# the same plugin: pipelined launches/s through the controller, 1 and 4 sessions.
+# the same plugin with 2 devices (the baseline) and with 4 (the island's device
+# count): pipelined launches/s through the controller, 1 and 4 sessions.
 build/release/bin/island_bench --plugin "$plugin" "${jax_args[@]}"
 # The same over the null plugin: the island's own cost, XLA's threads taken out.
 build/release/bin/island_bench --plugin build/release/lib/libcw_nullplugin.so "${jax_args[@]}"
