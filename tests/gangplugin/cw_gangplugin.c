@@ -214,6 +214,7 @@ typedef struct cw__client_s {
   float* sum;  // the executor's, CW_GANG_MAX_N floats
   _Atomic bool stopping;  // client destroy: rounds not met fail at once
   PJRT_Device* const* devices;  // owned by the inner client
+  PJRT_Memory** memories;       // each device's default memory (owned by the inner client)
   size_t num_devices;
   struct cw__client_s* next;
 } cw__client_t;
@@ -240,6 +241,7 @@ static void cw__client_free(cw__client_t* c) {
   pthread_mutex_destroy(&c->queue_mu);
   pthread_cond_destroy(&c->queue_cv);
   free(c->sum);
+  free(c->memories);
   free(c);
 }
 
@@ -303,6 +305,20 @@ static PJRT_Error* cw__client_setup(cw__client_t* c) {
   return NULL;
 }
 
+// Every device's default memory, where Execute makes its outputs.
+static PJRT_Error* cw__client_memories(cw__client_t* c) {
+  c->memories = calloc(c->num_devices ? c->num_devices : 1, sizeof(*c->memories));
+  if (!c->memories) return (PJRT_Error*)&g_oom_error;
+  for (size_t d = 0; d < c->num_devices; ++d) {
+    CW__ARGS(PJRT_Device_DefaultMemory_Args, dm);
+    dm.device = c->devices[d];
+    PJRT_Error* e = g_inner.PJRT_Device_DefaultMemory(&dm);
+    if (e) return e;
+    c->memories[d] = dm.memory;
+  }
+  return NULL;
+}
+
 static PJRT_Error* cw__client_create(PJRT_Client_Create_Args* a) {
   cw__client_t* c = calloc(1, sizeof(*c));
   if (!c) return (PJRT_Error*)&g_oom_error;
@@ -322,7 +338,8 @@ static PJRT_Error* cw__client_create(PJRT_Client_Create_Args* a) {
   if (!e) {
     c->devices = d.addressable_devices;
     c->num_devices = d.num_addressable_devices;
-    e = cw__executor_start(c);
+    e = cw__client_memories(c);
+    if (!e) e = cw__executor_start(c);
   }
   if (e) {
     CW__ARGS(PJRT_Client_Destroy_Args, x);
@@ -866,10 +883,6 @@ static PJRT_Error* cw__output(const cw__exe_t* x, size_t d,
   const cw__client_t* c = x->client;
   *out = NULL;
   if (out_event) *out_event = NULL;
-  CW__ARGS(PJRT_Device_DefaultMemory_Args, dm);
-  dm.device = c->devices[d];
-  PJRT_Error* e = g_inner.PJRT_Device_DefaultMemory(&dm);
-  if (e) return e;
   PJRT_ShapeSpec spec;
   memset(&spec, 0, sizeof(spec));
   spec.struct_size = sizeof(spec);
@@ -880,8 +893,8 @@ static PJRT_Error* cw__output(const cw__exe_t* x, size_t d,
   h.client = c->inner;
   h.shape_specs = &spec;
   h.num_shape_specs = 1;
-  h.memory = dm.memory;
-  e = g_inner.PJRT_Client_CreateBuffersForAsyncHostToDevice(&h);
+  h.memory = c->memories[d];
+  PJRT_Error* e = g_inner.PJRT_Client_CreateBuffersForAsyncHostToDevice(&h);
   if (e) return e;
   *out_manager = h.transfer_manager;
   CW__ARGS(PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer_Args, rb);

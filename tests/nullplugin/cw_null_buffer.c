@@ -115,6 +115,11 @@ static PJRT_Error* cw__from_host(PJRT_Client_BufferFromHostBuffer_Args* a) {
   return NULL;
 }
 
+// Whether b's bytes are final (written, or failed): nothing to wait for.
+static bool cw__written(const cw_null_buffer_t* b) {
+  return !b->pending || cw_null_event_is_ready(b->pending);
+}
+
 // A copy out of a buffer still being written, made once it is: into host
 // memory `dst` or into buffer `to`, then `done` (taken) is set with the
 // source's outcome.
@@ -175,7 +180,7 @@ static PJRT_Error* cw__to_host(PJRT_Buffer_ToHostBuffer_Args* a) {
                        "cw_nullplugin: destination of %zu bytes for a buffer of %" PRIu64,
                        a->dst_size, b->size);
   }
-  if (!b->pending || cw_null_event_is_ready(b->pending)) {
+  if (cw__written(b)) {
     PJRT_Error* e = cw_null_buffer_wait(b);
     if (e) return e;
     memcpy(a->dst, b->data, b->size);
@@ -198,7 +203,7 @@ static PJRT_Error* cw__copy_to(cw_null_buffer_t* src, cw_null_device_t* dev, PJR
   cw_null_buffer_t* b = NULL;
   PJRT_Error* e = cw_null_buffer_create(dev, src->type, src->dims, src->rank, &b);
   if (e) return e;
-  if (!src->pending || cw_null_event_is_ready(src->pending)) {
+  if (cw__written(src)) {
     e = cw_null_buffer_wait(src);
     if (e) {
       cw_null_buffer_unref(b);

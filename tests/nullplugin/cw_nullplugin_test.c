@@ -72,6 +72,14 @@ static int64_t bytes_in_use(PJRT_Device* d) {
   return a.bytes_in_use;
 }
 
+static PJRT_Client_AddressableDevices_Args devices_of(PJRT_Client* c) {
+  PJRT_Client_AddressableDevices_Args d;
+  CW_PJRT_INIT_ARGS(d);
+  d.client = c;
+  CW_PJRT_ASSERT_OK(api->PJRT_Client_AddressableDevices(&d));
+  return d;
+}
+
 static void client_free(PJRT_Client* c) {
   PJRT_Client_Destroy_Args a;
   CW_PJRT_INIT_ARGS(a);
@@ -84,10 +92,7 @@ static void client_free(PJRT_Client* c) {
 static void test_devices_and_strided_upload(void** state) {
   PJRT_Client* c = cw_pjrt_test_create_client(3);
   assert_non_null(c);
-  PJRT_Client_AddressableDevices_Args d;
-  CW_PJRT_INIT_ARGS(d);
-  d.client = c;
-  CW_PJRT_ASSERT_OK(api->PJRT_Client_AddressableDevices(&d));
+  PJRT_Client_AddressableDevices_Args d = devices_of(c);
   assert_int_equal(d.num_addressable_devices, 3);
   PJRT_Client_PlatformName_Args pn;
   CW_PJRT_INIT_ARGS(pn);
@@ -180,10 +185,7 @@ static bool event_is_ready(PJRT_Event* ev) {
 static void test_transfer_manager(void** state) {
   PJRT_Client* c = cw_pjrt_test_create_client(1);
   assert_non_null(c);
-  PJRT_Client_AddressableDevices_Args d;
-  CW_PJRT_INIT_ARGS(d);
-  d.client = c;
-  CW_PJRT_ASSERT_OK(api->PJRT_Client_AddressableDevices(&d));
+  PJRT_Client_AddressableDevices_Args d = devices_of(c);
   PJRT_Device* dev = d.addressable_devices[0];
 
   PJRT_AsyncHostToDeviceTransferManager* m = manager_create(c, dev, 4);
@@ -317,10 +319,7 @@ static PJRT_Buffer* upload(PJRT_Client* c, PJRT_Device* dev, const float* data, 
 static void test_checksum_program_on_assigned_devices(void** state) {
   PJRT_Client* c = cw_pjrt_test_create_client(4);
   assert_non_null(c);
-  PJRT_Client_AddressableDevices_Args d;
-  CW_PJRT_INIT_ARGS(d);
-  d.client = c;
-  CW_PJRT_ASSERT_OK(api->PJRT_Client_AddressableDevices(&d));
+  PJRT_Client_AddressableDevices_Args d = devices_of(c);
 
   const int64_t ids[2] = {2, 0};
   PJRT_LoadedExecutable* exe = NULL;
