@@ -2,14 +2,16 @@
 // proxy decodes of it before any PJRT call: an IfrtRequest (protobuf-c over
 // proto/ifrt_proxy.proto) and, for the array requests, the dtype, dense size
 // and strides, and sharding (devices and memory kind) of each array or host
-// buffer (cw_proxy_decode.c), also of the specs of MakeErrorArrays,
-// ReshardArrays and BitcastArrays; GetVersion's request, the session
-// metadata and HostBufferReadFromDisk's request.
+// buffer (cw_proxy_decode.c) and where its shards lie (cw_proxy_shards.c),
+// also of the specs of MakeErrorArrays, ReshardArrays and BitcastArrays;
+// GetVersion's request, the session metadata and HostBufferReadFromDisk's
+// request.
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 
 #include "cw_proxy_decode.h"
+#include "cw_proxy_shards.h"
 
 static void fz_array(const CwIfrt__DType* dtype, const CwIfrt__Shape* shape,
                      const CwIfrt__ByteStrides* strides, const CwIfrt__Sharding* sharding) {
@@ -45,6 +47,22 @@ static void fz_array(const CwIfrt__DType* dtype, const CwIfrt__Shape* shape,
   if (!st && (!n || !ids)) abort();
   cw_status_free(st);
   free(ids);
+  // Where its shards lie: each within the array, as many as its devices.
+  if (shape && sharding && shape->n_dims <= CW_PROXY_DECODE_MAX_RANK) {
+    bool dims_ok = true;
+    for (size_t j = 0; j < shape->n_dims; j++) dims_ok = dims_ok && shape->dims[j] >= 0;
+    cw_proxy_shards_t sh;
+    st = dims_ok ? cw_proxy_sharding_shards(sharding, shape->dims, shape->n_dims, &sh)
+                 : cw_make_status(CW_INVALID_ARGUMENT, "negative dimension");
+    for (size_t k = 0; !st && k < sh.n; k++) {
+      for (size_t j = 0; j < sh.rank; j++) {
+        int64_t o = sh.offsets ? sh.offsets[k * sh.rank + j] : 0, d = sh.dims[k * sh.rank + j];
+        if (o < 0 || d < 0 || o > shape->dims[j] || d > shape->dims[j] - o) abort();
+      }
+    }
+    if (!st) cw_proxy_shards_free(&sh);
+    cw_status_free(st);
+  }
   char* kind = NULL;
   st = cw_proxy_sharding_memory_kind(sharding, &kind);
   if (!st && kind && !kind[0]) abort();  // "" is the default: NULL
