@@ -714,6 +714,8 @@ static cw_status_t cw__execute(cw_proxy_session_t* s, const CwIfrt__IfrtRequest*
     out->n = i + 1;
     st = cw__output_sharding(e, i, &out->shardings[i], &out->serialized[i],
                              &out->sharding_bytes[i]);
+    // Split outputs keep where their shards lie (ReshardArrays reads it).
+    if (!st && nd > 1) cw_proxy_array_keep_sharding(a, &out->shardings[i]);
     o->dtype = &out->dtypes[i];
     o->shape = &out->shapes[i];
     o->sharding = &out->shardings[i];

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cw_proxy_internal.h"
+#include "cw_proxy_shards.h"
 
 #define CW__ALWAYS_COPY 1  // xla.ifrt.proto.ArrayCopySemantics
 
@@ -18,7 +19,6 @@ typedef struct cw__spec_s {
   size_t rank;
   int32_t* ids;  // the sharding's devices
   size_t n;
-  bool whole;          // each device holds the whole array
   char* memory_kind;   // NULL: the default
 } cw__spec_t;
 
@@ -77,7 +77,8 @@ static cw_status_t cw__spec(cw_proxy_session_t* s, const CwIfrt__ArraySpec* as,
   out->dims = as->shape->dims;
   out->rank = as->shape->n_dims;
   cw_status_t st = cw_proxy_dtype(out->kind, &out->dt);
-  if (!st) st = cw_proxy_sharding_devices(as->sharding, &out->ids, &out->n, &out->whole);
+  bool whole;
+  if (!st) st = cw_proxy_sharding_devices(as->sharding, &out->ids, &out->n, &whole);
   if (!st) st = cw_proxy_sharding_memory_kind(as->sharding, &out->memory_kind);
   if (!st) st = cw__devices_ok(s, out->ids, out->n);
   if (st) cw__spec_free(out);
@@ -126,19 +127,6 @@ static cw_status_t cw__make_error(cw_proxy_session_t* s, const CwIfrt__IfrtReque
 
 // --- ReshardArrays, BitcastArrays ---------------------------------------------------------
 
-// Whether every shard of `a` holds all of it (its dimensions are the array's).
-static cw_status_t cw__whole(cw_proxy_session_t* s, const cw_proxy_array_t* a, bool* out) {
-  *out = a->n > 0;
-  for (size_t k = 0; *out && k < a->n; k++) {
-    PJRT_Buffer_Dimensions_Args d = {
-        .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_Dimensions_Args, num_dims),
-        .buffer = cw_proxy_array_shard_buffer(a, k)};
-    CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(&s->proxy->pjrt, PJRT_Buffer_Dimensions, &d), "shard");
-    *out = d.num_dims == a->rank && (!a->rank || !memcmp(d.dims, a->dims, a->rank * sizeof(*d.dims)));
-  }
-  return cw_ok_status();
-}
-
 // Whether `buffer` is in the memory `kind` names (NULL: its device's
 // default memory), as the plugin says: an array's kept sharding may not
 // name its memory (CopyArrays, Execute outputs keep none).
@@ -180,54 +168,226 @@ static cw_status_t cw__bytes(int32_t kind, const int64_t* dims, size_t rank, siz
   return cw_ok_status();
 }
 
-// Array `a` under spec `sp` as array `c` (made with room for sp->n shards).
-static cw_status_t cw__fill(cw_proxy_session_t* s, const cw_proxy_array_t* a,
-                            const cw__spec_t* sp, bool bitcast, int32_t semantics,
-                            cw_proxy_array_t* c) {
+// Where the shards of `a` lie, one entry per shard in `bufs` (n of them,
+// the caller's to free with the layout): whole arrays need no sharding;
+// split ones are placed by the sharding they were made with (its devices
+// matched to theirs), and each buffer must have its shard's dimensions.
+static cw_status_t cw__source(cw_proxy_session_t* s, uint64_t handle, const cw_proxy_array_t* a,
+                              cw_proxy_shards_t* src, PJRT_Buffer*** out_bufs) {
   const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
-  uint8_t* bytes = NULL;  // bitcast: the array's bytes, read once
-  size_t len = 0;
+  *out_bufs = NULL;
+  size_t n = a->n;
+  PJRT_Buffer** bufs = calloc(n ? n : 1, sizeof(*bufs));
+  int32_t* ids = malloc((n ? n : 1) * sizeof(*ids));
+  cw_status_t st = bufs && ids ? cw_ok_status()
+                               : cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  bool whole = n > 0;
+  for (size_t k = 0; !st && k < n; k++) {
+    bufs[k] = cw_proxy_array_shard_buffer(a, k);
+    ids[k] = cw_proxy_array_shard_device(a, k);
+    PJRT_Buffer_Dimensions_Args d = {
+        .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_Dimensions_Args, num_dims), .buffer = bufs[k]};
+    st = CW_PROXY_PJRT_CALL(p, PJRT_Buffer_Dimensions, &d);
+    whole = whole && !st && d.num_dims == a->rank &&
+            (!a->rank || !memcmp(d.dims, a->dims, a->rank * sizeof(*d.dims)));
+  }
+  if (!st && whole) st = cw_proxy_shards_replicated(ids, n, a->dims, a->rank, src);
+  CwIfrt__Sharding* sh = NULL;
+  if (!st && !whole) {
+    sh = a->sharding ? cw_ifrt__sharding__unpack(NULL, a->sharding_len, a->sharding) : NULL;
+    st = sh ? cw_proxy_sharding_shards(sh, a->dims, a->rank, src)
+            : cw_make_status(CW_UNIMPLEMENTED, "array %llu is split over its devices and the "
+                             "proxy does not know where its shards lie",
+                             (unsigned long long)handle);
+  }
+  for (size_t k = 0; !st && !whole && k < src->n; k++) {
+    bufs[k] = cw_proxy_array_buffer_on(a, src->ids[k]);
+    PJRT_Buffer_Dimensions_Args d = {
+        .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_Dimensions_Args, num_dims), .buffer = bufs[k]};
+    if (!bufs[k] || src->n != n || !src->offsets) {
+      st = cw_make_status(CW_INVALID_ARGUMENT, "array %llu: its shards do not match its sharding",
+                          (unsigned long long)handle);
+    } else if (!(st = CW_PROXY_PJRT_CALL(p, PJRT_Buffer_Dimensions, &d)) &&
+               (d.num_dims != a->rank ||
+                (a->rank && memcmp(d.dims, src->dims + k * a->rank, a->rank * sizeof(*d.dims))))) {
+      st = cw_make_status(CW_INVALID_ARGUMENT, "array %llu: the shard on device %d is not of the shape "
+                          "its sharding gives", (unsigned long long)handle, src->ids[k]);
+    }
+  }
+  if (sh) cw_ifrt__sharding__free_unpacked(sh, NULL);
+  free(ids);
+  if (st) {
+    cw_proxy_shards_free(src);
+    free(bufs);
+    return st;
+  }
+  *out_bufs = bufs;
+  return cw_ok_status();
+}
+
+// The source shards' bytes, each read once (on first use).
+typedef struct cw__reads_s {
+  cw_proxy_session_t* s;
+  const cw_proxy_array_t* a;
+  const cw_proxy_shards_t* src;
+  PJRT_Buffer** bufs;
+  uint8_t** bytes;
+} cw__reads_t;
+
+static cw_status_t cw__read(cw__reads_t* r, size_t j, const uint8_t** out) {
+  if (!r->bytes[j]) {
+    size_t len;
+    CW_RETURN_IF_ERROR(cw__bytes(r->a->dtype, r->src->dims + j * r->src->rank, r->src->rank,
+                                 &len), "shard");
+    CW_RETURN_IF_ERROR(cw_proxy_buffer_download(r->s, r->bufs[j], len, &r->bytes[j]),
+                       "reading the shard on device %d", r->src->ids[j]);
+  }
+  *out = r->bytes[j];
+  return cw_ok_status();
+}
+
+// Copies the part of source shard j that lies in target shard k of `tgt`
+// into `dst` (target k's dense bytes), `width` bytes an element.
+static cw_status_t cw__overlap(cw__reads_t* r, size_t j, const cw_proxy_shards_t* tgt, size_t k,
+                               size_t width, uint8_t* dst) {
+  size_t rank = tgt->rank;
+  const int64_t *so = r->src->offsets + j * rank, *sd = r->src->dims + j * rank;
+  const int64_t *to = tgt->offsets + k * rank, *td = tgt->dims + k * rank;
+  int64_t lo[CW_PROXY_MAX_RANK], ext[CW_PROXY_MAX_RANK];
+  for (size_t d = 0; d < rank; d++) {
+    lo[d] = so[d] > to[d] ? so[d] : to[d];
+    int64_t hi = so[d] + sd[d] < to[d] + td[d] ? so[d] + sd[d] : to[d] + td[d];
+    if (hi <= lo[d]) return cw_ok_status();  // none
+    ext[d] = hi - lo[d];
+  }
+  const uint8_t* src;
+  CW_RETURN_IF_ERROR(cw__read(r, j, &src), "ReshardArrays");
+  if (!rank) {
+    memcpy(dst, src, width);
+    return cw_ok_status();
+  }
+  // Row by row: the last dimension's run is contiguous in both.
+  size_t run = width * (size_t)ext[rank - 1];
+  int64_t idx[CW_PROXY_MAX_RANK] = {0};  // the last stays 0
+  for (;;) {
+    size_t si = 0, ti = 0;
+    for (size_t d = 0; d < rank; d++) {
+      si = si * (size_t)sd[d] + (size_t)(lo[d] + idx[d] - so[d]);
+      ti = ti * (size_t)td[d] + (size_t)(lo[d] + idx[d] - to[d]);
+    }
+    memcpy(dst + ti * width, src + si * width, run);
+    size_t d = rank - 1;
+    while (d > 0 && ++idx[d - 1] == ext[d - 1]) idx[--d] = 0;
+    if (d == 0) break;
+  }
+  return cw_ok_status();
+}
+
+// Target shard k made from the source shards that overlap it, through the
+// proxy's memory, into the memory the spec names.
+static cw_status_t cw__gather(cw__reads_t* r, const cw__spec_t* sp, const cw_proxy_shards_t* tgt,
+                              size_t k, PJRT_Buffer** out) {
+  const int64_t* dims = tgt->dims + k * tgt->rank;
+  size_t len;
+  CW_RETURN_IF_ERROR(cw__bytes(sp->kind, dims, tgt->rank, &len), "ReshardArrays");
+  uint8_t* bytes = cw_proxy_bytes_alloc(len ? len : 1);
+  if (!bytes) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for %zu bytes", len);
   cw_status_t st = cw_ok_status();
-  if (bitcast) {
-    st = cw__bytes(a->dtype, a->dims, a->rank, &len);
-    size_t want = 0;
-    if (!st) st = cw__bytes(sp->kind, sp->dims, sp->rank, &want);
-    if (!st && want != len) {
-      st = cw_make_status(CW_INVALID_ARGUMENT, "the array has %zu bytes, the spec %zu", len,
-                          want);
-    }
-    if (!st && sp->memory_kind && strcmp(sp->memory_kind, "device")) {
-      st = cw_make_status(CW_UNIMPLEMENTED, "bitcasting into memory kind %s", sp->memory_kind);
-    }
-    if (!st) st = cw_proxy_buffer_download(s, cw_proxy_array_shard_buffer(a, 0), len, &bytes);
+  for (size_t j = 0; !st && len && j < r->src->n; j++) {
+    st = cw__overlap(r, j, tgt, k, sp->dt.width, bytes);
   }
-  for (size_t k = 0; !st && k < sp->n; k++) {
-    int32_t dev = sp->ids[k];
-    if (bitcast) {
-      PJRT_Buffer* b;
-      st = cw_proxy_buffer_upload(s, &sp->dt, sp->dims, sp->rank, dev, bytes, &b);
-      if (!st && (st = cw_proxy_array_add_shard(c, b, dev))) cw_proxy_pjrt_buffer_destroy(p, b);
-      continue;
-    }
-    // A shard already there, in the memory asked for, is shared unless a
-    // copy is asked for.
-    size_t j = 0;
-    while (j < a->n && cw_proxy_array_shard_device(a, j) != dev) j++;
-    bool there = false;
-    if (j < a->n && semantics != CW__ALWAYS_COPY) {
-      st = cw__in_memory(s, cw_proxy_array_shard_buffer(a, j), sp->memory_kind, &there);
-    }
-    if (st) break;
-    if (there) {
-      cw_proxy_array_share_shard(c, a, j);
-      continue;
-    }
-    PJRT_Buffer* b;
-    st = cw_proxy_buffer_copy(s, cw_proxy_array_shard_buffer(a, j < a->n ? j : 0), dev,
-                              sp->memory_kind, &b);
-    if (!st && (st = cw_proxy_array_add_shard(c, b, dev))) cw_proxy_pjrt_buffer_destroy(p, b);
-  }
+  PJRT_Buffer* b = NULL;
+  if (!st) st = cw_proxy_buffer_upload(r->s, &sp->dt, dims, tgt->rank, tgt->ids[k], bytes, &b);
   cw_proxy_bytes_free(bytes);
+  bool there = true;
+  if (!st && sp->memory_kind) st = cw__in_memory(r->s, b, sp->memory_kind, &there);
+  if (!st && !there) {
+    PJRT_Buffer* moved;
+    st = cw_proxy_buffer_copy(r->s, b, tgt->ids[k], sp->memory_kind, &moved);
+    cw_proxy_pjrt_buffer_destroy(&r->s->proxy->pjrt, b);
+    b = st ? NULL : moved;
+  }
+  if (st && b) cw_proxy_pjrt_buffer_destroy(&r->s->proxy->pjrt, b);
+  *out = st ? NULL : b;
+  return st;
+}
+
+static bool cw__same_domain(const cw_proxy_shards_t* a, size_t j, const cw_proxy_shards_t* b,
+                            size_t k) {
+  size_t r = a->rank;
+  return a->offsets && b->offsets && (!r || (!memcmp(a->offsets + j * r, b->offsets + k * r,
+                                                     r * sizeof(int64_t)) &&
+                                             !memcmp(a->dims + j * r, b->dims + k * r,
+                                                     r * sizeof(int64_t))));
+}
+
+// Reshard: target shard k is a source shard of the same domain (shared when
+// it is on k's device in the memory asked for, else copied worker to
+// worker), or is gathered from the shards that overlap it.
+static cw_status_t cw__reshard_one(cw__reads_t* r, const cw__spec_t* sp,
+                                   const cw_proxy_shards_t* tgt, size_t k, int32_t semantics,
+                                   cw_proxy_array_t* c) {
+  const cw_proxy_shards_t* src = r->src;
+  int32_t dev = tgt->ids[k];
+  size_t j = src->n;
+  for (size_t i = 0; i < src->n; i++) {
+    if (cw__same_domain(src, i, tgt, k) && (j == src->n || src->ids[i] == dev)) j = i;
+  }
+  PJRT_Buffer* b = NULL;
+  cw_status_t st = cw_ok_status();
+  if (j == src->n) {
+    st = cw__gather(r, sp, tgt, k, &b);
+  } else {
+    bool there = false;
+    if (src->ids[j] == dev && semantics != CW__ALWAYS_COPY) {
+      st = cw__in_memory(r->s, r->bufs[j], sp->memory_kind, &there);
+    }
+    if (!st && there) {
+      for (size_t i = 0; i < r->a->n; i++) {
+        if (cw_proxy_array_shard_buffer(r->a, i) == r->bufs[j]) {
+          cw_proxy_array_share_shard(c, r->a, i);
+          return cw_ok_status();
+        }
+      }
+    }
+    if (!st) st = cw_proxy_buffer_copy(r->s, r->bufs[j], dev, sp->memory_kind, &b);
+  }
+  if (!st && (st = cw_proxy_array_add_shard(c, b, dev))) {
+    cw_proxy_pjrt_buffer_destroy(&r->s->proxy->pjrt, b);
+  }
+  return st;
+}
+
+// Bitcast, shard by shard (as IFRT defines it): target shard k is the
+// source's shard on k's device (any, when every shard is whole), its bytes
+// read as the spec's dtype and shard dimensions.
+static cw_status_t cw__bitcast_one(cw__reads_t* r, const cw__spec_t* sp,
+                                   const cw_proxy_shards_t* tgt, size_t k, bool whole,
+                                   cw_proxy_array_t* c) {
+  const cw_proxy_shards_t* src = r->src;
+  int32_t dev = tgt->ids[k];
+  size_t j = src->n;
+  for (size_t i = 0; i < src->n; i++) {
+    if (src->ids[i] == dev || (whole && j == src->n)) j = i;
+  }
+  if (j == src->n) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "the array has no shard on device %d", dev);
+  }
+  const int64_t* dims = tgt->dims + k * tgt->rank;
+  size_t have, want;
+  CW_RETURN_IF_ERROR(cw__bytes(r->a->dtype, src->dims + j * src->rank, src->rank, &have), "shard");
+  CW_RETURN_IF_ERROR(cw__bytes(sp->kind, dims, tgt->rank, &want), "spec");
+  if (have != want) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "the array's shard on device %d has %zu bytes, "
+                          "the spec's %zu", src->ids[j], have, want);
+  }
+  const uint8_t* bytes;
+  CW_RETURN_IF_ERROR(cw__read(r, j, &bytes), "BitcastArrays");
+  PJRT_Buffer* b;
+  CW_RETURN_IF_ERROR(cw_proxy_buffer_upload(r->s, &sp->dt, dims, tgt->rank, dev, bytes, &b),
+                     "BitcastArrays");
+  cw_status_t st = cw_proxy_array_add_shard(c, b, dev);
+  if (st) cw_proxy_pjrt_buffer_destroy(&r->s->proxy->pjrt, b);
   return st;
 }
 
@@ -237,28 +397,46 @@ static cw_status_t cw__one(cw_proxy_session_t* s, const CwIfrt__ArraysToSpecsReq
   CW_RETURN_IF_ERROR(cw_proxy_array_get(s, r->array_handles[i], &a), "array %zu", i);
   cw__spec_t sp;
   CW_RETURN_IF_ERROR(cw__spec(s, r->array_specs[i], &sp), "spec %zu", i);
-  bool whole = false;
-  cw_status_t st = cw__whole(s, a, &whole);
-  if (!st && (!whole || !sp.whole)) {
-    st = cw_make_status(CW_UNIMPLEMENTED, "array %llu %s: arrays split over devices are not "
-                        "served yet (each device must hold the whole array)",
-                        (unsigned long long)r->array_handles[i],
-                        whole ? "would be split by its spec" : "is split over its devices");
-  }
-  if (!st && !bitcast &&
+  cw_status_t st = cw_ok_status();
+  if (!bitcast &&
       (sp.kind != a->dtype || sp.rank != a->rank ||
        (a->rank && memcmp(sp.dims, a->dims, a->rank * sizeof(*a->dims))))) {
     st = cw_make_status(CW_INVALID_ARGUMENT, "array %llu: the spec's dtype or shape is not the "
                         "array's (BitcastArrays changes them)",
                         (unsigned long long)r->array_handles[i]);
   }
+  if (!st && bitcast && sp.memory_kind && strcmp(sp.memory_kind, "device")) {
+    st = cw_make_status(CW_UNIMPLEMENTED, "bitcasting into memory kind %s", sp.memory_kind);
+  }
+  cw_proxy_shards_t tgt = {0}, src = {0};
+  PJRT_Buffer** bufs = NULL;
+  if (!st && (st = cw_proxy_sharding_shards(r->array_specs[i]->sharding, sp.dims, sp.rank,
+                                            &tgt))) {
+    st = cw_status_annotate(st, "spec %zu", i);
+  }
+  if (!st && !bitcast && !tgt.offsets) {
+    st = cw_make_status(CW_UNIMPLEMENTED, "spec %zu: its sharding does not say where its shards "
+                        "lie", i);
+  }
+  if (!st) st = cw__source(s, r->array_handles[i], a, &src, &bufs);
   cw_proxy_array_t* c = NULL;
   if (!st) st = cw_proxy_array_new(s, h, sp.kind, sp.dims, sp.rank, sp.n, &c);
-  if (!st) {
-    st = cw__fill(s, a, &sp, bitcast, r->copy_semantics, c);
-    if (st) cw_proxy_array_free(s, cw_proxy_table_remove(&s->arrays, h));
+  uint8_t** bytes = st ? NULL : calloc(src.n ? src.n : 1, sizeof(*bytes));
+  if (!st && !bytes) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  cw__reads_t reads = {.s = s, .a = a, .src = &src, .bufs = bufs, .bytes = bytes};
+  bool whole = true;
+  for (size_t k = 0; !st && k < src.n; k++) whole = whole && cw_proxy_shards_whole(&src, k, a->dims);
+  for (size_t k = 0; !st && k < tgt.n; k++) {
+    st = bitcast ? cw__bitcast_one(&reads, &sp, &tgt, k, whole, c)
+                 : cw__reshard_one(&reads, &sp, &tgt, k, r->copy_semantics, c);
   }
+  if (st && c) cw_proxy_array_free(s, cw_proxy_table_remove(&s->arrays, h));
   if (!st) cw_proxy_array_keep_sharding(c, r->array_specs[i]->sharding);
+  for (size_t k = 0; bytes && k < src.n; k++) cw_proxy_bytes_free(bytes[k]);
+  free(bytes);
+  free(bufs);
+  cw_proxy_shards_free(&src);
+  cw_proxy_shards_free(&tgt);
   cw__spec_free(&sp);
   return st;
 }

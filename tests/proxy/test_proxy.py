@@ -581,7 +581,7 @@ def test_arrays_to_new_specs_and_error_arrays(cluster, proxy):
                 (68, to_specs(33, 68, [100], [array_spec(8, [4], single_device(1))], [105]),
                  grpc.StatusCode.INVALID_ARGUMENT, "the spec's dtype or shape is not the array's"),
                 (69, to_specs(34, 69, [100], [array_spec(11, [2], single_device(1))], [105]),
-                 grpc.StatusCode.INVALID_ARGUMENT, "the array has 16 bytes, the spec 8"),
+                 grpc.StatusCode.INVALID_ARGUMENT, "shard on device 0 has 16 bytes, the spec's 8"),
                 (70, to_specs(33, 70, [100, 101], [array_spec(11, [4], single_device(1))], []),
                  grpc.StatusCode.INVALID_ARGUMENT, "ReshardArrays: 2 arrays, 1 specs"),
                 (71, to_specs(33, 71, [999], [array_spec(11, [4], single_device(1))], [105]),
@@ -682,6 +682,185 @@ def test_arrays_to_new_specs_and_error_arrays(cluster, proxy):
                 kind, op, varint(1 << 3 | 1) + struct.pack("<Q", 4242))))
             assert (got_op, code) == (op, grpc.StatusCode.NOT_FOUND.value[0]), msg
             assert text in msg, msg
+        q.put(None)
+        assert list(responses) == []
+
+
+def hlo_sharding(devices, op: bytes) -> bytes:
+    """ShardingProto of an xla::ifrt::HloSharding over `devices` with xla.OpSharding `op`."""
+    body = field(1, field(1, b"".join(varint(d) for d in devices))) + field(2, op)
+    return field(1, field(1, b"xla::ifrt::HloSharding") + field(2, body))
+
+
+def tiled(tiles, devices=None, iota=None, replicate_last=False) -> bytes:
+    """xla.OpSharding of type OTHER: `tiles` with an explicit device list or
+    an iota (reshape dims, permutation)."""
+    b = varint(1 << 3) + varint(3) + field(3, b"".join(varint(t) for t in tiles))
+    if devices is not None:
+        b += field(4, b"".join(varint(d) for d in devices))
+    if replicate_last:
+        b += varint(6 << 3) + varint(1)
+    if iota is not None:
+        b += field(9, b"".join(varint(d) for d in iota[0]))
+        b += field(10, b"".join(varint(d) for d in iota[1]))
+    return b
+
+
+def concrete_even(devices, dims, shard_dims, replicated_: bool = False) -> bytes:
+    body = (field(1, field(1, b"".join(varint(d) for d in devices)))
+            + field(2, field(1, b"".join(varint(d) for d in dims)))
+            + field(3, field(1, b"".join(varint(d) for d in shard_dims)))
+            + (varint(5 << 3) + varint(1) if replicated_ else b""))
+    return field(1, field(1, b"xla::ifrt::ConcreteEvenSharding") + field(2, body))
+
+
+def make_from_shards(op: int, spec: bytes, buffers, handle: int) -> bytes:
+    """MakeArraysFromHostBufferShards of one array: `buffers` lists
+    (dtype kind, dims, host buffer handle, shard indices)."""
+    body = b"".join(field(1, field(1, b"".join(varint(i) for i in idx)))
+                    for _, _, _, idx in buffers)
+    body += b"".join(field(2, field(1, varint(1 << 3) + varint(kind))
+                           + field(2, field(1, b"".join(varint(d) for d in dims)))
+                           + varint(3 << 3 | 1) + struct.pack("<Q", h))
+                     for kind, dims, h, _ in buffers)
+    return ifrt_request(25, op, field(1, body + field(3, spec)) + packed_fixed64(2, [handle]))
+
+
+def test_reshard_and_bitcast_of_split_arrays(cluster, proxy):
+    """ReshardArrays of arrays split over devices: shards of the same place
+    are shared or copied worker to worker, others gathered from the shards
+    that overlap them; the layouts of the source come from the sharding it
+    was made with (tiles by a device list, an iota, a replicated last tile
+    dimension). BitcastArrays goes shard by shard, as IFRT defines it.
+    Specs that do not say where their shards lie are refused by name."""
+    import numpy as np
+    worker = cluster.addresses["hand-worker-0"]
+    assert harness.wait_until(lambda: harness.stats(worker)["buffers"] == 0, 30)
+    data = np.arange(24, dtype=np.float32).reshape(4, 6)
+    with grpc.insecure_channel(proxy.address) as ch:
+        q, responses, sid = live_session(ch)
+        next_buffer = iter(range(300, 400))
+
+        def call(req):
+            q.put(req)
+            return next(responses)
+
+        def ok(req, op):
+            r = call(req)
+            assert response_status(r) == (op, 0, ""), response_status(r)
+            return r
+
+        def read(op, array):
+            """The bytes of a single-device array."""
+            h = next(next_buffer)
+            ok(ifrt_request(6, op, copy_to_host(array, h)), op)
+            return b"".join(dict(_fields(m)).get(1, b"") for m in ch.unary_stream(
+                SERVICE + "HostBufferLookup")(buffer_ids(sid, h), timeout=10))
+
+        def gathered(op, array, dims, kind=11, dtype=np.float32):
+            """`array` resharded onto device 3 alone, read back."""
+            ok(to_specs(33, op, [array], [array_spec(kind, dims, single_device(3))], [op + 1000]),
+               op)
+            return np.frombuffer(read(op + 500, op + 1000), dtype).reshape(dims)
+
+        def pieces(op, array, n):
+            """The single-device arrays of `array`'s shards, read back."""
+            r = ok(ifrt_request(7, op, varint(1 << 3 | 1) + struct.pack("<Q", array)
+                                + packed_fixed64(4, [op * 10 + k for k in range(n)])), op)
+            return [read(op * 10 + k, h) for k, h in enumerate(handles_of(r, 7))]
+
+        # A: f32[4,6] in 2x2 tiles of [2,3], device position k holding tile
+        # (k // 2, k % 2).
+        blocks = [data[r * 2:r * 2 + 2, c * 3:c * 3 + 3] for r in (0, 1) for c in (0, 1)]
+        for k, b in enumerate(blocks):
+            store(ch, sid, 40 + k, [np.ascontiguousarray(b).tobytes()], 24)
+        a_sharding = hlo_sharding([0, 1, 2, 3], tiled([2, 2], devices=[0, 1, 2, 3]))
+        ok(make_from_shards(100, array_spec(11, [4, 6], a_sharding),
+                            [(11, [2, 3], 40 + k, [k]) for k in range(4)], 200), 100)
+        assert (gathered(101, 200, [4, 6]) == data).all()
+
+        # B: columns split in two, each half on two devices (the last tile
+        # dimension replicates), by an iota: gathered from A's tiles.
+        b_sharding = hlo_sharding([0, 1, 2, 3], tiled([1, 2, 2], iota=([4], [0]),
+                                                      replicate_last=True))
+        ok(to_specs(33, 102, [200], [array_spec(11, [4, 6], b_sharding)], [201]), 102)
+        got = pieces(103, 201, 4)
+        for k in range(4):
+            want = data[:, (k // 2) * 3:(k // 2) * 3 + 3]
+            assert np.frombuffer(got[k], np.float32).reshape(4, 3).tolist() == want.tolist(), k
+        # B's own layout is where it was made: back to one device whole.
+        assert (gathered(104, 201, [4, 6]) == data).all()
+
+        # C: A's tiles on the devices in reverse (a transposed iota of 2x2
+        # puts tile (r, c) on position 2c + r): each tile is one of A's,
+        # copied worker to worker; then A's own sharding again, every shard
+        # shared (no new buffer on the worker).
+        c_sharding = hlo_sharding([3, 2, 1, 0], tiled([2, 2], iota=([2, 2], [1, 0])))
+        ok(to_specs(33, 105, [200], [array_spec(11, [4, 6], c_sharding)], [202]), 105)
+        assert (gathered(106, 202, [4, 6]) == data).all()
+        before = harness.stats(worker)["buffers"]
+        ok(to_specs(33, 107, [200], [array_spec(11, [4, 6], a_sharding)], [203]), 107)
+        assert harness.stats(worker)["buffers"] == before
+        assert (gathered(108, 203, [4, 6]) == data).all()
+
+        # Bitcast shard by shard: A's tiles as u32, and a replicated scalar as
+        # f32[2] split in two (each shard the scalar's bytes).
+        ok(to_specs(34, 109, [200], [array_spec(8, [4, 6], a_sharding)], [204]), 109)
+        assert (gathered(110, 204, [4, 6], kind=8, dtype=np.uint32) == data.view(np.uint32)).all()
+        store(ch, sid, 50, [np.float32(2.5).tobytes()], 4)
+        ok(make_from_shards(111, array_spec(11, [], replicated([0, 1])),
+                            [(11, [], 50, [0, 1])], 205), 111)
+        ok(to_specs(34, 112, [205], [array_spec(11, [2], concrete_even([0, 1], [2], [1]))],
+                    [206]), 112)
+        assert pieces(113, 206, 2) == [np.float32(2.5).tobytes()] * 2
+
+        # A program's split output keeps where its shards lie: x + x over
+        # devices 0 and 1, its output gathered onto device 3.
+        from jax._src.lib import xla_client as xc
+        opts = xc.CompileOptions()
+        opts.num_partitions = opts.executable_build_options.num_partitions = 2
+        opts.executable_build_options.use_spmd_partitioning = True
+        opts.executable_build_options.device_assignment = xc.DeviceAssignment.create(
+            np.array([[0, 1]], np.int32))
+        split = '{mhlo.sharding = "{devices=[2]<=[2]}"}'
+        mlir = ("module @m attributes {mhlo.num_partitions = 2 : i32} { func.func public "
+                f"@main(%arg0: tensor<4xf32> {split}) -> (tensor<4xf32> {split}) {{ "
+                "%0 = stablehlo.add %arg0, %arg0 : tensor<4xf32> "
+                "return %0 : tensor<4xf32> } }").encode()
+        r = ok(ifrt_request(13, 120, field(1, field(1, b"xla::ifrt::XlaProgram") + field(2, mlir))
+                            + field(2, field(1, b"xla::ifrt::XlaCompileOptions") + field(
+                                2, field(1, opts.SerializeAsString())))), 120)
+        exe = dict(_fields(dict(_fields(r))[13]))[1]
+        x = np.arange(4, dtype=np.float32)
+        for k in (0, 1):
+            store(ch, sid, 60 + k, [x[k * 2:k * 2 + 2].tobytes()], 8)
+        ok(make_from_shards(121, array_spec(11, [4], hlo_sharding([0, 1], tiled([2], [0, 1]))),
+                            [(11, [2], 60 + k, [k]) for k in (0, 1)], 210), 121)
+        ok(ifrt_request(15, 122, varint(1 << 3 | 1) + struct.pack("<Q", exe)
+                        + packed_fixed64(2, [210]) + field(4, varint(0) + varint(1))
+                        + packed_fixed64(5, [211])), 122)
+        assert (gathered(123, 211, [4]) == x + x).all()
+
+        # Refused by name, and the session carries on.
+        for op, req, code, text in (
+                (114, to_specs(33, 114, [200], [array_spec(11, [4, 6], concrete_even(
+                    [0, 1], [4, 6], [2, 6]))], [207]),
+                 grpc.StatusCode.UNIMPLEMENTED, "does not say where its shards lie"),
+                (115, to_specs(33, 115, [200], [array_spec(11, [4, 6], hlo_sharding(
+                    [0, 1, 2, 3], tiled([1, 4], devices=[0, 1, 2, 3])))], [207]),
+                 grpc.StatusCode.UNIMPLEMENTED, "does not split evenly"),
+                (116, to_specs(33, 116, [200], [array_spec(11, [4, 6], hlo_sharding(
+                    [0, 1, 2, 3], tiled([2, 2], devices=[0, 1, 2, 2])))], [207]),
+                 grpc.StatusCode.INVALID_ARGUMENT, "each once"),
+                (117, to_specs(34, 117, [200], [array_spec(6, [4, 6], a_sharding)], [207]),
+                 grpc.StatusCode.INVALID_ARGUMENT, "has 24 bytes, the spec's 6"),
+                (118, to_specs(34, 118, [200], [array_spec(11, [4, 6], hlo_sharding(
+                    [0, 1, 2], tiled([3, 1], devices=[0, 1, 2])))], [207]),
+                 grpc.StatusCode.UNIMPLEMENTED, "does not split evenly")):
+            got_op, got_code, msg = response_status(call(req))
+            assert (got_op, got_code) == (op, code.value[0]), msg
+            assert text in msg, msg
+        assert (gathered(119, 200, [4, 6]) == data).all()
         q.put(None)
         assert list(responses) == []
 
