@@ -6,11 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CW__SINGLE_DEVICE "xla::ifrt::SingleDeviceSharding"
-#define CW__HLO "xla::ifrt::HloSharding"
-#define CW__OPAQUE "xla::ifrt::OpaqueSharding"
-#define CW__CONCRETE "xla::ifrt::ConcreteSharding"
-#define CW__CONCRETE_EVEN "xla::ifrt::ConcreteEvenSharding"
 
 // XLA's PrimitiveType (IFRT's DType kinds) -> PJRT's buffer type and the
 // bytes of one element in a host buffer (sub-byte types take a byte each).
@@ -64,7 +59,7 @@ cw_status_t cw_proxy_sharding_devices(const CwIfrt__Sharding* sh, int32_t** out_
   if (!ser || !ser->type_name) return cw_make_status(CW_INVALID_ARGUMENT, "no sharding given");
   size_t len = ser->has_data ? ser->data.len : 0;
   const uint8_t* data = ser->data.data;
-  if (!strcmp(ser->type_name, CW__SINGLE_DEVICE)) {
+  if (!strcmp(ser->type_name, CW_PROXY_SINGLE_DEVICE)) {
     CwIfrt__SingleDeviceSharding* sd = cw_ifrt__single_device_sharding__unpack(NULL, len, data);
     if (!sd) return cw_make_status(CW_INVALID_ARGUMENT, "%s does not decode", ser->type_name);
     *out_ids = malloc(sizeof(int32_t));
@@ -75,10 +70,10 @@ cw_status_t cw_proxy_sharding_devices(const CwIfrt__Sharding* sh, int32_t** out_
     *out_replicated = true;
     return cw_ok_status();
   }
-  bool hlo = !strcmp(ser->type_name, CW__HLO);
-  bool even = !strcmp(ser->type_name, CW__CONCRETE_EVEN);
-  if (!hlo && !even && strcmp(ser->type_name, CW__OPAQUE) &&
-      strcmp(ser->type_name, CW__CONCRETE)) {
+  bool hlo = !strcmp(ser->type_name, CW_PROXY_HLO_SHARDING);
+  bool even = !strcmp(ser->type_name, CW_PROXY_CONCRETE_EVEN);
+  if (!hlo && !even && strcmp(ser->type_name, CW_PROXY_OPAQUE) &&
+      strcmp(ser->type_name, CW_PROXY_CONCRETE)) {
     return cw_make_status(CW_UNIMPLEMENTED, "sharding %s is not served yet", ser->type_name);
   }
   CwIfrt__ShardingDevices* sd = cw_ifrt__sharding_devices__unpack(NULL, len, data);
@@ -114,16 +109,16 @@ cw_status_t cw_proxy_sharding_memory_kind(const CwIfrt__Sharding* sh, char** out
   const char* t = ser->type_name;
   const char* kind = NULL;
   ProtobufCMessage* m = NULL;
-  if (!strcmp(t, CW__SINGLE_DEVICE) || !strcmp(t, CW__OPAQUE)) {
+  if (!strcmp(t, CW_PROXY_SINGLE_DEVICE) || !strcmp(t, CW_PROXY_OPAQUE)) {
     CwIfrt__ShardingMemoryKind2* k = cw_ifrt__sharding_memory_kind2__unpack(NULL, len, data);
     m = k ? &k->base : NULL;
     kind = k ? k->memory_kind : NULL;
-  } else if (!strcmp(t, CW__HLO)) {
+  } else if (!strcmp(t, CW_PROXY_HLO_SHARDING)) {
     CwIfrt__ShardingMemoryKind3* k = cw_ifrt__sharding_memory_kind3__unpack(NULL, len, data);
     m = k ? &k->base : NULL;
     kind = k ? k->memory_kind : NULL;
-  } else if (!strcmp(t, CW__CONCRETE) ||
-             !strcmp(t, CW__CONCRETE_EVEN)) {
+  } else if (!strcmp(t, CW_PROXY_CONCRETE) ||
+             !strcmp(t, CW_PROXY_CONCRETE_EVEN)) {
     CwIfrt__ShardingMemoryKind4* k = cw_ifrt__sharding_memory_kind4__unpack(NULL, len, data);
     m = k ? &k->base : NULL;
     kind = k ? k->memory_kind : NULL;

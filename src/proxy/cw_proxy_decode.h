@@ -10,6 +10,13 @@
 #include "cw_status.h"
 #include "proto/ifrt_proxy.pb-c.h"
 
+// The IFRT sharding kinds, as a serialized sharding names them.
+#define CW_PROXY_SINGLE_DEVICE "xla::ifrt::SingleDeviceSharding"
+#define CW_PROXY_HLO_SHARDING "xla::ifrt::HloSharding"
+#define CW_PROXY_OPAQUE "xla::ifrt::OpaqueSharding"
+#define CW_PROXY_CONCRETE "xla::ifrt::ConcreteSharding"
+#define CW_PROXY_CONCRETE_EVEN "xla::ifrt::ConcreteEvenSharding"
+
 typedef struct cw_proxy_dtype_s {
   PJRT_Buffer_Type pjrt;
   uint8_t width;  // bytes of one element in a host buffer (sub-byte types: 1)

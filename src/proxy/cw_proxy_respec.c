@@ -1,14 +1,18 @@
 // Arrays made to a spec: MakeErrorArrays (arrays that hold an error), and
-// ReshardArrays and BitcastArrays (an array under a new spec). The proxy
-// reads of a sharding its devices, whether each holds the whole array, and
-// its memory kind (cw_proxy_decode.h), so it moves whole arrays: onto other
-// devices and memories, or reinterpreted as another dtype and shape. Arrays
-// split over devices, on either side, are refused by name.
+// ReshardArrays and BitcastArrays (an array under a new spec). Where each
+// shard of an array or a spec lies comes from its sharding
+// (cw_proxy_shards.h); a reshard shares or copies the shards that are
+// already where the spec wants them and gathers the others through the
+// proxy's memory; a bitcast goes shard by shard.
 #include <stdlib.h>
 #include <string.h>
 
 #include "cw_proxy_internal.h"
 #include "cw_proxy_shards.h"
+
+_Static_assert(CW_PROXY_MAX_RANK == CW_PROXY_DECODE_MAX_RANK &&
+                   CW_PROXY_MAX_DEVICES == CW_PROXY_SHARDS_MAX_DEVICES,
+               "the shard math and the arrays share their bounds");
 
 #define CW__ALWAYS_COPY 1  // xla.ifrt.proto.ArrayCopySemantics
 
@@ -168,6 +172,16 @@ static cw_status_t cw__bytes(int32_t kind, const int64_t* dims, size_t rank, siz
   return cw_ok_status();
 }
 
+// Whether `buffer`'s dimensions are `dims`.
+static cw_status_t cw__dims_are(const cw_proxy_pjrt_t* p, PJRT_Buffer* buffer, const int64_t* dims,
+                                size_t rank, bool* out) {
+  PJRT_Buffer_Dimensions_Args d = {
+      .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_Dimensions_Args, num_dims), .buffer = buffer};
+  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(p, PJRT_Buffer_Dimensions, &d), "shard");
+  *out = d.num_dims == rank && (!rank || !memcmp(d.dims, dims, rank * sizeof(*dims)));
+  return cw_ok_status();
+}
+
 // Where the shards of `a` lie, one entry per shard in `bufs` (n of them,
 // the caller's to free with the layout): whole arrays need no sharding;
 // split ones are placed by the sharding they were made with (its devices
@@ -185,35 +199,36 @@ static cw_status_t cw__source(cw_proxy_session_t* s, uint64_t handle, const cw_p
   for (size_t k = 0; !st && k < n; k++) {
     bufs[k] = cw_proxy_array_shard_buffer(a, k);
     ids[k] = cw_proxy_array_shard_device(a, k);
-    PJRT_Buffer_Dimensions_Args d = {
-        .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_Dimensions_Args, num_dims), .buffer = bufs[k]};
-    st = CW_PROXY_PJRT_CALL(p, PJRT_Buffer_Dimensions, &d);
-    whole = whole && !st && d.num_dims == a->rank &&
-            (!a->rank || !memcmp(d.dims, a->dims, a->rank * sizeof(*d.dims)));
+    bool is = false;
+    st = cw__dims_are(p, bufs[k], a->dims, a->rank, &is);
+    whole = whole && is;
   }
   if (!st && whole) st = cw_proxy_shards_replicated(ids, n, a->dims, a->rank, src);
   CwIfrt__Sharding* sh = NULL;
   if (!st && !whole) {
     sh = a->sharding ? cw_ifrt__sharding__unpack(NULL, a->sharding_len, a->sharding) : NULL;
     st = sh ? cw_proxy_sharding_shards(sh, a->dims, a->rank, src)
-            : cw_make_status(CW_UNIMPLEMENTED, "array %llu is split over its devices and the "
-                             "proxy does not know where its shards lie",
-                             (unsigned long long)handle);
+            : cw_make_status(CW_UNIMPLEMENTED, "it was made without a sharding that says where "
+                             "its shards lie");
+    if (!st && !src->offsets) {
+      st = cw_make_status(CW_UNIMPLEMENTED, "its sharding does not say where its shards lie");
+    } else if (!st && src->n != n) {
+      st = cw_make_status(CW_INVALID_ARGUMENT, "%zu shards for a sharding of %zu devices", n,
+                          src->n);
+    }
   }
   for (size_t k = 0; !st && !whole && k < src->n; k++) {
     bufs[k] = cw_proxy_array_buffer_on(a, src->ids[k]);
-    PJRT_Buffer_Dimensions_Args d = {
-        .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_Dimensions_Args, num_dims), .buffer = bufs[k]};
-    if (!bufs[k] || src->n != n || !src->offsets) {
-      st = cw_make_status(CW_INVALID_ARGUMENT, "array %llu: its shards do not match its sharding",
-                          (unsigned long long)handle);
-    } else if (!(st = CW_PROXY_PJRT_CALL(p, PJRT_Buffer_Dimensions, &d)) &&
-               (d.num_dims != a->rank ||
-                (a->rank && memcmp(d.dims, src->dims + k * a->rank, a->rank * sizeof(*d.dims))))) {
-      st = cw_make_status(CW_INVALID_ARGUMENT, "array %llu: the shard on device %d is not of the shape "
-                          "its sharding gives", (unsigned long long)handle, src->ids[k]);
+    bool is = false;
+    st = bufs[k] ? cw__dims_are(p, bufs[k], src->dims + k * a->rank, a->rank, &is)
+                 : cw_make_status(CW_INVALID_ARGUMENT, "no shard on device %d of its sharding",
+                                  src->ids[k]);
+    if (!st && !is) {
+      st = cw_make_status(CW_INVALID_ARGUMENT, "the shard on device %d is not of the shape its "
+                          "sharding gives", src->ids[k]);
     }
   }
+  if (st) st = cw_status_annotate(st, "array %llu", (unsigned long long)handle);
   if (sh) cw_ifrt__sharding__free_unpacked(sh, NULL);
   free(ids);
   if (st) {
@@ -261,7 +276,7 @@ static cw_status_t cw__overlap(cw__reads_t* r, size_t j, const cw_proxy_shards_t
     ext[d] = hi - lo[d];
   }
   const uint8_t* src;
-  CW_RETURN_IF_ERROR(cw__read(r, j, &src), "ReshardArrays");
+  CW_RETURN_IF_ERROR(cw__read(r, j, &src), "gathering");
   if (!rank) {
     memcpy(dst, src, width);
     return cw_ok_status();
@@ -283,18 +298,29 @@ static cw_status_t cw__overlap(cw__reads_t* r, size_t j, const cw_proxy_shards_t
   return cw_ok_status();
 }
 
+static bool cw__same_domain(const cw_proxy_shards_t* a, size_t j, const cw_proxy_shards_t* b,
+                            size_t k) {
+  size_t r = a->rank;
+  return a->offsets && b->offsets && (!r || (!memcmp(a->offsets + j * r, b->offsets + k * r,
+                                                     r * sizeof(int64_t)) &&
+                                             !memcmp(a->dims + j * r, b->dims + k * r,
+                                                     r * sizeof(int64_t))));
+}
+
 // Target shard k made from the source shards that overlap it, through the
 // proxy's memory, into the memory the spec names.
 static cw_status_t cw__gather(cw__reads_t* r, const cw__spec_t* sp, const cw_proxy_shards_t* tgt,
                               size_t k, PJRT_Buffer** out) {
   const int64_t* dims = tgt->dims + k * tgt->rank;
   size_t len;
-  CW_RETURN_IF_ERROR(cw__bytes(sp->kind, dims, tgt->rank, &len), "ReshardArrays");
+  CW_RETURN_IF_ERROR(cw__bytes(sp->kind, dims, tgt->rank, &len), "shard");
   uint8_t* bytes = cw_proxy_bytes_alloc(len ? len : 1);
   if (!bytes) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for %zu bytes", len);
   cw_status_t st = cw_ok_status();
   for (size_t j = 0; !st && len && j < r->src->n; j++) {
-    st = cw__overlap(r, j, tgt, k, sp->dt.width, bytes);
+    bool replica = false;  // of a shard read already: the same bytes
+    for (size_t i = 0; !replica && i < j; i++) replica = cw__same_domain(r->src, i, r->src, j);
+    if (!replica) st = cw__overlap(r, j, tgt, k, sp->dt.width, bytes);
   }
   PJRT_Buffer* b = NULL;
   if (!st) st = cw_proxy_buffer_upload(r->s, &sp->dt, dims, tgt->rank, tgt->ids[k], bytes, &b);
@@ -310,15 +336,6 @@ static cw_status_t cw__gather(cw__reads_t* r, const cw__spec_t* sp, const cw_pro
   if (st && b) cw_proxy_pjrt_buffer_destroy(&r->s->proxy->pjrt, b);
   *out = st ? NULL : b;
   return st;
-}
-
-static bool cw__same_domain(const cw_proxy_shards_t* a, size_t j, const cw_proxy_shards_t* b,
-                            size_t k) {
-  size_t r = a->rank;
-  return a->offsets && b->offsets && (!r || (!memcmp(a->offsets + j * r, b->offsets + k * r,
-                                                     r * sizeof(int64_t)) &&
-                                             !memcmp(a->dims + j * r, b->dims + k * r,
-                                                     r * sizeof(int64_t))));
 }
 
 // Reshard: target shard k is a source shard of the same domain (shared when
@@ -359,16 +376,16 @@ static cw_status_t cw__reshard_one(cw__reads_t* r, const cw__spec_t* sp,
 }
 
 // Bitcast, shard by shard (as IFRT defines it): target shard k is the
-// source's shard on k's device (any, when every shard is whole), its bytes
-// read as the spec's dtype and shard dimensions.
+// source's shard on k's device (when every shard is whole, the first, read
+// once), its bytes read as the spec's dtype and shard dimensions.
 static cw_status_t cw__bitcast_one(cw__reads_t* r, const cw__spec_t* sp,
                                    const cw_proxy_shards_t* tgt, size_t k, bool whole,
                                    cw_proxy_array_t* c) {
   const cw_proxy_shards_t* src = r->src;
   int32_t dev = tgt->ids[k];
-  size_t j = src->n;
-  for (size_t i = 0; i < src->n; i++) {
-    if (src->ids[i] == dev || (whole && j == src->n)) j = i;
+  size_t j = whole ? 0 : src->n;  // whole: shard 0's bytes serve every device
+  for (size_t i = 0; !whole && i < src->n; i++) {
+    if (src->ids[i] == dev) j = i;
   }
   if (j == src->n) {
     return cw_make_status(CW_INVALID_ARGUMENT, "the array has no shard on device %d", dev);
@@ -382,10 +399,10 @@ static cw_status_t cw__bitcast_one(cw__reads_t* r, const cw__spec_t* sp,
                           "the spec's %zu", src->ids[j], have, want);
   }
   const uint8_t* bytes;
-  CW_RETURN_IF_ERROR(cw__read(r, j, &bytes), "BitcastArrays");
+  CW_RETURN_IF_ERROR(cw__read(r, j, &bytes), "bitcasting");
   PJRT_Buffer* b;
   CW_RETURN_IF_ERROR(cw_proxy_buffer_upload(r->s, &sp->dt, dims, tgt->rank, dev, bytes, &b),
-                     "BitcastArrays");
+                     "bitcasting");
   cw_status_t st = cw_proxy_array_add_shard(c, b, dev);
   if (st) cw_proxy_pjrt_buffer_destroy(&r->s->proxy->pjrt, b);
   return st;

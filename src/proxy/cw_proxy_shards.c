@@ -10,9 +10,6 @@
 #include "cw_proxy_decode.h"
 #include "cw_proxy_shards.h"
 
-#define CW__SINGLE_DEVICE "xla::ifrt::SingleDeviceSharding"
-#define CW__HLO "xla::ifrt::HloSharding"
-#define CW__CONCRETE_EVEN "xla::ifrt::ConcreteEvenSharding"
 
 // xla.OpSharding.Type
 enum { CW__REPLICATED = 0, CW__MAXIMAL = 1, CW__TUPLE = 2, CW__OTHER = 3, CW__MANUAL = 4 };
@@ -41,7 +38,17 @@ static cw_status_t cw__alloc(const int32_t* ids, size_t n, const int64_t* dims, 
     return cw_make_status(CW_INVALID_ARGUMENT, "rank %zu is over %d", rank,
                           CW_PROXY_DECODE_MAX_RANK);
   }
-  if (!n) return cw_make_status(CW_INVALID_ARGUMENT, "a sharding of no devices");
+  if (!n || n > CW_PROXY_SHARDS_MAX_DEVICES) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "a sharding of %zu devices (1 to %d)", n,
+                          CW_PROXY_SHARDS_MAX_DEVICES);
+  }
+  for (size_t i = 0; i < n; i++) {
+    for (size_t j = 0; j < i; j++) {
+      if (ids[i] == ids[j]) {
+        return cw_make_status(CW_INVALID_ARGUMENT, "device %d is named twice", ids[i]);
+      }
+    }
+  }
   out->ids = malloc(n * sizeof(*out->ids));
   out->dims = malloc(n * (rank ? rank : 1) * sizeof(*out->dims));
   out->offsets = offsets ? calloc(n * (rank ? rank : 1), sizeof(*out->offsets)) : NULL;
@@ -77,13 +84,14 @@ static cw_status_t cw__tile(cw_proxy_shards_t* s, size_t k, const int64_t* dims,
   return cw_ok_status();
 }
 
-// The product of `v`, refused past `limit` (which bounds every count here).
-static cw_status_t cw__product(const int64_t* v, size_t n, int64_t limit, int64_t* out) {
+// The product of `v` (`what` each is), refused past `limit` devices.
+static cw_status_t cw__product(const int64_t* v, size_t n, int64_t limit, const char* what,
+                               int64_t* out) {
   int64_t p = 1;
   for (size_t i = 0; i < n; i++) {
     if (v[i] < 1 || v[i] > limit || p > limit / v[i]) {
-      return cw_make_status(CW_INVALID_ARGUMENT, "tile dimension %zu is %lld (their product must "
-                            "be the %lld devices)", i, (long long)v[i], (long long)limit);
+      return cw_make_status(CW_INVALID_ARGUMENT, "%s %zu is %lld (the product is at most the "
+                            "%lld devices)", what, i, (long long)v[i], (long long)limit);
     }
     p *= v[i];
   }
@@ -107,7 +115,8 @@ static cw_status_t cw__tile_devices(const CwIfrt__XlaOpSharding* sh, size_t n, i
       return cw_make_status(CW_INVALID_ARGUMENT, "an iota of %zu dimensions and %zu permuted", r,
                             sh->n_iota_transpose_perm);
     }
-    CW_RETURN_IF_ERROR(cw__product(sh->iota_reshape_dims, r, (int64_t)n, &total), "iota");
+    CW_RETURN_IF_ERROR(
+        cw__product(sh->iota_reshape_dims, r, (int64_t)n, "iota dimension", &total), "iota");
     if ((size_t)total != n) {
       return cw_make_status(CW_INVALID_ARGUMENT, "an iota of %lld for %zu devices",
                             (long long)total, n);
@@ -145,7 +154,15 @@ static cw_status_t cw__tile_devices(const CwIfrt__XlaOpSharding* sh, size_t n, i
 static cw_status_t cw__tiled(const CwIfrt__XlaOpSharding* sh, const int64_t* dims,
                              cw_proxy_shards_t* s) {
   size_t m = sh->n_tile_assignment_dimensions;
+  if (sh->replicate_on_last_tile_dim && sh->n_last_tile_dims) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "both replicate_on_last_tile_dim and "
+                          "last_tile_dims");
+  }
   size_t extra = sh->replicate_on_last_tile_dim ? 1 : sh->n_last_tile_dims;
+  if (m > 2 * CW_PROXY_DECODE_MAX_RANK) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "%zu tile dimensions (at most %d)", m,
+                          2 * CW_PROXY_DECODE_MAX_RANK);
+  }
   for (size_t i = 0; i < sh->n_last_tile_dims; i++) {
     if (sh->last_tile_dims[i] != CW__REPLICATED) {
       return cw_make_status(CW_UNIMPLEMENTED, "tile dimensions of type %d (manual or unreduced) "
@@ -157,8 +174,8 @@ static cw_status_t cw__tiled(const CwIfrt__XlaOpSharding* sh, const int64_t* dim
                           "array of rank %zu", m, extra, s->rank);
   }
   int64_t total;
-  CW_RETURN_IF_ERROR(cw__product(sh->tile_assignment_dimensions, m, (int64_t)s->n, &total),
-                     "tiling");
+  CW_RETURN_IF_ERROR(cw__product(sh->tile_assignment_dimensions, m, (int64_t)s->n,
+                                 "tile dimension", &total), "tiling");
   if ((size_t)total != s->n) {
     return cw_make_status(CW_INVALID_ARGUMENT, "%lld tiles for %zu devices", (long long)total,
                           s->n);
@@ -174,7 +191,7 @@ static cw_status_t cw__tiled(const CwIfrt__XlaOpSharding* sh, const int64_t* dim
       break;
     }
     placed[pos[i]] = true;
-    int64_t coord[CW_PROXY_DECODE_MAX_RANK + 1];
+    int64_t coord[CW_PROXY_DECODE_MAX_RANK];
     size_t rest = i;
     for (size_t j = m; j-- > 0;) {
       if (j < s->rank) coord[j] = (int64_t)(rest % (size_t)sh->tile_assignment_dimensions[j]);
@@ -192,8 +209,15 @@ static cw_status_t cw__tiled(const CwIfrt__XlaOpSharding* sh, const int64_t* dim
 static cw_status_t cw__named(const CwIfrt__XlaNamedSharding* ns, const int64_t* dims,
                              cw_proxy_shards_t* s) {
   size_t na = ns->mesh ? ns->mesh->n_axes : 0;
-  if (ns->n_manual_axes) {
-    return cw_make_status(CW_UNIMPLEMENTED, "shardings with manual axes are not served");
+  if (ns->n_manual_axes || ns->n_unreduced_axes || ns->n_tuple_shardings) {
+    return cw_make_status(CW_UNIMPLEMENTED, "named shardings with %s are not served",
+                          ns->n_manual_axes ? "manual axes"
+                          : ns->n_unreduced_axes ? "unreduced axes" : "tuples");
+  }
+  // A mesh that orders its devices some other way than device_ids (a field
+  // this proxy does not read) would place tiles wrongly: refused.
+  if (ns->mesh && ns->mesh->base.n_unknown_fields) {
+    return cw_make_status(CW_UNIMPLEMENTED, "a mesh with fields the proxy does not read");
   }
   if (ns->n_dim_shardings > s->rank || na > CW_PROXY_DECODE_MAX_RANK) {
     return cw_make_status(CW_INVALID_ARGUMENT, "a named sharding of %zu dimensions and %zu axes "
@@ -202,7 +226,7 @@ static cw_status_t cw__named(const CwIfrt__XlaNamedSharding* ns, const int64_t* 
   int64_t sizes[CW_PROXY_DECODE_MAX_RANK];
   for (size_t a = 0; a < na; a++) sizes[a] = ns->mesh->axes[a]->size;
   int64_t total;
-  CW_RETURN_IF_ERROR(cw__product(sizes, na, (int64_t)s->n, &total), "mesh");
+  CW_RETURN_IF_ERROR(cw__product(sizes, na, (int64_t)s->n, "mesh axis", &total), "mesh");
   if ((size_t)total != s->n) {
     return cw_make_status(CW_INVALID_ARGUMENT, "a mesh of %lld devices for %zu",
                           (long long)total, s->n);
@@ -213,9 +237,15 @@ static cw_status_t cw__named(const CwIfrt__XlaNamedSharding* ns, const int64_t* 
   }
   // Each dimension's tiles, and each axis reference checked once.
   int64_t tiles[CW_PROXY_DECODE_MAX_RANK];
+  bool whole_axis[CW_PROXY_DECODE_MAX_RANK] = {false};
+  size_t refs = 0;
   for (size_t j = 0; j < s->rank; j++) {
     tiles[j] = 1;
     size_t nr = j < ns->n_dim_shardings ? ns->dim_shardings[j]->n_axes : 0;
+    if ((refs += nr) > CW_PROXY_DECODE_MAX_RANK) {
+      return cw_make_status(CW_INVALID_ARGUMENT, "a named sharding of over %d axis references",
+                            CW_PROXY_DECODE_MAX_RANK);
+    }
     for (size_t r = 0; r < nr; r++) {
       const CwIfrt__XlaAxisRef* ax = ns->dim_shardings[j]->axes[r];
       if (ax->mesh_axis_index < 0 || (size_t)ax->mesh_axis_index >= na) {
@@ -223,6 +253,11 @@ static cw_status_t cw__named(const CwIfrt__XlaNamedSharding* ns, const int64_t* 
                               (long long)ax->mesh_axis_index, na);
       }
       int64_t full = sizes[ax->mesh_axis_index], size = full;
+      if (!ax->sub_axis_info && whole_axis[ax->mesh_axis_index]) {
+        return cw_make_status(CW_INVALID_ARGUMENT, "mesh axis %lld splits two dimensions",
+                              (long long)ax->mesh_axis_index);
+      }
+      whole_axis[ax->mesh_axis_index] = !ax->sub_axis_info;
       if (ax->sub_axis_info) {
         int64_t pre = ax->sub_axis_info->pre_size;
         size = ax->sub_axis_info->size;
@@ -241,7 +276,8 @@ static cw_status_t cw__named(const CwIfrt__XlaNamedSharding* ns, const int64_t* 
   }
   // Axes named twice could leave tiles on no device: every tile must have one.
   int64_t cells;
-  CW_RETURN_IF_ERROR(cw__product(tiles, s->rank, (int64_t)s->n, &cells), "named sharding");
+  CW_RETURN_IF_ERROR(cw__product(tiles, s->rank, (int64_t)s->n, "tiles of dimension", &cells),
+                     "named sharding");
   bool* placed = calloc(s->n, sizeof(*placed));
   bool* covered = calloc((size_t)cells, sizeof(*covered));
   cw_status_t st = placed && covered ? cw_ok_status()
@@ -357,7 +393,7 @@ cw_status_t cw_proxy_sharding_shards(const CwIfrt__Sharding* sh, const int64_t* 
   const CwIfrt__Serialized* ser = sh->serialized_sharding;
   size_t len = ser->has_data ? ser->data.len : 0;
   cw_status_t st = cw_ok_status();
-  if (!strcmp(ser->type_name, CW__HLO) && n > 1) {
+  if (!strcmp(ser->type_name, CW_PROXY_HLO_SHARDING) && n > 1) {
     CwIfrt__HloSharding* h = cw_ifrt__hlo_sharding__unpack(NULL, len, ser->data.data);
     if (!h || !h->has_xla_op_sharding) {
       st = cw_make_status(CW_INVALID_ARGUMENT, "an HloSharding without its xla.OpSharding");
@@ -366,9 +402,9 @@ cw_status_t cw_proxy_sharding_shards(const CwIfrt__Sharding* sh, const int64_t* 
                                        dims, rank, out);
     }
     if (h) cw_ifrt__hlo_sharding__free_unpacked(h, NULL);
-  } else if (!strcmp(ser->type_name, CW__CONCRETE_EVEN)) {
+  } else if (!strcmp(ser->type_name, CW_PROXY_CONCRETE_EVEN)) {
     st = cw__concrete_even(ids, n, ser->data.data, len, dims, rank, out);
-  } else if (whole || !strcmp(ser->type_name, CW__SINGLE_DEVICE)) {
+  } else if (whole || !strcmp(ser->type_name, CW_PROXY_SINGLE_DEVICE)) {
     st = cw__alloc(ids, n, dims, rank, true, out);
   } else {
     st = cw_make_status(CW_UNIMPLEMENTED, "a %s over %zu devices does not say where its shards "

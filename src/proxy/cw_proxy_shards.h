@@ -12,6 +12,8 @@
 #include "cw_status.h"
 #include "proto/ifrt_proxy.pb-c.h"
 
+#define CW_PROXY_SHARDS_MAX_DEVICES 4096
+
 typedef struct cw_proxy_shards_s {
   size_t n;     // devices, in the sharding's device list's order
   size_t rank;  // of the array
@@ -26,7 +28,8 @@ typedef struct cw_proxy_shards_s {
 // ConcreteEven (shard shapes; offsets only when replicated), and any
 // sharding of one device. Tiles that do not split a dimension evenly,
 // manual and unreduced axes, tuples, and device lists that do not match the
-// tiling are refused by name. rank <= CW_PROXY_DECODE_MAX_RANK.
+// tiling are refused by name, as are devices named twice and more than
+// CW_PROXY_SHARDS_MAX_DEVICES. rank <= CW_PROXY_DECODE_MAX_RANK.
 CW_MUST_USE cw_status_t cw_proxy_sharding_shards(const CwIfrt__Sharding* sharding,
                                                  const int64_t* dims, size_t rank,
                                                  cw_proxy_shards_t* out_shards);

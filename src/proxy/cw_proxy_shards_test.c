@@ -119,6 +119,9 @@ static void test_replicated_last_tile_dimension(void** state) {
   cw_proxy_shards_free(&s);
   last[0] = 4;
   expect_error(shards_of(&op, 4, dims, 1, &s), CW_UNIMPLEMENTED, "manual or unreduced");
+  last[0] = 0;
+  op.replicate_on_last_tile_dim = true;
+  expect_error(shards_of(&op, 4, dims, 1, &s), CW_INVALID_ARGUMENT, "both");
 }
 
 static void test_tilings_refused(void** state) {
@@ -156,10 +159,20 @@ static void test_tilings_refused(void** state) {
   expect_error(cw_proxy_op_sharding_shards(junk, sizeof(junk), kIds, 2, dims, 1, &s),
                CW_INVALID_ARGUMENT, "does not decode");
   // Replicated and maximal: every shard is the whole array.
-  op.type = 0;
-  assert_null(shards_of(&op, 2, dims, 1, &s));
-  assert_true(cw_proxy_shards_whole(&s, 0, dims) && cw_proxy_shards_whole(&s, 1, dims));
-  cw_proxy_shards_free(&s);
+  for (int32_t type = 0; type <= 1; type++) {
+    op.type = type;
+    assert_null(shards_of(&op, 2, dims, 1, &s));
+    assert_true(cw_proxy_shards_whole(&s, 0, dims) && cw_proxy_shards_whole(&s, 1, dims));
+    cw_proxy_shards_free(&s);
+  }
+  // Devices: each once, and not too many.
+  int32_t twice[] = {10, 10};
+  expect_error(cw_proxy_op_sharding_shards(junk, 0, twice, 2, dims, 1, &s), CW_INVALID_ARGUMENT,
+               "device 10 is named twice");
+  static int32_t many[CW_PROXY_SHARDS_MAX_DEVICES + 1];
+  for (int i = 0; i <= CW_PROXY_SHARDS_MAX_DEVICES; i++) many[i] = i;
+  expect_error(cw_proxy_op_sharding_shards(junk, 0, many, CW_PROXY_SHARDS_MAX_DEVICES + 1, dims,
+                                           1, &s), CW_INVALID_ARGUMENT, "devices (1 to 4096)");
 }
 
 // A mesh x=2, y=2 whose devices are given in reverse; dimension 0 split
@@ -217,7 +230,7 @@ static void test_named_axes_on_a_mesh(void** state) {
   d1[0] = &rx;
   int64_t big[] = {4, 4};
   mesh.n_device_ids = 0;
-  expect_error(shards_of(&op, 4, big, 2, &s), CW_INVALID_ARGUMENT, "no device");
+  expect_error(shards_of(&op, 4, big, 2, &s), CW_INVALID_ARGUMENT, "splits two dimensions");
   x.size = 4;
   mesh.n_axes = 1;
   // Sub-axes of x=4: (1)2 splits dimension 0, (2)2 dimension 1.
@@ -241,6 +254,10 @@ static void test_named_axes_on_a_mesh(void** state) {
     assert_int_equal(s.offsets[p * 2 + 1], (int64_t)(p / 2) * 2);
   }
   cw_proxy_shards_free(&s);
+  // The same sub-axis for both dimensions leaves tiles on no device.
+  d1[0] = &sa;
+  expect_error(shards_of(&op, 4, big, 2, &s), CW_INVALID_ARGUMENT, "on no device");
+  d1[0] = &sb;
   hi.pre_size = 3;
   expect_error(shards_of(&op, 4, big, 2, &s), CW_INVALID_ARGUMENT, "sub-axis");
   hi.pre_size = 1;
@@ -248,6 +265,72 @@ static void test_named_axes_on_a_mesh(void** state) {
   ns.manual_axes = manual;
   ns.n_manual_axes = 1;
   expect_error(shards_of(&op, 4, big, 2, &s), CW_UNIMPLEMENTED, "manual axes");
+  ns.n_manual_axes = 0;
+  ns.unreduced_axes = manual;
+  ns.n_unreduced_axes = 1;
+  expect_error(shards_of(&op, 4, big, 2, &s), CW_UNIMPLEMENTED, "unreduced axes");
+  ns.n_unreduced_axes = 0;
+  // A mesh field this proxy does not read (an iota order, say) is refused.
+  uint8_t meshb[256];
+  size_t ml = protobuf_c_message_pack(&mesh.base, meshb);
+  meshb[ml++] = 3 << 3;  // field 3, varint
+  meshb[ml++] = 1;
+  CwIfrt__XlaNamedSharding__Mesh* odd = (CwIfrt__XlaNamedSharding__Mesh*)protobuf_c_message_unpack(
+      &cw_ifrt__xla_named_sharding__mesh__descriptor, NULL, ml, meshb);
+  assert_non_null(odd);
+  ns.mesh = odd;
+  expect_error(shards_of(&op, 4, big, 2, &s), CW_UNIMPLEMENTED, "fields the proxy does not read");
+  protobuf_c_message_free_unpacked(&odd->base, NULL);
+}
+
+// An iota that is not square, and one of rank 3: position p holds the tile
+// whose place in the transposed iota has value p.
+static void test_iota_transposes(void** state) {
+  int32_t ids[24];
+  for (int i = 0; i < 24; i++) ids[i] = 100 + i;
+  CwIfrt__XlaOpSharding op = CW_IFRT__XLA_OP_SHARDING__INIT;
+  op.has_type = true;
+  op.type = 3;
+  int64_t tiles[] = {6}, reshape[] = {2, 3};
+  int32_t perm[] = {1, 0};
+  op.tile_assignment_dimensions = tiles;
+  op.n_tile_assignment_dimensions = 1;
+  op.iota_reshape_dims = reshape;
+  op.n_iota_reshape_dims = 2;
+  op.iota_transpose_perm = perm;
+  op.n_iota_transpose_perm = 2;
+  int64_t dims[] = {6};
+  size_t len;
+  const uint8_t* b = pack(&op.base, &len);
+  cw_proxy_shards_t s;
+  assert_null(cw_proxy_op_sharding_shards(b, len, ids, 6, dims, 1, &s));
+  // [[0,1,2],[3,4,5]] transposed is 0,3,1,4,2,5: tile i on that position.
+  int64_t want[] = {0, 2, 4, 1, 3, 5};
+  for (size_t k = 0; k < 6; k++) assert_int_equal(s.offsets[k], want[k]);
+  cw_proxy_shards_free(&s);
+  // [2,3,4] permuted [1,2,0]: the value at (a,b,c) of the [3,4,2] result is
+  // c*12 + a*4 + b, the tile of row-major index a*8 + b*2 + c.
+  int64_t t24[] = {24}, r3[] = {2, 3, 4}, d24[] = {24};
+  int32_t p3[] = {1, 2, 0};
+  op.tile_assignment_dimensions = t24;
+  op.iota_reshape_dims = r3;
+  op.n_iota_reshape_dims = 3;
+  op.iota_transpose_perm = p3;
+  op.n_iota_transpose_perm = 3;
+  b = pack(&op.base, &len);
+  assert_null(cw_proxy_op_sharding_shards(b, len, ids, 24, d24, 1, &s));
+  for (int64_t a = 0; a < 3; a++) {
+    for (int64_t bb = 0; bb < 4; bb++) {
+      for (int64_t c = 0; c < 2; c++) {
+        assert_int_equal(s.offsets[c * 12 + a * 4 + bb], a * 8 + bb * 2 + c);
+      }
+    }
+  }
+  cw_proxy_shards_free(&s);
+  perm[0] = 0;  // not a permutation
+  p3[1] = 1;
+  expect_error(cw_proxy_op_sharding_shards(pack(&op.base, &len), len, ids, 24, d24, 1, &s),
+               CW_INVALID_ARGUMENT, "not one");
 }
 
 // An IFRT Sharding of `type_name` over the message `m`.
@@ -356,6 +439,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tiles_by_device_list),
       cmocka_unit_test(test_tiles_by_transposed_iota),
+      cmocka_unit_test(test_iota_transposes),
       cmocka_unit_test(test_replicated_last_tile_dimension),
       cmocka_unit_test(test_tilings_refused),
       cmocka_unit_test(test_named_axes_on_a_mesh),

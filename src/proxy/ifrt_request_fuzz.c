@@ -6,12 +6,37 @@
 // also of the specs of MakeErrorArrays, ReshardArrays and BitcastArrays;
 // GetVersion's request, the session metadata and HostBufferReadFromDisk's
 // request.
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 
 #include "cw_proxy_decode.h"
 #include "cw_proxy_shards.h"
+
+static void fz_covered(const cw_proxy_shards_t* sh, const int64_t* dims) {
+  size_t total = 1;
+  for (size_t j = 0; j < sh->rank; j++) {
+    if (dims[j] > 4096 || (total *= (size_t)dims[j]) > 4096) return;
+  }
+  bool seen[4096] = {false};
+  for (size_t k = 0; k < sh->n; k++) {
+    const int64_t *o = sh->offsets + k * sh->rank, *d = sh->dims + k * sh->rank;
+    for (size_t e = 0; e < total; e++) {
+      size_t rest = e;
+      bool in = true;
+      for (size_t j = sh->rank; j-- > 0;) {
+        int64_t x = (int64_t)(rest % (size_t)dims[j]);
+        rest /= (size_t)dims[j];
+        in = in && x >= o[j] && x < o[j] + d[j];
+      }
+      if (in) seen[e] = true;
+    }
+  }
+  for (size_t e = 0; e < total; e++) {
+    if (!seen[e]) abort();
+  }
+}
 
 static void fz_array(const CwIfrt__DType* dtype, const CwIfrt__Shape* shape,
                      const CwIfrt__ByteStrides* strides, const CwIfrt__Sharding* sharding) {
@@ -60,6 +85,9 @@ static void fz_array(const CwIfrt__DType* dtype, const CwIfrt__Shape* shape,
         if (o < 0 || d < 0 || o > shape->dims[j] || d > shape->dims[j] - o) abort();
       }
     }
+    // Placed shards cover the whole array (a gather relies on it); small
+    // arrays only, to keep the fuzzer fast.
+    if (!st && sh.offsets) fz_covered(&sh, shape->dims);
     if (!st) cw_proxy_shards_free(&sh);
     cw_status_free(st);
   }

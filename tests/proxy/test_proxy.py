@@ -791,17 +791,48 @@ def test_reshard_and_bitcast_of_split_arrays(cluster, proxy):
         # B's own layout is where it was made: back to one device whole.
         assert (gathered(104, 201, [4, 6]) == data).all()
 
-        # C: A's tiles on the devices in reverse (a transposed iota of 2x2
-        # puts tile (r, c) on position 2c + r): each tile is one of A's,
-        # copied worker to worker; then A's own sharding again, every shard
-        # shared (no new buffer on the worker).
+        # C: A's tiles placed by a transposed iota over the devices reversed:
+        # tile (r, c) on position 2c + r, so devices 1 and 2 hold the tile
+        # they hold in A (shared: REUSE_INPUT) and 0 and 3 swap theirs
+        # (copied worker to worker). Then A's own sharding with ALWAYS_COPY:
+        # four copies; and with REUSE_INPUT: none.
         c_sharding = hlo_sharding([3, 2, 1, 0], tiled([2, 2], iota=([2, 2], [1, 0])))
-        ok(to_specs(33, 105, [200], [array_spec(11, [4, 6], c_sharding)], [202]), 105)
-        assert (gathered(106, 202, [4, 6]) == data).all()
         before = harness.stats(worker)["buffers"]
-        ok(to_specs(33, 107, [200], [array_spec(11, [4, 6], a_sharding)], [203]), 107)
-        assert harness.stats(worker)["buffers"] == before
-        assert (gathered(108, 203, [4, 6]) == data).all()
+        ok(to_specs(33, 105, [200], [array_spec(11, [4, 6], c_sharding)], [202]), 105)
+        assert harness.stats(worker)["buffers"] == before + 2
+        got = pieces(106, 202, 4)  # positions 0..3: devices 3, 2, 1, 0
+        for k, (r, c) in enumerate(((0, 0), (1, 0), (0, 1), (1, 1))):
+            want = data[r * 2:r * 2 + 2, c * 3:c * 3 + 3]
+            assert np.frombuffer(got[k], np.float32).reshape(2, 3).tolist() == want.tolist(), k
+        before = harness.stats(worker)["buffers"]
+        ok(to_specs(33, 107, [200], [array_spec(11, [4, 6], a_sharding)], [203], semantics=1),
+           107)
+        assert harness.stats(worker)["buffers"] == before + 4
+        ok(to_specs(33, 108, [200], [array_spec(11, [4, 6], a_sharding)], [208]), 108)
+        assert harness.stats(worker)["buffers"] == before + 4
+        assert (gathered(124, 203, [4, 6]) == data).all()
+
+        # D: one row per device, each gathered from the two tiles it
+        # crosses; E: Shardy's named axes on a mesh whose devices are
+        # given in reverse (mesh position p holds device 3 - p, and its
+        # tile is (p // 2, p % 2)).
+        rows = hlo_sharding([0, 1, 2, 3], tiled([4, 1], devices=[0, 1, 2, 3]))
+        ok(to_specs(33, 125, [200], [array_spec(11, [4, 6], rows)], [209]), 125)
+        got = pieces(126, 209, 4)
+        for k in range(4):
+            assert np.frombuffer(got[k], np.float32).tolist() == data[k].tolist(), k
+        mesh = (field(1, field(1, b"x") + varint(2 << 3) + varint(2))
+                + field(1, field(1, b"y") + varint(2 << 3) + varint(2))
+                + field(2, b"".join(varint(d) for d in (3, 2, 1, 0))))
+        named = field(14, field(2, mesh) + field(3, field(1, varint(1 << 3) + varint(0)))
+                      + field(3, field(1, varint(1 << 3) + varint(1))))
+        ok(to_specs(33, 127, [209], [array_spec(11, [4, 6], hlo_sharding([0, 1, 2, 3], named))],
+                    [212]), 127)
+        got = pieces(128, 212, 4)
+        for k in range(4):
+            p = 3 - k
+            want = data[(p // 2) * 2:(p // 2) * 2 + 2, (p % 2) * 3:(p % 2) * 3 + 3]
+            assert np.frombuffer(got[k], np.float32).reshape(2, 3).tolist() == want.tolist(), k
 
         # Bitcast shard by shard: A's tiles as u32, and a replicated scalar as
         # f32[2] split in two (each shard the scalar's bytes).
