@@ -8,6 +8,7 @@
 #include "cw_log.h"
 #include "cw_proxy_decode.h"
 #include "cw_proxy_internal.h"
+#include "cw_proxy_shards.h"
 
 #define CW__HOST_BUFFER_WAIT_MS 60000
 
@@ -517,12 +518,24 @@ static cw_status_t cw__copy_arrays(cw_proxy_session_t* s, const CwIfrt__IfrtRequ
       cw_proxy_arrays_drop(s, out->array_handles, out->n_array_handles);
       return cw_status_annotate(st, "CopyArrays");
     }
+    int32_t* from = malloc((a->n ? a->n : 1) * sizeof(*from));
     for (size_t k = 0; !st && k < a->n; k++) {
       PJRT_Buffer* b = NULL;
+      if (from) from[k] = a->shards[k]->device_id;
       st = cw_proxy_buffer_copy(s, a->shards[k]->buffer, r->device_ids[k], r->memory_kind, &b);
       if (!st) st = cw_proxy_array_add_shard(c, b, r->device_ids[k]);
       if (st) cw_proxy_pjrt_buffer_destroy(p, b);
     }
+    // The copy lies as the array did, on the new devices (ReshardArrays reads
+    // it); kept when it can be, as for any array.
+    if (!st && from && a->sharding) {
+      cw_status_t moved = cw_proxy_sharding_move(a->sharding, a->sharding_len, from,
+                                                 r->device_ids, a->n, &c->sharding,
+                                                 &c->sharding_len);
+      if (moved) CW_LOGD("CopyArrays: the copy keeps no sharding: %s", cw_status_message(moved));
+      cw_status_free(moved);
+    }
+    free(from);
     if (st) {
       cw_proxy_array_free(s, cw_proxy_table_remove(&s->arrays, h));
       cw_proxy_arrays_drop(s, out->array_handles, out->n_array_handles);

@@ -33,7 +33,10 @@ typedef struct cw_proxy_array_s {
   int32_t dtype;  // IFRT DType kind (XLA PrimitiveType)
   size_t rank;
   int64_t dims[CW_PROXY_MAX_RANK];
-  uint8_t* sharding;  // the ShardingProto it was made with (packed), if any
+  // The ShardingProto it was made with (packed), if any: where its shards
+  // lie (a CopyArrays result's names the new devices; its memory kind is
+  // the original's).
+  uint8_t* sharding;
   size_t sharding_len;
   size_t n;  // shards
   cw_proxy_shard_t** shards;

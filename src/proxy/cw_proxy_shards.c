@@ -413,3 +413,71 @@ cw_status_t cw_proxy_sharding_shards(const CwIfrt__Sharding* sh, const int64_t* 
   free(ids);
   return st;
 }
+
+static cw_status_t cw__moved_id(int32_t id, const int32_t* from, const int32_t* to, size_t n,
+                                int32_t* out) {
+  for (size_t i = 0; i < n; i++) {
+    if (from[i] == id) {
+      *out = to[i];
+      return cw_ok_status();
+    }
+  }
+  return cw_make_status(CW_INVALID_ARGUMENT, "the sharding names device %d, which has no shard",
+                        id);
+}
+
+cw_status_t cw_proxy_sharding_move(const uint8_t* packed, size_t len, const int32_t* from,
+                                   const int32_t* to, size_t n, uint8_t** out_packed,
+                                   size_t* out_len) {
+  *out_packed = NULL;
+  *out_len = 0;
+  CwIfrt__Sharding* sh = cw_ifrt__sharding__unpack(NULL, len, packed);
+  CwIfrt__Serialized* ser = sh ? sh->serialized_sharding : NULL;
+  if (!ser || !ser->type_name) {
+    if (sh) cw_ifrt__sharding__free_unpacked(sh, NULL);
+    return cw_make_status(CW_INVALID_ARGUMENT, "a sharding that does not decode");
+  }
+  // Single-device: its device_id (1); the others: their device list (1).
+  // Fields not declared here are kept by protobuf-c and packed again.
+  bool single = !strcmp(ser->type_name, CW_PROXY_SINGLE_DEVICE);
+  const ProtobufCMessageDescriptor* desc = single ? &cw_ifrt__single_device_sharding__descriptor
+                                                  : &cw_ifrt__sharding_devices__descriptor;
+  size_t dlen = ser->has_data ? ser->data.len : 0;
+  ProtobufCMessage* m = protobuf_c_message_unpack(desc, NULL, dlen, ser->data.data);
+  cw_status_t st = m ? cw_ok_status()
+                     : cw_make_status(CW_INVALID_ARGUMENT, "%s does not decode", ser->type_name);
+  if (!st && single) {
+    CwIfrt__SingleDeviceSharding* sd = (CwIfrt__SingleDeviceSharding*)m;
+    st = cw__moved_id(sd->device_id, from, to, n, &sd->device_id);
+    sd->has_device_id = true;  // an absent id is 0, moved like any other
+  } else if (!st) {
+    CwIfrt__DeviceList* dl = ((CwIfrt__ShardingDevices*)m)->devices;
+    for (size_t i = 0; !st && dl && i < dl->n_device_ids; i++) {
+      st = cw__moved_id(dl->device_ids[i], from, to, n, &dl->device_ids[i]);
+    }
+  }
+  uint8_t* data = NULL;
+  if (!st) {
+    data = malloc(protobuf_c_message_get_packed_size(m) + 1);
+    if (!data) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  if (!st) {
+    ProtobufCBinaryData old = ser->data;
+    ser->data.data = data;
+    ser->data.len = protobuf_c_message_pack(m, data);
+    ser->has_data = true;
+    *out_len = cw_ifrt__sharding__get_packed_size(sh);
+    *out_packed = malloc(*out_len + 1);
+    if (*out_packed) {
+      cw_ifrt__sharding__pack(sh, *out_packed);
+    } else {
+      *out_len = 0;
+      st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    ser->data = old;  // the unpacked message frees its own
+  }
+  free(data);
+  if (m) protobuf_c_message_free_unpacked(m, NULL);
+  cw_ifrt__sharding__free_unpacked(sh, NULL);
+  return st;
+}

@@ -47,6 +47,14 @@ CW_MUST_USE cw_status_t cw_proxy_shards_replicated(const int32_t* ids, size_t n,
 
 void cw_proxy_shards_free(cw_proxy_shards_t* shards);
 
+// A packed ShardingProto (`packed`, `len`) with its devices moved: each id
+// from[i] becomes to[i] (n of them; ids not in `from` are refused). The
+// sharding's other fields are kept as they are. *out_packed is the
+// caller's to free.
+CW_MUST_USE cw_status_t cw_proxy_sharding_move(const uint8_t* packed, size_t len,
+                                               const int32_t* from, const int32_t* to, size_t n,
+                                               uint8_t** out_packed, size_t* out_len);
+
 // Whether shard k is the whole array (known offsets of 0 and its dimensions).
 bool cw_proxy_shards_whole(const cw_proxy_shards_t* shards, size_t k, const int64_t* dims);
 

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "cw_proxy_decode.h"
 #include "cw_proxy_shards.h"
 
 static const int32_t kIds[4] = {10, 11, 12, 13};
@@ -433,6 +434,62 @@ static void test_ifrt_sharding_kinds(void** state) {
   // Opaque over two devices says nothing.
   expect_error(ifrt_shards("xla::ifrt::OpaqueSharding", &devs.base, dims, 1, &s),
                CW_UNIMPLEMENTED, "does not say where its shards lie");
+
+  // Moved onto other devices (CopyArrays): the tiling stays, the devices
+  // change, a memory kind rides along.
+  hs.has_xla_op_sharding = true;
+  hs.memory_kind = "pinned_host";
+  size_t hl;
+  const uint8_t* hb = pack(&hs.base, &hl);
+  uint8_t inner[512];
+  memcpy(inner, hb, hl);
+  CwIfrt__Serialized hser = CW_IFRT__SERIALIZED__INIT;
+  hser.type_name = "xla::ifrt::HloSharding";
+  hser.has_data = true;
+  hser.data.data = inner;
+  hser.data.len = hl;
+  CwIfrt__Sharding whole = CW_IFRT__SHARDING__INIT;
+  whole.serialized_sharding = &hser;
+  uint8_t packed[1024];
+  size_t plen = cw_ifrt__sharding__pack(&whole, packed);
+  int32_t from[] = {6, 5}, to[] = {8, 9};
+  uint8_t* moved;
+  size_t mlen;
+  assert_null(cw_proxy_sharding_move(packed, plen, from, to, 2, &moved, &mlen));
+  CwIfrt__Sharding* back = cw_ifrt__sharding__unpack(NULL, mlen, moved);
+  assert_non_null(back);
+  assert_null(cw_proxy_sharding_shards(back, dims, 1, &s));
+  assert_int_equal(s.ids[0], 9);  // was 5
+  assert_int_equal(s.ids[1], 8);  // was 6
+  assert_int_equal(s.offsets[0], 2);  // the tiling is the same
+  cw_proxy_shards_free(&s);
+  char* kind = NULL;
+  assert_null(cw_proxy_sharding_memory_kind(back, &kind));
+  assert_string_equal(kind, "pinned_host");
+  free(kind);
+  cw_ifrt__sharding__free_unpacked(back, NULL);
+  free(moved);
+  int32_t other[] = {5, 7};
+  expect_error(cw_proxy_sharding_move(packed, plen, other, to, 2, &moved, &mlen),
+               CW_INVALID_ARGUMENT, "device 6, which has no shard");
+  assert_null(moved);
+  // Single-device.
+  hb = pack(&sd.base, &hl);
+  memcpy(inner, hb, hl);
+  hser.type_name = "xla::ifrt::SingleDeviceSharding";
+  hser.data.len = hl;
+  plen = cw_ifrt__sharding__pack(&whole, packed);
+  int32_t seven[] = {7}, three[] = {3};
+  assert_null(cw_proxy_sharding_move(packed, plen, seven, three, 1, &moved, &mlen));
+  back = cw_ifrt__sharding__unpack(NULL, mlen, moved);
+  assert_null(cw_proxy_sharding_shards(back, dims, 1, &s));
+  assert_int_equal(s.n, 1);
+  assert_int_equal(s.ids[0], 3);
+  cw_proxy_shards_free(&s);
+  cw_ifrt__sharding__free_unpacked(back, NULL);
+  free(moved);
+  expect_error(cw_proxy_sharding_move((const uint8_t*)"\xff", 1, seven, three, 1, &moved, &mlen),
+               CW_INVALID_ARGUMENT, "does not decode");
 }
 
 int main(void) {

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cw_proxy_decode.h"
 #include "cw_proxy_shards.h"
@@ -88,6 +89,33 @@ static void fz_array(const CwIfrt__DType* dtype, const CwIfrt__Shape* shape,
     // Placed shards cover the whole array (a gather relies on it); small
     // arrays only, to keep the fuzzer fast.
     if (!st && sh.offsets) fz_covered(&sh, shape->dims);
+    // Moved onto other devices (CopyArrays keeps it so), it places the same
+    // shards on them.
+    if (!st && sh.n <= 64) {
+      int32_t to[64];
+      for (size_t k = 0; k < sh.n; k++) to[k] = sh.ids[k] + 1000;
+      size_t len = cw_ifrt__sharding__get_packed_size(sharding);
+      uint8_t* packed = malloc(len + 1);
+      uint8_t* moved = NULL;
+      size_t mlen = 0;
+      if (packed) {
+        cw_ifrt__sharding__pack(sharding, packed);
+        cw_status_t ms = cw_proxy_sharding_move(packed, len, sh.ids, to, sh.n, &moved, &mlen);
+        CwIfrt__Sharding* back = ms ? NULL : cw_ifrt__sharding__unpack(NULL, mlen, moved);
+        cw_proxy_shards_t again;
+        if (!ms && (!back || cw_proxy_sharding_shards(back, shape->dims, shape->n_dims, &again))) {
+          abort();
+        }
+        if (!ms) {
+          if (again.n != sh.n || memcmp(again.ids, to, sh.n * sizeof(*to))) abort();
+          cw_proxy_shards_free(&again);
+          cw_ifrt__sharding__free_unpacked(back, NULL);
+        }
+        cw_status_free(ms);
+      }
+      free(moved);
+      free(packed);
+    }
     if (!st) cw_proxy_shards_free(&sh);
     cw_status_free(st);
   }

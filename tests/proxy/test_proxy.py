@@ -812,6 +812,12 @@ def test_reshard_and_bitcast_of_split_arrays(cluster, proxy):
         assert harness.stats(worker)["buffers"] == before + 4
         assert (gathered(124, 203, [4, 6]) == data).all()
 
+        # A copied onto the devices reversed keeps where its shards lie:
+        # gathered whole again.
+        ok(ifrt_request(24, 131, packed_fixed64(1, [200]) + field(2, b"".join(
+            varint(d) for d in (3, 2, 1, 0))) + packed_fixed64(5, [213])), 131)
+        assert (gathered(132, 213, [4, 6]) == data).all()
+
         # D: one row per device, each gathered from the two tiles it
         # crosses; E: Shardy's named axes on a mesh whose devices are
         # given in reverse (mesh position p holds device 3 - p, and its
