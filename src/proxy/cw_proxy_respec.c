@@ -133,7 +133,8 @@ static cw_status_t cw__make_error(cw_proxy_session_t* s, const CwIfrt__IfrtReque
 
 // Whether `buffer` is in the memory `kind` names (NULL: its device's
 // default memory), as the plugin says: an array's kept sharding may not
-// name its memory (CopyArrays, Execute outputs keep none).
+// name its memory (Execute outputs on one device keep none; a CopyArrays
+// result's names its source's).
 static cw_status_t cw__in_memory(cw_proxy_session_t* s, PJRT_Buffer* buffer, const char* kind,
                                  bool* out) {
   const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
@@ -247,6 +248,7 @@ typedef struct cw__reads_s {
   const cw_proxy_shards_t* src;
   PJRT_Buffer** bufs;
   uint8_t** bytes;
+  bool* replica;  // of an earlier source shard (the same place): never read
 } cw__reads_t;
 
 static cw_status_t cw__read(cw__reads_t* r, size_t j, const uint8_t** out) {
@@ -318,9 +320,7 @@ static cw_status_t cw__gather(cw__reads_t* r, const cw__spec_t* sp, const cw_pro
   if (!bytes) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for %zu bytes", len);
   cw_status_t st = cw_ok_status();
   for (size_t j = 0; !st && len && j < r->src->n; j++) {
-    bool replica = false;  // of a shard read already: the same bytes
-    for (size_t i = 0; !replica && i < j; i++) replica = cw__same_domain(r->src, i, r->src, j);
-    if (!replica) st = cw__overlap(r, j, tgt, k, sp->dt.width, bytes);
+    if (!r->replica[j]) st = cw__overlap(r, j, tgt, k, sp->dt.width, bytes);
   }
   PJRT_Buffer* b = NULL;
   if (!st) st = cw_proxy_buffer_upload(r->s, &sp->dt, dims, tgt->rank, tgt->ids[k], bytes, &b);
@@ -403,6 +403,10 @@ static cw_status_t cw__bitcast_one(cw__reads_t* r, const cw__spec_t* sp,
   PJRT_Buffer* b;
   CW_RETURN_IF_ERROR(cw_proxy_buffer_upload(r->s, &sp->dt, dims, tgt->rank, dev, bytes, &b),
                      "bitcasting");
+  if (!whole) {  // this shard's bytes serve this target only
+    cw_proxy_bytes_free(r->bytes[j]);
+    r->bytes[j] = NULL;
+  }
   cw_status_t st = cw_proxy_array_add_shard(c, b, dev);
   if (st) cw_proxy_pjrt_buffer_destroy(&r->s->proxy->pjrt, b);
   return st;
@@ -439,8 +443,13 @@ static cw_status_t cw__one(cw_proxy_session_t* s, const CwIfrt__ArraysToSpecsReq
   cw_proxy_array_t* c = NULL;
   if (!st) st = cw_proxy_array_new(s, h, sp.kind, sp.dims, sp.rank, sp.n, &c);
   uint8_t** bytes = st ? NULL : calloc(src.n ? src.n : 1, sizeof(*bytes));
-  if (!st && !bytes) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  cw__reads_t reads = {.s = s, .a = a, .src = &src, .bufs = bufs, .bytes = bytes};
+  bool* replica = st ? NULL : calloc(src.n ? src.n : 1, sizeof(*replica));
+  if (!st && (!bytes || !replica)) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  for (size_t j = 0; !st && j < src.n; j++) {
+    for (size_t k = 0; !replica[j] && k < j; k++) replica[j] = cw__same_domain(&src, k, &src, j);
+  }
+  cw__reads_t reads = {.s = s, .a = a, .src = &src, .bufs = bufs, .bytes = bytes,
+                       .replica = replica};
   bool whole = true;
   for (size_t k = 0; !st && k < src.n; k++) whole = whole && cw_proxy_shards_whole(&src, k, a->dims);
   for (size_t k = 0; !st && k < tgt.n; k++) {
@@ -451,6 +460,7 @@ static cw_status_t cw__one(cw_proxy_session_t* s, const CwIfrt__ArraysToSpecsReq
   if (!st) cw_proxy_array_keep_sharding(c, r->array_specs[i]->sharding);
   for (size_t k = 0; bytes && k < src.n; k++) cw_proxy_bytes_free(bytes[k]);
   free(bytes);
+  free(replica);
   free(bufs);
   cw_proxy_shards_free(&src);
   cw_proxy_shards_free(&tgt);

@@ -237,7 +237,9 @@ static cw_status_t cw__named(const CwIfrt__XlaNamedSharding* ns, const int64_t* 
   }
   // Each dimension's tiles, and each axis reference checked once.
   int64_t tiles[CW_PROXY_DECODE_MAX_RANK];
-  bool whole_axis[CW_PROXY_DECODE_MAX_RANK] = {false};
+  // A whole axis splits one dimension once, and none of its parts do too
+  // (parts of one axis may split several).
+  enum { CW__UNUSED, CW__WHOLE, CW__PARTS } use[CW_PROXY_DECODE_MAX_RANK] = {CW__UNUSED};
   size_t refs = 0;
   for (size_t j = 0; j < s->rank; j++) {
     tiles[j] = 1;
@@ -253,11 +255,13 @@ static cw_status_t cw__named(const CwIfrt__XlaNamedSharding* ns, const int64_t* 
                               (long long)ax->mesh_axis_index, na);
       }
       int64_t full = sizes[ax->mesh_axis_index], size = full;
-      if (!ax->sub_axis_info && whole_axis[ax->mesh_axis_index]) {
-        return cw_make_status(CW_INVALID_ARGUMENT, "mesh axis %lld splits two dimensions",
+      int u = ax->sub_axis_info ? CW__PARTS : CW__WHOLE;
+      if (use[ax->mesh_axis_index] != CW__UNUSED &&
+          (u == CW__WHOLE || use[ax->mesh_axis_index] == CW__WHOLE)) {
+        return cw_make_status(CW_INVALID_ARGUMENT, "mesh axis %lld is used twice",
                               (long long)ax->mesh_axis_index);
       }
-      whole_axis[ax->mesh_axis_index] = !ax->sub_axis_info;
+      use[ax->mesh_axis_index] = u;
       if (ax->sub_axis_info) {
         int64_t pre = ax->sub_axis_info->pre_size;
         size = ax->sub_axis_info->size;

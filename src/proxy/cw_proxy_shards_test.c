@@ -152,6 +152,21 @@ static void test_tilings_refused(void** state) {
   op.tile_assignment_devices = NULL;
   op.n_tile_assignment_devices = 0;
   expect_error(shards_of(&op, 2, dims, 1, &s), CW_INVALID_ARGUMENT, "names no tile devices");
+  // Over 128 tile dimensions (trailing ones of 1, all replicating).
+  int64_t ones[130];
+  int32_t reps[129];
+  ones[0] = 2;
+  for (int i = 1; i < 130; i++) ones[i] = 1;
+  for (int i = 0; i < 129; i++) reps[i] = 0;
+  int64_t two_devs[] = {0, 1};
+  op.tile_assignment_dimensions = ones;
+  op.n_tile_assignment_dimensions = 130;
+  op.tile_assignment_devices = two_devs;
+  op.n_tile_assignment_devices = 2;
+  op.last_tile_dims = reps;
+  op.n_last_tile_dims = 129;
+  expect_error(shards_of(&op, 2, dims, 1, &s), CW_INVALID_ARGUMENT, "130 tile dimensions");
+  op.n_last_tile_dims = 0;
   op.type = 2;
   expect_error(shards_of(&op, 2, dims, 1, &s), CW_UNIMPLEMENTED, "tuple");
   op.type = 4;
@@ -226,12 +241,12 @@ static void test_named_axes_on_a_mesh(void** state) {
   assert_int_equal(s.offsets[0], 2);
   assert_int_equal(s.offsets[2], 2);
   cw_proxy_shards_free(&s);
-  // x for both dimensions: tiles left on no device.
+  // x for both dimensions: refused.
   ns.n_dim_shardings = 2;
   d1[0] = &rx;
   int64_t big[] = {4, 4};
   mesh.n_device_ids = 0;
-  expect_error(shards_of(&op, 4, big, 2, &s), CW_INVALID_ARGUMENT, "splits two dimensions");
+  expect_error(shards_of(&op, 4, big, 2, &s), CW_INVALID_ARGUMENT, "mesh axis 0 is used twice");
   x.size = 4;
   mesh.n_axes = 1;
   // Sub-axes of x=4: (1)2 splits dimension 0, (2)2 dimension 1.
@@ -259,6 +274,18 @@ static void test_named_axes_on_a_mesh(void** state) {
   d1[0] = &sa;
   expect_error(shards_of(&op, 4, big, 2, &s), CW_INVALID_ARGUMENT, "on no device");
   d1[0] = &sb;
+  // A part of x, then x whole: refused.
+  d1[0] = &rx;
+  expect_error(shards_of(&op, 4, big, 2, &s), CW_INVALID_ARGUMENT, "mesh axis 0 is used twice");
+  d1[0] = &sb;
+  // Over 64 axis references.
+  CwIfrt__XlaAxisRef* many[65];
+  for (int i = 0; i < 65; i++) many[i] = &sa;
+  s0.axes = many;
+  s0.n_axes = 65;
+  expect_error(shards_of(&op, 4, big, 2, &s), CW_INVALID_ARGUMENT, "over 64 axis references");
+  s0.axes = d0;
+  s0.n_axes = 1;
   hi.pre_size = 3;
   expect_error(shards_of(&op, 4, big, 2, &s), CW_INVALID_ARGUMENT, "sub-axis");
   hi.pre_size = 1;

@@ -16,6 +16,7 @@
 #include "cw_proxy_shards.h"
 
 static void fz_covered(const cw_proxy_shards_t* sh, const int64_t* dims) {
+  if (sh->n > 64) return;  // bounded work per input
   size_t total = 1;
   for (size_t j = 0; j < sh->rank; j++) {
     if (dims[j] > 4096 || (total *= (size_t)dims[j]) > 4096) return;
@@ -93,7 +94,7 @@ static void fz_array(const CwIfrt__DType* dtype, const CwIfrt__Shape* shape,
     // shards on them.
     if (!st && sh.n <= 64) {
       int32_t to[64];
-      for (size_t k = 0; k < sh.n; k++) to[k] = sh.ids[k] + 1000;
+      for (size_t k = 0; k < sh.n; k++) to[k] = (int32_t)k;  // distinct
       size_t len = cw_ifrt__sharding__get_packed_size(sharding);
       uint8_t* packed = malloc(len + 1);
       uint8_t* moved = NULL;
@@ -107,7 +108,13 @@ static void fz_array(const CwIfrt__DType* dtype, const CwIfrt__Shape* shape,
           abort();
         }
         if (!ms) {
-          if (again.n != sh.n || memcmp(again.ids, to, sh.n * sizeof(*to))) abort();
+          size_t cells = sh.n * (sh.rank ? sh.rank : 1);
+          if (again.n != sh.n || memcmp(again.ids, to, sh.n * sizeof(*to)) ||
+              memcmp(again.dims, sh.dims, cells * sizeof(*sh.dims)) ||
+              !again.offsets != !sh.offsets ||
+              (sh.offsets && memcmp(again.offsets, sh.offsets, cells * sizeof(*sh.offsets)))) {
+            abort();
+          }
           cw_proxy_shards_free(&again);
           cw_ifrt__sharding__free_unpacked(back, NULL);
         }

@@ -590,20 +590,22 @@ def test_arrays_to_new_specs_and_error_arrays(cluster, proxy):
             assert (got_op, got_code) == (op, code.value[0]), msg
             assert text in msg, msg
         # Whether a shard is in the memory asked for is the plugin's answer,
-        # not the kept sharding's (CopyArrays keeps none): one in pinned_host
-        # is copied into device memory, and shared into pinned_host.
+        # not the kept sharding's (a CopyArrays result's names its source's
+        # memory): one in pinned_host is copied into device memory, and
+        # shared into pinned_host. Copies reach the worker after their
+        # answer; a read of the copy (later in its order) settles the count.
         r = call(ifrt_request(24, 90, packed_fixed64(1, [100]) + field(2, varint(0))
                               + field(3, b"pinned_host") + packed_fixed64(5, [120])))
         assert response_status(r) == (90, 0, "")
+        assert read_back(96, 120, 37) == data
         before = harness.stats(worker)["buffers"]
         r = call(to_specs(33, 91, [120], [array_spec(11, [4], single_device(0))], [121]))
         assert response_status(r) == (91, 0, "")
-        assert harness.stats(worker)["buffers"] == before + 1
         r = call(to_specs(33, 92, [120], [array_spec(11, [4], single_device(0, "pinned_host"))],
                           [122]))
         assert response_status(r) == (92, 0, "")
-        assert harness.stats(worker)["buffers"] == before + 1
         assert read_back(93, 121, 36) == data
+        assert harness.stats(worker)["buffers"] == before + 1
         # Devices a spec names: the session's, each once.
         for op, spec, text in (
                 (94, array_spec(11, [4], replicated([1, 1])), "device 1 is named twice"),
@@ -796,19 +798,22 @@ def test_reshard_and_bitcast_of_split_arrays(cluster, proxy):
         # they hold in A (shared: REUSE_INPUT) and 0 and 3 swap theirs
         # (copied worker to worker). Then A's own sharding with ALWAYS_COPY:
         # four copies; and with REUSE_INPUT: none.
+        # Copies reach the worker after their answer: counts are taken after
+        # reads, which the worker serves in the session's order.
         c_sharding = hlo_sharding([3, 2, 1, 0], tiled([2, 2], iota=([2, 2], [1, 0])))
         before = harness.stats(worker)["buffers"]
         ok(to_specs(33, 105, [200], [array_spec(11, [4, 6], c_sharding)], [202]), 105)
-        assert harness.stats(worker)["buffers"] == before + 2
         got = pieces(106, 202, 4)  # positions 0..3: devices 3, 2, 1, 0
         for k, (r, c) in enumerate(((0, 0), (1, 0), (0, 1), (1, 1))):
             want = data[r * 2:r * 2 + 2, c * 3:c * 3 + 3]
             assert np.frombuffer(got[k], np.float32).reshape(2, 3).tolist() == want.tolist(), k
+        assert harness.stats(worker)["buffers"] == before + 2
         before = harness.stats(worker)["buffers"]
         ok(to_specs(33, 107, [200], [array_spec(11, [4, 6], a_sharding)], [203], semantics=1),
            107)
-        assert harness.stats(worker)["buffers"] == before + 4
         ok(to_specs(33, 108, [200], [array_spec(11, [4, 6], a_sharding)], [208]), 108)
+        pieces(109, 203, 4)
+        pieces(133, 208, 4)
         assert harness.stats(worker)["buffers"] == before + 4
         assert (gathered(124, 203, [4, 6]) == data).all()
 
