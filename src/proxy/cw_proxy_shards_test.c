@@ -41,15 +41,34 @@ static void expect_error(cw_status_t st, cw_status_code_t code, const char* text
   cw_status_free(st);
 }
 
-static void test_tiles_by_device_list(void** state) {
+// A tiled (type OTHER) OpSharding of `nt` tile dimensions whose tiles'
+// devices are the list `devs` (nd of them).
+static CwIfrt__XlaOpSharding by_list(int64_t* tiles, size_t nt, int64_t* devs, size_t nd) {
   CwIfrt__XlaOpSharding op = CW_IFRT__XLA_OP_SHARDING__INIT;
   op.has_type = true;
   op.type = 3;
-  int64_t tiles[] = {2}, devs[] = {1, 0};
   op.tile_assignment_dimensions = tiles;
-  op.n_tile_assignment_dimensions = 1;
+  op.n_tile_assignment_dimensions = nt;
   op.tile_assignment_devices = devs;
-  op.n_tile_assignment_devices = 2;
+  op.n_tile_assignment_devices = nd;
+  return op;
+}
+
+// The same whose devices are an iota reshaped to `reshape` and permuted by
+// `perm` (nr of each).
+static CwIfrt__XlaOpSharding by_iota(int64_t* tiles, size_t nt, int64_t* reshape, int32_t* perm,
+                                     size_t nr) {
+  CwIfrt__XlaOpSharding op = by_list(tiles, nt, NULL, 0);
+  op.iota_reshape_dims = reshape;
+  op.n_iota_reshape_dims = nr;
+  op.iota_transpose_perm = perm;
+  op.n_iota_transpose_perm = nr;
+  return op;
+}
+
+static void test_tiles_by_device_list(void** state) {
+  int64_t tiles[] = {2}, devs[] = {1, 0};
+  CwIfrt__XlaOpSharding op = by_list(tiles, 1, devs, 2);
   int64_t dims[] = {4};
   cw_proxy_shards_t s;
   assert_null(shards_of(&op, 2, dims, 1, &s));
@@ -66,17 +85,9 @@ static void test_tiles_by_device_list(void** state) {
 
 static void test_tiles_by_transposed_iota(void** state) {
   // [[0,1],[2,3]] transposed: positions 0, 2, 1, 3 row-major.
-  CwIfrt__XlaOpSharding op = CW_IFRT__XLA_OP_SHARDING__INIT;
-  op.has_type = true;
-  op.type = 3;
   int64_t tiles[] = {2, 2}, reshape[] = {2, 2};
   int32_t perm[] = {1, 0};
-  op.tile_assignment_dimensions = tiles;
-  op.n_tile_assignment_dimensions = 2;
-  op.iota_reshape_dims = reshape;
-  op.n_iota_reshape_dims = 2;
-  op.iota_transpose_perm = perm;
-  op.n_iota_transpose_perm = 2;
+  CwIfrt__XlaOpSharding op = by_iota(tiles, 2, reshape, perm, 2);
   int64_t dims[] = {4, 6};
   cw_proxy_shards_t s;
   assert_null(shards_of(&op, 4, dims, 2, &s));
@@ -91,17 +102,9 @@ static void test_tiles_by_transposed_iota(void** state) {
 }
 
 static void test_replicated_last_tile_dimension(void** state) {
-  CwIfrt__XlaOpSharding op = CW_IFRT__XLA_OP_SHARDING__INIT;
-  op.has_type = true;
-  op.type = 3;
   int64_t tiles[] = {2, 2}, reshape[] = {4};
   int32_t perm[] = {0};
-  op.tile_assignment_dimensions = tiles;
-  op.n_tile_assignment_dimensions = 2;
-  op.iota_reshape_dims = reshape;
-  op.n_iota_reshape_dims = 1;
-  op.iota_transpose_perm = perm;
-  op.n_iota_transpose_perm = 1;
+  CwIfrt__XlaOpSharding op = by_iota(tiles, 2, reshape, perm, 1);
   op.has_replicate_on_last_tile_dim = true;
   op.replicate_on_last_tile_dim = true;
   int64_t dims[] = {8};
@@ -126,14 +129,8 @@ static void test_replicated_last_tile_dimension(void** state) {
 }
 
 static void test_tilings_refused(void** state) {
-  CwIfrt__XlaOpSharding op = CW_IFRT__XLA_OP_SHARDING__INIT;
-  op.has_type = true;
-  op.type = 3;
   int64_t tiles[] = {2}, devs[] = {0, 1};
-  op.tile_assignment_dimensions = tiles;
-  op.n_tile_assignment_dimensions = 1;
-  op.tile_assignment_devices = devs;
-  op.n_tile_assignment_devices = 2;
+  CwIfrt__XlaOpSharding op = by_list(tiles, 1, devs, 2);
   cw_proxy_shards_t s;
   int64_t odd[] = {5};
   expect_error(shards_of(&op, 2, odd, 1, &s), CW_UNIMPLEMENTED, "does not split evenly");
@@ -316,17 +313,9 @@ static void test_named_axes_on_a_mesh(void** state) {
 static void test_iota_transposes(void** state) {
   int32_t ids[24];
   for (int i = 0; i < 24; i++) ids[i] = 100 + i;
-  CwIfrt__XlaOpSharding op = CW_IFRT__XLA_OP_SHARDING__INIT;
-  op.has_type = true;
-  op.type = 3;
   int64_t tiles[] = {6}, reshape[] = {2, 3};
   int32_t perm[] = {1, 0};
-  op.tile_assignment_dimensions = tiles;
-  op.n_tile_assignment_dimensions = 1;
-  op.iota_reshape_dims = reshape;
-  op.n_iota_reshape_dims = 2;
-  op.iota_transpose_perm = perm;
-  op.n_iota_transpose_perm = 2;
+  CwIfrt__XlaOpSharding op = by_iota(tiles, 1, reshape, perm, 2);
   int64_t dims[] = {6};
   size_t len;
   const uint8_t* b = pack(&op.base, &len);
@@ -436,14 +425,8 @@ static void test_ifrt_sharding_kinds(void** state) {
   cw_proxy_shards_free(&s);
 
   // HloSharding over two devices: its OpSharding places them.
-  CwIfrt__XlaOpSharding op = CW_IFRT__XLA_OP_SHARDING__INIT;
-  op.has_type = true;
-  op.type = 3;
   int64_t tiles[] = {2}, order[] = {1, 0};
-  op.tile_assignment_dimensions = tiles;
-  op.n_tile_assignment_dimensions = 1;
-  op.tile_assignment_devices = order;
-  op.n_tile_assignment_devices = 2;
+  CwIfrt__XlaOpSharding op = by_list(tiles, 1, order, 2);
   uint8_t opb[256];
   size_t opn = cw_ifrt__xla_op_sharding__pack(&op, opb);
   CwIfrt__HloSharding hs = CW_IFRT__HLO_SHARDING__INIT;
