@@ -45,6 +45,13 @@ cw_status_t cw_proxy_array_add_shard(cw_proxy_array_t* a, PJRT_Buffer* buffer, i
   return cw_ok_status();
 }
 
+cw_status_t cw_proxy_array_take_shard(cw_proxy_session_t* s, cw_proxy_array_t* a,
+                                      PJRT_Buffer* buffer, int32_t device_id) {
+  cw_status_t st = cw_proxy_array_add_shard(a, buffer, device_id);
+  if (st) cw_proxy_pjrt_buffer_destroy(&s->proxy->pjrt, buffer);
+  return st;
+}
+
 void cw_proxy_array_share_shard(cw_proxy_array_t* out, const cw_proxy_array_t* in, size_t k) {
   out->shards[out->n++] = cw__shard_retain(in->shards[k]);
 }
@@ -502,7 +509,6 @@ static cw_status_t cw__copy_arrays(cw_proxy_session_t* s, const CwIfrt__IfrtRequ
       resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_COPY_ARRAYS_RESPONSE, r->n_array_handles),
       "CopyArrays");
   CwIfrt__CopyArraysResponse* out = resp->copy_arrays_response;
-  const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
   for (size_t i = 0; i < r->n_array_handles; i++) {
     cw_proxy_array_t* a;
     cw_proxy_array_t* c = NULL;
@@ -523,8 +529,7 @@ static cw_status_t cw__copy_arrays(cw_proxy_session_t* s, const CwIfrt__IfrtRequ
       PJRT_Buffer* b = NULL;
       if (from) from[k] = a->shards[k]->device_id;
       st = cw_proxy_buffer_copy(s, a->shards[k]->buffer, r->device_ids[k], r->memory_kind, &b);
-      if (!st) st = cw_proxy_array_add_shard(c, b, r->device_ids[k]);
-      if (st) cw_proxy_pjrt_buffer_destroy(p, b);
+      if (!st) st = cw_proxy_array_take_shard(s, c, b, r->device_ids[k]);
     }
     // The copy lies as the array did, on the new devices (ReshardArrays reads
     // it); kept when it can be, as for any array.

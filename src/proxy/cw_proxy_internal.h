@@ -254,6 +254,9 @@ void cw_proxy_arrays_donate_if(cw_proxy_session_t* s, int32_t semantics, const u
 // A shard of `a` holding `buffer` (taken on success), on `device_id`.
 CW_MUST_USE cw_status_t cw_proxy_array_add_shard(cw_proxy_array_t* a, PJRT_Buffer* buffer,
                                                  int32_t device_id);
+// The same, but `buffer` is taken either way (destroyed on failure).
+CW_MUST_USE cw_status_t cw_proxy_array_take_shard(cw_proxy_session_t* s, cw_proxy_array_t* a,
+                                                  PJRT_Buffer* buffer, int32_t device_id);
 // Shard k of `in` becomes `out`'s next shard too (shared).
 void cw_proxy_array_share_shard(cw_proxy_array_t* out, const cw_proxy_array_t* in, size_t k);
 int32_t cw_proxy_array_shard_device(const cw_proxy_array_t* a, size_t k);

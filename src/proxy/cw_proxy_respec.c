@@ -369,10 +369,7 @@ static cw_status_t cw__reshard_one(cw__reads_t* r, const cw__spec_t* sp,
     }
     if (!st) st = cw_proxy_buffer_copy(r->s, r->bufs[j], dev, sp->memory_kind, &b);
   }
-  if (!st && (st = cw_proxy_array_add_shard(c, b, dev))) {
-    cw_proxy_pjrt_buffer_destroy(&r->s->proxy->pjrt, b);
-  }
-  return st;
+  return st ? st : cw_proxy_array_take_shard(r->s, c, b, dev);
 }
 
 // Bitcast, shard by shard (as IFRT defines it): target shard k is the
@@ -407,9 +404,7 @@ static cw_status_t cw__bitcast_one(cw__reads_t* r, const cw__spec_t* sp,
     cw_proxy_bytes_free(r->bytes[j]);
     r->bytes[j] = NULL;
   }
-  cw_status_t st = cw_proxy_array_add_shard(c, b, dev);
-  if (st) cw_proxy_pjrt_buffer_destroy(&r->s->proxy->pjrt, b);
-  return st;
+  return cw_proxy_array_take_shard(r->s, c, b, dev);
 }
 
 static cw_status_t cw__one(cw_proxy_session_t* s, const CwIfrt__ArraysToSpecsRequest* r, size_t i,
