@@ -36,6 +36,7 @@ struct cw_grpc_call_s {
   size_t out_off;
   size_t out_len;
   size_t out_cap;
+  size_t reserved;        // bytes of a message cw_grpc_call_reserve made room for
   size_t writable_below;  // nonzero: on_writable wanted below this many queued bytes
   bool hold_flow;         // credit for arriving bytes waits for cw_grpc_call_consume
   size_t held;            // bytes received and not yet credited back
@@ -55,6 +56,10 @@ struct cw_grpc_session_s {
   size_t want_writable;  // calls with writable_below set (take_output scans only then)
   double reset_tokens;  // resets the client may still send now
   struct timespec reset_at;  // when the tokens were last refilled
+  uint8_t* out;  // frames gathered by take_output for the transport
+  size_t out_len;
+  size_t out_cap;
+  bool broken;  // nghttp2 failed to send: nothing more goes out
 };
 
 void cw_grpc_options_default(cw_grpc_options_t* o) {
@@ -246,14 +251,72 @@ static void cw__trailer_fields(const cw_grpc_call_t* c, char code[16], nghttp2_n
   nv[1] = cw__nv("grpc-message", c->message);
 }
 
+// Frames nghttp2 hands over are gathered up to CW__OUT_BATCH (a larger
+// frame still goes alone), so the transport writes many in one go.
+#define CW__OUT_BATCH (1u << 20)
+// The largest DATA frame either way, where the peer allows it: a client's
+// cost per frame is paid per 16 KiB otherwise (HTTP/2's default), and a
+// frame this size holds another stream's answer back by little.
+#define CW__MAX_FRAME (256u << 10)
+
+// 1: room for `n` more bytes; 0: the batch is full; -1: out of memory.
+static int cw__out_room(cw_grpc_session_t* s, size_t n) {
+  if (s->out_len > 0 && s->out_len + n > CW__OUT_BATCH) return 0;
+  if (s->out_len + n <= s->out_cap) return 1;
+  // Grown as used: a connection of small calls keeps a small buffer.
+  size_t cap = s->out_cap ? s->out_cap : 4096;
+  while (cap < s->out_len + n) cap *= 2;
+  uint8_t* b = realloc(s->out, cap);
+  if (!b) return -1;
+  s->out = b;
+  s->out_cap = cap;
+  return 1;
+}
+
+static ssize_t cw__send_frame(nghttp2_session* h2, const uint8_t* data, size_t len, int flags,
+                              void* user) {
+  cw_grpc_session_t* s = user;
+  int room = cw__out_room(s, len);
+  if (room <= 0) return room ? NGHTTP2_ERR_CALLBACK_FAILURE : NGHTTP2_ERR_WOULDBLOCK;
+  memcpy(s->out + s->out_len, data, len);
+  s->out_len += len;
+  return (ssize_t)len;
+}
+
+// A DATA frame's payload goes from the call's queue straight into the
+// batch (cw__read_data only sizes it): one copy fewer than nghttp2's own.
+static int cw__send_data(nghttp2_session* h2, nghttp2_frame* frame, const uint8_t* framehd,
+                         size_t length, nghttp2_data_source* source, void* user) {
+  cw_grpc_session_t* s = user;
+  cw_grpc_call_t* c = source->ptr;
+  int room = cw__out_room(s, 9 + length);
+  if (room <= 0) return room ? NGHTTP2_ERR_CALLBACK_FAILURE : NGHTTP2_ERR_WOULDBLOCK;
+  memcpy(s->out + s->out_len, framehd, 9);
+  // No padding: no padding callback is set. The queue may have been
+  // compacted since cw__read_data, but its unsent bytes still lead it.
+  memcpy(s->out + s->out_len + 9, c->out + c->out_off, length);
+  s->out_len += 9 + length;
+  c->out_off += length;
+  if (c->out_off == c->out_len) c->out_off = c->out_len = 0;
+  return 0;
+}
+
+static ssize_t cw__read_length(nghttp2_session* h2, uint8_t frame_type, int32_t stream_id,
+                               int32_t session_window, int32_t stream_window,
+                               uint32_t max_frame, void* user) {
+  ssize_t n = session_window < stream_window ? session_window : stream_window;
+  if ((uint32_t)n > max_frame) n = max_frame;
+  return n > (ssize_t)CW__MAX_FRAME ? (ssize_t)CW__MAX_FRAME : n;
+}
+
 static ssize_t cw__read_data(nghttp2_session* h2, int32_t stream_id, uint8_t* buf, size_t length,
                              uint32_t* flags, nghttp2_data_source* source, void* user) {
   cw_grpc_call_t* c = source->ptr;
-  size_t n = c->out_len - c->out_off < length ? c->out_len - c->out_off : length;
-  memcpy(buf, c->out + c->out_off, n);
-  c->out_off += n;
-  if (c->out_off == c->out_len) c->out_off = c->out_len = 0;
-  if (c->out_len == 0 && c->finished) {
+  size_t unsent = c->out_len - c->out_off;
+  size_t n = unsent < length ? unsent : length;
+  if (n == 0 && !c->finished) return NGHTTP2_ERR_DEFERRED;
+  *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+  if (n == unsent && c->finished) {
     *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
     char code[16];
     nghttp2_nv nv[2];
@@ -261,9 +324,7 @@ static ssize_t cw__read_data(nghttp2_session* h2, int32_t stream_id, uint8_t* bu
     if (nghttp2_submit_trailer(h2, stream_id, nv, 2) != 0) {
       nghttp2_submit_rst_stream(h2, NGHTTP2_FLAG_NONE, stream_id, NGHTTP2_INTERNAL_ERROR);
     }
-    return (ssize_t)n;
   }
-  if (n == 0) return NGHTTP2_ERR_DEFERRED;
   return (ssize_t)n;
 }
 
@@ -299,7 +360,8 @@ void cw_grpc_call_finish(cw_grpc_call_t* c, cw_status_t status) {
   }
 }
 
-cw_status_t cw_grpc_call_send(cw_grpc_call_t* c, const uint8_t* data, size_t len) {
+cw_status_t cw_grpc_call_reserve(cw_grpc_call_t* c, size_t len, uint8_t** out_data) {
+  *out_data = NULL;
   if (!c->s) return cw_make_status(CW_CANCELLED, "the call is gone");
   if (c->finished) return cw_make_status(CW_FAILED_PRECONDITION, "the call has finished");
   if (len > c->s->o->max_message || len > UINT32_MAX) {
@@ -309,19 +371,21 @@ cw_status_t cw_grpc_call_send(cw_grpc_call_t* c, const uint8_t* data, size_t len
     cw_grpc_call_finish(c, cw_status_clone(st));
     return st;
   }
-  if (c->out_off > 0) {
-    // Sent bytes go: the unsent ones move to the front.
-    memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
-    c->out_len -= c->out_off;
-    c->out_off = 0;
-  }
-  size_t need = c->out_len + 5 + len;
+  size_t unsent = c->out_len - c->out_off;
+  size_t need = unsent + 5 + len;
   if (need > c->s->o->max_queued) {
     cw_status_t st = cw_make_status(CW_RESOURCE_EXHAUSTED,
                                     "%zu response bytes wait for the peer (limit %zu)", need,
                                     c->s->o->max_queued);
     cw_grpc_call_finish(c, cw_status_clone(st));
     return st;
+  }
+  if (c->out_off > 0 && c->out_len + 5 + len > c->out_cap) {
+    // Sent bytes go only when the buffer is full: each byte moves at most
+    // once per buffer's worth sent, not once per message.
+    memmove(c->out, c->out + c->out_off, unsent);
+    c->out_len = unsent;
+    c->out_off = 0;
   }
   if (need > c->out_cap) {
     size_t cap = c->out_cap ? c->out_cap : 256;
@@ -340,14 +404,30 @@ cw_status_t cw_grpc_call_send(cw_grpc_call_t* c, const uint8_t* data, size_t len
   p[2] = (uint8_t)(len >> 16);
   p[3] = (uint8_t)(len >> 8);
   p[4] = (uint8_t)len;
-  if (len) memcpy(p + 5, data, len);
-  c->out_len = need;
+  c->reserved = len;
+  *out_data = p + 5;
+  return cw_ok_status();
+}
+
+cw_status_t cw_grpc_call_commit(cw_grpc_call_t* c) {
+  if (!c->s) return cw_make_status(CW_CANCELLED, "the call is gone");
+  if (c->finished) return cw_make_status(CW_FAILED_PRECONDITION, "the call has finished");
+  c->out_len += 5 + c->reserved;
+  c->reserved = 0;
   int rc = c->headers_sent ? nghttp2_session_resume_data(c->s->h2, c->stream_id)
                            : cw__send_headers(c, false);
   if (rc != 0 && rc != NGHTTP2_ERR_INVALID_ARGUMENT) {
     return cw_make_status(CW_INTERNAL, "http/2: %s", nghttp2_strerror(rc));
   }
   return cw_ok_status();
+}
+
+cw_status_t cw_grpc_call_send(cw_grpc_call_t* c, const uint8_t* data, size_t len) {
+  uint8_t* p;
+  cw_status_t st = cw_grpc_call_reserve(c, len, &p);
+  if (st) return st;
+  if (len) memcpy(p, data, len);
+  return cw_grpc_call_commit(c);
 }
 
 // --- nghttp2 callbacks --------------------------------------------------------
@@ -516,6 +596,9 @@ cw_status_t cw_grpc_session_create(const cw_grpc_handlers_t* handlers, void* use
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, cw__on_data);
   nghttp2_session_callbacks_set_on_frame_recv_callback(cb, cw__on_frame);
   nghttp2_session_callbacks_set_on_stream_close_callback(cb, cw__on_stream_close);
+  nghttp2_session_callbacks_set_send_callback(cb, cw__send_frame);
+  nghttp2_session_callbacks_set_send_data_callback(cb, cw__send_data);
+  nghttp2_session_callbacks_set_data_source_read_length_callback(cb, cw__read_length);
   nghttp2_option* opt;
   int rc = nghttp2_option_new(&opt);
   if (rc == 0) {
@@ -549,6 +632,7 @@ cw_status_t cw_grpc_session_create(const cw_grpc_handlers_t* handlers, void* use
       {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, options->max_streams},
       {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, (uint32_t)window},
       {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, CW_GRPC_MAX_METADATA},
+      {NGHTTP2_SETTINGS_MAX_FRAME_SIZE, CW__MAX_FRAME},
   };
   rc = nghttp2_submit_settings(s->h2, NGHTTP2_FLAG_NONE, iv, sizeof(iv) / sizeof(iv[0]));
   if (rc == 0) rc = nghttp2_session_set_local_window_size(s->h2, NGHTTP2_FLAG_NONE, 0,
@@ -567,6 +651,7 @@ void cw_grpc_session_release(cw_grpc_session_t* s) {
   s->releasing = true;
   while (s->calls) cw__call_detach(s, s->calls);
   nghttp2_session_del(s->h2);
+  free(s->out);
   free(s);
 }
 
@@ -593,13 +678,14 @@ void cw_grpc_session_take_output(cw_grpc_session_t* s, const uint8_t** out_data,
       cw_grpc_call_release(c);
     }
   }
-  const uint8_t* d = NULL;
-  ssize_t n = nghttp2_session_mem_send(s->h2, &d);
-  *out_data = n > 0 ? d : NULL;
-  *out_len = n > 0 ? (size_t)n : 0;
+  s->out_len = 0;
+  if (!s->broken && nghttp2_session_send(s->h2) != 0) s->broken = true;
+  *out_data = s->out_len ? s->out : NULL;
+  *out_len = s->out_len;
 }
 
 bool cw_grpc_session_alive(const cw_grpc_session_t* s) {
+  if (s->broken) return false;
   return nghttp2_session_want_read(s->h2) || nghttp2_session_want_write(s->h2);
 }
 

@@ -121,6 +121,12 @@ void cw_grpc_call_release(cw_grpc_call_t* call);
 // Queues one response message (copied). Non-OK when the call is gone,
 // finished, or over its limits (then the call is finished with that error).
 CW_MUST_USE cw_status_t cw_grpc_call_send(cw_grpc_call_t* call, const uint8_t* data, size_t len);
+// cw_grpc_call_send in two steps, for a message encoded in place: room for
+// `len` bytes at *out_data (valid until the next call on `call`), then
+// cw_grpc_call_commit queues them. Errors are cw_grpc_call_send's.
+CW_MUST_USE cw_status_t cw_grpc_call_reserve(cw_grpc_call_t* call, size_t len,
+                                             uint8_t** out_data);
+CW_MUST_USE cw_status_t cw_grpc_call_commit(cw_grpc_call_t* call);
 // Ends the call after the queued messages: trailers with status's code and
 // message (grpc-status, grpc-message). Takes `status`.
 void cw_grpc_call_finish(cw_grpc_call_t* call, cw_status_t status);

@@ -26,6 +26,9 @@ typedef struct svc_s {
   size_t most_queued;
   bool hold;  // holds the call's flow-control credit
   cw_grpc_call_t* last;
+  int big_left;    // > 0: half-close starts this many messages of big_len
+  int big_sent;    // message k is big_len bytes of (uint8_t)k, encoded in place
+  size_t big_len;
 } svc_t;
 
 static cw_status_t svc_start(void* user, cw_grpc_call_t* call) {
@@ -51,7 +54,29 @@ static void svc_message(void* user, cw_grpc_call_t* call, const uint8_t* d, size
 
 // Queues 50-byte messages while fewer than 300 bytes wait, then asks to be
 // called again below 150; finishes after the last.
+// Queues big messages while fewer than four wait, encoded in place, then
+// asks to be called again below one (as the proxy's host-buffer lookups).
+static void svc_stream_big(svc_t* s, cw_grpc_call_t* call) {
+  while (s->big_left > 0 && cw_grpc_call_queued(call) < 4 * s->big_len) {
+    uint8_t* p;
+    assert_null(cw_grpc_call_reserve(call, s->big_len, &p));
+    memset(p, (uint8_t)s->big_sent, s->big_len);
+    assert_null(cw_grpc_call_commit(call));
+    s->big_sent++;
+    s->big_left--;
+  }
+  if (s->big_left > 0) {
+    cw_grpc_call_when_writable(call, s->big_len);
+  } else {
+    cw_grpc_call_finish(call, cw_ok_status());
+  }
+}
+
 static void svc_stream(svc_t* s, cw_grpc_call_t* call) {
+  if (s->big_len) {
+    svc_stream_big(s, call);
+    return;
+  }
   uint8_t msg[50];
   while (s->stream_left > 0 && cw_grpc_call_queued(call) < 300) {
     memset(msg, 'a' + s->stream_left % 26, sizeof(msg));
@@ -69,7 +94,7 @@ static void svc_stream(svc_t* s, cw_grpc_call_t* call) {
 static void svc_half_close(void* user, cw_grpc_call_t* call) {
   svc_t* s = user;
   s->half_closes++;
-  if (s->stream_left) svc_stream(s, call);
+  if (s->stream_left || s->big_left) svc_stream(s, call);
   else if (s->finish_on_half_close) cw_grpc_call_finish(call, cw_ok_status());
 }
 
@@ -97,6 +122,9 @@ typedef struct cli_s {
   char grpc_message[512];
   bool closed;
   uint32_t goaway;  // a GOAWAY's error code + 1 once one came
+  size_t check_len;  // nonzero: DATA is checked as messages of this many bytes
+  size_t seen;       // of kind (uint8_t)k for message k, not kept in got
+  size_t data_frames, largest_frame;
 } cli_t;
 
 static ssize_t cli_read(nghttp2_session* h2, int32_t id, uint8_t* buf, size_t len,
@@ -126,6 +154,14 @@ static int cli_header(nghttp2_session* h2, const nghttp2_frame* f, const uint8_t
 static int cli_data(nghttp2_session* h2, uint8_t flags, int32_t id, const uint8_t* d, size_t n,
                     void* user) {
   cli_t* c = user;
+  if (c->check_len) {
+    for (size_t i = 0; i < n; i++, c->seen++) {
+      size_t k = c->seen / (5 + c->check_len), at = c->seen % (5 + c->check_len);
+      uint8_t want = at == 0 ? 0 : at < 5 ? (uint8_t)(c->check_len >> (8 * (4 - at))) : (uint8_t)k;
+      if (d[i] != want) fail_msg("byte %zu of the response is %u, not %u", c->seen, d[i], want);
+    }
+    return 0;
+  }
   assert_true(c->got_len + n <= sizeof(c->got));
   memcpy(c->got + c->got_len, d, n);
   c->got_len += n;
@@ -133,7 +169,12 @@ static int cli_data(nghttp2_session* h2, uint8_t flags, int32_t id, const uint8_
 }
 
 static int cli_frame(nghttp2_session* h2, const nghttp2_frame* f, void* user) {
-  if (f->hd.type == NGHTTP2_GOAWAY) ((cli_t*)user)->goaway = f->goaway.error_code + 1;
+  cli_t* c = user;
+  if (f->hd.type == NGHTTP2_GOAWAY) c->goaway = f->goaway.error_code + 1;
+  if (f->hd.type == NGHTTP2_DATA) {
+    c->data_frames++;
+    if (f->hd.length > c->largest_frame) c->largest_frame = f->hd.length;
+  }
   return 0;
 }
 
@@ -284,6 +325,65 @@ static void test_streamed_response(void** state) {
   }
   assert_true(f->svc.writables >= 6);  // 40 messages, at most 6 queued at a time
   assert_true(f->svc.most_queued < 300 + 55);
+}
+
+// A large streamed response, encoded in place, to a client that takes
+// DATA frames of up to `max_frame`: every byte arrives in order across the
+// queue's compactions. Returns how many outputs the transport was handed,
+// and the largest.
+static void stream_large(fix_t* f, uint32_t max_frame, size_t* outputs, size_t* largest) {
+  f->o.max_message = 1u << 20;
+  f->svc.big_len = 300000;  // not a multiple of any frame or batch size
+  f->svc.big_left = 40;
+  restart(f);
+  nghttp2_settings_entry iv[] = {{NGHTTP2_SETTINGS_MAX_FRAME_SIZE, max_frame},
+                                 {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 64u << 20}};
+  assert_int_equal(nghttp2_submit_settings(f->cli.h2, NGHTTP2_FLAG_NONE, iv, 2), 0);
+  assert_int_equal(nghttp2_session_set_local_window_size(f->cli.h2, NGHTTP2_FLAG_NONE, 0,
+                                                         64 << 20), 0);
+  f->cli.check_len = f->svc.big_len;
+  cli_call(&f->cli, "application/grpc");
+  *outputs = *largest = 0;
+  for (int round = 0; round < 1000 && f->cli.grpc_status < 0; round++) {
+    const uint8_t* d;
+    ssize_t n;
+    while ((n = nghttp2_session_mem_send(f->cli.h2, &d)) > 0) {
+      assert_null(cw_grpc_session_feed(f->s, d, (size_t)n));
+    }
+    size_t len;
+    for (cw_grpc_session_take_output(f->s, &d, &len); len;
+         cw_grpc_session_take_output(f->s, &d, &len)) {
+      ++*outputs;
+      if (len > *largest) *largest = len;
+      assert_true(nghttp2_session_mem_recv(f->cli.h2, d, len) >= 0);
+    }
+  }
+  assert_int_equal(f->cli.grpc_status, 0);
+  assert_int_equal(f->cli.seen, 40 * (5 + f->svc.big_len));
+  assert_true(f->svc.writables >= 9);  // 40 messages, at most 4 queued at a time
+}
+
+// DATA frames as large as the client allows (here 4 MiB) up to 256 KiB, not
+// nghttp2's 16 KiB; outputs at most the session's batch (1 MiB).
+static void test_large_response_frames(void** state) {
+  fix_t* f = *state;
+  size_t outputs, largest;
+  stream_large(f, 4u << 20, &outputs, &largest);
+  assert_true(f->cli.largest_frame > 16384);
+  assert_int_equal(f->cli.largest_frame, 256u << 10);
+  assert_true(largest <= (1u << 20));
+}
+
+// With HTTP/2's default 16 KiB frames the transport is handed many frames
+// at a time, never more than a batch.
+static void test_small_frames_gathered(void** state) {
+  fix_t* f = *state;
+  size_t outputs, largest;
+  stream_large(f, 16384, &outputs, &largest);
+  assert_int_equal(f->cli.largest_frame, 16384);
+  assert_true(outputs * 20 < f->cli.data_frames);
+  assert_true(largest > 16 * (16384 + 9));
+  assert_true(largest <= (1u << 20));
 }
 
 // A call that holds its credit: the client stops at one window of
@@ -494,6 +594,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_unary_echo, setup, teardown),
       cmocka_unit_test_setup_teardown(test_streamed_response, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_large_response_frames, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_small_frames_gathered, setup, teardown),
       cmocka_unit_test_setup_teardown(test_held_flow, setup, teardown),
       cmocka_unit_test_setup_teardown(test_rapid_reset, setup, teardown),
       cmocka_unit_test_setup_teardown(test_held_flow_largest_message, setup, teardown),

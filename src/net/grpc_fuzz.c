@@ -1,13 +1,16 @@
 // libFuzzer: a peer's bytes into a gRPC server session (HTTP/2 by nghttp2,
 // gRPC framing, metadata, limits by cw_grpc.c), whose service echoes each
 // message and ends each call when the client half-closes; methods "/h..."
-// hold their flow-control credit (returned per message), methods "/w..."
+// hold their flow-control credit (returned per message), methods "/r..."
+// echo each message encoded in place (odd-sized ones reserved and never
+// committed), methods "/w..."
 // answer a half-close with a response sent as the call has room; and the same
 // bytes through the message deframer alone. Inputs that start with the
 // HTTP/2 client preface reach the frame handling.
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cw_grpc.h"
 
@@ -21,7 +24,16 @@ static cw_status_t fz_start(void* user, cw_grpc_call_t* call) {
 }
 
 static void fz_message(void* user, cw_grpc_call_t* call, const uint8_t* d, size_t n) {
-  cw_status_free(cw_grpc_call_send(call, d, n));
+  if (cw_grpc_call_method(call)[1] == 'r') {
+    // Encoded in place; an odd-sized one is left reserved, never committed.
+    uint8_t* p;
+    cw_status_t st = cw_grpc_call_reserve(call, n, &p);
+    if (!st && n) memcpy(p, d, n);
+    if (!st && n % 2 == 0) st = cw_grpc_call_commit(call);
+    cw_status_free(st);
+  } else {
+    cw_status_free(cw_grpc_call_send(call, d, n));
+  }
   cw_grpc_call_consume(call, n + 5);
 }
 

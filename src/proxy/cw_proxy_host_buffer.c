@@ -273,13 +273,9 @@ static void cw__store_data(cw_proxy_t* p, cw_grpc_call_t* call, cw__hb_call_t* c
 }
 
 // Queues the next chunks of `hb` up to CW__AHEAD: true once all are queued.
+// Each is encoded straight into the call's queue.
 static bool cw__send_chunks(cw__hb_call_t* c, const cw_proxy_host_buffer_t* hb,
                             cw_status_t* out_status) {
-  uint8_t* msg = malloc(CW__CHUNK + 16);
-  if (!msg) {
-    *out_status = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-    return true;
-  }
   // An empty buffer is one empty message.
   bool first = c->off == 0;
   while ((first || c->off < hb->len) && cw_grpc_call_queued(c->call) < CW__AHEAD) {
@@ -289,12 +285,15 @@ static bool cw__send_chunks(cw__hb_call_t* c, const cw_proxy_host_buffer_t* hb,
     r.has_data = true;
     r.data.data = hb->data + c->off;
     r.data.len = n;
-    size_t len = cw_ifrt__host_buffer_lookup_response__pack(&r, msg);
-    *out_status = cw_grpc_call_send(c->call, msg, len);
+    uint8_t* msg;
+    *out_status = cw_grpc_call_reserve(
+        c->call, cw_ifrt__host_buffer_lookup_response__get_packed_size(&r), &msg);
+    if (*out_status) break;
+    (void)cw_ifrt__host_buffer_lookup_response__pack(&r, msg);
+    *out_status = cw_grpc_call_commit(c->call);
     c->off += n;
     if (*out_status) break;
   }
-  free(msg);
   return *out_status || c->off >= hb->len;
 }
 
@@ -351,7 +350,9 @@ static bool cw__lookup_try(cw_proxy_t* p, cw__hb_call_t* c) {
   }
   cw_status_t st = cw_ok_status();
   if (!cw__send_chunks(c, c->hb, &st)) {
-    cw_grpc_call_when_writable(c->call, CW__AHEAD / 2);
+    // Topped up once nearly drained: the queue then moves little when it
+    // makes room at its front.
+    cw_grpc_call_when_writable(c->call, CW__CHUNK);
     return true;
   }
   cw__lookup_finish(p, c, st);
