@@ -815,9 +815,11 @@ static cw_status_t cw__replicated_shard(cw_proxy_session_t* s, const CwIfrt__Ifr
   return cw__respond_handle(resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_FULLY_REPLICATED_SHARD_RESPONSE, h);
 }
 
-cw_status_t cw_proxy_buffer_download(cw_proxy_session_t* s, PJRT_Buffer* buffer, size_t bytes,
-                                     uint8_t** out) {
-  *out = NULL;
+cw_status_t cw_proxy_buffer_download_start(cw_proxy_session_t* s, PJRT_Buffer* buffer,
+                                           size_t bytes, uint8_t** out_data,
+                                           PJRT_Event** out_event) {
+  *out_data = NULL;
+  *out_event = NULL;
   const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
   PJRT_Buffer_ToHostBuffer_Args q = {
       .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_ToHostBuffer_Args, event), .src = buffer};
@@ -831,13 +833,25 @@ cw_status_t cw_proxy_buffer_download(cw_proxy_session_t* s, PJRT_Buffer* buffer,
   q.dst = data;
   q.event = NULL;
   st = CW_PROXY_PJRT_CALL(p, PJRT_Buffer_ToHostBuffer, &q);
-  if (!st) st = cw_proxy_pjrt_await(p, q.event, "the download");
   if (st) {
     cw_proxy_bytes_free(data);
     return st;
   }
-  *out = data;
+  *out_data = data;
+  *out_event = q.event;
   return cw_ok_status();
+}
+
+cw_status_t cw_proxy_buffer_download(cw_proxy_session_t* s, PJRT_Buffer* buffer, size_t bytes,
+                                     uint8_t** out) {
+  PJRT_Event* ev;
+  CW_RETURN_IF_ERROR(cw_proxy_buffer_download_start(s, buffer, bytes, out, &ev), "download");
+  cw_status_t st = cw_proxy_pjrt_await(&s->proxy->pjrt, ev, "the download");
+  if (st) {
+    cw_proxy_bytes_free(*out);
+    *out = NULL;
+  }
+  return st;
 }
 
 static cw_status_t cw__copy_to_host(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
@@ -859,13 +873,15 @@ static cw_status_t cw__copy_to_host(cw_proxy_session_t* s, const CwIfrt__IfrtReq
     return cw_make_status(CW_UNIMPLEMENTED, "CopyToHostBuffer: byte strides other than dense "
                           "major-to-minor are not served yet");
   }
-  size_t bytes = l.bytes;
-  uint8_t* data;
-  CW_RETURN_IF_ERROR(cw_proxy_buffer_download(s, a->shards[0]->buffer, bytes, &data),
+  // Answered as soon as the read is under way: the client's lookup then
+  // crosses the network while the bytes come from the worker, and waits
+  // for them (or for the read's error) at the proxy.
+  CW_RETURN_IF_ERROR(cw_proxy_host_buffer_expect(s, r->host_buffer_handle, l.bytes),
                      "CopyToHostBuffer");
-  cw_status_t st = cw_proxy_host_buffer_put(s, r->host_buffer_handle, data, bytes);
+  cw_status_t st = cw_proxy_buffer_download_start(s, a->shards[0]->buffer, l.bytes,
+                                                  &s->download.data, &s->download.event);
   if (st) {
-    cw_proxy_bytes_free(data);
+    cw_proxy_host_buffer_settle(s);  // no read began: the buffer goes
     return cw_status_annotate(st, "CopyToHostBuffer");
   }
   return cw_proxy_respond(resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_COPY_TO_HOST_BUFFER_RESPONSE, false, 0);

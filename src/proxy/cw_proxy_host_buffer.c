@@ -41,6 +41,7 @@ typedef struct cw_proxy_lookup_s {
 
 static void cw__hb_free(cw_proxy_host_buffer_t* hb) {
   if (!hb) return;
+  cw_status_free(hb->error);
   cw_proxy_bytes_free(hb->data);
   free(hb);
 }
@@ -113,26 +114,66 @@ cw_status_t cw_proxy_host_buffer_take(cw_proxy_session_t* s, uint64_t handle, in
     return cw_make_status(CW_NOT_FOUND, "host buffer %llu %s", (unsigned long long)handle,
                           hb ? "was not stored in full in time" : "was never stored");
   }
-  *out_data = hb->data;
-  *out_len = hb->len;
-  hb->data = NULL;
+  cw_status_t st = hb->error;  // a read back that failed
+  hb->error = NULL;
+  *out_data = st ? NULL : hb->data;
+  *out_len = st ? 0 : hb->len;
+  if (!st) hb->data = NULL;
   cw__hb_free(hb);
-  return cw_ok_status();
+  return st;
 }
 
-cw_status_t cw_proxy_host_buffer_put(cw_proxy_session_t* s, uint64_t handle, uint8_t* data,
-                                     size_t len) {
+cw_status_t cw_proxy_host_buffer_expect(cw_proxy_session_t* s, uint64_t handle, size_t len) {
   cw_proxy_host_buffer_t* hb = calloc(1, sizeof(*hb));
   if (!hb) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  *hb = (cw_proxy_host_buffer_t){.data = data, .len = len, .cap = len, .declared = len,
-                                 .complete = true};
+  // Only this session's thread downloads, one read at a time: the session
+  // marks the buffer it fills.
+  *hb = (cw_proxy_host_buffer_t){.declared = len, .filler = s};
   cw_status_t st = cw__hb_insert(s, handle, hb);
   if (st) {
     free(hb);
     return cw_status_annotate(st, "host buffer");
   }
-  uv_async_send(&s->proxy->wake);  // a parked lookup may want it
+  s->download.pending = true;
+  s->download.handle = handle;
+  s->download.len = len;
   return cw_ok_status();
+}
+
+void cw_proxy_host_buffer_settle(cw_proxy_session_t* s) {
+  if (!s->download.pending) return;
+  cw_status_t st = s->download.event
+                       ? cw_proxy_pjrt_await(&s->proxy->pjrt, s->download.event, "the download")
+                       : cw_ok_status();
+  uint8_t* data = s->download.data;
+  pthread_mutex_lock(&s->mu);
+  cw_proxy_host_buffer_t* hb = cw_proxy_table_get(&s->host_buffers, s->download.handle);
+  if (hb && hb->filler == s) {  // else deleted meanwhile
+    hb->filler = NULL;
+    if (!s->download.event) {  // the read never began; the request failed
+      cw_proxy_table_remove(&s->host_buffers, s->download.handle);
+      cw__hb_free(hb);
+    } else {
+      if (st) {
+        hb->error = cw_status_annotate(st, "reading host buffer %llu",
+                                       (unsigned long long)s->download.handle);
+        st = cw_ok_status();
+      } else {
+        hb->data = data;
+        data = NULL;
+        hb->len = hb->cap = s->download.len;
+      }
+      hb->complete = true;
+    }
+    pthread_cond_broadcast(&s->host_buffer_cv);
+  }
+  pthread_mutex_unlock(&s->mu);
+  cw_status_free(st);
+  cw_proxy_bytes_free(data);
+  s->download.pending = false;
+  s->download.event = NULL;
+  s->download.data = NULL;
+  uv_async_send(&s->proxy->wake);  // its parked lookup
 }
 
 // --- Loop thread: the gRPC methods --------------------------------------------------------
@@ -346,6 +387,10 @@ static bool cw__lookup_try(cw_proxy_t* p, cw__hb_call_t* c) {
   if (c->hb->orphan) {
     cw__lookup_finish(p, c, cw_make_status(CW_NOT_FOUND, "host buffer %llu was deleted while it "
                                            "was read", (unsigned long long)c->handle));
+    return true;
+  }
+  if (c->hb->error) {
+    cw__lookup_finish(p, c, cw_status_clone(c->hb->error));
     return true;
   }
   cw_status_t st = cw_ok_status();

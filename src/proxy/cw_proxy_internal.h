@@ -54,7 +54,8 @@ typedef struct cw_proxy_host_buffer_s {
   bool complete;
   int readers;  // lookups sending it now (loop thread); take() waits for none
   bool orphan;  // deleted (or its session ended) while read: the last reader frees it
-  const void* filler;  // the disk read that will complete it (loop thread), if any
+  const void* filler;  // the store, disk read or download that will complete it, if any
+  cw_status_t error;   // complete: the download that was to fill it failed
 } cw_proxy_host_buffer_t;
 
 typedef struct cw_proxy_item_s {
@@ -96,6 +97,15 @@ typedef struct cw_proxy_session_s {
   cw_proxy_table_t exes;      // handle -> cw_proxy_exe_t
   uint64_t next_handle;
   size_t handling;  // bytes of the request being handled, credited with its response
+  // A CopyToHostBuffer answered before its bytes are here: settled once
+  // its response is queued (cw_proxy_host_buffer_settle).
+  struct {
+    bool pending;       // its host buffer waits to be settled
+    PJRT_Event* event;  // NULL: the read did not begin
+    uint8_t* data;
+    size_t len;
+    uint64_t handle;
+  } download;
 } cw_proxy_session_t;
 
 struct cw_proxy_s {
@@ -178,10 +188,14 @@ void cw_proxy_host_buffer_retry(cw_proxy_t* p);
 CW_MUST_USE cw_status_t cw_proxy_host_buffer_take(cw_proxy_session_t* s, uint64_t handle,
                                                   int timeout_ms, uint8_t** out_data,
                                                   size_t* out_len);
-// Session thread: a complete host buffer under `handle` (takes `data`
-// only on success).
-CW_MUST_USE cw_status_t cw_proxy_host_buffer_put(cw_proxy_session_t* s, uint64_t handle,
-                                                 uint8_t* data, size_t len);
+// Session thread: a host buffer under `handle` that the session's download
+// under way (cw_proxy_session_t.download) will fill; lookups wait for it.
+CW_MUST_USE cw_status_t cw_proxy_host_buffer_expect(cw_proxy_session_t* s, uint64_t handle,
+                                                    size_t len);
+// Session thread, after the response to the request that began it: waits
+// for the session's download and completes its host buffer with the bytes,
+// or with the download's error for its lookups.
+void cw_proxy_host_buffer_settle(cw_proxy_session_t* s);
 // Frees every host buffer of a session that has ended.
 void cw_proxy_host_buffers_free(cw_proxy_session_t* s);
 
@@ -280,6 +294,12 @@ CW_MUST_USE cw_status_t cw_proxy_buffer_copy(cw_proxy_session_t* s, PJRT_Buffer*
 // The `bytes` of `buffer` (cw_proxy_bytes_free them).
 CW_MUST_USE cw_status_t cw_proxy_buffer_download(cw_proxy_session_t* s, PJRT_Buffer* buffer,
                                                  size_t bytes, uint8_t** out_data);
+// Begins reading the `bytes` of `buffer` into *out_data (cw_proxy_bytes_free
+// it once *out_event is done: cw_proxy_pjrt_await).
+CW_MUST_USE cw_status_t cw_proxy_buffer_download_start(cw_proxy_session_t* s,
+                                                       PJRT_Buffer* buffer, size_t bytes,
+                                                       uint8_t** out_data,
+                                                       PJRT_Event** out_event);
 // Marks `a` deleted when the plugin deleted one of its shards (a donated
 // argument); true when it is deleted.
 bool cw_proxy_array_check_deleted(cw_proxy_session_t* s, cw_proxy_array_t* a);

@@ -185,6 +185,7 @@ static void cw__handle(cw_proxy_session_t* s, const uint8_t* data, size_t len) {
     st = f->handle(s, req, &resp);
   }
   cw__respond_status(s, op_id, st, &resp);
+  cw_proxy_host_buffer_settle(s);  // a read back the response did not wait for
   if (f && f->free) f->free(&resp);
   cw_ifrt__ifrt_request__free_unpacked(req, NULL);
 }

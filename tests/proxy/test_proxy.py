@@ -907,6 +907,74 @@ def test_reshard_and_bitcast_of_split_arrays(cluster, proxy):
         assert list(responses) == []
 
 
+def test_read_back_answered_before_its_bytes(cluster, proxy):
+    """CopyToHostBuffer is answered as soon as the read is under way: with the
+    session paused at the worker, the read of a program's output is answered
+    while the program is held, and the lookup waits for the bytes. A buffer
+    deleted while it is read leaves the session working."""
+    import concurrent.futures
+    import numpy as np
+    from jax._src.lib import xla_client as xc
+    causeway = os.path.join(harness.bin_dir(), "causeway")
+    with grpc.insecure_channel(proxy.address) as ch:
+        q, responses, sid = live_session(ch)
+        pool = concurrent.futures.ThreadPoolExecutor(2)
+
+        def call(req, timeout=30):
+            q.put(req)
+            return pool.submit(next, responses).result(timeout)
+
+        def ok(req, op):
+            r = call(req)
+            assert response_status(r) == (op, 0, ""), response_status(r)
+            return r
+
+        def lookup(handle):
+            return b"".join(dict(_fields(m)).get(1, b"") for m in ch.unary_stream(
+                SERVICE + "HostBufferLookup")(buffer_ids(sid, handle), timeout=30))
+        x = np.arange(4, dtype=np.float32)
+        store(ch, sid, 70, [x.tobytes()], 16)
+        ok(ifrt_request(4, 130, field(1, varint(1 << 3) + varint(11)) + field(2, field(1, varint(4)))
+                        + field(3, single_device(0)) + varint(4 << 3 | 1) + struct.pack("<Q", 70)
+                        + varint(6 << 3 | 1) + struct.pack("<Q", 300)), 130)
+        mlir = (b"module @m { func.func public @main(%arg0: tensor<4xf32>) -> tensor<4xf32> { "
+                b"%0 = stablehlo.add %arg0, %arg0 : tensor<4xf32> return %0 : tensor<4xf32> } }")
+        r = ok(ifrt_request(13, 131, field(1, field(1, b"xla::ifrt::XlaProgram") + field(2, mlir))
+                            + field(2, field(1, b"xla::ifrt::XlaCompileOptions") + field(
+                                2, field(1, xc.CompileOptions().SerializeAsString())))), 131)
+        exe = dict(_fields(dict(_fields(r))[13]))[1]
+        status = json.loads(subprocess.run(
+            [causeway, "--controller", cluster.controller, "status", "--json"],
+            capture_output=True, text=True, timeout=60, check=True).stdout)
+        mine = [s["id"] for s in status["sessions"] if s.get("devices")]
+        assert len(mine) == 1, status["sessions"]
+        subprocess.run([causeway, "--controller", cluster.controller, "pause", str(mine[0])],
+                       capture_output=True, timeout=60, check=True)
+        try:
+            ok(ifrt_request(15, 132, varint(1 << 3 | 1) + struct.pack("<Q", exe)
+                            + packed_fixed64(2, [300]) + field(4, varint(0) + varint(1))
+                            + packed_fixed64(5, [301])), 132)
+            # Answered while the program that makes the bytes is held (the
+            # session's next request waits for them).
+            ok(ifrt_request(6, 133, copy_to_host(301, 71)), 133)
+            read = pool.submit(lookup, 71)
+            time.sleep(0.5)
+            assert not read.done()
+        finally:
+            subprocess.run([causeway, "--controller", cluster.controller, "resume",
+                            str(mine[0])], capture_output=True, timeout=60, check=True)
+        assert read.result(30) == (x + x).tobytes()
+        # Deleted at once, likely while it is read: gone, and nothing else.
+        ok(ifrt_request(6, 134, copy_to_host(301, 72)), 134)
+        list(ch.unary_stream(SERVICE + "HostBufferDelete")(buffer_ids(sid, 72), timeout=10))
+        # The session carries on: the same handle read again.
+        ok(ifrt_request(6, 135, copy_to_host(301, 72)), 135)
+        assert lookup(72) == (x + x).tobytes()
+        q.put(None)
+        assert list(responses) == []
+        pool.shutdown()
+
+
 def test_lookup_streams_and_a_delete_cuts_it_short(proxy):
     """A 96 MiB lookup goes out as the client reads it (the proxy queues 8 MiB
     ahead). Deleting the buffer meanwhile, and storing another under the same
