@@ -37,6 +37,7 @@ struct cw_grpc_call_s {
   size_t out_len;
   size_t out_cap;
   size_t reserved;        // bytes of a message cw_grpc_call_reserve made room for
+  bool reserving;         // a reservation waits for cw_grpc_call_commit
   size_t writable_below;  // nonzero: on_writable wanted below this many queued bytes
   bool hold_flow;         // credit for arriving bytes waits for cw_grpc_call_consume
   size_t held;            // bytes received and not yet credited back
@@ -68,7 +69,8 @@ void cw_grpc_options_default(cw_grpc_options_t* o) {
                            .max_streams = 100,
                            .window = 16u << 20,
                            .reset_burst = 1000,
-                           .resets_per_second = 33};
+                           .resets_per_second = 33,
+                           .out_batch = 1u << 20};
 }
 
 // --- Framing -------------------------------------------------------------------
@@ -251,9 +253,8 @@ static void cw__trailer_fields(const cw_grpc_call_t* c, char code[16], nghttp2_n
   nv[1] = cw__nv("grpc-message", c->message);
 }
 
-// Frames nghttp2 hands over are gathered up to CW__OUT_BATCH (a larger
-// frame still goes alone), so the transport writes many in one go.
-#define CW__OUT_BATCH (1u << 20)
+// Frames nghttp2 hands over are gathered up to options->out_batch (a
+// larger frame still goes alone), so the transport writes many in one go.
 // The largest DATA frame either way, where the peer allows it: a client's
 // cost per frame is paid per 16 KiB otherwise (HTTP/2's default), and a
 // frame this size holds another stream's answer back by little.
@@ -261,7 +262,7 @@ static void cw__trailer_fields(const cw_grpc_call_t* c, char code[16], nghttp2_n
 
 // 1: room for `n` more bytes; 0: the batch is full; -1: out of memory.
 static int cw__out_room(cw_grpc_session_t* s, size_t n) {
-  if (s->out_len > 0 && s->out_len + n > CW__OUT_BATCH) return 0;
+  if (s->out_len > 0 && s->out_len + n > s->o->out_batch) return 0;
   if (s->out_len + n <= s->out_cap) return 1;
   // Grown as used: a connection of small calls keeps a small buffer.
   size_t cap = s->out_cap ? s->out_cap : 4096;
@@ -297,7 +298,8 @@ static int cw__send_data(nghttp2_session* h2, nghttp2_frame* frame, const uint8_
   memcpy(s->out + s->out_len + 9, c->out + c->out_off, length);
   s->out_len += 9 + length;
   c->out_off += length;
-  if (c->out_off == c->out_len) c->out_off = c->out_len = 0;
+  // Drained: back to the front, unless a reservation is written past it.
+  if (c->out_off == c->out_len && !c->reserving) c->out_off = c->out_len = 0;
   return 0;
 }
 
@@ -380,9 +382,9 @@ cw_status_t cw_grpc_call_reserve(cw_grpc_call_t* c, size_t len, uint8_t** out_da
     cw_grpc_call_finish(c, cw_status_clone(st));
     return st;
   }
-  if (c->out_off > 0 && c->out_len + 5 + len > c->out_cap) {
-    // Sent bytes go only when the buffer is full: each byte moves at most
-    // once per buffer's worth sent, not once per message.
+  if (c->out_off > 0 && (unsent <= c->out_off || c->out_len + 5 + len > c->out_cap)) {
+    // Sent bytes go when fewer bytes move than are freed, or the buffer is
+    // full: never more bytes moved in all than sent.
     memmove(c->out, c->out + c->out_off, unsent);
     c->out_len = unsent;
     c->out_off = 0;
@@ -405,6 +407,7 @@ cw_status_t cw_grpc_call_reserve(cw_grpc_call_t* c, size_t len, uint8_t** out_da
   p[3] = (uint8_t)(len >> 8);
   p[4] = (uint8_t)len;
   c->reserved = len;
+  c->reserving = true;
   *out_data = p + 5;
   return cw_ok_status();
 }
@@ -412,8 +415,10 @@ cw_status_t cw_grpc_call_reserve(cw_grpc_call_t* c, size_t len, uint8_t** out_da
 cw_status_t cw_grpc_call_commit(cw_grpc_call_t* c) {
   if (!c->s) return cw_make_status(CW_CANCELLED, "the call is gone");
   if (c->finished) return cw_make_status(CW_FAILED_PRECONDITION, "the call has finished");
+  if (!c->reserving) return cw_make_status(CW_FAILED_PRECONDITION, "nothing was reserved");
   c->out_len += 5 + c->reserved;
   c->reserved = 0;
+  c->reserving = false;
   int rc = c->headers_sent ? nghttp2_session_resume_data(c->s->h2, c->stream_id)
                            : cw__send_headers(c, false);
   if (rc != 0 && rc != NGHTTP2_ERR_INVALID_ARGUMENT) {

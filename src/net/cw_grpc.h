@@ -59,10 +59,14 @@ typedef struct cw_grpc_options_s {
   // reset, CVE-2023-44487, which nghttp2 1.52 does not limit itself).
   uint32_t reset_burst;
   uint32_t resets_per_second;
+  // Bytes of frames one cw_grpc_session_take_output gathers (a larger frame
+  // still goes alone).
+  size_t out_batch;
 } cw_grpc_options_t;
 
 // The defaults: 64 MiB messages, 256 MiB queued, 100 streams, 16 MiB windows,
-// 1000 resets then 33 a second (nghttp2's own later defaults).
+// 1000 resets then 33 a second (nghttp2's own later defaults), 1 MiB
+// output batches.
 void cw_grpc_options_default(cw_grpc_options_t* out_options);
 
 // `handlers` and `options` are borrowed for the session's life. Queues the
@@ -122,8 +126,10 @@ void cw_grpc_call_release(cw_grpc_call_t* call);
 // finished, or over its limits (then the call is finished with that error).
 CW_MUST_USE cw_status_t cw_grpc_call_send(cw_grpc_call_t* call, const uint8_t* data, size_t len);
 // cw_grpc_call_send in two steps, for a message encoded in place: room for
-// `len` bytes at *out_data (valid until the next call on `call`), then
-// cw_grpc_call_commit queues them. Errors are cw_grpc_call_send's.
+// `len` bytes at *out_data, then cw_grpc_call_commit queues them. Commit
+// before any other call on `call` or its session; a reservation not
+// committed is dropped by the next. Errors are cw_grpc_call_send's, and
+// commit without a reservation is FAILED_PRECONDITION.
 CW_MUST_USE cw_status_t cw_grpc_call_reserve(cw_grpc_call_t* call, size_t len,
                                              uint8_t** out_data);
 CW_MUST_USE cw_status_t cw_grpc_call_commit(cw_grpc_call_t* call);

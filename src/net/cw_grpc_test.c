@@ -52,11 +52,12 @@ static void svc_message(void* user, cw_grpc_call_t* call, const uint8_t* d, size
   if (s->echo) assert_null(cw_grpc_call_send(call, d, n));
 }
 
-// Queues 50-byte messages while fewer than 300 bytes wait, then asks to be
-// called again below 150; finishes after the last.
 // Queues big messages while fewer than four wait, encoded in place, then
 // asks to be called again below one (as the proxy's host-buffer lookups).
 static void svc_stream_big(svc_t* s, cw_grpc_call_t* call) {
+  cw_status_t none = cw_grpc_call_commit(call);  // nothing reserved: refused
+  assert_int_equal(cw_status_code(none), CW_FAILED_PRECONDITION);
+  cw_status_free(none);
   while (s->big_left > 0 && cw_grpc_call_queued(call) < 4 * s->big_len) {
     uint8_t* p;
     assert_null(cw_grpc_call_reserve(call, s->big_len, &p));
@@ -72,6 +73,8 @@ static void svc_stream_big(svc_t* s, cw_grpc_call_t* call) {
   }
 }
 
+// Queues 50-byte messages while fewer than 300 bytes wait, then asks to be
+// called again below 150; finishes after the last.
 static void svc_stream(svc_t* s, cw_grpc_call_t* call) {
   if (s->big_len) {
     svc_stream_big(s, call);
@@ -386,6 +389,38 @@ static void test_small_frames_gathered(void** state) {
   assert_true(largest <= (1u << 20));
 }
 
+// The client resets a stream whose DATA frame waits for room in a full
+// output batch: the frame is dropped with the stream, and the call ends.
+static void test_reset_with_frames_waiting(void** state) {
+  fix_t* f = *state;
+  f->o.max_message = 1u << 20;
+  f->o.out_batch = 4096;
+  f->svc.big_len = 300000;
+  f->svc.big_left = 4;
+  restart(f);
+  f->cli.check_len = f->svc.big_len;
+  int32_t id = cli_call(&f->cli, "application/grpc");
+  const uint8_t* d;
+  ssize_t n;
+  size_t len = 0;
+  while ((n = nghttp2_session_mem_send(f->cli.h2, &d)) > 0) {
+    assert_null(cw_grpc_session_feed(f->s, d, (size_t)n));
+  }
+  // Outputs until the response's first DATA frame has come, then one more.
+  for (int i = 0; i < 8 && f->cli.data_frames == 0; i++) {
+    cw_grpc_session_take_output(f->s, &d, &len);
+    assert_true(len > 0 && len <= 16384 + 9);  // a batch, or one default-size frame
+    assert_true(nghttp2_session_mem_recv(f->cli.h2, d, len) >= 0);
+  }
+  assert_true(f->cli.data_frames > 0);
+  assert_int_equal(nghttp2_submit_rst_stream(f->cli.h2, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL),
+                   0);
+  pump(&f->cli, f->s);
+  assert_int_equal(f->svc.closes, 1);
+  assert_int_equal(cw_grpc_session_calls(f->s), 0);
+  assert_true(f->cli.seen < 4 * (5 + f->svc.big_len));
+}
+
 // A call that holds its credit: the client stops at one window of
 // unhandled bytes and goes on as the service gives credit back.
 static void test_held_flow(void** state) {
@@ -596,6 +631,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_streamed_response, setup, teardown),
       cmocka_unit_test_setup_teardown(test_large_response_frames, setup, teardown),
       cmocka_unit_test_setup_teardown(test_small_frames_gathered, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_reset_with_frames_waiting, setup, teardown),
       cmocka_unit_test_setup_teardown(test_held_flow, setup, teardown),
       cmocka_unit_test_setup_teardown(test_rapid_reset, setup, teardown),
       cmocka_unit_test_setup_teardown(test_held_flow_largest_message, setup, teardown),

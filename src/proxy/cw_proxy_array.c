@@ -876,6 +876,9 @@ static cw_status_t cw__copy_to_host(cw_proxy_session_t* s, const CwIfrt__IfrtReq
   // Answered as soon as the read is under way: the client's lookup then
   // crosses the network while the bytes come from the worker, and waits
   // for them (or for the read's error) at the proxy.
+  CW_RETURN_IF_ERROR(cw_proxy_respond(
+      resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_COPY_TO_HOST_BUFFER_RESPONSE, false, 0),
+      "CopyToHostBuffer");
   CW_RETURN_IF_ERROR(cw_proxy_host_buffer_expect(s, r->host_buffer_handle, l.bytes),
                      "CopyToHostBuffer");
   cw_status_t st = cw_proxy_buffer_download_start(s, a->shards[0]->buffer, l.bytes,
@@ -884,7 +887,8 @@ static cw_status_t cw__copy_to_host(cw_proxy_session_t* s, const CwIfrt__IfrtReq
     cw_proxy_host_buffer_settle(s);  // no read began: the buffer goes
     return cw_status_annotate(st, "CopyToHostBuffer");
   }
-  return cw_proxy_respond(resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_COPY_TO_HOST_BUFFER_RESPONSE, false, 0);
+  s->download.started = true;
+  return cw_ok_status();
 }
 
 static cw_status_t cw__value_ready(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,

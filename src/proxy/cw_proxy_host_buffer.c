@@ -4,6 +4,7 @@
 // waits; CopyToHostBuffer leaves them (session thread) for HostBufferLookup,
 // which may also arrive first and is parked until they are there.
 // HostBufferReadFromDisk takes them from a file the client wrote.
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -68,6 +69,33 @@ static cw_status_t cw__hb_insert(cw_proxy_session_t* s, uint64_t handle,
   return st;
 }
 
+// Completes the host buffer under `handle` that `filler` fills, under s->mu:
+// with *data (taken) and `len`, or failed with *st, which a kept buffer
+// takes for its readers and one not kept is removed for. False when the
+// buffer is no longer that filler's (deleted meanwhile).
+static bool cw__hb_fill(cw_proxy_session_t* s, uint64_t handle, const void* filler,
+                        uint8_t** data, size_t len, cw_status_t* st, bool keep_failed) {
+  cw_proxy_host_buffer_t* hb = cw_proxy_table_get(&s->host_buffers, handle);
+  if (!hb || hb->filler != filler) return false;
+  hb->filler = NULL;
+  if (*st && !keep_failed) {
+    cw_proxy_table_remove(&s->host_buffers, handle);
+    cw__hb_free(hb);
+  } else {
+    if (*st) {
+      hb->error = *st;
+      *st = cw_ok_status();
+    } else {
+      hb->data = *data;
+      *data = NULL;
+      hb->len = hb->cap = len;
+    }
+    hb->complete = true;
+  }
+  pthread_cond_broadcast(&s->host_buffer_cv);
+  return true;
+}
+
 // Loop thread: ends a call answered by one empty message, or by `st` (taken).
 static void cw__finish_empty(cw_grpc_call_t* call, cw_status_t st) {
   uint8_t empty[1];
@@ -124,6 +152,7 @@ cw_status_t cw_proxy_host_buffer_take(cw_proxy_session_t* s, uint64_t handle, in
 }
 
 cw_status_t cw_proxy_host_buffer_expect(cw_proxy_session_t* s, uint64_t handle, size_t len) {
+  assert(!s->download.pending);  // settled after every request
   cw_proxy_host_buffer_t* hb = calloc(1, sizeof(*hb));
   if (!hb) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   // Only this session's thread downloads, one read at a time: the session
@@ -135,6 +164,7 @@ cw_status_t cw_proxy_host_buffer_expect(cw_proxy_session_t* s, uint64_t handle, 
     return cw_status_annotate(st, "host buffer");
   }
   s->download.pending = true;
+  s->download.started = false;
   s->download.handle = handle;
   s->download.len = len;
   return cw_ok_status();
@@ -142,37 +172,22 @@ cw_status_t cw_proxy_host_buffer_expect(cw_proxy_session_t* s, uint64_t handle, 
 
 void cw_proxy_host_buffer_settle(cw_proxy_session_t* s) {
   if (!s->download.pending) return;
-  cw_status_t st = s->download.event
+  // A read that never began leaves nothing to wait for, and no buffer.
+  cw_status_t st = s->download.started
                        ? cw_proxy_pjrt_await(&s->proxy->pjrt, s->download.event, "the download")
-                       : cw_ok_status();
+                       : cw_make_status(CW_CANCELLED, "the read did not begin");
+  if (st && s->download.started) {
+    st = cw_status_annotate(st, "reading host buffer %llu",
+                            (unsigned long long)s->download.handle);
+  }
   uint8_t* data = s->download.data;
   pthread_mutex_lock(&s->mu);
-  cw_proxy_host_buffer_t* hb = cw_proxy_table_get(&s->host_buffers, s->download.handle);
-  if (hb && hb->filler == s) {  // else deleted meanwhile
-    hb->filler = NULL;
-    if (!s->download.event) {  // the read never began; the request failed
-      cw_proxy_table_remove(&s->host_buffers, s->download.handle);
-      cw__hb_free(hb);
-    } else {
-      if (st) {
-        hb->error = cw_status_annotate(st, "reading host buffer %llu",
-                                       (unsigned long long)s->download.handle);
-        st = cw_ok_status();
-      } else {
-        hb->data = data;
-        data = NULL;
-        hb->len = hb->cap = s->download.len;
-      }
-      hb->complete = true;
-    }
-    pthread_cond_broadcast(&s->host_buffer_cv);
-  }
+  (void)cw__hb_fill(s, s->download.handle, s, &data, s->download.len, &st,
+                    s->download.started);  // false: deleted meanwhile
   pthread_mutex_unlock(&s->mu);
   cw_status_free(st);
   cw_proxy_bytes_free(data);
-  s->download.pending = false;
-  s->download.event = NULL;
-  s->download.data = NULL;
+  memset(&s->download, 0, sizeof(s->download));
   uv_async_send(&s->proxy->wake);  // its parked lookup
 }
 
@@ -484,20 +499,8 @@ static void cw__disk_done(uv_work_t* req, int status) {
   cw_proxy_session_t* s = cw_proxy_session_find(p, w->session_id);
   if (s) {
     pthread_mutex_lock(&s->mu);
-    cw_proxy_host_buffer_t* hb = cw_proxy_table_get(&s->host_buffers, w->handle);
-    if (hb && hb->filler == w) {
-      hb->filler = NULL;
-      if (!st) {
-        hb->data = w->data;
-        w->data = NULL;
-        hb->len = hb->cap = w->len;
-        hb->complete = true;
-      } else {
-        cw_proxy_table_remove(&s->host_buffers, w->handle);
-        cw__hb_free(hb);
-      }
-      pthread_cond_broadcast(&s->host_buffer_cv);
-    } else if (!st) {
+    // A failed read is the disk call's to answer (st stays ours): its buffer goes.
+    if (!cw__hb_fill(s, w->handle, w, &w->data, w->len, &st, false) && !st) {
       st = cw_make_status(CW_NOT_FOUND, "host buffer %llu was deleted while it was read",
                           (unsigned long long)w->handle);
     }

@@ -44,8 +44,9 @@ typedef struct cw_proxy_array_s {
   cw_status_t error;  // MakeErrorArrays: what every use of it answers
 } cw_proxy_array_t;
 
-// A host buffer: being stored (by HostBufferStore on the loop thread) or
-// complete (stored, or made by CopyToHostBuffer).
+// A host buffer: being filled (by HostBufferStore or a disk read on the
+// loop thread, or a CopyToHostBuffer's read on the session thread), or
+// complete: with its bytes, or with the error of the read that failed.
 typedef struct cw_proxy_host_buffer_s {
   uint8_t* data;
   size_t len;
@@ -101,7 +102,8 @@ typedef struct cw_proxy_session_s {
   // its response is queued (cw_proxy_host_buffer_settle).
   struct {
     bool pending;       // its host buffer waits to be settled
-    PJRT_Event* event;  // NULL: the read did not begin
+    bool started;       // the read began (its event may still be NULL: done)
+    PJRT_Event* event;
     uint8_t* data;
     size_t len;
     uint64_t handle;
@@ -184,7 +186,8 @@ void cw_proxy_host_buffer_writable(cw_proxy_t* p, cw_grpc_call_t* call);
 void cw_proxy_host_buffer_retry(cw_proxy_t* p);
 // Session thread: waits for host buffer `handle` to be complete (up to
 // timeout_ms for its store to begin; then as long as the store goes on),
-// then takes it out of the session (data is the caller's).
+// then takes it out of the session (data is the caller's), or answers the
+// error of the read that was to fill it.
 CW_MUST_USE cw_status_t cw_proxy_host_buffer_take(cw_proxy_session_t* s, uint64_t handle,
                                                   int timeout_ms, uint8_t** out_data,
                                                   size_t* out_len);

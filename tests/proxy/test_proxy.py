@@ -907,72 +907,141 @@ def test_reshard_and_bitcast_of_split_arrays(cluster, proxy):
         assert list(responses) == []
 
 
+class HeldReads:
+    """A live session over raw requests with x = [0, 1, 2, 3] on device 0 and
+    a compiled x + x; `pause()`/`resume()` hold its launches at the worker."""
+
+    def __init__(self, ch, controller: str):
+        import concurrent.futures
+        import numpy as np
+        from jax._src.lib import xla_client as xc
+        self.ch, self.controller = ch, controller
+        self.q, self.responses, self.sid = live_session(ch)
+        self.pool = concurrent.futures.ThreadPoolExecutor(2)
+        self.x = np.arange(4, dtype=np.float32)
+        store(ch, self.sid, 70, [self.x.tobytes()], 16)
+        self.ok(ifrt_request(4, 130, field(1, varint(1 << 3) + varint(11))
+                             + field(2, field(1, varint(4))) + field(3, single_device(0))
+                             + varint(4 << 3 | 1) + struct.pack("<Q", 70)
+                             + varint(6 << 3 | 1) + struct.pack("<Q", 300)), 130)
+        mlir = (b"module @m { func.func public @main(%arg0: tensor<4xf32>) -> tensor<4xf32> { "
+                b"%0 = stablehlo.add %arg0, %arg0 : tensor<4xf32> return %0 : tensor<4xf32> } }")
+        r = self.ok(ifrt_request(13, 131, field(1, field(1, b"xla::ifrt::XlaProgram")
+                                                + field(2, mlir))
+                                 + field(2, field(1, b"xla::ifrt::XlaCompileOptions") + field(
+                                     2, field(1, xc.CompileOptions().SerializeAsString())))),
+                    131)
+        self.exe = dict(_fields(dict(_fields(r))[13]))[1]
+        status = json.loads(self.cli("status", "--json").stdout)
+        mine = [s["id"] for s in status["sessions"] if s.get("devices")]
+        assert len(mine) == 1, status["sessions"]
+        self.causeway_session = str(mine[0])
+
+    def cli(self, *args):
+        return subprocess.run([os.path.join(harness.bin_dir(), "causeway"), "--controller",
+                               self.controller, *args], capture_output=True, text=True,
+                              timeout=60, check=True)
+
+    def pause(self):
+        self.cli("pause", self.causeway_session)
+
+    def resume(self):
+        self.cli("resume", self.causeway_session)
+
+    def call(self, req, timeout=30):
+        self.q.put(req)
+        return self.pool.submit(next, self.responses).result(timeout)
+
+    def ok(self, req, op):
+        r = self.call(req)
+        assert response_status(r) == (op, 0, ""), response_status(r)
+        return r
+
+    def execute(self, op, out):
+        """x + x into array `out` (launched, not waited for)."""
+        self.ok(ifrt_request(15, op, varint(1 << 3 | 1) + struct.pack("<Q", self.exe)
+                             + packed_fixed64(2, [300]) + field(4, varint(0) + varint(1))
+                             + packed_fixed64(5, [out])), op)
+
+    def lookup(self, handle):
+        return b"".join(dict(_fields(m)).get(1, b"") for m in self.ch.unary_stream(
+            SERVICE + "HostBufferLookup")(buffer_ids(self.sid, handle), timeout=30))
+
+    def delete(self, handle):
+        list(self.ch.unary_stream(SERVICE + "HostBufferDelete")(buffer_ids(self.sid, handle),
+                                                               timeout=10))
+
+    def end(self):
+        self.q.put(None)
+        assert list(self.responses) == []
+        self.pool.shutdown()
+
+
 def test_read_back_answered_before_its_bytes(cluster, proxy):
     """CopyToHostBuffer is answered as soon as the read is under way: with the
     session paused at the worker, the read of a program's output is answered
     while the program is held, and the lookup waits for the bytes. A buffer
     deleted while it is read leaves the session working."""
-    import concurrent.futures
-    import numpy as np
-    from jax._src.lib import xla_client as xc
-    causeway = os.path.join(harness.bin_dir(), "causeway")
     with grpc.insecure_channel(proxy.address) as ch:
-        q, responses, sid = live_session(ch)
-        pool = concurrent.futures.ThreadPoolExecutor(2)
-
-        def call(req, timeout=30):
-            q.put(req)
-            return pool.submit(next, responses).result(timeout)
-
-        def ok(req, op):
-            r = call(req)
-            assert response_status(r) == (op, 0, ""), response_status(r)
-            return r
-
-        def lookup(handle):
-            return b"".join(dict(_fields(m)).get(1, b"") for m in ch.unary_stream(
-                SERVICE + "HostBufferLookup")(buffer_ids(sid, handle), timeout=30))
-        x = np.arange(4, dtype=np.float32)
-        store(ch, sid, 70, [x.tobytes()], 16)
-        ok(ifrt_request(4, 130, field(1, varint(1 << 3) + varint(11)) + field(2, field(1, varint(4)))
-                        + field(3, single_device(0)) + varint(4 << 3 | 1) + struct.pack("<Q", 70)
-                        + varint(6 << 3 | 1) + struct.pack("<Q", 300)), 130)
-        mlir = (b"module @m { func.func public @main(%arg0: tensor<4xf32>) -> tensor<4xf32> { "
-                b"%0 = stablehlo.add %arg0, %arg0 : tensor<4xf32> return %0 : tensor<4xf32> } }")
-        r = ok(ifrt_request(13, 131, field(1, field(1, b"xla::ifrt::XlaProgram") + field(2, mlir))
-                            + field(2, field(1, b"xla::ifrt::XlaCompileOptions") + field(
-                                2, field(1, xc.CompileOptions().SerializeAsString())))), 131)
-        exe = dict(_fields(dict(_fields(r))[13]))[1]
-        status = json.loads(subprocess.run(
-            [causeway, "--controller", cluster.controller, "status", "--json"],
-            capture_output=True, text=True, timeout=60, check=True).stdout)
-        mine = [s["id"] for s in status["sessions"] if s.get("devices")]
-        assert len(mine) == 1, status["sessions"]
-        subprocess.run([causeway, "--controller", cluster.controller, "pause", str(mine[0])],
-                       capture_output=True, timeout=60, check=True)
+        h = HeldReads(ch, cluster.controller)
+        want = (h.x + h.x).tobytes()
+        h.pause()
         try:
-            ok(ifrt_request(15, 132, varint(1 << 3 | 1) + struct.pack("<Q", exe)
-                            + packed_fixed64(2, [300]) + field(4, varint(0) + varint(1))
-                            + packed_fixed64(5, [301])), 132)
+            h.execute(132, 301)
             # Answered while the program that makes the bytes is held (the
             # session's next request waits for them).
-            ok(ifrt_request(6, 133, copy_to_host(301, 71)), 133)
-            read = pool.submit(lookup, 71)
+            h.ok(ifrt_request(6, 133, copy_to_host(301, 71)), 133)
+            read = h.pool.submit(h.lookup, 71)
             time.sleep(0.5)
             assert not read.done()
         finally:
-            subprocess.run([causeway, "--controller", cluster.controller, "resume",
-                            str(mine[0])], capture_output=True, timeout=60, check=True)
-        assert read.result(30) == (x + x).tobytes()
-        # Deleted at once, likely while it is read: gone, and nothing else.
-        ok(ifrt_request(6, 134, copy_to_host(301, 72)), 134)
-        list(ch.unary_stream(SERVICE + "HostBufferDelete")(buffer_ids(sid, 72), timeout=10))
-        # The session carries on: the same handle read again.
-        ok(ifrt_request(6, 135, copy_to_host(301, 72)), 135)
-        assert lookup(72) == (x + x).tobytes()
-        q.put(None)
-        assert list(responses) == []
-        pool.shutdown()
+            h.resume()
+        assert read.result(30) == want
+        # Deleted while it is read: the read's bytes are dropped, nothing else.
+        h.pause()
+        try:
+            h.execute(134, 302)
+            h.ok(ifrt_request(6, 135, copy_to_host(302, 72)), 135)
+            h.delete(72)
+        finally:
+            h.resume()
+        h.ok(ifrt_request(6, 136, copy_to_host(302, 72)), 136)
+        assert h.lookup(72) == want
+        h.end()
+
+
+def test_read_back_that_fails_fails_its_lookup():
+    """A read answered early whose worker dies before the bytes come: the
+    lookup, and a MakeArray from the same host buffer, get the read's error
+    (UNAVAILABLE naming the worker), and the proxy ends cleanly."""
+    c = harness.HandCluster(workers=1, devices=1, tcp=True)
+    p = None
+    try:
+        p = Proxy(c.controller)
+        with grpc.insecure_channel(p.address) as ch:
+            h = HeldReads(ch, c.controller)
+            h.pause()
+            h.execute(132, 301)
+            h.ok(ifrt_request(6, 133, copy_to_host(301, 71)), 133)
+            victim = next(k for k in c.procs if "worker" in k)
+            c.procs[victim].kill()
+            c.procs[victim].wait(10)
+            with pytest.raises(grpc.RpcError) as e:
+                h.lookup(71)
+            assert e.value.code() == grpc.StatusCode.UNAVAILABLE, e.value
+            assert "reading host buffer 71" in e.value.details(), e.value.details()
+            assert victim in e.value.details(), e.value.details()
+            make = (field(1, varint(1 << 3) + varint(11)) + field(2, field(1, varint(4)))
+                    + field(3, single_device(0)) + varint(4 << 3 | 1) + struct.pack("<Q", 71)
+                    + varint(6 << 3 | 1) + struct.pack("<Q", 303))
+            got_op, code, msg = response_status(h.call(ifrt_request(4, 137, make)))
+            assert (got_op, code) == (137, grpc.StatusCode.UNAVAILABLE.value[0]), msg
+            assert "reading host buffer 71" in msg and victim in msg, msg
+            h.end()
+    finally:
+        if p:
+            assert p.stop() == 0, p.logs()
+        c.stop()
 
 
 def test_lookup_streams_and_a_delete_cuts_it_short(proxy):
