@@ -57,7 +57,7 @@ struct cw_grpc_session_s {
   size_t want_writable;  // calls with writable_below set (take_output scans only then)
   double reset_tokens;  // resets the client may still send now
   struct timespec reset_at;  // when the tokens were last refilled
-  uint8_t* out;  // frames gathered by take_output for the transport
+  uint8_t* out;  // frames gathered by take_output (kept, about out_batch at most)
   size_t out_len;
   size_t out_cap;
   bool broken;  // nghttp2 failed to send: nothing more goes out

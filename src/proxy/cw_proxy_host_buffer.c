@@ -1,8 +1,9 @@
 // Host buffers: the bytes of arrays in flight between the IFRT client and
 // the proxy, named by (session id, handle). HostBufferStore streams them in
 // (loop thread) for MakeArrayFromHostBuffer, which may arrive first and
-// waits; CopyToHostBuffer leaves them (session thread) for HostBufferLookup,
-// which may also arrive first and is parked until they are there.
+// waits; CopyToHostBuffer reads them from a worker (session thread) for
+// HostBufferLookup, which usually arrives first (CopyToHostBuffer is
+// answered once its read begins) and is parked until they are there.
 // HostBufferReadFromDisk takes them from a file the client wrote.
 #include <assert.h>
 #include <errno.h>
