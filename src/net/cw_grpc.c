@@ -253,13 +253,13 @@ static void cw__trailer_fields(const cw_grpc_call_t* c, char code[16], nghttp2_n
   nv[1] = cw__nv("grpc-message", c->message);
 }
 
-// Frames nghttp2 hands over are gathered up to options->out_batch (a
-// larger frame still goes alone), so the transport writes many in one go.
 // The largest DATA frame either way, where the peer allows it: a client's
 // cost per frame is paid per 16 KiB otherwise (HTTP/2's default), and a
 // frame this size holds another stream's answer back by little.
 #define CW__MAX_FRAME (256u << 10)
 
+// Frames nghttp2 hands over are gathered up to options->out_batch (a
+// larger frame still goes alone), so the transport writes many in one go.
 // 1: room for `n` more bytes; 0: the batch is full; -1: out of memory.
 static int cw__out_room(cw_grpc_session_t* s, size_t n) {
   if (s->out_len > 0 && s->out_len + n > s->o->out_batch) return 0;
