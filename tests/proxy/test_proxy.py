@@ -932,9 +932,15 @@ class HeldReads:
                                      2, field(1, xc.CompileOptions().SerializeAsString())))),
                     131)
         self.exe = dict(_fields(dict(_fields(r))[13]))[1]
-        status = json.loads(self.cli("status", "--json").stdout)
-        mine = [s["id"] for s in status["sessions"] if s.get("devices")]
-        assert len(mine) == 1, status["sessions"]
+        # This stream's causeway session: the one holding devices, once
+        # the sessions of earlier tests' streams have closed.
+        mine: list = []
+
+        def alone() -> bool:
+            status = json.loads(self.cli("status", "--json").stdout)
+            mine[:] = [s["id"] for s in status["sessions"] if s.get("devices")]
+            return len(mine) == 1
+        assert harness.wait_until(alone, 30), mine
         self.causeway_session = str(mine[0])
 
     def cli(self, *args):
