@@ -845,8 +845,9 @@ cw_status_t cw_proxy_buffer_download_start(cw_proxy_session_t* s, PJRT_Buffer* b
 cw_status_t cw_proxy_buffer_download(cw_proxy_session_t* s, PJRT_Buffer* buffer, size_t bytes,
                                      uint8_t** out) {
   PJRT_Event* ev;
-  CW_RETURN_IF_ERROR(cw_proxy_buffer_download_start(s, buffer, bytes, out, &ev), "download");
-  cw_status_t st = cw_proxy_pjrt_await(&s->proxy->pjrt, ev, "the download");
+  cw_status_t st = cw_proxy_buffer_download_start(s, buffer, bytes, out, &ev);
+  if (st) return st;
+  st = cw_proxy_pjrt_await(&s->proxy->pjrt, ev, "the download");
   if (st) {
     cw_proxy_bytes_free(*out);
     *out = NULL;

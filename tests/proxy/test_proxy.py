@@ -395,6 +395,14 @@ def store(ch, sid: int, handle: int, chunks, declared: int, timeout: float = 10)
         metadata=(("ifrt-proxy-grpc-host-buffer-store-metadata-bin", meta),), timeout=timeout)
 
 
+def f32x4_from_host_buffer(host_handle: int, array_handle: int, sharding: bytes) -> bytes:
+    """MakeArrayFromHostBufferRequest of an f32[4] in host buffer `host_handle`,
+    as array `array_handle`."""
+    return (field(1, varint(1 << 3) + varint(11)) + field(2, field(1, varint(4)))
+            + field(3, sharding) + varint(4 << 3 | 1) + struct.pack("<Q", host_handle)
+            + varint(6 << 3 | 1) + struct.pack("<Q", array_handle))
+
+
 def test_host_buffers_of_a_session(proxy):
     """HostBufferStore/Lookup/Delete against a live session: sizes that do
     not match the metadata, a handle stored twice, lookups and deletes."""
@@ -439,10 +447,7 @@ def test_host_buffers_of_a_session(proxy):
         # [a real array, an unknown one] fails, and its first result handle
         # is free again.
         store(ch, sid, 7, [b"y" * 16], 16)
-        make = (field(1, varint(1 << 3) + varint(11)) + field(2, field(1, varint(4)))
-                + field(3, sharding) + varint(4 << 3 | 1) + struct.pack("<Q", 7)
-                + varint(6 << 3 | 1) + struct.pack("<Q", 50))
-        q.put(ifrt_request(4, 42, make))
+        q.put(ifrt_request(4, 42, f32x4_from_host_buffer(7, 50, sharding)))
         assert response_status(next(responses)) == (42, 0, "")
 
         def copy(op, arrays, results):
@@ -560,10 +565,8 @@ def test_arrays_to_new_specs_and_error_arrays(cluster, proxy):
                 SERVICE + "HostBufferLookup")(buffer_ids(sid, handle), timeout=10))
         data = np.arange(1, 5, dtype=np.float32).tobytes()
         store(ch, sid, 30, [data], 16)
-        make = (field(1, varint(1 << 3) + varint(11)) + field(2, field(1, varint(4)))
-                + field(3, single_device(0)) + varint(4 << 3 | 1) + struct.pack("<Q", 30)
-                + varint(6 << 3 | 1) + struct.pack("<Q", 100))
-        assert response_status(call(ifrt_request(4, 60, make))) == (60, 0, "")
+        assert response_status(call(ifrt_request(4, 60, f32x4_from_host_buffer(
+            30, 100, single_device(0))))) == (60, 0, "")
         # Onto device 1, then replicated over 1 and 2, then device 2 alone.
         r = call(to_specs(33, 61, [100], [array_spec(11, [4], single_device(1))], [101]))
         assert response_status(r) == (61, 0, "") and handles_of(r, 33) == [101]
@@ -920,10 +923,7 @@ class HeldReads:
         self.pool = concurrent.futures.ThreadPoolExecutor(2)
         self.x = np.arange(4, dtype=np.float32)
         store(ch, self.sid, 70, [self.x.tobytes()], 16)
-        self.ok(ifrt_request(4, 130, field(1, varint(1 << 3) + varint(11))
-                             + field(2, field(1, varint(4))) + field(3, single_device(0))
-                             + varint(4 << 3 | 1) + struct.pack("<Q", 70)
-                             + varint(6 << 3 | 1) + struct.pack("<Q", 300)), 130)
+        self.ok(ifrt_request(4, 130, f32x4_from_host_buffer(70, 300, single_device(0))), 130)
         mlir = (b"module @m { func.func public @main(%arg0: tensor<4xf32>) -> tensor<4xf32> { "
                 b"%0 = stablehlo.add %arg0, %arg0 : tensor<4xf32> return %0 : tensor<4xf32> } }")
         r = self.ok(ifrt_request(13, 131, field(1, field(1, b"xla::ifrt::XlaProgram")
@@ -1037,10 +1037,8 @@ def test_read_back_that_fails_fails_its_lookup():
             assert e.value.code() == grpc.StatusCode.UNAVAILABLE, e.value
             assert "reading host buffer 71" in e.value.details(), e.value.details()
             assert victim in e.value.details(), e.value.details()
-            make = (field(1, varint(1 << 3) + varint(11)) + field(2, field(1, varint(4)))
-                    + field(3, single_device(0)) + varint(4 << 3 | 1) + struct.pack("<Q", 71)
-                    + varint(6 << 3 | 1) + struct.pack("<Q", 303))
-            got_op, code, msg = response_status(h.call(ifrt_request(4, 137, make)))
+            got_op, code, msg = response_status(h.call(ifrt_request(
+                4, 137, f32x4_from_host_buffer(71, 303, single_device(0)))))
             assert (got_op, code) == (137, grpc.StatusCode.UNAVAILABLE.value[0]), msg
             assert "reading host buffer 71" in msg and victim in msg, msg
             h.end()
