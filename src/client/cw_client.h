@@ -217,6 +217,12 @@ CW_MUST_USE cw_status_t cw_client_launch(cw_client_t* client, uint64_t exe_id,
 CW_MUST_USE cw_status_t cw_client_download(cw_client_t* client, uint64_t buffer_id,
                                            void* data, size_t capacity, size_t* out_size,
                                            Causeway__V1__ArrayInfo** out_info);
+// The same for `length` bytes of the dense bytes from `offset` (length 0:
+// to the end); *out_size gets the count, as does (*out_info)->size.
+CW_MUST_USE cw_status_t cw_client_download_range(cw_client_t* client, uint64_t buffer_id,
+                                                 uint64_t offset, uint64_t length, void* data,
+                                                 size_t capacity, size_t* out_size,
+                                                 Causeway__V1__ArrayInfo** out_info);
 
 // Blocks until the buffer is ready (or returns its error).
 CW_MUST_USE cw_status_t cw_client_await(cw_client_t* client, uint64_t buffer_id);

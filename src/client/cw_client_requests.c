@@ -192,10 +192,18 @@ cw_status_t cw_client_launch(cw_client_t* client, uint64_t exe_id, size_t num_de
 cw_status_t cw_client_download(cw_client_t* client, uint64_t buffer_id, void* data,
                                size_t capacity, size_t* out_size,
                                Causeway__V1__ArrayInfo** out_info) {
+  return cw_client_download_range(client, buffer_id, 0, 0, data, capacity, out_size, out_info);
+}
+
+cw_status_t cw_client_download_range(cw_client_t* client, uint64_t buffer_id, uint64_t offset,
+                                     uint64_t length, void* data, size_t capacity,
+                                     size_t* out_size, Causeway__V1__ArrayInfo** out_info) {
   if (out_size) *out_size = 0;
   if (out_info) *out_info = NULL;
   Causeway__V1__DownloadRequest req = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
   req.buffer_id = buffer_id;
+  req.offset = offset;
+  req.length = length;
   cw_client_sink_t sink = {.data = data, .capacity = data ? capacity : 0};
   ProtobufCMessage* reply = NULL;
   uint64_t len = 0;

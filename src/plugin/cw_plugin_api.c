@@ -67,7 +67,6 @@ CW__STUB(PJRT_Buffer_GetMemoryLayout)
 CW__STUB(PJRT_Buffer_IncreaseExternalReferenceCount)
 CW__STUB(PJRT_Buffer_DecreaseExternalReferenceCount)
 CW__STUB(PJRT_Buffer_OpaqueDeviceMemoryDataPointer)
-CW__STUB(PJRT_Buffer_CopyRawToHost)
 CW__STUB(PJRT_Buffer_CopyRawToHostFuture)
 CW__STUB(PJRT_Buffer_DonateWithControlDependency)
 CW__STUB(PJRT_Buffer_Bitcast)
@@ -217,7 +216,7 @@ static const PJRT_Api cw__api = {
     .PJRT_ExecuteContext_Create = cw_plugin_execute_context_create,
     .PJRT_ExecuteContext_Destroy = cw_plugin_execute_context_destroy,
 
-    .PJRT_Buffer_CopyRawToHost = cw__stub_PJRT_Buffer_CopyRawToHost,
+    .PJRT_Buffer_CopyRawToHost = cw_plugin_buffer_copy_raw_to_host,
     .PJRT_AsyncHostToDeviceTransferManager_Destroy =
         cw__stub_PJRT_AsyncHostToDeviceTransferManager_Destroy,
     .PJRT_AsyncHostToDeviceTransferManager_TransferData =

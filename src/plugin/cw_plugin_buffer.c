@@ -23,6 +23,10 @@ uint64_t cw_plugin_buffer_bytes(const cw_plugin_buffer_t* b) {
   return cw__count(b) * cw_plugin_buffer_dtype_size(b->type);
 }
 
+uint64_t cw_plugin_buffer_device_bytes(const cw_plugin_buffer_t* b) {
+  return cw_dtype_device_bytes((int)b->type, cw__count(b));
+}
+
 cw_status_t cw_plugin_buffer_create(cw_plugin_client_t* c, cw_plugin_device_t* d, uint64_t id,
                                     PJRT_Buffer_Type type, const int64_t* dims, size_t rank,
                                     cw_plugin_future_t* ready, cw_plugin_buffer_t** out_buffer) {
@@ -85,8 +89,7 @@ static void cw__buffer_delete(cw_plugin_buffer_t* b) {
     cw_status_free(stale);
     return;
   }
-  cw_plugin_worker_delete(b->device->worker, b->id,
-                          cw_dtype_device_bytes((int)b->type, cw__count(b)));
+  cw_plugin_worker_delete(b->device->worker, b->id, cw_plugin_buffer_device_bytes(b));
 }
 
 PJRT_Error* cw_plugin_buffer_destroy(PJRT_Buffer_Destroy_Args* args) {
@@ -147,7 +150,7 @@ PJRT_Error* cw_plugin_buffer_on_device_size(PJRT_Buffer_OnDeviceSizeInBytes_Args
   CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_OnDeviceSizeInBytes", "buffer");
   // Sub-byte types are packed on the device (their host bytes are not).
   const cw_plugin_buffer_t* b = CW__BUF(args->buffer);
-  args->on_device_size_in_bytes = (size_t)cw_dtype_device_bytes((int)b->type, cw__count(b));
+  args->on_device_size_in_bytes = (size_t)cw_plugin_buffer_device_bytes(b);
   return NULL;
 }
 

@@ -52,6 +52,8 @@ CW_MUST_USE cw_status_t cw_plugin_buffer_check_epoch(const cw_plugin_buffer_t* b
 size_t cw_plugin_buffer_dtype_size(PJRT_Buffer_Type type);
 // Bytes of `b` in the dense default layout.
 uint64_t cw_plugin_buffer_bytes(const cw_plugin_buffer_t* b);
+// On the device: sub-byte types packed (PJRT_Buffer_OnDeviceSizeInBytes).
+uint64_t cw_plugin_buffer_device_bytes(const cw_plugin_buffer_t* b);
 
 // The PJRT_Buffer_* query and delete slots, and PJRT_Client_CreateErrorBuffer.
 PJRT_Error* cw_plugin_buffer_destroy(PJRT_Buffer_Destroy_Args* args);

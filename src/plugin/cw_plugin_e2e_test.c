@@ -235,6 +235,19 @@ static void test_upload_download_copy(void** state) {
 // Negative strides are made dense on the client; sub-byte types travel one
 // byte per element (as PJRT's host buffers hold them) and come back so, also
 // after a copy to another worker.
+// PJRT_Buffer_CopyRawToHost, awaited when it starts.
+static PJRT_Error* copy_raw(PJRT_Buffer* b, void* dst, int64_t offset, int64_t size) {
+  PJRT_Buffer_CopyRawToHost_Args r;
+  INIT_ARGS(r);
+  r.buffer = b;
+  r.dst = dst;
+  r.offset = offset;
+  r.transfer_size = size;
+  PJRT_Error* e = api->PJRT_Buffer_CopyRawToHost(&r);
+  if (!e) await_event(r.event);
+  return e;
+}
+
 static void test_strides_and_packed_types(void** state) {
   (void)state;
   PJRT_Device* const* devs;
@@ -262,13 +275,42 @@ static void test_strides_and_packed_types(void** state) {
     addr[i ? 1 : 0] = up.buffer_pointer;
   }
   destroy_buffer(other);
+
+  // A range of the raw (dense) bytes; one past the end is refused, named.
+  float part[3] = {0};
+  OK(copy_raw(a, part, 4, sizeof(part)));
+  static const float mid[] = {5, 4, 3};
+  assert_memory_equal(part, mid, sizeof(mid));
+  OK(copy_raw(a, NULL, 24, 0));
+  PJRT_Error* err = copy_raw(a, part, 16, 12);
+  assert_non_null(err);
+  char* text = error_text(err);
+  assert_non_null(strstr(text, "12 bytes from byte 16 are not within buffer"));
+  free(text);
+  error_free(err);
   destroy_buffer(a);
+  // Big enough for a same-host worker to write it into our memory.
+  enum { kBig = 4096 };
+  float* big = malloc(kBig * sizeof(float));
+  float* back = calloc(kBig, sizeof(float));
+  assert_non_null(big);
+  assert_non_null(back);
+  for (int i = 0; i < kBig; ++i) big[i] = (float)i * 0.5f;
+  PJRT_Buffer* wide = upload(devs[0], big, kBig);
+  const size_t piece = kBig * sizeof(float) / 4;
+  for (size_t off = 0; off < kBig * sizeof(float); off += piece) {
+    OK(copy_raw(wide, (char*)back + off, (int64_t)off, (int64_t)piece));
+  }
+  assert_memory_equal(back, big, kBig * sizeof(float));
+  destroy_buffer(wide);
+  free(big);
+  free(back);
 
   // A type that never crosses is refused, named.
   PJRT_Buffer* none = NULL;
-  PJRT_Error* err = upload_try(devs[0], PJRT_Buffer_Type_TOKEN, m, dims, 1, NULL, &none);
+  err = upload_try(devs[0], PJRT_Buffer_Type_TOKEN, m, dims, 1, NULL, &none);
   assert_non_null(err);
-  char* text = error_text(err);
+  text = error_text(err);
   assert_non_null(strstr(text, "element type token"));
   free(text);
   error_free(err);
@@ -282,6 +324,12 @@ static void test_strides_and_packed_types(void** state) {
   sz.buffer = b;
   OK(api->PJRT_Buffer_OnDeviceSizeInBytes(&sz));
   assert_int_equal(sz.on_device_size_in_bytes, 4);  // packed there
+  err = copy_raw(b, got, 0, 4);  // the raw form is not what the wire carries
+  assert_non_null(err);
+  text = error_text(err);
+  assert_non_null(strstr(text, "packed on the device"));
+  free(text);
+  error_free(err);
   PJRT_Buffer* bufs[] = {b, copy_to(b, devs[n - 1])};  // to another worker
   for (size_t i = 0; i < 2; ++i) {
     PJRT_Buffer_ToHostBuffer_Args t;

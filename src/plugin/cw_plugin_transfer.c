@@ -245,6 +245,49 @@ static cw_status_t cw__live(const cw_plugin_buffer_t* b, const char* what) {
   return cw_plugin_buffer_check_epoch(b);
 }
 
+// Reads `length` of the buffer's dense bytes from `offset` into `dst`
+// (within range) after its own error, if it has one; *out_event completes
+// when they are there.
+static cw_status_t cw__download(cw_plugin_buffer_t* b, void* dst, uint64_t offset,
+                                uint64_t length, const char* what, PJRT_Event** out_event) {
+  cw_status_t s = cw__live(b, what);
+  // An error the buffer already has (its launch failed, or the controller
+  // relaying it was lost) wins over whatever the worker may hold.
+  if (!s && cw_plugin_future_is_done(b->ready)) s = cw_plugin_future_wait(b->ready);
+  if (!s) s = cw_plugin_worker_take_deferred(b->device->worker);
+  if (s) return s;
+  if (length == 0) {
+    // Nothing to move, but the buffer's own error must still surface.
+    *out_event = cw_plugin_event_from_future(b->ready);
+    return cw_ok_status();
+  }
+  cw_plugin_future_t* f = cw_plugin_future_create();
+  if (!f) return cw_make_status(CW_RESOURCE_EXHAUSTED, "oom");
+  Causeway__V1__DownloadRequest req = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
+  req.buffer_id = b->id;
+  if (length != cw_plugin_buffer_bytes(b)) {
+    req.offset = offset;
+    req.length = length;
+  }
+  // Same host: the worker writes the caller's memory itself (or, refused by
+  // the kernel, sends the bytes as usual).
+  if (length >= CW_PLUGIN_DIRECT_MIN_BYTES &&
+      atomic_load_explicit(&b->device->worker->direct_bulk, memory_order_relaxed)) {
+    req.peer_address = (uint64_t)(uintptr_t)dst;
+    req.peer_capacity = length;
+  }
+  // The reply's bytes are read straight into the caller's memory.
+  cw_client_sink_t sink = {.data = dst, .capacity = (size_t)length};
+  s = cw__send_op(b->device->worker, CW_MSG_DOWNLOAD, &req.base, &req.seq, NULL, 0, &sink, f,
+                  false);
+  if (s) {
+    cw_plugin_future_release(f);
+    return s;
+  }
+  *out_event = (PJRT_Event*)f;  // our reference moves to the caller
+  return cw_ok_status();
+}
+
 PJRT_Error* cw_plugin_buffer_to_host(PJRT_Buffer_ToHostBuffer_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_ToHostBuffer_Args, event);
   CW_PLUGIN_NEED(args->src, "PJRT_Buffer_ToHostBuffer", "buffer");
@@ -264,38 +307,38 @@ PJRT_Error* cw_plugin_buffer_to_host(PJRT_Buffer_ToHostBuffer_Args* args) {
         CW_INVALID_ARGUMENT, "ToHostBuffer: destination holds %zu bytes, the array needs %llu",
         args->dst_size, (unsigned long long)need));
   }
-  s = cw__live(b, "ToHostBuffer");
-  // An error the buffer already has (its launch failed, or the controller
-  // relaying it was lost) wins over whatever the worker may hold.
-  if (!s && cw_plugin_future_is_done(b->ready)) s = cw_plugin_future_wait(b->ready);
-  if (!s) s = cw_plugin_worker_take_deferred(b->device->worker);
-  if (s) return cw_plugin_error_from_status(s);
-  if (need == 0) {
-    // Nothing to move, but the buffer's own error must still surface.
-    args->event = cw_plugin_event_from_future(b->ready);
-    return NULL;
+  args->event = NULL;
+  s = cw__download(b, args->dst, 0, need, "ToHostBuffer", &args->event);
+  return s ? cw_plugin_error_from_status(s) : NULL;
+}
+
+PJRT_Error* cw_plugin_buffer_copy_raw_to_host(PJRT_Buffer_CopyRawToHost_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_CopyRawToHost_Args, event);
+  CW_PLUGIN_NEED(args->buffer, "PJRT_Buffer_CopyRawToHost", "buffer");
+  cw_plugin_buffer_t* b = CW__BUF(args->buffer);
+  args->event = NULL;
+  // The raw bytes are the dense row-major ones the worker sends, except for
+  // sub-byte types: packed on the device, one byte an element on the wire.
+  uint64_t total = cw_plugin_buffer_bytes(b);
+  if (cw_plugin_buffer_device_bytes(b) != total) {
+    return cw_plugin_error_from_status(cw_make_status(
+        CW_UNIMPLEMENTED, "CopyRawToHost: buffer %llu's type is packed on the device; "
+        "use ToHostBuffer", (unsigned long long)b->id));
   }
-  cw_plugin_future_t* f = cw_plugin_future_create();
-  if (!f) return cw_plugin_error_from_status(cw_make_status(CW_RESOURCE_EXHAUSTED, "oom"));
-  Causeway__V1__DownloadRequest req = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
-  req.buffer_id = b->id;
-  // Same host: the worker writes the caller's memory itself (or, refused by
-  // the kernel, sends the bytes as usual).
-  if (need >= CW_PLUGIN_DIRECT_MIN_BYTES &&
-      atomic_load_explicit(&b->device->worker->direct_bulk, memory_order_relaxed)) {
-    req.peer_address = (uint64_t)(uintptr_t)args->dst;
-    req.peer_capacity = args->dst_size;
+  if (args->offset < 0 || args->transfer_size < 0 || (uint64_t)args->offset > total ||
+      (uint64_t)args->transfer_size > total - (uint64_t)args->offset) {
+    return cw_plugin_error_from_status(cw_make_status(
+        CW_INVALID_ARGUMENT, "CopyRawToHost: %lld bytes from byte %lld are not within buffer "
+        "%llu's %llu", (long long)args->transfer_size, (long long)args->offset,
+        (unsigned long long)b->id, (unsigned long long)total));
   }
-  // The reply's bytes are read straight into the caller's memory.
-  cw_client_sink_t sink = {.data = args->dst, .capacity = (size_t)need};
-  s = cw__send_op(b->device->worker, CW_MSG_DOWNLOAD, &req.base, &req.seq, NULL, 0, &sink, f,
-                  false);
-  if (s) {
-    cw_plugin_future_release(f);
-    return cw_plugin_error_from_status(s);
+  if (args->transfer_size && !args->dst) {
+    return cw_plugin_error_from_status(
+        cw_make_status(CW_INVALID_ARGUMENT, "CopyRawToHost: no destination"));
   }
-  args->event = (PJRT_Event*)f;  // our reference moves to the caller
-  return NULL;
+  cw_status_t s = cw__download(b, args->dst, (uint64_t)args->offset,
+                                (uint64_t)args->transfer_size, "CopyRawToHost", &args->event);
+  return s ? cw_plugin_error_from_status(s) : NULL;
 }
 
 // The AWAIT of an unsafe-pointer query: records the address, then

@@ -34,6 +34,10 @@ struct cw_op_s {
   // the address there (0: over the socket), and the copy's outcome.
   uint64_t direct_address;
   uint64_t direct_capacity;  // DOWNLOAD: bytes writable there
+  // DOWNLOAD of a range of the dense bytes (op->size is the range's once
+  // the whole is fetched).
+  uint64_t range_offset;
+  uint64_t range_length;  // 0: to the end
   int direct_errno;
   const void* direct_src;  // DOWNLOAD: the bytes copied out, and their release
   void (*direct_free)(void*);

@@ -368,6 +368,11 @@ static void cw__download_reply(cw_op_t* op, const void* bulk, void (*bulk_free)(
                                void* bulk_user);
 static void cw__download_direct_done(cw_op_t* op);
 
+// The bytes a DOWNLOAD sends of the op->size fetched (its range, checked).
+static uint64_t cw__range_length(const cw_op_t* op) {
+  return op->range_length ? op->range_length : op->size - op->range_offset;
+}
+
 static void cw__download_done(cw_worker_t* w, void* user, cw_status_t status) {
   cw_op_t* op = user;
   if (status) {
@@ -395,6 +400,8 @@ static void cw__download_done(cw_worker_t* w, void* user, cw_status_t status) {
     bulk = op->staging;
     cw_worker_op_staging_ref(op, &bulk_free, &bulk_user);
   }
+  if (bulk && op->range_offset) bulk = (const uint8_t*)bulk + op->range_offset;
+  op->size = cw__range_length(op);
   if (op->direct_address && op->size) {
     // Same host: into the peer's memory, then a reply without bytes.
     op->direct_src = bulk;
@@ -462,10 +469,15 @@ static void cw__download_cont(cw_op_t* op, cw_store_entry_t* e) {
     op->dtype = e->dtype;
     op->device = e->device;
   }
+  if (!st && (op->range_offset > size || op->range_length > size - op->range_offset)) {
+    st = cw_make_status(CW_OUT_OF_RANGE, "%" PRIu64 " bytes from byte %" PRIu64 " are not "
+                        "within its %" PRIu64, op->range_length, op->range_offset, size);
+  }
   // Same host: only into room the client said it has; else as bulk, which
   // the client's reader checks against its buffer.
-  if (!st && op->direct_address && size > op->direct_capacity) op->direct_address = 0;
-  if (!st && op->direct_address) st = cw_worker_direct_check(op->conn, op->direct_address, size);
+  uint64_t sent = st ? 0 : cw__range_length(op);
+  if (!st && op->direct_address && sent > op->direct_capacity) op->direct_address = 0;
+  if (!st && op->direct_address) st = cw_worker_direct_check(op->conn, op->direct_address, sent);
   PJRT_Event* ev = NULL;
   if (!st) st = cw_worker_fetch_start(op, e, &ev);
   if (st) {
@@ -479,10 +491,13 @@ void cw_worker_handle_download(cw_net_conn_t* nc, const cw_frame_header_t* h,
                                ProtobufCMessage** msg) {
   const Causeway__V1__DownloadRequest* r = (const Causeway__V1__DownloadRequest*)*msg;
   uint64_t peer_address = r->peer_address, peer_capacity = r->peer_capacity;
+  uint64_t offset = r->offset, length = r->length;
   cw_op_t* op = cw_worker_op_for_wait(cw_net_conn_user(nc), h, r->buffer_id, cw__download_cont);
   if (!op) return;
   op->direct_address = peer_address;
   op->direct_capacity = peer_capacity;
+  op->range_offset = offset;
+  op->range_length = length;
   cw_worker_op_start_wait(op);
 }
 
