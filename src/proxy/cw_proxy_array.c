@@ -882,13 +882,19 @@ static cw_status_t cw__copy_to_host(cw_proxy_session_t* s, const CwIfrt__IfrtReq
       "CopyToHostBuffer");
   CW_RETURN_IF_ERROR(cw_proxy_host_buffer_expect(s, r->host_buffer_handle, l.bytes),
                      "CopyToHostBuffer");
-  cw_status_t st = cw_proxy_buffer_download_start(s, a->shards[0]->buffer, l.bytes,
-                                                  &s->download.data, &s->download.event);
+  // Packed on the device, sub-byte types have other raw bytes than these.
+  PJRT_Buffer_OnDeviceSizeInBytes_Args sz = {
+      .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_OnDeviceSizeInBytes_Args,
+                                         on_device_size_in_bytes),
+      .buffer = a->shards[0]->buffer};
+  cw_status_t st = CW_PROXY_PJRT_CALL(&s->proxy->pjrt, PJRT_Buffer_OnDeviceSizeInBytes, &sz);
+  if (!st) {
+    st = cw_proxy_host_buffer_read(s, a->shards[0]->buffer, sz.on_device_size_in_bytes == l.bytes);
+  }
   if (st) {
     cw_proxy_host_buffer_settle(s);  // no read began: the buffer goes
     return cw_status_annotate(st, "CopyToHostBuffer");
   }
-  s->download.started = true;
   return cw_ok_status();
 }
 

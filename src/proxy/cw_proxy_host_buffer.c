@@ -91,6 +91,7 @@ static bool cw__hb_fill(cw_proxy_session_t* s, uint64_t handle, const void* fill
       *data = NULL;
       hb->len = hb->cap = len;
     }
+    hb->partial = NULL;
     hb->complete = true;
   }
   pthread_cond_broadcast(&s->host_buffer_cv);
@@ -164,19 +165,120 @@ cw_status_t cw_proxy_host_buffer_expect(cw_proxy_session_t* s, uint64_t handle, 
     free(hb);
     return cw_status_annotate(st, "host buffer");
   }
+  memset(&s->download, 0, sizeof(s->download));
   s->download.pending = true;
-  s->download.started = false;
   s->download.handle = handle;
   s->download.len = len;
   return cw_ok_status();
+}
+
+// Asks for the next range; its event joins those in flight.
+static cw_status_t cw__read_range(cw_proxy_session_t* s) {
+  size_t n = s->download.len - s->download.issued;
+  if (n > CW_PROXY_READ_RANGE) n = CW_PROXY_READ_RANGE;
+  PJRT_Buffer_CopyRawToHost_Args a = {
+      .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_CopyRawToHost_Args, event),
+      .buffer = s->download.buffer,
+      .dst = s->download.data + s->download.issued,
+      .offset = (int64_t)s->download.issued,
+      .transfer_size = (int64_t)n};
+  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(&s->proxy->pjrt, PJRT_Buffer_CopyRawToHost, &a),
+                     "bytes %zu to %zu", s->download.issued, s->download.issued + n);
+  s->download.events[(s->download.head + s->download.ahead) % CW_PROXY_READS_AHEAD] = a.event;
+  s->download.ahead++;
+  s->download.issued += n;
+  return cw_ok_status();
+}
+
+// Keeps CW_PROXY_READS_AHEAD ranges in flight until all are asked for; the
+// first that cannot be is the download's error.
+static void cw__read_ahead(cw_proxy_session_t* s) {
+  while (!s->download.error && s->download.ahead < CW_PROXY_READS_AHEAD &&
+         s->download.issued < s->download.len) {
+    s->download.error = cw__read_range(s);
+  }
+}
+
+cw_status_t cw_proxy_host_buffer_read(cw_proxy_session_t* s, PJRT_Buffer* buffer, bool ranged) {
+  size_t len = s->download.len;
+  if (!ranged || len <= CW_PROXY_READ_RANGE) {
+    PJRT_Event* ev = NULL;
+    CW_RETURN_IF_ERROR(cw_proxy_buffer_download_start(s, buffer, len, &s->download.data, &ev),
+                       "download");
+    s->download.events[0] = ev;
+    s->download.ahead = 1;
+    s->download.issued = len;
+    s->download.started = true;
+    return cw_ok_status();
+  }
+  s->download.data = cw_proxy_bytes_alloc(len);
+  if (!s->download.data) {
+    return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for %zu bytes", len);
+  }
+  s->download.ranged = true;
+  s->download.buffer = buffer;
+  cw__read_ahead(s);
+  if (!s->download.ahead) {  // not even the first range
+    cw_status_t st = s->download.error;
+    s->download.error = NULL;
+    return st;
+  }
+  s->download.started = true;
+  // Lookups may send what lands before the whole is in.
+  pthread_mutex_lock(&s->mu);
+  cw_proxy_host_buffer_t* hb = cw_proxy_table_get(&s->host_buffers, s->download.handle);
+  if (hb && hb->filler == s) hb->partial = s->download.data;
+  pthread_mutex_unlock(&s->mu);
+  return cw_ok_status();
+}
+
+// Waits for the oldest read in flight: its bytes are in, or *st (if still
+// OK) gets its error.
+static void cw__read_landed(cw_proxy_session_t* s, cw_status_t* st) {
+  PJRT_Event* ev = s->download.events[s->download.head];
+  size_t n = s->download.len - s->download.landed;
+  if (s->download.ranged && n > CW_PROXY_READ_RANGE) n = CW_PROXY_READ_RANGE;
+  s->download.head = (s->download.head + 1) % CW_PROXY_READS_AHEAD;
+  s->download.ahead--;
+  cw_status_t est = cw_proxy_pjrt_await(&s->proxy->pjrt, ev, "the download");
+  if (*st || est) {
+    if (!*st) {
+      *st = s->download.ranged
+                ? cw_status_annotate(est, "bytes %zu to %zu", s->download.landed,
+                                     s->download.landed + n)
+                : est;
+    } else {
+      cw_status_free(est);
+    }
+    return;
+  }
+  s->download.landed += n;
+  if (!s->download.ranged || s->download.landed == s->download.len) return;  // the fill tells
+  pthread_mutex_lock(&s->mu);
+  cw_proxy_host_buffer_t* hb = cw_proxy_table_get(&s->host_buffers, s->download.handle);
+  if (hb && hb->filler == s) hb->filled = s->download.landed;
+  pthread_mutex_unlock(&s->mu);
+  uv_async_send(&s->proxy->wake);  // its lookup sends them
 }
 
 void cw_proxy_host_buffer_settle(cw_proxy_session_t* s) {
   if (!s->download.pending) return;
   // A read that never began leaves nothing to wait for, and no buffer.
   cw_status_t st = s->download.started
-                       ? cw_proxy_pjrt_await(&s->proxy->pjrt, s->download.event, "the download")
+                       ? cw_ok_status()
                        : cw_make_status(CW_CANCELLED, "the read did not begin");
+  // Every read in flight is waited for, failed or not: until then the
+  // bytes are PJRT's to write.
+  while (s->download.ahead) {
+    cw__read_landed(s, &st);
+    if (!st && s->download.ranged) {
+      cw__read_ahead(s);
+      if (s->download.error) {
+        st = s->download.error;
+        s->download.error = NULL;
+      }
+    }
+  }
   if (st && s->download.started) {
     st = cw_status_annotate(st, "reading host buffer %llu",
                             (unsigned long long)s->download.handle);
@@ -329,18 +431,19 @@ static void cw__store_data(cw_proxy_t* p, cw_grpc_call_t* call, cw__hb_call_t* c
   }
 }
 
-// Queues the next chunks of `hb` up to CW__AHEAD: true once all are queued.
-// Each is encoded straight into the call's queue.
-static bool cw__send_chunks(cw__hb_call_t* c, const cw_proxy_host_buffer_t* hb,
+// Queues the next chunks of `data` (its first `avail` bytes there) up to
+// CW__AHEAD: true once all are queued. Each is encoded straight into the
+// call's queue.
+static bool cw__send_chunks(cw__hb_call_t* c, const uint8_t* data, size_t avail,
                             cw_status_t* out_status) {
   // An empty buffer is one empty message.
-  bool first = c->off == 0;
-  while ((first || c->off < hb->len) && cw_grpc_call_queued(c->call) < CW__AHEAD) {
+  bool first = c->off == 0 && avail == 0;
+  while ((first || c->off < avail) && cw_grpc_call_queued(c->call) < CW__AHEAD) {
     first = false;
-    size_t n = hb->len - c->off < CW__CHUNK ? hb->len - c->off : CW__CHUNK;
+    size_t n = avail - c->off < CW__CHUNK ? avail - c->off : CW__CHUNK;
     CwIfrt__HostBufferLookupResponse r = CW_IFRT__HOST_BUFFER_LOOKUP_RESPONSE__INIT;
     r.has_data = true;
-    r.data.data = hb->data + c->off;
+    r.data.data = (uint8_t*)data + c->off;
     r.data.len = n;
     uint8_t* msg;
     *out_status = cw_grpc_call_reserve(
@@ -351,7 +454,7 @@ static bool cw__send_chunks(cw__hb_call_t* c, const cw_proxy_host_buffer_t* hb,
     c->off += n;
     if (*out_status) break;
   }
-  return *out_status || c->off >= hb->len;
+  return *out_status || c->off >= avail;
 }
 
 // Ends a lookup's read of its buffer (if it began one). An orphan is out
@@ -379,55 +482,56 @@ static void cw__lookup_finish(cw_proxy_t* p, cw__hb_call_t* c, cw_status_t st) {
 }
 
 // Answers a lookup if it can: true when the call is done or under way (it
-// then goes on from on_writable); false while the buffer is not there yet.
+// then goes on from on_writable); false while the buffer, or the next of
+// its bytes, is not there yet.
 static bool cw__lookup_try(cw_proxy_t* p, cw__hb_call_t* c) {
-  if (!c->hb) {
-    cw_proxy_session_t* s = cw_proxy_session_find(p, c->session_id);
-    if (!s) {
-      cw_grpc_call_finish(c->call, cw_make_status(CW_NOT_FOUND, "no IFRT session %016llx on "
-                                                  "this proxy",
-                                                  (unsigned long long)c->session_id));
-      return true;
-    }
-    pthread_mutex_lock(&s->mu);
-    cw_proxy_host_buffer_t* hb = cw_proxy_table_get(&s->host_buffers, c->handle);
-    // While it is read here, MakeArray on the session thread waits to take
-    // it; HostBufferDelete and the session's end (this thread) orphan it.
-    if (hb && hb->complete) {
-      hb->readers++;
-      c->hb = hb;
-    }
-    pthread_mutex_unlock(&s->mu);
-    if (!c->hb) return false;
-  }
-  if (c->hb->orphan) {
+  if (c->hb && c->hb->orphan) {  // out of every table: only this thread sees it
     cw__lookup_finish(p, c, cw_make_status(CW_NOT_FOUND, "host buffer %llu was deleted while it "
                                            "was read", (unsigned long long)c->handle));
     return true;
   }
-  if (c->hb->error) {
-    cw__lookup_finish(p, c, cw_status_clone(c->hb->error));
+  // (A session's end orphans what is read: a lookup under way finds it.)
+  cw_proxy_session_t* s = cw_proxy_session_find(p, c->session_id);
+  if (!s) {
+    cw__lookup_finish(p, c, cw_make_status(CW_NOT_FOUND, "no IFRT session %016llx on this proxy",
+                                           (unsigned long long)c->session_id));
     return true;
   }
+  // Complete, or being read back in ranges: what is there so far. While it
+  // is read here, MakeArray on the session thread waits to take it;
+  // HostBufferDelete and the session's end (this thread) orphan it.
+  pthread_mutex_lock(&s->mu);
+  cw_proxy_host_buffer_t* hb = c->hb;
+  if (!hb) {
+    hb = cw_proxy_table_get(&s->host_buffers, c->handle);
+    if (hb && (hb->complete || hb->partial)) {
+      hb->readers++;
+      c->hb = hb;
+    } else {
+      hb = NULL;
+    }
+  }
+  bool complete = hb && hb->complete;
+  cw_status_t error = complete && hb->error ? cw_status_clone(hb->error) : NULL;
+  const uint8_t* data = !hb ? NULL : complete ? hb->data : hb->partial;
+  size_t avail = !hb ? 0 : complete ? hb->len : hb->filled;
+  pthread_mutex_unlock(&s->mu);
+  if (!hb) return false;
+  if (error) {
+    cw__lookup_finish(p, c, error);
+    return true;
+  }
+  if (!complete && c->off >= avail) return false;  // more to come
   cw_status_t st = cw_ok_status();
-  if (!cw__send_chunks(c, c->hb, &st)) {
+  if (!cw__send_chunks(c, data, avail, &st)) {
     // Topped up once nearly drained: the queue then moves little when it
     // makes room at its front.
     cw_grpc_call_when_writable(c->call, CW__CHUNK);
     return true;
   }
+  if (!st && !complete) return false;  // all that is there is queued
   cw__lookup_finish(p, c, st);
   return true;
-}
-
-void cw_proxy_host_buffer_writable(cw_proxy_t* p, cw_grpc_call_t* call) {
-  cw__hb_call_t* c = cw_grpc_call_user(call);
-  if (!c || c->op != CW__LOOKUP || !c->hb) return;
-  if (cw_grpc_call_finished(call)) {
-    cw__end_read(p, c);  // ended by an error of its own (a second request, say)
-    return;
-  }
-  (void)cw__lookup_try(p, c);
 }
 
 static void cw__park(cw_proxy_t* p, cw__hb_call_t* c) {
@@ -437,9 +541,21 @@ static void cw__park(cw_proxy_t* p, cw__hb_call_t* c) {
   p->lookups = c;
 }
 
+void cw_proxy_host_buffer_writable(cw_proxy_t* p, cw_grpc_call_t* call) {
+  cw__hb_call_t* c = cw_grpc_call_user(call);
+  if (!c || c->op != CW__LOOKUP || !c->hb) return;
+  if (cw_grpc_call_finished(call)) {
+    cw__end_read(p, c);  // ended by an error of its own (a second request, say)
+    return;
+  }
+  if (!cw__lookup_try(p, c) && !c->parked) cw__park(p, c);  // sent all that is there
+}
+
+
 void cw_proxy_host_buffer_retry(cw_proxy_t* p) {
   for (cw__hb_call_t **pp = &p->lookups, *c; (c = *pp);) {
-    if (!cw_grpc_call_open(c->call) || cw__lookup_try(p, c)) {
+    // (One finished meanwhile, by a second request say, waits for its close.)
+    if (!cw_grpc_call_open(c->call) || cw_grpc_call_finished(c->call) || cw__lookup_try(p, c)) {
       *pp = c->next;
       c->parked = false;
       cw_grpc_call_t* call = c->call;

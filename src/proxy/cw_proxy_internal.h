@@ -18,6 +18,9 @@
 
 #define CW_PROXY_MAX_RANK 64
 #define CW_PROXY_MAX_DEVICES 4096  // of one program
+// A host buffer read back in ranges of this many bytes, this many at once.
+#define CW_PROXY_READ_RANGE ((size_t)2 << 20)
+#define CW_PROXY_READS_AHEAD 4
 
 // What a gRPC call's user pointer is: every such struct starts with its kind.
 typedef enum cw_proxy_call_kind_e {
@@ -57,6 +60,10 @@ typedef struct cw_proxy_host_buffer_s {
   bool orphan;  // deleted (or its session ended) while read: the last reader frees it
   const void* filler;  // the store, disk read or download that will complete it, if any
   cw_status_t error;   // complete: the download that was to fill it failed
+  // Being downloaded in ranges: the session's bytes so far (not ours, and
+  // only the first `filled` of them are there); lookups send those ahead.
+  const uint8_t* partial;
+  size_t filled;
 } cw_proxy_host_buffer_t;
 
 typedef struct cw_proxy_item_s {
@@ -99,11 +106,18 @@ typedef struct cw_proxy_session_s {
   uint64_t next_handle;
   size_t handling;  // bytes of the request being handled, credited with its response
   // A CopyToHostBuffer answered before its bytes are here: settled once
-  // its response is queued (cw_proxy_host_buffer_settle).
+  // its response is queued (cw_proxy_host_buffer_settle). A big one is read
+  // in ranges, a few at a time, each handed to the lookups as it lands.
   struct {
     bool pending;       // its host buffer waits to be settled
-    bool started;       // the read began (its event may still be NULL: done)
-    PJRT_Event* event;
+    bool started;       // a read began (its event may still be NULL: done)
+    bool ranged;        // PJRT_Buffer_CopyRawToHost ranges, else one ToHostBuffer
+    PJRT_Buffer* buffer;  // ranged: the array's, alive until settled
+    PJRT_Event* events[CW_PROXY_READS_AHEAD];  // in flight, oldest at `head`
+    size_t head, ahead;
+    size_t issued;      // bytes asked for
+    size_t landed;      // bytes in, from the start
+    cw_status_t error;  // a range that could not be asked for
     uint8_t* data;
     size_t len;
     uint64_t handle;
@@ -195,6 +209,11 @@ CW_MUST_USE cw_status_t cw_proxy_host_buffer_take(cw_proxy_session_t* s, uint64_
 // under way (cw_proxy_session_t.download) will fill; lookups wait for it.
 CW_MUST_USE cw_status_t cw_proxy_host_buffer_expect(cw_proxy_session_t* s, uint64_t handle,
                                                     size_t len);
+// Session thread: begins reading `buffer` (the array's, `len` dense bytes)
+// into the buffer just expected; `ranged` when its raw bytes are those
+// (not a packed sub-byte type). On error nothing was begun.
+CW_MUST_USE cw_status_t cw_proxy_host_buffer_read(cw_proxy_session_t* s, PJRT_Buffer* buffer,
+                                                  bool ranged);
 // Session thread, after the response to the request that began it: waits
 // for the session's download and completes its host buffer with the bytes,
 // or with the download's error for its lookups.

@@ -395,10 +395,11 @@ def store(ch, sid: int, handle: int, chunks, declared: int, timeout: float = 10)
         metadata=(("ifrt-proxy-grpc-host-buffer-store-metadata-bin", meta),), timeout=timeout)
 
 
-def f32x4_from_host_buffer(host_handle: int, array_handle: int, sharding: bytes) -> bytes:
-    """MakeArrayFromHostBufferRequest of an f32[4] in host buffer `host_handle`,
-    as array `array_handle`."""
-    return (field(1, varint(1 << 3) + varint(11)) + field(2, field(1, varint(4)))
+def f32x4_from_host_buffer(host_handle: int, array_handle: int, sharding: bytes,
+                           n: int = 4) -> bytes:
+    """MakeArrayFromHostBufferRequest of an f32[4] (or f32[n]) in host buffer
+    `host_handle`, as array `array_handle`."""
+    return (field(1, varint(1 << 3) + varint(11)) + field(2, field(1, varint(n)))
             + field(3, sharding) + varint(4 << 3 | 1) + struct.pack("<Q", host_handle)
             + varint(6 << 3 | 1) + struct.pack("<Q", array_handle))
 
@@ -911,21 +912,25 @@ def test_reshard_and_bitcast_of_split_arrays(cluster, proxy):
 
 
 class HeldReads:
-    """A live session over raw requests with x = [0, 1, 2, 3] on device 0 and
-    a compiled x + x; `pause()`/`resume()` hold its launches at the worker."""
+    """A live session over raw requests with x = [0, 1, 2, ... n - 1] on
+    device 0 and a compiled x + x; `pause()`/`resume()` hold its launches at
+    the worker."""
 
-    def __init__(self, ch, controller: str):
+    def __init__(self, ch, controller: str, n: int = 4):
         import concurrent.futures
         import numpy as np
         from jax._src.lib import xla_client as xc
         self.ch, self.controller = ch, controller
         self.q, self.responses, self.sid = live_session(ch)
         self.pool = concurrent.futures.ThreadPoolExecutor(2)
-        self.x = np.arange(4, dtype=np.float32)
-        store(ch, self.sid, 70, [self.x.tobytes()], 16)
-        self.ok(ifrt_request(4, 130, f32x4_from_host_buffer(70, 300, single_device(0))), 130)
-        mlir = (b"module @m { func.func public @main(%arg0: tensor<4xf32>) -> tensor<4xf32> { "
-                b"%0 = stablehlo.add %arg0, %arg0 : tensor<4xf32> return %0 : tensor<4xf32> } }")
+        self.x = np.arange(n, dtype=np.float32)
+        raw = self.x.tobytes()
+        store(ch, self.sid, 70, (raw[i:i + (1 << 20)] for i in range(0, len(raw), 1 << 20)),
+              len(raw), timeout=30)
+        self.ok(ifrt_request(4, 130, f32x4_from_host_buffer(70, 300, single_device(0), n)), 130)
+        t = b"tensor<%dxf32>" % n
+        mlir = (b"module @m { func.func public @main(%arg0: " + t + b") -> " + t + b" { "
+                b"%0 = stablehlo.add %arg0, %arg0 : " + t + b" return %0 : " + t + b" } }")
         r = self.ok(ifrt_request(13, 131, field(1, field(1, b"xla::ifrt::XlaProgram")
                                                 + field(2, mlir))
                                  + field(2, field(1, b"xla::ifrt::XlaCompileOptions") + field(
@@ -1016,16 +1021,60 @@ def test_read_back_answered_before_its_bytes(cluster, proxy):
         h.end()
 
 
-def test_read_back_that_fails_fails_its_lookup():
-    """A read answered early whose worker dies before the bytes come: the
-    lookup, and a MakeArray from the same host buffer, get the read's error
-    (UNAVAILABLE naming the worker), and the proxy ends cleanly."""
+# Read back in ranges of 2 MiB, four at a time (CW_PROXY_READ_RANGE): five
+# of them, the last not full.
+BIG = ((9 << 20) + 12) // 4
+
+
+def test_big_read_back_comes_in_ranges(cluster, proxy):
+    """An array of five ranges, read back while its program is held: the
+    lookup waits, then gets every byte in order; the worker answered a
+    download per range. Deleted while its ranges are held, the read's bytes
+    are dropped and the session reads the array again."""
+    with grpc.insecure_channel(proxy.address) as ch:
+        h = HeldReads(ch, cluster.controller, BIG)
+        want = (h.x + h.x).tobytes()
+
+        def downloads() -> int:
+            status = json.loads(h.cli("status", "--json").stdout)
+            return sum(w.get("downloads", 0) for w in status["workers"])
+        before = downloads()
+        h.pause()
+        try:
+            h.execute(132, 301)
+            h.ok(ifrt_request(6, 133, copy_to_host(301, 71)), 133)
+            read = h.pool.submit(h.lookup, 71)
+            time.sleep(0.5)
+            assert not read.done()
+        finally:
+            h.resume()
+        got = read.result(30)
+        assert len(got) == len(want) and got == want
+        assert harness.wait_until(lambda: downloads() - before >= 5, 30), (before, downloads())
+        h.pause()
+        try:
+            h.execute(134, 302)
+            h.ok(ifrt_request(6, 135, copy_to_host(302, 72)), 135)
+            h.delete(72)
+        finally:
+            h.resume()
+        h.ok(ifrt_request(6, 136, copy_to_host(302, 72)), 136)
+        assert h.lookup(72) == want
+        h.end()
+
+
+@pytest.mark.parametrize("n", [4, BIG])
+def test_read_back_that_fails_fails_its_lookup(n):
+    """A read answered early whose worker dies before the bytes come (in one
+    read, or in ranges): the lookup, and a MakeArray from the same host
+    buffer, get the read's error (UNAVAILABLE naming the worker), and the
+    proxy ends cleanly."""
     c = harness.HandCluster(workers=1, devices=1, tcp=True)
     p = None
     try:
         p = Proxy(c.controller)
         with grpc.insecure_channel(p.address) as ch:
-            h = HeldReads(ch, c.controller)
+            h = HeldReads(ch, c.controller, n)
             h.pause()
             h.execute(132, 301)
             h.ok(ifrt_request(6, 133, copy_to_host(301, 71)), 133)
@@ -1038,7 +1087,7 @@ def test_read_back_that_fails_fails_its_lookup():
             assert "reading host buffer 71" in e.value.details(), e.value.details()
             assert victim in e.value.details(), e.value.details()
             got_op, code, msg = response_status(h.call(ifrt_request(
-                4, 137, f32x4_from_host_buffer(71, 303, single_device(0)))))
+                4, 137, f32x4_from_host_buffer(71, 303, single_device(0), n))))
             assert (got_op, code) == (137, grpc.StatusCode.UNAVAILABLE.value[0]), msg
             assert "reading host buffer 71" in msg and victim in msg, msg
             h.end()
