@@ -69,6 +69,27 @@ static cw_status_t cw__check_extent(const cw_frame_header_t* h, int dtype, const
 // still have an extent.
 static cw_status_t cw__upload_bulk(const cw_frame_header_t* h, const ProtobufCMessage* msg) {
   const Causeway__V1__UploadRequest* r = (const Causeway__V1__UploadRequest*)msg;
+  if (r->part != CAUSEWAY__V1__UPLOAD_PART__UPLOAD_WHOLE) {
+    // In parts: dense, through the socket; the worker checks each part's
+    // place in the array it makes.
+    if ((unsigned)r->part > CAUSEWAY__V1__UPLOAD_PART__UPLOAD_LAST) {
+      return cw_make_status(CW_INVALID_ARGUMENT, "UPLOAD part kind %d is not one of 0-3",
+                            (int)r->part);
+    }
+    if (r->peer_address || r->n_byte_strides) {
+      return cw_make_status(CW_INVALID_ARGUMENT, "an UPLOAD in parts has neither byte_strides "
+                            "nor a peer_address");
+    }
+    if (r->part != CAUSEWAY__V1__UPLOAD_PART__UPLOAD_FIRST) return cw_ok_status();
+    uint64_t extent = 0;
+    CW_RETURN_IF_ERROR(cw_array_extent(r->dtype, r->dims, r->n_dims, NULL, 0, &extent), "UPLOAD");
+    if (h->bulk_len > extent) {
+      return cw_make_status(CW_INVALID_ARGUMENT, "UPLOAD's first part of %llu bytes is more than "
+                            "the array's %llu bytes", (unsigned long long)h->bulk_len,
+                            (unsigned long long)extent);
+    }
+    return cw_ok_status();
+  }
   if (!r->peer_address) {
     return cw__check_extent(h, r->dtype, r->dims, r->n_dims, r->byte_strides, r->n_byte_strides);
   }

@@ -227,6 +227,24 @@ static void test_msg_check_bulk(void** state) {
   up.peer_address = 0;
   up.dtype = 77;
   expect_refused(check_bulk(CW_MSG_UPLOAD, 0, 24, &up.base), "UPLOAD: unknown element type 77");
+  // In parts: the first no more than the array, later ones checked by the worker.
+  up.dtype = CAUSEWAY__V1__DTYPE__DTYPE_F32;
+  up.byte_strides = NULL;
+  up.n_byte_strides = 0;
+  up.part = CAUSEWAY__V1__UPLOAD_PART__UPLOAD_FIRST;
+  assert_null(check_bulk(CW_MSG_UPLOAD, 0, 0, &up.base));
+  assert_null(check_bulk(CW_MSG_UPLOAD, 0, 24, &up.base));
+  expect_refused(check_bulk(CW_MSG_UPLOAD, 0, 28, &up.base),
+                 "UPLOAD's first part of 28 bytes is more than the array's 24 bytes");
+  up.part = CAUSEWAY__V1__UPLOAD_PART__UPLOAD_MORE;
+  assert_null(check_bulk(CW_MSG_UPLOAD, 0, 1000, &up.base));
+  up.peer_address = 0x1000;
+  expect_refused(check_bulk(CW_MSG_UPLOAD, 0, 0, &up.base),
+                 "an UPLOAD in parts has neither byte_strides nor a peer_address");
+  up.peer_address = 0;
+  up.part = 9;
+  expect_refused(check_bulk(CW_MSG_UPLOAD, 0, 0, &up.base), "UPLOAD part kind 9 is not one of 0-3");
+  up.part = CAUSEWAY__V1__UPLOAD_PART__UPLOAD_WHOLE;
 
   Causeway__V1__PutRequest put = CAUSEWAY__V1__PUT_REQUEST__INIT;
   put.dtype = CAUSEWAY__V1__DTYPE__DTYPE_S64;

@@ -167,9 +167,10 @@ static void cw__run_waiters(cw_store_waiter_t* w) {
 }
 
 static void cw__release_handle(cw_store_t* s, cw_store_entry_t* e) {
-  if ((e->handle || e->charge) && s->release) s->release(s->release_user, e);
+  if ((e->handle || e->charge || e->parts) && s->release) s->release(s->release_user, e);
   e->handle = NULL;
   e->charge = 0;
+  e->parts = NULL;
 }
 
 void cw_store_set_ready(cw_store_t* s, cw_store_entry_t* e, void* handle) {

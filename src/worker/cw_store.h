@@ -61,6 +61,9 @@ typedef struct cw_store_entry_s {
   uint64_t bytes;  // dense size
   bool from_put;   // created by a peer's PUT (EXPECT may follow)
   bool filling;    // bytes for it are arriving (UPLOAD or PUT)
+  // An UPLOAD in parts being put together (the worker's; the release fn
+  // frees it when the entry goes or fails first).
+  void* parts;
   // The bytes the worker's memory budget counts for it on charge_device
   // (cw_worker_mem.c), taken before its memory is: the release fn also runs
   // for an entry that has a charge and no handle, and gives them back.

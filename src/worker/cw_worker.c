@@ -40,6 +40,7 @@
 #include "cw_worker_mem.h"
 #include "cw_worker_pin.h"
 #include "cw_worker_sched.h"
+#include "cw_worker_transfer.h"
 
 #define CW__SHUTDOWN_GRACE_MS 10000
 
@@ -171,6 +172,8 @@ void cw_worker_job_done(cw_worker_t* w) {
 static void cw__release_handle(void* user, cw_store_entry_t* e) {
   cw_worker_t* w = user;
   cw_worker_mem_uncharge(w, e);  // its memory goes
+  cw_worker_upload_parts_free(w, e->parts);
+  e->parts = NULL;
   if (!e->handle) return;
   if (e->kind == CW_STORE_BUFFER) {
     cw_worker_pin_destroy_buffer(w, (PJRT_Buffer*)e->handle);

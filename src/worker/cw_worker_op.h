@@ -34,6 +34,8 @@ struct cw_op_s {
   // the address there (0: over the socket), and the copy's outcome.
   uint64_t direct_address;
   uint64_t direct_capacity;  // DOWNLOAD: bytes writable there
+  int part;  // UPLOAD: its kind of part (Causeway__V1__UploadPart)
+  uint64_t part_offset;
   // DOWNLOAD of a range of the dense bytes (op->size is the range's once
   // the whole is fetched).
   uint64_t range_offset;

@@ -496,12 +496,101 @@ static void test_ranged_downloads(void** state) {
   cw_test_tempdir_remove(dir);
 }
 
+// One part of an UPLOAD in parts of buffer `id` (an f32[2,3]).
+static uint32_t upload_part(int fd, uint64_t id, int kind, uint64_t offset, const void* bytes,
+                            uint64_t len, reply_t* out) {
+  Causeway__V1__UploadRequest u;
+  upload_request_init(&u, id);
+  u.part = kind;
+  u.part_offset = offset;
+  return call(fd, CW_MSG_UPLOAD, &u.base, bytes, len, out);
+}
+
+static void expect_error(uint32_t code, uint32_t want, reply_t* r, const char* text) {
+  assert_int_equal(code, want);
+  const char* msg = ((Causeway__V1__ErrorReply*)r->msg)->message;
+  if (!strstr(msg, text)) fail_msg("\"%s\" does not say \"%s\"", msg, text);
+  reply_free(r);
+}
+
+// UPLOAD in parts: each part acked as its bytes come, the buffer made
+// whole by the last; a request that needs it meanwhile waits; parts out of
+// place fail it by name; the worker serves on.
+static void test_uploads_in_parts(void** state) {
+  (void)state;
+  worker_t w;
+  start_worker(&w, NULL);
+  int fd = dial(w.port);
+  assert_true(hello(fd, 0, 1, NULL) != 0);
+  const uint32_t first = CAUSEWAY__V1__UPLOAD_PART__UPLOAD_FIRST;
+  const uint32_t more = CAUSEWAY__V1__UPLOAD_PART__UPLOAD_MORE;
+  const uint32_t last = CAUSEWAY__V1__UPLOAD_PART__UPLOAD_LAST;
+  float x[6] = {1.5f, -2, 3, 4, 5, 6.25f};
+  assert_int_equal(upload_part(fd, 1, first, 0, x, 8, NULL), CW_OK);
+  assert_int_equal(upload_part(fd, 1, more, 8, x + 2, 8, NULL), CW_OK);
+  // A DOWNLOAD sent before the last part waits for it.
+  Causeway__V1__DownloadRequest d = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
+  d.buffer_id = 1;
+  send_frame(fd, CW_MSG_DOWNLOAD, 9001, &d.base, NULL, 0);
+  Causeway__V1__UploadRequest u;
+  upload_request_init(&u, 1);
+  u.part = last;
+  u.part_offset = 16;
+  send_frame(fd, CW_MSG_UPLOAD, 9002, &u.base, x + 4, 8);
+  for (int i = 0; i < 2; ++i) {
+    reply_t r;
+    assert_true(recv_frame(fd, &r));
+    assert_int_equal(r.h.flags & CW_FRAME_ERROR, 0);
+    if (r.h.request_id == 9001) {
+      assert_int_equal(r.h.bulk_len, sizeof(x));
+      assert_memory_equal(r.bulk, x, sizeof(x));
+    } else {
+      assert_int_equal(r.h.request_id, 9002);
+    }
+    reply_free(&r);
+  }
+  expect_download(fd, 1, x);
+  // An empty first part, then the rest at once.
+  assert_int_equal(upload_part(fd, 2, first, 0, NULL, 0, NULL), CW_OK);
+  assert_int_equal(upload_part(fd, 2, last, 0, x, sizeof(x), NULL), CW_OK);
+  expect_download(fd, 2, x);
+
+  reply_t r;
+  expect_error(upload_part(fd, 3, more, 0, x, 8, &r), CW_FAILED_PRECONDITION, &r,
+               "UPLOAD 3: buffer 3 has no upload in parts under way");
+  expect_error(upload_part(fd, 2, more, 0, x, 8, &r), CW_FAILED_PRECONDITION, &r,
+               "buffer 2 has no upload in parts under way");  // made whole already
+  // Out of place: the part fails, and so does the buffer for whoever uses it.
+  assert_int_equal(upload_part(fd, 5, first, 0, x, 8, NULL), CW_OK);
+  expect_error(upload_part(fd, 5, more, 12, x, 8, &r), CW_INVALID_ARGUMENT, &r,
+               "part of 8 bytes at byte 12 does not follow the 8 of 24 in");
+  d.buffer_id = 5;
+  expect_error(call(fd, CW_MSG_DOWNLOAD, &d.base, NULL, 0, &r), CW_INVALID_ARGUMENT, &r,
+               "does not follow");
+  assert_int_equal(upload_part(fd, 6, first, 0, x, 8, NULL), CW_OK);
+  expect_error(upload_part(fd, 6, last, 8, x, 8, &r), CW_INVALID_ARGUMENT, &r,
+               "part of 8 bytes at byte 8 does not follow the 8 of 24 in");
+  // Deleted between parts: the next part finds nothing under way.
+  assert_int_equal(upload_part(fd, 7, first, 0, x, 8, NULL), CW_OK);
+  Causeway__V1__DeleteRequest del = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+  uint64_t ids[] = {7};
+  del.ids = ids;
+  del.n_ids = 1;
+  assert_int_equal(call(fd, CW_MSG_DELETE, &del.base, NULL, 0, NULL), CW_OK);
+  expect_error(upload_part(fd, 7, last, 8, x + 2, 16, &r), CW_FAILED_PRECONDITION, &r,
+               "buffer 7 has no upload in parts under way");
+  expect_download(fd, 1, x);  // the worker serves on
+  close(fd);
+  stop_worker(&w);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_single_worker),
       cmocka_unit_test(test_violations),
       cmocka_unit_test(test_same_host_copies),
       cmocka_unit_test(test_ranged_downloads),
+      cmocka_unit_test(test_uploads_in_parts),
       cmocka_unit_test(test_pipelined_replies),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

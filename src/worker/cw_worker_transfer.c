@@ -54,6 +54,93 @@ static void cw__fail_entry(cw_op_t* op, cw_store_entry_t* e, cw_status_t st) {
   cw_worker_op_fail(op, st);
 }
 
+// An UPLOAD in parts, put together on the entry it makes (e->parts) in
+// staging memory of the array's extent, which the last part hands to PJRT.
+typedef struct cw__parts_s {
+  uint8_t* staging;
+  uint64_t extent;
+  uint64_t received;
+  int dtype;
+  int64_t* dims;
+  size_t rank;
+  int device;
+  PJRT_Memory* memory;
+} cw__parts_t;
+
+void cw_worker_upload_parts_free(cw_worker_t* w, void* parts) {
+  cw__parts_t* p = parts;
+  if (!p) return;
+  cw_worker_staging_free(w, p->staging, p->extent);
+  free(p->dims);
+  free(p);
+}
+
+// Gives back the bytes one part brought (copied out by now).
+static void cw__part_bytes_free(cw_op_t* op) {
+  if (op->staging_foreign) free(op->staging);
+  else if (op->staging) cw_worker_staging_free(op->w, op->staging, op->size);
+  op->staging = NULL;
+  op->staging_foreign = false;
+}
+
+// A part's bytes are in: into the array put together. The first makes it;
+// the last hands it on as a whole UPLOAD's bytes (true); else acked (false).
+static bool cw__part_received(cw_op_t* op, cw_store_entry_t* e) {
+  cw_worker_t* w = op->w;
+  cw__parts_t* p = e->parts;
+  cw_status_t st = cw_ok_status();
+  if (op->part == CAUSEWAY__V1__UPLOAD_PART__UPLOAD_FIRST) {
+    uint64_t extent = 0;
+    st = cw_array_extent(op->dtype, op->dims, op->rank, NULL, 0, &extent);
+    p = st ? NULL : calloc(1, sizeof(*p));
+    uint8_t* staging = p ? cw_worker_staging_alloc(w, extent) : NULL;
+    if (!st && !staging) {
+      free(p);
+      p = NULL;
+      st = cw_make_status(CW_RESOURCE_EXHAUSTED, "cannot allocate %" PRIu64 " bytes for an "
+                          "UPLOAD in parts", extent);
+    }
+    if (!st) {
+      *p = (cw__parts_t){.staging = staging, .extent = extent, .dtype = op->dtype,
+                         .dims = op->dims, .rank = op->rank, .device = op->device,
+                         .memory = op->memory};
+      op->dims = NULL;  // the parts' now
+      op->rank = 0;
+      e->parts = p;
+    }
+  } else if (!p || op->part_offset != p->received || op->size > p->extent - p->received ||
+             (op->part == CAUSEWAY__V1__UPLOAD_PART__UPLOAD_LAST &&
+              p->received + op->size != p->extent)) {
+    st = cw_make_status(CW_INVALID_ARGUMENT, "part of %" PRIu64 " bytes at byte %" PRIu64
+                        " does not follow the %" PRIu64 " of %" PRIu64 " in",
+                        op->size, op->part_offset, p ? p->received : 0, p ? p->extent : 0);
+  }
+  if (st) {
+    e->filling = false;
+    cw__fail_entry(op, e, st);  // frees the parts
+    return false;
+  }
+  if (op->size) memcpy(p->staging + p->received, op->staging, op->size);
+  p->received += op->size;
+  cw__part_bytes_free(op);
+  if (op->part != CAUSEWAY__V1__UPLOAD_PART__UPLOAD_LAST) {
+    cw_worker_op_ack(op, op->dst_id);  // filling still: its users wait
+    return false;
+  }
+  // The whole array, as one UPLOAD would have brought it.
+  e->parts = NULL;
+  op->staging = p->staging;
+  op->size = p->extent;
+  op->dtype = p->dtype;
+  free(op->dims);
+  op->dims = p->dims;
+  op->rank = p->rank;
+  op->device = p->device;
+  op->memory = p->memory;
+  free(p);
+  return true;
+}
+
 void cw_worker_transfer_received(cw_op_t* op) {
   cw_worker_t* w = op->w;
   cw_store_entry_t* e = cw_worker_op_own_entry(op, op->dst_id);
@@ -62,6 +149,7 @@ void cw_worker_transfer_received(cw_op_t* op) {
                                          " was deleted before its bytes arrived", op->dst_id));
     return;
   }
+  if (op->part && !cw__part_received(op, e)) return;
   e->filling = false;
   const int64_t* strides = NULL;
   size_t nstrides = 0;
@@ -217,11 +305,44 @@ static void cw__transfer_admit(cw_conn_t* c, const cw_frame_header_t* h, cw_op_t
   else cw_worker_conn_defer_bulk(c, h, op);
 }
 
+// A later part of an UPLOAD in parts: its bytes go to the array put
+// together (no memory to take: the first part took the array's).
+static void cw__upload_part(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCMessage** msg) {
+  const Causeway__V1__UploadRequest* r = (const Causeway__V1__UploadRequest*)*msg;
+  cw_op_t* op = cw_worker_op_create(c, h->type, h->request_id);
+  cw_store_entry_t* e = op ? cw_store_lookup(c->w->store, op->skey, r->buffer_id) : NULL;
+  cw_status_t st = cw_ok_status();
+  if (!op) {
+    st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  } else if (!e || e->kind != CW_STORE_BUFFER || !e->parts) {
+    st = cw_make_status(CW_FAILED_PRECONDITION, "buffer %" PRIu64 " has no upload in parts "
+                        "under way", r->buffer_id);
+  }
+  if (st) {
+    cw_worker_op_free(op);
+    cw_worker_reply_error(c, h->type, h->request_id,
+                          cw_status_annotate(st, "UPLOAD %" PRIu64, r->buffer_id));
+    return;  // its bytes are discarded
+  }
+  op->serial = e->serial;
+  op->dst_id = r->buffer_id;
+  op->part = r->part;
+  op->part_offset = r->part_offset;
+  op->msg = *msg;
+  *msg = NULL;
+  cw_worker_conn_receive_bulk(c, h, op);
+}
+
 void cw_worker_handle_upload(cw_net_conn_t* nc, const cw_frame_header_t* h,
                              ProtobufCMessage** msg) {
   cw_conn_t* c = cw_net_conn_user(nc);
   cw_worker_t* w = c->w;
   const Causeway__V1__UploadRequest* r = (const Causeway__V1__UploadRequest*)*msg;
+  if (r->part == CAUSEWAY__V1__UPLOAD_PART__UPLOAD_MORE ||
+      r->part == CAUSEWAY__V1__UPLOAD_PART__UPLOAD_LAST) {
+    cw__upload_part(c, h, msg);
+    return;
+  }
   cw_status_t st = cw_worker_check_device(w, r->device);
   PJRT_Memory* memory = NULL;
   if (!st) st = cw_pjrt_memory_of_kind(w->pjrt, r->device, r->memory_kind, &memory);
@@ -258,6 +379,7 @@ void cw_worker_handle_upload(cw_net_conn_t* nc, const cw_frame_header_t* h,
   op->memory = memory;
   op->direct_address = r->peer_address;
   op->size = direct_size;
+  op->part = r->part;
   op->msg = *msg;
   *msg = NULL;
   cw__transfer_admit(c, h, op, e);

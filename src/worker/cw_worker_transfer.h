@@ -22,8 +22,10 @@ void cw_worker_handle_expect(cw_net_conn_t* conn, const cw_frame_header_t* h,
 void cw_worker_handle_delete(cw_net_conn_t* conn, const cw_frame_header_t* h,
                              ProtobufCMessage** msg);
 // An UPLOAD's or PUT's bytes are in op->staging: make the device buffer
-// (takes op).
+// (takes op). For an UPLOAD in parts, add them to the array put together.
 void cw_worker_transfer_received(cw_op_t* op);
+// Frees an UPLOAD in parts put together (cw_store_entry_t.parts; NULL: none).
+void cw_worker_upload_parts_free(cw_worker_t* w, void* parts);
 
 // Reading a buffer's bytes out (DOWNLOAD, SEND). Starts waiting for e's
 // bytes: with e pinned (read in place once ready) on host-memory plugins,
