@@ -13,6 +13,7 @@
 #include "cw_plugin_execute.h"
 #include "cw_plugin_hostcb.h"
 #include "cw_pjrt_ffi.h"
+#include "cw_plugin_h2d.h"
 #include "cw_plugin_transfer.h"
 
 // ---- Plugin ------------------------------------------------------------------
@@ -42,17 +43,8 @@ CW__STUB(PJRT_Client_CreateViewOfDeviceBuffer)
 CW__STUB(PJRT_Client_CreateUninitializedBuffer)
 CW__STUB(PJRT_Client_CreateAliasBuffer)
 CW__STUB(PJRT_Client_FulfillAliasBuffer)
-CW__STUB(PJRT_Client_CreateBuffersForAsyncHostToDevice)
 CW__STUB(PJRT_Client_TopologyDescription)
 CW__STUB(PJRT_Client_UpdateGlobalProcessInfo)
-CW__STUB(PJRT_AsyncHostToDeviceTransferManager_Destroy)
-CW__STUB(PJRT_AsyncHostToDeviceTransferManager_TransferData)
-CW__STUB(PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer)
-CW__STUB(PJRT_AsyncHostToDeviceTransferManager_Device)
-CW__STUB(PJRT_AsyncHostToDeviceTransferManager_BufferCount)
-CW__STUB(PJRT_AsyncHostToDeviceTransferManager_BufferSize)
-CW__STUB(PJRT_AsyncHostToDeviceTransferManager_SetBufferError)
-CW__STUB(PJRT_AsyncHostToDeviceTransferManager_AddMetadata)
 CW__STUB(PJRT_AsyncHostToDeviceTransferManager_TransferLiteral)
 CW__STUB(PJRT_Device_MemoryStats)
 CW__STUB(PJRT_Device_ClearMemoryStats)
@@ -218,23 +210,23 @@ static const PJRT_Api cw__api = {
 
     .PJRT_Buffer_CopyRawToHost = cw_plugin_buffer_copy_raw_to_host,
     .PJRT_AsyncHostToDeviceTransferManager_Destroy =
-        cw__stub_PJRT_AsyncHostToDeviceTransferManager_Destroy,
+        cw_plugin_h2d_destroy,
     .PJRT_AsyncHostToDeviceTransferManager_TransferData =
-        cw__stub_PJRT_AsyncHostToDeviceTransferManager_TransferData,
+        cw_plugin_h2d_transfer_data,
     .PJRT_Client_CreateBuffersForAsyncHostToDevice =
-        cw__stub_PJRT_Client_CreateBuffersForAsyncHostToDevice,
+        cw_plugin_h2d_create,
     .PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer =
-        cw__stub_PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer,
+        cw_plugin_h2d_retrieve_buffer,
     .PJRT_AsyncHostToDeviceTransferManager_Device =
-        cw__stub_PJRT_AsyncHostToDeviceTransferManager_Device,
+        cw_plugin_h2d_device,
     .PJRT_AsyncHostToDeviceTransferManager_BufferCount =
-        cw__stub_PJRT_AsyncHostToDeviceTransferManager_BufferCount,
+        cw_plugin_h2d_buffer_count,
     .PJRT_AsyncHostToDeviceTransferManager_BufferSize =
-        cw__stub_PJRT_AsyncHostToDeviceTransferManager_BufferSize,
+        cw_plugin_h2d_buffer_size,
     .PJRT_AsyncHostToDeviceTransferManager_SetBufferError =
-        cw__stub_PJRT_AsyncHostToDeviceTransferManager_SetBufferError,
+        cw_plugin_h2d_set_buffer_error,
     .PJRT_AsyncHostToDeviceTransferManager_AddMetadata =
-        cw__stub_PJRT_AsyncHostToDeviceTransferManager_AddMetadata,
+        cw_plugin_h2d_add_metadata,
 
     .PJRT_Client_DmaMap = cw__stub_PJRT_Client_DmaMap,
     .PJRT_Client_DmaUnmap = cw__stub_PJRT_Client_DmaUnmap,

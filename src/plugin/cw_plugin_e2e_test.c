@@ -347,6 +347,184 @@ static void test_strides_and_packed_types(void** state) {
   }
 }
 
+// --- The async host-to-device transfer manager ----------------------------------
+
+static PJRT_AsyncHostToDeviceTransferManager* h2d_create(PJRT_Device* dev, PJRT_ShapeSpec* specs,
+                                                        size_t n, PJRT_Error** out_err) {
+  PJRT_Device_DefaultMemory_Args m;
+  INIT_ARGS(m);
+  m.device = dev;
+  OK(api->PJRT_Device_DefaultMemory(&m));
+  PJRT_Client_CreateBuffersForAsyncHostToDevice_Args c;
+  INIT_ARGS(c);
+  c.client = client;
+  c.shape_specs = specs;
+  c.num_shape_specs = n;
+  c.memory = m.memory;
+  *out_err = api->PJRT_Client_CreateBuffersForAsyncHostToDevice(&c);
+  return c.transfer_manager;
+}
+
+static PJRT_Error* h2d_send(PJRT_AsyncHostToDeviceTransferManager* t, int index, const void* data,
+                            int64_t offset, int64_t size, bool last) {
+  PJRT_AsyncHostToDeviceTransferManager_TransferData_Args a;
+  INIT_ARGS(a);
+  a.transfer_manager = t;
+  a.buffer_index = index;
+  a.data = data;
+  a.offset = offset;
+  a.transfer_size = size;
+  a.is_last_transfer = last;
+  PJRT_Error* e = api->PJRT_AsyncHostToDeviceTransferManager_TransferData(&a);
+  if (!e) await_event(a.done_with_h2d_transfer);
+  return e;
+}
+
+static PJRT_Error* h2d_retrieve(PJRT_AsyncHostToDeviceTransferManager* t, int index,
+                                PJRT_Buffer** out) {
+  PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer_Args a;
+  INIT_ARGS(a);
+  a.transfer_manager = t;
+  a.buffer_index = index;
+  PJRT_Error* e = api->PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer(&a);
+  *out = a.buffer_out;
+  return e;
+}
+
+static void h2d_destroy(PJRT_AsyncHostToDeviceTransferManager* t) {
+  PJRT_AsyncHostToDeviceTransferManager_Destroy_Args a;
+  INIT_ARGS(a);
+  a.transfer_manager = t;
+  OK(api->PJRT_AsyncHostToDeviceTransferManager_Destroy(&a));
+}
+
+static void expect_error(PJRT_Error* e, const char* text) {
+  assert_non_null(e);
+  char* msg = error_text(e);
+  if (!strstr(msg, text)) fail_msg("\"%s\" does not say \"%s\"", msg, text);
+  free(msg);
+  error_free(e);
+}
+
+// Buffers made ahead of their bytes: usable at once (a read waits for the
+// last part), filled in order in parts; what is out of order, past the end,
+// retrieved twice, failed by the caller or never finished fails by name.
+static void test_async_host_to_device(void** state) {
+  (void)state;
+  PJRT_Device* const* devs;
+  size_t n;
+  get_devices(&devs, &n);
+  enum { kN = 4096 };
+  int64_t big = kN, small = 3, s4dims = 8;
+  PJRT_ShapeSpec specs[2];
+  INIT_ARGS(specs[0]);
+  INIT_ARGS(specs[1]);
+  specs[0].dims = &big;
+  specs[0].num_dims = 1;
+  specs[0].element_type = PJRT_Buffer_Type_F32;
+  specs[1].dims = &small;
+  specs[1].num_dims = 1;
+  specs[1].element_type = PJRT_Buffer_Type_F32;
+  PJRT_Error* err = NULL;
+  PJRT_AsyncHostToDeviceTransferManager* t = h2d_create(devs[0], specs, 2, &err);
+  OK(err);
+  PJRT_AsyncHostToDeviceTransferManager_BufferCount_Args bc;
+  INIT_ARGS(bc);
+  bc.transfer_manager = t;
+  OK(api->PJRT_AsyncHostToDeviceTransferManager_BufferCount(&bc));
+  assert_int_equal(bc.buffer_count, 2);
+  PJRT_AsyncHostToDeviceTransferManager_BufferSize_Args bs;
+  INIT_ARGS(bs);
+  bs.transfer_manager = t;
+  OK(api->PJRT_AsyncHostToDeviceTransferManager_BufferSize(&bs));
+  assert_int_equal(bs.buffer_size, kN * sizeof(float));
+  PJRT_AsyncHostToDeviceTransferManager_Device_Args dv;
+  INIT_ARGS(dv);
+  dv.transfer_manager = t;
+  OK(api->PJRT_AsyncHostToDeviceTransferManager_Device(&dv));
+  assert_ptr_equal(dv.device_out, devs[0]);
+
+  // Read before any byte is sent: the read waits for the last part.
+  float* want = malloc(kN * sizeof(float));
+  float* got = calloc(kN, sizeof(float));
+  assert_non_null(want);
+  assert_non_null(got);
+  for (int i = 0; i < kN; ++i) want[i] = (float)i - 7.25f;
+  PJRT_Buffer* b0 = NULL;
+  OK(h2d_retrieve(t, 0, &b0));
+  PJRT_Buffer_ToHostBuffer_Args th;
+  INIT_ARGS(th);
+  th.src = b0;
+  th.dst = got;
+  th.dst_size = kN * sizeof(float);
+  OK(api->PJRT_Buffer_ToHostBuffer(&th));
+  const int64_t third = kN * sizeof(float) / 3;
+  OK(h2d_send(t, 0, want, 0, third, false));
+  expect_error(h2d_send(t, 0, (char*)want + 2 * third, 2 * third, 8, false),
+               "causeway takes a buffer's bytes in order");
+  OK(h2d_send(t, 0, (char*)want + third, third, third, false));
+  expect_error(h2d_send(t, 0, (char*)want + 2 * third, 2 * third, 4, true), "do not finish");
+  OK(h2d_send(t, 0, (char*)want + 2 * third, 2 * third, kN * sizeof(float) - 2 * third, true));
+  await_event(th.event);
+  assert_memory_equal(got, want, kN * sizeof(float));
+  expect_error(h2d_send(t, 0, want, kN * sizeof(float), 0, true), "had its last transfer");
+  PJRT_Buffer* again = NULL;
+  expect_error(h2d_retrieve(t, 0, &again), "buffer 0 was retrieved already");
+  expect_error(h2d_send(t, 1, want, 0, 16, false), "overrun");
+  OK(h2d_send(t, 1, want, 0, 12, true));  // all at once
+  PJRT_Buffer* b1 = NULL;
+  OK(h2d_retrieve(t, 1, &b1));
+  float three[3] = {0};
+  download(b1, three, 3);
+  assert_memory_equal(three, want, sizeof(three));
+  expect_error(h2d_retrieve(t, 2, &again), "buffer index 2 of 2");
+  h2d_destroy(t);
+  destroy_buffer(b0);
+  destroy_buffer(b1);
+
+  // The caller's error, and a manager that ends early: the buffer's users
+  // hear why.
+  t = h2d_create(devs[0], specs + 1, 1, &err);
+  OK(err);
+  PJRT_AsyncHostToDeviceTransferManager_SetBufferError_Args se;
+  INIT_ARGS(se);
+  se.transfer_manager = t;
+  se.error_code = PJRT_Error_Code_DATA_LOSS;
+  se.error_message = "the source went away";
+  se.error_message_size = strlen(se.error_message);
+  OK(api->PJRT_AsyncHostToDeviceTransferManager_SetBufferError(&se));
+  OK(h2d_retrieve(t, 0, &b1));
+  INIT_ARGS(th);
+  th.src = b1;
+  th.dst = three;
+  th.dst_size = sizeof(three);
+  expect_error(api->PJRT_Buffer_ToHostBuffer(&th), "the source went away");
+  h2d_destroy(t);
+  destroy_buffer(b1);
+  t = h2d_create(devs[0], specs + 1, 1, &err);
+  OK(err);
+  OK(h2d_send(t, 0, want, 0, 4, false));
+  OK(h2d_retrieve(t, 0, &b1));
+  h2d_destroy(t);
+  INIT_ARGS(th);
+  th.src = b1;
+  th.dst = three;
+  th.dst_size = sizeof(three);
+  expect_error(api->PJRT_Buffer_ToHostBuffer(&th), "ended before its last transfer");
+  destroy_buffer(b1);
+  // Never retrieved: destroyed with the manager, the worker told.
+  t = h2d_create(devs[0], specs, 1, &err);
+  OK(err);
+  h2d_destroy(t);
+  // Packed sub-byte types do not travel as their raw bytes.
+  specs[1].dims = &s4dims;
+  specs[1].element_type = PJRT_Buffer_Type_S4;
+  t = h2d_create(devs[0], specs + 1, 1, &err);
+  expect_error(err, "cannot fill arrays of element type");
+  free(want);
+  free(got);
+}
+
 static const char kAddModule[] =
     "module @add attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {\n"
     "  func.func public @main(%arg0: tensor<6xf32>, %arg1: tensor<6xf32>) -> (tensor<6xf32>) {\n"
@@ -451,6 +629,7 @@ int main(void) {
       cmocka_unit_test(test_devices),
       cmocka_unit_test(test_upload_download_copy),
       cmocka_unit_test(test_strides_and_packed_types),
+      cmocka_unit_test(test_async_host_to_device),
       cmocka_unit_test(test_compile_execute),
       cmocka_unit_test(test_compile_error_reaches_caller),
   };

@@ -71,11 +71,10 @@ static void cw__op_abandon(cw__op_t* op) {
   free(op);
 }
 
-// Sends a seq'd request whose completion feeds `f`.
-static cw_status_t cw__send_op(cw_plugin_worker_t* w, uint16_t type, ProtobufCMessage* req,
-                               uint64_t* seq, const struct iovec* bulk, int bulk_count,
-                               const cw_client_sink_t* sink, cw_plugin_future_t* f,
-                               bool errors_only) {
+cw_status_t cw_plugin_transfer_send(cw_plugin_worker_t* w, uint16_t type, ProtobufCMessage* req,
+                                    uint64_t* seq, const struct iovec* bulk, int bulk_count,
+                                    const cw_client_sink_t* sink, cw_plugin_future_t* f,
+                                    bool errors_only) {
   cw__op_t* op = cw__op_new(f, w, errors_only);
   if (!op) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   op->trace_t0 = cw_plugin_trace_on() ? cw_time_now_ns() : 0;
@@ -97,8 +96,7 @@ static void cw__done_init(void) {
   cw__done_singleton = cw_plugin_future_create_done(cw_ok_status());
 }
 
-// A new PJRT_Event that is already complete (NULL only when out of memory).
-static PJRT_Event* cw__done_event(void) {
+PJRT_Event* cw_plugin_transfer_done_event(void) {
   pthread_once(&cw__done_once, cw__done_init);
   if (cw__done_singleton) return cw_plugin_event_from_future(cw__done_singleton);
   return (PJRT_Event*)cw_plugin_future_create_done(cw_ok_status());
@@ -113,9 +111,9 @@ static bool cw__is_dense(const int64_t* dims, size_t rank, const int64_t* stride
   return true;
 }
 
-// Accepts NULL or the default layout (dense, major-to-minor, untiled).
-static cw_status_t cw__check_layout(const PJRT_Buffer_MemoryLayout* l, const int64_t* dims,
-                                    size_t rank, size_t esize, const char* what) {
+cw_status_t cw_plugin_transfer_check_layout(const PJRT_Buffer_MemoryLayout* l,
+                                            const int64_t* dims, size_t rank, size_t esize,
+                                            const char* what) {
   if (!l) return cw_ok_status();
   if (l->type == PJRT_Buffer_MemoryLayout_Type_Tiled) {
     bool ok = l->tiled.num_tiles == 0 && l->tiled.minor_to_major_size == rank;
@@ -153,7 +151,7 @@ PJRT_Error* cw_plugin_buffer_from_host(PJRT_Client_BufferFromHostBuffer_Args* ar
     return cw_plugin_error_from_status(
         cw_make_status(CW_INVALID_ARGUMENT, "PJRT_Client_BufferFromHostBuffer: dims is NULL"));
   }
-  cw_status_t s = cw__check_layout(args->device_layout, args->dims, args->num_dims, esize,
+  cw_status_t s = cw_plugin_transfer_check_layout(args->device_layout, args->dims, args->num_dims, esize,
                                    "BufferFromHostBuffer device_layout");
   if (s) return cw_plugin_error_from_status(s);
   const int64_t* strides = NULL;
@@ -221,7 +219,7 @@ PJRT_Error* cw_plugin_buffer_from_host(PJRT_Client_BufferFromHostBuffer_Args* ar
     // (writev): when this returns, the host buffer is no longer needed.
     struct iovec iov = {.iov_base = (void*)data, .iov_len = (size_t)bytes};
     req.peer_address = direct ? (uint64_t)(uintptr_t)data : 0;
-    s = cw__send_op(d->worker, CW_MSG_UPLOAD, &req.base, &req.seq, &iov,
+    s = cw_plugin_transfer_send(d->worker, CW_MSG_UPLOAD, &req.base, &req.seq, &iov,
                     bytes && !direct ? 1 : 0, NULL, ready, false);
   }
   free(dense);
@@ -231,7 +229,7 @@ PJRT_Error* cw_plugin_buffer_from_host(PJRT_Client_BufferFromHostBuffer_Args* ar
     return cw_plugin_error_from_status(s);
   }
   args->done_with_host_buffer =
-      direct ? cw_plugin_event_from_future(ready) : cw__done_event();
+      direct ? cw_plugin_event_from_future(ready) : cw_plugin_transfer_done_event();
   cw_plugin_future_release(ready);
   args->buffer = (PJRT_Buffer*)b;
   return NULL;
@@ -278,7 +276,7 @@ static cw_status_t cw__download(cw_plugin_buffer_t* b, void* dst, uint64_t offse
   }
   // The reply's bytes are read straight into the caller's memory.
   cw_client_sink_t sink = {.data = dst, .capacity = (size_t)length};
-  s = cw__send_op(b->device->worker, CW_MSG_DOWNLOAD, &req.base, &req.seq, NULL, 0, &sink, f,
+  s = cw_plugin_transfer_send(b->device->worker, CW_MSG_DOWNLOAD, &req.base, &req.seq, NULL, 0, &sink, f,
                   false);
   if (s) {
     cw_plugin_future_release(f);
@@ -294,7 +292,7 @@ PJRT_Error* cw_plugin_buffer_to_host(PJRT_Buffer_ToHostBuffer_Args* args) {
   cw_plugin_buffer_t* b = CW__BUF(args->src);
   uint64_t need = cw_plugin_buffer_bytes(b);
   cw_status_t s =
-      cw__check_layout(args->host_layout, b->dims, b->rank, cw_plugin_buffer_dtype_size(b->type),
+      cw_plugin_transfer_check_layout(args->host_layout, b->dims, b->rank, cw_plugin_buffer_dtype_size(b->type),
                        "ToHostBuffer host_layout");
   if (s) return cw_plugin_error_from_status(s);
   if (!args->dst) {
@@ -308,8 +306,8 @@ PJRT_Error* cw_plugin_buffer_to_host(PJRT_Buffer_ToHostBuffer_Args* args) {
         args->dst_size, (unsigned long long)need));
   }
   args->event = NULL;
-  s = cw__download(b, args->dst, 0, need, "ToHostBuffer", &args->event);
-  return s ? cw_plugin_error_from_status(s) : NULL;
+  return cw_plugin_error_or_null(
+      cw__download(b, args->dst, 0, need, "ToHostBuffer", &args->event));
 }
 
 PJRT_Error* cw_plugin_buffer_copy_raw_to_host(PJRT_Buffer_CopyRawToHost_Args* args) {
@@ -336,9 +334,9 @@ PJRT_Error* cw_plugin_buffer_copy_raw_to_host(PJRT_Buffer_CopyRawToHost_Args* ar
     return cw_plugin_error_from_status(
         cw_make_status(CW_INVALID_ARGUMENT, "CopyRawToHost: no destination"));
   }
-  cw_status_t s = cw__download(b, args->dst, (uint64_t)args->offset,
-                                (uint64_t)args->transfer_size, "CopyRawToHost", &args->event);
-  return s ? cw_plugin_error_from_status(s) : NULL;
+  return cw_plugin_error_or_null(cw__download(b, args->dst, (uint64_t)args->offset,
+                                              (uint64_t)args->transfer_size, "CopyRawToHost",
+                                              &args->event));
 }
 
 // The AWAIT of an unsafe-pointer query: records the address, then
@@ -429,11 +427,11 @@ static cw_status_t cw__buffer_copy(cw_plugin_buffer_t* b, cw_plugin_memory_t* dm
     req.dst_id = nb->id;
     req.dst_device = dst->local_id;
     req.dst_memory_kind = kind;
-    s = cw__send_op(from, CW_MSG_COPY, &req.base, &req.seq, NULL, 0, NULL, ready, false);
+    s = cw_plugin_transfer_send(from, CW_MSG_COPY, &req.base, &req.seq, NULL, 0, NULL, ready, false);
   } else if (!s) {
     Causeway__V1__ExpectRequest ex = CAUSEWAY__V1__EXPECT_REQUEST__INIT;
     ex.buffer_id = nb->id;
-    s = cw__send_op(to, CW_MSG_EXPECT, &ex.base, &ex.seq, NULL, 0, NULL, ready, true);
+    s = cw_plugin_transfer_send(to, CW_MSG_EXPECT, &ex.base, &ex.seq, NULL, 0, NULL, ready, true);
     if (!s) {
       Causeway__V1__SendRequest req = CAUSEWAY__V1__SEND_REQUEST__INIT;
       req.src_id = b->id;
@@ -442,7 +440,7 @@ static cw_status_t cw__buffer_copy(cw_plugin_buffer_t* b, cw_plugin_memory_t* dm
       req.dst_device = dst->local_id;
       req.dst_session = c->session_id;
       req.dst_memory_kind = kind;
-      s = cw__send_op(from, CW_MSG_SEND, &req.base, &req.seq, NULL, 0, NULL, ready, false);
+      s = cw_plugin_transfer_send(from, CW_MSG_SEND, &req.base, &req.seq, NULL, 0, NULL, ready, false);
       // The destination already expects the id: poison it rather than leave
       // it pending forever.
       if (s) cw_plugin_future_complete(ready, cw_status_clone(s));
@@ -503,7 +501,7 @@ void cw_plugin_transfer_probe_direct(cw_plugin_worker_t* w) {
       break;
     }
   }
-  cw_status_t s = cw__send_op(w, CW_MSG_UPLOAD, &req.base, &req.seq, NULL, 0, NULL, f, false);
+  cw_status_t s = cw_plugin_transfer_send(w, CW_MSG_UPLOAD, &req.base, &req.seq, NULL, 0, NULL, f, false);
   if (!s) s = cw_plugin_future_wait(f);
   cw_plugin_future_release(f);
   if (!s) {
