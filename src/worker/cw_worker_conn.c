@@ -371,6 +371,17 @@ void cw_worker_conn_receive_bulk(cw_conn_t* c, const cw_frame_header_t* h, cw_op
   cw__receive_into_staging(c, op);
 }
 
+void cw_worker_conn_receive_bulk_at(cw_conn_t* c, const cw_frame_header_t* h, cw_op_t* op,
+                                    void* dest) {
+  op->size = h->bulk_len;
+  if (op->size == 0) {
+    cw__received(op);
+    return;
+  }
+  c->recv = op;
+  cw_net_conn_set_bulk_dest(c->nc, dest);
+}
+
 bool cw_worker_conn_bulk_arrived(const cw_conn_t* c) {
   return c->seq_applying && c->seq_applying->bulk;
 }

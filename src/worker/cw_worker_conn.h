@@ -32,6 +32,10 @@ void cw_worker_reply_error(cw_conn_t* c, uint16_t type, uint64_t request_id,
 // bytes a held request already received), finished by
 // cw_worker_compile_received / cw_worker_transfer_received.
 void cw_worker_conn_receive_bulk(cw_conn_t* c, const cw_frame_header_t* h, cw_op_t* op);
+// The same into `dest` (op->staging stays NULL; the caller keeps `dest`
+// alive until op is done), for a frame whose bytes are not in yet.
+void cw_worker_conn_receive_bulk_at(cw_conn_t* c, const cw_frame_header_t* h, cw_op_t* op,
+                                    void* dest);
 // Whether the frame being applied is a held request whose bytes are in
 // already (then cw_worker_conn_take_held_bulk hands them to `op`).
 bool cw_worker_conn_bulk_arrived(const cw_conn_t* c);

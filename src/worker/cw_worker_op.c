@@ -11,6 +11,7 @@
 #include "cw_worker_conn.h"
 #include "cw_worker_mem.h"
 #include "cw_worker_pin.h"
+#include "cw_worker_transfer.h"
 
 // A staging block handed to a write or a PJRT event, to give back on
 // completion (w NULL: not the cache's, plain free()).
@@ -72,6 +73,7 @@ void cw_worker_op_free(cw_op_t* op) {
   if (op->msg) protobuf_c_message_free_unpacked(op->msg, NULL);
   if (op->staging_foreign) free(op->staging);
   else cw_worker_staging_free(op->w, op->staging, op->size);
+  if (op->parts) cw_worker_upload_part_abandon(op->w, op->parts);
   cw_worker_pin_release(op->pin);
   cw_store_entry_release(op->w->store, op->src);
   free(op->dims);

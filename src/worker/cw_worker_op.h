@@ -36,6 +36,7 @@ struct cw_op_s {
   uint64_t direct_capacity;  // DOWNLOAD: bytes writable there
   int part;  // UPLOAD: its kind of part (Causeway__V1__UploadPart)
   uint64_t part_offset;
+  void* parts;  // referenced while its bytes are read into them (cw_worker_transfer.c)
   // DOWNLOAD of a range of the dense bytes (op->size is the range's once
   // the whole is fetched).
   uint64_t range_offset;

@@ -56,7 +56,11 @@ static void cw__fail_entry(cw_op_t* op, cw_store_entry_t* e, cw_status_t st) {
 
 // An UPLOAD in parts, put together on the entry it makes (e->parts) in
 // staging memory of the array's extent, which the last part hands to PJRT.
+// A part's bytes are read into place; the part being read holds a
+// reference, so a delete meanwhile never frees memory the socket fills.
 typedef struct cw__parts_s {
+  int refs;        // the entry's, and the arriving part's
+  bool receiving;  // a part's bytes are arriving: one at a time
   uint8_t* staging;
   uint64_t extent;
   uint64_t received;
@@ -69,13 +73,18 @@ typedef struct cw__parts_s {
 
 void cw_worker_upload_parts_free(cw_worker_t* w, void* parts) {
   cw__parts_t* p = parts;
-  if (!p) return;
+  if (!p || --p->refs > 0) return;
   cw_worker_staging_free(w, p->staging, p->extent);
   free(p->dims);
   free(p);
 }
 
-// Gives back the bytes one part brought (copied out by now).
+void cw_worker_upload_part_abandon(cw_worker_t* w, void* parts) {
+  ((cw__parts_t*)parts)->receiving = false;
+  cw_worker_upload_parts_free(w, parts);
+}
+
+// Gives back the bytes one part brought in memory of its own (copied by now).
 static void cw__part_bytes_free(cw_op_t* op) {
   if (op->staging_foreign) free(op->staging);
   else if (op->staging) cw_worker_staging_free(op->w, op->staging, op->size);
@@ -83,8 +92,8 @@ static void cw__part_bytes_free(cw_op_t* op) {
   op->staging_foreign = false;
 }
 
-// A part's bytes are in: into the array put together. The first makes it;
-// the last hands it on as a whole UPLOAD's bytes (true); else acked (false).
+// A part's bytes are in: the first makes the array put together; the last
+// hands it on as a whole UPLOAD's bytes (true); else acked (false).
 static bool cw__part_received(cw_op_t* op, cw_store_entry_t* e) {
   cw_worker_t* w = op->w;
   cw__parts_t* p = e->parts;
@@ -101,27 +110,30 @@ static bool cw__part_received(cw_op_t* op, cw_store_entry_t* e) {
                           "UPLOAD in parts", extent);
     }
     if (!st) {
-      *p = (cw__parts_t){.staging = staging, .extent = extent, .dtype = op->dtype,
+      *p = (cw__parts_t){.refs = 1, .staging = staging, .extent = extent, .dtype = op->dtype,
                          .dims = op->dims, .rank = op->rank, .device = op->device,
                          .memory = op->memory};
       op->dims = NULL;  // the parts' now
       op->rank = 0;
       e->parts = p;
     }
-  } else if (!p || op->part_offset != p->received || op->size > p->extent - p->received ||
-             (op->part == CAUSEWAY__V1__UPLOAD_PART__UPLOAD_LAST &&
-              p->received + op->size != p->extent)) {
-    st = cw_make_status(CW_INVALID_ARGUMENT, "part of %" PRIu64 " bytes at byte %" PRIu64
-                        " does not follow the %" PRIu64 " of %" PRIu64 " in",
-                        op->size, op->part_offset, p ? p->received : 0, p ? p->extent : 0);
+  } else if (!p) {
+    // The buffer failed while this part's bytes came (its memory, say).
+    st = e->error ? cw_status_clone(e->error)
+                  : cw_make_status(CW_CANCELLED, "buffer %" PRIu64 "'s upload ended", op->dst_id);
   }
   if (st) {
     e->filling = false;
     cw__fail_entry(op, e, st);  // frees the parts
     return false;
   }
-  if (op->size) memcpy(p->staging + p->received, op->staging, op->size);
+  if (!op->parts && op->size) memcpy(p->staging + p->received, op->staging, op->size);
   p->received += op->size;
+  p->receiving = false;
+  if (op->parts) {
+    op->parts = NULL;
+    cw_worker_upload_parts_free(w, p);  // the entry still holds it
+  }
   cw__part_bytes_free(op);
   if (op->part != CAUSEWAY__V1__UPLOAD_PART__UPLOAD_LAST) {
     cw_worker_op_ack(op, op->dst_id);  // filling still: its users wait
@@ -305,18 +317,32 @@ static void cw__transfer_admit(cw_conn_t* c, const cw_frame_header_t* h, cw_op_t
   else cw_worker_conn_defer_bulk(c, h, op);
 }
 
-// A later part of an UPLOAD in parts: its bytes go to the array put
-// together (no memory to take: the first part took the array's).
+// A later part of an UPLOAD in parts: checked against the array put
+// together before its bytes are read, then read into their place (no
+// memory to take: the first part took the array's).
 static void cw__upload_part(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCMessage** msg) {
   const Causeway__V1__UploadRequest* r = (const Causeway__V1__UploadRequest*)*msg;
   cw_op_t* op = cw_worker_op_create(c, h->type, h->request_id);
   cw_store_entry_t* e = op ? cw_store_lookup(c->w->store, op->skey, r->buffer_id) : NULL;
+  cw__parts_t* p = e && e->kind == CW_STORE_BUFFER ? e->parts : NULL;
   cw_status_t st = cw_ok_status();
   if (!op) {
     st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  } else if (!e || e->kind != CW_STORE_BUFFER || !e->parts) {
+  } else if (!p) {
     st = cw_make_status(CW_FAILED_PRECONDITION, "buffer %" PRIu64 " has no upload in parts "
                         "under way", r->buffer_id);
+  } else if (p->receiving) {
+    st = cw_make_status(CW_FAILED_PRECONDITION, "a part of buffer %" PRIu64 " is still "
+                        "arriving", r->buffer_id);
+  } else if (r->part_offset != p->received || h->bulk_len > p->extent - p->received ||
+             (r->part == CAUSEWAY__V1__UPLOAD_PART__UPLOAD_LAST &&
+              p->received + h->bulk_len != p->extent)) {
+    st = cw_make_status(CW_INVALID_ARGUMENT, "part of %" PRIu64 " bytes at byte %" PRIu64
+                        " does not follow the %" PRIu64 " of %" PRIu64 " in",
+                        (uint64_t)h->bulk_len, r->part_offset, p->received, p->extent);
+    // Nothing can follow it: the buffer fails for whoever waits for it.
+    e->filling = false;
+    cw_store_set_error(c->w->store, e, cw_status_clone(st));
   }
   if (st) {
     cw_worker_op_free(op);
@@ -330,7 +356,14 @@ static void cw__upload_part(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCM
   op->part_offset = r->part_offset;
   op->msg = *msg;
   *msg = NULL;
-  cw_worker_conn_receive_bulk(c, h, op);
+  p->receiving = true;
+  if (cw_worker_conn_bulk_arrived(c)) {
+    cw_worker_conn_receive_bulk(c, h, op);  // held for its seq: copied into place
+    return;
+  }
+  p->refs++;
+  op->parts = p;
+  cw_worker_conn_receive_bulk_at(c, h, op, p->staging + p->received);
 }
 
 void cw_worker_handle_upload(cw_net_conn_t* nc, const cw_frame_header_t* h,

@@ -24,8 +24,11 @@ void cw_worker_handle_delete(cw_net_conn_t* conn, const cw_frame_header_t* h,
 // An UPLOAD's or PUT's bytes are in op->staging: make the device buffer
 // (takes op). For an UPLOAD in parts, add them to the array put together.
 void cw_worker_transfer_received(cw_op_t* op);
-// Frees an UPLOAD in parts put together (cw_store_entry_t.parts; NULL: none).
+// Drops a reference to an UPLOAD in parts put together
+// (cw_store_entry_t.parts; NULL: none), freeing it with the last.
 void cw_worker_upload_parts_free(cw_worker_t* w, void* parts);
+// The same for the part being read into it, whose bytes never came.
+void cw_worker_upload_part_abandon(cw_worker_t* w, void* parts);
 
 // Reading a buffer's bytes out (DOWNLOAD, SEND). Starts waiting for e's
 // bytes: with e pinned (read in place once ready) on host-memory plugins,
