@@ -284,6 +284,15 @@ def frame_corpus():
                                         req_id=8, bulk=four)
     c["req_download_peer_address"] = frame(DOWNLOAD, f_varint(1, 3) + f_varint(2, 0x7f0000002000),
                                            req_id=10)
+    # A range of the dense bytes; an UPLOAD in parts (first, then more and last).
+    c["req_download_range"] = frame(DOWNLOAD, f_varint(1, 3) + f_varint(4, 4) + f_varint(5, 8),
+                                    req_id=10)
+    c["req_upload_part_first"] = frame(UPLOAD, upload_request() + f_varint(8, 1), req_id=8,
+                                       bulk=four[:8])
+    c["req_upload_part_more"] = frame(UPLOAD, f_varint(1, 1) + f_varint(8, 2) + f_varint(9, 8),
+                                      req_id=8, bulk=four[:4])
+    c["req_upload_part_last"] = frame(UPLOAD, f_varint(1, 1) + f_varint(8, 3) + f_varint(9, 12),
+                                      req_id=8, bulk=four[:4])
     c["req_copy"] = frame(COPY, f_varint(1, 3) + f_varint(2, 4) + f_varint(3, 1), req_id=11)
     c["req_send"] = frame(SEND, f_varint(1, 3) + f_bytes(2, "127.0.0.1:7001") + f_varint(3, 5) +
                           f_varint(4, 0) + f_varint(5, 77), req_id=12)
@@ -414,6 +423,9 @@ def frame_corpus():
     c["bad_upload_dims_negative"] = frame(UPLOAD, upload_request(dims=(-4,)), bulk_len=16)
     c["bad_upload_dtype"] = frame(UPLOAD, upload_request(dtype=99), bulk_len=16)
     c["bad_upload_extent"] = frame(UPLOAD, upload_request(dims=(4,)), bulk=bytes(12))
+    c["bad_upload_part_first_over"] = frame(UPLOAD, upload_request() + f_varint(8, 1),
+                                            bulk=bytes(20))
+    c["bad_upload_part_kind"] = frame(UPLOAD, upload_request() + f_varint(8, 7), bulk=bytes(4))
     c["bad_upload_peer_address_bulk"] = frame(UPLOAD, upload_request() + f_varint(7, 4096),
                                               bulk=bytes(16))
     c["bad_upload_rank65"] = frame(UPLOAD, upload_request(dtype=PRED, dims=(1,) * 65),

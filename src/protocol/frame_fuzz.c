@@ -5,6 +5,7 @@
 
 #include "cw_array.h"
 #include "cw_frame.h"
+#include "cw_msg.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
@@ -23,6 +24,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     cw_status_free(s);
     return 0;
   }
+  cw_status_free(cw_msg_check_bulk(&h, m));  // UPLOAD's extent, whole or in parts
   if (h.type == CW_MSG_UPLOAD && !(h.flags & CW_FRAME_REPLY)) {
     const Causeway__V1__UploadRequest* u = (const Causeway__V1__UploadRequest*)m;
     uint64_t bytes;

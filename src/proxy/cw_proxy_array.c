@@ -319,6 +319,34 @@ static cw_status_t cw__host_array(cw_proxy_session_t* s, uint64_t handle,
   return cw_ok_status();
 }
 
+// Host buffer `handle` streamed on to device `device_id` while its store is
+// under way (cw_proxy_host_buffer_stream); *out NULL where it cannot be:
+// strided, small, complete already, or a type the plugin cannot fill in
+// parts. Then the caller takes the host buffer whole.
+static cw_status_t cw__stream(cw_proxy_session_t* s, uint64_t handle, const cw_proxy_dtype_t* dt,
+                              const int64_t* dims, size_t rank,
+                              const CwIfrt__ByteStrides* strides, int32_t device_id,
+                              PJRT_Buffer** out) {
+  *out = NULL;
+  cw_proxy_host_layout_t l;
+  CW_RETURN_IF_ERROR(cw_proxy_host_layout(dt, dims, rank, strides, &l), "host buffer");
+  if (!l.dense || l.bytes < CW_PROXY_STREAM_MIN) return cw_ok_status();
+  PJRT_Device* device;
+  CW_RETURN_IF_ERROR(cw_proxy_device_lookup(s, device_id, &device), "upload");
+  PJRT_Device_DefaultMemory_Args m = {
+      .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Device_DefaultMemory_Args, memory),
+      .device = device};
+  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(&s->proxy->pjrt, PJRT_Device_DefaultMemory, &m),
+                     "upload");
+  cw_status_t st = cw_proxy_host_buffer_stream(s, handle, l.bytes, CW__HOST_BUFFER_WAIT_MS,
+                                               m.memory, dt->pjrt, dims, rank, out);
+  if (st && cw_status_code(st) == CW_UNIMPLEMENTED && !*out) {
+    cw_status_free(st);  // packed sub-byte types: whole, as before
+    return cw_ok_status();
+  }
+  return st;
+}
+
 static cw_status_t cw__make_from_host(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
                                       CwIfrt__IfrtResponse* resp) {
   const CwIfrt__MakeArrayFromHostBufferRequest* r = req->make_array_from_host_buffer_request;
@@ -341,14 +369,24 @@ static cw_status_t cw__make_from_host(cw_proxy_session_t* s, const CwIfrt__IfrtR
                           "fully replicated array", n);
   }
   uint8_t* data = NULL;
-  cw_status_t st = cw__host_array(s, r->host_buffer_handle, &dt, r->shape->dims,
-                                  r->shape->n_dims, r->byte_strides, &data);
+  PJRT_Buffer* streamed = NULL;  // one device: sent on as it is stored
+  cw_status_t st = n == 1 ? cw__stream(s, r->host_buffer_handle, &dt, r->shape->dims,
+                                       r->shape->n_dims, r->byte_strides, ids[0], &streamed)
+                          : cw_ok_status();
+  if (!st && !streamed) {
+    st = cw__host_array(s, r->host_buffer_handle, &dt, r->shape->dims, r->shape->n_dims,
+                        r->byte_strides, &data);
+  }
   uint64_t handle = cw_proxy_result_handle(s, r->has_array_handle, r->array_handle);
   cw_proxy_array_t* arr = NULL;
   if (!st) {
     st = cw_proxy_array_new(s, handle, r->dtype->kind, r->shape->dims, r->shape->n_dims, n, &arr);
   }
-  for (size_t i = 0; !st && i < n; i++) {
+  if (streamed) {
+    if (!st) st = cw_proxy_array_take_shard(s, arr, streamed, ids[0]);
+    else cw_proxy_pjrt_buffer_destroy(&s->proxy->pjrt, streamed);
+  }
+  for (size_t i = 0; !st && !streamed && i < n; i++) {
     st = cw__upload(s, &dt, r->shape->dims, r->shape->n_dims, ids[i], data, &arr->shards[i]);
     if (!st) arr->n++;
   }
@@ -395,6 +433,21 @@ static cw_status_t cw__make_one_from_shards(
                           "rank at most %d", k, CW_PROXY_MAX_RANK);
     }
     if (!st) st = cw_proxy_dtype(hb->dtype->kind, &dt);
+    // To one shard: sent on to its device as it is stored.
+    int64_t one = idx->n_indices == 1 ? idx->indices[0] : -1;
+    PJRT_Buffer* streamed = NULL;
+    if (!st && one >= 0 && (size_t)one < n && !arr->shards[one]) {
+      st = cw__stream(s, hb->host_buffer_handle, &dt, hb->shape->dims, hb->shape->n_dims,
+                      hb->byte_strides, ids[one], &streamed);
+    }
+    if (streamed) {
+      arr->shards[one] = cw__shard_new(streamed, ids[one]);
+      if (!arr->shards[one]) {
+        cw_proxy_pjrt_buffer_destroy(&s->proxy->pjrt, streamed);
+        st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+      }
+      continue;
+    }
     if (!st) {
       st = cw__host_array(s, hb->host_buffer_handle, &dt, hb->shape->dims, hb->shape->n_dims,
                           hb->byte_strides, &data);

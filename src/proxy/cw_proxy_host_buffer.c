@@ -61,11 +61,22 @@ static void cw__hb_drop(cw_proxy_host_buffer_t* hb) {
 
 static void cw__hb_free_each(void* user, uint64_t key, void* value) { cw__hb_drop(value); }
 
+// One reader of `hb` is done (under s->mu, or `s` is gone): the last frees
+// an orphan.
+static void cw__hb_unread(cw_proxy_session_t* s, cw_proxy_host_buffer_t* hb) {
+  if (--hb->readers == 0 && hb->orphan) {
+    cw__hb_free(hb);
+    return;
+  }
+  if (s) pthread_cond_broadcast(&s->host_buffer_cv);
+}
+
 // Any thread: `hb` under `handle` in the session (taken on success).
 static cw_status_t cw__hb_insert(cw_proxy_session_t* s, uint64_t handle,
                                  cw_proxy_host_buffer_t* hb) {
   pthread_mutex_lock(&s->mu);
   cw_status_t st = cw_proxy_table_put(&s->host_buffers, handle, hb);
+  if (!st) pthread_cond_broadcast(&s->host_buffer_cv);  // a MakeArray that came first
   pthread_mutex_unlock(&s->mu);
   return st;
 }
@@ -112,8 +123,8 @@ void cw_proxy_host_buffers_free(cw_proxy_session_t* s) {
 
 // --- Session thread ------------------------------------------------------------------------
 
-cw_status_t cw_proxy_host_buffer_take(cw_proxy_session_t* s, uint64_t handle, int timeout_ms,
-                                      uint8_t** out_data, size_t* out_len) {
+// `timeout_ms` from now, for pthread_cond_timedwait.
+static struct timespec cw__deadline(int timeout_ms) {
   struct timespec until;
   clock_gettime(CLOCK_REALTIME, &until);
   until.tv_sec += timeout_ms / 1000;
@@ -122,6 +133,12 @@ cw_status_t cw_proxy_host_buffer_take(cw_proxy_session_t* s, uint64_t handle, in
     until.tv_sec++;
     until.tv_nsec -= 1000000000L;
   }
+  return until;
+}
+
+cw_status_t cw_proxy_host_buffer_take(cw_proxy_session_t* s, uint64_t handle, int timeout_ms,
+                                      uint8_t** out_data, size_t* out_len) {
+  struct timespec until = cw__deadline(timeout_ms);
   pthread_mutex_lock(&s->mu);
   cw_proxy_host_buffer_t* hb;
   int rc = 0;
@@ -294,6 +311,104 @@ void cw_proxy_host_buffer_settle(cw_proxy_session_t* s) {
   uv_async_send(&s->proxy->wake);  // its parked lookup
 }
 
+// Streams host buffer `handle` on to a new buffer on `memory` as its store
+// brings it: an UPLOAD in parts through PJRT's transfer manager. Each wait
+// sends what came since the last. The host buffer is consumed as by
+// take(). *out stays NULL, with OK, where it cannot stream (the buffer is
+// complete, small, read by others, not `bytes` long, or not there within
+// `timeout_ms`): take() then.
+cw_status_t cw_proxy_host_buffer_stream(cw_proxy_session_t* s, uint64_t handle, size_t bytes,
+                                        int timeout_ms, PJRT_Memory* memory,
+                                        PJRT_Buffer_Type type, const int64_t* dims, size_t rank,
+                                        PJRT_Buffer** out) {
+  *out = NULL;
+  if (bytes < CW_PROXY_STREAM_MIN) return cw_ok_status();
+  // The client starts the store and sends the MakeArray at once: the store
+  // may not have begun yet.
+  struct timespec until = cw__deadline(timeout_ms);
+  pthread_mutex_lock(&s->mu);
+  cw_proxy_host_buffer_t* hb;
+  int rc = 0;
+  while (!(hb = cw_proxy_table_get(&s->host_buffers, handle)) && !s->gone && rc != ETIMEDOUT) {
+    rc = pthread_cond_timedwait(&s->host_buffer_cv, &s->mu, &until);
+  }
+  bool mine = hb && !hb->complete && !hb->readers && !hb->partial && hb->declared == bytes;
+  if (mine) hb->readers++;  // deleted meanwhile, it stays until this is done
+  pthread_mutex_unlock(&s->mu);
+  if (!hb && !s->gone) {
+    return cw_make_status(CW_NOT_FOUND, "host buffer %llu was never stored",
+                          (unsigned long long)handle);
+  }
+  if (!mine) return cw_ok_status();
+
+  const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
+  PJRT_ShapeSpec spec = {.struct_size = CW_PJRT_STRUCT_SIZE(PJRT_ShapeSpec, element_type),
+                         .dims = dims, .num_dims = rank, .element_type = type};
+  PJRT_Client_CreateBuffersForAsyncHostToDevice_Args c = {
+      .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Client_CreateBuffersForAsyncHostToDevice_Args,
+                                         transfer_manager),
+      .client = s->client, .shape_specs = &spec, .num_shape_specs = 1, .memory = memory};
+  cw_status_t st = CW_PROXY_PJRT_CALL(p, PJRT_Client_CreateBuffersForAsyncHostToDevice, &c);
+  PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer_Args rb = {
+      .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer_Args,
+                                         buffer_out),
+      .transfer_manager = c.transfer_manager};
+  if (!st) st = CW_PROXY_PJRT_CALL(p, PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer, &rb);
+  size_t sent = 0;
+  bool last = false;
+  while (!st && !last) {
+    // What the store has brought since, or its end.
+    pthread_mutex_lock(&s->mu);
+    while (!hb->orphan && !s->gone && !hb->complete &&
+           !(hb->len - sent >= CW_PROXY_STREAM_PART && hb->cap == hb->declared)) {
+      pthread_cond_wait(&s->host_buffer_cv, &s->mu);
+    }
+    bool cut = hb->orphan || s->gone || (hb->complete && hb->len != bytes);
+    size_t have = hb->len;
+    last = hb->complete;
+    const uint8_t* data = hb->data;  // allocated whole: it never moves
+    pthread_mutex_unlock(&s->mu);
+    if (cut) {
+      st = cw_make_status(CW_NOT_FOUND, "host buffer %llu was not stored in full",
+                          (unsigned long long)handle);
+      break;
+    }
+    PJRT_AsyncHostToDeviceTransferManager_TransferData_Args t = {
+        .struct_size = CW_PJRT_STRUCT_SIZE(
+            PJRT_AsyncHostToDeviceTransferManager_TransferData_Args, done_with_h2d_transfer),
+        .transfer_manager = c.transfer_manager, .buffer_index = 0, .data = data + sent,
+        .offset = (int64_t)sent, .transfer_size = (int64_t)(have - sent),
+        .is_last_transfer = last};
+    st = CW_PROXY_PJRT_CALL(p, PJRT_AsyncHostToDeviceTransferManager_TransferData, &t);
+    if (!st) st = cw_proxy_pjrt_await(p, t.done_with_h2d_transfer, "done with the host buffer");
+    sent = have;
+  }
+  if (c.transfer_manager) {
+    PJRT_AsyncHostToDeviceTransferManager_Destroy_Args d = {
+        .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_AsyncHostToDeviceTransferManager_Destroy_Args,
+                                           transfer_manager),
+        .transfer_manager = c.transfer_manager};
+    cw_status_t dst = CW_PROXY_PJRT_CALL(p, PJRT_AsyncHostToDeviceTransferManager_Destroy, &d);
+    if (dst) CW_LOGW("%s", cw_status_message(dst));
+    cw_status_free(dst);
+  }
+  pthread_mutex_lock(&s->mu);
+  cw__hb_unread(s, hb);
+  pthread_mutex_unlock(&s->mu);
+  if (st) {
+    cw_proxy_pjrt_buffer_destroy(p, rb.buffer_out);
+    return st;
+  }
+  // Consumed, as take() would: it is complete and all here.
+  uint8_t* gone = NULL;
+  size_t len = 0;
+  st = cw_proxy_host_buffer_take(s, handle, 0, &gone, &len);
+  cw_proxy_bytes_free(gone);
+  cw_status_free(st);  // (deleted meanwhile: nothing to consume)
+  *out = rb.buffer_out;
+  return cw_ok_status();
+}
+
 // --- Loop thread: the gRPC methods --------------------------------------------------------
 
 static cw_status_t cw__session_of(cw_proxy_t* p, uint64_t id, cw_proxy_session_t** out) {
@@ -375,7 +490,7 @@ static void cw__abandon_store(cw_proxy_t* p, cw__hb_call_t* c) {
   cw_proxy_host_buffer_t* hb = cw_proxy_table_get(&s->host_buffers, c->handle);
   if (hb && !hb->complete && hb->filler == c) {
     cw_proxy_table_remove(&s->host_buffers, c->handle);
-    cw__hb_free(hb);
+    cw__hb_drop(hb);  // an upload streaming it sees it orphaned
     pthread_cond_broadcast(&s->host_buffer_cv);
   }
   pthread_mutex_unlock(&s->mu);
@@ -416,13 +531,20 @@ static void cw__store_data(cw_proxy_t* p, cw_grpc_call_t* call, cw__hb_call_t* c
     }
     if (!b) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for a host buffer");
     else {
+      pthread_mutex_lock(&s->mu);  // (read by a streaming upload)
       hb->data = b;
       hb->cap = cap;
+      pthread_mutex_unlock(&s->mu);
     }
   }
   if (!st && r->data.len) {
     memcpy(hb->data + hb->len, r->data.data, r->data.len);
+    // The count is read by an upload that streams the buffer on as it
+    // comes (the session thread, one of its readers).
+    pthread_mutex_lock(&s->mu);
     hb->len += r->data.len;
+    if (hb->readers) pthread_cond_broadcast(&s->host_buffer_cv);
+    pthread_mutex_unlock(&s->mu);
   }
   if (r) cw_ifrt__host_buffer_store_request__free_unpacked(r, NULL);
   if (st) {
@@ -463,16 +585,12 @@ static void cw__end_read(cw_proxy_t* p, cw__hb_call_t* c) {
   cw_proxy_host_buffer_t* hb = c->hb;
   if (!hb) return;
   c->hb = NULL;
-  if (hb->orphan) {
-    if (--hb->readers == 0) cw__hb_free(hb);
-    return;
-  }
+  // Under the session's lock while there is one: its thread may read the
+  // buffer too (an upload streaming it). Once it is gone, only this thread.
   cw_proxy_session_t* s = cw_proxy_session_find(p, c->session_id);
-  if (!s) return;  // not reached: a session's end orphans what is read
-  pthread_mutex_lock(&s->mu);
-  hb->readers--;
-  pthread_cond_broadcast(&s->host_buffer_cv);
-  pthread_mutex_unlock(&s->mu);
+  if (s) pthread_mutex_lock(&s->mu);
+  cw__hb_unread(s, hb);
+  if (s) pthread_mutex_unlock(&s->mu);
 }
 
 // Ends a lookup call with `st` (taken), its read too.

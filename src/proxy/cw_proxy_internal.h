@@ -21,6 +21,11 @@
 // A host buffer read back in ranges of this many bytes, this many at once.
 #define CW_PROXY_READ_RANGE ((size_t)2 << 20)
 #define CW_PROXY_READS_AHEAD 4
+// A host buffer this big or bigger, still being stored, is streamed on to
+// its device as it comes.
+#define CW_PROXY_STREAM_MIN ((size_t)2 << 20)
+// ... in parts of at least this many bytes (the last may be less).
+#define CW_PROXY_STREAM_PART ((size_t)4 << 20)
 
 // What a gRPC call's user pointer is: every such struct starts with its kind.
 typedef enum cw_proxy_call_kind_e {
@@ -209,6 +214,15 @@ CW_MUST_USE cw_status_t cw_proxy_host_buffer_take(cw_proxy_session_t* s, uint64_
 // under way (cw_proxy_session_t.download) will fill; lookups wait for it.
 CW_MUST_USE cw_status_t cw_proxy_host_buffer_expect(cw_proxy_session_t* s, uint64_t handle,
                                                     size_t len);
+// Session thread: streams host buffer `handle` (dense, `bytes` long) on to
+// a new buffer of `type` and `dims` in `memory` while its store is under
+// way (waiting up to `timeout_ms` for it to begin), consuming it; *out
+// stays NULL where it cannot (then take() it).
+CW_MUST_USE cw_status_t cw_proxy_host_buffer_stream(cw_proxy_session_t* s, uint64_t handle,
+                                                    size_t bytes, int timeout_ms,
+                                                    PJRT_Memory* memory, PJRT_Buffer_Type type,
+                                                    const int64_t* dims, size_t rank,
+                                                    PJRT_Buffer** out);
 // Session thread: begins reading `buffer` (the array's, `len` dense bytes)
 // into the buffer just expected; `ranged` when its raw bytes are those
 // (not a packed sub-byte type). On error nothing was begun.

@@ -1128,6 +1128,70 @@ def test_lookup_streams_and_a_delete_cuts_it_short(proxy):
         assert list(responses) == []
 
 
+def test_upload_streams_on_while_it_is_stored(cluster, proxy):
+    """A MakeArrayFromHostBuffer of an 8 MiB host buffer still being stored
+    sends the bytes on to the worker as they come, in parts of 4 MiB
+    (CW_PROXY_STREAM_PART): the worker has the first 4 MiB while the store
+    is still open. The array is then whole and right. A store that breaks
+    off fails its MakeArray by name, and the session goes on."""
+    import concurrent.futures
+    import queue
+    import numpy as np
+    worker = cluster.addresses["hand-worker-0"]
+
+    def worker_bytes_in() -> int:
+        return sum(b_in for b_in, _ in harness.stats(worker)["peers"].values())
+    n = 2 << 20
+    x = np.arange(n, dtype=np.float32)
+    raw = x.tobytes()
+    mib = 1 << 20
+    with grpc.insecure_channel(proxy.address) as ch, \
+            concurrent.futures.ThreadPoolExecutor(2) as pool:
+        q, responses, sid = live_session(ch)
+        chunks: queue.Queue = queue.Queue()
+
+        def feed():
+            while (c := chunks.get()) is not None:
+                yield c
+        stored = pool.submit(store, ch, sid, 80, feed(), len(raw), 60)
+        before = worker_bytes_in()
+        for i in range(5):
+            chunks.put(raw[i * mib:(i + 1) * mib])
+        q.put(ifrt_request(4, 140, f32x4_from_host_buffer(80, 400, single_device(0), n)))
+        made = pool.submit(next, responses)
+        assert harness.wait_until(lambda: worker_bytes_in() - before >= 4 * mib, 30), \
+            worker_bytes_in() - before
+        assert not made.done() and not stored.done()
+        chunks.put(raw[5 * mib:])
+        chunks.put(None)
+        stored.result(30)
+        assert response_status(made.result(30)) == (140, 0, "")
+        q.put(ifrt_request(6, 141, copy_to_host(400, 81)))
+        assert response_status(next(responses)) == (141, 0, "")
+        back = b"".join(dict(_fields(m)).get(1, b"") for m in ch.unary_stream(
+            SERVICE + "HostBufferLookup")(buffer_ids(sid, 81), timeout=30))
+        assert back == raw
+        # The store breaks off (fewer bytes than declared): the MakeArray
+        # streaming it fails by name.
+        chunks = queue.Queue()
+        stored = pool.submit(store, ch, sid, 82, feed(), len(raw), 60)
+        chunks.put(raw[:5 * mib])
+        q.put(ifrt_request(4, 142, f32x4_from_host_buffer(82, 401, single_device(0), n)))
+        made = pool.submit(next, responses)
+        time.sleep(0.5)
+        chunks.put(None)
+        with pytest.raises(grpc.RpcError) as e:
+            stored.result(30)
+        assert "arrived of the" in e.value.details()
+        op, code, msg = response_status(made.result(30))
+        assert (op, code) == (142, grpc.StatusCode.NOT_FOUND.value[0]), msg
+        assert "host buffer 82 was not stored in full" in msg, msg
+        q.put(ifrt_request(6, 143, copy_to_host(400, 83)))  # the session goes on
+        assert response_status(next(responses)) == (143, 0, "")
+        q.put(None)
+        assert list(responses) == []
+
+
 def test_store_cut_off_by_a_delete_leaves_the_next_buffer_alone(proxy):
     """A store under way whose buffer is deleted, then stored again under the
     same handle by a second store, fails when its next chunk comes, and
