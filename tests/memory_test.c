@@ -13,6 +13,7 @@
 // - a stamped launch (from a controller connection) that waits passes its
 //   turn: a later stamp of another session runs meanwhile;
 // - an UPLOAD held for its seq waits for memory with its bytes in hand;
+// - an UPLOAD in parts whose first part waits for memory: later parts wait for it;
 // - a session that ends frees its memory for the waiters;
 // - with --memory-wait-ms 1000, waits end with RESOURCE_EXHAUSTED naming what
 //   they waited for, and a worker stopped while a request waits exits 0.
@@ -596,6 +597,49 @@ static void test_held_upload_waits_with_its_bytes(void** state) {
   cw_client_release(a);
 }
 
+// An UPLOAD in parts whose first part waits for memory: the later parts,
+// held with it for their seq, are accepted in order and wait for it; once
+// memory is free the array is put together whole.
+static void test_parts_wait_behind_their_first(void** state) {
+  (void)state;
+  cw_client_t* a = connect_session("a", 0, 0);
+  cw_client_t* b = connect_session("b", 0, 0);
+  cw_client_t* b_ctl = connect_session("controller", CAUSEWAY__V1__ROLE__ROLE_CONTROLLER,
+                                       cw_client_session_id(b));
+  uint64_t a1 = new_id(), a2 = new_id(), b1 = new_id();
+  upload_ok(a, a1, g.big, N_BIG);
+  upload_ok(a, a2, g.big, N_BIG);  // 8 MiB
+  int64_t dims[1] = {N_BIG};
+  const size_t half = N_BIG * sizeof(float) / 2;
+  uint64_t rid[3] = {0, 0, 0};
+  for (int k = 0; k < 3; ++k) {
+    Causeway__V1__UploadRequest up = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
+    up.buffer_id = b1;
+    up.dtype = F32;
+    up.dims = dims;
+    up.n_dims = 1;
+    up.part = k + 1;  // FIRST (no bytes), MORE, LAST
+    up.part_offset = k == 2 ? half : 0;
+    up.seq = (uint64_t)k + 2;  // held: seq 1 has not come
+    struct iovec iov = {(char*)g.big + (k == 2 ? half : 0), half};
+    ASSERT_OK(cw_client_send(b, CW_MSG_UPLOAD, &up.base, &iov, k ? 1 : 0, NULL, NULL, NULL,
+                             &rid[k]));
+  }
+  ASSERT_OK(cw_client_ping(b));  // their bytes are in
+  Causeway__V1__DeleteRequest del = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+  del.seq = 1;  // the hole: the first part waits for memory, the others for it
+  ASSERT_OK(cw_client_call(b_ctl, CW_MSG_DELETE, &del.base, NULL, 0, NULL, NULL, NULL));
+  free_stats(wait_for_waiters(a, 1));
+  delete_ids(a, (uint64_t[]){a1}, 1);
+  for (int k = 0; k < 3; ++k) ASSERT_OK(cw_client_wait(b, rid[k], NULL, NULL));
+  expect_scaled(b, b1, g.big, N_BIG, 0);
+  delete_ids(a, (uint64_t[]){a2}, 1);
+  cw_client_release(b_ctl);
+  cw_client_release(b);  // its session ends: b1 goes
+  expect_nothing_in_use(a);
+  cw_client_release(a);
+}
+
 static void test_session_end_frees_memory(void** state) {
   (void)state;
   cw_client_t* a = connect_session("a", 0, 0);
@@ -672,6 +716,7 @@ int main(void) {
       cmocka_unit_test(test_donation_needs_no_new_memory),
       cmocka_unit_test(test_stamped_launch_passes_its_turn),
       cmocka_unit_test(test_held_upload_waits_with_its_bytes),
+      cmocka_unit_test(test_parts_wait_behind_their_first),
       cmocka_unit_test(test_session_end_frees_memory),
       cmocka_unit_test(test_wait_times_out),
   };

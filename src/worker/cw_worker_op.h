@@ -37,6 +37,7 @@ struct cw_op_s {
   int part;  // UPLOAD: its kind of part (Causeway__V1__UploadPart)
   uint64_t part_offset;
   void* parts;  // referenced while its bytes are read into them (cw_worker_transfer.c)
+  cw_op_t* next_part;  // waiting with other parts for the first one's bytes
   // DOWNLOAD of a range of the dense bytes (op->size is the range's once
   // the whole is fetched).
   uint64_t range_offset;

@@ -563,13 +563,13 @@ static void test_uploads_in_parts(void** state) {
   // Out of place: the part fails, and so does the buffer for whoever uses it.
   assert_int_equal(upload_part(fd, 5, first, 0, x, 8, NULL), CW_OK);
   expect_error(upload_part(fd, 5, more, 12, x, 8, &r), CW_INVALID_ARGUMENT, &r,
-               "part of 8 bytes at byte 12 does not follow the 8 of 24 in");
+               "part of 8 bytes at byte 12 does not follow the 8 bytes in of 24");
   d.buffer_id = 5;
   expect_error(call(fd, CW_MSG_DOWNLOAD, &d.base, NULL, 0, &r), CW_INVALID_ARGUMENT, &r,
                "does not follow");
   assert_int_equal(upload_part(fd, 6, first, 0, x, 8, NULL), CW_OK);
   expect_error(upload_part(fd, 6, last, 8, x, 8, &r), CW_INVALID_ARGUMENT, &r,
-               "part of 8 bytes at byte 8 does not follow the 8 of 24 in");
+               "part of 8 bytes at byte 8 does not follow the 8 bytes in of 24");
   // Deleted between parts: the next part finds nothing under way.
   assert_int_equal(upload_part(fd, 7, first, 0, x, 8, NULL), CW_OK);
   Causeway__V1__DeleteRequest del = CAUSEWAY__V1__DELETE_REQUEST__INIT;
@@ -579,6 +579,24 @@ static void test_uploads_in_parts(void** state) {
   assert_int_equal(call(fd, CW_MSG_DELETE, &del.base, NULL, 0, NULL), CW_OK);
   expect_error(upload_part(fd, 7, last, 8, x + 2, 16, &r), CW_FAILED_PRECONDITION, &r,
                "buffer 7 has no upload in parts under way");
+  // Deleted while a request waits for it: that request fails, named.
+  assert_int_equal(upload_part(fd, 9, first, 0, x, 8, NULL), CW_OK);
+  d.buffer_id = 9;
+  send_frame(fd, CW_MSG_DOWNLOAD, 9101, &d.base, NULL, 0);
+  ids[0] = 9;
+  send_frame(fd, CW_MSG_DELETE, 9102, &del.base, NULL, 0);
+  for (int i = 0; i < 2; ++i) {
+    assert_true(recv_frame(fd, &r));
+    if (r.h.request_id == 9101) {
+      assert_true(r.h.flags & CW_FRAME_ERROR);
+      const char* msg = ((Causeway__V1__ErrorReply*)r.msg)->message;
+      assert_non_null(strstr(msg, "buffer 9 was deleted while it was uploaded in parts"));
+    } else {
+      assert_int_equal(r.h.request_id, 9102);
+      assert_int_equal(r.h.flags & CW_FRAME_ERROR, 0);
+    }
+    reply_free(&r);
+  }
   expect_download(fd, 1, x);  // the worker serves on
   close(fd);
   stop_worker(&w);

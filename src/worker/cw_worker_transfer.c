@@ -54,16 +54,22 @@ static void cw__fail_entry(cw_op_t* op, cw_store_entry_t* e, cw_status_t st) {
   cw_worker_op_fail(op, st);
 }
 
-// An UPLOAD in parts, put together on the entry it makes (e->parts) in
-// staging memory of the array's extent, which the last part hands to PJRT.
-// A part's bytes are read into place; the part being read holds a
-// reference, so a delete meanwhile never frees memory the socket fills.
+// An UPLOAD in parts, put together on the entry its first part makes
+// (e->parts) in staging memory of the array's extent, which the last part
+// hands to PJRT. Parts are checked as they are applied (`claimed`: the
+// bytes of parts accepted so far) and read into place once the first
+// part's bytes are in; ones whose bytes come before that (the first waits
+// for memory) wait in `queue`, in order. The part read into place holds a
+// reference, so a delete or failure meanwhile never frees memory the
+// socket fills.
 typedef struct cw__parts_s {
-  int refs;        // the entry's, and the arriving part's
-  bool receiving;  // a part's bytes are arriving: one at a time
-  uint8_t* staging;
+  int refs;        // the entry's, and the part being read into place
+  bool receiving;  // a part's bytes are being read into place
+  uint8_t* staging;  // NULL until the first part's bytes are in
   uint64_t extent;
+  uint64_t claimed;
   uint64_t received;
+  cw_op_t* queue;  // parts in, waiting for the first (linked by their `next_part`)
   int dtype;
   int64_t* dims;
   size_t rank;
@@ -74,7 +80,14 @@ typedef struct cw__parts_s {
 void cw_worker_upload_parts_free(cw_worker_t* w, void* parts) {
   cw__parts_t* p = parts;
   if (!p || --p->refs > 0) return;
-  cw_worker_staging_free(w, p->staging, p->extent);
+  while (p->queue) {
+    cw_op_t* op = p->queue;
+    p->queue = op->next_part;
+    cw_worker_op_fail(op, cw_make_status(CW_CANCELLED, "UPLOAD %" PRIu64 ": the upload in "
+                                         "parts ended before this part was put in",
+                                         op->dst_id));
+  }
+  if (p->staging) cw_worker_staging_free(w, p->staging, p->extent);
   free(p->dims);
   free(p);
 }
@@ -82,6 +95,18 @@ void cw_worker_upload_parts_free(cw_worker_t* w, void* parts) {
 void cw_worker_upload_part_abandon(cw_worker_t* w, void* parts) {
   ((cw__parts_t*)parts)->receiving = false;
   cw_worker_upload_parts_free(w, parts);
+}
+
+// The first part, applied: the array to put together, before its bytes.
+static cw_status_t cw__parts_begin(cw_op_t* op, cw_store_entry_t* e, uint64_t first_len) {
+  uint64_t extent = 0;
+  CW_RETURN_IF_ERROR(cw_array_extent(op->dtype, op->dims, op->rank, NULL, 0, &extent),
+                     "UPLOAD");
+  cw__parts_t* p = calloc(1, sizeof(*p));
+  if (!p) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  *p = (cw__parts_t){.refs = 1, .extent = extent, .claimed = first_len};
+  e->parts = p;
+  return cw_ok_status();
 }
 
 // Gives back the bytes one part brought in memory of its own (copied by now).
@@ -92,54 +117,24 @@ static void cw__part_bytes_free(cw_op_t* op) {
   op->staging_foreign = false;
 }
 
-// A part's bytes are in: the first makes the array put together; the last
-// hands it on as a whole UPLOAD's bytes (true); else acked (false).
-static bool cw__part_received(cw_op_t* op, cw_store_entry_t* e) {
-  cw_worker_t* w = op->w;
-  cw__parts_t* p = e->parts;
-  cw_status_t st = cw_ok_status();
-  if (op->part == CAUSEWAY__V1__UPLOAD_PART__UPLOAD_FIRST) {
-    uint64_t extent = 0;
-    st = cw_array_extent(op->dtype, op->dims, op->rank, NULL, 0, &extent);
-    p = st ? NULL : calloc(1, sizeof(*p));
-    uint8_t* staging = p ? cw_worker_staging_alloc(w, extent) : NULL;
-    if (!st && !staging) {
-      free(p);
-      p = NULL;
-      st = cw_make_status(CW_RESOURCE_EXHAUSTED, "cannot allocate %" PRIu64 " bytes for an "
-                          "UPLOAD in parts", extent);
-    }
-    if (!st) {
-      *p = (cw__parts_t){.refs = 1, .staging = staging, .extent = extent, .dtype = op->dtype,
-                         .dims = op->dims, .rank = op->rank, .device = op->device,
-                         .memory = op->memory};
-      op->dims = NULL;  // the parts' now
-      op->rank = 0;
-      e->parts = p;
-    }
-  } else if (!p) {
-    // The buffer failed while this part's bytes came (its memory, say).
-    st = e->error ? cw_status_clone(e->error)
-                  : cw_make_status(CW_CANCELLED, "buffer %" PRIu64 "'s upload ended", op->dst_id);
-  }
-  if (st) {
-    e->filling = false;
-    cw__fail_entry(op, e, st);  // frees the parts
-    return false;
-  }
+static void cw__transfer_whole(cw_op_t* op, cw_store_entry_t* e);
+
+// Puts a later part's bytes in (in place already, or copied now): acked,
+// or for the last part the whole array goes on as one UPLOAD's bytes
+// (true; op then holds them).
+static bool cw__part_put(cw_op_t* op, cw__parts_t* p, cw_store_entry_t* e) {
   if (!op->parts && op->size) memcpy(p->staging + p->received, op->staging, op->size);
   p->received += op->size;
-  p->receiving = false;
   if (op->parts) {
+    p->receiving = false;
     op->parts = NULL;
-    cw_worker_upload_parts_free(w, p);  // the entry still holds it
+    cw_worker_upload_parts_free(op->w, p);  // the entry still holds it
   }
   cw__part_bytes_free(op);
   if (op->part != CAUSEWAY__V1__UPLOAD_PART__UPLOAD_LAST) {
     cw_worker_op_ack(op, op->dst_id);  // filling still: its users wait
     return false;
   }
-  // The whole array, as one UPLOAD would have brought it.
   e->parts = NULL;
   op->staging = p->staging;
   op->size = p->extent;
@@ -153,15 +148,83 @@ static bool cw__part_received(cw_op_t* op, cw_store_entry_t* e) {
   return true;
 }
 
-void cw_worker_transfer_received(cw_op_t* op) {
+// Puts in the parts that waited, in order, while none is read into place;
+// the last sends the whole array on.
+static void cw__parts_drain(cw__parts_t* p, cw_store_entry_t* e) {
+  while (p->queue && p->staging && !p->receiving) {
+    cw_op_t* next = p->queue;
+    p->queue = next->next_part;
+    next->next_part = NULL;
+    if (cw__part_put(next, p, e)) {
+      cw__transfer_whole(next, e);  // p is gone
+      return;
+    }
+  }
+}
+
+// A part's bytes are in. The first's make the array's memory; a later
+// one's go in now if it is their turn (read into place: it is), else wait
+// in order. Then those that waited go in.
+static void cw__part_received(cw_op_t* op, cw_store_entry_t* e) {
   cw_worker_t* w = op->w;
+  cw__parts_t* p = e->parts;
+  cw_status_t st = cw_ok_status();
+  if (!p) {
+    // The buffer failed while this part's bytes came (its memory, say).
+    st = e->error ? cw_status_clone(e->error)
+                  : cw_make_status(CW_CANCELLED, "buffer %" PRIu64 "'s upload ended", op->dst_id);
+  } else if (op->part == CAUSEWAY__V1__UPLOAD_PART__UPLOAD_FIRST) {
+    p->staging = cw_worker_staging_alloc(w, p->extent);
+    if (!p->staging) {
+      st = cw_make_status(CW_RESOURCE_EXHAUSTED, "cannot allocate %" PRIu64 " bytes for an "
+                          "UPLOAD in parts", p->extent);
+    }
+  }
+  if (st) {
+    e->filling = false;
+    cw__fail_entry(op, e, st);  // frees the parts (and fails those waiting)
+    return;
+  }
+  if (op->part == CAUSEWAY__V1__UPLOAD_PART__UPLOAD_FIRST) {
+    p->dtype = op->dtype;
+    p->dims = op->dims;  // the parts' now
+    p->rank = op->rank;
+    p->device = op->device;
+    p->memory = op->memory;
+    op->dims = NULL;
+    op->rank = 0;
+    if (op->size) memcpy(p->staging, op->staging, op->size);
+    p->received = op->size;
+    cw__part_bytes_free(op);
+    cw_worker_op_ack(op, op->dst_id);
+  } else if (!op->parts && (!p->staging || p->queue || p->receiving)) {
+    cw_op_t** tail = &p->queue;  // not its turn yet
+    while (*tail) tail = &(*tail)->next_part;
+    *tail = op;
+    return;
+  } else if (cw__part_put(op, p, e)) {
+    cw__transfer_whole(op, e);
+    return;
+  }
+  cw__parts_drain(p, e);
+}
+
+void cw_worker_transfer_received(cw_op_t* op) {
   cw_store_entry_t* e = cw_worker_op_own_entry(op, op->dst_id);
   if (!e) {
     cw_worker_op_fail(op, cw_make_status(CW_CANCELLED, "buffer %" PRIu64
                                          " was deleted before its bytes arrived", op->dst_id));
     return;
   }
-  if (op->part && !cw__part_received(op, e)) return;
+  if (op->part) {
+    cw__part_received(op, e);
+    return;
+  }
+  cw__transfer_whole(op, e);
+}
+
+static void cw__transfer_whole(cw_op_t* op, cw_store_entry_t* e) {
+  cw_worker_t* w = op->w;
   e->filling = false;
   const int64_t* strides = NULL;
   size_t nstrides = 0;
@@ -312,14 +375,16 @@ static void cw__transfer_admit(cw_conn_t* c, const cw_frame_header_t* h, cw_op_t
     return;
   }
   op->mem_wait = wait;
-  if (op->direct_address) return;  // no bytes on the socket: nothing to hold
+  // No bytes on the socket (a same-host copy, or a part with none): nothing to hold.
+  if (op->direct_address || (op->part && !h->bulk_len)) return;
   if (cw_worker_conn_bulk_arrived(c)) cw_worker_conn_take_held_bulk(c, h, op);
   else cw_worker_conn_defer_bulk(c, h, op);
 }
 
-// A later part of an UPLOAD in parts: checked against the array put
-// together before its bytes are read, then read into their place (no
-// memory to take: the first part took the array's).
+// A later part of an UPLOAD in parts: checked against the parts accepted
+// so far before its bytes are read, then read into place (or, while the
+// first part's bytes are not in, into memory of its own, to wait). No
+// memory to take: the first part took the array's.
 static void cw__upload_part(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCMessage** msg) {
   const Causeway__V1__UploadRequest* r = (const Causeway__V1__UploadRequest*)*msg;
   cw_op_t* op = cw_worker_op_create(c, h->type, h->request_id);
@@ -328,18 +393,15 @@ static void cw__upload_part(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCM
   cw_status_t st = cw_ok_status();
   if (!op) {
     st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  } else if (!p) {
+  } else if (!p || p->claimed == p->extent + 1) {
     st = cw_make_status(CW_FAILED_PRECONDITION, "buffer %" PRIu64 " has no upload in parts "
                         "under way", r->buffer_id);
-  } else if (p->receiving) {
-    st = cw_make_status(CW_FAILED_PRECONDITION, "a part of buffer %" PRIu64 " is still "
-                        "arriving", r->buffer_id);
-  } else if (r->part_offset != p->received || h->bulk_len > p->extent - p->received ||
+  } else if (r->part_offset != p->claimed || h->bulk_len > p->extent - p->claimed ||
              (r->part == CAUSEWAY__V1__UPLOAD_PART__UPLOAD_LAST &&
-              p->received + h->bulk_len != p->extent)) {
+              p->claimed + h->bulk_len != p->extent)) {
     st = cw_make_status(CW_INVALID_ARGUMENT, "part of %" PRIu64 " bytes at byte %" PRIu64
-                        " does not follow the %" PRIu64 " of %" PRIu64 " in",
-                        (uint64_t)h->bulk_len, r->part_offset, p->received, p->extent);
+                        " does not follow the %" PRIu64 " bytes in of %" PRIu64,
+                        (uint64_t)h->bulk_len, r->part_offset, p->claimed, p->extent);
     // Nothing can follow it: the buffer fails for whoever waits for it.
     e->filling = false;
     cw_store_set_error(c->w->store, e, cw_status_clone(st));
@@ -350,17 +412,20 @@ static void cw__upload_part(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCM
                           cw_status_annotate(st, "UPLOAD %" PRIu64, r->buffer_id));
     return;  // its bytes are discarded
   }
+  // After the last part nothing more is accepted (extent + 1: closed).
+  p->claimed = r->part == CAUSEWAY__V1__UPLOAD_PART__UPLOAD_LAST ? p->extent + 1
+                                                                  : p->claimed + h->bulk_len;
   op->serial = e->serial;
   op->dst_id = r->buffer_id;
   op->part = r->part;
   op->part_offset = r->part_offset;
   op->msg = *msg;
   *msg = NULL;
-  p->receiving = true;
-  if (cw_worker_conn_bulk_arrived(c)) {
-    cw_worker_conn_receive_bulk(c, h, op);  // held for its seq: copied into place
+  if (cw_worker_conn_bulk_arrived(c) || !p->staging || p->queue || p->receiving) {
+    cw_worker_conn_receive_bulk(c, h, op);  // memory of its own, copied in its turn
     return;
   }
+  p->receiving = true;
   p->refs++;
   op->parts = p;
   cw_worker_conn_receive_bulk_at(c, h, op, p->staging + p->received);
@@ -413,6 +478,16 @@ void cw_worker_handle_upload(cw_net_conn_t* nc, const cw_frame_header_t* h,
   op->direct_address = r->peer_address;
   op->size = direct_size;
   op->part = r->part;
+  if (r->part == CAUSEWAY__V1__UPLOAD_PART__UPLOAD_FIRST) {
+    st = cw__parts_begin(op, e, h->bulk_len);
+    if (st) {
+      cw_store_remove(w->store, e);
+      cw_worker_op_free(op);
+      cw_worker_reply_error(c, h->type, h->request_id,
+                            cw_status_annotate(st, "UPLOAD %" PRIu64, r->buffer_id));
+      return;
+    }
+  }
   op->msg = *msg;
   *msg = NULL;
   cw__transfer_admit(c, h, op, e);
@@ -826,6 +901,14 @@ void cw_worker_handle_delete(cw_net_conn_t* nc, const cw_frame_header_t* h,
   for (size_t i = 0; i < r->n_ids; ++i) {
     cw_store_entry_t* e = cw_store_lookup(c->w->store, c->session->key, r->ids[i]);
     if (e) {
+      if (e->parts) {
+        // An upload in parts no later part can reach now: what waits for
+        // the buffer (and keeps it, detached) hears so.
+        e->filling = false;
+        cw_store_set_error(c->w->store, e, cw_make_status(CW_CANCELLED, "buffer %" PRIu64
+                                                          " was deleted while it was uploaded "
+                                                          "in parts", r->ids[i]));
+      }
       cw_store_remove(c->w->store, e);
       continue;
     }
