@@ -232,9 +232,6 @@ static void test_upload_download_copy(void** state) {
   destroy_buffer(a);
 }
 
-// Negative strides are made dense on the client; sub-byte types travel one
-// byte per element (as PJRT's host buffers hold them) and come back so, also
-// after a copy to another worker.
 // PJRT_Buffer_CopyRawToHost, awaited when it starts.
 static PJRT_Error* copy_raw(PJRT_Buffer* b, void* dst, int64_t offset, int64_t size) {
   PJRT_Buffer_CopyRawToHost_Args r;
@@ -248,6 +245,10 @@ static PJRT_Error* copy_raw(PJRT_Buffer* b, void* dst, int64_t offset, int64_t s
   return e;
 }
 
+// Negative strides are made dense on the client; sub-byte types travel one
+// byte per element (as PJRT's host buffers hold them) and come back so, also
+// after a copy to another worker. Ranges of the raw bytes (CopyRawToHost),
+// in and past the end.
 static void test_strides_and_packed_types(void** state) {
   (void)state;
   PJRT_Device* const* devs;
@@ -289,8 +290,9 @@ static void test_strides_and_packed_types(void** state) {
   free(text);
   error_free(err);
   destroy_buffer(a);
-  // Big enough for a same-host worker to write it into our memory.
-  enum { kBig = 4096 };
+  // Ranges of 1 MiB: big enough for a same-host worker to write them into
+  // our memory (CW_PLUGIN_DIRECT_MIN_BYTES), where it may.
+  enum { kBig = 1 << 20 };
   float* big = malloc(kBig * sizeof(float));
   float* back = calloc(kBig, sizeof(float));
   assert_non_null(big);
@@ -505,7 +507,20 @@ static void test_async_host_to_device(void** state) {
   OK(err);
   OK(h2d_send(t, 0, want, 0, 4, false));
   OK(h2d_retrieve(t, 0, &b1));
+  INIT_ARGS(th);
+  th.src = b1;
+  th.dst = three;
+  th.dst_size = sizeof(three);
+  OK(api->PJRT_Buffer_ToHostBuffer(&th));  // sent: it waits at the worker
   h2d_destroy(t);
+  PJRT_Event_Await_Args aw;
+  INIT_ARGS(aw);
+  aw.event = th.event;
+  expect_error(api->PJRT_Event_Await(&aw), "was deleted while it was uploaded in parts");
+  PJRT_Event_Destroy_Args ed;
+  INIT_ARGS(ed);
+  ed.event = th.event;
+  OK(api->PJRT_Event_Destroy(&ed));
   INIT_ARGS(th);
   th.src = b1;
   th.dst = three;

@@ -34,16 +34,26 @@ typedef struct cw__h2d_s {
 
 #define CW__MGR(p) ((cw__h2d_t*)(p))
 
-// Fails the buffers whose last part never went out (the manager's end or a
-// failed send): whoever waits for them hears why.
+// A buffer whose last part will never come: its users here get `st`
+// (taken), and the worker drops its part of it, so that requests already
+// sent that wait for it there fail too (CANCELLED, naming the upload).
+static void cw__abandon(cw__h2d_t* m, cw__part_buffer_t* p, cw_status_t st) {
+  p->done = true;
+  cw_plugin_future_complete(p->ready, st);
+  if (p->id) {
+    cw_plugin_worker_delete(m->device->worker, p->id, p->bytes);
+    cw_plugin_worker_flush_deletes(m->device->worker);
+  }
+}
+
+// Fails the buffers whose last part never went out (the manager's end, or
+// one it could not make).
 static void cw__fail_unfinished(cw__h2d_t* m, const char* why) {
   for (size_t i = 0; i < m->n; ++i) {
     cw__part_buffer_t* p = &m->bufs[i];
     if (p->done || !p->ready) continue;
-    p->done = true;
-    cw_plugin_future_complete(p->ready, cw_make_status(CW_FAILED_PRECONDITION,
-                                                       "buffer %llu: %s",
-                                                       (unsigned long long)p->id, why));
+    cw__abandon(m, p, cw_make_status(CW_FAILED_PRECONDITION, "buffer %llu: %s",
+                                     (unsigned long long)p->id, why));
   }
 }
 
@@ -128,13 +138,16 @@ PJRT_Error* cw_plugin_h2d_create(PJRT_Client_CreateBuffersForAsyncHostToDevice_A
       s = cw_make_status(CW_RESOURCE_EXHAUSTED, "oom");
       break;
     }
+    m->n = i + 1;  // (its future is released with the manager)
     s = cw_plugin_buffer_create(c, m->device, cw_plugin_client_new_id(c), spec->element_type,
                                 spec->dims, spec->num_dims, p->ready, &p->b);
-    if (s) break;
+    if (s) {
+      p->done = true;
+      break;
+    }
     p->b->memory = mem;
     p->id = p->b->id;
     p->bytes = count * esize;
-    m->n = i + 1;
     s = cw__send_part(m, p, CAUSEWAY__V1__UPLOAD_PART__UPLOAD_FIRST, NULL, 0);
     if (s) {
       cw_plugin_buffer_free(p->b);  // the worker never heard of it
@@ -212,9 +225,7 @@ PJRT_Error* cw_plugin_h2d_transfer_data(
                                                    : CAUSEWAY__V1__UPLOAD_PART__UPLOAD_MORE,
                       args->data, len);
     if (s) {
-      // Nothing more can follow it in order: the buffer fails.
-      p->done = true;
-      cw_plugin_future_complete(p->ready, cw_status_clone(s));
+      cw__abandon(m, p, cw_status_clone(s));  // nothing can follow it in order
     } else {
       p->sent += len;
       p->done = args->is_last_transfer;
@@ -288,14 +299,10 @@ PJRT_Error* cw_plugin_h2d_set_buffer_error(
   cw__h2d_t* m = CW__MGR(args->transfer_manager);
   pthread_mutex_lock(&m->mu);
   if (!p->done) {
-    // Its users see the caller's error; its entry at the worker waits
-    // for the buffer's own end.
-    p->done = true;
     cw_status_code_t code = (cw_status_code_t)args->error_code;
-    cw_plugin_future_complete(
-        p->ready, cw_make_status(code == CW_OK ? CW_UNKNOWN : code, "%.*s",
-                                 (int)args->error_message_size,
-                                 args->error_message ? args->error_message : ""));
+    cw__abandon(m, p, cw_make_status(code == CW_OK ? CW_UNKNOWN : code, "%.*s",
+                                     (int)args->error_message_size,
+                                     args->error_message ? args->error_message : ""));
   }
   pthread_mutex_unlock(&m->mu);
   return NULL;

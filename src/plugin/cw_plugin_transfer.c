@@ -151,8 +151,8 @@ PJRT_Error* cw_plugin_buffer_from_host(PJRT_Client_BufferFromHostBuffer_Args* ar
     return cw_plugin_error_from_status(
         cw_make_status(CW_INVALID_ARGUMENT, "PJRT_Client_BufferFromHostBuffer: dims is NULL"));
   }
-  cw_status_t s = cw_plugin_transfer_check_layout(args->device_layout, args->dims, args->num_dims, esize,
-                                   "BufferFromHostBuffer device_layout");
+  cw_status_t s = cw_plugin_transfer_check_layout(args->device_layout, args->dims, args->num_dims,
+                                                  esize, "BufferFromHostBuffer device_layout");
   if (s) return cw_plugin_error_from_status(s);
   const int64_t* strides = NULL;
   bool gather = false;  // made dense here: the wire carries no negative stride
@@ -276,8 +276,8 @@ static cw_status_t cw__download(cw_plugin_buffer_t* b, void* dst, uint64_t offse
   }
   // The reply's bytes are read straight into the caller's memory.
   cw_client_sink_t sink = {.data = dst, .capacity = (size_t)length};
-  s = cw_plugin_transfer_send(b->device->worker, CW_MSG_DOWNLOAD, &req.base, &req.seq, NULL, 0, &sink, f,
-                  false);
+  s = cw_plugin_transfer_send(b->device->worker, CW_MSG_DOWNLOAD, &req.base, &req.seq, NULL, 0,
+                              &sink, f, false);
   if (s) {
     cw_plugin_future_release(f);
     return s;
@@ -292,8 +292,9 @@ PJRT_Error* cw_plugin_buffer_to_host(PJRT_Buffer_ToHostBuffer_Args* args) {
   cw_plugin_buffer_t* b = CW__BUF(args->src);
   uint64_t need = cw_plugin_buffer_bytes(b);
   cw_status_t s =
-      cw_plugin_transfer_check_layout(args->host_layout, b->dims, b->rank, cw_plugin_buffer_dtype_size(b->type),
-                       "ToHostBuffer host_layout");
+      cw_plugin_transfer_check_layout(args->host_layout, b->dims, b->rank,
+                                      cw_plugin_buffer_dtype_size(b->type),
+                                      "ToHostBuffer host_layout");
   if (s) return cw_plugin_error_from_status(s);
   if (!args->dst) {
     args->dst_size = (size_t)need;  // size query
@@ -427,7 +428,8 @@ static cw_status_t cw__buffer_copy(cw_plugin_buffer_t* b, cw_plugin_memory_t* dm
     req.dst_id = nb->id;
     req.dst_device = dst->local_id;
     req.dst_memory_kind = kind;
-    s = cw_plugin_transfer_send(from, CW_MSG_COPY, &req.base, &req.seq, NULL, 0, NULL, ready, false);
+    s = cw_plugin_transfer_send(from, CW_MSG_COPY, &req.base, &req.seq, NULL, 0, NULL, ready,
+                                false);
   } else if (!s) {
     Causeway__V1__ExpectRequest ex = CAUSEWAY__V1__EXPECT_REQUEST__INIT;
     ex.buffer_id = nb->id;
@@ -440,7 +442,8 @@ static cw_status_t cw__buffer_copy(cw_plugin_buffer_t* b, cw_plugin_memory_t* dm
       req.dst_device = dst->local_id;
       req.dst_session = c->session_id;
       req.dst_memory_kind = kind;
-      s = cw_plugin_transfer_send(from, CW_MSG_SEND, &req.base, &req.seq, NULL, 0, NULL, ready, false);
+      s = cw_plugin_transfer_send(from, CW_MSG_SEND, &req.base, &req.seq, NULL, 0, NULL, ready,
+                                  false);
       // The destination already expects the id: poison it rather than leave
       // it pending forever.
       if (s) cw_plugin_future_complete(ready, cw_status_clone(s));
@@ -501,7 +504,8 @@ void cw_plugin_transfer_probe_direct(cw_plugin_worker_t* w) {
       break;
     }
   }
-  cw_status_t s = cw_plugin_transfer_send(w, CW_MSG_UPLOAD, &req.base, &req.seq, NULL, 0, NULL, f, false);
+  cw_status_t s =
+      cw_plugin_transfer_send(w, CW_MSG_UPLOAD, &req.base, &req.seq, NULL, 0, NULL, f, false);
   if (!s) s = cw_plugin_future_wait(f);
   cw_plugin_future_release(f);
   if (!s) {

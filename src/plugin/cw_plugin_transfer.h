@@ -20,19 +20,19 @@
 PJRT_Error* cw_plugin_buffer_from_host(PJRT_Client_BufferFromHostBuffer_Args* args);
 PJRT_Error* cw_plugin_buffer_to_host(PJRT_Buffer_ToHostBuffer_Args* args);
 
-// Shared with the async host-to-device transfer manager (cw_plugin_h2d.c):
-// sends a seq'd request whose completion feeds `f` (only its failure when
-// errors_only);
+// Shared with the async host-to-device transfer manager (cw_plugin_h2d.c).
+// Sends a seq'd request whose completion feeds `f` (only its failure when
+// errors_only).
 CW_MUST_USE cw_status_t cw_plugin_transfer_send(cw_plugin_worker_t* w, uint16_t type,
                                                 ProtobufCMessage* req, uint64_t* seq,
                                                 const struct iovec* bulk, int bulk_count,
                                                 const cw_client_sink_t* sink,
                                                 cw_plugin_future_t* f, bool errors_only);
-// accepts NULL or the default layout (dense, major-to-minor, untiled);
+// Accepts NULL or the default layout (dense, major-to-minor, untiled).
 CW_MUST_USE cw_status_t cw_plugin_transfer_check_layout(const PJRT_Buffer_MemoryLayout* l,
                                                         const int64_t* dims, size_t rank,
                                                         size_t esize, const char* what);
-// a new PJRT_Event already complete (NULL only when out of memory).
+// A new PJRT_Event that is already complete (NULL only when out of memory).
 PJRT_Event* cw_plugin_transfer_done_event(void);
 // A range of the dense bytes (the raw form here, but for packed sub-byte types).
 PJRT_Error* cw_plugin_buffer_copy_raw_to_host(PJRT_Buffer_CopyRawToHost_Args* args);
