@@ -908,6 +908,27 @@ cw_status_t cw_proxy_buffer_download(cw_proxy_session_t* s, PJRT_Buffer* buffer,
   return st;
 }
 
+// Whether reading `b` in ranges is cheap: its device is a CPU, so the
+// worker sends each range from the buffer's own memory. Elsewhere each
+// range would copy the whole array off the device first.
+static bool cw__ranges_cheap(cw_proxy_session_t* s, PJRT_Buffer* b) {
+  const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
+  PJRT_Buffer_Device_Args d = {.struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_Device_Args, device),
+                               .buffer = b};
+  cw_status_t st = CW_PROXY_PJRT_CALL(p, PJRT_Buffer_Device, &d);
+  PJRT_Device_GetDescription_Args g = {
+      .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Device_GetDescription_Args, device_description),
+      .device = d.device};
+  if (!st) st = CW_PROXY_PJRT_CALL(p, PJRT_Device_GetDescription, &g);
+  PJRT_DeviceDescription_Kind_Args k = {
+      .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_DeviceDescription_Kind_Args, device_kind_size),
+      .device_description = g.device_description};
+  if (!st) st = CW_PROXY_PJRT_CALL(p, PJRT_DeviceDescription_Kind, &k);
+  bool cpu = !st && k.device_kind_size == 3 && !memcmp(k.device_kind, "cpu", 3);
+  cw_status_free(st);
+  return cpu;
+}
+
 static cw_status_t cw__copy_to_host(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
                                     CwIfrt__IfrtResponse* resp) {
   const CwIfrt__CopyToHostBufferRequest* r = req->copy_to_host_buffer_request;
@@ -935,14 +956,17 @@ static cw_status_t cw__copy_to_host(cw_proxy_session_t* s, const CwIfrt__IfrtReq
       "CopyToHostBuffer");
   CW_RETURN_IF_ERROR(cw_proxy_host_buffer_expect(s, r->host_buffer_handle, l.bytes),
                      "CopyToHostBuffer");
-  // Packed on the device, sub-byte types have other raw bytes than these.
+  // In ranges where that is cheap; packed on the device, sub-byte types have
+  // other raw bytes than these.
   PJRT_Buffer_OnDeviceSizeInBytes_Args sz = {
       .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Buffer_OnDeviceSizeInBytes_Args,
                                          on_device_size_in_bytes),
       .buffer = a->shards[0]->buffer};
   cw_status_t st = CW_PROXY_PJRT_CALL(&s->proxy->pjrt, PJRT_Buffer_OnDeviceSizeInBytes, &sz);
   if (!st) {
-    st = cw_proxy_host_buffer_read(s, a->shards[0]->buffer, sz.on_device_size_in_bytes == l.bytes);
+    st = cw_proxy_host_buffer_read(s, a->shards[0]->buffer,
+                                   sz.on_device_size_in_bytes == l.bytes &&
+                                       cw__ranges_cheap(s, a->shards[0]->buffer));
   }
   if (st) {
     cw_proxy_host_buffer_settle(s);  // no read began: the buffer goes

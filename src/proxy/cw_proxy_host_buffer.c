@@ -92,16 +92,18 @@ static bool cw__hb_fill(cw_proxy_session_t* s, uint64_t handle, const void* fill
   hb->filler = NULL;
   if (*st && !keep_failed) {
     cw_proxy_table_remove(&s->host_buffers, handle);
-    cw__hb_free(hb);
+    cw__hb_drop(hb);  // (a reader frees it)
   } else {
     if (*st) {
       hb->error = *st;
       *st = cw_ok_status();
-    } else {
-      hb->data = *data;
-      *data = NULL;
-      hb->len = hb->cap = len;
     }
+    // Failed too, the bytes go with the buffer: a lookup may still be
+    // sending the ranges that landed, until it sees the error.
+    hb->data = *data;
+    *data = NULL;
+    hb->len = hb->error ? 0 : len;
+    hb->cap = hb->data ? len : 0;
     hb->partial = NULL;
     hb->complete = true;
   }
@@ -296,6 +298,8 @@ void cw_proxy_host_buffer_settle(cw_proxy_session_t* s) {
       }
     }
   }
+  cw_status_free(s->download.error);  // (one that came after the first failure)
+  s->download.error = NULL;
   if (st && s->download.started) {
     st = cw_status_annotate(st, "reading host buffer %llu",
                             (unsigned long long)s->download.handle);
@@ -332,10 +336,12 @@ cw_status_t cw_proxy_host_buffer_stream(cw_proxy_session_t* s, uint64_t handle, 
   while (!(hb = cw_proxy_table_get(&s->host_buffers, handle)) && !s->gone && rc != ETIMEDOUT) {
     rc = pthread_cond_timedwait(&s->host_buffer_cv, &s->mu, &until);
   }
-  bool mine = hb && !hb->complete && !hb->readers && !hb->partial && hb->declared == bytes;
+  // Only a store's bytes come bit by bit (a disk read's come at once).
+  bool mine = hb && hb->storing && !hb->complete && !hb->readers && hb->declared == bytes;
   if (mine) hb->readers++;  // deleted meanwhile, it stays until this is done
+  bool gone = s->gone;
   pthread_mutex_unlock(&s->mu);
-  if (!hb && !s->gone) {
+  if (!hb && !gone) {
     return cw_make_status(CW_NOT_FOUND, "host buffer %llu was never stored",
                           (unsigned long long)handle);
   }
@@ -392,19 +398,19 @@ cw_status_t cw_proxy_host_buffer_stream(cw_proxy_session_t* s, uint64_t handle, 
     if (dst) CW_LOGW("%s", cw_status_message(dst));
     cw_status_free(dst);
   }
+  // Consumed, as take() would (unless deleted meanwhile): out of the
+  // table now, freed by its last reader.
   pthread_mutex_lock(&s->mu);
+  if (!st && !hb->orphan) {
+    cw_proxy_table_remove(&s->host_buffers, handle);
+    hb->orphan = true;
+  }
   cw__hb_unread(s, hb);
   pthread_mutex_unlock(&s->mu);
   if (st) {
     cw_proxy_pjrt_buffer_destroy(p, rb.buffer_out);
     return st;
   }
-  // Consumed, as take() would: it is complete and all here.
-  uint8_t* gone = NULL;
-  size_t len = 0;
-  st = cw_proxy_host_buffer_take(s, handle, 0, &gone, &len);
-  cw_proxy_bytes_free(gone);
-  cw_status_free(st);  // (deleted meanwhile: nothing to consume)
   *out = rb.buffer_out;
   return cw_ok_status();
 }
@@ -468,6 +474,7 @@ cw_status_t cw_proxy_host_buffer_start(cw_proxy_t* p, cw_grpc_call_t* call, cons
     if (!st) {
       hb->declared = declared;
       hb->filler = c;
+      hb->storing = true;
       st = cw__hb_insert(s, c->handle, hb);
     }
     if (st) {
@@ -668,7 +675,6 @@ void cw_proxy_host_buffer_writable(cw_proxy_t* p, cw_grpc_call_t* call) {
   }
   if (!cw__lookup_try(p, c) && !c->parked) cw__park(p, c);  // sent all that is there
 }
-
 
 void cw_proxy_host_buffer_retry(cw_proxy_t* p) {
   for (cw__hb_call_t **pp = &p->lookups, *c; (c = *pp);) {

@@ -64,6 +64,7 @@ typedef struct cw_proxy_host_buffer_s {
   int readers;  // lookups sending it now (loop thread); take() waits for none
   bool orphan;  // deleted (or its session ended) while read: the last reader frees it
   const void* filler;  // the store, disk read or download that will complete it, if any
+  bool storing;        // filled by a HostBufferStore, its bytes as they come
   cw_status_t error;   // complete: the download that was to fill it failed
   // Being downloaded in ranges: the session's bytes so far (not ours, and
   // only the first `filled` of them are there); lookups send those ahead.
@@ -225,7 +226,8 @@ CW_MUST_USE cw_status_t cw_proxy_host_buffer_stream(cw_proxy_session_t* s, uint6
                                                     PJRT_Buffer** out);
 // Session thread: begins reading `buffer` (the array's, `len` dense bytes)
 // into the buffer just expected; `ranged` when its raw bytes are those
-// (not a packed sub-byte type). On error nothing was begun.
+// (not a packed sub-byte type) and cheap (a CPU device). On error nothing
+// was begun.
 CW_MUST_USE cw_status_t cw_proxy_host_buffer_read(cw_proxy_session_t* s, PJRT_Buffer* buffer,
                                                   bool ranged);
 // Session thread, after the response to the request that began it: waits

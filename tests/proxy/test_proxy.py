@@ -1175,10 +1175,12 @@ def test_upload_streams_on_while_it_is_stored(cluster, proxy):
         # streaming it fails by name.
         chunks = queue.Queue()
         stored = pool.submit(store, ch, sid, 82, feed(), len(raw), 60)
+        before = worker_bytes_in()
         chunks.put(raw[:5 * mib])
         q.put(ifrt_request(4, 142, f32x4_from_host_buffer(82, 401, single_device(0), n)))
         made = pool.submit(next, responses)
-        time.sleep(0.5)
+        # Streaming (its first part at the worker) before the store breaks off.
+        assert harness.wait_until(lambda: worker_bytes_in() - before >= 4 * mib, 30)
         chunks.put(None)
         with pytest.raises(grpc.RpcError) as e:
             stored.result(30)
