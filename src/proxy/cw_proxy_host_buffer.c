@@ -398,9 +398,12 @@ cw_status_t cw_proxy_host_buffer_stream(cw_proxy_session_t* s, uint64_t handle, 
     if (dst) CW_LOGW("%s", cw_status_message(dst));
     cw_status_free(dst);
   }
-  // Consumed, as take() would (unless deleted meanwhile): out of the
-  // table now, freed by its last reader.
+  // Consumed, as take() would (unless deleted meanwhile): once no lookup
+  // reads it, out of the table, freed by its last reader.
   pthread_mutex_lock(&s->mu);
+  while (!st && !hb->orphan && hb->readers > 1 && !s->gone) {
+    pthread_cond_wait(&s->host_buffer_cv, &s->mu);
+  }
   if (!st && !hb->orphan) {
     cw_proxy_table_remove(&s->host_buffers, handle);
     hb->orphan = true;
