@@ -559,6 +559,16 @@ static void test_stamped_launch_passes_its_turn(void** state) {
   cw_client_release(b);
 }
 
+// Sends the request with seq 1 (an empty DELETE, through the session's
+// controller connection) that requests held behind it waited for, then
+// waits until one of them waits for memory (STATS through `any`).
+static void fill_seq_hole(cw_client_t* ctl, cw_client_t* any) {
+  Causeway__V1__DeleteRequest del = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+  del.seq = 1;
+  ASSERT_OK(cw_client_call(ctl, CW_MSG_DELETE, &del.base, NULL, 0, NULL, NULL, NULL));
+  free_stats(wait_for_waiters(any, 1));
+}
+
 // An UPLOAD held for its seq (it came before an earlier request of its
 // session) has its bytes already when its turn comes: it waits for memory
 // with them, and its connection goes on being read.
@@ -582,10 +592,7 @@ static void test_held_upload_waits_with_its_bytes(void** state) {
   uint64_t rid = 0;
   ASSERT_OK(cw_client_send(b, CW_MSG_UPLOAD, &up.base, &iov, 1, NULL, NULL, NULL, &rid));
   ASSERT_OK(cw_client_ping(b));  // its bytes are in
-  Causeway__V1__DeleteRequest del = CAUSEWAY__V1__DELETE_REQUEST__INIT;
-  del.seq = 1;  // the hole: the UPLOAD's turn comes, and it waits for memory
-  ASSERT_OK(cw_client_call(b_ctl, CW_MSG_DELETE, &del.base, NULL, 0, NULL, NULL, NULL));
-  free_stats(wait_for_waiters(a, 1));
+  fill_seq_hole(b_ctl, a);  // the hole: the UPLOAD's turn comes, and it waits for memory
   ASSERT_OK(cw_client_ping(b));  // its connection is read meanwhile
   delete_ids(a, (uint64_t[]){a1}, 1);
   ASSERT_OK(cw_client_wait(b, rid, NULL, NULL));
@@ -626,10 +633,7 @@ static void test_parts_wait_behind_their_first(void** state) {
                              &rid[k]));
   }
   ASSERT_OK(cw_client_ping(b));  // their bytes are in
-  Causeway__V1__DeleteRequest del = CAUSEWAY__V1__DELETE_REQUEST__INIT;
-  del.seq = 1;  // the hole: the first part waits for memory, the others for it
-  ASSERT_OK(cw_client_call(b_ctl, CW_MSG_DELETE, &del.base, NULL, 0, NULL, NULL, NULL));
-  free_stats(wait_for_waiters(a, 1));
+  fill_seq_hole(b_ctl, a);  // the hole: the first part waits for memory, the others for it
   delete_ids(a, (uint64_t[]){a1}, 1);
   for (int k = 0; k < 3; ++k) ASSERT_OK(cw_client_wait(b, rid[k], NULL, NULL));
   expect_scaled(b, b1, g.big, N_BIG, 0);

@@ -113,15 +113,19 @@ static const char* device_worker(PJRT_Device* dev) {
   return "";
 }
 
+static PJRT_Memory* default_memory(PJRT_Device* dev) {
+  PJRT_Device_DefaultMemory_Args m;
+  INIT_ARGS(m);
+  m.device = dev;
+  OK(api->PJRT_Device_DefaultMemory(&m));
+  return m.memory;
+}
+
 // Any element type, shape and byte strides (NULL: dense); the error if
 // BufferFromHostBuffer refuses it.
 static PJRT_Error* upload_try(PJRT_Device* dev, PJRT_Buffer_Type type, const void* data,
                               const int64_t* dims, size_t rank, const int64_t* strides,
                               PJRT_Buffer** out) {
-  PJRT_Device_DefaultMemory_Args m;
-  INIT_ARGS(m);
-  m.device = dev;
-  OK(api->PJRT_Device_DefaultMemory(&m));
   PJRT_Client_BufferFromHostBuffer_Args b;
   INIT_ARGS(b);
   b.client = client;
@@ -132,7 +136,7 @@ static PJRT_Error* upload_try(PJRT_Device* dev, PJRT_Buffer_Type type, const voi
   b.byte_strides = strides;
   b.num_byte_strides = strides ? rank : 0;
   b.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes;
-  b.memory = m.memory;
+  b.memory = default_memory(dev);
   PJRT_Error* e = api->PJRT_Client_BufferFromHostBuffer(&b);
   if (e) return e;
   await_event(b.done_with_host_buffer);
@@ -165,14 +169,10 @@ static void download(PJRT_Buffer* buf, float* out, size_t n) {
 
 // A copy of `b` in `dev`'s default memory.
 static PJRT_Buffer* copy_to(PJRT_Buffer* b, PJRT_Device* dev) {
-  PJRT_Device_DefaultMemory_Args m;
-  INIT_ARGS(m);
-  m.device = dev;
-  OK(api->PJRT_Device_DefaultMemory(&m));
   PJRT_Buffer_CopyToMemory_Args c;
   INIT_ARGS(c);
   c.buffer = b;
-  c.dst_memory = m.memory;
+  c.dst_memory = default_memory(dev);
   OK(api->PJRT_Buffer_CopyToMemory(&c));
   return c.dst_buffer;
 }
@@ -353,16 +353,12 @@ static void test_strides_and_packed_types(void** state) {
 
 static PJRT_AsyncHostToDeviceTransferManager* h2d_create(PJRT_Device* dev, PJRT_ShapeSpec* specs,
                                                         size_t n, PJRT_Error** out_err) {
-  PJRT_Device_DefaultMemory_Args m;
-  INIT_ARGS(m);
-  m.device = dev;
-  OK(api->PJRT_Device_DefaultMemory(&m));
   PJRT_Client_CreateBuffersForAsyncHostToDevice_Args c;
   INIT_ARGS(c);
   c.client = client;
   c.shape_specs = specs;
   c.num_shape_specs = n;
-  c.memory = m.memory;
+  c.memory = default_memory(dev);
   *out_err = api->PJRT_Client_CreateBuffersForAsyncHostToDevice(&c);
   return c.transfer_manager;
 }

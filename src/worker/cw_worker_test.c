@@ -352,18 +352,26 @@ static void test_pipelined_replies(void** state) {
   stop_worker(&w);
 }
 
+// A worker on a Unix socket in a fresh directory `dir` (removed by the
+// caller), and a connection to it past HELLO.
+static int unix_worker(worker_t* w, const char* prefix, char* dir, size_t dir_size, char* sock,
+                       size_t sock_size) {
+  assert_int_equal(cw_test_tempdir_create(prefix, dir, dir_size), 0);
+  snprintf(sock, sock_size, "%s/w.sock", dir);
+  start_worker_at(w, NULL, sock);
+  int fd = dial_unix(sock);
+  assert_true(hello(fd, 0, 1, NULL) != 0);
+  return fd;
+}
+
 // Same host (Unix socket): UPLOAD and DOWNLOAD by peer_address copy this
 // process's memory with no bulk on the socket; a bad address is the
 // request's error, not the worker's; over TCP peer_address is refused.
 static void test_same_host_copies(void** state) {
   (void)state;
   char dir[256], sock[320];
-  assert_int_equal(cw_test_tempdir_create("cw-direct", dir, sizeof(dir)), 0);
-  snprintf(sock, sizeof(sock), "%s/w.sock", dir);
   worker_t w;
-  start_worker_at(&w, NULL, sock);
-  int fd = dial_unix(sock);
-  assert_true(hello(fd, 0, 1, NULL) != 0);
+  int fd = unix_worker(&w, "cw-direct", dir, sizeof(dir), sock, sizeof(sock));
   // The worker says so in HELLO (a client of this user on its Unix socket).
   cw_client_t* cl = NULL;
   ASSERT_OK(cw_client_connect(sock, NULL, &cl));
@@ -447,12 +455,8 @@ static uint32_t download_range(int fd, uint64_t offset, uint64_t length, void* p
 static void test_ranged_downloads(void** state) {
   (void)state;
   char dir[256], sock[320];
-  assert_int_equal(cw_test_tempdir_create("cw-range", dir, sizeof(dir)), 0);
-  snprintf(sock, sizeof(sock), "%s/w.sock", dir);
   worker_t w;
-  start_worker_at(&w, NULL, sock);
-  int fd = dial_unix(sock);
-  assert_true(hello(fd, 0, 1, NULL) != 0);
+  int fd = unix_worker(&w, "cw-range", dir, sizeof(dir), sock, sizeof(sock));
   float x[6] = {1.5f, -2, 3, 4, 5, 6.25f};
   assert_int_equal(upload(fd, 1, x, NULL, sizeof(x), 0), CW_OK);
   reply_t r;
