@@ -210,6 +210,7 @@ static void cw__on_close(cw_net_conn_t* nc, cw_status_t reason) {
   c->recv = c->mem_recv = NULL;
   cw__drop_unread(c, partial, false);
   cw__drop_unread(c, waiting, true);
+  cw_worker_upload_parts_conn_closed(c);
   cw__seq_conn_closed(c);  // held requests
   if (c->is_controller) cw_worker_link_closed(c);
   // A prepared part nobody can say go to; launches a paused session held here.

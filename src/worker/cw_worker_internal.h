@@ -88,6 +88,9 @@ struct cw_conn_s {
   size_t seq_held;
   bool seq_blocked;
   uint64_t seq_drain_key;  // a request applied now whose successors may follow
+  // Uploads in parts begun here and not yet whole: they fail when this
+  // connection closes, since no later part can come (cw_worker_transfer.c).
+  struct cw__parts_s* uploads_in_parts;
 };
 
 struct cw_worker_s {

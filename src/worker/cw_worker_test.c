@@ -477,7 +477,7 @@ static void test_ranged_downloads(void** state) {
     assert_int_equal(download_range(fd, bad[i][0], bad[i][1], NULL, 0, &r), CW_OUT_OF_RANGE);
     const char* msg = ((Causeway__V1__ErrorReply*)r.msg)->message;
     assert_non_null(strstr(msg, "DOWNLOAD 1"));
-    assert_non_null(strstr(msg, "not within its 24"));
+    assert_non_null(strstr(msg, bad[i][1] ? "not within its 24" : "byte 25 is past its 24 bytes"));
     reply_free(&r);
   }
   // Same host: the range is written at the address, only where it fits.
@@ -525,7 +525,8 @@ static void test_uploads_in_parts(void** state) {
   worker_t w;
   start_worker(&w, NULL);
   int fd = dial(w.port);
-  assert_true(hello(fd, 0, 1, NULL) != 0);
+  uint64_t sid = hello(fd, 0, 1, NULL);
+  assert_true(sid != 0);
   const uint32_t first = CAUSEWAY__V1__UPLOAD_PART__UPLOAD_FIRST;
   const uint32_t more = CAUSEWAY__V1__UPLOAD_PART__UPLOAD_MORE;
   const uint32_t last = CAUSEWAY__V1__UPLOAD_PART__UPLOAD_LAST;
@@ -601,6 +602,19 @@ static void test_uploads_in_parts(void** state) {
     }
     reply_free(&r);
   }
+  // Its connection closes between parts: the session's other connection,
+  // waiting for the buffer, hears why at once.
+  int fd2 = dial(w.port);
+  assert_int_equal(hello(fd2, sid, CAUSEWAY__V1__ROLE__ROLE_CLIENT, NULL), sid);
+  assert_int_equal(upload_part(fd2, 11, first, 0, x, 8, NULL), CW_OK);
+  d.buffer_id = 11;
+  send_frame(fd, CW_MSG_DOWNLOAD, 9201, &d.base, NULL, 0);
+  close(fd2);
+  assert_true(recv_frame(fd, &r));
+  assert_int_equal(r.h.request_id, 9201);
+  assert_true(r.h.flags & CW_FRAME_ERROR);
+  expect_error(((Causeway__V1__ErrorReply*)r.msg)->code, CW_UNAVAILABLE, &r,
+               "buffer 11's upload in parts ended with 8 of its 24 bytes in");
   expect_download(fd, 1, x);  // the worker serves on
   close(fd);
   stop_worker(&w);

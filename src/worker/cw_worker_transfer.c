@@ -1,6 +1,7 @@
 // UPLOAD, PUT, DOWNLOAD, AWAIT, COPY, EXPECT, DELETE (see cw_worker_transfer.h).
 #include "cw_worker_transfer.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -64,6 +65,12 @@ static void cw__fail_entry(cw_op_t* op, cw_store_entry_t* e, cw_status_t st) {
 // socket fills.
 typedef struct cw__parts_s {
   int refs;        // the entry's, and the part being read into place
+  // While the entry holds it: the entry, and the connection that began it
+  // (on its list of uploads in parts; NULL once off it).
+  cw_store_entry_t* entry;
+  cw_conn_t* conn;
+  struct cw__parts_s* conn_next;
+  struct cw__parts_s** conn_prevp;
   bool receiving;  // a part's bytes are being read into place
   uint8_t* staging;  // NULL until the first part's bytes are in
   uint64_t extent;
@@ -77,9 +84,8 @@ typedef struct cw__parts_s {
   PJRT_Memory* memory;
 } cw__parts_t;
 
-void cw_worker_upload_parts_free(cw_worker_t* w, void* parts) {
-  cw__parts_t* p = parts;
-  if (!p || --p->refs > 0) return;
+static void cw__parts_unref(cw_worker_t* w, cw__parts_t* p) {
+  if (--p->refs > 0) return;
   while (p->queue) {
     cw_op_t* op = p->queue;
     p->queue = op->next_part;
@@ -92,19 +98,56 @@ void cw_worker_upload_parts_free(cw_worker_t* w, void* parts) {
   free(p);
 }
 
-void cw_worker_upload_part_abandon(cw_worker_t* w, void* parts) {
-  ((cw__parts_t*)parts)->receiving = false;
-  cw_worker_upload_parts_free(w, parts);
+// Off its connection's list: the entry no longer holds it.
+static void cw__parts_unlink(cw__parts_t* p) {
+  if (!p->conn_prevp) return;
+  *p->conn_prevp = p->conn_next;
+  if (p->conn_next) p->conn_next->conn_prevp = p->conn_prevp;
+  p->conn_next = NULL;
+  p->conn_prevp = NULL;
+  p->conn = NULL;
+  p->entry = NULL;
 }
 
-// The first part, applied: the array to put together, before its bytes.
-static cw_status_t cw__parts_begin(cw_op_t* op, cw_store_entry_t* e, uint64_t first_len) {
+void cw_worker_upload_parts_free(cw_worker_t* w, void* parts) {
+  cw__parts_t* p = parts;
+  if (!p) return;
+  cw__parts_unlink(p);
+  cw__parts_unref(w, p);
+}
+
+void cw_worker_upload_part_abandon(cw_worker_t* w, void* parts) {
+  ((cw__parts_t*)parts)->receiving = false;
+  cw__parts_unref(w, parts);
+}
+
+void cw_worker_upload_parts_conn_closed(cw_conn_t* c) {
+  while (c->uploads_in_parts) {
+    cw__parts_t* p = c->uploads_in_parts;
+    cw_store_entry_t* e = p->entry;
+    uint64_t received = p->received, extent = p->extent;
+    cw__parts_unlink(p);
+    e->filling = false;
+    cw_store_set_error(c->w->store, e, cw_make_status(
+        CW_UNAVAILABLE, "buffer %" PRIu64 "'s upload in parts ended with %" PRIu64 " of its %"
+        PRIu64 " bytes in: %s closed before its last part", e->id, received, extent,
+        cw_worker_conn_name(c)));  // frees the parts (and fails those waiting)
+  }
+}
+
+// The first part, come in on `c`: the array to put together, before its bytes.
+static cw_status_t cw__parts_begin(cw_conn_t* c, cw_op_t* op, cw_store_entry_t* e,
+                                   uint64_t first_len) {
   uint64_t extent = 0;
   CW_RETURN_IF_ERROR(cw_array_extent(op->dtype, op->dims, op->rank, NULL, 0, &extent),
                      "UPLOAD");
+  assert(!c->closing);  // (held requests of a closed connection are dropped)
   cw__parts_t* p = calloc(1, sizeof(*p));
   if (!p) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  *p = (cw__parts_t){.refs = 1, .extent = extent, .claimed = first_len};
+  *p = (cw__parts_t){.refs = 1, .extent = extent, .claimed = first_len, .entry = e, .conn = c,
+                     .conn_next = c->uploads_in_parts, .conn_prevp = &c->uploads_in_parts};
+  if (p->conn_next) p->conn_next->conn_prevp = &p->conn_next;
+  c->uploads_in_parts = p;
   e->parts = p;
   return cw_ok_status();
 }
@@ -128,7 +171,7 @@ static bool cw__part_put(cw_op_t* op, cw__parts_t* p, cw_store_entry_t* e) {
   if (op->parts) {
     p->receiving = false;
     op->parts = NULL;
-    cw_worker_upload_parts_free(op->w, p);  // the entry still holds it
+    cw__parts_unref(op->w, p);  // the entry still holds it
   }
   cw__part_bytes_free(op);
   if (op->part != CAUSEWAY__V1__UPLOAD_PART__UPLOAD_LAST) {
@@ -136,6 +179,7 @@ static bool cw__part_put(cw_op_t* op, cw__parts_t* p, cw_store_entry_t* e) {
     return false;
   }
   e->parts = NULL;
+  cw__parts_unlink(p);
   op->staging = p->staging;
   op->size = p->extent;
   op->dtype = p->dtype;
@@ -479,7 +523,7 @@ void cw_worker_handle_upload(cw_net_conn_t* nc, const cw_frame_header_t* h,
   op->size = direct_size;
   op->part = r->part;
   if (r->part == CAUSEWAY__V1__UPLOAD_PART__UPLOAD_FIRST) {
-    st = cw__parts_begin(op, e, h->bulk_len);
+    st = cw__parts_begin(c, op, e, h->bulk_len);
     if (st) {
       cw_store_remove(w->store, e);
       cw_worker_op_free(op);
@@ -700,8 +744,11 @@ static void cw__download_cont(cw_op_t* op, cw_store_entry_t* e) {
     op->device = e->device;
   }
   if (!st && (op->range_offset > size || op->range_length > size - op->range_offset)) {
-    st = cw_make_status(CW_OUT_OF_RANGE, "%" PRIu64 " bytes from byte %" PRIu64 " are not "
-                        "within its %" PRIu64, op->range_length, op->range_offset, size);
+    st = op->range_length
+             ? cw_make_status(CW_OUT_OF_RANGE, "%" PRIu64 " bytes from byte %" PRIu64 " are "
+                              "not within its %" PRIu64, op->range_length, op->range_offset, size)
+             : cw_make_status(CW_OUT_OF_RANGE, "byte %" PRIu64 " is past its %" PRIu64
+                              " bytes", op->range_offset, size);
   }
   // Same host: only into room the client said it has; else as bulk, which
   // the client's reader checks against its buffer.

@@ -24,9 +24,13 @@ void cw_worker_handle_delete(cw_net_conn_t* conn, const cw_frame_header_t* h,
 // An UPLOAD's or PUT's bytes are in op->staging: make the device buffer
 // (takes op). For an UPLOAD in parts, add them to the array put together.
 void cw_worker_transfer_received(cw_op_t* op);
-// Drops a reference to an UPLOAD in parts put together
-// (cw_store_entry_t.parts; NULL: none), freeing it with the last.
+// The entry lets go of the UPLOAD in parts it puts together
+// (cw_store_entry_t.parts; NULL: none), freed with its last reference.
 void cw_worker_upload_parts_free(cw_worker_t* w, void* parts);
+// Connection `c` is closing: the uploads in parts it began and did not
+// finish fail, so that what waits for them (on other connections of the
+// session) hears why instead of waiting until the session ends.
+void cw_worker_upload_parts_conn_closed(cw_conn_t* c);
 // The same for the part being read into it, whose bytes never came.
 void cw_worker_upload_part_abandon(cw_worker_t* w, void* parts);
 
