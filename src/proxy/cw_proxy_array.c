@@ -319,32 +319,40 @@ static cw_status_t cw__host_array(cw_proxy_session_t* s, uint64_t handle,
   return cw_ok_status();
 }
 
-// Host buffer `handle` streamed on to device `device_id` while its store is
-// under way (cw_proxy_host_buffer_stream); *out NULL where it cannot be:
-// strided, small, complete already, or a type the plugin cannot fill in
-// parts. Then the caller takes the host buffer whole.
+// Host buffer `handle` streamed on to each of the `n` devices `device_ids`
+// while its store is under way (cw_proxy_host_buffer_stream); out[0] NULL
+// where it cannot be: strided, small, complete already, or a type the
+// plugin cannot fill in parts. Then the caller takes the host buffer whole.
 static cw_status_t cw__stream(cw_proxy_session_t* s, uint64_t handle, const cw_proxy_dtype_t* dt,
                               const int64_t* dims, size_t rank,
-                              const CwIfrt__ByteStrides* strides, int32_t device_id,
-                              PJRT_Buffer** out) {
-  *out = NULL;
+                              const CwIfrt__ByteStrides* strides, const int32_t* device_ids,
+                              size_t n, PJRT_Buffer** out) {
+  out[0] = NULL;
   cw_proxy_host_layout_t l;
   CW_RETURN_IF_ERROR(cw_proxy_host_layout(dt, dims, rank, strides, &l), "host buffer");
-  if (!l.dense || l.bytes < CW_PROXY_STREAM_MIN) return cw_ok_status();
-  PJRT_Device* device;
-  CW_RETURN_IF_ERROR(cw_proxy_device_lookup(s, device_id, &device), "upload");
-  PJRT_Device_DefaultMemory_Args m = {
-      .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Device_DefaultMemory_Args, memory),
-      .device = device};
-  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(&s->proxy->pjrt, PJRT_Device_DefaultMemory, &m),
-                     "upload");
-  cw_status_t st = cw_proxy_host_buffer_stream(s, handle, l.bytes, CW__HOST_BUFFER_WAIT_MS,
-                                               m.memory, dt->pjrt, dims, rank, out);
-  if (st && cw_status_code(st) == CW_UNIMPLEMENTED && !*out) {
+  if (!l.dense || l.bytes < CW_PROXY_STREAM_MIN || n == 0) return cw_ok_status();
+  PJRT_Memory** memories = calloc(n, sizeof(*memories));
+  if (!memories) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  cw_status_t st = cw_ok_status();
+  for (size_t i = 0; i < n && !st; i++) {
+    PJRT_Device* device;
+    st = cw_proxy_device_lookup(s, device_ids[i], &device);
+    PJRT_Device_DefaultMemory_Args m = {
+        .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Device_DefaultMemory_Args, memory),
+        .device = device};
+    if (!st) st = CW_PROXY_PJRT_CALL(&s->proxy->pjrt, PJRT_Device_DefaultMemory, &m);
+    memories[i] = m.memory;
+  }
+  if (!st) {
+    st = cw_proxy_host_buffer_stream(s, handle, l.bytes, CW__HOST_BUFFER_WAIT_MS, memories, n,
+                                     dt->pjrt, dims, rank, out);
+  }
+  free(memories);
+  if (st && cw_status_code(st) == CW_UNIMPLEMENTED && !out[0]) {
     cw_status_free(st);  // packed sub-byte types: whole, as before
     return cw_ok_status();
   }
-  return st;
+  return st ? cw_status_annotate(st, "upload") : st;
 }
 
 static cw_status_t cw__make_from_host(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
@@ -369,11 +377,13 @@ static cw_status_t cw__make_from_host(cw_proxy_session_t* s, const CwIfrt__IfrtR
                           "fully replicated array", n);
   }
   uint8_t* data = NULL;
-  PJRT_Buffer* streamed = NULL;  // one device: sent on as it is stored
-  cw_status_t st = n == 1 ? cw__stream(s, r->host_buffer_handle, &dt, r->shape->dims,
-                                       r->shape->n_dims, r->byte_strides, ids[0], &streamed)
-                          : cw_ok_status();
-  if (!st && !streamed) {
+  // Sent on to its devices as it is stored, or taken whole first.
+  PJRT_Buffer** streamed = calloc(n ? n : 1, sizeof(*streamed));
+  cw_status_t st = streamed ? cw__stream(s, r->host_buffer_handle, &dt, r->shape->dims,
+                                         r->shape->n_dims, r->byte_strides, ids, n, streamed)
+                            : cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  bool whole = !st && !streamed[0];
+  if (whole) {
     st = cw__host_array(s, r->host_buffer_handle, &dt, r->shape->dims, r->shape->n_dims,
                         r->byte_strides, &data);
   }
@@ -382,14 +392,15 @@ static cw_status_t cw__make_from_host(cw_proxy_session_t* s, const CwIfrt__IfrtR
   if (!st) {
     st = cw_proxy_array_new(s, handle, r->dtype->kind, r->shape->dims, r->shape->n_dims, n, &arr);
   }
-  if (streamed) {
-    if (!st) st = cw_proxy_array_take_shard(s, arr, streamed, ids[0]);
-    else cw_proxy_pjrt_buffer_destroy(&s->proxy->pjrt, streamed);
+  for (size_t i = 0; !whole && streamed && i < n && streamed[0]; i++) {
+    if (!st) st = cw_proxy_array_take_shard(s, arr, streamed[i], ids[i]);
+    else cw_proxy_pjrt_buffer_destroy(&s->proxy->pjrt, streamed[i]);
   }
-  for (size_t i = 0; !st && !streamed && i < n; i++) {
+  for (size_t i = 0; !st && whole && i < n; i++) {
     st = cw__upload(s, &dt, r->shape->dims, r->shape->n_dims, ids[i], data, &arr->shards[i]);
     if (!st) arr->n++;
   }
+  free(streamed);
   if (!st && r->sharding) cw_proxy_array_keep_sharding(arr, r->sharding);
   if (!st) st = cw__respond_handle(resp, CW_IFRT__IFRT_RESPONSE__RESPONSE_MAKE_ARRAY_FROM_HOST_BUFFER_RESPONSE, handle);
   if (st && arr) cw_proxy_array_free(s, cw_proxy_table_remove(&s->arrays, handle));
@@ -433,34 +444,48 @@ static cw_status_t cw__make_one_from_shards(
                           "rank at most %d", k, CW_PROXY_MAX_RANK);
     }
     if (!st) st = cw_proxy_dtype(hb->dtype->kind, &dt);
-    // To one shard: sent on to its device as it is stored.
-    int64_t one = idx->n_indices == 1 ? idx->indices[0] : -1;
-    PJRT_Buffer* streamed = NULL;
-    if (!st && one >= 0 && (size_t)one < n && !arr->shards[one]) {
-      st = cw__stream(s, hb->host_buffer_handle, &dt, hb->shape->dims, hb->shape->n_dims,
-                      hb->byte_strides, ids[one], &streamed);
-    }
-    if (streamed) {
-      arr->shards[one] = cw__shard_new(streamed, ids[one]);
-      if (!arr->shards[one]) {
-        cw_proxy_pjrt_buffer_destroy(&s->proxy->pjrt, streamed);
-        st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-      }
-      continue;
-    }
-    if (!st) {
-      st = cw__host_array(s, hb->host_buffer_handle, &dt, hb->shape->dims, hb->shape->n_dims,
-                          hb->byte_strides, &data);
-    }
-    for (size_t j = 0; !st && j < idx->n_indices; j++) {
+    // Its shards' devices; each shard given once.
+    size_t m = idx->n_indices;
+    int32_t* to = st ? NULL : calloc(m ? m : 1, sizeof(*to));
+    PJRT_Buffer** streamed = st ? NULL : calloc(m ? m : 1, sizeof(*streamed));
+    if (!st && (!to || !streamed)) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+    for (size_t j = 0; !st && j < m; j++) {
       int64_t i = idx->indices[j];
-      if (i < 0 || (size_t)i >= n || arr->shards[i]) {
+      bool twice = false;
+      for (size_t q = 0; i >= 0 && (size_t)i < n && q < j; q++) twice |= idx->indices[q] == i;
+      if (i < 0 || (size_t)i >= n || arr->shards[i] || twice) {
         st = cw_make_status(CW_INVALID_ARGUMENT, "shard index %lld is out of range or given twice",
                             (long long)i);
         break;
       }
-      st = cw__upload(s, &dt, hb->shape->dims, hb->shape->n_dims, ids[i], data, &arr->shards[i]);
+      to[j] = ids[i];
     }
+    // Sent on to its devices as it is stored, or taken whole first.
+    if (!st) {
+      st = cw__stream(s, hb->host_buffer_handle, &dt, hb->shape->dims, hb->shape->n_dims,
+                      hb->byte_strides, to, m, streamed);
+    }
+    bool whole = !st && !streamed[0];
+    if (whole) {
+      st = cw__host_array(s, hb->host_buffer_handle, &dt, hb->shape->dims, hb->shape->n_dims,
+                          hb->byte_strides, &data);
+    }
+    for (size_t j = 0; !st && j < m; j++) {
+      int64_t i = idx->indices[j];
+      if (whole) {
+        st = cw__upload(s, &dt, hb->shape->dims, hb->shape->n_dims, ids[i], data,
+                        &arr->shards[i]);
+      } else if (!(arr->shards[i] = cw__shard_new(streamed[j], ids[i]))) {
+        st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+      } else {
+        streamed[j] = NULL;  // the shard's now
+      }
+    }
+    for (size_t j = 0; streamed && j < m; j++) {
+      cw_proxy_pjrt_buffer_destroy(&s->proxy->pjrt, streamed[j]);  // those not taken
+    }
+    free(streamed);
+    free(to);
     cw_proxy_bytes_free(data);
   }
   // Every shard must have been given (addressable shards are all shards here).

@@ -315,17 +315,103 @@ void cw_proxy_host_buffer_settle(cw_proxy_session_t* s) {
   uv_async_send(&s->proxy->wake);  // its parked lookup
 }
 
-// Streams host buffer `handle` on to a new buffer on `memory` as its store
-// brings it: an UPLOAD in parts through PJRT's transfer manager. Each wait
-// sends what came since the last. The host buffer is consumed as by
-// take(). *out stays NULL, with OK, where it cannot stream (the buffer is
-// complete, small, read by others, not `bytes` long, or not there within
-// `timeout_ms`): take() then.
+// One transfer manager per device a streamed upload goes to.
+typedef struct cw__stream_s {
+  const cw_proxy_pjrt_t* p;
+  size_t n;
+  PJRT_AsyncHostToDeviceTransferManager** managers;
+  PJRT_Buffer** buffers;
+  PJRT_Event** done;
+} cw__stream_t;
+
+static cw_status_t cw__stream_open(cw_proxy_session_t* s, cw__stream_t* t,
+                                   PJRT_Memory* const* memories, size_t n, PJRT_Buffer_Type type,
+                                   const int64_t* dims, size_t rank) {
+  *t = (cw__stream_t){.p = &s->proxy->pjrt, .n = n,
+                      .managers = calloc(n, sizeof(*t->managers)),
+                      .buffers = calloc(n, sizeof(*t->buffers)),
+                      .done = calloc(n, sizeof(*t->done))};
+  if (!t->managers || !t->buffers || !t->done) {
+    return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  PJRT_ShapeSpec spec = {.struct_size = CW_PJRT_STRUCT_SIZE(PJRT_ShapeSpec, element_type),
+                         .dims = dims, .num_dims = rank, .element_type = type};
+  for (size_t i = 0; i < n; i++) {
+    PJRT_Client_CreateBuffersForAsyncHostToDevice_Args c = {
+        .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Client_CreateBuffersForAsyncHostToDevice_Args,
+                                           transfer_manager),
+        .client = s->client, .shape_specs = &spec, .num_shape_specs = 1, .memory = memories[i]};
+    CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(t->p, PJRT_Client_CreateBuffersForAsyncHostToDevice, &c),
+                       "upload");
+    t->managers[i] = c.transfer_manager;
+    PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer_Args rb = {
+        .struct_size = CW_PJRT_STRUCT_SIZE(
+            PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer_Args, buffer_out),
+        .transfer_manager = c.transfer_manager};
+    CW_RETURN_IF_ERROR(
+        CW_PROXY_PJRT_CALL(t->p, PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer, &rb),
+        "upload");
+    t->buffers[i] = rb.buffer_out;
+  }
+  return cw_ok_status();
+}
+
+// Sends `len` bytes at `offset` to every device at once, then waits until
+// each is done with them.
+static cw_status_t cw__stream_send(cw__stream_t* t, const uint8_t* data, size_t offset,
+                                   size_t len, bool last) {
+  cw_status_t st = cw_ok_status();
+  for (size_t i = 0; i < t->n && !st; i++) {
+    PJRT_AsyncHostToDeviceTransferManager_TransferData_Args d = {
+        .struct_size = CW_PJRT_STRUCT_SIZE(
+            PJRT_AsyncHostToDeviceTransferManager_TransferData_Args, done_with_h2d_transfer),
+        .transfer_manager = t->managers[i], .buffer_index = 0, .data = data + offset,
+        .offset = (int64_t)offset, .transfer_size = (int64_t)len, .is_last_transfer = last};
+    st = CW_PROXY_PJRT_CALL(t->p, PJRT_AsyncHostToDeviceTransferManager_TransferData, &d);
+    t->done[i] = d.done_with_h2d_transfer;
+  }
+  for (size_t i = 0; i < t->n; i++) {  // each sent one is waited for, whatever failed
+    if (!t->done[i]) continue;
+    cw_status_t w = cw_proxy_pjrt_await(t->p, t->done[i], "done with the host buffer");
+    t->done[i] = NULL;
+    if (st) cw_status_free(w);
+    else st = w;
+  }
+  return st;
+}
+
+// Ends the transfers; the buffers go too unless `keep` (then out[] has them).
+static void cw__stream_close(cw__stream_t* t, bool keep, PJRT_Buffer** out) {
+  for (size_t i = 0; t->managers && i < t->n; i++) {
+    if (!t->managers[i]) continue;
+    PJRT_AsyncHostToDeviceTransferManager_Destroy_Args d = {
+        .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_AsyncHostToDeviceTransferManager_Destroy_Args,
+                                           transfer_manager),
+        .transfer_manager = t->managers[i]};
+    cw_status_t st = CW_PROXY_PJRT_CALL(t->p, PJRT_AsyncHostToDeviceTransferManager_Destroy, &d);
+    if (st) CW_LOGW("%s", cw_status_message(st));
+    cw_status_free(st);
+  }
+  for (size_t i = 0; t->buffers && i < t->n; i++) {
+    if (keep) out[i] = t->buffers[i];
+    else cw_proxy_pjrt_buffer_destroy(t->p, t->buffers[i]);
+  }
+  free(t->managers);
+  free(t->buffers);
+  free(t->done);
+}
+
+// Streams host buffer `handle` on to a new buffer on each of the `n`
+// memories as its store brings it: UPLOADs in parts through PJRT's transfer
+// manager. Each wait sends what came since the last. The host buffer is
+// consumed as by take(). out[0] stays NULL, with OK, where it cannot stream
+// (the buffer is complete, small, read by others, not `bytes` long, or not
+// there within `timeout_ms`): take() then.
 cw_status_t cw_proxy_host_buffer_stream(cw_proxy_session_t* s, uint64_t handle, size_t bytes,
-                                        int timeout_ms, PJRT_Memory* memory,
+                                        int timeout_ms, PJRT_Memory* const* memories, size_t n,
                                         PJRT_Buffer_Type type, const int64_t* dims, size_t rank,
                                         PJRT_Buffer** out) {
-  *out = NULL;
+  out[0] = NULL;
   if (bytes < CW_PROXY_STREAM_MIN) return cw_ok_status();
   // The client starts the store and sends the MakeArray at once: the store
   // may not have begun yet.
@@ -347,19 +433,8 @@ cw_status_t cw_proxy_host_buffer_stream(cw_proxy_session_t* s, uint64_t handle, 
   }
   if (!mine) return cw_ok_status();
 
-  const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
-  PJRT_ShapeSpec spec = {.struct_size = CW_PJRT_STRUCT_SIZE(PJRT_ShapeSpec, element_type),
-                         .dims = dims, .num_dims = rank, .element_type = type};
-  PJRT_Client_CreateBuffersForAsyncHostToDevice_Args c = {
-      .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Client_CreateBuffersForAsyncHostToDevice_Args,
-                                         transfer_manager),
-      .client = s->client, .shape_specs = &spec, .num_shape_specs = 1, .memory = memory};
-  cw_status_t st = CW_PROXY_PJRT_CALL(p, PJRT_Client_CreateBuffersForAsyncHostToDevice, &c);
-  PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer_Args rb = {
-      .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer_Args,
-                                         buffer_out),
-      .transfer_manager = c.transfer_manager};
-  if (!st) st = CW_PROXY_PJRT_CALL(p, PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer, &rb);
+  cw__stream_t t;
+  cw_status_t st = cw__stream_open(s, &t, memories, n, type, dims, rank);
   size_t sent = 0;
   bool last = false;
   while (!st && !last) {
@@ -379,25 +454,10 @@ cw_status_t cw_proxy_host_buffer_stream(cw_proxy_session_t* s, uint64_t handle, 
                           (unsigned long long)handle);
       break;
     }
-    PJRT_AsyncHostToDeviceTransferManager_TransferData_Args t = {
-        .struct_size = CW_PJRT_STRUCT_SIZE(
-            PJRT_AsyncHostToDeviceTransferManager_TransferData_Args, done_with_h2d_transfer),
-        .transfer_manager = c.transfer_manager, .buffer_index = 0, .data = data + sent,
-        .offset = (int64_t)sent, .transfer_size = (int64_t)(have - sent),
-        .is_last_transfer = last};
-    st = CW_PROXY_PJRT_CALL(p, PJRT_AsyncHostToDeviceTransferManager_TransferData, &t);
-    if (!st) st = cw_proxy_pjrt_await(p, t.done_with_h2d_transfer, "done with the host buffer");
+    st = cw__stream_send(&t, data, sent, have - sent, last);
     sent = have;
   }
-  if (c.transfer_manager) {
-    PJRT_AsyncHostToDeviceTransferManager_Destroy_Args d = {
-        .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_AsyncHostToDeviceTransferManager_Destroy_Args,
-                                           transfer_manager),
-        .transfer_manager = c.transfer_manager};
-    cw_status_t dst = CW_PROXY_PJRT_CALL(p, PJRT_AsyncHostToDeviceTransferManager_Destroy, &d);
-    if (dst) CW_LOGW("%s", cw_status_message(dst));
-    cw_status_free(dst);
-  }
+  cw__stream_close(&t, !st, out);
   // Consumed, as take() would (unless deleted meanwhile): once no lookup
   // reads it, out of the table, freed by its last reader.
   pthread_mutex_lock(&s->mu);
@@ -410,12 +470,7 @@ cw_status_t cw_proxy_host_buffer_stream(cw_proxy_session_t* s, uint64_t handle, 
   }
   cw__hb_unread(s, hb);
   pthread_mutex_unlock(&s->mu);
-  if (st) {
-    cw_proxy_pjrt_buffer_destroy(p, rb.buffer_out);
-    return st;
-  }
-  *out = rb.buffer_out;
-  return cw_ok_status();
+  return st;
 }
 
 // --- Loop thread: the gRPC methods --------------------------------------------------------

@@ -216,14 +216,15 @@ CW_MUST_USE cw_status_t cw_proxy_host_buffer_take(cw_proxy_session_t* s, uint64_
 CW_MUST_USE cw_status_t cw_proxy_host_buffer_expect(cw_proxy_session_t* s, uint64_t handle,
                                                     size_t len);
 // Session thread: streams host buffer `handle` (dense, `bytes` long) on to
-// a new buffer of `type` and `dims` in `memory` while its store is under
-// way (waiting up to `timeout_ms` for it to begin), consuming it; *out
-// stays NULL where it cannot (then take() it).
+// a new buffer of `type` and `dims` in each of the `n` memories while its
+// store is under way (waiting up to `timeout_ms` for it to begin),
+// consuming it; out[i] the buffer in memories[i]. out[0] stays NULL where
+// it cannot stream (then take() it).
 CW_MUST_USE cw_status_t cw_proxy_host_buffer_stream(cw_proxy_session_t* s, uint64_t handle,
                                                     size_t bytes, int timeout_ms,
-                                                    PJRT_Memory* memory, PJRT_Buffer_Type type,
-                                                    const int64_t* dims, size_t rank,
-                                                    PJRT_Buffer** out);
+                                                    PJRT_Memory* const* memories, size_t n,
+                                                    PJRT_Buffer_Type type, const int64_t* dims,
+                                                    size_t rank, PJRT_Buffer** out);
 // Session thread: begins reading `buffer` (the array's, `len` dense bytes)
 // into the buffer just expected; `ranged` when its raw bytes are those
 // (not a packed sub-byte type) and cheap (a CPU device). On error nothing

@@ -89,6 +89,17 @@ if mode == "arrays":
     checks["replicated"] = (len(r.addressable_shards) == 4
                             and all((np.asarray(s.data) == np.arange(12.0).reshape(3, 4)).all()
                                     for s in r.addressable_shards))
+    # Large enough to stream on while stored (CW_PROXY_STREAM_MIN, 2 MiB):
+    # to every device, and one shard to each.
+    big_r = rng.rand(1024, 2048).astype(np.float32)  # 8 MiB
+    r = jax.device_put(big_r, NamedSharding(mesh, P()))
+    checks["replicated 8MiB"] = all((np.asarray(s.data) == big_r).all()
+                                    for s in r.addressable_shards)
+    big_s = rng.rand(4096, 1024).astype(np.float32)  # 16 MiB, 4 MiB a shard
+    r = jax.device_put(big_s, NamedSharding(mesh, P("x")))
+    checks["split 16MiB"] = bool(all((np.asarray(s.data) == big_s[s.index]).all()
+                                 for s in r.addressable_shards)
+                             and (np.asarray(r) == big_s).all())
     v = np.arange(32, dtype=np.int32).reshape(8, 4)
     w = jax.device_put(v, NamedSharding(mesh, P("x")))
     checks["split"] = ([s.data.shape for s in w.addressable_shards] == [(2, 4)] * 4

@@ -1103,16 +1103,19 @@ def test_lookup_streams_and_a_delete_cuts_it_short(proxy):
         assert list(responses) == []
 
 
-def test_upload_streams_on_while_it_is_stored(cluster, proxy):
+@pytest.mark.parametrize("devices", [[0], [0, 1, 2]], ids=["one-device", "replicated"])
+def test_upload_streams_on_while_it_is_stored(cluster, proxy, devices):
     """A MakeArrayFromHostBuffer of an 8 MiB host buffer still being stored
     sends the bytes on to the worker as they come, in parts of 4 MiB
-    (CW_PROXY_STREAM_PART): the worker has the first 4 MiB while the store
-    is still open. The array is then whole and right. A store that breaks
-    off fails its MakeArray by name, and the session goes on."""
+    (CW_PROXY_STREAM_PART), to each device of its sharding: the worker has
+    the first 4 MiB for each while the store is still open. The array is
+    then whole and right. A store that breaks off fails its MakeArray by
+    name, and the session goes on."""
     import concurrent.futures
     import queue
     import numpy as np
     worker = cluster.addresses["hand-worker-0"]
+    sharding = single_device(0) if len(devices) == 1 else replicated(devices)
 
     def worker_bytes_in() -> int:
         return sum(b_in for b_in, _ in harness.stats(worker)["peers"].values())
@@ -1132,30 +1135,40 @@ def test_upload_streams_on_while_it_is_stored(cluster, proxy):
         before = worker_bytes_in()
         for i in range(5):
             chunks.put(raw[i * mib:(i + 1) * mib])
-        q.put(ifrt_request(4, 140, f32x4_from_host_buffer(80, 400, single_device(0), n)))
+        q.put(ifrt_request(4, 140, f32x4_from_host_buffer(80, 400, sharding, n)))
         made = pool.submit(next, responses)
-        assert harness.wait_until(lambda: worker_bytes_in() - before >= 4 * mib, 30), \
+        assert harness.wait_until(
+            lambda: worker_bytes_in() - before >= 4 * mib * len(devices), 30), \
             worker_bytes_in() - before
         assert not made.done() and not stored.done()
         chunks.put(raw[5 * mib:])
         chunks.put(None)
         stored.result(30)
         assert response_status(made.result(30)) == (140, 0, "")
-        q.put(ifrt_request(6, 141, copy_to_host(400, 81)))
-        assert response_status(next(responses)) == (141, 0, "")
-        back = b"".join(dict(_fields(m)).get(1, b"") for m in ch.unary_stream(
-            SERVICE + "HostBufferLookup")(buffer_ids(sid, 81), timeout=30))
-        assert back == raw
+        assert worker_bytes_in() - before >= len(raw) * len(devices)
+        singles = [400]  # each device's copy as an array of its own
+        if len(devices) > 1:
+            singles = [410 + k for k in range(len(devices))]
+            q.put(ifrt_request(7, 141, varint(1 << 3 | 1) + struct.pack("<Q", 400)
+                               + packed_fixed64(4, singles)))
+            assert response_status(next(responses)) == (141, 0, "")
+        for k, a in enumerate(singles):
+            q.put(ifrt_request(6, 150 + k, copy_to_host(a, 90 + k)))
+            assert response_status(next(responses)) == (150 + k, 0, "")
+            back = b"".join(dict(_fields(m)).get(1, b"") for m in ch.unary_stream(
+                SERVICE + "HostBufferLookup")(buffer_ids(sid, 90 + k), timeout=30))
+            assert back == raw, k
         # The store breaks off (fewer bytes than declared): the MakeArray
         # streaming it fails by name.
         chunks = queue.Queue()
         stored = pool.submit(store, ch, sid, 82, feed(), len(raw), 60)
         before = worker_bytes_in()
         chunks.put(raw[:5 * mib])
-        q.put(ifrt_request(4, 142, f32x4_from_host_buffer(82, 401, single_device(0), n)))
+        q.put(ifrt_request(4, 142, f32x4_from_host_buffer(82, 401, sharding, n)))
         made = pool.submit(next, responses)
         # Streaming (its first part at the worker) before the store breaks off.
-        assert harness.wait_until(lambda: worker_bytes_in() - before >= 4 * mib, 30)
+        assert harness.wait_until(
+            lambda: worker_bytes_in() - before >= 4 * mib * len(devices), 30)
         chunks.put(None)
         with pytest.raises(grpc.RpcError) as e:
             stored.result(30)
@@ -1163,7 +1176,7 @@ def test_upload_streams_on_while_it_is_stored(cluster, proxy):
         op, code, msg = response_status(made.result(30))
         assert (op, code) == (142, grpc.StatusCode.NOT_FOUND.value[0]), msg
         assert "host buffer 82 was not stored in full" in msg, msg
-        q.put(ifrt_request(6, 143, copy_to_host(400, 83)))  # the session goes on
+        q.put(ifrt_request(6, 143, copy_to_host(singles[0], 83)))  # the session goes on
         assert response_status(next(responses)) == (143, 0, "")
         q.put(None)
         assert list(responses) == []
