@@ -93,7 +93,15 @@ typedef struct writer_s {
   const uint8_t* pattern;
   size_t len;
   int failures;
+  char first[256];  // the first failure's message
 } writer_t;
+
+static void writer_failed(writer_t* w, const char* call, cw_status_t s) {
+  if (!w->failures++) {
+    snprintf(w->first, sizeof(w->first), "%s: %s", call, cw_status_message(s));
+  }
+  cw_status_free(s);
+}
 
 // Uploads and pings from its own thread while others download.
 static void* writer_main(void* arg) {
@@ -102,17 +110,14 @@ static void* writer_main(void* arg) {
   for (int i = 0; i < 20; ++i) {
     cw_status_t s = cw_client_upload(w->c, (uint64_t)i, CAUSEWAY__V1__DTYPE__DTYPE_U8, &dims, 1,
                                      NULL, 0, w->pattern, w->len, NULL, NULL);
-    if (!s) s = cw_client_ping(w->c);
     if (s) {
-      w->failures++;
-      cw_status_free(s);
+      writer_failed(w, "upload", s);
+    } else if ((s = cw_client_ping(w->c)) != NULL) {
+      writer_failed(w, "ping", s);
     }
   }
   cw_status_t s = cw_client_flush(w->c);
-  if (s) {
-    w->failures++;
-    cw_status_free(s);
-  }
+  if (s) writer_failed(w, "flush", s);
   return NULL;
 }
 
@@ -141,7 +146,7 @@ static void test_writers_and_reader_share_the_ssl(void** state) {
   }
   for (int i = 0; i < 4; ++i) {
     pthread_join(t[i], NULL);
-    assert_int_equal(w[i].failures, 0);
+    if (w[i].failures) fail_msg("writer %d: %d failed, the first %s", i, w[i].failures, w[i].first);
   }
   free(got);
   cw_client_release(c);
