@@ -444,14 +444,17 @@ cw_status_t cw_proxy_host_buffer_stream(cw_proxy_session_t* s, uint64_t handle, 
            !(hb->len - sent >= CW_PROXY_STREAM_PART && hb->cap == hb->declared)) {
       pthread_cond_wait(&s->host_buffer_cv, &s->mu);
     }
-    bool cut = hb->orphan || s->gone || (hb->complete && hb->len != bytes);
+    bool ended = s->gone;
+    bool cut = hb->orphan || ended || (hb->complete && hb->len != bytes);
     size_t have = hb->len;
     last = hb->complete;
     const uint8_t* data = hb->data;  // allocated whole: it never moves
     pthread_mutex_unlock(&s->mu);
     if (cut) {
-      st = cw_make_status(CW_NOT_FOUND, "host buffer %llu was not stored in full",
-                          (unsigned long long)handle);
+      st = ended ? cw_make_status(CW_CANCELLED, "the session ended while host buffer %llu was "
+                                  "stored", (unsigned long long)handle)
+                 : cw_make_status(CW_NOT_FOUND, "host buffer %llu was not stored in full",
+                                  (unsigned long long)handle);
       break;
     }
     st = cw__stream_send(&t, data, sent, have - sent, last);
