@@ -22,7 +22,8 @@ Measured on one device: a synchronous tiny call (jit(x + 1) on float32[8],
 blocked per call; median), an asynchronous chain (x = f(x) N times, one
 block; calls/s), one training step of an MLP (784-512-512-10, batch 128,
 blocked on its loss; median), and 64 MiB up (device_put, blocked) and down
-(np.asarray) in GB/s (median of R).
+(np.asarray) in GB/s (median of R); then 16 MiB up replicated on four devices
+(one host buffer to each; GB/s of the host buffer).
 """
 from __future__ import annotations
 
@@ -128,6 +129,19 @@ def bulk(cfg: dict, dev, out: dict) -> dict:
         y.delete()
     out["up_gbs"] = statistics.median(ups)
     out["down_gbs"] = statistics.median(downs)
+    # The same bytes to four devices at once (one host buffer, replicated).
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+    rep = NamedSharding(Mesh(np.array(jax.devices()[:4]), ("x",)), PartitionSpec())
+    small = big[:cfg["rep_mib"] << 18]
+    reps = []
+    for _ in range(cfg["bulk_repeats"]):
+        t = time.perf_counter()
+        y = jax.device_put(small, rep)
+        y.block_until_ready()
+        reps.append(small.nbytes / (time.perf_counter() - t) / 1e9)
+        assert np.asarray(y.addressable_shards[-1].data)[-1] == small[-1]
+        y.delete()
+    out["up_rep_gbs"] = statistics.median(reps)
     return out
 
 
@@ -150,9 +164,9 @@ def main() -> int:
         print(json.dumps(measure(a.side, json.loads(a.config))))
         return 0
     cfg = ({"warmup": 20, "sync": 200, "chain": 500, "repeats": 2, "steps": 5, "mib": 16,
-            "bulk_repeats": 2} if a.quick else
+            "bulk_repeats": 2, "rep_mib": 4} if a.quick else
            {"warmup": 200, "sync": 2000, "chain": 5000, "repeats": 5, "steps": 30, "mib": 64,
-            "bulk_repeats": 5})
+            "bulk_repeats": 5, "rep_mib": 16})
     sys.path.insert(0, str(ROOT / "tests" / "jax"))
     import harness  # noqa: E402  the suite's environments and hand cluster
     missing = harness.missing_build()
@@ -190,7 +204,8 @@ def main() -> int:
             ("async chain", "async_per_s", "calls/s", "{:,.0f}"),
             ("MLP training step", "train_ms", "ms", "{:.2f}"),
             (f"{cfg['mib']} MiB up (device_put)", "up_gbs", "GB/s", "{:.2f}"),
-            (f"{cfg['mib']} MiB down (np.asarray)", "down_gbs", "GB/s", "{:.2f}")]
+            (f"{cfg['mib']} MiB down (np.asarray)", "down_gbs", "GB/s", "{:.2f}"),
+            (f"{cfg['rep_mib']} MiB up, 4 devices", "up_rep_gbs", "GB/s", "{:.2f}")]
     print("causeway proxy front, plugin front and stock in-process JAX, one device"
           + (" (--quick: rough)" if a.quick else ""))
     print(f"  {'measurement':<30} {'proxy':>12} {'plugin':>12} {'stock':>12} {'unit':<8}"
