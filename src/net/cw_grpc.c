@@ -7,6 +7,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "cw_log.h"
+
 #define CW__MAX_MD 64
 
 typedef struct cw__md_s {
@@ -684,7 +686,12 @@ void cw_grpc_session_take_output(cw_grpc_session_t* s, const uint8_t** out_data,
     }
   }
   s->out_len = 0;
-  if (!s->broken && nghttp2_session_send(s->h2) != 0) s->broken = true;
+  int rv = s->broken ? 0 : nghttp2_session_send(s->h2);
+  if (rv != 0) {
+    // Nothing more can go out; the connection ends when its owner sees it.
+    CW_LOGW("gRPC: HTTP/2 send failed (%s): the connection is closed", nghttp2_strerror(rv));
+    s->broken = true;
+  }
   *out_data = s->out_len ? s->out : NULL;
   *out_len = s->out_len;
 }
