@@ -606,13 +606,15 @@ static void test_held_upload_waits_with_its_bytes(void** state) {
 
 // An UPLOAD in parts whose first part waits for memory: the later parts,
 // held with it for their seq, are accepted in order and wait for it; once
-// memory is free the array is put together whole.
-static void test_parts_wait_behind_their_first(void** state) {
-  (void)state;
+// memory is free the array is put together whole. With `close_sender`, the
+// connection that sent every part closes meanwhile: the array still
+// completes (nothing more was to come), read through another connection.
+static void parts_behind_their_first(bool close_sender) {
   cw_client_t* a = connect_session("a", 0, 0);
   cw_client_t* b = connect_session("b", 0, 0);
   cw_client_t* b_ctl = connect_session("controller", CAUSEWAY__V1__ROLE__ROLE_CONTROLLER,
                                        cw_client_session_id(b));
+  cw_client_t* b2 = connect_session("b2", 0, cw_client_session_id(b));
   uint64_t a1 = new_id(), a2 = new_id(), b1 = new_id();
   upload_ok(a, a1, g.big, N_BIG);
   upload_ok(a, a2, g.big, N_BIG);  // 8 MiB
@@ -634,14 +636,26 @@ static void test_parts_wait_behind_their_first(void** state) {
   }
   ASSERT_OK(cw_client_ping(b));  // their bytes are in
   fill_seq_hole(b_ctl, a);  // the hole: the first part waits for memory, the others for it
+  if (close_sender) {
+    cw_client_release(b);
+    b = NULL;
+    ASSERT_OK(cw_client_ping(b2));  // (the worker has seen it close)
+  }
   delete_ids(a, (uint64_t[]){a1}, 1);
-  for (int k = 0; k < 3; ++k) ASSERT_OK(cw_client_wait(b, rid[k], NULL, NULL));
-  expect_scaled(b, b1, g.big, N_BIG, 0);
+  for (int k = 0; b && k < 3; ++k) ASSERT_OK(cw_client_wait(b, rid[k], NULL, NULL));
+  expect_scaled(b2, b1, g.big, N_BIG, 0);
   delete_ids(a, (uint64_t[]){a2}, 1);
   cw_client_release(b_ctl);
-  cw_client_release(b);  // its session ends: b1 goes
+  cw_client_release(b2);
+  if (b) cw_client_release(b);  // its session ends: b1 goes
   expect_nothing_in_use(a);
   cw_client_release(a);
+}
+
+static void test_parts_wait_behind_their_first(void** state) {
+  (void)state;
+  parts_behind_their_first(false);
+  parts_behind_their_first(true);
 }
 
 static void test_session_end_frees_memory(void** state) {

@@ -335,7 +335,7 @@ static cw_status_t cw__stream(cw_proxy_session_t* s, uint64_t handle, const cw_p
   if (!memories) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   cw_status_t st = cw_ok_status();
   for (size_t i = 0; i < n && !st; i++) {
-    PJRT_Device* device;
+    PJRT_Device* device = NULL;
     st = cw_proxy_device_lookup(s, device_ids[i], &device);
     PJRT_Device_DefaultMemory_Args m = {
         .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Device_DefaultMemory_Args, memory),
@@ -352,7 +352,7 @@ static cw_status_t cw__stream(cw_proxy_session_t* s, uint64_t handle, const cw_p
     cw_status_free(st);  // packed sub-byte types: whole, as before
     return cw_ok_status();
   }
-  return st ? cw_status_annotate(st, "upload") : st;
+  return st;
 }
 
 static cw_status_t cw__make_from_host(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,

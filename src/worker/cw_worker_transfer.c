@@ -65,8 +65,8 @@ static void cw__fail_entry(cw_op_t* op, cw_store_entry_t* e, cw_status_t st) {
 // socket fills.
 typedef struct cw__parts_s {
   int refs;        // the entry's, and the part being read into place
-  // While the entry holds it: the entry, and the connection that began it
-  // (on its list of uploads in parts; NULL once off it).
+  // The entry, while it holds it; the connection that began it, while on
+  // its list of uploads in parts (NULL once off it).
   cw_store_entry_t* entry;
   cw_conn_t* conn;
   struct cw__parts_s* conn_next;
@@ -98,7 +98,7 @@ static void cw__parts_unref(cw_worker_t* w, cw__parts_t* p) {
   free(p);
 }
 
-// Off its connection's list: the entry no longer holds it.
+// Off its connection's list.
 static void cw__parts_unlink(cw__parts_t* p) {
   if (!p->conn_prevp) return;
   *p->conn_prevp = p->conn_next;
@@ -106,13 +106,13 @@ static void cw__parts_unlink(cw__parts_t* p) {
   p->conn_next = NULL;
   p->conn_prevp = NULL;
   p->conn = NULL;
-  p->entry = NULL;
 }
 
 void cw_worker_upload_parts_free(cw_worker_t* w, void* parts) {
   cw__parts_t* p = parts;
   if (!p) return;
   cw__parts_unlink(p);
+  p->entry = NULL;
   cw__parts_unref(w, p);
 }
 
@@ -127,6 +127,8 @@ void cw_worker_upload_parts_conn_closed(cw_conn_t* c) {
     cw_store_entry_t* e = p->entry;
     uint64_t received = p->received, extent = p->extent;
     cw__parts_unlink(p);
+    // Every part in (the first may still wait for memory): it completes.
+    if (p->claimed == p->extent + 1) continue;
     e->filling = false;
     cw_store_set_error(c->w->store, e, cw_make_status(
         CW_UNAVAILABLE, "buffer %" PRIu64 "'s upload in parts ended with %" PRIu64 " of its %"
@@ -180,6 +182,7 @@ static bool cw__part_put(cw_op_t* op, cw__parts_t* p, cw_store_entry_t* e) {
   }
   e->parts = NULL;
   cw__parts_unlink(p);
+  p->entry = NULL;
   op->staging = p->staging;
   op->size = p->extent;
   op->dtype = p->dtype;
@@ -188,14 +191,18 @@ static bool cw__part_put(cw_op_t* op, cw__parts_t* p, cw_store_entry_t* e) {
   op->rank = p->rank;
   op->device = p->device;
   op->memory = p->memory;
-  free(p);
+  p->staging = NULL;  // op's now
+  p->dims = NULL;
+  cw__parts_unref(op->w, p);  // the entry's reference
   return true;
 }
 
 // Puts in the parts that waited, in order, while none is read into place;
-// the last sends the whole array on.
+// the last sends the whole array on. The caller holds a reference to p: an
+// ack may close the connection, and with it the upload (p->entry then no
+// longer e, which may be gone).
 static void cw__parts_drain(cw__parts_t* p, cw_store_entry_t* e) {
-  while (p->queue && p->staging && !p->receiving) {
+  while (p->entry == e && p->queue && p->staging && !p->receiving) {
     cw_op_t* next = p->queue;
     p->queue = next->next_part;
     next->next_part = NULL;
@@ -229,6 +236,7 @@ static void cw__part_received(cw_op_t* op, cw_store_entry_t* e) {
     cw__fail_entry(op, e, st);  // frees the parts (and fails those waiting)
     return;
   }
+  p->refs++;  // held across the acks below (cw__parts_drain)
   if (op->part == CAUSEWAY__V1__UPLOAD_PART__UPLOAD_FIRST) {
     p->dtype = op->dtype;
     p->dims = op->dims;  // the parts' now
@@ -245,12 +253,15 @@ static void cw__part_received(cw_op_t* op, cw_store_entry_t* e) {
     cw_op_t** tail = &p->queue;  // not its turn yet
     while (*tail) tail = &(*tail)->next_part;
     *tail = op;
+    cw__parts_unref(w, p);
     return;
   } else if (cw__part_put(op, p, e)) {
+    cw__parts_unref(w, p);
     cw__transfer_whole(op, e);
     return;
   }
   cw__parts_drain(p, e);
+  cw__parts_unref(w, p);
 }
 
 void cw_worker_transfer_received(cw_op_t* op) {

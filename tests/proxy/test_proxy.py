@@ -1145,7 +1145,9 @@ def test_upload_streams_on_while_it_is_stored(cluster, proxy, devices):
         chunks.put(None)
         stored.result(30)
         assert response_status(made.result(30)) == (140, 0, "")
-        assert worker_bytes_in() - before >= len(raw) * len(devices)
+        # (the worker may still be reading the last part)
+        assert harness.wait_until(
+            lambda: worker_bytes_in() - before >= len(raw) * len(devices), 30)
         singles = [400]  # each device's copy as an array of its own
         if len(devices) > 1:
             singles = [410 + k for k in range(len(devices))]
