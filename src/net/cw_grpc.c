@@ -62,6 +62,7 @@ struct cw_grpc_session_s {
   uint8_t* out;  // frames gathered by take_output (kept, about out_batch at most)
   size_t out_len;
   size_t out_cap;
+  size_t out_hint;  // the capacity the next batch starts with (that of the last)
   bool broken;  // nghttp2 failed to send: nothing more goes out
 };
 
@@ -266,8 +267,9 @@ static void cw__trailer_fields(const cw_grpc_call_t* c, char code[16], nghttp2_n
 static int cw__out_room(cw_grpc_session_t* s, size_t n) {
   if (s->out_len > 0 && s->out_len + n > s->o->out_batch) return 0;
   if (s->out_len + n <= s->out_cap) return 1;
-  // Grown as used: a connection of small calls keeps a small buffer.
-  size_t cap = s->out_cap ? s->out_cap : 4096;
+  // Grown as used, from what the last batch needed: a connection of small
+  // calls has small batches, a streaming one is not regrown per batch.
+  size_t cap = s->out_cap ? s->out_cap : s->out_hint > 4096 ? s->out_hint : 4096;
   while (cap < s->out_len + n) cap *= 2;
   uint8_t* b = realloc(s->out, cap);
   if (!b) return -1;
@@ -668,7 +670,7 @@ cw_status_t cw_grpc_session_feed(cw_grpc_session_t* s, const uint8_t* data, size
   return cw_ok_status();
 }
 
-void cw_grpc_session_take_output(cw_grpc_session_t* s, const uint8_t** out_data, size_t* out_len) {
+void cw_grpc_session_take_output(cw_grpc_session_t* s, uint8_t** out_data, size_t* out_len) {
   if (s->h->on_writable && s->want_writable) {
     // Outside nghttp2's callbacks, so the handler may queue and finish.
     for (cw_grpc_call_t *c = s->calls, *next; c; c = next) {
@@ -692,8 +694,17 @@ void cw_grpc_session_take_output(cw_grpc_session_t* s, const uint8_t** out_data,
     CW_LOGW("gRPC: HTTP/2 send failed (%s): the connection is closed", nghttp2_strerror(rv));
     s->broken = true;
   }
-  *out_data = s->out_len ? s->out : NULL;
+  *out_data = NULL;
   *out_len = s->out_len;
+  if (!s->out_len) return;
+  // Handed over, so the transport writes it without a copy and an idle
+  // connection keeps no batch. The next starts as big, or half as big
+  // when this one used less than a quarter.
+  *out_data = s->out;
+  s->out_hint = s->out_len < s->out_cap / 4 ? s->out_cap / 2 : s->out_cap;
+  s->out = NULL;
+  s->out_cap = 0;
+  s->out_len = 0;
 }
 
 bool cw_grpc_session_alive(const cw_grpc_session_t* s) {

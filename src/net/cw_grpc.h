@@ -80,9 +80,9 @@ void cw_grpc_session_release(cw_grpc_session_t* session);
 // queued); write what take_output gives, then close.
 CW_MUST_USE cw_status_t cw_grpc_session_feed(cw_grpc_session_t* session, const uint8_t* data,
                                              size_t len);
-// The next bytes to write to the peer (borrowed until the next call on the
-// session); *out_len 0 when there are none.
-void cw_grpc_session_take_output(cw_grpc_session_t* session, const uint8_t** out_data,
+// The next bytes to write to the peer, handed over: free(*out_data) once
+// written. *out_len 0 (*out_data NULL) when there are none.
+void cw_grpc_session_take_output(cw_grpc_session_t* session, uint8_t** out_data,
                                  size_t* out_len);
 // True while the session still reads or writes (false: close it).
 bool cw_grpc_session_alive(const cw_grpc_session_t* session);

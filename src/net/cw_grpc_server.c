@@ -40,8 +40,7 @@ typedef struct cw_grpc_conn_s {
 typedef struct cw__write_s {
   uv_write_t req;
   cw_grpc_conn_t* conn;
-  size_t len;
-  uint8_t data[];
+  uint8_t* data;  // the session's batch, ours to free
 } cw__write_t;
 
 struct cw_grpc_server_s {
@@ -100,6 +99,7 @@ static cw_grpc_conn_t* cw__conn_of_gate(cw_net_gate_entry_t* e) {
 static void cw__written(uv_write_t* req, int status) {
   cw__write_t* w = (cw__write_t*)req;
   cw_grpc_conn_t* c = w->conn;
+  free(w->data);
   free(w);
   if (status < 0) cw__conn_close(c);
 }
@@ -108,20 +108,21 @@ static void cw__written(uv_write_t* req, int status) {
 static void cw__conn_flush(cw_grpc_conn_t* c) {
   if (c->closing) return;
   while (uv_stream_get_write_queue_size(&c->sock.stream) < CW__WRITE_HIGH) {
-    const uint8_t* d;
+    uint8_t* d;
     size_t n;
     cw_grpc_session_take_output(c->session, &d, &n);
     if (!n) break;
-    cw__write_t* w = malloc(sizeof(*w) + n);
+    cw__write_t* w = malloc(sizeof(*w));
     if (!w) {
+      free(d);
       cw__conn_close(c);
       return;
     }
     w->conn = c;
-    w->len = n;
-    memcpy(w->data, d, n);
-    uv_buf_t b = uv_buf_init((char*)w->data, (unsigned)n);
+    w->data = d;
+    uv_buf_t b = uv_buf_init((char*)d, (unsigned)n);
     if (uv_write(&w->req, &c->sock.stream, &b, 1, cw__written) < 0) {
+      free(d);
       free(w);
       cw__conn_close(c);
       return;

@@ -251,9 +251,12 @@ static void pump(cli_t* c, cw_grpc_session_t* s) {
       }
     }
     size_t len;
-    for (cw_grpc_session_take_output(s, &d, &len); len; cw_grpc_session_take_output(s, &d, &len)) {
+    uint8_t* out;
+    for (cw_grpc_session_take_output(s, &out, &len); len;
+         cw_grpc_session_take_output(s, &out, &len)) {
       moved = true;
-      assert_true(nghttp2_session_mem_recv(c->h2, d, len) >= 0);
+      assert_true(nghttp2_session_mem_recv(c->h2, out, len) >= 0);
+      free(out);
     }
     if (!moved) return;
   }
@@ -354,11 +357,13 @@ static void stream_large(fix_t* f, uint32_t max_frame, size_t* outputs, size_t* 
       assert_null(cw_grpc_session_feed(f->s, d, (size_t)n));
     }
     size_t len;
-    for (cw_grpc_session_take_output(f->s, &d, &len); len;
-         cw_grpc_session_take_output(f->s, &d, &len)) {
+    uint8_t* out;
+    for (cw_grpc_session_take_output(f->s, &out, &len); len;
+         cw_grpc_session_take_output(f->s, &out, &len)) {
       ++*outputs;
       if (len > *largest) *largest = len;
-      assert_true(nghttp2_session_mem_recv(f->cli.h2, d, len) >= 0);
+      assert_true(nghttp2_session_mem_recv(f->cli.h2, out, len) >= 0);
+      free(out);
     }
   }
   assert_int_equal(f->cli.grpc_status, 0);
@@ -408,9 +413,11 @@ static void test_reset_with_frames_waiting(void** state) {
   }
   // Outputs until the response's first DATA frame has come, then one more.
   for (int i = 0; i < 8 && f->cli.data_frames == 0; i++) {
-    cw_grpc_session_take_output(f->s, &d, &len);
+    uint8_t* out;
+    cw_grpc_session_take_output(f->s, &out, &len);
     assert_true(len > 0 && len <= 16384 + 9);  // a batch, or one default-size frame
-    assert_true(nghttp2_session_mem_recv(f->cli.h2, d, len) >= 0);
+    assert_true(nghttp2_session_mem_recv(f->cli.h2, out, len) >= 0);
+    free(out);
   }
   assert_true(f->cli.data_frames > 0);
   assert_int_equal(nghttp2_submit_rst_stream(f->cli.h2, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL),

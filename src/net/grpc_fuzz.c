@@ -84,13 +84,17 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Fed in two parts, so that state carries across reads.
   size_t half = size / 2;
   cw_status_t st = cw_grpc_session_feed(s, data, half);
-  const uint8_t* out;
+  uint8_t* out;
   size_t n;
   // One batch only: the rest (a DATA frame nghttp2 holds, maybe) waits
   // across the second part, which may reset its stream.
   cw_grpc_session_take_output(s, &out, &n);
+  free(out);
   if (!st) st = cw_grpc_session_feed(s, data + half, size - half);
-  do cw_grpc_session_take_output(s, &out, &n); while (n);
+  do {
+    cw_grpc_session_take_output(s, &out, &n);
+    free(out);
+  } while (n);
   cw_status_free(st);
   cw_grpc_session_release(s);
 
