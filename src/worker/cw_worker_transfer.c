@@ -65,10 +65,9 @@ static void cw__fail_entry(cw_op_t* op, cw_store_entry_t* e, cw_status_t st) {
 // socket fills.
 typedef struct cw__parts_s {
   int refs;        // the entry's, and the part being read into place
-  // The entry, while it holds it; the connection that began it, while on
-  // its list of uploads in parts (NULL once off it).
+  // The entry, while it holds it; the links on the list of uploads in parts
+  // of the connection that began it (conn_prevp NULL once off it).
   cw_store_entry_t* entry;
-  cw_conn_t* conn;
   struct cw__parts_s* conn_next;
   struct cw__parts_s** conn_prevp;
   bool receiving;  // a part's bytes are being read into place
@@ -105,7 +104,6 @@ static void cw__parts_unlink(cw__parts_t* p) {
   if (p->conn_next) p->conn_next->conn_prevp = p->conn_prevp;
   p->conn_next = NULL;
   p->conn_prevp = NULL;
-  p->conn = NULL;
 }
 
 void cw_worker_upload_parts_free(cw_worker_t* w, void* parts) {
@@ -146,7 +144,7 @@ static cw_status_t cw__parts_begin(cw_conn_t* c, cw_op_t* op, cw_store_entry_t* 
   assert(!c->closing);  // (held requests of a closed connection are dropped)
   cw__parts_t* p = calloc(1, sizeof(*p));
   if (!p) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  *p = (cw__parts_t){.refs = 1, .extent = extent, .claimed = first_len, .entry = e, .conn = c,
+  *p = (cw__parts_t){.refs = 1, .extent = extent, .claimed = first_len, .entry = e,
                      .conn_next = c->uploads_in_parts, .conn_prevp = &c->uploads_in_parts};
   if (p->conn_next) p->conn_next->conn_prevp = &p->conn_next;
   c->uploads_in_parts = p;
