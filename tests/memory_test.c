@@ -637,9 +637,19 @@ static void parts_behind_their_first(bool close_sender) {
   ASSERT_OK(cw_client_ping(b));  // their bytes are in
   fill_seq_hole(b_ctl, a);  // the hole: the first part waits for memory, the others for it
   if (close_sender) {
+    Causeway__V1__Stats* st = stats_of(b2);
+    uint64_t open = st->connections;
+    free_stats(st);
     cw_client_release(b);
     b = NULL;
-    ASSERT_OK(cw_client_ping(b2));  // (the worker has seen it close)
+    // The worker has seen it close before memory frees.
+    int64_t deadline = cw_time_now_ms() + 20000;
+    while ((st = stats_of(b2))->connections != open - 1) {
+      if (cw_time_now_ms() > deadline) fail_msg("the sender's close was not seen in 20 s");
+      free_stats(st);
+      cw_test_sleep_ms(20);
+    }
+    free_stats(st);
   }
   delete_ids(a, (uint64_t[]){a1}, 1);
   for (int k = 0; b && k < 3; ++k) ASSERT_OK(cw_client_wait(b, rid[k], NULL, NULL));
