@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "cw_pjrt_c_api.h"
+#include "cw_pjrt_test_util.h"
 
 static const PJRT_Api* api;
 static PJRT_Client* client;
@@ -67,6 +68,7 @@ static int setup(void** state) {
   void* h = dlopen(CW_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
   if (!h) return -1;
   api = ((CW_PJRT_GetPjrtApi_Fn)dlsym(h, CW_PJRT_GET_API_SYMBOL))();
+  cw_pjrt_test_api = api;  // (the shared helpers call the plugin under test)
   PJRT_Client_Create_Args c;
   INIT_ARGS(c);
   PJRT_Error* e = api->PJRT_Client_Create(&c);
@@ -113,14 +115,6 @@ static const char* device_worker(PJRT_Device* dev) {
   return "";
 }
 
-static PJRT_Memory* default_memory(PJRT_Device* dev) {
-  PJRT_Device_DefaultMemory_Args m;
-  INIT_ARGS(m);
-  m.device = dev;
-  OK(api->PJRT_Device_DefaultMemory(&m));
-  return m.memory;
-}
-
 // Any element type, shape and byte strides (NULL: dense); the error if
 // BufferFromHostBuffer refuses it.
 static PJRT_Error* upload_try(PJRT_Device* dev, PJRT_Buffer_Type type, const void* data,
@@ -136,7 +130,7 @@ static PJRT_Error* upload_try(PJRT_Device* dev, PJRT_Buffer_Type type, const voi
   b.byte_strides = strides;
   b.num_byte_strides = strides ? rank : 0;
   b.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes;
-  b.memory = default_memory(dev);
+  b.memory = cw_pjrt_test_default_memory(dev);
   PJRT_Error* e = api->PJRT_Client_BufferFromHostBuffer(&b);
   if (e) return e;
   await_event(b.done_with_host_buffer);
@@ -172,7 +166,7 @@ static PJRT_Buffer* copy_to(PJRT_Buffer* b, PJRT_Device* dev) {
   PJRT_Buffer_CopyToMemory_Args c;
   INIT_ARGS(c);
   c.buffer = b;
-  c.dst_memory = default_memory(dev);
+  c.dst_memory = cw_pjrt_test_default_memory(dev);
   OK(api->PJRT_Buffer_CopyToMemory(&c));
   return c.dst_buffer;
 }
@@ -358,7 +352,7 @@ static PJRT_AsyncHostToDeviceTransferManager* h2d_create(PJRT_Device* dev, PJRT_
   c.client = client;
   c.shape_specs = specs;
   c.num_shape_specs = n;
-  c.memory = default_memory(dev);
+  c.memory = cw_pjrt_test_default_memory(dev);
   *out_err = api->PJRT_Client_CreateBuffersForAsyncHostToDevice(&c);
   return c.transfer_manager;
 }
