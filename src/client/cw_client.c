@@ -171,11 +171,14 @@ static void cw__client_free(cw_client_t* c) {
   if (!c) return;
   cw_client_tls_free(c->tls);
   if (c->fd >= 0) close(c->fd);
+  if (c->kick_fd >= 0) close(c->kick_fd);
   cw_client_table_deinitialize(&c->table);
   pthread_cond_destroy(&c->cv);
   pthread_cond_destroy(&c->watchdog_cv);
   free(c->hung);
   pthread_mutex_destroy(&c->mu);
+  pthread_mutex_destroy(&c->read_mu);
+  cw_status_free(c->read_err);
   pthread_mutex_destroy(&c->write_mu);
   pthread_cond_destroy(&c->flush_cv);
   free(c->payload_buf);
@@ -259,6 +262,7 @@ cw_status_t cw_client_connect(const char* address, const cw_client_options_t* op
   cw_client_t* c = calloc(1, sizeof(*c));
   if (!c) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   c->fd = -1;
+  c->kick_fd = -1;
   pthread_mutex_init(&c->write_mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -266,6 +270,7 @@ cw_status_t cw_client_connect(const char* address, const cw_client_options_t* op
   pthread_cond_init(&c->flush_cv, &ca);
   pthread_condattr_destroy(&ca);
   pthread_mutex_init(&c->mu, NULL);
+  pthread_mutex_init(&c->read_mu, NULL);
   pthread_cond_init(&c->cv, NULL);
   c->next_id = 1;
   c->limits.max_payload = CW__DEFAULT_MAX_PAYLOAD;

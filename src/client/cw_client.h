@@ -147,6 +147,12 @@ CW_MUST_USE cw_status_t cw_client_write_held(cw_client_t* client);
 // batched reply, a wait, a flush. A failed write fails what it held, through
 // the reader.
 void cw_client_write_held_batched(cw_client_t* client);
+// For a thread about to wait for a reply: takes the replies that have
+// arrived on a plaintext connection, as the reader would (their callbacks run
+// on this thread), without waiting for more. Nothing if the reader is taking
+// frames now, or for TLS. Returns whether it took any. Its caller must hold
+// no lock a reply's callback takes.
+bool cw_client_take_replies(cw_client_t* client);
 
 // Send + wait.
 CW_MUST_USE cw_status_t cw_client_call(cw_client_t* client, uint16_t type,

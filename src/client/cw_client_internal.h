@@ -116,9 +116,18 @@ struct cw_client_s {
 
   pthread_t reader;
   bool reader_started;
-  uint8_t* payload_buf;  // reader-owned scratch for payloads
+  // Whoever reads frames holds read_mu: the reader thread, or on a
+  // plaintext connection (shared_reads) a thread waiting for a reply that
+  // is already there (cw_client_take_replies). The three below are its.
+  pthread_mutex_t read_mu;
+  _Atomic bool shared_reads;
+  cw_status_t read_err;  // a waiter's read failed: the reader ends the connection
+  // An eventfd the reader waits on beside the socket: a waiter that leaves
+  // bytes in rb (a frame it may not take) wakes the reader for them.
+  int kick_fd;
+  uint8_t* payload_buf;  // scratch for payloads
   size_t payload_cap;
-  cw_rbuf_t rb;          // reader-owned: what one recv brought (cw_rbuf.h)
+  cw_rbuf_t rb;          // what the recvs brought (cw_rbuf.h)
   void (*on_event)(void* user, const ProtobufCMessage* event);
   void* event_user;
   void (*on_request)(void* user, cw_client_t* client, uint16_t type, uint64_t request_id,
@@ -201,6 +210,8 @@ const char* cw_client_io_error_text(const cw_client_t* c, int err, size_t got);
 // The reader (cw_client_reader.c): reads until the connection ends, then
 // fails everything outstanding.
 void* cw_client_reader_main(void* arg);
+// cw_client_take_replies with read_mu held (and shared_reads set).
+bool cw_client_take_replies_locked(cw_client_t* c);
 // The liveness watchdog (cw_client_liveness.c; c->liveness_ms > 0): ends with
 // c->closing or c->dead.
 void* cw_client_watchdog_main(void* arg);

@@ -1,11 +1,15 @@
 // The reader thread of the client library: reads every frame from the
 // peer, completes requests by id (reply bulk straight into the caller's
 // sink), hands EVENT frames to on_event, and fails everything outstanding
-// once the connection ends.
+// once the connection ends. A thread waiting for a reply may take replies
+// that have arrived itself (cw_client_take_replies): on an idle machine the
+// reader's wakeup costs more than the round trip.
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 
 #include "cw_client_internal.h"
@@ -291,6 +295,70 @@ static cw_status_t cw__read_one(cw_client_t* c) {
   return cw_ok_status();
 }
 
+// A whole REPLY frame (header, payload, bulk) is buffered: taking it reads
+// nothing more from the socket.
+static bool cw__reply_buffered(cw_client_t* c) {
+  size_t have = cw_rbuf_buffered(&c->rb);
+  cw_frame_header_t h;
+  if (have < CW_FRAME_HEADER_SIZE) return false;
+  cw_status_t s = cw_frame_header_decode(cw_rbuf_peek(&c->rb), CW_FRAME_HEADER_SIZE, &c->limits,
+                                         &h);
+  if (s) {
+    cw_status_free(s);  // a bad header is the reader's to report
+    return false;
+  }
+  return (h.flags & CW_FRAME_REPLY) &&
+         (uint64_t)have - CW_FRAME_HEADER_SIZE >= (uint64_t)h.payload_len + h.bulk_len;
+}
+
+bool cw_client_take_replies_locked(cw_client_t* c) {
+  bool took = false;
+  if (!c->read_err && (cw__reply_buffered(c) || cw_rbuf_fill_nowait(&c->rb) > 0)) {
+    // Replies only: a peer's request or EVENT may block or call back into
+    // the caller, who is inside a wait of its own; the reader takes those.
+    while (cw__reply_buffered(c)) {
+      cw_status_t s = cw__read_one(c);
+      if (s) {
+        c->read_err = s;
+        shutdown(c->fd, SHUT_RDWR);  // wakes the reader, which ends the connection
+        break;
+      }
+      took = true;
+    }
+    // What is left (a frame for the reader, or part of one) came off the
+    // socket: the reader, waiting on the socket, must hear of it.
+    if (cw_rbuf_buffered(&c->rb)) {
+      while (eventfd_write(c->kick_fd, 1) < 0 && errno == EINTR) {
+      }
+    }
+  }
+  return took;
+}
+
+bool cw_client_take_replies(cw_client_t* c) {
+  if (!c || !atomic_load_explicit(&c->shared_reads, memory_order_acquire)) return false;
+  if (pthread_mutex_trylock(&c->read_mu)) return false;  // someone reads already
+  bool took = cw_client_take_replies_locked(c);
+  pthread_mutex_unlock(&c->read_mu);
+  return took;
+}
+
+// With read_mu held, returns with it held: once the next frame has begun to
+// arrive (or a waiter's read failed). Waits without the lock, so that a
+// waiter may take the replies that come meanwhile.
+static void cw__await_frame(cw_client_t* c) {
+  while (!c->read_err && cw_rbuf_buffered(&c->rb) == 0) {
+    if (cw_rbuf_fill_nowait(&c->rb) != 0) return;  // bytes, or EOF/error for read_one
+    pthread_mutex_unlock(&c->read_mu);
+    struct pollfd p[2] = {{.fd = c->fd, .events = POLLIN}, {.fd = c->kick_fd, .events = POLLIN}};
+    while (poll(p, 2, -1) < 0 && errno == EINTR) {
+    }
+    eventfd_t drop;
+    if (p[1].revents) (void)eventfd_read(c->kick_fd, &drop);
+    pthread_mutex_lock(&c->read_mu);
+  }
+}
+
 void* cw_client_reader_main(void* arg) {
   cw_client_t* c = arg;
   if (cw_rbuf_initialize(&c->rb, c->fd, CW_RBUF_DEFAULT_CAPACITY) != 0) {
@@ -298,9 +366,20 @@ void* cw_client_reader_main(void* arg) {
     shutdown(c->fd, SHUT_RDWR);
     return NULL;
   }
-  if (c->tls) cw_rbuf_set_reader(&c->rb, cw_client_tls_read, c->tls);  // plaintext out of TLS
+  if (c->tls) {
+    cw_rbuf_set_reader(&c->rb, cw_client_tls_read, c->tls);  // plaintext out of TLS
+  } else {
+    c->kick_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    // Without one, the reader alone reads (cw_client_take_replies: nothing).
+    if (c->kick_fd >= 0) atomic_store_explicit(&c->shared_reads, true, memory_order_release);
+  }
   for (;;) {
-    cw_status_t s = cw__read_one(c);
+    pthread_mutex_lock(&c->read_mu);
+    if (c->kick_fd >= 0) cw__await_frame(c);
+    cw_status_t s = c->read_err;
+    c->read_err = NULL;
+    if (!s) s = cw__read_one(c);
+    pthread_mutex_unlock(&c->read_mu);
     if (s) {
       cw__fail_all(c, s);
       // Unblock a sender stuck on a peer that stopped reading.

@@ -1,12 +1,15 @@
 // Unit tests of the reader thread (cw_client_reader.c): replies packed and
 // split across reads, reply bulk into sinks, error replies, a peer that
-// closes or breaks the protocol; against the fake peer.
+// closes or breaks the protocol; a waiting thread taking replies itself;
+// against the fake peer.
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cw_client_fake_peer.h"
+#include "cw_client_internal.h"
 
 // Appends one reply frame to buf[*len..] (caller-sized).
 static void pack_frame(uint8_t* buf, size_t* len, uint16_t type, uint64_t id,
@@ -337,6 +340,166 @@ static void test_protocol_violation(void** state) {
   fake_join(&f);
 }
 
+// ---- A waiting thread takes the replies itself (cw_client_take_replies) ------
+
+// Answers the first PING with an EVENT and its reply in one write, the
+// second with its reply alone, then echoes.
+static void script_event_then_replies(fake_t* f) {
+  frame_t fr;
+  FCHECK(f, fake_read(f, &fr));
+  uint8_t out[512];
+  size_t len = 0;
+  Causeway__V1__ClusterEvent ev = CAUSEWAY__V1__CLUSTER_EVENT__INIT;
+  size_t plen = protobuf_c_message_get_packed_size(&ev.base);
+  cw_frame_header_t h = {.magic = CW_FRAME_MAGIC, .version = 1, .type = CW_MSG_EVENT,
+                         .payload_len = (uint32_t)plen};
+  cw_frame_header_encode(&h, out);
+  len = CW_FRAME_HEADER_SIZE;
+  protobuf_c_message_pack(&ev.base, out + len);
+  len += plen;
+  pack_frame(out, &len, fr.h.type, fr.h.request_id, fr.msg, NULL, 0);
+  FCHECK(f, write_all(f->fd, out, len));
+  frame_free(&fr);
+  script_echo(f);
+}
+
+typedef struct {
+  rec_t rec;
+  pthread_t thread;  // where the callback ran
+  int events;
+} took_t;
+
+static void took_done(void* user, cw_status_t status, const ProtobufCMessage* reply) {
+  took_t* t = user;
+  t->thread = pthread_self();
+  rec_done(&t->rec, status, reply);
+}
+
+static void took_event(void* user, const ProtobufCMessage* event) {
+  (void)event;
+  took_t* t = user;
+  pthread_mutex_lock(&t->rec.mu);
+  t->events++;
+  pthread_mutex_unlock(&t->rec.mu);
+}
+
+// Waits until the peer has written something to `c`.
+static void await_readable(cw_client_t* c) {
+  struct pollfd p = {.fd = c->fd, .events = POLLIN};
+  assert_int_equal(poll(&p, 1, 10 * 1000), 1);
+}
+
+// With the reader kept out (read_mu held, as while it is busy), a reply that
+// has arrived is taken by the caller, its callback on the caller's thread; an
+// EVENT ahead of it is left, with the reply behind it, to the reader, which
+// carries on afterwards.
+static void test_waiter_takes_replies(void** state) {
+  (void)state;
+  fake_t f = {0};
+  fake_start(&f, script_event_then_replies);
+  took_t t = {.rec = {.mu = PTHREAD_MUTEX_INITIALIZER}};
+  cw_client_options_t opt = {.on_event = took_event, .event_user = &t};
+  cw_client_t* c = NULL;
+  assert_ok(cw_client_connect(f.path, &opt, &c));
+  while (!atomic_load(&c->shared_reads)) usleep(100);  // the reader has begun
+
+  // The EVENT comes first: the caller takes nothing.
+  pthread_mutex_lock(&c->read_mu);
+  assert_ok(send_ping(c, "first", took_done, &t, NULL));
+  await_readable(c);
+  assert_false(cw_client_take_replies_locked(c));
+  pthread_mutex_unlock(&c->read_mu);
+  assert_ok(cw_client_flush(c));
+  assert_int_equal(t.rec.calls, 1);
+  assert_string_equal(t.rec.data, "first");
+  assert_int_equal(t.events, 1);
+  assert_false(pthread_equal(t.thread, pthread_self()));  // the reader's
+
+  // A reply alone: the caller takes it.
+  pthread_mutex_lock(&c->read_mu);
+  assert_ok(send_ping(c, "second", took_done, &t, NULL));
+  await_readable(c);
+  bool took = false;
+  for (int i = 0; i < 10000 && !took; ++i) {  // its bytes may come in pieces
+    took = cw_client_take_replies_locked(c);
+    if (!took) usleep(100);
+  }
+  assert_true(took);
+  assert_int_equal(t.rec.calls, 2);
+  assert_string_equal(t.rec.data, "second");
+  assert_true(pthread_equal(t.thread, pthread_self()));
+  assert_false(cw_client_take_replies_locked(c));  // nothing more has come
+  pthread_mutex_unlock(&c->read_mu);
+
+  // The reader carries on, and the public form works beside it.
+  assert_ok(cw_client_ping(c));
+  assert_ok(send_ping(c, "third", took_done, &t, NULL));
+  while (!cw_client_take_replies(c)) {
+    pthread_mutex_lock(&t.rec.mu);
+    int calls = t.rec.calls;
+    pthread_mutex_unlock(&t.rec.mu);
+    if (calls == 3) break;  // the reader was first
+    sched_yield();
+  }
+  assert_ok(cw_client_flush(c));
+  assert_int_equal(t.rec.calls, 3);
+  assert_string_equal(t.rec.data, "third");
+  cw_client_release(c);
+  fake_join(&f);
+}
+
+// A reply that breaks the protocol, taken by a waiter: the connection ends
+// with the reason, as when the reader reads it. A header the waiter cannot
+// read is left to the reader (test_protocol_violation's script).
+static void test_waiter_takes_a_bad_reply(void** state) {
+  (void)state;
+  fake_t f = {0};
+  fake_start(&f, script_bad_id);
+  cw_client_t* c = connect_ok(&f);
+  while (!atomic_load(&c->shared_reads)) usleep(100);
+  rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  pthread_mutex_lock(&c->read_mu);
+  assert_ok(send_ping(c, "p", rec_done, &rec, NULL));
+  uint64_t id = 0;
+  assert_ok(send_ping(c, "q", NULL, NULL, &id));
+  await_readable(c);
+  for (int i = 0; i < 10000 && !c->read_err; ++i) {
+    assert_false(cw_client_take_replies_locked(c));
+    if (!c->read_err) usleep(100);
+  }
+  assert_non_null(c->read_err);
+  pthread_mutex_unlock(&c->read_mu);
+  expect_status(cw_client_wait(c, id, NULL, NULL), CW_UNAVAILABLE, "unknown request id 999");
+  assert_ok(cw_client_flush(c));  // waits for the callback
+  assert_int_equal(rec.calls, 1);
+  assert_int_equal(rec.code, CW_UNAVAILABLE);
+  assert_non_null(strstr(rec.message, "unknown request id 999"));
+  expect_status(cw_client_ping(c), CW_UNAVAILABLE, "unknown request id 999");
+  cw_client_release(c);
+  fake_join(&f);
+}
+
+static void test_waiter_leaves_a_bad_header(void** state) {
+  (void)state;
+  fake_t f = {0};
+  fake_start(&f, script_bad_bulk);
+  cw_client_t* c = connect_ok(&f);
+  while (!atomic_load(&c->shared_reads)) usleep(100);
+  rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  pthread_mutex_lock(&c->read_mu);
+  assert_ok(send_ping(c, "p", rec_done, &rec, NULL));
+  await_readable(c);
+  usleep(20 * 1000);
+  assert_false(cw_client_take_replies_locked(c));
+  assert_null(c->read_err);
+  pthread_mutex_unlock(&c->read_mu);
+  assert_ok(cw_client_flush(c));
+  assert_int_equal(rec.calls, 1);
+  assert_non_null(strstr(rec.message, "carry no bulk"));
+  cw_client_release(c);
+  fake_join(&f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_packed_and_split_replies),
@@ -346,6 +509,9 @@ int main(void) {
       cmocka_unit_test(test_peer_closes),
       cmocka_unit_test(test_unknown_reply_id),
       cmocka_unit_test(test_protocol_violation),
+      cmocka_unit_test(test_waiter_takes_replies),
+      cmocka_unit_test(test_waiter_takes_a_bad_reply),
+      cmocka_unit_test(test_waiter_leaves_a_bad_header),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -72,3 +72,24 @@ int cw_rbuf_read(cw_rbuf_t* rb, void* dst, size_t len, size_t* out_got) {
   if (out_got) *out_got = got;
   return rc;
 }
+
+ssize_t cw_rbuf_fill_nowait(cw_rbuf_t* rb) {
+  if (rb->off) {
+    memmove(rb->data, rb->data + rb->off, rb->len - rb->off);
+    rb->len -= rb->off;
+    rb->off = 0;
+  }
+  if (rb->len == rb->cap) return 0;
+  for (;;) {
+    ssize_t n = recv(rb->fd, rb->data + rb->len, rb->cap - rb->len, MSG_DONTWAIT);
+    rb->recvs++;
+    if (n > 0) {
+      rb->len += (size_t)n;
+      return n;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    if (n == 0) errno = 0;
+    return -1;
+  }
+}

@@ -37,5 +37,12 @@ int cw_rbuf_read(cw_rbuf_t* rb, void* dst, size_t len, size_t* out_got);
 
 // Bytes already buffered (read from the socket, not yet consumed).
 static inline size_t cw_rbuf_buffered(const cw_rbuf_t* rb) { return rb->len - rb->off; }
+// The first of them.
+static inline const uint8_t* cw_rbuf_peek(const cw_rbuf_t* rb) { return rb->data + rb->off; }
+
+// Appends what the socket holds now, without waiting (recv(fd) only, not
+// read_fn): > 0 bytes added, 0 if none had arrived or the buffer is full, -1
+// with errno at EOF (errno 0) or on an error.
+ssize_t cw_rbuf_fill_nowait(cw_rbuf_t* rb);
 
 #endif  // CW_CLIENT_RBUF_H_

@@ -118,12 +118,44 @@ static void test_eof(void** state) {
   close(fds[0]);
 }
 
+// Filling without waiting: nothing yet, bytes appended behind what is
+// unread (moved to the front), a full buffer, then EOF.
+static void test_fill_nowait(void** state) {
+  (void)state;
+  int fds[2];
+  pair(fds);
+  cw_rbuf_t rb;
+  assert_int_equal(cw_rbuf_initialize(&rb, fds[0], 8), 0);
+  assert_int_equal(cw_rbuf_fill_nowait(&rb), 0);
+  put(fds[1], "abcdef", 6);
+  assert_int_equal(cw_rbuf_fill_nowait(&rb), 6);
+  char got[8];
+  assert_int_equal(cw_rbuf_read(&rb, got, 4, NULL), 0);
+  assert_memory_equal(got, "abcd", 4);
+  put(fds[1], "ghijklmn", 8);
+  assert_int_equal(cw_rbuf_fill_nowait(&rb), 6);  // "ef" moved up, 6 more fit
+  assert_int_equal(cw_rbuf_buffered(&rb), 8);
+  assert_memory_equal(cw_rbuf_peek(&rb), "efghijkl", 8);
+  assert_int_equal(cw_rbuf_fill_nowait(&rb), 0);  // full
+  assert_int_equal(cw_rbuf_read(&rb, got, 8, NULL), 0);
+  assert_int_equal(cw_rbuf_fill_nowait(&rb), 2);
+  assert_memory_equal(cw_rbuf_peek(&rb), "mn", 2);
+  close(fds[1]);
+  assert_int_equal(cw_rbuf_read(&rb, got, 2, NULL), 0);
+  errno = 5;
+  assert_int_equal(cw_rbuf_fill_nowait(&rb), -1);
+  assert_int_equal(errno, 0);
+  cw_rbuf_deinitialize(&rb);
+  close(fds[0]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_packed),
       cmocka_unit_test(test_split),
       cmocka_unit_test(test_large_direct),
       cmocka_unit_test(test_eof),
+      cmocka_unit_test(test_fill_nowait),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -180,11 +180,13 @@ PJRT_Error* cw_plugin_buffer_ready_event(PJRT_Buffer_ReadyEvent_Args* args) {
   cw_plugin_buffer_t* b = CW__BUF(args->buffer);
   // JAX asks at block_until_ready, not per launch: the launch that makes
   // `b` may be held for a shared write (cw_client_send_batched). Its thread
-  // sleeps next, and on an idle machine the reader's wakeup of it costs far
-  // more than the round trip (docs/performance.md): it polls briefly first.
+  // sleeps next, and on an idle machine a wakeup costs far more than the
+  // round trip (docs/performance.md): it polls briefly first, taking the
+  // reply itself if the reader has not woken yet.
   if (!cw_plugin_future_is_done(b->ready)) {
-    cw_plugin_worker_write_held(b->device->worker);
-    cw_plugin_future_spin(b->ready, b->client->wait_spin_us);
+    cw_plugin_worker_t* w = b->device->worker;
+    cw_plugin_worker_write_held(w);
+    cw_plugin_future_spin(b->ready, b->client->wait_spin_us, cw_plugin_worker_take_replies, w);
     // JAX sleeps next: the launch may be waiting at the worker for memory.
     if (!cw_plugin_future_is_done(b->ready)) cw_plugin_worker_flush_deletes(b->device->worker);
   }

@@ -105,12 +105,18 @@ bool cw_plugin_future_is_done(cw_plugin_future_t* f) {
   return atomic_load_explicit(&f->done, memory_order_acquire);
 }
 
-bool cw_plugin_future_spin(cw_plugin_future_t* f, int64_t budget_us) {
+bool cw_plugin_future_spin(cw_plugin_future_t* f, int64_t budget_us, void (*take)(void* arg),
+                           void* arg) {
   if (budget_us <= 0 || cw_plugin_future_is_done(f)) return cw_plugin_future_is_done(f);
   int64_t until = cw_time_now_ns() + budget_us * 1000;
-  // sched_yield hands the core to any thread that can run (the reader that
-  // completes `f`, on a busy machine); on an idle one it returns at once.
-  while (!cw_plugin_future_is_done(f) && cw_time_now_ns() < until) sched_yield();
+  // sched_yield hands the core to any thread that can run (the peer on this
+  // core, the reader that completes `f` on a busy machine); on an idle one
+  // it returns at once.
+  for (;;) {
+    if (take) take(arg);
+    if (cw_plugin_future_is_done(f) || cw_time_now_ns() >= until) break;
+    sched_yield();
+  }
   return cw_plugin_future_is_done(f);
 }
 

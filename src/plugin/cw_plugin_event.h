@@ -26,8 +26,10 @@ bool cw_plugin_future_is_done(cw_plugin_future_t* f);
 // Blocks until done; returns a copy of its error (OK on success).
 CW_MUST_USE cw_status_t cw_plugin_future_wait(cw_plugin_future_t* f);
 // Polls for up to budget_us microseconds (yielding between polls) for `f`
-// to complete; whether it has. For a caller about to sleep on it.
-bool cw_plugin_future_spin(cw_plugin_future_t* f, int64_t budget_us);
+// to complete; whether it has. For a caller about to sleep on it. `take`
+// (may be NULL) runs before each poll: it may complete `f` itself.
+bool cw_plugin_future_spin(cw_plugin_future_t* f, int64_t budget_us, void (*take)(void* arg),
+                           void* arg);
 // A new PJRT_Event holding its own reference to `f`.
 static inline PJRT_Event* cw_plugin_event_from_future(cw_plugin_future_t* f) {
   cw_plugin_future_retain(f);

@@ -130,17 +130,17 @@ static void test_wait_blocks_until_another_thread_completes(void** state) {
 static void test_spin_polls_within_its_budget(void** state) {
   (void)state;
   cw_plugin_future_t* f = cw_plugin_future_create();
-  assert_false(cw_plugin_future_spin(f, 0));
+  assert_false(cw_plugin_future_spin(f, 0, NULL, NULL));
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  assert_false(cw_plugin_future_spin(f, 2000));  // nobody completes it
+  assert_false(cw_plugin_future_spin(f, 2000, NULL, NULL));  // nobody completes it
   clock_gettime(CLOCK_MONOTONIC, &t1);
   int64_t waited_us = (t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000;
   assert_true(waited_us >= 2000);
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, complete_later, f), 0);  // in 20 ms
-  assert_true(cw_plugin_future_spin(f, 60 * 1000 * 1000));
-  assert_true(cw_plugin_future_spin(f, 0));  // done: true at once
+  assert_true(cw_plugin_future_spin(f, 60 * 1000 * 1000, NULL, NULL));
+  assert_true(cw_plugin_future_spin(f, 0, NULL, NULL));  // done: true at once
   pthread_join(t, NULL);
   cw_plugin_future_release(f);
 }

@@ -532,6 +532,15 @@ cw_status_t cw_plugin_worker_send_batched(cw_plugin_worker_t* w, bool direct, ui
   return cw__send_ordered(w, direct, true, type, req, req_seq, done, user);
 }
 
+void cw_plugin_worker_take_replies(void* arg) {
+  cw_plugin_worker_t* w = arg;
+  if (!atomic_load_explicit(&w->direct_launch, memory_order_relaxed) ||
+      atomic_load_explicit(&w->dead, memory_order_acquire)) {
+    return;
+  }
+  cw_client_take_replies(atomic_load_explicit(&w->conn, memory_order_acquire));
+}
+
 void cw_plugin_worker_write_held(cw_plugin_worker_t* w) {
   if (!atomic_load_explicit(&w->direct_launch, memory_order_relaxed)) {
     cw__worker_write_relayed_held(w);

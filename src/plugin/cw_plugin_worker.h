@@ -64,6 +64,10 @@ CW_MUST_USE cw_status_t cw_plugin_worker_send_batched(cw_plugin_worker_t* w, boo
 // Someone waits for a buffer of `w`: launches held for a shared write on w's
 // connection, or on the controller's for a relayed w, go now.
 void cw_plugin_worker_write_held(cw_plugin_worker_t* w);
+// For a thread about to wait for a reply from `w` (void* for
+// cw_plugin_future_spin): takes the replies that have arrived on w's own
+// connection (cw_client_take_replies). Relayed replies stay the reader's.
+void cw_plugin_worker_take_replies(void* w);
 // Deletes buffer `id` (`bytes` on the worker) on `w`: batched into one
 // DELETE that takes its seq when it goes: before w's next direct request
 // other than a LAUNCH, with a LAUNCH once enough wait, when the batch is full
