@@ -241,6 +241,27 @@ static void cw__out_write(cw_net_conn_t* c, const void* bulk, uint64_t bulk_len,
     cw_net__tls_write(c, bulk, bulk_len, bulk_free, bulk_user);
     return;
   }
+  size_t done = 0;  // of the gathered frames, written here
+  if (!bulk_len && c->out_len) {
+    // Small frames go out now when the socket takes them: a queued uv_write
+    // would cost the loop another pass (its callback) and a request.
+    uv_buf_t b = uv_buf_init((char*)c->out, (unsigned)c->out_len);
+    int rc = uv_try_write(&c->h.stream, &b, 1);
+    if (rc >= 0) done = (size_t)rc;
+    if (done == c->out_len) {
+      c->out_len = 0;
+      if (c->out_cap > CW__OUT_FLUSH_AT) {  // a burst's buffer is not kept
+        free(c->out);
+        c->out = NULL;
+        c->out_cap = 0;
+      }
+      if (c->close_after_write && c->writes_pending == 0 && !c->closing) {
+        cw_net_conn_close(c, NULL);
+      }
+      return;
+    }
+    // UV_EAGAIN or a part: the rest through uv_write, which reports errors.
+  }
   cw__write_t* wr = calloc(1, sizeof(*wr));
   if (!wr) {
     if (bulk_free) bulk_free(bulk_user);
@@ -254,7 +275,7 @@ static void cw__out_write(cw_net_conn_t* c, const void* bulk, uint64_t bulk_len,
   wr->bulk_user = bulk_user;
   uv_buf_t bufs[2];
   unsigned n = 0;
-  if (c->out_len) bufs[n++] = uv_buf_init((char*)c->out, (unsigned)c->out_len);
+  if (c->out_len > done) bufs[n++] = uv_buf_init((char*)c->out + done, (unsigned)(c->out_len - done));
   if (bulk_len) {
     bufs[n].base = (char*)(uintptr_t)bulk;
     bufs[n].len = (size_t)bulk_len;
