@@ -122,6 +122,11 @@ struct cw_client_s {
   pthread_mutex_t read_mu;
   _Atomic bool shared_reads;
   cw_status_t read_err;  // a waiter's read failed: the reader ends the connection
+  bool read_closed;      // the reader ended it: the stream is no longer at a frame
+  // The thread running frames' callbacks on behalf of the reader (a waiter
+  // in cw_client_take_replies), so that they cannot wait on this client.
+  _Atomic(pthread_t) taker;
+  _Atomic bool taking;
   // An eventfd the reader waits on beside the socket: a waiter that leaves
   // bytes in rb (a frame it may not take) wakes the reader for them.
   int kick_fd;

@@ -313,7 +313,10 @@ static bool cw__reply_buffered(cw_client_t* c) {
 
 bool cw_client_take_replies_locked(cw_client_t* c) {
   bool took = false;
-  if (!c->read_err && (cw__reply_buffered(c) || cw_rbuf_fill_nowait(&c->rb) > 0)) {
+  if (c->read_err || c->read_closed) return false;
+  if (cw__reply_buffered(c) || cw_rbuf_fill_nowait(&c->rb) > 0) {
+    atomic_store_explicit(&c->taker, pthread_self(), memory_order_relaxed);
+    atomic_store_explicit(&c->taking, true, memory_order_release);
     // Replies only: a peer's request or EVENT may block or call back into
     // the caller, who is inside a wait of its own; the reader takes those.
     while (cw__reply_buffered(c)) {
@@ -325,6 +328,7 @@ bool cw_client_take_replies_locked(cw_client_t* c) {
       }
       took = true;
     }
+    atomic_store_explicit(&c->taking, false, memory_order_release);
     // What is left (a frame for the reader, or part of one) came off the
     // socket: the reader, waiting on the socket, must hear of it.
     if (cw_rbuf_buffered(&c->rb)) {
@@ -351,11 +355,19 @@ static void cw__await_frame(cw_client_t* c) {
     if (cw_rbuf_fill_nowait(&c->rb) != 0) return;  // bytes, or EOF/error for read_one
     pthread_mutex_unlock(&c->read_mu);
     struct pollfd p[2] = {{.fd = c->fd, .events = POLLIN}, {.fd = c->kick_fd, .events = POLLIN}};
-    while (poll(p, 2, -1) < 0 && errno == EINTR) {
+    int rc;
+    while ((rc = poll(p, 2, -1)) < 0 && errno == EINTR) {
+    }
+    pthread_mutex_lock(&c->read_mu);
+    if (rc < 0) {
+      if (!c->read_err) {
+        c->read_err = cw_make_status(CW_UNAVAILABLE, "waiting for the socket: %s",
+                                     strerror(errno));
+      }
+      return;
     }
     eventfd_t drop;
     if (p[1].revents) (void)eventfd_read(c->kick_fd, &drop);
-    pthread_mutex_lock(&c->read_mu);
   }
 }
 
@@ -379,6 +391,10 @@ void* cw_client_reader_main(void* arg) {
     cw_status_t s = c->read_err;
     c->read_err = NULL;
     if (!s) s = cw__read_one(c);
+    // Waiters stop reading before fail_all completes what is outstanding:
+    // the stream may stop mid-frame, and a reply they took would be
+    // completed twice.
+    if (s) c->read_closed = true;
     pthread_mutex_unlock(&c->read_mu);
     if (s) {
       cw__fail_all(c, s);

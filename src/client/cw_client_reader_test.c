@@ -367,11 +367,18 @@ typedef struct {
   rec_t rec;
   pthread_t thread;  // where the callback ran
   int events;
+  cw_client_t* client;           // set: the callback tries a blocking call on it
+  cw_status_code_t nested_code;  // what that call answered
 } took_t;
 
 static void took_done(void* user, cw_status_t status, const ProtobufCMessage* reply) {
   took_t* t = user;
   t->thread = pthread_self();
+  if (t->client) {
+    cw_status_t s = cw_client_ping(t->client);  // nobody would read its reply
+    t->nested_code = cw_status_code(s);
+    cw_status_free(s);
+  }
   rec_done(&t->rec, status, reply);
 }
 
@@ -415,7 +422,9 @@ static void test_waiter_takes_replies(void** state) {
   assert_int_equal(t.events, 1);
   assert_false(pthread_equal(t.thread, pthread_self()));  // the reader's
 
-  // A reply alone: the caller takes it.
+  // A reply alone: the caller takes it. Its callback, on the caller's
+  // thread, may not wait on the client (only a reader could answer).
+  t.client = c;
   pthread_mutex_lock(&c->read_mu);
   assert_ok(send_ping(c, "second", took_done, &t, NULL));
   await_readable(c);
@@ -428,11 +437,14 @@ static void test_waiter_takes_replies(void** state) {
   assert_int_equal(t.rec.calls, 2);
   assert_string_equal(t.rec.data, "second");
   assert_true(pthread_equal(t.thread, pthread_self()));
+  assert_int_equal(t.nested_code, CW_FAILED_PRECONDITION);
   assert_false(cw_client_take_replies_locked(c));  // nothing more has come
   pthread_mutex_unlock(&c->read_mu);
+  t.client = NULL;
+  assert_ok(cw_client_ping(c));  // outside a callback, the same call works
 
-  // The reader carries on, and the public form works beside it.
-  assert_ok(cw_client_ping(c));
+  // The public form beside the reader: whichever takes the reply, it is
+  // delivered once and intact.
   assert_ok(send_ping(c, "third", took_done, &t, NULL));
   while (!cw_client_take_replies(c)) {
     pthread_mutex_lock(&t.rec.mu);
@@ -489,13 +501,62 @@ static void test_waiter_leaves_a_bad_header(void** state) {
   pthread_mutex_lock(&c->read_mu);
   assert_ok(send_ping(c, "p", rec_done, &rec, NULL));
   await_readable(c);
-  usleep(20 * 1000);
+  // The waiter reads the header off the socket and leaves it.
+  for (int i = 0; i < 10000 && cw_rbuf_buffered(&c->rb) < CW_FRAME_HEADER_SIZE; ++i) {
+    assert_false(cw_client_take_replies_locked(c));
+    usleep(100);
+  }
+  assert_true(cw_rbuf_buffered(&c->rb) >= CW_FRAME_HEADER_SIZE);
   assert_false(cw_client_take_replies_locked(c));
   assert_null(c->read_err);
   pthread_mutex_unlock(&c->read_mu);
   assert_ok(cw_client_flush(c));
   assert_int_equal(rec.calls, 1);
   assert_non_null(strstr(rec.message, "carry no bulk"));
+  cw_client_release(c);
+  fake_join(&f);
+}
+
+// Reads two requests, then answers with a reply for an unknown id and, in
+// the same write, a good reply to the first request.
+static void script_bad_id_then_good(fake_t* f) {
+  frame_t fr, fr2;
+  FCHECK(f, fake_read(f, &fr));
+  FCHECK(f, fake_read(f, &fr2));
+  uint8_t out[512];
+  size_t len = 0;
+  pack_frame(out, &len, CW_MSG_PING, 999, fr.msg, NULL, 0);
+  pack_frame(out, &len, CW_MSG_PING, fr.h.request_id, fr.msg, NULL, 0);
+  FCHECK(f, write_all(f->fd, out, len));
+  frame_free(&fr);
+  frame_free(&fr2);
+  script_echo(f);
+}
+
+// Once the reader has ended the connection, a waiter takes nothing, not even
+// a whole reply left behind the bad frame: fail_all has completed it.
+static void test_waiter_stops_once_the_reader_failed(void** state) {
+  (void)state;
+  fake_t f = {0};
+  fake_start(&f, script_bad_id_then_good);
+  cw_client_t* c = connect_ok(&f);
+  while (!atomic_load(&c->shared_reads)) usleep(100);
+  rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  pthread_mutex_lock(&c->read_mu);  // both frames arrive before the reader reads
+  assert_ok(send_ping(c, "p", rec_done, &rec, NULL));
+  uint64_t id = 0;
+  assert_ok(send_ping(c, "q", NULL, NULL, &id));
+  await_readable(c);
+  pthread_mutex_unlock(&c->read_mu);
+  expect_status(cw_client_wait(c, id, NULL, NULL), CW_UNAVAILABLE, "unknown request id 999");
+  assert_ok(cw_client_flush(c));
+  assert_false(cw_client_take_replies(c));
+  pthread_mutex_lock(&c->read_mu);
+  assert_true(c->read_closed);
+  assert_null(c->read_err);  // it did not read the reply behind
+  pthread_mutex_unlock(&c->read_mu);
+  assert_int_equal(rec.calls, 1);
+  assert_int_equal(rec.code, CW_UNAVAILABLE);
   cw_client_release(c);
   fake_join(&f);
 }
@@ -512,6 +573,7 @@ int main(void) {
       cmocka_unit_test(test_waiter_takes_replies),
       cmocka_unit_test(test_waiter_takes_a_bad_reply),
       cmocka_unit_test(test_waiter_leaves_a_bad_header),
+      cmocka_unit_test(test_waiter_stops_once_the_reader_failed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

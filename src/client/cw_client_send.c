@@ -177,8 +177,12 @@ cw_status_t cw_client_message_pack(const ProtobufCMessage* msg, uint8_t* stack, 
   return cw_ok_status();
 }
 
-static bool cw__on_reader_thread(const cw_client_t* c) {
-  return c->reader_started && pthread_equal(pthread_self(), c->reader);
+// On the reader, or on a waiter taking frames in its place (callbacks of
+// both must not wait on this client: nobody else would read the reply).
+static bool cw__on_reader_thread(cw_client_t* c) {
+  if (c->reader_started && pthread_equal(pthread_self(), c->reader)) return true;
+  return atomic_load_explicit(&c->taking, memory_order_acquire) &&
+         pthread_equal(pthread_self(), atomic_load_explicit(&c->taker, memory_order_relaxed));
 }
 
 static cw_status_t cw__dead_status(const cw_client_t* c) {

@@ -27,6 +27,10 @@ void cw_rbuf_deinitialize(cw_rbuf_t* rb) {
 
 // One recv into `dst`; >0 bytes, or -1 with errno (0: EOF). Retries EINTR.
 static ssize_t cw__recv(cw_rbuf_t* rb, void* dst, size_t len) {
+  if (rb->err) {
+    errno = rb->err;
+    return -1;
+  }
   for (;;) {
     ssize_t n = rb->read_fn ? rb->read_fn(rb->read_io, dst, len) : recv(rb->fd, dst, len, 0);
     rb->recvs++;
@@ -90,6 +94,7 @@ ssize_t cw_rbuf_fill_nowait(cw_rbuf_t* rb) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
     if (n == 0) errno = 0;
+    else rb->err = errno;
     return -1;
   }
 }

@@ -21,6 +21,7 @@ typedef struct cw_rbuf_s {
   size_t cap;
   size_t off, len;  // data[off..len) is read and not yet consumed
   uint64_t recvs;   // recv calls made (for tests)
+  int err;          // an error cw_rbuf_fill_nowait met, for the next read to report
 } cw_rbuf_t;
 
 // Returns 0, or -1 if the buffer cannot be allocated.
@@ -42,7 +43,8 @@ static inline const uint8_t* cw_rbuf_peek(const cw_rbuf_t* rb) { return rb->data
 
 // Appends what the socket holds now, without waiting (recv(fd) only, not
 // read_fn): > 0 bytes added, 0 if none had arrived or the buffer is full, -1
-// with errno at EOF (errno 0) or on an error.
+// with errno at EOF (errno 0) or on an error (which the next read reports
+// too: the socket tells it once).
 ssize_t cw_rbuf_fill_nowait(cw_rbuf_t* rb);
 
 #endif  // CW_CLIENT_RBUF_H_

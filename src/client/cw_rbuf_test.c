@@ -1,5 +1,6 @@
 // Unit tests of the reader's buffered reads (cw_rbuf.h) over a socketpair.
 #include <errno.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -149,6 +150,24 @@ static void test_fill_nowait(void** state) {
   close(fds[0]);
 }
 
+// An error met while filling is reported by the next read as well (a
+// socket reports it once).
+static void test_fill_error_kept(void** state) {
+  (void)state;
+  cw_rbuf_t rb;
+  int fd = open("/dev/null", O_RDONLY);  // not a socket: recv fails ENOTSOCK
+  assert_true(fd >= 0);
+  assert_int_equal(cw_rbuf_initialize(&rb, fd, 16), 0);
+  assert_int_equal(cw_rbuf_fill_nowait(&rb), -1);
+  assert_int_equal(errno, ENOTSOCK);
+  char got[4];
+  errno = 0;
+  assert_int_equal(cw_rbuf_read(&rb, got, 4, NULL), -1);
+  assert_int_equal(errno, ENOTSOCK);
+  cw_rbuf_deinitialize(&rb);
+  close(fd);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_packed),
@@ -156,6 +175,7 @@ int main(void) {
       cmocka_unit_test(test_large_direct),
       cmocka_unit_test(test_eof),
       cmocka_unit_test(test_fill_nowait),
+      cmocka_unit_test(test_fill_error_kept),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
