@@ -242,7 +242,7 @@ static void cw__out_write(cw_net_conn_t* c, const void* bulk, uint64_t bulk_len,
     return;
   }
   size_t done = 0;  // of the gathered frames, written here
-  if (!bulk_len && c->out_len) {
+  if (!bulk_len && !bulk_free && c->out_len) {
     // Small frames go out now when the socket takes them: a queued uv_write
     // would cost the loop another pass (its callback) and a request.
     uv_buf_t b = uv_buf_init((char*)c->out, (unsigned)c->out_len);

@@ -176,6 +176,7 @@ static void cw__accept_one(uv_stream_t* server) {
       return;
     }
   }
+  uv_update_time(c->timer.loop);  // from now, not from the loop's last pass
   uv_timer_start(&c->timer, cw__hello_timeout, (uint64_t)net->options.hello_timeout_ms, 0);
   if (net->on_accept) net->on_accept(net, c);
   if (!c->closing) cw_net__conn_start_reading(c);
@@ -358,6 +359,8 @@ cw_status_t cw_net_connect(cw_net_t* net, const char* address, const char* name,
   }
   cw_net_conn_retain(c);  // held by the connect request
   cw_net_conn_set_callbacks(c, callbacks, user);
+  // From now, not from the loop's last pass (its cached time).
+  uv_update_time(c->timer.loop);
   uv_timer_start(&c->timer, cw__connect_timeout, (uint64_t)timeout_ms, 0);
   // HELLO goes out at once; libuv holds writes until the connect completes.
   Causeway__V1__HelloRequest hello;
