@@ -390,6 +390,14 @@ static void took_event(void* user, const ProtobufCMessage* event) {
   pthread_mutex_unlock(&t->rec.mu);
 }
 
+// Connects; returns once the reader lets waiters take replies.
+static cw_client_t* connect_shared(fake_t* f, const cw_client_options_t* options) {
+  cw_client_t* c = NULL;
+  assert_ok(cw_client_connect(f->path, options, &c));
+  while (!atomic_load(&c->shared_reads)) usleep(100);
+  return c;
+}
+
 // Waits until the peer has written something to `c`.
 static void await_readable(cw_client_t* c) {
   struct pollfd p = {.fd = c->fd, .events = POLLIN};
@@ -406,9 +414,7 @@ static void test_waiter_takes_replies(void** state) {
   fake_start(&f, script_event_then_replies);
   took_t t = {.rec = {.mu = PTHREAD_MUTEX_INITIALIZER}};
   cw_client_options_t opt = {.on_event = took_event, .event_user = &t};
-  cw_client_t* c = NULL;
-  assert_ok(cw_client_connect(f.path, &opt, &c));
-  while (!atomic_load(&c->shared_reads)) usleep(100);  // the reader has begun
+  cw_client_t* c = connect_shared(&f, &opt);
 
   // The EVENT comes first: the caller takes nothing.
   pthread_mutex_lock(&c->read_mu);
@@ -467,8 +473,7 @@ static void test_waiter_takes_a_bad_reply(void** state) {
   (void)state;
   fake_t f = {0};
   fake_start(&f, script_bad_id);
-  cw_client_t* c = connect_ok(&f);
-  while (!atomic_load(&c->shared_reads)) usleep(100);
+  cw_client_t* c = connect_shared(&f, NULL);
   rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
   pthread_mutex_lock(&c->read_mu);
   assert_ok(send_ping(c, "p", rec_done, &rec, NULL));
@@ -495,8 +500,7 @@ static void test_waiter_leaves_a_bad_header(void** state) {
   (void)state;
   fake_t f = {0};
   fake_start(&f, script_bad_bulk);
-  cw_client_t* c = connect_ok(&f);
-  while (!atomic_load(&c->shared_reads)) usleep(100);
+  cw_client_t* c = connect_shared(&f, NULL);
   rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
   pthread_mutex_lock(&c->read_mu);
   assert_ok(send_ping(c, "p", rec_done, &rec, NULL));
@@ -539,8 +543,7 @@ static void test_waiter_stops_once_the_reader_failed(void** state) {
   (void)state;
   fake_t f = {0};
   fake_start(&f, script_bad_id_then_good);
-  cw_client_t* c = connect_ok(&f);
-  while (!atomic_load(&c->shared_reads)) usleep(100);
+  cw_client_t* c = connect_shared(&f, NULL);
   rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
   pthread_mutex_lock(&c->read_mu);  // both frames arrive before the reader reads
   assert_ok(send_ping(c, "p", rec_done, &rec, NULL));
