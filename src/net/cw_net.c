@@ -275,7 +275,9 @@ static void cw__out_write(cw_net_conn_t* c, const void* bulk, uint64_t bulk_len,
   wr->bulk_user = bulk_user;
   uv_buf_t bufs[2];
   unsigned n = 0;
-  if (c->out_len > done) bufs[n++] = uv_buf_init((char*)c->out + done, (unsigned)(c->out_len - done));
+  if (c->out_len > done) {
+    bufs[n++] = uv_buf_init((char*)c->out + done, (unsigned)(c->out_len - done));
+  }
   if (bulk_len) {
     bufs[n].base = (char*)(uintptr_t)bulk;
     bufs[n].len = (size_t)bulk_len;

@@ -188,7 +188,7 @@ PJRT_Error* cw_plugin_buffer_ready_event(PJRT_Buffer_ReadyEvent_Args* args) {
     cw_plugin_worker_write_held(w);
     cw_plugin_future_spin(b->ready, b->client->wait_spin_us, cw_plugin_worker_take_replies, w);
     // JAX sleeps next: the launch may be waiting at the worker for memory.
-    if (!cw_plugin_future_is_done(b->ready)) cw_plugin_worker_flush_deletes(b->device->worker);
+    if (!cw_plugin_future_is_done(b->ready)) cw_plugin_worker_flush_deletes(w);
   }
   args->event = cw_plugin_event_from_future(b->ready);
   return NULL;

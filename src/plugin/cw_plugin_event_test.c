@@ -127,6 +127,29 @@ static void test_wait_blocks_until_another_thread_completes(void** state) {
 // The poll before a sleep (CAUSEWAY_WAIT_SPIN_US): it sees a completion from
 // another thread within its budget, gives up after the budget, and with none
 // does not poll at all.
+typedef struct {
+  cw_plugin_future_t* f;
+  int calls;
+} taker_t;
+
+// Completes the future on its third call, as a reply taken off the socket.
+static void take_third(void* arg) {
+  taker_t* t = arg;
+  if (++t->calls == 3) cw_plugin_future_complete(t->f, NULL);
+}
+
+// `take` runs before each poll and may complete the future itself: the spin
+// sees it at once, and calls it no more.
+static void test_spin_takes_before_each_poll(void** state) {
+  (void)state;
+  taker_t t = {.f = cw_plugin_future_create()};
+  assert_true(cw_plugin_future_spin(t.f, 60 * 1000 * 1000, take_third, &t));
+  assert_int_equal(t.calls, 3);
+  assert_true(cw_plugin_future_spin(t.f, 1000, take_third, &t));  // done: not called
+  assert_int_equal(t.calls, 3);
+  cw_plugin_future_release(t.f);
+}
+
 static void test_spin_polls_within_its_budget(void** state) {
   (void)state;
   cw_plugin_future_t* f = cw_plugin_future_create();
@@ -240,6 +263,7 @@ int main(void) {
       cmocka_unit_test(test_create_done),
       cmocka_unit_test(test_wait_blocks_until_another_thread_completes),
       cmocka_unit_test(test_spin_polls_within_its_budget),
+      cmocka_unit_test(test_spin_takes_before_each_poll),
       cmocka_unit_test(test_on_ready_before_and_after_completion),
       cmocka_unit_test(test_event_set_ok_and_error_of_ok),
       cmocka_unit_test(test_callback_drops_last_reference),
