@@ -35,6 +35,7 @@
 static void cw__conn_process(cw_net_conn_t* c);
 static void cw__out_write(cw_net_conn_t* c, const void* bulk, uint64_t bulk_len,
                           cw_net_free_fn bulk_free, void* bulk_user);
+static void cw__close_when_written(cw_net_conn_t* c);
 
 // --- Lifetime -------------------------------------------------------------------
 
@@ -227,11 +228,17 @@ void cw_net__write_finished(cw_net_conn_t* c, int status) {
   if (status < 0 && !c->closing) {
     cw_net_conn_close(c, cw_make_status(CW_UNAVAILABLE, "write to %s failed: %s", c->name,
                                         uv_strerror(status)));
-  } else if (c->close_after_write && c->writes_pending == 0 && !c->closing) {
-    // Frames gathered since go out first; the close follows their write.
-    if (c->out_len) cw__out_write(c, NULL, 0, NULL, NULL);
-    else cw_net_conn_close(c, NULL);
+  } else {
+    cw__close_when_written(c);
   }
+}
+
+// A connection closing after its writes (close_after_write), once none is
+// pending: frames gathered since go out first, and the close follows them.
+static void cw__close_when_written(cw_net_conn_t* c) {
+  if (!c->close_after_write || c->writes_pending || c->closing) return;
+  if (c->out_len) cw__out_write(c, NULL, 0, NULL, NULL);
+  else cw_net_conn_close(c, NULL);
 }
 
 // Hands the gathered frames (and `bulk`, if any) to libuv as one write.
@@ -255,9 +262,7 @@ static void cw__out_write(cw_net_conn_t* c, const void* bulk, uint64_t bulk_len,
         c->out = NULL;
         c->out_cap = 0;
       }
-      if (c->close_after_write && c->writes_pending == 0 && !c->closing) {
-        cw_net_conn_close(c, NULL);
-      }
+      cw__close_when_written(c);
       return;
     }
     // UV_EAGAIN or a part: the rest through uv_write, which reports errors.
@@ -416,10 +421,7 @@ void cw_net__refuse(cw_net_conn_t* c, uint16_t type, uint64_t request_id, cw_sta
   }
   c->close_after_write = true;
   cw_net_conn_reply_error(c, type, request_id, status);
-  if (c->writes_pending == 0 && !c->closing) {
-    if (c->out_len) cw__out_write(c, NULL, 0, NULL, NULL);  // closed once written
-    else cw_net_conn_close(c, NULL);
-  }
+  cw__close_when_written(c);
 }
 
 void cw_net_conn_request(cw_net_conn_t* c, uint16_t type, const ProtobufCMessage* msg,
