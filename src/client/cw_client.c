@@ -178,6 +178,7 @@ static void cw__client_free(cw_client_t* c) {
   free(c->hung);
   pthread_mutex_destroy(&c->mu);
   pthread_mutex_destroy(&c->read_mu);
+  pthread_mutex_destroy(&c->tune_mu);
   cw_status_free(c->read_err);
   pthread_mutex_destroy(&c->write_mu);
   pthread_cond_destroy(&c->flush_cv);
@@ -271,6 +272,7 @@ cw_status_t cw_client_connect(const char* address, const cw_client_options_t* op
   pthread_condattr_destroy(&ca);
   pthread_mutex_init(&c->mu, NULL);
   pthread_mutex_init(&c->read_mu, NULL);
+  pthread_mutex_init(&c->tune_mu, NULL);
   pthread_cond_init(&c->cv, NULL);
   c->next_id = 1;
   c->limits.max_payload = CW__DEFAULT_MAX_PAYLOAD;
@@ -309,7 +311,7 @@ cw_status_t cw_client_connect(const char* address, const cw_client_options_t* op
     s = cw__thread_start(c, "watchdog", cw_client_watchdog_main, &c->watchdog,
                          &c->watchdog_started);
     if (s) {
-      shutdown(c->fd, SHUT_RDWR);
+      cw_client_break(c);
       pthread_join(c->reader, NULL);
       c->reader_started = false;
     }
@@ -330,7 +332,7 @@ void cw_client_release(cw_client_t* client) {
   pthread_cond_broadcast(&c->watchdog_cv);
   pthread_mutex_unlock(&c->mu);
   // Wakes the reader (EOF/error), which fails everything still outstanding.
-  shutdown(c->fd, SHUT_RDWR);
+  cw_client_break(c);
   pthread_mutex_lock(&c->write_mu);
   c->flusher_stop = true;
   pthread_cond_signal(&c->flush_cv);
@@ -345,7 +347,7 @@ void cw_client_release(cw_client_t* client) {
 
 void cw_client_shutdown(cw_client_t* client) {
   // The reader sees EOF and fails everything outstanding (cw_client_reader.c).
-  if (client) shutdown(client->fd, SHUT_RDWR);
+  if (client) cw_client_break(client);
 }
 
 uint64_t cw_client_session_id(const cw_client_t* client) {

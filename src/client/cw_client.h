@@ -153,6 +153,16 @@ void cw_client_write_held_batched(cw_client_t* client);
 // frames now, or for TLS. Returns whether it took any. Its caller must hold
 // no lock a reply's callback takes.
 bool cw_client_take_replies(cw_client_t* client);
+// For a thread that took replies itself and stops polling (it will sleep
+// until a reply's callback wakes it): the reader, which leaves the socket to
+// such waiters for a while once it finds their replies taken, reads again at
+// once. Nothing for TLS.
+void cw_client_kick_reader(cw_client_t* client);
+// A thread that polled for a reply with cw_client_take_replies and got it
+// says how long it waited: the client times such waits with its reader
+// waiting on the socket and with it leaving replies to the waiters, now and
+// then, and keeps the faster way (cw_client_tune.c).
+void cw_client_waited(cw_client_t* client, int64_t wait_ns);
 
 // Send + wait.
 CW_MUST_USE cw_status_t cw_client_call(cw_client_t* client, uint16_t type,

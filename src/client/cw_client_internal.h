@@ -54,6 +54,28 @@ enum {
   CW_CLIENT_PEND_BATCHED = 1u << 7,  // cw_client_send_batched: counted in c->batched
 };
 
+// The reader's parking tuner (cw_client_tune.c): which way is being timed.
+typedef enum {
+  CW_CLIENT_TUNE_KEEP,    // keeping the last choice until phase_end_ns
+  CW_CLIENT_TUNE_READER,  // timing waits with the reader on the socket
+  CW_CLIENT_TUNE_PARKED,  // timing waits with the reader parked
+} cw_client_tune_phase_t;
+
+#define CW_CLIENT_TUNE_BUCKETS 256  // waits by whole microseconds, the last for longer
+
+typedef struct {
+  cw_client_tune_phase_t phase;
+  int64_t phase_end_ns;
+  // Waits timed [reader on the socket, parked], by microsecond.
+  uint32_t hist[2][CW_CLIENT_TUNE_BUCKETS];
+  uint32_t n[2];
+  uint64_t probes;  // looks completed
+} cw_client_tune_t;
+
+// One waiter's report of `wait_ns` at `now_ns` to tuner `t`, whose reader
+// parks now if `park`: returns whether it parks from now on.
+bool cw_client_tune_step(cw_client_tune_t* t, int64_t now_ns, int64_t wait_ns, bool park);
+
 typedef struct cw_client_pending_s {
   struct cw_client_pending_s* next;  // hash chain
   uint64_t id;
@@ -128,8 +150,20 @@ struct cw_client_s {
   _Atomic(pthread_t) taker;
   _Atomic bool taking;
   // An eventfd the reader waits on beside the socket: a waiter that leaves
-  // bytes in rb (a frame it may not take) wakes the reader for them.
+  // bytes in rb (a frame it may not take) wakes the reader for them, as does
+  // one that stops polling (cw_client_kick_reader).
   int kick_fd;
+  // When a waiter last tried cw_client_take_replies (0: kicked since): the
+  // reader leaves the socket to waiters meanwhile.
+  _Atomic int64_t last_take_ns;
+  uint64_t reader_parks;  // times the reader left the socket to waiters (read_mu)
+  // Whether the reader parks while waiters take replies: a wakeup of the
+  // reader per reply costs an idle machine little and a busy one much, so
+  // the client times waiters' polls both ways now and then and keeps the
+  // faster (cw_client_waited, cw_client_tune.c).
+  _Atomic bool park_reader;
+  pthread_mutex_t tune_mu;
+  cw_client_tune_t tune;  // tune_mu
   uint8_t* payload_buf;  // scratch for payloads
   size_t payload_cap;
   cw_rbuf_t rb;          // what the recvs brought (cw_rbuf.h)
@@ -215,6 +249,10 @@ const char* cw_client_io_error_text(const cw_client_t* c, int err, size_t got);
 // The reader (cw_client_reader.c): reads until the connection ends, then
 // fails everything outstanding.
 void* cw_client_reader_main(void* arg);
+// Shuts the socket down both ways and wakes the reader, parked or not, which
+// then fails everything outstanding.
+void cw_client_break(cw_client_t* c);
+
 // cw_client_take_replies with read_mu held (and shared_reads set).
 bool cw_client_take_replies_locked(cw_client_t* c);
 // The liveness watchdog (cw_client_liveness.c; c->liveness_ms > 0): ends with

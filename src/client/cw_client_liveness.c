@@ -42,7 +42,7 @@ void* cw_client_watchdog_main(void* arg) {
                  "client waits %d ms)", c->address, (long long)quiet, c->liveness_ms);
       }
       pthread_mutex_unlock(&c->mu);
-      shutdown(c->fd, SHUT_RDWR);  // the reader fails everything outstanding
+      cw_client_break(c);  // the reader fails everything outstanding
       return NULL;
     }
     if (quiet >= c->liveness_ms / 2 && !c->ping_out) {

@@ -19,6 +19,9 @@
 #include "cw_time.h"
 
 #define CW__DISCARD_CHUNK (64 * 1024)
+// A parked reader leaves the socket to waiters this long at a time, while one
+// tried within it (cw__await_frame).
+#define CW__READER_PARK_NS (1000 * 1000)
 
 // Completes `p` (already detached from the reader's view of the stream) with
 // `status`, `reply` and `bulk_len`, all taken. Called without c->mu.
@@ -323,7 +326,7 @@ bool cw_client_take_replies_locked(cw_client_t* c) {
       cw_status_t s = cw__read_one(c);
       if (s) {
         c->read_err = s;
-        shutdown(c->fd, SHUT_RDWR);  // wakes the reader, which ends the connection
+        cw_client_break(c);  // wakes the reader, which ends the connection
         break;
       }
       took = true;
@@ -341,6 +344,7 @@ bool cw_client_take_replies_locked(cw_client_t* c) {
 
 bool cw_client_take_replies(cw_client_t* c) {
   if (!c || !atomic_load_explicit(&c->shared_reads, memory_order_acquire)) return false;
+  atomic_store_explicit(&c->last_take_ns, cw_time_now_ns(), memory_order_relaxed);
   if (pthread_mutex_trylock(&c->read_mu)) return false;  // someone reads already
   bool took = cw_client_take_replies_locked(c);
   pthread_mutex_unlock(&c->read_mu);
@@ -350,13 +354,25 @@ bool cw_client_take_replies(cw_client_t* c) {
 // With read_mu held, returns with it held: once the next frame has begun to
 // arrive (or a waiter's read failed). Waits without the lock, so that a
 // waiter may take the replies that come meanwhile.
+//
+// While waiters take replies themselves (one tried within the last
+// CW__READER_PARK_NS) and the client found that faster (cw_client_waited),
+// the reader parks: it waits on kick_fd alone, a millisecond at a time, so
+// that the replies of a synchronous loop stop waking it. A waiter that stops
+// polling without its reply kicks it (cw_client_kick_reader), as do frames a
+// waiter may not take.
 static void cw__await_frame(cw_client_t* c) {
   while (!c->read_err && cw_rbuf_buffered(&c->rb) == 0) {
     if (cw_rbuf_fill_nowait(&c->rb) != 0) return;  // bytes, or EOF/error for read_one
+    int64_t took = atomic_load_explicit(&c->last_take_ns, memory_order_relaxed);
+    bool park = took && atomic_load_explicit(&c->park_reader, memory_order_relaxed) &&
+                cw_time_now_ns() - took < CW__READER_PARK_NS;
+    if (park) c->reader_parks++;
     pthread_mutex_unlock(&c->read_mu);
-    struct pollfd p[2] = {{.fd = c->fd, .events = POLLIN}, {.fd = c->kick_fd, .events = POLLIN}};
+    struct pollfd p[2] = {{.fd = c->kick_fd, .events = POLLIN}, {.fd = c->fd, .events = POLLIN}};
     int rc;
-    while ((rc = poll(p, 2, -1)) < 0 && errno == EINTR) {
+    while ((rc = poll(p, park ? 1 : 2, park ? CW__READER_PARK_NS / 1000000 : -1)) < 0 &&
+           errno == EINTR) {
     }
     pthread_mutex_lock(&c->read_mu);
     if (rc < 0) {
@@ -367,8 +383,20 @@ static void cw__await_frame(cw_client_t* c) {
       return;
     }
     eventfd_t drop;
-    if (p[1].revents) (void)eventfd_read(c->kick_fd, &drop);
+    if (p[0].revents) (void)eventfd_read(c->kick_fd, &drop);
   }
+}
+
+void cw_client_kick_reader(cw_client_t* c) {
+  if (!c || !atomic_load_explicit(&c->shared_reads, memory_order_acquire)) return;
+  atomic_store_explicit(&c->last_take_ns, 0, memory_order_relaxed);
+  while (eventfd_write(c->kick_fd, 1) < 0 && errno == EINTR) {
+  }
+}
+
+void cw_client_break(cw_client_t* c) {
+  shutdown(c->fd, SHUT_RDWR);
+  cw_client_kick_reader(c);  // a parked reader is not watching the socket
 }
 
 void* cw_client_reader_main(void* arg) {

@@ -1,8 +1,9 @@
 // Unit tests of the reader thread (cw_client_reader.c): replies packed and
 // split across reads, reply bulk into sinks, error replies, a peer that
-// closes or breaks the protocol; a waiting thread taking replies itself;
-// against the fake peer.
+// closes or breaks the protocol; a waiting thread taking replies itself,
+// the reader parked beside it; against the fake peer.
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -564,6 +565,43 @@ static void test_waiter_stops_once_the_reader_failed(void** state) {
   fake_join(&f);
 }
 
+// With parking chosen (as the tuner does where the reader's wakeups cost
+// more than waiters' polls), the reader parks while a waiter takes its
+// replies; a reply nobody polls for still reaches its caller through the
+// reader; a kick sends the reader back to the socket, not to park again until
+// a waiter takes.
+static void test_reader_parks_beside_a_waiter(void** state) {
+  (void)state;
+  fake_t f = {0};
+  fake_start(&f, script_echo);
+  cw_client_t* c = connect_shared(&f, NULL);
+  atomic_store(&c->park_reader, true);
+  rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  uint64_t parks = 0;
+  for (int i = 1; parks == 0; ++i) {  // the reader must first run out of frames
+    assert_true(i < 1000000);
+    assert_ok(send_ping(c, "p", rec_done, &rec, NULL));
+    for (;;) {
+      cw_client_take_replies(c);
+      pthread_mutex_lock(&rec.mu);
+      int calls = rec.calls;
+      pthread_mutex_unlock(&rec.mu);
+      if (calls == i) break;
+      sched_yield();
+    }
+    pthread_mutex_lock(&c->read_mu);
+    parks = c->reader_parks;
+    pthread_mutex_unlock(&c->read_mu);
+  }
+  assert_ok(cw_client_ping(c));  // waits on a condition: the reader reads it
+  cw_client_kick_reader(c);
+  assert_int_equal(atomic_load(&c->last_take_ns), 0);
+  assert_ok(cw_client_ping(c));
+  assert_int_equal(rec.code, CW_OK);
+  cw_client_release(c);
+  fake_join(&f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_packed_and_split_replies),
@@ -577,6 +615,7 @@ int main(void) {
       cmocka_unit_test(test_waiter_takes_a_bad_reply),
       cmocka_unit_test(test_waiter_leaves_a_bad_header),
       cmocka_unit_test(test_waiter_stops_once_the_reader_failed),
+      cmocka_unit_test(test_reader_parks_beside_a_waiter),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

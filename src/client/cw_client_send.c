@@ -80,7 +80,7 @@ cw_status_t cw_client_write_held_locked(cw_client_t* c) {
   if (!c->wbuf_len) return cw_ok_status();
   struct iovec iov = {.iov_base = c->wbuf, .iov_len = c->wbuf_len};
   cw_status_t s = cw__write_with_held(c, &iov, 1);
-  if (s) shutdown(c->fd, SHUT_RDWR);  // a partial frame: the reader fails the rest
+  if (s) cw_client_break(c);  // a partial frame: the reader fails the rest
   return s;
 }
 
@@ -290,7 +290,7 @@ cw_status_t cw_client_send_flags(cw_client_t* c, uint16_t type, const ProtobufCM
   if (ws) {
     // A partial frame desynchronises the stream: close it so the reader
     // fails everything else outstanding.
-    shutdown(c->fd, SHUT_RDWR);
+    cw_client_break(c);
   }
   pthread_mutex_unlock(&c->write_mu);
 

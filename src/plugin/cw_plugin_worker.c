@@ -532,13 +532,26 @@ cw_status_t cw_plugin_worker_send_batched(cw_plugin_worker_t* w, bool direct, ui
   return cw__send_ordered(w, direct, true, type, req, req_seq, done, user);
 }
 
-void cw_plugin_worker_take_replies(void* arg) {
-  cw_plugin_worker_t* w = arg;
+// w's own connection, for a thread waiting on it; NULL when its replies are
+// relayed (they stay the controller connection's reader's) or w is dead.
+static cw_client_t* cw__direct_conn(cw_plugin_worker_t* w) {
   if (!atomic_load_explicit(&w->direct_launch, memory_order_relaxed) ||
       atomic_load_explicit(&w->dead, memory_order_acquire)) {
-    return;
+    return NULL;
   }
-  cw_client_take_replies(atomic_load_explicit(&w->conn, memory_order_acquire));
+  return atomic_load_explicit(&w->conn, memory_order_acquire);
+}
+
+void cw_plugin_worker_take_replies(void* arg) {
+  cw_client_take_replies(cw__direct_conn(arg));
+}
+
+void cw_plugin_worker_kick_reader(cw_plugin_worker_t* w) {
+  cw_client_kick_reader(cw__direct_conn(w));
+}
+
+void cw_plugin_worker_waited(cw_plugin_worker_t* w, int64_t wait_ns) {
+  cw_client_waited(cw__direct_conn(w), wait_ns);
 }
 
 void cw_plugin_worker_write_held(cw_plugin_worker_t* w) {
