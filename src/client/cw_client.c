@@ -200,6 +200,9 @@ static cw_status_t cw__thread_start(cw_client_t* c, const char* what, void* (*bo
                           strerror(err));
   }
   *out_started = true;
+  char name[16];  // the kernel's limit, with its NUL
+  snprintf(name, sizeof(name), "cw-%s", what);
+  pthread_setname_np(*out_thread, name);  // for top -H, perf and gdb
   return cw_ok_status();
 }
 

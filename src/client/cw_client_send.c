@@ -103,6 +103,7 @@ static void cw__held_batched(cw_client_t* c) {
   atomic_store_explicit(&c->wbuf_batched, true, memory_order_relaxed);
   if (!c->flusher_started) {
     c->flusher_started = pthread_create(&c->flusher, NULL, cw_client_flusher_main, c) == 0;
+    if (c->flusher_started) pthread_setname_np(c->flusher, "cw-flusher");
     if (!c->flusher_started) cw_status_free(cw_client_write_held_locked(c));
   } else if (c->flusher_idle) {
     pthread_cond_signal(&c->flush_cv);

@@ -634,6 +634,7 @@ cw_status_t cw_plugin_resume_start(cw_plugin_client_t* c) {
     return cw_make_status(CW_RESOURCE_EXHAUSTED, "causeway: cannot start the controller watch "
                           "thread: %s", strerror(rc));
   }
+  pthread_setname_np(r->thread, "cw-ctl-watch");
   r->started = true;
   return cw_ok_status();
 }

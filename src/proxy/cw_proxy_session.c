@@ -256,6 +256,7 @@ cw_status_t cw_proxy_session_start(cw_proxy_session_t* s) {
   if (rc) return cw_make_status(CW_RESOURCE_EXHAUSTED, "cannot start a session thread: %s",
                                 strerror(rc));
   s->thread_started = true;
+  pthread_setname_np(s->thread, "cw-proxy-sess");
   return cw_ok_status();
 }
 
