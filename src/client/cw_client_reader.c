@@ -387,16 +387,20 @@ static void cw__await_frame(cw_client_t* c) {
   }
 }
 
-void cw_client_kick_reader(cw_client_t* c) {
+// Wakes the reader; `always`: even if no waiter took replies since the last
+// kick (the reader parks only after one did, and the last kick woke it).
+static void cw__kick(cw_client_t* c, bool always) {
   if (!c || !atomic_load_explicit(&c->shared_reads, memory_order_acquire)) return;
-  atomic_store_explicit(&c->last_take_ns, 0, memory_order_relaxed);
+  if (!atomic_exchange_explicit(&c->last_take_ns, 0, memory_order_relaxed) && !always) return;
   while (eventfd_write(c->kick_fd, 1) < 0 && errno == EINTR) {
   }
 }
 
+void cw_client_kick_reader(cw_client_t* c) { cw__kick(c, false); }
+
 void cw_client_break(cw_client_t* c) {
   shutdown(c->fd, SHUT_RDWR);
-  cw_client_kick_reader(c);  // a parked reader is not watching the socket
+  cw__kick(c, true);  // a parked reader is not watching the socket
 }
 
 void* cw_client_reader_main(void* arg) {
