@@ -159,10 +159,11 @@ bool cw_client_take_replies(cw_client_t* client);
 // once. Nothing for TLS.
 void cw_client_kick_reader(cw_client_t* client);
 // A thread that polled for a reply with cw_client_take_replies and got it
-// says how long it waited: the client times such waits with its reader
-// waiting on the socket and with it leaving replies to the waiters, now and
-// then, and keeps the faster way (cw_client_tune.c).
-void cw_client_waited(cw_client_t* client, int64_t wait_ns);
+// says so: the client times the intervals between such replies (a
+// synchronous loop's period) with its reader waiting on the socket and with
+// it leaving replies to the waiters, now and then, and keeps the faster way
+// (cw_client_tune.c).
+void cw_client_waited(cw_client_t* client);
 
 // Send + wait.
 CW_MUST_USE cw_status_t cw_client_call(cw_client_t* client, uint16_t type,

@@ -61,20 +61,21 @@ typedef enum {
   CW_CLIENT_TUNE_PARKED,  // timing waits with the reader parked
 } cw_client_tune_phase_t;
 
-#define CW_CLIENT_TUNE_BUCKETS 256  // waits by whole microseconds, the last for longer
+#define CW_CLIENT_TUNE_BUCKETS 256  // intervals by whole microseconds, the last for longer
 
 typedef struct {
   cw_client_tune_phase_t phase;
   int64_t phase_end_ns;
-  // Waits timed [reader on the socket, parked], by microsecond.
+  // Intervals between waiters' replies [reader on the socket, parked], by
+  // microsecond.
   uint32_t hist[2][CW_CLIENT_TUNE_BUCKETS];
   uint32_t n[2];
   uint64_t probes;  // looks completed
 } cw_client_tune_t;
 
-// One waiter's report of `wait_ns` at `now_ns` to tuner `t`, whose reader
-// parks now if `park`: returns whether it parks from now on.
-bool cw_client_tune_step(cw_client_tune_t* t, int64_t now_ns, int64_t wait_ns, bool park);
+// One waiter's reply at `now_ns`, `interval_ns` after the one before, to tuner
+// `t`, whose reader parks now if `park`: returns whether it parks from now on.
+bool cw_client_tune_step(cw_client_tune_t* t, int64_t now_ns, int64_t interval_ns, bool park);
 
 typedef struct cw_client_pending_s {
   struct cw_client_pending_s* next;  // hash chain
@@ -164,6 +165,7 @@ struct cw_client_s {
   _Atomic bool park_reader;
   pthread_mutex_t tune_mu;
   cw_client_tune_t tune;  // tune_mu
+  int64_t tune_last_ns;   // the last waiter's reply (tune_mu)
   uint8_t* payload_buf;  // scratch for payloads
   size_t payload_cap;
   cw_rbuf_t rb;          // what the recvs brought (cw_rbuf.h)

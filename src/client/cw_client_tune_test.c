@@ -1,6 +1,7 @@
 // Unit tests of the reader's parking tuner (cw_client_tune.c): it times
-// waits both ways, keeps the faster by median, looks again later, and stays
-// on the socket when a probe saw too few waits to tell or parking barely wins.
+// the intervals between waiters' replies both ways, keeps the faster by median,
+// looks again later, and stays on the socket when a probe saw too few replies
+// to tell or parking barely wins.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,7 +14,7 @@
 #define MS (1000 * 1000LL)
 #define US (1000LL)
 
-// Reports a wait of `wait_ns` every `every_ns` from *now until `until`;
+// Reports an interval of `wait_ns` every `every_ns` from *now until `until`;
 // returns the tuner's last answer.
 static bool feed(cw_client_tune_t* t, int64_t* now, int64_t until, int64_t every_ns,
                  int64_t wait_ns, bool park) {
@@ -33,7 +34,7 @@ static bool probe(cw_client_tune_t* t, int64_t* now, int64_t every_ns, int64_t w
   return park;
 }
 
-// Waits of 40 us with the reader on the socket, 25 us parked: parks, and
+// Intervals of 40 us with the reader on the socket, 25 us parked: parks, and
 // keeps parking through the keep period.
 static void test_keeps_the_faster_way(void** state) {
   (void)state;
@@ -65,8 +66,8 @@ static void test_keeps_the_faster_way(void** state) {
   assert_int_equal(t.probes, 2);
 }
 
-// A probe with fewer than 16 waits cannot tell: the reader stays on the
-// socket. Medians decide: a few very long waits while parked do not.
+// A probe with fewer than 16 replies cannot tell: the reader stays on the
+// socket. Medians decide: a few very long intervals while parked do not.
 static void test_too_few_waits_and_long_waits(void** state) {
   (void)state;
   cw_client_tune_t t = {0};

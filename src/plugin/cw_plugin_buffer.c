@@ -10,7 +10,6 @@
 #include "cw_plugin_health.h"
 #include "cw_plugin_internal.h"
 #include "cw_plugin_worker.h"
-#include "cw_time.h"
 
 size_t cw_plugin_buffer_dtype_size(PJRT_Buffer_Type type) { return cw_dtype_size((int)type); }
 
@@ -187,10 +186,9 @@ PJRT_Error* cw_plugin_buffer_ready_event(PJRT_Buffer_ReadyEvent_Args* args) {
   if (!cw_plugin_future_is_done(b->ready)) {
     cw_plugin_worker_t* w = b->device->worker;
     cw_plugin_worker_write_held(w);
-    int64_t t0 = cw_time_now_ns();
     if (cw_plugin_future_spin(b->ready, b->client->wait_spin_us, cw_plugin_worker_take_replies,
                               w)) {
-      cw_plugin_worker_waited(w, cw_time_now_ns() - t0);
+      cw_plugin_worker_waited(w);
     } else {
       // JAX sleeps next: the reader must read its reply, and the launch may
       // be waiting at the worker for memory.

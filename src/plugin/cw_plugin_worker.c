@@ -550,9 +550,7 @@ void cw_plugin_worker_kick_reader(cw_plugin_worker_t* w) {
   cw_client_kick_reader(cw__direct_conn(w));
 }
 
-void cw_plugin_worker_waited(cw_plugin_worker_t* w, int64_t wait_ns) {
-  cw_client_waited(cw__direct_conn(w), wait_ns);
-}
+void cw_plugin_worker_waited(cw_plugin_worker_t* w) { cw_client_waited(cw__direct_conn(w)); }
 
 void cw_plugin_worker_write_held(cw_plugin_worker_t* w) {
   if (!atomic_load_explicit(&w->direct_launch, memory_order_relaxed)) {

@@ -71,8 +71,8 @@ void cw_plugin_worker_take_replies(void* w);
 // The same thread, done polling and about to sleep: w's reader reads again
 // at once (cw_client_kick_reader).
 void cw_plugin_worker_kick_reader(cw_plugin_worker_t* w);
-// The same thread got its reply after polling `wait_ns` (cw_client_waited).
-void cw_plugin_worker_waited(cw_plugin_worker_t* w, int64_t wait_ns);
+// The same thread got its reply by polling (cw_client_waited).
+void cw_plugin_worker_waited(cw_plugin_worker_t* w);
 // Deletes buffer `id` (`bytes` on the worker) on `w`: batched into one
 // DELETE that takes its seq when it goes: before w's next direct request
 // other than a LAUNCH, with a LAUNCH once enough wait, when the batch is full
