@@ -403,11 +403,9 @@ def run_paired(envs: dict, cfg: dict, timeout: float) -> dict:
                 p.wait()
 
 
-def raw_tcp_us() -> float | None:
+def raw_tcp_us(harness) -> float | None:
     """cw_bench's raw loopback TCP ping-pong median (two threads, TCP_NODELAY):
     the round trip in the sync call's target. None if cw_bench is not built."""
-    sys.path.insert(0, str(ROOT / "tests" / "jax"))
-    import harness  # noqa: E402
     exe = os.path.join(harness.bin_dir(), "cw_bench")
     if not os.path.exists(exe):
         return None
@@ -600,9 +598,9 @@ def main(argv=None) -> int:
     if not args.only and not args.no_paired:
         print("jax_bench: paired rounds (raw TCP, both sides alternating, raw TCP)...",
               file=sys.stderr, flush=True)
-        res["raw_tcp_us"] = [raw_tcp_us()]
+        res["raw_tcp_us"] = [raw_tcp_us(harness)]
         res["paired"] = run_paired(envs, cfg, timeout)
-        res["raw_tcp_us"].append(raw_tcp_us())
+        res["raw_tcp_us"].append(raw_tcp_us(harness))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"config": cfg, "results": res}, f, indent=1)

@@ -57,8 +57,8 @@ enum {
 // The reader's parking tuner (cw_client_tune.c): which way is being timed.
 typedef enum {
   CW_CLIENT_TUNE_KEEP,    // keeping the last choice until phase_end_ns
-  CW_CLIENT_TUNE_READER,  // timing waits with the reader on the socket
-  CW_CLIENT_TUNE_PARKED,  // timing waits with the reader parked
+  CW_CLIENT_TUNE_READER,  // timing intervals with the reader on the socket
+  CW_CLIENT_TUNE_PARKED,  // timing intervals with the reader parked
 } cw_client_tune_phase_t;
 
 #define CW_CLIENT_TUNE_BUCKETS 256  // intervals by whole microseconds, the last for longer
@@ -154,14 +154,14 @@ struct cw_client_s {
   // bytes in rb (a frame it may not take) wakes the reader for them, as does
   // one that stops polling (cw_client_kick_reader).
   int kick_fd;
-  // When a waiter last tried cw_client_take_replies (0: kicked since): the
-  // reader leaves the socket to waiters meanwhile.
+  // When a waiter last tried cw_client_take_replies while park_reader was
+  // set (0: kicked since): the reader leaves the socket to waiters meanwhile.
   _Atomic int64_t last_take_ns;
   uint64_t reader_parks;  // times the reader left the socket to waiters (read_mu)
   // Whether the reader parks while waiters take replies: a wakeup of the
   // reader per reply costs an idle machine little and a busy one much, so
-  // the client times waiters' polls both ways now and then and keeps the
-  // faster (cw_client_waited, cw_client_tune.c).
+  // the client times the intervals between waiters' replies both ways now
+  // and then and keeps the faster (cw_client_waited, cw_client_tune.c).
   _Atomic bool park_reader;
   pthread_mutex_t tune_mu;
   cw_client_tune_t tune;  // tune_mu

@@ -344,7 +344,10 @@ bool cw_client_take_replies_locked(cw_client_t* c) {
 
 bool cw_client_take_replies(cw_client_t* c) {
   if (!c || !atomic_load_explicit(&c->shared_reads, memory_order_acquire)) return false;
-  atomic_store_explicit(&c->last_take_ns, cw_time_now_ns(), memory_order_relaxed);
+  // Only a reader that may park reads it: no clock per poll otherwise.
+  if (atomic_load_explicit(&c->park_reader, memory_order_relaxed)) {
+    atomic_store_explicit(&c->last_take_ns, cw_time_now_ns(), memory_order_relaxed);
+  }
   if (pthread_mutex_trylock(&c->read_mu)) return false;  // someone reads already
   bool took = cw_client_take_replies_locked(c);
   pthread_mutex_unlock(&c->read_mu);

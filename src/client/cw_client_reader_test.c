@@ -565,8 +565,8 @@ static void test_waiter_stops_once_the_reader_failed(void** state) {
   fake_join(&f);
 }
 
-// With parking chosen (as the tuner does where the reader's wakeups cost
-// more than waiters' polls), the reader parks while a waiter takes its
+// With parking chosen (as the tuner does where waiters' replies come sooner
+// so), the reader parks while a waiter takes its
 // replies; a reply nobody polls for still reaches its caller through the
 // reader; a kick sends the reader back to the socket, not to park again until
 // a waiter takes.

@@ -16,9 +16,9 @@
 
 #define CW__TUNE_PROBE_NS (50 * 1000 * 1000LL)
 #define CW__TUNE_KEEP_NS (1000 * 1000 * 1000LL)
-#define CW__TUNE_MIN_WAITS 16  // fewer in a probe: keep the reader on the socket
+#define CW__TUNE_MIN_REPLIES 16  // fewer in a probe: keep the reader on the socket
 
-// The median of one way's waits, in microseconds (the last bucket: longer).
+// The median of one way's intervals, in microseconds (the last bucket: longer).
 static int cw__median_us(const uint32_t* hist, uint32_t n) {
   uint32_t seen = 0;
   for (int us = 0; us < CW_CLIENT_TUNE_BUCKETS; ++us) {
@@ -51,7 +51,7 @@ bool cw_client_tune_step(cw_client_tune_t* t, int64_t now_ns, int64_t interval_n
       t->phase = CW_CLIENT_TUNE_KEEP;
       t->phase_end_ns = now_ns + CW__TUNE_KEEP_NS;
       t->probes++;
-      if (t->n[0] < CW__TUNE_MIN_WAITS || t->n[1] < CW__TUNE_MIN_WAITS) return false;
+      if (t->n[0] < CW__TUNE_MIN_REPLIES || t->n[1] < CW__TUNE_MIN_REPLIES) return false;
       // Medians, not means: a machine's hiccup in one probe must not decide.
       // Intervals past the last bucket (a loop slower than a quarter of a
       // millisecond, or no loop) tie, and tied, the reader stays.
