@@ -8,185 +8,16 @@
 
 #include <jansson.h>
 
-#include "cw_pb_nesting.h"
-#include "proto/xla_hlo_module.pb-c.h"
+#include "cw_hlo_module_internal.h"
 
-typedef Causeway__Hlo__Instruction cw__instr_t;
-typedef Causeway__Hlo__Computation cw__comp_pb_t;
-typedef Causeway__Hlo__Shape cw__shape_t;
+typedef cw_hlo_instr_t cw__instr_t;
+typedef cw_hlo_shape_t cw__shape_t;
+typedef cw_hlo_comp_t cw__comp_t;
 
 // Shapes and shardings nest; text deeper than this is cut ("...").
 #define CW__MAX_DEPTH 32
 // XLA prints a constant's values only up to this many elements.
 #define CW__MAX_CONSTANT_ELEMENTS 10
-
-typedef struct cw__iref_s {
-  int64_t id;
-  const cw__instr_t* in;
-} cw__iref_t;
-
-typedef struct cw__cref_s {
-  int64_t id;
-  size_t index;  // into comps
-} cw__cref_t;
-
-static int cw__cmp_cref(const void* a, const void* b) {
-  int64_t x = ((const cw__cref_t*)a)->id, y = ((const cw__cref_t*)b)->id;
-  return (x > y) - (x < y);
-}
-
-typedef struct cw__comp_s {
-  const cw__comp_pb_t* pb;
-  cw__iref_t* by_id;  // sorted by id
-  size_t n;
-  const int64_t* order;  // the schedule's sequence, when it names every instruction
-  size_t n_order;
-} cw__comp_t;
-
-struct cw_hlo_module_s {
-  Causeway__Hlo__ModuleWithConfig* wc;  // owns the module when decoded with its config
-  Causeway__Hlo__Module* own;           // ... else this
-  const Causeway__Hlo__Module* mod;
-  const Causeway__Hlo__ModuleConfig* config;  // NULL without one
-  cw__comp_t* comps;                        // in the module's order
-  size_t n_comps;
-  cw__cref_t* comp_by_id;  // sorted by computation id
-  const cw__comp_t* entry;
-};
-
-static int cw__cmp_iref(const void* a, const void* b) {
-  int64_t x = ((const cw__iref_t*)a)->id, y = ((const cw__iref_t*)b)->id;
-  return (x > y) - (x < y);
-}
-
-static const cw__instr_t* cw__find_instr(const cw__comp_t* c, int64_t id) {
-  cw__iref_t key = {.id = id};
-  const cw__iref_t* r = bsearch(&key, c->by_id, c->n, sizeof(key), cw__cmp_iref);
-  return r ? r->in : NULL;
-}
-
-static const cw__comp_t* cw__find_comp(const cw_hlo_module_t* m, int64_t id) {
-  cw__cref_t key = {.id = id};
-  const cw__cref_t* r = bsearch(&key, m->comp_by_id, m->n_comps, sizeof(key), cw__cmp_cref);
-  return r ? &m->comps[r->index] : NULL;
-}
-
-
-void cw_hlo_module_free(cw_hlo_module_t* m) {
-  if (!m) return;
-  for (size_t i = 0; i < m->n_comps; i++) free(m->comps[i].by_id);
-  free(m->comps);
-  free(m->comp_by_id);
-  if (m->wc) causeway__hlo__module_with_config__free_unpacked(m->wc, NULL);
-  if (m->own) causeway__hlo__module__free_unpacked(m->own, NULL);
-  free(m);
-}
-
-static cw_status_t cw__index(cw_hlo_module_t* m) {
-  const Causeway__Hlo__Module* mod = m->mod;
-  size_t n = mod->n_computations;
-  m->comps = calloc(n ? n : 1, sizeof(*m->comps));
-  m->comp_by_id = calloc(n ? n : 1, sizeof(*m->comp_by_id));
-  if (!m->comps || !m->comp_by_id) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  m->n_comps = n;
-  for (size_t i = 0; i < m->n_comps; i++) {
-    cw__comp_t* c = &m->comps[i];
-    c->pb = mod->computations[i];
-    c->n = c->pb->n_instructions;
-    c->by_id = calloc(c->n ? c->n : 1, sizeof(*c->by_id));
-    if (!c->by_id) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-    for (size_t j = 0; j < c->n; j++) {
-      c->by_id[j] = (cw__iref_t){.id = c->pb->instructions[j]->id, .in = c->pb->instructions[j]};
-    }
-    qsort(c->by_id, c->n, sizeof(*c->by_id), cw__cmp_iref);
-    for (size_t j = 1; j < c->n; j++) {
-      if (c->by_id[j].id == c->by_id[j - 1].id) {
-        return cw_make_status(CW_INVALID_ARGUMENT,
-                              "HLO module: computation '%s' has two instructions with id %" PRId64,
-                              c->pb->name, c->by_id[j].id);
-      }
-    }
-    m->comp_by_id[i] = (cw__cref_t){.id = c->pb->id, .index = i};
-  }
-  qsort(m->comp_by_id, m->n_comps, sizeof(*m->comp_by_id), cw__cmp_cref);
-  for (size_t i = 1; i < m->n_comps; i++) {
-    if (m->comp_by_id[i].id == m->comp_by_id[i - 1].id) {
-      return cw_make_status(CW_INVALID_ARGUMENT, "HLO module: two computations with id %" PRId64,
-                            m->comp_by_id[i].id);
-    }
-  }
-  // A schedule sequence is printed in place of the computation's own order
-  // only when it is a permutation of its instructions.
-  const Causeway__Hlo__Schedule* sch = mod->schedule;
-  for (size_t i = 0; sch && i < sch->n_sequences; i++) {
-    const Causeway__Hlo__ScheduleEntry* e = sch->sequences[i];
-    cw__comp_t* c = (cw__comp_t*)cw__find_comp(m, e->key);
-    if (!c || c->order || !e->value || e->value->n_instruction_ids != c->n) continue;
-    bool* seen = calloc(c->n ? c->n : 1, sizeof(bool));
-    if (!seen) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-    bool permutation = true;
-    for (size_t j = 0; permutation && j < c->n; j++) {
-      cw__iref_t key = {.id = e->value->instruction_ids[j]};
-      const cw__iref_t* r = bsearch(&key, c->by_id, c->n, sizeof(key), cw__cmp_iref);
-      permutation = r && !seen[r - c->by_id];
-      if (r) seen[r - c->by_id] = true;
-    }
-    free(seen);
-    if (permutation) {
-      c->order = e->value->instruction_ids;
-      c->n_order = c->n;
-    }
-  }
-  m->entry = cw__find_comp(m, mod->entry_computation_id);
-  if (!m->entry) {
-    for (size_t i = 0; i < m->n_comps && !m->entry; i++) {
-      if (!strcmp(m->comps[i].pb->name, mod->entry_computation_name)) m->entry = &m->comps[i];
-    }
-  }
-  if (!m->entry) {
-    return cw_make_status(CW_INVALID_ARGUMENT,
-                          "HLO module '%s': no entry computation (id %" PRId64 ", name '%s')",
-                          mod->name, mod->entry_computation_id, mod->entry_computation_name);
-  }
-  return cw_ok_status();
-}
-
-cw_status_t cw_hlo_module_parse(const uint8_t* data, size_t size, bool with_config,
-                                cw_hlo_module_t** out) {
-  *out = NULL;
-  cw_hlo_module_t* m = calloc(1, sizeof(*m));
-  if (!m) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  const ProtobufCMessageDescriptor* desc = with_config
-                                                ? &causeway__hlo__module_with_config__descriptor
-                                                : &causeway__hlo__module__descriptor;
-  if (!cw_pb_nesting_ok(desc, data, size, CW_PB_MAX_NESTING)) {
-    free(m);
-    return cw_make_status(CW_INVALID_ARGUMENT, "HLO module nests messages deeper than %d levels",
-                          CW_PB_MAX_NESTING);
-  }
-  if (with_config) {
-    m->wc = causeway__hlo__module_with_config__unpack(NULL, size, data);
-    if (m->wc) {
-      m->mod = m->wc->hlo_module;
-      m->config = m->wc->config;
-    }
-  } else {
-    m->own = causeway__hlo__module__unpack(NULL, size, data);
-    m->mod = m->own;
-  }
-  if (!m->mod) {
-    cw_hlo_module_free(m);
-    return cw_make_status(CW_INVALID_ARGUMENT, "not a serialized XLA HLO module%s (%zu bytes)",
-                          with_config ? " with config" : "", size);
-  }
-  cw_status_t st = cw__index(m);
-  if (st) {
-    cw_hlo_module_free(m);
-    return st;
-  }
-  *out = m;
-  return cw_ok_status();
-}
 
 // ---- shapes and layouts ----
 
@@ -206,7 +37,6 @@ static const char* cw__type_name(int32_t t) {
   return names[t];
 }
 
-enum { CW__TUPLE = 13, CW__TOKEN = 17, CW__OPAQUE = 14 };
 
 static void cw__print_ints(FILE* f, const int64_t* v, size_t n, const char* sep) {
   for (size_t i = 0; i < n; i++) fprintf(f, "%s%" PRId64, i ? sep : "", v[i]);
@@ -252,7 +82,7 @@ static void cw__print_shape(FILE* f, const cw__shape_t* s, bool with_layout, int
     fputs("(...)", f);
     return;
   }
-  if (s->element_type == CW__TUPLE) {
+  if (s->element_type == CW_HLO_TUPLE) {
     fputc('(', f);
     for (size_t i = 0; i < s->n_tuple_shapes; i++) {
       cw__print_separator(f, i);
@@ -278,21 +108,11 @@ static void cw__print_shape(FILE* f, const cw__shape_t* s, bool with_layout, int
     }
   }
   fputc(']', f);
-  if (with_layout && s->layout && s->element_type != CW__TOKEN &&
-      s->element_type != CW__OPAQUE &&
+  if (with_layout && s->layout && s->element_type != CW_HLO_TOKEN &&
+      s->element_type != CW_HLO_OPAQUE &&
       (s->n_dimensions || s->layout->memory_space || s->layout->n_tiles)) {
     cw__print_layout(f, s->layout);
   }
-}
-
-static int64_t cw__elements(const cw__shape_t* s) {
-  if (!s || s->element_type == CW__TUPLE) return -1;
-  int64_t n = 1;
-  for (size_t i = 0; i < s->n_dimensions; i++) {
-    if (s->dimensions[i] < 0 || (s->dimensions[i] && n > INT64_MAX / s->dimensions[i])) return -1;
-    n *= s->dimensions[i];
-  }
-  return n;
 }
 
 // ---- literals ----
@@ -452,7 +272,7 @@ static bool cw__print_array(FILE* f, const Causeway__Hlo__Literal* l, const cw__
 
 static void cw__print_literal(FILE* f, const cw__instr_t* in) {
   const cw__shape_t* s = in->shape;
-  int64_t n = cw__elements(s);
+  int64_t n = cw_hlo_elements(s);
   // An empty array still prints a brace group per index of the dimensions
   // before its first zero: bounded as its elements are.
   int64_t groups = 1;
@@ -893,7 +713,7 @@ static bool cw__room(cw__printer_t* p) {
 }
 
 static void cw__print_comp_ref(cw__printer_t* p, int64_t id) {
-  const cw__comp_t* c = cw__find_comp(p->m, id);
+  const cw__comp_t* c = cw_hlo_find_comp(p->m, id);
   if (c) {
     fprintf(p->f, "%%%s", c->pb->name);
   } else {
@@ -919,7 +739,7 @@ static void cw__print_kind_attributes(cw__printer_t* p, const cw__instr_t* in) {
     fprintf(f, ", index=%" PRId64, in->tuple_index);
   } else if (!strcmp(op, "compare")) {
     fprintf(f, ", direction=%s", in->comparison_direction);
-    const cw__instr_t* a = in->n_operand_ids ? cw__find_instr(p->c, in->operand_ids[0]) : NULL;
+    const cw__instr_t* a = in->n_operand_ids ? cw_hlo_find_instr(p->c, in->operand_ids[0]) : NULL;
     if (in->comparison_type[0] && a && a->shape &&
         strcmp(in->comparison_type, cw__default_compare_type(a->shape->element_type))) {
       fprintf(f, ", type=%s", in->comparison_type);
@@ -1110,7 +930,7 @@ static void cw__print_kind_attributes(cw__printer_t* p, const cw__instr_t* in) {
     fputs(", scatter=", f);
     cw__print_comp_ref(p, cc[1]);
   } else if (!strcmp(op, "conditional")) {
-    const cw__instr_t* b = in->n_operand_ids ? cw__find_instr(p->c, in->operand_ids[0]) : NULL;
+    const cw__instr_t* b = in->n_operand_ids ? cw_hlo_find_instr(p->c, in->operand_ids[0]) : NULL;
     if (b && b->shape && b->shape->element_type == 1 && nc == 2) {
       fputs(", true_computation=", f);
       cw__print_comp_ref(p, cc[0]);
@@ -1148,7 +968,7 @@ static void cw__print_instruction(cw__printer_t* p, const cw__instr_t* in, bool 
     cw__print_literal(f, in);
   } else {
     for (size_t i = 0; i < in->n_operand_ids && cw__room(p); i++) {
-      const cw__instr_t* o = cw__find_instr(p->c, in->operand_ids[i]);
+      const cw__instr_t* o = cw_hlo_find_instr(p->c, in->operand_ids[i]);
       cw__print_separator(f, i);
       if (o) {
         fprintf(f, "%%%s", o->name);
@@ -1167,7 +987,7 @@ static void cw__print_instruction(cw__printer_t* p, const cw__instr_t* in, bool 
   if (in->n_control_predecessor_ids) {
     fputs(", control-predecessors={", f);
     for (size_t i = 0; i < in->n_control_predecessor_ids && cw__room(p); i++) {
-      const cw__instr_t* o = cw__find_instr(p->c, in->control_predecessor_ids[i]);
+      const cw__instr_t* o = cw_hlo_find_instr(p->c, in->control_predecessor_ids[i]);
       fprintf(f, "%s%%%s", i ? ", " : "", o ? o->name : "<unknown>");
     }
     fputc('}', f);
@@ -1186,7 +1006,7 @@ static int cw__cmp_param(const void* a, const void* b) {
 static void cw__print_computation(cw__printer_t* p, const cw__comp_t* c, bool entry) {
   FILE* f = p->f;
   p->c = c;
-  const cw__instr_t* root = cw__find_instr(c, c->pb->root_id);
+  const cw__instr_t* root = cw_hlo_find_instr(c, c->pb->root_id);
   size_t np = 0;
   for (size_t i = 0; i < c->n; i++) np += !strcmp(c->pb->instructions[i]->opcode, "parameter");
   cw__instr_t** params = calloc(np ? np : 1, sizeof(*params));
@@ -1210,7 +1030,7 @@ static void cw__print_computation(cw__printer_t* p, const cw__comp_t* c, bool en
   fputs(" {\n", f);
   for (size_t i = 0; i < c->n && cw__room(p); i++) {
     const cw__instr_t* in =
-        c->order ? cw__find_instr(c, c->order[i]) : c->pb->instructions[i];
+        c->order ? cw_hlo_find_instr(c, c->order[i]) : c->pb->instructions[i];
     cw__print_instruction(p, in, in == root);
   }
   fputs("}\n\n", f);
@@ -1347,7 +1167,7 @@ static void cw__walk_callees(cw__walk_t* w, size_t ci, int depth) {
   for (size_t i = 0; i < c->n; i++) {
     const cw__instr_t* in = c->by_id[i].in;
     for (size_t j = 0; j < in->n_called_computation_ids; j++) {
-      const cw__comp_t* callee = cw__find_comp(w->m, in->called_computation_ids[j]);
+      const cw__comp_t* callee = cw_hlo_find_comp(w->m, in->called_computation_ids[j]);
       if (callee) cw__walk_comp(w, (size_t)(callee - w->m->comps), depth + 1);
     }
   }
@@ -1365,11 +1185,11 @@ static cw_status_t cw__computation_order(const cw_hlo_module_t* m, size_t** out)
     return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   }
   for (size_t ci = 0; ci < n; ci++) {
-    const cw__comp_pb_t* c = m->comps[ci].pb;
+    const Causeway__Hlo__Computation* c = m->comps[ci].pb;
     for (size_t i = 0; i < c->n_instructions; i++) {
       const cw__instr_t* in = c->instructions[i];
       for (size_t j = 0; j < in->n_called_computation_ids; j++) {
-        const cw__comp_t* callee = cw__find_comp(m, in->called_computation_ids[j]);
+        const cw__comp_t* callee = cw_hlo_find_comp(m, in->called_computation_ids[j]);
         if (callee) called[callee - m->comps] = true;
       }
     }
@@ -1440,7 +1260,7 @@ static cw_status_t cw__pack_layout(const cw__shape_t* s, ProtobufCBinaryData* ou
     l = *s->layout;
     l.base.unknown_fields = NULL;
     l.base.n_unknown_fields = 0;
-  } else if (s && s->element_type != CW__TUPLE) {
+  } else if (s && s->element_type != CW_HLO_TUPLE) {
     // No layout given: the dense major-to-minor one.
     l.n_minor_to_major = s->n_dimensions;
     l.minor_to_major = NULL;
@@ -1477,7 +1297,7 @@ cw_status_t cw_hlo_module_layouts(const cw_hlo_module_t* m, bool outputs,
   if (outputs) {
     if (!one) return cw_make_status(CW_NOT_FOUND, "HLO module '%s' has no result shape",
                                     m->mod->name);
-    if (one->element_type == CW__TUPLE) {
+    if (one->element_type == CW_HLO_TUPLE) {
       shapes = one->tuple_shapes;
       n = one->n_tuple_shapes;
     } else {
