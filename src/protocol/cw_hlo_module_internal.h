@@ -1,5 +1,6 @@
-// The decoded, indexed HLO module that cw_hlo_text.c prints: shared by
-// the cw_hlo_* files only (cw_hlo_module.c builds it).
+// The decoded, indexed HLO module that cw_hlo_text.c prints and
+// cw_hlo_cost.c prices: shared by the cw_hlo_* files only (cw_hlo_module.c
+// builds it).
 #ifndef CW_PROTOCOL_HLO_MODULE_INTERNAL_H_
 #define CW_PROTOCOL_HLO_MODULE_INTERNAL_H_
 

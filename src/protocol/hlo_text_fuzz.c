@@ -1,8 +1,10 @@
 // libFuzzer target: arbitrary bytes as the optimized program a plugin
 // returns, read as a module with and without its config, printed as HLO text
-// (at most 1 MiB of it) and read for its entry layouts.
+// (at most 1 MiB of it), read for its entry layouts and priced (its cost
+// analysis).
 #include <stdlib.h>
 
+#include "cw_hlo_cost.h"
 #include "cw_hlo_text.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
@@ -25,6 +27,8 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       cw_status_free(cw_hlo_module_layouts(m, outputs, &l, &n));
       cw_hlo_layouts_free(l, n);
     }
+    cw_hlo_cost_t cost;
+    cw_status_free(cw_hlo_module_cost(m, &cost));
     cw_hlo_module_free(m);
   }
   return 0;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cw_hlo_cost.h"
 #include "cw_hlo_text.h"
 #include "cw_log.h"
 #include "cw_pb_nesting.h"
@@ -183,6 +184,21 @@ static cw_status_t cw__optimized_program(cw_proxy_session_t* s, const cw_proxy_e
   *out_code = code;
   *out_size = prog.code_size;
   return cw_ok_status();
+}
+
+// The executable's optimized program, decoded; *out is the caller's
+// (cw_hlo_module_free).
+static cw_status_t cw__program_module(cw_proxy_session_t* s, const cw_proxy_exe_t* e,
+                                      cw_hlo_module_t** out) {
+  *out = NULL;
+  char* code;
+  size_t size;
+  bool with_config;
+  cw_status_t st = cw__optimized_program(s, e, &code, &size, &with_config);
+  if (st) return st;
+  st = cw_hlo_module_parse((const uint8_t*)code, size, with_config, out);
+  free(code);
+  return st;
 }
 
 // The outputs' shardings of a program over several devices, from its
@@ -418,15 +434,8 @@ static void cw__error_proto(cw_status_t st, CwIfrt__StatusProto* out, char** mes
 // instead of asking the server whether it was deleted after each run.
 static void cw__program_facts(cw_proxy_session_t* s, const cw_proxy_exe_t* e, cw__metadata_t* out,
                               cw_status_t* layouts_st, cw_status_t* donatable_st) {
-  char* code;
-  size_t size;
-  bool with_config;
-  cw_hlo_module_t* m = NULL;
-  cw_status_t st = cw__optimized_program(s, e, &code, &size, &with_config);
-  if (!st) {
-    st = cw_hlo_module_parse((const uint8_t*)code, size, with_config, &m);
-    free(code);
-  }
+  cw_hlo_module_t* m;
+  cw_status_t st = cw__program_module(s, e, &m);
   if (st) {
     *layouts_st = cw_status_annotate(cw_status_clone(st), "layouts");
     *donatable_st = cw_status_annotate(st, "donatable inputs");
@@ -838,25 +847,66 @@ typedef struct cw__cost_s {
   CwIfrt__AttributeMap map;
 } cw__cost_t;
 
+// XLA's cost analysis priced by causeway from the optimized program
+// (cw_hlo_cost.h), as PJRT properties: flops, transcendentals and bytes
+// accessed, those not zero. Names are static; out holds 3.
+static cw_status_t cw__own_cost(cw_proxy_session_t* s, const cw_proxy_exe_t* e,
+                                PJRT_NamedValue* out, size_t* n) {
+  *n = 0;
+  cw_hlo_module_t* m;
+  cw_status_t st = cw__program_module(s, e, &m);
+  if (st) return st;
+  cw_hlo_cost_t c;
+  st = cw_hlo_module_cost(m, &c);
+  cw_hlo_module_free(m);
+  if (st) return st;
+  const struct {
+    const char* name;
+    double value;
+  } props[] = {{"flops", c.flops},
+               {"transcendentals", c.transcendentals},
+               {"bytes accessed", c.bytes_accessed}};
+  for (size_t i = 0; i < 3; i++) {
+    if (props[i].value == 0) continue;  // as XLA: no key for nothing
+    out[*n] = (PJRT_NamedValue){.struct_size = CW_PJRT_STRUCT_SIZE(PJRT_NamedValue, value_size),
+                                .name = props[i].name,
+                                .name_size = strlen(props[i].name),
+                                .type = PJRT_NamedValue_kFloat,
+                                .float_value = (float)props[i].value,
+                                .value_size = 1};
+    (*n)++;
+  }
+  return cw_ok_status();
+}
+
 // XLA's cost analysis of the program (flops, bytes accessed, ...) as the
-// plugin reports it; the values are borrowed from the executable.
+// plugin reports it (the values are borrowed from the executable), else,
+// when the plugin has none (XLA's CPU plugin through the C API), as
+// causeway prices the optimized program: jaxlib's proxy client cannot
+// compute it itself as it does in front of a PJRT plugin.
 static cw_status_t cw__cost_analysis(cw_proxy_session_t* s, const CwIfrt__IfrtRequest* req,
                                      CwIfrt__IfrtResponse* resp) {
+  const char* what = "LoadedExecutableCostAnalysis";
   cw_proxy_exe_t* e;
   CW_RETURN_IF_ERROR(
       cw__exe_get(s, req->loaded_executable_cost_analysis_request->loaded_executable_handle, &e),
-      "LoadedExecutableCostAnalysis");
+      "%s", what);
   PJRT_Executable_GetCostAnalysis_Args a = {
       CW_PROXY_ARGS(PJRT_Executable_GetCostAnalysis_Args, properties), .executable = e->exe};
-  CW_RETURN_IF_ERROR(CW_PROXY_PJRT_CALL(&s->proxy->pjrt, PJRT_Executable_GetCostAnalysis, &a),
-                     "LoadedExecutableCostAnalysis");
+  cw_status_t st = CW_PROXY_PJRT_CALL(&s->proxy->pjrt, PJRT_Executable_GetCostAnalysis, &a);
+  PJRT_NamedValue own[3];
+  if (st && cw_status_code(st) == CW_UNIMPLEMENTED) {
+    cw_status_free(st);
+    st = cw__own_cost(s, e, own, &a.num_properties);
+    a.properties = own;
+  }
+  CW_RETURN_IF_ERROR(st, "%s", what);
   cw__cost_t* out = calloc(1, sizeof(*out));
   if (!out) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   cw_ifrt__loaded_executable_cost_analysis_response__init(&out->r);
   resp->response_case = CW_IFRT__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_COST_ANALYSIS_RESPONSE;
   resp->loaded_executable_cost_analysis_response = &out->r;
-  CW_RETURN_IF_ERROR(cw_proxy_attributes(a.properties, a.num_properties, &out->map),
-                     "LoadedExecutableCostAnalysis");
+  CW_RETURN_IF_ERROR(cw_proxy_attributes(a.properties, a.num_properties, &out->map), "%s", what);
   out->r.result_case = CW_IFRT__LOADED_EXECUTABLE_COST_ANALYSIS_RESPONSE__RESULT_ATTRIBUTES;
   out->r.attributes = &out->map;
   return cw_ok_status();
@@ -917,15 +967,10 @@ static cw_status_t cw__program_text(cw_proxy_session_t* s, const CwIfrt__IfrtReq
                                      ->loaded_executable_handle,
                                  &e),
                      "%s", what);
-  char* code;
-  size_t size;
-  bool with_config;
-  CW_RETURN_IF_ERROR(cw__optimized_program(s, e, &code, &size, &with_config), "%s", what);
   cw_hlo_module_t* m;
-  cw_status_t st = cw_hlo_module_parse((const uint8_t*)code, size, with_config, &m);
-  free(code);
-  CW_RETURN_IF_ERROR(st, "%s", what);
+  CW_RETURN_IF_ERROR(cw__program_module(s, e, &m), "%s", what);
   char* text;
+  cw_status_t st;
   size_t len;
   // Room for the response around the text in one gRPC message.
   size_t max = s->proxy->server_options.grpc.max_message;

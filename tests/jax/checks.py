@@ -695,6 +695,39 @@ def compiled_text() -> dict:
     return out
 
 
+def compiled_cost() -> dict:
+    """compiled.cost_analysis() of programs on one device and over an island:
+    flops, transcendentals and bytes accessed (XLA's cost analysis in the
+    JAX process on stock and on the plugin front; priced by causeway-proxy
+    from the optimized program through the proxy, src/protocol/cw_hlo_cost.c)."""
+    isl = islands()[0]
+    mesh = Mesh(np.array(isl), ("x",))
+    xs = jax.device_put(np.arange(64, dtype=np.float32).reshape(8, 8),
+                        NamedSharding(mesh, P("x")))
+    m = np.ones((32, 32), np.float32)
+    img, ker = np.ones((2, 3, 16, 16), np.float32), np.ones((4, 3, 3, 3), np.float32)
+    programs = {
+        "matmul": jax.jit(lambda a, b: a @ b).lower(m[:8, :16], m[:16, :4]),
+        "mlp": jax.jit(lambda w, x: jnp.tanh(x @ w).mean()).lower(m, m[:16]),
+        "mlp_grad": jax.jit(jax.grad(lambda w, x: jnp.mean(jnp.tanh(x @ w) ** 2))).lower(m, m[:8]),
+        "conv": jax.jit(lambda i, k: lax.conv_general_dilated(i, k, (1, 1), "SAME")).lower(img, ker),
+        "softmax": jax.jit(lambda a: jax.nn.softmax(a, axis=-1)).lower(m),
+        "while": jax.jit(lambda a: lax.fori_loop(0, 10, lambda i, c: c * 1.5 + i, a)).lower(m[0]),
+        "cond": jax.jit(lambda p, a: lax.cond(p > 0, lambda: a + 1, lambda: jnp.exp(a))
+                        ).lower(1.0, m[0]),
+        "sort_scatter": jax.jit(lambda a, i: jnp.sort(a.at[i].add(1.0), axis=1)
+                                ).lower(m, np.array([3, 1, 4], np.int32)),
+        "rng": jax.jit(lambda k: jax.random.normal(k, (64,))).lower(jax.random.key(0)),
+        "island_sum": jax.jit(lambda a: jnp.sum(a, axis=0)).lower(xs),
+    }
+    keys = ("flops", "transcendentals", "bytes accessed")
+    out = {}
+    for name, lowered in programs.items():
+        cost = lowered.compile().cost_analysis()
+        out[name] = {k: cost[k] for k in keys if k in cost}
+    return out
+
+
 def pmap_island() -> dict:
     """jax.pmap over one island's devices: collectives, an unmapped output,
     a second call on its own output (jit and shard_map underneath)."""

@@ -60,6 +60,16 @@ def test_compiled_text_and_formats(check):
     assert "custom_call_target=\"lapack_sgetrf_ffi\"" in got["lapack"]
 
 
+def test_compiled_cost_analysis(check):
+    # Stock JAX and the plugin front price programs with XLA in the JAX
+    # process; jaxlib's proxy client asks the server, and causeway-proxy
+    # prices the optimized program itself (src/protocol/cw_hlo_cost.c).
+    want, got = check("compiled_cost")
+    assert got["matmul"]["flops"] == 2 * 8 * 16 * 4, got["matmul"]
+    assert got["mlp"]["transcendentals"] == 16 * 32, got["mlp"]
+    assert "transcendentals" not in got["matmul"]
+
+
 def test_pmap_within_island(check):
     want, got = check("pmap_island")
     assert got["y_devices"] == [0, 1, 2, 3], got["y_devices"]
