@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """Writes src/protocol/testdata/hlo_cost: programs compiled by stock JAX's CPU
 client (the pinned jaxlib), each NAME.pb its optimized HloModuleProto, and
-expected.txt what compiled.cost_analysis() gave for it, one line a program:
-
-  NAME FLOPS TRANSCENDENTALS BYTES_ACCESSED     ("-" where XLA gave no key)
+expected.json what compiled.cost_analysis() gave for each, by name: every key
+XLA gave (flops, transcendentals, bytes accessed and the per-operand ones).
 
 cw_hlo_cost_test checks that causeway prices every module the same.
 
 Usage: .venv/bin/python tools/gen_hlo_cost_testdata.py [OUTDIR]
 """
+import json
 import os
 import sys
 
@@ -97,19 +97,18 @@ PROGRAMS = {
 
 def main():
     os.makedirs(OUT, exist_ok=True)
-    lines = []
+    expected = {}
     for name, (f, args) in PROGRAMS.items():
         jf = f if hasattr(f, "lower") else jax.jit(f)
         c = jf.lower(*args).compile()
-        cost = c.cost_analysis()
         mod = c.runtime_executable().hlo_modules()[0]
         with open(os.path.join(OUT, name + ".pb"), "wb") as fh:
             fh.write(mod.as_serialized_hlo_module_proto())
-        vals = [cost.get(k) for k in ("flops", "transcendentals", "bytes accessed")]
-        lines.append(" ".join([name] + ["-" if v is None else repr(float(v)) for v in vals]))
-    with open(os.path.join(OUT, "expected.txt"), "w") as fh:
-        fh.write("\n".join(lines) + "\n")
-    print(f"{len(lines)} programs in {OUT}")
+        expected[name] = {k: float(v) for k, v in sorted(c.cost_analysis().items())}
+    with open(os.path.join(OUT, "expected.json"), "w") as fh:
+        json.dump(expected, fh, indent=1, sort_keys=True)
+        fh.write("\n")
+    print(f"{len(expected)} programs in {OUT}")
 
 
 if __name__ == "__main__":

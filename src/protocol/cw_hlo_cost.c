@@ -6,6 +6,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,12 +20,33 @@
 // A fused constant with more elements than this is read from memory.
 #define CW__IMMEDIATE_CONSTANT_MAX_ELEMENTS 1
 // A convolution's valid positions are counted point by point, as XLA does;
-// past this many points per spatial dimension the module is refused.
-#define CW__MAX_CONV_POINTS (1 << 24)
+// past this many points in a module it is refused (real ones count a few
+// thousand: kernel size times output size per spatial dimension).
+#define CW__MAX_CONV_POINTS (1 << 22)
+// Keys with a tuple index (a fusion's outputs) kept per computation.
+#define CW__MAX_KEYS 4096
 
+// What an operand costs an instruction: XLA's "bytes accessed<i>{}" and
+// "utilization<i>{}".
+typedef struct cw__operand_cost_s {
+  double bytes, util;
+} cw__operand_cost_t;
+
+// A key with a tuple index ("bytes accessedout{0}"), rare: a list.
+typedef struct cw__key_s {
+  char name[CW_HLO_COST_KEY_MAX];
+  double value;
+} cw__key_t;
+
+// XLA's properties of an instruction or a computation; a zero is no key.
 typedef struct cw__props_s {
-  double flops, trans, bytes;
-  bool has_flops, has_trans;
+  double flops, trans, bytes, secs;  // secs: "optimal_seconds"
+  double out;                        // "bytes accessedout{}"
+  cw__operand_cost_t* ops;
+  size_t n_ops, cap_ops;
+  cw__key_t* keys;
+  size_t n_keys, cap_keys;
+  bool oom;  // a key could not be kept (memory, CW__MAX_KEYS): the answer is refused
 } cw__props_t;
 
 typedef struct cw__ctx_s {
@@ -33,6 +55,7 @@ typedef struct cw__ctx_s {
   cw__props_t* memo;     // per computation
   double** reads;        // per fusion computation: bytes read of each parameter
   size_t* n_reads;
+  double conv_points;    // counted so far, against CW__MAX_CONV_POINTS
 } cw__ctx_t;
 
 enum { CW__NEW = 0, CW__BUSY = 1, CW__DONE = 2 };
@@ -43,6 +66,101 @@ enum { CW__NEW = 0, CW__BUSY = 1, CW__DONE = 2 };
     cw_status_t cw__st = (expr);       \
     if (cw__st) return cw__st;         \
   } while (0)
+
+// ---- properties ----
+
+static void cw__props_free(cw__props_t* p) {
+  free(p->ops);
+  free(p->keys);
+  *p = (cw__props_t){0};
+}
+
+static cw__operand_cost_t* cw__op(cw__props_t* p, size_t i) {
+  if (i >= p->cap_ops) {
+    size_t cap = p->cap_ops ? p->cap_ops : 4;
+    while (cap <= i) cap *= 2;
+    cw__operand_cost_t* ops = realloc(p->ops, cap * sizeof(*ops));
+    if (!ops) {
+      p->oom = true;
+      return NULL;
+    }
+    p->ops = ops;
+    p->cap_ops = cap;
+  }
+  if (i >= p->n_ops) {
+    memset(p->ops + p->n_ops, 0, (i + 1 - p->n_ops) * sizeof(*p->ops));
+    p->n_ops = i + 1;
+  }
+  return &p->ops[i];
+}
+
+static void cw__set_op(cw__props_t* p, size_t i, double bytes, double util) {
+  cw__operand_cost_t* o = cw__op(p, i);
+  if (o) *o = (cw__operand_cost_t){bytes, util};
+}
+
+static void cw__set_op_bytes(cw__props_t* p, size_t i, double bytes) {
+  cw__operand_cost_t* o = cw__op(p, i);
+  if (o) o->bytes = bytes;
+}
+
+static double* cw__key(cw__props_t* p, const char* name) {
+  for (size_t i = 0; i < p->n_keys; i++) {
+    if (!strcmp(p->keys[i].name, name)) return &p->keys[i].value;
+  }
+  if (p->n_keys == p->cap_keys) {
+    size_t cap = p->cap_keys ? 2 * p->cap_keys : 4;
+    cw__key_t* k = p->n_keys < CW__MAX_KEYS ? realloc(p->keys, cap * sizeof(*k)) : NULL;
+    if (!k) {
+      p->oom = true;
+      return NULL;
+    }
+    p->keys = k;
+    p->cap_keys = cap;
+  }
+  cw__key_t* k = &p->keys[p->n_keys++];
+  snprintf(k->name, sizeof(k->name), "%s", name);
+  k->value = 0;
+  return &k->value;
+}
+
+// dst = src, deep.
+static void cw__props_copy(cw__props_t* dst, const cw__props_t* src) {
+  cw__props_free(dst);
+  *dst = *src;
+  dst->ops = NULL;
+  dst->keys = NULL;
+  dst->n_ops = dst->cap_ops = dst->n_keys = dst->cap_keys = 0;
+  if (src->n_ops && cw__op(dst, src->n_ops - 1)) {
+    memcpy(dst->ops, src->ops, src->n_ops * sizeof(*src->ops));
+  }
+  for (size_t i = 0; i < src->n_keys; i++) {
+    double* v = cw__key(dst, src->keys[i].name);
+    if (v) *v = src->keys[i].value;
+  }
+}
+
+// dst += src, every key (or its larger value where `max`, as a conditional
+// takes the costlier branch; a key dst lacks takes src's).
+static void cw__props_merge(cw__props_t* dst, const cw__props_t* src, bool max) {
+#define CW__MERGE(d, v) ((d) = max ? ((d) == 0 ? (v) : fmax((d), (v))) : (d) + (v))
+  CW__MERGE(dst->flops, src->flops);
+  CW__MERGE(dst->trans, src->trans);
+  CW__MERGE(dst->bytes, src->bytes);
+  CW__MERGE(dst->secs, src->secs);
+  CW__MERGE(dst->out, src->out);
+  if (src->n_ops) cw__op(dst, src->n_ops - 1);
+  for (size_t i = 0; i < src->n_ops && i < dst->n_ops; i++) {
+    CW__MERGE(dst->ops[i].bytes, src->ops[i].bytes);
+    CW__MERGE(dst->ops[i].util, src->ops[i].util);
+  }
+  for (size_t i = 0; i < src->n_keys; i++) {
+    double* v = cw__key(dst, src->keys[i].name);
+    if (v) CW__MERGE(*v, src->keys[i].value);
+  }
+#undef CW__MERGE
+  dst->oom |= src->oom;
+}
 
 // ---- shapes ----
 
@@ -180,12 +298,12 @@ static cw_status_t cw__callee(const cw__ctx_t* x, const cw_hlo_comp_t* c, const 
 }
 
 static cw_status_t cw__comp_cost(cw__ctx_t* x, const cw_hlo_comp_t* c, int depth,
-                                 cw__props_t* out);
+                                 const cw__props_t** out);
 
-// The cost of the computation `in` calls as its k-th.
+// The cost of the computation `in` calls as its k-th (the context's).
 static cw_status_t cw__callee_cost(cw__ctx_t* x, const cw_hlo_comp_t* c,
                                    const cw_hlo_instr_t* in, size_t k, int depth,
-                                   cw__props_t* out) {
+                                   const cw__props_t** out) {
   const cw_hlo_comp_t* callee;
   CW__TRY(cw__callee(x, c, in, k, &callee));
   return cw__comp_cost(x, callee, depth + 1, out);
@@ -194,14 +312,8 @@ static cw_status_t cw__callee_cost(cw__ctx_t* x, const cw_hlo_comp_t* c,
 // flops and transcendentals of a computation applied `times` times (a
 // reduction's function): bytes are the caller's own.
 static void cw__apply(cw__props_t* p, const cw__props_t* sub, double times) {
-  if (sub->has_flops) {
-    p->flops += sub->flops * times;
-    p->has_flops = true;
-  }
-  if (sub->has_trans) {
-    p->trans += sub->trans * times;
-    p->has_trans = true;
-  }
+  p->flops += sub->flops * times;
+  p->trans += sub->trans * times;
 }
 
 // ---- instructions with rules of their own ----
@@ -223,7 +335,7 @@ static int64_t cw__dim(const cw_hlo_shape_t* s, int64_t d) {
 
 // Output positions times kernel positions that land on an input element,
 // per spatial dimension, as XLA counts them.
-static cw_status_t cw__conv_flops(const cw_hlo_comp_t* c, const cw_hlo_instr_t* in,
+static cw_status_t cw__conv_flops(cw__ctx_t* x, const cw_hlo_comp_t* c, const cw_hlo_instr_t* in,
                                   double* out) {
   const cw_hlo_shape_t* lhs = cw__operand_shape(c, in, 0);
   const cw_hlo_shape_t* rhs = cw__operand_shape(c, in, 1);
@@ -249,7 +361,8 @@ static cw_status_t cw__conv_flops(const cw_hlo_comp_t* c, const cw_hlo_instr_t* 
       positions *= (double)o_lim;
       continue;
     }
-    if (k_lim < 0 || o_lim < 0 || (double)k_lim * (double)o_lim > CW__MAX_CONV_POINTS) {
+    x->conv_points += (double)k_lim * (double)o_lim;
+    if (k_lim < 0 || o_lim < 0 || x->conv_points > CW__MAX_CONV_POINTS) {
       return cw_make_status(CW_INVALID_ARGUMENT,
                             "HLO cost: convolution '%s' has %" PRId64 " x %" PRId64
                             " window positions in dimension %zu, more than causeway prices",
@@ -434,6 +547,46 @@ static cw_status_t cw__param_reads(cw__ctx_t* x, const cw_hlo_comp_t* fc, int de
 static cw_status_t cw__gather_or_scatter(cw__ctx_t* x, const cw_hlo_comp_t* c,
                                          const cw_hlo_instr_t* in, int depth, cw__props_t* p);
 
+// A fusion's output bytes under shape index `idx` (depth `n`): a root that
+// updates a slice in place writes only the update.
+static double cw__fusion_out(cw__props_t* p, const cw_hlo_comp_t* fc, const cw_hlo_instr_t* root,
+                             const cw_hlo_shape_t* s, int64_t* idx, size_t n) {
+  if (!s) return 0;
+  double bytes;
+  if (s->element_type == CW_HLO_TUPLE) {
+    bytes = 0;
+    for (size_t i = 0; i < s->n_tuple_shapes && n < 8; i++) {
+      idx[n] = (int64_t)i;
+      bytes += cw__fusion_out(p, fc, root, s->tuple_shapes[i], idx, n + 1);
+    }
+    if (n == 0) return bytes;  // "out{}" is the caller's
+  } else {
+    const cw_hlo_instr_t* r = NULL;
+    if (n == 0) {
+      r = root;
+    } else if (n == 1 && root && !strcmp(root->opcode, "tuple") && (size_t)idx[0] < root->n_operand_ids) {
+      r = cw_hlo_find_instr(fc, root->operand_ids[idx[0]]);
+    }
+    bytes = r && !strcmp(r->opcode, "dynamic-update-slice") ? cw__size(cw__operand_shape(fc, r, 1))
+                                                             : cw__size(s);
+    p->bytes += bytes;
+    if (n == 0) return bytes;
+  }
+  char name[CW_HLO_COST_KEY_MAX];
+  int len = snprintf(name, sizeof(name), "bytes accessedout{");
+  for (size_t i = 0; i < n && len > 0 && (size_t)len < sizeof(name); i++) {
+    len += snprintf(name + len, sizeof(name) - (size_t)len, "%s%" PRId64, i ? "," : "", idx[i]);
+  }
+  if (len > 0 && (size_t)len < sizeof(name)) snprintf(name + len, sizeof(name) - (size_t)len, "}");
+  double* v = cw__key(p, name);
+  if (v) *v = bytes;
+  return bytes;
+}
+
+// Intermediate values stay in registers and caches: a fusion costs its
+// computation's work, and as bytes its outputs, its large constants and its
+// parameters' reads. The per-operand keys of its computation's own
+// instructions stay where the fusion has no such operand, as in XLA.
 static cw_status_t cw__fusion(cw__ctx_t* x, const cw_hlo_comp_t* c, const cw_hlo_instr_t* in,
                               int depth, cw__props_t* p) {
   const cw_hlo_comp_t* fc;
@@ -446,43 +599,27 @@ static cw_status_t cw__fusion(cw__ctx_t* x, const cw_hlo_comp_t* c, const cw_hlo
       }
     }
   }
-  cw__props_t sub;
+  const cw__props_t* sub;
   CW__TRY(cw__comp_cost(x, fc, depth + 1, &sub));
-  cw__apply(p, &sub, 1);
-  // Intermediate values stay in registers and caches: the fusion's bytes
-  // are its outputs, its large constants and its parameters' reads.
-  const cw_hlo_instr_t* root = cw_hlo_find_instr(fc, fc->pb->root_id);
-  double bytes = 0;
-  const cw_hlo_shape_t* s = in->shape;
-  if (s && s->element_type == CW_HLO_TUPLE) {
-    bool root_tuple = root && !strcmp(root->opcode, "tuple");
-    for (size_t i = 0; i < s->n_tuple_shapes; i++) {
-      const cw_hlo_instr_t* r = root_tuple && i < root->n_operand_ids
-                                    ? cw_hlo_find_instr(fc, root->operand_ids[i])
-                                    : NULL;
-      if (r && !strcmp(r->opcode, "dynamic-update-slice")) {
-        bytes += cw__size(cw__operand_shape(fc, r, 1));
-      } else {
-        bytes += cw__leaves(s->tuple_shapes[i], true, 1);
-      }
-    }
-  } else if (root && !strcmp(root->opcode, "dynamic-update-slice")) {
-    bytes += cw__size(cw__operand_shape(fc, root, 1));
-  } else {
-    bytes += cw__size(s);
-  }
+  cw__props_copy(p, sub);
+  p->bytes = 0;
+  int64_t idx[8];
+  p->out = cw__fusion_out(p, fc, cw_hlo_find_instr(fc, fc->pb->root_id), in->shape, idx, 0);
   for (size_t j = 0; j < fc->n; j++) {
     const cw_hlo_instr_t* f = fc->pb->instructions[j];
     if (!strcmp(f->opcode, "constant") &&
         cw__elements(f->shape) > CW__IMMEDIATE_CONSTANT_MAX_ELEMENTS) {
-      bytes += cw__size(f->shape);
+      p->bytes += cw__size(f->shape);
     }
   }
   const double* reads;
   size_t n;
   CW__TRY(cw__param_reads(x, fc, depth + 1, &reads, &n));
-  for (size_t k = 0; k < in->n_operand_ids && k < n; k++) bytes += reads[k];
-  p->bytes = bytes;
+  for (size_t k = 0; k < in->n_operand_ids; k++) {
+    double r = k < n ? reads[k] : 0;
+    p->bytes += r;
+    cw__set_op(p, k, r, 1.0);
+  }
   return cw_ok_status();
 }
 
@@ -491,149 +628,169 @@ static cw_status_t cw__fusion(cw__ctx_t* x, const cw_hlo_comp_t* c, const cw_hlo
 static cw_status_t cw__gather_or_scatter(cw__ctx_t* x, const cw_hlo_comp_t* c,
                                          const cw_hlo_instr_t* in, int depth, cw__props_t* p) {
   if (!strcmp(in->opcode, "gather")) {
-    p->bytes = 2 * cw__size(in->shape) + cw__size(cw__operand_shape(c, in, 1));
+    double out = cw__size(in->shape), idx = cw__size(cw__operand_shape(c, in, 1));
+    double elems = cw__elements(cw__operand_shape(c, in, 0));
+    p->bytes = 2 * out + idx;
+    p->out = out;
+    cw__set_op(p, 0, out, elems > 0 ? cw__elements(in->shape) / elems : 0);
+    cw__set_op_bytes(p, 1, idx);
     return cw_ok_status();
   }
   size_t n = in->n_operand_ids / 2;  // operands, the indices, as many updates
   double updates = 0;
-  for (size_t i = 0; i < n; i++) updates += cw__size(cw__operand_shape(c, in, n + 1 + i));
-  p->bytes = 3 * updates + cw__size(cw__operand_shape(c, in, n));
-  cw__props_t sub;
+  for (size_t i = 0; i < n; i++) {
+    double u = cw__size(cw__operand_shape(c, in, n + 1 + i));
+    cw__set_op_bytes(p, i, u);
+    cw__set_op_bytes(p, n + 1 + i, u);
+    updates += u;
+  }
+  double idx = cw__size(cw__operand_shape(c, in, n));
+  cw__set_op_bytes(p, n, idx);
+  p->bytes = 3 * updates + idx;
+  p->out = updates;
+  const cw__props_t* sub;
   CW__TRY(cw__callee_cost(x, c, in, 0, depth, &sub));
-  cw__apply(p, &sub, cw__elements(cw__operand_shape(c, in, n + 1)));
+  cw__apply(p, sub, cw__elements(cw__operand_shape(c, in, n + 1)));
   return cw_ok_status();
 }
 
-static void cw__max_into(cw__props_t* p, const cw__props_t* b) {
-  p->flops = p->has_flops ? fmax(p->flops, b->flops) : b->flops;
-  p->trans = p->has_trans ? fmax(p->trans, b->trans) : b->trans;
-  p->bytes = fmax(p->bytes, b->bytes);
-  p->has_flops |= b->has_flops;
-  p->has_trans |= b->has_trans;
+// An instruction that moves nothing: no bytes, no time.
+static void cw__no_bytes_moved(cw__props_t* p) {
+  p->bytes = p->out = 0;
+  for (size_t i = 0; i < p->n_ops; i++) p->ops[i].bytes = 0;
 }
 
-static cw_status_t cw__instr_cost(cw__ctx_t* x, const cw_hlo_comp_t* c, const cw_hlo_instr_t* in,
-                                  int depth, cw__props_t* p) {
+// *p: the instruction's properties (the caller's to free). *timed: XLA
+// computes its optimal seconds (always 0 here, the rates being unknown).
+static cw_status_t cw__instr_rules(cw__ctx_t* x, const cw_hlo_comp_t* c, const cw_hlo_instr_t* in,
+                                   int depth, cw__props_t* p, bool* timed) {
   const char* op = in->opcode ? in->opcode : "";
-  *p = (cw__props_t){0};
-  // By default an instruction reads its operands and writes its output.
-  p->bytes = cw__size(in->shape);
+  *timed = true;
+  // By default an instruction reads each operand whole and writes its output.
+  p->out = p->bytes = cw__size(in->shape);
   for (size_t k = 0; k < in->n_operand_ids; k++) {
     const cw_hlo_instr_t* o;
     CW__TRY(cw__operand(c, in, k, &o));
-    p->bytes += cw__size(o->shape);
+    double b = cw__size(o->shape);
+    p->bytes += b;
+    cw__set_op(p, k, b, 1.0);
   }
+  const cw__props_t* sub;
   if (cw__in(op, cw__no_bytes)) {
-    p->bytes = 0;
+    cw__no_bytes_moved(p);
   } else if (!strcmp(op, "tuple")) {
-    p->bytes = cw__size(in->shape);
+    for (size_t k = 0; k < in->n_operand_ids; k++) cw__set_op_bytes(p, k, 0);
+    p->bytes = p->out = cw__size(in->shape);
   } else if (cw__in(op, cw__transcendental)) {
     p->trans = cw__elements(in->shape);
-    p->has_trans = true;
   } else if (cw__in(op, cw__elementwise)) {
     p->flops = cw__elements(in->shape);
-    p->has_flops = true;
   } else if (!strcmp(op, "dot")) {
     p->flops = cw__dot_flops(c, in);
-    p->has_flops = true;
   } else if (!strcmp(op, "convolution")) {
-    CW__TRY(cw__conv_flops(c, in, &p->flops));
-    p->has_flops = true;
+    CW__TRY(cw__conv_flops(x, c, in, &p->flops));
   } else if (!strcmp(op, "reduce") || !strcmp(op, "reduce-window") || !strcmp(op, "map")) {
-    cw__props_t sub;
     CW__TRY(cw__callee_cost(x, c, in, 0, depth, &sub));
     double times = !strcmp(op, "map") ? cw__elements(in->shape)
                    : !strcmp(op, "reduce")
                        ? cw__elements(cw__operand_shape(c, in, 0)) -
                              cw__elements(cw__first_array(in->shape))
                        : cw__reduce_window_count(c, in);
-    cw__apply(p, &sub, times);
+    cw__apply(p, sub, times);
   } else if (!strcmp(op, "select-and-scatter")) {
-    cw__props_t sel, sct;
-    CW__TRY(cw__callee_cost(x, c, in, 0, depth, &sel));
-    CW__TRY(cw__callee_cost(x, c, in, 1, depth, &sct));
     double source = cw__elements(cw__operand_shape(c, in, 1)), win = 1;
     for (size_t i = 0; in->window && i < in->window->n_dimensions; i++) {
       win *= (double)in->window->dimensions[i]->size;
     }
-    cw__apply(p, &sel, source * (win - 1));
-    cw__apply(p, &sct, source);
+    CW__TRY(cw__callee_cost(x, c, in, 0, depth, &sub));
+    cw__apply(p, sub, source * (win - 1));
+    CW__TRY(cw__callee_cost(x, c, in, 1, depth, &sub));
+    cw__apply(p, sub, source);
   } else if (!strcmp(op, "fusion")) {
     CW__TRY(cw__fusion(x, c, in, depth, p));
   } else if (!strcmp(op, "call") || !strcmp(op, "async-start")) {
-    CW__TRY(cw__callee_cost(x, c, in, 0, depth, p));
-  } else if (!strcmp(op, "while")) {
-    // One iteration: the count is not known before the run.
-    cw__props_t a, b;
-    CW__TRY(cw__callee_cost(x, c, in, 0, depth, &a));
-    CW__TRY(cw__callee_cost(x, c, in, 1, depth, &b));
-    *p = a;
-    cw__apply(p, &b, 1);
-    p->bytes += b.bytes;
-  } else if (!strcmp(op, "conditional")) {
-    for (size_t k = 0; k < in->n_called_computation_ids; k++) {
-      cw__props_t b;
-      CW__TRY(cw__callee_cost(x, c, in, k, depth, &b));
-      if (k) cw__max_into(p, &b);
-      else *p = b;
+    CW__TRY(cw__callee_cost(x, c, in, 0, depth, &sub));
+    cw__props_copy(p, sub);
+    *timed = !strcmp(op, "async-start");
+  } else if (!strcmp(op, "while") || !strcmp(op, "conditional")) {
+    // A loop costs one iteration (the count is not known before the run);
+    // a conditional its costlier branch, key by key.
+    bool loop = !strcmp(op, "while");
+    cw__props_free(p);
+    size_t n = in->n_called_computation_ids;
+    for (size_t k = 0; k < n; k++) {
+      CW__TRY(cw__callee_cost(x, c, in, k, depth, &sub));
+      if (k) cw__props_merge(p, sub, !loop);
+      else cw__props_copy(p, sub);
     }
+    *timed = false;
   } else if (!strcmp(op, "custom-call")) {
-    // Unknown work: XLA marks flops and bytes -1 and sums them as they are.
-    p->flops = -1;
-    p->has_flops = true;
-    p->bytes = -1;
+    // Unknown work: XLA marks it -1 and sums it as it is.
+    p->flops = p->bytes = p->out = p->secs = -1;
+    for (size_t k = 0; k < in->n_operand_ids; k++) cw__set_op_bytes(p, k, -1);
+    *timed = false;
   } else if (!strcmp(op, "sort")) {
     double n = cw__elements(cw__operand_shape(c, in, 0));
     p->flops = n > 1 ? n * ceil(log2(n)) : 0;
-    p->has_flops = true;
   } else if (!strcmp(op, "slice")) {
-    p->bytes = 2 * cw__size(in->shape);
+    double out = cw__size(in->shape), elems = cw__elements(cw__operand_shape(c, in, 0));
+    p->bytes = 2 * out;
+    cw__set_op(p, 0, out, elems > 0 ? cw__elements(in->shape) / elems : 0);
   } else if (!strcmp(op, "dynamic-slice")) {
-    p->bytes = 2 * cw__size(in->shape) + cw__size(cw__operand_shape(c, in, 1));
+    double out = cw__size(in->shape), idx = cw__size(cw__operand_shape(c, in, 1));
+    double elems = cw__elements(cw__operand_shape(c, in, 0));
+    p->bytes = 2 * out + idx;
+    cw__set_op(p, 0, out, elems > 0 ? cw__elements(in->shape) / elems : 0);
+    cw__set_op_bytes(p, 1, idx);
   } else if (!strcmp(op, "dynamic-update-slice")) {
-    p->bytes = 2 * cw__size(cw__operand_shape(c, in, 1)) + cw__size(cw__operand_shape(c, in, 2));
+    const cw_hlo_shape_t* upd = cw__operand_shape(c, in, 1);
+    double u = cw__size(upd), idx = cw__size(cw__operand_shape(c, in, 2));
+    double elems = cw__elements(in->shape);
+    p->bytes = 2 * u + idx;
+    p->out = u;
+    // The part the update overwrites is not read.
+    cw__set_op(p, 0, 0, elems > 0 ? (elems - cw__elements(upd)) / elems : 0);
+    cw__set_op_bytes(p, 1, u);
+    cw__set_op_bytes(p, 2, idx);
   } else if (!strcmp(op, "gather") || !strcmp(op, "scatter")) {
     CW__TRY(cw__gather_or_scatter(x, c, in, depth, p));
   } else if (!strcmp(op, "rng") || !strcmp(op, "rng-bit-generator")) {
     p->trans = cw__leaves(in->shape, false, 0);
-    p->has_trans = true;
   } else if (!strcmp(op, "all-reduce") || !strcmp(op, "all-reduce-start")) {
     p->flops = cw__leaves(in->shape, false, 0);
-    p->has_flops = true;
-    p->bytes += cw__leaves(in->shape, true, 0) - cw__size(in->shape);
+    p->out = cw__leaves(in->shape, true, 0);
+    p->bytes += p->out - cw__size(in->shape);
   } else if (!strcmp(op, "fft")) {
     double logs = 1;
     for (size_t i = 0; i < in->n_fft_length; i++) {
       logs *= in->fft_length[i] > 0 ? floor(log2((double)in->fft_length[i])) : 0;
     }
     p->flops = CW__FMA_FLOPS * 4 * logs * cw__elements(cw__first_array(cw__operand_shape(c, in, 0)));
-    p->has_flops = true;
   } else if (!strcmp(op, "triangular-solve")) {
     const cw_hlo_shape_t* a = cw__operand_shape(c, in, 0);
     const cw_hlo_shape_t* b = cw__operand_shape(c, in, 1);
     p->bytes = cw__size(in->shape) + cw__size(a) / 2 + cw__size(b);
+    cw__set_op_bytes(p, 0, cw__size(b));  // XLA sets operand 0 twice, the second time to b's
     p->flops = CW__FMA_FLOPS * (a && a->n_dimensions ? (double)a->dimensions[a->n_dimensions - 1] : 0) *
                cw__elements(b);
-    p->has_flops = true;
   } else if (!strcmp(op, "cholesky")) {
     const cw_hlo_shape_t* a = cw__operand_shape(c, in, 0);
     p->bytes = cw__size(a);
+    p->out = cw__size(a) / 2;
+    cw__set_op_bytes(p, 0, cw__size(a) / 2);
     p->flops = floor((a && a->n_dimensions ? (double)a->dimensions[a->n_dimensions - 1] : 0) *
                      cw__elements(a) / 3);
-    p->has_flops = true;
   } else if (!strcmp(op, "transpose") && cw__transpose_is_bitcast(c, in)) {
-    p->bytes = 0;
+    cw__no_bytes_moved(p);
   }
   return cw_ok_status();
 }
 
 static cw_status_t cw__comp_cost(cw__ctx_t* x, const cw_hlo_comp_t* c, int depth,
-                                 cw__props_t* out) {
+                                 const cw__props_t** out) {
   size_t ci = cw__comp_index(x, c);
-  if (x->state[ci] == CW__DONE) {
-    *out = x->memo[ci];
-    return cw_ok_status();
-  }
+  *out = &x->memo[ci];
+  if (x->state[ci] == CW__DONE) return cw_ok_status();
   if (x->state[ci] == CW__BUSY) {
     return cw_make_status(CW_INVALID_ARGUMENT, "HLO cost: computation '%s' calls itself",
                           c->pb->name);
@@ -645,23 +802,35 @@ static cw_status_t cw__comp_cost(cw__ctx_t* x, const cw_hlo_comp_t* c, int depth
   }
   x->state[ci] = CW__BUSY;
   cw__props_t sum = {0};
-  for (size_t j = 0; j < c->n; j++) {
-    cw__props_t p;
-    cw_status_t st = cw__instr_cost(x, c, c->pb->instructions[j], depth, &p);
-    if (st) {
-      x->state[ci] = CW__NEW;
-      return st;
-    }
-    sum.flops += p.flops;
-    sum.trans += p.trans;
-    sum.bytes += p.bytes;
-    sum.has_flops |= p.has_flops;
-    sum.has_trans |= p.has_trans;
+  cw_status_t st = cw_ok_status();
+  for (size_t j = 0; !st && j < c->n; j++) {
+    cw__props_t p = {0};
+    bool timed;
+    st = cw__instr_rules(x, c, c->pb->instructions[j], depth, &p, &timed);
+    if (timed) p.secs = 0;  // each property over an unknown (infinite) rate
+    if (!st) cw__props_merge(&sum, &p, false);
+    cw__props_free(&p);
+  }
+  if (!st && sum.oom) {
+    st = cw_make_status(CW_RESOURCE_EXHAUSTED,
+                        "HLO cost: '%s' gives more than %d tuple-indexed keys, or memory ran out",
+                        c->pb->name, CW__MAX_KEYS);
+  }
+  if (st) {
+    cw__props_free(&sum);
+    x->state[ci] = CW__NEW;
+    return st;
   }
   x->state[ci] = CW__DONE;
   x->memo[ci] = sum;
-  *out = sum;
   return cw_ok_status();
+}
+
+static void cw__entry(cw_hlo_cost_t* out, const char* name, double value) {
+  if (value == 0) return;  // as XLA: no key for nothing
+  cw_hlo_cost_entry_t* e = &out->entries[out->n_entries++];
+  snprintf(e->key, sizeof(e->key), "%s", name);
+  e->value = value;
 }
 
 cw_status_t cw_hlo_module_cost(const cw_hlo_module_t* m, cw_hlo_cost_t* out) {
@@ -675,15 +844,40 @@ cw_status_t cw_hlo_module_cost(const cw_hlo_module_t* m, cw_hlo_cost_t* out) {
   cw_status_t st = x.state && x.memo && x.reads && x.n_reads
                        ? cw_ok_status()
                        : cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  cw__props_t p = {0};
+  const cw__props_t* p = NULL;
   if (!st) st = cw__comp_cost(&x, m->entry, 0, &p);
   if (!st) {
-    *out = (cw_hlo_cost_t){.flops = p.flops, .transcendentals = p.trans, .bytes_accessed = p.bytes};
+    out->flops = p->flops;
+    out->transcendentals = p->trans;
+    out->bytes_accessed = p->bytes;
+    out->entries = calloc(5 + 2 * p->n_ops + p->n_keys, sizeof(*out->entries));
+    if (!out->entries) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   }
+  if (!st) {
+    cw__entry(out, "flops", p->flops);
+    cw__entry(out, "transcendentals", p->trans);
+    cw__entry(out, "bytes accessed", p->bytes);
+    cw__entry(out, "optimal_seconds", p->secs);
+    cw__entry(out, "bytes accessedout{}", p->out);
+    for (size_t i = 0; i < p->n_ops; i++) {
+      char key[CW_HLO_COST_KEY_MAX];
+      snprintf(key, sizeof(key), "bytes accessed%zu{}", i);
+      cw__entry(out, key, p->ops[i].bytes);
+      snprintf(key, sizeof(key), "utilization%zu{}", i);
+      cw__entry(out, key, p->ops[i].util);
+    }
+    for (size_t i = 0; i < p->n_keys; i++) cw__entry(out, p->keys[i].name, p->keys[i].value);
+  }
+  for (size_t i = 0; x.memo && i < m->n_comps; i++) cw__props_free(&x.memo[i]);
   for (size_t i = 0; x.reads && i < m->n_comps; i++) free(x.reads[i]);
   free(x.state);
   free(x.memo);
   free(x.reads);
   free(x.n_reads);
   return st;
+}
+
+void cw_hlo_cost_free(cw_hlo_cost_t* c) {
+  free(c->entries);
+  *c = (cw_hlo_cost_t){0};
 }

@@ -5,20 +5,32 @@
 // with it when the plugin under it has no cost analysis (XLA's CPU plugin has
 // none through the C API), since jaxlib's proxy client cannot compute one.
 //
-// The three totals only: flops, transcendentals and bytes accessed, summed
-// over the entry computation as XLA sums them (a fusion's bytes at its
-// boundary, a while loop's body once, the larger branch of a conditional).
-// XLA's per-operand utilization keys are not given.
+// Every key XLA's analysis gives: flops, transcendentals, bytes accessed,
+// optimal_seconds (unknown work, -1 a custom call), and per operand position
+// its bytes accessed and utilization, summed over the entry computation as
+// XLA sums them (a fusion's bytes at its boundary, a while loop's body once,
+// the costlier branch of a conditional).
 #ifndef CW_PROTOCOL_HLO_COST_H_
 #define CW_PROTOCOL_HLO_COST_H_
 
 #include "cw_hlo_text.h"
 
-// XLA reports a value only when it is not zero.
+#include <stddef.h>
+
+// A key as XLA names it ("flops", "bytes accessed0{}", ...) and its value.
+#define CW_HLO_COST_KEY_MAX 64
+typedef struct cw_hlo_cost_entry_s {
+  char key[CW_HLO_COST_KEY_MAX];
+  double value;
+} cw_hlo_cost_entry_t;
+
+// The totals, and every key XLA gives: those not zero, as XLA reports them.
 typedef struct cw_hlo_cost_s {
   double flops;
   double transcendentals;
   double bytes_accessed;
+  cw_hlo_cost_entry_t* entries;  // owned; cw_hlo_cost_free
+  size_t n_entries;
 } cw_hlo_cost_t;
 
 // INVALID_ARGUMENT naming the instruction when the module names an operand
@@ -26,5 +38,6 @@ typedef struct cw_hlo_cost_s {
 // deeper than CW_HLO_COST_MAX_DEPTH.
 #define CW_HLO_COST_MAX_DEPTH 64
 CW_MUST_USE cw_status_t cw_hlo_module_cost(const cw_hlo_module_t* m, cw_hlo_cost_t* out);
+void cw_hlo_cost_free(cw_hlo_cost_t* c);
 
 #endif  // CW_PROTOCOL_HLO_COST_H_

@@ -29,6 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     cw_hlo_cost_t cost;
     cw_status_free(cw_hlo_module_cost(m, &cost));
+    cw_hlo_cost_free(&cost);
     cw_hlo_module_free(m);
   }
   return 0;

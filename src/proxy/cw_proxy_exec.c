@@ -848,33 +848,26 @@ typedef struct cw__cost_s {
 } cw__cost_t;
 
 // XLA's cost analysis priced by causeway from the optimized program
-// (cw_hlo_cost.h), as PJRT properties: flops, transcendentals and bytes
-// accessed, those not zero. Names are static; out holds 3.
+// (cw_hlo_cost.h): every key XLA's analysis gives, as PJRT properties in
+// *out (malloc'd; the names point into *cost, which the caller frees).
 static cw_status_t cw__own_cost(cw_proxy_session_t* s, const cw_proxy_exe_t* e,
-                                PJRT_NamedValue* out, size_t* n) {
-  *n = 0;
+                                cw_hlo_cost_t* cost, PJRT_NamedValue** out) {
+  *out = NULL;
   cw_hlo_module_t* m;
   cw_status_t st = cw__program_module(s, e, &m);
   if (st) return st;
-  cw_hlo_cost_t c;
-  st = cw_hlo_module_cost(m, &c);
+  st = cw_hlo_module_cost(m, cost);
   cw_hlo_module_free(m);
   if (st) return st;
-  const struct {
-    const char* name;
-    double value;
-  } props[] = {{"flops", c.flops},
-               {"transcendentals", c.transcendentals},
-               {"bytes accessed", c.bytes_accessed}};
-  for (size_t i = 0; i < 3; i++) {
-    if (props[i].value == 0) continue;  // as XLA: no key for nothing
-    out[*n] = (PJRT_NamedValue){.struct_size = CW_PJRT_STRUCT_SIZE(PJRT_NamedValue, value_size),
-                                .name = props[i].name,
-                                .name_size = strlen(props[i].name),
-                                .type = PJRT_NamedValue_kFloat,
-                                .float_value = (float)props[i].value,
-                                .value_size = 1};
-    (*n)++;
+  *out = calloc(cost->n_entries ? cost->n_entries : 1, sizeof(**out));
+  if (!*out) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  for (size_t i = 0; i < cost->n_entries; i++) {
+    (*out)[i] = (PJRT_NamedValue){.struct_size = CW_PJRT_STRUCT_SIZE(PJRT_NamedValue, value_size),
+                                  .name = cost->entries[i].key,
+                                  .name_size = strlen(cost->entries[i].key),
+                                  .type = PJRT_NamedValue_kFloat,  // XLA's are floats
+                                  .float_value = (float)cost->entries[i].value,
+                                  .value_size = 1};
   }
   return cw_ok_status();
 }
@@ -894,19 +887,26 @@ static cw_status_t cw__cost_analysis(cw_proxy_session_t* s, const CwIfrt__IfrtRe
   PJRT_Executable_GetCostAnalysis_Args a = {
       CW_PROXY_ARGS(PJRT_Executable_GetCostAnalysis_Args, properties), .executable = e->exe};
   cw_status_t st = CW_PROXY_PJRT_CALL(&s->proxy->pjrt, PJRT_Executable_GetCostAnalysis, &a);
-  PJRT_NamedValue own[3];
+  cw_hlo_cost_t cost = {0};
+  PJRT_NamedValue* own = NULL;
   if (st && cw_status_code(st) == CW_UNIMPLEMENTED) {
     cw_status_free(st);
-    st = cw__own_cost(s, e, own, &a.num_properties);
+    st = cw__own_cost(s, e, &cost, &own);
     a.properties = own;
+    a.num_properties = cost.n_entries;
   }
+  cw__cost_t* out = st ? NULL : calloc(1, sizeof(*out));
+  if (!st && !out) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  if (!st) {
+    cw_ifrt__loaded_executable_cost_analysis_response__init(&out->r);
+    resp->response_case =
+        CW_IFRT__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_COST_ANALYSIS_RESPONSE;
+    resp->loaded_executable_cost_analysis_response = &out->r;
+    st = cw_proxy_attributes(a.properties, a.num_properties, &out->map);
+  }
+  free(own);
+  cw_hlo_cost_free(&cost);
   CW_RETURN_IF_ERROR(st, "%s", what);
-  cw__cost_t* out = calloc(1, sizeof(*out));
-  if (!out) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  cw_ifrt__loaded_executable_cost_analysis_response__init(&out->r);
-  resp->response_case = CW_IFRT__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_COST_ANALYSIS_RESPONSE;
-  resp->loaded_executable_cost_analysis_response = &out->r;
-  CW_RETURN_IF_ERROR(cw_proxy_attributes(a.properties, a.num_properties, &out->map), "%s", what);
   out->r.result_case = CW_IFRT__LOADED_EXECUTABLE_COST_ANALYSIS_RESPONSE__RESULT_ATTRIBUTES;
   out->r.attributes = &out->map;
   return cw_ok_status();

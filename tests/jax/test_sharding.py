@@ -67,7 +67,7 @@ def test_compiled_cost_analysis(check):
     want, got = check("compiled_cost")
     assert got["matmul"]["flops"] == 2 * 8 * 16 * 4, got["matmul"]
     assert got["mlp"]["transcendentals"] == 16 * 32, got["mlp"]
-    assert "transcendentals" not in got["matmul"]
+    assert "transcendentals" not in got["matmul"] and got["matmul"]["utilization0{}"] == 1.0
 
 
 def test_pmap_within_island(check):
