@@ -23,6 +23,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax import lax  # noqa: E402
+from jax.experimental import io_callback  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -92,6 +93,14 @@ PROGRAMS = {
     "switch": (lambda i, a: lax.switch(i, [lambda a: a + 1, lambda a: a * 2, lambda a: jnp.exp(a)], a), (1, np.ones(8, np.float32))),
     "reverse_iota": (lambda a: a[::-1] + jnp.arange(8.0), (np.ones(8, np.float32),)),
     "triangular": (lambda a, b: jax.scipy.linalg.solve_triangular(a, b, lower=True), (np.eye(4, dtype=np.float32) * 2, np.ones((4, 2), np.float32))),
+    # From a review: a long 1-D convolution (thousands of window positions),
+    # a conditional with custom calls in one branch (-1 values), an ordered
+    # callback (a token in a tuple).
+    "convolve_long": (lambda a, b: jnp.convolve(a, b), (np.ones(3000, np.float32), np.ones(2000, np.float32))),
+    "cond_custom": (lambda p, a: lax.cond(p > 0, lambda: jnp.linalg.inv(a), lambda: a * 2),
+                    (1.0, np.eye(4, dtype=np.float32))),
+    "ordered_callback": (lambda a: io_callback(lambda v: v, jax.ShapeDtypeStruct((8,), jnp.float32), a,
+                                               ordered=True) + 1, (x8,)),
 }
 
 

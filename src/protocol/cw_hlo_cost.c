@@ -12,41 +12,45 @@
 
 #include "cw_hlo_module_internal.h"
 
-// What jaxlib's cost analysis for the CPU counts per element of a tuple
-// (its table of buffers), measured against it: 4, not a pointer's 8.
-#define CW__TUPLE_ENTRY_BYTES 4.0
+// The pointer size jaxlib's cost analysis for the CPU assumes, measured
+// against it: a tuple costs 4 bytes an element (its table of buffers), an
+// opaque value 4.
+#define CW__POINTER_BYTES 4.0
 // XLA counts a fused multiply-add as two flops.
 #define CW__FMA_FLOPS 2.0
 // A fused constant with more elements than this is read from memory.
 #define CW__IMMEDIATE_CONSTANT_MAX_ELEMENTS 1
-// A convolution's valid positions are counted point by point, as XLA does;
-// past this many points in a module it is refused (real ones count a few
-// thousand: kernel size times output size per spatial dimension).
+// A convolution's valid positions are counted per kernel position; past
+// this many kernel positions in a module it is refused (real ones have a
+// few per spatial dimension, a long 1-D one thousands).
 #define CW__MAX_CONV_POINTS (1 << 22)
-// Keys with a tuple index (a fusion's outputs) kept per computation.
+// Keys with a tuple index (a fusion's outputs), and operand positions, kept
+// per computation; a module past them is refused.
 #define CW__MAX_KEYS 4096
+#define CW__MAX_OPERANDS (1 << 16)
 
 // What an operand costs an instruction: XLA's "bytes accessed<i>{}" and
 // "utilization<i>{}".
 typedef struct cw__operand_cost_s {
-  double bytes, util;
+  float bytes, util;
 } cw__operand_cost_t;
 
-// A key with a tuple index ("bytes accessedout{0}"), rare: a list.
+// A key with a tuple index ("bytes accessedout{0}"), rare: sorted by name.
 typedef struct cw__key_s {
   char name[CW_HLO_COST_KEY_MAX];
-  double value;
+  float value;
 } cw__key_t;
 
 // XLA's properties of an instruction or a computation; a zero is no key.
+// Floats, summed as XLA sums them, so that large values round alike.
 typedef struct cw__props_s {
-  double flops, trans, bytes, secs;  // secs: "optimal_seconds"
-  double out;                        // "bytes accessedout{}"
+  float flops, trans, bytes, secs;  // secs: "optimal_seconds"
+  float out;                        // "bytes accessedout{}"
   cw__operand_cost_t* ops;
   size_t n_ops, cap_ops;
   cw__key_t* keys;
   size_t n_keys, cap_keys;
-  bool oom;  // a key could not be kept (memory, CW__MAX_KEYS): the answer is refused
+  bool oom;  // a key could not be kept (memory, the caps below): the answer is refused
 } cw__props_t;
 
 typedef struct cw__ctx_s {
@@ -55,6 +59,7 @@ typedef struct cw__ctx_s {
   cw__props_t* memo;     // per computation
   double** reads;        // per fusion computation: bytes read of each parameter
   size_t* n_reads;
+  double** sizes;        // per computation, by position in by_id: NAN until known
   double conv_points;    // counted so far, against CW__MAX_CONV_POINTS
 } cw__ctx_t;
 
@@ -76,6 +81,10 @@ static void cw__props_free(cw__props_t* p) {
 }
 
 static cw__operand_cost_t* cw__op(cw__props_t* p, size_t i) {
+  if (i >= CW__MAX_OPERANDS) {
+    p->oom = true;
+    return NULL;
+  }
   if (i >= p->cap_ops) {
     size_t cap = p->cap_ops ? p->cap_ops : 4;
     while (cap <= i) cap *= 2;
@@ -104,9 +113,21 @@ static void cw__set_op_bytes(cw__props_t* p, size_t i, double bytes) {
   if (o) o->bytes = bytes;
 }
 
-static double* cw__key(cw__props_t* p, const char* name) {
-  for (size_t i = 0; i < p->n_keys; i++) {
-    if (!strcmp(p->keys[i].name, name)) return &p->keys[i].value;
+static int cw__key_cmp(const void* a, const void* b) {
+  return strcmp(((const cw__key_t*)a)->name, ((const cw__key_t*)b)->name);
+}
+
+// The value under `name`, made zero if new (kept sorted by name).
+static float* cw__key(cw__props_t* p, const char* name) {
+  cw__key_t probe;
+  snprintf(probe.name, sizeof(probe.name), "%s", name);
+  size_t lo = 0, hi = p->n_keys;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int cmp = cw__key_cmp(&p->keys[mid], &probe);
+    if (!cmp) return &p->keys[mid].value;
+    if (cmp < 0) lo = mid + 1;
+    else hi = mid;
   }
   if (p->n_keys == p->cap_keys) {
     size_t cap = p->cap_keys ? 2 * p->cap_keys : 4;
@@ -118,10 +139,11 @@ static double* cw__key(cw__props_t* p, const char* name) {
     p->keys = k;
     p->cap_keys = cap;
   }
-  cw__key_t* k = &p->keys[p->n_keys++];
-  snprintf(k->name, sizeof(k->name), "%s", name);
-  k->value = 0;
-  return &k->value;
+  memmove(&p->keys[lo + 1], &p->keys[lo], (p->n_keys - lo) * sizeof(*p->keys));
+  p->n_keys++;
+  p->keys[lo] = probe;
+  p->keys[lo].value = 0;
+  return &p->keys[lo].value;
 }
 
 // dst = src, deep.
@@ -134,16 +156,21 @@ static void cw__props_copy(cw__props_t* dst, const cw__props_t* src) {
   if (src->n_ops && cw__op(dst, src->n_ops - 1)) {
     memcpy(dst->ops, src->ops, src->n_ops * sizeof(*src->ops));
   }
-  for (size_t i = 0; i < src->n_keys; i++) {
-    double* v = cw__key(dst, src->keys[i].name);
-    if (v) *v = src->keys[i].value;
+  if (src->n_keys) {
+    dst->keys = malloc(src->n_keys * sizeof(*src->keys));
+    if (!dst->keys) {
+      dst->oom = true;
+      return;
+    }
+    memcpy(dst->keys, src->keys, src->n_keys * sizeof(*src->keys));
+    dst->n_keys = dst->cap_keys = src->n_keys;
   }
 }
 
-// dst += src, every key (or its larger value where `max`, as a conditional
-// takes the costlier branch; a key dst lacks takes src's).
+// dst += src, every key (or, where `max`, the larger of the two where src's
+// is not zero: a conditional's costlier branch, as XLA takes it).
 static void cw__props_merge(cw__props_t* dst, const cw__props_t* src, bool max) {
-#define CW__MERGE(d, v) ((d) = max ? ((d) == 0 ? (v) : fmax((d), (v))) : (d) + (v))
+#define CW__MERGE(d, v) ((d) = max ? ((v) != 0 ? fmaxf((d), (v)) : (d)) : (d) + (v))
   CW__MERGE(dst->flops, src->flops);
   CW__MERGE(dst->trans, src->trans);
   CW__MERGE(dst->bytes, src->bytes);
@@ -154,9 +181,35 @@ static void cw__props_merge(cw__props_t* dst, const cw__props_t* src, bool max) 
     CW__MERGE(dst->ops[i].bytes, src->ops[i].bytes);
     CW__MERGE(dst->ops[i].util, src->ops[i].util);
   }
-  for (size_t i = 0; i < src->n_keys; i++) {
-    double* v = cw__key(dst, src->keys[i].name);
-    if (v) CW__MERGE(*v, src->keys[i].value);
+  if (src->n_keys) {
+    // Both sorted: the union's size, then one pass into a new array.
+    size_t n = 0;
+    for (size_t i = 0, j = 0; i < dst->n_keys || j < src->n_keys; n++) {
+      int cmp = i == dst->n_keys   ? 1
+                : j == src->n_keys ? -1
+                                   : cw__key_cmp(&dst->keys[i], &src->keys[j]);
+      i += cmp <= 0;
+      j += cmp >= 0;
+    }
+    cw__key_t* keys = n <= CW__MAX_KEYS ? malloc(n * sizeof(*keys)) : NULL;
+    if (!keys) {
+      dst->oom = true;
+      return;
+    }
+    n = 0;
+    for (size_t i = 0, j = 0; i < dst->n_keys || j < src->n_keys; n++) {
+      int cmp = i == dst->n_keys   ? 1
+                : j == src->n_keys ? -1
+                                   : cw__key_cmp(&dst->keys[i], &src->keys[j]);
+      keys[n] = cmp <= 0 ? dst->keys[i] : src->keys[j];
+      if (cmp > 0) keys[n].value = 0;
+      if (cmp >= 0) CW__MERGE(keys[n].value, src->keys[j].value);
+      i += cmp <= 0;
+      j += cmp >= 0;
+    }
+    free(dst->keys);
+    dst->keys = keys;
+    dst->n_keys = dst->cap_keys = n;
   }
 #undef CW__MERGE
   dst->oom |= src->oom;
@@ -180,6 +233,7 @@ static double cw__type_bytes(int32_t t) {
 
 static bool cw__has_layout(const cw_hlo_shape_t* s, int depth) {
   if (!s || depth > CW_HLO_COST_MAX_DEPTH) return false;
+  if (s->element_type == CW_HLO_TOKEN || s->element_type == CW_HLO_OPAQUE) return true;
   if (s->element_type != CW_HLO_TUPLE) return s->layout != NULL;
   for (size_t i = 0; i < s->n_tuple_shapes; i++) {
     if (!cw__has_layout(s->tuple_shapes[i], depth + 1)) return false;
@@ -199,9 +253,9 @@ static double cw__elements(const cw_hlo_shape_t* s) {
 static double cw__size(const cw_hlo_shape_t* s) {
   if (!cw__has_layout(s, 0)) return 0;
   switch (s->element_type) {
-    case CW_HLO_TUPLE: return CW__TUPLE_ENTRY_BYTES * (double)s->n_tuple_shapes;
+    case CW_HLO_TUPLE: return CW__POINTER_BYTES * (double)s->n_tuple_shapes;
     case CW_HLO_TOKEN: return 0;
-    case CW_HLO_OPAQUE: return 8;
+    case CW_HLO_OPAQUE: return CW__POINTER_BYTES;
     default: break;
   }
   double n = cw__elements(s);
@@ -278,6 +332,26 @@ static const cw_hlo_shape_t* cw__operand_shape(const cw_hlo_comp_t* c, const cw_
   return o ? o->shape : NULL;
 }
 
+// cw__size of instruction o of computation c, computed once: an operand
+// used by many instructions may be a tuple of many elements.
+static double cw__instr_size(cw__ctx_t* x, const cw_hlo_comp_t* c, const cw_hlo_instr_t* o) {
+  size_t ci = cw__comp_index(x, c);
+  if (!x->sizes[ci]) {
+    x->sizes[ci] = malloc((c->n ? c->n : 1) * sizeof(double));
+    if (!x->sizes[ci]) return cw__size(o->shape);
+    for (size_t i = 0; i < c->n; i++) x->sizes[ci][i] = NAN;
+  }
+  size_t lo = 0, hi = c->n;  // o's position in by_id
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (c->by_id[mid].id < o->id) lo = mid + 1;
+    else hi = mid;
+  }
+  if (lo == c->n || c->by_id[lo].in != o) return cw__size(o->shape);
+  if (isnan(x->sizes[ci][lo])) x->sizes[ci][lo] = cw__size(o->shape);
+  return x->sizes[ci][lo];
+}
+
 static cw_status_t cw__callee(const cw__ctx_t* x, const cw_hlo_comp_t* c, const cw_hlo_instr_t* in,
                               size_t k, const cw_hlo_comp_t** out) {
   *out = k < in->n_called_computation_ids
@@ -312,11 +386,13 @@ static cw_status_t cw__callee_cost(cw__ctx_t* x, const cw_hlo_comp_t* c,
 // flops and transcendentals of a computation applied `times` times (a
 // reduction's function): bytes are the caller's own.
 static void cw__apply(cw__props_t* p, const cw__props_t* sub, double times) {
-  p->flops += sub->flops * times;
-  p->trans += sub->trans * times;
+  p->flops += sub->flops * (float)times;
+  p->trans += sub->trans * (float)times;
 }
 
 // ---- instructions with rules of their own ----
+
+static int64_t cw__dim(const cw_hlo_shape_t* s, int64_t d);
 
 static double cw__dot_flops(const cw_hlo_comp_t* c, const cw_hlo_instr_t* in) {
   const cw_hlo_shape_t* lhs = cw__operand_shape(c, in, 0);
@@ -324,14 +400,60 @@ static double cw__dot_flops(const cw_hlo_comp_t* c, const cw_hlo_instr_t* in) {
   double width = 1;
   for (size_t i = 0; lhs && d && i < d->n_lhs_contracting_dimensions; i++) {
     int64_t dim = d->lhs_contracting_dimensions[i];
-    if (dim >= 0 && (size_t)dim < lhs->n_dimensions) width *= (double)lhs->dimensions[dim];
+    width *= (double)cw__dim(lhs, dim);
   }
   return CW__FMA_FLOPS * cw__elements(in->shape) * width;
 }
 
 static int64_t cw__dim(const cw_hlo_shape_t* s, int64_t d) {
-  return s && d >= 0 && (size_t)d < s->n_dimensions ? s->dimensions[d] : 0;
+  return s && d >= 0 && (size_t)d < s->n_dimensions && s->dimensions[d] > 0 ? s->dimensions[d] : 0;
 }
+
+static int64_t cw__floor_div(int64_t a, int64_t b) {  // b > 0
+  return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+
+// x with a * x = 1 (mod m), for a and m coprime, m >= 1, both below 2^31.
+static int64_t cw__inverse(int64_t a, int64_t m) {
+  int64_t r0 = m, r1 = a % m, t0 = 0, t1 = 1;
+  while (r1) {
+    int64_t q = r0 / r1, r = r0 - q * r1, t = t0 - q * t1;
+    r0 = r1, r1 = r;
+    t0 = t1, t1 = t;
+  }
+  return ((t0 % m) + m) % m;
+}
+
+// Output positions o in [0, o_lim) whose input position o * stride + c
+// lands on an input element: a multiple of bdil in [0, (i_lim - 1) * bdil].
+// What XLA counts point by point, counted here as a lattice. All arguments
+// are below 2^31 in magnitude but c (below 2^54).
+static int64_t cw__valid_outputs(int64_t o_lim, int64_t stride, int64_t c, int64_t i_lim,
+                                 int64_t bdil) {
+  if (o_lim <= 0 || i_lim <= 0) return 0;
+  int64_t top = (i_lim - 1) * bdil;
+  if (stride == 0) return c >= 0 && c <= top && c % bdil == 0 ? o_lim : 0;
+  int64_t lo = -cw__floor_div(c, stride);  // ceil(-c / stride)
+  int64_t hi = cw__floor_div(top - c, stride);
+  if (lo < 0) lo = 0;
+  if (hi > o_lim - 1) hi = o_lim - 1;
+  if (lo > hi) return 0;
+  if (bdil == 1) return hi - lo + 1;
+  // o * stride = -c (mod bdil): solutions repeat every bdil / g.
+  int64_t sm = stride % bdil, r = ((-c) % bdil + bdil) % bdil;
+  int64_t g = sm, b = bdil;
+  while (b) {
+    int64_t t = g % b;
+    g = b, b = t;
+  }
+  if (r % g) return 0;
+  int64_t period = bdil / g;
+  int64_t o0 = period == 1 ? 0 : (r / g) % period * cw__inverse((sm / g) % period, period) % period;
+  int64_t first = lo + ((o0 - lo) % period + period) % period;
+  return first > hi ? 0 : (hi - first) / period + 1;
+}
+
+#define CW__WINDOW_FIELD_MAX (INT64_C(1) << 31)
 
 // Output positions times kernel positions that land on an input element,
 // per spatial dimension, as XLA counts them.
@@ -351,33 +473,28 @@ static cw_status_t cw__conv_flops(cw__ctx_t* x, const cw_hlo_comp_t* c, const cw
     int64_t i_lim = i < d->n_input_spatial_dimensions ? cw__dim(lhs, d->input_spatial_dimensions[i]) : 0;
     int64_t stride = w->stride, wdil = w->window_dilation ? w->window_dilation : 1;
     int64_t bdil = w->base_dilation ? w->base_dilation : 1;
-    if (i_lim == o_lim && k_lim == o_lim && i_lim == bdil && wdil == 1 &&
-        (i_lim - 1 > 1 ? i_lim - 1 : 1) == stride && !w->padding_low && !w->padding_high) {
-      positions *= (double)i_lim;
-      continue;
-    }
-    if (i_lim == 1 && k_lim == o_lim && wdil == 1 && bdil == 1 && stride == 1 &&
-        w->padding_high == o_lim - 1 && w->padding_low == o_lim - 1) {
-      positions *= (double)o_lim;
-      continue;
-    }
-    x->conv_points += (double)k_lim * (double)o_lim;
-    if (k_lim < 0 || o_lim < 0 || x->conv_points > CW__MAX_CONV_POINTS) {
-      return cw_make_status(CW_INVALID_ARGUMENT,
-                            "HLO cost: convolution '%s' has %" PRId64 " x %" PRId64
-                            " window positions in dimension %zu, more than causeway prices",
-                            in->name, k_lim, o_lim, i);
-    }
-    int64_t valid = 0;
-    for (int64_t k = 0; k < k_lim; k++) {
-      for (int64_t o = 0; o < o_lim; o++) {
-        int64_t undilated = o * stride - w->padding_low + k * wdil;
-        int64_t idx = bdil > 1 ? undilated / bdil : undilated;
-        if (undilated != idx * bdil) continue;
-        if (idx >= 0 && idx < i_lim) valid++;
+    int64_t fields[] = {k_lim, o_lim, i_lim, stride, wdil, bdil, w->padding_low};
+    for (size_t f = 0; f < sizeof(fields) / sizeof(fields[0]); f++) {
+      if (fields[f] >= CW__WINDOW_FIELD_MAX || fields[f] <= -CW__WINDOW_FIELD_MAX ||
+          (f < 6 && fields[f] < 0)) {
+        return cw_make_status(CW_INVALID_ARGUMENT,
+                              "HLO cost: convolution '%s': window dimension %zu has a size, "
+                              "stride, dilation or padding out of range",
+                              in->name, i);
       }
     }
-    positions *= (double)valid;
+    x->conv_points += (double)k_lim;
+    if (x->conv_points > CW__MAX_CONV_POINTS) {
+      return cw_make_status(CW_INVALID_ARGUMENT,
+                            "HLO cost: convolution '%s': more than %d kernel positions in the "
+                            "module, more than causeway prices",
+                            in->name, CW__MAX_CONV_POINTS);
+    }
+    double valid = 0;
+    for (int64_t k = 0; k < k_lim; k++) {
+      valid += (double)cw__valid_outputs(o_lim, stride, k * wdil - w->padding_low, i_lim, bdil);
+    }
+    positions *= valid;
   }
   double fgc = in->feature_group_count > 0 ? (double)in->feature_group_count : 1;
   double bgc = in->batch_group_count > 0 ? (double)in->batch_group_count : 1;
@@ -390,7 +507,7 @@ static cw_status_t cw__conv_flops(cw__ctx_t* x, const cw_hlo_comp_t* c, const cw
 
 // Reductions per output element of a reduce-window: window size - 1, except
 // a window that reduces one padded dimension and broadcasts it back.
-static double cw__reduce_window_count(const cw_hlo_comp_t* c, const cw_hlo_instr_t* in) {
+static double cw__reduce_window_count(const cw_hlo_instr_t* in) {
   const cw_hlo_shape_t* outs = cw__first_array(in->shape);
   double out_n = cw__elements(outs);
   size_t nwin = in->window ? in->window->n_dimensions : 0;
@@ -398,11 +515,10 @@ static double cw__reduce_window_count(const cw_hlo_comp_t* c, const cw_hlo_instr
   size_t reducing = 0, padded = 0;
   for (size_t i = 0; i < nwin; i++) {
     const Causeway__Hlo__WindowDimension* w = in->window->dimensions[i];
-    win *= (double)w->size;
+    win *= w->size > 0 ? (double)w->size : 0;
     reducing += w->size != 1;
     padded += w->padding_low || w->padding_high;
   }
-  (void)c;
   if (reducing == 1 && padded == 1 && in->shape && in->shape->element_type != CW_HLO_TUPLE) {
     for (size_t i = 0; i < nwin; i++) {
       const Causeway__Hlo__WindowDimension* w = in->window->dimensions[i];
@@ -476,7 +592,9 @@ static cw_status_t cw__param_use(cw__ctx_t* x, const cw_hlo_comp_t* fc, const cw
 
 // Bytes read of each parameter of fused computation fc, by parameter
 // number; memoized. A tuple parameter is read through its
-// get-tuple-elements, each counted as a parameter of its own.
+// get-tuple-elements, whose reads add up to the parameter's (XLA counts each
+// leaf apart, with a key of its own; XLA's CPU compiler made no tuple fused
+// parameter in the programs tested).
 static cw_status_t cw__param_reads(cw__ctx_t* x, const cw_hlo_comp_t* fc, int depth,
                                    const double** out, size_t* out_n) {
   size_t ci = cw__comp_index(x, fc);
@@ -515,7 +633,7 @@ static cw_status_t cw__param_reads(cw__ctx_t* x, const cw_hlo_comp_t* fc, int de
       st = cw__operand(fc, u, k, &o);
       if (st) break;
       const cw_hlo_instr_t* param = o;
-      double size = cw__size(o->shape);
+      double size = cw__instr_size(x, fc, o);
       if (!strcmp(o->opcode, "get-tuple-element")) {
         // A leaf of a tuple parameter: its reads count toward the parameter.
         const cw_hlo_instr_t* t = o->n_operand_ids ? cw_hlo_find_instr(fc, o->operand_ids[0]) : NULL;
@@ -578,7 +696,7 @@ static double cw__fusion_out(cw__props_t* p, const cw_hlo_comp_t* fc, const cw_h
     len += snprintf(name + len, sizeof(name) - (size_t)len, "%s%" PRId64, i ? "," : "", idx[i]);
   }
   if (len > 0 && (size_t)len < sizeof(name)) snprintf(name + len, sizeof(name) - (size_t)len, "}");
-  double* v = cw__key(p, name);
+  float* v = cw__key(p, name);
   if (v) *v = bytes;
   return bytes;
 }
@@ -671,7 +789,7 @@ static cw_status_t cw__instr_rules(cw__ctx_t* x, const cw_hlo_comp_t* c, const c
   for (size_t k = 0; k < in->n_operand_ids; k++) {
     const cw_hlo_instr_t* o;
     CW__TRY(cw__operand(c, in, k, &o));
-    double b = cw__size(o->shape);
+    double b = cw__instr_size(x, c, o);
     p->bytes += b;
     cw__set_op(p, k, b, 1.0);
   }
@@ -688,14 +806,16 @@ static cw_status_t cw__instr_rules(cw__ctx_t* x, const cw_hlo_comp_t* c, const c
   } else if (!strcmp(op, "dot")) {
     p->flops = cw__dot_flops(c, in);
   } else if (!strcmp(op, "convolution")) {
-    CW__TRY(cw__conv_flops(x, c, in, &p->flops));
+    double flops;
+    CW__TRY(cw__conv_flops(x, c, in, &flops));
+    p->flops = (float)flops;
   } else if (!strcmp(op, "reduce") || !strcmp(op, "reduce-window") || !strcmp(op, "map")) {
     CW__TRY(cw__callee_cost(x, c, in, 0, depth, &sub));
     double times = !strcmp(op, "map") ? cw__elements(in->shape)
                    : !strcmp(op, "reduce")
                        ? cw__elements(cw__operand_shape(c, in, 0)) -
                              cw__elements(cw__first_array(in->shape))
-                       : cw__reduce_window_count(c, in);
+                       : cw__reduce_window_count(in);
     cw__apply(p, sub, times);
   } else if (!strcmp(op, "select-and-scatter")) {
     double source = cw__elements(cw__operand_shape(c, in, 1)), win = 1;
@@ -813,8 +933,9 @@ static cw_status_t cw__comp_cost(cw__ctx_t* x, const cw_hlo_comp_t* c, int depth
   }
   if (!st && sum.oom) {
     st = cw_make_status(CW_RESOURCE_EXHAUSTED,
-                        "HLO cost: '%s' gives more than %d tuple-indexed keys, or memory ran out",
-                        c->pb->name, CW__MAX_KEYS);
+                        "HLO cost: '%s' has more than %d operand positions or %d "
+                        "tuple-indexed keys, or memory ran out",
+                        c->pb->name, CW__MAX_OPERANDS, CW__MAX_KEYS);
   }
   if (st) {
     cw__props_free(&sum);
@@ -840,8 +961,9 @@ cw_status_t cw_hlo_module_cost(const cw_hlo_module_t* m, cw_hlo_cost_t* out) {
                  .state = calloc(n, 1),
                  .memo = calloc(n, sizeof(cw__props_t)),
                  .reads = calloc(n, sizeof(double*)),
-                 .n_reads = calloc(n, sizeof(size_t))};
-  cw_status_t st = x.state && x.memo && x.reads && x.n_reads
+                 .n_reads = calloc(n, sizeof(size_t)),
+                 .sizes = calloc(n, sizeof(double*))};
+  cw_status_t st = x.state && x.memo && x.reads && x.n_reads && x.sizes
                        ? cw_ok_status()
                        : cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   const cw__props_t* p = NULL;
@@ -867,9 +989,21 @@ cw_status_t cw_hlo_module_cost(const cw_hlo_module_t* m, cw_hlo_cost_t* out) {
       cw__entry(out, key, p->ops[i].util);
     }
     for (size_t i = 0; i < p->n_keys; i++) cw__entry(out, p->keys[i].name, p->keys[i].value);
+    // Sizes past a float's range (a hostile shape) have no answer.
+    for (size_t i = 0; !st && i < out->n_entries; i++) {
+      if (!isfinite(out->entries[i].value)) {
+        st = cw_make_status(CW_INVALID_ARGUMENT,
+                            "HLO cost: '%s' is not finite: the program's shapes are too large "
+                            "to price",
+                            out->entries[i].key);
+      }
+    }
+    if (st) cw_hlo_cost_free(out);
   }
   for (size_t i = 0; x.memo && i < m->n_comps; i++) cw__props_free(&x.memo[i]);
   for (size_t i = 0; x.reads && i < m->n_comps; i++) free(x.reads[i]);
+  for (size_t i = 0; x.sizes && i < m->n_comps; i++) free(x.sizes[i]);
+  free(x.sizes);
   free(x.state);
   free(x.memo);
   free(x.reads);

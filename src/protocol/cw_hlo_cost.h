@@ -1,7 +1,9 @@
 // The cost of a compiled XLA program, from its optimized HLO module, by the
-// rules of XLA's HloCostAnalysis with the CPU backend's sizes (a tuple is a
-// table of 8-byte pointers): what compiled.cost_analysis() gives in a JAX
-// process that holds XLA. causeway-proxy answers LoadedExecutableCostAnalysis
+// rules of XLA's HloCostAnalysis with the sizes jaxlib's analysis for the CPU
+// uses (a tuple is a table of 4-byte entries): what compiled.cost_analysis()
+// gives in a JAX process that holds XLA. Values are summed as floats, as XLA
+// sums them; where its order of summation differs, large ones may differ in
+// a float's last bits. causeway-proxy answers LoadedExecutableCostAnalysis
 // with it when the plugin under it has no cost analysis (XLA's CPU plugin has
 // none through the C API), since jaxlib's proxy client cannot compute one.
 //
@@ -33,9 +35,14 @@ typedef struct cw_hlo_cost_s {
   size_t n_entries;
 } cw_hlo_cost_t;
 
-// INVALID_ARGUMENT naming the instruction when the module names an operand
-// or computation it does not have, or calls computations in a cycle or
-// deeper than CW_HLO_COST_MAX_DEPTH.
+// Borrows m. On success *out holds the totals and every key (free with
+// cw_hlo_cost_free); on error *out is empty (freeing it is harmless). Errors:
+// INVALID_ARGUMENT naming the instruction or computation when the module
+// names an operand or computation it does not have, calls computations in a
+// cycle or deeper than CW_HLO_COST_MAX_DEPTH, numbers a fused parameter past
+// its computation, has a convolution window out of range or more kernel
+// positions than causeway counts, or shapes whose cost is not finite;
+// RESOURCE_EXHAUSTED when memory or the caps on keys run out.
 #define CW_HLO_COST_MAX_DEPTH 64
 CW_MUST_USE cw_status_t cw_hlo_module_cost(const cw_hlo_module_t* m, cw_hlo_cost_t* out);
 void cw_hlo_cost_free(cw_hlo_cost_t* c);

@@ -1,5 +1,5 @@
 // Unit tests for pricing a compiled program: every key stock JAX 0.11.2's
-// compiled.cost_analysis() gives, with its value, for 47 programs its CPU
+// compiled.cost_analysis() gives, with its value, for 50 programs its CPU
 // client compiled (testdata/hlo_cost, written by
 // tools/gen_hlo_cost_testdata.py), and clear errors for modules that name
 // what they do not have or call in circles.
@@ -107,7 +107,7 @@ typedef struct mod_s {
   int64_t calls[80][1];
   char names[80][8];
   Causeway__Hlo__Shape f32x4;
-  int64_t dims[1];
+  int64_t dims[2];
   Causeway__Hlo__Layout layout;
   uint8_t buf[65536];
 } mod_t;
@@ -224,7 +224,13 @@ static void test_cost_malformed_modules(void** state) {
   t->ins[1][0].parameter_number = 1000;
   len = causeway__hlo__module__pack(&t->mod, t->buf);
   expect_cost_error(t, len, "parameter 'p' of 'c1' has number 1000");
-  // A convolution too large to count point by point.
+  // Sizes past a float's range.
+  len = build_chain(t, 1);
+  t->dims[0] = t->dims[1] = INT64_MAX;
+  t->f32x4.n_dimensions = 2;
+  len = causeway__hlo__module__pack(&t->mod, t->buf);
+  expect_cost_error(t, len, "'bytes accessed' is not finite: the program's shapes are too large");
+  // A convolution with more kernel positions than causeway counts.
   len = build_chain(t, 1);
   Causeway__Hlo__Instruction* b = &t->ins[0][1];
   b->opcode = "convolution";
@@ -244,9 +250,23 @@ static void test_cost_malformed_modules(void** state) {
   w.dimensions = wds;
   w.n_dimensions = 1;
   b->window = &w;
+  t->dims[0] = 1 << 23;
+  len = causeway__hlo__module__pack(&t->mod, t->buf);
+  expect_cost_error(t, len, "convolution 'b': more than 4194304 kernel positions in the module");
+  // A stride past 2^31.
+  t->dims[0] = 16;
+  wd.stride = INT64_C(1) << 40;
+  len = causeway__hlo__module__pack(&t->mod, t->buf);
+  expect_cost_error(t, len, "convolution 'b': window dimension 0 has a size, stride, dilation or "
+                            "padding out of range");
+  // A million output positions, counted without visiting each: priced.
+  wd.stride = 1;
   t->dims[0] = 1 << 20;
   len = causeway__hlo__module__pack(&t->mod, t->buf);
-  expect_cost_error(t, len, "convolution 'b' has 1048576 x 1048576 window positions in dimension 0");
+  cw_hlo_cost_t big;
+  assert_null(cost_of(t->buf, len, &big));
+  assert_true(big.flops > 0);
+  cw_hlo_cost_free(&big);
   // The same convolution at a size XLA's programs have is priced.
   t->dims[0] = 16;
   len = causeway__hlo__module__pack(&t->mod, t->buf);

@@ -37,7 +37,6 @@ static const char* cw__type_name(int32_t t) {
   return names[t];
 }
 
-
 static void cw__print_ints(FILE* f, const int64_t* v, size_t n, const char* sep) {
   for (size_t i = 0; i < n; i++) fprintf(f, "%s%" PRId64, i ? sep : "", v[i]);
 }

@@ -22,7 +22,8 @@
 typedef struct cw_hlo_module_s cw_hlo_module_t;
 
 // Decodes `data` (with_config: an HloModuleProtoWithConfig, else an
-// HloModuleProto) and checks that the entry computation exists.
+// HloModuleProto) and checks that the entry computation exists
+// (cw_hlo_module.c; cw_hlo_cost.h prices the module too).
 CW_MUST_USE cw_status_t cw_hlo_module_parse(const uint8_t* data, size_t size, bool with_config,
                                             cw_hlo_module_t** out);
 void cw_hlo_module_free(cw_hlo_module_t* m);
