@@ -192,6 +192,67 @@ static void test_cost_follows_calls(void** state) {
   free(t);
 }
 
+// A parameter that is a tuple of 20,000 elements and a tuple instruction
+// that names it 20,000 times: the parameter's size is computed once, not
+// once per use (a review's probe; walking it per use took 40x as long).
+static void test_cost_large_tuples(void** state) {
+  (void)state;
+  enum { N = 20000 };
+  Causeway__Hlo__Layout layout = CAUSEWAY__HLO__LAYOUT__INIT;
+  Causeway__Hlo__Shape leaf = CAUSEWAY__HLO__SHAPE__INIT, wide = leaf, one = leaf;
+  leaf.element_type = 11;
+  leaf.layout = &layout;
+  Causeway__Hlo__Shape** leaves = malloc(N * sizeof(*leaves));
+  int64_t* ids = malloc(N * sizeof(*ids));
+  assert_true(leaves && ids);
+  for (size_t i = 0; i < N; i++) {
+    leaves[i] = &leaf;
+    ids[i] = 1;
+  }
+  wide.element_type = one.element_type = 13;
+  wide.tuple_shapes = leaves;
+  wide.n_tuple_shapes = N;
+  one.tuple_shapes = leaves;
+  one.n_tuple_shapes = 1;
+  Causeway__Hlo__Instruction p = CAUSEWAY__HLO__INSTRUCTION__INIT, t = p;
+  p.name = "p";
+  p.opcode = "parameter";
+  p.id = 1;
+  p.shape = &wide;
+  t.name = "t";
+  t.opcode = "tuple";
+  t.id = 2;
+  t.shape = &one;
+  t.operand_ids = ids;
+  t.n_operand_ids = N;
+  Causeway__Hlo__Instruction* ins[2] = {&p, &t};
+  Causeway__Hlo__Computation c = CAUSEWAY__HLO__COMPUTATION__INIT;
+  c.name = "main";
+  c.root_id = 2;
+  c.instructions = ins;
+  c.n_instructions = 2;
+  Causeway__Hlo__Computation* cs[1] = {&c};
+  Causeway__Hlo__Module mod = CAUSEWAY__HLO__MODULE__INIT;
+  mod.name = "m";
+  mod.entry_computation_name = "main";
+  mod.computations = cs;
+  mod.n_computations = 1;
+  size_t len = causeway__hlo__module__get_packed_size(&mod);
+  uint8_t* buf = malloc(len);
+  assert_non_null(buf);
+  assert_int_equal(causeway__hlo__module__pack(&mod, buf), len);
+  cw_hlo_cost_t cost;
+  assert_null(cost_of(buf, len, &cost));
+  // A tuple moves its table (4 bytes an element) and reads none of its
+  // operands; each operand position has its utilization.
+  assert_true(cost.bytes_accessed == 4);
+  assert_true(entry(&cost, "utilization19999{}") == 1);
+  cw_hlo_cost_free(&cost);
+  free(buf);
+  free(ids);
+  free(leaves);
+}
+
 static void test_cost_malformed_modules(void** state) {
   (void)state;
   mod_t* t = malloc(sizeof(*t));
@@ -281,6 +342,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cost_matches_xla),
       cmocka_unit_test(test_cost_follows_calls),
+      cmocka_unit_test(test_cost_large_tuples),
       cmocka_unit_test(test_cost_malformed_modules),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
