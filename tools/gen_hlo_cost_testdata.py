@@ -45,6 +45,32 @@ def scan_f(a):
     return lax.scan(body, jnp.zeros(8), a)
 
 
+def attention(q, k, v):
+    s = jnp.einsum("bqd,bkd->bqk", q, k) / 5.6
+    return jnp.einsum("bqk,bkd->bqd", jax.nn.softmax(s, -1), v)
+
+
+def layernorm(x, g, b):
+    m = x.mean(-1, keepdims=True)
+    v = ((x - m) ** 2).mean(-1, keepdims=True)
+    return (x - m) / jnp.sqrt(v + 1e-5) * g + b
+
+
+def conv_bn(x, k):
+    y = lax.conv_general_dilated(x, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    m, v = y.mean((0, 1, 2)), y.var((0, 1, 2))
+    return jax.nn.relu((y - m) / jnp.sqrt(v + 1e-5))
+
+
+def dus_loop(a):
+    def body(i, c):
+        return lax.dynamic_update_slice(c, jnp.full((1, 8), i, jnp.float32), (i, 0))
+    return lax.fori_loop(0, 16, body, a)
+
+
+q3 = np.random.RandomState(0).rand(4, 16, 32).astype(np.float32)
+
+
 PROGRAMS = {
     "id": (lambda x: x, (1.,)),
     "add4": (lambda x: x + 4, (1.,)),
@@ -101,6 +127,15 @@ PROGRAMS = {
                     (1.0, np.eye(4, dtype=np.float32))),
     "ordered_callback": (lambda a: io_callback(lambda v: v, jax.ShapeDtypeStruct((8,), jnp.float32), a,
                                                ordered=True) + 1, (x8,)),
+    # Programs as models have them, and sorts of several arrays (their
+    # outputs count whole, not as a tuple's table).
+    "argsort": (lambda a: jnp.argsort(a), (np.random.RandomState(2).rand(50).astype(np.float32),)),
+    "sort_pairs": (lambda a, b: lax.sort((a, b), num_keys=1), (x8[::-1].copy(), x8)),
+    "attention_grad": (jax.grad(lambda q, k, v: attention(q, k, v).sum()), (q3, q3, q3)),
+    "layernorm": (layernorm, (q3, np.ones(32, np.float32), np.zeros(32, np.float32))),
+    "conv_bn_grad": (jax.grad(lambda x, k: conv_bn(x, k).sum(), argnums=1),
+                     (np.ones((2, 8, 8, 3), np.float32), np.ones((3, 3, 3, 4), np.float32))),
+    "dus_loop": (dus_loop, (np.zeros((16, 8), np.float32),)),
 }
 
 

@@ -852,6 +852,13 @@ static cw_status_t cw__instr_rules(cw__ctx_t* x, const cw_hlo_comp_t* c, const c
   } else if (!strcmp(op, "sort")) {
     double n = cw__elements(cw__operand_shape(c, in, 0));
     p->flops = n > 1 ? n * ceil(log2(n)) : 0;
+    // A sort of several arrays writes each (measured against jaxlib: its
+    // tuple counts its leaves, not its table).
+    if (in->shape && in->shape->element_type == CW_HLO_TUPLE) {
+      double leaves = cw__leaves(in->shape, true, 0);
+      p->bytes += leaves - cw__size(in->shape);
+      p->out = leaves;
+    }
   } else if (!strcmp(op, "slice")) {
     double out = cw__size(in->shape), elems = cw__elements(cw__operand_shape(c, in, 0));
     p->bytes = 2 * out;

@@ -1,5 +1,5 @@
 // Unit tests for pricing a compiled program: every key stock JAX 0.11.2's
-// compiled.cost_analysis() gives, with its value, for 50 programs its CPU
+// compiled.cost_analysis() gives, with its value, for 56 programs its CPU
 // client compiled (testdata/hlo_cost, written by
 // tools/gen_hlo_cost_testdata.py), and clear errors for modules that name
 // what they do not have or call in circles.
