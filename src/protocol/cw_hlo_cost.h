@@ -15,9 +15,9 @@
 #ifndef CW_PROTOCOL_HLO_COST_H_
 #define CW_PROTOCOL_HLO_COST_H_
 
-#include "cw_hlo_text.h"
-
 #include <stddef.h>
+
+#include "cw_hlo_text.h"
 
 // A key as XLA names it ("flops", "bytes accessed0{}", ...) and its value.
 #define CW_HLO_COST_KEY_MAX 64
