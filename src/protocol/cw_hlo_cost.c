@@ -284,13 +284,6 @@ static const cw_hlo_shape_t* cw__first_array(const cw_hlo_shape_t* s) {
 
 // ---- opcodes ----
 
-static bool cw__in(const char* op, const char* const* set) {
-  for (; *set; set++) {
-    if (!strcmp(op, *set)) return true;
-  }
-  return false;
-}
-
 static const char* const cw__transcendental[] = {
     "exponential", "log",  "logistic", "power", "sqrt",   "cbrt", "rsqrt",
     "tanh",        "sine", "cosine",   "exponential-minus-one", "log-plus-one", "atan2",
@@ -341,15 +334,10 @@ static double cw__instr_size(cw__ctx_t* x, const cw_hlo_comp_t* c, const cw_hlo_
     if (!x->sizes[ci]) return cw__size(o->shape);
     for (size_t i = 0; i < c->n; i++) x->sizes[ci][i] = NAN;
   }
-  size_t lo = 0, hi = c->n;  // o's position in by_id
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (c->by_id[mid].id < o->id) lo = mid + 1;
-    else hi = mid;
-  }
-  if (lo == c->n || c->by_id[lo].in != o) return cw__size(o->shape);
-  if (isnan(x->sizes[ci][lo])) x->sizes[ci][lo] = cw__size(o->shape);
-  return x->sizes[ci][lo];
+  size_t i = cw_hlo_instr_index(c, o->id);
+  if (i == SIZE_MAX || c->by_id[i].in != o) return cw__size(o->shape);
+  if (isnan(x->sizes[ci][i])) x->sizes[ci][i] = cw__size(o->shape);
+  return x->sizes[ci][i];
 }
 
 static cw_status_t cw__callee(const cw__ctx_t* x, const cw_hlo_comp_t* c, const cw_hlo_instr_t* in,
@@ -772,6 +760,14 @@ static cw_status_t cw__gather_or_scatter(cw__ctx_t* x, const cw_hlo_comp_t* c,
   return cw_ok_status();
 }
 
+// An instruction that writes each array of its tuple output whole, not the
+// tuple's table.
+static void cw__out_as_leaves(cw__props_t* p, const cw_hlo_instr_t* in) {
+  double leaves = cw__leaves(in->shape, true, 0);
+  p->bytes += leaves - cw__size(in->shape);
+  p->out = leaves;
+}
+
 // An instruction that moves nothing: no bytes, no time.
 static void cw__no_bytes_moved(cw__props_t* p) {
   p->bytes = p->out = 0;
@@ -794,14 +790,14 @@ static cw_status_t cw__instr_rules(cw__ctx_t* x, const cw_hlo_comp_t* c, const c
     cw__set_op(p, k, b, 1.0);
   }
   const cw__props_t* sub;
-  if (cw__in(op, cw__no_bytes)) {
+  if (cw_hlo_opcode_in(op, cw__no_bytes)) {
     cw__no_bytes_moved(p);
   } else if (!strcmp(op, "tuple")) {
     for (size_t k = 0; k < in->n_operand_ids; k++) cw__set_op_bytes(p, k, 0);
     p->bytes = p->out = cw__size(in->shape);
-  } else if (cw__in(op, cw__transcendental)) {
+  } else if (cw_hlo_opcode_in(op, cw__transcendental)) {
     p->trans = cw__elements(in->shape);
-  } else if (cw__in(op, cw__elementwise)) {
+  } else if (cw_hlo_opcode_in(op, cw__elementwise)) {
     p->flops = cw__elements(in->shape);
   } else if (!strcmp(op, "dot")) {
     p->flops = cw__dot_flops(c, in);
@@ -854,11 +850,7 @@ static cw_status_t cw__instr_rules(cw__ctx_t* x, const cw_hlo_comp_t* c, const c
     p->flops = n > 1 ? n * ceil(log2(n)) : 0;
     // A sort of several arrays writes each (measured against jaxlib: its
     // tuple counts its leaves, not its table).
-    if (in->shape && in->shape->element_type == CW_HLO_TUPLE) {
-      double leaves = cw__leaves(in->shape, true, 0);
-      p->bytes += leaves - cw__size(in->shape);
-      p->out = leaves;
-    }
+    if (in->shape && in->shape->element_type == CW_HLO_TUPLE) cw__out_as_leaves(p, in);
   } else if (!strcmp(op, "slice")) {
     double out = cw__size(in->shape), elems = cw__elements(cw__operand_shape(c, in, 0));
     p->bytes = 2 * out;
@@ -885,8 +877,7 @@ static cw_status_t cw__instr_rules(cw__ctx_t* x, const cw_hlo_comp_t* c, const c
     p->trans = cw__leaves(in->shape, false, 0);
   } else if (!strcmp(op, "all-reduce") || !strcmp(op, "all-reduce-start")) {
     p->flops = cw__leaves(in->shape, false, 0);
-    p->out = cw__leaves(in->shape, true, 0);
-    p->bytes += p->out - cw__size(in->shape);
+    cw__out_as_leaves(p, in);
   } else if (!strcmp(op, "fft")) {
     double logs = 1;
     for (size_t i = 0; i < in->n_fft_length; i++) {

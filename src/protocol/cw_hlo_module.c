@@ -17,10 +17,22 @@ static int cw__cmp_iref(const void* a, const void* b) {
   return (x > y) - (x < y);
 }
 
-const cw_hlo_instr_t* cw_hlo_find_instr(const cw_hlo_comp_t* c, int64_t id) {
+size_t cw_hlo_instr_index(const cw_hlo_comp_t* c, int64_t id) {
   cw_hlo_iref_t key = {.id = id};
   const cw_hlo_iref_t* r = bsearch(&key, c->by_id, c->n, sizeof(key), cw__cmp_iref);
-  return r ? r->in : NULL;
+  return r ? (size_t)(r - c->by_id) : SIZE_MAX;
+}
+
+const cw_hlo_instr_t* cw_hlo_find_instr(const cw_hlo_comp_t* c, int64_t id) {
+  size_t i = cw_hlo_instr_index(c, id);
+  return i == SIZE_MAX ? NULL : c->by_id[i].in;
+}
+
+bool cw_hlo_opcode_in(const char* op, const char* const* set) {
+  for (; *set; set++) {
+    if (!strcmp(op, *set)) return true;
+  }
+  return false;
 }
 
 const cw_hlo_comp_t* cw_hlo_find_comp(const cw_hlo_module_t* m, int64_t id) {

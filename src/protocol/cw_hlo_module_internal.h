@@ -4,6 +4,7 @@
 #ifndef CW_PROTOCOL_HLO_MODULE_INTERNAL_H_
 #define CW_PROTOCOL_HLO_MODULE_INTERNAL_H_
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -47,8 +48,12 @@ struct cw_hlo_module_s {
 
 // NULL when the computation has no instruction with that id.
 const cw_hlo_instr_t* cw_hlo_find_instr(const cw_hlo_comp_t* c, int64_t id);
+// Its position in c->by_id; SIZE_MAX when there is none.
+size_t cw_hlo_instr_index(const cw_hlo_comp_t* c, int64_t id);
 // NULL when the module has no computation with that id.
 const cw_hlo_comp_t* cw_hlo_find_comp(const cw_hlo_module_t* m, int64_t id);
+// Whether opcode `op` is one of the NULL-terminated `set`.
+bool cw_hlo_opcode_in(const char* op, const char* const* set);
 // Elements of an array shape; -1 for a tuple, a negative dimension or an
 // overflow.
 int64_t cw_hlo_elements(const cw_hlo_shape_t* s);

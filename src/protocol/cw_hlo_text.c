@@ -672,13 +672,6 @@ static void cw__print_replica_groups(FILE* f, const cw__instr_t* in) {
   fputc('}', f);
 }
 
-static bool cw__is(const char* op, const char* const* set) {
-  for (; *set; set++) {
-    if (!strcmp(op, *set)) return true;
-  }
-  return false;
-}
-
 static void cw__print_shape_index(FILE* f, const int64_t* v, size_t n) {
   fputc('{', f);
   cw__print_ints(f, v, n, ",");
@@ -743,7 +736,7 @@ static void cw__print_kind_attributes(cw__printer_t* p, const cw__instr_t* in) {
         strcmp(in->comparison_type, cw__default_compare_type(a->shape->element_type))) {
       fprintf(f, ", type=%s", in->comparison_type);
     }
-  } else if (cw__is(op, with_dims)) {
+  } else if (cw_hlo_opcode_in(op, with_dims)) {
     cw__print_dims_attr(f, "dimensions", in->dimensions, in->n_dimensions);
     if (!strcmp(op, "sort") && in->is_stable) fputs(", is_stable=true", f);
   } else if (!strcmp(op, "iota")) {
@@ -823,7 +816,7 @@ static void cw__print_kind_attributes(cw__printer_t* p, const cw__instr_t* in) {
     fprintf(f, ", index_vector_dim=%" PRId64, d->index_vector_dim);
     if (in->indices_are_sorted) fputs(", indices_are_sorted=true", f);
     if (in->unique_indices) fputs(", unique_indices=true", f);
-  } else if (cw__is(op, collectives)) {
+  } else if (cw_hlo_opcode_in(op, collectives)) {
     if (in->channel_id > 0) fprintf(f, ", channel_id=%" PRId64, in->channel_id);
     cw__print_replica_groups(f, in);
     if (in->constrain_layout) fputs(", constrain_layout=true", f);
@@ -834,7 +827,7 @@ static void cw__print_kind_attributes(cw__printer_t* p, const cw__instr_t* in) {
       cw__print_dims_attr(f, "dimensions", in->dimensions, in->n_dimensions);
     }
     if (!reduce_scatter && in->use_global_device_ids) fputs(", use_global_device_ids=true", f);
-  } else if (cw__is(op, channels)) {
+  } else if (cw_hlo_opcode_in(op, channels)) {
     if (in->channel_id > 0) fprintf(f, ", channel_id=%" PRId64, in->channel_id);
     if (in->n_source_target_pairs) {
       fputs(", source_target_pairs={", f);
@@ -943,7 +936,7 @@ static void cw__print_kind_attributes(cw__printer_t* p, const cw__instr_t* in) {
       }
       fputc('}', f);
     }
-  } else if (cw__is(op, to_apply)) {
+  } else if (cw_hlo_opcode_in(op, to_apply)) {
     fputs(", to_apply=", f);
     cw__print_comp_ref(p, cc[0]);
   } else {
