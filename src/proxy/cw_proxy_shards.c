@@ -461,14 +461,27 @@ cw_status_t cw_proxy_sharding_move(const uint8_t* packed, size_t len, const int3
     }
   }
   uint8_t* data = NULL;
+  size_t data_len = 0;
   if (!st) {
     data = malloc(protobuf_c_message_get_packed_size(m) + 1);
     if (!data) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   }
   if (!st) {
+    data_len = protobuf_c_message_pack(m, data);
+    // protobuf-c keeps unknown fields it would not read back packed anew (a
+    // field numbered 0 behind an overlong tag): the moved sharding must
+    // read back, as every reader of it reads it.
+    ProtobufCMessage* again = protobuf_c_message_unpack(desc, NULL, data_len, data);
+    if (!again) {
+      st = cw_make_status(CW_INVALID_ARGUMENT, "%s does not decode once its devices move",
+                          ser->type_name);
+    }
+    if (again) protobuf_c_message_free_unpacked(again, NULL);
+  }
+  if (!st) {
     ProtobufCBinaryData old = ser->data;
     ser->data.data = data;
-    ser->data.len = protobuf_c_message_pack(m, data);
+    ser->data.len = data_len;
     ser->has_data = true;
     *out_len = cw_ifrt__sharding__get_packed_size(sh);
     *out_packed = malloc(*out_len + 1);

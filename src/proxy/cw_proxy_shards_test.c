@@ -500,6 +500,19 @@ static void test_ifrt_sharding_kinds(void** state) {
   free(moved);
   expect_error(cw_proxy_sharding_move((const uint8_t*)"\xff", 1, seven, three, 1, &moved, &mlen),
                CW_INVALID_ARGUMENT, "does not decode");
+  // A field numbered 0 behind an overlong tag (0x81 0x00), which protobuf-c
+  // reads once but not once packed again: refused, not a sharding that no
+  // reader takes (found by ifrt_request_fuzz).
+  static const uint8_t field0[] = {0x81, 0x00, 1, 2, 3, 4, 5, 6, 7, 8, 0x0a, 0x02, 0x08, 0x02};
+  hser.type_name = "xla::ifrt::ConcreteEvenSharding";
+  memcpy(inner, field0, sizeof(field0));
+  hser.data.len = sizeof(field0);
+  plen = cw_ifrt__sharding__pack(&whole, packed);
+  int32_t dev2[] = {2};
+  expect_error(cw_proxy_sharding_move(packed, plen, dev2, three, 1, &moved, &mlen),
+               CW_INVALID_ARGUMENT, "xla::ifrt::ConcreteEvenSharding does not decode once its "
+                                    "devices move");
+  assert_null(moved);
 }
 
 int main(void) {
