@@ -11,8 +11,12 @@ Usage (from the repository root, with the project's venv and build/release):
 A controller and one worker (4 CPU devices: one island) are started by hand
 (tests/jax/harness.py HandCluster, Unix sockets). Each session is its own JAX
 process with CAUSEWAY_DEVICES=1 CAUSEWAY_SHARE=1, so all of them share the
-island's device 0 and every launch goes through the island's scheduler (one
-stamped order). The program: f = jax.jit(lambda x: x + 1) on a float32[8].
+island's device 0. Two paths, each on its own cluster: `direct`, as
+deployed (sharers of one weight on a one-worker island launch straight to the
+worker, whose loop orders them), and `relayed` (the controller runs with
+--relay-launches: every launch goes through the island's scheduler, one
+stamped order, as sharers of different weights do). The program:
+f = jax.jit(lambda x: x + 1) on a float32[8].
 Each session warms up, waits for a common start time, runs x = f(x) N times
 asynchronously, then blocks on x. Launches/s = all sessions' launches over
 the time from the common start to the last session's end. Stock: the same
@@ -95,6 +99,8 @@ def main() -> int:
                     help="launches per row in all (default 20000; --quick 1000)")
     ap.add_argument("--sessions", default="",
                     help="comma-separated session counts (default 1,4,16; --quick 1,4)")
+    ap.add_argument("--paths", default="direct,relayed",
+                    help="comma-separated: direct, relayed (default both)")
     args = ap.parse_args()
     import harness
     counts = (1, 4) if args.quick else (1, 4, 16)
@@ -108,17 +114,24 @@ def main() -> int:
     stock_env = harness.stock_env()
     stock_runs = [run_clients(stock_env, 1, total)]
 
-    cluster = harness.HandCluster(workers=1, devices=4)
-    rows = []
-    try:
-        env = harness.causeway_env(controller=cluster.controller)
-        env["CAUSEWAY_DEVICES"] = "1"
-        env["CAUSEWAY_SHARE"] = "1"
-        for k in counts:
-            rows.append(run_clients(env, k, max(100, total // k)))
-        st = harness.stats(cluster.controller)
-    finally:
-        cluster.stop()
+    rows, relayed = [], {}
+    for path in args.paths.split(","):
+        if path not in ("direct", "relayed"):
+            ap.error(f"--paths: unknown path {path!r} (direct, relayed)")
+        cluster = harness.HandCluster(
+            workers=1, devices=4,
+            controller_args=("--relay-launches",) if path == "relayed" else ())
+        try:
+            env = harness.causeway_env(controller=cluster.controller)
+            env["CAUSEWAY_DEVICES"] = "1"
+            env["CAUSEWAY_SHARE"] = "1"
+            for k in counts:
+                row = run_clients(env, k, max(100, total // k))
+                row["path"] = path
+                rows.append(row)
+            relayed[path] = harness.stats(cluster.controller).get("launches", 0)
+        finally:
+            cluster.stop()
     stock_runs.append(run_clients(stock_env, 1, total))
     stock = {"per_s": sum(r["per_s"] for r in stock_runs) / len(stock_runs),
              "launches": total, "runs": [r["per_s"] for r in stock_runs]}
@@ -126,15 +139,15 @@ def main() -> int:
           f"program: jit(x + 1) on f32[8], async chain per session")
     print(f"stock in-process JAX: {stock['per_s']:.0f} calls/s ({stock['launches']} calls; "
           f"{stock['runs'][0]:.0f} before the sessions, {stock['runs'][1]:.0f} after)\n")
-    print(f"{'sessions':>8} | {'launches':>8} | {'seconds':>7} | {'launches/s':>10} | "
-          f"{'per session/s':>13} | {'vs stock':>8}")
-    print("-" * 70)
+    print(f"{'path':>7} | {'sessions':>8} | {'launches':>8} | {'seconds':>7} | "
+          f"{'launches/s':>10} | {'per session/s':>13} | {'vs stock':>8}")
+    print("-" * 80)
     for r in rows:
-        print(f"{r['sessions']:>8} | {r['launches']:>8} | {r['seconds']:>7.2f} | "
+        print(f"{r['path']:>7} | {r['sessions']:>8} | {r['launches']:>8} | {r['seconds']:>7.2f} | "
               f"{r['per_s']:>10.0f} | {r['per_s'] / r['sessions']:>13.0f} | "
               f"{r['per_s'] / stock['per_s']:>7.2f}x")
-    print(f"\ncontroller: {st['launches']} launches relayed and stamped, "
-          f"{st['sched_stamps_dropped']} stamp records rotated out")
+    print("\nlaunches the controller relayed and stamped: " +
+          ", ".join(f"{p} {n}" for p, n in relayed.items()))
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps({"stock": stock, "sessions": rows}))
     return 0

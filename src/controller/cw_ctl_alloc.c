@@ -93,6 +93,62 @@ bool cw_ctl_alloc_exclusive_on(cw_controller_t* ctl, cw_ctl_session_t* s, uint32
   return false;
 }
 
+// Whether `s` holds shared devices on worker `worker_index` now.
+static bool cw__shares_on(const cw_ctl_session_t* s, uint32_t worker_index) {
+  if (!s->allocated || s->closed || !s->share) return false;
+  for (uint32_t i = 0; i < s->num_vdevs; ++i) {
+    if (s->vdevs[i].worker == worker_index) return true;
+  }
+  return false;
+}
+
+bool cw_ctl_alloc_shared_direct(cw_controller_t* ctl, cw_ctl_session_t* s, uint32_t worker_index) {
+  if (!s || s->relay_shared || !cw__shares_on(s, worker_index)) return false;
+  for (const cw_ctl_session_t* o = ctl->sessions; o; o = o->next) {
+    if (o != s && o->weight != s->weight && cw__shares_on(o, worker_index)) return false;
+  }
+  return true;
+}
+
+// Tells `o`'s client that its launches on every worker it shares go through
+// the controller from now on.
+static void cw__alloc_withdraw_lease(cw_controller_t* ctl, cw_ctl_session_t* o) {
+  o->relay_shared = true;
+  CW_LOGI("session %" PRIu64 ": a sharer of another weight came; its launches on shared "
+          "devices go through the island's scheduler now", o->id);
+  Causeway__V1__ClusterEvent ev = CAUSEWAY__V1__CLUSTER_EVENT__INIT;
+  ev.kind = CAUSEWAY__V1__CLUSTER_EVENT__KIND__LEASE_CHANGED;
+  ev.direct_launch = false;
+  for (uint32_t k = 0; k < o->num_vdevs; ++k) {
+    uint32_t wi = o->vdevs[k].worker;
+    if (wi >= ctl->num_workers || (k > 0 && o->vdevs[k - 1].worker == wi)) continue;
+    ev.worker_index = wi;
+    ev.worker_name = ctl->workers[wi]->name;
+    cw_ctl_session_send_event(ctl, o, &ev);
+  }
+}
+
+void cw_ctl_alloc_check_leases(cw_controller_t* ctl, cw_ctl_session_t* s) {
+  if (!s->share || !ctl->num_workers) return;
+  uint8_t* seen = calloc(ctl->num_workers, 1);
+  if (!seen) return;  // out of memory: the leases stay, weights apply as arrival order
+  for (uint32_t k = 0; k < s->num_vdevs; ++k) {
+    uint32_t wi = s->vdevs[k].worker;
+    if (wi >= ctl->num_workers || seen[wi]) continue;
+    seen[wi] = 1;
+    if (cw_ctl_island_spans(ctl->workers[wi])) continue;  // always relayed
+    bool mixed = false;
+    for (const cw_ctl_session_t* o = ctl->sessions; o && !mixed; o = o->next) {
+      mixed = o->weight != s->weight && cw__shares_on(o, wi);
+    }
+    if (!mixed) continue;
+    for (cw_ctl_session_t* o = ctl->sessions; o; o = o->next) {
+      if (o != s && !o->relay_shared && cw__shares_on(o, wi)) cw__alloc_withdraw_lease(ctl, o);
+    }
+  }
+  free(seen);
+}
+
 void cw_ctl_alloc_session_free(cw_ctl_session_t* s) {
   free(s->vdevs);
   s->vdevs = NULL;
@@ -310,6 +366,7 @@ static cw__alloc_result_t cw__alloc_try(cw_controller_t* ctl, cw_ctl_session_t* 
   if (!st && !wait) {
     res = (!apply || cw__alloc_apply(ctl, s, r, devs)) ? CW__ALLOC_GRANTED : CW__ALLOC_FAILED;
     if (res == CW__ALLOC_FAILED) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+    if (res == CW__ALLOC_GRANTED && apply) cw_ctl_alloc_check_leases(ctl, s);
   } else if (!st) {
     res = CW__ALLOC_WAIT;
   }

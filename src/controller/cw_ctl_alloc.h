@@ -33,6 +33,16 @@ int32_t cw_ctl_alloc_session_id(cw_controller_t* ctl, cw_ctl_session_t* s, uint3
 // True when the session's devices on that worker are its alone (allocated,
 // not shared): the lead's "shared => through the scheduler" test.
 bool cw_ctl_alloc_exclusive_on(cw_controller_t* ctl, cw_ctl_session_t* s, uint32_t worker_index);
+// True when the session shares devices on that worker and every session
+// sharing devices there has its weight: the worker's own loop orders their
+// launches as the island's scheduler would, since no weight tells them apart.
+// The caller has checked that the worker is an island by itself.
+bool cw_ctl_alloc_shared_direct(cw_controller_t* ctl, cw_ctl_session_t* s, uint32_t worker_index);
+// `s` was just given shared devices (granted or resumed): where it brings a
+// weight the other sharers of a one-worker island do not have, their
+// launches must reach the island's scheduler, the only place weights apply,
+// and their clients are told (LEASE_CHANGED).
+void cw_ctl_alloc_check_leases(cw_controller_t* ctl, cw_ctl_session_t* s);
 size_t cw_ctl_alloc_queue_length(const cw_controller_t* ctl);
 // SessionInfo's platform from a worker's inventory; a worker's WorkerInfo
 // as session `s` sees it (incarnation, direct-launch lease).

@@ -107,6 +107,9 @@ struct cw_ctl_session_s {
   bool mapped;
   bool share;
   uint32_t weight;            // gang order: share of shared islands (>= 1)
+  // A sharer of another weight came to a one-worker island it shares: its
+  // direct-launch lease on shared devices is withdrawn for good (LEASE_CHANGED).
+  bool relay_shared;
   cw_alloc_device_t* vdevs;   // [num_vdevs]: session device id -> worker index, local id
   uint32_t num_vdevs;
 };

@@ -208,6 +208,7 @@ static cw_status_t cw__set_devices(cw_controller_t* ctl, cw_ctl_session_t* s,
   }
   s->vdevs = devs;
   s->num_vdevs = n;
+  if (allocated) cw_ctl_alloc_check_leases(ctl, s);
   return cw_ok_status();
 }
 

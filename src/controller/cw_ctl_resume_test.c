@@ -27,6 +27,7 @@
 
 #include <cmocka.h>
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +78,19 @@ static cw_client_t* client(uint64_t session_id) {
   return c;
 }
 
+// LEASE_CHANGED events a client got (its reader thread writes them).
+typedef struct lease_seen_s {
+  atomic_int withdrawn;  // direct_launch false, for worker "c"
+} lease_seen_t;
+
+static void on_lease_event(void* user, const ProtobufCMessage* event) {
+  const Causeway__V1__ClusterEvent* ev = (const Causeway__V1__ClusterEvent*)event;
+  if (ev->kind == CAUSEWAY__V1__CLUSTER_EVENT__KIND__LEASE_CHANGED && !ev->direct_launch &&
+      ev->worker_name && strcmp(ev->worker_name, "c") == 0) {
+    atomic_fetch_add(&((lease_seen_t*)user)->withdrawn, 1);
+  }
+}
+
 typedef struct dev_s {
   int32_t id;
   const char* worker;
@@ -88,6 +102,7 @@ typedef struct resume_s {
   size_t n;
   uint32_t num_devices;  // allocated: this many (0: none)
   bool share;
+  uint32_t weight;  // 0: unset (1)
   uint32_t wait_ms;
   const uint64_t* exes;  // each on devs[0]
   size_t num_exes;
@@ -103,6 +118,7 @@ static void resume_request(const resume_t* r, Causeway__V1__SessionResumeRequest
   open->name = (char*)"resume-test";
   open->num_devices = r->num_devices;
   open->share = r->share;
+  open->weight = r->weight;
   open->wait_ms = r->wait_ms;
   req->open = open;
   for (size_t i = 0; i < r->n; ++i) {
@@ -285,15 +301,29 @@ static void test_resume_allocations(void** state) {
   protobuf_c_message_free_unpacked(&info->base, NULL);
   r.devs = theirs;
   expect_error(resume(q, &r, NULL, NULL), CW_FAILED_PRECONDITION, "device 1 of worker b");
-  // Shared devices are shared again (and relayed: not leased).
-  cw_client_t* s1 = client(0);
+  // Shared devices are shared again; sharers of one weight on a one-worker
+  // island keep the direct lease, one of another weight is relayed.
+  lease_seen_t seen1 = {0};
+  cw_client_options_t o1 = {.peer_name = "resume-test", .on_event = on_lease_event,
+                            .event_user = &seen1};
+  cw_client_t* s1 = NULL;
+  assert_null(cw_client_connect(g.address, &o1, &s1));
   cw_client_t* s2 = client(0);
+  cw_client_t* s3 = client(0);
   rdev_t shared[] = {{0, "c", 0}, {1, "c", 1}};
   r = (resume_t){.devs = shared, .n = 2, .num_devices = 2, .share = true, .wait_ms = 1000};
   assert_null(resume(s1, &r, NULL, NULL));
   assert_null(resume(s2, &r, &info, NULL));
+  assert_true(info->workers[0]->direct_launch);
+  protobuf_c_message_free_unpacked(&info->base, NULL);
+  r.weight = 2;
+  assert_null(resume(s3, &r, &info, NULL));
   assert_false(info->workers[0]->direct_launch);
   protobuf_c_message_free_unpacked(&info->base, NULL);
+  r.weight = 0;
+  // ...and the lease the first two had is withdrawn: their clients are told.
+  for (int i = 0; i < 1000 && !atomic_load(&seen1.withdrawn); ++i) cw_test_sleep_ms(10);
+  assert_int_equal(atomic_load(&seen1.withdrawn), 1);
   // A session that asks now gets none of them while they are held.
   Causeway__V1__OpenSessionRequest open = CAUSEWAY__V1__OPEN_SESSION_REQUEST__INIT;
   open.num_devices = 2;
@@ -307,6 +337,7 @@ static void test_resume_allocations(void** state) {
   cw_client_release(q);
   cw_client_release(s1);
   cw_client_release(s2);
+  cw_client_release(s3);
 }
 
 static cw_status_t compile(cw_client_t* c, uint64_t exe_id, const void* code, size_t size) {

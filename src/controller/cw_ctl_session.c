@@ -180,6 +180,15 @@ void cw_ctl_broadcast_event(cw_controller_t* ctl, Causeway__V1__ClusterEvent* ev
   }
 }
 
+void cw_ctl_session_send_event(cw_controller_t* ctl, const cw_ctl_session_t* s,
+                               Causeway__V1__ClusterEvent* ev) {
+  for (cw_ctl_peer_t* p = ctl->peers; p; p = p->next) {
+    if (p->session == s && cw_net_conn_is_open(p->conn)) {
+      cw_net_conn_send(p->conn, CW_MSG_EVENT, 0, 0, &ev->base, NULL, 0, NULL, NULL);
+    }
+  }
+}
+
 cw_net_conn_t* cw_ctl_private_link(cw_controller_t* ctl, cw_ctl_worker_t* w) {
   if (w->private_conn && !cw_net_conn_is_open(w->private_conn)) cw_ctl_link_drop(&w->private_conn);
   if (!w->private_conn) w->private_conn = cw_ctl_link_open(ctl, w, 0);
@@ -359,9 +368,11 @@ void cw_ctl_session_open_waits_free(cw_controller_t* ctl) {
 // A session whose devices on a worker are its own needs no total order
 // across sessions there: its seq numbers (docs/protocol.md, "Ordering across
 // connections") already order its launches among its other requests, so the
-// relay hop only adds latency. Devices shared with another session (both
-// asked to share) stay relayed so the island scheduler stamps every
-// session's launches in one order (cw_ctl_sched.c).
+// relay hop only adds latency. Nor do sessions sharing a one-worker island
+// with one weight: that worker's single loop issues every launch in one
+// order. Where sharers' weights differ the island's scheduler must pick
+// (cw_ctl_sched.c), so they are relayed (cw_ctl_alloc.c withdraws leases
+// already given).
 bool cw_ctl_session_direct_launch(cw_controller_t* ctl, cw_ctl_session_t* s,
                                uint32_t worker_index) {
   if (cw_settings_int(ctl->settings, CW_SET_RELAY_LAUNCHES) != 0) return false;
@@ -373,6 +384,8 @@ bool cw_ctl_session_direct_launch(cw_controller_t* ctl, cw_ctl_session_t* s,
   // A session that asked for no devices sees every device and reserves none
   // (the embedded cluster's one client): its launches on a one-worker island
   // are issued by that worker's single loop in arrival order. A session that
-  // asked for devices goes direct only where they are its alone.
-  return !s->allocated || cw_ctl_alloc_exclusive_on(ctl, s, worker_index);
+  // asked for devices goes direct where they are its alone, or shared only
+  // with sessions of its weight.
+  return !s->allocated || cw_ctl_alloc_exclusive_on(ctl, s, worker_index) ||
+         cw_ctl_alloc_shared_direct(ctl, s, worker_index);
 }

@@ -37,6 +37,9 @@ void cw_ctl_ignore_reply(void* user, cw_net_conn_t* conn, cw_status_t status,
 
 // An EVENT to every client session.
 void cw_ctl_broadcast_event(cw_controller_t* ctl, Causeway__V1__ClusterEvent* ev);
+// An EVENT to the clients of session `s`.
+void cw_ctl_session_send_event(cw_controller_t* ctl, const cw_ctl_session_t* s,
+                               Causeway__V1__ClusterEvent* ev);
 
 void cw_ctl_handle_open_session(cw_net_conn_t* conn, const cw_frame_header_t* h,
                                 ProtobufCMessage** msg);

@@ -48,7 +48,8 @@ typedef struct cw_plugin_worker_s {
   // `retired` until the client is destroyed.
   _Atomic(cw_client_t*) conn;
   // LAUNCH goes on `conn`, not through the controller. Atomic: a restarted
-  // controller's answer sets it again while other threads launch.
+  // controller's answer sets it again, or LEASE_CHANGED, while other threads
+  // launch.
   _Atomic bool direct_launch;
   // Requests for this worker sent through the controller and not yet
   // answered (cw_plugin_worker.c): with two or more LAUNCHes among them the

@@ -552,6 +552,17 @@ void cw_plugin_worker_kick_reader(cw_plugin_worker_t* w) {
 
 void cw_plugin_worker_waited(cw_plugin_worker_t* w) { cw_client_waited(cw__direct_conn(w)); }
 
+void cw_plugin_worker_set_direct(cw_plugin_worker_t* w, bool direct) {
+  pthread_mutex_lock(&w->send_mu);
+  bool was = atomic_exchange_explicit(&w->direct_launch, direct, memory_order_relaxed);
+  if (was && !direct && !atomic_load_explicit(&w->dead, memory_order_acquire)) {
+    cw_status_free(cw_client_write_held(atomic_load_explicit(&w->conn, memory_order_acquire)));
+  } else if (!was && direct) {
+    cw__worker_write_relayed_held(w);
+  }
+  pthread_mutex_unlock(&w->send_mu);
+}
+
 void cw_plugin_worker_write_held(cw_plugin_worker_t* w) {
   if (!atomic_load_explicit(&w->direct_launch, memory_order_relaxed)) {
     cw__worker_write_relayed_held(w);

@@ -170,9 +170,13 @@ def test_shared_island_gang_order():
     try:
         # Three sessions share one island (worker 0's 4 devices), a fourth has
         # worker 1 alone (direct launches under the lease); all run SPMD
-        # programs with an all-reduce at once.
-        sharers = [client(f"gang-{i}", cluster, devices=4, share=1, workers="hand-worker-0")
-                   for i in range(3)]
+        # programs with an all-reduce at once. The sharers' weights differ, so
+        # the island's scheduler must order them: the third's coming withdraws
+        # the first two's direct leases (LEASE_CHANGED), and every launch of
+        # the three is relayed and stamped.
+        sharers = [client(f"gang-{i}", cluster, devices=4, share=1, weight=w,
+                          workers="hand-worker-0")
+                   for i, w in enumerate((1, 1, 2))]
         # Pinned: the four start at once, and an exclusive session that took
         # worker 0 first would leave the sharers waiting for it forever.
         other = client("gang-excl", cluster, devices=4, workers="hand-worker-1")
@@ -206,7 +210,37 @@ def test_shared_island_gang_order():
             switches = sum(1 for a, b in zip(wrec, wrec[1:]) if a[1] != b[1])
             print(f"{name}: {len(wrec)} stamps from {len(sessions)} sessions, "
                   f"{switches} switches between sessions")
+            # The withdrawal reaches a client as an event on its controller
+            # connection; a launch sent before it was read would go direct. The
+            # sharers launch long after (the third's client starts, the test asks
+            # each for its devices), so all 120 must be stamped.
             assert len(sessions) == 3 and len(wrec) >= 120, (len(sessions), len(wrec))
+    finally:
+        close_all(runners)
+        cluster.stop()
+
+
+def test_shared_island_of_one_weight_launches_direct():
+    # Sessions of one weight sharing a one-worker island need no scheduler:
+    # the worker's single loop issues their launches in one order, so they go
+    # straight to it under the lease. Their all-reduces over the same 4
+    # devices, from three processes at once, all finish with the right values.
+    cluster = harness.HandCluster(workers=1, devices=4)
+    runners = []
+    try:
+        runners += [client(f"direct-{i}", cluster, devices=4, share=1) for i in range(3)]
+        for r in runners:
+            assert set(r.call("alloc_devices")["workers"]) == {"hand-worker-0"}
+        for i, r in enumerate(runners):
+            r.submit("spmd_psum", n=40, seed=i)
+        for r in runners:
+            res = r.result(timeout=300)
+            assert res["ok"] and res["n"] == 40 and res["devices"] == 4, res
+        ctl = harness.stats(cluster.controller)
+        worker = harness.stats(cluster.addresses["hand-worker-0"])
+        assert ctl.get("launches", 0) == 0 and sched_record(cluster.controller) == [], ctl
+        assert sched_record(cluster.addresses["hand-worker-0"]) == []
+        assert worker.get("launches", 0) >= 120, worker.get("launches")
     finally:
         close_all(runners)
         cluster.stop()
