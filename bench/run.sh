@@ -34,8 +34,9 @@ cmake --build build/release --target causeway_pjrt causeway-controller causeway-
 # Failover: time from a worker's death (SIGKILL, SIGSTOP) to the error in
 # every affected JAX client, with a plain TCP peer's SIGKILL as the baseline.
 .venv/bin/python bench/failover_bench.py "${jax_args[@]}"
-# One island shared by 1, 4 and 16 client sessions: launches/s through the
-# island's scheduler, beside stock in-process JAX calls/s (--quick: 1 and 4).
+# One island shared by 1, 4 and 16 client sessions: launches/s straight to
+# its worker (sessions of one weight) and through the island's scheduler,
+# beside stock in-process JAX calls/s (--quick: 1 and 4).
 .venv/bin/python bench/sessions_bench.py "${jax_args[@]}"
 # Start-up of the embedded cluster with an empty and a full compile cache
 # (20,000 entries: real ones and junk, generated once in build/release), idle
