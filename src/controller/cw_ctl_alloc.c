@@ -93,59 +93,79 @@ bool cw_ctl_alloc_exclusive_on(cw_controller_t* ctl, cw_ctl_session_t* s, uint32
   return false;
 }
 
-// Whether `s` holds shared devices on worker `worker_index` now.
-static bool cw__shares_on(const cw_ctl_session_t* s, uint32_t worker_index) {
-  if (!s->allocated || s->closed || !s->share) return false;
-  for (uint32_t i = 0; i < s->num_vdevs; ++i) {
-    if (s->vdevs[i].worker == worker_index) return true;
-  }
-  return false;
-}
-
-bool cw_ctl_alloc_shared_direct(cw_controller_t* ctl, cw_ctl_session_t* s, uint32_t worker_index) {
-  if (!s || s->relay_shared || !cw__shares_on(s, worker_index)) return false;
+uint32_t* cw_ctl_alloc_share_weights(cw_controller_t* ctl) {
+  uint32_t* sw = calloc(ctl->num_workers + 1, sizeof(*sw));
+  if (!sw) return NULL;
   for (const cw_ctl_session_t* o = ctl->sessions; o; o = o->next) {
-    if (o != s && o->weight != s->weight && cw__shares_on(o, worker_index)) return false;
+    if (!o->allocated || o->closed || !o->share) continue;
+    for (uint32_t k = 0; k < o->num_vdevs; ++k) {
+      uint32_t wi = o->vdevs[k].worker;
+      if (wi >= ctl->num_workers) continue;
+      if (!sw[wi]) sw[wi] = o->weight;
+      else if (sw[wi] != o->weight) sw[wi] = CW_CTL_WEIGHTS_MIXED;
+    }
   }
-  return true;
+  return sw;
 }
 
-// Tells `o`'s client that its launches on every worker it shares go through
-// the controller from now on.
-static void cw__alloc_withdraw_lease(cw_controller_t* ctl, cw_ctl_session_t* o) {
+bool cw_ctl_alloc_shared_direct(const cw_ctl_session_t* s, uint32_t worker_index,
+                                const uint32_t* share_weights) {
+  return s && s->allocated && s->share && !s->relay_shared && share_weights &&
+         share_weights[worker_index] == s->weight;
+}
+
+// Tells `o`'s clients that its launches go through the controller from now
+// on: one LEASE_CHANGED per worker it has devices on. seen[w] == a tag above
+// `tag`: sent already to this peer; returns the last tag used.
+static uint32_t cw__alloc_withdraw_lease(cw_controller_t* ctl, cw_ctl_session_t* o,
+                                         uint32_t* seen, uint32_t tag) {
   o->relay_shared = true;
   CW_LOGI("session %" PRIu64 ": a sharer of another weight came; its launches on shared "
           "devices go through the island's scheduler now", o->id);
   Causeway__V1__ClusterEvent ev = CAUSEWAY__V1__CLUSTER_EVENT__INIT;
   ev.kind = CAUSEWAY__V1__CLUSTER_EVENT__KIND__LEASE_CHANGED;
   ev.direct_launch = false;
-  for (uint32_t k = 0; k < o->num_vdevs; ++k) {
-    uint32_t wi = o->vdevs[k].worker;
-    if (wi >= ctl->num_workers || (k > 0 && o->vdevs[k - 1].worker == wi)) continue;
-    ev.worker_index = wi;
-    ev.worker_name = ctl->workers[wi]->name;
-    cw_ctl_session_send_event(ctl, o, &ev);
+  for (cw_ctl_peer_t* p = ctl->peers; p; p = p->next) {
+    if (p->session != o || !cw_net_conn_is_open(p->conn)) continue;
+    tag++;  // a fresh mark per peer
+    for (uint32_t k = 0; k < o->num_vdevs; ++k) {
+      uint32_t wi = o->vdevs[k].worker;
+      if (wi >= ctl->num_workers || seen[wi] == tag) continue;
+      seen[wi] = tag;
+      ev.worker_index = wi;
+      ev.worker_name = ctl->workers[wi]->name;
+      cw_net_conn_send(p->conn, CW_MSG_EVENT, 0, 0, &ev.base, NULL, 0, NULL, NULL);
+    }
   }
+  return tag;
 }
 
 void cw_ctl_alloc_check_leases(cw_controller_t* ctl, cw_ctl_session_t* s) {
   if (!s->share || !ctl->num_workers) return;
-  uint8_t* seen = calloc(ctl->num_workers, 1);
-  if (!seen) return;  // out of memory: the leases stay, weights apply as arrival order
-  for (uint32_t k = 0; k < s->num_vdevs; ++k) {
+  // Passes over every session's devices, whatever the number of workers.
+  uint32_t* sw = cw_ctl_alloc_share_weights(ctl);
+  uint8_t* mixed = calloc(ctl->num_workers, 1);  // one-worker islands s shares with another weight
+  uint32_t* seen = calloc(ctl->num_workers, sizeof(*seen));  // events sent, by tag
+  bool any = false;
+  for (uint32_t k = 0; sw && mixed && seen && k < s->num_vdevs; ++k) {
     uint32_t wi = s->vdevs[k].worker;
-    if (wi >= ctl->num_workers || seen[wi]) continue;
-    seen[wi] = 1;
+    if (wi >= ctl->num_workers || sw[wi] != CW_CTL_WEIGHTS_MIXED) continue;
     if (cw_ctl_island_spans(ctl->workers[wi])) continue;  // always relayed
-    bool mixed = false;
-    for (const cw_ctl_session_t* o = ctl->sessions; o && !mixed; o = o->next) {
-      mixed = o->weight != s->weight && cw__shares_on(o, wi);
-    }
-    if (!mixed) continue;
-    for (cw_ctl_session_t* o = ctl->sessions; o; o = o->next) {
-      if (o != s && !o->relay_shared && cw__shares_on(o, wi)) cw__alloc_withdraw_lease(ctl, o);
-    }
+    mixed[wi] = 1;
+    any = true;
   }
+  // (Out of memory: the leases stay, and launches go in arrival order.)
+  uint32_t tag = 0;
+  for (cw_ctl_session_t* o = ctl->sessions; any && o; o = o->next) {
+    if (o == s || o->relay_shared || !o->allocated || o->closed || !o->share) continue;
+    bool there = false;
+    for (uint32_t k = 0; k < o->num_vdevs && !there; ++k) {
+      there = o->vdevs[k].worker < ctl->num_workers && mixed[o->vdevs[k].worker];
+    }
+    if (there) tag = cw__alloc_withdraw_lease(ctl, o, seen, tag);
+  }
+  free(sw);
+  free(mixed);
   free(seen);
 }
 
@@ -174,7 +194,7 @@ void cw_ctl_info_platform(Causeway__V1__SessionInfo* info, const Causeway__V1__I
 }
 
 void cw_ctl_worker_info_fill(Causeway__V1__WorkerInfo* wi, const cw_ctl_worker_t* w,
-                             cw_ctl_session_t* s) {
+                             cw_ctl_session_t* s, const uint32_t* share_weights) {
   causeway__v1__worker_info__init(wi);
   wi->index = w->index;
   wi->name = (char*)w->name;
@@ -182,7 +202,7 @@ void cw_ctl_worker_info_fill(Causeway__V1__WorkerInfo* wi, const cw_ctl_worker_t
   wi->alive = w->alive;
   wi->island = w->island;
   wi->incarnation = w->incarnation;
-  wi->direct_launch = cw_ctl_session_direct_launch(w->ctl, s, w->index);
+  wi->direct_launch = cw_ctl_session_direct_launch(w->ctl, s, w->index, share_weights);
 }
 
 bool cw_ctl_alloc_reply_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint16_t type,
@@ -195,6 +215,8 @@ bool cw_ctl_alloc_reply_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint16_t ty
   Causeway__V1__WorkerInfo** wptrs = calloc(s->num_vdevs + 1, sizeof(*wptrs));
   Causeway__V1__GlobalDevice* gds = calloc(s->num_vdevs + 1, sizeof(*gds));
   Causeway__V1__GlobalDevice** gptrs = calloc(s->num_vdevs + 1, sizeof(*gptrs));
+  // (Out of memory for it: a sharer is relayed.)
+  uint32_t* sw = s->allocated && s->share ? cw_ctl_alloc_share_weights(ctl) : NULL;
   if (!wis || !wptrs || !gds || !gptrs) {
     cw_ctl_reply_error(ctl, p->conn, type, request_id,
                     cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
@@ -208,7 +230,7 @@ bool cw_ctl_alloc_reply_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint16_t ty
       size_t k = 0;
       while (k < wn && wis[k].index != w->index) k++;
       if (k == wn) {
-        cw_ctl_worker_info_fill(&wis[wn], w, s);
+        cw_ctl_worker_info_fill(&wis[wn], w, s, sw);
         wptrs[wn] = &wis[wn];
         wn++;
       }
@@ -230,6 +252,7 @@ bool cw_ctl_alloc_reply_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint16_t ty
     cw_net_conn_reply(p->conn, type, request_id, &info.base);
     for (size_t k = 0; k < wn; ++k) (void)cw_ctl_session_link(s, wis[k].index);
   }
+  free(sw);
   free(wis);
   free(wptrs);
   free(gds);

@@ -33,11 +33,18 @@ int32_t cw_ctl_alloc_session_id(cw_controller_t* ctl, cw_ctl_session_t* s, uint3
 // True when the session's devices on that worker are its alone (allocated,
 // not shared): the lead's "shared => through the scheduler" test.
 bool cw_ctl_alloc_exclusive_on(cw_controller_t* ctl, cw_ctl_session_t* s, uint32_t worker_index);
-// True when the session shares devices on that worker and every session
-// sharing devices there has its weight: the worker's own loop orders their
-// launches as the island's scheduler would, since no weight tells them apart.
-// The caller has checked that the worker is an island by itself.
-bool cw_ctl_alloc_shared_direct(cw_controller_t* ctl, cw_ctl_session_t* s, uint32_t worker_index);
+// Per worker (calloc'd, [num_workers]; NULL: out of memory): the weight
+// every session sharing devices there has, 0 when none does,
+// CW_CTL_WEIGHTS_MIXED when they differ. One pass over every session's devices.
+#define CW_CTL_WEIGHTS_MIXED UINT32_MAX
+uint32_t* cw_ctl_alloc_share_weights(cw_controller_t* ctl);
+// True when the session shares devices and every session sharing devices on
+// that worker has its weight (share_weights, above): the worker's own loop
+// orders their launches as the island's scheduler would, since no weight
+// tells them apart. The caller has checked that the session has devices
+// there and that the worker is an island by itself.
+bool cw_ctl_alloc_shared_direct(const cw_ctl_session_t* s, uint32_t worker_index,
+                                const uint32_t* share_weights);
 // `s` was just given shared devices (granted or resumed): where it brings a
 // weight the other sharers of a one-worker island do not have, their
 // launches must reach the island's scheduler, the only place weights apply,
@@ -45,9 +52,10 @@ bool cw_ctl_alloc_shared_direct(cw_controller_t* ctl, cw_ctl_session_t* s, uint3
 void cw_ctl_alloc_check_leases(cw_controller_t* ctl, cw_ctl_session_t* s);
 size_t cw_ctl_alloc_queue_length(const cw_controller_t* ctl);
 // SessionInfo's platform from a worker's inventory; a worker's WorkerInfo
-// as session `s` sees it (incarnation, direct-launch lease).
+// as session `s` sees it (incarnation, direct-launch lease; share_weights:
+// cw_ctl_alloc_share_weights, or NULL when `s` shares nothing).
 void cw_ctl_info_platform(Causeway__V1__SessionInfo* info, const Causeway__V1__Inventory* inv);
 void cw_ctl_worker_info_fill(Causeway__V1__WorkerInfo* wi, const cw_ctl_worker_t* w,
-                             cw_ctl_session_t* s);
+                             cw_ctl_session_t* s, const uint32_t* share_weights);
 
 #endif  // CW_CTL_ALLOC_H_

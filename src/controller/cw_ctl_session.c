@@ -180,15 +180,6 @@ void cw_ctl_broadcast_event(cw_controller_t* ctl, Causeway__V1__ClusterEvent* ev
   }
 }
 
-void cw_ctl_session_send_event(cw_controller_t* ctl, const cw_ctl_session_t* s,
-                               Causeway__V1__ClusterEvent* ev) {
-  for (cw_ctl_peer_t* p = ctl->peers; p; p = p->next) {
-    if (p->session == s && cw_net_conn_is_open(p->conn)) {
-      cw_net_conn_send(p->conn, CW_MSG_EVENT, 0, 0, &ev->base, NULL, 0, NULL, NULL);
-    }
-  }
-}
-
 cw_net_conn_t* cw_ctl_private_link(cw_controller_t* ctl, cw_ctl_worker_t* w) {
   if (w->private_conn && !cw_net_conn_is_open(w->private_conn)) cw_ctl_link_drop(&w->private_conn);
   if (!w->private_conn) w->private_conn = cw_ctl_link_open(ctl, w, 0);
@@ -228,7 +219,7 @@ void cw_ctl_session_reply_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint16_t 
       if (!w->alive || !cw_ctl_ops_worker_takes_work(w)) continue;  // draining: none new
       const Causeway__V1__Inventory* inv = w->reg->inventory;
       if (!wn) cw_ctl_info_platform(&info, inv);
-      cw_ctl_worker_info_fill(&wis[wn], w, s);
+      cw_ctl_worker_info_fill(&wis[wn], w, s, NULL);
       wis[wn].num_devices = w->num_devices;
       wptrs[wn] = &wis[wn];
       wn++;
@@ -374,7 +365,7 @@ void cw_ctl_session_open_waits_free(cw_controller_t* ctl) {
 // (cw_ctl_sched.c), so they are relayed (cw_ctl_alloc.c withdraws leases
 // already given).
 bool cw_ctl_session_direct_launch(cw_controller_t* ctl, cw_ctl_session_t* s,
-                               uint32_t worker_index) {
+                                  uint32_t worker_index, const uint32_t* share_weights) {
   if (cw_settings_int(ctl->settings, CW_SET_RELAY_LAUNCHES) != 0) return false;
   // An island of several workers: its programs' parts go out from the
   // island's scheduler, one stamp for all of them (cw_ctl_island.c).
@@ -387,5 +378,5 @@ bool cw_ctl_session_direct_launch(cw_controller_t* ctl, cw_ctl_session_t* s,
   // asked for devices goes direct where they are its alone, or shared only
   // with sessions of its weight.
   return !s->allocated || cw_ctl_alloc_exclusive_on(ctl, s, worker_index) ||
-         cw_ctl_alloc_shared_direct(ctl, s, worker_index);
+         cw_ctl_alloc_shared_direct(s, worker_index, share_weights);
 }

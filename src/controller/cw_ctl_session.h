@@ -37,9 +37,6 @@ void cw_ctl_ignore_reply(void* user, cw_net_conn_t* conn, cw_status_t status,
 
 // An EVENT to every client session.
 void cw_ctl_broadcast_event(cw_controller_t* ctl, Causeway__V1__ClusterEvent* ev);
-// An EVENT to the clients of session `s`.
-void cw_ctl_session_send_event(cw_controller_t* ctl, const cw_ctl_session_t* s,
-                               Causeway__V1__ClusterEvent* ev);
 
 void cw_ctl_handle_open_session(cw_net_conn_t* conn, const cw_frame_header_t* h,
                                 ProtobufCMessage** msg);
@@ -57,7 +54,8 @@ void cw_ctl_session_open_waits_free(cw_controller_t* ctl);
 
 // Whether `s` may send LAUNCH straight to worker `worker_index`
 // (WorkerInfo.direct_launch) rather than through the controller.
+// share_weights: cw_ctl_alloc_share_weights (NULL: sharers are relayed).
 bool cw_ctl_session_direct_launch(cw_controller_t* ctl, cw_ctl_session_t* s,
-                                  uint32_t worker_index);
+                                  uint32_t worker_index, const uint32_t* share_weights);
 
 #endif  // CW_CTL_SESSION_H_

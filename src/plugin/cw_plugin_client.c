@@ -68,6 +68,19 @@ static void cw__on_cluster_event(void* user, const ProtobufCMessage* msg) {
     fprintf(stderr, "%s\n", alloc_ev->message);
     return;
   }
+  if (alloc_ev && alloc_ev->kind == CAUSEWAY__V1__CLUSTER_EVENT__KIND__LEASE_CHANGED) {
+    // The controller only withdraws, and for the whole session. Kept even
+    // when the workers cannot be told yet: whoever sets them up after this
+    // (client creation, a resume) reads the flag, or sees it after its fence.
+    if (alloc_ev->direct_launch) return;
+    atomic_store(&c->leases_withdrawn, true);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&c->ready, memory_order_acquire) &&
+        !cw_plugin_resume_events_muted(c)) {
+      cw_plugin_client_withdraw_leases(c);
+    }
+    return;
+  }
   if (!atomic_load_explicit(&c->ready, memory_order_acquire)) return;
   // A controller we are resuming the session on numbers workers its own way
   // until its reply has been applied.
@@ -286,6 +299,9 @@ PJRT_Error* cw_plugin_client_create(PJRT_Client_Create_Args* args) {
     return cw_plugin_error_from_status(s);
   }
   atomic_store_explicit(&c->ready, true, memory_order_release);
+  // A withdrawal that came while the workers were set up (cw__on_cluster_event).
+  atomic_thread_fence(memory_order_seq_cst);
+  if (atomic_load(&c->leases_withdrawn)) cw_plugin_client_withdraw_leases(c);
   s = cw_plugin_resume_start(c);
   if (s) {
     cw__client_free(c);

@@ -34,10 +34,6 @@ void cw_plugin_health_on_event(cw_plugin_client_t* c, const Causeway__V1__Cluste
     if (conn) cw_client_shutdown(conn);
     return;
   }
-  if (ev->kind == CAUSEWAY__V1__CLUSTER_EVENT__KIND__LEASE_CHANGED) {
-    cw_plugin_worker_set_direct(w, ev->direct_launch);
-    return;
-  }
   if (ev->kind != CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_UP || !ev->worker_address ||
       !ev->worker_address[0]) {
     return;

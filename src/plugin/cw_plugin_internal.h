@@ -150,6 +150,10 @@ struct cw_plugin_client_s {
   cw_settings_t settings;        // CW_SCOPE_PLUGIN, read once at client creation
   int64_t wait_spin_us;          // CAUSEWAY_WAIT_SPIN_US
   _Atomic bool ready;            // workers and devices are set up (events may look)
+  // The controller withdrew the session's direct-launch leases (LEASE_CHANGED):
+  // set whenever the event comes, even before `ready` or while a resume mutes
+  // events, and never cleared, so no SessionInfo applied later brings one back.
+  _Atomic bool leases_withdrawn;
 };
 
 // Next object id (never 0, never reused).

@@ -391,7 +391,7 @@ static cw_status_t cw__apply_info(cw_plugin_client_t* c, const Causeway__V1__Ses
     const Causeway__V1__WorkerInfo* wi = cw__info_worker(info, 0, w->name);
     if (!wi) continue;  // none of the session's devices is there
     w->index = wi->index;
-    atomic_store_explicit(&w->direct_launch, wi->direct_launch, memory_order_relaxed);
+    cw_plugin_worker_set_direct(w, wi->direct_launch && !atomic_load(&c->leases_withdrawn));
     bool moved = false;
     pthread_mutex_lock(&w->mu);
     w->incarnation = wi->incarnation;
@@ -551,6 +551,9 @@ static void cw__reconnect(cw_plugin_resume_t* r) {
         r->up = true;
         r->ping_out = false;
         atomic_store_explicit(&r->muted, false, memory_order_release);
+        // A withdrawal that came while events were muted (cw__on_cluster_event).
+        atomic_thread_fence(memory_order_seq_cst);
+        if (atomic_load(&c->leases_withdrawn)) cw_plugin_client_withdraw_leases(c);
         pthread_cond_broadcast(&r->cv);
       }
       pthread_mutex_unlock(&r->mu);

@@ -29,7 +29,9 @@ cw_status_t cw_plugin_worker_initialize(cw_plugin_worker_t* w, cw_plugin_client_
   w->client = c;
   w->index = wi->index;
   w->island = wi->island;
-  atomic_store_explicit(&w->direct_launch, wi->direct_launch, memory_order_relaxed);
+  atomic_store_explicit(&w->direct_launch,
+                        wi->direct_launch && !atomic_load(&c->leases_withdrawn),
+                        memory_order_relaxed);
   pthread_mutex_init(&w->mu, NULL);
   pthread_mutex_init(&w->send_mu, NULL);
   atomic_init(&w->seq, 0);
@@ -486,6 +488,12 @@ static cw_status_t cw__send_ordered(cw_plugin_worker_t* w, bool direct, bool bat
     }
     batch = batch && atomic_load_explicit(&w->relayed_out, memory_order_relaxed) >= 2;
     o->relayed = true;
+    // A launch sent direct just before the lease was withdrawn may wait in
+    // w's write buffer, holding up the seqs after it: it goes now.
+    cw_client_t* held = atomic_load_explicit(&w->conn, memory_order_acquire);
+    if (held && !atomic_load_explicit(&w->dead, memory_order_acquire)) {
+      cw_client_write_held_batched(held);
+    }
     atomic_fetch_add_explicit(&w->relayed_out, 1, memory_order_relaxed);
   } else {
     // Under send_mu: a replacement worker swaps the connection under it.
@@ -553,14 +561,18 @@ void cw_plugin_worker_kick_reader(cw_plugin_worker_t* w) {
 void cw_plugin_worker_waited(cw_plugin_worker_t* w) { cw_client_waited(cw__direct_conn(w)); }
 
 void cw_plugin_worker_set_direct(cw_plugin_worker_t* w, bool direct) {
-  pthread_mutex_lock(&w->send_mu);
+  // Not under send_mu: the controller connection's reader calls this, and a
+  // rejoin holds send_mu while it waits for that reader. Launches held on
+  // the controller's connection go with the next direct send.
   bool was = atomic_exchange_explicit(&w->direct_launch, direct, memory_order_relaxed);
   if (was && !direct && !atomic_load_explicit(&w->dead, memory_order_acquire)) {
-    cw_status_free(cw_client_write_held(atomic_load_explicit(&w->conn, memory_order_acquire)));
-  } else if (!was && direct) {
-    cw__worker_write_relayed_held(w);
+    cw_client_t* conn = atomic_load_explicit(&w->conn, memory_order_acquire);
+    if (conn) cw_client_write_held_batched(conn);
   }
-  pthread_mutex_unlock(&w->send_mu);
+}
+
+void cw_plugin_client_withdraw_leases(cw_plugin_client_t* c) {
+  for (size_t i = 0; i < c->num_workers; ++i) cw_plugin_worker_set_direct(&c->workers[i], false);
 }
 
 void cw_plugin_worker_write_held(cw_plugin_worker_t* w) {

@@ -66,6 +66,8 @@ CW_MUST_USE cw_status_t cw_plugin_worker_send_batched(cw_plugin_worker_t* w, boo
 // go out at once; one sent by a thread that read the old lease just before
 // goes the old way, in its seq order all the same.
 void cw_plugin_worker_set_direct(cw_plugin_worker_t* w, bool direct);
+// Every worker of the session to the controller's path (leases_withdrawn).
+void cw_plugin_client_withdraw_leases(cw_plugin_client_t* c);
 // Someone waits for a buffer of `w`: launches held for a shared write on w's
 // connection, or on the controller's for a relayed w, go now.
 void cw_plugin_worker_write_held(cw_plugin_worker_t* w);
