@@ -4,7 +4,8 @@
 // reconnect to the replacement in this session (HEALTH_REJOIN to the
 // controller, seq numbering from 1, a new epoch in which older buffers are
 // gone); an older incarnation or another session's worker is ignored; a lost
-// controller connection is named.
+// controller connection is named; LEASE_CHANGED withdraws the direct-launch
+// lease, also when it comes before the workers are set up.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include "cw_client_fake_peer.h"
 #include "cw_msg.h"
 #include "cw_plugin_buffer.h"
+#include "cw_plugin_client.h"
 #include "cw_plugin_health.h"
 #include "cw_plugin_internal.h"
 #include "cw_plugin_worker.h"
@@ -147,6 +149,58 @@ static void test_unreachable_replacement(void** state) {
   assert_true(is_dead(&fx->worker));
 }
 
+static bool is_direct(const cw_plugin_worker_t* w) {
+  return atomic_load_explicit(&w->direct_launch, memory_order_relaxed);
+}
+
+// The event as the controller connection's reader delivers it.
+static void deliver_lease_event(fixture_t* fx, bool direct) {
+  cw_client_options_t o;
+  cw_plugin_client_controller_options(&fx->client, &o);
+  Causeway__V1__ClusterEvent ev = CAUSEWAY__V1__CLUSTER_EVENT__INIT;
+  ev.kind = CAUSEWAY__V1__CLUSTER_EVENT__KIND__LEASE_CHANGED;
+  ev.worker_index = 2;
+  ev.worker_name = "worker-0";
+  ev.direct_launch = direct;
+  o.on_event(o.event_user, &ev.base);
+}
+
+static void test_lease_withdrawn(void** state) {
+  fixture_t* fx = *state;
+  atomic_store(&fx->worker.direct_launch, true);
+  atomic_store(&fx->client.ready, true);
+  deliver_lease_event(fx, true);  // the controller only withdraws: ignored
+  assert_true(is_direct(&fx->worker));
+  assert_false(atomic_load(&fx->client.leases_withdrawn));
+  deliver_lease_event(fx, false);
+  assert_false(is_direct(&fx->worker));
+  assert_true(atomic_load(&fx->client.leases_withdrawn));
+}
+
+static void test_lease_withdrawn_before_ready(void** state) {
+  fixture_t* fx = *state;
+  // Before the workers are set up the event cannot reach them; it is kept.
+  atomic_store(&fx->worker.direct_launch, true);
+  deliver_lease_event(fx, false);
+  assert_true(is_direct(&fx->worker));
+  assert_true(atomic_load(&fx->client.leases_withdrawn));
+  // A worker set up after it never takes the lease its WorkerInfo offers...
+  Causeway__V1__WorkerInfo wi = CAUSEWAY__V1__WORKER_INFO__INIT;
+  wi.index = 3;
+  wi.name = "worker-1";
+  wi.address = fx->first.path;
+  wi.direct_launch = true;
+  cw_plugin_worker_t later;
+  memset(&later, 0, sizeof(later));
+  assert_null(cw_plugin_worker_initialize(&later, &fx->client, &wi));
+  assert_false(is_direct(&later));
+  cw_plugin_worker_deinitialize(&later);
+  // ...and the ones set up before lose it once set-up is over (what client
+  // creation and a resume do after their own step).
+  cw_plugin_client_withdraw_leases(&fx->client);
+  assert_false(is_direct(&fx->worker));
+}
+
 static void test_controller_lost_is_named(void** state) {
   fixture_t* fx = *state;
   char lost[256];
@@ -170,6 +224,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_replacement_is_rejoined, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unreachable_replacement, setup, teardown),
       cmocka_unit_test_setup_teardown(test_controller_lost_is_named, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_lease_withdrawn, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_lease_withdrawn_before_ready, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
