@@ -77,7 +77,7 @@ static void cw__on_cluster_event(void* user, const ProtobufCMessage* msg) {
     atomic_thread_fence(memory_order_seq_cst);
     if (atomic_load_explicit(&c->ready, memory_order_acquire) &&
         !cw_plugin_resume_events_muted(c)) {
-      cw_plugin_client_withdraw_leases(c);
+      cw_plugin_worker_withdraw_leases(c);
     }
     return;
   }
@@ -301,7 +301,7 @@ PJRT_Error* cw_plugin_client_create(PJRT_Client_Create_Args* args) {
   atomic_store_explicit(&c->ready, true, memory_order_release);
   // A withdrawal that came while the workers were set up (cw__on_cluster_event).
   atomic_thread_fence(memory_order_seq_cst);
-  if (atomic_load(&c->leases_withdrawn)) cw_plugin_client_withdraw_leases(c);
+  if (atomic_load(&c->leases_withdrawn)) cw_plugin_worker_withdraw_leases(c);
   s = cw_plugin_resume_start(c);
   if (s) {
     cw__client_free(c);

@@ -197,7 +197,7 @@ static void test_lease_withdrawn_before_ready(void** state) {
   cw_plugin_worker_deinitialize(&later);
   // ...and the ones set up before lose it once set-up is over (what client
   // creation and a resume do after their own step).
-  cw_plugin_client_withdraw_leases(&fx->client);
+  cw_plugin_worker_withdraw_leases(&fx->client);
   assert_false(is_direct(&fx->worker));
 }
 

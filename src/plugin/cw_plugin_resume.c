@@ -553,7 +553,7 @@ static void cw__reconnect(cw_plugin_resume_t* r) {
         atomic_store_explicit(&r->muted, false, memory_order_release);
         // A withdrawal that came while events were muted (cw__on_cluster_event).
         atomic_thread_fence(memory_order_seq_cst);
-        if (atomic_load(&c->leases_withdrawn)) cw_plugin_client_withdraw_leases(c);
+        if (atomic_load(&c->leases_withdrawn)) cw_plugin_worker_withdraw_leases(c);
         pthread_cond_broadcast(&r->cv);
       }
       pthread_mutex_unlock(&r->mu);

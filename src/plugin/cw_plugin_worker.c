@@ -571,7 +571,7 @@ void cw_plugin_worker_set_direct(cw_plugin_worker_t* w, bool direct) {
   }
 }
 
-void cw_plugin_client_withdraw_leases(cw_plugin_client_t* c) {
+void cw_plugin_worker_withdraw_leases(cw_plugin_client_t* c) {
   for (size_t i = 0; i < c->num_workers; ++i) cw_plugin_worker_set_direct(&c->workers[i], false);
 }
 

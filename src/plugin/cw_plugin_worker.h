@@ -61,13 +61,15 @@ CW_MUST_USE cw_status_t cw_plugin_worker_send_batched(cw_plugin_worker_t* w, boo
                                                       uint16_t type, ProtobufCMessage* req,
                                                       uint64_t* req_seq, cw_client_done_fn done,
                                                       void* user);
-// LEASE_CHANGED: LAUNCH goes straight to `w` (direct) or through the
-// controller from now on. Launches held for a shared write on the path left
-// go out at once; one sent by a thread that read the old lease just before
-// goes the old way, in its seq order all the same.
+// The lease changed (LEASE_CHANGED, a resumed session's SessionInfo): LAUNCH
+// goes straight to `w` (direct) or through the controller from now on.
+// Leaving w's connection, the launches held there for a shared write go out
+// at once (those held on the controller's go with the next send either way);
+// one sent by a thread that read the old lease just before goes the old
+// way, in its seq order all the same.
 void cw_plugin_worker_set_direct(cw_plugin_worker_t* w, bool direct);
 // Every worker of the session to the controller's path (leases_withdrawn).
-void cw_plugin_client_withdraw_leases(cw_plugin_client_t* c);
+void cw_plugin_worker_withdraw_leases(cw_plugin_client_t* c);
 // Someone waits for a buffer of `w`: launches held for a shared write on w's
 // connection, or on the controller's for a relayed w, go now.
 void cw_plugin_worker_write_held(cw_plugin_worker_t* w);
