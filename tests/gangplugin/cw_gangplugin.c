@@ -33,8 +33,10 @@
 #define CW_GANG_MAX_N 65536
 #define CW_GANG_MAX_TAG 63
 #define CW_GANG_MAX_SIZE 64
-// Rounds a rank may post ahead of the slowest rank's reading.
-#define CW_GANG_RING 8
+// Rounds a rank may post ahead of the slowest rank's reading: as deep as XLA's
+// CPU plugin's queue per device (32), above the worker's bound on launches in
+// flight (16), so that Execute, like a device, does not block the worker's loop.
+#define CW_GANG_RING 32
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "shared-memory counters must be lock-free");
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "futex waits on a counter's low half");

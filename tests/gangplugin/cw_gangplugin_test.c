@@ -17,7 +17,7 @@
 
 #define N 8
 #define DEVICES 2
-#define MAX_RUNS 32
+#define MAX_RUNS 80
 
 #define ARGS(T, var)            \
   T var;                        \
@@ -444,15 +444,15 @@ static char* read_log(const char* dir, int rank) {
 static void test_allreduce_two_ranks(void** state) {
   char dir[256];
   assert_int_equal(cw_test_tempdir_create("cwgang", dir, sizeof(dir)), 0);
-  // 20 runs in flight wrap the plugin's ring of 8 rounds.
-  rank_spec_t s[2] = {{dir, 0, 2, 10000, "a", 20, 0, {0}}, {dir, 1, 2, 10000, "a", 20, 0, {0}}};
+  // 72 runs in flight wrap the plugin's ring of 32 rounds twice.
+  rank_spec_t s[2] = {{dir, 0, 2, 10000, "a", 72, 0, {0}}, {dir, 1, 2, 10000, "a", 72, 0, {0}}};
   assert_int_equal(run_gang(s, 2), 0);
   char* l0 = read_log(dir, 0);
   char* l1 = read_log(dir, 1);
   assert_non_null(l0);
   assert_non_null(l1);
-  char want[512] = "";
-  for (int r = 1; r <= 20; ++r) {
+  char want[2048] = "";
+  for (int r = 1; r <= 72; ++r) {
     snprintf(want + strlen(want), sizeof(want) - strlen(want), "%d %d a ok\n", r, r);
   }
   assert_string_equal(l0, want);
