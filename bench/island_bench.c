@@ -24,14 +24,23 @@
 // Nothing is asserted about speed. --quick: a few launches (CTest
 // `island_bench_quick`).
 //
+// --core-per-worker pins each worker process to one core, as if each had a
+// host of one core to itself: gang1 to the second core, the others to the
+// first (the controller and the sessions stay free). Without it the island's
+// two workers share the cores that the baseline's one worker has alone, so on
+// a 2-core machine the island does twice the device work on the same cores.
+//
 // Usage: island_bench [--quick] [--launches N] [--plugin PATH] [--gangplugin PATH]
+//                     [--core-per-worker]
 //   --plugin: the plugin under the gang plugin (default $CAUSEWAY_PJRT_PLUGIN);
 //   --gangplugin: default $CW_GANGPLUGIN, else ../lib/libcw_gangplugin.so
 //   beside this executable. causeway-worker and causeway-controller come
 //   from $CW_WORKER_BIN / $CW_CONTROLLER_BIN, else beside this executable.
 
+#include <dirent.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -65,6 +74,8 @@ static struct {
   cw_test_process_t ctl;
   char ctl_address[512];
   cw_test_worker_t workers[4];  // gang0, gang1, base, base4
+  bool core_per_worker;
+  cpu_set_t all_cores;  // this process's own affinity, restored after each worker's start
 } g;
 
 // Stops what was started; false when a process did not exit cleanly.
@@ -107,6 +118,35 @@ static void default_env(const char* var, const char* path) {
   if (access(getenv(var), R_OK) != 0) die("%s: %s does not exist (build it)", var, getenv(var));
 }
 
+// Pins this thread to the k-th core this process may run on (modulo their
+// number: with one core, every worker shares it).
+static void pin_to_core(int k) {
+  int n = CPU_COUNT(&g.all_cores);
+  if (n < 1) die("no core in this process's affinity");
+  for (int cpu = 0, seen = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &g.all_cores) || seen++ != k % n) continue;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    if (sched_setaffinity(0, sizeof(one), &one) != 0) die("sched_setaffinity to core %d", cpu);
+    return;
+  }
+}
+
+// Gives every thread of this process its first affinity back, those a start
+// created while this thread was pinned included.
+static void unpin_all_threads(void) {
+  DIR* d = opendir("/proc/self/task");
+  if (!d) die("opendir /proc/self/task");
+  for (struct dirent* e; (e = readdir(d)) != NULL;) {
+    pid_t tid = (pid_t)strtol(e->d_name, NULL, 10);
+    if (tid > 0 && sched_setaffinity(tid, sizeof(g.all_cores), &g.all_cores) != 0) {
+      die("restoring the affinity of thread %d", (int)tid);
+    }
+  }
+  closedir(d);
+}
+
 static void start_processes(void) {
   if (cw_test_tempdir_create("cw-ibench", g.dir, sizeof(g.dir)) != 0) die("temporary directory");
   char gang_dir[300], base_dir[300], base4_dir[300];
@@ -128,7 +168,12 @@ static void start_processes(void) {
   for (int i = 0; i < 4; ++i) {
     o[i].controller = g.ctl_address;
     o[i].devices = i == 3 ? 4 : 2;
-    if (cw_test_gang_worker_start(&o[i], &g.workers[i]) != 0) die("worker %s", o[i].name);
+    // A worker inherits this thread's affinity at fork, and its threads the
+    // worker's: set it around the start.
+    if (g.core_per_worker) pin_to_core(i == 1 ? 1 : 0);
+    int rc = cw_test_gang_worker_start(&o[i], &g.workers[i]);
+    if (g.core_per_worker) unpin_all_threads();
+    if (rc != 0) die("worker %s", o[i].name);
   }
 }
 
@@ -287,7 +332,7 @@ static double run_sessions(const island_t* island, int num, int launches, int wa
 
 static void usage(void) {
   fprintf(stderr, "usage: island_bench [--quick] [--launches N] [--plugin PATH] "
-                  "[--gangplugin PATH]\n");
+                  "[--gangplugin PATH] [--core-per-worker]\n");
   exit(2);
 }
 
@@ -308,6 +353,8 @@ int main(int argc, char** argv) {
       plugin = v, ++i;
     } else if (!strcmp(a, "--gangplugin") && v) {
       gangplugin = v, ++i;
+    } else if (!strcmp(a, "--core-per-worker")) {
+      g.core_per_worker = true;
     } else {
       usage();
     }
@@ -331,6 +378,7 @@ int main(int argc, char** argv) {
   snprintf(path, sizeof(path), "%s/causeway-controller", dir);
   default_env("CW_CONTROLLER_BIN", path);
 
+  if (sched_getaffinity(0, sizeof(g.all_cores), &g.all_cores) != 0) die("sched_getaffinity");
   start_processes();
   static const char* const gang_workers[] = {"gang0", "gang1"};
   static const char* const base_workers[] = {"base"};
@@ -362,6 +410,11 @@ int main(int argc, char** argv) {
   printf("  gang = island of 2 workers x 2 devices; 1 worker x 2 = the baseline; 1 worker x 4 = "
          "the island's\n  device count in one process; same plugin under the gang plugin: %s\n\n",
          cw_test_getenv("CAUSEWAY_PJRT_PLUGIN", ""));
+  if (g.core_per_worker) {
+    printf("  --core-per-worker: each worker pinned to one core as to a host of its own (gang1 "
+           "to the second,\n  the others to the first); the controller and the sessions "
+           "unpinned\n\n");
+  }
   printf("%-20s %8s %12s %12s %11s %14s %14s\n", "island", "sessions", "launches/s",
          "per session", "us/launch", "vs 1 worker x2", "vs 1 worker x4");
   for (int si = 0; si < 2; ++si) {

@@ -22,6 +22,11 @@ jax_args=(); for a in "$@"; do [[ "$a" == --quick ]] && jax_args=(--quick); done
 build/release/bin/island_bench --plugin "$plugin" "${jax_args[@]}"
 # The same over the null plugin: the island's own cost, XLA's threads taken out.
 build/release/bin/island_bench --plugin build/release/lib/libcw_nullplugin.so "${jax_args[@]}"
+# Both again with each worker pinned to a core of its own, as on hosts of their
+# own: unpinned, the island's two workers share the cores its baseline has alone.
+build/release/bin/island_bench --plugin "$plugin" --core-per-worker "${jax_args[@]}"
+build/release/bin/island_bench --plugin build/release/lib/libcw_nullplugin.so --core-per-worker \
+  "${jax_args[@]}"
 # One controller in front of 10, 100 and 1,000 worker processes of 8 null
 # devices each: registration, status, heartbeat CPU, memory per worker,
 # launches/s from 100 sessions, death notice (--quick: 10 and 30 workers).
