@@ -192,8 +192,9 @@ typedef struct cw__entry_s {
 
 // One rank's slot in the shared rendezvous file: round r is in ring[r % RING].
 typedef struct cw__slot_s {
-  _Atomic uint64_t posted;  // last round whose entry is written
-  _Atomic uint64_t done;    // last round this rank finished reading
+  _Atomic uint64_t posted;    // last round whose entry is written
+  _Atomic uint64_t done;      // last round this rank finished reading
+  _Atomic uint32_t sleepers;  // ranks' threads in a futex wait on this slot's counters
   cw__entry_t ring[CW_GANG_RING];
 } cw__slot_t;
 
@@ -663,12 +664,15 @@ static uint32_t* cw__futex_word(const _Atomic uint64_t* counter) {
   return (uint32_t*)(uintptr_t)counter;
 }
 
-// Publishes a counter and wakes the ranks waiting on it. A futex, not a sleep
-// loop: the wait is what a real collective's hardware would take, and a
-// 50 us nanosleep turned into hundreds of microseconds on a busy machine,
-// which island_bench then counted as causeway's.
-static void cw__post(_Atomic uint64_t* counter, uint64_t v) {
-  atomic_store_explicit(counter, v, memory_order_release);
+// Publishes a counter of `slot` and wakes the ranks waiting on it. A futex,
+// not a sleep loop: the wait is what a real collective's hardware would take,
+// and a 50 us nanosleep turned into hundreds of microseconds on a busy machine,
+// which island_bench then counted as causeway's. The wake, a system call, only
+// when a thread sleeps on the slot: both sides are sequentially consistent, so
+// a sleeper that registered after this load sees the new value before it waits.
+static void cw__post(cw__slot_t* slot, _Atomic uint64_t* counter, uint64_t v) {
+  atomic_store(counter, v);
+  if (atomic_load(&slot->sleepers) == 0) return;
   syscall(SYS_futex, cw__futex_word(counter), FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
@@ -680,8 +684,8 @@ static void cw__post(_Atomic uint64_t* counter, uint64_t v) {
 static int cw__wait_all(const cw__client_t* c, int posted, uint64_t want) {
   int64_t deadline = cw_time_now_ms() + c->timeout_ms;
   for (int k = 0; k < c->size;) {
-    const cw__slot_t* s = &c->slots[k];
-    const _Atomic uint64_t* counter = posted ? &s->posted : &s->done;
+    cw__slot_t* s = &c->slots[k];
+    _Atomic uint64_t* counter = posted ? &s->posted : &s->done;
     uint64_t v = atomic_load_explicit(counter, memory_order_acquire);
     if (v >= want) {
       k++;
@@ -689,9 +693,15 @@ static int cw__wait_all(const cw__client_t* c, int posted, uint64_t want) {
     }
     if (atomic_load(&c->stopping)) return CW__WAIT_STOPPED;
     if (cw_time_now_ms() >= deadline) return k;
-    // Sleeps until the word changes (or 1 ms: the deadline is checked again).
-    struct timespec ms = {0, 1000000};
-    syscall(SYS_futex, cw__futex_word(counter), FUTEX_WAIT, (uint32_t)v, &ms, NULL, 0);
+    // Sleeps until the word changes (or 1 ms: the deadline is checked again),
+    // registered first so that the poster wakes it (cw__post).
+    atomic_fetch_add(&s->sleepers, 1);
+    v = atomic_load(counter);
+    if (v < want) {
+      struct timespec ms = {0, 1000000};
+      syscall(SYS_futex, cw__futex_word(counter), FUTEX_WAIT, (uint32_t)v, &ms, NULL, 0);
+    }
+    atomic_fetch_sub(&s->sleepers, 1);
   }
   return -1;
 }
@@ -739,7 +749,7 @@ static PJRT_Error* cw__post_round(cw__client_t* c, const cw__exe_t* x, uint64_t 
   en->n = x->n;
   memcpy(en->tag, x->tag, sizeof(en->tag));
   memcpy(en->data, part, (size_t)x->n * sizeof(float));
-  cw__post(&me->posted, r);
+  cw__post(me, &me->posted, r);
   return NULL;
 }
 
@@ -775,7 +785,7 @@ static PJRT_Error* cw__meet(cw__client_t* c, const cw__exe_t* x, uint64_t r, int
       for (uint32_t i = 0; i < x->n; ++i) sum[i] += part[i];
     }
   }
-  cw__post(&c->slots[c->rank].done, r);
+  cw__post(&c->slots[c->rank], &c->slots[c->rank].done, r);
   fprintf(c->log, "%" PRIu64 " %" PRId64 " %s %s\n", r, launch_id, x->tag, e ? "error" : "ok");
   fflush(c->log);
   return e;
