@@ -409,12 +409,16 @@ def raw_tcp_us(harness) -> float | None:
     exe = os.path.join(harness.bin_dir(), "cw_bench")
     if not os.path.exists(exe):
         return None
-    p = subprocess.run([exe, "--no-tls", "--only", "ping", "--pings", "3000"], cwd=str(ROOT),
+    # cw_bench starts its workers for the PING rows, so it needs a plugin, which
+    # bench/run.sh does not put in the environment.
+    p = subprocess.run([exe, "--no-tls", "--only", "ping", "--pings", "3000",
+                        "--plugin", harness.cpu_plugin()], cwd=str(ROOT),
                        capture_output=True, text=True, timeout=120)
     for line in p.stdout.splitlines():
         if line.strip().startswith("raw TCP ping-pong"):
             return float(line.split(")")[1].split()[0])
-    raise SystemExit(f"jax_bench: no raw TCP row in cw_bench's output:\n{p.stdout[-2000:]}")
+    raise SystemExit(f"jax_bench: no raw TCP row in cw_bench's output:\n{p.stdout[-2000:]}"
+                     f"{p.stderr[-2000:]}")
 
 
 def fmt_row(name, cw, st, unit, ratio, target):
