@@ -38,6 +38,7 @@
 //   from $CW_WORKER_BIN / $CW_CONTROLLER_BIN, else beside this executable.
 
 #include <dirent.h>
+#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
@@ -140,8 +141,10 @@ static void unpin_all_threads(void) {
   if (!d) die("opendir /proc/self/task");
   for (struct dirent* e; (e = readdir(d)) != NULL;) {
     pid_t tid = (pid_t)strtol(e->d_name, NULL, 10);
-    if (tid > 0 && sched_setaffinity(tid, sizeof(g.all_cores), &g.all_cores) != 0) {
-      die("restoring the affinity of thread %d", (int)tid);
+    // A thread that exited meanwhile (ESRCH) needs nothing.
+    if (tid > 0 && sched_setaffinity(tid, sizeof(g.all_cores), &g.all_cores) != 0 &&
+        errno != ESRCH) {
+      die("restoring the affinity of thread %d: %s", (int)tid, strerror(errno));
     }
   }
   closedir(d);
@@ -378,7 +381,9 @@ int main(int argc, char** argv) {
   snprintf(path, sizeof(path), "%s/causeway-controller", dir);
   default_env("CW_CONTROLLER_BIN", path);
 
-  if (sched_getaffinity(0, sizeof(g.all_cores), &g.all_cores) != 0) die("sched_getaffinity");
+  if (g.core_per_worker && sched_getaffinity(0, sizeof(g.all_cores), &g.all_cores) != 0) {
+    die("sched_getaffinity: %s", strerror(errno));
+  }
   start_processes();
   static const char* const gang_workers[] = {"gang0", "gang1"};
   static const char* const base_workers[] = {"base"};

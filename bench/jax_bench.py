@@ -418,7 +418,7 @@ def raw_tcp_us(harness) -> float | None:
         if line.strip().startswith("raw TCP ping-pong"):
             return float(line.split(")")[1].split()[0])
     raise SystemExit(f"jax_bench: no raw TCP row in cw_bench's output:\n{p.stdout[-2000:]}"
-                     f"{p.stderr[-2000:]}")
+                     f"\ncw_bench's stderr:\n{p.stderr[-2000:]}")
 
 
 def fmt_row(name, cw, st, unit, ratio, target):
