@@ -47,8 +47,77 @@ static void cw__conn_free(cw_net_conn_t* c) {
   free(c->readahead);
   free(c->out);
   free(c->out_spare);
+  free(c->outreq_buckets);
   cw_status_free(c->close_reason);
   free(c);
+}
+
+// --- Requests sent, awaiting their replies ------------------------------------
+
+// Adds r to the index by id, growing it to a bucket per request.
+static void cw__outreq_index(cw_net_conn_t* c, cw_net_outreq_t* r) {
+  if (c->num_outreqs + 1 > c->outreq_buckets_len) {
+    size_t len = c->outreq_buckets_len ? 2 * c->outreq_buckets_len : 16;
+    cw_net_outreq_t** b = calloc(len, sizeof(*b));
+    if (b) {  // without memory the chains grow longer, or the list is scanned
+      for (cw_net_outreq_t* o = c->outreqs; o; o = o->next) {
+        if (o == r) continue;
+        cw_net_outreq_t** head = &b[o->request_id & (len - 1)];
+        o->hnext = *head;
+        *head = o;
+      }
+      free(c->outreq_buckets);
+      c->outreq_buckets = b;
+      c->outreq_buckets_len = len;
+    }
+  }
+  c->num_outreqs++;
+  if (!c->outreq_buckets_len) return;
+  cw_net_outreq_t** head = &c->outreq_buckets[r->request_id & (c->outreq_buckets_len - 1)];
+  r->hnext = *head;
+  *head = r;
+}
+
+// Puts r on the send-order list (at its head: a request completed first on a
+// close) and in the index.
+static void cw__outreq_link(cw_net_conn_t* c, cw_net_outreq_t* r, bool at_head) {
+  if (at_head) {
+    r->prev = NULL;
+    r->next = c->outreqs;
+    if (c->outreqs) c->outreqs->prev = r;
+    else c->outreqs_tail = r;
+    c->outreqs = r;
+  } else {
+    r->next = NULL;
+    r->prev = c->outreqs_tail;
+    if (c->outreqs_tail) c->outreqs_tail->next = r;
+    else c->outreqs = r;
+    c->outreqs_tail = r;
+  }
+  cw__outreq_index(c, r);
+}
+
+static cw_net_outreq_t* cw__outreq_find(const cw_net_conn_t* c, uint64_t request_id) {
+  cw_net_outreq_t* r = c->outreq_buckets_len
+                           ? c->outreq_buckets[request_id & (c->outreq_buckets_len - 1)]
+                           : c->outreqs;
+  while (r && r->request_id != request_id) r = c->outreq_buckets_len ? r->hnext : r->next;
+  return r;
+}
+
+static void cw__outreq_unlink(cw_net_conn_t* c, cw_net_outreq_t* r) {
+  if (r->prev) r->prev->next = r->next;
+  else c->outreqs = r->next;
+  if (r->next) r->next->prev = r->prev;
+  else c->outreqs_tail = r->prev;
+  r->next = r->prev = NULL;
+  if (c->outreq_buckets_len) {
+    cw_net_outreq_t** pp = &c->outreq_buckets[r->request_id & (c->outreq_buckets_len - 1)];
+    while (*pp && *pp != r) pp = &(*pp)->hnext;
+    if (*pp) *pp = r->hnext;
+  }
+  r->hnext = NULL;
+  c->num_outreqs--;
 }
 
 void cw_net_conn_retain(cw_net_conn_t* c) { c->refs++; }
@@ -74,14 +143,12 @@ static void cw__fail_outreqs(cw_net_conn_t* c, cw_status_t reason) {
     free(c->recv_bulk);
     c->recv_msg = NULL;
     c->recv_bulk = NULL;
-    r->next = c->outreqs;
-    c->outreqs = r;
+    cw__outreq_link(c, r, true);
   }
-  c->outreqs_tail = NULL;  // every one completes below
   bool early = c->unusable && reason;
   while (c->outreqs) {
     cw_net_outreq_t* r = c->outreqs;
-    c->outreqs = r->next;
+    cw__outreq_unlink(c, r);
     cw_status_t st = early ? cw_status_clone(reason)
                            : cw_make_status(CW_UNAVAILABLE, "connection to %s closed%s%s",
                                             c->name, reason ? ": " : "",
@@ -445,9 +512,7 @@ void cw_net_conn_request(cw_net_conn_t* c, uint16_t type, const ProtobufCMessage
   r->type = type;
   r->fn = fn;
   r->user = user;
-  if (c->outreqs_tail) c->outreqs_tail->next = r;
-  else c->outreqs = r;
-  c->outreqs_tail = r;
+  cw__outreq_link(c, r, false);
   // A failed write closes the connection, which completes r.
   cw_net_conn_send(c, type, 0, r->request_id, msg, bulk, bulk_len, bulk_free, bulk_user);
 }
@@ -533,13 +598,7 @@ static void cw__on_reply(cw_net_conn_t* c, const cw_frame_header_t* h, ProtobufC
     cw_net_conn_close(c, st);
     return;
   }
-  cw_net_outreq_t** pp = &c->outreqs;
-  cw_net_outreq_t* prev = NULL;
-  while (*pp && (*pp)->request_id != h->request_id) {
-    prev = *pp;
-    pp = &(*pp)->next;
-  }
-  cw_net_outreq_t* r = *pp;
+  cw_net_outreq_t* r = cw__outreq_find(c, h->request_id);
   if (!r || r->type != h->type) {
     protobuf_c_message_free_unpacked(msg, NULL);
     if (!c->outbound) {
@@ -552,15 +611,11 @@ static void cw__on_reply(cw_net_conn_t* c, const cw_frame_header_t* h, ProtobufC
     }
     return;
   }
-  *pp = r->next;
-  if (c->outreqs_tail == r) c->outreqs_tail = prev;
-  r->next = NULL;
+  cw__outreq_unlink(c, r);
   if (h->bulk_len) {
     uint8_t* bulk = malloc((size_t)h->bulk_len);
     if (!bulk) {
-      r->next = c->outreqs;  // failed by the close
-      c->outreqs = r;
-      if (!r->next) c->outreqs_tail = r;
+      cw__outreq_link(c, r, true);  // failed by the close
       protobuf_c_message_free_unpacked(msg, NULL);
       cw_net_conn_close(c, cw_make_status(CW_RESOURCE_EXHAUSTED,
                                           "cannot allocate %" PRIu64 " bytes for a %s reply",

@@ -20,7 +20,9 @@ typedef struct cw_net_tls_item_s {
 } cw_net_tls_item_t;
 
 typedef struct cw_net_outreq_s {
-  struct cw_net_outreq_s* next;
+  struct cw_net_outreq_s* next;   // in send order
+  struct cw_net_outreq_s* prev;
+  struct cw_net_outreq_s* hnext;  // in its bucket of the index by id
   uint64_t request_id;
   uint16_t type;
   cw_net_reply_fn fn;
@@ -75,6 +77,12 @@ struct cw_net_conn_s {
   void* user;
   cw_net_outreq_t* outreqs;
   cw_net_outreq_t* outreqs_tail;  // requests append in O(1)
+  // The same requests by id (request_id & (outreq_buckets_len - 1)): replies
+  // may overtake earlier requests by hundreds (an island's ready answers
+  // overtake the go requests still running), and a list scan per reply was
+  // a tenth of a controller's CPU there. No buckets (out of memory): scan.
+  cw_net_outreq_t** outreq_buckets;
+  size_t outreq_buckets_len, num_outreqs;
   uint64_t next_request_id;
   // A reply whose bulk bytes are arriving.
   cw_net_outreq_t* recv_req;

@@ -69,21 +69,31 @@ static void test_many_frames_in_one_write(void** state) {
   for (int i = 0; i < 150; ++i) assert_int_equal(fx.calls[i].rid, 100 + i);
 }
 
-// Replies complete the request with their id, whatever order they come in.
+static bool all_done(const reply_t* rs, int n) {
+  for (int k = 0; k < n; ++k) {
+    if (!rs[k].done) return false;
+  }
+  return true;
+}
+
+// Replies complete the request with their id, whatever order they come in:
+// 60 outstanding (the index by id grows from 16 buckets to 64 meanwhile),
+// answered last first.
 static void test_reply_completes_request_by_id(void** state) {
+  enum { N = 60 };
   start_server();
   start_client("sesame");
   out_t* o = new_out();
   cw_net_conn_t* conn = connect_client(fx.path, 0, o);
-  reply_t rs[4];
+  static reply_t rs[N];
   memset(rs, 0, sizeof(rs));
-  for (int i = 0; i < 4; ++i) request_ping(conn, "defer", &rs[i]);
-  WAIT(fx.num_peers == 1 && last_peer()->num_deferred == 4);
+  for (int i = 0; i < N; ++i) request_ping(conn, "defer", &rs[i]);
+  WAIT(fx.num_peers == 1 && last_peer()->num_deferred == N);
   peer_t* p = last_peer();
   assert_int_equal(cw_net_conn_role(p->conn), ROLE_CLIENT);
   assert_string_equal(cw_net_conn_name(p->conn), "cli");  // named by its HELLO
   // Arrival k is answered "dk", last first.
-  for (int k = 3; k >= 0; --k) {
+  for (int k = N - 1; k >= 0; --k) {
     char data[8];
     snprintf(data, sizeof(data), "d%d", k);
     Causeway__V1__Ping ping = CAUSEWAY__V1__PING__INIT;
@@ -91,14 +101,14 @@ static void test_reply_completes_request_by_id(void** state) {
     ping.data.len = strlen(data);
     cw_net_conn_reply(p->conn, CW_MSG_PING, p->deferred[k], &ping.base);
   }
-  WAIT(rs[0].done && rs[1].done && rs[2].done && rs[3].done);
-  for (int k = 0; k < 4; ++k) {
+  WAIT(all_done(rs, N));
+  for (int k = 0; k < N; ++k) {
     char want[8];
     snprintf(want, sizeof(want), "d%d", k);
     assert_int_equal(rs[k].code, CW_OK);
     assert_int_equal(rs[k].data_len, strlen(want));
     assert_memory_equal(rs[k].data, want, rs[k].data_len);
-    assert_int_equal(rs[k].order, 3 - k);
+    assert_int_equal(rs[k].order, N - 1 - k);
   }
   assert_int_equal(o->closes, 0);
 }
