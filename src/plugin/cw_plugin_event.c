@@ -23,7 +23,13 @@ struct cw_plugin_future_s {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   cw_status_t status;
+  // Most futures get one OnReady (JAX's, for a launch's event): it lives
+  // here, so a launch allocates no waiter on JAX's thread for the reader
+  // thread to free.
+  cw__waiter_t first;
+  bool first_used;
   cw__waiter_t* waiters;  // LIFO; order among callbacks is unspecified
+  void* ctx;              // the completer's (cw_plugin_future_set_ctx)
 };
 
 cw_plugin_future_t* cw_plugin_future_create(void) {
@@ -68,15 +74,18 @@ void cw_plugin_future_release(cw_plugin_future_t* f) {
   free(f);
 }
 
-static void cw__waiter_run(cw__waiter_t* w, cw_status_t status) {
+static void cw__waiter_call(const cw__waiter_t* w, cw_status_t status) {
   if (w->trace_t0) {
     cw_plugin_trace_client_event("wait", "on_ready", CW_PLUGIN_TRACE_LANE_WAIT, w->trace_t0, NULL,
                                  0, 0, 0);
   }
   // The PJRT callback owns the error it receives.
   w->cb(status ? cw_plugin_error_from_status(cw_status_clone(status)) : NULL, w->user);
-  free(w);
 }
+
+void cw_plugin_future_set_ctx(cw_plugin_future_t* f, void* ctx) { f->ctx = ctx; }
+
+void* cw_plugin_future_ctx(const cw_plugin_future_t* f) { return f->ctx; }
 
 void cw_plugin_future_complete(cw_plugin_future_t* f, cw_status_t status) {
   pthread_mutex_lock(&f->mu);
@@ -89,13 +98,18 @@ void cw_plugin_future_complete(cw_plugin_future_t* f, cw_status_t status) {
   atomic_store_explicit(&f->done, true, memory_order_release);
   cw__waiter_t* w = f->waiters;
   f->waiters = NULL;
+  bool first = f->first_used;
+  f->first_used = false;
   pthread_cond_broadcast(&f->cv);
   // Callbacks may drop the last outside reference; keep `f` alive for them.
   cw_plugin_future_retain(f);
   pthread_mutex_unlock(&f->mu);
+  // Done: nothing writes `first` or the list again.
+  if (first) cw__waiter_call(&f->first, f->status);
   while (w) {
     cw__waiter_t* next = w->next;
-    cw__waiter_run(w, f->status);
+    cw__waiter_call(w, f->status);
+    free(w);
     w = next;
   }
   cw_plugin_future_release(f);
@@ -131,16 +145,30 @@ cw_status_t cw_plugin_future_wait(cw_plugin_future_t* f) {
   return f->status ? cw_status_clone(f->status) : cw_ok_status();
 }
 
-static void cw__future_add(cw_plugin_future_t* f, cw__waiter_t* w) {
+// Registers `w` (copied) to run at completion, or runs it now if `f` is
+// done. false: out of memory (nothing registered).
+static bool cw__future_add(cw_plugin_future_t* f, const cw__waiter_t* w) {
   pthread_mutex_lock(&f->mu);
   if (!atomic_load_explicit(&f->done, memory_order_relaxed)) {
-    w->next = f->waiters;
-    f->waiters = w;
+    if (!f->first_used) {
+      f->first = *w;
+      f->first_used = true;
+    } else {
+      cw__waiter_t* more = malloc(sizeof(*more));
+      if (!more) {
+        pthread_mutex_unlock(&f->mu);
+        return false;
+      }
+      *more = *w;
+      more->next = f->waiters;
+      f->waiters = more;
+    }
     pthread_mutex_unlock(&f->mu);
-    return;
+    return true;
   }
   pthread_mutex_unlock(&f->mu);
-  cw__waiter_run(w, f->status);  // done: status is final
+  cw__waiter_call(w, f->status);  // done: status is final
+  return true;
 }
 
 // ---- PJRT_Event_* ------------------------------------------------------------
@@ -186,15 +214,13 @@ PJRT_Error* cw_plugin_event_on_ready(PJRT_Event_OnReady_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Event_OnReady_Args, user_arg);
   CW_PLUGIN_NEED(args->event, "PJRT_Event_OnReady", "event");
   CW_PLUGIN_NEED(args->callback, "PJRT_Event_OnReady", "callback");
-  cw__waiter_t* w = calloc(1, sizeof(*w));
-  if (!w) {
+  cw__waiter_t w = {.cb = args->callback,
+                   .user = args->user_arg,
+                   .trace_t0 = cw_plugin_trace_on() ? cw_time_now_ns() : 0};
+  if (!cw__future_add(CW__EVENT(args), &w)) {
     return cw_plugin_error_from_status(
         cw_make_status(CW_RESOURCE_EXHAUSTED, "PJRT_Event_OnReady: out of memory"));
   }
-  w->cb = args->callback;
-  w->user = args->user_arg;
-  w->trace_t0 = cw_plugin_trace_on() ? cw_time_now_ns() : 0;
-  cw__future_add(CW__EVENT(args), w);
   return NULL;
 }
 

@@ -23,6 +23,10 @@ void cw_plugin_future_release(cw_plugin_future_t* f);
 // OnReady callbacks run here, on the completing thread.
 void cw_plugin_future_complete(cw_plugin_future_t* f, cw_status_t status);
 bool cw_plugin_future_is_done(cw_plugin_future_t* f);
+// One pointer for whoever completes `f` (a launch's worker), so that its
+// completion needs no context of its own. Set before `f` is shared.
+void cw_plugin_future_set_ctx(cw_plugin_future_t* f, void* ctx);
+void* cw_plugin_future_ctx(const cw_plugin_future_t* f);
 // Blocks until done; returns a copy of its error (OK on success).
 CW_MUST_USE cw_status_t cw_plugin_future_wait(cw_plugin_future_t* f);
 // Polls for up to budget_us microseconds (yielding between polls) for `f`

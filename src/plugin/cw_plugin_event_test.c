@@ -224,11 +224,51 @@ static void test_callback_drops_last_reference(void** state) {
   PJRT_Event* ev = cw_plugin_event_from_future(f);
   seen_t keeps = {0}, drops = {.drop = ev};
   on_ready_add(ev, &keeps);
-  on_ready_add(ev, &drops);     // (callbacks run last-added first today)
+  on_ready_add(ev, &drops);     // the second and later ones are allocated
   cw_plugin_future_release(f);  // the event's reference is the last one
   cw_plugin_future_complete(f, cw_ok_status());
   assert_int_equal(keeps.calls, 1);
   assert_int_equal(drops.calls, 1);
+}
+
+// The first callback lives in the future, later ones in a list: each runs
+// once at completion; a future dropped uncompleted frees them unrun.
+static void test_many_callbacks(void** state) {
+  (void)state;
+  cw_plugin_future_t* f = cw_plugin_future_create();
+  PJRT_Event* ev = cw_plugin_event_from_future(f);
+  seen_t seen[4] = {0};
+  for (int i = 0; i < 4; ++i) on_ready_add(ev, &seen[i]);
+  for (int i = 0; i < 4; ++i) assert_int_equal(seen[i].calls, 0);
+  cw_plugin_future_complete(f, cw_make_status(CW_ABORTED, "stopped"));
+  for (int i = 0; i < 4; ++i) {
+    assert_int_equal(seen[i].calls, 1);
+    assert_int_equal(seen[i].error.code, PJRT_Error_Code_ABORTED);
+    assert_string_equal(seen[i].error.message, "stopped");
+  }
+  cw_plugin_future_complete(f, cw_ok_status());  // ignored: nothing runs again
+  for (int i = 0; i < 4; ++i) assert_int_equal(seen[i].calls, 1);
+  destroy_event(ev);
+  cw_plugin_future_release(f);
+
+  cw_plugin_future_t* g = cw_plugin_future_create();
+  PJRT_Event* gev = cw_plugin_event_from_future(g);
+  seen_t never[3] = {0};
+  for (int i = 0; i < 3; ++i) on_ready_add(gev, &never[i]);
+  destroy_event(gev);
+  cw_plugin_future_release(g);  // the last reference (AddressSanitizer checks the list)
+  for (int i = 0; i < 3; ++i) assert_int_equal(never[i].calls, 0);
+}
+
+// A launch's worker rides on its future.
+static void test_ctx(void** state) {
+  (void)state;
+  cw_plugin_future_t* f = cw_plugin_future_create();
+  assert_null(cw_plugin_future_ctx(f));
+  int worker;
+  cw_plugin_future_set_ctx(f, &worker);
+  assert_ptr_equal(cw_plugin_future_ctx(f), &worker);
+  cw_plugin_future_release(f);
 }
 
 static void test_slots_refuse_bad_calls(void** state) {
@@ -267,6 +307,8 @@ int main(void) {
       cmocka_unit_test(test_on_ready_before_and_after_completion),
       cmocka_unit_test(test_event_set_ok_and_error_of_ok),
       cmocka_unit_test(test_callback_drops_last_reference),
+      cmocka_unit_test(test_many_callbacks),
+      cmocka_unit_test(test_ctx),
       cmocka_unit_test(test_slots_refuse_bad_calls),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

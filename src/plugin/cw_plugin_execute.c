@@ -17,11 +17,6 @@
 
 static cw_status_t cw__oom(void) { return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"); }
 
-typedef struct cw__launch_s {
-  cw_plugin_future_t* f;
-  cw_plugin_worker_t* w;
-} cw__launch_t;
-
 // A launch's error: the controller's connection lost names the controller.
 static cw_status_t cw__launch_error(cw_plugin_worker_t* w, cw_status_t status) {
   if (cw_plugin_health_controller_lost(w->client, status)) {
@@ -30,12 +25,13 @@ static cw_status_t cw__launch_error(cw_plugin_worker_t* w, cw_status_t status) {
   return cw_plugin_worker_map_error(w, status);
 }
 
+// `user`: the launch's future, holding a reference for us; its context is
+// the worker.
 static void cw__launch_cb(void* user, cw_status_t status, const ProtobufCMessage* reply) {
   (void)reply;
-  cw__launch_t* l = user;
-  cw_plugin_future_complete(l->f, cw__launch_error(l->w, status));
-  cw_plugin_future_release(l->f);
-  free(l);
+  cw_plugin_future_t* f = user;
+  cw_plugin_future_complete(f, cw__launch_error(cw_plugin_future_ctx(f), status));
+  cw_plugin_future_release(f);
 }
 
 #define CW__STACK_IDS 256
@@ -242,23 +238,18 @@ static cw_status_t cw__execute_launch(cw_plugin_exe_t* e, const PJRT_ExecuteOpti
   req.n_donate = ndonate;
   req.donate = donate;
   req.host_callbacks = host_callbacks;
-  cw__launch_t* lc = malloc(sizeof(*lc));
-  if (!lc) return cw__oom();
   bool direct = atomic_load_explicit(&e->worker->direct_launch, memory_order_relaxed);
   cw_plugin_future_retain(f);
-  lc->f = f;
-  lc->w = e->worker;
   // Answered without us (no host callbacks): launches back to back share
   // writes until JAX waits for one.
   cw_status_t s = !host_callbacks
                       ? cw_plugin_worker_send_batched(e->worker, direct, CW_MSG_LAUNCH, &req.base,
-                                                      &req.seq, cw__launch_cb, lc)
+                                                      &req.seq, cw__launch_cb, f)
                       : cw_plugin_worker_send_ordered(e->worker, direct, CW_MSG_LAUNCH, &req.base,
-                                                      &req.seq, cw__launch_cb, lc);
+                                                      &req.seq, cw__launch_cb, f);
   *out_seq = req.seq;
   if (!s) return cw_ok_status();
   cw_plugin_future_release(f);
-  free(lc);
   return direct ? cw_status_annotate(s, "causeway: launching %s on worker %s (%s)", e->name,
                                      e->worker->name, e->worker->address)
                 : cw_status_annotate(s, "causeway: launching %s through the controller at %s",
@@ -301,6 +292,7 @@ PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args) {
     if (donate != stack_donate) free(donate);
     return cw_plugin_error_from_status(cw__oom());
   }
+  cw_plugin_future_set_ctx(f, e->worker);
   size_t nids = nd * (na + no);
   uint64_t stack_ids[CW__STACK_IDS];
   uint64_t* ids = nids <= CW__STACK_IDS ? stack_ids : malloc(nids * sizeof(*ids));
