@@ -99,6 +99,12 @@ typedef struct cw_client_table_s {
   cw_client_pending_t** buckets;
   size_t num_buckets;  // power of two
   size_t count;
+  // Records of completed callback requests, kept for the next requests:
+  // callers allocate them and the reader thread frees them, which glibc's
+  // per-thread caches serve slowly (a launch's record would take malloc's
+  // slow path every time). Chained through `next`.
+  cw_client_pending_t* spare;
+  size_t num_spare;
 } cw_client_table_t;
 
 struct cw_client_s {
@@ -201,6 +207,10 @@ cw_client_pending_t* cw_client_table_find(cw_client_table_t* t, uint64_t id);
 void cw_client_table_insert(cw_client_table_t* t, cw_client_pending_t* p);
 // Unlinks the entry with `id` and gives it to the caller (NULL when none).
 cw_client_pending_t* cw_client_table_remove(cw_client_table_t* t, uint64_t id);
+// A zeroed record: a spare, else a new one (NULL when out of memory).
+cw_client_pending_t* cw_client_table_new_record(cw_client_table_t* t);
+// Takes `p`, off the table and holding no result, as a spare (or frees it).
+void cw_client_table_recycle(cw_client_table_t* t, cw_client_pending_t* p);
 
 // ---- Sending (cw_client_send.c) -------------------------------------------------
 

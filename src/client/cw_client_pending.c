@@ -2,8 +2,11 @@
 #include "cw_client_internal.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #define CW__INITIAL_BUCKETS 64
+// Enough for a window of launches in flight; more are freed.
+#define CW__MAX_SPARE 256
 
 void cw_client_pending_free(cw_client_pending_t* p) {
   if (!p) return;
@@ -35,6 +38,12 @@ void cw_client_table_deinitialize(cw_client_table_t* t) {
   t->buckets = NULL;
   t->num_buckets = 0;
   t->count = 0;
+  while (t->spare) {
+    cw_client_pending_t* next = t->spare->next;
+    free(t->spare);
+    t->spare = next;
+  }
+  t->num_spare = 0;
 }
 
 static cw_client_pending_t** cw__table_slot(cw_client_table_t* t, uint64_t id) {
@@ -83,4 +92,23 @@ cw_client_pending_t* cw_client_table_remove(cw_client_table_t* t, uint64_t id) {
     t->count--;
   }
   return p;
+}
+
+cw_client_pending_t* cw_client_table_new_record(cw_client_table_t* t) {
+  cw_client_pending_t* p = t->spare;
+  if (!p) return calloc(1, sizeof(*p));
+  t->spare = p->next;
+  t->num_spare--;
+  memset(p, 0, sizeof(*p));
+  return p;
+}
+
+void cw_client_table_recycle(cw_client_table_t* t, cw_client_pending_t* p) {
+  if (t->num_spare >= CW__MAX_SPARE) {
+    free(p);
+    return;
+  }
+  p->next = t->spare;
+  t->spare = p;
+  t->num_spare++;
 }

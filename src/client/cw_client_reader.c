@@ -41,8 +41,8 @@ static void cw__complete(cw_client_t* c, cw_client_pending_t* p, cw_status_t sta
     p->done(p->user, status, reply);  // takes status
     if (reply) protobuf_c_message_free_unpacked(reply, NULL);
     free(alloc);
-    free(p);
     pthread_mutex_lock(&c->mu);
+    cw_client_table_recycle(&c->table, p);
     c->outstanding--;
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);

@@ -244,9 +244,14 @@ cw_status_t cw_client_send_flags(cw_client_t* c, uint16_t type, const ProtobufCM
     goto out;
   }
 
-  cw_client_pending_t* p = calloc(1, sizeof(*p));
+  // The writer lock is taken before registering so that ids go out in order.
+  pthread_mutex_lock(&c->write_mu);
+  pthread_mutex_lock(&c->mu);
+  cw_client_pending_t* p = c->dead ? NULL : cw_client_table_new_record(&c->table);
   if (!p) {
-    s = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+    s = c->dead ? cw__dead_status(c) : cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&c->write_mu);
     goto out;
   }
   p->type = type;
@@ -254,17 +259,6 @@ cw_status_t cw_client_send_flags(cw_client_t* c, uint16_t type, const ProtobufCM
   if (sink) p->sink = *sink;
   p->done = done;
   p->user = user;
-
-  // The writer lock is taken before registering so that ids go out in order.
-  pthread_mutex_lock(&c->write_mu);
-  pthread_mutex_lock(&c->mu);
-  if (c->dead) {
-    s = cw__dead_status(c);
-    pthread_mutex_unlock(&c->mu);
-    pthread_mutex_unlock(&c->write_mu);
-    free(p);
-    goto out;
-  }
   uint64_t id = p->id = c->next_id++;
   cw_client_table_insert(&c->table, p);
   // Held while enough earlier ones are unanswered and their replies flow:
