@@ -53,6 +53,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cw_bench_raw.h"
 #include "cw_client.h"
 #include "cw_tls.h"
 
@@ -306,140 +307,17 @@ static void sync_deinit(sync_t* s) {
   pthread_mutex_destroy(&s->mu);
 }
 
-// ---------------------------------------------------------------------------
-// Raw loopback TCP baseline: a peer thread in this process.
-//
-// Stream of 32-byte headers {u64 kind, u64 len, 16 bytes pad}. kind 0: ping,
-// answered with a 32-byte header. kind 1: bulk, `len` bytes follow and are
-// read into the preallocated `dst`; answered with 1 byte. kind 2: quit.
-
-enum { RAW_PING = 0, RAW_BULK = 1, RAW_QUIT = 2 };
-
-typedef struct raw_s {
-  int client_fd;  // the measuring side
-  int peer_fd;    // the peer thread's side
-  pthread_t thread;
-  uint8_t* dst;   // peer's receive buffer (borrowed)
-  size_t dst_cap;
-  bool failed;
-} raw_t;
-
-static bool read_full(int fd, void* buf, size_t n) {
-  uint8_t* p = buf;
-  while (n > 0) {
-    ssize_t r = read(fd, p, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    p += r;
-    n -= (size_t)r;
-  }
-  return true;
+// Raw loopback TCP baseline (cw_bench_raw.h), dying on a failure.
+static double raw_ping_once(cw_raw_t* raw) {
+  double dt;
+  if (!cw_raw_ping(raw, &dt)) die("raw ping failed: %s", raw->error);
+  return dt;
 }
 
-static bool write_full(int fd, const void* buf, size_t n) {
-  const uint8_t* p = buf;
-  while (n > 0) {
-    ssize_t r = write(fd, p, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    p += r;
-    n -= (size_t)r;
-  }
-  return true;
-}
-
-static bool writev_full(int fd, struct iovec* iov, int cnt) {
-  while (cnt > 0) {
-    ssize_t r = writev(fd, iov, cnt);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    size_t n = (size_t)r;
-    while (cnt > 0 && n >= iov->iov_len) {
-      n -= iov->iov_len;
-      ++iov;
-      --cnt;
-    }
-    if (cnt > 0) {
-      iov->iov_base = (uint8_t*)iov->iov_base + n;
-      iov->iov_len -= n;
-    }
-  }
-  return true;
-}
-
-static void* raw_peer_main(void* arg) {
-  raw_t* raw = arg;
-  uint64_t hdr[4];
-  for (;;) {
-    if (!read_full(raw->peer_fd, hdr, sizeof hdr)) break;
-    if (hdr[0] == RAW_PING) {
-      if (!write_full(raw->peer_fd, hdr, sizeof hdr)) break;
-    } else if (hdr[0] == RAW_BULK) {
-      if (hdr[1] > raw->dst_cap) break;
-      if (!read_full(raw->peer_fd, raw->dst, hdr[1])) break;
-      uint8_t ack = 1;
-      if (!write_full(raw->peer_fd, &ack, 1)) break;
-    } else {
-      return NULL;
-    }
-  }
-  raw->failed = true;
-  shutdown(raw->peer_fd, SHUT_RDWR);  // the measuring side sees EOF, not a hang
-  return NULL;
-}
-
-static void raw_start(raw_t* raw, uint8_t* dst, size_t dst_cap) {
-  memset(raw, 0, sizeof *raw);
-  raw->dst = dst;
-  raw->dst_cap = dst_cap;
-  int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (lfd < 0) die("socket: %s", strerror(errno));
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t slen = sizeof sa;
-  if (bind(lfd, (struct sockaddr*)&sa, sizeof sa) != 0 || listen(lfd, 1) != 0 ||
-      getsockname(lfd, (struct sockaddr*)&sa, &slen) != 0) {
-    die("raw listen: %s", strerror(errno));
-  }
-  raw->client_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (raw->client_fd < 0 || connect(raw->client_fd, (struct sockaddr*)&sa, sizeof sa) != 0) {
-    die("raw connect: %s", strerror(errno));
-  }
-  raw->peer_fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-  if (raw->peer_fd < 0) die("raw accept: %s", strerror(errno));
-  close(lfd);
-  int one = 1;
-  setsockopt(raw->client_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  setsockopt(raw->peer_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  if (pthread_create(&raw->thread, NULL, raw_peer_main, raw) != 0) die("pthread_create");
-}
-
-static void raw_stop(raw_t* raw) {
-  uint64_t hdr[4] = {RAW_QUIT, 0, 0, 0};
-  (void)write_full(raw->client_fd, hdr, sizeof hdr);
-  pthread_join(raw->thread, NULL);
-  close(raw->client_fd);
-  close(raw->peer_fd);
-}
-
-static double raw_ping_once(raw_t* raw) {
-  uint64_t hdr[4] = {RAW_PING, 0, 0, 0};
-  double t0 = now_s();
-  if (!write_full(raw->client_fd, hdr, sizeof hdr) || !read_full(raw->client_fd, hdr, sizeof hdr)) {
-    die("raw ping failed");
-  }
-  return now_s() - t0;
-}
-
-static double raw_bulk_once(raw_t* raw, const uint8_t* src, size_t n) {
-  uint64_t hdr[4] = {RAW_BULK, n, 0, 0};
-  struct iovec iov[2] = {{hdr, sizeof hdr}, {(void*)src, n}};
-  uint8_t ack = 0;
-  double t0 = now_s();
-  if (!writev_full(raw->client_fd, iov, 2) || !read_full(raw->client_fd, &ack, 1)) {
-    die("raw bulk transfer of %zu bytes failed", n);
-  }
-  return now_s() - t0;
+static double raw_bulk_once(cw_raw_t* raw, const uint8_t* src, size_t n) {
+  double dt;
+  if (!cw_raw_bulk(raw, src, n, &dt)) die("raw bulk transfer of %zu bytes failed: %s", n, raw->error);
+  return dt;
 }
 
 // ---------------------------------------------------------------------------
@@ -463,7 +341,7 @@ typedef struct bench_s {
   uint8_t* src;    // pattern source, max_size bytes
   uint8_t* dst;    // receive buffer, max_size bytes
   size_t max_size;
-  raw_t raw;
+  cw_raw_t raw;
   sync_t sync;
   bool quick;
   double reps_scale;
@@ -961,7 +839,7 @@ int main(int argc, char** argv) {
     tr->addr_b = g_workers[2 * k + 1].address;
   }
   sync_init(&b->sync);
-  raw_start(&b->raw, b->dst, b->max_size);
+  if (!cw_raw_start(&b->raw, b->dst, b->max_size, false)) die("raw TCP baseline: %s", b->raw.error);
 
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   printf("causeway bench%s: 2 workers per transport, 1 device each, loopback TCP 127.0.0.1\n",
@@ -1112,7 +990,7 @@ int main(int argc, char** argv) {
     CHECK_OK(cw_client_flush(b->t[k].a), "flush A");
     CHECK_OK(cw_client_flush(b->t[k].b), "flush B");
   }
-  raw_stop(&b->raw);
+  cw_raw_stop(&b->raw);
   if (b->raw.failed) die("raw TCP peer failed");
   for (int k = 0; k < b->num_t; ++k) {
     cw_client_release(b->t[k].a);
