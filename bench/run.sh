@@ -36,6 +36,16 @@ build/release/bin/fleet_bench "${jax_args[@]}"
 # --quick among the arguments, its quick mode).
 cmake --build build/release --target causeway_pjrt causeway-controller causeway-worker >&2
 .venv/bin/python bench/jax_bench.py "${jax_args[@]}"
+# The sync call and the async chain at the PJRT C API, without JAX: a device
+# plugin in-process against the same plugin behind causeway, on XLA's plugin
+# and on the null plugin (which JAX cannot compile for), with raw loopback TCP
+# (sleeping and polling) in the same run.
+cmake --build build/release --target dispatch_bench >&2
+dispatch=(--pjrt-lib build/release/lib/libcauseway_pjrt.so --bin-dir build/release/bin
+  "${jax_args[@]}")
+build/release/bin/dispatch_bench "${dispatch[@]}" --device-plugin "$plugin"
+build/release/bin/dispatch_bench "${dispatch[@]}" --null \
+  --device-plugin build/release/lib/libcw_nullplugin.so
 # Failover: time from a worker's death (SIGKILL, SIGSTOP) to the error in
 # every affected JAX client, with a plain TCP peer's SIGKILL as the baseline.
 .venv/bin/python bench/failover_bench.py "${jax_args[@]}"
