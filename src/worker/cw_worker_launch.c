@@ -335,14 +335,29 @@ typedef struct cw__issue_s {
 } cw__issue_t;
 
 static void cw__issue_free(cw__issue_t* is) {
-  free(is->args);
-  free(is->arg_lists);
-  free(is->outs);
-  free(is->out_lists);
-  free(is->events);
-  free(is->donate);
   cw_status_free(is->status);
-  free(is);
+  free(is);  // its lists are in the same block
+}
+
+// An issue record with its lists in one zeroed block (seven allocations and
+// frees a launch were a tenth of the worker's time on the null plugin); NULL
+// when out of memory. Counts of 2^24 and more (far past what a launch
+// decodes) are refused so that no size below can overflow.
+static cw__issue_t* cw__issue_new(size_t nd, size_t na, size_t no) {
+  if (nd >= (1u << 24) || na >= (1u << 24) || no >= (1u << 24)) return NULL;
+  size_t ptrs[5] = {nd * na + 1, nd + 1, nd * no + 1, nd + 1, nd + 1};  // args .. events
+  size_t nptrs = ptrs[0] + ptrs[1] + ptrs[2] + ptrs[3] + ptrs[4];
+  size_t size = sizeof(cw__issue_t) + nptrs * sizeof(void*) + (na + 1) * sizeof(bool);
+  cw__issue_t* is = calloc(1, size);
+  if (!is) return NULL;
+  void** p = (void**)(is + 1);
+  is->args = (PJRT_Buffer**)p;
+  is->arg_lists = (PJRT_Buffer***)(p += ptrs[0]);
+  is->outs = (PJRT_Buffer**)(p += ptrs[1]);
+  is->out_lists = (PJRT_Buffer***)(p += ptrs[2]);
+  is->events = (PJRT_Event**)(p += ptrs[3]);
+  is->donate = (bool*)(p + ptrs[4]);
+  return is;
 }
 
 static void cw__issue_execute(cw_worker_t* w, cw__issue_t* is) {
@@ -422,23 +437,13 @@ static void cw__launch_issue(cw_worker_t* w, cw_launch_t* l, cw_store_entry_t* e
     cw__launch_fail(w, l, st);
     return;
   }
-  cw__issue_t* is = calloc(1, sizeof(*is));
-  if (is) {
-    is->l = l;
-    is->exe = (PJRT_LoadedExecutable*)exe->handle;
-    is->args = calloc(nd * na + 1, sizeof(*is->args));
-    is->arg_lists = calloc(nd + 1, sizeof(*is->arg_lists));
-    is->outs = calloc(nd * no + 1, sizeof(*is->outs));
-    is->out_lists = calloc(nd + 1, sizeof(*is->out_lists));
-    is->events = calloc(nd + 1, sizeof(*is->events));
-    is->donate = calloc(na + 1, sizeof(*is->donate));
-  }
-  if (!is || !is->args || !is->arg_lists || !is->outs || !is->out_lists || !is->events ||
-      !is->donate) {
-    if (is) cw__issue_free(is);
+  cw__issue_t* is = cw__issue_new(nd, na, no);
+  if (!is) {
     cw__launch_fail(w, l, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for a launch"));
     return;
   }
+  is->l = l;
+  is->exe = (PJRT_LoadedExecutable*)exe->handle;
   for (size_t d = 0; d < nd; ++d) {
     is->arg_lists[d] = is->args + d * na;
     is->out_lists[d] = is->outs + d * no;
