@@ -292,12 +292,13 @@ typedef struct {
   const char* pjrt_lib;
   const char* bin_dir;
   int pairs;
+  int chain;  // calls in each chain (0: the default)
 } opts_t;
 
 static void usage(void) {
   fprintf(stderr,
           "usage: dispatch_bench --device-plugin PATH --pjrt-lib PATH --bin-dir DIR [--null]\n"
-          "                      [--pairs N] [--quick]\n");
+          "                      [--pairs N] [--chain CALLS] [--quick]\n");
   exit(2);
 }
 
@@ -318,13 +319,15 @@ int main(int argc, char** argv) {
       o.bin_dir = v, ++i;
     } else if (!strcmp(a, "--pairs") && v) {
       o.pairs = atoi(v), ++i;
+    } else if (!strcmp(a, "--chain") && v) {
+      o.chain = atoi(v), ++i;
     } else {
       usage();
     }
   }
-  if (!o.device_plugin || !o.pjrt_lib || !o.bin_dir || o.pairs < 1) usage();
+  if (!o.device_plugin || !o.pjrt_lib || !o.bin_dir || o.pairs < 1 || o.chain < 0) usage();
   if (o.quick) o.pairs = 2;
-  int sync_calls = o.quick ? 200 : 2000, chain = o.quick ? 2000 : 20000;
+  int sync_calls = o.quick ? 200 : 2000, chain = o.chain ? o.chain : o.quick ? 2000 : 20000;
   int pings = o.quick ? 2000 : 10000;
   signal(SIGPIPE, SIG_IGN);
 
