@@ -35,7 +35,10 @@ static bool read_full(int fd, void* buf, size_t n, bool spin) {
   uint8_t* p = buf;
   while (n > 0) {
     ssize_t r = recv(fd, p, n, spin ? MSG_DONTWAIT : 0);
-    if (r < 0 && (errno == EINTR || (spin && (errno == EAGAIN || errno == EWOULDBLOCK)))) continue;
+    if (r < 0 && (errno == EINTR || (spin && (errno == EAGAIN || errno == EWOULDBLOCK)))) {
+      errno = 0;  // a close seen next reads as "peer closed", not EAGAIN
+      continue;
+    }
     if (r <= 0) return false;
     p += r;
     n -= (size_t)r;
@@ -136,6 +139,7 @@ bool cw_raw_start(cw_raw_t* raw, uint8_t* dst, size_t dst_cap, bool spin) {
 void cw_raw_stop(cw_raw_t* raw) {
   uint64_t hdr[4] = {RAW_QUIT, 0, 0, 0};
   (void)write_full(raw->client_fd, hdr, sizeof hdr);
+  shutdown(raw->client_fd, SHUT_WR);  // EOF for the peer even if QUIT did not go out
   pthread_join(raw->thread, NULL);
   close(raw->client_fd);
   close(raw->peer_fd);

@@ -223,8 +223,8 @@ static void test_callback_drops_last_reference(void** state) {
   cw_plugin_future_t* f = cw_plugin_future_create();
   PJRT_Event* ev = cw_plugin_event_from_future(f);
   seen_t keeps = {0}, drops = {.drop = ev};
-  on_ready_add(ev, &keeps);
-  on_ready_add(ev, &drops);     // the second and later ones are allocated
+  on_ready_add(ev, &drops);     // the first runs first: `keeps` runs after the drop
+  on_ready_add(ev, &keeps);     // the second and later ones are allocated
   cw_plugin_future_release(f);  // the event's reference is the last one
   cw_plugin_future_complete(f, cw_ok_status());
   assert_int_equal(keeps.calls, 1);

@@ -1,6 +1,7 @@
 // PJRT_LoadedExecutable_Execute (cw_plugin_execute.h): a launch returns at
 // once with output buffers whose ids the plugin chose; one future, completed
 // by the worker's reply, stands for all of them.
+#include <assert.h>
 #include <stdlib.h>
 
 #include "cw_plugin_buffer.h"
@@ -239,6 +240,7 @@ static cw_status_t cw__execute_launch(cw_plugin_exe_t* e, const PJRT_ExecuteOpti
   req.donate = donate;
   req.host_callbacks = host_callbacks;
   bool direct = atomic_load_explicit(&e->worker->direct_launch, memory_order_relaxed);
+  assert(cw_plugin_future_ctx(f) == e->worker);  // cw__launch_cb maps errors with it
   cw_plugin_future_retain(f);
   // Answered without us (no host callbacks): launches back to back share
   // writes until JAX waits for one.
