@@ -172,6 +172,33 @@ def causeway_env(x64: bool = False, controller: str | None = None) -> dict:
     return env
 
 
+def null_plugin() -> str:
+    """The null PJRT plugin (docs/nullplugin.md), built beside libcauseway_pjrt.so."""
+    return str(pathlib.Path(pjrt_library()).parent / "libcw_nullplugin.so")
+
+
+def null_stock_env() -> dict:
+    """JAX in-process on the null plugin: JAX's own dispatch before a device
+    that costs nothing. XLA's CPU plugin compiles, only to tell the shapes."""
+    env = _base_env(False)
+    env["JAX_PLATFORMS"] = "cwnull"
+    env["PJRT_NAMES_AND_LIBRARY_PATHS"] = f"cwnull:{null_plugin()}"
+    env["CW_NULL_COMPILER"] = cpu_plugin()
+    env["CW_NULL_DEVICES"] = str(NUM_DEVICES)
+    env["CW_EMULATE_ISLAND_SIZE"] = str(DEVICES_PER_WORKER)
+    env["CW_RUNNER_NO_PLUGINS"] = "1"
+    return env
+
+
+def null_causeway_env() -> dict:
+    """JAX on causeway whose workers run the null plugin (the embedded
+    cluster's workers inherit CW_NULL_COMPILER)."""
+    env = causeway_env()
+    env["CAUSEWAY_PJRT_PLUGIN"] = null_plugin()
+    env["CW_NULL_COMPILER"] = cpu_plugin()
+    return env
+
+
 def proxy_env(x64: bool = False) -> dict:
     """Stock JAX's `proxy` backend; Runner.start puts a causeway-proxy behind it."""
     env = _base_env(x64)

@@ -161,9 +161,21 @@ static PJRT_Error* cw__copy_later(cw_null_buffer_t* src, void* dst, cw_null_buff
   return e;
 }
 
+// A layout that is dense row-major (JAX names it as tiled, without tiles).
+static bool cw__row_major(const PJRT_Buffer_MemoryLayout* l, size_t rank) {
+  if (l->type != PJRT_Buffer_MemoryLayout_Type_Tiled || l->tiled.num_tiles ||
+      l->tiled.minor_to_major_size != rank) {
+    return false;
+  }
+  for (size_t i = 0; i < rank; ++i) {
+    if (l->tiled.minor_to_major[i] != (int64_t)(rank - 1 - i)) return false;
+  }
+  return true;
+}
+
 static PJRT_Error* cw__to_host(PJRT_Buffer_ToHostBuffer_Args* a) {
   const cw_null_buffer_t* b = CW_NULL_BUF(a->src);
-  if (a->host_layout) {
+  if (a->host_layout && !cw__row_major(a->host_layout, b->rank)) {
     return cw_null_err(PJRT_Error_Code_UNIMPLEMENTED,
                        "cw_nullplugin: host layouts other than dense row-major");
   }
@@ -245,6 +257,21 @@ static PJRT_Error* cw__buffer_type(PJRT_Buffer_ElementType_Args* a) {
 static PJRT_Error* cw__buffer_dims(PJRT_Buffer_Dimensions_Args* a) {
   a->dims = CW_NULL_BUF(a->buffer)->dims;
   a->num_dims = CW_NULL_BUF(a->buffer)->rank;
+  return NULL;
+}
+static PJRT_Error* cw__buffer_unpadded(PJRT_Buffer_UnpaddedDimensions_Args* a) {
+  a->unpadded_dims = CW_NULL_BUF(a->buffer)->dims;  // never padded
+  a->num_dims = CW_NULL_BUF(a->buffer)->rank;
+  return NULL;
+}
+static PJRT_Error* cw__buffer_dynamic(PJRT_Buffer_DynamicDimensionIndices_Args* a) {
+  a->dynamic_dim_indices = NULL;
+  a->num_dynamic_dims = 0;
+  return NULL;
+}
+// False, though the bytes are in host memory: JAX would read them in place.
+static PJRT_Error* cw__buffer_on_cpu(PJRT_Buffer_IsOnCpu_Args* a) {
+  a->is_on_cpu = false;
   return NULL;
 }
 static PJRT_Error* cw__buffer_layout(PJRT_Buffer_GetMemoryLayout_Args* a) {
@@ -462,6 +489,9 @@ void cw_null_buffer_fill(PJRT_Api* api) {
   api->PJRT_Buffer_Destroy = cw__buffer_destroy;
   api->PJRT_Buffer_ElementType = cw__buffer_type;
   api->PJRT_Buffer_Dimensions = cw__buffer_dims;
+  api->PJRT_Buffer_UnpaddedDimensions = cw__buffer_unpadded;
+  api->PJRT_Buffer_DynamicDimensionIndices = cw__buffer_dynamic;
+  api->PJRT_Buffer_IsOnCpu = cw__buffer_on_cpu;
   api->PJRT_Buffer_GetMemoryLayout = cw__buffer_layout;
   api->PJRT_Buffer_OnDeviceSizeInBytes = cw__buffer_size;
   api->PJRT_Buffer_Device = cw__buffer_device;

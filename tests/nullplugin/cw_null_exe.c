@@ -1,4 +1,8 @@
-// The null plugin's executables: "cwnull" programs (see cw_nullplugin.c).
+// The null plugin's executables: "cwnull" programs (see cw_nullplugin.c),
+// and "mlir" ones through CW_NULL_COMPILER (cw_null_compiler.c), which carry
+// the optimized HLO the compiler gave for them.
+#include <ctype.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +17,7 @@
 typedef struct cw__exe_s {
   cw_null_client_t* client;
   _Atomic int refs;
+  _Atomic bool deleted;
   bool checksum;
   size_t num_outputs;
   PJRT_Buffer_Type types[CW_NULL_MAX_OUTPUTS];
@@ -24,8 +29,12 @@ typedef struct cw__exe_s {
   int64_t num_replicas, num_partitions;
   size_t num_devices;
   PJRT_Device** devices;  // addressable devices, in assignment order
+  PJRT_LogicalDeviceIds* logical;  // each device's replica and partition
   char* code;             // the program text
   size_t code_size;
+  char* hlo;  // the optimized program of an "mlir" one, else NULL
+  size_t hlo_size;
+  char hlo_format[32];
   char fingerprint[17];
   char name[32];
 } cw__exe_t;
@@ -39,10 +48,17 @@ static uint64_t cw__fnv1a(uint64_t h, const unsigned char* s, size_t n) {
 }
 #define CW__FNV_BASIS 14695981039346656037ull
 
+static void cw__exe_fingerprint(cw__exe_t* x, uint64_t fingerprint) {
+  snprintf(x->fingerprint, sizeof(x->fingerprint), "%016" PRIx64, fingerprint);
+  snprintf(x->name, sizeof(x->name), "cwnull_%.8s", x->fingerprint);
+}
+
 static void cw__exe_release(cw__exe_t* x) {
   if (!x || atomic_fetch_sub(&x->refs, 1) != 1) return;
   free(x->devices);
+  free(x->logical);
   free(x->code);
+  free(x->hlo);
   free(x);
 }
 
@@ -60,6 +76,13 @@ static const struct {
     {"f64", PJRT_Buffer_Type_F64},   {"c64", PJRT_Buffer_Type_C64},
     {"c128", PJRT_Buffer_Type_C128},
 };
+
+const char* cw_null_type_name(PJRT_Buffer_Type t) {
+  for (size_t i = 0; i < sizeof(g_types) / sizeof(g_types[0]); ++i) {
+    if (g_types[i].type == t) return g_types[i].name;
+  }
+  return NULL;
+}
 
 static int cw__type_of(const char* name, size_t n) {
   for (size_t i = 0; i < sizeof(g_types) / sizeof(g_types[0]); ++i) {
@@ -159,6 +182,7 @@ static PJRT_Error* cw__exe_create(cw_null_client_t* c, const char* code, size_t 
   PJRT_Error* e = cw__parse(x, code, size);
   if (!e && !(x->code = malloc(size + 1))) e = CW_NULL_OOM;
   if (!e && !(x->devices = calloc(num_ids ? num_ids : 1, sizeof(*x->devices)))) e = CW_NULL_OOM;
+  if (!e && !(x->logical = calloc(num_ids ? num_ids : 1, sizeof(*x->logical)))) e = CW_NULL_OOM;
   for (size_t i = 0; !e && i < num_ids; ++i) {
     if (ids[i] < 0 || (size_t)ids[i] >= c->num_devices) {
       e = cw_null_err(PJRT_Error_Code_INVALID_ARGUMENT,
@@ -166,6 +190,8 @@ static PJRT_Error* cw__exe_create(cw_null_client_t* c, const char* code, size_t 
                       c->num_devices);
     } else {
       x->devices[i] = c->devices[ids[i]];
+      x->logical[i].replica = (int)((int64_t)i % replicas);  // partition-major
+      x->logical[i].partition = (int)((int64_t)i / replicas);
     }
   }
   if (e) {
@@ -182,22 +208,59 @@ static PJRT_Error* cw__exe_create(cw_null_client_t* c, const char* code, size_t 
     x->kinds[o] = cw_null_memory_kind;
     x->kind_sizes[o] = strlen(cw_null_memory_kind);
   }
-  snprintf(x->fingerprint, sizeof(x->fingerprint), "%016" PRIx64,
-           cw__fnv1a(CW__FNV_BASIS, (const unsigned char*)code, size));
-  snprintf(x->name, sizeof(x->name), "cwnull_%.8s", x->fingerprint);
+  cw__exe_fingerprint(x, cw__fnv1a(CW__FNV_BASIS, (const unsigned char*)code, size));
   *out = (PJRT_LoadedExecutable*)x;
   return NULL;
+}
+
+// Gives x the optimized program of an "mlir" one (taking hlo) and its
+// fingerprint, as compiled or deserialized.
+static void cw__exe_attach(PJRT_LoadedExecutable* exe, char* hlo, size_t hlo_size,
+                           const char* format, uint64_t fingerprint) {
+  cw__exe_t* x = CW__EXE(exe);
+  x->hlo = hlo;
+  x->hlo_size = hlo_size;
+  snprintf(x->hlo_format, sizeof x->hlo_format, "%s", format);
+  cw__exe_fingerprint(x, fingerprint);
+}
+
+// The fingerprint of an "mlir" program: its bytes and its compile options.
+static uint64_t cw__mlir_fingerprint(const PJRT_Client_Compile_Args* a) {
+  uint64_t h = cw__fnv1a(CW__FNV_BASIS, (const unsigned char*)a->program->code,
+                         a->program->code_size);
+  return cw__fnv1a(h, (const unsigned char*)a->compile_options, a->compile_options_size);
+}
+
+static PJRT_Error* cw__compile_mlir(PJRT_Client_Compile_Args* a, const int64_t* ids, size_t n,
+                                    int64_t replicas, int64_t partitions) {
+  cw_null_client_t* c = CW_NULL_CLIENT(a->client);
+  cw_null_compiled_t* got = malloc(sizeof(*got));
+  if (!got) return CW_NULL_OOM;
+  PJRT_Error* e = cw_null_compiler_compile(c, a, got);
+  if (!e) {
+    e = cw__exe_create(c, got->text, strlen(got->text), ids, n, replicas, partitions,
+                       &a->executable);
+  }
+  if (!e) {
+    cw__exe_attach(a->executable, got->hlo, got->hlo_size, got->hlo_format,
+                   cw__mlir_fingerprint(a));
+  } else {
+    free(got->hlo);
+  }
+  free(got);
+  return e;
 }
 
 // Compile options give the devices: the assignment when there is one, else
 // the first replicas x partitions devices.
 static PJRT_Error* cw__compile(PJRT_Client_Compile_Args* a) {
   const PJRT_Program* pr = a->program;
-  if (!pr || pr->format_size != strlen(CW_NULL_FORMAT) ||
-      memcmp(pr->format, CW_NULL_FORMAT, pr->format_size)) {
+  bool mlir = pr && pr->format_size == 4 && !memcmp(pr->format, "mlir", 4);
+  if (!pr || (!mlir && (pr->format_size != strlen(CW_NULL_FORMAT) ||
+                        memcmp(pr->format, CW_NULL_FORMAT, pr->format_size)))) {
     return cw_null_err(PJRT_Error_Code_UNIMPLEMENTED,
                        "cw_nullplugin compiles only programs in format '" CW_NULL_FORMAT
-                       "', not '%.*s'",
+                       "' (or 'mlir' through CW_NULL_COMPILER), not '%.*s'",
                        pr ? (int)(pr->format_size > 40 ? 40 : pr->format_size) : 0,
                        pr && pr->format ? pr->format : "");
   }
@@ -220,66 +283,128 @@ static PJRT_Error* cw__compile(PJRT_Client_Compile_Args* a) {
       for (size_t i = 0; i < n && i < CW_XLA_MAX_ASSIGNED_DEVICES; ++i)
         info->assigned[i] = (int64_t)i;
     }
-    e = cw__exe_create(c, pr->code ? pr->code : "", pr->code_size, info->assigned, n, replicas,
-                       partitions, &a->executable);
+    if (mlir) {
+      e = cw__compile_mlir(a, info->assigned, n, replicas, partitions);
+    } else {
+      e = cw__exe_create(c, pr->code ? pr->code : "", pr->code_size, info->assigned, n, replicas,
+                         partitions, &a->executable);
+    }
   }
   free(info);
   return e;
 }
 
-// Serialized form: magic, "R P N id id ...\n", then the program text.
+// Serialized form: magic, "R P N T H FORMAT FINGERPRINT id id ...\n", then
+// the program text (T bytes) and the optimized program (H bytes, format "-"
+// when there is none).
 static void cw__serialized_free(PJRT_SerializedExecutable* s) {
   free(s);
 }
 
 static PJRT_Error* cw__serialize(PJRT_Executable_Serialize_Args* a) {
   const cw__exe_t* x = CW__EXE(a->executable);
-  size_t cap = strlen(CW_NULL_MAGIC) + 64 + x->num_devices * 12 + x->code_size;
+  size_t cap = strlen(CW_NULL_MAGIC) + 160 + x->num_devices * 12 + x->code_size + x->hlo_size;
   char* b = malloc(cap);
   if (!b) return CW_NULL_OOM;
-  int n = snprintf(b, cap, CW_NULL_MAGIC "%" PRId64 " %" PRId64 " %zu", x->num_replicas,
-                   x->num_partitions, x->num_devices);
+  int n = snprintf(b, cap, CW_NULL_MAGIC "%" PRId64 " %" PRId64 " %zu %zu %zu %s %s",
+                   x->num_replicas, x->num_partitions, x->num_devices, x->code_size,
+                   x->hlo_size, x->hlo ? x->hlo_format : "-", x->fingerprint);
   for (size_t i = 0; i < x->num_devices; ++i) {
     n += snprintf(b + n, cap - (size_t)n, " %d", CW_NULL_DEV(x->devices[i])->id);
   }
   b[n++] = '\n';
   memcpy(b + n, x->code, x->code_size);
+  if (x->hlo_size) memcpy(b + n + x->code_size, x->hlo, x->hlo_size);
   a->serialized_bytes = b;
-  a->serialized_bytes_size = (size_t)n + x->code_size;
+  a->serialized_bytes_size = (size_t)n + x->code_size + x->hlo_size;
   a->serialized_executable = (PJRT_SerializedExecutable*)b;
   a->serialized_executable_deleter = cw__serialized_free;
   return NULL;
 }
+
+// The next space-separated token of *p as a non-negative integer in `base`
+// (-1 if there is none).
+static long long cw__token(char** p, int base) {
+  char* end = NULL;
+  while (**p == ' ') ++*p;
+  if (**p < '0' || **p > 'f') return -1;
+  errno = 0;
+  long long v = strtoll(*p, &end, base);
+  if (end == *p || errno || v < 0 || (*end && *end != ' ')) return -1;
+  *p = end;
+  return v;
+}
+
+#define CW__HEAD_MAX (160 + 12 * CW_NULL_MAX_DEVICES)
 
 static PJRT_Error* cw__deserialize(PJRT_Executable_DeserializeAndLoad_Args* a) {
   const char* s = a->serialized_executable;
   size_t size = a->serialized_executable_size;
   size_t m = strlen(CW_NULL_MAGIC);
   const char* nl = size > m ? memchr(s + m, '\n', size - m) : NULL;
-  if (size < m || memcmp(s, CW_NULL_MAGIC, m) || !nl || nl - s > 64 + 12 * CW_NULL_MAX_DEVICES) {
+  if (size < m || memcmp(s, CW_NULL_MAGIC, m) || !nl || nl - s > CW__HEAD_MAX) {
     return cw_null_err(PJRT_Error_Code_INVALID_ARGUMENT,
                        "cw_nullplugin: not a serialized cwnull executable");
   }
-  char head[64 + 12 * CW_NULL_MAX_DEVICES + 1];
+  char* head = malloc(CW__HEAD_MAX + 1);
+  int64_t* ids = malloc(sizeof(*ids) * CW_NULL_MAX_DEVICES);
+  if (!head || !ids) {
+    free(head);
+    free(ids);
+    return CW_NULL_OOM;
+  }
   memcpy(head, s + m, (size_t)(nl - s) - m);
   head[(nl - s) - m] = '\0';
   char* p = head;
-  char* end = NULL;
-  long long r = strtoll(p, &end, 10), q = end != p ? strtoll(end, &p, 10) : -1;
-  long long n = p != end ? strtoll(p, &end, 10) : -1;
-  int64_t ids[CW_NULL_MAX_DEVICES];
-  if (r < 1 || q < 1 || n < 0 || n > CW_NULL_MAX_DEVICES) n = -1;
+  long long r = cw__token(&p, 10), q = cw__token(&p, 10), n = cw__token(&p, 10);
+  long long t = cw__token(&p, 10), h = cw__token(&p, 10);
+  char format[32] = "";
+  size_t body = size - (size_t)(nl + 1 - s);
+  while (*p == ' ') ++p;
+  size_t flen = strcspn(p, " ");
+  if (flen && flen < sizeof format) memcpy(format, p, flen);
+  p += flen;
+  long long fp_hi = -1, fp_lo = -1;
+  while (*p == ' ') ++p;
+  if (strcspn(p, " ") == 16) {  // in two halves: strtoll stops at 2^63
+    char half[9] = {0};
+    memcpy(half, p, 8);
+    char* hp = half;
+    fp_hi = cw__token(&hp, 16);
+    memcpy(half, p + 8, 8);
+    hp = half;
+    fp_lo = cw__token(&hp, 16);
+    p += 16;
+  }
+  if (r < 1 || q < 1 || n < 0 || n > CW_NULL_MAX_DEVICES || t < 0 || h < 0 || !*format ||
+      fp_hi < 0 || fp_lo < 0 || (unsigned long long)t + (unsigned long long)h != body) {
+    n = -1;
+  }
   for (long long i = 0; i < n; ++i) {
-    p = end;
-    ids[i] = strtoll(p, &end, 10);
-    if (end == p) n = -1;
+    if ((ids[i] = cw__token(&p, 10)) < 0) n = -1;
   }
-  if (n < 0) {
-    return cw_null_err(PJRT_Error_Code_INVALID_ARGUMENT,
-                       "cw_nullplugin: bad device list in a serialized cwnull executable");
+  PJRT_Error* e = NULL;
+  char* hlo = NULL;
+  if (n < 0 || *p) {
+    e = cw_null_err(PJRT_Error_Code_INVALID_ARGUMENT,
+                    "cw_nullplugin: bad header in a serialized cwnull executable");
+  } else if (h > 0 && !(hlo = malloc((size_t)h))) {
+    e = CW_NULL_OOM;
+  } else {
+    e = cw__exe_create(CW_NULL_CLIENT(a->client), nl + 1, (size_t)t, ids, (size_t)n, r, q,
+                       &a->loaded_executable);
   }
-  return cw__exe_create(CW_NULL_CLIENT(a->client), nl + 1, size - (size_t)(nl + 1 - s), ids,
-                        (size_t)n, r, q, &a->loaded_executable);
+  if (!e) {
+    if (hlo) memcpy(hlo, nl + 1 + t, (size_t)h);
+    cw__exe_attach(a->loaded_executable, hlo, (size_t)h, strcmp(format, "-") ? format : "",
+                   ((uint64_t)fp_hi << 32) | (uint64_t)fp_lo);
+    if (!hlo) CW__EXE(a->loaded_executable)->hlo_size = 0;
+  } else {
+    free(hlo);
+  }
+  free(head);
+  free(ids);
+  return e;
 }
 
 static PJRT_Error* cw__loaded_destroy(PJRT_LoadedExecutable_Destroy_Args* a) {
@@ -330,9 +455,57 @@ static PJRT_Error* cw__output_dims(PJRT_Executable_OutputDimensions_Args* a) {
   return NULL;
 }
 
+// The compiler's optimized HLO of an "mlir" program: JAX reads shardings and
+// layouts from it. Two calls: code == NULL asks for the size.
 static PJRT_Error* cw__optimized_program(PJRT_Executable_OptimizedProgram_Args* a) {
-  return cw_null_err(PJRT_Error_Code_UNIMPLEMENTED,
-                     "cwnull programs have no optimized HLO program");
+  const cw__exe_t* x = CW__EXE(a->executable);
+  PJRT_Program* p = a->program;
+  if (!x->hlo) {
+    return cw_null_err(PJRT_Error_Code_UNIMPLEMENTED,
+                       "cwnull programs have no optimized HLO program");
+  }
+  if (p->code) {
+    if (p->code_size < x->hlo_size) {
+      return cw_null_err(PJRT_Error_Code_INVALID_ARGUMENT,
+                         "cw_nullplugin: OptimizedProgram: buffer of %zu bytes, need %zu",
+                         p->code_size, x->hlo_size);
+    }
+    memcpy(p->code, x->hlo, x->hlo_size);
+  }
+  p->code_size = x->hlo_size;
+  p->format = x->hlo_format;
+  p->format_size = strlen(x->hlo_format);
+  return NULL;
+}
+
+CW__META(cw__code_size, PJRT_Executable_SizeOfGeneratedCodeInBytes,
+         a->size_in_bytes = (int64_t)x->code_size)
+CW__META(cw__is_deleted, PJRT_LoadedExecutable_IsDeleted, a->is_deleted = atomic_load(&x->deleted))
+CW__META(cw__loaded_fingerprint, PJRT_LoadedExecutable_Fingerprint,
+         (a->executable_fingerprint = x->fingerprint, a->executable_fingerprint_size = 16))
+
+static PJRT_Error* cw__logical_ids(PJRT_LoadedExecutable_AddressableDeviceLogicalIds_Args* a) {
+  a->addressable_device_logical_ids = CW__EXE(a->executable)->logical;
+  a->num_addressable_device_logical_ids = CW__EXE(a->executable)->num_devices;
+  return NULL;
+}
+
+static PJRT_Error* cw__delete(PJRT_LoadedExecutable_Delete_Args* a) {
+  atomic_store(&CW__EXE(a->executable)->deleted, true);
+  return NULL;
+}
+
+static void cw__no_assignment(PJRT_DeviceAssignmentSerialized* da) {
+  (void)da;
+}
+
+// Empty (allowed): JAX keeps the assignment it compiled with.
+static PJRT_Error* cw__device_assignment(PJRT_LoadedExecutable_GetDeviceAssignment_Args* a) {
+  a->serialized_bytes = "";
+  a->serialized_bytes_size = 0;
+  a->serialized_device_assignment = NULL;
+  a->serialized_device_assignment_deleter = cw__no_assignment;  // called regardless
+  return NULL;
 }
 
 // Frees the outputs made so far: every output of devices before `d`, and
@@ -349,6 +522,10 @@ static void cw__outputs_free(PJRT_LoadedExecutable_Execute_Args* a, size_t d, si
 
 static PJRT_Error* cw__execute(PJRT_LoadedExecutable_Execute_Args* a) {
   const cw__exe_t* x = CW__EXE(a->executable);
+  if (atomic_load(&x->deleted)) {
+    return cw_null_err(PJRT_Error_Code_FAILED_PRECONDITION, "cw_nullplugin: %s was deleted",
+                       x->name);
+  }
   size_t want = a->execute_device ? 1 : x->num_devices;
   if (a->num_devices != want) {
     return cw_null_err(PJRT_Error_Code_INVALID_ARGUMENT,
@@ -406,4 +583,10 @@ void cw_null_exe_fill(PJRT_Api* api) {
   api->PJRT_LoadedExecutable_GetExecutable = cw__get_executable;
   api->PJRT_LoadedExecutable_AddressableDevices = cw__exe_devices;
   api->PJRT_LoadedExecutable_Execute = cw__execute;
+  api->PJRT_Executable_SizeOfGeneratedCodeInBytes = cw__code_size;
+  api->PJRT_LoadedExecutable_Delete = cw__delete;
+  api->PJRT_LoadedExecutable_AddressableDeviceLogicalIds = cw__logical_ids;
+  api->PJRT_LoadedExecutable_IsDeleted = cw__is_deleted;
+  api->PJRT_LoadedExecutable_Fingerprint = cw__loaded_fingerprint;
+  api->PJRT_LoadedExecutable_GetDeviceAssignment = cw__device_assignment;
 }

@@ -7,7 +7,8 @@
 // execution returns at once: zeros, or with "checksum" every output repeats
 // the 64-bit FNV-1a of that device's argument bytes (little-endian), so a
 // test can check that data flowed. Devices: create option cpu_device_count,
-// else CW_NULL_DEVICES, else 8. See docs/nullplugin.md.
+// else CW_NULL_DEVICES, else 8. With CW_NULL_COMPILER, JAX's "mlir" programs
+// too (cw_null_compiler.c). See docs/nullplugin.md.
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -95,9 +96,10 @@ static PJRT_Error* cw__initialize(PJRT_Plugin_Initialize_Args* a) {
   return NULL;
 }
 static PJRT_Error* cw__plugin_attributes(PJRT_Plugin_Attributes_Args* a) {
-  a->attributes = NULL;
-  a->num_attributes = 0;
-  return NULL;
+  return cw_null_compiler_attributes(a);
+}
+static PJRT_Error* cw__error_payloads(PJRT_Error_ForEachPayload_Args* a) {
+  return NULL;  // our errors carry none
 }
 
 // Strict decimal integer in [1, CW_NULL_MAX_DEVICES].
@@ -118,8 +120,62 @@ static PJRT_Error* cw__device_count(const char* what, const char* s, int64_t v, 
   return NULL;
 }
 
+// ---- Memories' client data (PJRT_Memory_FunctionTable) -----------------------------------------
+
+static void* cw__user_get(PJRT_Memory* memory, const void* key) {
+  cw_null_device_t* d = CW_NULL_DEV(memory);
+  void* out = NULL;
+  pthread_mutex_lock(&d->user_mu);
+  for (int i = 0; i < CW_NULL_USER_DATA && !out; ++i) {
+    if (d->user[i].key == key) out = d->user[i].data;
+  }
+  pthread_mutex_unlock(&d->user_mu);
+  return out;
+}
+
+// The slot of `key`, else an empty one; with none left the data is dropped
+// (its destructor run), as the table has no way to fail.
+static void cw__user_set(PJRT_Memory* memory, const void* key, void* data, void (*dtor)(void*)) {
+  cw_null_device_t* d = CW_NULL_DEV(memory);
+  void* old = data;
+  void (*old_dtor)(void*) = dtor;
+  pthread_mutex_lock(&d->user_mu);
+  int at = -1;
+  for (int i = 0; i < CW_NULL_USER_DATA && at < 0; ++i) {
+    if (d->user[i].key == key) at = i;
+  }
+  for (int i = 0; i < CW_NULL_USER_DATA && at < 0; ++i) {
+    if (!d->user[i].key) at = i;
+  }
+  if (at >= 0) {
+    old = d->user[at].data;
+    old_dtor = d->user[at].dtor;
+    d->user[at].key = key;
+    d->user[at].data = data;
+    d->user[at].dtor = dtor;
+  }
+  pthread_mutex_unlock(&d->user_mu);
+  if (old && old_dtor && old != data) old_dtor(old);
+}
+
+static const PJRT_Memory_FunctionTable cw__memory_vtable = {
+    .struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Memory_FunctionTable, set_user_data),
+    .instance_struct_size = sizeof(cw_null_device_t),
+    .get_user_data = cw__user_get,
+    .set_user_data = cw__user_set,
+};
+
 static void cw__client_free(cw_null_client_t* c) {
   if (!c) return;
+  for (size_t i = 0; c->devs && i < c->num_devices; ++i) {
+    cw_null_device_t* d = &c->devs[i];
+    for (int k = 0; k < CW_NULL_USER_DATA; ++k) {
+      if (d->user[k].data && d->user[k].dtor) d->user[k].dtor(d->user[k].data);
+    }
+    pthread_mutex_destroy(&d->user_mu);
+  }
+  cw_null_compiler_release(c);
+  pthread_mutex_destroy(&c->compiler_mu);
   free(c->devs);
   free(c->devices);
   free(c->memories);
@@ -145,6 +201,7 @@ static PJRT_Error* cw__client_create(PJRT_Client_Create_Args* a) {
   if (e) return e;
   cw_null_client_t* c = calloc(1, sizeof(*c));
   if (c) {
+    pthread_mutex_init(&c->compiler_mu, NULL);
     c->devs = calloc(n, sizeof(*c->devs));
     c->devices = calloc(n, sizeof(*c->devices));
     c->memories = calloc(n, sizeof(*c->memories));
@@ -156,9 +213,12 @@ static PJRT_Error* cw__client_create(PJRT_Client_Create_Args* a) {
   c->num_devices = n;
   for (size_t i = 0; i < n; ++i) {
     cw_null_device_t* d = &c->devs[i];
+    d->vtable = &cw__memory_vtable;
+    pthread_mutex_init(&d->user_mu, NULL);
     d->client = c;
     d->id = (int)i;
     snprintf(d->debug, sizeof(d->debug), "NullDevice(id=%zu)", i);
+    snprintf(d->memory_debug, sizeof(d->memory_debug), "NullMemory(device=%zu)", i);
     d->device = c->devices[i] = (PJRT_Device*)d;
     d->memory = c->memories[i] = (PJRT_Memory*)d;
   }
@@ -202,6 +262,32 @@ static PJRT_Error* cw__lookup_device(PJRT_Client_LookupDevice_Args* a) {
                        a->id);
   }
   a->device = c->devices[a->id];
+  return NULL;
+}
+static PJRT_Error* cw__lookup_addressable(PJRT_Client_LookupAddressableDevice_Args* a) {
+  const cw_null_client_t* c = CW_NULL_CLIENT(a->client);
+  if (a->local_hardware_id < 0 || (size_t)a->local_hardware_id >= c->num_devices) {
+    return cw_null_err(PJRT_Error_Code_INVALID_ARGUMENT,
+                       "cw_nullplugin: no device with local hardware id %d", a->local_hardware_id);
+  }
+  a->addressable_device = c->devices[a->local_hardware_id];
+  return NULL;
+}
+// Replica-major; partition p of replica r on device p * replicas + r.
+static PJRT_Error* cw__default_assignment(PJRT_Client_DefaultDeviceAssignment_Args* a) {
+  const cw_null_client_t* c = CW_NULL_CLIENT(a->client);
+  size_t nr = a->num_replicas > 0 ? (size_t)a->num_replicas : 0;
+  size_t np = a->num_partitions > 0 ? (size_t)a->num_partitions : 0;
+  if (!nr || !np || nr * np > c->num_devices || nr * np > a->default_assignment_size) {
+    return cw_null_err(PJRT_Error_Code_INVALID_ARGUMENT,
+                       "cw_nullplugin: no default assignment of %d replicas x %d partitions on "
+                       "%zu devices into %zu entries",
+                       a->num_replicas, a->num_partitions, c->num_devices,
+                       a->default_assignment_size);
+  }
+  for (size_t r = 0; r < nr; ++r) {
+    for (size_t p = 0; p < np; ++p) a->default_assignment[r * np + p] = (int)(p * nr + r);
+  }
   return NULL;
 }
 static PJRT_Error* cw__client_memories(PJRT_Client_AddressableMemories_Args* a) {
@@ -272,6 +358,16 @@ static PJRT_Error* cw__memory_id(PJRT_Memory_Id_Args* a) {
   a->id = CW_NULL_DEV(a->memory)->id;
   return NULL;
 }
+static PJRT_Error* cw__memory_debug(PJRT_Memory_DebugString_Args* a) {
+  a->debug_string = CW_NULL_DEV(a->memory)->memory_debug;
+  a->debug_string_size = strlen(a->debug_string);
+  return NULL;
+}
+static PJRT_Error* cw__memory_to_string(PJRT_Memory_ToString_Args* a) {
+  a->to_string = CW_NULL_DEV(a->memory)->memory_debug;
+  a->to_string_size = strlen(a->to_string);
+  return NULL;
+}
 static PJRT_Error* cw__memory_kind(PJRT_Memory_Kind_Args* a) {
   a->kind = cw_null_memory_kind;
   a->kind_size = strlen(cw_null_memory_kind);
@@ -302,6 +398,7 @@ static void cw__load(void) {
   g_api.PJRT_Error_Destroy = cw__error_destroy;
   g_api.PJRT_Error_Message = cw__error_message;
   g_api.PJRT_Error_GetCode = cw__error_get_code;
+  g_api.PJRT_Error_ForEachPayload = cw__error_payloads;
   g_api.PJRT_Plugin_Initialize = cw__initialize;
   g_api.PJRT_Plugin_Attributes = cw__plugin_attributes;
   g_api.PJRT_Client_Create = cw__client_create;
@@ -312,6 +409,8 @@ static void cw__load(void) {
   g_api.PJRT_Client_Devices = cw__client_devices;
   g_api.PJRT_Client_AddressableDevices = cw__addressable_devices;
   g_api.PJRT_Client_LookupDevice = cw__lookup_device;
+  g_api.PJRT_Client_LookupAddressableDevice = cw__lookup_addressable;
+  g_api.PJRT_Client_DefaultDeviceAssignment = cw__default_assignment;
   g_api.PJRT_Client_AddressableMemories = cw__client_memories;
   g_api.PJRT_DeviceDescription_Id = cw__desc_id;
   g_api.PJRT_DeviceDescription_ProcessIndex = cw__desc_process_index;
@@ -326,9 +425,12 @@ static void cw__load(void) {
   g_api.PJRT_Device_DefaultMemory = cw__default_memory;
   g_api.PJRT_Device_MemoryStats = cw__memory_stats;
   g_api.PJRT_Memory_Id = cw__memory_id;
+  g_api.PJRT_Memory_DebugString = cw__memory_debug;
+  g_api.PJRT_Memory_ToString = cw__memory_to_string;
   g_api.PJRT_Memory_Kind = cw__memory_kind;
   g_api.PJRT_Memory_Kind_Id = cw__memory_kind_id;
   g_api.PJRT_Memory_AddressableByDevices = cw__memory_devices;
+  cw_null_stubs_fill(&g_api);
 }
 
 __attribute__((visibility("default"))) const PJRT_Api* GetPjrtApi(void) {

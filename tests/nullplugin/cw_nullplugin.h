@@ -3,6 +3,7 @@
 #ifndef CW_TESTS_NULLPLUGIN_H_
 #define CW_TESTS_NULLPLUGIN_H_
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -11,19 +12,30 @@
 #include "cw_pjrt_c_api.h"
 
 #define CW_NULL_FORMAT "cwnull"
-#define CW_NULL_MAGIC "CWNULL1\n"
+#define CW_NULL_MAGIC "CWNULL2\n"
 #define CW_NULL_MAX_DEVICES 4096
 #define CW_NULL_MAX_OUTPUTS 64
 #define CW_NULL_MAX_RANK 8
 
 typedef struct cw_null_client_s cw_null_client_t;
 
+#define CW_NULL_USER_DATA 4
+
 // One object is the device, its description and its only memory: the ABI
-// types are opaque, so the three pointers may coincide.
+// types are opaque, so the three pointers may coincide, but for the memory's
+// leading function table (client data hung off a memory; JAX keeps one key).
 typedef struct cw_null_device_s {
+  const PJRT_Memory_FunctionTable* vtable;  // first, as the ABI lays memories out
+  pthread_mutex_t user_mu;
+  struct {
+    const void* key;
+    void* data;
+    void (*dtor)(void*);
+  } user[CW_NULL_USER_DATA];
   cw_null_client_t* client;
   int id;
   char debug[48];
+  char memory_debug[48];
   _Atomic int64_t bytes_in_use;
   _Atomic int64_t peak_bytes;
   _Atomic int64_t num_allocs;
@@ -36,6 +48,8 @@ struct cw_null_client_s {
   cw_null_device_t* devs;
   PJRT_Device** devices;  // devs[i] as PJRT_Device*
   PJRT_Memory** memories;
+  pthread_mutex_t compiler_mu;
+  PJRT_Client* compiler;  // CW_NULL_COMPILER's client, made at the first "mlir" program
 };
 
 #define CW_NULL_DEV(p) ((cw_null_device_t*)(p))
@@ -104,9 +118,34 @@ PJRT_Error* cw_null_buffer_create(cw_null_device_t* dev, PJRT_Buffer_Type type, 
 // Waits until the buffer's bytes are written; the error that kept them from it.
 PJRT_Error* cw_null_buffer_wait(const cw_null_buffer_t* b);
 
+// The HLO type name of t ("f32"), or NULL for a type programs cannot declare.
+const char* cw_null_type_name(PJRT_Buffer_Type t);
+
+// What the compiler plugin told of an "mlir" program (cw_null_compiler.c).
+typedef struct cw_null_compiled_s {
+  char text[12288];  // the outputs as a cwnull program: "f32[8] s32[] "
+  char* hlo;         // the optimized program (malloc), for OptimizedProgram
+  size_t hlo_size;
+  char hlo_format[32];
+} cw_null_compiled_t;
+
+// The table of CW_NULL_COMPILER's plugin, loaded once; NULL if unset or it
+// fails to load.
+const PJRT_Api* cw_null_compiler_api(void);
+// The compiler's attributes (none without it): JAX reads the StableHLO version.
+PJRT_Error* cw_null_compiler_attributes(PJRT_Plugin_Attributes_Args* a);
+// Compiles a's program with the compiler for c's devices and describes it.
+PJRT_Error* cw_null_compiler_compile(cw_null_client_t* c, const PJRT_Client_Compile_Args* a,
+                                     cw_null_compiled_t* out);
+// Destroys c's compiler client, if it made one.
+void cw_null_compiler_release(cw_null_client_t* c);
+
 // Set the table's slots each file serves.
 void cw_null_event_fill(PJRT_Api* api);
 void cw_null_buffer_fill(PJRT_Api* api);
 void cw_null_exe_fill(PJRT_Api* api);
+// Every slot the files leave empty answers UNIMPLEMENTED, naming itself
+// (cw_null_stubs.c), except PJRT_Device_GetAttributes, which JAX may not see fail.
+void cw_null_stubs_fill(PJRT_Api* api);
 
 #endif  // CW_TESTS_NULLPLUGIN_H_

@@ -316,6 +316,29 @@ static PJRT_Buffer* upload(PJRT_Client* c, PJRT_Device* dev, const float* data, 
                                      NULL);
 }
 
+// Executes exe with one argument per device (args[k]) into outs[k][...] and
+// waits for every device.
+static void execute(PJRT_LoadedExecutable* exe, size_t num_devices, PJRT_Buffer** args,
+                    PJRT_Buffer*** outs) {
+  PJRT_Buffer* const* arg_lists[4];
+  PJRT_Event* done[4] = {NULL};
+  assert_true(num_devices <= 4);
+  for (size_t k = 0; k < num_devices; ++k) arg_lists[k] = &args[k];
+  PJRT_ExecuteOptions o;
+  CW_PJRT_INIT_ARGS(o);
+  PJRT_LoadedExecutable_Execute_Args x;
+  CW_PJRT_INIT_ARGS(x);
+  x.executable = exe;
+  x.options = &o;
+  x.argument_lists = arg_lists;
+  x.num_devices = num_devices;
+  x.num_args = 1;
+  x.output_lists = outs;
+  x.device_complete_events = done;
+  CW_PJRT_ASSERT_OK(api->PJRT_LoadedExecutable_Execute(&x));
+  for (size_t k = 0; k < num_devices; ++k) cw_pjrt_test_event_wait(done[k]);
+}
+
 static void test_checksum_program_on_assigned_devices(void** state) {
   PJRT_Client* c = cw_pjrt_test_create_client(4);
   assert_non_null(c);
@@ -333,26 +356,12 @@ static void test_checksum_program_on_assigned_devices(void** state) {
   assert_ptr_equal(ad.addressable_devices[1], d.addressable_devices[0]);
 
   float in[2][3] = {{1, 2, 3}, {7, 8, 9}};
-  PJRT_Buffer* args[2][1] = {{upload(c, ad.addressable_devices[0], in[0], 3)},
-                             {upload(c, ad.addressable_devices[1], in[1], 3)}};
+  PJRT_Buffer* args[2] = {upload(c, ad.addressable_devices[0], in[0], 3),
+                          upload(c, ad.addressable_devices[1], in[1], 3)};
   PJRT_Buffer* outs[2][2] = {{NULL}};
-  PJRT_Buffer* const* arg_lists[2] = {args[0], args[1]};
   PJRT_Buffer** out_lists[2] = {outs[0], outs[1]};
-  PJRT_Event* done[2] = {NULL};
-  PJRT_ExecuteOptions o;
-  CW_PJRT_INIT_ARGS(o);
-  PJRT_LoadedExecutable_Execute_Args x;
-  CW_PJRT_INIT_ARGS(x);
-  x.executable = exe;
-  x.options = &o;
-  x.argument_lists = arg_lists;
-  x.num_devices = 2;
-  x.num_args = 1;
-  x.output_lists = out_lists;
-  x.device_complete_events = done;
-  CW_PJRT_ASSERT_OK(api->PJRT_LoadedExecutable_Execute(&x));
+  execute(exe, 2, args, out_lists);
   for (int k = 0; k < 2; ++k) {
-    cw_pjrt_test_event_wait(done[k]);
     uint64_t sum = fnv1a(in[k], sizeof(in[k]));
     uint64_t got[2];
     cw_pjrt_test_device_to_host(outs[k][0], got, sizeof(got));
@@ -400,7 +409,7 @@ static void test_checksum_program_on_assigned_devices(void** state) {
   cw_pjrt_test_executable_free(e);
 
   for (int k = 0; k < 2; ++k) {
-    cw_pjrt_test_buffer_free(args[k][0]);
+    cw_pjrt_test_buffer_free(args[k]);
     cw_pjrt_test_buffer_free(outs[k][0]);
     cw_pjrt_test_buffer_free(outs[k][1]);
   }
@@ -421,7 +430,7 @@ static void test_bad_programs_are_named(void** state) {
     PJRT_Error_Code code_want;
     const char* needle;
   } bad[] = {
-      {"mlir", "module {}", PJRT_Error_Code_UNIMPLEMENTED, "not 'mlir'"},
+      {"hlo", "HloModule m", PJRT_Error_Code_UNIMPLEMENTED, "not 'hlo'"},
       {"cwnull", "f33[4]", PJRT_Error_Code_INVALID_ARGUMENT, "unknown element type 'f33'"},
       {"cwnull", "f32[4", PJRT_Error_Code_INVALID_ARGUMENT, "lacks ']'"},
       {"cwnull", "f32[4,x]", PJRT_Error_Code_INVALID_ARGUMENT, "bad dimension of output 0"},
@@ -444,6 +453,170 @@ static void test_bad_programs_are_named(void** state) {
   char msg[512];
   assert_int_equal(take(compile(c, "cwnull", "f32[1]", far, 1, &exe), msg, sizeof(msg)),
                    PJRT_Error_Code_INVALID_ARGUMENT);
+  client_free(c);
+}
+
+// ---- JAX's programs through CW_NULL_COMPILER -------------------------------------------------
+
+static const char kTwiceModule[] =
+    "module @m {\n"
+    "  func.func public @main(%arg0: tensor<2x3xf32>) -> (tensor<2x3xf32>, tensor<i32>) {\n"
+    "    %0 = stablehlo.add %arg0, %arg0 : tensor<2x3xf32>\n"
+    "    %1 = stablehlo.constant dense<7> : tensor<i32>\n"
+    "    return %0, %1 : tensor<2x3xf32>, tensor<i32>\n"
+    "  }\n"
+    "}\n";
+
+// The optimized program into buf (size query first); its size.
+static size_t optimized(PJRT_LoadedExecutable* exe, char* buf, size_t cap, char* format) {
+  PJRT_LoadedExecutable_GetExecutable_Args g;
+  CW_PJRT_INIT_ARGS(g);
+  g.loaded_executable = exe;
+  CW_PJRT_ASSERT_OK(api->PJRT_LoadedExecutable_GetExecutable(&g));
+  PJRT_Program p;
+  CW_PJRT_INIT_ARGS(p);
+  PJRT_Executable_OptimizedProgram_Args o;
+  CW_PJRT_INIT_ARGS(o);
+  o.executable = g.executable;
+  o.program = &p;
+  CW_PJRT_ASSERT_OK(api->PJRT_Executable_OptimizedProgram(&o));
+  assert_true(p.code_size > 0 && p.code_size <= cap);
+  p.code = buf;
+  CW_PJRT_ASSERT_OK(api->PJRT_Executable_OptimizedProgram(&o));
+  snprintf(format, 32, "%.*s", (int)p.format_size, p.format);
+  cw_pjrt_test_executable_free(g.executable);
+  return p.code_size;
+}
+
+// Without a compiler the error names the variable, and a wrong path; with
+// XLA's plugin the program's outputs come out as declared (zeros), with the
+// compiler's optimized HLO, kept across serialization.
+static void test_mlir_through_compiler(void** state) {
+  PJRT_Client* c = cw_pjrt_test_create_client(2);
+  assert_non_null(c);
+  PJRT_Client_AddressableDevices_Args d = devices_of(c);
+  const int64_t ids[1] = {1};
+  PJRT_LoadedExecutable* exe = NULL;
+  char msg[1024];
+  unsetenv("CW_NULL_COMPILER");
+  assert_int_equal(take(compile(c, "mlir", kTwiceModule, ids, 1, &exe), msg, sizeof(msg)),
+                   PJRT_Error_Code_FAILED_PRECONDITION);
+  assert_non_null(strstr(msg, "CW_NULL_COMPILER is not set"));
+  setenv("CW_NULL_COMPILER", "/nonexistent/compiler.so", 1);
+  assert_int_equal(take(compile(c, "mlir", kTwiceModule, ids, 1, &exe), msg, sizeof(msg)),
+                   PJRT_Error_Code_FAILED_PRECONDITION);
+  assert_non_null(strstr(msg, "/nonexistent/compiler.so"));
+
+  const char* xla = getenv("CW_NULL_XLA");
+  if (!xla || !*xla) {
+    print_message("CW_NULL_XLA (XLA's CPU plugin) is not set: the compiled half is skipped\n");
+    client_free(c);
+    return;
+  }
+  setenv("CW_NULL_COMPILER", xla, 1);
+  PJRT_Plugin_Attributes_Args at;
+  CW_PJRT_INIT_ARGS(at);
+  CW_PJRT_ASSERT_OK(api->PJRT_Plugin_Attributes(&at));
+  bool version = false;
+  for (size_t i = 0; i < at.num_attributes; ++i) {
+    version |= at.attributes[i].name_size == strlen("stablehlo_current_version") &&
+               !memcmp(at.attributes[i].name, "stablehlo_current_version",
+                       at.attributes[i].name_size);
+  }
+  assert_true(version);
+
+  take(compile(c, "mlir", "module {", ids, 1, &exe), msg, sizeof(msg));  // XLA's code
+  assert_non_null(strstr(msg, "refused the program"));
+
+  CW_PJRT_ASSERT_OK(compile(c, "mlir", kTwiceModule, ids, 1, &exe));
+  PJRT_LoadedExecutable_GetExecutable_Args g;
+  CW_PJRT_INIT_ARGS(g);
+  g.loaded_executable = exe;
+  CW_PJRT_ASSERT_OK(api->PJRT_LoadedExecutable_GetExecutable(&g));
+  PJRT_Executable_OutputElementTypes_Args ot;
+  CW_PJRT_INIT_ARGS(ot);
+  ot.executable = g.executable;
+  CW_PJRT_ASSERT_OK(api->PJRT_Executable_OutputElementTypes(&ot));
+  assert_int_equal(ot.num_output_types, 2);
+  assert_int_equal(ot.output_types[0], F32);
+  assert_int_equal(ot.output_types[1], PJRT_Buffer_Type_S32);
+  PJRT_Executable_OutputDimensions_Args od;
+  CW_PJRT_INIT_ARGS(od);
+  od.executable = g.executable;
+  CW_PJRT_ASSERT_OK(api->PJRT_Executable_OutputDimensions(&od));
+  assert_int_equal(od.dim_sizes[0], 2);
+  assert_int_equal(od.dim_sizes[1], 0);
+  assert_int_equal(od.dims[0], 2);
+  assert_int_equal(od.dims[1], 3);
+  PJRT_LoadedExecutable_AddressableDeviceLogicalIds_Args li;
+  CW_PJRT_INIT_ARGS(li);
+  li.executable = exe;
+  CW_PJRT_ASSERT_OK(api->PJRT_LoadedExecutable_AddressableDeviceLogicalIds(&li));
+  assert_int_equal(li.num_addressable_device_logical_ids, 1);
+  assert_int_equal(li.addressable_device_logical_ids[0].replica, 0);
+  cw_pjrt_test_executable_free(g.executable);
+
+  static char hlo[1 << 16], hlo2[1 << 16];
+  char format[32], format2[32];
+  size_t n = optimized(exe, hlo, sizeof(hlo), format);
+  assert_string_equal(format, "hlo_with_config");
+
+  float in[6] = {1, 2, 3, 4, 5, 6}, out[6] = {1};
+  PJRT_Buffer* args[1] = {upload(c, d.addressable_devices[1], in, 6)};
+  PJRT_Buffer* outs[2] = {NULL};
+  PJRT_Buffer** out_lists[1] = {outs};
+  execute(exe, 1, args, out_lists);
+  cw_pjrt_test_device_to_host(outs[0], out, sizeof(out));
+  const float zeros[6] = {0};
+  assert_memory_equal(out, zeros, sizeof(out));
+  int32_t seven = 7;
+  cw_pjrt_test_device_to_host(outs[1], &seven, sizeof(seven));
+  assert_int_equal(seven, 0);
+  for (int k = 0; k < 2; ++k) cw_pjrt_test_buffer_free(outs[k]);
+  cw_pjrt_test_buffer_free(args[0]);
+
+  // Serialized and loaded: the same optimized program and fingerprint.
+  CW_PJRT_INIT_ARGS(g);
+  g.loaded_executable = exe;
+  CW_PJRT_ASSERT_OK(api->PJRT_LoadedExecutable_GetExecutable(&g));
+  PJRT_Executable_Serialize_Args s;
+  CW_PJRT_INIT_ARGS(s);
+  s.executable = g.executable;
+  CW_PJRT_ASSERT_OK(api->PJRT_Executable_Serialize(&s));
+  PJRT_Executable_DeserializeAndLoad_Args l;
+  CW_PJRT_INIT_ARGS(l);
+  l.client = c;
+  l.serialized_executable = s.serialized_bytes;
+  l.serialized_executable_size = s.serialized_bytes_size;
+  CW_PJRT_ASSERT_OK(api->PJRT_Executable_DeserializeAndLoad(&l));
+  // Cut short: refused, naming the header.
+  l.serialized_executable_size = s.serialized_bytes_size - 1;
+  PJRT_LoadedExecutable* keep = l.loaded_executable;
+  assert_int_equal(take(api->PJRT_Executable_DeserializeAndLoad(&l), msg, sizeof(msg)),
+                   PJRT_Error_Code_INVALID_ARGUMENT);
+  assert_non_null(strstr(msg, "bad header"));
+  s.serialized_executable_deleter(s.serialized_executable);
+  assert_int_equal(optimized(keep, hlo2, sizeof(hlo2), format2), n);
+  assert_memory_equal(hlo, hlo2, n);
+  assert_string_equal(format, format2);
+  PJRT_Executable_Fingerprint_Args f1, f2;
+  CW_PJRT_INIT_ARGS(f1);
+  f1.executable = g.executable;
+  CW_PJRT_ASSERT_OK(api->PJRT_Executable_Fingerprint(&f1));
+  PJRT_LoadedExecutable_GetExecutable_Args g2;
+  CW_PJRT_INIT_ARGS(g2);
+  g2.loaded_executable = keep;
+  CW_PJRT_ASSERT_OK(api->PJRT_LoadedExecutable_GetExecutable(&g2));
+  CW_PJRT_INIT_ARGS(f2);
+  f2.executable = g2.executable;
+  CW_PJRT_ASSERT_OK(api->PJRT_Executable_Fingerprint(&f2));
+  assert_int_equal(f1.executable_fingerprint_size, f2.executable_fingerprint_size);
+  assert_memory_equal(f1.executable_fingerprint, f2.executable_fingerprint,
+                      f1.executable_fingerprint_size);
+  cw_pjrt_test_executable_free(g2.executable);
+  cw_pjrt_test_executable_free(g.executable);
+  cw_pjrt_test_loaded_free(keep);
+  cw_pjrt_test_loaded_free(exe);
   client_free(c);
 }
 
@@ -515,6 +688,7 @@ int main(void) {
       cmocka_unit_test(test_transfer_manager),
       cmocka_unit_test(test_checksum_program_on_assigned_devices),
       cmocka_unit_test(test_bad_programs_are_named),
+      cmocka_unit_test(test_mlir_through_compiler),
       cmocka_unit_test(test_worker_runs_null_programs),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
