@@ -42,6 +42,11 @@ median in the half of the pairs where a memory probe (a random gather) ran
 faster and in the slower half. cw_bench's raw loopback TCP ping-pong runs
 before and after them for the sync call's target.
 
+--plugin null runs both sides on the null plugin (docs/nullplugin.md): stock
+is JAX in-process on it (JAX_PLATFORMS=cwnull), causeway's workers load it;
+XLA's CPU plugin compiles only to tell the shapes, executions cost nothing and
+return zeros, so the table shows JAX's and causeway's dispatch alone.
+
 Targets (issue 12, item 3): asynchronous throughput >= 0.8x in-process JAX;
 training step time <= 1.05x in-process JAX; sync call <= 1.5x (raw loopback
 round trip + the in-process call), per pair with the faster raw figure.
@@ -78,6 +83,17 @@ def _pct(xs, q):
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
+def _plugin() -> str:
+    """The device plugin under both sides: "xla" or "null" (--plugin)."""
+    return os.environ.get("CW_JAX_BENCH_PLUGIN", "xla")
+
+
+def _expect(value: float) -> float:
+    """What an output holds after calls meant to make it `value`: the null
+    plugin's executions return zeros."""
+    return 0.0 if _plugin() == "null" else value
+
+
 def _setup(side: str):
     """Imports JAX for one side, checks which backend it got, returns
     (np, jax, devices, info)."""
@@ -103,12 +119,14 @@ def _setup(side: str):
         "backend_init_s": init_s,
         "jax": jax.__version__,
         "pid": os.getpid(),
+        "plugin": _plugin(),
     }
     with open("/proc/self/maps") as f:
         loaded = "libcauseway_pjrt" in f.read()
     info["causeway_plugin_loaded"] = loaded
     if side == "stock":
-        assert backend.platform == "cpu", backend.platform
+        want = "null" if _plugin() == "null" else "cpu"
+        assert backend.platform == want, (backend.platform, want)
         assert "causeway" not in xla_bridge._backend_factories, "stock side registered causeway"
         assert not loaded, "stock side loaded libcauseway_pjrt.so"
     else:
@@ -140,7 +158,7 @@ def measure(side: str, cfg: dict) -> dict:
         x = f(x).block_until_ready()
         times.append(pc() - t)
     times_us = [t / 1e3 for t in times]
-    expect = cfg["sync_warmup"] + cfg["sync_calls"]
+    expect = _expect(cfg["sync_warmup"] + cfg["sync_calls"])
     got = float(np.asarray(x)[0])
     assert got == expect, f"sync chain value {got} != {expect}"
     out["sync"] = {"calls": len(times_us), "median_us": statistics.median(times_us),
@@ -165,7 +183,7 @@ def measure(side: str, cfg: dict) -> dict:
         td = time.perf_counter()
         y.block_until_ready()
         te = time.perf_counter()
-        assert float(np.asarray(y)[0]) == n, "async chain value"
+        assert float(np.asarray(y)[0]) == _expect(n), "async chain value"
         rates.append(n / (te - t))
         dispatch_rates.append(n / (td - t))
     out["async"] = {"calls": n, "repeats": len(rates), "median_calls_per_s": statistics.median(rates),
@@ -289,7 +307,7 @@ def serve(side: str) -> int:
         else:
             raise SystemExit(f"jax_bench: unknown paired request {line!r}")
         got = float(np.asarray(x)[0])
-        assert got == start + n, f"{side}: value {got} after {n} calls from {start}"
+        assert got == _expect(start + n), f"{side}: value {got} after {n} calls from {start}"
         print(json.dumps(res), flush=True)
     return 0
 
@@ -309,13 +327,22 @@ def configs(quick: bool) -> dict:
             "pairs": 30, "pair_sync_calls": 500, "pair_chain_calls": 20000}
 
 
-def side_envs() -> dict:
+def side_envs(plugin: str) -> dict:
     sys.path.insert(0, str(ROOT / "tests" / "jax"))
     import harness  # noqa: E402 - the suite's environments, shared on purpose
     missing = harness.missing_build()
     if missing:
         raise SystemExit(f"jax_bench: {missing}")
-    return {"stock": harness.stock_env(), "causeway": harness.causeway_env()}, harness
+    if plugin == "null":
+        if not os.path.exists(harness.null_plugin()):
+            raise SystemExit(f"jax_bench: {harness.null_plugin()} not found: build the release "
+                             "tree (cmake --build build/release)")
+        envs = {"stock": harness.null_stock_env(), "causeway": harness.null_causeway_env()}
+    else:
+        envs = {"stock": harness.stock_env(), "causeway": harness.causeway_env()}
+    for env in envs.values():
+        env["CW_JAX_BENCH_PLUGIN"] = plugin
+    return envs, harness
 
 
 def run_side(side: str, env: dict, cfg: dict, timeout: float) -> dict:
@@ -433,14 +460,20 @@ def report(res: dict, cfg: dict, quick: bool) -> list[str]:
                                                if quick else ""))
     lines.append(f"  host: {platform.node()}, {ncpu} CPU core(s) ({_cpu_model()}), "
                  f"Python {platform.python_version()}, jax {cw['info']['jax']}")
+    null = cw["info"].get("plugin") == "null"
+    device = "the null plugin" if null else "XLA's CPU plugin"
     lines.append(f"  NOTE: the {ncpu} core(s) are shared by everything on the causeway side: the JAX "
-                 f"process, the controller and both workers (each running XLA's CPU plugin);")
+                 f"process, the controller and both workers (each running {device});")
     lines.append("        stock JAX runs alone in its process with the same cores. Sides run one "
                  "after the other.")
-    lines.append(f"  causeway: embedded cluster, 2 workers x 4 CPU devices "
+    lines.append(f"  causeway: embedded cluster, 2 workers x 4 {'null' if null else 'CPU'} devices "
                  f"({cw['info']['platform_version']}; backend init {cw['info']['backend_init_s']:.2f} s)")
-    lines.append(f"  stock:    JAX_PLATFORMS=cpu, 8 host devices, plugin discovery off "
-                 f"(libcauseway_pjrt loaded: {st['info']['causeway_plugin_loaded']})")
+    if null:
+        lines.append("  stock:    JAX_PLATFORMS=cwnull, the null plugin in-process, 8 devices "
+                     "(XLA compiles only for the shapes; executions return zeros at once)")
+    else:
+        lines.append(f"  stock:    JAX_PLATFORMS=cpu, 8 host devices, plugin discovery off "
+                     f"(libcauseway_pjrt loaded: {st['info']['causeway_plugin_loaded']})")
     lines.append("")
     lines.append(fmt_row("measurement", "causeway", "stock", "unit", "cw/stock", "target"))
     lines.append("  " + "-" * 106)
@@ -575,6 +608,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="few iterations (< 30 s)")
     ap.add_argument("--json", help="also write the raw results to this file")
     ap.add_argument("--only", choices=("causeway", "stock"), help="run one side (no table)")
+    ap.add_argument("--plugin", choices=("xla", "null"), default="xla",
+                    help="the device plugin under both sides (default: XLA's CPU plugin)")
     ap.add_argument("--no-paired", action="store_true",
                     help="skip the paired sync/chain rounds and the raw TCP baseline")
     ap.add_argument("--side", choices=("causeway", "stock"), help=argparse.SUPPRESS)
@@ -593,7 +628,7 @@ def main(argv=None) -> int:
         return 0
 
     cfg = configs(args.quick)
-    envs, harness = side_envs()
+    envs, harness = side_envs(args.plugin)
     timeout = 120 if args.quick else 900
     res = {}
     for side in ("causeway", "stock") if not args.only else (args.only,):

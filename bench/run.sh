@@ -36,10 +36,15 @@ build/release/bin/fleet_bench "${jax_args[@]}"
 # --quick among the arguments, its quick mode).
 cmake --build build/release --target causeway_pjrt causeway-controller causeway-worker >&2
 .venv/bin/python bench/jax_bench.py "${jax_args[@]}"
+# The same on the null plugin, both sides: JAX in-process on it against JAX on
+# causeway with null workers (XLA compiles only for the shapes): JAX's and
+# causeway's dispatch with a device that costs nothing.
+cmake --build build/release --target cw_nullplugin >&2
+.venv/bin/python bench/jax_bench.py --plugin null "${jax_args[@]}"
 # The sync call and the async chain at the PJRT C API, without JAX: a device
 # plugin in-process against the same plugin behind causeway, on XLA's plugin
-# and on the null plugin (which JAX cannot compile for), with raw loopback TCP
-# (sleeping and polling) in the same run.
+# and on the null plugin, with raw loopback TCP (sleeping and polling) in the
+# same run.
 cmake --build build/release --target dispatch_bench >&2
 dispatch=(--pjrt-lib build/release/lib/libcauseway_pjrt.so --bin-dir build/release/bin
   "${jax_args[@]}")
