@@ -83,7 +83,9 @@ static cw_status_t cw__hello(cw_client_t* c, const cw_client_options_t* o, int t
   CW_RETURN_IF_ERROR(
       cw_client_message_pack(&req.base, stack, sizeof(stack), &payload, &payload_len), "HELLO");
   uint64_t id = c->next_id++;
+  pthread_mutex_lock(&c->write_mu);
   cw_status_t s = cw_client_frame_write(c, CW_MSG_HELLO, id, payload, payload_len, NULL, 0, 0);
+  pthread_mutex_unlock(&c->write_mu);
   if (payload != stack) free(payload);
   // A write into a connection the peer already closed fails; the read below
   // says how (EOF or reset).
@@ -181,9 +183,11 @@ static void cw__client_free(cw_client_t* c) {
   pthread_mutex_destroy(&c->tune_mu);
   cw_status_free(c->read_err);
   pthread_mutex_destroy(&c->write_mu);
+  pthread_cond_destroy(&c->write_cv);
   pthread_cond_destroy(&c->flush_cv);
   free(c->payload_buf);
   free(c->wbuf);
+  free(c->wspare);
   cw_rbuf_deinitialize(&c->rb);
   free(c->dead);
   free(c->worker_name);
@@ -268,6 +272,7 @@ cw_status_t cw_client_connect(const char* address, const cw_client_options_t* op
   c->fd = -1;
   c->kick_fd = -1;
   pthread_mutex_init(&c->write_mu, NULL);
+  pthread_cond_init(&c->write_cv, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);  // cw_time_now_ns's clock

@@ -8,9 +8,10 @@
 // cw_client_liveness.c (the watchdog), cw_client_requests.c (typed helpers),
 // cw_client_socket.c (socket I/O).
 //
-// Threading model: any thread sends (one mutex serialises writers, each frame
-// goes out with one sendmsg loop over [held frames, header, payload, caller's
-// bulk...]); one reader thread per client decodes replies and completes
+// Threading model: any thread sends (one writer at a time, without a lock
+// across the system call: frames sent meanwhile queue in wbuf for that
+// writer; each pass is one sendmsg loop over [queued frames, header, payload,
+// caller's bulk...]); one reader thread per client decodes replies and completes
 // requests by request id. Held frames (deferred, batched) wait in wbuf; the
 // reader writes batched ones after taking a batched request's reply. Every request lives in a pending table from just before its
 // frame is written until it is claimed (cw_client_wait, cw_client_flush) or
@@ -116,11 +117,23 @@ struct cw_client_s {
   bool same_host_copies;  // HelloReply.same_host_copies
   cw_frame_limits_t limits;  // what we accept from the worker, and send to it
 
-  pthread_mutex_t write_mu;  // serialises whole frames on the socket
-  // Guarded by write_mu: whole frames of cw_client_send_deferred not yet
-  // written; they go out ahead of the next frame.
+  // One thread at a time writes (`writing`), making its system calls without
+  // write_mu; a small frame sent meanwhile joins wbuf and the writer sends it
+  // before it gives the turn up, so a sender never sleeps behind another's
+  // system call (the reader preempted mid-write held JAX's thread so).
+  pthread_mutex_t write_mu;  // guards the fields below down to flusher_stop
+  pthread_cond_t write_cv;   // the writer gave its turn up
+  bool writing;
+  // Whole frames not yet written (deferred, held, or queued behind the
+  // writer); they go out ahead of the next frame. The writer swaps wbuf with
+  // the spare before its system call.
   uint8_t* wbuf;
   size_t wbuf_len, wbuf_cap;
+  uint8_t* wspare;
+  size_t wspare_cap;
+  // wbuf holds frames that go now: queued behind the writer, or asked for by
+  // cw_client_write_held; the writer writes them before its turn ends.
+  bool wbuf_now;
   // wbuf holds a cw_client_send_batched frame (changed under write_mu; read
   // without it to skip the lock): the reader writes it after taking a
   // batched request's reply, the flusher once it was held for the batch window.
@@ -220,8 +233,8 @@ CW_MUST_USE cw_status_t cw_client_message_pack(const ProtobufCMessage* msg, uint
                                                size_t stack_cap, uint8_t** out_buf,
                                                size_t* out_len);
 // Writes one request frame, after any deferred frames; `payload` and `bulk`
-// are borrowed. The caller holds write_mu (or is the only thread, during
-// HELLO).
+// are borrowed. The caller holds write_mu, which is released around the
+// system calls (after the writer's turn, if another has it).
 CW_MUST_USE cw_status_t cw_client_frame_write(cw_client_t* c, uint16_t type, uint64_t request_id,
                                               const uint8_t* payload, size_t payload_len,
                                               const struct iovec* bulk, int bulk_count,
@@ -232,8 +245,10 @@ CW_MUST_USE cw_status_t cw_client_frame_write_flags(cw_client_t* c, uint16_t typ
                                               const uint8_t* payload, size_t payload_len,
                                               const struct iovec* bulk, int bulk_count,
                                               uint64_t bulk_len);
-// Writes wbuf's frames now; write_mu held. An error shuts the socket down
-// (the reader then fails what is outstanding).
+// Writes wbuf's frames now, or leaves them to the thread writing now (which
+// writes them before its turn ends); write_mu held (released around the
+// system call). An error shuts the socket down (the reader then fails what
+// is outstanding).
 CW_MUST_USE cw_status_t cw_client_write_held_locked(cw_client_t* c);
 // cw_client_send and cw_client_call with CW_CLIENT_PEND_* flags (DETACHED,
 // ALLOC_SINK) and CW_CLIENT_SEND_DEFER; *out_alloc takes an ALLOC_SINK buffer.

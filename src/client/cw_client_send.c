@@ -1,6 +1,7 @@
-// Sending, waiting and flushing (cw_client.h): frames go out whole under
-// write_mu, each request registered in the pending table just before its
-// frame is written; see cw_client_internal.h for the completion rules.
+// Sending, waiting and flushing (cw_client.h): frames go out whole, one
+// writer at a time (the writer's turn, cw__write_turn), each request
+// registered in the pending table just before its frame is written or
+// queued; see cw_client_internal.h for the completion rules.
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -43,13 +44,58 @@ cw_status_t cw_client_frame_write(cw_client_t* c, uint16_t type, uint64_t reques
                                      bulk_count, bulk_len);
 }
 
-// Writes `iov` (write_mu held), wbuf's frames at iov[0]: after it, wbuf holds
-// nothing (written, or the connection is being shut down).
-static cw_status_t cw__write_with_held(cw_client_t* c, struct iovec* iov, size_t n) {
-  cw_status_t s = c->tls ? cw_client_tls_write_iov(c->tls, c->address, iov, n)
-                         : cw_client_socket_write_iov(c->fd, c->address, iov, n);
-  c->wbuf_len = 0;
-  atomic_store_explicit(&c->wbuf_batched, false, memory_order_relaxed);
+// Writes wbuf's frames, then iov[1..n) (iov[0] is set here), as the
+// connection's one writer: write_mu held on entry and return, released
+// around each system call. Waits for the turn if another thread has it.
+// Before giving it up, writes what was queued meanwhile to go now
+// (wbuf_now); frames only held stay held, as they would have without this
+// turn, for the next batch. After a failure wbuf holds nothing (the
+// connection is being shut down).
+static cw_status_t cw__write_turn(cw_client_t* c, struct iovec* iov, size_t n) {
+  while (c->writing) pthread_cond_wait(&c->write_cv, &c->write_mu);
+  c->writing = true;
+  cw_status_t s = cw_ok_status();
+  bool own = n > 1;  // the caller's frame goes out in the first pass
+  for (int pass = 0; !s && (n > 1 || (c->wbuf_now && c->wbuf_len)); ++pass) {
+    if (pass == 1) own = false;
+    uint8_t* buf = c->wbuf;
+    size_t len = c->wbuf_len, cap = c->wbuf_cap;
+    c->wbuf = c->wspare;
+    c->wbuf_cap = c->wspare_cap;
+    c->wbuf_len = 0;
+    c->wbuf_now = false;
+    c->wspare = NULL;
+    c->wspare_cap = 0;
+    atomic_store_explicit(&c->wbuf_batched, false, memory_order_relaxed);
+    pthread_mutex_unlock(&c->write_mu);
+    iov[0] = (struct iovec){.iov_base = buf, .iov_len = len};
+    s = c->tls ? cw_client_tls_write_iov(c->tls, c->address, iov, n)
+               : cw_client_socket_write_iov(c->fd, c->address, iov, n);
+    pthread_mutex_lock(&c->write_mu);
+    c->wspare = buf;
+    c->wspare_cap = cap;
+    n = 1;
+  }
+  if (s) {
+    // Frames others queued are lost with the stream: close it, so the reader
+    // fails their requests. A caller whose frame went out in an earlier pass
+    // hears of it the same way.
+    cw_client_break(c);
+    c->wbuf_len = 0;
+    c->wbuf_now = false;
+    atomic_store_explicit(&c->wbuf_batched, false, memory_order_relaxed);
+    if (!own) {
+      cw_status_free(s);
+      s = cw_ok_status();
+    }
+  }
+  c->writing = false;
+  // Frames held during the turn: the flusher, idle while a writer wrote,
+  // times them from now.
+  if (atomic_load_explicit(&c->wbuf_batched, memory_order_relaxed) && c->flusher_idle) {
+    pthread_cond_signal(&c->flush_cv);
+  }
+  pthread_cond_broadcast(&c->write_cv);
   return s;
 }
 
@@ -66,20 +112,21 @@ cw_status_t cw_client_frame_write_flags(cw_client_t* c, uint16_t type, uint32_t 
     iov = malloc(n * sizeof(*iov));
     if (!iov) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   }
-  // Deferred frames first: one system call for all.
-  iov[0] = (struct iovec){.iov_base = c->wbuf, .iov_len = c->wbuf_len};
+  // Deferred frames first (iov[0]): one system call for all.
   iov[1] = (struct iovec){.iov_base = hdr, .iov_len = sizeof(hdr)};
   iov[2] = (struct iovec){.iov_base = (void*)payload, .iov_len = payload_len};
   for (int i = 0; i < bulk_count; ++i) iov[3 + i] = bulk[i];
-  cw_status_t s = cw__write_with_held(c, iov, n);
+  cw_status_t s = cw__write_turn(c, iov, n);
   if (iov != stack_iov) free(iov);
   return s;
 }
 
 cw_status_t cw_client_write_held_locked(cw_client_t* c) {
   if (!c->wbuf_len) return cw_ok_status();
-  struct iovec iov = {.iov_base = c->wbuf, .iov_len = c->wbuf_len};
-  cw_status_t s = cw__write_with_held(c, &iov, 1);
+  c->wbuf_now = true;
+  if (c->writing) return cw_ok_status();  // the writer takes wbuf before its turn ends
+  struct iovec iov;
+  cw_status_t s = cw__write_turn(c, &iov, 1);
   if (s) cw_client_break(c);  // a partial frame: the reader fails the rest
   return s;
 }
@@ -114,7 +161,9 @@ void* cw_client_flusher_main(void* arg) {
   cw_client_t* c = arg;
   pthread_mutex_lock(&c->write_mu);
   while (!c->flusher_stop) {
-    if (!atomic_load_explicit(&c->wbuf_batched, memory_order_relaxed)) {
+    // Nothing held, or a writer who takes wbuf before its turn ends (and so
+    // clears wbuf_batched; the next hold signals flush_cv).
+    if (!atomic_load_explicit(&c->wbuf_batched, memory_order_relaxed) || c->writing) {
       c->flusher_idle = true;
       pthread_cond_wait(&c->flush_cv, &c->write_mu);
       c->flusher_idle = false;
@@ -141,21 +190,26 @@ cw_status_t cw_client_write_held(cw_client_t* client) {
   return s;
 }
 
+// Room in wbuf for `need` more bytes (write_mu held): false past
+// CW__DEFER_MAX or out of memory.
+static bool cw__wbuf_reserve(cw_client_t* c, size_t need) {
+  if (c->wbuf_len + need > CW__DEFER_MAX) return false;
+  if (c->wbuf_len + need <= c->wbuf_cap) return true;
+  size_t cap = c->wbuf_cap ? c->wbuf_cap : 1024;
+  while (cap < c->wbuf_len + need) cap *= 2;
+  uint8_t* grown = realloc(c->wbuf, cap);
+  if (!grown) return false;
+  c->wbuf = grown;
+  c->wbuf_cap = cap;
+  return true;
+}
+
 // cw_client_send_deferred: appends the frame to c->wbuf (write_mu held);
 // written at once when the buffer is full or cannot grow.
 static cw_status_t cw__defer_frame(cw_client_t* c, uint16_t type, uint64_t request_id,
                                    const uint8_t* payload, size_t payload_len) {
   size_t need = CW_FRAME_HEADER_SIZE + payload_len;
-  if (c->wbuf_len + need > c->wbuf_cap && c->wbuf_len + need <= CW__DEFER_MAX) {
-    size_t cap = c->wbuf_cap ? c->wbuf_cap : 1024;
-    while (cap < c->wbuf_len + need) cap *= 2;
-    uint8_t* grown = realloc(c->wbuf, cap);
-    if (grown) {
-      c->wbuf = grown;
-      c->wbuf_cap = cap;
-    }
-  }
-  if (c->wbuf_len + need > c->wbuf_cap) {
+  if (!cw__wbuf_reserve(c, need)) {
     return cw_client_frame_write(c, type, request_id, payload, payload_len, NULL, 0, 0);
   }
   cw__encode_request_header(type, request_id, payload_len, 0, c->wbuf + c->wbuf_len);
@@ -244,8 +298,13 @@ cw_status_t cw_client_send_flags(cw_client_t* c, uint16_t type, const ProtobufCM
     goto out;
   }
 
-  // The writer lock is taken before registering so that ids go out in order.
+  // The writer lock is taken before registering so that ids go out in order:
+  // a frame that cannot join wbuf behind another thread's write (bulk, or
+  // wbuf full) waits for the turn first.
   pthread_mutex_lock(&c->write_mu);
+  while (c->writing && (bulk_len || !cw__wbuf_reserve(c, CW_FRAME_HEADER_SIZE + payload_len))) {
+    pthread_cond_wait(&c->write_cv, &c->write_mu);
+  }
   pthread_mutex_lock(&c->mu);
   cw_client_pending_t* p = c->dead ? NULL : cw_client_table_new_record(&c->table);
   if (!p) {
@@ -265,9 +324,13 @@ cw_status_t cw_client_send_flags(cw_client_t* c, uint16_t type, const ProtobufCM
   // the reader writes it when it takes one of them (it takes write_mu
   // after, so it cannot miss a frame held meanwhile). Replies that stopped
   // coming (a paused session, a long program) hold nothing: the peer sees
-  // the request at once.
-  bool hold = batch && c->batched >= CW_CLIENT_BATCH_DEPTH &&
-              cw_time_now_ns() - c->batched_reply_ns < c->batch_window_ns;
+  // the request at once. Behind another thread's write, with one
+  // unanswered, it is held too: it goes with that reply's batch, as it
+  // would have had this thread waited for the write (sent at once, the
+  // writer would write it alone, one more system call per batch).
+  bool hold = batch && ((c->batched >= CW_CLIENT_BATCH_DEPTH &&
+                         cw_time_now_ns() - c->batched_reply_ns < c->batch_window_ns) ||
+                        (c->writing && c->batched > 0));
   if (batch) c->batched++;
   // Liveness counts silence only while something is owed: from now, if
   // nothing was.
@@ -277,10 +340,14 @@ cw_status_t cw_client_send_flags(cw_client_t* c, uint16_t type, const ProtobufCM
   pthread_mutex_unlock(&c->mu);
   // From here on the reader may complete (and free) `p`; use `id` only.
 
-  cw_status_t ws = (defer || hold) && !bulk_len
+  // Behind another thread's write, a small frame joins wbuf: that writer
+  // sends it before its turn ends.
+  bool queue = c->writing && !defer && !hold;
+  cw_status_t ws = (defer || hold || queue) && !bulk_len
                        ? cw__defer_frame(c, type, id, payload, payload_len)
                        : cw_client_frame_write(c, type, id, payload, payload_len, bulk, bulk_count,
                                          bulk_len);
+  if (queue && !ws) c->wbuf_now = true;
   if (hold && !ws && c->wbuf_len) cw__held_batched(c);
   if (ws) {
     // A partial frame desynchronises the stream: close it so the reader

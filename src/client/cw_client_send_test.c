@@ -1,8 +1,8 @@
 // Unit tests of sending, waiting and flushing (cw_client_send.c): ids,
 // pipelined requests answered out of order, deferred frames, batched frames
 // (held while enough are unanswered, written by the reader, on demand, or by
-// the flusher),
-// several threads on one client; against the fake peer.
+// the flusher), frames queued behind another thread's write, several threads
+// on one client; against the fake peer.
 #include <errno.h>
 #include <semaphore.h>
 #include <stdio.h>
@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cw_client_fake_peer.h"
+#include "cw_client_internal.h"
 
 // Reads n PINGs, then answers them in reverse order.
 static void script_reverse(fake_t* f) {
@@ -297,6 +298,80 @@ static void test_batched_send_window(void** state) {
 static void test_batched_send_flusher(void** state) { batched_unanswered(4, 50 * 1000); }
 
 // Several threads share one client; the peer echoes.
+
+// ---- Behind another thread's write ---------------------------------------------------------
+
+#define BIG_PING (4u << 20)  // more than the socket's buffers hold
+static _Atomic bool g_peer_reading;
+
+// Reads nothing until the test says its small sends returned (or 60 s), then
+// the big PING and the small ones, in id order.
+static void script_behind_writer(fake_t* f) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += 60;
+  sem_timedwait(&g_sent, &ts);
+  atomic_store(&g_peer_reading, true);
+  frame_t fr[4];
+  for (int i = 0; i < 4; ++i) FCHECK(f, fake_read(f, &fr[i]) && fr[i].h.type == CW_MSG_PING);
+  bool ok = ((const Causeway__V1__Ping*)fr[0].msg)->data.len == BIG_PING;
+  for (int i = 1; i < 4; ++i) ok = ok && fr[i].h.request_id == fr[0].h.request_id + (uint64_t)i;
+  reply_rest_and_echo(f, fr, 0, 4);
+  FCHECK(f, ok);
+}
+
+static void* big_ping_main(void* arg) {
+  cw_client_t* c = arg;
+  char* data = malloc(BIG_PING + 1);
+  memset(data, 'x', BIG_PING);
+  data[BIG_PING] = '\0';
+  uint64_t id = 0;
+  cw_status_t s = send_ping(c, data, NULL, NULL, &id);
+  if (!s) s = cw_client_wait(c, id, NULL, NULL);
+  free(data);
+  return s;  // NULL when OK
+}
+
+// A small frame sent while another thread's write cannot finish (the peer
+// reads nothing) joins the write buffer and returns at once; the writer
+// sends it after its own frame, in id order.
+static void test_send_behind_blocked_writer(void** state) {
+  sems_init();
+  atomic_store(&g_peer_reading, false);
+  fake_t f = {0};
+  fake_start(&f, script_behind_writer);
+  cw_client_t* c = connect_ok(&f);
+  int small = 64 * 1024;  // far below the big frame, whatever the host's default
+  assert_int_equal(setsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+  pthread_t big;
+  assert_int_equal(pthread_create(&big, NULL, big_ping_main, c), 0);
+  bool writing = false;
+  for (int ms = 0; !writing && ms < 60000; ++ms) {
+    pthread_mutex_lock(&c->write_mu);
+    writing = c->writing;
+    pthread_mutex_unlock(&c->write_mu);
+    if (!writing) usleep(1000);
+  }
+  if (!writing) {
+    sem_post(&g_sent);  // lets the peer go on
+    fail_msg("the big PING's write never started");
+  }
+  uint64_t ids[3];
+  for (int i = 0; i < 3; ++i) assert_ok(send_ping(c, "small", NULL, NULL, &ids[i]));
+  bool early = !atomic_load(&g_peer_reading);
+  sem_post(&g_sent);
+  assert_true(early);  // returned while the big frame was still unread
+  for (int i = 0; i < 3; ++i) assert_ok(cw_client_wait(c, ids[i], NULL, NULL));
+  void* st = NULL;
+  pthread_join(big, &st);
+  assert_ok((cw_status_t)st);
+  cw_client_release(c);
+  fake_join(&f);
+  sems_destroy();
+}
+
+// ---- Several threads -----------------------------------------------------------------------
+
 typedef struct stress_s {
   cw_client_t* c;
   int thread;
@@ -354,6 +429,7 @@ int main(void) {
       cmocka_unit_test(test_batched_send_connection_lost),
       cmocka_unit_test(test_batched_send_window),
       cmocka_unit_test(test_batched_send_flusher),
+      cmocka_unit_test(test_send_behind_blocked_writer),
       cmocka_unit_test(test_threads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

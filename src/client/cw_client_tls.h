@@ -4,7 +4,7 @@
 //
 // OpenSSL allows one SSL object to be used by one thread at a time only (no
 // SSL_read concurrent with SSL_write). The client has a reader thread and
-// any number of writers (serialised among themselves by write_mu), so every
+// any number of writers (one at a time: the writer's turn, cw_client_send.c), so every
 // SSL call here runs under the connection's `mu`, and nobody waits for the
 // socket while holding it: a reader that needs bytes polls for POLLIN, a
 // writer whose records do not fit polls for POLLOUT, each without the lock,
