@@ -1,6 +1,6 @@
 // dispatch_bench: issue 12's dispatch ratios at the PJRT C API, on any
-// device plugin, the null plugin included (JAX cannot compile for it, so
-// jax_bench.py covers XLA's plugin only). One process loads the device
+// device plugin, the null plugin included: against the bare plugin, without
+// JAX's own dispatch (jax_bench.py --plugin null has it). One process loads the device
 // plugin twice over: in-process, as JAX would, and behind causeway
 // (libcauseway_pjrt.so, an embedded cluster whose workers run the same
 // plugin). Both sides make the same calls: a sync call is Execute of a
