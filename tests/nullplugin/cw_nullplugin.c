@@ -90,7 +90,8 @@ static PJRT_Error* cw__error_get_code(PJRT_Error_GetCode_Args* a) {
 
 const char cw_null_memory_kind[] = "device";
 static const char g_platform[] = "null";
-static const char g_version[] = "cw_nullplugin 1";
+// Part of the compile cache's key: a new serialized form needs a new version.
+static const char g_version[] = "cw_nullplugin 2";
 
 static PJRT_Error* cw__initialize(PJRT_Plugin_Initialize_Args* a) {
   return NULL;
