@@ -180,13 +180,12 @@ def null_plugin() -> str:
 def null_stock_env() -> dict:
     """JAX in-process on the null plugin: JAX's own dispatch before a device
     that costs nothing. XLA's CPU plugin compiles, only to tell the shapes."""
-    env = _base_env(False)
+    env = stock_env()
+    del env["XLA_FLAGS"]  # the null plugin's devices instead
     env["JAX_PLATFORMS"] = "cwnull"
     env["PJRT_NAMES_AND_LIBRARY_PATHS"] = f"cwnull:{null_plugin()}"
     env["CW_NULL_COMPILER"] = cpu_plugin()
     env["CW_NULL_DEVICES"] = str(NUM_DEVICES)
-    env["CW_EMULATE_ISLAND_SIZE"] = str(DEVICES_PER_WORKER)
-    env["CW_RUNNER_NO_PLUGINS"] = "1"
     return env
 
 

@@ -316,6 +316,37 @@ static PJRT_Buffer* upload(PJRT_Client* c, PJRT_Device* dev, const float* data, 
                                      NULL);
 }
 
+// The executable of a loaded one (the caller frees it).
+static PJRT_Executable* executable_of(PJRT_LoadedExecutable* exe) {
+  PJRT_LoadedExecutable_GetExecutable_Args g;
+  CW_PJRT_INIT_ARGS(g);
+  g.loaded_executable = exe;
+  CW_PJRT_ASSERT_OK(api->PJRT_LoadedExecutable_GetExecutable(&g));
+  return g.executable;
+}
+
+// e serialized; the caller runs its deleter.
+static PJRT_Executable_Serialize_Args serialize(PJRT_Executable* e) {
+  PJRT_Executable_Serialize_Args s;
+  CW_PJRT_INIT_ARGS(s);
+  s.executable = e;
+  CW_PJRT_ASSERT_OK(api->PJRT_Executable_Serialize(&s));
+  return s;
+}
+
+// Loads the first `size` bytes of s on c.
+static PJRT_Error* load_serialized(PJRT_Client* c, const PJRT_Executable_Serialize_Args* s,
+                                   size_t size, PJRT_LoadedExecutable** out) {
+  PJRT_Executable_DeserializeAndLoad_Args l;
+  CW_PJRT_INIT_ARGS(l);
+  l.client = c;
+  l.serialized_executable = s->serialized_bytes;
+  l.serialized_executable_size = size;
+  PJRT_Error* e = api->PJRT_Executable_DeserializeAndLoad(&l);
+  *out = l.loaded_executable;
+  return e;
+}
+
 // Executes exe with one argument per device (args[k]) into outs[k][...] and
 // waits for every device.
 static void execute(PJRT_LoadedExecutable* exe, size_t num_devices, PJRT_Buffer** args,
@@ -380,32 +411,18 @@ static void test_checksum_program_on_assigned_devices(void** state) {
   }
 
   // Serialized and loaded again: same devices, same fingerprint.
-  PJRT_Executable* e = NULL;
-  {
-    PJRT_LoadedExecutable_GetExecutable_Args g;
-    CW_PJRT_INIT_ARGS(g);
-    g.loaded_executable = exe;
-    CW_PJRT_ASSERT_OK(api->PJRT_LoadedExecutable_GetExecutable(&g));
-    e = g.executable;
-  }
-  PJRT_Executable_Serialize_Args s;
-  CW_PJRT_INIT_ARGS(s);
-  s.executable = e;
-  CW_PJRT_ASSERT_OK(api->PJRT_Executable_Serialize(&s));
-  PJRT_Executable_DeserializeAndLoad_Args l;
-  CW_PJRT_INIT_ARGS(l);
-  l.client = c;
-  l.serialized_executable = s.serialized_bytes;
-  l.serialized_executable_size = s.serialized_bytes_size;
-  CW_PJRT_ASSERT_OK(api->PJRT_Executable_DeserializeAndLoad(&l));
+  PJRT_Executable* e = executable_of(exe);
+  PJRT_Executable_Serialize_Args s = serialize(e);
+  PJRT_LoadedExecutable* loaded = NULL;
+  CW_PJRT_ASSERT_OK(load_serialized(c, &s, s.serialized_bytes_size, &loaded));
   s.serialized_executable_deleter(s.serialized_executable);
   PJRT_LoadedExecutable_AddressableDevices_Args ad2;
   CW_PJRT_INIT_ARGS(ad2);
-  ad2.executable = l.loaded_executable;
+  ad2.executable = loaded;
   CW_PJRT_ASSERT_OK(api->PJRT_LoadedExecutable_AddressableDevices(&ad2));
   assert_int_equal(ad2.num_addressable_devices, 2);
   assert_ptr_equal(ad2.addressable_devices[0], d.addressable_devices[2]);
-  cw_pjrt_test_loaded_free(l.loaded_executable);
+  cw_pjrt_test_loaded_free(loaded);
   cw_pjrt_test_executable_free(e);
 
   for (int k = 0; k < 2; ++k) {
@@ -469,23 +486,33 @@ static const char kTwiceModule[] =
 
 // The optimized program into buf (size query first); its size.
 static size_t optimized(PJRT_LoadedExecutable* exe, char* buf, size_t cap, char* format) {
-  PJRT_LoadedExecutable_GetExecutable_Args g;
-  CW_PJRT_INIT_ARGS(g);
-  g.loaded_executable = exe;
-  CW_PJRT_ASSERT_OK(api->PJRT_LoadedExecutable_GetExecutable(&g));
+  PJRT_Executable* e = executable_of(exe);
   PJRT_Program p;
   CW_PJRT_INIT_ARGS(p);
   PJRT_Executable_OptimizedProgram_Args o;
   CW_PJRT_INIT_ARGS(o);
-  o.executable = g.executable;
+  o.executable = e;
   o.program = &p;
   CW_PJRT_ASSERT_OK(api->PJRT_Executable_OptimizedProgram(&o));
   assert_true(p.code_size > 0 && p.code_size <= cap);
   p.code = buf;
   CW_PJRT_ASSERT_OK(api->PJRT_Executable_OptimizedProgram(&o));
   snprintf(format, 32, "%.*s", (int)p.format_size, p.format);
-  cw_pjrt_test_executable_free(g.executable);
+  cw_pjrt_test_executable_free(e);
   return p.code_size;
+}
+
+// The fingerprint of a loaded executable, into out[0..cap); its size.
+static size_t fingerprint(PJRT_LoadedExecutable* exe, char* out, size_t cap) {
+  PJRT_Executable* e = executable_of(exe);
+  PJRT_Executable_Fingerprint_Args f;
+  CW_PJRT_INIT_ARGS(f);
+  f.executable = e;
+  CW_PJRT_ASSERT_OK(api->PJRT_Executable_Fingerprint(&f));
+  assert_true(f.executable_fingerprint_size <= cap);
+  memcpy(out, f.executable_fingerprint, f.executable_fingerprint_size);
+  cw_pjrt_test_executable_free(e);
+  return f.executable_fingerprint_size;
 }
 
 // Without a compiler the error names the variable, and a wrong path; with
@@ -529,20 +556,17 @@ static void test_mlir_through_compiler(void** state) {
   assert_non_null(strstr(msg, "refused the program"));
 
   CW_PJRT_ASSERT_OK(compile(c, "mlir", kTwiceModule, ids, 1, &exe));
-  PJRT_LoadedExecutable_GetExecutable_Args g;
-  CW_PJRT_INIT_ARGS(g);
-  g.loaded_executable = exe;
-  CW_PJRT_ASSERT_OK(api->PJRT_LoadedExecutable_GetExecutable(&g));
+  PJRT_Executable* e = executable_of(exe);
   PJRT_Executable_OutputElementTypes_Args ot;
   CW_PJRT_INIT_ARGS(ot);
-  ot.executable = g.executable;
+  ot.executable = e;
   CW_PJRT_ASSERT_OK(api->PJRT_Executable_OutputElementTypes(&ot));
   assert_int_equal(ot.num_output_types, 2);
   assert_int_equal(ot.output_types[0], F32);
   assert_int_equal(ot.output_types[1], PJRT_Buffer_Type_S32);
   PJRT_Executable_OutputDimensions_Args od;
   CW_PJRT_INIT_ARGS(od);
-  od.executable = g.executable;
+  od.executable = e;
   CW_PJRT_ASSERT_OK(api->PJRT_Executable_OutputDimensions(&od));
   assert_int_equal(od.dim_sizes[0], 2);
   assert_int_equal(od.dim_sizes[1], 0);
@@ -554,7 +578,6 @@ static void test_mlir_through_compiler(void** state) {
   CW_PJRT_ASSERT_OK(api->PJRT_LoadedExecutable_AddressableDeviceLogicalIds(&li));
   assert_int_equal(li.num_addressable_device_logical_ids, 1);
   assert_int_equal(li.addressable_device_logical_ids[0].replica, 0);
-  cw_pjrt_test_executable_free(g.executable);
 
   static char hlo[1 << 16], hlo2[1 << 16];
   char format[32], format2[32];
@@ -576,45 +599,24 @@ static void test_mlir_through_compiler(void** state) {
   cw_pjrt_test_buffer_free(args[0]);
 
   // Serialized and loaded: the same optimized program and fingerprint.
-  CW_PJRT_INIT_ARGS(g);
-  g.loaded_executable = exe;
-  CW_PJRT_ASSERT_OK(api->PJRT_LoadedExecutable_GetExecutable(&g));
-  PJRT_Executable_Serialize_Args s;
-  CW_PJRT_INIT_ARGS(s);
-  s.executable = g.executable;
-  CW_PJRT_ASSERT_OK(api->PJRT_Executable_Serialize(&s));
-  PJRT_Executable_DeserializeAndLoad_Args l;
-  CW_PJRT_INIT_ARGS(l);
-  l.client = c;
-  l.serialized_executable = s.serialized_bytes;
-  l.serialized_executable_size = s.serialized_bytes_size;
-  CW_PJRT_ASSERT_OK(api->PJRT_Executable_DeserializeAndLoad(&l));
+  PJRT_Executable_Serialize_Args s = serialize(e);
+  PJRT_LoadedExecutable* keep = NULL;
+  CW_PJRT_ASSERT_OK(load_serialized(c, &s, s.serialized_bytes_size, &keep));
   // Cut short: refused, naming the header.
-  l.serialized_executable_size = s.serialized_bytes_size - 1;
-  PJRT_LoadedExecutable* keep = l.loaded_executable;
-  assert_int_equal(take(api->PJRT_Executable_DeserializeAndLoad(&l), msg, sizeof(msg)),
+  PJRT_LoadedExecutable* cut = NULL;
+  assert_int_equal(take(load_serialized(c, &s, s.serialized_bytes_size - 1, &cut), msg,
+                        sizeof(msg)),
                    PJRT_Error_Code_INVALID_ARGUMENT);
   assert_non_null(strstr(msg, "bad header"));
   s.serialized_executable_deleter(s.serialized_executable);
   assert_int_equal(optimized(keep, hlo2, sizeof(hlo2), format2), n);
   assert_memory_equal(hlo, hlo2, n);
   assert_string_equal(format, format2);
-  PJRT_Executable_Fingerprint_Args f1, f2;
-  CW_PJRT_INIT_ARGS(f1);
-  f1.executable = g.executable;
-  CW_PJRT_ASSERT_OK(api->PJRT_Executable_Fingerprint(&f1));
-  PJRT_LoadedExecutable_GetExecutable_Args g2;
-  CW_PJRT_INIT_ARGS(g2);
-  g2.loaded_executable = keep;
-  CW_PJRT_ASSERT_OK(api->PJRT_LoadedExecutable_GetExecutable(&g2));
-  CW_PJRT_INIT_ARGS(f2);
-  f2.executable = g2.executable;
-  CW_PJRT_ASSERT_OK(api->PJRT_Executable_Fingerprint(&f2));
-  assert_int_equal(f1.executable_fingerprint_size, f2.executable_fingerprint_size);
-  assert_memory_equal(f1.executable_fingerprint, f2.executable_fingerprint,
-                      f1.executable_fingerprint_size);
-  cw_pjrt_test_executable_free(g2.executable);
-  cw_pjrt_test_executable_free(g.executable);
+  char fp1[64], fp2[64];
+  size_t n1 = fingerprint(exe, fp1, sizeof(fp1));
+  assert_int_equal(fingerprint(keep, fp2, sizeof(fp2)), n1);
+  assert_memory_equal(fp1, fp2, n1);
+  cw_pjrt_test_executable_free(e);
   cw_pjrt_test_loaded_free(keep);
   cw_pjrt_test_loaded_free(exe);
   client_free(c);
