@@ -54,6 +54,7 @@
 #include <unistd.h>
 
 #include "cw_bench_raw.h"
+#include "cw_bench_stats.h"
 #include "cw_client.h"
 #include "cw_tls.h"
 
@@ -71,14 +72,9 @@ static double now_s(void) {
 
 static void die(const char* fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 
-static int cmp_double(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return (x > y) - (x < y);
-}
-
 // Sorts `v` in place; q in [0,1], nearest-rank.
 static double quantile(double* v, size_t n, double q) {
-  qsort(v, n, sizeof(double), cmp_double);
+  cw_bench_sort(v, n);
   size_t i = (size_t)(q * (double)(n - 1) + 0.5);
   if (i >= n) i = n - 1;
   return v[i];

@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "cw_bench_raw.h"
+#include "cw_bench_stats.h"
 #include "cw_pjrt_c_api.h"
 #include "cw_test_island.h"
 
@@ -47,13 +48,8 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int cmp_double(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return (x > y) - (x < y);
-}
-
 static double median(double* v, size_t n) {
-  qsort(v, n, sizeof(*v), cmp_double);
+  cw_bench_sort(v, n);
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 

@@ -57,6 +57,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cw_bench_stats.h"
 #include "cw_client.h"
 #include "cw_test_island.h"
 
@@ -249,13 +250,7 @@ static size_t alive_workers(void) {
 }
 
 static double median(double* v, int n) {
-  for (int i = 1; i < n; ++i) {
-    for (int j = i; j > 0 && v[j] < v[j - 1]; --j) {
-      double t = v[j];
-      v[j] = v[j - 1];
-      v[j - 1] = t;
-    }
-  }
+  cw_bench_sort(v, n > 0 ? (size_t)n : 0);
   return n ? v[n / 2] : 0;
 }
 

@@ -42,6 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cw_bench_stats.h"
 #include "cw_compile_disk.h"
 #include "cw_pjrt_c_api.h"
 
@@ -290,11 +291,6 @@ static bool start_once(double* out_s, int* out_devices) {
   return *out_devices > 0;
 }
 
-static int cmp_double(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return x < y ? -1 : x > y;
-}
-
 // `starts` starts with the full or an empty cache, with or without burners.
 // Returns the failures.
 static int phase(bool full, bool loaded) {
@@ -318,7 +314,7 @@ static int phase(bool full, bool loaded) {
     if (!full) remove_tree(empty);
   }
   if (loaded) burners_stop(opt.burners);
-  qsort(times, (size_t)ok, sizeof(double), cmp_double);
+  cw_bench_sort(times, (size_t)ok);
   printf("startup %-8s cache %-5s %-6s: %2d/%-2d started", opt.label, full ? "full" : "empty",
          loaded ? "loaded" : "idle", ok, opt.starts);
   if (ok) {
