@@ -164,6 +164,11 @@ struct cw_client_s {
   pthread_mutex_t read_mu;
   _Atomic bool shared_reads;
   cw_status_t read_err;  // a waiter's read failed: the reader ends the connection
+  // Records of callback requests completed by whoever reads, not yet
+  // recycled nor counted off `outstanding`: that waits for the next reply's
+  // turn with c->mu, or for the last reply buffered (one lock for a batch).
+  cw_client_pending_t* finished;
+  size_t num_finished;
   bool read_closed;      // the reader ended it: the stream is no longer at a frame
   // The thread running frames' callbacks on behalf of the reader (a waiter
   // in cw_client_take_replies), so that they cannot wait on this client.

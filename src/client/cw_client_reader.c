@@ -23,10 +23,38 @@
 // tried within it (cw__await_frame).
 #define CW__READER_PARK_NS (1000 * 1000)
 
+// Most finished records kept before they are settled regardless.
+#define CW__MAX_FINISHED 64
+
+// Recycles the finished records and counts them off (c->mu and read_mu held).
+static void cw__settle_locked(cw_client_t* c) {
+  if (!c->num_finished) return;
+  while (c->finished) {
+    cw_client_pending_t* p = c->finished;
+    c->finished = p->next;
+    cw_client_table_recycle(&c->table, p);
+  }
+  c->outstanding -= c->num_finished;
+  c->num_finished = 0;
+  pthread_cond_broadcast(&c->cv);
+}
+
+// With read_mu held.
+static void cw__settle(cw_client_t* c) {
+  if (!c->num_finished) return;
+  pthread_mutex_lock(&c->mu);
+  cw__settle_locked(c);
+  pthread_mutex_unlock(&c->mu);
+}
+
+static bool cw__reply_buffered(cw_client_t* c);
+
 // Completes `p` (already detached from the reader's view of the stream) with
-// `status`, `reply` and `bulk_len`, all taken. Called without c->mu.
+// `status`, `reply` and `bulk_len`, all taken. Called without c->mu, with
+// read_mu. A callback request left the table when its reply was matched
+// (`removed`).
 static void cw__complete(cw_client_t* c, cw_client_pending_t* p, cw_status_t status,
-                         ProtobufCMessage* reply, uint64_t bulk_len, void* alloc) {
+                         ProtobufCMessage* reply, uint64_t bulk_len, void* alloc, bool removed) {
   if (status) {
     if (reply) protobuf_c_message_free_unpacked(reply, NULL);
     reply = NULL;
@@ -35,17 +63,20 @@ static void cw__complete(cw_client_t* c, cw_client_pending_t* p, cw_status_t sta
   }
   // p->done, p->user and p->id never change after registration.
   if (p->done) {
-    pthread_mutex_lock(&c->mu);
-    cw_client_table_remove(&c->table, p->id);
-    pthread_mutex_unlock(&c->mu);
+    if (!removed) {
+      pthread_mutex_lock(&c->mu);
+      cw_client_table_remove(&c->table, p->id);
+      pthread_mutex_unlock(&c->mu);
+    }
     p->done(p->user, status, reply);  // takes status
     if (reply) protobuf_c_message_free_unpacked(reply, NULL);
     free(alloc);
-    pthread_mutex_lock(&c->mu);
-    cw_client_table_recycle(&c->table, p);
-    c->outstanding--;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
+    // Counted off once the replies read in one go are done (the next one's
+    // match settles it under the same lock), so that a flush waiting for
+    // outstanding replies sees them all.
+    p->next = c->finished;
+    c->finished = p;
+    if (++c->num_finished >= CW__MAX_FINISHED || !cw__reply_buffered(c)) cw__settle(c);
     return;
   }
   pthread_mutex_lock(&c->mu);
@@ -225,8 +256,13 @@ static cw_status_t cw__read_one(cw_client_t* c) {
   }
 
   pthread_mutex_lock(&c->mu);
+  cw__settle_locked(c);
   cw_client_pending_t* p = cw_client_table_find(&c->table, h.request_id);
   bool ok = p && !(p->flags & (CW_CLIENT_PEND_DONE | CW_CLIENT_PEND_MATCHED)) && p->type == h.type;
+  // A callback request without bulk to read leaves the table now: nothing
+  // can fail it between here and its callback.
+  bool removed = ok && p->done && !h.bulk_len;
+  if (removed) cw_client_table_remove(&c->table, h.request_id);
   // MATCHED keeps `p` alive for us: its sender no longer removes it, and
   // only this thread completes entries. Its other fields stay under c->mu;
   // copy what we need.
@@ -294,7 +330,7 @@ static cw_status_t cw__read_one(cw_client_t* c) {
   // its callback runs. One held after this check waits for the reply to
   // another request it counted, still unanswered, or the flusher.
   if (pflags & CW_CLIENT_PEND_BATCHED) cw_client_write_held_batched(c);
-  cw__complete(c, p, status, msg, h.bulk_len, alloc);
+  cw__complete(c, p, status, msg, h.bulk_len, alloc, removed);
   return cw_ok_status();
 }
 
@@ -331,6 +367,7 @@ bool cw_client_take_replies_locked(cw_client_t* c) {
       }
       took = true;
     }
+    cw__settle(c);  // after a failed read too
     atomic_store_explicit(&c->taking, false, memory_order_release);
     // What is left (a frame for the reader, or part of one) came off the
     // socket: the reader, waiting on the socket, must hear of it.
@@ -429,7 +466,10 @@ void* cw_client_reader_main(void* arg) {
     // Waiters stop reading before fail_all completes what is outstanding:
     // the stream may stop mid-frame, and a reply they took would be
     // completed twice.
-    if (s) c->read_closed = true;
+    if (s) {
+      c->read_closed = true;
+      cw__settle(c);
+    }
     pthread_mutex_unlock(&c->read_mu);
     if (s) {
       cw__fail_all(c, s);

@@ -204,17 +204,22 @@ static bool cw__wbuf_reserve(cw_client_t* c, size_t need) {
   return true;
 }
 
+// Appends a frame to wbuf, which has room for it (write_mu held).
+static void cw__append_frame(cw_client_t* c, uint16_t type, uint64_t request_id,
+                             const uint8_t* payload, size_t payload_len) {
+  cw__encode_request_header(type, request_id, payload_len, 0, c->wbuf + c->wbuf_len);
+  memcpy(c->wbuf + c->wbuf_len + CW_FRAME_HEADER_SIZE, payload, payload_len);
+  c->wbuf_len += CW_FRAME_HEADER_SIZE + payload_len;
+}
+
 // cw_client_send_deferred: appends the frame to c->wbuf (write_mu held);
 // written at once when the buffer is full or cannot grow.
 static cw_status_t cw__defer_frame(cw_client_t* c, uint16_t type, uint64_t request_id,
                                    const uint8_t* payload, size_t payload_len) {
-  size_t need = CW_FRAME_HEADER_SIZE + payload_len;
-  if (!cw__wbuf_reserve(c, need)) {
+  if (!cw__wbuf_reserve(c, CW_FRAME_HEADER_SIZE + payload_len)) {
     return cw_client_frame_write(c, type, request_id, payload, payload_len, NULL, 0, 0);
   }
-  cw__encode_request_header(type, request_id, payload_len, 0, c->wbuf + c->wbuf_len);
-  memcpy(c->wbuf + c->wbuf_len + CW_FRAME_HEADER_SIZE, payload, payload_len);
-  c->wbuf_len += need;
+  cw__append_frame(c, type, request_id, payload, payload_len);
   return cw_ok_status();
 }
 
@@ -306,20 +311,12 @@ cw_status_t cw_client_send_flags(cw_client_t* c, uint16_t type, const ProtobufCM
     pthread_cond_wait(&c->write_cv, &c->write_mu);
   }
   pthread_mutex_lock(&c->mu);
-  cw_client_pending_t* p = c->dead ? NULL : cw_client_table_new_record(&c->table);
-  if (!p) {
-    s = c->dead ? cw__dead_status(c) : cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  if (c->dead) {
+    s = cw__dead_status(c);
     pthread_mutex_unlock(&c->mu);
     pthread_mutex_unlock(&c->write_mu);
     goto out;
   }
-  p->type = type;
-  p->flags = flags | CW_CLIENT_PEND_SENDING;
-  if (sink) p->sink = *sink;
-  p->done = done;
-  p->user = user;
-  uint64_t id = p->id = c->next_id++;
-  cw_client_table_insert(&c->table, p);
   // Held while enough earlier ones are unanswered and their replies flow:
   // the reader writes it when it takes one of them (it takes write_mu
   // after, so it cannot miss a frame held meanwhile). Replies that stopped
@@ -331,22 +328,45 @@ cw_status_t cw_client_send_flags(cw_client_t* c, uint16_t type, const ProtobufCM
   bool hold = batch && ((c->batched >= CW_CLIENT_BATCH_DEPTH &&
                          cw_time_now_ns() - c->batched_reply_ns < c->batch_window_ns) ||
                         (c->writing && c->batched > 0));
+  // Behind another thread's write, a small frame joins wbuf: that writer
+  // sends it before its turn ends.
+  bool queue = c->writing && !defer && !hold;
+  // A frame that only joins wbuf is there before the request is registered
+  // (both under c->mu): it is never SENDING, and this thread need not take
+  // c->mu again (the reader contends for it with every reply).
+  bool joined = (defer || hold || queue) && !bulk_len &&
+                cw__wbuf_reserve(c, CW_FRAME_HEADER_SIZE + payload_len);
+  cw_client_pending_t* p = cw_client_table_new_record(&c->table);
+  if (!p) {
+    s = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&c->write_mu);
+    goto out;
+  }
+  p->type = type;
+  p->flags = flags | (joined ? 0u : (unsigned)CW_CLIENT_PEND_SENDING);
+  if (sink) p->sink = *sink;
+  p->done = done;
+  p->user = user;
+  uint64_t id = p->id = c->next_id++;
+  cw_client_table_insert(&c->table, p);
   if (batch) c->batched++;
   // Liveness counts silence only while something is owed: from now, if
   // nothing was.
   if (c->outstanding++ == 0) {
     atomic_store_explicit(&c->last_rx_ms, cw_time_now_ms(), memory_order_relaxed);
   }
+  if (joined) cw__append_frame(c, type, id, payload, payload_len);
   pthread_mutex_unlock(&c->mu);
   // From here on the reader may complete (and free) `p`; use `id` only.
 
-  // Behind another thread's write, a small frame joins wbuf: that writer
-  // sends it before its turn ends.
-  bool queue = c->writing && !defer && !hold;
-  cw_status_t ws = (defer || hold || queue) && !bulk_len
-                       ? cw__defer_frame(c, type, id, payload, payload_len)
-                       : cw_client_frame_write(c, type, id, payload, payload_len, bulk, bulk_count,
-                                         bulk_len);
+  cw_status_t ws = cw_ok_status();
+  if (!joined) {
+    ws = (defer || hold || queue) && !bulk_len
+             ? cw__defer_frame(c, type, id, payload, payload_len)
+             : cw_client_frame_write(c, type, id, payload, payload_len, bulk, bulk_count,
+                                     bulk_len);
+  }
   if (queue && !ws) c->wbuf_now = true;
   if (hold && !ws && c->wbuf_len) cw__held_batched(c);
   if (ws) {
@@ -355,6 +375,10 @@ cw_status_t cw_client_send_flags(cw_client_t* c, uint16_t type, const ProtobufCM
     cw_client_break(c);
   }
   pthread_mutex_unlock(&c->write_mu);
+  if (joined) {
+    if (out_request_id) *out_request_id = id;
+    goto out;
+  }
 
   // The reader fails no entry that is still SENDING and unanswered, so here
   // the entry is untouched, or the reader owns it (MATCHED: a reply came),
