@@ -8,6 +8,7 @@
 #include "cw_plugin_error.h"
 #include "cw_plugin_event.h"
 #include "cw_plugin_trace.h"
+#include "cw_recycle.h"
 #include "cw_time.h"
 
 typedef struct cw__waiter_s {
@@ -32,8 +33,12 @@ struct cw_plugin_future_s {
   void* ctx;              // the completer's (cw_plugin_future_set_ctx)
 };
 
+// A launch's future is made on JAX's thread and often freed by the client's
+// reader, whose reply drops the last reference.
+static cw_recycle_t cw__futures = CW_RECYCLE_INIT(sizeof(cw_plugin_future_t), 256);
+
 cw_plugin_future_t* cw_plugin_future_create(void) {
-  cw_plugin_future_t* f = calloc(1, sizeof(*f));
+  cw_plugin_future_t* f = cw_recycle_alloc(&cw__futures);
   if (!f) return NULL;
   atomic_init(&f->refs, 1);
   atomic_init(&f->done, false);
@@ -71,7 +76,7 @@ void cw_plugin_future_release(cw_plugin_future_t* f) {
   cw_status_free(f->status);
   pthread_cond_destroy(&f->cv);
   pthread_mutex_destroy(&f->mu);
-  free(f);
+  cw_recycle_free(&cw__futures, f);
 }
 
 static void cw__waiter_call(const cw__waiter_t* w, cw_status_t status) {

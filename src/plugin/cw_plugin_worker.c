@@ -8,6 +8,7 @@
 #include "cw_plugin_internal.h"
 #include "cw_plugin_resume.h"
 #include "cw_plugin_worker.h"
+#include "cw_recycle.h"
 
 // Most ids one batched DELETE carries.
 #define CW__DELETE_BATCH 256
@@ -327,13 +328,16 @@ typedef struct cw__ordered_s {
   pthread_mutex_t await_mu;
 } cw__ordered_t;
 
+// Made on the sender's thread (JAX's), freed by the reader of the reply.
+static cw_recycle_t cw__ordered_records = CW_RECYCLE_INIT(sizeof(cw__ordered_t), 256);
+
 static void cw__ordered_free(cw__ordered_t* o) {
   if (o->relayed) atomic_fetch_sub_explicit(&o->w->relayed_out, 1, memory_order_relaxed);
   if (o->copy) protobuf_c_message_free_unpacked(o->copy, NULL);
   free(o->packed);
   cw_status_free(o->await_error);
   if (o->type == CW_MSG_LAUNCH && o->packed) pthread_mutex_destroy(&o->await_mu);
-  free(o);
+  cw_recycle_free(&cw__ordered_records, o);
 }
 
 // Ends the request: its reply (or error: the seq is filled first) to `done`.
@@ -454,7 +458,7 @@ static cw_status_t cw__send_ordered(cw_plugin_worker_t* w, bool direct, bool bat
                                     ProtobufCMessage* req, uint64_t* req_seq,
                                     cw_client_done_fn done, void* user) {
   cw_plugin_client_t* c = w->client;
-  cw__ordered_t* o = calloc(1, sizeof(*o));
+  cw__ordered_t* o = cw_recycle_alloc(&cw__ordered_records);
   if (!o) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   o->w = w;
   o->done = done;
@@ -483,7 +487,7 @@ static cw_status_t cw__send_ordered(cw_plugin_worker_t* w, bool direct, bool bat
     if (s) {
       cw_plugin_ctrl_send_unlock(c);
       pthread_mutex_unlock(&w->send_mu);
-      free(o);
+      cw_recycle_free(&cw__ordered_records, o);
       return s;
     }
     batch = batch && atomic_load_explicit(&w->relayed_out, memory_order_relaxed) >= 2;
