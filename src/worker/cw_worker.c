@@ -25,6 +25,7 @@
 #include "cw_worker.h"
 
 #include <inttypes.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +33,7 @@
 
 #include "cw_handler_set.h"
 #include "cw_log.h"
+#include "cw_time.h"
 #include "cw_worker_conn.h"
 #include "cw_worker_hostcb.h"
 #include "cw_worker_http.h"
@@ -182,6 +184,26 @@ static void cw__release_handle(void* user, cw_store_entry_t* e) {
   }
 }
 
+// --- Polling after launches ------------------------------------------------------
+
+// Each loop pass while a window lasts (the loop polls, never sleeps): the
+// core goes to any other thread that wants it.
+static void cw__on_spin(uv_idle_t* idle) {
+  cw_worker_t* w = idle->data;
+  if (!w->shutting_down && cw_spin_poll(&w->spin, cw_time_now_ns())) {
+    sched_yield();
+    return;
+  }
+  w->spin.polling = false;
+  uv_idle_stop(idle);
+}
+
+void cw_worker_spin_after_launch(cw_worker_t* w) {
+  if (w->handles_open && cw_spin_launch(&w->spin, cw_time_now_ns())) {
+    uv_idle_start(&w->spin_idle, cw__on_spin);
+  }
+}
+
 // --- Signals, shutdown -----------------------------------------------------------
 
 static void cw__maybe_finish_shutdown(cw_worker_t* w) {
@@ -193,6 +215,7 @@ static void cw__maybe_finish_shutdown(cw_worker_t* w) {
   uv_close((uv_handle_t*)&w->async, NULL);
   cw_net_deinitialize(&w->net);  // a last prepare pass applies what fired inline
   uv_close((uv_handle_t*)&w->shutdown_timer, NULL);
+  uv_close((uv_handle_t*)&w->spin_idle, NULL);
 }
 
 static void cw__shutdown_timeout(uv_timer_t* t) {
@@ -271,6 +294,9 @@ cw_status_t cw_worker_create(const cw_settings_t* settings, cw_worker_t** out) {
   w->inventory_ready = true;
   uv_async_init(&w->loop, &w->async, cw__on_async);
   w->async.data = w;
+  uv_idle_init(&w->loop, &w->spin_idle);
+  w->spin_idle.data = w;
+  cw_spin_initialize(&w->spin, cw_settings_int(settings, CW_SET_WORKER_SPIN_US) * 1000);
   uv_timer_init(&w->loop, &w->shutdown_timer);
   w->shutdown_timer.data = w;
   uv_unref((uv_handle_t*)&w->shutdown_timer);

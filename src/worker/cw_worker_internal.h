@@ -19,6 +19,7 @@
 #include "cw_store.h"
 #include "cw_worker.h"
 #include "cw_worker_seq.h"
+#include "cw_worker_spin.h"
 
 typedef struct cw_conn_s cw_conn_t;
 typedef struct cw_op_s cw_op_t;          // cw_worker_op.h
@@ -107,6 +108,10 @@ struct cw_worker_s {
   bool inline_completions;  // completions queued from the loop thread itself
   uv_signal_t sigterm, sigint;
   uv_timer_t shutdown_timer;
+  // Polling after launches (cw_worker_spin.h): while spin_idle is active the
+  // loop does not sleep.
+  uv_idle_t spin_idle;
+  cw_spin_t spin;
   bool handles_open;
   bool shutting_down;
   bool leak_on_exit;
@@ -166,5 +171,8 @@ CW_MUST_USE bool cw_worker_post(cw_worker_t* w, cw_done_fn fn, void* user);
 // A threadpool job was queued / applied (shutdown waits for none left).
 void cw_worker_job_started(cw_worker_t* w);
 void cw_worker_job_done(cw_worker_t* w);
+// A launch arrived (loop thread): the loop may poll for the next one before
+// it sleeps (cw_worker_spin.h).
+void cw_worker_spin_after_launch(cw_worker_t* w);
 
 #endif  // CW_WORKER_INTERNAL_H_
