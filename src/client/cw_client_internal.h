@@ -13,9 +13,11 @@
 // writer; each pass is one sendmsg loop over [queued frames, header, payload,
 // caller's bulk...]); one reader thread per client decodes replies and completes
 // requests by request id. Held frames (deferred, batched) wait in wbuf; the
-// reader writes batched ones after taking a batched request's reply. Every request lives in a pending table from just before its
-// frame is written until it is claimed (cw_client_wait, cw_client_flush) or
-// its callback has run.
+// reader writes batched ones after taking a batched request's reply. Every
+// request lives in a pending table from just before its frame is written (or
+// as it joins wbuf) until it is claimed (cw_client_wait, cw_client_flush) or
+// its callback has run; one with a callback and no reply bulk leaves the table
+// when the reader matches its reply, just before the callback runs.
 //
 // Completion rules:
 //  - cw_client_send returns an error => the callback never runs and nothing

@@ -6,6 +6,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+// Under AddressSanitizer a kept block is poisoned past its link, so a late
+// access to a freed block is still reported.
+#if defined(__SANITIZE_ADDRESS__)
+#define CW__ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CW__ASAN 1
+#endif
+#endif
+#ifdef CW__ASAN
+#include <sanitizer/asan_interface.h>
+#define CW__POISON(b, r) \
+  ASAN_POISON_MEMORY_REGION((char*)(b) + sizeof(cw_recycled_t), (r)->size - sizeof(cw_recycled_t))
+#define CW__UNPOISON(b, r) ASAN_UNPOISON_MEMORY_REGION((b), (r)->size)
+#else
+#define CW__POISON(b, r) ((void)(b), (void)(r))
+#define CW__UNPOISON(b, r) ((void)(b), (void)(r))
+#endif
+
 struct cw_recycled_s {
   cw_recycled_t* next;
 };
@@ -24,6 +43,7 @@ void* cw_recycle_alloc(cw_recycle_t* r) {
   }
   if (!b) return calloc(1, r->size);
   atomic_fetch_sub_explicit(&r->kept, 1, memory_order_relaxed);
+  CW__UNPOISON(b, r);
   memset(b, 0, r->size);
   return b;
 }
@@ -36,6 +56,7 @@ void cw_recycle_free(cw_recycle_t* r, void* block) {
     return;
   }
   cw_recycled_t* b = block;
+  CW__POISON(b, r);
   b->next = atomic_load_explicit(&r->head, memory_order_relaxed);
   while (!atomic_compare_exchange_weak_explicit(&r->head, &b->next, b, memory_order_release,
                                                 memory_order_relaxed)) {
