@@ -269,10 +269,10 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
                              "sleep at once (causeway-proxy always does)"},
     [CW_SET_WORKER_SPIN_US] = {"CAUSEWAY_WORKER_SPIN_US", NULL, CW__WRK, "spin-us",
                                CW_SETTING_INT, 0, 10000, "50", false, false,
-                               "after a launch that came within a millisecond of the one "
+                               "after a request that came within a millisecond of the one "
                                "before, how long (microseconds) the worker's loop keeps "
                                "polling, yielding to any other thread, before it sleeps, so "
-                               "that a synchronous loop's next launch finds it awake; windows "
+                               "that a synchronous loop's next request finds it awake; windows "
                                "that keep ending with none stop for a second; 0: sleep at once"},
     // The worker's custom-call handler sets (docs/ffi.md).
     [CW_SET_FFI_LIBRARIES] = {"CAUSEWAY_FFI_LIBRARIES", NULL, CW__WRK, "ffi-libraries",

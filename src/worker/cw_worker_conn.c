@@ -632,6 +632,7 @@ static void cw__apply(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCMessage
 
 static bool cw__admit(cw_net_conn_t* nc, const cw_frame_header_t* h, ProtobufCMessage** msg) {
   cw_conn_t* c = cw_net_conn_user(nc);
+  cw_worker_spin_after_request(c->w);
   uint64_t key = 0;
   if (cw__seq_gate(c, h, msg, &key)) return false;  // held, or refused as a duplicate
   if (cw_worker_ops_refuse(c, h, msg)) {  // draining: applied in order, refused

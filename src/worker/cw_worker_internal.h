@@ -171,8 +171,8 @@ CW_MUST_USE bool cw_worker_post(cw_worker_t* w, cw_done_fn fn, void* user);
 // A threadpool job was queued / applied (shutdown waits for none left).
 void cw_worker_job_started(cw_worker_t* w);
 void cw_worker_job_done(cw_worker_t* w);
-// A launch arrived (loop thread): the loop may poll for the next one before
+// A request arrived (loop thread): the loop may poll for the next one before
 // it sleeps (cw_worker_spin.h).
-void cw_worker_spin_after_launch(cw_worker_t* w);
+void cw_worker_spin_after_request(cw_worker_t* w);
 
 #endif  // CW_WORKER_INTERNAL_H_

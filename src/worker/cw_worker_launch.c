@@ -879,7 +879,6 @@ void cw_worker_handle_launch(cw_net_conn_t* nc, const cw_frame_header_t* h,
                              ProtobufCMessage** msg) {
   cw_conn_t* c = cw_net_conn_user(nc);
   cw_worker_t* w = c->w;
-  cw_worker_spin_after_launch(w);
   Causeway__V1__LaunchRequest* r = (Causeway__V1__LaunchRequest*)*msg;
   cw_status_t st = cw__launch_check_lists(w, r);
   size_t nd = r->n_outputs;

@@ -5,10 +5,10 @@ void cw_spin_initialize(cw_spin_t* s, int64_t window_ns) {
   *s = (cw_spin_t){.window_ns = window_ns > 0 ? window_ns : 0};
 }
 
-bool cw_spin_launch(cw_spin_t* s, int64_t now) {
+bool cw_spin_request(cw_spin_t* s, int64_t now) {
   if (!s->window_ns) return false;
-  int64_t last = s->last_launch_ns;
-  s->last_launch_ns = now;
+  int64_t last = s->last_request_ns;
+  s->last_request_ns = now;
   if (s->polling) {
     s->caught = true;
     s->until_ns = now + s->window_ns;
