@@ -246,6 +246,10 @@ static cw_status_t cw__live(const cw_plugin_buffer_t* b, const char* what) {
 // Reads `length` of the buffer's dense bytes from `offset` into `dst`
 // (within range) after its own error, if it has one; *out_event completes
 // when they are there.
+// Read backs up to this size poll for their reply before returning (larger
+// ones take longer than the polling budget anyway).
+#define CW__SPIN_DOWNLOAD_MAX_BYTES (64 * 1024)
+
 static cw_status_t cw__download(cw_plugin_buffer_t* b, void* dst, uint64_t offset,
                                 uint64_t length, const char* what, PJRT_Event** out_event) {
   cw_status_t s = cw__live(b, what);
@@ -276,11 +280,21 @@ static cw_status_t cw__download(cw_plugin_buffer_t* b, void* dst, uint64_t offse
   }
   // The reply's bytes are read straight into the caller's memory.
   cw_client_sink_t sink = {.data = dst, .capacity = (size_t)length};
-  s = cw_plugin_transfer_send(b->device->worker, CW_MSG_DOWNLOAD, &req.base, &req.seq, NULL, 0,
-                              &sink, f, false);
+  cw_plugin_worker_t* w = b->device->worker;
+  s = cw_plugin_transfer_send(w, CW_MSG_DOWNLOAD, &req.base, &req.seq, NULL, 0, &sink, f, false);
   if (s) {
     cw_plugin_future_release(f);
     return s;
+  }
+  // JAX waits for a small read back at once (np.asarray, float(x)): like
+  // PJRT_Buffer_ReadyEvent, poll briefly, so its thread finds the event done
+  // instead of sleeping until the reader wakes it.
+  if (length <= CW__SPIN_DOWNLOAD_MAX_BYTES) {
+    if (cw_plugin_future_spin(f, b->client->wait_spin_us, cw_plugin_worker_take_replies, w)) {
+      cw_plugin_worker_waited(w);
+    } else {
+      cw_plugin_worker_kick_reader(w);
+    }
   }
   *out_event = (PJRT_Event*)f;  // our reference moves to the caller
   return cw_ok_status();
