@@ -263,10 +263,11 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
                       false, "write a Chrome trace of the session to this file"},
     [CW_SET_WAIT_SPIN_US] = {"CAUSEWAY_WAIT_SPIN_US", NULL, CW__PLG, NULL, CW_SETTING_INT, 0,
                              10000, "200", false, false,
-                             "at block_until_ready, how long (microseconds) the waiting "
-                             "thread polls for the result, yielding to any other, before it "
-                             "sleeps: a sleeping thread wakes slowly on an idle machine; 0: "
-                             "sleep at once (causeway-proxy always does)"},
+                             "at block_until_ready and a small read back (up to 64 KiB), how "
+                             "long (microseconds) the waiting thread polls for the result, "
+                             "yielding to any other, before it sleeps: a sleeping thread wakes "
+                             "slowly on an idle machine; 0: sleep at once (causeway-proxy "
+                             "always does)"},
     [CW_SET_WORKER_SPIN_US] = {"CAUSEWAY_WORKER_SPIN_US", NULL, CW__WRK, "spin-us",
                                CW_SETTING_INT, 0, 10000, "50", false, false,
                                "after a request that came within a millisecond of the one "
