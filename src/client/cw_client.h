@@ -175,7 +175,9 @@ CW_MUST_USE cw_status_t cw_client_call(cw_client_t* client, uint16_t type,
 
 // Waits until every request sent so far has completed. Returns the first
 // error among completions that nobody waits for (sent with done == NULL and
-// never passed to cw_client_wait are kept; this drains them), or OK.
+// never passed to cw_client_wait are kept; this drains them, also those
+// another thread has not yet waited for, whose cw_client_wait then fails),
+// or OK.
 CW_MUST_USE cw_status_t cw_client_flush(cw_client_t* client);
 
 // Answers the peer's request `request_id` of `type` (options.on_request)
