@@ -186,13 +186,9 @@ PJRT_Error* cw_plugin_buffer_ready_event(PJRT_Buffer_ReadyEvent_Args* args) {
   if (!cw_plugin_future_is_done(b->ready)) {
     cw_plugin_worker_t* w = b->device->worker;
     cw_plugin_worker_write_held(w);
-    if (cw_plugin_future_spin(b->ready, b->client->wait_spin_us, cw_plugin_worker_take_replies,
-                              w)) {
-      cw_plugin_worker_waited(w);
-    } else {
-      // JAX sleeps next: the reader must read its reply, and the launch may
-      // be waiting at the worker for memory.
-      cw_plugin_worker_kick_reader(w);
+    if (!cw_plugin_worker_poll(w, b->ready, b->client->wait_spin_us)) {
+      // JAX sleeps next, and the launch may be waiting at the worker for
+      // the memory the batched DELETEs free.
       cw_plugin_worker_flush_deletes(w);
     }
   }

@@ -289,13 +289,7 @@ static cw_status_t cw__download(cw_plugin_buffer_t* b, void* dst, uint64_t offse
   // JAX waits for a small read back at once (np.asarray, float(x)): like
   // PJRT_Buffer_ReadyEvent, poll briefly, so its thread finds the event done
   // instead of sleeping until the reader wakes it.
-  if (length <= CW__SPIN_DOWNLOAD_MAX_BYTES) {
-    if (cw_plugin_future_spin(f, b->client->wait_spin_us, cw_plugin_worker_take_replies, w)) {
-      cw_plugin_worker_waited(w);
-    } else {
-      cw_plugin_worker_kick_reader(w);
-    }
-  }
+  if (length <= CW__SPIN_DOWNLOAD_MAX_BYTES) (void)cw_plugin_worker_poll(w, f, b->client->wait_spin_us);
   *out_event = (PJRT_Event*)f;  // our reference moves to the caller
   return cw_ok_status();
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cw_msg.h"
+#include "cw_plugin_event.h"
 #include "cw_plugin_health.h"
 #include "cw_plugin_internal.h"
 #include "cw_plugin_resume.h"
@@ -554,15 +555,16 @@ static cw_client_t* cw__direct_conn(cw_plugin_worker_t* w) {
   return atomic_load_explicit(&w->conn, memory_order_acquire);
 }
 
-void cw_plugin_worker_take_replies(void* arg) {
-  cw_client_take_replies(cw__direct_conn(arg));
-}
+static void cw__take_replies(void* arg) { cw_client_take_replies(cw__direct_conn(arg)); }
 
-void cw_plugin_worker_kick_reader(cw_plugin_worker_t* w) {
+bool cw_plugin_worker_poll(cw_plugin_worker_t* w, cw_plugin_future_t* f, int64_t budget_us) {
+  if (cw_plugin_future_spin(f, budget_us, cw__take_replies, w)) {
+    cw_client_waited(cw__direct_conn(w));
+    return true;
+  }
   cw_client_kick_reader(cw__direct_conn(w));
+  return false;
 }
-
-void cw_plugin_worker_waited(cw_plugin_worker_t* w) { cw_client_waited(cw__direct_conn(w)); }
 
 void cw_plugin_worker_set_direct(cw_plugin_worker_t* w, bool direct) {
   // Not under send_mu: the controller connection's reader calls this, and a

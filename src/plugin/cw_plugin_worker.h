@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "cw_client.h"
+#include "cw_plugin_event.h"
 #include "cw_status.h"
 #include "proto/causeway.pb-c.h"
 
@@ -73,15 +74,13 @@ void cw_plugin_worker_withdraw_leases(cw_plugin_client_t* c);
 // Someone waits for a buffer of `w`: launches held for a shared write on w's
 // connection, or on the controller's for a relayed w, go now.
 void cw_plugin_worker_write_held(cw_plugin_worker_t* w);
-// For a thread about to wait for a reply from `w` (void* for
-// cw_plugin_future_spin): takes the replies that have arrived on w's own
-// connection (cw_client_take_replies). Relayed replies stay the reader's.
-void cw_plugin_worker_take_replies(void* w);
-// The same thread, done polling and about to sleep: w's reader reads again
-// at once (cw_client_kick_reader).
-void cw_plugin_worker_kick_reader(cw_plugin_worker_t* w);
-// The same thread got its reply by polling (cw_client_waited).
-void cw_plugin_worker_waited(cw_plugin_worker_t* w);
+// For a thread about to wait for `f`, which a reply from `w` completes:
+// polls for up to `budget_us` (cw_plugin_future_spin), taking the replies
+// that have arrived on w's own connection itself (relayed replies stay the
+// reader's). True when `f` is done (the client hears that polling paid,
+// cw_client_waited); false after waking w's reader to read again at once
+// (the thread sleeps next).
+bool cw_plugin_worker_poll(cw_plugin_worker_t* w, cw_plugin_future_t* f, int64_t budget_us);
 // Deletes buffer `id` (`bytes` on the worker) on `w`: batched into one
 // DELETE that takes its seq when it goes: before w's next direct request
 // other than a LAUNCH, with a LAUNCH once enough wait, when the batch is full

@@ -199,7 +199,7 @@ static void cw__on_spin(uv_idle_t* idle) {
 }
 
 void cw_worker_spin_after_request(cw_worker_t* w) {
-  if (w->handles_open && cw_spin_request(&w->spin, cw_time_now_ns())) {
+  if (w->spin.window_ns && w->handles_open && cw_spin_request(&w->spin, cw_time_now_ns())) {
     uv_idle_start(&w->spin_idle, cw__on_spin);
   }
 }
