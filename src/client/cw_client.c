@@ -271,15 +271,24 @@ cw_status_t cw_client_connect(const char* address, const cw_client_options_t* op
   if (!c) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   c->fd = -1;
   c->kick_fd = -1;
-  pthread_mutex_init(&c->write_mu, NULL);
+  // The locks JAX's thread and the reader both take per launch (write_mu,
+  // mu; read_mu with a polling waiter) are mostly held for well under a
+  // microsecond: a contender spins briefly before it sleeps, so that neither
+  // pays a futex wake, which costs several microseconds on a virtual
+  // machine (docs/performance.md, session 28).
+  pthread_mutexattr_t ma;
+  pthread_mutexattr_init(&ma);
+  pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
+  pthread_mutex_init(&c->write_mu, &ma);
   pthread_cond_init(&c->write_cv, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);  // cw_time_now_ns's clock
   pthread_cond_init(&c->flush_cv, &ca);
   pthread_condattr_destroy(&ca);
-  pthread_mutex_init(&c->mu, NULL);
-  pthread_mutex_init(&c->read_mu, NULL);
+  pthread_mutex_init(&c->mu, &ma);
+  pthread_mutex_init(&c->read_mu, &ma);
+  pthread_mutexattr_destroy(&ma);
   pthread_mutex_init(&c->tune_mu, NULL);
   pthread_cond_init(&c->cv, NULL);
   c->next_id = 1;
