@@ -101,6 +101,7 @@ typedef enum cw_setting_id_e {
   CW_SET_TRACE,
   CW_SET_WAIT_SPIN_US,
   CW_SET_WORKER_SPIN_US,
+  CW_SET_HANDBACK_US,
   // The worker's custom-call handler sets (issue 10 item 2, docs/ffi.md).
   CW_SET_FFI_LIBRARIES,
   CW_SET_JAXLIB_PYTHON,

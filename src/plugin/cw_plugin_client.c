@@ -15,6 +15,7 @@
 #include "cw_plugin_cluster.h"
 #include "cw_plugin_device.h"
 #include "cw_plugin_error.h"
+#include "cw_plugin_event.h"
 #include "cw_plugin_health.h"
 #include "cw_plugin_hostcb.h"
 #include "cw_plugin_internal.h"
@@ -266,6 +267,7 @@ PJRT_Error* cw_plugin_client_create(PJRT_Client_Create_Args* args) {
   if (s) s = cw_status_annotate(s, "causeway");
   uint32_t min_workers = (uint32_t)cw_settings_int(&c->settings, CW_SET_MIN_WORKERS);
   c->wait_spin_us = cw_settings_int(&c->settings, CW_SET_WAIT_SPIN_US);
+  cw_plugin_future_set_handback_us(cw_settings_int(&c->settings, CW_SET_HANDBACK_US));
   const char* addr = cw_settings_string(&c->settings, CW_SET_CONTROLLER);
   if (!s && !*addr) {
     int64_t jax_devices = cw__option_int(args->create_options, args->num_options,
@@ -314,6 +316,7 @@ PJRT_Error* cw_plugin_client_create(PJRT_Client_Create_Args* args) {
 
 PJRT_Error* cw_plugin_client_destroy(PJRT_Client_Destroy_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Client_Destroy_Args, client);
+  cw_plugin_future_run_handed_back();
   if (args->client) cw_plugin_trace_finish((cw_plugin_client_t*)args->client);
   cw__client_free((cw_plugin_client_t*)args->client);
   return NULL;

@@ -31,6 +31,12 @@ struct cw_plugin_future_s {
   bool first_used;
   cw__waiter_t* waiters;  // LIFO; order among callbacks is unspecified
   void* ctx;              // the completer's (cw_plugin_future_set_ctx)
+  _Atomic bool awaited;   // someone waits on it (cw_plugin_future_expect_wait)
+  // Handed back (cw_plugin_future_complete_handback): the callbacks taken
+  // off at completion, on the hand-back list through `hb_next`.
+  struct cw_plugin_future_s* hb_next;
+  bool hb_first;
+  cw__waiter_t* hb_waiters;
 };
 
 // A launch's future is made on JAX's thread and often freed by the client's
@@ -42,6 +48,7 @@ cw_plugin_future_t* cw_plugin_future_create(void) {
   if (!f) return NULL;
   atomic_init(&f->refs, 1);
   atomic_init(&f->done, false);
+  atomic_init(&f->awaited, false);
   pthread_mutex_init(&f->mu, NULL);
   pthread_cond_init(&f->cv, NULL);
   return f;
@@ -92,24 +99,33 @@ void cw_plugin_future_set_ctx(cw_plugin_future_t* f, void* ctx) { f->ctx = ctx; 
 
 void* cw_plugin_future_ctx(const cw_plugin_future_t* f) { return f->ctx; }
 
-void cw_plugin_future_complete(cw_plugin_future_t* f, cw_status_t status) {
+// Marks `f` done with `status`; returns its callbacks (*out_first: the
+// embedded one) with a reference to `f` for running them, or false when `f`
+// was done already (`status` freed).
+static bool cw__finish(cw_plugin_future_t* f, cw_status_t status, bool* out_first,
+                       cw__waiter_t** out_waiters) {
   pthread_mutex_lock(&f->mu);
   if (atomic_load_explicit(&f->done, memory_order_relaxed)) {
     pthread_mutex_unlock(&f->mu);
     cw_status_free(status);
-    return;
+    return false;
   }
   f->status = status;
   atomic_store_explicit(&f->done, true, memory_order_release);
-  cw__waiter_t* w = f->waiters;
+  *out_waiters = f->waiters;
   f->waiters = NULL;
-  bool first = f->first_used;
+  *out_first = f->first_used;
   f->first_used = false;
   pthread_cond_broadcast(&f->cv);
   // Callbacks may drop the last outside reference; keep `f` alive for them.
   cw_plugin_future_retain(f);
   pthread_mutex_unlock(&f->mu);
-  // Done: nothing writes `first` or the list again.
+  return true;
+}
+
+// Runs the callbacks cw__finish took off `f` and drops its reference. Done:
+// nothing writes `first` or the list again.
+static void cw__run_callbacks(cw_plugin_future_t* f, bool first, cw__waiter_t* w) {
   if (first) cw__waiter_call(&f->first, f->status);
   while (w) {
     cw__waiter_t* next = w->next;
@@ -119,6 +135,136 @@ void cw_plugin_future_complete(cw_plugin_future_t* f, cw_status_t status) {
   }
   cw_plugin_future_release(f);
 }
+
+void cw_plugin_future_complete(cw_plugin_future_t* f, cw_status_t status) {
+  bool first;
+  cw__waiter_t* w;
+  if (cw__finish(f, status, &first, &w)) cw__run_callbacks(f, first, w);
+}
+
+// ---- Handing callbacks back --------------------------------------------------
+//
+// JAX registers an OnReady callback on every launch's event; it sets a C++
+// promise and frees it and its closure, which JAX's thread allocated. Run by
+// the client's reader, those frees and JAX's next allocations took glibc's
+// arena lock from two threads at once, and each collision put one of them to
+// sleep (docs/performance.md, session 28). Handed back, they run on the next
+// thread that calls the plugin (JAX's, launching the next program), and its
+// own allocator cache takes the memory back. A future someone waits on is
+// never handed back, and the runner thread runs what no caller took within
+// CAUSEWAY_HANDBACK_US, so a callback is never held up for long.
+
+static struct {
+  _Atomic int64_t max_ns;             // CAUSEWAY_HANDBACK_US; 0: never hand back
+  _Atomic(cw_plugin_future_t*) head;  // LIFO through hb_next
+  _Atomic int64_t since_ns;           // when the list last became non-empty
+  _Atomic bool idle;                  // the runner waits for a push, not a time
+  _Atomic int runner;                 // 0: not started, 1: running, -1: cannot start
+  pthread_once_t once;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;  // CLOCK_MONOTONIC
+} cw__hb = {.max_ns = 1000000, .once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER};
+
+void cw_plugin_future_set_handback_us(int64_t us) {
+  atomic_store(&cw__hb.max_ns, us * 1000);
+  if (atomic_load(&cw__hb.runner) != 1) return;
+  pthread_mutex_lock(&cw__hb.mu);  // a shorter limit: the runner looks again
+  pthread_cond_signal(&cw__hb.cv);
+  pthread_mutex_unlock(&cw__hb.mu);
+}
+
+void cw_plugin_future_run_handed_back(void) {
+  if (!atomic_load_explicit(&cw__hb.head, memory_order_relaxed)) return;
+  cw_plugin_future_t* f = atomic_exchange_explicit(&cw__hb.head, NULL, memory_order_acquire);
+  cw_plugin_future_t* fifo = NULL;  // in completion order
+  while (f) {
+    cw_plugin_future_t* next = f->hb_next;
+    f->hb_next = fifo;
+    fifo = f;
+    f = next;
+  }
+  while (fifo) {
+    cw_plugin_future_t* next = fifo->hb_next;
+    cw__run_callbacks(fifo, fifo->hb_first, fifo->hb_waiters);
+    fifo = next;
+  }
+}
+
+// Runs what waited max_ns. With nothing handed back it sleeps
+// until a push wakes it (only the first push after it went idle does); then
+// it sleeps until the oldest callback would be due, and looks again. So it
+// wakes at most about twice a max_ns while JAX takes its
+// callbacks itself, whatever the rate of launches.
+static void* cw__handback_main(void* arg) {
+  (void)arg;
+  pthread_mutex_lock(&cw__hb.mu);
+  for (;;) {
+    if (!atomic_load(&cw__hb.head)) {
+      atomic_store(&cw__hb.idle, true);
+      // A push after this sees `idle` (both seq_cst) and clears it under mu.
+      while (atomic_load(&cw__hb.idle) && !atomic_load(&cw__hb.head)) {
+        pthread_cond_wait(&cw__hb.cv, &cw__hb.mu);
+      }
+      atomic_store(&cw__hb.idle, false);
+    }
+    int64_t due = atomic_load(&cw__hb.since_ns) + atomic_load(&cw__hb.max_ns);
+    if (atomic_load(&cw__hb.head) && cw_time_now_ns() >= due) {
+      pthread_mutex_unlock(&cw__hb.mu);
+      cw_plugin_future_run_handed_back();
+      pthread_mutex_lock(&cw__hb.mu);
+      continue;
+    }
+    struct timespec ts = {.tv_sec = due / 1000000000, .tv_nsec = due % 1000000000};
+    pthread_cond_timedwait(&cw__hb.cv, &cw__hb.mu, &ts);
+  }
+  return NULL;
+}
+
+static void cw__handback_start(void) {
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);  // cw_time_now_ns's clock
+  pthread_cond_init(&cw__hb.cv, &ca);
+  pthread_condattr_destroy(&ca);
+  pthread_t t;
+  pthread_attr_t ta;
+  pthread_attr_init(&ta);
+  pthread_attr_setdetachstate(&ta, PTHREAD_CREATE_DETACHED);
+  int rc = pthread_create(&t, &ta, cw__handback_main, NULL);
+  pthread_attr_destroy(&ta);
+  if (!rc) pthread_setname_np(t, "cw-handback");
+  atomic_store(&cw__hb.runner, rc ? -1 : 1);
+}
+
+void cw_plugin_future_complete_handback(cw_plugin_future_t* f, cw_status_t status) {
+  bool first;
+  cw__waiter_t* w;
+  if (!cw__finish(f, status, &first, &w)) return;
+  if ((!first && !w) || atomic_load(&f->awaited) || !atomic_load(&cw__hb.max_ns)) {
+    cw__run_callbacks(f, first, w);
+    return;
+  }
+  pthread_once(&cw__hb.once, cw__handback_start);
+  if (atomic_load(&cw__hb.runner) != 1) {  // no thread to bound the wait
+    cw__run_callbacks(f, first, w);
+    return;
+  }
+  f->hb_first = first;
+  f->hb_waiters = w;
+  cw_plugin_future_t* head = atomic_load_explicit(&cw__hb.head, memory_order_relaxed);
+  do {
+    f->hb_next = head;
+  } while (!atomic_compare_exchange_weak(&cw__hb.head, &head, f));  // seq_cst: against `idle`
+  if (head) return;
+  atomic_store(&cw__hb.since_ns, cw_time_now_ns());
+  if (atomic_load(&cw__hb.idle)) {
+    pthread_mutex_lock(&cw__hb.mu);
+    if (atomic_exchange(&cw__hb.idle, false)) pthread_cond_signal(&cw__hb.cv);
+    pthread_mutex_unlock(&cw__hb.mu);
+  }
+}
+
+void cw_plugin_future_expect_wait(cw_plugin_future_t* f) { atomic_store(&f->awaited, true); }
 
 bool cw_plugin_future_is_done(cw_plugin_future_t* f) {
   return atomic_load_explicit(&f->done, memory_order_acquire);
@@ -207,6 +353,8 @@ PJRT_Error* cw_plugin_event_error(PJRT_Event_Error_Args* args) {
 PJRT_Error* cw_plugin_event_await(PJRT_Event_Await_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Event_Await_Args, event);
   CW_PLUGIN_NEED(args->event, "PJRT_Event_Await", "event");
+  cw_plugin_future_expect_wait(CW__EVENT(args));
+  cw_plugin_future_run_handed_back();
   int64_t t0 = cw_plugin_trace_on() ? cw_time_now_ns() : 0;
   cw_status_t s = cw_plugin_future_wait(CW__EVENT(args));
   if (t0) {
@@ -219,6 +367,7 @@ PJRT_Error* cw_plugin_event_on_ready(PJRT_Event_OnReady_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Event_OnReady_Args, user_arg);
   CW_PLUGIN_NEED(args->event, "PJRT_Event_OnReady", "event");
   CW_PLUGIN_NEED(args->callback, "PJRT_Event_OnReady", "callback");
+  cw_plugin_future_run_handed_back();
   cw__waiter_t w = {.cb = args->callback,
                    .user = args->user_arg,
                    .trace_t0 = cw_plugin_trace_on() ? cw_time_now_ns() : 0};

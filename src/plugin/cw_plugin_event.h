@@ -22,6 +22,20 @@ void cw_plugin_future_release(cw_plugin_future_t* f);
 // Completes `f` with `status` (taken). Only the first completion counts;
 // OnReady callbacks run here, on the completing thread.
 void cw_plugin_future_complete(cw_plugin_future_t* f, cw_status_t status);
+// The same, for a launch's future completed off JAX's thread: its OnReady
+// callbacks are handed back to the next caller of
+// cw_plugin_future_run_handed_back (JAX's thread, at its next call into the
+// plugin), or run by a runner thread after CAUSEWAY_HANDBACK_US; at once if
+// someone waits on `f` (cw_plugin_future_expect_wait).
+void cw_plugin_future_complete_handback(cw_plugin_future_t* f, cw_status_t status);
+// Runs the callbacks handed back so far, here. Every PJRT entry point JAX
+// calls per launch or before it waits calls it first, holding no lock.
+void cw_plugin_future_run_handed_back(void);
+// Someone is about to wait on `f` (its callbacks then run at completion).
+void cw_plugin_future_expect_wait(cw_plugin_future_t* f);
+// CAUSEWAY_HANDBACK_US, process-wide: the longest a handed-back callback
+// waits for a caller; 0: none is handed back.
+void cw_plugin_future_set_handback_us(int64_t us);
 bool cw_plugin_future_is_done(cw_plugin_future_t* f);
 // One pointer for whoever completes `f` (a launch's worker), so that its
 // completion needs no context of its own. Set before `f` is shared.

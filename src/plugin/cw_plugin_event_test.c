@@ -1,9 +1,11 @@
 // Unit tests for futures and the PJRT_Event slots: the first completion
 // wins, waits and OnReady callbacks see it whichever comes first, every
 // event is one reference (a callback may drop the last one), and the slots
-// refuse NULL events, too-small args and reading an error before it exists.
+// refuse NULL events, too-small args and reading an error before it exists;
+// a launch's callbacks handed back run on the next caller or the runner.
 #include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -297,6 +299,151 @@ static void test_slots_refuse_bad_calls(void** state) {
   destroy_event(c.event);
 }
 
+// ---- Handing callbacks back (cw_plugin_future_complete_handback) --------------
+
+typedef struct hb_seen_s {
+  _Atomic int calls;
+  int order;
+  pthread_t thread;
+  PJRT_Error_Code code;
+} hb_seen_t;
+
+static int g_hb_order;  // callbacks run one at a time in these tests
+
+static void hb_on_ready(PJRT_Error* error, void* user) {
+  hb_seen_t* seen = user;
+  seen->thread = pthread_self();
+  seen->code = error ? take_error(error).code : PJRT_Error_Code_OK;
+  seen->order = ++g_hb_order;
+  atomic_fetch_add(&seen->calls, 1);  // last: another thread may be watching
+}
+
+static void hb_add(cw_plugin_future_t* f, hb_seen_t* seen) {
+  PJRT_Event_OnReady_Args a = {.struct_size = sizeof(a),
+                               .event = (PJRT_Event*)f,
+                               .callback = hb_on_ready,
+                               .user_arg = seen};
+  assert_null(cw_plugin_event_on_ready(&a));
+}
+
+typedef struct completer_s {
+  cw_plugin_future_t* f;
+  cw_status_t status;
+  pthread_t self;
+} completer_t;
+
+static void* complete_handback_main(void* arg) {
+  completer_t* c = arg;
+  c->self = pthread_self();
+  cw_plugin_future_complete_handback(c->f, c->status);
+  return NULL;
+}
+
+// Completes c->f with c->status on a thread of its own, as the reader does.
+static void complete_elsewhere(completer_t* c) {
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, complete_handback_main, c), 0);
+  assert_int_equal(pthread_join(t, NULL), 0);
+}
+
+// A launch's callbacks wait for the next caller and run there, in completion
+// order; the future itself is done at once. (The runner's limit is set far
+// out, so that only the caller can run them here.)
+static void test_handback_runs_on_the_next_caller(void** state) {
+  (void)state;
+  cw_plugin_future_set_handback_us(60 * 1000000LL);
+  g_hb_order = 0;
+  hb_seen_t a = {0}, b = {0}, late = {0};
+  completer_t ca = {.f = cw_plugin_future_create(), .status = cw_ok_status()};
+  completer_t cb = {.f = cw_plugin_future_create(),
+                    .status = cw_make_status(CW_ABORTED, "launch failed")};
+  hb_add(ca.f, &a);
+  hb_add(cb.f, &b);
+  complete_elsewhere(&ca);
+  complete_elsewhere(&cb);
+  assert_true(cw_plugin_future_is_done(ca.f));
+  assert_true(cw_plugin_future_is_done(cb.f));
+  assert_int_equal(atomic_load(&a.calls), 0);
+  assert_int_equal(atomic_load(&b.calls), 0);
+  // Registered after completion: runs at once, whatever is still handed back.
+  hb_add(ca.f, &late);
+  assert_int_equal(atomic_load(&late.calls), 1);
+
+  cw_plugin_future_run_handed_back();
+  assert_int_equal(atomic_load(&a.calls), 1);
+  assert_int_equal(atomic_load(&b.calls), 1);
+  assert_true(pthread_equal(a.thread, pthread_self()));
+  assert_true(pthread_equal(b.thread, pthread_self()));
+  assert_true(a.order < b.order);
+  assert_int_equal(a.code, PJRT_Error_Code_OK);
+  assert_int_equal(b.code, PJRT_Error_Code_ABORTED);
+  cw_plugin_future_run_handed_back();  // nothing left: nothing runs twice
+  assert_int_equal(atomic_load(&a.calls), 1);
+  cw_plugin_future_release(ca.f);
+  cw_plugin_future_release(cb.f);
+  cw_plugin_future_set_handback_us(1000);
+}
+
+// Nothing is held for a future someone waits on, with hand-back off, or
+// for one without callbacks; PJRT_Event_Await runs what was handed back.
+static void test_handback_not_when_waited_for_or_off(void** state) {
+  (void)state;
+  cw_plugin_future_set_handback_us(60 * 1000000LL);
+  hb_seen_t waited = {0}, off = {0}, held = {0};
+  completer_t cw = {.f = cw_plugin_future_create(), .status = cw_ok_status()};
+  hb_add(cw.f, &waited);
+  cw_plugin_future_expect_wait(cw.f);
+  complete_elsewhere(&cw);
+  assert_int_equal(atomic_load(&waited.calls), 1);
+  assert_true(pthread_equal(waited.thread, cw.self));
+
+  completer_t ch = {.f = cw_plugin_future_create(), .status = cw_ok_status()};
+  hb_add(ch.f, &held);
+  complete_elsewhere(&ch);
+  assert_int_equal(atomic_load(&held.calls), 0);
+  PJRT_Event_Await_Args aw = {.struct_size = sizeof(aw), .event = (PJRT_Event*)cw.f};
+  assert_null(cw_plugin_event_await(&aw));  // a caller about to wait runs it first
+  assert_int_equal(atomic_load(&held.calls), 1);
+  assert_true(pthread_equal(held.thread, pthread_self()));
+
+  cw_plugin_future_set_handback_us(0);
+  completer_t co = {.f = cw_plugin_future_create(), .status = cw_ok_status()};
+  hb_add(co.f, &off);
+  complete_elsewhere(&co);
+  assert_int_equal(atomic_load(&off.calls), 1);
+  assert_true(pthread_equal(off.thread, co.self));
+
+  completer_t cn = {.f = cw_plugin_future_create(), .status = cw_ok_status()};
+  cw_plugin_future_set_handback_us(60 * 1000000LL);
+  complete_elsewhere(&cn);  // no callback: nothing to hold
+  cw_plugin_future_release(cw.f);
+  cw_plugin_future_release(ch.f);
+  cw_plugin_future_release(co.f);
+  cw_plugin_future_release(cn.f);
+  cw_plugin_future_set_handback_us(1000);
+}
+
+// Callbacks no caller takes are run by the runner thread, neither the
+// completer nor this one; twice, so that it also wakes from idle again.
+static void test_handback_runner_runs_what_nobody_takes(void** state) {
+  (void)state;
+  cw_plugin_future_set_handback_us(1000);
+  for (int round = 0; round < 2; ++round) {
+    hb_seen_t seen = {0};
+    completer_t c = {.f = cw_plugin_future_create(), .status = cw_ok_status()};
+    hb_add(c.f, &seen);
+    complete_elsewhere(&c);
+    // A generous bound, not a timing claim: the runner is due after 1 ms.
+    for (int i = 0; i < 10000 && !atomic_load(&seen.calls); ++i) {
+      nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+    assert_int_equal(atomic_load(&seen.calls), 1);
+    assert_false(pthread_equal(seen.thread, pthread_self()));
+    assert_false(pthread_equal(seen.thread, c.self));
+    cw_plugin_future_release(c.f);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_first_completion_wins),
@@ -310,6 +457,9 @@ int main(void) {
       cmocka_unit_test(test_many_callbacks),
       cmocka_unit_test(test_ctx),
       cmocka_unit_test(test_slots_refuse_bad_calls),
+      cmocka_unit_test(test_handback_runs_on_the_next_caller),
+      cmocka_unit_test(test_handback_not_when_waited_for_or_off),
+      cmocka_unit_test(test_handback_runner_runs_what_nobody_takes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -31,7 +31,7 @@ static cw_status_t cw__launch_error(cw_plugin_worker_t* w, cw_status_t status) {
 static void cw__launch_cb(void* user, cw_status_t status, const ProtobufCMessage* reply) {
   (void)reply;
   cw_plugin_future_t* f = user;
-  cw_plugin_future_complete(f, cw__launch_error(cw_plugin_future_ctx(f), status));
+  cw_plugin_future_complete_handback(f, cw__launch_error(cw_plugin_future_ctx(f), status));
   cw_plugin_future_release(f);
 }
 
@@ -261,6 +261,7 @@ static cw_status_t cw__execute_launch(cw_plugin_exe_t* e, const PJRT_ExecuteOpti
 PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_LoadedExecutable_Execute_Args, execute_device);
   CW_PLUGIN_NEED(args->executable, "PJRT_LoadedExecutable_Execute", "executable");
+  cw_plugin_future_run_handed_back();  // the last launches' callbacks, on JAX's thread
   int64_t trace_t0 = cw_plugin_trace_on() ? cw_time_now_ns() : 0;  // obs: the dispatch event
   uint64_t trace_seq = 0;
   cw_plugin_exe_t* e = CW__LOADED(args)->exe;
