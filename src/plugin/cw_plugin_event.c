@@ -1,9 +1,13 @@
 // Futures and PJRT events (cw_plugin_event.h).
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "cw_plugin_error.h"
 #include "cw_plugin_event.h"
@@ -160,6 +164,7 @@ static struct {
   _Atomic int64_t since_ns;           // when the list last became non-empty
   _Atomic bool idle;                  // the runner waits for a push, not a time
   _Atomic int runner;                 // 0: not started, 1: running, -1: cannot start
+  _Alignas(64) _Atomic int caller;    // the thread that last called in (its tid)
   pthread_once_t once;
   pthread_mutex_t mu;
   pthread_cond_t cv;  // CLOCK_MONOTONIC
@@ -173,7 +178,8 @@ void cw_plugin_future_set_handback_us(int64_t us) {
   pthread_mutex_unlock(&cw__hb.mu);
 }
 
-void cw_plugin_future_run_handed_back(void) {
+// Runs every callback handed back so far, in completion order.
+static void cw__run_handed_back(void) {
   if (!atomic_load_explicit(&cw__hb.head, memory_order_relaxed)) return;
   cw_plugin_future_t* f = atomic_exchange_explicit(&cw__hb.head, NULL, memory_order_acquire);
   cw_plugin_future_t* fifo = NULL;  // in completion order
@@ -190,11 +196,37 @@ void cw_plugin_future_run_handed_back(void) {
   }
 }
 
-// Runs what waited max_ns. With nothing handed back it sleeps
-// until a push wakes it (only the first push after it went idle does); then
-// it sleeps until the oldest callback would be due, and looks again. So it
-// wakes at most about twice a max_ns while JAX takes its
-// callbacks itself, whatever the rate of launches.
+static _Thread_local int cw__tid;
+
+void cw_plugin_future_run_handed_back(void) {
+  if (!cw__tid) cw__tid = (int)syscall(SYS_gettid);
+  atomic_store_explicit(&cw__hb.caller, cw__tid, memory_order_relaxed);
+  cw__run_handed_back();
+}
+
+// Whether thread `tid` of this process is running or waiting for a core
+// (state R), i.e. will call into the plugin again, rather than sleeping.
+static bool cw__runnable(int tid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return false;
+  buf[n] = 0;
+  const char* p = strrchr(buf, ')');  // the name may hold anything but ends there
+  return p && p[1] == ' ' && p[2] == 'R';
+}
+
+// Runs what no caller took within max_ns, unless the thread that last
+// called in is runnable, only waiting for a core (then it takes them itself,
+// as on a machine with more threads than cores; running them here would
+// bring back the cross-thread frees), for up to CW__HANDBACK_RUNNABLE_MAX
+// times max_ns. With nothing handed back it sleeps until a push wakes it
+// (only the first push after it went idle does); then until the oldest is
+// due. So it wakes at most about twice a max_ns, whatever the launch rate.
+#define CW__HANDBACK_RUNNABLE_MAX 16
 static void* cw__handback_main(void* arg) {
   (void)arg;
   pthread_mutex_lock(&cw__hb.mu);
@@ -207,12 +239,20 @@ static void* cw__handback_main(void* arg) {
       }
       atomic_store(&cw__hb.idle, false);
     }
-    int64_t due = atomic_load(&cw__hb.since_ns) + atomic_load(&cw__hb.max_ns);
-    if (atomic_load(&cw__hb.head) && cw_time_now_ns() >= due) {
-      pthread_mutex_unlock(&cw__hb.mu);
-      cw_plugin_future_run_handed_back();
-      pthread_mutex_lock(&cw__hb.mu);
-      continue;
+    int64_t max = atomic_load(&cw__hb.max_ns);
+    int64_t since = atomic_load(&cw__hb.since_ns);
+    int64_t now = cw_time_now_ns();
+    int64_t due = since + max;
+    if (atomic_load(&cw__hb.head) && now >= due) {
+      int caller = atomic_load_explicit(&cw__hb.caller, memory_order_relaxed);
+      if (now < since + CW__HANDBACK_RUNNABLE_MAX * max && caller && cw__runnable(caller)) {
+        due = now + max;
+      } else {
+        pthread_mutex_unlock(&cw__hb.mu);
+        cw__run_handed_back();
+        pthread_mutex_lock(&cw__hb.mu);
+        continue;
+      }
     }
     struct timespec ts = {.tv_sec = due / 1000000000, .tv_nsec = due % 1000000000};
     pthread_cond_timedwait(&cw__hb.cv, &cw__hb.mu, &ts);
@@ -232,7 +272,12 @@ static void cw__handback_start(void) {
   pthread_attr_setdetachstate(&ta, PTHREAD_CREATE_DETACHED);
   int rc = pthread_create(&t, &ta, cw__handback_main, NULL);
   pthread_attr_destroy(&ta);
-  if (!rc) pthread_setname_np(t, "cw-handback");
+  if (!rc) {
+    pthread_setname_np(t, "cw-handback");
+    // It runs only what no caller took: it need never preempt one.
+    struct sched_param sp = {0};
+    (void)pthread_setschedparam(t, SCHED_IDLE, &sp);
+  }
   atomic_store(&cw__hb.runner, rc ? -1 : 1);
 }
 

@@ -4,6 +4,7 @@
 // refuse NULL events, too-small args and reading an error before it exists;
 // a launch's callbacks handed back run on the next caller or the runner.
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdatomic.h>
 #include <stdarg.h>
@@ -444,6 +445,50 @@ static void test_handback_runner_runs_what_nobody_takes(void** state) {
   }
 }
 
+typedef struct spinner_s {
+  _Atomic bool stop;
+  _Atomic bool called;
+} spinner_t;
+
+// Calls into the plugin (becoming its last caller), then keeps a core busy:
+// a thread that is runnable, as a JAX thread waiting for a core is.
+static void* spin_main(void* arg) {
+  spinner_t* sp = arg;
+  cw_plugin_future_run_handed_back();
+  atomic_store(&sp->called, true);
+  while (!atomic_load(&sp->stop)) {
+  }
+  return NULL;
+}
+
+// While the plugin's last caller is runnable, the runner leaves its
+// callbacks to it (up to 16 times the limit); once it sleeps, the runner
+// takes them. The limit is 100 ms (without the rule they would run after
+// 100), the cap 1.6 s, far past the 300 ms this thread sleeps.
+static void test_handback_runner_leaves_a_runnable_caller_its_callbacks(void** state) {
+  (void)state;
+  cw_plugin_future_set_handback_us(100 * 1000);
+  hb_seen_t seen = {0};
+  completer_t c = {.f = cw_plugin_future_create(), .status = cw_ok_status()};
+  hb_add(c.f, &seen);
+  spinner_t sp = {0};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, spin_main, &sp), 0);
+  while (!atomic_load(&sp.called)) sched_yield();
+  complete_elsewhere(&c);
+  nanosleep(&(struct timespec){0, 300 * 1000000}, NULL);  // 3 limits
+  assert_int_equal(atomic_load(&seen.calls), 0);
+  atomic_store(&sp.stop, true);
+  assert_int_equal(pthread_join(t, NULL), 0);  // gone: not runnable
+  for (int i = 0; i < 10000 && !atomic_load(&seen.calls); ++i) {
+    nanosleep(&(struct timespec){0, 1000000}, NULL);
+  }
+  assert_int_equal(atomic_load(&seen.calls), 1);
+  assert_false(pthread_equal(seen.thread, pthread_self()));
+  cw_plugin_future_release(c.f);
+  cw_plugin_future_set_handback_us(1000);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_first_completion_wins),
@@ -460,6 +505,7 @@ int main(void) {
       cmocka_unit_test(test_handback_runs_on_the_next_caller),
       cmocka_unit_test(test_handback_not_when_waited_for_or_off),
       cmocka_unit_test(test_handback_runner_runs_what_nobody_takes),
+      cmocka_unit_test(test_handback_runner_leaves_a_runnable_caller_its_callbacks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
