@@ -184,7 +184,6 @@ PJRT_Error* cw_plugin_buffer_ready_event(PJRT_Buffer_ReadyEvent_Args* args) {
   // round trip (docs/performance.md): it polls briefly first, taking the
   // reply itself if the reader has not woken yet.
   cw_plugin_future_expect_wait(b->ready);
-  cw_plugin_future_run_handed_back();
   if (!cw_plugin_future_is_done(b->ready)) {
     cw_plugin_worker_t* w = b->device->worker;
     cw_plugin_worker_write_held(w);

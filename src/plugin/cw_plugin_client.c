@@ -316,9 +316,11 @@ PJRT_Error* cw_plugin_client_create(PJRT_Client_Create_Args* args) {
 
 PJRT_Error* cw_plugin_client_destroy(PJRT_Client_Destroy_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Client_Destroy_Args, client);
-  cw_plugin_future_run_handed_back();
   if (args->client) cw_plugin_trace_finish((cw_plugin_client_t*)args->client);
   cw__client_free((cw_plugin_client_t*)args->client);
+  // Its launches' callbacks, those the close failed among them, before
+  // Destroy returns.
+  cw_plugin_future_run_handed_back();
   return NULL;
 }
 

@@ -24,12 +24,15 @@ void cw_plugin_future_release(cw_plugin_future_t* f);
 void cw_plugin_future_complete(cw_plugin_future_t* f, cw_status_t status);
 // The same, for a launch's future completed off JAX's thread: its OnReady
 // callbacks are handed back to the next caller of
-// cw_plugin_future_run_handed_back (JAX's thread, at its next call into the
-// plugin), or run by a runner thread after CAUSEWAY_HANDBACK_US; at once if
-// someone waits on `f` (cw_plugin_future_expect_wait).
+// cw_plugin_future_run_handed_back (JAX's thread, at its next launch), or
+// run by a runner thread after CAUSEWAY_HANDBACK_US (up to 16 times that
+// while the last caller is runnable); at once if someone waits on `f`
+// (cw_plugin_future_expect_wait).
 void cw_plugin_future_complete_handback(cw_plugin_future_t* f, cw_status_t status);
-// Runs the callbacks handed back so far, here. Every PJRT entry point JAX
-// calls per launch or before it waits calls it first, holding no lock.
+// Runs the callbacks handed back so far, here: PJRT_LoadedExecutable_Execute
+// and PJRT_Event_Await call it first, holding no lock, and client destroy
+// last. A call from outside a callback also names this thread the plugin's
+// last caller (while it is runnable, the runner leaves it the callbacks).
 void cw_plugin_future_run_handed_back(void);
 // Someone is about to wait on `f` (its callbacks then run at completion).
 void cw_plugin_future_expect_wait(cw_plugin_future_t* f);

@@ -354,7 +354,8 @@ static void test_handback_runs_on_the_next_caller(void** state) {
   (void)state;
   cw_plugin_future_set_handback_us(60 * 1000000LL);
   g_hb_order = 0;
-  hb_seen_t a = {0}, b = {0}, late = {0};
+  // Static: a failed assertion must not leave the list pointing into a dead frame.
+  static hb_seen_t a, b, late;
   completer_t ca = {.f = cw_plugin_future_create(), .status = cw_ok_status()};
   completer_t cb = {.f = cw_plugin_future_create(),
                     .status = cw_make_status(CW_ABORTED, "launch failed")};
@@ -385,12 +386,12 @@ static void test_handback_runs_on_the_next_caller(void** state) {
   cw_plugin_future_set_handback_us(1000);
 }
 
-// Nothing is held for a future someone waits on, with hand-back off, or
-// for one without callbacks; PJRT_Event_Await runs what was handed back.
+// Nothing is held for a future someone waits on or with hand-back off;
+// PJRT_Event_Await runs what was handed back.
 static void test_handback_not_when_waited_for_or_off(void** state) {
   (void)state;
   cw_plugin_future_set_handback_us(60 * 1000000LL);
-  hb_seen_t waited = {0}, off = {0}, held = {0};
+  static hb_seen_t waited, off, held;
   completer_t cw = {.f = cw_plugin_future_create(), .status = cw_ok_status()};
   hb_add(cw.f, &waited);
   cw_plugin_future_expect_wait(cw.f);
@@ -414,13 +415,9 @@ static void test_handback_not_when_waited_for_or_off(void** state) {
   assert_int_equal(atomic_load(&off.calls), 1);
   assert_true(pthread_equal(off.thread, co.self));
 
-  completer_t cn = {.f = cw_plugin_future_create(), .status = cw_ok_status()};
-  cw_plugin_future_set_handback_us(60 * 1000000LL);
-  complete_elsewhere(&cn);  // no callback: nothing to hold
   cw_plugin_future_release(cw.f);
   cw_plugin_future_release(ch.f);
   cw_plugin_future_release(co.f);
-  cw_plugin_future_release(cn.f);
   cw_plugin_future_set_handback_us(1000);
 }
 
@@ -429,18 +426,18 @@ static void test_handback_not_when_waited_for_or_off(void** state) {
 static void test_handback_runner_runs_what_nobody_takes(void** state) {
   (void)state;
   cw_plugin_future_set_handback_us(1000);
+  static hb_seen_t seen[2];
   for (int round = 0; round < 2; ++round) {
-    hb_seen_t seen = {0};
     completer_t c = {.f = cw_plugin_future_create(), .status = cw_ok_status()};
-    hb_add(c.f, &seen);
+    hb_add(c.f, &seen[round]);
     complete_elsewhere(&c);
     // A generous bound, not a timing claim: the runner is due after 1 ms.
-    for (int i = 0; i < 10000 && !atomic_load(&seen.calls); ++i) {
+    for (int i = 0; i < 10000 && !atomic_load(&seen[round].calls); ++i) {
       nanosleep(&(struct timespec){0, 1000000}, NULL);
     }
-    assert_int_equal(atomic_load(&seen.calls), 1);
-    assert_false(pthread_equal(seen.thread, pthread_self()));
-    assert_false(pthread_equal(seen.thread, c.self));
+    assert_int_equal(atomic_load(&seen[round].calls), 1);
+    assert_false(pthread_equal(seen[round].thread, pthread_self()));
+    assert_false(pthread_equal(seen[round].thread, c.self));
     cw_plugin_future_release(c.f);
   }
 }
@@ -461,14 +458,21 @@ static void* spin_main(void* arg) {
   return NULL;
 }
 
+static void wait_called(hb_seen_t* seen) {
+  for (int i = 0; i < 10000 && !atomic_load(&seen->calls); ++i) {
+    nanosleep(&(struct timespec){0, 1000000}, NULL);
+  }
+}
+
 // While the plugin's last caller is runnable, the runner leaves its
-// callbacks to it (up to 16 times the limit); once it sleeps, the runner
+// callbacks to it, up to 16 times the limit; once it is gone, the runner
 // takes them. The limit is 100 ms (without the rule they would run after
-// 100), the cap 1.6 s, far past the 300 ms this thread sleeps.
+// 100), the cap 1.6 s, far past the 300 ms this thread sleeps. Then, with
+// a limit of 10 ms, the cap (160 ms) passes while the caller still spins.
 static void test_handback_runner_leaves_a_runnable_caller_its_callbacks(void** state) {
   (void)state;
+  static hb_seen_t seen, capped;
   cw_plugin_future_set_handback_us(100 * 1000);
-  hb_seen_t seen = {0};
   completer_t c = {.f = cw_plugin_future_create(), .status = cw_ok_status()};
   hb_add(c.f, &seen);
   spinner_t sp = {0};
@@ -480,12 +484,25 @@ static void test_handback_runner_leaves_a_runnable_caller_its_callbacks(void** s
   assert_int_equal(atomic_load(&seen.calls), 0);
   atomic_store(&sp.stop, true);
   assert_int_equal(pthread_join(t, NULL), 0);  // gone: not runnable
-  for (int i = 0; i < 10000 && !atomic_load(&seen.calls); ++i) {
-    nanosleep(&(struct timespec){0, 1000000}, NULL);
-  }
+  wait_called(&seen);
   assert_int_equal(atomic_load(&seen.calls), 1);
   assert_false(pthread_equal(seen.thread, pthread_self()));
   cw_plugin_future_release(c.f);
+
+  cw_plugin_future_set_handback_us(10 * 1000);
+  spinner_t sp2 = {0};
+  assert_int_equal(pthread_create(&t, NULL, spin_main, &sp2), 0);
+  while (!atomic_load(&sp2.called)) sched_yield();
+  completer_t c2 = {.f = cw_plugin_future_create(), .status = cw_ok_status()};
+  hb_add(c2.f, &capped);
+  complete_elsewhere(&c2);
+  wait_called(&capped);
+  int calls = atomic_load(&capped.calls);  // read while the caller still spins
+  atomic_store(&sp2.stop, true);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  assert_int_equal(calls, 1);
+  assert_false(pthread_equal(capped.thread, pthread_self()));
+  cw_plugin_future_release(c2.f);
   cw_plugin_future_set_handback_us(1000);
 }
 

@@ -297,7 +297,6 @@ static cw_status_t cw__download(cw_plugin_buffer_t* b, void* dst, uint64_t offse
 PJRT_Error* cw_plugin_buffer_to_host(PJRT_Buffer_ToHostBuffer_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_ToHostBuffer_Args, event);
   CW_PLUGIN_NEED(args->src, "PJRT_Buffer_ToHostBuffer", "buffer");
-  cw_plugin_future_run_handed_back();
   cw_plugin_buffer_t* b = CW__BUF(args->src);
   uint64_t need = cw_plugin_buffer_bytes(b);
   cw_status_t s =
