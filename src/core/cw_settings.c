@@ -278,10 +278,11 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
     [CW_SET_HANDBACK_US] = {"CAUSEWAY_HANDBACK_US", NULL, CW__PLG, NULL, CW_SETTING_INT, 0,
                             1000000, "1000", false, false,
                             "JAX's callbacks on a finished launch run on JAX's own thread at "
-                            "its next call into the plugin (its allocations go back to its own "
-                            "cache, not across threads), or on a helper thread after at most "
-                            "this many microseconds; a result someone waits for is never held; "
-                            "0: run them at once on the client's reader"},
+                            "its next launch (its allocations go back to its own cache, not "
+                            "across threads), or on a helper thread after this many "
+                            "microseconds (up to 16 times that while the last caller is "
+                            "runnable); a result someone waits for is never held; 0: run them "
+                            "at once on the client's reader"},
     // The worker's custom-call handler sets (docs/ffi.md).
     [CW_SET_FFI_LIBRARIES] = {"CAUSEWAY_FFI_LIBRARIES", NULL, CW__WRK, "ffi-libraries",
                               CW_SETTING_STRING, 0, 0, "", false, false,
