@@ -278,7 +278,9 @@ cw_status_t cw_client_connect(const char* address, const cw_client_options_t* op
   // machine (docs/performance.md, session 28).
   pthread_mutexattr_t ma;
   pthread_mutexattr_init(&ma);
+#ifdef __GLIBC__  // a glibc extension (an enum, not a macro)
   pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
+#endif
   pthread_mutex_init(&c->write_mu, &ma);
   pthread_cond_init(&c->write_cv, NULL);
   pthread_condattr_t ca;
