@@ -243,13 +243,13 @@ static cw_status_t cw__live(const cw_plugin_buffer_t* b, const char* what) {
   return cw_plugin_buffer_check_epoch(b);
 }
 
-// Reads `length` of the buffer's dense bytes from `offset` into `dst`
-// (within range) after its own error, if it has one; *out_event completes
-// when they are there.
 // Read backs up to this size poll for their reply before returning (larger
 // ones take longer than the polling budget anyway).
 #define CW__SPIN_DOWNLOAD_MAX_BYTES (64 * 1024)
 
+// Reads `length` of the buffer's dense bytes from `offset` into `dst`
+// (within range) after its own error, if it has one; *out_event completes
+// when they are there.
 static cw_status_t cw__download(cw_plugin_buffer_t* b, void* dst, uint64_t offset,
                                 uint64_t length, const char* what, PJRT_Event** out_event) {
   cw_status_t s = cw__live(b, what);
@@ -289,7 +289,9 @@ static cw_status_t cw__download(cw_plugin_buffer_t* b, void* dst, uint64_t offse
   // JAX waits for a small read back at once (np.asarray, float(x)): like
   // PJRT_Buffer_ReadyEvent, poll briefly, so its thread finds the event done
   // instead of sleeping until the reader wakes it.
-  if (length <= CW__SPIN_DOWNLOAD_MAX_BYTES) (void)cw_plugin_worker_poll(w, f, b->client->wait_spin_us);
+  if (length <= CW__SPIN_DOWNLOAD_MAX_BYTES) {
+    (void)cw_plugin_worker_poll(w, f, b->client->wait_spin_us);
+  }
   *out_event = (PJRT_Event*)f;  // our reference moves to the caller
   return cw_ok_status();
 }
