@@ -15,22 +15,27 @@ typedef struct cw_recycled_s cw_recycled_t;
 
 typedef struct {
   _Atomic(cw_recycled_t*) head;  // pushed by any thread
-  atomic_size_t kept;
-  pthread_mutex_t pop_mu;  // one taker at a time: a pop is then safe from ABA
+  atomic_size_t kept;            // about how many are on `head` (frees count up, takes reset)
   size_t size, max;
+  // The takers' side, on a line of its own: the freeing thread writes the
+  // one above with every free.
+  _Alignas(64) pthread_mutex_t take_mu;
+  cw_recycled_t* taken;  // taken off `head` all at once, handed out one by one
 } cw_recycle_t;
 
 // A static recycler of blocks of `size` bytes (at least a pointer's),
-// keeping up to `max`; kept blocks stay reachable from it.
-#define CW_RECYCLE_INIT(size_, max_) \
-  {.head = NULL, .kept = 0, .pop_mu = PTHREAD_MUTEX_INITIALIZER, .size = (size_), .max = (max_)}
+// keeping up to `max` freed blocks on its list (and up to as many more
+// taken off it, not yet handed out); kept blocks stay reachable from it.
+#define CW_RECYCLE_INIT(size_, max_)                                                     \
+  {.head = NULL, .kept = 0, .size = (size_), .max = (max_),                             \
+   .take_mu = PTHREAD_MUTEX_INITIALIZER, .taken = NULL}
 
 // A zeroed block; NULL when out of memory.
 void* cw_recycle_alloc(cw_recycle_t* r);
 // Keeps `block` (from cw_recycle_alloc of `r`) for the next allocation, or
 // frees it once `max` are kept. NULL is a no-op.
 void cw_recycle_free(cw_recycle_t* r, void* block);
-// Blocks kept now (for tests).
+// Blocks kept now, on the list and taken (for tests).
 size_t cw_recycle_kept(cw_recycle_t* r);
 
 #endif  // CW_CORE_RECYCLE_H_
