@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cw_prefetch.h"
+
 #define CW__INITIAL_BUCKETS 64
 // Enough for a window of launches in flight; more are freed.
 #define CW__MAX_SPARE 256
@@ -99,6 +101,7 @@ cw_client_pending_t* cw_client_table_new_record(cw_client_table_t* t) {
   if (!p) return calloc(1, sizeof(*p));
   t->spare = p->next;
   t->num_spare--;
+  cw_prefetch_write(t->spare, sizeof(*p));  // the next request's record
   memset(p, 0, sizeof(*p));
   return p;
 }

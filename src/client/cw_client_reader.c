@@ -214,7 +214,8 @@ static cw_status_t cw__read_one(cw_client_t* c) {
   if (cw_rbuf_read(&c->rb, hdr, sizeof(hdr), &got) != 0) {
     return cw_make_status(CW_UNAVAILABLE, "%s", cw_client_io_error_text(c, errno, got));
   }
-  atomic_store_explicit(&c->last_rx_ms, cw_time_now_ms(), memory_order_relaxed);
+  int64_t now_ns = cw_time_now_ns();
+  atomic_store_explicit(&c->last_rx_ms, now_ns / 1000000, memory_order_relaxed);
   cw_frame_header_t h;
   CW_RETURN_IF_ERROR(cw_frame_header_decode(hdr, sizeof(hdr), &c->limits, &h),
                      "protocol violation from peer");
@@ -274,7 +275,7 @@ static cw_status_t cw__read_one(cw_client_t* c) {
     sink = p->sink;
     if (pflags & CW_CLIENT_PEND_BATCHED) {
       c->batched--;
-      c->batched_reply_ns = cw_time_now_ns();
+      c->batched_reply_ns = now_ns;
     }
   }
   pthread_mutex_unlock(&c->mu);

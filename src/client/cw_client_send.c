@@ -141,12 +141,13 @@ void cw_client_write_held_batched(cw_client_t* c) {
   pthread_mutex_unlock(&c->write_mu);
 }
 
-// A batched frame was just held (write_mu held): the flusher writes it if
-// nothing else has within the batch window (a paused session's worker, a
-// long program: replies that stopped). Without a flusher it goes now.
-static void cw__held_batched(cw_client_t* c) {
+// A batched frame was just held, at about `now_ns` (write_mu held): the
+// flusher writes it if nothing else has within the batch window (a paused
+// session's worker, a long program: replies that stopped). Without a
+// flusher it goes now.
+static void cw__held_batched(cw_client_t* c, int64_t now_ns) {
   if (atomic_load_explicit(&c->wbuf_batched, memory_order_relaxed)) return;
-  c->held_since_ns = cw_time_now_ns();
+  c->held_since_ns = now_ns;
   atomic_store_explicit(&c->wbuf_batched, true, memory_order_relaxed);
   if (!c->flusher_started) {
     c->flusher_started = pthread_create(&c->flusher, NULL, cw_client_flusher_main, c) == 0;
@@ -303,12 +304,15 @@ cw_status_t cw_client_send_flags(cw_client_t* c, uint16_t type, const ProtobufCM
     goto out;
   }
 
+  // Read before the locks: the reader contends for c->mu with every reply.
+  int64_t now_ns = batch ? cw_time_now_ns() : 0;
   // The writer lock is taken before registering so that ids go out in order:
   // a frame that cannot join wbuf behind another thread's write (bulk, or
   // wbuf full) waits for the turn first.
   pthread_mutex_lock(&c->write_mu);
   while (c->writing && (bulk_len || !cw__wbuf_reserve(c, CW_FRAME_HEADER_SIZE + payload_len))) {
     pthread_cond_wait(&c->write_cv, &c->write_mu);
+    if (batch) now_ns = cw_time_now_ns();  // waited: the hold decision needs the time now
   }
   pthread_mutex_lock(&c->mu);
   if (c->dead) {
@@ -326,13 +330,13 @@ cw_status_t cw_client_send_flags(cw_client_t* c, uint16_t type, const ProtobufCM
   // would have had this thread waited for the write (sent at once, the
   // writer would write it alone, one more system call per batch).
   bool hold = batch && ((c->batched >= CW_CLIENT_BATCH_DEPTH &&
-                         cw_time_now_ns() - c->batched_reply_ns < c->batch_window_ns) ||
+                         now_ns - c->batched_reply_ns < c->batch_window_ns) ||
                         (c->writing && c->batched > 0));
   // Behind another thread's write, a small frame joins wbuf: that writer
   // sends it before its turn ends.
   bool queue = c->writing && !defer && !hold;
-  // A frame that only joins wbuf is there before the request is registered
-  // (both under c->mu): it is never SENDING, and this thread need not take
+  // A frame that only joins wbuf goes there under write_mu, which every
+  // writer of wbuf holds: it is never SENDING, and this thread need not take
   // c->mu again (the reader contends for it with every reply).
   bool joined = (defer || hold || queue) && !bulk_len &&
                 cw__wbuf_reserve(c, CW_FRAME_HEADER_SIZE + payload_len);
@@ -356,9 +360,9 @@ cw_status_t cw_client_send_flags(cw_client_t* c, uint16_t type, const ProtobufCM
   if (c->outstanding++ == 0) {
     atomic_store_explicit(&c->last_rx_ms, cw_time_now_ms(), memory_order_relaxed);
   }
-  if (joined) cw__append_frame(c, type, id, payload, payload_len);
   pthread_mutex_unlock(&c->mu);
   // From here on the reader may complete (and free) `p`; use `id` only.
+  if (joined) cw__append_frame(c, type, id, payload, payload_len);
 
   cw_status_t ws = cw_ok_status();
   if (!joined) {
@@ -368,7 +372,7 @@ cw_status_t cw_client_send_flags(cw_client_t* c, uint16_t type, const ProtobufCM
                                      bulk_len);
   }
   if (queue && !ws) c->wbuf_now = true;
-  if (hold && !ws && c->wbuf_len) cw__held_batched(c);
+  if (hold && !ws && c->wbuf_len) cw__held_batched(c, now_ns);
   if (ws) {
     // A partial frame desynchronises the stream: close it so the reader
     // fails everything else outstanding.
