@@ -13,6 +13,7 @@
 #include "cw_plugin_error.h"
 #include "cw_plugin_event.h"
 #include "cw_plugin_trace.h"
+#include "cw_prefetch.h"
 #include "cw_recycle.h"
 #include "cw_time.h"
 
@@ -197,6 +198,7 @@ static void cw__run_handed_back(void) {
   cw_plugin_future_t* fifo = NULL;  // in completion order
   while (f) {
     cw_plugin_future_t* next = f->hb_next;
+    cw_prefetch_write(f, sizeof(*f));  // the reader wrote it: all its lines at once
     f->hb_next = fifo;
     fifo = f;
     f = next;
