@@ -283,11 +283,7 @@ cw_status_t cw_client_connect(const char* address, const cw_client_options_t* op
 #endif
   pthread_mutex_init(&c->write_mu, &ma);
   pthread_cond_init(&c->write_cv, NULL);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);  // cw_time_now_ns's clock
-  pthread_cond_init(&c->flush_cv, &ca);
-  pthread_condattr_destroy(&ca);
+  cw_time_cond_init(&c->flush_cv);
   pthread_mutex_init(&c->mu, &ma);
   pthread_mutex_init(&c->read_mu, &ma);
   pthread_mutexattr_destroy(&ma);

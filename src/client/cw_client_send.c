@@ -175,8 +175,7 @@ void* cw_client_flusher_main(void* arg) {
       cw_status_free(cw_client_write_held_locked(c));
       continue;
     }
-    struct timespec ts = {.tv_sec = (time_t)(due / 1000000000),
-                          .tv_nsec = (long)(due % 1000000000)};
+    struct timespec ts = cw_time_timespec(due);
     pthread_cond_timedwait(&c->flush_cv, &c->write_mu, &ts);
   }
   pthread_mutex_unlock(&c->write_mu);

@@ -2,6 +2,7 @@
 #ifndef CW_CORE_TIME_H_
 #define CW_CORE_TIME_H_
 
+#include <pthread.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -12,5 +13,20 @@ static inline int64_t cw_time_now_ns(void) {
 }
 
 static inline int64_t cw_time_now_ms(void) { return cw_time_now_ns() / 1000000; }
+
+// A condition variable whose timed waits take deadlines on this clock.
+static inline void cw_time_cond_init(pthread_cond_t* cv) {
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(cv, &ca);
+  pthread_condattr_destroy(&ca);
+}
+
+// A reading of this clock (ns) as the deadline pthread_cond_timedwait takes
+// on such a condition variable.
+static inline struct timespec cw_time_timespec(int64_t ns) {
+  return (struct timespec){.tv_sec = (time_t)(ns / 1000000000), .tv_nsec = (long)(ns % 1000000000)};
+}
 
 #endif  // CW_CORE_TIME_H_

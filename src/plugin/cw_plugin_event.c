@@ -278,18 +278,14 @@ static void* cw__handback_main(void* arg) {
         continue;
       }
     }
-    struct timespec ts = {.tv_sec = due / 1000000000, .tv_nsec = due % 1000000000};
+    struct timespec ts = cw_time_timespec(due);
     pthread_cond_timedwait(&cw__hb.cv, &cw__hb.mu, &ts);
   }
   return NULL;
 }
 
 static void cw__handback_start(void) {
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);  // cw_time_now_ns's clock
-  pthread_cond_init(&cw__hb.cv, &ca);
-  pthread_condattr_destroy(&ca);
+  cw_time_cond_init(&cw__hb.cv);
   pthread_t t;
   pthread_attr_t ta;
   pthread_attr_init(&ta);

@@ -81,11 +81,7 @@ cw_status_t cw_plugin_resume_create(cw_plugin_client_t* c) {
   r->bound_ms = bound;
   r->up = true;
   pthread_mutex_init(&r->mu, NULL);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&r->cv, &ca);
-  pthread_condattr_destroy(&ca);
+  cw_time_cond_init(&r->cv);
   pthread_rwlock_init(&r->send_lock, NULL);
   atomic_init(&r->muted, false);
   c->resume = r;
