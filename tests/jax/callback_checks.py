@@ -171,6 +171,25 @@ def cb_shard_map() -> dict:
     return {"value": np.asarray(f(x))}
 
 
+def cb_shard_map_partitioned() -> dict:
+    """jax.debug.callback(partitioned=True) inside shard_map: one call per
+    shard with that shard's values, as stock (in a plain sharded jit the
+    same callback needs jaxlib's own partitioner, docs/conformance.md)."""
+    devs = np.array(checks.islands()[0])
+    mesh = Mesh(devs, ("d",))
+    shards = []
+
+    @jax.jit
+    @functools.partial(jax.shard_map, mesh=mesh, in_specs=P("d"), out_specs=P("d"))
+    def f(x):
+        jax.debug.callback(lambda v: shards.append(np.asarray(v).tolist()), x, partitioned=True)
+        return x * 2
+    x = jax.device_put(np.arange(4.0 * len(devs), dtype=np.float32), NamedSharding(mesh, P("d")))
+    out = np.asarray(f(x))
+    jax.effects_barrier()
+    return {"value": out, "shards": sorted(shards), "devices": len(devs)}
+
+
 def cb_io_ordered() -> dict:
     log = []
 
