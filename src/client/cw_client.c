@@ -293,7 +293,7 @@ cw_status_t cw_client_connect(const char* address, const cw_client_options_t* op
   c->limits.max_payload = CW__DEFAULT_MAX_PAYLOAD;
   c->limits.max_bulk = CW__DEFAULT_MAX_BULK;
   c->address = strdup(address);
-  pthread_cond_init(&c->watchdog_cv, NULL);
+  cw_time_cond_init(&c->watchdog_cv);
   c->batch_window_ns = (int64_t)CW_CLIENT_BATCH_WINDOW_US * 1000;
   if (options) {
     if (options->batch_window_us > 0) c->batch_window_ns = (int64_t)options->batch_window_us * 1000;

@@ -11,6 +11,8 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
+#include "cw_prefetch.h"
+
 typedef struct cw_recycled_s cw_recycled_t;
 
 typedef struct {
@@ -19,7 +21,7 @@ typedef struct {
   size_t size, max;
   // The takers' side, on a line of its own: the freeing thread writes the
   // one above with every free.
-  _Alignas(64) pthread_mutex_t take_mu;
+  _Alignas(CW_CACHE_LINE) pthread_mutex_t take_mu;
   cw_recycled_t* taken;  // taken off `head` all at once, handed out one by one
 } cw_recycle_t;
 

@@ -177,7 +177,7 @@ static struct {
   _Atomic int64_t since_ns;           // when the list last became non-empty
   _Atomic bool idle;                  // the runner waits for a push, not a time
   _Atomic int runner;                 // 0: not started, 1: running, -1: cannot start
-  _Alignas(64) _Atomic int caller;    // the thread that last called in (its tid)
+  _Alignas(CW_CACHE_LINE) _Atomic int caller;    // the thread that last called in (its tid)
   pthread_once_t once;
   pthread_mutex_t mu;
   pthread_cond_t cv;  // CLOCK_MONOTONIC

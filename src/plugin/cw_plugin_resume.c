@@ -98,21 +98,10 @@ cw_status_t cw_plugin_resume_set_open(cw_plugin_client_t* c,
 
 // ---- Waiting ------------------------------------------------------------------------
 
-static void cw__deadline(struct timespec* ts, int64_t ms) {
-  clock_gettime(CLOCK_MONOTONIC, ts);
-  ts->tv_sec += ms / 1000;
-  ts->tv_nsec += (ms % 1000) * 1000000;
-  if (ts->tv_nsec >= 1000000000) {
-    ts->tv_sec++;
-    ts->tv_nsec -= 1000000000;
-  }
-}
-
 // Waits up to `ms` on r->cv (mu held); false when stopping.
 static bool cw__nap(cw_plugin_resume_t* r, int64_t ms) {
   if (r->stopping) return false;
-  struct timespec ts;
-  cw__deadline(&ts, ms);
+  struct timespec ts = cw_time_timespec(cw_time_now_ns() + ms * 1000000);
   pthread_cond_timedwait(&r->cv, &r->mu, &ts);
   return !r->stopping;
 }

@@ -18,6 +18,7 @@
 
 #include "cw_log.h"
 #include "cw_proxy_internal.h"
+#include "cw_time.h"
 
 #define CW__STORE_METADATA "ifrt-proxy-grpc-host-buffer-store-metadata-bin"
 #define CW__CHUNK (1u << 20)  // bytes per HostBufferLookup response message
@@ -125,17 +126,9 @@ void cw_proxy_host_buffers_free(cw_proxy_session_t* s) {
 
 // --- Session thread ------------------------------------------------------------------------
 
-// `timeout_ms` from now, for pthread_cond_timedwait.
+// `timeout_ms` from now, for pthread_cond_timedwait on host_buffer_cv.
 static struct timespec cw__deadline(int timeout_ms) {
-  struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += timeout_ms / 1000;
-  until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-  if (until.tv_nsec >= 1000000000L) {
-    until.tv_sec++;
-    until.tv_nsec -= 1000000000L;
-  }
-  return until;
+  return cw_time_timespec(cw_time_now_ns() + (int64_t)timeout_ms * 1000000);
 }
 
 cw_status_t cw_proxy_host_buffer_take(cw_proxy_session_t* s, uint64_t handle, int timeout_ms,

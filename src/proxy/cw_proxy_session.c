@@ -6,6 +6,7 @@
 
 #include "cw_log.h"
 #include "cw_proxy_internal.h"
+#include "cw_time.h"
 
 // What serves each request kind: a handler filling the response's oneof and
 // what frees it. Kinds without an entry are answered UNIMPLEMENTED by name.
@@ -251,7 +252,7 @@ cw_status_t cw_proxy_session_start(cw_proxy_session_t* s) {
   s->kind = CW_PROXY_CALL_SESSION;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
-  pthread_cond_init(&s->host_buffer_cv, NULL);
+  cw_time_cond_init(&s->host_buffer_cv);  // cw__deadline's clock
   int rc = pthread_create(&s->thread, NULL, cw__main, s);
   if (rc) return cw_make_status(CW_RESOURCE_EXHAUSTED, "cannot start a session thread: %s",
                                 strerror(rc));
