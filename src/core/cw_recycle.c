@@ -37,10 +37,13 @@ void* cw_recycle_alloc(cw_recycle_t* r) {
   cw_recycled_t* b = r->taken;
   if (!b && atomic_load_explicit(&r->head, memory_order_relaxed)) {
     // Not counted by walking the list (that would wait for each block in
-    // turn): `kept` starts again from 0, so with a few frees racing the
-    // exchanges it is off by as many (a bound on memory, not a tally).
-    atomic_store_explicit(&r->kept, 0, memory_order_relaxed);
+    // turn): `kept` starts again from 0 once the list is ours, so frees that
+    // race the exchange leave it short by as many (a bound on memory, not a
+    // tally). Reset before the exchange, frees in between would count blocks
+    // the exchange takes: `max` of them and every later free goes to free(),
+    // the list stays empty, and nothing resets it again.
     b = atomic_exchange_explicit(&r->head, NULL, memory_order_acquire);
+    atomic_store_explicit(&r->kept, 0, memory_order_relaxed);
   }
   if (b) {
     r->taken = b->next;
