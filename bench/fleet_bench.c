@@ -295,7 +295,8 @@ typedef struct session_s {
   char worker[16];  // where it is placed
   _Atomic double down_at;  // when WORKER_DOWN for its worker arrived (0: not yet)
   _Atomic int wrong_events;  // WORKER_DOWN naming a worker that did not go down
-  const char* expect_down;   // set before a death: the worker expected to go down
+  // Set before a death (the reader thread reads it): the worker expected to go down.
+  _Atomic(const char*) expect_down;
   uint64_t launches;
   pthread_barrier_t* start;
   double compile_s;  // its COMPILE round trip
@@ -313,7 +314,8 @@ static void on_event(void* user, const ProtobufCMessage* m) {
   bool real = (!strcmp(ev->worker_name, "w0") && atomic_load(&g_down[0])) ||
               (!strcmp(ev->worker_name, "w1") && atomic_load(&g_down[1]));
   if (!real) atomic_fetch_add(&s->wrong_events, 1);
-  if (s->expect_down && !strcmp(ev->worker_name, s->expect_down)) {
+  const char* expect = atomic_load(&s->expect_down);
+  if (expect && !strcmp(ev->worker_name, expect)) {
     double zero = 0;
     atomic_compare_exchange_strong(&s->down_at, &zero, now_s());
   }
@@ -398,7 +400,7 @@ static double wait_told(session_t* const* s, int n, double limit_s) {
     double at;
     while (!(at = atomic_load(&s[k]->down_at))) {
       if (now_s() > deadline) die("session on %s was not told %s went down", s[k]->worker,
-                                  s[k]->expect_down);
+                                  atomic_load(&s[k]->expect_down));
       cw_test_sleep_ms(1);
     }
     if (at > last) last = at;
@@ -549,10 +551,10 @@ static result_t run_fleet(int n, int sessions, uint64_t launches, double hb_wind
   session_t* told[2 * MAX_SESSIONS];
   int num_told = 0;
   for (int k = 0; k < sessions; ++k) {
-    g_shared[k].expect_down = "w0";
+    atomic_store(&g_shared[k].expect_down, "w0");
     told[num_told++] = &g_shared[k];
   }
-  g_distinct[0].expect_down = "w0";
+  atomic_store(&g_distinct[0].expect_down, "w0");
   told[num_told++] = &g_distinct[0];
   atomic_store(&g_down[0], true);
   double t_kill = now_s();
@@ -563,7 +565,7 @@ static result_t run_fleet(int n, int sessions, uint64_t launches, double hb_wind
   // SIGSTOP w1 (when there is a session on it): the timeout decides.
   r.stop_told_ms = -1;
   if (sessions > 1) {
-    g_distinct[1].expect_down = "w1";
+    atomic_store(&g_distinct[1].expect_down, "w1");
     session_t* one[1] = {&g_distinct[1]};
     atomic_store(&g_down[1], true);
     double t_stop = now_s();
