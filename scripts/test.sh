@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The whole test run: set-up, a sanitizer build (ASan+UBSan, libFuzzer
-# targets) and a release build, then every test through CTest.
+# targets) and a release build, then every test through CTest; then the C
+# tests and benchmarks again from a ThreadSanitizer build (no Python: JAX's
+# processes cannot load a TSan-built plugin).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -11,4 +13,8 @@ cmake -S . -B build/asan -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=De
 cmake --build build/asan -j "$jobs"
 cmake -S . -B build/release -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build/release -j "$jobs"
+cmake -S . -B build/tsan -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug \
+      -DCW_TSAN=ON >/dev/null
+cmake --build build/tsan -j "$jobs"
 ctest --test-dir build/asan --output-on-failure --timeout 900 -j "$jobs" "$@"
+ctest --test-dir build/tsan --output-on-failure --timeout 900 -j "$jobs" -LE 'e2e|packaging|deploy' "$@"
