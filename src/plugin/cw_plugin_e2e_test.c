@@ -6,8 +6,10 @@
 // Exits 77 (skipped) when CAUSEWAY_PJRT_PLUGIN is not set.
 #include <dirent.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -554,8 +556,8 @@ static PJRT_Error* compile(const char* code, PJRT_LoadedExecutable** out) {
   return e;
 }
 
-static void test_compile_execute(void** state) {
-  (void)state;
+// kAddModule's executable and its one device.
+static PJRT_LoadedExecutable* compile_add(PJRT_Device** out_dev) {
   PJRT_LoadedExecutable* exe = NULL;
   OK(compile(kAddModule, &exe));
   PJRT_LoadedExecutable_AddressableDevices_Args ad;
@@ -563,47 +565,188 @@ static void test_compile_execute(void** state) {
   ad.executable = exe;
   OK(api->PJRT_LoadedExecutable_AddressableDevices(&ad));
   assert_int_equal(ad.num_addressable_devices, 1);
-  float x[6] = {1, 2, 3, 4, 5, 6}, y[6] = {10, 20, 30, 40, 50, 60}, out[6];
-  PJRT_Buffer* bx = upload(ad.addressable_devices[0], x, 6);
-  PJRT_Buffer* by = upload(ad.addressable_devices[0], y, 6);
-  // Launch many times back to back: nothing waits on the network.
-  for (int iter = 0; iter < 50; ++iter) {
-    PJRT_Buffer* argv[2] = {bx, by};
-    PJRT_Buffer* const* arg_lists[1] = {argv};
-    PJRT_Buffer* outv[1] = {NULL};
-    PJRT_Buffer** out_lists[1] = {outv};
-    PJRT_Event* done[1] = {NULL};
-    PJRT_ExecuteOptions opt;
-    INIT_ARGS(opt);
-    PJRT_LoadedExecutable_Execute_Args e;
-    INIT_ARGS(e);
-    e.executable = exe;
-    e.options = &opt;
-    e.argument_lists = arg_lists;
-    e.num_devices = 1;
-    e.num_args = 2;
-    e.output_lists = out_lists;
-    e.device_complete_events = done;
-    OK(api->PJRT_LoadedExecutable_Execute(&e));
-    assert_non_null(outv[0]);
-    if (iter == 49) {
-      await_event(done[0]);
-      download(outv[0], out, 6);
-      for (int i = 0; i < 6; ++i) assert_true(out[i] == x[i] + y[i]);
-    } else {
-      PJRT_Event_Destroy_Args d;
-      INIT_ARGS(d);
-      d.event = done[0];
-      OK(api->PJRT_Event_Destroy(&d));
-    }
-    destroy_buffer(outv[0]);
-  }
-  destroy_buffer(bx);
-  destroy_buffer(by);
+  *out_dev = ad.addressable_devices[0];
+  return exe;
+}
+
+static void destroy_executable(PJRT_LoadedExecutable* exe) {
   PJRT_LoadedExecutable_Destroy_Args d;
   INIT_ARGS(d);
   d.executable = exe;
   OK(api->PJRT_LoadedExecutable_Destroy(&d));
+}
+
+// x + y through kAddModule's `exe`: its output and completion event.
+static PJRT_Error* execute_add(PJRT_LoadedExecutable* exe, PJRT_Buffer* x, PJRT_Buffer* y,
+                               PJRT_Buffer** out, PJRT_Event** done) {
+  PJRT_Buffer* argv[2] = {x, y};
+  PJRT_Buffer* const* arg_lists[1] = {argv};
+  PJRT_Buffer** out_lists[1] = {out};
+  PJRT_ExecuteOptions opt;
+  INIT_ARGS(opt);
+  PJRT_LoadedExecutable_Execute_Args e;
+  INIT_ARGS(e);
+  e.executable = exe;
+  e.options = &opt;
+  e.argument_lists = arg_lists;
+  e.num_devices = 1;
+  e.num_args = 2;
+  e.output_lists = out_lists;
+  e.device_complete_events = done;
+  *out = NULL;
+  return api->PJRT_LoadedExecutable_Execute(&e);
+}
+
+static void test_compile_execute(void** state) {
+  (void)state;
+  PJRT_Device* dev;
+  PJRT_LoadedExecutable* exe = compile_add(&dev);
+  float x[6] = {1, 2, 3, 4, 5, 6}, y[6] = {10, 20, 30, 40, 50, 60}, out[6];
+  PJRT_Buffer* bx = upload(dev, x, 6);
+  PJRT_Buffer* by = upload(dev, y, 6);
+  // Launch many times back to back: nothing waits on the network.
+  for (int iter = 0; iter < 50; ++iter) {
+    PJRT_Buffer* res;
+    PJRT_Event* done;
+    OK(execute_add(exe, bx, by, &res, &done));
+    assert_non_null(res);
+    if (iter == 49) {
+      await_event(done);
+      download(res, out, 6);
+      for (int i = 0; i < 6; ++i) assert_true(out[i] == x[i] + y[i]);
+    } else {
+      PJRT_Event_Destroy_Args d;
+      INIT_ARGS(d);
+      d.event = done;
+      OK(api->PJRT_Event_Destroy(&d));
+    }
+    destroy_buffer(res);
+  }
+  destroy_buffer(bx);
+  destroy_buffer(by);
+  destroy_executable(exe);
+}
+
+// Two threads each run a chain x = x + y of CHAIN launches as JAX dispatches
+// one: the completion event's OnReady callback destroys the event (JAX's
+// futures do), the input is destroyed once used, and every 256th output is
+// awaited through its ready event (block_until_ready). Under the sanitizers
+// this is the launch path's threads at full stretch: the callers, the
+// client's reader and flusher, the plugin's hand-back of callbacks and its
+// recycled futures. cmocka cannot fail from a thread: errors are counted.
+#define CHAIN 3000
+typedef struct {
+  PJRT_LoadedExecutable* exe;
+  PJRT_Device* dev;
+  float first, step;
+  atomic_int fired;  // OnReady callbacks run
+  atomic_int errors;
+  char error[256];
+  float last[6];
+} chain_t;
+
+static void chain_error(chain_t* c, const char* what, PJRT_Error* e) {
+  if (atomic_fetch_add(&c->errors, 1) == 0) {
+    char* m = error_text(e);
+    snprintf(c->error, sizeof(c->error), "%s: %s", what, m);
+    free(m);
+  }
+  error_free(e);
+}
+
+static void chain_on_ready(PJRT_Error* error, void* user) {
+  void** arg = user;
+  chain_t* c = arg[0];
+  if (error) chain_error(c, "completion", error);
+  PJRT_Event_Destroy_Args d;
+  INIT_ARGS(d);
+  d.event = arg[1];
+  PJRT_Error* e = api->PJRT_Event_Destroy(&d);
+  if (e) chain_error(c, "PJRT_Event_Destroy", e);
+  free(arg);
+  atomic_fetch_add(&c->fired, 1);
+}
+
+static void* chain_main(void* user) {
+  chain_t* c = user;
+  float x[6], y[6];
+  for (int i = 0; i < 6; ++i) x[i] = c->first + (float)i, y[i] = c->step;
+  PJRT_Buffer* bx = upload(c->dev, x, 6);
+  PJRT_Buffer* by = upload(c->dev, y, 6);
+  for (int iter = 0; iter < CHAIN && !atomic_load(&c->errors); ++iter) {
+    PJRT_Buffer* res;
+    PJRT_Event* done;
+    PJRT_Error* err = execute_add(c->exe, bx, by, &res, &done);
+    if (err) {
+      chain_error(c, "PJRT_LoadedExecutable_Execute", err);
+      break;
+    }
+    void** arg = malloc(2 * sizeof(void*));
+    arg[0] = c;
+    arg[1] = done;
+    PJRT_Event_OnReady_Args r;
+    INIT_ARGS(r);
+    r.event = done;
+    r.callback = chain_on_ready;
+    r.user_arg = arg;
+    err = api->PJRT_Event_OnReady(&r);
+    if (err) chain_error(c, "PJRT_Event_OnReady", err);
+    PJRT_Buffer_Destroy_Args d;
+    INIT_ARGS(d);
+    d.buffer = bx;
+    err = api->PJRT_Buffer_Destroy(&d);
+    if (err) chain_error(c, "PJRT_Buffer_Destroy", err);
+    bx = res;
+    if (iter % 256 == 255 || iter == CHAIN - 1) {
+      PJRT_Buffer_ReadyEvent_Args re;
+      INIT_ARGS(re);
+      re.buffer = bx;
+      err = api->PJRT_Buffer_ReadyEvent(&re);
+      if (err) {
+        chain_error(c, "PJRT_Buffer_ReadyEvent", err);
+        break;
+      }
+      PJRT_Event_Await_Args a;
+      INIT_ARGS(a);
+      a.event = re.event;
+      err = api->PJRT_Event_Await(&a);
+      if (err) chain_error(c, "PJRT_Event_Await", err);
+      PJRT_Event_Destroy_Args ed;
+      INIT_ARGS(ed);
+      ed.event = re.event;
+      err = api->PJRT_Event_Destroy(&ed);
+      if (err) chain_error(c, "PJRT_Event_Destroy", err);
+    }
+  }
+  download(bx, c->last, 6);
+  destroy_buffer(bx);
+  destroy_buffer(by);
+  return NULL;
+}
+
+static void test_chains_on_two_threads(void** state) {
+  (void)state;
+  PJRT_Device* dev;
+  PJRT_LoadedExecutable* exe = compile_add(&dev);
+  chain_t c[2] = {{.exe = exe, .dev = dev, .first = 1, .step = 1},
+                  {.exe = exe, .dev = dev, .first = 100, .step = 2}};
+  pthread_t t[2];
+  for (int k = 0; k < 2; ++k) assert_int_equal(pthread_create(&t[k], NULL, chain_main, &c[k]), 0);
+  for (int k = 0; k < 2; ++k) pthread_join(t[k], NULL);
+  for (int k = 0; k < 2; ++k) {
+    if (atomic_load(&c[k].errors)) fail_msg("chain %d: %s", k, c[k].error);
+    for (int i = 0; i < 6; ++i) {
+      assert_true(c[k].last[i] == c[k].first + (float)i + CHAIN * c[k].step);
+    }
+  }
+  // Every callback runs, on a later caller or on the hand-back's runner.
+  for (int ms = 0; ms < 30000; ms += 10) {
+    if (atomic_load(&c[0].fired) == CHAIN && atomic_load(&c[1].fired) == CHAIN) break;
+    usleep(10 * 1000);
+  }
+  assert_int_equal(atomic_load(&c[0].fired), CHAIN);
+  assert_int_equal(atomic_load(&c[1].fired), CHAIN);
+  destroy_executable(exe);
 }
 
 static void test_compile_error_reaches_caller(void** state) {
@@ -636,6 +779,7 @@ int main(void) {
       cmocka_unit_test(test_strides_and_packed_types),
       cmocka_unit_test(test_async_host_to_device),
       cmocka_unit_test(test_compile_execute),
+      cmocka_unit_test(test_chains_on_two_threads),
       cmocka_unit_test(test_compile_error_reaches_caller),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
