@@ -9,6 +9,7 @@
 #include "cw_log.h"
 #include "cw_pb_nesting.h"
 #include "cw_pjrt_ffi.h"
+#include "cw_tsan.h"
 #include "proto/xla_hlo_subset.pb-c.h"
 
 // Status codes equal PJRT_Error_Code: pinned here, where both headers meet.
@@ -176,6 +177,7 @@ typedef struct cw__ready_s {
 
 // Runs on a plugin thread; owns `error`.
 static void cw__on_ready(PJRT_Error* error, void* arg) {
+  CW_TSAN_ACQUIRE(arg);
   cw__ready_t r = *(cw__ready_t*)arg;
   free(arg);
   r.fn(r.user, cw_pjrt_status(r.pjrt, error));
@@ -190,6 +192,7 @@ cw_status_t cw_pjrt_event_on_ready(const cw_pjrt_t* p, PJRT_Event* event, cw_pjr
   a.event = event;
   a.callback = cw__on_ready;
   a.user_arg = r;
+  CW_TSAN_RELEASE(r);
   cw_status_t st = cw_pjrt_status(p, p->api->PJRT_Event_OnReady(&a));
   if (st) free(r);  // the callback will not run
   return st;
