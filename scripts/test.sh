@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole test run: set-up, a sanitizer build (ASan+UBSan, libFuzzer
-# targets) and a release build, then every test through CTest; then the C
-# tests and benchmarks again from a ThreadSanitizer build (no Python: JAX's
-# processes cannot load a TSan-built plugin).
+# targets) and a release build, then every test through CTest; then, from a
+# ThreadSanitizer build, the C tests and benchmarks and the proxy suite (not
+# the other Python suites: JAX's processes cannot load a TSan-built plugin).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
