@@ -637,12 +637,12 @@ static void test_compile_execute(void** state) {
 #define CHAIN 3000
 typedef struct {
   PJRT_LoadedExecutable* exe;
-  PJRT_Device* dev;
+  PJRT_Buffer* x;  // uploaded by the test; the chain's last output when it ends
+  PJRT_Buffer* y;
   float first, step;
   atomic_int fired;  // OnReady callbacks run
   atomic_int errors;
   char error[256];
-  float last[6];
 } chain_t;
 
 static void chain_error(chain_t* c, const char* what, PJRT_Error* e) {
@@ -669,10 +669,7 @@ static void chain_on_ready(PJRT_Error* error, void* user) {
 
 static void* chain_main(void* user) {
   chain_t* c = user;
-  float x[6], y[6];
-  for (int i = 0; i < 6; ++i) x[i] = c->first + (float)i, y[i] = c->step;
-  PJRT_Buffer* bx = upload(c->dev, x, 6);
-  PJRT_Buffer* by = upload(c->dev, y, 6);
+  PJRT_Buffer *bx = c->x, *by = c->y;
   for (int iter = 0; iter < CHAIN && !atomic_load(&c->errors); ++iter) {
     PJRT_Buffer* res;
     PJRT_Event* done;
@@ -718,9 +715,7 @@ static void* chain_main(void* user) {
       if (err) chain_error(c, "PJRT_Event_Destroy", err);
     }
   }
-  download(bx, c->last, 6);
-  destroy_buffer(bx);
-  destroy_buffer(by);
+  c->x = bx;
   return NULL;
 }
 
@@ -728,16 +723,23 @@ static void test_chains_on_two_threads(void** state) {
   (void)state;
   PJRT_Device* dev;
   PJRT_LoadedExecutable* exe = compile_add(&dev);
-  chain_t c[2] = {{.exe = exe, .dev = dev, .first = 1, .step = 1},
-                  {.exe = exe, .dev = dev, .first = 100, .step = 2}};
+  chain_t c[2] = {{.exe = exe, .first = 1, .step = 1}, {.exe = exe, .first = 100, .step = 2}};
+  for (int k = 0; k < 2; ++k) {  // cmocka's asserts only on this thread
+    float x[6], y[6];
+    for (int i = 0; i < 6; ++i) x[i] = c[k].first + (float)i, y[i] = c[k].step;
+    c[k].x = upload(dev, x, 6);
+    c[k].y = upload(dev, y, 6);
+  }
   pthread_t t[2];
   for (int k = 0; k < 2; ++k) assert_int_equal(pthread_create(&t[k], NULL, chain_main, &c[k]), 0);
   for (int k = 0; k < 2; ++k) pthread_join(t[k], NULL);
   for (int k = 0; k < 2; ++k) {
     if (atomic_load(&c[k].errors)) fail_msg("chain %d: %s", k, c[k].error);
-    for (int i = 0; i < 6; ++i) {
-      assert_true(c[k].last[i] == c[k].first + (float)i + CHAIN * c[k].step);
-    }
+    float last[6];
+    download(c[k].x, last, 6);
+    for (int i = 0; i < 6; ++i) assert_true(last[i] == c[k].first + (float)i + CHAIN * c[k].step);
+    destroy_buffer(c[k].x);
+    destroy_buffer(c[k].y);
   }
   // Every callback runs, on a later caller or on the hand-back's runner.
   for (int ms = 0; ms < 30000; ms += 10) {
