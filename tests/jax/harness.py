@@ -48,6 +48,7 @@ import ctypes
 import os
 import pathlib
 import pickle
+import re
 import select
 import shutil
 import signal
@@ -784,6 +785,11 @@ def _client_lib():
     return _clib
 
 
+# The first line of a sanitizer's report in a daemon's log.
+SANITIZER_REPORT = re.compile(r"WARNING: ThreadSanitizer|ERROR: (Address|Leak|Memory)Sanitizer|"
+                              r"SUMMARY: UndefinedBehaviorSanitizer")
+
+
 def stats(address: str, token: str | None = None) -> dict:
     """STATS of a worker or controller, through libcauseway_client's cw_client_stats.
 
@@ -1016,6 +1022,9 @@ class HandCluster:
         self.procs[name].wait(timeout=10)
 
     def stop(self) -> None:
+        """Stops every daemon; raises AssertionError if a sanitizer reported in
+        any daemon's log (daemons of a sanitizer build, CAUSEWAY_BIN_DIR; a
+        killed daemon's exit status cannot say so)."""
         for p in self.procs.values():
             if p.poll() is None:
                 p.send_signal(signal.SIGCONT)  # a stopped one cannot handle SIGTERM
@@ -1026,4 +1035,16 @@ class HandCluster:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(timeout=5)
+        reports = []
+        for name in self.procs:
+            try:
+                with open(os.path.join(self.dir, f"{name}.log"), "rb") as f:
+                    text = f.read().decode("utf-8", "replace")
+            except OSError:
+                continue
+            m = SANITIZER_REPORT.search(text)
+            if m:
+                reports.append(f"--- {name} ---\n" + text[m.start():m.start() + 4000])
         shutil.rmtree(self.dir, ignore_errors=True)
+        if reports:
+            raise AssertionError("sanitizer report in a daemon's log:\n" + "\n".join(reports))
