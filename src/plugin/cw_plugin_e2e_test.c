@@ -642,27 +642,40 @@ typedef struct {
   float first, step;
   atomic_int fired;  // OnReady callbacks run
   atomic_int errors;
+  pthread_mutex_t mu;  // the first error's text, written from any thread
   char error[256];
 } chain_t;
 
+// Static: a failed assert leaves the test while callbacks may still come.
+static chain_t chains[2];
+
+static void chain_fail(chain_t* c, const char* what, const char* why) {
+  pthread_mutex_lock(&c->mu);
+  if (!c->error[0]) snprintf(c->error, sizeof(c->error), "%s: %s", what, why);
+  pthread_mutex_unlock(&c->mu);
+  atomic_fetch_add(&c->errors, 1);
+}
+
 static void chain_error(chain_t* c, const char* what, PJRT_Error* e) {
-  if (atomic_fetch_add(&c->errors, 1) == 0) {
-    char* m = error_text(e);
-    snprintf(c->error, sizeof(c->error), "%s: %s", what, m);
-    free(m);
-  }
+  char* m = error_text(e);
+  chain_fail(c, what, m);
+  free(m);
   error_free(e);
+}
+
+static void destroy_event(chain_t* c, PJRT_Event* ev) {
+  PJRT_Event_Destroy_Args d;
+  INIT_ARGS(d);
+  d.event = ev;
+  PJRT_Error* e = api->PJRT_Event_Destroy(&d);
+  if (e) chain_error(c, "PJRT_Event_Destroy", e);
 }
 
 static void chain_on_ready(PJRT_Error* error, void* user) {
   void** arg = user;
   chain_t* c = arg[0];
   if (error) chain_error(c, "completion", error);
-  PJRT_Event_Destroy_Args d;
-  INIT_ARGS(d);
-  d.event = arg[1];
-  PJRT_Error* e = api->PJRT_Event_Destroy(&d);
-  if (e) chain_error(c, "PJRT_Event_Destroy", e);
+  destroy_event(c, arg[1]);
   free(arg);
   atomic_fetch_add(&c->fired, 1);
 }
@@ -679,15 +692,23 @@ static void* chain_main(void* user) {
       break;
     }
     void** arg = malloc(2 * sizeof(void*));
-    arg[0] = c;
-    arg[1] = done;
-    PJRT_Event_OnReady_Args r;
-    INIT_ARGS(r);
-    r.event = done;
-    r.callback = chain_on_ready;
-    r.user_arg = arg;
-    err = api->PJRT_Event_OnReady(&r);
-    if (err) chain_error(c, "PJRT_Event_OnReady", err);
+    if (arg) {
+      arg[0] = c;
+      arg[1] = done;
+      PJRT_Event_OnReady_Args r;
+      INIT_ARGS(r);
+      r.event = done;
+      r.callback = chain_on_ready;
+      r.user_arg = arg;
+      err = api->PJRT_Event_OnReady(&r);
+      if (err) chain_error(c, "PJRT_Event_OnReady", err);
+    } else {
+      chain_fail(c, "malloc", "out of memory");
+    }
+    if (!arg || err) {  // no callback to destroy it
+      free(arg);
+      destroy_event(c, done);
+    }
     PJRT_Buffer_Destroy_Args d;
     INIT_ARGS(d);
     d.buffer = bx;
@@ -708,11 +729,7 @@ static void* chain_main(void* user) {
       a.event = re.event;
       err = api->PJRT_Event_Await(&a);
       if (err) chain_error(c, "PJRT_Event_Await", err);
-      PJRT_Event_Destroy_Args ed;
-      INIT_ARGS(ed);
-      ed.event = re.event;
-      err = api->PJRT_Event_Destroy(&ed);
-      if (err) chain_error(c, "PJRT_Event_Destroy", err);
+      destroy_event(c, re.event);
     }
   }
   c->x = bx;
@@ -723,8 +740,13 @@ static void test_chains_on_two_threads(void** state) {
   (void)state;
   PJRT_Device* dev;
   PJRT_LoadedExecutable* exe = compile_add(&dev);
-  chain_t c[2] = {{.exe = exe, .first = 1, .step = 1}, {.exe = exe, .first = 100, .step = 2}};
+  chain_t* c = chains;
   for (int k = 0; k < 2; ++k) {  // cmocka's asserts only on this thread
+    memset(&c[k], 0, sizeof(c[k]));
+    pthread_mutex_init(&c[k].mu, NULL);
+    c[k].exe = exe;
+    c[k].first = k ? 100 : 1;
+    c[k].step = k ? 2 : 1;
     float x[6], y[6];
     for (int i = 0; i < 6; ++i) x[i] = c[k].first + (float)i, y[i] = c[k].step;
     c[k].x = upload(dev, x, 6);
@@ -733,21 +755,28 @@ static void test_chains_on_two_threads(void** state) {
   pthread_t t[2];
   for (int k = 0; k < 2; ++k) assert_int_equal(pthread_create(&t[k], NULL, chain_main, &c[k]), 0);
   for (int k = 0; k < 2; ++k) pthread_join(t[k], NULL);
+  // Every callback runs, on a later caller or on the hand-back's runner.
+  for (int ms = 0; ms < 30000; ms += 10) {
+    if (atomic_load(&c[0].fired) == CHAIN && atomic_load(&c[1].fired) == CHAIN) break;
+    if (atomic_load(&c[0].errors) || atomic_load(&c[1].errors)) break;
+    usleep(10 * 1000);
+  }
   for (int k = 0; k < 2; ++k) {
-    if (atomic_load(&c[k].errors)) fail_msg("chain %d: %s", k, c[k].error);
+    if (atomic_load(&c[k].errors)) {
+      char why[sizeof(c[k].error)];
+      pthread_mutex_lock(&c[k].mu);
+      memcpy(why, c[k].error, sizeof(why));
+      pthread_mutex_unlock(&c[k].mu);
+      fail_msg("chain %d: %s", k, why);
+    }
     float last[6];
     download(c[k].x, last, 6);
     for (int i = 0; i < 6; ++i) assert_true(last[i] == c[k].first + (float)i + CHAIN * c[k].step);
     destroy_buffer(c[k].x);
     destroy_buffer(c[k].y);
+    assert_int_equal(atomic_load(&c[k].fired), CHAIN);
+    pthread_mutex_destroy(&c[k].mu);
   }
-  // Every callback runs, on a later caller or on the hand-back's runner.
-  for (int ms = 0; ms < 30000; ms += 10) {
-    if (atomic_load(&c[0].fired) == CHAIN && atomic_load(&c[1].fired) == CHAIN) break;
-    usleep(10 * 1000);
-  }
-  assert_int_equal(atomic_load(&c[0].fired), CHAIN);
-  assert_int_equal(atomic_load(&c[1].fired), CHAIN);
   destroy_executable(exe);
 }
 
