@@ -26,8 +26,9 @@ typedef struct {
 } cw_recycle_t;
 
 // A static recycler of blocks of `size` bytes (at least a pointer's),
-// keeping up to `max` freed blocks on its list (and up to as many more
-// taken off it, not yet handed out); kept blocks stay reachable from it.
+// keeping about `max` freed blocks on its list (up to twice that, and one
+// more per freeing thread, when frees race a take; as many again taken off
+// it, not yet handed out); kept blocks stay reachable from it.
 #define CW_RECYCLE_INIT(size_, max_)                                                     \
   {.head = NULL, .kept = 0, .size = (size_), .max = (max_),                             \
    .take_mu = PTHREAD_MUTEX_INITIALIZER, .taken = NULL}
