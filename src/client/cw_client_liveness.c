@@ -24,7 +24,7 @@ void* cw_client_watchdog_main(void* arg) {
   int tick = c->liveness_ms >= 8 ? c->liveness_ms / 4 : 2;
   pthread_mutex_lock(&c->mu);
   while (!c->closing && !c->dead) {
-    struct timespec ts = cw_time_timespec(cw_time_now_ns() + (int64_t)tick * 1000000);
+    struct timespec ts = cw_time_deadline_ms(tick);
     pthread_cond_timedwait(&c->watchdog_cv, &c->mu, &ts);
     if (c->closing || c->dead) break;
     // Quiet is fine while nothing is owed (the PING itself does not count).

@@ -29,4 +29,9 @@ static inline struct timespec cw_time_timespec(int64_t ns) {
   return (struct timespec){.tv_sec = (time_t)(ns / 1000000000), .tv_nsec = (long)(ns % 1000000000)};
 }
 
+// The deadline `ms` from now, for such a condition variable.
+static inline struct timespec cw_time_deadline_ms(int64_t ms) {
+  return cw_time_timespec(cw_time_now_ns() + ms * 1000000);
+}
+
 #endif  // CW_CORE_TIME_H_

@@ -540,26 +540,11 @@ static const char kAddModule[] =
     "  }\n"
     "}\n";
 
-static PJRT_Error* compile(const char* code, PJRT_LoadedExecutable** out) {
-  PJRT_Program prog;
-  INIT_ARGS(prog);
-  prog.code = (char*)code;
-  prog.code_size = strlen(code);
-  prog.format = "mlir";
-  prog.format_size = 4;
-  PJRT_Client_Compile_Args c;
-  INIT_ARGS(c);
-  c.client = client;
-  c.program = &prog;
-  PJRT_Error* e = api->PJRT_Client_Compile(&c);
-  *out = c.executable;
-  return e;
-}
-
 // kAddModule's executable and its one device.
 static PJRT_LoadedExecutable* compile_add(PJRT_Device** out_dev) {
-  PJRT_LoadedExecutable* exe = NULL;
-  OK(compile(kAddModule, &exe));
+  PJRT_Error* err = NULL;
+  PJRT_LoadedExecutable* exe = cw_pjrt_test_compile(client, kAddModule, NULL, 0, &err);
+  OK(err);
   PJRT_LoadedExecutable_AddressableDevices_Args ad;
   INIT_ARGS(ad);
   ad.executable = exe;
@@ -567,13 +552,6 @@ static PJRT_LoadedExecutable* compile_add(PJRT_Device** out_dev) {
   assert_int_equal(ad.num_addressable_devices, 1);
   *out_dev = ad.addressable_devices[0];
   return exe;
-}
-
-static void destroy_executable(PJRT_LoadedExecutable* exe) {
-  PJRT_LoadedExecutable_Destroy_Args d;
-  INIT_ARGS(d);
-  d.executable = exe;
-  OK(api->PJRT_LoadedExecutable_Destroy(&d));
 }
 
 // x + y through kAddModule's `exe`: its output and completion event.
@@ -615,16 +593,13 @@ static void test_compile_execute(void** state) {
       download(res, out, 6);
       for (int i = 0; i < 6; ++i) assert_true(out[i] == x[i] + y[i]);
     } else {
-      PJRT_Event_Destroy_Args d;
-      INIT_ARGS(d);
-      d.event = done;
-      OK(api->PJRT_Event_Destroy(&d));
+      cw_pjrt_test_event_free(done);
     }
     destroy_buffer(res);
   }
   destroy_buffer(bx);
   destroy_buffer(by);
-  destroy_executable(exe);
+  cw_pjrt_test_loaded_free(exe);
 }
 
 // Two threads each run a chain x = x + y of CHAIN launches as JAX dispatches
@@ -777,13 +752,15 @@ static void test_chains_on_two_threads(void** state) {
     assert_int_equal(atomic_load(&c[k].fired), CHAIN);
     pthread_mutex_destroy(&c[k].mu);
   }
-  destroy_executable(exe);
+  cw_pjrt_test_loaded_free(exe);
 }
 
 static void test_compile_error_reaches_caller(void** state) {
   (void)state;
-  PJRT_LoadedExecutable* exe = NULL;
-  PJRT_Error* e = compile("module { func.func @main() { stablehlo.frobnicate } }", &exe);
+  PJRT_Error* e = NULL;
+  PJRT_LoadedExecutable* exe =
+      cw_pjrt_test_compile(client, "module { func.func @main() { stablehlo.frobnicate } }", NULL,
+                           0, &e);
   assert_non_null(e);
   assert_null(exe);
   char* m = error_text(e);

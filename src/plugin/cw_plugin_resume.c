@@ -101,7 +101,7 @@ cw_status_t cw_plugin_resume_set_open(cw_plugin_client_t* c,
 // Waits up to `ms` on r->cv (mu held); false when stopping.
 static bool cw__nap(cw_plugin_resume_t* r, int64_t ms) {
   if (r->stopping) return false;
-  struct timespec ts = cw_time_timespec(cw_time_now_ns() + ms * 1000000);
+  struct timespec ts = cw_time_deadline_ms(ms);
   pthread_cond_timedwait(&r->cv, &r->mu, &ts);
   return !r->stopping;
 }

@@ -126,14 +126,9 @@ void cw_proxy_host_buffers_free(cw_proxy_session_t* s) {
 
 // --- Session thread ------------------------------------------------------------------------
 
-// `timeout_ms` from now, for pthread_cond_timedwait on host_buffer_cv.
-static struct timespec cw__deadline(int timeout_ms) {
-  return cw_time_timespec(cw_time_now_ns() + (int64_t)timeout_ms * 1000000);
-}
-
 cw_status_t cw_proxy_host_buffer_take(cw_proxy_session_t* s, uint64_t handle, int timeout_ms,
                                       uint8_t** out_data, size_t* out_len) {
-  struct timespec until = cw__deadline(timeout_ms);
+  struct timespec until = cw_time_deadline_ms(timeout_ms);
   pthread_mutex_lock(&s->mu);
   cw_proxy_host_buffer_t* hb;
   int rc = 0;
@@ -408,7 +403,7 @@ cw_status_t cw_proxy_host_buffer_stream(cw_proxy_session_t* s, uint64_t handle, 
   if (bytes < CW_PROXY_STREAM_MIN) return cw_ok_status();
   // The client starts the store and sends the MakeArray at once: the store
   // may not have begun yet.
-  struct timespec until = cw__deadline(timeout_ms);
+  struct timespec until = cw_time_deadline_ms(timeout_ms);
   pthread_mutex_lock(&s->mu);
   cw_proxy_host_buffer_t* hb;
   int rc = 0;

@@ -252,7 +252,7 @@ cw_status_t cw_proxy_session_start(cw_proxy_session_t* s) {
   s->kind = CW_PROXY_CALL_SESSION;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
-  cw_time_cond_init(&s->host_buffer_cv);  // cw__deadline's clock
+  cw_time_cond_init(&s->host_buffer_cv);  // cw_time_deadline_ms's clock
   int rc = pthread_create(&s->thread, NULL, cw__main, s);
   if (rc) return cw_make_status(CW_RESOURCE_EXHAUSTED, "cannot start a session thread: %s",
                                 strerror(rc));

@@ -83,10 +83,6 @@ CLIENT = str(HERE / "chaos_client.py")
 KINDS = ("kill_worker", "stop_worker", "kill_controller", "stop_controller")
 ERROR_BOUND_S = 5.0  # issue 11: UNAVAILABLE naming the worker within 5 s
 EXIT_ERROR = 3       # chaos_client.py: failed with an error it reported
-# What AddressSanitizer, LeakSanitizer, UBSan and ThreadSanitizer (a warning,
-# with CAUSEWAY_BIN_DIR at a CW_TSAN build) print when they find something.
-SANITIZER = re.compile(r"ERROR: (Address|Leak|Thread|Memory)Sanitizer|runtime error: |"
-                       r"UndefinedBehaviorSanitizer|WARNING: ThreadSanitizer")
 # The plugin's report of a session resumed on a restarted controller.
 RESUMED = re.compile(r"resumed session \d+ on the controller at \S+ after ([0-9.]+) s")
 
@@ -712,7 +708,7 @@ class Driver:
         CAUSEWAY_BIN_DIR pointing at a CW_SANITIZE build)."""
         for key in self.cluster.procs:
             text = self.cluster.log(key)
-            m = SANITIZER.search(text)
+            m = harness.SANITIZER_REPORT.search(text)
             if m:
                 self.fail(f"{key}: sanitizer report in its log:\n"
                           f"{text[max(0, m.start() - 500):m.start() + 3000]}")

@@ -785,9 +785,10 @@ def _client_lib():
     return _clib
 
 
-# The first line of a sanitizer's report in a daemon's log.
-SANITIZER_REPORT = re.compile(r"WARNING: ThreadSanitizer|ERROR: (Address|Leak|Memory)Sanitizer|"
-                              r"SUMMARY: UndefinedBehaviorSanitizer")
+# What AddressSanitizer, LeakSanitizer, UBSan and ThreadSanitizer (a warning)
+# print in a daemon's log when they find something (HandCluster.stop, chaos).
+SANITIZER_REPORT = re.compile(r"ERROR: (Address|Leak|Thread|Memory)Sanitizer|runtime error: |"
+                              r"UndefinedBehaviorSanitizer|WARNING: ThreadSanitizer")
 
 
 def stats(address: str, token: str | None = None) -> dict:
