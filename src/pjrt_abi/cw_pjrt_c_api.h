@@ -1625,7 +1625,7 @@ typedef struct PJRT_Buffer_ToHostBuffer_Args {
   size_t struct_size;
   PJRT_Extension_Base* extension_start;
   PJRT_Buffer* src;
-  PJRT_Buffer_MemoryLayout* host_layout; /* NULL: dense major-to-minor */
+  PJRT_Buffer_MemoryLayout* host_layout; /* NULL: the device buffer's own layout */
   void* dst;
   size_t dst_size;   /* in/out */
   PJRT_Event* event; /* out */

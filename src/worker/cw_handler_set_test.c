@@ -101,7 +101,7 @@ static cw_status_t run_call(const char* target, float out[6]) {
   if (!st) st = await(done[0]);
   if (!st) {
     PJRT_Event* copied = NULL;
-    ASSERT_OK(cw_pjrt_to_host(g_pjrt, outs0[0], out, 6 * sizeof(float), &copied));
+    ASSERT_OK(cw_pjrt_to_host(g_pjrt, outs0[0], 2, out, 6 * sizeof(float), &copied));
     ASSERT_OK(await(copied));
   }
   if (outs0[0]) cw_pjrt_buffer_destroy(g_pjrt, outs0[0]);

@@ -611,11 +611,24 @@ cw_status_t cw_pjrt_upload(const cw_pjrt_t* p, const void* data, int dtype, cons
   return cw_ok_status();
 }
 
-cw_status_t cw_pjrt_to_host(const cw_pjrt_t* p, PJRT_Buffer* buffer, void* dst, size_t size,
-                            PJRT_Event** out_event) {
+cw_status_t cw_pjrt_to_host(const cw_pjrt_t* p, PJRT_Buffer* buffer, size_t rank, void* dst,
+                            size_t size, PJRT_Event** out_event) {
   *out_event = NULL;
+  if (rank > CW_MAX_RANK) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "download: rank %zu is over %d", rank, CW_MAX_RANK);
+  }
+  // Asked for by name: without a host layout XLA copies the device's own (a
+  // program's column-major output would arrive transposed).
+  int64_t minor_to_major[CW_MAX_RANK];
+  for (size_t i = 0; i < rank; ++i) minor_to_major[i] = (int64_t)(rank - 1 - i);
+  PJRT_Buffer_MemoryLayout host_layout = {.struct_size = sizeof host_layout,
+                                          .type = PJRT_Buffer_MemoryLayout_Type_Tiled};
+  host_layout.tiled.struct_size = sizeof host_layout.tiled;
+  host_layout.tiled.minor_to_major = minor_to_major;
+  host_layout.tiled.minor_to_major_size = rank;
   CW_PJRT_ARGS(PJRT_Buffer_ToHostBuffer_Args, a);
   a.src = buffer;
+  a.host_layout = &host_layout;
   a.dst = dst;
   a.dst_size = size;
   CW_PJRT_CALL(p, PJRT_Buffer_ToHostBuffer, a, "download");

@@ -132,8 +132,9 @@ CW_MUST_USE cw_status_t cw_pjrt_upload(const cw_pjrt_t* pjrt, const void* data, 
                                        int device, PJRT_Memory* memory, bool zero_copy,
                                        PJRT_Buffer** out_buffer, PJRT_Event** out_done);
 // Dense row-major copy into `dst`; completion on *out_event.
-CW_MUST_USE cw_status_t cw_pjrt_to_host(const cw_pjrt_t* pjrt, PJRT_Buffer* buffer, void* dst,
-                                        size_t size, PJRT_Event** out_event);
+CW_MUST_USE cw_status_t cw_pjrt_to_host(const cw_pjrt_t* pjrt, PJRT_Buffer* buffer,
+                                        size_t rank, void* dst, size_t size,
+                                        PJRT_Event** out_event);
 CW_MUST_USE cw_status_t cw_pjrt_ready_event(const cw_pjrt_t* pjrt, PJRT_Buffer* buffer,
                                             PJRT_Event** out_event);
 // A copy on `device` (in `memory`, one of its memories; NULL: its default).

@@ -101,7 +101,7 @@ static PJRT_Buffer* run(PJRT_LoadedExecutable* exe, PJRT_Buffer* in, int launch_
 static void expect_contents(PJRT_Buffer* b, const float* want) {
   float got[6] = {0};
   PJRT_Event* ev = NULL;
-  ASSERT_OK(cw_pjrt_to_host(g_pjrt, b, got, sizeof(got), &ev));
+  ASSERT_OK(cw_pjrt_to_host(g_pjrt, b, 2, got, sizeof(got), &ev));
   await_event(ev);
   assert_memory_equal(got, want, sizeof(got));
 }

@@ -628,7 +628,7 @@ cw_status_t cw_worker_fetch_pinned(cw_op_t* op, const void** out_bulk, cw_pin_t*
   if (!op->staging) {
     return cw_make_status(CW_RESOURCE_EXHAUSTED, "cannot allocate %" PRIu64 " bytes", op->size);
   }
-  cw_status_t st = cw_pjrt_to_host(op->w->pjrt, b, op->staging, (size_t)op->size, out_event);
+  cw_status_t st = cw_pjrt_to_host(op->w->pjrt, b, op->rank, op->staging, (size_t)op->size, out_event);
   cw_worker_pin_release(op->pin);  // the copy holds the buffer itself
   op->pin = NULL;
   return st;
@@ -644,7 +644,7 @@ cw_status_t cw_worker_fetch_start(cw_op_t* op, cw_store_entry_t* e, PJRT_Event**
   if (!op->staging) {
     return cw_make_status(CW_RESOURCE_EXHAUSTED, "cannot allocate %" PRIu64 " bytes", op->size);
   }
-  return cw_pjrt_to_host(op->w->pjrt, b, op->staging, (size_t)op->size, out_event);
+  return cw_pjrt_to_host(op->w->pjrt, b, op->rank, op->staging, (size_t)op->size, out_event);
 }
 
 static void cw__download_reply(cw_op_t* op, const void* bulk, void (*bulk_free)(void*),

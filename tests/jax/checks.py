@@ -695,6 +695,41 @@ def compiled_text() -> dict:
     return out
 
 
+def array_layouts() -> dict:
+    """Arrays in a layout other than row-major (jax.experimental.layout): put
+    on a device in column-major order, made column-major by a program's
+    out_layouts (on one device and sharded over an island), and taken in by
+    one whose in_layouts ask for it. Their values read back as the numbers
+    they hold, whatever order the device keeps them in."""
+    from jax.experimental.layout import Format, Layout
+    from jax.sharding import SingleDeviceSharding
+    out = {}
+    col = Layout(major_to_minor=(1, 0))
+    x = np.arange(8 * 128, dtype=np.int32).reshape(8, 128)
+    one = SingleDeviceSharding(jax.devices()[0])
+    put = jax.device_put(x, Format(col, one))
+    out["put"] = np.asarray(put)
+    out["put_layout"] = put.format.layout.major_to_minor
+    f = jax.jit(lambda a: a * 2 + 1, out_shardings=Format(col, one))
+    y = f(x)
+    out["out_layouts"] = np.asarray(y)
+    out["out_layout"] = y.format.layout.major_to_minor
+    g = jax.jit(lambda a: a.T @ a, in_shardings=Format(col, one))
+    out["in_layouts"] = np.asarray(g(put))
+    out["then_default"] = np.asarray(jax.jit(lambda a: a[:, :4] - 1)(y))
+    mesh = Mesh(np.array(islands()[0]), ("x",))
+    sh = NamedSharding(mesh, P("x"))
+    z = jax.jit(lambda a: a + 3, out_shardings=Format(col, sh))(
+        jax.device_put(np.arange(16 * 32, dtype=np.float32).reshape(16, 32), sh))
+    out["sharded"] = np.asarray(z)
+    out["sharded_shards"] = [np.asarray(s.data) for s in z.addressable_shards]
+    three = Layout(major_to_minor=(2, 0, 1))
+    w = jax.jit(lambda a: a * 1.5, out_shardings=Format(three, one))(
+        np.arange(4 * 5 * 6, dtype=np.float32).reshape(4, 5, 6))
+    out["rank3"] = np.asarray(w)
+    out["rank3_layout"] = w.format.layout.major_to_minor
+    return out
+
 def compiled_cost() -> dict:
     """compiled.cost_analysis() of programs on one device and over an island,
     every key (XLA's cost analysis in the JAX process on stock and on the

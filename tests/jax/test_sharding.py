@@ -51,6 +51,14 @@ def test_no_outputs_within_island(check):
     assert got["jit"] is None and got["jit_sharded_arg"] is None
 
 
+def test_array_layouts(check):
+    # Column-major arrays (jax.experimental.layout) read back as their numbers:
+    # a worker once copied the device's bytes as they lay, transposed.
+    want, got = check("array_layouts")
+    assert got["put_layout"] == (1, 0) and got["rank3_layout"] == (2, 0, 1), got
+    x = want["put"]
+    assert (got["put"] == x).all() and (got["out_layouts"] == x * 2 + 1).all()
+
 def test_compiled_text_and_formats(check):
     # Stock JAX prints the text with XLA; the proxy front prints it itself
     # from the worker's optimized program (src/protocol/cw_hlo_text.c).
