@@ -856,6 +856,35 @@ def ifrt_request_corpus():
     }
 
 
+# --- Serialized executables (proto SerializedExecutable) ------------------------
+
+def serialized_exe(magic=b"causeway.executable", version=1, fmt=b"mlir", code=MLIR,
+                   opts=b"", fingerprint=b""):
+    out = f_bytes(1, magic) + f_varint(2, version) + f_bytes(3, fmt) + f_bytes(4, code)
+    if opts:
+        out += f_bytes(5, opts)
+    if fingerprint:
+        out += f_bytes(6, fingerprint)
+    return out
+
+
+def serialized_exe_corpus():
+    opts = f_bytes(3, f_varint(4, 1) + f_varint(5, 2))
+    return {
+        "seed_valid": serialized_exe(opts=opts, fingerprint=b"6f1c0a"),
+        "seed_valid_hlo": serialized_exe(fmt=b"hlo", code=bytes(range(48))),
+        "seed_valid_bare": serialized_exe(),
+        "bad_magic": serialized_exe(magic=b"xla"),
+        "bad_version": serialized_exe(version=2),
+        "bad_format_empty": serialized_exe(fmt=b""),
+        "bad_format_space": serialized_exe(fmt=b"ml ir"),
+        "bad_format_long": serialized_exe(fmt=b"f" * 32),
+        "bad_no_code": f_bytes(1, b"causeway.executable") + f_varint(2, 1) + f_bytes(3, b"mlir"),
+        "bad_truncated": serialized_exe(opts=opts)[:-3],
+        "empty": b"",
+    }
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -877,7 +906,8 @@ def main():
                          ("src/tools/corpus/up_state_fuzz", up_state_corpus),
                          ("src/worker/corpus/hlo_params_fuzz", hlo_params_corpus),
                          ("src/net/corpus/grpc_fuzz", grpc_corpus),
-                         ("src/proxy/corpus/ifrt_request_fuzz", ifrt_request_corpus)):
+                         ("src/proxy/corpus/ifrt_request_fuzz", ifrt_request_corpus),
+                         ("src/protocol/corpus/serialized_exe_fuzz", serialized_exe_corpus)):
         files = make()
         write_dir(os.path.join(args.root, target), files)
         print("wrote %d seeds to %s" % (len(files), target))

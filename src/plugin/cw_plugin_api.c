@@ -51,10 +51,8 @@ CW__STUB(PJRT_Device_ClearMemoryStats)
 CW__STUB(PJRT_Device_PoisonExecution)
 CW__STUB(PJRT_AsyncTrackingEvent_Destroy)
 CW__STUB(PJRT_Executable_GetCostAnalysis)
-CW__STUB(PJRT_Executable_Serialize)
 CW__STUB(PJRT_Executable_GetCompiledMemoryStats)
 CW__STUB(PJRT_Executable_ParameterMemoryKinds)
-CW__STUB(PJRT_Executable_DeserializeAndLoad)
 CW__STUB(PJRT_Buffer_GetMemoryLayout)
 CW__STUB(PJRT_Buffer_IncreaseExternalReferenceCount)
 CW__STUB(PJRT_Buffer_DecreaseExternalReferenceCount)
@@ -146,7 +144,7 @@ static const PJRT_Api cw__api = {
     .PJRT_Executable_GetCostAnalysis = cw__stub_PJRT_Executable_GetCostAnalysis,
     .PJRT_Executable_OutputMemoryKinds = cw_plugin_executable_output_memory_kinds,
     .PJRT_Executable_OptimizedProgram = cw_plugin_executable_optimized_program,
-    .PJRT_Executable_Serialize = cw__stub_PJRT_Executable_Serialize,
+    .PJRT_Executable_Serialize = cw_plugin_executable_serialize,
 
     .PJRT_LoadedExecutable_Destroy = cw_plugin_loaded_destroy,
     .PJRT_LoadedExecutable_GetExecutable = cw_plugin_loaded_get_executable,
@@ -154,7 +152,7 @@ static const PJRT_Api cw__api = {
     .PJRT_LoadedExecutable_Delete = cw_plugin_loaded_delete,
     .PJRT_LoadedExecutable_IsDeleted = cw_plugin_loaded_is_deleted,
     .PJRT_LoadedExecutable_Execute = cw_plugin_loaded_execute,
-    .PJRT_Executable_DeserializeAndLoad = cw__stub_PJRT_Executable_DeserializeAndLoad,
+    .PJRT_Executable_DeserializeAndLoad = cw_plugin_executable_deserialize_and_load,
     .PJRT_LoadedExecutable_Fingerprint = cw_plugin_loaded_fingerprint,
 
     .PJRT_Buffer_Destroy = cw_plugin_buffer_destroy,

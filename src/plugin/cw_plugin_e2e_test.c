@@ -769,6 +769,90 @@ static void test_compile_error_reaches_caller(void** state) {
   error_free(e);
 }
 
+// The loaded executable's PJRT_Executable (one reference: executable_free).
+static PJRT_Executable* executable_of(PJRT_LoadedExecutable* exe) {
+  PJRT_LoadedExecutable_GetExecutable_Args g;
+  INIT_ARGS(g);
+  g.loaded_executable = exe;
+  OK(api->PJRT_LoadedExecutable_GetExecutable(&g));
+  return g.executable;
+}
+
+static void executable_free(PJRT_Executable* exe) {
+  PJRT_Executable_Destroy_Args d;
+  INIT_ARGS(d);
+  d.executable = exe;
+  OK(api->PJRT_Executable_Destroy(&d));
+}
+
+static char* fingerprint_of(PJRT_LoadedExecutable* exe) {
+  PJRT_Executable_Fingerprint_Args f;
+  INIT_ARGS(f);
+  f.executable = executable_of(exe);
+  OK(api->PJRT_Executable_Fingerprint(&f));
+  char* out = strndup(f.executable_fingerprint, f.executable_fingerprint_size);
+  executable_free(f.executable);
+  return out;
+}
+
+static PJRT_Error* deserialize(const char* bytes, size_t size, PJRT_LoadedExecutable** out) {
+  PJRT_Executable_DeserializeAndLoad_Args a;
+  INIT_ARGS(a);
+  a.client = client;
+  a.serialized_executable = bytes;
+  a.serialized_executable_size = size;
+  PJRT_Error* e = api->PJRT_Executable_DeserializeAndLoad(&a);
+  *out = a.loaded_executable;
+  return e;
+}
+
+// PJRT_Executable_Serialize gives the program and its options; loading them
+// compiles again through the controller: the same executable (fingerprint),
+// which computes the same sums. Bytes that are not one are refused by name.
+static void test_serialize_and_load(void** state) {
+  (void)state;
+  PJRT_Device* dev;
+  PJRT_LoadedExecutable* exe = compile_add(&dev);
+  PJRT_Executable_Serialize_Args ser;
+  INIT_ARGS(ser);
+  ser.executable = executable_of(exe);
+  OK(api->PJRT_Executable_Serialize(&ser));
+  assert_true(ser.serialized_bytes_size > 0);
+  assert_non_null(ser.serialized_executable_deleter);
+  PJRT_LoadedExecutable* again = NULL;
+  OK(deserialize(ser.serialized_bytes, ser.serialized_bytes_size, &again));
+  assert_non_null(again);
+  char* f1 = fingerprint_of(exe);
+  char* f2 = fingerprint_of(again);
+  assert_string_equal(f1, f2);
+  free(f1);
+  free(f2);
+
+  float x[6] = {1, 2, 3, 4, 5, 6}, y[6] = {0.5f, 1, 2, 4, 8, 16}, out[6];
+  PJRT_Buffer* bx = upload(dev, x, 6);
+  PJRT_Buffer* by = upload(dev, y, 6);
+  PJRT_Buffer* res;
+  PJRT_Event* done;
+  OK(execute_add(again, bx, by, &res, &done));
+  await_event(done);
+  download(res, out, 6);
+  for (int i = 0; i < 6; ++i) assert_true(out[i] == x[i] + y[i]);
+  destroy_buffer(res);
+  destroy_buffer(bx);
+  destroy_buffer(by);
+
+  PJRT_LoadedExecutable* none = NULL;
+  expect_error(deserialize("junk", 4, &none), "not a causeway serialized executable");
+  assert_null(none);
+  // Cut short: no longer the whole message.
+  expect_error(deserialize(ser.serialized_bytes, ser.serialized_bytes_size / 2, &none),
+               "serialized executable");
+  ser.serialized_executable_deleter(ser.serialized_executable);
+  executable_free((PJRT_Executable*)ser.executable);
+  cw_pjrt_test_loaded_free(again);
+  cw_pjrt_test_loaded_free(exe);
+}
+
 static int teardown(void** state) {
   (void)state;
   PJRT_Client_Destroy_Args d;
@@ -789,6 +873,7 @@ int main(void) {
       cmocka_unit_test(test_compile_execute),
       cmocka_unit_test(test_chains_on_two_threads),
       cmocka_unit_test(test_compile_error_reaches_caller),
+      cmocka_unit_test(test_serialize_and_load),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -13,6 +13,7 @@
 #include "cw_plugin_internal.h"
 #include "cw_plugin_resume.h"
 #include "cw_plugin_worker.h"
+#include "cw_serialized_exe.h"
 #include "proto/xla_compile_options.pb-c.h"
 
 // Compiles tried when the controller is lost during one (each after the
@@ -34,6 +35,8 @@ void cw_plugin_exe_release(cw_plugin_exe_t* e) {
   free(e->fingerprint);
   free(e->program);
   free(e->program_format);
+  free(e->source);
+  free(e->source_format);
   free(e->devices);
   free(e->device_ptrs);
   free(e->compile_options);
@@ -227,24 +230,19 @@ static cw_status_t cw__exe_from_info(cw_plugin_client_t* c, uint64_t id,
   return cw_ok_status();
 }
 
-PJRT_Error* cw_plugin_client_compile(PJRT_Client_Compile_Args* args) {
-  CW_PLUGIN_CHECK_ARGS(args, PJRT_Client_Compile_Args, executable);
-  cw_plugin_client_t* c = (cw_plugin_client_t*)args->client;
-  const PJRT_Program* prog = args->program;
-  if (!c || !prog || (!prog->code && prog->code_size)) {
-    return cw_plugin_error_from_status(
-        cw_make_status(CW_INVALID_ARGUMENT, "PJRT_Client_Compile: client and program required"));
-  }
-  char format[32];
-  snprintf(format, sizeof(format), "%.*s", (int)(prog->format ? prog->format_size : 0),
-           prog->format ? prog->format : "");
+// Compiles `code` through the controller into a loaded executable that keeps
+// the program and options for PJRT_Executable_Serialize.
+static cw_status_t cw__compile(cw_plugin_client_t* c, const char* format, const uint8_t* code,
+                               size_t code_size, const uint8_t* options, size_t options_size,
+                               PJRT_LoadedExecutable** out) {
+  *out = NULL;
   Causeway__V1__CompileRequest req = CAUSEWAY__V1__COMPILE_REQUEST__INIT;
   req.exe_id = cw_plugin_client_new_id(c);
-  req.format = format;
-  req.code.data = (uint8_t*)prog->code;
-  req.code.len = prog->code_size;
-  req.compile_options.data = (uint8_t*)args->compile_options;
-  req.compile_options.len = args->compile_options ? args->compile_options_size : 0;
+  req.format = (char*)format;
+  req.code.data = (uint8_t*)code;
+  req.code.len = code_size;
+  req.compile_options.data = (uint8_t*)options;
+  req.compile_options.len = options ? options_size : 0;
   ProtobufCMessage* reply = NULL;
   cw_status_t s = cw_ok_status();
   // A controller lost meanwhile: waits for the session to resume on its
@@ -259,17 +257,25 @@ PJRT_Error* cw_plugin_client_compile(PJRT_Client_Compile_Args* args) {
     cw_status_free(s);
   }
   // XLA's message, unchanged; a lost controller is named.
-  if (s) return cw_plugin_error_from_status(cw_plugin_health_controller_error(c, s));
+  if (s) return cw_plugin_health_controller_error(c, s);
   const Causeway__V1__CompileReply* r = (const Causeway__V1__CompileReply*)reply;
   cw_plugin_exe_t* e = NULL;
   if (!r->info) {
     s = cw_make_status(CW_INTERNAL, "the controller's compile reply carries no ExecutableInfo");
   } else {
-    s = cw__exe_from_info(c, r->exe_id ? r->exe_id : req.exe_id, r->info, args->compile_options,
+    s = cw__exe_from_info(c, r->exe_id ? r->exe_id : req.exe_id, r->info, (const char*)options,
                           req.compile_options.len, &e);
   }
   protobuf_c_message_free_unpacked(reply, NULL);
-  if (s) return cw_plugin_error_from_status(s);
+  if (s) return s;
+  e->source_format = strdup(format);
+  e->source = malloc(code_size ? code_size : 1);
+  if (!e->source_format || !e->source) {
+    cw_plugin_exe_release(e);
+    return cw__oom();
+  }
+  if (code_size) memcpy(e->source, code, code_size);
+  e->source_size = code_size;
   if (c->resume) {  // announced to a restarted controller until its DELETE is answered
     int32_t stack[64];
     int32_t* ids = e->num_devices <= 64 ? stack : malloc(e->num_devices * sizeof(*ids));
@@ -280,12 +286,80 @@ PJRT_Error* cw_plugin_client_compile(PJRT_Client_Compile_Args* args) {
   cw_plugin_loaded_t* l = calloc(1, sizeof(*l));
   if (!l) {
     cw_plugin_exe_release(e);
-    return cw_plugin_error_from_status(cw__oom());
+    return cw__oom();
   }
   l->exe = e;
   atomic_init(&l->deleted, false);
-  args->executable = (PJRT_LoadedExecutable*)l;
+  *out = (PJRT_LoadedExecutable*)l;
+  return cw_ok_status();
+}
+
+PJRT_Error* cw_plugin_client_compile(PJRT_Client_Compile_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Client_Compile_Args, executable);
+  cw_plugin_client_t* c = (cw_plugin_client_t*)args->client;
+  const PJRT_Program* prog = args->program;
+  if (!c || !prog || (!prog->code && prog->code_size)) {
+    return cw_plugin_error_from_status(
+        cw_make_status(CW_INVALID_ARGUMENT, "PJRT_Client_Compile: client and program required"));
+  }
+  char format[CW_SERIALIZED_EXE_MAX_FORMAT + 1];
+  snprintf(format, sizeof(format), "%.*s", (int)(prog->format ? prog->format_size : 0),
+           prog->format ? prog->format : "");
+  return cw_plugin_error_or_null(cw__compile(
+      c, format, (const uint8_t*)prog->code, prog->code_size,
+      (const uint8_t*)args->compile_options, args->compile_options_size, &args->executable));
+}
+
+static void cw__serialized_free(PJRT_SerializedExecutable* exec) { free(exec); }
+
+// The program and options the executable was compiled from (proto
+// SerializedExecutable): loading compiles them again through the controller,
+// whose compile cache makes that a lookup.
+PJRT_Error* cw_plugin_executable_serialize(PJRT_Executable_Serialize_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_Serialize_Args, serialized_executable_deleter);
+  CW_PLUGIN_NEED(args->executable, "PJRT_Executable_Serialize", "executable");
+  const cw_plugin_exe_t* e = (const cw_plugin_exe_t*)args->executable;
+  cw_serialized_exe_t blob = {.format = e->source_format,
+                              .code = e->source,
+                              .code_size = e->source_size,
+                              .compile_options = e->compile_options,
+                              .compile_options_size = e->compile_options_size,
+                              .fingerprint = e->fingerprint};
+  uint8_t* bytes = NULL;
+  size_t size = 0;
+  cw_status_t s = cw_serialized_exe_pack(&blob, &bytes, &size);
+  if (s) return cw_plugin_error_from_status(s);
+  args->serialized_bytes = (const char*)bytes;
+  args->serialized_bytes_size = size;
+  args->serialized_executable = (PJRT_SerializedExecutable*)bytes;
+  args->serialized_executable_deleter = cw__serialized_free;
   return NULL;
+}
+
+PJRT_Error* cw_plugin_executable_deserialize_and_load(
+    PJRT_Executable_DeserializeAndLoad_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_DeserializeAndLoad_Args, loaded_executable);
+  cw_plugin_client_t* c = (cw_plugin_client_t*)args->client;
+  if (!c || (!args->serialized_executable && args->serialized_executable_size)) {
+    return cw_plugin_error_from_status(cw_make_status(
+        CW_INVALID_ARGUMENT, "PJRT_Executable_DeserializeAndLoad: client and bytes required"));
+  }
+  cw_serialized_exe_t blob;
+  void* msg = NULL;
+  cw_status_t s = cw_serialized_exe_unpack((const uint8_t*)args->serialized_executable,
+                                           args->serialized_executable_size, &blob, &msg);
+  if (s) return cw_plugin_error_from_status(cw_status_annotate(s, "DeserializeAndLoad"));
+  // Options given now (JAX's, for this process's devices) win.
+  const uint8_t* options = blob.compile_options;
+  size_t options_size = blob.compile_options_size;
+  if (args->overridden_serialized_compile_options) {
+    options = (const uint8_t*)args->overridden_serialized_compile_options;
+    options_size = args->overridden_serialized_compile_options_size;
+  }
+  s = cw__compile(c, blob.format, blob.code, blob.code_size, options, options_size,
+                  &args->loaded_executable);
+  cw_serialized_exe_free(msg);
+  return cw_plugin_error_or_null(s);
 }
 
 // ---- Executable queries ---------------------------------------------------------------

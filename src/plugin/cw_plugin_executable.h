@@ -46,6 +46,9 @@ typedef struct cw_plugin_exe_s {
   cw_plugin_worker_t* worker;  // where it runs
   uint8_t* compile_options;
   size_t compile_options_size;
+  char* source_format;  // what it was compiled from (PJRT_Executable_Serialize)
+  uint8_t* source;
+  size_t source_size;
   PJRT_LogicalDeviceIds* logical_ids;
   uint8_t* device_assignment;  // serialized DeviceAssignmentProto
   size_t device_assignment_size;
@@ -77,6 +80,9 @@ PJRT_Error* cw_plugin_executable_output_element_types(
 PJRT_Error* cw_plugin_executable_output_dimensions(PJRT_Executable_OutputDimensions_Args* args);
 PJRT_Error* cw_plugin_executable_fingerprint(PJRT_Executable_Fingerprint_Args* args);
 PJRT_Error* cw_plugin_executable_get_compile_options(PJRT_Executable_GetCompileOptions_Args* args);
+PJRT_Error* cw_plugin_executable_serialize(PJRT_Executable_Serialize_Args* args);
+PJRT_Error* cw_plugin_executable_deserialize_and_load(
+    PJRT_Executable_DeserializeAndLoad_Args* args);
 PJRT_Error* cw_plugin_loaded_destroy(PJRT_LoadedExecutable_Destroy_Args* args);
 PJRT_Error* cw_plugin_loaded_get_executable(PJRT_LoadedExecutable_GetExecutable_Args* args);
 PJRT_Error* cw_plugin_loaded_addressable_devices(
