@@ -351,13 +351,26 @@ PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args) {
     cw_plugin_future_release(f);
     return cw_plugin_error_from_status(s);
   }
+  // A launch with callbacks fails this call, as on stock JAX, which runs it
+  // inline: JAX then raises at the call and keeps no failed runtime token
+  // (which it would raise again at exit). Its outputs hold the error on the
+  // worker: destroying them deletes them there.
+  cw_status_t hs = host_callbacks ? cw_plugin_future_wait(f) : cw_ok_status();
+  if (hs) {
+    for (size_t k = 0; k < nd * no; ++k) {
+      PJRT_Buffer** slot = &args->output_lists[k / no][k % no];
+      PJRT_Buffer_Destroy_Args da = {.struct_size = sizeof(da), .buffer = *slot};
+      cw_plugin_buffer_destroy(&da);
+      *slot = NULL;
+    }
+    cw_plugin_future_release(f);
+    return cw_plugin_error_from_status(hs);
+  }
   if (args->device_complete_events) {
     for (size_t d = 0; d < nd; ++d) {
       args->device_complete_events[d] = cw_plugin_event_from_future(f);
     }
   }
-  // Its outcome is the outputs' and the events': not this call's.
-  if (host_callbacks) cw_status_free(cw_plugin_future_wait(f));
   cw_plugin_future_release(f);
   if (trace_t0) {
     cw_plugin_trace_client_event("execute", e->name, CW_PLUGIN_TRACE_LANE_DISPATCH, trace_t0,

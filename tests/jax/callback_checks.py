@@ -214,9 +214,11 @@ def cb_exception() -> dict:
     @jax.jit
     def f(x):
         return jax.pure_callback(boom, jax.ShapeDtypeStruct(x.shape, x.dtype), x) + 1
-    out = {}
+    out = {"at": "call"}
     try:
-        np.asarray(f(jnp.arange(3.0)))
+        y = f(jnp.arange(3.0))
+        out["at"] = "read"  # stock JAX runs it inline: the call itself raises
+        np.asarray(y)
         out["ok"] = True
     except Exception as e:  # noqa: BLE001
         out.update(ok=False, error=_err(e), type=type(e).__name__)

@@ -129,6 +129,8 @@ def test_io_callback_ordered(cref, ccw):
 def test_exception_reaches_caller(cref, ccw):
     want, got = harness.run_both(cref, ccw, "cb_exception")
     assert not want["ok"] and not got["ok"]
+    # Raised by the call, as stock JAX (no failed runtime token left behind).
+    assert got["at"] == want["at"] == "call", (want["at"], got["at"])
     assert got["type"] == want["type"], (want["error"], got["error"])
     for e in (want["error"], got["error"]):
         assert "ValueError: cw-boom-42 from the callback" in e, e
