@@ -673,7 +673,8 @@ def hostcb_array(dtype=F32, dims=(4,), token=False):
     return f_varint(1, dtype) + f_packed(2, dims) + (f_varint(3, 1) if token else b"")
 
 
-def hostcb_request(operands, results, cbs=1, index=0, exe=100, partitioned=False):
+def hostcb_request(operands, results, cbs=1, index=0, exe=100, partitioned=False, buffer=False,
+                   aliases=()):
     p = f_varint(1, cbs) + f_varint(2, index)
     for a in operands:
         p += f_bytes(3, a)
@@ -682,6 +683,10 @@ def hostcb_request(operands, results, cbs=1, index=0, exe=100, partitioned=False
     p += f_varint(5, exe)
     if partitioned:
         p += f_varint(6, 1)
+    if buffer:
+        p += f_varint(7, 1)
+    if aliases:
+        p += f_packed(8, aliases)
     return p
 
 
@@ -717,6 +722,19 @@ def hostcb_corpus():
     c["bad_result_dtype"] = frame(HOST_CALLBACK, hostcb_request([f4], [hostcb_array(0, (4,))]),
                                   bulk=four)
     c["bad_huge_bulk_len"] = frame(HOST_CALLBACK, hostcb_request([f4], [f4]), bulk_len=2**39)
+    # Buffer callbacks (field 7) and the operands their results share (field 8).
+    i4 = hostcb_array(S32, (4,))
+    c["ok_buffer"] = frame(HOST_CALLBACK, hostcb_request([f4], [f4], buffer=True), bulk=four)
+    c["ok_buffer_aliased"] = frame(HOST_CALLBACK, hostcb_request([i4, f4], [f4, i4], buffer=True,
+                                                                 aliases=(2, 1)), bulk=four + four)
+    c["bad_alias_not_buffer"] = frame(HOST_CALLBACK, hostcb_request([f4], [f4], aliases=(1,)),
+                                      bulk=four)
+    c["bad_alias_count"] = frame(HOST_CALLBACK, hostcb_request([f4], [f4, f4], buffer=True,
+                                                               aliases=(1,)), bulk=four)
+    c["bad_alias_past"] = frame(HOST_CALLBACK, hostcb_request([f4], [f4], buffer=True,
+                                                              aliases=(2,)), bulk=four)
+    c["bad_alias_shape"] = frame(HOST_CALLBACK, hostcb_request([f4], [i4], buffer=True,
+                                                               aliases=(1,)), bulk=four)
     return c
 
 

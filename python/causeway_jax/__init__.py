@@ -76,6 +76,7 @@ def _set_worker_plugin() -> None:
 # callables through this runner, which it calls from a thread of its own
 # (ctypes takes the GIL). Wire dtypes are PJRT_Buffer_Type numbers.
 _runner = None
+_runners = []  # the ctypes callbacks the plugin holds, kept alive
 
 
 @functools.lru_cache(maxsize=None)
@@ -114,6 +115,28 @@ def _shapes(n, ranks, dims):
     return out
 
 
+def _view(data_ptr, dtype, shape):
+    """A numpy array over `shape` elements of `dtype` at data_ptr (writeable)."""
+    import ctypes
+
+    import numpy as np
+    count = int(np.prod(shape, dtype=np.int64))
+    if not count:
+        return np.zeros(shape, dtype)
+    raw = (ctypes.c_char * (count * dtype.itemsize)).from_address(data_ptr)
+    return np.frombuffer(raw, dtype=dtype, count=count).reshape(shape)
+
+
+def _report(err, err_cap, text):
+    import ctypes
+    data = text.encode("utf-8", "replace")
+    if len(data) > err_cap - 1:  # keep the head and the exception's own lines
+        keep = max(0, err_cap - 1 - 5)
+        data = data[: keep // 4] + b"\n...\n" + data[len(data) - (keep - keep // 4):]
+        data = data[: max(0, err_cap - 1)]
+    ctypes.memmove(err, data + b"\0", len(data) + 1)
+
+
 def _run_callback(callable_ptr, n_ops, op_dtypes, op_ranks, op_dims, op_data, n_res,
                   res_dtypes, res_ranks, res_dims, res_data, err, err_cap):
     import ctypes
@@ -128,11 +151,7 @@ def _run_callback(callable_ptr, n_ops, op_dtypes, op_ranks, op_dims, op_data, n_
             if op_dtypes[i] < 0:
                 args.append(None)  # a token
                 continue
-            dt = dtypes[op_dtypes[i]]
-            count = int(np.prod(shape, dtype=np.int64))
-            raw = (ctypes.c_char * (count * dt.itemsize)).from_address(op_data[i] or 0) \
-                if count else b""
-            a = np.frombuffer(raw, dtype=dt, count=count).reshape(shape).copy()
+            a = _view(op_data[i], dtypes[op_dtypes[i]], shape).copy()
             a.flags.writeable = False
             args.append(a)
         try:
@@ -154,15 +173,77 @@ def _run_callback(callable_ptr, n_ops, op_dtypes, op_ranks, op_dims, op_data, n_
             ctypes.memmove(res_data[i], got.ctypes.data, got.nbytes)
         return 0
     except BaseException as e:  # everything goes back to the program as its error
-        text = str(e) if isinstance(e, (RuntimeError, TypeError)) and \
-            str(e).startswith(("CpuCallback", "host callback")) else \
-            "CpuCallback error calling callback: " + traceback.format_exc()
-        data = text.encode("utf-8", "replace")
-        if len(data) > err_cap - 1:  # keep the head and the exception's own lines
-            keep = max(0, err_cap - 1 - 5)
-            data = data[: keep // 4] + b"\n...\n" + data[len(data) - (keep - keep // 4):]
-            data = data[: max(0, err_cap - 1)]
-        ctypes.memmove(err, data + b"\0", len(data) + 1)
+        _report(err, err_cap, str(e) if isinstance(e, (RuntimeError, TypeError)) and
+                str(e).startswith(("CpuCallback", "host callback")) else
+                "CpuCallback error calling callback: " + traceback.format_exc())
+        return 1
+
+
+class _ExecutionContext:
+    """What jax.experimental.buffer_callback hands a callable as its context:
+    the stage (always EXECUTE here) and no GPU stream, as on stock CPU JAX."""
+
+    @property
+    def stage(self):
+        from jax.experimental.buffer_callback import ExecutionStage
+        return ExecutionStage.EXECUTE
+
+    @property
+    def stream(self):
+        import jax
+        raise jax.errors.JaxRuntimeError("UNIMPLEMENTED: XLA FFI GPU context is not available")
+
+
+class _HostBuffer:
+    """A buffer callback's operand (read-only) or result (written in place),
+    in the client's memory, as jax.experimental.buffer_callback.Buffer looks
+    on stock CPU JAX: dtype, shape, writeable, numpy and DLPack."""
+
+    __slots__ = ("_a",)
+
+    def __init__(self, array):
+        self._a = array
+
+    dtype = property(lambda self: self._a.dtype)
+    shape = property(lambda self: self._a.shape)
+    ndim = property(lambda self: self._a.ndim)
+    writeable = property(lambda self: bool(self._a.flags.writeable))
+
+    def __array__(self, dtype=None, copy=None):
+        if copy:
+            return self._a.astype(dtype or self._a.dtype, copy=True)
+        return self._a if dtype is None else self._a.astype(dtype, copy=False)
+
+    def __dlpack__(self, *args, **kwargs):
+        return self._a.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+
+def _run_buffer_callback(callable_ptr, n_ops, op_dtypes, op_ranks, op_dims, op_data, n_res,
+                         res_dtypes, res_ranks, res_dims, res_data, res_aliases, err, err_cap):
+    import ctypes
+    import traceback
+    try:
+        dtypes = _wire_dtypes()
+        callback = ctypes.cast(callable_ptr, ctypes.py_object).value
+        # A result aliased to an operand (input_output_aliases) shares its
+        # memory, as XLA gives it on stock JAX: the operand is a read-only
+        # view of the result's bytes, which the plugin started as the operand's.
+        shared = {res_aliases[i]: i for i in range(n_res) if res_aliases[i] >= 0}
+        results = [_view(res_data[i], dtypes[res_dtypes[i]], shape)
+                   for i, shape in enumerate(_shapes(n_res, res_ranks, res_dims))]
+        args = []
+        for i, shape in enumerate(_shapes(n_ops, op_ranks, op_dims)):
+            a = results[shared[i]][...] if i in shared else \
+                _view(op_data[i], dtypes[op_dtypes[i]], shape)
+            a.flags.writeable = False
+            args.append(_HostBuffer(a))
+        callback(_ExecutionContext(), *args, *(_HostBuffer(r) for r in results))
+        return 0
+    except BaseException:  # everything goes back to the program as its error
+        _report(err, err_cap, "Error when calling buffer callback: " + traceback.format_exc())
         return 1
 
 
@@ -184,6 +265,16 @@ def _install_runner(path: str) -> None:
     hook.argtypes = [proto]
     hook.restype = None
     hook(_runner)
+    buffer_proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int32, i32p, i32p,
+                                    i64p, vpp, ctypes.c_int32, i32p, i32p, i64p, vpp, i32p,
+                                    ctypes.c_void_p, ctypes.c_int64)
+    buffer_hook = getattr(lib, "CausewayBufferCallbackRunner", None)
+    if buffer_hook is not None:
+        _buffer_runner = buffer_proto(_run_buffer_callback)
+        buffer_hook.argtypes = [buffer_proto]
+        buffer_hook.restype = None
+        buffer_hook(_buffer_runner)
+        _runners.append(_buffer_runner)
 
 
 def _create_options() -> dict:

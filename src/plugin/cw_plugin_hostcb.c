@@ -49,7 +49,12 @@ static int64_t g_callbacks_type;  // the id JAX registered for its callbacks' ty
 static cw_pool_t* g_pool;
 static _Atomic(cw_plugin_hostcb_runner_fn) g_runner;
 
+static _Atomic(cw_plugin_hostcb_buffer_runner_fn) g_buffer_runner;
+
 void CausewayHostCallbackRunner(cw_plugin_hostcb_runner_fn runner) { atomic_store(&g_runner, runner); }
+void CausewayBufferCallbackRunner(cw_plugin_hostcb_buffer_runner_fn runner) {
+  atomic_store(&g_buffer_runner, runner);
+}
 
 // --- The execute context and the FFI extension ------------------------------------
 
@@ -223,12 +228,13 @@ static void cw__run(void* user) {
   int32_t* dtypes = calloc(no + nr + 1, sizeof(*dtypes));
   int32_t* ranks = calloc(no + nr + 1, sizeof(*ranks));
   void** data = calloc(no + nr + 1, sizeof(*data));
+  int32_t* aliases = calloc(nr + 1, sizeof(*aliases));
   int64_t* op_dims = NULL;
   int64_t* res_dims = NULL;
   uint8_t* out = NULL;
   uint64_t out_len = 0, in_len = 0;
   char err[16384] = "";  // a traceback (the runner keeps its last lines)
-  cw_status_t st = (offsets && dtypes && ranks && data)
+  cw_status_t st = (offsets && dtypes && ranks && data && aliases)
                        ? cw_ok_status()
                        : cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   if (!st) st = cw_hostcb_layout(r->operands, no, "operand", offsets, &in_len);
@@ -240,7 +246,8 @@ static void cw__run(void* user) {
                         (unsigned long long)out_len);
   }
   cw_plugin_hostcb_runner_fn runner = atomic_load(&g_runner);
-  if (!st && !runner) {
+  cw_plugin_hostcb_buffer_runner_fn buffer_runner = atomic_load(&g_buffer_runner);
+  if (!st && !(r->buffer ? (void*)buffer_runner : (void*)runner)) {
     st = cw_make_status(CW_FAILED_PRECONDITION,
                         "host callbacks need the causeway_jax package, which installs the "
                         "runner of Python callables (JAX loaded libcauseway_pjrt.so without it)");
@@ -249,8 +256,23 @@ static void cw__run(void* user) {
     for (size_t i = 0; i < no; ++i) data[i] = j->bulk + offsets[i];
     for (size_t i = 0; i < nr; ++i) data[no + i] = out + offsets[no + i];
     memset(out, 0, out_len ? (size_t)out_len : 1);
-    int rc = runner(j->callable, (int32_t)no, dtypes, ranks, op_dims, data, (int32_t)nr,
-                    dtypes + no, ranks + no, res_dims, data + no, err, (int64_t)sizeof(err));
+    int rc;
+    if (r->buffer) {
+      // An aliased result starts as its operand (the message table checked
+      // that the two are alike).
+      for (size_t i = 0; i < nr; ++i) {
+        aliases[i] = r->n_aliased_operand ? (int32_t)r->aliased_operand[i] - 1 : -1;
+        if (aliases[i] >= 0) {
+          memcpy(data[no + i], data[aliases[i]], (size_t)cw_hostcb_array_bytes(r->results[i]));
+        }
+      }
+      rc = buffer_runner(j->callable, (int32_t)no, dtypes, ranks, op_dims, data, (int32_t)nr,
+                         dtypes + no, ranks + no, res_dims, data + no, aliases, err,
+                         (int64_t)sizeof(err));
+    } else {
+      rc = runner(j->callable, (int32_t)no, dtypes, ranks, op_dims, data, (int32_t)nr,
+                  dtypes + no, ranks + no, res_dims, data + no, err, (int64_t)sizeof(err));
+    }
     if (rc) {
       err[sizeof(err) - 1] = 0;
       st = cw_make_status(CW_INTERNAL, "%s", err[0] ? err : "host callback failed");
@@ -268,6 +290,7 @@ static void cw__run(void* user) {
   free(dtypes);
   free(ranks);
   free(data);
+  free(aliases);
   free(op_dims);
   free(res_dims);
   free(out);

@@ -50,4 +50,16 @@ typedef int (*cw_plugin_hostcb_runner_fn)(void* callable, int32_t num_operands,
 __attribute__((visibility("default"))) void CausewayHostCallbackRunner(
     cw_plugin_hostcb_runner_fn runner);
 
+// Buffer callbacks (jax.experimental.buffer_callback): the same, and the
+// callable gets the results as buffers to write in place, each starting as
+// its operand's bytes where `result_aliases` names one (-1: none).
+typedef int (*cw_plugin_hostcb_buffer_runner_fn)(
+    void* callable, int32_t num_operands, const int32_t* operand_dtypes,
+    const int32_t* operand_ranks, const int64_t* operand_dims, void* const* operand_data,
+    int32_t num_results, const int32_t* result_dtypes, const int32_t* result_ranks,
+    const int64_t* result_dims, void* const* result_data, const int32_t* result_aliases,
+    char* error, int64_t error_capacity);
+__attribute__((visibility("default"))) void CausewayBufferCallbackRunner(
+    cw_plugin_hostcb_buffer_runner_fn runner);
+
 #endif  // CW_PLUGIN_HOSTCB_H_

@@ -1,6 +1,9 @@
 // Layout of a HOST_CALLBACK request's arrays (see cw_hostcb.h).
 #include "cw_hostcb.h"
 
+#include <inttypes.h>
+#include <string.h>
+
 #include "cw_array.h"
 
 static cw_status_t cw__array_bytes(const Causeway__V1__HostCallbackArray* a, uint64_t* out) {
@@ -44,4 +47,34 @@ uint64_t cw_hostcb_array_bytes(const Causeway__V1__HostCallbackArray* a) {
   if (!s) return bytes;
   cw_status_free(s);
   return 0;
+}
+
+cw_status_t cw_hostcb_check_aliases(const Causeway__V1__HostCallbackRequest* r) {
+  if (!r->n_aliased_operand) return cw_ok_status();
+  if (!r->buffer) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "host callback: aliases are for buffer callbacks");
+  }
+  if (r->n_aliased_operand != r->n_results) {
+    return cw_make_status(CW_INVALID_ARGUMENT,
+                          "host callback: %zu aliases for %zu results", r->n_aliased_operand,
+                          r->n_results);
+  }
+  for (size_t i = 0; i < r->n_results; ++i) {
+    uint32_t v = r->aliased_operand[i];
+    if (!v) continue;
+    if (v > r->n_operands) {
+      return cw_make_status(CW_INVALID_ARGUMENT,
+                            "host callback result %zu aliases operand %" PRIu32 " of %zu", i,
+                            v - 1, r->n_operands);
+    }
+    const Causeway__V1__HostCallbackArray* o = r->operands[v - 1];
+    const Causeway__V1__HostCallbackArray* a = r->results[i];
+    if (!o || !a || o->token || a->token || o->dtype != a->dtype || o->n_dims != a->n_dims ||
+        (a->n_dims && memcmp(o->dims, a->dims, a->n_dims * sizeof(*a->dims)) != 0)) {
+      return cw_make_status(CW_INVALID_ARGUMENT,
+                            "host callback result %zu aliases operand %" PRIu32 " of another "
+                            "type or shape", i, v - 1);
+    }
+  }
+  return cw_ok_status();
 }

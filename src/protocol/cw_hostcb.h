@@ -24,6 +24,10 @@ CW_MUST_USE cw_status_t cw_hostcb_layout(Causeway__V1__HostCallbackArray* const*
                                          size_t n, const char* what, uint64_t* out_offsets,
                                          uint64_t* out_total);
 
+// Checks a request's aliased_operand (buffer callbacks): none, or one per
+// result, each 0 or 1 + an operand of the result's dtype and dims.
+CW_MUST_USE cw_status_t cw_hostcb_check_aliases(const Causeway__V1__HostCallbackRequest* r);
+
 // The bytes of one array (0 for a token); the array must have passed
 // cw_hostcb_layout.
 uint64_t cw_hostcb_array_bytes(const Causeway__V1__HostCallbackArray* a);

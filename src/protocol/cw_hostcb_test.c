@@ -1,7 +1,7 @@
 // Unit tests for the layout of a HOST_CALLBACK request's arrays: offsets of
 // dense arrays one after another, tokens with no bytes, and the malformed
 // arrays (a token with a dtype, an unknown dtype, negative dims, overflow,
-// too many arrays) refused with their index.
+// too many arrays) refused with their index; buffer callbacks' aliases.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -86,10 +86,62 @@ static void test_refused(void** state) {
   expect_error(a7, CW_HOSTCB_MAX_ARRAYS + 1, "at most");
 }
 
+static void expect_alias_error(const Causeway__V1__HostCallbackRequest* r, const char* text) {
+  cw_status_t s = cw_hostcb_check_aliases(r);
+  assert_non_null(s);
+  if (!strstr(cw_status_message(s), text)) fail_msg("got: %s", cw_status_message(s));
+  assert_int_equal(cw_status_code(s), CW_INVALID_ARGUMENT);
+  cw_status_free(s);
+}
+
+// Buffer callbacks: a result may share an operand's memory, one of its own
+// dtype and dims; anything else names the result.
+static void test_aliases(void** state) {
+  (void)state;
+  int64_t d23[] = {2, 3}, d32[] = {3, 2};
+  Causeway__V1__HostCallbackArray f23 = array(CAUSEWAY__V1__DTYPE__DTYPE_F32, d23, 2, false);
+  Causeway__V1__HostCallbackArray f32 = array(CAUSEWAY__V1__DTYPE__DTYPE_F32, d32, 2, false);
+  Causeway__V1__HostCallbackArray i23 = array(CAUSEWAY__V1__DTYPE__DTYPE_S32, d23, 2, false);
+  Causeway__V1__HostCallbackArray tok = array(0, NULL, 0, true);
+  Causeway__V1__HostCallbackArray* ops[] = {&tok, &f23, &i23};
+  Causeway__V1__HostCallbackArray* res[] = {&f23, &i23};
+  Causeway__V1__HostCallbackRequest r = CAUSEWAY__V1__HOST_CALLBACK_REQUEST__INIT;
+  r.operands = ops;
+  r.n_operands = 3;
+  r.results = res;
+  r.n_results = 2;
+  assert_null(cw_hostcb_check_aliases(&r));  // none at all
+  uint32_t ok[] = {2, 0};
+  r.aliased_operand = ok;
+  r.n_aliased_operand = 2;
+  expect_alias_error(&r, "aliases are for buffer callbacks");
+  r.buffer = true;
+  assert_null(cw_hostcb_check_aliases(&r));
+  uint32_t both[] = {2, 3};
+  r.aliased_operand = both;
+  assert_null(cw_hostcb_check_aliases(&r));
+  r.n_aliased_operand = 1;
+  expect_alias_error(&r, "1 aliases for 2 results");
+  r.n_aliased_operand = 2;
+  uint32_t past[] = {0, 4};
+  r.aliased_operand = past;
+  expect_alias_error(&r, "result 1 aliases operand 3 of 3");
+  uint32_t other_type[] = {3, 0};
+  r.aliased_operand = other_type;
+  expect_alias_error(&r, "result 0 aliases operand 2 of another type or shape");
+  uint32_t token[] = {1, 0};
+  r.aliased_operand = token;
+  expect_alias_error(&r, "result 0 aliases operand 0 of another");
+  res[0] = &f32;  // f32[3,2] against the operand's f32[2,3]
+  r.aliased_operand = ok;
+  expect_alias_error(&r, "result 0 aliases operand 1 of another type or shape");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_offsets),
       cmocka_unit_test(test_refused),
+      cmocka_unit_test(test_aliases),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -119,6 +119,7 @@ static cw_status_t cw__host_callback_bulk(const cw_frame_header_t* h, const Prot
                      "HOST_CALLBACK");
   CW_RETURN_IF_ERROR(cw_hostcb_layout(r->operands, r->n_operands, "operand", NULL, &total),
                      "HOST_CALLBACK");
+  CW_RETURN_IF_ERROR(cw_hostcb_check_aliases(r), "HOST_CALLBACK");
   if (total != h->bulk_len) {
     return cw_make_status(CW_INVALID_ARGUMENT,
                           "HOST_CALLBACK bulk of %llu bytes differs from its operands' %llu bytes",

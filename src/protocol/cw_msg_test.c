@@ -293,6 +293,16 @@ static void test_msg_check_bulk(void** state) {
   tok.dtype = CAUSEWAY__V1__DTYPE__DTYPE_S8;
   expect_refused(check_bulk(CW_MSG_HOST_CALLBACK, 0, 16, &cb.base),
                  "host callback operand 0: a token has no element type or dimensions");
+  tok.dtype = CAUSEWAY__V1__DTYPE__DTYPE_INVALID;
+  // A buffer callback's result may share an operand's memory: one like it.
+  uint32_t aliases[] = {2, 1};
+  cb.buffer = true;
+  cb.aliased_operand = aliases;
+  cb.n_aliased_operand = 2;
+  expect_refused(check_bulk(CW_MSG_HOST_CALLBACK, 0, 16, &cb.base),
+                 "HOST_CALLBACK: host callback result 1 aliases operand 0 of another type");
+  aliases[1] = 0;
+  assert_null(check_bulk(CW_MSG_HOST_CALLBACK, 0, 16, &cb.base));
   // Replies pass, whatever they carry (the header checked the direction).
   assert_null(check_bulk(CW_MSG_DOWNLOAD, CW_FRAME_REPLY, 1 << 20, NULL));
   assert_null(check_bulk(CW_MSG_UPLOAD, CW_FRAME_REPLY, 7, NULL));

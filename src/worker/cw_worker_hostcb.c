@@ -21,6 +21,10 @@
 
 static const char kTarget[] = "xla_ffi_python_cpu_callback";
 static const char kPartitioned[] = "xla_ffi_partitioned_python_cpu_callback";
+static const char kBuffer[] = "xla_buffer_python_cpu_callback";
+
+// Which of the targets a handler serves.
+typedef enum { CW__PLAIN, CW__PARTITIONED, CW__BUFFER } cw__kind_t;
 
 struct cw_worker_hostcb_s {
   cw_pool_t* pool;
@@ -179,6 +183,7 @@ static cw_status_t cw__describe(const XLA_FFI_Buffer* b, Causeway__V1__HostCallb
 }
 
 static void cw__call_free(cw__call_t* call) {
+  free(call->req.aliased_operand);
   free(call->req.operands);
   free(call->req.results);
   free(call->bulk);
@@ -212,6 +217,23 @@ static cw_status_t cw__call_build(XLA_FFI_CallFrame* frame, cw__call_t* call,
   }
   call->req.n_operands = na;
   call->req.n_results = nr;
+  if (call->req.buffer && nr) {
+    // input_output_aliases: XLA hands the result the operand's own memory.
+    call->req.aliased_operand = calloc(nr, sizeof(*call->req.aliased_operand));
+    if (!call->req.aliased_operand) {
+      return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for a host callback");
+    }
+    call->req.n_aliased_operand = nr;
+    for (size_t r = 0; r < nr; ++r) {
+      const void* data = ((const XLA_FFI_Buffer*)frame->rets.rets[r])->data;
+      for (size_t i = 0; data && i < na; ++i) {
+        if (((const XLA_FFI_Buffer*)frame->args.args[i])->data == data &&
+            !call->req.aliased_operand[r]) {
+          call->req.aliased_operand[r] = (uint32_t)i + 1;
+        }
+      }
+    }
+  }
   CW_RETURN_IF_ERROR(cw_hostcb_layout(call->req.operands, na, "operand", offsets,
                                       &call->bulk_len), "host callback");
   call->bulk = malloc(call->bulk_len ? (size_t)call->bulk_len : 1);
@@ -253,7 +275,7 @@ static cw_status_t cw__call_results(XLA_FFI_CallFrame* frame, cw__call_t* call,
   return cw_ok_status();
 }
 
-static XLA_FFI_Error* cw__handle(XLA_FFI_CallFrame* frame, bool partitioned) {
+static XLA_FFI_Error* cw__handle(XLA_FFI_CallFrame* frame, cw__kind_t kind) {
   if (cw_xla_ffi_answer_metadata(frame, 0)) return NULL;
   cw_hostcb_launch_t* launch = cw_xla_ffi_user_data(frame, g_type_id);
   if (!launch) {
@@ -292,7 +314,8 @@ static XLA_FFI_Error* cw__handle(XLA_FFI_CallFrame* frame, bool partitioned) {
   call->req.host_callbacks = launch->host_callbacks;
   call->req.index = index;
   call->req.exe_id = launch->exe_id;
-  call->req.partitioned = partitioned;
+  call->req.partitioned = kind == CW__PARTITIONED;
+  call->req.buffer = kind == CW__BUFFER;
   cw_status_t st = cw__call_build(frame, call, arrays, offsets);
   if (!st && !cw_worker_post(launch->w, cw__send, call)) {
     st = cw_make_status(CW_UNAVAILABLE, "the worker is shutting down");
@@ -318,9 +341,14 @@ static XLA_FFI_Error* cw__dce_sink(XLA_FFI_CallFrame* frame) {
   return NULL;
 }
 
-static XLA_FFI_Error* cw__handler(XLA_FFI_CallFrame* frame) { return cw__handle(frame, false); }
+static XLA_FFI_Error* cw__handler(XLA_FFI_CallFrame* frame) {
+  return cw__handle(frame, CW__PLAIN);
+}
 static XLA_FFI_Error* cw__partitioned_handler(XLA_FFI_CallFrame* frame) {
-  return cw__handle(frame, true);
+  return cw__handle(frame, CW__PARTITIONED);
+}
+static XLA_FFI_Error* cw__buffer_handler(XLA_FFI_CallFrame* frame) {
+  return cw__handle(frame, CW__BUFFER);
 }
 
 // --- Lifecycle ------------------------------------------------------------------
@@ -337,6 +365,9 @@ cw_status_t cw_worker_hostcb_start(cw_worker_t* w) {
   if (!st) {
     st = cw_pjrt_ffi_register_handler(w->pjrt, kPartitioned, "Host",
                                       (void*)cw__partitioned_handler, 0);
+  }
+  if (!st) {
+    st = cw_pjrt_ffi_register_handler(w->pjrt, kBuffer, "Host", (void*)cw__buffer_handler, 0);
   }
   if (!st) st = cw_pjrt_ffi_register_handler(w->pjrt, "dce_sink", "Host", (void*)cw__dce_sink, 0);
   if (st && cw_status_code(st) == CW_UNIMPLEMENTED) {

@@ -1,8 +1,9 @@
 // Host callbacks (cw_worker_hostcb.c; docs/host_callbacks.md): JAX's
 // jax.debug.print / debug.callback / pure_callback / io_callback become
 // custom calls xla_ffi_python_cpu_callback and
-// xla_ffi_partitioned_python_cpu_callback. The worker registers its own FFI
-// handler for both; when a program calls one, the handler sends the operands
+// xla_ffi_partitioned_python_cpu_callback, jax.experimental.buffer_callback
+// xla_buffer_python_cpu_callback. The worker registers its own FFI handler
+// for each; when a program calls one, the handler sends the operands
 // to the session's client (HOST_CALLBACK), which runs the Python callable,
 // and waits for the results. Launches of such programs run on threads of
 // their own (never the loop, which must stay free to carry the request), and

@@ -33,6 +33,21 @@ static const char kCallbackProgram[] =
     "  }\n"
     "}\n";
 
+// The same through jax.experimental.buffer_callback's target, its result
+// sharing the operand's memory (input_output_aliases={0: 0}).
+static const char kBufferProgram[] =
+    "module @cw_hostcb_buffer {\n"
+    "  func.func public @main(%arg0: tensor<4xf32>) -> tensor<4xf32> {\n"
+    "    %c = stablehlo.constant dense<1.0> : tensor<4xf32>\n"
+    "    %a = stablehlo.add %arg0, %c : tensor<4xf32>\n"
+    "    %0 = stablehlo.custom_call @xla_buffer_python_cpu_callback(%a) {api_version = 4 : i32,"
+    " backend_config = {index = 0 : ui64}, has_side_effect = true, output_operand_aliases = "
+    "[#stablehlo.output_operand_alias<output_tuple_indices = [], operand_index = 0, "
+    "operand_tuple_indices = []>]} : (tensor<4xf32>) -> tensor<4xf32>\n"
+    "    return %0 : tensor<4xf32>\n"
+    "  }\n"
+    "}\n";
+
 // What the test's on_request does with a HOST_CALLBACK.
 typedef enum { ANSWER_TIMES_TEN, ANSWER_ERROR, ANSWER_SHORT, ANSWER_NEVER } answer_t;
 
@@ -43,6 +58,9 @@ typedef struct {
   size_t n_operands;
   int dtype;
   int64_t dim0;
+  bool buffer;
+  size_t n_aliases;
+  uint32_t alias0;
 } peer_t;
 
 static void on_request(void* user, cw_client_t* client, uint16_t type, uint64_t request_id,
@@ -54,6 +72,9 @@ static void on_request(void* user, cw_client_t* client, uint16_t type, uint64_t 
   p->n_operands = r->n_operands;
   p->dtype = r->n_operands ? (int)r->operands[0]->dtype : -1;
   p->dim0 = r->n_operands && r->operands[0]->n_dims ? r->operands[0]->dims[0] : -1;
+  p->buffer = r->buffer;
+  p->n_aliases = r->n_aliased_operand;
+  p->alias0 = r->n_aliased_operand ? r->aliased_operand[0] : 0;
   atomic_fetch_add(&p->requests, 1);
   Causeway__V1__HostCallbackReply rep = CAUSEWAY__V1__HOST_CALLBACK_REPLY__INIT;
   float out[4] = {0};
@@ -109,27 +130,49 @@ static void expect_error(cw_status_t st, cw_status_code_t code, const char* part
   assert_code(st, code);
 }
 
+// Compiles `program` as `exe`, runs it on {1, 2, 3, 4} (buffers exe * 10 and
+// exe * 10 + 1) with callables `host_callbacks`, and expects `want` out.
+static void run_expect(cw_client_t* c, uint64_t exe, const char* program,
+                       uint64_t host_callbacks, const float* want) {
+  compile(c, exe, program);
+  static const float x[4] = {1, 2, 3, 4};
+  upload4(c, exe * 10, x);
+  uint64_t rid = 0;
+  launch(c, exe, exe * 10, exe * 10 + 1, host_callbacks, &rid);
+  ASSERT_OK(cw_client_wait(c, rid, NULL, NULL));
+  float got[4] = {0};
+  size_t size = 0;
+  ASSERT_OK(cw_client_download(c, exe * 10 + 1, got, sizeof(got), &size, NULL));
+  assert_memory_equal(got, want, sizeof(got));
+}
+
 static void test_round_trip(void** state) {
   (void)state;
   peer_t p = {.answer = ANSWER_TIMES_TEN};
   cw_client_t* c = connect_peer(&p);
-  compile(c, 1, kCallbackProgram);
-  static const float x[4] = {1, 2, 3, 4};
-  upload4(c, 10, x);
-  uint64_t rid = 0;
-  launch(c, 1, 10, 11, 77, &rid);
-  ASSERT_OK(cw_client_wait(c, rid, NULL, NULL));
-  float got[4] = {0};
-  size_t size = 0;
-  ASSERT_OK(cw_client_download(c, 11, got, sizeof(got), &size, NULL));
   static const float want[4] = {11, 21, 31, 41};
-  assert_memory_equal(got, want, sizeof(want));
+  run_expect(c, 1, kCallbackProgram, 77, want);
   assert_int_equal(atomic_load(&p.requests), 1);
   assert_int_equal(p.host_callbacks, 77);
   assert_int_equal(p.index, 0);
   assert_int_equal(p.n_operands, 1);
   assert_int_equal(p.dtype, CAUSEWAY__V1__DTYPE__DTYPE_F32);
   assert_int_equal(p.dim0, 4);
+  cw_client_release(c);
+}
+
+// A buffer callback: the request says so and names the operand its result
+// shares; the answer becomes the result.
+static void test_buffer_callback(void** state) {
+  (void)state;
+  peer_t p = {.answer = ANSWER_TIMES_TEN};
+  cw_client_t* c = connect_peer(&p);
+  static const float want[4] = {20, 30, 40, 50};  // (x + 1) * 10
+  run_expect(c, 2, kBufferProgram, 78, want);
+  assert_int_equal(atomic_load(&p.requests), 1);
+  assert_true(p.buffer);
+  assert_int_equal(p.n_aliases, 1);
+  assert_int_equal(p.alias0, 1);  // operand 0
   cw_client_release(c);
 }
 
@@ -216,6 +259,7 @@ int main(void) {
   if (!getenv("CAUSEWAY_PJRT_PLUGIN") || !*getenv("CAUSEWAY_PJRT_PLUGIN")) return 77;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_round_trip),
+      cmocka_unit_test(test_buffer_callback),
       cmocka_unit_test(test_bad_answers),
       cmocka_unit_test(test_slow_then_dead_client),
   };

@@ -227,6 +227,67 @@ def cb_exception() -> dict:
     return out
 
 
+def cb_buffer() -> dict:
+    """jax.experimental.buffer_callback: the callable gets the operands and
+    results as buffers (numpy, DLPack) and writes the results in place."""
+    from jax.experimental import buffer_callback as bc
+    seen = {}
+
+    def copy_twice(ctx, out, arg):
+        seen["stage"] = str(ctx.stage)
+        try:
+            ctx.stream
+        except jax.errors.JaxRuntimeError as e:
+            seen["stream"] = str(e)
+        seen["flags"] = (arg.writeable, out.writeable, arg.shape, str(arg.dtype))
+        y = np.asarray(out)
+        y[...] = np.asarray(arg)
+        y[...] += np.asarray(arg)
+
+    out = {}
+    for dt in ("float32", "int32", "bool", "complex64", "bfloat16", "uint8"):
+        x = (np.arange(12) % 5).astype(jnp.dtype(dt)).reshape(3, 4)
+        f = bc.buffer_callback(copy_twice, jax.ShapeDtypeStruct.like(x))
+        out[dt] = np.asarray(f(x))
+        out[dt + "_jit"] = np.asarray(jax.jit(lambda v, f=f: f(v) * 3)(x))
+    out["seen"] = seen
+
+    def bump(ctx, out, arg):
+        seen["aliased"] = np.asarray(arg).ctypes.data == np.asarray(out).ctypes.data
+        np.asarray(out)[...] += 1
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    out["aliases"] = np.asarray(bc.buffer_callback(
+        bump, jax.ShapeDtypeStruct.like(x), input_output_aliases={0: 0})(x))
+
+    def dlpack(ctx, out, a, b):
+        np.from_dlpack(out)[...] = np.from_dlpack(a) * np.from_dlpack(b)
+    g = bc.buffer_callback(dlpack, jax.ShapeDtypeStruct((4,), np.float32))
+    a, b = np.arange(4, dtype=np.float32), np.full(4, 2.5, np.float32)
+    out["dlpack"] = np.asarray(g(a, b))
+    for method in ("sequential", "expand_dims"):
+        h = bc.buffer_callback(dlpack, jax.ShapeDtypeStruct((4,), np.float32),
+                               vmap_method=method)
+        out["vmap_" + method] = np.asarray(jax.vmap(h)(np.stack([a, b]), np.stack([b, a])))
+
+    calls = []
+    def effect(ctx, out, arg):
+        calls.append(float(np.asarray(arg).sum()))
+    e = bc.buffer_callback(effect, jax.ShapeDtypeStruct((), np.float32), has_side_effect=True)
+    jax.block_until_ready(jax.jit(lambda v: e(v) * 0)(np.ones(3, np.float32)))
+    out["effect_calls"] = calls
+
+    def boom(ctx, out, arg):
+        raise ValueError("cw-buffer-boom")
+    try:
+        np.asarray(bc.buffer_callback(boom, jax.ShapeDtypeStruct.like(x))(x))
+        out["boom"] = "no error"
+    except Exception as exc:  # noqa: BLE001
+        out["boom"] = type(exc).__name__
+        out["boom_says"] = "ValueError: cw-buffer-boom" in str(exc)
+    out["after"] = np.asarray(jax.jit(lambda v: v * 2)(x))
+    return out
+
+
 def cb_wrong_result(kind: str) -> dict:
     wrong = {"shape": lambda v: np.zeros((5,), np.float32),
              "dtype": lambda v: np.zeros((3,), np.int64)}[kind]

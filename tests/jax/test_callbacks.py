@@ -1,7 +1,8 @@
 """Host callbacks run in the client, as in stock JAX: jax.debug.print (on the
 client's stdout), jax.debug.callback, jax.pure_callback (jit, vmap with each
 vmap_method, scan and while_loop, shard_map over an island), ordered
-io_callback, exceptions and wrong results (callback_checks.py).
+io_callback, exceptions and wrong results, jax.experimental.buffer_callback
+(callback_checks.py).
 
 JAX runs a callable with a CPU device at hand (jax.local_devices(backend=
 "cpu")), so the causeway runner here has JAX_PLATFORMS=causeway,cpu: causeway
@@ -170,6 +171,14 @@ def test_callbacks_in_sharded_jit(cref, ccw):
 def test_partitioned_debug_callback_in_sharded_jit(cref, ccw):
     want, got = both(cref, ccw, "cb_sharded_jit", partitioned=True)
     assert len(got["shards"]) == 4, got["shards"]
+
+
+@proxy_refuses
+def test_buffer_callback(cref, ccw):
+    want, got = both(cref, ccw, "cb_buffer")
+    assert got["seen"]["aliased"] and got["seen"]["flags"][:2] == (False, True), got["seen"]
+    assert "XLA FFI GPU context is not available" in got["seen"]["stream"], got["seen"]
+    assert got["effect_calls"] == [3.0] and got["boom"] == "JaxRuntimeError" and got["boom_says"]
 
 
 @pytest.mark.skipif(not harness.on_proxy(), reason="the proxy front's refusal of FFI callbacks")

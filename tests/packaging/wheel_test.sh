@@ -47,7 +47,7 @@ done
 # The plugin exports only the PJRT entry points; the static libraries' own
 # symbols stay inside (no clash with a host process's libuv or libcrypto).
 exported="$(nm -D --defined-only "$unpacked/causeway/lib/libcauseway_pjrt.so" | awk '{print $3}' | sort | tr '\n' ' ')"
-[ "$exported" = "CausewayHostCallbackRunner CausewayTraceFlush GetPjrtApi " ] || fail "the plugin exports $exported"
+[ "$exported" = "CausewayBufferCallbackRunner CausewayHostCallbackRunner CausewayTraceFlush GetPjrtApi " ] || fail "the plugin exports $exported"
 if nm -D --defined-only "$unpacked/causeway/lib/libcauseway_client.so" | grep -qE ' (uv_|protobuf_c_|json_)'; then
   fail "libcauseway_client.so exports symbols of its static dependencies"
 fi
