@@ -115,9 +115,27 @@ static int runner(void* callable, int32_t no, const int32_t* odt, const int32_t*
   return 0;
 }
 
+// Buffer callbacks: result 0 must start as operand 0 (aliased); adds 10 in place.
+static int buffer_runner(void* callable, int32_t no, const int32_t* odt, const int32_t* ork,
+                         const int64_t* odims, void* const* odata, int32_t nr,
+                         const int32_t* rdt, const int32_t* rrk, const int64_t* rdims,
+                         void* const* rdata, const int32_t* aliases, char* err, int64_t cap) {
+  (void)ork;
+  (void)rrk;
+  (void)rdims;
+  float* out = rdata[0];
+  if (callable != (void*)0x2222 || no != 1 || nr != 1 || odt[0] != 11 || rdt[0] != 11 ||
+      odims[0] != 3 || aliases[0] != 0 || memcmp(out, odata[0], 3 * sizeof(float)) != 0) {
+    snprintf(err, (size_t)cap, "cw-buffer-runner: not as the request said");
+    return 1;
+  }
+  for (int i = 0; i < 3; ++i) out[i] += 10;
+  return 0;
+}
+
 static uint64_t g_id;
 
-// The worker's side: three HOST_CALLBACKs, each answer checked.
+// The worker's side: four HOST_CALLBACKs, each answer checked.
 static void script_worker(fake_t* f) {
   int64_t three = 3;
   Causeway__V1__HostCallbackArray a = CAUSEWAY__V1__HOST_CALLBACK_ARRAY__INIT;
@@ -148,7 +166,20 @@ static void script_worker(fake_t* f) {
   const Causeway__V1__ErrorReply* er = (const Causeway__V1__ErrorReply*)fr.msg;
   FCHECK(f, er->code == CW_INTERNAL && strstr(er->message, "cw-runner-boom"));
   frame_free(&fr);
-  // 3: callables nobody knows.
+  // 3: a buffer callback whose result shares the operand: the buffer runner.
+  r.buffer = true;
+  uint32_t alias = 1;
+  r.aliased_operand = &alias;
+  r.n_aliased_operand = 1;
+  FCHECK(f, fake_write(f, CW_MSG_HOST_CALLBACK, 0, 44, &r.base, in, sizeof(in)));
+  FCHECK(f, fake_read(f, &fr));
+  FCHECK(f, fr.h.request_id == 44 && !(fr.h.flags & CW_FRAME_ERROR));
+  FCHECK(f, fr.h.bulk_len == 12 && ((float*)fr.bulk)[0] == 11.0f && ((float*)fr.bulk)[2] == 13.0f);
+  frame_free(&fr);
+  r.buffer = false;
+  r.aliased_operand = NULL;
+  r.n_aliased_operand = 0;
+  // 4: callables nobody knows.
   r.host_callbacks = g_id + 1000;
   FCHECK(f, fake_write(f, CW_MSG_HOST_CALLBACK, 0, 43, &r.base, in, sizeof(in)));
   FCHECK(f, fake_read(f, &fr));
@@ -168,6 +199,7 @@ static void test_requests_from_a_worker(void** state) {
   context_destroy(ctx);
   assert_true(g_id != 0);
   CausewayHostCallbackRunner(runner);
+  CausewayBufferCallbackRunner(buffer_runner);
   g_runner_mode = 0;
   fake_t f;
   memset(&f, 0, sizeof(f));
@@ -179,6 +211,7 @@ static void test_requests_from_a_worker(void** state) {
   cw_client_release(c);
   cw_plugin_hostcb_forget(e);
   CausewayHostCallbackRunner(NULL);
+  CausewayBufferCallbackRunner(NULL);
 }
 
 int main(void) {
