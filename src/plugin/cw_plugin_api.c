@@ -36,10 +36,25 @@ static PJRT_Error* cw__unimplemented(const char* name) {
     return cw__unimplemented(#name);                     \
   }
 
+// Zero-copy sharing of an array's bytes with this process (DLPack, the
+// buffer protocol, views of host memory): the bytes live in a worker.
+static PJRT_Error* cw__not_here(const char* name) {
+  return cw_plugin_error_from_status(cw_make_status(
+      CW_UNIMPLEMENTED,
+      "%s is not implemented by the causeway plugin: an array's bytes live in its worker's "
+      "memory, not in this process, so they cannot be shared without a copy (DLPack, the "
+      "buffer protocol); np.asarray(x) and jax.device_put copy them", name));
+}
+#define CW__NOT_HERE(name)                               \
+  static PJRT_Error* cw__stub_##name(name##_Args* args) { \
+    (void)args;                                          \
+    return cw__not_here(#name);                          \
+  }
+
 CW__STUB(PJRT_Client_Load)
 CW__STUB(PJRT_Client_DmaMap)
 CW__STUB(PJRT_Client_DmaUnmap)
-CW__STUB(PJRT_Client_CreateViewOfDeviceBuffer)
+CW__NOT_HERE(PJRT_Client_CreateViewOfDeviceBuffer)
 CW__STUB(PJRT_Client_CreateUninitializedBuffer)
 CW__STUB(PJRT_Client_CreateAliasBuffer)
 CW__STUB(PJRT_Client_FulfillAliasBuffer)
@@ -54,9 +69,9 @@ CW__STUB(PJRT_Executable_GetCostAnalysis)
 CW__STUB(PJRT_Executable_GetCompiledMemoryStats)
 CW__STUB(PJRT_Executable_ParameterMemoryKinds)
 CW__STUB(PJRT_Buffer_GetMemoryLayout)
-CW__STUB(PJRT_Buffer_IncreaseExternalReferenceCount)
-CW__STUB(PJRT_Buffer_DecreaseExternalReferenceCount)
-CW__STUB(PJRT_Buffer_OpaqueDeviceMemoryDataPointer)
+CW__NOT_HERE(PJRT_Buffer_IncreaseExternalReferenceCount)
+CW__NOT_HERE(PJRT_Buffer_DecreaseExternalReferenceCount)
+CW__NOT_HERE(PJRT_Buffer_OpaqueDeviceMemoryDataPointer)
 CW__STUB(PJRT_Buffer_CopyRawToHostFuture)
 CW__STUB(PJRT_Buffer_DonateWithControlDependency)
 CW__STUB(PJRT_Buffer_Bitcast)

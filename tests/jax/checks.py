@@ -986,6 +986,15 @@ def pure_callback() -> dict:
         return {"ok": False, "error": err_text(e)}
 
 
+def dlpack_export() -> dict:
+    """np.from_dlpack(x): zero-copy on stock CPU JAX; on causeway the bytes
+    are in a worker, so it must be refused by name."""
+    x = jax.jit(lambda v: v * 2)(jnp.arange(6.0, dtype=jnp.float32))
+    try:
+        return {"ok": True, "value": np.array(np.from_dlpack(x))}
+    except Exception as e:  # noqa: BLE001
+        return {"ok": False, "error": err_text(e)}
+
 def linalg(op: str) -> dict:
     """One LAPACK-backed jnp.linalg call (getrf, potrf or syevd on CPU)."""
     r = rng(11)
