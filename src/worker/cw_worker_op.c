@@ -75,6 +75,7 @@ void cw_worker_op_free(cw_op_t* op) {
   else cw_worker_staging_free(op->w, op->staging, op->size);
   if (op->parts) cw_worker_upload_part_abandon(op->w, op->parts);
   cw_worker_pin_release(op->pin);
+  cw_worker_pin_unkeep(op->keep);
   cw_store_entry_release(op->w->store, op->src);
   free(op->dims);
   free(op->peer_address);

@@ -68,9 +68,11 @@ struct cw_op_s {
   bool mem_admitted;  // COPY: its memory is charged
   // op->staging came from elsewhere (a held request's bytes): plain free().
   bool staging_foreign;
-  // DOWNLOAD/SEND straight from device memory: the source, pinned, and
-  // (once ready) its bytes.
-  cw_pin_t* pin;  // owned reference
+  // DOWNLOAD/SEND straight from device memory: the source kept until it is
+  // ready (pinning then would block the loop until it is), then pinned, and
+  // its bytes.
+  cw_pin_t* keep;  // owned (cw_worker_pin_keep)
+  cw_pin_t* pin;   // owned reference
   const void* view;
   // The entry op->id named when the request was applied (retained; NULL if
   // absent): waiting resumes on it, not on whatever op->id names by then.

@@ -17,7 +17,8 @@ static cw_pin_t* cw__pin_find(cw_worker_t* w, PJRT_Buffer* b) {
   return NULL;
 }
 
-cw_pin_t* cw_worker_pin(cw_worker_t* w, PJRT_Buffer* b) {
+// One reference to `b`'s record, with PJRT's external reference when `hold`.
+static cw_pin_t* cw__pin_ref(cw_worker_t* w, PJRT_Buffer* b, bool hold) {
   cw_pin_t* p = cw__pin_find(w, b);
   bool fresh = !p;
   if (fresh) {
@@ -26,7 +27,7 @@ cw_pin_t* cw_worker_pin(cw_worker_t* w, PJRT_Buffer* b) {
     p->w = w;
     p->buffer = b;
   }
-  if (!cw_pjrt_buffer_hold(w->pjrt, b)) {
+  if (hold && !cw_pjrt_buffer_hold(w->pjrt, b)) {
     if (fresh) free(p);
     return NULL;
   }
@@ -38,11 +39,10 @@ cw_pin_t* cw_worker_pin(cw_worker_t* w, PJRT_Buffer* b) {
   return p;
 }
 
-void cw_worker_pin_release(void* user) {
-  cw_pin_t* p = user;
+static void cw__pin_unref(cw_pin_t* p, bool held) {
   if (!p) return;
   cw_worker_t* w = p->w;
-  cw_pjrt_buffer_unhold(w->pjrt, p->buffer);
+  if (held) cw_pjrt_buffer_unhold(w->pjrt, p->buffer);
   if (--p->count > 0) return;
   cw_pin_t** pp = &w->pins;
   while (*pp && *pp != p) pp = &(*pp)->next;
@@ -50,6 +50,11 @@ void cw_worker_pin_release(void* user) {
   if (p->destroy) cw_pjrt_buffer_destroy(w->pjrt, p->buffer);
   free(p);
 }
+
+cw_pin_t* cw_worker_pin(cw_worker_t* w, PJRT_Buffer* b) { return cw__pin_ref(w, b, true); }
+void cw_worker_pin_release(void* user) { cw__pin_unref(user, true); }
+cw_pin_t* cw_worker_pin_keep(cw_worker_t* w, PJRT_Buffer* b) { return cw__pin_ref(w, b, false); }
+void cw_worker_pin_unkeep(cw_pin_t* pin) { cw__pin_unref(pin, false); }
 
 PJRT_Buffer* cw_worker_pin_buffer(const cw_pin_t* pin) { return pin->buffer; }
 

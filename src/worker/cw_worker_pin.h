@@ -14,6 +14,13 @@
 cw_pin_t* cw_worker_pin(cw_worker_t* w, PJRT_Buffer* b);
 // Drops one pin (NULL is fine). A cw_net_free_fn: `user` is the pin.
 void cw_worker_pin_release(void* user);
+// Keeps `b` from being destroyed (a DELETE only marks it) without pinning
+// its memory: PJRT's external reference, which XLA's CPU plugin makes wait
+// until the buffer is ready, is taken with cw_worker_pin once it is. Never
+// blocks the loop. NULL on allocation failure.
+cw_pin_t* cw_worker_pin_keep(cw_worker_t* w, PJRT_Buffer* b);
+// Drops a keep (NULL is fine).
+void cw_worker_pin_unkeep(cw_pin_t* pin);
 // The PJRT buffer of a pin.
 PJRT_Buffer* cw_worker_pin_buffer(const cw_pin_t* pin);
 // Whether a write reads `b` in place now.

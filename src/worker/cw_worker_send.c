@@ -83,7 +83,7 @@ static void cw__fetched(cw_worker_t* w, void* user, cw_status_t status) {
   cw_op_t* op = user;
   if (status) {
     op->status = status;  // the source failed: poison the peer's copy
-  } else if (op->pin && !op->view) {
+  } else if (op->keep) {
     const void* view = NULL;
     cw_pin_t* pin = NULL;
     PJRT_Event* ev = NULL;

@@ -616,21 +616,27 @@ cw_status_t cw_worker_fetch_pinned(cw_op_t* op, const void** out_bulk, cw_pin_t*
   *out_bulk = NULL;
   *out_pin = NULL;
   *out_event = NULL;
-  PJRT_Buffer* b = cw_worker_pin_buffer(op->pin);
-  const void* view = cw_pjrt_buffer_host_view(op->w->pjrt, b, op->rank);
+  PJRT_Buffer* b = cw_worker_pin_buffer(op->keep);
+  // Ready now: the pin's external reference does not wait.
+  cw_pin_t* pin = cw_worker_pin(op->w, b);
+  const void* view = pin ? cw_pjrt_buffer_host_view(op->w->pjrt, b, op->rank) : NULL;
   if (view) {
     *out_bulk = view;
-    *out_pin = op->pin;
-    op->pin = NULL;
+    *out_pin = pin;
+    cw_worker_pin_unkeep(op->keep);
+    op->keep = NULL;
     return cw_ok_status();
   }
+  cw_worker_pin_release(pin);
+  cw_status_t st = cw_ok_status();
   op->staging = cw_worker_staging_alloc(op->w, op->size);
   if (!op->staging) {
-    return cw_make_status(CW_RESOURCE_EXHAUSTED, "cannot allocate %" PRIu64 " bytes", op->size);
+    st = cw_make_status(CW_RESOURCE_EXHAUSTED, "cannot allocate %" PRIu64 " bytes", op->size);
+  } else {
+    st = cw_pjrt_to_host(op->w->pjrt, b, op->rank, op->staging, (size_t)op->size, out_event);
   }
-  cw_status_t st = cw_pjrt_to_host(op->w->pjrt, b, op->rank, op->staging, (size_t)op->size, out_event);
-  cw_worker_pin_release(op->pin);  // the copy holds the buffer itself
-  op->pin = NULL;
+  cw_worker_pin_unkeep(op->keep);  // the copy holds the buffer itself
+  op->keep = NULL;
   return st;
 }
 
@@ -638,8 +644,11 @@ cw_status_t cw_worker_fetch_start(cw_op_t* op, cw_store_entry_t* e, PJRT_Event**
   *out_event = NULL;
   PJRT_Buffer* b = (PJRT_Buffer*)e->handle;
   if (!op->size) return cw_pjrt_ready_event(op->w->pjrt, b, out_event);
-  if (op->w->pjrt->host_memory) op->pin = cw_worker_pin(op->w, b);
-  if (op->pin) return cw_pjrt_ready_event(op->w->pjrt, b, out_event);
+  // Pinned once ready (cw_worker_fetch_pinned): XLA's CPU plugin makes an
+  // external reference wait for the buffer, which held the loop (and its
+  // heartbeats) for as long as the program computing it ran.
+  if (op->w->pjrt->host_memory) op->keep = cw_worker_pin_keep(op->w, b);
+  if (op->keep) return cw_pjrt_ready_event(op->w->pjrt, b, out_event);
   op->staging = cw_worker_staging_alloc(op->w, op->size);
   if (!op->staging) {
     return cw_make_status(CW_RESOURCE_EXHAUSTED, "cannot allocate %" PRIu64 " bytes", op->size);
@@ -665,7 +674,7 @@ static void cw__download_done(cw_worker_t* w, void* user, cw_status_t status) {
   const void* bulk = NULL;
   void (*bulk_free)(void*) = NULL;
   void* bulk_user = NULL;
-  if (op->pin) {
+  if (op->keep) {
     cw_pin_t* pin = NULL;
     PJRT_Event* ev = NULL;
     cw_status_t st = cw_worker_fetch_pinned(op, &bulk, &pin, &ev);

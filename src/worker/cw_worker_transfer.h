@@ -35,13 +35,15 @@ void cw_worker_upload_parts_conn_closed(cw_conn_t* c);
 void cw_worker_upload_part_abandon(cw_worker_t* w, void* parts);
 
 // Reading a buffer's bytes out (DOWNLOAD, SEND). Starts waiting for e's
-// bytes: with e pinned (read in place once ready) on host-memory plugins,
-// else copied into op->staging. op->size is set by the caller.
+// bytes without blocking: on host-memory plugins with e kept (op->keep; read
+// in place once ready), else copied into op->staging. op->size is set by the
+// caller.
 CW_MUST_USE cw_status_t cw_worker_fetch_start(cw_op_t* op, cw_store_entry_t* e,
                                               PJRT_Event** out_event);
-// op->pin's buffer is ready: its bytes in place when its memory allows (the
-// pin moves to *out_pin, for the write to release), else a copy into
-// op->staging is started (*out_pin NULL; the copy's event in *out_event).
+// op->keep's buffer is ready: pinned and its bytes read in place when its
+// memory allows (the pin in *out_pin, for the write to release), else a copy
+// into op->staging is started (*out_pin NULL; the copy's event in
+// *out_event). Either way op->keep is dropped.
 CW_MUST_USE cw_status_t cw_worker_fetch_pinned(cw_op_t* op, const void** out_bulk,
                                                cw_pin_t** out_pin, PJRT_Event** out_event);
 

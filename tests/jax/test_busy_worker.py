@@ -1,0 +1,46 @@
+"""A worker stays alive while it computes: a read of a result that is not
+ready yet waits for it off the worker's loop, so heartbeats go on (issue
+found by JAX's random_lax_test: the worker's loop waited inside XLA's CPU
+plugin for a 1e8-element program, the controller declared it lost after 5 s
+without a heartbeat and every later test failed). Here the controller's
+timeout is 1 s and the program runs for a few seconds."""
+import json
+import subprocess
+
+import harness
+from conftest import plugin_front_only, requires_causeway
+
+pytestmark = [requires_causeway, plugin_front_only(
+    "the embedded cluster's worker timeout, set through the plugin's environment")]
+
+JOB = r"""
+import json, sys
+import numpy as np
+import jax, jax.numpy as jnp
+from jax import lax
+f = jax.jit(lambda x: lax.fori_loop(0, 1200, lambda i, v: jnp.sin(v) * 1.5 + 0.25, x))
+x = jnp.linspace(0, 1, 1 << 20, dtype=jnp.float32)
+f(x).block_until_ready()  # compiled
+# The sum's read is asked for while the loop runs (seconds): the worker must
+# wait for it without holding its loop.
+total = np.asarray(jnp.sum(f(x)))
+print("RESULT " + json.dumps({"sum": total.view(np.uint32).tolist()}))
+"""
+
+
+def _run(env):
+    out = subprocess.run([harness.PYTHON, "-c", JOB], env=env, cwd=str(harness.ROOT),
+                         capture_output=True, text=True, timeout=300)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, f"exited {out.returncode}:\n{text[-6000:]}"
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")][-1]
+    return json.loads(line[len("RESULT "):])
+
+
+def test_reading_a_result_that_is_not_ready_keeps_the_worker_alive():
+    want = _run(harness.stock_env())
+    env = harness.causeway_env()
+    env["CAUSEWAY_WORKER_TIMEOUT_MS"] = "1000"
+    env["CAUSEWAY_HEARTBEAT_MS"] = "100"
+    got = _run(env)
+    assert got == want
