@@ -231,13 +231,14 @@ def _run_buffer_callback(callable_ptr, n_ops, op_dtypes, op_ranks, op_dims, op_d
         # A result aliased to an operand (input_output_aliases) shares its
         # memory, as XLA gives it on stock JAX: the operand is a read-only
         # view of the result's bytes, which the plugin started as the operand's.
+        # Other operands are copies: a callable that keeps one keeps valid memory.
         shared = {res_aliases[i]: i for i in range(n_res) if res_aliases[i] >= 0}
         results = [_view(res_data[i], dtypes[res_dtypes[i]], shape)
                    for i, shape in enumerate(_shapes(n_res, res_ranks, res_dims))]
         args = []
         for i, shape in enumerate(_shapes(n_ops, op_ranks, op_dims)):
             a = results[shared[i]][...] if i in shared else \
-                _view(op_data[i], dtypes[op_dtypes[i]], shape)
+                _view(op_data[i], dtypes[op_dtypes[i]], shape).copy()
             a.flags.writeable = False
             args.append(_HostBuffer(a))
         callback(_ExecutionContext(), *args, *(_HostBuffer(r) for r in results))
