@@ -35,8 +35,10 @@ flags=$(grep -o -- '-fsanitize=[^ ;]*' "$build/build.ninja" 2>/dev/null | sort -
 export ASAN_OPTIONS UBSAN_OPTIONS
 start=$(date +%s)
 rc=0
+# -timeout=60: on a shared machine a stall (or a SIGSTOP) of a few seconds is
+# not a hang; flags given later win.
 nice -n 19 "$root/tools/run_fuzz.sh" "$fuzzer" "$seeds" "$out/$target" \
-  "${CW_FUZZ_MAX_SECONDS:-86400}" -runs="$runs" "$@" >"$log" 2>&1 || rc=$?
+  "${CW_FUZZ_MAX_SECONDS:-86400}" -runs="$runs" -timeout=60 "$@" >"$log" 2>&1 || rc=$?
 end=$(date +%s)
 
 # The last status line ("#N DONE cov: E ft: F corp: C/...") and the final stats.
