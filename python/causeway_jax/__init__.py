@@ -75,7 +75,6 @@ def _set_worker_plugin() -> None:
 # Host callbacks (docs/host_callbacks.md): the plugin runs a launch's Python
 # callables through this runner, which it calls from a thread of its own
 # (ctypes takes the GIL). Wire dtypes are PJRT_Buffer_Type numbers.
-_runner = None
 _runners = []  # the ctypes callbacks the plugin holds, kept alive
 
 
@@ -249,7 +248,6 @@ def _run_buffer_callback(callable_ptr, n_ops, op_dtypes, op_ranks, op_dims, op_d
 
 
 def _install_runner(path: str) -> None:
-    global _runner
     import ctypes
     i32p, i64p, vpp = (ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int64),
                        ctypes.POINTER(ctypes.c_void_p))
@@ -262,20 +260,21 @@ def _install_runner(path: str) -> None:
     except (OSError, AttributeError) as e:
         logger.warning("causeway: host callbacks unavailable: %s", e)
         return
-    _runner = proto(_run_callback)
+    runner = proto(_run_callback)
     hook.argtypes = [proto]
     hook.restype = None
-    hook(_runner)
+    hook(runner)
+    _runners.append(runner)
     buffer_proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int32, i32p, i32p,
                                     i64p, vpp, ctypes.c_int32, i32p, i32p, i64p, vpp, i32p,
                                     ctypes.c_void_p, ctypes.c_int64)
     buffer_hook = getattr(lib, "CausewayBufferCallbackRunner", None)
     if buffer_hook is not None:
-        _buffer_runner = buffer_proto(_run_buffer_callback)
+        buffer_runner = buffer_proto(_run_buffer_callback)
         buffer_hook.argtypes = [buffer_proto]
         buffer_hook.restype = None
-        buffer_hook(_buffer_runner)
-        _runners.append(_buffer_runner)
+        buffer_hook(buffer_runner)
+        _runners.append(buffer_runner)
 
 
 def _create_options() -> dict:

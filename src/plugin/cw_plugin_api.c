@@ -30,11 +30,13 @@ static PJRT_Error* cw__unimplemented(const char* name) {
       cw_make_status(CW_UNIMPLEMENTED, "%s is not implemented by the causeway plugin", name));
 }
 
-#define CW__STUB(name)                                   \
+// A slot that answers UNIMPLEMENTED through `say`, naming the slot.
+#define CW__STUB_SAYING(name, say)                       \
   static PJRT_Error* cw__stub_##name(name##_Args* args) { \
     (void)args;                                          \
-    return cw__unimplemented(#name);                     \
+    return say(#name);                                   \
   }
+#define CW__STUB(name) CW__STUB_SAYING(name, cw__unimplemented)
 
 // Zero-copy sharing of an array's bytes with this process (DLPack, the
 // buffer protocol, views of host memory): the bytes live in a worker.
@@ -45,11 +47,7 @@ static PJRT_Error* cw__not_here(const char* name) {
       "memory, not in this process, so they cannot be shared without a copy (DLPack, the "
       "buffer protocol); np.asarray(x) and jax.device_put copy them", name));
 }
-#define CW__NOT_HERE(name)                               \
-  static PJRT_Error* cw__stub_##name(name##_Args* args) { \
-    (void)args;                                          \
-    return cw__not_here(#name);                          \
-  }
+#define CW__NOT_HERE(name) CW__STUB_SAYING(name, cw__not_here)
 
 CW__STUB(PJRT_Client_Load)
 CW__STUB(PJRT_Client_DmaMap)

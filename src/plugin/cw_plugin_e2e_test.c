@@ -769,7 +769,8 @@ static void test_compile_error_reaches_caller(void** state) {
   error_free(e);
 }
 
-// The loaded executable's PJRT_Executable (one reference: executable_free).
+// The loaded executable's PJRT_Executable (one reference:
+// cw_pjrt_test_executable_free).
 static PJRT_Executable* executable_of(PJRT_LoadedExecutable* exe) {
   PJRT_LoadedExecutable_GetExecutable_Args g;
   INIT_ARGS(g);
@@ -778,20 +779,13 @@ static PJRT_Executable* executable_of(PJRT_LoadedExecutable* exe) {
   return g.executable;
 }
 
-static void executable_free(PJRT_Executable* exe) {
-  PJRT_Executable_Destroy_Args d;
-  INIT_ARGS(d);
-  d.executable = exe;
-  OK(api->PJRT_Executable_Destroy(&d));
-}
-
 static char* fingerprint_of(PJRT_LoadedExecutable* exe) {
   PJRT_Executable_Fingerprint_Args f;
   INIT_ARGS(f);
   f.executable = executable_of(exe);
   OK(api->PJRT_Executable_Fingerprint(&f));
   char* out = strndup(f.executable_fingerprint, f.executable_fingerprint_size);
-  executable_free(f.executable);
+  cw_pjrt_test_executable_free(f.executable);
   return out;
 }
 
@@ -848,7 +842,7 @@ static void test_serialize_and_load(void** state) {
   expect_error(deserialize(ser.serialized_bytes, ser.serialized_bytes_size / 2, &none),
                "serialized executable");
   ser.serialized_executable_deleter(ser.serialized_executable);
-  executable_free((PJRT_Executable*)ser.executable);
+  cw_pjrt_test_executable_free((PJRT_Executable*)ser.executable);
   cw_pjrt_test_loaded_free(again);
   cw_pjrt_test_loaded_free(exe);
 }

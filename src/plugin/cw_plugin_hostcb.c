@@ -48,7 +48,6 @@ static int64_t g_next_type = 1;
 static int64_t g_callbacks_type;  // the id JAX registered for its callbacks' type (0: none)
 static cw_pool_t* g_pool;
 static _Atomic(cw_plugin_hostcb_runner_fn) g_runner;
-
 static _Atomic(cw_plugin_hostcb_buffer_runner_fn) g_buffer_runner;
 
 void CausewayHostCallbackRunner(cw_plugin_hostcb_runner_fn runner) { atomic_store(&g_runner, runner); }
@@ -247,7 +246,7 @@ static void cw__run(void* user) {
   }
   cw_plugin_hostcb_runner_fn runner = atomic_load(&g_runner);
   cw_plugin_hostcb_buffer_runner_fn buffer_runner = atomic_load(&g_buffer_runner);
-  if (!st && !(r->buffer ? (void*)buffer_runner : (void*)runner)) {
+  if (!st && (r->buffer ? !buffer_runner : !runner)) {
     st = cw_make_status(CW_FAILED_PRECONDITION,
                         "host callbacks need the causeway_jax package, which installs the "
                         "runner of Python callables (JAX loaded libcauseway_pjrt.so without it)");

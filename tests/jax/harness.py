@@ -45,6 +45,7 @@ so and are skipped there.
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import pathlib
 import pickle
@@ -282,6 +283,19 @@ class ProxyFront(ProxyProcess):
         rc = super().stop()
         shutil.rmtree(self.dir, ignore_errors=True)
         return rc
+
+
+def run_job(code: str, env: dict, *args: str, timeout: float = 300.0):
+    """Runs `code` in a fresh Python process (`python -c code args...`) and
+    returns the JSON of its last line starting "RESULT "; fails the test with
+    the output's tail when the process fails."""
+    out = subprocess.run([PYTHON, "-c", code, *args], env=env, cwd=str(ROOT),
+                         capture_output=True, text=True, timeout=timeout)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, f"exited {out.returncode}:\n{text[-6000:]}"
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert lines, f"no RESULT line:\n{text[-6000:]}"
+    return json.loads(lines[-1][len("RESULT "):]), text
 
 
 _log_dir = None

@@ -4,9 +4,6 @@ found by JAX's random_lax_test: the worker's loop waited inside XLA's CPU
 plugin for a 1e8-element program, the controller declared it lost after 5 s
 without a heartbeat and every later test failed). Here the controller's
 timeout is 1 s and the program runs for a few seconds."""
-import json
-import subprocess
-
 import harness
 from conftest import plugin_front_only, requires_causeway
 
@@ -28,19 +25,10 @@ print("RESULT " + json.dumps({"sum": total.view(np.uint32).tolist()}))
 """
 
 
-def _run(env):
-    out = subprocess.run([harness.PYTHON, "-c", JOB], env=env, cwd=str(harness.ROOT),
-                         capture_output=True, text=True, timeout=300)
-    text = out.stdout + out.stderr
-    assert out.returncode == 0, f"exited {out.returncode}:\n{text[-6000:]}"
-    line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")][-1]
-    return json.loads(line[len("RESULT "):])
-
-
 def test_reading_a_result_that_is_not_ready_keeps_the_worker_alive():
-    want = _run(harness.stock_env())
+    want, _ = harness.run_job(JOB, harness.stock_env())
     env = harness.causeway_env()
     env["CAUSEWAY_WORKER_TIMEOUT_MS"] = "1000"
     env["CAUSEWAY_HEARTBEAT_MS"] = "100"
-    got = _run(env)
+    got, _ = harness.run_job(JOB, env)
     assert got == want

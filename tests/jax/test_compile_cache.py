@@ -3,9 +3,6 @@ the plugin serializes an executable as the program and options it was
 compiled from (PJRT_Executable_Serialize), and a later process loads it
 through the controller (PJRT_Executable_DeserializeAndLoad), whose own
 compile cache makes that a lookup. Values match stock JAX."""
-import json
-import subprocess
-
 import harness
 from conftest import plugin_front_only, requires_causeway
 
@@ -33,14 +30,10 @@ print("RESULT " + json.dumps({"hits": len(hits), "y": y.view(np.uint32).tolist()
 
 
 def _run(env, cache_dir):
-    out = subprocess.run([harness.PYTHON, "-c", JOB, str(cache_dir)], env=env,
-                         cwd=str(harness.ROOT), capture_output=True, text=True, timeout=300)
-    text = out.stdout + out.stderr
-    assert out.returncode == 0, f"exited {out.returncode}:\n{text[-6000:]}"
+    result, text = harness.run_job(JOB, env, str(cache_dir))
     assert "Error reading persistent compilation cache" not in text, text[-6000:]
     assert "Error writing persistent compilation cache" not in text, text[-6000:]
-    line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")][-1]
-    return json.loads(line[len("RESULT "):])
+    return result
 
 
 def test_persistent_cache_across_processes(tmp_path):
