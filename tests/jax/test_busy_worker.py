@@ -3,7 +3,8 @@ ready yet waits for it off the worker's loop, so heartbeats go on (issue
 found by JAX's random_lax_test: the worker's loop waited inside XLA's CPU
 plugin for a 1e8-element program, the controller declared it lost after 5 s
 without a heartbeat and every later test failed). Here the controller's
-timeout is 1 s and the program runs for a few seconds."""
+timeout is 2 s (20 heartbeats: room for a busy machine) and the program
+runs for about 4.5 s on the development machine."""
 import harness
 from conftest import plugin_front_only, requires_causeway
 
@@ -15,7 +16,7 @@ import json, sys
 import numpy as np
 import jax, jax.numpy as jnp
 from jax import lax
-f = jax.jit(lambda x: lax.fori_loop(0, 1200, lambda i, v: jnp.sin(v) * 1.5 + 0.25, x))
+f = jax.jit(lambda x: lax.fori_loop(0, 1500, lambda i, v: jnp.sin(v) * 1.5 + 0.25, x))
 x = jnp.linspace(0, 1, 1 << 20, dtype=jnp.float32)
 f(x).block_until_ready()  # compiled
 # The sum's read is asked for while the loop runs (seconds): the worker must
@@ -28,7 +29,7 @@ print("RESULT " + json.dumps({"sum": total.view(np.uint32).tolist()}))
 def test_reading_a_result_that_is_not_ready_keeps_the_worker_alive():
     want, _ = harness.run_job(JOB, harness.stock_env())
     env = harness.causeway_env()
-    env["CAUSEWAY_WORKER_TIMEOUT_MS"] = "1000"
+    env["CAUSEWAY_WORKER_TIMEOUT_MS"] = "2000"
     env["CAUSEWAY_HEARTBEAT_MS"] = "100"
     got, _ = harness.run_job(JOB, env)
     assert got == want
