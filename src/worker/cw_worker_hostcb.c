@@ -226,9 +226,8 @@ static cw_status_t cw__call_build(XLA_FFI_CallFrame* frame, cw__call_t* call,
     call->req.n_aliased_operand = nr;
     for (size_t r = 0; r < nr; ++r) {
       const void* data = ((const XLA_FFI_Buffer*)frame->rets.rets[r])->data;
-      for (size_t i = 0; data && i < na; ++i) {
-        if (((const XLA_FFI_Buffer*)frame->args.args[i])->data == data &&
-            !call->req.aliased_operand[r]) {
+      for (size_t i = 0; data && i < na && !call->req.aliased_operand[r]; ++i) {
+        if (((const XLA_FFI_Buffer*)frame->args.args[i])->data == data) {
           call->req.aliased_operand[r] = (uint32_t)i + 1;
         }
       }

@@ -995,6 +995,7 @@ def dlpack_export() -> dict:
     except Exception as e:  # noqa: BLE001
         return {"ok": False, "error": err_text(e)}
 
+
 def linalg(op: str) -> dict:
     """One LAPACK-backed jnp.linalg call (getrf, potrf or syevd on CPU)."""
     r = rng(11)

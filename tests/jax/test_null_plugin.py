@@ -3,8 +3,6 @@ the same programs compile (XLA's CPU plugin tells the shapes) and run with
 outputs of the declared shapes and dtypes, all zeros, on one device, sharded
 over an island's four, and as a training step. bench/jax_bench.py --plugin
 null measures dispatch on it; this checks that what it measures runs."""
-import json
-import subprocess
 
 import pytest
 
@@ -46,12 +44,7 @@ print("RESULT " + json.dumps(out))
 
 
 def _run(side: str, env: dict) -> dict:
-    p = subprocess.run([harness.PYTHON, "-c", PROGRAM, side], env=env, capture_output=True,
-                       text=True, timeout=240)
-    assert p.returncode == 0, f"{side}: exit {p.returncode}\n{p.stderr[-4000:]}"
-    line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
-    assert line, p.stdout[-2000:] + p.stderr[-2000:]
-    return json.loads(line[-1][len("RESULT "):])
+    return harness.run_job(PROGRAM, env, side, timeout=240)[0]
 
 
 @pytest.mark.skipif(not harness.on_causeway(), reason="runs causeway's workers on the null plugin")

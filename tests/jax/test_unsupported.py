@@ -64,6 +64,7 @@ def test_dlpack_export(ref, cw):
         assert not got["ok"] and "cannot be shared without a copy" in got["error"], got
     _still_serving(ref, cw)
 
+
 @pytest.mark.parametrize("op", ["solve", "cholesky", "eigh"])
 def test_linalg_lapack(ref, cw, op):
     want, got = harness.run_both(ref, cw, "linalg", op=op)
