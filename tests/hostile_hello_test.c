@@ -1,6 +1,7 @@
 // HELLO, credentials and roles: requests before HELLO, a second HELLO,
-// version ranges, tokens (against a worker that requires one), and requests
-// a client's role may not send (LAUNCH_GO, PUT).
+// version ranges, tokens (against a worker that requires one), requests a
+// client's role may not send (LAUNCH_GO, PUT), and a WORKER connection that
+// outlives the session it joined.
 #include <inttypes.h>
 #include <poll.h>
 #include <stdio.h>
@@ -235,6 +236,37 @@ static void test_put_from_client(void** state) {
   close(fd);
 }
 
+// A peer's WORKER connection joins a session without keeping it alive: when
+// the session's last client goes, the worker frees it, and the WORKER
+// connection must not keep pointing at it (ASan: a use after free in STATS).
+static void test_worker_role_outlives_session(void** state) {
+  (void)state;
+  int a = conn_open(&g_plain);
+  Causeway__V1__HelloReply* rep = NULL;
+  hello_as(a, NULL, CAUSEWAY__V1__ROLE__ROLE_CLIENT, 0, &rep);
+  uint64_t sid = rep->session_id;
+  causeway__v1__hello_reply__free_unpacked(rep, NULL);
+  int b = conn_open(&g_plain);
+  hello_as(b, NULL, CAUSEWAY__V1__ROLE__ROLE_WORKER, sid, NULL);
+  Causeway__V1__Stats* st = stats(b, 70);
+  assert_non_null(st);
+  uint64_t before = st->sessions;
+  causeway__v1__stats__free_unpacked(st, NULL);
+  close(a);  // the session's last client connection: the worker frees it
+  uint64_t now = before;
+  for (uint64_t rid = 71; now >= before && rid < 71 + 500; ++rid) {
+    st = stats(b, rid);  // each one after the free reads the WORKER connection's session
+    assert_non_null(st);
+    now = st->sessions;
+    causeway__v1__stats__free_unpacked(st, NULL);
+    if (now >= before) sleep_ms(20);
+  }
+  if (now >= before) fail_msg("session %" PRIu64 " was never freed", sid);
+  ping(b, 600);
+  close(b);
+  assert_serving(&g_plain);
+}
+
 int main(int argc, char** argv) {
   hostile_init(argc, argv);
   const struct CMUnitTest tests[] = {
@@ -244,6 +276,7 @@ int main(int argc, char** argv) {
       cmocka_unit_test(test_hello_version_range),
       cmocka_unit_test(test_token),
       cmocka_unit_test(test_put_from_client),
+      cmocka_unit_test(test_worker_role_outlives_session),
       // Last: SIGTERM the workers and require exit 0 (ASan: no leaks).
       cmocka_unit_test(hostile_test_sigterm_clean_exit),
   };

@@ -156,6 +156,10 @@ static void cw__session_drop(cw_worker_t* w, cw_session_t* s) {
   while (*pp && *pp != s) pp = &(*pp)->next;
   if (*pp) *pp = s->next;
   CW_LOGI("session %" PRIu64 " closed; freeing its objects", s->id);
+  // A peer's PUT connection joined it without keeping it: it has none now.
+  for (cw_conn_t* c = w->conns; c; c = c->next) {
+    if (c->session == s) c->session = NULL;
+  }
   cw__session_free(w, s);
 }
 
