@@ -435,6 +435,15 @@ void cw_ctl_alloc_open(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_
   }
   char asked[512];
   cw__alloc_describe(r, asked, sizeof(asked));
+  // One place in the queue per session: two would both be granted.
+  for (cw_ctl_alloc_wait_t* q = ctl->alloc_queue; q; q = q->next) {
+    if (q->session != s) continue;
+    cw_ctl_reply_error(ctl, p->conn, CW_MSG_OPEN_SESSION, request_id,
+                       cw_make_status(CW_FAILED_PRECONDITION, "OPEN_SESSION for %s: session %"
+                                      PRIu64 " already waits in the device queue (request %"
+                                      PRIu64 ")", asked, s->id, q->request_id));
+    return;
+  }
   if (r->n_workers > CW__MAX_WORKERS || r->num_devices > CW__MAX_SESSION_DEVICES) {
     cw_ctl_reply_error(ctl, p->conn, CW_MSG_OPEN_SESSION, request_id,
                     cw_make_status(CW_INVALID_ARGUMENT, "OPEN_SESSION asks for %s: too many",
@@ -506,6 +515,17 @@ void cw_ctl_alloc_check(cw_controller_t* ctl, bool expire) {
       CW_LOGI("session %" PRIu64 ": left the device queue (client gone)", s->id);
       cw_ctl_session_release(s);
       cw__alloc_wait_free(a);
+      continue;
+    }
+    if (s->allocated) {
+      // Allocated meanwhile (a SESSION_RESUME): answered as a second OPEN_SESSION is.
+      cw__alloc_unlink(ctl, pp);
+      cw__alloc_reply(ctl, a->conn, s, a->request_id);
+      cw_ctl_session_release(s);
+      cw__alloc_wait_free(a);
+      pp = &ctl->alloc_queue;
+      head = true;
+      ahead = 0;
       continue;
     }
     char asked[512];

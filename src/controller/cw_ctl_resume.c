@@ -44,30 +44,68 @@ static void cw__wait_free(cw_ctl_resume_wait_t* rw) {
   free(rw);
 }
 
-static cw_ctl_worker_t* cw__worker_named(cw_controller_t* ctl, const char* name) {
-  for (size_t i = 0; i < ctl->num_workers; ++i) {
-    if (!strcmp(ctl->workers[i]->name, name)) return ctl->workers[i];
-  }
-  return NULL;
+// Lookups by name in the workers sorted by name: a request may name tens of
+// thousands of devices, and the loop must not compare each with every worker
+// (nor every device with every other).
+typedef struct {
+  cw_ctl_worker_t** by_name;
+  size_t n;
+} cw__names_t;
+
+static int cw__cmp_worker(const void* a, const void* b) {
+  return strcmp((*(cw_ctl_worker_t* const*)a)->name, (*(cw_ctl_worker_t* const*)b)->name);
+}
+
+static int cw__cmp_name_worker(const void* key, const void* elem) {
+  return strcmp(key, (*(cw_ctl_worker_t* const*)elem)->name);
+}
+
+static int cw__cmp_str(const void* a, const void* b) {
+  return strcmp(*(const char* const*)a, *(const char* const*)b);
+}
+
+static bool cw__names_init(cw_controller_t* ctl, cw__names_t* out) {
+  out->n = ctl->num_workers;
+  out->by_name = malloc((out->n ? out->n : 1) * sizeof(*out->by_name));
+  if (!out->by_name) return false;
+  if (out->n) memcpy(out->by_name, ctl->workers, out->n * sizeof(*out->by_name));
+  qsort(out->by_name, out->n, sizeof(*out->by_name), cw__cmp_worker);
+  return true;
+}
+
+static cw_ctl_worker_t* cw__names_find(const cw__names_t* names, const char* name) {
+  cw_ctl_worker_t** w = bsearch(name, names->by_name, names->n, sizeof(*names->by_name),
+                                cw__cmp_name_worker);
+  return w ? *w : NULL;
 }
 
 // The first worker the request names that is not registered and alive; NULL
-// when all are. *out_missing counts them.
+// when all are. *out_missing counts them (each name once). Out of memory it
+// names the first device's worker, so the resume waits and tries again.
 static const char* cw__missing_worker(cw_controller_t* ctl,
                                       const Causeway__V1__SessionResumeRequest* r,
                                       size_t* out_missing) {
-  const char* first = NULL;
-  *out_missing = 0;
-  for (size_t i = 0; i < r->n_devices; ++i) {
-    const char* name = r->devices[i]->worker_name;
-    bool seen = false;  // counted already
-    for (size_t k = 0; k < i && !seen; ++k) seen = !strcmp(r->devices[k]->worker_name, name);
-    if (seen) continue;
-    cw_ctl_worker_t* w = cw__worker_named(ctl, name);
-    if (w && w->alive) continue;
-    if (!first) first = name;
-    (*out_missing)++;
+  *out_missing = 1;
+  cw__names_t names;
+  if (!cw__names_init(ctl, &names)) return r->devices[0]->worker_name;
+  const char** gone = malloc(r->n_devices * sizeof(*gone));
+  if (!gone) {
+    free(names.by_name);
+    return r->devices[0]->worker_name;
   }
+  size_t n = 0;
+  for (size_t i = 0; i < r->n_devices; ++i) {
+    cw_ctl_worker_t* w = cw__names_find(&names, r->devices[i]->worker_name);
+    if (!w || !w->alive) gone[n++] = r->devices[i]->worker_name;
+  }
+  free(names.by_name);
+  const char* first = n ? gone[0] : NULL;
+  qsort(gone, n, sizeof(*gone), cw__cmp_str);
+  *out_missing = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (i == 0 || strcmp(gone[i - 1], gone[i]) != 0) (*out_missing)++;
+  }
+  free(gone);
   return first;
 }
 
@@ -96,12 +134,19 @@ static cw_status_t cw__validate(const Causeway__V1__SessionResumeRequest* r) {
       return cw_make_status(CW_INVALID_ARGUMENT, "SESSION_RESUME device %zu: id %d, local id %d "
                             "out of range", i, d->id, d->local_id);
     }
-    for (size_t k = 0; k < i; ++k) {
-      if (r->devices[k]->id == d->id) {
-        return cw_make_status(CW_INVALID_ARGUMENT, "SESSION_RESUME names device %d twice", d->id);
-      }
-    }
   }
+  // Ids are below CW__MAX_RESUME_DEVICES * 16: one bit each.
+  uint8_t* seen = calloc(CW__MAX_RESUME_DEVICES * 16 / 8, 1);
+  if (!seen) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  for (size_t i = 0; i < r->n_devices; ++i) {
+    int32_t id = r->devices[i]->id;
+    if (seen[id / 8] & (1u << (id % 8))) {
+      free(seen);
+      return cw_make_status(CW_INVALID_ARGUMENT, "SESSION_RESUME names device %d twice", id);
+    }
+    seen[id / 8] |= (uint8_t)(1u << (id % 8));
+  }
+  free(seen);
   for (size_t i = 0; i < r->n_executables; ++i) {
     const Causeway__V1__ResumeExecutable* e = r->executables[i];
     if (!e->exe_id || e->n_devices == 0 || e->n_devices > CW_XLA_MAX_ASSIGNED_DEVICES) {
@@ -122,24 +167,31 @@ static cw_status_t cw__place_devices(cw_controller_t* ctl,
   for (size_t i = 0; i < r->n_devices; ++i) {
     if ((uint32_t)r->devices[i]->id + 1 > n) n = (uint32_t)r->devices[i]->id + 1;
   }
+  cw__names_t names = {0};
   cw_alloc_device_t* devs = malloc(n * sizeof(*devs));
-  if (!devs) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  if (!devs || !cw__names_init(ctl, &names)) {
+    free(devs);
+    return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  }
   for (uint32_t i = 0; i < n; ++i) devs[i] = (cw_alloc_device_t){UINT32_MAX, 0};
   for (size_t i = 0; i < r->n_devices; ++i) {
     const Causeway__V1__ResumeDevice* d = r->devices[i];
-    cw_ctl_worker_t* w = cw__worker_named(ctl, d->worker_name);
+    cw_ctl_worker_t* w = cw__names_find(&names, d->worker_name);
     if (!w || !w->alive) {
       free(devs);
+      free(names.by_name);
       return cw_make_status(CW_UNAVAILABLE, "worker %s is not registered", d->worker_name);
     }
     if ((uint32_t)d->local_id >= w->num_devices) {
       free(devs);
+      free(names.by_name);
       return cw_make_status(CW_FAILED_PRECONDITION, "worker %s has %u devices now, not device "
                             "%d (the session's device %d)", w->name, w->num_devices, d->local_id,
                             d->id);
     }
     devs[d->id] = (cw_alloc_device_t){w->index, (uint32_t)d->local_id};
   }
+  free(names.by_name);
   *out_devs = devs;
   *out_n = n;
   return cw_ok_status();
@@ -214,13 +266,61 @@ static cw_status_t cw__set_devices(cw_controller_t* ctl, cw_ctl_session_t* s,
 
 // Records the executables the client holds, where they are loaded; one the
 // devices do not place (it could not have been compiled so) is left out.
+typedef struct {
+  uint64_t id;
+  size_t index;
+} cw__exe_ref_t;
+
+static int cw__cmp_exe_ref(const void* a, const void* b) {
+  const cw__exe_ref_t *x = a, *y = b;
+  if (x->id != y->id) return x->id < y->id ? -1 : 1;
+  return x->index < y->index ? -1 : x->index > y->index;
+}
+
+static int cw__cmp_u64(const void* a, const void* b) {
+  uint64_t x = *(const uint64_t*)a, y = *(const uint64_t*)b;
+  return x < y ? -1 : x > y;
+}
+
+// For each executable of the request, the index of the first that has its
+// id (sorted, not compared pairwise: a request may list a million). NULL
+// when out of memory.
+static size_t* cw__exe_first_index(const Causeway__V1__SessionResumeRequest* r) {
+  size_t n = r->n_executables;
+  cw__exe_ref_t* refs = malloc((n ? n : 1) * sizeof(*refs));
+  size_t* first = malloc((n ? n : 1) * sizeof(*first));
+  if (!refs || !first) {
+    free(refs);
+    free(first);
+    return NULL;
+  }
+  for (size_t i = 0; i < n; ++i) refs[i] = (cw__exe_ref_t){r->executables[i]->exe_id, i};
+  qsort(refs, n, sizeof(*refs), cw__cmp_exe_ref);
+  for (size_t k = 0, run = 0; k < n; ++k) {
+    if (refs[k].id != refs[run].id) run = k;
+    first[refs[k].index] = refs[run].index;
+  }
+  free(refs);
+  return first;
+}
+
 static size_t cw__set_exes(cw_controller_t* ctl, cw_ctl_session_t* s,
                            const Causeway__V1__SessionResumeRequest* r) {
-  size_t known = 0;
+  size_t known = 0, left_out = 0, num_had = 0;
+  for (cw_ctl_exe_t* e = s->exes; e; e = e->next) num_had++;
   int64_t* ids = malloc(CW_XLA_MAX_ASSIGNED_DEVICES * sizeof(*ids));
-  for (size_t i = 0; ids && i < r->n_executables; ++i) {
+  uint64_t* had = malloc((num_had ? num_had : 1) * sizeof(*had));
+  size_t* first_of = cw__exe_first_index(r);
+  bool* added = calloc(r->n_executables ? r->n_executables : 1, sizeof(*added));
+  bool ok = ids && had && first_of && added;
+  if (!ok) CW_LOGW("session %" PRIu64 ": out of memory recording its executables", s->id);
+  num_had = 0;
+  for (cw_ctl_exe_t* e = s->exes; ok && e; e = e->next) had[num_had++] = e->id;
+  if (ok) qsort(had, num_had, sizeof(*had), cw__cmp_u64);
+  for (size_t i = 0; ok && i < r->n_executables; ++i) {
     const Causeway__V1__ResumeExecutable* x = r->executables[i];
-    if (cw_ctl_exe_find(s, x->exe_id)) {
+    // Known: the session had it, or an earlier entry with its id was added.
+    if (added[first_of[i]] || bsearch(&x->exe_id, had, num_had, sizeof(*had), cw__cmp_u64)) {
       known++;
       continue;
     }
@@ -257,8 +357,10 @@ static size_t cw__set_exes(cw_controller_t* ctl, cw_ctl_session_t* s,
       }
     }
     if (!e) {
-      CW_LOGW("session %" PRIu64 ": executable %" PRIu64 " left out of the resumed session: its "
-              "devices do not place it", s->id, x->exe_id);
+      if (left_out++ == 0) {
+        CW_LOGW("session %" PRIu64 ": executable %" PRIu64 " left out of the resumed session: "
+                "its devices do not place it", s->id, x->exe_id);
+      }
       continue;
     }
     if (num_parts) {
@@ -274,9 +376,16 @@ static size_t cw__set_exes(cw_controller_t* ctl, cw_ctl_session_t* s,
     e->state = CW__EXE_READY;  // loaded on its workers by the earlier controller
     e->next = s->exes;
     s->exes = e;
+    added[first_of[i]] = true;
     known++;
   }
+  if (left_out > 1) {
+    CW_LOGW("session %" PRIu64 ": %zu executables left out in all", s->id, left_out);
+  }
   free(ids);
+  free(had);
+  free(first_of);
+  free(added);
   return known;
 }
 
@@ -296,6 +405,8 @@ static void cw__resume(cw_controller_t* ctl, cw_ctl_resume_wait_t* rw) {
   }
   size_t exes = cw__set_exes(ctl, s, r);
   if (r->open) cw_ctl_ops_session_opened(s, r->open);
+  // An OPEN_SESSION of this session waiting in the device queue: answered now.
+  if (s->allocated) cw_ctl_alloc_check(ctl, false);
   CW_LOGI("session %" PRIu64 " resumed after %" PRId64 " ms: %zu devices%s, %zu of %zu "
           "executables", s->id, cw_time_now_ms() - rw->start_ms, r->n_devices,
           s->allocated ? " (allocated)" : "", exes, r->n_executables);
@@ -342,6 +453,12 @@ void cw_ctl_handle_session_resume(cw_net_conn_t* conn, const cw_frame_header_t* 
   cw_controller_t* ctl = p->ctl;
   Causeway__V1__SessionResumeRequest* r = (Causeway__V1__SessionResumeRequest*)*msg;
   cw_status_t st = cw__validate(r);
+  // One wait per session: each holds its request and is checked every tick.
+  for (cw_ctl_resume_wait_t* o = ctl->resume_waits; !st && o; o = o->next) {
+    if (o->session != p->session) continue;
+    st = cw_make_status(CW_FAILED_PRECONDITION, "SESSION_RESUME: session %" PRIu64 " already "
+                        "waits to resume (request %" PRIu64 ")", o->session->id, o->request_id);
+  }
   cw_ctl_resume_wait_t* rw = st ? NULL : calloc(1, sizeof(*rw));
   if (!st && !rw) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   if (st) {

@@ -313,6 +313,15 @@ void cw_ctl_handle_open_session(cw_net_conn_t* conn, const cw_frame_header_t* h,
                                    r->min_workers, CW__MAX_WORKERS));
     return;
   }
+  // One wait per session: each holds its request and is checked every tick.
+  for (cw_ctl_open_wait_t* o = ctl->open_waits; o; o = o->next) {
+    if (o->peer != p) continue;
+    cw_ctl_reply_error(ctl, p->conn, h->type, h->request_id,
+                       cw_make_status(CW_FAILED_PRECONDITION, "OPEN_SESSION: session %" PRIu64
+                                      " already waits for workers (request %" PRIu64 ")",
+                                      p->session->id, o->request_id));
+    return;
+  }
   cw_ctl_open_wait_t* ow = calloc(1, sizeof(*ow));
   if (!ow) {
     cw_ctl_reply_error(ctl, p->conn, h->type, h->request_id,
