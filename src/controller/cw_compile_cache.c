@@ -71,7 +71,7 @@ static void cw__unlink(cw_compile_cache_t* c, cw_compile_cache_entry_t* e) {
   if (e->next) e->next->prev = e->prev;
   else c->tail = e->prev;
   e->prev = e->next = NULL;
-  c->bytes -= e->size;
+  c->bytes -= e->size + e->key_size;
   c->count--;
 }
 
@@ -81,7 +81,7 @@ static void cw__push_front(cw_compile_cache_t* c, cw_compile_cache_entry_t* e) {
   if (c->head) c->head->prev = e;
   c->head = e;
   if (!c->tail) c->tail = e;
-  c->bytes += e->size;
+  c->bytes += e->size + e->key_size;
   c->count++;
 }
 
@@ -135,7 +135,8 @@ cw_compile_cache_entry_t* cw_compile_cache_insert(cw_compile_cache_t* c, const u
     cw__unlink(c, old);
     cw_compile_cache_entry_release(old);
   }
-  if (size > c->capacity) return e;  // too large to keep
+  // The key holds the whole program: it counts as much as the executable.
+  if (size + key_size > c->capacity) return e;  // too large to keep
   cw_compile_cache_entry_retain(e);  // the cache's
   cw__push_front(c, e);
   while (c->bytes > c->capacity && c->tail) {

@@ -37,12 +37,14 @@ static void test_keys_do_not_collide(void** state) {
 }
 
 static void test_hit_miss_and_lru(void** state) {
-  cw_compile_cache_t* c = NULL;
-  assert_null(cw_compile_cache_create(100, &c));
   size_t sa, sb, sc;
   uint8_t* ka = make_key("prog-a", "opts", &sa);
   uint8_t* kb = make_key("prog-b", "opts", &sb);
   uint8_t* kc = make_key("prog-c", "opts", &sc);
+  // Room for two entries of 40 bytes, each charged its key too (a key holds
+  // the whole program), not for three.
+  cw_compile_cache_t* c = NULL;
+  assert_null(cw_compile_cache_create(2 * (40 + sa) + 20, &c));
   assert_null(cw_compile_cache_lookup(c, ka, sa));
   cw_compile_cache_entry_release(cw_compile_cache_insert(c, ka, sa, bytes_of(40), 40));
   cw_compile_cache_entry_release(cw_compile_cache_insert(c, kb, sb, bytes_of(40), 40));
@@ -53,7 +55,7 @@ static void test_hit_miss_and_lru(void** state) {
   cw_compile_cache_entry_t* ec = cw_compile_cache_insert(c, kc, sc, bytes_of(40), 40);
   assert_null(cw_compile_cache_lookup(c, kb, sb));
   assert_int_equal(cw_compile_cache_count(c), 2);
-  assert_int_equal(cw_compile_cache_bytes(c), 80);
+  assert_int_equal(cw_compile_cache_bytes(c), 80 + sa + sc);
   // Too large to keep: returned, not cached.
   cw_compile_cache_entry_t* big = cw_compile_cache_insert(c, kb, sb, bytes_of(200), 200);
   assert_non_null(big);

@@ -219,7 +219,7 @@ static void cw__render(cw_ctl_metrics_t* m, cw_http_text_t* t) {
   cw__family(t, "causeway_compile_cache_misses_total", "counter",
              "Compiles that ran XLA on a worker");
   cw_http_text_printf(t, "causeway_compile_cache_misses_total %" PRIu64 "\n", ctl->cache_misses);
-  cw__family(t, "causeway_compile_cache_bytes", "gauge", "Serialized executables held");
+  cw__family(t, "causeway_compile_cache_bytes", "gauge", "Serialized executables held, with their keys");
   cw_http_text_printf(t, "causeway_compile_cache_bytes %" PRIu64 "\n",
                       cw_compile_cache_bytes(ctl->cache));
   cw__family(t, "causeway_errors_total", "counter",

@@ -122,7 +122,8 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
     [CW_SET_COMPILE_CACHE_BYTES] = {"CAUSEWAY_COMPILE_CACHE_BYTES", "CW_COMPILE_CACHE_BYTES",
                                     CW__CTL, "compile-cache-bytes", CW_SETTING_INT, 0,
                                     1024 * GIB, "1073741824", false, false,
-                                    "memory for serialized executables (LRU)"},
+                                    "memory for serialized executables and their keys "
+                                    "(the programs; LRU)"},
     [CW_SET_MAX_HELD_REQUESTS] = {"CAUSEWAY_MAX_HELD_REQUESTS", "CW_MAX_HELD_REQUESTS", CW__WRK,
                                   "max-held-requests", CW_SETTING_INT, 1, 1 << 20, "4096",
                                   false, false,
