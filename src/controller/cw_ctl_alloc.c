@@ -77,7 +77,9 @@ int64_t cw_ctl_alloc_default_device(cw_controller_t* ctl, cw_ctl_session_t* s) {
 int32_t cw_ctl_alloc_session_id(cw_controller_t* ctl, cw_ctl_session_t* s, uint32_t worker,
                                 uint32_t local) {
   if (!cw__mapped(s)) {
-    return worker < ctl->num_workers ? ctl->workers[worker]->first_device + (int32_t)local : -1;
+    // A worker's reply names its local ids: one it does not have is no device.
+    if (worker >= ctl->num_workers || local >= ctl->workers[worker]->num_devices) return -1;
+    return ctl->workers[worker]->first_device + (int32_t)local;
   }
   for (uint32_t i = 0; i < s->num_vdevs; ++i) {
     if (s->vdevs[i].worker == worker && s->vdevs[i].local == local) return (int32_t)i;

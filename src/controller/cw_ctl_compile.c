@@ -320,14 +320,19 @@ static cw_status_t cw__compile_place(cw_controller_t* ctl, cw_ctl_session_t* s,
     }
   }
   if (spans) {
-    char text[1024];
+    char text[1024] = "";
     size_t used = 0;
     size_t islands = 0;
-    for (size_t wi = 0; wi < ctl->num_workers && used < sizeof(text) - 1; ++wi) {
+    // Each device's worker once (a resolve may scan every worker).
+    cw_ctl_worker_t** owner = malloc(info->num_assigned * sizeof(*owner));
+    for (size_t i = 0; owner && i < info->num_assigned; ++i) {
+      owner[i] = cw_ctl_alloc_resolve(ctl, s, info->assigned[i], &local);
+    }
+    for (size_t wi = 0; owner && wi < ctl->num_workers && used < sizeof(text) - 1; ++wi) {
       cw_ctl_worker_t* w = ctl->workers[wi];
       int32_t lo = INT32_MAX, hi = -1;
       for (size_t i = 0; i < info->num_assigned; ++i) {
-        if (cw_ctl_alloc_resolve(ctl, s, info->assigned[i], &local) != w) continue;
+        if (owner[i] != w) continue;
         if (info->assigned[i] < lo) lo = (int32_t)info->assigned[i];
         if (info->assigned[i] > hi) hi = (int32_t)info->assigned[i];
       }
@@ -337,6 +342,7 @@ static cw_status_t cw__compile_place(cw_controller_t* ctl, cw_ctl_session_t* s,
       if (n > 0) used += (size_t)n < sizeof(text) - used ? (size_t)n : sizeof(text) - used - 1;
       islands++;
     }
+    free(owner);
     free(info);
     return cw_make_status(CW_INVALID_ARGUMENT,
                           "program spans islands %s; a program may only use devices of one "
@@ -354,21 +360,27 @@ static cw_status_t cw__compile_place(cw_controller_t* ctl, cw_ctl_session_t* s,
   }
   cp->worker = first->index;
   cp->devices = calloc(info->num_assigned, sizeof(int32_t));
-  int64_t* map = calloc((size_t)total, sizeof(int64_t));
+  // Local ids of the assigned devices only (up to 4,096), by global id: not
+  // every id the session could name (a fleet's worth, each resolved).
+  int64_t size = 0;
+  for (size_t i = 0; i < info->num_assigned; ++i) {
+    if (info->assigned[i] + 1 > size) size = info->assigned[i] + 1;
+  }
+  int64_t* map = calloc((size_t)size, sizeof(int64_t));
   if (!cp->devices || !map) {
     free(map);
     free(info);
     return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   }
   cp->num_devices = info->num_assigned;
-  for (size_t i = 0; i < info->num_assigned; ++i) cp->devices[i] = (int32_t)info->assigned[i];
-  for (int64_t g = 0; g < total; ++g) {
-    cw_ctl_worker_t* w = cw_ctl_alloc_resolve(ctl, s, g, &local);
-    map[g] = w ? (int64_t)local : 0;
+  for (size_t i = 0; i < info->num_assigned; ++i) {
+    cp->devices[i] = (int32_t)info->assigned[i];
+    (void)cw_ctl_alloc_resolve(ctl, s, info->assigned[i], &local);  // checked above
+    map[info->assigned[i]] = (int64_t)local;
   }
   if (r->compile_options.len) {
     st = cw_xla_options_rewrite_devices(r->compile_options.data, r->compile_options.len, map,
-                                        (size_t)total, &cp->options, &cp->options_size);
+                                        (size_t)size, &cp->options, &cp->options_size);
   }
   free(map);
   free(info);
@@ -468,6 +480,10 @@ void cw_ctl_handle_compile(cw_net_conn_t* conn, const cw_frame_header_t* h,
     st = cw__compile_place(ctl, s, r, cp);
   }
   cw_ctl_exe_t* e = NULL;
+  if (!st && s->num_exes >= CW_CTL_MAX_SESSION_EXES) {
+    st = cw_make_status(CW_RESOURCE_EXHAUSTED, "session %" PRIu64 " holds %zu executables, the "
+                        "most a session may: delete some", s->id, s->num_exes);
+  }
   if (!st) {
     e = calloc(1, sizeof(*e));
     if (!e) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
@@ -476,18 +492,20 @@ void cw_ctl_handle_compile(cw_net_conn_t* conn, const cw_frame_header_t* h,
     e->devices = calloc(cp->num_devices, sizeof(int32_t));
     if (!e->devices) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   }
+  if (!st) {
+    e->id = r->exe_id;
+    if (!cw_ctl_exe_add(s, e)) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  }
   if (st) {
+    if (e) free(e->devices);
     free(e);
     if (cp) cw__compile_free(cp);
     cw_ctl_reply_error(ctl, p->conn, h->type, h->request_id, cw_status_annotate(st, "COMPILE"));
     return;
   }
-  e->id = r->exe_id;
   e->serial = ++ctl->next_exe_serial;
   e->worker = cp->worker;
   e->state = CW__EXE_LOADING;
-  e->next = s->exes;
-  s->exes = e;
   cp->exe_serial = e->serial;
   if (!cp->num_parts) {
     cw__compile_start(cp, (void*)r);

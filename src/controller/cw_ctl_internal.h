@@ -62,7 +62,9 @@ typedef enum cw_ctl_exe_state_e {
 
 // An executable of a session: where it lives and whether it is loaded.
 typedef struct cw_ctl_exe_s {
-  struct cw_ctl_exe_s* next;
+  struct cw_ctl_exe_s* next;   // the session's list, newest first
+  struct cw_ctl_exe_s* prev;
+  struct cw_ctl_exe_s* hnext;  // its bucket of the session's index by id
   uint64_t id;
   uint64_t serial;  // distinguishes a re-created id from a stale one
   uint32_t worker;
@@ -92,6 +94,8 @@ struct cw_ctl_session_s {
   cw_net_conn_t** links;  // [ctl->num_workers at open], retained; NULL: none
   size_t num_links;
   cw_ctl_exe_t* exes;
+  cw_ctl_exe_t** exe_buckets;  // by id (cw_ctl_exe_find), a power of two of them
+  size_t num_exe_buckets, num_exes;
   uint64_t launches;  // relayed (metrics)
   // Health: the worker incarnation this session's client has rejoined, per
   // worker index (absent: 0, the first).

@@ -64,8 +64,12 @@ void cw_ctl_worker_lost(cw_ctl_worker_t* w, const char* why) {
 static int32_t cw__first_device(const cw_controller_t* ctl,
                                 const Causeway__V1__RegisterRequest* r) {
   int64_t n = (int64_t)r->inventory->n_devices;
+  // At most the ids a full fleet could have handed out (CW__MAX_WORKERS slots
+  // of the most devices a worker may have), not any up to 2^30: a compile
+  // sizes its id map by the largest id it places.
   if (!r->previous || r->previous->first_device_id < 0 ||
-      (int64_t)r->previous->first_device_id + n > INT32_MAX / 2) {
+      (int64_t)r->previous->first_device_id + n >
+          (int64_t)CW__MAX_WORKERS * CW_XLA_MAX_ASSIGNED_DEVICES) {
     return ctl->next_device;
   }
   int64_t lo = r->previous->first_device_id;

@@ -174,6 +174,9 @@ void cw_ctl_handle_exe_info(cw_net_conn_t* conn, const cw_frame_header_t* h,
   *msg = NULL;
 }
 
+// A client deletes one executable a request; a batch is bounded all the same.
+#define CW__MAX_DELETE_IDS 65536
+
 void cw_ctl_handle_delete(cw_net_conn_t* conn, const cw_frame_header_t* h,
                           ProtobufCMessage** msgp) {
   cw_ctl_peer_t* p = cw_net_conn_user(conn);
@@ -181,12 +184,22 @@ void cw_ctl_handle_delete(cw_net_conn_t* conn, const cw_frame_header_t* h,
   ProtobufCMessage* msg = *msgp;
   *msgp = NULL;
   const Causeway__V1__DeleteRequest* r = (const Causeway__V1__DeleteRequest*)msg;
+  if (r->n_ids > CW__MAX_DELETE_IDS) {
+    cw_ctl_reply_error(ctl, p->conn, h->type, h->request_id,
+                       cw_make_status(CW_INVALID_ARGUMENT, "DELETE lists %zu executables (at "
+                                      "most %d)", r->n_ids, CW__MAX_DELETE_IDS));
+    protobuf_c_message_free_unpacked(msg, NULL);
+    return;
+  }
   cw_ctl_multi_t* m = calloc(1, sizeof(*m));
-  bool* seen = calloc(ctl->num_workers + 1, sizeof(bool));
+  // Per worker: how many of the ids it holds, then where its part starts.
+  size_t* count = calloc(ctl->num_workers + 1, sizeof(size_t));
+  uint32_t* owner = calloc(r->n_ids + 1, sizeof(uint32_t));
   uint64_t* ids = calloc(r->n_ids + 1, sizeof(uint64_t));
-  if (!m || !seen || !ids) {
+  if (!m || !count || !owner || !ids) {
     free(m);
-    free(seen);
+    free(count);
+    free(owner);
     free(ids);
     protobuf_c_message_free_unpacked(msg, NULL);
     cw_ctl_reply_error(ctl, p->conn, h->type, h->request_id,
@@ -203,34 +216,40 @@ void cw_ctl_handle_delete(cw_net_conn_t* conn, const cw_frame_header_t* h,
   uint64_t first_unknown = 0;
   for (size_t i = 0; i < r->n_ids; ++i) {
     cw_ctl_exe_t* e = cw_ctl_exe_find(p->session, r->ids[i]);
+    owner[i] = e ? e->worker : UINT32_MAX;
     if (!e) {
       if (!unknown++) first_unknown = r->ids[i];
       continue;
     }
-    seen[e->worker] = true;
+    count[e->worker]++;
   }
+  // Each worker's ids, in request order, one after another in `ids`.
+  size_t start = 0;
   for (uint32_t wi = 0; wi < ctl->num_workers; ++wi) {
-    if (!seen[wi]) continue;
+    size_t n = count[wi];
+    count[wi] = start;
+    start += n;
+  }
+  for (size_t i = 0; i < r->n_ids; ++i) {
+    if (owner[i] != UINT32_MAX) ids[count[owner[i]]++] = r->ids[i];
+  }
+  start = 0;
+  for (uint32_t wi = 0; wi < ctl->num_workers; ++wi) {
+    size_t n = count[wi] - start;  // count[wi] is now where its part ends
+    const uint64_t* part_ids = ids + start;
+    start = count[wi];
+    if (!n) continue;
     Causeway__V1__DeleteRequest* part = malloc(sizeof(*part));
-    uint64_t* part_ids = malloc((r->n_ids + 1) * sizeof(uint64_t));
-    if (!part || !part_ids) {
-      free(part);
-      free(part_ids);
+    if (!part) {
       if (!m->first_error) m->first_error = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
       continue;
     }
     causeway__v1__delete_request__init(part);
-    size_t n = 0;
-    for (size_t i = 0; i < r->n_ids; ++i) {
-      cw_ctl_exe_t* e = cw_ctl_exe_find(p->session, r->ids[i]);
-      if (e && e->worker == wi) part_ids[n++] = r->ids[i];
-    }
-    part->ids = part_ids;
+    part->ids = (uint64_t*)part_ids;
     part->n_ids = n;
     part->seq = r->seq;  // per worker; meaningful when one worker holds them all
     // A hand-built message: a copy, so the item owns a normal one.
     ProtobufCMessage* owned = cw_msg_copy(&part->base);
-    free(part_ids);
     free(part);
     cw_ctl_item_t* it = owned ? cw__item_create(p, h, owned, wi) : NULL;
     if (!it) {
@@ -245,7 +264,8 @@ void cw_ctl_handle_delete(cw_net_conn_t* conn, const cw_frame_header_t* h,
     m->first_error = cw_make_status(CW_NOT_FOUND, "%zu unknown executable ids not deleted "
                                     "(first %" PRIu64 ")", unknown, first_unknown);
   }
-  free(seen);
+  free(count);
+  free(owner);
   free(ids);
   protobuf_c_message_free_unpacked(msg, NULL);
   cw_ctl_multi_done(m, ctl, cw_ok_status());

@@ -374,8 +374,17 @@ static size_t cw__set_exes(cw_controller_t* ctl, cw_ctl_session_t* s,
     e->serial = ++ctl->next_exe_serial;
     e->worker = first->index;
     e->state = CW__EXE_READY;  // loaded on its workers by the earlier controller
-    e->next = s->exes;
-    s->exes = e;
+    if (s->num_exes >= CW_CTL_MAX_SESSION_EXES || !cw_ctl_exe_add(s, e)) {
+      free(e->parts);
+      free(e->part_devices);
+      free(e->devices);
+      free(e);
+      if (left_out++ == 0) {
+        CW_LOGW("session %" PRIu64 ": executable %" PRIu64 " left out of the resumed session: "
+                "the session holds %zu", s->id, x->exe_id, s->num_exes);
+      }
+      continue;
+    }
     added[first_of[i]] = true;
     known++;
   }

@@ -42,7 +42,7 @@
 static struct {
   cw_test_process_t ctl;
   char address[512];
-  cw_client_t* workers[8];  // fake workers' REGISTER connections
+  cw_client_t* workers[12];  // fake workers' REGISTER connections
   size_t num_workers;
 } g;
 
@@ -62,7 +62,7 @@ static int32_t fake_worker(const char* name, size_t devices, int32_t previous) {
   cw_client_options_t o = {.peer_name = "fake-worker", .role = CAUSEWAY__V1__ROLE__ROLE_WORKER};
   cw_client_t* c = NULL;
   assert_null(cw_client_connect(g.address, &o, &c));
-  assert_true(g.num_workers < 8);
+  assert_true(g.num_workers < 12);
   g.workers[g.num_workers++] = c;
   char address[64];
   snprintf(address, sizeof(address), "fake-%s:1", name);
@@ -210,6 +210,9 @@ static void test_register_keeps_ids(void** state) {
   assert_int_equal(fake_worker("b", 2, 0), 0);
   assert_int_equal(fake_worker("c", 2, 5), 6);  // 5 is a's: after every slot's
   assert_int_equal(fake_worker("d", 1, -1), 8);
+  // Old ids past what a full fleet could have had are not taken: a compile
+  // sizes its map of ids by the largest (a review's COMPILE took a minute).
+  assert_int_equal(fake_worker("far", 1, 1 << 29), 9);
   // A new session numbers devices by id whatever the order of registration.
   cw_client_t* c = client(0);
   Causeway__V1__OpenSessionRequest open = CAUSEWAY__V1__OPEN_SESSION_REQUEST__INIT;
@@ -218,7 +221,7 @@ static void test_register_keeps_ids(void** state) {
   Causeway__V1__SessionInfo* info = NULL;
   assert_null(cw_client_call(c, CW_MSG_OPEN_SESSION, &open.base, NULL, 0, NULL,
                              (ProtobufCMessage**)&info, NULL));
-  assert_int_equal(info->n_devices, 7);
+  assert_int_equal(info->n_devices, 8);
   for (size_t i = 1; i < info->n_devices; ++i) {
     assert_true(info->devices[i - 1]->global_id < info->devices[i]->global_id);
   }
@@ -260,7 +263,7 @@ static void test_resume_waits_for_workers(void** state) {
   uint64_t rid = 0;
   assert_null(resume(c, &r, NULL, &rid));
   cw_test_sleep_ms(300);
-  assert_int_equal(fake_worker("late", 2, -1), 9);
+  assert_int_equal(fake_worker("late", 2, -1), 10);
   Causeway__V1__SessionInfo* info = NULL;
   assert_null(cw_client_wait(c, rid, (ProtobufCMessage**)&info, NULL));
   assert_int_equal(info->session_id, 0x5e55);
@@ -444,6 +447,19 @@ static void test_resume_large(void** state) {
                              (ProtobufCMessage**)&info, NULL));
   assert_int_equal(info->n_devices, N);
   protobuf_c_message_free_unpacked(&info->base, NULL);
+  // DELETE of executables: 65,536 ids at most, each found by id.
+  uint64_t* ids = calloc(65537, sizeof(*ids));
+  assert_non_null(ids);
+  for (int i = 0; i < 65537; ++i) ids[i] = (uint64_t)EXES + 1 + (uint64_t)i;  // none exist
+  Causeway__V1__DeleteRequest del = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+  del.ids = ids;
+  del.n_ids = 65537;
+  expect_error(cw_client_call(c, CW_MSG_DELETE, &del.base, NULL, 0, NULL, &rep, NULL),
+               CW_INVALID_ARGUMENT, "DELETE lists 65537 executables (at most 65536)");
+  del.n_ids = 65536;
+  expect_error(cw_client_call(c, CW_MSG_DELETE, &del.base, NULL, 0, NULL, &rep, NULL),
+               CW_NOT_FOUND, "65536 unknown executable ids not deleted");
+  free(ids);
   cw_client_release(c);
   free(devs);
   free(dptrs);
@@ -505,14 +521,14 @@ static void test_real_restart(void** state) {
   cw_client_options_t wo = {.peer_name = "resume-test", .session_id = session};
   cw_client_t* direct = NULL;
   assert_null(cw_client_connect(rw.address, &wo, &direct));
-  // Its global ids come after every slot the fake workers held: 13.
+  // Its global ids come after every slot the fake workers held: 14.
   cw_client_t* n = client(0);
   open = (Causeway__V1__OpenSessionRequest)CAUSEWAY__V1__OPEN_SESSION_REQUEST__INIT;
   open.wait_ms = 1000;
   Causeway__V1__SessionInfo* info = NULL;
   assert_null(cw_client_call(n, CW_MSG_OPEN_SESSION, &open.base, NULL, 0, NULL,
                              (ProtobufCMessage**)&info, NULL));
-  expect_device(info, 13, "rw", 0);
+  expect_device(info, 14, "rw", 0);
   protobuf_c_message_free_unpacked(&info->base, NULL);
   cw_client_release(n);
 
@@ -551,17 +567,17 @@ static void test_real_restart(void** state) {
   // The worker registered again under its old ids (the new controller had
   // no other slot), and a session without an allocation resumes with them.
   n = client(0);
-  rdev_t same[] = {{13, "rw", 0}};
+  rdev_t same[] = {{14, "rw", 0}};
   r = (resume_t){.devs = same, .n = 1, .wait_ms = 1000};
   assert_null(resume(n, &r, &info, NULL));
-  expect_device(info, 13, "rw", 0);
+  expect_device(info, 14, "rw", 0);
   protobuf_c_message_free_unpacked(&info->base, NULL);
   open = (Causeway__V1__OpenSessionRequest)CAUSEWAY__V1__OPEN_SESSION_REQUEST__INIT;
   cw_client_t* fresh = client(0);
   assert_null(cw_client_call(fresh, CW_MSG_OPEN_SESSION, &open.base, NULL, 0, NULL,
                              (ProtobufCMessage**)&info, NULL));
   assert_int_equal(info->n_devices, 1);
-  expect_device(info, 13, "rw", 0);
+  expect_device(info, 14, "rw", 0);
   protobuf_c_message_free_unpacked(&info->base, NULL);
   cw_client_release(fresh);
   cw_client_release(n);

@@ -114,6 +114,7 @@ void cw_ctl_session_release(cw_ctl_session_t* s) {
     s->exes = e->next;
     cw__exe_free(e);
   }
+  free(s->exe_buckets);
   cw_ctl_alloc_session_free(s);
   free(s->links);
   cw_ctl_health_session_free(s);
@@ -134,19 +135,61 @@ void cw_ctl_session_close(cw_ctl_session_t* s) {
   cw_ctl_session_release(s);
 }
 
+static size_t cw__exe_bucket(uint64_t id, size_t n) {
+  id ^= id >> 33;  // ids are the client's: spread them
+  id *= 0xff51afd7ed558ccdull;
+  id ^= id >> 33;
+  return (size_t)id & (n - 1);
+}
+
+bool cw_ctl_exe_add(cw_ctl_session_t* s, cw_ctl_exe_t* e) {
+  if (s->num_exes >= s->num_exe_buckets) {
+    size_t n = s->num_exe_buckets ? 2 * s->num_exe_buckets : 64;
+    cw_ctl_exe_t** grown = calloc(n, sizeof(*grown));
+    if (!grown) return false;
+    // From the oldest, each pushed in front: the newest of an id stays first.
+    cw_ctl_exe_t* last = s->exes;
+    while (last && last->next) last = last->next;
+    for (cw_ctl_exe_t* x = last; x; x = x->prev) {
+      size_t b = cw__exe_bucket(x->id, n);
+      x->hnext = grown[b];
+      grown[b] = x;
+    }
+    free(s->exe_buckets);
+    s->exe_buckets = grown;
+    s->num_exe_buckets = n;
+  }
+  e->prev = NULL;
+  e->next = s->exes;
+  if (s->exes) s->exes->prev = e;
+  s->exes = e;
+  size_t b = cw__exe_bucket(e->id, s->num_exe_buckets);
+  e->hnext = s->exe_buckets[b];
+  s->exe_buckets[b] = e;
+  s->num_exes++;
+  return true;
+}
+
 cw_ctl_exe_t* cw_ctl_exe_find(cw_ctl_session_t* s, uint64_t id) {
-  for (cw_ctl_exe_t* e = s->exes; e; e = e->next) {
+  if (!s->num_exe_buckets) return NULL;
+  for (cw_ctl_exe_t* e = s->exe_buckets[cw__exe_bucket(id, s->num_exe_buckets)]; e;
+       e = e->hnext) {
     if (e->id == id) return e;
   }
   return NULL;
 }
 
 void cw_ctl_exe_forget(cw_ctl_session_t* s, uint64_t id) {
-  cw_ctl_exe_t** pp = &s->exes;
-  while (*pp && (*pp)->id != id) pp = &(*pp)->next;
+  if (!s->num_exe_buckets) return;
+  cw_ctl_exe_t** pp = &s->exe_buckets[cw__exe_bucket(id, s->num_exe_buckets)];
+  while (*pp && (*pp)->id != id) pp = &(*pp)->hnext;
   if (!*pp) return;
   cw_ctl_exe_t* e = *pp;
-  *pp = e->next;
+  *pp = e->hnext;
+  if (e->prev) e->prev->next = e->next;
+  else s->exes = e->next;
+  if (e->next) e->next->prev = e->prev;
+  s->num_exes--;
   cw__exe_free(e);
 }
 

@@ -18,6 +18,11 @@ void cw_ctl_session_release(cw_ctl_session_t* s);
 // connections are gone too).
 void cw_ctl_session_close(cw_ctl_session_t* s);
 
+// A session's executables by id (a request may name thousands): the newest
+// of an id is found and forgotten first. At most CW_CTL_MAX_SESSION_EXES.
+#define CW_CTL_MAX_SESSION_EXES (1u << 20)
+// Adds `e` (its id set) to the session; false when out of memory.
+CW_MUST_USE bool cw_ctl_exe_add(cw_ctl_session_t* s, cw_ctl_exe_t* e);
 cw_ctl_exe_t* cw_ctl_exe_find(cw_ctl_session_t* s, uint64_t id);
 void cw_ctl_exe_forget(cw_ctl_session_t* s, uint64_t id);
 
