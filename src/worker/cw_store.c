@@ -148,11 +148,12 @@ cw_status_t cw_store_add_waiter(cw_store_t* s, cw_store_entry_t* e, cw_store_wai
   if (!w) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for a waiter");
   w->fn = fn;
   w->user = user;
-  // Append so waiters run in registration order.
+  // Append so waiters run in registration order (at the tail: an object may
+  // have tens of thousands).
   w->next = NULL;
-  cw_store_waiter_t** tail = &e->waiters;
-  while (*tail) tail = &(*tail)->next;
-  *tail = w;
+  if (e->waiters) e->waiters_tail->next = w;
+  else e->waiters = w;
+  e->waiters_tail = w;
   return cw_ok_status();
 }
 
@@ -277,9 +278,9 @@ void cw_store_remove_session(cw_store_t* s, uint64_t session) {
     cw_store_entry_t* e = s->slots[i];
     if (e && e != CW__TOMBSTONE && (session == 0 || e->session == session)) n++;
   }
-  if (!n) return;
+  // None left in the table: its detached entries (below) may still wait.
   typedef struct { uint64_t session, id, serial; } cw__key_t;
-  cw__key_t* keys = malloc(n * sizeof(*keys));
+  cw__key_t* keys = n ? malloc(n * sizeof(*keys)) : NULL;
   if (keys) {
     size_t k = 0;
     for (size_t i = 0; i < s->capacity && k < n; ++i) {
@@ -326,6 +327,13 @@ void cw_store_release(cw_store_t* s) {
   // finished): free their entries anyway.
   while (s->detached) {
     cw_store_entry_t* e = s->detached;
+    if (e->waiters) {
+      // Their requests read the entry: fail them while it lives (one may
+      // let go of it, freeing it), then look again.
+      cw_store_set_error(s, e, cw_make_status(CW_CANCELLED, "object %llu: the worker is stopping",
+                                              (unsigned long long)e->id));
+      continue;
+    }
     cw__unlink_detached(s, e);
     cw__free_entry(s, e);
   }

@@ -86,6 +86,7 @@ typedef struct cw_store_entry_s {
   int* devices;             // owned
   uint64_t* output_bytes;   // owned
   cw_store_waiter_t* waiters;
+  cw_store_waiter_t* waiters_tail;  // the last of `waiters` (when there are any)
   // References held by applied requests; removal while held detaches.
   uint32_t refs;
   bool detached;    // removed from the table; freed with the last release
