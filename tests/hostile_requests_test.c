@@ -319,6 +319,83 @@ static void test_executables_hostile(void** state) {
   assert_serving(&g_plain);
 }
 
+// A launch that donates more arguments than it has is refused by its lists,
+// and nothing is looked up for it (a review's 20,000-long lists took 10 s).
+static void test_launch_donates_too_many(void** state) {
+  (void)state;
+  int fd = open_hello();
+  upload_f32(fd, 2, 60, 4);
+  Causeway__V1__LaunchRequest m = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
+  uint64_t args[1] = {60}, outs[1] = {61};
+  uint32_t donate[3] = {0, 0, 0};
+  Causeway__V1__IdList a = CAUSEWAY__V1__ID_LIST__INIT, o = CAUSEWAY__V1__ID_LIST__INIT;
+  a.ids = args;
+  a.n_ids = 1;
+  o.ids = outs;
+  o.n_ids = 1;
+  Causeway__V1__IdList* ap[1] = {&a};
+  Causeway__V1__IdList* op[1] = {&o};
+  m.exe_id = 123456797;
+  m.args = ap;
+  m.n_args = 1;
+  m.outputs = op;
+  m.n_outputs = 1;
+  m.donate = donate;
+  m.n_donate = 3;
+  m.launch_id = 1;
+  assert_true(send_msg(fd, T_LAUNCH, 3, &m.base, NULL, 0));
+  expect_error(fd, "LAUNCH donating 3 of 1 argument", 3, C_INVALID_ARGUMENT,
+               "donates 3 arguments of 1");
+  // Buffer 60 was not dropped for it.
+  Causeway__V1__DownloadRequest d = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
+  d.buffer_id = 60;
+  assert_true(send_msg(fd, T_DOWNLOAD, 4, &d.base, NULL, 0));
+  frame_t f;
+  expect_reply(fd, "DOWNLOAD of the argument", T_DOWNLOAD, 4, &f);
+  frame_free(&f);
+  close(fd);
+}
+
+// An AWAIT holds an object the client then DELETEs: when its session closes
+// with nothing else left in it, the AWAIT still ends (it was never failed: a
+// request and its connection leaked, and at SIGTERM its waiter read the
+// freed object).
+static void test_await_of_deleted_object_at_close(void** state) {
+  (void)state;
+  int s = open_hello();
+  Causeway__V1__Stats* st = stats(s, 1);
+  uint64_t before = st->transfers_pending;
+  causeway__v1__stats__free_unpacked(st, NULL);
+  int fd = open_hello();
+  Causeway__V1__ExpectRequest e = CAUSEWAY__V1__EXPECT_REQUEST__INIT;
+  e.buffer_id = 70;
+  assert_true(send_msg(fd, T_EXPECT, 2, &e.base, NULL, 0));
+  Causeway__V1__AwaitRequest aw = CAUSEWAY__V1__AWAIT_REQUEST__INIT;
+  aw.buffer_id = 70;
+  assert_true(send_msg(fd, T_AWAIT, 3, &aw.base, NULL, 0));
+  uint64_t id = 70;
+  Causeway__V1__DeleteRequest del = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+  del.ids = &id;
+  del.n_ids = 1;
+  assert_true(send_msg(fd, T_DELETE, 4, &del.base, NULL, 0));
+  frame_t f;
+  expect_reply(fd, "EXPECT", T_EXPECT, 2, &f);
+  frame_free(&f);
+  expect_reply(fd, "DELETE of the awaited object", T_DELETE, 4, &f);
+  frame_free(&f);
+  close(fd);
+  uint64_t now = before + 1;
+  for (uint64_t rid = 5; now > before && rid < 5 + 500; ++rid) {
+    st = stats(s, rid);
+    now = st->transfers_pending;
+    causeway__v1__stats__free_unpacked(st, NULL);
+    if (now > before) sleep_ms(20);
+  }
+  if (now > before) fail_msg("the AWAIT never ended: %" PRIu64 " requests pending", now);
+  close(s);
+  assert_serving(&g_plain);
+}
+
 static void test_send_to_bad_peers(void** state) {
   (void)state;
   int fd = open_hello();
@@ -368,6 +445,8 @@ int main(int argc, char** argv) {
       cmocka_unit_test(test_duplicate_id),
       cmocka_unit_test(test_executables_hostile),
       cmocka_unit_test(test_send_to_bad_peers),
+      cmocka_unit_test(test_launch_donates_too_many),
+      cmocka_unit_test(test_await_of_deleted_object_at_close),
       // Last: SIGTERM the workers and require exit 0 (ASan: no leaks).
       cmocka_unit_test(hostile_test_sigterm_clean_exit),
   };

@@ -50,6 +50,9 @@ static void cw__upload_ready(cw_worker_t* w, void* user, cw_status_t status) {
   cw_worker_op_ack(op, op->dst_id);
 }
 
+// Later parts that came before the parts ahead of them, per upload.
+#define CW__MAX_QUEUED_PARTS 4096
+
 static void cw__fail_entry(cw_op_t* op, cw_store_entry_t* e, cw_status_t st) {
   cw_store_set_error(op->w->store, e, cw_status_clone(st));
   cw_worker_op_fail(op, st);
@@ -76,6 +79,8 @@ typedef struct cw__parts_s {
   uint64_t claimed;
   uint64_t received;
   cw_op_t* queue;  // parts in, waiting for the first (linked by their `next_part`)
+  cw_op_t* queue_tail;  // its last (when there is one)
+  size_t queued;
   int dtype;
   int64_t* dims;
   size_t rank;
@@ -88,6 +93,7 @@ static void cw__parts_unref(cw_worker_t* w, cw__parts_t* p) {
   while (p->queue) {
     cw_op_t* op = p->queue;
     p->queue = op->next_part;
+    p->queued--;
     cw_worker_op_fail(op, cw_make_status(CW_CANCELLED, "UPLOAD %" PRIu64 ": the upload in "
                                          "parts ended before this part was put in",
                                          op->dst_id));
@@ -203,6 +209,7 @@ static void cw__parts_drain(cw__parts_t* p, cw_store_entry_t* e) {
   while (p->entry == e && p->queue && p->staging && !p->receiving) {
     cw_op_t* next = p->queue;
     p->queue = next->next_part;
+    p->queued--;
     next->next_part = NULL;
     if (cw__part_put(next, p, e)) {
       cw__transfer_whole(next, e);  // p is gone
@@ -228,6 +235,10 @@ static void cw__part_received(cw_op_t* op, cw_store_entry_t* e) {
       st = cw_make_status(CW_RESOURCE_EXHAUSTED, "cannot allocate %" PRIu64 " bytes for an "
                           "UPLOAD in parts", p->extent);
     }
+  } else if (!op->parts && (!p->staging || p->queue || p->receiving) &&
+             p->queued >= CW__MAX_QUEUED_PARTS) {
+    st = cw_make_status(CW_RESOURCE_EXHAUSTED, "UPLOAD %" PRIu64 ": %d later parts already "
+                        "wait for the ones before them", op->dst_id, CW__MAX_QUEUED_PARTS);
   }
   if (st) {
     e->filling = false;
@@ -248,9 +259,11 @@ static void cw__part_received(cw_op_t* op, cw_store_entry_t* e) {
     cw__part_bytes_free(op);
     cw_worker_op_ack(op, op->dst_id);
   } else if (!op->parts && (!p->staging || p->queue || p->receiving)) {
-    cw_op_t** tail = &p->queue;  // not its turn yet
-    while (*tail) tail = &(*tail)->next_part;
-    *tail = op;
+    op->next_part = NULL;  // not its turn yet: last in line
+    if (p->queue) p->queue_tail->next_part = op;
+    else p->queue = op;
+    p->queue_tail = op;
+    p->queued++;
     cw__parts_unref(w, p);
     return;
   } else if (cw__part_put(op, p, e)) {
