@@ -17,6 +17,10 @@ struct cw_store_s {
   uint64_t next_serial;
   cw_store_entry_t* detached;  // removed but referenced entries
   size_t num_detached;
+  // The same by (session, id), chained through dhnext: a PUT looks one up,
+  // and a client can make tens of thousands.
+  cw_store_entry_t** dbuckets;
+  size_t num_dbuckets;  // a power of two
   cw_store_release_fn release;
   void* release_user;
 };
@@ -36,10 +40,14 @@ cw_status_t cw_store_create(cw_store_release_fn release, void* user, cw_store_t*
   cw_store_t* s = calloc(1, sizeof(*s));
   if (!s) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for the store");
   s->slots = calloc(CW__MIN_CAPACITY, sizeof(*s->slots));
-  if (!s->slots) {
+  s->dbuckets = calloc(CW__MIN_CAPACITY, sizeof(*s->dbuckets));
+  if (!s->slots || !s->dbuckets) {
+    free(s->slots);
+    free(s->dbuckets);
     free(s);
     return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for the store");
   }
+  s->num_dbuckets = CW__MIN_CAPACITY;
   s->capacity = CW__MIN_CAPACITY;
   s->next_serial = 1;
   s->release = release;
@@ -206,7 +214,38 @@ static void cw__free_entry(cw_store_t* s, cw_store_entry_t* e) {
   cw__run_waiters(w);
 }
 
+static cw_store_entry_t** cw__dbucket(cw_store_t* s, uint64_t session, uint64_t id) {
+  return &s->dbuckets[cw__hash(session, id) & (s->num_dbuckets - 1)];
+}
+
+// Chains `e` in; grows the buckets with the list (out of memory: the chains
+// only get longer).
+static void cw__index_detached(cw_store_t* s, cw_store_entry_t* e) {
+  if (s->num_detached > s->num_dbuckets) {
+    size_t n = 2 * s->num_dbuckets;
+    cw_store_entry_t** grown = calloc(n, sizeof(*grown));
+    if (grown) {
+      free(s->dbuckets);
+      s->dbuckets = grown;
+      s->num_dbuckets = n;
+      for (cw_store_entry_t* x = s->detached; x; x = x->detached_next) {
+        if (x == e) continue;
+        cw_store_entry_t** b = cw__dbucket(s, x->session, x->id);
+        x->dhnext = *b;
+        *b = x;
+      }
+    }
+  }
+  cw_store_entry_t** b = cw__dbucket(s, e->session, e->id);
+  e->dhnext = *b;
+  *b = e;
+}
+
 static void cw__unlink_detached(cw_store_t* s, cw_store_entry_t* e) {
+  cw_store_entry_t** b = cw__dbucket(s, e->session, e->id);
+  while (*b && *b != e) b = &(*b)->dhnext;
+  if (*b) *b = e->dhnext;
+  e->dhnext = NULL;
   if (e->detached_prev) e->detached_prev->detached_next = e->detached_next;
   else s->detached = e->detached_next;
   if (e->detached_next) e->detached_next->detached_prev = e->detached_prev;
@@ -232,6 +271,7 @@ void cw_store_remove(cw_store_t* s, cw_store_entry_t* e) {
     if (s->detached) s->detached->detached_prev = e;
     s->detached = e;
     s->num_detached++;
+    cw__index_detached(s, e);
     return;
   }
   cw__free_entry(s, e);
@@ -251,7 +291,7 @@ cw_store_entry_t* cw_store_lookup_serial(cw_store_t* s, uint64_t session, uint64
                                          uint64_t serial) {
   cw_store_entry_t* e = cw_store_lookup(s, session, id);
   if (e && e->serial == serial) return e;
-  for (e = s->detached; e; e = e->detached_next) {
+  for (e = *cw__dbucket(s, session, id); e; e = e->dhnext) {
     if (e->serial == serial && e->session == session && e->id == id) return e;
   }
   return NULL;
@@ -259,7 +299,7 @@ cw_store_entry_t* cw_store_lookup_serial(cw_store_t* s, uint64_t session, uint64
 
 cw_store_entry_t* cw_store_lookup_detached_put(cw_store_t* s, uint64_t session, uint64_t id) {
   cw_store_entry_t* best = NULL;
-  for (cw_store_entry_t* e = s->detached; e; e = e->detached_next) {
+  for (cw_store_entry_t* e = *cw__dbucket(s, session, id); e; e = e->dhnext) {
     if (e->session != session || e->id != id || !e->awaits_put || e->filling ||
         e->kind != CW_STORE_BUFFER || e->state != CW_STORE_PENDING) {
       continue;
@@ -338,6 +378,7 @@ void cw_store_release(cw_store_t* s) {
     cw__free_entry(s, e);
   }
   free(s->slots);
+  free(s->dbuckets);
   free(s);
 }
 

@@ -93,6 +93,7 @@ typedef struct cw_store_entry_s {
   bool awaits_put;  // declared by EXPECT: a peer's PUT fills it
   struct cw_store_entry_s* detached_prev;
   struct cw_store_entry_s* detached_next;
+  struct cw_store_entry_s* dhnext;  // its chain in the store's index of detached entries
 } cw_store_entry_t;
 
 typedef struct cw_store_s cw_store_t;
