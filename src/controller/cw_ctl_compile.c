@@ -1,6 +1,7 @@
 // The compile service (see cw_ctl_compile.h).
 #include "cw_ctl_compile.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,8 +21,15 @@
 #include "cw_time.h"
 #include "cw_xla_options.h"
 
+// COMPILEs of one session under way at once (a JAX process compiles a few).
+#define CW__MAX_SESSION_COMPILES 256
+
 static void cw__compile_free(cw_ctl_compile_t* cp) {
   cw_net_conn_release(cp->client);
+  if (cp->session) {
+    assert(cp->session->compiling > 0);
+    cp->session->compiling--;
+  }
   cw_ctl_session_release(cp->session);
   free(cp->options);
   free(cp->devices);
@@ -465,6 +473,10 @@ void cw_ctl_handle_compile(cw_net_conn_t* conn, const cw_frame_header_t* h,
   if (!r->exe_id) st = cw_make_status(CW_INVALID_ARGUMENT, "COMPILE needs a non-zero exe_id");
   else if (cw_ctl_exe_find(s, r->exe_id)) {
     st = cw_make_status(CW_ALREADY_EXISTS, "executable %" PRIu64 " already exists", r->exe_id);
+  } else if (s->compiling >= CW__MAX_SESSION_COMPILES) {
+    // Each holds its program until a worker answers.
+    st = cw_make_status(CW_RESOURCE_EXHAUSTED, "session %" PRIu64 " has %d compiles under way, "
+                        "the most a session may: wait for some", s->id, CW__MAX_SESSION_COMPILES);
   }
   cw_ctl_compile_t* cp = st ? NULL : calloc(1, sizeof(*cp));
   if (!st && !cp) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
@@ -475,6 +487,7 @@ void cw_ctl_handle_compile(cw_net_conn_t* conn, const cw_frame_header_t* h,
     cp->request_id = h->request_id;
     cp->session = s;
     cw_ctl_session_retain(s);
+    s->compiling++;
     cp->exe_id = r->exe_id;
     cp->start_ms = cw_time_now_ms();
     st = cw__compile_place(ctl, s, r, cp);

@@ -96,6 +96,7 @@ struct cw_ctl_session_s {
   cw_ctl_exe_t* exes;
   cw_ctl_exe_t** exe_buckets;  // by id (cw_ctl_exe_find), a power of two of them
   size_t num_exe_buckets, num_exes;
+  int compiling;  // its COMPILE records alive (cw_ctl_compile.c)
   uint64_t launches;  // relayed (metrics)
   // Health: the worker incarnation this session's client has rejoined, per
   // worker index (absent: 0, the first).
