@@ -25,6 +25,9 @@
 // A lookup queues this much ahead of the socket, then waits for room: a
 // buffer of any size goes out without a second copy of it in memory.
 #define CW__AHEAD (8u << 20)
+// Lookups waiting for buffers not there yet, all sessions together: each
+// wake tries every one.
+#define CW__MAX_PARKED_LOOKUPS 4096
 
 typedef enum cw__op_e { CW__STORE = 1, CW__LOOKUP, CW__DELETE, CW__DISK } cw__op_t;
 
@@ -37,6 +40,7 @@ typedef struct cw_proxy_lookup_s {
   bool have_request;
   cw_grpc_call_t* call;  // retained while parked
   struct cw_proxy_lookup_s* next;  // the proxy's parked lookups
+  struct cw_proxy_lookup_s* prev;
   bool parked;
   cw_proxy_host_buffer_t* hb;  // the buffer a lookup under way reads (one of its readers)
   size_t off;                  // bytes of it sent so far
@@ -711,8 +715,23 @@ static bool cw__lookup_try(cw_proxy_t* p, cw__hb_call_t* c) {
 static void cw__park(cw_proxy_t* p, cw__hb_call_t* c) {
   c->parked = true;
   cw_grpc_call_retain(c->call);
+  c->prev = NULL;
   c->next = p->lookups;
+  if (p->lookups) p->lookups->prev = c;
   p->lookups = c;
+  p->num_lookups++;
+}
+
+// Off the parked list; releases the call it retained (after which a closed
+// call's user, c, is ours to free).
+static void cw__unpark(cw_proxy_t* p, cw__hb_call_t* c) {
+  if (c->prev) c->prev->next = c->next;
+  else p->lookups = c->next;
+  if (c->next) c->next->prev = c->prev;
+  c->next = c->prev = NULL;
+  c->parked = false;
+  p->num_lookups--;
+  cw_grpc_call_release(c->call);
 }
 
 void cw_proxy_host_buffer_writable(cw_proxy_t* p, cw_grpc_call_t* call) {
@@ -726,17 +745,14 @@ void cw_proxy_host_buffer_writable(cw_proxy_t* p, cw_grpc_call_t* call) {
 }
 
 void cw_proxy_host_buffer_retry(cw_proxy_t* p) {
-  for (cw__hb_call_t **pp = &p->lookups, *c; (c = *pp);) {
+  for (cw__hb_call_t *c = p->lookups, *next; c; c = next) {
+    next = c->next;
     // (One finished meanwhile, by a second request say, waits for its close.)
     if (!cw_grpc_call_open(c->call) || cw_grpc_call_finished(c->call) || cw__lookup_try(p, c)) {
-      *pp = c->next;
-      c->parked = false;
-      cw_grpc_call_t* call = c->call;
-      if (!cw_grpc_call_open(call)) free(c);  // on_close ran before: the call's user is ours
-      cw_grpc_call_release(call);
-      continue;
+      bool closed = !cw_grpc_call_open(c->call);
+      cw__unpark(p, c);
+      if (closed) free(c);  // on_close ran before: the call's user is ours
     }
-    pp = &c->next;
   }
 }
 
@@ -945,7 +961,14 @@ void cw_proxy_host_buffer_message(cw_proxy_t* p, cw_grpc_call_t* call, const uin
     c->session_id = r->session_id;
     c->handle = r->handle;
     cw_ifrt__host_buffer_lookup_request__free_unpacked(r, NULL);
-    if (!cw__lookup_try(p, c)) cw__park(p, c);
+    if (cw__lookup_try(p, c)) return;
+    if (p->num_lookups >= CW__MAX_PARKED_LOOKUPS) {
+      cw_grpc_call_finish(call, cw_make_status(CW_RESOURCE_EXHAUSTED, "HostBufferLookup: %d "
+                                               "lookups already wait for their buffers",
+                                               CW__MAX_PARKED_LOOKUPS));
+      return;
+    }
+    cw__park(p, c);
     return;
   }
   CwIfrt__HostBufferDeleteRequest* r = cw_ifrt__host_buffer_delete_request__unpack(NULL, n, d);
@@ -1014,10 +1037,8 @@ void cw_proxy_host_buffer_close(cw_proxy_t* p, cw_grpc_call_t* call) {
   cw_grpc_call_set_user(call, NULL);
   if (c->op == CW__STORE) cw__abandon_store(p, c);
   cw__end_read(p, c);  // a lookup cut short
-  if (c->parked) {
-    // Freed by the next retry, which sees the call closed.
-    cw_proxy_host_buffer_retry(p);
-    return;
-  }
+  // Only this one: each close retrying every parked lookup made closing many
+  // of them quadratic (25,600 closes blocked the loop 26 s).
+  if (c->parked) cw__unpark(p, c);
   free(c);
 }

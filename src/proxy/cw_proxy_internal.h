@@ -98,6 +98,7 @@ typedef struct cw_proxy_session_s {
   cw_proxy_queue_t requests;
   cw_proxy_queue_t responses;
   bool half_closed;  // the client sends no more requests
+  bool send_failed;  // a response could not be sent: the rest are dropped (loop thread)
   bool gone;         // the stream closed: stop now
   bool exited;       // the thread is done; join it
   size_t handled;    // request bytes handled, not yet credited to the stream
@@ -143,6 +144,7 @@ struct cw_proxy_s {
   cw_proxy_pjrt_t pjrt;
   cw_proxy_session_t* sessions;
   struct cw_proxy_lookup_s* lookups;  // HostBufferLookup calls waiting for their buffer
+  size_t num_lookups;
   size_t max_host_buffer;             // CAUSEWAY_PROXY_MAX_HOST_BUFFER
   uint64_t disk_session;  // the session that takes files from the transfer directory (0: none)
 };

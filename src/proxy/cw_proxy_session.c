@@ -293,10 +293,17 @@ bool cw_proxy_session_drain(cw_proxy_session_t* s) {
   pthread_mutex_unlock(&s->mu);
   if (s->call && handled) cw_grpc_call_consume(s->call, handled);
   for (cw_proxy_item_t* it; (it = cw__pop(&out));) {
-    if (s->call && cw_grpc_call_open(s->call)) {
+    if (!s->send_failed && s->call && cw_grpc_call_open(s->call)) {
       cw_status_t st = cw_grpc_call_send(s->call, it->data, it->len);
-      if (st) CW_LOGW("proxy session %016llx: %s", (unsigned long long)s->id,
-                      cw_status_message(st));
+      if (st) {
+        // Once: the session ends, and what it still answers is dropped (each
+        // dropped response logged was 645,084 lines for a client that
+        // stopped reading).
+        CW_LOGW("proxy session %016llx: %s; ending the session", (unsigned long long)s->id,
+                cw_status_message(st));
+        s->send_failed = true;
+        cw_proxy_session_end(s, false);
+      }
       cw_status_free(st);
     }
     free(it);
