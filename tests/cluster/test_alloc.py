@@ -258,32 +258,39 @@ def test_weights_share_a_backlogged_island():
         for r in runners:
             assert r.call("burst", n=1)["ok"]  # compiled, warm
         n_heavy, n_light = 240, 120
-        # Launches heavy enough that the island, not the clients' dispatch,
-        # is the bottleneck: both queues stay backlogged at the controller
-        # (with light ones a loaded machine could leave them empty, and the
-        # stamps would follow arrival instead of the weights).
-        heavy.submit("burst", n=n_heavy, size=384)
-        light.submit("burst", n=n_light, size=384)
-        for r in runners:
-            assert r.result(timeout=600)["ok"]
-        rec = sched_record(cluster.controller)
-        (island,) = {isl for isl, _, _ in rec}
-        seq = [sid for _, _, sid in sorted(rec, key=lambda x: x[1])]
-        sessions = sorted(set(seq), key=seq.count)
-        assert len(sessions) == 2, sessions
-        light_sid, heavy_sid = sessions
-        # The bursts: each session's last n stamps.
-        hpos = [i for i, s in enumerate(seq) if s == heavy_sid][-n_heavy:]
-        lpos = [i for i, s in enumerate(seq) if s == light_sid][-n_light:]
-        lo, hi = max(hpos[0], lpos[0]), min(hpos[-1], lpos[-1])
-        # Its middle half: at the edges one queue may still be filling or
-        # already draining (then it is not backlogged and the other runs alone).
-        quarter = (hi - lo) // 4
-        lo, hi = lo + quarter, hi - quarter
-        window = seq[lo:hi + 1]
-        h, l = window.count(heavy_sid), window.count(light_sid)
-        print(f"weights 2:1: {h} and {l} stamps in the window where both waited "
-              f"(ratio {h / max(l, 1):.2f})")
+        # Up to three rounds: on a busy machine one client's burst can start
+        # late, and then the two were backlogged together too briefly to
+        # measure (CI once: 63 stamps, ratio 2.00). The ratio is checked on
+        # the first round that gives a window of 25 light stamps or more.
+        for attempt in range(3):
+            # Launches heavy enough that the island, not the clients' dispatch,
+            # is the bottleneck: both queues stay backlogged at the controller
+            # (with light ones a loaded machine could leave them empty, and the
+            # stamps would follow arrival instead of the weights).
+            heavy.submit("burst", n=n_heavy, size=384)
+            light.submit("burst", n=n_light, size=384)
+            for r in runners:
+                assert r.result(timeout=600)["ok"]
+            rec = sched_record(cluster.controller)
+            (island,) = {isl for isl, _, _ in rec}
+            seq = [sid for _, _, sid in sorted(rec, key=lambda x: x[1])]
+            sessions = sorted(set(seq), key=seq.count)
+            assert len(sessions) == 2, sessions
+            light_sid, heavy_sid = sessions
+            # This round's bursts: each session's last n stamps.
+            hpos = [i for i, s in enumerate(seq) if s == heavy_sid][-n_heavy:]
+            lpos = [i for i, s in enumerate(seq) if s == light_sid][-n_light:]
+            lo, hi = max(hpos[0], lpos[0]), min(hpos[-1], lpos[-1])
+            # Its middle half: at the edges one queue may still be filling or
+            # already draining (then it is not backlogged and the other runs alone).
+            quarter = (hi - lo) // 4
+            lo, hi = lo + quarter, hi - quarter
+            window = seq[lo:hi + 1]
+            h, l = window.count(heavy_sid), window.count(light_sid)
+            print(f"round {attempt + 1}, weights 2:1: {h} and {l} stamps in the window where "
+                  f"both waited (ratio {h / max(l, 1):.2f})")
+            if l >= 25:
+                break
         assert l >= 25, (h, l, lo, hi)
         assert 1.6 <= h / l <= 2.5, (h, l, window[:60])
     finally:
