@@ -180,7 +180,9 @@ static void cw__on_close(void* user, cw_grpc_call_t* call) {
 }
 
 static void cw__on_writable(void* user, cw_grpc_call_t* call) {
-  if (cw__kind(call) == CW_PROXY_CALL_HOST_BUFFER) cw_proxy_host_buffer_writable(user, call);
+  cw_proxy_call_kind_t kind = cw__kind(call);
+  if (kind == CW_PROXY_CALL_HOST_BUFFER) cw_proxy_host_buffer_writable(user, call);
+  if (kind == CW_PROXY_CALL_SESSION) cw_proxy_session_writable(cw_grpc_call_user(call));
 }
 
 static const cw_grpc_handlers_t cw__handlers = {cw__on_start, cw__on_message, cw__on_half_close,

@@ -567,12 +567,15 @@ static void cw__store_data(cw_proxy_t* p, cw_grpc_call_t* call, cw__hb_call_t* c
   if (s) {
     pthread_mutex_lock(&s->mu);
     hb = cw_proxy_table_get(&s->host_buffers, c->handle);
+    // Checked under the lock: another's buffer under a reused handle (a
+    // download's) may be taken and freed by the session thread at any time.
+    if (hb && (hb->complete || hb->filler != c)) hb = NULL;
     pthread_mutex_unlock(&s->mu);
   }
   cw_status_t st = cw_ok_status();
   if (!r) {
     st = cw_make_status(CW_INVALID_ARGUMENT, "HostBufferStore: a request does not decode");
-  } else if (!hb || hb->complete || hb->filler != c) {
+  } else if (!hb) {
     st = cw_make_status(CW_NOT_FOUND, "HostBufferStore: host buffer %llu is gone",
                         (unsigned long long)c->handle);
   } else if (r->data.len > hb->declared - hb->len) {

@@ -102,6 +102,11 @@ typedef struct cw_proxy_session_s {
   bool gone;         // the stream closed: stop now
   bool exited;       // the thread is done; join it
   size_t handled;    // request bytes handled, not yet credited to the stream
+  // Responses not yet taken by the transport: in `responses`, and queued on
+  // the call (as the loop thread last saw it). The thread takes no request
+  // while they pass CW_PROXY_SESSION_AHEAD (a client that stops reading).
+  size_t responses_bytes;
+  size_t call_queued;
   cw_proxy_table_t host_buffers;  // handle -> cw_proxy_host_buffer_t
   pthread_cond_t host_buffer_cv;  // one was completed or removed
   // The session thread's own.
@@ -158,6 +163,9 @@ CW_MUST_USE cw_status_t cw_proxy_session_push(cw_proxy_session_t* s, const uint8
                                               size_t len);
 // Loop thread: no more requests (half) or stop now (!half).
 void cw_proxy_session_end(cw_proxy_session_t* s, bool half);
+// Loop thread: the session's call took some of its queued responses.
+void cw_proxy_session_writable(cw_proxy_session_t* s);
+#define CW_PROXY_SESSION_AHEAD (4u << 20)
 // Loop thread: writes queued responses; true when the thread has exited
 // (then joined: the session may be freed).
 bool cw_proxy_session_drain(cw_proxy_session_t* s);

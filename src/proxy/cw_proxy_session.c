@@ -122,6 +122,7 @@ void cw_proxy_session_respond(cw_proxy_session_t* s, CwIfrt__IfrtResponse* resp)
   it->len = cw_ifrt__ifrt_response__pack(resp, it->data);
   pthread_mutex_lock(&s->mu);
   cw__push(&s->responses, it);
+  s->responses_bytes += it->len;
   s->handled += s->handling;  // the request's bytes may come again
   s->handling = 0;
   pthread_mutex_unlock(&s->mu);
@@ -221,7 +222,10 @@ static void* cw__main(void* arg) {
   cw__client_create(s);
   for (;;) {
     pthread_mutex_lock(&s->mu);
-    while (!s->requests.head && !s->half_closed && !s->gone) pthread_cond_wait(&s->cv, &s->mu);
+    while (!s->gone && ((!s->requests.head && !s->half_closed) ||
+                        s->responses_bytes + s->call_queued > CW_PROXY_SESSION_AHEAD)) {
+      pthread_cond_wait(&s->cv, &s->mu);
+    }
     cw_proxy_item_t* it = s->gone ? NULL : cw__pop(&s->requests);
     pthread_mutex_unlock(&s->mu);
     if (!it) break;
@@ -282,11 +286,24 @@ void cw_proxy_session_end(cw_proxy_session_t* s, bool half) {
   pthread_mutex_unlock(&s->mu);
 }
 
+void cw_proxy_session_writable(cw_proxy_session_t* s) {
+  if (!s->thread_started) return;
+  size_t q = s->call && cw_grpc_call_open(s->call) ? cw_grpc_call_queued(s->call) : 0;
+  pthread_mutex_lock(&s->mu);
+  bool was_held = s->responses_bytes + s->call_queued > CW_PROXY_SESSION_AHEAD;
+  s->call_queued = q;
+  if (was_held) pthread_cond_signal(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  // Told again once the transport has taken enough.
+  if (q > CW_PROXY_SESSION_AHEAD / 2) cw_grpc_call_when_writable(s->call, CW_PROXY_SESSION_AHEAD / 2);
+}
+
 bool cw_proxy_session_drain(cw_proxy_session_t* s) {
   if (!s->thread_started) return true;
   pthread_mutex_lock(&s->mu);
   cw_proxy_queue_t out = s->responses;
   s->responses = (cw_proxy_queue_t){0};
+  s->responses_bytes = 0;
   bool exited = s->exited;
   size_t handled = s->handled;
   s->handled = 0;
@@ -308,6 +325,7 @@ bool cw_proxy_session_drain(cw_proxy_session_t* s) {
     }
     free(it);
   }
+  cw_proxy_session_writable(s);
   if (!exited) return false;
   pthread_join(s->thread, NULL);
   s->thread_started = false;
