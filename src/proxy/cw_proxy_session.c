@@ -288,14 +288,17 @@ void cw_proxy_session_end(cw_proxy_session_t* s, bool half) {
 
 void cw_proxy_session_writable(cw_proxy_session_t* s) {
   if (!s->thread_started) return;
-  size_t q = s->call && cw_grpc_call_open(s->call) ? cw_grpc_call_queued(s->call) : 0;
+  bool open = s->call && cw_grpc_call_open(s->call);
+  size_t q = open ? cw_grpc_call_queued(s->call) : 0;
   pthread_mutex_lock(&s->mu);
-  bool was_held = s->responses_bytes + s->call_queued > CW_PROXY_SESSION_AHEAD;
   s->call_queued = q;
-  if (was_held) pthread_cond_signal(&s->cv);
+  bool held = s->responses_bytes + q > CW_PROXY_SESSION_AHEAD;
+  // Always: the thread may have waited on an older, larger figure (every
+  // response it queues brings a drain, and so this, after it).
+  pthread_cond_signal(&s->cv);
   pthread_mutex_unlock(&s->mu);
-  // Told again once the transport has taken enough.
-  if (q > CW_PROXY_SESSION_AHEAD / 2) cw_grpc_call_when_writable(s->call, CW_PROXY_SESSION_AHEAD / 2);
+  // Still held: told again once the transport has taken enough.
+  if (held && open) cw_grpc_call_when_writable(s->call, CW_PROXY_SESSION_AHEAD / 2);
 }
 
 bool cw_proxy_session_drain(cw_proxy_session_t* s) {
