@@ -26,7 +26,7 @@
 
 static void cw__compile_free(cw_ctl_compile_t* cp) {
   cw_net_conn_release(cp->client);
-  if (cp->session) {
+  if (cp->counted) {
     assert(cp->session->compiling > 0);
     cp->session->compiling--;
   }
@@ -292,6 +292,7 @@ static cw_status_t cw__compile_place(cw_controller_t* ctl, cw_ctl_session_t* s,
   } else {
     info->num_assigned = 0;
   }
+  bool had_assignment = info->num_assigned > 0;
   if (info->num_assigned == 0) {
     // No assignment: one device, the session's first (or the first live worker's).
     info->num_assigned = 1;
@@ -374,6 +375,9 @@ static cw_status_t cw__compile_place(cw_controller_t* ctl, cw_ctl_session_t* s,
   for (size_t i = 0; i < info->num_assigned; ++i) {
     if (info->assigned[i] + 1 > size) size = info->assigned[i] + 1;
   }
+  // Options without an assignment (the default device was put in above)
+  // have no ids to map, but are checked against every id the session has.
+  int64_t check_size = had_assignment ? size : total;
   int64_t* map = calloc((size_t)size, sizeof(int64_t));
   if (!cp->devices || !map) {
     free(map);
@@ -388,7 +392,7 @@ static cw_status_t cw__compile_place(cw_controller_t* ctl, cw_ctl_session_t* s,
   }
   if (r->compile_options.len) {
     st = cw_xla_options_rewrite_devices(r->compile_options.data, r->compile_options.len, map,
-                                        (size_t)size, &cp->options, &cp->options_size);
+                                        (size_t)check_size, &cp->options, &cp->options_size);
   }
   free(map);
   free(info);
@@ -487,7 +491,8 @@ void cw_ctl_handle_compile(cw_net_conn_t* conn, const cw_frame_header_t* h,
     cp->request_id = h->request_id;
     cp->session = s;
     cw_ctl_session_retain(s);
-    s->compiling++;
+    s->compiling++;  // a client's compile (an island's parts are its own)
+    cp->counted = true;
     cp->exe_id = r->exe_id;
     cp->start_ms = cw_time_now_ms();
     st = cw__compile_place(ctl, s, r, cp);

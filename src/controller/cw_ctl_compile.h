@@ -24,6 +24,7 @@ typedef struct cw_ctl_compile_s {
   int32_t* devices;  // global ids in the executable's device order
   size_t num_devices;
   bool cache_hit;
+  bool counted;  // in its session's `compiling` (a client's COMPILE, not an island's part)
   int64_t start_ms;
   Causeway__V1__CompileReply* load_reply;  // owned, from LOAD
   struct cw_ctl_gang_compile_s* gang;      // a part of an island's compile; NULL: alone

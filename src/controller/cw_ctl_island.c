@@ -342,7 +342,6 @@ void cw_ctl_island_compile(cw_ctl_compile_t* cp, uint32_t* parts, uint32_t* part
     part->request_id = cp->request_id;
     part->session = cp->session;
     cw_ctl_session_retain(cp->session);
-    cp->session->compiling++;  // freed as any compile record is
     part->exe_id = cp->exe_id;
     part->exe_serial = cp->exe_serial;
     part->worker = parts[i];

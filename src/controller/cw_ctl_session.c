@@ -358,7 +358,7 @@ void cw_ctl_handle_open_session(cw_net_conn_t* conn, const cw_frame_header_t* h,
   }
   // One wait per session: each holds its request and is checked every tick.
   for (cw_ctl_open_wait_t* o = ctl->open_waits; o; o = o->next) {
-    if (o->peer != p) continue;
+    if (o->peer->session != p->session) continue;
     cw_ctl_reply_error(ctl, p->conn, h->type, h->request_id,
                        cw_make_status(CW_FAILED_PRECONDITION, "OPEN_SESSION: session %" PRIu64
                                       " already waits for workers (request %" PRIu64 ")",
