@@ -348,15 +348,41 @@ void cw_store_remove_session(cw_store_t* s, uint64_t session) {
   }
   // Detached entries of the session still pending will not be filled now (or
   // their fill no longer matters): fail them so their holders finish and
-  // release them. Waiters may change the list: rescan after each.
+  // release them. Waiters may change the list: keys first, each looked up
+  // again (by the index), then a rescan for any the waiters added.
   for (;;) {
-    cw_store_entry_t* victim = NULL;
-    for (cw_store_entry_t* e = s->detached; e && !victim; e = e->detached_next) {
-      if (e->state == CW_STORE_PENDING && (session == 0 || e->session == session)) victim = e;
+    size_t m = 0;
+    for (cw_store_entry_t* e = s->detached; e; e = e->detached_next) {
+      if (e->state == CW_STORE_PENDING && (session == 0 || e->session == session)) m++;
     }
-    if (!victim) break;
-    cw_store_set_error(s, victim, cw_make_status(CW_CANCELLED, "object %llu: its session closed",
-                                                 (unsigned long long)victim->id));
+    if (!m) break;
+    cw__key_t* pending = malloc(m * sizeof(*pending));
+    size_t k = 0;
+    for (cw_store_entry_t* e = s->detached; pending && e && k < m; e = e->detached_next) {
+      if (e->state == CW_STORE_PENDING && (session == 0 || e->session == session)) {
+        pending[k++] = (cw__key_t){e->session, e->id, e->serial};
+      }
+    }
+    for (size_t i = 0; i < k; ++i) {
+      cw_store_entry_t* e = NULL;
+      for (cw_store_entry_t* x = *cw__dbucket(s, pending[i].session, pending[i].id); x && !e;
+           x = x->dhnext) {
+        if (x->serial == pending[i].serial) e = x;
+      }
+      if (e && e->state == CW_STORE_PENDING) {
+        cw_store_set_error(s, e, cw_make_status(CW_CANCELLED, "object %llu: its session closed",
+                                                (unsigned long long)e->id));
+      }
+    }
+    if (!pending) {  // out of memory: one at a time
+      cw_store_entry_t* victim = NULL;
+      for (cw_store_entry_t* e = s->detached; e && !victim; e = e->detached_next) {
+        if (e->state == CW_STORE_PENDING && (session == 0 || e->session == session)) victim = e;
+      }
+      cw_store_set_error(s, victim, cw_make_status(CW_CANCELLED, "object %llu: its session "
+                                                   "closed", (unsigned long long)victim->id));
+    }
+    free(pending);
   }
 }
 
