@@ -78,7 +78,7 @@ static void cw__handle_stats(cw_net_conn_t* conn, const cw_frame_header_t* h,
   Causeway__V1__Stats st = CAUSEWAY__V1__STATS__INIT;
   for (cw_ctl_session_t* s = ctl->sessions; s; s = s->next) {
     st.sessions++;
-    for (cw_ctl_exe_t* e = s->exes; e; e = e->next) st.executables++;
+    st.executables += s->num_exes;
   }
   st.launches = ctl->launches_relayed;
   st.connections = ctl->net.inbound_connections;

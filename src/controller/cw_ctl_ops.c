@@ -539,7 +539,7 @@ static void cw__reply_status(cw_controller_t* ctl, cw_ctl_gather_t* g) {
     a->n_devices = s->ops->num_devices;
     a->paused = s->ops->paused;
     a->clients = (uint32_t)s->clients;
-    for (cw_ctl_exe_t* e = s->exes; e; e = e->next) a->executables++;
+    a->executables = (uint32_t)s->num_exes;
     sp[k++] = a;
   }
   // Each worker's numbers per session, added to the session's row: one pass
