@@ -306,8 +306,7 @@ static size_t* cw__exe_first_index(const Causeway__V1__SessionResumeRequest* r) 
 
 static size_t cw__set_exes(cw_controller_t* ctl, cw_ctl_session_t* s,
                            const Causeway__V1__SessionResumeRequest* r) {
-  size_t known = 0, left_out = 0, num_had = 0;
-  for (cw_ctl_exe_t* e = s->exes; e; e = e->next) num_had++;
+  size_t known = 0, left_out = 0, num_had = s->num_exes;
   int64_t* ids = malloc(CW_XLA_MAX_ASSIGNED_DEVICES * sizeof(*ids));
   uint64_t* had = malloc((num_had ? num_had : 1) * sizeof(*had));
   size_t* first_of = cw__exe_first_index(r);

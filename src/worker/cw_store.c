@@ -364,11 +364,8 @@ void cw_store_remove_session(cw_store_t* s, uint64_t session) {
       }
     }
     for (size_t i = 0; i < k; ++i) {
-      cw_store_entry_t* e = NULL;
-      for (cw_store_entry_t* x = *cw__dbucket(s, pending[i].session, pending[i].id); x && !e;
-           x = x->dhnext) {
-        if (x->serial == pending[i].serial) e = x;
-      }
+      cw_store_entry_t* e =
+          cw_store_lookup_serial(s, pending[i].session, pending[i].id, pending[i].serial);
       if (e && e->state == CW_STORE_PENDING) {
         cw_store_set_error(s, e, cw_make_status(CW_CANCELLED, "object %llu: its session closed",
                                                 (unsigned long long)e->id));
