@@ -94,6 +94,10 @@ typedef struct cw_store_entry_s {
   struct cw_store_entry_s* detached_prev;
   struct cw_store_entry_s* detached_next;
   struct cw_store_entry_s* dhnext;  // its chain in the store's index of detached entries
+  // In the table (counted by cw_store_stats), on its session's list.
+  bool in_table;
+  struct cw_store_entry_s* snext;
+  struct cw_store_entry_s* sprev;
 } cw_store_entry_t;
 
 typedef struct cw_store_s cw_store_t;
@@ -121,6 +125,9 @@ CW_MUST_USE cw_status_t cw_store_find(cw_store_t* store, uint64_t session, uint6
 // Waiters re-look their entries up; they may change the store.
 CW_MUST_USE cw_status_t cw_store_add_waiter(cw_store_t* store, cw_store_entry_t* entry,
                                             cw_store_waiter_fn fn, void* user);
+// Sets a buffer's dense size; counted by cw_store_stats while the entry is in
+// the table (so set it here, not in the entry).
+void cw_store_set_bytes(cw_store_t* store, cw_store_entry_t* entry, uint64_t bytes);
 // Pending -> ready with `handle` (taken), then runs waiters.
 void cw_store_set_ready(cw_store_t* store, cw_store_entry_t* entry, void* handle);
 // -> error (takes `status`); releases any handle, then runs waiters.
@@ -152,10 +159,11 @@ typedef struct cw_store_stats_s {
   uint64_t buffer_bytes;
   uint64_t executables;
 } cw_store_stats_t;
-// Counts entries (all sessions when session is 0).
+// The entries in the table (all sessions when session is 0): buffers not in
+// error and their bytes, executables. Kept as entries change, so O(1).
 void cw_store_stats(const cw_store_t* store, uint64_t session, cw_store_stats_t* out_stats);
-// Counts every entry into *out_all and those of session keys[i] into
-// out_sessions[i] (n of them, caller storage), in one pass over the table.
+// All of them into *out_all and those of session keys[i] into
+// out_sessions[i] (n of them, caller storage); O(n).
 void cw_store_stats_sessions(const cw_store_t* store, const uint64_t* keys, size_t n,
                              cw_store_stats_t* out_all, cw_store_stats_t* out_sessions);
 size_t cw_store_size(const cw_store_t* store);

@@ -97,7 +97,7 @@ static void test_growth_and_sessions(void** state) {
   for (uint64_t i = 1; i <= 5000; ++i) {
     cw_store_entry_t* e = NULL;
     assert_null(cw_store_insert(s, 1 + (i % 3), i, CW_STORE_BUFFER, &e));
-    e->bytes = 4;
+    cw_store_set_bytes(s, e, 4);
     cw_store_set_ready(s, e, &handle);
   }
   // Delete and re-insert to exercise tombstones.
@@ -121,9 +121,9 @@ static void test_growth_and_sessions(void** state) {
   assert_int_equal(g_released, 5000);
 }
 
-// Every session's counts in one pass equal counting each session alone,
-// with the keys indexed (more than 4), repeated, or absent from the store.
-static void test_stats_of_many_sessions_in_one_pass(void** state) {
+// Many sessions' counts at once equal counting each session here, with keys
+// repeated or absent from the store.
+static void test_stats_of_many_sessions(void** state) {
   (void)state;
   cw_store_t* s = make_store();
   static int handle;
@@ -135,7 +135,7 @@ static void test_stats_of_many_sessions_in_one_pass(void** state) {
     bool exe = i % 7 == 0, failed = i % 13 == 0;
     cw_store_entry_t* e = NULL;
     assert_null(cw_store_insert(s, key, i, exe ? CW_STORE_EXECUTABLE : CW_STORE_BUFFER, &e));
-    e->bytes = i;
+    cw_store_set_bytes(s, e, i);
     if (failed) cw_store_set_error(s, e, cw_make_status(CW_INTERNAL, "failed"));
     else cw_store_set_ready(s, e, &handle);
     cw_store_stats_t* w[2] = {&want[key], &total};
@@ -150,7 +150,7 @@ static void test_stats_of_many_sessions_in_one_pass(void** state) {
   }
   const uint64_t keys[] = {3, 1, 11, 5, 99, 2, 7, 3, 12, 4, 6, 8, 9, 10};
   enum { N = sizeof(keys) / sizeof(keys[0]) };
-  const size_t counts[] = {0, 2, N};  // none, a linear search (2 keys), indexed (14)
+  const size_t counts[] = {0, 2, N};
   for (size_t c = 0; c < 3; ++c) {
     size_t n = counts[c];
     cw_store_stats_t all, per[N];
@@ -160,6 +160,99 @@ static void test_stats_of_many_sessions_in_one_pass(void** state) {
       cw_store_stats_t none = {0, 0, 0};
       assert_memory_equal(&per[k], keys[k] <= 12 ? &want[keys[k]] : &none, sizeof(none));
     }
+  }
+  cw_store_release(s);
+}
+
+// The counts are kept as entries change (STATS reads them each second
+// without a pass over the table): after every step of a random mix of
+// inserts, sizes, ready, errors, removals held or not, releases and session
+// removals, they equal a model counted here.
+static void test_stats_follow_every_change(void** state) {
+  (void)state;
+  cw_store_t* s = make_store();
+  static int handle;
+  enum { SESSIONS = 5, IDS = 40, STEPS = 20000 };
+  typedef struct {
+    cw_store_entry_t* e;  // in the table
+    cw_store_entry_t* held;  // retained here (maybe detached)
+  } slot_t;
+  static slot_t model[SESSIONS + 1][IDS + 1];
+  memset(model, 0, sizeof(model));
+  uint64_t rng = 0x2545F4914F6CDD1Dull;
+  for (int step = 0; step < STEPS; ++step) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    uint64_t key = 1 + rng % SESSIONS, id = 1 + (rng >> 8) % IDS;
+    slot_t* m = &model[key][id];
+    switch ((rng >> 20) % 8) {
+      case 0:
+      case 1:
+        if (!m->e) {
+          cw_store_kind_t kind = (rng >> 30) % 4 ? CW_STORE_BUFFER : CW_STORE_EXECUTABLE;
+          assert_null(cw_store_insert(s, key, id, kind, &m->e));
+        }
+        break;
+      case 2:
+        if (m->e) cw_store_set_bytes(s, m->e, (rng >> 32) % 5000);
+        break;
+      case 3:
+        if (m->e && m->e->state == CW_STORE_PENDING) cw_store_set_ready(s, m->e, &handle);
+        break;
+      case 4:
+        if (m->e && m->e->state == CW_STORE_PENDING) {
+          cw_store_set_error(s, m->e, cw_make_status(CW_INTERNAL, "failed"));
+        } else if (m->held && m->held->state == CW_STORE_PENDING) {
+          cw_store_set_error(s, m->held, cw_make_status(CW_INTERNAL, "failed detached"));
+        }
+        break;
+      case 5:
+        if (m->e && !m->held && (rng >> 40) % 2) {
+          m->held = m->e;
+          cw_store_entry_retain(m->held);
+        }
+        if (m->e) cw_store_remove(s, m->e);
+        m->e = NULL;
+        break;
+      case 6:
+        cw_store_entry_release(s, m->held);
+        m->held = NULL;
+        break;
+      default:
+        if ((rng >> 44) % 16 == 0) {
+          cw_store_remove_session(s, key);
+          for (uint64_t i = 1; i <= IDS; ++i) model[key][i].e = NULL;
+        }
+        break;
+    }
+    cw_store_stats_t want[SESSIONS + 1], total;
+    memset(want, 0, sizeof(want));
+    memset(&total, 0, sizeof(total));
+    for (uint64_t k = 1; k <= SESSIONS; ++k) {
+      for (uint64_t i = 1; i <= IDS; ++i) {
+        const cw_store_entry_t* e = model[k][i].e;
+        if (!e) continue;
+        assert_ptr_equal(cw_store_lookup(s, k, i), e);
+        cw_store_stats_t* w[2] = {&want[k], &total};
+        for (int j = 0; j < 2; ++j) {
+          if (e->kind == CW_STORE_EXECUTABLE) {
+            w[j]->executables++;
+          } else if (e->state != CW_STORE_ERROR) {
+            w[j]->buffers++;
+            w[j]->buffer_bytes += e->bytes;
+          }
+        }
+      }
+    }
+    cw_store_stats_t got;
+    cw_store_stats(s, 0, &got);
+    assert_memory_equal(&got, &total, sizeof(got));
+    for (uint64_t k = 1; k <= SESSIONS; ++k) {
+      cw_store_stats(s, k, &got);
+      assert_memory_equal(&got, &want[k], sizeof(got));
+    }
+  }
+  for (uint64_t k = 1; k <= SESSIONS; ++k) {
+    for (uint64_t i = 1; i <= IDS; ++i) cw_store_entry_release(s, model[k][i].held);
   }
   cw_store_release(s);
 }
@@ -303,7 +396,8 @@ int main(void) {
       cmocka_unit_test(test_insert_lookup),
       cmocka_unit_test(test_waiters),
       cmocka_unit_test(test_growth_and_sessions),
-      cmocka_unit_test(test_stats_of_many_sessions_in_one_pass),
+      cmocka_unit_test(test_stats_of_many_sessions),
+      cmocka_unit_test(test_stats_follow_every_change),
       cmocka_unit_test(test_references),
       cmocka_unit_test(test_charges),
   };

@@ -286,7 +286,7 @@ static void cw__launch_attach_outputs(cw_worker_t* w, cw_launch_t* l, PJRT_Buffe
       size_t rank = 0;
       cw_status_t ist = b ? cw_pjrt_buffer_info(w->pjrt, b, &dtype, &dims, &rank, &device)
                           : cw_make_status(CW_INTERNAL, "the plugin returned no output buffer");
-      if (!ist) ist = cw_worker_entry_set_array(e, dtype, dims, rank, device);
+      if (!ist) ist = cw_worker_entry_set_array(w, e, dtype, dims, rank, device);
       free(dims);
       if (ist) {
         cw_pjrt_buffer_destroy(w->pjrt, b);

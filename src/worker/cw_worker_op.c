@@ -166,8 +166,8 @@ cw_status_t cw_worker_op_copy_dims(cw_op_t* op, const int64_t* dims, size_t rank
   return cw_ok_status();
 }
 
-cw_status_t cw_worker_entry_set_array(cw_store_entry_t* e, int dtype, const int64_t* dims,
-                                      size_t rank, int device) {
+cw_status_t cw_worker_entry_set_array(cw_worker_t* w, cw_store_entry_t* e, int dtype,
+                                      const int64_t* dims, size_t rank, int device) {
   int64_t* copy = malloc((rank ? rank : 1) * sizeof(int64_t));
   if (!copy) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   if (rank) memcpy(copy, dims, rank * sizeof(int64_t));
@@ -183,7 +183,7 @@ cw_status_t cw_worker_entry_set_array(cw_store_entry_t* e, int dtype, const int6
   e->rank = rank;
   e->dtype = dtype;
   e->device = device;
-  e->bytes = bytes;
+  cw_store_set_bytes(w->store, e, bytes);
   return cw_ok_status();
 }
 

@@ -114,8 +114,9 @@ void* cw_worker_staging_alloc(cw_worker_t* w, uint64_t size);
 void cw_worker_staging_free(cw_worker_t* w, void* p, uint64_t size);
 
 // Records a buffer's metadata on its entry (dims copied).
-CW_MUST_USE cw_status_t cw_worker_entry_set_array(cw_store_entry_t* e, int dtype,
-                                                  const int64_t* dims, size_t rank, int device);
+CW_MUST_USE cw_status_t cw_worker_entry_set_array(cw_worker_t* w, cw_store_entry_t* e,
+                                                  int dtype, const int64_t* dims, size_t rank,
+                                                  int device);
 // INVALID_ARGUMENT unless `device` is one of this worker's.
 CW_MUST_USE cw_status_t cw_worker_check_device(cw_worker_t* w, int device);
 

@@ -155,10 +155,8 @@ typedef struct cw__stats_scratch_s {
   Causeway__V1__AdminSessionStats** ptrs;
 } cw__stats_scratch_t;
 
-// per[k]: the store's counts of the k-th session of w->sessions (NULL: count
-// each here).
 static void cw__fill_ops_stats(cw_worker_t* w, Causeway__V1__Stats* st,
-                               cw__stats_scratch_t* scratch, const cw_store_stats_t* per) {
+                               cw__stats_scratch_t* scratch) {
   scratch->items = NULL;
   scratch->ptrs = NULL;
   uint64_t held = 0, seq_held = 0;
@@ -175,8 +173,7 @@ static void cw__fill_ops_stats(cw_worker_t* w, Causeway__V1__Stats* st,
     if (s->paused) held += queued;
     if (!scratch->items || !scratch->ptrs) continue;  // out of memory: totals only
     cw_store_stats_t ss;
-    if (per) ss = per[k];
-    else cw_store_stats(w->store, s->key, &ss);
+    cw_store_stats(w->store, s->key, &ss);
     Causeway__V1__AdminSessionStats* it = &scratch->items[k];
     causeway__v1__admin_session_stats__init(it);
     it->session_id = s->id;
@@ -211,27 +208,10 @@ void cw_worker_handle_stats(cw_net_conn_t* nc, const cw_frame_header_t* h,
   cw_conn_t* c = cw_net_conn_user(nc);
   cw_worker_t* w = c->w;
   Causeway__V1__Stats st = CAUSEWAY__V1__STATS__INIT;
-  // Every session's counts in one pass over the store.
-  size_t n = 0;
-  for (cw_session_t* s = w->sessions; s; s = s->next) n++;
-  uint64_t* keys = calloc(n + 1, sizeof(*keys));
-  cw_store_stats_t* per = calloc(n + 1, sizeof(*per));
-  if (!keys || !per) {
-    free(per);
-    per = NULL;
-  }
-  size_t k = 0;
-  for (cw_session_t* s = w->sessions; s && per; s = s->next) keys[k++] = s->key;
   cw_store_stats_t all, mine;
-  cw_store_stats_sessions(w->store, keys, per ? n : 0, &all, per);
-  memset(&mine, 0, sizeof(mine));
-  bool found = false;
-  k = 0;
-  for (cw_session_t* s = w->sessions; s && per && c->session; s = s->next, ++k) {
-    if (s == c->session) mine = per[k], found = true;
-  }
-  if (!found && c->session) cw_store_stats(w->store, c->session->key, &mine);
-  free(keys);
+  cw_store_stats(w->store, 0, &all);
+  if (c->session) cw_store_stats(w->store, c->session->key, &mine);
+  else memset(&mine, 0, sizeof(mine));
   st.buffers = all.buffers;
   st.buffer_bytes = all.buffer_bytes;
   st.executables = all.executables;
@@ -250,8 +230,7 @@ void cw_worker_handle_stats(cw_net_conn_t* nc, const cw_frame_header_t* h,
   st.session_buffers = mine.buffers;
   cw_worker_mem_stats(w, &st);
   cw__stats_scratch_t scratch;
-  cw__fill_ops_stats(w, &st, &scratch, per);
-  free(per);
+  cw__fill_ops_stats(w, &st, &scratch);
   Causeway__V1__PeerStats* peers = NULL;
   Causeway__V1__PeerStats** peer_ptrs = NULL;
   cw_worker_conn_peer_stats(w, &st, &peers, &peer_ptrs);

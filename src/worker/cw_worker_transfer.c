@@ -303,7 +303,7 @@ static void cw__transfer_whole(cw_op_t* op, cw_store_entry_t* e) {
   PJRT_Event* done = NULL;
   cw_status_t st = cw_pjrt_upload(w->pjrt, op->staging, op->dtype, op->dims, op->rank, strides,
                                   nstrides, op->device, op->memory, true, &buffer, &done);
-  if (!st) st = cw_worker_entry_set_array(e, op->dtype, op->dims, op->rank, op->device);
+  if (!st) st = cw_worker_entry_set_array(w, e, op->dtype, op->dims, op->rank, op->device);
   // The staging memory lives until PJRT is done with it (zero-copy: until
   // the buffer is destroyed).
   cw__staging_hold_t* hold = st ? NULL : malloc(sizeof(*hold));
@@ -910,7 +910,7 @@ static void cw__copy_cont(cw_op_t* op, cw_store_entry_t* src) {
   PJRT_Buffer* out = NULL;
   if (!st) st = cw_pjrt_copy(w->pjrt, (PJRT_Buffer*)src->handle, op->dst_device, op->memory,
                                    &out);
-  if (!st) st = cw_worker_entry_set_array(dst, src->dtype, src->dims, src->rank, op->dst_device);
+  if (!st) st = cw_worker_entry_set_array(w, dst, src->dtype, src->dims, src->rank, op->dst_device);
   PJRT_Event* ev = NULL;
   if (!st) st = cw_pjrt_ready_event(w->pjrt, out, &ev);
   if (st) {
