@@ -176,6 +176,7 @@ void cw_controller_stop(cw_controller_t* ctl) {
   cw_ctl_disk_stop(ctl);
   cw_ctl_health_stop(ctl);
   cw_ctl_ops_stop(ctl);
+  cw_ctl_compile_stop(ctl);  // those queued; closing the links fails those sent
   for (size_t i = 0; i < ctl->num_workers; ++i) cw_ctl_link_drop(&ctl->workers[i]->private_conn);
   while (ctl->sessions) cw_ctl_session_close(ctl->sessions);
   // Closing every connection fails what is pending on it.

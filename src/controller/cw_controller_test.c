@@ -13,8 +13,9 @@
 // worker fails its pending relayed launch with UNAVAILABLE naming it and
 // sends an EVENT; a client's disconnect frees its session on the workers;
 // --watch-fd makes both daemons exit 0; launches past the island's cap on
-// outstanding ones are counted in ADMIN_STATUS's island queue; SIGTERM exits
-// 0 (ASan: no leaks).
+// outstanding ones are counted in ADMIN_STATUS's island queue; a session that
+// sends 40 distinct COMPILEs and leaves has most of them dropped unsent, and
+// compiles go on for others; SIGTERM exits 0 (ASan: no leaks).
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -356,6 +357,84 @@ static void test_compile_on_island_and_cache(void** state) {
   free(opts.data);
 }
 
+// The controller sends a worker 8 COMPILEs at a time (CW_CTL_WORKER_COMPILES
+// in cw_ctl_compile.h) and keeps the rest. A session that sends 40 distinct
+// programs and leaves at once has those still kept dropped unsent; before,
+// all 40 went to the worker, which compiled each for nobody. Compiles go on
+// for the sessions still there.
+static void on_compile_done(void* user, cw_status_t status, const ProtobufCMessage* reply) {
+  (void)user;
+  (void)reply;
+  cw_status_free(status);
+}
+
+// A COMPILE of the case's program with `tag` as a comment at its end, in
+// `code` (room for the program and 64 bytes): distinct programs, so no cache
+// hit and no shared compile.
+static void variant_request(Causeway__V1__CompileRequest* req, char* code, const char* tag,
+                            const blob_t* opts) {
+  memcpy(code, g.program.data, g.program.size);
+  int n = snprintf(code + g.program.size, 64, "\n// %s\n", tag);
+  causeway__v1__compile_request__init(req);
+  req->exe_id = new_id();
+  req->format = (char*)"mlir";
+  req->code.data = (uint8_t*)code;
+  req->code.len = g.program.size + (size_t)n;
+  req->compile_options.data = opts->data;
+  req->compile_options.len = opts->size;
+}
+
+static void test_compiles_of_a_leaving_session_dropped(void** state) {
+  enum { N = 40, AT_ONCE = 8 };
+  Causeway__V1__Stats* s0 = stats_of(g.client);
+  uint64_t sent0 = s0->compiles_sent, dropped0 = s0->compiles_dropped;
+  free_msg(s0);
+  blob_t opts;
+  options_for(0, &opts);  // worker A's devices
+  size_t room = g.program.size + 64;
+  char* code = malloc(room);
+  assert_non_null(code);
+  cw_client_t* leaver = NULL;
+  ASSERT_OK(connect_to(g.ctl_address, "leaver", 0, &leaver));
+  for (int i = 0; i < N; ++i) {
+    char tag[48];
+    snprintf(tag, sizeof(tag), "variant %d of a leaving session", i);
+    Causeway__V1__CompileRequest req;
+    variant_request(&req, code, tag, &opts);
+    ASSERT_OK(cw_client_send(leaver, CW_MSG_COMPILE, &req.base, NULL, 0, NULL, on_compile_done,
+                             NULL, NULL));
+  }
+  cw_client_release(leaver);  // its session closes
+  Causeway__V1__Stats* s = NULL;
+  for (int i = 0; i < 200; ++i) {
+    free_msg(s);
+    s = stats_of(g.client);
+    if (s->compiles_queued == 0 && s->compiles_dropped > dropped0) break;
+    cw_test_sleep_ms(50);
+  }
+  uint64_t sent = s->compiles_sent - sent0, dropped = s->compiles_dropped - dropped0;
+  fprintf(stderr, "  leaving session: %d COMPILEs, %llu sent to the worker, %llu dropped\n", N,
+          (unsigned long long)sent, (unsigned long long)dropped);
+  assert_int_equal(s->compiles_queued, 0);
+  assert_int_equal(sent + dropped, N);
+  // The session closed long before its first 8 compiled; a busy machine may
+  // finish a few first, and each frees a place for another.
+  assert_true(sent >= AT_ONCE && sent <= 2 * AT_ONCE);
+  free_msg(s);
+
+  // Others still compile: a program of their own, compiled by the worker.
+  Causeway__V1__CompileRequest req;
+  variant_request(&req, code, "after the leaving session", &opts);
+  Causeway__V1__CompileReply* rep = NULL;
+  ASSERT_OK(cw_client_call(g.client, CW_MSG_COMPILE, &req.base, NULL, 0, NULL,
+                           (ProtobufCMessage**)&rep, NULL));
+  assert_false(rep->info->cache_hit);
+  assert_int_equal(rep->info->worker_index, 0);
+  free_msg(rep);
+  free(code);
+  free(opts.data);
+}
+
 static void test_spanning_islands_refused(void** state) {
   blob_t opts;
   options_for(2, &opts);  // devices 2,3 on A and 4,5 on B
@@ -692,6 +771,7 @@ int main(void) {
       cmocka_unit_test(test_open_session),
       cmocka_unit_test(test_compile_on_island_and_cache),
       cmocka_unit_test(test_spanning_islands_refused),
+      cmocka_unit_test(test_compiles_of_a_leaving_session_dropped),
       cmocka_unit_test(test_launch_relay_with_seq),
       cmocka_unit_test(test_worker_loss),
       cmocka_unit_test(test_disconnect_frees_session),

@@ -183,9 +183,110 @@ static void cw__compile_load(cw_ctl_compile_t* cp, cw_compile_cache_entry_t* ent
                       entry, cw__compile_loaded, cp);
 }
 
+// --- A worker's compiles: a few sent, the rest queued here -------------------
+//
+// A worker compiles a few programs at a time; COMPILEs sent beyond that only
+// wait in its memory. Queued here, those whose sessions have all closed are
+// dropped unsent: a client that sent compiles and left had kept the worker
+// compiling them (and both daemons holding the programs) for nothing.
+
+static void cw__queue_unlink(cw_ctl_worker_t* w, cw_ctl_inflight_t* f) {
+  cw_ctl_inflight_t* prev = NULL;
+  for (cw_ctl_inflight_t* x = w->compile_queue; x; prev = x, x = x->queue_next) {
+    if (x != f) continue;
+    if (prev) prev->queue_next = f->queue_next;
+    else w->compile_queue = f->queue_next;
+    if (w->compile_queue_tail == f) w->compile_queue_tail = prev;
+    break;
+  }
+  f->queue_next = NULL;
+  f->queued = false;
+}
+
+// Whether an open session still waits for `f`.
+static bool cw__wanted(const cw_ctl_inflight_t* f) {
+  for (const cw_ctl_compile_t* cp = f->waiters; cp; cp = cp->next) {
+    if (!cp->session->closed) return true;
+  }
+  return false;
+}
+
+static void cw__send_now(cw_ctl_inflight_t* f, const char* format, const uint8_t* code,
+                         size_t code_size, const uint8_t* options, size_t options_size);
+
+// Sends queued compiles while the worker has room; drops those no open
+// session waits for (all of them once the controller stops).
+static void cw__compile_pump(cw_controller_t* ctl, uint32_t worker) {
+  cw_ctl_worker_t* w = ctl->workers[worker];
+  if (w->compile_pumping) return;  // a finish below may come back here
+  w->compile_pumping = true;
+  while (w->compile_queue &&
+         (w->compiles_out < CW_CTL_WORKER_COMPILES || ctl->shutting_down)) {
+    cw_ctl_inflight_t* f = w->compile_queue;
+    cw__queue_unlink(w, f);
+    uint8_t* code = f->code;
+    uint8_t* options = f->options;
+    char* format = f->format;
+    f->code = f->options = NULL;
+    f->format = NULL;
+    if (ctl->shutting_down) {
+      cw_ctl_compile_inflight_finish(f, NULL, cw_make_status(CW_CANCELLED, "the controller is "
+                                                             "stopping"));
+    } else if (!cw__wanted(f)) {
+      ctl->compiles_dropped++;
+      cw_ctl_compile_inflight_finish(f, NULL, cw_make_status(CW_CANCELLED, "compile dropped "
+                                                             "unsent: its session closed"));
+    } else {
+      cw__send_now(f, format, code, f->code_size, options, f->options_size);
+    }
+    free(code);
+    free(options);
+    free(format);
+  }
+  w->compile_pumping = false;
+}
+
+// `f`'s COMPILE was answered (or failed): its place at the worker is free.
+static void cw__compile_returned(cw_ctl_inflight_t* f) {
+  if (!f->sent) return;
+  f->sent = false;
+  cw_ctl_worker_t* w = f->ctl->workers[f->worker];
+  assert(w->compiles_out > 0);
+  w->compiles_out--;
+}
+
+void cw_ctl_compile_prune(cw_controller_t* ctl) {
+  for (size_t i = 0; i < ctl->num_workers; ++i) {
+    cw_ctl_worker_t* w = ctl->workers[i];
+    if (w->compile_pumping) continue;  // the pump in progress checks each
+    // Each dropped one may fail waiters, whose sessions may then close:
+    // start over from the head after each.
+    for (bool again = true; again;) {
+      again = false;
+      for (cw_ctl_inflight_t* f = w->compile_queue; f; f = f->queue_next) {
+        if (cw__wanted(f)) continue;
+        cw__queue_unlink(w, f);
+        ctl->compiles_dropped++;
+        cw_ctl_compile_inflight_finish(f, NULL, cw_make_status(CW_CANCELLED, "compile dropped "
+                                                               "unsent: its session closed"));
+        again = true;
+        break;
+      }
+    }
+  }
+}
+
+void cw_ctl_compile_stop(cw_controller_t* ctl) {
+  for (size_t i = 0; i < ctl->num_workers; ++i) cw__compile_pump(ctl, (uint32_t)i);
+}
+
 void cw_ctl_compile_inflight_finish(cw_ctl_inflight_t* f, cw_compile_cache_entry_t* entry,
                          cw_status_t st) {
   cw_controller_t* ctl = f->ctl;
+  cw_ctl_worker_t* w = ctl->workers[f->worker];
+  if (f->queued) cw__queue_unlink(w, f);
+  bool was_sent = f->sent;
+  cw__compile_returned(f);
   cw_ctl_inflight_t** pp = &ctl->inflight;
   while (*pp && *pp != f) pp = &(*pp)->next;
   if (*pp) *pp = f->next;
@@ -198,8 +299,13 @@ void cw_ctl_compile_inflight_finish(cw_ctl_inflight_t* f, cw_compile_cache_entry
   }
   cw_status_free(st);
   cw_compile_cache_entry_release(entry);
+  uint32_t worker = f->worker;
+  free(f->code);
+  free(f->format);
+  free(f->options);
   free(f->key);
   free(f);
+  if (was_sent) cw__compile_pump(ctl, worker);
 }
 
 static void cw__inflight_serialized(void* user, cw_net_conn_t* conn, cw_status_t status,
@@ -239,21 +345,56 @@ static void cw__inflight_compiled(void* user, cw_net_conn_t* conn, cw_status_t s
                                   const ProtobufCMessage* reply, uint8_t* bulk,
                                   uint64_t bulk_len) {
   cw_ctl_inflight_t* f = user;
-  cw_ctl_worker_t* w = f->ctl->workers[f->worker];
+  cw_controller_t* ctl = f->ctl;
+  uint32_t worker = f->worker;
+  cw_ctl_worker_t* w = ctl->workers[worker];
   free(bulk);
+  cw__compile_returned(f);
   if (status) {
     // XLA's message, unchanged but for where it came from.
     cw_ctl_compile_inflight_finish(f, NULL, cw_ctl_worker_error(w, conn, status));
-    return;
+  } else {
+    Causeway__V1__SerializeRequest req = CAUSEWAY__V1__SERIALIZE_REQUEST__INIT;
+    req.exe_id = f->private_exe_id;
+    cw_net_conn_request(conn, CW_MSG_SERIALIZE, &req.base, NULL, 0, NULL, NULL,
+                        cw__inflight_serialized, f);
   }
-  Causeway__V1__SerializeRequest req = CAUSEWAY__V1__SERIALIZE_REQUEST__INIT;
-  req.exe_id = f->private_exe_id;
-  cw_net_conn_request(conn, CW_MSG_SERIALIZE, &req.base, NULL, 0, NULL, NULL,
-                      cw__inflight_serialized, f);
+  cw__compile_pump(ctl, worker);
+}
+
+static uint8_t* cw__copy(const void* p, size_t n) {
+  uint8_t* c = malloc(n ? n : 1);
+  if (c && n) memcpy(c, p, n);
+  return c;
 }
 
 void cw_ctl_compile_send(cw_ctl_inflight_t* f, const char* format, const uint8_t* code,
-                               size_t code_size, const uint8_t* options, size_t options_size) {
+                         size_t code_size, const uint8_t* options, size_t options_size) {
+  cw_controller_t* ctl = f->ctl;
+  cw_ctl_worker_t* w = ctl->workers[f->worker];
+  if (w->compiles_out < CW_CTL_WORKER_COMPILES && !w->compile_queue) {
+    cw__send_now(f, format, code, code_size, options, options_size);
+    return;
+  }
+  f->code = cw__copy(code, code_size);
+  f->format = (char*)cw__copy(format, strlen(format) + 1);
+  f->options = cw__copy(options, options_size);
+  if (!f->code || !f->format || !f->options) {
+    cw_ctl_compile_inflight_finish(f, NULL, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory "
+                                                           "queueing a compile"));
+    return;
+  }
+  f->code_size = code_size;
+  f->options_size = options_size;
+  f->queued = true;
+  f->queue_next = NULL;
+  if (w->compile_queue_tail) w->compile_queue_tail->queue_next = f;
+  else w->compile_queue = f;
+  w->compile_queue_tail = f;
+}
+
+static void cw__send_now(cw_ctl_inflight_t* f, const char* format, const uint8_t* code,
+                         size_t code_size, const uint8_t* options, size_t options_size) {
   cw_controller_t* ctl = f->ctl;
   cw_ctl_worker_t* w = ctl->workers[f->worker];
   if (!cw_ctl_private_link(ctl, w)) {
@@ -270,6 +411,8 @@ void cw_ctl_compile_send(cw_ctl_inflight_t* f, const char* format, const uint8_t
   req.code.len = code_size;
   req.compile_options.data = (uint8_t*)options;
   req.compile_options.len = options_size;
+  f->sent = true;
+  w->compiles_out++;
   cw_net_conn_request(w->private_conn, CW_MSG_COMPILE, &req.base, NULL, 0, NULL, NULL,
                       cw__inflight_compiled, f);
 }

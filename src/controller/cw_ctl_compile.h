@@ -51,7 +51,16 @@ typedef struct cw_ctl_inflight_s {
   char* format;
   uint8_t* options;
   size_t options_size;
+  // Waiting for a place at its worker (then code, format and options are
+  // its own copies), or sent and counted in the worker's compiles_out.
+  bool queued;
+  bool sent;
+  struct cw_ctl_inflight_s* queue_next;
 } cw_ctl_inflight_t;
+
+// COMPILEs a worker is sent at once; the rest wait at the controller, where
+// those no open session waits for any more are dropped unsent.
+#define CW_CTL_WORKER_COMPILES 8
 
 void cw_ctl_handle_compile(cw_net_conn_t* conn, const cw_frame_header_t* h,
                            ProtobufCMessage** msg);
@@ -60,7 +69,9 @@ void cw_ctl_handle_compile(cw_net_conn_t* conn, const cw_frame_header_t* h,
 void cw_ctl_compile_inflight_finish(cw_ctl_inflight_t* f, cw_compile_cache_entry_t* entry,
                                     cw_status_t st);
 // Sends the in-flight compilation's COMPILE to its worker (reopening the
-// private link if needed); finishes `f` with UNAVAILABLE if it cannot.
+// private link if needed), or queues it while the worker has
+// CW_CTL_WORKER_COMPILES unanswered; finishes `f` with UNAVAILABLE if it
+// cannot. The arguments stay the caller's.
 void cw_ctl_compile_send(cw_ctl_inflight_t* f, const char* format, const uint8_t* code,
                          size_t code_size, const uint8_t* options, size_t options_size);
 // Answers a client COMPILE with `info` (its exe_id and cache_hit filled
@@ -69,5 +80,10 @@ void cw_ctl_compile_answer(cw_controller_t* ctl, cw_net_conn_t* client, uint64_t
                            cw_ctl_exe_t* e, Causeway__V1__ExecutableInfo* info,
                            uint32_t num_outputs, uint32_t num_devices, const char* name,
                            bool cache_hit, int64_t start_ms, const char* where);
+
+// Drops the queued compiles no open session waits for (a session closed).
+void cw_ctl_compile_prune(cw_controller_t* ctl);
+// Fails every queued compile (the controller is stopping).
+void cw_ctl_compile_stop(cw_controller_t* ctl);
 
 #endif  // CW_CTL_COMPILE_H_

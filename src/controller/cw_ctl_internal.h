@@ -52,6 +52,12 @@ typedef struct cw_ctl_worker_s {
   char island_name[CW__MAX_NAME];  // "": an island of its own
   uint32_t island_size, island_rank;
   bool island_restarting;  // the island's first member: replacements are taking every place
+  // Compiles (cw_ctl_compile.c): COMPILEs sent on the private link and not
+  // answered, and those waiting for one of those places, oldest first.
+  uint32_t compiles_out;
+  struct cw_ctl_inflight_s* compile_queue;
+  struct cw_ctl_inflight_s* compile_queue_tail;
+  bool compile_pumping;
 } cw_ctl_worker_t;
 
 typedef enum cw_ctl_exe_state_e {
@@ -160,6 +166,7 @@ struct cw_controller_s {
   // Counters for STATS.
   uint64_t compiles, cache_hits, cache_misses, launches_relayed, errors;
   uint64_t compiles_sent;  // COMPILE requests sent to workers
+  uint64_t compiles_dropped;  // queued ones dropped unsent (cw_ctl_compile.c)
   cw_ctl_disk_t* disk;     // compile cache on disk; NULL when off
   struct cw_ctl_metrics_s* metrics;  // --metrics-listen (cw_ctl_metrics.c); NULL: off
   // Health (cw_ctl_health.c).

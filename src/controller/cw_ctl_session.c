@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cw_ctl_alloc.h"
+#include "cw_ctl_compile.h"
 #include "cw_ctl_health.h"
 #include "cw_ctl_island.h"
 #include "cw_ctl_ops.h"
@@ -132,6 +133,7 @@ void cw_ctl_session_close(cw_ctl_session_t* s) {
   s->next = NULL;
   CW_LOGI("session %" PRIu64 " closed", s->id);
   for (size_t i = 0; i < s->num_links; ++i) cw_ctl_link_drop(&s->links[i]);
+  cw_ctl_compile_prune(ctl);  // its compiles still queued, if no other session waits
   cw_ctl_session_release(s);
 }
 
