@@ -357,8 +357,8 @@ static void test_compile_on_island_and_cache(void** state) {
   free(opts.data);
 }
 
-// The controller sends a worker 8 COMPILEs at a time (CW_CTL_WORKER_COMPILES
-// in cw_ctl_compile.h) and keeps the rest. A session that sends 40 distinct
+// The controller sends a worker 8 COMPILEs at a time (CAUSEWAY_WORKER_COMPILES'
+// default) and keeps the rest. A session that sends 40 distinct
 // programs and leaves at once has those still kept dropped unsent; before,
 // all 40 went to the worker, which compiled each for nobody. Compiles go on
 // for the sessions still there.

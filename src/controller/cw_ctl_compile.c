@@ -191,16 +191,13 @@ static void cw__compile_load(cw_ctl_compile_t* cp, cw_compile_cache_entry_t* ent
 // compiling them (and both daemons holding the programs) for nothing.
 
 static void cw__queue_unlink(cw_ctl_worker_t* w, cw_ctl_inflight_t* f) {
-  cw_ctl_inflight_t* prev = NULL;
-  for (cw_ctl_inflight_t* x = w->compile_queue; x; prev = x, x = x->queue_next) {
-    if (x != f) continue;
-    if (prev) prev->queue_next = f->queue_next;
-    else w->compile_queue = f->queue_next;
-    if (w->compile_queue_tail == f) w->compile_queue_tail = prev;
-    break;
-  }
-  f->queue_next = NULL;
+  if (f->queue_prev) f->queue_prev->queue_next = f->queue_next;
+  else w->compile_queue = f->queue_next;
+  if (f->queue_next) f->queue_next->queue_prev = f->queue_prev;
+  else w->compile_queue_tail = f->queue_prev;
+  f->queue_next = f->queue_prev = NULL;
   f->queued = false;
+  f->ctl->compiles_queued--;
 }
 
 // Whether an open session still waits for `f`.
@@ -211,8 +208,15 @@ static bool cw__wanted(const cw_ctl_inflight_t* f) {
   return false;
 }
 
+static void cw__drop_unwanted(cw_ctl_inflight_t* f) {
+  f->ctl->compiles_dropped++;
+  cw_ctl_compile_inflight_finish(f, NULL, cw_make_status(CW_CANCELLED, "compile dropped unsent: "
+                                                         "its session closed"));
+}
+
 static void cw__send_now(cw_ctl_inflight_t* f, const char* format, const uint8_t* code,
                          size_t code_size, const uint8_t* options, size_t options_size);
+static void cw__prune_worker(cw_controller_t* ctl, cw_ctl_worker_t* w);
 
 // Sends queued compiles while the worker has room; drops those no open
 // session waits for (all of them once the controller stops).
@@ -220,8 +224,7 @@ static void cw__compile_pump(cw_controller_t* ctl, uint32_t worker) {
   cw_ctl_worker_t* w = ctl->workers[worker];
   if (w->compile_pumping) return;  // a finish below may come back here
   w->compile_pumping = true;
-  while (w->compile_queue &&
-         (w->compiles_out < CW_CTL_WORKER_COMPILES || ctl->shutting_down)) {
+  while (w->compile_queue && (w->compiles_out < ctl->worker_compiles || ctl->shutting_down)) {
     cw_ctl_inflight_t* f = w->compile_queue;
     cw__queue_unlink(w, f);
     uint8_t* code = f->code;
@@ -233,9 +236,7 @@ static void cw__compile_pump(cw_controller_t* ctl, uint32_t worker) {
       cw_ctl_compile_inflight_finish(f, NULL, cw_make_status(CW_CANCELLED, "the controller is "
                                                              "stopping"));
     } else if (!cw__wanted(f)) {
-      ctl->compiles_dropped++;
-      cw_ctl_compile_inflight_finish(f, NULL, cw_make_status(CW_CANCELLED, "compile dropped "
-                                                             "unsent: its session closed"));
+      cw__drop_unwanted(f);
     } else {
       cw__send_now(f, format, code, f->code_size, options, f->options_size);
     }
@@ -244,6 +245,8 @@ static void cw__compile_pump(cw_controller_t* ctl, uint32_t worker) {
     free(format);
   }
   w->compile_pumping = false;
+  // A session closed while this ran: what the loop did not reach.
+  if (w->compile_prune_pending) cw__prune_worker(ctl, w);
 }
 
 // `f`'s COMPILE was answered (or failed): its place at the worker is free.
@@ -255,25 +258,32 @@ static void cw__compile_returned(cw_ctl_inflight_t* f) {
   w->compiles_out--;
 }
 
-void cw_ctl_compile_prune(cw_controller_t* ctl) {
-  for (size_t i = 0; i < ctl->num_workers; ++i) {
-    cw_ctl_worker_t* w = ctl->workers[i];
-    if (w->compile_pumping) continue;  // the pump in progress checks each
-    // Each dropped one may fail waiters, whose sessions may then close:
-    // start over from the head after each.
-    for (bool again = true; again;) {
-      again = false;
-      for (cw_ctl_inflight_t* f = w->compile_queue; f; f = f->queue_next) {
-        if (cw__wanted(f)) continue;
-        cw__queue_unlink(w, f);
-        ctl->compiles_dropped++;
-        cw_ctl_compile_inflight_finish(f, NULL, cw_make_status(CW_CANCELLED, "compile dropped "
-                                                               "unsent: its session closed"));
-        again = true;
-        break;
-      }
-    }
+// One pass: the unwanted ones are taken off the queue first, then finished
+// (finishing fails waiters, which may close sessions and prune again).
+static void cw__prune_worker(cw_controller_t* ctl, cw_ctl_worker_t* w) {
+  if (w->compile_pumping) {
+    w->compile_prune_pending = true;
+    return;
   }
+  w->compile_prune_pending = false;
+  cw_ctl_inflight_t* drop = NULL;
+  for (cw_ctl_inflight_t *f = w->compile_queue, *next; f; f = next) {
+    next = f->queue_next;
+    if (cw__wanted(f)) continue;
+    cw__queue_unlink(w, f);
+    f->queue_next = drop;
+    drop = f;
+  }
+  while (drop) {
+    cw_ctl_inflight_t* f = drop;
+    drop = f->queue_next;
+    f->queue_next = NULL;
+    cw__drop_unwanted(f);
+  }
+}
+
+void cw_ctl_compile_prune(cw_controller_t* ctl) {
+  for (size_t i = 0; i < ctl->num_workers; ++i) cw__prune_worker(ctl, ctl->workers[i]);
 }
 
 void cw_ctl_compile_stop(cw_controller_t* ctl) {
@@ -283,13 +293,12 @@ void cw_ctl_compile_stop(cw_controller_t* ctl) {
 void cw_ctl_compile_inflight_finish(cw_ctl_inflight_t* f, cw_compile_cache_entry_t* entry,
                          cw_status_t st) {
   cw_controller_t* ctl = f->ctl;
-  cw_ctl_worker_t* w = ctl->workers[f->worker];
-  if (f->queued) cw__queue_unlink(w, f);
-  bool was_sent = f->sent;
-  cw__compile_returned(f);
-  cw_ctl_inflight_t** pp = &ctl->inflight;
-  while (*pp && *pp != f) pp = &(*pp)->next;
-  if (*pp) *pp = f->next;
+  if (f->queued) cw__queue_unlink(ctl->workers[f->worker], f);
+  cw__compile_returned(f);  // sent ones are finished from their reply, already returned
+  if (f->prev) f->prev->next = f->next;
+  else if (ctl->inflight == f) ctl->inflight = f->next;
+  if (f->next) f->next->prev = f->prev;
+  f->next = f->prev = NULL;
   while (f->waiters) {
     cw_ctl_compile_t* cp = f->waiters;
     f->waiters = cp->next;
@@ -299,13 +308,11 @@ void cw_ctl_compile_inflight_finish(cw_ctl_inflight_t* f, cw_compile_cache_entry
   }
   cw_status_free(st);
   cw_compile_cache_entry_release(entry);
-  uint32_t worker = f->worker;
   free(f->code);
   free(f->format);
   free(f->options);
   free(f->key);
   free(f);
-  if (was_sent) cw__compile_pump(ctl, worker);
 }
 
 static void cw__inflight_serialized(void* user, cw_net_conn_t* conn, cw_status_t status,
@@ -372,7 +379,11 @@ void cw_ctl_compile_send(cw_ctl_inflight_t* f, const char* format, const uint8_t
                          size_t code_size, const uint8_t* options, size_t options_size) {
   cw_controller_t* ctl = f->ctl;
   cw_ctl_worker_t* w = ctl->workers[f->worker];
-  if (w->compiles_out < CW_CTL_WORKER_COMPILES && !w->compile_queue) {
+  if (!cw__wanted(f)) {  // its sessions closed while the disk cache was read
+    cw__drop_unwanted(f);
+    return;
+  }
+  if (w->compiles_out < ctl->worker_compiles && !w->compile_queue) {
     cw__send_now(f, format, code, code_size, options, options_size);
     return;
   }
@@ -388,9 +399,11 @@ void cw_ctl_compile_send(cw_ctl_inflight_t* f, const char* format, const uint8_t
   f->options_size = options_size;
   f->queued = true;
   f->queue_next = NULL;
+  f->queue_prev = w->compile_queue_tail;
   if (w->compile_queue_tail) w->compile_queue_tail->queue_next = f;
   else w->compile_queue = f;
   w->compile_queue_tail = f;
+  ctl->compiles_queued++;
 }
 
 static void cw__send_now(cw_ctl_inflight_t* f, const char* format, const uint8_t* code,
@@ -600,6 +613,7 @@ static void cw__compile_start(cw_ctl_compile_t* cp, void* user) {
   f->worker = cp->worker;
   f->waiters = cp;
   f->next = ctl->inflight;
+  if (f->next) f->next->prev = f;
   ctl->inflight = f;
   // The disk next (asynchronously), then the worker.
   const char* fmt = r->format ? r->format : "";

@@ -37,7 +37,8 @@ typedef struct cw_ctl_compile_s {
 
 // One compilation on a worker's private session; identical requests wait on it.
 typedef struct cw_ctl_inflight_s {
-  struct cw_ctl_inflight_s* next;
+  struct cw_ctl_inflight_s* next;  // the controller's in-flight compilations
+  struct cw_ctl_inflight_s* prev;
   cw_controller_t* ctl;
   uint8_t* key;
   size_t key_size;
@@ -56,11 +57,8 @@ typedef struct cw_ctl_inflight_s {
   bool queued;
   bool sent;
   struct cw_ctl_inflight_s* queue_next;
+  struct cw_ctl_inflight_s* queue_prev;
 } cw_ctl_inflight_t;
-
-// COMPILEs a worker is sent at once; the rest wait at the controller, where
-// those no open session waits for any more are dropped unsent.
-#define CW_CTL_WORKER_COMPILES 8
 
 void cw_ctl_handle_compile(cw_net_conn_t* conn, const cw_frame_header_t* h,
                            ProtobufCMessage** msg);
@@ -70,8 +68,10 @@ void cw_ctl_compile_inflight_finish(cw_ctl_inflight_t* f, cw_compile_cache_entry
                                     cw_status_t st);
 // Sends the in-flight compilation's COMPILE to its worker (reopening the
 // private link if needed), or queues it while the worker has
-// CW_CTL_WORKER_COMPILES unanswered; finishes `f` with UNAVAILABLE if it
-// cannot. The arguments stay the caller's.
+// CAUSEWAY_WORKER_COMPILES unanswered. Finishes `f` instead when no open
+// session waits for it (CANCELLED), the worker cannot be reached
+// (UNAVAILABLE) or there is no memory to queue it. The arguments stay the
+// caller's.
 void cw_ctl_compile_send(cw_ctl_inflight_t* f, const char* format, const uint8_t* code,
                          size_t code_size, const uint8_t* options, size_t options_size);
 // Answers a client COMPILE with `info` (its exe_id and cache_hit filled

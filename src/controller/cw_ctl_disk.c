@@ -391,11 +391,7 @@ void cw_ctl_disk_store(cw_controller_t* ctl, const uint8_t* key, size_t key_size
 void cw_ctl_disk_stats(const cw_controller_t* ctl, Causeway__V1__Stats* st) {
   st->compiles_sent = ctl->compiles_sent;
   st->compiles_dropped = ctl->compiles_dropped;
-  for (size_t i = 0; i < ctl->num_workers; ++i) {
-    for (const cw_ctl_inflight_t* f = ctl->workers[i]->compile_queue; f; f = f->queue_next) {
-      st->compiles_queued++;
-    }
-  }
+  st->compiles_queued = ctl->compiles_queued;
   if (!ctl->disk) return;
   st->disk_hits = ctl->disk->hits;
   st->disk_misses = ctl->disk->misses;

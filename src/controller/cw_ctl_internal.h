@@ -58,6 +58,7 @@ typedef struct cw_ctl_worker_s {
   struct cw_ctl_inflight_s* compile_queue;
   struct cw_ctl_inflight_s* compile_queue_tail;
   bool compile_pumping;
+  bool compile_prune_pending;  // a session closed during the pump
 } cw_ctl_worker_t;
 
 typedef enum cw_ctl_exe_state_e {
@@ -167,6 +168,8 @@ struct cw_controller_s {
   uint64_t compiles, cache_hits, cache_misses, launches_relayed, errors;
   uint64_t compiles_sent;  // COMPILE requests sent to workers
   uint64_t compiles_dropped;  // queued ones dropped unsent (cw_ctl_compile.c)
+  uint64_t compiles_queued;   // waiting at the controller, all workers
+  uint32_t worker_compiles;   // CAUSEWAY_WORKER_COMPILES: sent to a worker at once
   cw_ctl_disk_t* disk;     // compile cache on disk; NULL when off
   struct cw_ctl_metrics_s* metrics;  // --metrics-listen (cw_ctl_metrics.c); NULL: off
   // Health (cw_ctl_health.c).

@@ -124,6 +124,10 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
                                     1024 * GIB, "1073741824", false, false,
                                     "memory for serialized executables and their keys "
                                     "(the programs; LRU)"},
+    [CW_SET_WORKER_COMPILES] = {"CAUSEWAY_WORKER_COMPILES", NULL, CW__CTL, "worker-compiles",
+                                CW_SETTING_INT, 1, 1024, "8", false, false,
+                                "COMPILEs the controller sends a worker at once; the rest wait "
+                                "at the controller, which drops those of closed sessions unsent"},
     [CW_SET_MAX_HELD_REQUESTS] = {"CAUSEWAY_MAX_HELD_REQUESTS", "CW_MAX_HELD_REQUESTS", CW__WRK,
                                   "max-held-requests", CW_SETTING_INT, 1, 1 << 20, "4096",
                                   false, false,

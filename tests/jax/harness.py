@@ -763,7 +763,7 @@ _STATS_FIELDS = {1: "buffers", 2: "buffer_bytes", 3: "executables", 4: "launches
                  14: "cache_hits", 15: "cache_misses", 16: "cache_bytes", 17: "workers_dead",
                  31: "sched_stamps_dropped", 32: "alloc_queue",
                  80: "disk_hits", 81: "disk_misses", 82: "disk_bytes", 83: "disk_errors",
-                 84: "compiles_sent"}
+                 84: "compiles_sent", 85: "compiles_queued", 86: "compiles_dropped"}
 # Health (tests/cluster/test_health.py).
 _STATS_FIELDS.update({50: "workers_replaced", 51: "workers_timed_out", 52: "heartbeats",
                       53: "exes_reloaded"})
