@@ -827,10 +827,14 @@ void cw_worker_handle_launch_go(cw_net_conn_t* nc, const cw_frame_header_t* h,
                                 ProtobufCMessage** msg) {
   cw_conn_t* c = cw_net_conn_user(nc);
   const Causeway__V1__LaunchGoRequest* r = (const Causeway__V1__LaunchGoRequest*)*msg;
+  // Prepared parts are a prefix of the queue (the head at its turn, then
+  // those prepared ahead of theirs): the search ends at the first that is
+  // not, not at the end of a queue that may hold thousands.
   cw_launch_t* l = c->launch_head;
-  while (l && !(l->prepared && !l->go && !l->cancel && l->req->sched_stamp == r->sched_stamp)) {
-    l = l->next;  // prepared ahead of its turn: behind the head
+  while (l && l->prepared && (l->go || l->cancel || l->req->sched_stamp != r->sched_stamp)) {
+    l = l->next;
   }
+  if (l && !l->prepared) l = NULL;
   if (!l) {
     cw_worker_reply_error(c, h->type, h->request_id,
                           cw_make_status(CW_FAILED_PRECONDITION, "no prepared launch with stamp "
