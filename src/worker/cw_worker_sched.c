@@ -35,6 +35,8 @@
 #include "cw_worker_sched.h"
 
 #define CW__STAMP_RECORD 4096
+// Stamps refused before their turn are kept within this many of `next` (a
+// power of two): a bit and a session each, at stamp % CW__STAMP_AHEAD_MAX.
 #define CW__STAMP_AHEAD_MAX 65536
 #define CW__STAMP_STALL_MS 5000
 
@@ -45,8 +47,10 @@ typedef struct cw_stamp_rec_s {
 
 struct cw_stamp_state_s {
   uint64_t next;  // the stamp issued next
-  cw_stamp_rec_t* ahead;  // passed before their turn, sorted by stamp
-  size_t num_ahead, cap_ahead;
+  uint64_t* ahead_bits;      // passed before their turn (NULL until one is)
+  uint64_t* ahead_sessions;  // their sessions
+  size_t num_ahead;
+  uint64_t not_kept;         // refused early beyond the window (logged now and then)
   cw_conn_t* waiters;  // referenced: connections whose head waits for its turn
   bool waking, rewake;
   bool off;            // shutting down: no more waiting
@@ -126,6 +130,38 @@ static void cw__stamp_wake(cw_worker_t* w, cw_stamp_state_t* g) {
 
 static void cw__stamp_advance(cw_worker_t* w, cw_stamp_state_t* g);
 
+static bool cw__ahead_has(const cw_stamp_state_t* g, uint64_t stamp) {
+  if (!g->num_ahead || stamp < g->next || stamp - g->next >= CW__STAMP_AHEAD_MAX) return false;
+  size_t i = (size_t)(stamp & (CW__STAMP_AHEAD_MAX - 1));
+  return (g->ahead_bits[i >> 6] >> (i & 63)) & 1;
+}
+
+static void cw__ahead_clear(cw_stamp_state_t* g, uint64_t stamp) {
+  if (!cw__ahead_has(g, stamp)) return;
+  size_t i = (size_t)(stamp & (CW__STAMP_AHEAD_MAX - 1));
+  g->ahead_bits[i >> 6] &= ~(1ull << (i & 63));
+  g->num_ahead--;
+}
+
+// The smallest stamp kept ahead; 0 if none.
+static uint64_t cw__ahead_least(const cw_stamp_state_t* g) {
+  for (uint64_t s = g->next; g->num_ahead && s - g->next < CW__STAMP_AHEAD_MAX; ++s) {
+    if (cw__ahead_has(g, s)) return s;
+  }
+  return 0;
+}
+
+// Moves `next` on to `to`, dropping what was kept ahead below it.
+static void cw__stamp_jump(cw_stamp_state_t* g, uint64_t to) {
+  if (to <= g->next) return;
+  if (to - g->next >= CW__STAMP_AHEAD_MAX) {  // all of them
+    if (g->ahead_bits) memset(g->ahead_bits, 0, CW__STAMP_AHEAD_MAX / 8);
+    g->num_ahead = 0;
+  }
+  for (; g->next < to && g->num_ahead; g->next++) cw__ahead_clear(g, g->next);
+  g->next = to;
+}
+
 // Moves the frontier past `next` and past the stamps refused early (they
 // pass at their turn whatever the parts before them do).
 static void cw__stamp_frontier(cw_stamp_state_t* g) {
@@ -133,9 +169,7 @@ static void cw__stamp_frontier(cw_stamp_state_t* g) {
     g->frontier = g->next;
     return;
   }
-  for (size_t i = 0; i < g->num_ahead && g->ahead[i].stamp <= g->frontier; ++i) {
-    if (g->ahead[i].stamp == g->frontier) g->frontier++;
-  }
+  while (cw__ahead_has(g, g->frontier)) g->frontier++;
 }
 
 // No progress for a while with launches waiting: skip the stamps that never came.
@@ -155,11 +189,12 @@ static void cw__stamp_stall(uv_timer_t* t) {
     uint64_t s = cw_worker_launch_head_stamp(c);
     if (s && s < least) least = s;
   }
-  if (g->num_ahead && g->ahead[0].stamp < least) least = g->ahead[0].stamp;
+  uint64_t first_ahead = cw__ahead_least(g);
+  if (first_ahead && first_ahead < least) least = first_ahead;
   if (least == UINT64_MAX || least <= g->next) return;
   CW_LOGW("gang order: stamps %" PRIu64 "..%" PRIu64 " did not arrive within %d ms; going on "
           "with %" PRIu64, g->next, least - 1, CW__STAMP_STALL_MS, least);
-  g->next = least;
+  cw__stamp_jump(g, least);
   g->stall_next = least;
   cw__stamp_advance(w, g);
 }
@@ -169,45 +204,44 @@ void cw_worker_stamp_passed(cw_worker_t* w, uint64_t stamp, uint64_t session_id)
   if (!g || !stamp) return;
   if (stamp > g->next && !g->off) {
     // Refused before its turn: it passes when the turn comes.
-    if (g->num_ahead == g->cap_ahead) {
-      size_t cap = g->cap_ahead ? 2 * g->cap_ahead : 16;
-      cw_stamp_rec_t* grown = cap <= CW__STAMP_AHEAD_MAX
-                                  ? realloc(g->ahead, cap * sizeof(*grown)) : NULL;
-      if (!grown) {
-        CW_LOGW("gang order: stamp %" PRIu64 " refused early and not kept; later stamps may "
-                "wait", stamp);
-        return;
+    if (!g->ahead_bits) {
+      g->ahead_bits = calloc(CW__STAMP_AHEAD_MAX / 64, sizeof(uint64_t));
+      g->ahead_sessions = malloc(CW__STAMP_AHEAD_MAX * sizeof(uint64_t));
+      if (!g->ahead_bits || !g->ahead_sessions) {
+        free(g->ahead_bits);
+        free(g->ahead_sessions);
+        g->ahead_bits = g->ahead_sessions = NULL;
       }
-      g->ahead = grown;
-      g->cap_ahead = cap;
     }
-    size_t i = g->num_ahead;
-    for (; i > 0 && g->ahead[i - 1].stamp > stamp; --i) g->ahead[i] = g->ahead[i - 1];
-    g->ahead[i].stamp = stamp;
-    g->ahead[i].session_id = session_id;
-    g->num_ahead++;
+    if (!g->ahead_bits || stamp - g->next >= CW__STAMP_AHEAD_MAX) {
+      if (g->not_kept++ % 1024 == 0) {  // a peer may send any number
+        CW_LOGW("gang order: stamp %" PRIu64 " refused early and not kept (%s; %" PRIu64 " so "
+                "far); later stamps may wait", stamp,
+                g->ahead_bits ? "too far ahead" : "out of memory", g->not_kept);
+      }
+      return;
+    }
+    size_t i = (size_t)(stamp & (CW__STAMP_AHEAD_MAX - 1));
+    if (!cw__ahead_has(g, stamp)) {
+      g->ahead_bits[i >> 6] |= 1ull << (i & 63);
+      g->num_ahead++;
+    }
+    g->ahead_sessions[i] = session_id;
     cw__stamp_frontier(g);
     return;
   }
   cw__stamp_record(g, stamp, session_id);
-  if (stamp == g->next) g->next++;
-  else if (stamp > g->next) g->next = stamp + 1;  // off: shutting down
+  if (stamp == g->next) cw__stamp_jump(g, stamp + 1);
+  else if (stamp > g->next) cw__stamp_jump(g, stamp + 1);  // off: shutting down
   cw__stamp_advance(w, g);
 }
 
 // Passes the stamps refused early whose turn has come; resumes the waiters.
 static void cw__stamp_advance(cw_worker_t* w, cw_stamp_state_t* g) {
-  size_t used = 0;
-  while (used < g->num_ahead && g->ahead[used].stamp <= g->next) {
-    if (g->ahead[used].stamp == g->next) {
-      cw__stamp_record(g, g->ahead[used].stamp, g->ahead[used].session_id);
-      g->next++;
-    }
-    used++;
-  }
-  if (used) {
-    memmove(g->ahead, g->ahead + used, (g->num_ahead - used) * sizeof(*g->ahead));
-    g->num_ahead -= used;
+  while (cw__ahead_has(g, g->next)) {
+    cw__stamp_record(g, g->next, g->ahead_sessions[g->next & (CW__STAMP_AHEAD_MAX - 1)]);
+    cw__ahead_clear(g, g->next);
+    g->next++;
   }
   cw__stamp_frontier(g);
   cw__stamp_wake(w, g);
@@ -228,6 +262,7 @@ void cw_worker_stamp_restart(cw_worker_t* w) {
   g->next = 1;
   g->stall_next = 1;
   g->frontier = 1;
+  if (g->ahead_bits) memset(g->ahead_bits, 0, CW__STAMP_AHEAD_MAX / 8);
   g->num_ahead = 0;
   g->held = 0;
   cw__stamp_wake(w, g);
@@ -282,7 +317,8 @@ void* cw_worker_stamp_stats(cw_worker_t* w, Causeway__V1__Stats* st) {
 
 void cw_worker_stamp_free(cw_worker_t* w) {
   if (!w->stamps) return;
-  free(w->stamps->ahead);
+  free(w->stamps->ahead_bits);
+  free(w->stamps->ahead_sessions);
   free(w->stamps);
   w->stamps = NULL;
 }

@@ -2,7 +2,8 @@
 // the client library: stamped launches from two sessions' controller
 // connections are issued in stamp order whatever order they arrive in; a
 // stamp refused before its turn passes its turn; a client's own stamp is
-// ignored; a stamp that never comes holds the rest only for the stall time.
+// ignored; a stamp that never comes holds the rest only for the stall time;
+// stamps refused early in reverse order pass in order once their turn comes.
 // Parts of an island's launch (prepare) answer ready ahead of their turn
 // when nothing before them can change that answer, and still run in turn.
 // Asserts on replies and on the worker's Stats.sched_stamps.
@@ -151,6 +152,24 @@ static void test_stamp_order(void** state) {
   assert_true(waited > 3.0);
   assert_int_equal(record(stamps, sessions, 16), 6);
   assert_int_equal(stamps[5], 7);
+
+  // 40 down to 9 refused early, last first (kept in a window ahead of the
+  // next turn, each in constant time); 8 comes, then they pass in order.
+  for (uint64_t s = 40; s >= 9; --s) {
+    uint64_t r = launch(b.link, s, 300 + s, true);
+    st = cw_client_wait(b.link, r, NULL, NULL);
+    assert_int_equal(cw_status_code(st), CW_INVALID_ARGUMENT);
+    cw_status_free(st);
+  }
+  assert_int_equal(record(stamps, sessions, 16), 6);
+  uint64_t r8 = launch(a.link, 8, 208, false);
+  ASSERT_OK(cw_client_wait(a.link, r8, NULL, NULL));
+  uint64_t all[64], all_sessions[64];
+  assert_int_equal(record(all, all_sessions, 64), 39);
+  for (uint64_t s = 8; s <= 40; ++s) {
+    assert_int_equal(all[s - 2], s);
+    assert_int_equal(all_sessions[s - 2], s == 8 ? a.id : b.id);
+  }
   session_close(&a);
   session_close(&b);
 }
@@ -209,8 +228,8 @@ static void test_parts_prepared_ahead(void** state) {
   (void)state;
   session_t a;
   session_open(&a);
-  uint64_t stamps[32], sessions[32];
-  size_t n0 = record(stamps, sessions, 32);
+  uint64_t stamps[128], sessions[128];
+  size_t n0 = record(stamps, sessions, 128);
   uint64_t b = n0 ? stamps[n0 - 1] + 1 : 1;  // the worker's next turn
   int fd = raw_link(a.id);
   // b answers ready at its turn; b+1 (its input ready) answers ready ahead
@@ -225,7 +244,7 @@ static void test_parts_prepared_ahead(void** state) {
   // b+1's go before b's: it still waits for b's turn to pass.
   raw_go(fd, 12, b + 1, true);
   assert_false(reply_within(fd, 300, &r));
-  assert_int_equal(record(stamps, sessions, 32), n0);
+  assert_int_equal(record(stamps, sessions, 128), n0);
   // b is cancelled: it fails in its turn, then b+1 runs, then b+2 is ready.
   raw_go(fd, 11, b, false);
   expect_reply(fd, 11, CW_CANCELLED, "part b cancelled");
@@ -248,7 +267,7 @@ static void test_parts_prepared_ahead(void** state) {
   ASSERT_OK(cw_client_download(a.client, 303, got, sizeof(got), &size, NULL));
   assert_int_equal(size, sizeof(got));
   assert_memory_equal(got, want, sizeof(got));
-  assert_int_equal(record(stamps, sessions, 32), n0 + 3);
+  assert_int_equal(record(stamps, sessions, 128), n0 + 3);
   for (size_t i = 0; i < 3; ++i) assert_int_equal(stamps[n0 + i], b + i);
   close(fd);
   session_close(&a);
@@ -275,8 +294,8 @@ static void test_parts_ahead_across_connections(void** state) {
     struct iovec iov = {data, sizeof(data)};
     ASSERT_OK(cw_client_call(a.client, CW_MSG_UPLOAD, &up.base, &iov, 1, NULL, NULL, NULL));
   }
-  uint64_t stamps[64], sessions[64];
-  size_t n0 = record(stamps, sessions, 64);
+  uint64_t stamps[128], sessions[128];
+  size_t n0 = record(stamps, sessions, 128);
   uint64_t b = n0 ? stamps[n0 - 1] + 1 : 1;
   int fa = raw_link(a.id), fb = raw_link(a.id);
   reply_t r;
@@ -301,7 +320,7 @@ static void test_parts_ahead_across_connections(void** state) {
   expect_reply(fb, raw_part(fb, 7, b + 6, 101, 407), 0, "b+6 ready after the closed ones passed");
   raw_go(fb, 17, b + 6, true);
   expect_reply(fb, 17, 0, "b+6 ran");
-  assert_int_equal(record(stamps, sessions, 64), n0 + 7);
+  assert_int_equal(record(stamps, sessions, 128), n0 + 7);
   for (size_t i = 0; i < 7; ++i) assert_int_equal(stamps[n0 + i], b + i);
   float got[6], want[6] = {3, 5, 7, 9, 11, 13};  // 102 -> 2x + 1
   size_t size = 0;
