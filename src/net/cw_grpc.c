@@ -346,6 +346,16 @@ static int cw__send_headers(cw_grpc_call_t* c, bool trailers_only) {
   return nghttp2_submit_response(c->s->h2, c->stream_id, nv, 2, &p);
 }
 
+// grpc-status is the status's code as it is: gRPC's codes (doc/statuscodes.md)
+// are the same numbers.
+_Static_assert(CW_CANCELLED == 1 && CW_UNKNOWN == 2 && CW_INVALID_ARGUMENT == 3 &&
+                   CW_DEADLINE_EXCEEDED == 4 && CW_NOT_FOUND == 5 && CW_ALREADY_EXISTS == 6 &&
+                   CW_PERMISSION_DENIED == 7 && CW_RESOURCE_EXHAUSTED == 8 &&
+                   CW_FAILED_PRECONDITION == 9 && CW_ABORTED == 10 && CW_OUT_OF_RANGE == 11 &&
+                   CW_UNIMPLEMENTED == 12 && CW_INTERNAL == 13 && CW_UNAVAILABLE == 14 &&
+                   CW_DATA_LOSS == 15 && CW_UNAUTHENTICATED == 16,
+               "cw_status_code_t is gRPC's status code");
+
 static void cw__set_final(cw_grpc_call_t* c, cw_status_t st) {
   c->code = (int)cw_status_code(st);
   cw_grpc_percent_encode(st ? cw_status_message(st) : "", c->message, sizeof(c->message));
