@@ -327,6 +327,14 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
                                       "68719476736", false, false,
                                       "largest host buffer (bytes) a client may store or leave "
                                       "in the transfer directory"},
+    [CW_SET_PROXY_HOST_BUFFER_BUDGET] = {"CAUSEWAY_PROXY_HOST_BUFFER_BUDGET", NULL, CW__PRX,
+                                         "host-buffer-budget", CW_SETTING_INT, 0, 1024 * 1024 * GIB,
+                                         "0", false, false,
+                                         "bytes of host buffers the proxy holds for all sessions "
+                                         "together, each session at most half; a store, disk "
+                                         "read or read back that would pass it is refused; 0: "
+                                         "half of the memory the proxy may use (physical, or its "
+                                         "memory cgroup's limit where lower)"},
 };
 
 const cw_setting_def_t* cw_settings_def(cw_setting_id_t id) {

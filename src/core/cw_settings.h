@@ -112,6 +112,7 @@ typedef enum cw_setting_id_e {
   CW_SET_PROXY_BUFFER_CACHE,
   CW_SET_PROXY_TRANSFER_DIR,
   CW_SET_PROXY_MAX_HOST_BUFFER,
+  CW_SET_PROXY_HOST_BUFFER_BUDGET,
   CW_SET_COUNT,
 } cw_setting_id_t;
 

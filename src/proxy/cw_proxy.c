@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cw_log.h"
 #include "cw_proxy_internal.h"
@@ -224,14 +225,52 @@ static void cw__on_signal(uv_signal_t* sig, int signum) {
   uv_async_send(&p->wake);
 }
 
+// The memory this process may use: physical memory, or its memory cgroup's
+// limit (of its cgroup or one above; v1 or v2) where lower; 0 if unknown.
+static uint64_t cw__memory_bytes(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  uint64_t mem = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+  char line[4096], cg[4096] = "";
+  const char* dir = NULL;  // where the memory controller is mounted
+  const char* file = NULL;
+  FILE* f = fopen("/proc/self/cgroup", "r");
+  while (f && fgets(line, sizeof(line), f)) {
+    const char* c = strchr(line, ':');
+    bool v1 = c && !strncmp(c + 1, "memory:", 7);
+    if (!v1 && (dir || strncmp(line, "0::", 3))) continue;  // (a v1 memory line wins)
+    snprintf(cg, sizeof(cg), "%s", strchr(c + 1, ':') + 1);
+    dir = v1 ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup";
+    file = v1 ? "memory.limit_in_bytes" : "memory.max";
+    if (v1) break;
+  }
+  if (f) fclose(f);
+  if (!dir) return mem;
+  size_t len = strcspn(cg, "\n");
+  for (;;) {
+    char path[8300];
+    snprintf(path, sizeof(path), "%s%.*s/%s", dir, (int)len, cg, file);
+    FILE* m = fopen(path, "r");
+    unsigned long long v;
+    // ("max", or v1's huge figure: no limit.)
+    if (m && fscanf(m, "%llu", &v) == 1 && (!mem || v < mem)) mem = v;
+    if (m) fclose(m);
+    if (len == 0) break;
+    while (len > 0 && cg[len - 1] != '/') len--;  // its parent
+    if (len > 0) len--;
+  }
+  return mem;
+}
+
 cw_status_t cw_proxy_create(const cw_settings_t* settings, cw_proxy_t** out) {
   *out = NULL;
   cw_proxy_t* p = calloc(1, sizeof(*p));
   if (!p) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   p->settings = settings;
+  pthread_mutex_init(&p->budget_mu, NULL);
   cw_status_t st = cw_proxy_pjrt_load(cw_settings_string(settings, CW_SET_PROXY_PJRT_LIBRARY),
                                       &p->pjrt);
   if (st) {
+    pthread_mutex_destroy(&p->budget_mu);
     free(p);
     return st;
   }
@@ -247,6 +286,14 @@ cw_status_t cw_proxy_create(const cw_settings_t* settings, cw_proxy_t** out) {
   p->server_options.grpc.max_message = (size_t)cw_settings_int(settings, CW_SET_PROXY_MAX_MESSAGE);
   cw_proxy_bytes_configure((size_t)cw_settings_int(settings, CW_SET_PROXY_BUFFER_CACHE));
   p->max_host_buffer = (size_t)cw_settings_int(settings, CW_SET_PROXY_MAX_HOST_BUFFER);
+  p->host_buffer_budget = (size_t)cw_settings_int(settings, CW_SET_PROXY_HOST_BUFFER_BUDGET);
+  if (!p->host_buffer_budget) {
+    // Half: the workers on the same host, and the client, need the rest.
+    uint64_t mem = cw__memory_bytes();
+    p->host_buffer_budget = mem ? (size_t)(mem / 2) : (size_t)16 << 30;
+  }
+  CW_LOGI("host buffers: a budget of %zu bytes, each session at most half",
+          p->host_buffer_budget);
   p->server_options.token = cw_settings_string(settings, CW_SET_TOKEN);
   st = cw_grpc_server_create(&p->loop, cw_settings_string(settings, CW_SET_PROXY_LISTEN),
                              &p->server_options, &cw__handlers, p, &p->server);
@@ -277,5 +324,10 @@ void cw_proxy_release(cw_proxy_t* p) {
   uv_loop_close(&p->loop);
   cw_proxy_pjrt_unload(&p->pjrt);
   cw_proxy_bytes_drain();
+  // Every host buffer, and every read, is gone by now.
+  if (p->host_bytes) {
+    CW_LOGE("host buffers: %zu bytes of the budget still charged at exit", p->host_bytes);
+  }
+  pthread_mutex_destroy(&p->budget_mu);
   free(p);
 }

@@ -46,6 +46,24 @@ void cw_proxy_bytes_drain(void) {
   pthread_mutex_unlock(&cw__mu);
 }
 
+void cw_proxy_bytes_trim(size_t keep) {
+  pthread_mutex_lock(&cw__mu);
+  while (cw__count && cw__bytes > keep) {
+    free(cw__cache[0].block);
+    cw__bytes -= cw__cache[0].cap;
+    for (size_t i = 1; i < cw__count; i++) cw__cache[i - 1] = cw__cache[i];
+    cw__count--;
+  }
+  pthread_mutex_unlock(&cw__mu);
+}
+
+size_t cw_proxy_bytes_cached(void) {
+  pthread_mutex_lock(&cw__mu);
+  size_t n = cw__bytes;
+  pthread_mutex_unlock(&cw__mu);
+  return n;
+}
+
 // A kept block of at least n bytes and at most twice that (a large one is
 // not spent on a small need), or NULL.
 static uint8_t* cw__take(size_t n, size_t* cap) {

@@ -1,6 +1,7 @@
 // Unit tests for the proxy's host-buffer bytes: large released buffers are
 // kept up to the configured bytes and handed to the next that fits, small
-// ones and those over the limit are not, growing keeps the bytes.
+// ones and those over the limit are not, growing keeps the bytes, trimming
+// frees the oldest.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -65,6 +66,22 @@ static void test_cache_is_bounded(void** state) {
   cw_proxy_bytes_configure(8 * MIB);
 }
 
+// The host-buffer budget trims the cache to what it has left: the oldest go.
+static void test_trim(void** state) {
+  uint8_t* a = cw_proxy_bytes_alloc(2 * MIB);
+  uint8_t* b = cw_proxy_bytes_alloc(3 * MIB);
+  cw_proxy_bytes_free(a);
+  cw_proxy_bytes_free(b);
+  assert_int_equal(cw_proxy_bytes_cached(), 5 * MIB);
+  cw_proxy_bytes_trim(4 * MIB);
+  assert_int_equal(cw_proxy_bytes_cached(), 3 * MIB);
+  cw_proxy_bytes_trim(3 * MIB);  // fits already
+  assert_int_equal(cw_proxy_bytes_cached(), 3 * MIB);
+  cw_proxy_bytes_trim(0);
+  assert_int_equal(cw_proxy_bytes_cached(), 0);
+  cw_proxy_bytes_trim(0);  // none kept
+}
+
 static void test_small_and_growing(void** state) {
   uint8_t* a = cw_proxy_bytes_alloc(100);
   assert_non_null(a);
@@ -85,6 +102,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_large_buffers_come_back, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cache_is_bounded, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_trim, setup, teardown),
       cmocka_unit_test_setup_teardown(test_small_and_growing, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

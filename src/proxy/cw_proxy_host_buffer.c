@@ -46,8 +46,65 @@ typedef struct cw_proxy_lookup_s {
   size_t off;                  // bytes of it sent so far
 } cw__hb_call_t;
 
-static void cw__hb_free(cw_proxy_host_buffer_t* hb) {
+// --- The budget ----------------------------------------------------------------------------
+// Host-buffer bytes the proxy holds, all sessions together, are bounded by
+// CAUSEWAY_PROXY_HOST_BUFFER_BUDGET, and each session's by half of it, so
+// that one session cannot leave the others nothing. A charge is taken from
+// the size declared, before any byte is kept (a sparse file or a store that
+// never sends its bytes costs the client nothing), and goes with the bytes:
+// a host buffer, a read that will fill one, or the session thread that took
+// one, until its request ends. The buffer cache is the proxy's own, not a
+// client's: it is trimmed to what the budget has left instead.
+
+// Charges `n` bytes to session `s` (any thread), or refuses.
+static cw_status_t cw__charge(cw_proxy_t* p, cw_proxy_session_t* s, size_t n) {
+  size_t budget = p->host_buffer_budget, share = budget / 2;
+  pthread_mutex_lock(&p->budget_mu);
+  size_t total = p->host_bytes, mine = s->host_bytes;
+  bool share_fits = mine <= share && n <= share - mine;
+  bool fits = total <= budget && n <= budget - total;
+  if (share_fits && fits) {
+    p->host_bytes += n;
+    s->host_bytes += n;
+    total += n;
+  }
+  pthread_mutex_unlock(&p->budget_mu);
+  if (!share_fits) {
+    return cw_make_status(CW_RESOURCE_EXHAUSTED, "session %016llx holds %zu bytes of host "
+                          "buffers; %zu more would pass its share, half of this proxy's budget "
+                          "of %zu bytes (CAUSEWAY_PROXY_HOST_BUFFER_BUDGET)",
+                          (unsigned long long)s->id, mine, n, budget);
+  }
+  if (!fits) {
+    return cw_make_status(CW_RESOURCE_EXHAUSTED, "this proxy holds %zu bytes of host buffers "
+                          "for all sessions; %zu more would pass its budget of %zu bytes "
+                          "(CAUSEWAY_PROXY_HOST_BUFFER_BUDGET)", total, n, budget);
+  }
+  cw_proxy_bytes_trim(budget - total);
+  return cw_ok_status();
+}
+
+// Releases `n` bytes charged to session `s` (NULL: it has ended).
+static void cw__release(cw_proxy_t* p, cw_proxy_session_t* s, size_t n) {
+  if (!n) return;
+  pthread_mutex_lock(&p->budget_mu);
+  assert(p->host_bytes >= n && (!s || s->host_bytes >= n));
+  p->host_bytes -= n;
+  if (s) s->host_bytes -= n;
+  pthread_mutex_unlock(&p->budget_mu);
+}
+
+void cw_proxy_host_buffer_release_taken(cw_proxy_session_t* s) {
+  cw__release(s->proxy, s, s->taken);
+  s->taken = 0;
+}
+
+// --- Host buffers ------------------------------------------------------------------------
+
+// Frees `hb` of session `s` (NULL: ended) and its charge.
+static void cw__hb_free(cw_proxy_t* p, cw_proxy_session_t* s, cw_proxy_host_buffer_t* hb) {
   if (!hb) return;
+  cw__release(p, s, hb->charged);
   cw_status_free(hb->error);
   cw_proxy_bytes_free(hb->data);
   free(hb);
@@ -55,22 +112,25 @@ static void cw__hb_free(cw_proxy_host_buffer_t* hb) {
 
 // Frees `hb`, or leaves it to its last reader (loop thread; the caller
 // holds the session's lock or the session is gone).
-static void cw__hb_drop(cw_proxy_host_buffer_t* hb) {
+static void cw__hb_drop(cw_proxy_t* p, cw_proxy_session_t* s, cw_proxy_host_buffer_t* hb) {
   if (!hb) return;
   if (hb->readers > 0) {
     hb->orphan = true;
     return;
   }
-  cw__hb_free(hb);
+  cw__hb_free(p, s, hb);
 }
 
-static void cw__hb_free_each(void* user, uint64_t key, void* value) { cw__hb_drop(value); }
+static void cw__hb_free_each(void* user, uint64_t key, void* value) {
+  cw_proxy_session_t* s = user;
+  cw__hb_drop(s->proxy, s, value);
+}
 
 // One reader of `hb` is done (under s->mu, or `s` is gone): the last frees
 // an orphan.
-static void cw__hb_unread(cw_proxy_session_t* s, cw_proxy_host_buffer_t* hb) {
+static void cw__hb_unread(cw_proxy_t* p, cw_proxy_session_t* s, cw_proxy_host_buffer_t* hb) {
   if (--hb->readers == 0 && hb->orphan) {
-    cw__hb_free(hb);
+    cw__hb_free(p, s, hb);
     return;
   }
   if (s) pthread_cond_broadcast(&s->host_buffer_cv);
@@ -88,17 +148,21 @@ static cw_status_t cw__hb_insert(cw_proxy_session_t* s, uint64_t handle,
 
 // Completes the host buffer under `handle` that `filler` fills, under s->mu:
 // with *data (taken) and `len`, or failed with *st, which a kept buffer
-// takes for its readers and one not kept is removed for. False when the
-// buffer is no longer that filler's (deleted meanwhile).
+// takes for its readers and one not kept is removed for. A kept buffer
+// takes *charge too. False when the buffer is no longer that filler's
+// (deleted meanwhile).
 static bool cw__hb_fill(cw_proxy_session_t* s, uint64_t handle, const void* filler,
-                        uint8_t** data, size_t len, cw_status_t* st, bool keep_failed) {
+                        uint8_t** data, size_t len, size_t* charge, cw_status_t* st,
+                        bool keep_failed) {
   cw_proxy_host_buffer_t* hb = cw_proxy_table_get(&s->host_buffers, handle);
   if (!hb || hb->filler != filler) return false;
   hb->filler = NULL;
   if (*st && !keep_failed) {
     cw_proxy_table_remove(&s->host_buffers, handle);
-    cw__hb_drop(hb);  // (a reader frees it)
+    cw__hb_drop(s->proxy, s, hb);  // (a reader frees it)
   } else {
+    hb->charged += *charge;
+    *charge = 0;
     if (*st) {
       hb->error = *st;
       *st = cw_ok_status();
@@ -124,7 +188,7 @@ static void cw__finish_empty(cw_grpc_call_t* call, cw_status_t st) {
 }
 
 void cw_proxy_host_buffers_free(cw_proxy_session_t* s) {
-  cw_proxy_table_each(&s->host_buffers, cw__hb_free_each, NULL);
+  cw_proxy_table_each(&s->host_buffers, cw__hb_free_each, s);
   cw_proxy_table_deinitialize(&s->host_buffers);
 }
 
@@ -159,27 +223,35 @@ cw_status_t cw_proxy_host_buffer_take(cw_proxy_session_t* s, uint64_t handle, in
   hb->error = NULL;
   *out_data = st ? NULL : hb->data;
   *out_len = st ? 0 : hb->len;
-  if (!st) hb->data = NULL;
-  cw__hb_free(hb);
+  if (!st) {
+    hb->data = NULL;
+    s->taken += hb->charged;  // the bytes are the request's now
+    hb->charged = 0;
+  }
+  cw__hb_free(s->proxy, s, hb);
   return st;
 }
 
 cw_status_t cw_proxy_host_buffer_expect(cw_proxy_session_t* s, uint64_t handle, size_t len) {
   assert(!s->download.pending);  // settled after every request
+  CW_RETURN_IF_ERROR(cw__charge(s->proxy, s, len), "host buffer %llu",
+                     (unsigned long long)handle);
   cw_proxy_host_buffer_t* hb = calloc(1, sizeof(*hb));
-  if (!hb) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   // Only this session's thread downloads, one read at a time: the session
   // marks the buffer it fills.
-  *hb = (cw_proxy_host_buffer_t){.declared = len, .filler = s};
-  cw_status_t st = cw__hb_insert(s, handle, hb);
+  if (hb) *hb = (cw_proxy_host_buffer_t){.declared = len, .filler = s};
+  cw_status_t st = hb ? cw__hb_insert(s, handle, hb)
+                      : cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   if (st) {
     free(hb);
+    cw__release(s->proxy, s, len);
     return cw_status_annotate(st, "host buffer");
   }
   memset(&s->download, 0, sizeof(s->download));
   s->download.pending = true;
   s->download.handle = handle;
   s->download.len = len;
+  s->download.charge = len;  // the host buffer's once it has the bytes
   return cw_ok_status();
 }
 
@@ -297,12 +369,14 @@ void cw_proxy_host_buffer_settle(cw_proxy_session_t* s) {
                             (unsigned long long)s->download.handle);
   }
   uint8_t* data = s->download.data;
+  size_t charge = s->download.charge;
   pthread_mutex_lock(&s->mu);
-  (void)cw__hb_fill(s, s->download.handle, s, &data, s->download.len, &st,
+  (void)cw__hb_fill(s, s->download.handle, s, &data, s->download.len, &charge, &st,
                     s->download.started);  // false: deleted meanwhile
   pthread_mutex_unlock(&s->mu);
   cw_status_free(st);
   cw_proxy_bytes_free(data);
+  cw__release(s->proxy, s, charge);  // not the host buffer's: freed
   memset(&s->download, 0, sizeof(s->download));
   uv_async_send(&s->proxy->wake);  // its parked lookup
 }
@@ -463,7 +537,7 @@ cw_status_t cw_proxy_host_buffer_stream(cw_proxy_session_t* s, uint64_t handle, 
     cw_proxy_table_remove(&s->host_buffers, handle);
     hb->orphan = true;
   }
-  cw__hb_unread(s, hb);
+  cw__hb_unread(s->proxy, s, hb);
   pthread_mutex_unlock(&s->mu);
   return st;
 }
@@ -524,13 +598,20 @@ cw_status_t cw_proxy_host_buffer_start(cw_proxy_t* p, cw_grpc_call_t* call, cons
     cw_proxy_host_buffer_t* hb = calloc(1, sizeof(*hb));
     cw_status_t st = hb ? cw__session_of(p, c->session_id, &s)
                         : cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+    bool charged = false;
+    if (!st) {
+      st = cw__charge(p, s, declared);
+      charged = !st;
+    }
     if (!st) {
       hb->declared = declared;
       hb->filler = c;
       hb->storing = true;
+      hb->charged = declared;
       st = cw__hb_insert(s, c->handle, hb);
     }
     if (st) {
+      if (charged) cw__release(p, s, declared);
       st = cw_status_annotate(st, "HostBufferStore %llu", (unsigned long long)c->handle);
       free(hb);
       free(c);
@@ -550,7 +631,7 @@ static void cw__abandon_store(cw_proxy_t* p, cw__hb_call_t* c) {
   cw_proxy_host_buffer_t* hb = cw_proxy_table_get(&s->host_buffers, c->handle);
   if (hb && !hb->complete && hb->filler == c) {
     cw_proxy_table_remove(&s->host_buffers, c->handle);
-    cw__hb_drop(hb);  // an upload streaming it sees it orphaned
+    cw__hb_drop(p, s, hb);  // an upload streaming it sees it orphaned
     pthread_cond_broadcast(&s->host_buffer_cv);
   }
   pthread_mutex_unlock(&s->mu);
@@ -652,7 +733,7 @@ static void cw__end_read(cw_proxy_t* p, cw__hb_call_t* c) {
   // buffer too (an upload streaming it). Once it is gone, only this thread.
   cw_proxy_session_t* s = cw_proxy_session_find(p, c->session_id);
   if (s) pthread_mutex_lock(&s->mu);
-  cw__hb_unread(s, hb);
+  cw__hb_unread(p, s, hb);
   if (s) pthread_mutex_unlock(&s->mu);
 }
 
@@ -774,6 +855,7 @@ typedef struct cw__disk_s {
   uint64_t handle;
   int fd;
   size_t len;
+  size_t charge;  // budget held for the bytes until the host buffer has them
   uint8_t* data;
   cw_status_t st;  // of the read
 } cw__disk_t;
@@ -809,7 +891,7 @@ static void cw__disk_done(uv_work_t* req, int status) {
   if (s) {
     pthread_mutex_lock(&s->mu);
     // A failed read is the disk call's to answer (st stays ours): its buffer goes.
-    if (!cw__hb_fill(s, w->handle, w, &w->data, w->len, &st, false) && !st) {
+    if (!cw__hb_fill(s, w->handle, w, &w->data, w->len, &w->charge, &st, false) && !st) {
       st = cw_make_status(CW_NOT_FOUND, "host buffer %llu was deleted while it was read",
                           (unsigned long long)w->handle);
     }
@@ -820,6 +902,7 @@ static void cw__disk_done(uv_work_t* req, int status) {
   CW_LOGD("HostBufferReadFromDisk %llu: %zu bytes %s", (unsigned long long)w->handle, w->len,
           st ? cw_status_message(st) : "read");
   cw_proxy_bytes_free(w->data);
+  cw__release(p, s, w->charge);  // not the host buffer's: freed
   if (st) st = cw_status_annotate(st, "HostBufferReadFromDisk %llu", (unsigned long long)w->handle);
   if (cw_grpc_call_open(w->call)) {
     cw__finish_empty(w->call, st);
@@ -910,8 +993,13 @@ static void cw__read_from_disk(cw_proxy_t* p, cw_grpc_call_t* call, const uint8_
   if (!st) {
     w->session_id = s->id;
     st = cw__disk_open(p, handle, declared, &w->fd, &w->len);
+    if (!st) {
+      p->disk_session = s->id;  // a file of its was there: the directory is its
+      // Before any byte is read (a sparse file costs its writer nothing).
+      st = cw__charge(p, s, w->len);
+      if (!st) w->charge = w->len;
+    }
   }
-  if (!st) p->disk_session = s->id;  // a file of its was there: the directory is its
   cw_ifrt__host_buffer_read_from_disk_request__free_unpacked(r, NULL);
   if (!st) {
     hb->declared = w->len;
@@ -931,6 +1019,7 @@ static void cw__read_from_disk(cw_proxy_t* p, cw_grpc_call_t* call, const uint8_
     st = cw_make_status(CW_INTERNAL, "no worker thread for the read: %s", uv_strerror(rc));
   }
   if (w && w->fd >= 0) close(w->fd);
+  if (w) cw__release(p, s, w->charge);
   free(w);
   free(hb);
   cw_grpc_call_finish(call, cw_status_annotate(st, "HostBufferReadFromDisk %llu",
@@ -985,7 +1074,7 @@ void cw_proxy_host_buffer_message(cw_proxy_t* p, cw_grpc_call_t* call, const uin
   if (!st) {
     pthread_mutex_lock(&s->mu);
     cw_proxy_host_buffer_t* hb = cw_proxy_table_remove(&s->host_buffers, r->handle);
-    cw__hb_drop(hb);  // a lookup reading it sees it orphaned
+    cw__hb_drop(p, s, hb);  // a lookup reading it sees it orphaned
     pthread_cond_broadcast(&s->host_buffer_cv);
     pthread_mutex_unlock(&s->mu);
     if (!hb) {

@@ -70,6 +70,7 @@ typedef struct cw_proxy_host_buffer_s {
   // only the first `filled` of them are there); lookups send those ahead.
   const uint8_t* partial;
   size_t filled;
+  size_t charged;  // bytes of the budget it holds (cw_proxy_t.host_bytes)
 } cw_proxy_host_buffer_t;
 
 typedef struct cw_proxy_item_s {
@@ -109,6 +110,7 @@ typedef struct cw_proxy_session_s {
   size_t call_queued;
   cw_proxy_table_t host_buffers;  // handle -> cw_proxy_host_buffer_t
   pthread_cond_t host_buffer_cv;  // one was completed or removed
+  size_t host_bytes;              // its share of the budget in use (under proxy->budget_mu)
   // The session thread's own.
   PJRT_Client* client;
   cw_status_t client_status;  // why there is no client
@@ -117,6 +119,7 @@ typedef struct cw_proxy_session_s {
   cw_proxy_table_t exes;      // handle -> cw_proxy_exe_t
   uint64_t next_handle;
   size_t handling;  // bytes of the request being handled, credited with its response
+  size_t taken;     // budget of the host buffers the request took, released after it
   // A CopyToHostBuffer answered before its bytes are here: settled once
   // its response is queued (cw_proxy_host_buffer_settle). A big one is read
   // in ranges, a few at a time, each handed to the lookups as it lands.
@@ -133,6 +136,7 @@ typedef struct cw_proxy_session_s {
     uint8_t* data;
     size_t len;
     uint64_t handle;
+    size_t charge;  // budget held for the bytes until its host buffer has them
   } download;
 } cw_proxy_session_t;
 
@@ -151,6 +155,9 @@ struct cw_proxy_s {
   struct cw_proxy_lookup_s* lookups;  // HostBufferLookup calls waiting for their buffer
   size_t num_lookups;
   size_t max_host_buffer;             // CAUSEWAY_PROXY_MAX_HOST_BUFFER
+  size_t host_buffer_budget;          // CAUSEWAY_PROXY_HOST_BUFFER_BUDGET (or its default)
+  pthread_mutex_t budget_mu;          // any thread
+  size_t host_bytes;                  // of the budget in use, all sessions (under budget_mu)
   uint64_t disk_session;  // the session that takes files from the transfer directory (0: none)
 };
 
@@ -197,6 +204,10 @@ size_t cw_proxy_bytes_cap(const uint8_t* data);
 // drain frees them.
 void cw_proxy_bytes_configure(size_t max_cached);
 void cw_proxy_bytes_drain(void);
+// Frees the oldest kept buffers until at most `keep` bytes are kept.
+void cw_proxy_bytes_trim(size_t keep);
+// Bytes kept now.
+size_t cw_proxy_bytes_cached(void);
 
 // --- Host buffers (cw_proxy_host_buffer.c) ----------------------------------------------
 
@@ -216,8 +227,9 @@ void cw_proxy_host_buffer_writable(cw_proxy_t* p, cw_grpc_call_t* call);
 void cw_proxy_host_buffer_retry(cw_proxy_t* p);
 // Session thread: waits for host buffer `handle` to be complete (up to
 // timeout_ms for its store to begin; then as long as the store goes on),
-// then takes it out of the session (data is the caller's), or answers the
-// error of the read that was to fill it.
+// then takes it out of the session (data is the caller's, its budget the
+// request's: cw_proxy_host_buffer_release_taken), or answers the error of
+// the read that was to fill it.
 CW_MUST_USE cw_status_t cw_proxy_host_buffer_take(cw_proxy_session_t* s, uint64_t handle,
                                                   int timeout_ms, uint8_t** out_data,
                                                   size_t* out_len);
@@ -247,6 +259,9 @@ CW_MUST_USE cw_status_t cw_proxy_host_buffer_read(cw_proxy_session_t* s, PJRT_Bu
 void cw_proxy_host_buffer_settle(cw_proxy_session_t* s);
 // Frees every host buffer of a session that has ended.
 void cw_proxy_host_buffers_free(cw_proxy_session_t* s);
+// Session thread, after each request: releases the budget of the host
+// buffers it took (their bytes are freed by then).
+void cw_proxy_host_buffer_release_taken(cw_proxy_session_t* s);
 
 // --- Request families (session thread) ------------------------------------------------
 

@@ -185,6 +185,8 @@ static void cw__handle(cw_proxy_session_t* s, const uint8_t* data, size_t len) {
     st = cw_status_clone(s->client_status);
   } else {
     st = f->handle(s, req, &resp);
+    // Before the response: a client that stores again once it has it fits.
+    cw_proxy_host_buffer_release_taken(s);
   }
   cw__respond_status(s, op_id, st, &resp);
   cw_proxy_host_buffer_settle(s);  // a read back the response did not wait for

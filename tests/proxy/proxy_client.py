@@ -3,7 +3,7 @@ the `proxy` backend registered as pathwaysutils does it (docs/proxy.md).
 Prints one JSON line of what it saw, then waits for a line on stdin (so a
 test can look at the cluster while the session is open) and exits.
 
-Usage: proxy_client.py HOST:PORT [report|arrays|compute|failure]
+Usage: proxy_client.py HOST:PORT [report|arrays|compute|failure|budget]
 
 report: the devices, memories and what a computation answers.
 compute: jitted programs through the proxy against the same programs on
@@ -17,6 +17,8 @@ failure: an array on the last device; after a line on stdin (the test has
          program on device 0.
 arrays: round trips of arrays (dtypes, a single device, replicated, split
         over devices, 64 MiB) compared with the numpy arrays they came from.
+budget: 40 round trips of 8 MiB (for a proxy whose host-buffer budget is
+        64 MiB), then a 48 MiB array (over a session's share of it).
 """
 import json
 import os
@@ -59,6 +61,21 @@ if mode == "failure":
             errors[name] = str(e).splitlines()[0]
     y = jax.device_put(np.arange(4.0, dtype=np.float32), devices[0])
     out = {"errors": errors, "survivor": np.asarray(jax.jit(lambda a: a * 3)(y)).tolist()}
+    print(json.dumps(out), flush=True)
+    sys.stdin.readline()
+    sys.exit(0)
+if mode == "budget":
+    import numpy as np
+    ok = True
+    for i in range(40):
+        a = np.full((2 << 20,), i, np.float32)
+        ok = ok and bool((np.asarray(jax.device_put(a, devices[0])) == a).all())
+    out["round_trips"] = ok
+    try:
+        jax.device_put(np.ones((12 << 20,), np.float32), devices[0]).block_until_ready()
+        out["over"] = "no error"
+    except Exception as e:  # noqa: BLE001  the test checks the text
+        out["over"] = str(e).splitlines()[0]
     print(json.dumps(out), flush=True)
     sys.stdin.readline()
     sys.exit(0)

@@ -1402,6 +1402,137 @@ def test_stock_jax_uploads_through_the_transfer_directory(cluster, tmp_path):
         assert p.stop() == 0, p.logs()[-3000:]
 
 
+def test_host_buffer_budget(cluster, tmp_path):
+    """CAUSEWAY_PROXY_HOST_BUFFER_BUDGET bounds the host buffers the proxy
+    holds, all sessions together, and each session's to half of it. A store,
+    a read back (CopyToHostBuffer) or a file in the transfer directory
+    (sparse: it costs its writer nothing) that would pass either is refused
+    RESOURCE_EXHAUSTED naming the sizes and the setting, before any byte is
+    kept; that session and the others go on, and what is deleted, made into
+    an array or left by a session's end counts no more."""
+    mib = 1 << 20
+    exhausted = grpc.StatusCode.RESOURCE_EXHAUSTED
+    p = Proxy(cluster.controller, env={"CAUSEWAY_PROXY_TRANSFER_DIR": str(tmp_path),
+                                       "CAUSEWAY_PROXY_HOST_BUFFER_BUDGET": str(4 * mib)})
+    try:
+        with grpc.insecure_channel(p.address) as ch:
+            def lookup(sid, handle):
+                return b"".join(dict(_fields(m)).get(1, b"") for m in ch.unary_stream(
+                    SERVICE + "HostBufferLookup")(buffer_ids(sid, handle), timeout=10))
+
+            def delete(sid, handle):
+                list(ch.unary_stream(SERVICE + "HostBufferDelete")(buffer_ids(sid, handle),
+                                                                     timeout=10))
+            qa, ra, a = live_session(ch)
+            qb, rb, b = live_session(ch)
+            qc, rc, c = live_session(ch)
+            # A session's share: half of the budget.
+            store(ch, a, 1, [b"a" * mib, b"A" * mib], 2 * mib)
+            with pytest.raises(grpc.RpcError) as e:
+                store(ch, a, 2, [b"x" * 4096], 4096)
+            assert e.value.code() == exhausted, e.value
+            assert (f"HostBufferStore 2: session {a:016x} holds 2097152 bytes of host buffers; "
+                    "4096 more would pass its share, half of this proxy's budget of 4194304 "
+                    "bytes (CAUSEWAY_PROXY_HOST_BUFFER_BUDGET)") in e.value.details()
+            # The others store on, up to the budget.
+            store(ch, b, 1, [b"b" * mib], mib)
+            store(ch, c, 1, [b"c" * mib], mib)
+            with pytest.raises(grpc.RpcError) as e:
+                store(ch, c, 2, [b"y" * 4096], 4096)
+            assert e.value.code() == exhausted, e.value
+            assert ("HostBufferStore 2: this proxy holds 4194304 bytes of host buffers for all "
+                    "sessions; 4096 more would pass its budget of 4194304 bytes "
+                    "(CAUSEWAY_PROXY_HOST_BUFFER_BUDGET)") in e.value.details()
+            # The refused sessions answer on; nothing of theirs was lost.
+            qa.put(ifrt_request(2, 10))
+            assert response_status(next(ra)) == (10, 0, "")
+            qc.put(ifrt_request(2, 10))
+            assert response_status(next(rc)) == (10, 0, "")
+            assert lookup(a, 1) == b"a" * mib + b"A" * mib
+            assert lookup(c, 1) == b"c" * mib
+            # Deleted: free again.
+            delete(a, 1)
+            data = bytes(range(256)) * (2 * mib // 256)
+            store(ch, a, 3, [data[:mib], data[mib:]], 2 * mib)
+            # Made into an array (f32[524288] on device 0): free again.
+            qa.put(ifrt_request(4, 11, f32x4_from_host_buffer(3, 50, single_device(0),
+                                                              n=2 * mib // 4)))
+            assert response_status(next(ra)) == (11, 0, "")
+            store(ch, a, 4, [b"z" * mib], mib)
+            # A read back is charged its size before it begins.
+            qa.put(ifrt_request(6, 12, copy_to_host(50, 5)))
+            op, code, msg = response_status(next(ra))
+            assert (op, code) == (12, exhausted.value[0]), (op, code, msg)
+            assert (f"CopyToHostBuffer: host buffer 5: session {a:016x} holds 1048576 bytes of "
+                    "host buffers; 2097152 more would pass its share") in msg, msg
+            delete(a, 4)
+            qa.put(ifrt_request(6, 13, copy_to_host(50, 5)))
+            assert response_status(next(ra)) == (13, 0, "")
+            assert lookup(a, 5) == data
+            delete(a, 5)
+            # The transfer directory: two sparse files, each within the largest
+            # host buffer; the second would pass the share and is refused
+            # unread, and removed all the same.
+            for name in ("lt_20", "lt_21"):
+                with open(tmp_path / name, "wb") as f:
+                    f.truncate(2 * mib)
+            read_from_disk(ch, a, 20, 2 * mib)
+            with pytest.raises(grpc.RpcError) as e:
+                read_from_disk(ch, a, 21, 2 * mib)
+            assert e.value.code() == exhausted, e.value
+            assert (f"HostBufferReadFromDisk 21: session {a:016x} holds 2097152 bytes of host "
+                    "buffers; 2097152 more would pass its share, half of this proxy's budget "
+                    "of 4194304 bytes (CAUSEWAY_PROXY_HOST_BUFFER_BUDGET)") in e.value.details()
+            assert not (tmp_path / "lt_21").exists()
+            assert lookup(a, 20) == bytes(2 * mib)
+            # A session's end frees what it held: c fits its share again.
+            with pytest.raises(grpc.RpcError) as e:
+                store(ch, c, 2, [b"y" * mib], mib)
+            assert e.value.code() == exhausted, e.value
+            qb.put(None)
+            assert list(rb) == []
+
+            def stored() -> bool:
+                try:
+                    store(ch, c, 2, [b"y" * mib], mib)
+                    return True
+                except grpc.RpcError as e:
+                    assert e.code() == exhausted, e
+                    return False
+            assert harness.wait_until(stored, 10)
+            assert lookup(c, 2) == b"y" * mib
+            for q, responses in ((qa, ra), (qc, rc)):
+                q.put(None)
+                assert list(responses) == []
+    finally:
+        assert p.stop() == 0, p.logs()[-3000:]
+    assert "still charged at exit" not in p.logs(), p.logs()[-3000:]
+
+
+def test_stock_jax_within_the_host_buffer_budget(cluster):
+    """jaxlib's client deletes each host buffer once it is used, so 320 MiB
+    each way pass through a 64 MiB budget; an array over a session's share
+    (32 MiB) is refused, and jaxlib then ends its session, saying why."""
+    p = Proxy(cluster.controller, env={"CAUSEWAY_PROXY_HOST_BUFFER_BUDGET": str(64 << 20)})
+    try:
+        client = jax_client(p.address, "budget")
+        try:
+            out = read_report(client)
+        finally:
+            finish(client)
+        err = client.stderr.read()
+        assert out["round_trips"], (out, err[-3000:])
+        assert out["over"].startswith("UNAVAILABLE: Connection to IFRT proxy server was "
+                                      "terminated"), out
+        assert ("Handling error in background data-transfer by disconnecting from server (if "
+                "not already disconnected), error: RESOURCE_EXHAUSTED: HostBufferStore") in err
+        assert ("50331648 more would pass its share, half of this proxy's budget of 67108864 "
+                "bytes (CAUSEWAY_PROXY_HOST_BUFFER_BUDGET)") in err, err[-3000:]
+    finally:
+        assert p.stop() == 0, p.logs()[-3000:]
+    assert "still charged at exit" not in p.logs(), p.logs()[-3000:]
+
+
 def _varints(b: bytes) -> list[int]:
     out, i = [], 0
     while i < len(b):
