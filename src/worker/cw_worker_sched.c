@@ -231,8 +231,8 @@ void cw_worker_stamp_passed(cw_worker_t* w, uint64_t stamp, uint64_t session_id)
     return;
   }
   cw__stamp_record(g, stamp, session_id);
-  if (stamp == g->next) cw__stamp_jump(g, stamp + 1);
-  else if (stamp > g->next) cw__stamp_jump(g, stamp + 1);  // off: shutting down
+  // Past `next` only when off (shutting down).
+  if (stamp >= g->next) cw__stamp_jump(g, stamp + 1);
   cw__stamp_advance(w, g);
 }
 
