@@ -222,6 +222,12 @@ static void cw__render(cw_ctl_metrics_t* m, cw_http_text_t* t) {
   cw__family(t, "causeway_compile_cache_bytes", "gauge", "Serialized executables held, with their keys");
   cw_http_text_printf(t, "causeway_compile_cache_bytes %" PRIu64 "\n",
                       cw_compile_cache_bytes(ctl->cache));
+  cw__family(t, "causeway_compiles_queued", "gauge",
+             "COMPILEs waiting at the controller for a place at their worker");
+  cw_http_text_printf(t, "causeway_compiles_queued %" PRIu64 "\n", ctl->compiles_queued);
+  cw__family(t, "causeway_compiles_dropped_total", "counter",
+             "Queued COMPILEs dropped unsent: every session waiting for them closed");
+  cw_http_text_printf(t, "causeway_compiles_dropped_total %" PRIu64 "\n", ctl->compiles_dropped);
   cw__family(t, "causeway_errors_total", "counter",
              "Error replies the controller sent to clients and workers");
   cw_http_text_printf(t, "causeway_errors_total %" PRIu64 "\n", ctl->errors);

@@ -203,6 +203,8 @@ def test_metrics_follow_what_clients_did(cluster):
         misses = value(fams, "causeway_compile_cache_misses_total")
         assert (hits, misses) == (st["cache_hits"], st["cache_misses"]), st
         assert value(fams, "causeway_compiles_total") == st["compiles"] == hits + misses
+        assert value(fams, "causeway_compiles_queued") == st["compiles_queued"] == 0
+        assert value(fams, "causeway_compiles_dropped_total") == st["compiles_dropped"]
         assert value(fams, "causeway_compile_latency_seconds_count") == compile_count + 1
         # A second session: counted as a live session and its compile answered.
         b = _runner(cluster, "metrics-b")
