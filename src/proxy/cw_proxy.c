@@ -289,8 +289,11 @@ cw_status_t cw_proxy_create(const cw_settings_t* settings, cw_proxy_t** out) {
   p->host_buffer_budget = (size_t)cw_settings_int(settings, CW_SET_PROXY_HOST_BUFFER_BUDGET);
   if (!p->host_buffer_budget) {
     // Half: the workers on the same host, and the client, need the rest.
+    // (At least 64 MiB: a limit read as 0 or 1 must not refuse every buffer.)
     uint64_t mem = cw__memory_bytes();
-    p->host_buffer_budget = mem ? (size_t)(mem / 2) : (size_t)16 << 30;
+    p->host_buffer_budget = !mem ? (size_t)16 << 30
+                            : mem / 2 < ((uint64_t)64 << 20) ? (size_t)64 << 20
+                                                              : (size_t)(mem / 2);
   }
   CW_LOGI("host buffers: a budget of %zu bytes, each session at most half",
           p->host_buffer_budget);

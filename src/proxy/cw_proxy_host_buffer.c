@@ -49,12 +49,14 @@ typedef struct cw_proxy_lookup_s {
 // --- The budget ----------------------------------------------------------------------------
 // Host-buffer bytes the proxy holds, all sessions together, are bounded by
 // CAUSEWAY_PROXY_HOST_BUFFER_BUDGET, and each session's by half of it, so
-// that one session cannot leave the others nothing. A charge is taken from
-// the size declared, before any byte is kept (a sparse file or a store that
-// never sends its bytes costs the client nothing), and goes with the bytes:
-// a host buffer, a read that will fill one, or the session thread that took
-// one, until its request ends. The buffer cache is the proxy's own, not a
-// client's: it is trimmed to what the budget has left instead.
+// that one session cannot leave the others nothing. A read (a file, a
+// worker's bytes) is charged its whole size before it begins: a sparse file
+// costs its writer nothing. A store is charged as its bytes arrive, so one
+// that never sends them holds nothing of the budget (two idle stores of half
+// of it each had locked every other session out). A charge goes with the
+// bytes: a host buffer, a read that will fill one, or the session thread
+// that took one, until its request ends. The buffer cache is the proxy's
+// own, not a client's: it is trimmed to what the budget has left instead.
 
 // Charges `n` bytes to session `s` (any thread), or refuses.
 static cw_status_t cw__charge(cw_proxy_t* p, cw_proxy_session_t* s, size_t n) {
@@ -585,12 +587,17 @@ cw_status_t cw_proxy_host_buffer_start(cw_proxy_t* p, cw_grpc_call_t* call, cons
     c->handle = m->handle;
     size_t declared = (size_t)m->buffer_size;
     cw_ifrt__host_buffer_store_metadata__free_unpacked(m, NULL);
-    if (declared > p->max_host_buffer) {
-      cw_status_t st = cw_make_status(CW_RESOURCE_EXHAUSTED, "HostBufferStore %llu: %zu bytes is "
-                                      "over this proxy's largest host buffer, %zu bytes "
-                                      "(CAUSEWAY_PROXY_MAX_HOST_BUFFER)",
-                                      (unsigned long long)c->handle, declared,
-                                      p->max_host_buffer);
+    // Over the largest host buffer, or more than a session's share of the
+    // budget: it could never be kept.
+    bool too_big = declared > p->max_host_buffer;
+    if (too_big || declared > p->host_buffer_budget / 2) {
+      cw_status_t st = cw_make_status(
+          CW_RESOURCE_EXHAUSTED, "HostBufferStore %llu: %zu bytes is %s %zu bytes (%s)",
+          (unsigned long long)c->handle, declared,
+          too_big ? "over this proxy's largest host buffer,"
+                  : "more than a session's share, half of this proxy's budget of",
+          too_big ? p->max_host_buffer : p->host_buffer_budget,
+          too_big ? "CAUSEWAY_PROXY_MAX_HOST_BUFFER" : "CAUSEWAY_PROXY_HOST_BUFFER_BUDGET");
       free(c);
       return st;
     }
@@ -598,20 +605,13 @@ cw_status_t cw_proxy_host_buffer_start(cw_proxy_t* p, cw_grpc_call_t* call, cons
     cw_proxy_host_buffer_t* hb = calloc(1, sizeof(*hb));
     cw_status_t st = hb ? cw__session_of(p, c->session_id, &s)
                         : cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-    bool charged = false;
-    if (!st) {
-      st = cw__charge(p, s, declared);
-      charged = !st;
-    }
     if (!st) {
       hb->declared = declared;
       hb->filler = c;
       hb->storing = true;
-      hb->charged = declared;
       st = cw__hb_insert(s, c->handle, hb);
     }
     if (st) {
-      if (charged) cw__release(p, s, declared);
       st = cw_status_annotate(st, "HostBufferStore %llu", (unsigned long long)c->handle);
       free(hb);
       free(c);
@@ -662,7 +662,17 @@ static void cw__store_data(cw_proxy_t* p, cw_grpc_call_t* call, cw__hb_call_t* c
   } else if (r->data.len > hb->declared - hb->len) {
     st = cw_make_status(CW_INVALID_ARGUMENT, "HostBufferStore: more than the %zu bytes declared",
                         hb->declared);
-  } else if (hb->len + r->data.len > hb->cap) {
+  } else if (r->data.len) {
+    st = cw__charge(p, s, r->data.len);
+    if (st) {
+      st = cw_status_annotate(st, "HostBufferStore %llu", (unsigned long long)c->handle);
+    } else {
+      pthread_mutex_lock(&s->mu);  // (released by whichever thread frees it)
+      hb->charged += r->data.len;
+      pthread_mutex_unlock(&s->mu);
+    }
+  }
+  if (!st && hb->len + r->data.len > hb->cap) {
     // A kept buffer that holds all that is declared, else room as the bytes come.
     uint8_t* b = NULL;
     size_t cap = hb->declared;

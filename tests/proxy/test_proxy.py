@@ -1407,8 +1407,9 @@ def test_host_buffer_budget(cluster, tmp_path):
     holds, all sessions together, and each session's to half of it. A store,
     a read back (CopyToHostBuffer) or a file in the transfer directory
     (sparse: it costs its writer nothing) that would pass either is refused
-    RESOURCE_EXHAUSTED naming the sizes and the setting, before any byte is
-    kept; that session and the others go on, and what is deleted, made into
+    RESOURCE_EXHAUSTED naming the sizes and the setting (a read before any
+    byte is kept, a store at the chunk that would pass); that session and the
+    others go on, and what is deleted, made into
     an array or left by a session's end counts no more."""
     mib = 1 << 20
     exhausted = grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -1509,6 +1510,53 @@ def test_host_buffer_budget(cluster, tmp_path):
     assert "still charged at exit" not in p.logs(), p.logs()[-3000:]
 
 
+def test_idle_stores_hold_nothing_of_the_budget(cluster):
+    """A store is charged as its bytes arrive: two stores that declare half
+    of the budget each and send nothing hold none of it, and a third session
+    stores at once (a review found the three sessions locked out when stores
+    were charged their declared size as they began). One that declares more
+    than a session's share is refused when it begins."""
+    import threading
+    mib = 1 << 20
+    p = Proxy(cluster.controller, env={"CAUSEWAY_PROXY_HOST_BUFFER_BUDGET": str(8 * mib)})
+    stop = threading.Event()
+    try:
+        with grpc.insecure_channel(p.address) as ch:
+            sessions = [live_session(ch) for _ in range(3)]
+
+            def nothing():
+                stop.wait(30)
+                return
+                yield
+
+            idle = []
+            for _, _, sid in sessions[:2]:
+                meta = buffer_ids(sid, 1) + varint(3 << 3) + varint(4 * mib)
+                idle.append(ch.stream_unary(SERVICE + "HostBufferStore").future(
+                    nothing(), metadata=(("ifrt-proxy-grpc-host-buffer-store-metadata-bin",
+                                          meta),), timeout=30))
+            time.sleep(0.5)  # both began
+            _, _, sid = sessions[2]
+            store(ch, sid, 1, [b"z" * mib, b"Z" * mib], 2 * mib)
+            with pytest.raises(grpc.RpcError) as e:
+                store(ch, sid, 2, [b"y" * 4096], 4 * mib + 1)
+            assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert ("HostBufferStore 2: 4194305 bytes is more than a session's share, half of "
+                    "this proxy's budget of 8388608 bytes (CAUSEWAY_PROXY_HOST_BUFFER_BUDGET)"
+                    ) in e.value.details(), e.value.details()
+            stop.set()
+            for f in idle:  # ended without their bytes: refused, nothing kept
+                with pytest.raises(grpc.RpcError):
+                    f.result()
+            for q, responses, _ in sessions:
+                q.put(None)
+                list(responses)
+    finally:
+        stop.set()
+        assert p.stop() == 0, p.logs()[-3000:]
+    assert "still charged at exit" not in p.logs(), p.logs()[-3000:]
+
+
 def test_stock_jax_within_the_host_buffer_budget(cluster):
     """jaxlib's client deletes each host buffer once it is used, so 320 MiB
     each way pass through a 64 MiB budget; an array over a session's share
@@ -1526,8 +1574,8 @@ def test_stock_jax_within_the_host_buffer_budget(cluster):
                                       "terminated"), out
         assert ("Handling error in background data-transfer by disconnecting from server (if "
                 "not already disconnected), error: RESOURCE_EXHAUSTED: HostBufferStore") in err
-        assert ("50331648 more would pass its share, half of this proxy's budget of 67108864 "
-                "bytes (CAUSEWAY_PROXY_HOST_BUFFER_BUDGET)") in err, err[-3000:]
+        assert ("50331648 bytes is more than a session's share, half of this proxy's budget "
+                "of 67108864 bytes (CAUSEWAY_PROXY_HOST_BUFFER_BUDGET)") in err, err[-3000:]
     finally:
         assert p.stop() == 0, p.logs()[-3000:]
     assert "still charged at exit" not in p.logs(), p.logs()[-3000:]
