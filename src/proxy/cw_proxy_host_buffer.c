@@ -44,6 +44,8 @@ typedef struct cw_proxy_lookup_s {
   bool parked;
   cw_proxy_host_buffer_t* hb;  // the buffer a lookup under way reads (one of its readers)
   size_t off;                  // bytes of it sent so far
+  struct cw_proxy_lookup_s* rnext;  // the proxy's lookups reading a buffer (hb set)
+  struct cw_proxy_lookup_s* rprev;
 } cw__hb_call_t;
 
 // --- The budget ----------------------------------------------------------------------------
@@ -739,6 +741,10 @@ static void cw__end_read(cw_proxy_t* p, cw__hb_call_t* c) {
   cw_proxy_host_buffer_t* hb = c->hb;
   if (!hb) return;
   c->hb = NULL;
+  if (c->rprev) c->rprev->rnext = c->rnext;
+  else p->reading = c->rnext;
+  if (c->rnext) c->rnext->rprev = c->rprev;
+  c->rnext = c->rprev = NULL;
   // Under the session's lock while there is one: its thread may read the
   // buffer too (an upload streaming it). Once it is gone, only this thread.
   cw_proxy_session_t* s = cw_proxy_session_find(p, c->session_id);
@@ -779,6 +785,10 @@ static bool cw__lookup_try(cw_proxy_t* p, cw__hb_call_t* c) {
     if (hb && (hb->complete || hb->partial)) {
       hb->readers++;
       c->hb = hb;
+      c->rprev = NULL;
+      c->rnext = p->reading;
+      if (p->reading) p->reading->rprev = c;
+      p->reading = c;
     } else {
       hb = NULL;
     }
@@ -838,7 +848,25 @@ void cw_proxy_host_buffer_writable(cw_proxy_t* p, cw_grpc_call_t* call) {
   if (!cw__lookup_try(p, c) && !c->parked) cw__park(p, c);  // sent all that is there
 }
 
+// Ends the lookups reading a buffer that was deleted or whose session ended
+// (orphaned): one whose client stopped reading would otherwise keep it, and
+// its charge, until its connection closed. Its bytes already queued stay
+// queued (copies).
+static void cw__finish_orphan_reads(cw_proxy_t* p) {
+  for (cw__hb_call_t *c = p->reading, *next; c; c = next) {
+    next = c->rnext;
+    if (!c->hb->orphan) continue;
+    if (cw_grpc_call_finished(c->call)) {  // by an error of its own: only the read is left
+      cw__end_read(p, c);
+      continue;
+    }
+    cw__lookup_finish(p, c, cw_make_status(CW_NOT_FOUND, "host buffer %llu was deleted while it "
+                                           "was read", (unsigned long long)c->handle));
+  }
+}
+
 void cw_proxy_host_buffer_retry(cw_proxy_t* p) {
+  cw__finish_orphan_reads(p);
   for (cw__hb_call_t *c = p->lookups, *next; c; c = next) {
     next = c->next;
     // (One finished meanwhile, by a second request say, waits for its close.)
@@ -1094,6 +1122,7 @@ void cw_proxy_host_buffer_message(cw_proxy_t* p, cw_grpc_call_t* call, const uin
   }
   cw_ifrt__host_buffer_delete_request__free_unpacked(r, NULL);
   cw__finish_empty(call, st);
+  cw__finish_orphan_reads(p);
 }
 
 void cw_proxy_host_buffer_half_close(cw_proxy_t* p, cw_grpc_call_t* call) {

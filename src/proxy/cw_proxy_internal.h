@@ -154,6 +154,7 @@ struct cw_proxy_s {
   cw_proxy_session_t* sessions;
   struct cw_proxy_lookup_s* lookups;  // HostBufferLookup calls waiting for their buffer
   size_t num_lookups;
+  struct cw_proxy_lookup_s* reading;  // HostBufferLookup calls reading a buffer (loop thread)
   size_t max_host_buffer;             // CAUSEWAY_PROXY_MAX_HOST_BUFFER
   size_t host_buffer_budget;          // CAUSEWAY_PROXY_HOST_BUFFER_BUDGET (or its default)
   pthread_mutex_t budget_mu;          // any thread

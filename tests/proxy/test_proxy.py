@@ -1557,6 +1557,40 @@ def test_idle_stores_hold_nothing_of_the_budget(cluster):
     assert "still charged at exit" not in p.logs(), p.logs()[-3000:]
 
 
+def test_stalled_lookup_gives_back_a_deleted_buffer(cluster):
+    """A lookup whose client stops reading kept its buffer, and its charge,
+    after HostBufferDelete and the session's end, until the connection
+    closed: three sessions in turn, each storing, stalling a lookup, deleting
+    and leaving, took the whole budget (found by a review). Now the delete
+    ends such a lookup (NOT_FOUND) and frees the buffer: a fourth session
+    stores."""
+    mib = 1 << 20
+    p = Proxy(cluster.controller, env={"CAUSEWAY_PROXY_HOST_BUFFER_BUDGET": str(64 * mib)})
+    held = []
+    try:
+        for size in (24, 24, 16):
+            ch = grpc.insecure_channel(p.address, options=[("grpc.http2.bdp_probe", 0)])
+            q, responses, sid = live_session(ch)
+            store(ch, sid, 1, [b"x" * mib] * size, size * mib, timeout=60)
+            it = ch.unary_stream(SERVICE + "HostBufferLookup")(buffer_ids(sid, 1), timeout=120)
+            next(it)  # it began; never read again
+            held.append((ch, it))
+            list(ch.unary_stream(SERVICE + "HostBufferDelete")(buffer_ids(sid, 1), timeout=10))
+            q.put(None)
+            list(responses)  # the session ends
+        with grpc.insecure_channel(p.address) as ch:
+            q, responses, sid = live_session(ch)
+            store(ch, sid, 1, [b"y" * mib] * 16, 16 * mib, timeout=60)
+            q.put(None)
+            list(responses)
+        for ch, it in held:
+            it.cancel()
+            ch.close()
+    finally:
+        assert p.stop() == 0, p.logs()[-3000:]
+    assert "still charged at exit" not in p.logs(), p.logs()[-3000:]
+
+
 def test_stock_jax_within_the_host_buffer_budget(cluster):
     """jaxlib's client deletes each host buffer once it is used, so 320 MiB
     each way pass through a 64 MiB budget; an array over a session's share
