@@ -210,8 +210,11 @@ static void send_compile(int fd, uint64_t rid, uint64_t exe, const char* format,
   assert_true(send_msg(fd, T_COMPILE, rid, &m.base, NULL, 0));
 }
 
-static void send_launch(int fd, uint64_t rid, uint64_t exe, size_t ndev, const uint64_t* args,
-                        size_t nargs, uint64_t out) {
+// LAUNCH of `exe` on `ndev` devices (at most 2), each with `args` and one
+// output (out + d), donating `ndonate` of them.
+static void send_launch_donating(int fd, uint64_t rid, uint64_t exe, size_t ndev,
+                                 const uint64_t* args, size_t nargs, uint64_t out,
+                                 const uint32_t* donate, size_t ndonate) {
   Causeway__V1__LaunchRequest m = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
   Causeway__V1__IdList a[2] = {CAUSEWAY__V1__ID_LIST__INIT, CAUSEWAY__V1__ID_LIST__INIT};
   Causeway__V1__IdList o[2] = {CAUSEWAY__V1__ID_LIST__INIT, CAUSEWAY__V1__ID_LIST__INIT};
@@ -229,8 +232,15 @@ static void send_launch(int fd, uint64_t rid, uint64_t exe, size_t ndev, const u
   m.n_args = ndev;
   m.outputs = op;
   m.n_outputs = ndev;
+  m.donate = (uint32_t*)donate;
+  m.n_donate = ndonate;
   m.launch_id = rid;
   assert_true(send_msg(fd, T_LAUNCH, rid, &m.base, NULL, 0));
+}
+
+static void send_launch(int fd, uint64_t rid, uint64_t exe, size_t ndev, const uint64_t* args,
+                        size_t nargs, uint64_t out) {
+  send_launch_donating(fd, rid, exe, ndev, args, nargs, out, NULL, 0);
 }
 
 static void test_executables_hostile(void** state) {
@@ -325,25 +335,9 @@ static void test_launch_donates_too_many(void** state) {
   (void)state;
   int fd = open_hello();
   upload_f32(fd, 2, 60, 4);
-  Causeway__V1__LaunchRequest m = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
-  uint64_t args[1] = {60}, outs[1] = {61};
+  uint64_t args[1] = {60};
   uint32_t donate[3] = {0, 0, 0};
-  Causeway__V1__IdList a = CAUSEWAY__V1__ID_LIST__INIT, o = CAUSEWAY__V1__ID_LIST__INIT;
-  a.ids = args;
-  a.n_ids = 1;
-  o.ids = outs;
-  o.n_ids = 1;
-  Causeway__V1__IdList* ap[1] = {&a};
-  Causeway__V1__IdList* op[1] = {&o};
-  m.exe_id = 123456797;
-  m.args = ap;
-  m.n_args = 1;
-  m.outputs = op;
-  m.n_outputs = 1;
-  m.donate = donate;
-  m.n_donate = 3;
-  m.launch_id = 1;
-  assert_true(send_msg(fd, T_LAUNCH, 3, &m.base, NULL, 0));
+  send_launch_donating(fd, 3, 123456797, 1, args, 1, 61, donate, 3);
   expect_error(fd, "LAUNCH donating 3 of 1 argument", 3, C_INVALID_ARGUMENT,
                "donates 3 arguments of 1");
   // Buffer 60 was not dropped for it.

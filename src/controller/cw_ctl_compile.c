@@ -218,6 +218,19 @@ static void cw__send_now(cw_ctl_inflight_t* f, const char* format, const uint8_t
                          size_t code_size, const uint8_t* options, size_t options_size);
 static void cw__prune_worker(cw_controller_t* ctl, cw_ctl_worker_t* w);
 
+// Sends what `f` kept, which it gives up first (sending may finish `f`).
+static void cw__send_kept_now(cw_ctl_inflight_t* f) {
+  uint8_t* code = f->code;
+  uint8_t* options = f->options;
+  char* format = f->format;
+  f->code = f->options = NULL;
+  f->format = NULL;
+  cw__send_now(f, format, code, f->code_size, options, f->options_size);
+  free(code);
+  free(options);
+  free(format);
+}
+
 // Sends queued compiles while the worker has room; drops those no open
 // session waits for (all of them once the controller stops).
 static void cw__compile_pump(cw_controller_t* ctl, uint32_t worker) {
@@ -227,22 +240,14 @@ static void cw__compile_pump(cw_controller_t* ctl, uint32_t worker) {
   while (w->compile_queue && (w->compiles_out < ctl->worker_compiles || ctl->shutting_down)) {
     cw_ctl_inflight_t* f = w->compile_queue;
     cw__queue_unlink(w, f);
-    uint8_t* code = f->code;
-    uint8_t* options = f->options;
-    char* format = f->format;
-    f->code = f->options = NULL;
-    f->format = NULL;
     if (ctl->shutting_down) {
       cw_ctl_compile_inflight_finish(f, NULL, cw_make_status(CW_CANCELLED, "the controller is "
                                                              "stopping"));
     } else if (!cw__wanted(f)) {
       cw__drop_unwanted(f);
     } else {
-      cw__send_now(f, format, code, f->code_size, options, f->options_size);
+      cw__send_kept_now(f);
     }
-    free(code);
-    free(options);
-    free(format);
   }
   w->compile_pumping = false;
   // A session closed while this ran: what the loop did not reach.
@@ -369,41 +374,68 @@ static void cw__inflight_compiled(void* user, cw_net_conn_t* conn, cw_status_t s
   cw__compile_pump(ctl, worker);
 }
 
-static uint8_t* cw__copy(const void* p, size_t n) {
-  uint8_t* c = malloc(n ? n : 1);
-  if (c && n) memcpy(c, p, n);
-  return c;
-}
-
-void cw_ctl_compile_send(cw_ctl_inflight_t* f, const char* format, const uint8_t* code,
+bool cw_ctl_compile_keep(cw_ctl_inflight_t* f, const char* format, const uint8_t* code,
                          size_t code_size, const uint8_t* options, size_t options_size) {
-  cw_controller_t* ctl = f->ctl;
-  cw_ctl_worker_t* w = ctl->workers[f->worker];
-  if (!cw__wanted(f)) {  // its sessions closed while the disk cache was read
-    cw__drop_unwanted(f);
-    return;
+  f->code = malloc(code_size ? code_size : 1);
+  f->options = malloc(options_size ? options_size : 1);
+  f->format = strdup(format);
+  if (!f->code || !f->options || !f->format) {
+    cw_ctl_compile_drop_kept(f);
+    return false;
   }
-  if (w->compiles_out < ctl->worker_compiles && !w->compile_queue) {
-    cw__send_now(f, format, code, code_size, options, options_size);
-    return;
-  }
-  f->code = cw__copy(code, code_size);
-  f->format = (char*)cw__copy(format, strlen(format) + 1);
-  f->options = cw__copy(options, options_size);
-  if (!f->code || !f->format || !f->options) {
-    cw_ctl_compile_inflight_finish(f, NULL, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory "
-                                                           "queueing a compile"));
-    return;
-  }
+  if (code_size) memcpy(f->code, code, code_size);  // empty parts may be NULL
+  if (options_size) memcpy(f->options, options, options_size);
   f->code_size = code_size;
   f->options_size = options_size;
+  return true;
+}
+
+void cw_ctl_compile_drop_kept(cw_ctl_inflight_t* f) {
+  free(f->code);
+  free(f->format);
+  free(f->options);
+  f->code = f->options = NULL;
+  f->format = NULL;
+}
+
+static void cw__enqueue(cw_ctl_worker_t* w, cw_ctl_inflight_t* f) {
   f->queued = true;
   f->queue_next = NULL;
   f->queue_prev = w->compile_queue_tail;
   if (w->compile_queue_tail) w->compile_queue_tail->queue_next = f;
   else w->compile_queue = f;
   w->compile_queue_tail = f;
-  ctl->compiles_queued++;
+  f->ctl->compiles_queued++;
+}
+
+// Whether `f`'s worker has room for it, with nothing queued before it.
+static bool cw__has_room(const cw_ctl_inflight_t* f) {
+  const cw_ctl_worker_t* w = f->ctl->workers[f->worker];
+  return w->compiles_out < f->ctl->worker_compiles && !w->compile_queue;
+}
+
+void cw_ctl_compile_send(cw_ctl_inflight_t* f, const char* format, const uint8_t* code,
+                         size_t code_size, const uint8_t* options, size_t options_size) {
+  if (!cw__wanted(f)) {
+    cw__drop_unwanted(f);
+  } else if (cw__has_room(f)) {
+    cw__send_now(f, format, code, code_size, options, options_size);
+  } else if (!cw_ctl_compile_keep(f, format, code, code_size, options, options_size)) {
+    cw_ctl_compile_inflight_finish(f, NULL, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory "
+                                                           "queueing a compile"));
+  } else {
+    cw__enqueue(f->ctl->workers[f->worker], f);
+  }
+}
+
+void cw_ctl_compile_send_kept(cw_ctl_inflight_t* f) {
+  if (!cw__wanted(f)) {  // its sessions closed while the disk cache was read
+    cw__drop_unwanted(f);
+  } else if (cw__has_room(f)) {
+    cw__send_kept_now(f);
+  } else {
+    cw__enqueue(f->ctl->workers[f->worker], f);
+  }
 }
 
 static void cw__send_now(cw_ctl_inflight_t* f, const char* format, const uint8_t* code,

@@ -45,15 +45,15 @@ typedef struct cw_ctl_inflight_s {
   uint32_t worker;
   uint64_t private_exe_id;
   cw_ctl_compile_t* waiters;
-  // Kept while the disk cache is looked at (cw_ctl_disk.c): what COMPILE
-  // sends to the worker on a miss. NULL otherwise.
+  // The request kept (cw_ctl_compile_keep) while the disk cache is looked at
+  // (cw_ctl_disk.c) or while it waits for a place at its worker. NULL otherwise.
   uint8_t* code;
   size_t code_size;
   char* format;
   uint8_t* options;
   size_t options_size;
-  // Waiting for a place at its worker (then code, format and options are
-  // its own copies), or sent and counted in the worker's compiles_out.
+  // Waiting for a place at its worker, or sent and counted in the worker's
+  // compiles_out.
   bool queued;
   bool sent;
   struct cw_ctl_inflight_s* queue_next;
@@ -71,9 +71,17 @@ void cw_ctl_compile_inflight_finish(cw_ctl_inflight_t* f, cw_compile_cache_entry
 // CAUSEWAY_WORKER_COMPILES unanswered. Finishes `f` instead when no open
 // session waits for it (CANCELLED), the worker cannot be reached
 // (UNAVAILABLE) or there is no memory to queue it. The arguments stay the
-// caller's.
+// caller's (queued, `f` keeps a copy).
 void cw_ctl_compile_send(cw_ctl_inflight_t* f, const char* format, const uint8_t* code,
                          size_t code_size, const uint8_t* options, size_t options_size);
+// The same with the request `f` kept (cw_ctl_compile_keep), which it queues
+// without another copy.
+void cw_ctl_compile_send_kept(cw_ctl_inflight_t* f);
+// Keeps a copy of the request in `f` (code, format, options); false, keeping
+// nothing, without memory for it. Finishing `f` frees it.
+bool cw_ctl_compile_keep(cw_ctl_inflight_t* f, const char* format, const uint8_t* code,
+                         size_t code_size, const uint8_t* options, size_t options_size);
+void cw_ctl_compile_drop_kept(cw_ctl_inflight_t* f);
 // Answers a client COMPILE with `info` (its exe_id and cache_hit filled
 // here), marks `e` (may be NULL) ready, counts it; `where` is for the log.
 void cw_ctl_compile_answer(cw_controller_t* ctl, cw_net_conn_t* client, uint64_t request_id,

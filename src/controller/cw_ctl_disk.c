@@ -276,21 +276,12 @@ static void cw__lookup_work(uv_work_t* req) {
   }
 }
 
-static void cw__inflight_drop_request(cw_ctl_inflight_t* f) {
-  free(f->code);
-  free(f->format);
-  free(f->options);
-  f->code = f->options = NULL;
-  f->format = NULL;
-}
-
 static void cw__lookup_done(uv_work_t* req, int status) {
   cw__job_t* j = req->data;
   cw_controller_t* ctl = j->ctl;
   cw_ctl_disk_t* d = ctl->disk;
   cw_ctl_inflight_t* f = j->f;
   if (status == UV_ECANCELED || ctl->shutting_down) {
-    cw__inflight_drop_request(f);
     cw_ctl_compile_inflight_finish(f, NULL, cw_make_status(CW_CANCELLED, "the controller is stopping"));
     cw__job_free(j);
     return;
@@ -303,7 +294,6 @@ static void cw__lookup_done(uv_work_t* req, int status) {
       d->hits++;
       CW_LOGI("compile cache: disk hit (%zu bytes)", j->size);
       for (cw_ctl_compile_t* cp = f->waiters; cp; cp = cp->next) cp->cache_hit = true;
-      cw__inflight_drop_request(f);
       cw_ctl_compile_inflight_finish(f, e, cw_ok_status());
       cw__job_free(j);
       return;
@@ -323,16 +313,7 @@ static void cw__lookup_done(uv_work_t* req, int status) {
       d->entries = cw__add(d->entries, -1);
     }
   }
-  uint8_t* code = f->code;
-  uint8_t* options = f->options;
-  char* format = f->format;
-  size_t code_size = f->code_size, options_size = f->options_size;
-  f->code = f->options = NULL;
-  f->format = NULL;
-  cw_ctl_compile_send(f, format, code, code_size, options, options_size);
-  free(code);
-  free(options);
-  free(format);
+  cw_ctl_compile_send_kept(f);
   cw__job_free(j);
 }
 
@@ -342,18 +323,10 @@ bool cw_ctl_disk_lookup(cw_controller_t* ctl, cw_ctl_inflight_t* f, const char* 
                         size_t options_size) {
   if (!ctl->disk) return false;
   cw__job_t* j = cw__job_create(ctl, CW__LOOKUP);
-  f->code = malloc(code_size ? code_size : 1);
-  f->options = malloc(options_size ? options_size : 1);
-  f->format = strdup(format);
-  if (!j || !f->code || !f->options || !f->format) {
+  if (!j || !cw_ctl_compile_keep(f, format, code, code_size, options, options_size)) {
     free(j);
-    cw__inflight_drop_request(f);
     return false;  // compile without the disk
   }
-  if (code_size) memcpy(f->code, code, code_size);  // empty parts may be NULL
-  if (options_size) memcpy(f->options, options, options_size);
-  f->code_size = code_size;
-  f->options_size = options_size;
   j->f = f;
   j->key = f->key;
   j->key_size = f->key_size;
@@ -361,7 +334,7 @@ bool cw_ctl_disk_lookup(cw_controller_t* ctl, cw_ctl_inflight_t* f, const char* 
   if (rc < 0) {
     CW_LOGW("compile cache: uv_queue_work: %s", uv_strerror(rc));
     cw__job_free(j);
-    cw__inflight_drop_request(f);
+    cw_ctl_compile_drop_kept(f);
     return false;
   }
   return true;

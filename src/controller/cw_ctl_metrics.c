@@ -90,6 +90,13 @@ static void cw__family(cw_http_text_t* t, const char* name, const char* type, co
   cw_http_text_printf(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+// A family of one unlabelled sample.
+static void cw__scalar(cw_http_text_t* t, const char* name, const char* type, const char* help,
+                       uint64_t value) {
+  cw__family(t, name, type, help);
+  cw_http_text_printf(t, "%s %" PRIu64 "\n", name, value);
+}
+
 // name{worker="..",island="N"} value
 static void cw__worker_sample(cw_http_text_t* t, const char* name, const cw_ctl_worker_t* w,
                               uint64_t value) {
@@ -199,8 +206,7 @@ static void cw__render(cw_ctl_metrics_t* m, cw_http_text_t* t) {
   }
   size_t sessions = 0;
   for (cw_ctl_session_t* s = ctl->sessions; s; s = s->next) sessions++;
-  cw__family(t, "causeway_sessions", "gauge", "Live client sessions");
-  cw_http_text_printf(t, "causeway_sessions %zu\n", sessions);
+  cw__scalar(t, "causeway_sessions", "gauge", "Live client sessions", sessions);
   size_t alive = 0;
   for (size_t i = 0; i < ctl->num_workers; ++i) alive += ctl->workers[i]->alive;
   cw__family(t, "causeway_workers", "gauge", "Registered workers by state");
@@ -211,26 +217,23 @@ static void cw__render(cw_ctl_metrics_t* m, cw_http_text_t* t) {
     cw__worker_sample(t, "causeway_worker_up", ctl->workers[i], ctl->workers[i]->alive);
   }
 
-  cw__family(t, "causeway_compiles_total", "counter", "Client COMPILE requests answered");
-  cw_http_text_printf(t, "causeway_compiles_total %" PRIu64 "\n", ctl->compiles);
-  cw__family(t, "causeway_compile_cache_hits_total", "counter",
-             "Compiles served from the compile cache (or an identical compile in flight)");
-  cw_http_text_printf(t, "causeway_compile_cache_hits_total %" PRIu64 "\n", ctl->cache_hits);
-  cw__family(t, "causeway_compile_cache_misses_total", "counter",
-             "Compiles that ran XLA on a worker");
-  cw_http_text_printf(t, "causeway_compile_cache_misses_total %" PRIu64 "\n", ctl->cache_misses);
-  cw__family(t, "causeway_compile_cache_bytes", "gauge", "Serialized executables held, with their keys");
-  cw_http_text_printf(t, "causeway_compile_cache_bytes %" PRIu64 "\n",
-                      cw_compile_cache_bytes(ctl->cache));
-  cw__family(t, "causeway_compiles_queued", "gauge",
-             "COMPILEs waiting at the controller for a place at their worker");
-  cw_http_text_printf(t, "causeway_compiles_queued %" PRIu64 "\n", ctl->compiles_queued);
-  cw__family(t, "causeway_compiles_dropped_total", "counter",
-             "Queued COMPILEs dropped unsent: every session waiting for them closed");
-  cw_http_text_printf(t, "causeway_compiles_dropped_total %" PRIu64 "\n", ctl->compiles_dropped);
-  cw__family(t, "causeway_errors_total", "counter",
-             "Error replies the controller sent to clients and workers");
-  cw_http_text_printf(t, "causeway_errors_total %" PRIu64 "\n", ctl->errors);
+  cw__scalar(t, "causeway_compiles_total", "counter", "Client COMPILE requests answered",
+             ctl->compiles);
+  cw__scalar(t, "causeway_compile_cache_hits_total", "counter",
+             "Compiles served from the compile cache (or an identical compile in flight)",
+             ctl->cache_hits);
+  cw__scalar(t, "causeway_compile_cache_misses_total", "counter",
+             "Compiles that ran XLA on a worker", ctl->cache_misses);
+  cw__scalar(t, "causeway_compile_cache_bytes", "gauge",
+             "Serialized executables held, with their keys", cw_compile_cache_bytes(ctl->cache));
+  cw__scalar(t, "causeway_compiles_queued", "gauge",
+             "COMPILEs waiting at the controller for a place at their worker",
+             ctl->compiles_queued);
+  cw__scalar(t, "causeway_compiles_dropped_total", "counter",
+             "Queued COMPILEs dropped unsent: every session waiting for them closed",
+             ctl->compiles_dropped);
+  cw__scalar(t, "causeway_errors_total", "counter",
+             "Error replies the controller sent to clients and workers", ctl->errors);
 
   cw__hist_render(t, "causeway_launch_latency_seconds",
                   "Relayed launches: from the controller's receipt to the worker's reply",

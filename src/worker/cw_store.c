@@ -216,7 +216,6 @@ cw_status_t cw_store_insert(cw_store_t* s, uint64_t session, uint64_t id, cw_sto
   if (s->slots[i] == CW__TOMBSTONE) s->tombstones--;
   s->slots[i] = e;
   s->count++;
-  e->in_table = true;
   e->snext = r->head;
   if (r->head) r->head->sprev = e;
   r->head = e;
@@ -285,16 +284,16 @@ static void cw__release_handle(cw_store_t* s, cw_store_entry_t* e) {
 }
 
 void cw_store_set_bytes(cw_store_t* s, cw_store_entry_t* e, uint64_t bytes) {
-  if (e->in_table) cw__account(s, e, -1);
+  if (!e->detached) cw__account(s, e, -1);
   e->bytes = bytes;
-  if (e->in_table) cw__account(s, e, 1);
+  if (!e->detached) cw__account(s, e, 1);
 }
 
 void cw_store_set_ready(cw_store_t* s, cw_store_entry_t* e, void* handle) {
   e->handle = handle;
-  if (e->in_table) cw__account(s, e, -1);
+  if (!e->detached) cw__account(s, e, -1);
   e->state = CW_STORE_READY;
-  if (e->in_table) cw__account(s, e, 1);
+  if (!e->detached) cw__account(s, e, 1);
   cw_store_waiter_t* w = e->waiters;
   e->waiters = NULL;
   cw__run_waiters(w);
@@ -304,9 +303,9 @@ void cw_store_set_error(cw_store_t* s, cw_store_entry_t* e, cw_status_t status) 
   cw__release_handle(s, e);
   cw_status_free(e->error);
   e->error = status;
-  if (e->in_table) cw__account(s, e, -1);
+  if (!e->detached) cw__account(s, e, -1);
   e->state = CW_STORE_ERROR;
-  if (e->in_table) cw__account(s, e, 1);
+  if (!e->detached) cw__account(s, e, 1);
   cw_store_waiter_t* w = e->waiters;
   e->waiters = NULL;
   cw__run_waiters(w);
@@ -380,7 +379,6 @@ void cw_store_remove(cw_store_t* s, cw_store_entry_t* e) {
     else if (r) r->head = e->snext;
     if (e->snext) e->snext->sprev = e->sprev;
     e->snext = e->sprev = NULL;
-    e->in_table = false;
     if (r && --r->entries == 0) cw__sess_drop(s, r);
   }
   if (e->refs > 0) {
@@ -545,12 +543,6 @@ void cw_store_stats(const cw_store_t* s, uint64_t session, cw_store_stats_t* out
   const cw__sess_t* r = cw__sess_find(s, session);
   if (r) *out = r->stats;
   else memset(out, 0, sizeof(*out));
-}
-
-void cw_store_stats_sessions(const cw_store_t* s, const uint64_t* keys, size_t n,
-                             cw_store_stats_t* out_all, cw_store_stats_t* out_sessions) {
-  *out_all = s->totals;
-  for (size_t k = 0; k < n; ++k) cw_store_stats(s, keys[k], &out_sessions[k]);
 }
 
 size_t cw_store_size(const cw_store_t* s) { return s->count; }

@@ -94,8 +94,8 @@ typedef struct cw_store_entry_s {
   struct cw_store_entry_s* detached_prev;
   struct cw_store_entry_s* detached_next;
   struct cw_store_entry_s* dhnext;  // its chain in the store's index of detached entries
-  // In the table (counted by cw_store_stats), on its session's list.
-  bool in_table;
+  // Its session's entries in the table (the live ones not detached), which
+  // cw_store_stats counts.
   struct cw_store_entry_s* snext;
   struct cw_store_entry_s* sprev;
 } cw_store_entry_t;
@@ -162,10 +162,6 @@ typedef struct cw_store_stats_s {
 // The entries in the table (all sessions when session is 0): buffers not in
 // error and their bytes, executables. Kept as entries change, so O(1).
 void cw_store_stats(const cw_store_t* store, uint64_t session, cw_store_stats_t* out_stats);
-// All of them into *out_all and those of session keys[i] into
-// out_sessions[i] (n of them, caller storage); O(n).
-void cw_store_stats_sessions(const cw_store_t* store, const uint64_t* keys, size_t n,
-                             cw_store_stats_t* out_all, cw_store_stats_t* out_sessions);
 size_t cw_store_size(const cw_store_t* store);
 
 #endif  // CW_WORKER_STORE_H_
