@@ -10,6 +10,7 @@
 #include "cw_plugin_error.h"
 #include "cw_plugin_event.h"
 #include "cw_plugin_executable.h"
+#include "cw_plugin_external.h"
 #include "cw_plugin_execute.h"
 #include "cw_plugin_hostcb.h"
 #include "cw_pjrt_ffi.h"
@@ -38,21 +39,9 @@ static PJRT_Error* cw__unimplemented(const char* name) {
   }
 #define CW__STUB(name) CW__STUB_SAYING(name, cw__unimplemented)
 
-// Zero-copy sharing of an array's bytes with this process (DLPack, the
-// buffer protocol, views of host memory): the bytes live in a worker.
-static PJRT_Error* cw__not_here(const char* name) {
-  return cw_plugin_error_from_status(cw_make_status(
-      CW_UNIMPLEMENTED,
-      "%s is not implemented by the causeway plugin: an array's bytes live in its worker's "
-      "memory, not in this process, so they cannot be shared without a copy (DLPack, the "
-      "buffer protocol); np.asarray(x) and jax.device_put copy them", name));
-}
-#define CW__NOT_HERE(name) CW__STUB_SAYING(name, cw__not_here)
-
 CW__STUB(PJRT_Client_Load)
 CW__STUB(PJRT_Client_DmaMap)
 CW__STUB(PJRT_Client_DmaUnmap)
-CW__NOT_HERE(PJRT_Client_CreateViewOfDeviceBuffer)
 CW__STUB(PJRT_Client_CreateUninitializedBuffer)
 CW__STUB(PJRT_Client_CreateAliasBuffer)
 CW__STUB(PJRT_Client_FulfillAliasBuffer)
@@ -67,9 +56,6 @@ CW__STUB(PJRT_Executable_GetCostAnalysis)
 CW__STUB(PJRT_Executable_GetCompiledMemoryStats)
 CW__STUB(PJRT_Executable_ParameterMemoryKinds)
 CW__STUB(PJRT_Buffer_GetMemoryLayout)
-CW__NOT_HERE(PJRT_Buffer_IncreaseExternalReferenceCount)
-CW__NOT_HERE(PJRT_Buffer_DecreaseExternalReferenceCount)
-CW__NOT_HERE(PJRT_Buffer_OpaqueDeviceMemoryDataPointer)
 CW__STUB(PJRT_Buffer_CopyRawToHostFuture)
 CW__STUB(PJRT_Buffer_DonateWithControlDependency)
 CW__STUB(PJRT_Buffer_Bitcast)
@@ -184,11 +170,9 @@ static const PJRT_Api cw__api = {
     .PJRT_Buffer_IsOnCpu = cw_plugin_buffer_is_on_cpu,
     .PJRT_Buffer_ReadyEvent = cw_plugin_buffer_ready_event,
     .PJRT_Buffer_UnsafePointer = cw_plugin_buffer_unsafe_pointer,
-    .PJRT_Buffer_IncreaseExternalReferenceCount =
-        cw__stub_PJRT_Buffer_IncreaseExternalReferenceCount,
-    .PJRT_Buffer_DecreaseExternalReferenceCount =
-        cw__stub_PJRT_Buffer_DecreaseExternalReferenceCount,
-    .PJRT_Buffer_OpaqueDeviceMemoryDataPointer = cw__stub_PJRT_Buffer_OpaqueDeviceMemoryDataPointer,
+    .PJRT_Buffer_IncreaseExternalReferenceCount = cw_plugin_buffer_increase_external_refs,
+    .PJRT_Buffer_DecreaseExternalReferenceCount = cw_plugin_buffer_decrease_external_refs,
+    .PJRT_Buffer_OpaqueDeviceMemoryDataPointer = cw_plugin_buffer_opaque_pointer,
 
     .PJRT_CopyToDeviceStream_Destroy = cw__stub_PJRT_CopyToDeviceStream_Destroy,
     .PJRT_CopyToDeviceStream_AddChunk = cw__stub_PJRT_CopyToDeviceStream_AddChunk,
@@ -209,7 +193,7 @@ static const PJRT_Api cw__api = {
     .PJRT_Executable_OutputElementTypes = cw_plugin_executable_output_element_types,
     .PJRT_Executable_OutputDimensions = cw_plugin_executable_output_dimensions,
     .PJRT_Buffer_CopyToMemory = cw_plugin_buffer_copy_to_memory,
-    .PJRT_Client_CreateViewOfDeviceBuffer = cw__stub_PJRT_Client_CreateViewOfDeviceBuffer,
+    .PJRT_Client_CreateViewOfDeviceBuffer = cw_plugin_client_create_view,
     .PJRT_Executable_Fingerprint = cw_plugin_executable_fingerprint,
     // UNIMPLEMENTED on purpose: a topology that works makes every
     // TopologyDescription_* call fatal in the caller.

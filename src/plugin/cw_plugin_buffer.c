@@ -7,6 +7,7 @@
 #include "cw_array.h"
 #include "cw_plugin_buffer.h"
 #include "cw_plugin_error.h"
+#include "cw_plugin_external.h"
 #include "cw_plugin_health.h"
 #include "cw_plugin_internal.h"
 #include "cw_plugin_worker.h"
@@ -52,6 +53,8 @@ cw_status_t cw_plugin_buffer_create(cw_plugin_client_t* c, cw_plugin_device_t* d
   b->ready = ready;
   atomic_init(&b->deleted, false);
   atomic_init(&b->address, 0);
+  atomic_init(&b->external_refs, 0);
+  b->mirror = NULL;
   // A new buffer on a replaced worker belongs to the replacement: connect
   // to it first (if it is not there yet, the buffer's request fails anyway).
   if (atomic_load_explicit(&d->worker->dead, memory_order_acquire)) {
@@ -63,6 +66,7 @@ cw_status_t cw_plugin_buffer_create(cw_plugin_client_t* c, cw_plugin_device_t* d
 }
 
 void cw_plugin_buffer_free(cw_plugin_buffer_t* b) {
+  cw_plugin_external_release(b);
   cw_plugin_future_release(b->ready);
   if (b->dims != b->inline_dims) free(b->dims);
   free(b);

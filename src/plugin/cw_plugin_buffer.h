@@ -35,6 +35,9 @@ typedef struct cw_plugin_buffer_s {
   _Atomic bool deleted;       // deleted, donated to a launch, or destroyed
   uint32_t epoch;             // the worker's epoch when it was made
   _Atomic uint64_t address;   // on the worker, once asked (0: not yet)
+  // DLPack's references, and the host copy they read (cw_plugin_external.c).
+  _Atomic uint32_t external_refs;
+  void* mirror;
 } cw_plugin_buffer_t;
 
 // Creates a proxy (no message sent) in `d`'s default memory; set `memory`

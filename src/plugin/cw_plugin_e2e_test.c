@@ -847,6 +847,105 @@ static void test_serialize_and_load(void** state) {
   cw_pjrt_test_loaded_free(exe);
 }
 
+// DLPack's slots: an external reference reads the bytes into a host copy
+// once, kept while referenced (and freed with the buffer: LeakSanitizer
+// checks that); a view of host memory is refused as INVALID_ARGUMENT, the
+// code jaxlib answers by copying.
+static PJRT_Error* ext_ref(PJRT_Buffer* b, int delta) {
+  if (delta > 0) {
+    PJRT_Buffer_IncreaseExternalReferenceCount_Args a;
+    INIT_ARGS(a);
+    a.buffer = b;
+    return api->PJRT_Buffer_IncreaseExternalReferenceCount(&a);
+  }
+  PJRT_Buffer_DecreaseExternalReferenceCount_Args a;
+  INIT_ARGS(a);
+  a.buffer = b;
+  return api->PJRT_Buffer_DecreaseExternalReferenceCount(&a);
+}
+
+static PJRT_Error* ext_pointer(PJRT_Buffer* b, void** out) {
+  PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args a;
+  INIT_ARGS(a);
+  a.buffer = b;
+  PJRT_Error* e = api->PJRT_Buffer_OpaqueDeviceMemoryDataPointer(&a);
+  *out = a.device_memory_ptr;
+  return e;
+}
+
+static int view_deleted;
+static void view_on_delete(void* ptr, void* arg) {
+  (void)ptr;
+  (void)arg;
+  view_deleted++;
+}
+
+static void test_external_references(void** state) {
+  (void)state;
+  PJRT_Device* const* devs;
+  size_t n;
+  get_devices(&devs, &n);
+  float in[6] = {1.5f, -2, 3, 4, 5, 6};
+  PJRT_Buffer* a = upload(devs[n - 1], in, 6);  // on the last worker
+  OK(ext_ref(a, +1));
+  void *p1 = NULL, *p2 = NULL;
+  OK(ext_pointer(a, &p1));
+  assert_non_null(p1);
+  assert_memory_equal(p1, in, sizeof(in));
+  OK(ext_ref(a, +1));
+  OK(ext_pointer(a, &p2));
+  assert_ptr_equal(p1, p2);  // one copy while referenced
+  OK(ext_ref(a, -1));
+  OK(ext_ref(a, -1));
+  expect_error(ext_ref(a, -1), "holds no external reference");
+  OK(ext_ref(a, +1));
+  OK(ext_pointer(a, &p2));  // read again after the last release
+  assert_memory_equal(p2, in, sizeof(in));
+  // Deleted with a reference held: the copy stays readable.
+  PJRT_Buffer_Delete_Args del;
+  INIT_ARGS(del);
+  del.buffer = a;
+  OK(api->PJRT_Buffer_Delete(&del));
+  OK(ext_pointer(a, &p1));
+  assert_ptr_equal(p1, p2);
+  assert_memory_equal(p1, in, sizeof(in));
+  destroy_buffer(a);  // with a reference and a copy: both go with it
+
+  PJRT_Buffer* d = upload(devs[0], in, 6);
+  OK(api->PJRT_Buffer_Delete(&(PJRT_Buffer_Delete_Args){.struct_size =
+                                                            sizeof(PJRT_Buffer_Delete_Args),
+                                                        .buffer = d}));
+  expect_error(ext_pointer(d, &p1), "deleted");
+  destroy_buffer(d);
+
+  int8_t s4[4] = {-8, -1, 0, 7};
+  int64_t n4 = 4;
+  PJRT_Buffer* packed = upload_raw(devs[0], PJRT_Buffer_Type_S4, s4, &n4, 1, NULL);
+  expect_error(ext_pointer(packed, &p1), "packed there");
+  destroy_buffer(packed);
+
+  int64_t dims[1] = {6};
+  PJRT_Client_CreateViewOfDeviceBuffer_Args v;
+  INIT_ARGS(v);
+  v.client = client;
+  v.device_buffer_ptr = in;
+  v.dims = dims;
+  v.num_dims = 1;
+  v.element_type = PJRT_Buffer_Type_F32;
+  v.device = devs[0];
+  v.on_delete_callback = view_on_delete;
+  PJRT_Error* e = api->PJRT_Client_CreateViewOfDeviceBuffer(&v);
+  assert_non_null(e);
+  PJRT_Error_GetCode_Args gc;
+  INIT_ARGS(gc);
+  gc.error = e;
+  OK(api->PJRT_Error_GetCode(&gc));
+  assert_int_equal(gc.code, PJRT_Error_Code_INVALID_ARGUMENT);
+  expect_error(e, "cannot be a view of this process's memory");
+  assert_null(v.buffer);
+  assert_int_equal(view_deleted, 0);  // the caller's memory was never taken
+}
+
 static int teardown(void** state) {
   (void)state;
   PJRT_Client_Destroy_Args d;
@@ -868,6 +967,7 @@ int main(void) {
       cmocka_unit_test(test_chains_on_two_threads),
       cmocka_unit_test(test_compile_error_reaches_caller),
       cmocka_unit_test(test_serialize_and_load),
+      cmocka_unit_test(test_external_references),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -114,18 +114,25 @@ static cw_status_t cw__execute_check(const PJRT_LoadedExecutable_Execute_Args* a
 }
 
 // Donated: the parameters the program aliases to outputs, less those the
-// caller lists as non-donatable (as XLA's own clients decide), into
-// `donate` (room for every donated parameter); returns how many.
+// caller lists as non-donatable (as XLA's own clients decide) and those
+// with an external reference held on any device (DLPack: XLA's CPU client
+// keeps such a buffer too, and the program reads a copy), into `donate`
+// (room for every donated parameter); returns how many.
 static size_t cw__execute_donated(const cw_plugin_exe_t* e, const PJRT_ExecuteOptions* opt,
-                                  size_t num_args, uint32_t* donate) {
+                                  const PJRT_LoadedExecutable_Execute_Args* args,
+                                  uint32_t* donate) {
   size_t n = 0;
   bool has_keep = opt && opt->struct_size >= CW_PJRT_STRUCT_SIZE(PJRT_ExecuteOptions,
                                                                  num_non_donatable_input_indices);
   for (size_t k = 0; k < e->num_donated_params; ++k) {
     uint32_t p = e->donated_params[k];
-    bool keep = p >= num_args;
+    bool keep = p >= args->num_args;
     for (size_t i = 0; !keep && has_keep && i < opt->num_non_donatable_input_indices; ++i) {
       keep = opt->non_donatable_input_indices[i] == (int64_t)p;
+    }
+    for (size_t d = 0; !keep && d < args->num_devices; ++d) {
+      const cw_plugin_buffer_t* b = (const cw_plugin_buffer_t*)args->argument_lists[d][p];
+      keep = atomic_load_explicit(&b->external_refs, memory_order_acquire) > 0;
     }
     if (!keep) donate[n++] = p;
   }
@@ -279,7 +286,7 @@ PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args) {
     cw_status_free(poisoned);
     return cw_plugin_error_from_status(cw__oom());
   }
-  size_t ndonate = cw__execute_donated(e, opt, na, donate);
+  size_t ndonate = cw__execute_donated(e, opt, args, donate);
   s = cw__execute_check_donated(args, e, donate, ndonate);
   if (s) {
     if (donate != stack_donate) free(donate);

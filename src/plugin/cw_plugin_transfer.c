@@ -296,6 +296,16 @@ static cw_status_t cw__download(cw_plugin_buffer_t* b, void* dst, uint64_t offse
   return cw_ok_status();
 }
 
+cw_status_t cw_plugin_transfer_read(cw_plugin_buffer_t* b, void* dst, const char* what) {
+  PJRT_Event* ev = NULL;
+  cw_status_t s = cw__download(b, dst, 0, cw_plugin_buffer_bytes(b), what, &ev);
+  if (s) return s;
+  cw_plugin_future_t* f = (cw_plugin_future_t*)ev;
+  s = cw_plugin_future_wait(f);
+  cw_plugin_future_release(f);
+  return s;
+}
+
 PJRT_Error* cw_plugin_buffer_to_host(PJRT_Buffer_ToHostBuffer_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Buffer_ToHostBuffer_Args, event);
   CW_PLUGIN_NEED(args->src, "PJRT_Buffer_ToHostBuffer", "buffer");

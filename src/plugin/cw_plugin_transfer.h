@@ -8,6 +8,7 @@
 #include <sys/uio.h>
 
 #include "cw_pjrt_c_api.h"
+#include "cw_plugin_buffer.h"
 #include "cw_plugin_event.h"
 #include "cw_plugin_internal.h"
 
@@ -38,6 +39,10 @@ PJRT_Event* cw_plugin_transfer_done_event(void);
 PJRT_Error* cw_plugin_buffer_copy_raw_to_host(PJRT_Buffer_CopyRawToHost_Args* args);
 PJRT_Error* cw_plugin_buffer_copy_to_device(PJRT_Buffer_CopyToDevice_Args* args);
 PJRT_Error* cw_plugin_buffer_copy_to_memory(PJRT_Buffer_CopyToMemory_Args* args);
+// Reads all of `b`'s dense bytes into `dst` (cw_plugin_buffer_bytes of
+// them) and waits for them: ToHostBuffer's read, blocking.
+CW_MUST_USE cw_status_t cw_plugin_transfer_read(cw_plugin_buffer_t* b, void* dst,
+                                                const char* what);
 // The buffer's address on its worker (x.unsafe_buffer_pointer()): one AWAIT
 // in seq order, blocking until the buffer is ready; remembered after.
 PJRT_Error* cw_plugin_buffer_unsafe_pointer(PJRT_Buffer_UnsafePointer_Args* args);

@@ -15,6 +15,7 @@ Checks that expect an error catch it and return it as {"ok": False, "error":
 from __future__ import annotations
 
 import functools
+import gc
 import hashlib
 import os
 import re
@@ -986,14 +987,54 @@ def pure_callback() -> dict:
         return {"ok": False, "error": err_text(e)}
 
 
-def dlpack_export() -> dict:
-    """np.from_dlpack(x): zero-copy on stock CPU JAX; on causeway the bytes
-    are in a worker, so it must be refused by name."""
+def dlpack() -> dict:
+    """DLPack both ways. Export (np.from_dlpack) is zero-copy on stock CPU JAX;
+    on causeway the bytes are in a worker and the plugin reads them into a
+    host copy held while the export lives. Import copies on both (stock when
+    the memory is not aligned for a view). An export keeps its array from
+    being donated, and outlives a delete."""
+    out = {}
     x = jax.jit(lambda v: v * 2)(jnp.arange(6.0, dtype=jnp.float32))
+    a = np.from_dlpack(x)
+    out["export"] = np.array(a)
+    out["export_writeable"] = bool(a.flags.writeable)
+    out["export_again"] = np.array(np.from_dlpack(x))  # a second reference, same bytes
+    for name in ["int8", "uint16", "int32", "float64", "bool", "complex64"]:
+        v = jnp.arange(12).reshape(3, 4).astype(name)
+        out[f"export_{name}"] = np.array(np.from_dlpack(jax.jit(lambda t: t[::-1])(v)))
+    out["export_empty"] = np.array(np.from_dlpack(jnp.zeros((0, 3), jnp.float32)))
+    out["export_scalar"] = np.array(np.from_dlpack(jnp.float32(2.5) * 2))
+    big = jnp.arange(1 << 20, dtype=jnp.float32) * 3  # 4 MiB: the same-host path
+    out["export_big_sum"] = float(np.from_dlpack(big).astype(np.float64).sum())
+    h = np.arange(10, dtype=np.int32) * 7
+    y = jax.dlpack.from_dlpack(h)
+    out["import"] = np.asarray(jax.jit(lambda t: t + 1)(y))
+    out["roundtrip"] = np.asarray(jnp.asarray(np.from_dlpack(jnp.arange(5.0) ** 2)) + 1)
     try:
-        return {"ok": True, "value": np.array(np.from_dlpack(x))}
-    except Exception as e:  # noqa: BLE001
-        return {"ok": False, "error": err_text(e)}
+        jax.dlpack.from_dlpack(np.arange(3.0)[1:], copy=False)
+        out["import_no_copy_refused"] = False
+    except ValueError:
+        out["import_no_copy_refused"] = True
+    f = jax.jit(lambda t: t + 1, donate_argnums=0)
+    w = jnp.arange(4.0)
+    m = np.from_dlpack(w)
+    out["donated_result"] = np.asarray(f(w))
+    out["exported_not_donated"] = not w.is_deleted()
+    out["exported_after_donate"] = np.array(m) + np.asarray(w)
+    del m
+    w3 = f(w)  # the export is gone: this one donates
+    out["donated_after_release"] = [np.asarray(w3), w.is_deleted()]
+    q = jnp.arange(3.0) * 3
+    mq = np.from_dlpack(q)
+    q.delete()
+    gc.collect()
+    out["export_outlives_delete"] = np.array(mq)
+    try:
+        np.from_dlpack(jnp.ones(4, jnp.int4))
+        out["int4_refused"] = False
+    except Exception:  # noqa: BLE001 - stock and causeway refuse it at different steps
+        out["int4_refused"] = True
+    return out
 
 
 def linalg(op: str) -> dict:

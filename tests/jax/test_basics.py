@@ -1,6 +1,7 @@
 """Devices, jnp, jit, autodiff, control flow, random, dtypes, scalars, zero-size
-arrays, a 512 MiB round trip and device_put: causeway against stock JAX."""
+arrays, a 512 MiB round trip, device_put and DLPack: causeway against stock JAX."""
 import harness
+from conftest import plugin_front_only
 
 
 def test_devices(ref, cw):
@@ -84,3 +85,12 @@ def test_device_put_chosen_device(check):
     want, got = check("device_put_chosen")
     for p in range(harness.NUM_DEVICES):
         assert got[p]["x_dev"] == [p] and got[p]["y_dev"] == [p]
+
+
+@plugin_front_only("jaxlib's proxy client refuses DLPack itself (\"implemented for a "
+                   "PjRt-compatible backend only\") before any request")
+def test_dlpack(check):
+    want, got = check("dlpack")
+    assert got["export_writeable"] is False
+    assert got["exported_not_donated"] and got["import_no_copy_refused"] and got["int4_refused"]
+    assert got["donated_after_release"][1], "once its export is gone the array is donated"

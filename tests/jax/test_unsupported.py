@@ -6,7 +6,6 @@ import re
 import pytest
 
 import harness
-from conftest import plugin_front_only
 
 # An error "names what is missing" if it says which feature or custom call.
 MISSING = re.compile(r"callback|custom.?call|ffi|lapack|handler|not supported|unimplemented|"
@@ -52,16 +51,6 @@ def test_debug_print(ref, cw):
 def test_pure_callback(ref, cw):
     want, got = harness.run_both(ref, cw, "pure_callback")
     _works_or_names_missing(want, got, "jax.pure_callback")
-    _still_serving(ref, cw)
-
-
-@plugin_front_only("jaxlib's proxy client refuses DLPack itself (\"implemented for a "
-                   "PjRt-compatible backend only\") before any request")
-def test_dlpack_export(ref, cw):
-    want, got = harness.run_both(ref, cw, "dlpack_export")
-    _works_or_names_missing(want, got, "np.from_dlpack")
-    if harness.on_causeway():
-        assert not got["ok"] and "cannot be shared without a copy" in got["error"], got
     _still_serving(ref, cw)
 
 
