@@ -53,7 +53,6 @@ CW__STUB(PJRT_Device_ClearMemoryStats)
 CW__STUB(PJRT_Device_PoisonExecution)
 CW__STUB(PJRT_AsyncTrackingEvent_Destroy)
 CW__STUB(PJRT_Executable_GetCostAnalysis)
-CW__STUB(PJRT_Executable_GetCompiledMemoryStats)
 CW__STUB(PJRT_Executable_ParameterMemoryKinds)
 CW__STUB(PJRT_Buffer_GetMemoryLayout)
 CW__STUB(PJRT_Buffer_CopyRawToHostFuture)
@@ -198,7 +197,7 @@ static const PJRT_Api cw__api = {
     // UNIMPLEMENTED on purpose: a topology that works makes every
     // TopologyDescription_* call fatal in the caller.
     .PJRT_Client_TopologyDescription = cw__stub_PJRT_Client_TopologyDescription,
-    .PJRT_Executable_GetCompiledMemoryStats = cw__stub_PJRT_Executable_GetCompiledMemoryStats,
+    .PJRT_Executable_GetCompiledMemoryStats = cw_plugin_executable_memory_stats,
     .PJRT_Memory_Kind_Id = cw_plugin_memory_kind_id,
     .PJRT_ExecuteContext_Create = cw_plugin_execute_context_create,
     .PJRT_ExecuteContext_Destroy = cw_plugin_execute_context_destroy,

@@ -1,6 +1,7 @@
 // Executables (cw_plugin_executable.h): compile through the controller (the
 // one blocking round trip of a jit), metadata from the returned
 // ExecutableInfo, and the executable's DELETE when JAX drops it.
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "cw_plugin_internal.h"
 #include "cw_plugin_resume.h"
 #include "cw_plugin_worker.h"
+#include "cw_messages.h"
 #include "cw_serialized_exe.h"
 #include "proto/xla_compile_options.pb-c.h"
 
@@ -212,6 +214,10 @@ static cw_status_t cw__exe_from_info(cw_plugin_client_t* c, uint64_t id,
     }
   }
   if (!s) s = cw__exe_device_assignment(e);
+  if (!s && info->memory_stats) {
+    e->has_memory_stats = true;
+    e->memory_stats = *info->memory_stats;  // scalars only
+  }
   if (!s && info->n_donated_params) {
     e->donated_params = malloc(info->n_donated_params * sizeof(*e->donated_params));
     if (!e->donated_params) {
@@ -477,6 +483,27 @@ PJRT_Error* cw_plugin_executable_fingerprint(PJRT_Executable_Fingerprint_Args* a
   CW_PLUGIN_NEED(args->executable, "PJRT_Executable_Fingerprint", "executable");
   return cw__exe_fingerprint(CW__EXE(args), &args->executable_fingerprint,
                              &args->executable_fingerprint_size);
+}
+
+PJRT_Error* cw_plugin_executable_memory_stats(PJRT_Executable_GetCompiledMemoryStats_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Executable_GetCompiledMemoryStats_Args, host_temp_size_in_bytes);
+  CW_PLUGIN_NEED(args->executable, "PJRT_Executable_GetCompiledMemoryStats", "executable");
+  const cw_plugin_exe_t* e = CW__EXE(args);
+  if (!e->has_memory_stats) {
+    return cw_plugin_error_from_status(cw_make_status(
+        CW_UNIMPLEMENTED,
+        "PJRT_Executable_GetCompiledMemoryStats: worker %s's plugin gave no memory stats for %s",
+        e->worker->name, e->name ? e->name : "the executable"));
+  }
+  // The caller's struct may end before the later fields.
+#define CW__SET(field)                                                            \
+  if (args->struct_size >= offsetof(PJRT_Executable_GetCompiledMemoryStats_Args, field) + \
+                               sizeof(args->field)) {                             \
+    args->field = e->memory_stats.field;                                          \
+  }
+  CW_COMPILED_MEMORY_STATS(CW__SET)
+#undef CW__SET
+  return NULL;
 }
 
 static void cw__no_options_deleter(PJRT_SerializedCompileOptions* options) {

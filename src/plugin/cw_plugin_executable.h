@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "cw_pjrt_c_api.h"
+#include "proto/causeway.pb-c.h"
 
 typedef struct cw_plugin_client_s cw_plugin_client_t;
 typedef struct cw_plugin_device_s cw_plugin_device_t;
@@ -54,6 +55,9 @@ typedef struct cw_plugin_exe_s {
   size_t device_assignment_size;
   uint32_t* donated_params;  // parameters aliased to outputs (taken unless non-donatable)
   size_t num_donated_params;
+  // The worker's plugin's compiled memory stats (has_memory_stats: it gave them).
+  bool has_memory_stats;
+  Causeway__V1__CompiledMemoryStats memory_stats;
 } cw_plugin_exe_t;
 
 typedef struct cw_plugin_loaded_s {
@@ -79,6 +83,8 @@ PJRT_Error* cw_plugin_executable_output_element_types(
     PJRT_Executable_OutputElementTypes_Args* args);
 PJRT_Error* cw_plugin_executable_output_dimensions(PJRT_Executable_OutputDimensions_Args* args);
 PJRT_Error* cw_plugin_executable_fingerprint(PJRT_Executable_Fingerprint_Args* args);
+// The worker's answer, kept from the compile (compiled.memory_analysis()).
+PJRT_Error* cw_plugin_executable_memory_stats(PJRT_Executable_GetCompiledMemoryStats_Args* args);
 PJRT_Error* cw_plugin_executable_get_compile_options(PJRT_Executable_GetCompileOptions_Args* args);
 PJRT_Error* cw_plugin_executable_serialize(PJRT_Executable_Serialize_Args* args);
 PJRT_Error* cw_plugin_executable_deserialize_and_load(

@@ -8,6 +8,16 @@
 #include "cw_status.h"
 #include "proto/causeway.pb-c.h"
 
+// PJRT_Executable_GetCompiledMemoryStats_Args's fields, named alike in
+// CompiledMemoryStats: X(field) for each, in order.
+#define CW_COMPILED_MEMORY_STATS(X)                                                           \
+  X(generated_code_size_in_bytes)                                                             \
+  X(argument_size_in_bytes) X(output_size_in_bytes) X(alias_size_in_bytes)                    \
+  X(temp_size_in_bytes) X(host_generated_code_size_in_bytes) X(host_argument_size_in_bytes)   \
+  X(host_output_size_in_bytes) X(host_alias_size_in_bytes) X(host_temp_size_in_bytes)         \
+  X(peak_memory_in_bytes) X(total_size_in_bytes) X(total_allocation_bytes)                    \
+  X(indefinite_allocations) X(peak_unpadded_heap_bytes)
+
 // A status with the reply's code (out-of-range codes become UNKNOWN: a peer's
 // code is untrusted) and message ("(no message)" when empty), prefixed by `context` and ": " when
 // `context` is not NULL. `er` is borrowed.

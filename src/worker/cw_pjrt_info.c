@@ -1,9 +1,12 @@
 #include "cw_pjrt_info.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "cw_messages.h"
 
 static char* cw__strndup0(const char* s, size_t n) { return strndup(s ? s : "", s ? n : 0); }
 
@@ -109,6 +112,30 @@ static void cw__output_memory_kinds(const cw_pjrt_t* p, PJRT_Executable* e,
   }
 }
 
+// Optional in PJRT (and for older plugins a slot past their table's end):
+// none leaves the field absent.
+static void cw__memory_stats(const cw_pjrt_t* p, PJRT_Executable* e,
+                             Causeway__V1__ExecutableInfo* info) {
+  if (p->api->struct_size <= offsetof(PJRT_Api, PJRT_Executable_GetCompiledMemoryStats) ||
+      !p->api->PJRT_Executable_GetCompiledMemoryStats) {
+    return;
+  }
+  CW_PJRT_ARGS(PJRT_Executable_GetCompiledMemoryStats_Args, ms);
+  ms.executable = e;
+  cw_status_t st = cw_pjrt_status(p, p->api->PJRT_Executable_GetCompiledMemoryStats(&ms));
+  if (st) {
+    cw_status_free(st);
+    return;
+  }
+  Causeway__V1__CompiledMemoryStats* m = malloc(sizeof(*m));
+  if (!m) return;
+  causeway__v1__compiled_memory_stats__init(m);
+#define CW__COPY(field) m->field = ms.field;
+  CW_COMPILED_MEMORY_STATS(CW__COPY)
+#undef CW__COPY
+  info->memory_stats = m;
+}
+
 cw_status_t cw_pjrt_exe_info_initialize(const cw_pjrt_t* p, PJRT_LoadedExecutable* exe,
                                         Causeway__V1__ExecutableInfo* info) {
   causeway__v1__executable_info__init(info);
@@ -159,6 +186,7 @@ cw_status_t cw_pjrt_exe_info_initialize(const cw_pjrt_t* p, PJRT_LoadedExecutabl
     cw_status_free(cw__optimized_program(p, e, info));
     cw__donated_params(info);
     cw__output_memory_kinds(p, e, info);
+    cw__memory_stats(p, e, info);
   }
   CW_PJRT_ARGS(PJRT_Executable_Destroy_Args, de);
   de.executable = e;
@@ -183,5 +211,6 @@ void cw_pjrt_exe_info_deinitialize(Causeway__V1__ExecutableInfo* info) {
   for (size_t i = 0; i < info->n_output_memory_kinds; ++i) free(info->output_memory_kinds[i]);
   free(info->output_memory_kinds);
   free(info->donated_params);
+  free(info->memory_stats);
   causeway__v1__executable_info__init(info);
 }

@@ -82,7 +82,12 @@ static void test_outputs(void** state) {
   assert_int_equal(params[0].rank, 2);
   cw_pjrt_shapes_free(params, n);
   assert_int_equal(info.n_donated_params, 0);
+  // XLA's CPU plugin sizes the program's buffers: the argument, 6 f32.
+  assert_non_null(info.memory_stats);
+  assert_int_equal(info.memory_stats->argument_size_in_bytes, 6 * 4);
+  assert_true(info.memory_stats->output_size_in_bytes >= 6 * 4 + 4);  // and XLA's tuple
   cw_pjrt_exe_info_deinitialize(&info);
+  assert_null(info.memory_stats);
   assert_int_equal(info.n_output_dims, 0);  // reset: deinitializing again is harmless
   cw_pjrt_exe_info_deinitialize(&info);
 }

@@ -759,6 +759,33 @@ def compiled_cost() -> dict:
     return {name: lowered.compile().cost_analysis() for name, lowered in programs.items()}
 
 
+def compiled_memory() -> dict:
+    """compiled.memory_analysis(): XLA's buffer sizes of the compiled program
+    (on causeway the worker's plugin's, sent with the executable), for one
+    device, a donation, an island, and a program compiled again (a cache hit
+    at the controller when run second)."""
+    isl = islands()[0]
+    mesh = Mesh(np.array(isl), ("x",))
+    xs = jax.device_put(np.ones((16, 8), np.float32), NamedSharding(mesh, P("x")))
+    m = np.ones((32, 32), np.float32)
+    programs = {
+        "mlp": jax.jit(lambda w, x: jnp.tanh(x @ w).mean(0)).lower(m, m[:16]),
+        "temp": jax.jit(lambda a: jnp.sort(a @ a.T + jnp.exp(a), axis=0)[::2]).lower(m),
+        "donate": jax.jit(lambda a: a * 3, donate_argnums=0).lower(m),
+        "island": jax.jit(lambda a: jnp.sum(a * 2, axis=1)).lower(xs),
+        "again": jax.jit(lambda w, x: jnp.tanh(x @ w).mean(0)).lower(m, m[:16]),
+    }
+    out = {}
+    for name, lowered in programs.items():
+        ma = lowered.compile().memory_analysis()
+        out[name] = None if ma is None else {
+            k: getattr(ma, k) for k in ("argument_size_in_bytes", "output_size_in_bytes",
+                                        "alias_size_in_bytes", "temp_size_in_bytes",
+                                        "host_argument_size_in_bytes",
+                                        "host_output_size_in_bytes")}
+    return out
+
+
 def pmap_island() -> dict:
     """jax.pmap over one island's devices: collectives, an unmapped output,
     a second call on its own output (jit and shard_map underneath)."""

@@ -4,7 +4,7 @@ import re
 import pytest
 
 import harness
-from conftest import requires_causeway
+from conftest import plugin_front_only, requires_causeway
 
 
 def test_sharding_within_island(check):
@@ -66,6 +66,19 @@ def test_compiled_text_and_formats(check):
     assert "all-reduce(" in got["all_reduce"] and "num_partitions=4" in got["all_reduce"]
     assert re.search(r"entry_computation_layout=.*S\(5\)}", got["pinned_host"])
     assert "custom_call_target=\"lapack_sgetrf_ffi\"" in got["lapack"]
+
+
+@plugin_front_only("jaxlib's proxy client has no memory analysis request: it answers None")
+def test_compiled_memory_analysis(check):
+    # Stock JAX asks XLA in its process; the plugin front answers with what
+    # the worker's plugin said of the compiled program.
+    want, got = check("compiled_memory")
+    assert got["mlp"]["argument_size_in_bytes"] == 4 * (32 * 32 + 16 * 32), got["mlp"]
+    assert got["mlp"]["output_size_in_bytes"] == 4 * 32, got["mlp"]
+    assert got["donate"]["alias_size_in_bytes"] == 4 * 32 * 32, got["donate"]
+    # Per device: the island's shard of a (16, 8) f32 array.
+    assert got["island"]["argument_size_in_bytes"] == 4 * 16 * 8 // harness.DEVICES_PER_WORKER
+    assert got["again"] == got["mlp"]
 
 
 def test_compiled_cost_analysis(check):
