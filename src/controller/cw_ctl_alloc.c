@@ -6,6 +6,7 @@
 // be met now wait here, FIFO; the head is retried when capacity frees (a
 // session closes, a worker registers) and the waiting client is told why
 // with an ALLOC_WAITING event.
+#include <assert.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -342,6 +343,7 @@ static void cw__alloc_describe(const Causeway__V1__OpenSessionRequest* r, char* 
 static bool cw__alloc_apply(cw_controller_t* ctl, cw_ctl_session_t* s,
                             const Causeway__V1__OpenSessionRequest* r,
                             const cw_alloc_device_t* devs) {
+  assert(!s->vdevs);  // only a session without devices gets some
   cw_alloc_device_t* copy = malloc(r->num_devices * sizeof(*copy));
   if (!copy) return false;
   memcpy(copy, devs, r->num_devices * sizeof(*copy));
@@ -430,8 +432,9 @@ static void cw__alloc_reply(cw_controller_t* ctl, cw_net_conn_t* conn, cw_ctl_se
 void cw_ctl_alloc_open(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_id,
                        const Causeway__V1__OpenSessionRequest* r) {
   cw_ctl_session_t* s = p->session;
-  if (!r || r->num_devices == 0 || !s || s->allocated) {
-    // Every device (or the allocation this session already has).
+  if (!r || r->num_devices == 0 || !s || cw__mapped(s)) {
+    // Every device (or the devices this session already has: allocated, or
+    // resumed by SESSION_RESUME).
     cw_ctl_session_reply_info(ctl, p, CW_MSG_OPEN_SESSION, request_id);
     return;
   }
@@ -519,8 +522,9 @@ void cw_ctl_alloc_check(cw_controller_t* ctl, bool expire) {
       cw__alloc_wait_free(a);
       continue;
     }
-    if (s->allocated) {
-      // Allocated meanwhile (a SESSION_RESUME): answered as a second OPEN_SESSION is.
+    if (cw__mapped(s)) {
+      // Given devices meanwhile (a SESSION_RESUME): answered as a second
+      // OPEN_SESSION is.
       cw__alloc_unlink(ctl, pp);
       cw__alloc_reply(ctl, a->conn, s, a->request_id);
       cw_ctl_session_release(s);
