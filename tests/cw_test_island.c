@@ -53,9 +53,13 @@ cw_status_t cw_test_call(cw_client_t* c, uint16_t type, const ProtobufCMessage* 
 
 cw_status_t cw_test_register(cw_client_t* c, const char* name, const char* address,
                              size_t devices, int32_t previous, Causeway__V1__RegisterReply** out) {
-  Causeway__V1__Device devs[4];
-  Causeway__V1__Device* ptrs[4];
-  if (devices > 4) return cw_make_status(CW_INVALID_ARGUMENT, "at most 4 pretend devices");
+  Causeway__V1__Device* devs = calloc(devices ? devices : 1, sizeof(*devs));
+  Causeway__V1__Device** ptrs = calloc(devices ? devices : 1, sizeof(*ptrs));
+  if (!devs || !ptrs) {
+    free(devs);
+    free(ptrs);
+    return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  }
   for (size_t i = 0; i < devices; ++i) {
     causeway__v1__device__init(&devs[i]);
     devs[i].local_id = (int32_t)i;
@@ -76,7 +80,10 @@ cw_status_t cw_test_register(cw_client_t* c, const char* name, const char* addre
   Causeway__V1__RegisterPrevious prev = CAUSEWAY__V1__REGISTER_PREVIOUS__INIT;
   prev.first_device_id = previous;
   if (previous >= 0) req.previous = &prev;
-  return cw_test_call(c, CW_MSG_REGISTER, &req.base, (ProtobufCMessage**)out);
+  cw_status_t st = cw_test_call(c, CW_MSG_REGISTER, &req.base, (ProtobufCMessage**)out);
+  free(devs);
+  free(ptrs);
+  return st;
 }
 
 // ---- Sessions -----------------------------------------------------------------------

@@ -29,7 +29,7 @@ CW_MUST_USE cw_status_t cw_test_call(cw_client_t* c, uint16_t type, const Protob
                                      ProtobufCMessage** out_reply);
 
 // REGISTER on `c` (a connection with HELLO role WORKER) as a pretend worker
-// `name` at `address` with `devices` (at most 4) CPU devices of platform
+// `name` at `address` with `devices` CPU devices of platform
 // "cpu" version "test"; previous >= 0: RegisterRequest.previous. *out (may
 // be NULL) gets the reply, freed with protobuf_c_message_free_unpacked.
 CW_MUST_USE cw_status_t cw_test_register(cw_client_t* c, const char* name, const char* address,

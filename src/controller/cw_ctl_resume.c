@@ -35,9 +35,14 @@ struct cw_ctl_resume_wait_s {
   Causeway__V1__SessionResumeRequest* req;  // owned
   int64_t start_ms;
   int64_t deadline_ms;
+  // The workers it names, each once, in the request's order (pointing into
+  // req): checked at every tick, so not recounted from its devices.
+  const char** names;
+  size_t num_names;
 };
 
 static void cw__wait_free(cw_ctl_resume_wait_t* rw) {
+  free(rw->names);
   cw_net_conn_release(rw->conn);
   cw_ctl_session_release(rw->session);
   protobuf_c_message_free_unpacked(&rw->req->base, NULL);
@@ -60,10 +65,6 @@ static int cw__cmp_name_worker(const void* key, const void* elem) {
   return strcmp(key, (*(cw_ctl_worker_t* const*)elem)->name);
 }
 
-static int cw__cmp_str(const void* a, const void* b) {
-  return strcmp(*(const char* const*)a, *(const char* const*)b);
-}
-
 static bool cw__names_init(cw_controller_t* ctl, cw__names_t* out) {
   out->n = ctl->num_workers;
   out->by_name = malloc((out->n ? out->n : 1) * sizeof(*out->by_name));
@@ -79,33 +80,57 @@ static cw_ctl_worker_t* cw__names_find(const cw__names_t* names, const char* nam
   return w ? *w : NULL;
 }
 
-// The first worker the request names that is not registered and alive; NULL
-// when all are. *out_missing counts them (each name once). Out of memory it
-// names the first device's worker, so the resume waits and tries again.
-static const char* cw__missing_worker(cw_controller_t* ctl,
-                                      const Causeway__V1__SessionResumeRequest* r,
-                                      size_t* out_missing) {
-  *out_missing = 1;
-  cw__names_t names;
-  if (!cw__names_init(ctl, &names)) return r->devices[0]->worker_name;
-  const char** gone = malloc(r->n_devices * sizeof(*gone));
-  if (!gone) {
-    free(names.by_name);
-    return r->devices[0]->worker_name;
-  }
+typedef struct {
+  const char* name;
+  size_t first;  // its first device in the request
+} cw__named_t;
+
+static int cw__cmp_named(const void* a, const void* b) {
+  const cw__named_t *x = a, *y = b;
+  int c = strcmp(x->name, y->name);
+  if (c) return c;
+  return x->first < y->first ? -1 : x->first > y->first;
+}
+
+static int cw__cmp_first(const void* a, const void* b) {
+  const cw__named_t *x = a, *y = b;
+  return x->first < y->first ? -1 : x->first > y->first;
+}
+
+// Fills rw->names from its request's devices; false when out of memory.
+static bool cw__wait_names(cw_ctl_resume_wait_t* rw) {
+  const Causeway__V1__SessionResumeRequest* r = rw->req;
+  cw__named_t* v = malloc(r->n_devices * sizeof(*v));
+  if (!v) return false;
+  for (size_t i = 0; i < r->n_devices; ++i) v[i] = (cw__named_t){r->devices[i]->worker_name, i};
+  qsort(v, r->n_devices, sizeof(*v), cw__cmp_named);
   size_t n = 0;
   for (size_t i = 0; i < r->n_devices; ++i) {
-    cw_ctl_worker_t* w = cw__names_find(&names, r->devices[i]->worker_name);
-    if (!w || !w->alive) gone[n++] = r->devices[i]->worker_name;
+    if (n == 0 || strcmp(v[n - 1].name, v[i].name) != 0) v[n++] = v[i];
   }
-  free(names.by_name);
-  const char* first = n ? gone[0] : NULL;
-  qsort(gone, n, sizeof(*gone), cw__cmp_str);
+  qsort(v, n, sizeof(*v), cw__cmp_first);
+  rw->names = malloc(n * sizeof(*rw->names));
+  if (rw->names) {
+    for (size_t i = 0; i < n; ++i) rw->names[i] = v[i].name;
+    rw->num_names = n;
+  }
+  free(v);
+  return rw->names != NULL;
+}
+
+// The first worker `rw` names that is not registered and alive; NULL when
+// all are. *out_missing counts them. Without the index (out of memory) every
+// name is missing, so the resume waits and tries again.
+static const char* cw__missing_worker(const cw__names_t* workers, const cw_ctl_resume_wait_t* rw,
+                                      size_t* out_missing) {
+  const char* first = NULL;
   *out_missing = 0;
-  for (size_t i = 0; i < n; ++i) {
-    if (i == 0 || strcmp(gone[i - 1], gone[i]) != 0) (*out_missing)++;
+  for (size_t i = 0; i < rw->num_names; ++i) {
+    cw_ctl_worker_t* w = workers->by_name ? cw__names_find(workers, rw->names[i]) : NULL;
+    if (w && w->alive) continue;
+    if (!first) first = rw->names[i];
+    (*out_missing)++;
   }
-  free(gone);
   return first;
 }
 
@@ -157,6 +182,40 @@ static cw_status_t cw__validate(const Causeway__V1__SessionResumeRequest* r) {
   return cw_ok_status();
 }
 
+typedef struct {
+  uint64_t place;  // worker index << 32 | local id
+  uint32_t id;     // the session's
+} cw__placed_t;
+
+static int cw__cmp_placed(const void* a, const void* b) {
+  const cw__placed_t *x = a, *y = b;
+  if (x->place != y->place) return x->place < y->place ? -1 : 1;
+  return x->id < y->id ? -1 : x->id > y->id;
+}
+
+// No device of a worker under two of the session's ids: the session would
+// count one device twice (and hold it twice in the status).
+static cw_status_t cw__check_distinct(cw_controller_t* ctl, const cw_alloc_device_t* devs,
+                                      uint32_t n) {
+  cw__placed_t* v = malloc((n ? n : 1) * sizeof(*v));
+  if (!v) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  size_t k = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    if (devs[i].worker == UINT32_MAX) continue;  // a hole
+    v[k++] = (cw__placed_t){(uint64_t)devs[i].worker << 32 | devs[i].local, i};
+  }
+  qsort(v, k, sizeof(*v), cw__cmp_placed);
+  cw_status_t st = cw_ok_status();
+  for (size_t i = 1; i < k && !st; ++i) {
+    if (v[i].place != v[i - 1].place) continue;
+    st = cw_make_status(CW_INVALID_ARGUMENT, "SESSION_RESUME names device %u of worker %s twice "
+                        "(the session's devices %u and %u)", (uint32_t)v[i].place,
+                        ctl->workers[v[i].place >> 32]->name, v[i - 1].id, v[i].id);
+  }
+  free(v);
+  return st;
+}
+
 // The client's devices as this controller's (worker index, local id), by the
 // client's id: devs[id] (holes: worker UINT32_MAX), *out_n = largest id + 1.
 static cw_status_t cw__place_devices(cw_controller_t* ctl,
@@ -192,6 +251,11 @@ static cw_status_t cw__place_devices(cw_controller_t* ctl,
     devs[d->id] = (cw_alloc_device_t){w->index, (uint32_t)d->local_id};
   }
   free(names.by_name);
+  cw_status_t st = cw__check_distinct(ctl, devs, n);
+  if (st) {
+    free(devs);
+    return st;
+  }
   *out_devs = devs;
   *out_n = n;
   return cw_ok_status();
@@ -428,13 +492,18 @@ static void cw__resume(cw_controller_t* ctl, cw_ctl_resume_wait_t* rw) {
 }
 
 void cw_ctl_resume_check(cw_controller_t* ctl, bool expire) {
+  if (!ctl->resume_waits) return;
   int64_t now = cw_time_now_ms();
+  // One index of the workers for every wait (a worker a resume registers
+  // comes after it: the next check sees it).
+  cw__names_t workers = {0};
+  if (!cw__names_init(ctl, &workers)) workers.by_name = NULL;
   cw_ctl_resume_wait_t** pp = &ctl->resume_waits;
   while (*pp) {
     cw_ctl_resume_wait_t* rw = *pp;
     bool gone = ctl->shutting_down || !cw_net_conn_is_open(rw->conn) || rw->session->closed;
     size_t missing = 0;
-    const char* name = gone ? NULL : cw__missing_worker(ctl, rw->req, &missing);
+    const char* name = gone ? NULL : cw__missing_worker(&workers, rw, &missing);
     bool late = name && expire && now >= rw->deadline_ms;
     if (!gone && name && !late) {
       pp = &rw->next;
@@ -453,6 +522,7 @@ void cw_ctl_resume_check(cw_controller_t* ctl, bool expire) {
     }
     cw__wait_free(rw);
   }
+  free(workers.by_name);
 }
 
 void cw_ctl_handle_session_resume(cw_net_conn_t* conn, const cw_frame_header_t* h,
@@ -468,13 +538,17 @@ void cw_ctl_handle_session_resume(cw_net_conn_t* conn, const cw_frame_header_t* 
                         "waits to resume (request %" PRIu64 ")", o->session->id, o->request_id);
   }
   cw_ctl_resume_wait_t* rw = st ? NULL : calloc(1, sizeof(*rw));
-  if (!st && !rw) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  if (rw) rw->req = r;
+  if (!st && (!rw || !cw__wait_names(rw))) {
+    st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  }
   if (st) {
+    if (rw) free(rw->names);
+    free(rw);
     cw_ctl_reply_error(ctl, conn, h->type, h->request_id, st);
     return;
   }
   *msg = NULL;
-  rw->req = r;
   rw->conn = conn;
   cw_net_conn_retain(conn);
   rw->session = p->session;
