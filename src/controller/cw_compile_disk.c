@@ -165,7 +165,9 @@ cw_status_t cw_compile_disk_read(const char* dir, const uint8_t key[CW_COMPILE_D
   *out_size = 0;
   char* path = NULL;
   CW_RETURN_IF_ERROR(cw_compile_disk_path(dir, key, &path), "");
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  // O_NONBLOCK: a FIFO put where an entry goes must not hold a pool thread
+  // (and the compile, and shutdown) in open; a regular file ignores it.
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) {
     int err = errno;
     cw_status_t s = err == ENOENT ? cw_make_status(CW_NOT_FOUND, "%s: no entry", path)

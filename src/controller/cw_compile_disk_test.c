@@ -168,6 +168,17 @@ static void test_disk_bad_files_refused_and_removed(void** state) {
   write_entry("other", 100, 1);
   rename_entry("other", "mine");
   assert_int_equal(read_code("mine", "another key"), CW_DATA_LOSS);
+  // A FIFO where an entry goes: refused at once (opening it blocked a pool
+  // thread, its compile and the controller's shutdown for good).
+  write_entry("fifo", 100, 1);
+  uint8_t key[CW_COMPILE_DISK_DIGEST_SIZE];
+  digest_of("fifo", key);
+  char* path = path_of(key);
+  assert_int_equal(unlink(path), 0);
+  assert_int_equal(mkfifo(path, 0600), 0);
+  free(path);
+  assert_int_equal(read_code("fifo", "not a regular file"), CW_DATA_LOSS);
+  assert_false(entry_exists("fifo"));
 }
 
 static void set_mtime(const char* key_text, time_t t) {
