@@ -432,6 +432,21 @@ void cw_net_conn_send(cw_net_conn_t* c, uint16_t type, uint32_t flags, uint64_t 
     return;
   }
   size_t plen = msg ? protobuf_c_message_get_packed_size(msg) : 0;
+  if (plen > c->net->options.limits.max_payload && !(flags & CW_FRAME_ERROR)) {
+    // The peer would refuse the frame and drop the connection (a status of
+    // many sessions, a huge program's info): a reply says so instead, and
+    // anything else ends the connection here with the reason.
+    cw_status_t st = cw_make_status(CW_RESOURCE_EXHAUSTED,
+                                    "%s %s of %zu bytes exceeds the payload limit of %u bytes "
+                                    "(max_payload)", cw_msg_type_name(type),
+                                    (flags & CW_FRAME_REPLY) ? "reply" : "frame", plen,
+                                    c->net->options.limits.max_payload);
+    if (bulk_free) bulk_free(bulk_user);
+    CW_LOGW("%s: %s", c->name, cw_status_message(st));
+    if (flags & CW_FRAME_REPLY) cw_net_conn_reply_error(c, type, request_id, st);
+    else cw_net_conn_close(c, st);
+    return;
+  }
   if (plen > UINT32_MAX || !cw__out_reserve(c, CW_FRAME_HEADER_SIZE + plen)) {
     if (bulk_free) bulk_free(bulk_user);
     cw_net_conn_close(c, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory sending a %s frame",

@@ -113,6 +113,38 @@ static void test_reply_completes_request_by_id(void** state) {
   assert_int_equal(o->closes, 0);
 }
 
+// A reply over the payload limit is never sent: the peer would refuse it
+// and drop the connection (a controller's status of many sessions did).
+// The requester gets RESOURCE_EXHAUSTED naming the sizes, and the
+// connection keeps serving.
+static void test_oversize_reply_becomes_error(void** state) {
+  start_server();
+  start_client("sesame");
+  out_t* o = new_out();
+  cw_net_conn_t* conn = connect_client(fx.path, 0, o);
+  static reply_t rs[2];
+  memset(rs, 0, sizeof(rs));
+  request_ping(conn, "defer", &rs[0]);
+  request_ping(conn, "defer", &rs[1]);
+  WAIT(fx.num_peers == 1 && last_peer()->num_deferred == 2);
+  peer_t* p = last_peer();
+  static uint8_t big[4097];
+  Causeway__V1__Ping ping = CAUSEWAY__V1__PING__INIT;
+  ping.data.data = big;
+  ping.data.len = sizeof(big);  // packed: a few bytes over 4096
+  cw_net_conn_reply(p->conn, CW_MSG_PING, p->deferred[0], &ping.base);
+  ping.data.data = (uint8_t*)"ok";
+  ping.data.len = 2;
+  cw_net_conn_reply(p->conn, CW_MSG_PING, p->deferred[1], &ping.base);
+  WAIT(all_done(rs, 2));
+  assert_int_equal(rs[0].code, CW_RESOURCE_EXHAUSTED);
+  assert_non_null(strstr(rs[0].msg, "PING reply of 4100 bytes exceeds the payload limit of "
+                                    "4096 bytes"));
+  assert_int_equal(rs[1].code, CW_OK);
+  assert_int_equal(rs[1].data_len, 2);
+  assert_int_equal(o->closes, 0);
+}
+
 // A reply nobody asked for: an outbound connection closes (its requests
 // fail with why); an accepted one gets a violation.
 static void test_unknown_reply_id(void** state) {
@@ -784,6 +816,7 @@ int main(void) {
       NET_TEST(test_frames_split_byte_by_byte),
       NET_TEST(test_many_frames_in_one_write),
       NET_TEST(test_reply_completes_request_by_id),
+      NET_TEST(test_oversize_reply_becomes_error),
       NET_TEST(test_unknown_reply_id),
       NET_TEST(test_prehello_limits),
       NET_TEST(test_post_hello_limits),
