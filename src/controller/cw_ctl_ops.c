@@ -35,6 +35,8 @@
 #define CW__RECENT_ERRORS 32
 #define CW__POLL_MS 1000
 #define CW__STATUS_WAIT_MS 3000
+// A PAUSE/RESUME/DRAIN/UNDRAIN answers by then even if a worker is silent.
+#define CW__FANOUT_WAIT_MS 10000
 #define CW__RATE_SAMPLES 6  // one a poll: launches per second over the last 5 s
 
 typedef struct cw_ctl_recent_error_s {
@@ -58,8 +60,11 @@ typedef struct cw_ctl_gather_s {
   int64_t start_ms;
 } cw_ctl_gather_t;
 
+struct cw_ctl_fanout_s;
+
 typedef struct cw_ctl_ops_s {
   uv_timer_t timer;
+  struct cw_ctl_fanout_s* fanouts;  // waiting for workers
   bool timer_open;
   int64_t start_ms;
   cw_ctl_recent_error_t errors[CW__RECENT_ERRORS];
@@ -100,8 +105,14 @@ struct cw_ctl_session_ops_s {
   size_t num_devices;
 };
 
-// A request answered once every worker it went to has replied.
+// A request answered once every worker it went to has replied, or at its
+// deadline with what is missing (it lives on until the last reply).
 typedef struct cw_ctl_fanout_s {
+  struct cw_ctl_fanout_s* next;
+  struct cw_ctl_fanout_s* prev;
+  int64_t deadline_ms;
+  bool replied;
+  int sent, answered;
   cw_controller_t* ctl;
   cw_net_conn_t* client;  // retained
   uint16_t type;
@@ -221,12 +232,25 @@ bool cw_ctl_ops_worker_takes_work(const cw_ctl_worker_t* w) {
 
 // --- Fan-out replies (PAUSE, RESUME, DRAIN, UNDRAIN) ---------------------------------
 
+static void cw__fanout_free(cw_ctl_fanout_t* f) {
+  cw_ctl_ops_t* ops = f->ctl->ops;
+  if (f->prev) f->prev->next = f->next;
+  else if (ops) ops->fanouts = f->next;
+  if (f->next) f->next->prev = f->prev;
+  cw_status_free(f->first_error);
+  cw_net_conn_release(f->client);
+  free(f);
+}
+
 static void cw__fanout_done(cw_ctl_fanout_t* f, cw_status_t st) {
   if (st && !f->first_error) f->first_error = st;
   else cw_status_free(st);
   if (--f->left > 0) return;
-  if (f->first_error) {
+  if (f->replied) {
+    // Answered at the deadline already.
+  } else if (f->first_error) {
     cw_ctl_reply_error(f->ctl, f->client, f->type, f->request_id, f->first_error);
+    f->first_error = NULL;
   } else {
     Causeway__V1__AdminAck ack = CAUSEWAY__V1__ADMIN_ACK__INIT;
     ack.session_id = f->session_id;
@@ -234,14 +258,26 @@ static void cw__fanout_done(cw_ctl_fanout_t* f, cw_status_t st) {
     ack.text = f->text;
     cw_net_conn_reply(f->client, f->type, f->request_id, &ack.base);
   }
-  cw_net_conn_release(f->client);
-  free(f);
+  cw__fanout_free(f);
+}
+
+// The deadline passed with workers silent: the admin hears so now. The
+// request stays in effect where it arrived (and where it arrives later).
+static void cw__fanout_expire(cw_ctl_fanout_t* f) {
+  f->replied = true;
+  int silent = f->sent - f->answered;
+  cw_ctl_reply_error(f->ctl, f->client, f->type, f->request_id,
+                     cw_make_status(CW_DEADLINE_EXCEEDED, "%s: %d of %d workers did not answer "
+                                    "within %d ms; it applies on those that did, and on the "
+                                    "others when they read it", cw_msg_type_name(f->type),
+                                    silent, f->sent, CW__FANOUT_WAIT_MS));
 }
 
 static void cw__fanout_reply(void* user, cw_net_conn_t* conn, cw_status_t status,
                              const ProtobufCMessage* reply, uint8_t* bulk, uint64_t bulk_len) {
   cw_ctl_fanout_t* f = user;
   free(bulk);
+  f->answered++;
   if (!status) {
     const Causeway__V1__AdminAck* a = (const Causeway__V1__AdminAck*)reply;
     f->held += a->launches_held;
@@ -263,6 +299,11 @@ static cw_ctl_fanout_t* cw__fanout_create(cw_ctl_peer_t* p, const cw_frame_heade
   f->type = h->type;
   f->request_id = h->request_id;
   f->left = 1;  // released by the handler once every request is out
+  f->deadline_ms = cw__mono_ms() + CW__FANOUT_WAIT_MS;
+  cw_ctl_ops_t* ops = p->ctl->ops;
+  f->next = ops->fanouts;
+  if (f->next) f->next->prev = f;
+  ops->fanouts = f;
   return f;
 }
 
@@ -274,7 +315,10 @@ static void cw__send_hold(cw_ctl_session_t* s, cw_net_conn_t* link, bool hold,
   Causeway__V1__AdminHoldRequest req = CAUSEWAY__V1__ADMIN_HOLD_REQUEST__INIT;
   req.session_id = s->id;
   req.hold = hold;
-  if (f) f->left++;
+  if (f) {
+    f->left++;
+    f->sent++;
+  }
   cw_net_conn_request(link, CW_MSG_ADMIN_HOLD, &req.base, NULL, 0, NULL, NULL,
                       f ? cw__fanout_reply : cw_ctl_ignore_reply, f);
 }
@@ -385,10 +429,7 @@ static void cw__handle_drain(cw_ctl_peer_t* p, const cw_frame_header_t* h,
            : cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   }
   if (st) {
-    if (f) {
-      cw_net_conn_release(f->client);
-      free(f);
-    }
+    if (f) cw__fanout_free(f);
     cw_ctl_reply_error(ctl, p->conn, h->type, h->request_id, st);
     return;
   }
@@ -397,6 +438,7 @@ static void cw__handle_drain(cw_ctl_peer_t* p, const cw_frame_header_t* h,
   Causeway__V1__AdminWorkerDrainRequest req = CAUSEWAY__V1__ADMIN_WORKER_DRAIN_REQUEST__INIT;
   req.drain = wo->draining;
   f->left++;
+  f->sent++;
   cw_net_conn_request(link, CW_MSG_ADMIN_WORKER_DRAIN, &req.base, NULL, 0, NULL, NULL,
                       cw__fanout_reply, f);
   cw__fanout_done(f, cw_ok_status());
@@ -745,6 +787,9 @@ static void cw__on_timer(uv_timer_t* t) {
     if (g->client && !g->replied && now >= g->deadline_ms) cw__gather_settle(g, true);
     g = next;
   }
+  for (cw_ctl_fanout_t* f = ops->fanouts; f; f = f->next) {
+    if (!f->replied && now >= f->deadline_ms) cw__fanout_expire(f);
+  }
   if (ctl->num_workers) cw__gather_start(ctl, NULL, 0, 0);
 }
 
@@ -798,6 +843,7 @@ void cw_ctl_ops_release(cw_controller_t* ctl) {
     if (g->client) cw_net_conn_release(g->client);
     free(g);
   }
+  while (ops->fanouts) cw__fanout_free(ops->fanouts);
   free(ops);
   ctl->ops = NULL;
 }
