@@ -239,6 +239,39 @@ static void test_put_from_client(void** state) {
 // A peer's WORKER connection joins a session without keeping it alive: when
 // the session's last client goes, the worker frees it, and the WORKER
 // connection must not keep pointing at it (ASan: a use after free in STATS).
+// Peers are counted by name in a table of at most 1,024 names; later names
+// count as "(other)". A 1,025th name made the worker recurse for good
+// (stack overflow under ASan, a hung worker without), and a peer without a
+// name is named by its address and port, so 1,025 connections over a
+// worker's life were enough.
+static void test_many_peer_names(void** state) {
+  (void)state;
+  for (int i = 0; i < 1100; ++i) {
+    int fd = conn_open(&g_plain);
+    Causeway__V1__HelloRequest m = CAUSEWAY__V1__HELLO_REQUEST__INIT;
+    m.min_version = 1;
+    m.max_version = 1;
+    m.role = CAUSEWAY__V1__ROLE__ROLE_CLIENT;
+    char name[32];
+    snprintf(name, sizeof(name), "peer-%d", i);
+    m.peer_name = name;
+    assert_true(send_msg(fd, T_HELLO, 1, &m.base, NULL, 0));
+    frame_t f;
+    expect_reply(fd, "HELLO", T_HELLO, 1, &f);
+    frame_free(&f);
+    close(fd);
+  }
+  assert_serving(&g_plain);
+  int fd = open_hello();
+  Causeway__V1__Stats* st = stats(fd, 5);
+  bool other = false;
+  for (size_t i = 0; i < st->n_peers; ++i) other = other || !strcmp(st->peers[i]->peer, "(other)");
+  assert_true(other);
+  assert_true(st->n_peers <= 1025);
+  causeway__v1__stats__free_unpacked(st, NULL);
+  close(fd);
+}
+
 static void test_worker_role_outlives_session(void** state) {
   (void)state;
   int a = conn_open(&g_plain);
@@ -276,6 +309,7 @@ int main(int argc, char** argv) {
       cmocka_unit_test(test_hello_version_range),
       cmocka_unit_test(test_token),
       cmocka_unit_test(test_put_from_client),
+      cmocka_unit_test(test_many_peer_names),
       cmocka_unit_test(test_worker_role_outlives_session),
       // Last: SIGTERM the workers and require exit 0 (ASan: no leaks).
       cmocka_unit_test(hostile_test_sigterm_clean_exit),

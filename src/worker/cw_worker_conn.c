@@ -50,12 +50,18 @@ void cw_worker_reply_error(cw_conn_t* c, uint16_t type, uint64_t request_id,
 
 // --- Per-peer byte counts -------------------------------------------------------
 
+#define CW__OTHER_PEERS "(other)"
+
 static size_t cw__peer_stat_index(cw_worker_t* w, const char* name) {
   for (size_t i = 0; i < w->num_peer_stats; ++i) {
     if (!strcmp(w->peer_stats[i].name, name)) return i;
   }
   // Bounded: a hostile peer choosing names cannot grow this without limit.
-  if (w->num_peer_stats >= CW__MAX_PEER_STATS) return cw__peer_stat_index(w, "(other)");
+  // Past the bound every new name counts as CW__OTHER_PEERS, which takes the
+  // one entry past it (so this recurses once at most).
+  if (w->num_peer_stats >= CW__MAX_PEER_STATS && strcmp(name, CW__OTHER_PEERS) != 0) {
+    return cw__peer_stat_index(w, CW__OTHER_PEERS);
+  }
   cw_peer_stat_t* grown = realloc(w->peer_stats, (w->num_peer_stats + 1) * sizeof(*grown));
   char* copy = strdup(name);
   if (!grown || !copy) {
