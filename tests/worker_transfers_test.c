@@ -171,6 +171,18 @@ static void test_delete_while_requests_wait(void** state) {
   array_t other = {.dtype = CAUSEWAY__V1__DTYPE__DTYPE_F32, .rank = 0, .size = 4};
   other.data = other_vals;
   upload(g.cb, x, &other, 0);
+  // A PUT fills only what EXPECT declared: not the launch's pending output,
+  // nor the copy's destination (a PUT into the output was acked, and the
+  // launch then acked with the PUT's bytes in its output).
+  uint64_t src2 = new_id();
+  upload(g.ca, src2, want_x, 0);
+  uint64_t not_expected[2] = {ids.outs[0][0], y};
+  for (int k = 0; k < 2; ++k) {
+    completion_t into = {0};
+    ASSERT_OK(cw_client_send_to_peer(g.ca, src2, g.b.address, not_expected[k], 0,
+                                     cw_client_session_id(g.cb), on_done, &into));
+    expect_error(finish(g.ca, &into), "already exists", "PUT into a pending launch output or copy");
+  }
 
   // Now A fills the X the waiting requests hold.
   upload(g.ca, src, want_x, 0);
@@ -194,9 +206,9 @@ static void test_delete_while_requests_wait(void** state) {
 
   ASSERT_OK(cw_client_delete(g.cb, &ids.args[0][0], c->num_args, NULL, NULL));
   ASSERT_OK(cw_client_delete(g.cb, ids.outs[0], c->num_outputs, NULL, NULL));
-  uint64_t rest_b[2] = {y, exe}, rest_a[2] = {z, src};
+  uint64_t rest_b[2] = {y, exe}, rest_a[3] = {z, src, src2};
   ASSERT_OK(cw_client_delete(g.cb, rest_b, 2, NULL, NULL));
-  ASSERT_OK(cw_client_delete(g.ca, rest_a, 2, NULL, NULL));
+  ASSERT_OK(cw_client_delete(g.ca, rest_a, 3, NULL, NULL));
   ASSERT_OK(cw_client_flush(g.cb));
   ASSERT_OK(cw_client_flush(g.ca));
   Causeway__V1__Stats* sb = get_stats(g.cb);

@@ -578,7 +578,10 @@ void cw_worker_handle_put(cw_net_conn_t* nc, const cw_frame_header_t* h,
     // is older than any entry now under the id: the PUT fills that first.
     e = cw_store_lookup_detached_put(w->store, s->key, r->dst_id);
     if (!e) e = cw_store_lookup(w->store, s->key, r->dst_id);
-    if (e && (e->kind != CW_STORE_BUFFER || e->state != CW_STORE_PENDING || e->filling)) {
+    // Only what EXPECT declared waits for a PUT: a launch's output or a
+    // copy's destination pending under the id is the program's to fill.
+    if (e && (e->kind != CW_STORE_BUFFER || e->state != CW_STORE_PENDING || e->filling ||
+              !e->awaits_put)) {
       st = cw_make_status(CW_ALREADY_EXISTS, "buffer %" PRIu64 " already exists", r->dst_id);
     } else if (!e) {
       st = cw_store_insert(w->store, s->key, r->dst_id, CW_STORE_BUFFER, &e);
