@@ -255,6 +255,71 @@ static void test_slow_then_dead_client(void** state) {
   cw_client_release(b);
 }
 
+static void on_ignored(void* user, cw_status_t status, const ProtobufCMessage* reply) {
+  (void)user;
+  (void)reply;
+  cw_status_free(status);
+}
+
+static void on_launch_done(void* user, cw_status_t status, const ProtobufCMessage* reply) {
+  (void)reply;
+  atomic_store((atomic_int*)user, status ? -1 : 1);
+  cw_status_free(status);
+}
+
+// XLA's CPU client lets 32 executions per device be in flight and blocks
+// the caller past that. Launches whose callbacks nobody answers stay in
+// flight, and a launch without callbacks is dispatched on the worker's
+// loop: with 32 of them unanswered it blocked the loop for good, the loop
+// that carries every answer (a helper's audit). The worker keeps at most 16
+// callback launches in flight; the rest wait their turn.
+static void test_many_unanswered_callbacks(void** state) {
+  (void)state;
+  peer_t silent = {.answer = ANSWER_NEVER};
+  cw_client_t* a = connect_peer(&silent);
+  compile(a, 1, kCallbackProgram);
+  static const float x[4] = {1, 2, 3, 4};
+  upload4(a, 10, x);
+  enum { K = 40 };
+  for (int i = 0; i < K; ++i) {
+    launch1_t l;
+    launch1_init(&l, 1, 10, 100 + (uint64_t)i, false);
+    l.req.host_callbacks = 9;
+    ASSERT_OK(cw_client_send(a, CW_MSG_LAUNCH, &l.req.base, NULL, 0, NULL, on_ignored, NULL,
+                             NULL));
+  }
+  for (int i = 0; i < 2000 && atomic_load(&silent.requests) < 16; ++i) cw_test_sleep_ms(5);
+  cw_test_sleep_ms(200);
+  assert_int_equal(atomic_load(&silent.requests), 16);  // the rest wait at the worker
+  // Another session's plain launch runs (before: never, nor a PING).
+  peer_t other = {.answer = ANSWER_TIMES_TEN};
+  cw_client_t* b = connect_peer(&other);
+  compile(b, 1, kScaleProgram);
+  static const float y[6] = {1, 2, 3, 4, 5, 6};
+  int64_t dims[2] = {2, 3};
+  ASSERT_OK(cw_client_upload(b, 20, CAUSEWAY__V1__DTYPE__DTYPE_F32, dims, 2, NULL, 0, y,
+                             sizeof(y), NULL, NULL));
+  launch1_t l;
+  launch1_init(&l, 1, 20, 21, false);
+  atomic_int done = 0;
+  ASSERT_OK(cw_client_send(b, CW_MSG_LAUNCH, &l.req.base, NULL, 0, NULL, on_launch_done, &done,
+                           NULL));
+  for (int i = 0; i < 4000 && atomic_load(&done) == 0; ++i) cw_test_sleep_ms(5);
+  assert_int_equal(atomic_load(&done), 1);
+  ASSERT_OK(cw_client_ping(b));
+  // A leaves: its launches end, and callbacks work again for others.
+  cw_client_release(a);
+  peer_t again = {.answer = ANSWER_TIMES_TEN};
+  cw_client_t* c = connect_peer(&again);
+  compile(c, 1, kCallbackProgram);
+  upload4(c, 10, x);
+  uint64_t rid = 0;
+  launch(c, 1, 10, 11, 3, &rid);
+  ASSERT_OK(cw_client_wait(c, rid, NULL, NULL));
+  cw_client_release(c);
+  cw_client_release(b);
+}
+
 int main(void) {
   if (!getenv("CAUSEWAY_PJRT_PLUGIN") || !*getenv("CAUSEWAY_PJRT_PLUGIN")) return 77;
   const struct CMUnitTest tests[] = {
@@ -262,6 +327,7 @@ int main(void) {
       cmocka_unit_test(test_buffer_callback),
       cmocka_unit_test(test_bad_answers),
       cmocka_unit_test(test_slow_then_dead_client),
+      cmocka_unit_test(test_many_unanswered_callbacks),
   };
   return cmocka_run_group_tests(tests, suite_setup, suite_teardown);
 }

@@ -142,6 +142,7 @@ struct cw_worker_s {
   // Launches handed to PJRT, not yet complete, and the connections (FIFO,
   // referenced) whose next launch waits for room (cw_worker_launch.c).
   size_t launches_in_flight;
+  size_t hostcb_launches;  // launches that may call back, issued and not ended
   // Parts of islands' launches queued, and those prepared that donate
   // inputs (cw_worker_launch.c: parts are prepared ahead only while none do).
   size_t parts_queued, parts_donating;

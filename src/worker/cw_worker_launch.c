@@ -36,6 +36,13 @@
 #ifndef CW__MAX_LAUNCHES_IN_FLIGHT  // a test build may raise it to show the deadlock
 #define CW__MAX_LAUNCHES_IN_FLIGHT 16
 #endif
+// Launches that may call back to a client stay in flight (holding XLA's
+// per-device slots, 32 of them) until the client answers; a launch without
+// callbacks is dispatched on this loop, and with every slot held it would
+// block the loop that must carry the answers: a deadlock (a helper's audit,
+// 32 unanswered callbacks). At most this many callback launches are in
+// flight; the rest wait as throttled multi-device launches do.
+#define CW__MAX_HOSTCB_LAUNCHES 16
 
 struct cw_launch_s {
   cw_launch_t* next;
@@ -70,6 +77,7 @@ struct cw_launch_s {
   bool stamp_released;
   // A program that calls back (cw_worker_hostcb.h): its execute context.
   cw_hostcb_launch_t* hostcb;
+  bool hostcb_counted;  // in w->hostcb_launches
 };
 
 // Its stamp in the gang order (cw_worker_sched.c); 0 when unstamped or
@@ -90,6 +98,7 @@ static void cw__launch_free(cw_launch_t* l) {
   if (l->req) protobuf_c_message_free_unpacked(&l->req->base, NULL);
   free(l->out_serials);
   cw_worker_hostcb_launch_free(l->conn->w, l->hostcb);
+  if (l->hostcb_counted) l->conn->w->hostcb_launches--;
   cw_status_free(l->first_error);
   cw_status_free(l->cancel);
   if (l->donating) l->conn->w->parts_donating--;
@@ -149,7 +158,11 @@ static void cw__launch_fail(cw_worker_t* w, cw_launch_t* l, cw_status_t status) 
 // A launch completed: resumes connections throttled by
 // CW__MAX_LAUNCHES_IN_FLIGHT, oldest first, while there is room.
 static void cw__launch_unthrottle(cw_worker_t* w) {
-  while (w->launch_throttled && w->launches_in_flight < CW__MAX_LAUNCHES_IN_FLIGHT) {
+  // Each connection throttled now is tried once (one held again goes back
+  // to the tail, in order), while there is room of either kind.
+  cw_conn_t* last = w->launch_throttled_tail;
+  while (w->launch_throttled && (w->launches_in_flight < CW__MAX_LAUNCHES_IN_FLIGHT ||
+                                 w->hostcb_launches < CW__MAX_HOSTCB_LAUNCHES)) {
     cw_conn_t* c = w->launch_throttled;
     w->launch_throttled = c->throttle_next;
     if (!w->launch_throttled) w->launch_throttled_tail = NULL;
@@ -157,6 +170,7 @@ static void cw__launch_unthrottle(cw_worker_t* w) {
     c->launch_waiting = false;
     cw_worker_launch_pump(c);
     cw_worker_conn_unref(c);
+    if (c == last) break;
   }
 }
 
@@ -410,6 +424,7 @@ static void cw__launch_back(cw_worker_t* w, void* user, cw_status_t status) {
   cw_status_free(status);  // always OK
   cw__launch_executed(w, user);
   cw_worker_job_done(w);
+  cw__launch_unthrottle(w);  // a failed one ended here, not at its events
 }
 
 // Host-callback thread: Execute may call back and wait for the client.
@@ -470,6 +485,8 @@ static void cw__launch_issue(cw_worker_t* w, cw_launch_t* l, cw_store_entry_t* e
   }
   // It may call back: XLA may run it inline on the calling thread, and its
   // handler waits for the client, whose request this loop must carry.
+  w->hostcb_launches++;  // until it ends (cw__launch_free)
+  l->hostcb_counted = true;
   st = cw_worker_hostcb_launch_create(w, l->skey, l->req->host_callbacks, l->req->exe_id,
                                       &l->hostcb);
   if (!st) {
@@ -783,11 +800,16 @@ static void cw__launch_pump(cw_conn_t* c) {
     }
     // Ready: its outputs' memory is taken before PJRT takes it.
     if (!st && !l->mem_admitted && cw__launch_reserve(w, c, l, stamp, &st)) return;
-    if (!st && l->num_devices > 1 && w->launches_in_flight >= CW__MAX_LAUNCHES_IN_FLIGHT) {
+    bool held = l->num_devices > 1 && w->launches_in_flight >= CW__MAX_LAUNCHES_IN_FLIGHT;
+    if (!st && l->exe && l->exe->host_callbacks && w->hostcb_launches >= CW__MAX_HOSTCB_LAUNCHES) {
+      held = true;  // see CW__MAX_HOSTCB_LAUNCHES
+    }
+    if (!st && held) {
       // A multi-device launch, ready, but PJRT has its fill (see
-      // CW__MAX_LAUNCHES_IN_FLIGHT): wait for a launch to complete
-      // (cw__launch_unthrottle). Single-device launches are never held: XLA
-      // runs their dispatch on the calling thread, not on its pool.
+      // CW__MAX_LAUNCHES_IN_FLIGHT), or one that may call back while the
+      // most that may are in flight: wait for a launch to complete
+      // (cw__launch_unthrottle). Other single-device launches are never
+      // held: XLA runs their dispatch on the calling thread, not its pool.
       c->launch_waiting = true;
       cw_worker_conn_ref(c);
       c->throttle_next = NULL;
