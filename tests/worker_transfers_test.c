@@ -83,6 +83,23 @@ static void test_worker_to_worker_send(void** state) {
   assert_int_equal(b_in, a_out);
   assert_int_equal(a_in, b_out);
 
+  // SENDs naming 200 other sessions at B (none exist: each fails) reuse
+  // A's one connection to B. One connection per destination session, never
+  // closed, once filled B's --max-connections for every client.
+  Causeway__V1__Stats* c0 = get_stats(g.cb);
+  for (uint64_t k = 0; k < 200; ++k) {
+    completion_t other = {0};
+    ASSERT_OK(cw_client_send_to_peer(g.ca, src, g.b.address, new_id(), 1, 0x5e550000 + k,
+                                     on_done, &other));
+    expect_error(finish(g.ca, &other), "not found", "SEND to a session B does not have");
+  }
+  Causeway__V1__Stats* c1 = get_stats(g.cb);
+  fprintf(stderr, "  B's connections before / after 200 SENDs to other sessions: %llu / %llu\n",
+          (unsigned long long)c0->connections, (unsigned long long)c1->connections);
+  assert_true(c1->connections <= c0->connections);
+  free_msg(c0);
+  free_msg(c1);
+
   ASSERT_OK(cw_client_delete(g.ca, &src, 1, NULL, NULL));
   ASSERT_OK(cw_client_delete(g.cb, &dst, 1, NULL, NULL));
   ASSERT_OK(cw_client_flush(g.ca));

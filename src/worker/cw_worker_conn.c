@@ -269,12 +269,10 @@ static void cw__on_accept(cw_net_t* net, cw_net_conn_t* nc) {
   cw_net_conn_set_callbacks(nc, &cw__callbacks, c);
 }
 
-cw_status_t cw_worker_conn_peer(cw_worker_t* w, const char* address, uint64_t dst_session,
-                                cw_conn_t** out) {
+cw_status_t cw_worker_conn_peer(cw_worker_t* w, const char* address, cw_conn_t** out) {
   *out = NULL;
   for (cw_conn_t* c = w->conns; c; c = c->next) {
-    if (c->outbound && !c->closing && !c->is_controller && c->dst_session == dst_session &&
-        !strcmp(c->peer_address, address)) {
+    if (c->outbound && !c->closing && !c->is_controller && !strcmp(c->peer_address, address)) {
       *out = c;
       return cw_ok_status();
     }
@@ -285,11 +283,10 @@ cw_status_t cw_worker_conn_peer(cw_worker_t* w, const char* address, uint64_t ds
     free(c);
     return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for a peer connection");
   }
-  c->dst_session = dst_session;
   c->peer_stat = cw__peer_stat_index(w, address);
   cw_net_conn_t* nc = NULL;
   cw_status_t st = cw_net_connect(&w->net, address, address, CAUSEWAY__V1__ROLE__ROLE_WORKER,
-                                  dst_session, &cw__callbacks, c,
+                                  0, &cw__callbacks, c,
                                   cw_settings_int(w->settings, CW_SET_CONNECT_TIMEOUT_MS), &nc);
   if (st) {
     free(c->peer_address);

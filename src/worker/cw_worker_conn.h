@@ -11,10 +11,13 @@
 // Starts serving `address` (the worker's --listen).
 CW_MUST_USE cw_status_t cw_worker_conn_listen(cw_worker_t* w, const char* address);
 
-// The cached outbound connection to `address` in its session `dst_session`,
-// connecting (HELLO role WORKER) when there is none. *out_conn is borrowed.
+// The cached outbound connection to `address`, connecting (HELLO role
+// WORKER, no session: each PUT names its own) when there is none. One per
+// peer, whatever the sessions its PUTs go to: the client names the
+// destination session, so one per session grew without bound.
+// *out_conn is borrowed.
 CW_MUST_USE cw_status_t cw_worker_conn_peer(cw_worker_t* w, const char* address,
-                                            uint64_t dst_session, cw_conn_t** out_conn);
+                                            cw_conn_t** out_conn);
 
 static inline const char* cw_worker_conn_name(const cw_conn_t* c) {
   return cw_net_conn_name(c->nc);

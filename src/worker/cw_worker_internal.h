@@ -76,10 +76,9 @@ struct cw_conn_s {
   bool go_waiting;  // the head is a part at its turn, waiting for LAUNCH_GO
   cw_conn_t* throttle_next;    // on the launch module's throttled list
   cw_conn_t* stamp_wait_next;  // gang order: on the list of turns waited for
-  // Outbound: the peer's address and the session there (SEND's PUT links),
-  // or this worker's link to its controller.
+  // Outbound: the peer's address (SEND's PUT links), or this worker's link
+  // to its controller.
   char* peer_address;
-  uint64_t dst_session;
   bool is_controller;
   // seq: the held request whose bulk bytes are arriving; the held request
   // being applied now; how many of this connection's requests are held, and

@@ -156,7 +156,7 @@ static void cw__registered(void* user, cw_net_conn_t* nc, cw_status_t status,
 static cw_status_t cw__connect(cw_worker_t* w, const char* address) {
   cw_worker_link_t* k = w->link;
   cw_conn_t* c = NULL;
-  CW_RETURN_IF_ERROR(cw_worker_conn_peer(w, address, 0, &c), "--controller %s", address);
+  CW_RETURN_IF_ERROR(cw_worker_conn_peer(w, address, &c), "--controller %s", address);
   c->is_controller = true;
   k->conn = c;
   cw_worker_advertised_address(w->net.listen_address, k->address, sizeof(k->address));

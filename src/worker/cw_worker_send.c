@@ -40,7 +40,7 @@ static void cw__put_done(void* user, cw_net_conn_t* peer, cw_status_t status,
 // Sends op's bytes (or op->status as a poisoned PUT) to the peer.
 static void cw__put(cw_op_t* op) {
   cw_conn_t* peer = NULL;
-  cw_status_t st = cw_worker_conn_peer(op->w, op->peer_address, op->dst_session, &peer);
+  cw_status_t st = cw_worker_conn_peer(op->w, op->peer_address, &peer);
   if (st) {
     cw_worker_op_fail(op, cw_status_annotate(st, "SEND %" PRIu64, op->id));
     return;
