@@ -28,6 +28,7 @@
 
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -668,6 +669,73 @@ static void test_parts_wait_behind_their_first(void** state) {
   parts_behind_their_first(true);
 }
 
+// The later parts of an UPLOAD in parts, sent on the connection of a first
+// part (no bytes, no seq) that waits for memory: not read until it has it.
+// They were read into memory of their own meanwhile, each part's bytes past
+// the budget (a helper's audit: 12 such uploads, 155 MiB more resident).
+typedef struct {
+  cw_client_t* c;
+  uint64_t id;
+  atomic_bool sent;
+  cw_status_t st;
+} parts_sender_t;
+
+static void* send_later_parts(void* arg) {
+  parts_sender_t* ps = arg;
+  int64_t dims[1] = {N_BIG};
+  const size_t quarter = N_BIG * sizeof(float) / 4;
+  for (int k = 1; k < 4 && !ps->st; ++k) {
+    Causeway__V1__UploadRequest up = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
+    up.buffer_id = ps->id;
+    up.dtype = F32;
+    up.dims = dims;
+    up.n_dims = 1;
+    up.part = k < 3 ? CAUSEWAY__V1__UPLOAD_PART__UPLOAD_MORE : CAUSEWAY__V1__UPLOAD_PART__UPLOAD_LAST;
+    up.part_offset = (uint64_t)(k - 1) * quarter;
+    size_t len = k < 3 ? quarter : 2 * quarter;
+    struct iovec iov = {(char*)g.big + (k - 1) * quarter, len};
+    ps->st = cw_client_send(ps->c, CW_MSG_UPLOAD, &up.base, &iov, 1, NULL, NULL, NULL, NULL);
+  }
+  atomic_store(&ps->sent, true);
+  return NULL;
+}
+
+static void test_parts_not_read_while_their_first_waits(void** state) {
+  (void)state;
+  cw_client_t* a = connect_session("a", 0, 0);
+  cw_client_t* b = connect_session("b", 0, 0);
+  uint64_t a1 = new_id(), a2 = new_id(), b1 = new_id();
+  upload_ok(a, a1, g.big, N_BIG);
+  upload_ok(a, a2, g.big, N_BIG);  // 8 of 10 MiB in use
+  int64_t dims[1] = {N_BIG};
+  Causeway__V1__UploadRequest first = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
+  first.buffer_id = b1;
+  first.dtype = F32;
+  first.dims = dims;
+  first.n_dims = 1;
+  first.part = CAUSEWAY__V1__UPLOAD_PART__UPLOAD_FIRST;
+  uint64_t rid = 0;
+  ASSERT_OK(cw_client_send(b, CW_MSG_UPLOAD, &first.base, NULL, 0, NULL, NULL, NULL, &rid));
+  free_stats(wait_for_waiters(a, 1));
+  parts_sender_t ps = {.c = b, .id = b1};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, send_later_parts, &ps), 0);
+  cw_test_sleep_ms(1000);
+  // 4 MiB of parts do not fit in the socket: still sending, as nothing is read.
+  assert_false(atomic_load(&ps.sent));
+  delete_ids(a, (uint64_t[]){a1}, 1);  // memory for b1: its parts are read now
+  assert_int_equal(pthread_join(t, NULL), 0);
+  ASSERT_OK(ps.st);
+  ASSERT_OK(cw_client_wait(b, rid, NULL, NULL));
+  ASSERT_OK(cw_client_flush(b));
+  expect_scaled(b, b1, g.big, N_BIG, 0);
+  delete_ids(a, (uint64_t[]){a2}, 1);
+  delete_ids(b, (uint64_t[]){b1}, 1);
+  cw_client_release(b);
+  expect_nothing_in_use(a);
+  cw_client_release(a);
+}
+
 static void test_session_end_frees_memory(void** state) {
   (void)state;
   cw_client_t* a = connect_session("a", 0, 0);
@@ -745,6 +813,7 @@ int main(void) {
       cmocka_unit_test(test_stamped_launch_passes_its_turn),
       cmocka_unit_test(test_held_upload_waits_with_its_bytes),
       cmocka_unit_test(test_parts_wait_behind_their_first),
+      cmocka_unit_test(test_parts_not_read_while_their_first_waits),
       cmocka_unit_test(test_session_end_frees_memory),
       cmocka_unit_test(test_wait_times_out),
   };

@@ -390,6 +390,8 @@ void cw_worker_conn_receive_bulk_at(cw_conn_t* c, const cw_frame_header_t* h, cw
   cw_net_conn_set_bulk_dest(c->nc, dest);
 }
 
+bool cw_worker_conn_applying_held(const cw_conn_t* c) { return c->seq_applying != NULL; }
+
 bool cw_worker_conn_bulk_arrived(const cw_conn_t* c) {
   return c->seq_applying && c->seq_applying->bulk;
 }

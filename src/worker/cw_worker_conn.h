@@ -42,6 +42,9 @@ void cw_worker_conn_receive_bulk_at(cw_conn_t* c, const cw_frame_header_t* h, cw
 // Whether the frame being applied is a held request whose bytes are in
 // already (then cw_worker_conn_take_held_bulk hands them to `op`).
 bool cw_worker_conn_bulk_arrived(const cw_conn_t* c);
+// Whether the request being applied on `c` was held for its seq turn (not
+// just read from the socket).
+bool cw_worker_conn_applying_held(const cw_conn_t* c);
 void cw_worker_conn_take_held_bulk(cw_conn_t* c, const cw_frame_header_t* h, cw_op_t* op);
 // Memory back-pressure (cw_worker_mem.h): `c` stops being read before the
 // bytes of op's frame; cw_worker_conn_resume_bulk (`keep`: they go to op as
