@@ -607,6 +607,11 @@ static PJRT_Error* cw__optimized_program(PJRT_Executable_OptimizedProgram_Args* 
   return cw__err(PJRT_Error_Code_UNIMPLEMENTED, "cwgang programs have no optimized HLO program");
 }
 
+static PJRT_Error* cw__memory_stats(PJRT_Executable_GetCompiledMemoryStats_Args* a) {
+  if (!cw__exe(a->executable)) return g_inner.PJRT_Executable_GetCompiledMemoryStats(a);
+  return cw__err(PJRT_Error_Code_UNIMPLEMENTED, "cwgang programs have no compiled memory stats");
+}
+
 // ---- Rounds: local sums and the rendezvous -------------------------------------------
 
 static void cw__inner_error_free(PJRT_Error* e) {
@@ -1086,6 +1091,9 @@ static void cw__load(void) {
   g_api.PJRT_Executable_OutputMemoryKinds = cw__output_memory_kinds;
   g_api.PJRT_Executable_Fingerprint = cw__fingerprint;
   g_api.PJRT_Executable_OptimizedProgram = cw__optimized_program;
+  // Each slot the worker asks of an executable answers for ours: one
+  // forwarded as is would hand the inner plugin a pointer it did not make.
+  g_api.PJRT_Executable_GetCompiledMemoryStats = cw__memory_stats;
 }
 
 __attribute__((visibility("default"))) const PJRT_Api* GetPjrtApi(void) {
