@@ -915,12 +915,17 @@ static void test_external_references(void** state) {
   OK(api->PJRT_Buffer_Delete(&(PJRT_Buffer_Delete_Args){.struct_size =
                                                             sizeof(PJRT_Buffer_Delete_Args),
                                                         .buffer = d}));
+  expect_error(ext_ref(d, +1), "deleted");
   expect_error(ext_pointer(d, &p1), "deleted");
   destroy_buffer(d);
 
+  // A reference that cannot be served is not counted (jaxlib gives nothing
+  // back when it fails, and a counted one kept the array from donation).
   int8_t s4[4] = {-8, -1, 0, 7};
   int64_t n4 = 4;
   PJRT_Buffer* packed = upload_raw(devs[0], PJRT_Buffer_Type_S4, s4, &n4, 1, NULL);
+  expect_error(ext_ref(packed, +1), "packed there");
+  expect_error(ext_ref(packed, -1), "holds no external reference");
   expect_error(ext_pointer(packed, &p1), "packed there");
   destroy_buffer(packed);
 

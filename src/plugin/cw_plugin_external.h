@@ -10,13 +10,15 @@
 #include "cw_pjrt_c_api.h"
 #include "cw_plugin_buffer.h"
 
+// A reference reads the bytes into the mirror first if there is none
+// (blocking until the buffer is ready and read), and counts only once it is
+// there: a failure leaves the count as it was. The mirror stays while a
+// reference is held, or until the buffer is destroyed.
 PJRT_Error* cw_plugin_buffer_increase_external_refs(
     PJRT_Buffer_IncreaseExternalReferenceCount_Args* args);
 PJRT_Error* cw_plugin_buffer_decrease_external_refs(
     PJRT_Buffer_DecreaseExternalReferenceCount_Args* args);
-// The mirror's address: the first call reads the bytes (blocking until the
-// buffer is ready and read); they stay while an external reference is held,
-// or until the buffer is destroyed.
+// The mirror's address (read now if there is none).
 PJRT_Error* cw_plugin_buffer_opaque_pointer(PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args* args);
 PJRT_Error* cw_plugin_client_create_view(PJRT_Client_CreateViewOfDeviceBuffer_Args* args);
 // Frees `b`'s mirror (buffer destroy).

@@ -1056,11 +1056,15 @@ def dlpack() -> dict:
     q.delete()
     gc.collect()
     out["export_outlives_delete"] = np.array(mq)
+    q4 = jnp.ones(4, jnp.int4) * 2
     try:
-        np.from_dlpack(jnp.ones(4, jnp.int4))
+        np.from_dlpack(q4)
         out["int4_refused"] = False
     except Exception:  # noqa: BLE001 - stock and causeway refuse it at different steps
         out["int4_refused"] = True
+    # A refused export holds nothing: the array is donated as any other.
+    jax.jit(lambda t: t + 1, donate_argnums=0)(q4)
+    out["int4_donated_after_refusal"] = q4.is_deleted()
     return out
 
 

@@ -94,3 +94,4 @@ def test_dlpack(check):
     assert got["export_writeable"] is False
     assert got["exported_not_donated"] and got["import_no_copy_refused"] and got["int4_refused"]
     assert got["donated_after_release"][1], "once its export is gone the array is donated"
+    assert got["int4_donated_after_refusal"], "a refused export must not keep the array"
