@@ -420,7 +420,8 @@ void cw_worker_conn_resume_bulk(cw_conn_t* c, cw_op_t* op, bool keep) {
   // Reading resumes (unless flow control holds it): the bytes go to op, or
   // are discarded.
   if (!c->closing && !c->seq_blocked) cw_net_conn_hold_reading(c->nc, false);
-  if (keep) cw__receive_into_staging(c, op);
+  if (keep && op->size) cw__receive_into_staging(c, op);
+  else if (keep) cw__received(op);  // a frame without bytes (an upload's first part)
 }
 
 // --- Ordering across connections (seq) ---------------------------------------------

@@ -49,7 +49,8 @@ void cw_worker_conn_take_held_bulk(cw_conn_t* c, const cw_frame_header_t* h, cw_
 // Memory back-pressure (cw_worker_mem.h): `c` stops being read before the
 // bytes of op's frame; cw_worker_conn_resume_bulk (`keep`: they go to op as
 // cw_worker_conn_receive_bulk says; else they are discarded) reads on. A
-// close while it waits fails op's entry and frees op.
+// frame without bytes holds reading all the same, and `keep` completes op.
+// A close while it waits fails op's entry and frees op.
 void cw_worker_conn_defer_bulk(cw_conn_t* c, const cw_frame_header_t* h, cw_op_t* op);
 void cw_worker_conn_resume_bulk(cw_conn_t* c, cw_op_t* op, bool keep);
 

@@ -76,8 +76,7 @@ struct cw_launch_s {
   struct cw_worker_mem_wait_s* mem_wait;
   bool stamp_released;
   // A program that calls back (cw_worker_hostcb.h): its execute context.
-  cw_hostcb_launch_t* hostcb;
-  bool hostcb_counted;  // in w->hostcb_launches
+  cw_hostcb_launch_t* hostcb;  // counted in w->hostcb_launches while set
 };
 
 // Its stamp in the gang order (cw_worker_sched.c); 0 when unstamped or
@@ -97,8 +96,8 @@ static void cw__launch_free(cw_launch_t* l) {
   cw_status_free(l->apply_error);
   if (l->req) protobuf_c_message_free_unpacked(&l->req->base, NULL);
   free(l->out_serials);
+  if (l->hostcb) l->conn->w->hostcb_launches--;
   cw_worker_hostcb_launch_free(l->conn->w, l->hostcb);
-  if (l->hostcb_counted) l->conn->w->hostcb_launches--;
   cw_status_free(l->first_error);
   cw_status_free(l->cancel);
   if (l->donating) l->conn->w->parts_donating--;
@@ -485,11 +484,10 @@ static void cw__launch_issue(cw_worker_t* w, cw_launch_t* l, cw_store_entry_t* e
   }
   // It may call back: XLA may run it inline on the calling thread, and its
   // handler waits for the client, whose request this loop must carry.
-  w->hostcb_launches++;  // until it ends (cw__launch_free)
-  l->hostcb_counted = true;
   st = cw_worker_hostcb_launch_create(w, l->skey, l->req->host_callbacks, l->req->exe_id,
                                       &l->hostcb);
   if (!st) {
+    w->hostcb_launches++;  // until it ends (cw__launch_free)
     cw_worker_job_started(w);
     st = cw_worker_hostcb_run(w, cw__launch_off_loop, is);
     if (st) cw_worker_job_done(w);

@@ -408,12 +408,8 @@ static void cw__transfer_mem_ready(cw_worker_t* w, void* user, cw_status_t statu
     return;
   }
   cw_worker_mem_charge(w, e, op->device, cw__transfer_bytes(op, op->size));
-  if (deferred && op->size) {
-    cw_worker_conn_resume_bulk(c, op, true);
-    return;
-  }
-  if (deferred) cw_worker_conn_resume_bulk(c, op, false);  // a part with no bytes: read on
-  if (op->direct_address) cw__direct_receive(op);
+  if (deferred) cw_worker_conn_resume_bulk(c, op, true);
+  else if (op->direct_address) cw__direct_receive(op);
   else cw_worker_transfer_received(op);
 }
 
@@ -445,20 +441,15 @@ static void cw__transfer_admit(cw_conn_t* c, const cw_frame_header_t* h, cw_op_t
     return;
   }
   op->mem_wait = wait;
-  // No bytes on the socket (a same-host copy): nothing to hold.
-  if (op->direct_address) return;
-  if (op->part && !h->bulk_len) {
-    // A first part with no bytes, read now: the connection is not read
-    // until it has its memory, as for one with bytes. Read, its later parts
-    // would each be kept in memory of their own meanwhile, past the budget.
-    // (One applied in its seq turn is not: what came after it on its
-    // connection was read already and is held within the seq caps.)
-    if (cw_worker_conn_applying_held(c)) return;
-    op->size = 0;
-    c->mem_recv = op;
-    cw_net_conn_hold_reading(c->nc, true);
+  // No bytes on the socket (a same-host copy): nothing to hold. Nor for a
+  // part with none applied in its seq turn: what came after it on its
+  // connection was read already, within the seq caps.
+  if (op->direct_address || (op->part && !h->bulk_len && cw_worker_conn_applying_held(c))) {
     return;
   }
+  // A first part with no bytes, read now, holds its connection too: read,
+  // its later parts would each be kept in memory of their own meanwhile,
+  // past the budget.
   if (cw_worker_conn_bulk_arrived(c)) cw_worker_conn_take_held_bulk(c, h, op);
   else cw_worker_conn_defer_bulk(c, h, op);
 }
