@@ -4,7 +4,9 @@
 // connection and takes the reply's results; an error reply, results of the
 // wrong size and a launch without callables fail the launch with a clear
 // error; while one client sits on a callback, another session's launches
-// run; a client that dies mid-callback fails only its own launch.
+// run; a client that dies mid-callback fails only its own launch; launches
+// held by the bound on callback launches in flight pass (or, parts of an
+// island's launch, hold) their gang-order turn.
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -112,6 +114,16 @@ static void upload4(cw_client_t* c, uint64_t id, const float* v) {
   ASSERT_OK(cw_client_flush(c));
 }
 
+// A client answering as `p` says, with the callback program as exe 1 and
+// {1, 2, 3, 4} as 10.
+static cw_client_t* callback_client(peer_t* p) {
+  cw_client_t* c = connect_peer(p);
+  compile(c, 1, kCallbackProgram);
+  static const float x[4] = {1, 2, 3, 4};
+  upload4(c, 10, x);
+  return c;
+}
+
 // Sends LAUNCH of `exe` (one device) from `in` into `out`; *out_rid for cw_client_wait.
 static void launch(cw_client_t* c, uint64_t exe, uint64_t in, uint64_t out,
                    uint64_t host_callbacks, uint64_t* out_rid) {
@@ -179,10 +191,7 @@ static void test_buffer_callback(void** state) {
 static void test_bad_answers(void** state) {
   (void)state;
   peer_t p = {.answer = ANSWER_ERROR};
-  cw_client_t* c = connect_peer(&p);
-  compile(c, 1, kCallbackProgram);
-  static const float x[4] = {1, 2, 3, 4};
-  upload4(c, 10, x);
+  cw_client_t* c = callback_client(&p);
   uint64_t rid = 0;
   // The callable's error is the launch's, code and message.
   launch(c, 1, 10, 11, 5, &rid);
@@ -204,10 +213,7 @@ static void test_bad_answers(void** state) {
 static void test_slow_then_dead_client(void** state) {
   (void)state;
   peer_t slow = {.answer = ANSWER_NEVER};
-  cw_client_t* a = connect_peer(&slow);
-  compile(a, 1, kCallbackProgram);
-  static const float x[4] = {1, 2, 3, 4};
-  upload4(a, 10, x);
+  cw_client_t* a = callback_client(&slow);
   uint64_t rid = 0;
   launch(a, 1, 10, 11, 9, &rid);
   for (int i = 0; i < 2000 && atomic_load(&slow.requests) == 0; ++i) cw_test_sleep_ms(5);
@@ -246,9 +252,7 @@ static void test_slow_then_dead_client(void** state) {
   }
   // And a new client's callbacks still work.
   peer_t again = {.answer = ANSWER_TIMES_TEN};
-  cw_client_t* c = connect_peer(&again);
-  compile(c, 1, kCallbackProgram);
-  upload4(c, 10, x);
+  cw_client_t* c = callback_client(&again);
   launch(c, 1, 10, 11, 3, &rid);
   ASSERT_OK(cw_client_wait(c, rid, NULL, NULL));
   cw_client_release(c);
@@ -267,6 +271,41 @@ static void on_launch_done(void* user, cw_status_t status, const ProtobufCMessag
   cw_status_free(status);
 }
 
+// Session `b`'s launch of its f32[2,3] doubling program (exe 1) from 20 into
+// `out`, sent on `via` (b, or its controller link with `stamp`); its
+// completion sets *done (1 OK, -1 error).
+static void plain_launch(cw_client_t* b, cw_client_t* via, uint64_t stamp, uint64_t out,
+                         atomic_int* done) {
+  compile(b, 1, kScaleProgram);
+  static const float y[6] = {1, 2, 3, 4, 5, 6};
+  int64_t dims[2] = {2, 3};
+  ASSERT_OK(cw_client_upload(b, 20, CAUSEWAY__V1__DTYPE__DTYPE_F32, dims, 2, NULL, 0, y,
+                             sizeof(y), NULL, NULL));
+  ASSERT_OK(cw_client_flush(b));
+  launch1_t l;
+  launch1_init(&l, 1, 20, out, false);
+  l.req.sched_stamp = stamp;
+  ASSERT_OK(cw_client_send(via, CW_MSG_LAUNCH, &l.req.base, NULL, 0, NULL, on_launch_done, done,
+                           NULL));
+}
+
+// Sends `n` launches of exe 1 on 10 that call back (outputs 100 on) on `c`,
+// stamped from `stamp` on (0: unstamped); 16 of them, the most a worker keeps
+// in flight, reach `p`, which never answers.
+static void launch_unanswered(cw_client_t* c, peer_t* p, int n, uint64_t stamp) {
+  for (int i = 0; i < n; ++i) {
+    launch1_t l;
+    launch1_init(&l, 1, 10, 100 + (uint64_t)i, false);
+    l.req.host_callbacks = 9;
+    l.req.sched_stamp = stamp ? stamp + (uint64_t)i : 0;
+    ASSERT_OK(cw_client_send(c, CW_MSG_LAUNCH, &l.req.base, NULL, 0, NULL, on_ignored, NULL,
+                             NULL));
+  }
+  for (int i = 0; i < 2000 && atomic_load(&p->requests) < 16; ++i) cw_test_sleep_ms(5);
+  cw_test_sleep_ms(200);
+  assert_int_equal(atomic_load(&p->requests), 16);
+}
+
 // XLA's CPU client lets 32 executions per device be in flight and blocks
 // the caller past that. Launches whose callbacks nobody answers stay in
 // flight, and a launch without callbacks is dispatched on the worker's
@@ -276,47 +315,120 @@ static void on_launch_done(void* user, cw_status_t status, const ProtobufCMessag
 static void test_many_unanswered_callbacks(void** state) {
   (void)state;
   peer_t silent = {.answer = ANSWER_NEVER};
-  cw_client_t* a = connect_peer(&silent);
-  compile(a, 1, kCallbackProgram);
-  static const float x[4] = {1, 2, 3, 4};
-  upload4(a, 10, x);
-  enum { K = 40 };
-  for (int i = 0; i < K; ++i) {
-    launch1_t l;
-    launch1_init(&l, 1, 10, 100 + (uint64_t)i, false);
-    l.req.host_callbacks = 9;
-    ASSERT_OK(cw_client_send(a, CW_MSG_LAUNCH, &l.req.base, NULL, 0, NULL, on_ignored, NULL,
-                             NULL));
-  }
-  for (int i = 0; i < 2000 && atomic_load(&silent.requests) < 16; ++i) cw_test_sleep_ms(5);
-  cw_test_sleep_ms(200);
-  assert_int_equal(atomic_load(&silent.requests), 16);  // the rest wait at the worker
+  cw_client_t* a = callback_client(&silent);
+  launch_unanswered(a, &silent, 40, 0);  // the rest wait at the worker
   // Another session's plain launch runs (before: never, nor a PING).
   peer_t other = {.answer = ANSWER_TIMES_TEN};
   cw_client_t* b = connect_peer(&other);
-  compile(b, 1, kScaleProgram);
-  static const float y[6] = {1, 2, 3, 4, 5, 6};
-  int64_t dims[2] = {2, 3};
-  ASSERT_OK(cw_client_upload(b, 20, CAUSEWAY__V1__DTYPE__DTYPE_F32, dims, 2, NULL, 0, y,
-                             sizeof(y), NULL, NULL));
-  launch1_t l;
-  launch1_init(&l, 1, 20, 21, false);
   atomic_int done = 0;
-  ASSERT_OK(cw_client_send(b, CW_MSG_LAUNCH, &l.req.base, NULL, 0, NULL, on_launch_done, &done,
-                           NULL));
+  plain_launch(b, b, 0, 21, &done);
   for (int i = 0; i < 4000 && atomic_load(&done) == 0; ++i) cw_test_sleep_ms(5);
   assert_int_equal(atomic_load(&done), 1);
   ASSERT_OK(cw_client_ping(b));
   // A leaves: its launches end, and callbacks work again for others.
   cw_client_release(a);
   peer_t again = {.answer = ANSWER_TIMES_TEN};
-  cw_client_t* c = connect_peer(&again);
-  compile(c, 1, kCallbackProgram);
-  upload4(c, 10, x);
+  cw_client_t* c = callback_client(&again);
   uint64_t rid = 0;
   launch(c, 1, 10, 11, 3, &rid);
   ASSERT_OK(cw_client_wait(c, rid, NULL, NULL));
   cw_client_release(c);
+  cw_client_release(b);
+}
+
+// The controller's link in `c`'s session: stamped launches.
+static cw_client_t* link_of(cw_client_t* c) {
+  cw_client_t* link = NULL;
+  ASSERT_OK(connect_as(CAUSEWAY__V1__ROLE__ROLE_CONTROLLER, cw_client_session_id(c), &link));
+  return link;
+}
+
+// The worker's next turn: after the last recorded (its record is short here).
+static uint64_t next_turn(void) {
+  uint64_t stamps[512], sessions[512];
+  size_t n = sched_record(stamps, sessions, 512);
+  return n ? stamps[n - 1] + 1 : 1;
+}
+
+// The index of `stamp` in the worker's record of turns passed; -1 if absent.
+static int turn_index(uint64_t stamp) {
+  uint64_t stamps[512], sessions[512];
+  size_t n = sched_record(stamps, sessions, 512);
+  for (size_t i = 0; i < n; ++i) {
+    if (stamps[i] == stamp) return (int)i;
+  }
+  return -1;
+}
+
+// A stamped launch that the callback bound holds passes its turn, as one
+// waiting for memory does, so another session's later turn runs at once.
+// Before, it kept the turn unseen: the later one waited for the 5 s stall
+// timer, which skipped the turn with a warning (a review of a347163).
+static void test_throttled_launch_passes_its_turn(void** state) {
+  (void)state;
+  peer_t silent = {.answer = ANSWER_NEVER};
+  cw_client_t* a = callback_client(&silent);
+  cw_client_t* a_link = link_of(a);
+  uint64_t s0 = next_turn();
+  launch_unanswered(a_link, &silent, 17, s0);  // 16 in flight; the 17th is held
+  peer_t other = {.answer = ANSWER_TIMES_TEN};
+  cw_client_t* b = connect_peer(&other);
+  cw_client_t* b_link = link_of(b);
+  atomic_int done = 0;
+  plain_launch(b, b_link, s0 + 17, 21, &done);
+  for (int i = 0; i < 4000 && atomic_load(&done) == 0; ++i) cw_test_sleep_ms(5);
+  assert_int_equal(atomic_load(&done), 1);
+  // The held launch passed its turn before B's ran (not skipped after it).
+  int held = turn_index(s0 + 16), later = turn_index(s0 + 17);
+  fprintf(stderr, "  turns passed: held launch at %d, the later one at %d\n", held, later);
+  assert_true(held >= 0 && later > held);
+  float got[6] = {0};
+  ASSERT_OK(cw_client_download(b, 21, got, sizeof(got), NULL, NULL));
+  assert_true(got[5] == 13.0f);
+  cw_client_release(a_link);
+  cw_client_release(a);
+  cw_client_release(b_link);
+  cw_client_release(b);
+}
+
+// A part of an island's launch held by the callback bound at its turn keeps
+// the turn, as a part waiting for memory does: the stall timer must not skip
+// it (the other members issue it in this order). Later turns wait for it.
+static void test_throttled_part_keeps_its_turn(void** state) {
+  (void)state;
+  peer_t silent = {.answer = ANSWER_NEVER};
+  cw_client_t* a = callback_client(&silent);
+  launch_unanswered(a, &silent, 16, 0);
+  uint64_t k = next_turn();
+  int fd = raw_link(cw_client_session_id(a));
+  launch1_t part;
+  launch1_init(&part, 1, 10, 200, false);
+  part.req.host_callbacks = 9;
+  part.req.sched_stamp = k;
+  part.req.prepare = true;
+  send_frame(fd, CW_MSG_LAUNCH, 1, &part.req.base, NULL, 0);
+  peer_t other = {.answer = ANSWER_TIMES_TEN};
+  cw_client_t* b = connect_peer(&other);
+  cw_client_t* b_link = link_of(b);
+  atomic_int done = 0;
+  plain_launch(b, b_link, k + 1, 21, &done);
+  // Past the stall timer (5 s): the part's turn was not skipped.
+  cw_test_sleep_ms(6000);
+  assert_int_equal(atomic_load(&done), 0);
+  assert_int_equal(turn_index(k + 1), -1);
+  // A leaves: its callback launches end, the part answers ready at its turn
+  // and is cancelled (as its controller would, with no client to call), then
+  // B's turn comes.
+  cw_client_release(a);
+  expect_reply(fd, 1, 0, "the part ready at its turn");
+  raw_go(fd, 2, k, false);
+  expect_reply(fd, 2, CW_CANCELLED, "the part cancelled");
+  for (int i = 0; i < 4000 && atomic_load(&done) == 0; ++i) cw_test_sleep_ms(5);
+  assert_int_equal(atomic_load(&done), 1);
+  int held = turn_index(k), later = turn_index(k + 1);
+  assert_true(held >= 0 && later > held);
+  close(fd);
+  cw_client_release(b_link);
   cw_client_release(b);
 }
 
@@ -328,6 +440,8 @@ int main(void) {
       cmocka_unit_test(test_bad_answers),
       cmocka_unit_test(test_slow_then_dead_client),
       cmocka_unit_test(test_many_unanswered_callbacks),
+      cmocka_unit_test(test_throttled_launch_passes_its_turn),
+      cmocka_unit_test(test_throttled_part_keeps_its_turn),
   };
   return cmocka_run_group_tests(tests, suite_setup, suite_teardown);
 }

@@ -75,6 +75,7 @@ struct cw_launch_s {
   bool mem_admitted;
   struct cw_worker_mem_wait_s* mem_wait;
   bool stamp_released;
+  bool turn_held;  // a part throttled at its turn holds it (cw_worker_stamp_hold)
   // A program that calls back (cw_worker_hostcb.h): its execute context.
   cw_hostcb_launch_t* hostcb;  // counted in w->hostcb_launches while set
 };
@@ -808,6 +809,14 @@ static void cw__launch_pump(cw_conn_t* c) {
       // most that may are in flight: wait for a launch to complete
       // (cw__launch_unthrottle). Other single-device launches are never
       // held: XLA runs their dispatch on the calling thread, not its pool.
+      // Its turn is passed or held as for a memory wait: later turns then
+      // neither wait on it unseen nor skip a part's turn at the stall timer.
+      if (stamp && l->req->prepare) {
+        l->turn_held = true;
+        cw_worker_stamp_hold(w, stamp);
+      } else if (stamp) {
+        cw__launch_release_stamps(c, l);
+      }
       c->launch_waiting = true;
       cw_worker_conn_ref(c);
       c->throttle_next = NULL;
@@ -815,6 +824,10 @@ static void cw__launch_pump(cw_conn_t* c) {
       else w->launch_throttled = c;
       w->launch_throttled_tail = c;
       return;
+    }
+    if (l->turn_held) {
+      l->turn_held = false;
+      cw_worker_stamp_hold(w, 0);
     }
     // A part of an island's launch: ready at its turn (unless it answered so
     // ahead of it); it holds the turn until the controller heard from every

@@ -85,22 +85,6 @@ static uint64_t launch(cw_client_t* c, uint64_t stamp, uint64_t out, bool bad) {
   return rid;
 }
 
-// The worker's record: n entries of (stamp, session).
-static size_t record(uint64_t* stamps, uint64_t* sessions, size_t cap) {
-  cw_client_t* c = NULL;
-  ASSERT_OK(cw_client_connect(g_worker.address, NULL, &c));
-  Causeway__V1__Stats* st = NULL;
-  ASSERT_OK(cw_client_stats(c, &st));
-  size_t n = st->n_sched_stamps < cap ? st->n_sched_stamps : cap;
-  for (size_t i = 0; i < n; ++i) {
-    stamps[i] = st->sched_stamps[i]->stamp;
-    sessions[i] = st->sched_stamps[i]->session_id;
-  }
-  protobuf_c_message_free_unpacked(&st->base, NULL);
-  cw_client_release(c);
-  return n;
-}
-
 static void test_stamp_order(void** state) {
   (void)state;
   session_t a, b;
@@ -111,11 +95,11 @@ static void test_stamp_order(void** state) {
   uint64_t r2 = launch(b.link, 2, 202, false);
   usleep(300 * 1000);
   ASSERT_OK(cw_client_ping(b.link));  // B's connection is served meanwhile
-  assert_int_equal(record(stamps, sessions, 16), 0);
+  assert_int_equal(sched_record(stamps, sessions, 16), 0);
   uint64_t r1 = launch(a.link, 1, 201, false);
   ASSERT_OK(cw_client_wait(a.link, r1, NULL, NULL));
   ASSERT_OK(cw_client_wait(b.link, r2, NULL, NULL));
-  assert_int_equal(record(stamps, sessions, 16), 2);
+  assert_int_equal(sched_record(stamps, sessions, 16), 2);
   assert_int_equal(stamps[0], 1);
   assert_int_equal(sessions[0], a.id);
   assert_int_equal(stamps[1], 2);
@@ -128,18 +112,18 @@ static void test_stamp_order(void** state) {
   cw_status_free(st);
   uint64_t r5 = launch(a.link, 5, 205, false);
   usleep(200 * 1000);
-  assert_int_equal(record(stamps, sessions, 16), 2);
+  assert_int_equal(sched_record(stamps, sessions, 16), 2);
   uint64_t r3 = launch(b.link, 3, 203, false);
   ASSERT_OK(cw_client_wait(b.link, r3, NULL, NULL));
   ASSERT_OK(cw_client_wait(a.link, r5, NULL, NULL));
-  assert_int_equal(record(stamps, sessions, 16), 5);
+  assert_int_equal(sched_record(stamps, sessions, 16), 5);
   for (size_t i = 0; i < 5; ++i) assert_int_equal(stamps[i], i + 1);
   assert_int_equal(sessions[3], b.id);
 
   // A client's own stamp counts for nothing: it runs at once, unrecorded.
   uint64_t rc = launch(a.client, 100, 206, false);
   ASSERT_OK(cw_client_wait(a.client, rc, NULL, NULL));
-  assert_int_equal(record(stamps, sessions, 16), 5);
+  assert_int_equal(sched_record(stamps, sessions, 16), 5);
 
   // 6 never comes: 7 waits the stall time (5 s), then goes.
   struct timespec t0, t1;
@@ -150,7 +134,7 @@ static void test_stamp_order(void** state) {
   double waited = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
   fprintf(stderr, "  stamp 7 went after %.1f s without stamp 6\n", waited);
   assert_true(waited > 3.0);
-  assert_int_equal(record(stamps, sessions, 16), 6);
+  assert_int_equal(sched_record(stamps, sessions, 16), 6);
   assert_int_equal(stamps[5], 7);
 
   // 40 down to 9 refused early, last first (kept in a window ahead of the
@@ -161,25 +145,17 @@ static void test_stamp_order(void** state) {
     assert_int_equal(cw_status_code(st), CW_INVALID_ARGUMENT);
     cw_status_free(st);
   }
-  assert_int_equal(record(stamps, sessions, 16), 6);
+  assert_int_equal(sched_record(stamps, sessions, 16), 6);
   uint64_t r8 = launch(a.link, 8, 208, false);
   ASSERT_OK(cw_client_wait(a.link, r8, NULL, NULL));
   uint64_t all[64], all_sessions[64];
-  assert_int_equal(record(all, all_sessions, 64), 39);
+  assert_int_equal(sched_record(all, all_sessions, 64), 39);
   for (uint64_t s = 8; s <= 40; ++s) {
     assert_int_equal(all[s - 2], s);
     assert_int_equal(all_sessions[s - 2], s == 8 ? a.id : b.id);
   }
   session_close(&a);
   session_close(&b);
-}
-
-// A raw controller connection: which reply comes first, and when none does.
-static bool reply_within(int fd, int ms, reply_t* r) {
-  struct pollfd p = {.fd = fd, .events = POLLIN};
-  if (poll(&p, 1, ms) != 1) return false;
-  assert_true(recv_frame(fd, r));
-  return true;
 }
 
 static uint64_t raw_part_of(int fd, uint64_t rid, uint64_t stamp, uint64_t exe, uint64_t in,
@@ -196,40 +172,12 @@ static uint64_t raw_part(int fd, uint64_t rid, uint64_t stamp, uint64_t in, uint
   return raw_part_of(fd, rid, stamp, 7, in, out, false);
 }
 
-// A raw connection of session `id` as the controller.
-static int raw_link(uint64_t id) {
-  int fd = dial(atoi(strrchr(g_worker.address, ':') + 1));
-  assert_true(hello(fd, id, CAUSEWAY__V1__ROLE__ROLE_CONTROLLER, NULL) == id);
-  return fd;
-}
-
-static void raw_go(int fd, uint64_t rid, uint64_t stamp, bool go) {
-  Causeway__V1__LaunchGoRequest r = CAUSEWAY__V1__LAUNCH_GO_REQUEST__INIT;
-  r.sched_stamp = stamp;
-  r.go = go;
-  r.reason = (char*)(go ? "" : "a member refused");
-  send_frame(fd, CW_MSG_LAUNCH_GO, rid, &r.base, NULL, 0);
-}
-
-// The next reply on fd (within 30 s) answers `rid` with `code`.
-static void expect_reply(int fd, uint64_t rid, uint32_t code, const char* what) {
-  reply_t r;
-  if (!reply_within(fd, 30000, &r)) fail_msg("no reply: %s", what);
-  uint32_t got = (r.h.flags & CW_FRAME_ERROR)
-                     ? ((const Causeway__V1__ErrorReply*)r.msg)->code : 0;
-  if (r.h.request_id != rid || got != code) {
-    fail_msg("%s: reply to %llu with code %u (want %llu, %u)", what,
-             (unsigned long long)r.h.request_id, got, (unsigned long long)rid, code);
-  }
-  reply_free(&r);
-}
-
 static void test_parts_prepared_ahead(void** state) {
   (void)state;
   session_t a;
   session_open(&a);
   uint64_t stamps[128], sessions[128];
-  size_t n0 = record(stamps, sessions, 128);
+  size_t n0 = sched_record(stamps, sessions, 128);
   uint64_t b = n0 ? stamps[n0 - 1] + 1 : 1;  // the worker's next turn
   int fd = raw_link(a.id);
   // b answers ready at its turn; b+1 (its input ready) answers ready ahead
@@ -244,7 +192,7 @@ static void test_parts_prepared_ahead(void** state) {
   // b+1's go before b's: it still waits for b's turn to pass.
   raw_go(fd, 12, b + 1, true);
   assert_false(reply_within(fd, 300, &r));
-  assert_int_equal(record(stamps, sessions, 128), n0);
+  assert_int_equal(sched_record(stamps, sessions, 128), n0);
   // b is cancelled: it fails in its turn, then b+1 runs, then b+2 is ready.
   raw_go(fd, 11, b, false);
   expect_reply(fd, 11, CW_CANCELLED, "part b cancelled");
@@ -267,7 +215,7 @@ static void test_parts_prepared_ahead(void** state) {
   ASSERT_OK(cw_client_download(a.client, 303, got, sizeof(got), &size, NULL));
   assert_int_equal(size, sizeof(got));
   assert_memory_equal(got, want, sizeof(got));
-  assert_int_equal(record(stamps, sessions, 128), n0 + 3);
+  assert_int_equal(sched_record(stamps, sessions, 128), n0 + 3);
   for (size_t i = 0; i < 3; ++i) assert_int_equal(stamps[n0 + i], b + i);
   close(fd);
   session_close(&a);
@@ -295,7 +243,7 @@ static void test_parts_ahead_across_connections(void** state) {
     ASSERT_OK(cw_client_call(a.client, CW_MSG_UPLOAD, &up.base, &iov, 1, NULL, NULL, NULL));
   }
   uint64_t stamps[128], sessions[128];
-  size_t n0 = record(stamps, sessions, 128);
+  size_t n0 = sched_record(stamps, sessions, 128);
   uint64_t b = n0 ? stamps[n0 - 1] + 1 : 1;
   int fa = raw_link(a.id), fb = raw_link(a.id);
   reply_t r;
@@ -320,7 +268,7 @@ static void test_parts_ahead_across_connections(void** state) {
   expect_reply(fb, raw_part(fb, 7, b + 6, 101, 407), 0, "b+6 ready after the closed ones passed");
   raw_go(fb, 17, b + 6, true);
   expect_reply(fb, 17, 0, "b+6 ran");
-  assert_int_equal(record(stamps, sessions, 128), n0 + 7);
+  assert_int_equal(sched_record(stamps, sessions, 128), n0 + 7);
   for (size_t i = 0; i < 7; ++i) assert_int_equal(stamps[n0 + i], b + i);
   float got[6], want[6] = {3, 5, 7, 9, 11, 13};  // 102 -> 2x + 1
   size_t size = 0;

@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -319,4 +320,52 @@ void assert_code(cw_status_t st, cw_status_code_t code) {
   }
   assert_int_equal(cw_status_code(st), code);
   cw_status_free(st);
+}
+
+size_t sched_record(uint64_t* stamps, uint64_t* sessions, size_t cap) {
+  cw_client_t* c = NULL;
+  ASSERT_OK(cw_client_connect(g_worker.address, NULL, &c));
+  Causeway__V1__Stats* st = NULL;
+  ASSERT_OK(cw_client_stats(c, &st));
+  size_t n = st->n_sched_stamps < cap ? st->n_sched_stamps : cap;
+  for (size_t i = 0; i < n; ++i) {
+    stamps[i] = st->sched_stamps[i]->stamp;
+    sessions[i] = st->sched_stamps[i]->session_id;
+  }
+  protobuf_c_message_free_unpacked(&st->base, NULL);
+  cw_client_release(c);
+  return n;
+}
+
+int raw_link(uint64_t id) {
+  int fd = dial(atoi(strrchr(g_worker.address, ':') + 1));
+  assert_true(hello(fd, id, CAUSEWAY__V1__ROLE__ROLE_CONTROLLER, NULL) == id);
+  return fd;
+}
+
+bool reply_within(int fd, int ms, reply_t* r) {
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  if (poll(&p, 1, ms) != 1) return false;
+  assert_true(recv_frame(fd, r));
+  return true;
+}
+
+void expect_reply(int fd, uint64_t rid, uint32_t code, const char* what) {
+  reply_t r;
+  if (!reply_within(fd, 30000, &r)) fail_msg("no reply: %s", what);
+  uint32_t got = (r.h.flags & CW_FRAME_ERROR)
+                     ? ((const Causeway__V1__ErrorReply*)r.msg)->code : 0;
+  if (r.h.request_id != rid || got != code) {
+    fail_msg("%s: reply to %llu with code %u (want %llu, %u)", what,
+             (unsigned long long)r.h.request_id, got, (unsigned long long)rid, code);
+  }
+  reply_free(&r);
+}
+
+void raw_go(int fd, uint64_t rid, uint64_t stamp, bool go) {
+  Causeway__V1__LaunchGoRequest r = CAUSEWAY__V1__LAUNCH_GO_REQUEST__INIT;
+  r.sched_stamp = stamp;
+  r.go = go;
+  r.reason = (char*)(go ? "" : "a member refused");
+  send_frame(fd, CW_MSG_LAUNCH_GO, rid, &r.base, NULL, 0);
 }

@@ -111,6 +111,19 @@ cw_status_t connect_as(int role, uint64_t session, cw_client_t** out);
 // Asserts `st` (taken) has `code`, printing it when it does not.
 void assert_code(cw_status_t st, cw_status_code_t code);
 
+// ---- Playing the controller (gang order, cw_worker_sched.c) ----------------------
+
+// The worker's Stats.sched_stamps: up to `cap` entries of (stamp, session).
+size_t sched_record(uint64_t* stamps, uint64_t* sessions, size_t cap);
+// A raw connection to g_worker in session `id` as the controller.
+int raw_link(uint64_t id);
+// Reads the next frame on fd into *r if one comes within `ms`.
+bool reply_within(int fd, int ms, reply_t* r);
+// The next reply on fd (within 30 s) answers `rid` with `code` (0: OK).
+void expect_reply(int fd, uint64_t rid, uint32_t code, const char* what);
+// LAUNCH_GO for the part stamped `stamp`: go, or cancel.
+void raw_go(int fd, uint64_t rid, uint64_t stamp, bool go);
+
 #define ASSERT_OK CW_TEST_ASSERT_OK
 
 #endif  // CW_WORKER_TEST_UTIL_H_
