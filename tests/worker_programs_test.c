@@ -119,7 +119,7 @@ static void test_pipelining(void** state) {
         Causeway__V1__DownloadRequest dl = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
         dl.buffer_id = ids[i].outs[d][j];
         sinks[i][d][j] = malloc(c->out[d][j].size + 1);
-        cw_client_sink_t sink = {sinks[i][d][j], c->out[d][j].size};
+        cw_client_sink_t sink = {.data = sinks[i][d][j], .capacity = c->out[d][j].size};
         ASSERT_OK(cw_client_send(g.cb, CW_MSG_DOWNLOAD, &dl.base, NULL, 0, &sink, NULL, NULL,
                                  &req[i][d][j]));
       }

@@ -157,7 +157,7 @@ static void test_delete_while_requests_wait(void** state) {
   const array_t* want_x = &c->in[0][0];
   uint8_t* got_x = malloc(want_x->size + 1);
   assert_non_null(got_x);
-  cw_client_sink_t sink = {got_x, want_x->size};
+  cw_client_sink_t sink = {.data = got_x, .capacity = want_x->size};
   Causeway__V1__DownloadRequest dl = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
   dl.buffer_id = x;
   completion_t downloaded = {0};

@@ -6,6 +6,7 @@
 #ifndef CW_CLIENT_CLIENT_H_
 #define CW_CLIENT_CLIENT_H_
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
@@ -88,6 +89,11 @@ typedef void (*cw_client_done_fn)(void* user, cw_status_t status,
 typedef struct cw_client_sink_s {
   void* data;
   size_t capacity;
+  // exact: the reply must fill the sink; other bulk lengths complete with
+  // DATA_LOSS (with none_ok, a reply without bulk is accepted: the peer
+  // wrote the memory itself, a same-host copy).
+  bool exact;
+  bool none_ok;
 } cw_client_sink_t;
 
 // Sends one request without waiting. `request` is packed now; `bulk` (may be

@@ -327,6 +327,12 @@ static cw_status_t cw__read_one(cw_client_t* c) {
       return rs;
     }
   }
+  if (!status && !(h.flags & CW_FRAME_ERROR) && sink.exact && h.bulk_len != sink.capacity &&
+      !(h.bulk_len == 0 && sink.none_ok)) {
+    status = cw_make_status(CW_DATA_LOSS, "%s reply carries %llu bulk bytes; %zu were asked for",
+                            cw_msg_type_name(h.type), (unsigned long long)h.bulk_len,
+                            sink.capacity);
+  }
   // Frames held behind this one go out now (cw_client_send_batched), before
   // its callback runs. One held after this check waits for the reply to
   // another request it counted, still unanswered, or the flusher.

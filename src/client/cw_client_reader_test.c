@@ -194,6 +194,44 @@ static void test_oversize_bulk(void** state) {
   free(pattern);
 }
 
+// A sink that must be filled: a DOWNLOAD reply with fewer bytes is an error,
+// not an array whose tail was never written (an audit: np.asarray gave zeros
+// where a peer sent half); none at all only when the caller allows it (the
+// peer wrote the memory itself, a same-host copy).
+static cw_status_t download_exact(cw_client_t* c, void* dst, size_t capacity, bool none_ok) {
+  Causeway__V1__DownloadRequest req = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
+  req.buffer_id = 7;
+  cw_client_sink_t sink = {.data = dst, .capacity = capacity, .exact = true, .none_ok = none_ok};
+  ProtobufCMessage* reply = NULL;
+  cw_status_t s = cw_client_call(c, CW_MSG_DOWNLOAD, &req.base, NULL, 0, &sink, &reply, NULL);
+  if (reply) protobuf_c_message_free_unpacked(reply, NULL);
+  return s;
+}
+
+static void test_exact_sink(void** state) {
+  uint8_t* pattern = make_pattern(100);
+  fake_t f = {.pattern = pattern, .pattern_len = 100};
+  fake_start(&f, script_echo);
+  cw_client_t* c = connect_ok(&f);
+  uint8_t out[150];
+  assert_ok(download_exact(c, out, 100, false));
+  assert_memory_equal(out, pattern, 100);
+  expect_status(download_exact(c, out, 150, true), CW_DATA_LOSS,
+                "DOWNLOAD reply carries 100 bulk bytes; 150 were asked for");
+  assert_ok(cw_client_ping(c));  // the stream stayed in step
+  cw_client_release(c);
+  fake_join(&f);
+  fake_t none = {0};
+  fake_start(&none, script_echo);
+  c = connect_ok(&none);
+  expect_status(download_exact(c, out, 100, false), CW_DATA_LOSS,
+                "DOWNLOAD reply carries 0 bulk bytes; 100 were asked for");
+  assert_ok(download_exact(c, out, 100, true));
+  cw_client_release(c);
+  fake_join(&none);
+  free(pattern);
+}
+
 // Answers AWAIT and COPY with errors, echoes the rest.
 static void script_errors(fake_t* f) {
   frame_t fr;
@@ -607,6 +645,7 @@ int main(void) {
       cmocka_unit_test(test_packed_and_split_replies),
       cmocka_unit_test(test_bulk_sink),
       cmocka_unit_test(test_oversize_bulk),
+      cmocka_unit_test(test_exact_sink),
       cmocka_unit_test(test_error_reply),
       cmocka_unit_test(test_peer_closes),
       cmocka_unit_test(test_unknown_reply_id),

@@ -535,7 +535,7 @@ static void test_launch_relay_with_seq(void** state) {
       Causeway__V1__DownloadRequest dl = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
       dl.buffer_id = out_ids[d][o];
       dl.seq = ++seq;
-      cw_client_sink_t sink = {got[d][o], sizeof(got[d][o])};
+      cw_client_sink_t sink = {.data = got[d][o], .capacity = sizeof(got[d][o])};
       ASSERT_OK(cw_client_send(wb, CW_MSG_DOWNLOAD, &dl.base, NULL, 0, &sink, NULL, NULL,
                                &dl_rid[d][o]));
     }

@@ -279,7 +279,8 @@ static cw_status_t cw__download(cw_plugin_buffer_t* b, void* dst, uint64_t offse
     req.peer_capacity = length;
   }
   // The reply's bytes are read straight into the caller's memory.
-  cw_client_sink_t sink = {.data = dst, .capacity = (size_t)length};
+  cw_client_sink_t sink = {.data = dst, .capacity = (size_t)length, .exact = true,
+                           .none_ok = req.peer_address != 0};
   cw_plugin_worker_t* w = b->device->worker;
   s = cw_plugin_transfer_send(w, CW_MSG_DOWNLOAD, &req.base, &req.seq, NULL, 0, &sink, f, false);
   if (s) {

@@ -50,7 +50,7 @@ static void test_seq_across_connections(void** state) {
   Causeway__V1__DownloadRequest dl = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
   dl.buffer_id = 101;
   dl.seq = 3;
-  cw_client_sink_t sink = {got, sizeof(got)};
+  cw_client_sink_t sink = {.data = got, .capacity = sizeof(got)};
   ASSERT_OK(cw_client_send(direct, CW_MSG_DOWNLOAD, &dl.base, NULL, 0, &sink, NULL, NULL,
                            &dl_rid));
   ASSERT_OK(cw_client_ping(direct));  // both arrived and wait
