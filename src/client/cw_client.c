@@ -301,6 +301,7 @@ cw_status_t cw_client_connect(const char* address, const cw_client_options_t* op
     c->event_user = options->event_user;
     c->on_request = options->on_request;
     c->request_user = options->request_user;
+    c->on_release = options->on_release;
     c->liveness_ms = options->liveness_ms > 0 ? options->liveness_ms : 0;
   }
   atomic_store_explicit(&c->last_rx_ms, cw_time_now_ms(), memory_order_relaxed);
@@ -356,6 +357,7 @@ void cw_client_release(cw_client_t* client) {
   if (flusher) pthread_join(c->flusher, NULL);
   if (c->watchdog_started) pthread_join(c->watchdog, NULL);
   if (c->reader_started) pthread_join(c->reader, NULL);
+  if (c->on_release) c->on_release(c->request_user, c);
   // Parked, unclaimed completions are freed with the table.
   cw__client_free(c);
 }

@@ -36,6 +36,10 @@ typedef struct cw_client_options_s {
   void (*on_request)(void* user, cw_client_t* client, uint16_t type, uint64_t request_id,
                      ProtobufCMessage* request, uint8_t* bulk, uint64_t bulk_len);
   void* request_user;
+  // Called by cw_client_release once no request can reach on_request any
+  // more, before `client` is freed: answers still being worked on must give
+  // up `client` before this returns (with request_user). NULL: none.
+  void (*on_release)(void* user, cw_client_t* client);
   // > 0: a peer that owes answers and says nothing for this long is taken for
   // hung: everything outstanding fails UNAVAILABLE ("no answer from ADDR for
   // N ms"). After half of it the client sends PING, which a live peer

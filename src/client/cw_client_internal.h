@@ -200,6 +200,7 @@ struct cw_client_s {
   void (*on_request)(void* user, cw_client_t* client, uint16_t type, uint64_t request_id,
                      ProtobufCMessage* request, uint8_t* bulk, uint64_t bulk_len);
   void* request_user;
+  void (*on_release)(void* user, cw_client_t* client);
   // Liveness (cw_client_options_t.liveness_ms; 0: off): the watchdog thread
   // pings a peer that owes answers and has been quiet, and gives up on one
   // that stays quiet.

@@ -104,6 +104,16 @@ void cw_plugin_client_controller_options(cw_plugin_client_t* c, cw_client_option
                                .tls = c->tls};
 }
 
+void cw_plugin_client_worker_options(cw_plugin_client_t* c, cw_client_options_t* out) {
+  *out = (cw_client_options_t){.token = c->token,
+                               .session_id = c->session_id,
+                               .peer_name = "causeway-pjrt",
+                               .connect_timeout_ms = CW__CONNECT_TIMEOUT_MS,
+                               .tls = c->tls,
+                               .on_request = cw_plugin_hostcb_on_request,
+                               .on_release = cw_plugin_hostcb_released};
+}
+
 // Connects to the controller (an embedded one listens already: the cluster
 // started waits for that).
 static cw_status_t cw__connect_controller(cw_plugin_client_t* c) {
@@ -197,12 +207,8 @@ static cw_status_t cw__connect_workers(cw_plugin_client_t* c) {
   size_t live = 0;
   for (size_t i = 0; i < c->num_workers; ++i) {
     cw_plugin_worker_t* w = &c->workers[i];
-    cw_client_options_t o = {.token = c->token,
-                             .session_id = c->session_id,
-                             .peer_name = "causeway-pjrt",
-                             .connect_timeout_ms = CW__CONNECT_TIMEOUT_MS,
-                             .tls = c->tls,
-                             .on_request = cw_plugin_hostcb_on_request};
+    cw_client_options_t o;
+    cw_plugin_client_worker_options(c, &o);
     cw_client_t* conn = NULL;
     cw_status_t s = cw_client_connect(w->address, &o, &conn);
     w->conn = conn;

@@ -12,6 +12,9 @@ typedef struct cw_plugin_client_s cw_plugin_client_t;
 // The options of `c`'s connections to its controller (credentials, events,
 // liveness), for connecting again after a restart (cw_plugin_resume.c).
 void cw_plugin_client_controller_options(cw_plugin_client_t* c, cw_client_options_t* out);
+// The options of a connection to one of the session's workers (first, or a
+// replacement): the session's token and TLS, host callbacks served.
+void cw_plugin_client_worker_options(cw_plugin_client_t* c, cw_client_options_t* out);
 
 PJRT_Error* cw_plugin_client_create(PJRT_Client_Create_Args* args);
 PJRT_Error* cw_plugin_client_destroy(PJRT_Client_Destroy_Args* args);

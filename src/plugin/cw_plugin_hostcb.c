@@ -184,12 +184,27 @@ void cw_plugin_hostcb_forget(const cw_plugin_exe_t* e) {
 // --- Requests from workers --------------------------------------------------------
 
 typedef struct cw__job_s {
-  cw_client_t* client;
+  struct cw__job_s* next;  // g_jobs (g_mu)
+  cw_client_t* client;     // NULL once the connection is going (g_mu)
+  bool replying;           // the job is writing its answer (g_mu)
   uint64_t request_id;
   Causeway__V1__HostCallbackRequest* req;
   uint8_t* bulk;
   void* callable;
 } cw__job_t;
+
+static cw__job_t* g_jobs;  // jobs submitted and not yet answered (g_mu)
+static pthread_cond_t g_jobs_cv = PTHREAD_COND_INITIALIZER;
+
+// Takes `j` off g_jobs (g_mu held).
+static void cw__job_unlink(cw__job_t* j) {
+  for (cw__job_t** q = &g_jobs; *q; q = &(*q)->next) {
+    if (*q == j) {
+      *q = j->next;
+      return;
+    }
+  }
+}
 
 static void cw__job_free(cw__job_t* j) {
   protobuf_c_message_free_unpacked(&j->req->base, NULL);
@@ -277,14 +292,28 @@ static void cw__run(void* user) {
       st = cw_make_status(CW_INTERNAL, "%s", err[0] ? err : "host callback failed");
     }
   }
-  if (st) {
-    cw__answer_error(j->client, j->request_id, st);
+  // The connection may be released meanwhile (PJRT_Client_Destroy, a dead
+  // worker): answer only while it is ours (cw_plugin_hostcb_released), and
+  // say we are writing.
+  pthread_mutex_lock(&g_mu);
+  cw_client_t* client = j->client;
+  j->replying = client != NULL;
+  pthread_mutex_unlock(&g_mu);
+  if (!client) {
+    cw_status_free(st);
+  } else if (st) {
+    cw__answer_error(client, j->request_id, st);
   } else {
     Causeway__V1__HostCallbackReply rep = CAUSEWAY__V1__HOST_CALLBACK_REPLY__INIT;
     struct iovec iov = {.iov_base = out, .iov_len = (size_t)out_len};
-    cw_status_free(cw_client_reply(j->client, CW_MSG_HOST_CALLBACK, j->request_id, &rep.base,
+    cw_status_free(cw_client_reply(client, CW_MSG_HOST_CALLBACK, j->request_id, &rep.base,
                                    &iov, out_len ? 1 : 0));
   }
+  pthread_mutex_lock(&g_mu);
+  cw__job_unlink(j);
+  j->replying = false;
+  pthread_cond_broadcast(&g_jobs_cv);
+  pthread_mutex_unlock(&g_mu);
   free(offsets);
   free(dtypes);
   free(ranks);
@@ -332,10 +361,37 @@ void cw_plugin_hostcb_on_request(void* user, cw_client_t* client, uint16_t type,
     }
   }
   if (!st && !g_pool) st = cw_pool_create("cw-callbacks", CW__MAX_THREADS, &g_pool);
+  if (!st) {
+    j->next = g_jobs;
+    g_jobs = j;
+  }
   pthread_mutex_unlock(&g_mu);
-  if (!st) st = cw_pool_submit(g_pool, cw__run, j);
+  if (!st) {
+    st = cw_pool_submit(g_pool, cw__run, j);
+    if (st) {
+      pthread_mutex_lock(&g_mu);
+      cw__job_unlink(j);
+      pthread_mutex_unlock(&g_mu);
+    }
+  }
   if (st) {
     cw__answer_error(client, request_id, st);
     cw__job_free(j);
   }
+}
+
+void cw_plugin_hostcb_released(void* user, cw_client_t* client) {
+  (void)user;
+  pthread_mutex_lock(&g_mu);
+  for (;;) {
+    bool busy = false;
+    for (cw__job_t* j = g_jobs; j; j = j->next) {
+      if (j->client != client) continue;
+      if (j->replying) busy = true;  // its write fails: the connection is broken
+      else j->client = NULL;
+    }
+    if (!busy) break;
+    pthread_cond_wait(&g_jobs_cv, &g_mu);
+  }
+  pthread_mutex_unlock(&g_mu);
 }

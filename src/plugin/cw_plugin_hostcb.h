@@ -28,6 +28,10 @@ uint64_t cw_plugin_hostcb_for_launch(cw_plugin_exe_t* e, PJRT_ExecuteContext* co
 // `e` is going: its callables are no longer called.
 void cw_plugin_hostcb_forget(const cw_plugin_exe_t* e);
 
+// cw_client_options_t.on_release of the workers' connections: callables
+// still running for `client` will not answer on it (it is being freed).
+void cw_plugin_hostcb_released(void* user, cw_client_t* client);
+
 // cw_client_options_t.on_request of the workers' connections.
 void cw_plugin_hostcb_on_request(void* user, cw_client_t* client, uint16_t type,
                                  uint64_t request_id, ProtobufCMessage* request, uint8_t* bulk,

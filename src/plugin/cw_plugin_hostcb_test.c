@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "cw_client_fake_peer.h"
@@ -214,10 +215,91 @@ static void test_requests_from_a_worker(void** state) {
   CausewayBufferCallbackRunner(NULL);
 }
 
+// --- A callback that outlives its connection ------------------------------------
+
+static pthread_mutex_t g_gate_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_gate_cv = PTHREAD_COND_INITIALIZER;
+static int g_gate;  // 1: the runner started; 2: it may return; 3: it returned
+
+static void gate_set(int v) {
+  pthread_mutex_lock(&g_gate_mu);
+  g_gate = v;
+  pthread_cond_broadcast(&g_gate_cv);
+  pthread_mutex_unlock(&g_gate_mu);
+}
+
+static void gate_wait(int v) {
+  pthread_mutex_lock(&g_gate_mu);
+  while (g_gate < v) pthread_cond_wait(&g_gate_cv, &g_gate_mu);
+  pthread_mutex_unlock(&g_gate_mu);
+}
+
+// A Python callable still running when the client goes.
+static int gated_runner(void* callable, int32_t no, const int32_t* odt, const int32_t* ork,
+                        const int64_t* odims, void* const* odata, int32_t nr, const int32_t* rdt,
+                        const int32_t* rrk, const int64_t* rdims, void* const* rdata, char* err,
+                        int64_t cap) {
+  gate_set(1);
+  gate_wait(2);
+  int rc = runner(callable, no, odt, ork, odims, odata, nr, rdt, rrk, rdims, rdata, err, cap);
+  gate_set(3);
+  return rc;
+}
+
+static void script_one_request(fake_t* f) {
+  int64_t three = 3;
+  Causeway__V1__HostCallbackArray a = CAUSEWAY__V1__HOST_CALLBACK_ARRAY__INIT;
+  a.dtype = CAUSEWAY__V1__DTYPE__DTYPE_F32;
+  a.dims = &three;
+  a.n_dims = 1;
+  Causeway__V1__HostCallbackArray* arrays[1] = {&a};
+  Causeway__V1__HostCallbackRequest r = CAUSEWAY__V1__HOST_CALLBACK_REQUEST__INIT;
+  r.host_callbacks = g_id;
+  r.index = 1;
+  r.operands = arrays;
+  r.n_operands = 1;
+  r.results = arrays;
+  r.n_results = 1;
+  const float in[3] = {1, 2, 3};
+  FCHECK(f, fake_write(f, CW_MSG_HOST_CALLBACK, 0, 51, &r.base, in, sizeof(in)));
+}
+
+// PJRT_Client_Destroy releases the workers' connections while a callable
+// may still run: its answer must not be written to the freed connection (an
+// audit: heap-use-after-free in cw_client_reply under ASan).
+static void test_callback_outlives_its_connection(void** state) {
+  (void)state;
+  void* fns[2] = {(void*)0x1111, (void*)0x2222};
+  loaded_t lc = {fns, 2};
+  cw_plugin_exe_t* e = (cw_plugin_exe_t*)&lc;
+  PJRT_ExecuteContext* ctx = context_with(777, &lc);
+  g_id = cw_plugin_hostcb_for_launch(e, ctx);
+  context_destroy(ctx);
+  CausewayHostCallbackRunner(gated_runner);
+  g_runner_mode = 0;
+  g_gate = 0;
+  fake_t f;
+  memset(&f, 0, sizeof(f));
+  fake_start(&f, script_one_request);
+  cw_client_options_t o = {.on_request = cw_plugin_hostcb_on_request,
+                           .on_release = cw_plugin_hostcb_released};
+  cw_client_t* c = NULL;
+  assert_ok(cw_client_connect(f.path, &o, &c));
+  gate_wait(1);
+  cw_client_release(c);
+  gate_set(2);
+  gate_wait(3);
+  usleep(200 * 1000);  // its answer would be written now
+  fake_join(&f);
+  cw_plugin_hostcb_forget(e);
+  CausewayHostCallbackRunner(NULL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_launch_ids),
       cmocka_unit_test(test_requests_from_a_worker),
+      cmocka_unit_test(test_callback_outlives_its_connection),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
