@@ -17,13 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cw_plugin_client.h"
 #include "cw_plugin_health.h"
-#include "cw_plugin_hostcb.h"
 #include "cw_plugin_internal.h"
 #include "cw_plugin_resume.h"
 #include "cw_plugin_worker.h"
-
-#define CW__REJOIN_CONNECT_TIMEOUT_MS 8000
 
 void cw_plugin_health_on_event(cw_plugin_client_t* c, const Causeway__V1__ClusterEvent* ev) {
   cw_plugin_worker_t* w = cw_plugin_worker_find(c, ev->worker_index);
@@ -100,11 +98,8 @@ bool cw_plugin_health_revive(cw_plugin_worker_t* w) {
   cw_client_t* conn = NULL;
   cw_status_t s = cw_ok_status();
   if (!ok) {
-    cw_client_options_t o = {.session_id = c->session_id,
-                             .peer_name = "causeway-pjrt",
-                             .connect_timeout_ms = CW__REJOIN_CONNECT_TIMEOUT_MS,
-                             .tls = c->tls,
-                             .on_request = cw_plugin_hostcb_on_request};
+    cw_client_options_t o;
+    cw_plugin_client_worker_options(c, &o);
     s = cw_client_connect(address, &o, &conn);
     if (s) {
       cw__set_reason(w, "its replacement at %s cannot be reached: %s", address,

@@ -1,7 +1,7 @@
 // Unit tests for losing workers and the controller, against fake peers (the
 // client library's): WORKER_DOWN marks the worker dead and shuts its
 // connection; WORKER_UP of a newer incarnation makes the next check
-// reconnect to the replacement in this session (HEALTH_REJOIN to the
+// reconnect to the replacement in this session with its token (HEALTH_REJOIN to the
 // controller, seq numbering from 1, a new epoch in which older buffers are
 // gone); an older incarnation or another session's worker is ignored; a lost
 // controller connection is named; LEASE_CHANGED withdraws the direct-launch
@@ -113,6 +113,10 @@ static void test_replacement_is_rejoined(void** state) {
   assert_null(cw_plugin_buffer_check_epoch(old));
 
   fake_start(&fx->replacement, script_echo);
+  // The session's token, as the first connection's: a replacement with
+  // tokens on refused a rejoin that presented none (an audit).
+  char token[] = "cw-health-test-token";
+  fx->client.token = token;
   // Announced without a WORKER_DOWN first: the old connection is given up.
   on_event(fx, CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_UP, 2, 2, fx->replacement.path, NULL);
   assert_true(is_dead(&fx->worker));
@@ -121,6 +125,8 @@ static void test_replacement_is_rejoined(void** state) {
   assert_false(is_dead(&fx->worker));
   assert_string_equal(fx->worker.address, fx->replacement.path);
   assert_int_equal(fx->replacement.hello_session, 5);
+  assert_string_equal(fx->replacement.hello_token, token);
+  fx->client.token = NULL;
   assert_int_equal(atomic_load(&fx->worker.epoch), 1);
   assert_int_equal(send_copy(fx), 1);  // the replacement numbers from 1
   // A buffer of the lost worker is gone; a new one is fine.
