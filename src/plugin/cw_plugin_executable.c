@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cw_array.h"
 #include "cw_plugin_device.h"
 #include "cw_plugin_error.h"
 #include "cw_plugin_executable.h"
@@ -147,6 +148,18 @@ static cw_status_t cw__exe_from_info(cw_plugin_client_t* c, uint64_t id,
   for (size_t i = 0; !s && i < no; ++i) {
     e->output_types[i] = (PJRT_Buffer_Type)info->output_dtypes[i];
     size_t rank = info->output_dims[i] ? info->output_dims[i]->n_values : 0;
+    // Peer input: JAX CHECK-fails (aborts the process) on a PJRT_Buffer_Type
+    // it does not know. A token has no bytes and no shape to check.
+    int dtype = (int)info->output_dtypes[i];
+    uint64_t extent = 0;
+    cw_status_t es = dtype == CAUSEWAY__V1__DTYPE__DTYPE_TOKEN
+                         ? cw_ok_status()
+                         : cw_array_extent(dtype, rank ? info->output_dims[i]->values : NULL,
+                                           rank, NULL, 0, &extent);
+    if (es) {
+      s = cw_status_annotate(es, "output %zu of %s, as the controller describes it", i, e->name);
+      break;
+    }
     e->output_ranks[i] = rank;
     e->output_dim_offsets[i] = off;
     if (rank) memcpy(&e->output_dims[off], info->output_dims[i]->values, rank * sizeof(int64_t));
