@@ -136,21 +136,54 @@ static int buffer_runner(void* callable, int32_t no, const int32_t* odt, const i
 
 static uint64_t g_id;
 
+// The id a launch of `e` with callables `lc` carries (as JAX's context gives them).
+static uint64_t launch_id(cw_plugin_exe_t* e, loaded_t* lc) {
+  PJRT_ExecuteContext* ctx = context_with(777, lc);
+  uint64_t id = cw_plugin_hostcb_for_launch(e, ctx);
+  context_destroy(ctx);
+  return id;
+}
+
+// A connection to a fake worker running `script`, as the plugin makes them.
+static cw_client_t* connect_worker(fake_t* f, void (*script)(fake_t*)) {
+  memset(f, 0, sizeof(*f));
+  fake_start(f, script);
+  cw_client_options_t o = {.on_request = cw_plugin_hostcb_on_request,
+                           .on_release = cw_plugin_hostcb_released};
+  cw_client_t* c = NULL;
+  assert_ok(cw_client_connect(f->path, &o, &c));
+  return c;
+}
+
+// A HOST_CALLBACK of callable 1 of g_id: f32[3] -> f32[3].
+typedef struct {
+  int64_t three;
+  Causeway__V1__HostCallbackArray a;
+  Causeway__V1__HostCallbackArray* arrays[1];
+  Causeway__V1__HostCallbackRequest r;
+} request_t;
+
+static void request_init(request_t* q) {
+  q->three = 3;
+  q->a = (Causeway__V1__HostCallbackArray)CAUSEWAY__V1__HOST_CALLBACK_ARRAY__INIT;
+  q->a.dtype = CAUSEWAY__V1__DTYPE__DTYPE_F32;
+  q->a.dims = &q->three;
+  q->a.n_dims = 1;
+  q->arrays[0] = &q->a;
+  q->r = (Causeway__V1__HostCallbackRequest)CAUSEWAY__V1__HOST_CALLBACK_REQUEST__INIT;
+  q->r.host_callbacks = g_id;
+  q->r.index = 1;
+  q->r.operands = q->arrays;
+  q->r.n_operands = 1;
+  q->r.results = q->arrays;
+  q->r.n_results = 1;
+}
+
 // The worker's side: four HOST_CALLBACKs, each answer checked.
 static void script_worker(fake_t* f) {
-  int64_t three = 3;
-  Causeway__V1__HostCallbackArray a = CAUSEWAY__V1__HOST_CALLBACK_ARRAY__INIT;
-  a.dtype = CAUSEWAY__V1__DTYPE__DTYPE_F32;
-  a.dims = &three;
-  a.n_dims = 1;
-  Causeway__V1__HostCallbackArray* arrays[1] = {&a};
-  Causeway__V1__HostCallbackRequest r = CAUSEWAY__V1__HOST_CALLBACK_REQUEST__INIT;
-  r.host_callbacks = g_id;
-  r.index = 1;
-  r.operands = arrays;
-  r.n_operands = 1;
-  r.results = arrays;
-  r.n_results = 1;
+  request_t q;
+  request_init(&q);
+  Causeway__V1__HostCallbackRequest r = q.r;
   const float in[3] = {1, 2, 3};
   // 1: results.
   FCHECK(f, fake_write(f, CW_MSG_HOST_CALLBACK, 0, 41, &r.base, in, sizeof(in)));
@@ -195,19 +228,13 @@ static void test_requests_from_a_worker(void** state) {
   void* fns[2] = {(void*)0x1111, (void*)0x2222};
   loaded_t lc = {fns, 2};
   cw_plugin_exe_t* e = (cw_plugin_exe_t*)&lc;
-  PJRT_ExecuteContext* ctx = context_with(777, &lc);
-  g_id = cw_plugin_hostcb_for_launch(e, ctx);
-  context_destroy(ctx);
+  g_id = launch_id(e, &lc);
   assert_true(g_id != 0);
   CausewayHostCallbackRunner(runner);
   CausewayBufferCallbackRunner(buffer_runner);
   g_runner_mode = 0;
   fake_t f;
-  memset(&f, 0, sizeof(f));
-  fake_start(&f, script_worker);
-  cw_client_options_t o = {.on_request = cw_plugin_hostcb_on_request};
-  cw_client_t* c = NULL;
-  assert_ok(cw_client_connect(f.path, &o, &c));
+  cw_client_t* c = connect_worker(&f, script_worker);
   fake_join(&f);
   cw_client_release(c);
   cw_plugin_hostcb_forget(e);
@@ -247,19 +274,9 @@ static int gated_runner(void* callable, int32_t no, const int32_t* odt, const in
 }
 
 static void script_one_request(fake_t* f) {
-  int64_t three = 3;
-  Causeway__V1__HostCallbackArray a = CAUSEWAY__V1__HOST_CALLBACK_ARRAY__INIT;
-  a.dtype = CAUSEWAY__V1__DTYPE__DTYPE_F32;
-  a.dims = &three;
-  a.n_dims = 1;
-  Causeway__V1__HostCallbackArray* arrays[1] = {&a};
-  Causeway__V1__HostCallbackRequest r = CAUSEWAY__V1__HOST_CALLBACK_REQUEST__INIT;
-  r.host_callbacks = g_id;
-  r.index = 1;
-  r.operands = arrays;
-  r.n_operands = 1;
-  r.results = arrays;
-  r.n_results = 1;
+  request_t q;
+  request_init(&q);
+  Causeway__V1__HostCallbackRequest r = q.r;
   const float in[3] = {1, 2, 3};
   FCHECK(f, fake_write(f, CW_MSG_HOST_CALLBACK, 0, 51, &r.base, in, sizeof(in)));
 }
@@ -272,19 +289,12 @@ static void test_callback_outlives_its_connection(void** state) {
   void* fns[2] = {(void*)0x1111, (void*)0x2222};
   loaded_t lc = {fns, 2};
   cw_plugin_exe_t* e = (cw_plugin_exe_t*)&lc;
-  PJRT_ExecuteContext* ctx = context_with(777, &lc);
-  g_id = cw_plugin_hostcb_for_launch(e, ctx);
-  context_destroy(ctx);
+  g_id = launch_id(e, &lc);
   CausewayHostCallbackRunner(gated_runner);
   g_runner_mode = 0;
   g_gate = 0;
   fake_t f;
-  memset(&f, 0, sizeof(f));
-  fake_start(&f, script_one_request);
-  cw_client_options_t o = {.on_request = cw_plugin_hostcb_on_request,
-                           .on_release = cw_plugin_hostcb_released};
-  cw_client_t* c = NULL;
-  assert_ok(cw_client_connect(f.path, &o, &c));
+  cw_client_t* c = connect_worker(&f, script_one_request);
   gate_wait(1);
   cw_client_release(c);
   gate_set(2);
