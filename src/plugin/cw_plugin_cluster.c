@@ -104,6 +104,26 @@ static char* cw__default_bin_dir(void) {
   return bin;
 }
 
+// A pipe whose ends are above the standard descriptors: a process started
+// with stdout or stderr closed gets them from pipe(), and the children's
+// file actions (the log on 1 and 2) would replace them. Close-on-exec.
+static int cw__pipe_above_stdio(int fds[2]) {
+  if (pipe2(fds, O_CLOEXEC) != 0) return -1;
+  for (int i = 0; i < 2; ++i) {
+    if (fds[i] > STDERR_FILENO) continue;
+    int moved = fcntl(fds[i], F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+    int err = errno;
+    close(fds[i]);
+    fds[i] = moved;
+    if (moved < 0) {
+      if (fds[1 - i] >= 0) close(fds[1 - i]);
+      errno = err;
+      return -1;
+    }
+  }
+  return 0;
+}
+
 // Spawns argv with stdout and stderr to log_path (or inherited when
 // CAUSEWAY_CHILD_LOGS=inherit), the watch fd inherited, and "--ready-fd N"
 // added: the write end of a fresh pipe whose read end the child's record
@@ -124,7 +144,7 @@ static cw_status_t cw__spawn(cw_plugin_cluster_t* cl, const char* name, char* ar
   // a number of its own (above every descriptor it must keep), so no other
   // process this one starts meanwhile holds it and EOF means the child.
   int ready[2];
-  if (pipe2(ready, O_CLOEXEC) != 0) {
+  if (cw__pipe_above_stdio(ready) != 0) {
     free(ch->name);
     free(ch->log_path);
     return cw_make_status(CW_UNAVAILABLE, "causeway: pipe: %s", strerror(errno));
@@ -151,7 +171,13 @@ static cw_status_t cw__spawn(cw_plugin_cluster_t* cl, const char* name, char* ar
   sigfillset(&all);
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  // A process group of their own: a terminal's Ctrl-C (or Jupyter's
+  // interrupt, which signals the kernel's whole group) is for the JAX
+  // process, which may catch KeyboardInterrupt and go on; the children end
+  // with it through --watch-fd.
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
+                                      POSIX_SPAWN_SETPGROUP);
   int err = posix_spawn(&ch->pid, argv[0], &fa, &attr, argv, cl->envp);
   posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&fa);
@@ -471,7 +497,7 @@ cw_status_t cw_plugin_cluster_start(const cw_settings_t* settings, int64_t jax_d
     free(token_path);
   }
   // The read end is inheritable only while we spawn; the write end never is.
-  if (!s && pipe2(pipefd, O_CLOEXEC) != 0) {
+  if (!s && cw__pipe_above_stdio(pipefd) != 0) {
     s = cw_make_status(CW_UNAVAILABLE, "causeway: pipe: %s", strerror(errno));
   }
   if (!s) {

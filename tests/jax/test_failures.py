@@ -5,9 +5,11 @@ These use real processes: a cluster started by hand (causeway-controller and
 causeway-worker binaries) where a test kills one of them, and runner clients
 that a test kills with SIGKILL.
 """
+import json
 import os
 import signal
 import socket
+import subprocess
 import tempfile
 import time
 
@@ -156,3 +158,66 @@ def test_embedded_cluster_dies_with_client(how):
         # JAX never destroys its client: the plugin's atexit handler removes it.
         assert sock_dir and not os.path.exists(sock_dir), \
             f"the embedded cluster's directory {sock_dir} outlived the client's exit"
+
+
+_INTERRUPTED_JOB = r"""
+import json, sys, time
+import jax.numpy as jnp
+x = jnp.arange(8.0)
+before = float(jnp.sum(x * 2))
+print("READY", flush=True)
+try:
+    time.sleep(120)
+except KeyboardInterrupt:  # what a program that saves its state on Ctrl-C does
+    pass
+after = float(jnp.sum(x * 3))  # the same arrays, on the same cluster
+print("RESULT " + json.dumps({"before": before, "after": after}), flush=True)
+"""
+
+
+def test_ctrl_c_spares_the_embedded_cluster():
+    """A terminal's Ctrl-C (and Jupyter's interrupt) signals the whole process
+    group. The embedded daemons shared the JAX process's group and died of it,
+    so a program that caught KeyboardInterrupt lost its cluster (an audit:
+    'connection to .../controller.sock lost'). They have a group of their own
+    and end with the JAX process through their watch pipe."""
+    p = subprocess.Popen([harness.PYTHON, "-c", _INTERRUPTED_JOB], env=harness.causeway_env(),
+                         cwd=str(harness.ROOT), stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        lines = []
+        for line in p.stdout:
+            lines.append(line)
+            if line.startswith("READY"):
+                break
+        assert lines and lines[-1].startswith("READY"), "".join(lines)[-4000:]
+        os.killpg(p.pid, signal.SIGINT)  # the group, as the terminal does
+        out, _ = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    text = "".join(lines) + out
+    assert p.returncode == 0, f"exited {p.returncode}:\n{text[-6000:]}"
+    got = json.loads([ln for ln in text.splitlines() if ln.startswith("RESULT ")][-1][7:])
+    assert got == {"before": 56.0, "after": 84.0}, text[-4000:]
+
+
+def test_closed_stdout_and_stderr(tmp_path):
+    """`python job.py >&- 2>&-`: the embedded cluster's pipes got descriptors
+    1 and 2, which the children's log redirection then replaced (an audit:
+    'controller: --watch-fd 2: socket is not connected', or libuv's assertion
+    when stdin was closed too). Its pipes are kept above the standard ones."""
+    result = tmp_path / "result"
+    code = ("import json, sys, jax.numpy as jnp\n"
+            "v = float(jnp.sum(jnp.arange(8.0) * 2))\n"
+            "open(sys.argv[1], 'w').write(json.dumps(v))\n")
+    for close in ((1, 2), (0, 1, 2)):
+        if result.exists():
+            result.unlink()
+        rc = subprocess.run([harness.PYTHON, "-c", code, str(result)],
+                            env=harness.causeway_env(), cwd=str(harness.ROOT),
+                            pass_fds=(), preexec_fn=lambda fds=close: [os.close(f) for f in fds],
+                            timeout=180).returncode
+        assert rc == 0 and result.exists(), f"descriptors {close} closed: exit {rc}"
+        assert json.loads(result.read_text()) == 56.0
