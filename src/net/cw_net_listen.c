@@ -1,6 +1,7 @@
 // Where connections come from (see cw_net.h): addresses, listening and
 // accepting (with the connection budget and HELLO deadline), connecting
 // (with HELLO sent at once), and the parent watch.
+#include <errno.h>
 #include <inttypes.h>
 #include <netdb.h>
 #include <stddef.h>
@@ -8,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "cw_log.h"
@@ -224,10 +227,31 @@ cw_status_t cw_net_listen(cw_net_t* net, const char* address, const cw_net_servi
                      "--listen");
   net->gate_on = true;
   if (strchr(address, '/')) {
+    // libuv's uv_pipe_bind cuts a longer path short without a word: the
+    // socket would land elsewhere (beside its directory) under another name.
+    size_t max = sizeof(((struct sockaddr_un*)0)->sun_path) - 1;
+    if (strlen(address) > max) {
+      return cw_make_status(CW_INVALID_ARGUMENT, "--listen: Unix socket path too long (%zu > "
+                            "%zu bytes): %s", strlen(address), max, address);
+    }
     net->is_pipe = true;
     struct stat sb;
-    // A stale socket from an earlier run would make bind fail.
-    if (stat(address, &sb) == 0 && S_ISSOCK(sb.st_mode)) unlink(address);
+    // A stale socket from an earlier run would make bind fail; one that a
+    // live daemon still answers on is not stale, and is left to it.
+    if (stat(address, &sb) == 0 && S_ISSOCK(sb.st_mode)) {
+      struct sockaddr_un sun = {.sun_family = AF_UNIX};
+      snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", address);
+      // Non-blocking: a listener whose backlog is full (EAGAIN) is live too.
+      int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+      bool live = fd >= 0 && (connect(fd, (struct sockaddr*)&sun, sizeof(sun)) == 0 ||
+                              errno == EAGAIN);
+      if (fd >= 0) close(fd);
+      if (live) {
+        return cw_make_status(CW_FAILED_PRECONDITION, "--listen %s: another process is "
+                              "listening there (stop it, or choose another path)", address);
+      }
+      unlink(address);
+    }
     rc = uv_pipe_init(net->loop, &net->listener.pipe, 0);
     if (rc == 0) {
       net->listening = true;
@@ -329,6 +353,11 @@ cw_status_t cw_net_connect(cw_net_t* net, const char* address, const char* name,
                            void* user, int64_t timeout_ms, cw_net_conn_t** out_conn) {
   *out_conn = NULL;
   bool pipe = strchr(address, '/') != NULL;
+  if (pipe && strlen(address) >= sizeof(((struct sockaddr_un*)0)->sun_path)) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "peer %s: Unix socket path too long (%zu > %zu "
+                          "bytes)", address, strlen(address),
+                          sizeof(((struct sockaddr_un*)0)->sun_path) - 1);
+  }
   struct sockaddr_storage sa;
   if (!pipe) CW_RETURN_IF_ERROR(cw_net_parse_host_port(address, &sa), "peer %s", address);
   cw_net_conn_t* c = cw_net__conn_create(net, true, pipe);

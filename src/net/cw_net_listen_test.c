@@ -3,7 +3,7 @@
 // accepted connections (before HELLO: eviction order, per address, memory;
 // accept pacing); connecting: an unreachable peer, a refused HELLO, a
 // close before HELLO was answered; cw_net_stop and cw_net_deinitialize with
-// connections open.
+// connections open; Unix socket paths taken or too long.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <setjmp.h>
@@ -293,6 +293,47 @@ static void test_silent_peer_times_out(void** state) {
   close(s);
 }
 
+// Unix socket paths: a second listener on a live daemon's path is refused
+// (it used to unlink the path and take it over, leaving the first
+// unreachable); a path longer than sockaddr_un holds is refused by name, as
+// is connecting to one (libuv cut it short and bound the shorter path,
+// outside its directory).
+static void test_unix_paths(void** state) {
+  start_server();
+  start_client("sesame");
+  cw_status_t st = listen_at(&fx.cli, fx.path);
+  assert_int_equal(cw_status_code(st), CW_FAILED_PRECONDITION);
+  assert_non_null(strstr(cw_status_message(st), "another process is listening there"));
+  cw_status_free(st);
+  raw_t* r = raw_connect();  // the first still has its path
+  raw_hello(r, 0);
+  raw_ping(r, 1, "still here");
+  raw_expect_pong(r, 1, "still here");
+  char longp[200];
+  int n = snprintf(longp, sizeof(longp), "%s/", fx.dir);
+  memset(longp + n, 'x', sizeof(longp) - 1 - (size_t)n);
+  longp[sizeof(longp) - 1] = 0;
+  static cw_net_t other;  // its handles close on later loop turns
+  memset(&other, 0, sizeof(other));
+  cw_net_initialize(&other, &fx.loop, &fx.sopts);
+  st = listen_at(&other, longp);
+  assert_int_equal(cw_status_code(st), CW_INVALID_ARGUMENT);
+  assert_non_null(strstr(cw_status_message(st), "Unix socket path too long (199 > 107 bytes)"));
+  cw_status_free(st);
+  longp[107] = 0;  // what the bind would have made of it
+  assert_int_not_equal(access(longp, F_OK), 0);
+  cw_net_deinitialize(&other);
+  RUN_FOR(20);
+  longp[107] = 'x';
+  cw_net_conn_t* conn = NULL;
+  st = cw_net_connect(&fx.cli, longp, "longp", CAUSEWAY__V1__ROLE__ROLE_CLIENT, 0, NULL, NULL,
+                      1000, &conn);
+  assert_int_equal(cw_status_code(st), CW_INVALID_ARGUMENT);
+  assert_non_null(strstr(cw_status_message(st), "Unix socket path too long"));
+  assert_null(conn);
+  cw_status_free(st);
+}
+
 static void test_refused_hello(void** state) {
   start_server();
   start_client("not the token");
@@ -413,6 +454,7 @@ int main(void) {
       NET_TEST(test_accept_pacing),
       NET_TEST(test_connect_to_dead_address),
       NET_TEST(test_silent_peer_times_out),
+      NET_TEST(test_unix_paths),
       NET_TEST(test_refused_hello),
       NET_TEST(test_close_before_hello_answered),
       NET_TEST(test_stop_with_connections_open),

@@ -252,6 +252,10 @@ void start_server(void) {
   assert_string_equal(fx.srv.listen_address, fx.path);
 }
 
+cw_status_t listen_at(cw_net_t* net, const char* address) {
+  return cw_net_listen(net, address, &svc, on_accept);
+}
+
 void start_server_tcp(void) {
   cw_net_initialize(&fx.srv, &fx.loop, &fx.sopts);
   fx.srv_on = true;

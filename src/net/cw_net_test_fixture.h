@@ -198,6 +198,8 @@ void start_server(void);
 void start_server_tcp(void);
 // Starts the client net ("cli", fx.sopts but for `token`, borrowed).
 void start_client(const char* token);
+// cw_net_listen of `net` (initialized) at `address` with the test service.
+cw_status_t listen_at(cw_net_t* net, const char* address);
 // A zeroed client connection record owned by the fixture: connections left
 // open are closed by teardown, after the test's own frame is gone.
 out_t* new_out(void);
