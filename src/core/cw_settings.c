@@ -226,7 +226,8 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
     [CW_SET_WAIT_MS] = {"CAUSEWAY_WAIT_MS", NULL, CW__PLG, NULL, CW_SETTING_INT, 0, 3600000,
                         "15000", false, false,
                         "how long opening the session waits for CAUSEWAY_MIN_WORKERS"},
-    [CW_SET_CONTROLLER_TIMEOUT_MS] = {"CAUSEWAY_CONTROLLER_TIMEOUT_MS", NULL, CW__PLG, NULL,
+    [CW_SET_CONTROLLER_TIMEOUT_MS] = {"CAUSEWAY_CONTROLLER_TIMEOUT_MS", NULL, CW__PLG | CW__TOOL,
+                                      NULL,
                                       CW_SETTING_INT, 100, 3600000, "10000", false, false,
                                       "a controller that owes answers and is silent this long "
                                       "is hung: calls through it fail UNAVAILABLE"},

@@ -173,6 +173,10 @@ int main(int argc, char** argv) {
   opts.token = cw_settings_string(&settings, CW_SET_TOKEN);
   opts.peer_name = "causeway-cli";
   opts.connect_timeout_ms = 5000;
+  // A controller that stops answering after HELLO fails the call (PING is
+  // answered by a live one however long the request takes) instead of
+  // hanging the tool.
+  opts.liveness_ms = (int)cw_settings_int(&settings, CW_SET_CONTROLLER_TIMEOUT_MS);
   cw_client_t* c = NULL;
   s = cw_client_connect(address, &opts, &c);
   if (s) {

@@ -394,6 +394,11 @@ static int cw__wait_workers(const char* address, const char* token, int want,
   opts.token = token;
   opts.peer_name = "causeway-up";
   opts.connect_timeout_ms = 5000;
+  // A controller that stops answering after HELLO fails the call (PING is
+  // answered by a live one however long the request takes) by the deadline
+  // instead of hanging the tool.
+  int64_t left = deadline_ms - cw_time_now_ms();
+  opts.liveness_ms = left < 100 ? 100 : left > 15000 ? 15000 : (int)left;
   cw_client_t* c = NULL;
   cw_status_t s = cw_client_connect(address, &opts, &c);
   if (s) {
