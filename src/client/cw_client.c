@@ -169,6 +169,28 @@ static cw_status_t cw__hello(cw_client_t* c, const cw_client_options_t* o, int t
   return cw_ok_status();
 }
 
+static atomic_uint cw__fork_gen;
+static pthread_once_t cw__fork_once = PTHREAD_ONCE_INIT;
+
+static void cw__fork_child(void) { atomic_fetch_add(&cw__fork_gen, 1); }
+
+static void cw__fork_watch(void) { pthread_atfork(NULL, NULL, cw__fork_child); }
+
+unsigned cw_client_fork_generation(void) {
+  return atomic_load_explicit(&cw__fork_gen, memory_order_relaxed);
+}
+
+bool cw_client_forked(const cw_client_t* client) {
+  return client && client->fork_gen != cw_client_fork_generation();
+}
+
+cw_status_t cw_client_forked_status(const cw_client_t* c) {
+  return cw_make_status(CW_FAILED_PRECONDITION,
+                        "the connection to %s belongs to the process that made it: a child made "
+                        "by fork() cannot use it (start child processes with multiprocessing's "
+                        "'spawn' or 'forkserver' method)", c->address);
+}
+
 static void cw__client_free(cw_client_t* c) {
   if (!c) return;
   cw_client_tls_free(c->tls);
@@ -271,6 +293,8 @@ cw_status_t cw_client_connect(const char* address, const cw_client_options_t* op
   if (!c) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   c->fd = -1;
   c->kick_fd = -1;
+  pthread_once(&cw__fork_once, cw__fork_watch);
+  c->fork_gen = cw_client_fork_generation();
   // The locks JAX's thread and the reader both take per launch (write_mu,
   // mu; read_mu with a polling waiter) are mostly held for well under a
   // microsecond: a contender spins briefly before it sleeps, so that neither
@@ -341,7 +365,9 @@ cw_status_t cw_client_connect(const char* address, const cw_client_options_t* op
 }
 
 void cw_client_release(cw_client_t* client) {
-  if (!client) return;
+  // A forked child has no threads to join, and shutting the shared socket
+  // down would cut the parent's connection: it only forgets the copy.
+  if (!client || cw_client_forked(client)) return;
   cw_client_t* c = client;
   pthread_mutex_lock(&c->mu);
   c->closing = true;
@@ -364,7 +390,7 @@ void cw_client_release(cw_client_t* client) {
 
 void cw_client_shutdown(cw_client_t* client) {
   // The reader sees EOF and fails everything outstanding (cw_client_reader.c).
-  if (client) cw_client_break(client);
+  if (client && !cw_client_forked(client)) cw_client_break(client);
 }
 
 uint64_t cw_client_session_id(const cw_client_t* client) {

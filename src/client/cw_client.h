@@ -190,6 +190,12 @@ CW_MUST_USE cw_status_t cw_client_call(cw_client_t* client, uint16_t type,
 // or OK.
 CW_MUST_USE cw_status_t cw_client_flush(cw_client_t* client);
 
+// True in a child made by fork() after `client` connected: the socket and
+// the threads belong to the parent. Every call on it then fails
+// FAILED_PRECONDITION without writing (the parent's stream stays intact),
+// and cw_client_release only forgets it.
+bool cw_client_forked(const cw_client_t* client);
+
 // Answers the peer's request `request_id` of `type` (options.on_request)
 // with `reply` and bulk bytes (borrowed; written before this returns).
 CW_MUST_USE cw_status_t cw_client_reply(cw_client_t* client, uint16_t type, uint64_t request_id,

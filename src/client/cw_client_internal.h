@@ -112,6 +112,7 @@ typedef struct cw_client_table_s {
 
 struct cw_client_s {
   int fd;
+  unsigned fork_gen;  // cw_client_fork_generation() when connected
   struct cw_client_tls_conn_s* tls;  // TLS over fd (cw_client_tls.h); NULL: plaintext
   char* address;
   char* worker_name;
@@ -278,6 +279,14 @@ CW_MUST_USE cw_status_t cw_client_call_flags(cw_client_t* c, uint16_t type,
 // Words for a failed read (errno `err` after `got` bytes of a frame),
 // TLS's own when it was TLS that failed.
 const char* cw_client_io_error_text(const cw_client_t* c, int err, size_t got);
+
+// ---- fork() ----------------------------------------------------------------------
+
+// Counts the fork()s this process came out of as the child (pthread_atfork,
+// registered at the first connect).
+unsigned cw_client_fork_generation(void);
+// FAILED_PRECONDITION naming the connection, for a forked child that uses it.
+cw_status_t cw_client_forked_status(const cw_client_t* c);
 
 // ---- Threads (started and joined by cw_client.c; `arg` is the client) --------
 

@@ -388,6 +388,7 @@ bool cw_client_take_replies_locked(cw_client_t* c) {
 
 bool cw_client_take_replies(cw_client_t* c) {
   if (!c || !atomic_load_explicit(&c->shared_reads, memory_order_acquire)) return false;
+  if (cw_client_forked(c)) return false;  // the parent's replies
   // Only a reader that may park reads it: no clock per poll otherwise.
   if (atomic_load_explicit(&c->park_reader, memory_order_relaxed)) {
     atomic_store_explicit(&c->last_take_ns, cw_time_now_ns(), memory_order_relaxed);
@@ -446,6 +447,7 @@ static void cw__kick(cw_client_t* c, bool always) {
 void cw_client_kick_reader(cw_client_t* c) { cw__kick(c, false); }
 
 void cw_client_break(cw_client_t* c) {
+  if (cw_client_forked(c)) return;  // the socket is the parent's too
   shutdown(c->fd, SHUT_RDWR);
   cw__kick(c, true);  // a parked reader is not watching the socket
 }

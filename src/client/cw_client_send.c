@@ -52,6 +52,7 @@ cw_status_t cw_client_frame_write(cw_client_t* c, uint16_t type, uint64_t reques
 // turn, for the next batch. After a failure wbuf holds nothing (the
 // connection is being shut down).
 static cw_status_t cw__write_turn(cw_client_t* c, struct iovec* iov, size_t n) {
+  if (cw_client_forked(c)) return cw_client_forked_status(c);  // the parent's stream
   while (c->writing) pthread_cond_wait(&c->write_cv, &c->write_mu);
   c->writing = true;
   cw_status_t s = cw_ok_status();
@@ -133,6 +134,7 @@ cw_status_t cw_client_write_held_locked(cw_client_t* c) {
 
 void cw_client_write_held_batched(cw_client_t* c) {
   if (!atomic_load_explicit(&c->wbuf_batched, memory_order_relaxed)) return;  // the common case
+  if (cw_client_forked(c)) return;
   pthread_mutex_lock(&c->write_mu);
   // A failed write fails what it held, through the reader.
   if (atomic_load_explicit(&c->wbuf_batched, memory_order_relaxed)) {
@@ -184,6 +186,7 @@ void* cw_client_flusher_main(void* arg) {
 
 cw_status_t cw_client_write_held(cw_client_t* client) {
   if (!client) return cw_make_status(CW_INVALID_ARGUMENT, "client is required");
+  if (cw_client_forked(client)) return cw_client_forked_status(client);
   pthread_mutex_lock(&client->write_mu);
   cw_status_t s = cw_client_write_held_locked(client);
   pthread_mutex_unlock(&client->write_mu);
@@ -271,6 +274,7 @@ cw_status_t cw_client_send_flags(cw_client_t* c, uint16_t type, const ProtobufCM
   if (bulk_count < 0 || (bulk_count > 0 && !bulk)) {
     return cw_make_status(CW_INVALID_ARGUMENT, "bad bulk iovec array (%d entries)", bulk_count);
   }
+  if (cw_client_forked(c)) return cw_client_forked_status(c);
   uint64_t bulk_len = 0;
   for (int i = 0; i < bulk_count; ++i) {
     if (bulk[i].iov_len > UINT64_MAX - bulk_len) {
@@ -445,6 +449,8 @@ static cw_status_t cw__wait(cw_client_t* c, uint64_t id, ProtobufCMessage** out_
   if (out_bulk_len) *out_bulk_len = 0;
   if (out_alloc) *out_alloc = NULL;
   if (!c) return cw_make_status(CW_INVALID_ARGUMENT, "client is required");
+  // A forked child has no reader: nothing it waits for would ever come.
+  if (cw_client_forked(c)) return cw_client_forked_status(c);
   if (cw__on_reader_thread(c)) {
     return cw_make_status(CW_FAILED_PRECONDITION,
                           "cannot wait inside a completion callback (it runs on the reader)");
@@ -522,6 +528,7 @@ cw_status_t cw_client_call(cw_client_t* client, uint16_t type, const ProtobufCMe
 cw_status_t cw_client_flush(cw_client_t* client) {
   if (!client) return cw_make_status(CW_INVALID_ARGUMENT, "client is required");
   cw_client_t* c = client;
+  if (cw_client_forked(c)) return cw_client_forked_status(c);
   if (cw__on_reader_thread(c)) {
     return cw_make_status(CW_FAILED_PRECONDITION,
                           "cannot flush inside a completion callback (it runs on the reader)");

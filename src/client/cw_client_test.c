@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cw_client_fake_peer.h"
@@ -130,6 +131,40 @@ static void test_release_fails_outstanding(void** state) {
   fake_join(&f);
 }
 
+// A child made by fork() inherits the connection: it must never write on
+// it, read from it or shut it down (the parent's stream), and its release
+// only forgets it. The child reports through its exit status.
+static void test_forked_child_leaves_the_connection(void** state) {
+  fake_t f = {0};
+  fake_start(&f, script_echo);
+  cw_client_t* c = connect_ok(&f);
+  assert_ok(cw_client_ping(c));
+  assert_false(cw_client_forked(c));
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    int bad = 0;
+    bad |= !cw_client_forked(c) << 0;
+    cw_status_t s = cw_client_ping(c);
+    bad |= (cw_status_code(s) != CW_FAILED_PRECONDITION ||
+            !strstr(cw_status_message(s), "a child made by fork() cannot use it")) << 1;
+    cw_status_free(s);
+    s = cw_client_flush(c);
+    bad |= (cw_status_code(s) != CW_FAILED_PRECONDITION) << 2;
+    cw_status_free(s);
+    cw_client_shutdown(c);
+    cw_client_release(c);
+    _exit(bad);
+  }
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+  for (int i = 0; i < 3; ++i) assert_ok(cw_client_ping(c));  // the stream is intact
+  cw_client_release(c);
+  fake_join(&f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_hello),
@@ -138,6 +173,7 @@ int main(void) {
       cmocka_unit_test(test_hello_closed_is_retried),
       cmocka_unit_test(test_connect_refused),
       cmocka_unit_test(test_release_fails_outstanding),
+      cmocka_unit_test(test_forked_child_leaves_the_connection),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

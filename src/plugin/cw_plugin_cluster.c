@@ -77,6 +77,7 @@ struct cw_plugin_cluster_s {
   bool inherit_logs;   // CAUSEWAY_CHILD_LOGS=inherit
   cw__child_t children[CW__MAX_LOCAL_WORKERS + 1];
   size_t num_children;
+  pid_t owner;  // the process that started it (a fork()ed child does not stop it)
 };
 
 static char* cw__printf(const char* fmt, ...) CW_PRINTF(1, 2);
@@ -466,6 +467,7 @@ cw_status_t cw_plugin_cluster_start(const cw_settings_t* settings, int64_t jax_d
   cw_plugin_cluster_t* cl = calloc(1, sizeof(*cl));
   if (cl) {
     cl->watch_write_fd = -1;
+    cl->owner = getpid();
     cl->keep_dir = cw_settings_int(settings, CW_SET_KEEP_TMP) != 0;
     cl->inherit_logs = !strcmp(cw_settings_string(settings, CW_SET_CHILD_LOGS), "inherit");
   }
@@ -635,8 +637,10 @@ static void cw__remove_dir(const char* dir, bool keep_logs) {
 // Directories of running clusters, removed at exit (see the top).
 static pthread_mutex_t cw__dirs_mu = PTHREAD_MUTEX_INITIALIZER;
 static char* cw__dirs[8];
+static pid_t cw__dirs_owner;  // a fork()ed child that exits leaves them to the parent
 
 static void cw__remove_dirs_at_exit(void) {
+  if (getpid() != cw__dirs_owner) return;
   pthread_mutex_lock(&cw__dirs_mu);
   for (size_t i = 0; i < sizeof(cw__dirs) / sizeof(cw__dirs[0]); ++i) {
     if (cw__dirs[i]) cw__remove_dir(cw__dirs[i], false);
@@ -651,7 +655,10 @@ static void cw__remove_dirs_at_exit(void) {
 static void cw__track_dir(const char* dir, bool add) {
   static bool registered;
   pthread_mutex_lock(&cw__dirs_mu);
-  if (add && !registered) registered = atexit(cw__remove_dirs_at_exit) == 0;
+  if (add && !registered) {
+    cw__dirs_owner = getpid();
+    registered = atexit(cw__remove_dirs_at_exit) == 0;
+  }
   for (size_t i = 0; i < sizeof(cw__dirs) / sizeof(cw__dirs[0]); ++i) {
     if (add && !cw__dirs[i]) {
       cw__dirs[i] = strdup(dir);
@@ -667,7 +674,8 @@ static void cw__track_dir(const char* dir, bool add) {
 }
 
 void cw_plugin_cluster_stop(cw_plugin_cluster_t* cl) {
-  if (!cl) return;
+  // A fork()ed child's copy: the daemons and the directory are the parent's.
+  if (!cl || cl->owner != getpid()) return;
   if (cl->watch_write_fd >= 0) close(cl->watch_write_fd);  // children see EOF
   for (size_t i = 0; i < cl->num_children; ++i) {
     if (!cl->children[i].reaped && cl->children[i].pid > 0) kill(cl->children[i].pid, SIGTERM);

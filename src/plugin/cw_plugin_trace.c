@@ -330,7 +330,10 @@ static void cw__state_free(cw__trace_state_t* st) {
   free(st);
 }
 
+static pid_t cw__trace_owner;  // a fork()ed child's exit leaves the trace to the parent
+
 static void cw__trace_atexit(void) {
+  if (getpid() != cw__trace_owner) return;
   pthread_mutex_lock(&cw__tr.mu);
   cw_plugin_client_t* c = cw__tr.st ? cw__tr.st->client : NULL;
   pthread_mutex_unlock(&cw__tr.mu);
@@ -383,6 +386,7 @@ void cw_plugin_trace_start(cw_plugin_client_t* c) {
     cw__tr.st = st;
     if (!cw__tr.atexit_registered) {
       cw__tr.atexit_registered = true;
+      cw__trace_owner = getpid();
       atexit(cw__trace_atexit);
     }
     atomic_store(&cw__tr.on, true);

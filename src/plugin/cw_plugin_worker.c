@@ -253,6 +253,8 @@ static void cw__worker_stage_deletes_locked(cw_plugin_worker_t* w) {
 }
 
 void cw_plugin_worker_delete(cw_plugin_worker_t* w, uint64_t id, uint64_t bytes) {
+  // A fork()ed child dropping what it inherited: the parent still has it.
+  if (cw_client_forked(w->conn)) return;
   pthread_mutex_lock(&w->send_mu);
   if (w->n_pending_deletes == w->cap_pending_deletes) {
     size_t cap = w->cap_pending_deletes ? w->cap_pending_deletes * 2 : 16;

@@ -221,3 +221,67 @@ def test_closed_stdout_and_stderr(tmp_path):
                             timeout=180).returncode
         assert rc == 0 and result.exists(), f"descriptors {close} closed: exit {rc}"
         assert json.loads(result.read_text()) == 56.0
+
+
+_FORK_JOB = r"""
+import gc, glob, json, multiprocessing as mp, os
+import jax, jax.numpy as jnp, numpy as np
+f = jax.jit(lambda v: v + 1)
+x = f(jnp.arange(8.0))
+x.block_until_ready()
+scratch = [f(jnp.ones(1 << 19)) for _ in range(3)]  # 2 MiB each: dropping them sends at once
+
+def drop():
+    global scratch
+    scratch = None
+    gc.collect()
+
+def read(q):
+    try:
+        q.put(("ok", float(np.asarray(x).sum())))
+    except Exception as e:
+        q.put(("error", str(e)))
+
+def cluster_dir():
+    for kids in glob.glob(f"/proc/{os.getpid()}/task/*/children"):
+        for pid in open(kids).read().split():
+            argv = open(f"/proc/{pid}/cmdline").read().split("\0")
+            if "--listen" in argv and argv[argv.index("--listen") + 1].endswith("controller.sock"):
+                return os.path.dirname(argv[argv.index("--listen") + 1])
+
+ctx = mp.get_context("fork")
+p = ctx.Process(target=drop)
+p.start()
+p.join(60)
+q = ctx.Queue()
+p2 = ctx.Process(target=read, args=(q,))
+p2.start()
+child_read = q.get(timeout=60)
+p2.join(60)
+d = cluster_dir()
+pid = os.fork()
+if pid == 0:
+    # exit() runs the C atexit handlers (sys.exit would first finalize
+    # jaxlib's own CPU client, which deadlocks in a forked child on stock too)
+    import ctypes
+    ctypes.CDLL(None).exit(0)
+os.waitpid(pid, 0)
+print("RESULT " + json.dumps({"drop_exit": p.exitcode, "read": child_read,
+                              "dir_kept": bool(d) and os.path.isdir(d),
+                              "after": float(jnp.sum(f(x)))}), flush=True)
+"""
+
+
+def test_forked_children_leave_the_parent_alone():
+    """multiprocessing's default 'fork' start method: the child inherits the
+    plugin's connections. A child that dropped inherited arrays sent DELETEs
+    on the parent's socket, whose session then died of a protocol violation;
+    one that read an array hung; one that exited through exit() removed the
+    parent's cluster directory (an audit). A forked child now never writes
+    on the parent's connections: reading fails by name, dropping is local."""
+    got, text = harness.run_job(_FORK_JOB, harness.causeway_env(), timeout=300)
+    assert got["drop_exit"] == 0, text[-4000:]
+    assert got["read"][0] == "error" and "FAILED_PRECONDITION" in got["read"][1] and \
+        "a child made by fork() cannot use it" in got["read"][1], got["read"]
+    assert got["dir_kept"], text[-4000:]
+    assert got["after"] == 44.0, text[-4000:]
