@@ -13,6 +13,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
+#include "cw_dirs.h"
 #include "cw_log.h"
 #include "cw_reader.h"
 
@@ -119,23 +120,7 @@ cw_status_t cw_compile_disk_path(const char* dir, const uint8_t key[CW_COMPILE_D
 
 cw_status_t cw_compile_disk_prepare_dir(const char* dir) {
   if (!dir[0]) return cw_make_status(CW_INVALID_ARGUMENT, "empty compile cache directory");
-  char* path = strdup(dir);
-  if (!path) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  // Each missing component, parents first.
-  for (char* p = path + 1;; ++p) {
-    if (*p != '/' && *p != '\0') continue;
-    char saved = *p;
-    *p = '\0';
-    if (mkdir(path, 0700) != 0 && errno != EEXIST) {
-      cw_status_t s = cw_make_status(CW_UNAVAILABLE, "compile cache directory %s: mkdir %s: %s",
-                                     dir, path, strerror(errno));
-      free(path);
-      return s;
-    }
-    *p = saved;
-    if (!saved) break;
-  }
-  free(path);
+  CW_RETURN_IF_ERROR(cw_dirs_make(dir), "compile cache");
   struct stat sb;
   if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
     return cw_make_status(CW_UNAVAILABLE, "compile cache directory %s is not a directory", dir);

@@ -48,6 +48,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cw_dirs.h"
 #include "cw_plugin_cluster.h"
 #include "cw_random.h"
 #include "cw_time.h"
@@ -343,17 +344,30 @@ const char* cw_plugin_cluster_token(const cw_plugin_cluster_t* cl) { return cl->
 // "CAUSEWAY_COMPILE_CACHE_DIR=..." for the embedded controller: the compile
 // cache on disk is on by default, per user. CAUSEWAY_COMPILE_CACHE_DIR
 // overrides (empty: off); else $XDG_CACHE_HOME/causeway/compile, else
-// ~/.cache/causeway/compile. Malloc'd.
+// ~/.cache/causeway/compile, if it can be made (a read-only HOME turns the
+// default off with a warning; a directory the user named stops the
+// controller). Malloc'd.
 static char* cw__compile_cache_setting(const cw_settings_t* settings) {
   const char* var = cw_settings_def(CW_SET_COMPILE_CACHE_DIR)->env;
   if (cw_settings_given(settings, CW_SET_COMPILE_CACHE_DIR)) {
     return cw__printf("%s=%s", var, cw_settings_string(settings, CW_SET_COMPILE_CACHE_DIR));
   }
   const char* xdg = getenv("XDG_CACHE_HOME");
-  if (xdg && xdg[0] == '/') return cw__printf("%s=%s/causeway/compile", var, xdg);
   const char* home = getenv("HOME");
-  if (home && home[0] == '/') return cw__printf("%s=%s/.cache/causeway/compile", var, home);
-  return cw__printf("%s=", var);
+  char* dir = NULL;
+  if (xdg && xdg[0] == '/') dir = cw__printf("%s/causeway/compile", xdg);
+  else if (home && home[0] == '/') dir = cw__printf("%s/.cache/causeway/compile", home);
+  if (!dir) return cw__printf("%s=", var);
+  cw_status_t s = cw_dirs_make(dir);
+  if (s) {
+    fprintf(stderr, "causeway: the compile cache on disk is off: %s (set %s to a writable "
+            "directory)\n", cw_status_message(s), var);
+    cw_status_free(s);
+    dir[0] = 0;
+  }
+  char* out = cw__printf("%s=%s", var, dir);
+  free(dir);
+  return out;
 }
 
 static cw_status_t cw__check_exe(const char* path, const char* what) {

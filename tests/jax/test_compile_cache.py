@@ -45,3 +45,21 @@ def test_persistent_cache_across_processes(tmp_path):
     second = _run(env, tmp_path / "causeway")
     assert second["hits"] >= 1, second
     assert first["y"] == want["y"] and second["y"] == want["y"]
+
+
+def test_default_disk_cache_off_when_home_is_read_only():
+    """The embedded controller's compile cache on disk defaults to
+    ~/.cache/causeway/compile. With a HOME nobody may write (a container's
+    user with HOME=/), the controller refused to start and JAX with it (an
+    audit). The default is made only if it can be: otherwise a warning, and
+    the disk cache is off."""
+    env = harness.causeway_env()
+    env.pop("CAUSEWAY_COMPILE_CACHE_DIR", None)
+    env.pop("XDG_CACHE_HOME", None)
+    env["HOME"] = "/proc"  # no directory can be made there, not even by root
+    code = "import json, jax.numpy as jnp\n" \
+           "print('RESULT ' + json.dumps(float(jnp.sum(jnp.arange(8.0) * 2))))\n"
+    got, text = harness.run_job(code, env)
+    assert got == 56.0, text[-4000:]
+    assert "causeway: the compile cache on disk is off: directory /proc/.cache/causeway/compile" \
+        in text, text[-4000:]
