@@ -110,7 +110,8 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
     [CW_SET_EXIT_WITH_CONTROLLER] = {"CAUSEWAY_EXIT_WITH_CONTROLLER", "CW_EXIT_WITH_CONTROLLER",
                                      CW__WRK, "exit-with-controller", CW_SETTING_BOOL, 0, 1, "0",
                                      false, false,
-                                     "exit when the controller connection is lost"},
+                                     "exit when the controller is gone (its connection lost "
+                                     "and registering again refused or unreachable)"},
     [CW_SET_WATCH_FD] = {"CAUSEWAY_WATCH_FD", "CW_WATCH_FD", CW__DMN, "watch-fd",
                          CW_SETTING_INT, -1, 1 << 20, "-1", false, false,
                          "exit cleanly when this inherited descriptor reaches EOF (-1: none)"},

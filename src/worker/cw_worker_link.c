@@ -39,6 +39,9 @@ struct cw_worker_link_s {
   uv_timer_t start_timer;  // --start-timeout-ms, until the first registration
   bool registered;  // the controller accepted REGISTER on `conn`
   bool ever_registered;
+  // --exit-with-controller: the registered connection was lost and one
+  // attempt to register again decides whether the controller is gone.
+  bool exit_probe;
   int ready_fd;     // --ready-fd until the first registration, then -1
   uint64_t heartbeat_seq;
   int64_t reconnect_delay_ms;  // next wait before reconnecting
@@ -139,6 +142,7 @@ static void cw__registered(void* user, cw_net_conn_t* nc, cw_status_t status,
   CW_LOGI("registered with the controller %s as %s (%s)", cw_net_conn_name(nc), w->name,
           k->address);
   k->registered = true;
+  k->exit_probe = false;
   if (!k->ever_registered) {
     k->ever_registered = true;
     uv_timer_stop(&k->start_timer);
@@ -197,7 +201,12 @@ static void cw__reconnect(uv_timer_t* t) {
   const char* address = cw_settings_string(w->settings, CW_SET_CONTROLLER);
   if (k->ever_registered) CW_LOGI("reconnecting to the controller %s", address);
   cw_status_t st = cw__connect(w, address);
-  if (st) {
+  if (st && k->exit_probe) {
+    CW_LOGW("lost the controller %s (%s); exiting (--exit-with-controller)", address,
+            cw_status_message(st));
+    cw_status_free(st);
+    cw_worker_stop(w);
+  } else if (st) {
     // Failed before any connection existed: try again later.
     CW_LOGW("%s", cw_status_message(st));
     cw__retry(w, address, cw_status_message(st));
@@ -212,9 +221,15 @@ void cw_worker_link_closed(cw_conn_t* c) {
   k->conn = NULL;
   if (w->shutting_down) return;
   if (k->ever_registered && cw_settings_int(w->settings, CW_SET_EXIT_WITH_CONTROLLER)) {
-    CW_LOGW("lost the controller %s; exiting (--exit-with-controller)", cw_worker_conn_name(c));
-    cw_worker_stop(w);
-    return;
+    // A controller that took this worker for dead (a stall past its
+    // --worker-timeout-ms) closes the connection but is still there: the
+    // worker registers again. One that cannot be reached or refuses is gone.
+    if (k->exit_probe) {
+      CW_LOGW("lost the controller %s; exiting (--exit-with-controller)", cw_worker_conn_name(c));
+      cw_worker_stop(w);
+      return;
+    }
+    k->exit_probe = true;
   }
   cw__retry(w, cw_worker_conn_name(c), NULL);
 }

@@ -83,6 +83,32 @@ static void test_register_and_exit_with_controller(void** state) {
   assert_int_equal(rc, 0);
 }
 
+// A worker that stalls past the controller's --worker-timeout-ms is taken
+// for dead and its connection closed, but the controller is still there:
+// with --exit-with-controller the worker registers again instead of exiting
+// (an audit: a worker of 'causeway up' stopped for 7 s was gone for good).
+static void test_stalled_worker_registers_again(void** state) {
+  (void)state;
+  cw_test_process_t ctl;
+  char address[256];
+  const char* ctl_args[] = {"--worker-timeout-ms", "500", NULL};
+  assert_int_equal(cw_test_controller_start(ctl_args, &ctl, address, sizeof(address)), 0);
+  const char* extra[] = {"--controller", address, "--exit-with-controller", NULL};
+  cw_test_worker_options_t o = {.devices = 2, .name = "stalls", .extra_args = extra};
+  cw_test_worker_t w;
+  assert_int_equal(cw_test_worker_start(&o, &w), 0);
+  expect_registered(address, "stalls", w.address);
+  kill(w.process.pid, SIGSTOP);
+  cw_test_sleep_ms(2000);  // declared dead after 500 ms without heartbeats
+  kill(w.process.pid, SIGCONT);
+  cw_test_sleep_ms(1000);
+  assert_int_equal(cw_test_process_wait(&w.process, 0), -1);  // still running
+  expect_registered(address, "stalls", w.address);
+  // The controller gone: the worker still exits.
+  cw_test_process_kill(&ctl);
+  assert_int_equal(cw_test_process_wait(&w.process, 30000), 0);
+}
+
 // Workers first, the controller 1.5 s later: the worker (embedded-style,
 // --exit-with-controller) keeps trying and registers; losing the controller
 // after that still makes it exit.
@@ -149,6 +175,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_advertised_address),
       cmocka_unit_test(test_register_and_exit_with_controller),
+      cmocka_unit_test(test_stalled_worker_registers_again),
       cmocka_unit_test(test_controller_starts_later),
       cmocka_unit_test(test_start_timeout),
   };
