@@ -493,10 +493,11 @@ cw_status_t cw_plugin_cluster_start(const cw_settings_t* settings, int64_t jax_d
   int pipefd[2] = {-1, -1};
   if (!s) {
     const char* tmp = getenv("TMPDIR");
-    char* templ = cw__printf("%s/causeway-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!tmp || !*tmp) tmp = "/tmp";
+    char* templ = cw__printf("%s/causeway-XXXXXX", tmp);
     if (!templ || !mkdtemp(templ)) {
-      s = cw_make_status(CW_UNAVAILABLE, "causeway: cannot create a temporary directory: %s",
-                         strerror(errno));
+      s = cw_make_status(CW_UNAVAILABLE, "causeway: cannot create a temporary directory in %s "
+                         "(TMPDIR): %s", tmp, templ ? strerror(errno) : "out of memory");
       free(templ);
     } else {
       cl->dir = templ;

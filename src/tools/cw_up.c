@@ -86,7 +86,9 @@ bool cw_up_state_parse(const char* text, cw_up_state_t* out, char* err, size_t e
 void cw_up_default_dir(const char* dir, char* out, size_t size) {
   const char* xdg = getenv("XDG_RUNTIME_DIR");
   struct stat sb;
-  if (dir) snprintf(out, size, "%s", dir);
+  char cwd[PATH_MAX];
+  if (dir && dir[0] != '/' && getcwd(cwd, sizeof(cwd))) snprintf(out, size, "%s/%s", cwd, dir);
+  else if (dir) snprintf(out, size, "%s", dir);
   else if (xdg && xdg[0] == '/' && stat(xdg, &sb) == 0 && S_ISDIR(sb.st_mode))
     snprintf(out, size, "%s/causeway", xdg);
   else snprintf(out, size, "/tmp/causeway-%u", (unsigned)geteuid());

@@ -43,9 +43,10 @@ char* cw_up_state_format(const cw_up_state_t* state);
 // Parses it; false (with a message in err) for text that is not one.
 bool cw_up_state_parse(const char* text, cw_up_state_t* out, char* err, size_t err_size);
 
-// The state directory: `dir` when given, else $XDG_RUNTIME_DIR/causeway
-// (an absolute XDG_RUNTIME_DIR that is a directory), else
-// /tmp/causeway-UID. Writes out[size].
+// The state directory: `dir` when given (a relative one from the working
+// directory: the exports 'up' prints must work from anywhere), else
+// $XDG_RUNTIME_DIR/causeway (an absolute XDG_RUNTIME_DIR that is a
+// directory), else /tmp/causeway-UID. Writes out[size].
 void cw_up_default_dir(const char* dir, char* out, size_t size);
 
 // The commands; they return the tool's exit code (cw_cli.h) after printing

@@ -97,6 +97,11 @@ static void test_default_dir(void** state) {
   assert_string_equal(dir, want);
   cw_up_default_dir("/my/dir", dir, sizeof(dir));
   assert_string_equal(dir, "/my/dir");
+  char cwd[400];
+  assert_non_null(getcwd(cwd, sizeof(cwd)));
+  cw_up_default_dir("rel/dir", dir, sizeof(dir));  // the exports name it from anywhere
+  snprintf(want, sizeof(want), "%s/rel/dir", cwd);
+  assert_string_equal(dir, want);
   snprintf(want, sizeof(want), "/tmp/causeway-%u", (unsigned)geteuid());
   setenv("XDG_RUNTIME_DIR", "relative", 1);  // not absolute: ignored
   cw_up_default_dir(NULL, dir, sizeof(dir));

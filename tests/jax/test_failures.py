@@ -285,3 +285,17 @@ def test_forked_children_leave_the_parent_alone():
         "a child made by fork() cannot use it" in got["read"][1], got["read"]
     assert got["dir_kept"], text[-4000:]
     assert got["after"] == 44.0, text[-4000:]
+
+
+def test_unusable_tmpdir_is_named():
+    """The embedded cluster's directory goes in TMPDIR: one that does not
+    exist fails the start with an error that names it (it said only 'No such
+    file or directory')."""
+    env = harness.causeway_env()
+    env["TMPDIR"] = "/nonexistent-cw-tmpdir"
+    out = subprocess.run([harness.PYTHON, "-c", "import jax; jax.devices()"], env=env,
+                         cwd=str(harness.ROOT), capture_output=True, text=True, timeout=120)
+    text = out.stdout + out.stderr
+    assert out.returncode != 0, text[-4000:]
+    assert "cannot create a temporary directory in /nonexistent-cw-tmpdir (TMPDIR): No such " \
+        "file or directory" in text, text[-4000:]
