@@ -520,6 +520,34 @@ static int cw__start_daemons(const cw_cli_args_t* a, const char* dir, const char
   return rc;
 }
 
+// `up` interrupted while it starts the daemons (Ctrl-C, a SIGTERM from a
+// supervisor): nothing has recorded them yet, so they would run on where
+// `down` cannot see them. The handler stops what started and exits.
+static cw_up_state_t* volatile cw__starting;
+
+static void cw__interrupted(int sig) {
+  cw_up_state_t* st = cw__starting;
+  // Every slot: one spawned a moment ago may not be counted yet.
+  for (size_t i = 0; st && i < CW_UP_MAX_PROCS; ++i) {
+    if (st->procs[i].pid > 0) kill(st->procs[i].pid, SIGKILL);
+  }
+  _exit(128 + sig);
+}
+
+static int cw__start_guarded(const cw_cli_args_t* a, const char* dir, const char* bin,
+                             const char* plugin, char** envp, cw_up_state_t* st,
+                             const char* token) {
+  static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+  struct sigaction sa = {.sa_handler = cw__interrupted}, old[3];
+  sigemptyset(&sa.sa_mask);
+  cw__starting = st;
+  for (size_t i = 0; i < 3; ++i) sigaction(sigs[i], &sa, &old[i]);
+  int rc = cw__start_daemons(a, dir, bin, plugin, envp, st, token);
+  for (size_t i = 0; i < 3; ++i) sigaction(sigs[i], &old[i], NULL);
+  cw__starting = NULL;
+  return rc;
+}
+
 int cw_up_start(const cw_cli_args_t* a, const cw_settings_t* settings) {
   char dir[PATH_MAX - 64];
   cw_up_default_dir(a->dir, dir, sizeof(dir));
@@ -595,7 +623,7 @@ int cw_up_start(const cw_cli_args_t* a, const cw_settings_t* settings) {
   snprintf(token_var, sizeof(token_var), "CAUSEWAY_TOKEN_FILE=%s", token_path);
   char** envp = cw__child_env(token_var);
   if (!envp) goto out;
-  rc = cw__start_daemons(a, dir, bin, plugin, envp, st, token);
+  rc = cw__start_guarded(a, dir, bin, plugin, envp, st, token);
   free(envp);
   explicit_bzero(token, sizeof(token));
   if (rc) {

@@ -158,3 +158,33 @@ def test_dead_cluster_replaced_and_failed_up_cleans_up(state_dir):
     none = tool("up", "--dir", d, env=env)
     assert none.returncode == 2 and "no PJRT plugin for the workers" in none.stderr, none
     assert not os.path.exists(d)
+
+
+def test_up_interrupted_while_starting_stops_what_it_started(state_dir, tmp_path):
+    """`up` killed (Ctrl-C, a supervisor's SIGTERM) while its controller
+    started: nothing recorded the controller yet, so it ran on where `down`
+    could not see it, and the next `up` took its socket over (an audit). The
+    interrupted `up` now stops what it started."""
+    wrap = tmp_path / "bin"
+    wrap.mkdir()
+    real = harness.bin_dir()
+    (wrap / "causeway-controller").write_text(
+        f"#!/bin/sh\nsleep 3\nexec {real}/causeway-controller \"$@\"\n")
+    (wrap / "causeway-controller").chmod(0o755)
+    os.symlink(os.path.join(real, "causeway-worker"), wrap / "causeway-worker")
+    env = tool_env()
+    env["CAUSEWAY_BIN_DIR"] = str(wrap)
+    up = subprocess.Popen([os.path.join(real, "causeway"), "up", "--dir", state_dir,
+                           "--workers", "1", "--devices", "2"], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    kids = []
+    assert harness.wait_until(lambda: bool(kids.extend(harness.children_of(up.pid)) or kids),
+                              30, interval=0.05), "up started no controller"
+    up.send_signal(signal.SIGTERM)
+    up.communicate(timeout=60)
+    assert up.returncode == 128 + signal.SIGTERM, up.returncode
+    gone = harness.wait_until(lambda: not any(harness.proc_alive(p) for p in kids), 10)
+    for p in kids:
+        if harness.proc_alive(p):
+            os.kill(p, signal.SIGKILL)
+    assert gone, f"the controller up started ({kids}) outlived up"
