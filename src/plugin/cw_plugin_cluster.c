@@ -37,6 +37,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
@@ -104,6 +105,33 @@ static char* cw__default_bin_dir(void) {
   char* bin = cw__printf("%s/bin", path);
   free(path);
   return bin;
+}
+
+// The watch pipes' write ends (fd + 1; 0: free). A fork()ed child closes
+// its copies at once (pthread_atfork): the daemons end with the process that
+// started them, not with the last of its children. No lock: the child
+// handler must not wait for one a thread of the parent held at fork.
+static _Atomic int cw__watch_fds[8];
+static pthread_once_t cw__watch_once = PTHREAD_ONCE_INIT;
+
+static void cw__watch_fds_close_in_child(void) {
+  for (size_t i = 0; i < sizeof(cw__watch_fds) / sizeof(cw__watch_fds[0]); ++i) {
+    int v = atomic_exchange(&cw__watch_fds[i], 0);
+    if (v > 0) close(v - 1);
+  }
+}
+
+static void cw__watch_fds_register(void) {
+  pthread_atfork(NULL, NULL, cw__watch_fds_close_in_child);
+}
+
+// Tracks (add) or forgets the write end `fd`; beyond the table a child keeps it.
+static void cw__watch_fd_track(int fd, bool add) {
+  pthread_once(&cw__watch_once, cw__watch_fds_register);
+  for (size_t i = 0; i < sizeof(cw__watch_fds) / sizeof(cw__watch_fds[0]); ++i) {
+    int want = add ? 0 : fd + 1;
+    if (atomic_compare_exchange_strong(&cw__watch_fds[i], &want, add ? fd + 1 : 0)) return;
+  }
 }
 
 // A pipe whose ends are above the standard descriptors: a process started
@@ -519,6 +547,7 @@ cw_status_t cw_plugin_cluster_start(const cw_settings_t* settings, int64_t jax_d
   }
   if (!s) {
     cl->watch_write_fd = pipefd[1];
+    cw__watch_fd_track(pipefd[1], true);
     if (fcntl(pipefd[0], F_SETFD, 0) != 0) {
       s = cw_make_status(CW_UNAVAILABLE, "causeway: fcntl: %s", strerror(errno));
     }
@@ -691,7 +720,10 @@ static void cw__track_dir(const char* dir, bool add) {
 void cw_plugin_cluster_stop(cw_plugin_cluster_t* cl) {
   // A fork()ed child's copy: the daemons and the directory are the parent's.
   if (!cl || cl->owner != getpid()) return;
-  if (cl->watch_write_fd >= 0) close(cl->watch_write_fd);  // children see EOF
+  if (cl->watch_write_fd >= 0) {
+    cw__watch_fd_track(cl->watch_write_fd, false);
+    close(cl->watch_write_fd);  // children see EOF
+  }
   for (size_t i = 0; i < cl->num_children; ++i) {
     if (!cl->children[i].reaped && cl->children[i].pid > 0) kill(cl->children[i].pid, SIGTERM);
   }

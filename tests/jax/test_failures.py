@@ -224,7 +224,7 @@ def test_closed_stdout_and_stderr(tmp_path):
 
 
 _FORK_JOB = r"""
-import gc, glob, json, multiprocessing as mp, os
+import gc, glob, json, multiprocessing as mp, os, signal, sys, time
 import jax, jax.numpy as jnp, numpy as np
 f = jax.jit(lambda v: v + 1)
 x = f(jnp.arange(8.0))
@@ -242,12 +242,12 @@ def read(q):
     except Exception as e:
         q.put(("error", str(e)))
 
-def cluster_dir():
+def controller():
     for kids in glob.glob(f"/proc/{os.getpid()}/task/*/children"):
         for pid in open(kids).read().split():
             argv = open(f"/proc/{pid}/cmdline").read().split("\0")
             if "--listen" in argv and argv[argv.index("--listen") + 1].endswith("controller.sock"):
-                return os.path.dirname(argv[argv.index("--listen") + 1])
+                return int(pid), os.path.dirname(argv[argv.index("--listen") + 1])
 
 ctx = mp.get_context("fork")
 p = ctx.Process(target=drop)
@@ -258,7 +258,7 @@ p2 = ctx.Process(target=read, args=(q,))
 p2.start()
 child_read = q.get(timeout=60)
 p2.join(60)
-d = cluster_dir()
+ctl_pid, d = controller()
 pid = os.fork()
 if pid == 0:
     # exit() runs the C atexit handlers (sys.exit would first finalize
@@ -266,9 +266,20 @@ if pid == 0:
     import ctypes
     ctypes.CDLL(None).exit(0)
 os.waitpid(pid, 0)
+after = float(jnp.sum(f(x)))
 print("RESULT " + json.dumps({"drop_exit": p.exitcode, "read": child_read,
-                              "dir_kept": bool(d) and os.path.isdir(d),
-                              "after": float(jnp.sum(f(x)))}), flush=True)
+                              "dir_kept": bool(d) and os.path.isdir(d), "after": after}),
+      flush=True)
+if len(sys.argv) > 1:  # killed, with a forked child still running
+    sleeper = os.fork()
+    if sleeper == 0:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)  # the test reads the job's output to its end
+        os.dup2(null, 2)
+        time.sleep(60)
+        os._exit(0)
+    print("PIDS " + json.dumps({"controller": ctl_pid, "sleeper": sleeper}), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
@@ -299,3 +310,22 @@ def test_unusable_tmpdir_is_named():
     assert out.returncode != 0, text[-4000:]
     assert "cannot create a temporary directory in /nonexistent-cw-tmpdir (TMPDIR): No such " \
         "file or directory" in text, text[-4000:]
+
+
+def test_forked_child_does_not_keep_a_killed_parents_cluster():
+    """The embedded daemons end when the pipe they watch closes. A forked
+    child inherited its write end, so a job killed with SIGKILL while a child
+    it forked ran left its cluster running as long as the child did. The
+    plugin closes the child's copy at the fork."""
+    p = subprocess.run([harness.PYTHON, "-c", _FORK_JOB, "kill"], env=harness.causeway_env(),
+                       cwd=str(harness.ROOT), capture_output=True, text=True, timeout=300)
+    text = p.stdout + p.stderr
+    assert p.returncode == -signal.SIGKILL, text[-4000:]
+    pids = json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("PIDS ")][-1][5:])
+    gone = harness.wait_until(lambda: not harness.proc_alive(pids["controller"]), DEADLINE_S)
+    sleeping = harness.proc_alive(pids["sleeper"])
+    for pid in pids.values():
+        if harness.proc_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    assert sleeping, "the forked child was to outlive the job"
+    assert gone, "the embedded cluster outlived its killed job while a forked child ran"
