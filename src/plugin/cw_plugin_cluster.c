@@ -493,6 +493,12 @@ cw_status_t cw_plugin_cluster_start(const cw_settings_t* settings, int64_t jax_d
   CW_RETURN_IF_ERROR(
       cw_plugin_cluster_layout(settings, jax_devices, getenv("XLA_FLAGS"), &workers, &devices),
       "");
+  const char* logs = cw_settings_string(settings, CW_SET_CHILD_LOGS);
+  if (logs[0] && strcmp(logs, "inherit") != 0) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "causeway: CAUSEWAY_CHILD_LOGS=%s: the one value "
+                          "is 'inherit' (unset: the daemons log to files in the cluster's "
+                          "directory)", logs);
+  }
   const char* plugin = cw_settings_string(settings, CW_SET_PLUGIN);
   if (!*plugin) {
     return cw_make_status(CW_FAILED_PRECONDITION,

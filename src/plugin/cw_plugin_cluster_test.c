@@ -1,7 +1,8 @@
 // Unit tests for the embedded cluster's shape (cw_plugin_cluster_layout):
 // one island of every device by default, the device count JAX asks for
 // (jax_num_cpu_devices, then XLA_FLAGS), CAUSEWAY_LOCAL_* over both, and
-// counts that make no sense failing with an error that names them.
+// counts that make no sense failing with an error that names them; a
+// CAUSEWAY_CHILD_LOGS value that means nothing, the same.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -116,12 +117,35 @@ static void test_counts_that_make_no_sense(void** state) {
   }
 }
 
+// A CAUSEWAY_CHILD_LOGS value other than 'inherit' was ignored in silence (an
+// audit); the start fails naming it, before anything is spawned.
+static void test_child_logs_value(void** state) {
+  (void)state;
+  setenv("CAUSEWAY_CHILD_LOGS", "files", 1);
+  cw_settings_t s;
+  assert_null(cw_settings_initialize(&s, CW_SCOPE_PLUGIN));
+  cw_plugin_cluster_t* cl = NULL;
+  const char* address = NULL;
+  uint32_t workers = 0;
+  cw_status_t st = cw_plugin_cluster_start(&s, 0, &cl, &address, &workers);
+  unsetenv("CAUSEWAY_CHILD_LOGS");
+  cw_settings_deinitialize(&s);
+  assert_non_null(st);
+  assert_int_equal(cw_status_code(st), CW_INVALID_ARGUMENT);
+  assert_string_equal(cw_status_message(st),
+                      "causeway: CAUSEWAY_CHILD_LOGS=files: the one value is 'inherit' (unset: "
+                      "the daemons log to files in the cluster's directory)");
+  assert_null(cl);
+  cw_status_free(st);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup(test_one_island_by_default, clear_env),
       cmocka_unit_test_setup(test_the_count_jax_asks_for, clear_env),
       cmocka_unit_test_setup(test_settings_win, clear_env),
       cmocka_unit_test_setup(test_counts_that_make_no_sense, clear_env),
+      cmocka_unit_test_setup(test_child_logs_value, clear_env),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -307,6 +307,10 @@ bool cw_cli_parse(int argc, char** argv, cw_cli_args_t* out, char* err, size_t e
         return false;
       }
     }
+    if (out->command == CW_CLI_UP && out->timeout_s <= 0) {
+      return cw__fail(err, err_size, "%s", "--timeout 0: up waits for its daemons to start "
+                      "(seconds, more than 0)");
+    }
     return true;
   }
   for (int o = CW__OPT_DIR; o <= CW__OPT_GRACE; ++o) {

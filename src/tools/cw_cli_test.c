@@ -497,6 +497,8 @@ static void test_args_errors(void** state) {
       {{"up", "--listen", "/tmp/c.sock"}, "--listen '/tmp/c.sock' is not HOST:PORT"},
       {{"up", "--listen", "localhost"}, "--listen 'localhost' is not HOST:PORT"},
       {{"up", "--dir"}, "--dir needs a directory"},
+      {{"up", "--timeout", "0"},
+       "--timeout 0: up waits for its daemons to start (seconds, more than 0)"},
       {{"up", "--plugin="}, "--plugin needs a path"},
       {{"up", "--grace", "1"}, "--grace is not for up (see --help)"},
       {{"up", "--wait"}, "--wait is not for up (see --help)"},
