@@ -339,7 +339,12 @@ static int cw__load_state(const char* dir, cw_up_state_t* out) {
   char err[256];
   bool ok = cw_up_state_parse(text, out, err, sizeof(err));
   free(text);
-  if (!ok) fprintf(stderr, "causeway: %s: %s\n", path, err);
+  // Neither up nor down can know what ran: say how to recover by hand.
+  if (!ok) {
+    fprintf(stderr, "causeway: %s: %s. If daemons of that cluster still run (their command "
+            "lines name %s: pgrep -af '%s/'), stop them, then remove %s\n", path, err, dir, dir,
+            path);
+  }
   return ok ? 1 : -1;
 }
 

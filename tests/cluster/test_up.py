@@ -188,3 +188,19 @@ def test_up_interrupted_while_starting_stops_what_it_started(state_dir, tmp_path
         if harness.proc_alive(p):
             os.kill(p, signal.SIGKILL)
     assert gone, f"the controller up started ({kids}) outlived up"
+
+
+def test_corrupt_state_file_says_how_to_recover(state_dir):
+    """A state file that is no state file (a crash mid-write by something else,
+    an editor): neither up nor down can know what ran, and both refuse. They
+    say how to find the daemons and what to remove (an audit: they said only
+    'not a causeway cluster state file')."""
+    os.makedirs(state_dir, mode=0o700)
+    pathlib.Path(state_dir, "cluster").write_text("garbage\n")
+    for cmd in ("down", "up"):
+        p = tool(cmd, "--dir", state_dir)
+        assert p.returncode == 1, (cmd, p.returncode, p.stderr)
+        assert "not a causeway cluster state file. If daemons of that cluster still run" in \
+            p.stderr and f"pgrep -af '{state_dir}/'" in p.stderr and \
+            f"then remove {state_dir}/cluster" in p.stderr, (cmd, p.stderr)
+    os.unlink(os.path.join(state_dir, "cluster"))
