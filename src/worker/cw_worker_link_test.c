@@ -65,17 +65,24 @@ static void expect_registered(const char* address, const char* name,
   cw_client_release(c);
 }
 
+// A controller (with `ctl_args`) at address[256], and a worker `name` with
+// --exit-with-controller registered with it.
+static void start_registered(const char** ctl_args, const char* name, cw_test_process_t* ctl,
+                             char* address, cw_test_worker_t* w) {
+  assert_non_null(cw_test_getenv("CW_CONTROLLER_BIN", NULL));
+  assert_int_equal(cw_test_controller_start(ctl_args, ctl, address, 256), 0);
+  const char* extra[] = {"--controller", address, "--exit-with-controller", NULL};
+  cw_test_worker_options_t o = {.devices = 2, .name = name, .extra_args = extra};
+  assert_int_equal(cw_test_worker_start(&o, w), 0);
+  expect_registered(address, name, w->address);
+}
+
 static void test_register_and_exit_with_controller(void** state) {
   (void)state;
-  assert_non_null(cw_test_getenv("CW_CONTROLLER_BIN", NULL));
   cw_test_process_t ctl;
   char address[256];
-  assert_int_equal(cw_test_controller_start(NULL, &ctl, address, sizeof(address)), 0);
-  const char* extra[] = {"--controller", address, "--exit-with-controller", NULL};
-  cw_test_worker_options_t o = {.devices = 2, .name = "registered", .extra_args = extra};
   cw_test_worker_t w;
-  assert_int_equal(cw_test_worker_start(&o, &w), 0);
-  expect_registered(address, "registered", w.address);
+  start_registered(NULL, "registered", &ctl, address, &w);
   // The controller goes (even by SIGKILL): the worker exits cleanly.
   cw_test_process_kill(&ctl);
   int rc = cw_test_process_wait(&w.process, 30000);
@@ -91,13 +98,9 @@ static void test_stalled_worker_registers_again(void** state) {
   (void)state;
   cw_test_process_t ctl;
   char address[256];
-  const char* ctl_args[] = {"--worker-timeout-ms", "500", NULL};
-  assert_int_equal(cw_test_controller_start(ctl_args, &ctl, address, sizeof(address)), 0);
-  const char* extra[] = {"--controller", address, "--exit-with-controller", NULL};
-  cw_test_worker_options_t o = {.devices = 2, .name = "stalls", .extra_args = extra};
   cw_test_worker_t w;
-  assert_int_equal(cw_test_worker_start(&o, &w), 0);
-  expect_registered(address, "stalls", w.address);
+  const char* ctl_args[] = {"--worker-timeout-ms", "500", NULL};
+  start_registered(ctl_args, "stalls", &ctl, address, &w);
   kill(w.process.pid, SIGSTOP);
   cw_test_sleep_ms(2000);  // declared dead after 500 ms without heartbeats
   kill(w.process.pid, SIGCONT);
