@@ -391,6 +391,17 @@ static void test_throttled_launch_passes_its_turn(void** state) {
   cw_client_release(b);
 }
 
+// Sends, as the controller on `fd`, a part of an island's launch stamped
+// `stamp` that may call back (exe 1 on 10 into 200), as request `rid`.
+static void send_callback_part(int fd, uint64_t rid, uint64_t stamp) {
+  launch1_t part;
+  launch1_init(&part, 1, 10, 200, false);
+  part.req.host_callbacks = 9;
+  part.req.sched_stamp = stamp;
+  part.req.prepare = true;
+  send_frame(fd, CW_MSG_LAUNCH, rid, &part.req.base, NULL, 0);
+}
+
 // A part of an island's launch held by the callback bound at its turn keeps
 // the turn, as a part waiting for memory does: the stall timer must not skip
 // it (the other members issue it in this order). Later turns wait for it.
@@ -401,12 +412,7 @@ static void test_throttled_part_keeps_its_turn(void** state) {
   launch_unanswered(a, &silent, 16, 0);
   uint64_t k = next_turn();
   int fd = raw_link(cw_client_session_id(a));
-  launch1_t part;
-  launch1_init(&part, 1, 10, 200, false);
-  part.req.host_callbacks = 9;
-  part.req.sched_stamp = k;
-  part.req.prepare = true;
-  send_frame(fd, CW_MSG_LAUNCH, 1, &part.req.base, NULL, 0);
+  send_callback_part(fd, 1, k);
   peer_t other = {.answer = ANSWER_TIMES_TEN};
   cw_client_t* b = connect_peer(&other);
   cw_client_t* b_link = link_of(b);
@@ -432,6 +438,35 @@ static void test_throttled_part_keeps_its_turn(void** state) {
   cw_client_release(b);
 }
 
+// The same part, but its controller link closes while the bound holds it:
+// nobody can say go any more, so it fails in its turn at once and later
+// turns go on, though the callback launches in flight never end (a review:
+// it held every later turn until a launch ended).
+static void test_throttled_part_of_a_closed_link_passes(void** state) {
+  (void)state;
+  peer_t silent = {.answer = ANSWER_NEVER};
+  cw_client_t* a = callback_client(&silent);
+  launch_unanswered(a, &silent, 16, 0);
+  uint64_t k = next_turn();
+  int fd = raw_link(cw_client_session_id(a));
+  send_callback_part(fd, 1, k);
+  peer_t other = {.answer = ANSWER_TIMES_TEN};
+  cw_client_t* b = connect_peer(&other);
+  cw_client_t* b_link = link_of(b);
+  atomic_int done = 0;
+  plain_launch(b, b_link, k + 1, 21, &done);
+  cw_test_sleep_ms(200);
+  assert_int_equal(atomic_load(&done), 0);  // waits for the part's turn
+  close(fd);
+  for (int i = 0; i < 4000 && atomic_load(&done) == 0; ++i) cw_test_sleep_ms(5);
+  assert_int_equal(atomic_load(&done), 1);  // A's callbacks still unanswered
+  int held = turn_index(k), later = turn_index(k + 1);
+  assert_true(held >= 0 && later > held);
+  cw_client_release(b_link);
+  cw_client_release(b);
+  cw_client_release(a);
+}
+
 int main(void) {
   if (!getenv("CAUSEWAY_PJRT_PLUGIN") || !*getenv("CAUSEWAY_PJRT_PLUGIN")) return 77;
   const struct CMUnitTest tests[] = {
@@ -442,6 +477,7 @@ int main(void) {
       cmocka_unit_test(test_many_unanswered_callbacks),
       cmocka_unit_test(test_throttled_launch_passes_its_turn),
       cmocka_unit_test(test_throttled_part_keeps_its_turn),
+      cmocka_unit_test(test_throttled_part_of_a_closed_link_passes),
   };
   return cmocka_run_group_tests(tests, suite_setup, suite_teardown);
 }

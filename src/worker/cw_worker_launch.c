@@ -799,6 +799,15 @@ static void cw__launch_pump(cw_conn_t* c) {
     }
     // Ready: its outputs' memory is taken before PJRT takes it.
     if (!st && !l->mem_admitted && cw__launch_reserve(w, c, l, stamp, &st)) return;
+    // A part of an island's launch: ready at its turn (unless it answered so
+    // ahead of it); it holds the turn until the controller heard from every
+    // part (LAUNCH_GO). Nobody says go on a closed connection: it fails now,
+    // before the in-flight bounds could hold it (and its turn) again.
+    bool part = stamp && l->req->prepare && !l->go;
+    if (!st && part && c->closing) {
+      st = cw_make_status(CW_CANCELLED, "%s closed before the controller said go",
+                          cw_worker_conn_name(c));
+    }
     bool held = l->num_devices > 1 && w->launches_in_flight >= CW__MAX_LAUNCHES_IN_FLIGHT;
     if (!st && l->exe && l->exe->host_callbacks && w->hostcb_launches >= CW__MAX_HOSTCB_LAUNCHES) {
       held = true;  // see CW__MAX_HOSTCB_LAUNCHES
@@ -827,18 +836,10 @@ static void cw__launch_pump(cw_conn_t* c) {
     }
     if (l->turn_held) {
       l->turn_held = false;
-      cw_worker_stamp_hold(w, 0);
+      cw_worker_stamp_unhold(w, stamp);
     }
-    // A part of an island's launch: ready at its turn (unless it answered so
-    // ahead of it); it holds the turn until the controller heard from every
-    // part (LAUNCH_GO). Its executable's shapes are checked before it says
-    // ready: a part refused after the go would leave the others in their
-    // collectives. Nobody says go on a closed connection.
-    bool part = stamp && l->req->prepare && !l->go;
-    if (!st && part && c->closing) {
-      st = cw_make_status(CW_CANCELLED, "%s closed before the controller said go",
-                          cw_worker_conn_name(c));
-    }
+    // Its executable's shapes are checked before it says ready: a part
+    // refused after the go would leave the others in their collectives.
     if (!st && part && !l->prepared) st = cw__launch_check_exe(l, l->exe);
     if (!st && part) {
       // Parked first: the ready reply may close the connection at once, and
@@ -1006,7 +1007,30 @@ void cw_worker_handle_launch(cw_net_conn_t* nc, const cw_frame_header_t* h,
   cw_worker_launch_pump(c);
 }
 
+// Takes `c` off the throttled list, if it is there (the list's reference
+// goes with it); true if it was.
+static bool cw__launch_unthrottle_conn(cw_worker_t* w, cw_conn_t* c) {
+  cw_conn_t* prev = NULL;
+  for (cw_conn_t* x = w->launch_throttled; x; prev = x, x = x->throttle_next) {
+    if (x != c) continue;
+    if (prev) prev->throttle_next = c->throttle_next;
+    else w->launch_throttled = c->throttle_next;
+    if (w->launch_throttled_tail == c) w->launch_throttled_tail = prev;
+    c->throttle_next = NULL;
+    return true;
+  }
+  return false;
+}
+
 void cw_worker_launch_conn_closed(cw_conn_t* c) {
+  // A part held by the in-flight bounds holds its turn; closed, it fails now
+  // (the pump), so later turns need not wait for some launch to end.
+  cw_launch_t* first = c->launch_head;
+  if (first && first->turn_held && cw__launch_unthrottle_conn(c->w, c)) {
+    c->launch_waiting = false;
+    cw_worker_launch_pump(c);
+    cw_worker_conn_unref(c);  // the list's reference
+  }
   if (c->go_waiting) {
     c->go_waiting = false;
     c->launch_waiting = false;  // no go can come now: the pump cancels it

@@ -273,6 +273,11 @@ void cw_worker_stamp_hold(cw_worker_t* w, uint64_t stamp) {
   if (g) g->held = stamp;
 }
 
+void cw_worker_stamp_unhold(cw_worker_t* w, uint64_t stamp) {
+  cw_stamp_state_t* g = w->stamps;
+  if (g && g->held == stamp) g->held = 0;
+}
+
 bool cw_worker_stamp_may_prepare(cw_worker_t* w, uint64_t stamp) {
   cw_stamp_state_t* g = w->stamps;
   return g && !g->off && stamp > g->next && stamp == g->frontier;

@@ -20,6 +20,9 @@ void cw_worker_stamp_restart(cw_worker_t* w);
 // A part waiting for memory holds the turn of `stamp` (0: none holds it):
 // the stall recovery must not go past it.
 void cw_worker_stamp_hold(cw_worker_t* w, uint64_t stamp);
+// The part stamped `stamp` no longer holds its turn (if it still does: a
+// REGISTER since may have started the count again).
+void cw_worker_stamp_unhold(cw_worker_t* w, uint64_t stamp);
 // Whether a part stamped `stamp` may be prepared now, ahead of its turn: it
 // is the frontier (every stamp before it, from the next turn on, is prepared
 // or refused).
