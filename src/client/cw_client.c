@@ -184,6 +184,10 @@ bool cw_client_forked(const cw_client_t* client) {
   return client && client->fork_gen != cw_client_fork_generation();
 }
 
+cw_status_t cw_client_fork_check(const cw_client_t* client) {
+  return cw_client_forked(client) ? cw_client_forked_status(client) : cw_ok_status();
+}
+
 cw_status_t cw_client_forked_status(const cw_client_t* c) {
   return cw_make_status(CW_FAILED_PRECONDITION,
                         "the connection to %s belongs to the process that made it: a child made "

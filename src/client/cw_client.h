@@ -195,6 +195,9 @@ CW_MUST_USE cw_status_t cw_client_flush(cw_client_t* client);
 // FAILED_PRECONDITION without writing (the parent's stream stays intact),
 // and cw_client_release only forgets it.
 bool cw_client_forked(const cw_client_t* client);
+// That error (FAILED_PRECONDITION naming the connection) in a forked child,
+// else OK: for callers that must not take their own locks there either.
+CW_MUST_USE cw_status_t cw_client_fork_check(const cw_client_t* client);
 
 // Answers the peer's request `request_id` of `type` (options.on_request)
 // with `reply` and bulk bytes (borrowed; written before this returns).

@@ -120,6 +120,9 @@ static void cw__mark_lost(cw_plugin_resume_t* r, uint64_t gen) {
 cw_status_t cw_plugin_ctrl_get(cw_plugin_client_t* c, cw_client_t** out_ctrl, uint64_t* out_gen) {
   cw_plugin_resume_t* r = c->resume;
   *out_gen = 0;
+  *out_ctrl = NULL;
+  // Before r->mu, which a thread of the parent may have held at a fork.
+  CW_RETURN_IF_ERROR(cw_client_fork_check(c->ctrl), "controller");
   if (!r) {
     *out_ctrl = c->ctrl;
     return cw_ok_status();

@@ -288,6 +288,7 @@ void cw_plugin_worker_delete(cw_plugin_worker_t* w, uint64_t id, uint64_t bytes)
 }
 
 void cw_plugin_worker_flush_deletes(cw_plugin_worker_t* w) {
+  if (cw_client_forked(w->conn)) return;
   pthread_mutex_lock(&w->send_mu);
   cw__worker_flush_deletes_locked(w);
   pthread_mutex_unlock(&w->send_mu);
@@ -297,6 +298,9 @@ cw_status_t cw_plugin_worker_send(cw_plugin_worker_t* w, uint16_t type, Protobuf
                                   uint64_t* req_seq, const struct iovec* bulk, int bulk_count,
                                   const cw_client_sink_t* sink, cw_client_done_fn done,
                                   void* user) {
+  // A fork()ed child fails before it takes send_mu (a thread of the parent
+  // may have held it at the fork: the child would wait for good).
+  CW_RETURN_IF_ERROR(cw_client_fork_check(w->conn), "%s", cw_msg_type_name(type));
   CW_RETURN_IF_ERROR(cw_plugin_worker_check(w), "%s", cw_msg_type_name(type));
   pthread_mutex_lock(&w->send_mu);
   cw__worker_write_relayed_held(w);
@@ -460,6 +464,7 @@ static void cw__ordered_resend(cw_plugin_parked_t* p, cw_client_t* ctrl, uint64_
 static cw_status_t cw__send_ordered(cw_plugin_worker_t* w, bool direct, bool batch, uint16_t type,
                                     ProtobufCMessage* req, uint64_t* req_seq,
                                     cw_client_done_fn done, void* user) {
+  CW_RETURN_IF_ERROR(cw_client_fork_check(w->conn), "%s", cw_msg_type_name(type));
   cw_plugin_client_t* c = w->client;
   cw__ordered_t* o = cw_recycle_alloc(&cw__ordered_records);
   if (!o) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
