@@ -358,6 +358,8 @@ cw_status_t cw_client_connect(const char* address, const cw_client_options_t* op
       cw_client_break(c);
       pthread_join(c->reader, NULL);
       c->reader_started = false;
+      // The reader may have handed on_request something: as a release does.
+      if (c->on_release) c->on_release(c->request_user, c);
     }
   }
   if (s) {
