@@ -120,12 +120,9 @@ cw_status_t cw_compile_disk_path(const char* dir, const uint8_t key[CW_COMPILE_D
 
 cw_status_t cw_compile_disk_prepare_dir(const char* dir) {
   if (!dir[0]) return cw_make_status(CW_INVALID_ARGUMENT, "empty compile cache directory");
-  CW_RETURN_IF_ERROR(cw_dirs_make(dir), "compile cache");
+  CW_RETURN_IF_ERROR(cw_dirs_make(dir), "compile cache");  // a directory now
   struct stat sb;
-  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-    return cw_make_status(CW_UNAVAILABLE, "compile cache directory %s is not a directory", dir);
-  }
-  if (sb.st_mode & 022) {
+  if (stat(dir, &sb) == 0 && (sb.st_mode & 022)) {
     CW_LOGW("compile cache directory %s is writable by group or others (mode %03o): another "
             "user could plant executables; chmod 700 it", dir, (unsigned)(sb.st_mode & 0777));
   }

@@ -402,40 +402,62 @@ static void send_callback_part(int fd, uint64_t rid, uint64_t stamp) {
   send_frame(fd, CW_MSG_LAUNCH, rid, &part.req.base, NULL, 0);
 }
 
+// A part of an island's launch held by the callback bound at its turn: A's
+// 16 callback launches in flight, never answered; the part (stamp k, A's
+// session, on the raw controller link fd, request 1); B's plain launch at
+// k + 1 on its link, whose completion sets done.
+typedef struct {
+  peer_t silent, other;
+  cw_client_t *a, *b, *b_link;
+  uint64_t k;
+  int fd;
+  atomic_int done;
+} held_part_t;
+
+static void held_part_start(held_part_t* h) {
+  h->silent = (peer_t){.answer = ANSWER_NEVER};
+  h->other = (peer_t){.answer = ANSWER_TIMES_TEN};
+  h->a = callback_client(&h->silent);
+  launch_unanswered(h->a, &h->silent, 16, 0);
+  h->k = next_turn();
+  h->fd = raw_link(cw_client_session_id(h->a));
+  send_callback_part(h->fd, 1, h->k);
+  h->b = connect_peer(&h->other);
+  h->b_link = link_of(h->b);
+  atomic_init(&h->done, 0);
+  plain_launch(h->b, h->b_link, h->k + 1, 21, &h->done);
+}
+
+// B's launch completes (within 20 s), after the part's turn passed.
+static void expect_turns_in_order(held_part_t* h) {
+  for (int i = 0; i < 4000 && atomic_load(&h->done) == 0; ++i) cw_test_sleep_ms(5);
+  assert_int_equal(atomic_load(&h->done), 1);
+  int held = turn_index(h->k), later = turn_index(h->k + 1);
+  assert_true(held >= 0 && later > held);
+}
+
 // A part of an island's launch held by the callback bound at its turn keeps
 // the turn, as a part waiting for memory does: the stall timer must not skip
 // it (the other members issue it in this order). Later turns wait for it.
 static void test_throttled_part_keeps_its_turn(void** state) {
   (void)state;
-  peer_t silent = {.answer = ANSWER_NEVER};
-  cw_client_t* a = callback_client(&silent);
-  launch_unanswered(a, &silent, 16, 0);
-  uint64_t k = next_turn();
-  int fd = raw_link(cw_client_session_id(a));
-  send_callback_part(fd, 1, k);
-  peer_t other = {.answer = ANSWER_TIMES_TEN};
-  cw_client_t* b = connect_peer(&other);
-  cw_client_t* b_link = link_of(b);
-  atomic_int done = 0;
-  plain_launch(b, b_link, k + 1, 21, &done);
+  held_part_t h;
+  held_part_start(&h);
   // Past the stall timer (5 s): the part's turn was not skipped.
   cw_test_sleep_ms(6000);
-  assert_int_equal(atomic_load(&done), 0);
-  assert_int_equal(turn_index(k + 1), -1);
+  assert_int_equal(atomic_load(&h.done), 0);
+  assert_int_equal(turn_index(h.k + 1), -1);
   // A leaves: its callback launches end, the part answers ready at its turn
   // and is cancelled (as its controller would, with no client to call), then
   // B's turn comes.
-  cw_client_release(a);
-  expect_reply(fd, 1, 0, "the part ready at its turn");
-  raw_go(fd, 2, k, false);
-  expect_reply(fd, 2, CW_CANCELLED, "the part cancelled");
-  for (int i = 0; i < 4000 && atomic_load(&done) == 0; ++i) cw_test_sleep_ms(5);
-  assert_int_equal(atomic_load(&done), 1);
-  int held = turn_index(k), later = turn_index(k + 1);
-  assert_true(held >= 0 && later > held);
-  close(fd);
-  cw_client_release(b_link);
-  cw_client_release(b);
+  cw_client_release(h.a);
+  expect_reply(h.fd, 1, 0, "the part ready at its turn");
+  raw_go(h.fd, 2, h.k, false);
+  expect_reply(h.fd, 2, CW_CANCELLED, "the part cancelled");
+  expect_turns_in_order(&h);
+  close(h.fd);
+  cw_client_release(h.b_link);
+  cw_client_release(h.b);
 }
 
 // The same part, but its controller link closes while the bound holds it:
@@ -444,27 +466,15 @@ static void test_throttled_part_keeps_its_turn(void** state) {
 // it held every later turn until a launch ended).
 static void test_throttled_part_of_a_closed_link_passes(void** state) {
   (void)state;
-  peer_t silent = {.answer = ANSWER_NEVER};
-  cw_client_t* a = callback_client(&silent);
-  launch_unanswered(a, &silent, 16, 0);
-  uint64_t k = next_turn();
-  int fd = raw_link(cw_client_session_id(a));
-  send_callback_part(fd, 1, k);
-  peer_t other = {.answer = ANSWER_TIMES_TEN};
-  cw_client_t* b = connect_peer(&other);
-  cw_client_t* b_link = link_of(b);
-  atomic_int done = 0;
-  plain_launch(b, b_link, k + 1, 21, &done);
+  held_part_t h;
+  held_part_start(&h);
   cw_test_sleep_ms(200);
-  assert_int_equal(atomic_load(&done), 0);  // waits for the part's turn
-  close(fd);
-  for (int i = 0; i < 4000 && atomic_load(&done) == 0; ++i) cw_test_sleep_ms(5);
-  assert_int_equal(atomic_load(&done), 1);  // A's callbacks still unanswered
-  int held = turn_index(k), later = turn_index(k + 1);
-  assert_true(held >= 0 && later > held);
-  cw_client_release(b_link);
-  cw_client_release(b);
-  cw_client_release(a);
+  assert_int_equal(atomic_load(&h.done), 0);  // waits for the part's turn
+  close(h.fd);
+  expect_turns_in_order(&h);  // A's callbacks still unanswered
+  cw_client_release(h.b_link);
+  cw_client_release(h.b);
+  cw_client_release(h.a);
 }
 
 int main(void) {

@@ -75,7 +75,6 @@ struct cw_launch_s {
   bool mem_admitted;
   struct cw_worker_mem_wait_s* mem_wait;
   bool stamp_released;
-  bool turn_held;  // a part throttled at its turn holds it (cw_worker_stamp_hold)
   // A program that calls back (cw_worker_hostcb.h): its execute context.
   cw_hostcb_launch_t* hostcb;  // counted in w->hostcb_launches while set
 };
@@ -821,7 +820,6 @@ static void cw__launch_pump(cw_conn_t* c) {
       // Its turn is passed or held as for a memory wait: later turns then
       // neither wait on it unseen nor skip a part's turn at the stall timer.
       if (stamp && l->req->prepare) {
-        l->turn_held = true;
         cw_worker_stamp_hold(w, stamp);
       } else if (stamp) {
         cw__launch_release_stamps(c, l);
@@ -834,10 +832,7 @@ static void cw__launch_pump(cw_conn_t* c) {
       w->launch_throttled_tail = c;
       return;
     }
-    if (l->turn_held) {
-      l->turn_held = false;
-      cw_worker_stamp_unhold(w, stamp);
-    }
+    if (stamp && l->req->prepare) cw_worker_stamp_unhold(w, stamp);  // if the bounds held it
     // Its executable's shapes are checked before it says ready: a part
     // refused after the go would leave the others in their collectives.
     if (!st && part && !l->prepared) st = cw__launch_check_exe(l, l->exe);
@@ -1026,7 +1021,7 @@ void cw_worker_launch_conn_closed(cw_conn_t* c) {
   // A part held by the in-flight bounds holds its turn; closed, it fails now
   // (the pump), so later turns need not wait for some launch to end.
   cw_launch_t* first = c->launch_head;
-  if (first && first->turn_held && cw__launch_unthrottle_conn(c->w, c)) {
+  if (first && first->part && cw__launch_unthrottle_conn(c->w, c)) {
     c->launch_waiting = false;
     cw_worker_launch_pump(c);
     cw_worker_conn_unref(c);  // the list's reference

@@ -6,9 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import socket
 import subprocess
-import threading
 import time
 
 import numpy as np
@@ -309,53 +307,19 @@ def test_cli_errors_and_exit_codes(cluster):
     assert p.returncode == 0 and "exit codes" in p.stdout
 
 
-def _hello_only_relay(target: str) -> tuple[socket.socket, str]:
-    """A TCP relay to `target` that passes the controller's HELLO answer and
-    nothing after it: a controller that hangs once it has said hello."""
-    host, port = target.rsplit(":", 1)
-    srv = socket.create_server(("127.0.0.1", 0))
-
-    def pump(a, b, first_only):
-        try:
-            while True:
-                d = a.recv(65536)
-                if not d:
-                    return
-                b.sendall(d)
-                if first_only:
-                    while a.recv(65536):  # swallowed
-                        pass
-                    return
-        except OSError:
-            return
-
-    def serve():
-        while True:
-            try:
-                c, _ = srv.accept()
-            except OSError:
-                return
-            up = socket.create_connection((host, int(port)))
-            threading.Thread(target=pump, args=(c, up, False), daemon=True).start()
-            threading.Thread(target=pump, args=(up, c, True), daemon=True).start()
-
-    threading.Thread(target=serve, daemon=True).start()
-    return srv, f"127.0.0.1:{srv.getsockname()[1]}"
-
-
 def test_cli_gives_up_on_a_hung_controller(cluster):
     """A controller that answers HELLO and then nothing held `causeway status`
     (and `up`'s wait) forever (an audit). The tool takes such a controller for
     hung after CAUSEWAY_CONTROLLER_TIMEOUT_MS, as the plugin does."""
-    srv, relay = _hello_only_relay(cluster.controller)
+    relay = harness.TcpRelay(cluster.controller, down_chunks=1)  # the HELLO answer only
     try:
         t = time.monotonic()
-        p = cli(None, "--controller", relay, "status", timeout=60,
+        p = cli(None, "--controller", relay.address, "status", timeout=60,
                 CAUSEWAY_CONTROLLER_TIMEOUT_MS="1000")
         took = time.monotonic() - t
     finally:
-        srv.close()
+        relay.close()
     assert p.returncode == 1, (p.returncode, p.stderr)
-    assert f"no answer from {relay} for" in p.stderr and "the client waits 1000 ms" in p.stderr, \
+    assert f"no answer from {relay.address} for" in p.stderr and "the client waits 1000 ms" in p.stderr, \
         p.stderr
     print(f"hung controller: status gave up after {took:.1f} s: {p.stderr.strip()[:200]}")

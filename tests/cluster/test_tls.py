@@ -15,11 +15,9 @@ from __future__ import annotations
 import os
 import pathlib
 import re
-import select
 import socket
 import ssl
 import subprocess
-import threading
 
 import pytest
 
@@ -132,60 +130,8 @@ def test_jax_trains_and_moves_arrays_over_tls(cluster, pki):
         assert not re.search(r"TLS .*failed|refused", log), log[-3000:]
 
 
-class _Relay:
-    """A TCP relay on 127.0.0.1 that forwards to `target` and records every
-    byte in both directions."""
-
-    def __init__(self, target: str):
-        host, port = target.rsplit(":", 1)
-        self.target = (host, int(port))
-        self.srv = socket.socket()
-        self.srv.bind(("127.0.0.1", 0))
-        self.srv.listen(8)
-        self.address = f"127.0.0.1:{self.srv.getsockname()[1]}"
-        self.up = bytearray()
-        self.down = bytearray()
-        self.connections = 0
-        self.stop = False
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self):
-        pairs = {}
-        while not self.stop:
-            r, _, _ = select.select([self.srv, *pairs], [], [], 0.05)
-            for s in r:
-                if s is self.srv:
-                    a, _ = self.srv.accept()
-                    b = socket.create_connection(self.target)
-                    pairs[a], pairs[b] = (b, self.up), (a, self.down)
-                    self.connections += 1
-                    continue
-                try:
-                    data = s.recv(65536)
-                except OSError:
-                    data = b""
-                other, log = pairs.get(s, (None, None))
-                if not data:
-                    if other:
-                        pairs.pop(other, None)
-                        other.close()
-                    pairs.pop(s, None)
-                    s.close()
-                    continue
-                log.extend(data)
-                other.sendall(data)
-        for s in pairs:
-            s.close()
-        self.srv.close()
-
-    def close(self):
-        self.stop = True
-        self.thread.join(5)
-
-
 def test_token_never_crosses_in_clear(cluster, pki):
-    relay = _Relay(cluster.controller)
+    relay = harness.TcpRelay(cluster.controller)
     try:
         env = _client_env(cluster, pki)
         env["CAUSEWAY_CONTROLLER"] = relay.address

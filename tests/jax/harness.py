@@ -58,6 +58,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -1063,3 +1064,65 @@ class HandCluster:
         shutil.rmtree(self.dir, ignore_errors=True)
         if reports:
             raise AssertionError("sanitizer report in a daemon's log:\n" + "\n".join(reports))
+
+
+class TcpRelay:
+    """A TCP relay on 127.0.0.1 that forwards to `target` ("host:port") and
+    records every byte in both directions (`up` to the target, `down` from
+    it). With `down_chunks`, only that many reads from the target are passed
+    on per connection, the rest swallowed: a peer that says hello, then
+    nothing."""
+
+    def __init__(self, target: str, down_chunks: int | None = None):
+        host, port = target.rsplit(":", 1)
+        self.target = (host, int(port))
+        self.down_chunks = down_chunks
+        self.srv = socket.socket()
+        self.srv.bind(("127.0.0.1", 0))
+        self.srv.listen(8)
+        self.address = f"127.0.0.1:{self.srv.getsockname()[1]}"
+        self.up = bytearray()
+        self.down = bytearray()
+        self.connections = 0
+        self.stop = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        pairs = {}
+        passed = {}  # target-side socket -> reads passed on
+        while not self.stop:
+            r, _, _ = select.select([self.srv, *pairs], [], [], 0.05)
+            for s in r:
+                if s is self.srv:
+                    a, _ = self.srv.accept()
+                    b = socket.create_connection(self.target)
+                    pairs[a], pairs[b] = (b, self.up), (a, self.down)
+                    passed[b] = 0
+                    self.connections += 1
+                    continue
+                try:
+                    data = s.recv(65536)
+                except OSError:
+                    data = b""
+                other, log = pairs.get(s, (None, None))
+                if not data:
+                    if other:
+                        pairs.pop(other, None)
+                        other.close()
+                    pairs.pop(s, None)
+                    s.close()
+                    continue
+                log.extend(data)
+                if s in passed:
+                    passed[s] += 1
+                    if self.down_chunks is not None and passed[s] > self.down_chunks:
+                        continue
+                other.sendall(data)
+        for s in pairs:
+            s.close()
+        self.srv.close()
+
+    def close(self):
+        self.stop = True
+        self.thread.join(5)
