@@ -76,6 +76,9 @@ static cw_status_t cw__hello(cw_client_t* c, const cw_client_options_t* o, int t
   Causeway__V1__HelloRequest req;
   cw_hello_request_fill(&req, (o && o->role) ? o->role : CAUSEWAY__V1__ROLE__ROLE_CLIENT, token,
                         o ? o->session_id : 0, peer_name);
+  // A peer that keeps the link warm lets silence mean a lost link even while
+  // it holds its reading (flow control), when a PING would go unanswered.
+  if (c->liveness_ms) req.keepalive_ms = c->liveness_ms >= 4 ? (uint32_t)c->liveness_ms / 4 : 1;
 
   uint8_t stack[512];
   uint8_t* payload = NULL;
@@ -164,6 +167,7 @@ static cw_status_t cw__hello(cw_client_t* c, const cw_client_options_t* o, int t
   }
   if (r->max_bulk) c->limits.max_bulk = r->max_bulk;
   c->same_host_copies = r->same_host_copies;
+  c->peer_keepalive_ms = (int)r->keepalive_ms;
   protobuf_c_message_free_unpacked(msg, NULL);
   if (!c->worker_name) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   return cw_ok_status();
@@ -172,7 +176,10 @@ static cw_status_t cw__hello(cw_client_t* c, const cw_client_options_t* o, int t
 static atomic_uint cw__fork_gen;
 static pthread_once_t cw__fork_once = PTHREAD_ONCE_INIT;
 
-static void cw__fork_child(void) { atomic_fetch_add(&cw__fork_gen, 1); }
+static void cw__fork_child(void) {
+  atomic_fetch_add(&cw__fork_gen, 1);
+  cw_client_watch_forked();
+}
 
 static void cw__fork_watch(void) { pthread_atfork(NULL, NULL, cw__fork_child); }
 
@@ -202,7 +209,6 @@ static void cw__client_free(cw_client_t* c) {
   if (c->kick_fd >= 0) close(c->kick_fd);
   cw_client_table_deinitialize(&c->table);
   pthread_cond_destroy(&c->cv);
-  pthread_cond_destroy(&c->watchdog_cv);
   free(c->hung);
   pthread_mutex_destroy(&c->mu);
   pthread_mutex_destroy(&c->read_mu);
@@ -321,7 +327,6 @@ cw_status_t cw_client_connect(const char* address, const cw_client_options_t* op
   c->limits.max_payload = CW__DEFAULT_MAX_PAYLOAD;
   c->limits.max_bulk = CW__DEFAULT_MAX_BULK;
   c->address = strdup(address);
-  cw_time_cond_init(&c->watchdog_cv);
   c->batch_window_ns = (int64_t)CW_CLIENT_BATCH_WINDOW_US * 1000;
   if (options) {
     if (options->batch_window_us > 0) c->batch_window_ns = (int64_t)options->batch_window_us * 1000;
@@ -346,14 +351,15 @@ cw_status_t cw_client_connect(const char* address, const cw_client_options_t* op
   }
   if (!s) s = cw__open_and_hello(c, options, tls, timeout_ms);
   cw_tls_release(env_tls);  // the connection's SSL keeps what it needs
-  // From now on reads block without limit; sends too, or for liveness_ms.
-  if (!s) s = cw__set_timeouts(c, 0, c->liveness_ms);
+  // From now on reads block without limit; sends too, or for liveness_ms
+  // unless the peer keeps the link warm: such a peer may hold its reading
+  // (flow control) for longer, and the watchdog hears its silence instead.
+  if (!s) s = cw__set_timeouts(c, 0, c->peer_keepalive_ms ? 0 : c->liveness_ms);
   if (!s) {
     s = cw__thread_start(c, "reader", cw_client_reader_main, &c->reader, &c->reader_started);
   }
   if (!s && c->liveness_ms) {
-    s = cw__thread_start(c, "watchdog", cw_client_watchdog_main, &c->watchdog,
-                         &c->watchdog_started);
+    s = cw_client_watch_add(c);
     if (s) {
       cw_client_break(c);
       pthread_join(c->reader, NULL);
@@ -375,9 +381,9 @@ void cw_client_release(cw_client_t* client) {
   // down would cut the parent's connection: it only forgets the copy.
   if (!client || cw_client_forked(client)) return;
   cw_client_t* c = client;
+  cw_client_watch_remove(c);  // the watchdog no longer looks at c
   pthread_mutex_lock(&c->mu);
   c->closing = true;
-  pthread_cond_broadcast(&c->watchdog_cv);
   pthread_mutex_unlock(&c->mu);
   // Wakes the reader (EOF/error), which fails everything still outstanding.
   cw_client_break(c);
@@ -387,7 +393,6 @@ void cw_client_release(cw_client_t* client) {
   bool flusher = c->flusher_started;
   pthread_mutex_unlock(&c->write_mu);
   if (flusher) pthread_join(c->flusher, NULL);
-  if (c->watchdog_started) pthread_join(c->watchdog, NULL);
   if (c->reader_started) pthread_join(c->reader, NULL);
   if (c->on_release) c->on_release(c->request_user, c);
   // Parked, unclaimed completions are freed with the table.

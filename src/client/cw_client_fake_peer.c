@@ -102,6 +102,12 @@ bool fake_read(fake_t* f, frame_t* fr) {
 
 bool fake_write(fake_t* f, uint16_t type, uint32_t flags, uint64_t id,
                 const ProtobufCMessage* msg, const void* bulk, uint64_t bulk_len) {
+  return fake_write_head(f, type, flags, id, msg, bulk_len) &&
+         (!bulk_len || fake_write_all(f, bulk, bulk_len));
+}
+
+bool fake_write_head(fake_t* f, uint16_t type, uint32_t flags, uint64_t id,
+                     const ProtobufCMessage* msg, uint64_t bulk_len) {
   size_t len = protobuf_c_message_get_packed_size(msg);
   uint8_t* buf = malloc(len + 1);
   protobuf_c_message_pack(msg, buf);
@@ -114,8 +120,7 @@ bool fake_write(fake_t* f, uint16_t type, uint32_t flags, uint64_t id,
                          .bulk_len = bulk_len};
   uint8_t hdr[CW_FRAME_HEADER_SIZE];
   cw_frame_header_encode(&h, hdr);
-  bool ok = fake_write_all(f, hdr, sizeof(hdr)) && fake_write_all(f, buf, len) &&
-            (!bulk_len || fake_write_all(f, bulk, bulk_len));
+  bool ok = fake_write_all(f, hdr, sizeof(hdr)) && fake_write_all(f, buf, len);
   free(buf);
   return ok;
 }
@@ -148,6 +153,7 @@ static void fake_hello(fake_t* f) {
   snprintf(f->hello_token, sizeof(f->hello_token), "%.*s", (int)h->token.len,
            (const char*)h->token.data);
   f->hello_session = h->session_id;
+  f->hello_keepalive = h->keepalive_ms;
   snprintf(f->hello_peer_name, sizeof(f->hello_peer_name), "%s", h->peer_name);
   if (f->hello_silent) {
     // Hold the connection until the client gives up.
@@ -166,6 +172,7 @@ static void fake_hello(fake_t* f) {
     r.worker_name = "fake-worker";
     r.max_payload = 1u << 24;
     r.max_bulk = 1ull << 32;
+    r.keepalive_ms = f->keepalive_reply_ms;
     fake_reply(f, &fr, &r.base, NULL, 0);
   }
   frame_free(&fr);

@@ -39,12 +39,14 @@ struct fake_s {
   bool hello_silent;  // never answer HELLO
   int close_first;    // accept and close this many connections first, HELLO unread
   bool close_only;    // then accept nothing more
+  uint32_t keepalive_reply_ms;  // HelloReply.keepalive_ms (0: an older peer)
   // What the client's HELLO said.
   uint32_t hello_min, hello_max;
   int hello_role;
   char hello_token[64];
   uint64_t hello_session;
   char hello_peer_name[64];
+  uint32_t hello_keepalive;
   // Script parameters.
   const uint8_t* pattern;
   size_t pattern_len;
@@ -80,6 +82,10 @@ bool fake_read(fake_t* f, frame_t* fr);
 
 bool fake_write(fake_t* f, uint16_t type, uint32_t flags, uint64_t id,
                 const ProtobufCMessage* msg, const void* bulk, uint64_t bulk_len);
+
+// Header and payload only: the caller writes the bulk_len bytes after.
+bool fake_write_head(fake_t* f, uint16_t type, uint32_t flags, uint64_t id,
+                     const ProtobufCMessage* msg, uint64_t bulk_len);
 
 bool fake_reply(fake_t* f, const frame_t* req, const ProtobufCMessage* msg,
                 const void* bulk, uint64_t bulk_len);

@@ -202,18 +202,17 @@ struct cw_client_s {
                      ProtobufCMessage* request, uint8_t* bulk, uint64_t bulk_len);
   void* request_user;
   void (*on_release)(void* user, cw_client_t* client);
-  // Liveness (cw_client_options_t.liveness_ms; 0: off): the watchdog thread
-  // pings a peer that owes answers and has been quiet, and gives up on one
-  // that stays quiet.
+  // Liveness (cw_client_options_t.liveness_ms; 0: off): the process's
+  // watchdog (cw_client_liveness.c) gives up on a peer that owes answers and
+  // stays quiet; it pings one that does not keep the link warm.
   int liveness_ms;
-  // CLOCK_MONOTONIC of the last frame read, or of the request that ended a
-  // time with nothing owed.
+  int peer_keepalive_ms;  // HelloReply.keepalive_ms: the peer's KEEPALIVE period (0: none)
+  // CLOCK_MONOTONIC of the last frame read or run of bulk bytes, or of the
+  // request that ended a time with nothing owed.
   _Atomic int64_t last_rx_ms;
-  pthread_t watchdog;
-  bool watchdog_started;
-  pthread_cond_t watchdog_cv;  // with mu: wakes the watchdog at release
-  bool ping_out;               // guarded by mu
-  char* hung;                  // guarded by mu: why the watchdog gave up
+  cw_client_t* watch_next;  // the watchdog's list (its lock)
+  bool ping_out;            // guarded by mu
+  char* hung;               // guarded by mu: why the watchdog gave up
 };
 
 // ---- Pending table (cw_client_pending.c; c->table is guarded by c->mu) -----
@@ -299,9 +298,13 @@ void cw_client_break(cw_client_t* c);
 
 // cw_client_take_replies with read_mu held (and shared_reads set).
 bool cw_client_take_replies_locked(cw_client_t* c);
-// The liveness watchdog (cw_client_liveness.c; c->liveness_ms > 0): ends with
-// c->closing or c->dead.
-void* cw_client_watchdog_main(void* arg);
+// The liveness watchdog (cw_client_liveness.c; c->liveness_ms > 0): one
+// thread for the process, watching every connection added (it starts with the
+// first). After cw_client_watch_remove returns it no longer touches `c`.
+cw_status_t cw_client_watch_add(cw_client_t* c);
+void cw_client_watch_remove(cw_client_t* c);
+// In a fork()ed child: the parent's watchdog thread is not there; forget its list.
+void cw_client_watch_forked(void);
 // The flusher (cw_client_send.c): writes batched frames held longer than the
 // batch window; ends with c->flusher_stop.
 void* cw_client_flusher_main(void* arg);

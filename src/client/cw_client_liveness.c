@@ -1,7 +1,15 @@
-// Liveness (cw_client_options_t.liveness_ms): a watchdog thread pings a
-// peer that owes answers and has been quiet for half the period, and gives up
-// on one that stays quiet for all of it (shutting the socket down, so the
-// reader fails everything outstanding with the reason in c->hung).
+// Liveness (cw_client_options_t.liveness_ms): one watchdog thread for every
+// connection of the process that asks for it (a JAX process holds one per
+// worker: a thread each would double the threads of a fleet's client). It
+// gives up on a peer that owes answers and stays quiet for the whole period,
+// shutting the socket down so that the reader fails everything outstanding
+// with the reason in c->hung. Frames and bulk bytes count as life.
+//
+// A peer that keeps the link warm (HelloReply.keepalive_ms) sends something
+// every quarter period, whatever it is doing: silence means the link or the
+// peer is gone. Another peer is sent PING after half the period of silence,
+// which it answers however long its other requests take.
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +19,14 @@
 #include "cw_client_internal.h"
 #include "cw_time.h"
 
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_cv;  // wakes the thread when a connection is added
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static cw_client_t* g_head;  // the watched connections (watch_next)
+static bool g_running;       // the thread is up: it ends when the list empties
+
+static void cw__init(void) { cw_time_cond_init(&g_cv); }
+
 static void cw__ping_done(void* user, cw_status_t status, const ProtobufCMessage* reply) {
   cw_client_t* c = user;
   cw_status_free(status);
@@ -19,40 +35,112 @@ static void cw__ping_done(void* user, cw_status_t status, const ProtobufCMessage
   pthread_mutex_unlock(&c->mu);
 }
 
-void* cw_client_watchdog_main(void* arg) {
-  cw_client_t* c = arg;
-  int tick = c->liveness_ms >= 8 ? c->liveness_ms / 4 : 2;
+static void cw__give_up(cw_client_t* c, int64_t quiet) {
+  size_t n = strlen(c->address) + 200;
+  c->hung = malloc(n);
+  if (!c->hung) return;
+  snprintf(c->hung, n, "no answer from %s for %lld ms%s: it is hung or unreachable (the client "
+           "waits %d ms)", c->address, (long long)quiet,
+           c->peer_keepalive_ms ? ", not even its keepalive" : "", c->liveness_ms);
+}
+
+// One connection's turn, with g_mu held (so that it stays alive).
+static void cw__check(cw_client_t* c, int64_t now) {
   pthread_mutex_lock(&c->mu);
-  while (!c->closing && !c->dead) {
-    struct timespec ts = cw_time_deadline_ms(tick);
-    pthread_cond_timedwait(&c->watchdog_cv, &c->mu, &ts);
-    if (c->closing || c->dead) break;
-    // Quiet is fine while nothing is owed (the PING itself does not count).
-    if (c->outstanding <= (c->ping_out ? 1u : 0u)) continue;
-    int64_t quiet = cw_time_now_ms() - atomic_load_explicit(&c->last_rx_ms, memory_order_relaxed);
-    if (quiet >= c->liveness_ms) {
-      size_t n = strlen(c->address) + 160;
-      c->hung = malloc(n);
-      if (c->hung) {
-        snprintf(c->hung, n, "no answer from %s for %lld ms: it is hung or unreachable (the "
-                 "client waits %d ms)", c->address, (long long)quiet, c->liveness_ms);
-      }
-      pthread_mutex_unlock(&c->mu);
-      cw_client_break(c);  // the reader fails everything outstanding
-      return NULL;
+  // Quiet is fine while nothing is owed (a PING of ours does not count).
+  if (c->closing || c->dead || c->hung || c->outstanding <= (c->ping_out ? 1u : 0u)) {
+    pthread_mutex_unlock(&c->mu);
+    return;
+  }
+  int64_t quiet = now - atomic_load_explicit(&c->last_rx_ms, memory_order_relaxed);
+  if (quiet >= c->liveness_ms) {
+    cw__give_up(c, quiet);
+    pthread_mutex_unlock(&c->mu);
+    cw_client_break(c);  // the reader fails everything outstanding
+    return;
+  }
+  bool ping = !c->peer_keepalive_ms && !c->ping_out && quiet >= c->liveness_ms / 2;
+  // Only into a socket with room: this thread serves every connection, and
+  // one whose peer stopped reading must not hold it (its writer's send
+  // timeout, liveness_ms, ends that connection).
+  struct pollfd p = {.fd = c->fd, .events = POLLOUT};
+  if (ping && (poll(&p, 1, 0) != 1 || !(p.revents & POLLOUT))) ping = false;
+  if (ping) c->ping_out = true;
+  pthread_mutex_unlock(&c->mu);
+  if (!ping) return;
+  Causeway__V1__Ping req = CAUSEWAY__V1__PING__INIT;
+  cw_status_t st = cw_client_send_flags(c, CW_MSG_PING, &req.base, NULL, 0, NULL, 0,
+                                        cw__ping_done, c, NULL);
+  if (st) {
+    pthread_mutex_lock(&c->mu);
+    c->ping_out = false;
+    pthread_mutex_unlock(&c->mu);
+    cw_status_free(st);
+  }
+}
+
+static void* cw__watchdog_main(void* arg) {
+  (void)arg;
+  pthread_mutex_lock(&g_mu);
+  while (g_head) {
+    int tick = 1000;
+    for (cw_client_t* c = g_head; c; c = c->watch_next) {
+      int t = c->liveness_ms >= 8 ? c->liveness_ms / 4 : 2;
+      if (t < tick) tick = t;
     }
-    if (quiet >= c->liveness_ms / 2 && !c->ping_out) {
-      c->ping_out = true;
-      pthread_mutex_unlock(&c->mu);
-      Causeway__V1__Ping req = CAUSEWAY__V1__PING__INIT;
-      // Blocks at most liveness_ms (SO_SNDTIMEO) on a peer that stopped reading.
-      cw_status_t st = cw_client_send_flags(c, CW_MSG_PING, &req.base, NULL, 0, NULL, 0,
-                                            cw__ping_done, c, NULL);
-      pthread_mutex_lock(&c->mu);
-      if (st) c->ping_out = false;
-      cw_status_free(st);
+    struct timespec ts = cw_time_deadline_ms(tick);
+    pthread_cond_timedwait(&g_cv, &g_mu, &ts);
+    int64_t now = cw_time_now_ms();
+    for (cw_client_t* c = g_head; c; c = c->watch_next) cw__check(c, now);
+  }
+  g_running = false;
+  pthread_mutex_unlock(&g_mu);
+  return NULL;
+}
+
+cw_status_t cw_client_watch_add(cw_client_t* c) {
+  pthread_once(&g_once, cw__init);
+  pthread_mutex_lock(&g_mu);
+  if (!g_running) {
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int err = pthread_create(&t, &attr, cw__watchdog_main, NULL);
+    pthread_attr_destroy(&attr);
+    if (err) {
+      pthread_mutex_unlock(&g_mu);
+      return cw_make_status(CW_RESOURCE_EXHAUSTED, "cannot start the watchdog thread: %s",
+                            strerror(err));
+    }
+    pthread_setname_np(t, "cw-watchdog");  // for top -H, perf and gdb
+    g_running = true;
+  }
+  c->watch_next = g_head;
+  g_head = c;
+  pthread_cond_signal(&g_cv);  // its period may be the shortest now
+  pthread_mutex_unlock(&g_mu);
+  return cw_ok_status();
+}
+
+void cw_client_watch_remove(cw_client_t* c) {
+  if (!c->liveness_ms) return;
+  pthread_mutex_lock(&g_mu);
+  for (cw_client_t** p = &g_head; *p; p = &(*p)->watch_next) {
+    if (*p == c) {
+      *p = c->watch_next;
+      break;
     }
   }
-  pthread_mutex_unlock(&c->mu);
-  return NULL;
+  c->watch_next = NULL;
+  pthread_mutex_unlock(&g_mu);
+}
+
+void cw_client_watch_forked(void) {
+  // Whatever state the parent's thread left the lock in, it is not coming
+  // back here; the parent's connections are not this process's to watch.
+  pthread_mutex_init(&g_mu, NULL);
+  cw_time_cond_init(&g_cv);
+  g_head = NULL;
+  g_running = false;
 }

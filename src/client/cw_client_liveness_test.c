@@ -1,6 +1,12 @@
 // Unit tests of the liveness watchdog (cw_client_liveness.c): a slow but
-// live peer, a hung one and an idle one; against the fake peer.
+// live peer, a hung one and an idle one; a peer that keeps the link warm
+// while it reads nothing, then falls silent; a download trickling in over
+// several periods; one watchdog thread for many connections. Against the
+// fake peer.
+#include <dirent.h>
 #include <poll.h>
+#include <stdio.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -92,9 +98,197 @@ static void test_liveness(void** state) {
   fake_join(&idle);
 }
 
+static void sleep_ms(int ms) {
+  struct timespec t = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+  nanosleep(&t, NULL);
+}
+
+static bool send_keepalive(fake_t* f) {
+  Causeway__V1__ClusterEvent ev = CAUSEWAY__V1__CLUSTER_EVENT__INIT;
+  ev.kind = CAUSEWAY__V1__CLUSTER_EVENT__KIND__KEEPALIVE;
+  return fake_write(f, CW_MSG_EVENT, 0, 0, &ev.base, NULL, 0);
+}
+
+// A peer that holds its reading (as a worker's flow control does) for 4
+// periods, keeping the link warm meanwhile; then it reads the request,
+// answers it, and counts the PINGs that came (none should: a PING would
+// wait unread).
+static void script_warm_but_not_reading(fake_t* f) {
+  int64_t until = cw_time_now_ms() + 4 * f->count;
+  while (cw_time_now_ms() < until) {
+    FCHECK(f, send_keepalive(f));
+    sleep_ms((int)f->hello_keepalive);
+  }
+  frame_t req, fr;
+  FCHECK(f, fake_read(f, &req));
+  FCHECK(f, req.h.type == CW_MSG_INVENTORY);
+  Causeway__V1__Inventory inv = CAUSEWAY__V1__INVENTORY__INIT;
+  inv.worker_name = "held";
+  inv.platform_name = "cpu";
+  inv.platform_version = "0";
+  fake_reply(f, &req, &inv.base, NULL, 0);
+  frame_free(&req);
+  int pings = 0;
+  while (fake_read(f, &fr)) {  // until the client closes
+    pings += fr.h.type == CW_MSG_PING;
+    frame_free(&fr);
+  }
+  FCHECK(f, pings == 0);
+}
+
+// Warm for one period, then silent (a lost link): it reads on, answers
+// nothing and sends nothing.
+static void script_warm_then_silent(fake_t* f) {
+  int64_t until = cw_time_now_ms() + f->count;
+  while (cw_time_now_ms() < until) {
+    FCHECK(f, send_keepalive(f));
+    sleep_ms((int)f->hello_keepalive);
+  }
+  script_hung(f);
+}
+
+// Answers a DOWNLOAD with f->pattern trickled in 8 pieces over 4 periods:
+// no frame, no keepalive meanwhile, only bulk bytes.
+static void script_trickle(fake_t* f) {
+  frame_t req;
+  FCHECK(f, fake_read(f, &req));
+  FCHECK(f, req.h.type == CW_MSG_DOWNLOAD);
+  Causeway__V1__ArrayInfo info = CAUSEWAY__V1__ARRAY_INFO__INIT;
+  info.buffer_id = ((Causeway__V1__DownloadRequest*)req.msg)->buffer_id;
+  info.dtype = CAUSEWAY__V1__DTYPE__DTYPE_U8;
+  info.size = f->pattern_len;
+  FCHECK(f, fake_write_head(f, CW_MSG_DOWNLOAD, CW_FRAME_REPLY, req.h.request_id, &info.base,
+                            f->pattern_len));
+  size_t piece = f->pattern_len / 8;
+  for (size_t off = 0; off < f->pattern_len; off += piece) {
+    sleep_ms(f->count / 2);
+    size_t n = f->pattern_len - off < piece ? f->pattern_len - off : piece;
+    FCHECK(f, fake_write_all(f, f->pattern + off, n));
+  }
+  frame_free(&req);
+  script_pong(f);
+}
+
+static void test_warm_link(void** state) {
+  (void)state;
+  const int period = 400;
+  cw_client_options_t o = {.liveness_ms = period};
+  // Held but warm: the request waits 4 periods unread and succeeds; the
+  // client asked for a keepalive every quarter period and sent no PING.
+  fake_t f = {.count = period, .keepalive_reply_ms = period / 4};
+  fake_start(&f, script_warm_but_not_reading);
+  cw_client_t* c = NULL;
+  cw_status_t s = cw_client_connect(f.path, &o, &c);
+  if (s) fail_msg("connect: %s", cw_status_message(s));
+  assert_int_equal(f.hello_keepalive, period / 4);
+  Causeway__V1__Inventory* inv = NULL;
+  s = cw_client_inventory(c, &inv);
+  if (s) fail_msg("a peer that keeps the link warm: %s", cw_status_message(s));
+  assert_string_equal(inv->worker_name, "held");
+  protobuf_c_message_free_unpacked(&inv->base, NULL);
+  cw_client_release(c);
+  fake_join(&f);
+  // Warm, then silent: the call fails saying not even the keepalive came.
+  fake_t h = {.count = period, .keepalive_reply_ms = period / 4};
+  fake_start(&h, script_warm_then_silent);
+  s = cw_client_connect(h.path, &o, &c);
+  if (s) fail_msg("connect: %s", cw_status_message(s));
+  int64_t t0 = cw_time_now_ms();
+  expect_status(cw_client_ping(c), CW_UNAVAILABLE, "not even its keepalive: it is hung");
+  assert_true(cw_time_now_ms() - t0 >= period);
+  cw_client_release(c);
+  fake_join(&h);
+}
+
+static void test_bulk_bytes_are_progress(void** state) {
+  (void)state;
+  const int period = 400;
+  const size_t len = 8u << 20;  // pieces of 1 MiB: each goes straight into the sink
+  uint8_t* pattern = make_pattern(len);
+  uint8_t* got = malloc(len);
+  // Both kinds of peer: one that keeps the link warm (but sends no
+  // keepalive while its reply is being written) and one that does not.
+  for (int warm = 0; warm < 2; ++warm) {
+    fake_t f = {.count = period, .pattern = pattern, .pattern_len = len,
+                .keepalive_reply_ms = warm ? period / 4 : 0};
+    fake_start(&f, script_trickle);
+    cw_client_options_t o = {.liveness_ms = period};
+    cw_client_t* c = NULL;
+    cw_status_t s = cw_client_connect(f.path, &o, &c);
+    if (s) fail_msg("connect: %s", cw_status_message(s));
+    size_t size = 0;
+    int64_t t0 = cw_time_now_ms();
+    s = cw_client_download(c, 5, got, len, &size, NULL);
+    if (s) fail_msg("a download trickling in (warm %d): %s", warm, cw_status_message(s));
+    assert_true(cw_time_now_ms() - t0 >= 3 * period);  // longer than the period: it was tested
+    assert_int_equal(size, len);
+    assert_memory_equal(got, pattern, len);
+    cw_client_release(c);
+    fake_join(&f);
+  }
+  free(got);
+  free(pattern);
+}
+
+// Threads of this process named `name`.
+static int threads_named(const char* name) {
+  DIR* d = opendir("/proc/self/task");
+  assert_non_null(d);
+  int n = 0;
+  for (struct dirent* e; (e = readdir(d));) {
+    if (e->d_name[0] == '.') continue;
+    char path[64], comm[32] = {0};
+    snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+    FILE* fp = fopen(path, "r");
+    if (!fp) continue;  // it ended meanwhile
+    if (fgets(comm, sizeof(comm), fp)) comm[strcspn(comm, "\n")] = 0;
+    fclose(fp);
+    n += strcmp(comm, name) == 0;
+  }
+  closedir(d);
+  return n;
+}
+
+// One watchdog for all connections: 4 connections, 1 thread; it ends with
+// the last of them, and a new connection starts it again.
+static void test_one_watchdog_for_all(void** state) {
+  (void)state;
+  enum { N = 4 };
+  fake_t f[N];
+  cw_client_t* c[N];
+  cw_client_options_t o = {.liveness_ms = 400};
+  for (int i = 0; i < N; ++i) {
+    f[i] = (fake_t){0};
+    fake_start(&f[i], script_pong);
+    cw_status_t s = cw_client_connect(f[i].path, &o, &c[i]);
+    if (s) fail_msg("connect: %s", cw_status_message(s));
+  }
+  assert_int_equal(threads_named("cw-watchdog"), 1);
+  for (int i = 0; i < N; ++i) assert_ok(cw_client_ping(c[i]));
+  for (int i = 0; i < N; ++i) {
+    cw_client_release(c[i]);
+    fake_join(&f[i]);
+  }
+  int64_t until = cw_time_now_ms() + 5000;
+  while (threads_named("cw-watchdog") && cw_time_now_ms() < until) sleep_ms(10);
+  assert_int_equal(threads_named("cw-watchdog"), 0);
+  fake_t g = {0};
+  fake_start(&g, script_pong);
+  cw_client_t* d = NULL;
+  cw_status_t s = cw_client_connect(g.path, &o, &d);
+  if (s) fail_msg("connect: %s", cw_status_message(s));
+  assert_int_equal(threads_named("cw-watchdog"), 1);
+  assert_ok(cw_client_ping(d));
+  cw_client_release(d);
+  fake_join(&g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_liveness),
+      cmocka_unit_test(test_warm_link),
+      cmocka_unit_test(test_bulk_bytes_are_progress),
+      cmocka_unit_test(test_one_watchdog_for_all),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

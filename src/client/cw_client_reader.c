@@ -244,8 +244,12 @@ static cw_status_t cw__read_one(cw_client_t* c) {
 
   if (peer_request) return cw__peer_request(c, &h, msg);
   if (!(h.flags & CW_FRAME_REPLY)) {
-    // An unsolicited EVENT (no bulk: the header check refuses it).
-    if (c->on_event) c->on_event(c->event_user, msg);
+    // An unsolicited EVENT (no bulk: the header check refuses it). A
+    // KEEPALIVE has done its work already (last_rx_ms).
+    const Causeway__V1__ClusterEvent* ev = (const Causeway__V1__ClusterEvent*)msg;
+    if (c->on_event && ev->kind != CAUSEWAY__V1__CLUSTER_EVENT__KIND__KEEPALIVE) {
+      c->on_event(c->event_user, msg);
+    }
     protobuf_c_message_free_unpacked(msg, NULL);
     return cw_ok_status();
   }
@@ -459,6 +463,7 @@ void* cw_client_reader_main(void* arg) {
     shutdown(c->fd, SHUT_RDWR);
     return NULL;
   }
+  if (c->liveness_ms) c->rb.progress_ms = &c->last_rx_ms;  // bulk counts as life
   if (c->tls) {
     cw_rbuf_set_reader(&c->rb, cw_client_tls_read, c->tls);  // plaintext out of TLS
   } else {

@@ -398,6 +398,11 @@ cw_status_t cw_client_send_flags(cw_client_t* c, uint16_t type, const ProtobufCM
     c->outstanding--;
     if (q->flags & CW_CLIENT_PEND_BATCHED) c->batched--;
     pthread_cond_broadcast(&c->cv);
+    if (ws && c->hung) {
+      // The watchdog broke the stream under this write: say why, not EPIPE.
+      cw_status_free(ws);
+      ws = cw_make_status(CW_UNAVAILABLE, "%s", c->hung);
+    }
     s = ws ? ws : cw__dead_status(c);
     cw_client_pending_free(q);
   } else {

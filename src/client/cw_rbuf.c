@@ -5,6 +5,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "cw_time.h"
+
 int cw_rbuf_initialize(cw_rbuf_t* rb, int fd, size_t capacity) {
   memset(rb, 0, sizeof(*rb));
   rb->fd = fd;
@@ -64,6 +66,9 @@ int cw_rbuf_read(cw_rbuf_t* rb, void* dst, size_t len, size_t* out_got) {
         break;
       }
       got += (size_t)n;
+      if (rb->progress_ms) {
+        atomic_store_explicit(rb->progress_ms, cw_time_now_ms(), memory_order_relaxed);
+      }
     } else {
       n = cw__recv(rb, rb->data, rb->cap);
       if (n < 0) {

@@ -6,6 +6,7 @@
 #ifndef CW_CLIENT_RBUF_H_
 #define CW_CLIENT_RBUF_H_
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -22,6 +23,9 @@ typedef struct cw_rbuf_s {
   size_t off, len;  // data[off..len) is read and not yet consumed
   uint64_t recvs;   // recv calls made (for tests)
   int err;          // an error cw_rbuf_fill_nowait met, for the next read to report
+  // Optional: stamped (CLOCK_MONOTONIC ms) after each read straight into a
+  // caller's memory, so that a long bulk read shows progress.
+  _Atomic int64_t* progress_ms;
 } cw_rbuf_t;
 
 // Returns 0, or -1 if the buffer cannot be allocated.

@@ -98,6 +98,11 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
                         "devices the worker's PJRT client creates (CPU plugin)"},
     [CW_SET_LISTEN] = {"CAUSEWAY_LISTEN", "CW_LISTEN", CW__DMN, "listen", CW_SETTING_STRING, 0,
                        0, "", false, false, "host:port or a Unix socket path (contains '/')"},
+    [CW_SET_ADVERTISE] = {"CAUSEWAY_ADVERTISE", NULL, CW__WRK, "advertise", CW_SETTING_STRING, 0,
+                          0, "", false, false,
+                          "the address clients and other workers reach this worker at (NAT, a "
+                          "container's service name, a relay); empty: --listen, a wildcard host "
+                          "replaced by the host's name"},
     [CW_SET_WORKER_NAME] = {"CAUSEWAY_NAME", "CW_WORKER_NAME", CW__DMN, "name",
                             CW_SETTING_STRING, 0, 0, "", false, false,
                             "the daemon's name in logs and errors; empty: a worker's listen "
@@ -232,6 +237,11 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
                                       CW_SETTING_INT, 100, 3600000, "10000", false, false,
                                       "a controller that owes answers and is silent this long "
                                       "is hung: calls through it fail UNAVAILABLE"},
+    [CW_SET_WORKER_LINK_TIMEOUT_MS] = {"CAUSEWAY_WORKER_LINK_TIMEOUT_MS", NULL, CW__PLG, NULL,
+                                       CW_SETTING_INT, 0, 3600000, "30000", false, false,
+                                       "a worker link that owes answers and brings nothing, not "
+                                       "even the worker's keepalive, this long is lost: calls "
+                                       "through it fail UNAVAILABLE (0: wait without limit)"},
     [CW_SET_CONTROLLER_RECONNECT_MS] = {"CAUSEWAY_CONTROLLER_RECONNECT_MS", NULL, CW__PLG, NULL,
                                         CW_SETTING_INT, 0, 3600000, "30000", false, false,
                                         "a lost controller (joining a cluster): reconnect and "

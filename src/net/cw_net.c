@@ -250,6 +250,25 @@ void cw_net__hello_accepted(cw_net_conn_t* c, int role, bool has_session) {
   if (c->ssl) cw_net__tls_hello_accepted(c);
 }
 
+// A KEEPALIVE event, unless writes are still under way: those bytes tell the
+// peer the link is up as well, and a peer that stopped reading is not sent
+// more.
+static void cw__keepalive(uv_timer_t* t) {
+  cw_net_conn_t* c = t->data;
+  if (c->closing || c->close_after_write || c->writes_pending) return;
+  Causeway__V1__ClusterEvent ev = CAUSEWAY__V1__CLUSTER_EVENT__INIT;
+  ev.kind = CAUSEWAY__V1__CLUSTER_EVENT__KIND__KEEPALIVE;
+  cw_net_conn_send(c, CW_MSG_EVENT, 0, 0, &ev.base, NULL, 0, NULL, NULL);
+}
+
+uint32_t cw_net__keepalive_start(cw_net_conn_t* c, uint32_t asked_ms) {
+  uint32_t ms = asked_ms < CW_NET_KEEPALIVE_MIN_MS ? CW_NET_KEEPALIVE_MIN_MS
+                : asked_ms > CW_NET_KEEPALIVE_MAX_MS ? CW_NET_KEEPALIVE_MAX_MS
+                                                     : asked_ms;
+  uv_timer_start(&c->timer, cw__keepalive, ms, ms);
+  return ms;
+}
+
 void cw_net_conn_set_bulk_dest(cw_net_conn_t* c, uint8_t* dest) {
   cw_conn_parser_set_bulk_dest(&c->parser, dest);
   c->recv_owner_bulk = dest != NULL;

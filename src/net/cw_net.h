@@ -40,6 +40,11 @@
 #include "cw_status.h"
 #include "cw_tls.h"
 
+// The KEEPALIVE periods a peer may ask for in HELLO (shorter or longer
+// requests are clamped; HelloReply.keepalive_ms says what it got).
+#define CW_NET_KEEPALIVE_MIN_MS 10u
+#define CW_NET_KEEPALIVE_MAX_MS 600000u
+
 typedef struct cw_net_s cw_net_t;
 typedef struct cw_net_conn_s cw_net_conn_t;
 

@@ -39,7 +39,7 @@ struct cw_net_conn_s {
     uv_tcp_t tcp;
     uv_pipe_t pipe;
   } h;
-  uv_timer_t timer;  // HELLO or connect deadline
+  uv_timer_t timer;  // HELLO or connect deadline; then KEEPALIVE (HelloRequest.keepalive_ms)
   uv_connect_t connect_req;
   int refs;
   bool closing;
@@ -114,6 +114,10 @@ struct cw_net_conn_s {
 void cw_net__serve(cw_net_conn_t* c, const cw_frame_header_t* h, ProtobufCMessage* msg);
 // cw_net.c: the HELLO deadline stops, limits rise, other requests may come.
 void cw_net__hello_accepted(cw_net_conn_t* c, int role, bool has_session);
+// cw_net.c: sends the peer a KEEPALIVE event every `asked_ms` (clamped to
+// CW_NET_KEEPALIVE_MIN_MS..MAX_MS, which it returns) on the connection's
+// timer, free once HELLO is accepted.
+uint32_t cw_net__keepalive_start(cw_net_conn_t* c, uint32_t asked_ms);
 // cw_net.c, for cw_net_listen.c: a connection in the net's list (NULL
 // without memory); reading starts.
 cw_net_conn_t* cw_net__conn_create(cw_net_t* net, bool outbound, bool pipe);

@@ -68,6 +68,7 @@ static void cw__hello(cw_net_conn_t* c, const cw_frame_header_t* h,
   rep.max_payload = net->options.limits.max_payload;
   rep.max_bulk = net->options.limits.max_bulk;
   rep.same_host_copies = svc->same_host_copies && cw_net_conn_peer_pid(c) > 0;
+  if (r->keepalive_ms) rep.keepalive_ms = cw_net__keepalive_start(c, r->keepalive_ms);
   CW_LOGI("%s: HELLO role %s session %" PRIu64, c->name, cw_role_name(r->role), session_id);
   cw_net_conn_reply(c, h->type, h->request_id, &rep.base);
 }

@@ -2,7 +2,8 @@
 // cw_net_test_fixture.h): HELLO refusals (credentials, versions, roles, the
 // service's on_hello, a second HELLO) and the message table's rules (not
 // served, a sender the table forbids, a session needed), the admit and
-// applied hooks' order and who owns a request's message.
+// applied hooks' order and who owns a request's message; KEEPALIVE events
+// for a peer that asks for them in HELLO, and none for one that does not.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -133,8 +134,64 @@ static void test_admit_applied_and_ownership(void** state) {
   assert_ptr_equal(fx.admitted_kept->descriptor, &causeway__v1__stats_request__descriptor);
 }
 
+// HELLO asking for keepalives every `ms`: the reply's period.
+static uint32_t hello_keepalive(raw_t* r, uint32_t ms) {
+  Causeway__V1__HelloRequest h;
+  cw_hello_request_fill(&h, ROLE_CLIENT, "sesame", 0, "warm");
+  h.keepalive_ms = ms;
+  buf_t b = {0};
+  buf_frame(&b, CW_MSG_HELLO, 0, 1, &h.base, NULL, 0);
+  raw_send_buf(r, &b);
+  frame_t f;
+  raw_next(r, &f);
+  assert_int_equal(f.h.type, CW_MSG_HELLO);
+  assert_int_equal(f.h.flags, CW_FRAME_REPLY);
+  uint32_t got = ((const Causeway__V1__HelloReply*)f.msg)->keepalive_ms;
+  frame_free(&f);
+  return got;
+}
+
+static void expect_keepalive(raw_t* r) {
+  frame_t f;
+  raw_next(r, &f);
+  assert_int_equal(f.h.type, CW_MSG_EVENT);
+  assert_int_equal(f.h.flags, 0);
+  assert_int_equal(f.h.request_id, 0);
+  assert_int_equal(((const Causeway__V1__ClusterEvent*)f.msg)->kind,
+                   CAUSEWAY__V1__CLUSTER_EVENT__KIND__KEEPALIVE);
+  frame_free(&f);
+}
+
+static void test_keepalive(void** state) {
+  start_server();
+  // Asked for 1 ms: clamped to the floor, and sent on, between replies.
+  raw_t* r = raw_connect();
+  assert_int_equal(hello_keepalive(r, 1), CW_NET_KEEPALIVE_MIN_MS);
+  expect_keepalive(r);
+  expect_keepalive(r);
+  raw_ping(r, 2, "between");
+  frame_t f;
+  do {  // keepalives may come first
+    raw_next(r, &f);
+    if (f.h.type == CW_MSG_PING) break;
+    assert_int_equal(f.h.type, CW_MSG_EVENT);
+    frame_free(&f);
+  } while (true);
+  assert_int_equal(f.h.request_id, 2);
+  frame_free(&f);
+  expect_keepalive(r);
+  // Asked for more than the ceiling: the ceiling, and nothing comes soon.
+  raw_t* slow = raw_connect();
+  assert_int_equal(hello_keepalive(slow, 4000000000u), CW_NET_KEEPALIVE_MAX_MS);
+  raw_expect_silence(slow, 100);
+  // Not asked: none.
+  raw_t* plain = raw_ready(0, NULL);
+  raw_expect_silence(plain, 100);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      NET_TEST(test_keepalive),
       NET_TEST(test_hello_refusals),
       NET_TEST(test_message_table_rules),
       NET_TEST(test_admit_applied_and_ownership),

@@ -163,7 +163,12 @@ static cw_status_t cw__connect(cw_worker_t* w, const char* address) {
   CW_RETURN_IF_ERROR(cw_worker_conn_peer(w, address, &c), "--controller %s", address);
   c->is_controller = true;
   k->conn = c;
-  cw_worker_advertised_address(w->net.listen_address, k->address, sizeof(k->address));
+  const char* advertise = cw_settings_string(w->settings, CW_SET_ADVERTISE);
+  if (advertise[0]) {
+    snprintf(k->address, sizeof(k->address), "%s", advertise);
+  } else {
+    cw_worker_advertised_address(w->net.listen_address, k->address, sizeof(k->address));
+  }
   w->inventory.worker_name = (char*)w->name;
   Causeway__V1__RegisterRequest req = CAUSEWAY__V1__REGISTER_REQUEST__INIT;
   req.worker_name = (char*)w->name;

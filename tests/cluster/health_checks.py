@@ -179,3 +179,13 @@ def compute_everywhere() -> dict:
     got = [np.asarray(f(jax.device_put(a, d))) for d in jax.devices()]
     return {"ok": all(np.array_equal(g, a * 2 + 1) for g in got), "devices": len(got),
             "pid": os.getpid()}
+
+
+def link_compute() -> dict:
+    """x * 2 + 1 on the first device, read back, timed; and what it should
+    be. Compiled once: later calls need the worker's link alone."""
+    a = np.arange(4096, dtype=np.float32)
+    f = STATE.setdefault("link_f", jax.jit(lambda v: v * 2 + 1))
+    out = checks._timed(lambda: np.asarray(f(jax.device_put(a, jax.devices()[0]))))
+    out["expected"] = a * 2 + 1
+    return out

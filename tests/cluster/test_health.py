@@ -202,6 +202,45 @@ def test_controller_hung():
         cluster.stop()
 
 
+def test_worker_link_lost_while_the_worker_heartbeats():
+    # A one-way partition: the JAX process's link to a worker drops
+    # everything (a relay between them stops forwarding, the connections
+    # left open), while the worker heartbeats its controller as before, so
+    # the controller never declares it dead. The worker's keepalives stop
+    # reaching the client, whose watchdog (CAUSEWAY_WORKER_LINK_TIMEOUT_MS)
+    # turns the silence into an error that names the link, where the read
+    # waited without end before.
+    cluster = harness.HandCluster(workers=0, devices=2, tcp=True, **FAST)
+    addr = f"127.0.0.1:{harness.free_tcp_port()}"
+    relay = harness.TcpRelay(addr)
+    r = None
+    try:
+        # The worker tells the controller (and so its clients) the relay's address.
+        cluster.start_worker("hand-worker-0", addr=addr,
+                             env={"CAUSEWAY_ADVERTISE": relay.address})
+        assert harness.wait_until(lambda: _ctl(cluster)["workers"] == 1, 30), cluster.logs()
+        r = _runner("health-link", cluster, CAUSEWAY_MIN_WORKERS="1",
+                    CAUSEWAY_WORKER_LINK_TIMEOUT_MS="1500")
+        first = r.call("link_compute")
+        assert first["ok"] and np.array_equal(first["value"], first["expected"]), first
+        assert relay.connections >= 1, "the client did not reach the worker through the relay"
+        relay.frozen = True
+        got = r.call("link_compute", timeout=120)
+        report = f"{got!r:.3000}\n{cluster.logs()}\n--- client ---\n{r.log_tail()}"
+        print(f"lost link: {got.get('error', '')[:400]} after {got['elapsed']:.2f} s")
+        _unavailable_naming(got, relay.address, report)
+        assert "not even its keepalive" in got["error"], report
+        assert 1.5 <= got["elapsed"] <= DEADLINE_S, report
+        # All the while the worker was alive to its controller.
+        ctl = _ctl(cluster)
+        assert ctl["workers"] == 1 and ctl["workers_timed_out"] == 0, ctl
+    finally:
+        relay.close()
+        if r is not None:
+            r.close()
+        cluster.stop()
+
+
 @pytest.mark.parametrize("relay", [False, True], ids=["direct", "relayed"])
 def test_controller_restart(relay):
     # Without reconnecting (CAUSEWAY_CONTROLLER_RECONNECT_MS=0: the client's

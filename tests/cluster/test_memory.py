@@ -14,6 +14,11 @@ integer-valued floats is exact).
   naming the sizes and the budget.
 - With --memory-wait-ms 2000 a wait that never ends fails with
   RESOURCE_EXHAUSTED naming what it waited for; the session goes on.
+
+The clients watch their worker links with a 1 s CAUSEWAY_WORKER_LINK_TIMEOUT_MS,
+shorter than the waits: a worker that holds a connection's reading while an
+upload waits for memory keeps the link warm (its keepalives), so the wait is
+not taken for a lost link.
 """
 from __future__ import annotations
 
@@ -32,12 +37,14 @@ CHECKS = str(pathlib.Path(__file__).resolve().parent / "memory_checks.py")
 MIB = 1 << 20
 BUDGET = 64 * MIB
 W = "hand-worker-0"
+LINK_TIMEOUT_MS = 1000
 
 
 def runner(cluster, name: str) -> harness.Runner:
     env = harness.causeway_env(controller=cluster.controller)
     env["CW_RUNNER_CHECKS"] = CHECKS
     env["CAUSEWAY_SESSION_NAME"] = name
+    env["CAUSEWAY_WORKER_LINK_TIMEOUT_MS"] = str(LINK_TIMEOUT_MS)
     return harness.Runner(name, env)
 
 
@@ -105,10 +112,12 @@ def test_two_sessions_over_the_budget_both_finish(cluster):
         got = a.call("mem_steps", k=20)
         assert got["ok"], got
         assert not b.reply_waiting(0.5)  # b still waits
+        # Its link unread for longer than its watchdog's limit: still alive.
+        time.sleep(2.5 * LINK_TIMEOUT_MS / 1000)
         # a frees its 48 MiB: b's upload goes in, its bytes intact.
         a.call("mem_release", name="big")
         got = b.result(timeout=120)
-        assert got["ok"] and got["seconds"] > 0.5, got
+        assert got["ok"] and got["seconds"] > 2.5 * LINK_TIMEOUT_MS / 1000, got
 
         # 2. a holds 24 MiB again (24 + 24 < 64); b's launch f(x) needs 24
         # MiB more for its output: it waits in the worker's queue (relayed:

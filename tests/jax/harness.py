@@ -1071,7 +1071,8 @@ class TcpRelay:
     records every byte in both directions (`up` to the target, `down` from
     it). With `down_chunks`, only that many reads from the target are passed
     on per connection, the rest swallowed: a peer that says hello, then
-    nothing."""
+    nothing. Setting `frozen` stops all forwarding, the connections left
+    open (a link that drops everything, while both ends live on)."""
 
     def __init__(self, target: str, down_chunks: int | None = None):
         host, port = target.rsplit(":", 1)
@@ -1085,6 +1086,7 @@ class TcpRelay:
         self.down = bytearray()
         self.connections = 0
         self.stop = False
+        self.frozen = False
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
@@ -1092,7 +1094,7 @@ class TcpRelay:
         pairs = {}
         passed = {}  # target-side socket -> reads passed on
         while not self.stop:
-            r, _, _ = select.select([self.srv, *pairs], [], [], 0.05)
+            r, _, _ = select.select([self.srv, *([] if self.frozen else pairs)], [], [], 0.05)
             for s in r:
                 if s is self.srv:
                     a, _ = self.srv.accept()
