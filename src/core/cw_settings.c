@@ -541,6 +541,11 @@ cw_status_t cw_settings_load_token(cw_settings_t* settings) {
   return cw_ok_status();
 }
 
+bool cw_settings_token_set_empty(void) {
+  const char* v = getenv(cw__defs[CW_SET_TOKEN].env);
+  return v && !v[0];
+}
+
 const char* cw_settings_getenv(cw_setting_id_t id) {
   const cw_setting_def_t* d = cw_settings_def(id);
   const char* v = d ? getenv(d->env) : NULL;
@@ -610,6 +615,13 @@ bool cw_settings_initialize_for_main(const char* program, const char* usage,
     *out_exit_code = 2;
   } else if ((scope & CW_SCOPE_DAEMONS) && !*cw_settings_string(settings, CW_SET_LISTEN)) {
     fprintf(stderr, "%s: --listen is required (see --help)\n", program);
+    *out_exit_code = 2;
+  } else if (cw_settings_token_set_empty()) {
+    // A secret that came out empty (a Kubernetes Secret not filled in, an
+    // unset shell variable) must not turn into "no token: anyone may connect".
+    fprintf(stderr, "%s: %s is set but empty: set the cluster's token there or in %s, or unset "
+            "%s to serve without one\n", program, cw__defs[CW_SET_TOKEN].env,
+            cw__defs[CW_SET_TOKEN_FILE].env, cw__defs[CW_SET_TOKEN].env);
     *out_exit_code = 2;
   }
   if (*out_exit_code) {

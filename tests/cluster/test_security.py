@@ -11,6 +11,7 @@ import pathlib
 import re
 import socket
 import stat
+import subprocess
 import time
 
 import numpy as np
@@ -274,3 +275,22 @@ def test_embedded_cluster_token_stays_off_command_lines(tmp_path):
 
 
 
+
+
+@pytest.mark.parametrize("daemon", ["causeway-controller", "causeway-worker", "causeway-proxy"])
+def test_servers_refuse_an_empty_token(daemon, tmp_path):
+    # A Secret not filled in arrives as CAUSEWAY_TOKEN="": taken for "no
+    # token", it would open the cluster to anyone. Every server refuses to
+    # start instead, naming the variable; unset, it serves without one.
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("CAUSEWAY_TOKEN", "CAUSEWAY_TOKEN_FILE")}
+    env["CAUSEWAY_TOKEN"] = ""
+    argv = [os.path.join(harness.bin_dir(), daemon), "--listen", str(tmp_path / "s.sock")]
+    if daemon == "causeway-proxy":
+        argv = [os.path.join(harness.bin_dir(), daemon), "--listen", "127.0.0.1:0"]
+    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert ("CAUSEWAY_TOKEN is set but empty: set the cluster's token there or in "
+            "CAUSEWAY_TOKEN_FILE, or unset CAUSEWAY_TOKEN to serve without one") in p.stderr, \
+        p.stderr
+    assert not (tmp_path / "s.sock").exists()
