@@ -62,20 +62,36 @@ static cw_status_t cw__ssl_error(const char* fmt_setting, const char* path, cons
                         why[0] ? why : "unknown OpenSSL error");
 }
 
-// Warns when our own certificate would not pass our peers' check.
-static void cw__check_own_chain(SSL_CTX* ctx, const char* cert_file, const char* ca_file) {
+// Our own certificate as our peers will check it: against the cluster's CA,
+// and, for a daemon, as a server's (a certificate `causeway certs client`
+// made lacks serverAuth). A daemon refuses to start with one that would fail
+// (expired, another CA's, a client's): every peer would refuse it, while the
+// controller takes the daemon for alive. A client is warned.
+static cw_status_t cw__check_own_chain(SSL_CTX* ctx, bool server, const char* cert_file,
+                                       const char* ca_file) {
   X509* cert = SSL_CTX_get0_certificate(ctx);
   X509_STORE_CTX* vctx = X509_STORE_CTX_new();
   STACK_OF(X509)* chain = NULL;
   SSL_CTX_get0_chain_certs(ctx, &chain);
-  if (cert && vctx && X509_STORE_CTX_init(vctx, SSL_CTX_get_cert_store(ctx), cert, chain) == 1 &&
-      X509_verify_cert(vctx) != 1) {
-    CW_LOGW("CAUSEWAY_TLS_CERT %s does not verify against CAUSEWAY_TLS_CA %s (%s): peers "
-            "using that CA will refuse it", cert_file, ca_file,
-            X509_verify_cert_error_string(X509_STORE_CTX_get_error(vctx)));
+  cw_status_t st = cw_ok_status();
+  if (cert && vctx && X509_STORE_CTX_init(vctx, SSL_CTX_get_cert_store(ctx), cert, chain) == 1) {
+    X509_STORE_CTX_set_purpose(vctx, server ? X509_PURPOSE_SSL_SERVER : X509_PURPOSE_SSL_CLIENT);
+    if (X509_verify_cert(vctx) != 1) {
+      const char* why = X509_verify_cert_error_string(X509_STORE_CTX_get_error(vctx));
+      if (server) {
+        st = cw_make_status(CW_INVALID_ARGUMENT,
+                            "CAUSEWAY_TLS_CERT %s does not verify against CAUSEWAY_TLS_CA %s as "
+                            "a daemon's certificate (%s): every peer would refuse it; `causeway "
+                            "certs daemon` makes one", cert_file, ca_file, why);
+      } else {
+        CW_LOGW("CAUSEWAY_TLS_CERT %s does not verify against CAUSEWAY_TLS_CA %s (%s): peers "
+                "using that CA will refuse it", cert_file, ca_file, why);
+      }
+    }
   }
   X509_STORE_CTX_free(vctx);
   ERR_clear_error();
+  return st;
 }
 
 cw_status_t cw_tls_create(const cw_tls_config_t* cfg, bool server, cw_tls_t** out) {
@@ -149,7 +165,11 @@ cw_status_t cw_tls_create(const cw_tls_config_t* cfg, bool server, cw_tls_t** ou
     cw_tls_release(t);
     return st;
   }
-  if (cert[0]) cw__check_own_chain(t->ctx, cert, ca);
+  if (cert[0]) st = cw__check_own_chain(t->ctx, server, cert, ca);
+  if (st) {
+    cw_tls_release(t);
+    return st;
+  }
   // Records may be written in parts and retried from another address (the
   // client library retries a write that would block with the same bytes).
   SSL_CTX_set_mode(t->ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);

@@ -16,6 +16,8 @@
 #include <cmocka.h>
 
 #include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 
 #include "cw_tls.h"
 
@@ -60,7 +62,8 @@ static int setup(void** state) {
 
 static int teardown(void** state) {
   static const char* names[] = {"ca.pem", "ca.key", "d.pem", "d.key", "c.pem", "c.key",
-                                "other-ca.pem", "other-ca.key", "o.pem", "o.key"};
+                                "other-ca.pem", "other-ca.key", "o.pem", "o.key",
+                                "expired.pem"};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); ++i) unlink(path(15, names[i]));
   rmdir(g_dir);
   return 0;
@@ -102,6 +105,48 @@ static cw_tls_t* context(const char* ca, const char* cert, const char* key, bool
   cw_tls_t* t = NULL;
   expect_ok(cw_tls_create(&c, server, &t));
   return t;
+}
+
+// The daemon's certificate again, its validity ended yesterday, signed by
+// the CA: as `causeway certs` made it a year ago.
+static void write_expired(const char* out) {
+  FILE* f = fopen(path(10, "d.pem"), "r");
+  assert_non_null(f);
+  X509* x = PEM_read_X509(f, NULL, NULL, NULL);
+  fclose(f);
+  f = fopen(path(11, "ca.key"), "r");
+  assert_non_null(f);
+  EVP_PKEY* k = PEM_read_PrivateKey(f, NULL, NULL, NULL);
+  fclose(f);
+  assert_non_null(x);
+  assert_non_null(k);
+  assert_non_null(X509_gmtime_adj(X509_getm_notBefore(x), -3 * 86400L));
+  assert_non_null(X509_gmtime_adj(X509_getm_notAfter(x), -86400L));
+  assert_true(X509_sign(x, k, EVP_sha256()) > 0);
+  f = fopen(out, "w");
+  assert_non_null(f);
+  assert_int_equal(PEM_write_X509(f, x), 1);
+  fclose(f);
+  X509_free(x);
+  EVP_PKEY_free(k);
+}
+
+// A daemon refuses to start with a certificate every peer would refuse:
+// expired, of another CA, a client's; a client is only warned.
+static void test_own_certificate_checked(void** state) {
+  cw_tls_t* t = NULL;
+  write_expired(path(12, "expired.pem"));
+  cw_tls_config_t c = {true, path(0, "ca.pem"), path(12, "expired.pem"), path(3, "d.key"), false};
+  expect_error(cw_tls_create(&c, true, &t), "as a daemon's certificate (certificate has expired)");
+  c = (cw_tls_config_t){true, path(6, "other-ca.pem"), path(2, "d.pem"), path(3, "d.key"), false};
+  expect_error(cw_tls_create(&c, true, &t), "does not verify against CAUSEWAY_TLS_CA");
+  c = (cw_tls_config_t){true, path(0, "ca.pem"), path(4, "c.pem"), path(5, "c.key"), false};
+  expect_error(cw_tls_create(&c, true, &t), "(unsuitable certificate purpose)");
+  assert_null(t);
+  t = context(path(6, "other-ca.pem"), path(4, "c.pem"), path(5, "c.key"), false, false);
+  cw_tls_release(t);
+  t = context(path(0, "ca.pem"), path(2, "d.pem"), path(3, "d.key"), true, false);
+  cw_tls_release(t);
 }
 
 static void test_contexts(void** state) {
@@ -267,6 +312,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_files),
       cmocka_unit_test(test_contexts),
+      cmocka_unit_test(test_own_certificate_checked),
       cmocka_unit_test(test_handshakes),
       cmocka_unit_test(test_addresses_and_first_bytes),
   };
