@@ -52,6 +52,10 @@ if nm -D --defined-only "$unpacked/causeway/lib/libcauseway_client.so" | grep -q
   fail "libcauseway_client.so exports symbols of its static dependencies"
 fi
 
+# What the pinned jax needs: a Python that cannot have it must refuse the wheel.
+grep -qx 'Requires-Python: >=3.12' "$unpacked"/causeway-*.dist-info/METADATA ||
+  fail "Requires-Python is not >=3.12 (jax 0.11.2's floor)"
+
 step "a fresh venv, the wheel with the cpu extra"
 base="$("$py" -c 'import sys; print(sys._base_executable)')"
 "$base" -m venv "$work/venv"
