@@ -184,6 +184,13 @@ size_t cw_ctl_alloc_queue_length(const cw_controller_t* ctl) {
   return n;
 }
 
+bool cw_ctl_alloc_waiting(const cw_controller_t* ctl, const cw_ctl_session_t* s) {
+  for (const cw_ctl_alloc_wait_t* a = ctl->alloc_queue; a; a = a->next) {
+    if (a->session == s) return true;
+  }
+  return false;
+}
+
 // --- SessionInfo of an allocated session ----------------------------------------------
 
 void cw_ctl_info_platform(Causeway__V1__SessionInfo* info, const Causeway__V1__Inventory* inv) {
@@ -250,7 +257,17 @@ bool cw_ctl_alloc_reply_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint16_t ty
     info.n_workers = wn;
     info.devices = gptrs;
     info.n_devices = dn;
-    if (s->mapped) cw_ctl_ops_session_devices(s, gds, dn);  // the ids it numbered with
+    if (s->mapped) {
+      cw_ctl_ops_session_devices(s, gds, dn);  // the ids it numbered with
+    } else {
+      // `causeway status` shows the cluster's ids of the devices it holds.
+      int32_t* ids = calloc(dn + 1, sizeof(*ids));
+      for (size_t k = 0; ids && k < dn; ++k) {
+        const cw_alloc_device_t* v = &s->vdevs[gds[k].global_id];
+        ids[k] = ctl->workers[v->worker]->first_device + (int32_t)v->local;
+      }
+      if (ids) cw_ctl_ops_session_device_ids(s, ids, dn);  // takes ids
+    }
     cw_ctl_health_session_joined(s);  // it knows the workers as they are now
     cw_net_conn_reply(p->conn, type, request_id, &info.base);
     for (size_t k = 0; k < wn; ++k) (void)cw_ctl_session_link(s, wis[k].index);

@@ -51,6 +51,8 @@ bool cw_ctl_alloc_shared_direct(const cw_ctl_session_t* s, uint32_t worker_index
 // and their clients are told (LEASE_CHANGED).
 void cw_ctl_alloc_check_leases(cw_controller_t* ctl, cw_ctl_session_t* s);
 size_t cw_ctl_alloc_queue_length(const cw_controller_t* ctl);
+// Whether session `s` waits in the allocation queue.
+bool cw_ctl_alloc_waiting(const cw_controller_t* ctl, const cw_ctl_session_t* s);
 // SessionInfo's platform from a worker's inventory; a worker's WorkerInfo
 // as session `s` sees it (incarnation, direct-launch lease; share_weights:
 // cw_ctl_alloc_share_weights, or NULL when `s` shares nothing).

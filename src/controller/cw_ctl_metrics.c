@@ -102,7 +102,7 @@ static void cw__worker_sample(cw_http_text_t* t, const char* name, const cw_ctl_
                               uint64_t value) {
   cw_http_text_printf(t, "%s{worker=\"", name);
   cw_http_text_label(t, w->name);
-  cw_http_text_printf(t, "\",island=\"%u\"} %" PRIu64 "\n", w->index, value);
+  cw_http_text_printf(t, "\",island=\"%u\"} %" PRIu64 "\n", w->island, value);
 }
 
 static void cw__hist_render(cw_http_text_t* t, const char* name, const char* help,
@@ -254,7 +254,7 @@ static void cw__render(cw_ctl_metrics_t* m, cw_http_text_t* t) {
     if (!cw_ctl_ops_worker_stats(ctl->workers[i], &age_s)) continue;
     cw_http_text_printf(t, "causeway_worker_stats_age_seconds{worker=\"");
     cw_http_text_label(t, ctl->workers[i]->name);
-    cw_http_text_printf(t, "\",island=\"%zu\"} %.3f\n", i, age_s);
+    cw_http_text_printf(t, "\",island=\"%u\"} %.3f\n", ctl->workers[i]->island, age_s);
   }
 }
 

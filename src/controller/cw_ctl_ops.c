@@ -26,6 +26,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cw_ctl_alloc.h"
 #include "cw_ctl_island.h"
 #include "cw_ctl_ops.h"
 #include "cw_ctl_sched.h"
@@ -189,11 +190,18 @@ void cw_ctl_ops_session_opened(cw_ctl_session_t* s, const Causeway__V1__OpenSess
 
 void cw_ctl_ops_session_devices(cw_ctl_session_t* s, const Causeway__V1__GlobalDevice* devs,
                                 size_t n) {
-  struct cw_ctl_session_ops_s* so = cw__sops(s);
-  if (!so) return;
   int32_t* ids = calloc(n + 1, sizeof(int32_t));
   if (!ids) return;
   for (size_t i = 0; i < n; ++i) ids[i] = devs[i].global_id;
+  cw_ctl_ops_session_device_ids(s, ids, n);
+}
+
+void cw_ctl_ops_session_device_ids(cw_ctl_session_t* s, int32_t* ids, size_t n) {
+  struct cw_ctl_session_ops_s* so = cw__sops(s);
+  if (!so) {
+    free(ids);
+    return;
+  }
   free(so->devices);
   so->devices = ids;
   so->num_devices = n;
@@ -579,6 +587,7 @@ static void cw__reply_status(cw_controller_t* ctl, cw_ctl_gather_t* g) {
     a->client_pid = s->ops->pid;
     a->devices = s->ops->devices;
     a->n_devices = s->ops->num_devices;
+    a->waiting_for_devices = cw_ctl_alloc_waiting(ctl, s);
     a->paused = s->ops->paused;
     a->clients = (uint32_t)s->clients;
     a->executables = (uint32_t)s->num_exes;

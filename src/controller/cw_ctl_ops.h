@@ -19,6 +19,8 @@ void cw_ctl_ops_record_error(cw_controller_t* ctl, const char* where, uint16_t t
 void cw_ctl_ops_session_opened(cw_ctl_session_t* s, const Causeway__V1__OpenSessionRequest* r);
 void cw_ctl_ops_session_devices(cw_ctl_session_t* s, const Causeway__V1__GlobalDevice* devs,
                                 size_t n);
+// The same from the ids themselves (takes `ids`, n of them).
+void cw_ctl_ops_session_device_ids(cw_ctl_session_t* s, int32_t* ids, size_t n);
 const char* cw_ctl_ops_session_name(const cw_ctl_session_t* s);
 // The worker's last STATS from the once-a-second poll (scalar fields only;
 // NULL before the first answer) and its age in seconds. Metrics read it too.

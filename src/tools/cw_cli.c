@@ -418,6 +418,7 @@ void cw_cli_print_status(FILE* out, const Causeway__V1__AdminStatus* st) {
     snprintf(client, sizeof(client), "%s:%u", s->client_host[0] ? s->client_host : "?",
              s->client_pid);
     cw__devices_text(s->devices, s->n_devices, devs, sizeof(devs));
+    if (s->waiting_for_devices) snprintf(devs, sizeof(devs), "queued");
     fprintf(out, "%-20" PRIu64 " %-28s %-24s %-10s %-6s %5" PRIu64 " %8" PRIu64 " %12" PRIu64
             " %5" PRIu64 " %7" PRIu64 "\n", s->session_id, s->name, client, devs,
             s->paused ? "yes" : "no", s->launches_held, s->buffers, s->buffer_bytes,
@@ -507,6 +508,7 @@ static json_t* cw__session_json(const Causeway__V1__AdminSession* s, bool* ok) {
   json_t* devices = json_array();
   for (size_t d = 0; d < s->n_devices; ++d) cw__append(devices, json_integer(s->devices[d]), ok);
   cw__set(o, "devices", devices, ok);
+  cw__set(o, "waiting_for_devices", json_boolean(s->waiting_for_devices), ok);
   cw__set(o, "paused", json_boolean(s->paused), ok);
   cw__set(o, "launches_held", cw_json_uint_create(s->launches_held), ok);
   cw__set(o, "buffers", cw_json_uint_create(s->buffers), ok);
