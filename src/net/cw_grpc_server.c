@@ -51,6 +51,7 @@ struct cw_grpc_server_s {
     uv_pipe_t pipe;
   } listener;
   bool is_pipe;
+  cw_net_unix_id_t unix_id;  // the socket file this server made
   uv_prepare_t flusher;
   bool closing;
   size_t live;  // listener, pacer, flusher and connections not yet freed
@@ -267,15 +268,15 @@ static void cw__pacer_closed(uv_handle_t* h) {
 // A Unix socket only its owner may connect to: the file's mode is the
 // credential (a stale socket of an earlier run is replaced).
 static cw_status_t cw__pipe_listen(cw_grpc_server_t* s, const char* path) {
-  struct stat sb;
-  if (stat(path, &sb) == 0 && S_ISSOCK(sb.st_mode)) unlink(path);
-  mode_t old = umask(0077);
-  int rc = uv_pipe_bind(&s->listener.pipe, path);
-  umask(old);
+  CW_RETURN_IF_ERROR(cw_net_unix_prepare(path), "--listen");
+  int fd = cw_net_unix_bind(path, true);
+  int rc = fd < 0 ? fd : uv_pipe_open(&s->listener.pipe, fd);
+  if (fd >= 0 && rc < 0) close(fd);
   if (rc >= 0) rc = uv_listen(&s->listener.stream, SOMAXCONN, cw__accept);
   if (rc < 0) return cw_make_status(CW_UNAVAILABLE, "cannot listen on %s: %s", path,
                                     uv_strerror(rc));
   snprintf(s->address, sizeof(s->address), "%s", path);
+  cw_net_unix_remember(path, &s->unix_id);
   return cw_ok_status();
 }
 
@@ -332,7 +333,7 @@ void cw_grpc_server_close(cw_grpc_server_t* s) {
   if (!s || s->closing) return;
   s->closing = true;
   while (s->conns) cw__conn_close(s->conns);
-  if (s->is_pipe && s->address[0]) unlink(s->address);
+  if (s->is_pipe && s->address[0]) cw_net_unix_unlink_own(s->address, &s->unix_id);
   uv_close(&s->listener.handle, cw__handle_closed);
   uv_close((uv_handle_t*)&s->flusher, cw__handle_closed);
   cw_net_pacer_close(&s->pacer, cw__pacer_closed);

@@ -888,7 +888,7 @@ void cw_net_stop(cw_net_t* net) {
     uv_close(&net->listener.handle, NULL);
     cw_net_pacer_close(&net->pacer, NULL);
     net->listening = false;
-    if (net->unix_path) unlink(net->unix_path);
+    if (net->unix_path) cw_net_unix_unlink_own(net->unix_path, &net->unix_id);
   }
   free(net->unix_path);
   net->unix_path = NULL;

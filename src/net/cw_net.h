@@ -31,6 +31,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <uv.h>
 
 #include "cw_conn_parser.h"
@@ -44,6 +45,23 @@
 // requests are clamped; HelloReply.keepalive_ms says what it got).
 #define CW_NET_KEEPALIVE_MIN_MS 10u
 #define CW_NET_KEEPALIVE_MAX_MS 600000u
+
+// Listening on a Unix socket path. cw_net_unix_prepare: a path too long for
+// sun_path, or one a live process listens on, is an error; a stale socket is
+// removed. After the bind, cw_net_unix_remember notes which file is ours;
+// cw_net_unix_unlink_own removes the path only if it is still that file.
+typedef struct cw_net_unix_id_s {
+  bool set;
+  dev_t dev;
+  ino_t ino;
+} cw_net_unix_id_t;
+cw_status_t cw_net_unix_prepare(const char* path);
+// A Unix stream socket bound at `path` (mode 0600 when owner_only), its fd
+// or -errno. libuv gets the fd (uv_pipe_open): a pipe it bound itself, it
+// would unlink the path at close, whatever file is there by then.
+int cw_net_unix_bind(const char* path, bool owner_only);
+void cw_net_unix_remember(const char* path, cw_net_unix_id_t* id);
+void cw_net_unix_unlink_own(const char* path, const cw_net_unix_id_t* id);
 
 typedef struct cw_net_s cw_net_t;
 typedef struct cw_net_conn_s cw_net_conn_t;
@@ -164,6 +182,7 @@ struct cw_net_s {
   bool listening;
   bool is_pipe;
   char* unix_path;
+  cw_net_unix_id_t unix_id;
   char listen_address[256];
   cw_net_accept_fn on_accept;
   void* user;

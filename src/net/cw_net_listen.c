@@ -214,6 +214,72 @@ static void cw__raise_fd_limit(const cw_net_t* net) {
   }
 }
 
+cw_status_t cw_net_unix_prepare(const char* path) {
+  // libuv's uv_pipe_bind cuts a longer path short without a word: the
+  // socket would land elsewhere (beside its directory) under another name.
+  size_t max = sizeof(((struct sockaddr_un*)0)->sun_path) - 1;
+  if (strlen(path) > max) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "Unix socket path too long (%zu > %zu bytes): %s",
+                          strlen(path), max, path);
+  }
+  struct stat sb;
+  // libuv reports a missing directory as "permission denied": say what it is.
+  const char* slash = strrchr(path, '/');
+  if (slash && slash > path) {
+    char dir[sizeof(((struct sockaddr_un*)0)->sun_path)];
+    snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+    int e = stat(dir, &sb) != 0 ? errno : S_ISDIR(sb.st_mode) ? 0 : ENOTDIR;
+    if (e) return cw_make_status(CW_INVALID_ARGUMENT, "%s: %s: %s", path, dir, strerror(e));
+  }
+  // A stale socket from an earlier run would make bind fail; one that a
+  // live process still answers on is not stale, and is left to it.
+  if (stat(path, &sb) == 0 && S_ISSOCK(sb.st_mode)) {
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
+    // Non-blocking: a listener whose backlog is full (EAGAIN) is live too.
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    bool live = fd >= 0 && (connect(fd, (struct sockaddr*)&sun, sizeof(sun)) == 0 ||
+                            errno == EAGAIN);
+    if (fd >= 0) close(fd);
+    if (live) {
+      return cw_make_status(CW_FAILED_PRECONDITION, "%s: another process is listening there "
+                            "(stop it, or choose another path)", path);
+    }
+    unlink(path);
+  }
+  return cw_ok_status();
+}
+
+int cw_net_unix_bind(const char* path, bool owner_only) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return -errno;
+  struct sockaddr_un sun = {.sun_family = AF_UNIX};
+  snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
+  mode_t old = owner_only ? umask(0077) : 0;
+  int rc = bind(fd, (struct sockaddr*)&sun, sizeof(sun));
+  int e = errno;
+  if (owner_only) umask(old);
+  if (rc != 0) {
+    close(fd);
+    return -e;
+  }
+  return fd;
+}
+
+void cw_net_unix_remember(const char* path, cw_net_unix_id_t* id) {
+  struct stat sb;
+  id->set = stat(path, &sb) == 0;
+  id->dev = id->set ? sb.st_dev : 0;
+  id->ino = id->set ? sb.st_ino : 0;
+}
+
+void cw_net_unix_unlink_own(const char* path, const cw_net_unix_id_t* id) {
+  struct stat sb;
+  if (id->set && stat(path, &sb) == 0 && sb.st_dev == id->dev && sb.st_ino == id->ino) {
+    unlink(path);
+  }
+}
+
 cw_status_t cw_net_listen(cw_net_t* net, const char* address, const cw_net_service_t* service,
                           cw_net_accept_fn on_accept) {
   int rc;
@@ -227,38 +293,18 @@ cw_status_t cw_net_listen(cw_net_t* net, const char* address, const cw_net_servi
                      "--listen");
   net->gate_on = true;
   if (strchr(address, '/')) {
-    // libuv's uv_pipe_bind cuts a longer path short without a word: the
-    // socket would land elsewhere (beside its directory) under another name.
-    size_t max = sizeof(((struct sockaddr_un*)0)->sun_path) - 1;
-    if (strlen(address) > max) {
-      return cw_make_status(CW_INVALID_ARGUMENT, "--listen: Unix socket path too long (%zu > "
-                            "%zu bytes): %s", strlen(address), max, address);
-    }
+    CW_RETURN_IF_ERROR(cw_net_unix_prepare(address), "--listen");
     net->is_pipe = true;
-    struct stat sb;
-    // A stale socket from an earlier run would make bind fail; one that a
-    // live daemon still answers on is not stale, and is left to it.
-    if (stat(address, &sb) == 0 && S_ISSOCK(sb.st_mode)) {
-      struct sockaddr_un sun = {.sun_family = AF_UNIX};
-      snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", address);
-      // Non-blocking: a listener whose backlog is full (EAGAIN) is live too.
-      int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-      bool live = fd >= 0 && (connect(fd, (struct sockaddr*)&sun, sizeof(sun)) == 0 ||
-                              errno == EAGAIN);
-      if (fd >= 0) close(fd);
-      if (live) {
-        return cw_make_status(CW_FAILED_PRECONDITION, "--listen %s: another process is "
-                              "listening there (stop it, or choose another path)", address);
-      }
-      unlink(address);
-    }
     rc = uv_pipe_init(net->loop, &net->listener.pipe, 0);
     if (rc == 0) {
       net->listening = true;
-      rc = uv_pipe_bind(&net->listener.pipe, address);
+      int fd = cw_net_unix_bind(address, false);
+      rc = fd < 0 ? fd : uv_pipe_open(&net->listener.pipe, fd);
+      if (fd >= 0 && rc < 0) close(fd);
     }
     if (rc == 0) {
       net->unix_path = strdup(address);
+      cw_net_unix_remember(address, &net->unix_id);
       snprintf(net->listen_address, sizeof(net->listen_address), "%s", address);
     }
   } else {

@@ -297,7 +297,8 @@ static void test_silent_peer_times_out(void** state) {
 // (it used to unlink the path and take it over, leaving the first
 // unreachable); a path longer than sockaddr_un holds is refused by name, as
 // is connecting to one (libuv cut it short and bound the shorter path,
-// outside its directory).
+// outside its directory); a missing directory is named; a listener removes
+// its socket file at the end only if the path is still that file.
 static void test_unix_paths(void** state) {
   start_server();
   start_client("sesame");
@@ -332,6 +333,37 @@ static void test_unix_paths(void** state) {
   assert_non_null(strstr(cw_status_message(st), "Unix socket path too long"));
   assert_null(conn);
   cw_status_free(st);
+  // A missing directory is named (libuv would say "permission denied").
+  char nodir[160];
+  snprintf(nodir, sizeof(nodir), "%s/nodir/s.sock", fx.dir);
+  static cw_net_t lost;
+  memset(&lost, 0, sizeof(lost));
+  cw_net_initialize(&lost, &fx.loop, &fx.sopts);
+  st = listen_at(&lost, nodir);
+  assert_int_equal(cw_status_code(st), CW_INVALID_ARGUMENT);
+  assert_non_null(strstr(cw_status_message(st), "/nodir: No such file or directory"));
+  cw_status_free(st);
+  cw_net_deinitialize(&lost);
+  // A listener that stops removes its socket only if the path is still its
+  // own: here another file took the path meanwhile, and stays.
+  char mine[160], moved[170];
+  snprintf(mine, sizeof(mine), "%s/mine.sock", fx.dir);
+  snprintf(moved, sizeof(moved), "%s.moved", mine);
+  static cw_net_t own;
+  memset(&own, 0, sizeof(own));
+  cw_net_initialize(&own, &fx.loop, &fx.sopts);
+  st = listen_at(&own, mine);
+  assert_null(st);
+  assert_int_equal(rename(mine, moved), 0);
+  FILE* f = fopen(mine, "w");
+  assert_non_null(f);
+  fclose(f);
+  cw_net_stop(&own);
+  assert_int_equal(access(mine, F_OK), 0);
+  cw_net_deinitialize(&own);
+  RUN_FOR(20);
+  unlink(mine);
+  unlink(moved);
 }
 
 static void test_refused_hello(void** state) {

@@ -218,7 +218,13 @@ static void cw__wake(uv_async_t* a) {
 
 static void cw__on_signal(uv_signal_t* sig, int signum) {
   cw_proxy_t* p = sig->data;
-  if (p->stopping) return;
+  if (p->stopping) {
+    // A session may wait on its controller (a queue for devices) for long:
+    // the operator's second signal does not wait for it.
+    fprintf(stderr, "causeway-proxy: signal %d again: exiting without waiting for the open "
+            "sessions\n", signum);
+    _exit(128 + signum);
+  }
   CW_LOGI("signal %d: ending %s sessions", signum, p->sessions ? "open" : "no");
   p->stopping = true;
   for (cw_proxy_session_t* s = p->sessions; s; s = s->next) cw_proxy_session_end(s, false);
@@ -263,6 +269,8 @@ static uint64_t cw__memory_bytes(void) {
 
 cw_status_t cw_proxy_create(const cw_settings_t* settings, cw_proxy_t** out) {
   *out = NULL;
+  // A client that closes while an answer is written must not end the proxy.
+  signal(SIGPIPE, SIG_IGN);
   cw_proxy_t* p = calloc(1, sizeof(*p));
   if (!p) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   p->settings = settings;

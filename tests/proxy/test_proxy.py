@@ -8,6 +8,7 @@ import json
 import os
 import pathlib
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -149,6 +150,20 @@ def test_unix_socket_for_its_owner_only(cluster):
     p = Proxy(cluster.controller, listen=path)
     try:
         assert os.stat(path).st_mode & 0o077 == 0  # nobody but the owner
+        # A second proxy on the path is refused; it used to take the path over,
+        # and the first one's exit then removed it from under the second.
+        second = subprocess.run([os.path.join(harness.bin_dir(), "causeway-proxy"),
+                                 "--listen", path], capture_output=True, text=True, timeout=60)
+        assert second.returncode == 1, (second.returncode, second.stderr)
+        assert f"--listen: {path}: another process is listening there" in second.stderr, \
+            second.stderr
+        # Peers that close at once (as that check does): the proxy's first
+        # write to them used to raise SIGPIPE, which ended the proxy.
+        for _ in range(20):
+            with socket.socket(socket.AF_UNIX) as s:
+                s.connect(path)
+        time.sleep(0.5)
+        assert p.proc.poll() is None, p.logs()
         client = jax_client(p.address)
         try:
             out = read_report(client)
