@@ -279,7 +279,7 @@ static cw_status_t cw__open_and_hello(cw_client_t* c, const cw_client_options_t*
 
 // The TLS context of the environment (CAUSEWAY_TLS and friends, the client
 // library's scope): NULL when TLS is off there.
-static cw_status_t cw__tls_from_environment(cw_tls_t** out) {
+cw_status_t cw_client_tls_from_environment(cw_tls_t** out) {
   *out = NULL;
   if (!cw_settings_getenv(CW_SET_TLS)) return cw_ok_status();
   cw_settings_t settings;
@@ -345,7 +345,7 @@ cw_status_t cw_client_connect(const char* address, const cw_client_options_t* op
   cw_tls_t* tls = tcp && options ? options->tls : NULL;
   cw_tls_t* env_tls = NULL;
   if (!s && tcp && !tls) {
-    s = cw__tls_from_environment(&env_tls);
+    s = cw_client_tls_from_environment(&env_tls);
     if (s) s = cw_status_annotate(s, "connecting to %s", address);
     tls = env_tls;
   }

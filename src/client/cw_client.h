@@ -62,6 +62,12 @@ typedef struct cw_client_options_s {
 // before answering (a daemon making room among connections without HELLO)
 // is tried again a few times within the connect timeout. `options` may be NULL. On success
 // *out_client owns the connection and its reader thread.
+// The TLS context CAUSEWAY_TLS and friends describe (what cw_client_connect
+// uses when options->tls is NULL), *out NULL when TLS is off; a caller that
+// makes it first can tell a local mistake (a missing CA file) from an
+// unreachable peer. Release with cw_tls_release.
+CW_MUST_USE cw_status_t cw_client_tls_from_environment(cw_tls_t** out);
+
 CW_MUST_USE cw_status_t cw_client_connect(const char* address,
                                           const cw_client_options_t* options,
                                           cw_client_t** out_client);

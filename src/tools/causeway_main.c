@@ -14,6 +14,7 @@
 #include "cw_client.h"
 #include "cw_settings.h"
 #include "cw_time.h"
+#include "cw_tls.h"
 #include "cw_up.h"
 
 static int cw__exit_for(cw_status_t st) {
@@ -169,7 +170,18 @@ int main(int argc, char** argv) {
     cw_settings_deinitialize(&settings);
     return CW_CLI_USAGE;
   }
+  // TLS settings are this host's: a mistake there is not an unreachable
+  // controller. (A Unix socket stays plaintext.)
+  cw_tls_t* tls = NULL;
+  s = strchr(address, '/') ? cw_ok_status() : cw_client_tls_from_environment(&tls);
+  if (s) {
+    fprintf(stderr, "causeway: TLS settings: %s\n", cw_status_message(s));
+    cw_status_free(s);
+    cw_settings_deinitialize(&settings);
+    return CW_CLI_USAGE;
+  }
   cw_client_options_t opts = {0};
+  opts.tls = tls;
   opts.token = cw_settings_string(&settings, CW_SET_TOKEN);
   opts.peer_name = "causeway-cli";
   opts.connect_timeout_ms = 5000;
@@ -179,6 +191,7 @@ int main(int argc, char** argv) {
   opts.liveness_ms = (int)cw_settings_int(&settings, CW_SET_CONTROLLER_TIMEOUT_MS);
   cw_client_t* c = NULL;
   s = cw_client_connect(address, &opts, &c);
+  cw_tls_release(tls);  // the connection keeps what it needs
   if (s) {
     fprintf(stderr, "causeway: cannot reach the controller at %s: %s\n", address,
             cw_status_message(s));

@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "cw_dirs.h"
 #include "cw_tls.h"
 
 const char cw_certs_usage[] =
@@ -164,14 +166,20 @@ int cw_certs_main(int argc, char** argv) {
     fprintf(stderr, "causeway: %s\n", err);
     return 2;
   }
-  if (mkdir(a.dir, 0700) != 0 && errno != EEXIST) {
-    fprintf(stderr, "causeway: certs: %s: %s\n", a.dir, strerror(errno));
-    return 1;
-  }
   char ca_cert[4096], ca_key[4096], cert[4096], key[4096];
   cw__path(ca_cert, sizeof(ca_cert), a.dir, "ca", "pem");
   cw__path(ca_key, sizeof(ca_key), a.dir, "ca", "key");
-  cw_status_t s;
+  if (a.kind != CW_CERTS_CA && access(ca_cert, F_OK) != 0) {
+    fprintf(stderr, "causeway: certs: %s: no CA there yet: make it first with `causeway certs "
+            "ca --dir %s`\n", ca_cert, a.dir);
+    return 1;
+  }
+  cw_status_t s = cw_dirs_make(a.dir);  // /etc/causeway/tls on a fresh host: parents too
+  if (s) {
+    fprintf(stderr, "causeway: certs: %s\n", cw_status_message(s));
+    cw_status_free(s);
+    return 1;
+  }
   if (a.kind == CW_CERTS_CA) {
     s = cw_tls_pki_make_ca(a.name, a.days, ca_cert, ca_key, a.force);
     if (!s) {

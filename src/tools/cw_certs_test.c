@@ -115,6 +115,22 @@ static void test_cluster_files(void** state) {
   assert_int_equal(run(line), 0);
   assert_int_equal(run("daemon w1"), 2);
   for (int i = 0; i < 6; ++i) unlink(f[i]);
+  // A directory whose parents do not exist yet (/etc/causeway/tls on a fresh
+  // host): a certificate before its CA is refused (1), the CA makes them.
+  char deep[128], made[160];
+  snprintf(deep, sizeof(deep), "%s/etc/tls", dir);
+  snprintf(line, sizeof(line), "daemon w0 --dir %s --host 127.0.0.1", deep);
+  assert_int_equal(run(line), 1);
+  snprintf(line, sizeof(line), "ca --dir %s", deep);
+  assert_int_equal(run(line), 0);
+  snprintf(made, sizeof(made), "%s/ca.pem", deep);
+  assert_int_equal(access(made, F_OK), 0);
+  unlink(made);
+  snprintf(made, sizeof(made), "%s/ca.key", deep);
+  unlink(made);
+  rmdir(deep);
+  snprintf(made, sizeof(made), "%s/etc", dir);
+  rmdir(made);
   rmdir(dir);
 }
 

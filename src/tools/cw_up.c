@@ -637,9 +637,18 @@ int cw_up_start(const cw_cli_args_t* a, const cw_settings_t* settings) {
     cw__remove_files(dir, st);
     goto out;
   }
-  char env_text[2 * PATH_MAX + 128], env_path[PATH_MAX];
-  snprintf(env_text, sizeof(env_text), "export CAUSEWAY_CONTROLLER=%s\nexport "
-           "CAUSEWAY_TOKEN_FILE=%s\n", st->controller, token_path);
+  char env_text[3 * PATH_MAX + 160], env_path[PATH_MAX];
+  int used = snprintf(env_text, sizeof(env_text), "export CAUSEWAY_CONTROLLER=%s\nexport "
+                      "CAUSEWAY_TOKEN_FILE=%s\n", st->controller, token_path);
+  // A TLS cluster's clients need TLS on and the CA too, wherever they run.
+  const char* ca = cw_settings_string(settings, CW_SET_TLS_CA);
+  if (!strchr(st->controller, '/') && cw_settings_int(settings, CW_SET_TLS) && ca[0] &&
+      used > 0 && (size_t)used < sizeof(env_text)) {
+    char ca_abs[PATH_MAX];
+    snprintf(env_text + used, sizeof(env_text) - (size_t)used,
+             "export CAUSEWAY_TLS=1\nexport CAUSEWAY_TLS_CA=%s\n",
+             realpath(ca, ca_abs) ? ca_abs : ca);
+  }
   cw__path(env_path, sizeof(env_path), dir, "env", "");
   unlink(env_path);
   if (!cw__write_new(env_path, env_text)) {

@@ -173,6 +173,22 @@ def test_client_trusting_another_ca_is_refused(cluster, pki):
     assert TOKEN not in err
 
 
+def test_tool_names_local_tls_mistakes(cluster, pki):
+    # A missing CA file is this host's mistake, not an unreachable
+    # controller: usage exit 2, not 3 with "cannot reach".
+    env = _client_env(cluster, pki, CAUSEWAY_TLS_CA="/nonexistent/ca.pem")
+    p = subprocess.run([os.path.join(harness.bin_dir(), "causeway"), "status", "--controller",
+                        cluster.controller], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert p.stderr.startswith("causeway: TLS settings: CAUSEWAY_TLS_CA /nonexistent/ca.pem: "
+                               "No such file or directory"), p.stderr
+    # With its settings right, the tool reaches the controller over TLS.
+    p = subprocess.run([os.path.join(harness.bin_dir(), "causeway"), "status", "--controller",
+                        cluster.controller], env=_client_env(cluster, pki), capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, (p.returncode, p.stderr)
+
+
 def _connect(addr: str) -> socket.socket:
     host, port = addr.rsplit(":", 1)
     return socket.create_connection((host, int(port)), timeout=10)

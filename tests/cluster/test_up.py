@@ -24,9 +24,9 @@ pytestmark = pytest.mark.skipif(harness.missing_build() is not None,
 CLIENT = pathlib.Path(__file__).resolve().parent / "up_client.py"
 
 
-def tool(*args, env=None, timeout=120):
+def tool(*args, env=None, timeout=120, cwd=None):
     return subprocess.run([os.path.join(harness.bin_dir(), "causeway"), *args],
-                          capture_output=True, text=True, timeout=timeout,
+                          capture_output=True, text=True, timeout=timeout, cwd=cwd,
                           env=env if env is not None else tool_env())
 
 
@@ -37,13 +37,14 @@ def tool_env() -> dict:
     return env
 
 
-def exports(stdout: str) -> dict:
+def exports(stdout: str, tls: bool = False) -> dict:
     out = {}
     for line in stdout.splitlines():
         assert line.startswith("export "), stdout
         k, v = line[len("export "):].split("=", 1)
         out[k] = v
-    assert set(out) == {"CAUSEWAY_CONTROLLER", "CAUSEWAY_TOKEN_FILE"}, stdout
+    want = {"CAUSEWAY_CONTROLLER", "CAUSEWAY_TOKEN_FILE"}
+    assert set(out) == (want | {"CAUSEWAY_TLS", "CAUSEWAY_TLS_CA"} if tls else want), stdout
     return out
 
 
@@ -204,3 +205,24 @@ def test_corrupt_state_file_says_how_to_recover(state_dir):
             p.stderr and f"pgrep -af '{state_dir}/'" in p.stderr and \
             f"then remove {state_dir}/cluster" in p.stderr, (cmd, p.stderr)
     os.unlink(os.path.join(state_dir, "cluster"))
+
+
+def test_tls_cluster_exports_what_its_clients_need(state_dir, tmp_path):
+    # A TLS cluster's exports carry TLS on and the CA (absolute), so that a
+    # client in another shell that evaluates them reaches it; before, it got
+    # "requires TLS on TCP connections".
+    pki = tmp_path / "pki"
+    assert tool("certs", "ca", "--dir", str(pki)).returncode == 0
+    made = tool("certs", "daemon", "d", "--host", "127.0.0.1", "--dir", str(pki))
+    assert made.returncode == 0, made.stderr
+    env = dict(tool_env(), CAUSEWAY_TLS="1", CAUSEWAY_TLS_CA=str(pki / "ca.pem"),
+               CAUSEWAY_TLS_CERT=str(pki / "d.pem"), CAUSEWAY_TLS_KEY=str(pki / "d.key"))
+    env["CAUSEWAY_TLS_CA"] = "pki/ca.pem"  # relative to up's directory: exported absolute
+    up = tool("up", "--dir", state_dir, "--workers", "1", "--devices", "1", "--listen",
+              "127.0.0.1:0", env=env, cwd=str(tmp_path))
+    assert up.returncode == 0, up.stderr
+    ex = exports(up.stdout, tls=True)
+    assert ex["CAUSEWAY_TLS"] == "1" and ex["CAUSEWAY_TLS_CA"] == str(pki / "ca.pem"), ex
+    st = tool("status", env=dict(tool_env(), **ex))
+    assert st.returncode == 0, st.stderr
+    assert "1 workers" in st.stdout or "1 worker" in st.stdout, st.stdout
