@@ -236,9 +236,10 @@ cw_status_t cw_controller_create(const cw_settings_t* settings, cw_controller_t*
   }
   CW_RETURN_IF_ERROR(cw_net_listen(&ctl->net, cw_settings_string(settings, CW_SET_LISTEN),
                                    &cw__service, cw__on_accept), "controller");
+  // Said once everything is up: a metrics port in use ends the start.
+  CW_RETURN_IF_ERROR(cw_ctl_metrics_start(ctl), "controller");
   printf("causeway-controller listening on %s\n", ctl->net.listen_address);
   fflush(stdout);
-  CW_RETURN_IF_ERROR(cw_ctl_metrics_start(ctl), "controller");
   cw_ready_signal((int)cw_settings_int(settings, CW_SET_READY_FD), "listening on %s",
                   ctl->net.listen_address);
   return cw_ok_status();

@@ -204,6 +204,10 @@ static void cw__pacer_closed(uv_handle_t* h) {
 cw_status_t cw_http_server_create(uv_loop_t* loop, const char* address, cw_http_handler_fn fn,
                                   void* user, cw_http_server_t** out_server) {
   *out_server = NULL;
+  if (strchr(address, '/')) {
+    return cw_make_status(CW_INVALID_ARGUMENT, "http: '%s': the HTTP port listens on host:port "
+                          "only, not on a Unix socket path", address);
+  }
   struct sockaddr_storage sa;
   CW_RETURN_IF_ERROR(cw_net_parse_host_port(address, &sa), "http");  // before anything opens
   cw_http_server_t* s = calloc(1, sizeof(*s));

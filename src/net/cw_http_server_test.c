@@ -190,6 +190,12 @@ static void test_bad_address(void** state) {
   assert_non_null(s);
   assert_null(server);
   cw_status_free(s);
+  // A socket path: said to be one (the parser's text offered paths).
+  s = cw_http_server_create(&loop, "/tmp/m.sock", handle, NULL, &server);
+  assert_non_null(s);
+  assert_non_null(strstr(cw_status_message(s), "listens on host:port only, not on a Unix socket"));
+  assert_null(server);
+  cw_status_free(s);
   // A port held by another listener: refused, and what was opened closes.
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in sa = {.sin_family = AF_INET};
