@@ -339,6 +339,11 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
                                       "68719476736", false, false,
                                       "largest host buffer (bytes) a client may store or leave "
                                       "in the transfer directory"},
+    [CW_SET_PROXY_MAX_SESSIONS] = {"CAUSEWAY_PROXY_MAX_SESSIONS", NULL, CW__PRX, "max-sessions",
+                                   CW_SETTING_INT, 1, 4096, "64", false, false,
+                                   "IfrtSession streams open at once (each holds a thread and a "
+                                   "session of the cluster, or an embedded cluster); more are "
+                                   "refused RESOURCE_EXHAUSTED"},
     [CW_SET_PROXY_HOST_BUFFER_BUDGET] = {"CAUSEWAY_PROXY_HOST_BUFFER_BUDGET", NULL, CW__PRX,
                                          "host-buffer-budget", CW_SETTING_INT, 0, 1024 * 1024 * GIB,
                                          "0", false, false,

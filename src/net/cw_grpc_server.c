@@ -189,13 +189,15 @@ static cw_status_t cw__on_start(void* user, cw_grpc_call_t* call) {
                             has ? "wrong token" : "no token presented");
     }
   }
-  cw_status_t st = s->h->on_start(s->user, call);
-  if (!st) cw_net_gate_leave(&s->gate, &c->gate);
-  return st;
+  return s->h->on_start(s->user, call);
 }
 
 static void cw__on_message(void* user, cw_grpc_call_t* call, const uint8_t* d, size_t n) {
   cw_grpc_conn_t* c = user;
+  // The first message of an accepted call, not its headers alone, takes the
+  // connection out of the budget of new ones (and its first-call deadline):
+  // streams opened and left silent would otherwise hold connections forever.
+  if (c->gate.in) cw_net_gate_leave(&c->server->gate, &c->gate);
   c->server->h->on_message(c->server->user, call, d, n);
 }
 

@@ -93,6 +93,15 @@ static cw_status_t cw__session_open(cw_proxy_t* p, cw_grpc_call_t* call) {
   int32_t v = m->version->protocol_version;
   cw_ifrt__session_metadata__free_unpacked(m, NULL);
   if (v < CW_PROXY_PROTOCOL_MIN || v > CW_PROXY_PROTOCOL_MAX) return cw__range_error(v, v);
+  // Each session holds a thread and a session of the cluster (or a cluster
+  // of its own): a client must not open them without bound.
+  int64_t max = cw_settings_int(p->settings, CW_SET_PROXY_MAX_SESSIONS), open = 0;
+  for (const cw_proxy_session_t* o = p->sessions; o; o = o->next) open++;
+  if (open >= max) {
+    return cw_make_status(CW_RESOURCE_EXHAUSTED, "causeway-proxy serves at most %lld sessions "
+                          "at once (CAUSEWAY_PROXY_MAX_SESSIONS); %lld are open", (long long)max,
+                          (long long)open);
+  }
   cw_proxy_session_t* s = calloc(1, sizeof(*s));
   if (!s) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   s->proxy = p;

@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import grpc
@@ -295,6 +296,58 @@ def test_session_metadata_is_checked(proxy):
                 list(session_call(ch, [ifrt_request(2, 1)], md))
             assert e.value.code() == code, e.value
             assert text in e.value.details(), e.value.details()
+
+
+def test_sessions_and_silent_streams_are_bounded(cluster):
+    """At most CAUSEWAY_PROXY_MAX_SESSIONS sessions at once (each holds a
+    thread and a session of the cluster); the next is refused
+    RESOURCE_EXHAUSTED, and one more fits once one ends. A stream opened and
+    left silent (headers, no message) no longer takes its connection out of
+    the first-call deadline: the connection is closed after it, where it
+    used to stay open for good."""
+    p = Proxy(cluster.controller, env={"CAUSEWAY_PROXY_MAX_SESSIONS": "2"})
+    md = ((SESSION_MD, field(1, version(25))),)
+    release = threading.Event()
+
+    def held():
+        yield ifrt_request(2, 1)
+        release.wait(120)
+
+    try:
+        with grpc.insecure_channel(p.address) as ch:
+            open_calls = [session_call(ch, held(), md) for _ in range(2)]
+            firsts = [response_status(next(c)) for c in open_calls]  # Init answered
+            assert [f[1] for f in firsts] == [0, 0], firsts
+            with pytest.raises(grpc.RpcError) as e:
+                list(session_call(ch, [ifrt_request(2, 1)], md))
+            assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, e.value
+            assert ("causeway-proxy serves at most 2 sessions at once "
+                    "(CAUSEWAY_PROXY_MAX_SESSIONS); 2 are open") in e.value.details()
+            release.set()
+            for c in open_calls:
+                list(c)
+            got = [response_status(r) for r in session_call(ch, [ifrt_request(2, 1)], md)]
+            assert got == [(1, 0, "")], got
+        # A stream that never sends its first message, on a connection of its
+        # own (grpc shares connections between channels by default).
+        t = time.monotonic()
+        with grpc.insecure_channel(p.address,
+                                   options=[("grpc.use_local_subchannel_pool", 1)]) as ch:
+            silent = threading.Event()
+
+            def nothing():
+                silent.wait(60)
+                return
+                yield  # a generator that sends nothing
+
+            with pytest.raises(grpc.RpcError) as e:
+                list(session_call(ch, nothing(), md))
+            silent.set()
+        assert e.value.code() == grpc.StatusCode.UNAVAILABLE, e.value
+        assert 9 < time.monotonic() - t < 40, time.monotonic() - t
+    finally:
+        release.set()
+        assert p.stop() == 0, p.logs()
 
 
 def test_bad_requests_get_answers_and_the_session_lives(cluster, proxy):
