@@ -237,11 +237,13 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
                                       CW_SETTING_INT, 100, 3600000, "10000", false, false,
                                       "a controller that owes answers and is silent this long "
                                       "is hung: calls through it fail UNAVAILABLE"},
-    [CW_SET_WORKER_LINK_TIMEOUT_MS] = {"CAUSEWAY_WORKER_LINK_TIMEOUT_MS", NULL, CW__PLG, NULL,
+    [CW_SET_WORKER_LINK_TIMEOUT_MS] = {"CAUSEWAY_WORKER_LINK_TIMEOUT_MS", NULL,
+                                       CW__PLG | CW__DMN, "worker-link-timeout-ms",
                                        CW_SETTING_INT, 0, 3600000, "30000", false, false,
-                                       "a worker link that owes answers and brings nothing, not "
-                                       "even the worker's keepalive, this long is lost: calls "
-                                       "through it fail UNAVAILABLE (0: wait without limit)"},
+                                       "a link to a worker (or from a daemon to any peer) that "
+                                       "owes answers and brings nothing, not even the peer's "
+                                       "keepalive, this long is lost: what it owes fails "
+                                       "UNAVAILABLE (0: wait without limit)"},
     [CW_SET_CONTROLLER_RECONNECT_MS] = {"CAUSEWAY_CONTROLLER_RECONNECT_MS", NULL, CW__PLG, NULL,
                                         CW_SETTING_INT, 0, 3600000, "30000", false, false,
                                         "a lost controller (joining a cluster): reconnect and "

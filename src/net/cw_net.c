@@ -71,7 +71,8 @@ static void cw__outreq_index(cw_net_conn_t* c, cw_net_outreq_t* r) {
       c->outreq_buckets_len = len;
     }
   }
-  c->num_outreqs++;
+  // Silence counts only while something is owed: from now, if nothing was.
+  if (c->num_outreqs++ == 0) c->last_rx_ms = uv_now(c->net->loop);
   if (!c->outreq_buckets_len) return;
   cw_net_outreq_t** head = &c->outreq_buckets[r->request_id & (c->outreq_buckets_len - 1)];
   r->hnext = *head;
@@ -721,6 +722,7 @@ static void cw__on_read(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf)
     return;
   }
   cw_net_conn_retain(c);
+  c->last_rx_ms = uv_now(c->net->loop);  // bytes, not frames: a long bulk is progress
   if (c->gate.in) cw_net_gate_progress(&c->net->gate, &c->gate);
   if (!c->outbound && !c->first_read) {
     c->first_read = true;
@@ -863,6 +865,7 @@ void cw_net_options_from_settings(const cw_settings_t* settings, const char* nam
   out->max_unauth_connections = cw_settings_int(settings, CW_SET_MAX_UNAUTH_CONNECTIONS);
   out->max_unauth_per_peer = cw_settings_int(settings, CW_SET_MAX_UNAUTH_PER_PEER);
   out->hello_timeout_ms = cw_settings_int(settings, CW_SET_HELLO_TIMEOUT_MS);
+  out->link_timeout_ms = cw_settings_int(settings, CW_SET_WORKER_LINK_TIMEOUT_MS);
   out->token = cw_settings_string(settings, CW_SET_TOKEN);
   out->name = name;
   cw_tls_config_from_settings(settings, &out->tls);

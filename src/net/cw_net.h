@@ -133,6 +133,9 @@ typedef struct cw_net_options_s {
   int64_t max_unauth_connections;
   int64_t max_unauth_per_peer;
   int64_t hello_timeout_ms;
+  // Outbound connections: ask the peer for keepalives (a quarter of this) and
+  // close one that owes answers and brings nothing for this long (ms; 0: off).
+  int64_t link_timeout_ms;
   const char* token;  // borrowed: presented in outbound HELLOs, required in inbound ones
   const char* name;   // borrowed: this daemon's name (HelloReply, outbound HELLOs)
   // TLS on TCP connections, both ways (strings borrowed); Unix sockets stay

@@ -83,6 +83,7 @@ struct cw_net_conn_s {
   // a tenth of a controller's CPU there. No buckets (out of memory): scan.
   cw_net_outreq_t** outreq_buckets;
   size_t outreq_buckets_len, num_outreqs;
+  uint64_t last_rx_ms;  // the loop's time of the last bytes read, or of a request after none owed
   uint64_t next_request_id;
   // A reply whose bulk bytes are arriving.
   cw_net_outreq_t* recv_req;

@@ -377,12 +377,41 @@ static void cw__connect_timeout(uv_timer_t* t) {
                                       what));
 }
 
+// An outbound link whose peer keeps it warm (HelloReply.keepalive_ms): one
+// that owes answers and brings nothing for link_timeout_ms is lost, though
+// its peer may live on for others (a one-way partition). Closing it fails
+// what it owes, with the reason.
+static void cw__link_watch(uv_timer_t* t) {
+  cw_net_conn_t* c = t->data;
+  int64_t limit = c->net->options.link_timeout_ms;
+  uint64_t quiet = uv_now(c->net->loop) - c->last_rx_ms;
+  if (c->closing || !c->num_outreqs || quiet < (uint64_t)limit) return;
+  // Timers run before the loop polls: after a long pass of this loop, bytes
+  // may wait unread in the socket. Those are not silence.
+  uv_os_fd_t fd;
+  char b;
+  if (uv_fileno(&c->h.handle, &fd) == 0 && recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0) return;
+  CW_LOGW("%s: nothing from %s for %llu ms, not even its keepalive: closing the link",
+          c->name, c->address, (unsigned long long)quiet);
+  cw_net_conn_close(c, cw_make_status(CW_UNAVAILABLE, "no answer from %s for %llu ms, not even "
+                                      "its keepalive: it is hung or unreachable (the link "
+                                      "waits %lld ms)", c->address, (unsigned long long)quiet,
+                                      (long long)limit));
+}
+
 static void cw__hello_answered(void* user, cw_net_conn_t* c, cw_status_t status,
                                const ProtobufCMessage* reply, uint8_t* bulk, uint64_t bulk_len) {
   free(bulk);
   if (!status) {
     c->hello_done = true;
-    if (!c->closing) uv_timer_stop(&c->timer);
+    if (c->closing) return;
+    uv_timer_stop(&c->timer);
+    int64_t limit = c->net->options.link_timeout_ms;
+    if (limit > 0 && ((const Causeway__V1__HelloReply*)reply)->keepalive_ms) {
+      uint64_t tick = limit >= 8 ? (uint64_t)limit / 4 : 2;
+      c->last_rx_ms = uv_now(c->net->loop);
+      uv_timer_start(&c->timer, cw__link_watch, tick, tick);
+    }
     return;
   }
   if (c->closing) {  // unreachable: already said why
@@ -440,6 +469,10 @@ cw_status_t cw_net_connect(cw_net_t* net, const char* address, const char* name,
   // HELLO goes out at once; libuv holds writes until the connect completes.
   Causeway__V1__HelloRequest hello;
   cw_hello_request_fill(&hello, role, net->options.token, session_id, net->options.name);
+  if (net->options.link_timeout_ms > 0) {
+    hello.keepalive_ms = net->options.link_timeout_ms >= 4
+                             ? (uint32_t)(net->options.link_timeout_ms / 4) : 1;
+  }
   cw_net_conn_request(c, CW_MSG_HELLO, &hello.base, NULL, 0, NULL, NULL, cw__hello_answered, NULL);
   if (c->closing) {
     // The write failed at once (libuv reports a pipe connect that failed

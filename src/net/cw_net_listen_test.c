@@ -293,6 +293,84 @@ static void test_silent_peer_times_out(void** state) {
   close(s);
 }
 
+// Answers the HELLO a client net sent, agreeing to keepalives every `ms`.
+static uint32_t answer_hello_warm(raw_t* s, uint32_t ms) {
+  frame_t f;
+  raw_next(s, &f);
+  assert_int_equal(f.h.type, CW_MSG_HELLO);
+  uint32_t asked = ((const Causeway__V1__HelloRequest*)f.msg)->keepalive_ms;
+  Causeway__V1__HelloReply rep = CAUSEWAY__V1__HELLO_REPLY__INIT;
+  rep.version = CW_PROTOCOL_VERSION;
+  rep.keepalive_ms = ms;
+  buf_t b = {0};
+  buf_frame(&b, CW_MSG_HELLO, CW_FRAME_REPLY, f.h.request_id, &rep.base, NULL, 0);
+  raw_send_buf(s, &b);
+  frame_free(&f);
+  return asked;
+}
+
+static void send_keepalive(raw_t* s) {
+  Causeway__V1__ClusterEvent ev = CAUSEWAY__V1__CLUSTER_EVENT__INIT;
+  ev.kind = CAUSEWAY__V1__CLUSTER_EVENT__KIND__KEEPALIVE;
+  buf_t b = {0};
+  buf_frame(&b, CW_MSG_EVENT, 0, 0, &ev.base, NULL, 0);
+  raw_send_buf(s, &b);
+}
+
+// An outbound link (a controller's or worker's, to a worker) asks for
+// keepalives: one that owes answers and brings nothing for link_timeout_ms
+// is closed and what it owes fails, naming it; keepalives keep a request
+// waiting (its peer holds its reading) alive however long it waits.
+static void test_outbound_link_watch(void** state) {
+  fx.sopts.link_timeout_ms = 300;
+  start_client("sesame");
+  raw_listen();
+  // Warm: the PING waits 4 periods unanswered while keepalives come.
+  out_t* o = new_out();
+  reply_t a = {0};
+  cw_net_conn_t* conn = NULL;
+  raw_t* s = connect_raw_peer(0, o, NULL, &conn);
+  assert_int_equal(answer_hello_warm(s, 75), 75);  // a quarter of the limit asked
+  request_ping(conn, "x", &a);
+  for (int i = 0; i < 16; ++i) {
+    send_keepalive(s);
+    RUN_FOR(75);
+  }
+  assert_false(a.done);
+  frame_t f;
+  raw_next(s, &f);
+  assert_int_equal(f.h.type, CW_MSG_PING);
+  Causeway__V1__Ping pong = CAUSEWAY__V1__PING__INIT;
+  pong.data = ((const Causeway__V1__Ping*)f.msg)->data;  // echoed
+  buf_t b = {0};
+  buf_frame(&b, CW_MSG_PING, CW_FRAME_REPLY, f.h.request_id, &pong.base, NULL, 0);
+  raw_send_buf(s, &b);
+  frame_free(&f);
+  WAIT(a.done);
+  assert_int_equal(a.code, CW_OK);
+  // Silent: the next PING fails after the limit, naming the link.
+  reply_t c = {0};
+  int64_t start = cw_time_now_ms();
+  request_ping(conn, "y", &c);
+  WAIT(c.done);
+  assert_int_equal(c.code, CW_UNAVAILABLE);
+  if (!strstr(c.msg, "not even its keepalive: it is hung or unreachable (the link waits 300 ms)")) {
+    fail_msg("got \"%s\"", c.msg);
+  }
+  assert_true(cw_time_now_ms() - start >= 300);
+  WAIT(o->freed);
+  // A peer that agrees to no keepalives (an older one) is not watched.
+  out_t* o2 = new_out();
+  reply_t d = {0};
+  raw_t* s2 = connect_raw_peer(0, o2, NULL, &conn);
+  answer_hello_warm(s2, 0);
+  request_ping(conn, "z", &d);
+  RUN_FOR(700);
+  assert_false(d.done);
+  cw_net_conn_close(conn, NULL);  // before `d` goes out of scope
+  WAIT(d.done);
+}
+
 // Unix socket paths: a second listener on a live daemon's path is refused
 // (it used to unlink the path and take it over, leaving the first
 // unreachable); a path longer than sockaddr_un holds is refused by name, as
@@ -487,6 +565,7 @@ int main(void) {
       NET_TEST(test_connect_to_dead_address),
       NET_TEST(test_silent_peer_times_out),
       NET_TEST(test_unix_paths),
+      NET_TEST(test_outbound_link_watch),
       NET_TEST(test_refused_hello),
       NET_TEST(test_close_before_hello_answered),
       NET_TEST(test_stop_with_connections_open),

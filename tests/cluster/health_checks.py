@@ -189,3 +189,10 @@ def link_compute() -> dict:
     out = checks._timed(lambda: np.asarray(f(jax.device_put(a, jax.devices()[0]))))
     out["expected"] = a * 2 + 1
     return out
+
+
+def link_compile_new() -> dict:
+    """Compiles a program not seen before (the controller asks the worker),
+    timed; nothing goes through this process's own link to the worker."""
+    spec = jax.ShapeDtypeStruct((16,), np.float32)
+    return checks._timed(lambda: jax.jit(lambda v: v * 3 - 1).lower(spec).compile() is not None)

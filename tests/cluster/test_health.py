@@ -203,14 +203,17 @@ def test_controller_hung():
 
 
 def test_worker_link_lost_while_the_worker_heartbeats():
-    # A one-way partition: the JAX process's link to a worker drops
-    # everything (a relay between them stops forwarding, the connections
-    # left open), while the worker heartbeats its controller as before, so
-    # the controller never declares it dead. The worker's keepalives stop
-    # reaching the client, whose watchdog (CAUSEWAY_WORKER_LINK_TIMEOUT_MS)
-    # turns the silence into an error that names the link, where the read
-    # waited without end before.
-    cluster = harness.HandCluster(workers=0, devices=2, tcp=True, **FAST)
+    # A one-way partition: the links to a worker drop everything (a relay in
+    # front of the worker stops forwarding, the connections left open), while
+    # the worker heartbeats its controller as before, so the controller never
+    # declares it dead. The worker's keepalives stop coming, and each side's
+    # watch (CAUSEWAY_WORKER_LINK_TIMEOUT_MS) turns the silence into an error
+    # that names the link, where the call waited without end before: the
+    # controller's (a compile it asks the worker for), then the JAX
+    # process's own (a launch and read through it).
+    cluster = harness.HandCluster(workers=0, devices=2, tcp=True,
+                                  controller_env={"CAUSEWAY_WORKER_LINK_TIMEOUT_MS": "1500"},
+                                  **FAST)
     addr = f"127.0.0.1:{harness.free_tcp_port()}"
     relay = harness.TcpRelay(addr)
     r = None
@@ -225,6 +228,13 @@ def test_worker_link_lost_while_the_worker_heartbeats():
         assert first["ok"] and np.array_equal(first["value"], first["expected"]), first
         assert relay.connections >= 1, "the client did not reach the worker through the relay"
         relay.frozen = True
+        comp = r.call("link_compile_new", timeout=120)
+        report = f"{comp!r:.3000}\n{cluster.logs()}\n--- client ---\n{r.log_tail()}"
+        print(f"controller's link lost: {comp.get('error', '')[:400]} after "
+              f"{comp['elapsed']:.2f} s")
+        _unavailable_naming(comp, "hand-worker-0", report)
+        assert "not even its keepalive" in comp["error"], report
+        assert comp["elapsed"] <= DEADLINE_S, report
         got = r.call("link_compute", timeout=120)
         report = f"{got!r:.3000}\n{cluster.logs()}\n--- client ---\n{r.log_tail()}"
         print(f"lost link: {got.get('error', '')[:400]} after {got['elapsed']:.2f} s")
