@@ -104,6 +104,7 @@ static void sample_fill(sample_t* x) {
     s->devices = i ? NULL : x->devs;
     s->n_devices = i ? 0 : 4;
     s->paused = i == 1;
+    s->waiting_for_devices = i == 1;
     s->launches_held = 8;
     s->buffers = 9;
     s->buffer_bytes = 10;
@@ -237,6 +238,7 @@ static const char kStatusBefore[] =
     "        2,\n"
     "        5\n"
     "      ],\n"
+    "      \"waiting_for_devices\": false,\n"
     "      \"paused\": false,\n"
     "      \"launches_held\": 8,\n"
     "      \"buffers\": 9,\n"
@@ -252,6 +254,7 @@ static const char kStatusBefore[] =
     "      \"client_host\": \"host\",\n"
     "      \"client_pid\": 4321,\n"
     "      \"devices\": [],\n"
+    "      \"waiting_for_devices\": true,\n"
     "      \"paused\": true,\n"
     "      \"launches_held\": 8,\n"
     "      \"buffers\": 9,\n"
@@ -354,6 +357,9 @@ static void test_status_text_memory(void** state) {
                                 "100 MiB             1        2  --memory-limit\n"));
   assert_non_null(strstr(text, "none         0 bytes      0 bytes            0 0 bytes"));
   assert_non_null(strstr(text, "EXES MEMWAIT\n"));
+  // The session waiting in the allocation queue, and the one holding devices.
+  assert_non_null(strstr(text, " queued     yes "));
+  assert_non_null(strstr(text, " 0-2,5      no  "));
   free(text);
 }
 
