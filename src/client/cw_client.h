@@ -46,6 +46,13 @@ typedef struct cw_client_options_s {
   // answers however long its other requests take; sends that make no
   // progress for this long fail too. 0: wait without limit.
   int liveness_ms;
+  // With liveness_ms, for a peer that may hold its reading for longer (a
+  // worker's flow control and memory waits, when a PING would wait unread):
+  // ask it in HELLO to keep the link warm (a KEEPALIVE every quarter of
+  // liveness_ms), send no PING and set no send timeout, and give up when it
+  // brings nothing, not even that. A peer that agrees to no keepalives (an
+  // older one) is not watched.
+  bool liveness_by_keepalive;
   // TLS to a "host:port" address (a Unix socket path stays plaintext): a
   // context of cw_tls.h (borrowed; the connection keeps what it needs).
   // NULL: CAUSEWAY_TLS, CAUSEWAY_TLS_CA, CAUSEWAY_TLS_CERT and

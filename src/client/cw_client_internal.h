@@ -211,6 +211,7 @@ struct cw_client_s {
   // request that ended a time with nothing owed.
   _Atomic int64_t last_rx_ms;
   cw_client_t* watch_next;  // the watchdog's list (its lock)
+  bool watch_busy;          // (its lock) the watchdog sends it a PING without the lock
   bool ping_out;            // guarded by mu
   char* hung;               // guarded by mu: why the watchdog gave up
 };

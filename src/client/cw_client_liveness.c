@@ -20,12 +20,16 @@
 #include "cw_time.h"
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t g_cv;  // wakes the thread when a connection is added
+static pthread_cond_t g_cv;    // wakes the thread when a connection is added or removed
+static pthread_cond_t g_idle;  // a connection's PING went out (watch_busy cleared)
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static cw_client_t* g_head;  // the watched connections (watch_next)
 static bool g_running;       // the thread is up: it ends when the list empties
 
-static void cw__init(void) { cw_time_cond_init(&g_cv); }
+static void cw__init(void) {
+  cw_time_cond_init(&g_cv);
+  pthread_cond_init(&g_idle, NULL);
+}
 
 static void cw__ping_done(void* user, cw_status_t status, const ProtobufCMessage* reply) {
   cw_client_t* c = user;
@@ -44,20 +48,21 @@ static void cw__give_up(cw_client_t* c, int64_t quiet) {
            c->peer_keepalive_ms ? ", not even its keepalive" : "", c->liveness_ms);
 }
 
-// One connection's turn, with g_mu held (so that it stays alive).
-static void cw__check(cw_client_t* c, int64_t now) {
+// One connection's turn, with g_mu held (so that it stays alive). True when
+// it is to be sent a PING (ping_out set), which the caller does without g_mu.
+static bool cw__check(cw_client_t* c, int64_t now) {
   pthread_mutex_lock(&c->mu);
   // Quiet is fine while nothing is owed (a PING of ours does not count).
   if (c->closing || c->dead || c->hung || c->outstanding <= (c->ping_out ? 1u : 0u)) {
     pthread_mutex_unlock(&c->mu);
-    return;
+    return false;
   }
   int64_t quiet = now - atomic_load_explicit(&c->last_rx_ms, memory_order_relaxed);
   if (quiet >= c->liveness_ms) {
     cw__give_up(c, quiet);
     pthread_mutex_unlock(&c->mu);
     cw_client_break(c);  // the reader fails everything outstanding
-    return;
+    return false;
   }
   bool ping = !c->peer_keepalive_ms && !c->ping_out && quiet >= c->liveness_ms / 2;
   // Only into a socket with room: this thread serves every connection, and
@@ -67,7 +72,10 @@ static void cw__check(cw_client_t* c, int64_t now) {
   if (ping && (poll(&p, 1, 0) != 1 || !(p.revents & POLLOUT))) ping = false;
   if (ping) c->ping_out = true;
   pthread_mutex_unlock(&c->mu);
-  if (!ping) return;
+  return ping;
+}
+
+static void cw__ping(cw_client_t* c) {
   Causeway__V1__Ping req = CAUSEWAY__V1__PING__INIT;
   cw_status_t st = cw_client_send_flags(c, CW_MSG_PING, &req.base, NULL, 0, NULL, 0,
                                         cw__ping_done, c, NULL);
@@ -91,7 +99,23 @@ static void* cw__watchdog_main(void* arg) {
     struct timespec ts = cw_time_deadline_ms(tick);
     pthread_cond_timedwait(&g_cv, &g_mu, &ts);
     int64_t now = cw_time_now_ms();
-    for (cw_client_t* c = g_head; c; c = c->watch_next) cw__check(c, now);
+    // PINGs go out without g_mu: a send may wait behind a long write, and
+    // the other connections' watch, connects and releases must not.
+    // watch_busy keeps a connection from being released meanwhile.
+    cw_client_t* due[16];
+    size_t n = 0;
+    for (cw_client_t* c = g_head; c; c = c->watch_next) {
+      if (n < sizeof(due) / sizeof(due[0]) && cw__check(c, now)) {
+        c->watch_busy = true;
+        due[n++] = c;
+      }
+    }
+    if (!n) continue;
+    pthread_mutex_unlock(&g_mu);
+    for (size_t i = 0; i < n; ++i) cw__ping(due[i]);
+    pthread_mutex_lock(&g_mu);
+    for (size_t i = 0; i < n; ++i) due[i]->watch_busy = false;
+    pthread_cond_broadcast(&g_idle);
   }
   g_running = false;
   pthread_mutex_unlock(&g_mu);
@@ -133,6 +157,8 @@ void cw_client_watch_remove(cw_client_t* c) {
     }
   }
   c->watch_next = NULL;
+  while (c->watch_busy) pthread_cond_wait(&g_idle, &g_mu);  // its PING is being sent
+  if (!g_head) pthread_cond_signal(&g_cv);  // the thread ends now, not at its next tick
   pthread_mutex_unlock(&g_mu);
 }
 
@@ -141,6 +167,7 @@ void cw_client_watch_forked(void) {
   // back here; the parent's connections are not this process's to watch.
   pthread_mutex_init(&g_mu, NULL);
   cw_time_cond_init(&g_cv);
+  pthread_cond_init(&g_idle, NULL);
   g_head = NULL;
   g_running = false;
 }

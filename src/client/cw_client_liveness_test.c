@@ -136,6 +136,22 @@ static void script_warm_but_not_reading(fake_t* f) {
   FCHECK(f, pings == 0);
 }
 
+// An older peer: no keepalives; it holds its reading for 4 periods, then
+// answers the INVENTORY.
+static void script_not_reading_then_answering(fake_t* f) {
+  sleep_ms(4 * f->count);
+  frame_t req, fr;
+  FCHECK(f, fake_read(f, &req));
+  FCHECK(f, req.h.type == CW_MSG_INVENTORY);
+  Causeway__V1__Inventory inv = CAUSEWAY__V1__INVENTORY__INIT;
+  inv.worker_name = "old";
+  inv.platform_name = "cpu";
+  inv.platform_version = "0";
+  fake_reply(f, &req, &inv.base, NULL, 0);
+  frame_free(&req);
+  while (fake_read(f, &fr)) frame_free(&fr);
+}
+
 // Warm for one period, then silent (a lost link): it reads on, answers
 // nothing and sends nothing.
 static void script_warm_then_silent(fake_t* f) {
@@ -147,7 +163,7 @@ static void script_warm_then_silent(fake_t* f) {
   script_hung(f);
 }
 
-// Answers a DOWNLOAD with f->pattern trickled in 8 pieces over 4 periods:
+// Answers a DOWNLOAD with f->pattern trickled in 16 pieces over 4 periods:
 // no frame, no keepalive meanwhile, only bulk bytes.
 static void script_trickle(fake_t* f) {
   frame_t req;
@@ -159,9 +175,9 @@ static void script_trickle(fake_t* f) {
   info.size = f->pattern_len;
   FCHECK(f, fake_write_head(f, CW_MSG_DOWNLOAD, CW_FRAME_REPLY, req.h.request_id, &info.base,
                             f->pattern_len));
-  size_t piece = f->pattern_len / 8;
+  size_t piece = f->pattern_len / 16;
   for (size_t off = 0; off < f->pattern_len; off += piece) {
-    sleep_ms(f->count / 2);
+    sleep_ms(f->count / 4);  // 4 pieces a period: room for a slow machine
     size_t n = f->pattern_len - off < piece ? f->pattern_len - off : piece;
     FCHECK(f, fake_write_all(f, f->pattern + off, n));
   }
@@ -172,7 +188,7 @@ static void script_trickle(fake_t* f) {
 static void test_warm_link(void** state) {
   (void)state;
   const int period = 400;
-  cw_client_options_t o = {.liveness_ms = period};
+  cw_client_options_t o = {.liveness_ms = period, .liveness_by_keepalive = true};
   // Held but warm: the request waits 4 periods unread and succeeds; the
   // client asked for a keepalive every quarter period and sent no PING.
   fake_t f = {.count = period, .keepalive_reply_ms = period / 4};
@@ -198,12 +214,26 @@ static void test_warm_link(void** state) {
   assert_true(cw_time_now_ms() - t0 >= period);
   cw_client_release(c);
   fake_join(&h);
+  // A peer that agrees to no keepalives (an older worker) is not watched:
+  // holding its reading for 4 periods, it is waited for (a PING would have
+  // gone unanswered, and the link been taken for lost).
+  fake_t old = {.count = period, .keepalive_reply_ms = 0};
+  fake_start(&old, script_not_reading_then_answering);
+  s = cw_client_connect(old.path, &o, &c);
+  if (s) fail_msg("connect: %s", cw_status_message(s));
+  assert_int_equal(old.hello_keepalive, period / 4);
+  Causeway__V1__Inventory* inv2 = NULL;
+  s = cw_client_inventory(c, &inv2);
+  if (s) fail_msg("an older peer holding its reading: %s", cw_status_message(s));
+  protobuf_c_message_free_unpacked(&inv2->base, NULL);
+  cw_client_release(c);
+  fake_join(&old);
 }
 
 static void test_bulk_bytes_are_progress(void** state) {
   (void)state;
   const int period = 400;
-  const size_t len = 8u << 20;  // pieces of 1 MiB: each goes straight into the sink
+  const size_t len = 8u << 20;  // pieces of 512 KiB: each goes straight into the sink
   uint8_t* pattern = make_pattern(len);
   uint8_t* got = malloc(len);
   // Both kinds of peer: one that keeps the link warm (but sends no
@@ -212,7 +242,7 @@ static void test_bulk_bytes_are_progress(void** state) {
     fake_t f = {.count = period, .pattern = pattern, .pattern_len = len,
                 .keepalive_reply_ms = warm ? period / 4 : 0};
     fake_start(&f, script_trickle);
-    cw_client_options_t o = {.liveness_ms = period};
+    cw_client_options_t o = {.liveness_ms = period, .liveness_by_keepalive = warm};
     cw_client_t* c = NULL;
     cw_status_t s = cw_client_connect(f.path, &o, &c);
     if (s) fail_msg("connect: %s", cw_status_message(s));

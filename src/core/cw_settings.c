@@ -623,7 +623,7 @@ bool cw_settings_initialize_for_main(const char* program, const char* usage,
   } else if ((scope & CW_SCOPE_DAEMONS) && !*cw_settings_string(settings, CW_SET_LISTEN)) {
     fprintf(stderr, "%s: --listen is required (see --help)\n", program);
     *out_exit_code = 2;
-  } else if (cw_settings_token_set_empty()) {
+  } else if (cw_settings_token_set_empty() && !cw_settings_string(settings, CW_SET_TOKEN)[0]) {
     // A secret that came out empty (a Kubernetes Secret not filled in, an
     // unset shell variable) must not turn into "no token: anyone may connect".
     fprintf(stderr, "%s: %s is set but empty: set the cluster's token there or in %s, or unset "

@@ -169,7 +169,8 @@ CW_MUST_USE cw_status_t cw_settings_load_token(cw_settings_t* settings);
 // unset or empty: for a library that reads one setting and keeps no table.
 const char* cw_settings_getenv(cw_setting_id_t id);
 // CAUSEWAY_TOKEN is in the environment with an empty value (servers refuse to
-// start so: they would take it for no token and accept anyone).
+// start so unless CAUSEWAY_TOKEN_FILE gives the token: they would take it for
+// no token and accept anyone).
 bool cw_settings_token_set_empty(void);
 
 // Logs one warning per old name of a setting of `scope` still set in the

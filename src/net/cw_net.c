@@ -72,7 +72,8 @@ static void cw__outreq_index(cw_net_conn_t* c, cw_net_outreq_t* r) {
     }
   }
   // Silence counts only while something is owed: from now, if nothing was.
-  if (c->num_outreqs++ == 0) c->last_rx_ms = uv_now(c->net->loop);
+  // (The clock, not the loop's time: that is stale after a long pass.)
+  if (c->num_outreqs++ == 0) c->last_rx_ms = (uint64_t)cw_time_now_ms();
   if (!c->outreq_buckets_len) return;
   cw_net_outreq_t** head = &c->outreq_buckets[r->request_id & (c->outreq_buckets_len - 1)];
   r->hnext = *head;

@@ -43,7 +43,7 @@
 
 // The KEEPALIVE periods a peer may ask for in HELLO (shorter or longer
 // requests are clamped; HelloReply.keepalive_ms says what it got).
-#define CW_NET_KEEPALIVE_MIN_MS 10u
+#define CW_NET_KEEPALIVE_MIN_MS 100u
 #define CW_NET_KEEPALIVE_MAX_MS 600000u
 
 // Listening on a Unix socket path. cw_net_unix_prepare: a path too long for

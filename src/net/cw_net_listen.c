@@ -383,8 +383,9 @@ static void cw__connect_timeout(uv_timer_t* t) {
 // what it owes, with the reason.
 static void cw__link_watch(uv_timer_t* t) {
   cw_net_conn_t* c = t->data;
-  int64_t limit = c->net->options.link_timeout_ms;
-  uint64_t quiet = uv_now(c->net->loop) - c->last_rx_ms;
+  int64_t limit = c->link_limit_ms;
+  uint64_t now = (uint64_t)cw_time_now_ms();
+  uint64_t quiet = now > c->last_rx_ms ? now - c->last_rx_ms : 0;
   if (c->closing || !c->num_outreqs || quiet < (uint64_t)limit) return;
   // Timers run before the loop polls: after a long pass of this loop, bytes
   // may wait unread in the socket. Those are not silence.
@@ -407,9 +408,13 @@ static void cw__hello_answered(void* user, cw_net_conn_t* c, cw_status_t status,
     if (c->closing) return;
     uv_timer_stop(&c->timer);
     int64_t limit = c->net->options.link_timeout_ms;
-    if (limit > 0 && ((const Causeway__V1__HelloReply*)reply)->keepalive_ms) {
+    uint32_t period = ((const Causeway__V1__HelloReply*)reply)->keepalive_ms;
+    if (limit > 0 && period) {
+      // A peer that keeps a longer period than asked (its floor) gets 4 of them.
+      if ((int64_t)period * 2 > limit) limit = 4 * (int64_t)period;
+      c->link_limit_ms = limit;
       uint64_t tick = limit >= 8 ? (uint64_t)limit / 4 : 2;
-      c->last_rx_ms = uv_now(c->net->loop);
+      c->last_rx_ms = (uint64_t)cw_time_now_ms();
       uv_timer_start(&c->timer, cw__link_watch, tick, tick);
     }
     return;

@@ -92,9 +92,8 @@ static void cw__on_cluster_event(void* user, const ProtobufCMessage* msg) {
 }
 
 void cw_plugin_client_controller_options(cw_plugin_client_t* c, cw_client_options_t* out) {
-  // A controller that owes answers and stays silent this long (it keeps the
-  // link warm even while compiles run) is hung: calls through it fail
-  // UNAVAILABLE.
+  // A controller that owes answers and stays silent this long (it answers
+  // PING even while compiles run) is hung: calls through it fail UNAVAILABLE.
   int liveness = (int)cw_settings_int(&c->settings, CW_SET_CONTROLLER_TIMEOUT_MS);
   *out = (cw_client_options_t){.token = c->token,
                                .peer_name = "causeway-pjrt",
@@ -115,6 +114,7 @@ void cw_plugin_client_worker_options(cw_plugin_client_t* c, cw_client_options_t*
                                .connect_timeout_ms = CW__CONNECT_TIMEOUT_MS,
                                .liveness_ms = (int)cw_settings_int(&c->settings,
                                                                    CW_SET_WORKER_LINK_TIMEOUT_MS),
+                               .liveness_by_keepalive = true,
                                .tls = c->tls,
                                .on_request = cw_plugin_hostcb_on_request,
                                .on_release = cw_plugin_hostcb_released};

@@ -294,3 +294,17 @@ def test_servers_refuse_an_empty_token(daemon, tmp_path):
             "CAUSEWAY_TOKEN_FILE, or unset CAUSEWAY_TOKEN to serve without one") in p.stderr, \
         p.stderr
     assert not (tmp_path / "s.sock").exists()
+    # The token from a file beside the empty variable (a Secret mounted as a
+    # file, an empty key left in the environment): served with it.
+    tok = tmp_path / "token"
+    tok.write_text("from-a-file\n")
+    tok.chmod(0o600)
+    env["CAUSEWAY_TOKEN_FILE"] = str(tok)
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        line = p.stdout.readline()
+        assert "listening on" in line, (line, p.stderr.read() if p.poll() is not None else "")
+    finally:
+        p.terminate()
+        p.wait(30)
