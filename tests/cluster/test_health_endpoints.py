@@ -85,9 +85,9 @@ def test_probes_follow_registration_and_the_controller(cluster):
         assert get(base + "/healthz") == (200, "ok\n")
     with pytest.raises(OSError):
         urllib.request.urlopen(ctl + "/healthz", timeout=5)
+    before = len(cluster.log("controller"))  # the new controller's lines come after
     cluster.start_controller()
-    ctl = wait_base(lambda: cluster.log("controller").split("causeway-controller listening")[-1],
-                    "causeway-controller")
+    ctl = wait_base(lambda: cluster.log("controller")[before:], "causeway-controller")
     for base in workers.values():
         wait_status(base + "/readyz", 200)
     assert "2 of 2 workers alive" in wait_status(ctl + "/readyz", 200)
