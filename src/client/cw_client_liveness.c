@@ -5,10 +5,11 @@
 // shutting the socket down so that the reader fails everything outstanding
 // with the reason in c->hung. Frames and bulk bytes count as life.
 //
-// A peer that keeps the link warm (HelloReply.keepalive_ms) sends something
-// every quarter period, whatever it is doing: silence means the link or the
-// peer is gone. Another peer is sent PING after half the period of silence,
-// which it answers however long its other requests take.
+// A peer asked to keep the link warm (liveness_by_keepalive: a worker, which
+// may hold its reading) sends something every quarter period, whatever it is
+// doing: silence means the link or the peer is gone. Another peer (the
+// controller) is sent PING after half the period of silence, which it
+// answers however long its other requests take, proving both ways.
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
