@@ -109,6 +109,22 @@ static bool send_keepalive(fake_t* f) {
   return fake_write(f, CW_MSG_EVENT, 0, 0, &ev.base, NULL, 0);
 }
 
+// Reads the next request, an INVENTORY, and answers it as worker `name`.
+static bool answer_inventory(fake_t* f, const char* name) {
+  frame_t req;
+  if (!fake_read(f, &req)) return false;
+  bool ok = req.h.type == CW_MSG_INVENTORY;
+  if (ok) {
+    Causeway__V1__Inventory inv = CAUSEWAY__V1__INVENTORY__INIT;
+    inv.worker_name = (char*)name;
+    inv.platform_name = "cpu";
+    inv.platform_version = "0";
+    ok = fake_reply(f, &req, &inv.base, NULL, 0);
+  }
+  frame_free(&req);
+  return ok;
+}
+
 // A peer that holds its reading (as a worker's flow control does) for 4
 // periods, keeping the link warm meanwhile; then it reads the request,
 // answers it, and counts the PINGs that came (none should: a PING would
@@ -119,15 +135,8 @@ static void script_warm_but_not_reading(fake_t* f) {
     FCHECK(f, send_keepalive(f));
     sleep_ms((int)f->hello_keepalive);
   }
-  frame_t req, fr;
-  FCHECK(f, fake_read(f, &req));
-  FCHECK(f, req.h.type == CW_MSG_INVENTORY);
-  Causeway__V1__Inventory inv = CAUSEWAY__V1__INVENTORY__INIT;
-  inv.worker_name = "held";
-  inv.platform_name = "cpu";
-  inv.platform_version = "0";
-  fake_reply(f, &req, &inv.base, NULL, 0);
-  frame_free(&req);
+  FCHECK(f, answer_inventory(f, "held"));
+  frame_t fr;
   int pings = 0;
   while (fake_read(f, &fr)) {  // until the client closes
     pings += fr.h.type == CW_MSG_PING;
@@ -140,15 +149,8 @@ static void script_warm_but_not_reading(fake_t* f) {
 // answers the INVENTORY.
 static void script_not_reading_then_answering(fake_t* f) {
   sleep_ms(4 * f->count);
-  frame_t req, fr;
-  FCHECK(f, fake_read(f, &req));
-  FCHECK(f, req.h.type == CW_MSG_INVENTORY);
-  Causeway__V1__Inventory inv = CAUSEWAY__V1__INVENTORY__INIT;
-  inv.worker_name = "old";
-  inv.platform_name = "cpu";
-  inv.platform_version = "0";
-  fake_reply(f, &req, &inv.base, NULL, 0);
-  frame_free(&req);
+  FCHECK(f, answer_inventory(f, "old"));
+  frame_t fr;
   while (fake_read(f, &fr)) frame_free(&fr);
 }
 
