@@ -1,9 +1,13 @@
 #include "cw_dirs.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 cw_status_t cw_dirs_make(const char* dir) {
   if (!dir || !dir[0]) return cw_make_status(CW_INVALID_ARGUMENT, "empty directory name");
@@ -29,4 +33,15 @@ cw_status_t cw_dirs_make(const char* dir) {
     return cw_make_status(CW_UNAVAILABLE, "%s is not a directory", dir);
   }
   return cw_ok_status();
+}
+
+bool cw_dirs_socket_live(const char* path) {
+  struct sockaddr_un sun = {.sun_family = AF_UNIX};
+  if (strlen(path) >= sizeof(sun.sun_path)) return false;
+  snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  bool live = fd >= 0 && (connect(fd, (struct sockaddr*)&sun, sizeof(sun)) == 0 ||
+                          errno == EAGAIN);
+  if (fd >= 0) close(fd);
+  return live;
 }

@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -54,7 +56,29 @@ static void test_make(void** state) {
   rmdir(base);
 }
 
+// A socket someone listens on is live; a path without one, or a socket file
+// whose listener closed, is not.
+static void test_socket_live(void** state) {
+  (void)state;
+  char dir[] = "/tmp/cw_dirs_sock.XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char path[64];
+  snprintf(path, sizeof(path), "%s/s.sock", dir);
+  assert_false(cw_dirs_socket_live(path));
+  int l = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un sun = {.sun_family = AF_UNIX};
+  snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
+  assert_int_equal(bind(l, (struct sockaddr*)&sun, sizeof(sun)), 0);
+  assert_int_equal(listen(l, 1), 0);
+  assert_true(cw_dirs_socket_live(path));
+  close(l);  // the file stays, nobody listens
+  assert_false(cw_dirs_socket_live(path));
+  unlink(path);
+  rmdir(dir);
+}
+
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_make)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_make),
+                                     cmocka_unit_test(test_socket_live)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

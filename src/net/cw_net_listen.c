@@ -14,6 +14,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "cw_dirs.h"
 #include "cw_log.h"
 #include "cw_messages.h"
 #include "cw_net_internal.h"
@@ -234,14 +235,7 @@ cw_status_t cw_net_unix_prepare(const char* path) {
   // A stale socket from an earlier run would make bind fail; one that a
   // live process still answers on is not stale, and is left to it.
   if (stat(path, &sb) == 0 && S_ISSOCK(sb.st_mode)) {
-    struct sockaddr_un sun = {.sun_family = AF_UNIX};
-    snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
-    // Non-blocking: a listener whose backlog is full (EAGAIN) is live too.
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    bool live = fd >= 0 && (connect(fd, (struct sockaddr*)&sun, sizeof(sun)) == 0 ||
-                            errno == EAGAIN);
-    if (fd >= 0) close(fd);
-    if (live) {
+    if (cw_dirs_socket_live(path)) {
       return cw_make_status(CW_FAILED_PRECONDITION, "%s: another process is listening there "
                             "(stop it, or choose another path)", path);
     }

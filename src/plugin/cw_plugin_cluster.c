@@ -27,7 +27,10 @@
 //
 // JAX never destroys its client, so at a normal exit an atexit handler
 // removes the private directories of clusters still running (their
-// children, already connected, need no socket file; they exit on EOF).
+// children, already connected, need no socket file; they exit on EOF). A
+// process killed outright leaves its directory (its logs and its dead
+// token): the next embedded cluster of the same user in the same TMPDIR
+// removes those (cw__sweep_dead_dirs).
 #include <assert.h>
 #include <dirent.h>
 #include <dlfcn.h>
@@ -447,6 +450,40 @@ static cw_status_t cw__xla_flag_devices(const char* flags, int64_t* out) {
   return cw_ok_status();
 }
 
+static void cw__remove_dir(const char* dir, bool keep_logs);
+
+// Dead clusters' directories in `tmp`: this user's causeway-XXXXXX
+// directories that still hold a token (an exit, and a failed cluster's
+// clean-up, remove it) and no KEEP mark (CAUSEWAY_KEEP_TMP), whose controller
+// socket nobody answers on, untouched for 10 minutes (a cluster still
+// starting has not yet listened).
+// The liveness test is the socket, not a pid: a pid may be of another
+// namespace, or reused.
+static void cw__sweep_dead_dirs(const char* tmp) {
+  DIR* d = opendir(tmp);
+  if (!d) return;
+  time_t now = time(NULL);
+  for (struct dirent* e; (e = readdir(d)) != NULL;) {
+    if (strncmp(e->d_name, "causeway-", 9) != 0 || strlen(e->d_name) != 15) continue;
+    char* dir = cw__printf("%s/%s", tmp, e->d_name);
+    char* token = dir ? cw__printf("%s/token", dir) : NULL;
+    char* sock = dir ? cw__printf("%s/controller.sock", dir) : NULL;
+    char* keep = dir ? cw__printf("%s/KEEP", dir) : NULL;
+    struct stat sb, tb;
+    if (token && sock && keep && lstat(dir, &sb) == 0 && S_ISDIR(sb.st_mode) &&
+        sb.st_uid == getuid() && now - sb.st_mtime >= 600 && lstat(token, &tb) == 0 &&
+        S_ISREG(tb.st_mode) && lstat(keep, &tb) != 0 && !cw_dirs_socket_live(sock)) {
+      cw__remove_dir(dir, false);
+    }
+    free(keep);
+    free(sock);
+    free(token);
+    free(dir);
+  }
+  closedir(d);
+}
+
+
 cw_status_t cw_plugin_cluster_layout(const cw_settings_t* settings, int64_t jax_devices,
                                      const char* xla_flags, int64_t* out_workers,
                                      int64_t* out_devices) {
@@ -528,6 +565,7 @@ cw_status_t cw_plugin_cluster_start(const cw_settings_t* settings, int64_t jax_d
   if (!s) {
     const char* tmp = getenv("TMPDIR");
     if (!tmp || !*tmp) tmp = "/tmp";
+    cw__sweep_dead_dirs(tmp);
     char* templ = cw__printf("%s/causeway-XXXXXX", tmp);
     if (!templ || !mkdtemp(templ)) {
       s = cw_make_status(CW_UNAVAILABLE, "causeway: cannot create a temporary directory in %s "
@@ -535,6 +573,12 @@ cw_status_t cw_plugin_cluster_start(const cw_settings_t* settings, int64_t jax_d
       free(templ);
     } else {
       cl->dir = templ;
+      if (cl->keep_dir) {  // kept on purpose: never swept (cw__sweep_dead_dirs)
+        char* keep = cw__printf("%s/KEEP", templ);
+        int fd = keep ? open(keep, O_WRONLY | O_CREAT | O_CLOEXEC, 0600) : -1;
+        if (fd >= 0) close(fd);
+        free(keep);
+      }
     }
   }
   if (!s) {

@@ -312,6 +312,54 @@ def test_unusable_tmpdir_is_named():
         "file or directory" in text, text[-4000:]
 
 
+def test_dead_clusters_directories_are_swept(tmp_path):
+    """A job killed outright leaves its embedded cluster's directory: its logs
+    and its dead token (36 of them piled up in this machine's /tmp by
+    session 38). The next embedded cluster of the user in the same TMPDIR
+    removes those: a causeway-XXXXXX directory with a token, no live
+    controller socket, untouched for 10 minutes. Not a live cluster's, not
+    one still starting, not one kept (CAUSEWAY_KEEP_TMP), not one without a
+    token (a failed start's logs)."""
+    def make(name, age_s, token=True, keep=False, live=False):
+        d = tmp_path / name
+        d.mkdir(mode=0o700)
+        (d / "controller.log").write_text("causeway-controller listening\n")
+        if token:
+            (d / "token").write_text("dead\n")
+        if keep:
+            (d / "KEEP").write_text("")
+        srv = None
+        if live:
+            srv = socket.socket(socket.AF_UNIX)
+            srv.bind(str(d / "controller.sock"))
+            srv.listen(1)
+        t = time.time() - age_s
+        os.utime(d, (t, t))  # last: making the files touched it
+        return d, srv
+
+    dead, _ = make("causeway-dead01", 1200)
+    young, _ = make("causeway-young1", 10)
+    kept, _ = make("causeway-kept01", 1200, keep=True)
+    failed, _ = make("causeway-fail01", 1200, token=False)
+    live, srv = make("causeway-live01", 1200, live=True)
+    try:
+        env = harness.causeway_env()
+        env["TMPDIR"] = str(tmp_path)
+        out = subprocess.run([harness.PYTHON, "-c", "import jax; print(len(jax.devices()))"],
+                             env=env, cwd=str(harness.ROOT), capture_output=True, text=True,
+                             timeout=300)
+        assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
+    finally:
+        srv.close()
+    assert not dead.exists()
+    for d in (young, kept, failed, live):
+        assert d.exists(), d
+    # The job's own directory went at its exit, as before.
+    left = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("causeway-"))
+    assert left == ["causeway-fail01", "causeway-kept01", "causeway-live01", "causeway-young1"], \
+        left
+
+
 def test_forked_child_does_not_keep_a_killed_parents_cluster():
     """The embedded daemons end when the pipe they watch closes. A forked
     child inherited its write end, so a job killed with SIGKILL while a child
