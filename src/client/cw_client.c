@@ -79,7 +79,7 @@ static cw_status_t cw__hello(cw_client_t* c, const cw_client_options_t* o, int t
   // A peer that keeps the link warm lets silence mean a lost link even while
   // it holds its reading (flow control), when a PING would go unanswered.
   if (c->liveness_ms && o && o->liveness_by_keepalive) {
-    req.keepalive_ms = c->liveness_ms >= 4 ? (uint32_t)c->liveness_ms / 4 : 1;
+    req.keepalive_ms = cw_keepalive_ask(c->liveness_ms);
   }
 
   uint8_t stack[512];
@@ -170,11 +170,11 @@ static cw_status_t cw__hello(cw_client_t* c, const cw_client_options_t* o, int t
   if (r->max_bulk) c->limits.max_bulk = r->max_bulk;
   c->same_host_copies = r->same_host_copies;
   c->peer_keepalive_ms = (int)r->keepalive_ms;
-  // Watched by its keepalives only: a peer that sends none is not watched;
-  // one that keeps a longer period than asked (its floor) gets 4 of them.
+  // Watched by its keepalives only: a peer that sends none is not watched.
   if (o && o->liveness_by_keepalive && !r->keepalive_ms) c->liveness_ms = 0;
-  if (c->liveness_ms && r->keepalive_ms && (int64_t)r->keepalive_ms * 2 > c->liveness_ms) {
-    c->liveness_ms = r->keepalive_ms > INT32_MAX / 4 ? INT32_MAX : 4 * (int)r->keepalive_ms;
+  if (c->liveness_ms && r->keepalive_ms) {
+    int64_t limit = cw_keepalive_limit(c->liveness_ms, r->keepalive_ms);
+    c->liveness_ms = limit > INT32_MAX ? INT32_MAX : (int)limit;
   }
   protobuf_c_message_free_unpacked(msg, NULL);
   if (!c->worker_name) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");

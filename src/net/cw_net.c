@@ -73,7 +73,7 @@ static void cw__outreq_index(cw_net_conn_t* c, cw_net_outreq_t* r) {
   }
   // Silence counts only while something is owed: from now, if nothing was.
   // (The clock, not the loop's time: that is stale after a long pass.)
-  if (c->num_outreqs++ == 0) c->last_rx_ms = (uint64_t)cw_time_now_ms();
+  if (c->num_outreqs++ == 0 && c->link_limit_ms) c->last_rx_ms = (uint64_t)cw_time_now_ms();
   if (!c->outreq_buckets_len) return;
   cw_net_outreq_t** head = &c->outreq_buckets[r->request_id & (c->outreq_buckets_len - 1)];
   r->hnext = *head;
@@ -723,7 +723,8 @@ static void cw__on_read(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf)
     return;
   }
   cw_net_conn_retain(c);
-  c->last_rx_ms = uv_now(c->net->loop);  // bytes, not frames: a long bulk is progress
+  // Bytes, not frames, on a watched link: a long bulk is progress.
+  if (c->link_limit_ms) c->last_rx_ms = uv_now(c->net->loop);
   if (c->gate.in) cw_net_gate_progress(&c->net->gate, &c->gate);
   if (!c->outbound && !c->first_read) {
     c->first_read = true;

@@ -83,8 +83,9 @@ struct cw_net_conn_s {
   // a tenth of a controller's CPU there. No buckets (out of memory): scan.
   cw_net_outreq_t** outreq_buckets;
   size_t outreq_buckets_len, num_outreqs;
+  // A watched outbound link (link_limit_ms > 0, cw_net_listen.c): the
   // CLOCK_MONOTONIC ms of the last bytes read, or of a request after none
-  // was owed; link_limit_ms: the outbound link watch's limit (cw_net_listen.c).
+  // was owed. Unwatched connections keep no time.
   uint64_t last_rx_ms;
   int64_t link_limit_ms;
   uint64_t next_request_id;

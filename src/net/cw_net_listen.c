@@ -404,9 +404,7 @@ static void cw__hello_answered(void* user, cw_net_conn_t* c, cw_status_t status,
     int64_t limit = c->net->options.link_timeout_ms;
     uint32_t period = ((const Causeway__V1__HelloReply*)reply)->keepalive_ms;
     if (limit > 0 && period) {
-      // A peer that keeps a longer period than asked (its floor) gets 4 of them.
-      if ((int64_t)period * 2 > limit) limit = 4 * (int64_t)period;
-      c->link_limit_ms = limit;
+      limit = c->link_limit_ms = cw_keepalive_limit(limit, period);
       uint64_t tick = limit >= 8 ? (uint64_t)limit / 4 : 2;
       c->last_rx_ms = (uint64_t)cw_time_now_ms();
       uv_timer_start(&c->timer, cw__link_watch, tick, tick);
@@ -469,8 +467,7 @@ cw_status_t cw_net_connect(cw_net_t* net, const char* address, const char* name,
   Causeway__V1__HelloRequest hello;
   cw_hello_request_fill(&hello, role, net->options.token, session_id, net->options.name);
   if (net->options.link_timeout_ms > 0) {
-    hello.keepalive_ms = net->options.link_timeout_ms >= 4
-                             ? (uint32_t)(net->options.link_timeout_ms / 4) : 1;
+    hello.keepalive_ms = cw_keepalive_ask(net->options.link_timeout_ms);
   }
   cw_net_conn_request(c, CW_MSG_HELLO, &hello.base, NULL, 0, NULL, NULL, cw__hello_answered, NULL);
   if (c->closing) {

@@ -371,6 +371,18 @@ static void test_outbound_link_watch(void** state) {
   WAIT(d.done);
 }
 
+// A fresh net's listen at `path` is refused INVALID_ARGUMENT naming `text`;
+// the net is deinitialized (its handles close on later loop turns).
+static void expect_listen_refused(cw_net_t* net, const char* path, const char* text) {
+  memset(net, 0, sizeof(*net));
+  cw_net_initialize(net, &fx.loop, &fx.sopts);
+  cw_status_t st = listen_at(net, path);
+  assert_int_equal(cw_status_code(st), CW_INVALID_ARGUMENT);
+  if (!strstr(cw_status_message(st), text)) fail_msg("got \"%s\"", cw_status_message(st));
+  cw_status_free(st);
+  cw_net_deinitialize(net);
+}
+
 // Unix socket paths: a second listener on a live daemon's path is refused
 // (it used to unlink the path and take it over, leaving the first
 // unreachable); a path longer than sockaddr_un holds is refused by name, as
@@ -393,15 +405,9 @@ static void test_unix_paths(void** state) {
   memset(longp + n, 'x', sizeof(longp) - 1 - (size_t)n);
   longp[sizeof(longp) - 1] = 0;
   static cw_net_t other;  // its handles close on later loop turns
-  memset(&other, 0, sizeof(other));
-  cw_net_initialize(&other, &fx.loop, &fx.sopts);
-  st = listen_at(&other, longp);
-  assert_int_equal(cw_status_code(st), CW_INVALID_ARGUMENT);
-  assert_non_null(strstr(cw_status_message(st), "Unix socket path too long (199 > 107 bytes)"));
-  cw_status_free(st);
+  expect_listen_refused(&other, longp, "Unix socket path too long (199 > 107 bytes)");
   longp[107] = 0;  // what the bind would have made of it
   assert_int_not_equal(access(longp, F_OK), 0);
-  cw_net_deinitialize(&other);
   RUN_FOR(20);
   longp[107] = 'x';
   cw_net_conn_t* conn = NULL;
@@ -415,13 +421,7 @@ static void test_unix_paths(void** state) {
   char nodir[160];
   snprintf(nodir, sizeof(nodir), "%s/nodir/s.sock", fx.dir);
   static cw_net_t lost;
-  memset(&lost, 0, sizeof(lost));
-  cw_net_initialize(&lost, &fx.loop, &fx.sopts);
-  st = listen_at(&lost, nodir);
-  assert_int_equal(cw_status_code(st), CW_INVALID_ARGUMENT);
-  assert_non_null(strstr(cw_status_message(st), "/nodir: No such file or directory"));
-  cw_status_free(st);
-  cw_net_deinitialize(&lost);
+  expect_listen_refused(&lost, nodir, "/nodir: No such file or directory");
   // A listener that stops removes its socket only if the path is still its
   // own: here another file took the path meanwhile, and stays.
   char mine[160], moved[170];

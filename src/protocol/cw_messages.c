@@ -23,6 +23,14 @@ void cw_error_reply_fill(Causeway__V1__ErrorReply* out, cw_status_t status) {
   out->message = (char*)cw_status_message(status);
 }
 
+uint32_t cw_keepalive_ask(int64_t limit_ms) {
+  return limit_ms >= 4 ? (uint32_t)(limit_ms / 4 > UINT32_MAX ? UINT32_MAX : limit_ms / 4) : 1;
+}
+
+int64_t cw_keepalive_limit(int64_t limit_ms, uint32_t period_ms) {
+  return (int64_t)period_ms * 2 > limit_ms ? 4 * (int64_t)period_ms : limit_ms;
+}
+
 void cw_hello_request_fill(Causeway__V1__HelloRequest* out, int role, const char* token,
                            uint64_t session_id, const char* peer_name) {
   causeway__v1__hello_request__init(out);

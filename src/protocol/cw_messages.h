@@ -35,6 +35,14 @@ void cw_error_reply_fill(Causeway__V1__ErrorReply* out, cw_status_t status);
 // Fills `out` (initialized here) with this build's protocol range and the
 // given role, token (borrowed, "" or NULL: none), session (0: new) and name
 // (borrowed; may be NULL).
+// Keepalives (HelloRequest.keepalive_ms), one rule for the client library
+// and the daemons' outbound links: a watcher that gives up after `limit_ms`
+// of silence asks for a quarter of it; once the peer answered its period, it
+// gives up after its own limit, or 4 periods of a peer that keeps a period
+// longer than half of it (the peer's floor).
+uint32_t cw_keepalive_ask(int64_t limit_ms);
+int64_t cw_keepalive_limit(int64_t limit_ms, uint32_t period_ms);
+
 void cw_hello_request_fill(Causeway__V1__HelloRequest* out, int role, const char* token,
                            uint64_t session_id, const char* peer_name);
 
