@@ -473,7 +473,7 @@ static bool cw__bin_dir(const cw_settings_t* settings, char* out, size_t size) {
 // failure can stop what did start).
 static int cw__start_daemons(const cw_cli_args_t* a, const char* dir, const char* bin,
                              const char* plugin, char** envp, cw_up_state_t* st,
-                             const char* token) {
+                             const char* token, char* metrics, size_t metrics_size) {
   int64_t deadline = cw_time_now_ms() + (int64_t)(a->timeout_s * 1000);
   char ctl_exe[PATH_MAX], wrk_exe[PATH_MAX], listen[PATH_MAX], log_path[PATH_MAX];
   snprintf(ctl_exe, sizeof(ctl_exe), "%s/causeway-controller", bin);
@@ -495,6 +495,12 @@ static int cw__start_daemons(const cw_cli_args_t* a, const char* dir, const char
     fprintf(stderr, "causeway: the controller did not start listening\n");
     cw__print_log_tail(dir, "controller");
     return CW_CLI_FAILED;
+  }
+  // The port it took (`:0` asks the kernel for one); the controller prints
+  // it before "listening".
+  if (a->metrics_listen && !cw__wait_listening(log_path, p, "causeway-controller metrics on ",
+                                               deadline, metrics, metrics_size)) {
+    snprintf(metrics, metrics_size, "(see %s)", log_path);
   }
   if (!cw__save_state(dir, st)) return CW_CLI_FAILED;
   // Workers listen beside the controller: Unix sockets in DIR, or the
@@ -541,13 +547,13 @@ static void cw__interrupted(int sig) {
 
 static int cw__start_guarded(const cw_cli_args_t* a, const char* dir, const char* bin,
                              const char* plugin, char** envp, cw_up_state_t* st,
-                             const char* token) {
+                             const char* token, char* metrics, size_t metrics_size) {
   static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
   struct sigaction sa = {.sa_handler = cw__interrupted}, old[3];
   sigemptyset(&sa.sa_mask);
   cw__starting = st;
   for (size_t i = 0; i < 3; ++i) sigaction(sigs[i], &sa, &old[i]);
-  int rc = cw__start_daemons(a, dir, bin, plugin, envp, st, token);
+  int rc = cw__start_daemons(a, dir, bin, plugin, envp, st, token, metrics, metrics_size);
   for (size_t i = 0; i < 3; ++i) sigaction(sigs[i], &old[i], NULL);
   cw__starting = NULL;
   return rc;
@@ -628,7 +634,8 @@ int cw_up_start(const cw_cli_args_t* a, const cw_settings_t* settings) {
   snprintf(token_var, sizeof(token_var), "CAUSEWAY_TOKEN_FILE=%s", token_path);
   char** envp = cw__child_env(token_var);
   if (!envp) goto out;
-  rc = cw__start_guarded(a, dir, bin, plugin, envp, st, token);
+  char metrics[PATH_MAX] = "";
+  rc = cw__start_guarded(a, dir, bin, plugin, envp, st, token, metrics, sizeof(metrics));
   free(envp);
   explicit_bzero(token, sizeof(token));
   if (rc) {
@@ -658,6 +665,7 @@ int cw_up_start(const cw_cli_args_t* a, const cw_settings_t* settings) {
   fprintf(stderr, "causeway: a cluster of %d workers x %d devices is up in %s (controller pid "
           "%d); stop it with `causeway down%s%s`. For clients:\n", a->workers, a->devices, dir,
           (int)st->procs[0].pid, a->dir ? " --dir " : "", a->dir ? a->dir : "");
+  if (metrics[0]) fprintf(stderr, "causeway: the controller's metrics: %s\n", metrics);
   fputs(env_text, stdout);
   fflush(stdout);
 out:

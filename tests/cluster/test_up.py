@@ -8,11 +8,13 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import urllib.request
 
 import pytest
 
@@ -132,10 +134,17 @@ def test_up_two_clients_down(state_dir):
 
 def test_dead_cluster_replaced_and_failed_up_cleans_up(state_dir):
     d = state_dir
-    up = tool("up", "--dir", d, "--workers", "1", "--devices", "1", "--listen", "127.0.0.1:0")
+    up = tool("up", "--dir", d, "--workers", "1", "--devices", "1", "--listen", "127.0.0.1:0",
+              "--metrics-listen", "127.0.0.1:0")
     assert up.returncode == 0, up.stderr
     ctl = exports(up.stdout)["CAUSEWAY_CONTROLLER"]
     assert ctl.startswith("127.0.0.1:") and not ctl.endswith(":0"), ctl
+    # The metrics port the kernel chose is printed, and serves.
+    m = re.search(r"the controller's metrics: (http://127\.0\.0\.1:(\d+)/metrics)\n",
+                  up.stderr)
+    assert m and m.group(2) != "0", up.stderr
+    with urllib.request.urlopen(m.group(1), timeout=10) as r:
+        assert 'causeway_workers{state="alive"} 1' in r.read().decode(), m.group(1)
     old = pids(d)
     for pid in old.values():
         os.kill(pid, signal.SIGKILL)
