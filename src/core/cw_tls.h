@@ -98,4 +98,11 @@ CW_MUST_USE cw_status_t cw_tls_pki_issue(const char* ca_cert_path, const char* c
                                          const char* cert_path, const char* key_path,
                                          bool overwrite);
 
+// The CA certificate (not its key) of from_path written to to_path (mode
+// 0600), so that a directory of daemon keys need not hold the CA key. Done
+// when to_path holds the same certificate; another one is replaced only with
+// `overwrite`.
+CW_MUST_USE cw_status_t cw_tls_pki_copy_ca(const char* from_path, const char* to_path,
+                                           bool overwrite);
+
 #endif  // CW_CORE_TLS_H_

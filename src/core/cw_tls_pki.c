@@ -147,16 +147,20 @@ cw_status_t cw_tls_pki_make_ca(const char* name, int days, const char* cert_path
   return st;
 }
 
+static cw_status_t cw__read_cert(const char* path, X509** out) {
+  FILE* f = fopen(path, "r");
+  if (!f) return cw_make_status(CW_NOT_FOUND, "CA certificate %s: %s", path, strerror(errno));
+  *out = PEM_read_X509(f, NULL, NULL, NULL);
+  fclose(f);
+  return *out ? cw_ok_status() : cw__ossl(path);
+}
+
 static cw_status_t cw__load_ca(const char* cert_path, const char* key_path, X509** out_cert,
                                EVP_PKEY** out_key) {
   *out_cert = NULL;
   *out_key = NULL;
-  FILE* f = fopen(cert_path, "r");
-  if (!f) return cw_make_status(CW_NOT_FOUND, "CA certificate %s: %s", cert_path, strerror(errno));
-  *out_cert = PEM_read_X509(f, NULL, NULL, NULL);
-  fclose(f);
-  if (!*out_cert) return cw__ossl(cert_path);
-  f = fopen(key_path, "r");
+  CW_RETURN_IF_ERROR(cw__read_cert(cert_path, out_cert), "");
+  FILE* f = fopen(key_path, "r");
   if (!f) return cw_make_status(CW_NOT_FOUND, "CA key %s: %s", key_path, strerror(errno));
   *out_key = PEM_read_PrivateKey(f, NULL, NULL, NULL);
   fclose(f);
@@ -167,6 +171,32 @@ static cw_status_t cw__load_ca(const char* cert_path, const char* key_path, X509
                           cert_path);
   }
   return cw_ok_status();
+}
+
+cw_status_t cw_tls_pki_copy_ca(const char* from_path, const char* to_path, bool overwrite) {
+  X509* from = NULL;
+  X509* there = NULL;
+  CW_RETURN_IF_ERROR(cw__read_cert(from_path, &from), "");
+  cw_status_t st = cw_ok_status();
+  struct stat sb;
+  if (stat(to_path, &sb) == 0) {
+    // The same CA there already is fine; another one only with --force.
+    st = cw__read_cert(to_path, &there);
+    bool same = !st && X509_cmp(from, there) == 0;
+    cw_status_free(st);
+    st = cw_ok_status();
+    if (same) goto out;
+    if (!overwrite) {
+      st = cw_make_status(CW_ALREADY_EXISTS, "%s is not the CA certificate of %s "
+                          "(--force replaces it)", to_path, from_path);
+      goto out;
+    }
+  }
+  st = cw__write_pem(to_path, overwrite, NULL, from);
+out:
+  X509_free(there);
+  X509_free(from);
+  return st;
 }
 
 // "DNS:a,IP:1.2.3.4" of `hosts`.

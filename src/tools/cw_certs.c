@@ -14,9 +14,9 @@
 
 const char cw_certs_usage[] =
     "usage: causeway certs ca [--dir DIR] [--name NAME] [--days N] [--force]\n"
-    "       causeway certs daemon NAME --host HOST [--host HOST ...] [--dir DIR] [--days N]\n"
-    "                             [--force]\n"
-    "       causeway certs client NAME [--dir DIR] [--days N] [--force]\n"
+    "       causeway certs daemon NAME --host HOST [--host HOST ...] [--dir DIR]\n"
+    "                             [--ca-dir CADIR] [--days N] [--force]\n"
+    "       causeway certs client NAME [--dir DIR] [--ca-dir CADIR] [--days N] [--force]\n"
     "\n"
     "A cluster's CA (ca.pem, ca.key), and certificates it signs (NAME.pem, NAME.key), all\n"
     "in DIR (default: the current directory), EC P-256 keys, files mode 0600.\n"
@@ -26,13 +26,17 @@ const char cw_certs_usage[] =
     "           listens on 0.0.0.0 is reached at its host name); it also serves as the\n"
     "           daemon's client certificate towards other daemons (mutual TLS)\n"
     "  client   a JAX client's certificate for mutual TLS, valid 365 days\n"
+    "--ca-dir takes the CA from CADIR (default DIR) and copies ca.pem, not ca.key, into\n"
+    "DIR: keep the CA key off the hosts that run daemons.\n"
     "--force replaces existing files. Then set CAUSEWAY_TLS=1, CAUSEWAY_TLS_CA=DIR/ca.pem\n"
     "and, for each program, CAUSEWAY_TLS_CERT and CAUSEWAY_TLS_KEY (docs/operations.md, TLS).\n";
 
-enum { CW__OPT_DIR = 256, CW__OPT_NAME, CW__OPT_HOST, CW__OPT_DAYS, CW__OPT_FORCE };
+enum { CW__OPT_DIR = 256, CW__OPT_CA_DIR, CW__OPT_NAME, CW__OPT_HOST, CW__OPT_DAYS,
+       CW__OPT_FORCE };
 
 static const struct option cw__longopts[] = {{"help", no_argument, NULL, 'h'},
                                              {"dir", required_argument, NULL, CW__OPT_DIR},
+                                             {"ca-dir", required_argument, NULL, CW__OPT_CA_DIR},
                                              {"name", required_argument, NULL, CW__OPT_NAME},
                                              {"host", required_argument, NULL, CW__OPT_HOST},
                                              {"days", required_argument, NULL, CW__OPT_DAYS},
@@ -74,6 +78,9 @@ bool cw_certs_parse(int argc, char** argv, cw_certs_args_t* out, char* err, size
         break;
       case CW__OPT_DIR:
         out->dir = optarg;
+        break;
+      case CW__OPT_CA_DIR:
+        out->ca_dir = optarg;
         break;
       case CW__OPT_NAME:
         name_opt = optarg;
@@ -124,6 +131,10 @@ bool cw_certs_parse(int argc, char** argv, cw_certs_args_t* out, char* err, size
       snprintf(err, n, "certs ca takes no --host");
       return false;
     }
+    if (out->ca_dir) {
+      snprintf(err, n, "certs ca writes the CA into --dir; --ca-dir is for daemon and client");
+      return false;
+    }
     if (!out->days) out->days = 3650;
     return true;
   }
@@ -148,6 +159,7 @@ bool cw_certs_parse(int argc, char** argv, cw_certs_args_t* out, char* err, size
     return false;
   }
   if (!out->days) out->days = 365;
+  if (!out->ca_dir) out->ca_dir = out->dir;
   return true;
 }
 
@@ -166,12 +178,14 @@ int cw_certs_main(int argc, char** argv) {
     fprintf(stderr, "causeway: %s\n", err);
     return 2;
   }
-  char ca_cert[4096], ca_key[4096], cert[4096], key[4096];
-  cw__path(ca_cert, sizeof(ca_cert), a.dir, "ca", "pem");
-  cw__path(ca_key, sizeof(ca_key), a.dir, "ca", "key");
+  char ca_cert[4096], ca_key[4096], cert[4096], key[4096], ca_here[4096];
+  const char* ca_dir = a.kind == CW_CERTS_CA ? a.dir : a.ca_dir;
+  cw__path(ca_cert, sizeof(ca_cert), ca_dir, "ca", "pem");
+  cw__path(ca_key, sizeof(ca_key), ca_dir, "ca", "key");
+  cw__path(ca_here, sizeof(ca_here), a.dir, "ca", "pem");
   if (a.kind != CW_CERTS_CA && access(ca_cert, F_OK) != 0) {
     fprintf(stderr, "causeway: certs: %s: no CA there yet: make it first with `causeway certs "
-            "ca --dir %s`\n", ca_cert, a.dir);
+            "ca --dir %s`\n", ca_cert, ca_dir);
     return 1;
   }
   cw_status_t s = cw_dirs_make(a.dir);  // /etc/causeway/tls on a fresh host: parents too
@@ -191,15 +205,20 @@ int cw_certs_main(int argc, char** argv) {
   } else {
     cw__path(cert, sizeof(cert), a.dir, a.name, "pem");
     cw__path(key, sizeof(key), a.dir, a.name, "key");
-    s = cw_tls_pki_issue(ca_cert, ca_key, a.name,
-                         a.kind == CW_CERTS_DAEMON ? CW_TLS_CERT_DAEMON : CW_TLS_CERT_CLIENT,
-                         a.hosts, a.num_hosts, a.days, cert, key, a.force);
+    // The CA certificate beside the new files when the CA lives elsewhere
+    // (the same file is left as it is).
+    if (strcmp(ca_here, ca_cert) != 0) s = cw_tls_pki_copy_ca(ca_cert, ca_here, a.force);
+    if (!s) {
+      s = cw_tls_pki_issue(ca_cert, ca_key, a.name,
+                           a.kind == CW_CERTS_DAEMON ? CW_TLS_CERT_DAEMON : CW_TLS_CERT_CLIENT,
+                           a.hosts, a.num_hosts, a.days, cert, key, a.force);
+    }
     if (!s) {
       printf("wrote %s and %s (mode 0600): %s certificate \"%s\", valid %d days", cert, key,
              a.kind == CW_CERTS_DAEMON ? "a daemon" : "a client", a.name, a.days);
       for (size_t i = 0; i < a.num_hosts; ++i) printf("%s%s", i ? ", " : ", for ", a.hosts[i]);
       printf("\n%s: CAUSEWAY_TLS=1 CAUSEWAY_TLS_CA=%s CAUSEWAY_TLS_CERT=%s CAUSEWAY_TLS_KEY=%s\n",
-             a.kind == CW_CERTS_DAEMON ? "that daemon" : "that client", ca_cert, cert, key);
+             a.kind == CW_CERTS_DAEMON ? "that daemon" : "that client", ca_here, cert, key);
     }
   }
   if (s) {

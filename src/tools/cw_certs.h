@@ -4,10 +4,12 @@
 // (cw_tls_pki_*): EC P-256 keys, files mode 0600 in one directory.
 //
 //   causeway certs ca [--dir DIR] [--name NAME] [--days N] [--force]
-//   causeway certs daemon NAME --host HOST [--host HOST ...] [--dir DIR] [--days N] [--force]
-//   causeway certs client NAME [--dir DIR] [--days N] [--force]
+//   causeway certs daemon NAME --host HOST [--host HOST ...] [--dir DIR] [--ca-dir CADIR]
+//                         [--days N] [--force]
+//   causeway certs client NAME [--dir DIR] [--ca-dir CADIR] [--days N] [--force]
 //
-// DIR (default ".") holds ca.pem and ca.key, and NAME.pem and NAME.key.
+// DIR (default ".") holds NAME.pem and NAME.key, and ca.pem; the CA's key
+// ca.key is in CADIR (default DIR), which a daemon's host need not have.
 #ifndef CW_TOOLS_CERTS_H_
 #define CW_TOOLS_CERTS_H_
 
@@ -26,6 +28,7 @@ typedef struct cw_certs_args_s {
   cw_certs_kind_t kind;
   const char* name;  // the certificate's; the CA's default "causeway cluster CA"
   const char* dir;
+  const char* ca_dir;  // daemon, client: where ca.pem and ca.key are (default dir)
   const char* hosts[CW_CERTS_MAX_HOSTS];
   size_t num_hosts;
   int days;  // default: 3650 for the CA, 365 for the others

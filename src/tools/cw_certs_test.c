@@ -56,7 +56,11 @@ static void test_parse(void** state) {
   assert_string_equal(a.hosts[1], "w0.example");
   assert_int_equal(a.days, 30);
   assert_string_equal(a.dir, ".");
+  assert_string_equal(a.ca_dir, ".");
   assert_false(a.force);
+  assert_true(parse(&a, err, sizeof(err), "client bob --dir /d --ca-dir /safe"));
+  assert_string_equal(a.ca_dir, "/safe");
+  assert_string_equal(a.dir, "/d");
   assert_true(parse(&a, err, sizeof(err), "client alice --force"));
   assert_int_equal(a.kind, CW_CERTS_CLIENT);
   assert_int_equal(a.days, 365);
@@ -71,6 +75,7 @@ static void test_parse(void** state) {
   expect_refused("client ca", "needs a NAME");
   expect_refused("ca extra", "certs ca takes no NAME");
   expect_refused("ca --host h", "certs ca takes no --host");
+  expect_refused("ca --ca-dir /x", "--ca-dir is for daemon and client");
   expect_refused("client c --days 0", "--days '0' is not a number in 1..36500");
   expect_refused("client c --bogus", "unknown option");
   expect_refused("client c --dir", "needs a value");
@@ -134,10 +139,52 @@ static void test_cluster_files(void** state) {
   rmdir(dir);
 }
 
+// The CA's key kept in a directory of its own: a daemon's directory gets
+// its certificate, its key and the CA certificate, never the CA key.
+static void test_ca_kept_apart(void** state) {
+  char top[64] = "/tmp/cw_certs_test.XXXXXX";
+  assert_non_null(mkdtemp(top));
+  char ca[128], other[128], host[128], line[512], f[256];
+  snprintf(ca, sizeof(ca), "%s/ca", top);
+  snprintf(other, sizeof(other), "%s/other", top);
+  snprintf(host, sizeof(host), "%s/etc/tls", top);
+  snprintf(line, sizeof(line), "ca --dir %s", ca);
+  assert_int_equal(run(line), 0);
+  snprintf(line, sizeof(line), "daemon w0 --dir %s --ca-dir %s --host 127.0.0.1", host, ca);
+  assert_int_equal(run(line), 0);
+  snprintf(line, sizeof(line), "client alice --dir %s --ca-dir %s", host, ca);
+  assert_int_equal(run(line), 0);  // the same CA certificate there already
+  snprintf(f, sizeof(f), "%s/ca.key", host);
+  assert_int_equal(access(f, F_OK), -1);
+  char ca_pem[256], pem[256], key[256];
+  snprintf(ca_pem, sizeof(ca_pem), "%s/ca.pem", host);
+  snprintf(pem, sizeof(pem), "%s/w0.pem", host);
+  snprintf(key, sizeof(key), "%s/w0.key", host);
+  struct stat sb;
+  assert_int_equal(stat(ca_pem, &sb), 0);
+  assert_int_equal(sb.st_mode & 0777, 0600);
+  // What the daemon's directory holds is a daemon's whole TLS.
+  cw_tls_config_t d = {true, ca_pem, pem, key, true};
+  cw_tls_t* t = NULL;
+  cw_status_t s = cw_tls_create(&d, true, &t);
+  if (s) fail_msg("%s", cw_status_message(s));
+  cw_tls_release(t);
+  // Another CA's certificate there is not replaced without --force.
+  snprintf(line, sizeof(line), "ca --dir %s", other);
+  assert_int_equal(run(line), 0);
+  snprintf(line, sizeof(line), "daemon w1 --dir %s --ca-dir %s --host 127.0.0.1", host, other);
+  assert_int_equal(run(line), 1);
+  snprintf(f, sizeof(f), "%s/w1.pem", host);
+  assert_int_equal(access(f, F_OK), -1);
+  snprintf(line, sizeof(line), "rm -rf %s", top);
+  assert_int_equal(system(line), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_parse),
       cmocka_unit_test(test_cluster_files),
+      cmocka_unit_test(test_ca_kept_apart),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
