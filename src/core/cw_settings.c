@@ -84,11 +84,12 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
     [CW_SET_TLS_KEY] = {"CAUSEWAY_TLS_KEY", NULL, CW__DMN | CW__PLG | CW__TOOL | CW__CLI,
                         "tls-key", CW_SETTING_STRING, 0, 0, "", false, false,
                         "PEM file of its private key (mode 0600)"},
-    [CW_SET_TLS_REQUIRE_CLIENT_CERT] = {"CAUSEWAY_TLS_REQUIRE_CLIENT_CERT", NULL, CW__DMN,
-                                        "tls-require-client-cert", CW_SETTING_BOOL, 0, 1, "0",
-                                        false, false,
+    [CW_SET_TLS_REQUIRE_CLIENT_CERT] = {"CAUSEWAY_TLS_REQUIRE_CLIENT_CERT", NULL,
+                                        CW__DMN | CW__TOOL, "tls-require-client-cert",
+                                        CW_SETTING_BOOL, 0, 1, "0", false, false,
                                         "mutual TLS: refuse TCP peers without a certificate "
-                                        "signed by CAUSEWAY_TLS_CA"},
+                                        "signed by CAUSEWAY_TLS_CA (the tool: `up` says its "
+                                        "clients need one)"},
     [CW_SET_PLUGIN] = {"CAUSEWAY_PJRT_PLUGIN", "CW_PJRT_PLUGIN", CW__WRK | CW__PLG | CW__TOOL,
                        "plugin", CW_SETTING_STRING, 0, 0, "", false, false,
                        "path of the vendor PJRT plugin library the worker loads (also the "

@@ -666,6 +666,12 @@ int cw_up_start(const cw_cli_args_t* a, const cw_settings_t* settings) {
           "%d); stop it with `causeway down%s%s`. For clients:\n", a->workers, a->devices, dir,
           (int)st->procs[0].pid, a->dir ? " --dir " : "", a->dir ? a->dir : "");
   if (metrics[0]) fprintf(stderr, "causeway: the controller's metrics: %s\n", metrics);
+  // A client certificate is a client's own identity: not something to export.
+  if (!strchr(st->controller, '/') && cw_settings_int(settings, CW_SET_TLS) &&
+      cw_settings_int(settings, CW_SET_TLS_REQUIRE_CLIENT_CERT)) {
+    fprintf(stderr, "causeway: the daemons require client certificates: each client also needs "
+            "CAUSEWAY_TLS_CERT and CAUSEWAY_TLS_KEY of its own (`causeway certs client NAME`)\n");
+  }
   fputs(env_text, stdout);
   fflush(stdout);
 out:

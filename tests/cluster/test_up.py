@@ -235,3 +235,24 @@ def test_tls_cluster_exports_what_its_clients_need(state_dir, tmp_path):
     st = tool("status", env=dict(tool_env(), **ex))
     assert st.returncode == 0, st.stderr
     assert "1 workers" in st.stdout or "1 worker" in st.stdout, st.stdout
+
+    # Client certificates required: up says each client needs its own (it
+    # exports none), and a client certificate made apart from the CA key
+    # (--ca-dir) is what such a client needs.
+    assert tool("down", "--dir", state_dir).returncode == 0
+    env["CAUSEWAY_TLS_REQUIRE_CLIENT_CERT"] = "1"
+    up = tool("up", "--dir", state_dir, "--workers", "1", "--devices", "1", "--listen",
+              "127.0.0.1:0", env=env, cwd=str(tmp_path))
+    assert up.returncode == 0, up.stderr
+    assert "each client also needs CAUSEWAY_TLS_CERT and CAUSEWAY_TLS_KEY" in up.stderr, up.stderr
+    ex = exports(up.stdout, tls=True)
+    refused = tool("status", env=dict(tool_env(), **ex))
+    assert refused.returncode != 0, refused.stdout
+    alice = tmp_path / "alice"
+    made = tool("certs", "client", "alice", "--ca-dir", str(pki), "--dir", str(alice))
+    assert made.returncode == 0, made.stderr
+    assert sorted(os.listdir(alice)) == ["alice.key", "alice.pem", "ca.pem"]
+    st = tool("status", env={**tool_env(), **ex, "CAUSEWAY_TLS_CERT": str(alice / "alice.pem"),
+                             "CAUSEWAY_TLS_KEY": str(alice / "alice.key"),
+                             "CAUSEWAY_TLS_CA": str(alice / "ca.pem")})
+    assert st.returncode == 0, st.stderr
