@@ -38,6 +38,7 @@
 #include "cw_worker_hostcb.h"
 #include "cw_worker_http.h"
 #include "cw_worker_internal.h"
+#include "cw_worker_launch.h"
 #include "cw_worker_link.h"
 #include "cw_worker_mem.h"
 #include "cw_worker_pin.h"
@@ -290,6 +291,7 @@ cw_status_t cw_worker_create(const cw_settings_t* settings, cw_worker_t** out) {
                      "worker");
   CW_RETURN_IF_ERROR(cw_worker_mem_start(w), "worker");
   CW_RETURN_IF_ERROR(cw_worker_hostcb_start(w), "worker");
+  CW_RETURN_IF_ERROR(cw_worker_launch_start(w), "worker");
   CW_RETURN_IF_ERROR(cw_pjrt_inventory_initialize(w->pjrt, &w->inventory), "inventory");
   w->inventory_ready = true;
   uv_async_init(&w->loop, &w->async, cw__on_async);
@@ -348,6 +350,7 @@ void cw_worker_release(cw_worker_t* w) {
   }
   if (w->leak_on_exit) return;  // PJRT may still call into us
   cw_worker_hostcb_stop(w);  // its threads' launches have ended with the loop
+  cw_worker_launch_stop(w);  // and the dispatch thread's
   cw_store_release(w->store);
   cw_worker_mem_free(w);
   if (w->staging) {

@@ -142,6 +142,10 @@ struct cw_worker_s {
   // referenced) whose next launch waits for room (cw_worker_launch.c).
   size_t launches_in_flight;
   size_t hostcb_launches;  // launches that may call back, issued and not ended
+  // One thread that calls Execute where the call may block (cw_worker_launch.c),
+  // and the launches handed to it whose Execute has not returned to the loop.
+  struct cw_pool_s* dispatch;
+  size_t dispatching;
   // Parts of islands' launches queued, and those prepared that donate
   // inputs (cw_worker_launch.c: parts are prepared ahead only while none do).
   size_t parts_queued, parts_donating;

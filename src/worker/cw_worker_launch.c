@@ -9,6 +9,7 @@
 
 #include "cw_array.h"
 #include "cw_log.h"
+#include "cw_pool.h"
 #include "cw_time.h"
 #include "cw_worker_conn.h"
 #include "cw_worker_hostcb.h"
@@ -43,6 +44,20 @@
 // 32 unanswered callbacks). At most this many callback launches are in
 // flight; the rest wait as throttled multi-device launches do.
 #define CW__MAX_HOSTCB_LAUNCHES 16
+// Execute may block its caller. A multi-device one waits until XLA's pool
+// has taken each device's part, and the pool's max(cores, devices) threads
+// may all be busy: running a long program's parts (a training step of
+// seconds: the loop then missed its heartbeats and the worker was declared
+// dead), or waiting in a collective for a part whose host callback needs
+// this loop to carry its request (a deadlock; a helper's audit). A
+// single-device one blocks on its device's semaphore at 32 in flight. So
+// Execute runs on the dispatch thread (one: calls stay in issue order)
+// while launches wait there already, for a multi-device launch while any
+// launch is in flight (XLA's pool may be busy), and for a single-device one
+// at this many in flight; otherwise on the loop, which saves a sync call
+// two thread hand-offs. (Launches that may call back have their own
+// threads.)
+#define CW__INLINE_MAX_IN_FLIGHT 16
 
 struct cw_launch_s {
   cw_launch_t* next;
@@ -400,11 +415,11 @@ static void cw__launch_executed(cw_worker_t* w, cw__issue_t* is) {
     cw_status_t st = is->status;
     is->status = NULL;
     cw__issue_free(is);
+    w->launches_in_flight--;
     cw__launch_fail(w, l, st);
     return;
   }
   w->launches++;
-  w->launches_in_flight++;  // until every device's event fires
   // The donated inputs' memory is the outputs' now.
   for (size_t a = 0; a < na; ++a) {
     for (size_t d = 0; is->donate[a] && d < nd; ++d) {
@@ -418,15 +433,20 @@ static void cw__launch_executed(cw_worker_t* w, cw__issue_t* is) {
   cw__issue_free(is);
 }
 
-// Loop thread: an Execute that ran on a host-callback thread is back.
+// Loop thread: an Execute that ran on a host-callback thread or the
+// dispatch thread is back.
 static void cw__launch_back(cw_worker_t* w, void* user, cw_status_t status) {
   cw_status_free(status);  // always OK
-  cw__launch_executed(w, user);
+  cw__issue_t* is = user;
+  if (!is->l->hostcb) w->dispatching--;
+  cw__launch_executed(w, is);
   cw_worker_job_done(w);
   cw__launch_unthrottle(w);  // a failed one ended here, not at its events
+  // Launches issued while this one waited there may run on the loop again.
 }
 
-// Host-callback thread: Execute may call back and wait for the client.
+// Host-callback or dispatch thread: Execute may block (see
+// CW__INLINE_MAX_IN_FLIGHT), or call back and wait for the client.
 static void cw__launch_off_loop(void* user) {
   cw__issue_t* is = user;
   cw_worker_t* w = is->l->conn->w;
@@ -477,25 +497,48 @@ static void cw__launch_issue(cw_worker_t* w, cw_launch_t* l, cw_store_entry_t* e
   }
   cw__launch_donations(w, l, exe, is->donate);
   l->trace_start_ns = cw_time_now_ns();
-  if (!exe->host_callbacks) {
+  bool inline_ok = !w->dispatching && (nd == 1 ? w->launches_in_flight < CW__INLINE_MAX_IN_FLIGHT
+                                                : w->launches_in_flight == 0);
+  w->launches_in_flight++;  // until every device's event fires, or it fails
+  if (!exe->host_callbacks && (inline_ok || !w->dispatch)) {
     cw__issue_execute(w, is);
     cw__launch_executed(w, is);
     return;
   }
-  // It may call back: XLA may run it inline on the calling thread, and its
-  // handler waits for the client, whose request this loop must carry.
-  st = cw_worker_hostcb_launch_create(w, l->skey, l->req->host_callbacks, l->req->exe_id,
-                                      &l->hostcb);
-  if (!st) {
-    w->hostcb_launches++;  // until it ends (cw__launch_free)
+  if (!exe->host_callbacks) {
+    w->dispatching++;  // until it is back (cw__launch_back)
     cw_worker_job_started(w);
-    st = cw_worker_hostcb_run(w, cw__launch_off_loop, is);
-    if (st) cw_worker_job_done(w);
+    st = cw_pool_submit(w->dispatch, cw__launch_off_loop, is);
+    if (st) {
+      w->dispatching--;
+      cw_worker_job_done(w);
+    }
+  } else {
+    // It may call back: XLA may run it inline on the calling thread, and
+    // its handler waits for the client, whose request this loop must carry.
+    st = cw_worker_hostcb_launch_create(w, l->skey, l->req->host_callbacks, l->req->exe_id,
+                                        &l->hostcb);
+    if (!st) {
+      w->hostcb_launches++;  // until it ends (cw__launch_free)
+      cw_worker_job_started(w);
+      st = cw_worker_hostcb_run(w, cw__launch_off_loop, is);
+      if (st) cw_worker_job_done(w);
+    }
   }
   if (st) {
     cw__issue_free(is);
+    w->launches_in_flight--;
     cw__launch_fail(w, l, st);
   }
+}
+
+cw_status_t cw_worker_launch_start(cw_worker_t* w) {
+  return cw_pool_create("cw-dispatch", 1, &w->dispatch);
+}
+
+void cw_worker_launch_stop(cw_worker_t* w) {
+  cw_pool_release(w->dispatch);  // its launches ended with the loop
+  w->dispatch = NULL;
 }
 
 // Takes the head launch off the connection's queue.

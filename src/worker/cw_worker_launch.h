@@ -2,11 +2,16 @@
 // are pending entries at once; each connection's launches are issued to
 // PJRT in arrival order as their inputs become ready, stamped ones in the
 // island's stamp order (cw_worker_sched.c), a paused session's ones not at
-// all until it resumes, multi-device ones only while PJRT has room.
+// all until it resumes, multi-device ones only while PJRT has room. Calls
+// to Execute that may block go to a dispatch thread, never the loop.
 #ifndef CW_WORKER_LAUNCH_H_
 #define CW_WORKER_LAUNCH_H_
 
 #include "cw_worker_internal.h"
+
+// The dispatch thread (at start) and its end (after the loop ended).
+CW_MUST_USE cw_status_t cw_worker_launch_start(cw_worker_t* w);
+void cw_worker_launch_stop(cw_worker_t* w);
 
 void cw_worker_handle_launch(cw_net_conn_t* conn, const cw_frame_header_t* h,
                              ProtobufCMessage** msg);

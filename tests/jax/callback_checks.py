@@ -334,6 +334,44 @@ def cb_slow_beside() -> dict:
     return {"value": [result["slow"], fast], "fast_within_slow": fast_s < 2.5}
 
 
+def cb_island_beside_waiting_callback() -> dict:
+    """A program over one island whose callback waits (its other devices wait
+    in a collective for it: XLA's pool is full), and beside it a program
+    without callbacks over the same devices, dispatched while the callback
+    waits. The worker called the second one's Execute on its loop, which
+    then waited for XLA's pool and could not carry the callback's answer: a
+    deadlock, until the worker was declared dead. The same wait made a
+    training step longer than the heartbeat timeout kill its worker."""
+    devs = np.array(checks.islands()[0])
+    mesh = Mesh(devs, ("d",))
+    entered, release = threading.Event(), threading.Event()
+
+    def held(v):
+        entered.set()
+        release.wait(30)
+        return (np.asarray(v) % 1000).astype(np.int32)
+    f = jax.jit(lambda v: jax.pure_callback(held, jax.ShapeDtypeStruct(v.shape, v.dtype), v,
+                                            vmap_method="sequential") + 1)
+    g = jax.jit(lambda v: (v * 3 + 1) % 1000)
+    x = jax.device_put(np.arange(64 * 16, dtype=np.int32).reshape(64, 16),
+                       NamedSharding(mesh, P("d")))
+    np.asarray(g(x))  # compiled before the race
+    result = {}
+
+    def run_held():
+        result["held"] = np.asarray(f(x))
+    th = threading.Thread(target=run_held)
+    th.start()
+    if not entered.wait(30):
+        release.set()
+        raise RuntimeError("the callback was never called")
+    y = g(x)  # dispatched while the callback waits
+    time.sleep(1.0)  # long enough for the launch to reach the worker
+    release.set()
+    th.join(60)
+    return {"value": [result.get("held"), np.asarray(y)], "sharding": checks.sharding_desc(y)}
+
+
 def cb_sharded_jit(partitioned: bool = False) -> dict:
     """Callbacks in a jit over an array sharded across one island's devices:
     pure_callback and debug.print (JAX gathers to one device), and with

@@ -157,6 +157,11 @@ def test_slow_callback_stalls_nothing_else(cref, ccw):
 
 
 @proxy_refuses
+def test_island_program_beside_a_waiting_callback(cref, ccw):
+    both(cref, ccw, "cb_island_beside_waiting_callback")
+
+
+@proxy_refuses
 def test_callbacks_in_sharded_jit(cref, ccw):
     both(cref, ccw, "cb_sharded_jit")
     assert "cw-cb-sharded total=" in ccw.log_text()
