@@ -33,3 +33,34 @@ def test_reading_a_result_that_is_not_ready_keeps_the_worker_alive():
     env["CAUSEWAY_HEARTBEAT_MS"] = "100"
     got, _ = harness.run_job(JOB, env)
     assert got == want
+
+
+# A program over every device of a worker (the embedded cluster's first of
+# two holds 4) holds all of XLA's pool threads (max(cores, devices)) while
+# it runs, and a multi-device Execute waits for
+# that pool to take its parts: the second step, queued behind the first as
+# JAX dispatches ahead, made the worker's loop wait out the whole first
+# step. It is handed to the worker's dispatch thread now.
+STEPS = r"""
+import json
+import numpy as np
+import jax, jax.numpy as jnp
+from jax import lax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+mesh = Mesh(np.array(jax.devices()[:4]), ("d",))  # every device of the first worker
+f = jax.jit(lambda x: lax.fori_loop(0, 1500, lambda i, v: jnp.sin(v) * 1.5 + 0.25, x))
+x = jax.device_put(jnp.linspace(0, 1, 1 << 20, dtype=jnp.float32), NamedSharding(mesh, P("d")))
+f(x).block_until_ready()  # compiled
+y = f(f(x))  # the second step is dispatched while the first runs
+total = np.asarray(jnp.sum(y))
+print("RESULT " + json.dumps({"sum": total.view(np.uint32).tolist(), "devices": len(y.devices())}))
+"""
+
+
+def test_a_step_queued_behind_a_long_one_keeps_the_worker_alive():
+    want, _ = harness.run_job(STEPS, harness.stock_env())
+    env = harness.causeway_env()
+    env["CAUSEWAY_WORKER_TIMEOUT_MS"] = "2000"
+    env["CAUSEWAY_HEARTBEAT_MS"] = "100"
+    got, _ = harness.run_job(STEPS, env)
+    assert got == want and got["devices"] > 1, (got, want)
