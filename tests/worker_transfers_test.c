@@ -271,11 +271,47 @@ static void test_delete_while_launch_waits_for_compile(void** state) {
   ASSERT_OK(cw_client_flush(g.cb));
 }
 
+// The client's word that an EXPECT-ed buffer's PUT will not come (its
+// SEND failed at the source): a read waiting for it fails with that error
+// instead of waiting for good; a buffer filled or unknown is left alone.
+static void test_expect_failed(void** state) {
+  (void)state;
+  uint64_t x = new_id(), y = new_id();
+  completion_t expected = {0};
+  ASSERT_OK(cw_client_expect(g.cb, x, on_done, &expected));
+  ASSERT_OK(finish(g.cb, &expected));
+  uint8_t sink_bytes[16];
+  cw_client_sink_t sink = {.data = sink_bytes, .capacity = sizeof(sink_bytes)};
+  Causeway__V1__DownloadRequest dl = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
+  dl.buffer_id = x;
+  completion_t downloaded = {0};
+  ASSERT_OK(cw_client_send(g.cb, CW_MSG_DOWNLOAD, &dl.base, NULL, 0, &sink, on_done, &downloaded,
+                           NULL));
+  Causeway__V1__ErrorReply er = CAUSEWAY__V1__ERROR_REPLY__INIT;
+  er.code = CW_ABORTED;
+  er.message = "the copy failed at its source";
+  uint64_t ids[2] = {x, y};  // y: never expected
+  for (int i = 0; i < 2; ++i) {
+    Causeway__V1__ExpectRequest ex = CAUSEWAY__V1__EXPECT_REQUEST__INIT;
+    ex.buffer_id = ids[i];
+    ex.error = &er;
+    uint64_t req = 0;
+    ASSERT_OK(cw_client_send(g.cb, CW_MSG_EXPECT, &ex.base, NULL, 0, NULL, NULL, NULL, &req));
+    ASSERT_OK(cw_client_wait(g.cb, req, NULL, NULL));
+  }
+  expect_error(finish(g.cb, &downloaded), "the copy failed at its source", "the waiting read");
+  uint8_t sink1[16];
+  size_t got = 0;
+  expect_error(cw_client_download(g.cb, y, sink1, sizeof(sink1), &got, NULL), "not found",
+               "the id never expected");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_worker_to_worker_send),
       cmocka_unit_test(test_copy_to_other_device),
       cmocka_unit_test(test_delete_while_requests_wait),
+      cmocka_unit_test(test_expect_failed),
       cmocka_unit_test(test_delete_while_launch_waits_for_compile),
       cmocka_unit_test(itest_test_clean_shutdown),
   };

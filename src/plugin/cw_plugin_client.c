@@ -33,6 +33,9 @@ static cw_status_t cw__oom(void) { return cw_make_status(CW_RESOURCE_EXHAUSTED, 
 
 static void cw__client_free(cw_plugin_client_t* c) {
   if (!c) return;
+  pthread_mutex_lock(&c->teardown_mu);
+  c->closing = true;
+  pthread_mutex_unlock(&c->teardown_mu);
   // The controller first: failing its pending launches may still send seq
   // fillers on the worker connections, which must be alive for that.
   cw_plugin_resume_stop(c);
@@ -55,6 +58,7 @@ static void cw__client_free(cw_plugin_client_t* c) {
   if (c->cluster) cw_plugin_cluster_stop(c->cluster);
   cw_tls_release(c->tls);
   cw_settings_deinitialize(&c->settings);
+  pthread_mutex_destroy(&c->teardown_mu);
   free(c);
 }
 
@@ -274,6 +278,7 @@ PJRT_Error* cw_plugin_client_create(PJRT_Client_Create_Args* args) {
   cw_plugin_client_t* c = calloc(1, sizeof(*c));
   if (!c) return cw_plugin_error_from_status(cw__oom());
   atomic_init(&c->next_id, 1);
+  pthread_mutex_init(&c->teardown_mu, NULL);
   cw__settings_warn_once();
   cw_status_t s = cw_settings_initialize(&c->settings, CW_SCOPE_PLUGIN);
   if (s) s = cw_status_annotate(s, "causeway");

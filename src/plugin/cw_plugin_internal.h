@@ -154,6 +154,11 @@ struct cw_plugin_client_s {
   // set whenever the event comes, even before `ready` or while a resume mutes
   // events, and never cleared, so no SessionInfo applied later brings one back.
   _Atomic bool leases_withdrawn;
+  // Set (under teardown_mu) before the connections are released: a reply
+  // callback that would send on another worker's connection sends under
+  // teardown_mu, and not once this is set (cw_plugin_transfer.c).
+  pthread_mutex_t teardown_mu;
+  bool closing;
 };
 
 // Next object id (never 0, never reused).

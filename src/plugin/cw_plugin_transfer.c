@@ -7,6 +7,7 @@
 
 #include "cw_array.h"
 #include "cw_log.h"
+#include "cw_messages.h"
 #include "cw_plugin_buffer.h"
 #include "cw_plugin_error.h"
 #include "cw_plugin_event.h"
@@ -35,7 +36,39 @@ typedef struct cw__op_s {
   uint16_t type;
   uint64_t seq, bytes;
   bool errors_only;  // success is reported by a sibling request
+  // A SEND: on its failure the destination worker's EXPECT-ed buffer is
+  // failed too (else what waits for it there, a read, waits for good).
+  cw_plugin_worker_t* expect_at;
+  uint64_t expect_id;
+  // A read: if it fails and the buffer's own future has failed, the
+  // buffer's error is the read's (a read that waited for a copy whose SEND
+  // failed hears the SEND's error, not the destination's echo of it).
+  cw_plugin_future_t* prefer;
 } cw__op_t;
+
+// Tells `w` that the PUT filling `id` will not come (a SEND's failure; on
+// the source worker's reader thread). Not while the client is released: w's
+// connection may be gone, and nothing waits there any more. ABORTED, not the
+// SEND's UNAVAILABLE: an error from `w` that names w's address would read as
+// w's own loss (cw_plugin_worker_map_error).
+static void cw__expect_failed(cw_plugin_worker_t* w, uint64_t id, cw_status_t send_error) {
+  Causeway__V1__ExpectRequest ex = CAUSEWAY__V1__EXPECT_REQUEST__INIT;
+  Causeway__V1__ErrorReply er;
+  cw_status_t why = cw_make_status(CW_ABORTED, "the copy into buffer %llu failed at its source: "
+                                   "%s", (unsigned long long)id, cw_status_message(send_error));
+  cw_error_reply_fill(&er, why);
+  ex.buffer_id = id;
+  ex.error = &er;
+  cw_plugin_client_t* c = w->client;
+  pthread_mutex_lock(&c->teardown_mu);
+  if (!c->closing) {
+    // A lost destination fails what waits there itself.
+    cw_status_free(cw_plugin_worker_send(w, CW_MSG_EXPECT, &ex.base, &ex.seq, NULL, 0, NULL,
+                                         NULL, NULL));
+  }
+  pthread_mutex_unlock(&c->teardown_mu);
+  cw_status_free(why);
+}
 
 static void cw__op_cb(void* user, cw_status_t status, const ProtobufCMessage* reply) {
   (void)reply;
@@ -46,10 +79,23 @@ static void cw__op_cb(void* user, cw_status_t status, const ProtobufCMessage* re
                                  op->bytes);
   }
   status = cw_plugin_worker_map_error(op->w, status);
+  if (status && op->prefer && cw_plugin_future_is_done(op->prefer)) {
+    cw_status_t own = cw_plugin_future_wait(op->prefer);
+    if (own) {
+      cw_status_free(status);
+      status = own;
+    }
+  }
+  // The buffer's own future fails first: a read the poisoned buffer fails
+  // then finds it done (above).
+  cw_status_t poison = status && op->expect_at ? cw_status_clone(status) : NULL;
   if (status || !op->errors_only) {
     cw_plugin_future_complete(op->f, status);
   }
+  if (poison) cw__expect_failed(op->expect_at, op->expect_id, poison);
+  cw_status_free(poison);
   cw_plugin_future_release(op->f);
+  if (op->prefer) cw_plugin_future_release(op->prefer);
   free(op);
 }
 
@@ -63,20 +109,33 @@ static cw__op_t* cw__op_new(cw_plugin_future_t* f, cw_plugin_worker_t* w, bool e
   op->trace_t0 = 0;
   op->type = 0;
   op->seq = op->bytes = 0;
+  op->expect_at = NULL;
+  op->expect_id = 0;
+  op->prefer = NULL;
   return op;
 }
 
 static void cw__op_abandon(cw__op_t* op) {
   cw_plugin_future_release(op->f);
+  if (op->prefer) cw_plugin_future_release(op->prefer);
   free(op);
 }
 
-cw_status_t cw_plugin_transfer_send(cw_plugin_worker_t* w, uint16_t type, ProtobufCMessage* req,
-                                    uint64_t* seq, const struct iovec* bulk, int bulk_count,
-                                    const cw_client_sink_t* sink, cw_plugin_future_t* f,
-                                    bool errors_only) {
+// cw_plugin_transfer_send with a SEND's destination (expect_at, expect_id)
+// or a read's buffer future (prefer), each NULL when none.
+static cw_status_t cw__send(cw_plugin_worker_t* w, uint16_t type, ProtobufCMessage* req,
+                            uint64_t* seq, const struct iovec* bulk, int bulk_count,
+                            const cw_client_sink_t* sink, cw_plugin_future_t* f,
+                            bool errors_only, cw_plugin_worker_t* expect_at, uint64_t expect_id,
+                            cw_plugin_future_t* prefer) {
   cw__op_t* op = cw__op_new(f, w, errors_only);
   if (!op) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  op->expect_at = expect_at;
+  op->expect_id = expect_id;
+  if (prefer) {
+    cw_plugin_future_retain(prefer);
+    op->prefer = prefer;
+  }
   op->trace_t0 = cw_plugin_trace_on() ? cw_time_now_ns() : 0;
   op->type = type;
   for (int i = 0; op->trace_t0 && i < bulk_count; ++i) op->bytes += bulk[i].iov_len;
@@ -86,6 +145,13 @@ cw_status_t cw_plugin_transfer_send(cw_plugin_worker_t* w, uint16_t type, Protob
   cw_status_t s = cw_plugin_worker_send(w, type, req, seq, bulk, bulk_count, sink, cw__op_cb, op);
   if (s) cw__op_abandon(op);
   return s;
+}
+
+cw_status_t cw_plugin_transfer_send(cw_plugin_worker_t* w, uint16_t type, ProtobufCMessage* req,
+                                    uint64_t* seq, const struct iovec* bulk, int bulk_count,
+                                    const cw_client_sink_t* sink, cw_plugin_future_t* f,
+                                    bool errors_only) {
+  return cw__send(w, type, req, seq, bulk, bulk_count, sink, f, errors_only, NULL, 0, NULL);
 }
 
 // A process-lifetime completed future for done_with_host_buffer: the bytes
@@ -282,7 +348,8 @@ static cw_status_t cw__download(cw_plugin_buffer_t* b, void* dst, uint64_t offse
   cw_client_sink_t sink = {.data = dst, .capacity = (size_t)length, .exact = true,
                            .none_ok = req.peer_address != 0};
   cw_plugin_worker_t* w = b->device->worker;
-  s = cw_plugin_transfer_send(w, CW_MSG_DOWNLOAD, &req.base, &req.seq, NULL, 0, &sink, f, false);
+  s = cw__send(w, CW_MSG_DOWNLOAD, &req.base, &req.seq, NULL, 0, &sink, f, false, NULL, 0,
+               b->ready);
   if (s) {
     cw_plugin_future_release(f);
     return s;
@@ -463,10 +530,10 @@ static cw_status_t cw__buffer_copy(cw_plugin_buffer_t* b, cw_plugin_memory_t* dm
       req.dst_device = dst->local_id;
       req.dst_session = c->session_id;
       req.dst_memory_kind = kind;
-      s = cw_plugin_transfer_send(from, CW_MSG_SEND, &req.base, &req.seq, NULL, 0, NULL, ready,
-                                  false);
+      s = cw__send(from, CW_MSG_SEND, &req.base, &req.seq, NULL, 0, NULL, ready, false, to,
+                   nb->id, NULL);
       // The destination already expects the id: poison it rather than leave
-      // it pending forever.
+      // it pending forever (the buffer is freed below, which deletes it there).
       if (s) cw_plugin_future_complete(ready, cw_status_clone(s));
     }
   }

@@ -961,6 +961,21 @@ void cw_worker_handle_expect(cw_net_conn_t* nc, const cw_frame_header_t* h,
                              ProtobufCMessage** msg) {
   cw_conn_t* c = cw_net_conn_user(nc);
   const Causeway__V1__ExpectRequest* r = (const Causeway__V1__ExpectRequest*)*msg;
+  Causeway__V1__Ack ack = CAUSEWAY__V1__ACK__INIT;
+  ack.id = r->buffer_id;
+  if (r->error) {
+    // The PUT will not come: what waits for the buffer fails (one deleted
+    // while requests wait for it first, as a PUT would fill it).
+    cw_store_t* store = c->w->store;
+    cw_store_entry_t* e = cw_store_lookup_detached_put(store, c->session->key, r->buffer_id);
+    if (!e) e = cw_store_lookup(store, c->session->key, r->buffer_id);
+    if (e && e->kind == CW_STORE_BUFFER && e->state == CW_STORE_PENDING && e->awaits_put &&
+        !e->filling) {
+      cw_store_set_error(store, e, cw_error_reply_to_status(r->error, NULL));
+    }
+    cw_worker_reply(c, h->type, h->request_id, &ack.base);
+    return;
+  }
   cw_store_entry_t* e = cw_store_lookup(c->w->store, c->session->key, r->buffer_id);
   cw_status_t st = cw_ok_status();
   if (e && !(e->from_put && e->kind == CW_STORE_BUFFER)) {
@@ -973,8 +988,6 @@ void cw_worker_handle_expect(cw_net_conn_t* nc, const cw_frame_header_t* h,
     cw_worker_reply_error(c, h->type, h->request_id, cw_status_annotate(st, "EXPECT"));
     return;
   }
-  Causeway__V1__Ack ack = CAUSEWAY__V1__ACK__INIT;
-  ack.id = r->buffer_id;
   cw_worker_reply(c, h->type, h->request_id, &ack.base);
 }
 

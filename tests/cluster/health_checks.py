@@ -191,6 +191,19 @@ def link_compute() -> dict:
     return out
 
 
+def copy_across_then_read(src_worker: str, dst_worker: str) -> dict:
+    """An array moved from src_worker's device to dst_worker's (the workers
+    send the bytes), then read back from dst_worker, timed."""
+    src = next(d for d in jax.devices() if d.worker == src_worker)
+    dst = next(d for d in jax.devices() if d.worker == dst_worker)
+    a = np.arange(4096, dtype=np.float32)
+    x = jax.device_put(a, src)
+    x.block_until_ready()
+    out = checks._timed(lambda: np.asarray(jax.device_put(x, dst)))
+    out["expected"] = a
+    return out
+
+
 def link_compile_new() -> dict:
     """Compiles a program not seen before (the controller asks the worker),
     timed; nothing goes through this process's own link to the worker."""

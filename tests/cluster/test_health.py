@@ -251,6 +251,52 @@ def test_worker_link_lost_while_the_worker_heartbeats():
         cluster.stop()
 
 
+def test_read_of_a_copy_whose_send_failed():
+    # A copy across workers: the destination expects the array, the source
+    # sends it. When the source cannot reach the destination, the SEND fails,
+    # and the read already waiting at the destination waited for good: the
+    # client now tells the destination that the bytes will not come. Here a
+    # relay in front of the second worker lets the client's connection
+    # through but holds every new one silent, then closes it (a helper's
+    # audit found it with the destination out of file descriptors).
+    cluster = harness.HandCluster(workers=1, devices=2, tcp=True, **FAST)
+    addr = f"127.0.0.1:{harness.free_tcp_port()}"
+    relay = harness.TcpRelay(addr)
+    r = None
+    try:
+        cluster.start_worker("hand-worker-1", addr=addr,
+                             env={"CAUSEWAY_ADVERTISE": relay.address})
+        cluster.start_worker("hand-worker-2")
+        assert harness.wait_until(lambda: _ctl(cluster)["workers"] == 3, 30), cluster.logs()
+        r = _runner("health-send", cluster, CAUSEWAY_MIN_WORKERS="3")
+        first = r.call("copy_across_then_read", src_worker="hand-worker-0",
+                       dst_worker="hand-worker-1")
+        report = f"{first!r:.3000}\n{cluster.logs()}\n--- client ---\n{r.log_tail()}"
+        assert first["ok"] and np.array_equal(first["value"], first["expected"]), report
+        # The client's connections and hand-worker-0's to the destination
+        # stand; hand-worker-2 has none yet, and its first dial is refused.
+        relay.refuse_after = 2.0
+        got = r.call("copy_across_then_read", timeout=120, src_worker="hand-worker-2",
+                     dst_worker="hand-worker-1")
+        report = f"{got!r:.3000}\n{cluster.logs()}\n--- client ---\n{r.log_tail()}"
+        print(f"read of the failed copy: {got.get('error', '')[:400]} after "
+              f"{got['elapsed']:.2f} s")
+        assert relay.refused >= 1, report
+        assert not got["ok"] and "SEND" in got["error"], report
+        assert relay.address in got["error"], report
+        assert got["elapsed"] <= DEADLINE_S, report
+        # The session goes on: the same copy from the first worker, whose
+        # connection to the destination stands, reads back.
+        again = r.call("copy_across_then_read", src_worker="hand-worker-0",
+                       dst_worker="hand-worker-1")
+        assert again["ok"] and np.array_equal(again["value"], again["expected"]), again
+    finally:
+        relay.close()
+        if r is not None:
+            r.close()
+        cluster.stop()
+
+
 @pytest.mark.parametrize("relay", [False, True], ids=["direct", "relayed"])
 def test_controller_restart(relay):
     # Without reconnecting (CAUSEWAY_CONTROLLER_RECONNECT_MS=0: the client's

@@ -1072,7 +1072,9 @@ class TcpRelay:
     it). With `down_chunks`, only that many reads from the target are passed
     on per connection, the rest swallowed: a peer that says hello, then
     nothing. Setting `frozen` stops all forwarding, the connections left
-    open (a link that drops everything, while both ends live on)."""
+    open (a link that drops everything, while both ends live on). Setting
+    `refuse_after` to S makes each new connection silent for S seconds, then
+    closed, while those already open go on (a peer no new dialer reaches)."""
 
     def __init__(self, target: str, down_chunks: int | None = None):
         host, port = target.rsplit(":", 1)
@@ -1085,19 +1087,30 @@ class TcpRelay:
         self.up = bytearray()
         self.down = bytearray()
         self.connections = 0
+        self.refused = 0
         self.stop = False
         self.frozen = False
+        self.refuse_after: float | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
     def _run(self):
         pairs = {}
         passed = {}  # target-side socket -> reads passed on
+        held = {}  # refused socket -> when it closes
         while not self.stop:
+            now = time.monotonic()
+            for s in [s for s, t in held.items() if t <= now]:
+                del held[s]
+                s.close()
             r, _, _ = select.select([self.srv, *([] if self.frozen else pairs)], [], [], 0.05)
             for s in r:
                 if s is self.srv:
                     a, _ = self.srv.accept()
+                    if self.refuse_after is not None:
+                        held[a] = time.monotonic() + self.refuse_after
+                        self.refused += 1
+                        continue
                     b = socket.create_connection(self.target)
                     pairs[a], pairs[b] = (b, self.up), (a, self.down)
                     passed[b] = 0
@@ -1121,7 +1134,7 @@ class TcpRelay:
                     if self.down_chunks is not None and passed[s] > self.down_chunks:
                         continue
                 other.sendall(data)
-        for s in pairs:
+        for s in [*pairs, *held]:
             s.close()
         self.srv.close()
 
