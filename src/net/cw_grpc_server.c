@@ -1,5 +1,6 @@
 #include "cw_grpc_server.h"
 
+#include <inttypes.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -218,10 +219,22 @@ static void cw__on_writable(void* user, cw_grpc_call_t* call) {
 
 // --- Accepting ----------------------------------------------------------------------
 
+// Out of memory for a connection libuv holds: the pacer tries again.
+static void cw__accept_later(cw_grpc_server_t* s) {
+  uint64_t more = 0;
+  if (cw_net_pacer_retry(&s->pacer, &more)) {
+    CW_LOGE("out of memory accepting a connection; trying again every 100 ms (%" PRIu64
+            " more failures since the last such line)", more);
+  }
+}
+
 static void cw__accept_one(uv_stream_t* listener) {
   cw_grpc_server_t* s = listener->data;
   cw_grpc_conn_t* c = calloc(1, sizeof(*c));
-  if (!c) return;
+  if (!c) {
+    cw__accept_later(s);
+    return;
+  }
   c->server = s;
   if (s->is_pipe) {
     uv_pipe_init(listener->loop, &c->sock.pipe, 0);
@@ -235,8 +248,14 @@ static void cw__accept_one(uv_stream_t* listener) {
   c->next = s->conns;
   if (s->conns) s->conns->prev = c;
   s->conns = c;
+  // Accepted first: a connection libuv holds stops the listener until then.
+  if (uv_accept(listener, &c->sock.stream) < 0) {
+    cw__conn_close(c);
+    return;
+  }
   cw_status_t st = cw_grpc_session_create(&s->wrap, c, &s->o->grpc, &c->session);
-  if (st || uv_accept(listener, &c->sock.stream) < 0) {
+  if (st) {
+    CW_LOGE("refusing a connection: %s", cw_status_message(st));
     cw_status_free(st);
     cw__conn_close(c);
     return;

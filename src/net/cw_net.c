@@ -194,7 +194,13 @@ void cw_net_conn_close(cw_net_conn_t* c, cw_status_t reason) {
   if (c->cb.on_close) c->cb.on_close(c, reason);
 }
 
+int cw_net__test_failing_conn_allocs;
+
 cw_net_conn_t* cw_net__conn_create(cw_net_t* net, bool outbound, bool pipe) {
+  if (cw_net__test_failing_conn_allocs > 0) {
+    cw_net__test_failing_conn_allocs--;
+    return NULL;
+  }
   cw_net_conn_t* c = calloc(1, sizeof(*c));
   if (!c) return NULL;
   c->net = net;

@@ -193,6 +193,8 @@ void cw_net_pacer_initialize(cw_net_pacer_t* p, uv_loop_t* loop, uv_stream_t* li
   memset(p, 0, sizeof(*p));
   uv_idle_init(loop, &p->idle);
   p->idle.data = p;
+  uv_timer_init(loop, &p->retry);
+  p->retry.data = p;
   p->listener = listener;
   p->accept = accept;
   p->per_pass = per_pass ? per_pass : 1;
@@ -210,11 +212,34 @@ bool cw_net_pacer_take(cw_net_pacer_t* p) {
   return false;
 }
 
+static void cw__pacer_retry(uv_timer_t* t) {
+  cw_net_pacer_t* p = t->data;
+  p->used = 1;
+  p->accept(p->listener);
+}
+
+bool cw_net_pacer_retry(cw_net_pacer_t* p, uint64_t* out_suppressed) {
+  *out_suppressed = 0;
+  if (!p->open) return false;
+  uv_timer_start(&p->retry, cw__pacer_retry, 100, 0);
+  return cw_net_warn_limit_pass(&p->warn_retry, (int64_t)uv_now(p->retry.loop), 60 * 1000,
+                                out_suppressed);
+}
+
+static void cw__pacer_handle_closed(uv_handle_t* h) {
+  cw_net_pacer_t* p = h->data;
+  if (--p->closing > 0 || !p->done) return;
+  p->done((uv_handle_t*)&p->idle);
+}
+
 void cw_net_pacer_close(cw_net_pacer_t* p, uv_close_cb done) {
   if (!p->open) return;
   p->open = false;
   p->deferred = false;
-  uv_close((uv_handle_t*)&p->idle, done);
+  p->done = done;
+  p->closing = 2;
+  uv_close((uv_handle_t*)&p->idle, cw__pacer_handle_closed);
+  uv_close((uv_handle_t*)&p->retry, cw__pacer_handle_closed);
 }
 
 // --- Rate-limited warnings ---------------------------------------------------------

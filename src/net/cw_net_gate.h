@@ -96,14 +96,23 @@ size_t cw_net_gate_peer_count(const cw_net_gate_t* gate, const cw_net_peer_key_t
 
 // --- Accept pacing ------------------------------------------------------------
 
+typedef struct cw_net_warn_limit_s {
+  int64_t last_ms;
+  uint64_t suppressed;
+} cw_net_warn_limit_t;
+
 typedef struct cw_net_pacer_s {
   uv_idle_t idle;
+  uv_timer_t retry;  // an accept that could not take its connection tries again
   uv_stream_t* listener;
   void (*accept)(uv_stream_t* listener);  // takes the deferred connection (uv_accept)
   unsigned per_pass;
   unsigned used;
   bool deferred;
   bool open;
+  int closing;  // handles not yet closed
+  uv_close_cb done;
+  cw_net_warn_limit_t warn_retry;
 } cw_net_pacer_t;
 
 // `pacer` is caller storage that stays put until cw_net_pacer_close's close
@@ -114,17 +123,20 @@ void cw_net_pacer_initialize(cw_net_pacer_t* pacer, uv_loop_t* loop, uv_stream_t
 // pass has had its share (libuv then stops watching the listener until the
 // pacer's next idle pass hands the connection to `accept`).
 bool cw_net_pacer_take(cw_net_pacer_t* pacer);
-// Closes the idle handle; `done` (may be NULL) runs when it is closed.
+// The connection callback could not take its connection (out of memory):
+// libuv keeps it and stops watching the listener until an accept, so
+// `accept(listener)` runs again in 100 ms, and again while it fails. True
+// when the caller should log it now (once a minute; *out_suppressed: the
+// failures since the last line).
+bool cw_net_pacer_retry(cw_net_pacer_t* pacer, uint64_t* out_suppressed);
+// Closes the pacer's handles; `done` (may be NULL) runs once, when both are
+// closed, with the idle handle (data: the pacer).
 void cw_net_pacer_close(cw_net_pacer_t* pacer, uv_close_cb done);
 
 // --- Rate-limited warnings ---------------------------------------------------------
 
 // One warning per period for events a flood repeats (a line per refused
 // connection would be a flood of its own).
-typedef struct cw_net_warn_limit_s {
-  int64_t last_ms;
-  uint64_t suppressed;
-} cw_net_warn_limit_t;
 
 // True when a warning may be logged now; *out_suppressed (then reset) says
 // how many were held back since the last one.

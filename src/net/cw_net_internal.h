@@ -126,6 +126,9 @@ uint32_t cw_net__keepalive_start(cw_net_conn_t* c, uint32_t asked_ms);
 // cw_net.c, for cw_net_listen.c: a connection in the net's list (NULL
 // without memory); reading starts.
 cw_net_conn_t* cw_net__conn_create(cw_net_t* net, bool outbound, bool pipe);
+// Tests: the next this many cw_net__conn_create calls fail as out of memory
+// (loop thread only).
+extern int cw_net__test_failing_conn_allocs;
 void cw_net__conn_start_reading(cw_net_conn_t* c);
 
 // cw_net.c, for cw_net_tls.c: parses the plaintext in readahead (at most

@@ -235,6 +235,36 @@ static void test_accept_pacing(void** state) {
   }
 }
 
+// Out of memory for an accepted connection: libuv holds it and stops
+// watching the listener until an accept. The daemon never accepted again
+// (a helper's audit, an injected calloc failure); the pacer now tries again
+// every 100 ms, and the connection is served once memory is back.
+static void test_accept_out_of_memory(void** state) {
+  start_server();
+  cw_net__test_failing_conn_allocs = 3;
+  raw_t* r = raw_connect();
+  buf_t b = {0};
+  buf_hello(&b, "sesame", ROLE_CLIENT, 0, "later");
+  buf_ping(&b, 2, "hi");
+  assert_true(send(r->fd, b.p, b.len, 0) == (ssize_t)b.len);
+  WAIT(fx.num_peers == 1);
+  assert_int_equal(cw_net__test_failing_conn_allocs, 0);
+  frame_t f;
+  raw_next(r, &f);
+  assert_int_equal(f.h.type, CW_MSG_HELLO);
+  frame_free(&f);
+  raw_expect_pong(r, 2, "hi");
+  // The listener watches again: the next one is served at once.
+  raw_t* r2 = raw_connect();
+  assert_true(send(r2->fd, b.p, b.len, 0) == (ssize_t)b.len);
+  buf_free(&b);
+  WAIT(fx.num_peers == 2);
+  raw_next(r2, &f);
+  assert_int_equal(f.h.type, CW_MSG_HELLO);
+  frame_free(&f);
+  raw_expect_pong(r2, 2, "hi");
+}
+
 static void test_connect_to_dead_address(void** state) {
   start_client("sesame");
   // A port nobody listens on.
@@ -562,6 +592,7 @@ int main(void) {
       NET_TEST(test_prehello_memory),
       NET_TEST(test_per_peer_budget),
       NET_TEST(test_accept_pacing),
+      NET_TEST(test_accept_out_of_memory),
       NET_TEST(test_connect_to_dead_address),
       NET_TEST(test_silent_peer_times_out),
       NET_TEST(test_unix_paths),
