@@ -10,6 +10,7 @@
 #include "causeway_ffi.h"
 #include "cw_jaxlib_set.h"
 #include "cw_log.h"
+#include "cw_time.h"
 
 // XLA's words for a custom call without a handler (compile and load).
 #define CW__MISSING "No FFI handler registered for "
@@ -38,6 +39,10 @@ struct cw_handler_sets_s {
   bool jaxlib_off;      // "off"
   bool jaxlib_pending;  // found by itself, loads on first need
   char* jaxlib_error;   // why it did not load (NULL: loaded, or never tried)
+  // A load that failed is tried again on a need from this time on: the
+  // cause may pass (out of file descriptors or memory for a moment), and it
+  // was given up for the worker's life.
+  int64_t jaxlib_retry_ms;
 };
 
 // --- Specs -----------------------------------------------------------------------
@@ -335,6 +340,8 @@ static void cw__describe_locked(const cw_handler_sets_t* s, char* buf, size_t si
 #undef CW__PUT
 }
 
+#define CW__JAXLIB_RETRY_MS 2000
+
 bool cw_handler_sets_resolve(cw_handler_sets_t* s, bool may_retry, cw_status_t* io) {
   char target[512];
   if (!s || !*io || !cw__missing_target(cw_status_message(*io), target, sizeof(target))) {
@@ -343,13 +350,16 @@ bool cw_handler_sets_resolve(cw_handler_sets_t* s, bool may_retry, cw_status_t* 
   pthread_mutex_lock(&s->mu);
   // Registered since that compile began (another compile loaded jaxlib)?
   bool retry = may_retry && cw__has_locked(s, target);
-  if (may_retry && !retry && s->jaxlib_pending) {
+  if (may_retry && !retry && s->jaxlib_pending && cw_time_now_ms() >= s->jaxlib_retry_ms) {
     s->jaxlib_pending = false;
     CW_LOGI("custom call target %s: loading jaxlib's CPU kernels from %s", target, s->python);
     cw_status_t st = cw__load_jaxlib(s);
     if (st) {
-      CW_LOGW("jaxlib's CPU kernels did not load: %s", cw_status_message(st));
+      CW_LOGW("jaxlib's CPU kernels did not load (tried again on a need in %d s): %s",
+              CW__JAXLIB_RETRY_MS / 1000, cw_status_message(st));
       cw_status_free(st);
+      s->jaxlib_pending = true;
+      s->jaxlib_retry_ms = cw_time_now_ms() + CW__JAXLIB_RETRY_MS;
     }
     retry = cw__has_locked(s, target);
   }

@@ -137,10 +137,16 @@ static cw_status_t cw__load_libpython(const char* python) {
   snprintf(names[1], sizeof(names[1]), "%s/lib/libpython%s.so", base, want);
   snprintf(names[2], sizeof(names[2]), "libpython%s.so.1.0", want);  // the system's
   const char* last = "";
+  bool exists = false;  // a file that did not load: not a missing --enable-shared
   for (int i = 0; i < 3; ++i) {
     if (i < 2 && !cw__exists(names[i])) continue;
+    exists = exists || i < 2;
     if (dlopen(names[i], RTLD_NOW | RTLD_GLOBAL)) return cw_ok_status();
     last = dlerror();
+  }
+  if (exists || (last[0] && !strstr(last, "No such file"))) {
+    return cw_make_status(CW_UNAVAILABLE, "libpython%s for %s did not load: %s", want, python,
+                          last[0] ? last : "(no reason given)");
   }
   return cw_make_status(CW_NOT_FOUND,
                         "no shared libpython%s for %s (looked in %s/lib and the system's "

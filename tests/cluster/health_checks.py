@@ -204,6 +204,15 @@ def copy_across_then_read(src_worker: str, dst_worker: str) -> dict:
     return out
 
 
+def linalg_inv() -> dict:
+    """jnp.linalg.inv on the first device (LAPACK: jaxlib's kernels on the
+    worker), read back, timed."""
+    a = np.array([[4.0, 1.0], [2.0, 3.0]], dtype=np.float32)
+    out = checks._timed(lambda: np.asarray(jnp.linalg.inv(jax.device_put(a, jax.devices()[0]))))
+    out["expected"] = np.linalg.inv(a.astype(np.float64)).astype(np.float32)
+    return out
+
+
 def link_compile_new() -> dict:
     """Compiles a program not seen before (the controller asks the worker),
     timed; nothing goes through this process's own link to the worker."""

@@ -7,6 +7,7 @@ that do not reconnect (test_restart.py: clients that do)."""
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import time
 
@@ -294,6 +295,37 @@ def test_read_of_a_copy_whose_send_failed():
         relay.close()
         if r is not None:
             r.close()
+        cluster.stop()
+
+
+def test_jaxlib_kernels_load_after_a_passing_shortage():
+    # The worker loads jaxlib's LAPACK kernels at the first program that needs
+    # them. A load that failed for a passing cause (here: the worker out of
+    # file descriptors for a moment) was given up for the worker's life, with
+    # an error that blamed a Python built without --enable-shared (a helper's
+    # audit). It is tried again 2 s later, and the error says what happened.
+    cluster = harness.HandCluster(workers=1, devices=1, tcp=True, **FAST)
+    r = _runner("health-jaxlib", cluster, CAUSEWAY_MIN_WORKERS="1")
+    try:
+        first = r.call("link_compute")  # the session and XLA are up
+        assert first["ok"], first
+        pid = cluster.procs["hand-worker-0"].pid
+        limits = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (len(os.listdir(f"/proc/{pid}/fd")),
+                                                        limits[1]))
+        try:
+            short = r.call("linalg_inv", timeout=120)
+        finally:
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, limits)
+        report = f"{short!r:.3000}\n{cluster.logs()}\n--- client ---\n{r.log_tail()}"
+        assert not short["ok"] and "Too many open files" in short["error"], report
+        assert "enable-shared" not in short["error"], report
+        time.sleep(2.5)
+        got = r.call("linalg_inv", timeout=120)
+        report = f"{got!r:.3000}\n{cluster.logs()}\n--- client ---\n{r.log_tail()}"
+        assert got["ok"] and np.allclose(got["value"], got["expected"], rtol=1e-5), report
+    finally:
+        r.close()
         cluster.stop()
 
 
