@@ -146,7 +146,8 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
     [CW_SET_STAGING_CACHE_BYTES] = {"CAUSEWAY_STAGING_CACHE_BYTES", "CW_STAGING_CACHE_BYTES",
                                     CW__WRK, "staging-cache-bytes", CW_SETTING_INT, 0,
                                     1024 * GIB, "1073741824", false, false,
-                                    "freed bulk staging blocks (>= 1 MiB) kept for reuse"},
+                                    "freed bulk staging blocks (>= 1 MiB) kept for reuse "
+                                    "(unset: at most 1/16 of the memory the worker may use)"},
     [CW_SET_COMPILE_CACHE_DIR] = {"CAUSEWAY_COMPILE_CACHE_DIR", "CW_COMPILE_CACHE_DIR",
                                   CW__CTL | CW__PLG, "compile-cache-dir", CW_SETTING_STRING, 0,
                                   0, "", false, true,

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cw_host.h"
 #include "cw_log.h"
 #include "cw_proxy_internal.h"
 #include "cw_random.h"
@@ -240,42 +241,6 @@ static void cw__on_signal(uv_signal_t* sig, int signum) {
   uv_async_send(&p->wake);
 }
 
-// The memory this process may use: physical memory, or its memory cgroup's
-// limit (of its cgroup or one above; v1 or v2) where lower; 0 if unknown.
-static uint64_t cw__memory_bytes(void) {
-  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  uint64_t mem = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
-  char line[4096], cg[4096] = "";
-  const char* dir = NULL;  // where the memory controller is mounted
-  const char* file = NULL;
-  FILE* f = fopen("/proc/self/cgroup", "r");
-  while (f && fgets(line, sizeof(line), f)) {
-    const char* c = strchr(line, ':');
-    bool v1 = c && !strncmp(c + 1, "memory:", 7);
-    if (!v1 && (dir || strncmp(line, "0::", 3))) continue;  // (a v1 memory line wins)
-    snprintf(cg, sizeof(cg), "%s", strchr(c + 1, ':') + 1);
-    dir = v1 ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup";
-    file = v1 ? "memory.limit_in_bytes" : "memory.max";
-    if (v1) break;
-  }
-  if (f) fclose(f);
-  if (!dir) return mem;
-  size_t len = strcspn(cg, "\n");
-  for (;;) {
-    char path[8300];
-    snprintf(path, sizeof(path), "%s%.*s/%s", dir, (int)len, cg, file);
-    FILE* m = fopen(path, "r");
-    unsigned long long v;
-    // ("max", or v1's huge figure: no limit.)
-    if (m && fscanf(m, "%llu", &v) == 1 && (!mem || v < mem)) mem = v;
-    if (m) fclose(m);
-    if (len == 0) break;
-    while (len > 0 && cg[len - 1] != '/') len--;  // its parent
-    if (len > 0) len--;
-  }
-  return mem;
-}
-
 cw_status_t cw_proxy_create(const cw_settings_t* settings, cw_proxy_t** out) {
   *out = NULL;
   // A client that closes while an answer is written must not end the proxy.
@@ -307,7 +272,7 @@ cw_status_t cw_proxy_create(const cw_settings_t* settings, cw_proxy_t** out) {
   if (!p->host_buffer_budget) {
     // Half: the workers on the same host, and the client, need the rest.
     // (At least 64 MiB: a limit read as 0 or 1 must not refuse every buffer.)
-    uint64_t mem = cw__memory_bytes();
+    uint64_t mem = cw_host_memory_bytes();
     p->host_buffer_budget = !mem ? (size_t)16 << 30
                             : mem / 2 < ((uint64_t)64 << 20) ? (size_t)64 << 20
                                                               : (size_t)(mem / 2);

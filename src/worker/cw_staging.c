@@ -37,14 +37,20 @@ cw_status_t cw_staging_create(uint64_t cap, cw_staging_t** out) {
   return cw_ok_status();
 }
 
-void cw_staging_release(cw_staging_t* s) {
-  if (!s) return;
+static void cw__drop_all(cw_staging_t* s) {
   while (s->list) {
     cw__block_t* b = s->list;
     s->list = b->next;
     free(b->ptr);
     free(b);
   }
+  s->cached = 0;
+  s->blocks = 0;
+}
+
+void cw_staging_release(cw_staging_t* s) {
+  if (!s) return;
+  cw__drop_all(s);
   free(s);
 }
 
@@ -67,7 +73,12 @@ void* cw_staging_alloc(cw_staging_t* s, uint64_t size) {
   }
   void* p = NULL;
   size_t align = cls >= CW_STAGING_HUGE ? CW_STAGING_HUGE : CW__SMALL_ALIGN;
-  if (posix_memalign(&p, align, cls ? (size_t)cls : 1)) return NULL;
+  if (posix_memalign(&p, align, cls ? (size_t)cls : 1)) {
+    // Memory the cache keeps idle goes first.
+    if (!s->list) return NULL;
+    cw__drop_all(s);
+    if (posix_memalign(&p, align, cls ? (size_t)cls : 1)) return NULL;
+  }
 #ifdef MADV_HUGEPAGE
   // Fewer TLB misses and page faults for large arrays; advice only.
   if (cls >= CW_STAGING_HUGE) (void)madvise(p, (size_t)cls, MADV_HUGEPAGE);

@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "cw_handler_set.h"
+#include "cw_host.h"
 #include "cw_log.h"
 #include "cw_time.h"
 #include "cw_worker_conn.h"
@@ -261,6 +262,17 @@ static void cw__on_watch_eof(void* user) {
 
 // --- Lifecycle ------------------------------------------------------------------
 
+// Freed staging blocks kept for reuse: CAUSEWAY_STAGING_CACHE_BYTES, and
+// by default at most a sixteenth of the memory this process may use (a
+// 1 GiB cache kept idle in a 1.7 GB memory cgroup got the worker killed at
+// the next session's upload: a helper's audit).
+static uint64_t cw__staging_cache_bytes(const cw_settings_t* settings) {
+  uint64_t cap = (uint64_t)cw_settings_int(settings, CW_SET_STAGING_CACHE_BYTES);
+  if (cw_settings_given(settings, CW_SET_STAGING_CACHE_BYTES)) return cap;
+  uint64_t mem = cw_host_memory_bytes();
+  return mem && mem / 16 < cap ? mem / 16 : cap;
+}
+
 cw_status_t cw_worker_create(const cw_settings_t* settings, cw_worker_t** out) {
   *out = NULL;
   signal(SIGPIPE, SIG_IGN);
@@ -285,9 +297,7 @@ cw_status_t cw_worker_create(const cw_settings_t* settings, cw_worker_t** out) {
   };
   CW_RETURN_IF_ERROR(cw_handler_sets_create(&ho, w->pjrt, &w->handlers), "worker");
   CW_RETURN_IF_ERROR(cw_store_create(cw__release_handle, w, &w->store), "worker");
-  CW_RETURN_IF_ERROR(cw_staging_create(
-                         (uint64_t)cw_settings_int(settings, CW_SET_STAGING_CACHE_BYTES),
-                         &w->staging),
+  CW_RETURN_IF_ERROR(cw_staging_create(cw__staging_cache_bytes(settings), &w->staging),
                      "worker");
   CW_RETURN_IF_ERROR(cw_worker_mem_start(w), "worker");
   CW_RETURN_IF_ERROR(cw_worker_hostcb_start(w), "worker");

@@ -22,7 +22,9 @@ not taken for a lost link.
 """
 from __future__ import annotations
 
+import os
 import pathlib
+import tempfile
 import time
 
 import pytest
@@ -182,3 +184,54 @@ def test_wait_that_never_ends_times_out():
             if r is not None:
                 r.close()
         stop_checked(c)
+
+
+CGROUP_V1_MEMORY = "/sys/fs/cgroup/memory"
+
+
+def _memory_cgroup_usable() -> bool:
+    return (os.geteuid() == 0 and os.path.exists(os.path.join(CGROUP_V1_MEMORY, "cgroup.procs"))
+            and os.access(CGROUP_V1_MEMORY, os.W_OK))
+
+
+@pytest.mark.skipif(not _memory_cgroup_usable(),
+                    reason="needs root and cgroup v1's memory controller at /sys/fs/cgroup/memory "
+                           "(to start a worker inside a memory limit)")
+def test_staging_cache_fits_the_workers_memory_cgroup():
+    # Freed upload blocks are kept for reuse (1 GiB by default). In a memory
+    # cgroup of 600 MiB the block a 320 MiB upload left behind, idle, got the
+    # worker OOM-killed at the next session's 300 MiB upload, though each fit
+    # (a helper's audit). By default the cache now keeps at most a sixteenth
+    # of the memory the worker may use.
+    group = tempfile.mkdtemp(prefix="cw-test-", dir=CGROUP_V1_MEMORY)
+    cluster = None
+    try:
+        with open(os.path.join(group, "memory.limit_in_bytes"), "w") as f:
+            f.write(str(600 * MIB))
+        cluster = harness.HandCluster(workers=0, devices=1, tcp=True)
+        cluster.start_worker(W, wrap=("sh", "-c", 'echo $$ > "$0" && exec "$@"',
+                                      os.path.join(group, "cgroup.procs")))
+        assert harness.wait_until(lambda: len(status(cluster)["workers"]) == 1, 30), cluster.logs()
+        first = runner(cluster, "first")
+        try:
+            got = first.call("mem_hold", name="a", mib=320)
+            assert got["ok"], got
+        finally:
+            first.close()
+        second = runner(cluster, "second")
+        try:
+            got = second.call("mem_try_hold", name="b", mib=300, timeout=120)
+            report = f"{got!r:.2000}\n{cluster.logs()}"
+            assert got["error"] is None and got["ok"], report
+        finally:
+            second.close()
+        assert cluster.procs[W].poll() is None, cluster.logs()  # not OOM-killed
+    finally:
+        if cluster is not None:
+            cluster.stop()
+        for _ in range(50):
+            try:
+                os.rmdir(group)
+                break
+            except OSError:
+                time.sleep(0.1)

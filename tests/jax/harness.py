@@ -959,17 +959,19 @@ class HandCluster:
 
     def start_worker(self, name: str, addr: str | None = None, key: str | None = None,
                      devices: int | None = None, env: dict | None = None,
-                     wait: bool = True) -> str:
+                     wait: bool = True, wrap: tuple = ()) -> str:
         """Starts a worker called `name` (a replacement when one had that name),
         listening on `addr` (default: a fresh address), with `devices` (default:
         the cluster's) and environment `env` over the cluster's; its process is
-        procs[key or name]. Returns the address (once it listens, with `wait`)."""
+        procs[key or name], started through the command `wrap` when given (one
+        that ends by exec'ing its arguments). Returns the address (once it
+        listens, with `wait`)."""
         if addr is None:
             addr = (f"127.0.0.1:{free_tcp_port()}" if self.tcp
                     else os.path.join(self.dir, f"{name}-{len(self.procs)}.sock"))
         key = key or name
         self.addresses[key] = addr
-        self._spawn(key, [os.path.join(bin_dir(), "causeway-worker"),
+        self._spawn(key, [*wrap, os.path.join(bin_dir(), "causeway-worker"),
                           "--plugin", cpu_plugin(), "--devices",
                           str(self.devices if devices is None else devices),
                           "--listen", addr, "--name", name,
