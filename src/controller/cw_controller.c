@@ -209,6 +209,7 @@ cw_status_t cw_controller_create(const cw_settings_t* settings, cw_controller_t*
   int rc = uv_loop_init(&ctl->loop);
   if (rc < 0) return cw_make_status(CW_INTERNAL, "uv_loop_init: %s", uv_strerror(rc));
   ctl->loop_initialized = true;
+  CW_RETURN_IF_ERROR(cw_net_threadpool_start(&ctl->loop), "controller");
   ctl->worker_compiles = (uint32_t)cw_settings_int(settings, CW_SET_WORKER_COMPILES);
   CW_RETURN_IF_ERROR(cw_compile_cache_create(
                          (uint64_t)cw_settings_int(settings, CW_SET_COMPILE_CACHE_BYTES),

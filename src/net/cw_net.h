@@ -224,6 +224,13 @@ CW_MUST_USE cw_status_t cw_net_listen(cw_net_t* net, const char* address,
 CW_MUST_USE cw_status_t cw_net_parse_host_port(const char* address,
                                                struct sockaddr_storage* out_addr);
 
+// Starts libuv's thread pool now (compiles, disk and same-host copies run
+// on it). libuv starts it at the first uv_queue_work and aborts the
+// process, without a word, when it cannot create its threads (a thread
+// limit: ulimit -u, a pids cgroup): started at a daemon's start instead, it
+// fails there with RESOURCE_EXHAUSTED naming the limit. Once a process.
+CW_MUST_USE cw_status_t cw_net_threadpool_start(uv_loop_t* loop);
+
 // Binds `listener` (the caller's, initialized) to host:port `address` and
 // listens with `cb`; the bound host:port, port resolved, goes to
 // out_address. For the HTTP listeners (health and metrics, gRPC).

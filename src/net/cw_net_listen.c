@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -524,4 +525,48 @@ void cw_net_watch_stop(cw_net_watch_t* w) {
   w->started = false;
   w->fn = NULL;
   uv_close((uv_handle_t*)&w->pipe, NULL);
+}
+
+// --- libuv's thread pool ------------------------------------------------------------
+
+// Waits until the caller has made them all: they must be alive at once, as
+// libuv's will be.
+static void* cw__pool_probe(void* arg) {
+  pthread_mutex_t* hold = arg;
+  pthread_mutex_lock(hold);
+  pthread_mutex_unlock(hold);
+  return NULL;
+}
+static void cw__pool_work(uv_work_t* req) { (void)req; }
+static void cw__pool_done(uv_work_t* req, int status) { (void)req; (void)status; }
+
+cw_status_t cw_net_threadpool_start(uv_loop_t* loop) {
+  static uv_work_t req;  // once a process
+  static bool started;
+  if (started) return cw_ok_status();
+  // libuv's own count: UV_THREADPOOL_SIZE, 4 by default, within 1..1024.
+  const char* env = getenv("UV_THREADPOOL_SIZE");
+  long n = env && *env ? strtol(env, NULL, 10) : 4;
+  if (n < 1) n = 1;
+  if (n > 1024) n = 1024;
+  pthread_t t[1024];
+  pthread_mutex_t hold = PTHREAD_MUTEX_INITIALIZER;
+  pthread_mutex_lock(&hold);
+  long made = 0;
+  int rc = 0;
+  while (made < n && (rc = pthread_create(&t[made], NULL, cw__pool_probe, &hold)) == 0) {
+    made++;
+  }
+  pthread_mutex_unlock(&hold);
+  for (long i = 0; i < made; ++i) pthread_join(t[i], NULL);
+  if (rc) {
+    return cw_make_status(CW_RESOURCE_EXHAUSTED,
+                          "cannot start libuv's %ld worker threads (%s): the process's thread "
+                          "limit (ulimit -u, or its pids cgroup's pids.max) is too low",
+                          n, strerror(rc));
+  }
+  rc = uv_queue_work(loop, &req, cw__pool_work, cw__pool_done);
+  if (rc < 0) return cw_make_status(CW_INTERNAL, "uv_queue_work: %s", uv_strerror(rc));
+  started = true;
+  return cw_ok_status();
 }

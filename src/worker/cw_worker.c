@@ -287,6 +287,8 @@ cw_status_t cw_worker_create(const cw_settings_t* settings, cw_worker_t** out) {
   int rc = uv_loop_init(&w->loop);
   if (rc < 0) return cw_make_status(CW_INTERNAL, "uv_loop_init: %s", uv_strerror(rc));
   w->loop_initialized = true;
+  // Before the plugin's threads: libuv's get their place first.
+  CW_RETURN_IF_ERROR(cw_net_threadpool_start(&w->loop), "worker");
   CW_RETURN_IF_ERROR(cw_pjrt_create(cw_settings_string(settings, CW_SET_PLUGIN),
                                     (int)cw_settings_int(settings, CW_SET_DEVICES), &w->pjrt),
                      "worker");

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import subprocess
 import tempfile
 import time
 
@@ -229,6 +230,42 @@ def test_staging_cache_fits_the_workers_memory_cgroup():
     finally:
         if cluster is not None:
             cluster.stop()
+        for _ in range(50):
+            try:
+                os.rmdir(group)
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+CGROUP_V1_PIDS = "/sys/fs/cgroup/pids"
+
+
+@pytest.mark.skipif(not (os.geteuid() == 0 and os.access(CGROUP_V1_PIDS, os.W_OK)
+                         and os.path.exists(os.path.join(CGROUP_V1_PIDS, "cgroup.procs"))),
+                    reason="needs root and cgroup v1's pids controller at /sys/fs/cgroup/pids "
+                           "(to start a daemon under a thread limit)")
+def test_thread_limit_is_named_at_start():
+    # libuv starts its thread pool at the first queued job and aborts the
+    # process, without a word, when it cannot make its threads: the controller
+    # died at start (its compile-cache scan) and a worker at its first compile
+    # (a helper's audit). Both start the pool at start now and say why not.
+    group = tempfile.mkdtemp(prefix="cw-test-", dir=CGROUP_V1_PIDS)
+    try:
+        with open(os.path.join(group, "pids.max"), "w") as f:
+            f.write("3")
+        for daemon in ("causeway-controller", "causeway-worker"):
+            args = ["--listen", f"127.0.0.1:{harness.free_tcp_port()}"]
+            if daemon == "causeway-worker":
+                args += ["--plugin", harness.cpu_plugin(), "--controller", "127.0.0.1:1"]
+            p = subprocess.run(["sh", "-c", 'echo $$ > "$0" && exec "$@"',
+                                os.path.join(group, "cgroup.procs"),
+                                os.path.join(harness.bin_dir(), daemon), *args],
+                               capture_output=True, text=True, timeout=60)
+            assert p.returncode == 1, (daemon, p.returncode, p.stderr[-2000:])
+            assert "cannot start libuv's 4 worker threads" in p.stderr, (daemon, p.stderr[-2000:])
+            assert "pids.max" in p.stderr, p.stderr[-2000:]
+    finally:
         for _ in range(50):
             try:
                 os.rmdir(group)
