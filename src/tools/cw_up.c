@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -192,13 +193,15 @@ static char** cw__child_env(const char* token_var) {
 
 // Starts argv in a session of its own (it outlives our shell), stdin from
 // /dev/null, stdout and stderr appended to log_path.
+// ready_fd >= 0: the child gets it as descriptor 3 (for --ready-fd 3).
 static bool cw__spawn(char* const argv[], char* const envp[], const char* log_path,
-                      cw_up_proc_t* out) {
+                      int ready_fd, cw_up_proc_t* out) {
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 1, log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  if (ready_fd >= 0) posix_spawn_file_actions_adddup2(&fa, ready_fd, 3);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   sigset_t none, all;
@@ -394,6 +397,34 @@ static bool cw__wait_listening(const char* log_path, const cw_up_proc_t* p, cons
   }
 }
 
+// Reads a daemon's readiness line (--ready-fd) from `fd` until the deadline:
+// true with what follows `prefix` in out; false on EOF (it died) or timeout.
+static bool cw__wait_ready(int fd, const char* prefix, int64_t deadline_ms, char* out,
+                           size_t size) {
+  char line[PATH_MAX + 64];
+  size_t got = 0;
+  for (;;) {
+    int64_t left = deadline_ms - cw_time_now_ms();
+    if (left <= 0) return false;
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    int rc = poll(&pfd, 1, left > 1000 ? 1000 : (int)left);
+    if (rc < 0 && errno != EINTR) return false;
+    if (rc <= 0) continue;
+    ssize_t n = read(fd, line + got, sizeof(line) - 1 - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    got += (size_t)n;
+    line[got] = 0;
+    char* end = strchr(line, '\n');
+    if (end || got == sizeof(line) - 1) {
+      if (end) *end = 0;
+      if (strncmp(line, prefix, strlen(prefix)) != 0) return false;
+      snprintf(out, size, "%s", line + strlen(prefix));
+      return true;
+    }
+  }
+}
+
 // Polls the controller until `want` workers are registered and alive.
 static int cw__wait_workers(const char* address, const char* token, int want,
                             int64_t deadline_ms, const cw_up_state_t* st) {
@@ -480,26 +511,41 @@ static int cw__start_daemons(const cw_cli_args_t* a, const char* dir, const char
   snprintf(wrk_exe, sizeof(wrk_exe), "%s/causeway-worker", bin);
   if (a->listen) snprintf(listen, sizeof(listen), "%s", a->listen);
   else cw__path(listen, sizeof(listen), dir, "controller", ".sock");
-  char* ctl_argv[] = {ctl_exe, "--listen", listen, "--name", "controller", NULL, NULL, NULL};
+  char* ctl_argv[] = {ctl_exe, "--listen", listen, "--name", "controller", "--ready-fd", "3",
+                      NULL, NULL, NULL};
   if (a->metrics_listen) {
-    ctl_argv[5] = "--metrics-listen";
-    ctl_argv[6] = (char*)a->metrics_listen;
+    ctl_argv[7] = "--metrics-listen";
+    ctl_argv[8] = (char*)a->metrics_listen;
   }
   cw_up_proc_t* p = &st->procs[0];
   snprintf(p->name, sizeof(p->name), "controller");
   cw__path(log_path, sizeof(log_path), dir, p->name, ".log");
-  if (!cw__spawn(ctl_argv, envp, log_path, p)) return CW_CLI_FAILED;
+  // Its readiness comes on a pipe, not from its log, which a full disk
+  // leaves empty (up then waited out --timeout for a controller that ran).
+  int ready[2];
+  if (pipe2(ready, O_CLOEXEC) != 0) {
+    fprintf(stderr, "causeway: up: pipe: %s\n", strerror(errno));
+    return CW_CLI_FAILED;
+  }
+  bool spawned = cw__spawn(ctl_argv, envp, log_path, ready[1], p);
+  close(ready[1]);
+  if (!spawned) {
+    close(ready[0]);
+    return CW_CLI_FAILED;
+  }
   st->num_procs = 1;
-  if (!cw__wait_listening(log_path, p, "causeway-controller listening on ", deadline,
-                          st->controller, sizeof(st->controller))) {
+  bool listening = cw__wait_ready(ready[0], "listening on ", deadline, st->controller,
+                                  sizeof(st->controller));
+  close(ready[0]);
+  if (!listening) {
     fprintf(stderr, "causeway: the controller did not start listening\n");
     cw__print_log_tail(dir, "controller");
     return CW_CLI_FAILED;
   }
-  // The port it took (`:0` asks the kernel for one); the controller prints
-  // it before "listening".
+  // The port it took (`:0` asks the kernel for one); the controller logs it
+  // before it is ready, so one look (a full disk leaves no line).
   if (a->metrics_listen && !cw__wait_listening(log_path, p, "causeway-controller metrics on ",
-                                               deadline, metrics, metrics_size)) {
+                                               cw_time_now_ms(), metrics, metrics_size)) {
     snprintf(metrics, metrics_size, "(see %s)", log_path);
   }
   if (!cw__save_state(dir, st)) return CW_CLI_FAILED;
@@ -520,7 +566,7 @@ static int cw__start_daemons(const cw_cli_args_t* a, const char* dir, const char
                     "--listen", wlisten, "--name", p->name, "--controller", st->controller,
                     "--exit-with-controller", NULL};
     cw__path(log_path, sizeof(log_path), dir, p->name, ".log");
-    if (!cw__spawn(argv, envp, log_path, p)) return CW_CLI_FAILED;
+    if (!cw__spawn(argv, envp, log_path, -1, p)) return CW_CLI_FAILED;
     st->num_procs++;
   }
   if (!cw__save_state(dir, st)) return CW_CLI_FAILED;

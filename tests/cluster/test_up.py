@@ -170,6 +170,20 @@ def test_dead_cluster_replaced_and_failed_up_cleans_up(state_dir):
     assert not os.path.exists(d)
 
 
+def test_controller_log_on_a_full_disk(state_dir):
+    # The controller's log cannot be written (its disk is full: /dev/full
+    # stands in). up read the controller's address from that log, and so
+    # waited out --timeout and said the controller did not start, while it
+    # ran (a helper's audit). It reads the controller's readiness pipe now.
+    os.makedirs(state_dir, mode=0o700)
+    os.symlink("/dev/full", os.path.join(state_dir, "controller.log"))
+    up = tool("up", "--dir", state_dir, "--workers", "1", "--devices", "1", "--timeout", "20")
+    assert up.returncode == 0, up.stderr
+    ex = exports(up.stdout)
+    st = tool("status", env={**tool_env(), **ex})
+    assert st.returncode == 0 and "1 worker" in st.stdout, (st.stdout, st.stderr)
+
+
 def test_up_interrupted_while_starting_stops_what_it_started(state_dir, tmp_path):
     """`up` killed (Ctrl-C, a supervisor's SIGTERM) while its controller
     started: nothing recorded the controller yet, so it ran on where `down`
