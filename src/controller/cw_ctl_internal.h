@@ -154,6 +154,7 @@ struct cw_controller_s {
   bool shutting_down;
   const char* token;
   char name[64];
+  cw_net_warn_limit_t warn_link;  // "cannot connect to worker" (each link retries)
   cw_compile_cache_t* cache;
   cw_ctl_worker_t** workers;
   size_t num_workers;

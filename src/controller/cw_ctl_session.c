@@ -52,7 +52,13 @@ cw_net_conn_t* cw_ctl_link_open(cw_controller_t* ctl, cw_ctl_worker_t* w, uint64
                                   session_id, &cw__link_callbacks, w,
                                   cw_settings_int(ctl->settings, CW_SET_CONNECT_TIMEOUT_MS), &c);
   if (st) {
-    CW_LOGW("cannot connect to worker %s (%s): %s", w->name, w->address, cw_status_message(st));
+    // Once per 10 s: every session's link retries each second (94 lines in
+    // 12 s with the controller out of file descriptors, a helper's audit).
+    uint64_t more = 0;
+    if (cw_net_warn_limit_pass(&ctl->warn_link, cw_time_now_ms(), 10000, &more)) {
+      CW_LOGW("cannot connect to worker %s (%s): %s (%" PRIu64 " more such failures since the "
+              "last such line)", w->name, w->address, cw_status_message(st), more);
+    }
     cw_status_free(st);
     return NULL;
   }
