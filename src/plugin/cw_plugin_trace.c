@@ -14,6 +14,7 @@
 // process_name events); tids are lanes: the client's dispatch, transfer and
 // wait lanes, a worker's devices (tid = local device index) and its
 // transfer lanes.
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -311,10 +312,20 @@ static void cw__write(const cw__trace_state_t* st, const cw__tev_t* cev, size_t 
                                   ev->start_ns - st->origin_ns, ev->end_ns - ev->start_ns, args);
   }
   for (size_t i = 0; i < c->num_workers; ++i) cw__write_worker(&t, st, i);
+  errno = 0;
   bool ok = cw_plugin_trace_file_end(&t, cw__other_data(st, cdropped));
-  ok = (fclose(f) == 0) && ok;
-  if (!ok || rename(tmp, st->path) != 0) {
-    fprintf(stderr, "causeway: trace: writing %s failed\n", st->path);
+  int why = errno;  // a write's failure (ENOSPC), if one failed
+  if (fclose(f) != 0) {
+    ok = false;
+    why = errno;
+  }
+  if (ok && rename(tmp, st->path) != 0) {
+    ok = false;
+    why = errno;
+  }
+  if (!ok) {
+    fprintf(stderr, "causeway: trace: writing %s failed: %s\n", st->path,
+            why ? strerror(why) : "out of memory");
     unlink(tmp);
   }
 }
