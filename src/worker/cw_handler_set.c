@@ -234,10 +234,8 @@ static cw_status_t cw__load_jaxlib(cw_handler_sets_t* s) {
     snprintf(label, sizeof(label), "jaxlib (%s)", s->python);
     st = cw__register_table(s, label, table);
   }
-  if (st) {
-    free(s->jaxlib_error);
-    s->jaxlib_error = strdup(cw_status_message(st));
-  }
+  free(s->jaxlib_error);  // a load that works after one that failed: no stale reason
+  s->jaxlib_error = st ? strdup(cw_status_message(st)) : NULL;
   return st;
 }
 

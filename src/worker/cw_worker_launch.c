@@ -55,8 +55,8 @@
 // while launches wait there already, for a multi-device launch while any
 // launch is in flight (XLA's pool may be busy), and for a single-device one
 // at this many in flight; otherwise on the loop, which saves a sync call
-// two thread hand-offs. (Launches that may call back have their own
-// threads.)
+// two thread hand-offs. (Launches that may call back have threads of their
+// own; behind launches waiting here, the dispatch thread hands them on.)
 #define CW__INLINE_MAX_IN_FLIGHT 16
 
 struct cw_launch_s {
@@ -369,6 +369,7 @@ typedef struct cw__issue_s {
   PJRT_Event** events;
   bool* donate;
   cw_status_t status;
+  bool via_dispatch;  // counted in w->dispatching until it is back
 } cw__issue_t;
 
 static void cw__issue_free(cw__issue_t* is) {
@@ -438,11 +439,12 @@ static void cw__launch_executed(cw_worker_t* w, cw__issue_t* is) {
 static void cw__launch_back(cw_worker_t* w, void* user, cw_status_t status) {
   cw_status_free(status);  // always OK
   cw__issue_t* is = user;
-  if (!is->l->hostcb) w->dispatching--;
+  // Launches issued while this one waited there may run on the loop again.
+  if (is->via_dispatch) w->dispatching--;
   cw__launch_executed(w, is);
   cw_worker_job_done(w);
   cw__launch_unthrottle(w);  // a failed one ended here, not at its events
-  // Launches issued while this one waited there may run on the loop again.
+  cw__launch_prepare_ahead(w);  // as after an issue on the loop (the pump's)
 }
 
 // Host-callback or dispatch thread: Execute may block (see
@@ -455,6 +457,19 @@ static void cw__launch_off_loop(void* user) {
     // The loop has gone (shutdown timed out): nobody takes the outputs.
     CW_LOGE("launch of executable %" PRIu64 " finished after the worker's loop closed",
             is->l->req->exe_id);
+  }
+}
+
+// Dispatch thread: a launch that may call back, issued behind launches that
+// waited here, goes to its own thread only now, so its Execute starts after
+// theirs (an island's members issue in one order).
+static void cw__launch_hand_on(void* user) {
+  cw__issue_t* is = user;
+  cw_worker_t* w = is->l->conn->w;
+  cw_status_t st = cw_worker_hostcb_run(w, cw__launch_off_loop, is);
+  if (st) {
+    cw_status_free(st);
+    cw__launch_off_loop(is);  // no thread for it: here, holding up those behind
   }
 }
 
@@ -506,6 +521,7 @@ static void cw__launch_issue(cw_worker_t* w, cw_launch_t* l, cw_store_entry_t* e
     return;
   }
   if (!exe->host_callbacks) {
+    is->via_dispatch = true;
     w->dispatching++;  // until it is back (cw__launch_back)
     cw_worker_job_started(w);
     st = cw_pool_submit(w->dispatch, cw__launch_off_loop, is);
@@ -521,7 +537,14 @@ static void cw__launch_issue(cw_worker_t* w, cw_launch_t* l, cw_store_entry_t* e
     if (!st) {
       w->hostcb_launches++;  // until it ends (cw__launch_free)
       cw_worker_job_started(w);
-      st = cw_worker_hostcb_run(w, cw__launch_off_loop, is);
+      is->via_dispatch = w->dispatching > 0 && w->dispatch;
+      if (is->via_dispatch) {
+        w->dispatching++;
+        st = cw_pool_submit(w->dispatch, cw__launch_hand_on, is);
+        if (st) w->dispatching--;
+      } else {
+        st = cw_worker_hostcb_run(w, cw__launch_off_loop, is);
+      }
       if (st) cw_worker_job_done(w);
     }
   }
