@@ -135,6 +135,15 @@ static void test_copy_to_other_device(void** state) {
 // NOT_FOUND and may be created anew. (Stock PJRT lets a client destroy a
 // buffer once an execution using it is enqueued; JAX's DELETE of a dropped
 // array arrives exactly so.)
+// A DOWNLOAD of `id` into `sink`, answered into `done` (it may wait).
+static void send_download(cw_client_t* client, uint64_t id, cw_client_sink_t* sink,
+                          completion_t* done) {
+  Causeway__V1__DownloadRequest dl = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
+  dl.buffer_id = id;
+  ASSERT_OK(cw_client_send(client, CW_MSG_DOWNLOAD, &dl.base, NULL, 0, sink, on_done, done,
+                           NULL));
+}
+
 static void test_delete_while_requests_wait(void** state) {
   (void)state;
   const test_case_t* c = find_case("matmul_f32");
@@ -158,11 +167,8 @@ static void test_delete_while_requests_wait(void** state) {
   uint8_t* got_x = malloc(want_x->size + 1);
   assert_non_null(got_x);
   cw_client_sink_t sink = {.data = got_x, .capacity = want_x->size};
-  Causeway__V1__DownloadRequest dl = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
-  dl.buffer_id = x;
   completion_t downloaded = {0};
-  ASSERT_OK(cw_client_send(g.cb, CW_MSG_DOWNLOAD, &dl.base, NULL, 0, &sink, on_done, &downloaded,
-                           NULL));
+  send_download(g.cb, x, &sink, &downloaded);
   Causeway__V1__AwaitRequest aw = CAUSEWAY__V1__AWAIT_REQUEST__INIT;
   aw.buffer_id = x;
   ASSERT_OK(cw_client_send(g.cb, CW_MSG_AWAIT, &aw.base, NULL, 0, NULL, on_done, &awaited, NULL));
@@ -282,11 +288,8 @@ static void test_expect_failed(void** state) {
   ASSERT_OK(finish(g.cb, &expected));
   uint8_t sink_bytes[16];
   cw_client_sink_t sink = {.data = sink_bytes, .capacity = sizeof(sink_bytes)};
-  Causeway__V1__DownloadRequest dl = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
-  dl.buffer_id = x;
   completion_t downloaded = {0};
-  ASSERT_OK(cw_client_send(g.cb, CW_MSG_DOWNLOAD, &dl.base, NULL, 0, &sink, on_done, &downloaded,
-                           NULL));
+  send_download(g.cb, x, &sink, &downloaded);
   Causeway__V1__ErrorReply er = CAUSEWAY__V1__ERROR_REPLY__INIT;
   er.code = CW_ABORTED;
   er.message = "the copy failed at its source";

@@ -188,14 +188,26 @@ def test_wait_that_never_ends_times_out():
 
 
 CGROUP_V1_MEMORY = "/sys/fs/cgroup/memory"
+CGROUP_V1_PIDS = "/sys/fs/cgroup/pids"
 
 
-def _memory_cgroup_usable() -> bool:
-    return (os.geteuid() == 0 and os.path.exists(os.path.join(CGROUP_V1_MEMORY, "cgroup.procs"))
-            and os.access(CGROUP_V1_MEMORY, os.W_OK))
+def _cgroup_usable(controller: str) -> bool:
+    """Root, and a cgroup v1 controller mounted where we can make groups."""
+    return (os.geteuid() == 0 and os.path.exists(os.path.join(controller, "cgroup.procs"))
+            and os.access(controller, os.W_OK))
 
 
-@pytest.mark.skipif(not _memory_cgroup_usable(),
+def _remove_cgroup(group: str) -> None:
+    """Its directory goes once its last process has been reaped."""
+    for _ in range(50):
+        try:
+            os.rmdir(group)
+            return
+        except OSError:
+            time.sleep(0.1)
+
+
+@pytest.mark.skipif(not _cgroup_usable(CGROUP_V1_MEMORY),
                     reason="needs root and cgroup v1's memory controller at /sys/fs/cgroup/memory "
                            "(to start a worker inside a memory limit)")
 def test_staging_cache_fits_the_workers_memory_cgroup():
@@ -230,19 +242,10 @@ def test_staging_cache_fits_the_workers_memory_cgroup():
     finally:
         if cluster is not None:
             cluster.stop()
-        for _ in range(50):
-            try:
-                os.rmdir(group)
-                break
-            except OSError:
-                time.sleep(0.1)
+        _remove_cgroup(group)
 
 
-CGROUP_V1_PIDS = "/sys/fs/cgroup/pids"
-
-
-@pytest.mark.skipif(not (os.geteuid() == 0 and os.access(CGROUP_V1_PIDS, os.W_OK)
-                         and os.path.exists(os.path.join(CGROUP_V1_PIDS, "cgroup.procs"))),
+@pytest.mark.skipif(not _cgroup_usable(CGROUP_V1_PIDS),
                     reason="needs root and cgroup v1's pids controller at /sys/fs/cgroup/pids "
                            "(to start a daemon under a thread limit)")
 def test_thread_limit_is_named_at_start():
@@ -266,9 +269,4 @@ def test_thread_limit_is_named_at_start():
             assert "cannot start libuv's 4 worker threads" in p.stderr, (daemon, p.stderr[-2000:])
             assert "pids.max" in p.stderr, p.stderr[-2000:]
     finally:
-        for _ in range(50):
-            try:
-                os.rmdir(group)
-                break
-            except OSError:
-                time.sleep(0.1)
+        _remove_cgroup(group)

@@ -26,12 +26,19 @@ print("RESULT " + json.dumps({"sum": total.view(np.uint32).tolist()}))
 """
 
 
-def test_reading_a_result_that_is_not_ready_keeps_the_worker_alive():
-    want, _ = harness.run_job(JOB, harness.stock_env())
+def _stock_and_causeway(job: str):
+    """The job's result on stock JAX, and on causeway with the controller's
+    timeout at 2 s (20 heartbeats: room for a busy machine)."""
+    want, _ = harness.run_job(job, harness.stock_env())
     env = harness.causeway_env()
     env["CAUSEWAY_WORKER_TIMEOUT_MS"] = "2000"
     env["CAUSEWAY_HEARTBEAT_MS"] = "100"
-    got, _ = harness.run_job(JOB, env)
+    got, _ = harness.run_job(job, env)
+    return want, got
+
+
+def test_reading_a_result_that_is_not_ready_keeps_the_worker_alive():
+    want, got = _stock_and_causeway(JOB)
     assert got == want
 
 
@@ -58,9 +65,5 @@ print("RESULT " + json.dumps({"sum": total.view(np.uint32).tolist(), "devices": 
 
 
 def test_a_step_queued_behind_a_long_one_keeps_the_worker_alive():
-    want, _ = harness.run_job(STEPS, harness.stock_env())
-    env = harness.causeway_env()
-    env["CAUSEWAY_WORKER_TIMEOUT_MS"] = "2000"
-    env["CAUSEWAY_HEARTBEAT_MS"] = "100"
-    got, _ = harness.run_job(STEPS, env)
+    want, got = _stock_and_causeway(STEPS)
     assert got == want and got["devices"] > 1, (got, want)
