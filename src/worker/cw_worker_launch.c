@@ -58,6 +58,14 @@
 // two thread hand-offs. (Launches that may call back have threads of their
 // own; behind launches waiting here, the dispatch thread hands them on.)
 #define CW__INLINE_MAX_IN_FLIGHT 16
+// XLA's CPU client also runs a single-device program inline, on the calling
+// thread, when it counts under 1,000 flops: data movement counts none, so
+// `jnp.ones` of 2.2 GB filled its output on the loop for a second (five on a
+// busy machine: the worker was declared dead; JAX's pmap_test
+// testSizeOverflow, found by a conformance run). A launch that moves this
+// many bytes (inputs and outputs) costs milliseconds anyway: it goes to the
+// dispatch thread, whose hand-off is then noise.
+#define CW__INLINE_MAX_BYTES (16u << 20)
 
 struct cw_launch_s {
   cw_launch_t* next;
@@ -487,6 +495,19 @@ static cw_status_t cw__launch_check_exe(const cw_launch_t* l, const cw_store_ent
   return cw__launch_check_args(l, exe);
 }
 
+// The bytes a launch reads and writes: its inputs', and its outputs' when
+// the executable says (else what its inputs are is the guess).
+static uint64_t cw__launch_bytes(const cw_launch_t* l, const cw_store_entry_t* exe) {
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < l->num_devices * l->num_args; ++i) {
+    if (l->inputs[i]) bytes += l->inputs[i]->bytes;
+  }
+  for (size_t o = 0; exe->outputs_known && o < l->num_outputs; ++o) {
+    bytes += exe->output_bytes[o] * l->num_devices;
+  }
+  return bytes;
+}
+
 // All inputs and the executable are ready: execute. Takes `l`.
 static void cw__launch_issue(cw_worker_t* w, cw_launch_t* l, cw_store_entry_t* exe) {
   size_t nd = l->num_devices, na = l->num_args, no = l->num_outputs;
@@ -512,7 +533,8 @@ static void cw__launch_issue(cw_worker_t* w, cw_launch_t* l, cw_store_entry_t* e
   }
   cw__launch_donations(w, l, exe, is->donate);
   l->trace_start_ns = cw_time_now_ns();
-  bool inline_ok = !w->dispatching && (nd == 1 ? w->launches_in_flight < CW__INLINE_MAX_IN_FLIGHT
+  bool inline_ok = !w->dispatching && (nd == 1 ? w->launches_in_flight < CW__INLINE_MAX_IN_FLIGHT &&
+                                                      cw__launch_bytes(l, exe) < CW__INLINE_MAX_BYTES
                                                 : w->launches_in_flight == 0);
   w->launches_in_flight++;  // until every device's event fires, or it fails
   if (!exe->host_callbacks && (inline_ok || !w->dispatch)) {

@@ -67,3 +67,26 @@ print("RESULT " + json.dumps({"sum": total.view(np.uint32).tolist(), "devices": 
 def test_a_step_queued_behind_a_long_one_keeps_the_worker_alive():
     want, got = _stock_and_causeway(STEPS)
     assert got == want and got["devices"] > 1, (got, want)
+
+
+# XLA's CPU client runs a single-device program of under 1,000 flops on the
+# calling thread, and filling memory counts none: `jnp.ones` of 2.2 GB in
+# JAX's pmap_test (testSizeOverflow) filled it on the worker's loop, which
+# missed its heartbeats on a busy machine. Launches moving 16 MiB or more
+# go to the dispatch thread.
+FILL = r"""
+import json
+import jax, jax.numpy as jnp
+n = 1 << 32  # 4 GiB of int8 ones: no flops
+f = jax.jit(lambda: jnp.ones((n,), jnp.int8))
+g = jax.jit(lambda v: v[-1000:].astype(jnp.int32).sum())
+f.lower().compile()
+g.lower(jax.ShapeDtypeStruct((n,), jnp.int8)).compile()
+y = f()
+print("RESULT " + json.dumps({"sum": int(g(y))}))
+"""
+
+
+def test_filling_gigabytes_keeps_the_worker_alive():
+    want, got = _stock_and_causeway(FILL)
+    assert got == want == {"sum": 1000}, (got, want)
