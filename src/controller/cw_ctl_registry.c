@@ -48,10 +48,11 @@ void cw_ctl_worker_lost(cw_ctl_worker_t* w, const char* why) {
     ev.message = msg;
     cw_ctl_broadcast_event(ctl, &ev);
   }
-  // Closing the connections fails what is pending on them (UNAVAILABLE naming w).
-  cw_ctl_link_drop(&w->private_conn);
+  // Closing the connections fails what is pending on them (UNAVAILABLE naming
+  // w, and why: before, a compile heard only "closed").
+  cw_ctl_link_lose(&w->private_conn, msg);
   for (cw_ctl_session_t* s = ctl->sessions; s; s = s->next) {
-    if (w->index < s->num_links) cw_ctl_link_drop(&s->links[w->index]);
+    if (w->index < s->num_links) cw_ctl_link_lose(&s->links[w->index], msg);
   }
   cw_ctl_sched_pump(ctl, w->index);
   if (w->island != w->index) cw_ctl_sched_pump(ctl, w->island);  // its island's launches fail

@@ -66,13 +66,15 @@ cw_net_conn_t* cw_ctl_link_open(cw_controller_t* ctl, cw_ctl_worker_t* w, uint64
   return c;
 }
 
-void cw_ctl_link_drop(cw_net_conn_t** link) {
+void cw_ctl_link_lose(cw_net_conn_t** link, const char* why) {
   if (!*link) return;
   cw_net_conn_t* c = *link;
   *link = NULL;
-  cw_net_conn_close(c, NULL);
+  cw_net_conn_close(c, why ? cw_make_status(CW_UNAVAILABLE, "%s", why) : NULL);
   cw_net_conn_release(c);
 }
+
+void cw_ctl_link_drop(cw_net_conn_t** link) { cw_ctl_link_lose(link, NULL); }
 
 cw_ctl_session_t* cw_ctl_session_find(cw_controller_t* ctl, uint64_t id) {
   for (cw_ctl_session_t* s = ctl->sessions; s; s = s->next) {

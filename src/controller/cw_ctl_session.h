@@ -31,6 +31,9 @@ void cw_ctl_exe_forget(cw_ctl_session_t* s, uint64_t id);
 cw_net_conn_t* cw_ctl_link_open(cw_controller_t* ctl, cw_ctl_worker_t* w, uint64_t session_id);
 // Closes and releases *link (NULL is fine); sets it NULL.
 void cw_ctl_link_drop(cw_net_conn_t** link);
+// The same, for a worker that is lost: what is pending on it fails
+// UNAVAILABLE with `why` (the heartbeat's silence, say), not only "closed".
+void cw_ctl_link_lose(cw_net_conn_t** link, const char* why);
 // The connection to worker `index` in session `s`, opened on first use.
 cw_net_conn_t* cw_ctl_session_link(cw_ctl_session_t* s, uint32_t index);
 // The controller's own connection to `w` (compiles, STATS polls, ADMIN_*),
