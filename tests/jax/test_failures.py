@@ -165,8 +165,10 @@ import json, sys, time
 import jax.numpy as jnp
 x = jnp.arange(8.0)
 before = float(jnp.sum(x * 2))
-print("READY", flush=True)
 try:
+    # Inside the try: the test's Ctrl-C may land before this line ends (a
+    # CI run on a busy machine caught it there, uncaught).
+    print("READY", flush=True)
     time.sleep(120)
 except KeyboardInterrupt:  # what a program that saves its state on Ctrl-C does
     pass
