@@ -544,24 +544,25 @@ cw_status_t cw_net_threadpool_start(uv_loop_t* loop) {
   static uv_work_t req;  // once a process
   static bool started;
   if (started) return cw_ok_status();
-  // libuv's own count: UV_THREADPOOL_SIZE, 4 by default, within 1..1024.
+  // libuv's own count, read as libuv reads it: atoi of UV_THREADPOOL_SIZE
+  // into an unsigned (so "-1" is 1024), 0 is 1, at most 1024; unset: 4.
   const char* env = getenv("UV_THREADPOOL_SIZE");
-  long n = env && *env ? strtol(env, NULL, 10) : 4;
-  if (n < 1) n = 1;
+  unsigned n = env ? (unsigned)atoi(env) : 4;
+  if (n == 0) n = 1;
   if (n > 1024) n = 1024;
   pthread_t t[1024];
   pthread_mutex_t hold = PTHREAD_MUTEX_INITIALIZER;
   pthread_mutex_lock(&hold);
-  long made = 0;
+  unsigned made = 0;
   int rc = 0;
   while (made < n && (rc = pthread_create(&t[made], NULL, cw__pool_probe, &hold)) == 0) {
     made++;
   }
   pthread_mutex_unlock(&hold);
-  for (long i = 0; i < made; ++i) pthread_join(t[i], NULL);
+  for (unsigned i = 0; i < made; ++i) pthread_join(t[i], NULL);
   if (rc) {
     return cw_make_status(CW_RESOURCE_EXHAUSTED,
-                          "cannot start libuv's %ld worker threads (%s): the process's thread "
+                          "cannot start libuv's %u worker threads (%s): the process's thread "
                           "limit (ulimit -u, or its pids cgroup's pids.max) is too low",
                           n, strerror(rc));
   }

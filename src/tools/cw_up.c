@@ -527,6 +527,16 @@ static int cw__start_daemons(const cw_cli_args_t* a, const char* dir, const char
     fprintf(stderr, "causeway: up: pipe: %s\n", strerror(errno));
     return CW_CLI_FAILED;
   }
+  // Its write end above the child's 0-3: with stdio closed it could be 1 or
+  // 2, which the child's log then replaces before it becomes 3.
+  int high = fcntl(ready[1], F_DUPFD_CLOEXEC, 4);
+  close(ready[1]);
+  ready[1] = high;
+  if (high < 0) {
+    fprintf(stderr, "causeway: up: fcntl: %s\n", strerror(errno));
+    close(ready[0]);
+    return CW_CLI_FAILED;
+  }
   bool spawned = cw__spawn(ctl_argv, envp, log_path, ready[1], p);
   close(ready[1]);
   if (!spawned) {

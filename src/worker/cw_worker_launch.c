@@ -496,7 +496,7 @@ static cw_status_t cw__launch_check_exe(const cw_launch_t* l, const cw_store_ent
 }
 
 // The bytes a launch reads and writes: its inputs', and its outputs' when
-// the executable says (else what its inputs are is the guess).
+// the executable says (unknown: its inputs' alone).
 static uint64_t cw__launch_bytes(const cw_launch_t* l, const cw_store_entry_t* exe) {
   uint64_t bytes = 0;
   for (size_t i = 0; i < l->num_devices * l->num_args; ++i) {

@@ -257,16 +257,22 @@ def test_thread_limit_is_named_at_start():
     try:
         with open(os.path.join(group, "pids.max"), "w") as f:
             f.write("3")
-        for daemon in ("causeway-controller", "causeway-worker"):
+        # UV_THREADPOOL_SIZE read as libuv reads it: "-1" is 1024 threads.
+        for daemon, size, want in (("causeway-controller", None, 4), ("causeway-worker", None, 4),
+                                   ("causeway-controller", "-1", 1024)):
             args = ["--listen", f"127.0.0.1:{harness.free_tcp_port()}"]
             if daemon == "causeway-worker":
                 args += ["--plugin", harness.cpu_plugin(), "--controller", "127.0.0.1:1"]
+            env = {k: v for k, v in os.environ.items() if k != "UV_THREADPOOL_SIZE"}
+            if size is not None:
+                env["UV_THREADPOOL_SIZE"] = size
             p = subprocess.run(["sh", "-c", 'echo $$ > "$0" && exec "$@"',
                                 os.path.join(group, "cgroup.procs"),
                                 os.path.join(harness.bin_dir(), daemon), *args],
-                               capture_output=True, text=True, timeout=60)
+                               capture_output=True, text=True, timeout=60, env=env)
             assert p.returncode == 1, (daemon, p.returncode, p.stderr[-2000:])
-            assert "cannot start libuv's 4 worker threads" in p.stderr, (daemon, p.stderr[-2000:])
+            assert f"cannot start libuv's {want} worker threads" in p.stderr, \
+                (daemon, p.stderr[-2000:])
             assert "pids.max" in p.stderr, p.stderr[-2000:]
     finally:
         _remove_cgroup(group)

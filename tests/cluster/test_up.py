@@ -184,6 +184,20 @@ def test_controller_log_on_a_full_disk(state_dir):
     assert st.returncode == 0 and "1 worker" in st.stdout, (st.stdout, st.stderr)
 
 
+def test_up_with_stdio_closed(state_dir):
+    # Started with descriptors 0, 1 and 2 closed (a supervisor's way), up's
+    # readiness pipe came out as 1 and 2, which the controller's log then
+    # replaced in the child: up killed a healthy controller (the review).
+    sh = subprocess.run(["sh", "-c", 'exec 0<&- 1>&- 2>&-; exec "$0" "$@"',
+                         os.path.join(harness.bin_dir(), "causeway"), "up", "--dir", state_dir,
+                         "--workers", "1", "--devices", "1"], env=tool_env(), timeout=120)
+    assert sh.returncode == 0
+    ex = dict(line[len("export "):].split("=", 1)
+              for line in pathlib.Path(state_dir, "env").read_text().splitlines())
+    st = tool("status", env={**tool_env(), **ex})
+    assert st.returncode == 0 and "1 worker" in st.stdout, (st.stdout, st.stderr)
+
+
 def test_up_interrupted_while_starting_stops_what_it_started(state_dir, tmp_path):
     """`up` killed (Ctrl-C, a supervisor's SIGTERM) while its controller
     started: nothing recorded the controller yet, so it ran on where `down`
