@@ -533,9 +533,12 @@ static void cw__launch_issue(cw_worker_t* w, cw_launch_t* l, cw_store_entry_t* e
   }
   cw__launch_donations(w, l, exe, is->donate);
   l->trace_start_ns = cw_time_now_ns();
-  bool inline_ok = !w->dispatching && (nd == 1 ? w->launches_in_flight < CW__INLINE_MAX_IN_FLIGHT &&
-                                                      cw__launch_bytes(l, exe) < CW__INLINE_MAX_BYTES
-                                                : w->launches_in_flight == 0);
+  // On the loop only where Execute cannot block (CW__INLINE_MAX_IN_FLIGHT,
+  // CW__INLINE_MAX_BYTES).
+  bool inline_ok = !w->dispatching &&
+                   (nd == 1 ? w->launches_in_flight < CW__INLINE_MAX_IN_FLIGHT &&
+                                  cw__launch_bytes(l, exe) < CW__INLINE_MAX_BYTES
+                            : w->launches_in_flight == 0);
   w->launches_in_flight++;  // until every device's event fires, or it fails
   if (!exe->host_callbacks && (inline_ok || !w->dispatch)) {
     cw__issue_execute(w, is);
