@@ -1,6 +1,5 @@
 #include "cw_grpc_server.h"
 
-#include <inttypes.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -219,20 +218,11 @@ static void cw__on_writable(void* user, cw_grpc_call_t* call) {
 
 // --- Accepting ----------------------------------------------------------------------
 
-// Out of memory for a connection libuv holds: the pacer tries again.
-static void cw__accept_later(cw_grpc_server_t* s) {
-  uint64_t more = 0;
-  if (cw_net_pacer_retry(&s->pacer, &more)) {
-    CW_LOGE("out of memory accepting a connection; trying again every 100 ms (%" PRIu64
-            " more failures since the last such line)", more);
-  }
-}
-
 static void cw__accept_one(uv_stream_t* listener) {
   cw_grpc_server_t* s = listener->data;
   cw_grpc_conn_t* c = calloc(1, sizeof(*c));
   if (!c) {
-    cw__accept_later(s);
+    cw_net_pacer_retry(&s->pacer, "");
     return;
   }
   c->server = s;

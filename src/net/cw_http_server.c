@@ -1,13 +1,11 @@
 #include "cw_http_server.h"
 
-#include <inttypes.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cw_log.h"
 #include "cw_net.h"
 #include "cw_net_gate.h"
 
@@ -170,13 +168,7 @@ static void cw__accept_one(uv_stream_t* listener) {
   cw_http_server_t* s = listener->data;
   cw_http_conn_t* c = calloc(1, sizeof(*c));
   if (!c) {
-    // libuv keeps the connection and stops listening until an accept: the
-    // pacer tries again.
-    uint64_t more = 0;
-    if (cw_net_pacer_retry(&s->pacer, &more)) {
-      CW_LOGE("HTTP port: out of memory accepting a connection; trying again every 100 ms (%"
-              PRIu64 " more failures since the last such line)", more);
-    }
+    cw_net_pacer_retry(&s->pacer, "HTTP port: ");
     return;
   }
   c->server = s;

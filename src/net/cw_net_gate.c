@@ -3,9 +3,12 @@
 #include "cw_net_gate.h"
 
 #include <assert.h>
+#include <inttypes.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "cw_log.h"
 
 void cw_net_peer_key_from_sockaddr(const struct sockaddr* sa, cw_net_peer_key_t* out) {
   memset(out, 0, sizeof(*out));
@@ -218,12 +221,14 @@ static void cw__pacer_retry(uv_timer_t* t) {
   p->accept(p->listener);
 }
 
-bool cw_net_pacer_retry(cw_net_pacer_t* p, uint64_t* out_suppressed) {
-  *out_suppressed = 0;
-  if (!p->open) return false;
+void cw_net_pacer_retry(cw_net_pacer_t* p, const char* who) {
+  if (!p->open) return;
   uv_timer_start(&p->retry, cw__pacer_retry, 100, 0);
-  return cw_net_warn_limit_pass(&p->warn_retry, (int64_t)uv_now(p->retry.loop), 60 * 1000,
-                                out_suppressed);
+  uint64_t more = 0;
+  if (cw_net_warn_limit_pass(&p->warn_retry, (int64_t)uv_now(p->retry.loop), 60 * 1000, &more)) {
+    CW_LOGE("%sout of memory accepting a connection; trying again every 100 ms (%" PRIu64
+            " more failures since the last such line)", who, more);
+  }
 }
 
 static void cw__pacer_handle_closed(uv_handle_t* h) {

@@ -125,10 +125,9 @@ void cw_net_pacer_initialize(cw_net_pacer_t* pacer, uv_loop_t* loop, uv_stream_t
 bool cw_net_pacer_take(cw_net_pacer_t* pacer);
 // The connection callback could not take its connection (out of memory):
 // libuv keeps it and stops watching the listener until an accept, so
-// `accept(listener)` runs again in 100 ms, and again while it fails. True
-// when the caller should log it now (once a minute; *out_suppressed: the
-// failures since the last line).
-bool cw_net_pacer_retry(cw_net_pacer_t* pacer, uint64_t* out_suppressed);
+// `accept(listener)` runs again in 100 ms, and again while it fails. Logged
+// once a minute, with `who` (the listener: "" or "HTTP port: ").
+void cw_net_pacer_retry(cw_net_pacer_t* pacer, const char* who);
 // Closes the pacer's handles; `done` (may be NULL) runs once, when both are
 // closed, with the idle handle (data: the pacer).
 void cw_net_pacer_close(cw_net_pacer_t* pacer, uv_close_cb done);

@@ -142,13 +142,7 @@ static void cw__accept_one(uv_stream_t* server) {
   cw_net_t* net = server->data;
   cw_net_conn_t* c = cw_net__conn_create(net, false, net->is_pipe);
   if (!c) {
-    // libuv keeps the connection and stops listening until an accept: the
-    // pacer tries again (before, the daemon never accepted again).
-    uint64_t more = 0;
-    if (cw_net_pacer_retry(&net->pacer, &more)) {
-      CW_LOGE("out of memory accepting a connection; trying again every 100 ms (%" PRIu64
-              " more failures since the last such line)", more);
-    }
+    cw_net_pacer_retry(&net->pacer, "");  // (before, the daemon never accepted again)
     return;
   }
   if (uv_accept(server, &c->h.stream) < 0) {

@@ -377,24 +377,19 @@ static void cw__print_log_tail(const char* dir, const char* name) {
 
 // --- up -------------------------------------------------------------------------
 
-// Waits for "<prefix>ADDR\n" in the daemon's log; false when it exited or
-// the deadline passed. Writes ADDR into out[size].
-static bool cw__wait_listening(const char* log_path, const cw_up_proc_t* p, const char* prefix,
-                               int64_t deadline_ms, char* out, size_t size) {
-  for (;;) {
-    char* text = cw__read_file(log_path);
-    const char* at = text ? strstr(text, prefix) : NULL;
-    const char* end = at ? strchr(at, '\n') : NULL;
-    if (end) {
-      at += strlen(prefix);
-      snprintf(out, size, "%.*s", (int)(end - at), at);
-      free(text);
-      return true;
-    }
-    free(text);
-    if (!cw__running(p) || cw_time_now_ms() >= deadline_ms) return false;
-    usleep(20 * 1000);
+// What follows `prefix` on its line of the log at `log_path`, once (no
+// waiting): false when the log has no such line.
+static bool cw__log_line(const char* log_path, const char* prefix, char* out, size_t size) {
+  char* text = cw__read_file(log_path);
+  const char* at = text ? strstr(text, prefix) : NULL;
+  const char* end = at ? strchr(at, '\n') : NULL;
+  bool found = end != NULL;
+  if (found) {
+    at += strlen(prefix);
+    snprintf(out, size, "%.*s", (int)(end - at), at);
   }
+  free(text);
+  return found;
 }
 
 // Reads a daemon's readiness line (--ready-fd) from `fd` until the deadline:
@@ -554,8 +549,8 @@ static int cw__start_daemons(const cw_cli_args_t* a, const char* dir, const char
   }
   // The port it took (`:0` asks the kernel for one); the controller logs it
   // before it is ready, so one look (a full disk leaves no line).
-  if (a->metrics_listen && !cw__wait_listening(log_path, p, "causeway-controller metrics on ",
-                                               cw_time_now_ms(), metrics, metrics_size)) {
+  if (a->metrics_listen &&
+      !cw__log_line(log_path, "causeway-controller metrics on ", metrics, metrics_size)) {
     snprintf(metrics, metrics_size, "(see %s)", log_path);
   }
   if (!cw__save_state(dir, st)) return CW_CLI_FAILED;
