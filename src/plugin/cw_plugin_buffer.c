@@ -57,10 +57,7 @@ cw_status_t cw_plugin_buffer_create(cw_plugin_client_t* c, cw_plugin_device_t* d
   b->mirror = NULL;
   // A new buffer on a replaced worker belongs to the replacement: connect
   // to it first (if it is not there yet, the buffer's request fails anyway).
-  if (atomic_load_explicit(&d->worker->dead, memory_order_acquire)) {
-    (void)cw_plugin_health_revive(d->worker);
-  }
-  b->epoch = atomic_load_explicit(&d->worker->epoch, memory_order_acquire);
+  b->epoch = cw_plugin_worker_epoch(d->worker);
   *out_buffer = b;
   return cw_ok_status();
 }
@@ -88,12 +85,7 @@ static void cw__buffer_delete(cw_plugin_buffer_t* b) {
   if (atomic_exchange_explicit(&b->deleted, true, memory_order_acq_rel)) return;
   // Batched; a dead worker already freed everything of this session (and
   // one from before a replacement is not on the new worker at all).
-  cw_status_t stale = cw_plugin_buffer_check_epoch(b);
-  if (stale) {
-    cw_status_free(stale);
-    return;
-  }
-  cw_plugin_worker_delete(b->device->worker, b->id, cw_plugin_buffer_device_bytes(b));
+  cw_plugin_worker_delete(b->device->worker, b->epoch, b->id, cw_plugin_buffer_device_bytes(b));
 }
 
 PJRT_Error* cw_plugin_buffer_destroy(PJRT_Buffer_Destroy_Args* args) {

@@ -564,8 +564,9 @@ PJRT_Error* cw_plugin_loaded_destroy(PJRT_LoadedExecutable_Destroy_Args* args) {
     req.n_ids = 1;
     req.ids = &id;
     *d = (cw__exe_deleted_t){e->client, e->id};
-    cw_status_t s = cw_plugin_worker_send_ordered(e->worker, false, CW_MSG_DELETE, &req.base,
-                                                  &req.seq, cw__deleted_cb, d);
+    cw_status_t s =
+        cw_plugin_worker_send_ordered(e->worker, CW_PLUGIN_ANY_EPOCH, false, CW_MSG_DELETE,
+                                      &req.base, &req.seq, cw__deleted_cb, d);
     if (s) cw__deleted_cb(d, s, NULL);
   } else {
     free(d);

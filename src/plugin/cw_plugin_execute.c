@@ -42,9 +42,10 @@ static void cw__launch_cb(void* user, cw_status_t status, const ProtobufCMessage
 
 // Checks the call and every argument before anything is sent or created.
 // *out_poisoned: the error an argument already carries (the outputs then
-// carry it and nothing is sent), else OK.
+// carry it and nothing is sent), else OK. *out_epoch: the worker's epoch
+// the arguments were checked in.
 static cw_status_t cw__execute_check(const PJRT_LoadedExecutable_Execute_Args* args,
-                                     cw_status_t* out_poisoned) {
+                                     cw_status_t* out_poisoned, uint32_t* out_epoch) {
   *out_poisoned = cw_ok_status();
   cw_plugin_loaded_t* l = CW__LOADED(args);
   cw_plugin_exe_t* e = l->exe;
@@ -76,6 +77,9 @@ static cw_status_t cw__execute_check(const PJRT_LoadedExecutable_Execute_Args* a
     return cw_make_status(CW_INVALID_ARGUMENT, "Execute: argument or output lists missing");
   }
   cw_status_t poisoned = cw_ok_status();
+  // A replacement announced while we were idle: reconnected first, so the
+  // arguments of the lost worker are named as such (not NOT_FOUND there).
+  *out_epoch = cw_plugin_worker_epoch(e->worker);
   for (size_t d = 0; d < nd; ++d) {
     for (size_t a = 0; a < na; ++a) {
       cw_plugin_buffer_t* b = (cw_plugin_buffer_t*)args->argument_lists[d][a];
@@ -232,10 +236,11 @@ static cw_status_t cw__execute_outputs(PJRT_LoadedExecutable_Execute_Args* args,
 // when the controller leased it (its devices are ours alone), else relayed
 // by the controller; either way the worker applies it in this worker's seq
 // order among our other requests. *out_seq: the seq it took.
-static cw_status_t cw__execute_launch(cw_plugin_exe_t* e, const PJRT_ExecuteOptions* opt,
-                                      Causeway__V1__IdList** ptrs, size_t nd, uint32_t* donate,
-                                      size_t ndonate, uint64_t host_callbacks,
-                                      cw_plugin_future_t* f, uint64_t* out_seq) {
+static cw_status_t cw__execute_launch(cw_plugin_exe_t* e, uint32_t epoch,
+                                      const PJRT_ExecuteOptions* opt, Causeway__V1__IdList** ptrs,
+                                      size_t nd, uint32_t* donate, size_t ndonate,
+                                      uint64_t host_callbacks, cw_plugin_future_t* f,
+                                      uint64_t* out_seq) {
   Causeway__V1__LaunchRequest req = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
   req.exe_id = e->id;
   req.n_args = nd;
@@ -252,10 +257,10 @@ static cw_status_t cw__execute_launch(cw_plugin_exe_t* e, const PJRT_ExecuteOpti
   // Answered without us (no host callbacks): launches back to back share
   // writes until JAX waits for one.
   cw_status_t s = !host_callbacks
-                      ? cw_plugin_worker_send_batched(e->worker, direct, CW_MSG_LAUNCH, &req.base,
-                                                      &req.seq, cw__launch_cb, f)
-                      : cw_plugin_worker_send_ordered(e->worker, direct, CW_MSG_LAUNCH, &req.base,
-                                                      &req.seq, cw__launch_cb, f);
+                      ? cw_plugin_worker_send_batched(e->worker, epoch, direct, CW_MSG_LAUNCH,
+                                                      &req.base, &req.seq, cw__launch_cb, f)
+                      : cw_plugin_worker_send_ordered(e->worker, epoch, direct, CW_MSG_LAUNCH,
+                                                      &req.base, &req.seq, cw__launch_cb, f);
   *out_seq = req.seq;
   if (!s) return cw_ok_status();
   cw_plugin_future_release(f);
@@ -275,7 +280,8 @@ PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args) {
   size_t nd = args->num_devices, na = args->num_args, no = e->num_outputs;
   const PJRT_ExecuteOptions* opt = args->options;
   cw_status_t poisoned;
-  cw_status_t s = cw__execute_check(args, &poisoned);
+  uint32_t epoch = 0;
+  cw_status_t s = cw__execute_check(args, &poisoned, &epoch);
   if (s) return cw_plugin_error_from_status(s);
 
   uint32_t stack_donate[CW__STACK_DONATE];
@@ -323,7 +329,7 @@ PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args) {
           : 0;
   s = (ids && lists && ptrs) ? cw__execute_outputs(args, f, ids, lists, ptrs, &made) : cw__oom();
   if (!s && !poisoned) {
-    s = cw__execute_launch(e, opt, ptrs, nd, donate, ndonate, host_callbacks, f, &trace_seq);
+    s = cw__execute_launch(e, epoch, opt, ptrs, nd, donate, ndonate, host_callbacks, f, &trace_seq);
   }
   if (ids != stack_ids) free(ids);
   if (lists != stack_lists) free(lists);

@@ -19,6 +19,7 @@
 typedef struct cw__part_buffer_s {
   cw_plugin_buffer_t* b;  // NULL once retrieved: the caller's then
   uint64_t id;
+  uint32_t epoch;  // its worker's, when it was made
   uint64_t bytes;
   uint64_t sent;
   bool done;                  // its last part went out, or it failed
@@ -41,7 +42,7 @@ static void cw__abandon(cw__h2d_t* m, cw__part_buffer_t* p, cw_status_t st) {
   p->done = true;
   cw_plugin_future_complete(p->ready, st);
   if (p->id) {
-    cw_plugin_worker_delete(m->device->worker, p->id, p->bytes);
+    cw_plugin_worker_delete(m->device->worker, p->epoch, p->id, p->bytes);
     cw_plugin_worker_flush_deletes(m->device->worker);
   }
 }
@@ -91,8 +92,8 @@ static cw_status_t cw__send_part(cw__h2d_t* m, cw__part_buffer_t* p, int kind,
   struct iovec iov = {.iov_base = (void*)data, .iov_len = (size_t)len};
   // The last part's ack is the buffer's readiness; the others report only
   // failures (which fail the buffer).
-  return cw_plugin_transfer_send(m->device->worker, CW_MSG_UPLOAD, &req.base, &req.seq, &iov,
-                                 len ? 1 : 0, NULL, p->ready,
+  return cw_plugin_transfer_send(m->device->worker, p->epoch, CW_MSG_UPLOAD, &req.base, &req.seq,
+                                 &iov, len ? 1 : 0, NULL, p->ready,
                                  kind != CAUSEWAY__V1__UPLOAD_PART__UPLOAD_LAST);
 }
 
@@ -147,6 +148,7 @@ PJRT_Error* cw_plugin_h2d_create(PJRT_Client_CreateBuffersForAsyncHostToDevice_A
     }
     p->b->memory = mem;
     p->id = p->b->id;
+    p->epoch = p->b->epoch;
     p->bytes = count * esize;
     s = cw__send_part(m, p, CAUSEWAY__V1__UPLOAD_PART__UPLOAD_FIRST, NULL, 0);
     if (s) {

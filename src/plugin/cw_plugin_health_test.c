@@ -80,8 +80,8 @@ static bool is_dead(const cw_plugin_worker_t* w) {
 // would surface in the flush); returns the seq it took.
 static uint64_t send_copy(fixture_t* fx) {
   Causeway__V1__CopyRequest req = CAUSEWAY__V1__COPY_REQUEST__INIT;
-  assert_null(cw_plugin_worker_send(&fx->worker, CW_MSG_COPY, &req.base, &req.seq, NULL, 0, NULL,
-                                    NULL, NULL));
+  assert_null(cw_plugin_worker_send(&fx->worker, CW_PLUGIN_ANY_EPOCH, CW_MSG_COPY, &req.base,
+                                    &req.seq, NULL, 0, NULL, NULL, NULL));
   assert_ok(cw_client_flush(fx->worker.conn));
   return req.seq;
 }
@@ -144,6 +144,37 @@ static void test_replacement_is_rejoined(void** state) {
   on_event(fx, CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_UP, 2, 1, "/nowhere", NULL);
   assert_false(is_dead(&fx->worker));
   assert_int_equal(send_copy(fx), 2);
+}
+
+// A request checked in the lost worker's epoch never reaches the
+// replacement, which never had the ids it names (NOT_FOUND there): refused
+// under send_mu, so also when another thread reconnected between the check
+// and the send.
+static void test_request_of_the_lost_epoch_is_refused(void** state) {
+  fixture_t* fx = *state;
+  cw_plugin_future_t* ready = cw_plugin_future_create_done(cw_ok_status());
+  cw_plugin_buffer_t* old = NULL;
+  assert_null(cw_plugin_buffer_create(&fx->client, &fx->device, 41, PJRT_Buffer_Type_F32, NULL, 0,
+                                      ready, &old));
+  fake_start(&fx->replacement, script_echo);
+  on_event(fx, CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_UP, 2, 2, fx->replacement.path, NULL);
+  assert_true(is_dead(&fx->worker));
+  // Another thread's next request reconnects.
+  assert_int_equal(cw_plugin_worker_epoch(&fx->worker), 1);
+  assert_false(is_dead(&fx->worker));
+  Causeway__V1__CopyRequest copy = CAUSEWAY__V1__COPY_REQUEST__INIT;
+  expect_status(cw_plugin_worker_send(&fx->worker, old->epoch, CW_MSG_COPY, &copy.base, &copy.seq,
+                                      NULL, 0, NULL, NULL, NULL),
+                CW_UNAVAILABLE, "was replaced: the buffers this COPY names lived on the lost");
+  Causeway__V1__LaunchRequest launch = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
+  expect_status(cw_plugin_worker_send_batched(&fx->worker, old->epoch, true, CW_MSG_LAUNCH,
+                                              &launch.base, &launch.seq, NULL, NULL),
+                CW_UNAVAILABLE, "was replaced: the buffers this LAUNCH names");
+  cw_plugin_worker_delete(&fx->worker, old->epoch, old->id, 0);
+  // None of them took a seq: the replacement's numbering starts at 1.
+  assert_int_equal(send_copy(fx), 1);
+  cw_plugin_buffer_free(old);
+  cw_plugin_future_release(ready);
 }
 
 static void test_unreachable_replacement(void** state) {
@@ -228,6 +259,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_worker_down, setup, teardown),
       cmocka_unit_test_setup_teardown(test_replacement_is_rejoined, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_request_of_the_lost_epoch_is_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unreachable_replacement, setup, teardown),
       cmocka_unit_test_setup_teardown(test_controller_lost_is_named, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lease_withdrawn, setup, teardown),

@@ -203,8 +203,8 @@ static void launch(fixture_t* fx, rec_t* rec, int timeout_ms) {
   req.exe_id = 9;
   req.outputs = &optr;
   req.n_outputs = 1;
-  assert_null(cw_plugin_worker_send_ordered(&fx->w, false, CW_MSG_LAUNCH, &req.base, &req.seq,
-                                            rec_done, rec));
+  assert_null(cw_plugin_worker_send_ordered(&fx->w, CW_PLUGIN_ANY_EPOCH, false, CW_MSG_LAUNCH,
+                                            &req.base, &req.seq, rec_done, rec));
   assert_int_equal(req.seq, 1);
   int64_t end = cw_time_now_ms() + timeout_ms;
   for (;;) {

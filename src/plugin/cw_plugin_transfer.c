@@ -40,6 +40,7 @@ typedef struct cw__op_s {
   // failed too (else what waits for it there, a read, waits for good).
   cw_plugin_worker_t* expect_at;
   uint64_t expect_id;
+  uint32_t expect_epoch;
   // A read: if it fails and the buffer's own future has failed, the
   // buffer's error is the read's (a read that waited for a copy whose SEND
   // failed hears the SEND's error, not the destination's echo of it).
@@ -51,7 +52,8 @@ typedef struct cw__op_s {
 // connection may be gone, and nothing waits there any more. ABORTED, not the
 // SEND's UNAVAILABLE: an error from `w` that names w's address would read as
 // w's own loss (cw_plugin_worker_map_error).
-static void cw__expect_failed(cw_plugin_worker_t* w, uint64_t id, cw_status_t send_error) {
+static void cw__expect_failed(cw_plugin_worker_t* w, uint32_t epoch, uint64_t id,
+                              cw_status_t send_error) {
   Causeway__V1__ExpectRequest ex = CAUSEWAY__V1__EXPECT_REQUEST__INIT;
   Causeway__V1__ErrorReply er;
   cw_status_t why = cw_make_status(CW_ABORTED, "the copy into buffer %llu failed at its source: "
@@ -63,7 +65,7 @@ static void cw__expect_failed(cw_plugin_worker_t* w, uint64_t id, cw_status_t se
   pthread_mutex_lock(&c->teardown_mu);
   if (!c->closing) {
     // A lost destination fails what waits there itself.
-    cw_status_free(cw_plugin_worker_send(w, CW_MSG_EXPECT, &ex.base, &ex.seq, NULL, 0, NULL,
+    cw_status_free(cw_plugin_worker_send(w, epoch, CW_MSG_EXPECT, &ex.base, &ex.seq, NULL, 0, NULL,
                                          NULL, NULL));
   }
   pthread_mutex_unlock(&c->teardown_mu);
@@ -92,7 +94,7 @@ static void cw__op_cb(void* user, cw_status_t status, const ProtobufCMessage* re
   if (status || !op->errors_only) {
     cw_plugin_future_complete(op->f, status);
   }
-  if (poison) cw__expect_failed(op->expect_at, op->expect_id, poison);
+  if (poison) cw__expect_failed(op->expect_at, op->expect_epoch, op->expect_id, poison);
   cw_status_free(poison);
   cw_plugin_future_release(op->f);
   if (op->prefer) cw_plugin_future_release(op->prefer);
@@ -111,6 +113,7 @@ static cw__op_t* cw__op_new(cw_plugin_future_t* f, cw_plugin_worker_t* w, bool e
   op->seq = op->bytes = 0;
   op->expect_at = NULL;
   op->expect_id = 0;
+  op->expect_epoch = CW_PLUGIN_ANY_EPOCH;
   op->prefer = NULL;
   return op;
 }
@@ -121,17 +124,20 @@ static void cw__op_abandon(cw__op_t* op) {
   free(op);
 }
 
-// cw_plugin_transfer_send with a SEND's destination (expect_at, expect_id)
-// or a read's buffer future (prefer), each NULL when none.
-static cw_status_t cw__send(cw_plugin_worker_t* w, uint16_t type, ProtobufCMessage* req,
-                            uint64_t* seq, const struct iovec* bulk, int bulk_count,
-                            const cw_client_sink_t* sink, cw_plugin_future_t* f,
-                            bool errors_only, cw_plugin_worker_t* expect_at, uint64_t expect_id,
+// cw_plugin_transfer_send with a SEND's destination buffer (expect: NULL
+// when none) or a read's buffer future (prefer: NULL when none).
+static cw_status_t cw__send(cw_plugin_worker_t* w, uint32_t epoch, uint16_t type,
+                            ProtobufCMessage* req, uint64_t* seq, const struct iovec* bulk,
+                            int bulk_count, const cw_client_sink_t* sink, cw_plugin_future_t* f,
+                            bool errors_only, const cw_plugin_buffer_t* expect,
                             cw_plugin_future_t* prefer) {
   cw__op_t* op = cw__op_new(f, w, errors_only);
   if (!op) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  op->expect_at = expect_at;
-  op->expect_id = expect_id;
+  if (expect) {
+    op->expect_at = expect->device->worker;
+    op->expect_id = expect->id;
+    op->expect_epoch = expect->epoch;
+  }
   if (prefer) {
     cw_plugin_future_retain(prefer);
     op->prefer = prefer;
@@ -142,16 +148,17 @@ static cw_status_t cw__send(cw_plugin_worker_t* w, uint16_t type, ProtobufCMessa
   if (op->trace_t0 && sink) op->bytes += sink->capacity;
   // (op->seq stays 0: the seq is taken inside the send, and the completion
   // may free op before it returns.)
-  cw_status_t s = cw_plugin_worker_send(w, type, req, seq, bulk, bulk_count, sink, cw__op_cb, op);
+  cw_status_t s =
+      cw_plugin_worker_send(w, epoch, type, req, seq, bulk, bulk_count, sink, cw__op_cb, op);
   if (s) cw__op_abandon(op);
   return s;
 }
 
-cw_status_t cw_plugin_transfer_send(cw_plugin_worker_t* w, uint16_t type, ProtobufCMessage* req,
-                                    uint64_t* seq, const struct iovec* bulk, int bulk_count,
-                                    const cw_client_sink_t* sink, cw_plugin_future_t* f,
-                                    bool errors_only) {
-  return cw__send(w, type, req, seq, bulk, bulk_count, sink, f, errors_only, NULL, 0, NULL);
+cw_status_t cw_plugin_transfer_send(cw_plugin_worker_t* w, uint32_t epoch, uint16_t type,
+                                    ProtobufCMessage* req, uint64_t* seq, const struct iovec* bulk,
+                                    int bulk_count, const cw_client_sink_t* sink,
+                                    cw_plugin_future_t* f, bool errors_only) {
+  return cw__send(w, epoch, type, req, seq, bulk, bulk_count, sink, f, errors_only, NULL, NULL);
 }
 
 // A process-lifetime completed future for done_with_host_buffer: the bytes
@@ -285,8 +292,8 @@ PJRT_Error* cw_plugin_buffer_from_host(PJRT_Client_BufferFromHostBuffer_Args* ar
     // (writev): when this returns, the host buffer is no longer needed.
     struct iovec iov = {.iov_base = (void*)data, .iov_len = (size_t)bytes};
     req.peer_address = direct ? (uint64_t)(uintptr_t)data : 0;
-    s = cw_plugin_transfer_send(d->worker, CW_MSG_UPLOAD, &req.base, &req.seq, &iov,
-                    bytes && !direct ? 1 : 0, NULL, ready, false);
+    s = cw_plugin_transfer_send(d->worker, b->epoch, CW_MSG_UPLOAD, &req.base, &req.seq, &iov,
+                                bytes && !direct ? 1 : 0, NULL, ready, false);
   }
   free(dense);
   if (s) {
@@ -302,6 +309,9 @@ PJRT_Error* cw_plugin_buffer_from_host(PJRT_Client_BufferFromHostBuffer_Args* ar
 }
 
 static cw_status_t cw__live(const cw_plugin_buffer_t* b, const char* what) {
+  // A replacement announced while we were idle: reconnected first, so a
+  // buffer of the lost worker is named as such (not NOT_FOUND there).
+  (void)cw_plugin_worker_epoch(b->device->worker);
   if (atomic_load_explicit(&b->deleted, memory_order_acquire)) {
     return cw_make_status(CW_INVALID_ARGUMENT, "%s: buffer %llu was deleted or donated", what,
                           (unsigned long long)b->id);
@@ -348,7 +358,7 @@ static cw_status_t cw__download(cw_plugin_buffer_t* b, void* dst, uint64_t offse
   cw_client_sink_t sink = {.data = dst, .capacity = (size_t)length, .exact = true,
                            .none_ok = req.peer_address != 0};
   cw_plugin_worker_t* w = b->device->worker;
-  s = cw__send(w, CW_MSG_DOWNLOAD, &req.base, &req.seq, NULL, 0, &sink, f, false, NULL, 0,
+  s = cw__send(w, b->epoch, CW_MSG_DOWNLOAD, &req.base, &req.seq, NULL, 0, &sink, f, false, NULL,
                b->ready);
   if (s) {
     cw_plugin_future_release(f);
@@ -474,7 +484,7 @@ PJRT_Error* cw_plugin_buffer_unsafe_pointer(PJRT_Buffer_UnsafePointer_Args* args
     *op = (cw__pointer_op_t){.b = b, .f = f, .w = b->device->worker};
     Causeway__V1__AwaitRequest req = CAUSEWAY__V1__AWAIT_REQUEST__INIT;
     req.buffer_id = b->id;
-    s = cw_plugin_worker_send(op->w, CW_MSG_AWAIT, &req.base, &req.seq, NULL, 0, NULL,
+    s = cw_plugin_worker_send(op->w, b->epoch, CW_MSG_AWAIT, &req.base, &req.seq, NULL, 0, NULL,
                               cw__pointer_cb, op);
     if (s) {
       cw_plugin_future_release(f);
@@ -516,12 +526,13 @@ static cw_status_t cw__buffer_copy(cw_plugin_buffer_t* b, cw_plugin_memory_t* dm
     req.dst_id = nb->id;
     req.dst_device = dst->local_id;
     req.dst_memory_kind = kind;
-    s = cw_plugin_transfer_send(from, CW_MSG_COPY, &req.base, &req.seq, NULL, 0, NULL, ready,
-                                false);
+    s = cw_plugin_transfer_send(from, b->epoch, CW_MSG_COPY, &req.base, &req.seq, NULL, 0, NULL,
+                                ready, false);
   } else if (!s) {
     Causeway__V1__ExpectRequest ex = CAUSEWAY__V1__EXPECT_REQUEST__INIT;
     ex.buffer_id = nb->id;
-    s = cw_plugin_transfer_send(to, CW_MSG_EXPECT, &ex.base, &ex.seq, NULL, 0, NULL, ready, true);
+    s = cw_plugin_transfer_send(to, nb->epoch, CW_MSG_EXPECT, &ex.base, &ex.seq, NULL, 0, NULL,
+                                ready, true);
     if (!s) {
       Causeway__V1__SendRequest req = CAUSEWAY__V1__SEND_REQUEST__INIT;
       req.src_id = b->id;
@@ -530,8 +541,8 @@ static cw_status_t cw__buffer_copy(cw_plugin_buffer_t* b, cw_plugin_memory_t* dm
       req.dst_device = dst->local_id;
       req.dst_session = c->session_id;
       req.dst_memory_kind = kind;
-      s = cw__send(from, CW_MSG_SEND, &req.base, &req.seq, NULL, 0, NULL, ready, false, to,
-                   nb->id, NULL);
+      s = cw__send(from, b->epoch, CW_MSG_SEND, &req.base, &req.seq, NULL, 0, NULL, ready, false,
+                   nb, NULL);
       // The destination already expects the id: poison it rather than leave
       // it pending forever (the buffer is freed below, which deletes it there).
       if (s) cw_plugin_future_complete(ready, cw_status_clone(s));
@@ -580,6 +591,7 @@ void cw_plugin_transfer_probe_direct(cw_plugin_worker_t* w) {
   int64_t dims[1] = {CW_PLUGIN_DIRECT_PROBE_FLOATS};
   cw_plugin_future_t* f = cw_plugin_future_create();
   if (!f) return;
+  uint32_t epoch = atomic_load_explicit(&w->epoch, memory_order_acquire);
   Causeway__V1__UploadRequest req = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
   req.buffer_id = cw_plugin_client_new_id(w->client);
   req.dtype = CAUSEWAY__V1__DTYPE__DTYPE_F32;
@@ -592,8 +604,8 @@ void cw_plugin_transfer_probe_direct(cw_plugin_worker_t* w) {
       break;
     }
   }
-  cw_status_t s =
-      cw_plugin_transfer_send(w, CW_MSG_UPLOAD, &req.base, &req.seq, NULL, 0, NULL, f, false);
+  cw_status_t s = cw_plugin_transfer_send(w, epoch, CW_MSG_UPLOAD, &req.base, &req.seq, NULL, 0,
+                                          NULL, f, false);
   if (!s) s = cw_plugin_future_wait(f);
   cw_plugin_future_release(f);
   if (!s) {
@@ -605,5 +617,5 @@ void cw_plugin_transfer_probe_direct(cw_plugin_worker_t* w) {
             cw_status_message(s));
     cw_status_free(s);
   }
-  cw_plugin_worker_delete(w, req.buffer_id, 0);
+  cw_plugin_worker_delete(w, epoch, req.buffer_id, 0);
 }

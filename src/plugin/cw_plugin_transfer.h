@@ -23,12 +23,12 @@ PJRT_Error* cw_plugin_buffer_to_host(PJRT_Buffer_ToHostBuffer_Args* args);
 
 // Shared with the async host-to-device transfer manager (cw_plugin_h2d.c).
 // Sends a seq'd request whose completion feeds `f` (only its failure when
-// errors_only).
-CW_MUST_USE cw_status_t cw_plugin_transfer_send(cw_plugin_worker_t* w, uint16_t type,
-                                                ProtobufCMessage* req, uint64_t* seq,
+// errors_only); `epoch` as cw_plugin_worker_send's.
+CW_MUST_USE cw_status_t cw_plugin_transfer_send(cw_plugin_worker_t* w, uint32_t epoch,
+                                                uint16_t type, ProtobufCMessage* req, uint64_t* seq,
                                                 const struct iovec* bulk, int bulk_count,
-                                                const cw_client_sink_t* sink,
-                                                cw_plugin_future_t* f, bool errors_only);
+                                                const cw_client_sink_t* sink, cw_plugin_future_t* f,
+                                                bool errors_only);
 // Accepts NULL or the default layout (dense, major-to-minor, untiled).
 CW_MUST_USE cw_status_t cw_plugin_transfer_check_layout(const PJRT_Buffer_MemoryLayout* l,
                                                         const int64_t* dims, size_t rank,

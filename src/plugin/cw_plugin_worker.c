@@ -77,6 +77,24 @@ void cw_plugin_worker_mark_dead(cw_plugin_worker_t* w, const char* why) {
   atomic_store_explicit(&w->dead, true, memory_order_release);
 }
 
+uint32_t cw_plugin_worker_epoch(cw_plugin_worker_t* w) {
+  if (atomic_load_explicit(&w->dead, memory_order_acquire)) (void)cw_plugin_health_revive(w);
+  return atomic_load_explicit(&w->epoch, memory_order_acquire);
+}
+
+// With send_mu held (it orders reconnections): `epoch` is not w's any more.
+static bool cw__stale_locked(const cw_plugin_worker_t* w, uint32_t epoch) {
+  return epoch != CW_PLUGIN_ANY_EPOCH &&
+         epoch != atomic_load_explicit(&w->epoch, memory_order_acquire);
+}
+
+static cw_status_t cw__stale_status(const cw_plugin_worker_t* w, uint16_t type) {
+  return cw_make_status(CW_UNAVAILABLE,
+                        "worker %s (%s) was replaced: the buffers this %s names "
+                        "lived on the lost worker and their contents are gone; upload them again",
+                        w->name, w->address, cw_msg_type_name(type));
+}
+
 cw_status_t cw_plugin_worker_check(cw_plugin_worker_t* w) {
   if (!atomic_load_explicit(&w->dead, memory_order_acquire)) return cw_ok_status();
   if (cw_plugin_health_revive(w)) return cw_ok_status();
@@ -252,10 +270,14 @@ static void cw__worker_stage_deletes_locked(cw_plugin_worker_t* w) {
   cw__worker_send_deletes_locked(w, true);
 }
 
-void cw_plugin_worker_delete(cw_plugin_worker_t* w, uint64_t id, uint64_t bytes) {
+void cw_plugin_worker_delete(cw_plugin_worker_t* w, uint32_t epoch, uint64_t id, uint64_t bytes) {
   // A fork()ed child dropping what it inherited: the parent still has it.
   if (cw_client_forked(w->conn)) return;
   pthread_mutex_lock(&w->send_mu);
+  if (cw__stale_locked(w, epoch)) {  // a dead worker freed it with everything of ours
+    pthread_mutex_unlock(&w->send_mu);
+    return;
+  }
   if (w->n_pending_deletes == w->cap_pending_deletes) {
     size_t cap = w->cap_pending_deletes ? w->cap_pending_deletes * 2 : 16;
     if (cap > CW__DELETE_BATCH) cap = CW__DELETE_BATCH;
@@ -294,8 +316,9 @@ void cw_plugin_worker_flush_deletes(cw_plugin_worker_t* w) {
   pthread_mutex_unlock(&w->send_mu);
 }
 
-cw_status_t cw_plugin_worker_send(cw_plugin_worker_t* w, uint16_t type, ProtobufCMessage* req,
-                                  uint64_t* req_seq, const struct iovec* bulk, int bulk_count,
+cw_status_t cw_plugin_worker_send(cw_plugin_worker_t* w, uint32_t epoch, uint16_t type,
+                                  ProtobufCMessage* req, uint64_t* req_seq,
+                                  const struct iovec* bulk, int bulk_count,
                                   const cw_client_sink_t* sink, cw_client_done_fn done,
                                   void* user) {
   // A fork()ed child fails before it takes send_mu (a thread of the parent
@@ -303,6 +326,10 @@ cw_status_t cw_plugin_worker_send(cw_plugin_worker_t* w, uint16_t type, Protobuf
   CW_RETURN_IF_ERROR(cw_client_fork_check(w->conn), "%s", cw_msg_type_name(type));
   CW_RETURN_IF_ERROR(cw_plugin_worker_check(w), "%s", cw_msg_type_name(type));
   pthread_mutex_lock(&w->send_mu);
+  if (cw__stale_locked(w, epoch)) {
+    pthread_mutex_unlock(&w->send_mu);
+    return cw__stale_status(w, type);
+  }
   cw__worker_write_relayed_held(w);
   cw__worker_stage_deletes_locked(w);  // they come first in seq order, in one write
   cw_status_t s = cw__worker_send_locked(w, type, req, req_seq, bulk, bulk_count, sink, done, user);
@@ -461,8 +488,8 @@ static void cw__ordered_resend(cw_plugin_parked_t* p, cw_client_t* ctrl, uint64_
 
 // cw_plugin_worker_send_ordered; `batch`: cw_client_send_batched (see
 // cw_plugin_worker_send_batched for when a relayed one may be held).
-static cw_status_t cw__send_ordered(cw_plugin_worker_t* w, bool direct, bool batch, uint16_t type,
-                                    ProtobufCMessage* req, uint64_t* req_seq,
+static cw_status_t cw__send_ordered(cw_plugin_worker_t* w, uint32_t epoch, bool direct, bool batch,
+                                    uint16_t type, ProtobufCMessage* req, uint64_t* req_seq,
                                     cw_client_done_fn done, void* user) {
   CW_RETURN_IF_ERROR(cw_client_fork_check(w->conn), "%s", cw_msg_type_name(type));
   cw_plugin_client_t* c = w->client;
@@ -476,6 +503,11 @@ static cw_status_t cw__send_ordered(cw_plugin_worker_t* w, bool direct, bool bat
   o->parked.resend = cw__ordered_resend;
   cw_client_t* via = NULL;
   pthread_mutex_lock(&w->send_mu);  // seq order on the connection
+  if (cw__stale_locked(w, epoch)) {
+    pthread_mutex_unlock(&w->send_mu);
+    cw_recycle_free(&cw__ordered_records, o);
+    return cw__stale_status(w, type);
+  }
   // Batched DELETEs come first; a batched LAUNCH (a chain drops a buffer per
   // launch, and a DELETE per launch cost w a message and the client a
   // request) takes them only once CW__DELETE_LAUNCH_BATCH wait. They take no
@@ -514,7 +546,7 @@ static cw_status_t cw__send_ordered(cw_plugin_worker_t* w, bool direct, bool bat
   }
   if (direct && take_deletes) cw__worker_stage_deletes_locked(w);  // in the same write
   uint64_t seq = cw__worker_next_seq(w);
-  uint32_t epoch = atomic_load_explicit(&w->epoch, memory_order_acquire);
+  epoch = atomic_load_explicit(&w->epoch, memory_order_acquire);
   *req_seq = seq;
   o->seq = seq;
   o->epoch = epoch;
@@ -540,16 +572,16 @@ static cw_status_t cw__send_ordered(cw_plugin_worker_t* w, bool direct, bool bat
   return s;
 }
 
-cw_status_t cw_plugin_worker_send_ordered(cw_plugin_worker_t* w, bool direct, uint16_t type,
-                                          ProtobufCMessage* req, uint64_t* req_seq,
+cw_status_t cw_plugin_worker_send_ordered(cw_plugin_worker_t* w, uint32_t epoch, bool direct,
+                                          uint16_t type, ProtobufCMessage* req, uint64_t* req_seq,
                                           cw_client_done_fn done, void* user) {
-  return cw__send_ordered(w, direct, false, type, req, req_seq, done, user);
+  return cw__send_ordered(w, epoch, direct, false, type, req, req_seq, done, user);
 }
 
-cw_status_t cw_plugin_worker_send_batched(cw_plugin_worker_t* w, bool direct, uint16_t type,
-                                          ProtobufCMessage* req, uint64_t* req_seq,
+cw_status_t cw_plugin_worker_send_batched(cw_plugin_worker_t* w, uint32_t epoch, bool direct,
+                                          uint16_t type, ProtobufCMessage* req, uint64_t* req_seq,
                                           cw_client_done_fn done, void* user) {
-  return cw__send_ordered(w, direct, true, type, req, req_seq, done, user);
+  return cw__send_ordered(w, epoch, direct, true, type, req, req_seq, done, user);
 }
 
 // w's own connection, for a thread waiting on it; NULL when its replies are

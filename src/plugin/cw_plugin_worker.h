@@ -36,11 +36,20 @@ CW_MUST_USE cw_status_t cw_plugin_worker_check(cw_plugin_worker_t* w);
 // worker dead and returns UNAVAILABLE naming it; otherwise returns `status`.
 CW_MUST_USE cw_status_t cw_plugin_worker_map_error(cw_plugin_worker_t* w, cw_status_t status);
 
+// What `epoch` means to the senders below: the epoch (cw_plugin_worker_epoch)
+// in which the buffer ids the request names were checked. A request of an
+// older epoch is refused with UNAVAILABLE ("was replaced"): w reconnected to
+// a replacement in between, which never had those ids (it would answer
+// NOT_FOUND). CW_PLUGIN_ANY_EPOCH: the request names no buffer.
+#define CW_PLUGIN_ANY_EPOCH UINT32_MAX
+// w's epoch, after reconnecting to a replacement announced for a worker
+// marked dead: checks against it then agree with where requests go.
+uint32_t cw_plugin_worker_epoch(cw_plugin_worker_t* w);
 // Sends a seq'd request directly to `w`, after its batched DELETEs. On a
 // local failure that happened before the frame went out, fills the seq hole
 // so the worker does not stall. `req_seq` points at the request's seq field,
 // set here. Same completion contract as cw_client_send.
-CW_MUST_USE cw_status_t cw_plugin_worker_send(cw_plugin_worker_t* w, uint16_t type,
+CW_MUST_USE cw_status_t cw_plugin_worker_send(cw_plugin_worker_t* w, uint32_t epoch, uint16_t type,
                                               ProtobufCMessage* req, uint64_t* req_seq,
                                               const struct iovec* bulk, int bulk_count,
                                               const cw_client_sink_t* sink, cw_client_done_fn done,
@@ -49,19 +58,19 @@ CW_MUST_USE cw_status_t cw_plugin_worker_send(cw_plugin_worker_t* w, uint16_t ty
 // controller's, which relays it to w; batched DELETEs go first. Whether it
 // fails here or in its reply, its seq is filled on w's connection, so w's
 // order keeps no hole. `done` gets the reply (not called when this fails).
-CW_MUST_USE cw_status_t cw_plugin_worker_send_ordered(cw_plugin_worker_t* w, bool direct,
-                                                      uint16_t type, ProtobufCMessage* req,
-                                                      uint64_t* req_seq, cw_client_done_fn done,
-                                                      void* user);
+CW_MUST_USE cw_status_t cw_plugin_worker_send_ordered(cw_plugin_worker_t* w, uint32_t epoch,
+                                                      bool direct, uint16_t type,
+                                                      ProtobufCMessage* req, uint64_t* req_seq,
+                                                      cw_client_done_fn done, void* user);
 // The same for a LAUNCH answered without our help (no host callbacks): back
 // to back, such launches share writes (cw_client_send_batched). Relayed ones
 // only while two or more of w's relayed requests are unanswered: the
 // controller's connection carries every worker's, and w's own replies must
 // be the ones that let a held launch go.
-CW_MUST_USE cw_status_t cw_plugin_worker_send_batched(cw_plugin_worker_t* w, bool direct,
-                                                      uint16_t type, ProtobufCMessage* req,
-                                                      uint64_t* req_seq, cw_client_done_fn done,
-                                                      void* user);
+CW_MUST_USE cw_status_t cw_plugin_worker_send_batched(cw_plugin_worker_t* w, uint32_t epoch,
+                                                      bool direct, uint16_t type,
+                                                      ProtobufCMessage* req, uint64_t* req_seq,
+                                                      cw_client_done_fn done, void* user);
 // The lease changed (LEASE_CHANGED, a resumed session's SessionInfo): LAUNCH
 // goes straight to `w` (direct) or through the controller from now on.
 // Leaving w's connection, the launches held there for a shared write go out
@@ -85,7 +94,8 @@ bool cw_plugin_worker_poll(cw_plugin_worker_t* w, cw_plugin_future_t* f, int64_t
 // DELETE that takes its seq when it goes: before w's next direct request
 // other than a LAUNCH, with a LAUNCH once enough wait, when the batch is full
 // (ids or bytes), or at cw_plugin_worker_flush_deletes.
-void cw_plugin_worker_delete(cw_plugin_worker_t* w, uint64_t id, uint64_t bytes);
+// A buffer of an older epoch is not on w: nothing is sent.
+void cw_plugin_worker_delete(cw_plugin_worker_t* w, uint32_t epoch, uint64_t id, uint64_t bytes);
 // Sends the DELETEs that wait now: someone is about to sleep waiting for
 // `w`, whose launch may wait there for the memory they free.
 void cw_plugin_worker_flush_deletes(cw_plugin_worker_t* w);

@@ -123,8 +123,8 @@ static int teardown(void** state) {
 static void send_copy(fixture_t* fx, cw_status_code_t expect) {
   rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
   Causeway__V1__CopyRequest req = CAUSEWAY__V1__COPY_REQUEST__INIT;
-  assert_null(cw_plugin_worker_send(&fx->worker, CW_MSG_COPY, &req.base, &req.seq, NULL, 0, NULL,
-                                    rec_done, &rec));
+  assert_null(cw_plugin_worker_send(&fx->worker, CW_PLUGIN_ANY_EPOCH, CW_MSG_COPY, &req.base,
+                                    &req.seq, NULL, 0, NULL, rec_done, &rec));
   assert_ok(cw_client_flush(fx->worker.conn));
   assert_int_equal(rec.calls, 1);
   assert_int_equal(rec.code, expect);
@@ -133,8 +133,8 @@ static void send_copy(fixture_t* fx, cw_status_code_t expect) {
 static void test_deletes_go_first_in_one_request(void** state) {
   fixture_t* fx = *state;
   connect_worker(fx);
-  cw_plugin_worker_delete(&fx->worker, 11, 0);
-  cw_plugin_worker_delete(&fx->worker, 12, 0);
+  cw_plugin_worker_delete(&fx->worker, CW_PLUGIN_ANY_EPOCH, 11, 0);
+  cw_plugin_worker_delete(&fx->worker, CW_PLUGIN_ANY_EPOCH, 12, 0);
   send_copy(fx, CW_OK);
   wait_seen(&fx->peer, 2);
   expect_seen(&fx->peer, 0, CW_MSG_DELETE, 1);
@@ -151,11 +151,12 @@ static void test_deletes_go_first_in_one_request(void** state) {
 static void test_full_batch_goes_alone(void** state) {
   fixture_t* fx = *state;
   connect_worker(fx);
-  for (uint64_t id = 1; id <= 256; ++id) cw_plugin_worker_delete(&fx->worker, id, 0);
+  for (uint64_t id = 1; id <= 256; ++id)
+    cw_plugin_worker_delete(&fx->worker, CW_PLUGIN_ANY_EPOCH, id, 0);
   wait_seen(&fx->peer, 1);  // no other request needed
   expect_seen(&fx->peer, 0, CW_MSG_DELETE, 1);
   assert_int_equal(fx->peer.seen[0].n_ids, 256);
-  cw_plugin_worker_delete(&fx->worker, 1000, 0);
+  cw_plugin_worker_delete(&fx->worker, CW_PLUGIN_ANY_EPOCH, 1000, 0);
   send_copy(fx, CW_OK);
   wait_seen(&fx->peer, 3);
   expect_seen(&fx->peer, 1, CW_MSG_DELETE, 2);
@@ -166,8 +167,8 @@ static void test_full_batch_goes_alone(void** state) {
 // Sends a LAUNCH straight to the worker (batched, as the plugin's launches).
 static void send_direct_launch(fixture_t* fx, rec_t* rec) {
   Causeway__V1__LaunchRequest req = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
-  assert_null(cw_plugin_worker_send_batched(&fx->worker, true, CW_MSG_LAUNCH, &req.base,
-                                            &req.seq, rec_done, rec));
+  assert_null(cw_plugin_worker_send_batched(&fx->worker, CW_PLUGIN_ANY_EPOCH, true, CW_MSG_LAUNCH,
+                                            &req.base, &req.seq, rec_done, rec));
   assert_ok(cw_client_flush(fx->worker.conn));
 }
 
@@ -180,12 +181,12 @@ static void test_launches_take_deletes_in_batches(void** state) {
   rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
   uint64_t id = 1;
   for (int i = 0; i < 63; ++i) {
-    cw_plugin_worker_delete(&fx->worker, id++, 32);
+    cw_plugin_worker_delete(&fx->worker, CW_PLUGIN_ANY_EPOCH, id++, 32);
     send_direct_launch(fx, &rec);
   }
   wait_seen(&fx->peer, 63);
   for (int i = 0; i < 63; ++i) expect_seen(&fx->peer, i, CW_MSG_LAUNCH, (uint64_t)i + 1);
-  cw_plugin_worker_delete(&fx->worker, id++, 32);  // the 64th
+  cw_plugin_worker_delete(&fx->worker, CW_PLUGIN_ANY_EPOCH, id++, 32);  // the 64th
   send_direct_launch(fx, &rec);
   wait_seen(&fx->peer, 65);
   expect_seen(&fx->peer, 63, CW_MSG_DELETE, 64);
@@ -193,13 +194,13 @@ static void test_launches_take_deletes_in_batches(void** state) {
   assert_int_equal(fx->peer.seen[63].first_id, 1);
   expect_seen(&fx->peer, 64, CW_MSG_LAUNCH, 65);
   // Large buffers: no launch needed.
-  cw_plugin_worker_delete(&fx->worker, id++, 512 << 10);
-  cw_plugin_worker_delete(&fx->worker, id++, 512 << 10);
+  cw_plugin_worker_delete(&fx->worker, CW_PLUGIN_ANY_EPOCH, id++, 512 << 10);
+  cw_plugin_worker_delete(&fx->worker, CW_PLUGIN_ANY_EPOCH, id++, 512 << 10);
   wait_seen(&fx->peer, 66);
   expect_seen(&fx->peer, 65, CW_MSG_DELETE, 66);
   assert_int_equal(fx->peer.seen[65].n_ids, 2);
   // One left waiting goes when a waiter is about to sleep.
-  cw_plugin_worker_delete(&fx->worker, id++, 32);
+  cw_plugin_worker_delete(&fx->worker, CW_PLUGIN_ANY_EPOCH, id++, 32);
   cw_plugin_worker_flush_deletes(&fx->worker);
   wait_seen(&fx->peer, 67);
   expect_seen(&fx->peer, 66, CW_MSG_DELETE, 67);
@@ -212,7 +213,7 @@ static void test_refused_delete_surfaces_later(void** state) {
   fx->peer.refuse_type = CW_MSG_DELETE;
   fx->peer.refuse_code = CW_INTERNAL;
   connect_worker(fx);
-  cw_plugin_worker_delete(&fx->worker, 7, 0);
+  cw_plugin_worker_delete(&fx->worker, CW_PLUGIN_ANY_EPOCH, 7, 0);
   send_copy(fx, CW_OK);  // nobody waits on the DELETE itself
   cw_status_t s = cw_plugin_worker_take_deferred(&fx->worker);
   expect_status(s, CW_INTERNAL, "worker worker-0");
@@ -225,7 +226,7 @@ static void test_not_found_delete_is_no_failure(void** state) {
   fx->peer.refuse_type = CW_MSG_DELETE;
   fx->peer.refuse_code = CW_NOT_FOUND;  // gone either way
   connect_worker(fx);
-  cw_plugin_worker_delete(&fx->worker, 7, 0);
+  cw_plugin_worker_delete(&fx->worker, CW_PLUGIN_ANY_EPOCH, 7, 0);
   send_copy(fx, CW_OK);
   assert_null(cw_plugin_worker_take_deferred(&fx->worker));
 }
@@ -236,11 +237,11 @@ static void test_refused_ordered_request_is_filled(void** state) {
   fx->peer.refuse_type = CW_MSG_LAUNCH;
   fx->peer.refuse_code = CW_INVALID_ARGUMENT;
   connect_worker(fx);
-  cw_plugin_worker_delete(&fx->worker, 3, 0);
+  cw_plugin_worker_delete(&fx->worker, CW_PLUGIN_ANY_EPOCH, 3, 0);
   rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
   Causeway__V1__LaunchRequest req = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
-  assert_null(cw_plugin_worker_send_ordered(&fx->worker, true, CW_MSG_LAUNCH, &req.base, &req.seq,
-                                            rec_done, &rec));
+  assert_null(cw_plugin_worker_send_ordered(&fx->worker, CW_PLUGIN_ANY_EPOCH, true, CW_MSG_LAUNCH,
+                                            &req.base, &req.seq, rec_done, &rec));
   assert_int_equal(req.seq, 2);  // after the batched DELETE's: not a batched launch
   wait_seen(&fx->peer, 3);
   expect_seen(&fx->peer, 0, CW_MSG_DELETE, 1);
@@ -268,11 +269,11 @@ static void test_refused_relayed_request_is_filled(void** state) {
   fake_start(&ctrl->f, script_record);
   fx->client.ctrl = connect_ok(&ctrl->f);
   connect_worker(fx);
-  cw_plugin_worker_delete(&fx->worker, 3, 0);
+  cw_plugin_worker_delete(&fx->worker, CW_PLUGIN_ANY_EPOCH, 3, 0);
   rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
   Causeway__V1__LaunchRequest req = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
-  assert_null(cw_plugin_worker_send_ordered(&fx->worker, false, CW_MSG_LAUNCH, &req.base, &req.seq,
-                                            rec_done, &rec));
+  assert_null(cw_plugin_worker_send_ordered(&fx->worker, CW_PLUGIN_ANY_EPOCH, false, CW_MSG_LAUNCH,
+                                            &req.base, &req.seq, rec_done, &rec));
   wait_seen(ctrl, 1);
   expect_seen(ctrl, 0, CW_MSG_LAUNCH, 2);
   wait_seen(&fx->peer, 2);
@@ -325,8 +326,8 @@ static int rec_calls(rec_t* rec) {
 
 static void send_relayed_launch(fixture_t* fx, rec_t* rec) {
   Causeway__V1__LaunchRequest req = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
-  assert_null(cw_plugin_worker_send_batched(&fx->worker, false, CW_MSG_LAUNCH, &req.base,
-                                            &req.seq, rec_done, rec));
+  assert_null(cw_plugin_worker_send_batched(&fx->worker, CW_PLUGIN_ANY_EPOCH, false, CW_MSG_LAUNCH,
+                                            &req.base, &req.seq, rec_done, rec));
 }
 
 // Relayed launches back to back share writes on the controller's connection
@@ -369,7 +370,7 @@ static void test_relayed_launches_share_writes(void** state) {
   expect_seen(ctrl, 6, CW_MSG_LAUNCH, 8);
   // A dropped buffer's DELETE sent on its own takes the next seq: the held
   // launch before it goes first, or the worker would hold the DELETE.
-  cw_plugin_worker_delete(&fx->worker, 77, 0);
+  cw_plugin_worker_delete(&fx->worker, CW_PLUGIN_ANY_EPOCH, 77, 0);
   send_relayed_launch(fx, &rec);  // seq 9: held
   cw_plugin_worker_flush_deletes(&fx->worker);
   wait_seen(ctrl, 8);
@@ -405,8 +406,8 @@ static void test_lost_connection_marks_dead(void** state) {
   s = cw_plugin_worker_check(&fx->worker);
   expect_status(s, CW_UNAVAILABLE, lost);
   Causeway__V1__CopyRequest req = CAUSEWAY__V1__COPY_REQUEST__INIT;
-  s = cw_plugin_worker_send(&fx->worker, CW_MSG_COPY, &req.base, &req.seq, NULL, 0, NULL, NULL,
-                            NULL);
+  s = cw_plugin_worker_send(&fx->worker, CW_PLUGIN_ANY_EPOCH, CW_MSG_COPY, &req.base, &req.seq,
+                            NULL, 0, NULL, NULL, NULL);
   expect_status(s, CW_UNAVAILABLE, "worker worker-0");
   assert_int_equal(fx->peer.n, 0);
 }

@@ -143,6 +143,37 @@ def after_wake(victim: str) -> dict:
     return out
 
 
+def stall_prepare() -> dict:
+    """An array and a program on the first device, used once."""
+    dev = jax.devices()[0]
+    a = jax.device_put(np.arange(8, dtype=np.float32), dev)
+    f = jax.jit(lambda v: v + 1)
+    np.asarray(f(a))
+    STATE["stall"] = {"a": a, "f": f, "dev": dev}
+    return {}
+
+
+def stall_after() -> dict:
+    """After the worker, stopped while this client was idle, registered
+    again: the first request naming the old array, then a read of it, then
+    new work there."""
+    s = STATE["stall"]
+    t = time.monotonic()
+    while True:
+        launch = checks._timed(lambda: np.asarray(s["f"](s["a"])))
+        # Until the controller's WORKER_UP reaches this client, the worker
+        # reads as dead for the stall's reason (nothing is sent then).
+        if launch["ok"] or "no heartbeat" not in launch["error"] or time.monotonic() - t > 10:
+            break
+        time.sleep(0.1)
+    return {
+        "launch": launch,
+        "read": checks._timed(lambda: np.asarray(s["a"])),
+        "fresh": checks._timed(lambda: np.asarray(
+            s["f"](jax.device_put(np.ones(8, np.float32), s["dev"])))),
+    }
+
+
 # ---- Controller restart --------------------------------------------------------------------
 
 def ctl_prepare() -> dict:

@@ -150,6 +150,34 @@ def test_silent_worker_declared_dead_then_wakes():
         cluster.stop()
 
 
+def test_first_use_after_a_stall_names_the_replaced_worker():
+    """The worker stops past the timeout while its client is idle, wakes and
+    registers again as its own replacement; the client hears of it only from
+    the controller's events. Its first request naming an old array reached
+    the replacement and came back `NOT_FOUND: input 2 not found`; it says
+    the worker was replaced now, and new work there goes on."""
+    cluster = harness.HandCluster(workers=1, devices=2, **FAST)
+    r = _runner("health-stall", cluster, CAUSEWAY_MIN_WORKERS="1")
+    victim = "hand-worker-0"
+    try:
+        r.call("stall_prepare")
+        cluster.kill(victim, signal.SIGSTOP)
+        assert harness.wait_until(lambda: _ctl(cluster)["workers_timed_out"] == 1, 60), \
+            cluster.logs()
+        cluster.kill(victim, signal.SIGCONT)
+        assert harness.wait_until(lambda: _ctl(cluster)["workers"] == 1, 30), cluster.logs()
+        got = r.call("stall_after", timeout=120)
+        report = f"{got!r:.3000}\n{cluster.logs()}\n--- client ---\n{r.log_tail()}"
+        for what in ("launch", "read"):
+            _unavailable_naming(got[what], victim, f"{what}: {report}")
+            assert "was replaced" in got[what]["error"], f"{what}: {report}"
+        assert got["fresh"]["ok"], report
+        assert (got["fresh"]["value"] == 2).all(), report
+    finally:
+        r.close()
+        cluster.stop()
+
+
 def test_same_name_while_alive_is_refused():
     cluster = harness.HandCluster(workers=1, devices=1, **FAST)
     try:
