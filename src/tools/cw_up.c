@@ -497,6 +497,25 @@ static bool cw__bin_dir(const cw_settings_t* settings, char* out, size_t size) {
 
 // Starts the daemons and waits for them; fills `st` as it goes (so a
 // failure can stop what did start).
+// A pipe for a child's --ready-fd 3: [0] to read, [1] for cw__spawn.
+static bool cw__ready_pipe(int fds[2]) {
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    fprintf(stderr, "causeway: up: pipe: %s\n", strerror(errno));
+    return false;
+  }
+  // The write end above the child's 0-3: with stdio closed it could be 1 or
+  // 2, which the child's log then replaces before it becomes 3.
+  int high = fcntl(fds[1], F_DUPFD_CLOEXEC, 4);
+  close(fds[1]);
+  fds[1] = high;
+  if (high < 0) {
+    fprintf(stderr, "causeway: up: fcntl: %s\n", strerror(errno));
+    close(fds[0]);
+    return false;
+  }
+  return true;
+}
+
 static int cw__start_daemons(const cw_cli_args_t* a, const char* dir, const char* bin,
                              const char* plugin, char** envp, cw_up_state_t* st,
                              const char* token, char* metrics, size_t metrics_size) {
@@ -518,20 +537,7 @@ static int cw__start_daemons(const cw_cli_args_t* a, const char* dir, const char
   // Its readiness comes on a pipe, not from its log, which a full disk
   // leaves empty (up then waited out --timeout for a controller that ran).
   int ready[2];
-  if (pipe2(ready, O_CLOEXEC) != 0) {
-    fprintf(stderr, "causeway: up: pipe: %s\n", strerror(errno));
-    return CW_CLI_FAILED;
-  }
-  // Its write end above the child's 0-3: with stdio closed it could be 1 or
-  // 2, which the child's log then replaces before it becomes 3.
-  int high = fcntl(ready[1], F_DUPFD_CLOEXEC, 4);
-  close(ready[1]);
-  ready[1] = high;
-  if (high < 0) {
-    fprintf(stderr, "causeway: up: fcntl: %s\n", strerror(errno));
-    close(ready[0]);
-    return CW_CLI_FAILED;
-  }
+  if (!cw__ready_pipe(ready)) return CW_CLI_FAILED;
   bool spawned = cw__spawn(ctl_argv, envp, log_path, ready[1], p);
   close(ready[1]);
   if (!spawned) {
@@ -569,12 +575,35 @@ static int cw__start_daemons(const cw_cli_args_t* a, const char* dir, const char
     else cw__path(wlisten, sizeof(wlisten), dir, p->name, ".sock");
     char* argv[] = {wrk_exe, "--plugin", (char*)plugin, "--devices", devices,
                     "--listen", wlisten, "--name", p->name, "--controller", st->controller,
-                    "--exit-with-controller", NULL};
+                    "--exit-with-controller", "--ready-fd", "3", NULL};
     cw__path(log_path, sizeof(log_path), dir, p->name, ".log");
-    if (!cw__spawn(argv, envp, log_path, -1, p)) return CW_CLI_FAILED;
+    if (!cw__ready_pipe(ready)) return CW_CLI_FAILED;
+    spawned = cw__spawn(argv, envp, log_path, ready[1], p);
+    close(ready[1]);
+    if (!spawned) {
+      close(ready[0]);
+      return CW_CLI_FAILED;
+    }
     st->num_procs++;
+    if (!cw__save_state(dir, st)) {
+      close(ready[0]);
+      return CW_CLI_FAILED;
+    }
+    // One at a time, as the embedded cluster starts them: the controller
+    // numbers devices in registration order, so worker-0's come first on
+    // every start (started together, a loaded host decided).
+    char line[PATH_MAX + 64];
+    bool registered = cw__wait_ready(ready[0], "registered with ", deadline, line, sizeof(line));
+    close(ready[0]);
+    if (!registered) {
+      bool late = cw_time_now_ms() >= deadline;
+      fprintf(stderr, "causeway: %s %s\n", p->name,
+              late ? "did not register with the controller in time (--timeout)"
+                   : "exited before it registered with the controller");
+      for (size_t k = 0; k < st->num_procs; ++k) cw__print_log_tail(dir, st->procs[k].name);
+      return late ? CW_CLI_TIMEOUT : CW_CLI_FAILED;
+    }
   }
-  if (!cw__save_state(dir, st)) return CW_CLI_FAILED;
   int rc = cw__wait_workers(st->controller, token, a->workers, deadline, st);
   if (rc) {
     for (size_t i = 0; i < st->num_procs; ++i) cw__print_log_tail(dir, st->procs[i].name);

@@ -228,6 +228,33 @@ def test_up_interrupted_while_starting_stops_what_it_started(state_dir, tmp_path
     assert gone, f"the controller up started ({kids}) outlived up"
 
 
+def test_devices_numbered_in_worker_order(state_dir, tmp_path):
+    """The controller numbers devices in registration order. `up` started its
+    workers together, so on a loaded host worker-1 could register first and
+    take devices 0-1 (an audit); it starts them one at a time now, as the
+    embedded cluster does. Here worker-0 is slow to start (a wrapper sleeps
+    first): its devices are still 0 and 1."""
+    wrap = tmp_path / "bin"
+    wrap.mkdir()
+    real = harness.bin_dir()
+    (wrap / "causeway-worker").write_text(
+        "#!/bin/sh\ncase \"$*\" in *'--name worker-0 '*) sleep 2;; esac\n"
+        f"exec {real}/causeway-worker \"$@\"\n")
+    (wrap / "causeway-worker").chmod(0o755)
+    os.symlink(os.path.join(real, "causeway-controller"), wrap / "causeway-controller")
+    env = tool_env()
+    env["CAUSEWAY_BIN_DIR"] = str(wrap)
+    up = tool("up", "--dir", state_dir, "--workers", "2", "--devices", "2", env=env)
+    try:
+        assert up.returncode == 0, up.stderr
+        st = tool("status", "--json", env={**tool_env(), **exports(up.stdout)})
+        assert st.returncode == 0, st.stderr
+        got = {w["name"]: w["devices"] for w in json.loads(st.stdout)["workers"]}
+        assert got == {"worker-0": [0, 1], "worker-1": [2, 3]}, got
+    finally:
+        assert tool("down", "--dir", state_dir).returncode == 0
+
+
 def test_corrupt_state_file_says_how_to_recover(state_dir):
     """A state file that is no state file (a crash mid-write by something else,
     an editor): neither up nor down can know what ran, and both refuse. They
