@@ -368,9 +368,17 @@ void cw_cli_print_status(FILE* out, const Causeway__V1__AdminStatus* st) {
   fprintf(out, "compile cache: %" PRIu64 " compiles, %" PRIu64 " hits, %" PRIu64 " misses, %"
           PRIu64 " bytes; launches relayed %" PRIu64 "; errors %" PRIu64 "\n\n", st->compiles,
           st->cache_hits, st->cache_misses, st->cache_bytes, st->launches, st->errors);
-  fprintf(out, "WORKERS\n%-4s %-20s %-9s %-24s %-8s %-6s %8s %12s %5s %9s %8s %6s %6s %5s\n",
-          "IDX", "NAME", "STATE", "ADDRESS", "DEVICES", "ISLAND", "BUFFERS", "BYTES", "EXES",
-          "LAUNCHES", "LAUNCH/S", "QUEUE", "INFLT", "HELD");
+  // Names and addresses as wide as the longest (socket paths run long), so
+  // the columns after them stay in line.
+  int name_w = 20, addr_w = 24;
+  for (size_t i = 0; i < st->n_workers; ++i) {
+    size_t n = strlen(st->workers[i]->name), a = strlen(st->workers[i]->address);
+    if (n > (size_t)name_w) name_w = n > 200 ? 200 : (int)n;
+    if (a > (size_t)addr_w) addr_w = a > 300 ? 300 : (int)a;
+  }
+  fprintf(out, "WORKERS\n%-4s %-*s %-9s %-*s %-8s %-6s %8s %12s %5s %9s %8s %6s %6s %5s\n", "IDX",
+          name_w, "NAME", "STATE", addr_w, "ADDRESS", "DEVICES", "ISLAND", "BUFFERS", "BYTES",
+          "EXES", "LAUNCHES", "LAUNCH/S", "QUEUE", "INFLT", "HELD");
   for (size_t i = 0; i < st->n_workers; ++i) {
     const Causeway__V1__AdminWorker* w = st->workers[i];
     char devs[32];
@@ -380,15 +388,16 @@ void cw_cli_print_status(FILE* out, const Causeway__V1__AdminStatus* st) {
     } else {
       snprintf(devs, sizeof(devs), "%d", w->first_device);
     }
-    fprintf(out, "%-4u %-20s %-9s %-24s %-8s %-6u %8" PRIu64 " %12" PRIu64 " %5" PRIu64
-            " %9" PRIu64 " %8.1f %6" PRIu64 " %6" PRIu64 " %5" PRIu64 "\n",
-            w->index, w->name, w->state, w->address, devs, w->island, w->buffers,
+    fprintf(out,
+            "%-4u %-*s %-9s %-*s %-8s %-6u %8" PRIu64 " %12" PRIu64 " %5" PRIu64 " %9" PRIu64
+            " %8.1f %6" PRIu64 " %6" PRIu64 " %5" PRIu64 "\n",
+            w->index, name_w, w->name, w->state, addr_w, w->address, devs, w->island, w->buffers,
             w->buffer_bytes, w->executables, w->launches, w->launches_per_sec, w->queue_depth,
             w->launches_in_flight, w->launches_held);
   }
   // Memory back-pressure: each device's budget, what the buffers hold, and
   // what waits for memory (docs/operations.md "Memory").
-  fprintf(out, "\nMEMORY\n%-20s %-12s %-12s %-12s %7s %-12s %8s %8s  %s\n", "WORKER",
+  fprintf(out, "\nMEMORY\n%-*s %-12s %-12s %-12s %7s %-12s %8s %8s  %s\n", name_w, "WORKER",
           "BUDGET/DEV", "IN USE", "FULLEST DEV", "WAITING", "WAIT BYTES", "TIMEOUTS", "TOO BIG",
           "BUDGET FROM");
   for (size_t i = 0; i < st->n_workers; ++i) {
@@ -399,9 +408,10 @@ void cw_cli_print_status(FILE* out, const Causeway__V1__AdminStatus* st) {
     cw_bytes_format(w->memory_in_use, used, sizeof(used));
     cw_bytes_format(w->memory_in_use_max, most, sizeof(most));
     cw_bytes_format(w->memory_waiting_bytes, waiting, sizeof(waiting));
-    fprintf(out, "%-20s %-12s %-12s %-12s %7" PRIu64 " %-12s %8" PRIu64 " %8" PRIu64 "  %s\n",
-            w->name, budget, used, most, w->memory_waiting, waiting, w->memory_wait_timeouts,
-            w->memory_refused, w->memory_budget_source[0] ? w->memory_budget_source : "-");
+    fprintf(out, "%-*s %-12s %-12s %-12s %7" PRIu64 " %-12s %8" PRIu64 " %8" PRIu64 "  %s\n",
+            name_w, w->name, budget, used, most, w->memory_waiting, waiting,
+            w->memory_wait_timeouts, w->memory_refused,
+            w->memory_budget_source[0] ? w->memory_budget_source : "-");
   }
   fprintf(out, "\nISLANDS\n%-6s %-8s %-7s %s\n", "ISLAND", "DEVICES", "QUEUED", "WORKERS");
   for (size_t i = 0; i < st->n_islands; ++i) {

@@ -363,6 +363,30 @@ static void test_status_text_memory(void** state) {
   free(text);
 }
 
+// A long socket path widens the ADDRESS column instead of pushing the
+// row's later columns out of line with the header.
+static void test_status_text_long_address(void** state) {
+  (void)state;
+  sample_t x;
+  sample_fill(&x);
+  x.w[0].address = (char*)"/tmp/causeway-up-of-a-user-with-a-long-home/cluster/worker-0.sock";
+  char* text = NULL;
+  size_t len = 0;
+  FILE* f = open_memstream(&text, &len);
+  assert_non_null(f);
+  cw_cli_print_status(f, &x.st);
+  fclose(f);
+  const char* header = strstr(text, "\nIDX ");
+  const char* row = strstr(text, "\n0    wa ");
+  assert_non_null(header);
+  assert_non_null(row);
+  size_t col = (size_t)(strstr(header, " DEVICES ") - header);
+  assert_int_equal(strncmp(row + col, " 0-1 ", 5), 0);
+  assert_non_null(
+      strstr(row, " /tmp/causeway-up-of-a-user-with-a-long-home/cluster/worker-0.sock "));
+  free(text);
+}
+
 // Bytes a peer sent that are not UTF-8 still make JSON that parses.
 static void test_status_json_repairs_invalid_utf8(void** state) {
   sample_t x;
@@ -571,6 +595,7 @@ int main(void) {
       cmocka_unit_test(test_status_json_matches_before),
       cmocka_unit_test(test_status_json_says_the_poll_age),
       cmocka_unit_test(test_status_text_memory),
+      cmocka_unit_test(test_status_text_long_address),
       cmocka_unit_test(test_status_json_repairs_invalid_utf8),
       cmocka_unit_test(test_args_commands),
       cmocka_unit_test(test_args_errors),
