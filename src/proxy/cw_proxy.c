@@ -110,6 +110,8 @@ static cw_status_t cw__session_open(cw_proxy_t* p, cw_grpc_call_t* call) {
   cw_status_t st = cw_random_id(&s->id);
   if (!st) st = cw_proxy_session_start(s);
   if (st) {
+    // The client hears it; the operator reads it here (a thread limit).
+    CW_LOGW("session refused: %s", cw_status_message(st));
     cw_proxy_session_free(s);
     return st;
   }
