@@ -222,7 +222,7 @@ static void cw__accept_one(uv_stream_t* listener) {
   cw_grpc_server_t* s = listener->data;
   cw_grpc_conn_t* c = calloc(1, sizeof(*c));
   if (!c) {
-    cw_net_pacer_retry(&s->pacer, "");
+    cw_net_pacer_retry(&s->pacer);
     return;
   }
   c->server = s;
@@ -326,7 +326,7 @@ cw_status_t cw_grpc_server_create(uv_loop_t* loop, const char* address,
   s->flusher.data = s;
   uv_prepare_start(&s->flusher, cw__flush_all);
   cw_net_pacer_initialize(&s->pacer, loop, &s->listener.stream, CW__ACCEPTS_PER_PASS,
-                          cw__accept_one);
+                          cw__accept_one, "");
   cw_status_t lst = is_pipe ? cw__pipe_listen(s, address)
                             : cw_net_tcp_listen(&s->listener.tcp, address, cw__accept, s->address,
                                                 sizeof(s->address));

@@ -168,7 +168,7 @@ static void cw__accept_one(uv_stream_t* listener) {
   cw_http_server_t* s = listener->data;
   cw_http_conn_t* c = calloc(1, sizeof(*c));
   if (!c) {
-    cw_net_pacer_retry(&s->pacer, "HTTP port: ");
+    cw_net_pacer_retry(&s->pacer);
     return;
   }
   c->server = s;
@@ -227,7 +227,7 @@ cw_status_t cw_http_server_create(uv_loop_t* loop, const char* address, cw_http_
   uv_tcp_init(loop, &s->listener);
   s->listener.data = s;
   cw_net_pacer_initialize(&s->pacer, loop, (uv_stream_t*)&s->listener, CW__ACCEPTS_PER_PASS,
-                          cw__accept_one);
+                          cw__accept_one, "HTTP port: ");
   cw_status_t lst = cw_net_tcp_listen(&s->listener, address, cw__accept, s->address,
                                       sizeof(s->address));
   if (lst) {

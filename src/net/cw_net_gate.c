@@ -3,10 +3,15 @@
 #include "cw_net_gate.h"
 
 #include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "cw_log.h"
 
@@ -191,15 +196,52 @@ static void cw__pacer_idle(uv_idle_t* h) {
   p->accept(p->listener);
 }
 
+// A descriptor the listener's duplicate cannot have is one an accept cannot
+// have either (the spare libuv keeps aside is already open).
+static void cw__pacer_fd_probe(uv_timer_t* t) {
+  cw_net_pacer_t* p = t->data;
+  uv_os_fd_t fd;
+  if (uv_fileno((const uv_handle_t*)p->listener, &fd) != 0) return;
+  int dup = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (dup >= 0) {
+    close(dup);
+    return;
+  }
+  if (errno != EMFILE && errno != ENFILE) return;
+  bool system = errno == ENFILE;
+  p->fds_out++;
+  uint64_t more = 0;
+  if (!cw_net_warn_limit_pass(&p->warn_fds, (int64_t)uv_now(t->loop), 60 * 1000, &more)) return;
+  char limit[96];
+  struct rlimit rl;
+  if (system) {
+    snprintf(limit, sizeof(limit), "the system's, fs.file-max");
+  } else if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    snprintf(limit, sizeof(limit), "this process's limit, %llu", (unsigned long long)rl.rlim_cur);
+  } else {
+    snprintf(limit, sizeof(limit), "this process's limit");
+  }
+  CW_LOGE("%sout of file descriptors (%s): new connections are accepted and closed at once "
+          "until some are freed; raise the limit (ulimit -n, LimitNOFILE=) or lower "
+          "--max-connections (%" PRIu64 " more such seconds since the last such line)", p->who,
+          limit, more);
+}
+
 void cw_net_pacer_initialize(cw_net_pacer_t* p, uv_loop_t* loop, uv_stream_t* listener,
-                             unsigned per_pass, void (*accept)(uv_stream_t* listener)) {
+                             unsigned per_pass, void (*accept)(uv_stream_t* listener),
+                             const char* who) {
   memset(p, 0, sizeof(*p));
   uv_idle_init(loop, &p->idle);
   p->idle.data = p;
   uv_timer_init(loop, &p->retry);
   p->retry.data = p;
+  uv_timer_init(loop, &p->fd_probe);
+  p->fd_probe.data = p;
+  uv_timer_start(&p->fd_probe, cw__pacer_fd_probe, 1000, 1000);
+  uv_unref((uv_handle_t*)&p->fd_probe);  // keeps no loop alive
   p->listener = listener;
   p->accept = accept;
+  p->who = who;
   p->per_pass = per_pass ? per_pass : 1;
   p->open = true;
 }
@@ -221,13 +263,13 @@ static void cw__pacer_retry(uv_timer_t* t) {
   p->accept(p->listener);
 }
 
-void cw_net_pacer_retry(cw_net_pacer_t* p, const char* who) {
+void cw_net_pacer_retry(cw_net_pacer_t* p) {
   if (!p->open) return;
   uv_timer_start(&p->retry, cw__pacer_retry, 100, 0);
   uint64_t more = 0;
   if (cw_net_warn_limit_pass(&p->warn_retry, (int64_t)uv_now(p->retry.loop), 60 * 1000, &more)) {
     CW_LOGE("%sout of memory accepting a connection; trying again every 100 ms (%" PRIu64
-            " more failures since the last such line)", who, more);
+            " more failures since the last such line)", p->who, more);
   }
 }
 
@@ -242,9 +284,10 @@ void cw_net_pacer_close(cw_net_pacer_t* p, uv_close_cb done) {
   p->open = false;
   p->deferred = false;
   p->done = done;
-  p->closing = 2;
+  p->closing = 3;
   uv_close((uv_handle_t*)&p->idle, cw__pacer_handle_closed);
   uv_close((uv_handle_t*)&p->retry, cw__pacer_handle_closed);
+  uv_close((uv_handle_t*)&p->fd_probe, cw__pacer_handle_closed);
 }
 
 // --- Rate-limited warnings ---------------------------------------------------------

@@ -113,12 +113,21 @@ typedef struct cw_net_pacer_s {
   int closing;  // handles not yet closed
   uv_close_cb done;
   cw_net_warn_limit_t warn_retry;
+  // Out of descriptors, libuv accepts each connection and closes it at once
+  // (it keeps a spare descriptor for that) and tells nobody: a probe once a
+  // second says so, once a minute.
+  uv_timer_t fd_probe;
+  const char* who;
+  uint64_t fds_out;  // probes that found no descriptor free
+  cw_net_warn_limit_t warn_fds;
 } cw_net_pacer_t;
 
 // `pacer` is caller storage that stays put until cw_net_pacer_close's close
 // completes. `accept(listener)` runs for a connection that was deferred.
+// `who` names the listener in log lines ("" or "HTTP port: "; borrowed).
 void cw_net_pacer_initialize(cw_net_pacer_t* pacer, uv_loop_t* loop, uv_stream_t* listener,
-                             unsigned per_pass, void (*accept)(uv_stream_t* listener));
+                             unsigned per_pass, void (*accept)(uv_stream_t* listener),
+                             const char* who);
 // In the listener's connection callback: true to accept now; false when this
 // pass has had its share (libuv then stops watching the listener until the
 // pacer's next idle pass hands the connection to `accept`).
@@ -126,8 +135,8 @@ bool cw_net_pacer_take(cw_net_pacer_t* pacer);
 // The connection callback could not take its connection (out of memory):
 // libuv keeps it and stops watching the listener until an accept, so
 // `accept(listener)` runs again in 100 ms, and again while it fails. Logged
-// once a minute, with `who` (the listener: "" or "HTTP port: ").
-void cw_net_pacer_retry(cw_net_pacer_t* pacer, const char* who);
+// once a minute, with the listener's `who`.
+void cw_net_pacer_retry(cw_net_pacer_t* pacer);
 // Closes the pacer's handles; `done` (may be NULL) runs once, when both are
 // closed, with the idle handle (data: the pacer).
 void cw_net_pacer_close(cw_net_pacer_t* pacer, uv_close_cb done);

@@ -142,7 +142,7 @@ static void cw__accept_one(uv_stream_t* server) {
   cw_net_t* net = server->data;
   cw_net_conn_t* c = cw_net__conn_create(net, false, net->is_pipe);
   if (!c) {
-    cw_net_pacer_retry(&net->pacer, "");  // (before, the daemon never accepted again)
+    cw_net_pacer_retry(&net->pacer);  // (before, the daemon never accepted again)
     return;
   }
   if (uv_accept(server, &c->h.stream) < 0) {
@@ -334,7 +334,7 @@ cw_status_t cw_net_listen(cw_net_t* net, const char* address, const cw_net_servi
     return cw_make_status(CW_UNAVAILABLE, "cannot listen on %s: %s", address, uv_strerror(rc));
   }
   cw_net_pacer_initialize(&net->pacer, net->loop, &net->listener.stream, CW__ACCEPTS_PER_PASS,
-                          cw__accept_one);
+                          cw__accept_one, "");
   cw__raise_fd_limit(net);
   return cw_ok_status();
 }

@@ -13,7 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -259,6 +261,53 @@ static void test_accept_out_of_memory(void** state) {
   assert_true(send(r2->fd, b.p, b.len, 0) == (ssize_t)b.len);
   buf_free(&b);
   WAIT(fx.num_peers == 2);
+  raw_next(r2, &f);
+  assert_int_equal(f.h.type, CW_MSG_HELLO);
+  frame_free(&f);
+  raw_expect_pong(r2, 2, "hi");
+}
+
+// Out of descriptors, libuv accepts a connection and closes it at once,
+// silently: the daemon looked alive and refused everyone (an audit). The
+// pacer's probe now counts (and logs) each second it finds none free; once
+// some are, connections are served again.
+static void test_out_of_descriptors(void** state) {
+  start_server();
+  struct rlimit was;
+  assert_int_equal(getrlimit(RLIMIT_NOFILE, &was), 0);
+  int client = socket(AF_UNIX, SOCK_STREAM, 0);  // made while descriptors remain
+  assert_true(client >= 0);
+  int probe = dup(0);
+  assert_true(probe >= 0);
+  close(probe);
+  struct rlimit low = was;
+  low.rlim_cur = (rlim_t)probe + 8;
+  assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+  int fill[16];
+  int n = 0;
+  while (n < 16 && (fill[n] = dup(0)) >= 0) n++;
+  assert_true(n < 16);  // the last dup failed: none left
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", fx.path);
+  assert_int_equal(connect(client, (struct sockaddr*)&sa, sizeof(sa)), 0);  // the backlog's
+  raw_t* r = raw_adopt(client);
+  RUN_UNTIL(fx.srv.pacer.fds_out > 0, 3000);
+  uint64_t seen = fx.srv.pacer.fds_out;
+  raw_fill(r);
+  bool closed = r->eof || r->reset;  // by libuv, with its spare descriptor
+  for (int i = 0; i < n; ++i) close(fill[i]);
+  assert_int_equal(setrlimit(RLIMIT_NOFILE, &was), 0);
+  assert_true(seen > 0);
+  assert_true(closed);
+  assert_int_equal(fx.num_peers, 0);  // never handed to the daemon
+  // Descriptors again: served.
+  raw_t* r2 = raw_connect();
+  buf_t b = {0};
+  buf_hello(&b, "sesame", ROLE_CLIENT, 0, "later");
+  buf_ping(&b, 2, "hi");
+  raw_send_buf(r2, &b);
+  WAIT(fx.num_peers == 1);
+  frame_t f;
   raw_next(r2, &f);
   assert_int_equal(f.h.type, CW_MSG_HELLO);
   frame_free(&f);
@@ -593,6 +642,7 @@ int main(void) {
       NET_TEST(test_per_peer_budget),
       NET_TEST(test_accept_pacing),
       NET_TEST(test_accept_out_of_memory),
+      NET_TEST(test_out_of_descriptors),
       NET_TEST(test_connect_to_dead_address),
       NET_TEST(test_silent_peer_times_out),
       NET_TEST(test_unix_paths),
