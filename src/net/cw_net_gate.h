@@ -137,7 +137,7 @@ bool cw_net_pacer_take(cw_net_pacer_t* pacer);
 // `accept(listener)` runs again in 100 ms, and again while it fails. Logged
 // once a minute, with the listener's `who`.
 void cw_net_pacer_retry(cw_net_pacer_t* pacer);
-// Closes the pacer's handles; `done` (may be NULL) runs once, when both are
+// Closes the pacer's handles; `done` (may be NULL) runs once, when all are
 // closed, with the idle handle (data: the pacer).
 void cw_net_pacer_close(cw_net_pacer_t* pacer, uv_close_cb done);
 

@@ -275,28 +275,29 @@ static void test_out_of_descriptors(void** state) {
   start_server();
   struct rlimit was;
   assert_int_equal(getrlimit(RLIMIT_NOFILE, &was), 0);
-  int client = socket(AF_UNIX, SOCK_STREAM, 0);  // made while descriptors remain
-  assert_true(client >= 0);
+  // Made while descriptors remain; nothing between the two setrlimit calls
+  // asserts (a failure there would leave later tests without descriptors).
+  raw_t* r = raw_adopt(socket(AF_UNIX, SOCK_STREAM, 0));
   int probe = dup(0);
   assert_true(probe >= 0);
   close(probe);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", fx.path);
   struct rlimit low = was;
   low.rlim_cur = (rlim_t)probe + 8;
   assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
   int fill[16];
   int n = 0;
   while (n < 16 && (fill[n] = dup(0)) >= 0) n++;
-  assert_true(n < 16);  // the last dup failed: none left
-  struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", fx.path);
-  assert_int_equal(connect(client, (struct sockaddr*)&sa, sizeof(sa)), 0);  // the backlog's
-  raw_t* r = raw_adopt(client);
+  int connected = connect(r->fd, (struct sockaddr*)&sa, sizeof(sa));  // into the backlog
   RUN_UNTIL(fx.srv.pacer.fds_out > 0, 3000);
   uint64_t seen = fx.srv.pacer.fds_out;
   raw_fill(r);
   bool closed = r->eof || r->reset;  // by libuv, with its spare descriptor
   for (int i = 0; i < n; ++i) close(fill[i]);
   assert_int_equal(setrlimit(RLIMIT_NOFILE, &was), 0);
+  assert_true(n < 16);  // the last dup failed: none were left
+  assert_int_equal(connected, 0);
   assert_true(seen > 0);
   assert_true(closed);
   assert_int_equal(fx.num_peers, 0);  // never handed to the daemon

@@ -72,6 +72,11 @@ void cw_plugin_buffer_free(cw_plugin_buffer_t* b) {
 cw_status_t cw_plugin_buffer_check_epoch(const cw_plugin_buffer_t* b) {
   cw_plugin_worker_t* w = b->device->worker;
   if (b->epoch == atomic_load_explicit(&w->epoch, memory_order_acquire)) return cw_ok_status();
+  return cw_plugin_buffer_lost(b);
+}
+
+cw_status_t cw_plugin_buffer_lost(const cw_plugin_buffer_t* b) {
+  cw_plugin_worker_t* w = b->device->worker;
   return cw_make_status(CW_UNAVAILABLE,
                         "worker %s (%s) was replaced: buffer %llu lived on the "
                         "lost worker and its contents are gone; upload it again",

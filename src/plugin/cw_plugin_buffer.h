@@ -51,6 +51,8 @@ CW_MUST_USE cw_status_t cw_plugin_buffer_create(cw_plugin_client_t* c, cw_plugin
 void cw_plugin_buffer_free(cw_plugin_buffer_t* b);
 // UNAVAILABLE when `b` lived on a worker that has since been replaced.
 CW_MUST_USE cw_status_t cw_plugin_buffer_check_epoch(const cw_plugin_buffer_t* b);
+// UNAVAILABLE: b lived on a worker that was replaced ("was replaced: buffer N ...").
+CW_MUST_USE cw_status_t cw_plugin_buffer_lost(const cw_plugin_buffer_t* b);
 // Bytes of one element of `type` (0: not a type causeway transfers).
 size_t cw_plugin_buffer_dtype_size(PJRT_Buffer_Type type);
 // Bytes of `b` in the dense default layout.

@@ -96,8 +96,9 @@ static cw_status_t cw__execute_check(const PJRT_LoadedExecutable_Execute_Args* a
                            "worker %s (island %u); move it with jax.device_put",
                            a, e->name, b->device->to_string, e->worker->name,
                            e->devices[0]->island);
-      } else if ((s = cw_plugin_buffer_check_epoch(b)) != NULL) {
-        s = cw_status_annotate(s, "Execute: argument %zu of %s", a, e->name);
+      } else if (b->epoch != *out_epoch) {
+        s = cw_status_annotate(cw_plugin_buffer_lost(b), "Execute: argument %zu of %s", a,
+                               e->name);
       } else if (!poisoned && cw_plugin_future_is_done(b->ready)) {
         cw_status_t rs = cw_plugin_future_wait(b->ready);  // done: returns at once
         if (rs) poisoned = cw_status_annotate(rs, "input %zu of %s", a, e->name);

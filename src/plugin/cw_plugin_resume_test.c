@@ -27,7 +27,7 @@
 #define SESSION 77  // what the fake peer's HELLO reply says
 
 // What the fake controller does with the LAUNCH sent again.
-typedef enum { AGAIN_ACK, AGAIN_DUPLICATE, NEVER_BACK } again_t;
+typedef enum { AGAIN_ACK, AGAIN_DUPLICATE, NEVER_BACK, AGAIN_MOVED } again_t;
 
 typedef struct fixture_s {
   fake_t ctrl, worker;
@@ -97,7 +97,9 @@ static void script_controller(fake_t* f) {
   Causeway__V1__WorkerInfo wi = CAUSEWAY__V1__WORKER_INFO__INIT;
   wi.index = 5;  // the new controller's numbering
   wi.name = (char*)"w0";
-  wi.address = g_fx->worker.path;
+  wi.address = g_fx->again == AGAIN_MOVED ? (char*)"/nonexistent/replacement.sock"
+                                          : g_fx->worker.path;
+  wi.incarnation = g_fx->again == AGAIN_MOVED ? 1 : 0;
   Causeway__V1__WorkerInfo* wptr = &wi;
   Causeway__V1__Device dev = CAUSEWAY__V1__DEVICE__INIT;
   Causeway__V1__GlobalDevice gd = CAUSEWAY__V1__GLOBAL_DEVICE__INIT;
@@ -113,9 +115,21 @@ static void script_controller(fake_t* f) {
   info.n_devices = 1;
   fake_reply(f, &fr, &info.base, NULL, 0);
   frame_free(&fr);
+  if (fx->again == AGAIN_MOVED) {  // records a LAUNCH sent again, if any
+    while (fake_read(f, &fr)) {
+      if (fr.h.type == CW_MSG_LAUNCH) {
+        fx->again_seq = ((Causeway__V1__LaunchRequest*)fr.msg)->seq;
+        fake_ack(f, &fr);
+      } else if (fr.h.type == CW_MSG_PING) {
+        fake_reply(f, &fr, fr.msg, NULL, 0);
+      }
+      frame_free(&fr);
+    }
+    return;
+  }
   FCHECK(f, read_until(f, CW_MSG_LAUNCH, &fr));
   fx->again_seq = ((Causeway__V1__LaunchRequest*)fr.msg)->seq;
-  if (fx->again == AGAIN_ACK) {
+  if (fx->again == AGAIN_ACK || fx->again == AGAIN_MOVED) {
     fake_ack(f, &fr);
   } else {
     char text[128];
@@ -276,11 +290,29 @@ static void test_never_back(void** state) {
   free(fx);
 }
 
+// The controller came back naming the worker replaced at another address
+// (cw__apply_info). The parked LAUNCH, numbered and naming ids in the lost
+// worker's epoch, was sent again all the same, and a real controller (the
+// resumed session joined to the current incarnations) relayed it to the
+// replacement (a review). It fails "was replaced" instead, unsent.
+static void test_parked_launch_of_a_replaced_worker(void** state) {
+  (void)state;
+  fixture_t* fx = fixture(AGAIN_MOVED, "10000");
+  rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  launch(fx, &rec, 10000);
+  fixture_stop(fx);
+  assert_int_equal(fx->again_seq, 0);  // not sent again
+  assert_int_equal(rec.code, CW_UNAVAILABLE);
+  assert_non_null(strstr(rec.message, "was replaced: the buffers this LAUNCH names"));
+  free(fx);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_parked_launch_sent_again),
       cmocka_unit_test(test_duplicate_reads_outputs),
       cmocka_unit_test(test_never_back),
+      cmocka_unit_test(test_parked_launch_of_a_replaced_worker),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

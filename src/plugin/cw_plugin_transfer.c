@@ -543,9 +543,12 @@ static cw_status_t cw__buffer_copy(cw_plugin_buffer_t* b, cw_plugin_memory_t* dm
       req.dst_memory_kind = kind;
       s = cw__send(from, b->epoch, CW_MSG_SEND, &req.base, &req.seq, NULL, 0, NULL, ready, false,
                    nb, NULL);
-      // The destination already expects the id: poison it rather than leave
-      // it pending forever (the buffer is freed below, which deletes it there).
-      if (s) cw_plugin_future_complete(ready, cw_status_clone(s));
+      // The destination already expects the id: it is dropped there (the
+      // buffer is freed below, which sends nothing) rather than left pending.
+      if (s) {
+        cw_plugin_future_complete(ready, cw_status_clone(s));
+        cw_plugin_worker_delete(to, nb->epoch, nb->id, 0);
+      }
     }
   }
   cw_plugin_future_release(ready);

@@ -88,6 +88,21 @@ static bool cw__stale_locked(const cw_plugin_worker_t* w, uint32_t epoch) {
          epoch != atomic_load_explicit(&w->epoch, memory_order_acquire);
 }
 
+// Whether a request numbered in `epoch` is for a worker that is gone: w
+// reconnected since, or a replacement was announced that w has not joined
+// yet (a resumed session names it so, cw_plugin_resume.c). Either way the
+// replacement must not get it, in the lost worker's numbering.
+static bool cw__gone_since(cw_plugin_worker_t* w, uint32_t epoch) {
+  if (epoch != atomic_load_explicit(&w->epoch, memory_order_acquire)) return true;
+  if (!atomic_load_explicit(&w->dead, memory_order_acquire)) return false;
+  pthread_mutex_lock(&w->mu);
+  bool replaced = w->next_address != NULL;
+  pthread_mutex_unlock(&w->mu);
+  return replaced;
+}
+
+// (w->address changes under send_mu: with it held, or racing a reconnection
+// as a buffer's own check does; the old text stays readable, retired.)
 static cw_status_t cw__stale_status(const cw_plugin_worker_t* w, uint16_t type) {
   return cw_make_status(CW_UNAVAILABLE,
                         "worker %s (%s) was replaced: the buffers this %s names "
@@ -327,8 +342,9 @@ cw_status_t cw_plugin_worker_send(cw_plugin_worker_t* w, uint32_t epoch, uint16_
   CW_RETURN_IF_ERROR(cw_plugin_worker_check(w), "%s", cw_msg_type_name(type));
   pthread_mutex_lock(&w->send_mu);
   if (cw__stale_locked(w, epoch)) {
+    cw_status_t stale = cw__stale_status(w, type);
     pthread_mutex_unlock(&w->send_mu);
-    return cw__stale_status(w, type);
+    return stale;
   }
   cw__worker_write_relayed_held(w);
   cw__worker_stage_deletes_locked(w);  // they come first in seq order, in one write
@@ -421,6 +437,11 @@ static void cw__ordered_await(cw__ordered_t* o) {
     cw__ordered_free(o);
     return;
   }
+  if (cw__gone_since(o->w, o->epoch)) {  // its outputs were on the lost worker
+    o->done(o->user, cw__stale_status(o->w, o->type), NULL);
+    cw__ordered_free(o);
+    return;
+  }
   o->awaiting = n + 1;  // +1: held until every AWAIT is out
   cw_client_t* conn = o->w->conn;
   for (size_t d = 0; d < l->n_outputs; ++d) {
@@ -468,6 +489,10 @@ static void cw__ordered_resend(cw_plugin_parked_t* p, cw_client_t* ctrl, uint64_
     cw__ordered_finish(o, failure, NULL);
     return;
   }
+  if (cw__gone_since(o->w, o->epoch)) {
+    cw__ordered_finish(o, cw__stale_status(o->w, o->type), NULL);
+    return;
+  }
   if (!o->copy) {
     o->copy = protobuf_c_message_unpack(cw_msg_request_descriptor(o->type), NULL, o->packed_len,
                                         o->packed);
@@ -504,9 +529,10 @@ static cw_status_t cw__send_ordered(cw_plugin_worker_t* w, uint32_t epoch, bool 
   cw_client_t* via = NULL;
   pthread_mutex_lock(&w->send_mu);  // seq order on the connection
   if (cw__stale_locked(w, epoch)) {
+    cw_status_t stale = cw__stale_status(w, type);
     pthread_mutex_unlock(&w->send_mu);
     cw_recycle_free(&cw__ordered_records, o);
-    return cw__stale_status(w, type);
+    return stale;
   }
   // Batched DELETEs come first; a batched LAUNCH (a chain drops a buffer per
   // launch, and a DELETE per launch cost w a message and the client a

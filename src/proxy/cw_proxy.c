@@ -2,6 +2,7 @@
 // GetVersion answered here; each IfrtSession stream a session with a thread
 // (cw_proxy_session.c); the host-buffer methods named and refused until they
 // are built.
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include "cw_host.h"
+#include "cw_time.h"
 #include "cw_log.h"
 #include "cw_proxy_internal.h"
 #include "cw_random.h"
@@ -110,8 +112,13 @@ static cw_status_t cw__session_open(cw_proxy_t* p, cw_grpc_call_t* call) {
   cw_status_t st = cw_random_id(&s->id);
   if (!st) st = cw_proxy_session_start(s);
   if (st) {
-    // The client hears it; the operator reads it here (a thread limit).
-    CW_LOGW("session refused: %s", cw_status_message(st));
+    // The client hears it; the operator reads it here (a thread limit),
+    // once a minute however often clients retry.
+    uint64_t more = 0;
+    if (cw_net_warn_limit_pass(&p->warn_refused, cw_time_now_ms(), 60 * 1000, &more)) {
+      CW_LOGW("session refused: %s (%" PRIu64 " more since the last such line)",
+              cw_status_message(st), more);
+    }
     cw_proxy_session_free(s);
     return st;
   }

@@ -10,6 +10,7 @@
 #include <uv.h>
 
 #include "cw_grpc_server.h"
+#include "cw_net_gate.h"
 #include "cw_proxy.h"
 #include "cw_proxy_decode.h"
 #include "cw_proxy_pjrt.h"
@@ -160,6 +161,7 @@ struct cw_proxy_s {
   pthread_mutex_t budget_mu;          // any thread
   size_t host_bytes;                  // of the budget in use, all sessions (under budget_mu)
   uint64_t disk_session;  // the session that takes files from the transfer directory (0: none)
+  cw_net_warn_limit_t warn_refused;  // sessions refused for want of a thread (loop thread)
 };
 
 // --- Sessions (cw_proxy_session.c) ----------------------------------------------

@@ -129,6 +129,21 @@ static bool cw__running(const cw_up_proc_t* p) {
   return cw__proc_stat(p->pid, &start, &state) && start == p->start_time && state != 'Z';
 }
 
+// How `p` ended ("exited with status 1", "was killed by signal 9 ..."), read
+// from its zombie (up is its parent); "exited" when it cannot be read.
+static void cw__describe_end(const cw_up_proc_t* p, char* out, size_t size) {
+  int status = 0;
+  pid_t r = waitpid(p->pid, &status, WNOHANG);
+  if (r == p->pid && WIFEXITED(status)) {
+    snprintf(out, size, "exited with status %d", WEXITSTATUS(status));
+  } else if (r == p->pid && WIFSIGNALED(status)) {
+    snprintf(out, size, "was killed by signal %d (%s)", WTERMSIG(status),
+             strsignal(WTERMSIG(status)));
+  } else {
+    snprintf(out, size, "exited");
+  }
+}
+
 static size_t cw__count_running(const cw_up_state_t* st) {
   size_t n = 0;
   for (size_t i = 0; i < st->num_procs; ++i) n += cw__running(&st->procs[i]);
@@ -393,16 +408,18 @@ static bool cw__log_line(const char* log_path, const char* prefix, char* out, si
 }
 
 // Reads a daemon's readiness line (--ready-fd) from `fd` until the deadline:
-// true with what follows `prefix` in out; false on EOF (it died) or timeout.
+// true with what follows `prefix` in out; false on EOF (it died), timeout,
+// or when a process of `st` (NULL: none) is no longer running.
 static bool cw__wait_ready(int fd, const char* prefix, int64_t deadline_ms, char* out,
-                           size_t size) {
+                           size_t size, const cw_up_state_t* st) {
   char line[PATH_MAX + 64];
   size_t got = 0;
   for (;;) {
     int64_t left = deadline_ms - cw_time_now_ms();
     if (left <= 0) return false;
+    if (st && cw__count_running(st) < st->num_procs) return false;
     struct pollfd pfd = {.fd = fd, .events = POLLIN};
-    int rc = poll(&pfd, 1, left > 1000 ? 1000 : (int)left);
+    int rc = poll(&pfd, 1, left > 200 ? 200 : (int)left);
     if (rc < 0 && errno != EINTR) return false;
     if (rc <= 0) continue;
     ssize_t n = read(fd, line + got, sizeof(line) - 1 - got);
@@ -495,8 +512,6 @@ static bool cw__bin_dir(const cw_settings_t* settings, char* out, size_t size) {
   return true;
 }
 
-// Starts the daemons and waits for them; fills `st` as it goes (so a
-// failure can stop what did start).
 // A pipe for a child's --ready-fd 3: [0] to read, [1] for cw__spawn.
 static bool cw__ready_pipe(int fds[2]) {
   if (pipe2(fds, O_CLOEXEC) != 0) {
@@ -516,6 +531,8 @@ static bool cw__ready_pipe(int fds[2]) {
   return true;
 }
 
+// Starts the daemons and waits for them; fills `st` as it goes (so a
+// failure can stop what did start).
 static int cw__start_daemons(const cw_cli_args_t* a, const char* dir, const char* bin,
                              const char* plugin, char** envp, cw_up_state_t* st,
                              const char* token, char* metrics, size_t metrics_size) {
@@ -546,7 +563,7 @@ static int cw__start_daemons(const cw_cli_args_t* a, const char* dir, const char
   }
   st->num_procs = 1;
   bool listening = cw__wait_ready(ready[0], "listening on ", deadline, st->controller,
-                                  sizeof(st->controller));
+                                  sizeof(st->controller), NULL);
   close(ready[0]);
   if (!listening) {
     fprintf(stderr, "causeway: the controller did not start listening\n");
@@ -592,16 +609,27 @@ static int cw__start_daemons(const cw_cli_args_t* a, const char* dir, const char
     // One at a time, as the embedded cluster starts them: the controller
     // numbers devices in registration order, so worker-0's come first on
     // every start (started together, a loaded host decided).
+    // Watching the controller and the workers started before it too.
     char line[PATH_MAX + 64];
-    bool registered = cw__wait_ready(ready[0], "registered with ", deadline, line, sizeof(line));
+    bool registered =
+        cw__wait_ready(ready[0], "registered with ", deadline, line, sizeof(line), st);
     close(ready[0]);
     if (!registered) {
-      bool late = cw_time_now_ms() >= deadline;
-      fprintf(stderr, "causeway: %s %s\n", p->name,
-              late ? "did not register with the controller in time (--timeout)"
-                   : "exited before it registered with the controller");
+      const cw_up_proc_t* gone = NULL;
+      for (size_t k = 0; k < st->num_procs && !gone; ++k) {
+        if (!cw__running(&st->procs[k])) gone = &st->procs[k];
+      }
+      char how[96];
+      if (gone) {
+        cw__describe_end(gone, how, sizeof(how));
+        fprintf(stderr, "causeway: %s %s before %s registered with the controller\n",
+                gone->name, how, gone == p ? "it" : p->name);
+      } else {
+        fprintf(stderr, "causeway: %s did not register with the controller within --timeout "
+                "(%g s; up starts the workers one after another)\n", p->name, a->timeout_s);
+      }
       for (size_t k = 0; k < st->num_procs; ++k) cw__print_log_tail(dir, st->procs[k].name);
-      return late ? CW_CLI_TIMEOUT : CW_CLI_FAILED;
+      return gone ? CW_CLI_FAILED : CW_CLI_TIMEOUT;
     }
   }
   int rc = cw__wait_workers(st->controller, token, a->workers, deadline, st);

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.request
 
 import pytest
@@ -253,6 +254,34 @@ def test_devices_numbered_in_worker_order(state_dir, tmp_path):
         assert got == {"worker-0": [0, 1], "worker-1": [2, 3]}, got
     finally:
         assert tool("down", "--dir", state_dir).returncode == 0
+
+
+def test_controller_lost_while_a_worker_starts(state_dir, tmp_path):
+    """`up` waits for each worker's registration in turn; the controller dying
+    meanwhile (here killed as worker-1 starts) fails it at once, naming the
+    controller, instead of waiting out --timeout and blaming the worker (a
+    review)."""
+    wrap = tmp_path / "bin"
+    wrap.mkdir()
+    real = harness.bin_dir()
+    state = os.path.join(state_dir, "cluster")
+    (wrap / "causeway-worker").write_text(
+        "#!/bin/sh\ncase \"$*\" in *'--name worker-1 '*) "
+        f"kill -9 $(awk '$1==\"process\" && $2==\"controller\" {{print $3}}' {state});; esac\n"
+        f"exec {real}/causeway-worker \"$@\"\n")
+    (wrap / "causeway-worker").chmod(0o755)
+    os.symlink(os.path.join(real, "causeway-controller"), wrap / "causeway-controller")
+    env = tool_env()
+    env["CAUSEWAY_BIN_DIR"] = str(wrap)
+    t = time.monotonic()
+    up = tool("up", "--dir", state_dir, "--workers", "2", "--devices", "1", "--timeout", "60",
+              env=env)
+    took = time.monotonic() - t
+    assert up.returncode == 1, (up.returncode, up.stderr)
+    assert "causeway: controller was killed by signal 9" in up.stderr, up.stderr
+    assert "before worker-1 registered with the controller" in up.stderr, up.stderr
+    assert took < 30, f"{took:.1f} s: waited for the timeout"
+    assert not os.path.exists(state_dir)
 
 
 def test_corrupt_state_file_says_how_to_recover(state_dir):
