@@ -320,20 +320,24 @@ void cw_ctl_compile_inflight_finish(cw_ctl_inflight_t* f, cw_compile_cache_entry
   free(f);
 }
 
+// The worker's private copy (or the error a failed compile left under its
+// id: kept for as long as the private link lives) is not needed any more.
+static void cw__drop_private(cw_net_conn_t* conn, cw_ctl_inflight_t* f) {
+  if (!cw_net_conn_is_open(conn)) return;
+  Causeway__V1__DeleteRequest del = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+  del.ids = &f->private_exe_id;
+  del.n_ids = 1;
+  cw_net_conn_request(conn, CW_MSG_DELETE, &del.base, NULL, 0, NULL, NULL, cw_ctl_ignore_reply,
+                      NULL);
+}
+
 static void cw__inflight_serialized(void* user, cw_net_conn_t* conn, cw_status_t status,
                                     const ProtobufCMessage* reply, uint8_t* bulk,
                                     uint64_t bulk_len) {
   cw_ctl_inflight_t* f = user;
   cw_controller_t* ctl = f->ctl;
   cw_ctl_worker_t* w = ctl->workers[f->worker];
-  // The private copy is no longer needed either way.
-  if (cw_net_conn_is_open(conn)) {
-    Causeway__V1__DeleteRequest del = CAUSEWAY__V1__DELETE_REQUEST__INIT;
-    del.ids = &f->private_exe_id;
-    del.n_ids = 1;
-    cw_net_conn_request(conn, CW_MSG_DELETE, &del.base, NULL, 0, NULL, NULL, cw_ctl_ignore_reply,
-                        NULL);
-  }
+  cw__drop_private(conn, f);
   if (status) {
     free(bulk);
     cw_ctl_compile_inflight_finish(f, NULL, cw_status_annotate(cw_ctl_worker_error(w, conn, status),
@@ -363,6 +367,9 @@ static void cw__inflight_compiled(void* user, cw_net_conn_t* conn, cw_status_t s
   free(bulk);
   cw__compile_returned(f);
   if (status) {
+    // One error entry per failed compile stayed on the worker for good (the
+    // soak audit, session 40).
+    cw__drop_private(conn, f);
     // XLA's message, unchanged but for where it came from.
     cw_ctl_compile_inflight_finish(f, NULL, cw_ctl_worker_error(w, conn, status));
   } else {

@@ -99,3 +99,20 @@ def ops_download_x0() -> dict:
 def ops_devices() -> dict:
     return {"ids": [int(d.id) for d in jax.devices()],
             "workers": sorted({worker_of(d) for d in jax.devices()})}
+
+
+def ops_failed_compiles(worker: str, n: int) -> dict:
+    """n programs the worker's XLA refuses to compile (a custom call to a
+    target nobody registered), each distinct: each compile fails there."""
+    d = _device(worker)
+    x = jax.device_put(np.ones(8, np.float32), d)
+    errors = []
+    for i in range(n):
+        f = jax.jit(lambda a, i=i: jax.ffi.ffi_call(
+            "cw_ops_no_such_target", jax.ShapeDtypeStruct(a.shape, a.dtype))(a) + i)
+        try:
+            f(x).block_until_ready()
+            errors.append("")
+        except Exception as e:  # noqa: BLE001 - the compile's error is the point
+            errors.append(err_text(e))
+    return {"errors": errors}

@@ -152,6 +152,25 @@ def test_status_workers_sessions_buffers_launches_errors(cluster):
         r.close()
 
 
+def test_failed_compiles_leave_nothing_on_the_worker(cluster):
+    """The controller compiles on a private link of its own to the worker. A
+    compile that failed there left its error under the executable's id for
+    as long as the controller lived: one entry per failed compile, which
+    status counted as executables with no session open (the soak audit)."""
+    w0 = names_by_index(cluster)[0]
+    r = runner(cluster, "ops-failed-compiles")
+    try:
+        r.wait_ready()
+        out = r.call("ops_failed_compiles", worker=w0, n=5)
+        assert all("cw_ops_no_such_target" in e for e in out["errors"]), out
+    finally:
+        r.close()
+    # The worker's numbers come from the controller's once-a-second poll.
+    assert harness.wait_until(
+        lambda: (lambda st: not st["sessions"] and worker(st, w0)["executables"] == 0)(
+            status(cluster)), 15), worker(status(cluster), w0)
+
+
 def harness_arange(n):
     return np.arange(n, dtype=np.float32)
 
