@@ -22,6 +22,7 @@
 #include "cw_plugin_internal.h"
 #include "cw_plugin_resume.h"
 #include "cw_plugin_worker.h"
+#include "cw_time.h"
 
 void cw_plugin_health_on_event(cw_plugin_client_t* c, const Causeway__V1__ClusterEvent* ev) {
   cw_plugin_worker_t* w = cw_plugin_worker_find(c, ev->worker_index);
@@ -56,11 +57,17 @@ void cw_plugin_health_on_event(cw_plugin_client_t* c, const Causeway__V1__Cluste
   }
 }
 
-// A replaced connection and address: other threads may still hold them, so
-// they live until the client goes.
+// A replaced connection and address: other threads may still hold them.
+// Those threads load the pointer for one call on it, which fails at once
+// since the connection was shut down, so a connection is released (its
+// socket, eventfd and two threads) once it has been retired for a grace
+// period, at a later reconnection; until session 40 each one stayed until
+// the client went: 2 descriptors and a thread per replacement (the soak
+// audit). The address text (small, read in error messages) stays.
 struct cw_plugin_retired_s {
   cw_client_t* conn;
   char* address;
+  int64_t at_ms;  // when it was retired
 };
 
 // With send_mu held.
@@ -70,7 +77,33 @@ static void cw__retire(cw_plugin_worker_t* w, cw_client_t* conn, char* address) 
   w->retired = grown;
   w->retired[w->num_retired].conn = conn;
   w->retired[w->num_retired].address = address;
+  w->retired[w->num_retired].at_ms = cw_time_now_ms();
   w->num_retired++;
+}
+
+// With send_mu held: takes the retired connections past their grace into
+// `out` (room for w->num_retired), to be released once send_mu is let go
+// (their reader threads' completions may take it); returns how many.
+static size_t cw__take_expired(cw_plugin_worker_t* w, cw_client_t** out) {
+  int64_t grace = w->retire_grace_ms > 0 ? w->retire_grace_ms : CW_PLUGIN_RETIRE_GRACE_MS;
+  int64_t now = cw_time_now_ms();
+  size_t n = 0;
+  for (size_t i = 0; i < w->num_retired; ++i) {
+    struct cw_plugin_retired_s* r = &w->retired[i];
+    if (r->conn && now - r->at_ms >= grace) {
+      out[n++] = r->conn;
+      r->conn = NULL;
+    }
+  }
+  return n;
+}
+
+size_t cw_plugin_health_retired_open(cw_plugin_worker_t* w) {
+  pthread_mutex_lock(&w->send_mu);
+  size_t n = 0;
+  for (size_t i = 0; i < w->num_retired; ++i) n += w->retired[i].conn != NULL;
+  pthread_mutex_unlock(&w->send_mu);
+  return n;
 }
 
 // With send_mu held.
@@ -126,7 +159,11 @@ bool cw_plugin_health_revive(cw_plugin_worker_t* w) {
       conn = NULL;
     }
   }
+  cw_client_t** expired = NULL;
+  size_t num_expired = 0;
   if (!ok && !s) {
+    expired = malloc((w->num_retired + 1) * sizeof(*expired));
+    if (expired) num_expired = cw__take_expired(w, expired);
     cw__retire(w, w->conn, w->address);
     w->conn = conn;
     w->address = address;
@@ -149,6 +186,8 @@ bool cw_plugin_health_revive(cw_plugin_worker_t* w) {
     ok = true;
   }
   pthread_mutex_unlock(&w->send_mu);
+  for (size_t i = 0; i < num_expired; ++i) cw_client_release(expired[i]);
+  free(expired);
   cw_status_free(s);
   free(address);
   return ok;

@@ -9,6 +9,7 @@
 #define CW_PLUGIN_HEALTH_H_
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "cw_status.h"
 #include "proto/causeway.pb-c.h"
@@ -27,6 +28,11 @@ void cw_plugin_health_on_event(cw_plugin_client_t* c, const Causeway__V1__Cluste
 bool cw_plugin_health_revive(cw_plugin_worker_t* w);
 // Frees the worker's health state (retired connections and addresses).
 void cw_plugin_health_worker_deinitialize(cw_plugin_worker_t* w);
+// A replaced connection is released this long after it was retired, at a
+// later reconnection of its worker (or with the client).
+#define CW_PLUGIN_RETIRE_GRACE_MS 10000
+// Retired connections not released yet (for tests).
+size_t cw_plugin_health_retired_open(cw_plugin_worker_t* w);
 
 // Whether `status` (borrowed) says the controller connection is lost.
 bool cw_plugin_health_controller_lost(const cw_plugin_client_t* c, cw_status_t status);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cw_client_fake_peer.h"
 #include "cw_msg.h"
@@ -177,6 +178,31 @@ static void test_request_of_the_lost_epoch_is_refused(void** state) {
   cw_plugin_future_release(ready);
 }
 
+// A replaced connection is released (socket, eventfd, threads) once it has
+// been retired for the grace period, at a later reconnection: it used to
+// stay until the client went, 2 descriptors and a thread per replacement.
+static void test_retired_connections_are_released(void** state) {
+  fixture_t* fx = *state;
+  fx->worker.retire_grace_ms = 1;
+  fake_start(&fx->replacement, script_echo);
+  on_event(fx, CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_UP, 2, 2, fx->replacement.path, NULL);
+  assert_null(cw_plugin_worker_check(&fx->worker));
+  assert_int_equal(cw_plugin_health_retired_open(&fx->worker), 1);  // the first connection
+  usleep(5000);
+  fake_t second;
+  memset(&second, 0, sizeof(second));
+  fake_start(&second, script_echo);
+  on_event(fx, CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_UP, 2, 3, second.path, NULL);
+  assert_null(cw_plugin_worker_check(&fx->worker));
+  assert_string_equal(fx->worker.address, second.path);
+  // The first one was past its grace: released; the replacement's is retired.
+  assert_int_equal(cw_plugin_health_retired_open(&fx->worker), 1);
+  assert_int_equal(send_copy(fx), 1);
+  cw_client_release(fx->worker.conn);
+  fx->worker.conn = NULL;
+  fake_join(&second);
+}
+
 static void test_unreachable_replacement(void** state) {
   fixture_t* fx = *state;
   on_event(fx, CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_DOWN, 2, 0, NULL, "gone");
@@ -260,6 +286,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_worker_down, setup, teardown),
       cmocka_unit_test_setup_teardown(test_replacement_is_rejoined, setup, teardown),
       cmocka_unit_test_setup_teardown(test_request_of_the_lost_epoch_is_refused, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_retired_connections_are_released, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unreachable_replacement, setup, teardown),
       cmocka_unit_test_setup_teardown(test_controller_lost_is_named, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lease_withdrawn, setup, teardown),

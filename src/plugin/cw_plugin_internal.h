@@ -45,7 +45,7 @@ typedef struct cw_plugin_worker_s {
   uint32_t island;
   // Direct connection in the session. Replaced (under send_mu) when the
   // worker is: readers load it atomically; the old one stays valid in
-  // `retired` until the client is destroyed.
+  // `retired` for retire_grace_ms (cw_plugin_health.c).
   _Atomic(cw_client_t*) conn;
   // LAUNCH goes on `conn`, not through the controller. Atomic: a restarted
   // controller's answer sets it again, or LEASE_CHANGED, while other threads
@@ -85,6 +85,7 @@ typedef struct cw_plugin_worker_s {
   uint32_t next_incarnation;
   struct cw_plugin_retired_s* retired;  // guarded by send_mu: old connections and addresses
   size_t num_retired;
+  int64_t retire_grace_ms;  // 0: CW_PLUGIN_RETIRE_GRACE_MS (tests set it)
 } cw_plugin_worker_t;
 
 // One memory of a device, as its worker's plugin has it ("device",
