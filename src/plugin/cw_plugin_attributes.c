@@ -42,6 +42,37 @@ typedef struct cw__retired_s {
 } cw__retired_t;
 static cw__retired_t* cw__retired;
 
+static bool cw__same_value(const PJRT_NamedValue* a, const PJRT_NamedValue* b) {
+  if (a->name_size != b->name_size || memcmp(a->name, b->name, a->name_size) != 0 ||
+      a->type != b->type || a->value_size != b->value_size) {
+    return false;
+  }
+  switch (a->type) {
+    case PJRT_NamedValue_kString:
+      return memcmp(a->string_value, b->string_value, a->value_size) == 0;
+    case PJRT_NamedValue_kInt64:
+      return a->int64_value == b->int64_value;
+    case PJRT_NamedValue_kInt64List:
+      return a->value_size == 0 ||
+             memcmp(a->int64_array_value, b->int64_array_value,
+                    a->value_size * sizeof(int64_t)) == 0;
+    case PJRT_NamedValue_kFloat:
+      return a->float_value == b->float_value;
+    case PJRT_NamedValue_kBool:
+      return a->bool_value == b->bool_value;
+  }
+  return false;
+}
+
+static void cw__free_values(PJRT_NamedValue* v, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    free((void*)v[i].name);
+    if (v[i].type == PJRT_NamedValue_kString) free((void*)v[i].string_value);
+    if (v[i].type == PJRT_NamedValue_kInt64List) free((void*)v[i].int64_array_value);
+  }
+  free(v);
+}
+
 void cw_plugin_attributes_set(Causeway__V1__NamedValue* const* values, size_t count) {
   PJRT_NamedValue* out = calloc(count ? count : 1, sizeof(*out));
   if (!out) return;
@@ -89,6 +120,17 @@ void cw_plugin_attributes_set(Causeway__V1__NamedValue* const* values, size_t co
         continue;
     }
     ++n;
+  }
+  pthread_mutex_lock(&cw__attrs_mu);
+  // Every session of a process usually reports the same list: kept as is
+  // (a process that made a client per session, as causeway-proxy does,
+  // kept one more list each time).
+  bool same = cw__attrs != cw__default_attrs && n == cw__num_attrs;
+  for (size_t i = 0; same && i < n; ++i) same = cw__same_value(&out[i], &cw__attrs[i]);
+  pthread_mutex_unlock(&cw__attrs_mu);
+  if (same) {
+    cw__free_values(out, n);
+    return;
   }
   cw__retired_t* r = malloc(sizeof(*r));
   pthread_mutex_lock(&cw__attrs_mu);

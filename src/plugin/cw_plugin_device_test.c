@@ -12,6 +12,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "cw_plugin_attributes.h"
 #include "cw_plugin_device.h"
 #include "cw_plugin_internal.h"
 #include "cw_plugin_worker.h"
@@ -222,8 +223,43 @@ static void test_memory_user_data(void** state) {
   assert_int_equal(g_dtor_calls, 3);
 }
 
+// The plugin's attributes as the sessions report them: the same list again
+// keeps the array JAX may hold (causeway-proxy makes a client per session
+// and kept one more list each time); a different one replaces it, the old
+// one staying readable.
+static void test_attributes_kept_when_unchanged(void** state) {
+  (void)state;
+  int64_t shlo[3] = {1, 20, 0};
+  Causeway__V1__Int64List list = CAUSEWAY__V1__INT64_LIST__INIT;
+  list.values = shlo;
+  list.n_values = 3;
+  Causeway__V1__NamedValue a = CAUSEWAY__V1__NAMED_VALUE__INIT, b = a;
+  a.name = "xla_version";
+  a.value_case = CAUSEWAY__V1__NAMED_VALUE__VALUE_I;
+  a.i = 2;
+  b.name = "stablehlo_current_version";
+  b.value_case = CAUSEWAY__V1__NAMED_VALUE__VALUE_LIST;
+  b.list = &list;
+  Causeway__V1__NamedValue* values[2] = {&a, &b};
+  PJRT_Plugin_Attributes_Args get = {.struct_size = sizeof(get)};
+  cw_plugin_attributes_set(values, 2);
+  assert_null(cw_plugin_attributes_get(&get));
+  const PJRT_NamedValue* first = get.attributes;
+  assert_int_equal(get.num_attributes, 2);
+  cw_plugin_attributes_set(values, 2);
+  assert_null(cw_plugin_attributes_get(&get));
+  assert_ptr_equal(get.attributes, first);
+  shlo[1] = 21;
+  cw_plugin_attributes_set(values, 2);
+  assert_null(cw_plugin_attributes_get(&get));
+  assert_ptr_not_equal(get.attributes, first);
+  assert_int_equal(get.attributes[1].int64_array_value[1], 21);
+  assert_int_equal(first[1].int64_array_value[1], 20);  // the old array, still readable
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_attributes_kept_when_unchanged),
       cmocka_unit_test_setup_teardown(test_device_from_the_session, setup, teardown),
       cmocka_unit_test_setup_teardown(test_find_by_global_id, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unknown_worker_fails, setup, teardown),
