@@ -339,18 +339,24 @@ static void test_status_json_matches_before(void** state) {
   free(text);
 }
 
+// The status table of `x` (malloc'd).
+static char* status_text(const sample_t* x) {
+  char* text = NULL;
+  size_t len = 0;
+  FILE* f = open_memstream(&text, &len);
+  assert_non_null(f);
+  cw_cli_print_status(f, &x->st);
+  fclose(f);
+  return text;
+}
+
 // The table: the MEMORY section (budget, in use, waiting) and the sessions'
 // MEMWAIT column.
 static void test_status_text_memory(void** state) {
   (void)state;
   sample_t x;
   sample_fill(&x);
-  char* text = NULL;
-  size_t len = 0;
-  FILE* f = open_memstream(&text, &len);
-  assert_non_null(f);
-  cw_cli_print_status(f, &x.st);
-  fclose(f);
+  char* text = status_text(&x);
   assert_non_null(strstr(text, "\nMEMORY\nWORKER               BUDGET/DEV   IN USE       "
                                 "FULLEST DEV  WAITING WAIT BYTES   TIMEOUTS  TOO BIG  BUDGET FROM\n"
                                 "wa                   512 MiB      700 MiB      500 MiB            1 "
@@ -370,12 +376,7 @@ static void test_status_text_long_address(void** state) {
   sample_t x;
   sample_fill(&x);
   x.w[0].address = (char*)"/tmp/causeway-up-of-a-user-with-a-long-home/cluster/worker-0.sock";
-  char* text = NULL;
-  size_t len = 0;
-  FILE* f = open_memstream(&text, &len);
-  assert_non_null(f);
-  cw_cli_print_status(f, &x.st);
-  fclose(f);
+  char* text = status_text(&x);
   const char* header = strstr(text, "\nIDX ");
   const char* row = strstr(text, "\n0    wa ");
   assert_non_null(header);
