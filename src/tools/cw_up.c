@@ -133,7 +133,10 @@ static bool cw__running(const cw_up_proc_t* p) {
 // from its zombie (up is its parent); "exited" when it cannot be read.
 static void cw__describe_end(const cw_up_proc_t* p, char* out, size_t size) {
   int status = 0;
-  pid_t r = waitpid(p->pid, &status, WNOHANG);
+  pid_t r = 0;
+  for (int i = 0; i < 100 && (r = waitpid(p->pid, &status, WNOHANG)) == 0; ++i) {
+    usleep(10 * 1000);  // ending: its pipe closed a moment before
+  }
   if (r == p->pid && WIFEXITED(status)) {
     snprintf(out, size, "exited with status %d", WEXITSTATUS(status));
   } else if (r == p->pid && WIFSIGNALED(status)) {
@@ -619,6 +622,9 @@ static int cw__start_daemons(const cw_cli_args_t* a, const char* dir, const char
       for (size_t k = 0; k < st->num_procs && !gone; ++k) {
         if (!cw__running(&st->procs[k])) gone = &st->procs[k];
       }
+      // Its pipe closed before the deadline: it is exiting (maybe not a
+      // zombie yet).
+      if (!gone && cw_time_now_ms() < deadline) gone = p;
       char how[96];
       if (gone) {
         cw__describe_end(gone, how, sizeof(how));
