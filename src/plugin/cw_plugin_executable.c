@@ -25,7 +25,6 @@
 
 void cw_plugin_exe_release(cw_plugin_exe_t* e) {
   if (!e || atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) != 1) return;
-  cw_plugin_hostcb_forget(e);
   free(e->name);
   free(e->output_types);
   free(e->output_dims);

@@ -320,13 +320,12 @@ PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args) {
   Causeway__V1__IdList** ptrs =
       2 * nd <= CW__STACK_LISTS ? stack_ptrs : calloc(2 * nd, sizeof(*ptrs));
   size_t made = 0;
-  // Host callbacks: the callables are JAX's for as long as this call lasts
-  // (it may drop the executable, and them, once it returns), so a launch
-  // that has them is waited for here, as stock JAX runs such programs
-  // synchronously. JAX has released the GIL they need meanwhile.
+  // Host callbacks: a launch that has them is waited for here, as stock JAX
+  // runs such programs synchronously, and this thread runs its callbacks
+  // (cw_plugin_hostcb_serve). JAX has released the GIL they need meanwhile.
   uint64_t host_callbacks =
       opt && opt->struct_size >= CW_PJRT_STRUCT_SIZE(PJRT_ExecuteOptions, context)
-          ? cw_plugin_hostcb_for_launch(e, opt->context)
+          ? cw_plugin_hostcb_for_launch(opt->context)
           : 0;
   s = (ids && lists && ptrs) ? cw__execute_outputs(args, f, ids, lists, ptrs, &made) : cw__oom();
   if (!s && !poisoned) {
@@ -362,6 +361,7 @@ PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args) {
       cw_plugin_buffer_destroy(&da);
       *slot = NULL;
     }
+    cw_plugin_hostcb_abandon(host_callbacks);
     cw_plugin_future_release(f);
     return cw_plugin_error_from_status(s);
   }
@@ -369,7 +369,7 @@ PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args) {
   // inline: JAX then raises at the call and keeps no failed runtime token
   // (which it would raise again at exit). Its outputs hold the error on the
   // worker: destroying them deletes them there.
-  cw_status_t hs = host_callbacks ? cw_plugin_future_wait(f) : cw_ok_status();
+  cw_status_t hs = host_callbacks ? cw_plugin_hostcb_serve(host_callbacks, f) : cw_ok_status();
   if (hs) {
     for (size_t k = 0; k < nd * no; ++k) {
       PJRT_Buffer** slot = &args->output_lists[k / no][k % no];

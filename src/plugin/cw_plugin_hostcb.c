@@ -7,11 +7,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cw_hostcb.h"
 #include "cw_msg.h"
 #include "cw_pjrt_ffi.h"
 #include "cw_plugin_error.h"
+#include "cw_plugin_event.h"
 #include "cw_plugin_executable.h"
 #include "cw_pool.h"
 
@@ -32,17 +34,29 @@ typedef struct cw__context_s {
   PJRT_FFI_UserData items[8];
 } cw__context_t;
 
-// A launch's callables, by id (per executable).
-typedef struct cw__entry_s {
-  struct cw__entry_s* next;
+struct cw__job_s;
+
+// A launch that may call back, by the id its LAUNCH carries: its callables
+// (JAX keeps them alive until the launch completes, then drops them), and
+// its caller, who waits in Execute (cw_plugin_hostcb_serve) and runs a
+// callback itself while it runs none: stock JAX runs a program that calls
+// back on the calling thread, whose thread-local JAX state (config
+// contexts, an abstract mesh) callables read. Callbacks that come while the
+// caller is busy go to the pool (a multi-device launch's shards may call
+// back at once, as on XLA's threads on stock JAX).
+typedef struct cw__launch_s {
+  struct cw__launch_s* next;
   uint64_t id;
-  const cw_plugin_exe_t* exe;
   void** callables;  // owned copy of the pointers (the objects are JAX's)
   uint32_t n;
-} cw__entry_t;
+  bool busy;                // its caller runs a callback (g_mu)
+  bool done;                // the launch completed (g_mu)
+  struct cw__job_s* queue;  // a callback handed to its caller (g_mu)
+  pthread_cond_t cv;        // with g_mu: a job or the end
+} cw__launch_t;
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static cw__entry_t* g_entries;
+static cw__launch_t* g_launches;
 static uint64_t g_next_id = 1;
 static int64_t g_next_type = 1;
 static int64_t g_callbacks_type;  // the id JAX registered for its callbacks' type (0: none)
@@ -138,46 +152,53 @@ static const cw__loaded_callbacks_t* cw__callbacks(const cw__context_t* c) {
   return lc;
 }
 
-uint64_t cw_plugin_hostcb_for_launch(cw_plugin_exe_t* e, PJRT_ExecuteContext* context) {
+uint64_t cw_plugin_hostcb_for_launch(PJRT_ExecuteContext* context) {
   const cw__loaded_callbacks_t* lc = context ? cw__callbacks((const cw__context_t*)context) : NULL;
   if (!lc) return 0;
+  cw__launch_t* l = calloc(1, sizeof(*l));
   void** copy = malloc(lc->num_callbacks * sizeof(void*));
-  if (!copy) return 0;
+  if (!l || !copy) {
+    free(l);
+    free(copy);
+    return 0;
+  }
   memcpy(copy, lc->callbacks, lc->num_callbacks * sizeof(void*));
+  l->callables = copy;
+  l->n = lc->num_callbacks;
+  pthread_cond_init(&l->cv, NULL);
   pthread_mutex_lock(&g_mu);
-  cw__entry_t* en = NULL;
-  for (en = g_entries; en && en->exe != e; en = en->next) {
-  }
-  if (!en && (en = calloc(1, sizeof(*en))) != NULL) {
-    en->id = g_next_id++;
-    en->exe = e;
-    en->next = g_entries;
-    g_entries = en;
-  }
-  uint64_t id = 0;
-  if (en) {
-    free(en->callables);
-    en->callables = copy;
-    en->n = lc->num_callbacks;
-    id = en->id;
-    copy = NULL;
-  }
+  l->id = g_next_id++;
+  l->next = g_launches;
+  g_launches = l;
   pthread_mutex_unlock(&g_mu);
-  free(copy);
-  return id;
+  return l->id;
 }
 
-void cw_plugin_hostcb_forget(const cw_plugin_exe_t* e) {
-  pthread_mutex_lock(&g_mu);
-  for (cw__entry_t** p = &g_entries; *p; p = &(*p)->next) {
-    if ((*p)->exe == e) {
-      cw__entry_t* en = *p;
-      *p = en->next;
-      free(en->callables);
-      free(en);
+// With g_mu held.
+static cw__launch_t* cw__launch_find(uint64_t id) {
+  cw__launch_t* l = g_launches;
+  while (l && l->id != id) l = l->next;
+  return l;
+}
+
+// Takes `l` off g_launches and frees it (g_mu held).
+static void cw__launch_free_locked(cw__launch_t* l) {
+  for (cw__launch_t** p = &g_launches; *p; p = &(*p)->next) {
+    if (*p == l) {
+      *p = l->next;
       break;
     }
   }
+  pthread_cond_destroy(&l->cv);
+  free(l->callables);
+  free(l);
+}
+
+void cw_plugin_hostcb_abandon(uint64_t id) {
+  if (!id) return;
+  pthread_mutex_lock(&g_mu);
+  cw__launch_t* l = cw__launch_find(id);
+  if (l) cw__launch_free_locked(l);  // never sent: nothing called back
   pthread_mutex_unlock(&g_mu);
 }
 
@@ -347,25 +368,31 @@ void cw_plugin_hostcb_on_request(void* user, cw_client_t* client, uint16_t type,
                        : cw_make_status(CW_UNIMPLEMENTED, "the client does not serve %s",
                                         cw_msg_type_name(type));
   pthread_mutex_lock(&g_mu);
+  cw__launch_t* l = NULL;
   if (!st) {
-    const cw__entry_t* en = g_entries;
-    while (en && en->id != j->req->host_callbacks) en = en->next;
-    if (!en) {
+    l = cw__launch_find(j->req->host_callbacks);
+    if (!l || l->done) {
       st = cw_make_status(CW_NOT_FOUND, "host callbacks %llu are not known here (their "
-                          "executable is gone)", (unsigned long long)j->req->host_callbacks);
-    } else if (j->req->index >= en->n) {
+                          "launch is over)", (unsigned long long)j->req->host_callbacks);
+    } else if (j->req->index >= l->n) {
       st = cw_make_status(CW_INVALID_ARGUMENT, "host callback %llu of %u does not exist",
-                          (unsigned long long)j->req->index, en->n);
+                          (unsigned long long)j->req->index, l->n);
     } else {
-      j->callable = en->callables[j->req->index];
+      j->callable = l->callables[j->req->index];
     }
   }
-  if (!st && !g_pool) st = cw_pool_create("cw-callbacks", CW__MAX_THREADS, &g_pool);
+  bool to_caller = !st && !l->busy && !l->queue;
+  if (!st && !to_caller && !g_pool) st = cw_pool_create("cw-callbacks", CW__MAX_THREADS, &g_pool);
   if (!st) {
     j->next = g_jobs;
     g_jobs = j;
   }
+  if (to_caller) {
+    l->queue = j;
+    pthread_cond_signal(&l->cv);
+  }
   pthread_mutex_unlock(&g_mu);
+  if (to_caller) return;
   if (!st) {
     st = cw_pool_submit(g_pool, cw__run, j);
     if (st) {
@@ -378,6 +405,66 @@ void cw_plugin_hostcb_on_request(void* user, cw_client_t* client, uint16_t type,
     cw__answer_error(client, request_id, st);
     cw__job_free(j);
   }
+}
+
+// The launch's future completed (on the completing thread): its caller
+// stops serving.
+static void cw__launch_done(PJRT_Error* error, void* user) {
+  cw__launch_t* l = user;
+  if (error) {
+    PJRT_Error_Destroy_Args d = {.struct_size = sizeof(d), .error = error};
+    cw_plugin_error_destroy(&d);
+  }
+  pthread_mutex_lock(&g_mu);
+  l->done = true;
+  pthread_cond_signal(&l->cv);
+  pthread_mutex_unlock(&g_mu);
+}
+
+cw_status_t cw_plugin_hostcb_serve(uint64_t id, cw_plugin_future_t* f) {
+  pthread_mutex_lock(&g_mu);
+  cw__launch_t* l = cw__launch_find(id);
+  pthread_mutex_unlock(&g_mu);
+  if (!l) return cw_plugin_future_wait(f);
+  // Its end must wake us now, not at this thread's next launch.
+  cw_plugin_future_expect_wait(f);
+  PJRT_Event_OnReady_Args a = {.struct_size = sizeof(a), .event = (PJRT_Event*)f,
+                               .callback = cw__launch_done, .user_arg = l};
+  PJRT_Error* e = cw_plugin_event_on_ready(&a);
+  bool poll = e != NULL;  // out of memory for the callback: look every 10 ms
+  if (e) {
+    PJRT_Error_Destroy_Args d = {.struct_size = sizeof(d), .error = e};
+    cw_plugin_error_destroy(&d);
+  }
+  pthread_mutex_lock(&g_mu);
+  for (;;) {
+    cw__job_t* j = l->queue;
+    if (j) {
+      l->queue = NULL;
+      l->busy = true;
+      pthread_mutex_unlock(&g_mu);
+      cw__run(j);
+      pthread_mutex_lock(&g_mu);
+      l->busy = false;
+      continue;
+    }
+    if (l->done || (poll && cw_plugin_future_is_done(f))) break;
+    if (poll) {
+      struct timespec t;
+      clock_gettime(CLOCK_REALTIME, &t);
+      t.tv_nsec += 10 * 1000 * 1000;
+      if (t.tv_nsec >= 1000000000) {
+        t.tv_sec++;
+        t.tv_nsec -= 1000000000;
+      }
+      pthread_cond_timedwait(&l->cv, &g_mu, &t);
+    } else {
+      pthread_cond_wait(&l->cv, &g_mu);
+    }
+  }
+  cw__launch_free_locked(l);
+  pthread_mutex_unlock(&g_mu);
+  return cw_plugin_future_wait(f);  // done: its status at once
 }
 
 void cw_plugin_hostcb_released(void* user, cw_client_t* client) {

@@ -13,8 +13,8 @@
 
 #include "cw_client.h"
 #include "cw_pjrt_ffi.h"
+#include "cw_plugin_event.h"
 
-typedef struct cw_plugin_exe_s cw_plugin_exe_t;
 
 // The slots of the PJRT_Api table, and the FFI extension (its first field
 // is a PJRT_Extension_Base) for the table's extension chain.
@@ -22,11 +22,17 @@ PJRT_Error* cw_plugin_execute_context_create(PJRT_ExecuteContext_Create_Args* ar
 PJRT_Error* cw_plugin_execute_context_destroy(PJRT_ExecuteContext_Destroy_Args* args);
 extern struct PJRT_FFI_Extension cw_plugin_hostcb_ffi;
 
-// The id LaunchRequest.host_callbacks carries for `e` launched with
-// `context` (may be NULL): 0 when JAX gave no callables.
-uint64_t cw_plugin_hostcb_for_launch(cw_plugin_exe_t* e, PJRT_ExecuteContext* context);
-// `e` is going: its callables are no longer called.
-void cw_plugin_hostcb_forget(const cw_plugin_exe_t* e);
+// A launch with `context` (may be NULL) that may call back: the id its
+// LaunchRequest.host_callbacks carries (0 when JAX gave no callables). Each
+// such launch is then either served (cw_plugin_hostcb_serve) or, never
+// sent, abandoned.
+uint64_t cw_plugin_hostcb_for_launch(PJRT_ExecuteContext* context);
+// Waits for launch `id`, whose completion completes `f`, running on this
+// thread (JAX's, in Execute) the callbacks that come while it runs none:
+// as stock JAX runs such a program, on the calling thread. Returns f's
+// status; `id` is over.
+CW_MUST_USE cw_status_t cw_plugin_hostcb_serve(uint64_t id, cw_plugin_future_t* f);
+void cw_plugin_hostcb_abandon(uint64_t id);
 
 // cw_client_options_t.on_release of the workers' connections: callables
 // still running for `client` will not answer on it (it is being freed).

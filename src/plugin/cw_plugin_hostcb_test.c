@@ -53,20 +53,18 @@ static void test_launch_ids(void** state) {
   (void)state;
   void* fns[2] = {(void*)0x1111, (void*)0x2222};
   loaded_t lc = {fns, 2};
-  cw_plugin_exe_t* e1 = (cw_plugin_exe_t*)&fns[0];  // only the address matters here
-  cw_plugin_exe_t* e2 = (cw_plugin_exe_t*)&fns[1];
   // No context, an empty one: no callbacks.
-  assert_int_equal(cw_plugin_hostcb_for_launch(e1, NULL), 0);
+  assert_int_equal(cw_plugin_hostcb_for_launch(NULL), 0);
   PJRT_ExecuteContext* empty = context_with(0, NULL);
-  assert_int_equal(cw_plugin_hostcb_for_launch(e1, empty), 0);
+  assert_int_equal(cw_plugin_hostcb_for_launch(empty), 0);
   context_destroy(empty);
-  // The one entry there is.
+  // The one entry there is; each launch its own id.
   PJRT_ExecuteContext* one = context_with(12345, &lc);
-  uint64_t id1 = cw_plugin_hostcb_for_launch(e1, one);
+  uint64_t id1 = cw_plugin_hostcb_for_launch(one);
   assert_true(id1 != 0);
-  assert_int_equal(cw_plugin_hostcb_for_launch(e1, one), id1);  // per executable
-  uint64_t id2 = cw_plugin_hostcb_for_launch(e2, one);
+  uint64_t id2 = cw_plugin_hostcb_for_launch(one);
   assert_true(id2 != 0 && id2 != id1);
+  cw_plugin_hostcb_abandon(id2);
   context_destroy(one);
   // Two entries: the one of JAX's registered type.
   int64_t other = register_type("SomethingElse");
@@ -78,7 +76,10 @@ static void test_launch_ids(void** state) {
   a.user_data.type_id = jax_type;
   a.user_data.data = &lc;
   assert_null(cw_plugin_hostcb_ffi.user_data_add(&a));
-  assert_int_equal(cw_plugin_hostcb_for_launch(e1, two), id1);
+  uint64_t id3 = cw_plugin_hostcb_for_launch(two);
+  assert_true(id3 != 0 && id3 != id1);
+  cw_plugin_hostcb_abandon(id1);
+  cw_plugin_hostcb_abandon(id3);
   // A context holds 8 entries.
   for (int i = 2; i < 8; ++i) assert_null(cw_plugin_hostcb_ffi.user_data_add(&a));
   PJRT_Error* err = cw_plugin_hostcb_ffi.user_data_add(&a);
@@ -92,13 +93,12 @@ static void test_launch_ids(void** state) {
   assert_non_null(err);
   da.error = err;
   cw_plugin_error_destroy(&da);
-  cw_plugin_hostcb_forget(e1);
-  cw_plugin_hostcb_forget(e2);
 }
 
 // --- A worker's requests, through a runner -------------------------------------
 
 static int g_runner_mode;  // 0: doubles its f32 operand; 1: fails
+static pthread_t g_ran_on;  // the thread of its last success
 
 static int runner(void* callable, int32_t no, const int32_t* odt, const int32_t* ork,
                   const int64_t* odims, void* const* odata, int32_t nr, const int32_t* rdt,
@@ -113,6 +113,7 @@ static int runner(void* callable, int32_t no, const int32_t* odt, const int32_t*
     return 1;
   }
   for (int i = 0; i < 3; ++i) ((float*)rdata[0])[i] = ((const float*)odata[0])[i] * 2;
+  g_ran_on = pthread_self();
   return 0;
 }
 
@@ -136,12 +137,41 @@ static int buffer_runner(void* callable, int32_t no, const int32_t* odt, const i
 
 static uint64_t g_id;
 
-// The id a launch of `e` with callables `lc` carries (as JAX's context gives them).
-static uint64_t launch_id(cw_plugin_exe_t* e, loaded_t* lc) {
+// The id a launch with callables `lc` carries (as JAX's context gives them).
+static uint64_t launch_id(loaded_t* lc) {
   PJRT_ExecuteContext* ctx = context_with(777, lc);
-  uint64_t id = cw_plugin_hostcb_for_launch(e, ctx);
+  uint64_t id = cw_plugin_hostcb_for_launch(ctx);
   context_destroy(ctx);
   return id;
+}
+
+// The launch's caller, waiting in Execute: it serves the launch's callbacks
+// until the test completes the launch's future.
+typedef struct {
+  uint64_t id;
+  cw_plugin_future_t* f;
+  pthread_t t;
+  cw_status_t st;
+} caller_t;
+
+static void* caller_main(void* arg) {
+  caller_t* c = arg;
+  c->st = cw_plugin_hostcb_serve(c->id, c->f);
+  return NULL;
+}
+
+static void caller_start(caller_t* c, uint64_t id) {
+  c->id = id;
+  c->f = cw_plugin_future_create();
+  assert_non_null(c->f);
+  assert_int_equal(pthread_create(&c->t, NULL, caller_main, c), 0);
+}
+
+static void caller_end(caller_t* c) {
+  cw_plugin_future_complete(c->f, cw_ok_status());
+  assert_int_equal(pthread_join(c->t, NULL), 0);
+  assert_null(c->st);
+  cw_plugin_future_release(c->f);
 }
 
 // A connection to a fake worker running `script`, as the plugin makes them.
@@ -227,17 +257,21 @@ static void test_requests_from_a_worker(void** state) {
   (void)state;
   void* fns[2] = {(void*)0x1111, (void*)0x2222};
   loaded_t lc = {fns, 2};
-  cw_plugin_exe_t* e = (cw_plugin_exe_t*)&lc;
-  g_id = launch_id(e, &lc);
+  g_id = launch_id(&lc);
   assert_true(g_id != 0);
   CausewayHostCallbackRunner(runner);
   CausewayBufferCallbackRunner(buffer_runner);
   g_runner_mode = 0;
+  caller_t caller;
+  caller_start(&caller, g_id);
   fake_t f;
   cw_client_t* c = connect_worker(&f, script_worker);
   fake_join(&f);
   cw_client_release(c);
-  cw_plugin_hostcb_forget(e);
+  // One at a time, each ran on the launch's caller, as on stock JAX (its
+  // thread-local JAX state is the callable's).
+  assert_true(pthread_equal(g_ran_on, caller.t));
+  caller_end(&caller);
   CausewayHostCallbackRunner(NULL);
   CausewayBufferCallbackRunner(NULL);
 }
@@ -288,11 +322,12 @@ static void test_callback_outlives_its_connection(void** state) {
   (void)state;
   void* fns[2] = {(void*)0x1111, (void*)0x2222};
   loaded_t lc = {fns, 2};
-  cw_plugin_exe_t* e = (cw_plugin_exe_t*)&lc;
-  g_id = launch_id(e, &lc);
+  g_id = launch_id(&lc);
   CausewayHostCallbackRunner(gated_runner);
   g_runner_mode = 0;
   g_gate = 0;
+  caller_t caller;
+  caller_start(&caller, g_id);
   fake_t f;
   cw_client_t* c = connect_worker(&f, script_one_request);
   gate_wait(1);
@@ -301,7 +336,7 @@ static void test_callback_outlives_its_connection(void** state) {
   gate_wait(3);
   usleep(200 * 1000);  // its answer would be written now
   fake_join(&f);
-  cw_plugin_hostcb_forget(e);
+  caller_end(&caller);
   CausewayHostCallbackRunner(NULL);
 }
 

@@ -395,3 +395,40 @@ def cb_sharded_jit(partitioned: bool = False) -> dict:
     jax.effects_barrier()
     return {"value": out, "sharding": checks.sharding_desc(y),
             "shards": sorted(s.tolist() for s in shards)}
+
+
+def cb_caller_context() -> dict:
+    """A program that calls back runs on the thread that called it, on stock
+    JAX, so the callable sees that thread's JAX context managers (they are
+    thread-local; Pallas' interpret mode reads the abstract mesh a test set).
+    Cheap and heavy (over XLA's 1,000-flop bar) programs, from this thread
+    and from another."""
+    seen = []
+
+    def cb(x):
+        seen.append({"same_thread": threading.get_ident() == want_thread[0],
+                     "precision": str(jax.config.jax_default_matmul_precision),
+                     "rank_promotion": str(jax.config.jax_numpy_rank_promotion)})
+        return x
+
+    def cheap(x):
+        return io_callback(cb, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+
+    def heavy(x):
+        return io_callback(cb, jax.ShapeDtypeStruct(x.shape, x.dtype), x) + (x @ x)
+
+    fs = [jax.jit(cheap), jax.jit(heavy)]
+    x = np.eye(64, dtype=np.float32)
+    want_thread = [threading.get_ident()]
+
+    def run_all():
+        with jax.default_matmul_precision("highest"), jax.numpy_rank_promotion("raise"):
+            return [np.asarray(f(x)) for f in fs]
+
+    values = run_all()
+    out = {}
+    t = threading.Thread(target=lambda: (want_thread.__setitem__(0, threading.get_ident()),
+                                         out.__setitem__("v", run_all())))
+    t.start()
+    t.join()
+    return {"value": values + out["v"], "seen": seen}

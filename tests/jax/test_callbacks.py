@@ -74,6 +74,18 @@ def test_debug_callback(cref, ccw):
 
 
 @proxy_refuses
+def test_callback_sees_the_callers_context(cref, ccw):
+    """Callbacks ran on a thread of the plugin's pool, where the caller's
+    thread-local JAX context managers were not set (the conformance sweep:
+    Pallas interpret tests that read the abstract mesh). The caller, waiting
+    in Execute, runs them now, as stock JAX's calling thread does."""
+    want, got = both(cref, ccw, "cb_caller_context")
+    assert len(got["seen"]) == 4, got["seen"]
+    assert all(s == {"same_thread": True, "precision": "highest", "rank_promotion": "raise"}
+               for s in got["seen"]), got["seen"]
+
+
+@proxy_refuses
 def test_pure_callback_jit(cref, ccw):
     both(cref, ccw, "cb_pure_jit")
 
