@@ -72,6 +72,10 @@ struct cw_plugin_retired_s {
 
 // With send_mu held.
 static void cw__retire(cw_plugin_worker_t* w, cw_client_t* conn, char* address) {
+  // Shut already when the worker was marked dead by an event, but not when
+  // a failed request marked it (cw_plugin_worker_map_error): a call still
+  // waiting on it must end before its grace does.
+  cw_client_shutdown(conn);
   struct cw_plugin_retired_s* grown = realloc(w->retired, (w->num_retired + 1) * sizeof(*grown));
   if (!grown) return;  // leaked rather than freed under a reader
   w->retired = grown;

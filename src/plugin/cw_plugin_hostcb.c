@@ -194,14 +194,6 @@ static void cw__launch_free_locked(cw__launch_t* l) {
   free(l);
 }
 
-void cw_plugin_hostcb_abandon(uint64_t id) {
-  if (!id) return;
-  pthread_mutex_lock(&g_mu);
-  cw__launch_t* l = cw__launch_find(id);
-  if (l) cw__launch_free_locked(l);  // never sent: nothing called back
-  pthread_mutex_unlock(&g_mu);
-}
-
 // --- Requests from workers --------------------------------------------------------
 
 typedef struct cw__job_s {
@@ -212,6 +204,7 @@ typedef struct cw__job_s {
   Causeway__V1__HostCallbackRequest* req;
   uint8_t* bulk;
   void* callable;
+  struct cw__launch_s* caller_of;  // run by this launch's caller (its busy flag)
 } cw__job_t;
 
 static cw__job_t* g_jobs;  // jobs submitted and not yet answered (g_mu)
@@ -237,6 +230,31 @@ static void cw__answer_error(cw_client_t* client, uint64_t request_id, cw_status
   cw_status_free(cw_client_reply_error(client, CW_MSG_HOST_CALLBACK, request_id, st));
 }
 
+void cw_plugin_hostcb_abandon(uint64_t id) {
+  if (!id) return;
+  pthread_mutex_lock(&g_mu);
+  cw__launch_t* l = cw__launch_find(id);
+  struct cw__job_s* j = l ? l->queue : NULL;
+  if (l) cw__launch_free_locked(l);  // the send failed; it may have reached the worker
+  cw_client_t* client = NULL;
+  if (j) {
+    client = j->client;
+    j->replying = client != NULL;
+  }
+  pthread_mutex_unlock(&g_mu);
+  if (!j) return;
+  if (client) {
+    cw__answer_error(client, j->request_id,
+                     cw_make_status(CW_UNAVAILABLE, "the launch that calls back failed"));
+  }
+  pthread_mutex_lock(&g_mu);
+  cw__job_unlink(j);
+  j->replying = false;
+  pthread_cond_broadcast(&g_jobs_cv);
+  pthread_mutex_unlock(&g_mu);
+  cw__job_free(j);
+}
+
 // Dtypes, ranks and dims (concatenated) of `arrays` for the runner.
 static cw_status_t cw__shapes(Causeway__V1__HostCallbackArray* const* arrays, size_t n,
                               int32_t* dtypes, int32_t* ranks, int64_t** out_dims) {
@@ -254,7 +272,7 @@ static cw_status_t cw__shapes(Causeway__V1__HostCallbackArray* const* arrays, si
   return cw_ok_status();
 }
 
-// Pool thread: runs the callable and answers.
+// A pool thread, or the launch's caller (serve): runs the callable and answers.
 static void cw__run(void* user) {
   cw__job_t* j = user;
   const Causeway__V1__HostCallbackRequest* r = j->req;
@@ -319,6 +337,9 @@ static void cw__run(void* user) {
   pthread_mutex_lock(&g_mu);
   cw_client_t* client = j->client;
   j->replying = client != NULL;
+  // The caller takes the launch's next callback, which may come as soon as
+  // this answer is written.
+  if (j->caller_of) j->caller_of->busy = false;
   pthread_mutex_unlock(&g_mu);
   if (!client) {
     cw_status_free(st);
@@ -442,6 +463,7 @@ cw_status_t cw_plugin_hostcb_serve(uint64_t id, cw_plugin_future_t* f) {
     if (j) {
       l->queue = NULL;
       l->busy = true;
+      j->caller_of = l;
       pthread_mutex_unlock(&g_mu);
       cw__run(j);
       pthread_mutex_lock(&g_mu);

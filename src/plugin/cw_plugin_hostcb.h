@@ -15,7 +15,6 @@
 #include "cw_pjrt_ffi.h"
 #include "cw_plugin_event.h"
 
-
 // The slots of the PJRT_Api table, and the FFI extension (its first field
 // is a PJRT_Extension_Base) for the table's extension chain.
 PJRT_Error* cw_plugin_execute_context_create(PJRT_ExecuteContext_Create_Args* args);

@@ -1,13 +1,14 @@
 // Unit tests for host callbacks in the plugin (cw_plugin_hostcb.c): execute
 // contexts and the FFI extension as JAX uses them, the id a launch carries
-// (JAX's registered type, else the one entry; the same id per executable;
-// gone with it), and a worker's HOST_CALLBACK answered through a runner --
-// results, the runner's error, an unknown id, no runner -- against the
-// client library's fake peer playing the worker.
+// (JAX's registered type, else the one entry; an id per launch), and a
+// worker's HOST_CALLBACK answered through a runner on the launch's caller --
+// results, the runner's error, an unknown id, callbacks in a row, a launch
+// given up -- against the client library's fake peer playing the worker.
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -340,11 +341,105 @@ static void test_callback_outlives_its_connection(void** state) {
   CausewayHostCallbackRunner(NULL);
 }
 
+// --- Callbacks in a row, and a launch given up ------------------------------------
+
+#define SEQ_N 300
+static pthread_t g_seq_caller;
+static _Atomic int g_seq_off_caller;
+static int seq_runner(void* callable, int32_t no, const int32_t* odt, const int32_t* ork,
+                      const int64_t* odims, void* const* odata, int32_t nr, const int32_t* rdt,
+                      const int32_t* rrk, const int64_t* rdims, void* const* rdata, char* err,
+                      int64_t cap) {
+  if (!pthread_equal(pthread_self(), g_seq_caller)) atomic_fetch_add(&g_seq_off_caller, 1);
+  for (int i = 0; i < 3; ++i) ((float*)rdata[0])[i] = ((const float*)odata[0])[i] * 2;
+  return 0;
+}
+
+// A program calling back SEQ_N times one after the other (a scan with an
+// io_callback, Pallas' interpret mode): the worker sends each request once
+// the previous is answered. Each runs on the caller: the caller was still
+// marked busy while its answer went out, and 3-4 of 300 went to the pool (a
+// review).
+static void script_sequential(fake_t* f) {
+  request_t q;
+  request_init(&q);
+  Causeway__V1__HostCallbackRequest r = q.r;
+  const float in[3] = {1, 2, 3};
+  for (int i = 0; i < SEQ_N; ++i) {
+    FCHECK(f, fake_write(f, CW_MSG_HOST_CALLBACK, 0, 1000 + i, &r.base, in, sizeof(in)));
+    frame_t fr;
+    FCHECK(f, fake_read(f, &fr));
+    FCHECK(f, fr.h.request_id == (uint64_t)(1000 + i) && !(fr.h.flags & CW_FRAME_ERROR));
+    frame_free(&fr);
+  }
+}
+
+static void test_sequential_callbacks_all_on_the_caller(void** state) {
+  (void)state;
+  void* fns[2] = {(void*)0x1111, (void*)0x2222};
+  loaded_t lc = {fns, 2};
+  g_id = launch_id(&lc);
+  CausewayHostCallbackRunner(seq_runner);
+  atomic_store(&g_seq_off_caller, 0);
+  caller_t caller;
+  caller_start(&caller, g_id);
+  g_seq_caller = caller.t;
+  fake_t f;
+  cw_client_t* c = connect_worker(&f, script_sequential);
+  fake_join(&f);
+  cw_client_release(c);
+  caller_end(&caller);
+  CausewayHostCallbackRunner(NULL);
+  assert_int_equal(atomic_load(&g_seq_off_caller), 0);
+}
+
+// A launch abandoned (its send failed, yet the worker had it) after a
+// callback was handed to its caller: the worker is answered all the same
+// (it was never answered, a review).
+static void script_one_request_wait_answer(fake_t* f) {
+  request_t q;
+  request_init(&q);
+  Causeway__V1__HostCallbackRequest r = q.r;
+  const float in[3] = {1, 2, 3};
+  FCHECK(f, fake_write(f, CW_MSG_HOST_CALLBACK, 0, 61, &r.base, in, sizeof(in)));
+  frame_t fr;
+  bool got = fake_read(f, &fr);  // the client's answer, or EOF at release
+  gate_set(got ? 10 : 11);
+  if (got) frame_free(&fr);
+}
+
+static void test_abandon_after_a_callback_came(void** state) {
+  (void)state;
+  void* fns[2] = {(void*)0x1111, (void*)0x2222};
+  loaded_t lc = {fns, 2};
+  g_id = launch_id(&lc);
+  CausewayHostCallbackRunner(runner);
+  g_runner_mode = 0;
+  g_gate = 0;
+  fake_t f;
+  cw_client_t* c = connect_worker(&f, script_one_request_wait_answer);
+  usleep(300 * 1000);              // the request reaches the (not yet serving) caller
+  cw_plugin_hostcb_abandon(g_id);  // the send reported failure
+  int gate = 0;
+  for (int i = 0; i < 1000 && gate == 0; ++i) {  // an answer within 10 s
+    usleep(10 * 1000);
+    pthread_mutex_lock(&g_gate_mu);
+    gate = g_gate;
+    pthread_mutex_unlock(&g_gate_mu);
+  }
+  cw_client_release(c);
+  fake_join(&f);
+  CausewayHostCallbackRunner(NULL);
+  assert_int_equal(gate, 10);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_launch_ids),
       cmocka_unit_test(test_requests_from_a_worker),
       cmocka_unit_test(test_callback_outlives_its_connection),
+      cmocka_unit_test(test_sequential_callbacks_all_on_the_caller),
+      cmocka_unit_test(test_abandon_after_a_callback_came),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
