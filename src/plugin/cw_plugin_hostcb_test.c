@@ -138,12 +138,15 @@ static int buffer_runner(void* callable, int32_t no, const int32_t* odt, const i
 
 static uint64_t g_id;
 
-// The id a launch with callables `lc` carries (as JAX's context gives them).
-static uint64_t launch_id(loaded_t* lc) {
-  PJRT_ExecuteContext* ctx = context_with(777, lc);
-  uint64_t id = cw_plugin_hostcb_for_launch(ctx);
+// A new launch with callables 0x1111 and 0x2222 (as JAX's context gives
+// them): its id, also in g_id.
+static uint64_t new_launch(void) {
+  void* fns[2] = {(void*)0x1111, (void*)0x2222};
+  loaded_t lc = {fns, 2};
+  PJRT_ExecuteContext* ctx = context_with(777, &lc);
+  g_id = cw_plugin_hostcb_for_launch(ctx);
   context_destroy(ctx);
-  return id;
+  return g_id;
 }
 
 // The launch's caller, waiting in Execute: it serves the launch's callbacks
@@ -184,6 +187,22 @@ static cw_client_t* connect_worker(fake_t* f, void (*script)(fake_t*)) {
   cw_client_t* c = NULL;
   assert_ok(cw_client_connect(f->path, &o, &c));
   return c;
+}
+
+static pthread_t g_caller;  // the thread serving launch g_id (serve_worker)
+
+// Launch g_id served by its caller while a fake worker runs `script` on a
+// connection, to the end; returns the caller's thread (also g_caller).
+static pthread_t serve_worker(void (*script)(fake_t*)) {
+  caller_t caller;
+  caller_start(&caller, g_id);
+  g_caller = caller.t;
+  fake_t f;
+  cw_client_t* c = connect_worker(&f, script);
+  fake_join(&f);
+  cw_client_release(c);
+  caller_end(&caller);
+  return caller.t;
 }
 
 // A HOST_CALLBACK of callable 1 of g_id: f32[3] -> f32[3].
@@ -256,23 +275,14 @@ static void script_worker(fake_t* f) {
 
 static void test_requests_from_a_worker(void** state) {
   (void)state;
-  void* fns[2] = {(void*)0x1111, (void*)0x2222};
-  loaded_t lc = {fns, 2};
-  g_id = launch_id(&lc);
-  assert_true(g_id != 0);
+  assert_true(new_launch() != 0);
   CausewayHostCallbackRunner(runner);
   CausewayBufferCallbackRunner(buffer_runner);
   g_runner_mode = 0;
-  caller_t caller;
-  caller_start(&caller, g_id);
-  fake_t f;
-  cw_client_t* c = connect_worker(&f, script_worker);
-  fake_join(&f);
-  cw_client_release(c);
+  pthread_t caller = serve_worker(script_worker);
   // One at a time, each ran on the launch's caller, as on stock JAX (its
   // thread-local JAX state is the callable's).
-  assert_true(pthread_equal(g_ran_on, caller.t));
-  caller_end(&caller);
+  assert_true(pthread_equal(g_ran_on, caller));
   CausewayHostCallbackRunner(NULL);
   CausewayBufferCallbackRunner(NULL);
 }
@@ -321,9 +331,7 @@ static void script_one_request(fake_t* f) {
 // audit: heap-use-after-free in cw_client_reply under ASan).
 static void test_callback_outlives_its_connection(void** state) {
   (void)state;
-  void* fns[2] = {(void*)0x1111, (void*)0x2222};
-  loaded_t lc = {fns, 2};
-  g_id = launch_id(&lc);
+  new_launch();
   CausewayHostCallbackRunner(gated_runner);
   g_runner_mode = 0;
   g_gate = 0;
@@ -344,13 +352,12 @@ static void test_callback_outlives_its_connection(void** state) {
 // --- Callbacks in a row, and a launch given up ------------------------------------
 
 #define SEQ_N 300
-static pthread_t g_seq_caller;
 static _Atomic int g_seq_off_caller;
 static int seq_runner(void* callable, int32_t no, const int32_t* odt, const int32_t* ork,
                       const int64_t* odims, void* const* odata, int32_t nr, const int32_t* rdt,
                       const int32_t* rrk, const int64_t* rdims, void* const* rdata, char* err,
                       int64_t cap) {
-  if (!pthread_equal(pthread_self(), g_seq_caller)) atomic_fetch_add(&g_seq_off_caller, 1);
+  if (!pthread_equal(pthread_self(), g_caller)) atomic_fetch_add(&g_seq_off_caller, 1);
   for (int i = 0; i < 3; ++i) ((float*)rdata[0])[i] = ((const float*)odata[0])[i] * 2;
   return 0;
 }
@@ -376,19 +383,10 @@ static void script_sequential(fake_t* f) {
 
 static void test_sequential_callbacks_all_on_the_caller(void** state) {
   (void)state;
-  void* fns[2] = {(void*)0x1111, (void*)0x2222};
-  loaded_t lc = {fns, 2};
-  g_id = launch_id(&lc);
+  new_launch();
   CausewayHostCallbackRunner(seq_runner);
   atomic_store(&g_seq_off_caller, 0);
-  caller_t caller;
-  caller_start(&caller, g_id);
-  g_seq_caller = caller.t;
-  fake_t f;
-  cw_client_t* c = connect_worker(&f, script_sequential);
-  fake_join(&f);
-  cw_client_release(c);
-  caller_end(&caller);
+  serve_worker(script_sequential);
   CausewayHostCallbackRunner(NULL);
   assert_int_equal(atomic_load(&g_seq_off_caller), 0);
 }
@@ -410,9 +408,7 @@ static void script_one_request_wait_answer(fake_t* f) {
 
 static void test_abandon_after_a_callback_came(void** state) {
   (void)state;
-  void* fns[2] = {(void*)0x1111, (void*)0x2222};
-  loaded_t lc = {fns, 2};
-  g_id = launch_id(&lc);
+  new_launch();
   CausewayHostCallbackRunner(runner);
   g_runner_mode = 0;
   g_gate = 0;
