@@ -51,6 +51,7 @@ typedef struct cw__launch_s {
   uint32_t n;
   bool busy;                // its caller runs a callback (g_mu)
   bool done;                // the launch completed (g_mu)
+  uint32_t users;           // jobs that hold one of its callables (g_mu)
   struct cw__job_s* queue;  // a callback handed to its caller (g_mu)
   pthread_cond_t cv;        // with g_mu: a job or the end
 } cw__launch_t;
@@ -204,6 +205,7 @@ typedef struct cw__job_s {
   Causeway__V1__HostCallbackRequest* req;
   uint8_t* bulk;
   void* callable;
+  struct cw__launch_s* launch;     // whose callable it holds, until it has run (g_mu)
   struct cw__launch_s* caller_of;  // run by this launch's caller (its busy flag)
 } cw__job_t;
 
@@ -230,17 +232,31 @@ static void cw__answer_error(cw_client_t* client, uint64_t request_id, cw_status
   cw_status_free(cw_client_reply_error(client, CW_MSG_HOST_CALLBACK, request_id, st));
 }
 
+// Ends `l` (g_mu held): no callback of it starts from now on, and it is
+// freed once none runs. A callback on the pool may still run after a failed
+// launch (a worker died mid-callback): JAX drops the callables once Execute
+// returns, so Execute waits for it, as stock XLA's execution waits for its
+// callbacks.
+static void cw__launch_end_locked(cw__launch_t* l) {
+  l->done = true;
+  while (l->users) pthread_cond_wait(&l->cv, &g_mu);
+  cw__launch_free_locked(l);
+}
+
 void cw_plugin_hostcb_abandon(uint64_t id) {
   if (!id) return;
   pthread_mutex_lock(&g_mu);
   cw__launch_t* l = cw__launch_find(id);
   struct cw__job_s* j = l ? l->queue : NULL;
-  if (l) cw__launch_free_locked(l);  // the send failed; it may have reached the worker
   cw_client_t* client = NULL;
   if (j) {
+    l->queue = NULL;
+    l->users--;
+    j->launch = NULL;
     client = j->client;
     j->replying = client != NULL;
   }
+  if (l) cw__launch_end_locked(l);  // the send failed; it may have reached the worker
   pthread_mutex_unlock(&g_mu);
   if (!j) return;
   if (client) {
@@ -300,6 +316,13 @@ static void cw__run(void* user) {
   }
   cw_plugin_hostcb_runner_fn runner = atomic_load(&g_runner);
   cw_plugin_hostcb_buffer_runner_fn buffer_runner = atomic_load(&g_buffer_runner);
+  // A job the pool starts after its launch ended: its callable may be gone.
+  pthread_mutex_lock(&g_mu);
+  cw__launch_t* l = j->launch;
+  if (!st && (!l || l->done)) {
+    st = cw_make_status(CW_UNAVAILABLE, "the launch that calls back is over");
+  }
+  pthread_mutex_unlock(&g_mu);
   if (!st && (r->buffer ? !buffer_runner : !runner)) {
     st = cw_make_status(CW_FAILED_PRECONDITION,
                         "host callbacks need the causeway_jax package, which installs the "
@@ -340,6 +363,9 @@ static void cw__run(void* user) {
   // The caller takes the launch's next callback, which may come as soon as
   // this answer is written.
   if (j->caller_of) j->caller_of->busy = false;
+  // The callable has run: the launch may end (and `l` be freed).
+  j->launch = NULL;
+  if (l && --l->users == 0) pthread_cond_broadcast(&l->cv);
   pthread_mutex_unlock(&g_mu);
   if (!client) {
     cw_status_free(st);
@@ -400,6 +426,8 @@ void cw_plugin_hostcb_on_request(void* user, cw_client_t* client, uint16_t type,
                           (unsigned long long)j->req->index, l->n);
     } else {
       j->callable = l->callables[j->req->index];
+      j->launch = l;
+      l->users++;
     }
   }
   bool to_caller = !st && !l->busy && !l->queue;
@@ -419,6 +447,7 @@ void cw_plugin_hostcb_on_request(void* user, cw_client_t* client, uint16_t type,
     if (st) {
       pthread_mutex_lock(&g_mu);
       cw__job_unlink(j);
+      if (--l->users == 0) pthread_cond_broadcast(&l->cv);
       pthread_mutex_unlock(&g_mu);
     }
   }
@@ -484,7 +513,7 @@ cw_status_t cw_plugin_hostcb_serve(uint64_t id, cw_plugin_future_t* f) {
       pthread_cond_wait(&l->cv, &g_mu);
     }
   }
-  cw__launch_free_locked(l);
+  cw__launch_end_locked(l);
   pthread_mutex_unlock(&g_mu);
   return cw_plugin_future_wait(f);  // done: its status at once
 }

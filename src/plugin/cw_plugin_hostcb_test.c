@@ -156,16 +156,19 @@ typedef struct {
   cw_plugin_future_t* f;
   pthread_t t;
   cw_status_t st;
+  _Atomic bool returned;  // Execute would return now
 } caller_t;
 
 static void* caller_main(void* arg) {
   caller_t* c = arg;
   c->st = cw_plugin_hostcb_serve(c->id, c->f);
+  atomic_store(&c->returned, true);
   return NULL;
 }
 
 static void caller_start(caller_t* c, uint64_t id) {
   c->id = id;
+  atomic_store(&c->returned, false);
   c->f = cw_plugin_future_create();
   assert_non_null(c->f);
   assert_int_equal(pthread_create(&c->t, NULL, caller_main, c), 0);
@@ -429,6 +432,79 @@ static void test_abandon_after_a_callback_came(void** state) {
   assert_int_equal(gate, 10);
 }
 
+// --- A launch that fails while the pool runs one of its callbacks -----------------
+
+static caller_t* g_failing;             // the caller of that launch
+static _Atomic bool g_pool_saw_return;  // the pool's callable ran after Execute returned
+
+// The caller's callback returns once the pool's has started; the pool's
+// waits for the test (gate 2), as a Python callable still running when the
+// worker dies.
+static int pool_runner(void* callable, int32_t no, const int32_t* odt, const int32_t* ork,
+                       const int64_t* odims, void* const* odata, int32_t nr, const int32_t* rdt,
+                       const int32_t* rrk, const int64_t* rdims, void* const* rdata, char* err,
+                       int64_t cap) {
+  if (pthread_equal(pthread_self(), g_failing->t)) {
+    gate_wait(1);
+  } else {
+    gate_set(1);
+    gate_wait(2);
+    if (atomic_load(&g_failing->returned)) atomic_store(&g_pool_saw_return, true);
+  }
+  (void)callable, (void)no, (void)odt, (void)ork, (void)odims, (void)nr, (void)rdt, (void)rrk;
+  (void)rdims, (void)err, (void)cap;
+  for (int i = 0; i < 3; ++i) ((float*)rdata[0])[i] = ((const float*)odata[0])[i] * 2;
+  if (!pthread_equal(pthread_self(), g_failing->t)) gate_set(3);
+  return 0;
+}
+
+// Two callbacks at once (two shards): one to the caller, one to the pool.
+static void script_two_at_once(fake_t* f) {
+  request_t q;
+  request_init(&q);
+  Causeway__V1__HostCallbackRequest r = q.r;
+  const float in[3] = {1, 2, 3};
+  FCHECK(f, fake_write(f, CW_MSG_HOST_CALLBACK, 0, 71, &r.base, in, sizeof(in)));
+  FCHECK(f, fake_write(f, CW_MSG_HOST_CALLBACK, 0, 72, &r.base, in, sizeof(in)));
+  for (int i = 0; i < 2; ++i) {
+    frame_t fr;
+    FCHECK(f, fake_read(f, &fr));
+    frame_free(&fr);
+  }
+}
+
+// The launch fails (its worker died) while a callable runs on the pool:
+// Execute returns only once that callable has returned, since JAX drops the
+// callables then (before: it returned at once, and the pool went on to use
+// a callable JAX may have freed).
+static void test_failed_launch_waits_for_its_pool_callbacks(void** state) {
+  (void)state;
+  new_launch();
+  CausewayHostCallbackRunner(pool_runner);
+  g_runner_mode = 0;
+  g_gate = 0;
+  atomic_store(&g_pool_saw_return, false);
+  caller_t caller;
+  g_failing = &caller;
+  caller_start(&caller, g_id);
+  fake_t f;
+  cw_client_t* c = connect_worker(&f, script_two_at_once);
+  gate_wait(1);
+  cw_plugin_future_complete(caller.f, cw_make_status(CW_UNAVAILABLE, "worker-0 died"));
+  usleep(200 * 1000);  // Execute would have returned by now
+  gate_set(2);
+  gate_wait(3);
+  assert_int_equal(pthread_join(caller.t, NULL), 0);
+  assert_non_null(caller.st);
+  assert_int_equal(cw_status_code(caller.st), CW_UNAVAILABLE);
+  cw_status_free(caller.st);
+  cw_plugin_future_release(caller.f);
+  fake_join(&f);
+  cw_client_release(c);
+  CausewayHostCallbackRunner(NULL);
+  assert_false(atomic_load(&g_pool_saw_return));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_launch_ids),
@@ -436,6 +512,7 @@ int main(void) {
       cmocka_unit_test(test_callback_outlives_its_connection),
       cmocka_unit_test(test_sequential_callbacks_all_on_the_caller),
       cmocka_unit_test(test_abandon_after_a_callback_came),
+      cmocka_unit_test(test_failed_launch_waits_for_its_pool_callbacks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
