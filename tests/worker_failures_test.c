@@ -106,21 +106,30 @@ static void test_launch_mismatch(void** state) {
   if (accepted[0]) fail_msg("launches that should have failed succeeded: %s", accepted);
 }
 
-// An input in error state poisons the launch's outputs with that error.
-static void test_error_input_poisons_outputs(void** state) {
-  (void)state;
-  // Make an id in error: the output of a launch of a rejected executable.
-  uint64_t bad_exe = new_id(), bad_in = new_id(), poisoned = new_id();
-  expect_error(cw_client_compile(g.ca, bad_exe, "mlir", g.reject.program, g.reject.program_size,
+// An id in error: the output of a launch of a rejected executable
+// (*bad_exe, on input *bad_in).
+static uint64_t new_poisoned_id(uint64_t* bad_exe, uint64_t* bad_in) {
+  uint64_t poisoned = new_id();
+  *bad_exe = new_id();
+  *bad_in = new_id();
+  expect_error(cw_client_compile(g.ca, *bad_exe, "mlir", g.reject.program, g.reject.program_size,
                                  g.reject.options, g.reject.options_size, NULL),
                g.reject.expect, "compile rejected");
   array_t two = {.dtype = CAUSEWAY__V1__DTYPE__DTYPE_F32, .rank = 1, .dims = {2}, .size = 8};
   float vals[2] = {1, 2};
   two.data = vals;
-  upload(g.ca, bad_in, &two, 0);
-  const uint64_t* bad_args[1] = {&bad_in};
+  upload(g.ca, *bad_in, &two, 0);
+  const uint64_t* bad_args[1] = {bad_in};
   const uint64_t* bad_outs[1] = {&poisoned};
-  ASSERT_OK(cw_client_launch(g.ca, bad_exe, 1, 1, bad_args, 1, bad_outs, NULL, NULL));
+  ASSERT_OK(cw_client_launch(g.ca, *bad_exe, 1, 1, bad_args, 1, bad_outs, NULL, NULL));
+  return poisoned;
+}
+
+// An input in error state poisons the launch's outputs with that error.
+static void test_error_input_poisons_outputs(void** state) {
+  (void)state;
+  uint64_t bad_exe, bad_in;
+  uint64_t poisoned = new_poisoned_id(&bad_exe, &bad_in);
   expect_error(cw_client_await(g.ca, poisoned), g.reject.expect, "await the poisoned id");
 
   // Use it as argument 0 of a good program.
@@ -142,6 +151,50 @@ static void test_error_input_poisons_outputs(void** state) {
   ASSERT_OK(cw_client_delete(g.ca, rest, 4, NULL, NULL));
   ASSERT_OK(cw_client_delete(g.ca, &ids.args[0][1], c->num_args - 1, NULL, NULL));
   ASSERT_OK(cw_client_delete(g.ca, ids.outs[0], c->num_outputs, NULL, NULL));
+  ASSERT_OK(cw_client_flush(g.ca));
+}
+
+// A chain of launches behind a failed input: each output carries the error
+// with one prefix, as the first launch put it (each launch added one: 300
+// launches made a 20 kB text and quadratic work, an audit).
+static void test_error_chain_keeps_one_prefix(void** state) {
+  (void)state;
+  uint64_t bad_exe, bad_in;
+  uint64_t root = new_poisoned_id(&bad_exe, &bad_in);
+  // x_{k+1} = x_k * b + 1 (scalar_f32), 300 launches sent at once.
+  enum { kSteps = 300 };
+  const test_case_t* c = find_case("scalar_f32");
+  uint64_t exe = compile_case(g.ca, c);
+  uint64_t b = new_id();
+  upload(g.ca, b, &c->in[0][1], 0);
+  uint64_t chain[kSteps + 1];
+  chain[0] = root;
+  for (int k = 1; k <= kSteps; ++k) {
+    chain[k] = new_id();
+    uint64_t in[2] = {chain[k - 1], b};
+    const uint64_t* args[1] = {in};
+    const uint64_t* outs[1] = {&chain[k]};
+    ASSERT_OK(cw_client_launch(g.ca, exe, 1, 2, args, 1, outs, NULL, NULL));
+  }
+  expect_error(cw_client_flush(g.ca), g.reject.expect, "the chain's launches");
+  cw_status_t first = cw_client_await(g.ca, chain[1]);
+  cw_status_t last = cw_client_await(g.ca, chain[kSteps]);
+  assert_non_null(first);
+  assert_non_null(last);
+  fprintf(stderr, "  step %d: %s\n", kSteps, cw_status_message(last));
+  assert_non_null(strstr(cw_status_message(last), g.reject.expect));
+  // Both read "await buffer N: " and the error the chain carries.
+  const char* carried_last = strstr(cw_status_message(last), ": ");
+  const char* carried_first = strstr(cw_status_message(first), ": ");
+  assert_non_null(carried_last);
+  assert_non_null(carried_first);
+  assert_string_equal(carried_last, carried_first);
+  assert_int_equal(cw_status_code(last), cw_status_code(first));
+  cw_status_free(first);
+  cw_status_free(last);
+  ASSERT_OK(cw_client_delete(g.ca, chain, kSteps + 1, NULL, NULL));
+  uint64_t rest[4] = {bad_exe, bad_in, exe, b};
+  ASSERT_OK(cw_client_delete(g.ca, rest, 4, NULL, NULL));
   ASSERT_OK(cw_client_flush(g.ca));
 }
 
@@ -341,6 +394,7 @@ int main(void) {
       cmocka_unit_test(test_compile_error),
       cmocka_unit_test(test_launch_mismatch),
       cmocka_unit_test(test_error_input_poisons_outputs),
+      cmocka_unit_test(test_error_chain_keeps_one_prefix),
       cmocka_unit_test(test_client_killed_mid_upload),
       cmocka_unit_test(itest_test_clean_shutdown),
   };

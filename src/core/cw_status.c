@@ -100,6 +100,18 @@ cw_status_t cw_status_clone(cw_status_t status) {
   return cw_make_status(status->code, "%s", status->message);
 }
 
+cw_status_t cw_status_carry(cw_status_t cause, const char* lead, const char* fmt, ...) {
+  if (!cause) return cw_ok_status();
+  if (strncmp(cause->message, lead, strlen(lead)) == 0) return cw_status_clone(cause);
+  va_list ap;
+  va_start(ap, fmt);
+  char* ctx = cw__vformat(fmt, ap);
+  va_end(ap);
+  cw_status_t s = cw_make_status(cause->code, "%s: %s", ctx ? ctx : "", cause->message);
+  free(ctx);
+  return s;
+}
+
 void cw_status_free(cw_status_t status) {
   if (!status || status == &cw__oom_status) return;
   free(status->message);

@@ -62,6 +62,14 @@ cw_status_code_t cw_status_code_from_u32(uint32_t code);
 // A fresh status with the code and message of `status` (borrowed); OK stays OK.
 CW_MUST_USE cw_status_t cw_status_clone(cw_status_t status);
 
+// A failure caused by `cause` (borrowed; OK gives OK), with cause's code:
+// "<fmt...>: <cause's message>", or cause's message as it is when that
+// already starts with `lead` (the cause was itself carried). So an error
+// passed along a chain (a failed input poisoning the next launch's outputs,
+// and so on) keeps one prefix instead of growing by one a step.
+CW_MUST_USE cw_status_t cw_status_carry(cw_status_t cause, const char* lead, const char* fmt, ...)
+    CW_PRINTF(3, 4);
+
 // Takes and frees `status`; NULL is fine.
 void cw_status_free(cw_status_t status);
 

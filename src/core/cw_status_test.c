@@ -67,13 +67,30 @@ static void test_status_annotate_ok(void** state) {
   assert_string_equal(cw_status_code_name(CW_UNAUTHENTICATED), "UNAUTHENTICATED");
 }
 
+// A chain of carried errors keeps one prefix and the root's code.
+static void test_status_carry(void** state) {
+  (void)state;
+  assert_null(cw_status_carry(cw_ok_status(), "input ", "input %d failed", 1));
+  cw_status_t root = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of device memory");
+  cw_status_t s = cw_status_carry(root, "input ", "input %d failed", 3);
+  assert_int_equal(cw_status_code(s), CW_RESOURCE_EXHAUSTED);
+  assert_string_equal(cw_status_message(s), "input 3 failed: out of device memory");
+  for (int i = 4; i < 1000; ++i) {
+    cw_status_t next = cw_status_carry(s, "input ", "input %d failed", i);
+    cw_status_free(s);
+    s = next;
+  }
+  assert_int_equal(cw_status_code(s), CW_RESOURCE_EXHAUSTED);
+  assert_string_equal(cw_status_message(s), "input 3 failed: out of device memory");
+  cw_status_free(s);
+  cw_status_free(root);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_status_ok),
-      cmocka_unit_test(test_status_context),
-      cmocka_unit_test(test_status_clone),
-      cmocka_unit_test(test_status_codes_from_wire),
-      cmocka_unit_test(test_status_annotate_ok),
+      cmocka_unit_test(test_status_ok),          cmocka_unit_test(test_status_context),
+      cmocka_unit_test(test_status_clone),       cmocka_unit_test(test_status_codes_from_wire),
+      cmocka_unit_test(test_status_annotate_ok), cmocka_unit_test(test_status_carry),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

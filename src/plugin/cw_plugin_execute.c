@@ -101,7 +101,10 @@ static cw_status_t cw__execute_check(const PJRT_LoadedExecutable_Execute_Args* a
                                e->name);
       } else if (!poisoned && cw_plugin_future_is_done(b->ready)) {
         cw_status_t rs = cw_plugin_future_wait(b->ready);  // done: returns at once
-        if (rs) poisoned = cw_status_annotate(rs, "input %zu of %s", a, e->name);
+        // Carried: a chain dispatched after a failure keeps one prefix (it
+        // grew by one a launch, and Execute's time with it: an audit).
+        if (rs) poisoned = cw_status_carry(rs, "input ", "input %zu of %s", a, e->name);
+        cw_status_free(rs);
       }
       if (s) {
         cw_status_free(poisoned);

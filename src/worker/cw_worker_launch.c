@@ -639,8 +639,9 @@ static cw_status_t cw__launch_check_ready(cw_launch_t* l, cw_store_entry_t** out
         return cw_make_status(CW_INVALID_ARGUMENT, "input %" PRIu64 " is not a buffer", id);
       }
       if (e->state == CW_STORE_ERROR) {
-        return cw_make_status(cw_status_code(e->error), "input %" PRIu64 " failed: %s", id,
-                              cw_status_message(e->error));
+        // Carried: a chain queued behind a failure keeps one prefix (it
+        // grew by one a launch: quadratic bytes and time, an audit).
+        return cw_status_carry(e->error, "input ", "input %" PRIu64 " failed", id);
       }
       if (e->state == CW_STORE_PENDING) {
         *out_wait_on = e;

@@ -901,8 +901,7 @@ static void cw__copy_cont(cw_op_t* op, cw_store_entry_t* src) {
   } else if (src->kind != CW_STORE_BUFFER) {
     st = cw_make_status(CW_INVALID_ARGUMENT, "object %" PRIu64 " is not a buffer", op->id);
   } else if (src->state == CW_STORE_ERROR) {
-    st = cw_make_status(cw_status_code(src->error), "input %" PRIu64 " failed: %s", op->id,
-                        cw_status_message(src->error));
+    st = cw_status_carry(src->error, "input ", "input %" PRIu64 " failed", op->id);
   }
   if (!st && !op->mem_admitted && cw_worker_mem_limited(w)) {
     // The copy's memory on its device, before PJRT takes it.

@@ -83,6 +83,24 @@ def ops_try_launch() -> dict:
         return {"ok": False, "error": err_text(e)}
 
 
+def ops_chain_after_failure(k: int) -> dict:
+    """A launch that fails, then k launches chained on its output: the
+    errors of the first and of the last."""
+    x = OPS["f"](OPS["x0"])
+    try:
+        x.block_until_ready()
+        return {"ok": True}
+    except Exception as e:  # noqa: BLE001
+        first = err_text(e)
+    for _ in range(k):
+        x = OPS["f"](x)
+    try:
+        np.asarray(x)
+        return {"ok": True}
+    except Exception as e:  # noqa: BLE001
+        return {"ok": False, "first": first, "last": err_text(e)}
+
+
 def ops_try_upload(worker: str) -> dict:
     try:
         x = jax.device_put(np.ones(4, dtype=np.float32), _device(worker))

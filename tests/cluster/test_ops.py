@@ -281,6 +281,12 @@ def test_drain_finishes_held_work_refuses_new_and_reports_idle(cluster):
         got = a.call("ops_try_launch")
         assert got["ok"] is False and f"worker {drain} is draining" in got["error"], got
         assert "FAILED_PRECONDITION" in got["error"] or "draining" in got["error"]
+        # Launches chained on the refused one carry its error with one
+        # prefix (a prefix a launch made the text, and dispatch, grow without
+        # bound: 16,000 steps took 13 s and made a 384 kB text, an audit).
+        got = a.call("ops_chain_after_failure", k=2000)
+        assert got["ok"] is False and f"worker {drain} is draining" in got["last"], got
+        assert got["last"].count("input 0 of") == 1 and len(got["last"]) < 1000, got
         got = a.call("ops_try_upload", worker=drain)
         assert got["ok"] is False and f"worker {drain} is draining" in got["error"], got
         assert (a.call("ops_download_x0")["value"] == harness_arange(8)).all()
