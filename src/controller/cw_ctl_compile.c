@@ -24,7 +24,19 @@
 // COMPILEs of one session under way at once (a JAX process compiles a few).
 #define CW__MAX_SESSION_COMPILES 256
 
+cw_ctl_program_t* cw_ctl_program_retain(cw_ctl_program_t* p) {
+  if (p) p->refs++;
+  return p;
+}
+
+static void cw__program_release(cw_ctl_program_t* p) {
+  if (!p || --p->refs > 0) return;
+  protobuf_c_message_free_unpacked(&p->req->base, NULL);
+  free(p);
+}
+
 static void cw__compile_free(cw_ctl_compile_t* cp) {
+  cw__program_release(cp->program);
   cw_net_conn_release(cp->client);
   if (cp->counted) {
     assert(cp->session->compiling > 0);
@@ -82,12 +94,61 @@ void cw_ctl_compile_answer(cw_controller_t* ctl, cw_net_conn_t* client, uint64_t
   cw_net_conn_reply(client, CW_MSG_COMPILE, request_id, &rep.base);
 }
 
+static void cw__compile_run(cw_ctl_compile_t* cp, const Causeway__V1__CompileRequest* r,
+                            bool cached);
+
+// Whether LOAD refused a cached executable's bytes themselves (its worker's
+// XLA could not deserialize them: damaged under a valid checksum, or written
+// by another build of the plugin that names itself the same), once: such an
+// entry would fail its program for good, from memory and from the disk (an
+// audit). A worker that went, drains or lacks memory refuses anything.
+static bool cw__cached_bytes_refused(const cw_ctl_compile_t* cp, cw_status_t status) {
+  switch (cw_status_code(status)) {
+    case CW_INVALID_ARGUMENT:
+    case CW_INTERNAL:
+    case CW_UNKNOWN:
+    case CW_DATA_LOSS:
+    case CW_UNIMPLEMENTED:
+      return cp->cache_hit && cp->program && !cp->recompiled;
+    default:
+      return false;
+  }
+}
+
+// Compiles cp's program again, past the caches; the result replaces the
+// refused entry in memory and on the disk. The refused id goes from the
+// session's worker first (`conn`, its link: an EXE_INFO finds it in error).
+static void cw__compile_again(cw_ctl_compile_t* cp, cw_ctl_worker_t* w, cw_net_conn_t* conn,
+                              cw_status_t status) {
+  if (cw_net_conn_is_open(conn)) {
+    Causeway__V1__DeleteRequest del = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+    del.ids = &cp->exe_id;
+    del.n_ids = 1;
+    cw_net_conn_request(conn, CW_MSG_DELETE, &del.base, NULL, 0, NULL, NULL, cw_ctl_ignore_reply,
+                        NULL);
+  }
+  CW_LOGW("compile cache: worker %s could not load the cached executable of executable %" PRIu64
+          " (%s): compiling it again",
+          w->name, cp->exe_id, cw_status_message(status));
+  cw_status_free(status);
+  if (cp->disk_hit) cw_ctl_disk_refused(cp->ctl);
+  cw_ctl_exe_t* e = cw__compile_exe(cp);
+  if (e) cw_ctl_health_exe_free(e);  // it kept the refused entry for reloads
+  cp->recompiled = true;
+  cp->cache_hit = cp->disk_hit = false;
+  cw__compile_run(cp, cp->program->req, false);
+}
+
 static void cw__compile_exe_info(void* user, cw_net_conn_t* conn, cw_status_t status,
                                  const ProtobufCMessage* reply, uint8_t* bulk, uint64_t bulk_len) {
   cw_ctl_compile_t* cp = user;
   cw_controller_t* ctl = cp->ctl;
   cw_ctl_worker_t* w = ctl->workers[cp->worker];
   free(bulk);
+  if (status && cw__cached_bytes_refused(cp, status)) {
+    cw__compile_again(cp, w, conn, status);  // LOAD took the bytes, and failed them after
+    return;
+  }
   if (status) {
     cw__compile_fail(cp, cw_status_annotate(cw_ctl_worker_error(w, conn, status), "EXE_INFO"));
     return;
@@ -140,6 +201,10 @@ static void cw__compile_loaded(void* user, cw_net_conn_t* conn, cw_status_t stat
     cw_status_free(status);
     status = cw_ok_status();
     reply = NULL;
+  }
+  if (status && cw__cached_bytes_refused(cp, status)) {
+    cw__compile_again(cp, w, conn, status);
+    return;
   }
   if (status) {
     cw__compile_fail(cp, cw_status_annotate(cw_ctl_worker_error(w, conn, status), "LOAD"));
@@ -595,9 +660,10 @@ static cw_status_t cw__compile_place(cw_controller_t* ctl, cw_ctl_session_t* s,
 }
 
 // The compile service for one worker: memory cache, a compilation already
-// running, the disk cache, then the worker. The executable's record exists.
-static void cw__compile_start(cw_ctl_compile_t* cp, void* user) {
-  const Causeway__V1__CompileRequest* r = user;
+// running, the disk cache, then the worker (without `cached`: a compilation
+// already running, then the worker). The executable's record exists.
+static void cw__compile_run(cw_ctl_compile_t* cp, const Causeway__V1__CompileRequest* r,
+                            bool cached) {
   cw_controller_t* ctl = cp->ctl;
   // The cache key: program, format, rewritten options, the worker's plugin
   // (platform name and version, PJRT API version).
@@ -619,7 +685,8 @@ static void cw__compile_start(cw_ctl_compile_t* cp, void* user) {
     cw__compile_fail(cp, cw_status_annotate(st, "COMPILE"));
     return;
   }
-  cw_compile_cache_entry_t* hit = cw_compile_cache_lookup(ctl->cache, key, key_size);
+  cw_compile_cache_entry_t* hit =
+      cached ? cw_compile_cache_lookup(ctl->cache, key, key_size) : NULL;
   if (hit) {
     ctl->cache_hits++;
     cp->cache_hit = true;
@@ -656,12 +723,14 @@ static void cw__compile_start(cw_ctl_compile_t* cp, void* user) {
   ctl->inflight = f;
   // The disk next (asynchronously), then the worker.
   const char* fmt = r->format ? r->format : "";
-  if (cw_ctl_disk_lookup(ctl, f, fmt, r->code.data, r->code.len, cp->options,
-                         cp->options_size)) {
+  if (cached &&
+      cw_ctl_disk_lookup(ctl, f, fmt, r->code.data, r->code.len, cp->options, cp->options_size)) {
     return;
   }
   cw_ctl_compile_send(f, fmt, r->code.data, r->code.len, cp->options, cp->options_size);
 }
+
+static void cw__compile_start(cw_ctl_compile_t* cp, void* user) { cw__compile_run(cp, user, true); }
 
 void cw_ctl_handle_compile(cw_net_conn_t* conn, const cw_frame_header_t* h,
                            ProtobufCMessage** msg) {
@@ -691,6 +760,13 @@ void cw_ctl_handle_compile(cw_net_conn_t* conn, const cw_frame_header_t* h,
     cp->counted = true;
     cp->exe_id = r->exe_id;
     cp->start_ms = cw_time_now_ms();
+    // Kept for a compile again (cw__compile_again); r stays valid.
+    cp->program = calloc(1, sizeof(*cp->program));
+    if (cp->program) {
+      cp->program->refs = 1;
+      cp->program->req = (Causeway__V1__CompileRequest*)*msg;
+      *msg = NULL;
+    }
     st = cw__compile_place(ctl, s, r, cp);
   }
   cw_ctl_exe_t* e = NULL;

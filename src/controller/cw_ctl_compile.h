@@ -9,6 +9,14 @@
 #include "cw_compile_cache.h"
 #include "cw_ctl_internal.h"
 
+// A client's COMPILE request, shared by the compiles it started (an island's
+// parts) until each has answered: a cached executable that its worker
+// cannot load is compiled again from it.
+typedef struct cw_ctl_program_s {
+  int refs;
+  Causeway__V1__CompileRequest* req;  // owned
+} cw_ctl_program_t;
+
 // One client COMPILE in progress.
 typedef struct cw_ctl_compile_s {
   struct cw_ctl_compile_s* next;  // waiters of one in-flight compilation
@@ -24,7 +32,10 @@ typedef struct cw_ctl_compile_s {
   int32_t* devices;  // global ids in the executable's device order
   size_t num_devices;
   bool cache_hit;
+  bool disk_hit;    // the cached executable came from the disk
+  bool recompiled;  // its cached executable was refused: compiled again
   bool counted;  // in its session's `compiling` (a client's COMPILE, not an island's part)
+  cw_ctl_program_t* program;  // retained; NULL: not kept (out of memory)
   int64_t start_ms;
   Causeway__V1__CompileReply* load_reply;  // owned, from LOAD
   struct cw_ctl_gang_compile_s* gang;      // a part of an island's compile; NULL: alone
@@ -62,6 +73,8 @@ typedef struct cw_ctl_inflight_s {
 
 void cw_ctl_handle_compile(cw_net_conn_t* conn, const cw_frame_header_t* h,
                            ProtobufCMessage** msg);
+// Another reference to `p` (NULL stays NULL).
+cw_ctl_program_t* cw_ctl_program_retain(cw_ctl_program_t* p);
 // Finishes an in-flight compilation: its waiters load `entry` or fail with
 // `st` (taken); frees `f`.
 void cw_ctl_compile_inflight_finish(cw_ctl_inflight_t* f, cw_compile_cache_entry_t* entry,

@@ -293,7 +293,8 @@ static void cw__lookup_done(uv_work_t* req, int status) {
     if (e) {
       d->hits++;
       CW_LOGI("compile cache: disk hit (%zu bytes)", j->size);
-      for (cw_ctl_compile_t* cp = f->waiters; cp; cp = cp->next) cp->cache_hit = true;
+      for (cw_ctl_compile_t* cp = f->waiters; cp; cp = cp->next)
+        cp->cache_hit = cp->disk_hit = true;
       cw_ctl_compile_inflight_finish(f, e, cw_ok_status());
       cw__job_free(j);
       return;
@@ -359,6 +360,10 @@ void cw_ctl_disk_store(cw_controller_t* ctl, const uint8_t* key, size_t key_size
   j->entry = entry;
   cw_compile_cache_entry_retain(entry);
   cw__lane_push(ctl->disk, j);
+}
+
+void cw_ctl_disk_refused(cw_controller_t* ctl) {
+  if (ctl->disk) ctl->disk->errors++;
 }
 
 void cw_ctl_disk_stats(const cw_controller_t* ctl, Causeway__V1__Stats* st) {

@@ -24,6 +24,9 @@ bool cw_ctl_disk_lookup(cw_controller_t* ctl, cw_ctl_inflight_t* f, const char* 
 // thread, after the scans and stores queued before it.
 void cw_ctl_disk_store(cw_controller_t* ctl, const uint8_t* key, size_t key_size,
                        cw_compile_cache_entry_t* entry);
+// A worker could not load an entry read from the disk: counted in
+// disk_errors (the compile that follows rewrites it).
+void cw_ctl_disk_refused(cw_controller_t* ctl);
 // Fills the disk fields of a STATS reply.
 void cw_ctl_disk_stats(const cw_controller_t* ctl, Causeway__V1__Stats* st);
 

@@ -350,6 +350,7 @@ void cw_ctl_island_compile(cw_ctl_compile_t* cp, uint32_t* parts, uint32_t* part
     part->devices = devices;
     part->num_devices = part_devices[i];
     part->start_ms = cp->start_ms;
+    part->program = cw_ctl_program_retain(cp->program);
     part->gang = g;
     g->left++;
     start(part, user);

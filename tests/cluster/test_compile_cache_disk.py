@@ -103,6 +103,31 @@ def test_corrupt_entry_is_recompiled(tmp_path):
     assert again["compiles_sent"] == 0 and again["disk_hits"] >= 1, again
 
 
+def test_entry_the_worker_cannot_load_is_recompiled(tmp_path):
+    """An entry whose checksum holds but whose bytes the worker's XLA cannot
+    deserialize (written by another build of the plugin that names itself
+    the same, or damaged before it was written) is compiled again and
+    rewritten: it failed its program for good, from memory and from the disk
+    (an audit)."""
+    cache = tmp_path / "cc"
+    _run_once(cache, "cc-seed")
+    files = sorted(cache.glob("*.cwx"))
+    assert files
+    for f in files:
+        size = len(f.read_bytes()) - 80  # the header: magic, version, key, length, digest
+        name, data = _entry(os.urandom(size), key=bytes.fromhex(f.name[:64]))
+        assert name == f.name
+        f.write_bytes(data)
+    st = _run_once(cache, "cc-refused")  # the results are checked there
+    assert st["disk_hits"] >= 1 and st["compiles_sent"] >= 1, st
+    assert st["disk_errors"] >= 1, st
+    assert "could not load the cached executable" in st["log"], st["log"]
+    assert "compiling it again" in st["log"], st["log"]
+    again = _run_once(cache, "cc-rewritten")
+    assert again["compiles_sent"] == 0 and again["disk_hits"] >= 1, again
+    assert again["disk_errors"] == 0, again
+
+
 def test_size_bound_evicts_oldest(tmp_path):
     cache = tmp_path / "cc"
     cache.mkdir(mode=0o700)
