@@ -666,7 +666,8 @@ static void cw__compile_run(cw_ctl_compile_t* cp, const Causeway__V1__CompileReq
                             bool cached) {
   cw_controller_t* ctl = cp->ctl;
   // The cache key: program, format, rewritten options, the worker's plugin
-  // (platform name and version, PJRT API version).
+  // (platform name and version, PJRT API version) and CPU (XLA's CPU code is
+  // its host's: loaded on another, it may stop on an illegal instruction).
   uint8_t* key = NULL;
   size_t key_size = 0;
   const Causeway__V1__Inventory* inv = ctl->workers[cp->worker]->reg->inventory;
@@ -675,11 +676,18 @@ static void cw__compile_run(cw_ctl_compile_t* cp, const Causeway__V1__CompileReq
   snprintf(api, sizeof(api), "%u.%u", inv->pjrt_major, inv->pjrt_minor);
   // Options as a key: the same options always give the same bytes.
   uint8_t* canon = cw_compile_disk_canonical_options(cp->options, cp->options_size);
-  const void* parts[6] = {r->code.data, format, canon ? canon : cp->options,
-                          inv->platform_name, inv->platform_version, api};
-  size_t sizes[6] = {r->code.len, strlen(format), cp->options_size,
-                     strlen(inv->platform_name), strlen(inv->platform_version), strlen(api)};
-  cw_status_t st = cw_compile_cache_key_create(parts, sizes, 6, &key, &key_size);
+  const char* cpu = inv->host_cpu ? inv->host_cpu : "";
+  const void* parts[7] = {
+      r->code.data, format, canon ? canon : cp->options, inv->platform_name, inv->platform_version,
+      api,          cpu};
+  size_t sizes[7] = {r->code.len,
+                     strlen(format),
+                     cp->options_size,
+                     strlen(inv->platform_name),
+                     strlen(inv->platform_version),
+                     strlen(api),
+                     strlen(cpu)};
+  cw_status_t st = cw_compile_cache_key_create(parts, sizes, 7, &key, &key_size);
   free(canon);
   if (st) {
     cw__compile_fail(cp, cw_status_annotate(st, "COMPILE"));

@@ -175,11 +175,25 @@ static void cw__reload_done(void* user, cw_net_conn_t* conn, cw_status_t status,
   free(rl);
 }
 
-// LOADs every executable sessions held on slot `w` into its new worker.
-static void cw__reload_all(cw_controller_t* ctl, cw_ctl_worker_t* w) {
+// LOADs every executable sessions held on slot `w` into its new worker;
+// `other_cpu`: the lost worker's CPU (`lost_cpu`) is not the new one's, and
+// the executables' code was compiled for it.
+static void cw__reload_all(cw_controller_t* ctl, cw_ctl_worker_t* w, bool other_cpu,
+                           const char* lost_cpu) {
   for (cw_ctl_session_t* s = ctl->sessions; s; s = s->next) {
     for (cw_ctl_exe_t* e = s->exes; e; e = e->next) {
       if (e->worker != w->index || e->state != CW__EXE_READY || e->num_parts) continue;
+      if (other_cpu) {
+        e->state = CW__EXE_FAILED;
+        e->error =
+            cw_make_status(CW_UNAVAILABLE,
+                           "executable %" PRIu64
+                           " was compiled for the "
+                           "CPU of the lost worker (%s), and the replacement worker %s "
+                           "(%s) has another (%s): compile it again",
+                           e->id, lost_cpu, w->name, w->address, w->reg->inventory->host_cpu);
+        continue;
+      }
       if (!e->entry) {
         // Resumed after a controller restart (cw_ctl_resume.c): its bytes
         // were the old controller's.
@@ -220,6 +234,12 @@ void cw_ctl_health_take_over(cw_ctl_peer_t* p, const cw_frame_header_t* h, cw_ct
   cw_controller_t* ctl = p->ctl;
   char old_address[sizeof(w->address)];
   snprintf(old_address, sizeof(old_address), "%s", w->address);
+  // A worker that does not say (an older build) is taken for the same CPU.
+  char old_cpu[128];
+  snprintf(old_cpu, sizeof(old_cpu), "%s",
+           w->reg->inventory->host_cpu ? w->reg->inventory->host_cpu : "");
+  const char* new_cpu = r->inventory->host_cpu ? r->inventory->host_cpu : "";
+  bool other_cpu = old_cpu[0] && new_cpu[0] && strcmp(old_cpu, new_cpu) != 0;
   protobuf_c_message_free_unpacked(&w->reg->base, NULL);
   w->reg = r;
   snprintf(w->address, sizeof(w->address), "%s", r->address);
@@ -252,7 +272,7 @@ void cw_ctl_health_take_over(cw_ctl_peer_t* p, const cw_frame_header_t* h, cw_ct
   ev.worker_address = w->address;
   ev.incarnation = w->incarnation;
   cw_ctl_broadcast_event(ctl, &ev);
-  cw__reload_all(ctl, w);
+  cw__reload_all(ctl, w, other_cpu, old_cpu);
   cw_ctl_session_open_waits_check(ctl, false);
 }
 

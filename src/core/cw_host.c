@@ -4,6 +4,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 uint64_t cw_host_memory_bytes(void) {
@@ -38,4 +39,32 @@ uint64_t cw_host_memory_bytes(void) {
     if (len > 0) len--;
   }
   return mem;
+}
+
+void cw_host_cpu_identity_from(const char* cpuinfo_path, const char* machine, char* out,
+                               size_t out_size) {
+  uint64_t h = 14695981039346656037ull;  // FNV-1a
+  bool found = false;
+  char line[16384];
+  FILE* f = fopen(cpuinfo_path, "r");
+  while (f && !found && fgets(line, sizeof(line), f)) {
+    if (strncmp(line, "flags", 5) != 0 && strncmp(line, "Features", 8) != 0) continue;
+    const char* v = strchr(line, ':');
+    if (!v) continue;
+    for (const unsigned char* c = (const unsigned char*)v + 1; *c && *c != '\n'; ++c) {
+      h = (h ^ *c) * 1099511628211ull;
+    }
+    found = true;
+  }
+  if (f) fclose(f);
+  if (found) {
+    snprintf(out, out_size, "%s %016llx", machine, (unsigned long long)h);
+  } else {
+    snprintf(out, out_size, "%s unknown", machine);
+  }
+}
+
+void cw_host_cpu_identity(char* out, size_t out_size) {
+  struct utsname u;
+  cw_host_cpu_identity_from("/proc/cpuinfo", uname(&u) == 0 ? u.machine : "unknown", out, out_size);
 }

@@ -2,10 +2,23 @@
 #ifndef CW_CORE_HOST_H_
 #define CW_CORE_HOST_H_
 
+#include <stddef.h>
 #include <stdint.h>
 
 // The memory this process may use: physical memory, or its memory cgroup's
 // limit (of its cgroup or one above; v1 or v2) where lower; 0 if unknown.
 uint64_t cw_host_memory_bytes(void);
+
+// The host's CPU as compiled code depends on it, into `out`: "<machine>
+// <16 hex digits>", the digits a 64-bit FNV-1a hash of the CPU's feature
+// list (/proc/cpuinfo's first "flags" line, "Features" on Arm; "unknown"
+// when there is none). XLA's CPU plugin compiles for the features of its
+// host and loads code compiled on another with only a logged error, after
+// which the code may stop on an illegal instruction: the compile cache keys
+// on this (docs/operations.md).
+void cw_host_cpu_identity(char* out, size_t out_size);
+// The same from a cpuinfo file and a machine name (for tests).
+void cw_host_cpu_identity_from(const char* cpuinfo_path, const char* machine, char* out,
+                               size_t out_size);
 
 #endif  // CW_CORE_HOST_H_
