@@ -377,6 +377,10 @@ def frame_corpus():
     c["req_register_previous"] = frame(
         32, f_bytes(1, "w0") + f_bytes(2, "127.0.0.1:7311") + f_bytes(3, inventory()) +
         f_bytes(7, f_varint(1, 4)), req_id=23)
+    # ... and the drain and paused sessions it still applies (fields 2, 3).
+    c["req_register_paused"] = frame(
+        32, f_bytes(1, "w0") + f_bytes(2, "127.0.0.1:7311") + f_bytes(3, inventory()) +
+        f_bytes(7, f_varint(1, 4) + f_varint(2, 1) + f_packed(3, (1234567, 7))), req_id=23)
     c["rep_register"] = frame(32, f_varint(1, 1) + f_varint(2, 4), flags=REPLY, req_id=23)
     open_req = f_varint(2, 20000) + f_varint(3, 2) + f_varint(7, 1) + f_bytes(16, "train@h:1")
     device = f_varint(1, 0) + f_bytes(2, "w0") + f_varint(3, 1)

@@ -27,6 +27,7 @@
 #include "cw_log.h"
 #include "cw_ready.h"
 #include "cw_worker_conn.h"
+#include "cw_worker_ops.h"
 #include "cw_worker_sched.h"
 
 #define CW__RECONNECT_FIRST_MS 100
@@ -176,6 +177,13 @@ static cw_status_t cw__connect(cw_worker_t* w, const char* address) {
   req.inventory = &w->inventory;
   Causeway__V1__RegisterPrevious previous = CAUSEWAY__V1__REGISTER_PREVIOUS__INIT;
   previous.first_device_id = k->first_device_id;
+  // A drain or pause only an earlier registration's controller could set:
+  // a new one takes them from here.
+  previous.draining = w->draining;
+  uint64_t* paused = NULL;
+  previous.n_paused_sessions =
+      k->numbered ? cw_worker_ops_paused_sessions(w, CW_MSG_MAX_PAUSED_SESSIONS, &paused) : 0;
+  previous.paused_sessions = paused;
   if (k->numbered) req.previous = &previous;
   req.island_name = (char*)cw_settings_string(w->settings, CW_SET_ISLAND);
   req.island_size = (uint32_t)cw_settings_int(w->settings, CW_SET_ISLAND_SIZE);
@@ -187,6 +195,7 @@ static cw_status_t cw__connect(cw_worker_t* w, const char* address) {
                           "--island-size %u", rank, req.island_size);
     }
     if (st) {
+      free(paused);
       cw_net_conn_close(c->nc, NULL);
       return cw_status_annotate(st, "--island %s", req.island_name);
     }
@@ -196,6 +205,7 @@ static cw_status_t cw__connect(cw_worker_t* w, const char* address) {
   cw_worker_stamp_restart(w);
   // Queued behind HELLO; a refused HELLO fails it and closes.
   cw_net_conn_request(c->nc, CW_MSG_REGISTER, &req.base, NULL, 0, NULL, NULL, cw__registered, w);
+  free(paused);
   return cw_ok_status();
 }
 

@@ -149,6 +149,24 @@ bool cw_worker_ops_refuse(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCMes
   return true;  // bulk bytes, if any, are discarded
 }
 
+size_t cw_worker_ops_paused_sessions(const cw_worker_t* w, size_t max, uint64_t** out_ids) {
+  *out_ids = NULL;
+  size_t n = 0;
+  for (const cw_session_t* s = w->sessions; s; s = s->next) n += s->paused;
+  if (n > max) {
+    CW_LOGW("%zu sessions are paused here; REGISTER reports the first %zu", n, max);
+    n = max;
+  }
+  uint64_t* ids = n ? malloc(n * sizeof(*ids)) : NULL;
+  if (!ids) return 0;
+  size_t k = 0;
+  for (const cw_session_t* s = w->sessions; s && k < n; s = s->next) {
+    if (s->paused) ids[k++] = s->id;
+  }
+  *out_ids = ids;
+  return k;
+}
+
 // The operations fields of STATS; free the scratch with cw__stats_scratch_free.
 typedef struct cw__stats_scratch_s {
   Causeway__V1__AdminSessionStats* items;
