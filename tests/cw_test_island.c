@@ -53,6 +53,14 @@ cw_status_t cw_test_call(cw_client_t* c, uint16_t type, const ProtobufCMessage* 
 
 cw_status_t cw_test_register(cw_client_t* c, const char* name, const char* address,
                              size_t devices, int32_t previous, Causeway__V1__RegisterReply** out) {
+  Causeway__V1__RegisterPrevious prev = CAUSEWAY__V1__REGISTER_PREVIOUS__INIT;
+  prev.first_device_id = previous;
+  return cw_test_register_previous(c, name, address, devices, previous >= 0 ? &prev : NULL, out);
+}
+
+cw_status_t cw_test_register_previous(cw_client_t* c, const char* name, const char* address,
+                                      size_t devices, Causeway__V1__RegisterPrevious* previous,
+                                      Causeway__V1__RegisterReply** out) {
   Causeway__V1__Device* devs = calloc(devices ? devices : 1, sizeof(*devs));
   Causeway__V1__Device** ptrs = calloc(devices ? devices : 1, sizeof(*ptrs));
   if (!devs || !ptrs) {
@@ -77,9 +85,7 @@ cw_status_t cw_test_register(cw_client_t* c, const char* name, const char* addre
   req.worker_name = (char*)name;
   req.address = (char*)address;
   req.inventory = &inv;
-  Causeway__V1__RegisterPrevious prev = CAUSEWAY__V1__REGISTER_PREVIOUS__INIT;
-  prev.first_device_id = previous;
-  if (previous >= 0) req.previous = &prev;
+  req.previous = previous;
   cw_status_t st = cw_test_call(c, CW_MSG_REGISTER, &req.base, (ProtobufCMessage**)out);
   free(devs);
   free(ptrs);

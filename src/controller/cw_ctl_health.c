@@ -273,6 +273,7 @@ void cw_ctl_health_take_over(cw_ctl_peer_t* p, const cw_frame_header_t* h, cw_ct
   ev.incarnation = w->incarnation;
   cw_ctl_broadcast_event(ctl, &ev);
   cw__reload_all(ctl, w, other_cpu, old_cpu);
+  cw_ctl_ops_worker_registered(w, true);
   cw_ctl_session_open_waits_check(ctl, false);
 }
 

@@ -18,6 +18,10 @@
 //                 mark the worker (no new sessions or compiles get it) and send
 //                 ADMIN_WORKER_DRAIN; the worker refuses new work and reports
 //                 `idle` in STATS once nothing is in flight.
+// A new controller knows neither: a worker's REGISTER reports its drain and
+// the sessions it holds paused (RegisterPrevious), taken as the controller's
+// own unless this controller's ADMIN_* decided otherwise, which the worker is
+// then told (cw_ctl_ops_worker_registered, cw_ctl_ops_session_resumed).
 // Every error the controller answers is also kept in a ring of the last
 // CW__RECENT_ERRORS for ADMIN_STATUS.
 #include <inttypes.h>
@@ -83,6 +87,10 @@ typedef struct cw_ctl_session_stat_s {
 
 struct cw_ctl_worker_ops_s {
   bool draining;
+  // Sessions its REGISTER reported paused that no session here had then
+  // (sorted): a session that resumes with one of these ids is paused.
+  uint64_t* paused_reported;
+  size_t num_paused_reported;
   uint64_t serial;  // of the last round it answered
   Causeway__V1__Stats last;  // scalar fields only (session_stats below)
   char memory_budget_source[64];  // last.memory_budget_source's text
@@ -102,6 +110,7 @@ struct cw_ctl_session_ops_s {
   uint32_t pid;
   bool opened;
   bool paused;
+  bool pause_set;  // by ADMIN_PAUSE/RESUME here: a worker's report does not undo it
   int32_t* devices;
   size_t num_devices;
 };
@@ -221,6 +230,7 @@ void cw_ctl_ops_session_free(cw_ctl_session_t* s) {
 void cw_ctl_ops_worker_free(cw_ctl_worker_t* w) {
   if (!w->ops) return;
   free(w->ops->sessions);
+  free(w->ops->paused_reported);
   free(w->ops);
   w->ops = NULL;
 }
@@ -230,6 +240,7 @@ void cw_ctl_ops_worker_replaced(cw_ctl_worker_t* w) {
   if (!wo) return;
   bool draining = wo->draining;  // the slot's, as the operator set it
   free(wo->sessions);
+  free(wo->paused_reported);
   memset(wo, 0, sizeof(*wo));
   wo->draining = draining;
 }
@@ -335,6 +346,61 @@ void cw_ctl_ops_link_opened(cw_ctl_session_t* s, uint32_t index, cw_net_conn_t* 
   if (s->ops && s->ops->paused) cw__send_hold(s, link, true, NULL);
 }
 
+// To every live worker; a hold also opens a connection where the session has
+// none (the hook holds there): its launches sent straight there are held too.
+static void cw__hold_everywhere(cw_controller_t* ctl, cw_ctl_session_t* s, bool hold,
+                                cw_ctl_fanout_t* f) {
+  for (uint32_t i = 0; i < ctl->num_workers; ++i) {
+    if (!ctl->workers[i]->alive) continue;
+    bool linked = i < s->num_links && s->links[i] && cw_net_conn_is_open(s->links[i]);
+    if (linked) {
+      cw__send_hold(s, s->links[i], hold, f);
+    } else if (hold) {
+      (void)cw_ctl_session_link(s, i);
+    }
+  }
+}
+
+// Worker w reported session s paused (REGISTER): a pause an earlier
+// controller set. Taken unless an ADMIN_RESUME here said otherwise; then w,
+// which still holds, is told to release.
+static void cw__pause_reported(cw_controller_t* ctl, cw_ctl_session_t* s, cw_ctl_worker_t* w) {
+  struct cw_ctl_session_ops_s* so = cw__sops(s);
+  if (!so) return;
+  if (so->pause_set && !so->paused) {
+    cw_net_conn_t* link = cw_ctl_session_link(s, w->index);
+    if (link) cw__send_hold(s, link, false, NULL);
+    return;
+  }
+  if (so->paused) return;
+  so->paused = true;
+  CW_LOGI("session %" PRIu64 " paused: worker %s holds it (paused before the controller restarted)",
+          s->id, w->name);
+  cw__hold_everywhere(ctl, s, true, NULL);
+}
+
+static int cw__cmp_id(const void* a, const void* b) {
+  uint64_t x = *(const uint64_t*)a, y = *(const uint64_t*)b;
+  return (x > y) - (x < y);
+}
+
+void cw_ctl_ops_session_resumed(cw_ctl_session_t* s) {
+  cw_controller_t* ctl = s->ctl;
+  for (size_t i = 0; i < ctl->num_workers; ++i) {
+    cw_ctl_worker_t* w = ctl->workers[i];
+    struct cw_ctl_worker_ops_s* wo = w->ops;
+    if (!w->alive || !wo || !wo->num_paused_reported) continue;
+    uint64_t* hit =
+        bsearch(&s->id, wo->paused_reported, wo->num_paused_reported, sizeof(uint64_t), cw__cmp_id);
+    if (!hit) continue;
+    // Taken once: a later resume of the session here must not pause it again.
+    size_t k = (size_t)(hit - wo->paused_reported);
+    memmove(hit, hit + 1, (wo->num_paused_reported - k - 1) * sizeof(uint64_t));
+    wo->num_paused_reported--;
+    cw__pause_reported(ctl, s, w);
+  }
+}
+
 static bool cw__session_listed(const cw_ctl_session_t* s) {
   return !s->closed && s->ops && s->ops->opened;
 }
@@ -389,13 +455,9 @@ static void cw__handle_pause(cw_ctl_peer_t* p, const cw_frame_header_t* h,
     return;
   }
   s->ops->paused = hold;
+  s->ops->pause_set = true;
   f->session_id = s->id;
-  for (uint32_t i = 0; i < ctl->num_workers; ++i) {
-    if (!ctl->workers[i]->alive) continue;
-    bool linked = i < s->num_links && s->links[i] && cw_net_conn_is_open(s->links[i]);
-    if (linked) cw__send_hold(s, s->links[i], hold, f);
-    else if (hold) (void)cw_ctl_session_link(s, i);  // opens one; the hook holds there
-  }
+  cw__hold_everywhere(ctl, s, hold, f);
   CW_LOGI("session %" PRIu64 " (%s) %s", s->id, s->ops->name, hold ? "paused" : "resumed");
   snprintf(f->text, sizeof(f->text), "session %" PRIu64 " (%s) %s", s->id, s->ops->name,
            hold ? "paused" : "resumed");
@@ -403,6 +465,14 @@ static void cw__handle_pause(cw_ctl_peer_t* p, const cw_frame_header_t* h,
 }
 
 // --- DRAIN, UNDRAIN ------------------------------------------------------------------
+
+// f NULL: nobody waits for the answer.
+static void cw__send_drain(cw_net_conn_t* link, bool drain, cw_ctl_fanout_t* f) {
+  Causeway__V1__AdminWorkerDrainRequest req = CAUSEWAY__V1__ADMIN_WORKER_DRAIN_REQUEST__INIT;
+  req.drain = drain;
+  cw_net_conn_request(link, CW_MSG_ADMIN_WORKER_DRAIN, &req.base, NULL, 0, NULL, NULL,
+                      f ? cw__fanout_reply : cw_ctl_ignore_reply, f);
+}
 
 // The worker's private (compile) connection, opened when needed.
 static void cw__handle_drain(cw_ctl_peer_t* p, const cw_frame_header_t* h,
@@ -443,13 +513,44 @@ static void cw__handle_drain(cw_ctl_peer_t* p, const cw_frame_header_t* h,
   }
   wo->draining = h->type == CW_MSG_ADMIN_DRAIN;
   CW_LOGI("worker %s (%s): %s", w->name, w->address, wo->draining ? "draining" : "undrained");
-  Causeway__V1__AdminWorkerDrainRequest req = CAUSEWAY__V1__ADMIN_WORKER_DRAIN_REQUEST__INIT;
-  req.drain = wo->draining;
   f->left++;
   f->sent++;
-  cw_net_conn_request(link, CW_MSG_ADMIN_WORKER_DRAIN, &req.base, NULL, 0, NULL, NULL,
-                      cw__fanout_reply, f);
+  cw__send_drain(link, wo->draining, f);
   cw__fanout_done(f, cw_ok_status());
+}
+
+void cw_ctl_ops_worker_registered(cw_ctl_worker_t* w, bool took_over) {
+  cw_controller_t* ctl = w->ctl;
+  const Causeway__V1__RegisterPrevious* prev = w->reg ? w->reg->previous : NULL;
+  bool draining = prev && prev->draining;
+  struct cw_ctl_worker_ops_s* wo =
+      (draining || took_over || (prev && prev->n_paused_sessions)) ? cw__wops(w) : NULL;
+  if (!wo) return;
+  if (!took_over && draining) {
+    wo->draining = true;
+    CW_LOGI("worker %s (%s): draining, as it reports (drained before the controller restarted)",
+            w->name, w->address);
+  } else if (took_over && wo->draining != draining) {
+    // The slot's drain, as the operator set it here, goes to its new worker.
+    cw_net_conn_t* link = cw_ctl_private_link(ctl, w);
+    if (link) cw__send_drain(link, wo->draining, NULL);
+  }
+  size_t n = prev ? prev->n_paused_sessions : 0;
+  uint64_t* later = n ? malloc(n * sizeof(*later)) : NULL;
+  size_t k = 0;
+  for (size_t i = 0; i < n; ++i) {
+    cw_ctl_session_t* s = cw_ctl_session_find(ctl, prev->paused_sessions[i]);
+    if (s) {
+      cw__pause_reported(ctl, s, w);
+    } else if (later) {
+      later[k++] = prev->paused_sessions[i];
+    }
+  }
+  if (n && !later) CW_LOGW("worker %s: out of memory keeping its paused sessions", w->name);
+  if (k) qsort(later, k, sizeof(*later), cw__cmp_id);
+  free(wo->paused_reported);
+  wo->paused_reported = later;
+  wo->num_paused_reported = k;
 }
 
 // --- STATUS -------------------------------------------------------------------------

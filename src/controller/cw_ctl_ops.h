@@ -31,6 +31,14 @@ void cw_ctl_ops_worker_free(cw_ctl_worker_t* w);
 void cw_ctl_ops_worker_replaced(cw_ctl_worker_t* w);
 // A new connection of session s to worker `index`: a paused session holds there too.
 void cw_ctl_ops_link_opened(cw_ctl_session_t* s, uint32_t index, cw_net_conn_t* link);
+// A worker registered (took_over: a lost worker's slot): the drain and the
+// paused sessions its REGISTER reports (RegisterPrevious), the state an
+// earlier controller set, become this controller's; where this controller
+// decided otherwise (the slot's drain, an ADMIN_RESUME here) the worker is
+// told. Ids of sessions not here yet are kept for cw_ctl_ops_session_resumed.
+void cw_ctl_ops_worker_registered(cw_ctl_worker_t* w, bool took_over);
+// Session s resumed (SESSION_RESUME): paused when a worker reported it so.
+void cw_ctl_ops_session_resumed(cw_ctl_session_t* s);
 // False while the worker drains: it gets no new sessions or compiles.
 bool cw_ctl_ops_worker_takes_work(const cw_ctl_worker_t* w);
 

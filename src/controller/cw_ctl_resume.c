@@ -477,6 +477,7 @@ static void cw__resume(cw_controller_t* ctl, cw_ctl_resume_wait_t* rw) {
   }
   size_t exes = cw__set_exes(ctl, s, r);
   if (r->open) cw_ctl_ops_session_opened(s, r->open);
+  cw_ctl_ops_session_resumed(s);  // a pause the workers still apply
   // An OPEN_SESSION of this session waiting in the device queue: answered now.
   if (s->allocated) cw_ctl_alloc_check(ctl, false);
   CW_LOGI("session %" PRIu64 " resumed after %" PRId64 " ms: %zu devices%s, %zu of %zu "

@@ -15,6 +15,11 @@
 // - one wait per session: a second OPEN_SESSION while one waits for workers
 //   or devices, or a second SESSION_RESUME while one waits, is refused;
 // - a resume of 65,536 devices and 200,000 executables is answered at once;
+// - a worker's REGISTER reports its drain and its paused sessions (what an
+//   earlier controller set): the drain is taken (new sessions do not get
+//   its devices, status says draining), a paused session is paused again
+//   whether it resumes after the worker registered or joined before; more
+//   than CW_MSG_MAX_PAUSED_SESSIONS ids are refused;
 // - a real restart: the worker registers with the new controller under its
 //   old ids; the client joins in its old session id, resumes with its
 //   executable, which the worker still holds (EXE_INFO answered, nothing
@@ -36,6 +41,7 @@
 #include <string.h>
 
 #include "cw_client.h"
+#include "cw_msg.h"
 #include "cw_test_island.h"
 #include "cw_test_util.h"
 
@@ -57,9 +63,10 @@ static void expect_error(cw_status_t st, cw_status_code_t code, const char* text
   cw_status_free(st);
 }
 
-// A fake worker `name` with `devices` devices; previous < 0: none. Returns
-// its first global device id.
-static int32_t fake_worker(const char* name, size_t devices, int32_t previous) {
+// REGISTER of a fake worker `name` with `devices` devices and `previous`
+// (borrowed; NULL: none); *out_first (may be NULL): its first global id.
+static cw_status_t fake_register(const char* name, size_t devices,
+                                 Causeway__V1__RegisterPrevious* previous, int32_t* out_first) {
   cw_client_options_t o = {.peer_name = "fake-worker", .role = CAUSEWAY__V1__ROLE__ROLE_WORKER};
   cw_client_t* c = NULL;
   assert_null(cw_client_connect(g.address, &o, &c));
@@ -68,10 +75,22 @@ static int32_t fake_worker(const char* name, size_t devices, int32_t previous) {
   char address[64];
   snprintf(address, sizeof(address), "fake-%s:1", name);
   Causeway__V1__RegisterReply* rep = NULL;
-  assert_null(cw_test_register(c, name, address, devices, previous, &rep));
+  CW_RETURN_IF_ERROR(cw_test_register_previous(c, name, address, devices, previous, &rep),
+                     "worker %s", name);
   int32_t first = rep->first_device_id;
   protobuf_c_message_free_unpacked(&rep->base, NULL);
   if (first + (int32_t)devices > g.next_id) g.next_id = first + (int32_t)devices;
+  if (out_first) *out_first = first;
+  return cw_ok_status();
+}
+
+// A fake worker `name` with `devices` devices; previous < 0: none. Returns
+// its first global device id.
+static int32_t fake_worker(const char* name, size_t devices, int32_t previous) {
+  Causeway__V1__RegisterPrevious prev = CAUSEWAY__V1__REGISTER_PREVIOUS__INIT;
+  prev.first_device_id = previous;
+  int32_t first = 0;
+  assert_null(fake_register(name, devices, previous >= 0 ? &prev : NULL, &first));
   return first;
 }
 
@@ -193,6 +212,38 @@ static void expect_device(const Causeway__V1__SessionInfo* info, int32_t id, con
   assert_non_null(name);
   assert_string_equal(name, worker);
   assert_int_equal(d->device->local_id, local);
+}
+
+// REGISTER of a fake worker `name` (2 devices, new ids) with `draining` and
+// paused sessions ids[0..n).
+static cw_status_t register_reporting(const char* name, bool draining, uint64_t* ids, size_t n) {
+  Causeway__V1__RegisterPrevious prev = CAUSEWAY__V1__REGISTER_PREVIOUS__INIT;
+  prev.first_device_id = -1;
+  prev.draining = draining;
+  prev.paused_sessions = ids;
+  prev.n_paused_sessions = n;
+  return fake_register(name, 2, &prev, NULL);
+}
+
+// ADMIN_STATUS: whether session `id` is listed paused; the state of worker `name`.
+static bool status_paused(cw_client_t* c, uint64_t id, const char* name, char* state, size_t n) {
+  Causeway__V1__AdminStatusRequest req = CAUSEWAY__V1__ADMIN_STATUS_REQUEST__INIT;
+  Causeway__V1__AdminStatus* rep = NULL;
+  assert_null(cw_client_call(c, CW_MSG_ADMIN_STATUS, &req.base, NULL, 0, NULL,
+                             (ProtobufCMessage**)&rep, NULL));
+  bool paused = false, listed = false;
+  for (size_t i = 0; i < rep->n_sessions; ++i) {
+    if (rep->sessions[i]->session_id != id) continue;
+    listed = true;
+    paused = rep->sessions[i]->paused;
+  }
+  assert_true(listed);
+  state[0] = 0;
+  for (size_t i = 0; i < rep->n_workers; ++i) {
+    if (!strcmp(rep->workers[i]->name, name)) snprintf(state, n, "%s", rep->workers[i]->state);
+  }
+  protobuf_c_message_free_unpacked(&rep->base, NULL);
+  return paused;
 }
 
 static int setup(void** state) {
@@ -652,12 +703,64 @@ static void test_real_restart(void** state) {
   assert_int_equal(cw_test_worker_stop(&rw2, 30000), 0);
 }
 
+static void test_register_reports_drain_and_pauses(void** state) {
+  (void)state;
+  uint64_t* many = calloc(CW_MSG_MAX_PAUSED_SESSIONS + 1, sizeof(uint64_t));
+  assert_non_null(many);
+  for (size_t i = 0; i <= CW_MSG_MAX_PAUSED_SESSIONS; ++i) many[i] = i + 1;
+  expect_error(register_reporting("many", false, many, CW_MSG_MAX_PAUSED_SESSIONS + 1),
+               CW_INVALID_ARGUMENT, "previous.paused_sessions lists 4097 sessions (at most 4096)");
+  free(many);
+  // The worker first, then the session resumes.
+  uint64_t first[] = {0xd1a1, 0xbad};  // 0xbad: no session ever comes
+  assert_null(register_reporting("drained", true, first, 2));
+  cw_client_t* c = client(0xd1a1);
+  rdev_t devs[] = {{0, "drained", 0}};
+  resume_t r = {.devs = devs, .n = 1, .wait_ms = 1000};
+  assert_null(resume(c, &r, NULL, NULL));
+  char state_text[32];
+  assert_true(status_paused(c, 0xd1a1, "drained", state_text, sizeof(state_text)));
+  assert_string_equal(state_text, "draining");
+  // A new session does not get the draining worker's devices.
+  cw_client_t* fresh = client(0);
+  Causeway__V1__OpenSessionRequest open = CAUSEWAY__V1__OPEN_SESSION_REQUEST__INIT;
+  Causeway__V1__SessionInfo* info = NULL;
+  assert_null(cw_client_call(fresh, CW_MSG_OPEN_SESSION, &open.base, NULL, 0, NULL,
+                             (ProtobufCMessage**)&info, NULL));
+  for (size_t i = 0; i < info->n_workers; ++i) {
+    assert_string_not_equal(info->workers[i]->name, "drained");
+  }
+  protobuf_c_message_free_unpacked(&info->base, NULL);
+  // The session first (its client joined, the resume waits), then the worker.
+  cw_client_t* d = client(0xd1a2);
+  rdev_t later[] = {{0, "later", 1}};
+  r = (resume_t){.devs = later, .n = 1, .wait_ms = 20000};
+  uint64_t rid = 0;
+  assert_null(resume(d, &r, NULL, &rid));
+  uint64_t second[] = {0xd1a2};
+  assert_null(register_reporting("later", false, second, 1));
+  assert_null(cw_client_wait(d, rid, (ProtobufCMessage**)&info, NULL));
+  protobuf_c_message_free_unpacked(&info->base, NULL);
+  assert_true(status_paused(d, 0xd1a2, "later", state_text, sizeof(state_text)));
+  assert_string_equal(state_text, "alive");
+  // The operator's word here wins: resumed, and resumed again, it stays so.
+  Causeway__V1__AdminSessionRequest ar = CAUSEWAY__V1__ADMIN_SESSION_REQUEST__INIT;
+  ar.session_id = 0xd1a1;
+  assert_null(cw_client_call(c, CW_MSG_ADMIN_RESUME, &ar.base, NULL, 0, NULL, NULL, NULL));
+  r = (resume_t){.devs = devs, .n = 1, .wait_ms = 1000};
+  assert_null(resume(c, &r, NULL, NULL));
+  assert_false(status_paused(c, 0xd1a1, "drained", state_text, sizeof(state_text)));
+  cw_client_release(fresh);
+  cw_client_release(d);
+  cw_client_release(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_register_keeps_ids), cmocka_unit_test(test_resume_refusals),
-      cmocka_unit_test(test_resume_then_open),
-      cmocka_unit_test(test_resume_waits_for_workers), cmocka_unit_test(test_resume_allocations),
-      cmocka_unit_test(test_one_wait_per_session), cmocka_unit_test(test_real_restart),
+      cmocka_unit_test(test_resume_then_open), cmocka_unit_test(test_resume_waits_for_workers),
+      cmocka_unit_test(test_resume_allocations), cmocka_unit_test(test_one_wait_per_session),
+      cmocka_unit_test(test_register_reports_drain_and_pauses), cmocka_unit_test(test_real_restart),
       // Last: its 16 workers of 4,096 devices would move the ids above.
       cmocka_unit_test(test_resume_large)};
   return cmocka_run_group_tests(tests, setup, teardown);
