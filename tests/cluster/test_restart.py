@@ -7,7 +7,9 @@ error, only a delay, and with the losses of an undisturbed run, bit for bit.
 Launches straight to the workers (the direct lease) and through the
 controller; one session and two at once (allocated with CAUSEWAY_DEVICES,
 exclusive or shared); a controller that never comes back fails the client
-with a clear error after CAUSEWAY_CONTROLLER_RECONNECT_MS."""
+with a clear error after CAUSEWAY_CONTROLLER_RECONNECT_MS. A drain and a
+pause outlive the controller too: the new one learns them from the workers'
+REGISTER."""
 from __future__ import annotations
 
 import os
@@ -20,6 +22,8 @@ import numpy as np
 import pytest
 
 import harness
+from test_ops import cli, names_by_index, session, status, worker
+from test_ops import runner as ops_runner
 
 pytestmark = pytest.mark.skipif(harness.missing_build() is not None,
                                 reason=str(harness.missing_build()))
@@ -222,5 +226,95 @@ def test_controller_never_comes_back():
         assert all(p.poll() is None for k, p in cluster.procs.items() if k != "controller"), \
             report
     finally:
+        r.close()
+        cluster.stop()
+
+
+def _registered(cluster, n: int = 2) -> None:
+    assert harness.wait_until(lambda: harness.stats(cluster.controller)["workers"] == n, 30), \
+        cluster.logs()
+
+
+def test_drain_across_restart():
+    # The worker drains on after a restart (it refused new work while the
+    # new controller listed it alive and gave its devices to new sessions,
+    # which then failed: an audit). The new controller takes the drain from
+    # its REGISTER.
+    cluster = _cluster(relay=False)
+    keep, drain = names_by_index(cluster)  # draining index 1 leaves devices 0-1
+    try:
+        p = cli(cluster, "drain", drain)
+        assert p.returncode == 0, (p.stdout, p.stderr)
+        cluster.kill("controller", signal.SIGKILL)
+        cluster.start_controller()
+        _registered(cluster)
+        assert harness.wait_until(lambda: worker(status(cluster), drain)["state"] == "idle", 15), \
+            (status(cluster)["workers"], cluster.logs())
+        assert worker(status(cluster), keep)["state"] == "alive"
+        # A new session does not get the draining worker's devices.
+        c = ops_runner(cluster, "restart-drain-c")
+        try:
+            c.wait_ready()
+            assert c.call("ops_devices") == {"ids": [0, 1], "workers": [keep]}
+            c.call("ops_prepare", worker=keep)
+        finally:
+            c.close()
+        # The undrain reaches the worker, and its devices are handed out again.
+        p = cli(cluster, "undrain", drain)
+        assert p.returncode == 0 and "takes work again" in p.stdout, (p.stdout, p.stderr)
+        assert worker(status(cluster), drain)["state"] == "alive"
+        d = ops_runner(cluster, "restart-drain-d")
+        try:
+            d.wait_ready()
+            assert d.call("ops_devices")["ids"] == [0, 1, 2, 3]
+            d.call("ops_prepare", worker=drain)
+        finally:
+            d.close()
+    finally:
+        cluster.stop()
+
+
+@pytest.mark.parametrize("first", ["workers", "client"])
+def test_pause_across_restart(first):
+    # The workers hold a paused session's launches across a restart; the new
+    # controller takes the pause from their REGISTER, whichever comes first:
+    # the workers registering (the client stopped meanwhile) or the client's
+    # session (the workers stopped until it joined). Status says paused, and
+    # the resume releases the held launches in order.
+    cluster = _cluster(relay=False)
+    w0 = names_by_index(cluster)[0]
+    r = ops_runner(cluster, "restart-pause")
+    workers = [k for k in cluster.procs if k != "controller"]
+    stopped = [r.proc] if first == "workers" else [cluster.procs[k] for k in workers]
+    try:
+        r.wait_ready()
+        r.call("ops_prepare", worker=w0)
+        assert cli(cluster, "pause", "restart-pause").returncode == 0
+        assert r.call("ops_dispatch_chain", k=8)["dispatched"] == 8
+        assert harness.wait_until(
+            lambda: session(status(cluster), "restart-pause")["launches_held"] == 8, 30)
+        for p in stopped:
+            p.send_signal(signal.SIGSTOP)
+        cluster.kill("controller", signal.SIGKILL)
+        cluster.start_controller()
+        if first == "workers":
+            _registered(cluster)
+        else:  # the client joined in its session (it waits for the workers to resume)
+            assert harness.wait_until(lambda: _sessions(cluster) == 1, 30), cluster.logs()
+        for p in stopped:
+            p.send_signal(signal.SIGCONT)
+        report = lambda: f"{status(cluster)}\n{cluster.logs()}\n--- client ---\n{r.log_tail()}"
+        assert harness.wait_until(
+            lambda: any(s["name"] == "restart-pause" and s["launches_held"] == 8
+                        for s in status(cluster)["sessions"]), 60), report()
+        assert session(status(cluster), "restart-pause")["paused"] is True, report()
+        assert r.call("ops_chain_ready") == [False] * 8
+        p = cli(cluster, "resume", "restart-pause")
+        assert p.returncode == 0 and "resumed" in p.stdout, (p.stdout, p.stderr)
+        assert r.call("ops_chain_collect")["ok"] == [True] * 8, report()
+        assert session(status(cluster), "restart-pause")["paused"] is False
+    finally:
+        for p in stopped:
+            p.send_signal(signal.SIGCONT)
         r.close()
         cluster.stop()
