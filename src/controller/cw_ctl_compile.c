@@ -29,6 +29,11 @@ cw_ctl_program_t* cw_ctl_program_retain(cw_ctl_program_t* p) {
   return p;
 }
 
+const char* cw_ctl_compile_code_cpu(const Causeway__V1__Inventory* inv) {
+  bool host_code = inv->platform_name && strcmp(inv->platform_name, "cpu") == 0;
+  return host_code && inv->host_cpu ? inv->host_cpu : "";
+}
+
 static void cw__program_release(cw_ctl_program_t* p) {
   if (!p || --p->refs > 0) return;
   protobuf_c_message_free_unpacked(&p->req->base, NULL);
@@ -103,13 +108,16 @@ static void cw__compile_run(cw_ctl_compile_t* cp, const Causeway__V1__CompileReq
 // entry would fail its program for good, from memory and from the disk (an
 // audit). A worker that went, drains or lacks memory refuses anything.
 static bool cw__cached_bytes_refused(const cw_ctl_compile_t* cp, cw_status_t status) {
+  // The worker's words for its plugin's refusal (cw_pjrt.c), not another
+  // error under the id (the client's own buffer there, say).
+  if (!strstr(cw_status_message(status), "deserialize executable: ")) return false;
   switch (cw_status_code(status)) {
     case CW_INVALID_ARGUMENT:
     case CW_INTERNAL:
     case CW_UNKNOWN:
     case CW_DATA_LOSS:
     case CW_UNIMPLEMENTED:
-      return cp->cache_hit && cp->program && !cp->recompiled;
+      return cp->cache_hit && cp->program && !cp->recompiled && !cp->loaded_before;
     default:
       return false;
   }
@@ -201,6 +209,7 @@ static void cw__compile_loaded(void* user, cw_net_conn_t* conn, cw_status_t stat
     cw_status_free(status);
     status = cw_ok_status();
     reply = NULL;
+    cp->loaded_before = true;  // these bytes were not what EXE_INFO answers for
   }
   if (status && cw__cached_bytes_refused(cp, status)) {
     cw__compile_again(cp, w, conn, status);
@@ -211,7 +220,11 @@ static void cw__compile_loaded(void* user, cw_net_conn_t* conn, cw_status_t stat
     return;
   }
   // Keep what LOAD said; EXE_INFO follows on the same connection.
-  if (reply) cp->load_reply = (Causeway__V1__CompileReply*)cw_msg_copy(reply);
+  if (reply) {
+    // A compile again LOADs twice.
+    if (cp->load_reply) protobuf_c_message_free_unpacked(&cp->load_reply->base, NULL);
+    cp->load_reply = (Causeway__V1__CompileReply*)cw_msg_copy(reply);
+  }
   Causeway__V1__ExeInfoRequest req = CAUSEWAY__V1__EXE_INFO_REQUEST__INIT;
   req.exe_id = cp->exe_id;
   cw_net_conn_request(conn, CW_MSG_EXE_INFO, &req.base, NULL, 0, NULL, NULL,
@@ -676,7 +689,7 @@ static void cw__compile_run(cw_ctl_compile_t* cp, const Causeway__V1__CompileReq
   snprintf(api, sizeof(api), "%u.%u", inv->pjrt_major, inv->pjrt_minor);
   // Options as a key: the same options always give the same bytes.
   uint8_t* canon = cw_compile_disk_canonical_options(cp->options, cp->options_size);
-  const char* cpu = inv->host_cpu ? inv->host_cpu : "";
+  const char* cpu = cw_ctl_compile_code_cpu(inv);
   const void* parts[7] = {
       r->code.data, format, canon ? canon : cp->options, inv->platform_name, inv->platform_version,
       api,          cpu};
@@ -703,8 +716,9 @@ static void cw__compile_run(cw_ctl_compile_t* cp, const Causeway__V1__CompileReq
     cw_compile_cache_entry_release(hit);
     return;
   }
-  // Identical compilation already running: wait for it.
-  for (cw_ctl_inflight_t* f = ctl->inflight; f; f = f->next) {
+  // Identical compilation already running: wait for it (not a compile
+  // again: that one may read the refused bytes from the disk).
+  for (cw_ctl_inflight_t* f = cached ? ctl->inflight : NULL; f; f = f->next) {
     if (f->key_size == key_size && !memcmp(f->key, key, key_size)) {
       ctl->cache_hits++;
       cp->cache_hit = true;

@@ -34,6 +34,7 @@ typedef struct cw_ctl_compile_s {
   bool cache_hit;
   bool disk_hit;    // the cached executable came from the disk
   bool recompiled;  // its cached executable was refused: compiled again
+  bool loaded_before;  // LOAD found the id on the worker (ALREADY_EXISTS)
   bool counted;  // in its session's `compiling` (a client's COMPILE, not an island's part)
   cw_ctl_program_t* program;  // retained; NULL: not kept (out of memory)
   int64_t start_ms;
@@ -75,6 +76,10 @@ void cw_ctl_handle_compile(cw_net_conn_t* conn, const cw_frame_header_t* h,
                            ProtobufCMessage** msg);
 // Another reference to `p` (NULL stays NULL).
 cw_ctl_program_t* cw_ctl_program_retain(cw_ctl_program_t* p);
+// The CPU a worker's executables are code for: its Inventory.host_cpu where
+// its plugin compiles for the host CPU (platform "cpu"), else "" (a device
+// plugin's code is the device's).
+const char* cw_ctl_compile_code_cpu(const Causeway__V1__Inventory* inv);
 // Finishes an in-flight compilation: its waiters load `entry` or fail with
 // `st` (taken); frees `f`.
 void cw_ctl_compile_inflight_finish(cw_ctl_inflight_t* f, cw_compile_cache_entry_t* entry,

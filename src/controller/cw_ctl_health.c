@@ -15,12 +15,14 @@
 // its seq numbering there; until then the session's requests for that worker
 // are refused, so none sent before the client knew can reach the new worker
 // with an old seq.
+#include "cw_ctl_health.h"
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cw_ctl_health.h"
+#include "cw_ctl_compile.h"
 #include "cw_ctl_island.h"
 #include "cw_ctl_ops.h"
 #include "cw_ctl_registry.h"
@@ -235,11 +237,9 @@ void cw_ctl_health_take_over(cw_ctl_peer_t* p, const cw_frame_header_t* h, cw_ct
   char old_address[sizeof(w->address)];
   snprintf(old_address, sizeof(old_address), "%s", w->address);
   // A worker that does not say (an older build) is taken for the same CPU.
-  char old_cpu[128];
-  snprintf(old_cpu, sizeof(old_cpu), "%s",
-           w->reg->inventory->host_cpu ? w->reg->inventory->host_cpu : "");
-  const char* new_cpu = r->inventory->host_cpu ? r->inventory->host_cpu : "";
-  bool other_cpu = old_cpu[0] && new_cpu[0] && strcmp(old_cpu, new_cpu) != 0;
+  char* old_cpu = strdup(cw_ctl_compile_code_cpu(w->reg->inventory));
+  const char* new_cpu = cw_ctl_compile_code_cpu(r->inventory);
+  bool other_cpu = old_cpu && old_cpu[0] && new_cpu[0] && strcmp(old_cpu, new_cpu) != 0;
   protobuf_c_message_free_unpacked(&w->reg->base, NULL);
   w->reg = r;
   snprintf(w->address, sizeof(w->address), "%s", r->address);
@@ -273,6 +273,7 @@ void cw_ctl_health_take_over(cw_ctl_peer_t* p, const cw_frame_header_t* h, cw_ct
   ev.incarnation = w->incarnation;
   cw_ctl_broadcast_event(ctl, &ev);
   cw__reload_all(ctl, w, other_cpu, old_cpu);
+  free(old_cpu);
   cw_ctl_ops_worker_registered(w, true);
   cw_ctl_session_open_waits_check(ctl, false);
 }

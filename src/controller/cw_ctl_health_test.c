@@ -18,8 +18,8 @@
 //   LOADed into its replacement under the same id (STATS exes_reloaded,
 //   EXE_INFO answered by the new worker), and the session's requests for it
 //   are refused ("was replaced") until the client sent HEALTH_REJOIN; a
-//   replacement on another CPU (as root: another /proc/cpuinfo) is not
-//   given it ("compiled for the CPU of the lost worker");
+//   replacement on another CPU (--host-cpu) is not given it ("compiled for
+//   the CPU of the lost worker");
 // - SIGTERM: the controller exits 0 (under ASan: no leaks).
 #include <setjmp.h>
 #include <stdarg.h>
@@ -33,8 +33,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "cw_client.h"
 #include "cw_test_island.h"
@@ -236,31 +234,6 @@ static void start_real_worker(cw_test_worker_t* out) {
   assert_int_equal(cw_test_worker_start(&o, out), 0);
 }
 
-// A worker as on a host whose CPU has other features: a script that runs it
-// with /proc/cpuinfo bind-mounted over in a mount namespace of its own
-// (root only: false otherwise). Its path goes to `script`.
-static bool other_cpu_worker(char* script, size_t size) {
-  if (geteuid() != 0 || system("unshare -m true 2>/dev/null") != 0) return false;
-  char dir[] = "/tmp/cw-other-cpu-XXXXXX";
-  assert_non_null(mkdtemp(dir));
-  char cpuinfo[256];
-  snprintf(cpuinfo, sizeof(cpuinfo), "%s/cpuinfo", dir);
-  snprintf(script, size, "%s/worker.sh", dir);
-  FILE* f = fopen(cpuinfo, "w");
-  assert_non_null(f);
-  fputs("processor\t: 0\nflags\t\t: fpu sse2 (another cpu)\n", f);
-  assert_int_equal(fclose(f), 0);
-  f = fopen(script, "w");
-  assert_non_null(f);
-  fprintf(f,
-          "#!/bin/sh\nexec unshare -m sh -c 'mount --bind %s /proc/cpuinfo && exec \"$@\"' "
-          "sh %s \"$@\"\n",
-          cpuinfo, cw_test_getenv("CW_WORKER_BIN", "causeway-worker"));
-  assert_int_equal(fclose(f), 0);
-  assert_int_equal(chmod(script, 0700), 0);
-  return true;
-}
-
 static void test_replacement_reloads_and_fences(void** state) {
   char path[1024];
   snprintf(path, sizeof(path), "%s/f64.mlir", cw_test_getenv("CW_PROGRAMS_DIR", "programs"));
@@ -312,24 +285,17 @@ static void test_replacement_reloads_and_fences(void** state) {
   assert_int_equal(s->workers_replaced, 2);
   protobuf_c_message_free_unpacked(&s->base, NULL);
 
-  // A replacement on another CPU: 77's code was compiled for the lost
-  // worker's, so it is not loaded there (XLA would load it with a logged
-  // error, and it may stop on an illegal instruction) but fails with what
-  // to do.
-  char script[512];
-  if (!other_cpu_worker(script, sizeof(script))) {
-    assert_int_equal(cw_test_worker_stop(&rw2, 30000), 0);
-    fprintf(stderr,
-            "  skipped the replacement on another CPU: it needs root (a mount "
-            "namespace gives the worker another /proc/cpuinfo)\n");
-    return;
-  }
+  // A replacement on another CPU (as --host-cpu says): 77's code was
+  // compiled for the lost worker's, so it is not loaded there (XLA would
+  // load it with a logged error, and it may stop on an illegal instruction)
+  // but fails with what to do.
   downs = events(&g.downs);
   assert_true(cw_test_worker_kill(&rw2) >= 0);
   assert_int_equal(wait_events(&g.downs, downs + 1, 10000), downs + 1);
   cw_test_worker_t rw3;
   const char* extra[] = {"--controller", g.address, "--heartbeat-ms", "100", NULL};
-  cw_test_worker_options_t o = {.binary = script, .devices = 1, .name = "rw", .extra_args = extra};
+  const char* env[] = {"CAUSEWAY_HOST_CPU=x86_64 another-cpu", NULL};
+  cw_test_worker_options_t o = {.devices = 1, .name = "rw", .extra_args = extra, .extra_env = env};
   assert_int_equal(cw_test_worker_start(&o, &rw3), 0);
   assert_int_equal(wait_events(&g.ups, ups + 3, 30000), ups + 3);
   assert_null(rejoin(g.client, 1, 2));

@@ -548,6 +548,11 @@ void cw_ctl_ops_worker_registered(cw_ctl_worker_t* w, bool took_over) {
   }
   if (n && !later) CW_LOGW("worker %s: out of memory keeping its paused sessions", w->name);
   if (k) qsort(later, k, sizeof(*later), cw__cmp_id);
+  size_t u = 0;  // once each: a duplicate would pause its session again after a resume
+  for (size_t i = 0; i < k; ++i) {
+    if (!u || later[u - 1] != later[i]) later[u++] = later[i];
+  }
+  k = u;
   free(wo->paused_reported);
   wo->paused_reported = later;
   wo->num_paused_reported = k;

@@ -196,6 +196,10 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
     [CW_SET_ISLAND_SIZE] = {"CAUSEWAY_ISLAND_SIZE", "CW_ISLAND_SIZE", CW__WRK, "island-size",
                             CW_SETTING_INT, 1, 4096, "1", false, false,
                             "how many workers (plugin processes) form --island"},
+    [CW_SET_HOST_CPU] = {"CAUSEWAY_HOST_CPU", NULL, CW__WRK, "host-cpu", CW_SETTING_STRING, 0,
+                         0, "", false, false,
+                         "the CPU this worker reports (compile cache key, reloads into a "
+                         "replacement); empty: its machine and a hash of the CPU's features"},
     [CW_SET_MEMORY_LIMIT] = {"CAUSEWAY_MEMORY_LIMIT", NULL, CW__WRK, "memory-limit",
                              CW_SETTING_INT, 0, (int64_t)1 << 60, "0", false, false,
                              "bytes of buffers each device may hold; uploads, copies and "

@@ -80,6 +80,7 @@ typedef enum cw_setting_id_e {
   CW_SET_SCHED_WINDOW,
   CW_SET_ISLAND,
   CW_SET_ISLAND_SIZE,
+  CW_SET_HOST_CPU,
   CW_SET_MEMORY_LIMIT,
   CW_SET_MEMORY_WAIT_MS,
   // The plugin's: its embedded cluster, its session, its trace.

@@ -431,7 +431,10 @@ void cw_plugin_hostcb_on_request(void* user, cw_client_t* client, uint16_t type,
     }
   }
   bool to_caller = !st && !l->busy && !l->queue;
-  if (!st && !to_caller && !g_pool) st = cw_pool_create("cw-callbacks", CW__MAX_THREADS, &g_pool);
+  if (!st && !to_caller && !g_pool) {
+    st = cw_pool_create("cw-callbacks", CW__MAX_THREADS, &g_pool);
+    if (st && --l->users == 0) pthread_cond_broadcast(&l->cv);  // the job will not run
+  }
   if (!st) {
     j->next = g_jobs;
     g_jobs = j;

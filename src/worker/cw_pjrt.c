@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "cw_array.h"
-#include "cw_host.h"
 #include "cw_log.h"
 #include "cw_pb_nesting.h"
 #include "cw_pjrt_ffi.h"
@@ -913,10 +912,6 @@ cw_status_t cw_pjrt_inventory_initialize(const cw_pjrt_t* p, Causeway__V1__Inven
   pv.client = p->client;
   CW_PJRT_CALL(p, PJRT_Client_PlatformVersion, pv, "platform version");
   inv->platform_version = cw__strndup(pv.platform_version, pv.platform_version_size);
-  char cpu[128];
-  cw_host_cpu_identity(cpu, sizeof(cpu));
-  inv->host_cpu = strdup(cpu);
-  if (!inv->host_cpu) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   inv->pjrt_major = (uint32_t)p->api->pjrt_api_version.major_version;
   inv->pjrt_minor = (uint32_t)p->api->pjrt_api_version.minor_version;
   CW_PJRT_ARGS(PJRT_Plugin_Attributes_Args, pa);
@@ -956,7 +951,6 @@ static void cw__free_str(char* s) {
 void cw_pjrt_inventory_deinitialize(Causeway__V1__Inventory* inv) {
   cw__free_str(inv->platform_name);
   cw__free_str(inv->platform_version);
-  cw__free_str(inv->host_cpu);
   cw__free_named_values(inv->plugin_attributes, inv->n_plugin_attributes);
   for (size_t i = 0; i < inv->n_devices; ++i) {
     Causeway__V1__Device* d = inv->devices[i];

@@ -306,6 +306,12 @@ cw_status_t cw_worker_create(const cw_settings_t* settings, cw_worker_t** out) {
   CW_RETURN_IF_ERROR(cw_worker_launch_start(w), "worker");
   CW_RETURN_IF_ERROR(cw_pjrt_inventory_initialize(w->pjrt, &w->inventory), "inventory");
   w->inventory_ready = true;
+  const char* cpu = cw_settings_string(w->settings, CW_SET_HOST_CPU);
+  if (cpu[0])
+    snprintf(w->host_cpu, sizeof(w->host_cpu), "%s", cpu);
+  else
+    cw_host_cpu_identity(w->host_cpu, sizeof(w->host_cpu));
+  w->inventory.host_cpu = w->host_cpu;  // borrowed: deinitialize leaves it
   uv_async_init(&w->loop, &w->async, cw__on_async);
   w->async.data = w;
   uv_idle_init(&w->loop, &w->spin_idle);

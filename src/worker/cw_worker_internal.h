@@ -125,6 +125,7 @@ struct cw_worker_s {
   cw_staging_t* staging;  // bulk staging blocks, reused (staging-cache-bytes)
   Causeway__V1__Inventory inventory;
   bool inventory_ready;
+  char host_cpu[128];  // Inventory.host_cpu: --host-cpu, else cw_host_cpu_identity
   cw_conn_t* conns;  // open ones, inbound and outbound
   cw_session_t* sessions;
   uint64_t next_session_key;
