@@ -46,7 +46,6 @@ CW__STUB(PJRT_Client_CreateUninitializedBuffer)
 CW__STUB(PJRT_Client_CreateAliasBuffer)
 CW__STUB(PJRT_Client_FulfillAliasBuffer)
 CW__STUB(PJRT_Client_TopologyDescription)
-CW__STUB(PJRT_Client_UpdateGlobalProcessInfo)
 CW__STUB(PJRT_AsyncHostToDeviceTransferManager_TransferLiteral)
 CW__STUB(PJRT_Device_MemoryStats)
 CW__STUB(PJRT_Device_ClearMemoryStats)
@@ -225,7 +224,7 @@ static const PJRT_Api cw__api = {
     .PJRT_Client_DmaMap = cw__stub_PJRT_Client_DmaMap,
     .PJRT_Client_DmaUnmap = cw__stub_PJRT_Client_DmaUnmap,
     .PJRT_Client_CreateUninitializedBuffer = cw__stub_PJRT_Client_CreateUninitializedBuffer,
-    .PJRT_Client_UpdateGlobalProcessInfo = cw__stub_PJRT_Client_UpdateGlobalProcessInfo,
+    .PJRT_Client_UpdateGlobalProcessInfo = cw_plugin_client_update_global_process_info,
     .PJRT_TopologyDescription_Deserialize = cw__stub_PJRT_TopologyDescription_Deserialize,
     .PJRT_Client_CreateAliasBuffer = cw__stub_PJRT_Client_CreateAliasBuffer,
     .PJRT_Client_FulfillAliasBuffer = cw__stub_PJRT_Client_FulfillAliasBuffer,

@@ -286,6 +286,18 @@ PJRT_Error* cw_plugin_client_create(PJRT_Client_Create_Args* args) {
   c->wait_spin_us = cw_settings_int(&c->settings, CW_SET_WAIT_SPIN_US);
   cw_plugin_future_set_handback_us(cw_settings_int(&c->settings, CW_SET_HANDBACK_US));
   const char* addr = cw_settings_string(&c->settings, CW_SET_CONTROLLER);
+  // jax.distributed.initialize(num_processes=N) makes N JAX processes, each
+  // a controller of its own devices: multi-controller. Here one process sees
+  // every device of the cluster; N of them would each take the whole cluster.
+  int64_t num_nodes = cw__option_int(args->create_options, args->num_options, "num_nodes");
+  if (!s && num_nodes > 1) {
+    s = cw_make_status(CW_INVALID_ARGUMENT,
+                       "causeway: jax.distributed.initialize made this one of %lld JAX "
+                       "processes (num_nodes %lld), but causeway is a single controller: one "
+                       "JAX process sees every device of the cluster. Run one process, without "
+                       "jax.distributed.initialize (or with num_processes=1)",
+                       (long long)num_nodes, (long long)num_nodes);
+  }
   if (!s && !*addr) {
     int64_t jax_devices = cw__option_int(args->create_options, args->num_options,
                                          "cpu_device_count");
@@ -356,6 +368,17 @@ PJRT_Error* cw_plugin_client_platform_name(PJRT_Client_PlatformName_Args* args) 
 PJRT_Error* cw_plugin_client_process_index(PJRT_Client_ProcessIndex_Args* args) {
   CW_PLUGIN_CHECK_ARGS(args, PJRT_Client_ProcessIndex_Args, process_index);
   args->process_index = 0;  // one client process sees every device
+  return NULL;
+}
+
+// jax.distributed's coordination service reporting its processes' states.
+// A single controller has one process; the cluster's own health is the
+// controller's. Taken and ignored: jaxlib ends the process on an error here
+// (LOG(FATAL)), and jax.distributed.initialize with one process calls it
+// (session 41's conformance sweep).
+PJRT_Error* cw_plugin_client_update_global_process_info(
+    PJRT_Client_UpdateGlobalProcessInfo_Args* args) {
+  CW_PLUGIN_CHECK_ARGS(args, PJRT_Client_UpdateGlobalProcessInfo_Args, num_process_infos);
   return NULL;
 }
 

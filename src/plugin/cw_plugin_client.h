@@ -20,6 +20,8 @@ PJRT_Error* cw_plugin_client_create(PJRT_Client_Create_Args* args);
 PJRT_Error* cw_plugin_client_destroy(PJRT_Client_Destroy_Args* args);
 PJRT_Error* cw_plugin_client_platform_name(PJRT_Client_PlatformName_Args* args);
 PJRT_Error* cw_plugin_client_process_index(PJRT_Client_ProcessIndex_Args* args);
+PJRT_Error* cw_plugin_client_update_global_process_info(
+    PJRT_Client_UpdateGlobalProcessInfo_Args* args);
 PJRT_Error* cw_plugin_client_platform_version(PJRT_Client_PlatformVersion_Args* args);
 PJRT_Error* cw_plugin_client_devices(PJRT_Client_Devices_Args* args);
 PJRT_Error* cw_plugin_client_addressable_devices(PJRT_Client_AddressableDevices_Args* args);
