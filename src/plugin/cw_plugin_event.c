@@ -35,6 +35,7 @@ struct cw_plugin_future_s {
   // thread to free.
   cw__waiter_t first;
   bool first_used;
+  bool carried;           // created failed with another launch's input error (create_carried)
   cw__waiter_t* waiters;  // LIFO; order among callbacks is unspecified
   void* ctx;              // the completer's (cw_plugin_future_set_ctx)
   _Atomic bool awaited;   // someone waits on it (cw_plugin_future_expect_wait)
@@ -70,6 +71,14 @@ cw_plugin_future_t* cw_plugin_future_create_done(cw_status_t status) {
   atomic_store_explicit(&f->done, true, memory_order_release);
   return f;
 }
+
+cw_plugin_future_t* cw_plugin_future_create_carried(cw_status_t status) {
+  cw_plugin_future_t* f = cw_plugin_future_create_done(status);
+  if (f) f->carried = true;
+  return f;
+}
+
+bool cw_plugin_future_is_carried(const cw_plugin_future_t* f) { return f->carried; }
 
 void cw_plugin_future_retain(cw_plugin_future_t* f) {
   atomic_fetch_add_explicit(&f->refs, 1, memory_order_relaxed);

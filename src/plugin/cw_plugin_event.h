@@ -16,6 +16,10 @@ typedef struct cw_plugin_future_s cw_plugin_future_t;
 cw_plugin_future_t* cw_plugin_future_create(void);
 // New completed future (takes `status`; OK for success).
 cw_plugin_future_t* cw_plugin_future_create_done(cw_status_t status);
+// The same, failed with the error of a launch's input, which a launch that
+// takes its buffers as inputs passes on as it is (cw_plugin_execute.c).
+cw_plugin_future_t* cw_plugin_future_create_carried(cw_status_t status);
+bool cw_plugin_future_is_carried(const cw_plugin_future_t* f);
 void cw_plugin_future_retain(cw_plugin_future_t* f);
 // Drops one reference; NULL is ignored.
 void cw_plugin_future_release(cw_plugin_future_t* f);

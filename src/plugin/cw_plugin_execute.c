@@ -101,10 +101,14 @@ static cw_status_t cw__execute_check(const PJRT_LoadedExecutable_Execute_Args* a
                                e->name);
       } else if (!poisoned && cw_plugin_future_is_done(b->ready)) {
         cw_status_t rs = cw_plugin_future_wait(b->ready);  // done: returns at once
-        // Carried: a chain dispatched after a failure keeps one prefix (it
-        // grew by one a launch, and Execute's time with it: an audit).
-        if (rs) poisoned = cw_status_carry(rs, "input ", "input %zu of %s", a, e->name);
-        cw_status_free(rs);
+        // Carried as it is when it was itself carried: a chain dispatched
+        // after a failure keeps one prefix (it grew by one a launch, and
+        // Execute's time with it: an audit).
+        if (rs && cw_plugin_future_is_carried(b->ready)) {
+          poisoned = rs;
+        } else if (rs) {
+          poisoned = cw_status_annotate(rs, "input %zu of %s", a, e->name);
+        }
       }
       if (s) {
         cw_status_free(poisoned);
@@ -307,7 +311,7 @@ PJRT_Error* cw_plugin_loaded_execute(PJRT_LoadedExecutable_Execute_Args* args) {
   // One future for the whole launch: every output and completion event
   // shares it.
   cw_plugin_future_t* f =
-      poisoned ? cw_plugin_future_create_done(poisoned) : cw_plugin_future_create();
+      poisoned ? cw_plugin_future_create_carried(poisoned) : cw_plugin_future_create();
   if (!f) {
     if (donate != stack_donate) free(donate);
     return cw_plugin_error_from_status(cw__oom());
