@@ -300,7 +300,8 @@ static bool cw__alloc_snapshot(cw_controller_t* ctl, cw_alloc_worker_t** out_wor
     cw_ctl_worker_t* w = ctl->workers[i];
     ws[i].name = w->name;
     ws[i].platform = w->reg->inventory->platform_name;
-    ws[i].alive = w->alive;
+    // A drained worker's devices go to no new session (until it is undrained).
+    ws[i].alive = w->alive && cw_ctl_ops_worker_takes_work(w);
     ws[i].num_devices = w->num_devices;
     ws[i].use = use + off;
     ws[i].grouped = cw_ctl_island_spans(w);

@@ -59,7 +59,7 @@ static uint32_t cw__alloc_group(const cw_alloc_worker_t* workers, size_t num_wor
 }
 
 static bool cw__alloc_matches(const cw_alloc_request_t* r, const cw_alloc_worker_t* w) {
-  return w->alive && cw__alloc_named(r, w->name) && cw__alloc_platform_ok(r, w->platform);
+  return cw__alloc_named(r, w->name) && cw__alloc_platform_ok(r, w->platform);
 }
 
 // Appends `count` usable devices of island g: its matching members in
@@ -68,7 +68,8 @@ static size_t cw__alloc_take_island(const cw_alloc_worker_t* workers, size_t num
                                     const cw_alloc_request_t* r, uint32_t g, uint32_t count,
                                     cw_alloc_device_t* out, size_t used) {
   for (size_t k = 0; k < num_workers && count; ++k) {
-    if (cw__alloc_group(workers, num_workers, k) != g || !cw__alloc_matches(r, &workers[k])) {
+    if (cw__alloc_group(workers, num_workers, k) != g || !cw__alloc_matches(r, &workers[k]) ||
+        !workers[k].alive) {
       continue;
     }
     uint32_t have = cw__alloc_usable(&workers[k], r->share);
@@ -141,7 +142,7 @@ cw_status_t cw_alloc_plan(const cw_alloc_worker_t* workers, size_t num_workers,
     if (!cw__alloc_matches(r, &workers[k])) continue;
     uint32_t g = cw__alloc_group(workers, num_workers, k);
     size[g] += workers[k].num_devices;
-    avail[g] += cw__alloc_usable(&workers[k], r->share);
+    if (workers[k].alive) avail[g] += cw__alloc_usable(&workers[k], r->share);
   }
   uint64_t capacity = 0, largest = 0, usable = 0;
   size_t n = 0;

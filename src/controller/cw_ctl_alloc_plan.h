@@ -22,6 +22,9 @@ enum {
 typedef struct cw_alloc_worker_s {
   const char* name;
   const char* platform;
+  // Takes new sessions now: registered and not draining. A slot that does
+  // not still counts toward what a request can ever get (its worker may be
+  // replaced, or undrained): such a request waits.
   bool alive;
   uint32_t num_devices;
   const uint8_t* use;  // [num_devices] CW_ALLOC_*

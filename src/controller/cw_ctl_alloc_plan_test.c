@@ -184,12 +184,26 @@ static void test_impossible(void** state) {
   assert_non_null(st);
   assert_non_null(strstr(cw_status_message(st), "largest matching island has 4"));
   cw_status_free(st);
-  // A dead worker's devices do not count.
+  // A dead (or draining) worker's devices are not given now, but its slot
+  // still counts toward what the request can ever get: it waits for the
+  // replacement (before, a worker's death failed every queued request that
+  // needed its devices, an audit).
   c.w[0].alive = false;
   c.w[1].alive = false;
   r = req(5);
   st = cw_alloc_plan(c.w, NW, &r, out, &wait, &usable, &cap);
+  assert_null(st);
+  assert_true(wait);
+  assert_int_equal(cap, 3 * ND);
+  r = req(1);  // the live worker's free device is given at once
+  st = cw_alloc_plan(c.w, NW, &r, out, &wait, &usable, &cap);
+  assert_null(st);
+  assert_false(wait);
+  assert_int_equal(out[0].worker, 2);
+  r = req(3 * ND + 1);  // more than every slot has is still impossible
+  st = cw_alloc_plan(c.w, NW, &r, out, &wait, &usable, &cap);
   assert_non_null(st);
+  assert_non_null(strstr(cw_status_message(st), "the matching workers have 12"));
   cw_status_free(st);
 }
 

@@ -125,6 +125,46 @@ def test_exclusive_sessions_queue_and_errors():
         cluster.stop()
 
 
+def test_queued_session_waits_for_a_dead_workers_replacement():
+    """A session queued for devices that only a dead worker's slot can give
+    waits for its replacement (before, the death failed it at once: 'the
+    matching workers have 2 in all', an audit), as does one that asks while
+    the worker is dead; then both are served, one after the other."""
+    cluster = harness.HandCluster(workers=2, devices=2, tcp=True)
+    runners = []
+    try:
+        a = client("alloc-holder", cluster, devices=4)
+        runners.append(a)
+        assert a.call("alloc_devices")["ids"] == [0, 1, 2, 3]
+        b = client("alloc-queued", cluster, lazy=True, devices=4)
+        runners.append(b)
+        b.submit("backend_init")
+        assert harness.wait_until(lambda: "causeway: waiting for 4 devices" in b.log_text(),
+                                  150), b.log_tail()
+        victim = "hand-worker-1"
+        cluster.kill(victim)
+        assert harness.wait_until(lambda: harness.stats(cluster.controller)["workers"] == 1, 30)
+        a.close()  # frees hand-worker-0's devices; b still needs the dead slot's
+        late = client("alloc-late", cluster, lazy=True, devices=4)
+        runners.append(late)
+        late.submit("backend_init")
+        assert harness.wait_until(lambda: "causeway: waiting for 4 devices" in late.log_text(),
+                                  150), late.log_tail()
+        time.sleep(1.0)
+        assert harness.stats(cluster.controller)["alloc_queue"] == 2, b.log_tail()
+        cluster.start_worker(victim, key=victim + "-replacement")
+        got = b.result(timeout=120)
+        assert got["ok"] and got["devices"] == 4, got
+        assert b.call("alloc_compute", seed=5)["ok"]
+        b.close()
+        got = late.result(timeout=120)
+        assert got["ok"] and got["devices"] == 4, got
+        assert late.call("alloc_compute", seed=6)["ok"]
+    finally:
+        close_all(runners)
+        cluster.stop()
+
+
 def test_named_workers_and_sharing_placement():
     cluster = harness.HandCluster(workers=2, devices=4)
     runners = []

@@ -298,6 +298,15 @@ def test_drain_finishes_held_work_refuses_new_and_reports_idle(cluster):
             assert c.call("ops_devices") == {"ids": [0, 1], "workers": [keep]}
         finally:
             c.close()
+        # Nor one that asks for devices: four are there only with the draining
+        # worker's, so it waits in the queue (here until its timeout); it was
+        # granted them and failed at its first compile (an audit).
+        p = subprocess.run(
+            [harness.PYTHON, "-c", "import jax; print('devices', len(jax.devices()))"],
+            env={**harness.causeway_env(controller=cluster.controller), "CAUSEWAY_DEVICES": "4",
+                 "CAUSEWAY_QUEUE_TIMEOUT": "2"}, capture_output=True, text=True, timeout=120)
+        assert p.returncode != 0 and "waited" in p.stderr and "for 4 devices" in p.stderr, \
+            (p.returncode, p.stdout, p.stderr[-3000:])
         p = cli(cluster, "undrain", drain)
         assert p.returncode == 0 and "takes work again" in p.stdout, (p.stdout, p.stderr)
         assert worker(status(cluster), drain)["state"] == "alive"
