@@ -166,10 +166,15 @@ static cw_status_t cw__open_session(cw_plugin_client_t* c, uint32_t min_workers)
     cw_plugin_alloc_deinitialize(&alloc);
     return s;
   }
+  uint32_t asked = req.num_devices;  // (alloc's storage goes next)
   cw_plugin_alloc_deinitialize(&alloc);
   if (s) {
-    s = cw_status_annotate(s, "causeway: opening a session at %s (waiting for %u workers)",
-                           c->ctrl_address, min_workers);
+    // What it waited for: devices it asked for, else workers.
+    char what[64];
+    if (asked) snprintf(what, sizeof(what), "asking for %u devices", asked);
+    else snprintf(what, sizeof(what), "waiting for %u worker%s", min_workers,
+                  min_workers == 1 ? "" : "s");
+    s = cw_status_annotate(s, "causeway: opening a session at %s (%s)", c->ctrl_address, what);
     return c->cluster ? cw_plugin_cluster_annotate(c->cluster, s) : s;
   }
   Causeway__V1__SessionInfo* info = (Causeway__V1__SessionInfo*)reply;
