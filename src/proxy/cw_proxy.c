@@ -98,12 +98,30 @@ static cw_status_t cw__session_open(cw_proxy_t* p, cw_grpc_call_t* call) {
   if (v < CW_PROXY_PROTOCOL_MIN || v > CW_PROXY_PROTOCOL_MAX) return cw__range_error(v, v);
   // Each session holds a thread and a session of the cluster (or a cluster
   // of its own): a client must not open them without bound.
-  int64_t max = cw_settings_int(p->settings, CW_SET_PROXY_MAX_SESSIONS), open = 0;
-  for (const cw_proxy_session_t* o = p->sessions; o; o = o->next) open++;
+  int64_t max = cw_settings_int(p->settings, CW_SET_PROXY_MAX_SESSIONS), open = 0, left = 0;
+  for (cw_proxy_session_t* o = p->sessions; o; o = o->next) {
+    open++;
+    if (o->thread_started) {
+      pthread_mutex_lock(&o->mu);
+      left += o->gone;
+      pthread_mutex_unlock(&o->mu);
+    }
+  }
   if (open >= max) {
-    return cw_make_status(CW_RESOURCE_EXHAUSTED, "causeway-proxy serves at most %lld sessions "
-                          "at once (CAUSEWAY_PROXY_MAX_SESSIONS); %lld are open", (long long)max,
-                          (long long)open);
+    // A session whose client left keeps its slot until its PJRT client
+    // exists (a queue for devices cannot be cut short): say so, here too
+    // (the refusal was silent in the proxy's log, an audit).
+    cw_status_t st = cw_make_status(CW_RESOURCE_EXHAUSTED,
+                                    "causeway-proxy serves at most %lld sessions at once "
+                                    "(CAUSEWAY_PROXY_MAX_SESSIONS); %lld are open, %lld of them "
+                                    "still opening after their clients left",
+                                    (long long)max, (long long)open, (long long)left);
+    uint64_t more = 0;
+    if (cw_net_warn_limit_pass(&p->warn_refused, cw_time_now_ms(), 60 * 1000, &more)) {
+      CW_LOGW("session refused: %s (%" PRIu64 " more since the last such line)",
+              cw_status_message(st), more);
+    }
+    return st;
   }
   cw_proxy_session_t* s = calloc(1, sizeof(*s));
   if (!s) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");

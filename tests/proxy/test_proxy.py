@@ -322,7 +322,11 @@ def test_sessions_and_silent_streams_are_bounded(cluster):
                 list(session_call(ch, [ifrt_request(2, 1)], md))
             assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, e.value
             assert ("causeway-proxy serves at most 2 sessions at once "
-                    "(CAUSEWAY_PROXY_MAX_SESSIONS); 2 are open") in e.value.details()
+                    "(CAUSEWAY_PROXY_MAX_SESSIONS); 2 are open, 0 of them still opening after "
+                    "their clients left") in e.value.details()
+            # The operator reads it too (it was silent in the proxy's log).
+            assert harness.wait_until(lambda: "session refused: causeway-proxy serves at most 2"
+                                      in p.logs(), 10), p.logs()[-3000:]
             release.set()
             for c in open_calls:
                 list(c)
