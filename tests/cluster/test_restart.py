@@ -230,49 +230,6 @@ def test_controller_never_comes_back():
         cluster.stop()
 
 
-def test_session_queued_for_devices_across_restart():
-    # A session waiting in the queue for devices asks the new controller
-    # again (it died 'connection ... lost' while sessions that held devices
-    # resumed: an audit), and is granted them once the holder leaves.
-    cluster = _cluster(relay=False)
-    checks = os.path.join(os.path.dirname(os.path.abspath(__file__)), "alloc_checks.py")
-
-    def alloc_runner(name, lazy=False):
-        env = harness.causeway_env(controller=cluster.controller)
-        env.update(CW_RUNNER_CHECKS=checks, CAUSEWAY_DEVICES="4")
-        if lazy:
-            env["CW_RUNNER_LAZY"] = "1"
-        return harness.Runner(name, env)
-
-    a = alloc_runner("restart-holder")
-    b = None
-    try:
-        assert a.call("alloc_devices")["ids"] == [0, 1, 2, 3]
-        b = alloc_runner("restart-queued", lazy=True)
-        b.submit("backend_init")
-        assert harness.wait_until(lambda: "causeway: waiting for 4 devices" in b.log_text(),
-                                  150), b.log_tail()
-        cluster.kill("controller", signal.SIGKILL)
-        time.sleep(DOWN_S)
-        cluster.start_controller()
-        _registered(cluster)
-        # In the new controller's queue.
-        assert harness.wait_until(
-            lambda: b.log_text().count("causeway: waiting for 4 devices") == 2, 60), b.log_tail()
-        assert "lost the controller at" in b.log_text(), b.log_tail()
-        assert a.call("alloc_compute", seed=7)["ok"]  # the holder resumed
-        a.close()
-        got = b.result(timeout=120)
-        assert got["ok"] and got["devices"] == 4, (got, b.log_tail())
-        assert "causeway: reached the controller at" in b.log_text(), b.log_tail()
-        assert b.call("alloc_compute", seed=8)["ok"]
-    finally:
-        a.close()
-        if b:
-            b.close()
-        cluster.stop()
-
-
 def _registered(cluster, n: int = 2) -> None:
     assert harness.wait_until(lambda: harness.stats(cluster.controller)["workers"] == n, 30), \
         cluster.logs()
