@@ -21,12 +21,16 @@ print("OK", flush=True)
 """
 
 SEVERAL = """
-import os, jax
+import os, time, jax
 jax.distributed.initialize("127.0.0.1:{port}", num_processes=2, process_id={pid})
 try:
     print("devices", len(jax.devices()), flush=True)
 except Exception as e:
     print("ERROR", type(e).__name__, e, flush=True)
+# Process 0 runs the coordination service: it leaves last (jaxlib ends a
+# process whose service went away first).
+if {pid} == 0:
+    time.sleep(3)
 os._exit(0)
 """
 
