@@ -243,6 +243,21 @@ static void cw__launch_end_locked(cw__launch_t* l) {
   cw__launch_free_locked(l);
 }
 
+// A job lets go of its launch's callable (g_mu held): the launch may end.
+static void cw__launch_unhold_locked(cw__launch_t* l) {
+  if (--l->users == 0) pthread_cond_broadcast(&l->cv);
+}
+
+// A job answered (or never will): off g_jobs, and freed.
+static void cw__job_done(cw__job_t* j) {
+  pthread_mutex_lock(&g_mu);
+  cw__job_unlink(j);
+  j->replying = false;
+  pthread_cond_broadcast(&g_jobs_cv);
+  pthread_mutex_unlock(&g_mu);
+  cw__job_free(j);
+}
+
 void cw_plugin_hostcb_abandon(uint64_t id) {
   if (!id) return;
   pthread_mutex_lock(&g_mu);
@@ -251,7 +266,7 @@ void cw_plugin_hostcb_abandon(uint64_t id) {
   cw_client_t* client = NULL;
   if (j) {
     l->queue = NULL;
-    l->users--;
+    cw__launch_unhold_locked(l);
     j->launch = NULL;
     client = j->client;
     j->replying = client != NULL;
@@ -263,12 +278,7 @@ void cw_plugin_hostcb_abandon(uint64_t id) {
     cw__answer_error(client, j->request_id,
                      cw_make_status(CW_UNAVAILABLE, "the launch that calls back failed"));
   }
-  pthread_mutex_lock(&g_mu);
-  cw__job_unlink(j);
-  j->replying = false;
-  pthread_cond_broadcast(&g_jobs_cv);
-  pthread_mutex_unlock(&g_mu);
-  cw__job_free(j);
+  cw__job_done(j);
 }
 
 // Dtypes, ranks and dims (concatenated) of `arrays` for the runner.
@@ -365,7 +375,7 @@ static void cw__run(void* user) {
   if (j->caller_of) j->caller_of->busy = false;
   // The callable has run: the launch may end (and `l` be freed).
   j->launch = NULL;
-  if (l && --l->users == 0) pthread_cond_broadcast(&l->cv);
+  if (l) cw__launch_unhold_locked(l);
   pthread_mutex_unlock(&g_mu);
   if (!client) {
     cw_status_free(st);
@@ -377,11 +387,6 @@ static void cw__run(void* user) {
     cw_status_free(cw_client_reply(client, CW_MSG_HOST_CALLBACK, j->request_id, &rep.base,
                                    &iov, out_len ? 1 : 0));
   }
-  pthread_mutex_lock(&g_mu);
-  cw__job_unlink(j);
-  j->replying = false;
-  pthread_cond_broadcast(&g_jobs_cv);
-  pthread_mutex_unlock(&g_mu);
   free(offsets);
   free(dtypes);
   free(ranks);
@@ -390,7 +395,7 @@ static void cw__run(void* user) {
   free(op_dims);
   free(res_dims);
   free(out);
-  cw__job_free(j);
+  cw__job_done(j);
 }
 
 void cw_plugin_hostcb_on_request(void* user, cw_client_t* client, uint16_t type,
@@ -433,7 +438,7 @@ void cw_plugin_hostcb_on_request(void* user, cw_client_t* client, uint16_t type,
   bool to_caller = !st && !l->busy && !l->queue;
   if (!st && !to_caller && !g_pool) {
     st = cw_pool_create("cw-callbacks", CW__MAX_THREADS, &g_pool);
-    if (st && --l->users == 0) pthread_cond_broadcast(&l->cv);  // the job will not run
+    if (st) cw__launch_unhold_locked(l);  // the job will not run
   }
   if (!st) {
     j->next = g_jobs;
@@ -450,7 +455,7 @@ void cw_plugin_hostcb_on_request(void* user, cw_client_t* client, uint16_t type,
     if (st) {
       pthread_mutex_lock(&g_mu);
       cw__job_unlink(j);
-      if (--l->users == 0) pthread_cond_broadcast(&l->cv);
+      cw__launch_unhold_locked(l);
       pthread_mutex_unlock(&g_mu);
     }
   }

@@ -98,6 +98,11 @@ static void test_launch_ids(void** state) {
 
 // --- A worker's requests, through a runner -------------------------------------
 
+// The callables' work: result 0 is operand 0 (f32[3]) doubled.
+static void double_f32x3(void* const* odata, void* const* rdata) {
+  for (int i = 0; i < 3; ++i) ((float*)rdata[0])[i] = ((const float*)odata[0])[i] * 2;
+}
+
 static int g_runner_mode;  // 0: doubles its f32 operand; 1: fails
 static pthread_t g_ran_on;  // the thread of its last success
 
@@ -113,7 +118,7 @@ static int runner(void* callable, int32_t no, const int32_t* odt, const int32_t*
     snprintf(err, (size_t)cap, "ValueError: cw-runner-boom");
     return 1;
   }
-  for (int i = 0; i < 3; ++i) ((float*)rdata[0])[i] = ((const float*)odata[0])[i] * 2;
+  double_f32x3(odata, rdata);
   g_ran_on = pthread_self();
   return 0;
 }
@@ -361,7 +366,7 @@ static int seq_runner(void* callable, int32_t no, const int32_t* odt, const int3
                       const int32_t* rrk, const int64_t* rdims, void* const* rdata, char* err,
                       int64_t cap) {
   if (!pthread_equal(pthread_self(), g_caller)) atomic_fetch_add(&g_seq_off_caller, 1);
-  for (int i = 0; i < 3; ++i) ((float*)rdata[0])[i] = ((const float*)odata[0])[i] * 2;
+  double_f32x3(odata, rdata);
   return 0;
 }
 
@@ -453,7 +458,7 @@ static int pool_runner(void* callable, int32_t no, const int32_t* odt, const int
   }
   (void)callable, (void)no, (void)odt, (void)ork, (void)odims, (void)nr, (void)rdt, (void)rrk;
   (void)rdims, (void)err, (void)cap;
-  for (int i = 0; i < 3; ++i) ((float*)rdata[0])[i] = ((const float*)odata[0])[i] * 2;
+  double_f32x3(odata, rdata);
   if (!pthread_equal(pthread_self(), g_failing->t)) gate_set(3);
   return 0;
 }
