@@ -260,6 +260,7 @@ void cw_controller_release(cw_controller_t* ctl) {
     uv_loop_close(&ctl->loop);
   }
   cw_ctl_sched_free(ctl);
+  cw_ctl_resume_free(ctl);
   for (size_t i = 0; i < ctl->num_workers; ++i) {
     cw_ctl_worker_t* w = ctl->workers[i];
     if (w->reg) protobuf_c_message_free_unpacked(&w->reg->base, NULL);

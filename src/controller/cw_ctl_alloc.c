@@ -17,6 +17,7 @@
 #include "cw_ctl_health.h"
 #include "cw_ctl_island.h"
 #include "cw_ctl_ops.h"
+#include "cw_ctl_resume.h"
 #include "cw_ctl_session.h"
 #include "cw_log.h"
 #include "cw_time.h"
@@ -31,7 +32,7 @@ struct cw_ctl_alloc_wait_s {
   Causeway__V1__OpenSessionRequest* req;  // owned
   int64_t start_ms;
   int64_t deadline_ms;  // 0: none
-  char last_message[256];  // the last ALLOC_WAITING sent
+  char last_message[512];  // the last ALLOC_WAITING sent
 };
 
 // --- Mapping a session's ids --------------------------------------------------------
@@ -407,6 +408,15 @@ static cw__alloc_result_t cw__alloc_try(cw_controller_t* ctl, cw_ctl_session_t* 
   bool wait = false;
   cw_status_t st = cw_alloc_plan(ws, ctl->num_workers, &req, devs, &wait, out_usable,
                                  out_capacity);
+  // Taking over a running cluster: the devices sessions still to resume
+  // hold are not known yet, and workers may still be registering.
+  if (st && cw_ctl_resume_window(ctl)) {
+    cw_status_free(st);
+    st = cw_ok_status();
+    wait = true;
+  } else if (!st && !wait && cw_ctl_resume_holds(ctl, NULL, 0)) {
+    wait = true;
+  }
   cw__alloc_result_t res = CW__ALLOC_FAILED;
   if (!st && !wait) {
     res = (!apply || cw__alloc_apply(ctl, s, r, devs)) ? CW__ALLOC_GRANTED : CW__ALLOC_FAILED;
@@ -509,7 +519,9 @@ void cw_ctl_alloc_open(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_
   else ctl->alloc_queue = a;
   ctl->alloc_queue_tail = a;
   CW_LOGI("session %" PRIu64 ": waits for %s (%u of %u free)", s->id, asked, usable, capacity);
-  if (a->deadline_ms && !uv_is_active((uv_handle_t*)&ctl->open_tick) && !ctl->shutting_down) {
+  // A tick ends its wait at its deadline, and at the end of a hold's window.
+  bool tick = a->deadline_ms || cw_ctl_resume_window(ctl);
+  if (tick && !uv_is_active((uv_handle_t*)&ctl->open_tick) && !ctl->shutting_down) {
     uv_timer_start(&ctl->open_tick, cw_ctl_session_open_tick, CW__OPEN_TICK_MS, CW__OPEN_TICK_MS);
   }
   cw_ctl_alloc_check(ctl, false);
@@ -560,9 +572,11 @@ void cw_ctl_alloc_check(cw_controller_t* ctl, bool expire) {
     if (!head && res == CW__ALLOC_GRANTED) res = CW__ALLOC_WAIT;
     bool late = res == CW__ALLOC_WAIT && expire && a->deadline_ms && now >= a->deadline_ms;
     if (res == CW__ALLOC_WAIT && !late) {
-      char msg[256];
+      char msg[512];
+      char hold[160];
+      (void)cw_ctl_resume_holds(ctl, hold, sizeof(hold));
       snprintf(msg, sizeof(msg), "causeway: waiting for %s (%u of %u free; %zu session%s ahead "
-               "in the queue)", asked, usable, capacity, ahead, ahead == 1 ? "" : "s");
+               "in the queue%s)", asked, usable, capacity, ahead, ahead == 1 ? "" : "s", hold);
       if (strcmp(msg, a->last_message) != 0) {
         snprintf(a->last_message, sizeof(a->last_message), "%s", msg);
         cw__alloc_event(a->conn, CAUSEWAY__V1__CLUSTER_EVENT__KIND__ALLOC_WAITING, msg);

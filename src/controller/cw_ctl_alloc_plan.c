@@ -156,6 +156,7 @@ cw_status_t cw_alloc_plan(const cw_alloc_worker_t* workers, size_t num_workers,
   }
   free(size);
   *out_capacity = capacity > UINT32_MAX ? UINT32_MAX : (uint32_t)capacity;
+  *out_usable = usable > UINT32_MAX ? UINT32_MAX : (uint32_t)usable;
   if (capacity < r->num_devices) {
     free(avail);
     free(order);
@@ -167,7 +168,6 @@ cw_status_t cw_alloc_plan(const cw_alloc_worker_t* workers, size_t num_workers,
     return cw_make_status(CW_RESOURCE_EXHAUSTED, "asks for %u devices; the matching workers "
                           "have %llu in all", r->num_devices, (unsigned long long)capacity);
   }
-  *out_usable = usable > UINT32_MAX ? UINT32_MAX : (uint32_t)usable;
   if (usable < r->num_devices) {
     *out_wait = true;
     free(avail);

@@ -60,7 +60,8 @@ typedef struct cw_alloc_device_s {
 //   matching devices are usable now and *out_capacity how many match at all.
 // - an error: never possible (unknown worker or platform, more devices than
 //   the matching workers have), with a message saying what was asked and what
-//   the cluster has.
+//   the cluster has; the counts are set as far as they were known (a
+//   controller that waits for workers to come back shows them).
 CW_MUST_USE cw_status_t cw_alloc_plan(const cw_alloc_worker_t* workers, size_t num_workers,
                                       const cw_alloc_request_t* r, cw_alloc_device_t* out,
                                       bool* out_wait, uint32_t* out_usable,

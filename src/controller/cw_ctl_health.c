@@ -27,6 +27,7 @@
 #include "cw_ctl_ops.h"
 #include "cw_ctl_registry.h"
 #include "cw_ctl_relay.h"
+#include "cw_ctl_resume.h"
 #include "cw_ctl_sched.h"
 #include "cw_ctl_session.h"
 #include "cw_log.h"
@@ -275,6 +276,7 @@ void cw_ctl_health_take_over(cw_ctl_peer_t* p, const cw_frame_header_t* h, cw_ct
   cw__reload_all(ctl, w, other_cpu, old_cpu);
   free(old_cpu);
   cw_ctl_ops_worker_registered(w, true);
+  cw_ctl_resume_expect(w);
   cw_ctl_session_open_waits_check(ctl, false);
 }
 

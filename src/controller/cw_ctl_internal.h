@@ -183,6 +183,9 @@ struct cw_controller_s {
   cw_ctl_alloc_wait_t* alloc_queue_tail;
   // SESSION_RESUMEs waiting for their workers to register (cw_ctl_resume.c).
   cw_ctl_resume_wait_t* resume_waits;
+  // Sessions of an earlier controller that workers report and that have not
+  // resumed yet: new sessions' devices wait for them (cw_ctl_resume.c).
+  struct cw_ctl_expect_s* expect;
   // Gang order: the record of stamps assigned, all islands (cw_ctl_sched.c).
   cw_ctl_stamp_ring_t* stamp_ring;
 };

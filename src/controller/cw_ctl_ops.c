@@ -401,7 +401,7 @@ void cw_ctl_ops_session_resumed(cw_ctl_session_t* s) {
   }
 }
 
-static bool cw__session_listed(const cw_ctl_session_t* s) {
+bool cw_ctl_ops_session_is_open(const cw_ctl_session_t* s) {
   return !s->closed && s->ops && s->ops->opened;
 }
 
@@ -412,7 +412,7 @@ static cw_status_t cw__session_lookup(cw_controller_t* ctl,
   *out = NULL;
   size_t matches = 0;
   for (cw_ctl_session_t* s = ctl->sessions; s; s = s->next) {
-    if (!cw__session_listed(s)) continue;
+    if (!cw_ctl_ops_session_is_open(s)) continue;
     bool hit = r->session_id ? s->id == r->session_id
                              : (r->name && r->name[0] && !strcmp(s->ops->name, r->name));
     if (hit) {
@@ -433,7 +433,7 @@ static cw_status_t cw__session_lookup(cw_controller_t* ctl,
   size_t used = 0;
   names[0] = 0;
   for (cw_ctl_session_t* s = ctl->sessions; s && used < sizeof(names) - 1; s = s->next) {
-    if (!cw__session_listed(s)) continue;
+    if (!cw_ctl_ops_session_is_open(s)) continue;
     int n = snprintf(names + used, sizeof(names) - used, "%s%" PRIu64 " (%s)", used ? ", " : "",
                      s->id, s->ops->name);
     if (n > 0) used += (size_t)n < sizeof(names) - used ? (size_t)n : sizeof(names) - used - 1;
@@ -598,7 +598,7 @@ static void cw__reply_status(cw_controller_t* ctl, cw_ctl_gather_t* g) {
     rep.stats_age_ms = age > 0 ? age : 1;
   }
   size_t nw = ctl->num_workers, ns = 0;
-  for (cw_ctl_session_t* s = ctl->sessions; s; s = s->next) ns += cw__session_listed(s);
+  for (cw_ctl_session_t* s = ctl->sessions; s; s = s->next) ns += cw_ctl_ops_session_is_open(s);
   Causeway__V1__AdminWorker* ws = calloc(nw + 1, sizeof(*ws));
   Causeway__V1__AdminWorker** wp = calloc(nw + 1, sizeof(*wp));
   Causeway__V1__AdminIsland* is = calloc(nw + 1, sizeof(*is));
@@ -686,7 +686,7 @@ static void cw__reply_status(cw_controller_t* ctl, cw_ctl_gather_t* g) {
   rep.n_islands = ni;
   size_t k = 0;
   for (cw_ctl_session_t* s = ctl->sessions; s && k < ns; s = s->next) {
-    if (!cw__session_listed(s)) continue;
+    if (!cw_ctl_ops_session_is_open(s)) continue;
     Causeway__V1__AdminSession* a = &ss[k];
     causeway__v1__admin_session__init(a);
     a->session_id = s->id;

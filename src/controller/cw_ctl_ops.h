@@ -17,6 +17,8 @@ void cw_ctl_ops_record_error(cw_controller_t* ctl, const char* where, uint16_t t
                              cw_status_t st);
 // OPEN_SESSION: the name the client gave; the devices it was given.
 void cw_ctl_ops_session_opened(cw_ctl_session_t* s, const Causeway__V1__OpenSessionRequest* r);
+// Opened here (OPEN_SESSION or SESSION_RESUME) and not closed.
+bool cw_ctl_ops_session_is_open(const cw_ctl_session_t* s);
 void cw_ctl_ops_session_devices(cw_ctl_session_t* s, const Causeway__V1__GlobalDevice* devs,
                                 size_t n);
 // The same from the ids themselves (takes `ids`, n of them).

@@ -8,6 +8,7 @@
 #include "cw_ctl_health.h"
 #include "cw_ctl_island.h"
 #include "cw_ctl_ops.h"
+#include "cw_ctl_resume.h"
 #include "cw_ctl_sched.h"
 #include "cw_ctl_session.h"
 #include "cw_log.h"
@@ -112,10 +113,13 @@ void cw_ctl_handle_register(cw_net_conn_t* conn, const cw_frame_header_t* h,
   } else if (!r->inventory->platform_name || !r->inventory->platform_name[0]) {
     // protobuf-c decodes an absent string as "", never NULL.
     st = cw_make_status(CW_INVALID_ARGUMENT, "inventory lacks the platform");
-  } else if (r->previous && r->previous->n_paused_sessions > CW_MSG_MAX_PAUSED_SESSIONS) {
+  } else if (r->previous && r->previous->n_paused_sessions > CW_MSG_MAX_PREVIOUS_SESSIONS) {
     st = cw_make_status(CW_INVALID_ARGUMENT,
                         "previous.paused_sessions lists %zu sessions (at most %d)",
-                        r->previous->n_paused_sessions, CW_MSG_MAX_PAUSED_SESSIONS);
+                        r->previous->n_paused_sessions, CW_MSG_MAX_PREVIOUS_SESSIONS);
+  } else if (r->previous && r->previous->n_sessions > CW_MSG_MAX_PREVIOUS_SESSIONS) {
+    st = cw_make_status(CW_INVALID_ARGUMENT, "previous.sessions lists %zu sessions (at most %d)",
+                        r->previous->n_sessions, CW_MSG_MAX_PREVIOUS_SESSIONS);
   } else if (ctl->num_workers >= CW__MAX_WORKERS ||
              (int64_t)ctl->next_device + (int64_t)r->inventory->n_devices > INT32_MAX / 2) {
     st = cw_make_status(CW_RESOURCE_EXHAUSTED, "too many workers or devices");
@@ -176,5 +180,6 @@ void cw_ctl_handle_register(cw_net_conn_t* conn, const cw_frame_header_t* h,
   ev.message = (char*)"registered";
   cw_ctl_broadcast_event(ctl, &ev);
   cw_ctl_ops_worker_registered(w, false);  // its drain before any session gets its devices
+  cw_ctl_resume_expect(w);                 // and the sessions still to resume
   cw_ctl_session_open_waits_check(ctl, false);
 }

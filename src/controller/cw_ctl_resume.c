@@ -20,6 +20,7 @@
 #include "cw_ctl_registry.h"
 #include "cw_ctl_session.h"
 #include "cw_log.h"
+#include "cw_settings.h"
 #include "cw_time.h"
 #include "cw_xla_options.h"
 
@@ -461,6 +462,175 @@ static size_t cw__set_exes(cw_controller_t* ctl, cw_ctl_session_t* s,
   return known;
 }
 
+// --- The hold (cw_ctl_resume.h) ---------------------------------------------------------
+
+struct cw_ctl_expect_s {
+  uint64_t* ids;  // sorted, distinct
+  bool* left;     // [num]: still to resume
+  size_t num, num_left;
+  bool cut;       // a REGISTER's list was cut: the window alone ends the hold
+  int64_t start_ms, until_ms;
+};
+
+static int cw__cmp_id(const void* a, const void* b) {
+  uint64_t x = *(const uint64_t*)a, y = *(const uint64_t*)b;
+  return x < y ? -1 : x > y;
+}
+
+static void cw__expect_clear(cw_controller_t* ctl) {
+  if (!ctl->expect) return;
+  free(ctl->expect->ids);
+  free(ctl->expect->left);
+  free(ctl->expect);
+  ctl->expect = NULL;
+}
+
+// Ends the hold once nothing is left to wait for or its window passed.
+static void cw__expect_settle(cw_controller_t* ctl, int64_t now) {
+  struct cw_ctl_expect_s* x = ctl->expect;
+  if (!x) return;
+  bool waited_out = now >= x->until_ms;
+  if (!waited_out && (x->num_left || x->cut)) return;
+  if (x->num_left) {
+    CW_LOGW("%zu session%s of an earlier controller did not resume within %" PRId64 " ms "
+            "(--resume-grace-ms): new sessions get their devices", x->num_left,
+            x->num_left == 1 ? "" : "s", now - x->start_ms);
+  } else if (x->num) {
+    CW_LOGI("the %zu session%s of an earlier controller resumed or left after %" PRId64 " ms",
+            x->num, x->num == 1 ? "" : "s", now - x->start_ms);
+  }
+  if (waited_out) {
+    cw__expect_clear(ctl);
+  } else {
+    // Every listed session is back; the window still covers workers that
+    // have not registered again (a request for more devices waits).
+    free(x->ids);
+    free(x->left);
+    x->ids = NULL;
+    x->left = NULL;
+    x->num = 0;
+  }
+}
+
+static void cw__expect_done(cw_controller_t* ctl, uint64_t id) {
+  struct cw_ctl_expect_s* x = ctl->expect;
+  if (!x || !x->num) return;
+  uint64_t* hit = bsearch(&id, x->ids, x->num, sizeof(*x->ids), cw__cmp_id);
+  if (!hit || !x->left[hit - x->ids]) return;
+  x->left[hit - x->ids] = false;
+  x->num_left--;
+  cw__expect_settle(ctl, cw_time_now_ms());
+  cw_ctl_alloc_check(ctl, false);  // a hold that ended lets the queue go on
+}
+
+// Merges the sorted distinct `fresh` into the hold; false when out of memory.
+static bool cw__expect_merge(struct cw_ctl_expect_s* x, const uint64_t* fresh, size_t n) {
+  size_t cap = x->num + n;
+  uint64_t* ids = malloc((cap ? cap : 1) * sizeof(*ids));
+  bool* left = malloc((cap ? cap : 1) * sizeof(*left));
+  if (!ids || !left) {
+    free(ids);
+    free(left);
+    return false;
+  }
+  size_t i = 0, k = 0, m = 0;
+  while (i < x->num || k < n) {
+    if (k == n || (i < x->num && x->ids[i] < fresh[k])) {
+      ids[m] = x->ids[i];
+      left[m++] = x->left[i++];
+    } else if (i == x->num || fresh[k] < x->ids[i]) {
+      ids[m] = fresh[k++];
+      left[m++] = true;
+      x->num_left++;
+    } else {  // already listed: as it was
+      ids[m] = x->ids[i];
+      left[m++] = x->left[i++];
+      k++;
+    }
+  }
+  free(x->ids);
+  free(x->left);
+  x->ids = ids;
+  x->left = left;
+  x->num = m;
+  return true;
+}
+
+void cw_ctl_resume_expect(cw_ctl_worker_t* w) {
+  cw_controller_t* ctl = w->ctl;
+  const Causeway__V1__RegisterPrevious* prev = w->reg ? w->reg->previous : NULL;
+  int64_t grace = cw_settings_int(ctl->settings, CW_SET_RESUME_GRACE_MS);
+  if (!prev || grace <= 0) return;
+  int64_t now = cw_time_now_ms();
+  // Those this controller serves already are not waited for (a worker that
+  // registers again after a stall lists them too).
+  uint64_t* fresh = malloc((prev->n_sessions ? prev->n_sessions : 1) * sizeof(*fresh));
+  size_t n = 0;
+  for (size_t i = 0; fresh && i < prev->n_sessions; ++i) {
+    cw_ctl_session_t* s = cw_ctl_session_find(ctl, prev->sessions[i]);
+    if (s && (s->allocated || s->mapped || cw_ctl_ops_session_is_open(s))) continue;
+    fresh[n++] = prev->sessions[i];
+  }
+  if (fresh) qsort(fresh, n, sizeof(*fresh), cw__cmp_id);
+  size_t distinct = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!distinct || fresh[distinct - 1] != fresh[i]) fresh[distinct++] = fresh[i];
+  }
+  cw__expect_settle(ctl, now);  // a window that passed unseen
+  struct cw_ctl_expect_s* x = ctl->expect;
+  bool started = false;
+  if (!x) {
+    x = calloc(1, sizeof(*x));
+    if (!x) {
+      free(fresh);
+      CW_LOGW("out of memory for the sessions worker %s reports", w->name);
+      return;
+    }
+    x->start_ms = now;
+    ctl->expect = x;
+    started = true;
+  }
+  x->until_ms = now + grace;  // from the last REGISTER that reports
+  size_t before = x->num_left;
+  // Out of memory: the list is lost, the window still holds.
+  if (!fresh || !cw__expect_merge(x, fresh, distinct)) x->cut = true;
+  if (prev->more_sessions) x->cut = true;
+  free(fresh);
+  if (x->num_left > before && before == 0) {
+    CW_LOGI("worker %s reports %zu session%s of an earlier controller: new sessions' devices "
+            "wait up to %" PRId64 " ms (--resume-grace-ms) for them to resume", w->name,
+            x->num_left, x->num_left == 1 ? "" : "s", grace);
+  } else if (started) {
+    CW_LOGI("worker %s registers again: requests for devices wait up to %" PRId64 " ms "
+            "(--resume-grace-ms) for the rest of an earlier controller's workers", w->name, grace);
+  }
+  cw__expect_settle(ctl, now);
+}
+
+bool cw_ctl_resume_holds(cw_controller_t* ctl, char* out_text, size_t cap) {
+  if (cap) out_text[0] = '\0';
+  cw__expect_settle(ctl, cw_time_now_ms());
+  struct cw_ctl_expect_s* x = ctl->expect;
+  if (!x) return false;
+  // No countdown in the text: the client prints each new one.
+  if (x->num_left) {
+    snprintf(out_text, cap, "; %zu session%s of an earlier controller still to resume",
+             x->num_left, x->num_left == 1 ? "" : "s");
+  } else if (x->cut) {
+    snprintf(out_text, cap, "; sessions of an earlier controller still to resume");
+  } else {
+    snprintf(out_text, cap, "; workers of an earlier controller may still register");
+  }
+  return x->num_left || x->cut;
+}
+
+bool cw_ctl_resume_window(cw_controller_t* ctl) {
+  cw__expect_settle(ctl, cw_time_now_ms());
+  return ctl->expect != NULL;
+}
+
+void cw_ctl_resume_free(cw_controller_t* ctl) { cw__expect_clear(ctl); }
+
 // Rebuilds the session and answers with its SessionInfo (or an error).
 static void cw__resume(cw_controller_t* ctl, cw_ctl_resume_wait_t* rw) {
   cw_ctl_session_t* s = rw->session;
@@ -521,6 +691,9 @@ void cw_ctl_resume_check(cw_controller_t* ctl, bool expire) {
     } else if (!gone) {
       cw__resume(ctl, rw);
     }
+    // Resumed or not, it no longer holds new sessions back (after it has
+    // its devices: the queue may go on now).
+    cw__expect_done(ctl, rw->session->id);
     cw__wait_free(rw);
   }
   free(workers.by_name);

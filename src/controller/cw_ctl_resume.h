@@ -20,4 +20,22 @@ void cw_ctl_handle_session_resume(cw_net_conn_t* conn, const cw_frame_header_t* 
 // Called wherever OPEN_SESSION waits are checked.
 void cw_ctl_resume_check(cw_controller_t* ctl, bool expire);
 
+// The hold. A controller that takes over a running cluster learns from the
+// workers' REGISTERs which sessions clients are still connected in; their
+// devices are not known until each resumes. Until every such session has
+// resumed (or given up), and at most --resume-grace-ms after the last
+// REGISTER that reported any, a new session's request for devices waits
+// rather than take devices a resuming session holds. Within that window a
+// request that more devices than are registered would satisfy also waits
+// rather than fail: the workers are still coming back.
+//
+// Takes the sessions w's REGISTER reports (a REGISTER with `previous`).
+void cw_ctl_resume_expect(cw_ctl_worker_t* w);
+// Whether allocation waits for resumes (then *out_text says why, for the
+// waiting client: "; 2 sessions of an earlier controller ...").
+bool cw_ctl_resume_holds(cw_controller_t* ctl, char* out_text, size_t cap);
+// Whether a request that cannot be met now waits instead of failing.
+bool cw_ctl_resume_window(cw_controller_t* ctl);
+void cw_ctl_resume_free(cw_controller_t* ctl);
+
 #endif  // CW_CTL_RESUME_H_

@@ -19,9 +19,15 @@
 //   earlier controller set): the drain is taken (new sessions do not get
 //   its devices, status says draining), a paused session is paused again
 //   whether it resumes after the worker registered or joined before; more
-//   than CW_MSG_MAX_PAUSED_SESSIONS ids are refused;
+//   than CW_MSG_MAX_PREVIOUS_SESSIONS ids are refused;
+// - the hold: while sessions a worker's REGISTER reports have not resumed, a
+//   new session's request for devices waits (ALLOC_WAITING says how many are
+//   left), so the resumes find their devices free; then it is granted what
+//   is free; a request more than the registered workers can meet waits
+//   until --resume-grace-ms after the last such REGISTER, then fails;
 // - a real restart: the worker registers with the new controller under its
-//   old ids; the client joins in its old session id, resumes with its
+//   old ids, reporting the session its client is connected in (a new
+//   request for its device waits for that resume); the client joins in its old session id, resumes with its
 //   executable, which the worker still holds (EXE_INFO answered, nothing
 //   compiled), and compiling an id the worker holds already (a LOAD of the
 //   old controller whose reply was lost) succeeds without a second LOAD; a
@@ -35,6 +41,7 @@
 
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,17 +70,19 @@ static void expect_error(cw_status_t st, cw_status_code_t code, const char* text
   cw_status_free(st);
 }
 
-// REGISTER of a fake worker `name` with `devices` devices and `previous`
-// (borrowed; NULL: none); *out_first (may be NULL): its first global id.
-static cw_status_t fake_register(const char* name, size_t devices,
-                                 Causeway__V1__RegisterPrevious* previous, int32_t* out_first) {
+// REGISTER of a fake worker `name` at `address` (NULL: "fake-NAME:1") with
+// `devices` devices and `previous` (borrowed; NULL: none); *out_first (may
+// be NULL): its first global id.
+static cw_status_t fake_register_at(const char* name, const char* at, size_t devices,
+                                    Causeway__V1__RegisterPrevious* previous, int32_t* out_first) {
   cw_client_options_t o = {.peer_name = "fake-worker", .role = CAUSEWAY__V1__ROLE__ROLE_WORKER};
   cw_client_t* c = NULL;
   assert_null(cw_client_connect(g.address, &o, &c));
   assert_true(g.num_workers < 32);
   g.workers[g.num_workers++] = c;
   char address[64];
-  snprintf(address, sizeof(address), "fake-%s:1", name);
+  snprintf(address, sizeof(address), "%s", at ? at : "");
+  if (!at) snprintf(address, sizeof(address), "fake-%s:1", name);
   Causeway__V1__RegisterReply* rep = NULL;
   CW_RETURN_IF_ERROR(cw_test_register_previous(c, name, address, devices, previous, &rep),
                      "worker %s", name);
@@ -82,6 +91,11 @@ static cw_status_t fake_register(const char* name, size_t devices,
   if (first + (int32_t)devices > g.next_id) g.next_id = first + (int32_t)devices;
   if (out_first) *out_first = first;
   return cw_ok_status();
+}
+
+static cw_status_t fake_register(const char* name, size_t devices,
+                                 Causeway__V1__RegisterPrevious* previous, int32_t* out_first) {
+  return fake_register_at(name, NULL, devices, previous, out_first);
 }
 
 // A fake worker `name` with `devices` devices; previous < 0: none. Returns
@@ -225,6 +239,60 @@ static cw_status_t register_reporting(const char* name, bool draining, uint64_t*
   return fake_register(name, 2, &prev, NULL);
 }
 
+// A fake worker `name` with 2 devices whose REGISTER reports the sessions
+// clients are connected in (RegisterPrevious.sessions). Its address refuses
+// at once (a name to resolve would hold the controller's links).
+static cw_status_t register_connected(const char* name, uint64_t* ids, size_t n) {
+  Causeway__V1__RegisterPrevious prev = CAUSEWAY__V1__REGISTER_PREVIOUS__INIT;
+  prev.first_device_id = -1;
+  prev.sessions = ids;
+  prev.n_sessions = n;
+  return fake_register_at(name, "127.0.0.1:1", 2, &prev, NULL);
+}
+
+// The last ALLOC_WAITING message a client was sent (its reader writes it).
+typedef struct waiting_s {
+  pthread_mutex_t mu;
+  char text[512];
+} waiting_t;
+
+static void on_waiting_event(void* user, const ProtobufCMessage* event) {
+  const Causeway__V1__ClusterEvent* ev = (const Causeway__V1__ClusterEvent*)event;
+  if (ev->kind != CAUSEWAY__V1__CLUSTER_EVENT__KIND__ALLOC_WAITING || !ev->message) return;
+  waiting_t* w = user;
+  pthread_mutex_lock(&w->mu);
+  snprintf(w->text, sizeof(w->text), "%s", ev->message);
+  pthread_mutex_unlock(&w->mu);
+}
+
+// Waits up to 10 s for the client's last ALLOC_WAITING to contain `text`.
+static void expect_waiting(waiting_t* w, const char* text) {
+  char seen[512];
+  for (int i = 0;; ++i) {
+    pthread_mutex_lock(&w->mu);
+    snprintf(seen, sizeof(seen), "%s", w->text);
+    pthread_mutex_unlock(&w->mu);
+    if (strstr(seen, text)) break;
+    if (i == 1000) fail_msg("waiting message '%s' lacks '%s'", seen, text);
+    cw_test_sleep_ms(10);
+  }
+  fprintf(stderr, "  %s\n", seen);
+}
+
+// OPEN_SESSION for `num_devices` of worker `worker`, without waiting.
+static uint64_t open_for_devices(cw_client_t* c, const char* worker, uint32_t num_devices,
+                                 bool share) {
+  Causeway__V1__OpenSessionRequest open = CAUSEWAY__V1__OPEN_SESSION_REQUEST__INIT;
+  open.workers = (char*[]){(char*)worker};
+  open.n_workers = 1;
+  open.num_devices = num_devices;
+  open.share = share;
+  uint64_t rid = 0;
+  assert_null(cw_client_send(c, CW_MSG_OPEN_SESSION, &open.base, NULL, 0, NULL, NULL, NULL,
+                             &rid));
+  return rid;
+}
+
 // ADMIN_STATUS: whether session `id` is listed paused; the state of worker `name`.
 static bool status_paused(cw_client_t* c, uint64_t id, const char* name, char* state, size_t n) {
   Causeway__V1__AdminStatusRequest req = CAUSEWAY__V1__ADMIN_STATUS_REQUEST__INIT;
@@ -248,7 +316,8 @@ static bool status_paused(cw_client_t* c, uint64_t id, const char* name, char* s
 
 static int setup(void** state) {
   (void)state;
-  return cw_test_controller_start(NULL, &g.ctl, g.address, sizeof(g.address)) == 0 ? 0 : -1;
+  const char* args[] = {"--resume-grace-ms", "3000", NULL};
+  return cw_test_controller_start(args, &g.ctl, g.address, sizeof(g.address)) == 0 ? 0 : -1;
 }
 
 static int teardown(void** state) {
@@ -576,6 +645,54 @@ static Causeway__V1__Stats* stats(void) {
   return st;
 }
 
+// A new controller (workers register with `previous`): new sessions' devices
+// wait for the sessions the workers report to resume, so that a resume finds
+// its devices free; and a request the registered workers cannot meet waits
+// for the rest of them (the controller runs with --resume-grace-ms 3000).
+static void test_new_sessions_wait_for_resumes(void** state) {
+  (void)state;
+  uint64_t reported[] = {0x5e1, 0x5e2};
+  assert_null(register_connected("hw", reported, 2));
+  waiting_t seen = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  cw_client_options_t o = {.peer_name = "resume-test", .on_event = on_waiting_event,
+                           .event_user = &seen};
+  cw_client_t* fresh = NULL;
+  assert_null(cw_client_connect(g.address, &o, &fresh));
+  uint64_t rid = open_for_devices(fresh, "hw", 1, true);
+  expect_waiting(&seen, "(shared, on workers hw) (2 of 2 free; 0 sessions ahead in the queue; 2 "
+                 "sessions of an earlier controller still to resume)");
+  // The first resumes with hw:0 (the fresh session would have had it).
+  cw_client_t* a = client(0x5e1);
+  rdev_t first[] = {{0, "hw", 0}};
+  resume_t r = {.devs = first, .n = 1, .num_devices = 1, .wait_ms = 1000};
+  assert_null(resume(a, &r, NULL, NULL));
+  expect_waiting(&seen, "; 1 session of an earlier controller still to resume");
+  // The second resumes with hw:1, shared: the hold ends, and the fresh
+  // session shares hw:1.
+  cw_client_t* b = client(0x5e2);
+  rdev_t second[] = {{0, "hw", 1}};
+  r = (resume_t){.devs = second, .n = 1, .num_devices = 1, .share = true, .wait_ms = 1000};
+  assert_null(resume(b, &r, NULL, NULL));
+  Causeway__V1__SessionInfo* info = NULL;
+  assert_null(cw_client_wait(fresh, rid, (ProtobufCMessage**)&info, NULL));
+  expect_device(info, 0, "hw", 1);
+  protobuf_c_message_free_unpacked(&info->base, NULL);
+  // Three devices of hw (it has two): waits while workers may still come
+  // back, then fails as it would have at once.
+  cw_client_t* more = NULL;
+  assert_null(cw_client_connect(g.address, &o, &more));
+  rid = open_for_devices(more, "hw", 3, false);
+  expect_waiting(&seen, "3 devices (on workers hw) (0 of 2 free; 0 sessions ahead in the queue; "
+                 "workers of an earlier controller may still register)");
+  expect_error(cw_client_wait(more, rid, NULL, NULL), CW_RESOURCE_EXHAUSTED,
+               "cannot allocate 3 devices (on workers hw): asks for 3 devices; the matching "
+               "workers have 2 in all");
+  cw_client_release(more);
+  cw_client_release(fresh);
+  cw_client_release(b);
+  cw_client_release(a);
+}
+
 static void test_real_restart(void** state) {
   (void)state;
   // The fake workers go: their slots die with this controller anyway.
@@ -630,6 +747,24 @@ static void test_real_restart(void** state) {
   const char* args[] = {"--listen", address, NULL};
   assert_int_equal(cw_test_controller_start(args, &g.ctl, g.address, sizeof(g.address)), 0);
   assert_string_equal(g.address, address);
+  // The worker registers again and reports the client's session: a new
+  // session's request for rw's device waits for it to resume.
+  for (int i = 0;; ++i) {
+    Causeway__V1__Stats* up = stats();
+    bool registered = up->workers == 1;
+    protobuf_c_message_free_unpacked(&up->base, NULL);
+    if (registered) break;
+    assert_true(i < 400);
+    cw_test_sleep_ms(50);
+  }
+  waiting_t seen = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  cw_client_options_t eo = {.peer_name = "resume-test", .on_event = on_waiting_event,
+                            .event_user = &seen};
+  cw_client_t* early = NULL;
+  assert_null(cw_client_connect(g.address, &eo, &early));
+  (void)open_for_devices(early, "rw", 1, false);
+  expect_waiting(&seen, "(1 of 1 free; 0 sessions ahead in the queue; 1 session of an earlier "
+                 "controller still to resume)");
 
   c = client(session);  // joins in its old session id
   rdev_t devs[] = {{0, "rw", 0}};
@@ -639,6 +774,9 @@ static void test_real_restart(void** state) {
   assert_null(resume(c, &r, &info, NULL));
   expect_device(info, 0, "rw", 0);
   protobuf_c_message_free_unpacked(&info->base, NULL);
+  expect_waiting(&seen, "(0 of 1 free; 0 sessions ahead in the queue; workers of an earlier "
+                 "controller may still register)");
+  cw_client_release(early);  // leaves the queue
   Causeway__V1__ExeInfoRequest ereq = CAUSEWAY__V1__EXE_INFO_REQUEST__INIT;
   ereq.exe_id = 77;
   assert_null(cw_client_call(c, CW_MSG_EXE_INFO, &ereq.base, NULL, 0, NULL, &rep, NULL));
@@ -705,11 +843,13 @@ static void test_real_restart(void** state) {
 
 static void test_register_reports_drain_and_pauses(void** state) {
   (void)state;
-  uint64_t* many = calloc(CW_MSG_MAX_PAUSED_SESSIONS + 1, sizeof(uint64_t));
+  uint64_t* many = calloc(CW_MSG_MAX_PREVIOUS_SESSIONS + 1, sizeof(uint64_t));
   assert_non_null(many);
-  for (size_t i = 0; i <= CW_MSG_MAX_PAUSED_SESSIONS; ++i) many[i] = i + 1;
-  expect_error(register_reporting("many", false, many, CW_MSG_MAX_PAUSED_SESSIONS + 1),
+  for (size_t i = 0; i <= CW_MSG_MAX_PREVIOUS_SESSIONS; ++i) many[i] = i + 1;
+  expect_error(register_reporting("many", false, many, CW_MSG_MAX_PREVIOUS_SESSIONS + 1),
                CW_INVALID_ARGUMENT, "previous.paused_sessions lists 4097 sessions (at most 4096)");
+  expect_error(register_connected("many", many, CW_MSG_MAX_PREVIOUS_SESSIONS + 1),
+               CW_INVALID_ARGUMENT, "previous.sessions lists 4097 sessions (at most 4096)");
   free(many);
   // The worker first, then the session resumes.
   uint64_t first[] = {0xd1a1, 0xbad};  // 0xbad: no session ever comes
@@ -760,7 +900,8 @@ int main(void) {
       cmocka_unit_test(test_register_keeps_ids), cmocka_unit_test(test_resume_refusals),
       cmocka_unit_test(test_resume_then_open), cmocka_unit_test(test_resume_waits_for_workers),
       cmocka_unit_test(test_resume_allocations), cmocka_unit_test(test_one_wait_per_session),
-      cmocka_unit_test(test_register_reports_drain_and_pauses), cmocka_unit_test(test_real_restart),
+      cmocka_unit_test(test_register_reports_drain_and_pauses),
+      cmocka_unit_test(test_new_sessions_wait_for_resumes), cmocka_unit_test(test_real_restart),
       // Last: its 16 workers of 4,096 devices would move the ids above.
       cmocka_unit_test(test_resume_large)};
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -189,6 +189,12 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
                              "the rest wait at the controller, ordered by the sessions' "
                              "weights (smaller: the weights act sooner; larger: more launches "
                              "share each write)"},
+    [CW_SET_RESUME_GRACE_MS] = {"CAUSEWAY_RESUME_GRACE_MS", NULL, CW__CTL, "resume-grace-ms",
+                                CW_SETTING_INT, 0, 600000, "10000", false, false,
+                                "taking over a running cluster: new sessions' devices wait "
+                                "this long at most for the sessions the workers report to "
+                                "resume, and a request for more devices than have registered "
+                                "waits rather than fails (0: off)"},
     [CW_SET_ISLAND] = {"CAUSEWAY_ISLAND", "CW_ISLAND", CW__WRK, "island", CW_SETTING_STRING, 0,
                        0, "", false, false,
                        "name of the island its plugin's processes form with other workers "

@@ -97,9 +97,10 @@ uint64_t cw_msg_seq(uint16_t type, const ProtobufCMessage* msg);
 // that resends its requests after a controller restart reads it as "this one
 // was applied" (cw_plugin_resume.c).
 #define CW_MSG_SEQ_DUPLICATE "is a duplicate (this session's next is"
-// The most paused sessions one REGISTER may report (RegisterPrevious
-// .paused_sessions): the controller refuses more, a worker sends at most these.
-#define CW_MSG_MAX_PAUSED_SESSIONS 4096
+// The most session ids one REGISTER may report in each list of
+// RegisterPrevious (paused_sessions, sessions): the controller refuses more,
+// a worker sends at most these.
+#define CW_MSG_MAX_PREVIOUS_SESSIONS 4096
 // Checks a request frame's bulk length against its decoded payload: UPLOAD
 // and PUT carry exactly the array's extent (a PUT with an error none), LOAD
 // any length, every other type none. Replies pass.

@@ -229,6 +229,7 @@ static void cw__on_close(cw_net_conn_t* nc, cw_status_t reason) {
     cw_session_t* s = c->session;
     c->session = NULL;
     c->keeps_session = false;
+    s->clients -= c->client_role;
     cw__session_drop(w, s);
   }
   c->session = NULL;
@@ -321,6 +322,8 @@ static cw_status_t cw__on_hello(cw_net_conn_t* nc, const Causeway__V1__HelloRequ
     if (!s) s = cw__session_create(w, r->session_id);
     if (!s) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for a session");
     s->connections++;
+    c->client_role = r->role == CAUSEWAY__V1__ROLE__ROLE_CLIENT;
+    s->clients += c->client_role;
     c->session = s;
     c->keeps_session = true;
     *out_session_id = s->id;

@@ -36,6 +36,7 @@ typedef struct cw_session_s {
   uint64_t id;   // the wire id
   uint64_t key;  // store key, unique per incarnation (never reused)
   int connections;  // client connections that keep it alive
+  int clients;      // of which a client's (not a controller's session link)
   cw_seq_t seq;     // ordering across its connections (cw_worker_seq.h)
   struct cw_wtrace_s* trace;  // recorded events once the client asked; NULL: none
   bool paused;      // `causeway pause`: its launches wait in their queues
@@ -58,6 +59,7 @@ struct cw_conn_s {
   int peer_pidfd;
   cw_session_t* session;  // keeps it alive when keeps_session
   bool keeps_session;
+  bool client_role;  // HELLO said ROLE_CLIENT (counted in session->clients)
   // Per-peer byte counts (STATS): the peer's slot, and bytes moved before
   // its HELLO named it.
   size_t peer_stat;

@@ -181,9 +181,17 @@ static cw_status_t cw__connect(cw_worker_t* w, const char* address) {
   // a new one takes them from here.
   previous.draining = w->draining;
   uint64_t* paused = NULL;
-  previous.n_paused_sessions =
-      k->numbered ? cw_worker_ops_paused_sessions(w, CW_MSG_MAX_PAUSED_SESSIONS, &paused) : 0;
+  uint64_t* connected = NULL;
+  bool more_paused = false, more = false;
+  if (k->numbered) {
+    previous.n_paused_sessions =
+        cw_worker_ops_session_ids(w, true, CW_MSG_MAX_PREVIOUS_SESSIONS, &paused, &more_paused);
+    previous.n_sessions =
+        cw_worker_ops_session_ids(w, false, CW_MSG_MAX_PREVIOUS_SESSIONS, &connected, &more);
+    previous.more_sessions = more;
+  }
   previous.paused_sessions = paused;
+  previous.sessions = connected;
   if (k->numbered) req.previous = &previous;
   req.island_name = (char*)cw_settings_string(w->settings, CW_SET_ISLAND);
   req.island_size = (uint32_t)cw_settings_int(w->settings, CW_SET_ISLAND_SIZE);
@@ -196,6 +204,7 @@ static cw_status_t cw__connect(cw_worker_t* w, const char* address) {
     }
     if (st) {
       free(paused);
+      free(connected);
       cw_net_conn_close(c->nc, NULL);
       return cw_status_annotate(st, "--island %s", req.island_name);
     }
@@ -206,6 +215,7 @@ static cw_status_t cw__connect(cw_worker_t* w, const char* address) {
   // Queued behind HELLO; a refused HELLO fails it and closes.
   cw_net_conn_request(c->nc, CW_MSG_REGISTER, &req.base, NULL, 0, NULL, NULL, cw__registered, w);
   free(paused);
+  free(connected);
   return cw_ok_status();
 }
 

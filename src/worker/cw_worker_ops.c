@@ -149,19 +149,27 @@ bool cw_worker_ops_refuse(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCMes
   return true;  // bulk bytes, if any, are discarded
 }
 
-size_t cw_worker_ops_paused_sessions(const cw_worker_t* w, size_t max, uint64_t** out_ids) {
+static bool cw__listed(const cw_session_t* s, bool paused) {
+  return paused ? s->paused : s->clients > 0;
+}
+
+size_t cw_worker_ops_session_ids(const cw_worker_t* w, bool paused, size_t max, uint64_t** out_ids,
+                                 bool* out_more) {
   *out_ids = NULL;
+  *out_more = false;
   size_t n = 0;
-  for (const cw_session_t* s = w->sessions; s; s = s->next) n += s->paused;
+  for (const cw_session_t* s = w->sessions; s; s = s->next) n += cw__listed(s, paused);
   if (n > max) {
-    CW_LOGW("%zu sessions are paused here; REGISTER reports the first %zu", n, max);
+    CW_LOGW("%zu sessions are %s here; REGISTER reports the first %zu", n,
+            paused ? "paused" : "connected", max);
     n = max;
+    *out_more = true;
   }
   uint64_t* ids = n ? malloc(n * sizeof(*ids)) : NULL;
   if (!ids) return 0;
   size_t k = 0;
   for (const cw_session_t* s = w->sessions; s && k < n; s = s->next) {
-    if (s->paused) ids[k++] = s->id;
+    if (cw__listed(s, paused)) ids[k++] = s->id;
   }
   *out_ids = ids;
   return k;

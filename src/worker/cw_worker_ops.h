@@ -17,9 +17,12 @@ void cw_worker_handle_inventory(cw_net_conn_t* conn, const cw_frame_header_t* h,
 // refused (answered; *msg freed): true. The ids it would have created exist
 // in error, so that what the client does with them next says why.
 bool cw_worker_ops_refuse(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCMessage** msg);
-// The ids of the sessions it holds paused, at most `max`, for a REGISTER: a
-// new controller learns the pauses from it. *out_ids is malloc'd (NULL when
-// none, or out of memory: then 0). Returns how many.
-size_t cw_worker_ops_paused_sessions(const cw_worker_t* w, size_t max, uint64_t** out_ids);
+// For a REGISTER, at most `max` session ids: with `paused`, those it holds
+// paused (a new controller learns the pauses from it); else those a client
+// is connected in (a new controller expects them to resume). *out_ids is
+// malloc'd (NULL when none, or out of memory: then 0); *out_more: some were
+// left out. Returns how many.
+size_t cw_worker_ops_session_ids(const cw_worker_t* w, bool paused, size_t max, uint64_t** out_ids,
+                                 bool* out_more);
 
 #endif  // CW_WORKER_OPS_H_

@@ -230,6 +230,65 @@ def test_controller_never_comes_back():
         cluster.stop()
 
 
+def _alloc_runner(cluster, name, lazy=False):
+    """A JAX client asking for 4 devices (alloc_checks.py); `lazy`: it opens
+    its session at backend_init."""
+    env = harness.causeway_env(controller=cluster.controller)
+    env.update(CW_RUNNER_CHECKS=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                             "alloc_checks.py"),
+               CAUSEWAY_DEVICES="4")
+    if lazy:
+        env["CW_RUNNER_LAZY"] = "1"
+    return harness.Runner(name, env)
+
+
+def test_new_session_waits_for_a_resume():
+    # The holder is stopped (SIGSTOP) across the restart, so a new client asks
+    # the new controller for devices before the holder resumes. The workers
+    # report the holder's session, and the new request waits for it (before:
+    # it was granted the holder's devices and the resume failed, 'is held by
+    # session'). A long --resume-grace-ms: the stopped holder must not run out
+    # of it on a loaded machine.
+    cluster = harness.HandCluster(workers=2, devices=2, tcp=True,
+                                  controller_args=("--relay-launches=0", "--resume-grace-ms",
+                                                   "120000"),
+                                  worker_args=WORKER_ARGS)
+    a = _alloc_runner(cluster, "hold-holder")
+    c = None
+    stopped = False
+    try:
+        assert a.call("alloc_devices")["ids"] == [0, 1, 2, 3]
+        c = _alloc_runner(cluster, "hold-new", lazy=True)  # JAX imported before the restart
+        os.kill(a.pid, signal.SIGSTOP)
+        stopped = True
+        cluster.kill("controller", signal.SIGKILL)
+        time.sleep(DOWN_S)
+        cluster.start_controller()
+        _registered(cluster)
+        c.submit("backend_init")
+        assert harness.wait_until(
+            lambda: "1 session of an earlier controller still to resume" in c.log_text(), 60), \
+            (c.log_tail(), cluster.logs())
+        os.kill(a.pid, signal.SIGCONT)
+        stopped = False
+        assert a.call("alloc_compute", seed=7)["ok"], a.log_tail()  # resumed, its devices
+        assert "resumed session" in a.log_text(), a.log_tail()
+        assert harness.wait_until(
+            lambda: "causeway: waiting for 4 devices (0 of 4 free; 0 sessions ahead in the queue"
+            in c.log_text(), 60), c.log_tail()
+        a.close()
+        got = c.result(timeout=120)
+        assert got["ok"] and got["devices"] == 4, (got, c.log_tail())
+        assert c.call("alloc_compute", seed=8)["ok"]
+    finally:
+        if stopped:
+            os.kill(a.pid, signal.SIGCONT)
+        a.close()
+        if c:
+            c.close()
+        cluster.stop()
+
+
 def _registered(cluster, n: int = 2) -> None:
     assert harness.wait_until(lambda: harness.stats(cluster.controller)["workers"] == n, 30), \
         cluster.logs()
