@@ -24,6 +24,7 @@
 #include "cw_plugin_trace.h"
 #include "cw_plugin_transfer.h"
 #include "cw_plugin_worker.h"
+#include "cw_time.h"
 
 #define CW__CONNECT_TIMEOUT_MS 8000     // an unreachable controller fails within 10 s
 
@@ -142,6 +143,55 @@ static cw_status_t cw__connect_controller(cw_plugin_client_t* c) {
   return cw_ok_status();
 }
 
+// OPEN_SESSION failed with `s` (taken). When the connection to a joined
+// cluster's controller was lost meanwhile (a session queued for devices
+// waits there: a controller restart ended it), reconnects and asks again,
+// for up to CAUSEWAY_CONTROLLER_RECONNECT_MS, as an open session resumes (an
+// audit: the client died 'connection ... lost' where resumed sessions went
+// on). Returns the last answer's status, the reply in *reply.
+static cw_status_t cw__open_again(cw_plugin_client_t* c, Causeway__V1__OpenSessionRequest* req,
+                                  cw_status_t s, ProtobufCMessage** reply) {
+  int64_t bound = c->cluster ? 0 : cw_settings_int(&c->settings, CW_SET_CONTROLLER_RECONNECT_MS);
+  int64_t deadline = cw_time_now_ms() + bound;
+  bool said = false;
+  while (s && bound > 0 && cw_status_code(s) == CW_UNAVAILABLE && cw_time_now_ms() < deadline) {
+    cw_status_t alive = cw_client_ping(c->ctrl);
+    if (!alive) break;  // the controller answered UNAVAILABLE itself: that is its answer
+    cw_status_free(alive);
+    if (!said) {
+      fprintf(stderr,
+              "causeway: lost the controller at %s while opening a session (%s); "
+              "reconnecting for up to %lld ms (CAUSEWAY_CONTROLLER_RECONNECT_MS)\n",
+              c->ctrl_address, cw_status_message(s), (long long)bound);
+      said = true;
+    }
+    cw_client_release(c->ctrl);
+    c->ctrl = NULL;
+    for (int64_t nap = 100; !c->ctrl && cw_time_now_ms() < deadline;
+         nap = nap < 1000 ? 2 * nap : nap) {
+      struct timespec t = {.tv_sec = nap / 1000, .tv_nsec = (nap % 1000) * 1000000L};
+      nanosleep(&t, NULL);
+      cw_status_t cs = cw__connect_controller(c);
+      if (cs) {
+        c->ctrl = NULL;
+        cw_status_free(cs);
+      }
+    }
+    if (!c->ctrl) {
+      return cw_status_annotate(s,
+                                "the controller did not come back within %lld ms "
+                                "(CAUSEWAY_CONTROLLER_RECONNECT_MS)",
+                                (long long)bound);
+    }
+    cw_status_free(s);
+    s = cw_client_call(c->ctrl, CW_MSG_OPEN_SESSION, &req->base, NULL, 0, NULL, reply, NULL);
+  }
+  if (said && !s) {
+    fprintf(stderr, "causeway: reached the controller at %s again\n", c->ctrl_address);
+  }
+  return s;
+}
+
 static cw_status_t cw__open_session(cw_plugin_client_t* c, uint32_t min_workers) {
   Causeway__V1__OpenSessionRequest req = CAUSEWAY__V1__OPEN_SESSION_REQUEST__INIT;
   req.min_workers = min_workers;
@@ -162,6 +212,7 @@ static cw_status_t cw__open_session(cw_plugin_client_t* c, uint32_t min_workers)
   ProtobufCMessage* reply = NULL;
   if (!s) {
     s = cw_client_call(c->ctrl, CW_MSG_OPEN_SESSION, &req.base, NULL, 0, NULL, &reply, NULL);
+    if (s) s = cw__open_again(c, &req, s, &reply);
   } else {
     cw_plugin_alloc_deinitialize(&alloc);
     return s;

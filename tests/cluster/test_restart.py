@@ -242,6 +242,54 @@ def _alloc_runner(cluster, name, lazy=False):
     return harness.Runner(name, env)
 
 
+def test_session_queued_for_devices_across_restart():
+    # A session waiting in the queue for devices asks the new controller
+    # again (it died 'connection ... lost' while sessions that held devices
+    # resumed: an audit), and is granted them once the holder leaves. One
+    # worker is stopped (SIGSTOP) across the restart: the re-ask comes while
+    # only the other has registered, and waits for the rest (a review saw it
+    # refused, 'the matching workers have 2 in all', with the workers'
+    # default backoff).
+    cluster = _cluster(relay=False)
+    a = _alloc_runner(cluster, "restart-holder")
+    b = None
+    stopped = False
+    try:
+        assert a.call("alloc_devices")["ids"] == [0, 1, 2, 3]
+        b = _alloc_runner(cluster, "restart-queued", lazy=True)
+        b.submit("backend_init")
+        assert harness.wait_until(lambda: "causeway: waiting for 4 devices" in b.log_text(),
+                                  150), b.log_tail()
+        late = cluster.procs["hand-worker-1"]
+        late.send_signal(signal.SIGSTOP)
+        stopped = True
+        cluster.kill("controller", signal.SIGKILL)
+        time.sleep(DOWN_S)
+        cluster.start_controller()
+        _registered(cluster, 1)
+        # In the new controller's queue, though one worker is still away.
+        assert harness.wait_until(
+            lambda: "(2 of 2 free; 0 sessions ahead in the queue; 1 session of an earlier "
+            "controller still to resume)" in b.log_text(), 60), (b.log_tail(), cluster.logs())
+        assert "lost the controller at" in b.log_text(), b.log_tail()
+        late.send_signal(signal.SIGCONT)
+        stopped = False
+        _registered(cluster)
+        assert a.call("alloc_compute", seed=7)["ok"]  # the holder resumed
+        a.close()
+        got = b.result(timeout=120)
+        assert got["ok"] and got["devices"] == 4, (got, b.log_tail())
+        assert "causeway: reached the controller at" in b.log_text(), b.log_tail()
+        assert b.call("alloc_compute", seed=8)["ok"]
+    finally:
+        if stopped:
+            late.send_signal(signal.SIGCONT)
+        a.close()
+        if b:
+            b.close()
+        cluster.stop()
+
+
 def test_new_session_waits_for_a_resume():
     # The holder is stopped (SIGSTOP) across the restart, so a new client asks
     # the new controller for devices before the holder resumes. The workers
