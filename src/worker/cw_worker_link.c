@@ -26,6 +26,7 @@
 
 #include "cw_log.h"
 #include "cw_ready.h"
+#include "cw_time.h"
 #include "cw_worker_conn.h"
 #include "cw_worker_ops.h"
 #include "cw_worker_sched.h"
@@ -46,14 +47,20 @@ struct cw_worker_link_s {
   int ready_fd;     // --ready-fd until the first registration, then -1
   uint64_t heartbeat_seq;
   int64_t reconnect_delay_ms;  // next wait before reconnecting
-  char last_error[512];        // why the latest attempt failed (before the first registration)
+  char last_error[512];        // why the latest attempt failed
   uint64_t attempts;           // failed ones before the first registration
   cw_status_t fatal;           // why the link stopped the worker (cw_worker_run returns it)
   // The global ids of the last registration, asked for again after a
   // controller restart (RegisterRequest.previous).
   bool numbered;
   int32_t first_device_id;
+  // After the first registration, "lost the controller" and a refused
+  // REGISTER are logged once per CW__RETRY_LOG_MS each: a controller that
+  // stays away, or refuses until an operator acts, would log every attempt.
+  cw_net_warn_limit_t warn_lost, warn_refused;
 };
+
+#define CW__RETRY_LOG_MS 60000
 
 void cw_worker_advertised_address(const char* listen, char* out, size_t out_size) {
   snprintf(out, out_size, "%s", listen);
@@ -88,13 +95,22 @@ static void cw__retry(cw_worker_t* w, const char* name, const char* why) {
   cw_worker_link_t* k = w->link;
   k->registered = false;
   if (w->shutting_down) return;
+  if (why) snprintf(k->last_error, sizeof(k->last_error), "%s", why);
   int64_t delay = k->reconnect_delay_ms;
   int64_t max = cw_settings_int(w->settings, CW_SET_RECONNECT_MAX_MS);
   if (delay > max) delay = max;
   if (k->ever_registered) {
-    CW_LOGW("lost the controller %s; still serving, reconnecting in %" PRId64 " ms", name, delay);
+    uint64_t more = 0;
+    if (cw_net_warn_limit_pass(&k->warn_lost, cw_time_now_ms(), CW__RETRY_LOG_MS, &more)) {
+      char since[640] = "";
+      if (more) {
+        snprintf(since, sizeof(since), " (%" PRIu64 " more attempts since the last such line; "
+                 "last error: %s)", more, k->last_error[0] ? k->last_error : "none");
+      }
+      CW_LOGW("lost the controller %s; still serving, reconnecting in %" PRId64 " ms%s", name,
+              delay, since);
+    }
   } else {
-    if (why) snprintf(k->last_error, sizeof(k->last_error), "%s", why);
     // Said once at warning level: daemons started in any order wait for each other.
     if (k->attempts++ == 0) {
       CW_LOGW("not registered with the controller %s yet (%s); trying again in %" PRId64
@@ -131,9 +147,13 @@ static void cw__registered(void* user, cw_net_conn_t* nc, cw_status_t status,
   free(bulk);
   if (status) {
     // UNAVAILABLE: nothing answered (not listening yet, say); the retry logs that.
-    if (k->ever_registered || cw_status_code(status) != CW_UNAVAILABLE) {
-      CW_LOGE("controller %s refused REGISTER: %s", cw_net_conn_name(nc),
-              cw_status_message(status));
+    uint64_t more = 0;
+    if (cw_status_code(status) != CW_UNAVAILABLE &&
+        cw_net_warn_limit_pass(&k->warn_refused, cw_time_now_ms(), CW__RETRY_LOG_MS, &more)) {
+      char since[96] = "";
+      if (more) snprintf(since, sizeof(since), " (%" PRIu64 " more since the last such line)", more);
+      CW_LOGE("controller %s refused REGISTER: %s%s", cw_net_conn_name(nc),
+              cw_status_message(status), since);
     }
     snprintf(k->last_error, sizeof(k->last_error), "%s", cw_status_message(status));
     cw_status_free(status);
@@ -151,6 +171,9 @@ static void cw__registered(void* user, cw_net_conn_t* nc, cw_status_t status,
     k->ready_fd = -1;
   }
   k->numbered = true;
+  k->warn_lost = (cw_net_warn_limit_t){0};  // the next loss is said at once
+  k->warn_refused = (cw_net_warn_limit_t){0};
+  k->last_error[0] = '\0';
   k->first_device_id = ((const Causeway__V1__RegisterReply*)reply)->first_device_id;
   k->heartbeat_seq = 0;
   k->reconnect_delay_ms = CW__RECONNECT_FIRST_MS;
@@ -232,8 +255,9 @@ static void cw__reconnect(uv_timer_t* t) {
     cw_status_free(st);
     cw_worker_stop(w);
   } else if (st) {
-    // Failed before any connection existed: try again later.
-    CW_LOGW("%s", cw_status_message(st));
+    // Failed before any connection existed: try again later (after the
+    // first registration the retry's own line says why, once a minute).
+    if (!k->ever_registered) CW_LOGW("%s", cw_status_message(st));
     cw__retry(w, address, cw_status_message(st));
     cw_status_free(st);
   }

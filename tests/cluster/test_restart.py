@@ -225,6 +225,13 @@ def test_controller_never_comes_back():
         assert lost["launch"]["elapsed"] < 1.0 and lost["compile_again"]["elapsed"] < 1.0, report
         assert all(p.poll() is None for k, p in cluster.procs.items() if k != "controller"), \
             report
+        # Each worker tried again every 300 ms meanwhile, and said so once: the
+        # line repeats once a minute, with a count (it logged two lines each
+        # attempt before session 42).
+        for name in (k for k in cluster.procs if k != "controller"):
+            log = cluster.log(name)
+            assert log.count("lost the controller") == 1, log[-3000:]
+            assert "refused REGISTER" not in log, log[-3000:]
     finally:
         r.close()
         cluster.stop()
