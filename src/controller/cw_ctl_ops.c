@@ -33,6 +33,7 @@
 #include "cw_ctl_alloc.h"
 #include "cw_ctl_island.h"
 #include "cw_ctl_ops.h"
+#include "cw_ctl_resume.h"
 #include "cw_ctl_sched.h"
 #include "cw_ctl_session.h"
 #include "cw_log.h"
@@ -597,6 +598,9 @@ static void cw__reply_status(cw_controller_t* ctl, cw_ctl_gather_t* g) {
     int64_t age = cw__mono_ms() - g->stats_ms;
     rep.stats_age_ms = age > 0 ? age : 1;
   }
+  char hold[192];
+  cw_ctl_resume_describe(ctl, hold, sizeof(hold));
+  rep.resume_hold = hold;
   size_t nw = ctl->num_workers, ns = 0;
   for (cw_ctl_session_t* s = ctl->sessions; s; s = s->next) ns += cw_ctl_ops_session_is_open(s);
   Causeway__V1__AdminWorker* ws = calloc(nw + 1, sizeof(*ws));

@@ -629,6 +629,17 @@ bool cw_ctl_resume_window(cw_controller_t* ctl) {
   return ctl->expect != NULL;
 }
 
+void cw_ctl_resume_describe(cw_controller_t* ctl, char* out, size_t cap) {
+  char text[160];
+  (void)cw_ctl_resume_holds(ctl, text, sizeof(text));
+  if (!ctl->expect) {
+    snprintf(out, cap, "%s", "");
+    return;
+  }
+  double left = (double)(ctl->expect->until_ms - cw_time_now_ms()) / 1000.0;
+  snprintf(out, cap, "%s (at most %.1f s more)", text + 2, left > 0 ? left : 0.0);
+}
+
 void cw_ctl_resume_free(cw_controller_t* ctl) { cw__expect_clear(ctl); }
 
 // Rebuilds the session and answers with its SessionInfo (or an error).

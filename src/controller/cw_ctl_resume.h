@@ -36,6 +36,9 @@ void cw_ctl_resume_expect(cw_ctl_worker_t* w);
 bool cw_ctl_resume_holds(cw_controller_t* ctl, char* out_text, size_t cap);
 // Whether a request that cannot be met now waits instead of failing.
 bool cw_ctl_resume_window(cw_controller_t* ctl);
+// For `causeway status`: "1 session of an earlier controller still to
+// resume (at most 8.2 s more)"; "" when there is no window.
+void cw_ctl_resume_describe(cw_controller_t* ctl, char* out, size_t cap);
 void cw_ctl_resume_free(cw_controller_t* ctl);
 
 #endif  // CW_CTL_RESUME_H_

@@ -765,6 +765,15 @@ static void test_real_restart(void** state) {
   (void)open_for_devices(early, "rw", 1, false);
   expect_waiting(&seen, "(1 of 1 free; 0 sessions ahead in the queue; 1 session of an earlier "
                  "controller still to resume)");
+  // `causeway status` says it too.
+  Causeway__V1__AdminStatusRequest sreq = CAUSEWAY__V1__ADMIN_STATUS_REQUEST__INIT;
+  Causeway__V1__AdminStatus* status = NULL;
+  assert_null(cw_client_call(early, CW_MSG_ADMIN_STATUS, &sreq.base, NULL, 0, NULL,
+                             (ProtobufCMessage**)&status, NULL));
+  fprintf(stderr, "  status: %s\n", status->resume_hold);
+  assert_non_null(strstr(status->resume_hold,
+                         "1 session of an earlier controller still to resume (at most "));
+  protobuf_c_message_free_unpacked(&status->base, NULL);
 
   c = client(session);  // joins in its old session id
   rdev_t devs[] = {{0, "rw", 0}};

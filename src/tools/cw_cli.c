@@ -365,6 +365,9 @@ void cw_cli_print_status(FILE* out, const Causeway__V1__AdminStatus* st) {
     fprintf(out, "workers' numbers from the controller's poll %" PRId64 " ms ago\n",
             st->stats_age_ms);
   }
+  if (st->resume_hold && st->resume_hold[0]) {
+    fprintf(out, "after a controller restart, requests for devices wait: %s\n", st->resume_hold);
+  }
   fprintf(out, "compile cache: %" PRIu64 " compiles, %" PRIu64 " hits, %" PRIu64 " misses, %"
           PRIu64 " bytes; launches relayed %" PRIu64 "; errors %" PRIu64 "\n\n", st->compiles,
           st->cache_hits, st->cache_misses, st->cache_bytes, st->launches, st->errors);
@@ -549,6 +552,9 @@ char* cw_cli_status_json(const Causeway__V1__AdminStatus* st) {
   cw__set(root, "uptime_ms", json_integer(st->uptime_ms), &ok);
   // Only in answers from a poll (--max-age): the fresh form stays as it was.
   if (st->stats_age_ms) cw__set(root, "stats_age_ms", json_integer(st->stats_age_ms), &ok);
+  if (st->resume_hold && st->resume_hold[0]) {
+    cw__set(root, "resume_hold", cw_json_string_create(st->resume_hold), &ok);
+  }
   cw__set(root, "launches_relayed", cw_json_uint_create(st->launches), &ok);
   cw__set(root, "errors", cw_json_uint_create(st->errors), &ok);
   json_t* cache = json_object();

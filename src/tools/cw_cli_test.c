@@ -315,6 +315,26 @@ static void test_status_json_says_the_poll_age(void** state) {
   assert_non_null(strstr(buf, "workers' numbers from the controller's poll 250 ms ago\n"));
 }
 
+// A controller that took over a running cluster says what new requests for
+// devices wait for (only then: the test above has no such member).
+static void test_status_says_the_resume_hold(void** state) {
+  sample_t x;
+  sample_fill(&x);
+  x.st.resume_hold = (char*)"1 session of an earlier controller still to resume (at most 8.2 s more)";
+  char* text = cw_cli_status_json(&x.st);
+  assert_non_null(text);
+  assert_non_null(strstr(text, "\"resume_hold\": \"1 session of an earlier controller still to "
+                                "resume (at most 8.2 s more)\",\n"));
+  free(text);
+  char buf[4096];
+  FILE* f = fmemopen(buf, sizeof(buf), "w");
+  assert_non_null(f);
+  cw_cli_print_status(f, &x.st);
+  fclose(f);
+  assert_non_null(strstr(buf, "\nafter a controller restart, requests for devices wait: 1 session "
+                              "of an earlier controller still to resume (at most 8.2 s more)\n"));
+}
+
 static void test_status_json_matches_before(void** state) {
   sample_t x;
   sample_fill(&x);
@@ -595,6 +615,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_status_json_matches_before),
       cmocka_unit_test(test_status_json_says_the_poll_age),
+      cmocka_unit_test(test_status_says_the_resume_hold),
       cmocka_unit_test(test_status_text_memory),
       cmocka_unit_test(test_status_text_long_address),
       cmocka_unit_test(test_status_json_repairs_invalid_utf8),
