@@ -297,12 +297,15 @@ static bool cw__alloc_snapshot(cw_controller_t* ctl, cw_alloc_worker_t** out_wor
     return false;
   }
   size_t off = 0;
+  bool hold = cw_ctl_resume_holds(ctl, NULL, 0);
   for (size_t i = 0; i < ctl->num_workers; ++i) {
     cw_ctl_worker_t* w = ctl->workers[i];
     ws[i].name = w->name;
     ws[i].platform = w->reg->inventory->platform_name;
-    // A drained worker's devices go to no new session (until it is undrained).
-    ws[i].alive = w->alive && cw_ctl_ops_worker_takes_work(w);
+    // A drained worker's devices go to no new session (until it is undrained),
+    // nor those of a worker that reported sessions still to resume.
+    ws[i].alive = w->alive && cw_ctl_ops_worker_takes_work(w) &&
+                  !(hold && cw_ctl_resume_holds_worker(ctl, w));
     ws[i].num_devices = w->num_devices;
     ws[i].use = use + off;
     ws[i].grouped = cw_ctl_island_spans(w);
@@ -389,12 +392,15 @@ typedef enum { CW__ALLOC_GRANTED, CW__ALLOC_WAIT, CW__ALLOC_FAILED } cw__alloc_r
 
 // Plans `r` for `s`; on a grant (with `apply`) the session has its devices;
 // without `apply` only the answer counts (a request behind the queue's head).
-// `st` (set on FAILED) says why; on WAIT *out_usable/*out_capacity say what is free.
+// `st` (set on FAILED) says why; on WAIT *out_usable/*out_capacity say what is
+// free, and *out_window whether it would have failed but for the window of
+// a controller taking over (cw_ctl_resume.h).
 static cw__alloc_result_t cw__alloc_try(cw_controller_t* ctl, cw_ctl_session_t* s, bool apply,
                                         const Causeway__V1__OpenSessionRequest* r,
                                         cw_status_t* out_st, uint32_t* out_usable,
-                                        uint32_t* out_capacity) {
+                                        uint32_t* out_capacity, bool* out_window) {
   *out_st = cw_ok_status();
+  *out_window = false;
   cw_alloc_worker_t* ws = NULL;
   uint8_t* use = NULL;
   cw_alloc_device_t* devs = calloc(r->num_devices + 1, sizeof(*devs));
@@ -408,14 +414,14 @@ static cw__alloc_result_t cw__alloc_try(cw_controller_t* ctl, cw_ctl_session_t* 
   bool wait = false;
   cw_status_t st = cw_alloc_plan(ws, ctl->num_workers, &req, devs, &wait, out_usable,
                                  out_capacity);
-  // Taking over a running cluster: the devices sessions still to resume
-  // hold are not known yet, and workers may still be registering.
+  // Taking over a running cluster: workers may still be registering (the
+  // devices of those that reported sessions still to resume are held back
+  // in the snapshot).
   if (st && cw_ctl_resume_window(ctl)) {
     cw_status_free(st);
     st = cw_ok_status();
     wait = true;
-  } else if (!st && !wait && cw_ctl_resume_holds(ctl, NULL, 0)) {
-    wait = true;
+    *out_window = true;
   }
   cw__alloc_result_t res = CW__ALLOC_FAILED;
   if (!st && !wait) {
@@ -486,8 +492,8 @@ void cw_ctl_alloc_open(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_
   // FIFO: with others queued, only "never" is decided now; it waits even if it would fit.
   uint32_t usable = 0, capacity = 0;
   cw_status_t st = cw_ok_status();
-  bool head = ctl->alloc_queue == NULL;
-  cw__alloc_result_t res = cw__alloc_try(ctl, s, head, r, &st, &usable, &capacity);
+  bool head = ctl->alloc_queue == NULL, window = false;
+  cw__alloc_result_t res = cw__alloc_try(ctl, s, head, r, &st, &usable, &capacity, &window);
   if (!head && res == CW__ALLOC_GRANTED) res = CW__ALLOC_WAIT;
   if (res == CW__ALLOC_GRANTED) {
     cw_ctl_session_reply_info(ctl, p, CW_MSG_OPEN_SESSION, request_id);
@@ -568,13 +574,20 @@ void cw_ctl_alloc_check(cw_controller_t* ctl, bool expire) {
     cw__alloc_describe(a->req, asked, sizeof(asked));
     uint32_t usable = 0, capacity = 0;
     cw_status_t st = cw_ok_status();
-    cw__alloc_result_t res = cw__alloc_try(ctl, s, head, a->req, &st, &usable, &capacity);
+    bool window = false;
+    cw__alloc_result_t res =
+        cw__alloc_try(ctl, s, head, a->req, &st, &usable, &capacity, &window);
     if (!head && res == CW__ALLOC_GRANTED) res = CW__ALLOC_WAIT;
     bool late = res == CW__ALLOC_WAIT && expire && a->deadline_ms && now >= a->deadline_ms;
+    // After a controller restart: what else it waits for.
+    char hold[160];
+    if (window) {
+      snprintf(hold, sizeof(hold), "; workers of an earlier controller may still register");
+    } else {
+      (void)cw_ctl_resume_holds(ctl, hold, sizeof(hold));
+    }
     if (res == CW__ALLOC_WAIT && !late) {
       char msg[512];
-      char hold[160];
-      (void)cw_ctl_resume_holds(ctl, hold, sizeof(hold));
       snprintf(msg, sizeof(msg), "causeway: waiting for %s (%u of %u free; %zu session%s ahead "
                "in the queue%s)", asked, usable, capacity, ahead, ahead == 1 ? "" : "s", hold);
       if (strcmp(msg, a->last_message) != 0) {
@@ -595,9 +608,9 @@ void cw_ctl_alloc_check(cw_controller_t* ctl, bool expire) {
     } else {
       if (late) {
         st = cw_make_status(CW_DEADLINE_EXCEEDED, "waited %.1f s for %s: %u of %u matching "
-                            "devices free, %zu session%s ahead in the queue",
+                            "devices free, %zu session%s ahead in the queue%s",
                             (double)(now - a->start_ms) / 1000.0, asked, usable, capacity, ahead,
-                            ahead == 1 ? "" : "s");
+                            ahead == 1 ? "" : "s", hold);
       } else {
         st = cw_status_annotate(st, "cannot allocate %s", asked);
       }

@@ -186,6 +186,11 @@ struct cw_controller_s {
   // Sessions of an earlier controller that workers report and that have not
   // resumed yet: new sessions' devices wait for them (cw_ctl_resume.c).
   struct cw_ctl_expect_s* expect;
+  // Sessions once expected (resumed, or given up at the hold's end): a later
+  // REGISTER that reports them again (a stall, a client that never resumes)
+  // holds nothing up. Sorted, at most CW__MAX_EXPECT_PAST.
+  uint64_t* expect_past;
+  size_t num_expect_past;
   // Gang order: the record of stamps assigned, all islands (cw_ctl_sched.c).
   cw_ctl_stamp_ring_t* stamp_ring;
 };

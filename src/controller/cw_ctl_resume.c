@@ -468,13 +468,44 @@ struct cw_ctl_expect_s {
   uint64_t* ids;  // sorted, distinct
   bool* left;     // [num]: still to resume
   size_t num, num_left;
-  bool cut;       // a REGISTER's list was cut: the window alone ends the hold
-  int64_t start_ms, until_ms;
+  // A REGISTER's list was cut (more_sessions): that worker is held for the
+  // hold's whole time; out of memory for the list: every reporting worker.
+  bool cut, cut_all;
+  int64_t start_ms;       // the first REGISTER that reported sessions to wait for
+  int64_t until_ms;       // the window: the last REGISTER with `previous`, + grace
+  int64_t hold_until_ms;  // the hold: the last REGISTER that reported new ones, + grace
 };
+
+#define CW__MAX_EXPECT_PAST 65536
 
 static int cw__cmp_id(const void* a, const void* b) {
   uint64_t x = *(const uint64_t*)a, y = *(const uint64_t*)b;
   return x < y ? -1 : x > y;
+}
+
+static bool cw__past(const cw_controller_t* ctl, uint64_t id) {
+  return ctl->num_expect_past &&
+         bsearch(&id, ctl->expect_past, ctl->num_expect_past, sizeof(id), cw__cmp_id);
+}
+
+// Remembers the sorted distinct `ids` as once expected (best effort).
+static void cw__past_add(cw_controller_t* ctl, const uint64_t* ids, size_t n) {
+  size_t have = ctl->num_expect_past;
+  if (!n || have + n > CW__MAX_EXPECT_PAST) return;
+  uint64_t* all = malloc((have + n) * sizeof(*all));
+  if (!all) return;
+  size_t i = 0, k = 0, m = 0;
+  while (i < have || k < n) {
+    if (k == n || (i < have && ctl->expect_past[i] < ids[k])) {
+      all[m++] = ctl->expect_past[i++];
+    } else {
+      if (i < have && ids[k] == ctl->expect_past[i]) i++;  // in both: once
+      all[m++] = ids[k++];
+    }
+  }
+  free(ctl->expect_past);
+  ctl->expect_past = all;
+  ctl->num_expect_past = m;
 }
 
 static void cw__expect_clear(cw_controller_t* ctl) {
@@ -485,31 +516,33 @@ static void cw__expect_clear(cw_controller_t* ctl) {
   ctl->expect = NULL;
 }
 
-// Ends the hold once nothing is left to wait for or its window passed.
+// Ends the hold once nothing is left to wait for or its time passed, and the
+// window once it passed.
 static void cw__expect_settle(cw_controller_t* ctl, int64_t now) {
   struct cw_ctl_expect_s* x = ctl->expect;
   if (!x) return;
-  bool waited_out = now >= x->until_ms;
-  if (!waited_out && (x->num_left || x->cut)) return;
-  if (x->num_left) {
-    CW_LOGW("%zu session%s of an earlier controller did not resume within %" PRId64 " ms "
-            "(--resume-grace-ms): new sessions get their devices", x->num_left,
-            x->num_left == 1 ? "" : "s", now - x->start_ms);
-  } else if (x->num) {
-    CW_LOGI("the %zu session%s of an earlier controller resumed or left after %" PRId64 " ms",
-            x->num, x->num == 1 ? "" : "s", now - x->start_ms);
-  }
-  if (waited_out) {
-    cw__expect_clear(ctl);
-  } else {
-    // Every listed session is back; the window still covers workers that
-    // have not registered again (a request for more devices waits).
+  if (x->num || x->cut) {
+    bool held = (x->num_left || x->cut) && now < x->hold_until_ms;
+    if (held) return;
+    if (x->num_left) {
+      CW_LOGW("%zu session%s of an earlier controller did not resume within %" PRId64 " ms "
+              "(--resume-grace-ms): new sessions get their devices", x->num_left,
+              x->num_left == 1 ? "" : "s", now - x->start_ms);
+    } else if (x->num) {
+      CW_LOGI("the %zu session%s of an earlier controller resumed or left after %" PRId64 " ms",
+              x->num, x->num == 1 ? "" : "s", now - x->start_ms);
+    }
+    cw__past_add(ctl, x->ids, x->num);
     free(x->ids);
     free(x->left);
     x->ids = NULL;
     x->left = NULL;
-    x->num = 0;
+    x->num = x->num_left = 0;
+    x->cut = x->cut_all = false;
   }
+  // The window still covers workers that have not registered again (a
+  // request for more devices waits) until it passes.
+  if (now >= x->until_ms) cw__expect_clear(ctl);
 }
 
 static void cw__expect_done(cw_controller_t* ctl, uint64_t id) {
@@ -569,6 +602,7 @@ void cw_ctl_resume_expect(cw_ctl_worker_t* w) {
   for (size_t i = 0; fresh && i < prev->n_sessions; ++i) {
     cw_ctl_session_t* s = cw_ctl_session_find(ctl, prev->sessions[i]);
     if (s && (s->allocated || s->mapped || cw_ctl_ops_session_is_open(s))) continue;
+    if (cw__past(ctl, prev->sessions[i])) continue;  // expected once already
     fresh[n++] = prev->sessions[i];
   }
   if (fresh) qsort(fresh, n, sizeof(*fresh), cw__cmp_id);
@@ -590,16 +624,25 @@ void cw_ctl_resume_expect(cw_ctl_worker_t* w) {
     ctl->expect = x;
     started = true;
   }
-  x->until_ms = now + grace;  // from the last REGISTER that reports
+  x->until_ms = now + grace;  // the window: from the last REGISTER with `previous`
   size_t before = x->num_left;
-  // Out of memory: the list is lost, the window still holds.
-  if (!fresh || !cw__expect_merge(x, fresh, distinct)) x->cut = true;
-  if (prev->more_sessions) x->cut = true;
+  bool had = x->num_left || x->cut;
+  // Out of memory: the list is lost, the hold lasts its time.
+  bool lost = !fresh || !cw__expect_merge(x, fresh, distinct);
+  if (lost) x->cut_all = true;
+  if (lost || prev->more_sessions) x->cut = true;
   free(fresh);
+  // The hold: only a REGISTER that reports sessions not yet waited for
+  // extends it (docs/protocol.md: "after the last REGISTER that reported any").
+  if (x->num_left > before || lost || prev->more_sessions) {
+    x->hold_until_ms = now + grace;
+    if (!had) x->start_ms = now;
+  }
   if (x->num_left > before && before == 0) {
-    CW_LOGI("worker %s reports %zu session%s of an earlier controller: new sessions' devices "
-            "wait up to %" PRId64 " ms (--resume-grace-ms) for them to resume", w->name,
-            x->num_left, x->num_left == 1 ? "" : "s", grace);
+    CW_LOGI("worker %s reports %zu session%s of an earlier controller: new sessions get no "
+            "devices of the workers that report them for up to %" PRId64 " ms "
+            "(--resume-grace-ms), until they resume", w->name, x->num_left,
+            x->num_left == 1 ? "" : "s", grace);
   } else if (started) {
     CW_LOGI("worker %s registers again: requests for devices wait up to %" PRId64 " ms "
             "(--resume-grace-ms) for the rest of an earlier controller's workers", w->name, grace);
@@ -611,17 +654,28 @@ bool cw_ctl_resume_holds(cw_controller_t* ctl, char* out_text, size_t cap) {
   if (cap) out_text[0] = '\0';
   cw__expect_settle(ctl, cw_time_now_ms());
   struct cw_ctl_expect_s* x = ctl->expect;
-  if (!x) return false;
+  if (!x || !(x->num_left || x->cut)) return false;
   // No countdown in the text: the client prints each new one.
   if (x->num_left) {
     snprintf(out_text, cap, "; %zu session%s of an earlier controller still to resume",
              x->num_left, x->num_left == 1 ? "" : "s");
-  } else if (x->cut) {
-    snprintf(out_text, cap, "; sessions of an earlier controller still to resume");
   } else {
-    snprintf(out_text, cap, "; workers of an earlier controller may still register");
+    snprintf(out_text, cap, "; sessions of an earlier controller still to resume");
   }
-  return x->num_left || x->cut;
+  return true;
+}
+
+bool cw_ctl_resume_holds_worker(cw_controller_t* ctl, const cw_ctl_worker_t* w) {
+  const struct cw_ctl_expect_s* x = ctl->expect;
+  if (!x || !(x->num_left || x->cut)) return false;
+  const Causeway__V1__RegisterPrevious* prev = w->reg ? w->reg->previous : NULL;
+  if (!prev) return false;  // registered afresh: it holds no earlier session
+  if (x->cut_all || prev->more_sessions) return true;
+  for (size_t i = 0; i < prev->n_sessions && x->num_left; ++i) {
+    const uint64_t* hit = bsearch(&prev->sessions[i], x->ids, x->num, sizeof(*x->ids), cw__cmp_id);
+    if (hit && x->left[hit - x->ids]) return true;
+  }
+  return false;
 }
 
 bool cw_ctl_resume_window(cw_controller_t* ctl) {
@@ -631,16 +685,25 @@ bool cw_ctl_resume_window(cw_controller_t* ctl) {
 
 void cw_ctl_resume_describe(cw_controller_t* ctl, char* out, size_t cap) {
   char text[160];
-  (void)cw_ctl_resume_holds(ctl, text, sizeof(text));
-  if (!ctl->expect) {
+  bool hold = cw_ctl_resume_holds(ctl, text, sizeof(text));
+  const struct cw_ctl_expect_s* x = ctl->expect;
+  if (!x) {
     snprintf(out, cap, "%s", "");
     return;
   }
-  double left = (double)(ctl->expect->until_ms - cw_time_now_ms()) / 1000.0;
-  snprintf(out, cap, "%s (at most %.1f s more)", text + 2, left > 0 ? left : 0.0);
+  int64_t until = hold ? x->hold_until_ms : x->until_ms;
+  double left = (double)(until - cw_time_now_ms()) / 1000.0;
+  snprintf(out, cap, "%s (at most %.1f s more)",
+           hold ? text + 2 : "workers of an earlier controller may still register",
+           left > 0 ? left : 0.0);
 }
 
-void cw_ctl_resume_free(cw_controller_t* ctl) { cw__expect_clear(ctl); }
+void cw_ctl_resume_free(cw_controller_t* ctl) {
+  cw__expect_clear(ctl);
+  free(ctl->expect_past);
+  ctl->expect_past = NULL;
+  ctl->num_expect_past = 0;
+}
 
 // Rebuilds the session and answers with its SessionInfo (or an error).
 static void cw__resume(cw_controller_t* ctl, cw_ctl_resume_wait_t* rw) {

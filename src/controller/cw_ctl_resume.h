@@ -24,16 +24,21 @@ void cw_ctl_resume_check(cw_controller_t* ctl, bool expire);
 // workers' REGISTERs which sessions clients are still connected in; their
 // devices are not known until each resumes. Until every such session has
 // resumed (or given up), and at most --resume-grace-ms after the last
-// REGISTER that reported any, a new session's request for devices waits
-// rather than take devices a resuming session holds. Within that window a
-// request that more devices than are registered would satisfy also waits
-// rather than fail: the workers are still coming back.
+// REGISTER that reported one not yet waited for, no new session is given a
+// device of a worker that reported one of them: a resume never finds its
+// devices taken. A session is waited for once (a worker that registers
+// again after a stall and reports it holds nothing up). Within the window,
+// --resume-grace-ms after the last REGISTER with `previous`, a request that
+// more devices than are registered would satisfy waits rather than fails:
+// the workers are still coming back.
 //
 // Takes the sessions w's REGISTER reports (a REGISTER with `previous`).
 void cw_ctl_resume_expect(cw_ctl_worker_t* w);
-// Whether allocation waits for resumes (then *out_text says why, for the
-// waiting client: "; 2 sessions of an earlier controller ...").
+// Whether a hold is on (then *out_text says why, for a waiting client:
+// "; 2 sessions of an earlier controller still to resume").
 bool cw_ctl_resume_holds(cw_controller_t* ctl, char* out_text, size_t cap);
+// Whether w's devices go to no new session now (after cw_ctl_resume_holds).
+bool cw_ctl_resume_holds_worker(cw_controller_t* ctl, const cw_ctl_worker_t* w);
 // Whether a request that cannot be met now waits instead of failing.
 bool cw_ctl_resume_window(cw_controller_t* ctl);
 // For `causeway status`: "1 session of an earlier controller still to

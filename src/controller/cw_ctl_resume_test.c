@@ -20,11 +20,15 @@
 //   its devices, status says draining), a paused session is paused again
 //   whether it resumes after the worker registered or joined before; more
 //   than CW_MSG_MAX_PREVIOUS_SESSIONS ids are refused;
-// - the hold: while sessions a worker's REGISTER reports have not resumed, a
-//   new session's request for devices waits (ALLOC_WAITING says how many are
-//   left), so the resumes find their devices free; then it is granted what
-//   is free; a request more than the registered workers can meet waits
-//   until --resume-grace-ms after the last such REGISTER, then fails;
+// - the hold: while sessions a worker's REGISTER reports have not resumed,
+//   no new session gets that worker's devices (ALLOC_WAITING says how many
+//   are left), so the resumes find their devices free; then it is granted
+//   what is free; a request more than the registered workers can meet waits
+//   until --resume-grace-ms after the last such REGISTER, then fails; a
+//   worker that registered afresh is not held; a session is waited for once
+//   (a worker reporting it again after a stall holds nothing up); REGISTERs
+//   that report nothing new do not extend the hold; a resume waiting for a
+//   late worker gets its devices before a new session waiting for them;
 // - a real restart: the worker registers with the new controller under its
 //   old ids, reporting the session its client is connected in (a new
 //   request for its device waits for that resume); the client joins in its old session id, resumes with its
@@ -55,7 +59,7 @@
 static struct {
   cw_test_process_t ctl;
   char address[512];
-  cw_client_t* workers[32];  // fake workers' REGISTER connections
+  cw_client_t* workers[64];  // fake workers' REGISTER connections
   size_t num_workers;
   int32_t next_id;  // past every fake worker's ids
 } g;
@@ -78,7 +82,7 @@ static cw_status_t fake_register_at(const char* name, const char* at, size_t dev
   cw_client_options_t o = {.peer_name = "fake-worker", .role = CAUSEWAY__V1__ROLE__ROLE_WORKER};
   cw_client_t* c = NULL;
   assert_null(cw_client_connect(g.address, &o, &c));
-  assert_true(g.num_workers < 32);
+  assert_true(g.num_workers < 64);
   g.workers[g.num_workers++] = c;
   char address[64];
   snprintf(address, sizeof(address), "%s", at ? at : "");
@@ -250,18 +254,40 @@ static cw_status_t register_connected(const char* name, uint64_t* ids, size_t n)
   return fake_register_at(name, "127.0.0.1:1", 2, &prev, NULL);
 }
 
-// The last ALLOC_WAITING message a client was sent (its reader writes it).
+// The last ALLOC_WAITING message a client was sent, and whether it was
+// sent ALLOC_GRANTED (its reader writes them).
 typedef struct waiting_s {
   pthread_mutex_t mu;
   char text[512];
+  atomic_bool granted;
 } waiting_t;
 
 static void on_waiting_event(void* user, const ProtobufCMessage* event) {
   const Causeway__V1__ClusterEvent* ev = (const Causeway__V1__ClusterEvent*)event;
-  if (ev->kind != CAUSEWAY__V1__CLUSTER_EVENT__KIND__ALLOC_WAITING || !ev->message) return;
   waiting_t* w = user;
+  if (ev->kind == CAUSEWAY__V1__CLUSTER_EVENT__KIND__ALLOC_GRANTED) atomic_store(&w->granted, true);
+  if (ev->kind != CAUSEWAY__V1__CLUSTER_EVENT__KIND__ALLOC_WAITING || !ev->message) return;
   pthread_mutex_lock(&w->mu);
   snprintf(w->text, sizeof(w->text), "%s", ev->message);
+  pthread_mutex_unlock(&w->mu);
+}
+
+// A client whose ALLOC_WAITING/ALLOC_GRANTED events land in `w`.
+static cw_client_t* watched_client(waiting_t* w) {
+  pthread_mutex_init(&w->mu, NULL);
+  w->text[0] = '\0';
+  atomic_init(&w->granted, false);
+  cw_client_options_t o = {.peer_name = "resume-test", .on_event = on_waiting_event,
+                           .event_user = w};
+  cw_client_t* c = NULL;
+  assert_null(cw_client_connect(g.address, &o, &c));
+  return c;
+}
+
+// Asserts the client was sent no ALLOC_WAITING.
+static void expect_no_waiting(waiting_t* w) {
+  pthread_mutex_lock(&w->mu);
+  if (w->text[0]) fail_msg("the client was told '%s'", w->text);
   pthread_mutex_unlock(&w->mu);
 }
 
@@ -316,7 +342,8 @@ static bool status_paused(cw_client_t* c, uint64_t id, const char* name, char* s
 
 static int setup(void** state) {
   (void)state;
-  const char* args[] = {"--resume-grace-ms", "3000", NULL};
+  // Fake workers send no heartbeats: they live as long as the tests need.
+  const char* args[] = {"--resume-grace-ms", "3000", "--worker-timeout-ms", "60000", NULL};
   return cw_test_controller_start(args, &g.ctl, g.address, sizeof(g.address)) == 0 ? 0 : -1;
 }
 
@@ -659,7 +686,7 @@ static void test_new_sessions_wait_for_resumes(void** state) {
   cw_client_t* fresh = NULL;
   assert_null(cw_client_connect(g.address, &o, &fresh));
   uint64_t rid = open_for_devices(fresh, "hw", 1, true);
-  expect_waiting(&seen, "(shared, on workers hw) (2 of 2 free; 0 sessions ahead in the queue; 2 "
+  expect_waiting(&seen, "(shared, on workers hw) (0 of 2 free; 0 sessions ahead in the queue; 2 "
                  "sessions of an earlier controller still to resume)");
   // The first resumes with hw:0 (the fresh session would have had it).
   cw_client_t* a = client(0x5e1);
@@ -691,6 +718,102 @@ static void test_new_sessions_wait_for_resumes(void** state) {
   cw_client_release(fresh);
   cw_client_release(b);
   cw_client_release(a);
+}
+
+// Only the devices of workers that reported a session still to resume are
+// held: a worker that registered afresh gives its devices at once. And a
+// session is waited for once: reported again by a worker that registers
+// again without a restart (a stall), it holds nothing up (a review: every
+// such REGISTER held every request for the whole grace).
+static void test_held_workers_only_and_once(void** state) {
+  (void)state;
+  assert_null(fake_register_at("fa", "127.0.0.1:1", 2, NULL, NULL));
+  uint64_t stray[] = {0xbeef};  // a client connected to fb that never resumes
+  assert_null(register_connected("fb", stray, 1));
+  waiting_t seen_a, seen_b, seen_c;
+  cw_client_t* a = watched_client(&seen_a);
+  Causeway__V1__SessionInfo* info = NULL;
+  assert_null(cw_client_wait(a, open_for_devices(a, "fa", 1, false), (ProtobufCMessage**)&info,
+                             NULL));
+  protobuf_c_message_free_unpacked(&info->base, NULL);
+  expect_no_waiting(&seen_a);
+  cw_client_t* b = watched_client(&seen_b);
+  uint64_t rid = open_for_devices(b, "fb", 1, false);
+  expect_waiting(&seen_b, "(on workers fb) (0 of 2 free; 0 sessions ahead in the queue; 1 session "
+                 "of an earlier controller still to resume)");
+  assert_null(cw_client_wait(b, rid, (ProtobufCMessage**)&info, NULL));  // after the grace
+  protobuf_c_message_free_unpacked(&info->base, NULL);
+  // fb's connection drops and it registers again, reporting 0xbeef again.
+  cw_client_release(g.workers[--g.num_workers]);
+  cw_test_sleep_ms(300);
+  assert_null(register_connected("fb", stray, 1));
+  cw_client_t* c = watched_client(&seen_c);
+  assert_null(cw_client_wait(c, open_for_devices(c, "fb", 1, false), (ProtobufCMessage**)&info,
+                             NULL));
+  protobuf_c_message_free_unpacked(&info->base, NULL);
+  expect_no_waiting(&seen_c);
+  cw_client_release(c);
+  cw_client_release(b);
+  cw_client_release(a);
+}
+
+// The hold lasts --resume-grace-ms after the last REGISTER that reported a
+// session not waited for yet: REGISTERs that report none (a fleet coming
+// back one by one) do not extend it (a review saw 13 s for a grace of 3 s).
+static void test_hold_ends_though_workers_keep_registering(void** state) {
+  (void)state;
+  uint64_t never[] = {0xdead};
+  assert_null(register_connected("hd", never, 1));
+  waiting_t seen;
+  cw_client_t* c = watched_client(&seen);
+  uint64_t rid = open_for_devices(c, "hd", 1, false);
+  expect_waiting(&seen, "1 session of an earlier controller still to resume");
+  Causeway__V1__RegisterPrevious prev = CAUSEWAY__V1__REGISTER_PREVIOUS__INIT;
+  prev.first_device_id = -1;
+  int i = 0;
+  for (; i < 16 && !atomic_load(&seen.granted); ++i) {  // 8 s, against a grace of 3 s
+    char name[16];
+    snprintf(name, sizeof(name), "he%d", i);
+    assert_null(fake_register_at(name, "127.0.0.1:1", 1, &prev, NULL));
+    cw_test_sleep_ms(500);
+  }
+  fprintf(stderr, "  granted after %d more REGISTERs\n", i);
+  assert_true(atomic_load(&seen.granted));
+  Causeway__V1__SessionInfo* info = NULL;
+  assert_null(cw_client_wait(c, rid, (ProtobufCMessage**)&info, NULL));
+  protobuf_c_message_free_unpacked(&info->base, NULL);
+  cw_client_release(c);
+}
+
+// A resume that waits for a worker registering late (the hold over by then)
+// gets that worker's devices before a new session waiting for them.
+static void test_late_worker_goes_to_the_resume(void** state) {
+  (void)state;
+  uint64_t ids[] = {0x1a7e};
+  assert_null(register_connected("la", ids, 1));
+  cw_client_t* s = client(0x1a7e);
+  rdev_t devs[] = {{0, "lb", 0}};
+  resume_t r = {.devs = devs, .n = 1, .num_devices = 1, .wait_ms = 20000};
+  uint64_t srid = 0;
+  assert_null(resume(s, &r, NULL, &srid));
+  cw_test_sleep_ms(2000);
+  Causeway__V1__RegisterPrevious prev = CAUSEWAY__V1__REGISTER_PREVIOUS__INIT;
+  prev.first_device_id = -1;
+  assert_null(fake_register_at("lc", "127.0.0.1:1", 1, &prev, NULL));  // the window goes on
+  cw_test_sleep_ms(1500);  // the hold (3 s) is over; the resume still waits for lb
+  waiting_t seen;
+  cw_client_t* n = watched_client(&seen);
+  (void)open_for_devices(n, "lb", 2, false);  // waits until it leaves
+  expect_waiting(&seen, "2 devices (on workers lb)");
+  assert_null(register_connected("lb", ids, 1));
+  Causeway__V1__SessionInfo* info = NULL;
+  assert_null(cw_client_wait(s, srid, (ProtobufCMessage**)&info, NULL));
+  expect_device(info, 0, "lb", 0);
+  protobuf_c_message_free_unpacked(&info->base, NULL);
+  // lb has 2 devices and the resume holds one: the new session waits on.
+  expect_waiting(&seen, "2 devices (on workers lb) (1 of 2 free; 0 sessions ahead in the queue)");
+  cw_client_release(n);
+  cw_client_release(s);
 }
 
 static void test_real_restart(void** state) {
@@ -763,7 +886,7 @@ static void test_real_restart(void** state) {
   cw_client_t* early = NULL;
   assert_null(cw_client_connect(g.address, &eo, &early));
   (void)open_for_devices(early, "rw", 1, false);
-  expect_waiting(&seen, "(1 of 1 free; 0 sessions ahead in the queue; 1 session of an earlier "
+  expect_waiting(&seen, "(0 of 1 free; 0 sessions ahead in the queue; 1 session of an earlier "
                  "controller still to resume)");
   // `causeway status` says it too.
   Causeway__V1__AdminStatusRequest sreq = CAUSEWAY__V1__ADMIN_STATUS_REQUEST__INIT;
@@ -783,8 +906,8 @@ static void test_real_restart(void** state) {
   assert_null(resume(c, &r, &info, NULL));
   expect_device(info, 0, "rw", 0);
   protobuf_c_message_free_unpacked(&info->base, NULL);
-  expect_waiting(&seen, "(0 of 1 free; 0 sessions ahead in the queue; workers of an earlier "
-                 "controller may still register)");
+  expect_waiting(&seen, "waiting for 1 devices (on workers rw) (0 of 1 free; 0 sessions ahead in "
+                 "the queue)");
   cw_client_release(early);  // leaves the queue
   Causeway__V1__ExeInfoRequest ereq = CAUSEWAY__V1__EXE_INFO_REQUEST__INIT;
   ereq.exe_id = 77;
@@ -910,7 +1033,10 @@ int main(void) {
       cmocka_unit_test(test_resume_then_open), cmocka_unit_test(test_resume_waits_for_workers),
       cmocka_unit_test(test_resume_allocations), cmocka_unit_test(test_one_wait_per_session),
       cmocka_unit_test(test_register_reports_drain_and_pauses),
-      cmocka_unit_test(test_new_sessions_wait_for_resumes), cmocka_unit_test(test_real_restart),
+      cmocka_unit_test(test_new_sessions_wait_for_resumes),
+      cmocka_unit_test(test_held_workers_only_and_once),
+      cmocka_unit_test(test_hold_ends_though_workers_keep_registering),
+      cmocka_unit_test(test_late_worker_goes_to_the_resume), cmocka_unit_test(test_real_restart),
       // Last: its 16 workers of 4,096 devices would move the ids above.
       cmocka_unit_test(test_resume_large)};
   return cmocka_run_group_tests(tests, setup, teardown);

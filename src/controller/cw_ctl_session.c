@@ -314,6 +314,10 @@ static void cw__open_wait_free(cw_ctl_open_wait_t* ow) {
 }
 
 void cw_ctl_session_open_waits_check(cw_controller_t* ctl, bool expire) {
+  // Sessions waiting for their workers to come back first: a worker that
+  // just registered again gives its devices to the resumes that named it
+  // before a new session's request may take them (the hold may have ended).
+  cw_ctl_resume_check(ctl, expire);
   int64_t now = cw_time_now_ms();
   cw_ctl_open_wait_t** pp = &ctl->open_waits;
   while (*pp) {
@@ -347,7 +351,6 @@ void cw_ctl_session_open_waits_check(cw_controller_t* ctl, bool expire) {
     cw__open_wait_free(ow);
   }
   cw_ctl_alloc_check(ctl, expire);  // capacity may have freed: the device queue
-  cw_ctl_resume_check(ctl, expire);  // sessions waiting for their workers to come back
   if (!ctl->open_waits && !ctl->alloc_queue && !ctl->resume_waits && !ctl->shutting_down) {
     uv_timer_stop(&ctl->open_tick);
   }

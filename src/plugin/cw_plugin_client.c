@@ -152,19 +152,22 @@ static cw_status_t cw__connect_controller(cw_plugin_client_t* c) {
 static cw_status_t cw__open_again(cw_plugin_client_t* c, Causeway__V1__OpenSessionRequest* req,
                                   cw_status_t s, ProtobufCMessage** reply) {
   int64_t bound = c->cluster ? 0 : cw_settings_int(&c->settings, CW_SET_CONTROLLER_RECONNECT_MS);
-  int64_t deadline = cw_time_now_ms() + bound;
   bool said = false;
-  while (s && bound > 0 && cw_status_code(s) == CW_UNAVAILABLE && cw_time_now_ms() < deadline) {
+  int64_t deadline = cw_time_now_ms() + bound, asked_ms = 0;
+  while (s && bound > 0 && cw_status_code(s) == CW_UNAVAILABLE) {
     cw_status_t alive = cw_client_ping(c->ctrl);
     if (!alive) break;  // the controller answered UNAVAILABLE itself: that is its answer
     cw_status_free(alive);
-    if (!said) {
-      fprintf(stderr,
-              "causeway: lost the controller at %s while opening a session (%s); "
-              "reconnecting for up to %lld ms (CAUSEWAY_CONTROLLER_RECONNECT_MS)\n",
-              c->ctrl_address, cw_status_message(s), (long long)bound);
-      said = true;
-    }
+    // A loss after the re-asked request waited a while (in the new
+    // controller's queue) gets the whole bound again, as a resumed session's
+    // does; one right after it (a controller that fails it at once) does not.
+    if (asked_ms && cw_time_now_ms() - asked_ms >= 1000) deadline = cw_time_now_ms() + bound;
+    if (cw_time_now_ms() >= deadline) break;
+    fprintf(stderr,
+            "causeway: lost the controller at %s while opening a session (%s); "
+            "reconnecting for up to %lld ms (CAUSEWAY_CONTROLLER_RECONNECT_MS)\n",
+            c->ctrl_address, cw_status_message(s), (long long)bound);
+    said = true;
     cw_client_release(c->ctrl);
     c->ctrl = NULL;
     for (int64_t nap = 100; !c->ctrl && cw_time_now_ms() < deadline;
@@ -184,6 +187,7 @@ static cw_status_t cw__open_again(cw_plugin_client_t* c, Causeway__V1__OpenSessi
                                 (long long)bound);
     }
     cw_status_free(s);
+    asked_ms = cw_time_now_ms();
     s = cw_client_call(c->ctrl, CW_MSG_OPEN_SESSION, &req->base, NULL, 0, NULL, reply, NULL);
   }
   if (said && !s) {
