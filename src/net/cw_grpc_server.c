@@ -33,6 +33,9 @@ typedef struct cw_grpc_conn_s {
   uv_timer_t timer;
   int open_handles;
   bool closing;
+  // A Unix-socket peer running as this user (SO_PEERCRED): it needs no
+  // token, as nothing the token guards against can reach the socket.
+  bool same_user;
   cw_grpc_session_t* session;
   char rbuf[CW__READ_BUF];
 } cw_grpc_conn_t;
@@ -177,7 +180,7 @@ static cw_status_t cw__on_start(void* user, cw_grpc_call_t* call) {
   cw_grpc_conn_t* c = user;
   cw_grpc_server_t* s = c->server;
   const char* token = s->o->token;
-  if (token && token[0]) {
+  if (token && token[0] && !c->same_user) {
     const uint8_t* got;
     size_t len;
     bool has = cw_grpc_call_metadata(call, "authorization", &got, &len);
@@ -256,6 +259,9 @@ static void cw__accept_one(uv_stream_t* listener) {
   if (!s->is_pipe) {
     uv_tcp_nodelay(&c->sock.tcp, 1);
     named = uv_tcp_getpeername(&c->sock.tcp, (struct sockaddr*)&sa, &len) == 0;
+  } else {
+    uv_os_fd_t fd = -1;
+    c->same_user = uv_fileno(&c->sock.handle, &fd) == 0 && cw_net_unix_peer_pid_same_user(fd) > 0;
   }
   cw_net_peer_key_from_sockaddr(named ? (const struct sockaddr*)&sa : NULL, &c->gate.peer);
   cw_net_gate_entry_t* victim = cw_net_gate_admit(&s->gate, &c->gate);

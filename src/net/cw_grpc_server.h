@@ -7,7 +7,8 @@
 // the gate, and under its deadline, until its first call is accepted; with a
 // token set, a call needs metadata "authorization: Bearer <token>" (else
 // UNAUTHENTICATED). A Unix socket (an address with '/') is made 0700: only
-// its owner connects. Plaintext only: TLS for this listener is not built
+// its owner connects, and a peer the kernel says runs as this user needs no
+// token (jaxlib's IFRT proxy client cannot send one). Plaintext only: TLS for this listener is not built
 // (docs/proxy.md says why); bind TCP to loopback or a trusted network.
 #ifndef CW_NET_GRPC_SERVER_H_
 #define CW_NET_GRPC_SERVER_H_

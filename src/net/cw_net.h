@@ -343,5 +343,8 @@ void cw_net_describe_unix_peer(int fd, char* out, size_t capacity);
 // process runs as this one's user (SO_PEERCRED: the kernel's word, not the
 // peer's), else 0.
 int cw_net_conn_peer_pid(const cw_net_conn_t* c);
+// The same from a Unix socket's descriptor: the peer's pid when it runs as
+// this process's user, else 0.
+int cw_net_unix_peer_pid_same_user(int fd);
 
 #endif  // CW_NET_NET_H_

@@ -41,14 +41,18 @@ cw_status_t cw_net_hello_authenticate(const char* want, const uint8_t* got, size
                         "daemons)", why);
 }
 
+int cw_net_unix_peer_pid_same_user(int fd) {
+  struct ucred cred;
+  socklen_t len = sizeof(cred);
+  if (fd < 0 || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return 0;
+  return cred.uid == geteuid() && cred.pid > 0 ? (int)cred.pid : 0;
+}
+
 int cw_net_conn_peer_pid(const cw_net_conn_t* c) {
   if (!c || c->h.handle.type != UV_NAMED_PIPE) return 0;
   uv_os_fd_t fd = -1;
   if (uv_fileno(&c->h.handle, &fd) != 0 || fd < 0) return 0;
-  struct ucred cred;
-  socklen_t len = sizeof(cred);
-  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return 0;
-  return cred.uid == geteuid() ? (int)cred.pid : 0;
+  return cw_net_unix_peer_pid_same_user(fd);
 }
 
 void cw_net_describe_unix_peer(int fd, char* out, size_t capacity) {

@@ -314,7 +314,15 @@ cw_status_t cw_proxy_create(const cw_settings_t* settings, cw_proxy_t** out) {
     cw_proxy_release(p);
     return st;
   }
-  printf("causeway-proxy listening on %s\n", cw_grpc_server_address(p->server));
+  const char* token = p->server_options.token;
+  const char* address = cw_grpc_server_address(p->server);
+  if (token && token[0] && !strchr(address, '/')) {
+    // jaxlib's client retries UNAUTHENTICATED without a word to its user.
+    CW_LOGW("clients must send the cluster's token (metadata \"authorization: Bearer <token>\"); "
+            "jaxlib's IFRT proxy client cannot, and is refused: for it, listen on a Unix socket "
+            "(--listen PATH), where this user's clients need no token");
+  }
+  printf("causeway-proxy listening on %s\n", address);
   fflush(stdout);
   *out = p;
   return cw_ok_status();

@@ -8,6 +8,7 @@ import json
 import os
 import pathlib
 import signal
+import shutil
 import socket
 import struct
 import subprocess
@@ -432,8 +433,37 @@ def test_token_is_required_when_set(cluster):
                                         metadata=(("authorization", "Bearer s3cret"),),
                                         timeout=10)
             assert got == field(1, version(25))
+        # It says at start that jaxlib's client cannot get in this way.
+        assert "jaxlib's IFRT proxy client cannot, and is refused: for it, listen on a Unix " \
+            "socket" in p.logs(), p.logs()
     finally:
         assert p.stop() == 0, p.logs()
+
+
+def test_token_not_needed_by_the_owner_on_a_unix_socket():
+    """On a cluster with a token (as `eval "$(causeway up)"` starts one), the
+    proxy's socket lets its owner in without it: jaxlib's client sends none,
+    and only the owner can reach the socket (before session 42 jaxlib retried
+    its refused GetVersion for ever, without a word)."""
+    tokened = harness.HandCluster(workers=1, devices=4, tcp=True, token="s3cret")
+    d = tempfile.mkdtemp(prefix="cw-proxy-sock-")
+    path = os.path.join(d, "proxy.sock")
+    p = Proxy(tokened.controller, tokened.token_env("s3cret"), listen=path)
+    try:
+        with grpc.insecure_channel(p.address) as ch:
+            got = raw(ch, "GetVersion")(field(1, version(16)) + field(2, version(25)), timeout=10)
+            assert got == field(1, version(25))
+        assert "jaxlib's IFRT proxy client cannot" not in p.logs(), p.logs()
+        client = jax_client(p.address)  # jaxlib's own client, end to end
+        try:
+            out = read_report(client)
+            assert len(out["devices"]) == 4 and out["compute"] == [0.0, 1.0, 2.0, 3.0], out
+        finally:
+            finish(client)
+    finally:
+        assert p.stop() == 0, p.logs()
+        shutil.rmtree(d, ignore_errors=True)
+        tokened.stop()
 
 
 def live_session(ch):
