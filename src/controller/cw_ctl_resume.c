@@ -553,7 +553,8 @@ static void cw__expect_done(cw_controller_t* ctl, uint64_t id) {
   x->left[hit - x->ids] = false;
   x->num_left--;
   cw__expect_settle(ctl, cw_time_now_ms());
-  cw_ctl_alloc_check(ctl, false);  // a hold that ended lets the queue go on
+  // The queue goes on once cw_ctl_resume_check has answered every resume
+  // it can (a hold that ended lets it go on).
 }
 
 // Merges the sorted distinct `fresh` into the hold; false when out of memory.
@@ -595,6 +596,9 @@ void cw_ctl_resume_expect(cw_ctl_worker_t* w) {
   int64_t grace = cw_settings_int(ctl->settings, CW_SET_RESUME_GRACE_MS);
   if (!prev || grace <= 0) return;
   int64_t now = cw_time_now_ms();
+  // A hold that passed unseen (nothing asked for devices meanwhile) ends
+  // first: its sessions count as waited for below.
+  cw__expect_settle(ctl, now);
   // Those this controller serves already are not waited for (a worker that
   // registers again after a stall lists them too).
   uint64_t* fresh = malloc((prev->n_sessions ? prev->n_sessions : 1) * sizeof(*fresh));
@@ -610,7 +614,6 @@ void cw_ctl_resume_expect(cw_ctl_worker_t* w) {
   for (size_t i = 0; i < n; ++i) {
     if (!distinct || fresh[distinct - 1] != fresh[i]) fresh[distinct++] = fresh[i];
   }
-  cw__expect_settle(ctl, now);  // a window that passed unseen
   struct cw_ctl_expect_s* x = ctl->expect;
   bool started = false;
   if (!x) {
@@ -722,8 +725,8 @@ static void cw__resume(cw_controller_t* ctl, cw_ctl_resume_wait_t* rw) {
   size_t exes = cw__set_exes(ctl, s, r);
   if (r->open) cw_ctl_ops_session_opened(s, r->open);
   cw_ctl_ops_session_resumed(s);  // a pause the workers still apply
-  // An OPEN_SESSION of this session waiting in the device queue: answered now.
-  if (s->allocated) cw_ctl_alloc_check(ctl, false);
+  // An OPEN_SESSION of this session waiting in the device queue is answered
+  // by cw_ctl_resume_check's run of the queue, after every resume it can.
   CW_LOGI("session %" PRIu64 " resumed after %" PRId64 " ms: %zu devices%s, %zu of %zu "
           "executables", s->id, cw_time_now_ms() - rw->start_ms, r->n_devices,
           s->allocated ? " (allocated)" : "", exes, r->n_executables);
@@ -744,6 +747,7 @@ void cw_ctl_resume_check(cw_controller_t* ctl, bool expire) {
   cw__names_t workers = {0};
   if (!cw__names_init(ctl, &workers)) workers.by_name = NULL;
   cw_ctl_resume_wait_t** pp = &ctl->resume_waits;
+  bool answered = false;
   while (*pp) {
     cw_ctl_resume_wait_t* rw = *pp;
     bool gone = ctl->shutting_down || !cw_net_conn_is_open(rw->conn) || rw->session->closed;
@@ -769,8 +773,13 @@ void cw_ctl_resume_check(cw_controller_t* ctl, bool expire) {
     // its devices: the queue may go on now).
     cw__expect_done(ctl, rw->session->id);
     cw__wait_free(rw);
+    answered = true;
   }
   free(workers.by_name);
+  // The device queue runs once every resume that can be answered was: a
+  // new session must not take a device of a resume later in the list (a
+  // review: the queue ran after the first of two resumes naming one worker).
+  if (answered) cw_ctl_alloc_check(ctl, false);
 }
 
 void cw_ctl_handle_session_resume(cw_net_conn_t* conn, const cw_frame_header_t* h,

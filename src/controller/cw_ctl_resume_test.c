@@ -816,6 +816,71 @@ static void test_late_worker_goes_to_the_resume(void** state) {
   cw_client_release(s);
 }
 
+// A hold that ended while nothing asked for devices (no tick saw its end)
+// still counts as waited for: the worker that reports the session again
+// after a stall holds nothing up (a review: the REGISTER checked the
+// sessions once waited for before the hold's end was taken, and held
+// the session a second time).
+static void test_hold_that_ended_unseen_is_not_held_again(void** state) {
+  (void)state;
+  uint64_t stray[] = {0x0dd5};
+  assert_null(register_connected("ua", stray, 1));
+  cw_test_sleep_ms(3500);  // the hold (3 s) passes; nothing asks for devices
+  cw_client_release(g.workers[--g.num_workers]);
+  cw_test_sleep_ms(300);
+  assert_null(register_connected("ua", stray, 1));  // a stall: reports it again
+  waiting_t seen;
+  cw_client_t* c = watched_client(&seen);
+  Causeway__V1__SessionInfo* info = NULL;
+  assert_null(cw_client_wait(c, open_for_devices(c, "ua", 1, false), (ProtobufCMessage**)&info,
+                             NULL));
+  protobuf_c_message_free_unpacked(&info->base, NULL);
+  expect_no_waiting(&seen);
+  cw_client_release(c);
+}
+
+// Two resumes wait for a worker that registers after the hold ended: the
+// first one's resume must not let a new session queued for that worker
+// take the second one's device (a review: the device queue ran between
+// the two resumes).
+static void test_late_worker_goes_to_every_resume(void** state) {
+  (void)state;
+  uint64_t ids[] = {0x2a1, 0x2a2};
+  assert_null(register_connected("ma", ids, 2));
+  cw_client_t* s1 = client(0x2a1);
+  cw_client_t* s2 = client(0x2a2);
+  rdev_t d1[] = {{0, "mb", 0}};
+  rdev_t d2[] = {{0, "mb", 1}};
+  resume_t r1 = {.devs = d1, .n = 1, .num_devices = 1, .wait_ms = 20000};
+  resume_t r2 = {.devs = d2, .n = 1, .num_devices = 1, .wait_ms = 20000};
+  uint64_t rid1 = 0, rid2 = 0;
+  assert_null(resume(s1, &r1, NULL, &rid1));
+  assert_null(resume(s2, &r2, NULL, &rid2));
+  cw_test_sleep_ms(2000);
+  Causeway__V1__RegisterPrevious prev = CAUSEWAY__V1__REGISTER_PREVIOUS__INIT;
+  prev.first_device_id = -1;
+  assert_null(fake_register_at("mc", "127.0.0.1:1", 1, &prev, NULL));  // the window goes on
+  cw_test_sleep_ms(1500);  // the hold (3 s) is over; both resumes still wait for mb
+  waiting_t seen;
+  cw_client_t* n = watched_client(&seen);
+  uint64_t nrid = open_for_devices(n, "mb", 1, false);
+  expect_waiting(&seen, "1 devices (on workers mb)");
+  assert_null(register_connected("mb", ids, 2));
+  Causeway__V1__SessionInfo* info = NULL;
+  assert_null(cw_client_wait(s1, rid1, (ProtobufCMessage**)&info, NULL));
+  expect_device(info, 0, "mb", 0);
+  protobuf_c_message_free_unpacked(&info->base, NULL);
+  info = NULL;
+  assert_null(cw_client_wait(s2, rid2, (ProtobufCMessage**)&info, NULL));
+  expect_device(info, 0, "mb", 1);
+  protobuf_c_message_free_unpacked(&info->base, NULL);
+  expect_waiting(&seen, "1 devices (on workers mb) (0 of 2 free; 0 sessions ahead in the queue)");
+  (void)nrid;
+  cw_client_release(n);
+  cw_client_release(s2);
+  cw_client_release(s1);
+}
+
 static void test_real_restart(void** state) {
   (void)state;
   // The fake workers go: their slots die with this controller anyway.
@@ -1036,7 +1101,9 @@ int main(void) {
       cmocka_unit_test(test_new_sessions_wait_for_resumes),
       cmocka_unit_test(test_held_workers_only_and_once),
       cmocka_unit_test(test_hold_ends_though_workers_keep_registering),
-      cmocka_unit_test(test_late_worker_goes_to_the_resume), cmocka_unit_test(test_real_restart),
+      cmocka_unit_test(test_late_worker_goes_to_the_resume),
+      cmocka_unit_test(test_hold_that_ended_unseen_is_not_held_again),
+      cmocka_unit_test(test_late_worker_goes_to_every_resume), cmocka_unit_test(test_real_restart),
       // Last: its 16 workers of 4,096 devices would move the ids above.
       cmocka_unit_test(test_resume_large)};
   return cmocka_run_group_tests(tests, setup, teardown);
