@@ -304,8 +304,8 @@ static bool cw__alloc_snapshot(cw_controller_t* ctl, cw_alloc_worker_t** out_wor
     ws[i].platform = w->reg->inventory->platform_name;
     // A drained worker's devices go to no new session (until it is undrained),
     // nor those of a worker that reported sessions still to resume.
-    ws[i].alive = w->alive && cw_ctl_ops_worker_takes_work(w) &&
-                  !(hold && cw_ctl_resume_holds_worker(ctl, w));
+    ws[i].held = hold && w->alive && cw_ctl_resume_holds_worker(ctl, w);
+    ws[i].alive = w->alive && cw_ctl_ops_worker_takes_work(w) && !ws[i].held;
     ws[i].num_devices = w->num_devices;
     ws[i].use = use + off;
     ws[i].grouped = cw_ctl_island_spans(w);
@@ -393,14 +393,19 @@ typedef enum { CW__ALLOC_GRANTED, CW__ALLOC_WAIT, CW__ALLOC_FAILED } cw__alloc_r
 // Plans `r` for `s`; on a grant (with `apply`) the session has its devices;
 // without `apply` only the answer counts (a request behind the queue's head).
 // `st` (set on FAILED) says why; on WAIT *out_usable/*out_capacity say what is
-// free, and *out_window whether it would have failed but for the window of
-// a controller taking over (cw_ctl_resume.h).
+// free, and *out_why what else it waits for after a controller restart
+// (cw_ctl_resume.h), for the client's message.
+typedef struct {
+  bool window;  // it would have failed: workers may still register
+  bool held;    // matching workers are held back for sessions still to resume
+} cw__alloc_why_t;
+
 static cw__alloc_result_t cw__alloc_try(cw_controller_t* ctl, cw_ctl_session_t* s, bool apply,
                                         const Causeway__V1__OpenSessionRequest* r,
                                         cw_status_t* out_st, uint32_t* out_usable,
-                                        uint32_t* out_capacity, bool* out_window) {
+                                        uint32_t* out_capacity, cw__alloc_why_t* out_why) {
   *out_st = cw_ok_status();
-  *out_window = false;
+  *out_why = (cw__alloc_why_t){false, false};
   cw_alloc_worker_t* ws = NULL;
   uint8_t* use = NULL;
   cw_alloc_device_t* devs = calloc(r->num_devices + 1, sizeof(*devs));
@@ -421,7 +426,10 @@ static cw__alloc_result_t cw__alloc_try(cw_controller_t* ctl, cw_ctl_session_t* 
     cw_status_free(st);
     st = cw_ok_status();
     wait = true;
-    *out_window = true;
+    out_why->window = true;
+  }
+  for (size_t i = 0; i < ctl->num_workers && !out_why->held; ++i) {
+    out_why->held = ws[i].held && cw_alloc_matches(&req, &ws[i]);
   }
   cw__alloc_result_t res = CW__ALLOC_FAILED;
   if (!st && !wait) {
@@ -492,8 +500,9 @@ void cw_ctl_alloc_open(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_
   // FIFO: with others queued, only "never" is decided now; it waits even if it would fit.
   uint32_t usable = 0, capacity = 0;
   cw_status_t st = cw_ok_status();
-  bool head = ctl->alloc_queue == NULL, window = false;
-  cw__alloc_result_t res = cw__alloc_try(ctl, s, head, r, &st, &usable, &capacity, &window);
+  bool head = ctl->alloc_queue == NULL;
+  cw__alloc_why_t why;
+  cw__alloc_result_t res = cw__alloc_try(ctl, s, head, r, &st, &usable, &capacity, &why);
   if (!head && res == CW__ALLOC_GRANTED) res = CW__ALLOC_WAIT;
   if (res == CW__ALLOC_GRANTED) {
     cw_ctl_session_reply_info(ctl, p, CW_MSG_OPEN_SESSION, request_id);
@@ -574,16 +583,15 @@ void cw_ctl_alloc_check(cw_controller_t* ctl, bool expire) {
     cw__alloc_describe(a->req, asked, sizeof(asked));
     uint32_t usable = 0, capacity = 0;
     cw_status_t st = cw_ok_status();
-    bool window = false;
-    cw__alloc_result_t res =
-        cw__alloc_try(ctl, s, head, a->req, &st, &usable, &capacity, &window);
+    cw__alloc_why_t why;
+    cw__alloc_result_t res = cw__alloc_try(ctl, s, head, a->req, &st, &usable, &capacity, &why);
     if (!head && res == CW__ALLOC_GRANTED) res = CW__ALLOC_WAIT;
     bool late = res == CW__ALLOC_WAIT && expire && a->deadline_ms && now >= a->deadline_ms;
     // After a controller restart: what else it waits for.
-    char hold[160];
-    if (window) {
+    char hold[160] = "";
+    if (why.window) {
       snprintf(hold, sizeof(hold), "; workers of an earlier controller may still register");
-    } else {
+    } else if (why.held) {
       (void)cw_ctl_resume_holds(ctl, hold, sizeof(hold));
     }
     if (res == CW__ALLOC_WAIT && !late) {

@@ -58,7 +58,7 @@ static uint32_t cw__alloc_group(const cw_alloc_worker_t* workers, size_t num_wor
   return workers[k].grouped && workers[k].island < num_workers ? workers[k].island : (uint32_t)k;
 }
 
-static bool cw__alloc_matches(const cw_alloc_request_t* r, const cw_alloc_worker_t* w) {
+bool cw_alloc_matches(const cw_alloc_request_t* r, const cw_alloc_worker_t* w) {
   return cw__alloc_named(r, w->name) && cw__alloc_platform_ok(r, w->platform);
 }
 
@@ -68,7 +68,7 @@ static size_t cw__alloc_take_island(const cw_alloc_worker_t* workers, size_t num
                                     const cw_alloc_request_t* r, uint32_t g, uint32_t count,
                                     cw_alloc_device_t* out, size_t used) {
   for (size_t k = 0; k < num_workers && count; ++k) {
-    if (cw__alloc_group(workers, num_workers, k) != g || !cw__alloc_matches(r, &workers[k]) ||
+    if (cw__alloc_group(workers, num_workers, k) != g || !cw_alloc_matches(r, &workers[k]) ||
         !workers[k].alive) {
       continue;
     }
@@ -139,7 +139,7 @@ cw_status_t cw_alloc_plan(const cw_alloc_worker_t* workers, size_t num_workers,
     return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   }
   for (size_t k = 0; k < num_workers; ++k) {
-    if (!cw__alloc_matches(r, &workers[k])) continue;
+    if (!cw_alloc_matches(r, &workers[k])) continue;
     uint32_t g = cw__alloc_group(workers, num_workers, k);
     size[g] += workers[k].num_devices;
     if (workers[k].alive) avail[g] += cw__alloc_usable(&workers[k], r->share);

@@ -26,6 +26,9 @@ typedef struct cw_alloc_worker_s {
   // not still counts toward what a request can ever get (its worker may be
   // replaced, or undrained): such a request waits.
   bool alive;
+  // Not alive because the controller holds it back for sessions still to
+  // resume after a restart (cw_ctl_resume.h): for the waiting client's message.
+  bool held;
   uint32_t num_devices;
   const uint8_t* use;  // [num_devices] CW_ALLOC_*
   // A member of an island of several workers (--island): `island` is the
@@ -62,6 +65,9 @@ typedef struct cw_alloc_device_s {
 //   the matching workers have), with a message saying what was asked and what
 //   the cluster has; the counts are set as far as they were known (a
 //   controller that waits for workers to come back shows them).
+// Whether worker w is one request r may be given devices of (its names and
+// platform).
+bool cw_alloc_matches(const cw_alloc_request_t* r, const cw_alloc_worker_t* w);
 CW_MUST_USE cw_status_t cw_alloc_plan(const cw_alloc_worker_t* workers, size_t num_workers,
                                       const cw_alloc_request_t* r, cw_alloc_device_t* out,
                                       bool* out_wait, uint32_t* out_usable,

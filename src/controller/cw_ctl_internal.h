@@ -59,6 +59,9 @@ typedef struct cw_ctl_worker_s {
   struct cw_ctl_inflight_s* compile_queue_tail;
   bool compile_pumping;
   bool compile_prune_pending;  // a session closed during the pump
+  // Its REGISTER once listed more sessions than it could (more_sessions):
+  // the hold waited for those once, not again (cw_ctl_resume.c).
+  bool resume_cut_waited;
 } cw_ctl_worker_t;
 
 typedef enum cw_ctl_exe_state_e {

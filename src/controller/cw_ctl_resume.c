@@ -630,14 +630,17 @@ void cw_ctl_resume_expect(cw_ctl_worker_t* w) {
   x->until_ms = now + grace;  // the window: from the last REGISTER with `previous`
   size_t before = x->num_left;
   bool had = x->num_left || x->cut;
-  // Out of memory: the list is lost, the hold lasts its time.
+  // Out of memory: the list is lost, the hold lasts its time. A cut list
+  // (more_sessions) holds its worker for the hold's time, once.
   bool lost = !fresh || !cw__expect_merge(x, fresh, distinct);
+  bool cut = prev->more_sessions && !w->resume_cut_waited;
+  if (cut) w->resume_cut_waited = true;
   if (lost) x->cut_all = true;
-  if (lost || prev->more_sessions) x->cut = true;
+  if (lost || cut) x->cut = true;
   free(fresh);
   // The hold: only a REGISTER that reports sessions not yet waited for
   // extends it (docs/protocol.md: "after the last REGISTER that reported any").
-  if (x->num_left > before || lost || prev->more_sessions) {
+  if (x->num_left > before || lost || cut) {
     x->hold_until_ms = now + grace;
     if (!had) x->start_ms = now;
   }

@@ -737,6 +737,12 @@ static void test_held_workers_only_and_once(void** state) {
                              NULL));
   protobuf_c_message_free_unpacked(&info->base, NULL);
   expect_no_waiting(&seen_a);
+  // Waiting for fa (not held): its message does not speak of the hold.
+  waiting_t seen_a2;
+  cw_client_t* a2 = watched_client(&seen_a2);
+  (void)open_for_devices(a2, "fa", 2, false);
+  expect_waiting(&seen_a2, "(on workers fa) (1 of 2 free; 0 sessions ahead in the queue)");
+  cw_client_release(a2);  // leaves the queue
   cw_client_t* b = watched_client(&seen_b);
   uint64_t rid = open_for_devices(b, "fb", 1, false);
   expect_waiting(&seen_b, "(on workers fb) (0 of 2 free; 0 sessions ahead in the queue; 1 session "
@@ -879,6 +885,35 @@ static void test_late_worker_goes_to_every_resume(void** state) {
   cw_client_release(n);
   cw_client_release(s2);
   cw_client_release(s1);
+}
+
+// A worker whose REGISTER cut its list of sessions (more_sessions) is held
+// for the hold's time once: cut again after a stall, it holds nothing up (a
+// review saw each such REGISTER hold it, and extend the hold, again).
+static void test_a_cut_list_is_waited_for_once(void** state) {
+  (void)state;
+  Causeway__V1__RegisterPrevious prev = CAUSEWAY__V1__REGISTER_PREVIOUS__INIT;
+  prev.first_device_id = -1;
+  prev.more_sessions = true;
+  assert_null(fake_register_at("yc", "127.0.0.1:1", 2, &prev, NULL));
+  waiting_t seen_a, seen_b;
+  cw_client_t* a = watched_client(&seen_a);
+  uint64_t rid = open_for_devices(a, "yc", 1, false);
+  expect_waiting(&seen_a, "(on workers yc) (0 of 2 free; 0 sessions ahead in the queue; sessions "
+                 "of an earlier controller still to resume)");
+  Causeway__V1__SessionInfo* info = NULL;
+  assert_null(cw_client_wait(a, rid, (ProtobufCMessage**)&info, NULL));  // after the grace
+  protobuf_c_message_free_unpacked(&info->base, NULL);
+  cw_client_release(g.workers[--g.num_workers]);
+  cw_test_sleep_ms(300);
+  assert_null(fake_register_at("yc", "127.0.0.1:1", 2, &prev, NULL));
+  cw_client_t* b = watched_client(&seen_b);
+  assert_null(cw_client_wait(b, open_for_devices(b, "yc", 1, false), (ProtobufCMessage**)&info,
+                             NULL));
+  protobuf_c_message_free_unpacked(&info->base, NULL);
+  expect_no_waiting(&seen_b);
+  cw_client_release(b);
+  cw_client_release(a);
 }
 
 static void test_real_restart(void** state) {
@@ -1102,6 +1137,7 @@ int main(void) {
       cmocka_unit_test(test_held_workers_only_and_once),
       cmocka_unit_test(test_hold_ends_though_workers_keep_registering),
       cmocka_unit_test(test_late_worker_goes_to_the_resume),
+      cmocka_unit_test(test_a_cut_list_is_waited_for_once),
       cmocka_unit_test(test_hold_that_ended_unseen_is_not_held_again),
       cmocka_unit_test(test_late_worker_goes_to_every_resume), cmocka_unit_test(test_real_restart),
       // Last: its 16 workers of 4,096 devices would move the ids above.
