@@ -16,7 +16,7 @@ int tls_test_pki_make(tls_test_pki_t* p, const char* prefix) {
   for (int i = 0; i < TP_COUNT; ++i) {
     snprintf(p->path[i], sizeof(p->path[i]), "%s/%s", p->dir, names[i]);
   }
-  const char* hosts[] = {"127.0.0.1"};
+  const char* hosts[] = {"127.0.0.1", "localhost"};  // by address and by name
   cw_status_t st = cw_ok_status();
   for (int other = 0; other < 2 && !st; ++other) {
     const char** f = (const char*[]){p->path[TP_CA + 6 * other], p->path[TP_CA_KEY + 6 * other],
@@ -24,7 +24,7 @@ int tls_test_pki_make(tls_test_pki_t* p, const char* prefix) {
                                      p->path[TP_CLI + 6 * other],
                                      p->path[TP_CLI_KEY + 6 * other]};
     st = cw_tls_pki_make_ca(other ? "other" : "ca", 2, f[0], f[1], false);
-    if (!st) st = cw_tls_pki_issue(f[0], f[1], "srv", CW_TLS_CERT_DAEMON, hosts, 1, 2, f[2], f[3],
+    if (!st) st = cw_tls_pki_issue(f[0], f[1], "srv", CW_TLS_CERT_DAEMON, hosts, 2, 2, f[2], f[3],
                                    false);
     if (!st) st = cw_tls_pki_issue(f[0], f[1], "cli", CW_TLS_CERT_CLIENT, NULL, 0, 2, f[4], f[5],
                                    false);

@@ -35,6 +35,7 @@
 static void cw__conn_process(cw_net_conn_t* c);
 static void cw__out_write(cw_net_conn_t* c, const void* bulk, uint64_t bulk_len,
                           cw_net_free_fn bulk_free, void* bulk_user);
+static bool cw__out_reserve(cw_net_conn_t* c, size_t need);
 static void cw__close_when_written(cw_net_conn_t* c);
 
 // --- Lifetime -------------------------------------------------------------------
@@ -173,6 +174,9 @@ void cw_net_conn_close(cw_net_conn_t* c, cw_status_t reason) {
   CW_LOGD("%s: closed%s%s", c->name, reason ? ": " : "", reason ? cw_status_message(reason) : "");
   if (c->reading) uv_read_stop(&c->h.stream);
   c->reading = false;
+  // A lookup not started yet is dropped (one under way runs out: its
+  // callback sees the close).
+  if (c->resolving) (void)uv_cancel((uv_req_t*)&c->resolve_req);
   if (c->prev) c->prev->next = c->next;
   else if (net->conns == c) net->conns = c->next;
   if (c->next) c->next->prev = c->prev;
@@ -342,6 +346,22 @@ static void cw__out_write(cw_net_conn_t* c, const void* bulk, uint64_t bulk_len,
     cw_net__tls_write(c, bulk, bulk_len, bulk_free, bulk_user);
     return;
   }
+  if (c->resolving) {
+    // No socket until the name resolves: the frames wait in c->out, and a
+    // bulk with them (copied: its owner may reuse it once this returns).
+    bool room = !bulk_len || (bulk_len <= SIZE_MAX / 2 && cw__out_reserve(c, (size_t)bulk_len));
+    if (room && bulk_len) {
+      memcpy(c->out + c->out_len, bulk, (size_t)bulk_len);
+      c->out_len += (size_t)bulk_len;
+    }
+    if (bulk_free) bulk_free(bulk_user);
+    if (!room) {
+      cw_net_conn_close(c, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory holding %" PRIu64
+                                          " bytes for %s while its name resolves", bulk_len,
+                                          c->name));
+    }
+    return;
+  }
   size_t done = 0;  // of the gathered frames, written here
   if (!bulk_len && !bulk_free && c->out_len) {
     // Small frames go out now when the socket takes them: a queued uv_write
@@ -397,6 +417,12 @@ static void cw__out_write(cw_net_conn_t* c, const void* bulk, uint64_t bulk_len,
   }
   cw_net_conn_retain(c);
   c->writes_pending++;
+}
+
+void cw_net__conn_write_waiting(cw_net_conn_t* c) {
+  if (c->closing) return;
+  if (c->tls) cw_net__tls_write_waiting(c);
+  else if (c->out_len) cw__out_write(c, NULL, 0, NULL, NULL);
 }
 
 // Prepare phase: the hook (the worker's inline completions), then every

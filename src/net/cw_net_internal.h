@@ -41,6 +41,11 @@ struct cw_net_conn_s {
   } h;
   uv_timer_t timer;  // HELLO or connect deadline; then KEEPALIVE (HelloRequest.keepalive_ms)
   uv_connect_t connect_req;
+  // Outbound to a host name: resolved off the loop (uv_getaddrinfo), and
+  // connected once known. Meanwhile what is sent waits in `out` (or, with
+  // TLS, in tls_out): there is no socket to write to yet.
+  uv_getaddrinfo_t resolve_req;
+  bool resolving;
   int refs;
   bool closing;
   bool outbound;
@@ -130,6 +135,9 @@ cw_net_conn_t* cw_net__conn_create(cw_net_t* net, bool outbound, bool pipe);
 // (loop thread only).
 extern int cw_net__test_failing_conn_allocs;
 void cw_net__conn_start_reading(cw_net_conn_t* c);
+// An outbound connection's name was resolved and its connect started: what
+// waited for a socket goes out (libuv holds it until the connect completes).
+void cw_net__conn_write_waiting(cw_net_conn_t* c);
 
 // cw_net.c, for cw_net_tls.c: parses the plaintext in readahead (at most
 // frames-per-wakeup frames, then it yields); true when all of it was
@@ -165,6 +173,8 @@ void cw_net__tls_write(cw_net_conn_t* c, const void* bulk, uint64_t bulk_len,
 void cw_net__tls_close(cw_net_conn_t* c);
 // HELLO passed: buffers are kept from now on.
 void cw_net__tls_hello_accepted(cw_net_conn_t* c);
+// Hands libuv the ciphertext that waited for a socket (a name to resolve).
+void cw_net__tls_write_waiting(cw_net_conn_t* c);
 void cw_net__tls_free(cw_net_conn_t* c);
 
 #endif  // CW_NET_INTERNAL_H_

@@ -21,40 +21,59 @@
 #include "cw_net_internal.h"
 #include "cw_time.h"
 
-cw_status_t cw_net_parse_host_port(const char* address, struct sockaddr_storage* out) {
-  memset(out, 0, sizeof(*out));
+// host:port split and checked, a bracketed IPv6 host unwrapped; no lookup.
+static cw_status_t cw__split_host_port(const char* address, char* host, size_t cap,
+                                       int* out_port) {
   const char* colon = strrchr(address, ':');
   if (!colon || colon == address || !colon[1]) {
     return cw_make_status(CW_INVALID_ARGUMENT, "address '%s' is not host:port or a socket path",
                           address);
   }
-  char host[256];
   size_t hl = (size_t)(colon - address);
-  if (hl >= sizeof(host)) return cw_make_status(CW_INVALID_ARGUMENT, "host name too long");
+  if (hl >= cap) return cw_make_status(CW_INVALID_ARGUMENT, "host name too long");
   memcpy(host, address, hl);
   host[hl] = 0;
-  char* h = host;
-  if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') {
-    h[hl - 1] = 0;
-    h++;
+  if (host[0] == '[' && hl >= 2 && host[hl - 1] == ']') {
+    memmove(host, host + 1, hl - 2);
+    host[hl - 2] = 0;
   }
   char* end = NULL;
   long port = strtol(colon + 1, &end, 10);
   if (!end || *end || port < 0 || port > 65535) {
     return cw_make_status(CW_INVALID_ARGUMENT, "bad port in '%s'", address);
   }
-  if (uv_ip4_addr(h, (int)port, (struct sockaddr_in*)out) == 0) return cw_ok_status();
-  if (uv_ip6_addr(h, (int)port, (struct sockaddr_in6*)out) == 0) return cw_ok_status();
+  *out_port = (int)port;
+  return cw_ok_status();
+}
+
+// A numeric host: true, *out filled.
+static bool cw__literal(const char* host, int port, struct sockaddr_storage* out) {
+  memset(out, 0, sizeof(*out));
+  return uv_ip4_addr(host, port, (struct sockaddr_in*)out) == 0 ||
+         uv_ip6_addr(host, port, (struct sockaddr_in6*)out) == 0;
+}
+
+static void cw__set_port(struct sockaddr_storage* sa, int port) {
+  if (sa->ss_family == AF_INET) ((struct sockaddr_in*)sa)->sin_port = htons((uint16_t)port);
+  else ((struct sockaddr_in6*)sa)->sin6_port = htons((uint16_t)port);
+}
+
+cw_status_t cw_net_parse_host_port(const char* address, struct sockaddr_storage* out) {
+  memset(out, 0, sizeof(*out));
+  char host[256];
+  int port = 0;
+  cw_status_t st = cw__split_host_port(address, host, sizeof(host), &port);
+  if (st) return st;
+  if (cw__literal(host, port, out)) return cw_ok_status();
   struct addrinfo hints, *res = NULL;
   memset(&hints, 0, sizeof(hints));
   hints.ai_socktype = SOCK_STREAM;
-  int rc = getaddrinfo(h, NULL, &hints, &res);
+  int rc = getaddrinfo(host, NULL, &hints, &res);
   if (rc || !res) {
-    return cw_make_status(CW_UNAVAILABLE, "cannot resolve '%s': %s", h, gai_strerror(rc));
+    return cw_make_status(CW_UNAVAILABLE, "cannot resolve '%s': %s", host, gai_strerror(rc));
   }
   memcpy(out, res->ai_addr, res->ai_addrlen);
-  if (out->ss_family == AF_INET) ((struct sockaddr_in*)out)->sin_port = htons((uint16_t)port);
-  else ((struct sockaddr_in6*)out)->sin6_port = htons((uint16_t)port);
+  cw__set_port(out, port);
   freeaddrinfo(res);
   return cw_ok_status();
 }
@@ -357,6 +376,45 @@ static void cw__connected(uv_connect_t* req, int status) {
   cw_net_conn_release(c);
 }
 
+// A host name resolved (on libuv's thread pool): connect to its first
+// address, and let out what waited for the socket. The lookup's reference
+// becomes the connect request's.
+static void cw__resolved(uv_getaddrinfo_t* req, int status, struct addrinfo* res) {
+  cw_net_conn_t* c = req->data;
+  c->resolving = false;
+  if (c->closing) {  // closed meanwhile (its deadline, or its owner)
+    uv_freeaddrinfo(res);
+    cw_net_conn_release(c);
+    return;
+  }
+  int rc = status;
+  if (rc >= 0 && !res) rc = UV_EAI_NONAME;
+  if (rc >= 0) {
+    struct sockaddr_storage sa;
+    memset(&sa, 0, sizeof(sa));
+    memcpy(&sa, res->ai_addr, res->ai_addrlen <= sizeof(sa) ? res->ai_addrlen : sizeof(sa));
+    rc = uv_tcp_connect(&c->connect_req, &c->h.tcp, (const struct sockaddr*)&sa, cw__connected);
+    if (rc < 0) {
+      c->unusable = true;
+      cw_net_conn_close(c, cw_make_status(CW_UNAVAILABLE, "peer %s unreachable: %s", c->address,
+                                          uv_strerror(rc)));
+    }
+  } else {
+    char host[256] = "";
+    int port = 0;
+    cw_status_free(cw__split_host_port(c->address, host, sizeof(host), &port));
+    c->unusable = true;
+    cw_net_conn_close(c, cw_make_status(CW_UNAVAILABLE, "peer %s unreachable: cannot resolve "
+                                        "'%s': %s", c->address, host, uv_strerror(rc)));
+  }
+  uv_freeaddrinfo(res);
+  if (rc >= 0) {
+    cw_net__conn_write_waiting(c);  // libuv holds it until the connect completes
+  } else {
+    cw_net_conn_release(c);
+  }
+}
+
 // The connect deadline covers the TLS handshake and the HELLO answer too: a
 // peer that accepts and then says nothing (wedged, or hostile) would
 // otherwise hold the connection, and whoever waits on it, for ever.
@@ -364,7 +422,8 @@ static void cw__connect_timeout(uv_timer_t* t) {
   cw_net_conn_t* c = t->data;
   if (c->closing || c->hello_done) return;
   c->unusable = true;
-  const char* what = !c->connected             ? "connect timed out"
+  const char* what = c->resolving              ? "resolving its name timed out"
+                     : !c->connected            ? "connect timed out"
                      : c->tls && !c->tls_up     ? "connected, but the TLS handshake timed out"
                                                 : "connected, but HELLO got no answer in time";
   cw_net_conn_close(c, cw_make_status(CW_UNAVAILABLE, "peer %s unreachable: %s", c->address,
@@ -431,7 +490,14 @@ cw_status_t cw_net_connect(cw_net_t* net, const char* address, const char* name,
                           sizeof(((struct sockaddr_un*)0)->sun_path) - 1);
   }
   struct sockaddr_storage sa;
-  if (!pipe) CW_RETURN_IF_ERROR(cw_net_parse_host_port(address, &sa), "peer %s", address);
+  char host[256] = "";
+  int port = 0;
+  bool named = false;  // a host name: resolved off the loop (a slow DNS must not stall it)
+  if (!pipe) {
+    CW_RETURN_IF_ERROR(cw__split_host_port(address, host, sizeof(host), &port), "peer %s",
+                       address);
+    named = !cw__literal(host, port, &sa);
+  }
   cw_net_conn_t* c = cw_net__conn_create(net, true, pipe);
   if (!c) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for a connection");
   snprintf(c->address, sizeof(c->address), "%s", address);
@@ -447,6 +513,24 @@ cw_status_t cw_net_connect(cw_net_t* net, const char* address, const char* name,
   c->connect_req.data = c;
   if (pipe) {
     uv_pipe_connect(&c->connect_req, &c->h.pipe, address, cw__connected);
+    cw_net_conn_retain(c);  // held by the connect request
+  } else if (named) {
+    char service[8];
+    snprintf(service, sizeof(service), "%d", port);
+    struct addrinfo hints;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_socktype = SOCK_STREAM;
+    c->resolve_req.data = c;
+    int rc = uv_getaddrinfo(c->timer.loop, &c->resolve_req, cw__resolved, host, service, &hints);
+    if (rc < 0) {
+      cw_status_t st = cw_make_status(CW_UNAVAILABLE, "peer %s unreachable: cannot resolve "
+                                      "'%s': %s", address, host, uv_strerror(rc));
+      c->unusable = true;
+      cw_net_conn_close(c, cw_status_clone(st));
+      return st;
+    }
+    c->resolving = true;
+    cw_net_conn_retain(c);  // held by the lookup, then by the connect request
   } else {
     int rc = uv_tcp_connect(&c->connect_req, &c->h.tcp, (const struct sockaddr*)&sa,
                             cw__connected);
@@ -457,8 +541,8 @@ cw_status_t cw_net_connect(cw_net_t* net, const char* address, const char* name,
       cw_net_conn_close(c, cw_status_clone(st));
       return st;
     }
+    cw_net_conn_retain(c);  // held by the connect request
   }
-  cw_net_conn_retain(c);  // held by the connect request
   cw_net_conn_set_callbacks(c, callbacks, user);
   // From now, not from the loop's last pass (its cached time).
   uv_update_time(c->timer.loop);

@@ -5,6 +5,7 @@
 // close before HELLO was answered; cw_net_stop and cw_net_deinitialize with
 // connections open; Unix socket paths taken or too long.
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -633,6 +634,57 @@ static void test_stop_with_connections_open(void** state) {
   raw_expect_eof(s);
 }
 
+// A host name is resolved off the loop (a controller that resolved a
+// worker's advertised name on its loop stalled for the resolver's time, at
+// every link attempt): connecting returns the connection at once; what is
+// sent meanwhile, bulk included, waits for the socket and goes out once it
+// connects; a name that does not resolve fails the connection later, naming
+// the name. The .invalid domain never resolves (RFC 6761).
+static void test_connect_by_name(void** state) {
+  start_server_tcp();
+  start_client("sesame");
+  out_t* o = new_out();
+  cw_net_conn_t* conn = connect_client("no-such-host.invalid:1", 0, o);
+  cw_net_conn_retain(conn);
+  reply_t a = {0};
+  request_ping(conn, "x", &a);
+  WAIT(a.done);
+  assert_int_equal(a.code, CW_UNAVAILABLE);
+  fprintf(stderr, "  %s\n", a.msg);
+  if (!strstr(a.msg, "peer no-such-host.invalid:1 unreachable: cannot resolve "
+                     "'no-such-host.invalid': ") &&
+      !strstr(a.msg, "peer no-such-host.invalid:1 unreachable: resolving its name timed out")) {
+    fail_msg("got \"%s\"", a.msg);
+  }
+  cw_net_conn_release(conn);
+  WAIT(o->freed);
+  // localhost, where it is IPv4 (the server listens on 127.0.0.1).
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+  assert_int_equal(getaddrinfo("localhost", NULL, &hints, &res), 0);
+  bool v4 = res->ai_family == AF_INET;
+  freeaddrinfo(res);
+  if (!v4) {
+    fprintf(stderr, "  skipped the connect by name: localhost resolves to IPv6 first here\n");
+    return;
+  }
+  char address[64];
+  snprintf(address, sizeof(address), "localhost%s", strrchr(fx.srv.listen_address, ':'));
+  out_t* o2 = new_out();
+  cw_net_conn_t* c2 = connect_client(address, 5, o2);  // UPLOAD needs a session
+  assert_true(c2->resolving);
+  reply_t u = {0}, b = {0};
+  request_upload_pattern(c2, 300000, &u);  // copied while it resolves
+  request_ping(c2, "by name", &b);
+  WAIT(u.done && b.done);
+  assert_int_equal(u.code, CW_OK);
+  assert_int_equal(b.code, CW_OK);
+  assert_int_equal(b.data_len, strlen("by name"));
+  assert_memory_equal(b.data, "by name", b.data_len);
+  expect_pattern_uploaded(300000);
+  cw_net_conn_close(c2, NULL);
+  WAIT(o2->freed);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       NET_TEST(test_hello_deadline),
@@ -645,6 +697,7 @@ int main(void) {
       NET_TEST(test_accept_out_of_memory),
       NET_TEST(test_out_of_descriptors),
       NET_TEST(test_connect_to_dead_address),
+      NET_TEST(test_connect_by_name),
       NET_TEST(test_silent_peer_times_out),
       NET_TEST(test_unix_paths),
       NET_TEST(test_outbound_link_watch),

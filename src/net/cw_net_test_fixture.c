@@ -783,6 +783,28 @@ void request_upload(cw_net_conn_t* conn, const ProtobufCMessage* msg, const void
   cw_net_conn_request(conn, CW_MSG_UPLOAD, msg, bulk, len, bulk_free, user, on_reply, r);
 }
 
+void request_upload_pattern(cw_net_conn_t* conn, uint64_t n, reply_t* r) {
+  uint8_t* up = malloc(n ? n : 1);
+  assert_non_null(up);
+  for (uint64_t i = 0; i < n; ++i) up[i] = pattern(i);
+  Causeway__V1__UploadRequest u = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
+  int64_t dims = (int64_t)n;
+  u.buffer_id = 1;
+  u.dtype = CAUSEWAY__V1__DTYPE__DTYPE_U8;
+  u.n_dims = 1;
+  u.dims = &dims;
+  request_upload(conn, &u.base, up, n, free, up, r);
+}
+
+void expect_pattern_uploaded(uint64_t n) {
+  peer_t* p = last_peer();
+  WAIT(p->bulk_done == 1);
+  assert_int_equal(p->dest_len, n);
+  for (uint64_t i = 0; i < n; ++i) {
+    if (p->dest[i] != pattern(i)) fail_msg("upload byte %llu differs", (unsigned long long)i);
+  }
+}
+
 void request_download(cw_net_conn_t* conn, uint64_t size, reply_t* r) {
   Causeway__V1__DownloadRequest dl = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
   dl.buffer_id = size;

@@ -215,6 +215,10 @@ void request_download(cw_net_conn_t* conn, uint64_t size, reply_t* r);
 // A request `msg` of type UPLOAD with `bulk` (bulk_free(user) when written).
 void request_upload(cw_net_conn_t* conn, const ProtobufCMessage* msg, const void* bulk,
                     uint64_t len, cw_net_free_fn bulk_free, void* user, reply_t* r);
+// UPLOAD of a u8[n] array of pattern bytes into the peer's dest (buffer_id 1).
+void request_upload_pattern(cw_net_conn_t* conn, uint64_t n, reply_t* r);
+// Waits for the last peer to have taken n pattern bytes into its dest.
+void expect_pattern_uploaded(uint64_t n);
 // The request completed (now) with `code` and exactly `msg`.
 void expect_failed(const reply_t* r, cw_status_code_t code, const char* msg);
 // The last accepted connection's server side.

@@ -32,6 +32,7 @@
 #define CW__TLS_OUT_CHUNK (CW__TLS_CHUNK + 16 * 1024)
 
 static void cw__pump_out(cw_net_conn_t* c);
+static void cw__flush(cw_net_conn_t* c);
 
 // --- The connection's BIO ------------------------------------------------------------
 
@@ -143,6 +144,10 @@ cw_status_t cw_net__tls_start_outbound(cw_net_conn_t* c, const char* address) {
   return cw_ok_status();
 }
 
+void cw_net__tls_write_waiting(cw_net_conn_t* c) {
+  if (c->ssl && !c->closing) cw__flush(c);
+}
+
 void cw_net__tls_hello_accepted(cw_net_conn_t* c) {
   SSL_clear_mode(c->ssl, SSL_MODE_RELEASE_BUFFERS);
 }
@@ -226,7 +231,7 @@ static void cw__cipher_written(uv_write_t* req, int status) {
 
 // Hands what the SSL wrote to libuv (the buffer itself: no copy).
 static void cw__flush(cw_net_conn_t* c) {
-  if (!c->tls_out_len || c->closing) return;
+  if (!c->tls_out_len || c->closing || c->resolving) return;  // no socket yet: it waits
   cw__cipher_write_t* w = malloc(sizeof(*w));
   if (!w) {
     cw_net_conn_close(c, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory writing"));

@@ -72,7 +72,21 @@ static void test_handshake_and_hello(void** state) {
   assert_true(p->bytes_in > 0);  // plaintext counted as it is decrypted
 }
 
-static void bulk_free_cb(void* user) { free(user); }
+// By name (resolved off the loop): the ClientHello and the frames queued
+// meanwhile wait for the socket, then go out; the name is what is verified.
+static void test_bulk_by_name(void** state) {
+  server_tls(false);
+  client_tls(TP_CA, TP_COUNT, TP_COUNT);
+  char address[64];
+  snprintf(address, sizeof(address), "localhost%s", strrchr(fx.srv.listen_address, ':'));
+  cw_net_conn_t* conn = connect_client(address, 5, new_out());
+  assert_true(conn->resolving);
+  reply_t u = {0};
+  request_upload_pattern(conn, 1 << 20, &u);
+  WAIT(u.done);
+  assert_int_equal(u.code, CW_OK);
+  expect_pattern_uploaded(1 << 20);
+}
 
 static void test_bulk_both_ways(void** state) {
   server_tls(false);
@@ -80,26 +94,13 @@ static void test_bulk_both_ways(void** state) {
   // UPLOAD needs a session.
   cw_net_conn_t* conn = connect_client(fx.srv.listen_address, 5, new_out());
   enum { N = 6 << 20 };  // more than the ciphertext kept in flight (4 MiB)
-  uint8_t* up = malloc(N);
-  for (uint64_t i = 0; i < N; ++i) up[i] = pattern(i);
-  Causeway__V1__UploadRequest r = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
-  int64_t dims = N;
-  r.buffer_id = 1;
-  r.dtype = CAUSEWAY__V1__DTYPE__DTYPE_U8;
-  r.n_dims = 1;
-  r.dims = &dims;
   reply_t u = {0};
-  request_upload(conn, &r.base, up, N, bulk_free_cb, up, &u);
+  request_upload_pattern(conn, N, &u);
   reply_t d = {0};
   request_download(conn, N, &d);
   WAIT(u.done && d.done);
   assert_int_equal(u.code, CW_OK);
-  peer_t* p = last_peer();
-  WAIT(p->bulk_done == 1);
-  assert_int_equal(p->dest_len, N);
-  for (uint64_t i = 0; i < N; ++i) {
-    if (p->dest[i] != pattern(i)) fail_msg("upload byte %llu differs", (unsigned long long)i);
-  }
+  expect_pattern_uploaded(N);
   assert_int_equal(d.code, CW_OK);
   assert_int_equal(d.bulk_len, N);
   for (uint64_t i = 0; i < N; ++i) {
@@ -201,6 +202,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       NET_TEST(test_handshake_and_hello),
       NET_TEST(test_bulk_both_ways),
+      NET_TEST(test_bulk_by_name),
       NET_TEST(test_plaintext_peer_refused),
       NET_TEST(test_tls_client_at_plaintext_port),
       NET_TEST(test_wrong_ca),
