@@ -35,8 +35,8 @@
 static void cw__conn_process(cw_net_conn_t* c);
 static void cw__out_write(cw_net_conn_t* c, const void* bulk, uint64_t bulk_len,
                           cw_net_free_fn bulk_free, void* bulk_user);
-static bool cw__out_reserve(cw_net_conn_t* c, size_t need);
 static void cw__close_when_written(cw_net_conn_t* c);
+static void cw__held_drop(cw_net_conn_t* c);
 
 // --- Lifetime -------------------------------------------------------------------
 
@@ -177,6 +177,7 @@ void cw_net_conn_close(cw_net_conn_t* c, cw_status_t reason) {
   // A lookup not started yet is dropped (one under way runs out: its
   // callback sees the close).
   if (c->resolving) (void)uv_cancel((uv_req_t*)&c->resolve_req);
+  cw__held_drop(c);
   if (c->prev) c->prev->next = c->next;
   else if (net->conns == c) net->conns = c->next;
   if (c->next) c->next->prev = c->prev;
@@ -304,6 +305,11 @@ typedef struct cw__write_s {
   size_t payload_cap;
   cw_net_free_fn bulk_free;
   void* bulk_user;
+  // Held while the connection's name resolves (c->held): what to write.
+  struct cw__write_s* next;
+  size_t payload_len;
+  const void* bulk;
+  uint64_t bulk_len;
 } cw__write_t;
 
 static void cw__write_done(uv_write_t* req, int status) {
@@ -347,19 +353,31 @@ static void cw__out_write(cw_net_conn_t* c, const void* bulk, uint64_t bulk_len,
     return;
   }
   if (c->resolving) {
-    // No socket until the name resolves: the frames wait in c->out, and a
-    // bulk with them (copied: its owner may reuse it once this returns).
-    bool room = !bulk_len || (bulk_len <= SIZE_MAX / 2 && cw__out_reserve(c, (size_t)bulk_len));
-    if (room && bulk_len) {
-      memcpy(c->out + c->out_len, bulk, (size_t)bulk_len);
-      c->out_len += (size_t)bulk_len;
+    // No socket until the name resolves: frames wait in c->out; a write
+    // with bulk is held, in order, the bulk by reference (not copied: a
+    // bulk may be larger than memory allows twice, or than 4 GiB).
+    if (!bulk_len && !bulk_free) return;
+    cw__write_t* wr = calloc(1, sizeof(*wr));
+    if (!wr) {
+      if (bulk_free) bulk_free(bulk_user);
+      cw_net_conn_close(c, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory writing"));
+      return;
     }
-    if (bulk_free) bulk_free(bulk_user);
-    if (!room) {
-      cw_net_conn_close(c, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory holding %" PRIu64
-                                          " bytes for %s while its name resolves", bulk_len,
-                                          c->name));
-    }
+    wr->conn = c;
+    wr->payload = c->out;
+    wr->payload_cap = c->out_cap;
+    wr->payload_len = c->out_len;
+    wr->bulk = bulk;
+    wr->bulk_len = bulk_len;
+    wr->bulk_free = bulk_free;
+    wr->bulk_user = bulk_user;
+    c->out = NULL;
+    c->out_len = c->out_cap = 0;
+    if (c->held_tail) c->held_tail->next = wr;
+    else c->held = wr;
+    c->held_tail = wr;
+    cw_net_conn_retain(c);
+    c->writes_pending++;
     return;
   }
   size_t done = 0;  // of the gathered frames, written here
@@ -419,10 +437,61 @@ static void cw__out_write(cw_net_conn_t* c, const void* bulk, uint64_t bulk_len,
   c->writes_pending++;
 }
 
+// Drops the writes held for a socket (a close while resolving).
+static void cw__held_drop(cw_net_conn_t* c) {
+  while (c->held) {
+    cw__write_t* wr = c->held;
+    c->held = wr->next;
+    free(wr->payload);
+    if (wr->bulk_free) wr->bulk_free(wr->bulk_user);
+    free(wr);
+    c->writes_pending--;
+    cw_net_conn_release(c);  // never the last: the handles hold theirs
+  }
+  c->held_tail = NULL;
+}
+
 void cw_net__conn_write_waiting(cw_net_conn_t* c) {
   if (c->closing) return;
-  if (c->tls) cw_net__tls_write_waiting(c);
-  else if (c->out_len) cw__out_write(c, NULL, 0, NULL, NULL);
+  if (c->tls) {
+    cw_net__tls_write_waiting(c);
+    return;
+  }
+  while (c->held && !c->closing) {
+    cw__write_t* wr = c->held;
+    c->held = wr->next;
+    if (!c->held) c->held_tail = NULL;
+    wr->next = NULL;
+    uv_buf_t bufs[2];
+    unsigned n = 0;
+    if (wr->payload_len) {
+      bufs[n].base = (char*)wr->payload;
+      bufs[n].len = wr->payload_len;
+      n++;
+    }
+    if (wr->bulk_len) {
+      bufs[n].base = (char*)(uintptr_t)wr->bulk;
+      bufs[n].len = (size_t)wr->bulk_len;
+      n++;
+    }
+    int rc = n ? uv_write(&wr->req, &c->h.stream, bufs, n, cw__write_done) : UV_EINVAL;
+    if (rc < 0) {
+      // As a write that failed at once: freed here, and the close follows.
+      free(wr->payload);
+      if (wr->bulk_free) wr->bulk_free(wr->bulk_user);
+      free(wr);
+      c->writes_pending--;
+      if (n && !c->closing) {
+        cw_net_conn_close(c, cw_make_status(CW_UNAVAILABLE, "write to %s failed: %s", c->name,
+                                            uv_strerror(rc)));
+      } else if (!n) {
+        cw__close_when_written(c);
+      }
+      cw_net_conn_release(c);
+    }
+  }
+  if (c->held) cw__held_drop(c);  // closed meanwhile
+  if (!c->closing && c->out_len) cw__out_write(c, NULL, 0, NULL, NULL);
 }
 
 // Prepare phase: the hook (the worker's inline completions), then every

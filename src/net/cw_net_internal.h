@@ -46,6 +46,11 @@ struct cw_net_conn_s {
   // TLS, in tls_out): there is no socket to write to yet.
   uv_getaddrinfo_t resolve_req;
   bool resolving;
+  // Writes with bulk made while resolving, in order (bulk by reference, as
+  // any write's: its owner's bulk_free says when it may go). Each counts in
+  // writes_pending and holds a reference.
+  struct cw__write_s* held;
+  struct cw__write_s* held_tail;
   int refs;
   bool closing;
   bool outbound;

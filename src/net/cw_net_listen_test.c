@@ -19,6 +19,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include <dlfcn.h>
 
 #include "cw_net_internal.h"
 #include "cw_net_test_fixture.h"
@@ -685,6 +686,103 @@ static void test_connect_by_name(void** state) {
   WAIT(o2->freed);
 }
 
+
+// A resolver that takes its time for *.slow.test (a lookup under way when the
+// connection closes or the net goes): 1 s, then "unknown".
+int getaddrinfo(const char* node, const char* service, const struct addrinfo* hints,
+                struct addrinfo** res) {
+  static int (*real)(const char*, const char*, const struct addrinfo*, struct addrinfo**);
+  if (!real) real = (int (*)(const char*, const char*, const struct addrinfo*,
+                              struct addrinfo**))dlsym(RTLD_NEXT, "getaddrinfo");
+  size_t n = node ? strlen(node) : 0;
+  if (n > 10 && !strcmp(node + n - 10, ".slow.test")) {
+    usleep(1000 * 1000);
+    return EAI_NONAME;
+  }
+  return real(node, service, hints, res);
+}
+
+// Closed by its owner while its name resolves (queued: cancelled; under way:
+// runs out): the request fails, the connection is freed.
+static void test_close_while_resolving(void** state) {
+  start_server_tcp();
+  start_client("sesame");
+  const char* names[] = {"localhost", "a.slow.test"};
+  for (int i = 0; i < 2; ++i) {
+    out_t* o = new_out();
+    char address[64];
+    snprintf(address, sizeof(address), "%s%s", names[i], strrchr(fx.srv.listen_address, ':'));
+    cw_net_conn_t* conn = connect_client(address, 0, o);
+    assert_true(conn->resolving);
+    reply_t a = {0};
+    request_ping(conn, "x", &a);
+    cw_net_conn_close(conn, NULL);
+    assert_true(a.done);
+    WAIT(o->freed);
+  }
+}
+
+// The client net deinitialized while a lookup is under way: does the loop
+// finish (teardown's passes), is the connection freed?
+static void test_deinit_while_resolving(void** state) {
+  start_client("sesame");
+  out_t* o = new_out();
+  cw_net_conn_t* conn = connect_client("b.slow.test:1", 0, o);
+  assert_true(conn->resolving);
+  usleep(100 * 1000);  // the pool thread has taken it
+  cw_net_deinitialize(&fx.cli);
+  fx.cli_on = false;
+  // A lookup under way cannot be cancelled: the connection goes when it
+  // returns (a daemon's last uv_run waits that long).
+  assert_false(o->freed);
+  WAIT(o->freed);
+}
+
+// A bulk sent while the name resolves, freed by its owner's bulk_free: when?
+static int g_freed_inside;
+static bool g_in_call;
+static void note_free(void* user) { g_freed_inside += g_in_call; free(user); }
+static void test_bulk_free_while_resolving(void** state) {
+  start_server_tcp();
+  start_client("sesame");
+  char address[64];
+  snprintf(address, sizeof(address), "localhost%s", strrchr(fx.srv.listen_address, ':'));
+  cw_net_conn_t* conn = connect_client(address, 5, new_out());
+  uint8_t* up = malloc(1000);
+  memset(up, 7, 1000);
+  Causeway__V1__UploadRequest u = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
+  int64_t dims = 1000;
+  u.buffer_id = 1;
+  u.dtype = CAUSEWAY__V1__DTYPE__DTYPE_U8;
+  u.n_dims = 1;
+  u.dims = &dims;
+  reply_t r = {0};
+  g_in_call = true;
+  request_upload(conn, &u.base, up, 1000, note_free, up, &r);
+  g_in_call = false;
+  // Held by reference, in order, counted as a write under way (not copied
+  // into the frame buffer: a bulk may be GiBs).
+  assert_int_equal(g_freed_inside, 0);
+  assert_int_equal(conn->writes_pending, 1);
+  assert_int_equal(conn->out_len, 0);
+  reply_t b = {0};
+  request_ping(conn, "after", &b);
+  WAIT(r.done && b.done);
+  assert_int_equal(r.code, CW_OK);
+  assert_int_equal(b.code, CW_OK);
+  assert_int_equal(g_freed_inside, 0);
+  // Closed while a held bulk waits: its owner gets it back, nothing leaks.
+  out_t* o = new_out();
+  conn = connect_client(address, 5, o);
+  uint8_t* up2 = malloc(1000);
+  reply_t r2 = {0};
+  request_upload(conn, &u.base, up2, 1000, note_free, up2, &r2);
+  assert_int_equal(conn->writes_pending, 1);
+  cw_net_conn_close(conn, NULL);
+  assert_true(r2.done);
+  WAIT(o->freed);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       NET_TEST(test_hello_deadline),
@@ -698,6 +796,9 @@ int main(void) {
       NET_TEST(test_out_of_descriptors),
       NET_TEST(test_connect_to_dead_address),
       NET_TEST(test_connect_by_name),
+      NET_TEST(test_close_while_resolving),
+      NET_TEST(test_deinit_while_resolving),
+      NET_TEST(test_bulk_free_while_resolving),
       NET_TEST(test_silent_peer_times_out),
       NET_TEST(test_unix_paths),
       NET_TEST(test_outbound_link_watch),
