@@ -5,6 +5,7 @@
 // close before HELLO was answered; cw_net_stop and cw_net_deinitialize with
 // connections open; Unix socket paths taken or too long.
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <setjmp.h>
@@ -19,7 +20,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 #include <cmocka.h>
-#include <dlfcn.h>
 
 #include "cw_net_internal.h"
 #include "cw_net_test_fixture.h"
@@ -686,7 +686,6 @@ static void test_connect_by_name(void** state) {
   WAIT(o2->freed);
 }
 
-
 // A resolver that takes its time for *.slow.test (a lookup under way when the
 // connection closes or the net goes): 1 s, then "unknown".
 int getaddrinfo(const char* node, const char* service, const struct addrinfo* hints,
@@ -741,7 +740,11 @@ static void test_deinit_while_resolving(void** state) {
 // A bulk sent while the name resolves, freed by its owner's bulk_free: when?
 static int g_freed_inside;
 static bool g_in_call;
-static void note_free(void* user) { g_freed_inside += g_in_call; free(user); }
+static void note_free(void* user) {
+  g_freed_inside += g_in_call;
+  free(user);
+}
+
 static void test_bulk_free_while_resolving(void** state) {
   start_server_tcp();
   start_client("sesame");
