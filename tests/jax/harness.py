@@ -876,10 +876,22 @@ def stats(address: str, token: str | None = None) -> dict:
 
 # ---- A cluster started by hand ------------------------------------------------------
 
+_HANDED_PORTS: set[int] = set()
+
+
 def free_tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on, never one this process handed out
+    before: the kernel may give a port just closed again, and two daemons
+    told to listen there (a hand cluster's workers, spawned before either
+    binds) then collide ('address already in use', seen in a CI run)."""
+    for _ in range(1000):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_PORTS:
+            _HANDED_PORTS.add(port)
+            return port
+    raise AssertionError("no loopback port left that this process did not hand out already")
 
 
 class HandCluster:
