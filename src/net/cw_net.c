@@ -345,6 +345,24 @@ static void cw__close_when_written(cw_net_conn_t* c) {
   else cw_net_conn_close(c, NULL);
 }
 
+// A write record of the gathered frames (c->out, which the caller then
+// lets go of) with `bulk_free`; NULL when out of memory (then the bulk is
+// freed and the connection closes).
+static cw__write_t* cw__write_new(cw_net_conn_t* c, cw_net_free_fn bulk_free, void* bulk_user) {
+  cw__write_t* wr = calloc(1, sizeof(*wr));
+  if (!wr) {
+    if (bulk_free) bulk_free(bulk_user);
+    cw_net_conn_close(c, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory writing"));
+    return NULL;
+  }
+  wr->conn = c;
+  wr->payload = c->out;
+  wr->payload_cap = c->out_cap;
+  wr->bulk_free = bulk_free;
+  wr->bulk_user = bulk_user;
+  return wr;
+}
+
 // Hands the gathered frames (and `bulk`, if any) to libuv as one write.
 static void cw__out_write(cw_net_conn_t* c, const void* bulk, uint64_t bulk_len,
                           cw_net_free_fn bulk_free, void* bulk_user) {
@@ -357,20 +375,11 @@ static void cw__out_write(cw_net_conn_t* c, const void* bulk, uint64_t bulk_len,
     // with bulk is held, in order, the bulk by reference (not copied: a
     // bulk may be larger than memory allows twice, or than 4 GiB).
     if (!bulk_len && !bulk_free) return;
-    cw__write_t* wr = calloc(1, sizeof(*wr));
-    if (!wr) {
-      if (bulk_free) bulk_free(bulk_user);
-      cw_net_conn_close(c, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory writing"));
-      return;
-    }
-    wr->conn = c;
-    wr->payload = c->out;
-    wr->payload_cap = c->out_cap;
+    cw__write_t* wr = cw__write_new(c, bulk_free, bulk_user);
+    if (!wr) return;
     wr->payload_len = c->out_len;
     wr->bulk = bulk;
     wr->bulk_len = bulk_len;
-    wr->bulk_free = bulk_free;
-    wr->bulk_user = bulk_user;
     c->out = NULL;
     c->out_len = c->out_cap = 0;
     if (c->held_tail) c->held_tail->next = wr;
@@ -399,17 +408,8 @@ static void cw__out_write(cw_net_conn_t* c, const void* bulk, uint64_t bulk_len,
     }
     // UV_EAGAIN or a part: the rest through uv_write, which reports errors.
   }
-  cw__write_t* wr = calloc(1, sizeof(*wr));
-  if (!wr) {
-    if (bulk_free) bulk_free(bulk_user);
-    cw_net_conn_close(c, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory writing"));
-    return;
-  }
-  wr->conn = c;
-  wr->payload = c->out;
-  wr->payload_cap = c->out_cap;
-  wr->bulk_free = bulk_free;
-  wr->bulk_user = bulk_user;
+  cw__write_t* wr = cw__write_new(c, bulk_free, bulk_user);
+  if (!wr) return;
   uv_buf_t bufs[2];
   unsigned n = 0;
   if (c->out_len > done) {

@@ -297,22 +297,29 @@ static void assert_same_member_order(json_t* a, json_t* b) {
   }
 }
 
+// `st`'s JSON contains `json` and its text form `line`.
+static void expect_status_forms(const Causeway__V1__AdminStatus* st, const char* json,
+                                const char* line) {
+  char* text = cw_cli_status_json(st);
+  assert_non_null(text);
+  if (!strstr(text, json)) fail_msg("JSON lacks '%s':\n%s", json, text);
+  free(text);
+  char buf[4096];
+  FILE* f = fmemopen(buf, sizeof(buf), "w");
+  assert_non_null(f);
+  cw_cli_print_status(f, st);
+  fclose(f);
+  if (!strstr(buf, line)) fail_msg("text lacks '%s':\n%s", line, buf);
+}
+
 // An answer from the controller's last poll says how old its numbers are,
 // right after uptime_ms; a fresh one does not (the test above).
 static void test_status_json_says_the_poll_age(void** state) {
   sample_t x;
   sample_fill(&x);
   x.st.stats_age_ms = 250;
-  char* text = cw_cli_status_json(&x.st);
-  assert_non_null(text);
-  assert_non_null(strstr(text, "\"uptime_ms\": 123456,\n  \"stats_age_ms\": 250,\n"));
-  free(text);
-  char buf[4096];
-  FILE* f = fmemopen(buf, sizeof(buf), "w");
-  assert_non_null(f);
-  cw_cli_print_status(f, &x.st);
-  fclose(f);
-  assert_non_null(strstr(buf, "workers' numbers from the controller's poll 250 ms ago\n"));
+  expect_status_forms(&x.st, "\"uptime_ms\": 123456,\n  \"stats_age_ms\": 250,\n",
+                      "workers' numbers from the controller's poll 250 ms ago\n");
 }
 
 // A controller that took over a running cluster says what new requests for
@@ -321,18 +328,11 @@ static void test_status_says_the_resume_hold(void** state) {
   sample_t x;
   sample_fill(&x);
   x.st.resume_hold = (char*)"1 session of an earlier controller still to resume (at most 8.2 s more)";
-  char* text = cw_cli_status_json(&x.st);
-  assert_non_null(text);
-  assert_non_null(strstr(text, "\"resume_hold\": \"1 session of an earlier controller still to "
-                                "resume (at most 8.2 s more)\",\n"));
-  free(text);
-  char buf[4096];
-  FILE* f = fmemopen(buf, sizeof(buf), "w");
-  assert_non_null(f);
-  cw_cli_print_status(f, &x.st);
-  fclose(f);
-  assert_non_null(strstr(buf, "\nafter a controller restart, requests for devices wait: 1 session "
-                              "of an earlier controller still to resume (at most 8.2 s more)\n"));
+  expect_status_forms(&x.st,
+                      "\"resume_hold\": \"1 session of an earlier controller still to resume (at "
+                      "most 8.2 s more)\",\n",
+                      "\nafter a controller restart, requests for devices wait: 1 session of an "
+                      "earlier controller still to resume (at most 8.2 s more)\n");
 }
 
 static void test_status_json_matches_before(void** state) {

@@ -88,6 +88,17 @@ def finish(client: subprocess.Popen) -> None:
     client.wait(60)
 
 
+def expect_jax_report(address: str) -> None:
+    """jaxlib's client through the proxy at `address` sees the worker's 4
+    devices and computes on each."""
+    client = jax_client(address)
+    try:
+        out = read_report(client)
+        assert len(out["devices"]) == 4 and out["compute"] == [0.0, 1.0, 2.0, 3.0], out
+    finally:
+        finish(client)
+
+
 def sessions(controller: str) -> int:
     """Client sessions on the controller (the STATS probe is one of them)."""
     return harness.stats(controller)["sessions"] - 1
@@ -166,12 +177,7 @@ def test_unix_socket_for_its_owner_only(cluster):
                 s.connect(path)
         time.sleep(0.5)
         assert p.proc.poll() is None, p.logs()
-        client = jax_client(p.address)
-        try:
-            out = read_report(client)
-            assert len(out["devices"]) == 4 and out["compute"] == [0.0, 1.0, 2.0, 3.0], out
-        finally:
-            finish(client)
+        expect_jax_report(p.address)
     finally:
         assert p.stop() == 0, p.logs()
     assert not os.path.exists(path)
@@ -454,12 +460,7 @@ def test_token_not_needed_by_the_owner_on_a_unix_socket():
             got = raw(ch, "GetVersion")(field(1, version(16)) + field(2, version(25)), timeout=10)
             assert got == field(1, version(25))
         assert "jaxlib's IFRT proxy client cannot" not in p.logs(), p.logs()
-        client = jax_client(p.address)  # jaxlib's own client, end to end
-        try:
-            out = read_report(client)
-            assert len(out["devices"]) == 4 and out["compute"] == [0.0, 1.0, 2.0, 3.0], out
-        finally:
-            finish(client)
+        expect_jax_report(p.address)  # jaxlib's own client, end to end
     finally:
         assert p.stop() == 0, p.logs()
         shutil.rmtree(d, ignore_errors=True)
