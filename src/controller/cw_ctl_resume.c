@@ -478,14 +478,9 @@ struct cw_ctl_expect_s {
 
 #define CW__MAX_EXPECT_PAST 65536
 
-static int cw__cmp_id(const void* a, const void* b) {
-  uint64_t x = *(const uint64_t*)a, y = *(const uint64_t*)b;
-  return x < y ? -1 : x > y;
-}
-
 static bool cw__past(const cw_controller_t* ctl, uint64_t id) {
   return ctl->num_expect_past &&
-         bsearch(&id, ctl->expect_past, ctl->num_expect_past, sizeof(id), cw__cmp_id);
+         bsearch(&id, ctl->expect_past, ctl->num_expect_past, sizeof(id), cw__cmp_u64);
 }
 
 // Remembers the sorted distinct `ids` as once expected (best effort).
@@ -548,7 +543,7 @@ static void cw__expect_settle(cw_controller_t* ctl, int64_t now) {
 static void cw__expect_done(cw_controller_t* ctl, uint64_t id) {
   struct cw_ctl_expect_s* x = ctl->expect;
   if (!x || !x->num) return;
-  uint64_t* hit = bsearch(&id, x->ids, x->num, sizeof(*x->ids), cw__cmp_id);
+  uint64_t* hit = bsearch(&id, x->ids, x->num, sizeof(*x->ids), cw__cmp_u64);
   if (!hit || !x->left[hit - x->ids]) return;
   x->left[hit - x->ids] = false;
   x->num_left--;
@@ -609,7 +604,7 @@ void cw_ctl_resume_expect(cw_ctl_worker_t* w) {
     if (cw__past(ctl, prev->sessions[i])) continue;  // expected once already
     fresh[n++] = prev->sessions[i];
   }
-  if (fresh) qsort(fresh, n, sizeof(*fresh), cw__cmp_id);
+  if (fresh) qsort(fresh, n, sizeof(*fresh), cw__cmp_u64);
   size_t distinct = 0;
   for (size_t i = 0; i < n; ++i) {
     if (!distinct || fresh[distinct - 1] != fresh[i]) fresh[distinct++] = fresh[i];
@@ -678,7 +673,8 @@ bool cw_ctl_resume_holds_worker(cw_controller_t* ctl, const cw_ctl_worker_t* w) 
   if (!prev) return false;  // registered afresh: it holds no earlier session
   if (x->cut_all || prev->more_sessions) return true;
   for (size_t i = 0; i < prev->n_sessions && x->num_left; ++i) {
-    const uint64_t* hit = bsearch(&prev->sessions[i], x->ids, x->num, sizeof(*x->ids), cw__cmp_id);
+    const uint64_t* hit =
+        bsearch(&prev->sessions[i], x->ids, x->num, sizeof(*x->ids), cw__cmp_u64);
     if (hit && x->left[hit - x->ids]) return true;
   }
   return false;
