@@ -171,6 +171,7 @@ void cw_controller_stop(cw_controller_t* ctl) {
   CW_LOGI("shutting down");
   uv_close((uv_handle_t*)&ctl->sigterm, NULL);
   uv_close((uv_handle_t*)&ctl->sigint, NULL);
+  cw_net_creds_stop(&ctl->creds);
   cw_net_watch_stop(&ctl->watch);
   cw_ctl_metrics_stop(ctl);
   cw_ctl_disk_stop(ctl);
@@ -237,6 +238,8 @@ cw_status_t cw_controller_create(const cw_settings_t* settings, cw_controller_t*
   }
   CW_RETURN_IF_ERROR(cw_net_listen(&ctl->net, cw_settings_string(settings, CW_SET_LISTEN),
                                    &cw__service, cw__on_accept), "controller");
+  CW_RETURN_IF_ERROR(cw_net_creds_start(&ctl->creds, &ctl->loop, settings, &ctl->net),
+                     "controller");
   // Said once everything is up: a metrics port in use ends the start.
   CW_RETURN_IF_ERROR(cw_ctl_metrics_start(ctl), "controller");
   printf("causeway-controller listening on %s\n", ctl->net.listen_address);
@@ -259,6 +262,7 @@ void cw_controller_release(cw_controller_t* ctl) {
     uv_run(&ctl->loop, UV_RUN_DEFAULT);
     uv_loop_close(&ctl->loop);
   }
+  cw_net_creds_free(&ctl->creds);
   cw_ctl_sched_free(ctl);
   cw_ctl_resume_free(ctl);
   for (size_t i = 0; i < ctl->num_workers; ++i) {

@@ -14,6 +14,7 @@
 #include "cw_ctl_alloc_plan.h"
 #include "cw_controller.h"
 #include "cw_net.h"
+#include "cw_net_creds.h"
 #include "cw_settings.h"
 
 #define CW__OPEN_TICK_MS 50
@@ -151,6 +152,7 @@ struct cw_controller_s {
   cw_net_t net;
   bool net_initialized;
   uv_signal_t sigterm, sigint;
+  cw_net_creds_t creds;  // the token and TLS files, read again on SIGHUP
   uv_timer_t open_tick;
   cw_net_watch_t watch;
   bool handles_open;

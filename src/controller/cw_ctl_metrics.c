@@ -179,6 +179,11 @@ static const cw_ctl_stats_family_t cw__stats_families[] = {
     CW__SF("causeway_worker_memory_refused_total", "counter",
            "Requests bigger than the memory budget, refused at once (RESOURCE_EXHAUSTED)",
            memory_refused),
+    CW__SF("causeway_worker_credential_reloads_total", "counter",
+           "SIGHUPs and credential file changes the worker reloaded", credential_reloads),
+    CW__SF("causeway_worker_credential_reload_failures_total", "counter",
+           "Credential reloads the worker refused (the ones in use kept)",
+           credential_reload_failures),
 };
 
 static void cw__render(cw_ctl_metrics_t* m, cw_http_text_t* t) {
@@ -234,6 +239,18 @@ static void cw__render(cw_ctl_metrics_t* m, cw_http_text_t* t) {
              ctl->compiles_dropped);
   cw__scalar(t, "causeway_errors_total", "counter",
              "Error replies the controller sent to clients and workers", ctl->errors);
+  cw__scalar(t, "causeway_credential_reloads_total", "counter",
+             "SIGHUPs and credential file changes the controller reloaded", ctl->creds.reloads);
+  cw__scalar(t, "causeway_credential_reload_failures_total", "counter",
+             "Credential reloads the controller refused (the ones in use kept)",
+             ctl->creds.failures);
+  // Only where a certificate is known: a 0 would read as long expired.
+  cw__family(t, "causeway_tls_certificate_expiry_timestamp_seconds", "gauge",
+             "End of the controller's TLS certificate (Unix seconds)");
+  if (ctl->creds.not_after > 0) {
+    cw_http_text_printf(t, "causeway_tls_certificate_expiry_timestamp_seconds %" PRId64 "\n",
+                        ctl->creds.not_after);
+  }
 
   cw__hist_render(t, "causeway_launch_latency_seconds",
                   "Relayed launches: from the controller's receipt to the worker's reply",
@@ -246,6 +263,16 @@ static void cw__render(cw_ctl_metrics_t* m, cw_http_text_t* t) {
   for (size_t i = 0; i < CW__NUM(cw__stats_families); ++i) {
     const cw_ctl_stats_family_t* f = &cw__stats_families[i];
     cw__stats_family(t, m, f->name, f->type, f->help, f->offset);
+  }
+  cw__family(t, "causeway_worker_tls_certificate_expiry_timestamp_seconds", "gauge",
+             "End of the worker's TLS certificate (Unix seconds), from its last STATS");
+  for (size_t i = 0; i < ctl->num_workers; ++i) {
+    double age_s = 0;
+    const Causeway__V1__Stats* st = cw_ctl_ops_worker_stats(ctl->workers[i], &age_s);
+    if (st && st->tls_cert_not_after) {
+      cw__worker_sample(t, "causeway_worker_tls_certificate_expiry_timestamp_seconds",
+                        ctl->workers[i], st->tls_cert_not_after);
+    }
   }
   cw__family(t, "causeway_worker_stats_age_seconds", "gauge",
              "Age of the worker's last STATS answer the figures above come from");

@@ -45,3 +45,21 @@ bool cw_dirs_socket_live(const char* path) {
   if (fd >= 0) close(fd);
   return live;
 }
+
+cw_file_sig_t cw_file_sig(const char* path) {
+  cw_file_sig_t g;
+  memset(&g, 0, sizeof(g));
+  struct stat sb;
+  if (!path[0] || stat(path, &sb) != 0) return g;
+  g.present = true;
+  g.dev = sb.st_dev;
+  g.ino = sb.st_ino;
+  g.size = sb.st_size;
+  g.mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+  return g;
+}
+
+bool cw_file_sig_equal(const cw_file_sig_t* a, const cw_file_sig_t* b) {
+  return a->present == b->present && a->dev == b->dev && a->ino == b->ino &&
+         a->size == b->size && a->mtime_ns == b->mtime_ns;
+}

@@ -44,7 +44,9 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
     [CW_SET_TOKEN_FILE] = {"CAUSEWAY_TOKEN_FILE", "CW_TOKEN_FILE",
                            CW__DMN | CW__PLG | CW__TOOL | CW__PRX,
                            "token-file", CW_SETTING_STRING, 0, 0, "", false, false,
-                           "file whose first line is the shared secret (CAUSEWAY_TOKEN wins)"},
+                           "file whose first line is the shared secret (CAUSEWAY_TOKEN "
+                           "wins); daemons accept its further lines too (a rotation), and "
+                           "read it again when it changes"},
     [CW_SET_HELLO_TIMEOUT_MS] = {"CAUSEWAY_HELLO_TIMEOUT_MS", "CW_HELLO_TIMEOUT_MS", CW__DMN,
                                  "hello-timeout-ms", CW_SETTING_INT, 10, 600000, "5000", false,
                                  false, "close connections that send no HELLO in this time"},
@@ -90,6 +92,11 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
                                         "mutual TLS: refuse TCP peers without a certificate "
                                         "signed by CAUSEWAY_TLS_CA (the tool: `up` says its "
                                         "clients need one)"},
+    [CW_SET_CREDENTIALS_CHECK_MS] = {"CAUSEWAY_CREDENTIALS_CHECK_MS", NULL, CW__DMN | CW__PRX,
+                                     "credentials-check-ms", CW_SETTING_INT, 0, 3600000, "10000",
+                                     false, false,
+                                     "read the token file and the TLS files again when they "
+                                     "change, looking this often (0: only on SIGHUP)"},
     [CW_SET_PLUGIN] = {"CAUSEWAY_PJRT_PLUGIN", "CW_PJRT_PLUGIN", CW__WRK | CW__PLG | CW__TOOL,
                        "plugin", CW_SETTING_STRING, 0, 0, "", false, false,
                        "path of the vendor PJRT plugin library the worker loads (also the "
@@ -526,9 +533,32 @@ cw_status_t cw_settings_parse_args(cw_settings_t* settings, int argc, char** arg
   return cw_ok_status();
 }
 
-// The first line of a token file into *out_token (heap, caller frees).
-static cw_status_t cw__read_token_file(const char* path, char** out_token) {
-  *out_token = NULL;
+void cw_token_set_clear(cw_token_set_t* set) {
+  for (size_t i = 0; i < set->count; ++i) {
+    explicit_bzero(set->tokens[i], strlen(set->tokens[i]));
+    free(set->tokens[i]);
+  }
+  free(set->tokens);
+  set->tokens = NULL;
+  set->count = 0;
+}
+
+static cw_status_t cw__token_set_add(cw_token_set_t* set, const char* token, const char* path) {
+  for (size_t i = 0; i < set->count; ++i) {
+    if (!strcmp(set->tokens[i], token)) return cw_ok_status();
+  }
+  char** grown = realloc(set->tokens, (set->count + 1) * sizeof(*grown));
+  char* copy = grown ? strdup(token) : NULL;
+  if (grown) set->tokens = grown;
+  if (!copy) return cw_make_status(CW_RESOURCE_EXHAUSTED, "token file %s: out of memory", path);
+  set->tokens[set->count++] = copy;
+  return cw_ok_status();
+}
+
+// A token file's lines into `out` (a rotation lists the other token after
+// the first); too many or too long lines are refused, not cut.
+cw_status_t cw_token_set_read_file(const char* path, cw_token_set_t* out) {
+  memset(out, 0, sizeof(*out));
   FILE* f = fopen(path, "r");
   if (!f) {
     return cw_make_status(CW_NOT_FOUND, "token file %s: %s", path, strerror(errno));
@@ -539,22 +569,52 @@ static cw_status_t cw__read_token_file(const char* path, char** out_token) {
             (unsigned)(sb.st_mode & 0777));
   }
   char line[1024];
-  if (!fgets(line, sizeof(line), f)) line[0] = 0;
-  fclose(f);
-  line[strcspn(line, "\r\n")] = 0;
-  if (!line[0]) return cw_make_status(CW_INVALID_ARGUMENT, "token file %s is empty", path);
-  *out_token = strdup(line);
+  cw_status_t st = cw_ok_status();
+  for (int n = 1; !st && fgets(line, sizeof(line), f); ++n) {
+    size_t len = strcspn(line, "\r\n");
+    if (!line[len] && !feof(f)) {
+      st = cw_make_status(CW_INVALID_ARGUMENT, "token file %s: line %d is longer than %zu "
+                          "bytes", path, n, sizeof(line) - 2);
+    } else if (len > 0 && out->count >= CW_TOKEN_SET_MAX) {
+      st = cw_make_status(CW_INVALID_ARGUMENT, "token file %s: more than %d tokens (the first "
+                          "line is presented, each further line accepted too)", path,
+                          CW_TOKEN_SET_MAX);
+    } else if (len > 0) {
+      line[len] = 0;
+      st = cw__token_set_add(out, line, path);
+    } else if (n == 1) {
+      st = cw_make_status(CW_INVALID_ARGUMENT, "token file %s is empty", path);
+    }
+  }
+  if (!st && out->count == 0) {
+    st = cw_make_status(CW_INVALID_ARGUMENT, "token file %s is empty", path);
+  }
   explicit_bzero(line, sizeof(line));
-  if (!*out_token) return cw_make_status(CW_RESOURCE_EXHAUSTED, "token file %s: out of memory", path);
-  return cw_ok_status();
+  fclose(f);
+  if (st) cw_token_set_clear(out);
+  return st;
+}
+
+cw_status_t cw_settings_read_tokens(const cw_settings_t* settings, cw_token_set_t* out) {
+  memset(out, 0, sizeof(*out));
+  if (settings->given[CW_SET_TOKEN]) {
+    const char* token = cw_settings_string(settings, CW_SET_TOKEN);
+    return token[0] ? cw__token_set_add(out, token, "(CAUSEWAY_TOKEN)") : cw_ok_status();
+  }
+  const char* path = cw_settings_string(settings, CW_SET_TOKEN_FILE);
+  if (!path[0]) return cw_ok_status();
+  return cw_token_set_read_file(path, out);
 }
 
 cw_status_t cw_settings_load_token(cw_settings_t* settings) {
   if (cw_settings_string(settings, CW_SET_TOKEN)[0]) return cw_ok_status();
   const char* path = cw_settings_string(settings, CW_SET_TOKEN_FILE);
   if (!path[0]) return cw_ok_status();
-  char* token = NULL;
-  CW_RETURN_IF_ERROR(cw__read_token_file(path, &token), "");
+  cw_token_set_t set;
+  CW_RETURN_IF_ERROR(cw_token_set_read_file(path, &set), "");
+  char* token = strdup(set.tokens[0]);
+  cw_token_set_clear(&set);
+  if (!token) return cw_make_status(CW_RESOURCE_EXHAUSTED, "token file %s: out of memory", path);
   free(settings->strings[CW_SET_TOKEN]);
   settings->strings[CW_SET_TOKEN] = token;
   return cw_ok_status();

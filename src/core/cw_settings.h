@@ -55,6 +55,7 @@ typedef enum cw_setting_id_e {
   CW_SET_TLS_CERT,
   CW_SET_TLS_KEY,
   CW_SET_TLS_REQUIRE_CLIENT_CERT,
+  CW_SET_CREDENTIALS_CHECK_MS,
   CW_SET_PLUGIN,
   CW_SET_DEVICES,
   CW_SET_LISTEN,
@@ -166,6 +167,23 @@ CW_MUST_USE cw_status_t cw_settings_parse_args(cw_settings_t* settings,
 // file (with a warning when that file is readable by group or others).
 // Borrowed result, "" when none.
 CW_MUST_USE cw_status_t cw_settings_load_token(cw_settings_t* settings);
+
+// The tokens a daemon accepts: tokens[0] is the one it presents; a token
+// file's further non-empty lines are accepted too, so that a cluster can
+// change its token without a restart (docs/operations.md, "Rotating
+// credentials"). Empty (count 0): no token, anyone is accepted.
+#define CW_TOKEN_SET_MAX 8
+typedef struct cw_token_set_s {
+  char** tokens;  // owned
+  size_t count;
+} cw_token_set_t;
+// CAUSEWAY_TOKEN when the environment gives it (one token, never read
+// again), else the token file read now.
+CW_MUST_USE cw_status_t cw_settings_read_tokens(const cw_settings_t* settings,
+                                                cw_token_set_t* out);
+// The token file at `path` alone (its errors name it).
+CW_MUST_USE cw_status_t cw_token_set_read_file(const char* path, cw_token_set_t* out);
+void cw_token_set_clear(cw_token_set_t* set);  // wipes and frees; idempotent
 
 // The environment's text for `id` (borrowed from the environment), NULL when
 // unset or empty: for a library that reads one setting and keeps no table.

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <unistd.h>
 
 #include "cw_settings.h"
 #include "cw_status.h"
@@ -233,11 +234,83 @@ static void test_settings_old_names(void** state) {
   unsetenv("CW_DEVICES");
 }
 
+// A token file's first line is presented; its further lines are accepted
+// (a rotation); CAUSEWAY_TOKEN, when set, is the only token.
+static void write_file(const char* path, const char* text) {
+  FILE* f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+static void test_token_set(void** state) {
+  (void)state;
+  clear_settings_env();
+  char path[] = "/tmp/cw_settings_token_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  write_file(path, "new\r\n\nold\nnew\n");
+  setenv("CAUSEWAY_TOKEN_FILE", path, 1);
+  cw_settings_t s;
+  assert_null(cw_settings_initialize(&s, CW_SCOPE_CONTROLLER));
+  assert_null(cw_settings_load_token(&s));
+  assert_string_equal(cw_settings_string(&s, CW_SET_TOKEN), "new");
+  cw_token_set_t set;
+  assert_null(cw_settings_read_tokens(&s, &set));
+  assert_int_equal(set.count, 2);  // a repeated line once
+  assert_string_equal(set.tokens[0], "new");
+  assert_string_equal(set.tokens[1], "old");
+  cw_token_set_clear(&set);
+  cw_token_set_clear(&set);  // idempotent
+  // Read again each time: the file changed.
+  write_file(path, "newer");
+  assert_null(cw_settings_read_tokens(&s, &set));
+  assert_int_equal(set.count, 1);
+  assert_string_equal(set.tokens[0], "newer");
+  cw_token_set_clear(&set);
+  // Refused whole, never cut.
+  write_file(path, "\nlate\n");
+  char want[256];
+  snprintf(want, sizeof(want), "token file %s is empty", path);
+  expect_error(cw_settings_read_tokens(&s, &set), CW_INVALID_ARGUMENT, want);
+  assert_int_equal(set.count, 0);
+  write_file(path, "1\n2\n3\n4\n5\n6\n7\n8\n9\n");
+  snprintf(want, sizeof(want), "token file %s: more than 8 tokens (the first line is presented, "
+           "each further line accepted too)", path);
+  expect_error(cw_settings_read_tokens(&s, &set), CW_INVALID_ARGUMENT, want);
+  char long_line[1100];
+  memset(long_line, 'x', sizeof(long_line) - 1);
+  long_line[sizeof(long_line) - 1] = 0;
+  write_file(path, long_line);
+  snprintf(want, sizeof(want), "token file %s: line 1 is longer than 1022 bytes", path);
+  expect_error(cw_settings_read_tokens(&s, &set), CW_INVALID_ARGUMENT, want);
+  unlink(path);
+  snprintf(want, sizeof(want), "token file %s: No such file or directory", path);
+  expect_error(cw_settings_read_tokens(&s, &set), CW_NOT_FOUND, want);
+  cw_settings_deinitialize(&s);
+  // The variable wins, and is the only one.
+  setenv("CAUSEWAY_TOKEN", "fixed", 1);
+  assert_null(cw_settings_initialize(&s, CW_SCOPE_CONTROLLER));
+  assert_null(cw_settings_read_tokens(&s, &set));
+  assert_int_equal(set.count, 1);
+  assert_string_equal(set.tokens[0], "fixed");
+  cw_token_set_clear(&set);
+  cw_settings_deinitialize(&s);
+  unsetenv("CAUSEWAY_TOKEN");
+  unsetenv("CAUSEWAY_TOKEN_FILE");
+  // Neither: no token.
+  assert_null(cw_settings_initialize(&s, CW_SCOPE_CONTROLLER));
+  assert_null(cw_settings_read_tokens(&s, &set));
+  assert_int_equal(set.count, 0);
+  cw_settings_deinitialize(&s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_settings),         cmocka_unit_test(test_settings_scope),
       cmocka_unit_test(test_settings_table),   cmocka_unit_test(test_settings_types),
-      cmocka_unit_test(test_settings_old_names),
+      cmocka_unit_test(test_settings_old_names), cmocka_unit_test(test_token_set),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include <openssl/err.h>
 #include <openssl/x509v3.h>
@@ -195,6 +196,20 @@ void cw_tls_release(cw_tls_t* t) {
 }
 
 bool cw_tls_requires_client_cert(const cw_tls_t* t) { return t->require_client_cert; }
+
+bool cw_tls_own_certificate(const cw_tls_t* t, char* subject, size_t capacity,
+                            int64_t* out_not_after) {
+  if (capacity) subject[0] = 0;
+  *out_not_after = 0;
+  X509* cert = t ? SSL_CTX_get0_certificate(t->ctx) : NULL;
+  if (!cert) return false;
+  if (capacity) X509_NAME_oneline(X509_get_subject_name(cert), subject, (int)capacity);
+  struct tm tm;
+  const ASN1_TIME* end = X509_get0_notAfter(cert);
+  if (end && ASN1_TIME_to_tm(end, &tm) == 1) *out_not_after = (int64_t)timegm(&tm);
+  ERR_clear_error();
+  return true;
+}
 
 static bool cw__is_ip(const char* host) {
   uint8_t buf[16];

@@ -48,6 +48,11 @@ CW_MUST_USE cw_status_t cw_tls_create(const cw_tls_config_t* config, bool server
 void cw_tls_retain(cw_tls_t* tls);
 void cw_tls_release(cw_tls_t* tls);  // NULL is a no-op
 bool cw_tls_requires_client_cert(const cw_tls_t* tls);
+// This program's own certificate, when it has one: its subject (OpenSSL's
+// one-line form, cut to `capacity`) and its end of validity (Unix seconds;
+// 0 when unreadable).
+bool cw_tls_own_certificate(const cw_tls_t* tls, char* subject, size_t capacity,
+                            int64_t* out_not_after);
 
 // A new SSL for one connection: accepting (`peer_host` NULL) or connecting
 // to `peer_host` (a host name or IP address the peer's certificate must

@@ -179,13 +179,13 @@ static void cw__timeout(uv_timer_t* t) {
 static cw_status_t cw__on_start(void* user, cw_grpc_call_t* call) {
   cw_grpc_conn_t* c = user;
   cw_grpc_server_t* s = c->server;
-  const char* token = s->o->token;
-  if (token && token[0] && !c->same_user) {
+  const cw_token_set_t* tokens = s->o->tokens;
+  if (tokens && tokens->count && !c->same_user) {
     const uint8_t* got;
     size_t len;
     bool has = cw_grpc_call_metadata(call, "authorization", &got, &len);
     if (!has || len < 7 || memcmp(got, "Bearer ", 7) ||
-        !cw_net_token_matches(token, got + 7, len - 7)) {
+        !cw_net_tokens_accept(tokens, got + 7, len - 7)) {
       return cw_make_status(CW_UNAUTHENTICATED,
                             "credentials refused: %s (this proxy requires the cluster's token as "
                             "metadata \"authorization: Bearer <token>\")",

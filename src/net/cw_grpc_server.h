@@ -16,6 +16,7 @@
 #include <uv.h>
 
 #include "cw_grpc.h"
+#include "cw_settings.h"
 #include "cw_status.h"
 
 #define CW_GRPC_SERVER_MAX_CONNS 512
@@ -26,7 +27,9 @@ typedef struct cw_grpc_server_s cw_grpc_server_t;
 
 typedef struct cw_grpc_server_options_s {
   cw_grpc_options_t grpc;
-  const char* token;  // NULL or "": none needed (borrowed for the server's life)
+  // NULL or empty: none needed. Borrowed for the server's life; its owner
+  // may change it in place on the loop thread (cw_net_creds.h).
+  const cw_token_set_t* tokens;
 } cw_grpc_server_options_t;
 
 // Listens on `address` (host:port, port 0 picks one; or a Unix socket path). `handlers` and

@@ -167,6 +167,9 @@ struct cw_net_s {
   cw_net_warn_limit_t warn_full, warn_evict, warn_hello;
   uint64_t refused;         // accepted connections closed at once: no room
   uint64_t hello_timeouts;  // closed for want of a HELLO in time
+  // The tokens accepted, [0] presented (borrowed, cw_net_use_tokens); NULL:
+  // options.token alone.
+  const cw_token_set_t* tokens;
   cw_tls_t* tls;            // made at first use (cw_net_listen on TCP, a TCP connect)
   bool tls_listener;        // the listener is TCP with TLS on
   uint64_t tls_failures;    // handshakes that failed, and peers that spoke the wrong thing
@@ -327,14 +330,27 @@ void cw_net_watch_stop(cw_net_watch_t* watch);
 
 // --- Credentials (cw_net_auth.c; docs/protocol.md "Credentials") -------------
 
-// Compares a presented HELLO token with the configured one in constant time.
-bool cw_net_token_matches(const char* want, const uint8_t* got, size_t got_len);
+// Whether a presented token is one of `tokens` (an empty set accepts
+// anything). Constant time: every token is compared in full.
+bool cw_net_tokens_accept(const cw_token_set_t* tokens, const uint8_t* got, size_t got_len);
 
-// Checks a HELLO's token against `want` ("" accepts anything) in constant
-// time. A refusal is logged as a warning naming `peer` and `role` (never
-// either token) and returned as UNAUTHENTICATED "credentials refused: ...".
-CW_MUST_USE cw_status_t cw_net_hello_authenticate(const char* want, const uint8_t* got,
-                                                  size_t got_len, const char* peer, int role);
+// Checks a HELLO's token against `tokens` (cw_net_tokens_accept). A refusal
+// is logged as a warning naming `peer` and `role` (never a token) and
+// returned as UNAUTHENTICATED "credentials refused: ...".
+CW_MUST_USE cw_status_t cw_net_hello_authenticate(const cw_token_set_t* tokens,
+                                                  const uint8_t* got, size_t got_len,
+                                                  const char* peer, int role);
+
+// The net presents tokens->tokens[0] in HELLOs it sends and accepts every
+// token of the set (borrowed: its owner changes it in place on the loop
+// thread, cw_net_creds.h). Connections already made keep going.
+void cw_net_use_tokens(cw_net_t* net, const cw_token_set_t* tokens);
+
+// Reads options.tls's files again: connections made from now on present the
+// new certificate and check peers against the new CA; those made before keep
+// theirs. On error (the error names the setting and file) nothing changes.
+// Nothing to do when TLS is off or not yet used.
+CW_MUST_USE cw_status_t cw_net_reload_tls(cw_net_t* net);
 
 // Names an accepted Unix-socket peer for logs: "unix-peer pid P uid U" from
 // SO_PEERCRED, or "unix-peer" when the kernel cannot say.

@@ -20,17 +20,24 @@ static const char* cw__role_name(int role) {
   }
 }
 
-bool cw_net_token_matches(const char* want, const uint8_t* got, size_t got_len) {
+// In constant time for a given `want`: every byte is compared wherever they differ.
+static bool cw__token_matches(const char* want, const uint8_t* got, size_t got_len) {
   size_t n = strlen(want);
-  // Compare every byte regardless of where they differ.
   unsigned diff = (unsigned)(n != got_len);
   for (size_t i = 0; i < n; ++i) diff |= (unsigned)(want[i] ^ (i < got_len ? got[i] : 0));
   return diff == 0;
 }
 
-cw_status_t cw_net_hello_authenticate(const char* want, const uint8_t* got, size_t got_len,
-                                      const char* peer, int role) {
-  if (!want[0] || cw_net_token_matches(want, got, got_len)) return cw_ok_status();
+bool cw_net_tokens_accept(const cw_token_set_t* tokens, const uint8_t* got, size_t got_len) {
+  if (!tokens || tokens->count == 0) return true;
+  bool ok = false;
+  for (size_t i = 0; i < tokens->count; ++i) ok |= cw__token_matches(tokens->tokens[i], got, got_len);
+  return ok;
+}
+
+cw_status_t cw_net_hello_authenticate(const cw_token_set_t* tokens, const uint8_t* got,
+                                      size_t got_len, const char* peer, int role) {
+  if (cw_net_tokens_accept(tokens, got, got_len)) return cw_ok_status();
   // Saying "none" versus "wrong" tells a peer nothing about the secret.
   const char* why = got_len ? "wrong token" : "no token presented";
   CW_LOGW("refused HELLO from %s (role %s): credentials refused (%s)", peer,
@@ -40,6 +47,8 @@ cw_status_t cw_net_hello_authenticate(const char* want, const uint8_t* got, size
                         "CAUSEWAY_TOKEN or CAUSEWAY_TOKEN_FILE, or --token-file for "
                         "daemons)", why);
 }
+
+void cw_net_use_tokens(cw_net_t* net, const cw_token_set_t* tokens) { net->tokens = tokens; }
 
 int cw_net_unix_peer_pid_same_user(int fd) {
   struct ucred cred;

@@ -549,7 +549,9 @@ cw_status_t cw_net_connect(cw_net_t* net, const char* address, const char* name,
   uv_timer_start(&c->timer, cw__connect_timeout, (uint64_t)timeout_ms, 0);
   // HELLO goes out at once; libuv holds writes until the connect completes.
   Causeway__V1__HelloRequest hello;
-  cw_hello_request_fill(&hello, role, net->options.token, session_id, net->options.name);
+  const char* token = net->tokens ? (net->tokens->count ? net->tokens->tokens[0] : "")
+                                  : net->options.token;
+  cw_hello_request_fill(&hello, role, token, session_id, net->options.name);
   if (net->options.link_timeout_ms > 0) {
     hello.keepalive_ms = cw_keepalive_ask(net->options.link_timeout_ms);
   }

@@ -32,8 +32,10 @@ static void cw__hello(cw_net_conn_t* c, const cw_frame_header_t* h,
   cw_net_t* net = c->net;
   const cw_net_service_t* svc = net->service;
   // Credentials first: an unauthenticated peer learns nothing else.
-  cw_status_t st = cw_net_hello_authenticate(net->options.token, r->token.data, r->token.len,
-                                             c->name, r->role);
+  char* one[1] = {(char*)net->options.token};
+  cw_token_set_t only = {one, net->options.token[0] ? 1 : 0};
+  cw_status_t st = cw_net_hello_authenticate(net->tokens ? net->tokens : &only, r->token.data,
+                                             r->token.len, c->name, r->role);
   if (!st && (r->min_version > r->max_version || r->max_version < CW_PROTOCOL_MIN_VERSION ||
               r->min_version > CW_PROTOCOL_VERSION)) {
     st = cw_make_status(CW_UNIMPLEMENTED, "protocol versions %u..%u not supported (%s speaks "

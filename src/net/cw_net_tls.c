@@ -111,6 +111,16 @@ cw_status_t cw_net__tls_context(cw_net_t* net, bool server, cw_tls_t** out) {
   return cw_ok_status();
 }
 
+cw_status_t cw_net_reload_tls(cw_net_t* net) {
+  if (!net->options.tls.enabled || !net->tls) return cw_ok_status();
+  cw_tls_t* fresh = NULL;
+  CW_RETURN_IF_ERROR(cw_tls_create(&net->options.tls, net->tls_listener, &fresh), "TLS");
+  // Each connection's SSL holds its own reference to the old context.
+  cw_tls_release(net->tls);
+  net->tls = fresh;
+  return cw_ok_status();
+}
+
 // The SSL with its two memory BIOs. `peer_host` NULL: accepting.
 static cw_status_t cw__ssl_attach(cw_net_conn_t* c, const char* peer_host) {
   cw_tls_t* tls = NULL;

@@ -250,6 +250,7 @@ static void cw__wake(uv_async_t* a) {
     uv_close((uv_handle_t*)&p->wake, NULL);
     uv_close((uv_handle_t*)&p->sigterm, NULL);
     uv_close((uv_handle_t*)&p->sigint, NULL);
+    cw_net_creds_stop(&p->creds);
   }
 }
 
@@ -306,17 +307,19 @@ cw_status_t cw_proxy_create(const cw_settings_t* settings, cw_proxy_t** out) {
   }
   CW_LOGI("host buffers: a budget of %zu bytes, each session at most half",
           p->host_buffer_budget);
-  p->server_options.token = cw_settings_string(settings, CW_SET_TOKEN);
-  st = cw_grpc_server_create(&p->loop, cw_settings_string(settings, CW_SET_PROXY_LISTEN),
-                             &p->server_options, &cw__handlers, p, &p->server);
+  st = cw_net_creds_start(&p->creds, &p->loop, settings, NULL);
+  p->server_options.tokens = &p->creds.tokens;
+  if (!st) {
+    st = cw_grpc_server_create(&p->loop, cw_settings_string(settings, CW_SET_PROXY_LISTEN),
+                               &p->server_options, &cw__handlers, p, &p->server);
+  }
   if (st) {
     p->stopping = true;
     cw_proxy_release(p);
     return st;
   }
-  const char* token = p->server_options.token;
   const char* address = cw_grpc_server_address(p->server);
-  if (token && token[0] && !strchr(address, '/')) {
+  if (p->creds.tokens.count && !strchr(address, '/')) {
     // jaxlib's client retries UNAUTHENTICATED without a word to its user.
     CW_LOGW("clients must send the cluster's token (metadata \"authorization: Bearer <token>\"); "
             "jaxlib's IFRT proxy client cannot, and is refused: for it, listen on a Unix socket "
@@ -348,6 +351,7 @@ void cw_proxy_release(cw_proxy_t* p) {
   if (p->host_bytes) {
     CW_LOGE("host buffers: %zu bytes of the budget still charged at exit", p->host_bytes);
   }
+  cw_net_creds_free(&p->creds);
   pthread_mutex_destroy(&p->budget_mu);
   free(p);
 }

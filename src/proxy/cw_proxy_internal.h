@@ -10,6 +10,7 @@
 #include <uv.h>
 
 #include "cw_grpc_server.h"
+#include "cw_net_creds.h"
 #include "cw_net_gate.h"
 #include "cw_proxy.h"
 #include "cw_proxy_decode.h"
@@ -147,6 +148,7 @@ struct cw_proxy_s {
   uv_async_t wake;  // a session thread queued responses or exited
   uv_signal_t sigterm;
   uv_signal_t sigint;
+  cw_net_creds_t creds;  // the token file, read again on SIGHUP (the server borrows its tokens)
   bool stopping;
   bool closed;  // the loop's handles are closing
   cw_grpc_server_t* server;

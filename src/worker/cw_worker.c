@@ -235,6 +235,7 @@ void cw_worker_stop(cw_worker_t* w) {
   CW_LOGI("shutting down");
   uv_close((uv_handle_t*)&w->sigterm, NULL);
   uv_close((uv_handle_t*)&w->sigint, NULL);
+  cw_net_creds_stop(&w->creds);
   cw_net_watch_stop(&w->watch);
   cw_worker_link_stop(w);
   cw_worker_http_stop(w);
@@ -346,6 +347,7 @@ cw_status_t cw_worker_create(const cw_settings_t* settings, cw_worker_t** out) {
     CW_RETURN_IF_ERROR(cw_net_watch_start(&w->loop, (int)watch_fd, cw__on_watch_eof, w,
                                           &w->watch), "worker");
   }
+  CW_RETURN_IF_ERROR(cw_net_creds_start(&w->creds, &w->loop, settings, &w->net), "worker");
   CW_RETURN_IF_ERROR(cw_worker_link_start(w), "worker");
   CW_RETURN_IF_ERROR(cw_worker_http_start(w), "worker");
   return cw_ok_status();
@@ -367,6 +369,7 @@ void cw_worker_release(cw_worker_t* w) {
     uv_run(&w->loop, UV_RUN_DEFAULT);
   }
   if (w->leak_on_exit) return;  // PJRT may still call into us
+  cw_net_creds_free(&w->creds);
   cw_worker_hostcb_stop(w);  // its threads' launches have ended with the loop
   cw_worker_launch_stop(w);  // and the dispatch thread's
   cw_store_release(w->store);

@@ -13,6 +13,7 @@
 
 #include "cw_frame.h"
 #include "cw_net.h"
+#include "cw_net_creds.h"
 #include "cw_pjrt.h"
 #include "cw_settings.h"
 #include "cw_staging.h"
@@ -108,6 +109,7 @@ struct cw_worker_s {
   bool loop_thread_known;
   bool inline_completions;  // completions queued from the loop thread itself
   uv_signal_t sigterm, sigint;
+  cw_net_creds_t creds;  // the token and TLS files, read again on SIGHUP
   uv_timer_t shutdown_timer;
   // Polling after launches (cw_worker_spin.h): while spin_idle is active the
   // loop does not sleep.

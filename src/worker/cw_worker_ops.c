@@ -255,6 +255,9 @@ void cw_worker_handle_stats(cw_net_conn_t* nc, const cw_frame_header_t* h,
   st.connections = w->net.inbound_connections;
   st.session_buffers = mine.buffers;
   cw_worker_mem_stats(w, &st);
+  st.tls_cert_not_after = w->creds.not_after > 0 ? (uint64_t)w->creds.not_after : 0;
+  st.credential_reloads = w->creds.reloads;
+  st.credential_reload_failures = w->creds.failures;
   cw__stats_scratch_t scratch;
   cw__fill_ops_stats(w, &st, &scratch);
   Causeway__V1__PeerStats* peers = NULL;
