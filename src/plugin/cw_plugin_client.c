@@ -54,8 +54,7 @@ static void cw__client_free(cw_plugin_client_t* c) {
   free(c->platform_name);
   free(c->platform_version);
   free(c->ctrl_address);
-  if (c->token) explicit_bzero(c->token, strlen(c->token));
-  free(c->token);
+  cw_plugin_token_deinitialize(&c->token);
   if (c->cluster) cw_plugin_cluster_stop(c->cluster);
   cw_tls_release(c->tls);
   cw_settings_deinitialize(&c->settings);
@@ -100,7 +99,7 @@ void cw_plugin_client_controller_options(cw_plugin_client_t* c, cw_client_option
   // A controller that owes answers and stays silent this long (it answers
   // PING even while compiles run) is hung: calls through it fail UNAVAILABLE.
   int liveness = (int)cw_settings_int(&c->settings, CW_SET_CONTROLLER_TIMEOUT_MS);
-  *out = (cw_client_options_t){.token = c->token,
+  *out = (cw_client_options_t){.token = cw_plugin_token_now(&c->token),
                                .peer_name = "causeway-pjrt",
                                .connect_timeout_ms = CW__CONNECT_TIMEOUT_MS,
                                .on_event = cw__on_cluster_event,
@@ -113,7 +112,7 @@ void cw_plugin_client_controller_options(cw_plugin_client_t* c, cw_client_option
 // owes answers is lost, though the worker may live on for its controller (a
 // one-way partition): calls through it fail UNAVAILABLE.
 void cw_plugin_client_worker_options(cw_plugin_client_t* c, cw_client_options_t* out) {
-  *out = (cw_client_options_t){.token = c->token,
+  *out = (cw_client_options_t){.token = cw_plugin_token_now(&c->token),
                                .session_id = c->session_id,
                                .peer_name = "causeway-pjrt",
                                .connect_timeout_ms = CW__CONNECT_TIMEOUT_MS,
@@ -363,8 +362,7 @@ PJRT_Error* cw_plugin_client_create(PJRT_Client_Create_Args* args) {
                                          "cpu_device_count");
     s = cw_plugin_cluster_start(&c->settings, jax_devices, &c->cluster, &addr, &min_workers);
     if (!s) {
-      c->token = strdup(cw_plugin_cluster_token(c->cluster));
-      if (!c->token) s = cw__oom();
+      s = cw_plugin_token_fixed(cw_plugin_cluster_token(c->cluster), &c->token);
     }
   } else if (!s) {
     s = cw_plugin_token_load(&c->settings, &c->token);

@@ -117,7 +117,7 @@ static void test_replacement_is_rejoined(void** state) {
   // The session's token, as the first connection's: a replacement with
   // tokens on refused a rejoin that presented none (an audit).
   char token[] = "cw-health-test-token";
-  fx->client.token = token;
+  assert_null(cw_plugin_token_fixed(token, &fx->client.token));
   // Announced without a WORKER_DOWN first: the old connection is given up.
   on_event(fx, CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_UP, 2, 2, fx->replacement.path, NULL);
   assert_true(is_dead(&fx->worker));
@@ -127,7 +127,7 @@ static void test_replacement_is_rejoined(void** state) {
   assert_string_equal(fx->worker.address, fx->replacement.path);
   assert_int_equal(fx->replacement.hello_session, 5);
   assert_string_equal(fx->replacement.hello_token, token);
-  fx->client.token = NULL;
+  cw_plugin_token_deinitialize(&fx->client.token);
   assert_int_equal(atomic_load(&fx->worker.epoch), 1);
   assert_int_equal(send_copy(fx), 1);  // the replacement numbers from 1
   // A buffer of the lost worker is gone; a new one is fine.

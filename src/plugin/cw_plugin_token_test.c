@@ -45,9 +45,11 @@ static void write_token_file(const char* text) {
 static char* load(cw_status_t* out_status) {
   cw_settings_t settings;
   assert_null(cw_settings_initialize(&settings, CW_SCOPE_PLUGIN));
-  char* token = NULL;
-  *out_status = cw_plugin_token_load(&settings, &token);
-  cw_settings_deinitialize(&settings);  // the token is the caller's copy
+  cw_plugin_token_t t;
+  *out_status = cw_plugin_token_load(&settings, &t);
+  cw_settings_deinitialize(&settings);  // the token is the plugin's copy
+  char* token = *out_status ? NULL : strdup(cw_plugin_token_now(&t));
+  cw_plugin_token_deinitialize(&t);
   return token;
 }
 
@@ -58,6 +60,47 @@ static void expect_token(const char* want) {
   assert_null(s);
   assert_string_equal(token, want);
   free(token);
+}
+
+// A file's token is read again when the file changes (the cluster's token
+// rotated); a pointer handed out before stays valid; a file that cannot
+// be read leaves the last token. CAUSEWAY_TOKEN is never read again.
+static void rewrite(const char* text) {
+  FILE* f = fopen(g_path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+static void test_file_read_again_when_changed(void** state) {
+  (void)state;
+  write_token_file("first\n");
+  cw_settings_t settings;
+  assert_null(cw_settings_initialize(&settings, CW_SCOPE_PLUGIN));
+  cw_plugin_token_t t;
+  assert_null(cw_plugin_token_load(&settings, &t));
+  cw_settings_deinitialize(&settings);
+  const char* before = cw_plugin_token_now(&t);
+  assert_string_equal(before, "first");
+  rewrite("second-and-longer\nfirst\n");
+  assert_string_equal(cw_plugin_token_now(&t), "second-and-longer");
+  assert_string_equal(before, "first");  // still readable
+  rewrite("\n");
+  assert_string_equal(cw_plugin_token_now(&t), "second-and-longer");
+  unlink(g_path);
+  assert_string_equal(cw_plugin_token_now(&t), "second-and-longer");
+  rewrite("third\n");
+  assert_string_equal(cw_plugin_token_now(&t), "third");
+  cw_plugin_token_deinitialize(&t);
+  cw_plugin_token_deinitialize(&t);  // idempotent
+
+  setenv("CAUSEWAY_TOKEN", "fixed", 1);
+  assert_null(cw_settings_initialize(&settings, CW_SCOPE_PLUGIN));
+  assert_null(cw_plugin_token_load(&settings, &t));
+  cw_settings_deinitialize(&settings);
+  rewrite("changed\n");
+  assert_string_equal(cw_plugin_token_now(&t), "fixed");
+  cw_plugin_token_deinitialize(&t);
 }
 
 static void test_none_is_empty(void** state) {
@@ -124,6 +167,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_file_first_line, clear_env, remove_file),
       cmocka_unit_test_setup_teardown(test_variable_wins_over_file, clear_env, remove_file),
       cmocka_unit_test_setup_teardown(test_missing_file_fails, clear_env, remove_file),
+      cmocka_unit_test_setup_teardown(test_file_read_again_when_changed, clear_env, remove_file),
       cmocka_unit_test(test_refusal_is_reworded),
       cmocka_unit_test(test_other_errors_pass),
   };
