@@ -59,30 +59,10 @@ def _tls_env(pki, cert: str | None = None, key: str | None = None) -> dict:
     return env
 
 
-class _Environ:
-    """os.environ with `extra` while a cluster starts (HandCluster copies it)
-    and while the test process's own client library reads it (harness.stats)."""
-
-    def __init__(self, extra: dict):
-        self.extra = extra
-        self.saved = {k: os.environ.get(k) for k in extra}
-
-    def __enter__(self):
-        os.environ.update(self.extra)
-        return self
-
-    def __exit__(self, *exc):
-        for k, v in self.saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 @pytest.fixture(scope="module")
 def cluster(pki):
     daemons = _tls_env(pki, pki["cert"], pki["key"])
-    with _Environ({**daemons, "CAUSEWAY_LOG_LEVEL": "info"}):
+    with harness.Environ({**daemons, "CAUSEWAY_LOG_LEVEL": "info"}):
         c = harness.HandCluster(workers=2, devices=4, tcp=True, token=TOKEN)
     yield c
     c.stop()
@@ -108,7 +88,7 @@ def _backend_init(name, env) -> dict:
 
 
 def _stats(cluster, pki, address):
-    with _Environ({**_tls_env(pki), "CAUSEWAY_TLS_CERT": "", "CAUSEWAY_TLS_KEY": ""}):
+    with harness.Environ({**_tls_env(pki), "CAUSEWAY_TLS_CERT": "", "CAUSEWAY_TLS_KEY": ""}):
         return harness.stats(address, TOKEN)
 
 
@@ -280,7 +260,7 @@ def test_hostile_tls_peers_never_crash_a_daemon(cluster, pki):
 def test_mutual_tls(pki):
     daemons = {**_tls_env(pki, pki["cert"], pki["key"]),
                "CAUSEWAY_TLS_REQUIRE_CLIENT_CERT": "1"}
-    with _Environ(daemons):
+    with harness.Environ(daemons):
         c = harness.HandCluster(workers=1, devices=4, tcp=True, token=TOKEN)
     try:
         res = _backend_init("mtls-anon", _client_env(c, pki))

@@ -894,6 +894,26 @@ def free_tcp_port() -> int:
     raise AssertionError("no loopback port left that this process did not hand out already")
 
 
+class Environ:
+    """os.environ with `extra` while a cluster starts (HandCluster copies it)
+    and while the test process's own client library reads it (harness.stats)."""
+
+    def __init__(self, extra: dict):
+        self.extra = extra
+        self.saved = {k: os.environ.get(k) for k in extra}
+
+    def __enter__(self):
+        os.environ.update(self.extra)
+        return self
+
+    def __exit__(self, *exc):
+        for k, v in self.saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 class HandCluster:
     """causeway-controller plus workers started as separate real processes.
 

@@ -446,6 +446,38 @@ def test_token_is_required_when_set(cluster):
         assert p.stop() == 0, p.logs()
 
 
+def test_token_file_rotated_without_a_restart(cluster, tmp_path):
+    """The proxy reads its token file again when it changes (docs/operations.md,
+    "Rotating credentials"): each of its lines is accepted, and a token dropped
+    from it is refused from then on."""
+    path = tmp_path / "token"
+    path.write_text("new-b7\nold-a1\n")
+    path.chmod(0o600)
+    p = Proxy(cluster.controller, {"CAUSEWAY_TOKEN_FILE": str(path),
+                                   "CAUSEWAY_CREDENTIALS_CHECK_MS": "50",
+                                   "CAUSEWAY_LOG_LEVEL": "warn"})
+    ask = field(1, version(16)) + field(2, version(25))
+    try:
+        with grpc.insecure_channel(p.address) as ch:
+            for token in ("old-a1", "new-b7"):
+                got = raw(ch, "GetVersion")(ask, metadata=(("authorization", f"Bearer {token}"),),
+                                            timeout=10)
+                assert got == field(1, version(25))
+            path.write_text("new-b7\n")
+            assert harness.wait_until(lambda: "credentials reloaded (a credentials file "
+                                      "changed): a new token" in p.logs(), 30), p.logs()
+            with pytest.raises(grpc.RpcError) as e:
+                raw(ch, "GetVersion")(ask, metadata=(("authorization", "Bearer old-a1"),),
+                                      timeout=10)
+            assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert "wrong token" in e.value.details()
+            got = raw(ch, "GetVersion")(ask, metadata=(("authorization", "Bearer new-b7"),),
+                                        timeout=10)
+            assert got == field(1, version(25))
+    finally:
+        assert p.stop() == 0, p.logs()
+
+
 def test_token_not_needed_by_the_owner_on_a_unix_socket():
     """On a cluster with a token (as `eval "$(causeway up)"` starts one), the
     proxy's socket lets its owner in without it: jaxlib's client sends none,
