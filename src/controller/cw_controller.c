@@ -200,6 +200,7 @@ static void cw__on_watch_eof(void* user) {
 cw_status_t cw_controller_create(const cw_settings_t* settings, cw_controller_t** out) {
   *out = NULL;
   signal(SIGPIPE, SIG_IGN);
+  cw_net_creds_ignore_hup();  // until cw_net_creds_start: a reload asked now ends nothing
   cw_controller_t* ctl = calloc(1, sizeof(*ctl));
   if (!ctl) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   *out = ctl;  // released by cw_controller_release even on failure

@@ -152,8 +152,14 @@ cw_status_t cw_net_creds_start(cw_net_creds_t* c, uv_loop_t* loop,
 void cw_net_creds_stop(cw_net_creds_t* c) {
   if (!c->handles_open) return;
   c->handles_open = false;
-  uv_close((uv_handle_t*)&c->hup, NULL);
+  uv_close((uv_handle_t*)&c->hup, NULL);  // libuv restores SIGHUP's default
   uv_close((uv_handle_t*)&c->timer, NULL);
+  cw_net_creds_ignore_hup();
+}
+
+void cw_net_creds_ignore_hup(void) {
+  struct sigaction sa;
+  if (sigaction(SIGHUP, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL) signal(SIGHUP, SIG_IGN);
 }
 
 void cw_net_creds_free(cw_net_creds_t* c) {

@@ -45,8 +45,15 @@ CW_MUST_USE cw_status_t cw_net_creds_start(cw_net_creds_t* c, uv_loop_t* loop,
 // Reads everything again now (SIGHUP's work; `why` says what asked, for the
 // log): all or nothing.
 CW_MUST_USE cw_status_t cw_net_creds_reload(cw_net_creds_t* c, const char* why);
-// Closes the handles (idempotent); the tokens stay until cw_net_creds_free.
+// Closes the handles (idempotent) and ignores SIGHUP again; the tokens
+// stay until cw_net_creds_free.
 void cw_net_creds_stop(cw_net_creds_t* c);
+// SIGHUP's default action ends the process: a daemon ignores it from the
+// start of its start-up until cw_net_creds_start, and after
+// cw_net_creds_stop, so that a reload asked then (`systemctl reload`, which
+// systemd does not count as a failure to restart from) ends nothing. A
+// handler someone else installed is left alone.
+void cw_net_creds_ignore_hup(void);
 void cw_net_creds_free(cw_net_creds_t* c);  // after the loop closed the handles
 
 #endif  // CW_NET_CREDS_H_

@@ -239,10 +239,43 @@ static void test_tls_files_replaced(void** state) {
   creds_end();
 }
 
+static void on_hup(int sig) { (void)sig; }
+
+// SIGHUP ends nothing once the handler is closed (libuv restores the
+// default action, which would end a daemon that is shutting down).
+static void test_hup_ignored_after_stop(void** state) {
+  signal(SIGHUP, SIG_DFL);
+  start_server();
+  settings_with("tok\n", false);
+  assert_null(cw_net_creds_start(&g_creds, &fx.loop, &g_settings, &fx.srv));
+  creds_end();
+  struct sigaction sa;
+  assert_int_equal(sigaction(SIGHUP, NULL, &sa), 0);
+  assert_true(sa.sa_handler == SIG_IGN);
+  assert_int_equal(raise(SIGHUP), 0);  // and the test goes on
+  // A handler someone else installed is left alone.
+  signal(SIGHUP, SIG_DFL);
+  assert_null(cw_net_creds_start(&g_creds, &fx.loop, &g_settings, &fx.srv));
+  cw_net_creds_stop(&g_creds);
+  signal(SIGHUP, SIG_DFL);
+  cw_net_creds_ignore_hup();
+  assert_int_equal(sigaction(SIGHUP, NULL, &sa), 0);
+  assert_true(sa.sa_handler == SIG_IGN);
+  signal(SIGHUP, on_hup);
+  cw_net_creds_ignore_hup();
+  assert_int_equal(sigaction(SIGHUP, NULL, &sa), 0);
+  assert_true(sa.sa_handler == on_hup);
+  signal(SIGHUP, SIG_DFL);
+  RUN_FOR(10);
+  cw_net_creds_free(&g_creds);
+  cw_settings_deinitialize(&g_settings);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       NET_TEST(test_token_rotation),
       NET_TEST(test_tls_files_replaced),
+      NET_TEST(test_hup_ignored_after_stop),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -273,6 +273,7 @@ cw_status_t cw_proxy_create(const cw_settings_t* settings, cw_proxy_t** out) {
   *out = NULL;
   // A client that closes while an answer is written must not end the proxy.
   signal(SIGPIPE, SIG_IGN);
+  cw_net_creds_ignore_hup();  // until cw_net_creds_start: a reload asked now ends nothing
   cw_proxy_t* p = calloc(1, sizeof(*p));
   if (!p) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   p->settings = settings;

@@ -277,6 +277,7 @@ static uint64_t cw__staging_cache_bytes(const cw_settings_t* settings) {
 cw_status_t cw_worker_create(const cw_settings_t* settings, cw_worker_t** out) {
   *out = NULL;
   signal(SIGPIPE, SIG_IGN);
+  cw_net_creds_ignore_hup();  // until cw_net_creds_start: a reload asked now ends nothing
   cw_worker_t* w = calloc(1, sizeof(*w));
   if (!w) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   *out = w;  // released by cw_worker_release even on failure

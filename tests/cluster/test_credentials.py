@@ -204,3 +204,42 @@ def test_tls_certificates_replaced_without_a_restart(tmp_path):
     finally:
         a.close()
         cluster.stop()
+
+
+def _hup_ignored(pid: int) -> bool:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("SigIgn:"):
+                return bool(int(line.split()[1], 16) & (1 << (signal.SIGHUP - 1)))
+    return False
+
+
+def test_sighup_while_starting_ends_nothing(tmp_path):
+    """A SIGHUP that lands while a worker still loads its PJRT plugin (seconds
+    for a GPU's; a `systemctl reload` just after a start) ended it, and
+    systemd does not restart a unit that SIGHUP ended. The plugin here is a
+    FIFO, which holds the worker in its dlopen until the test writes junk."""
+    fifo = str(tmp_path / "plugin.so")
+    os.mkfifo(fifo)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAUSEWAY_TOKEN")}
+    p = subprocess.Popen([os.path.join(harness.bin_dir(), "causeway-worker"), "--plugin", fifo,
+                          "--devices", "1", "--listen", str(tmp_path / "w.sock")],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        harness.wait_until(lambda: _hup_ignored(p.pid), 10)
+        p.send_signal(signal.SIGHUP)
+        fd = None
+        while fd is None and p.poll() is None:
+            try:
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # once the worker reads it
+            except OSError:
+                time.sleep(0.02)
+        if fd is not None:
+            os.write(fd, b"not a library\n")
+            os.close(fd)
+        _, err = p.communicate(timeout=30)
+        assert p.returncode == 1 and "causeway-worker: fatal: " in err, (p.returncode, err)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
