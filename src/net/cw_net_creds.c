@@ -12,6 +12,7 @@
 
 #define CW__EXPIRY_WARN_S (14 * 24 * 3600)
 #define CW__EXPIRY_WARN_EVERY_MS (24LL * 3600 * 1000)
+#define CW__EXPIRY_TICK_MS 60000  // the timer's period without a file check
 
 // The files whose change asks for a reload: the token file only when the
 // token comes from it (CAUSEWAY_TOKEN is read once), TLS's only when on.
@@ -117,7 +118,9 @@ static void cw__on_hup(uv_signal_t* h, int signum) {
 
 static void cw__on_tick(uv_timer_t* t) {
   cw_net_creds_t* c = t->data;
-  if (cw__look(c)) cw_status_free(cw_net_creds_reload(c, "a credentials file changed"));
+  if (c->check_files && cw__look(c)) {
+    cw_status_free(cw_net_creds_reload(c, "a credentials file changed"));
+  }
   if (!c->not_after && c->net && c->net->tls) {
     char cert[400];  // TLS made since (a worker's first connection to its controller)
     cw__describe_cert(c, cert, sizeof(cert));
@@ -139,7 +142,11 @@ cw_status_t cw_net_creds_start(cw_net_creds_t* c, uv_loop_t* loop,
   c->handles_open = true;
   uv_signal_start(&c->hup, cw__on_hup, SIGHUP);
   int64_t every = cw_settings_int(settings, CW_SET_CREDENTIALS_CHECK_MS);
-  if (every > 0) uv_timer_start(&c->timer, cw__on_tick, (uint64_t)every, (uint64_t)every);
+  c->check_files = every > 0;
+  // Also without a file check: the certificate's end is watched, and a
+  // worker's TLS is made at its first connection out.
+  uint64_t period = every > 0 ? (uint64_t)every : CW__EXPIRY_TICK_MS;
+  uv_timer_start(&c->timer, cw__on_tick, period, period);
   // Idle timers must not keep a loop that is ending alive.
   uv_unref((uv_handle_t*)&c->timer);
   uv_unref((uv_handle_t*)&c->hup);

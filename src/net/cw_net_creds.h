@@ -30,6 +30,7 @@ typedef struct cw_net_creds_s {
   uv_signal_t hup;
   uv_timer_t timer;
   bool handles_open;
+  bool check_files;  // --credentials-check-ms > 0 (else the timer watches the end alone)
   cw_file_sig_t files[CW_NET_CREDS_FILES];
   int64_t not_after;        // the own certificate's end (Unix seconds); 0: none known
   int64_t expiry_warned_ms;  // the last warning of its end

@@ -271,11 +271,33 @@ static void test_hup_ignored_after_stop(void** state) {
   cw_settings_deinitialize(&g_settings);
 }
 
+// Without a file check (--credentials-check-ms 0) the timer still learns
+// the certificate's end once TLS is made (a worker's, at its first
+// connection out) and warns of it; the files are not looked at.
+static void test_expiry_without_file_check(void** state) {
+  settings_with("tok\n", true);
+  assert_null(cw_settings_set(&g_settings, "credentials-check-ms", "0", false));
+  start_server();  // a Unix socket: no TLS made yet
+  assert_null(cw_net_creds_start(&g_creds, &fx.loop, &g_settings, &fx.srv));
+  assert_int_equal(g_creds.not_after, 0);
+  uv_timer_set_repeat(&g_creds.timer, 20);  // the test's period
+  assert_int_equal(uv_timer_again(&g_creds.timer), 0);
+  cw_tls_t* tls = NULL;
+  assert_null(cw_net__tls_context(&fx.srv, true, &tls));
+  WAIT(g_creds.not_after > (int64_t)time(NULL));
+  assert_true(g_creds.expiry_warned_ms > 0);  // the test CA's certificates end in days
+  write_text(g_token, "other\n");
+  RUN_FOR(60);
+  assert_int_equal(g_creds.reloads, 0);
+  creds_end();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       NET_TEST(test_token_rotation),
       NET_TEST(test_tls_files_replaced),
       NET_TEST(test_hup_ignored_after_stop),
+      NET_TEST(test_expiry_without_file_check),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
