@@ -133,9 +133,9 @@ cw_status_t cw_net_creds_start(cw_net_creds_t* c, uv_loop_t* loop,
   memset(c, 0, sizeof(*c));
   c->settings = settings;
   c->net = net;
+  (void)cw__look(c);  // before the read: a change in between is seen at the next check
   CW_RETURN_IF_ERROR(cw_settings_read_tokens(settings, &c->tokens), "");
   if (net) cw_net_use_tokens(net, &c->tokens);
-  (void)cw__look(c);
   uv_signal_init(loop, &c->hup);
   uv_timer_init(loop, &c->timer);
   c->hup.data = c->timer.data = c;

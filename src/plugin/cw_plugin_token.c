@@ -10,7 +10,8 @@
 
 #include "cw_plugin_token.h"
 
-static cw_status_t cw__begin(const char* token, const char* path, cw_plugin_token_t* out) {
+static cw_status_t cw__begin(const char* token, const char* path, cw_file_sig_t sig,
+                             cw_plugin_token_t* out) {
   memset(out, 0, sizeof(*out));
   pthread_mutex_init(&out->mu, NULL);
   out->now = strdup(token);
@@ -19,20 +20,23 @@ static cw_status_t cw__begin(const char* token, const char* path, cw_plugin_toke
     cw_plugin_token_deinitialize(out);
     return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   }
-  if (path) out->sig = cw_file_sig(path);
+  out->sig = sig;
   return cw_ok_status();
 }
 
 cw_status_t cw_plugin_token_load(cw_settings_t* settings, cw_plugin_token_t* out) {
   memset(out, 0, sizeof(*out));
-  CW_RETURN_IF_ERROR(cw_settings_load_token(settings), "causeway: CAUSEWAY_TOKEN_FILE");
   const char* path = cw_settings_string(settings, CW_SET_TOKEN_FILE);
   bool from_file = !cw_settings_given(settings, CW_SET_TOKEN) && path[0];
-  return cw__begin(cw_settings_string(settings, CW_SET_TOKEN), from_file ? path : NULL, out);
+  // Before the read: a change in between is seen at the next connection.
+  cw_file_sig_t sig = from_file ? cw_file_sig(path) : (cw_file_sig_t){0};
+  CW_RETURN_IF_ERROR(cw_settings_load_token(settings), "causeway: CAUSEWAY_TOKEN_FILE");
+  return cw__begin(cw_settings_string(settings, CW_SET_TOKEN), from_file ? path : NULL, sig,
+                   out);
 }
 
 cw_status_t cw_plugin_token_fixed(const char* token, cw_plugin_token_t* out) {
-  return cw__begin(token, NULL, out);
+  return cw__begin(token, NULL, (cw_file_sig_t){0}, out);
 }
 
 const char* cw_plugin_token_now(cw_plugin_token_t* t) {
