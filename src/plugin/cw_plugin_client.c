@@ -126,10 +126,10 @@ void cw_plugin_client_worker_options(cw_plugin_client_t* c, cw_client_options_t*
 
 // Connects to the controller (an embedded one listens already: the cluster
 // started waits for that).
-static cw_status_t cw__connect_controller(cw_plugin_client_t* c) {
+static cw_status_t cw__connect_controller(cw_plugin_client_t* c, cw_client_t** out) {
   cw_client_options_t o;
   cw_plugin_client_controller_options(c, &o);
-  cw_status_t s = cw_client_connect(c->ctrl_address, &o, &c->ctrl);
+  cw_status_t s = cw_client_connect(c->ctrl_address, &o, out);
   if (s && cw_status_code(s) == CW_UNAUTHENTICATED) {
     return cw_plugin_token_refused(s, "controller", c->ctrl_address);
   }
@@ -149,11 +149,13 @@ static cw_status_t cw__connect_controller(cw_plugin_client_t* c) {
 // audit: the client died 'connection ... lost' where resumed sessions went
 // on). Returns the last answer's status, the reply in *reply.
 static cw_status_t cw__open_again(cw_plugin_client_t* c, Causeway__V1__OpenSessionRequest* req,
-                                  cw_status_t s, ProtobufCMessage** reply) {
+                                  cw_status_t s, ProtobufCMessage** reply,
+                                  cw_plugin_cancel_t* cancel) {
   int64_t bound = c->cluster ? 0 : cw_settings_int(&c->settings, CW_SET_CONTROLLER_RECONNECT_MS);
   bool said = false;
   int64_t deadline = cw_time_now_ms() + bound, asked_ms = 0;
-  while (s && bound > 0 && cw_status_code(s) == CW_UNAVAILABLE) {
+  while (s && bound > 0 && cw_status_code(s) == CW_UNAVAILABLE &&
+         !cw_plugin_cancel_fired(cancel)) {
     cw_status_t alive = cw_client_ping(c->ctrl);
     if (!alive) break;  // the controller answered UNAVAILABLE itself: that is its answer
     cw_status_free(alive);
@@ -167,18 +169,20 @@ static cw_status_t cw__open_again(cw_plugin_client_t* c, Causeway__V1__OpenSessi
             "reconnecting for up to %lld ms (CAUSEWAY_CONTROLLER_RECONNECT_MS)\n",
             c->ctrl_address, cw_status_message(s), (long long)bound);
     said = true;
-    cw_client_release(c->ctrl);
-    c->ctrl = NULL;
-    for (int64_t nap = 100; !c->ctrl && cw_time_now_ms() < deadline;
+    cw_client_t* old = c->ctrl;
+    if (!cw_plugin_cancel_swap(cancel, NULL)) break;
+    cw_client_release(old);
+    for (int64_t nap = 100; !c->ctrl && cw_time_now_ms() < deadline &&
+                            !cw_plugin_cancel_fired(cancel);
          nap = nap < 1000 ? 2 * nap : nap) {
       struct timespec t = {.tv_sec = nap / 1000, .tv_nsec = (nap % 1000) * 1000000L};
       nanosleep(&t, NULL);
-      cw_status_t cs = cw__connect_controller(c);
-      if (cs) {
-        c->ctrl = NULL;
-        cw_status_free(cs);
-      }
+      cw_client_t* fresh = NULL;
+      cw_status_t cs = cw__connect_controller(c, &fresh);
+      if (cs) cw_status_free(cs);
+      else if (!cw_plugin_cancel_swap(cancel, fresh)) break;
     }
+    if (cw_plugin_cancel_fired(cancel)) break;
     if (!c->ctrl) {
       return cw_status_annotate(s,
                                 "the controller did not come back within %lld ms "
@@ -213,9 +217,17 @@ static cw_status_t cw__open_session(cw_plugin_client_t* c, uint32_t min_workers)
       cw_plugin_alloc_initialize(&alloc, &c->settings, &req);  // CAUSEWAY_DEVICES and friends
   if (!s) s = cw_plugin_resume_set_open(c, &req);  // what a restarted controller is told again
   ProtobufCMessage* reply = NULL;
+  cw_plugin_cancel_t cancel;
+  if (!s) s = cw_plugin_cancel_start(&cancel, c->cancel_fd, &c->ctrl);
   if (!s) {
     s = cw_client_call(c->ctrl, CW_MSG_OPEN_SESSION, &req.base, NULL, 0, NULL, &reply, NULL);
-    if (s) s = cw__open_again(c, &req, s, &reply);
+    if (s) s = cw__open_again(c, &req, s, &reply, &cancel);
+    cw_plugin_cancel_stop(&cancel);
+    s = cw_plugin_cancel_status(&cancel, s);
+    if (s && reply) {  // answered as the caller gave up: the connection is shut down
+      protobuf_c_message_free_unpacked(reply, NULL);
+      reply = NULL;
+    }
   } else {
     cw_plugin_alloc_deinitialize(&alloc);
     return s;
@@ -349,6 +361,10 @@ PJRT_Error* cw_plugin_client_create(PJRT_Client_Create_Args* args) {
   // a controller of its own devices: multi-controller. Here one process sees
   // every device of the cluster; N of them would each take the whole cluster.
   int64_t num_nodes = cw__option_int(args->create_options, args->num_options, "num_nodes");
+  // A caller that may give up the create while it waits (cw_plugin_cancel.h).
+  int64_t cancel_fd = cw__option_int(args->create_options, args->num_options,
+                                     "causeway_cancel_fd");
+  c->cancel_fd = cancel_fd > 0 && cancel_fd <= INT32_MAX ? (int)cancel_fd : -1;
   if (!s && num_nodes > 1) {
     s = cw_make_status(CW_INVALID_ARGUMENT,
                        "causeway: jax.distributed.initialize made this one of %lld JAX "
@@ -380,7 +396,7 @@ PJRT_Error* cw_plugin_client_create(PJRT_Client_Create_Args* args) {
     if (!c->ctrl_address) s = cw__oom();
   }
   if (!s) s = cw_plugin_resume_create(c);  // CAUSEWAY_CONTROLLER_RECONNECT_MS
-  if (!s) s = cw__connect_controller(c);
+  if (!s) s = cw__connect_controller(c, &c->ctrl);
   if (!s) s = cw__open_session(c, min_workers);
   if (!s) s = cw__connect_workers(c);
   if (s) {

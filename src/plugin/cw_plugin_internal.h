@@ -26,6 +26,7 @@
 
 #include "cw_client.h"
 #include "cw_pjrt_c_api.h"
+#include "cw_plugin_cancel.h"
 #include "cw_plugin_token.h"
 #include "cw_settings.h"
 #include "cw_tls.h"
@@ -148,6 +149,7 @@ struct cw_plugin_client_s {
   _Atomic uint64_t next_id;      // client-chosen object ids
   cw_plugin_cluster_t* cluster;  // embedded cluster, NULL when joining one
   cw_plugin_token_t token;       // presented in every HELLO
+  int cancel_fd;                 // create option causeway_cancel_fd, -1: none
   cw_tls_t* tls;                 // CAUSEWAY_TLS when joining a cluster (NULL: off)
   cw_settings_t settings;        // CW_SCOPE_PLUGIN, read once at client creation
   int64_t wait_spin_us;          // CAUSEWAY_WAIT_SPIN_US

@@ -108,9 +108,9 @@ static cw_status_t cw__session_open(cw_proxy_t* p, cw_grpc_call_t* call) {
     }
   }
   if (open >= max) {
-    // A session whose client left keeps its slot until its PJRT client
-    // exists (a queue for devices cannot be cut short): say so, here too
-    // (the refusal was silent in the proxy's log, an audit).
+    // A session whose client left keeps its slot until its PJRT client's
+    // create returns (one waiting for devices is cut short: causeway_cancel_fd):
+    // say so, here too (the refusal was silent in the proxy's log, an audit).
     cw_status_t st = cw_make_status(CW_RESOURCE_EXHAUSTED,
                                     "causeway-proxy serves at most %lld sessions at once "
                                     "(CAUSEWAY_PROXY_MAX_SESSIONS); %lld are open, %lld of them "
@@ -127,6 +127,7 @@ static cw_status_t cw__session_open(cw_proxy_t* p, cw_grpc_call_t* call) {
   if (!s) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   s->proxy = p;
   s->protocol_version = v;
+  s->cancel[0] = s->cancel[1] = -1;
   cw_status_t st = cw_random_id(&s->id);
   if (!st) st = cw_proxy_session_start(s);
   if (st) {

@@ -95,6 +95,9 @@ typedef struct cw_proxy_session_s {
   cw_grpc_call_t* call;             // retained; loop thread only
   pthread_t thread;
   bool thread_started;
+  // A pipe the loop writes when the stream ends: it cuts short a
+  // PJRT_Client_Create still waiting for devices (causeway_cancel_fd).
+  int cancel[2];
   pthread_mutex_t mu;
   pthread_cond_t cv;
   // Under mu.

@@ -1,8 +1,11 @@
 // One IFRT session: a thread that owns the session's PJRT client and answers
 // its requests in order. The loop thread hands it request bytes and writes
 // the response bytes it queues (cw_proxy.c).
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cw_log.h"
 #include "cw_proxy_internal.h"
@@ -196,8 +199,17 @@ static void cw__handle(cw_proxy_session_t* s, const uint8_t* data, size_t len) {
 
 static void cw__client_create(cw_proxy_session_t* s) {
   const cw_proxy_pjrt_t* p = &s->proxy->pjrt;
+  static const char kCancel[] = "causeway_cancel_fd";
+  PJRT_NamedValue cancel = {.struct_size = CW_PJRT_STRUCT_SIZE(PJRT_NamedValue, value_size),
+                            .name = kCancel,
+                            .name_size = sizeof(kCancel) - 1,
+                            .type = PJRT_NamedValue_kInt64,
+                            .int64_value = s->cancel[0],
+                            .value_size = 1};
   PJRT_Client_Create_Args a = {.struct_size = CW_PJRT_STRUCT_SIZE(PJRT_Client_Create_Args,
-                                                                  kv_try_get_user_arg)};
+                                                                  kv_try_get_user_arg),
+                               .create_options = &cancel,
+                               .num_options = 1};
   s->client_status = CW_PROXY_PJRT_CALL(p, PJRT_Client_Create, &a);
   if (s->client_status) {
     s->client_status = cw_status_annotate(s->client_status, "causeway-proxy session %016llx",
@@ -259,6 +271,11 @@ cw_status_t cw_proxy_session_start(cw_proxy_session_t* s) {
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
   cw_time_cond_init(&s->host_buffer_cv);  // cw_time_deadline_ms's clock
+  if (pipe2(s->cancel, O_CLOEXEC | O_NONBLOCK) != 0) {
+    s->cancel[0] = s->cancel[1] = -1;
+    return cw_make_status(CW_RESOURCE_EXHAUSTED, "cannot start a session: pipe: %s",
+                          strerror(errno));
+  }
   int rc = pthread_create(&s->thread, NULL, cw__main, s);
   if (rc) return cw_make_status(CW_RESOURCE_EXHAUSTED, "cannot start a session thread: %s",
                                 strerror(rc));
@@ -283,6 +300,11 @@ void cw_proxy_session_end(cw_proxy_session_t* s, bool half) {
   if (!s->thread_started) return;
   pthread_mutex_lock(&s->mu);
   if (half) s->half_closed = true; else s->gone = true;
+  if (!half) {
+    char b = 1;  // a create still waiting ends (full or closed: it was told already)
+    ssize_t w = write(s->cancel[1], &b, 1);
+    (void)w;
+  }
   pthread_cond_signal(&s->cv);
   pthread_cond_broadcast(&s->host_buffer_cv);  // a MakeArray waiting for bytes stops
   pthread_mutex_unlock(&s->mu);
@@ -347,5 +369,8 @@ void cw_proxy_session_free(cw_proxy_session_t* s) {
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
   pthread_cond_destroy(&s->host_buffer_cv);
+  for (int i = 0; i < 2; ++i) {
+    if (s->cancel[i] >= 0) close(s->cancel[i]);
+  }
   free(s);
 }

@@ -499,6 +499,45 @@ def test_token_not_needed_by_the_owner_on_a_unix_socket():
         tokened.stop()
 
 
+def test_session_waiting_for_devices_ends_with_its_stream(cluster):
+    """A session whose PJRT client waits in the controller's device queue
+    (another session holds every device) ends as soon as its stream does:
+    the proxy cuts the create short (causeway_cancel_fd) and the controller
+    drops the request, where before it waited for the devices, took them, and
+    only then closed; a SIGTERM then needs no second signal."""
+    p = Proxy(cluster.controller, env={"CAUSEWAY_DEVICES": "4"})
+    try:
+        with grpc.insecure_channel(p.address) as ch:
+            q, responses, _ = live_session(ch)  # holds the cluster's 4 devices
+            md = ((SESSION_MD, field(1, version(25))),)
+            waiting = session_call(ch, iter([ifrt_request(2, 1)]), md)
+            assert harness.wait_until(
+                lambda: harness.stats(cluster.controller)["alloc_queue"] == 1, 30), p.logs()
+            waiting.cancel()
+            # Dropped while the other session still holds every device: not granted.
+            assert harness.wait_until(
+                lambda: harness.stats(cluster.controller)["alloc_queue"] == 0, 10), p.logs()
+            assert harness.wait_until(lambda: "the caller gave up the session while it was "
+                                      "opening (causeway_cancel_fd)" in p.logs(), 10), p.logs()
+            # Another one waits again, and the proxy's SIGTERM ends it at once.
+            waiting = session_call(ch, iter([ifrt_request(2, 1)]), md)
+            assert harness.wait_until(
+                lambda: harness.stats(cluster.controller)["alloc_queue"] == 1, 30), p.logs()
+            t = time.monotonic()
+            p.proc.send_signal(signal.SIGTERM)
+            assert p.proc.wait(timeout=20) == 0, p.logs()
+            assert time.monotonic() - t < 10
+            try:  # how the stream ends on SIGTERM is not this test's business
+                list(waiting)
+            except grpc.RpcError:
+                pass
+            q.put(None)
+        assert harness.wait_until(
+            lambda: harness.stats(cluster.controller)["alloc_queue"] == 0, 10)
+    finally:
+        p.stop()
+
+
 def live_session(ch):
     """An IfrtSession after Init: (queue of requests, responses, session id).
     Put a request on the queue to send it, None to end the stream."""
