@@ -262,7 +262,9 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
                                        "a link to a worker (or from a daemon to any peer) that "
                                        "owes answers and brings nothing, not even the peer's "
                                        "keepalive, this long is lost: what it owes fails "
-                                       "UNAVAILABLE (0: wait without limit)"},
+                                       "UNAVAILABLE; a daemon's TCP connection whose peer "
+                                       "acknowledges nothing this long (at least 1 s) is "
+                                       "closed (0: wait without limit)"},
     [CW_SET_CONTROLLER_RECONNECT_MS] = {"CAUSEWAY_CONTROLLER_RECONNECT_MS", NULL, CW__PLG, NULL,
                                         CW_SETTING_INT, 0, 3600000, "30000", false, false,
                                         "a lost controller (joining a cluster): reconnect and "

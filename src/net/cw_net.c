@@ -816,6 +816,17 @@ static void cw__on_read(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf)
       cw_net__tls_lost(c, (int)nread);  // the peer refused the handshake
       return;
     }
+    int64_t tcp_ms = cw_net__tcp_peer_timeout_ms(c->net);
+    if (nread == UV_ETIMEDOUT && tcp_ms) {
+      // The kernel gave up on the peer (cw_net_listen.c, cw__watch_tcp_peer).
+      const char* peer = c->outbound ? c->address : c->name;
+      CW_LOGW("%s: acknowledged nothing for %lld ms: its host is down or unreachable; closing "
+              "the connection", c->name, (long long)tcp_ms);
+      cw_net_conn_close(c, cw_make_status(CW_UNAVAILABLE, "%s acknowledged nothing for %lld ms "
+                                          "(--worker-link-timeout-ms): its host is down or "
+                                          "unreachable", peer, (long long)tcp_ms));
+      return;
+    }
     if (nread != UV_EOF) CW_LOGI("%s: read failed: %s", c->name, uv_strerror((int)nread));
     cw_net_conn_close(c, nread == UV_EOF
                              ? cw_make_status(CW_UNAVAILABLE, "connection closed by peer")

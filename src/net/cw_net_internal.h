@@ -136,6 +136,10 @@ uint32_t cw_net__keepalive_start(cw_net_conn_t* c, uint32_t asked_ms);
 // cw_net.c, for cw_net_listen.c: a connection in the net's list (NULL
 // without memory); reading starts.
 cw_net_conn_t* cw_net__conn_create(cw_net_t* net, bool outbound, bool pipe);
+// How long a TCP peer may leave bytes or keepalive probes unacknowledged before
+// the kernel ends the connection (ETIMEDOUT): the link timeout, at least 1 s;
+// 0: no limit (cw_net_listen.c).
+int64_t cw_net__tcp_peer_timeout_ms(const cw_net_t* net);
 // Tests: the next this many cw_net__conn_create calls fail as out of memory
 // (loop thread only).
 extern int cw_net__test_failing_conn_allocs;

@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -115,6 +117,32 @@ static void cw__hello_timeout(uv_timer_t* t) {
   cw_net_conn_close(c, cw_make_status(CW_DEADLINE_EXCEEDED, "no HELLO in time"));
 }
 
+// A TCP peer whose host died or dropped off the network sends no FIN: the
+// socket stays open, and with it what the peer held (a vanished client's
+// session and its devices at the controller, a lost controller the worker
+// would only learn of at its next retransmission, minutes after a partition
+// heals). The kernel ends the connection instead once bytes sent (or, on an
+// idle link, keepalive probes) go unacknowledged for the link timeout. A live
+// peer's kernel acknowledges even while its process holds its reading.
+int64_t cw_net__tcp_peer_timeout_ms(const cw_net_t* net) {
+  int64_t ms = net->options.link_timeout_ms;
+  return ms <= 0 ? 0 : ms < 1000 ? 1000 : ms;  // not under TCP's own retransmission timeouts
+}
+
+static void cw__watch_tcp_peer(cw_net_conn_t* c) {
+  int64_t ms = cw_net__tcp_peer_timeout_ms(c->net);
+  uv_os_fd_t fd;
+  if (!ms || c->h.handle.type != UV_TCP || uv_fileno(&c->h.handle, &fd) != 0) return;
+  int one = 1, idle = (int)(ms / 2000) > 0 ? (int)(ms / 2000) : 1;
+  int intvl = (int)(ms / 8000) > 0 ? (int)(ms / 8000) : 1, cnt = 8;
+  unsigned int user = (unsigned int)ms;
+  (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user, sizeof(user));
+}
+
 // Names the peer and sets its address for the gate.
 static void cw__name_peer(cw_net_conn_t* c) {
   uv_os_fd_t fd = -1;
@@ -138,6 +166,7 @@ static void cw__name_peer(cw_net_conn_t* c) {
     snprintf(c->name, sizeof(c->name), "%s:%d", ip, port);
   }
   uv_tcp_nodelay(&c->h.tcp, 1);
+  cw__watch_tcp_peer(c);
 }
 
 // Closes a connection before HELLO to make room for a newcomer.
@@ -371,6 +400,7 @@ static void cw__connected(uv_connect_t* req, int status) {
   } else if (!c->closing) {
     c->connected = true;
     if (c->h.handle.type == UV_TCP) uv_tcp_nodelay(&c->h.tcp, 1);
+    cw__watch_tcp_peer(c);
     cw_net__conn_start_reading(c);
   }
   cw_net_conn_release(c);
