@@ -274,6 +274,10 @@ void cw_net_conn_set_bulk_dest(cw_net_conn_t* conn, uint8_t* dest);
 // Flow control: while held, no more frames are read or handled (those
 // already read wait); releasing resumes from the idle phase.
 void cw_net_conn_hold_reading(cw_net_conn_t* conn, bool hold);
+// An outbound connection's peer never holds its reading (a worker's link to
+// its controller): bytes it leaves unacknowledged for the link timeout end
+// the connection, as on accepted ones (cw_net_listen.c, cw__watch_tcp_peer).
+void cw_net_conn_peer_always_reads(cw_net_conn_t* conn);
 
 void cw_net_conn_retain(cw_net_conn_t* conn);
 void cw_net_conn_release(cw_net_conn_t* conn);

@@ -113,6 +113,7 @@ struct cw_net_conn_s {
   // ciphertext into tls_out, which goes to libuv as it is; plaintext is
   // read into readahead (or a bulk destination).
   bool tls;
+  bool peer_always_reads;  // cw_net_conn_peer_always_reads
   bool tls_up;  // the handshake finished
   SSL* ssl;
   uint8_t* tls_in;

@@ -121,15 +121,20 @@ static void cw__hello_timeout(uv_timer_t* t) {
 // socket stays open, and with it what the peer held (a vanished client's
 // session and its devices at the controller, a lost controller the worker
 // would only learn of at its next retransmission, minutes after a partition
-// heals). The kernel ends the connection instead once bytes sent (or, on an
-// idle link, keepalive probes) go unacknowledged for the link timeout. A live
-// peer's kernel acknowledges even while its process holds its reading.
+// heals). Keepalive probes end an idle one after about the link timeout.
+// Bytes sent and never acknowledged end one (TCP_USER_TIMEOUT) only where the
+// peer never holds its reading, since the kernel counts a zero window that
+// lasts as long the same way: on accepted connections (clients, the
+// controller's links, peers' PUT links read what a daemon answers at once)
+// and on a worker's link to its controller, not on links to a worker, which
+// holds a connection's reading for memory and for its order of requests (a
+// paused session) as long as it needs.
 int64_t cw_net__tcp_peer_timeout_ms(const cw_net_t* net) {
   int64_t ms = net->options.link_timeout_ms;
   return ms <= 0 ? 0 : ms < 1000 ? 1000 : ms;  // not under TCP's own retransmission timeouts
 }
 
-static void cw__watch_tcp_peer(cw_net_conn_t* c) {
+static void cw__watch_tcp_peer(cw_net_conn_t* c, bool always_reads) {
   int64_t ms = cw_net__tcp_peer_timeout_ms(c->net);
   uv_os_fd_t fd;
   if (!ms || c->h.handle.type != UV_TCP || uv_fileno(&c->h.handle, &fd) != 0) return;
@@ -140,7 +145,12 @@ static void cw__watch_tcp_peer(cw_net_conn_t* c) {
   (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
   (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
   (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
-  (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user, sizeof(user));
+  if (always_reads) (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user, sizeof(user));
+}
+
+void cw_net_conn_peer_always_reads(cw_net_conn_t* c) {
+  c->peer_always_reads = true;
+  if (c->connected) cw__watch_tcp_peer(c, true);
 }
 
 // Names the peer and sets its address for the gate.
@@ -166,7 +176,7 @@ static void cw__name_peer(cw_net_conn_t* c) {
     snprintf(c->name, sizeof(c->name), "%s:%d", ip, port);
   }
   uv_tcp_nodelay(&c->h.tcp, 1);
-  cw__watch_tcp_peer(c);
+  cw__watch_tcp_peer(c, true);
 }
 
 // Closes a connection before HELLO to make room for a newcomer.
@@ -400,7 +410,7 @@ static void cw__connected(uv_connect_t* req, int status) {
   } else if (!c->closing) {
     c->connected = true;
     if (c->h.handle.type == UV_TCP) uv_tcp_nodelay(&c->h.tcp, 1);
-    cw__watch_tcp_peer(c);
+    cw__watch_tcp_peer(c, c->peer_always_reads);
     cw_net__conn_start_reading(c);
   }
   cw_net_conn_release(c);

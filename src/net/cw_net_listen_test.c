@@ -453,6 +453,43 @@ static void test_outbound_link_watch(void** state) {
   WAIT(d.done);
 }
 
+// A worker holds a connection's reading as long as it needs (memory, its
+// order of requests, a paused session): a daemon's link to it must not end
+// for the zero window that follows. TCP_USER_TIMEOUT counts that as bytes
+// unacknowledged (it ended such a link after the limit in a first version
+// of the dead-host watch): outbound links are watched by keepalives alone,
+// unless marked as reading always (cw_net_conn_peer_always_reads).
+static void test_outbound_zero_window_lives(void** state) {
+  fx.sopts.link_timeout_ms = 1000;
+  start_client("sesame");
+  int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof(sa);
+  assert_int_equal(bind(lfd, (struct sockaddr*)&sa, sizeof(sa)), 0);
+  assert_int_equal(listen(lfd, 4), 0);
+  assert_int_equal(getsockname(lfd, (struct sockaddr*)&sa, &len), 0);
+  char address[64];
+  snprintf(address, sizeof(address), "127.0.0.1:%d", ntohs(sa.sin_port));
+  out_t* o = new_out();
+  cw_net_conn_t* conn = connect_client(address, 5, o);
+  int fd = -1;
+  RUN_UNTIL((fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK)) >= 0, WAIT_MS);
+  assert_true(fd >= 0);
+  raw_t* s = raw_adopt(fd);
+  assert_int_equal(answer_hello_warm(s, 250), 250);
+  reply_t u = {0};
+  request_upload_pattern(conn, 64 << 20, &u);  // far past both sides' socket buffers
+  for (int i = 0; i < 12; ++i) {  // 3 s, three times the limit, never read
+    send_keepalive(s);
+    RUN_FOR(250);
+  }
+  assert_int_equal(o->closes, 0);
+  assert_false(u.done);
+  cw_net_conn_close(conn, NULL);
+  WAIT(u.done);
+  close(lfd);
+}
+
 // A fresh net's listen at `path` is refused INVALID_ARGUMENT naming `text`;
 // the net is deinitialized (its handles close on later loop turns).
 static void expect_listen_refused(cw_net_t* net, const char* path, const char* text) {
@@ -805,6 +842,7 @@ int main(void) {
       NET_TEST(test_silent_peer_times_out),
       NET_TEST(test_unix_paths),
       NET_TEST(test_outbound_link_watch),
+      NET_TEST(test_outbound_zero_window_lives),
       NET_TEST(test_refused_hello),
       NET_TEST(test_close_before_hello_answered),
       NET_TEST(test_stop_with_connections_open),

@@ -186,6 +186,7 @@ static cw_status_t cw__connect(cw_worker_t* w, const char* address) {
   cw_conn_t* c = NULL;
   CW_RETURN_IF_ERROR(cw_worker_conn_peer(w, address, &c), "--controller %s", address);
   c->is_controller = true;
+  cw_net_conn_peer_always_reads(c->nc);  // the controller reads every link at once
   k->conn = c;
   const char* advertise = cw_settings_string(w->settings, CW_SET_ADVERTISE);
   if (advertise[0]) {
