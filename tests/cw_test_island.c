@@ -58,6 +58,8 @@ cw_status_t cw_test_register(cw_client_t* c, const char* name, const char* addre
   return cw_test_register_previous(c, name, address, devices, previous >= 0 ? &prev : NULL, out);
 }
 
+uint32_t cw_test_register_revision = CW_PROTOCOL_REVISION;
+
 cw_status_t cw_test_register_previous(cw_client_t* c, const char* name, const char* address,
                                       size_t devices, Causeway__V1__RegisterPrevious* previous,
                                       Causeway__V1__RegisterReply** out) {
@@ -86,6 +88,7 @@ cw_status_t cw_test_register_previous(cw_client_t* c, const char* name, const ch
   req.address = (char*)address;
   req.inventory = &inv;
   req.previous = previous;
+  req.revision = cw_test_register_revision;
   cw_status_t st = cw_test_call(c, CW_MSG_REGISTER, &req.base, (ProtobufCMessage**)out);
   free(devs);
   free(ptrs);

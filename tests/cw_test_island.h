@@ -35,6 +35,9 @@ CW_MUST_USE cw_status_t cw_test_call(cw_client_t* c, uint16_t type, const Protob
 CW_MUST_USE cw_status_t cw_test_register(cw_client_t* c, const char* name, const char* address,
                                          size_t devices, int32_t previous,
                                          Causeway__V1__RegisterReply** out);
+// The RegisterRequest.revision both send: this build's, unless a test of an
+// older worker sets it.
+extern uint32_t cw_test_register_revision;
 // The same with RegisterPrevious `previous` as given (borrowed; NULL: none).
 CW_MUST_USE cw_status_t cw_test_register_previous(cw_client_t* c, const char* name,
                                                   const char* address, size_t devices,

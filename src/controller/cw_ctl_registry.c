@@ -127,6 +127,13 @@ void cw_ctl_handle_register(cw_net_conn_t* conn, const cw_frame_header_t* h,
   for (size_t d = 0; !st && d < (r->inventory ? r->inventory->n_devices : 0); ++d) {
     if (!r->inventory->devices[d]) st = cw_make_status(CW_INVALID_ARGUMENT, "empty device");
   }
+  if (!st && r->revision < CW_PROTOCOL_REVISION) {
+    CW_LOGW("worker %s (%s) is an older build (protocol %u, revision %u; this controller's: "
+            "revision %u): after a controller restart it does not report its drain, its paused "
+            "sessions or the sessions connected to it, which are then lost; upgrade workers "
+            "before the controller (docs/deploy.md, \"Upgrading\")", r->worker_name, r->address,
+            CW_PROTOCOL_VERSION, r->revision, CW_PROTOCOL_REVISION);
+  }
   cw_ctl_worker_t* w = NULL;
   cw_ctl_worker_t** grown = NULL;
   if (!st) st = cw_ctl_health_slot_for(ctl, r, &w);

@@ -52,6 +52,7 @@
 #include <string.h>
 
 #include "cw_client.h"
+#include "cw_frame.h"
 #include "cw_msg.h"
 #include "cw_test_island.h"
 #include "cw_test_util.h"
@@ -1127,6 +1128,42 @@ static void test_register_reports_drain_and_pauses(void** state) {
   cw_client_release(c);
 }
 
+// A worker of a build before RegisterRequest.revision reports no drain,
+// pauses or sessions to a restarted controller: the controller says so when
+// it registers (docs/deploy.md, "Upgrading"); of one of this build, nothing.
+static void test_older_worker_is_named(void** state) {
+  (void)state;
+  cw_test_stderr_capture_t cap;
+  assert_int_equal(cw_test_stderr_capture_begin(&cap), 0);
+  cw_test_process_t ctl;
+  char address[256];
+  int rc = cw_test_controller_start(NULL, &ctl, address, sizeof(address));
+  cw_client_options_t o = {.peer_name = "fake-worker", .role = CAUSEWAY__V1__ROLE__ROLE_WORKER};
+  cw_client_t* old_w = NULL;
+  cw_client_t* new_w = NULL;
+  cw_status_t st[4] = {NULL, NULL, NULL, NULL};
+  if (rc == 0) {
+    st[0] = cw_client_connect(address, &o, &old_w);
+    st[1] = cw_client_connect(address, &o, &new_w);
+    cw_test_register_revision = 0;
+    if (!st[0]) st[2] = cw_test_register_previous(old_w, "old-w", "fake-old-w:1", 1, NULL, NULL);
+    cw_test_register_revision = CW_PROTOCOL_REVISION;
+    if (!st[1]) st[3] = cw_test_register_previous(new_w, "new-w", "fake-new-w:1", 1, NULL, NULL);
+    cw_client_release(old_w);
+    cw_client_release(new_w);
+    (void)cw_test_process_stop(&ctl, 30000);
+  }
+  static char text[65536];
+  assert_int_equal(cw_test_stderr_capture_end(&cap, text, sizeof(text)), 0);
+  fputs(text, stderr);
+  assert_int_equal(rc, 0);
+  for (int i = 0; i < 4; ++i) assert_null(st[i]);
+  assert_non_null(strstr(text, "worker old-w (fake-old-w:1) is an older build (protocol 1, "
+                               "revision 0; this controller's: revision 1): after a controller "
+                               "restart it does not report its drain"));
+  assert_null(strstr(text, "worker new-w (fake-new-w:1) is an older build"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_register_keeps_ids), cmocka_unit_test(test_resume_refusals),
@@ -1140,6 +1177,7 @@ int main(void) {
       cmocka_unit_test(test_a_cut_list_is_waited_for_once),
       cmocka_unit_test(test_hold_that_ended_unseen_is_not_held_again),
       cmocka_unit_test(test_late_worker_goes_to_every_resume), cmocka_unit_test(test_real_restart),
+      cmocka_unit_test(test_older_worker_is_named),
       // Last: its 16 workers of 4,096 devices would move the ids above.
       cmocka_unit_test(test_resume_large)};
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -15,6 +15,12 @@
 #define CW_FRAME_HEADER_SIZE 32
 #define CW_PROTOCOL_VERSION 1u      // newest version this build speaks
 #define CW_PROTOCOL_MIN_VERSION 1u  // oldest version this build accepts
+// What a worker of version 1 reports in REGISTER (RegisterRequest.revision;
+// builds before it send 0). Raised when a field an older worker leaves out
+// changes what the controller does: 1, the drain, paused sessions and
+// connected sessions a restarted controller learns (docs/deploy.md,
+// "Upgrading").
+#define CW_PROTOCOL_REVISION 1u
 
 // Header flags.
 #define CW_FRAME_REPLY 0x1u  // an answer to the request with the same id

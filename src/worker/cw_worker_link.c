@@ -199,6 +199,7 @@ static cw_status_t cw__connect(cw_worker_t* w, const char* address) {
   req.worker_name = (char*)w->name;
   req.address = k->address;
   req.inventory = &w->inventory;
+  req.revision = CW_PROTOCOL_REVISION;
   Causeway__V1__RegisterPrevious previous = CAUSEWAY__V1__REGISTER_PREVIOUS__INIT;
   previous.first_device_id = k->first_device_id;
   // A drain or pause only an earlier registration's controller could set:
