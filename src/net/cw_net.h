@@ -353,7 +353,7 @@ void cw_net_use_tokens(cw_net_t* net, const cw_token_set_t* tokens);
 // Reads options.tls's files again: connections made from now on present the
 // new certificate and check peers against the new CA; those made before keep
 // theirs. On error (the error names the setting and file) nothing changes.
-// Nothing to do when TLS is off or not yet used.
+// Nothing to do when TLS is off.
 CW_MUST_USE cw_status_t cw_net_reload_tls(cw_net_t* net);
 
 // Names an accepted Unix-socket peer for logs: "unix-peer pid P uid U" from

@@ -292,10 +292,29 @@ static void test_expiry_without_file_check(void** state) {
   creds_end();
 }
 
+// A net whose TLS no connection made yet (a worker on a Unix socket before
+// its first link out) checks the files at a reload all the same: a broken key
+// is refused, not found only at the first connection.
+static void test_tls_checked_before_first_use(void** state) {
+  settings_with("tok\n", true);
+  start_server();  // a Unix socket: no TLS context yet
+  assert_null(fx.srv.tls);
+  assert_null(cw_net_creds_start(&g_creds, &fx.loop, &g_settings, &fx.srv));
+  copy_file(g_pki.path[TP_OSRV_KEY], g_key);  // another CA's key beside our certificate
+  WAIT(g_creds.failures == 1);
+  assert_int_equal(g_creds.reloads, 0);
+  copy_file(g_pki.path[TP_SRV_KEY], g_key);
+  WAIT(g_creds.reloads == 1);
+  assert_non_null(fx.srv.tls);
+  assert_true(g_creds.not_after > (int64_t)time(NULL));
+  creds_end();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       NET_TEST(test_token_rotation),
       NET_TEST(test_tls_files_replaced),
+      NET_TEST(test_tls_checked_before_first_use),
       NET_TEST(test_hup_ignored_after_stop),
       NET_TEST(test_expiry_without_file_check),
   };

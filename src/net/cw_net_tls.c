@@ -112,7 +112,9 @@ cw_status_t cw_net__tls_context(cw_net_t* net, bool server, cw_tls_t** out) {
 }
 
 cw_status_t cw_net_reload_tls(cw_net_t* net) {
-  if (!net->options.tls.enabled || !net->tls) return cw_ok_status();
+  if (!net->options.tls.enabled) return cw_ok_status();
+  // Made now also when no connection made it yet (a worker on a Unix socket
+  // before its first link out): broken files are said at the reload.
   cw_tls_t* fresh = NULL;
   CW_RETURN_IF_ERROR(cw_tls_create(&net->options.tls, net->tls_listener, &fresh), "TLS");
   // Each connection's SSL holds its own reference to the old context.
