@@ -129,9 +129,14 @@ cw_status_t cw_plugin_worker_map_error(cw_plugin_worker_t* w, cw_status_t status
   if (cw__names_worker(w, msg)) return status;  // already named
   // The client library reports a lost connection as "... <address> ...": the
   // worker is gone (a peer's failure names the peer's address instead).
-  if (strstr(msg, w->address)) cw_plugin_worker_mark_dead(w, msg);
-  cw_status_t out =
-      cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable: %s", w->name, w->address, msg);
+  bool own = strstr(msg, w->address) != NULL;
+  if (own) cw_plugin_worker_mark_dead(w, msg);
+  // A SEND the worker could not deliver: the path to its peer failed, not it.
+  cw_status_t out = !own && !strncmp(msg, "SEND ", 5)
+                        ? cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is up, but its copy to "
+                                         "another worker failed: %s", w->name, w->address, msg)
+                        : cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable: %s",
+                                         w->name, w->address, msg);
   cw_status_free(status);
   return out;
 }

@@ -412,9 +412,23 @@ static void test_lost_connection_marks_dead(void** state) {
   assert_int_equal(fx->peer.n, 0);
 }
 
+// A SEND the worker could not deliver to its peer names the path, not the
+// worker, which stays usable.
+static void test_failed_send_names_the_path(void** state) {
+  fixture_t* fx = *state;
+  connect_worker(fx);
+  cw_status_t s = cw_plugin_worker_map_error(
+      &fx->worker, cw_make_status(CW_UNAVAILABLE, "SEND 38 to 10.9.9.9:7100: peer 10.9.9.9:7100 "
+                                  "unreachable: connect timed out"));
+  expect_status(s, CW_UNAVAILABLE, "is up, but its copy to another worker failed: SEND 38 to "
+                "10.9.9.9:7100: peer 10.9.9.9:7100 unreachable");
+  assert_null(cw_plugin_worker_check(&fx->worker));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_deletes_go_first_in_one_request, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_failed_send_names_the_path, setup, teardown),
       cmocka_unit_test_setup_teardown(test_full_batch_goes_alone, setup, teardown),
       cmocka_unit_test_setup_teardown(test_launches_take_deletes_in_batches, setup, teardown),
       cmocka_unit_test_setup_teardown(test_refused_delete_surfaces_later, setup, teardown),
