@@ -104,6 +104,12 @@ void cw_ctl_health_worker_lost(cw_ctl_worker_t* w) {
 
 // --- Replacement ------------------------------------------------------------------
 
+// A refused REGISTER, logged once a minute per slot with a count: the worker
+// it refuses goes on retrying every --reconnect-max-ms.
+static bool cw__refusal_logged(cw_ctl_worker_t* w, uint64_t* out_more) {
+  return cw_net_warn_limit_pass(&w->warn_refused, cw_time_now_ms(), 60 * 1000, out_more);
+}
+
 // The replacement rule, keyed on the worker's name: a dead slot of that name
 // with the same device count and platform. Adapt here when sessions map
 // virtual devices onto physical ones.
@@ -113,9 +119,13 @@ cw_status_t cw_ctl_health_slot_for(cw_controller_t* ctl, const Causeway__V1__Reg
   for (size_t i = 0; i < ctl->num_workers; ++i) {
     cw_ctl_worker_t* w = ctl->workers[i];
     if (strcmp(w->name, r->worker_name) != 0) continue;
+    uint64_t more = 0;
     if (w->alive) {
-      CW_LOGW("REGISTER of worker %s at %s refused: the live worker %s at %s holds that name",
-              r->worker_name, r->address, w->name, w->address);
+      if (cw__refusal_logged(w, &more)) {
+        CW_LOGW("REGISTER of worker %s at %s refused: the live worker %s at %s holds that name "
+                "(%" PRIu64 " more such refusals since the last line)", r->worker_name,
+                r->address, w->name, w->address, more);
+      }
       return cw_make_status(CW_ALREADY_EXISTS, "worker name %s is taken by the live worker at %s "
                             "(this one is at %s); stop that one first or choose another --name",
                             w->name, w->address, r->address);
@@ -124,8 +134,11 @@ cw_status_t cw_ctl_health_slot_for(cw_controller_t* ctl, const Causeway__V1__Reg
     const Causeway__V1__Inventory* inv = r->inventory;
     if (inv->n_devices != w->num_devices || strcmp(inv->platform_name, old->platform_name) ||
         strcmp(inv->platform_version, old->platform_version)) {
-      CW_LOGW("REGISTER of worker %s at %s refused: it does not match the lost %s (%s)",
-              r->worker_name, r->address, w->name, w->address);
+      if (cw__refusal_logged(w, &more)) {
+        CW_LOGW("REGISTER of worker %s at %s refused: it does not match the lost %s (%s) "
+                "(%" PRIu64 " more such refusals since the last line)", r->worker_name,
+                r->address, w->name, w->address, more);
+      }
       return cw_make_status(CW_FAILED_PRECONDITION, "worker %s at %s cannot replace the lost %s "
                             "(%s): it has %zu devices of %s %s, the slot has %u of %s %s",
                             r->worker_name, r->address, w->name, w->address, inv->n_devices,

@@ -63,6 +63,9 @@ typedef struct cw_ctl_worker_s {
   // Its REGISTER once listed more sessions than it could (more_sessions):
   // the hold waited for those once, not again (cw_ctl_resume.c).
   bool resume_cut_waited;
+  // REGISTERs refused for its name (a worker that came back after its
+  // replacement retries for ever): logged once a minute with a count.
+  cw_net_warn_limit_t warn_refused;
 } cw_ctl_worker_t;
 
 typedef enum cw_ctl_exe_state_e {

@@ -1128,40 +1128,88 @@ static void test_register_reports_drain_and_pauses(void** state) {
   cw_client_release(c);
 }
 
-// A worker of a build before RegisterRequest.revision reports no drain,
-// pauses or sessions to a restarted controller: the controller says so when
-// it registers (docs/deploy.md, "Upgrading"); of one of this build, nothing.
-static void test_older_worker_is_named(void** state) {
-  (void)state;
+// Runs `body` against a controller of its own whose log (stderr) is caught
+// into `text`; the controller is stopped before the log is read.
+typedef void (*captured_body_fn)(const char* address, cw_status_t* st, size_t n);
+static void with_captured_controller(captured_body_fn body, cw_status_t* st, size_t n,
+                                     char* text, size_t capacity) {
   cw_test_stderr_capture_t cap;
   assert_int_equal(cw_test_stderr_capture_begin(&cap), 0);
   cw_test_process_t ctl;
   char address[256];
   int rc = cw_test_controller_start(NULL, &ctl, address, sizeof(address));
-  cw_client_options_t o = {.peer_name = "fake-worker", .role = CAUSEWAY__V1__ROLE__ROLE_WORKER};
-  cw_client_t* old_w = NULL;
-  cw_client_t* new_w = NULL;
-  cw_status_t st[4] = {NULL, NULL, NULL, NULL};
   if (rc == 0) {
-    st[0] = cw_client_connect(address, &o, &old_w);
-    st[1] = cw_client_connect(address, &o, &new_w);
-    cw_test_register_revision = 0;
-    if (!st[0]) st[2] = cw_test_register_previous(old_w, "old-w", "fake-old-w:1", 1, NULL, NULL);
-    cw_test_register_revision = CW_PROTOCOL_REVISION;
-    if (!st[1]) st[3] = cw_test_register_previous(new_w, "new-w", "fake-new-w:1", 1, NULL, NULL);
-    cw_client_release(old_w);
-    cw_client_release(new_w);
+    body(address, st, n);
     (void)cw_test_process_stop(&ctl, 30000);
   }
-  static char text[65536];
-  assert_int_equal(cw_test_stderr_capture_end(&cap, text, sizeof(text)), 0);
+  assert_int_equal(cw_test_stderr_capture_end(&cap, text, capacity), 0);
   fputs(text, stderr);
   assert_int_equal(rc, 0);
-  for (int i = 0; i < 4; ++i) assert_null(st[i]);
+  for (size_t i = 0; i < n; ++i) assert_null(st[i]);
+}
+
+static cw_status_t register_as(const char* address, const char* name, uint32_t revision,
+                               cw_client_t** out) {
+  cw_client_options_t o = {.peer_name = "fake-worker", .role = CAUSEWAY__V1__ROLE__ROLE_WORKER};
+  char at[64];
+  snprintf(at, sizeof(at), "fake-%s:1", name);
+  CW_RETURN_IF_ERROR(cw_client_connect(address, &o, out), "");
+  cw_test_register_revision = revision;
+  cw_status_t st = cw_test_register_previous(*out, name, at, 1, NULL, NULL);
+  cw_test_register_revision = CW_PROTOCOL_REVISION;
+  return st;
+}
+
+static void register_old_and_new(const char* address, cw_status_t* st, size_t n) {
+  (void)n;
+  cw_client_t* c[2] = {NULL, NULL};
+  st[0] = register_as(address, "old-w", 0, &c[0]);
+  st[1] = register_as(address, "new-w", CW_PROTOCOL_REVISION, &c[1]);
+  for (int i = 0; i < 2; ++i) cw_client_release(c[i]);
+}
+
+// A worker of a build before RegisterRequest.revision reports no drain,
+// pauses or sessions to a restarted controller: the controller says so when
+// it registers (docs/deploy.md, "Upgrading"); of one of this build, nothing.
+static void test_older_worker_is_named(void** state) {
+  (void)state;
+  cw_status_t st[2] = {NULL, NULL};
+  static char text[65536];
+  with_captured_controller(register_old_and_new, st, 2, text, sizeof(text));
   assert_non_null(strstr(text, "worker old-w (fake-old-w:1) is an older build (protocol 1, "
                                "revision 0; this controller's: revision 1): after a controller "
                                "restart it does not report its drain"));
   assert_null(strstr(text, "worker new-w (fake-new-w:1) is an older build"));
+}
+
+// A worker whose name a live one holds retries for ever (one that came
+// back after its replacement): each REGISTER is refused, the log says so
+// once a minute with a count, not at every retry.
+static void register_a_taken_name(const char* address, cw_status_t* st, size_t n) {
+  (void)n;
+  cw_client_t* live = NULL;
+  st[0] = register_as(address, "w", CW_PROTOCOL_REVISION, &live);
+  for (int i = 0; i < 5; ++i) {
+    cw_client_t* again = NULL;
+    cw_status_t r = register_as(address, "w", CW_PROTOCOL_REVISION, &again);
+    if (!r || cw_status_code(r) != CW_ALREADY_EXISTS) st[1] = r ? r : cw_make_status(CW_INTERNAL,
+                                                                  "a taken name was granted");
+    else cw_status_free(r);
+    cw_client_release(again);
+  }
+  cw_client_release(live);
+}
+
+static void test_refused_name_logged_once_a_minute(void** state) {
+  (void)state;
+  cw_status_t st[2] = {NULL, NULL};
+  static char text[65536];
+  with_captured_controller(register_a_taken_name, st, 2, text, sizeof(text));
+  const char* line = "REGISTER of worker w at fake-w:1 refused: the live worker w at fake-w:1 "
+                     "holds that name (0 more such refusals since the last line)";
+  const char* first = strstr(text, line);
+  assert_non_null(first);
+  assert_null(strstr(first + 1, "REGISTER of worker w at"));
 }
 
 int main(void) {
@@ -1178,6 +1226,7 @@ int main(void) {
       cmocka_unit_test(test_hold_that_ended_unseen_is_not_held_again),
       cmocka_unit_test(test_late_worker_goes_to_every_resume), cmocka_unit_test(test_real_restart),
       cmocka_unit_test(test_older_worker_is_named),
+      cmocka_unit_test(test_refused_name_logged_once_a_minute),
       // Last: its 16 workers of 4,096 devices would move the ids above.
       cmocka_unit_test(test_resume_large)};
   return cmocka_run_group_tests(tests, setup, teardown);
