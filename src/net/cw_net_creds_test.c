@@ -215,7 +215,7 @@ static void test_tls_files_replaced(void** state) {
   copy_file(g_pki.path[TP_OSRV], g_cert);
   copy_file(g_pki.path[TP_OSRV_KEY], g_key);
   WAIT(g_creds.reloads >= 1 && g_creds.failures == 0);
-  RUN_FOR(60);  // the three writes may land in two checks
+  RUN_FOR(60);  // no second reload follows
   uint64_t reloads = g_creds.reloads;
   reply_t b1 = {0};
   request_ping(before, "after", &b1);

@@ -460,7 +460,7 @@ static void test_outbound_link_watch(void** state) {
 // of the dead-host watch): outbound links are watched by keepalives alone,
 // unless marked as reading always (cw_net_conn_peer_always_reads).
 static void test_outbound_zero_window_lives(void** state) {
-  fx.sopts.link_timeout_ms = 1000;
+  fx.sopts.link_timeout_ms = 2000;  // keepalives every 250 ms keep the links' own watch quiet
   start_client("sesame");
   int lfd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -476,10 +476,10 @@ static void test_outbound_zero_window_lives(void** state) {
   RUN_UNTIL((fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK)) >= 0, WAIT_MS);
   assert_true(fd >= 0);
   raw_t* s = raw_adopt(fd);
-  assert_int_equal(answer_hello_warm(s, 250), 250);
+  assert_int_equal(answer_hello_warm(s, 500), 500);  // a quarter of the limit asked
   reply_t u = {0};
   request_upload_pattern(conn, 64 << 20, &u);  // far past both sides' socket buffers
-  for (int i = 0; i < 12; ++i) {  // 3 s, three times the limit, never read
+  for (int i = 0; i < 24; ++i) {  // 6 s, three times the limit, never read
     send_keepalive(s);
     RUN_FOR(250);
   }

@@ -34,9 +34,12 @@ CONTROLLER_ARGS = ("--credentials-check-ms", "100")
 
 
 def _write(path: str, text: str) -> None:
-    with open(path, "w") as f:
+    """Whole at once (a rename): a daemon's check never reads it half written."""
+    tmp = f"{path}.new"
+    with open(tmp, "w") as f:
         f.write(text)
-    os.chmod(path, 0o600)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
 
 
 def _reloads(cluster, name: str) -> int:
@@ -146,6 +149,13 @@ def _metrics(port: int) -> str:
         return r.read().decode()
 
 
+def _reload_failures(port: int) -> int:
+    """The controller's refused reloads: a renewal that lands between its two
+    files may count one, so tests compare with the figure before."""
+    m = re.search(r"^causeway_credential_reload_failures_total (\d+)$", _metrics(port), re.M)
+    return int(m.group(1))
+
+
 def test_tls_certificates_replaced_without_a_restart(tmp_path):
     d = tmp_path / "pki"
     d.mkdir()
@@ -188,11 +198,15 @@ def test_tls_certificates_replaced_without_a_restart(tmp_path):
         got = _backend_init("cred-tls-b", cluster, **env)
         assert got["ok"] and got["devices"] == 4, (got, cluster.logs())
 
-        # A key that is not the certificate's: refused, the pair in use kept.
-        subprocess.run(["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt",
-                        "ec_paramgen_curve:P-256", "-out", key], check=True, capture_output=True)
-        assert harness.wait_until(lambda: "causeway_credential_reload_failures_total 1"
-                                  in _metrics(port), 30), cluster.log("controller")
+        # A key that is not the certificate's (another daemon's, put in place
+        # whole): refused, the pair in use kept.
+        failed = _reload_failures(port)
+        other = tmp_path / "other"
+        other.mkdir()
+        _certs("daemon", "other", "--dir", str(other), "--ca-dir", str(d), "--host", "127.0.0.1")
+        os.replace(other / "other.key", key)
+        assert harness.wait_until(lambda: _reload_failures(port) > failed, 30), \
+            cluster.log("controller")
         assert re.search(r"credentials not reloaded \(a credentials file changed\): TLS: "
                          r"CAUSEWAY_TLS_KEY \S+ is not the key of CAUSEWAY_TLS_CERT",
                          cluster.log("controller")), cluster.log("controller")

@@ -25,20 +25,15 @@ CHECKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "health_checks
 LINK_TIMEOUT_MS = 3000
 
 
-def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30,
-                          check=check)
-
-
 def _can_make_namespaces() -> str | None:
     if os.geteuid() != 0:
         return "needs root to make a network namespace"
     if not shutil.which("ip"):
         return "needs `ip` (iproute2)"
     probe = f"cwprobe{os.getpid()}"
-    if _ip("netns", "add", probe, check=False).returncode != 0:
+    if harness.ip("netns", "add", probe, check=False).returncode != 0:
         return "this kernel or container cannot make network namespaces"
-    _ip("netns", "del", probe, check=False)
+    harness.ip("netns", "del", probe, check=False)
     return None
 
 
@@ -60,12 +55,12 @@ class Namespace:
         self.net = f"10.213.{k}"
         self.worker_ip, self.controller_ip = f"{self.net}.2", f"{self.net}.3"
         self.blackholed = False
-        _ip("netns", "add", self.name)
+        harness.ip("netns", "add", self.name)
         try:
-            _ip("link", "add", self.host_if, "type", "veth", "peer", "name", self.ns_if)
-            _ip("link", "set", self.ns_if, "netns", self.name)
-            _ip("addr", "add", f"{self.net}.1/24", "dev", self.host_if)
-            _ip("link", "set", self.host_if, "up")
+            harness.ip("link", "add", self.host_if, "type", "veth", "peer", "name", self.ns_if)
+            harness.ip("link", "set", self.ns_if, "netns", self.name)
+            harness.ip("addr", "add", f"{self.net}.1/24", "dev", self.host_if)
+            harness.ip("link", "set", self.host_if, "up")
             for addr in (self.worker_ip, self.controller_ip):
                 self.exec("ip", "addr", "add", f"{addr}/24", "dev", self.ns_if)
             self.exec("ip", "link", "set", self.ns_if, "up")
@@ -82,14 +77,14 @@ class Namespace:
         return ["ip", "netns", "exec", self.name, *argv]
 
     def cut_worker(self) -> None:
-        _ip("route", "add", "blackhole", f"{self.worker_ip}/32")
+        harness.ip("route", "add", "blackhole", f"{self.worker_ip}/32")
         self.blackholed = True
 
     def remove(self) -> None:
         if self.blackholed:
-            _ip("route", "del", "blackhole", f"{self.worker_ip}/32", check=False)
-        _ip("link", "del", self.host_if, check=False)
-        _ip("netns", "del", self.name, check=False)
+            harness.ip("route", "del", "blackhole", f"{self.worker_ip}/32", check=False)
+        harness.ip("link", "del", self.host_if, check=False)
+        harness.ip("netns", "del", self.name, check=False)
 
 
 def _listening(address: str) -> bool:

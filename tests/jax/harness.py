@@ -894,6 +894,12 @@ def free_tcp_port() -> int:
     raise AssertionError("no loopback port left that this process did not hand out already")
 
 
+def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """`ip ARGS` (iproute2), its output captured: tests that make network namespaces."""
+    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30,
+                          check=check)
+
+
 class Environ:
     """os.environ with `extra` while a cluster starts (HandCluster copies it)
     and while the test process's own client library reads it (harness.stats)."""
