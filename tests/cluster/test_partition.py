@@ -25,22 +25,9 @@ CHECKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "health_checks
 LINK_TIMEOUT_MS = 3000
 
 
-def _can_make_namespaces() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root to make a network namespace"
-    if not shutil.which("ip"):
-        return "needs `ip` (iproute2)"
-    probe = f"cwprobe{os.getpid()}"
-    if harness.ip("netns", "add", probe, check=False).returncode != 0:
-        return "this kernel or container cannot make network namespaces"
-    harness.ip("netns", "del", probe, check=False)
-    return None
-
-
 pytestmark = [
     pytest.mark.skipif(harness.missing_build() is not None, reason=str(harness.missing_build())),
-    pytest.mark.skipif(_can_make_namespaces() is not None,
-                       reason=str(_can_make_namespaces())),
+    pytest.mark.skipif(harness.netns_missing() is not None, reason=str(harness.netns_missing())),
 ]
 
 

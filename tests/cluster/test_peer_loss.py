@@ -32,26 +32,10 @@ CHECKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "health_checks
 LINK_MS = 2000  # the daemons' --worker-link-timeout-ms
 
 
-def _can_make_bridges() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root to make network namespaces"
-    if not shutil.which("ip"):
-        return "needs `ip` (iproute2)"
-    probe = f"cwplprobe{os.getpid()}"
-    if harness.ip("netns", "add", probe, check=False).returncode != 0:
-        return "this kernel or container cannot make network namespaces"
-    try:
-        r = harness.ip("-n", probe, "link", "add", "br0", "type", "bridge", check=False)
-        if r.returncode != 0:
-            return f"cannot make a bridge in a network namespace: {r.stderr.strip()}"
-    finally:
-        harness.ip("netns", "del", probe, check=False)
-    return None
-
-
 pytestmark = [
     pytest.mark.skipif(harness.missing_build() is not None, reason=str(harness.missing_build())),
-    pytest.mark.skipif(_can_make_bridges() is not None, reason=str(_can_make_bridges())),
+    pytest.mark.skipif(harness.netns_missing(bridge=True) is not None,
+                       reason=str(harness.netns_missing(bridge=True))),
 ]
 
 

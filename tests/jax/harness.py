@@ -900,6 +900,26 @@ def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
                           check=check)
 
 
+def netns_missing(bridge: bool = False) -> str | None:
+    """Why this process cannot make network namespaces (with a bridge in one,
+    when asked), or None: the reason a namespace test is skipped with."""
+    if os.geteuid() != 0:
+        return "needs root to make network namespaces"
+    if not shutil.which("ip"):
+        return "needs `ip` (iproute2)"
+    probe = f"cwprobe{os.getpid()}"
+    if ip("netns", "add", probe, check=False).returncode != 0:
+        return "this kernel or container cannot make network namespaces"
+    try:
+        if bridge:
+            r = ip("-n", probe, "link", "add", "br0", "type", "bridge", check=False)
+            if r.returncode != 0:
+                return f"cannot make a bridge in a network namespace: {r.stderr.strip()}"
+    finally:
+        ip("netns", "del", probe, check=False)
+    return None
+
+
 class Environ:
     """os.environ with `extra` while a cluster starts (HandCluster copies it)
     and while the test process's own client library reads it (harness.stats)."""
