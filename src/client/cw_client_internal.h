@@ -149,7 +149,12 @@ struct cw_client_s {
   bool flusher_started, flusher_idle, flusher_stop;
 
   pthread_mutex_t mu;  // guards everything below
-  pthread_cond_t cv;   // broadcast on every completion
+  // Broadcast when a completion can end a wait: while a thread waits for a
+  // request of its own (cw__wait), or when nothing is outstanding any more
+  // (cw_client_flush). A flush waiting behind thousands of pipelined
+  // launches is then woken once, not at each reply (cw_client_wake).
+  pthread_cond_t cv;
+  size_t one_waiters;  // threads in cw__wait
   cw_client_table_t table;
   uint64_t next_id;
   size_t outstanding;  // sent and not completed (callbacks count until they return)
@@ -287,6 +292,12 @@ const char* cw_client_io_error_text(const cw_client_t* c, int err, size_t got);
 unsigned cw_client_fork_generation(void);
 // FAILED_PRECONDITION naming the connection, for a forked child that uses it.
 cw_status_t cw_client_forked_status(const cw_client_t* c);
+
+// Wakes the threads a completion may concern (c->mu held, after
+// `outstanding` or a request's DONE changed): see cw_client_t.cv.
+static inline void cw_client_wake(cw_client_t* c) {
+  if (c->one_waiters || c->outstanding == 0) pthread_cond_broadcast(&c->cv);
+}
 
 // ---- Threads (started and joined by cw_client.c; `arg` is the client) --------
 

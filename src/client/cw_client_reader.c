@@ -36,7 +36,7 @@ static void cw__settle_locked(cw_client_t* c) {
   }
   c->outstanding -= c->num_finished;
   c->num_finished = 0;
-  pthread_cond_broadcast(&c->cv);
+  cw_client_wake(c);
 }
 
 // With read_mu held.
@@ -94,7 +94,7 @@ static void cw__complete(cw_client_t* c, cw_client_pending_t* p, cw_status_t sta
     p->flags |= CW_CLIENT_PEND_DONE;
   }
   c->outstanding--;
-  pthread_cond_broadcast(&c->cv);
+  cw_client_wake(c);
   pthread_mutex_unlock(&c->mu);
 }
 

@@ -397,7 +397,7 @@ cw_status_t cw_client_send_flags(cw_client_t* c, uint16_t type, const ProtobufCM
     cw_client_table_remove(&c->table, id);
     c->outstanding--;
     if (q->flags & CW_CLIENT_PEND_BATCHED) c->batched--;
-    pthread_cond_broadcast(&c->cv);
+    cw_client_wake(c);
     if (ws && c->hung) {
       // The watchdog broke the stream under this write: say why, not EPIPE.
       cw_status_free(ws);
@@ -477,7 +477,9 @@ static cw_status_t cw__wait(cw_client_t* c, uint64_t id, ProtobufCMessage** out_
     return s;
   }
   p->flags |= CW_CLIENT_PEND_CLAIMED;
+  c->one_waiters++;
   while (!(p->flags & CW_CLIENT_PEND_DONE)) pthread_cond_wait(&c->cv, &c->mu);
+  c->one_waiters--;
   cw_client_table_remove(&c->table, id);
   pthread_mutex_unlock(&c->mu);
 

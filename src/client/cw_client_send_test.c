@@ -420,6 +420,68 @@ static void test_threads(void** state) {
   fake_join(&f);
 }
 
+// A flush waits for everything outstanding and is woken only once nothing is
+// (cw_client_wake); a thread waiting for its own reply meanwhile must still be
+// woken by that reply alone. The peer reads three PINGs, answers "mine",
+// and answers the other two only after the waiter has returned (g_read), so
+// a wake left to the end would never come.
+static void script_mine_first(fake_t* f) {
+  frame_t fr[3];
+  for (int i = 0; i < 3; ++i) FCHECK(f, fake_read(f, &fr[i]) && fr[i].h.type == CW_MSG_PING);
+  for (int i = 0; i < 3; ++i) {
+    const Causeway__V1__Ping* p = (const Causeway__V1__Ping*)fr[i].msg;
+    if (p->data.len == 4 && !memcmp(p->data.data, "mine", 4)) {
+      FCHECK(f, fake_reply(f, &fr[i], fr[i].msg, NULL, 0));
+    }
+  }
+  FCHECK(f, sem_wait(&g_read) == 0);
+  for (int i = 0; i < 3; ++i) {
+    const Causeway__V1__Ping* p = (const Causeway__V1__Ping*)fr[i].msg;
+    if (p->data.len != 4 || memcmp(p->data.data, "mine", 4)) {
+      FCHECK(f, fake_reply(f, &fr[i], fr[i].msg, NULL, 0));
+    }
+  }
+  for (int i = 0; i < 3; ++i) frame_free(&fr[i]);
+  script_echo(f);
+}
+
+typedef struct {
+  cw_client_t* c;
+  cw_status_t status;
+} flush_run_t;
+
+static void* flush_main(void* arg) {
+  flush_run_t* r = arg;
+  r->status = cw_client_flush(r->c);
+  return NULL;
+}
+
+static void test_wait_beside_a_flush(void** state) {
+  sems_init();
+  fake_t f = {0};
+  fake_start(&f, script_mine_first);
+  cw_client_t* c = connect_ok(&f);
+  assert_ok(send_ping(c, "other-1", NULL, NULL, NULL));
+  uint64_t mine = 0;
+  assert_ok(send_ping(c, "mine", NULL, NULL, &mine));
+  assert_ok(send_ping(c, "other-2", NULL, NULL, NULL));
+  flush_run_t run = {.c = c};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, flush_main, &run), 0);
+  ProtobufCMessage* reply = NULL;
+  assert_ok(cw_client_wait(c, mine, &reply, NULL));  // the others are still unanswered
+  const Causeway__V1__Ping* p = (const Causeway__V1__Ping*)reply;
+  assert_int_equal(p->data.len, 4);
+  protobuf_c_message_free_unpacked(reply, NULL);
+  sem_post(&g_read);
+  pthread_join(t, NULL);
+  assert_ok(run.status);  // returned once the other two were answered
+  assert_ok(cw_client_ping(c));
+  cw_client_release(c);
+  fake_join(&f);
+  sems_destroy();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_pipelined_out_of_order),
@@ -431,6 +493,7 @@ int main(void) {
       cmocka_unit_test(test_batched_send_flusher),
       cmocka_unit_test(test_send_behind_blocked_writer),
       cmocka_unit_test(test_threads),
+      cmocka_unit_test(test_wait_beside_a_flush),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
