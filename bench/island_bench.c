@@ -24,6 +24,11 @@
 // Nothing is asserted about speed. --quick: a few launches (CTest
 // `island_bench_quick`).
 //
+// A second table says where the CPU went: each process's user + system time
+// (/proc/PID/stat; this process's for the sessions) over each run, per launch.
+// On two cores an island whose launch costs more than twice the baseline's
+// CPU cannot reach half the baseline's rate.
+//
 // --core-per-worker pins each worker process to one core, as if each had a
 // host of one core to itself: gang1 to the second core, the others to the
 // first (the controller and the sessions stay free). Without it the island's
@@ -48,6 +53,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -331,6 +337,43 @@ static double run_sessions(const island_t* island, int num, int launches, int wa
   return t1 - t0;
 }
 
+// ---- CPU by process -------------------------------------------------------------------
+
+// CPU seconds (user + system) a process has used, from /proc/PID/stat; 0
+// when it cannot be read (the table then shows what could be).
+static double proc_cpu_s(pid_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+  FILE* f = fopen(path, "r");
+  if (!f) return 0;
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  char* p = strrchr(buf, ')');  // the name may hold spaces
+  unsigned long utime = 0, stime = 0;
+  // After ") ": state, then fields 4..13, then utime (14) and stime (15).
+  if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime,
+                   &stime) != 2) {
+    return 0;
+  }
+  return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static double self_cpu_s(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+         (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
+// CPU of the controller, the four workers and the sessions (this process).
+#define CPU_SLOTS 6
+static void cpu_sample(double out[CPU_SLOTS]) {
+  out[0] = proc_cpu_s(g.ctl.pid);
+  for (int i = 0; i < 4; ++i) out[1 + i] = proc_cpu_s(g.workers[i].process.pid);
+  out[5] = self_cpu_s();
+}
+
 // ---- main -----------------------------------------------------------------------------
 
 static void usage(void) {
@@ -398,9 +441,14 @@ int main(int argc, char** argv) {
   static const char* const row_names[3] = {"gang (2 workers x 2)", "1 worker x 2", "1 worker x 4"};
   const int sessions[2] = {1, 4};
   double wall[2][3];  // [sessions][island]
+  double cpu[2][3][CPU_SLOTS];  // CPU seconds each process used in that run
   for (int si = 0; si < 2; ++si) {
     for (int ii = 0; ii < 3; ++ii) {
+      double before[CPU_SLOTS], after[CPU_SLOTS];
+      cpu_sample(before);
       wall[si][ii] = run_sessions(&islands[ii], sessions[si], (int)launches, warmup);
+      cpu_sample(after);
+      for (int c = 0; c < CPU_SLOTS; ++c) cpu[si][ii][c] = after[c] - before[c];
       fprintf(stderr, "island_bench: %s, %d session(s): %ld launches each in %.3f s\n",
               islands[ii].label, sessions[si], launches, wall[si][ii]);
     }
@@ -433,5 +481,30 @@ int main(int argc, char** argv) {
   }
   printf("\n  us/launch = wall time / all sessions' launches; vs 1 worker x2 (the target's "
          "baseline) and x4 =\n  launches/s over that worker's at the same sessions\n");
+
+  // Where the CPU went: each process's CPU over the run (opening the sessions,
+  // the launches, the check) per launch. The island's launch costs its
+  // controller hops and both members; on 2 cores a launch that costs more than
+  // twice the baseline's CPU cannot reach half its rate.
+  printf("\nCPU per launch (us, user + system, whole run per session count)\n");
+  printf("%-20s %8s %11s %11s %11s %11s %11s\n", "island", "sessions", "controller",
+         "its workers", "sessions", "total", "vs 1 worker x2");
+  for (int si = 0; si < 2; ++si) {
+    double n = (double)sessions[si] * (double)(launches + warmup);
+    double workers[3], total[3];
+    for (int ii = 0; ii < 3; ++ii) {
+      const double* c = cpu[si][ii];
+      workers[ii] = ii == 0 ? c[1] + c[2] : ii == 1 ? c[3] : c[4];
+      total[ii] = c[0] + workers[ii] + c[5];
+    }
+    for (int ii = 0; ii < 3; ++ii) {
+      const double* c = cpu[si][ii];
+      printf("%-20s %8d %11.1f %11.1f %11.1f %11.1f %13.2fx\n", row_names[ii], sessions[si],
+             1e6 * c[0] / n, 1e6 * workers[ii] / n, 1e6 * c[5] / n, 1e6 * total[ii] / n,
+             total[1] > 0 ? total[ii] / total[1] : 0.0);
+    }
+  }
+  printf("  (the sessions' CPU is this process's; the clock ticks are %ld per second)\n",
+         sysconf(_SC_CLK_TCK));
   return 0;
 }
