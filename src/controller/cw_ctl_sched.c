@@ -23,11 +23,18 @@
 #include "cw_ctl_sched_queue.h"
 #include "cw_ctl_session.h"
 #include "cw_log.h"
+#include "cw_time.h"
 
 #define CW__STAMP_RECORD 4096
 
+// Runs (cw_ctl_sched_queue.h): the island's answers are timed in windows
+// of CW__RUN_SAMPLE, which set the next runs' length.
+#define CW__RUN_SAMPLE 64
+
 struct cw_ctl_sched_island_s {
   cw_sched_island_t policy;
+  uint32_t answers;    // in the current window
+  int64_t window_ns;   // when it began (its first answer)
 };
 
 struct cw_ctl_stamp_ring_s {
@@ -218,17 +225,37 @@ void cw_ctl_sched_reset(cw_ctl_worker_t* w) {
   if (w->sched) cw_sched_island_restart(&w->sched->policy);
 }
 
+// One stamped launch answered; sets the run length from the time the last
+// CW__RUN_SAMPLE answers took. An island with nothing out starts over
+// without runs: what comes next may be long.
+static void cw__sched_answered(cw_ctl_sched_island_t* isl) {
+  cw_sched_island_answered(&isl->policy);
+  if (!isl->policy.outstanding) {
+    isl->policy.max_run = 1;
+    isl->answers = 0;
+    return;
+  }
+  if (isl->answers++ == 0) {
+    isl->window_ns = cw_time_now_ns();
+    return;
+  }
+  if (isl->answers <= CW__RUN_SAMPLE) return;
+  int64_t each = (cw_time_now_ns() - isl->window_ns) / CW__RUN_SAMPLE;
+  isl->policy.max_run = cw_sched_run_for(each);
+  isl->answers = 0;
+}
+
 bool cw_ctl_sched_done(cw_controller_t* ctl, const cw_ctl_item_t* it) {
   if (!it->stamp || it->worker >= ctl->num_workers) return false;
   cw_ctl_sched_island_t* isl = ctl->workers[ctl->workers[it->worker]->island]->sched;
-  if (isl) cw_sched_island_answered(&isl->policy);
+  if (isl) cw__sched_answered(isl);
   return true;
 }
 
 void cw_ctl_sched_release(cw_controller_t* ctl, uint32_t island) {
   if (island >= ctl->num_workers) return;
   cw_ctl_sched_island_t* isl = ctl->workers[island]->sched;
-  if (isl) cw_sched_island_answered(&isl->policy);
+  if (isl) cw__sched_answered(isl);
   cw_ctl_sched_pump(ctl, island);
 }
 

@@ -12,12 +12,21 @@ struct cw_sched_queue_s {
   uint64_t pass;
 };
 
+uint32_t cw_sched_run_for(int64_t each_ns) {
+  if (each_ns <= 0) return CW_SCHED_RUN_MAX;
+  int64_t run = CW_SCHED_RUN_NS / each_ns;
+  return (uint32_t)(run < 1 ? 1 : run > CW_SCHED_RUN_MAX ? CW_SCHED_RUN_MAX : run);
+}
+
 void cw_sched_island_initialize(cw_sched_island_t* isl, uint32_t max_outstanding) {
   isl->queues = NULL;
   isl->last_stamp = 0;
   isl->vtime = 0;
   isl->outstanding = 0;
   isl->max_outstanding = max_outstanding;
+  isl->max_run = 1;
+  isl->run = 0;
+  isl->last = NULL;
 }
 
 bool cw_sched_island_push(cw_sched_island_t* isl, cw_sched_item_t* item) {
@@ -47,6 +56,7 @@ static cw_sched_item_t* cw__pop(cw_sched_island_t* isl, cw_sched_queue_t* q) {
     cw_sched_queue_t** pp = &isl->queues;
     while (*pp != q) pp = &(*pp)->next;
     *pp = q->next;
+    if (isl->last == q) isl->last = NULL;
     free(q);
   }
   it->next = NULL;
@@ -58,6 +68,7 @@ cw_sched_item_t* cw_sched_island_pick(cw_sched_island_t* isl,
                                                                   cw_sched_item_t* head),
                                       void* user, cw_sched_verdict_t* out_verdict) {
   cw_sched_queue_t* pick = NULL;
+  bool last_ready = false;
   for (cw_sched_queue_t* q = isl->queues; q; q = q->next) {
     cw_sched_verdict_t v = judge(user, q->head);
     if (v == CW_SCHED_FAILED || v == CW_SCHED_READY) {
@@ -65,10 +76,17 @@ cw_sched_item_t* cw_sched_island_pick(cw_sched_island_t* isl,
       return cw__pop(isl, q);
     }
     if (v != CW_SCHED_LAUNCH || isl->outstanding >= isl->max_outstanding) continue;
+    if (q == isl->last) last_ready = true;
     if (!pick || q->pass < pick->pass) pick = q;
   }
   *out_verdict = CW_SCHED_BLOCKED;
   if (!pick) return NULL;
+  if (last_ready && isl->run < isl->max_run &&
+      isl->last->pass < pick->pass + (uint64_t)isl->max_run * CW_SCHED_STRIDE) {
+    pick = isl->last;  // the run goes on
+  }
+  isl->run = pick == isl->last ? isl->run + 1 : 1;
+  isl->last = pick;
   *out_verdict = CW_SCHED_LAUNCH;
   uint32_t weight = pick->head->weight ? pick->head->weight : 1;
   isl->vtime = pick->pass;
@@ -102,4 +120,5 @@ void cw_sched_island_answered(cw_sched_island_t* isl) {
 void cw_sched_island_restart(cw_sched_island_t* isl) {
   isl->last_stamp = 0;
   isl->outstanding = 0;
+  isl->run = 0;
 }

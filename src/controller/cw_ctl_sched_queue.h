@@ -7,6 +7,13 @@
 //   smallest pass goes next, and its pass grows by CW_SCHED_STRIDE / weight
 //   (stride scheduling): backlogged sessions get launches in proportion to
 //   their weights. Ties go to the session that arrived first.
+// - Runs: the session picked last keeps going for up to max_run launches in a
+//   row while its head is ready and its pass stays within max_run strides of
+//   the smallest (1, the default: no runs). Shares over time are the same;
+//   the caller sets max_run from how short the island's launches are, so a
+//   run lasts about a millisecond (cw_ctl_sched.c). A run sends one
+//   session's launches together on its links, which the loop then writes
+//   with one system call each, where round robin touched every session's.
 // - At most max_outstanding stamped launches are out (relayed, not yet
 //   answered); the others wait here, where the weights decide.
 // - A head that cannot go yet (its executable is loading) holds only its own
@@ -25,6 +32,14 @@
 #include <stdint.h>
 
 #define CW_SCHED_STRIDE (1ull << 20)
+// Runs last about CW_SCHED_RUN_NS of the island's time, at most
+// CW_SCHED_RUN_MAX launches. On a 2-core machine, 100 sessions pipelining
+// tiny launches on one shared island: 38-39k launches/s one at a time,
+// 111-121k in runs (fleet_bench, docs/performance.md, session 44). Launches
+// of a millisecond or more get no runs, so a session waits behind no more of
+// another's than before.
+#define CW_SCHED_RUN_NS 1000000
+#define CW_SCHED_RUN_MAX 32
 
 // A queued request: embedded in the caller's own struct and linked by the
 // island while it is queued.
@@ -52,7 +67,14 @@ typedef struct cw_sched_island_s {
   uint64_t vtime;            // the pass of the launch picked last
   uint32_t outstanding;      // stamped launches out, not yet answered
   uint32_t max_outstanding;
+  uint32_t max_run;          // see "Runs" above; the caller's, 1 after initialize
+  uint32_t run;              // launches picked in a row from `last`
+  cw_sched_queue_t* last;    // the queue of the launch picked last (NULL once it left)
 } cw_sched_island_t;
+
+// The run length for launches answered every `each_ns` on average: as many
+// as fit in CW_SCHED_RUN_NS, 1 to CW_SCHED_RUN_MAX.
+uint32_t cw_sched_run_for(int64_t each_ns);
 
 // `isl` is caller storage. An island with nothing queued holds no memory.
 void cw_sched_island_initialize(cw_sched_island_t* isl, uint32_t max_outstanding);

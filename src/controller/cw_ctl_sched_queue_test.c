@@ -353,6 +353,96 @@ static void test_restart(void** state) {
   drain(&isl);
 }
 
+// Picks n launches (answering each) and counts them per session, with the
+// longest run of each of sessions 1 and 2.
+static void pick_n(cw_sched_island_t* isl, int n, int count[3], int longest[3]) {
+  uint64_t prev = 0;
+  int run = 0;
+  for (int i = 0; i < n; ++i) {
+    item_t* it = pick_and_stamp(isl);
+    assert_non_null(it);
+    cw_sched_island_answered(isl);
+    uint64_t sid = it->s.session_id;
+    count[sid]++;
+    run = sid == prev ? run + 1 : 1;
+    prev = sid;
+    if (run > longest[sid]) longest[sid] = run;
+  }
+}
+
+// Runs of up to max_run launches: the same shares as one at a time, and no
+// run longer than max_run.
+static void test_runs_keep_the_shares(void** state) {
+  cw_sched_island_t isl;
+  cw_sched_island_initialize(&isl, 1000);
+  isl.max_run = 8;
+  for (int i = 0; i < 400; ++i) {
+    push(&isl, 1, 1, true);
+    push(&isl, 2, 1, true);
+  }
+  int count[3] = {0}, longest[3] = {0};
+  pick_n(&isl, 400, count, longest);
+  assert_true(count[1] >= 192 && count[1] <= 208);  // 200:200 within a run
+  assert_int_equal(longest[1], 8);
+  assert_int_equal(longest[2], 8);
+  drain(&isl);
+
+  // Weights 1:3 keep their 100:300 within a run's worth. The light session
+  // runs at most 8; a run ends less than 9 strides past the smallest pass,
+  // and the heavy one then has the smallest until it caught up: at most 27
+  // launches, 3 a stride, as one at a time would give it too.
+  setup(NULL);
+  cw_sched_island_initialize(&isl, 1000);
+  isl.max_run = 8;
+  for (int i = 0; i < 400; ++i) {
+    push(&isl, 1, 1, true);
+    push(&isl, 2, 3, true);
+  }
+  memset(count, 0, sizeof(count));
+  memset(longest, 0, sizeof(longest));
+  pick_n(&isl, 400, count, longest);
+  assert_true(count[1] >= 92 && count[1] <= 108);
+  assert_true(longest[1] <= 8);
+  assert_true(longest[2] <= 27);
+  drain(&isl);
+}
+
+// A run ends when its session's head cannot go, and the next session's run
+// starts; the run length set later applies from the next pick.
+static void test_run_ends_at_a_blocked_head(void** state) {
+  cw_sched_island_t isl;
+  cw_sched_island_initialize(&isl, 1000);
+  isl.max_run = 4;
+  item_t* a[4];
+  for (int i = 0; i < 4; ++i) {
+    a[i] = push(&isl, 1, 1, true);
+    push(&isl, 2, 1, true);
+  }
+  a[2]->blocked = true;
+  int seq[8], n = 0;
+  item_t* it;
+  while (n < 8 && (it = pick_and_stamp(&isl)) != NULL) seq[n++] = (int)it->s.session_id;
+  // a0 a1 (a2 waits), then b's four, then nothing until a2 may go.
+  assert_int_equal(n, 6);
+  assert_int_equal(seq[0], 1);
+  assert_int_equal(seq[1], 1);
+  for (int i = 2; i < 6; ++i) assert_int_equal(seq[i], 2);
+  a[2]->blocked = false;
+  isl.max_run = 1;
+  assert_int_equal(pick_and_stamp(&isl)->s.session_id, 1);
+  assert_int_equal(pick_and_stamp(&isl)->s.session_id, 1);
+  assert_null(pick(&isl, NULL));
+}
+
+// Run lengths: what fits in CW_SCHED_RUN_NS, 1 to CW_SCHED_RUN_MAX.
+static void test_run_length(void** state) {
+  assert_int_equal(cw_sched_run_for(0), CW_SCHED_RUN_MAX);
+  assert_int_equal(cw_sched_run_for(1000), CW_SCHED_RUN_MAX);  // 1 us launches
+  assert_int_equal(cw_sched_run_for(CW_SCHED_RUN_NS / 10), 10);
+  assert_int_equal(cw_sched_run_for(CW_SCHED_RUN_NS), 1);
+  assert_int_equal(cw_sched_run_for(100 * (int64_t)CW_SCHED_RUN_NS), 1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup(test_weights_share_a_backlogged_island, setup),
@@ -365,6 +455,9 @@ int main(void) {
       cmocka_unit_test_setup(test_a_session_that_leaves, setup),
       cmocka_unit_test_setup(test_visit_in_order, setup),
       cmocka_unit_test_setup(test_restart, setup),
+      cmocka_unit_test_setup(test_runs_keep_the_shares, setup),
+      cmocka_unit_test_setup(test_run_ends_at_a_blocked_head, setup),
+      cmocka_unit_test(test_run_length),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
