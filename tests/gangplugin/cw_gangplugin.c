@@ -849,6 +849,9 @@ static void cw__job_finish(cw__client_t* c, cw__job_t* j, PJRT_Error* e, const f
 
 static void* cw__executor(void* arg) {
   cw__client_t* c = arg;
+  // Named apart from the worker's own threads, so that profiles and
+  // island_bench's accounting can tell the stand-in's rendezvous from causeway.
+  pthread_setname_np(pthread_self(), "cw-gang");
   for (;;) {
     pthread_mutex_lock(&c->queue_mu);
     while (!c->head && !atomic_load(&c->stopping)) pthread_cond_wait(&c->queue_cv, &c->queue_mu);
