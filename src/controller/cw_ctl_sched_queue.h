@@ -8,8 +8,10 @@
 //   (stride scheduling): backlogged sessions get launches in proportion to
 //   their weights. Ties go to the session that arrived first.
 // - Runs: the session picked last keeps going for up to max_run launches in a
-//   row while its head is ready and its pass stays within max_run strides of
-//   the smallest (1, the default: no runs). Shares over time are the same;
+//   row while its head is ready and its pass stays less than max_run of the
+//   heaviest ready session's strides above the smallest (1, the default: no
+//   runs), so that no session then needs more than a run's worth in a row
+//   to catch up. Shares over time are the same;
 //   the caller sets max_run from how short the island's launches are, so a
 //   run lasts about a millisecond (cw_ctl_sched.c). A run sends one
 //   session's launches together on its links, which the loop then writes

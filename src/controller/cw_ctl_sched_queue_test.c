@@ -387,10 +387,10 @@ static void test_runs_keep_the_shares(void** state) {
   assert_int_equal(longest[2], 8);
   drain(&isl);
 
-  // Weights 1:3 keep their 100:300 within a run's worth. The light session
-  // runs at most 8; a run ends less than 9 strides past the smallest pass,
-  // and the heavy one then has the smallest until it caught up: at most 27
-  // launches, 3 a stride, as one at a time would give it too.
+  // Weights 1:3 keep their 100:300 within a run's worth. A run leads by
+  // less than 8 of the heavy session's strides (the light one runs 3), and
+  // the heavy one then has the smallest pass until it caught up: at most
+  // 2 runs' worth in a row.
   setup(NULL);
   cw_sched_island_initialize(&isl, 1000);
   isl.max_run = 8;
@@ -403,7 +403,25 @@ static void test_runs_keep_the_shares(void** state) {
   pick_n(&isl, 400, count, longest);
   assert_true(count[1] >= 92 && count[1] <= 108);
   assert_true(longest[1] <= 8);
-  assert_true(longest[2] <= 27);
+  assert_true(longest[2] <= 16);
+  drain(&isl);
+}
+
+// Weights 1:32 with runs of 32: the light session's run is cut to what the
+// heavy one makes up in a run's worth of launches, so the heavy one goes
+// 32 at a time as with no runs. A lead of 32 whole strides had it make up
+// 1,024 launches while the light one waited (1,000:1: 32,000).
+static void test_runs_lead_by_the_heaviest_stride(void** state) {
+  cw_sched_island_t isl;
+  cw_sched_island_initialize(&isl, 1000);
+  isl.max_run = 32;
+  for (int i = 0; i < 100; ++i) push(&isl, 1, 1, true);
+  for (int i = 0; i < 3200; ++i) push(&isl, 2, 32, true);
+  int count[3] = {0}, longest[3] = {0};
+  pick_n(&isl, 1650, count, longest);
+  assert_true(longest[2] <= 64);
+  assert_true(longest[1] <= 2);
+  assert_true(count[1] >= 48 && count[1] <= 52);  // 1:32 of 1,650
   drain(&isl);
 }
 
@@ -456,6 +474,7 @@ int main(void) {
       cmocka_unit_test_setup(test_visit_in_order, setup),
       cmocka_unit_test_setup(test_restart, setup),
       cmocka_unit_test_setup(test_runs_keep_the_shares, setup),
+      cmocka_unit_test_setup(test_runs_lead_by_the_heaviest_stride, setup),
       cmocka_unit_test_setup(test_run_ends_at_a_blocked_head, setup),
       cmocka_unit_test(test_run_length),
   };
