@@ -221,8 +221,11 @@ void cw_ctl_sched_pump(cw_controller_t* ctl, uint32_t index) {
 
 void cw_ctl_sched_reset(cw_ctl_worker_t* w) {
   // A replacement worker counts stamps from 1 again; what was outstanding
-  // died with its predecessor.
-  if (w->sched) cw_sched_island_restart(&w->sched->policy);
+  // died with its predecessor; runs start over from the new workers' pace.
+  if (w->sched) {
+    cw_sched_island_restart(&w->sched->policy);
+    w->sched->answers = 0;
+  }
 }
 
 // One stamped launch answered; sets the run length from the time the last

@@ -126,4 +126,5 @@ void cw_sched_island_restart(cw_sched_island_t* isl) {
   isl->last_stamp = 0;
   isl->outstanding = 0;
   isl->run = 0;
+  isl->max_run = 1;  // what the new workers take is not known yet
 }

@@ -110,8 +110,8 @@ uint64_t cw_sched_island_next_stamp(const cw_sched_island_t* isl);
 void cw_sched_island_stamped(cw_sched_island_t* isl, uint32_t outstanding);
 // A stamped launch out is answered: room for the next.
 void cw_sched_island_answered(cw_sched_island_t* isl);
-// The island's workers were replaced: stamps count from 1 again and what
-// was out died with them. The queues stay.
+// The island's workers were replaced: stamps count from 1 again, what was
+// out died with them, and runs stop (max_run 1). The queues stay.
 void cw_sched_island_restart(cw_sched_island_t* isl);
 
 #endif  // CW_CTL_SCHED_QUEUE_H_
