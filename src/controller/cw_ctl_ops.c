@@ -601,6 +601,7 @@ static void cw__reply_status(cw_controller_t* ctl, cw_ctl_gather_t* g) {
   char hold[192];
   cw_ctl_resume_describe(ctl, hold, sizeof(hold));
   rep.resume_hold = hold;
+  rep.revision = CW_PROTOCOL_REVISION;
   size_t nw = ctl->num_workers, ns = 0;
   for (cw_ctl_session_t* s = ctl->sessions; s; s = s->next) ns += cw_ctl_ops_session_is_open(s);
   Causeway__V1__AdminWorker* ws = calloc(nw + 1, sizeof(*ws));
@@ -630,6 +631,7 @@ static void cw__reply_status(cw_controller_t* ctl, cw_ctl_gather_t* g) {
     a->first_device = w->first_device;
     a->island = w->island;
     a->platform = w->reg && w->reg->inventory ? w->reg->inventory->platform_name : (char*)"";
+    a->revision = w->reg ? w->reg->revision : 0;
     uint64_t island_queued = cw_ctl_sched_queued(w, false);
     a->queue_depth = island_queued;
     if (wo && w->alive) {

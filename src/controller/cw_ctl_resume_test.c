@@ -1160,12 +1160,35 @@ static cw_status_t register_as(const char* address, const char* name, uint32_t r
   return st;
 }
 
+// Registers an older and a current worker; ADMIN_STATUS then gives each
+// one's revision and the controller's (`causeway status` names the older).
 static void register_old_and_new(const char* address, cw_status_t* st, size_t n) {
-  (void)n;
-  cw_client_t* c[2] = {NULL, NULL};
+  cw_client_t* c[3] = {NULL, NULL, NULL};
   st[0] = register_as(address, "old-w", 0, &c[0]);
   st[1] = register_as(address, "new-w", CW_PROTOCOL_REVISION, &c[1]);
-  for (int i = 0; i < 2; ++i) cw_client_release(c[i]);
+  st[2] = cw_client_connect(address, NULL, &c[2]);
+  Causeway__V1__AdminStatusRequest req = CAUSEWAY__V1__ADMIN_STATUS_REQUEST__INIT;
+  Causeway__V1__AdminStatus* rep = NULL;
+  if (!st[2]) {
+    st[2] = cw_client_call(c[2], CW_MSG_ADMIN_STATUS, &req.base, NULL, 0, NULL,
+                           (ProtobufCMessage**)&rep, NULL);
+  }
+  if (!st[2]) {
+    char seen[128] = "";
+    for (size_t i = 0; i < rep->n_workers; ++i) {
+      size_t len = strlen(seen);
+      snprintf(seen + len, sizeof(seen) - len, "%s:%u ", rep->workers[i]->name,
+               rep->workers[i]->revision);
+    }
+    char want[128];
+    snprintf(want, sizeof(want), "old-w:0 new-w:%u ", CW_PROTOCOL_REVISION);
+    if (rep->revision != CW_PROTOCOL_REVISION || strcmp(seen, want) != 0) {
+      st[2] = cw_make_status(CW_INTERNAL, "ADMIN_STATUS revision %u, workers %s", rep->revision,
+                             seen);
+    }
+    protobuf_c_message_free_unpacked(&rep->base, NULL);
+  }
+  for (size_t i = 0; i < n; ++i) cw_client_release(c[i]);
 }
 
 // A worker of a build before RegisterRequest.revision reports no drain,
@@ -1173,9 +1196,9 @@ static void register_old_and_new(const char* address, cw_status_t* st, size_t n)
 // it registers (docs/deploy.md, "Upgrading"); of one of this build, nothing.
 static void test_older_worker_is_named(void** state) {
   (void)state;
-  cw_status_t st[2] = {NULL, NULL};
+  cw_status_t st[3] = {NULL, NULL, NULL};
   static char text[65536];
-  with_captured_controller(register_old_and_new, st, 2, text, sizeof(text));
+  with_captured_controller(register_old_and_new, st, 3, text, sizeof(text));
   assert_non_null(strstr(text, "worker old-w (fake-old-w:1) is an older build (protocol 1, "
                                "revision 0; this controller's: revision 1): after a controller "
                                "restart it does not report its drain"));

@@ -398,6 +398,15 @@ void cw_cli_print_status(FILE* out, const Causeway__V1__AdminStatus* st) {
             w->buffer_bytes, w->executables, w->launches, w->launches_per_sec, w->queue_depth,
             w->launches_in_flight, w->launches_held);
   }
+  // Workers of an older build than the controller's: what they lack after a
+  // controller restart is in docs/deploy.md (cw_ctl_registry.c logs it too).
+  for (size_t i = 0; i < st->n_workers; ++i) {
+    const Causeway__V1__AdminWorker* w = st->workers[i];
+    if (w->revision >= st->revision) continue;
+    fprintf(out, "worker %s is an older build (revision %u; the controller's: %u): after a "
+            "controller restart it does not report its drain or paused sessions; upgrade it "
+            "(docs/deploy.md, Upgrading)\n", w->name, w->revision, st->revision);
+  }
   // Memory back-pressure: each device's budget, what the buffers hold, and
   // what waits for memory (docs/operations.md "Memory").
   fprintf(out, "\nMEMORY\n%-*s %-12s %-12s %-12s %7s %-12s %8s %8s  %s\n", name_w, "WORKER",
@@ -458,7 +467,7 @@ static void cw__append(json_t* arr, json_t* v, bool* ok) {
   if (json_array_append_new(arr, v)) *ok = false;
 }
 
-static json_t* cw__worker_json(const Causeway__V1__AdminWorker* w, bool* ok) {
+static json_t* cw__worker_json(const Causeway__V1__AdminWorker* w, uint32_t revision, bool* ok) {
   json_t* o = json_object();
   cw__set(o, "index", json_integer(w->index), ok);
   cw__set(o, "name", cw_json_string_create(w->name), ok);
@@ -485,6 +494,8 @@ static json_t* cw__worker_json(const Causeway__V1__AdminWorker* w, bool* ok) {
   cw__set(o, "downloads", cw_json_uint_create(w->downloads), ok);
   cw__set(o, "errors", cw_json_uint_create(w->errors), ok);
   cw__set(o, "stats_fresh", json_boolean(w->stats_fresh), ok);
+  // Only for an older build than the controller's: the usual form stays as it was.
+  if (w->revision < revision) cw__set(o, "older_build_revision", json_integer(w->revision), ok);
   json_t* mem = json_object();
   cw__set(mem, "budget_per_device", cw_json_uint_create(w->memory_budget), ok);
   cw__set(mem, "budget_source", cw_json_string_create(w->memory_budget_source), ok);
@@ -565,7 +576,7 @@ char* cw_cli_status_json(const Causeway__V1__AdminStatus* st) {
   cw__set(root, "compile_cache", cache, &ok);
   json_t* workers = json_array();
   for (size_t i = 0; i < st->n_workers; ++i) {
-    cw__append(workers, cw__worker_json(st->workers[i], &ok), &ok);
+    cw__append(workers, cw__worker_json(st->workers[i], st->revision, &ok), &ok);
   }
   cw__set(root, "workers", workers, &ok);
   json_t* islands = json_array();

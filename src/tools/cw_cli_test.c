@@ -335,6 +335,26 @@ static void test_status_says_the_resume_hold(void** state) {
                       "earlier controller still to resume (at most 8.2 s more)\n");
 }
 
+// A worker of an older build than the controller's is named under the
+// workers, and its JSON says its revision (only then: the sample above has
+// none such, and its JSON is as before).
+static void test_status_names_an_older_worker(void** state) {
+  sample_t x;
+  sample_fill(&x);
+  x.st.revision = 1;
+  x.w[0].revision = 1;
+  x.w[1].revision = 0;
+  char line[256];
+  snprintf(line, sizeof(line), "\nworker %s is an older build (revision 0; the controller's: 1): "
+           "after a controller restart it does not report its drain or paused sessions; upgrade "
+           "it (docs/deploy.md, Upgrading)\n", x.w[1].name);
+  expect_status_forms(&x.st, "\"older_build_revision\": 0,\n", line);
+  char* text = cw_cli_status_json(&x.st);
+  assert_non_null(text);
+  assert_int_equal(strstr(strstr(text, "older_build_revision") + 1, "older_build_revision"), NULL);
+  free(text);
+}
+
 static void test_status_json_matches_before(void** state) {
   sample_t x;
   sample_fill(&x);
@@ -614,6 +634,7 @@ static void test_status_json_escapes_peer_text(void** state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_status_json_matches_before),
+      cmocka_unit_test(test_status_names_an_older_worker),
       cmocka_unit_test(test_status_json_says_the_poll_age),
       cmocka_unit_test(test_status_says_the_resume_hold),
       cmocka_unit_test(test_status_text_memory),
