@@ -169,6 +169,8 @@ static cw_status_t cw__hello(cw_client_t* c, const cw_client_options_t* o, int t
   }
   if (r->max_bulk) c->limits.max_bulk = r->max_bulk;
   c->same_host_copies = r->same_host_copies;
+  c->session_key = r->session_key;
+  c->session_seq_next = r->session_seq_next;
   c->peer_keepalive_ms = (int)r->keepalive_ms;
   // Watched by its keepalives only: a peer that sends none is not watched.
   if (o && o->liveness_by_keepalive && !r->keepalive_ms) c->liveness_ms = 0;
@@ -418,6 +420,14 @@ uint64_t cw_client_session_id(const cw_client_t* client) {
 
 bool cw_client_same_host_copies(const cw_client_t* client) {
   return client && client->same_host_copies;
+}
+
+uint64_t cw_client_session_key(const cw_client_t* client) {
+  return client ? client->session_key : 0;
+}
+
+uint64_t cw_client_session_seq_next(const cw_client_t* client) {
+  return client ? client->session_seq_next : 0;
 }
 
 const char* cw_client_peer_name(const cw_client_t* client) {

@@ -92,6 +92,11 @@ uint64_t cw_client_session_id(const cw_client_t* client);
 // The peer said it takes UPLOAD/DOWNLOAD by peer_address (HelloReply
 // same_host_copies: a worker on a Unix socket, this process of its user).
 bool cw_client_same_host_copies(const cw_client_t* client);
+// What a worker's HelloReply said of the session: which life of it this is
+// (0: the peer did not say) and, when it was there before this connection,
+// the seq it applies next (0: this connection made it).
+uint64_t cw_client_session_key(const cw_client_t* client);
+uint64_t cw_client_session_seq_next(const cw_client_t* client);
 // The worker's name from its HELLO reply (borrowed; lives with the client).
 const char* cw_client_peer_name(const cw_client_t* client);
 

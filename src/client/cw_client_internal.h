@@ -118,6 +118,7 @@ struct cw_client_s {
   char* worker_name;
   uint64_t session_id;
   bool same_host_copies;  // HelloReply.same_host_copies
+  uint64_t session_key, session_seq_next;  // HelloReply's
   cw_frame_limits_t limits;  // what we accept from the worker, and send to it
 
   // One thread at a time writes (`writing`), making its system calls without

@@ -363,6 +363,9 @@ void cw_net_describe_unix_peer(int fd, char* out, size_t capacity);
 // process runs as this one's user (SO_PEERCRED: the kernel's word, not the
 // peer's), else 0.
 int cw_net_conn_peer_pid(const cw_net_conn_t* c);
+// From a service's on_hello: what the HelloReply says of the session `c`
+// joins (HelloReply.session_key, session_seq_next).
+void cw_net_conn_set_hello_session(cw_net_conn_t* c, uint64_t key, uint64_t seq_next);
 // The same from a Unix socket's descriptor: the peer's pid when it runs as
 // this process's user, else 0.
 int cw_net_unix_peer_pid_same_user(int fd);

@@ -70,6 +70,8 @@ static void cw__hello(cw_net_conn_t* c, const cw_frame_header_t* h,
   rep.max_payload = net->options.limits.max_payload;
   rep.max_bulk = net->options.limits.max_bulk;
   rep.same_host_copies = svc->same_host_copies && cw_net_conn_peer_pid(c) > 0;
+  rep.session_key = c->hello_session_key;
+  rep.session_seq_next = c->hello_seq_next;
   if (r->keepalive_ms) rep.keepalive_ms = cw_net__keepalive_start(c, r->keepalive_ms);
   CW_LOGI("%s: HELLO role %s session %" PRIu64, c->name, cw_role_name(r->role), session_id);
   cw_net_conn_reply(c, h->type, h->request_id, &rep.base);
@@ -134,4 +136,9 @@ void cw_net__serve(cw_net_conn_t* c, const cw_frame_header_t* h, ProtobufCMessag
 
 void cw_net_reply_ping(cw_net_conn_t* conn, const cw_frame_header_t* h, ProtobufCMessage** msg) {
   cw_net_conn_reply(conn, h->type, h->request_id, *msg);
+}
+
+void cw_net_conn_set_hello_session(cw_net_conn_t* c, uint64_t key, uint64_t seq_next) {
+  c->hello_session_key = key;
+  c->hello_seq_next = seq_next;
 }

@@ -34,6 +34,7 @@
 #include "cw_handler_set.h"
 #include "cw_host.h"
 #include "cw_log.h"
+#include "cw_random.h"
 #include "cw_time.h"
 #include "cw_worker_conn.h"
 #include "cw_worker_hostcb.h"
@@ -284,6 +285,7 @@ cw_status_t cw_worker_create(const cw_settings_t* settings, cw_worker_t** out) {
   w->settings = settings;
   w->token = cw_settings_string(settings, CW_SET_TOKEN);
   w->next_session_key = 1;
+  cw_status_free(cw_random_id(&w->session_key_salt));  // 0 if the kernel says no
   pthread_mutex_init(&w->mu, NULL);
   causeway__v1__inventory__init(&w->inventory);
   int rc = uv_loop_init(&w->loop);

@@ -319,8 +319,12 @@ static cw_status_t cw__on_hello(cw_net_conn_t* nc, const Causeway__V1__HelloRequ
     *out_session_id = r->session_id;
   } else {
     cw_session_t* s = r->session_id ? cw_worker_session_find(w, r->session_id) : NULL;
+    // A client reattaching after its link was lost: which life of the
+    // session this is, and where its seq order stands (holes to fill).
+    uint64_t seq_next = s ? s->seq.next : 0;
     if (!s) s = cw__session_create(w, r->session_id);
     if (!s) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for a session");
+    cw_net_conn_set_hello_session(nc, s->key ^ w->session_key_salt, seq_next);
     s->connections++;
     c->client_role = r->role == CAUSEWAY__V1__ROLE__ROLE_CLIENT;
     s->clients += c->client_role;

@@ -126,12 +126,74 @@ static void test_seq_flow_control(void** state) {
   cw_client_release(direct);
 }
 
+// A client's link lost while the controller's link keeps the session: a new
+// connection in it hears the same life of the session (HelloReply.session_key)
+// and the seq it applies next, fills the holes the lost link left (a held
+// request from the lost link passes its turn; its filler is a duplicate), and
+// the session's arrays are still there.
+static void test_session_outlives_a_lost_client_link(void** state) {
+  (void)state;
+  cw_client_t* direct = NULL;
+  cw_client_t* relay = NULL;
+  ASSERT_OK(connect_as(CAUSEWAY__V1__ROLE__ROLE_CLIENT, 0, &direct));
+  uint64_t session = cw_client_session_id(direct);
+  uint64_t key = cw_client_session_key(direct);
+  assert_int_not_equal(key, 0);
+  assert_int_equal(cw_client_session_seq_next(direct), 0);  // made by this HELLO
+  ASSERT_OK(connect_as(CAUSEWAY__V1__ROLE__ROLE_CONTROLLER, session, &relay));
+  assert_int_equal(cw_client_session_key(relay), key);
+  assert_int_equal(cw_client_session_seq_next(relay), 1);
+
+  float data[6] = {1, 2, 3, 4, 5, 6};
+  uint64_t rid = 0;
+  ASSERT_OK(send_upload(direct, 201, 1, data, &rid));
+  ASSERT_OK(cw_client_wait(direct, rid, NULL, NULL));
+  ASSERT_OK(send_upload(direct, 203, 3, data, &rid));  // 2 never arrives: held
+  ASSERT_OK(cw_client_ping(direct));
+  cw_client_release(direct);  // the link is lost; the relay keeps the session
+
+  cw_client_t* again = NULL;
+  ASSERT_OK(connect_as(CAUSEWAY__V1__ROLE__ROLE_CLIENT, session, &again));
+  assert_int_equal(cw_client_session_id(again), session);
+  assert_int_equal(cw_client_session_key(again), key);
+  assert_int_equal(cw_client_session_seq_next(again), 2);
+  ASSERT_OK(send_delete(again, NULL, 0, 2, &rid));
+  ASSERT_OK(cw_client_wait(again, rid, NULL, NULL));
+  ASSERT_OK(send_delete(again, NULL, 0, 3, &rid));
+  assert_code(cw_client_wait(again, rid, NULL, NULL), CW_INVALID_ARGUMENT);
+  ASSERT_OK(send_upload(again, 204, 4, data, &rid));  // the order moved on
+  ASSERT_OK(cw_client_wait(again, rid, NULL, NULL));
+  float got[6] = {0};
+  Causeway__V1__DownloadRequest dl = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
+  dl.buffer_id = 201;  // made before the link was lost
+  dl.seq = 5;
+  cw_client_sink_t sink = {.data = got, .capacity = sizeof(got)};
+  uint64_t n = 0;
+  ASSERT_OK(cw_client_send(again, CW_MSG_DOWNLOAD, &dl.base, NULL, 0, &sink, NULL, NULL, &rid));
+  ASSERT_OK(cw_client_wait(again, rid, NULL, &n));
+  assert_int_equal(n, sizeof(data));
+  assert_memory_equal(got, data, sizeof(data));
+  Causeway__V1__AwaitRequest aw = CAUSEWAY__V1__AWAIT_REQUEST__INIT;
+  aw.buffer_id = 203;  // the lost link's held upload never applied
+  assert_code(cw_client_call(again, CW_MSG_AWAIT, &aw.base, NULL, 0, NULL, NULL, NULL),
+              CW_NOT_FOUND);
+
+  // Another session is another life.
+  cw_client_t* other = NULL;
+  ASSERT_OK(connect_as(CAUSEWAY__V1__ROLE__ROLE_CLIENT, 0, &other));
+  assert_int_not_equal(cw_client_session_key(other), key);
+  cw_client_release(other);
+  cw_client_release(again);
+  cw_client_release(relay);
+}
+
 int main(void) {
   if (!getenv("CAUSEWAY_PJRT_PLUGIN") || !*getenv("CAUSEWAY_PJRT_PLUGIN")) return 77;
   setenv("CAUSEWAY_MAX_HELD_REQUESTS", "4", 1);  // inherited by the workers
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_seq_across_connections),
       cmocka_unit_test(test_seq_flow_control),
+      cmocka_unit_test(test_session_outlives_a_lost_client_link),
   };
   return cmocka_run_group_tests(tests, suite_setup, suite_teardown);
 }

@@ -133,6 +133,9 @@ struct cw_worker_s {
   cw_conn_t* conns;  // open ones, inbound and outbound
   cw_session_t* sessions;
   uint64_t next_session_key;
+  // Random per process: HelloReply.session_key is a session's key xor this,
+  // so a restarted worker's sessions never match the ones before.
+  uint64_t session_key_salt;
   cw_peer_stat_t* peer_stats;  // cw_worker_conn.c
   size_t num_peer_stats;
   // Completions from plugin threads (cw_worker.c).
