@@ -173,6 +173,8 @@ static void fake_hello(fake_t* f) {
     r.max_payload = 1u << 24;
     r.max_bulk = 1ull << 32;
     r.keepalive_ms = f->keepalive_reply_ms;
+    r.session_key = f->session_key_reply;
+    r.session_seq_next = f->seq_next_reply;
     fake_reply(f, &fr, &r.base, NULL, 0);
   }
   frame_free(&fr);

@@ -40,6 +40,7 @@ struct fake_s {
   int close_first;    // accept and close this many connections first, HELLO unread
   bool close_only;    // then accept nothing more
   uint32_t keepalive_reply_ms;  // HelloReply.keepalive_ms (0: an older peer)
+  uint64_t session_key_reply, seq_next_reply;  // HelloReply.session_key, session_seq_next
   // What the client's HELLO said.
   uint32_t hello_min, hello_max;
   int hello_role;

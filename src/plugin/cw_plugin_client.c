@@ -294,6 +294,7 @@ static cw_status_t cw__connect_workers(cw_plugin_client_t* c) {
     cw_status_t s = cw_client_connect(w->address, &o, &conn);
     w->conn = conn;
     if (!s) {
+      w->session_key = cw_client_session_key(conn);
       ++live;
       continue;
     }

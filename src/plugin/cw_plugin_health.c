@@ -13,10 +13,16 @@
 // restarts this worker's seq numbering. Buffers made before stay in error
 // (their contents died with the worker); executables keep working (the
 // controller LOADed them into the replacement under the same ids).
+//
+// Our link to a worker failed (its watchdog, a reset) and the controller
+// said nothing: the worker may be fine, with our session, and the path may
+// heal. The next operation on it reconnects in the session, at most once a
+// second (cw__reattach); buffers made before work again.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cw_msg.h"
 #include "cw_plugin_client.h"
 #include "cw_plugin_health.h"
 #include "cw_plugin_internal.h"
@@ -28,6 +34,7 @@ void cw_plugin_health_on_event(cw_plugin_client_t* c, const Causeway__V1__Cluste
   cw_plugin_worker_t* w = cw_plugin_worker_find(c, ev->worker_index);
   if (!w) return;  // not a worker of this session
   if (ev->kind == CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_DOWN) {
+    atomic_store_explicit(&w->worker_down, true, memory_order_release);
     cw_plugin_worker_mark_dead(w, ev->message && ev->message[0] ? ev->message : "worker down");
     cw_client_t* conn = w->conn;
     if (conn) cw_client_shutdown(conn);
@@ -49,6 +56,7 @@ void cw_plugin_health_on_event(cw_plugin_client_t* c, const Causeway__V1__Cluste
     }
   }
   pthread_mutex_unlock(&w->mu);
+  if (newer) atomic_store_explicit(&w->worker_down, true, memory_order_release);
   // Missed the WORKER_DOWN? The old connection is no use either way.
   if (newer && !atomic_load_explicit(&w->dead, memory_order_acquire)) {
     cw_plugin_worker_mark_dead(w, ev->message && ev->message[0] ? ev->message : "worker replaced");
@@ -102,6 +110,12 @@ static size_t cw__take_expired(cw_plugin_worker_t* w, cw_client_t** out) {
   return n;
 }
 
+static void cw__ignore_cb(void* user, cw_status_t status, const ProtobufCMessage* reply) {
+  (void)user;
+  (void)reply;
+  cw_status_free(status);
+}
+
 size_t cw_plugin_health_retired_open(cw_plugin_worker_t* w) {
   pthread_mutex_lock(&w->send_mu);
   size_t n = 0;
@@ -123,13 +137,88 @@ static void cw__set_reason(cw_plugin_worker_t* w, const char* fmt, const char* a
   pthread_mutex_unlock(&w->mu);
 }
 
+// The path to a worker the controller still counts alive failed (our link's
+// watchdog gave it up) and may have healed. The worker's side of the session
+// lives on while the controller's link keeps it (cw_worker_conn.c), with our
+// arrays and executables; what we sent on the lost link may never have
+// arrived, leaving holes in its seq order that hold up every later request
+// (relayed ones too). So: a new connection in the session, which must be the
+// same life of it (session_key: not a restarted worker's, nor one made
+// again), then an empty DELETE for each seq from the worker's next on, before
+// anything new (send_mu held). Those it has are refused as duplicates; held
+// ones from the lost link pass their turn there. The epoch stays: buffers
+// made before the loss work again; those whose requests were lost already
+// failed with the link's error. (A request relayed through the controller
+// that is still on its way when its seq is filled is refused as a duplicate.)
+static bool cw__reattach(cw_plugin_worker_t* w) {
+  if (!atomic_load_explicit(&w->link_lost, memory_order_acquire) ||
+      atomic_load_explicit(&w->worker_down, memory_order_acquire)) {
+    return false;
+  }
+  pthread_mutex_lock(&w->send_mu);
+  bool ok = !atomic_load_explicit(&w->dead, memory_order_acquire);  // revived meanwhile
+  int64_t now = cw_time_now_ms();
+  if (ok || now < w->reattach_after_ms || !w->session_key) {  // no key: an older worker
+    pthread_mutex_unlock(&w->send_mu);
+    return ok;
+  }
+  w->reattach_after_ms = now + CW_PLUGIN_REATTACH_EVERY_MS;
+  cw_client_options_t o;
+  cw_plugin_client_worker_options(w->client, &o);
+  cw_client_t* conn = NULL;
+  cw_status_t s = cw_client_connect(w->address, &o, &conn);
+  char* address = s ? NULL : strdup(w->address);
+  if (!s && !address) s = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  uint64_t last = atomic_load_explicit(&w->seq, memory_order_relaxed);
+  uint64_t next = s ? 0 : cw_client_session_seq_next(conn);
+  if (!s && (cw_client_session_key(conn) != w->session_key || next == 0 || next > last + 1 ||
+             last + 1 - next > CW_PLUGIN_REATTACH_MAX_FILL)) {
+    // The worker restarted, or our session there ended: the arrays are gone.
+    // A replacement, if any, is announced by the controller (WORKER_UP).
+    atomic_store_explicit(&w->link_lost, false, memory_order_release);
+    cw__set_reason(w, "worker %s (%s) is reachable again, but this session's arrays there are "
+                   "gone (the worker restarted or the session ended there); start the job again",
+                   w->name, w->address);
+    s = cw_make_status(CW_UNAVAILABLE, "session gone");
+  }
+  for (uint64_t q = next; !s && q <= last; ++q) {
+    Causeway__V1__DeleteRequest filler = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+    filler.seq = q;
+    s = cw_client_send(conn, CW_MSG_DELETE, &filler.base, NULL, 0, NULL, cw__ignore_cb, NULL,
+                       NULL);
+  }
+  if (s) {
+    if (conn) cw_client_release(conn);
+    free(address);
+    pthread_mutex_unlock(&w->send_mu);
+    cw_status_free(s);
+    return false;
+  }
+  cw_client_t** expired = malloc((w->num_retired + 1) * sizeof(*expired));
+  size_t num_expired = expired ? cw__take_expired(w, expired) : 0;
+  cw__retire(w, w->conn, w->address);
+  w->conn = conn;
+  w->address = address;
+  atomic_store_explicit(&w->direct_bulk, false, memory_order_relaxed);
+  pthread_mutex_lock(&w->mu);
+  free(w->dead_reason);
+  w->dead_reason = NULL;
+  pthread_mutex_unlock(&w->mu);
+  atomic_store_explicit(&w->link_lost, false, memory_order_release);
+  atomic_store_explicit(&w->dead, false, memory_order_release);
+  pthread_mutex_unlock(&w->send_mu);
+  for (size_t i = 0; i < num_expired; ++i) cw_client_release(expired[i]);
+  free(expired);
+  return true;
+}
+
 bool cw_plugin_health_revive(cw_plugin_worker_t* w) {
   cw_plugin_client_t* c = w->client;
   pthread_mutex_lock(&w->mu);
   char* address = w->next_address ? strdup(w->next_address) : NULL;
   uint32_t incarnation = w->next_incarnation;
   pthread_mutex_unlock(&w->mu);
-  if (!address) return false;
+  if (!address) return cw__reattach(w);
   pthread_mutex_lock(&w->send_mu);
   bool ok = !atomic_load_explicit(&w->dead, memory_order_acquire);  // revived meanwhile
   cw_client_t* conn = NULL;
@@ -177,6 +266,9 @@ bool cw_plugin_health_revive(cw_plugin_worker_t* w) {
     w->n_pending_deletes = 0;  // ids of the lost worker
     w->pending_delete_bytes = 0;
     atomic_fetch_add_explicit(&w->epoch, 1, memory_order_acq_rel);
+    w->session_key = cw_client_session_key(conn);
+    atomic_store_explicit(&w->link_lost, false, memory_order_relaxed);
+    atomic_store_explicit(&w->worker_down, false, memory_order_relaxed);
     pthread_mutex_lock(&w->mu);
     w->incarnation = incarnation;
     free(w->dead_reason);

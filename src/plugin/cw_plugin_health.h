@@ -24,8 +24,18 @@ typedef struct cw_plugin_worker_s cw_plugin_worker_t;
 void cw_plugin_health_on_event(cw_plugin_client_t* c, const Causeway__V1__ClusterEvent* ev);
 // On a dead worker: if a replacement was announced, connects to it in this
 // session, tells the controller (HEALTH_REJOIN), restarts seq numbering,
-// moves to a new epoch and returns true.
+// moves to a new epoch and returns true. Else, if only our link to it was
+// lost (the controller never said it died), connects to it again: when the
+// session there is the same life (HelloReply.session_key) it fills the seqs
+// the worker never got (from HelloReply.session_seq_next on) and goes on in
+// the same epoch, its arrays and executables alive; returns true.
 bool cw_plugin_health_revive(cw_plugin_worker_t* w);
+// Reattaching after a lost link is tried at most this often per worker (a
+// path still cut makes that call wait up to the connect timeout).
+#define CW_PLUGIN_REATTACH_EVERY_MS 1000
+// A reattach fills at most this many seqs; more means the session's order
+// there is not ours (it is treated as gone).
+#define CW_PLUGIN_REATTACH_MAX_FILL 65536
 // Frees the worker's health state (retired connections and addresses).
 void cw_plugin_health_worker_deinitialize(cw_plugin_worker_t* w);
 // A replaced connection is released this long after it was retired, at a

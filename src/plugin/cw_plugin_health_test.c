@@ -212,6 +212,118 @@ static void test_unreachable_replacement(void** state) {
   assert_true(is_dead(&fx->worker));
 }
 
+// The seqs of the empty DELETEs (fillers) a reattached worker got, in order.
+static pthread_mutex_t filled_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t filled[16];
+static size_t num_filled;
+
+static void script_record_fillers(fake_t* f) {
+  frame_t fr;
+  while (fake_read(f, &fr)) {
+    if (fr.h.type == CW_MSG_DELETE && !((Causeway__V1__DeleteRequest*)fr.msg)->n_ids) {
+      pthread_mutex_lock(&filled_mu);
+      if (num_filled < 16) filled[num_filled++] = ((Causeway__V1__DeleteRequest*)fr.msg)->seq;
+      pthread_mutex_unlock(&filled_mu);
+    }
+    bool ok = fake_ack(f, &fr);
+    frame_free(&fr);
+    if (!ok) break;
+  }
+}
+
+// Our link to the worker fails as the watchdog reports it (the worker's
+// address named), the controller says nothing: the worker may be fine.
+static void lose_link(fixture_t* fx) {
+  char msg[256];
+  snprintf(msg, sizeof(msg), "no answer from %s for 3001 ms, not even its keepalive: it is hung "
+           "or unreachable (the client waits 3000 ms)", fx->worker.address);
+  cw_status_free(cw_plugin_worker_map_error(&fx->worker,
+                                            cw_make_status(CW_UNAVAILABLE, "%s", msg)));
+  assert_true(is_dead(&fx->worker));
+}
+
+// The worker "moves" to `path` (the same worker once the path heals: a fake
+// peer cannot listen twice on one socket).
+static void same_worker_at(fixture_t* fx, const char* path) {
+  free(fx->worker.address);  // the first connection, retired later, names its own
+  fx->worker.address = strdup(path);
+  assert_non_null(fx->worker.address);
+}
+
+// A lost link, the worker's session alive (the same life, session_key): the
+// next use after the path heals connects again in the session, fills the
+// seqs the worker never got before anything new, and goes on in the same
+// epoch (buffers made before still work); tried at most once a second.
+static void test_lost_link_is_reattached(void** state) {
+  fixture_t* fx = *state;
+  fx->worker.session_key = 9;
+  for (int i = 0; i < 3; ++i) send_copy(fx);  // seqs 1..3; the worker got 1 only
+  cw_plugin_future_t* ready = cw_plugin_future_create_done(cw_ok_status());
+  cw_plugin_buffer_t* old = NULL;
+  assert_null(cw_plugin_buffer_create(&fx->client, &fx->device, 41, PJRT_Buffer_Type_F32, NULL, 0,
+                                      ready, &old));
+  lose_link(fx);
+  // Still cut: the attempt fails, the link's error stays the reason.
+  same_worker_at(fx, "/nonexistent/w.sock");
+  expect_status(cw_plugin_worker_check(&fx->worker), CW_UNAVAILABLE, "not even its keepalive");
+  assert_true(is_dead(&fx->worker));
+  fx->replacement.session_key_reply = 9;
+  fx->replacement.seq_next_reply = 2;
+  pthread_mutex_lock(&filled_mu);
+  num_filled = 0;
+  pthread_mutex_unlock(&filled_mu);
+  fake_start(&fx->replacement, script_record_fillers);
+  same_worker_at(fx, fx->replacement.path);
+  // Healed, but within a second of the last attempt: not tried yet.
+  expect_status(cw_plugin_worker_check(&fx->worker), CW_UNAVAILABLE, "not even its keepalive");
+  fx->worker.reattach_after_ms = 0;  // a second later
+  assert_null(cw_plugin_worker_check(&fx->worker));
+  assert_false(is_dead(&fx->worker));
+  assert_int_equal(fx->replacement.hello_session, 5);
+  assert_int_equal(atomic_load(&fx->worker.epoch), 0);
+  assert_null(cw_plugin_buffer_check_epoch(old));
+  assert_int_equal(send_copy(fx), 4);  // numbering goes on
+  pthread_mutex_lock(&filled_mu);
+  assert_int_equal(num_filled, 2);
+  assert_int_equal(filled[0], 2);
+  assert_int_equal(filled[1], 3);
+  pthread_mutex_unlock(&filled_mu);
+  cw_plugin_buffer_free(old);
+  cw_plugin_future_release(ready);
+}
+
+// Reachable again, but the session there is another life (the worker
+// restarted, or the session ended and was made again): the arrays are gone;
+// the worker stays dead, saying so, and is not tried again.
+static void test_reattach_to_another_life_is_refused(void** state) {
+  fixture_t* fx = *state;
+  fx->worker.session_key = 9;
+  send_copy(fx);
+  lose_link(fx);
+  fx->replacement.session_key_reply = 10;
+  fx->replacement.seq_next_reply = 1;
+  fake_start(&fx->replacement, script_echo);
+  same_worker_at(fx, fx->replacement.path);
+  expect_status(cw_plugin_worker_check(&fx->worker), CW_UNAVAILABLE,
+                "is reachable again, but this session's arrays there are gone");
+  assert_true(is_dead(&fx->worker));
+  assert_false(atomic_load(&fx->worker.link_lost));
+  fx->worker.reattach_after_ms = 0;
+  expect_status(cw_plugin_worker_check(&fx->worker), CW_UNAVAILABLE, "arrays there are gone");
+  assert_int_equal(fx->worker.reattach_after_ms, 0);  // not tried again
+}
+
+// A worker the controller declared down is not reattached, even if its
+// connection failed first (only a replacement revives it).
+static void test_worker_down_is_not_reattached(void** state) {
+  fixture_t* fx = *state;
+  fx->worker.session_key = 9;
+  lose_link(fx);
+  on_event(fx, CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_DOWN, 2, 0, NULL, "missed heartbeats");
+  expect_status(cw_plugin_worker_check(&fx->worker), CW_UNAVAILABLE, "not even its keepalive");
+  assert_int_equal(fx->worker.reattach_after_ms, 0);  // never tried
+}
+
 static bool is_direct(const cw_plugin_worker_t* w) {
   return atomic_load_explicit(&w->direct_launch, memory_order_relaxed);
 }
@@ -288,6 +400,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_request_of_the_lost_epoch_is_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_retired_connections_are_released, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unreachable_replacement, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_lost_link_is_reattached, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_reattach_to_another_life_is_refused, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_worker_down_is_not_reattached, setup, teardown),
       cmocka_unit_test_setup_teardown(test_controller_lost_is_named, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lease_withdrawn, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lease_withdrawn_before_ready, setup, teardown),

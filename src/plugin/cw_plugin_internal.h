@@ -88,6 +88,14 @@ typedef struct cw_plugin_worker_s {
   struct cw_plugin_retired_s* retired;  // guarded by send_mu: old connections and addresses
   size_t num_retired;
   int64_t retire_grace_ms;  // 0: CW_PLUGIN_RETIRE_GRACE_MS (tests set it)
+  // Marked dead because our link to it failed (cw_plugin_worker_map_error),
+  // not by the controller (worker_down): the worker may be fine, with our
+  // session's arrays, and the path may heal; the next use reattaches then
+  // (cw_plugin_health.c), at most once per CW_PLUGIN_REATTACH_EVERY_MS.
+  _Atomic bool link_lost;
+  _Atomic bool worker_down;  // WORKER_DOWN: only a replacement revives it
+  uint64_t session_key;  // guarded by send_mu: HelloReply.session_key, our session's life there
+  int64_t reattach_after_ms;  // guarded by send_mu
 } cw_plugin_worker_t;
 
 // One memory of a device, as its worker's plugin has it ("device",

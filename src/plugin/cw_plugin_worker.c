@@ -130,7 +130,11 @@ cw_status_t cw_plugin_worker_map_error(cw_plugin_worker_t* w, cw_status_t status
   // The client library reports a lost connection as "... <address> ...": the
   // worker is gone (a peer's failure names the peer's address instead).
   bool own = strstr(msg, w->address) != NULL;
-  if (own) cw_plugin_worker_mark_dead(w, msg);
+  if (own) {
+    // Our link, as far as we know: the controller says so if the worker died.
+    atomic_store_explicit(&w->link_lost, true, memory_order_release);
+    cw_plugin_worker_mark_dead(w, msg);
+  }
   // A SEND the worker could not deliver: the path to its peer failed, not it.
   cw_status_t out = !own && !strncmp(msg, "SEND ", 5)
                         ? cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is up, but its copy to "
@@ -269,6 +273,9 @@ static void cw__worker_send_deletes_locked(cw_plugin_worker_t* w, bool deferred)
       cw_status_free(cw__worker_send_locked(w, CW_MSG_DELETE, &req.base, &req.seq, NULL, 0, NULL,
                                             cw__delete_done_cb, w));
     }
+  } else if (atomic_load_explicit(&w->link_lost, memory_order_acquire) &&
+             !atomic_load_explicit(&w->worker_down, memory_order_acquire)) {
+    return;  // only our link was lost: they go once it is back (cw_plugin_health.c)
   }  // else a dead worker already freed everything of this session
   w->n_pending_deletes = 0;
   w->pending_delete_bytes = 0;
