@@ -222,6 +222,49 @@ def link_compute() -> dict:
     return out
 
 
+def keep_arrays() -> dict:
+    """An upload and a launch's output on the first device, kept for
+    read_kept (after a partition healed: the same arrays on the worker)."""
+    a = np.arange(1000, dtype=np.float32) - 300
+    f = STATE.setdefault("link_f", jax.jit(lambda v: v * 2 + 1))
+    x = jax.device_put(a, jax.devices()[0])
+    y = f(x)
+    y.block_until_ready()
+    STATE["kept"] = (a, x, y)
+    return {"ok": True}
+
+
+def read_kept() -> dict:
+    """The arrays keep_arrays made, read back, a third computed from them,
+    and what they should be (numpy's)."""
+    a, x, y = STATE["kept"]
+    out = checks._timed(lambda: [np.asarray(x), np.asarray(y), np.asarray(x * y - 1)])
+    out["expected"] = [a, a * 2 + 1, a * (a * 2 + 1) - 1]
+    return out
+
+
+def put_unwaited() -> dict:
+    """An upload to the first device not waited for (kept for read_unwaited):
+    during a partition, its bytes never reach the worker."""
+    b = np.full(4096, 7, dtype=np.float32)
+    out = checks._timed(lambda: STATE.__setitem__("unwaited", jax.device_put(b, jax.devices()[0])))
+    return out
+
+
+def read_unwaited() -> dict:
+    return checks._timed(lambda: np.asarray(STATE["unwaited"]))
+
+
+def fresh_work() -> dict:
+    """A program not compiled before, on a new upload to the first device,
+    read back; and what numpy says."""
+    a = np.linspace(-2, 2, 512, dtype=np.float32)
+    out = checks._timed(lambda: np.asarray(
+        jax.jit(lambda v: jnp.tanh(v) * 5 + v)(jax.device_put(a, jax.devices()[0]))))
+    out["expected"] = np.tanh(a) * 5 + a
+    return out
+
+
 def copy_across_then_read(src_worker: str, dst_worker: str) -> dict:
     """An array moved from src_worker's device to dst_worker's (the workers
     send the bytes), then read back from dst_worker, timed."""
