@@ -148,8 +148,8 @@ static void cw__set_reason(cw_plugin_worker_t* w, const char* fmt, const char* a
 // anything new (send_mu held). Those it has are refused as duplicates; held
 // ones from the lost link pass their turn there. The epoch stays: buffers
 // made before the loss work again; those whose requests were lost already
-// failed with the link's error. (A request relayed through the controller
-// that is still on its way when its seq is filled is refused as a duplicate.)
+// failed with the link's error. The seqs of relayed requests not answered
+// yet are not filled: they may still be on their way through the controller.
 static bool cw__reattach(cw_plugin_worker_t* w) {
   if (!atomic_load_explicit(&w->link_lost, memory_order_acquire) ||
       atomic_load_explicit(&w->worker_down, memory_order_acquire)) {
@@ -181,13 +181,19 @@ static bool cw__reattach(cw_plugin_worker_t* w) {
                    w->name, w->address);
     s = cw_make_status(CW_UNAVAILABLE, "session gone");
   }
+  // Held to the swap: a relayed request that fails meanwhile leaves its seq
+  // to us (cw_plugin_worker.c), or fills it on the new connection after.
+  uint32_t epoch = atomic_load_explicit(&w->epoch, memory_order_acquire);
+  pthread_mutex_lock(&w->relayed_mu);
   for (uint64_t q = next; !s && q <= last; ++q) {
+    if (cw_plugin_worker_relayed_pending_locked(w, epoch, q)) continue;  // it fills its own
     Causeway__V1__DeleteRequest filler = CAUSEWAY__V1__DELETE_REQUEST__INIT;
     filler.seq = q;
     s = cw_client_send(conn, CW_MSG_DELETE, &filler.base, NULL, 0, NULL, cw__ignore_cb, NULL,
                        NULL);
   }
   if (s) {
+    pthread_mutex_unlock(&w->relayed_mu);
     if (conn) cw_client_release(conn);
     free(address);
     pthread_mutex_unlock(&w->send_mu);
@@ -206,6 +212,7 @@ static bool cw__reattach(cw_plugin_worker_t* w) {
   pthread_mutex_unlock(&w->mu);
   atomic_store_explicit(&w->link_lost, false, memory_order_release);
   atomic_store_explicit(&w->dead, false, memory_order_release);
+  pthread_mutex_unlock(&w->relayed_mu);
   pthread_mutex_unlock(&w->send_mu);
   for (size_t i = 0; i < num_expired; ++i) cw_client_release(expired[i]);
   free(expired);

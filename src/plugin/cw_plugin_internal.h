@@ -96,6 +96,16 @@ typedef struct cw_plugin_worker_s {
   _Atomic bool worker_down;  // WORKER_DOWN: only a replacement revives it
   uint64_t session_key;  // guarded by send_mu: HelloReply.session_key, our session's life there
   int64_t reattach_after_ms;  // guarded by send_mu
+  // The seqs of relayed requests not answered yet, increasing: a reattach
+  // fills no seq of one (it may still be on its way through the controller:
+  // filled first, it would be refused as a duplicate).
+  // Ordered by (epoch, seq): a replacement numbers from 1 again.
+  pthread_mutex_t relayed_mu;
+  struct cw_plugin_relayed_seq_s {
+    uint32_t epoch;
+    uint64_t seq;
+  }* relayed_seqs;
+  size_t n_relayed_seqs, cap_relayed_seqs;
 } cw_plugin_worker_t;
 
 // One memory of a device, as its worker's plugin has it ("device",

@@ -36,6 +36,7 @@ cw_status_t cw_plugin_worker_initialize(cw_plugin_worker_t* w, cw_plugin_client_
                         memory_order_relaxed);
   pthread_mutex_init(&w->mu, NULL);
   pthread_mutex_init(&w->send_mu, NULL);
+  pthread_mutex_init(&w->relayed_mu, NULL);
   atomic_init(&w->seq, 0);
   atomic_init(&w->dead, false);
   w->name = strdup(wi->name && wi->name[0] ? wi->name : "?");
@@ -55,6 +56,8 @@ void cw_plugin_worker_deinitialize(cw_plugin_worker_t* w) {
   cw_plugin_health_worker_deinitialize(w);
   pthread_mutex_destroy(&w->mu);
   pthread_mutex_destroy(&w->send_mu);
+  free(w->relayed_seqs);
+  pthread_mutex_destroy(&w->relayed_mu);
 }
 
 cw_plugin_worker_t* cw_plugin_worker_find(cw_plugin_client_t* c, uint32_t index) {
@@ -365,6 +368,54 @@ cw_status_t cw_plugin_worker_send(cw_plugin_worker_t* w, uint32_t epoch, uint16_
   return s;
 }
 
+// With relayed_mu held: where (epoch, seq) is in relayed_seqs, or would go.
+static size_t cw__relayed_find_locked(const cw_plugin_worker_t* w, uint32_t epoch, uint64_t seq) {
+  size_t lo = 0, hi = w->n_relayed_seqs;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    const struct cw_plugin_relayed_seq_s* r = &w->relayed_seqs[mid];
+    if (r->epoch < epoch || (r->epoch == epoch && r->seq < seq)) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+bool cw_plugin_worker_relayed_pending_locked(const cw_plugin_worker_t* w, uint32_t epoch,
+                                             uint64_t seq) {
+  size_t i = cw__relayed_find_locked(w, epoch, seq);
+  return i < w->n_relayed_seqs && w->relayed_seqs[i].epoch == epoch &&
+         w->relayed_seqs[i].seq == seq;
+}
+
+// With send_mu held (seqs and epochs change in order under it: this
+// appends). False when out of memory: that seq is not kept from a
+// reattach's fillers.
+static bool cw__relayed_add(cw_plugin_worker_t* w, uint32_t epoch, uint64_t seq) {
+  pthread_mutex_lock(&w->relayed_mu);
+  bool ok = true;
+  if (w->n_relayed_seqs == w->cap_relayed_seqs) {
+    size_t cap = w->cap_relayed_seqs ? 2 * w->cap_relayed_seqs : 16;
+    struct cw_plugin_relayed_seq_s* grown = realloc(w->relayed_seqs, cap * sizeof(*grown));
+    if (grown) {
+      w->relayed_seqs = grown;
+      w->cap_relayed_seqs = cap;
+    } else {
+      ok = false;
+    }
+  }
+  if (ok) w->relayed_seqs[w->n_relayed_seqs++] = (struct cw_plugin_relayed_seq_s){epoch, seq};
+  pthread_mutex_unlock(&w->relayed_mu);
+  return ok;
+}
+
+static void cw__relayed_remove_locked(cw_plugin_worker_t* w, uint32_t epoch, uint64_t seq) {
+  size_t i = cw__relayed_find_locked(w, epoch, seq);
+  if (!cw_plugin_worker_relayed_pending_locked(w, epoch, seq)) return;
+  memmove(&w->relayed_seqs[i], &w->relayed_seqs[i + 1],
+          (w->n_relayed_seqs - i - 1) * sizeof(*w->relayed_seqs));
+  w->n_relayed_seqs--;
+}
+
 // The completion of a request sent by cw_plugin_worker_send_ordered.
 typedef struct cw__ordered_s {
   cw_plugin_parked_t parked;  // first: a relayed request waits here for a new controller
@@ -383,6 +434,7 @@ typedef struct cw__ordered_s {
   uint64_t gen;
   bool resent;
   bool relayed;  // counted in w->relayed_out until freed
+  bool tracked;  // its seq in w->relayed_seqs
   // A LAUNCH the worker had applied before the controller was lost: its
   // outputs are awaited on the worker instead (cw__ordered_await).
   size_t awaiting;
@@ -395,6 +447,11 @@ static cw_recycle_t cw__ordered_records = CW_RECYCLE_INIT(sizeof(cw__ordered_t),
 
 static void cw__ordered_free(cw__ordered_t* o) {
   if (o->relayed) atomic_fetch_sub_explicit(&o->w->relayed_out, 1, memory_order_relaxed);
+  if (o->tracked) {
+    pthread_mutex_lock(&o->w->relayed_mu);
+    cw__relayed_remove_locked(o->w, o->epoch, o->seq);
+    pthread_mutex_unlock(&o->w->relayed_mu);
+  }
   if (o->copy) protobuf_c_message_free_unpacked(o->copy, NULL);
   free(o->packed);
   cw_status_free(o->await_error);
@@ -407,7 +464,19 @@ static void cw__ordered_finish(cw__ordered_t* o, cw_status_t status,
                                const ProtobufCMessage* reply) {
   // After an error reply the request is over: either the worker had it (the
   // filler is refused as a duplicate) or it never will.
-  if (status) cw__worker_fill_seq(o->w, o->seq, o->epoch);
+  if (status && o->tracked) {
+    // Not while w is dead: the filler would go on the lost link. A reattach
+    // fills it instead, now that it is no longer listed (cw_plugin_health.c).
+    cw_plugin_worker_t* w = o->w;
+    pthread_mutex_lock(&w->relayed_mu);
+    cw__relayed_remove_locked(w, o->epoch, o->seq);
+    o->tracked = false;
+    bool dead = atomic_load_explicit(&w->dead, memory_order_acquire);
+    pthread_mutex_unlock(&w->relayed_mu);
+    if (!dead) cw__worker_fill_seq(w, o->seq, o->epoch);
+  } else if (status) {
+    cw__worker_fill_seq(o->w, o->seq, o->epoch);
+  }
   o->done(o->user, status, reply);
   cw__ordered_free(o);
 }
@@ -589,6 +658,7 @@ static cw_status_t cw__send_ordered(cw_plugin_worker_t* w, uint32_t epoch, bool 
   o->seq = seq;
   o->epoch = epoch;
   o->parked.seq = seq;
+  if (o->relayed) o->tracked = cw__relayed_add(w, epoch, seq);
   // What a restarted controller is sent again (with its seq).
   if (!direct && c->resume) {
     o->packed = cw_msg_pack(req, &o->packed_len);

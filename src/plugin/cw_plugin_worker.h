@@ -99,6 +99,10 @@ void cw_plugin_worker_delete(cw_plugin_worker_t* w, uint32_t epoch, uint64_t id,
 // Sends the DELETEs that wait now: someone is about to sleep waiting for
 // `w`, whose launch may wait there for the memory they free.
 void cw_plugin_worker_flush_deletes(cw_plugin_worker_t* w);
+// With w->relayed_mu held: whether `seq` of `epoch` is a relayed request's
+// not answered yet.
+bool cw_plugin_worker_relayed_pending_locked(const cw_plugin_worker_t* w, uint32_t epoch,
+                                             uint64_t seq);
 // The recorded error(s) of pipelined requests, cleared; OK if none.
 CW_MUST_USE cw_status_t cw_plugin_worker_take_deferred(cw_plugin_worker_t* w);
 
