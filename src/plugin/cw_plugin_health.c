@@ -194,6 +194,9 @@ static bool cw__reattach(cw_plugin_worker_t* w) {
   }
   if (s) {
     pthread_mutex_unlock(&w->relayed_mu);
+    // From the attempt's end: after one that waited out the connect timeout
+    // (the path still cut) the calls of the next second fail at once.
+    w->reattach_after_ms = cw_time_now_ms() + CW_PLUGIN_REATTACH_EVERY_MS;
     if (conn) cw_client_release(conn);
     free(address);
     pthread_mutex_unlock(&w->send_mu);
