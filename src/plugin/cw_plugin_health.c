@@ -34,7 +34,7 @@ void cw_plugin_health_on_event(cw_plugin_client_t* c, const Causeway__V1__Cluste
   cw_plugin_worker_t* w = cw_plugin_worker_find(c, ev->worker_index);
   if (!w) return;  // not a worker of this session
   if (ev->kind == CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_DOWN) {
-    atomic_store_explicit(&w->worker_down, true, memory_order_release);
+    atomic_store(&w->worker_down, true);  // seq_cst: see cw__reattach
     cw_plugin_worker_mark_dead(w, ev->message && ev->message[0] ? ev->message : "worker down");
     cw_client_t* conn = w->conn;
     if (conn) cw_client_shutdown(conn);
@@ -56,9 +56,9 @@ void cw_plugin_health_on_event(cw_plugin_client_t* c, const Causeway__V1__Cluste
     }
   }
   pthread_mutex_unlock(&w->mu);
-  if (newer) atomic_store_explicit(&w->worker_down, true, memory_order_release);
+  if (newer) atomic_store(&w->worker_down, true);
   // Missed the WORKER_DOWN? The old connection is no use either way.
-  if (newer && !atomic_load_explicit(&w->dead, memory_order_acquire)) {
+  if (newer && !atomic_load(&w->dead)) {
     cw_plugin_worker_mark_dead(w, ev->message && ev->message[0] ? ev->message : "worker replaced");
     cw_client_t* conn = w->conn;
     if (conn) cw_client_shutdown(conn);
@@ -151,24 +151,39 @@ static void cw__set_reason(cw_plugin_worker_t* w, const char* fmt, const char* a
 // failed with the link's error. The seqs of relayed requests not answered
 // yet are not filled: they may still be on their way through the controller.
 static bool cw__reattach(cw_plugin_worker_t* w) {
-  if (!atomic_load_explicit(&w->link_lost, memory_order_acquire) ||
-      atomic_load_explicit(&w->worker_down, memory_order_acquire)) {
-    return false;
-  }
+  if (!atomic_load(&w->link_lost) || atomic_load(&w->worker_down)) return false;
   pthread_mutex_lock(&w->send_mu);
   bool ok = !atomic_load_explicit(&w->dead, memory_order_acquire);  // revived meanwhile
   int64_t now = cw_time_now_ms();
-  if (ok || now < w->reattach_after_ms || !w->session_key) {  // no key: an older worker
+  // no key: an older worker; reattaching: another thread is at it, and
+  // this call fails at once with the link's error.
+  if (ok || w->reattaching || now < w->reattach_after_ms || !w->session_key) {
     pthread_mutex_unlock(&w->send_mu);
     return ok;
   }
-  w->reattach_after_ms = now + CW_PLUGIN_REATTACH_EVERY_MS;
+  w->reattaching = true;
+  char* address = strdup(w->address);
+  uint32_t epoch = atomic_load_explicit(&w->epoch, memory_order_acquire);
+  pthread_mutex_unlock(&w->send_mu);
+  // Not under send_mu: with the path still cut the connect waits out its
+  // timeout, and other threads' calls on w (deletes from JAX's garbage
+  // collection too) must not wait that long.
   cw_client_options_t o;
   cw_plugin_client_worker_options(w->client, &o);
   cw_client_t* conn = NULL;
-  cw_status_t s = cw_client_connect(w->address, &o, &conn);
-  char* address = s ? NULL : strdup(w->address);
-  if (!s && !address) s = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  cw_status_t s = address ? cw_client_connect(address, &o, &conn)
+                          : cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  pthread_mutex_lock(&w->send_mu);
+  w->reattaching = false;
+  // From the attempt's end: after one that waited out the connect timeout
+  // (the path still cut) the calls of the next second fail at once.
+  w->reattach_after_ms = cw_time_now_ms() + CW_PLUGIN_REATTACH_EVERY_MS;
+  // Meanwhile the controller said the worker died or was replaced (a
+  // replacement may be joined already: another epoch).
+  bool superseded = atomic_load(&w->worker_down) || !atomic_load(&w->link_lost) ||
+                    epoch != atomic_load_explicit(&w->epoch, memory_order_acquire) ||
+                    !atomic_load_explicit(&w->dead, memory_order_acquire);
+  if (!s && superseded) s = cw_make_status(CW_UNAVAILABLE, "superseded");
   uint64_t last = atomic_load_explicit(&w->seq, memory_order_relaxed);
   uint64_t next = s ? 0 : cw_client_session_seq_next(conn);
   if (!s && (cw_client_session_key(conn) != w->session_key || next == 0 || next > last + 1 ||
@@ -183,7 +198,6 @@ static bool cw__reattach(cw_plugin_worker_t* w) {
   }
   // Held to the swap: a relayed request that fails meanwhile leaves its seq
   // to us (cw_plugin_worker.c), or fills it on the new connection after.
-  uint32_t epoch = atomic_load_explicit(&w->epoch, memory_order_acquire);
   pthread_mutex_lock(&w->relayed_mu);
   for (uint64_t q = next; !s && q <= last; ++q) {
     if (cw_plugin_worker_relayed_pending_locked(w, epoch, q)) continue;  // it fills its own
@@ -194,14 +208,12 @@ static bool cw__reattach(cw_plugin_worker_t* w) {
   }
   if (s) {
     pthread_mutex_unlock(&w->relayed_mu);
-    // From the attempt's end: after one that waited out the connect timeout
-    // (the path still cut) the calls of the next second fail at once.
-    w->reattach_after_ms = cw_time_now_ms() + CW_PLUGIN_REATTACH_EVERY_MS;
+    ok = !atomic_load_explicit(&w->dead, memory_order_acquire);  // a replacement joined
+    pthread_mutex_unlock(&w->send_mu);
     if (conn) cw_client_release(conn);
     free(address);
-    pthread_mutex_unlock(&w->send_mu);
     cw_status_free(s);
-    return false;
+    return ok;
   }
   cw_client_t** expired = malloc((w->num_retired + 1) * sizeof(*expired));
   size_t num_expired = expired ? cw__take_expired(w, expired) : 0;
@@ -213,13 +225,22 @@ static bool cw__reattach(cw_plugin_worker_t* w) {
   free(w->dead_reason);
   w->dead_reason = NULL;
   pthread_mutex_unlock(&w->mu);
-  atomic_store_explicit(&w->link_lost, false, memory_order_release);
-  atomic_store_explicit(&w->dead, false, memory_order_release);
+  atomic_store(&w->link_lost, false);
+  atomic_store(&w->dead, false);
+  // The controller's reader marks w dead without send_mu: a WORKER_DOWN or
+  // WORKER_UP since the check above saw w dead already and left the new
+  // connection alone (seq_cst: it stored worker_down first, or sees w alive).
+  if (atomic_load(&w->worker_down)) {
+    cw_plugin_worker_mark_dead(w, "the controller reported it down while our link to it was "
+                                  "restored");
+    cw_client_shutdown(conn);
+  }
+  ok = !atomic_load_explicit(&w->dead, memory_order_acquire);
   pthread_mutex_unlock(&w->relayed_mu);
   pthread_mutex_unlock(&w->send_mu);
   for (size_t i = 0; i < num_expired; ++i) cw_client_release(expired[i]);
   free(expired);
-  return true;
+  return ok;
 }
 
 bool cw_plugin_health_revive(cw_plugin_worker_t* w) {

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "cw_client_fake_peer.h"
@@ -18,6 +19,7 @@
 #include "cw_plugin_health.h"
 #include "cw_plugin_internal.h"
 #include "cw_plugin_worker.h"
+#include "cw_time.h"
 
 // A client (session 5) with a fake controller and one worker ("worker-0",
 // controller index 2, incarnation 1) connected to a fake worker.
@@ -331,6 +333,57 @@ static void test_worker_down_is_not_reattached(void** state) {
   assert_int_equal(fx->worker.reattach_after_ms, 0);  // never tried
 }
 
+typedef struct attempt_s {
+  fixture_t* fx;
+  cw_status_t status;
+} attempt_t;
+
+static void* attempt_main(void* arg) {
+  attempt_t* a = arg;
+  a->status = cw_plugin_worker_check(&a->fx->worker);
+  return NULL;
+}
+
+// A reattach whose connect hangs (the path still drops packets: HELLO never
+// answered) holds up no other call on the worker: they fail at once with the
+// link's error (until h3 they waited on send_mu out the connect timeout,
+// 8 s), deletes from JAX's garbage collection included.
+static void test_reattach_does_not_hold_up_other_calls(void** state) {
+  fixture_t* fx = *state;
+  fx->worker.session_key = 9;
+  send_copy(fx);
+  lose_link(fx);
+  fx->replacement.hello_silent = true;
+  fake_start(&fx->replacement, NULL);
+  same_worker_at(fx, fx->replacement.path);
+  attempt_t a = {fx, NULL};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, attempt_main, &a), 0);
+  for (int i = 0; i < 500 && !__atomic_load_n(&fx->replacement.hello_session, __ATOMIC_ACQUIRE);
+       ++i) {
+    usleep(10000);
+  }
+  assert_int_equal(__atomic_load_n(&fx->replacement.hello_session, __ATOMIC_ACQUIRE), 5);
+  int64_t t0 = cw_time_now_ms();
+  expect_status(cw_plugin_worker_check(&fx->worker), CW_UNAVAILABLE, "not even its keepalive");
+  cw_plugin_worker_delete(&fx->worker, 0, 77, 16);
+  Causeway__V1__CopyRequest req = CAUSEWAY__V1__COPY_REQUEST__INIT;
+  expect_status(cw_plugin_worker_send(&fx->worker, CW_PLUGIN_ANY_EPOCH, CW_MSG_COPY, &req.base,
+                                      &req.seq, NULL, 0, NULL, NULL, NULL),
+                CW_UNAVAILABLE, "not even its keepalive");
+  int64_t waited = cw_time_now_ms() - t0;
+  assert_true(waited < 1000);
+  // The path stays cut: the attempt fails (its retry finds no socket), the
+  // worker stays dead.
+  unlink(fx->replacement.path);
+  shutdown(__atomic_load_n(&fx->replacement.fd, __ATOMIC_ACQUIRE), SHUT_RDWR);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  expect_status(a.status, CW_UNAVAILABLE, "not even its keepalive");
+  assert_true(is_dead(&fx->worker));
+  assert_false(fx->worker.reattaching);
+  assert_true(atomic_load(&fx->worker.link_lost));
+}
+
 static bool is_direct(const cw_plugin_worker_t* w) {
   return atomic_load_explicit(&w->direct_launch, memory_order_relaxed);
 }
@@ -410,6 +463,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_lost_link_is_reattached, setup, teardown),
       cmocka_unit_test_setup_teardown(test_reattach_to_another_life_is_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_worker_down_is_not_reattached, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_reattach_does_not_hold_up_other_calls, setup, teardown),
       cmocka_unit_test_setup_teardown(test_controller_lost_is_named, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lease_withdrawn, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lease_withdrawn_before_ready, setup, teardown),
