@@ -163,6 +163,7 @@ static void fake_hello(fake_t* f) {
     frame_free(&fr);
     return;
   }
+  while (atomic_load(&f->hello_hold)) usleep(1000);
   if (f->hello_error_code) {
     fake_error(f, CW_MSG_HELLO, fr.h.request_id, f->hello_error_code, f->hello_error_message);
   } else {

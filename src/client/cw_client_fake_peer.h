@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -37,6 +38,7 @@ struct fake_s {
   uint32_t hello_error_code;
   const char* hello_error_message;
   bool hello_silent;  // never answer HELLO
+  _Atomic bool hello_hold;  // answer HELLO only once this is false again
   int close_first;    // accept and close this many connections first, HELLO unread
   bool close_only;    // then accept nothing more
   uint32_t keepalive_reply_ms;  // HelloReply.keepalive_ms (0: an older peer)

@@ -384,6 +384,36 @@ static void test_reattach_does_not_hold_up_other_calls(void** state) {
   assert_true(atomic_load(&fx->worker.link_lost));
 }
 
+// The controller declares the worker down while a reattach waits for its
+// HELLO reply (the same life answers late): the reattach gives up and the
+// worker stays dead (until h3 it swapped the connection in and revived it).
+static void test_worker_down_during_reattach(void** state) {
+  fixture_t* fx = *state;
+  fx->worker.session_key = 9;
+  send_copy(fx);
+  lose_link(fx);
+  cw_client_t* old = fx->worker.conn;
+  fx->replacement.session_key_reply = 9;
+  fx->replacement.seq_next_reply = 2;
+  atomic_store(&fx->replacement.hello_hold, true);
+  fake_start(&fx->replacement, script_echo);
+  same_worker_at(fx, fx->replacement.path);
+  attempt_t a = {fx, NULL};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, attempt_main, &a), 0);
+  for (int i = 0; i < 500 && !__atomic_load_n(&fx->replacement.hello_session, __ATOMIC_ACQUIRE);
+       ++i) {
+    usleep(10000);
+  }
+  on_event(fx, CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_DOWN, 2, 0, NULL, "missed heartbeats");
+  atomic_store(&fx->replacement.hello_hold, false);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  expect_status(a.status, CW_UNAVAILABLE, NULL);
+  assert_true(is_dead(&fx->worker));
+  assert_ptr_equal(fx->worker.conn, old);
+  assert_false(fx->worker.reattaching);
+}
+
 static bool is_direct(const cw_plugin_worker_t* w) {
   return atomic_load_explicit(&w->direct_launch, memory_order_relaxed);
 }
@@ -464,6 +494,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_reattach_to_another_life_is_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_worker_down_is_not_reattached, setup, teardown),
       cmocka_unit_test_setup_teardown(test_reattach_does_not_hold_up_other_calls, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_worker_down_during_reattach, setup, teardown),
       cmocka_unit_test_setup_teardown(test_controller_lost_is_named, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lease_withdrawn, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lease_withdrawn_before_ready, setup, teardown),
