@@ -179,8 +179,12 @@ static bool cw__reattach(cw_plugin_worker_t* w) {
   // (the path still cut) the calls of the next second fail at once.
   w->reattach_after_ms = cw_time_now_ms() + CW_PLUGIN_REATTACH_EVERY_MS;
   // Meanwhile the controller said the worker died or was replaced (a
-  // replacement may be joined already: another epoch).
-  bool superseded = atomic_load(&w->worker_down) || !atomic_load(&w->link_lost) ||
+  // restarted controller names a replacement by next_address alone; one may
+  // be joined already: another epoch).
+  pthread_mutex_lock(&w->mu);
+  bool replaced = w->next_address != NULL;
+  pthread_mutex_unlock(&w->mu);
+  bool superseded = replaced || atomic_load(&w->worker_down) || !atomic_load(&w->link_lost) ||
                     epoch != atomic_load_explicit(&w->epoch, memory_order_acquire) ||
                     !atomic_load_explicit(&w->dead, memory_order_acquire);
   if (!s && superseded) s = cw_make_status(CW_UNAVAILABLE, "superseded");

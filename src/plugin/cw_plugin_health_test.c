@@ -414,6 +414,39 @@ static void test_worker_down_during_reattach(void** state) {
   assert_false(fx->worker.reattaching);
 }
 
+// A restarted controller names a replacement at another address while a
+// reattach waits for its HELLO reply (cw_plugin_resume.c sets next_address
+// and marks the worker dead): the reattach gives up; the next use joins the
+// replacement (until h3 the old worker's connection was swapped in).
+static void test_replacement_named_during_reattach(void** state) {
+  fixture_t* fx = *state;
+  fx->worker.session_key = 9;
+  send_copy(fx);
+  lose_link(fx);
+  cw_client_t* old = fx->worker.conn;
+  fx->replacement.session_key_reply = 9;
+  fx->replacement.seq_next_reply = 2;
+  atomic_store(&fx->replacement.hello_hold, true);
+  fake_start(&fx->replacement, script_echo);
+  same_worker_at(fx, fx->replacement.path);
+  attempt_t a = {fx, NULL};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, attempt_main, &a), 0);
+  for (int i = 0; i < 500 && !__atomic_load_n(&fx->replacement.hello_session, __ATOMIC_ACQUIRE);
+       ++i) {
+    usleep(10000);
+  }
+  pthread_mutex_lock(&fx->worker.mu);
+  fx->worker.next_address = strdup("/nonexistent/replacement.sock");
+  fx->worker.next_incarnation = 2;
+  pthread_mutex_unlock(&fx->worker.mu);
+  atomic_store(&fx->replacement.hello_hold, false);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  expect_status(a.status, CW_UNAVAILABLE, NULL);
+  assert_true(is_dead(&fx->worker));
+  assert_ptr_equal(fx->worker.conn, old);
+}
+
 static bool is_direct(const cw_plugin_worker_t* w) {
   return atomic_load_explicit(&w->direct_launch, memory_order_relaxed);
 }
@@ -495,6 +528,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_worker_down_is_not_reattached, setup, teardown),
       cmocka_unit_test_setup_teardown(test_reattach_does_not_hold_up_other_calls, setup, teardown),
       cmocka_unit_test_setup_teardown(test_worker_down_during_reattach, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_replacement_named_during_reattach, setup, teardown),
       cmocka_unit_test_setup_teardown(test_controller_lost_is_named, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lease_withdrawn, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lease_withdrawn_before_ready, setup, teardown),

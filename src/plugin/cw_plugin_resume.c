@@ -398,6 +398,7 @@ static cw_status_t cw__apply_info(cw_plugin_client_t* c, const Causeway__V1__Ses
       char why[512];
       snprintf(why, sizeof(why), "worker %s (%s) is unavailable: it was replaced by one at %s "
                "while the controller restarted", w->name, w->address, wi->address);
+      atomic_store(&w->worker_down, true);  // no reattach to the old one (cw_plugin_health.c)
       cw_plugin_worker_mark_dead(w, why);
       cw_client_t* conn = w->conn;
       if (conn) cw_client_shutdown(conn);
