@@ -447,6 +447,41 @@ static void test_replacement_named_during_reattach(void** state) {
   assert_ptr_equal(fx->worker.conn, old);
 }
 
+// The ids the worker was told to delete (DELETE.ids), in all.
+static _Atomic size_t deleted_ids;
+
+static void script_count_deletes(fake_t* f) {
+  frame_t fr;
+  while (fake_read(f, &fr)) {
+    if (fr.h.type == CW_MSG_DELETE) {
+      atomic_fetch_add(&deleted_ids, ((Causeway__V1__DeleteRequest*)fr.msg)->n_ids);
+    }
+    bool ok = fake_ack(f, &fr);
+    frame_free(&fr);
+    if (!ok) break;
+  }
+}
+
+// Buffers JAX drops while only the link is lost (more than a batch) are
+// deleted on the worker once it is reattached (until h3 those past the
+// first 256 were dropped: their arrays stayed on the worker).
+static void test_deletes_during_a_lost_link_go_after_the_reattach(void** state) {
+  fixture_t* fx = *state;
+  fx->worker.session_key = 9;
+  send_copy(fx);
+  lose_link(fx);
+  for (uint64_t id = 1; id <= 600; ++id) cw_plugin_worker_delete(&fx->worker, 0, id, 16);
+  atomic_store(&deleted_ids, 0);
+  fx->replacement.session_key_reply = 9;
+  fx->replacement.seq_next_reply = 2;
+  fake_start(&fx->replacement, script_count_deletes);
+  same_worker_at(fx, fx->replacement.path);
+  fx->worker.reattach_after_ms = 0;
+  assert_null(cw_plugin_worker_check(&fx->worker));
+  send_copy(fx);
+  assert_int_equal(atomic_load(&deleted_ids), 600);
+}
+
 static bool is_direct(const cw_plugin_worker_t* w) {
   return atomic_load_explicit(&w->direct_launch, memory_order_relaxed);
 }
@@ -529,6 +564,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_reattach_does_not_hold_up_other_calls, setup, teardown),
       cmocka_unit_test_setup_teardown(test_worker_down_during_reattach, setup, teardown),
       cmocka_unit_test_setup_teardown(test_replacement_named_during_reattach, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_deletes_during_a_lost_link_go_after_the_reattach, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_controller_lost_is_named, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lease_withdrawn, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lease_withdrawn_before_ready, setup, teardown),

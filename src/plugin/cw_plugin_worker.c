@@ -20,6 +20,10 @@
 // ... or once the buffers they drop hold this much on the worker (memory
 // another session may be waiting for).
 #define CW__DELETE_BATCH_BYTES ((uint64_t)1 << 20)
+// While only our link to the worker is lost the ids wait for the reattach
+// (cw_plugin_health.c), past a batch: this many at most (a DELETE of them
+// stays well under a frame's payload limit); later ones are dropped.
+#define CW__DELETE_HELD_MAX 65536
 
 // Next per-session seq for requests to `w` (the first request gets 1).
 static uint64_t cw__worker_next_seq(cw_plugin_worker_t* w) {
@@ -310,7 +314,12 @@ void cw_plugin_worker_delete(cw_plugin_worker_t* w, uint32_t epoch, uint64_t id,
   }
   if (w->n_pending_deletes == w->cap_pending_deletes) {
     size_t cap = w->cap_pending_deletes ? w->cap_pending_deletes * 2 : 16;
-    if (cap > CW__DELETE_BATCH) cap = CW__DELETE_BATCH;
+    bool held = atomic_load_explicit(&w->dead, memory_order_acquire) &&
+                atomic_load_explicit(&w->link_lost, memory_order_acquire) &&
+                !atomic_load_explicit(&w->worker_down, memory_order_acquire);
+    size_t most = held ? CW__DELETE_HELD_MAX : CW__DELETE_BATCH;
+    if (cap > most) cap = most;
+    if (cap < w->cap_pending_deletes) cap = w->cap_pending_deletes;
     uint64_t* ids = realloc(w->pending_deletes, cap * sizeof(*ids));
     if (ids) {
       w->pending_deletes = ids;
