@@ -359,20 +359,21 @@ static void test_reattach_does_not_hold_up_other_calls(void** state) {
   attempt_t a = {fx, NULL};
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, attempt_main, &a), 0);
-  for (int i = 0; i < 500 && !__atomic_load_n(&fx->replacement.hello_session, __ATOMIC_ACQUIRE);
+  for (int i = 0; i < 3000 && !__atomic_load_n(&fx->replacement.hello_session, __ATOMIC_ACQUIRE);
        ++i) {
     usleep(10000);
   }
   assert_int_equal(__atomic_load_n(&fx->replacement.hello_session, __ATOMIC_ACQUIRE), 5);
-  int64_t t0 = cw_time_now_ms();
   expect_status(cw_plugin_worker_check(&fx->worker), CW_UNAVAILABLE, "not even its keepalive");
   cw_plugin_worker_delete(&fx->worker, 0, 77, 16);
   Causeway__V1__CopyRequest req = CAUSEWAY__V1__COPY_REQUEST__INIT;
   expect_status(cw_plugin_worker_send(&fx->worker, CW_PLUGIN_ANY_EPOCH, CW_MSG_COPY, &req.base,
                                       &req.seq, NULL, 0, NULL, NULL, NULL),
                 CW_UNAVAILABLE, "not even its keepalive");
-  int64_t waited = cw_time_now_ms() - t0;
-  assert_true(waited < 1000);
+  // They returned while the attempt still waits for its HELLO (it ends only
+  // below, or at the connect timeout): calls that waited for it would have
+  // come back only after it.
+  assert_true(__atomic_load_n(&fx->worker.reattaching, __ATOMIC_ACQUIRE));
   // The path stays cut: the attempt fails (its retry finds no socket), the
   // worker stays dead.
   unlink(fx->replacement.path);
@@ -401,7 +402,7 @@ static void test_worker_down_during_reattach(void** state) {
   attempt_t a = {fx, NULL};
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, attempt_main, &a), 0);
-  for (int i = 0; i < 500 && !__atomic_load_n(&fx->replacement.hello_session, __ATOMIC_ACQUIRE);
+  for (int i = 0; i < 3000 && !__atomic_load_n(&fx->replacement.hello_session, __ATOMIC_ACQUIRE);
        ++i) {
     usleep(10000);
   }
@@ -432,7 +433,7 @@ static void test_replacement_named_during_reattach(void** state) {
   attempt_t a = {fx, NULL};
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, attempt_main, &a), 0);
-  for (int i = 0; i < 500 && !__atomic_load_n(&fx->replacement.hello_session, __ATOMIC_ACQUIRE);
+  for (int i = 0; i < 3000 && !__atomic_load_n(&fx->replacement.hello_session, __ATOMIC_ACQUIRE);
        ++i) {
     usleep(10000);
   }
