@@ -152,7 +152,8 @@ static void fake_hello(fake_t* f) {
   f->hello_role = h->role;
   snprintf(f->hello_token, sizeof(f->hello_token), "%.*s", (int)h->token.len,
            (const char*)h->token.data);
-  f->hello_session = h->session_id;
+  // Atomic: a test may poll it from its own thread to see the HELLO came.
+  __atomic_store_n(&f->hello_session, h->session_id, __ATOMIC_RELEASE);
   f->hello_keepalive = h->keepalive_ms;
   snprintf(f->hello_peer_name, sizeof(f->hello_peer_name), "%s", h->peer_name);
   if (f->hello_silent) {
@@ -188,7 +189,8 @@ static void* fake_main(void* arg) {
     if (fd >= 0) close(fd);
   }
   if (f->close_only) return NULL;
-  f->fd = accept(f->listen_fd, NULL, NULL);
+  // Atomic: a test may shut it down from its own thread.
+  __atomic_store_n(&f->fd, accept(f->listen_fd, NULL, NULL), __ATOMIC_RELEASE);
   if (f->fd < 0) {
     fake_fail(f, __LINE__, "accept failed");
     return NULL;

@@ -373,7 +373,10 @@ static void test_reattach_does_not_hold_up_other_calls(void** state) {
   // They returned while the attempt still waits for its HELLO (it ends only
   // below, or at the connect timeout): calls that waited for it would have
   // come back only after it.
-  assert_true(__atomic_load_n(&fx->worker.reattaching, __ATOMIC_ACQUIRE));
+  pthread_mutex_lock(&fx->worker.send_mu);
+  bool still = fx->worker.reattaching;  // guarded by send_mu
+  pthread_mutex_unlock(&fx->worker.send_mu);
+  assert_true(still);
   // The path stays cut: the attempt fails (its retry finds no socket), the
   // worker stays dead.
   unlink(fx->replacement.path);
