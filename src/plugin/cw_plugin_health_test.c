@@ -388,11 +388,10 @@ static void test_reattach_does_not_hold_up_other_calls(void** state) {
   assert_true(atomic_load(&fx->worker.link_lost));
 }
 
-// The controller declares the worker down while a reattach waits for its
-// HELLO reply (the same life answers late): the reattach gives up and the
-// worker stays dead (until h3 it swapped the connection in and revived it).
-static void test_worker_down_during_reattach(void** state) {
-  fixture_t* fx = *state;
+// The link lost, the same life of the session at the same address, and a
+// reattach on thread *t waiting for that worker's HELLO reply (held until
+// hello_hold goes false); returns the connection the link had.
+static cw_client_t* start_held_reattach(fixture_t* fx, attempt_t* a, pthread_t* t) {
   fx->worker.session_key = 9;
   send_copy(fx);
   lose_link(fx);
@@ -402,13 +401,23 @@ static void test_worker_down_during_reattach(void** state) {
   atomic_store(&fx->replacement.hello_hold, true);
   fake_start(&fx->replacement, script_echo);
   same_worker_at(fx, fx->replacement.path);
-  attempt_t a = {fx, NULL};
-  pthread_t t;
-  assert_int_equal(pthread_create(&t, NULL, attempt_main, &a), 0);
+  *a = (attempt_t){fx, NULL};
+  assert_int_equal(pthread_create(t, NULL, attempt_main, a), 0);
   for (int i = 0; i < 3000 && !__atomic_load_n(&fx->replacement.hello_session, __ATOMIC_ACQUIRE);
        ++i) {
     usleep(10000);
   }
+  return old;
+}
+
+// The controller declares the worker down while a reattach waits for its
+// HELLO reply (the same life answers late): the reattach gives up and the
+// worker stays dead (until h3 it swapped the connection in and revived it).
+static void test_worker_down_during_reattach(void** state) {
+  fixture_t* fx = *state;
+  attempt_t a;
+  pthread_t t;
+  cw_client_t* old = start_held_reattach(fx, &a, &t);
   on_event(fx, CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_DOWN, 2, 0, NULL, "missed heartbeats");
   atomic_store(&fx->replacement.hello_hold, false);
   assert_int_equal(pthread_join(t, NULL), 0);
@@ -424,22 +433,9 @@ static void test_worker_down_during_reattach(void** state) {
 // replacement (until h3 the old worker's connection was swapped in).
 static void test_replacement_named_during_reattach(void** state) {
   fixture_t* fx = *state;
-  fx->worker.session_key = 9;
-  send_copy(fx);
-  lose_link(fx);
-  cw_client_t* old = fx->worker.conn;
-  fx->replacement.session_key_reply = 9;
-  fx->replacement.seq_next_reply = 2;
-  atomic_store(&fx->replacement.hello_hold, true);
-  fake_start(&fx->replacement, script_echo);
-  same_worker_at(fx, fx->replacement.path);
-  attempt_t a = {fx, NULL};
+  attempt_t a;
   pthread_t t;
-  assert_int_equal(pthread_create(&t, NULL, attempt_main, &a), 0);
-  for (int i = 0; i < 3000 && !__atomic_load_n(&fx->replacement.hello_session, __ATOMIC_ACQUIRE);
-       ++i) {
-    usleep(10000);
-  }
+  cw_client_t* old = start_held_reattach(fx, &a, &t);
   pthread_mutex_lock(&fx->worker.mu);
   fx->worker.next_address = strdup("/nonexistent/replacement.sock");
   fx->worker.next_incarnation = 2;
