@@ -137,6 +137,22 @@ static void cw__set_reason(cw_plugin_worker_t* w, const char* fmt, const char* a
   pthread_mutex_unlock(&w->mu);
 }
 
+// With send_mu: `conn` at `address` (both taken) replaces w's connection,
+// which is retired (threads that loaded it may still use it); *out_expired
+// gets the retired ones now due, for the caller to release once send_mu is
+// free. Same-host copies stay off until a HELLO says otherwise.
+static size_t cw__swap_in(cw_plugin_worker_t* w, cw_client_t* conn, char* address,
+                          cw_client_t*** out_expired) {
+  cw_client_t** expired = malloc((w->num_retired + 1) * sizeof(*expired));
+  size_t n = expired ? cw__take_expired(w, expired) : 0;
+  cw__retire(w, w->conn, w->address);
+  w->conn = conn;
+  w->address = address;
+  atomic_store_explicit(&w->direct_bulk, false, memory_order_relaxed);
+  *out_expired = expired;
+  return n;
+}
+
 // The path to a worker the controller still counts alive failed (our link's
 // watchdog gave it up) and may have healed. The worker's side of the session
 // lives on while the controller's link keeps it (cw_worker_conn.c), with our
@@ -219,12 +235,8 @@ static bool cw__reattach(cw_plugin_worker_t* w) {
     cw_status_free(s);
     return ok;
   }
-  cw_client_t** expired = malloc((w->num_retired + 1) * sizeof(*expired));
-  size_t num_expired = expired ? cw__take_expired(w, expired) : 0;
-  cw__retire(w, w->conn, w->address);
-  w->conn = conn;
-  w->address = address;
-  atomic_store_explicit(&w->direct_bulk, false, memory_order_relaxed);
+  cw_client_t** expired = NULL;
+  size_t num_expired = cw__swap_in(w, conn, address, &expired);
   pthread_mutex_lock(&w->mu);
   free(w->dead_reason);
   w->dead_reason = NULL;
@@ -290,13 +302,8 @@ bool cw_plugin_health_revive(cw_plugin_worker_t* w) {
   cw_client_t** expired = NULL;
   size_t num_expired = 0;
   if (!ok && !s) {
-    expired = malloc((w->num_retired + 1) * sizeof(*expired));
-    if (expired) num_expired = cw__take_expired(w, expired);
-    cw__retire(w, w->conn, w->address);
-    w->conn = conn;
-    w->address = address;
+    num_expired = cw__swap_in(w, conn, address, &expired);
     address = NULL;
-    atomic_store_explicit(&w->direct_bulk, false, memory_order_relaxed);
     atomic_store_explicit(&w->seq, 0, memory_order_relaxed);
     w->n_pending_deletes = 0;  // ids of the lost worker
     w->pending_delete_bytes = 0;

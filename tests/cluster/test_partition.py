@@ -142,14 +142,7 @@ class _Cluster:
     def close(self) -> None:
         if self.r is not None:
             self.r.close()
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs.values():
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        harness.end_processes(self.procs.values())
         self.ns.remove()
         shutil.rmtree(self.logdir, ignore_errors=True)
 

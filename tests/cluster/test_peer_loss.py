@@ -163,14 +163,7 @@ class Daemons:
         return "\n".join(out)
 
     def stop(self) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs.values():
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        harness.end_processes(self.procs.values())
         shutil.rmtree(self.logdir, ignore_errors=True)
 
 

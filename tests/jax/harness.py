@@ -894,6 +894,19 @@ def free_tcp_port() -> int:
     raise AssertionError("no loopback port left that this process did not hand out already")
 
 
+def end_processes(procs, wait_s: float = 30) -> None:
+    """SIGTERM every process still running, then wait for each; one that
+    outlives `wait_s` is killed (the clusters tests build by hand)."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
 def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     """`ip ARGS` (iproute2), its output captured: tests that make network namespaces."""
     return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30,
