@@ -414,6 +414,10 @@ void cw_client_shutdown(cw_client_t* client) {
   if (client && !cw_client_forked(client)) cw_client_break(client);
 }
 
+bool cw_client_failed(const cw_client_t* client) {
+  return !client || atomic_load_explicit(&client->broken, memory_order_acquire);
+}
+
 uint64_t cw_client_session_id(const cw_client_t* client) {
   return client ? client->session_id : 0;
 }

@@ -87,6 +87,11 @@ void cw_client_release(cw_client_t* client);
 // requests still outstanding fail with UNAVAILABLE and later sends are
 // refused. The client stays valid until cw_client_release.
 void cw_client_shutdown(cw_client_t* client);
+// Whether this connection has failed or been shut down (its requests fail,
+// or are about to, with "connection to ADDRESS lost..."): set before any of
+// those failures is reported, so a caller holding an error that names the
+// address can tell this connection's loss from an older one's.
+bool cw_client_failed(const cw_client_t* client);
 
 uint64_t cw_client_session_id(const cw_client_t* client);
 // The peer said it takes UPLOAD/DOWNLOAD by peer_address (HelloReply

@@ -163,6 +163,7 @@ struct cw_client_s {
   int64_t batched_reply_ns;  // CLOCK_MONOTONIC when the reader last took one's reply
   int64_t batch_window_ns;   // options.batch_window_us
   char* dead;          // set once the connection is lost: the reason
+  _Atomic bool broken;  // cw_client_failed: set before any loss is reported
   bool closing;        // cw_client_release has begun
 
   pthread_t reader;

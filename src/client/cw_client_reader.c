@@ -101,6 +101,7 @@ static void cw__complete(cw_client_t* c, cw_client_pending_t* p, cw_status_t sta
 // Marks the connection dead with `reason` (taken) and fails every request not
 // still being written (their senders report those themselves).
 static void cw__fail_all(cw_client_t* c, cw_status_t reason) {
+  atomic_store_explicit(&c->broken, true, memory_order_release);
   pthread_mutex_lock(&c->mu);
   if (!c->dead) {
     const char* why = cw_status_message(reason);
@@ -452,6 +453,7 @@ void cw_client_kick_reader(cw_client_t* c) { cw__kick(c, false); }
 
 void cw_client_break(cw_client_t* c) {
   if (cw_client_forked(c)) return;  // the socket is the parent's too
+  atomic_store_explicit(&c->broken, true, memory_order_release);
   shutdown(c->fd, SHUT_RDWR);
   cw__kick(c, true);  // a parked reader is not watching the socket
 }

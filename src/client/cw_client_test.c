@@ -131,6 +131,39 @@ static void test_release_fails_outstanding(void** state) {
   fake_join(&f);
 }
 
+// Answers one request, then hangs up.
+static void script_one_then_close(fake_t* f) {
+  frame_t fr;
+  if (!fake_read(f, &fr)) return;
+  fake_ack(f, &fr);
+  frame_free(&fr);
+}
+
+// cw_client_failed tells a connection that failed from one that works, as
+// soon as a failure can be reported: the peer's hang-up, or a shutdown.
+static void test_failed_is_set_before_the_loss_is_reported(void** state) {
+  (void)state;
+  fake_t f = {0}, g = {0};
+  fake_start(&f, script_one_then_close);
+  fake_start(&g, script_echo);
+  cw_client_t* c = connect_ok(&f);
+  cw_client_t* d = connect_ok(&g);
+  assert_false(cw_client_failed(c));
+  assert_ok(cw_client_ping(c));
+  // The next request fails with the hang-up (a lost write, or the reader's
+  // EOF): by then the connection says so.
+  expect_status(cw_client_ping(c), CW_UNAVAILABLE, f.path);
+  assert_true(cw_client_failed(c));
+  assert_false(cw_client_failed(d));  // another connection is untouched
+  cw_client_shutdown(d);
+  assert_true(cw_client_failed(d));
+  assert_true(cw_client_failed(NULL));
+  cw_client_release(c);
+  cw_client_release(d);
+  fake_join(&f);
+  fake_join(&g);
+}
+
 // A child made by fork() inherits the connection: it must never write on
 // it, read from it or shut it down (the parent's stream), and its release
 // only forgets it. The child reports through its exit status.
@@ -174,6 +207,7 @@ int main(void) {
       cmocka_unit_test(test_connect_refused),
       cmocka_unit_test(test_release_fails_outstanding),
       cmocka_unit_test(test_forked_child_leaves_the_connection),
+      cmocka_unit_test(test_failed_is_set_before_the_loss_is_reported),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -236,6 +236,7 @@ static void script_record_fillers(fake_t* f) {
 // Our link to the worker fails as the watchdog reports it (the worker's
 // address named), the controller says nothing: the worker may be fine.
 static void lose_link(fixture_t* fx) {
+  cw_client_shutdown(fx->worker.conn);  // as the watchdog breaks it
   char msg[256];
   snprintf(msg, sizeof(msg), "no answer from %s for 3001 ms, not even its keepalive: it is hung "
            "or unreachable (the client waits 3000 ms)", fx->worker.address);
@@ -299,6 +300,37 @@ static void test_lost_link_is_reattached(void** state) {
   pthread_mutex_unlock(&filled_mu);
   cw_plugin_buffer_free(old);
   cw_plugin_future_release(ready);
+}
+
+// An error of the lost connection reported after the reattach (a reset is
+// reported by its reader a little later; a request on it failing last) names
+// the same address: it fails that request only, and the healed link stays.
+static void test_old_links_late_error_keeps_the_new_link(void** state) {
+  fixture_t* fx = *state;
+  fx->worker.session_key = 9;
+  send_copy(fx);
+  cw_client_t* old = fx->worker.conn;
+  lose_link(fx);
+  fx->replacement.session_key_reply = 9;
+  fx->replacement.seq_next_reply = 2;
+  fake_start(&fx->replacement, script_echo);
+  same_worker_at(fx, fx->replacement.path);
+  fx->worker.reattach_after_ms = 0;
+  assert_null(cw_plugin_worker_check(&fx->worker));
+  assert_ptr_not_equal(fx->worker.conn, old);
+  char msg[512];
+  snprintf(msg, sizeof(msg), "connection to %s lost: Connection reset by peer", fx->worker.address);
+  cw_status_t s = cw_plugin_worker_map_error(&fx->worker, cw_make_status(CW_UNAVAILABLE, "%s", msg));
+  expect_status(s, CW_UNAVAILABLE, "worker worker-0 (");
+  assert_false(is_dead(&fx->worker));
+  assert_false(atomic_load(&fx->worker.link_lost));
+  assert_null(cw_plugin_worker_check(&fx->worker));
+  assert_int_equal(send_copy(fx), 2);
+  // The new link's own loss still counts.
+  cw_client_shutdown(fx->worker.conn);
+  cw_status_free(cw_plugin_worker_map_error(&fx->worker, cw_make_status(CW_UNAVAILABLE, "%s", msg)));
+  assert_true(is_dead(&fx->worker));
+  assert_true(atomic_load(&fx->worker.link_lost));
 }
 
 // Reachable again, but the session there is another life (the worker
@@ -559,6 +591,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_retired_connections_are_released, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unreachable_replacement, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lost_link_is_reattached, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_old_links_late_error_keeps_the_new_link, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_reattach_to_another_life_is_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_worker_down_is_not_reattached, setup, teardown),
       cmocka_unit_test_setup_teardown(test_reattach_does_not_hold_up_other_calls, setup, teardown),

@@ -137,7 +137,10 @@ cw_status_t cw_plugin_worker_map_error(cw_plugin_worker_t* w, cw_status_t status
   // The client library reports a lost connection as "... <address> ...": the
   // worker is gone (a peer's failure names the peer's address instead).
   bool own = strstr(msg, w->address) != NULL;
-  if (own) {
+  // Unless the current link works: the loss was an older connection's,
+  // reported after a reattach put this one in its place, or the
+  // controller's link to the worker (a relayed request).
+  if (own && cw_client_failed(atomic_load_explicit(&w->conn, memory_order_acquire))) {
     // Our link, as far as we know: the controller says so if the worker died.
     atomic_store_explicit(&w->link_lost, true, memory_order_release);
     cw_plugin_worker_mark_dead(w, msg);

@@ -398,6 +398,7 @@ static void test_lost_connection_marks_dead(void** state) {
   assert_null(cw_plugin_worker_check(&fx->worker));
   char lost[256];
   snprintf(lost, sizeof(lost), "connection to %s lost: EOF", fx->peer.f.path);
+  cw_client_shutdown(fx->worker.conn);  // the loss the error reports
   cw_status_t s =
       cw_plugin_worker_map_error(&fx->worker, cw_make_status(CW_UNAVAILABLE, "%s", lost));
   expect_status(s, CW_UNAVAILABLE, "worker worker-0 (");
