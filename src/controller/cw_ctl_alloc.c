@@ -32,7 +32,7 @@ struct cw_ctl_alloc_wait_s {
   Causeway__V1__OpenSessionRequest* req;  // owned
   int64_t start_ms;
   int64_t deadline_ms;  // 0: none
-  char last_message[512];  // the last ALLOC_WAITING sent
+  char last_message[1024];  // the last ALLOC_WAITING sent
 };
 
 // --- Mapping a session's ids --------------------------------------------------------
@@ -398,6 +398,10 @@ typedef enum { CW__ALLOC_GRANTED, CW__ALLOC_WAIT, CW__ALLOC_FAILED } cw__alloc_r
 typedef struct {
   bool window;  // it would have failed: workers may still register
   bool held;    // matching workers are held back for sessions still to resume
+  // It waits for workers that are away (dead, draining, held, not back yet
+  // after a restart), not only for sessions to end: the queue behind it
+  // goes on meanwhile (cw_alloc_reachable).
+  bool away;
 } cw__alloc_why_t;
 
 static cw__alloc_result_t cw__alloc_try(cw_controller_t* ctl, cw_ctl_session_t* s, bool apply,
@@ -405,7 +409,7 @@ static cw__alloc_result_t cw__alloc_try(cw_controller_t* ctl, cw_ctl_session_t* 
                                         cw_status_t* out_st, uint32_t* out_usable,
                                         uint32_t* out_capacity, cw__alloc_why_t* out_why) {
   *out_st = cw_ok_status();
-  *out_why = (cw__alloc_why_t){false, false};
+  *out_why = (cw__alloc_why_t){false, false, false};
   cw_alloc_worker_t* ws = NULL;
   uint8_t* use = NULL;
   cw_alloc_device_t* devs = calloc(r->num_devices + 1, sizeof(*devs));
@@ -438,6 +442,7 @@ static cw__alloc_result_t cw__alloc_try(cw_controller_t* ctl, cw_ctl_session_t* 
     if (res == CW__ALLOC_GRANTED && apply) cw_ctl_alloc_check_leases(ctl, s);
   } else if (!st) {
     res = CW__ALLOC_WAIT;
+    out_why->away = !cw_alloc_reachable(ws, ctl->num_workers, &req);
   }
   *out_st = st;
   free(devs);
@@ -554,8 +559,11 @@ static void cw__alloc_unlink(cw_controller_t* ctl, cw_ctl_alloc_wait_t** pp) {
 
 void cw_ctl_alloc_check(cw_controller_t* ctl, bool expire) {
   int64_t now = cw_time_now_ms();
-  bool head = true;  // only the head may be granted (FIFO)
-  size_t ahead = 0;
+  // Only the head may be granted (FIFO), where requests that wait for
+  // workers that are away do not count: the others would otherwise wait as
+  // long as a dead worker stays dead, on devices such a head cannot use yet.
+  bool head = true;
+  size_t ahead = 0;  // requests before this one that hold it up
   cw_ctl_alloc_wait_t** pp = &ctl->alloc_queue;
   while (*pp) {
     cw_ctl_alloc_wait_t* a = *pp;
@@ -595,15 +603,20 @@ void cw_ctl_alloc_check(cw_controller_t* ctl, bool expire) {
       (void)cw_ctl_resume_holds(ctl, hold, sizeof(hold));
     }
     if (res == CW__ALLOC_WAIT && !late) {
-      char msg[512];
+      char msg[1024];
       snprintf(msg, sizeof(msg), "causeway: waiting for %s (%u of %u free; %zu session%s ahead "
-               "in the queue%s)", asked, usable, capacity, ahead, ahead == 1 ? "" : "s", hold);
+               "in the queue%s%s)", asked, usable, capacity, ahead, ahead == 1 ? "" : "s", hold,
+               why.away && !hold[0] ? "; it needs devices of workers that are down or "
+                                      "draining, and sessions queued behind it may go first "
+                                      "meanwhile" : "");
       if (strcmp(msg, a->last_message) != 0) {
         snprintf(a->last_message, sizeof(a->last_message), "%s", msg);
         cw__alloc_event(a->conn, CAUSEWAY__V1__CLUSTER_EVENT__KIND__ALLOC_WAITING, msg);
       }
-      head = false;
-      ahead++;
+      if (!why.away) {
+        head = false;
+        ahead++;
+      }
       pp = &a->next;
       continue;
     }

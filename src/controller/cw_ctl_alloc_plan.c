@@ -239,3 +239,28 @@ cw_status_t cw_alloc_plan(const cw_alloc_worker_t* workers, size_t num_workers,
   free(order);
   return cw_ok_status();
 }
+
+bool cw_alloc_reachable(const cw_alloc_worker_t* workers, size_t num_workers,
+                        const cw_alloc_request_t* r) {
+  size_t nd = 0;
+  for (size_t k = 0; k < num_workers; ++k) nd += workers[k].num_devices;
+  cw_alloc_worker_t* idle = calloc(num_workers + 1, sizeof(*idle));
+  uint8_t* free_use = calloc(nd + 1, 1);  // CW_ALLOC_FREE everywhere
+  cw_alloc_device_t* out = calloc((size_t)r->num_devices + 1, sizeof(*out));
+  bool reachable = true;  // without memory: as before, it holds the queue
+  if (idle && free_use && out) {
+    for (size_t k = 0; k < num_workers; ++k) {
+      idle[k] = workers[k];
+      idle[k].use = free_use;
+    }
+    bool wait = false;
+    uint32_t usable = 0, capacity = 0;
+    cw_status_t st = cw_alloc_plan(idle, num_workers, r, out, &wait, &usable, &capacity);
+    reachable = !st && !wait;
+    cw_status_free(st);
+  }
+  free(idle);
+  free(free_use);
+  free(out);
+  return reachable;
+}

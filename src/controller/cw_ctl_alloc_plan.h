@@ -73,4 +73,11 @@ CW_MUST_USE cw_status_t cw_alloc_plan(const cw_alloc_worker_t* workers, size_t n
                                       bool* out_wait, uint32_t* out_usable,
                                       uint32_t* out_capacity);
 
+// Whether `r` could be planned once every session on the alive workers had
+// closed: false when it waits for workers that are away (dead until a
+// replacement registers, draining, held back for resumes), for which no
+// session's end can do; such a request holds up no request behind it.
+bool cw_alloc_reachable(const cw_alloc_worker_t* workers, size_t num_workers,
+                        const cw_alloc_request_t* r);
+
 #endif  // CW_CTL_ALLOC_PLAN_H_

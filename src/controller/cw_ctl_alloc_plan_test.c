@@ -244,6 +244,33 @@ static void test_island_of_several_workers(void** state) {
   for (int i = 0; i < 2; ++i) assert_int_equal(out[i].worker, 2);
 }
 
+// Reachable: a request that would fit once every session ended, counting
+// only workers that take sessions now; one that needs an away worker's
+// devices (dead, draining, held) is not, however free the others are.
+static void test_reachable_counts_only_workers_that_are_there(void** state) {
+  (void)state;
+  cluster_t c;
+  cluster_init(&c, true);
+  for (int d = 0; d < ND; ++d) c.use[0][d] = CW_ALLOC_EXCLUSIVE;  // a session holds w0
+  cw_alloc_request_t r = req(12);
+  assert_true(cw_alloc_reachable(c.w, NW, &r));  // all three, once w0's session ends
+  c.w[1].alive = false;  // w1 died (or drains)
+  assert_false(cw_alloc_reachable(c.w, NW, &r));
+  r = req(8);
+  assert_true(cw_alloc_reachable(c.w, NW, &r));  // w0 and w2
+  const char* only_w1[] = {"w1"};
+  r = req(2);
+  r.workers = only_w1;
+  r.num_workers = 1;
+  assert_false(cw_alloc_reachable(c.w, NW, &r));
+  r = req(4);
+  r.min_island = 4;
+  assert_true(cw_alloc_reachable(c.w, NW, &r));
+  // What was used is left as it was.
+  for (int d = 0; d < ND; ++d) assert_int_equal(c.use[0][d], CW_ALLOC_EXCLUSIVE);
+  assert_int_equal(c.use[2][0], CW_ALLOC_FREE);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_packs_one_island_and_is_exclusive),
@@ -252,6 +279,7 @@ int main(void) {
       cmocka_unit_test(test_named_workers_platform_and_min_island),
       cmocka_unit_test(test_impossible),
       cmocka_unit_test(test_island_of_several_workers),
+      cmocka_unit_test(test_reachable_counts_only_workers_that_are_there),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -518,8 +518,10 @@ static void cw__handle_drain(cw_ctl_peer_t* p, const cw_frame_header_t* h,
   f->sent++;
   cw__send_drain(link, wo->draining, f);
   cw__fanout_done(f, cw_ok_status());
-  // An undrained worker's devices may go to sessions waiting for them.
-  if (!wo->draining) cw_ctl_alloc_check(ctl, false);
+  // An undrained worker's devices may go to sessions waiting for them; a
+  // drained one's make requests that need them wait for it, not before
+  // others (cw_ctl_alloc_check).
+  cw_ctl_alloc_check(ctl, false);
 }
 
 void cw_ctl_ops_worker_registered(cw_ctl_worker_t* w, bool took_over) {

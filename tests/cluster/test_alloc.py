@@ -165,6 +165,57 @@ def test_queued_session_waits_for_a_dead_workers_replacement():
         cluster.stop()
 
 
+def test_queued_behind_a_dead_workers_wait_go_first():
+    """A request that waits for a dead worker's slot holds up nobody behind
+    it: a request that fits on the live workers is granted meanwhile (before,
+    first come first served kept it waiting as long as the worker stayed
+    dead, with its devices free). Once the worker is back the first one waits
+    for sessions like any other, and holds up those behind it again."""
+    cluster = harness.HandCluster(workers=2, devices=2, tcp=True)
+    runners = []
+    try:
+        victim = "hand-worker-1"
+        cluster.kill(victim)
+        assert harness.wait_until(lambda: harness.stats(cluster.controller)["workers"] == 1, 30)
+        big = client("alloc-big", cluster, lazy=True, devices=4)
+        runners.append(big)
+        big.submit("backend_init")
+        assert harness.wait_until(lambda: "causeway: waiting for 4 devices" in big.log_text(),
+                                  150), big.log_tail()
+        assert "(2 of 4 free; 0 sessions ahead in the queue; it needs devices of workers that " \
+            "are down or draining, and sessions queued behind it may go first meanwhile)" \
+            in big.log_text(), big.log_tail()
+        # Behind it, two devices of the live worker: granted, and they compute.
+        small = client("alloc-small", cluster, lazy=True, devices=2)
+        runners.append(small)
+        got = small.call("backend_init", timeout=120)
+        assert got["ok"] and got["devices"] == 2, got
+        info = small.call("alloc_devices")
+        assert set(info["workers"]) == {"hand-worker-0"}, info
+        assert small.call("alloc_compute", seed=7)["ok"]
+        # The worker comes back: the first request now waits for `small` to end,
+        # and a later one waits behind it.
+        cluster.start_worker(victim, key=victim + "-replacement")
+        late = client("alloc-after", cluster, lazy=True, devices=2)
+        runners.append(late)
+        late.submit("backend_init")
+        assert harness.wait_until(
+            lambda: "causeway: waiting for 2 devices (2 of 4 free; 1 session ahead in the queue)"
+            in late.log_text(), 150), late.log_tail()
+        assert harness.stats(cluster.controller)["alloc_queue"] == 2
+        small.close()
+        got = big.result(timeout=120)
+        assert got["ok"] and got["devices"] == 4, got
+        assert big.call("alloc_compute", seed=8)["ok"]
+        big.close()
+        got = late.result(timeout=120)
+        assert got["ok"] and got["devices"] == 2, got
+        assert late.call("alloc_compute", seed=9)["ok"]
+    finally:
+        close_all(runners)
+        cluster.stop()
+
+
 def test_named_workers_and_sharing_placement():
     cluster = harness.HandCluster(workers=2, devices=4)
     runners = []
