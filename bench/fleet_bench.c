@@ -35,7 +35,10 @@
 // few launches (CTest `fleet_bench_quick`).
 //
 // Usage: fleet_bench [--quick] [--sizes 10,100,1000] [--sessions S] [--launches L]
-//                    [--nullplugin PATH]
+//                    [--nullplugin PATH] [--shared-curve 10,100,1000 [--total T]]
+//   --shared-curve: instead, S sessions on one worker's island for each S, T
+//   launches in all (default 200,000) through the island's scheduler: launches/s
+//   and the controller's CPU per launch over S.
 //   --nullplugin: default $CW_NULLPLUGIN, else ../lib/libcw_nullplugin.so beside this
 //   executable; causeway-worker, causeway-controller and causeway from $CW_WORKER_BIN,
 //   $CW_CONTROLLER_BIN, $CW_CLI_BIN, else beside this executable.
@@ -62,7 +65,7 @@
 #include "cw_test_island.h"
 
 #define MAX_SIZES 8
-#define MAX_SESSIONS 128
+#define MAX_SESSIONS 1024
 #define EXE 1
 #define OUT_BASE 1000
 
@@ -593,12 +596,89 @@ static result_t run_fleet(int n, int sessions, uint64_t launches, double hb_wind
   return r;
 }
 
+// ---- Sessions on one shared island ------------------------------------------------------------
+
+// S sessions (each a thread with its own connection) share worker w0's
+// island and launch `total` launches among them through the controller's
+// island scheduler: its cost per launch should not grow with S.
+typedef struct curve_s {
+  int sessions;
+  double lps, ctl_us_per_launch, open_s;
+} curve_t;
+
+static curve_t run_shared(int sessions, uint64_t total) {
+  curve_t c = {.sessions = sessions};
+  double t0 = now_s();
+  for (int k = 0; k < sessions; ++k) {
+    char name[32];
+    snprintf(name, sizeof(name), "shared-%d", k);
+    session_open(&g_shared[k], name, "w0");
+  }
+  c.open_s = now_s() - t0;
+  uint64_t each = total / (uint64_t)sessions;
+  if (each < 1) each = 1;
+  double cpu0 = proc_cpu_s(g.ctl.pid);
+  c.lps = launch_all(g_shared, sessions, each);
+  double cpu = proc_cpu_s(g.ctl.pid) - cpu0;
+  c.ctl_us_per_launch = cpu * 1e6 / ((double)each * sessions);
+  for (int k = 0; k < sessions; ++k) session_close(&g_shared[k]);
+  return c;
+}
+
+static void shared_curve(const int* counts, int num, uint64_t total) {
+  if (cw_test_tempdir_create("cw-fleet", g.dir, sizeof(g.dir)) != 0) die("temporary directory");
+  int most = 1;
+  for (int i = 0; i < num; ++i) most = counts[i] > most ? counts[i] : most;
+  char max_conn[16];
+  snprintf(max_conn, sizeof(max_conn), "%d", 4 * most + 64);
+  const char* args[] = {"--max-connections", max_conn, NULL};
+  if (cw_test_controller_start(args, &g.ctl, g.ctl_address, sizeof(g.ctl_address)) != 0) {
+    die("controller did not start");
+  }
+  cw_client_options_t ao = {.peer_name = "fleet-admin"};
+  CHECK_OK(cw_client_connect(g.ctl_address, &ao, &g_admin), "admin connect");
+  char log_path[300];
+  snprintf(log_path, sizeof(log_path), "%s/workers.log", g.dir);
+  int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (log_fd < 0) die("%s: %s", log_path, strerror(errno));
+  g.workers = calloc(1, sizeof(pid_t));
+  g.num_workers = 1;
+  if (pipe(g.watch) != 0 || fcntl(g.watch[1], F_SETFD, FD_CLOEXEC) != 0) die("pipe");
+  g.workers[0] = spawn_worker(0, log_fd);
+  close(log_fd);
+  double t0 = now_s();
+  while (alive_workers() < 1) {
+    if (now_s() - t0 > 60) die("the worker did not register (see %s)", log_path);
+    cw_test_sleep_ms(20);
+  }
+  curve_t res[MAX_SIZES];
+  for (int i = 0; i < num; ++i) {
+    fprintf(stderr, "fleet_bench: %d sessions on one shared island ...\n", counts[i]);
+    res[i] = run_shared(counts[i], total);
+  }
+  cw_client_release(g_admin);
+  g_admin = NULL;
+  int unclean = stop_fleet();
+  if (unclean) die("%d processes did not exit cleanly", unclean);
+  cw_test_tempdir_remove(g.dir);
+  g.dir[0] = '\0';
+  printf("sessions on one shared island: one controller, one worker of 8 null devices; %llu "
+         "launches in all through the island's scheduler, split among the sessions; %ld CPU "
+         "cores\n\n", (unsigned long long)total, sysconf(_SC_NPROCESSORS_ONLN));
+  printf("  %-10s %14s %16s %16s\n", "sessions", "launches/s", "controller us/l", "opening (s)");
+  for (int i = 0; i < num; ++i) {
+    printf("  %-10d %14.0f %16.2f %16.2f\n", res[i].sessions, res[i].lps,
+           res[i].ctl_us_per_launch, res[i].open_s);
+  }
+  printf("\nok: every launch succeeded\n");
+}
+
 // ---- main -------------------------------------------------------------------------------------
 
 static void usage(void) {
   fprintf(stderr,
           "usage: fleet_bench [--quick] [--sizes 10,100,1000] [--sessions S] [--launches L]\n"
-          "                   [--nullplugin PATH]\n");
+          "                   [--nullplugin PATH] [--shared-curve 10,100,1000 [--total T]]\n");
   exit(2);
 }
 
@@ -655,6 +735,8 @@ int main(int argc, char** argv) {
   long launches = 2000;
   const char* plugin = NULL;
   bool sizes_given = false, sessions_given = false, launches_given = false;
+  int curve[MAX_SIZES], num_curve = 0;
+  long total = 200000;
   for (int i = 1; i < argc; ++i) {
     const char* a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -677,6 +759,19 @@ int main(int argc, char** argv) {
     } else if (!strcmp(a, "--launches") && v) {
       launches = atol(v), launches_given = true, ++i;
       if (launches < 1) usage();
+    } else if (!strcmp(a, "--shared-curve") && v) {
+      for (const char* p = v; *p && num_curve < MAX_SIZES;) {
+        char* end = NULL;
+        long x = strtol(p, &end, 10);
+        if (end == p || x < 1 || x > MAX_SESSIONS) usage();
+        curve[num_curve++] = (int)x;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') usage();
+      }
+      ++i;
+    } else if (!strcmp(a, "--total") && v) {
+      total = atol(v), ++i;
+      if (total < 1) usage();
     } else if (!strcmp(a, "--nullplugin") && v) {
       plugin = v, ++i;
     } else {
@@ -710,6 +805,10 @@ int main(int argc, char** argv) {
     setrlimit(RLIMIT_NOFILE, &rl);
   }
 
+  if (num_curve) {
+    shared_curve(curve, num_curve, (uint64_t)total);
+    return 0;
+  }
   result_t res[MAX_SIZES];
   double hb_window = quick ? 1.0 : 5.0;
   for (int i = 0; i < num_sizes; ++i) {

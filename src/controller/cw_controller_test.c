@@ -305,6 +305,18 @@ static void test_open_session(void** state) {
   fprintf(stderr, "  3 workers: %s\n", cw_status_message(st));
   assert_non_null(strstr(cw_status_message(st), "worker-b"));
   cw_status_free(st);
+  // A weight past CW_SCHED_MAX_WEIGHT is refused, naming it (the scheduler
+  // counts one as the largest; past 2^20 its stride was 0).
+  Causeway__V1__OpenSessionRequest heavy = CAUSEWAY__V1__OPEN_SESSION_REQUEST__INIT;
+  heavy.num_devices = 1;
+  heavy.share = true;
+  heavy.weight = 5000;
+  ProtobufCMessage* rep = NULL;
+  st = cw_client_call(other, CW_MSG_OPEN_SESSION, &heavy.base, NULL, 0, NULL, &rep, NULL);
+  assert_null(rep);
+  assert_int_equal(cw_status_code(st), CW_INVALID_ARGUMENT);
+  assert_non_null(strstr(cw_status_message(st), "weight 5000 is outside [1, 1000]"));
+  cw_status_free(st);
   cw_client_release(other);
 }
 

@@ -18,6 +18,7 @@
 #include "cw_ctl_island.h"
 #include "cw_ctl_ops.h"
 #include "cw_ctl_resume.h"
+#include "cw_ctl_sched_queue.h"
 #include "cw_ctl_session.h"
 #include "cw_log.h"
 #include "cw_time.h"
@@ -494,6 +495,12 @@ void cw_ctl_alloc_open(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_
                        cw_make_status(CW_FAILED_PRECONDITION, "OPEN_SESSION for %s: session %"
                                       PRIu64 " already waits in the device queue (request %"
                                       PRIu64 ")", asked, s->id, q->request_id));
+    return;
+  }
+  if (r->weight > CW_SCHED_MAX_WEIGHT) {
+    cw_ctl_reply_error(ctl, p->conn, CW_MSG_OPEN_SESSION, request_id,
+                       cw_make_status(CW_INVALID_ARGUMENT, "OPEN_SESSION for %s: weight %u is "
+                                      "outside [1, %d]", asked, r->weight, CW_SCHED_MAX_WEIGHT));
     return;
   }
   if (r->n_workers > CW__MAX_WORKERS || r->num_devices > CW__MAX_SESSION_DEVICES) {

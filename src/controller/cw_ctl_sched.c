@@ -76,6 +76,7 @@ void cw_ctl_sched_push(cw_controller_t* ctl, cw_ctl_item_t* it) {
   cw_ctl_sched_island_t* isl = cw__sched_island(ctl, w);
   it->sched.session_id = it->session->id;
   it->sched.weight = it->session->weight;
+  it->sched.launch = it->type == CW_MSG_LAUNCH;
   if (!isl || !cw_sched_island_push(&isl->policy, &it->sched)) {
     cw_ctl_item_fail(ctl, it, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
     return;
@@ -301,6 +302,7 @@ void cw_ctl_sched_free(cw_controller_t* ctl) {
     while ((si = cw_sched_island_take_any(&isl->policy)) != NULL) {
       cw_ctl_item_free(cw__item_of(si));
     }
+    cw_sched_island_deinitialize(&isl->policy);
     free(isl);
     ctl->workers[i]->sched = NULL;
   }

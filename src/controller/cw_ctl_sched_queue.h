@@ -1,6 +1,6 @@
 // The island scheduler's policy as plain data and decisions, with no I/O and
-// no controller state (cw_ctl_sched.c judges each head, relays what is
-// picked and reports answers); unit-tested in cw_ctl_sched_queue_test.c.
+// no controller state (cw_ctl_sched.c judges heads, relays what is picked
+// and reports answers); unit-tested in cw_ctl_sched_queue_test.c.
 //
 // - One FIFO per session, in order of arrival of the sessions.
 // - Among the sessions whose head is a launch ready to go, the one with the
@@ -9,7 +9,7 @@
 //   their weights. Ties go to the session that arrived first.
 // - Runs: the session picked last keeps going for up to max_run launches in a
 //   row while its head is ready and its pass stays less than max_run of the
-//   heaviest ready session's strides above the smallest (1, the default: no
+//   heaviest waiting session's strides above the smallest (1, the default: no
 //   runs), so that no session then needs more than a run's worth in a row
 //   to catch up. Shares over time are the same;
 //   the caller sets max_run from how short the island's launches are, so a
@@ -26,6 +26,12 @@
 //   credit.
 // - Stamps count 1, 2, 3... with no gaps: one is taken only when the caller
 //   says its launch went out.
+// - A pick costs O(log S) for S sessions queued, not O(S): the launch heads
+//   wait in a heap by pass and are judged when they reach its top (a FAILED
+//   one is taken off then); only heads that are not launches, and launch
+//   heads judged blocked, are judged at every pick. With 1,000 sessions on
+//   one island, judging every head at each pick cost the controller 125 us
+//   a launch (fleet_bench --shared-curve, docs/performance.md, session 45).
 #ifndef CW_CTL_SCHED_QUEUE_H_
 #define CW_CTL_SCHED_QUEUE_H_
 
@@ -42,6 +48,9 @@
 // another's than before.
 #define CW_SCHED_RUN_NS 1000000
 #define CW_SCHED_RUN_MAX 32
+// Weights count 1..CW_SCHED_MAX_WEIGHT (a larger one counts as this): a
+// stride never reaches 0, which would let one session's pass stand still.
+#define CW_SCHED_MAX_WEIGHT 1000
 
 // A queued request: embedded in the caller's own struct and linked by the
 // island while it is queued.
@@ -51,6 +60,9 @@ typedef struct cw_sched_item_s {
   // The session's share (0 counts as 1), read when the item is picked: the
   // judge may refresh it.
   uint32_t weight;
+  // A launch: ordered by weight and held by the cap. Otherwise it goes at
+  // once when it heads its queue (the judge's READY).
+  bool launch;
 } cw_sched_item_t;
 
 // What a queue's head may do now: the caller's verdict (cw_sched_island_pick).
@@ -72,24 +84,42 @@ typedef struct cw_sched_island_s {
   uint32_t max_run;          // see "Runs" above; the caller's, 1 after initialize
   uint32_t run;              // launches picked in a row from `last`
   cw_sched_queue_t* last;    // the queue of the launch picked last (NULL once it left)
+  // The policy's own (cw_ctl_sched_queue.c).
+  cw_sched_queue_t* queues_tail;
+  size_t num_queues;
+  uint64_t arrivals;
+  cw_sched_queue_t** buckets;  // by session id
+  size_t num_buckets;
+  cw_sched_queue_t** heap;     // launch heads not judged blocked, by pass
+  size_t heap_len, heap_cap;
+  uint32_t* weight_counts;     // heap members by weight, [CW_SCHED_MAX_WEIGHT + 1]
+  uint32_t heaviest;           // of the heap members (1 when none)
+  cw_sched_queue_t* urgent;    // heads that are not launches
+  cw_sched_queue_t* blocked;   // launch heads judged blocked
 } cw_sched_island_t;
 
 // The run length for launches answered every `each_ns` on average: as many
 // as fit in CW_SCHED_RUN_NS, 1 to CW_SCHED_RUN_MAX.
 uint32_t cw_sched_run_for(int64_t each_ns);
 
-// `isl` is caller storage. An island with nothing queued holds no memory.
+// `isl` is caller storage; its tables (allocated at the first push) go with
+// cw_sched_island_deinitialize, once nothing is queued.
 void cw_sched_island_initialize(cw_sched_island_t* isl, uint32_t max_outstanding);
+void cw_sched_island_deinitialize(cw_sched_island_t* isl);
 
 // Queues `item` (borrowed until it is picked or taken) behind its session's
 // earlier ones. False without memory (nothing queued).
 bool cw_sched_island_push(cw_sched_island_t* isl, cw_sched_item_t* item);
 
-// Judges the sessions' heads in order of arrival with judge(user, head), at
-// most once each, and takes one item off its queue: the first FAILED or
-// READY head met, else the LAUNCH head with the smallest pass if fewer than
-// max_outstanding stamped launches are out (its pass then grows). NULL when
-// nothing can go now. *out_verdict says which.
+// Takes one item off its queue, judging heads with judge(user, head), each
+// at most once: the first head that is not a launch and is judged READY or
+// FAILED (sessions in order of arrival); else one judged FAILED among the
+// launch heads judged blocked before; else, if fewer than max_outstanding
+// stamped launches are out, the launch head with the smallest pass (judged
+// FAILED there, it is taken off instead, moving no pass; judged BLOCKED, it
+// waits aside and the next one is judged), or the session picked last when
+// its run goes on (its pass then grows). NULL when nothing can go now.
+// *out_verdict says which.
 cw_sched_item_t* cw_sched_island_pick(cw_sched_island_t* isl,
                                       cw_sched_verdict_t (*judge)(void* user,
                                                                   cw_sched_item_t* head),
