@@ -31,6 +31,13 @@ build/release/bin/island_bench --plugin build/release/lib/libcw_nullplugin.so --
 # devices each: registration, status, heartbeat CPU, memory per worker,
 # launches/s from 100 sessions, death notice (--quick: 10 and 30 workers).
 build/release/bin/fleet_bench "${jax_args[@]}"
+# 10, 100 and 1,000 sessions on one worker's island, through its scheduler:
+# launches/s and the controller's CPU per launch should not grow with them.
+if [[ " ${jax_args[*]} " == *" --quick "* ]]; then
+  build/release/bin/fleet_bench --shared-curve 10,50 --total 2000
+else
+  build/release/bin/fleet_bench --shared-curve 10,100,1000 --total 200000
+fi
 # JAX on causeway (embedded cluster) against stock in-process JAX on CPU: sync
 # call latency, async dispatch throughput, training step time (full run; with
 # --quick among the arguments, its quick mode).
