@@ -726,4 +726,11 @@ void cw_grpc_session_shutdown(cw_grpc_session_t* s) {
   nghttp2_submit_shutdown_notice(s->h2);
 }
 
+void cw_grpc_session_goaway(cw_grpc_session_t* s) {
+  if (s->broken) return;
+  (void)nghttp2_submit_goaway(s->h2, NGHTTP2_FLAG_NONE,
+                              nghttp2_session_get_last_proc_stream_id(s->h2), NGHTTP2_NO_ERROR,
+                              NULL, 0);
+}
+
 size_t cw_grpc_session_calls(const cw_grpc_session_t* s) { return s->started; }

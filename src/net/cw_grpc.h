@@ -88,6 +88,10 @@ void cw_grpc_session_take_output(cw_grpc_session_t* session, uint8_t** out_data,
 bool cw_grpc_session_alive(const cw_grpc_session_t* session);
 // Asks the peer to open no new streams (GOAWAY); open calls carry on.
 void cw_grpc_session_shutdown(cw_grpc_session_t* session);
+// The connection is closing: GOAWAY naming the last stream processed, after
+// what was already queued (the trailers of calls just finished). A peer
+// then closes the connection once its calls have ended.
+void cw_grpc_session_goaway(cw_grpc_session_t* session);
 // A call that on_start accepted and that has not closed.
 size_t cw_grpc_session_calls(const cw_grpc_session_t* session);
 

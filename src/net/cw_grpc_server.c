@@ -18,6 +18,10 @@
 // socket: a peer that does not read holds at most this much here (plus what
 // its calls queued, bounded by max_queued).
 #define CW__WRITE_HIGH (4u << 20)
+// At the server's close a connection's last output (the trailers of calls
+// just finished, then GOAWAY) goes out, and it closes when the peer closes
+// its side, or after this.
+#define CW__LINGER_MS 1000
 
 typedef struct cw_grpc_conn_s {
   cw_net_gate_entry_t gate;
@@ -33,6 +37,7 @@ typedef struct cw_grpc_conn_s {
   uv_timer_t timer;
   int open_handles;
   bool closing;
+  bool lingering;  // the server closes: its last output is out, EOF is awaited
   // A Unix-socket peer running as this user (SO_PEERCRED): it needs no
   // token, as nothing the token guards against can reach the socket.
   bool same_user;
@@ -132,7 +137,7 @@ static void cw__conn_flush(cw_grpc_conn_t* c) {
       return;
     }
   }
-  if (!cw_grpc_session_alive(c->session) &&
+  if (!c->lingering && !cw_grpc_session_alive(c->session) &&
       uv_stream_get_write_queue_size(&c->sock.stream) == 0) {
     cw__conn_close(c);
   }
@@ -158,7 +163,7 @@ static void cw__read(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf) {
     cw__conn_close(c);
     return;
   }
-  if (nread == 0) return;
+  if (nread == 0 || c->lingering) return;  // read to the peer's EOF, unheard
   cw_net_gate_progress(&c->server->gate, &c->gate);
   cw_status_t st = cw_grpc_session_feed(c->session, (const uint8_t*)c->rbuf, (size_t)nread);
   if (st) {
@@ -172,6 +177,22 @@ static void cw__read(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf) {
 static void cw__timeout(uv_timer_t* t) {
   cw_grpc_conn_t* c = t->data;
   if (c->gate.in) cw__conn_close(c);  // no call accepted in time
+}
+
+static void cw__linger_end(uv_timer_t* t) { cw__conn_close(t->data); }
+
+// The server closes: c's last output goes out and the peer closes the
+// connection when it has read it (GOAWAY). Closed at once, the trailers of
+// calls just finished were lost or cut off by the close: a client saw
+// "Socket closed" instead of why its call ended.
+static void cw__conn_linger(cw_grpc_conn_t* c) {
+  if (c->closing) return;
+  c->lingering = true;
+  cw_grpc_session_goaway(c->session);
+  cw__conn_flush(c);
+  if (c->closing) return;
+  uv_timer_stop(&c->timer);
+  uv_timer_start(&c->timer, cw__linger_end, CW__LINGER_MS, 0);
 }
 
 // --- The sessions' handlers: admission first, then the owner's. ---------------------
@@ -349,7 +370,10 @@ const char* cw_grpc_server_address(const cw_grpc_server_t* s) { return s->addres
 void cw_grpc_server_close(cw_grpc_server_t* s) {
   if (!s || s->closing) return;
   s->closing = true;
-  while (s->conns) cw__conn_close(s->conns);
+  for (cw_grpc_conn_t *c = s->conns, *next; c; c = next) {
+    next = c->next;
+    cw__conn_linger(c);
+  }
   if (s->is_pipe && s->address[0]) cw_net_unix_unlink_own(s->address, &s->unix_id);
   uv_close(&s->listener.handle, cw__handle_closed);
   uv_close((uv_handle_t*)&s->flusher, cw__handle_closed);

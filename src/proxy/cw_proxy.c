@@ -238,7 +238,15 @@ static void cw__wake(uv_async_t* a) {
     *pp = s->next;
     if (s->call) {
       cw_grpc_call_set_user(s->call, NULL);
-      cw_grpc_call_finish(s->call, cw_ok_status());
+      // Ended by the operator's signal, not by its client: say so in the
+      // trailers (an OK end left the client waiting for its answers).
+      cw_grpc_call_finish(s->call, s->ended_by_signal
+                                       ? cw_make_status(CW_UNAVAILABLE, "causeway-proxy is "
+                                                        "shutting down (signal %d): session "
+                                                        "%016llx ended",
+                                                        s->ended_by_signal,
+                                                        (unsigned long long)s->id)
+                                       : cw_ok_status());
     }
     CW_LOGI("session %016llx ended", (unsigned long long)s->id);
     cw_proxy_session_free(s);
@@ -266,7 +274,10 @@ static void cw__on_signal(uv_signal_t* sig, int signum) {
   }
   CW_LOGI("signal %d: ending %s sessions", signum, p->sessions ? "open" : "no");
   p->stopping = true;
-  for (cw_proxy_session_t* s = p->sessions; s; s = s->next) cw_proxy_session_end(s, false);
+  for (cw_proxy_session_t* s = p->sessions; s; s = s->next) {
+    s->ended_by_signal = signum;
+    cw_proxy_session_end(s, false);
+  }
   uv_async_send(&p->wake);
 }
 

@@ -107,6 +107,7 @@ typedef struct cw_proxy_session_s {
   bool send_failed;  // a response could not be sent: the rest are dropped (loop thread)
   bool gone;         // the stream closed: stop now
   bool exited;       // the thread is done; join it
+  int ended_by_signal;  // SIGTERM/SIGINT ended it: its stream ends UNAVAILABLE (loop thread)
   size_t handled;    // request bytes handled, not yet credited to the stream
   // Responses not yet taken by the transport: in `responses`, and queued on
   // the call (as the loop thread last saw it). The thread takes no request

@@ -537,6 +537,27 @@ def test_session_waiting_for_devices_ends_with_its_stream(cluster):
         p.stop()
 
 
+def test_sigterm_ends_open_sessions_with_unavailable(cluster):
+    """SIGTERM ends an open session's stream with UNAVAILABLE saying the proxy
+    is shutting down (before, the stream ended OK, and a client waiting for
+    answers was not told why), then the proxy exits 0."""
+    p = Proxy(cluster.controller)
+    try:
+        with grpc.insecure_channel(p.address) as ch:
+            q, responses, sid = live_session(ch)
+            p.proc.send_signal(signal.SIGTERM)
+            with pytest.raises(grpc.RpcError) as err:
+                for _ in responses:
+                    pass
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE, err.value
+            assert "causeway-proxy is shutting down (signal 15): session " \
+                f"{sid:016x} ended" in err.value.details(), (err.value.details(), p.logs())
+            q.put(None)
+        assert p.proc.wait(timeout=60) == 0, p.logs()
+    finally:
+        p.stop()
+
+
 def live_session(ch):
     """An IfrtSession after Init: (queue of requests, responses, session id).
     Put a request on the queue to send it, None to end the stream."""
