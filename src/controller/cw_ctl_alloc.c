@@ -405,10 +405,18 @@ typedef struct {
   bool away;
 } cw__alloc_why_t;
 
+// The requests queued ahead that hold a later one up: it may go first only
+// on workers none of them could ever be given (cw__alloc_try's `avoid`).
+typedef struct {
+  const Causeway__V1__OpenSessionRequest** reqs;
+  size_t n, cap;
+} cw__alloc_avoid_t;
+
 static cw__alloc_result_t cw__alloc_try(cw_controller_t* ctl, cw_ctl_session_t* s, bool apply,
                                         const Causeway__V1__OpenSessionRequest* r,
-                                        cw_status_t* out_st, uint32_t* out_usable,
-                                        uint32_t* out_capacity, cw__alloc_why_t* out_why) {
+                                        const cw__alloc_avoid_t* avoid, cw_status_t* out_st,
+                                        uint32_t* out_usable, uint32_t* out_capacity,
+                                        cw__alloc_why_t* out_why) {
   *out_st = cw_ok_status();
   *out_why = (cw__alloc_why_t){false, false, false};
   cw_alloc_worker_t* ws = NULL;
@@ -418,6 +426,13 @@ static cw__alloc_result_t cw__alloc_try(cw_controller_t* ctl, cw_ctl_session_t* 
     free(devs);
     *out_st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
     return CW__ALLOC_FAILED;
+  }
+  for (size_t i = 0; avoid && i < ctl->num_workers; ++i) {
+    for (size_t k = 0; k < avoid->n && ws[i].alive; ++k) {
+      cw_alloc_request_t ahead;
+      cw__alloc_request(avoid->reqs[k], &ahead);
+      if (cw_alloc_matches(&ahead, &ws[i])) ws[i].alive = false;
+    }
   }
   cw_alloc_request_t req;
   cw__alloc_request(r, &req);
@@ -514,8 +529,8 @@ void cw_ctl_alloc_open(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_
   cw_status_t st = cw_ok_status();
   bool head = ctl->alloc_queue == NULL;
   cw__alloc_why_t why;
-  cw__alloc_result_t res = cw__alloc_try(ctl, s, head, r, &st, &usable, &capacity, &why);
-  if (!head && res == CW__ALLOC_GRANTED) res = CW__ALLOC_WAIT;
+  cw__alloc_result_t res = cw__alloc_try(ctl, s, head, r, NULL, &st, &usable, &capacity, &why);
+  if (!head && res == CW__ALLOC_GRANTED) res = CW__ALLOC_WAIT;  // the queue decides (below)
   if (res == CW__ALLOC_GRANTED) {
     cw_ctl_session_reply_info(ctl, p, CW_MSG_OPEN_SESSION, request_id);
     return;
@@ -571,6 +586,10 @@ void cw_ctl_alloc_check(cw_controller_t* ctl, bool expire) {
   // long as a dead worker stays dead, on devices such a head cannot use yet.
   bool head = true;
   size_t ahead = 0;  // requests before this one that hold it up
+  // Those requests: one behind them may still go first on workers none of
+  // them could be given (a pool of workers named by CAUSEWAY_WORKERS, or
+  // another platform), where it cannot delay them.
+  cw__alloc_avoid_t avoid = {NULL, 0, 0};
   cw_ctl_alloc_wait_t** pp = &ctl->alloc_queue;
   while (*pp) {
     cw_ctl_alloc_wait_t* a = *pp;
@@ -592,6 +611,7 @@ void cw_ctl_alloc_check(cw_controller_t* ctl, bool expire) {
       pp = &ctl->alloc_queue;
       head = true;
       ahead = 0;
+      avoid.n = 0;
       continue;
     }
     char asked[512];
@@ -599,8 +619,16 @@ void cw_ctl_alloc_check(cw_controller_t* ctl, bool expire) {
     uint32_t usable = 0, capacity = 0;
     cw_status_t st = cw_ok_status();
     cw__alloc_why_t why;
-    cw__alloc_result_t res = cw__alloc_try(ctl, s, head, a->req, &st, &usable, &capacity, &why);
-    if (!head && res == CW__ALLOC_GRANTED) res = CW__ALLOC_WAIT;
+    cw__alloc_result_t res = cw__alloc_try(ctl, s, head, a->req, NULL, &st, &usable, &capacity,
+                                           &why);
+    if (!head && res == CW__ALLOC_GRANTED) {
+      cw__alloc_why_t aside;
+      uint32_t u2 = 0, c2 = 0;
+      cw_status_t st2 = cw_ok_status();
+      res = cw__alloc_try(ctl, s, true, a->req, &avoid, &st2, &u2, &c2, &aside);
+      if (res != CW__ALLOC_GRANTED) res = CW__ALLOC_WAIT;
+      cw_status_free(st2);
+    }
     bool late = res == CW__ALLOC_WAIT && expire && a->deadline_ms && now >= a->deadline_ms;
     // After a controller restart: what else it waits for.
     char hold[160] = "";
@@ -623,6 +651,15 @@ void cw_ctl_alloc_check(cw_controller_t* ctl, bool expire) {
       if (!why.away) {
         head = false;
         ahead++;
+        if (avoid.n == avoid.cap) {
+          size_t cap = avoid.cap ? 2 * avoid.cap : 8;
+          const Causeway__V1__OpenSessionRequest** grown =
+              realloc(avoid.reqs, cap * sizeof(*grown));
+          if (!grown) break;  // out of memory: nobody behind it goes this time
+          avoid.reqs = grown;
+          avoid.cap = cap;
+        }
+        avoid.reqs[avoid.n++] = a->req;
       }
       pp = &a->next;
       continue;
@@ -651,5 +688,7 @@ void cw_ctl_alloc_check(cw_controller_t* ctl, bool expire) {
     pp = &ctl->alloc_queue;
     head = true;
     ahead = 0;
+    avoid.n = 0;
   }
+  free(avoid.reqs);
 }

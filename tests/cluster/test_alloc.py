@@ -216,6 +216,47 @@ def test_queued_behind_a_dead_workers_wait_go_first():
         cluster.stop()
 
 
+def test_a_request_for_other_workers_goes_first():
+    """A request queued behind one it cannot delay goes first: the first waits
+    for hand-worker-0 (busy), and a later one is granted hand-worker-1 (free),
+    which the first can never be given. Before, first come first served kept it
+    waiting until hand-worker-0 was free. One that needs hand-worker-0's
+    devices too still waits behind the first."""
+    cluster = harness.HandCluster(workers=2, devices=2, tcp=True)
+    runners = []
+    try:
+        holder = client("alloc-w0-holder", cluster, devices=2, workers="hand-worker-0")
+        runners.append(holder)
+        assert set(holder.call("alloc_devices")["workers"]) == {"hand-worker-0"}
+        first = client("alloc-w0-next", cluster, lazy=True, devices=2, workers="hand-worker-0")
+        runners.append(first)
+        first.submit("backend_init")
+        assert harness.wait_until(
+            lambda: "causeway: waiting for 2 devices (on workers hand-worker-0) (0 of 2 free; "
+            "0 sessions ahead in the queue)" in first.log_text(), 150), first.log_tail()
+        # Any worker will do for this one: granted hand-worker-1 at once.
+        other = client("alloc-any", cluster, lazy=True, devices=2)
+        runners.append(other)
+        got = other.call("backend_init", timeout=120)
+        assert got["ok"] and got["devices"] == 2, got
+        assert set(other.call("alloc_devices")["workers"]) == {"hand-worker-1"}
+        assert other.call("alloc_compute", seed=11)["ok"]
+        # Four devices need hand-worker-0's as well: it waits behind the first.
+        big = client("alloc-big-any", cluster, lazy=True, devices=4, queue_timeout=2)
+        runners.append(big)
+        got = big.call("backend_init", timeout=120)
+        assert not got["ok"] and "waited 2." in got["error"] and "1 session ahead in the " \
+            "queue" in got["error"], got
+        assert harness.stats(cluster.controller)["alloc_queue"] == 1
+        holder.close()
+        got = first.result(timeout=120)
+        assert got["ok"] and got["devices"] == 2, got
+        assert first.call("alloc_compute", seed=12)["ok"]
+    finally:
+        close_all(runners)
+        cluster.stop()
+
+
 def test_named_workers_and_sharing_placement():
     cluster = harness.HandCluster(workers=2, devices=4)
     runners = []
