@@ -8,7 +8,8 @@
 //
 // WORKER_UP with a new incarnation of a worker this session uses: a
 // replacement took its slot (same devices). The next operation on it
-// connects there in our session, sends HEALTH_REJOIN to the controller
+// connects there in our session (other threads' calls fail at once
+// meanwhile), sends HEALTH_REJOIN to the controller
 // (which relays our requests for that worker again from then on), and
 // restarts this worker's seq numbering. Buffers made before stay in error
 // (their contents died with the worker); executables keep working (the
@@ -35,6 +36,7 @@ void cw_plugin_health_on_event(cw_plugin_client_t* c, const Causeway__V1__Cluste
   if (!w) return;  // not a worker of this session
   if (ev->kind == CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_DOWN) {
     atomic_store(&w->worker_down, true);  // seq_cst: see cw__reattach
+    atomic_fetch_add(&w->downs, 1);       // and cw_plugin_health_revive
     cw_plugin_worker_mark_dead(w, ev->message && ev->message[0] ? ev->message : "worker down");
     cw_client_t* conn = w->conn;
     if (conn) cw_client_shutdown(conn);
@@ -153,6 +155,24 @@ static size_t cw__swap_in(cw_plugin_worker_t* w, cw_client_t* conn, char* addres
   return n;
 }
 
+// With send_mu held and w->connecting set by the caller: connects to
+// `address` in our session with send_mu let go, then takes it again and
+// clears connecting. Not under send_mu: with the address unreachable (the
+// path still cut, a replacement not up) the connect waits out its timeout,
+// and other threads' calls on w (deletes from JAX's garbage collection too)
+// must not wait that long; they find w dead and fail at once meanwhile.
+static cw_status_t cw__connect_unlocked(cw_plugin_worker_t* w, const char* address,
+                                        cw_client_t** out) {
+  pthread_mutex_unlock(&w->send_mu);
+  cw_client_options_t o;
+  cw_plugin_client_worker_options(w->client, &o);
+  cw_status_t s = address ? cw_client_connect(address, &o, out)
+                          : cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  pthread_mutex_lock(&w->send_mu);
+  w->connecting = false;
+  return s;
+}
+
 // The path to a worker the controller still counts alive failed (our link's
 // watchdog gave it up) and may have healed. The worker's side of the session
 // lives on while the controller's link keeps it (cw_worker_conn.c), with our
@@ -171,26 +191,17 @@ static bool cw__reattach(cw_plugin_worker_t* w) {
   pthread_mutex_lock(&w->send_mu);
   bool ok = !atomic_load_explicit(&w->dead, memory_order_acquire);  // revived meanwhile
   int64_t now = cw_time_now_ms();
-  // no key: an older worker; reattaching: another thread is at it, and
+  // no key: an older worker; connecting: another thread is at it, and
   // this call fails at once with the link's error.
-  if (ok || w->reattaching || now < w->reattach_after_ms || !w->session_key) {
+  if (ok || w->connecting || now < w->reattach_after_ms || !w->session_key) {
     pthread_mutex_unlock(&w->send_mu);
     return ok;
   }
-  w->reattaching = true;
+  w->connecting = true;
   char* address = strdup(w->address);
   uint32_t epoch = atomic_load_explicit(&w->epoch, memory_order_acquire);
-  pthread_mutex_unlock(&w->send_mu);
-  // Not under send_mu: with the path still cut the connect waits out its
-  // timeout, and other threads' calls on w (deletes from JAX's garbage
-  // collection too) must not wait that long.
-  cw_client_options_t o;
-  cw_plugin_client_worker_options(w->client, &o);
   cw_client_t* conn = NULL;
-  cw_status_t s = address ? cw_client_connect(address, &o, &conn)
-                          : cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
-  pthread_mutex_lock(&w->send_mu);
-  w->reattaching = false;
+  cw_status_t s = cw__connect_unlocked(w, address, &conn);
   // From the attempt's end: after one that waited out the connect timeout
   // (the path still cut) the calls of the next second fail at once.
   w->reattach_after_ms = cw_time_now_ms() + CW_PLUGIN_REATTACH_EVERY_MS;
@@ -268,23 +279,38 @@ bool cw_plugin_health_revive(cw_plugin_worker_t* w) {
   if (!address) return cw__reattach(w);
   pthread_mutex_lock(&w->send_mu);
   bool ok = !atomic_load_explicit(&w->dead, memory_order_acquire);  // revived meanwhile
-  cw_client_t* conn = NULL;
-  cw_status_t s = cw_ok_status();
-  if (!ok) {
-    cw_client_options_t o;
-    cw_plugin_client_worker_options(c, &o);
-    s = cw_client_connect(address, &o, &conn);
-    if (s) {
-      cw__set_reason(w, "its replacement at %s cannot be reached: %s", address,
-                     cw_status_message(s));
-    }
+  // connecting: another thread is at it, and this call fails at once.
+  if (ok || w->connecting) {
+    pthread_mutex_unlock(&w->send_mu);
+    free(address);
+    return ok;
   }
-  if (!ok && !s) {
+  w->connecting = true;
+  uint32_t downs = atomic_load(&w->downs);
+  cw_client_t* conn = NULL;
+  cw_status_t s = cw__connect_unlocked(w, address, &conn);
+  if (s) {
+    cw__set_reason(w, "its replacement at %s cannot be reached: %s", address,
+                   cw_status_message(s));
+  }
+  // Meanwhile a newer replacement was named (the next call joins that one),
+  // or the controller reported this one down (events come in order: it came
+  // after the WORKER_UP that named it).
+  pthread_mutex_lock(&w->mu);
+  bool newer = !w->next_address || w->next_incarnation != incarnation;
+  pthread_mutex_unlock(&w->mu);
+  if (!s && (newer || atomic_load(&w->downs) != downs)) {
+    s = cw_make_status(CW_UNAVAILABLE, "superseded");
+  }
+  if (!s) {
     Causeway__V1__HealthRejoinRequest req = CAUSEWAY__V1__HEALTH_REJOIN_REQUEST__INIT;
     req.worker_index = w->index;
     req.incarnation = incarnation;
-    // On the controller connection after every request we sent for the old
-    // incarnation (send_mu keeps them ordered), so those are refused there.
+    // Sent under send_mu, so on the controller connection after every
+    // request we sent for the old incarnation (those are refused there),
+    // and before any relayed one for the new. Its answer is waited for
+    // under send_mu too: a controller that answers, unlike the connect
+    // above, which may wait out its timeout.
     ProtobufCMessage* reply = NULL;
     cw_client_t* ctrl = NULL;
     uint64_t gen = 0;
@@ -295,39 +321,45 @@ bool cw_plugin_health_revive(cw_plugin_worker_t* w) {
     if (s) {
       cw__set_reason(w, "rejoining its replacement at %s failed: %s", address,
                      cw_status_message(s));
-      cw_client_release(conn);
-      conn = NULL;
     }
+  }
+  if (s) {
+    if (conn) cw_client_release(conn);
+    pthread_mutex_unlock(&w->send_mu);
+    cw_status_free(s);
+    free(address);
+    return false;
   }
   cw_client_t** expired = NULL;
-  size_t num_expired = 0;
-  if (!ok && !s) {
-    num_expired = cw__swap_in(w, conn, address, &expired);
-    address = NULL;
-    atomic_store_explicit(&w->seq, 0, memory_order_relaxed);
-    w->n_pending_deletes = 0;  // ids of the lost worker
-    w->pending_delete_bytes = 0;
-    atomic_fetch_add_explicit(&w->epoch, 1, memory_order_acq_rel);
-    w->session_key = cw_client_session_key(conn);
-    atomic_store_explicit(&w->link_lost, false, memory_order_relaxed);
-    atomic_store_explicit(&w->worker_down, false, memory_order_relaxed);
-    pthread_mutex_lock(&w->mu);
-    w->incarnation = incarnation;
-    free(w->dead_reason);
-    w->dead_reason = NULL;
-    if (w->next_incarnation == incarnation) {
-      free(w->next_address);
-      w->next_address = NULL;
-    }
-    pthread_mutex_unlock(&w->mu);
-    atomic_store_explicit(&w->dead, false, memory_order_release);
-    ok = true;
+  size_t num_expired = cw__swap_in(w, conn, address, &expired);
+  atomic_store_explicit(&w->seq, 0, memory_order_relaxed);
+  w->n_pending_deletes = 0;  // ids of the lost worker
+  w->pending_delete_bytes = 0;
+  atomic_fetch_add_explicit(&w->epoch, 1, memory_order_acq_rel);
+  w->session_key = cw_client_session_key(conn);
+  atomic_store_explicit(&w->link_lost, false, memory_order_relaxed);
+  atomic_store_explicit(&w->worker_down, false, memory_order_relaxed);
+  pthread_mutex_lock(&w->mu);
+  w->incarnation = incarnation;
+  free(w->dead_reason);
+  w->dead_reason = NULL;
+  if (w->next_incarnation == incarnation) {
+    free(w->next_address);
+    w->next_address = NULL;
   }
+  pthread_mutex_unlock(&w->mu);
+  atomic_store(&w->dead, false);
+  // The controller's reader marks w dead without send_mu: a WORKER_DOWN
+  // since the check above may have found w dead already and left the new
+  // connection alone (seq_cst: it counted first, or it sees w alive).
+  if (atomic_load(&w->downs) != downs) {
+    cw_plugin_worker_mark_dead(w, "the controller reported it down while we joined it");
+    cw_client_shutdown(conn);
+  }
+  ok = !atomic_load_explicit(&w->dead, memory_order_acquire);
   pthread_mutex_unlock(&w->send_mu);
   for (size_t i = 0; i < num_expired; ++i) cw_client_release(expired[i]);
   free(expired);
-  cw_status_free(s);
-  free(address);
   return ok;
 }
 

@@ -28,7 +28,9 @@ void cw_plugin_health_on_event(cw_plugin_client_t* c, const Causeway__V1__Cluste
 // lost (the controller never said it died), connects to it again: when the
 // session there is the same life (HelloReply.session_key) it fills the seqs
 // the worker never got (from HelloReply.session_seq_next on) and goes on in
-// the same epoch, its arrays and executables alive; returns true.
+// the same epoch, its arrays and executables alive; returns true. The
+// connect is not under w's send lock: while one thread connects, the calls
+// of others on w fail at once (false).
 bool cw_plugin_health_revive(cw_plugin_worker_t* w);
 // Reattaching after a lost link is tried at most this often per worker (a
 // path still cut makes that call wait up to the connect timeout).

@@ -368,12 +368,79 @@ static void test_worker_down_is_not_reattached(void** state) {
 typedef struct attempt_s {
   fixture_t* fx;
   cw_status_t status;
+  bool done;  // atomic (__atomic_*): the check returned
 } attempt_t;
 
 static void* attempt_main(void* arg) {
   attempt_t* a = arg;
   a->status = cw_plugin_worker_check(&a->fx->worker);
+  __atomic_store_n(&a->done, true, __ATOMIC_RELEASE);
   return NULL;
+}
+
+// Waits (bounded) until f has read a HELLO.
+static void wait_for_hello(fake_t* f) {
+  for (int i = 0; i < 3000 && !__atomic_load_n(&f->hello_session, __ATOMIC_ACQUIRE); ++i) {
+    usleep(10000);
+  }
+  assert_int_equal(__atomic_load_n(&f->hello_session, __ATOMIC_ACQUIRE), 5);
+}
+
+// Joining a replacement whose HELLO is not answered yet (an outage of its
+// address) holds up no other call on the worker: they fail at once, deletes
+// from JAX's garbage collection included, and the join completes once it is
+// answered. Until h1 the connect was under send_mu: the calls waited out its
+// timeout (8 s), and came back only after the attempt.
+static void test_revive_does_not_hold_up_other_calls(void** state) {
+  fixture_t* fx = *state;
+  send_copy(fx);
+  atomic_store(&fx->replacement.hello_hold, true);
+  fake_start(&fx->replacement, script_echo);
+  on_event(fx, CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_UP, 2, 2, fx->replacement.path, NULL);
+  attempt_t a = {fx, NULL, false};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, attempt_main, &a), 0);
+  wait_for_hello(&fx->replacement);
+  expect_status(cw_plugin_worker_check(&fx->worker), CW_UNAVAILABLE, NULL);
+  cw_plugin_worker_delete(&fx->worker, 0, 77, 16);
+  Causeway__V1__CopyRequest req = CAUSEWAY__V1__COPY_REQUEST__INIT;
+  expect_status(cw_plugin_worker_send(&fx->worker, CW_PLUGIN_ANY_EPOCH, CW_MSG_COPY, &req.base,
+                                      &req.seq, NULL, 0, NULL, NULL, NULL),
+                CW_UNAVAILABLE, NULL);
+  // They returned while the attempt still waits for its HELLO reply (held
+  // until just below): calls that waited for it would come back after it.
+  bool first = !__atomic_load_n(&a.done, __ATOMIC_ACQUIRE);
+  atomic_store(&fx->replacement.hello_hold, false);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  assert_true(first);
+  assert_null(a.status);
+  assert_false(is_dead(&fx->worker));
+  assert_false(fx->worker.connecting);
+  assert_string_equal(fx->worker.address, fx->replacement.path);
+  assert_int_equal(atomic_load(&fx->worker.epoch), 1);
+  assert_int_equal(send_copy(fx), 1);  // the replacement numbers from 1
+}
+
+// The controller reports the replacement down while we wait for its HELLO
+// reply (it died at once): the join gives up and the worker stays dead
+// (until h1 the DOWN was overwritten and the dead replacement joined).
+static void test_worker_down_during_revive(void** state) {
+  fixture_t* fx = *state;
+  cw_client_t* old = fx->worker.conn;
+  atomic_store(&fx->replacement.hello_hold, true);
+  fake_start(&fx->replacement, script_echo);
+  on_event(fx, CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_UP, 2, 2, fx->replacement.path, NULL);
+  attempt_t a = {fx, NULL, false};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, attempt_main, &a), 0);
+  wait_for_hello(&fx->replacement);
+  on_event(fx, CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_DOWN, 2, 0, NULL, "missed heartbeats");
+  atomic_store(&fx->replacement.hello_hold, false);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  expect_status(a.status, CW_UNAVAILABLE, NULL);
+  assert_true(is_dead(&fx->worker));
+  assert_ptr_equal(fx->worker.conn, old);
+  assert_int_equal(atomic_load(&fx->worker.epoch), 0);
 }
 
 // A reattach whose connect hangs (the path still drops packets: HELLO never
@@ -388,7 +455,7 @@ static void test_reattach_does_not_hold_up_other_calls(void** state) {
   fx->replacement.hello_silent = true;
   fake_start(&fx->replacement, NULL);
   same_worker_at(fx, fx->replacement.path);
-  attempt_t a = {fx, NULL};
+  attempt_t a = {fx, NULL, false};
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, attempt_main, &a), 0);
   for (int i = 0; i < 3000 && !__atomic_load_n(&fx->replacement.hello_session, __ATOMIC_ACQUIRE);
@@ -406,7 +473,7 @@ static void test_reattach_does_not_hold_up_other_calls(void** state) {
   // below, or at the connect timeout): calls that waited for it would have
   // come back only after it.
   pthread_mutex_lock(&fx->worker.send_mu);
-  bool still = fx->worker.reattaching;  // guarded by send_mu
+  bool still = fx->worker.connecting;  // guarded by send_mu
   pthread_mutex_unlock(&fx->worker.send_mu);
   assert_true(still);
   // The path stays cut: the attempt fails (its retry finds no socket), the
@@ -416,7 +483,7 @@ static void test_reattach_does_not_hold_up_other_calls(void** state) {
   assert_int_equal(pthread_join(t, NULL), 0);
   expect_status(a.status, CW_UNAVAILABLE, "not even its keepalive");
   assert_true(is_dead(&fx->worker));
-  assert_false(fx->worker.reattaching);
+  assert_false(fx->worker.connecting);
   assert_true(atomic_load(&fx->worker.link_lost));
 }
 
@@ -433,7 +500,7 @@ static cw_client_t* start_held_reattach(fixture_t* fx, attempt_t* a, pthread_t* 
   atomic_store(&fx->replacement.hello_hold, true);
   fake_start(&fx->replacement, script_echo);
   same_worker_at(fx, fx->replacement.path);
-  *a = (attempt_t){fx, NULL};
+  *a = (attempt_t){fx, NULL, false};
   assert_int_equal(pthread_create(t, NULL, attempt_main, a), 0);
   for (int i = 0; i < 3000 && !__atomic_load_n(&fx->replacement.hello_session, __ATOMIC_ACQUIRE);
        ++i) {
@@ -456,7 +523,7 @@ static void test_worker_down_during_reattach(void** state) {
   expect_status(a.status, CW_UNAVAILABLE, NULL);
   assert_true(is_dead(&fx->worker));
   assert_ptr_equal(fx->worker.conn, old);
-  assert_false(fx->worker.reattaching);
+  assert_false(fx->worker.connecting);
 }
 
 // A restarted controller names a replacement at another address while a
@@ -590,6 +657,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_request_of_the_lost_epoch_is_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_retired_connections_are_released, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unreachable_replacement, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_revive_does_not_hold_up_other_calls, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_worker_down_during_revive, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lost_link_is_reattached, setup, teardown),
       cmocka_unit_test_setup_teardown(test_old_links_late_error_keeps_the_new_link, setup,
                                       teardown),

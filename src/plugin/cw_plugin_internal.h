@@ -96,7 +96,10 @@ typedef struct cw_plugin_worker_s {
   _Atomic bool worker_down;  // WORKER_DOWN: only a replacement revives it
   uint64_t session_key;  // guarded by send_mu: HelloReply.session_key, our session's life there
   int64_t reattach_after_ms;  // guarded by send_mu
-  bool reattaching;  // guarded by send_mu: a thread is connecting (not under send_mu)
+  // Guarded by send_mu: a thread is connecting to w, a reattach or a
+  // replacement (not under send_mu, cw_plugin_health.c).
+  bool connecting;
+  _Atomic uint32_t downs;  // WORKER_DOWN events so far: one during a connect supersedes it
   // The seqs of relayed requests not answered yet, increasing: a reattach
   // fills no seq of one (it may still be on its way through the controller:
   // filled first, it would be refused as a duplicate).
