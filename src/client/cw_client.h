@@ -61,6 +61,11 @@ typedef struct cw_client_options_s {
   // cw_client_send_batched's window: a frame is held only if the reader took
   // a batched reply this recently. 0: CW_CLIENT_BATCH_WINDOW_US.
   int batch_window_us;
+  // Connecting again in session_id after this client's link to the worker
+  // was lost: the session_key its earlier HELLO got (HelloRequest.
+  // reattach_session_key). The worker closes that session's other client
+  // connections first. 0: not a reattach.
+  uint64_t reattach_session_key;
 } cw_client_options_t;
 
 // Connects to `address` ("host:port", or a Unix socket path containing '/'),

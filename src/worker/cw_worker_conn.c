@@ -307,6 +307,29 @@ cw_status_t cw_worker_conn_peer(cw_worker_t* w, const char* address, cw_conn_t**
 
 // --- HELLO: sessions ----------------------------------------------------------------
 
+// A client reattaching to session s after its link was lost (HelloRequest.
+// reattach_session_key): its other connections in s are closed before the
+// HELLO is answered, so nothing more is read from the lost link. Requests
+// still in that socket would otherwise apply after the fillers the client
+// sends on the new one (the seqs it took for lost); its held ones pass their
+// turn. Only client connections: the controller's link keeps the session.
+// Closing one may drain held requests and close others: scanned from the
+// start each time (closed ones leave w->conns).
+static void cw__close_lost_links(cw_worker_t* w, cw_session_t* s, cw_conn_t* keep) {
+  for (;;) {
+    cw_conn_t* c = w->conns;
+    while (c && (c == keep || c->closing || c->session != s || !c->keeps_session ||
+                 !c->client_role)) {
+      c = c->next;
+    }
+    if (!c) return;
+    CW_LOGI("%s: closed: its client reattached to session %" PRIu64 " on %s",
+            cw_worker_conn_name(c), s->id, cw_worker_conn_name(keep));
+    cw_net_conn_close(c->nc, cw_make_status(CW_UNAVAILABLE, "the client reattached to session %"
+                                            PRIu64 " on another connection", s->id));
+  }
+}
+
 static cw_status_t cw__on_hello(cw_net_conn_t* nc, const Causeway__V1__HelloRequest* r,
                                 uint64_t* out_session_id, bool* out_has_session) {
   cw_conn_t* c = cw_net_conn_user(nc);
@@ -319,17 +342,30 @@ static cw_status_t cw__on_hello(cw_net_conn_t* nc, const Causeway__V1__HelloRequ
     *out_session_id = r->session_id;
   } else {
     cw_session_t* s = r->session_id ? cw_worker_session_find(w, r->session_id) : NULL;
-    // A client reattaching after its link was lost: which life of the
-    // session this is, and where its seq order stands (holes to fill).
-    uint64_t seq_next = s ? s->seq.next : 0;
+    bool existed = s != NULL;
     if (!s) s = cw__session_create(w, r->session_id);
     if (!s) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for a session");
-    cw_net_conn_set_hello_session(nc, s->key ^ w->session_key_salt, seq_next);
-    s->connections++;
+    s->connections++;  // first: closing the lost links must not end the session
     c->client_role = r->role == CAUSEWAY__V1__ROLE__ROLE_CLIENT;
     s->clients += c->client_role;
     c->session = s;
     c->keeps_session = true;
+    uint64_t key = s->key ^ w->session_key_salt;
+    // Only a client that had this life of the session (its key, which a
+    // HELLO into the session tells) closes its client connections; the
+    // field from anyone else changes nothing.
+    if (r->reattach_session_key && existed && c->client_role) {
+      if (r->reattach_session_key == key) {
+        cw__close_lost_links(w, s, c);
+      } else {
+        CW_LOGI("%s: reattach to session %" PRIu64 " with another life's key: nothing closed",
+                cw_net_conn_name(nc), s->id);
+      }
+    }
+    // A client reattaching after its link was lost: which life of the
+    // session this is, and where its seq order stands (holes to fill),
+    // once nothing more is read from the lost link.
+    cw_net_conn_set_hello_session(nc, key, existed ? s->seq.next : 0);
     *out_session_id = s->id;
   }
   *out_has_session = c->session != NULL;

@@ -187,6 +187,105 @@ static void test_session_outlives_a_lost_client_link(void** state) {
   cw_client_release(relay);
 }
 
+// A client connection in `session` that reattaches (HelloRequest.
+// reattach_session_key `key`).
+static cw_status_t reattach_as(int role, uint64_t session, uint64_t key, cw_client_t** out) {
+  cw_client_options_t o = {.session_id = session, .peer_name = "cluster-test", .role = role,
+                           .reattach_session_key = key};
+  return cw_client_connect(g_worker.address, &o, out);
+}
+
+// A client whose link the worker still holds open (a partition it never saw
+// fail) reattaches: the worker closes that link before it answers, so a
+// request still on its way there never applies after the fillers the client
+// sends on the new connection, and session_seq_next counts what was read.
+// The controller's link stays. Until h1 the old link stayed open: its UPLOAD
+// below applied, and the filler of its seq was refused as a duplicate.
+static void test_reattach_closes_the_lost_link(void** state) {
+  (void)state;
+  cw_client_t* direct = NULL;
+  cw_client_t* relay = NULL;
+  ASSERT_OK(connect_as(CAUSEWAY__V1__ROLE__ROLE_CLIENT, 0, &direct));
+  uint64_t session = cw_client_session_id(direct);
+  uint64_t key = cw_client_session_key(direct);
+  ASSERT_OK(connect_as(CAUSEWAY__V1__ROLE__ROLE_CONTROLLER, session, &relay));
+  float data[6] = {1, 2, 3, 4, 5, 6};
+  uint64_t rid = 0;
+  ASSERT_OK(send_upload(direct, 301, 1, data, &rid));
+  ASSERT_OK(cw_client_wait(direct, rid, NULL, NULL));
+
+  cw_client_t* again = NULL;
+  ASSERT_OK(reattach_as(CAUSEWAY__V1__ROLE__ROLE_CLIENT, session, key, &again));
+  assert_int_equal(cw_client_session_key(again), key);
+  assert_int_equal(cw_client_session_seq_next(again), 2);
+  // Sent on the lost link after the heal: never read (the send itself may
+  // fail or not, as the client has noticed the close or not).
+  cw_status_free(send_upload(direct, 302, 2, data, &rid));
+  assert_code(cw_client_ping(direct), CW_UNAVAILABLE);
+  ASSERT_OK(send_delete(again, NULL, 0, 2, &rid));  // the filler applies
+  ASSERT_OK(cw_client_wait(again, rid, NULL, NULL));
+  Causeway__V1__AwaitRequest aw = CAUSEWAY__V1__AWAIT_REQUEST__INIT;
+  aw.buffer_id = 302;
+  assert_code(cw_client_call(again, CW_MSG_AWAIT, &aw.base, NULL, 0, NULL, NULL, NULL),
+              CW_NOT_FOUND);
+  aw.buffer_id = 301;  // made before: the session is the same
+  ASSERT_OK(cw_client_call(again, CW_MSG_AWAIT, &aw.base, NULL, 0, NULL, NULL, NULL));
+  ASSERT_OK(cw_client_ping(relay));
+  cw_client_release(direct);
+  cw_client_release(again);
+  cw_client_release(relay);
+}
+
+// The field from a peer that did not have that life of the session closes
+// nothing, and never ends the worker: another session's key, a session the
+// worker does not know (a new one is made, as without the field), a
+// controller's HELLO, a worker's (PUT) HELLO. A real reattach closes the
+// client connections of its own session only.
+static void test_reattach_closes_only_its_own_session(void** state) {
+  (void)state;
+  cw_client_t* a = NULL;
+  cw_client_t* a_relay = NULL;
+  cw_client_t* b = NULL;
+  ASSERT_OK(connect_as(CAUSEWAY__V1__ROLE__ROLE_CLIENT, 0, &a));
+  uint64_t sa = cw_client_session_id(a);
+  uint64_t ka = cw_client_session_key(a);
+  ASSERT_OK(connect_as(CAUSEWAY__V1__ROLE__ROLE_CONTROLLER, sa, &a_relay));
+  ASSERT_OK(connect_as(CAUSEWAY__V1__ROLE__ROLE_CLIENT, 0, &b));
+  uint64_t sb = cw_client_session_id(b);
+  uint64_t kb = cw_client_session_key(b);
+  assert_int_not_equal(ka, kb);
+
+  cw_client_t* c = NULL;
+  ASSERT_OK(reattach_as(CAUSEWAY__V1__ROLE__ROLE_CLIENT, sa, kb, &c));  // B's key, A's id
+  assert_int_equal(cw_client_session_id(c), sa);
+  cw_client_release(c);
+  ASSERT_OK(reattach_as(CAUSEWAY__V1__ROLE__ROLE_CLIENT, sb, ka, &c));  // A's key, B's id
+  cw_client_release(c);
+  ASSERT_OK(reattach_as(CAUSEWAY__V1__ROLE__ROLE_CLIENT, sa ^ 0x5a5a5a5a5a5aull, ka, &c));
+  assert_int_not_equal(cw_client_session_key(c), ka);  // not A: a session of its own
+  assert_int_equal(cw_client_session_seq_next(c), 0);
+  cw_client_release(c);
+  ASSERT_OK(reattach_as(CAUSEWAY__V1__ROLE__ROLE_CLIENT, 0, ka, &c));
+  cw_client_release(c);
+  ASSERT_OK(reattach_as(CAUSEWAY__V1__ROLE__ROLE_CONTROLLER, sa, ka, &c));
+  cw_client_release(c);
+  ASSERT_OK(reattach_as(CAUSEWAY__V1__ROLE__ROLE_WORKER, sa, ka, &c));
+  cw_client_release(c);
+  ASSERT_OK(cw_client_ping(a));
+  ASSERT_OK(cw_client_ping(b));
+
+  // A's own reattach: A's lost link goes; B and A's controller link stay.
+  ASSERT_OK(reattach_as(CAUSEWAY__V1__ROLE__ROLE_CLIENT, sa, ka, &c));
+  assert_code(cw_client_ping(a), CW_UNAVAILABLE);
+  ASSERT_OK(cw_client_ping(b));
+  ASSERT_OK(cw_client_ping(a_relay));
+  ASSERT_OK(cw_client_ping(c));
+  cw_client_release(c);
+  cw_client_release(a);
+  cw_client_release(b);
+  cw_client_release(a_relay);
+}
+
 int main(void) {
   if (!getenv("CAUSEWAY_PJRT_PLUGIN") || !*getenv("CAUSEWAY_PJRT_PLUGIN")) return 77;
   setenv("CAUSEWAY_MAX_HELD_REQUESTS", "4", 1);  // inherited by the workers
@@ -194,6 +293,8 @@ int main(void) {
       cmocka_unit_test(test_seq_across_connections),
       cmocka_unit_test(test_seq_flow_control),
       cmocka_unit_test(test_session_outlives_a_lost_client_link),
+      cmocka_unit_test(test_reattach_closes_the_lost_link),
+      cmocka_unit_test(test_reattach_closes_only_its_own_session),
   };
   return cmocka_run_group_tests(tests, suite_setup, suite_teardown);
 }
