@@ -155,6 +155,7 @@ static void fake_hello(fake_t* f) {
   // Atomic: a test may poll it from its own thread to see the HELLO came.
   __atomic_store_n(&f->hello_session, h->session_id, __ATOMIC_RELEASE);
   f->hello_keepalive = h->keepalive_ms;
+  f->hello_reattach_key = h->reattach_session_key;
   snprintf(f->hello_peer_name, sizeof(f->hello_peer_name), "%s", h->peer_name);
   if (f->hello_silent) {
     // Hold the connection until the client gives up.

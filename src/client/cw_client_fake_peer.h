@@ -50,6 +50,7 @@ struct fake_s {
   uint64_t hello_session;
   char hello_peer_name[64];
   uint32_t hello_keepalive;
+  uint64_t hello_reattach_key;  // HelloRequest.reattach_session_key
   // Script parameters.
   const uint8_t* pattern;
   size_t pattern_len;

@@ -162,10 +162,11 @@ static size_t cw__swap_in(cw_plugin_worker_t* w, cw_client_t* conn, char* addres
 // and other threads' calls on w (deletes from JAX's garbage collection too)
 // must not wait that long; they find w dead and fail at once meanwhile.
 static cw_status_t cw__connect_unlocked(cw_plugin_worker_t* w, const char* address,
-                                        cw_client_t** out) {
+                                        uint64_t reattach_key, cw_client_t** out) {
   pthread_mutex_unlock(&w->send_mu);
   cw_client_options_t o;
   cw_plugin_client_worker_options(w->client, &o);
+  o.reattach_session_key = reattach_key;
   cw_status_t s = address ? cw_client_connect(address, &o, out)
                           : cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   pthread_mutex_lock(&w->send_mu);
@@ -182,7 +183,10 @@ static cw_status_t cw__connect_unlocked(cw_plugin_worker_t* w, const char* addre
 // same life of it (session_key: not a restarted worker's, nor one made
 // again), then an empty DELETE for each seq from the worker's next on, before
 // anything new (send_mu held). Those it has are refused as duplicates; held
-// ones from the lost link pass their turn there. The epoch stays: buffers
+// ones from the lost link pass their turn there. Our HELLO names the life we
+// had (reattach_session_key), and the worker closes the lost link before it
+// answers: nothing still queued there applies after the fillers (an older
+// worker ignores the field). The epoch stays: buffers
 // made before the loss work again; those whose requests were lost already
 // failed with the link's error. The seqs of relayed requests not answered
 // yet are not filled: they may still be on their way through the controller.
@@ -201,7 +205,9 @@ static bool cw__reattach(cw_plugin_worker_t* w) {
   char* address = strdup(w->address);
   uint32_t epoch = atomic_load_explicit(&w->epoch, memory_order_acquire);
   cw_client_t* conn = NULL;
-  cw_status_t s = cw__connect_unlocked(w, address, &conn);
+  // The worker closes the lost link before it answers (our key proves the
+  // session's life): session_seq_next then counts all it read from there.
+  cw_status_t s = cw__connect_unlocked(w, address, w->session_key, &conn);
   // From the attempt's end: after one that waited out the connect timeout
   // (the path still cut) the calls of the next second fail at once.
   w->reattach_after_ms = cw_time_now_ms() + CW_PLUGIN_REATTACH_EVERY_MS;
@@ -288,7 +294,7 @@ bool cw_plugin_health_revive(cw_plugin_worker_t* w) {
   w->connecting = true;
   uint32_t downs = atomic_load(&w->downs);
   cw_client_t* conn = NULL;
-  cw_status_t s = cw__connect_unlocked(w, address, &conn);
+  cw_status_t s = cw__connect_unlocked(w, address, 0, &conn);
   if (s) {
     cw__set_reason(w, "its replacement at %s cannot be reached: %s", address,
                    cw_status_message(s));

@@ -107,6 +107,7 @@ static void test_worker_down(void** state) {
 
 static void test_replacement_is_rejoined(void** state) {
   fixture_t* fx = *state;
+  fx->worker.session_key = 9;  // the lost worker's: not for its replacement
   assert_int_equal(send_copy(fx), 1);
   assert_int_equal(send_copy(fx), 2);
   cw_plugin_future_t* ready = cw_plugin_future_create_done(cw_ok_status());
@@ -128,6 +129,7 @@ static void test_replacement_is_rejoined(void** state) {
   assert_false(is_dead(&fx->worker));
   assert_string_equal(fx->worker.address, fx->replacement.path);
   assert_int_equal(fx->replacement.hello_session, 5);
+  assert_int_equal(fx->replacement.hello_reattach_key, 0);  // a new worker: not a reattach
   assert_string_equal(fx->replacement.hello_token, token);
   cw_plugin_token_deinitialize(&fx->client.token);
   assert_int_equal(atomic_load(&fx->worker.epoch), 1);
@@ -290,6 +292,8 @@ static void test_lost_link_is_reattached(void** state) {
   assert_null(cw_plugin_worker_check(&fx->worker));
   assert_false(is_dead(&fx->worker));
   assert_int_equal(fx->replacement.hello_session, 5);
+  // The HELLO named the life it had: the worker closes the lost link first.
+  assert_int_equal(fx->replacement.hello_reattach_key, 9);
   assert_int_equal(atomic_load(&fx->worker.epoch), 0);
   assert_null(cw_plugin_buffer_check_epoch(old));
   assert_int_equal(send_copy(fx), 5);  // numbering goes on
