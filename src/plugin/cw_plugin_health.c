@@ -303,7 +303,8 @@ bool cw_plugin_health_revive(cw_plugin_worker_t* w) {
   // or the controller reported this one down (events come in order: it came
   // after the WORKER_UP that named it).
   pthread_mutex_lock(&w->mu);
-  bool newer = !w->next_address || w->next_incarnation != incarnation;
+  bool newer = !w->next_address || w->next_incarnation != incarnation ||
+               strcmp(w->next_address, address) != 0;
   pthread_mutex_unlock(&w->mu);
   if (!s && (newer || atomic_load(&w->downs) != downs)) {
     s = cw_make_status(CW_UNAVAILABLE, "superseded");
@@ -355,11 +356,16 @@ bool cw_plugin_health_revive(cw_plugin_worker_t* w) {
   }
   pthread_mutex_unlock(&w->mu);
   atomic_store(&w->dead, false);
-  // The controller's reader marks w dead without send_mu: a WORKER_DOWN
-  // since the check above may have found w dead already and left the new
-  // connection alone (seq_cst: it counted first, or it sees w alive).
-  if (atomic_load(&w->downs) != downs) {
-    cw_plugin_worker_mark_dead(w, "the controller reported it down while we joined it");
+  // The controller's reader marks w dead without send_mu: a WORKER_DOWN or
+  // a newer WORKER_UP since the checks above may have found w dead already
+  // and left the new connection alone (seq_cst, and mu: it counted or named
+  // first, or it sees w alive and marks it dead itself).
+  pthread_mutex_lock(&w->mu);
+  bool again = w->next_address != NULL;
+  pthread_mutex_unlock(&w->mu);
+  if (again || atomic_load(&w->downs) != downs) {
+    cw_plugin_worker_mark_dead(w, again ? "worker replaced" : "the controller reported it down "
+                                                              "while we joined it");
     cw_client_shutdown(conn);
   }
   ok = !atomic_load_explicit(&w->dead, memory_order_acquire);

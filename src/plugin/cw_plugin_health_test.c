@@ -491,6 +491,38 @@ static void test_reattach_does_not_hold_up_other_calls(void** state) {
   assert_true(atomic_load(&fx->worker.link_lost));
 }
 
+// A newer replacement is named while we wait for the first one's HELLO
+// reply: the join gives up (no HEALTH_REJOIN for a superseded incarnation);
+// the next call joins the newer one (until h1 the first one was joined and
+// the worker counted alive, the newer one left for no call to join).
+static void test_newer_replacement_during_revive(void** state) {
+  fixture_t* fx = *state;
+  cw_client_t* old = fx->worker.conn;
+  atomic_store(&fx->replacement.hello_hold, true);
+  fake_start(&fx->replacement, script_echo);
+  on_event(fx, CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_UP, 2, 2, fx->replacement.path, NULL);
+  attempt_t a = {fx, NULL, false};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, attempt_main, &a), 0);
+  wait_for_hello(&fx->replacement);
+  fake_t newer;
+  memset(&newer, 0, sizeof(newer));
+  fake_start(&newer, script_echo);
+  on_event(fx, CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_UP, 2, 3, newer.path, NULL);
+  atomic_store(&fx->replacement.hello_hold, false);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  expect_status(a.status, CW_UNAVAILABLE, NULL);
+  assert_true(is_dead(&fx->worker));
+  assert_ptr_equal(fx->worker.conn, old);
+  assert_null(cw_plugin_worker_check(&fx->worker));
+  assert_string_equal(fx->worker.address, newer.path);
+  assert_int_equal(atomic_load(&fx->worker.epoch), 1);
+  assert_int_equal(send_copy(fx), 1);
+  cw_client_release(fx->worker.conn);
+  fx->worker.conn = NULL;
+  fake_join(&newer);
+}
+
 // The link lost, the same life of the session at the same address, and a
 // reattach on thread *t waiting for that worker's HELLO reply (held until
 // hello_hold goes false); returns the connection the link had.
@@ -663,6 +695,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_unreachable_replacement, setup, teardown),
       cmocka_unit_test_setup_teardown(test_revive_does_not_hold_up_other_calls, setup, teardown),
       cmocka_unit_test_setup_teardown(test_worker_down_during_revive, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_newer_replacement_during_revive, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lost_link_is_reattached, setup, teardown),
       cmocka_unit_test_setup_teardown(test_old_links_late_error_keeps_the_new_link, setup,
                                       teardown),
