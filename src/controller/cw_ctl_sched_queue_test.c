@@ -539,6 +539,267 @@ static void test_run_length(void** state) {
   assert_int_equal(cw_sched_run_for(100 * (int64_t)CW_SCHED_RUN_NS), 1);
 }
 
+
+// --- A randomized comparison with a model ---------------------------------------------
+//
+// 200 sessions with random weights (0, 1..1,000, and larger), random
+// launches and other requests, heads that block, fail and come back, random
+// answers, windows and runs. A model keeps each session's FIFO and its pass
+// (stride scheduling as documented) and checks every pick against it: the
+// item is its session's head, its verdict the judge's, a launch only under
+// the cap and the smallest pass among the launch heads not blocked (or the
+// last session's while its run goes on), nothing but a blocked head left
+// when it picks nothing (launch heads aside with the window full), and
+// (strict_judging) each head judged at most once a pick. Items are freed
+// once taken, so ASan sees any later touch.
+
+typedef struct sitem_s {
+  cw_sched_item_t s;  // first
+  bool launch, blocked, failed;
+  uint64_t judged_in;  // the pick that judged it last
+} sitem_t;
+
+typedef struct model_s {
+  sitem_t** items;  // FIFO
+  size_t head, len, cap;
+  uint64_t pass, arrival;
+  bool queued;
+} model_t;
+
+#define S_SESSIONS 200
+
+static uint64_t rng_state;
+static uint64_t rnd(void) {
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return rng_state;
+}
+static uint32_t rnd_below(uint32_t n) { return (uint32_t)(rnd() % n); }
+
+static model_t models[S_SESSIONS + 1];
+static uint64_t model_vtime, model_arrivals, pick_serial, double_judged;
+
+static cw_sched_verdict_t verdict_of(const sitem_t* it) {
+  if (it->failed) return CW_SCHED_FAILED;
+  if (it->blocked) return CW_SCHED_BLOCKED;
+  return it->launch ? CW_SCHED_LAUNCH : CW_SCHED_READY;
+}
+
+static cw_sched_verdict_t stress_judge(void* user, cw_sched_item_t* head) {
+  (void)user;
+  sitem_t* it = (sitem_t*)head;
+  if (it->judged_in == pick_serial) double_judged++;
+  it->judged_in = pick_serial;
+  return verdict_of(it);
+}
+
+static uint32_t model_weight(const sitem_t* it) {
+  uint32_t w = it->s.weight;
+  return w == 0 ? 1 : w > CW_SCHED_MAX_WEIGHT ? CW_SCHED_MAX_WEIGHT : w;
+}
+
+static sitem_t* model_head(uint64_t sid) {
+  model_t* m = &models[sid];
+  return m->len ? m->items[m->head] : NULL;
+}
+
+static void stress_push(cw_sched_island_t* isl, uint64_t sid, uint32_t weight) {
+  model_t* m = &models[sid];
+  sitem_t* it = calloc(1, sizeof(*it));
+  assert_non_null(it);
+  it->s.session_id = sid;
+  it->s.weight = weight;
+  it->launch = it->s.launch = rnd_below(10) < 8;
+  it->blocked = rnd_below(20) == 0;
+  it->failed = rnd_below(50) == 0;
+  assert_true(cw_sched_island_push(isl, &it->s));
+  if (m->head + m->len == m->cap) {
+    if (m->head) {
+      memmove(m->items, m->items + m->head, m->len * sizeof(*m->items));
+      m->head = 0;
+    }
+    if (m->len == m->cap) {
+      m->cap = m->cap ? 2 * m->cap : 8;
+      m->items = realloc(m->items, m->cap * sizeof(*m->items));
+      assert_non_null(m->items);
+    }
+  }
+  m->items[m->head + m->len++] = it;
+  if (!m->queued) {  // joins at the island's virtual time
+    m->queued = true;
+    m->pass = model_vtime;
+    m->arrival = model_arrivals++;
+  }
+}
+
+static bool key_before(const model_t* a, const model_t* b) {
+  return a->pass < b->pass || (a->pass == b->pass && a->arrival < b->arrival);
+}
+
+// Checks one pick's answer against the model, then takes it off there.
+static void stress_check(cw_sched_island_t* isl, sitem_t* got, cw_sched_verdict_t v,
+                         bool room, uint64_t last_sid, uint32_t run_before) {
+  if (!got) {
+    for (uint64_t sid = 1; sid <= S_SESSIONS; ++sid) {
+      sitem_t* h = model_head(sid);
+      if (!h) continue;
+      cw_sched_verdict_t hv = verdict_of(h);
+      if (!h->launch || room) {
+        if (hv != CW_SCHED_BLOCKED) {
+          fail_msg("pick %llu: nothing picked, but session %llu's head (%s) would go (%d)",
+                   (unsigned long long)pick_serial, (unsigned long long)sid,
+                   h->launch ? "launch" : "other", (int)hv);
+        }
+      }
+    }
+    return;
+  }
+  uint64_t sid = got->s.session_id;
+  assert_true(sid >= 1 && sid <= S_SESSIONS);
+  model_t* m = &models[sid];
+  if (model_head(sid) != got) fail_msg("pick %llu: not session %llu's head",
+                                       (unsigned long long)pick_serial, (unsigned long long)sid);
+  assert_int_equal(v, verdict_of(got));
+  if (v == CW_SCHED_LAUNCH) {
+    assert_true(room);
+    // Nothing that is not a launch could go.
+    for (uint64_t o = 1; o <= S_SESSIONS; ++o) {
+      sitem_t* h = model_head(o);
+      if (h && !h->launch && verdict_of(h) != CW_SCHED_BLOCKED) {
+        fail_msg("pick %llu: a launch went while session %llu's other request could",
+                 (unsigned long long)pick_serial, (unsigned long long)o);
+      }
+    }
+    // The smallest key among launch heads not blocked.
+    model_t* best = NULL;
+    uint64_t best_sid = 0;
+    for (uint64_t o = 1; o <= S_SESSIONS; ++o) {
+      sitem_t* h = model_head(o);
+      if (!h || !h->launch || verdict_of(h) == CW_SCHED_BLOCKED) continue;
+      if (!best || key_before(&models[o], best)) {
+        best = &models[o];
+        best_sid = o;
+      }
+    }
+    assert_non_null(best);
+    if (best_sid != sid) {
+      // Only the last session's run, leading by less than max_run strides.
+      bool run_ok = sid == last_sid && run_before < isl->max_run &&
+                    m->pass < best->pass + (uint64_t)isl->max_run * CW_SCHED_STRIDE;
+      if (!run_ok) {
+        fail_msg("pick %llu: launch of session %llu (pass %llu) before session %llu (pass %llu,"
+                 " %s)", (unsigned long long)pick_serial, (unsigned long long)sid,
+                 (unsigned long long)m->pass, (unsigned long long)best_sid,
+                 (unsigned long long)best->pass,
+                 verdict_of(model_head(best_sid)) == CW_SCHED_FAILED ? "failed" : "ready");
+      }
+    }
+    model_vtime = m->pass;
+    m->pass += CW_SCHED_STRIDE / model_weight(got);
+    assert_int_equal(isl->vtime, model_vtime);
+  }
+  m->head++;
+  if (--m->len == 0) {
+    m->head = 0;
+    m->queued = false;
+  }
+}
+
+static void stress_round(uint64_t seed, int steps, bool strict_judging) {
+  rng_state = seed;
+  memset(models, 0, sizeof(models));
+  model_vtime = model_arrivals = pick_serial = double_judged = 0;
+  cw_sched_island_t isl;
+  cw_sched_island_initialize(&isl, 1 + rnd_below(16));
+  uint32_t weights[S_SESSIONS + 1];
+  for (int i = 1; i <= S_SESSIONS; ++i) {
+    uint32_t r = rnd_below(100);
+    weights[i] = r < 5 ? 0 : r < 10 ? (uint32_t)(2000 + rnd_below(1u << 20)) : 1 + rnd_below(1000);
+  }
+  uint64_t last_sid = 0;
+  uint32_t run = 0;
+  size_t taken = 0, pushed = 0;
+  for (int step = 0; step < steps; ++step) {
+    uint32_t op = rnd_below(100);
+    if (op < 35) {  // pushes, a burst at times
+      int n = rnd_below(10) == 0 ? 1 + (int)rnd_below(50) : 1;
+      for (int i = 0; i < n; ++i) {
+        uint64_t sid = 1 + rnd_below(S_SESSIONS);
+        stress_push(&isl, sid, weights[sid]);
+        pushed++;
+      }
+    } else if (op < 45) {  // heads block, unblock, fail
+      for (int i = 0; i < 8; ++i) {
+        uint64_t sid = 1 + rnd_below(S_SESSIONS);
+        model_t* m = &models[sid];
+        if (!m->len) continue;
+        sitem_t* it = m->items[m->head + rnd_below((uint32_t)m->len)];
+        uint32_t k = rnd_below(10);
+        if (k < 5) it->blocked = !it->blocked;
+        else if (k < 6) it->failed = true;
+        else if (k < 7) it->s.weight = 1 + rnd_below(1000);  // the judge may refresh it
+      }
+    } else if (op < 55) {  // answers
+      uint32_t n = rnd_below(4);
+      for (uint32_t i = 0; i < n; ++i) cw_sched_island_answered(&isl);
+    } else if (op < 57) {
+      isl.max_run = rnd_below(3) ? 1 : 1 + rnd_below(CW_SCHED_RUN_MAX);
+    } else if (op < 58) {
+      cw_sched_island_restart(&isl);
+      run = 0;
+    } else {  // a pick, stamped when a launch
+      pick_serial++;
+      bool room = isl.outstanding < isl.max_outstanding;
+      cw_sched_verdict_t v = CW_SCHED_BLOCKED;
+      uint32_t run_before = run;
+      sitem_t* got = (sitem_t*)cw_sched_island_pick(&isl, stress_judge, NULL, &v);
+      stress_check(&isl, got, v, room, last_sid, run_before);
+      if (got && v == CW_SCHED_LAUNCH) {
+        run = got->s.session_id == last_sid ? run + 1 : 1;
+        last_sid = got->s.session_id;
+        cw_sched_island_stamped(&isl, 1);
+      }
+      if (got) {
+        // The policy forgets the last session once its queue empties.
+        if (last_sid && !models[last_sid].len) last_sid = 0;
+        free(got);
+        taken++;
+      }
+    }
+    // The model's queues and the policy's agree on what is queued.
+    if (step % 1000 == 0) {
+      size_t n = 0;
+      for (int sid = 1; sid <= S_SESSIONS; ++sid) n += models[sid].len;
+      assert_int_equal(n, pushed - taken);
+    }
+  }
+  if (strict_judging) assert_int_equal(double_judged, 0);
+  // Empty it: every item comes back once.
+  cw_sched_item_t* si;
+  while ((si = cw_sched_island_take_any(&isl)) != NULL) {
+    sitem_t* it = (sitem_t*)si;
+    model_t* m = &models[it->s.session_id];
+    assert_ptr_equal(model_head(it->s.session_id), it);
+    m->head++;
+    m->len--;
+    free(it);
+    taken++;
+  }
+  assert_int_equal(taken, pushed);
+  assert_null(isl.queues);
+  cw_sched_island_deinitialize(&isl);
+  for (int sid = 0; sid <= S_SESSIONS; ++sid) free(models[sid].items);
+  memset(models, 0, sizeof(models));
+}
+
+static void test_random_against_a_model(void** state) {
+  (void)state;
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    stress_round(seed * 0x9E3779B97F4A7C15ull, 20000, false);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup(test_weights_share_a_backlogged_island, setup),
@@ -557,6 +818,7 @@ int main(void) {
       cmocka_unit_test_setup(test_runs_lead_by_the_heaviest_stride, setup),
       cmocka_unit_test_setup(test_run_ends_at_a_blocked_head, setup),
       cmocka_unit_test(test_run_length),
+      cmocka_unit_test(test_random_against_a_model),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
