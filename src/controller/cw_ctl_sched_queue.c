@@ -19,6 +19,7 @@ struct cw_sched_queue_s {
   cw_sched_item_t* tail;
   uint64_t pass;
   size_t heap_at;   // its index while in the heap
+  uint64_t ready_in;  // the pick whose judge found its head a launch ready to go
   uint32_t weight;  // counted in weight_counts while in the heap
   int where;
 };
@@ -274,17 +275,30 @@ static bool cw__goes_now(cw_sched_verdict_t v) {
   return v == CW_SCHED_FAILED || v == CW_SCHED_READY;
 }
 
+// Judges q's head once a pick: a head judged a launch ready to go earlier in
+// this pick (from the urgent or the blocked list, then put in the heap) is
+// not judged again when it reaches the heap's top or is the last session's.
+static cw_sched_verdict_t cw__judge_once(cw_sched_island_t* isl, cw_sched_queue_t* q,
+                                         cw_sched_verdict_t (*judge)(void*, cw_sched_item_t*),
+                                         void* user) {
+  if (q->ready_in == isl->picks) return CW_SCHED_LAUNCH;
+  cw_sched_verdict_t v = judge(user, q->head);
+  if (v == CW_SCHED_LAUNCH) q->ready_in = isl->picks;
+  return v;
+}
+
 cw_sched_item_t* cw_sched_island_pick(cw_sched_island_t* isl,
                                       cw_sched_verdict_t (*judge)(void* user,
                                                                   cw_sched_item_t* head),
                                       void* user, cw_sched_verdict_t* out_verdict) {
   *out_verdict = CW_SCHED_BLOCKED;
+  isl->picks++;
   // Heads that are not launches go at once, oldest session first.
   cw_sched_queue_t* first = isl->urgent;
   while (first && first->lnext) first = first->lnext;  // the list is newest first
   for (cw_sched_queue_t *q = first, *prev; q; q = prev) {
     prev = q->lprev;
-    cw_sched_verdict_t v = judge(user, q->head);
+    cw_sched_verdict_t v = cw__judge_once(isl, q, judge, user);
     if (cw__goes_now(v)) {
       *out_verdict = v;
       return cw__pop(isl, q);
@@ -297,7 +311,7 @@ cw_sched_item_t* cw_sched_island_pick(cw_sched_island_t* isl,
   // Launch heads that waited (their executable loading): failed, or back in line.
   for (cw_sched_queue_t *q = isl->blocked, *next; q; q = next) {
     next = q->lnext;
-    cw_sched_verdict_t v = judge(user, q->head);
+    cw_sched_verdict_t v = cw__judge_once(isl, q, judge, user);
     if (cw__goes_now(v)) {
       *out_verdict = v;
       return cw__pop(isl, q);
@@ -311,7 +325,7 @@ cw_sched_item_t* cw_sched_island_pick(cw_sched_island_t* isl,
   cw_sched_queue_t* pick = NULL;
   while (isl->heap_len && !pick) {
     cw_sched_queue_t* q = isl->heap[0];
-    cw_sched_verdict_t v = judge(user, q->head);
+    cw_sched_verdict_t v = cw__judge_once(isl, q, judge, user);
     if (cw__goes_now(v)) {
       *out_verdict = v;
       return cw__pop(isl, q);
@@ -330,7 +344,7 @@ cw_sched_item_t* cw_sched_island_pick(cw_sched_island_t* isl,
   // light one 32,000 launches behind).
   cw_sched_queue_t* last = isl->last;
   if (last && last != pick && last->where == CW__HEAP && isl->run < isl->max_run) {
-    cw_sched_verdict_t v = judge(user, last->head);
+    cw_sched_verdict_t v = cw__judge_once(isl, last, judge, user);
     if (cw__goes_now(v)) {
       *out_verdict = v;
       return cw__pop(isl, last);

@@ -88,6 +88,7 @@ typedef struct cw_sched_island_s {
   cw_sched_queue_t* queues_tail;
   size_t num_queues;
   uint64_t arrivals;
+  uint64_t picks;              // picks so far: a head is judged once a pick
   cw_sched_queue_t** buckets;  // by session id
   size_t num_buckets;
   cw_sched_queue_t** heap;     // launch heads not judged blocked, by pass
