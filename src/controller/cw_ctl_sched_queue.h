@@ -114,7 +114,7 @@ bool cw_sched_island_push(cw_sched_island_t* isl, cw_sched_item_t* item);
 
 // Takes one item off its queue, judging heads with judge(user, head), each
 // at most once: the first head that is not a launch and is judged READY or
-// FAILED (sessions in order of arrival); else one judged FAILED among the
+// FAILED (in the order they came to head their queues); else one judged FAILED among the
 // launch heads judged blocked before; else, if fewer than max_outstanding
 // stamped launches are out, the launch head with the smallest pass (judged
 // FAILED there, it is taken off instead, moving no pass; judged BLOCKED, it
