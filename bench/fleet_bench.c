@@ -237,6 +237,17 @@ static pid_t spawn_worker(int i, int log_fd) {
 
 static cw_client_t* g_admin;
 
+// The admin connection, every worker and the controller, then the fleet's
+// directory; dies if a process did not exit cleanly.
+static void end_fleet(void) {
+  cw_client_release(g_admin);
+  g_admin = NULL;
+  int unclean = stop_fleet();
+  if (unclean) die("%d processes did not exit cleanly", unclean);
+  cw_test_tempdir_remove(g.dir);
+  g.dir[0] = '\0';
+}
+
 static Causeway__V1__AdminStatus* admin_status(void) {
   Causeway__V1__AdminStatusRequest req = CAUSEWAY__V1__ADMIN_STATUS_REQUEST__INIT;
   ProtobufCMessage* rep = NULL;
@@ -585,12 +596,7 @@ static result_t run_fleet(int n, int sessions, uint64_t launches, double hb_wind
     session_close(&g_distinct[k]);
     session_close(&g_shared[k]);
   }
-  cw_client_release(g_admin);
-  g_admin = NULL;
-  int unclean = stop_fleet();
-  if (unclean) die("%d processes did not exit cleanly", unclean);
-  cw_test_tempdir_remove(g.dir);
-  g.dir[0] = '\0';
+  end_fleet();
   atomic_store(&g_down[0], false);
   atomic_store(&g_down[1], false);
   return r;
@@ -656,12 +662,7 @@ static void shared_curve(const int* counts, int num, uint64_t total) {
     fprintf(stderr, "fleet_bench: %d sessions on one shared island ...\n", counts[i]);
     res[i] = run_shared(counts[i], total);
   }
-  cw_client_release(g_admin);
-  g_admin = NULL;
-  int unclean = stop_fleet();
-  if (unclean) die("%d processes did not exit cleanly", unclean);
-  cw_test_tempdir_remove(g.dir);
-  g.dir[0] = '\0';
+  end_fleet();
   printf("sessions on one shared island: one controller, one worker of 8 null devices; %llu "
          "launches in all through the island's scheduler, split among the sessions; %ld CPU "
          "cores\n\n", (unsigned long long)total, sysconf(_SC_NPROCESSORS_ONLN));

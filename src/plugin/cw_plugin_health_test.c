@@ -390,6 +390,17 @@ static void wait_for_hello(fake_t* f) {
   assert_int_equal(__atomic_load_n(&f->hello_session, __ATOMIC_ACQUIRE), 5);
 }
 
+// A replacement announced (incarnation 2) and a join of it on thread *t
+// waiting for its HELLO reply (held until hello_hold goes false).
+static void start_held_revive(fixture_t* fx, attempt_t* a, pthread_t* t) {
+  atomic_store(&fx->replacement.hello_hold, true);
+  fake_start(&fx->replacement, script_echo);
+  on_event(fx, CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_UP, 2, 2, fx->replacement.path, NULL);
+  *a = (attempt_t){fx, NULL, false};
+  assert_int_equal(pthread_create(t, NULL, attempt_main, a), 0);
+  wait_for_hello(&fx->replacement);
+}
+
 // Joining a replacement whose HELLO is not answered yet (an outage of its
 // address) holds up no other call on the worker: they fail at once, deletes
 // from JAX's garbage collection included, and the join completes once it is
@@ -398,13 +409,9 @@ static void wait_for_hello(fake_t* f) {
 static void test_revive_does_not_hold_up_other_calls(void** state) {
   fixture_t* fx = *state;
   send_copy(fx);
-  atomic_store(&fx->replacement.hello_hold, true);
-  fake_start(&fx->replacement, script_echo);
-  on_event(fx, CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_UP, 2, 2, fx->replacement.path, NULL);
-  attempt_t a = {fx, NULL, false};
+  attempt_t a;
   pthread_t t;
-  assert_int_equal(pthread_create(&t, NULL, attempt_main, &a), 0);
-  wait_for_hello(&fx->replacement);
+  start_held_revive(fx, &a, &t);
   expect_status(cw_plugin_worker_check(&fx->worker), CW_UNAVAILABLE, NULL);
   cw_plugin_worker_delete(&fx->worker, 0, 77, 16);
   Causeway__V1__CopyRequest req = CAUSEWAY__V1__COPY_REQUEST__INIT;
@@ -431,13 +438,9 @@ static void test_revive_does_not_hold_up_other_calls(void** state) {
 static void test_worker_down_during_revive(void** state) {
   fixture_t* fx = *state;
   cw_client_t* old = fx->worker.conn;
-  atomic_store(&fx->replacement.hello_hold, true);
-  fake_start(&fx->replacement, script_echo);
-  on_event(fx, CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_UP, 2, 2, fx->replacement.path, NULL);
-  attempt_t a = {fx, NULL, false};
+  attempt_t a;
   pthread_t t;
-  assert_int_equal(pthread_create(&t, NULL, attempt_main, &a), 0);
-  wait_for_hello(&fx->replacement);
+  start_held_revive(fx, &a, &t);
   on_event(fx, CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_DOWN, 2, 0, NULL, "missed heartbeats");
   atomic_store(&fx->replacement.hello_hold, false);
   assert_int_equal(pthread_join(t, NULL), 0);
@@ -498,13 +501,9 @@ static void test_reattach_does_not_hold_up_other_calls(void** state) {
 static void test_newer_replacement_during_revive(void** state) {
   fixture_t* fx = *state;
   cw_client_t* old = fx->worker.conn;
-  atomic_store(&fx->replacement.hello_hold, true);
-  fake_start(&fx->replacement, script_echo);
-  on_event(fx, CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_UP, 2, 2, fx->replacement.path, NULL);
-  attempt_t a = {fx, NULL, false};
+  attempt_t a;
   pthread_t t;
-  assert_int_equal(pthread_create(&t, NULL, attempt_main, &a), 0);
-  wait_for_hello(&fx->replacement);
+  start_held_revive(fx, &a, &t);
   fake_t newer;
   memset(&newer, 0, sizeof(newer));
   fake_start(&newer, script_echo);
