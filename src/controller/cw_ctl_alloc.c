@@ -391,11 +391,8 @@ static bool cw__alloc_apply(cw_controller_t* ctl, cw_ctl_session_t* s,
 
 typedef enum { CW__ALLOC_GRANTED, CW__ALLOC_WAIT, CW__ALLOC_FAILED } cw__alloc_result_t;
 
-// Plans `r` for `s`; on a grant (with `apply`) the session has its devices;
-// without `apply` only the answer counts (a request behind the queue's head).
-// `st` (set on FAILED) says why; on WAIT *out_usable/*out_capacity say what is
-// free, and *out_why what else it waits for after a controller restart
-// (cw_ctl_resume.h), for the client's message.
+// What a waiting request waits for besides sessions' devices, for its
+// message and its place in the queue (cw__alloc_try).
 typedef struct {
   bool window;  // it would have failed: workers may still register
   bool held;    // matching workers are held back for sessions still to resume
@@ -412,6 +409,25 @@ typedef struct {
   size_t n, cap;
 } cw__alloc_avoid_t;
 
+// Workers of `ws` that a request of `avoid` could be given take nothing now.
+static void cw__alloc_set_aside(cw_alloc_worker_t* ws, size_t num_workers,
+                                const cw__alloc_avoid_t* avoid) {
+  for (size_t i = 0; i < num_workers; ++i) {
+    for (size_t k = 0; k < avoid->n && ws[i].alive; ++k) {
+      cw_alloc_request_t ahead;
+      cw__alloc_request(avoid->reqs[k], &ahead);
+      if (cw_alloc_matches(&ahead, &ws[i])) ws[i].alive = false;
+    }
+  }
+}
+
+// Plans `r` for `s`. At the queue's head (`apply`) a grant gives the session
+// its devices. Behind it, with `avoid` (the requests ahead that hold it up),
+// it is granted only on workers none of those could be given; without, only
+// the answer counts. `st` (set on FAILED) says why; on WAIT *out_usable and
+// *out_capacity say what is free and *out_why what else it waits for (after
+// a controller restart: cw_ctl_resume.h), all over every worker, for the
+// client's message.
 static cw__alloc_result_t cw__alloc_try(cw_controller_t* ctl, cw_ctl_session_t* s, bool apply,
                                         const Causeway__V1__OpenSessionRequest* r,
                                         const cw__alloc_avoid_t* avoid, cw_status_t* out_st,
@@ -426,13 +442,6 @@ static cw__alloc_result_t cw__alloc_try(cw_controller_t* ctl, cw_ctl_session_t* 
     free(devs);
     *out_st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
     return CW__ALLOC_FAILED;
-  }
-  for (size_t i = 0; avoid && i < ctl->num_workers; ++i) {
-    for (size_t k = 0; k < avoid->n && ws[i].alive; ++k) {
-      cw_alloc_request_t ahead;
-      cw__alloc_request(avoid->reqs[k], &ahead);
-      if (cw_alloc_matches(&ahead, &ws[i])) ws[i].alive = false;
-    }
   }
   cw_alloc_request_t req;
   cw__alloc_request(r, &req);
@@ -451,14 +460,26 @@ static cw__alloc_result_t cw__alloc_try(cw_controller_t* ctl, cw_ctl_session_t* 
   for (size_t i = 0; i < ctl->num_workers && !out_why->held; ++i) {
     out_why->held = ws[i].held && cw_alloc_matches(&req, &ws[i]);
   }
+  // Possible now, but behind the head: planned again on the workers nobody
+  // ahead could be given; it waits behind them (reachable) otherwise.
+  bool behind = false;
+  if (!st && !wait && avoid) {
+    cw__alloc_set_aside(ws, ctl->num_workers, avoid);
+    uint32_t usable_aside = 0, capacity_aside = 0;
+    cw_status_t aside = cw_alloc_plan(ws, ctl->num_workers, &req, devs, &behind, &usable_aside,
+                                      &capacity_aside);
+    behind = behind || aside;
+    cw_status_free(aside);
+    apply = !behind;
+  }
   cw__alloc_result_t res = CW__ALLOC_FAILED;
-  if (!st && !wait) {
+  if (!st && !wait && !behind) {
     res = (!apply || cw__alloc_apply(ctl, s, r, devs)) ? CW__ALLOC_GRANTED : CW__ALLOC_FAILED;
     if (res == CW__ALLOC_FAILED) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
     if (res == CW__ALLOC_GRANTED && apply) cw_ctl_alloc_check_leases(ctl, s);
   } else if (!st) {
     res = CW__ALLOC_WAIT;
-    out_why->away = !cw_alloc_reachable(ws, ctl->num_workers, &req);
+    out_why->away = !behind && !cw_alloc_reachable(ws, ctl->num_workers, &req);
   }
   *out_st = st;
   free(devs);
@@ -619,16 +640,8 @@ void cw_ctl_alloc_check(cw_controller_t* ctl, bool expire) {
     uint32_t usable = 0, capacity = 0;
     cw_status_t st = cw_ok_status();
     cw__alloc_why_t why;
-    cw__alloc_result_t res = cw__alloc_try(ctl, s, head, a->req, NULL, &st, &usable, &capacity,
-                                           &why);
-    if (!head && res == CW__ALLOC_GRANTED) {
-      cw__alloc_why_t aside;
-      uint32_t u2 = 0, c2 = 0;
-      cw_status_t st2 = cw_ok_status();
-      res = cw__alloc_try(ctl, s, true, a->req, &avoid, &st2, &u2, &c2, &aside);
-      if (res != CW__ALLOC_GRANTED) res = CW__ALLOC_WAIT;
-      cw_status_free(st2);
-    }
+    cw__alloc_result_t res = cw__alloc_try(ctl, s, head, a->req, head ? NULL : &avoid, &st,
+                                           &usable, &capacity, &why);
     bool late = res == CW__ALLOC_WAIT && expire && a->deadline_ms && now >= a->deadline_ms;
     // After a controller restart: what else it waits for.
     char hold[160] = "";

@@ -306,6 +306,17 @@ static void test_lost_link_is_reattached(void** state) {
   cw_plugin_future_release(ready);
 }
 
+// The path heals: the same worker (the same life of the session, which
+// applies seq 2 next) answers at the replacement's path running `script`, and
+// a reattach may be tried now.
+static void heal_same_life(fixture_t* fx, void (*script)(fake_t*)) {
+  fx->replacement.session_key_reply = 9;
+  fx->replacement.seq_next_reply = 2;
+  fake_start(&fx->replacement, script);
+  same_worker_at(fx, fx->replacement.path);
+  fx->worker.reattach_after_ms = 0;
+}
+
 // An error of the lost connection reported after the reattach (a reset is
 // reported by its reader a little later; a request on it failing last) names
 // the same address: it fails that request only, and the healed link stays.
@@ -315,11 +326,7 @@ static void test_old_links_late_error_keeps_the_new_link(void** state) {
   send_copy(fx);
   cw_client_t* old = fx->worker.conn;
   lose_link(fx);
-  fx->replacement.session_key_reply = 9;
-  fx->replacement.seq_next_reply = 2;
-  fake_start(&fx->replacement, script_echo);
-  same_worker_at(fx, fx->replacement.path);
-  fx->worker.reattach_after_ms = 0;
+  heal_same_life(fx, script_echo);
   assert_null(cw_plugin_worker_check(&fx->worker));
   assert_ptr_not_equal(fx->worker.conn, old);
   char msg[512];
@@ -606,11 +613,7 @@ static void test_deletes_during_a_lost_link_go_after_the_reattach(void** state) 
   lose_link(fx);
   for (uint64_t id = 1; id <= 600; ++id) cw_plugin_worker_delete(&fx->worker, 0, id, 16);
   atomic_store(&deleted_ids, 0);
-  fx->replacement.session_key_reply = 9;
-  fx->replacement.seq_next_reply = 2;
-  fake_start(&fx->replacement, script_count_deletes);
-  same_worker_at(fx, fx->replacement.path);
-  fx->worker.reattach_after_ms = 0;
+  heal_same_life(fx, script_count_deletes);
   assert_null(cw_plugin_worker_check(&fx->worker));
   send_copy(fx);
   assert_int_equal(atomic_load(&deleted_ids), 600);

@@ -126,6 +126,17 @@ static void test_seq_flow_control(void** state) {
   cw_client_release(direct);
 }
 
+// A client's connection making a session, and the controller's link into it
+// (which keeps the session when the client's link goes); the session's id
+// and key (its life, HelloReply.session_key).
+static void open_with_relay(cw_client_t** direct, cw_client_t** relay, uint64_t* session,
+                            uint64_t* key) {
+  ASSERT_OK(connect_as(CAUSEWAY__V1__ROLE__ROLE_CLIENT, 0, direct));
+  *session = cw_client_session_id(*direct);
+  *key = cw_client_session_key(*direct);
+  ASSERT_OK(connect_as(CAUSEWAY__V1__ROLE__ROLE_CONTROLLER, *session, relay));
+}
+
 // A client's link lost while the controller's link keeps the session: a new
 // connection in it hears the same life of the session (HelloReply.session_key)
 // and the seq it applies next, fills the holes the lost link left (a held
@@ -135,12 +146,10 @@ static void test_session_outlives_a_lost_client_link(void** state) {
   (void)state;
   cw_client_t* direct = NULL;
   cw_client_t* relay = NULL;
-  ASSERT_OK(connect_as(CAUSEWAY__V1__ROLE__ROLE_CLIENT, 0, &direct));
-  uint64_t session = cw_client_session_id(direct);
-  uint64_t key = cw_client_session_key(direct);
+  uint64_t session = 0, key = 0;
+  open_with_relay(&direct, &relay, &session, &key);
   assert_int_not_equal(key, 0);
   assert_int_equal(cw_client_session_seq_next(direct), 0);  // made by this HELLO
-  ASSERT_OK(connect_as(CAUSEWAY__V1__ROLE__ROLE_CONTROLLER, session, &relay));
   assert_int_equal(cw_client_session_key(relay), key);
   assert_int_equal(cw_client_session_seq_next(relay), 1);
 
@@ -205,10 +214,8 @@ static void test_reattach_closes_the_lost_link(void** state) {
   (void)state;
   cw_client_t* direct = NULL;
   cw_client_t* relay = NULL;
-  ASSERT_OK(connect_as(CAUSEWAY__V1__ROLE__ROLE_CLIENT, 0, &direct));
-  uint64_t session = cw_client_session_id(direct);
-  uint64_t key = cw_client_session_key(direct);
-  ASSERT_OK(connect_as(CAUSEWAY__V1__ROLE__ROLE_CONTROLLER, session, &relay));
+  uint64_t session = 0, key = 0;
+  open_with_relay(&direct, &relay, &session, &key);
   float data[6] = {1, 2, 3, 4, 5, 6};
   uint64_t rid = 0;
   ASSERT_OK(send_upload(direct, 301, 1, data, &rid));
@@ -246,10 +253,8 @@ static void test_reattach_closes_only_its_own_session(void** state) {
   cw_client_t* a = NULL;
   cw_client_t* a_relay = NULL;
   cw_client_t* b = NULL;
-  ASSERT_OK(connect_as(CAUSEWAY__V1__ROLE__ROLE_CLIENT, 0, &a));
-  uint64_t sa = cw_client_session_id(a);
-  uint64_t ka = cw_client_session_key(a);
-  ASSERT_OK(connect_as(CAUSEWAY__V1__ROLE__ROLE_CONTROLLER, sa, &a_relay));
+  uint64_t sa = 0, ka = 0;
+  open_with_relay(&a, &a_relay, &sa, &ka);
   ASSERT_OK(connect_as(CAUSEWAY__V1__ROLE__ROLE_CLIENT, 0, &b));
   uint64_t sb = cw_client_session_id(b);
   uint64_t kb = cw_client_session_key(b);
