@@ -161,14 +161,22 @@ static size_t cw__swap_in(cw_plugin_worker_t* w, cw_client_t* conn, char* addres
 // path still cut, a replacement not up) the connect waits out its timeout,
 // and other threads' calls on w (deletes from JAX's garbage collection too)
 // must not wait that long; they find w dead and fail at once meanwhile.
+// `controller`: then waits for the controller connection too, if it is
+// being resumed (that takes up to CAUSEWAY_CONTROLLER_RECONNECT_MS).
 static cw_status_t cw__connect_unlocked(cw_plugin_worker_t* w, const char* address,
-                                        uint64_t reattach_key, cw_client_t** out) {
+                                        uint64_t reattach_key, bool controller,
+                                        cw_client_t** out) {
   pthread_mutex_unlock(&w->send_mu);
   cw_client_options_t o;
   cw_plugin_client_worker_options(w->client, &o);
   o.reattach_session_key = reattach_key;
   cw_status_t s = address ? cw_client_connect(address, &o, out)
                           : cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  if (!s && controller) {
+    cw_client_t* ctrl = NULL;
+    uint64_t gen = 0;
+    s = cw_plugin_ctrl_get(w->client, &ctrl, &gen);
+  }
   pthread_mutex_lock(&w->send_mu);
   w->connecting = false;
   return s;
@@ -207,7 +215,7 @@ static bool cw__reattach(cw_plugin_worker_t* w) {
   cw_client_t* conn = NULL;
   // The worker closes the lost link before it answers (our key proves the
   // session's life): session_seq_next then counts all it read from there.
-  cw_status_t s = cw__connect_unlocked(w, address, w->session_key, &conn);
+  cw_status_t s = cw__connect_unlocked(w, address, w->session_key, false, &conn);
   // From the attempt's end: after one that waited out the connect timeout
   // (the path still cut) the calls of the next second fail at once.
   w->reattach_after_ms = cw_time_now_ms() + CW_PLUGIN_REATTACH_EVERY_MS;
@@ -294,10 +302,11 @@ bool cw_plugin_health_revive(cw_plugin_worker_t* w) {
   w->connecting = true;
   uint32_t downs = atomic_load(&w->downs);
   cw_client_t* conn = NULL;
-  cw_status_t s = cw__connect_unlocked(w, address, 0, &conn);
+  cw_status_t s = cw__connect_unlocked(w, address, 0, true, &conn);
   if (s) {
-    cw__set_reason(w, "its replacement at %s cannot be reached: %s", address,
-                   cw_status_message(s));
+    cw__set_reason(w, conn ? "rejoining its replacement at %s failed: %s"
+                           : "its replacement at %s cannot be reached: %s",
+                   address, cw_status_message(s));
   }
   // Meanwhile a newer replacement was named (the next call joins that one),
   // or the controller reported this one down (events come in order: it came
@@ -316,12 +325,13 @@ bool cw_plugin_health_revive(cw_plugin_worker_t* w) {
     // Sent under send_mu, so on the controller connection after every
     // request we sent for the old incarnation (those are refused there),
     // and before any relayed one for the new. Its answer is waited for
-    // under send_mu too: a controller that answers, unlike the connect
-    // above, which may wait out its timeout.
+    // under send_mu too: a controller that is up and answers, unlike the
+    // connect above, which may wait out its timeout. A controller lost
+    // again since the wait there fails the join (the next call tries again).
     ProtobufCMessage* reply = NULL;
     cw_client_t* ctrl = NULL;
     uint64_t gen = 0;
-    s = cw_plugin_ctrl_get(c, &ctrl, &gen);
+    s = cw_plugin_ctrl_up(c, &ctrl, &gen);
     if (!s) s = cw_client_call(ctrl, CW_MSG_HEALTH_REJOIN, &req.base, NULL, 0, NULL, &reply, NULL);
     if (s) (void)cw_plugin_ctrl_retry(c, gen, s);  // the next use tries again
     if (reply) protobuf_c_message_free_unpacked(reply, NULL);

@@ -6,6 +6,7 @@
 // gone); an older incarnation or another session's worker is ignored; a lost
 // controller connection is named; LEASE_CHANGED withdraws the direct-launch
 // lease, also when it comes before the workers are set up.
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include "cw_plugin_client.h"
 #include "cw_plugin_health.h"
 #include "cw_plugin_internal.h"
+#include "cw_plugin_resume.h"
 #include "cw_plugin_worker.h"
 #include "cw_time.h"
 
@@ -439,6 +441,71 @@ static void test_revive_does_not_hold_up_other_calls(void** state) {
   assert_int_equal(send_copy(fx), 1);  // the replacement numbers from 1
 }
 
+typedef struct other_calls_s {
+  fixture_t* fx;
+  bool done;  // atomic (__atomic_*)
+} other_calls_t;
+
+// Calls on the worker that must fail at once while it is being joined.
+static void* other_calls_main(void* arg) {
+  other_calls_t* o = arg;
+  cw_plugin_worker_t* w = &o->fx->worker;
+  expect_status(cw_plugin_worker_check(w), CW_UNAVAILABLE, NULL);
+  cw_plugin_worker_delete(w, 0, 77, 16);
+  Causeway__V1__CopyRequest req = CAUSEWAY__V1__COPY_REQUEST__INIT;
+  expect_status(cw_plugin_worker_send(w, CW_PLUGIN_ANY_EPOCH, CW_MSG_COPY, &req.base, &req.seq,
+                                      NULL, 0, NULL, NULL, NULL),
+                CW_UNAVAILABLE, NULL);
+  __atomic_store_n(&o->done, true, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+// A join whose HELLO was answered waits for a controller being reconnected
+// (up to CAUSEWAY_CONTROLLER_RECONNECT_MS) before it can send HEALTH_REJOIN.
+// It waits with send_mu let go: other calls on the worker fail at once
+// meanwhile. Until session 46 it waited under send_mu, and they waited too.
+static void test_revive_waits_for_the_controller_off_the_send_lock(void** state) {
+  fixture_t* fx = *state;
+  cw_plugin_client_t* c = &fx->client;
+  setenv("CAUSEWAY_CONTROLLER_RECONNECT_MS", "60000", 1);
+  setenv("CAUSEWAY_WORKER_LINK_TIMEOUT_MS", "0", 1);  // as the other tests' (zeroed) settings
+  assert_null(cw_settings_initialize(&c->settings, CW_SCOPE_PLUGIN));
+  assert_null(cw_plugin_resume_create(c));
+  assert_non_null(c->resume);
+  // The controller connection is lost, and nobody reconnects it (the
+  // resume thread is not started).
+  cw_status_t lost = cw_make_status(CW_UNAVAILABLE, "connection to %s lost: test", fx->ctrl.path);
+  assert_true(cw_plugin_ctrl_retry(c, 0, lost));
+  cw_status_free(lost);
+  fake_start(&fx->replacement, script_echo);
+  on_event(fx, CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_UP, 2, 2, fx->replacement.path, NULL);
+  attempt_t a = {fx, NULL, false};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, attempt_main, &a), 0);
+  wait_for_hello(&fx->replacement);
+  other_calls_t o = {fx, false};
+  pthread_t ot;
+  assert_int_equal(pthread_create(&ot, NULL, other_calls_main, &o), 0);
+  for (int i = 0; i < 1000 && !__atomic_load_n(&o.done, __ATOMIC_ACQUIRE); ++i) usleep(10000);
+  bool first = __atomic_load_n(&o.done, __ATOMIC_ACQUIRE);
+  bool joining = !__atomic_load_n(&a.done, __ATOMIC_ACQUIRE);
+  cw_plugin_resume_stop(c);  // the join's wait ends: the client is going
+  assert_int_equal(pthread_join(t, NULL), 0);
+  assert_int_equal(pthread_join(ot, NULL), 0);
+  assert_true(first);
+  assert_true(joining);
+  expect_status(a.status, CW_UNAVAILABLE, NULL);
+  assert_true(is_dead(&fx->worker));
+  assert_false(fx->worker.connecting);
+  // (Read, not checked: a check would try to join again.)
+  assert_non_null(strstr(fx->worker.dead_reason, "rejoining its replacement at"));
+  assert_non_null(strstr(fx->worker.dead_reason, "the client is being destroyed"));
+  cw_plugin_resume_release(c);
+  cw_settings_deinitialize(&c->settings);
+  unsetenv("CAUSEWAY_CONTROLLER_RECONNECT_MS");
+  unsetenv("CAUSEWAY_WORKER_LINK_TIMEOUT_MS");
+}
+
 // The controller reports the replacement down while we wait for its HELLO
 // reply (it died at once): the join gives up and the worker stays dead
 // (until h1 the DOWN was overwritten and the dead replacement joined).
@@ -696,6 +763,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_retired_connections_are_released, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unreachable_replacement, setup, teardown),
       cmocka_unit_test_setup_teardown(test_revive_does_not_hold_up_other_calls, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_revive_waits_for_the_controller_off_the_send_lock, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_worker_down_during_revive, setup, teardown),
       cmocka_unit_test_setup_teardown(test_newer_replacement_during_revive, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lost_link_is_reattached, setup, teardown),

@@ -117,7 +117,9 @@ static void cw__mark_lost(cw_plugin_resume_t* r, uint64_t gen) {
   pthread_cond_broadcast(&r->cv);
 }
 
-cw_status_t cw_plugin_ctrl_get(cw_plugin_client_t* c, cw_client_t** out_ctrl, uint64_t* out_gen) {
+// `wait`: while a reconnection is under way; else that fails at once.
+static cw_status_t cw__ctrl(cw_plugin_client_t* c, bool wait, cw_client_t** out_ctrl,
+                            uint64_t* out_gen) {
   cw_plugin_resume_t* r = c->resume;
   *out_gen = 0;
   *out_ctrl = NULL;
@@ -128,18 +130,29 @@ cw_status_t cw_plugin_ctrl_get(cw_plugin_client_t* c, cw_client_t** out_ctrl, ui
     return cw_ok_status();
   }
   pthread_mutex_lock(&r->mu);
-  while (!r->up && !r->failure && !r->stopping) pthread_cond_wait(&r->cv, &r->mu);
+  while (wait && !r->up && !r->failure && !r->stopping) pthread_cond_wait(&r->cv, &r->mu);
   cw_status_t s = cw_ok_status();
   if (r->failure) {
     s = cw_status_clone(r->failure);
   } else if (r->stopping) {
     s = cw_make_status(CW_CANCELLED, "causeway: the client is being destroyed");
+  } else if (!r->up) {
+    s = cw_make_status(CW_UNAVAILABLE, "causeway: the controller at %s is unavailable: "
+                       "reconnecting", c->ctrl_address);
   } else {
     *out_ctrl = c->ctrl;
     *out_gen = r->gen;
   }
   pthread_mutex_unlock(&r->mu);
   return s;
+}
+
+cw_status_t cw_plugin_ctrl_get(cw_plugin_client_t* c, cw_client_t** out_ctrl, uint64_t* out_gen) {
+  return cw__ctrl(c, true, out_ctrl, out_gen);
+}
+
+cw_status_t cw_plugin_ctrl_up(cw_plugin_client_t* c, cw_client_t** out_ctrl, uint64_t* out_gen) {
+  return cw__ctrl(c, false, out_ctrl, out_gen);
 }
 
 cw_status_t cw_plugin_ctrl_now(cw_plugin_client_t* c, cw_client_t** out_ctrl, uint64_t* out_gen) {

@@ -63,6 +63,10 @@ void cw_plugin_resume_release(cw_plugin_client_t* c);
 // error when reconnecting gave up.
 CW_MUST_USE cw_status_t cw_plugin_ctrl_get(cw_plugin_client_t* c, cw_client_t** out_ctrl,
                                            uint64_t* out_gen);
+// Like cw_plugin_ctrl_get, but fails UNAVAILABLE at once while a
+// reconnection is under way.
+CW_MUST_USE cw_status_t cw_plugin_ctrl_up(cw_plugin_client_t* c, cw_client_t** out_ctrl,
+                                          uint64_t* out_gen);
 // Like cw_plugin_ctrl_get without waiting: the current connection, lost or
 // not (a request sent on a lost one fails and can be parked). Call with the
 // send lock held.
