@@ -18,6 +18,7 @@
 #include "cw_ctl_island.h"
 #include "cw_ctl_ops.h"
 #include "cw_ctl_registry.h"
+#include "cw_ctl_sched_queue.h"
 #include "cw_ctl_session.h"
 #include "cw_log.h"
 #include "cw_settings.h"
@@ -305,6 +306,10 @@ static cw_status_t cw__set_devices(cw_controller_t* ctl, cw_ctl_session_t* s,
     st = cw__check_same(s, devs, n);
     free(devs);
     return st;
+  }
+  if (allocated && open->weight > CW_SCHED_MAX_WEIGHT) {  // as OPEN_SESSION refuses it
+    st = cw_make_status(CW_INVALID_ARGUMENT, "SESSION_RESUME: weight %u is outside [1, %d]",
+                        open->weight, CW_SCHED_MAX_WEIGHT);
   }
   if (allocated) {
     for (uint32_t i = 0; !st && i < n; ++i) {

@@ -504,6 +504,12 @@ static void test_resume_allocations(void** state) {
   assert_null(resume(s3, &r, &info, NULL));
   assert_false(info->workers[0]->direct_launch);
   protobuf_c_message_free_unpacked(&info->base, NULL);
+  // A weight OPEN_SESSION refuses is refused here too.
+  cw_client_t* s4 = client(0);
+  r.weight = 5000;
+  expect_error(resume(s4, &r, NULL, NULL), CW_INVALID_ARGUMENT,
+               "SESSION_RESUME: weight 5000 is outside [1, 1000]");
+  cw_client_release(s4);
   r.weight = 0;
   // ...and the lease the first two had is withdrawn: their clients are told.
   for (int i = 0; i < 1000 && !atomic_load(&seen1.withdrawn); ++i) cw_test_sleep_ms(10);
