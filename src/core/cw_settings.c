@@ -685,7 +685,7 @@ bool cw_settings_initialize_for_main(const char* program, const char* usage,
     fprintf(stderr, "%s: settings: %s\n", program, cw_status_message(st));
     cw_status_free(st);
     cw_settings_deinitialize(settings);
-    *out_exit_code = 1;
+    *out_exit_code = 2;  // as any other bad command line
     return false;
   }
   cw_log_level_t level = CW_LOG_WARN;

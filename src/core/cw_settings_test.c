@@ -210,6 +210,35 @@ static size_t warn_old_names_captured(unsigned scope, char* out, size_t cap) {
   return n;
 }
 
+// A daemon's start-up refusals all exit 2, as a bad command line does (a
+// bad setting exited 1 until session 46, unlike --listen or the log level).
+static void test_main_refusals_exit_2(void** state) {
+  (void)state;
+  clear_settings_env();
+  cw_settings_t s;
+  int code = -1;
+  char* bad_flag[] = {"causeway-worker", "--listen", "x.sock", "--devices", "four", NULL};
+  assert_false(cw_settings_initialize_for_main("causeway-worker", "usage", "worker",
+                                               CW_SCOPE_WORKER, 5, bad_flag, &s, &code));
+  assert_int_equal(code, 2);
+  setenv("CAUSEWAY_WORKER_DEVICES", "5000", 1);
+  char* listen[] = {"causeway-worker", "--listen", "x.sock", NULL};
+  assert_false(cw_settings_initialize_for_main("causeway-worker", "usage", "worker",
+                                               CW_SCOPE_WORKER, 3, listen, &s, &code));
+  assert_int_equal(code, 2);
+  unsetenv("CAUSEWAY_WORKER_DEVICES");
+  char* no_listen[] = {"causeway-worker", NULL};
+  assert_false(cw_settings_initialize_for_main("causeway-worker", "usage", "worker",
+                                               CW_SCOPE_WORKER, 1, no_listen, &s, &code));
+  assert_int_equal(code, 2);
+  char* good[] = {"causeway-worker", "--listen", "x.sock", "--devices", "2", NULL};
+  assert_true(cw_settings_initialize_for_main("causeway-worker", "usage", "worker",
+                                              CW_SCOPE_WORKER, 5, good, &s, &code));
+  assert_int_equal(code, 0);
+  assert_int_equal(cw_settings_int(&s, CW_SET_DEVICES), 2);
+  cw_settings_deinitialize(&s);
+}
+
 static void test_settings_old_names(void** state) {
   clear_settings_env();
   char text[2048];
@@ -311,6 +340,7 @@ int main(void) {
       cmocka_unit_test(test_settings),         cmocka_unit_test(test_settings_scope),
       cmocka_unit_test(test_settings_table),   cmocka_unit_test(test_settings_types),
       cmocka_unit_test(test_settings_old_names), cmocka_unit_test(test_token_set),
+      cmocka_unit_test(test_main_refusals_exit_2),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
