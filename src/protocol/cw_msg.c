@@ -168,7 +168,7 @@ static const cw_msg_info_t cw__msgs[CW_MSG_TYPE_MAX + 1] = {
   [CW_MSG_STATS] =        {"STATS",        CW__D(stats_request),        CW__D(stats),              CW_ROLES_ANY, 0,                      0,  NULL,            false, false},
   [CW_MSG_AWAIT] =        {"AWAIT",        CW__D(await_request),        CW__D(array_info),         C,            CW__SEQ(AwaitRequest),  0,  NULL,            true,  false},
   [CW_MSG_LAUNCH_GO] =    {"LAUNCH_GO",    CW__D(launch_go_request),    CW__D(ack),                K,            0,                      0,  NULL,            true,  false},
-  // Host callbacks (18-21): the worker asks the client to run a callable.
+  // Host callbacks (18; 19-21 reserved): the worker asks the client to run a callable.
   [CW_MSG_HOST_CALLBACK] = {"HOST_CALLBACK", CW__D(host_callback_request), CW__D(host_callback_reply), W, 0,                  BQ | BR, cw__host_callback_bulk, true, false},
   [CW_MSG_REGISTER] =     {"REGISTER",     CW__D(register_request),     CW__D(register_reply),     W,            0,                      0,  NULL,            false, false},
   [CW_MSG_OPEN_SESSION] = {"OPEN_SESSION", CW__D(open_session_request), CW__D(session_info),       C,            0,                      0,  NULL,            true,  false},
