@@ -11,7 +11,7 @@ int main(int argc, char** argv) {
   int code = 0;
   if (!cw_settings_initialize_for_main(
           "causeway-worker",
-          "--plugin PATH --devices N --listen ADDR [--name NAME] [--controller ADDR"
+          "--plugin PATH --listen ADDR [--devices N] [--name NAME] [--controller ADDR"
           " [--exit-with-controller]] [--watch-fd N] [--log-level L]"
           " [--ffi-libraries PATH:SYMBOL,...] [--jaxlib-python PYTHON|off]",
           "worker", CW_SCOPE_WORKER, argc, argv, &settings, &code)) {
