@@ -60,7 +60,10 @@ struct cw_grpc_server_s {
   } listener;
   bool is_pipe;
   cw_net_unix_id_t unix_id;  // the socket file this server made
+  // Runs until the last connection has closed: lingering ones still write
+  // (the rest of a large response, a call that ends meanwhile).
   uv_prepare_t flusher;
+  bool flusher_closed;
   bool closing;
   size_t live;  // listener, pacer, flusher and connections not yet freed
   char address[256];
@@ -87,6 +90,15 @@ static void cw__conn_handle_closed(uv_handle_t* h) {
   cw__server_unref(s);
 }
 
+static void cw__handle_closed(uv_handle_t* h);
+
+// The server has closed and no connection lingers: nothing is left to write.
+static void cw__flusher_close(cw_grpc_server_t* s) {
+  if (!s->closing || s->conns || s->flusher_closed) return;
+  s->flusher_closed = true;
+  uv_close((uv_handle_t*)&s->flusher, cw__handle_closed);
+}
+
 static void cw__conn_close(cw_grpc_conn_t* c) {
   if (c->closing) return;
   c->closing = true;
@@ -94,6 +106,7 @@ static void cw__conn_close(cw_grpc_conn_t* c) {
   cw_net_gate_leave(&s->gate, &c->gate);
   if (c->prev) c->prev->next = c->next; else s->conns = c->next;
   if (c->next) c->next->prev = c->prev;
+  cw__flusher_close(s);
   // The owner's on_close runs for every open call here.
   cw_grpc_session_release(c->session);
   c->session = NULL;
@@ -376,6 +389,6 @@ void cw_grpc_server_close(cw_grpc_server_t* s) {
   }
   if (s->is_pipe && s->address[0]) cw_net_unix_unlink_own(s->address, &s->unix_id);
   uv_close(&s->listener.handle, cw__handle_closed);
-  uv_close((uv_handle_t*)&s->flusher, cw__handle_closed);
+  cw__flusher_close(s);  // else at the last connection's close
   cw_net_pacer_close(&s->pacer, cw__pacer_closed);
 }

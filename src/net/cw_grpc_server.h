@@ -40,8 +40,9 @@ CW_MUST_USE cw_status_t cw_grpc_server_create(uv_loop_t* loop, const char* addre
                                               cw_grpc_server_t** out_server);
 // host:port as bound (the port resolved).
 const char* cw_grpc_server_address(const cw_grpc_server_t* server);
-// Closes the listener and every connection (their calls close); the server
-// frees itself once the loop has closed its handles. Takes `server`.
+// Closes the listener; every connection sends its last output and a GOAWAY,
+// then closes when its peer does or after a second (their calls close); the
+// server frees itself once the loop has closed its handles. Takes `server`.
 void cw_grpc_server_close(cw_grpc_server_t* server);
 
 #endif  // CW_NET_GRPC_SERVER_H_
