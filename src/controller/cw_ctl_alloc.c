@@ -402,22 +402,42 @@ typedef struct {
   bool away;
 } cw__alloc_why_t;
 
-// The requests queued ahead that hold a later one up: it may go first only
-// on workers none of them could ever be given (cw__alloc_try's `avoid`).
+// The workers that requests queued ahead, holding a later one up, could
+// ever be given: it may go first only on others (cw__alloc_try's `avoid`).
+// Flags per worker, set as each such request joins, so that a check of a
+// long queue costs O(requests x workers), not that times the requests ahead.
 typedef struct {
-  const Causeway__V1__OpenSessionRequest** reqs;
-  size_t n, cap;
+  bool* aside;  // [ctl->num_workers], once a request joined
 } cw__alloc_avoid_t;
 
-// Workers of `ws` that a request of `avoid` could be given take nothing now.
+// Request `r` holds those behind it up: the workers it could be given are set
+// aside for them. False when out of memory.
+static bool cw__alloc_avoid_add(cw_controller_t* ctl, cw__alloc_avoid_t* avoid,
+                                const Causeway__V1__OpenSessionRequest* r) {
+  if (!avoid->aside) {
+    avoid->aside = calloc(ctl->num_workers + 1, sizeof(*avoid->aside));
+    if (!avoid->aside) return false;
+  }
+  cw_alloc_request_t ahead;
+  cw__alloc_request(r, &ahead);
+  for (size_t i = 0; i < ctl->num_workers; ++i) {
+    if (avoid->aside[i]) continue;
+    const cw_ctl_worker_t* w = ctl->workers[i];
+    cw_alloc_worker_t view = {.name = w->name, .platform = w->reg->inventory->platform_name};
+    avoid->aside[i] = cw_alloc_matches(&ahead, &view);
+  }
+  return true;
+}
+
+static void cw__alloc_avoid_clear(cw_controller_t* ctl, cw__alloc_avoid_t* avoid) {
+  if (avoid->aside) memset(avoid->aside, 0, ctl->num_workers * sizeof(*avoid->aside));
+}
+
+// Workers of `ws` set aside in `avoid` take nothing now.
 static void cw__alloc_set_aside(cw_alloc_worker_t* ws, size_t num_workers,
                                 const cw__alloc_avoid_t* avoid) {
-  for (size_t i = 0; i < num_workers; ++i) {
-    for (size_t k = 0; k < avoid->n && ws[i].alive; ++k) {
-      cw_alloc_request_t ahead;
-      cw__alloc_request(avoid->reqs[k], &ahead);
-      if (cw_alloc_matches(&ahead, &ws[i])) ws[i].alive = false;
-    }
+  for (size_t i = 0; i < num_workers && avoid->aside; ++i) {
+    if (avoid->aside[i]) ws[i].alive = false;
   }
 }
 
@@ -545,7 +565,8 @@ void cw_ctl_alloc_open(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_
                                    asked));
     return;
   }
-  // FIFO: with others queued, only "never" is decided now; it waits even if it would fit.
+  // With others queued only "never" is decided here; the queue's check
+  // below decides whether it may go first.
   uint32_t usable = 0, capacity = 0;
   cw_status_t st = cw_ok_status();
   bool head = ctl->alloc_queue == NULL;
@@ -581,7 +602,7 @@ void cw_ctl_alloc_open(cw_controller_t* ctl, cw_ctl_peer_t* p, uint64_t request_
   if (ctl->alloc_queue_tail) ctl->alloc_queue_tail->next = a;
   else ctl->alloc_queue = a;
   ctl->alloc_queue_tail = a;
-  CW_LOGI("session %" PRIu64 ": waits for %s (%u of %u free)", s->id, asked, usable, capacity);
+  CW_LOGI("session %" PRIu64 ": queued for %s (%u of %u free)", s->id, asked, usable, capacity);
   // A tick ends its wait at its deadline, and at the end of a hold's window.
   bool tick = a->deadline_ms || cw_ctl_resume_window(ctl);
   if (tick && !uv_is_active((uv_handle_t*)&ctl->open_tick) && !ctl->shutting_down) {
@@ -602,15 +623,16 @@ static void cw__alloc_unlink(cw_controller_t* ctl, cw_ctl_alloc_wait_t** pp) {
 
 void cw_ctl_alloc_check(cw_controller_t* ctl, bool expire) {
   int64_t now = cw_time_now_ms();
-  // Only the head may be granted (FIFO), where requests that wait for
-  // workers that are away do not count: the others would otherwise wait as
-  // long as a dead worker stays dead, on devices such a head cannot use yet.
+  // First come first served: the head is granted when it fits, where
+  // requests that wait for workers that are away do not count (the others
+  // would otherwise wait as long as a dead worker stays dead, on devices
+  // such a head cannot use yet).
   bool head = true;
-  size_t ahead = 0;  // requests before this one that hold it up
+  size_t ahead = 0;  // requests before this one that wait for sessions to end
   // Those requests: one behind them may still go first on workers none of
   // them could be given (a pool of workers named by CAUSEWAY_WORKERS, or
   // another platform), where it cannot delay them.
-  cw__alloc_avoid_t avoid = {NULL, 0, 0};
+  cw__alloc_avoid_t avoid = {NULL};
   cw_ctl_alloc_wait_t** pp = &ctl->alloc_queue;
   while (*pp) {
     cw_ctl_alloc_wait_t* a = *pp;
@@ -632,7 +654,7 @@ void cw_ctl_alloc_check(cw_controller_t* ctl, bool expire) {
       pp = &ctl->alloc_queue;
       head = true;
       ahead = 0;
-      avoid.n = 0;
+      cw__alloc_avoid_clear(ctl, &avoid);
       continue;
     }
     char asked[512];
@@ -664,15 +686,8 @@ void cw_ctl_alloc_check(cw_controller_t* ctl, bool expire) {
       if (!why.away) {
         head = false;
         ahead++;
-        if (avoid.n == avoid.cap) {
-          size_t cap = avoid.cap ? 2 * avoid.cap : 8;
-          const Causeway__V1__OpenSessionRequest** grown =
-              realloc(avoid.reqs, cap * sizeof(*grown));
-          if (!grown) break;  // out of memory: nobody behind it goes this time
-          avoid.reqs = grown;
-          avoid.cap = cap;
-        }
-        avoid.reqs[avoid.n++] = a->req;
+        // Out of memory: nobody behind it goes this time.
+        if (!cw__alloc_avoid_add(ctl, &avoid, a->req)) break;
       }
       pp = &a->next;
       continue;
@@ -701,7 +716,7 @@ void cw_ctl_alloc_check(cw_controller_t* ctl, bool expire) {
     pp = &ctl->alloc_queue;
     head = true;
     ahead = 0;
-    avoid.n = 0;
+    cw__alloc_avoid_clear(ctl, &avoid);
   }
-  free(avoid.reqs);
+  free(avoid.aside);
 }
