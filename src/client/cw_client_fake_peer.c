@@ -330,6 +330,8 @@ void script_echo(fake_t* f) {
       }
       ok = fake_ack(f, &fr);
     } else {
+      void (*hook)(void*, uint32_t) = __atomic_load_n(&f->before_ack, __ATOMIC_ACQUIRE);
+      if (hook) hook(__atomic_load_n(&f->before_ack_user, __ATOMIC_ACQUIRE), fr.h.type);
       ok = fake_ack(f, &fr);
     }
     frame_free(&fr);

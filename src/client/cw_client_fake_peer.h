@@ -51,6 +51,10 @@ struct fake_s {
   char hello_peer_name[64];
   uint32_t hello_keepalive;
   uint64_t hello_reattach_key;  // HelloRequest.reattach_session_key
+  // script_echo calls this (when set: __atomic_store_n) with each request
+  // it is about to ack, before the ack, on the peer's thread.
+  void (*before_ack)(void* user, uint32_t type);
+  void* before_ack_user;
   // Script parameters.
   const uint8_t* pattern;
   size_t pattern_len;

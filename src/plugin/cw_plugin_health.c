@@ -360,7 +360,10 @@ bool cw_plugin_health_revive(cw_plugin_worker_t* w) {
   w->incarnation = incarnation;
   free(w->dead_reason);
   w->dead_reason = NULL;
-  if (w->next_incarnation == incarnation) {
+  // Only the address joined: a resumed controller may have named another
+  // one under this incarnation meanwhile (cw_plugin_resume.c), for the next call.
+  if (w->next_incarnation == incarnation && w->next_address &&
+      strcmp(w->next_address, w->address) == 0) {
     free(w->next_address);
     w->next_address = NULL;
   }

@@ -506,6 +506,40 @@ static void test_revive_waits_for_the_controller_off_the_send_lock(void** state)
   unsetenv("CAUSEWAY_WORKER_LINK_TIMEOUT_MS");
 }
 
+// Plays a resumed controller naming another address for the worker under
+// the incarnation being joined (cw_plugin_resume.c's cw__apply_info), while
+// the join waits for HEALTH_REJOIN's answer.
+static void rename_during_rejoin(void* user, uint32_t type) {
+  fixture_t* fx = user;
+  if (type != CW_MSG_HEALTH_REJOIN) return;
+  cw_plugin_worker_t* w = &fx->worker;
+  pthread_mutex_lock(&w->mu);
+  free(w->next_address);
+  w->next_address = strdup("/elsewhere/w.sock");
+  w->next_incarnation = 2;
+  pthread_mutex_unlock(&w->mu);
+}
+
+// The join completes, but the worker was named at another address under the
+// same incarnation meanwhile: that address is kept for the next call, and
+// the worker is dead until it is joined. Until session 46 the join forgot
+// it (it cleared whatever address that incarnation named) and counted the
+// worker alive at the old one.
+static void test_address_named_during_rejoin_is_kept(void** state) {
+  fixture_t* fx = *state;
+  fake_start(&fx->replacement, script_echo);
+  __atomic_store_n(&fx->ctrl.before_ack_user, fx, __ATOMIC_RELEASE);
+  __atomic_store_n(&fx->ctrl.before_ack, rename_during_rejoin, __ATOMIC_RELEASE);
+  on_event(fx, CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_UP, 2, 2, fx->replacement.path, NULL);
+  expect_status(cw_plugin_worker_check(&fx->worker), CW_UNAVAILABLE, "worker replaced");
+  __atomic_store_n(&fx->ctrl.before_ack, NULL, __ATOMIC_RELEASE);
+  assert_true(is_dead(&fx->worker));
+  pthread_mutex_lock(&fx->worker.mu);
+  assert_non_null(fx->worker.next_address);
+  assert_string_equal(fx->worker.next_address, "/elsewhere/w.sock");
+  pthread_mutex_unlock(&fx->worker.mu);
+}
+
 // The controller reports the replacement down while we wait for its HELLO
 // reply (it died at once): the join gives up and the worker stays dead
 // (until h1 the DOWN was overwritten and the dead replacement joined).
@@ -765,6 +799,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_revive_does_not_hold_up_other_calls, setup, teardown),
       cmocka_unit_test_setup_teardown(test_revive_waits_for_the_controller_off_the_send_lock, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_address_named_during_rejoin_is_kept, setup, teardown),
       cmocka_unit_test_setup_teardown(test_worker_down_during_revive, setup, teardown),
       cmocka_unit_test_setup_teardown(test_newer_replacement_during_revive, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lost_link_is_reattached, setup, teardown),
