@@ -301,6 +301,9 @@ cw_status_t cw_worker_link_start(cw_worker_t* w) {
   uv_timer_init(&w->loop, &k->start_timer);
   k->heartbeat_timer.data = k->reconnect_timer.data = k->start_timer.data = w;
   k->reconnect_delay_ms = CW__RECONNECT_FIRST_MS;
+  // From now: the loop's cached time is from before the plugin loaded, which
+  // on a busy host can take longer than --start-timeout-ms.
+  uv_update_time(&w->loop);
   uint64_t period = (uint64_t)cw_settings_int(w->settings, CW_SET_HEARTBEAT_MS);
   uv_timer_start(&k->heartbeat_timer, cw__heartbeat, period, period);
   int64_t start_timeout = cw_settings_int(w->settings, CW_SET_START_TIMEOUT_MS);
