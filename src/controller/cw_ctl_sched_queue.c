@@ -89,13 +89,24 @@ static void cw__sift_down(cw_sched_island_t* isl, size_t i) {
 }
 
 static void cw__count_weight(cw_sched_island_t* isl, uint32_t w, bool add) {
+  uint64_t bit = 1ull << (w & 63);
   if (add) {
-    isl->weight_counts[w]++;
+    if (isl->weight_counts[w]++ == 0) isl->weight_seen[w >> 6] |= bit;
     if (w > isl->heaviest) isl->heaviest = w;
     return;
   }
-  isl->weight_counts[w]--;
-  while (isl->heaviest > 1 && !isl->weight_counts[isl->heaviest]) isl->heaviest--;
+  if (--isl->weight_counts[w] != 0) return;
+  isl->weight_seen[w >> 6] &= ~bit;
+  if (w != isl->heaviest) return;
+  // No weight above w is counted: the highest bit left at or below its word.
+  isl->heaviest = 1;
+  for (size_t i = (w >> 6) + 1; i-- > 0;) {
+    if (isl->weight_seen[i]) {
+      isl->heaviest = (uint32_t)(i * 64 + 63 - (size_t)__builtin_clzll(isl->weight_seen[i]));
+      break;
+    }
+  }
+  if (isl->heaviest == 0) isl->heaviest = 1;
 }
 
 // Room for every queue was made at its push (cw__reserve).

@@ -95,6 +95,9 @@ typedef struct cw_sched_island_s {
   size_t heap_len, heap_cap;
   uint32_t* weight_counts;     // heap members by weight, [CW_SCHED_MAX_WEIGHT + 1]
   uint32_t heaviest;           // of the heap members (1 when none)
+  // Bit w: weight_counts[w] > 0, so that the next heaviest is found in a
+  // few words when the heaviest leaves, not by walking down the counts.
+  uint64_t weight_seen[CW_SCHED_MAX_WEIGHT / 64 + 1];
   cw_sched_queue_t* urgent;    // heads that are not launches
   cw_sched_queue_t* blocked;   // launch heads judged blocked
 } cw_sched_island_t;

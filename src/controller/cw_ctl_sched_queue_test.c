@@ -725,6 +725,18 @@ static void stress_check(cw_sched_island_t* isl, sitem_t* got, cw_sched_verdict_
   }
 }
 
+// The heaviest weight the policy keeps is that of its counts (1 when none).
+static void check_heaviest(const cw_sched_island_t* isl) {
+  uint32_t want = 1;
+  for (uint32_t w = CW_SCHED_MAX_WEIGHT; w > 1 && isl->weight_counts; --w) {
+    if (isl->weight_counts[w]) {
+      want = w;
+      break;
+    }
+  }
+  assert_int_equal(isl->heaviest, want);
+}
+
 static void stress_round(uint64_t seed, int steps, bool strict_judging) {
   rng_state = seed;
   memset(models, 0, sizeof(models));
@@ -779,6 +791,7 @@ static void stress_round(uint64_t seed, int steps, bool strict_judging) {
         last_sid = got->s.session_id;
         cw_sched_island_stamped(&isl, 1);
       }
+      if (pick_serial % 8 == 0) check_heaviest(&isl);
       if (got) {
         // The policy forgets the last session once its queue empties.
         if (last_sid && !models[last_sid].len) last_sid = 0;
