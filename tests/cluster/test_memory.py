@@ -14,6 +14,9 @@ integer-valued floats is exact).
   naming the sizes and the budget.
 - With --memory-wait-ms 2000 a wait that never ends fails with
   RESOURCE_EXHAUSTED naming what it waited for; the session goes on.
+- A client killed while its upload waits for memory (the worker reads
+  nothing more of that connection) leaves no session, wait or buffer: its
+  EOF is not read, the next keepalive write to it fails.
 
 The clients watch their worker links with a 1 s CAUSEWAY_WORKER_LINK_TIMEOUT_MS,
 shorter than the waits: a worker that holds a connection's reading while an
@@ -157,6 +160,43 @@ def test_two_sessions_over_the_budget_both_finish(cluster):
     # Both sessions are gone: their memory is free again.
     assert harness.wait_until(lambda: worker(status(cluster), W)["memory"]["in_use"] == 0, 30), \
         status(cluster)
+
+
+def test_killed_waiter_leaves_nothing_on_the_worker():
+    # A soak audit's case: while an upload waits for memory the worker reads
+    # nothing more of that connection, so it does not see the client's EOF;
+    # its next keepalive write fails instead. A waiter killed so must leave no
+    # session, wait or buffer behind, and the other session's memory is all
+    # that stays in use.
+    c = make_cluster(120000)
+    a = b = None
+    try:
+        a, b = runner(c, "mem-a"), runner(c, "mem-b")
+        a.wait_ready()
+        b.wait_ready()
+        assert a.call("mem_hold", name="big", mib=48)["ok"]
+        b.submit("mem_hold", name="x", mib=24, seed=1)
+        waiting_seen(c, "mem-b", 24 * MIB)
+        b.kill()
+
+        def only_a_left():
+            st = status(c)
+            w, m = worker(st, W), worker(st, W)["memory"]
+            if [s["name"] for s in st["sessions"]] != ["mem-a"]:
+                return False
+            a_st = session(st, "mem-a")
+            return (m["waiting"] == 0 and m["waiting_bytes"] == 0
+                    and (w["buffers"], w["buffer_bytes"]) == (a_st["buffers"], a_st["buffer_bytes"])
+                    and m["in_use"] >= 48 * MIB)
+        assert harness.wait_until(only_a_left, 30), status(c)
+        a.call("mem_release", name="big")
+        got = a.call("mem_steps", k=5)  # the session goes on
+        assert got["ok"], got
+    finally:
+        for r in (a, b):
+            if r is not None:
+                r.close()
+        stop_checked(c)
 
 
 def test_wait_that_never_ends_times_out():
