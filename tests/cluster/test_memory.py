@@ -25,6 +25,7 @@ not taken for a lost link.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import subprocess
@@ -162,19 +163,32 @@ def test_two_sessions_over_the_budget_both_finish(cluster):
         status(cluster)
 
 
-def test_killed_waiter_leaves_nothing_on_the_worker():
-    # A soak audit's case: while an upload waits for memory the worker reads
-    # nothing more of that connection, so it does not see the client's EOF;
-    # its next keepalive write fails instead. A waiter killed so must leave no
-    # session, wait or buffer behind, and the other session's memory is all
-    # that stays in use.
-    c = make_cluster(120000)
+@contextlib.contextmanager
+def one_holds_48_mib(memory_wait_ms: int):
+    """A cluster of --memory-wait-ms `memory_wait_ms` whose session mem-a holds
+    48 MiB of the worker's 64 MiB, and session mem-b beside it."""
+    c = make_cluster(memory_wait_ms)
     a = b = None
     try:
         a, b = runner(c, "mem-a"), runner(c, "mem-b")
         a.wait_ready()
         b.wait_ready()
         assert a.call("mem_hold", name="big", mib=48)["ok"]
+        yield c, a, b
+    finally:
+        for r in (a, b):
+            if r is not None:
+                r.close()
+        stop_checked(c)
+
+
+def test_killed_waiter_leaves_nothing_on_the_worker():
+    # A soak audit's case: while an upload waits for memory the worker reads
+    # nothing more of that connection, so it does not see the client's EOF;
+    # its next keepalive write fails instead. A waiter killed so must leave no
+    # session, wait or buffer behind, and the other session's memory is all
+    # that stays in use.
+    with one_holds_48_mib(120000) as (c, a, b):
         b.submit("mem_hold", name="x", mib=24, seed=1)
         waiting_seen(c, "mem-b", 24 * MIB)
         b.kill()
@@ -192,21 +206,10 @@ def test_killed_waiter_leaves_nothing_on_the_worker():
         a.call("mem_release", name="big")
         got = a.call("mem_steps", k=5)  # the session goes on
         assert got["ok"], got
-    finally:
-        for r in (a, b):
-            if r is not None:
-                r.close()
-        stop_checked(c)
 
 
 def test_wait_that_never_ends_times_out():
-    c = make_cluster(2000)
-    a = b = None
-    try:
-        a, b = runner(c, "mem-a"), runner(c, "mem-b")
-        a.wait_ready()
-        b.wait_ready()
-        assert a.call("mem_hold", name="big", mib=48)["ok"]
+    with one_holds_48_mib(2000) as (c, a, b):
         t0 = time.monotonic()
         got = b.call("mem_try_hold", name="x", mib=24)
         took = time.monotonic() - t0
@@ -220,11 +223,6 @@ def test_wait_that_never_ends_times_out():
         assert b.call("mem_hold", name="x", mib=8)["ok"]
         assert a.call("mem_steps", k=5)["ok"]
         assert worker(status(c), W)["memory"]["wait_timeouts"] >= 1
-    finally:
-        for r in (a, b):
-            if r is not None:
-                r.close()
-        stop_checked(c)
 
 
 CGROUP_V1_MEMORY = "/sys/fs/cgroup/memory"
