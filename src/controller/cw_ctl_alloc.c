@@ -402,43 +402,26 @@ typedef struct {
   bool away;
 } cw__alloc_why_t;
 
-// The workers that requests queued ahead, holding a later one up, could
-// ever be given: it may go first only on others (cw__alloc_try's `avoid`).
-// Flags per worker, set as each such request joins, so that a check of a
-// long queue costs O(requests x workers), not that times the requests ahead.
-typedef struct {
-  bool* aside;  // [ctl->num_workers], once a request joined
-} cw__alloc_avoid_t;
-
-// Request `r` holds those behind it up: the workers it could be given are set
-// aside for them. False when out of memory.
-static bool cw__alloc_avoid_add(cw_controller_t* ctl, cw__alloc_avoid_t* avoid,
+// Request `r`, queued ahead, holds those behind it up: they may go first only
+// on workers it could never be given (cw__alloc_try's `avoid`). Those it could
+// are flagged in *aside ([ctl->num_workers], made at the first such request),
+// so that a check of a long queue costs O(requests x workers), not that times
+// the requests ahead. False when out of memory.
+static bool cw__alloc_avoid_add(cw_controller_t* ctl, bool** aside,
                                 const Causeway__V1__OpenSessionRequest* r) {
-  if (!avoid->aside) {
-    avoid->aside = calloc(ctl->num_workers + 1, sizeof(*avoid->aside));
-    if (!avoid->aside) return false;
+  if (!*aside) {
+    *aside = calloc(ctl->num_workers + 1, sizeof(**aside));
+    if (!*aside) return false;
   }
   cw_alloc_request_t ahead;
   cw__alloc_request(r, &ahead);
   for (size_t i = 0; i < ctl->num_workers; ++i) {
-    if (avoid->aside[i]) continue;
+    if ((*aside)[i]) continue;
     const cw_ctl_worker_t* w = ctl->workers[i];
     cw_alloc_worker_t view = {.name = w->name, .platform = w->reg->inventory->platform_name};
-    avoid->aside[i] = cw_alloc_matches(&ahead, &view);
+    (*aside)[i] = cw_alloc_matches(&ahead, &view);
   }
   return true;
-}
-
-static void cw__alloc_avoid_clear(cw_controller_t* ctl, cw__alloc_avoid_t* avoid) {
-  if (avoid->aside) memset(avoid->aside, 0, ctl->num_workers * sizeof(*avoid->aside));
-}
-
-// Workers of `ws` set aside in `avoid` take nothing now.
-static void cw__alloc_set_aside(cw_alloc_worker_t* ws, size_t num_workers,
-                                const cw__alloc_avoid_t* avoid) {
-  for (size_t i = 0; i < num_workers && avoid->aside; ++i) {
-    if (avoid->aside[i]) ws[i].alive = false;
-  }
 }
 
 // Plans `r` for `s`. At the queue's head (`apply`) a grant gives the session
@@ -450,7 +433,7 @@ static void cw__alloc_set_aside(cw_alloc_worker_t* ws, size_t num_workers,
 // client's message.
 static cw__alloc_result_t cw__alloc_try(cw_controller_t* ctl, cw_ctl_session_t* s, bool apply,
                                         const Causeway__V1__OpenSessionRequest* r,
-                                        const cw__alloc_avoid_t* avoid, cw_status_t* out_st,
+                                        const bool* avoid, cw_status_t* out_st,
                                         uint32_t* out_usable, uint32_t* out_capacity,
                                         cw__alloc_why_t* out_why) {
   *out_st = cw_ok_status();
@@ -484,7 +467,7 @@ static cw__alloc_result_t cw__alloc_try(cw_controller_t* ctl, cw_ctl_session_t* 
   // ahead could be given; it waits behind them (reachable) otherwise.
   bool behind = false;
   if (!st && !wait && avoid) {
-    cw__alloc_set_aside(ws, ctl->num_workers, avoid);
+    for (size_t i = 0; i < ctl->num_workers; ++i) ws[i].alive = ws[i].alive && !avoid[i];
     uint32_t usable_aside = 0, capacity_aside = 0;
     cw_status_t aside = cw_alloc_plan(ws, ctl->num_workers, &req, devs, &behind, &usable_aside,
                                       &capacity_aside);
@@ -632,7 +615,7 @@ void cw_ctl_alloc_check(cw_controller_t* ctl, bool expire) {
   // Those requests: one behind them may still go first on workers none of
   // them could be given (a pool of workers named by CAUSEWAY_WORKERS, or
   // another platform), where it cannot delay them.
-  cw__alloc_avoid_t avoid = {NULL};
+  bool* avoid = NULL;
   cw_ctl_alloc_wait_t** pp = &ctl->alloc_queue;
   while (*pp) {
     cw_ctl_alloc_wait_t* a = *pp;
@@ -654,7 +637,7 @@ void cw_ctl_alloc_check(cw_controller_t* ctl, bool expire) {
       pp = &ctl->alloc_queue;
       head = true;
       ahead = 0;
-      cw__alloc_avoid_clear(ctl, &avoid);
+      if (avoid) memset(avoid, 0, ctl->num_workers * sizeof(*avoid));
       continue;
     }
     char asked[512];
@@ -662,7 +645,7 @@ void cw_ctl_alloc_check(cw_controller_t* ctl, bool expire) {
     uint32_t usable = 0, capacity = 0;
     cw_status_t st = cw_ok_status();
     cw__alloc_why_t why;
-    cw__alloc_result_t res = cw__alloc_try(ctl, s, head, a->req, head ? NULL : &avoid, &st,
+    cw__alloc_result_t res = cw__alloc_try(ctl, s, head, a->req, head ? NULL : avoid, &st,
                                            &usable, &capacity, &why);
     bool late = res == CW__ALLOC_WAIT && expire && a->deadline_ms && now >= a->deadline_ms;
     // After a controller restart: what else it waits for.
@@ -716,7 +699,7 @@ void cw_ctl_alloc_check(cw_controller_t* ctl, bool expire) {
     pp = &ctl->alloc_queue;
     head = true;
     ahead = 0;
-    cw__alloc_avoid_clear(ctl, &avoid);
+    if (avoid) memset(avoid, 0, ctl->num_workers * sizeof(*avoid));
   }
-  free(avoid.aside);
+  free(avoid);
 }

@@ -410,6 +410,18 @@ static void start_held_revive(fixture_t* fx, attempt_t* a, pthread_t* t) {
   wait_for_hello(&fx->replacement);
 }
 
+// The calls other threads make on a worker being joined (a check, a delete
+// from JAX's garbage collection, a send): each fails at once, UNAVAILABLE
+// (its message containing `want`, when given).
+static void expect_other_calls_fail(cw_plugin_worker_t* w, const char* want) {
+  expect_status(cw_plugin_worker_check(w), CW_UNAVAILABLE, want);
+  cw_plugin_worker_delete(w, 0, 77, 16);
+  Causeway__V1__CopyRequest req = CAUSEWAY__V1__COPY_REQUEST__INIT;
+  expect_status(cw_plugin_worker_send(w, CW_PLUGIN_ANY_EPOCH, CW_MSG_COPY, &req.base, &req.seq,
+                                      NULL, 0, NULL, NULL, NULL),
+                CW_UNAVAILABLE, want);
+}
+
 // Joining a replacement whose HELLO is not answered yet (an outage of its
 // address) holds up no other call on the worker: they fail at once, deletes
 // from JAX's garbage collection included, and the join completes once it is
@@ -421,12 +433,7 @@ static void test_revive_does_not_hold_up_other_calls(void** state) {
   attempt_t a;
   pthread_t t;
   start_held_revive(fx, &a, &t);
-  expect_status(cw_plugin_worker_check(&fx->worker), CW_UNAVAILABLE, NULL);
-  cw_plugin_worker_delete(&fx->worker, 0, 77, 16);
-  Causeway__V1__CopyRequest req = CAUSEWAY__V1__COPY_REQUEST__INIT;
-  expect_status(cw_plugin_worker_send(&fx->worker, CW_PLUGIN_ANY_EPOCH, CW_MSG_COPY, &req.base,
-                                      &req.seq, NULL, 0, NULL, NULL, NULL),
-                CW_UNAVAILABLE, NULL);
+  expect_other_calls_fail(&fx->worker, NULL);
   // They returned while the attempt still waits for its HELLO reply (held
   // until just below): calls that waited for it would come back after it.
   bool first = !__atomic_load_n(&a.done, __ATOMIC_ACQUIRE);
@@ -449,13 +456,7 @@ typedef struct other_calls_s {
 // Calls on the worker that must fail at once while it is being joined.
 static void* other_calls_main(void* arg) {
   other_calls_t* o = arg;
-  cw_plugin_worker_t* w = &o->fx->worker;
-  expect_status(cw_plugin_worker_check(w), CW_UNAVAILABLE, NULL);
-  cw_plugin_worker_delete(w, 0, 77, 16);
-  Causeway__V1__CopyRequest req = CAUSEWAY__V1__COPY_REQUEST__INIT;
-  expect_status(cw_plugin_worker_send(w, CW_PLUGIN_ANY_EPOCH, CW_MSG_COPY, &req.base, &req.seq,
-                                      NULL, 0, NULL, NULL, NULL),
-                CW_UNAVAILABLE, NULL);
+  expect_other_calls_fail(&o->fx->worker, NULL);
   __atomic_store_n(&o->done, true, __ATOMIC_RELEASE);
   return NULL;
 }
@@ -578,12 +579,7 @@ static void test_reattach_does_not_hold_up_other_calls(void** state) {
     usleep(10000);
   }
   assert_int_equal(__atomic_load_n(&fx->replacement.hello_session, __ATOMIC_ACQUIRE), 5);
-  expect_status(cw_plugin_worker_check(&fx->worker), CW_UNAVAILABLE, "not even its keepalive");
-  cw_plugin_worker_delete(&fx->worker, 0, 77, 16);
-  Causeway__V1__CopyRequest req = CAUSEWAY__V1__COPY_REQUEST__INIT;
-  expect_status(cw_plugin_worker_send(&fx->worker, CW_PLUGIN_ANY_EPOCH, CW_MSG_COPY, &req.base,
-                                      &req.seq, NULL, 0, NULL, NULL, NULL),
-                CW_UNAVAILABLE, "not even its keepalive");
+  expect_other_calls_fail(&fx->worker, "not even its keepalive");
   // They returned while the attempt still waits for its HELLO (it ends only
   // below, or at the connect timeout): calls that waited for it would have
   // come back only after it.
