@@ -154,6 +154,9 @@ static void test_msg_senders(void** state) {
   assert_int_equal(cw_msg_info(CW_MSG_PUT)->senders, CW_ROLE_WORKER_BIT);
   assert_int_equal(cw_msg_info(CW_MSG_LAUNCH_GO)->senders, CW_ROLE_CONTROLLER_BIT);
   assert_int_equal(cw_msg_info(CW_MSG_HOST_CALLBACK)->senders, CW_ROLE_WORKER_BIT);
+  // cw_net's keepalive is sent by either daemon.
+  assert_int_equal(cw_msg_info(CW_MSG_EVENT)->senders,
+                   CW_ROLE_CONTROLLER_BIT | CW_ROLE_WORKER_BIT);
 }
 
 // The bulk column is what the frame layer allows: requests and replies
