@@ -671,7 +671,8 @@ bool cw_settings_initialize_for_main(const char* program, const char* usage,
   memset(settings, 0, sizeof(*settings));
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      printf("usage: %s %s\n\nFlags and environment variables:\n", program, usage);
+      printf("usage: %s %s\n\nFlags and environment variables (the usage line names the usual "
+             "ones; every one below is taken):\n", program, usage);
       cw_settings_print_help(stdout, scope);
       return false;
     }
