@@ -405,6 +405,17 @@ static cw_status_t cw__apply_info(cw_plugin_client_t* c, const Causeway__V1__Ses
         w->next_incarnation = wi->incarnation;
         moved = true;
       }
+    } else if (w->next_address && wi->address && wi->address[0]) {
+      // A replacement still to join was named in the old controller's
+      // incarnations, which HEALTH_REJOIN would name: this one counts from
+      // 0 again. It names the worker where we are (one at the same address).
+      bool same = strcmp(w->next_address, wi->address) == 0;
+      char* address = same ? NULL : strdup(wi->address);
+      if (address) {
+        free(w->next_address);
+        w->next_address = address;
+      }
+      if (same || address) w->next_incarnation = wi->incarnation;
     }
     pthread_mutex_unlock(&w->mu);
     if (moved) {

@@ -10,7 +10,9 @@
 //   outcome is read from its output with AWAIT on the worker;
 // - a controller that does not come back within
 //   CAUSEWAY_CONTROLLER_RECONNECT_MS fails the parked LAUNCH (its seq filled
-//   on the worker) and every later call with the same clear error.
+//   on the worker) and every later call with the same clear error;
+// - a replacement still to join is joined under the new controller's
+//   incarnation (it numbers them from 0 again).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,7 @@
 
 #include "cw_client_fake_peer.h"
 #include "cw_msg.h"
+#include "cw_plugin_health.h"
 #include "cw_plugin_internal.h"
 #include "cw_plugin_resume.h"
 #include "cw_plugin_worker.h"
@@ -27,10 +30,17 @@
 #define SESSION 77  // what the fake peer's HELLO reply says
 
 // What the fake controller does with the LAUNCH sent again.
-typedef enum { AGAIN_ACK, AGAIN_DUPLICATE, NEVER_BACK, AGAIN_MOVED } again_t;
+// REUSED: no LAUNCH; the controller dies once the test says so, and comes
+// back naming the worker at the address it had (a replacement there), in
+// its own numbering (incarnation 0); then answers HEALTH_REJOIN as a real
+// controller does (cw_ctl_health.c).
+typedef enum { AGAIN_ACK, AGAIN_DUPLICATE, NEVER_BACK, AGAIN_MOVED, REUSED } again_t;
 
 typedef struct fixture_s {
   fake_t ctrl, worker;
+  fake_t replacement;  // REUSED: the worker at the address the lost one had
+  bool go;             // REUSED: the controller dies (atomic: __atomic_*)
+  int64_t rejoin_incarnation;  // REUSED: HEALTH_REJOIN's (-1: none came)
   again_t again;
   cw_plugin_client_t client;
   cw_plugin_worker_t w;
@@ -77,9 +87,13 @@ static bool read_until(fake_t* f, uint16_t type, frame_t* out) {
 static void script_controller(fake_t* f) {
   fixture_t* fx = g_fx;
   frame_t fr;
-  FCHECK(f, read_until(f, CW_MSG_LAUNCH, &fr));
-  fx->first_seq = ((Causeway__V1__LaunchRequest*)fr.msg)->seq;
-  frame_free(&fr);
+  if (fx->again == REUSED) {
+    while (!__atomic_load_n(&fx->go, __ATOMIC_ACQUIRE)) usleep(1000);
+  } else {
+    FCHECK(f, read_until(f, CW_MSG_LAUNCH, &fr));
+    fx->first_seq = ((Causeway__V1__LaunchRequest*)fr.msg)->seq;
+    frame_free(&fr);
+  }
   if (fx->again == NEVER_BACK) {  // dies, and nothing listens there any more
     close(f->listen_fd);
     f->listen_fd = -1;
@@ -98,6 +112,7 @@ static void script_controller(fake_t* f) {
   wi.index = 5;  // the new controller's numbering
   wi.name = (char*)"w0";
   wi.address = g_fx->again == AGAIN_MOVED ? (char*)"/nonexistent/replacement.sock"
+               : g_fx->again == REUSED    ? g_fx->replacement.path
                                           : g_fx->worker.path;
   wi.incarnation = g_fx->again == AGAIN_MOVED ? 1 : 0;
   Causeway__V1__WorkerInfo* wptr = &wi;
@@ -115,6 +130,25 @@ static void script_controller(fake_t* f) {
   info.n_devices = 1;
   fake_reply(f, &fr, &info.base, NULL, 0);
   frame_free(&fr);
+  if (fx->again == REUSED) {
+    FCHECK(f, read_until(f, CW_MSG_HEALTH_REJOIN, &fr));
+    const Causeway__V1__HealthRejoinRequest* rj = (const Causeway__V1__HealthRejoinRequest*)fr.msg;
+    fx->rejoin_incarnation = rj->incarnation;
+    if (rj->incarnation == wi.incarnation) {
+      fake_ack(f, &fr);
+    } else {
+      char text[128];
+      snprintf(text, sizeof(text), "worker w0 (%s) is at incarnation %u, not %u", wi.address,
+               wi.incarnation, rj->incarnation);
+      fake_error(f, CW_MSG_HEALTH_REJOIN, fr.h.request_id, CW_UNAVAILABLE, text);
+    }
+    frame_free(&fr);
+    while (fake_read(f, &fr)) {  // PINGs until the client goes
+      if (fr.h.type == CW_MSG_PING) fake_reply(f, &fr, fr.msg, NULL, 0);
+      frame_free(&fr);
+    }
+    return;
+  }
   if (fx->again == AGAIN_MOVED) {  // records a LAUNCH sent again, if any
     while (fake_read(f, &fr)) {
       if (fr.h.type == CW_MSG_LAUNCH) {
@@ -162,6 +196,8 @@ static fixture_t* fixture(again_t again, const char* bound_ms) {
   assert_non_null(fx);
   g_fx = fx;
   fx->again = again;
+  fx->rejoin_incarnation = -1;
+  if (again == REUSED) fake_start(&fx->replacement, script_worker);
   setenv("CAUSEWAY_CONTROLLER_RECONNECT_MS", bound_ms, 1);
   cw_plugin_client_t* c = &fx->client;
   assert_null(cw_settings_initialize(&c->settings, CW_SCOPE_PLUGIN));
@@ -202,6 +238,7 @@ static void fixture_stop(fixture_t* fx) {
   cw_plugin_worker_deinitialize(&fx->w);
   fake_join(&fx->ctrl);
   fake_join(&fx->worker);
+  if (fx->again == REUSED) fake_join(&fx->replacement);
   cw_settings_deinitialize(&c->settings);
   unsetenv("CAUSEWAY_CONTROLLER_RECONNECT_MS");
 }
@@ -307,12 +344,54 @@ static void test_parked_launch_of_a_replaced_worker(void** state) {
   free(fx);
 }
 
+// The worker was replaced at the address it had (a restarted worker on the
+// same --listen address: WORKER_UP, incarnation 1), and before the client
+// joined the replacement the controller restarted: the new one numbers
+// incarnations from 0 again, and names the worker at that address. The
+// join must name the new controller's incarnation, which HEALTH_REJOIN
+// checks; the old controller's number was refused at every try, and the
+// worker stayed unusable for the session.
+static void test_join_after_resume_at_a_reused_address(void** state) {
+  (void)state;
+  fixture_t* fx = fixture(REUSED, "10000");
+  cw_plugin_client_t* c = &fx->client;
+  cw_plugin_worker_t* w = &fx->w;
+  // The lost worker's address is the replacement's (the same socket path).
+  free(w->address);
+  w->address = strdup(fx->replacement.path);
+  assert_non_null(w->address);
+  Causeway__V1__ClusterEvent ev = CAUSEWAY__V1__CLUSTER_EVENT__INIT;
+  ev.kind = CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_UP;
+  ev.worker_index = 2;
+  ev.incarnation = 1;
+  ev.worker_address = fx->replacement.path;
+  cw_plugin_health_on_event(c, &ev);
+  assert_true(atomic_load(&w->dead));
+  __atomic_store_n(&fx->go, true, __ATOMIC_RELEASE);
+  // Until the resumed session is up (the new connection's generation).
+  cw_client_t* ctrl = NULL;
+  uint64_t gen = 0;
+  for (int i = 0; i < 1000 && gen == 0; ++i) {
+    assert_null(cw_plugin_ctrl_get(c, &ctrl, &gen));
+    if (!gen) usleep(10000);
+  }
+  assert_int_equal(gen, 1);
+  assert_int_equal(w->index, 5);
+  bool joined = cw_plugin_health_revive(w);
+  if (!joined) fprintf(stderr, "  the join failed: %s\n", w->dead_reason ? w->dead_reason : "");
+  assert_true(joined);
+  fixture_stop(fx);
+  assert_int_equal(fx->rejoin_incarnation, 0);
+  free(fx);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_parked_launch_sent_again),
       cmocka_unit_test(test_duplicate_reads_outputs),
       cmocka_unit_test(test_never_back),
       cmocka_unit_test(test_parked_launch_of_a_replaced_worker),
+      cmocka_unit_test(test_join_after_resume_at_a_reused_address),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
