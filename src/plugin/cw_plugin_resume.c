@@ -123,8 +123,10 @@ static cw_status_t cw__ctrl(cw_plugin_client_t* c, bool wait, cw_client_t** out_
   cw_plugin_resume_t* r = c->resume;
   *out_gen = 0;
   *out_ctrl = NULL;
-  // Before r->mu, which a thread of the parent may have held at a fork.
-  CW_RETURN_IF_ERROR(cw_client_fork_check(c->ctrl), "controller");
+  // Before r->mu, which a thread of the parent may have held at a fork. Read
+  // atomically: cw__reconnect swaps it meanwhile (an old one stays, retired).
+  CW_RETURN_IF_ERROR(cw_client_fork_check(__atomic_load_n(&c->ctrl, __ATOMIC_ACQUIRE)),
+                     "controller");
   if (!r) {
     *out_ctrl = c->ctrl;
     return cw_ok_status();
@@ -552,7 +554,7 @@ static void cw__reconnect(cw_plugin_resume_t* r) {
         r->retired = grown;
         r->retired[r->num_retired++] = c->ctrl;
       }  // else it is leaked rather than freed under a reader
-      c->ctrl = conn;
+      __atomic_store_n(&c->ctrl, conn, __ATOMIC_RELEASE);  // cw__ctrl's fork check
       uint64_t gen = ++r->gen;
       cw_plugin_parked_t* list = r->parked;
       r->parked = NULL;
