@@ -174,6 +174,28 @@ def stall_after() -> dict:
     }
 
 
+def stall_restart_after() -> dict:
+    """After the worker registered again as its own replacement and the
+    controller restarted: an upload read back, a new program, and the
+    program compiled before the stall, each on the worker (tried for up to
+    10 s: a first call may meet the join superseded by the resume)."""
+    s = STATE["stall"]
+
+    def tried(fn):
+        t = time.monotonic()
+        while True:
+            got = checks._timed(fn)
+            if got["ok"] or time.monotonic() - t > 10:
+                return got
+            time.sleep(0.1)
+    ones = np.ones(8, np.float32)
+    return {
+        "put": tried(lambda: np.asarray(jax.device_put(ones, s["dev"]))),
+        "new": tried(lambda: np.asarray(jax.jit(lambda v: v * 3)(jax.device_put(ones, s["dev"])))),
+        "old": tried(lambda: np.asarray(s["f"](jax.device_put(ones, s["dev"])))),
+    }
+
+
 # ---- Controller restart --------------------------------------------------------------------
 
 def ctl_prepare() -> dict:

@@ -178,6 +178,40 @@ def test_first_use_after_a_stall_names_the_replaced_worker():
         cluster.stop()
 
 
+def test_replaced_at_its_address_then_the_controller_restarts():
+    """As above, the worker registers again as its own replacement (at the
+    address it had: incarnation 1); then, before the client joins it, the
+    controller restarts and the client resumes its session there. The new
+    controller numbers incarnations from 0 again. The join named the old
+    controller's 1, and every HEALTH_REJOIN was refused (`is at incarnation
+    0, not 1`): new work on that worker failed for the rest of the session."""
+    cluster = harness.HandCluster(workers=1, devices=2, **FAST)
+    r = _runner("health-stall-restart", cluster, CAUSEWAY_MIN_WORKERS="1",
+                CAUSEWAY_CONTROLLER_RECONNECT_MS="60000")
+    victim = "hand-worker-0"
+    try:
+        r.call("stall_prepare")
+        cluster.kill(victim, signal.SIGSTOP)
+        assert harness.wait_until(lambda: _ctl(cluster)["workers_timed_out"] == 1, 60), \
+            cluster.logs()
+        cluster.kill(victim, signal.SIGCONT)
+        assert harness.wait_until(lambda: _ctl(cluster)["workers_replaced"] == 1, 30), \
+            cluster.logs()
+        time.sleep(1.0)  # its WORKER_UP reaches the idle client
+        cluster.kill("controller", signal.SIGKILL)
+        cluster.start_controller()
+        assert harness.wait_until(lambda: _ctl(cluster)["workers"] == 1, 30), cluster.logs()
+        got = r.call("stall_restart_after", timeout=180)
+        report = f"{got!r:.3000}\n{cluster.logs()}\n--- client ---\n{r.log_tail()}"
+        print({k: (v["ok"], round(v["elapsed"], 2), v.get("error", "")[:300]) for k, v in got.items()})
+        assert "resumed session" in r.log_text(), report
+        assert got["put"]["ok"] and (got["put"]["value"] == 1).all(), report
+        assert got["new"]["ok"] and (got["new"]["value"] == 3).all(), report
+    finally:
+        r.close()
+        cluster.stop()
+
+
 def test_same_name_while_alive_is_refused():
     cluster = harness.HandCluster(workers=1, devices=1, **FAST)
     try:
