@@ -407,11 +407,14 @@ static cw_status_t cw__apply_info(cw_plugin_client_t* c, const Causeway__V1__Ses
         w->next_incarnation = wi->incarnation;
         moved = true;
       }
-    } else if (w->next_address && wi->address && wi->address[0]) {
+    } else if (wi->address && wi->address[0] &&
+               (w->next_address || atomic_load(&w->worker_down))) {
       // A replacement still to join was named in the old controller's
       // incarnations, which HEALTH_REJOIN would name: this one counts from
       // 0 again. It names the worker where we are (one at the same address).
-      bool same = strcmp(w->next_address, wi->address) == 0;
+      // Or the old controller reported the worker down and went before it
+      // named a replacement: the one this controller names is joined as one.
+      bool same = w->next_address && strcmp(w->next_address, wi->address) == 0;
       char* address = same ? NULL : strdup(wi->address);
       if (address) {
         free(w->next_address);

@@ -351,8 +351,8 @@ static void test_parked_launch_of_a_replaced_worker(void** state) {
 // join must name the new controller's incarnation, which HEALTH_REJOIN
 // checks; the old controller's number was refused at every try, and the
 // worker stayed unusable for the session.
-static void test_join_after_resume_at_a_reused_address(void** state) {
-  (void)state;
+// `kind`: what the old controller said of the worker before it went.
+static void join_after_resume_at_a_reused_address(Causeway__V1__ClusterEvent__Kind kind) {
   fixture_t* fx = fixture(REUSED, "10000");
   cw_plugin_client_t* c = &fx->client;
   cw_plugin_worker_t* w = &fx->w;
@@ -361,7 +361,7 @@ static void test_join_after_resume_at_a_reused_address(void** state) {
   w->address = strdup(fx->replacement.path);
   assert_non_null(w->address);
   Causeway__V1__ClusterEvent ev = CAUSEWAY__V1__CLUSTER_EVENT__INIT;
-  ev.kind = CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_UP;
+  ev.kind = kind;
   ev.worker_index = 2;
   ev.incarnation = 1;
   ev.worker_address = fx->replacement.path;
@@ -385,6 +385,19 @@ static void test_join_after_resume_at_a_reused_address(void** state) {
   free(fx);
 }
 
+static void test_join_after_resume_at_a_reused_address(void** state) {
+  (void)state;
+  join_after_resume_at_a_reused_address(CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_UP);
+}
+
+// The old controller reported the worker down and went before it named a
+// replacement: the new one names it alive, and it is joined as one. Before,
+// no WORKER_UP ever came and the worker stayed dead for the session.
+static void test_join_after_resume_of_a_worker_reported_down(void** state) {
+  (void)state;
+  join_after_resume_at_a_reused_address(CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_DOWN);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_parked_launch_sent_again),
@@ -392,6 +405,7 @@ int main(void) {
       cmocka_unit_test(test_never_back),
       cmocka_unit_test(test_parked_launch_of_a_replaced_worker),
       cmocka_unit_test(test_join_after_resume_at_a_reused_address),
+      cmocka_unit_test(test_join_after_resume_of_a_worker_reported_down),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -437,3 +437,33 @@ def test_controller_restart(relay):
     finally:
         a.close()
         cluster.stop()
+
+
+def test_declared_dead_then_the_controller_restarts_before_it_wakes():
+    """The worker stalls past its timeout (its client hears WORKER_DOWN);
+    the controller dies and a new one starts before the worker wakes; the
+    worker registers with the new controller and the client resumes its
+    session there. No WORKER_UP ever reaches the client: the new controller
+    names the worker alive in its SessionInfo, and the client joins it."""
+    cluster = harness.HandCluster(workers=1, devices=2, **FAST)
+    r = _runner("health-stall-restart-dead", cluster, CAUSEWAY_MIN_WORKERS="1",
+                CAUSEWAY_CONTROLLER_RECONNECT_MS="60000")
+    victim = "hand-worker-0"
+    try:
+        r.call("stall_prepare")
+        cluster.kill(victim, signal.SIGSTOP)
+        assert harness.wait_until(lambda: _ctl(cluster)["workers_timed_out"] == 1, 60), \
+            cluster.logs()
+        cluster.kill("controller", signal.SIGKILL)
+        cluster.start_controller()
+        cluster.kill(victim, signal.SIGCONT)
+        assert harness.wait_until(lambda: _ctl(cluster)["workers"] == 1, 30), cluster.logs()
+        got = r.call("stall_restart_after", timeout=180)
+        report = f"{got!r:.3000}\n{cluster.logs()}\n--- client ---\n{r.log_tail()}"
+        print({k: (v["ok"], round(v["elapsed"], 2), v.get("error", "")[:300]) for k, v in got.items()})
+        assert "resumed session" in r.log_text(), report
+        assert got["put"]["ok"] and (got["put"]["value"] == 1).all(), report
+        assert got["new"]["ok"] and (got["new"]["value"] == 3).all(), report
+    finally:
+        r.close()
+        cluster.stop()
