@@ -1,0 +1,328 @@
+// Peers that misbehave where the other suites do not look: a peer worker
+// that answers a SEND's PUT with nonsense (the worker's outbound side), a
+// source that failed travelling as a poisoned PUT, held `seq` requests whose
+// connection goes away (docs/protocol.md "Ordering across connections").
+// Each case asserts the documented
+// outcome, that nothing waits forever, and that the worker still serves.
+#include <arpa/inet.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "cw_test_hostile.h"
+
+#define C_UNAVAILABLE 14
+
+// --- A fake peer worker on loopback ---------------------------------------------
+
+static int listen_loopback(char* addr, size_t n) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  assert_true(fd >= 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(bind(fd, (struct sockaddr*)&sa, sizeof sa), 0);
+  assert_int_equal(listen(fd, 4), 0);
+  socklen_t len = sizeof sa;
+  assert_int_equal(getsockname(fd, (struct sockaddr*)&sa, &len), 0);
+  snprintf(addr, n, "127.0.0.1:%d", ntohs(sa.sin_port));
+  return fd;
+}
+
+static int accept_within(int lfd, int ms) {
+  struct pollfd p = {.fd = lfd, .events = POLLIN};
+  if (poll(&p, 1, ms) != 1) fail_msg("the worker never connected to the fake peer");
+  int fd = accept(lfd, NULL, NULL);
+  assert_true(fd >= 0);
+  return fd;
+}
+
+static void reply_msg(int fd, uint16_t type, uint64_t rid, uint32_t flags,
+                      const ProtobufCMessage* m) {
+  packed_t p = pack(m);
+  hdr_t h = hdr_of(type, rid, (uint32_t)p.len, 0);
+  h.flags = flags;
+  assert_true(send_raw(fd, &h, p.data, p.len, NULL, 0));
+  free(p.data);
+}
+
+// Takes the worker's HELLO (role WORKER) and answers it; then its PUT, whose
+// request id goes to *out_rid.
+static void peer_hello_then_put(int fd, uint64_t* out_rid) {
+  frame_t f;
+  int r = recv_frame(fd, &f, IO_TIMEOUT_MS);
+  if (r != 1 || f.type != T_HELLO) fail_msg("fake peer: no HELLO (%s)", recv_result_name(r));
+  Causeway__V1__HelloReply rep = CAUSEWAY__V1__HELLO_REPLY__INIT;
+  rep.version = 1;
+  rep.max_payload = MAX_PAYLOAD;
+  rep.max_bulk = 1ull << 30;
+  reply_msg(fd, T_HELLO, f.request_id, F_REPLY, &rep.base);
+  frame_free(&f);
+  r = recv_frame(fd, &f, IO_TIMEOUT_MS);
+  if (r != 1 || f.type != T_PUT) fail_msg("fake peer: no PUT (%s, type %u)", recv_result_name(r),
+                                          f.type);
+  *out_rid = f.request_id;
+  frame_free(&f);
+}
+
+typedef enum {
+  P_ACK,            // a proper Ack: the SEND succeeds (the fake peer itself works)
+  P_REQUEST,        // a PING request on the worker's outbound connection
+  P_ERROR_RID0,     // ERROR with request id 0: "I could not read your frame, closing"
+  P_UNKNOWN_RID,    // an Ack to a request never sent
+  P_WRONG_TYPE,     // a reply of another type to the PUT's request id
+  P_GARBAGE,        // bytes that are no frame
+  P_CLOSE,          // the peer goes away with the PUT unanswered
+} peer_act_t;
+
+static void peer_act(int fd, peer_act_t act, uint64_t put_rid) {
+  Causeway__V1__Ack ack = CAUSEWAY__V1__ACK__INIT;
+  ack.id = 21;
+  switch (act) {
+    case P_ACK:
+      reply_msg(fd, T_PUT, put_rid, F_REPLY, &ack.base);
+      break;
+    case P_REQUEST: {
+      Causeway__V1__Ping ping_msg = CAUSEWAY__V1__PING__INIT;
+      reply_msg(fd, T_PING, 77, 0, &ping_msg.base);
+      break;
+    }
+    case P_ERROR_RID0: {
+      Causeway__V1__ErrorReply er = CAUSEWAY__V1__ERROR_REPLY__INIT;
+      er.code = 9999;  // no such code: UNKNOWN
+      er.message = "fake peer cannot read you";
+      reply_msg(fd, T_PUT, 0, F_REPLY | F_ERROR, &er.base);
+      break;
+    }
+    case P_UNKNOWN_RID:
+      reply_msg(fd, T_PUT, put_rid + 1000, F_REPLY, &ack.base);
+      break;
+    case P_WRONG_TYPE:
+      reply_msg(fd, T_DELETE, put_rid, F_REPLY, &ack.base);
+      break;
+    case P_GARBAGE:
+      assert_true(send_all(fd, "GET / HTTP/1.1\r\n\r\n0123456789abcdef", 34));
+      break;
+    case P_CLOSE:
+      break;
+  }
+}
+
+static void send_to(int fd, uint64_t rid, uint64_t src, const char* peer, uint64_t dst,
+                    uint64_t dst_session) {
+  Causeway__V1__SendRequest m = CAUSEWAY__V1__SEND_REQUEST__INIT;
+  m.src_id = src;
+  m.peer_address = (char*)peer;
+  m.dst_id = dst;
+  m.dst_session = dst_session;
+  assert_true(send_msg(fd, T_SEND, rid, &m.base, NULL, 0));
+}
+
+// The worker's outbound connection to a peer is read as strictly as an
+// inbound one: whatever the peer answers a PUT with, the SEND ends (an Ack,
+// or an error naming the peer) and the worker drops the link; the next SEND
+// connects afresh.
+static void test_peer_answers_put_with_nonsense(void** state) {
+  (void)state;
+  static const struct {
+    peer_act_t act;
+    const char* what;
+    const char* keywords;
+  } cases[] = {
+      {P_ACK, "a proper Ack", NULL},
+      {P_REQUEST, "a PING request on the outbound link", "request on an outbound"},
+      {P_ERROR_RID0, "ERROR with request id 0", "fake peer cannot read you"},
+      {P_UNKNOWN_RID, "an Ack to an unknown request", "unknown request"},
+      {P_WRONG_TYPE, "a DELETE reply to the PUT", "unknown request"},
+      {P_GARBAGE, "bytes that are no frame", ""},
+      {P_CLOSE, "a close with the PUT unanswered", ""},
+  };
+  char addr[64];
+  int lfd = listen_loopback(addr, sizeof addr);
+  int fd = open_hello();
+  upload_f32(fd, 2, 20, 4);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+    uint64_t rid = 10 + i;
+    send_to(fd, rid, 20, addr, 21, 4242);
+    int pfd = accept_within(lfd, IO_TIMEOUT_MS);
+    uint64_t put_rid = 0;
+    peer_hello_then_put(pfd, &put_rid);
+    peer_act(pfd, cases[i].act, put_rid);
+    char what[128];
+    snprintf(what, sizeof what, "SEND answered with %s", cases[i].what);
+    if (cases[i].act == P_ACK) {
+      frame_t f;
+      expect_reply(fd, what, T_SEND, rid, &f);
+      frame_free(&f);
+      close(pfd);
+    } else {
+      if (cases[i].act == P_CLOSE) close(pfd);
+      expect_error(fd, what, rid, C_UNAVAILABLE, cases[i].keywords);
+      // The worker gave up the link (it may have answered a violation first).
+      if (cases[i].act != P_CLOSE) {
+        expect_only_errors_then_closed(pfd, what);
+        close(pfd);
+      }
+    }
+    ping(fd, 100 + i);
+    fprintf(stderr, "[hostile]   %s -> as documented\n", what);
+  }
+  close(lfd);
+  close(fd);
+  assert_serving(&g_plain);
+}
+
+// --- A failed source travels as a poisoned PUT -----------------------------------
+
+// An UPLOAD in parts whose second part is out of place: buffer `id` fails
+// with INVALID_ARGUMENT "... does not follow ...".
+static void failed_buffer(int fd, uint64_t rid, uint64_t id) {
+  int64_t dims[1] = {4};
+  uint8_t bytes[8] = {0};
+  Causeway__V1__UploadRequest m = upload_req(id, CAUSEWAY__V1__DTYPE__DTYPE_F32, dims, 1);
+  m.part = CAUSEWAY__V1__UPLOAD_PART__UPLOAD_FIRST;
+  assert_true(send_msg(fd, T_UPLOAD, rid, &m.base, bytes, 8));
+  frame_t f;
+  expect_reply(fd, "first part", T_UPLOAD, rid, &f);
+  frame_free(&f);
+  m.part = CAUSEWAY__V1__UPLOAD_PART__UPLOAD_LAST;
+  m.part_offset = 4;  // 8 are in
+  assert_true(send_msg(fd, T_UPLOAD, rid + 1, &m.base, bytes, 8));
+  expect_error(fd, "a last part out of place", rid + 1, C_INVALID_ARGUMENT, "does not follow");
+}
+
+// SEND of a buffer that failed: the peer's copy holds the same error (a
+// reader there hears why), and the SEND answers with it.
+static void test_send_of_failed_source(void** state) {
+  (void)state;
+  int a = open_hello();
+  failed_buffer(a, 2, 30);
+  int b = conn_open(&g_plain);
+  Causeway__V1__HelloReply* hr = NULL;
+  hello_as(b, NULL, CAUSEWAY__V1__ROLE__ROLE_CLIENT, 0, &hr);
+  uint64_t session_b = hr->session_id;
+  causeway__v1__hello_reply__free_unpacked(hr, NULL);
+  Causeway__V1__ExpectRequest e = CAUSEWAY__V1__EXPECT_REQUEST__INIT;
+  e.buffer_id = 31;
+  assert_true(send_msg(b, T_EXPECT, 2, &e.base, NULL, 0));
+  frame_t f;
+  expect_reply(b, "EXPECT 31", T_EXPECT, 2, &f);
+  frame_free(&f);
+  Causeway__V1__AwaitRequest aw = CAUSEWAY__V1__AWAIT_REQUEST__INIT;
+  aw.buffer_id = 31;
+  assert_true(send_msg(b, T_AWAIT, 3, &aw.base, NULL, 0));  // waits for the PUT
+  send_to(a, 4, 30, g_plain.addr, 31, session_b);
+  expect_error(a, "SEND of a failed buffer", 4, C_INVALID_ARGUMENT, "does not follow");
+  expect_error(b, "AWAIT of the poisoned copy", 3, C_INVALID_ARGUMENT, "does not follow");
+  // A COPY of it says the same; a COPY of a buffer that does not exist says so.
+  Causeway__V1__CopyRequest cp = CAUSEWAY__V1__COPY_REQUEST__INIT;
+  cp.src_id = 30;
+  cp.dst_id = 32;
+  assert_true(send_msg(a, T_COPY, 5, &cp.base, NULL, 0));
+  expect_error(a, "COPY of a failed buffer", 5, C_INVALID_ARGUMENT, "30");
+  ping(a, 6);
+  ping(b, 4);
+  close(a);
+  close(b);
+  assert_serving(&g_plain);
+}
+
+// --- Held requests whose connection goes ------------------------------------------
+
+static void delete_seq(int fd, uint64_t rid, uint64_t seq, const uint64_t* ids, size_t n) {
+  Causeway__V1__DeleteRequest m = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+  m.ids = (uint64_t*)ids;
+  m.n_ids = n;
+  m.seq = seq;
+  assert_true(send_msg(fd, T_DELETE, rid, &m.base, NULL, 0));
+}
+
+static void expect_ack(int fd, const char* what, uint16_t type, uint64_t rid) {
+  frame_t f;
+  expect_reply(fd, what, type, rid, &f);
+  frame_free(&f);
+}
+
+// A client connection's held request whose connection closes: its turn
+// passes unapplied when it comes (a later request with that seq is a
+// duplicate). The controller's: forgotten at once, its seq left for the
+// client to fill (which then applies).
+static void test_held_requests_of_closed_connections(void** state) {
+  (void)state;
+  int c = conn_open(&g_plain);
+  Causeway__V1__HelloReply* hr = NULL;
+  hello_as(c, NULL, CAUSEWAY__V1__ROLE__ROLE_CLIENT, 0, &hr);
+  uint64_t session = hr->session_id;
+  causeway__v1__hello_reply__free_unpacked(hr, NULL);
+
+  // Another client connection of the session: DELETE seq 2 is held (next is 1).
+  int c2 = conn_open(&g_plain);
+  hello_as(c2, NULL, CAUSEWAY__V1__ROLE__ROLE_CLIENT, session, NULL);
+  delete_seq(c2, 2, 2, NULL, 0);
+  ping(c2, 3);  // read, so held
+  close(c2);
+  delete_seq(c, 2, 1, NULL, 0);
+  expect_ack(c, "DELETE seq 1", T_DELETE, 2);
+  delete_seq(c, 3, 2, NULL, 0);
+  expect_error(c, "seq 2 again after its connection closed", 3, C_INVALID_ARGUMENT, "duplicate");
+
+  // The controller's link (HELLO role CONTROLLER into the session): its
+  // DELETE seq 4 is held (next is 3), then the link closes.
+  int k = conn_open(&g_plain);
+  hello_as(k, NULL, CAUSEWAY__V1__ROLE__ROLE_CONTROLLER, session, NULL);
+  delete_seq(k, 2, 4, NULL, 0);
+  ping(k, 3);
+  close(k);
+  sleep_ms(50);  // the worker sees the close
+  delete_seq(c, 4, 3, NULL, 0);
+  expect_ack(c, "DELETE seq 3", T_DELETE, 4);
+  delete_seq(c, 5, 4, NULL, 0);
+  expect_ack(c, "seq 4 from the client after the controller's link closed", T_DELETE, 5);
+  delete_seq(c, 6, 5, NULL, 0);
+  expect_ack(c, "DELETE seq 5", T_DELETE, 6);
+
+  // A held UPLOAD whose connection closes halfway through its bytes: its
+  // turn passes, the buffer never appears, later requests go on.
+  int c3 = conn_open(&g_plain);
+  hello_as(c3, NULL, CAUSEWAY__V1__ROLE__ROLE_CLIENT, session, NULL);
+  int64_t dims[1] = {1024};
+  Causeway__V1__UploadRequest up = upload_req(40, CAUSEWAY__V1__DTYPE__DTYPE_F32, dims, 1);
+  up.seq = 7;  // next is 6
+  packed_t p = pack(&up.base);
+  hdr_t h = hdr_of(T_UPLOAD, 2, (uint32_t)p.len, 4096);
+  static uint8_t some[1000];
+  assert_true(send_raw(c3, &h, p.data, p.len, some, sizeof some));
+  free(p.data);
+  sleep_ms(200);  // its header read: held, its bytes arriving
+  close(c3);
+  sleep_ms(50);
+  delete_seq(c, 7, 6, NULL, 0);
+  expect_ack(c, "DELETE seq 6", T_DELETE, 7);
+  delete_seq(c, 8, 7, NULL, 0);
+  expect_error(c, "seq 7 again after its UPLOAD's connection closed", 8, C_INVALID_ARGUMENT,
+               "duplicate");
+  Causeway__V1__AwaitRequest aw = CAUSEWAY__V1__AWAIT_REQUEST__INIT;
+  aw.buffer_id = 40;
+  aw.seq = 8;
+  assert_true(send_msg(c, T_AWAIT, 9, &aw.base, NULL, 0));
+  expect_error(c, "AWAIT of the upload that never finished", 9, C_NOT_FOUND, "40");
+  ping(c, 10);
+  close(c);
+  assert_serving(&g_plain);
+}
+
+int main(int argc, char** argv) {
+  hostile_init(argc, argv);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_peer_answers_put_with_nonsense),
+      cmocka_unit_test(test_send_of_failed_source),
+      cmocka_unit_test(test_held_requests_of_closed_connections),
+      // Last: SIGTERM the workers and require exit 0 (ASan: no leaks).
+      cmocka_unit_test(hostile_test_sigterm_clean_exit),
+  };
+  return cmocka_run_group_tests_name("hostile_peers", tests, hostile_group_setup,
+                                     hostile_group_teardown);
+}
