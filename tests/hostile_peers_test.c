@@ -1,8 +1,8 @@
 // Peers that misbehave where the other suites do not look: a peer worker
 // that answers a SEND's PUT with nonsense (the worker's outbound side), a
 // source that failed travelling as a poisoned PUT, held `seq` requests whose
-// connection goes away (docs/protocol.md "Ordering across connections").
-// Each case asserts the documented
+// connection goes away (docs/protocol.md "Ordering across connections"), and
+// the parts of an UPLOAD refused by a drain. Each case asserts the documented
 // outcome, that nothing waits forever, and that the worker still serves.
 #include <arpa/inet.h>
 #include <inttypes.h>
@@ -16,6 +16,7 @@
 
 #include "cw_test_hostile.h"
 
+#define T_ADMIN_WORKER_DRAIN 56
 #define C_UNAVAILABLE 14
 
 // --- A fake peer worker on loopback ---------------------------------------------
@@ -314,12 +315,67 @@ static void test_held_requests_of_closed_connections(void** state) {
   assert_serving(&g_plain);
 }
 
+// --- A drain refuses the later parts of an UPLOAD in parts -----------------------
+
+static void worker_drain(int k, uint64_t rid, bool drain) {
+  Causeway__V1__AdminWorkerDrainRequest m = CAUSEWAY__V1__ADMIN_WORKER_DRAIN_REQUEST__INIT;
+  m.drain = drain;
+  assert_true(send_msg(k, T_ADMIN_WORKER_DRAIN, rid, &m.base, NULL, 0));
+  expect_ack(k, drain ? "ADMIN_WORKER_DRAIN" : "ADMIN_WORKER_DRAIN (undrain)",
+             T_ADMIN_WORKER_DRAIN, rid);
+}
+
+// The first part came before the drain; the last is refused by it
+// (FAILED_PRECONDITION, naming the drain). Nothing can complete the buffer
+// now, so a reader of it hears the drain (as of any id a refused request
+// would have made) instead of waiting for the connection to close.
+static void test_drain_refuses_a_later_part(void** state) {
+  (void)state;
+  int k = conn_open(&g_plain);
+  hello_as(k, NULL, CAUSEWAY__V1__ROLE__ROLE_CONTROLLER, 0, NULL);
+  int fd = open_hello();
+  int64_t dims[1] = {4};
+  uint8_t bytes[8] = {0};
+  Causeway__V1__UploadRequest m = upload_req(60, CAUSEWAY__V1__DTYPE__DTYPE_F32, dims, 1);
+  m.part = CAUSEWAY__V1__UPLOAD_PART__UPLOAD_FIRST;
+  assert_true(send_msg(fd, T_UPLOAD, 2, &m.base, bytes, 8));
+  expect_ack(fd, "first part", T_UPLOAD, 2);
+  worker_drain(k, 2, true);
+  m.part = CAUSEWAY__V1__UPLOAD_PART__UPLOAD_LAST;
+  m.part_offset = 8;
+  assert_true(send_msg(fd, T_UPLOAD, 3, &m.base, bytes, 8));
+  expect_error(fd, "last part while draining", 3, C_FAILED_PRECONDITION, "draining");
+  Causeway__V1__AwaitRequest aw = CAUSEWAY__V1__AWAIT_REQUEST__INIT;
+  aw.buffer_id = 60;
+  assert_true(send_msg(fd, T_AWAIT, 4, &aw.base, NULL, 0));
+  frame_t f;
+  int r = recv_frame(fd, &f, 3000);
+  worker_drain(k, 3, false);  // whatever happened: the worker takes work again
+  if (r != 1) fail_msg("AWAIT of the buffer whose last part the drain refused: %s",
+                       recv_result_name(r));
+  Causeway__V1__ErrorReply* er = NULL;
+  if (f.flags == (F_REPLY | F_ERROR)) {
+    er = causeway__v1__error_reply__unpack(NULL, f.payload_len, f.payload);
+  }
+  if (!er || er->code != C_FAILED_PRECONDITION || !strstr(er->message, "draining")) {
+    fail_msg("AWAIT of the buffer whose last part the drain refused: flags 0x%x, %s", f.flags,
+             er ? er->message : "(no error)");
+  }
+  causeway__v1__error_reply__free_unpacked(er, NULL);
+  frame_free(&f);
+  ping(fd, 5);
+  close(fd);
+  close(k);
+  assert_serving(&g_plain);
+}
+
 int main(int argc, char** argv) {
   hostile_init(argc, argv);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_peer_answers_put_with_nonsense),
       cmocka_unit_test(test_send_of_failed_source),
       cmocka_unit_test(test_held_requests_of_closed_connections),
+      cmocka_unit_test(test_drain_refuses_a_later_part),
       // Last: SIGTERM the workers and require exit 0 (ASan: no leaks).
       cmocka_unit_test(hostile_test_sigterm_clean_exit),
   };

@@ -23,6 +23,7 @@
 #include "cw_worker_mem.h"
 #include "cw_worker_ops.h"
 #include "cw_worker_sched.h"
+#include "cw_worker_transfer.h"
 
 // Launches of session `s` (NULL: all) waiting in connection queues.
 static uint64_t cw__queued(const cw_worker_t* w, const cw_session_t* s) {
@@ -128,10 +129,19 @@ bool cw_worker_ops_refuse(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCMes
       if (c->keeps_session && c->session) cw_worker_launch_drop_donated(w, c->session->key, r);
       break;
     }
-    case CW_MSG_UPLOAD:
-      cw__poison(w, c, ((const Causeway__V1__UploadRequest*)*msg)->buffer_id, CW_STORE_BUFFER,
-                 why);
+    case CW_MSG_UPLOAD: {
+      const Causeway__V1__UploadRequest* r = (const Causeway__V1__UploadRequest*)*msg;
+      // A later part: its buffer exists (filling); with this part refused
+      // nothing can finish it, so it fails as the id of a refused request.
+      if (r->part == CAUSEWAY__V1__UPLOAD_PART__UPLOAD_MORE ||
+          r->part == CAUSEWAY__V1__UPLOAD_PART__UPLOAD_LAST) {
+        cw_worker_upload_part_refused(c, r->buffer_id,
+                                      cw_make_status(CW_FAILED_PRECONDITION, "%s", why));
+      } else {
+        cw__poison(w, c, r->buffer_id, CW_STORE_BUFFER, why);
+      }
       break;
+    }
     case CW_MSG_COMPILE:
       cw__poison(w, c, ((const Causeway__V1__CompileRequest*)*msg)->exe_id, CW_STORE_EXECUTABLE,
                  why);

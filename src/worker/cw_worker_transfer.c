@@ -141,6 +141,19 @@ void cw_worker_upload_parts_conn_closed(cw_conn_t* c) {
   }
 }
 
+void cw_worker_upload_part_refused(cw_conn_t* c, uint64_t id, cw_status_t why) {
+  cw_store_entry_t* e = c->keeps_session && c->session
+                            ? cw_store_lookup(c->w->store, c->session->key, id)
+                            : NULL;
+  cw__parts_t* p = e && e->kind == CW_STORE_BUFFER ? e->parts : NULL;
+  if (!p || p->claimed == p->extent + 1) {  // none under way, or all its parts are in
+    cw_status_free(why);
+    return;
+  }
+  e->filling = false;
+  cw_store_set_error(c->w->store, e, why);  // frees the parts (and fails those waiting)
+}
+
 // The first part, come in on `c`: the array to put together, before its bytes.
 static cw_status_t cw__parts_begin(cw_conn_t* c, cw_op_t* op, cw_store_entry_t* e,
                                    uint64_t first_len) {

@@ -33,6 +33,10 @@ void cw_worker_upload_parts_free(cw_worker_t* w, void* parts);
 void cw_worker_upload_parts_conn_closed(cw_conn_t* c);
 // The same for the part being read into it, whose bytes never came.
 void cw_worker_upload_part_abandon(cw_worker_t* w, void* parts);
+// A later part of buffer `id` was refused before it was checked (a drain):
+// nothing can complete that upload now, so the buffer fails with `why`
+// (taken) for whoever waits for it. No upload in parts under way: nothing.
+void cw_worker_upload_part_refused(cw_conn_t* c, uint64_t id, cw_status_t why);
 
 // Reading a buffer's bytes out (DOWNLOAD, SEND). Starts waiting for e's
 // bytes without blocking: on host-memory plugins with e kept (op->keep; read
