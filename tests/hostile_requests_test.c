@@ -329,6 +329,97 @@ static void test_executables_hostile(void** state) {
   assert_serving(&g_plain);
 }
 
+// LAUNCH of `exe` on one device with `args` and `outs`, donating `donate`.
+static void send_launch_1dev(int fd, uint64_t rid, uint64_t exe, const uint64_t* args,
+                             size_t nargs, const uint64_t* outs, size_t nouts,
+                             const uint32_t* donate, size_t ndonate) {
+  Causeway__V1__LaunchRequest m = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
+  Causeway__V1__IdList a = CAUSEWAY__V1__ID_LIST__INIT, o = CAUSEWAY__V1__ID_LIST__INIT;
+  Causeway__V1__IdList* ap = &a;
+  Causeway__V1__IdList* op = &o;
+  a.ids = (uint64_t*)args;
+  a.n_ids = nargs;
+  o.ids = (uint64_t*)outs;
+  o.n_ids = nouts;
+  m.exe_id = exe;
+  m.args = &ap;
+  m.n_args = 1;
+  m.outputs = &op;
+  m.n_outputs = 1;
+  m.donate = (uint32_t*)donate;
+  m.n_donate = ndonate;
+  m.launch_id = rid;
+  assert_true(send_msg(fd, T_LAUNCH, rid, &m.base, NULL, 0));
+}
+
+// DOWNLOAD of `id` answers ERROR `code` naming `keywords` (at once: nothing
+// of a refused launch is left pending).
+static void expect_download_error(int fd, uint64_t rid, uint64_t id, uint32_t code,
+                                  const char* keywords) {
+  Causeway__V1__DownloadRequest d = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
+  d.buffer_id = id;
+  assert_true(send_msg(fd, T_DOWNLOAD, rid, &d.base, NULL, 0));
+  char what[96];
+  snprintf(what, sizeof what, "DOWNLOAD of output %" PRIu64 " after the refusal", id);
+  expect_error(fd, what, rid, code, keywords);
+}
+
+// Launch lists that name the wrong kind of object, too many outputs, an
+// output id taken after others were made, or a donation past the arguments:
+// refused, and the outputs they made pending are gone (refused by their
+// lists) or carry the refusal (refused when checked against the executable),
+// never left pending.
+static void test_launch_lists_and_kinds(void** state) {
+  (void)state;
+  int fd = open_hello();
+  frame_t f;
+  send_compile(fd, 2, 600, "mlir", k_mlir, strlen(k_mlir), NULL, 0);
+  expect_reply(fd, "COMPILE of a valid module", T_COMPILE, 2, &f);
+  frame_free(&f);
+  upload_f32(fd, 3, 10, 4);
+  uint64_t arg[1] = {10};
+  // The second output id is taken: the first, already made pending, goes.
+  uint64_t taken[2] = {2000, 10};
+  send_launch_1dev(fd, 4, 600, arg, 1, taken, 2, NULL, 0);
+  expect_error(fd, "LAUNCH whose second output id is taken", 4, C_ALREADY_EXISTS, "10");
+  expect_download_error(fd, 5, 2000, C_NOT_FOUND, "2000");
+  uint64_t twice[2] = {2001, 2001};
+  send_launch_1dev(fd, 6, 600, arg, 1, twice, 2, NULL, 0);
+  expect_error(fd, "LAUNCH naming output 2001 twice", 6, C_ALREADY_EXISTS, "2001");
+  expect_download_error(fd, 7, 2001, C_NOT_FOUND, "2001");
+  // A buffer as the executable, the executable as an argument.
+  uint64_t out1[1] = {2002};
+  send_launch_1dev(fd, 8, 10, arg, 1, out1, 1, NULL, 0);
+  expect_error(fd, "LAUNCH of buffer 10", 8, C_INVALID_ARGUMENT, "not an executable");
+  expect_download_error(fd, 9, 2002, C_INVALID_ARGUMENT, "not an executable");
+  uint64_t exe_arg[1] = {600};
+  uint64_t out2[1] = {2003};
+  send_launch_1dev(fd, 10, 600, exe_arg, 1, out2, 1, NULL, 0);
+  expect_error(fd, "LAUNCH with executable 600 as argument", 10, C_INVALID_ARGUMENT,
+               "not a buffer");
+  expect_download_error(fd, 11, 2003, C_INVALID_ARGUMENT, "not a buffer");
+  // Two outputs for a program with one.
+  uint64_t two_outs[2] = {2004, 2005};
+  send_launch_1dev(fd, 12, 600, arg, 1, two_outs, 2, NULL, 0);
+  expect_error(fd, "LAUNCH naming 2 outputs of a 1-output program", 12, C_INVALID_ARGUMENT,
+               "outputs");
+  expect_download_error(fd, 13, 2005, C_INVALID_ARGUMENT, "outputs");
+  // Donating argument 5 of 1.
+  uint32_t donate[1] = {5};
+  uint64_t out3[1] = {2006};
+  send_launch_1dev(fd, 14, 600, arg, 1, out3, 1, donate, 1);
+  expect_error(fd, "LAUNCH donating argument 5 of 1", 14, C_INVALID_ARGUMENT,
+               "donates argument 5");
+  expect_download_error(fd, 15, 2006, C_NOT_FOUND, "2006");
+  // Buffer 10 and executable 600 still work.
+  uint64_t out4[1] = {2007};
+  send_launch_1dev(fd, 16, 600, arg, 1, out4, 1, NULL, 0);
+  expect_reply(fd, "valid LAUNCH", T_LAUNCH, 16, &f);
+  frame_free(&f);
+  close(fd);
+  assert_serving(&g_plain);
+}
+
 // A launch that donates more arguments than it has is refused by its lists,
 // and nothing is looked up for it (a review's 20,000-long lists took 10 s).
 static void test_launch_donates_too_many(void** state) {
@@ -440,6 +531,7 @@ int main(int argc, char** argv) {
       cmocka_unit_test(test_executables_hostile),
       cmocka_unit_test(test_send_to_bad_peers),
       cmocka_unit_test(test_launch_donates_too_many),
+      cmocka_unit_test(test_launch_lists_and_kinds),
       cmocka_unit_test(test_await_of_deleted_object_at_close),
       // Last: SIGTERM the workers and require exit 0 (ASan: no leaks).
       cmocka_unit_test(hostile_test_sigterm_clean_exit),
