@@ -18,6 +18,7 @@
 
 #define T_ADMIN_WORKER_DRAIN 56
 #define C_UNAVAILABLE 14
+#define C_CANCELLED 1
 
 // --- A fake peer worker on loopback ---------------------------------------------
 
@@ -369,6 +370,99 @@ static void test_drain_refuses_a_later_part(void** state) {
   assert_serving(&g_plain);
 }
 
+// --- A paused session's launches whose connection closes ------------------------
+
+#define T_ADMIN_HOLD 55
+
+static const char k_mlir[] =
+    "module @hostile_peers {\n"
+    "  func.func public @main(%arg0: tensor<4xf32>) -> tensor<4xf32> {\n"
+    "    %0 = stablehlo.add %arg0, %arg0 : tensor<4xf32>\n"
+    "    return %0 : tensor<4xf32>\n"
+    "  }\n"
+    "}\n";
+
+static void hold(int k, uint64_t rid, uint64_t session, bool on) {
+  Causeway__V1__AdminHoldRequest m = CAUSEWAY__V1__ADMIN_HOLD_REQUEST__INIT;
+  m.session_id = session;
+  m.hold = on;
+  assert_true(send_msg(k, T_ADMIN_HOLD, rid, &m.base, NULL, 0));
+  expect_ack(k, on ? "ADMIN_HOLD" : "ADMIN_HOLD (release)", T_ADMIN_HOLD, rid);
+}
+
+static void launch_1(int fd, uint64_t rid, uint64_t exe, uint64_t arg, uint64_t out) {
+  Causeway__V1__LaunchRequest m = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
+  Causeway__V1__IdList a = CAUSEWAY__V1__ID_LIST__INIT, o = CAUSEWAY__V1__ID_LIST__INIT;
+  Causeway__V1__IdList* ap = &a;
+  Causeway__V1__IdList* op = &o;
+  a.ids = &arg;
+  a.n_ids = 1;
+  o.ids = &out;
+  o.n_ids = 1;
+  m.exe_id = exe;
+  m.args = &ap;
+  m.n_args = 1;
+  m.outputs = &op;
+  m.n_outputs = 1;
+  m.launch_id = rid;
+  assert_true(send_msg(fd, T_LAUNCH, rid, &m.base, NULL, 0));
+}
+
+static void expect_launches(int fd, uint64_t rid, uint64_t queued, uint64_t held,
+                            const char* when) {
+  Causeway__V1__Stats* st = stats(fd, rid);
+  uint64_t q = st->launches_queued, h = st->launches_held;
+  causeway__v1__stats__free_unpacked(st, NULL);
+  if (q != queued || h != held) {
+    fail_msg("%s: %" PRIu64 " launches queued, %" PRIu64 " held; want %" PRIu64 " and %" PRIu64,
+             when, q, h, queued, held);
+  }
+}
+
+// ADMIN_HOLD keeps a session's launches queued on their connections. The
+// connection that sent them closing while the session stays (the
+// controller's link keeps it): they fail CANCELLED (their outputs say so to
+// the session's other connections) and leave nothing queued or held behind,
+// so the worker's counts (what `causeway drain --wait` reads) go back to 0.
+static void test_paused_launches_of_a_closed_connection(void** state) {
+  (void)state;
+  int c = conn_open(&g_plain);
+  Causeway__V1__HelloReply* hr = NULL;
+  hello_as(c, NULL, CAUSEWAY__V1__ROLE__ROLE_CLIENT, 0, &hr);
+  uint64_t session = hr->session_id;
+  causeway__v1__hello_reply__free_unpacked(hr, NULL);
+  int k = conn_open(&g_plain);
+  hello_as(k, NULL, CAUSEWAY__V1__ROLE__ROLE_CONTROLLER, session, NULL);
+  Causeway__V1__CompileRequest cm = CAUSEWAY__V1__COMPILE_REQUEST__INIT;
+  cm.exe_id = 700;
+  cm.format = "mlir";
+  cm.code.data = (uint8_t*)k_mlir;
+  cm.code.len = strlen(k_mlir);
+  assert_true(send_msg(c, T_COMPILE, 2, &cm.base, NULL, 0));
+  expect_ack(c, "COMPILE", T_COMPILE, 2);
+  upload_f32(c, 3, 10, 4);
+  expect_launches(k, 2, 0, 0, "before the hold");
+  hold(k, 3, session, true);
+  launch_1(c, 4, 700, 10, 11);
+  launch_1(c, 5, 700, 11, 12);
+  expect_launches(c, 6, 2, 2, "two launches of the paused session");
+  close(c);
+  sleep_ms(100);
+  expect_launches(k, 4, 0, 0, "after their connection closed");
+  int c2 = conn_open(&g_plain);
+  hello_as(c2, NULL, CAUSEWAY__V1__ROLE__ROLE_CLIENT, session, NULL);
+  Causeway__V1__DownloadRequest d = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
+  d.buffer_id = 12;
+  assert_true(send_msg(c2, T_DOWNLOAD, 2, &d.base, NULL, 0));
+  expect_error(c2, "DOWNLOAD of a cancelled launch's output", 2, C_CANCELLED, "paused");
+  hold(k, 5, session, false);
+  launch_1(c2, 3, 700, 10, 13);
+  expect_ack(c2, "a launch after the release", T_LAUNCH, 3);
+  close(c2);
+  close(k);
+  assert_serving(&g_plain);
+}
+
 int main(int argc, char** argv) {
   hostile_init(argc, argv);
   const struct CMUnitTest tests[] = {
@@ -376,6 +470,7 @@ int main(int argc, char** argv) {
       cmocka_unit_test(test_send_of_failed_source),
       cmocka_unit_test(test_held_requests_of_closed_connections),
       cmocka_unit_test(test_drain_refuses_a_later_part),
+      cmocka_unit_test(test_paused_launches_of_a_closed_connection),
       // Last: SIGTERM the workers and require exit 0 (ASan: no leaks).
       cmocka_unit_test(hostile_test_sigterm_clean_exit),
   };
