@@ -485,7 +485,9 @@ static void test_send_to_bad_peers(void** state) {
   (void)state;
   int fd = open_hello();
   upload_f32(fd, 2, 20, 4);
-  static const char* peers[] = {"127.0.0.1:1", "", "not-an-address", "/nonexistent/socket"};
+  // "localhost:1": a name, resolved off the worker's loop, then refused.
+  static const char* peers[] = {"127.0.0.1:1", "", "not-an-address", "/nonexistent/socket",
+                                "localhost:1"};
   for (size_t i = 0; i < sizeof peers / sizeof peers[0]; ++i) {
     Causeway__V1__SendRequest m = CAUSEWAY__V1__SEND_REQUEST__INIT;
     m.src_id = 20;
