@@ -121,6 +121,68 @@ static void test_growth_and_sessions(void** state) {
   assert_int_equal(g_released, 5000);
 }
 
+// Past 64 sessions and 64 detached entries their indexes grow (rehashing
+// what they hold): every session's counts, every detached entry and the
+// detached entries' session removal still find what they should.
+static void test_many_sessions_and_detached(void** state) {
+  (void)state;
+  cw_store_t* s = make_store();
+  static int handle;
+  enum { SESSIONS = 200, PER = 3 };
+  cw_store_entry_t* held[SESSIONS * PER];
+  uint64_t serials[SESSIONS * PER];
+  for (uint64_t k = 1; k <= SESSIONS; ++k) {
+    for (uint64_t i = 1; i <= PER; ++i) {
+      cw_store_entry_t* e = NULL;
+      assert_null(cw_store_insert(s, k * 1000003, i, CW_STORE_BUFFER, &e));
+      cw_store_set_bytes(s, e, k + i);
+      if (i == 1) cw_store_set_ready(s, e, &handle);  // others stay pending
+      else e->awaits_put = i == 2;
+    }
+  }
+  for (uint64_t k = 1; k <= SESSIONS; ++k) {
+    cw_store_stats_t st;
+    cw_store_stats(s, k * 1000003, &st);
+    assert_int_equal(st.buffers, PER);  // pending ones count too
+    assert_int_equal(st.buffer_bytes, 3 * k + 6);
+  }
+  // Every entry held, then removed: all detached, found by serial.
+  size_t n = 0;
+  for (uint64_t k = 1; k <= SESSIONS; ++k) {
+    for (uint64_t i = 1; i <= PER; ++i, ++n) {
+      held[n] = cw_store_lookup(s, k * 1000003, i);
+      assert_non_null(held[n]);
+      serials[n] = held[n]->serial;
+      cw_store_entry_retain(held[n]);
+      cw_store_remove(s, held[n]);
+    }
+  }
+  assert_int_equal(cw_store_size(s), 0);
+  assert_int_equal(cw_store_detached_count(s), SESSIONS * PER);
+  n = 0;
+  for (uint64_t k = 1; k <= SESSIONS; ++k) {
+    for (uint64_t i = 1; i <= PER; ++i, ++n) {
+      assert_ptr_equal(cw_store_lookup_serial(s, k * 1000003, i, serials[n]), held[n]);
+    }
+    assert_ptr_equal(cw_store_lookup_detached_put(s, k * 1000003, 2), held[n - 2]);
+    assert_null(cw_store_lookup_detached_put(s, k * 1000003, 3));  // no EXPECT
+  }
+  // The odd sessions end: their detached entries still pending fail.
+  for (uint64_t k = 1; k <= SESSIONS; k += 2) cw_store_remove_session(s, k * 1000003);
+  n = 0;
+  for (uint64_t k = 1; k <= SESSIONS; ++k) {
+    for (uint64_t i = 1; i <= PER; ++i, ++n) {
+      cw_store_state_t want = i == 1 ? CW_STORE_READY
+                                     : (k % 2 ? CW_STORE_ERROR : CW_STORE_PENDING);
+      assert_int_equal(held[n]->state, want);
+    }
+  }
+  for (n = 0; n < SESSIONS * PER; ++n) cw_store_entry_release(s, held[n]);
+  assert_int_equal(cw_store_detached_count(s), 0);
+  assert_int_equal(g_released, SESSIONS);  // the ready ones' handles
+  cw_store_release(s);
+}
+
 // Many sessions' counts at once equal counting each session here, with keys
 // repeated or absent from the store.
 static void test_stats_of_many_sessions(void** state) {
@@ -397,6 +459,7 @@ int main(void) {
       cmocka_unit_test(test_insert_lookup),
       cmocka_unit_test(test_waiters),
       cmocka_unit_test(test_growth_and_sessions),
+      cmocka_unit_test(test_many_sessions_and_detached),
       cmocka_unit_test(test_stats_of_many_sessions),
       cmocka_unit_test(test_stats_follow_every_change),
       cmocka_unit_test(test_references),
