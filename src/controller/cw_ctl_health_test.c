@@ -20,6 +20,9 @@
 //   are refused ("was replaced") until the client sent HEALTH_REJOIN; a
 //   replacement on another CPU (--host-cpu) is not given it ("compiled for
 //   the CPU of the lost worker");
+// - REGISTER's island fields: a bad name or place, another size or platform
+//   than the island's members, and a replacement claiming another place are
+//   refused, naming the mismatch;
 // - SIGTERM: the controller exits 0 (under ASan: no leaks).
 #include <setjmp.h>
 #include <stdarg.h>
@@ -306,8 +309,76 @@ static void test_replacement_reloads_and_fences(void** state) {
   assert_int_equal(cw_test_worker_stop(&rw3, 30000), 0);
 }
 
+// REGISTER of `name` as rank `rank` of island `island` of `size` workers
+// (platform "cpu" `version`), on a fresh worker connection kept in *out.
+static cw_status_t register_island(cw_client_t** out, const char* name, const char* island,
+                                   uint32_t size, uint32_t rank, const char* version) {
+  worker_connect(out);
+  Causeway__V1__Device dev = CAUSEWAY__V1__DEVICE__INIT;
+  dev.kind = (char*)"cpu";
+  Causeway__V1__Device* devs[1] = {&dev};
+  Causeway__V1__Inventory inv = CAUSEWAY__V1__INVENTORY__INIT;
+  inv.worker_name = (char*)name;
+  inv.platform_name = (char*)"cpu";
+  inv.platform_version = (char*)version;
+  inv.devices = devs;
+  inv.n_devices = 1;
+  char address[64];
+  snprintf(address, sizeof(address), "fake-%s:1", name);
+  Causeway__V1__RegisterRequest req = CAUSEWAY__V1__REGISTER_REQUEST__INIT;
+  req.worker_name = (char*)name;
+  req.address = address;
+  req.inventory = &inv;
+  req.island_name = (char*)island;
+  req.island_size = size;
+  req.island_rank = rank;
+  req.revision = cw_test_register_revision;
+  ProtobufCMessage* rep = NULL;
+  cw_status_t st = cw_client_call(*out, CW_MSG_REGISTER, &req.base, NULL, 0, NULL, &rep, NULL);
+  if (rep) protobuf_c_message_free_unpacked(rep, NULL);
+  return st;
+}
+
+// What a worker says of its island when it registers (docs/protocol.md
+// "Islands of several workers") is checked against the island's other
+// members: a bad name or place, another size, another platform, and a
+// replacement that claims another place are refused, naming the mismatch.
+static void test_island_registrations(void** state) {
+  cw_client_t* c[8] = {NULL};
+  expect_error(register_island(&c[0], "i0", "g\x01", 2, 0, "test"), CW_INVALID_ARGUMENT,
+               "island_name must be");
+  expect_error(register_island(&c[1], "i0", "g", 2, 2, "test"), CW_INVALID_ARGUMENT,
+               "island 'g': rank 2 of size 2 is not valid");
+  expect_error(register_island(&c[2], "i0", "g", 0, 0, "test"), CW_INVALID_ARGUMENT,
+               "rank 0 of size 0 is not valid");
+  assert_null(register_island(&c[3], "i0", "g", 2, 0, "test"));
+  expect_error(register_island(&c[4], "i1", "g", 3, 1, "test"), CW_INVALID_ARGUMENT,
+               "island 'g' has 2 workers (worker i0 says so); this worker says 3");
+  expect_error(register_island(&c[5], "i1", "g", 2, 1, "other"), CW_INVALID_ARGUMENT,
+               "island 'g' runs cpu test (worker i0); this worker has cpu other");
+  assert_null(register_island(&c[6], "i1", "g", 2, 1, "test"));
+  // i0 sends no heartbeat: once it is dead, a replacement under its name
+  // must take its place (rank 0), not i1's.
+  cw_status_t st = NULL;
+  for (int i = 0; i < 100; ++i) {
+    cw_client_release(c[7]);
+    c[7] = NULL;
+    st = register_island(&c[7], "i0", "g", 2, 1, "test");
+    if (!st || cw_status_code(st) != CW_ALREADY_EXISTS) break;  // still alive
+    cw_status_free(st);
+    st = NULL;
+    cw_test_sleep_ms(100);
+  }
+  expect_error(st, CW_INVALID_ARGUMENT,
+               "worker i0 was rank 0 of 2 of island 'g'; its replacement says rank 1 of 2 of "
+               "island 'g'");
+  for (size_t i = 0; i < 8; ++i) cw_client_release(c[i]);
+}
+
 int main(void) {
+  // The island test last: its fake workers would take indexes the others name.
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_health),
-                                     cmocka_unit_test(test_replacement_reloads_and_fences)};
+                                     cmocka_unit_test(test_replacement_reloads_and_fences),
+                                     cmocka_unit_test(test_island_registrations)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }
