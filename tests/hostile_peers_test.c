@@ -442,6 +442,13 @@ static void test_paused_launches_of_a_closed_connection(void** state) {
   expect_ack(c, "COMPILE", T_COMPILE, 2);
   upload_f32(c, 3, 10, 4);
   expect_launches(k, 2, 0, 0, "before the hold");
+  // A hold names the session of the connection it comes on.
+  Causeway__V1__AdminHoldRequest other = CAUSEWAY__V1__ADMIN_HOLD_REQUEST__INIT;
+  other.session_id = session + 1;
+  other.hold = true;
+  assert_true(send_msg(k, T_ADMIN_HOLD, 7, &other.base, NULL, 0));
+  expect_error(k, "ADMIN_HOLD of another session", 7, C_INVALID_ARGUMENT,
+               "this connection is in session");
   hold(k, 3, session, true);
   launch_1(c, 4, 700, 10, 11);
   launch_1(c, 5, 700, 11, 12);
