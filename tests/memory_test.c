@@ -669,6 +669,62 @@ static void test_parts_wait_behind_their_first(void** state) {
   parts_behind_their_first(true);
 }
 
+// The same, but the buffer is deleted (on another connection of its session)
+// while its first part waits for memory and its later parts wait for it:
+// the later parts fail CANCELLED at once (their own memory freed), the
+// first when its wait ends, and nothing is left in use or waiting.
+static void test_parts_behind_their_first_deleted(void** state) {
+  (void)state;
+  cw_client_t* a = connect_session("a", 0, 0);
+  cw_client_t* b = connect_session("b", 0, 0);
+  cw_client_t* b_ctl = connect_session("controller", CAUSEWAY__V1__ROLE__ROLE_CONTROLLER,
+                                       cw_client_session_id(b));
+  cw_client_t* b2 = connect_session("b2", 0, cw_client_session_id(b));
+  uint64_t a1 = new_id(), a2 = new_id(), b1 = new_id();
+  upload_ok(a, a1, g.big, N_BIG);
+  upload_ok(a, a2, g.big, N_BIG);  // 8 MiB
+  int64_t dims[1] = {N_BIG};
+  const size_t half = N_BIG * sizeof(float) / 2;
+  uint64_t rid[3] = {0, 0, 0};
+  for (int k = 0; k < 3; ++k) {
+    Causeway__V1__UploadRequest up = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
+    up.buffer_id = b1;
+    up.dtype = F32;
+    up.dims = dims;
+    up.n_dims = 1;
+    up.part = k + 1;  // FIRST (no bytes), MORE, LAST
+    up.part_offset = k == 2 ? half : 0;
+    up.seq = (uint64_t)k + 2;  // held: seq 1 has not come
+    struct iovec iov = {(char*)g.big + (k == 2 ? half : 0), half};
+    ASSERT_OK(cw_client_send(b, CW_MSG_UPLOAD, &up.base, &iov, k ? 1 : 0, NULL, NULL, NULL,
+                             &rid[k]));
+  }
+  ASSERT_OK(cw_client_ping(b));  // their bytes are in
+  fill_seq_hole(b_ctl, a);  // the first part waits for memory, the others for it
+  delete_ids(b2, (uint64_t[]){b1}, 1);
+  for (int k = 2; k >= 1; --k) {
+    cw_status_t s = cw_client_wait(b, rid[k], NULL, NULL);
+    assert_non_null(s);
+    fprintf(stderr, "  part %d: %s\n", k + 1, cw_status_message(s));
+    assert_int_equal(cw_status_code(s), CW_CANCELLED);
+    cw_status_free(s);
+  }
+  delete_ids(a, (uint64_t[]){a1}, 1);  // the first part's wait ends
+  cw_status_t s = cw_client_wait(b, rid[0], NULL, NULL);
+  assert_non_null(s);
+  fprintf(stderr, "  part 1: %s\n", cw_status_message(s));
+  assert_int_equal(cw_status_code(s), CW_CANCELLED);
+  assert_non_null(strstr(cw_status_message(s), "deleted"));
+  cw_status_free(s);
+  ASSERT_OK(cw_client_ping(b));
+  delete_ids(a, (uint64_t[]){a2}, 1);
+  expect_nothing_in_use(a);
+  cw_client_release(b_ctl);
+  cw_client_release(b2);
+  cw_client_release(b);
+  cw_client_release(a);
+}
+
 // The later parts of an UPLOAD in parts, sent on the connection of a first
 // part (no bytes, no seq) that waits for memory: not read until it has it.
 // They were read into memory of their own meanwhile, each part's bytes past
@@ -813,6 +869,7 @@ int main(void) {
       cmocka_unit_test(test_stamped_launch_passes_its_turn),
       cmocka_unit_test(test_held_upload_waits_with_its_bytes),
       cmocka_unit_test(test_parts_wait_behind_their_first),
+      cmocka_unit_test(test_parts_behind_their_first_deleted),
       cmocka_unit_test(test_parts_not_read_while_their_first_waits),
       cmocka_unit_test(test_session_end_frees_memory),
       cmocka_unit_test(test_wait_times_out),
