@@ -1182,6 +1182,40 @@ class HeldReads:
         self.pool.shutdown()
 
 
+def test_execute_refusals(cluster, proxy):
+    """An Execute naming an array the session lacks, result handles that do
+    not match the outputs, or non-donatable input indices outside the
+    arguments (too many, past the end, negative): each answered with its
+    error, nothing run; the session then executes as before."""
+    with grpc.insecure_channel(proxy.address) as ch:
+        h = HeldReads(ch, cluster.controller)
+
+        def execute(op, args, outs, keep=None):
+            options = field(7, b"".join(varint(k & ((1 << 64) - 1)) for k in keep)) \
+                if keep is not None else b""
+            body = (varint(1 << 3 | 1) + struct.pack("<Q", h.exe) + packed_fixed64(2, args)
+                    + (field(3, options) if keep is not None else b"")
+                    + field(4, varint(0) + varint(1)) + packed_fixed64(5, outs))
+            return response_status(h.call(ifrt_request(15, op, body)))
+
+        code = grpc.StatusCode
+        assert execute(140, [999], [310]) == (
+            140, code.NOT_FOUND.value[0], "Execute: argument 0: no array with handle 999")
+        assert execute(141, [300], [311, 312]) == (
+            141, code.INVALID_ARGUMENT.value[0], "Execute: 2 result handles for 1 outputs")
+        for op, keep, text in [(142, [0, 0], "2 non-donatable inputs of 1 arguments"),
+                               (143, [5], "non-donatable input 5 of 1 arguments"),
+                               (144, [-1], "non-donatable input -1 of 1 arguments")]:
+            got = execute(op, [300], [313], keep)
+            assert got[:2] == (op, code.INVALID_ARGUMENT.value[0]) and text in got[2], got
+        # Nothing was made under the refused result handles; the session runs.
+        h.ok(ifrt_request(6, 145, copy_to_host(300, 73)), 145)
+        h.execute(146, 314)
+        h.ok(ifrt_request(6, 147, copy_to_host(314, 74)), 147)
+        assert h.lookup(74) == (h.x + h.x).tobytes()
+        h.end()
+
+
 # Read back in ranges of 2 MiB, four at a time (CW_PROXY_READ_RANGE): five
 # of them, the last not full.
 BIG = ((9 << 20) + 12) // 4
