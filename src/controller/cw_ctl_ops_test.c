@@ -304,7 +304,8 @@ static void test_drain_refuses_new_work_and_reports_idle(void** state) {
 
 // A worker that stops answering holds up neither the controller's polls nor
 // --max-age: later polls skip it while its STATS is unanswered, and its
-// numbers are listed as not fresh (while it is still alive).
+// numbers are listed as not fresh (while it is still alive); nor a PAUSE,
+// answered DEADLINE_EXCEEDED after 10 s.
 static void test_a_silent_worker_does_not_hold_up_max_age(void** state) {
   assert_int_equal(kill(g.w[1].process.pid, SIGSTOP), 0);
   bool seen = false;
@@ -317,8 +318,23 @@ static void test_a_silent_worker_does_not_hold_up_max_age(void** state) {
     protobuf_c_message_free_unpacked(&st->base, NULL);
     if (!seen) cw_test_sleep_ms(50);
   }
+  // A pause fanned out while ops-b is silent: answered at the fan-out's
+  // deadline, naming how many did not answer; ops-b holds the session once
+  // it reads the request, and a resume then reaches both.
+  int64_t t0 = cw_time_now_ms();
+  Causeway__V1__AdminAck* ack = NULL;
+  expect_error(admin_session(CW_MSG_ADMIN_PAUSE, g.session, NULL, &ack), CW_DEADLINE_EXCEEDED,
+               "ADMIN_PAUSE: 1 of 2 workers did not answer within 10000 ms");
+  int64_t waited = cw_time_now_ms() - t0;
+  assert_true(waited >= 9000 && waited < 30000);
   assert_int_equal(kill(g.w[1].process.pid, SIGCONT), 0);
   assert_true(seen);
+  ASSERT_OK(admin_session(CW_MSG_ADMIN_RESUME, g.session, NULL, &ack));
+  assert_non_null(strstr(ack->text, "resumed"));
+  protobuf_c_message_free_unpacked(&ack->base, NULL);
+  Causeway__V1__AdminStatus* st = admin_status();
+  assert_false(find_session(st, g.session)->paused);
+  protobuf_c_message_free_unpacked(&st->base, NULL);
 }
 
 static void test_worker_loss_is_listed(void** state) {
