@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +22,9 @@ typedef struct svc_s {
   char md[64];
   size_t md_len;
   bool echo, finish_on_half_close;
+  bool echo_lenient;       // echoes, counting refused sends instead of failing
+  int send_failures;
+  char first_failure[256];
   int stream_left;  // > 0: half-close starts a response of this many messages
   int writables;
   size_t most_queued;
@@ -50,6 +54,13 @@ static void svc_message(void* user, cw_grpc_call_t* call, const uint8_t* d, size
   svc_t* s = user;
   s->messages++;
   if (s->echo) assert_null(cw_grpc_call_send(call, d, n));
+  if (s->echo_lenient) {
+    cw_status_t st = cw_grpc_call_send(call, d, n);
+    if (st && !s->send_failures++) {
+      snprintf(s->first_failure, sizeof(s->first_failure), "%s", cw_status_message(st));
+    }
+    cw_status_free(st);
+  }
 }
 
 // Queues big messages while fewer than four wait, encoded in place, then
@@ -555,6 +566,37 @@ static void test_oversize(void** state) {
   assert_int_equal(f->svc.messages, 0);
 }
 
+// A peer that sends requests but takes no responses (its window is 0):
+// responses wait up to max_queued bytes; the one past it ends the call
+// RESOURCE_EXHAUSTED (the service's send refused) instead of the queue
+// growing, and the peer gets that status once it reads again.
+static void test_responses_past_max_queued(void** state) {
+  fix_t* f = *state;
+  f->o.max_queued = 200;
+  f->svc.echo = false;
+  f->svc.echo_lenient = true;
+  restart(f);
+  nghttp2_settings_entry closed[] = {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 0}};
+  assert_int_equal(nghttp2_submit_settings(f->cli.h2, NGHTTP2_FLAG_NONE, closed, 1), 0);
+  static const char msg[] = "0123456789012345678901234567890123456789";  // 40 bytes
+  for (int i = 0; i < 8; i++) cli_add_message(&f->cli, 0, msg, 40);
+  cli_call(&f->cli, "application/grpc");
+  pump(&f->cli, f->s);
+  // 4 echoes of 45 bytes fit in 200; the fifth ends the call, and the
+  // messages after it are not delivered.
+  assert_int_equal(f->svc.messages, 5);
+  assert_int_equal(f->svc.send_failures, 1);
+  assert_non_null(strstr(f->svc.first_failure, "225 response bytes wait for the peer (limit 200)"));
+  assert_int_equal(f->cli.got_len, 0);
+  nghttp2_settings_entry open[] = {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 65535}};
+  assert_int_equal(nghttp2_submit_settings(f->cli.h2, NGHTTP2_FLAG_NONE, open, 1), 0);
+  pump(&f->cli, f->s);
+  assert_int_equal(f->cli.got_len, 4 * 45);
+  assert_int_equal(f->cli.grpc_status, CW_RESOURCE_EXHAUSTED);
+  assert_non_null(strstr(f->cli.grpc_message, "wait for the peer"));
+  assert_true(f->cli.closed);
+}
+
 static void test_compressed(void** state) {
   fix_t* f = *state;
   cli_add_message(&f->cli, 1, "zz", 2);
@@ -646,6 +688,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_not_grpc, setup, teardown),
       cmocka_unit_test_setup_teardown(test_oversize, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_responses_past_max_queued, setup, teardown),
       cmocka_unit_test_setup_teardown(test_compressed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_truncated, setup, teardown),
       cmocka_unit_test_setup_teardown(test_reset_and_release, setup, teardown),
