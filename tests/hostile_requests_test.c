@@ -420,6 +420,47 @@ static void test_launch_lists_and_kinds(void** state) {
   assert_serving(&g_plain);
 }
 
+// A DELETE of an executable still compiling (pipelined right behind its
+// COMPILE): the COMPILE answers CANCELLED naming the delete, the built
+// program is dropped (ASan: no leak), and the id can be compiled again.
+static void test_delete_while_compiling(void** state) {
+  (void)state;
+  int fd = open_hello();
+  // Both frames in one send: the worker reads the DELETE before the
+  // compile (on its thread pool) can be done.
+  Causeway__V1__CompileRequest cm = CAUSEWAY__V1__COMPILE_REQUEST__INIT;
+  cm.exe_id = 900;
+  cm.format = "mlir";
+  cm.code.data = (uint8_t*)k_mlir;
+  cm.code.len = strlen(k_mlir);
+  uint64_t id = 900;
+  Causeway__V1__DeleteRequest del = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+  del.ids = &id;
+  del.n_ids = 1;
+  packed_t pc = pack(&cm.base), pd = pack(&del.base);
+  uint8_t* both = malloc(2 * HDR + pc.len + pd.len);
+  hdr_t hc = hdr_of(T_COMPILE, 2, (uint32_t)pc.len, 0);
+  hdr_t hd = hdr_of(T_DELETE, 3, (uint32_t)pd.len, 0);
+  hdr_encode(&hc, both);
+  memcpy(both + HDR, pc.data, pc.len);
+  hdr_encode(&hd, both + HDR + pc.len);
+  memcpy(both + 2 * HDR + pc.len, pd.data, pd.len);
+  assert_true(send_all(fd, both, 2 * HDR + pc.len + pd.len));
+  free(both);
+  free(pc.data);
+  free(pd.data);
+  frame_t f;
+  expect_reply(fd, "DELETE of the executable compiling", T_DELETE, 3, &f);
+  frame_free(&f);
+  expect_error(fd, "COMPILE whose executable was deleted", 2, 1 /* CANCELLED */,
+               "deleted before it was built");
+  send_compile(fd, 4, 900, "mlir", k_mlir, strlen(k_mlir), NULL, 0);
+  expect_reply(fd, "COMPILE of the id again", T_COMPILE, 4, &f);
+  frame_free(&f);
+  close(fd);
+  assert_serving(&g_plain);
+}
+
 // A launch that donates more arguments than it has is refused by its lists,
 // and nothing is looked up for it (a review's 20,000-long lists took 10 s).
 static void test_launch_donates_too_many(void** state) {
@@ -534,6 +575,7 @@ int main(int argc, char** argv) {
       cmocka_unit_test(test_send_to_bad_peers),
       cmocka_unit_test(test_launch_donates_too_many),
       cmocka_unit_test(test_launch_lists_and_kinds),
+      cmocka_unit_test(test_delete_while_compiling),
       cmocka_unit_test(test_await_of_deleted_object_at_close),
       // Last: SIGTERM the workers and require exit 0 (ASan: no leaks).
       cmocka_unit_test(hostile_test_sigterm_clean_exit),
