@@ -403,6 +403,10 @@ static void test_resume_refusals(void** state) {
   rdev_t far[] = {{0, "a", 7}};  // a has 2 devices
   r = (resume_t){.devs = far, .n = 1};
   expect_error(resume(c, &r, NULL, NULL), CW_FAILED_PRECONDITION, "worker a has 2 devices now");
+  static const uint64_t no_id[] = {0};  // an executable needs an id
+  r = (resume_t){.devs = one, .n = 1, .exes = no_id, .num_exes = 1};
+  expect_error(resume(c, &r, NULL, NULL), CW_INVALID_ARGUMENT,
+               "SESSION_RESUME executable 0: needs an id and 1..");
   r = (resume_t){.devs = one, .n = 1};
   expect_error(resume(g.workers[0], &r, NULL, NULL), CW_PERMISSION_DENIED, "for clients");
   cw_client_release(c);
