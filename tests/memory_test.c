@@ -442,6 +442,40 @@ static void test_launch_waits_and_session_order(void** state) {
   cw_client_release(c);
 }
 
+// A launch waiting for memory whose connection closes while the session
+// goes on (another connection keeps it): its wait ends, its output fails
+// CANCELLED naming the close, and nothing is left waiting or charged.
+static void test_launch_waiting_for_memory_of_a_closed_connection(void** state) {
+  (void)state;
+  cw_client_t* a = connect_session("a", 0, 0);
+  cw_client_t* b = connect_session("b", 0, 0);
+  cw_client_t* b2 = connect_session("b2", 0, cw_client_session_id(b));
+  uint64_t a1 = new_id(), a2 = new_id();
+  upload_ok(a, a1, g.big, N_BIG);
+  upload_ok(a, a2, g.big, N_BIG);  // 8 MiB
+  uint64_t exe = compile(b, scale_program(N_SMALL, false));
+  uint64_t x = new_id(), y = new_id(), z = new_id();
+  upload_ok(b, x, g.small, N_SMALL);  // 9 MiB
+  launch(b, exe, x, y, NULL);         // 10 MiB: fits exactly
+  launch(b, exe, y, z, NULL);         // 1 more: waits
+  free_stats(wait_for_waiters(a, 1));
+  cw_client_release(b);
+  free_stats(wait_for_waiters(a, 0));
+  float v[4];
+  cw_status_t s = cw_client_download(b2, z, v, sizeof(v), NULL, NULL);
+  assert_non_null(s);
+  fprintf(stderr, "  output of the cancelled launch: %s\n", cw_status_message(s));
+  assert_int_equal(cw_status_code(s), CW_CANCELLED);
+  assert_non_null(strstr(cw_status_message(s), "waited for memory"));
+  cw_status_free(s);
+  expect_scaled(b2, y, g.small, N_SMALL, 1);
+  delete_ids(a, (uint64_t[]){a1, a2}, 2);
+  delete_ids(b2, (uint64_t[]){x, y, z, exe}, 4);
+  expect_nothing_in_use(a);
+  cw_client_release(b2);
+  cw_client_release(a);
+}
+
 // A COPY to a full device waits there; its source's device has room.
 static void test_copy_waits_for_its_device(void** state) {
   (void)state;
@@ -864,6 +898,7 @@ int main(void) {
       cmocka_unit_test(test_bigger_than_budget_fails_at_once),
       cmocka_unit_test(test_upload_waits_for_another_sessions_delete),
       cmocka_unit_test(test_launch_waits_and_session_order),
+      cmocka_unit_test(test_launch_waiting_for_memory_of_a_closed_connection),
       cmocka_unit_test(test_copy_waits_for_its_device),
       cmocka_unit_test(test_donation_needs_no_new_memory),
       cmocka_unit_test(test_stamped_launch_passes_its_turn),
