@@ -346,6 +346,13 @@ static void test_drain_refuses_a_later_part(void** state) {
   m.part_offset = 8;
   assert_true(send_msg(fd, T_UPLOAD, 3, &m.base, bytes, 8));
   expect_error(fd, "last part while draining", 3, C_FAILED_PRECONDITION, "draining");
+  // A later part of a buffer with no upload under way: refused as well,
+  // and no buffer made for it (as outside a drain).
+  Causeway__V1__UploadRequest stray = m;
+  stray.buffer_id = 61;
+  stray.part = CAUSEWAY__V1__UPLOAD_PART__UPLOAD_MORE;
+  assert_true(send_msg(fd, T_UPLOAD, 6, &stray.base, bytes, 8));
+  expect_error(fd, "a stray later part while draining", 6, C_FAILED_PRECONDITION, "draining");
   Causeway__V1__AwaitRequest aw = CAUSEWAY__V1__AWAIT_REQUEST__INIT;
   aw.buffer_id = 60;
   assert_true(send_msg(fd, T_AWAIT, 4, &aw.base, NULL, 0));
@@ -364,6 +371,9 @@ static void test_drain_refuses_a_later_part(void** state) {
   }
   causeway__v1__error_reply__free_unpacked(er, NULL);
   frame_free(&f);
+  aw.buffer_id = 61;
+  assert_true(send_msg(fd, T_AWAIT, 7, &aw.base, NULL, 0));
+  expect_error(fd, "AWAIT of the stray part's buffer", 7, C_NOT_FOUND, "61");
   ping(fd, 5);
   close(fd);
   close(k);
