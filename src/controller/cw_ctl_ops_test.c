@@ -221,6 +221,16 @@ static void test_pause_resume_and_errors(void** state) {
                "session 123 not found; open sessions: ");
   expect_error(admin_session(CW_MSG_ADMIN_RESUME, 0, "nobody", &ack), CW_NOT_FOUND,
                "session 'nobody' not found");
+  // A name two sessions share names neither: the id is asked for.
+  cw_client_t* twin = NULL;
+  cw_client_options_t to = {.peer_name = "ops-twin"};
+  ASSERT_OK(cw_client_connect(g.ctl_address, &to, &twin));
+  Causeway__V1__SessionInfo* twin_info = NULL;
+  ASSERT_OK(open_named(twin, "ops \"test\"", &twin_info));
+  protobuf_c_message_free_unpacked(&twin_info->base, NULL);
+  expect_error(admin_session(CW_MSG_ADMIN_PAUSE, 0, "ops \"test\"", &ack), CW_INVALID_ARGUMENT,
+               "names 2 sessions; give its id");
+  cw_client_release(twin);
   expect_error(admin_drain(CW_MSG_ADMIN_DRAIN, "ops-z", &ack), CW_NOT_FOUND,
                "worker 'ops-z' not found; workers: ops-a, ops-b");
   // The refusals are recent errors, oldest first.
