@@ -480,6 +480,74 @@ static void test_paused_launches_of_a_closed_connection(void** state) {
   assert_serving(&g_plain);
 }
 
+// --- An in-order connection's large held UPLOAD --------------------------------
+
+// A worker whose held upload bytes are capped at 1,000 (its hard limit is
+// twice that). One connection of the session sends, in its own order,
+// UPLOAD seq 2 (400 bytes: held, seq 1 has not come) and UPLOAD seq 3 (1,800
+// bytes); another then sends seq 1. Both uploads apply and read back. Until
+// session 47 the second was refused as breaking seq order ("1 requests (400
+// bytes) already wait for seq 1") and its connection closed, though the
+// connection kept its order.
+static void upload_seq(int fd, uint64_t rid, uint64_t id, int n, uint64_t seq) {
+  int64_t dims[1] = {n};
+  Causeway__V1__UploadRequest m = upload_req(id, CAUSEWAY__V1__DTYPE__DTYPE_F32, dims, 1);
+  m.seq = seq;
+  float* data = malloc(sizeof(float) * (size_t)n);
+  assert_non_null(data);
+  for (int i = 0; i < n; ++i) data[i] = (float)(id * 1000 + (uint64_t)i);
+  assert_true(send_msg(fd, T_UPLOAD, rid, &m.base, data, sizeof(float) * (size_t)n));
+  free(data);
+}
+
+static void expect_download(int fd, uint64_t rid, uint64_t id, int n, uint64_t seq) {
+  Causeway__V1__DownloadRequest d = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
+  d.buffer_id = id;
+  d.seq = seq;
+  assert_true(send_msg(fd, T_DOWNLOAD, rid, &d.base, NULL, 0));
+  frame_t f;
+  expect_reply(fd, "DOWNLOAD of a large held upload", T_DOWNLOAD, rid, &f);
+  assert_int_equal(f.bulk_len, sizeof(float) * (size_t)n);
+  const float* got = (const float*)f.bulk;
+  for (int i = 0; i < n; ++i) assert_true(got[i] == (float)(id * 1000 + (uint64_t)i));
+  frame_free(&f);
+}
+
+static void test_large_held_upload_in_order(void** state) {
+  (void)state;
+  const char* plugin = hostile_plugin();
+  assert_non_null(plugin);
+  worker_t w = {.label = "worker with 1000 held bytes"};
+  const char* args[] = {"--plugin", plugin, "--devices", "1", "--listen", "127.0.0.1:0", NULL};
+  const char* env[] = {"CAUSEWAY_MAX_HELD_BYTES=1000", NULL};
+  daemon_spec_t spec = {.bin = hostile_worker_bin(), .args = args, .env = env,
+                        .listen_prefix = "causeway-worker listening on "};
+  assert_true(daemon_start(&w, &spec));
+  worker_t* ws[] = {&w};
+  int c = conn_open(&w);
+  Causeway__V1__HelloReply* hr = NULL;
+  hello_as(c, NULL, CAUSEWAY__V1__ROLE__ROLE_CLIENT, 0, &hr);
+  uint64_t session = hr->session_id;
+  causeway__v1__hello_reply__free_unpacked(hr, NULL);
+  upload_seq(c, 2, 60, 100, 2);
+  ping(c, 4);  // read, so held
+  upload_seq(c, 3, 61, 450, 3);
+  // Read and held too (the worker reads no more of c after it, over its
+  // cap): on the old code refused, c closed.
+  sleep_ms(300);
+  int c2 = conn_open(&w);
+  hello_as(c2, NULL, CAUSEWAY__V1__ROLE__ROLE_CLIENT, session, NULL);
+  delete_seq(c2, 2, 1, NULL, 0);
+  expect_ack(c2, "DELETE seq 1", T_DELETE, 2);
+  expect_ack(c, "UPLOAD seq 2 (400 bytes, held)", T_UPLOAD, 2);
+  expect_ack(c, "UPLOAD seq 3 (1,800 bytes, held behind 400)", T_UPLOAD, 3);
+  expect_download(c, 5, 60, 100, 4);
+  expect_download(c, 6, 61, 450, 5);
+  close(c2);
+  close(c);
+  daemons_sigterm_clean_exit(ws, 1);
+}
+
 int main(int argc, char** argv) {
   hostile_init(argc, argv);
   const struct CMUnitTest tests[] = {
@@ -488,6 +556,7 @@ int main(int argc, char** argv) {
       cmocka_unit_test(test_held_requests_of_closed_connections),
       cmocka_unit_test(test_drain_refuses_a_later_part),
       cmocka_unit_test(test_paused_launches_of_a_closed_connection),
+      cmocka_unit_test(test_large_held_upload_in_order),
       // Last: SIGTERM the workers and require exit 0 (ASan: no leaks).
       cmocka_unit_test(hostile_test_sigterm_clean_exit),
   };

@@ -71,9 +71,11 @@ cw_status_t cw_seq_admit(cw_seq_t* seq, uint64_t request_seq, const cw_frame_hea
     return cw_make_status(CW_INVALID_ARGUMENT, "%s with seq %" PRIu64 " is a duplicate (one "
                           "already waits)", cw_msg_type_name(h->type), request_seq);
   }
+  // The bytes held already, not with this request's: flow control keeps a
+  // connection's own held bytes under half the limit before each request it
+  // adds, whatever that request's size (docs/protocol.md).
   uint64_t byte_cap = max_bytes > 0 ? (uint64_t)max_bytes : 0;
-  bool bytes_over = seq->held_bytes > 0 &&
-                    (h->bulk_len > byte_cap || seq->held_bytes > byte_cap - h->bulk_len);
+  bool bytes_over = seq->held_bytes > 0 && seq->held_bytes >= byte_cap;
   if ((int64_t)seq->held_count >= max_requests || bytes_over) {
     return cw_make_status(CW_RESOURCE_EXHAUSTED,
                           "%zu requests (%" PRIu64 " bytes) already wait for seq %" PRIu64
