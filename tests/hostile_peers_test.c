@@ -20,6 +20,16 @@
 #define C_UNAVAILABLE 14
 #define C_CANCELLED 1
 
+// A client connection in a new session of `w`; its id to *out_session.
+static int open_session(const worker_t* w, uint64_t* out_session) {
+  int fd = conn_open(w);
+  Causeway__V1__HelloReply* hr = NULL;
+  hello_as(fd, NULL, CAUSEWAY__V1__ROLE__ROLE_CLIENT, 0, &hr);
+  *out_session = hr->session_id;
+  causeway__v1__hello_reply__free_unpacked(hr, NULL);
+  return fd;
+}
+
 // --- A fake peer worker on loopback ---------------------------------------------
 
 static int listen_loopback(char* addr, size_t n) {
@@ -202,11 +212,8 @@ static void test_send_of_failed_source(void** state) {
   (void)state;
   int a = open_hello();
   failed_buffer(a, 2, 30);
-  int b = conn_open(&g_plain);
-  Causeway__V1__HelloReply* hr = NULL;
-  hello_as(b, NULL, CAUSEWAY__V1__ROLE__ROLE_CLIENT, 0, &hr);
-  uint64_t session_b = hr->session_id;
-  causeway__v1__hello_reply__free_unpacked(hr, NULL);
+  uint64_t session_b = 0;
+  int b = open_session(&g_plain, &session_b);
   Causeway__V1__ExpectRequest e = CAUSEWAY__V1__EXPECT_REQUEST__INIT;
   e.buffer_id = 31;
   assert_true(send_msg(b, T_EXPECT, 2, &e.base, NULL, 0));
@@ -254,11 +261,8 @@ static void expect_ack(int fd, const char* what, uint16_t type, uint64_t rid) {
 // client to fill (which then applies).
 static void test_held_requests_of_closed_connections(void** state) {
   (void)state;
-  int c = conn_open(&g_plain);
-  Causeway__V1__HelloReply* hr = NULL;
-  hello_as(c, NULL, CAUSEWAY__V1__ROLE__ROLE_CLIENT, 0, &hr);
-  uint64_t session = hr->session_id;
-  causeway__v1__hello_reply__free_unpacked(hr, NULL);
+  uint64_t session = 0;
+  int c = open_session(&g_plain, &session);
 
   // Another client connection of the session: DELETE seq 2 is held (next is 1).
   int c2 = conn_open(&g_plain);
@@ -436,11 +440,8 @@ static void expect_launches(int fd, uint64_t rid, uint64_t queued, uint64_t held
 // so the worker's counts (what `causeway drain --wait` reads) go back to 0.
 static void test_paused_launches_of_a_closed_connection(void** state) {
   (void)state;
-  int c = conn_open(&g_plain);
-  Causeway__V1__HelloReply* hr = NULL;
-  hello_as(c, NULL, CAUSEWAY__V1__ROLE__ROLE_CLIENT, 0, &hr);
-  uint64_t session = hr->session_id;
-  causeway__v1__hello_reply__free_unpacked(hr, NULL);
+  uint64_t session = 0;
+  int c = open_session(&g_plain, &session);
   int k = conn_open(&g_plain);
   hello_as(k, NULL, CAUSEWAY__V1__ROLE__ROLE_CONTROLLER, session, NULL);
   Causeway__V1__CompileRequest cm = CAUSEWAY__V1__COMPILE_REQUEST__INIT;
@@ -524,11 +525,8 @@ static void test_large_held_upload_in_order(void** state) {
                         .listen_prefix = "causeway-worker listening on "};
   assert_true(daemon_start(&w, &spec));
   worker_t* ws[] = {&w};
-  int c = conn_open(&w);
-  Causeway__V1__HelloReply* hr = NULL;
-  hello_as(c, NULL, CAUSEWAY__V1__ROLE__ROLE_CLIENT, 0, &hr);
-  uint64_t session = hr->session_id;
-  causeway__v1__hello_reply__free_unpacked(hr, NULL);
+  uint64_t session = 0;
+  int c = open_session(&w, &session);
   upload_seq(c, 2, 60, 100, 2);
   ping(c, 4);  // read, so held
   upload_seq(c, 3, 61, 450, 3);

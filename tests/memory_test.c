@@ -639,6 +639,27 @@ static void test_held_upload_waits_with_its_bytes(void** state) {
   cw_client_release(a);
 }
 
+// g.big as an UPLOAD in three parts (FIRST with no bytes, MORE, LAST) with
+// seqs 2-4, held on the worker until seq 1 comes; their request ids to rid.
+static void send_held_parts(cw_client_t* b, uint64_t id, uint64_t rid[3]) {
+  int64_t dims[1] = {N_BIG};
+  const size_t half = N_BIG * sizeof(float) / 2;
+  for (int k = 0; k < 3; ++k) {
+    Causeway__V1__UploadRequest up = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
+    up.buffer_id = id;
+    up.dtype = F32;
+    up.dims = dims;
+    up.n_dims = 1;
+    up.part = k + 1;
+    up.part_offset = k == 2 ? half : 0;
+    up.seq = (uint64_t)k + 2;
+    struct iovec iov = {(char*)g.big + (k == 2 ? half : 0), half};
+    ASSERT_OK(cw_client_send(b, CW_MSG_UPLOAD, &up.base, &iov, k ? 1 : 0, NULL, NULL, NULL,
+                             &rid[k]));
+  }
+  ASSERT_OK(cw_client_ping(b));  // their bytes are in
+}
+
 // An UPLOAD in parts whose first part waits for memory: the later parts,
 // held with it for their seq, are accepted in order and wait for it; once
 // memory is free the array is put together whole. With `close_sender`, the
@@ -653,23 +674,8 @@ static void parts_behind_their_first(bool close_sender) {
   uint64_t a1 = new_id(), a2 = new_id(), b1 = new_id();
   upload_ok(a, a1, g.big, N_BIG);
   upload_ok(a, a2, g.big, N_BIG);  // 8 MiB
-  int64_t dims[1] = {N_BIG};
-  const size_t half = N_BIG * sizeof(float) / 2;
   uint64_t rid[3] = {0, 0, 0};
-  for (int k = 0; k < 3; ++k) {
-    Causeway__V1__UploadRequest up = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
-    up.buffer_id = b1;
-    up.dtype = F32;
-    up.dims = dims;
-    up.n_dims = 1;
-    up.part = k + 1;  // FIRST (no bytes), MORE, LAST
-    up.part_offset = k == 2 ? half : 0;
-    up.seq = (uint64_t)k + 2;  // held: seq 1 has not come
-    struct iovec iov = {(char*)g.big + (k == 2 ? half : 0), half};
-    ASSERT_OK(cw_client_send(b, CW_MSG_UPLOAD, &up.base, &iov, k ? 1 : 0, NULL, NULL, NULL,
-                             &rid[k]));
-  }
-  ASSERT_OK(cw_client_ping(b));  // their bytes are in
+  send_held_parts(b, b1, rid);
   fill_seq_hole(b_ctl, a);  // the hole: the first part waits for memory, the others for it
   if (close_sender) {
     Causeway__V1__Stats* st = stats_of(b2);
@@ -717,23 +723,8 @@ static void test_parts_behind_their_first_deleted(void** state) {
   uint64_t a1 = new_id(), a2 = new_id(), b1 = new_id();
   upload_ok(a, a1, g.big, N_BIG);
   upload_ok(a, a2, g.big, N_BIG);  // 8 MiB
-  int64_t dims[1] = {N_BIG};
-  const size_t half = N_BIG * sizeof(float) / 2;
   uint64_t rid[3] = {0, 0, 0};
-  for (int k = 0; k < 3; ++k) {
-    Causeway__V1__UploadRequest up = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
-    up.buffer_id = b1;
-    up.dtype = F32;
-    up.dims = dims;
-    up.n_dims = 1;
-    up.part = k + 1;  // FIRST (no bytes), MORE, LAST
-    up.part_offset = k == 2 ? half : 0;
-    up.seq = (uint64_t)k + 2;  // held: seq 1 has not come
-    struct iovec iov = {(char*)g.big + (k == 2 ? half : 0), half};
-    ASSERT_OK(cw_client_send(b, CW_MSG_UPLOAD, &up.base, &iov, k ? 1 : 0, NULL, NULL, NULL,
-                             &rid[k]));
-  }
-  ASSERT_OK(cw_client_ping(b));  // their bytes are in
+  send_held_parts(b, b1, rid);
   fill_seq_hole(b_ctl, a);  // the first part waits for memory, the others for it
   delete_ids(b2, (uint64_t[]){b1}, 1);
   for (int k = 2; k >= 1; --k) {
