@@ -377,6 +377,9 @@ bool cw_plugin_health_revive(cw_plugin_worker_t* w) {
   bool again = w->next_address != NULL;
   pthread_mutex_unlock(&w->mu);
   if (again || atomic_load(&w->downs) != downs) {
+    // Down again (the event's store may have come before ours above): only a
+    // replacement revives it, one a resumed controller names included.
+    atomic_store(&w->worker_down, true);
     cw_plugin_worker_mark_dead(w, again ? "worker replaced" : "the controller reported it down "
                                                               "while we joined it");
     cw_client_shutdown(conn);

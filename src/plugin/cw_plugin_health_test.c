@@ -559,6 +559,33 @@ static void test_worker_down_during_revive(void** state) {
   assert_int_equal(atomic_load(&fx->worker.epoch), 0);
 }
 
+// Plays the controller's WORKER_DOWN for the worker being joined, handled by
+// the reader right after HEALTH_REJOIN's answer and before the joining thread
+// goes on.
+static void down_during_rejoin(void* user, uint32_t type) {
+  fixture_t* fx = user;
+  if (type != CW_MSG_HEALTH_REJOIN) return;
+  on_event(fx, CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_DOWN, 2, 0, NULL, "missed heartbeats");
+}
+
+// The replacement is reported down while HEALTH_REJOIN is answered: the join
+// gives up, and the worker stays down (worker_down), so that a resumed
+// controller naming it alive has it joined again (cw_plugin_resume.c). Until
+// h5 the join cleared worker_down after the event had set it: the worker was
+// dead with neither worker_down nor link_lost, which a resume never revives.
+static void test_worker_down_during_rejoin_stays_down(void** state) {
+  fixture_t* fx = *state;
+  fake_start(&fx->replacement, script_echo);
+  __atomic_store_n(&fx->ctrl.before_ack_user, fx, __ATOMIC_RELEASE);
+  __atomic_store_n(&fx->ctrl.before_ack, down_during_rejoin, __ATOMIC_RELEASE);
+  on_event(fx, CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_UP, 2, 2, fx->replacement.path, NULL);
+  expect_status(cw_plugin_worker_check(&fx->worker), CW_UNAVAILABLE,
+                "reported it down while we joined it");
+  __atomic_store_n(&fx->ctrl.before_ack, NULL, __ATOMIC_RELEASE);
+  assert_true(is_dead(&fx->worker));
+  assert_true(atomic_load(&fx->worker.worker_down));
+}
+
 // A reattach whose connect hangs (the path still drops packets: HELLO never
 // answered) holds up no other call on the worker: they fail at once with the
 // link's error (until h3 they waited on send_mu out the connect timeout,
@@ -797,6 +824,8 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_address_named_during_rejoin_is_kept, setup, teardown),
       cmocka_unit_test_setup_teardown(test_worker_down_during_revive, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_worker_down_during_rejoin_stays_down, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_newer_replacement_during_revive, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lost_link_is_reattached, setup, teardown),
       cmocka_unit_test_setup_teardown(test_old_links_late_error_keeps_the_new_link, setup,
