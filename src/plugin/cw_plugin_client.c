@@ -89,7 +89,7 @@ static void cw__on_cluster_event(void* user, const ProtobufCMessage* msg) {
   if (!atomic_load_explicit(&c->ready, memory_order_acquire)) return;
   // A controller we are resuming the session on numbers workers its own way
   // until its reply has been applied.
-  if (cw_plugin_resume_events_muted(c)) return;
+  if (cw_plugin_resume_hold_event(c, msg)) return;
   // Events may arrive before the worker table exists; those workers are
   // then absent from the session anyway.
   if (msg) cw_plugin_health_on_event(c, (const Causeway__V1__ClusterEvent*)msg);

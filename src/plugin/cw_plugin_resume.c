@@ -67,7 +67,23 @@ struct cw_plugin_resume_s {
   cw__exe_t* exes;  // the session's executables
   size_t num_exes, cap_exes;
   _Atomic bool muted;  // events of a connection whose numbering is not ours yet
+  // Guarded by mu. From SESSION_RESUME's send on a new connection: its events
+  // while muted are kept, in order, for once its answer is applied (the
+  // controller sends them after that answer; dropped, a WORKER_DOWN or
+  // WORKER_UP then was never heard).
+  bool keep_events;
+  Causeway__V1__ClusterEvent** kept;
+  size_t num_kept, cap_kept;
 };
+
+// Drops the kept events (mu held).
+static void cw__drop_kept(cw_plugin_resume_t* r) {
+  for (size_t i = 0; i < r->num_kept; ++i) {
+    protobuf_c_message_free_unpacked(&r->kept[i]->base, NULL);
+  }
+  r->num_kept = 0;
+  r->keep_events = false;
+}
 
 static cw_status_t cw__oom(void) { return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"); }
 
@@ -253,6 +269,46 @@ void cw_plugin_resume_exe_deleted(cw_plugin_client_t* c, uint64_t id) {
 
 bool cw_plugin_resume_events_muted(cw_plugin_client_t* c) {
   return c->resume && atomic_load_explicit(&c->resume->muted, memory_order_acquire);
+}
+
+bool cw_plugin_resume_hold_event(cw_plugin_client_t* c, const ProtobufCMessage* msg) {
+  cw_plugin_resume_t* r = c->resume;
+  if (!r) return false;
+  pthread_mutex_lock(&r->mu);
+  bool muted = atomic_load_explicit(&r->muted, memory_order_acquire);
+  if (muted && r->keep_events && msg) {
+    if (r->num_kept == r->cap_kept) {
+      size_t cap = r->cap_kept ? 2 * r->cap_kept : 8;
+      Causeway__V1__ClusterEvent** grown = realloc(r->kept, cap * sizeof(*grown));
+      if (grown) {
+        r->kept = grown;
+        r->cap_kept = cap;
+      }
+    }
+    ProtobufCMessage* copy = r->num_kept < r->cap_kept ? cw_msg_copy(msg) : NULL;
+    if (copy) r->kept[r->num_kept++] = (Causeway__V1__ClusterEvent*)copy;
+  }
+  pthread_mutex_unlock(&r->mu);
+  return muted;
+}
+
+// Hands the kept events to health, in order, until none is left (mu held;
+// let go meanwhile: the reader keeps what comes then, behind them).
+static void cw__replay_kept(cw_plugin_resume_t* r) {
+  while (r->num_kept) {
+    Causeway__V1__ClusterEvent** list = r->kept;
+    size_t n = r->num_kept;
+    r->kept = NULL;
+    r->num_kept = r->cap_kept = 0;
+    pthread_mutex_unlock(&r->mu);
+    for (size_t i = 0; i < n; ++i) {
+      cw_plugin_health_on_event(r->c, list[i]);
+      protobuf_c_message_free_unpacked(&list[i]->base, NULL);
+    }
+    free(list);
+    pthread_mutex_lock(&r->mu);
+  }
+  r->keep_events = false;
 }
 
 // ---- Watching: PING ------------------------------------------------------------------
@@ -458,6 +514,8 @@ static cw_status_t cw__attempt(cw_plugin_resume_t* r, int64_t deadline, cw_clien
   pthread_mutex_lock(&r->mu);
   bool stopping = r->stopping;
   if (!stopping) r->connecting = conn;  // cw_plugin_resume_stop interrupts the wait below
+  cw__drop_kept(r);
+  r->keep_events = !stopping;
   pthread_mutex_unlock(&r->mu);
   cw__request_t q;
   left = deadline - cw_time_now_ms();
@@ -475,6 +533,9 @@ static cw_status_t cw__attempt(cw_plugin_resume_t* r, int64_t deadline, cw_clien
   }
   if (s) {
     cw_client_release(conn);
+    pthread_mutex_lock(&r->mu);
+    cw__drop_kept(r);
+    pthread_mutex_unlock(&r->mu);
     return s;
   }
   *out_conn = conn;
@@ -565,6 +626,8 @@ static void cw__reconnect(cw_plugin_resume_t* r) {
       cw__resend(list, conn, gen);  // before anything new: they hold the older seqs
       pthread_mutex_lock(&r->mu);
       bool again = r->parked != NULL;  // the new connection failed them already
+      if (again) cw__drop_kept(r);
+      else cw__replay_kept(r);  // still muted: what comes meanwhile is kept behind
       if (!again) {
         r->up = true;
         r->ping_out = false;
@@ -685,6 +748,8 @@ void cw_plugin_resume_release(cw_plugin_client_t* c) {
   for (size_t i = 0; i < r->num_exes; ++i) free(r->exes[i].devices);
   free(r->exes);
   if (r->open) protobuf_c_message_free_unpacked(&r->open->base, NULL);
+  cw__drop_kept(r);
+  free(r->kept);
   cw_status_free(r->failure);
   pthread_rwlock_destroy(&r->send_lock);
   pthread_cond_destroy(&r->cv);

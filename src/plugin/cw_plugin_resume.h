@@ -99,5 +99,9 @@ void cw_plugin_resume_exe_deleted(cw_plugin_client_t* c, uint64_t id);
 // Whether cluster events should be ignored now: the new controller numbers
 // workers its own way until the session's table was updated from its reply.
 bool cw_plugin_resume_events_muted(cw_plugin_client_t* c);
+// While events are muted: true, and an event of the connection a resume is
+// answered on is kept for once that answer is applied (cw_plugin_health_on_event
+// then); false: handle it now.
+bool cw_plugin_resume_hold_event(cw_plugin_client_t* c, const ProtobufCMessage* msg);
 
 #endif  // CW_PLUGIN_RESUME_H_

@@ -34,7 +34,9 @@
 // back naming the worker at the address it had (a replacement there), in
 // its own numbering (incarnation 0); then answers HEALTH_REJOIN as a real
 // controller does (cw_ctl_health.c).
-typedef enum { AGAIN_ACK, AGAIN_DUPLICATE, NEVER_BACK, AGAIN_MOVED, REUSED } again_t;
+// DOWN_AFTER: as REUSED, at the worker's own address, and right behind the
+// resume's answer (in the same write) a WORKER_DOWN for it.
+typedef enum { AGAIN_ACK, AGAIN_DUPLICATE, NEVER_BACK, AGAIN_MOVED, REUSED, DOWN_AFTER } again_t;
 
 typedef struct fixture_s {
   fake_t ctrl, worker;
@@ -87,7 +89,7 @@ static bool read_until(fake_t* f, uint16_t type, frame_t* out) {
 static void script_controller(fake_t* f) {
   fixture_t* fx = g_fx;
   frame_t fr;
-  if (fx->again == REUSED) {
+  if (fx->again == REUSED || fx->again == DOWN_AFTER) {
     while (!__atomic_load_n(&fx->go, __ATOMIC_ACQUIRE)) usleep(1000);
   } else {
     FCHECK(f, read_until(f, CW_MSG_LAUNCH, &fr));
@@ -128,6 +130,31 @@ static void script_controller(fake_t* f) {
   info.n_workers = 1;
   info.devices = &gptr;
   info.n_devices = 1;
+  if (fx->again == DOWN_AFTER) {
+    // The reply and the event in one write: the event is read right after.
+    int pair[2];
+    FCHECK(f, socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0);
+    int real = f->fd;
+    f->fd = pair[0];
+    fake_reply(f, &fr, &info.base, NULL, 0);
+    Causeway__V1__ClusterEvent ev = CAUSEWAY__V1__CLUSTER_EVENT__INIT;
+    ev.kind = CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_DOWN;
+    ev.worker_index = 5;
+    ev.message = (char*)"w0 missed its heartbeats after the resume";
+    fake_write(f, CW_MSG_EVENT, 0, 0, &ev.base, NULL, 0);
+    f->fd = real;
+    close(pair[0]);
+    static uint8_t both[1 << 16];
+    ssize_t n = read(pair[1], both, sizeof both);
+    close(pair[1]);
+    FCHECK(f, n > 0 && write_all(f->fd, both, (size_t)n));
+    frame_free(&fr);
+    while (fake_read(f, &fr)) {  // PINGs until the client goes
+      if (fr.h.type == CW_MSG_PING) fake_reply(f, &fr, fr.msg, NULL, 0);
+      frame_free(&fr);
+    }
+    return;
+  }
   fake_reply(f, &fr, &info.base, NULL, 0);
   frame_free(&fr);
   if (fx->again == REUSED) {
@@ -398,6 +425,33 @@ static void test_join_after_resume_of_a_worker_reported_down(void** state) {
   join_after_resume_at_a_reused_address(CAUSEWAY__V1__CLUSTER_EVENT__KIND__WORKER_DOWN);
 }
 
+// The new controller reports the worker down right after it answered the
+// resume (the worker missed its heartbeats then): the client hears it, and
+// calls on the worker fail instead of going to a dead worker. Until h5 the
+// event came while the resume still muted events and was dropped: the
+// client counted the worker alive, and no later event said otherwise.
+static void test_worker_down_right_after_the_resume(void** state) {
+  (void)state;
+  fixture_t* fx = fixture(DOWN_AFTER, "10000");
+  cw_plugin_client_t* c = &fx->client;
+  cw_plugin_worker_t* w = &fx->w;
+  atomic_store(&c->ready, true);
+  __atomic_store_n(&fx->go, true, __ATOMIC_RELEASE);
+  cw_client_t* ctrl = NULL;
+  uint64_t gen = 0;
+  for (int i = 0; i < 1000 && gen == 0; ++i) {
+    assert_null(cw_plugin_ctrl_get(c, &ctrl, &gen));
+    if (!gen) usleep(10000);
+  }
+  assert_int_equal(gen, 1);
+  assert_int_equal(w->index, 5);
+  for (int i = 0; i < 200 && !atomic_load(&w->dead); ++i) usleep(10000);
+  assert_true(atomic_load(&w->dead));
+  assert_true(atomic_load(&w->worker_down));
+  fixture_stop(fx);
+  free(fx);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_parked_launch_sent_again),
@@ -406,6 +460,7 @@ int main(void) {
       cmocka_unit_test(test_parked_launch_of_a_replaced_worker),
       cmocka_unit_test(test_join_after_resume_at_a_reused_address),
       cmocka_unit_test(test_join_after_resume_of_a_worker_reported_down),
+      cmocka_unit_test(test_worker_down_right_after_the_resume),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
