@@ -584,7 +584,9 @@ static bool cw__seq_gate(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCMess
       // Its seq would never be filled: the session's order is broken.
       w->errors++;
       cw_net_conn_violation(c->nc, h->type, h->request_id,
-                            cw_status_annotate(st, "this connection breaks seq order"));
+                            cw_status_annotate(st, "over the hard limit on requests waiting for "
+                                               "their seq (twice --max-held-requests + 64, "
+                                               "--max-held-bytes): this connection is closed"));
     } else {
       cw_worker_reply_error(c, h->type, h->request_id, st);
     }
