@@ -581,10 +581,11 @@ static cw_status_t cw__compile_place(cw_controller_t* ctl, cw_ctl_session_t* s,
   bool spans = false;
   for (size_t i = 0; i < info->num_assigned; ++i) {
     cw_ctl_worker_t* w = cw_ctl_alloc_resolve(ctl, s, info->assigned[i], &local);
-    if (!w) {
+    if (!w) {  // a hole of a resumed session's ids; the message reads info first
+      st = cw_make_status(CW_INVALID_ARGUMENT, "device %" PRId64 " does not exist",
+                          info->assigned[i]);
       free(info);
-      return cw_make_status(CW_INVALID_ARGUMENT, "device %" PRId64 " does not exist",
-                            info->assigned[i]);
+      return st;
     }
     if (w != first) spans = true;
   }
