@@ -1076,9 +1076,18 @@ void cw_worker_handle_launch(cw_net_conn_t* nc, const cw_frame_header_t* h,
   if (!l->inputs) {
     l->apply_error = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for a launch");
   }
+  // This launch's outputs took consecutive serials just above: an input
+  // among them is an id the launch both reads and makes, pending until the
+  // launch runs, which would wait for it for ever.
+  uint64_t out_lo = nd * no ? l->out_serials[0] : 1;
+  uint64_t out_hi = nd * no ? l->out_serials[nd * no - 1] : 0;
   for (size_t d = 0; l->inputs && d < nd; ++d) {
     for (size_t a = 0; a < na; ++a) {
       cw_store_entry_t* e = cw_store_lookup(w->store, l->skey, r->args[d]->ids[a]);
+      if (e && e->serial >= out_lo && e->serial <= out_hi && !l->apply_error) {
+        l->apply_error = cw_make_status(CW_INVALID_ARGUMENT, "buffer %" PRIu64 " is both an "
+                                        "argument and an output", r->args[d]->ids[a]);
+      }
       if (e) cw_store_entry_retain(e);
       l->inputs[d * na + a] = e;
     }

@@ -953,6 +953,13 @@ void cw_worker_handle_copy(cw_net_conn_t* nc, const cw_frame_header_t* h,
   if (!st) st = cw_pjrt_memory_of_kind(c->w->pjrt, r->dst_device, r->dst_memory_kind, &memory);
   cw_store_entry_t* dst = NULL;
   if (!st) st = cw_store_insert(c->w->store, c->session->key, r->dst_id, CW_STORE_BUFFER, &dst);
+  if (!st && r->src_id == r->dst_id) {
+    // A new id (an existing one is ALREADY_EXISTS above): the copy would
+    // wait for its own pending destination.
+    cw_store_remove(c->w->store, dst);
+    st = cw_make_status(CW_INVALID_ARGUMENT, "buffer %" PRIu64 " is both source and destination",
+                        r->src_id);
+  }
   if (st) {
     cw_worker_reply_error(c, h->type, h->request_id, cw_status_annotate(st, "COPY"));
     return;
