@@ -1,0 +1,1620 @@
+// Seeded random request sequences against live daemons: a real controller
+// and two real workers (null plugin, tests/nullplugin) get a few thousand
+// well-framed requests of every type a client may send them, from three
+// fuzzing sessions over raw sockets, with ids from small pools so that they
+// hit live, pending, deleted and other sessions' objects; field values within
+// and just outside their ranges; uploads in parts with parts out of place;
+// seq numbers in order, ahead, duplicated; abrupt closes (also mid-frame),
+// reconnects that fill the seq order as a client must (docs/protocol.md,
+// "Ordering across connections"), and whole sessions dropped and reopened.
+//
+// Checked after every reply: it answers an outstanding request of this
+// connection with that request's type, is an ERROR with a code and a
+// non-empty message or decodes as the type's reply (bulk only on DOWNLOAD
+// and SERIALIZE replies, DOWNLOAD's as long as ArrayInfo.size), and the
+// daemon closes a connection only after an error reply to a request whose
+// framing the driver made doubtful on purpose. Every 64 requests each
+// connection must answer a PING (generous deadline: only hangs fail). At the
+// end, after unblocking what may legitimately wait (PUTs that will not come,
+// paused sessions, drained workers, unfinished uploads in parts), every
+// outstanding request must be answered; an innocent session opened first
+// still downloads its bytes and launches correctly; all sessions close and
+// the daemons' STATS come back to what they were before any session; both
+// daemons exit 0 on SIGTERM (under ASan: no leak, no report).
+//
+// CW_SEQFUZZ_SEED picks the sequence (default 1; "random": from the clock),
+// CW_SEQFUZZ_COUNT the number of requests (default 2500), CW_SEQFUZZ_SEEDS
+// how many seeds from that one to run (default 1). The seed is printed.
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cw_test_hostile.h"
+#include "cw_test_island.h"
+#include "cw_time.h"
+
+#define NUM_WORKERS 2
+#define NUM_FUZZ 3
+#define ID_POOL 10        // ids 1..ID_POOL (+ 0 and a huge one now and then)
+#define MAX_OUT 2048      // outstanding requests per connection
+#define SYNC_EVERY 64     // a PING round every this many requests
+#define HANG_MS 60000     // a reply that takes longer is a hang
+#define R_CLIENT CAUSEWAY__V1__ROLE__ROLE_CLIENT
+#define R_WORKER CAUSEWAY__V1__ROLE__ROLE_WORKER
+
+enum {
+  T_EXE_INFO = 34, T_OPEN_SESSION = 33, T_SESSION_RESUME = 36, T_REGISTER = 32, T_EVENT = 35,
+  T_HEARTBEAT = 45, T_REJOIN = 46, T_ADMIN_STATUS = 50, T_ADMIN_PAUSE = 51,
+  T_ADMIN_RESUME = 52, T_ADMIN_DRAIN = 53, T_ADMIN_UNDRAIN = 54, T_ADMIN_HOLD = 55,
+  T_ADMIN_WORKER_DRAIN = 56, T_HOST_CALLBACK = 18, T_TRACE_START = 65, T_TRACE_FETCH = 66,
+};
+
+static worker_t g_ctl = {.label = "seq-controller"};
+static worker_t g_wrk[NUM_WORKERS] = {{.label = "seq-w0"}, {.label = "seq-w1"}};
+static const char* const k_wname[NUM_WORKERS] = {"w0", "w1"};
+
+// --- Randomness (splitmix64: the same seed gives the same requests) ---------------
+
+static uint64_t g_rng;
+static uint64_t rnd(void) {
+  uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+static uint32_t rn(uint32_t n) { return n ? (uint32_t)(rnd() % n) : 0; }
+static bool chance(uint32_t percent) { return rn(100) < percent; }
+
+// An id: mostly from the pool, now and then 0 or one nobody made.
+static uint64_t rid_pool(void) {
+  uint32_t r = rn(100);
+  if (r < 3) return 0;
+  if (r < 5) return 0xFFFFFFFFFFFFFFFFull - rn(3);
+  return 1 + rn(ID_POOL);
+}
+
+// --- Connections and what they owe ---------------------------------------------------
+
+typedef struct out_s {
+  uint64_t rid;
+  uint16_t type;
+  bool may_close;    // the driver bent the framing: an error reply may close
+  bool is_sync;      // the PING of a sync round
+  int relay_worker;  // a relayed request with seq: the worker it was for (-1 none)
+  uint64_t seq;
+  char what[96];     // the request's ids, for messages
+} out_t;
+
+typedef struct conn_s {
+  int fd;      // -1: closed
+  int daemon;  // -1 controller, else the worker's index
+  out_t out[MAX_OUT];
+  int n_out;
+  bool parts_open;       // sent UPLOAD_FIRST with no LAST yet
+  bool close_ok;         // a doubtful frame was answered with an error: may close
+  uint64_t session_key;  // a worker's HelloReply.session_key
+} conn_t;
+
+typedef struct sess_s {
+  uint64_t id;
+  bool innocent;
+  conn_t ctl;
+  conn_t wrk[NUM_WORKERS];
+  uint64_t next_seq[NUM_WORKERS];  // the next seq the driver gives at each worker
+  int exe_worker[ID_POOL + 1];     // from a COMPILE reply: where exe id lives (-1 unknown)
+  int32_t dev_global[NUM_WORKERS][2];  // session ids of each worker's devices (-1 none)
+} sess_t;
+
+static sess_t g_innocent;
+static sess_t g_fuzz[NUM_FUZZ];
+static uint64_t g_next_rid = 1000;
+static uint64_t g_sent, g_replies, g_errors, g_closes, g_reconnects, g_sessions_opened;
+static uint32_t g_by_type[80][2];       // [type][0 ok, 1 error]
+static uint32_t g_codes[17];
+static uint8_t* g_serialized;           // the last SERIALIZE reply's bytes (for LOAD)
+static size_t g_serialized_len;
+
+// A failure names the seed so that it can be replayed.
+static uint64_t g_seed;
+#define FAIL(...)                                                                 \
+  do {                                                                            \
+    fprintf(stderr, "[seqfuzz] FAILED with CW_SEQFUZZ_SEED=%" PRIu64 ": ", g_seed); \
+    fail_msg(__VA_ARGS__);                                                        \
+  } while (0)
+
+static const char* dname(int d) { return d < 0 ? "controller" : k_wname[d]; }
+static worker_t* dproc(int d) { return d < 0 ? &g_ctl : &g_wrk[d]; }
+
+static const ProtobufCMessageDescriptor* reply_desc(uint16_t type) {
+  switch (type) {
+    case T_PING: return &causeway__v1__ping__descriptor;
+    case T_INVENTORY: return &causeway__v1__inventory__descriptor;
+    case T_COMPILE: case T_LOAD: return &causeway__v1__compile_reply__descriptor;
+    case T_SERIALIZE: return &causeway__v1__serialize_reply__descriptor;
+    case T_UPLOAD: case T_LAUNCH: case T_COPY: case T_SEND: case T_EXPECT: case T_DELETE:
+    case T_LAUNCH_GO: case T_REJOIN: case T_PUT:
+      return &causeway__v1__ack__descriptor;
+    case T_DOWNLOAD: case T_AWAIT: return &causeway__v1__array_info__descriptor;
+    case T_STATS: return &causeway__v1__stats__descriptor;
+    case T_OPEN_SESSION: case T_SESSION_RESUME: return &causeway__v1__session_info__descriptor;
+    case T_EXE_INFO: return &causeway__v1__executable_info__descriptor;
+    case T_ADMIN_STATUS: return &causeway__v1__admin_status__descriptor;
+    case T_ADMIN_PAUSE: case T_ADMIN_RESUME: case T_ADMIN_DRAIN: case T_ADMIN_UNDRAIN:
+    case T_ADMIN_HOLD: case T_ADMIN_WORKER_DRAIN:
+      return &causeway__v1__admin_ack__descriptor;
+    case T_TRACE_START: return &causeway__v1__trace_clock__descriptor;
+    case T_TRACE_FETCH: return &causeway__v1__trace_events__descriptor;
+    case T_REGISTER: return &causeway__v1__register_reply__descriptor;
+    case T_HOST_CALLBACK: return &causeway__v1__host_callback_reply__descriptor;
+    default: return NULL;
+  }
+}
+
+static void conn_init(conn_t* c, int daemon) {
+  memset(c, 0, sizeof *c);
+  c->fd = -1;
+  c->daemon = daemon;
+}
+
+static out_t* out_add(conn_t* c, uint64_t rid, uint16_t type) {
+  if (c->n_out >= MAX_OUT) FAIL("%s connection owes %d replies", dname(c->daemon), MAX_OUT);
+  out_t* o = &c->out[c->n_out++];
+  memset(o, 0, sizeof *o);
+  o->rid = rid;
+  o->type = type;
+  o->relay_worker = -1;
+  return o;
+}
+
+static sess_t* sess_of(conn_t* c) {
+  if ((void*)c >= (void*)&g_innocent && (void*)c < (void*)(&g_innocent + 1)) return &g_innocent;
+  for (int i = 0; i < NUM_FUZZ; ++i) {
+    if ((void*)c >= (void*)&g_fuzz[i] && (void*)c < (void*)(&g_fuzz[i] + 1)) return &g_fuzz[i];
+  }
+  return NULL;
+}
+
+static void send_filler(sess_t* s, int w, uint64_t seq);
+
+// Handles one frame that arrived on c; returns false when c was closed.
+static void on_frame(conn_t* c, frame_t* f) {
+  if (f->type == T_EVENT && f->flags == 0) {  // a notice (controller events)
+    Causeway__V1__ClusterEvent* e =
+        causeway__v1__cluster_event__unpack(NULL, f->payload_len, f->payload);
+    if (!e) FAIL("%s sent an EVENT that does not decode", dname(c->daemon));
+    causeway__v1__cluster_event__free_unpacked(e, NULL);
+    return;
+  }
+  if (!(f->flags & F_REPLY) || (f->flags & ~(F_REPLY | F_ERROR))) {
+    FAIL("%s sent type %u flags 0x%x rid %" PRIu64 ", not a reply", dname(c->daemon), f->type,
+         f->flags, f->request_id);
+  }
+  int k = -1;
+  for (int i = 0; i < c->n_out; ++i) {
+    if (c->out[i].rid == f->request_id) k = i;
+  }
+  if (k < 0) {
+    FAIL("%s answered rid %" PRIu64 " (type %u flags 0x%x) that this connection does not await",
+         dname(c->daemon), f->request_id, f->type, f->flags);
+  }
+  out_t o = c->out[k];
+  c->out[k] = c->out[--c->n_out];
+  g_replies++;
+  if (f->type != o.type) {
+    FAIL("%s answered a type-%u request (rid %" PRIu64 ") with type %u", dname(c->daemon),
+         o.type, o.rid, f->type);
+  }
+  if (f->flags & F_ERROR) {
+    if (f->bulk_len) FAIL("%s: ERROR reply to type %u carries bulk", dname(c->daemon), o.type);
+    Causeway__V1__ErrorReply* e =
+        causeway__v1__error_reply__unpack(NULL, f->payload_len, f->payload);
+    if (!e) FAIL("%s: ERROR reply to type %u does not decode", dname(c->daemon), o.type);
+    if (e->code == 0 || e->code > 16 || !e->message || !e->message[0]) {
+      FAIL("%s: ERROR reply to type %u has code %u message \"%s\"", dname(c->daemon), o.type,
+           e->code, e->message ? e->message : "");
+    }
+    if (o.is_sync) FAIL("%s refused a PING: %s", dname(c->daemon), e->message);
+    g_errors++;
+    g_codes[e->code]++;
+    if (o.may_close) c->close_ok = true;
+    if (o.type < 80) g_by_type[o.type][1]++;
+    if (getenv("CW_SEQFUZZ_VERBOSE")) {
+      fprintf(stderr, "[seqfuzz] %s type %u: %s %s\n", dname(c->daemon), o.type,
+              code_name(e->code), e->message);
+    }
+    if (e->code == 13 || e->code == 2) {  // INTERNAL, UNKNOWN: worth a look
+      fprintf(stderr, "[seqfuzz] note: %s answered type %u with %s: %s\n", dname(c->daemon),
+              o.type, code_name(e->code), e->message);
+    }
+    causeway__v1__error_reply__free_unpacked(e, NULL);
+    // A relayed request the controller refused never reached the worker:
+    // its seq is a hole there until filled (as the client library does).
+    if (c->daemon < 0 && o.relay_worker >= 0 && o.seq) {
+      send_filler(sess_of(c), o.relay_worker, o.seq);
+    }
+    return;
+  }
+  if (o.type < 80) g_by_type[o.type][0]++;
+  const ProtobufCMessageDescriptor* d = reply_desc(o.type);
+  if (!d) FAIL("%s answered type %u with success", dname(c->daemon), o.type);
+  ProtobufCMessage* m = protobuf_c_message_unpack(d, NULL, f->payload_len, f->payload);
+  if (!m) FAIL("%s: the reply to type %u does not decode as %s", dname(c->daemon), o.type, d->name);
+  bool bulk_ok = o.type == T_DOWNLOAD || o.type == T_SERIALIZE;
+  if (f->bulk_len && !bulk_ok) FAIL("%s: reply to type %u carries bulk", dname(c->daemon), o.type);
+  if (o.type == T_DOWNLOAD) {
+    Causeway__V1__ArrayInfo* a = (Causeway__V1__ArrayInfo*)m;
+    if (a->size != f->bulk_len) {
+      FAIL("%s: DOWNLOAD reply says %" PRIu64 " bytes and carries %" PRIu64, dname(c->daemon),
+           a->size, f->bulk_len);
+    }
+  }
+  if (o.type == T_SERIALIZE && f->bulk_len && f->bulk) {
+    free(g_serialized);
+    g_serialized = malloc(f->bulk_len);
+    memcpy(g_serialized, f->bulk, f->bulk_len);
+    g_serialized_len = f->bulk_len;
+  }
+  if (o.type == T_COMPILE && c->daemon < 0) {
+    Causeway__V1__CompileReply* r = (Causeway__V1__CompileReply*)m;
+    sess_t* s = sess_of(c);
+    if (s && r->exe_id >= 1 && r->exe_id <= ID_POOL && r->info) {
+      s->exe_worker[r->exe_id] = (int)r->info->worker_index;
+    }
+  }
+  protobuf_c_message_free_unpacked(m, NULL);
+}
+
+static void conn_drop(conn_t* c);
+
+// Reads what has arrived on c, waiting up to wait_ms for the first frame.
+// Returns false when the daemon closed c (c is then closed here).
+static bool conn_pump(conn_t* c, int wait_ms) {
+  while (c->fd >= 0) {
+    struct pollfd p = {c->fd, POLLIN, 0};
+    int r = poll(&p, 1, wait_ms);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return true;
+    wait_ms = 0;
+    frame_t f;
+    int got = recv_frame(c->fd, &f, HANG_MS);
+    if (got != 1) {
+      frame_free(&f);
+      if (got == -2) FAIL("%s sent half a frame and stopped", dname(c->daemon));
+      // Closed by the daemon: only after an error to a request bent on purpose.
+      bool allowed = c->close_ok;
+      for (int i = 0; i < c->n_out; ++i) allowed |= c->out[i].may_close;
+      if (!allowed) {
+        dump_worker(dproc(c->daemon));
+        FAIL("%s closed a connection (%s) that owed %d replies, none to a doubtful frame",
+             dname(c->daemon), recv_result_name(got), c->n_out);
+      }
+      g_closes++;
+      conn_drop(c);
+      return false;
+    }
+    on_frame(c, &f);
+    frame_free(&f);
+  }
+  return false;
+}
+
+static void send_or_note(conn_t* c, uint16_t type, uint64_t rid, const ProtobufCMessage* m,
+                         const void* bulk, size_t blen) {
+  packed_t p = pack(m);
+  hdr_t h = hdr_of(type, rid, (uint32_t)p.len, blen);
+  // A send the daemon cut short (it closed after an earlier doubtful frame)
+  // shows as EOF in conn_pump.
+  send_raw(c->fd, &h, p.data, p.len, bulk, blen);
+  free(p.data);
+  g_sent++;
+}
+
+// The ids a request names, for messages.
+static void describe(uint16_t type, const ProtobufCMessage* m, char* out, size_t n) {
+  out[0] = 0;
+  switch (type) {
+    case T_COPY: {
+      const Causeway__V1__CopyRequest* r = (const void*)m;
+      snprintf(out, n, "COPY %" PRIu64 " -> %" PRIu64 " device %d seq %" PRIu64, r->src_id,
+               r->dst_id, r->dst_device, r->seq);
+      break;
+    }
+    case T_SEND: {
+      const Causeway__V1__SendRequest* r = (const void*)m;
+      snprintf(out, n, "SEND %" PRIu64 " -> %s %" PRIu64 "/%" PRIu64 " seq %" PRIu64, r->src_id,
+               r->peer_address, r->dst_session, r->dst_id, r->seq);
+      break;
+    }
+    case T_DOWNLOAD: case T_AWAIT: {
+      const Causeway__V1__AwaitRequest* r = (const void*)m;  // buffer_id is field 1 of both
+      snprintf(out, n, "%s %" PRIu64, type == T_AWAIT ? "AWAIT" : "DOWNLOAD", r->buffer_id);
+      break;
+    }
+    case T_LAUNCH: {
+      const Causeway__V1__LaunchRequest* r = (const void*)m;
+      snprintf(out, n, "LAUNCH exe %" PRIu64 " arg0 %" PRIu64 " out0 %" PRIu64 " seq %" PRIu64,
+               r->exe_id, r->n_args && r->args[0]->n_ids ? r->args[0]->ids[0] : 0,
+               r->n_outputs && r->outputs[0]->n_ids ? r->outputs[0]->ids[0] : 0, r->seq);
+      break;
+    }
+    default: break;
+  }
+}
+
+// Sends a request on c and records it as owed.
+static out_t* req(conn_t* c, uint16_t type, const ProtobufCMessage* m, const void* bulk,
+                  size_t blen) {
+  uint64_t rid = g_next_rid++;
+  out_t* o = out_add(c, rid, type);
+  describe(type, m, o->what, sizeof o->what);
+  if (getenv("CW_SEQFUZZ_VERBOSE")) {
+    fprintf(stderr, "[seqfuzz] > %s rid %" PRIu64 " type %u %s\n", dname(c->daemon), rid, type,
+            o->what);
+  }
+  send_or_note(c, type, rid, m, bulk, blen);
+  return o;
+}
+
+static void conn_drop(conn_t* c) {
+  if (c->fd >= 0) close(c->fd);
+  c->fd = -1;
+  c->n_out = 0;
+  c->parts_open = false;
+  c->close_ok = false;
+}
+
+// --- Sessions ---------------------------------------------------------------------
+
+static uint64_t hello_conn(conn_t* c, uint64_t session, uint64_t reattach_key,
+                           Causeway__V1__HelloReply** out) {
+  c->fd = conn_open(dproc(c->daemon));
+  Causeway__V1__HelloRequest m = CAUSEWAY__V1__HELLO_REQUEST__INIT;
+  m.min_version = 1;
+  m.max_version = 1;
+  m.role = R_CLIENT;
+  m.session_id = session;
+  m.peer_name = "seqfuzz";
+  m.reattach_session_key = reattach_key;
+  if (!send_msg(c->fd, T_HELLO, 1, &m.base, NULL, 0)) FAIL("HELLO to %s", dname(c->daemon));
+  for (;;) {
+    frame_t f;
+    int r = recv_frame(c->fd, &f, HANG_MS);
+    if (r != 1) FAIL("HELLO to %s: %s", dname(c->daemon), recv_result_name(r));
+    if (f.type == T_EVENT && f.flags == 0) {
+      frame_free(&f);
+      continue;
+    }
+    if (f.type != T_HELLO || f.flags != F_REPLY || f.request_id != 1) {
+      FAIL("HELLO to %s answered with type %u flags 0x%x", dname(c->daemon), f.type, f.flags);
+    }
+    Causeway__V1__HelloReply* h =
+        causeway__v1__hello_reply__unpack(NULL, f.payload_len, f.payload);
+    frame_free(&f);
+    if (!h) FAIL("HelloReply from %s does not decode", dname(c->daemon));
+    uint64_t sid = h->session_id;
+    c->session_key = h->session_key;
+    if (out) {
+      *out = h;
+    } else {
+      causeway__v1__hello_reply__free_unpacked(h, NULL);
+    }
+    return sid;
+  }
+}
+
+// Sends a request and waits for its reply (for set-up and the final checks).
+// *out gets the frame (frame_free it); the reply must be a success.
+static void call(conn_t* c, uint16_t type, const ProtobufCMessage* m, const void* bulk,
+                 size_t blen, frame_t* out) {
+  uint64_t rid = g_next_rid++;
+  send_or_note(c, type, rid, m, bulk, blen);
+  int64_t deadline = cw_time_now_ms() + HANG_MS;
+  for (;;) {
+    if (cw_time_now_ms() > deadline) FAIL("%s: no reply to type %u", dname(c->daemon), type);
+    frame_t f;
+    int r = recv_frame(c->fd, &f, HANG_MS);
+    if (r != 1) FAIL("%s: %s awaiting type %u", dname(c->daemon), recv_result_name(r), type);
+    if (f.request_id == rid && (f.flags & F_REPLY)) {
+      if (f.flags & F_ERROR) {
+        Causeway__V1__ErrorReply* e =
+            causeway__v1__error_reply__unpack(NULL, f.payload_len, f.payload);
+        FAIL("%s: type %u failed: %s", dname(c->daemon), type, e ? e->message : "?");
+      }
+      if (f.type != type) FAIL("%s: type %u answered as %u", dname(c->daemon), type, f.type);
+      *out = f;
+      return;
+    }
+    // Something else: an event, or a reply owed from before.
+    on_frame(c, &f);
+    frame_free(&f);
+  }
+}
+
+// Opens session s (new when s->id is 0): the controller connection, OPEN_SESSION
+// for every device unreserved, a connection to each worker.
+static void sess_open(sess_t* s) {
+  conn_init(&s->ctl, -1);
+  for (int w = 0; w < NUM_WORKERS; ++w) conn_init(&s->wrk[w], w);
+  s->id = hello_conn(&s->ctl, s->id, 0, NULL);
+  Causeway__V1__OpenSessionRequest o = CAUSEWAY__V1__OPEN_SESSION_REQUEST__INIT;
+  o.min_workers = NUM_WORKERS;
+  o.wait_ms = HANG_MS;
+  o.name = s->innocent ? "innocent" : "fuzz";
+  frame_t f;
+  call(&s->ctl, T_OPEN_SESSION, &o.base, NULL, 0, &f);
+  Causeway__V1__SessionInfo* info =
+      causeway__v1__session_info__unpack(NULL, f.payload_len, f.payload);
+  frame_free(&f);
+  if (!info) FAIL("SessionInfo does not decode");
+  memset(s->dev_global, 0xff, sizeof s->dev_global);
+  for (size_t i = 0; i < info->n_devices; ++i) {
+    const Causeway__V1__GlobalDevice* g = info->devices[i];
+    const char* wn = NULL;
+    for (size_t k = 0; k < info->n_workers; ++k) {
+      if (info->workers[k]->index == g->worker_index) wn = info->workers[k]->name;
+    }
+    for (int w = 0; w < NUM_WORKERS; ++w) {
+      if (wn && strcmp(wn, k_wname[w]) == 0 && g->device && g->device->local_id < 2) {
+        s->dev_global[w][g->device->local_id] = g->global_id;
+      }
+    }
+  }
+  causeway__v1__session_info__free_unpacked(info, NULL);
+  for (int w = 0; w < NUM_WORKERS; ++w) {
+    Causeway__V1__HelloReply* h = NULL;
+    hello_conn(&s->wrk[w], s->id, 0, &h);
+    s->next_seq[w] = h->session_seq_next ? h->session_seq_next : 1;
+    causeway__v1__hello_reply__free_unpacked(h, NULL);
+  }
+  for (int i = 0; i <= ID_POOL; ++i) s->exe_worker[i] = -1;
+  g_sessions_opened++;
+  fprintf(stderr, "[seqfuzz] session %" PRIu64 " opened%s\n", s->id,
+          s->innocent ? " (innocent)" : "");
+}
+
+static void sess_close(sess_t* s) {
+  conn_drop(&s->ctl);
+  for (int w = 0; w < NUM_WORKERS; ++w) conn_drop(&s->wrk[w]);
+}
+
+// An empty DELETE with `seq` on s's connection to worker w: fills a hole in
+// the worker's seq order (a duplicate is refused, which is as good).
+static void send_filler(sess_t* s, int w, uint64_t seq) {
+  if (!s || s->wrk[w].fd < 0) return;
+  Causeway__V1__DeleteRequest d = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+  d.seq = seq;
+  req(&s->wrk[w], T_DELETE, &d.base, NULL, 0);
+}
+
+// Connects s to worker w again after its connection closed: the session
+// may have lived on (the controller's link holds it); then every seq from
+// the worker's next to the driver's last is filled.
+static void reconnect_worker(sess_t* s, int w) {
+  conn_t* c = &s->wrk[w];
+  uint64_t key = c->session_key;
+  conn_init(c, w);
+  Causeway__V1__HelloReply* h = NULL;
+  hello_conn(c, s->id, chance(50) ? key : 0, &h);
+  if (h->session_seq_next == 0) {
+    s->next_seq[w] = 1;  // a new life of the session: numbering starts again
+  } else {
+    for (uint64_t q = h->session_seq_next; q < s->next_seq[w]; ++q) send_filler(s, w, q);
+    if (s->next_seq[w] < h->session_seq_next) s->next_seq[w] = h->session_seq_next;
+  }
+  causeway__v1__hello_reply__free_unpacked(h, NULL);
+  g_reconnects++;
+}
+
+// After the controller connection of s closed: relayed requests it owed
+// may never reach their worker, so their seqs are filled; then it joins
+// the session again (the controller opens it under that id) and opens it.
+static void reconnect_ctl(sess_t* s) {
+  conn_t* c = &s->ctl;
+  for (int i = 0; i < c->n_out; ++i) {
+    if (c->out[i].relay_worker >= 0 && c->out[i].seq) {
+      send_filler(s, c->out[i].relay_worker, c->out[i].seq);
+    }
+  }
+  conn_drop(c);
+  conn_init(c, -1);
+  hello_conn(c, s->id, 0, NULL);
+  Causeway__V1__OpenSessionRequest o = CAUSEWAY__V1__OPEN_SESSION_REQUEST__INIT;
+  o.min_workers = NUM_WORKERS;
+  o.wait_ms = 5000;
+  req(c, T_OPEN_SESSION, &o.base, NULL, 0);
+  for (int i = 0; i <= ID_POOL; ++i) s->exe_worker[i] = -1;  // the controller forgot them
+  g_reconnects++;
+}
+
+// --- Random requests ----------------------------------------------------------------
+
+// The worker-side seq of an ordered request to worker w of s: 0 (unordered),
+// the next, or a duplicate; *ahead set: the next but one (the caller then
+// fills the one skipped).
+static uint64_t pick_seq(sess_t* s, int w, bool* ahead) {
+  *ahead = false;
+  uint32_t r = rn(100);
+  if (r < 45) return 0;
+  if (r < 88) return s->next_seq[w]++;
+  if (r < 94 && s->next_seq[w] > 1) return 1 + rn((uint32_t)(s->next_seq[w] - 1));
+  *ahead = true;
+  uint64_t q = s->next_seq[w] + 1;
+  s->next_seq[w] += 2;
+  return q;
+}
+
+static void after_ahead(sess_t* s, int w, uint64_t q, bool ahead) {
+  if (ahead) send_filler(s, w, q - 1);
+}
+
+static const int k_dtypes[] = {11, 11, 11, 2, 7, 12, 15, 1, 21, 13};
+static size_t dtype_size(int dt) {
+  switch (dt) {
+    case 3: case 7: case 10: case 13: return 2;
+    case 4: case 8: case 11: return 4;
+    case 5: case 9: case 12: case 14: return 8;
+    case 15: return 16;
+    default: return (dt >= 1 && dt <= 33 && dt != 23) ? 1 : 0;
+  }
+}
+
+// dims: rank 0..2, each 0..4, rarely -1.
+static size_t rand_dims(int64_t* dims, bool* odd) {
+  size_t rank = rn(3);
+  for (size_t i = 0; i < rank; ++i) {
+    dims[i] = rn(5);
+    if (chance(2)) {
+      dims[i] = -1;
+      *odd = true;
+    }
+  }
+  return rank;
+}
+
+static const char* rand_memory_kind(void) {
+  static const char* const k[] = {"", "", "", "device", "pinned_host", "bogus"};
+  return k[rn(6)];
+}
+
+static int32_t rand_device(void) { return chance(90) ? (int32_t)rn(2) : (int32_t)rn(5) - 2; }
+
+static uint8_t g_bulk[4096];
+
+static void fz_upload_whole(sess_t* s, int w) {
+  conn_t* c = &s->wrk[w];
+  int64_t dims[4];
+  bool odd = false;
+  Causeway__V1__UploadRequest m = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
+  m.buffer_id = rid_pool();
+  m.dtype = (Causeway__V1__DType)(chance(95) ? k_dtypes[rn(10)] : (int)rn(40));
+  m.dims = dims;
+  m.n_dims = rand_dims(dims, &odd);
+  m.device = rand_device();
+  m.memory_kind = (char*)rand_memory_kind();
+  size_t esz = dtype_size(m.dtype);
+  size_t n = esz;
+  for (size_t i = 0; i < m.n_dims; ++i) n *= dims[i] < 0 ? 0 : (size_t)dims[i];
+  if (!esz) odd = true;
+  int64_t strides[4];
+  if (chance(5) && m.n_dims) {
+    for (size_t i = 0; i < m.n_dims; ++i) strides[i] = (int64_t)rn(20) - 4;
+    m.byte_strides = strides;
+    m.n_byte_strides = chance(80) ? m.n_dims : m.n_dims - 1;
+    odd = true;
+  }
+  if (chance(2)) {
+    m.peer_address = 0x1000 + rn(100);  // TCP: refused
+    n = 0;
+    odd = true;
+  }
+  if (chance(3)) {  // a bulk that differs from the extent
+    n = n + 1 + rn(8);
+    odd = true;
+  }
+  for (size_t i = 0; i < n && i < sizeof g_bulk; ++i) g_bulk[i] = (uint8_t)rnd();
+  bool ahead = false;
+  m.seq = pick_seq(s, w, &ahead);
+  out_t* o = req(c, T_UPLOAD, &m.base, g_bulk, n);
+  o->may_close = odd;
+  after_ahead(s, w, m.seq, ahead);
+}
+
+// An upload in parts: FIRST, MOREs, LAST, with now and then a part out of
+// place, one missing, or a MORE of no upload under way.
+static void fz_upload_parts(sess_t* s, int w) {
+  conn_t* c = &s->wrk[w];
+  int64_t dims[1] = {1 + rn(16)};
+  uint64_t extent = (uint64_t)dims[0] * 4;
+  Causeway__V1__UploadRequest m = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
+  m.buffer_id = rid_pool();
+  m.dtype = CAUSEWAY__V1__DTYPE__DTYPE_F32;
+  m.dims = dims;
+  m.n_dims = 1;
+  m.device = rand_device();
+  uint64_t off = 0;
+  int parts = 1 + (int)rn(3);
+  bool skip_first = chance(8), stop_early = chance(10);
+  for (int p = 0; p < parts + 1 && off <= extent; ++p) {
+    bool last = p == parts;
+    if (p == 0 && skip_first) continue;
+    if (stop_early && last) {
+      c->parts_open = true;
+      break;
+    }
+    uint64_t left = extent - off;
+    uint64_t len = last ? left : (left ? rn((uint32_t)left + 1) : 0);
+    m.part = p == 0 ? CAUSEWAY__V1__UPLOAD_PART__UPLOAD_FIRST
+                    : last ? CAUSEWAY__V1__UPLOAD_PART__UPLOAD_LAST
+                           : CAUSEWAY__V1__UPLOAD_PART__UPLOAD_MORE;
+    m.part_offset = p == 0 ? 0 : off;
+    if (chance(6)) m.part_offset += rn(9);  // out of place
+    if (chance(4)) len += 1 + rn(4);         // past the extent
+    bool ahead = false;
+    m.seq = pick_seq(s, w, &ahead);
+    for (uint64_t i = 0; i < len && i < sizeof g_bulk; ++i) g_bulk[i] = (uint8_t)rnd();
+    out_t* o = req(c, T_UPLOAD, &m.base, g_bulk, len);
+    o->may_close = true;  // a part's bulk is checked against what it may bring
+    after_ahead(s, w, m.seq, ahead);
+    off += len;
+    if (p == 0) c->parts_open = true;
+    if (last) c->parts_open = false;
+  }
+}
+
+static Causeway__V1__IdList g_lists[2][3];
+static Causeway__V1__IdList* g_listp[2][3];
+static uint64_t g_ids[2][3][3];
+
+static size_t rand_lists(int which, size_t ndev) {
+  for (size_t d = 0; d < ndev; ++d) {
+    causeway__v1__id_list__init(&g_lists[which][d]);
+    size_t n = rn(3);
+    if (which == 1) n = chance(90) ? 1 : rn(3);
+    for (size_t i = 0; i < n; ++i) g_ids[which][d][i] = rid_pool();
+    g_lists[which][d].ids = g_ids[which][d];
+    g_lists[which][d].n_ids = n;
+    g_listp[which][d] = &g_lists[which][d];
+  }
+  return ndev;
+}
+
+// LAUNCH straight to worker w, or through the controller.
+static void fz_launch(sess_t* s, int w, bool relay) {
+  Causeway__V1__LaunchRequest m = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
+  m.exe_id = rid_pool();
+  size_t ndev = chance(90) ? 1 : rn(3);
+  m.args = g_listp[0];
+  m.n_args = rand_lists(0, ndev);
+  m.outputs = g_listp[1];
+  m.n_outputs = rand_lists(1, chance(95) ? ndev : rn(3));
+  m.launch_id = rnd();
+  uint32_t donate[2] = {0, rn(4)};
+  if (chance(8)) {
+    m.donate = donate;
+    m.n_donate = 1 + rn(2);
+  }
+  if (chance(3)) m.sched_stamp = 1 + rn(5);
+  if (chance(3)) m.prepare = true;
+  if (chance(2)) m.host_callbacks = 1 + rn(3);
+  bool ahead = false;
+  if (relay) {
+    int ew = m.exe_id <= ID_POOL ? s->exe_worker[m.exe_id] : -1;
+    if (ew >= 0 && chance(60)) m.seq = s->next_seq[ew]++;
+    out_t* o = req(&s->ctl, T_LAUNCH, &m.base, NULL, 0);
+    o->relay_worker = m.seq ? ew : -1;
+    o->seq = m.seq;
+  } else {
+    m.seq = pick_seq(s, w, &ahead);
+    req(&s->wrk[w], T_LAUNCH, &m.base, NULL, 0);
+    after_ahead(s, w, m.seq, ahead);
+  }
+}
+
+static const char* const k_programs[] = {
+    "f32[4] checksum", "f32[2] s32[] zeros", "u8[3] checksum", "f32[] zeros",
+    "f64[2,2] checksum", "f32[4", "bogus[1]", "", "f32[4] s8[0] checksum",
+};
+
+static void fz_compile(sess_t* s, conn_t* c) {
+  Causeway__V1__CompileRequest m = CAUSEWAY__V1__COMPILE_REQUEST__INIT;
+  m.exe_id = rid_pool();
+  m.format = chance(90) ? "cwnull" : chance(50) ? "mlir" : "bogus";
+  const char* code = k_programs[rn(sizeof k_programs / sizeof k_programs[0])];
+  m.code.data = (uint8_t*)code;
+  m.code.len = strlen(code);
+  uint8_t* opts = NULL;
+  size_t olen = 0;
+  if (chance(75)) {
+    int64_t ids[2];
+    size_t n = chance(85) ? 1 : 2;
+    for (size_t i = 0; i < n; ++i) {
+      int w = (int)rn(NUM_WORKERS), d = (int)rn(2);
+      ids[i] = c->daemon < 0 ? (s->dev_global[w][d] >= 0 ? s->dev_global[w][d] : 0) : d;
+      if (chance(5)) ids[i] = (int64_t)rn(10) - 2;
+    }
+    opts = cw_test_compile_options(ids, n, &olen);
+  } else if (chance(10)) {
+    opts = malloc(8);
+    memcpy(opts, "\xff\x01garbg", 8);
+    olen = 8;
+  }
+  m.compile_options.data = opts;
+  m.compile_options.len = olen;
+  req(c, T_COMPILE, &m.base, NULL, 0);
+  free(opts);
+}
+
+static void fz_delete(sess_t* s, int w, bool via_ctl) {
+  Causeway__V1__DeleteRequest m = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+  uint64_t ids[4];
+  m.n_ids = rn(4);
+  for (size_t i = 0; i < m.n_ids; ++i) ids[i] = rid_pool();
+  m.ids = ids;
+  if (via_ctl) {
+    for (size_t i = 0; i < m.n_ids; ++i) {
+      if (ids[i] >= 1 && ids[i] <= ID_POOL) s->exe_worker[ids[i]] = -1;
+    }
+    req(&s->ctl, T_DELETE, &m.base, NULL, 0);  // seq 0: it may reach several workers
+    return;
+  }
+  bool ahead = false;
+  m.seq = pick_seq(s, w, &ahead);
+  req(&s->wrk[w], T_DELETE, &m.base, NULL, 0);
+  after_ahead(s, w, m.seq, ahead);
+}
+
+static void fz_download(sess_t* s, int w) {
+  Causeway__V1__DownloadRequest m = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
+  m.buffer_id = rid_pool();
+  if (chance(20)) {
+    m.offset = rn(40);
+    m.length = rn(40);
+  }
+  if (chance(2)) {
+    m.peer_address = 0x1000;
+    m.peer_capacity = rn(64);
+  }
+  bool ahead = false;
+  m.seq = pick_seq(s, w, &ahead);
+  req(&s->wrk[w], T_DOWNLOAD, &m.base, NULL, 0);
+  after_ahead(s, w, m.seq, ahead);
+}
+
+static void fz_await(sess_t* s, int w) {
+  Causeway__V1__AwaitRequest m = CAUSEWAY__V1__AWAIT_REQUEST__INIT;
+  m.buffer_id = rid_pool();
+  bool ahead = false;
+  m.seq = pick_seq(s, w, &ahead);
+  req(&s->wrk[w], T_AWAIT, &m.base, NULL, 0);
+  after_ahead(s, w, m.seq, ahead);
+}
+
+static void fz_copy(sess_t* s, int w) {
+  Causeway__V1__CopyRequest m = CAUSEWAY__V1__COPY_REQUEST__INIT;
+  m.src_id = rid_pool();
+  m.dst_id = rid_pool();
+  m.dst_device = rand_device();
+  m.dst_memory_kind = (char*)rand_memory_kind();
+  bool ahead = false;
+  m.seq = pick_seq(s, w, &ahead);
+  req(&s->wrk[w], T_COPY, &m.base, NULL, 0);
+  after_ahead(s, w, m.seq, ahead);
+}
+
+static uint64_t rand_session(sess_t* s) {
+  uint32_t r = rn(100);
+  if (r < 60) return s->id;
+  if (r < 85) return g_fuzz[rn(NUM_FUZZ)].id;
+  if (r < 92) return g_innocent.id;
+  return rnd();
+}
+
+static void fz_send(sess_t* s, int w) {
+  Causeway__V1__SendRequest m = CAUSEWAY__V1__SEND_REQUEST__INIT;
+  m.src_id = rid_pool();
+  uint32_t r = rn(100);
+  m.peer_address = r < 70 ? g_wrk[1 - w].addr : r < 85 ? g_wrk[w].addr : r < 92 ? "nope" : "";
+  m.dst_id = rid_pool();
+  m.dst_device = rand_device();
+  m.dst_session = rand_session(s);
+  m.dst_memory_kind = (char*)rand_memory_kind();
+  bool ahead = false;
+  m.seq = pick_seq(s, w, &ahead);
+  req(&s->wrk[w], T_SEND, &m.base, NULL, 0);
+  after_ahead(s, w, m.seq, ahead);
+}
+
+static void fz_expect(sess_t* s, int w) {
+  Causeway__V1__ExpectRequest m = CAUSEWAY__V1__EXPECT_REQUEST__INIT;
+  Causeway__V1__ErrorReply e = CAUSEWAY__V1__ERROR_REPLY__INIT;
+  m.buffer_id = rid_pool();
+  if (chance(30)) {
+    e.code = rn(18);
+    e.message = chance(80) ? "seqfuzz: the PUT will not come" : "";
+    m.error = &e;
+  }
+  bool ahead = false;
+  m.seq = pick_seq(s, w, &ahead);
+  req(&s->wrk[w], T_EXPECT, &m.base, NULL, 0);
+  after_ahead(s, w, m.seq, ahead);
+}
+
+static void fz_exe_info(conn_t* c) {
+  Causeway__V1__ExeInfoRequest m = CAUSEWAY__V1__EXE_INFO_REQUEST__INIT;
+  m.exe_id = rid_pool();
+  req(c, T_EXE_INFO, &m.base, NULL, 0);
+}
+
+static void fz_serialize(conn_t* c) {
+  Causeway__V1__SerializeRequest m = CAUSEWAY__V1__SERIALIZE_REQUEST__INIT;
+  m.exe_id = rid_pool();
+  req(c, T_SERIALIZE, &m.base, NULL, 0);
+}
+
+static void fz_load(conn_t* c) {
+  Causeway__V1__LoadRequest m = CAUSEWAY__V1__LOAD_REQUEST__INIT;
+  m.exe_id = rid_pool();
+  const uint8_t* bulk = g_bulk;
+  size_t n = rn(64);
+  if (g_serialized && chance(70)) {
+    bulk = g_serialized;
+    n = g_serialized_len;
+    if (chance(10) && n > 4) n -= 1 + rn(4);  // cut short
+  } else {
+    for (size_t i = 0; i < n; ++i) g_bulk[i] = (uint8_t)rnd();
+  }
+  req(c, T_LOAD, &m.base, bulk, n);
+}
+
+static void fz_trace(conn_t* c) {
+  if (chance(50)) {
+    Causeway__V1__TraceStartRequest m = CAUSEWAY__V1__TRACE_START_REQUEST__INIT;
+    m.capacity = chance(80) ? rn(100) : 1048576 + rn(3);
+    req(c, T_TRACE_START, &m.base, NULL, 0);
+  } else {
+    Causeway__V1__TraceFetchRequest m = CAUSEWAY__V1__TRACE_FETCH_REQUEST__INIT;
+    m.max_events = chance(80) ? rn(10) : 0xFFFFFFFFu;
+    req(c, T_TRACE_FETCH, &m.base, NULL, 0);
+  }
+}
+
+static void fz_simple(conn_t* c, uint16_t type) {
+  switch (type) {
+    case T_PING: {
+      Causeway__V1__Ping m = CAUSEWAY__V1__PING__INIT;
+      req(c, type, &m.base, NULL, 0);
+      break;
+    }
+    case T_INVENTORY: {
+      Causeway__V1__InventoryRequest m = CAUSEWAY__V1__INVENTORY_REQUEST__INIT;
+      req(c, type, &m.base, NULL, 0);
+      break;
+    }
+    default: {
+      Causeway__V1__StatsRequest m = CAUSEWAY__V1__STATS_REQUEST__INIT;
+      req(c, type, &m.base, NULL, 0);
+      break;
+    }
+  }
+}
+
+static void fz_admin(sess_t* s) {
+  conn_t* c = &s->ctl;
+  uint32_t r = rn(5);
+  if (r == 0) {
+    Causeway__V1__AdminStatusRequest m = CAUSEWAY__V1__ADMIN_STATUS_REQUEST__INIT;
+    m.max_age_ms = chance(50) ? 0 : rn(3000);
+    req(c, T_ADMIN_STATUS, &m.base, NULL, 0);
+  } else if (r <= 2) {
+    Causeway__V1__AdminSessionRequest m = CAUSEWAY__V1__ADMIN_SESSION_REQUEST__INIT;
+    m.session_id = chance(80) ? rand_session(s) : 0;
+    if (!m.session_id || chance(10)) m.name = chance(50) ? "fuzz" : "innocent";
+    req(c, r == 1 ? T_ADMIN_PAUSE : T_ADMIN_RESUME, &m.base, NULL, 0);
+  } else {
+    Causeway__V1__AdminDrainRequest m = CAUSEWAY__V1__ADMIN_DRAIN_REQUEST__INIT;
+    m.worker = chance(80) ? (char*)k_wname[rn(NUM_WORKERS)] : "nobody";
+    // Undrain more often than drain, so that workers mostly take work.
+    req(c, r == 3 && chance(40) ? T_ADMIN_DRAIN : T_ADMIN_UNDRAIN, &m.base, NULL, 0);
+  }
+}
+
+static void fz_open_session(sess_t* s) {
+  Causeway__V1__OpenSessionRequest m = CAUSEWAY__V1__OPEN_SESSION_REQUEST__INIT;
+  char* names[2] = {(char*)k_wname[rn(NUM_WORKERS)], "nobody"};
+  m.min_workers = rn(4);
+  m.wait_ms = rn(300);
+  m.num_devices = chance(50) ? 0 : rn(6);
+  m.share = chance(70);
+  m.weight = chance(90) ? rn(5) : 1000 + rn(3);
+  m.queue_timeout_ms = 1 + rn(300);  // never 0: no wait without end
+  if (chance(20)) {
+    m.workers = names;
+    m.n_workers = 1 + rn(2);
+  }
+  if (chance(10)) m.platform = chance(50) ? "null" : "tpu";
+  if (chance(5)) m.min_island = rn(4);
+  m.name = "fuzz";
+  req(&s->ctl, T_OPEN_SESSION, &m.base, NULL, 0);
+}
+
+static void fz_resume(sess_t* s) {
+  Causeway__V1__SessionResumeRequest m = CAUSEWAY__V1__SESSION_RESUME_REQUEST__INIT;
+  Causeway__V1__OpenSessionRequest o = CAUSEWAY__V1__OPEN_SESSION_REQUEST__INIT;
+  Causeway__V1__ResumeDevice dv[4];
+  Causeway__V1__ResumeDevice* dvp[4];
+  Causeway__V1__ResumeExecutable ex[2];
+  Causeway__V1__ResumeExecutable* exp[2];
+  int32_t exdev[2][2];
+  o.wait_ms = rn(300);
+  o.num_devices = chance(70) ? 0 : rn(5);
+  o.share = chance(50);
+  o.weight = chance(95) ? rn(3) : 5000;
+  m.open = chance(95) ? &o : NULL;
+  size_t nd = rn(5);
+  for (size_t i = 0; i < nd; ++i) {
+    causeway__v1__resume_device__init(&dv[i]);
+    int w = (int)rn(NUM_WORKERS);
+    dv[i].local_id = chance(90) ? (int32_t)rn(2) : (int32_t)rn(5) - 1;
+    dv[i].id = chance(80) && s->dev_global[w][dv[i].local_id & 1] >= 0
+                   ? s->dev_global[w][dv[i].local_id & 1]
+                   : (int32_t)rn(6) - 1;
+    dv[i].worker_name = chance(90) ? (char*)k_wname[w] : chance(50) ? "zz" : "bad\x01name";
+    dvp[i] = &dv[i];
+  }
+  m.devices = dvp;
+  m.n_devices = nd;
+  size_t ne = rn(3);
+  for (size_t i = 0; i < ne; ++i) {
+    causeway__v1__resume_executable__init(&ex[i]);
+    ex[i].exe_id = rid_pool();
+    exdev[i][0] = (int32_t)rn(5);
+    exdev[i][1] = (int32_t)rn(5);
+    ex[i].devices = exdev[i];
+    ex[i].n_devices = rn(3);
+    exp[i] = &ex[i];
+  }
+  m.executables = exp;
+  m.n_executables = ne;
+  req(&s->ctl, T_SESSION_RESUME, &m.base, NULL, 0);
+}
+
+static void fz_rejoin(sess_t* s) {
+  Causeway__V1__HealthRejoinRequest m = CAUSEWAY__V1__HEALTH_REJOIN_REQUEST__INIT;
+  m.worker_index = rn(4);
+  m.incarnation = rn(3);
+  req(&s->ctl, T_REJOIN, &m.base, NULL, 0);
+}
+
+// Types a client may not send (or a daemon does not serve): each gets an
+// error reply and the connection stays open.
+static void fz_not_for_clients(conn_t* c) {
+  static const uint16_t k[] = {T_REGISTER, T_LAUNCH_GO, T_ADMIN_HOLD, T_ADMIN_WORKER_DRAIN,
+                               T_PUT, T_HEARTBEAT, T_HOST_CALLBACK};
+  uint16_t type = k[rn(sizeof k / sizeof k[0])];
+  Causeway__V1__StatsRequest empty = CAUSEWAY__V1__STATS_REQUEST__INIT;  // an empty message
+  if (type == T_PUT) {
+    // PUT may carry bulk; an empty PutRequest has no array, so none.
+    Causeway__V1__PutRequest p = CAUSEWAY__V1__PUT_REQUEST__INIT;
+    p.dst_id = rid_pool();
+    p.dst_session = rand_session(sess_of(c));
+    req(c, type, &p.base, NULL, 0)->may_close = true;
+    return;
+  }
+  if (type == T_HOST_CALLBACK) {
+    Causeway__V1__HostCallbackRequest hc = CAUSEWAY__V1__HOST_CALLBACK_REQUEST__INIT;
+    req(c, type, &hc.base, NULL, 0)->may_close = true;
+    return;
+  }
+  req(c, type, &empty.base, NULL, 0);
+}
+
+// Closes a connection of s abruptly, now and then in the middle of a frame,
+// and connects again (or drops the whole session and opens a new one).
+static void fz_disconnect(sess_t* s) {
+  uint32_t r = rn(100);
+  int which = (int)rn(NUM_WORKERS + 1) - 1;  // -1: the controller connection
+  conn_t* c = which < 0 ? &s->ctl : &s->wrk[which];
+  if (r < 30 && c->fd >= 0) {  // half a frame, then gone
+    Causeway__V1__UploadRequest m = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
+    int64_t dims[1] = {64};
+    m.buffer_id = rid_pool();
+    m.dtype = CAUSEWAY__V1__DTYPE__DTYPE_F32;
+    m.dims = dims;
+    m.n_dims = 1;
+    packed_t p = pack(&m.base);
+    hdr_t h = hdr_of(T_UPLOAD, g_next_rid++, (uint32_t)p.len, 256);
+    uint8_t buf[HDR + 64];
+    hdr_encode(&h, buf);
+    size_t cut = HDR / 2 + rn((uint32_t)(HDR / 2 + p.len));
+    memcpy(buf + HDR, p.data, p.len < 64 ? p.len : 64);
+    send_all(c->fd, buf, cut < sizeof buf ? cut : sizeof buf);
+    free(p.data);
+  }
+  if (r >= 90) {  // the whole session goes; a new one (new id) takes its place
+    sess_close(s);
+    s->id = 0;
+    sess_open(s);
+    return;
+  }
+  if (which < 0) {
+    reconnect_ctl(s);
+  } else {
+    conn_drop(c);
+    reconnect_worker(s, which);
+  }
+}
+
+// One random request from fuzz session s.
+static void fz_step(sess_t* s) {
+  int w = (int)rn(NUM_WORKERS);
+  uint32_t r = rn(1000);
+  if (r < 110) fz_upload_whole(s, w);
+  else if (r < 150) fz_upload_parts(s, w);
+  else if (r < 230) fz_launch(s, w, false);
+  else if (r < 300) fz_launch(s, w, true);
+  else if (r < 360) fz_compile(s, &s->ctl);
+  else if (r < 380) fz_compile(s, &s->wrk[w]);
+  else if (r < 450) fz_delete(s, w, false);
+  else if (r < 480) fz_delete(s, w, true);
+  else if (r < 550) fz_download(s, w);
+  else if (r < 600) fz_await(s, w);
+  else if (r < 650) fz_copy(s, w);
+  else if (r < 700) fz_send(s, w);
+  else if (r < 740) fz_expect(s, w);
+  else if (r < 770) fz_exe_info(chance(50) ? &s->ctl : &s->wrk[w]);
+  else if (r < 790) fz_serialize(&s->wrk[w]);
+  else if (r < 805) fz_load(&s->wrk[w]);
+  else if (r < 820) fz_trace(&s->wrk[w]);
+  else if (r < 845) fz_simple(chance(50) ? &s->ctl : &s->wrk[w], (uint16_t)(T_PING + rn(2)));
+  else if (r < 860) fz_simple(chance(50) ? &s->ctl : &s->wrk[w], T_STATS);
+  else if (r < 890) fz_admin(s);
+  else if (r < 910) fz_open_session(s);
+  else if (r < 920) fz_resume(s);
+  else if (r < 930) fz_rejoin(s);
+  else if (r < 975) fz_not_for_clients(chance(50) ? &s->ctl : &s->wrk[w]);
+  else fz_disconnect(s);
+}
+
+// --- Checks -------------------------------------------------------------------------
+
+static conn_t* all_conns(int i) {
+  sess_t* s = i / 3 == 0 ? &g_innocent : &g_fuzz[i / 3 - 1];
+  int k = i % 3;
+  return k == 0 ? &s->ctl : &s->wrk[k - 1];
+}
+#define NUM_CONNS ((NUM_FUZZ + 1) * 3)
+
+// Reads whatever has arrived everywhere; reconnects what the daemons closed.
+static void pump_all(int wait_ms) {
+  for (int i = 0; i < NUM_CONNS; ++i) {
+    conn_t* c = all_conns(i);
+    if (c->fd < 0) continue;
+    if (!conn_pump(c, wait_ms)) {
+      sess_t* s = sess_of(c);
+      if (c->daemon < 0) {
+        reconnect_ctl(s);
+      } else {
+        reconnect_worker(s, c->daemon);
+      }
+    }
+  }
+}
+
+// Every connection answers a PING within HANG_MS.
+static void sync_round(void) {
+  for (int i = 0; i < NUM_CONNS; ++i) {
+    conn_t* c = all_conns(i);
+    if (c->fd < 0) continue;
+    Causeway__V1__Ping m = CAUSEWAY__V1__PING__INIT;
+    req(c, T_PING, &m.base, NULL, 0)->is_sync = true;
+  }
+  int64_t deadline = cw_time_now_ms() + HANG_MS;
+  for (;;) {
+    bool waiting = false;
+    for (int i = 0; i < NUM_CONNS; ++i) {
+      conn_t* c = all_conns(i);
+      for (int k = 0; c->fd >= 0 && k < c->n_out; ++k) waiting |= c->out[k].is_sync;
+    }
+    if (!waiting) return;
+    if (cw_time_now_ms() > deadline) {
+      for (int i = 0; i < NUM_CONNS; ++i) {
+        conn_t* c = all_conns(i);
+        for (int k = 0; c->fd >= 0 && k < c->n_out; ++k) {
+          if (c->out[k].is_sync) {
+            fprintf(stderr, "[seqfuzz] %s connection %d: no PING reply (%d owed)\n",
+                    dname(c->daemon), i, c->n_out);
+          }
+        }
+      }
+      FAIL("a connection did not answer PING within %d ms", HANG_MS);
+    }
+    pump_all(50);
+  }
+}
+
+// Ends what may wait by design: workers drained, sessions paused, buffers
+// that wait for a PUT or for the rest of an upload in parts.
+static void unblock(void) {
+  for (int w = 0; w < NUM_WORKERS; ++w) {
+    Causeway__V1__AdminDrainRequest m = CAUSEWAY__V1__ADMIN_DRAIN_REQUEST__INIT;
+    m.worker = (char*)k_wname[w];
+    req(&g_innocent.ctl, T_ADMIN_UNDRAIN, &m.base, NULL, 0);
+  }
+  for (int i = 0; i <= NUM_FUZZ; ++i) {
+    sess_t* s = i ? &g_fuzz[i - 1] : &g_innocent;
+    Causeway__V1__AdminSessionRequest m = CAUSEWAY__V1__ADMIN_SESSION_REQUEST__INIT;
+    m.session_id = s->id;
+    req(&g_innocent.ctl, T_ADMIN_RESUME, &m.base, NULL, 0);
+    if (s->innocent) continue;
+    for (int w = 0; w < NUM_WORKERS; ++w) {
+      if (s->wrk[w].parts_open) {  // its close fails the unfinished buffer
+        conn_drop(&s->wrk[w]);
+        reconnect_worker(s, w);
+      }
+      Causeway__V1__ErrorReply e = CAUSEWAY__V1__ERROR_REPLY__INIT;
+      e.code = 14;
+      e.message = "seqfuzz: the end";
+      for (uint64_t k = 1; k <= ID_POOL + 3; ++k) {
+        Causeway__V1__ExpectRequest x = CAUSEWAY__V1__EXPECT_REQUEST__INIT;
+        x.buffer_id = k <= ID_POOL ? k : 0xFFFFFFFFFFFFFFFFull - (k - ID_POOL - 1);
+        x.error = &e;
+        req(&s->wrk[w], T_EXPECT, &x.base, NULL, 0);
+      }
+    }
+  }
+}
+
+// Every outstanding request is answered within HANG_MS.
+static void drain_all(void) {
+  int64_t deadline = cw_time_now_ms() + HANG_MS;
+  for (;;) {
+    int owed = 0;
+    for (int i = 0; i < NUM_CONNS; ++i) owed += all_conns(i)->fd >= 0 ? all_conns(i)->n_out : 0;
+    if (!owed) return;
+    if (cw_time_now_ms() > deadline) {
+      for (int i = 0; i < NUM_CONNS; ++i) {
+        conn_t* c = all_conns(i);
+        for (int k = 0; c->fd >= 0 && k < c->n_out; ++k) {
+          fprintf(stderr, "[seqfuzz] unanswered: %s connection %d type %u rid %" PRIu64
+                  " %s\n", dname(c->daemon), i, c->out[k].type, c->out[k].rid, c->out[k].what);
+        }
+      }
+      FAIL("%d requests unanswered %d ms after the end", owed, HANG_MS);
+    }
+    pump_all(50);
+  }
+}
+
+static const float k_innocent_data[4] = {1.5f, -2.25f, 3.0f, 1e-3f};
+#define INNOCENT_BUF 1
+#define INNOCENT_EXE 2
+#define INNOCENT_OUT 1000  // outside the pool: fuzz SENDs may fill the innocent session's pool ids
+
+static uint64_t fnv1a(const void* data, size_t n) {
+  const unsigned char* p = data;
+  uint64_t h = 14695981039346656037ull;
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+// The innocent session's buffer reads back as uploaded, and its program
+// launched through the controller sees those bytes.
+static void innocent_check(const char* when) {
+  sess_t* s = &g_innocent;
+  frame_t f;
+  Causeway__V1__DownloadRequest d = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
+  d.buffer_id = INNOCENT_BUF;
+  call(&s->wrk[0], T_DOWNLOAD, &d.base, NULL, 0, &f);
+  if (f.bulk_len != sizeof k_innocent_data || memcmp(f.bulk, k_innocent_data, f.bulk_len) != 0) {
+    FAIL("%s: the innocent buffer reads back %" PRIu64 " bytes, not its own", when, f.bulk_len);
+  }
+  frame_free(&f);
+  Causeway__V1__LaunchRequest l = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
+  uint64_t arg = INNOCENT_BUF, out = INNOCENT_OUT;
+  Causeway__V1__IdList a = CAUSEWAY__V1__ID_LIST__INIT, o = CAUSEWAY__V1__ID_LIST__INIT;
+  a.ids = &arg;
+  a.n_ids = 1;
+  o.ids = &out;
+  o.n_ids = 1;
+  Causeway__V1__IdList* ap = &a;
+  Causeway__V1__IdList* op = &o;
+  l.exe_id = INNOCENT_EXE;
+  l.args = &ap;
+  l.n_args = 1;
+  l.outputs = &op;
+  l.n_outputs = 1;
+  call(&s->ctl, T_LAUNCH, &l.base, NULL, 0, &f);
+  frame_free(&f);
+  d.buffer_id = INNOCENT_OUT;
+  call(&s->wrk[0], T_DOWNLOAD, &d.base, NULL, 0, &f);
+  uint64_t h = fnv1a(k_innocent_data, sizeof k_innocent_data);
+  uint8_t want[16];
+  for (int i = 0; i < 2; ++i) put_le(want + 8 * i, h, 8);
+  if (f.bulk_len != 16 || memcmp(f.bulk, want, 16) != 0) {
+    FAIL("%s: the innocent launch's output is not the checksum of its input", when);
+  }
+  frame_free(&f);
+  Causeway__V1__DeleteRequest del = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+  del.ids = &out;
+  del.n_ids = 1;
+  call(&s->wrk[0], T_DELETE, &del.base, NULL, 0, &f);
+  frame_free(&f);
+}
+
+static void innocent_setup(void) {
+  sess_t* s = &g_innocent;
+  s->innocent = true;
+  s->id = 0;
+  sess_open(s);
+  frame_t f;
+  int64_t dims[1] = {4};
+  Causeway__V1__UploadRequest u = upload_req(INNOCENT_BUF, CAUSEWAY__V1__DTYPE__DTYPE_F32, dims, 1);
+  call(&s->wrk[0], T_UPLOAD, &u.base, k_innocent_data, sizeof k_innocent_data, &f);
+  frame_free(&f);
+  Causeway__V1__CompileRequest c = CAUSEWAY__V1__COMPILE_REQUEST__INIT;
+  c.exe_id = INNOCENT_EXE;
+  c.format = "cwnull";
+  const char* code = "f32[4] checksum";
+  c.code.data = (uint8_t*)code;
+  c.code.len = strlen(code);
+  int64_t dev = s->dev_global[0][0];
+  size_t olen = 0;
+  uint8_t* opts = cw_test_compile_options(&dev, 1, &olen);
+  c.compile_options.data = opts;
+  c.compile_options.len = olen;
+  call(&s->ctl, T_COMPILE, &c.base, NULL, 0, &f);
+  free(opts);
+  frame_free(&f);
+  innocent_check("before");
+}
+
+// STATS from a connection without a session (HELLO role WORKER).
+static Causeway__V1__Stats* daemon_stats(worker_t* d) {
+  int fd = conn_open(d);
+  hello_as(fd, NULL, R_WORKER, 0, NULL);
+  Causeway__V1__Stats* s = stats(fd, 5);
+  close(fd);
+  return s;
+}
+
+typedef struct counts_s {
+  uint64_t sessions, buffers, executables;
+} counts_t;
+
+static counts_t counts_of(worker_t* d) {
+  Causeway__V1__Stats* s = daemon_stats(d);
+  counts_t c = {s->sessions, s->buffers, s->executables};
+  causeway__v1__stats__free_unpacked(s, NULL);
+  return c;
+}
+
+static counts_t g_base[NUM_WORKERS + 1];
+
+static void check_counts_back(void) {
+  int64_t deadline = cw_time_now_ms() + HANG_MS;
+  for (;;) {
+    bool same = true;
+    counts_t now[NUM_WORKERS + 1];
+    for (int d = -1; d < NUM_WORKERS; ++d) {
+      now[d + 1] = counts_of(dproc(d));
+      same &= memcmp(&now[d + 1], &g_base[d + 1], sizeof(counts_t)) == 0;
+    }
+    if (same) return;
+    if (cw_time_now_ms() > deadline) {
+      for (int d = -1; d < NUM_WORKERS; ++d) {
+        fprintf(stderr,
+                "[seqfuzz] %s: sessions %" PRIu64 " buffers %" PRIu64 " executables %" PRIu64
+                " (before: %" PRIu64 " %" PRIu64 " %" PRIu64 ")\n",
+                dname(d), now[d + 1].sessions, now[d + 1].buffers, now[d + 1].executables,
+                g_base[d + 1].sessions, g_base[d + 1].buffers, g_base[d + 1].executables);
+      }
+      for (int d = 0; d < NUM_WORKERS; ++d) {
+        Causeway__V1__Stats* st = daemon_stats(dproc(d));
+        fprintf(stderr, "[seqfuzz] %s: %" PRIu64 " connections, queued %" PRIu64
+                " in flight %" PRIu64 " transfers %" PRIu64 "\n", dname(d), st->connections,
+                st->launches_queued, st->launches_in_flight, st->transfers_pending);
+        for (size_t k = 0; k < st->n_session_stats; ++k) {
+          fprintf(stderr, "[seqfuzz]   session %" PRIu64 " buffers %" PRIu64 "\n",
+                  st->session_stats[k]->session_id, st->session_stats[k]->buffers);
+        }
+        causeway__v1__stats__free_unpacked(st, NULL);
+      }
+      FAIL("state left over after every session closed");
+    }
+    sleep_ms(100);
+  }
+}
+
+// The controller's compile link to a worker (HELLO session 0) is a session
+// there for the worker's life: one compile on each worker first, so that
+// the counts before hold it.
+static void warm_up(void) {
+  sess_t s = {.innocent = false};
+  sess_open(&s);
+  for (int w = 0; w < NUM_WORKERS; ++w) {
+    Causeway__V1__CompileRequest c = CAUSEWAY__V1__COMPILE_REQUEST__INIT;
+    c.exe_id = 100 + (uint64_t)w;
+    c.format = "cwnull";
+    c.code.data = (uint8_t*)"f32[] zeros";
+    c.code.len = strlen("f32[] zeros");
+    int64_t dev = s.dev_global[w][0];
+    size_t olen = 0;
+    uint8_t* opts = cw_test_compile_options(&dev, 1, &olen);
+    c.compile_options.data = opts;
+    c.compile_options.len = olen;
+    frame_t f;
+    call(&s.ctl, T_COMPILE, &c.base, NULL, 0, &f);
+    free(opts);
+    frame_free(&f);
+  }
+  sess_close(&s);
+  int64_t deadline = cw_time_now_ms() + HANG_MS;
+  for (;;) {
+    bool settled = true;
+    for (int d = -1; d < NUM_WORKERS; ++d) {
+      g_base[d + 1] = counts_of(dproc(d));
+      settled &= g_base[d + 1].buffers == 0 && g_base[d + 1].executables == 0 &&
+                 g_base[d + 1].sessions == (d < 0 ? 0u : 1u);
+    }
+    if (settled) return;
+    if (cw_time_now_ms() > deadline) FAIL("the warm-up session did not go away");
+    sleep_ms(50);
+  }
+}
+
+// --- The test -----------------------------------------------------------------------
+
+static void run_one(uint64_t seed, uint64_t count) {
+  g_seed = seed;
+  g_rng = seed;
+  fprintf(stderr, "[seqfuzz] seed %" PRIu64 " (CW_SEQFUZZ_SEED=%" PRIu64 " replays it), %" PRIu64
+          " requests\n", seed, seed, count);
+  uint64_t sent0 = g_sent;
+  innocent_setup();
+  for (int i = 0; i < NUM_FUZZ; ++i) {
+    g_fuzz[i].id = 0;
+    sess_open(&g_fuzz[i]);
+  }
+  uint64_t n = 0;
+  while (n < count) {
+    fz_step(&g_fuzz[rn(NUM_FUZZ)]);
+    ++n;
+    pump_all(0);
+    if (n % SYNC_EVERY == 0) sync_round();
+    for (int d = -1; d < NUM_WORKERS; ++d) {
+      if (!worker_running(dproc(d))) {
+        dump_worker(dproc(d));
+        FAIL("%s died after %" PRIu64 " requests", dname(d), n);
+      }
+    }
+  }
+  unblock();
+  drain_all();
+  sync_round();
+  innocent_check("after");
+  for (int i = 0; i < NUM_FUZZ; ++i) sess_close(&g_fuzz[i]);
+  sess_close(&g_innocent);
+  check_counts_back();
+  fprintf(stderr, "[seqfuzz] seed %" PRIu64 ": %" PRIu64 " frames sent\n", seed, g_sent - sent0);
+}
+
+// --- Sequences the driver found, spelled out ----------------------------------------
+
+// Expects an ERROR reply with `code` whose message contains `text`.
+static void call_error(conn_t* c, uint16_t type, const ProtobufCMessage* m, uint32_t code,
+                       const char* text) {
+  uint64_t rid = g_next_rid++;
+  send_or_note(c, type, rid, m, NULL, 0);
+  got_error_t e;
+  const uint32_t codes[] = {code, 0};
+  expect_error_codes(c->fd, dname(c->daemon), rid, codes, "", &e);
+  if (!strstr(e.message, text)) fail_msg("\"%s\" lacks \"%s\"", e.message, text);
+}
+
+// A session resumed with a hole in its device ids (only id 1 listed) and a
+// COMPILE for the hole: the controller freed its placement scratch and then
+// read the device id from it for the message (heap-use-after-free,
+// cw_ctl_compile.c cw__compile_place).
+static void test_compile_for_a_hole_of_a_resumed_session(void** state) {
+  (void)state;
+  conn_t c;
+  conn_init(&c, -1);
+  hello_conn(&c, 0, 0, NULL);
+  Causeway__V1__SessionResumeRequest r = CAUSEWAY__V1__SESSION_RESUME_REQUEST__INIT;
+  Causeway__V1__OpenSessionRequest o = CAUSEWAY__V1__OPEN_SESSION_REQUEST__INIT;
+  Causeway__V1__ResumeDevice dv = CAUSEWAY__V1__RESUME_DEVICE__INIT;
+  Causeway__V1__ResumeDevice* dvp = &dv;
+  o.wait_ms = 5000;
+  dv.id = 1;
+  dv.worker_name = (char*)k_wname[0];
+  dv.local_id = 0;
+  r.open = &o;
+  r.devices = &dvp;
+  r.n_devices = 1;
+  frame_t f;
+  call(&c, T_SESSION_RESUME, &r.base, NULL, 0, &f);
+  frame_free(&f);
+  Causeway__V1__CompileRequest m = CAUSEWAY__V1__COMPILE_REQUEST__INIT;
+  m.exe_id = 7;
+  m.format = "cwnull";
+  m.code.data = (uint8_t*)"f32[] zeros";
+  m.code.len = strlen("f32[] zeros");
+  int64_t dev = 0;  // the hole
+  size_t olen = 0;
+  uint8_t* opts = cw_test_compile_options(&dev, 1, &olen);
+  m.compile_options.data = opts;
+  m.compile_options.len = olen;
+  call_error(&c, T_COMPILE, &m.base, C_INVALID_ARGUMENT, "device 0 does not exist");
+  free(opts);
+  Causeway__V1__Ping p = CAUSEWAY__V1__PING__INIT;
+  call(&c, T_PING, &p.base, NULL, 0, &f);
+  frame_free(&f);
+  conn_drop(&c);
+  daemon_assert_serving(&g_ctl, NULL);
+}
+
+// Receives frames on c until the reply to `rid`; returns its error code
+// (0: success). Fails after 15 s: the request waits on itself.
+static uint32_t reply_code(conn_t* c, uint64_t rid, const char* what) {
+  int64_t deadline = cw_time_now_ms() + 15000;
+  for (;;) {
+    int left = (int)(deadline - cw_time_now_ms());
+    frame_t f;
+    int r = left > 0 ? recv_frame(c->fd, &f, left) : -2;
+    if (r != 1) {
+      frame_free(&f);
+      FAIL("%s: %s instead of a reply", what, r == -2 ? "no reply in time" : recv_result_name(r));
+    }
+    if (f.request_id != rid || !(f.flags & F_REPLY)) {
+      frame_free(&f);
+      continue;
+    }
+    uint32_t code = 0;
+    if (f.flags & F_ERROR) {
+      Causeway__V1__ErrorReply* e =
+          causeway__v1__error_reply__unpack(NULL, f.payload_len, f.payload);
+      code = e ? e->code : 2;
+      fprintf(stderr, "[seqfuzz] %s -> %s \"%s\"\n", what, code_name(code),
+              e && e->message ? e->message : "");
+      if (e) causeway__v1__error_reply__free_unpacked(e, NULL);
+    }
+    frame_free(&f);
+    return code;
+  }
+}
+
+// COPY and LAUNCH that name an id that does not exist both as what they
+// read and as what they make: the worker made the destination pending,
+// then waited for it as the source, so neither the request nor anything
+// reading the id was ever answered.
+static void test_copy_and_launch_onto_their_own_source(void** state) {
+  (void)state;
+  sess_t s = {.innocent = false};
+  sess_open(&s);
+  conn_t* w0 = &s.wrk[0];
+  Causeway__V1__CopyRequest cp = CAUSEWAY__V1__COPY_REQUEST__INIT;
+  cp.src_id = cp.dst_id = 50;
+  uint64_t rid = g_next_rid++;
+  send_or_note(w0, T_COPY, rid, &cp.base, NULL, 0);
+  if (reply_code(w0, rid, "COPY 50 -> 50") == 0) FAIL("COPY 50 -> 50 succeeded");
+  Causeway__V1__CompileRequest m = CAUSEWAY__V1__COMPILE_REQUEST__INIT;
+  m.exe_id = 51;
+  m.format = "cwnull";
+  m.code.data = (uint8_t*)"f32[4] checksum";
+  m.code.len = strlen("f32[4] checksum");
+  int64_t dev = s.dev_global[0][0];
+  size_t olen = 0;
+  uint8_t* opts = cw_test_compile_options(&dev, 1, &olen);
+  m.compile_options.data = opts;
+  m.compile_options.len = olen;
+  frame_t f;
+  call(&s.ctl, T_COMPILE, &m.base, NULL, 0, &f);
+  free(opts);
+  frame_free(&f);
+  uint64_t id = 52;
+  Causeway__V1__IdList a = CAUSEWAY__V1__ID_LIST__INIT, o = CAUSEWAY__V1__ID_LIST__INIT;
+  a.ids = o.ids = &id;
+  a.n_ids = o.n_ids = 1;
+  Causeway__V1__IdList* ap = &a;
+  Causeway__V1__IdList* op = &o;
+  Causeway__V1__LaunchRequest l = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
+  l.exe_id = 51;
+  l.args = &ap;
+  l.n_args = 1;
+  l.outputs = &op;
+  l.n_outputs = 1;
+  rid = g_next_rid++;
+  send_or_note(w0, T_LAUNCH, rid, &l.base, NULL, 0);
+  if (reply_code(w0, rid, "LAUNCH 52 -> 52") == 0) FAIL("LAUNCH with 52 -> 52 succeeded");
+  for (uint64_t k = 50; k <= 52; k += 2) {  // the ids do not wait for ever either
+    Causeway__V1__AwaitRequest aw = CAUSEWAY__V1__AWAIT_REQUEST__INIT;
+    aw.buffer_id = k;
+    rid = g_next_rid++;
+    send_or_note(w0, T_AWAIT, rid, &aw.base, NULL, 0);
+    (void)reply_code(w0, rid, "AWAIT");
+  }
+  sess_close(&s);
+}
+
+static void test_sequences(void** state) {
+  (void)state;
+  const char* e = getenv("CW_SEQFUZZ_SEED");
+  uint64_t seed = 1;
+  if (e && strcmp(e, "random") == 0) {
+    seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
+  } else if (e && e[0]) {
+    seed = strtoull(e, NULL, 0);
+  }
+  e = getenv("CW_SEQFUZZ_COUNT");
+  uint64_t count = e && e[0] ? strtoull(e, NULL, 0) : 2500;
+  e = getenv("CW_SEQFUZZ_SEEDS");
+  uint64_t seeds = e && e[0] ? strtoull(e, NULL, 0) : 1;
+  warm_up();
+  for (uint64_t k = 0; k < seeds; ++k) run_one(seed + k, count);
+  fprintf(stderr, "[seqfuzz] %" PRIu64 " frames, %" PRIu64 " replies (%" PRIu64
+          " errors), %" PRIu64 " closes by daemons, %" PRIu64 " reconnects, %" PRIu64
+          " sessions\n", g_sent, g_replies, g_errors, g_closes, g_reconnects, g_sessions_opened);
+  for (int t = 0; t < 80; ++t) {
+    if (g_by_type[t][0] || g_by_type[t][1]) {
+      fprintf(stderr, "[seqfuzz]   type %2d: %5u ok %5u errors\n", t, g_by_type[t][0],
+              g_by_type[t][1]);
+    }
+  }
+  for (int c = 1; c <= 16; ++c) {
+    if (g_codes[c]) fprintf(stderr, "[seqfuzz]   %-20s %u\n", code_name((uint32_t)c), g_codes[c]);
+  }
+  free(g_serialized);
+}
+
+static int group_setup(void** state) {
+  (void)state;
+  signal(SIGPIPE, SIG_IGN);
+  const char* plugin = getenv("CW_NULLPLUGIN");
+  if (!plugin || !plugin[0]) {
+    print_error("CW_NULLPLUGIN is not set\n");
+    return -1;
+  }
+  const char* ctl_args[] = {"--listen", "127.0.0.1:0", NULL};
+  daemon_spec_t ctl = {.bin = hostile_controller_bin(), .args = ctl_args,
+                       .listen_prefix = "causeway-controller listening on "};
+  if (!daemon_start(&g_ctl, &ctl)) return -1;
+  for (int w = 0; w < NUM_WORKERS; ++w) {
+    const char* args[] = {"--plugin", plugin, "--devices", "2", "--listen", "127.0.0.1:0",
+                          "--name", k_wname[w], "--controller", g_ctl.addr, NULL};
+    daemon_spec_t spec = {.bin = hostile_worker_bin(), .args = args,
+                          .listen_prefix = "causeway-worker listening on "};
+    if (!daemon_start(&g_wrk[w], &spec)) return -1;
+  }
+  return 0;
+}
+
+static int group_teardown(void** state) {
+  (void)state;
+  worker_t* const ws[] = {&g_wrk[0], &g_wrk[1], &g_ctl};
+  daemons_kill(ws, 3);
+  return 0;
+}
+
+static void test_sigterm_clean_exit(void** state) {
+  (void)state;
+  worker_t* const ws[] = {&g_wrk[0], &g_wrk[1], &g_ctl};
+  daemons_sigterm_clean_exit(ws, 3);
+}
+
+int main(int argc, char** argv) {
+  hostile_init(argc, argv);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_compile_for_a_hole_of_a_resumed_session),
+      cmocka_unit_test(test_copy_and_launch_onto_their_own_source),
+      cmocka_unit_test(test_sequences),
+      cmocka_unit_test(test_sigterm_clean_exit),
+  };
+  return cmocka_run_group_tests_name("hostile_sequences", tests, group_setup, group_teardown);
+}
