@@ -153,6 +153,9 @@ bool cw_worker_ops_refuse(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCMes
     default:
       break;
   }
+  // A relayed launch's stamp passes, else every later stamp here waits for
+  // the stall recovery.
+  cw_worker_stamp_drop(c, h->type, *msg);
   protobuf_c_message_free_unpacked(*msg, NULL);
   *msg = NULL;
   cw_worker_reply_error(c, h->type, h->request_id, cw_make_status(CW_FAILED_PRECONDITION, "%s", why));
