@@ -447,6 +447,8 @@ static uint64_t hello_conn(conn_t* c, uint64_t session, uint64_t reattach_key,
   }
 }
 
+static void dump_daemon_state(void);
+
 // Sends a request and waits for its reply (for set-up and the final checks).
 // *out gets the frame (frame_free it); the reply must be a success.
 static void call(conn_t* c, uint16_t type, const ProtobufCMessage* m, const void* bulk,
@@ -462,7 +464,10 @@ static void call(conn_t* c, uint16_t type, const ProtobufCMessage* m, const void
     if (cw_time_now_ms() > deadline) FAIL("%s: no reply to type %u", dname(c->daemon), type);
     frame_t f;
     int r = recv_frame(c->fd, &f, HANG_MS);
-    if (r != 1) FAIL("%s: %s awaiting type %u", dname(c->daemon), recv_result_name(r), type);
+    if (r != 1) {
+      if (r == -2) dump_daemon_state();
+      FAIL("%s: %s awaiting type %u", dname(c->daemon), recv_result_name(r), type);
+    }
     if (f.request_id == rid && (f.flags & F_REPLY)) {
       if (f.flags & F_ERROR) {
         Causeway__V1__ErrorReply* e =
@@ -1309,6 +1314,7 @@ static void drain_all(void) {
                   " %s\n", dname(c->daemon), i, c->out[k].type, c->out[k].rid, c->out[k].what);
         }
       }
+      dump_daemon_state();
       FAIL("%d requests unanswered %d ms after the end", owed, HANG_MS);
     }
     pump_all(50);
@@ -1419,6 +1425,29 @@ static counts_t counts_of(worker_t* d) {
 }
 
 static counts_t g_base[NUM_WORKERS + 1];
+
+// What each worker holds in its launch queues, for a hang's message.
+static void dump_daemon_state(void) {
+  for (int d = -1; d < NUM_WORKERS; ++d) {
+    Causeway__V1__Stats* st = daemon_stats(dproc(d));
+    fprintf(stderr, "[seqfuzz] %s: sessions %" PRIu64 " launches %" PRIu64 " queued %" PRIu64
+            " in flight %" PRIu64 " held %" PRIu64 " transfers %" PRIu64 " draining %d\n",
+            dname(d), st->sessions, st->launches, st->launches_queued, st->launches_in_flight,
+            st->launches_held, st->transfers_pending, st->draining);
+    for (size_t k = 0; k < st->n_session_stats; ++k) {
+      const Causeway__V1__AdminSessionStats* a = st->session_stats[k];
+      fprintf(stderr, "[seqfuzz]   session %" PRIu64 ": buffers %" PRIu64 " queued %" PRIu64
+              " held %" PRIu64 " paused %d\n", a->session_id, a->buffers, a->launches_queued,
+              a->launches_held, a->paused);
+    }
+    size_t n = st->n_sched_stamps;
+    if (n) {
+      fprintf(stderr, "[seqfuzz]   last stamp %" PRIu64 " (session %" PRIu64 ")\n",
+              st->sched_stamps[n - 1]->stamp, st->sched_stamps[n - 1]->session_id);
+    }
+    causeway__v1__stats__free_unpacked(st, NULL);
+  }
+}
 
 static void check_counts_back(void) {
   int64_t t0 = cw_time_now_ms(), deadline = t0 + HANG_MS;
