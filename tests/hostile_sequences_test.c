@@ -1333,6 +1333,56 @@ static uint64_t fnv1a(const void* data, size_t n) {
   return h;
 }
 
+// A COMPILE of the null plugin's program `code` for global device `dev` as
+// executable `exe`; its options are *out_opts (the caller frees them).
+static Causeway__V1__CompileRequest null_compile_req(uint64_t exe, const char* code, int64_t dev,
+                                                     uint8_t** out_opts) {
+  Causeway__V1__CompileRequest m = CAUSEWAY__V1__COMPILE_REQUEST__INIT;
+  m.exe_id = exe;
+  m.format = "cwnull";
+  m.code.data = (uint8_t*)code;
+  m.code.len = strlen(code);
+  size_t olen = 0;
+  *out_opts = cw_test_compile_options(&dev, 1, &olen);
+  m.compile_options.data = *out_opts;
+  m.compile_options.len = olen;
+  return m;
+}
+
+// Compiles it through `ctl` (a session's controller connection): must succeed.
+static void compile_null(conn_t* ctl, uint64_t exe, const char* code, int64_t dev) {
+  uint8_t* opts = NULL;
+  Causeway__V1__CompileRequest m = null_compile_req(exe, code, dev, &opts);
+  frame_t f;
+  call(ctl, T_COMPILE, &m.base, NULL, 0, &f);
+  free(opts);
+  frame_free(&f);
+}
+
+static uint32_t reply_code(conn_t* c, uint64_t rid, const char* what);
+
+// Sends LAUNCH of `exe` on c (argument *arg, none when NULL; output `out`)
+// and returns the reply's code.
+static uint32_t launch_code(conn_t* c, uint64_t exe, const uint64_t* arg, uint64_t out,
+                            const char* what) {
+  Causeway__V1__IdList a = CAUSEWAY__V1__ID_LIST__INIT, o = CAUSEWAY__V1__ID_LIST__INIT;
+  a.ids = (uint64_t*)arg;
+  a.n_ids = arg ? 1 : 0;
+  o.ids = &out;
+  o.n_ids = 1;
+  Causeway__V1__IdList* ap = &a;
+  Causeway__V1__IdList* op = &o;
+  Causeway__V1__LaunchRequest l = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
+  l.exe_id = exe;
+  l.args = &ap;
+  l.n_args = 1;
+  l.outputs = &op;
+  l.n_outputs = 1;
+  uint64_t rid = g_next_rid++;
+  send_or_note(c, T_LAUNCH, rid, &l.base, NULL, 0);
+  return reply_code(c, rid, what);
+}
+
 // The innocent session's buffer reads back as uploaded, and its program
 // launched through the controller sees those bytes.
 static void innocent_check(const char* when) {
@@ -1359,7 +1409,7 @@ static void innocent_check(const char* when) {
   l.n_args = 1;
   l.outputs = &op;
   l.n_outputs = 1;
-  call(&s->ctl, T_LAUNCH, &l.base, NULL, 0, &f);
+  call(&s->ctl, T_LAUNCH, &l.base, NULL, 0, &f);  // its wait and hang report, not reply_code's
   frame_free(&f);
   d.buffer_id = INNOCENT_OUT;
   call(&s->wrk[0], T_DOWNLOAD, &d.base, NULL, 0, &f);
@@ -1387,20 +1437,7 @@ static void innocent_setup(void) {
   Causeway__V1__UploadRequest u = upload_req(INNOCENT_BUF, CAUSEWAY__V1__DTYPE__DTYPE_F32, dims, 1);
   call(&s->wrk[0], T_UPLOAD, &u.base, k_innocent_data, sizeof k_innocent_data, &f);
   frame_free(&f);
-  Causeway__V1__CompileRequest c = CAUSEWAY__V1__COMPILE_REQUEST__INIT;
-  c.exe_id = INNOCENT_EXE;
-  c.format = "cwnull";
-  const char* code = "f32[4] checksum";
-  c.code.data = (uint8_t*)code;
-  c.code.len = strlen(code);
-  int64_t dev = s->dev_global[0][0];
-  size_t olen = 0;
-  uint8_t* opts = cw_test_compile_options(&dev, 1, &olen);
-  c.compile_options.data = opts;
-  c.compile_options.len = olen;
-  call(&s->ctl, T_COMPILE, &c.base, NULL, 0, &f);
-  free(opts);
-  frame_free(&f);
+  compile_null(&s->ctl, INNOCENT_EXE, "f32[4] checksum", s->dev_global[0][0]);
   innocent_check("before");
 }
 
@@ -1494,20 +1531,7 @@ static void warm_up(void) {
   sess_t s = {.innocent = false};
   sess_open(&s);
   for (int w = 0; w < NUM_WORKERS; ++w) {
-    Causeway__V1__CompileRequest c = CAUSEWAY__V1__COMPILE_REQUEST__INIT;
-    c.exe_id = 100 + (uint64_t)w;
-    c.format = "cwnull";
-    c.code.data = (uint8_t*)"f32[] zeros";
-    c.code.len = strlen("f32[] zeros");
-    int64_t dev = s.dev_global[w][0];
-    size_t olen = 0;
-    uint8_t* opts = cw_test_compile_options(&dev, 1, &olen);
-    c.compile_options.data = opts;
-    c.compile_options.len = olen;
-    frame_t f;
-    call(&s.ctl, T_COMPILE, &c.base, NULL, 0, &f);
-    free(opts);
-    frame_free(&f);
+    compile_null(&s.ctl, 100 + (uint64_t)w, "f32[] zeros", s.dev_global[w][0]);
   }
   sess_close(&s);
   int64_t deadline = cw_time_now_ms() + HANG_MS;
@@ -1637,16 +1661,8 @@ static void test_compile_for_a_hole_of_a_resumed_session(void** state) {
   frame_t f;
   call(&c, T_SESSION_RESUME, &r.base, NULL, 0, &f);
   frame_free(&f);
-  Causeway__V1__CompileRequest m = CAUSEWAY__V1__COMPILE_REQUEST__INIT;
-  m.exe_id = 7;
-  m.format = "cwnull";
-  m.code.data = (uint8_t*)"f32[] zeros";
-  m.code.len = strlen("f32[] zeros");
-  int64_t dev = 0;  // the hole
-  size_t olen = 0;
-  uint8_t* opts = cw_test_compile_options(&dev, 1, &olen);
-  m.compile_options.data = opts;
-  m.compile_options.len = olen;
+  uint8_t* opts = NULL;
+  Causeway__V1__CompileRequest m = null_compile_req(7, "f32[] zeros", 0 /* the hole */, &opts);
   call_error(&c, T_COMPILE, &m.base, C_INVALID_ARGUMENT, "device 0 does not exist");
   free(opts);
   Causeway__V1__Ping p = CAUSEWAY__V1__PING__INIT;
@@ -1700,35 +1716,9 @@ static void test_copy_and_launch_onto_their_own_source(void** state) {
   uint64_t rid = g_next_rid++;
   send_or_note(w0, T_COPY, rid, &cp.base, NULL, 0);
   if (reply_code(w0, rid, "COPY 50 -> 50") == 0) FAIL("COPY 50 -> 50 succeeded");
-  Causeway__V1__CompileRequest m = CAUSEWAY__V1__COMPILE_REQUEST__INIT;
-  m.exe_id = 51;
-  m.format = "cwnull";
-  m.code.data = (uint8_t*)"f32[4] checksum";
-  m.code.len = strlen("f32[4] checksum");
-  int64_t dev = s.dev_global[0][0];
-  size_t olen = 0;
-  uint8_t* opts = cw_test_compile_options(&dev, 1, &olen);
-  m.compile_options.data = opts;
-  m.compile_options.len = olen;
-  frame_t f;
-  call(&s.ctl, T_COMPILE, &m.base, NULL, 0, &f);
-  free(opts);
-  frame_free(&f);
+  compile_null(&s.ctl, 51, "f32[4] checksum", s.dev_global[0][0]);
   uint64_t id = 52;
-  Causeway__V1__IdList a = CAUSEWAY__V1__ID_LIST__INIT, o = CAUSEWAY__V1__ID_LIST__INIT;
-  a.ids = o.ids = &id;
-  a.n_ids = o.n_ids = 1;
-  Causeway__V1__IdList* ap = &a;
-  Causeway__V1__IdList* op = &o;
-  Causeway__V1__LaunchRequest l = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
-  l.exe_id = 51;
-  l.args = &ap;
-  l.n_args = 1;
-  l.outputs = &op;
-  l.n_outputs = 1;
-  rid = g_next_rid++;
-  send_or_note(w0, T_LAUNCH, rid, &l.base, NULL, 0);
-  if (reply_code(w0, rid, "LAUNCH 52 -> 52") == 0) FAIL("LAUNCH with 52 -> 52 succeeded");
+  if (launch_code(w0, 51, &id, id, "LAUNCH 52 -> 52") == 0) FAIL("LAUNCH with 52 -> 52 succeeded");
   for (uint64_t k = 50; k <= 52; k += 2) {  // the ids do not wait for ever either
     Causeway__V1__AwaitRequest aw = CAUSEWAY__V1__AWAIT_REQUEST__INIT;
     aw.buffer_id = k;
@@ -1737,24 +1727,6 @@ static void test_copy_and_launch_onto_their_own_source(void** state) {
     (void)reply_code(w0, rid, "AWAIT");
   }
   sess_close(&s);
-}
-
-// Sends LAUNCH of `exe` (no arguments, output `out`) on c and returns the reply's code.
-static uint32_t launch_code(conn_t* c, uint64_t exe, uint64_t out, const char* what) {
-  Causeway__V1__IdList a = CAUSEWAY__V1__ID_LIST__INIT, o = CAUSEWAY__V1__ID_LIST__INIT;
-  o.ids = &out;
-  o.n_ids = 1;
-  Causeway__V1__IdList* ap = &a;
-  Causeway__V1__IdList* op = &o;
-  Causeway__V1__LaunchRequest l = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
-  l.exe_id = exe;
-  l.args = &ap;
-  l.n_args = 1;
-  l.outputs = &op;
-  l.n_outputs = 1;
-  uint64_t rid = g_next_rid++;
-  send_or_note(c, T_LAUNCH, rid, &l.base, NULL, 0);
-  return reply_code(c, rid, what);
 }
 
 static void admin_drain(conn_t* c, uint16_t type, const char* worker) {
@@ -1773,27 +1745,14 @@ static void test_launch_refused_while_draining_passes_its_stamp(void** state) {
   (void)state;
   sess_t s = {.innocent = false};
   sess_open(&s);
-  Causeway__V1__CompileRequest m = CAUSEWAY__V1__COMPILE_REQUEST__INIT;
-  m.exe_id = 61;
-  m.format = "cwnull";
-  m.code.data = (uint8_t*)"f32[4] zeros";
-  m.code.len = strlen("f32[4] zeros");
-  int64_t dev = s.dev_global[1][0];
-  size_t olen = 0;
-  uint8_t* opts = cw_test_compile_options(&dev, 1, &olen);
-  m.compile_options.data = opts;
-  m.compile_options.len = olen;
-  frame_t f;
-  call(&s.ctl, T_COMPILE, &m.base, NULL, 0, &f);
-  free(opts);
-  frame_free(&f);
-  if (launch_code(&s.ctl, 61, 70, "LAUNCH before the drain") != 0) FAIL("LAUNCH failed");
+  compile_null(&s.ctl, 61, "f32[4] zeros", s.dev_global[1][0]);
+  if (launch_code(&s.ctl, 61, NULL, 70, "LAUNCH before the drain") != 0) FAIL("LAUNCH failed");
   admin_drain(&s.ctl, T_ADMIN_DRAIN, k_wname[1]);
-  if (launch_code(&s.ctl, 61, 71, "LAUNCH while draining") != C_FAILED_PRECONDITION) {
+  if (launch_code(&s.ctl, 61, NULL, 71, "LAUNCH while draining") != C_FAILED_PRECONDITION) {
     FAIL("a LAUNCH while draining was not refused FAILED_PRECONDITION");
   }
   admin_drain(&s.ctl, T_ADMIN_UNDRAIN, k_wname[1]);
-  if (launch_code(&s.ctl, 61, 72, "LAUNCH after the drain") != 0) FAIL("LAUNCH failed");
+  if (launch_code(&s.ctl, 61, NULL, 72, "LAUNCH after the drain") != 0) FAIL("LAUNCH failed");
   sess_close(&s);
   char text[65536];
   FILE* log = fopen(g_wrk[1].log_path, "r");

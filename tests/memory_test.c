@@ -660,22 +660,40 @@ static void send_held_parts(cw_client_t* b, uint64_t id, uint64_t rid[3]) {
   ASSERT_OK(cw_client_ping(b));  // their bytes are in
 }
 
+// Session a holds 8 of the 10 MiB; session b (connections b, its
+// controller's b_ctl, and b2) has sent buffer b1 in three parts held for
+// seq 1 (send_held_parts).
+typedef struct {
+  cw_client_t *a, *b, *b_ctl, *b2;
+  uint64_t a1, a2, b1;
+  uint64_t rid[3];
+} held_parts_t;
+
+static void held_parts_start(held_parts_t* hp) {
+  hp->a = connect_session("a", 0, 0);
+  hp->b = connect_session("b", 0, 0);
+  hp->b_ctl = connect_session("controller", CAUSEWAY__V1__ROLE__ROLE_CONTROLLER,
+                              cw_client_session_id(hp->b));
+  hp->b2 = connect_session("b2", 0, cw_client_session_id(hp->b));
+  hp->a1 = new_id();
+  hp->a2 = new_id();
+  hp->b1 = new_id();
+  upload_ok(hp->a, hp->a1, g.big, N_BIG);
+  upload_ok(hp->a, hp->a2, g.big, N_BIG);
+  send_held_parts(hp->b, hp->b1, hp->rid);
+}
+
 // An UPLOAD in parts whose first part waits for memory: the later parts,
 // held with it for their seq, are accepted in order and wait for it; once
 // memory is free the array is put together whole. With `close_sender`, the
 // connection that sent every part closes meanwhile: the array still
 // completes (nothing more was to come), read through another connection.
 static void parts_behind_their_first(bool close_sender) {
-  cw_client_t* a = connect_session("a", 0, 0);
-  cw_client_t* b = connect_session("b", 0, 0);
-  cw_client_t* b_ctl = connect_session("controller", CAUSEWAY__V1__ROLE__ROLE_CONTROLLER,
-                                       cw_client_session_id(b));
-  cw_client_t* b2 = connect_session("b2", 0, cw_client_session_id(b));
-  uint64_t a1 = new_id(), a2 = new_id(), b1 = new_id();
-  upload_ok(a, a1, g.big, N_BIG);
-  upload_ok(a, a2, g.big, N_BIG);  // 8 MiB
-  uint64_t rid[3] = {0, 0, 0};
-  send_held_parts(b, b1, rid);
+  held_parts_t hp;
+  held_parts_start(&hp);
+  cw_client_t *a = hp.a, *b = hp.b, *b_ctl = hp.b_ctl, *b2 = hp.b2;
+  uint64_t a1 = hp.a1, a2 = hp.a2, b1 = hp.b1;
+  uint64_t* rid = hp.rid;
   fill_seq_hole(b_ctl, a);  // the hole: the first part waits for memory, the others for it
   if (close_sender) {
     Causeway__V1__Stats* st = stats_of(b2);
@@ -715,16 +733,11 @@ static void test_parts_wait_behind_their_first(void** state) {
 // first when its wait ends, and nothing is left in use or waiting.
 static void test_parts_behind_their_first_deleted(void** state) {
   (void)state;
-  cw_client_t* a = connect_session("a", 0, 0);
-  cw_client_t* b = connect_session("b", 0, 0);
-  cw_client_t* b_ctl = connect_session("controller", CAUSEWAY__V1__ROLE__ROLE_CONTROLLER,
-                                       cw_client_session_id(b));
-  cw_client_t* b2 = connect_session("b2", 0, cw_client_session_id(b));
-  uint64_t a1 = new_id(), a2 = new_id(), b1 = new_id();
-  upload_ok(a, a1, g.big, N_BIG);
-  upload_ok(a, a2, g.big, N_BIG);  // 8 MiB
-  uint64_t rid[3] = {0, 0, 0};
-  send_held_parts(b, b1, rid);
+  held_parts_t hp;
+  held_parts_start(&hp);
+  cw_client_t *a = hp.a, *b = hp.b, *b_ctl = hp.b_ctl, *b2 = hp.b2;
+  uint64_t a1 = hp.a1, a2 = hp.a2, b1 = hp.b1;
+  uint64_t* rid = hp.rid;
   fill_seq_hole(b_ctl, a);  // the first part waits for memory, the others for it
   delete_ids(b2, (uint64_t[]){b1}, 1);
   for (int k = 2; k >= 1; --k) {

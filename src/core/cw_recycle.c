@@ -7,19 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cw_asan.h"
 #include "cw_prefetch.h"
 
 // Under AddressSanitizer a kept block is poisoned past its link, so a late
 // access to a freed block is still reported.
-#if defined(__SANITIZE_ADDRESS__)
-#define CW__ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define CW__ASAN 1
-#endif
-#endif
-#ifdef CW__ASAN
-#include <sanitizer/asan_interface.h>
+#ifdef CW_ASAN
 #define CW__POISON(b, r) \
   ASAN_POISON_MEMORY_REGION((char*)(b) + sizeof(cw_recycled_t), (r)->size - sizeof(cw_recycled_t))
 #define CW__UNPOISON(b, r) ASAN_UNPOISON_MEMORY_REGION((b), (r)->size)

@@ -378,6 +378,20 @@ static void test_parked_launch_of_a_replaced_worker(void** state) {
 // join must name the new controller's incarnation, which HEALTH_REJOIN
 // checks; the old controller's number was refused at every try, and the
 // worker stayed unusable for the session.
+// Lets the fake controller answer, and waits until the resumed session is
+// up (the new connection's generation) with the new numbering applied.
+static void resume_and_wait(fixture_t* fx) {
+  __atomic_store_n(&fx->go, true, __ATOMIC_RELEASE);
+  cw_client_t* ctrl = NULL;
+  uint64_t gen = 0;
+  for (int i = 0; i < 1000 && gen == 0; ++i) {
+    assert_null(cw_plugin_ctrl_get(&fx->client, &ctrl, &gen));
+    if (!gen) usleep(10000);
+  }
+  assert_int_equal(gen, 1);
+  assert_int_equal(fx->w.index, 5);
+}
+
 // `kind`: what the old controller said of the worker before it went.
 static void join_after_resume_at_a_reused_address(Causeway__V1__ClusterEvent__Kind kind) {
   fixture_t* fx = fixture(REUSED, "10000");
@@ -394,16 +408,7 @@ static void join_after_resume_at_a_reused_address(Causeway__V1__ClusterEvent__Ki
   ev.worker_address = fx->replacement.path;
   cw_plugin_health_on_event(c, &ev);
   assert_true(atomic_load(&w->dead));
-  __atomic_store_n(&fx->go, true, __ATOMIC_RELEASE);
-  // Until the resumed session is up (the new connection's generation).
-  cw_client_t* ctrl = NULL;
-  uint64_t gen = 0;
-  for (int i = 0; i < 1000 && gen == 0; ++i) {
-    assert_null(cw_plugin_ctrl_get(c, &ctrl, &gen));
-    if (!gen) usleep(10000);
-  }
-  assert_int_equal(gen, 1);
-  assert_int_equal(w->index, 5);
+  resume_and_wait(fx);
   bool joined = cw_plugin_health_revive(w);
   if (!joined) fprintf(stderr, "  the join failed: %s\n", w->dead_reason ? w->dead_reason : "");
   assert_true(joined);
@@ -436,15 +441,7 @@ static void test_worker_down_right_after_the_resume(void** state) {
   cw_plugin_client_t* c = &fx->client;
   cw_plugin_worker_t* w = &fx->w;
   atomic_store(&c->ready, true);
-  __atomic_store_n(&fx->go, true, __ATOMIC_RELEASE);
-  cw_client_t* ctrl = NULL;
-  uint64_t gen = 0;
-  for (int i = 0; i < 1000 && gen == 0; ++i) {
-    assert_null(cw_plugin_ctrl_get(c, &ctrl, &gen));
-    if (!gen) usleep(10000);
-  }
-  assert_int_equal(gen, 1);
-  assert_int_equal(w->index, 5);
+  resume_and_wait(fx);
   for (int i = 0; i < 200 && !atomic_load(&w->dead); ++i) usleep(10000);
   assert_true(atomic_load(&w->dead));
   assert_true(atomic_load(&w->worker_down));

@@ -9,27 +9,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cw_asan.h"
 #include "cw_jaxlib_bridge.h"
 #include "cw_log.h"
 
-// Under LeakSanitizer the interpreter's objects (never freed: it is never
-// finalized) are kept in pymalloc arenas it does not scan, so each would be
-// reported at exit as a leak and fail a sanitized worker's exit.
-#if defined(__SANITIZE_ADDRESS__)
-#define CW__LSAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define CW__LSAN 1
-#endif
-#endif
-#ifdef CW__LSAN
-#include <sanitizer/lsan_interface.h>
-#define CW__LSAN_DISABLE() __lsan_disable()
-#define CW__LSAN_ENABLE() __lsan_enable()
-#else
-#define CW__LSAN_DISABLE() ((void)0)
-#define CW__LSAN_ENABLE() ((void)0)
-#endif
 
 // "3.12": the Python the bridge was built against; "" when it was not built.
 #ifndef CW_JAXLIB_PYTHON_VERSION
@@ -200,9 +183,11 @@ cw_status_t cw_jaxlib_load(const char* python, const char* bridge_path,
     return cw_make_status(CW_NOT_FOUND, "%s has no %s", bridge_path, CW_JAXLIB_BRIDGE_SYMBOL);
   }
   char error[1024];
-  CW__LSAN_DISABLE();
+  // The interpreter is never finalized and keeps its objects in pymalloc
+  // arenas LeakSanitizer does not scan: each would be reported at exit.
+  CW_LSAN_DISABLE();
   int rc = load(python, out, error, sizeof(error));
-  CW__LSAN_ENABLE();
+  CW_LSAN_ENABLE();
   if (rc != 0) {
     return cw_make_status(CW_FAILED_PRECONDITION, "jaxlib of %s: %s", python, error);
   }

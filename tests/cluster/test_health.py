@@ -150,6 +150,15 @@ def test_silent_worker_declared_dead_then_wakes():
         cluster.stop()
 
 
+def _stall_past_the_timeout(r, cluster, victim):
+    """The client prepares (stall_prepare); the victim is stopped until the
+    controller declares it lost."""
+    r.call("stall_prepare")
+    cluster.kill(victim, signal.SIGSTOP)
+    assert harness.wait_until(lambda: _ctl(cluster)["workers_timed_out"] == 1, 60), \
+        cluster.logs()
+
+
 def test_first_use_after_a_stall_names_the_replaced_worker():
     """The worker stops past the timeout while its client is idle, wakes and
     registers again as its own replacement; the client hears of it only from
@@ -160,10 +169,7 @@ def test_first_use_after_a_stall_names_the_replaced_worker():
     r = _runner("health-stall", cluster, CAUSEWAY_MIN_WORKERS="1")
     victim = "hand-worker-0"
     try:
-        r.call("stall_prepare")
-        cluster.kill(victim, signal.SIGSTOP)
-        assert harness.wait_until(lambda: _ctl(cluster)["workers_timed_out"] == 1, 60), \
-            cluster.logs()
+        _stall_past_the_timeout(r, cluster, victim)
         cluster.kill(victim, signal.SIGCONT)
         assert harness.wait_until(lambda: _ctl(cluster)["workers"] == 1, 30), cluster.logs()
         got = r.call("stall_after", timeout=120)
@@ -202,10 +208,7 @@ def test_replaced_at_its_address_then_the_controller_restarts():
                 CAUSEWAY_CONTROLLER_RECONNECT_MS="60000")
     victim = "hand-worker-0"
     try:
-        r.call("stall_prepare")
-        cluster.kill(victim, signal.SIGSTOP)
-        assert harness.wait_until(lambda: _ctl(cluster)["workers_timed_out"] == 1, 60), \
-            cluster.logs()
+        _stall_past_the_timeout(r, cluster, victim)
         cluster.kill(victim, signal.SIGCONT)
         assert harness.wait_until(lambda: _ctl(cluster)["workers_replaced"] == 1, 30), \
             cluster.logs()
@@ -457,10 +460,7 @@ def test_declared_dead_then_the_controller_restarts_before_it_wakes():
                 CAUSEWAY_CONTROLLER_RECONNECT_MS="60000")
     victim = "hand-worker-0"
     try:
-        r.call("stall_prepare")
-        cluster.kill(victim, signal.SIGSTOP)
-        assert harness.wait_until(lambda: _ctl(cluster)["workers_timed_out"] == 1, 60), \
-            cluster.logs()
+        _stall_past_the_timeout(r, cluster, victim)
         cluster.kill("controller", signal.SIGKILL)
         cluster.start_controller()
         cluster.kill(victim, signal.SIGCONT)
