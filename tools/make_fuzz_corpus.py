@@ -342,6 +342,8 @@ def frame_corpus():
     c["req_health_heartbeat"] = frame(HEALTH_HEARTBEAT, f_varint(1, 42), req_id=0)
     c["req_health_rejoin"] = frame(HEALTH_REJOIN, f_varint(1, 1) + f_varint(2, 3), req_id=18)
     c["rep_health_rejoin"] = frame(HEALTH_REJOIN, ack(1), flags=REPLY, req_id=18)
+    c["rep_health_rejoin_wanted"] = frame(HEALTH_REJOIN, f_varint(1, 1) + f_packed(2, [77, 78]),
+                                          flags=REPLY, req_id=18)
     c["err_health_rejoin"] = frame(HEALTH_REJOIN, error_reply(14, "worker w (a) is unavailable"),
                                    flags=REPLY | ERROR, req_id=18)
     # Operations (ADMIN_*, MsgType 50-56): requests and replies.

@@ -762,8 +762,12 @@ void cw_ctl_handle_compile(cw_net_conn_t* conn, const cw_frame_header_t* h,
   cw_controller_t* ctl = p->ctl;
   cw_ctl_session_t* s = p->session;
   cw_status_t st = cw_ok_status();
+  // A program sent again for a replacement worker (HealthRejoinReply): it
+  // compiles into the record the session holds, under its id.
+  cw_ctl_exe_t* again = cw_ctl_exe_find(s, r->exe_id);
+  if (again && !(again->program_wanted && again->state == CW__EXE_FAILED)) again = NULL;
   if (!r->exe_id) st = cw_make_status(CW_INVALID_ARGUMENT, "COMPILE needs a non-zero exe_id");
-  else if (cw_ctl_exe_find(s, r->exe_id)) {
+  else if (!again && cw_ctl_exe_find(s, r->exe_id)) {
     st = cw_make_status(CW_ALREADY_EXISTS, "executable %" PRIu64 " already exists", r->exe_id);
   } else if (s->compiling >= CW__MAX_SESSION_COMPILES) {
     // Each holds its program until a worker answers.
@@ -793,11 +797,23 @@ void cw_ctl_handle_compile(cw_net_conn_t* conn, const cw_frame_header_t* h,
     st = cw__compile_place(ctl, s, r, cp);
   }
   cw_ctl_exe_t* e = NULL;
-  if (!st && s->num_exes >= CW_CTL_MAX_SESSION_EXES) {
+  if (!st && again && (cp->num_parts || cp->worker != again->worker)) {
+    st = cw_make_status(CW_INVALID_ARGUMENT, "executable %" PRIu64 " runs on worker %s; this "
+                        "program's devices are elsewhere: it is not that executable's program",
+                        r->exe_id, ctl->workers[again->worker]->name);
+  }
+  if (!st && again) {
+    cw_status_free(again->error);
+    again->error = NULL;
+    cw_ctl_health_exe_free(again);  // bytes for another CPU: this compile's replace them
+    e = again;
+    CW_LOGI("executable %" PRIu64 ": its program came again for the replacement worker %s",
+            r->exe_id, ctl->workers[again->worker]->name);
+  } else if (!st && s->num_exes >= CW_CTL_MAX_SESSION_EXES) {
     st = cw_make_status(CW_RESOURCE_EXHAUSTED, "session %" PRIu64 " holds %zu executables, the "
                         "most a session may: delete some", s->id, s->num_exes);
   }
-  if (!st) {
+  if (!st && !e) {
     e = calloc(1, sizeof(*e));
     if (!e) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   }
@@ -805,13 +821,15 @@ void cw_ctl_handle_compile(cw_net_conn_t* conn, const cw_frame_header_t* h,
     e->devices = calloc(cp->num_devices, sizeof(int32_t));
     if (!e->devices) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   }
-  if (!st) {
+  if (!st && e != again) {
     e->id = r->exe_id;
     if (!cw_ctl_exe_add(s, e)) st = cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   }
   if (st) {
-    if (e) free(e->devices);
-    free(e);
+    if (e && e != again) {
+      free(e->devices);
+      free(e);
+    }
     if (cp) cw__compile_free(cp);
     cw_ctl_reply_error(ctl, p->conn, h->type, h->request_id, cw_status_annotate(st, "COMPILE"));
     return;

@@ -201,6 +201,7 @@ static void cw__reload_all(cw_controller_t* ctl, cw_ctl_worker_t* w, bool other_
       if (e->worker != w->index || e->state != CW__EXE_READY || e->num_parts) continue;
       if (other_cpu) {
         e->state = CW__EXE_FAILED;
+        e->program_wanted = true;  // compiled again for this CPU when the client sends it
         e->error =
             cw_make_status(CW_UNAVAILABLE,
                            "executable %" PRIu64
@@ -212,8 +213,10 @@ static void cw__reload_all(cw_controller_t* ctl, cw_ctl_worker_t* w, bool other_
       }
       if (!e->entry) {
         // Resumed after a controller restart (cw_ctl_resume.c): its bytes
-        // were the old controller's.
+        // were the old controller's. The client's HEALTH_REJOIN hears of it
+        // and sends the program again; the text is for a client that does not.
         e->state = CW__EXE_FAILED;
+        e->program_wanted = true;
         e->error = cw_make_status(CW_UNAVAILABLE, "executable %" PRIu64 " was compiled before "
                                   "the controller restarted and cannot be loaded into the "
                                   "replacement worker %s (%s): compile it again", e->id, w->name,
@@ -350,11 +353,29 @@ void cw_ctl_handle_rejoin(cw_net_conn_t* conn, const cw_frame_header_t* h,
     cw_ctl_reply_error(ctl, p->conn, h->type, h->request_id, st);
     return;
   }
-  CW_LOGI("session %" PRIu64 " rejoined worker %s (%s), incarnation %u", p->session->id, w->name,
-          w->address, w->incarnation);
-  Causeway__V1__Ack ack = CAUSEWAY__V1__ACK__INIT;
-  ack.id = r->worker_index;
-  cw_net_conn_reply(p->conn, h->type, h->request_id, &ack.base);
+  // The programs it must send again before it launches there.
+  size_t n = 0, cap = 0;
+  uint64_t* wanted = NULL;
+  for (cw_ctl_exe_t* e = p->session->exes; e; e = e->next) {
+    if (!e->program_wanted || e->worker != w->index) continue;
+    if (n == cap) {
+      size_t grown_cap = cap ? 2 * cap : 16;
+      uint64_t* grown = realloc(wanted, grown_cap * sizeof(*grown));
+      if (!grown) break;  // those left out fail as for a client that does not send them
+      wanted = grown;
+      cap = grown_cap;
+    }
+    wanted[n++] = e->id;
+  }
+  CW_LOGI("session %" PRIu64 " rejoined worker %s (%s), incarnation %u%s", p->session->id,
+          w->name, w->address, w->incarnation,
+          n ? ": it sends programs compiled before the controller restarted again" : "");
+  Causeway__V1__HealthRejoinReply rep = CAUSEWAY__V1__HEALTH_REJOIN_REPLY__INIT;
+  rep.worker_index = r->worker_index;
+  rep.n_programs_wanted = n;
+  rep.programs_wanted = wanted;
+  cw_net_conn_reply(p->conn, h->type, h->request_id, &rep.base);
+  free(wanted);
 }
 
 // --- Executables, stats -----------------------------------------------------------------
@@ -369,6 +390,7 @@ void cw_ctl_health_exe_keep(cw_ctl_exe_t* e, cw_compile_cache_entry_t* entry,
   e->entry = entry;
   e->options = copy;
   e->options_size = options_size;
+  e->program_wanted = false;
 }
 
 void cw_ctl_health_exe_free(cw_ctl_exe_t* e) {

@@ -19,7 +19,8 @@
 //   EXE_INFO answered by the new worker), and the session's requests for it
 //   are refused ("was replaced") until the client sent HEALTH_REJOIN; a
 //   replacement on another CPU (--host-cpu) is not given it ("compiled for
-//   the CPU of the lost worker");
+//   the CPU of the lost worker") but the HEALTH_REJOIN's reply asks for its
+//   program, which, sent again, compiles for that CPU into the same id;
 // - REGISTER's island fields: a bad name or place, another size or platform
 //   than the island's members, and a replacement claiming another place are
 //   refused, naming the mismatch;
@@ -102,14 +103,22 @@ static void heartbeat(cw_client_t* c) {
                              NULL));
 }
 
-static cw_status_t rejoin(cw_client_t* c, uint32_t index, uint32_t incarnation) {
+// *out_wanted (optional): the first program the reply asks for again, or 0.
+static cw_status_t rejoin_wanting(cw_client_t* c, uint32_t index, uint32_t incarnation,
+                                  uint64_t* out_wanted) {
   Causeway__V1__HealthRejoinRequest req = CAUSEWAY__V1__HEALTH_REJOIN_REQUEST__INIT;
   req.worker_index = index;
   req.incarnation = incarnation;
   ProtobufCMessage* rep = NULL;
   cw_status_t st = cw_client_call(c, CW_MSG_HEALTH_REJOIN, &req.base, NULL, 0, NULL, &rep, NULL);
+  const Causeway__V1__HealthRejoinReply* r = (const Causeway__V1__HealthRejoinReply*)rep;
+  if (out_wanted) *out_wanted = r && r->n_programs_wanted ? r->programs_wanted[0] : 0;
   if (rep) protobuf_c_message_free_unpacked(rep, NULL);
   return st;
+}
+
+static cw_status_t rejoin(cw_client_t* c, uint32_t index, uint32_t incarnation) {
+  return rejoin_wanting(c, index, incarnation, NULL);
 }
 
 static Causeway__V1__Stats* ctl_stats(void) {
@@ -263,7 +272,6 @@ static void test_replacement_reloads_and_fences(void** state) {
   ProtobufCMessage* crep = NULL;
   assert_null(cw_client_call(g.client, CW_MSG_COMPILE, &creq.base, NULL, 0, NULL, &crep, NULL));
   protobuf_c_message_free_unpacked(crep, NULL);
-  free(code);
 
   int downs = events(&g.downs);
   assert_true(cw_test_worker_kill(&rw) >= 0);
@@ -279,7 +287,9 @@ static void test_replacement_reloads_and_fences(void** state) {
   Causeway__V1__ExecutableInfo* info = NULL;
   expect_error(exe_info(77, &info), CW_UNAVAILABLE, "was replaced (incarnation 1; this "
                "session knows 0)");
-  assert_null(rejoin(g.client, 1, incarnation));
+  uint64_t wanted = 1;
+  assert_null(rejoin_wanting(g.client, 1, incarnation, &wanted));
+  assert_int_equal(wanted, 0);  // the controller LOADed it by itself
   assert_null(exe_info(77, &info));  // answered by the replacement: it holds 77 again
   assert_int_equal(info->num_outputs, 1);
   protobuf_c_message_free_unpacked(&info->base, NULL);
@@ -301,11 +311,28 @@ static void test_replacement_reloads_and_fences(void** state) {
   cw_test_worker_options_t o = {.devices = 1, .name = "rw", .extra_args = extra, .extra_env = env};
   assert_int_equal(cw_test_worker_start(&o, &rw3), 0);
   assert_int_equal(wait_events(&g.ups, ups + 3, 30000), ups + 3);
-  assert_null(rejoin(g.client, 1, 2));
+  assert_null(rejoin_wanting(g.client, 1, 2, &wanted));
+  assert_int_equal(wanted, 77);  // the client is to send its program again
   expect_error(exe_info(77, &info), CW_UNAVAILABLE, "was compiled for the CPU of the lost worker");
   s = ctl_stats();
   assert_int_equal(s->exes_reloaded, 1);  // not again
+  uint64_t compiles = s->compiles, cache_hits = s->cache_hits;
   protobuf_c_message_free_unpacked(&s->base, NULL);
+  // Sent again, it compiles for the new CPU (a cache miss: the key carries
+  // the CPU) into 77, which the replacement then answers for.
+  creq.code.data = code;
+  assert_null(cw_client_call(g.client, CW_MSG_COMPILE, &creq.base, NULL, 0, NULL, &crep, NULL));
+  protobuf_c_message_free_unpacked(crep, NULL);
+  assert_null(exe_info(77, &info));
+  assert_int_equal(info->num_outputs, 1);
+  protobuf_c_message_free_unpacked(&info->base, NULL);
+  s = ctl_stats();
+  assert_int_equal(s->compiles, compiles + 1);
+  assert_int_equal(s->cache_hits, cache_hits);
+  protobuf_c_message_free_unpacked(&s->base, NULL);
+  assert_null(rejoin_wanting(g.client, 1, 2, &wanted));
+  assert_int_equal(wanted, 0);
+  free(code);
   assert_int_equal(cw_test_worker_stop(&rw3, 30000), 0);
 }
 

@@ -88,6 +88,10 @@ typedef struct cw_ctl_exe_s {
   cw_compile_cache_entry_t* entry;  // retained (sticky past cache eviction)
   uint8_t* options;                 // rewritten compile options (owned)
   size_t options_size;
+  // FAILED on a replacement that cannot LOAD `entry` (none: resumed after a
+  // controller restart; or compiled for another CPU): a rejoining client
+  // sends its program again (COMPILE under the same id).
+  bool program_wanted;
   // An executable of an island that spans several workers (cw_ctl_island.c):
   // `worker` is the island; it is loaded on parts[i], which runs part_devices[i]
   // of its devices, in order. num_parts 0: one worker.

@@ -36,7 +36,8 @@
 //   compiled), and compiling an id the worker holds already (a LOAD of the
 //   old controller whose reply was lost) succeeds without a second LOAD; a
 //   replacement of that worker gets the program compiled here reloaded, and
-//   the resumed one fails with "compile it again";
+//   the resumed one fails with "compile it again" until the client, told so
+//   by its HEALTH_REJOIN's reply, sends that program again under its id;
 // - SIGTERM: the controller exits 0 (under ASan: no leaks).
 #include <setjmp.h>
 #include <stdarg.h>
@@ -1069,6 +1070,11 @@ static void test_real_restart(void** state) {
   rj.worker_index = 0;
   rj.incarnation = 1;
   assert_null(cw_client_call(c, CW_MSG_HEALTH_REJOIN, &rj.base, NULL, 0, NULL, &rep, NULL));
+  // The rejoin names 77: the client is to send its program again.
+  const Causeway__V1__HealthRejoinReply* rjr = (const Causeway__V1__HealthRejoinReply*)rep;
+  assert_int_equal(rjr->worker_index, 0);
+  assert_int_equal(rjr->n_programs_wanted, 1);
+  assert_int_equal(rjr->programs_wanted[0], 77);
   protobuf_c_message_free_unpacked(rep, NULL);
   ereq.exe_id = 77;
   expect_error(cw_client_call(c, CW_MSG_EXE_INFO, &ereq.base, NULL, 0, NULL, &rep, NULL),
@@ -1078,7 +1084,25 @@ static void test_real_restart(void** state) {
   protobuf_c_message_free_unpacked(rep, NULL);
   s = stats();
   assert_int_equal(s->exes_reloaded, 1);  // 78 only
+  uint64_t compiles = s->compiles;
   protobuf_c_message_free_unpacked(&s->base, NULL);
+  // Sent again, 77 compiles into its record and loads into the replacement;
+  // 78, loaded there already, is still refused a second program.
+  assert_null(compile(c, 77, code, code_size));
+  ereq.exe_id = 77;
+  assert_null(cw_client_call(c, CW_MSG_EXE_INFO, &ereq.base, NULL, 0, NULL, &rep, NULL));
+  assert_int_equal(((Causeway__V1__ExecutableInfo*)rep)->num_outputs, 1);
+  protobuf_c_message_free_unpacked(rep, NULL);
+  expect_error(compile(c, 78, code, code_size), CW_ALREADY_EXISTS, "executable 78 already exists");
+  expect_error(compile(c, 77, code, code_size), CW_ALREADY_EXISTS, "executable 77 already exists");
+  s = stats();
+  assert_int_equal(s->compiles, compiles + 1);
+  assert_int_equal(s->executables, 2);
+  protobuf_c_message_free_unpacked(&s->base, NULL);
+  // Now the controller holds 77's bytes: a second rejoin wants nothing.
+  assert_null(cw_client_call(c, CW_MSG_HEALTH_REJOIN, &rj.base, NULL, 0, NULL, &rep, NULL));
+  assert_int_equal(((Causeway__V1__HealthRejoinReply*)rep)->n_programs_wanted, 0);
+  protobuf_c_message_free_unpacked(rep, NULL);
   cw_client_release(c);
   free(code);
   assert_int_equal(cw_test_worker_stop(&rw2, 30000), 0);

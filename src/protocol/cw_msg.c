@@ -177,7 +177,7 @@ static const cw_msg_info_t cw__msgs[CW_MSG_TYPE_MAX + 1] = {
   // A worker too: KEEPALIVE, to a peer that asked for it in its HELLO.
   [CW_MSG_EVENT] =        {"EVENT",        CW__D(cluster_event),        NULL,                      K | W,        0,                      0,  NULL,            false, false},
   [CW_MSG_HEALTH_HEARTBEAT] = {"HEALTH_HEARTBEAT", CW__D(health_heartbeat), NULL,                  W,            0,                      0,  NULL,            false, false},
-  [CW_MSG_HEALTH_REJOIN] = {"HEALTH_REJOIN", CW__D(health_rejoin_request), CW__D(ack),           C,            0,                      0,  NULL,            true,  false},
+  [CW_MSG_HEALTH_REJOIN] = {"HEALTH_REJOIN", CW__D(health_rejoin_request), CW__D(health_rejoin_reply), C,            0,                      0,  NULL,            true,  false},
   [CW_MSG_ADMIN_STATUS] = {"ADMIN_STATUS", CW__D(admin_status_request), CW__D(admin_status),       C,            0,                      0,  NULL,            false, false},
   [CW_MSG_ADMIN_PAUSE] =  {"ADMIN_PAUSE",  CW__D(admin_session_request), CW__D(admin_ack),        C,            0,                      0,  NULL,            false, false},
   [CW_MSG_ADMIN_RESUME] = {"ADMIN_RESUME", CW__D(admin_session_request), CW__D(admin_ack),        C,            0,                      0,  NULL,            false, false},
