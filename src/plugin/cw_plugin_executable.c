@@ -298,7 +298,7 @@ static cw_status_t cw__compile(cw_plugin_client_t* c, const char* format, const 
     int32_t stack[64];
     int32_t* ids = e->num_devices <= 64 ? stack : malloc(e->num_devices * sizeof(*ids));
     for (size_t i = 0; ids && i < e->num_devices; ++i) ids[i] = e->devices[i]->global_id;
-    if (ids) cw_plugin_resume_exe_added(c, e->id, ids, e->num_devices);
+    if (ids) cw_plugin_resume_exe_added(c, e->id, ids, e->num_devices, e);
     if (ids != stack) free(ids);
   }
   cw_plugin_loaded_t* l = calloc(1, sizeof(*l));

@@ -19,12 +19,14 @@
 // said nothing: the worker may be fine, with our session, and the path may
 // heal. The next operation on it reconnects in the session, at most once a
 // second (cw__reattach); buffers made before work again.
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cw_msg.h"
 #include "cw_plugin_client.h"
+#include "cw_plugin_executable.h"
 #include "cw_plugin_health.h"
 #include "cw_plugin_internal.h"
 #include "cw_plugin_resume.h"
@@ -284,6 +286,38 @@ static bool cw__reattach(cw_plugin_worker_t* w) {
   return ok;
 }
 
+// The controller restarted since these programs were compiled, so it holds
+// no bytes to LOAD them into the replacement: each is compiled again under
+// its id (a disk cache hit with --compile-cache-dir). One that fails keeps
+// the controller's error, which its launches then report.
+static void cw__send_programs_again(cw_plugin_worker_t* w, cw_client_t* ctrl,
+                                    const Causeway__V1__HealthRejoinReply* rep) {
+  for (size_t i = 0; i < rep->n_programs_wanted; ++i) {
+    cw_plugin_exe_t* e = cw_plugin_resume_exe_find(w->client, rep->programs_wanted[i]);
+    if (!e) continue;  // deleted meanwhile
+    Causeway__V1__CompileRequest req = CAUSEWAY__V1__COMPILE_REQUEST__INIT;
+    req.exe_id = e->id;
+    req.format = e->source_format;
+    req.code.data = e->source;
+    req.code.len = e->source_size;
+    req.compile_options.data = e->compile_options;
+    req.compile_options.len = e->compile_options_size;
+    ProtobufCMessage* reply = NULL;
+    cw_status_t s = cw_client_call(ctrl, CW_MSG_COMPILE, &req.base, NULL, 0, NULL, &reply, NULL);
+    if (s) {
+      fprintf(stderr, "causeway: sending %s (executable %" PRIu64 ") again for the replacement of "
+              "worker %s failed: %s\n", e->name, e->id, w->name, cw_status_message(s));
+    } else {
+      fprintf(stderr, "causeway: sent %s (executable %" PRIu64 ") again for the replacement of "
+              "worker %s: the controller restarted since it was compiled\n", e->name, e->id,
+              w->name);
+    }
+    cw_status_free(s);
+    if (reply) protobuf_c_message_free_unpacked(reply, NULL);
+    cw_plugin_exe_release(e);
+  }
+}
+
 bool cw_plugin_health_revive(cw_plugin_worker_t* w) {
   cw_plugin_client_t* c = w->client;
   pthread_mutex_lock(&w->mu);
@@ -334,6 +368,8 @@ bool cw_plugin_health_revive(cw_plugin_worker_t* w) {
     s = cw_plugin_ctrl_up(c, &ctrl, &gen);
     if (!s) s = cw_client_call(ctrl, CW_MSG_HEALTH_REJOIN, &req.base, NULL, 0, NULL, &reply, NULL);
     if (s) (void)cw_plugin_ctrl_retry(c, gen, s);  // the next use tries again
+    // Still under send_mu: the programs are back before anything launches.
+    if (!s) cw__send_programs_again(w, ctrl, (const Causeway__V1__HealthRejoinReply*)reply);
     if (reply) protobuf_c_message_free_unpacked(reply, NULL);
     if (s) {
       cw__set_reason(w, "rejoining its replacement at %s failed: %s", address,

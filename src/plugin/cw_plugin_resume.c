@@ -25,6 +25,7 @@
 
 #include "cw_msg.h"
 #include "cw_plugin_client.h"
+#include "cw_plugin_executable.h"
 #include "cw_plugin_health.h"
 #include "cw_plugin_internal.h"
 #include "cw_plugin_worker.h"
@@ -39,6 +40,7 @@ typedef struct cw__exe_s {
   uint64_t id;
   int32_t* devices;
   size_t n;
+  cw_plugin_exe_t* exe;  // retained; NULL: unknown
 } cw__exe_t;
 
 struct cw_plugin_resume_s {
@@ -231,7 +233,7 @@ bool cw_plugin_ctrl_park(cw_plugin_client_t* c, uint64_t gen, cw_status_t status
 // ---- Executables -----------------------------------------------------------------------
 
 void cw_plugin_resume_exe_added(cw_plugin_client_t* c, uint64_t id, const int32_t* devices,
-                                size_t n) {
+                                size_t n, cw_plugin_exe_t* exe) {
   cw_plugin_resume_t* r = c->resume;
   if (!r) return;
   int32_t* copy = malloc((n ? n : 1) * sizeof(*copy));
@@ -247,7 +249,8 @@ void cw_plugin_resume_exe_added(cw_plugin_client_t* c, uint64_t id, const int32_
     }
   }
   if (r->num_exes < r->cap_exes) {
-    r->exes[r->num_exes++] = (cw__exe_t){id, copy, n};
+    if (exe) atomic_fetch_add_explicit(&exe->refs, 1, memory_order_relaxed);
+    r->exes[r->num_exes++] = (cw__exe_t){id, copy, n, exe};
     copy = NULL;
   }
   pthread_mutex_unlock(&r->mu);
@@ -257,14 +260,31 @@ void cw_plugin_resume_exe_added(cw_plugin_client_t* c, uint64_t id, const int32_
 void cw_plugin_resume_exe_deleted(cw_plugin_client_t* c, uint64_t id) {
   cw_plugin_resume_t* r = c->resume;
   if (!r) return;
+  cw_plugin_exe_t* exe = NULL;
   pthread_mutex_lock(&r->mu);
   for (size_t i = 0; i < r->num_exes; ++i) {
     if (r->exes[i].id != id) continue;
     free(r->exes[i].devices);
+    exe = r->exes[i].exe;
     r->exes[i] = r->exes[--r->num_exes];
     break;
   }
   pthread_mutex_unlock(&r->mu);
+  cw_plugin_exe_release(exe);
+}
+
+cw_plugin_exe_t* cw_plugin_resume_exe_find(cw_plugin_client_t* c, uint64_t id) {
+  cw_plugin_resume_t* r = c->resume;
+  if (!r) return NULL;
+  cw_plugin_exe_t* exe = NULL;
+  pthread_mutex_lock(&r->mu);
+  for (size_t i = 0; i < r->num_exes && !exe; ++i) {
+    if (r->exes[i].id != id || !r->exes[i].exe) continue;
+    exe = r->exes[i].exe;
+    atomic_fetch_add_explicit(&exe->refs, 1, memory_order_relaxed);
+  }
+  pthread_mutex_unlock(&r->mu);
+  return exe;
 }
 
 bool cw_plugin_resume_events_muted(cw_plugin_client_t* c) {
@@ -745,7 +765,10 @@ void cw_plugin_resume_release(cw_plugin_client_t* c) {
   if (!r) return;
   for (size_t i = 0; i < r->num_retired; ++i) cw_client_release(r->retired[i]);
   free(r->retired);
-  for (size_t i = 0; i < r->num_exes; ++i) free(r->exes[i].devices);
+  for (size_t i = 0; i < r->num_exes; ++i) {
+    free(r->exes[i].devices);
+    cw_plugin_exe_release(r->exes[i].exe);
+  }
   free(r->exes);
   if (r->open) protobuf_c_message_free_unpacked(&r->open->base, NULL);
   cw__drop_kept(r);

@@ -27,6 +27,7 @@
 #include "proto/causeway.pb-c.h"
 
 typedef struct cw_plugin_client_s cw_plugin_client_t;
+typedef struct cw_plugin_exe_s cw_plugin_exe_t;
 typedef struct cw_plugin_resume_s cw_plugin_resume_t;
 
 #define CW_PLUGIN_RESUME_PING_MS 250
@@ -91,10 +92,13 @@ bool cw_plugin_ctrl_park(cw_plugin_client_t* c, uint64_t gen, cw_status_t status
 
 // Executables to announce when resuming: `id` on the session's devices
 // `devices[0..n)` (global ids, launch order), from its compile until its
-// DELETE was answered.
+// DELETE was answered. `exe` (retained until then; may be NULL) is what a
+// restarted controller may ask for again (cw_plugin_resume_exe_find).
 void cw_plugin_resume_exe_added(cw_plugin_client_t* c, uint64_t id, const int32_t* devices,
-                                size_t n);
+                                size_t n, cw_plugin_exe_t* exe);
 void cw_plugin_resume_exe_deleted(cw_plugin_client_t* c, uint64_t id);
+// Executable `id` as added (a reference the caller releases), or NULL.
+cw_plugin_exe_t* cw_plugin_resume_exe_find(cw_plugin_client_t* c, uint64_t id);
 
 // Whether cluster events should be ignored now: the new controller numbers
 // workers its own way until the session's table was updated from its reply.

@@ -250,7 +250,7 @@ static fixture_t* fixture(again_t again, const char* bound_ms) {
   open.name = (char*)"resume-test";
   assert_null(cw_plugin_resume_set_open(c, &open));
   int32_t devs[1] = {0};
-  cw_plugin_resume_exe_added(c, 9, devs, 1);
+  cw_plugin_resume_exe_added(c, 9, devs, 1, NULL);
   assert_null(cw_plugin_resume_start(c));
   return fx;
 }

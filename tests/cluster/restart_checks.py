@@ -69,6 +69,20 @@ def train(steps: int = 60, progress: str = "", step_sleep: float = 0.0,
             "devices": [d.id for d in checks.islands()[0]]}
 
 
+def train_when_joined(steps: int = 20, within_s: float = 20.0) -> dict:
+    """`train`, tried again until it runs: its worker was replaced, and a
+    first try may find it down (before the controller's WORKER_UP reached
+    this client). A program that cannot run there fails every try."""
+    t = time.monotonic()
+    while True:
+        try:
+            return train(steps)
+        except Exception:  # noqa: BLE001
+            if time.monotonic() - t > within_s:
+                raise
+            time.sleep(0.2)
+
+
 # ---- A controller that never comes back ------------------------------------------------------
 
 def lost_prepare() -> dict:

@@ -126,6 +126,53 @@ def test_training_across_restart(relay, sig):
         cluster.stop()
 
 
+@pytest.mark.parametrize("relay", [False, True], ids=["direct", "relayed"])
+def test_worker_replaced_after_a_restart(relay):
+    """The controller restarts, then the session's only worker is killed and
+    a replacement registers. The new controller holds no bytes of the
+    programs JAX compiled before the restart, so it cannot LOAD them into
+    the replacement; the client sends each one again when it joins the
+    replacement, and the training step compiled before both runs again with
+    the same losses. Until session 48 it failed `UNAVAILABLE: executable N
+    was compiled before the controller restarted ...: compile it again`,
+    which JAX, holding the compiled step, never does."""
+    cluster = _cluster(relay, workers=1)
+    r = _runner("restart-replace", cluster)
+    victim = "hand-worker-0"
+    try:
+        ref = r.call("train", steps=20)
+        cluster.kill("controller", signal.SIGKILL)
+        time.sleep(DOWN_S)
+        cluster.start_controller()
+        resumed = r.call("train", steps=20, timeout=120)
+        # Under the direct lease the steps need no controller: the session
+        # resumes beside them.
+        assert harness.wait_until(lambda: _resumed_after(r), 60), \
+            f"the client never reported resuming\n{cluster.logs()}\n{r.log_tail()}"
+        assert np.array_equal(ref["losses"], resumed["losses"]), r.log_tail()
+        before = harness.stats(cluster.controller)
+        cluster.kill(victim, signal.SIGKILL)
+        cluster.start_worker(victim, key=victim + "-replacement")
+        assert harness.wait_until(
+            lambda: harness.stats(cluster.controller)["workers_replaced"] == 1, 30), cluster.logs()
+        got = r.call("train_when_joined", steps=20, timeout=180)
+        report = f"{cluster.logs()}\n--- client ---\n{r.log_tail()}"
+        _check_same(ref, got, report)
+        sent = re.findall(r"causeway: sent (\S+) \(executable \d+\) again for the replacement "
+                          r"of worker hand-worker-0", r.log_text())
+        ctl = harness.stats(cluster.controller)
+        print(f"{'relayed' if relay else 'direct'}: programs sent again: {sent}; controller "
+              f"compiles {before['compiles']} -> {ctl['compiles']}")
+        assert any("step" in name for name in sent), (sent, report)
+        # One compile (a cache hit or not) per program sent again, and no
+        # new executable: each went into its old id.
+        assert ctl["compiles"] - before["compiles"] == len(sent), (before, ctl, report)
+        assert ctl["executables"] == before["executables"], (before, ctl, report)
+    finally:
+        r.close()
+        cluster.stop()
+
+
 @pytest.mark.parametrize("share", [False, True], ids=["exclusive", "shared"])
 def test_two_sessions_across_restart(share):
     # Exclusive: each session holds one worker's devices and launches there
