@@ -410,14 +410,6 @@ void cw_ctl_handle_open_session(cw_net_conn_t* conn, const cw_frame_header_t* h,
   cw_ctl_session_open_waits_check(ctl, wait == 0);
 }
 
-void cw_ctl_session_open_waits_free(cw_controller_t* ctl) {
-  while (ctl->open_waits) {
-    cw_ctl_open_wait_t* ow = ctl->open_waits;
-    ctl->open_waits = ow->next;
-    cw__open_wait_free(ow);
-  }
-}
-
 // The direct-launch lease: whether a session may send LAUNCH straight to a
 // worker instead of through this controller's island queue.
 //

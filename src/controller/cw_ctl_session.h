@@ -57,8 +57,6 @@ void cw_ctl_session_reply_info(cw_controller_t* ctl, cw_ctl_peer_t* p, uint16_t 
 void cw_ctl_session_open_waits_check(cw_controller_t* ctl, bool expire);
 // The OPEN_SESSION tick (ctl->open_tick).
 void cw_ctl_session_open_tick(uv_timer_t* t);
-// Frees the waits still parked (shutting down).
-void cw_ctl_session_open_waits_free(cw_controller_t* ctl);
 
 // Whether `s` may send LAUNCH straight to worker `worker_index`
 // (WorkerInfo.direct_launch) rather than through the controller.
