@@ -91,7 +91,12 @@ void cw_ctl_compile_answer(cw_controller_t* ctl, cw_net_conn_t* client, uint64_t
   rep.num_devices = num_devices;
   rep.name = (char*)name;
   rep.info = info;
-  if (e) e->state = CW__EXE_READY;
+  if (e) {
+    e->state = CW__EXE_READY;
+    // Only now: a program sent again whose LOAD failed (its worker lost
+    // meanwhile) is asked for again by the next HEALTH_REJOIN.
+    e->program_wanted = false;
+  }
   ctl->compiles++;
   cw_ctl_metrics_on_compile(ctl, cw_time_now_ms() - start_ms, cache_hit);
   CW_LOGI("compile of executable %" PRIu64 " for %s: %s, %" PRId64 " ms", info->exe_id, where,

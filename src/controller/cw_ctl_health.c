@@ -390,7 +390,6 @@ void cw_ctl_health_exe_keep(cw_ctl_exe_t* e, cw_compile_cache_entry_t* entry,
   e->entry = entry;
   e->options = copy;
   e->options_size = options_size;
-  e->program_wanted = false;
 }
 
 void cw_ctl_health_exe_free(cw_ctl_exe_t* e) {

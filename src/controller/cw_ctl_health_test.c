@@ -20,7 +20,9 @@
 //   are refused ("was replaced") until the client sent HEALTH_REJOIN; a
 //   replacement on another CPU (--host-cpu) is not given it ("compiled for
 //   the CPU of the lost worker") but the HEALTH_REJOIN's reply asks for its
-//   program, which, sent again, compiles for that CPU into the same id;
+//   program, which, sent again, compiles for that CPU into the same id; a
+//   replacement lost while it LOADs that program leaves it asked for again
+//   by the next HEALTH_REJOIN (not failed for good);
 // - REGISTER's island fields: a bad name or place, another size or platform
 //   than the island's members, and a replacement claiming another place are
 //   refused, naming the mismatch;
@@ -32,6 +34,7 @@
 
 #include <cmocka.h>
 
+#include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -336,6 +339,81 @@ static void test_replacement_reloads_and_fences(void** state) {
   assert_int_equal(cw_test_worker_stop(&rw3, 30000), 0);
 }
 
+// A replacement on `cpu` (CAUSEWAY_HOST_CPU) for slot "rw"; waits for its
+// WORKER_UP and returns its incarnation.
+static uint32_t start_replacement_on(const char* cpu, cw_test_worker_t* out) {
+  int ups = events(&g.ups);
+  const char* extra[] = {"--controller", g.address, "--heartbeat-ms", "100", NULL};
+  char var[128];
+  snprintf(var, sizeof(var), "CAUSEWAY_HOST_CPU=%s", cpu);
+  const char* env[] = {var, NULL};
+  cw_test_worker_options_t o = {.devices = 1, .name = "rw", .extra_args = extra, .extra_env = env};
+  assert_int_equal(cw_test_worker_start(&o, out), 0);
+  assert_int_equal(wait_events(&g.ups, ups + 1, 30000), ups + 1);
+  pthread_mutex_lock(&g.mu);
+  uint32_t incarnation = g.up_incarnation;
+  pthread_mutex_unlock(&g.mu);
+  return incarnation;
+}
+
+// The replacement a program was sent again for is lost while it LOADs it
+// (a cache hit: nothing but the LOAD): like a reload whose worker died, the
+// next replacement must get it again (the HEALTH_REJOIN asks for it again),
+// not fail it for good. Runs after test_replacement_reloads_and_fences (77
+// on slot 1, its current worker stopped).
+static void test_replacement_lost_while_its_program_loads(void** state) {
+  (void)state;
+  char path[1024];
+  snprintf(path, sizeof(path), "%s/f64.mlir", cw_test_getenv("CW_PROGRAMS_DIR", "programs"));
+  void* code = NULL;
+  size_t code_size = 0;
+  assert_int_equal(cw_test_read_file(path, &code, &code_size), 0);
+  cw_test_worker_t rw4, rw5;
+  uint32_t incarnation = start_replacement_on("x86_64 third-cpu", &rw4);
+  uint64_t wanted = 0;
+  assert_null(rejoin_wanting(g.client, 1, incarnation, &wanted));
+  assert_int_equal(wanted, 77);
+  // The same program under another id puts this CPU's entry in the cache.
+  Causeway__V1__CompileRequest creq = CAUSEWAY__V1__COMPILE_REQUEST__INIT;
+  creq.exe_id = 79;
+  creq.format = (char*)"mlir";
+  creq.code.data = code;
+  creq.code.len = code_size;
+  ProtobufCMessage* crep = NULL;
+  assert_null(cw_client_call(g.client, CW_MSG_COMPILE, &creq.base, NULL, 0, NULL, &crep, NULL));
+  protobuf_c_message_free_unpacked(crep, NULL);
+  // 77 sent again while its worker hangs: the LOAD never comes back, and
+  // the worker is declared dead (--worker-timeout-ms).
+  int downs = events(&g.downs);
+  assert_int_equal(kill(rw4.process.pid, SIGSTOP), 0);
+  creq.exe_id = 77;
+  cw_status_t st = cw_client_call(g.client, CW_MSG_COMPILE, &creq.base, NULL, 0, NULL, &crep, NULL);
+  fprintf(stderr, "COMPILE 77 while its worker hangs: %s\n", st ? cw_status_message(st) : "OK");
+  assert_non_null(st);
+  cw_status_free(st);
+  assert_int_equal(wait_events(&g.downs, downs + 1, 10000), downs + 1);
+  assert_true(cw_test_worker_kill(&rw4) >= 0);
+  // The next replacement, on the same CPU: 79 is reloaded, and 77 is asked
+  // for again.
+  incarnation = start_replacement_on("x86_64 third-cpu", &rw5);
+  assert_null(rejoin_wanting(g.client, 1, incarnation, &wanted));
+  Causeway__V1__ExecutableInfo* info = NULL;
+  st = exe_info(77, &info);
+  fprintf(stderr, "after the next replacement: wanted %" PRIu64 ", EXE_INFO 77: %s\n", wanted,
+          st ? cw_status_message(st) : "OK");
+  if (info) protobuf_c_message_free_unpacked(&info->base, NULL);
+  info = NULL;
+  cw_status_free(st);
+  assert_int_equal(wanted, 77);
+  assert_null(cw_client_call(g.client, CW_MSG_COMPILE, &creq.base, NULL, 0, NULL, &crep, NULL));
+  protobuf_c_message_free_unpacked(crep, NULL);
+  assert_null(exe_info(77, &info));
+  assert_int_equal(info->num_outputs, 1);
+  protobuf_c_message_free_unpacked(&info->base, NULL);
+  free(code);
+  assert_int_equal(cw_test_worker_stop(&rw5, 30000), 0);
+}
+
 // REGISTER of `name` as rank `rank` of island `island` of `size` workers
 // (platform "cpu" `version`), on a fresh worker connection kept in *out.
 static cw_status_t register_island(cw_client_t** out, const char* name, const char* island,
@@ -406,6 +484,7 @@ int main(void) {
   // The island test last: its fake workers would take indexes the others name.
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_health),
                                      cmocka_unit_test(test_replacement_reloads_and_fences),
+                                     cmocka_unit_test(test_replacement_lost_while_its_program_loads),
                                      cmocka_unit_test(test_island_registrations)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -90,7 +90,8 @@ typedef struct cw_ctl_exe_s {
   size_t options_size;
   // FAILED on a replacement that cannot LOAD `entry` (none: resumed after a
   // controller restart; or compiled for another CPU): a rejoining client
-  // sends its program again (COMPILE under the same id).
+  // sends its program again (COMPILE under the same id). Cleared when that
+  // compile is answered, not when it LOADs: a LOAD that fails keeps it.
   bool program_wanted;
   // An executable of an island that spans several workers (cw_ctl_island.c):
   // `worker` is the island; it is loaded on parts[i], which runs part_devices[i]
