@@ -332,6 +332,93 @@ cw_status_t cw_ctl_health_item_check(cw_controller_t* ctl, const cw_ctl_item_t* 
                         "are refused", w->name, w->address, w->incarnation, joined);
 }
 
+// A HEALTH_REJOIN whose answer waits for EXE_INFOs: programs a resumed
+// session holds on the worker that this controller has no bytes of.
+typedef struct cw__rejoin_s {
+  cw_net_conn_t* client;  // retained
+  uint64_t request_id;
+  cw_ctl_session_t* session;  // retained
+  uint32_t worker;
+  uint32_t incarnation;
+  size_t left;  // EXE_INFOs not answered yet
+} cw__rejoin_t;
+
+typedef struct cw__rejoin_check_s {
+  cw__rejoin_t* rj;
+  uint64_t exe_id;
+  uint64_t serial;
+} cw__rejoin_check_t;
+
+// The answer: the session's programs on `w` it is to send again.
+static void cw__rejoin_answer(cw_controller_t* ctl, cw_net_conn_t* client, uint64_t request_id,
+                              cw_ctl_session_t* s, cw_ctl_worker_t* w) {
+  size_t n = 0, cap = 0;
+  uint64_t* wanted = NULL;
+  for (cw_ctl_exe_t* e = s->exes; e; e = e->next) {
+    if (!e->program_wanted || e->worker != w->index) continue;
+    if (n == cap) {
+      size_t grown_cap = cap ? 2 * cap : 16;
+      uint64_t* grown = realloc(wanted, grown_cap * sizeof(*grown));
+      if (!grown) break;  // those left out fail as for a client that does not send them
+      wanted = grown;
+      cap = grown_cap;
+    }
+    wanted[n++] = e->id;
+  }
+  CW_LOGI("session %" PRIu64 " rejoined worker %s (%s), incarnation %u%s", s->id, w->name,
+          w->address, w->incarnation,
+          n ? ": it sends programs this controller cannot load there again" : "");
+  Causeway__V1__HealthRejoinReply rep = CAUSEWAY__V1__HEALTH_REJOIN_REPLY__INIT;
+  rep.worker_index = w->index;
+  rep.n_programs_wanted = n;
+  rep.programs_wanted = wanted;
+  cw_net_conn_reply(client, CW_MSG_HEALTH_REJOIN, request_id, &rep.base);
+  free(wanted);
+}
+
+// One EXE_INFO answered (or the sentinel of the sends, ck NULL): the last
+// answers the HEALTH_REJOIN.
+static void cw__rejoin_done(cw__rejoin_t* rj) {
+  if (--rj->left > 0) return;
+  cw_controller_t* ctl = rj->session->ctl;
+  cw_ctl_worker_t* w = ctl->workers[rj->worker];
+  if (!w->alive || w->incarnation != rj->incarnation) {
+    cw_ctl_reply_error(ctl, rj->client, CW_MSG_HEALTH_REJOIN, rj->request_id,
+                       cw_make_status(CW_UNAVAILABLE, "worker %s (%s) went while the session "
+                                      "rejoined it", w->name, w->address));
+  } else {
+    cw__rejoin_answer(ctl, rj->client, rj->request_id, rj->session, w);
+  }
+  cw_net_conn_release(rj->client);
+  cw_ctl_session_release(rj->session);
+  free(rj);
+}
+
+static void cw__rejoin_checked(void* user, cw_net_conn_t* conn, cw_status_t status,
+                               const ProtobufCMessage* reply, uint8_t* bulk, uint64_t bulk_len) {
+  (void)conn;
+  (void)reply;
+  (void)bulk_len;
+  free(bulk);
+  cw__rejoin_check_t* ck = user;
+  cw__rejoin_t* rj = ck->rj;
+  cw_ctl_exe_t* e = cw_ctl_exe_find(rj->session, ck->exe_id);
+  if (status && cw_status_code(status) == CW_NOT_FOUND && e && e->serial == ck->serial &&
+      e->state == CW__EXE_READY) {
+    // Gone with the worker's session: a worker that came back, or a
+    // replacement the earlier controller had loaded it into.
+    cw_ctl_worker_t* w = rj->session->ctl->workers[rj->worker];
+    e->state = CW__EXE_FAILED;
+    e->program_wanted = true;
+    e->error = cw_make_status(CW_UNAVAILABLE, "executable %" PRIu64 " was loaded on worker %s "
+                              "(%s) by the earlier controller, and that worker holds it no "
+                              "more: compile it again", e->id, w->name, w->address);
+  }
+  cw_status_free(status);
+  free(ck);
+  cw__rejoin_done(rj);
+}
+
 void cw_ctl_handle_rejoin(cw_net_conn_t* conn, const cw_frame_header_t* h,
                           ProtobufCMessage** msg) {
   cw_ctl_peer_t* p = cw_net_conn_user(conn);
@@ -353,29 +440,37 @@ void cw_ctl_handle_rejoin(cw_net_conn_t* conn, const cw_frame_header_t* h,
     cw_ctl_reply_error(ctl, p->conn, h->type, h->request_id, st);
     return;
   }
-  // The programs it must send again before it launches there.
-  size_t n = 0, cap = 0;
-  uint64_t* wanted = NULL;
-  for (cw_ctl_exe_t* e = p->session->exes; e; e = e->next) {
-    if (!e->program_wanted || e->worker != w->index) continue;
-    if (n == cap) {
-      size_t grown_cap = cap ? 2 * cap : 16;
-      uint64_t* grown = realloc(wanted, grown_cap * sizeof(*grown));
-      if (!grown) break;  // those left out fail as for a client that does not send them
-      wanted = grown;
-      cap = grown_cap;
+  // Programs resumed from an earlier controller (no bytes here) may be gone
+  // from the worker: asked for on the session's link before the answer.
+  cw_ctl_session_t* s = p->session;
+  cw_net_conn_t* link = NULL;
+  cw__rejoin_t* rj = NULL;
+  for (cw_ctl_exe_t* e = s->exes; e; e = e->next) {
+    if (e->worker != w->index || e->num_parts || e->entry || e->state != CW__EXE_READY) continue;
+    if (!rj) {
+      link = cw_ctl_session_link(s, w->index);
+      rj = link ? calloc(1, sizeof(*rj)) : NULL;
+      if (!rj) break;  // answered as before: a launch there finds out
+      rj->client = p->conn;
+      cw_net_conn_retain(p->conn);
+      rj->request_id = h->request_id;
+      rj->session = s;
+      cw_ctl_session_retain(s);
+      rj->worker = w->index;
+      rj->incarnation = w->incarnation;
+      rj->left = 1;  // the sends' own: an answer given at once must not finish it
     }
-    wanted[n++] = e->id;
+    cw__rejoin_check_t* ck = malloc(sizeof(*ck));
+    if (!ck) break;
+    *ck = (cw__rejoin_check_t){rj, e->id, e->serial};
+    rj->left++;
+    Causeway__V1__ExeInfoRequest req = CAUSEWAY__V1__EXE_INFO_REQUEST__INIT;
+    req.exe_id = e->id;
+    cw_net_conn_request(link, CW_MSG_EXE_INFO, &req.base, NULL, 0, NULL, NULL,
+                        cw__rejoin_checked, ck);
   }
-  CW_LOGI("session %" PRIu64 " rejoined worker %s (%s), incarnation %u%s", p->session->id,
-          w->name, w->address, w->incarnation,
-          n ? ": it sends programs compiled before the controller restarted again" : "");
-  Causeway__V1__HealthRejoinReply rep = CAUSEWAY__V1__HEALTH_REJOIN_REPLY__INIT;
-  rep.worker_index = r->worker_index;
-  rep.n_programs_wanted = n;
-  rep.programs_wanted = wanted;
-  cw_net_conn_reply(p->conn, h->type, h->request_id, &rep.base);
-  free(wanted);
+  if (rj) cw__rejoin_done(rj);
+  else cw__rejoin_answer(ctl, p->conn, h->request_id, s, w);
 }
 
 // --- Executables, stats -----------------------------------------------------------------

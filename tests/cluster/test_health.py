@@ -185,15 +185,20 @@ def test_first_use_after_a_stall_names_the_replaced_worker():
 
 
 def _new_work_after_the_resume(r, cluster):
-    """The client resumed its session on the new controller, and an upload
-    and a new program work on the worker; the program compiled before the
-    loss is printed only (docs/operations.md: it fails NOT_FOUND)."""
+    """The client resumed its session on the new controller, and an upload,
+    a new program and the program compiled before the loss work on the
+    worker. The worker holds nothing of the session any more, and the new
+    controller no bytes of that program: the client sends it again when it
+    joins the worker (until session 48 it failed `NOT_FOUND: executable 3
+    not found`)."""
     got = r.call("stall_restart_after", timeout=180)
     report = f"{got!r:.3000}\n{cluster.logs()}\n--- client ---\n{r.log_tail()}"
     print({k: (v["ok"], round(v["elapsed"], 2), v.get("error", "")[:300]) for k, v in got.items()})
     assert "resumed session" in r.log_text(), report
     assert got["put"]["ok"] and (got["put"]["value"] == 1).all(), report
     assert got["new"]["ok"] and (got["new"]["value"] == 3).all(), report
+    assert got["old"]["ok"] and (got["old"]["value"] == 2).all(), report
+    assert "causeway: sent jit__lambda (executable" in r.log_text(), report
 
 
 def test_replaced_at_its_address_then_the_controller_restarts():
