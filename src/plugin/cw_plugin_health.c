@@ -286,12 +286,14 @@ static bool cw__reattach(cw_plugin_worker_t* w) {
   return ok;
 }
 
-// The controller restarted since these programs were compiled, so it holds
-// no bytes to LOAD them into the replacement: each is compiled again under
-// its id (a disk cache hit with --compile-cache-dir). One that fails keeps
-// the controller's error, which its launches then report.
-static void cw__send_programs_again(cw_plugin_worker_t* w, cw_client_t* ctrl,
-                                    const Causeway__V1__HealthRejoinReply* rep) {
+// The controller cannot LOAD these programs into the worker by itself (it
+// restarted since they were compiled, or the worker has another CPU): each
+// is compiled again under its id (a disk cache hit with --compile-cache-dir).
+// One the controller refuses keeps its error, which its launches report; a
+// controller lost meanwhile fails the join (returned), which the next call
+// makes again on the restarted one, asking again.
+static cw_status_t cw__send_programs_again(cw_plugin_worker_t* w, cw_client_t* ctrl,
+                                           const Causeway__V1__HealthRejoinReply* rep) {
   for (size_t i = 0; i < rep->n_programs_wanted; ++i) {
     cw_plugin_exe_t* e = cw_plugin_resume_exe_find(w->client, rep->programs_wanted[i]);
     if (!e) continue;  // deleted meanwhile
@@ -304,6 +306,14 @@ static void cw__send_programs_again(cw_plugin_worker_t* w, cw_client_t* ctrl,
     req.compile_options.len = e->compile_options_size;
     ProtobufCMessage* reply = NULL;
     cw_status_t s = cw_client_call(ctrl, CW_MSG_COMPILE, &req.base, NULL, 0, NULL, &reply, NULL);
+    if (s && cw_plugin_health_controller_lost(w->client, s)) {
+      fprintf(stderr, "causeway: sending %s (executable %" PRIu64 ") again for the replacement "
+              "of worker %s: the controller was lost; joining again once the session resumed\n",
+              e->name, e->id, w->name);
+      s = cw_status_annotate(s, "sending %s (executable %" PRIu64 ") again", e->name, e->id);
+      cw_plugin_exe_release(e);
+      return s;
+    }
     if (s) {
       fprintf(stderr, "causeway: sending %s (executable %" PRIu64 ") again for the replacement of "
               "worker %s failed: %s\n", e->name, e->id, w->name, cw_status_message(s));
@@ -316,6 +326,7 @@ static void cw__send_programs_again(cw_plugin_worker_t* w, cw_client_t* ctrl,
     if (reply) protobuf_c_message_free_unpacked(reply, NULL);
     cw_plugin_exe_release(e);
   }
+  return cw_ok_status();
 }
 
 bool cw_plugin_health_revive(cw_plugin_worker_t* w) {
@@ -367,9 +378,9 @@ bool cw_plugin_health_revive(cw_plugin_worker_t* w) {
     uint64_t gen = 0;
     s = cw_plugin_ctrl_up(c, &ctrl, &gen);
     if (!s) s = cw_client_call(ctrl, CW_MSG_HEALTH_REJOIN, &req.base, NULL, 0, NULL, &reply, NULL);
-    if (s) (void)cw_plugin_ctrl_retry(c, gen, s);  // the next use tries again
     // Still under send_mu: the programs are back before anything launches.
-    if (!s) cw__send_programs_again(w, ctrl, (const Causeway__V1__HealthRejoinReply*)reply);
+    if (!s) s = cw__send_programs_again(w, ctrl, (const Causeway__V1__HealthRejoinReply*)reply);
+    if (s) (void)cw_plugin_ctrl_retry(c, gen, s);  // the next use tries again
     if (reply) protobuf_c_message_free_unpacked(reply, NULL);
     if (s) {
       cw__set_reason(w, "rejoining its replacement at %s failed: %s", address,
