@@ -341,6 +341,7 @@ typedef struct cw__rejoin_s {
   uint32_t worker;
   uint32_t incarnation;
   size_t left;  // EXE_INFOs not answered yet
+  cw_status_t unasked;  // the first EXE_INFO the link's close failed: the worker did not answer
 } cw__rejoin_t;
 
 typedef struct cw__rejoin_check_s {
@@ -386,9 +387,16 @@ static void cw__rejoin_done(cw__rejoin_t* rj) {
     cw_ctl_reply_error(ctl, rj->client, CW_MSG_HEALTH_REJOIN, rj->request_id,
                        cw_make_status(CW_UNAVAILABLE, "worker %s (%s) went while the session "
                                       "rejoined it", w->name, w->address));
+  } else if (rj->unasked) {
+    // Not "nothing wanted": the client joins again and this is asked again.
+    cw_ctl_reply_error(ctl, rj->client, CW_MSG_HEALTH_REJOIN, rj->request_id,
+                       cw_make_status(CW_UNAVAILABLE, "worker %s (%s) could not be asked which "
+                                      "programs of the session it holds: %s", w->name,
+                                      w->address, cw_status_message(rj->unasked)));
   } else {
     cw__rejoin_answer(ctl, rj->client, rj->request_id, rj->session, w);
   }
+  cw_status_free(rj->unasked);
   cw_net_conn_release(rj->client);
   cw_ctl_session_release(rj->session);
   free(rj);
@@ -396,7 +404,6 @@ static void cw__rejoin_done(cw__rejoin_t* rj) {
 
 static void cw__rejoin_checked(void* user, cw_net_conn_t* conn, cw_status_t status,
                                const ProtobufCMessage* reply, uint8_t* bulk, uint64_t bulk_len) {
-  (void)conn;
   (void)reply;
   (void)bulk_len;
   free(bulk);
@@ -413,6 +420,11 @@ static void cw__rejoin_checked(void* user, cw_net_conn_t* conn, cw_status_t stat
     e->error = cw_make_status(CW_UNAVAILABLE, "executable %" PRIu64 " was loaded on worker %s "
                               "(%s) by the earlier controller, and that worker holds it no "
                               "more: compile it again", e->id, w->name, w->address);
+  } else if (status && cw_status_code(status) != CW_NOT_FOUND && !rj->unasked &&
+             !cw_net_conn_is_open(conn)) {
+    // The link closed (the controller stops, a failed connect): unanswered.
+    rj->unasked = status;
+    status = NULL;
   }
   cw_status_free(status);
   free(ck);

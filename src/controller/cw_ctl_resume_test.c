@@ -38,6 +38,8 @@
 //   replacement of that worker gets the program compiled here reloaded, and
 //   the resumed one fails with "compile it again" until the client, told so
 //   by its HEALTH_REJOIN's reply, sends that program again under its id;
+// - a HEALTH_REJOIN whose EXE_INFO to the worker is still out when the
+//   controller stops (SIGTERM) fails rather than wanting nothing;
 // - SIGTERM: the controller exits 0 (under ASan: no leaks).
 #include <setjmp.h>
 #include <stdarg.h>
@@ -47,6 +49,7 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -352,6 +355,7 @@ static int setup(void** state) {
 static int teardown(void** state) {
   (void)state;
   for (size_t i = 0; i < g.num_workers; ++i) cw_client_release(g.workers[i]);
+  g.num_workers = 0;
   return cw_test_process_stop(&g.ctl, 30000) == 0 ? 0 : -1;
 }
 
@@ -1269,6 +1273,107 @@ static void test_refused_name_logged_once_a_minute(void** state) {
   assert_null(strstr(first + 1, "REGISTER of worker w at"));
 }
 
+static cw_status_t rejoin_wanted(cw_client_t* c, uint32_t incarnation, size_t* n_wanted) {
+  Causeway__V1__HealthRejoinRequest rj = CAUSEWAY__V1__HEALTH_REJOIN_REQUEST__INIT;
+  rj.worker_index = 0;
+  rj.incarnation = incarnation;
+  ProtobufCMessage* rep = NULL;
+  cw_status_t st = cw_client_call(c, CW_MSG_HEALTH_REJOIN, &rj.base, NULL, 0, NULL, &rep, NULL);
+  if (rep) {
+    *n_wanted = ((Causeway__V1__HealthRejoinReply*)rep)->n_programs_wanted;
+    protobuf_c_message_free_unpacked(rep, NULL);
+  }
+  return st;
+}
+
+// Kills the controller (if it runs), starts another on its address and
+// resumes `session` there with executable 90 on worker sw.
+static void restart_and_resume(cw_client_t** c, uint64_t session) {
+  assert_true(cw_test_process_kill(&g.ctl) >= 0);
+  cw_client_release(*c);
+  char address[512];
+  snprintf(address, sizeof(address), "%s", g.address);
+  const char* args[] = {"--listen", address, "--worker-timeout-ms", "60000", NULL};
+  assert_int_equal(cw_test_controller_start(args, &g.ctl, g.address, sizeof(g.address)), 0);
+  for (int i = 0;; ++i) {
+    Causeway__V1__Stats* up = stats();
+    bool registered = up->workers == 1;
+    protobuf_c_message_free_unpacked(&up->base, NULL);
+    if (registered) break;
+    assert_true(i < 400);
+    cw_test_sleep_ms(50);
+  }
+  *c = client(session);
+  rdev_t devs[] = {{0, "sw", 0}};
+  uint64_t exes[] = {90};
+  resume_t r = {.devs = devs, .n = 1, .num_devices = 1, .wait_ms = 20000, .exes = exes,
+                .num_exes = 1};
+  assert_null(resume(*c, &r, NULL, NULL));
+}
+
+// A rejoin answered while its EXE_INFO was still out: the controller shut
+// down meanwhile (SIGTERM), which failed the EXE_INFO on the session's link.
+// The worker was not asked, so the rejoin must fail (the client joins again
+// on the next controller), not answer that nothing is wanted: the worker
+// holds none of the session's programs (the next controller finds so).
+static void test_rejoin_when_the_controller_stops_meanwhile(void** state) {
+  (void)state;
+  char path[1024];
+  snprintf(path, sizeof(path), "%s/f64.mlir", cw_test_getenv("CW_PROGRAMS_DIR", "programs"));
+  void* code = NULL;
+  size_t code_size = 0;
+  assert_int_equal(cw_test_read_file(path, &code, &code_size), 0);
+  const char* extra[] = {"--controller", g.address, "--heartbeat-ms", "100",
+                         "--reconnect-max-ms", "200", NULL};
+  cw_test_worker_options_t o = {.devices = 1, .name = "sw", .extra_args = extra};
+  cw_test_worker_t sw;
+  assert_int_equal(cw_test_worker_start(&o, &sw), 0);
+  cw_client_t* c = client(0);
+  Causeway__V1__OpenSessionRequest open = CAUSEWAY__V1__OPEN_SESSION_REQUEST__INIT;
+  open.min_workers = 1;
+  open.wait_ms = 30000;
+  open.workers = (char*[]){(char*)"sw"};
+  open.n_workers = 1;
+  open.num_devices = 1;
+  ProtobufCMessage* rep = NULL;
+  assert_null(cw_client_call(c, CW_MSG_OPEN_SESSION, &open.base, NULL, 0, NULL, &rep, NULL));
+  uint64_t session = ((Causeway__V1__SessionInfo*)rep)->session_id;
+  protobuf_c_message_free_unpacked(rep, NULL);
+  assert_null(compile(c, 90, code, code_size));
+  // The controller dies; no connection of the session is left at the
+  // worker, so 90 goes with its session there. The next one resumes 90.
+  restart_and_resume(&c, session);
+  // The worker stops answering; the rejoin's EXE_INFO waits; SIGTERM.
+  kill(sw.process.pid, SIGSTOP);
+  Causeway__V1__HealthRejoinRequest rj = CAUSEWAY__V1__HEALTH_REJOIN_REQUEST__INIT;
+  rj.worker_index = 0;
+  rj.incarnation = 0;
+  uint64_t id = 0;
+  assert_null(cw_client_send(c, CW_MSG_HEALTH_REJOIN, &rj.base, NULL, 0, NULL, NULL, NULL, &id));
+  cw_test_sleep_ms(300);
+  assert_int_equal(cw_test_process_stop(&g.ctl, 30000), 0);
+  rep = NULL;
+  cw_status_t st = cw_client_wait(c, id, &rep, NULL);
+  if (!st) {
+    size_t n = ((Causeway__V1__HealthRejoinReply*)rep)->n_programs_wanted;
+    protobuf_c_message_free_unpacked(rep, NULL);
+    kill(sw.process.pid, SIGCONT);
+    fail_msg("the rejoin was answered OK (%zu programs wanted) though the worker was not asked",
+             n);
+  }
+  fprintf(stderr, "  %s\n", cw_status_message(st));
+  cw_status_free(st);
+  kill(sw.process.pid, SIGCONT);
+  // The next controller asks the worker, which holds none of them.
+  restart_and_resume(&c, session);
+  size_t n = 0;
+  assert_null(rejoin_wanted(c, 0, &n));
+  assert_int_equal(n, 1);
+  cw_client_release(c);
+  free(code);
+  assert_int_equal(cw_test_worker_stop(&sw, 30000), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_register_keeps_ids), cmocka_unit_test(test_resume_refusals),
@@ -1286,5 +1391,8 @@ int main(void) {
       cmocka_unit_test(test_refused_name_logged_once_a_minute),
       // Last: its 16 workers of 4,096 devices would move the ids above.
       cmocka_unit_test(test_resume_large)};
-  return cmocka_run_group_tests(tests, setup, teardown);
+  const struct CMUnitTest alone[] = {
+      cmocka_unit_test(test_rejoin_when_the_controller_stops_meanwhile)};
+  int failed = cmocka_run_group_tests(tests, setup, teardown);
+  return failed + cmocka_run_group_tests(alone, setup, teardown);
 }
