@@ -334,7 +334,8 @@ cw_status_t cw_ctl_health_item_check(cw_controller_t* ctl, const cw_ctl_item_t* 
 
 // A HEALTH_REJOIN whose answer waits for EXE_INFOs: programs a resumed
 // session holds on the worker that this controller has no bytes of.
-typedef struct cw__rejoin_s {
+typedef struct cw_ctl_rejoin_s {
+  struct cw_ctl_rejoin_s* next;  // the session's
   cw_net_conn_t* client;  // retained
   uint64_t request_id;
   cw_ctl_session_t* session;  // retained
@@ -381,6 +382,9 @@ static void cw__rejoin_answer(cw_controller_t* ctl, cw_net_conn_t* client, uint6
 // answers the HEALTH_REJOIN.
 static void cw__rejoin_done(cw__rejoin_t* rj) {
   if (--rj->left > 0) return;
+  cw__rejoin_t** pp = &rj->session->rejoins;
+  while (*pp != rj) pp = &(*pp)->next;
+  *pp = rj->next;
   cw_controller_t* ctl = rj->session->ctl;
   cw_ctl_worker_t* w = ctl->workers[rj->worker];
   if (!w->alive || w->incarnation != rj->incarnation) {
@@ -438,8 +442,14 @@ void cw_ctl_handle_rejoin(cw_net_conn_t* conn, const cw_frame_header_t* h,
   cw_controller_t* ctl = p->ctl;
   cw_status_t st = cw_ok_status();
   cw_ctl_worker_t* w = r->worker_index < ctl->num_workers ? ctl->workers[r->worker_index] : NULL;
+  const cw__rejoin_t* out = p->session->rejoins;
+  while (out && out->worker != r->worker_index) out = out->next;
   if (!w) {
     st = cw_make_status(CW_INVALID_ARGUMENT, "HEALTH_REJOIN: no worker %u", r->worker_index);
+  } else if (out) {
+    // Each would ask the worker for every resumed program again: bounded.
+    st = cw_make_status(CW_UNAVAILABLE, "HEALTH_REJOIN: this session's rejoin of worker %s "
+                        "(%s) is under way", w->name, w->address);
   } else if (!w->alive) {
     st = cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable", w->name, w->address);
   } else if (r->incarnation != w->incarnation) {
@@ -471,6 +481,8 @@ void cw_ctl_handle_rejoin(cw_net_conn_t* conn, const cw_frame_header_t* h,
       rj->worker = w->index;
       rj->incarnation = w->incarnation;
       rj->left = 1;  // the sends' own: an answer given at once must not finish it
+      rj->next = s->rejoins;
+      s->rejoins = rj;
     }
     cw__rejoin_check_t* ck = malloc(sizeof(*ck));
     if (!ck) break;

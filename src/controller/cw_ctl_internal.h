@@ -121,6 +121,8 @@ struct cw_ctl_session_s {
   // worker index (absent: 0, the first).
   uint32_t* joined;
   size_t num_joined;
+  // HEALTH_REJOINs waiting for their EXE_INFOs, one per worker at most.
+  struct cw_ctl_rejoin_s* rejoins;
   struct cw_ctl_session_ops_s* ops;  // operations (cw_ctl_ops.c): name, devices, paused
   // Allocation (cw_ctl_alloc.c). Not allocated: every device, by global id,
   // nothing reserved (OPEN_SESSION without num_devices).
