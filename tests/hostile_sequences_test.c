@@ -1762,6 +1762,67 @@ static void test_launch_refused_while_draining_passes_its_stamp(void** state) {
   if (strstr(text, "did not arrive")) FAIL("the refused launch's stamp held the later one");
 }
 
+// The client fills a seq (an empty DELETE on its own connection) that a
+// LAUNCH relayed by the controller holds at the worker, and only then does
+// the worker see the controller's link close, as when a controller dies
+// while its client fills at once. The worker refused the fill as a
+// duplicate ("one already waits"), then forgot the held LAUNCH with the
+// link: a hole nobody filled, and the session's later requests waited for
+// ever. The fill must take the seq instead.
+static void test_fill_before_a_relayed_seq_is_forgotten(void** state) {
+  (void)state;
+  sess_t s = {.innocent = false};
+  sess_open(&s);
+  conn_t* w0 = &s.wrk[0];
+  compile_null(&s.ctl, 91, "f32[4] zeros", s.dev_global[0][0]);
+  uint64_t q = s.next_seq[0];
+  uint64_t out = 92;
+  Causeway__V1__IdList a = CAUSEWAY__V1__ID_LIST__INIT, o = CAUSEWAY__V1__ID_LIST__INIT;
+  o.ids = &out;
+  o.n_ids = 1;
+  Causeway__V1__IdList* ap = &a;
+  Causeway__V1__IdList* op = &o;
+  Causeway__V1__LaunchRequest l = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
+  l.exe_id = 91;
+  l.args = &ap;
+  l.n_args = 1;
+  l.outputs = &op;
+  l.n_outputs = 1;
+  l.seq = q + 1;  // held: q has not come
+  send_or_note(&s.ctl, T_LAUNCH, g_next_rid++, &l.base, NULL, 0);
+  // Relayed after the LAUNCH on the same link: answered, the LAUNCH is held.
+  Causeway__V1__ExeInfoRequest ei = CAUSEWAY__V1__EXE_INFO_REQUEST__INIT;
+  ei.exe_id = 91;
+  frame_t f;
+  call(&s.ctl, T_EXE_INFO, &ei.base, NULL, 0, &f);
+  frame_free(&f);
+  // The fill, then a PING: answered once the worker has taken the fill.
+  Causeway__V1__DeleteRequest d = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+  d.seq = q + 1;
+  send_or_note(w0, T_DELETE, g_next_rid++, &d.base, NULL, 0);
+  Causeway__V1__Ping p = CAUSEWAY__V1__PING__INIT;
+  uint64_t rid = g_next_rid++;
+  send_or_note(w0, T_PING, rid, &p.base, NULL, 0);
+  (void)reply_code(w0, rid, "PING");
+  // The session's only client connection to the controller closes, and
+  // the session's link to the worker with it.
+  uint64_t ctl_sessions = counts_of(&g_ctl).sessions;
+  conn_drop(&s.ctl);
+  int64_t deadline = cw_time_now_ms() + 15000;
+  while (counts_of(&g_ctl).sessions >= ctl_sessions) {
+    if (cw_time_now_ms() > deadline) FAIL("the controller kept the session");
+    sleep_ms(20);
+  }
+  sleep_ms(200);  // the worker sees the link's close
+  for (uint64_t k = q; k <= q + 2; k += 2) {  // q + 1 is the fill's
+    d.seq = k;
+    rid = g_next_rid++;
+    send_or_note(w0, T_DELETE, rid, &d.base, NULL, 0);
+    if (reply_code(w0, rid, "DELETE with seq") != 0) FAIL("an empty DELETE with seq failed");
+  }
+  sess_close(&s);
+}
+
 static void test_sequences(void** state) {
   (void)state;
   const char* e = getenv("CW_SEQFUZZ_SEED");
@@ -1841,6 +1902,7 @@ int main(int argc, char** argv) {
       cmocka_unit_test(test_compile_for_a_hole_of_a_resumed_session),
       cmocka_unit_test(test_copy_and_launch_onto_their_own_source),
       cmocka_unit_test(test_launch_refused_while_draining_passes_its_stamp),
+      cmocka_unit_test(test_fill_before_a_relayed_seq_is_forgotten),
       cmocka_unit_test(test_sequences),
       cmocka_unit_test(test_sigterm_clean_exit),
   };

@@ -559,6 +559,32 @@ static void cw__seq_drain(cw_worker_t* w, uint64_t key) {
   cw__seq_unblock(w, s);
 }
 
+// A seq that a request relayed by the controller holds, sent again on
+// another connection: the client gave that request up (its controller
+// connection died, or the controller refused it) and fills the seq or sends
+// the request again (docs/protocol.md). The newcomer takes the seq. Refused
+// as a duplicate instead, it left a hole once the controller's connection
+// closed and the held request was forgotten: the worker may see the fill
+// before that close, and every later request of the session waited.
+static void cw__seq_supersede(cw_conn_t* c, cw_session_t* s, uint64_t seq) {
+  cw_seq_held_t* hd = cw_seq_held_find(&s->seq, seq);
+  if (!hd || hd->conn == c) return;
+  cw_conn_t* held_on = hd->conn;
+  if (held_on->closing || cw_net_conn_role(held_on->nc) != CAUSEWAY__V1__ROLE__ROLE_CONTROLLER) {
+    return;
+  }
+  cw_seq_unhold(&s->seq, hd);
+  CW_LOGI("%s: %s with seq %" PRIu64 " superseded: sent again on %s", cw_worker_conn_name(held_on),
+          cw_msg_type_name(hd->header.type), seq, cw_worker_conn_name(c));
+  cw_worker_reply_error(held_on, hd->header.type, hd->header.request_id,
+                        cw_make_status(CW_ABORTED, "%s with seq %" PRIu64 " not applied: the "
+                                       "client sent seq %" PRIu64 " again on another connection",
+                                       cw_msg_type_name(hd->header.type), seq, seq));
+  cw__seq_release_conn(held_on, hd);  // its stamp's turn passes
+  cw_seq_held_free(hd);
+  cw__seq_unblock(c->w, s);
+}
+
 // Orders a request that carries seq. Returns true when it was held or refused
 // (msg taken, replied if refused); false to apply it now, with *out_drain_key
 // set when held successors may follow it.
@@ -572,6 +598,7 @@ static bool cw__seq_gate(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCMess
   cw_worker_t* w = c->w;
   cw_session_t* s = c->session;
   cw_seq_held_t* held = NULL;
+  if (seq > s->seq.next) cw__seq_supersede(c, s, seq);
   // Hard limits (flow control keeps a well-behaved session under the caps).
   cw_status_t st = cw_seq_admit(&s->seq, seq, h, msg, c,
                                 2 * cw_settings_int(w->settings, CW_SET_MAX_HELD_REQUESTS) + 64,

@@ -145,3 +145,26 @@ size_t cw_seq_forget_conn(cw_seq_t* seq, const void* conn,
   }
   return n;
 }
+
+cw_seq_held_t* cw_seq_held_find(const cw_seq_t* seq, uint64_t request_seq) {
+  if (!seq->held_tail || seq->held_tail->seq < request_seq) return NULL;
+  cw_seq_held_t* hd = seq->held;
+  while (hd && hd->seq < request_seq) hd = hd->next;
+  return hd && hd->seq == request_seq ? hd : NULL;
+}
+
+void cw_seq_unhold(cw_seq_t* seq, cw_seq_held_t* held) {
+  cw_seq_held_t* prev = NULL;
+  cw_seq_held_t** pp = &seq->held;
+  while (*pp && *pp != held) {
+    prev = *pp;
+    pp = &(*pp)->next;
+  }
+  if (!*pp) return;
+  *pp = held->next;
+  if (seq->held_tail == held) seq->held_tail = prev;
+  held->next = NULL;
+  assert(seq->held_count > 0 && seq->held_bytes >= held->header.bulk_len);
+  seq->held_count--;
+  seq->held_bytes -= held->header.bulk_len;
+}

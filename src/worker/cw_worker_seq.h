@@ -77,6 +77,13 @@ cw_seq_held_t* cw_seq_take_ready(cw_seq_t* seq);
 size_t cw_seq_forget_conn(cw_seq_t* seq, const void* conn,
                           void (*release_conn)(void* conn, cw_seq_held_t* held));
 
+// The held request with `request_seq`; NULL if none waits.
+cw_seq_held_t* cw_seq_held_find(const cw_seq_t* seq, uint64_t request_seq);
+
+// Unlinks held request `held` without applying it or advancing next: its seq
+// is unfilled again. The caller frees it (cw_seq_held_free).
+void cw_seq_unhold(cw_seq_t* seq, cw_seq_held_t* held);
+
 // Frees msg and bulk (not conn) and the entry.
 void cw_seq_held_free(cw_seq_held_t* held);
 

@@ -212,6 +212,47 @@ static void test_forget_conn(void** state) {
   cw_seq_deinitialize(&s, NULL);
 }
 
+// A held request taken out again (superseded): its seq is unfilled, the
+// tail and the counts follow, and the seq can be held again.
+static void test_unhold(void** state) {
+  (void)state;
+  cw_seq_t s;
+  cw_seq_initialize(&s);
+  cw_seq_held_t* held = NULL;
+  assert_null(admit(&s, 2, 10, &held));
+  assert_null(admit(&s, 3, 0, &held));
+  assert_null(admit(&s, 5, 0, &held));
+  assert_null(cw_seq_held_find(&s, 1));
+  assert_null(cw_seq_held_find(&s, 4));
+  assert_null(cw_seq_held_find(&s, 6));
+  cw_seq_held_t* five = cw_seq_held_find(&s, 5);
+  assert_non_null(five);
+  cw_seq_unhold(&s, five);  // the tail
+  cw_seq_held_free(five);
+  assert_int_equal(s.held_tail->seq, 3);
+  cw_seq_held_t* two = cw_seq_held_find(&s, 2);
+  assert_non_null(two);
+  cw_seq_unhold(&s, two);  // the head, with bytes
+  cw_seq_held_free(two);
+  assert_int_equal(s.held_count, 1);
+  assert_int_equal(s.held_bytes, 0);
+  assert_int_equal(s.held->seq, 3);
+  assert_null(admit(&s, 2, 0, &held));  // held again
+  assert_non_null(held);
+  assert_null(admit(&s, 5, 0, &held));
+  assert_int_equal(s.held_tail->seq, 5);
+  assert_null(admit(&s, 1, 0, &held));
+  assert_null(held);
+  for (uint64_t k = 2; k <= 3; ++k) {
+    cw_seq_held_t* r = cw_seq_take_ready(&s);
+    assert_non_null(r);
+    assert_int_equal(r->seq, k);
+    cw_seq_held_free(r);
+  }
+  assert_null(cw_seq_take_ready(&s));  // 4 has not come
+  cw_seq_deinitialize(&s, NULL);
+}
+
 static void test_seq_of_request(void** state) {
   (void)state;
   ProtobufCMessage* m = delete_msg(7);
@@ -226,7 +267,7 @@ int main(void) {
       cmocka_unit_test(test_in_order),     cmocka_unit_test(test_hold_and_drain),
       cmocka_unit_test(test_duplicates),   cmocka_unit_test(test_limits),
       cmocka_unit_test(test_tail_order),   cmocka_unit_test(test_seq_of_request),
-      cmocka_unit_test(test_forget_conn),
+      cmocka_unit_test(test_forget_conn),  cmocka_unit_test(test_unhold),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
