@@ -290,6 +290,17 @@ static void on_frame(conn_t* c, frame_t* f) {
 
 static void conn_drop(conn_t* c);
 
+// The relayed requests with seq that controller connection c owes may never
+// reach their worker (the session's link closes with c): their seqs are
+// holes there until filled, as the client library fills them.
+static void fill_relayed(conn_t* c) {
+  for (int i = 0; i < c->n_out; ++i) {
+    if (c->out[i].relay_worker >= 0 && c->out[i].seq) {
+      send_filler(sess_of(c), c->out[i].relay_worker, c->out[i].seq);
+    }
+  }
+}
+
 // Reads what has arrived on c, waiting up to wait_ms for the first frame.
 // Returns false when the daemon closed c (c is then closed here).
 static bool conn_pump(conn_t* c, int wait_ms) {
@@ -313,6 +324,7 @@ static bool conn_pump(conn_t* c, int wait_ms) {
              dname(c->daemon), recv_result_name(got), c->n_out);
       }
       g_closes++;
+      if (c->daemon < 0) fill_relayed(c);  // before conn_drop forgets what c owed
       conn_drop(c);
       return false;
     }
@@ -565,11 +577,7 @@ static void reconnect_worker(sess_t* s, int w) {
 // the session again (the controller opens it under that id) and opens it.
 static void reconnect_ctl(sess_t* s) {
   conn_t* c = &s->ctl;
-  for (int i = 0; i < c->n_out; ++i) {
-    if (c->out[i].relay_worker >= 0 && c->out[i].seq) {
-      send_filler(s, c->out[i].relay_worker, c->out[i].seq);
-    }
-  }
+  fill_relayed(c);
   conn_drop(c);
   conn_init(c, -1);
   hello_conn(c, s->id, 0, NULL);
@@ -1762,6 +1770,58 @@ static void test_launch_refused_while_draining_passes_its_stamp(void** state) {
   if (strstr(text, "did not arrive")) FAIL("the refused launch's stamp held the later one");
 }
 
+// A LAUNCH relayed with a seq its worker must hold (seq 2 before 1), then a
+// frame that makes the controller close the connection: the session's link
+// to the worker closes with it, the worker forgets the held LAUNCH and its
+// seq is left for the client to fill (docs/protocol.md). The driver's close
+// path (conn_pump) cleared what the connection owed before reconnect_ctl
+// could fill it, so the worker's later ordered requests on its connection
+// waited for ever (seed 2096: seqs 59..63).
+static void test_controller_close_fills_relayed_seqs(void** state) {
+  (void)state;
+  sess_t* s = &g_fuzz[0];  // sess_of() knows it: the driver's close path fills
+  s->id = 0;
+  sess_open(s);
+  compile_null(&s->ctl, 81, "f32[4] zeros", s->dev_global[0][0]);
+  uint64_t q = s->next_seq[0];
+  s->next_seq[0] = q + 3;
+  uint64_t out = 82;
+  Causeway__V1__IdList a = CAUSEWAY__V1__ID_LIST__INIT, o = CAUSEWAY__V1__ID_LIST__INIT;
+  o.ids = &out;
+  o.n_ids = 1;
+  Causeway__V1__IdList* ap = &a;
+  Causeway__V1__IdList* op = &o;
+  Causeway__V1__LaunchRequest l = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
+  l.exe_id = 81;
+  l.args = &ap;
+  l.n_args = 1;
+  l.outputs = &op;
+  l.n_outputs = 1;
+  l.seq = q + 1;
+  out_t* lo = req(&s->ctl, T_LAUNCH, &l.base, NULL, 0);
+  lo->relay_worker = 0;
+  lo->seq = l.seq;
+  static const uint8_t junk[8];
+  Causeway__V1__Ping p = CAUSEWAY__V1__PING__INIT;  // with bulk: refused, closed
+  req(&s->ctl, T_PING, &p.base, junk, sizeof junk)->may_close = true;
+  uint64_t r0 = g_reconnects;
+  int64_t deadline = cw_time_now_ms() + 15000;
+  while (g_reconnects == r0) {
+    if (cw_time_now_ms() > deadline) FAIL("the controller did not close the connection");
+    if (!conn_pump(&s->ctl, 50)) reconnect_ctl(s);  // as pump_all does
+  }
+  sleep_ms(200);  // the worker sees the old link's close (else seq 1 lets the LAUNCH run)
+  conn_t* w0 = &s->wrk[0];
+  for (uint64_t k = q; k <= q + 2; k += 2) {  // q + 1 is the LAUNCH's
+    Causeway__V1__DeleteRequest d = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+    d.seq = k;
+    uint64_t rid = g_next_rid++;
+    send_or_note(w0, T_DELETE, rid, &d.base, NULL, 0);
+    if (reply_code(w0, rid, "DELETE with seq") != 0) FAIL("an empty DELETE with seq failed");
+  }
+  sess_close(s);
+}
+
 // The client fills a seq (an empty DELETE on its own connection) that a
 // LAUNCH relayed by the controller holds at the worker, and only then does
 // the worker see the controller's link close, as when a controller dies
@@ -1902,6 +1962,7 @@ int main(int argc, char** argv) {
       cmocka_unit_test(test_compile_for_a_hole_of_a_resumed_session),
       cmocka_unit_test(test_copy_and_launch_onto_their_own_source),
       cmocka_unit_test(test_launch_refused_while_draining_passes_its_stamp),
+      cmocka_unit_test(test_controller_close_fills_relayed_seqs),
       cmocka_unit_test(test_fill_before_a_relayed_seq_is_forgotten),
       cmocka_unit_test(test_sequences),
       cmocka_unit_test(test_sigterm_clean_exit),
