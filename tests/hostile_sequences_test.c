@@ -1883,6 +1883,114 @@ static void test_fill_before_a_relayed_seq_is_forgotten(void** state) {
   sess_close(&s);
 }
 
+// The size of daemon d's log now: where log_has_since looks from.
+static long log_size(const worker_t* d) {
+  FILE* log = fopen(d->log_path, "r");
+  long n = log && fseek(log, 0, SEEK_END) == 0 ? ftell(log) : 0;
+  if (log) fclose(log);
+  return n;
+}
+
+// Whether daemon d logged `text` after offset `from`.
+static bool log_has_since(const worker_t* d, long from, const char* text) {
+  char buf[65536];
+  FILE* log = fopen(d->log_path, "r");
+  size_t n = log && fseek(log, from, SEEK_SET) == 0 ? fread(buf, 1, sizeof buf - 1, log) : 0;
+  if (log) fclose(log);
+  buf[n] = 0;
+  return strstr(buf, text) != NULL;
+}
+
+// Sends LAUNCH of `exe` on c (argument *arg, none when NULL; output `out`)
+// without waiting; returns its request id.
+static uint64_t launch_send(conn_t* c, uint64_t exe, const uint64_t* arg, uint64_t out) {
+  Causeway__V1__IdList a = CAUSEWAY__V1__ID_LIST__INIT, o = CAUSEWAY__V1__ID_LIST__INIT;
+  a.ids = (uint64_t*)arg;
+  a.n_ids = arg ? 1 : 0;
+  o.ids = &out;
+  o.n_ids = 1;
+  Causeway__V1__IdList* ap = &a;
+  Causeway__V1__IdList* op = &o;
+  Causeway__V1__LaunchRequest l = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
+  l.exe_id = exe;
+  l.args = &ap;
+  l.n_args = 1;
+  l.outputs = &op;
+  l.n_outputs = 1;
+  uint64_t rid = g_next_rid++;
+  send_or_note(c, T_LAUNCH, rid, &l.base, NULL, 0);
+  return rid;
+}
+
+// A relayed LAUNCH at its gang-order turn whose input waits for a PUT
+// (EXPECT) kept the turn while it waited: every later stamped launch on
+// that worker, of every session, waited for the 5 s stall recovery, which
+// logged the waiting launch's stamp as one that "did not arrive" (about one
+// random-sequence run in 50). A launch waiting for an input passes its
+// turn, as one waiting for memory does.
+static void test_launch_waiting_for_an_input_passes_its_turn(void** state) {
+  (void)state;
+  long log_from = log_size(&g_wrk[1]);
+  sess_t a = {.innocent = false}, b = {.innocent = false};
+  sess_open(&a);
+  sess_open(&b);
+  compile_null(&a.ctl, 101, "f32[4] checksum", a.dev_global[1][0]);
+  compile_null(&b.ctl, 102, "f32[4] zeros", b.dev_global[1][0]);
+  Causeway__V1__ExpectRequest x = CAUSEWAY__V1__EXPECT_REQUEST__INIT;
+  x.buffer_id = 103;  // pending until a PUT that will not come
+  frame_t f;
+  call(&a.wrk[1], T_EXPECT, &x.base, NULL, 0, &f);
+  frame_free(&f);
+  uint64_t in = 103;
+  uint64_t rid = launch_send(&a.ctl, 101, &in, 104);  // waits for 103
+  sleep_ms(200);  // at the worker, at its turn
+  int64_t t0 = cw_time_now_ms();
+  if (launch_code(&b.ctl, 102, NULL, 105, "LAUNCH of another session") != 0) FAIL("LAUNCH failed");
+  int64_t waited = cw_time_now_ms() - t0;
+  Causeway__V1__ErrorReply e = CAUSEWAY__V1__ERROR_REPLY__INIT;
+  e.code = 14;
+  e.message = "seqfuzz: the PUT will not come";
+  x.error = &e;
+  call(&a.wrk[1], T_EXPECT, &x.base, NULL, 0, &f);
+  frame_free(&f);
+  if (reply_code(&a.ctl, rid, "LAUNCH whose input failed") == 0) FAIL("a failed input launched");
+  sess_close(&a);
+  sess_close(&b);
+  if (waited > 3000) FAIL("the other session's LAUNCH waited %" PRId64 " ms", waited);
+  if (log_has_since(&g_wrk[1], log_from, "did not arrive")) FAIL("the waiting launch held its turn");
+}
+
+// A paused session's relayed LAUNCH, queued at the worker, kept its
+// gang-order turn: every later stamped launch there, of every session,
+// waited for the 5 s stall recovery ("did not arrive") while the session
+// stayed paused. Its turn passes instead; it runs once resumed.
+static void test_paused_session_passes_its_turns(void** state) {
+  (void)state;
+  long log_from = log_size(&g_wrk[1]);
+  sess_t a = {.innocent = false}, b = {.innocent = false};
+  sess_open(&a);
+  sess_open(&b);
+  compile_null(&a.ctl, 111, "f32[4] zeros", a.dev_global[1][0]);
+  compile_null(&b.ctl, 112, "f32[4] zeros", b.dev_global[1][0]);
+  Causeway__V1__AdminSessionRequest m = CAUSEWAY__V1__ADMIN_SESSION_REQUEST__INIT;
+  m.session_id = a.id;
+  frame_t f;
+  call(&b.ctl, T_ADMIN_PAUSE, &m.base, NULL, 0, &f);
+  frame_free(&f);
+  uint64_t rid = launch_send(&a.ctl, 111, NULL, 113);  // held at w1
+  sleep_ms(200);  // at the worker, at its turn
+  int64_t t0 = cw_time_now_ms();
+  if (launch_code(&b.ctl, 112, NULL, 114, "LAUNCH of another session") != 0) FAIL("LAUNCH failed");
+  int64_t waited = cw_time_now_ms() - t0;
+  call(&b.ctl, T_ADMIN_RESUME, &m.base, NULL, 0, &f);
+  frame_free(&f);
+  if (reply_code(&a.ctl, rid, "LAUNCH of the resumed session") != 0) FAIL("LAUNCH failed");
+  sess_close(&a);
+  sess_close(&b);
+  if (waited > 3000) FAIL("the other session's LAUNCH waited %" PRId64 " ms", waited);
+  if (log_has_since(&g_wrk[1], log_from, "did not arrive")) FAIL("the paused launch held its turn");
+}
+
 static void test_sequences(void** state) {
   (void)state;
   const char* e = getenv("CW_SEQFUZZ_SEED");
@@ -1964,6 +2072,8 @@ int main(int argc, char** argv) {
       cmocka_unit_test(test_launch_refused_while_draining_passes_its_stamp),
       cmocka_unit_test(test_controller_close_fills_relayed_seqs),
       cmocka_unit_test(test_fill_before_a_relayed_seq_is_forgotten),
+      cmocka_unit_test(test_launch_waiting_for_an_input_passes_its_turn),
+      cmocka_unit_test(test_paused_session_passes_its_turns),
       cmocka_unit_test(test_sequences),
       cmocka_unit_test(test_sigterm_clean_exit),
   };

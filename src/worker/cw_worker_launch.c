@@ -868,10 +868,17 @@ void cw_worker_launch_pump(cw_conn_t* c) {
 
 static void cw__launch_pump(cw_conn_t* c) {
   cw_worker_t* w = c->w;
-  // A paused session's launches stay queued, in order (cw_worker_ops.c resumes).
-  while (c->launch_head && !c->launch_waiting &&
-         !(c->keeps_session && c->session && c->session->paused)) {
+  while (c->launch_head && !c->launch_waiting) {
     cw_launch_t* l = c->launch_head;
+    // A paused session's launches stay queued, in order (cw_worker_ops.c
+    // resumes). Their turns pass meanwhile, as for a memory wait: else every
+    // later stamped launch here, of every session, waited until the stall
+    // recovery skipped them as stamps that "did not arrive". Parts keep
+    // their turns (what meets in a collective).
+    if (c->keeps_session && c->session && c->session->paused) {
+      if (!l->req->prepare && cw__launch_stamp(c, l)) cw__launch_release_stamps(c, l);
+      return;
+    }
     // Gang order: a stamped launch waits for its turn (cw_worker_sched.c),
     // unless it passed it while it waited for memory.
     uint64_t stamp = cw__launch_stamp(c, l);
@@ -883,6 +890,12 @@ static void cw__launch_pump(cw_conn_t* c) {
     if (!st && wait_on) {
       st = cw_store_add_waiter(w->store, wait_on, cw__launch_waiter, c);
       if (!st) {
+        // Its turn passes, as for a memory wait: an input may wait for
+        // long (a PUT, another session's launch), and every later stamped
+        // launch here, of every session, would wait with it until the
+        // stall recovery skipped it as a stamp that "did not arrive".
+        // Parts keep their turns (what meets in a collective).
+        if (stamp && !l->req->prepare) cw__launch_release_stamps(c, l);
         c->launch_waiting = true;
         cw_worker_conn_ref(c);
         return;

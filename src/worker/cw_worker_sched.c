@@ -5,7 +5,10 @@
 // order, which is applied before a launch reaches the queue). A stamped
 // launch refused before its turn (bad request, duplicate seq, dropped with a
 // closed connection) passes its turn when the turn comes, so later stamps
-// never wait for one that will not be issued. Stamps count only on
+// never wait for one that will not be issued. One that waits at its turn
+// (for an input, for memory, or while its session is paused) passes its
+// turn too, unless it is a part of an island's launch (cw_worker_launch.c).
+// Stamps count only on
 // connections from the controller (role CONTROLLER); a client's own
 // sched_stamp is ignored.
 //
