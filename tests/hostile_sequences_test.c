@@ -1991,6 +1991,61 @@ static void test_paused_session_passes_its_turns(void** state) {
   if (log_has_since(&g_wrk[1], log_from, "did not arrive")) FAIL("the paused launch held its turn");
 }
 
+// A DELETE of a buffer still uploaded in parts, which a LAUNCH donating it
+// waited for: failing the buffer ran the launch's waiter at once, the
+// failed launch dropped what it donated (the buffer, kept detached by the
+// launch) and released it (freed), and the DELETE then removed the freed
+// entry (heap-use-after-free, cw_worker_handle_delete; the random
+// sequences' seed 58 under ASan).
+static void test_delete_of_a_buffer_a_donating_launch_waits_for(void** state) {
+  (void)state;
+  sess_t s = {.innocent = false};
+  sess_open(&s);
+  conn_t* w0 = &s.wrk[0];
+  compile_null(&s.ctl, 121, "f32[4] checksum", s.dev_global[0][0]);
+  int64_t dims[1] = {4};
+  Causeway__V1__UploadRequest u = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
+  u.buffer_id = 122;
+  u.dtype = CAUSEWAY__V1__DTYPE__DTYPE_F32;
+  u.dims = dims;
+  u.n_dims = 1;
+  u.part = CAUSEWAY__V1__UPLOAD_PART__UPLOAD_FIRST;  // 4 of its 16 bytes
+  static const uint8_t part[4];
+  send_or_note(w0, T_UPLOAD, g_next_rid++, &u.base, part, sizeof part);
+  uint64_t in = 122, out = 123;
+  Causeway__V1__IdList a = CAUSEWAY__V1__ID_LIST__INIT, o = CAUSEWAY__V1__ID_LIST__INIT;
+  a.ids = &in;
+  a.n_ids = 1;
+  o.ids = &out;
+  o.n_ids = 1;
+  Causeway__V1__IdList* ap = &a;
+  Causeway__V1__IdList* op = &o;
+  uint32_t donate = 0;
+  Causeway__V1__LaunchRequest l = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
+  l.exe_id = 121;
+  l.args = &ap;
+  l.n_args = 1;
+  l.outputs = &op;
+  l.n_outputs = 1;
+  l.donate = &donate;
+  l.n_donate = 1;
+  uint64_t rid = g_next_rid++;
+  send_or_note(w0, T_LAUNCH, rid, &l.base, NULL, 0);  // waits for 122
+  Causeway__V1__DeleteRequest d = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+  d.ids = &in;
+  d.n_ids = 1;
+  uint64_t drid = g_next_rid++;
+  send_or_note(w0, T_DELETE, drid, &d.base, NULL, 0);
+  if (reply_code(w0, rid, "LAUNCH of a deleted input") == 0) FAIL("a deleted input launched");
+  (void)reply_code(w0, drid, "DELETE");
+  Causeway__V1__Ping p = CAUSEWAY__V1__PING__INIT;
+  frame_t f;
+  call(w0, T_PING, &p.base, NULL, 0, &f);
+  frame_free(&f);
+  sess_close(&s);
+  daemon_assert_serving(&g_wrk[0], NULL);
+}
+
 static void test_sequences(void** state) {
   (void)state;
   const char* e = getenv("CW_SEQFUZZ_SEED");
@@ -2074,6 +2129,7 @@ int main(int argc, char** argv) {
       cmocka_unit_test(test_fill_before_a_relayed_seq_is_forgotten),
       cmocka_unit_test(test_launch_waiting_for_an_input_passes_its_turn),
       cmocka_unit_test(test_paused_session_passes_its_turns),
+      cmocka_unit_test(test_delete_of_a_buffer_a_donating_launch_waits_for),
       cmocka_unit_test(test_sequences),
       cmocka_unit_test(test_sigterm_clean_exit),
   };

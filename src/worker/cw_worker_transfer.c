@@ -1021,6 +1021,9 @@ void cw_worker_handle_delete(cw_net_conn_t* nc, const cw_frame_header_t* h,
   for (size_t i = 0; i < r->n_ids; ++i) {
     cw_store_entry_t* e = cw_store_lookup(c->w->store, c->session->key, r->ids[i]);
     if (e) {
+      // Failing it runs its waiters now: a launch that donated it drops it
+      // and lets it go (freed) before the removal below.
+      cw_store_entry_retain(e);
       if (e->parts) {
         // An upload in parts no later part can reach now: what waits for
         // the buffer (and keeps it, detached) hears so.
@@ -1030,6 +1033,7 @@ void cw_worker_handle_delete(cw_net_conn_t* nc, const cw_frame_header_t* h,
                                                           "in parts", r->ids[i]));
       }
       cw_store_remove(c->w->store, e);
+      cw_store_entry_release(c->w->store, e);
       continue;
     }
     if (num_missing++ < 16 && used < sizeof(missing)) {
