@@ -2046,6 +2046,51 @@ static void test_delete_of_a_buffer_a_donating_launch_waits_for(void** state) {
   daemon_assert_serving(&g_wrk[0], NULL);
 }
 
+// A client's LaunchRequest.prepare on a LAUNCH the controller relays to a
+// worker of its own: the controller cleared the client's sched_stamp but
+// passed `prepare` on, so the worker took the stamped launch for a part of
+// an island's launch, answered it ready and held its gang-order turn for a
+// LAUNCH_GO nobody sends (a turn held on purpose: no stall recovery), and
+// every later stamped launch on that worker, of every session, waited until
+// the session's link closed.
+static void test_client_prepare_on_a_relayed_launch(void** state) {
+  (void)state;
+  sess_t a = {.innocent = false}, b = {.innocent = false};
+  sess_open(&a);
+  sess_open(&b);
+  compile_null(&a.ctl, 131, "f32[4] zeros", a.dev_global[1][0]);
+  compile_null(&b.ctl, 132, "f32[4] zeros", b.dev_global[1][0]);
+  uint64_t out = 133;
+  Causeway__V1__IdList al = CAUSEWAY__V1__ID_LIST__INIT, ol = CAUSEWAY__V1__ID_LIST__INIT;
+  ol.ids = &out;
+  ol.n_ids = 1;
+  Causeway__V1__IdList* ap = &al;
+  Causeway__V1__IdList* op = &ol;
+  Causeway__V1__LaunchRequest l = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
+  l.exe_id = 131;
+  l.args = &ap;
+  l.n_args = 1;
+  l.outputs = &op;
+  l.n_outputs = 1;
+  l.prepare = true;
+  uint64_t rid = g_next_rid++;
+  send_or_note(&a.ctl, T_LAUNCH, rid, &l.base, NULL, 0);
+  (void)reply_code(&a.ctl, rid, "LAUNCH with prepare");
+  uint64_t brid = launch_send(&b.ctl, 132, NULL, 134);
+  conn_t* bc = &b.ctl;
+  int64_t deadline = cw_time_now_ms() + 8000;
+  bool answered = false;
+  while (!answered && cw_time_now_ms() < deadline) {
+    frame_t f;
+    int r = recv_frame(bc->fd, &f, 500);
+    if (r == 1 && f.request_id == brid && (f.flags & F_REPLY)) answered = true;
+    frame_free(&f);
+  }
+  sess_close(&a);
+  sess_close(&b);
+  if (!answered) FAIL("another session's LAUNCH waited behind the prepared one");
+}
+
 static void test_sequences(void** state) {
   (void)state;
   const char* e = getenv("CW_SEQFUZZ_SEED");
@@ -2130,6 +2175,7 @@ int main(int argc, char** argv) {
       cmocka_unit_test(test_launch_waiting_for_an_input_passes_its_turn),
       cmocka_unit_test(test_paused_session_passes_its_turns),
       cmocka_unit_test(test_delete_of_a_buffer_a_donating_launch_waits_for),
+      cmocka_unit_test(test_client_prepare_on_a_relayed_launch),
       cmocka_unit_test(test_sequences),
       cmocka_unit_test(test_sigterm_clean_exit),
   };

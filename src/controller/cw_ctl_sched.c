@@ -206,6 +206,10 @@ void cw_ctl_sched_pump(cw_controller_t* ctl, uint32_t index) {
     if (launch) {
       Causeway__V1__LaunchRequest* r = (Causeway__V1__LaunchRequest*)it->msg;
       r->sched_stamp = 0;  // whatever the client put there
+      // Nor is `prepare` the client's: with a stamp it makes the launch a
+      // part of an island's launch, which holds the worker's gang order
+      // for a LAUNCH_GO this controller never sends.
+      r->prepare = false;
       if (stamped) {
         it->stamp = cw_sched_island_next_stamp(&isl->policy);
         cw_sched_island_stamped(&isl->policy, 1);
