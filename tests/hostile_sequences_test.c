@@ -1603,9 +1603,9 @@ static void run_one(uint64_t seed, uint64_t count) {
   t[4] = cw_time_now_ms();
   // A stamped launch whose stamp never reached its worker holds every later
   // one there, of every session, until the 5 s stall recovery: a refused or
-  // dropped launch must pass its turn instead. Printed, not failed: about
-  // one run in 50 still shows one such stall (not yet explained; perhaps a
-  // session's link to the worker closed with a relayed launch unwritten).
+  // dropped launch must pass its turn instead, and so must one that waits
+  // at its turn. Printed, not failed: about one run in 40 still shows one
+  // such stall (docs/fuzzing.md: not yet explained).
   for (int w = 0; w < NUM_WORKERS; ++w) {
     FILE* log = fopen(g_wrk[w].log_path, "r");
     char line[1024];
