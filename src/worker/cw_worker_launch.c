@@ -1112,7 +1112,13 @@ void cw_worker_handle_launch(cw_net_conn_t* nc, const cw_frame_header_t* h,
   else c->launch_head = l;
   c->launch_tail = l;
   // Behind a launch that passed its turn waiting for memory: it passes its own.
-  if (before && before->stamp_released) cw__launch_release_stamps(c, l);
+  // So does one behind a launch stamped after it: an unordered launch (seq 0)
+  // applied before this one's seq came. Its turn would come while the one
+  // ahead waits for it: every stamped launch here, of every session, waited
+  // for the stall recovery ("did not arrive").
+  if (before && (before->stamp_released || cw__launch_stamp(c, before) > cw__launch_stamp(c, l))) {
+    cw__launch_release_stamps(c, l);
+  }
   cw_worker_launch_pump(c);
 }
 
