@@ -10,6 +10,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 
+#include "cw_msg.h"
 #include "cw_time.h"
 
 bool send_all(int fd, const void* data, size_t len) {
@@ -263,6 +264,12 @@ void expect_only_errors_then_closed(int fd, const char* what) {
 
 void expect_reply(int fd, const char* what, uint16_t type, uint64_t rid, frame_t* out) {
   int r = recv_frame(fd, out, IO_TIMEOUT_MS);
+  // A controller's EVENT (a worker registering, say) may come first: it is
+  // unsolicited, not an answer.
+  while (r == 1 && out->type == CW_MSG_EVENT && !(out->flags & F_REPLY) && type != CW_MSG_EVENT) {
+    frame_free(out);
+    r = recv_frame(fd, out, IO_TIMEOUT_MS);
+  }
   if (r != 1) fail_msg("%s: expected a %u reply, got %s", what, type, recv_result_name(r));
   if (out->flags & F_ERROR) {
     Causeway__V1__ErrorReply* e =

@@ -123,7 +123,8 @@ void expect_closed(int fd, const char* what);
 // half-closed socket) but must close; anything else is wrong.
 void expect_only_errors_then_closed(int fd, const char* what);
 
-// Receives one non-error reply of `type` to `rid` into *out (frame_free it).
+// Receives one non-error reply of `type` to `rid` into *out (frame_free it),
+// past any EVENT frames that come first.
 void expect_reply(int fd, const char* what, uint16_t type, uint64_t rid, frame_t* out);
 
 #endif  // CW_TESTS_TEST_WIRE_H_
