@@ -44,6 +44,7 @@ static void cw__conn_free(cw_net_conn_t* c) {
   assert(c->closing && !c->outreqs && !c->flush_queued && !c->paused);
   if (c->cb.on_free) c->cb.on_free(c->user);
   cw_conn_parser_deinitialize(&c->parser);
+  if (c->addrs) uv_freeaddrinfo(c->addrs);
   cw_net__tls_free(c);
   free(c->readahead);
   free(c->out);
@@ -193,7 +194,8 @@ void cw_net_conn_close(cw_net_conn_t* c, cw_status_t reason) {
     (void)uv_try_write(&c->h.stream, &b, 1);
   }
   c->out_len = 0;
-  uv_close(&c->h.handle, cw__handle_closed);
+  // Closing already for a next address: that close callback sees this one.
+  if (!c->redialing) uv_close(&c->h.handle, cw__handle_closed);
   uv_close((uv_handle_t*)&c->timer, cw__handle_closed);
   cw__fail_outreqs(c, reason);
   if (c->cb.on_close) c->cb.on_close(c, reason);
@@ -370,7 +372,7 @@ static void cw__out_write(cw_net_conn_t* c, const void* bulk, uint64_t bulk_len,
     cw_net__tls_write(c, bulk, bulk_len, bulk_free, bulk_user);
     return;
   }
-  if (c->resolving) {
+  if (c->resolving || c->dialing) {
     // No socket until the name resolves: frames wait in c->out; a write
     // with bulk is held, in order, the bulk by reference (not copied: a
     // bulk may be larger than memory allows twice, or than 4 GiB).

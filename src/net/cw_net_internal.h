@@ -46,6 +46,14 @@ struct cw_net_conn_s {
   // TLS, in tls_out): there is no socket to write to yet.
   uv_getaddrinfo_t resolve_req;
   bool resolving;
+  // Then its addresses, tried in turn (localhost: ::1 refused where the
+  // peer listens on 127.0.0.1 only, then 127.0.0.1): what is sent waits,
+  // as while resolving, until one connects; a failed try's socket is
+  // closed (the next may be of the other family) and the handle made anew.
+  struct addrinfo* addrs;
+  struct addrinfo* addr_next;
+  bool dialing;
+  bool redialing;  // the handle closing, to be made again for the next address
   // Writes with bulk made while resolving, in order (bulk by reference, as
   // any write's: its owner's bulk_free says when it may go). Each counts in
   // writes_pending and holds a reference.

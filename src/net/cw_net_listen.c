@@ -397,8 +397,14 @@ cw_status_t cw_net_listen(cw_net_t* net, const char* address, const cw_net_servi
   return cw_ok_status();
 }
 
+static void cw__redial(cw_net_conn_t* c);
+
 static void cw__connected(uv_connect_t* req, int status) {
   cw_net_conn_t* c = req->data;
+  if (status < 0 && !c->closing && c->addr_next) {
+    cw__redial(c);  // the deadline runs on; the request's reference goes to the next try
+    return;
+  }
   // On success the deadline runs on until the peer answers HELLO (below).
   if (!c->closing && status < 0) uv_timer_stop(&c->timer);
   if (status < 0) {
@@ -412,13 +418,55 @@ static void cw__connected(uv_connect_t* req, int status) {
     if (c->h.handle.type == UV_TCP) uv_tcp_nodelay(&c->h.tcp, 1);
     cw__watch_tcp_peer(c, c->peer_always_reads);
     cw_net__conn_start_reading(c);
+    if (c->dialing) {
+      c->dialing = false;
+      cw_net__conn_write_waiting(c);
+    }
   }
   cw_net_conn_release(c);
 }
 
-// A host name resolved (on libuv's thread pool): connect to its first
-// address, and let out what waited for the socket. The lookup's reference
-// becomes the connect request's.
+// Connects to the name's next address; the connect request holds the
+// reference the lookup held.
+static void cw__dial_next(cw_net_conn_t* c) {
+  struct addrinfo* ai = c->addr_next;
+  c->addr_next = ai->ai_next;
+  struct sockaddr_storage sa;
+  memset(&sa, 0, sizeof(sa));
+  memcpy(&sa, ai->ai_addr, ai->ai_addrlen <= sizeof(sa) ? ai->ai_addrlen : sizeof(sa));
+  int rc = uv_tcp_connect(&c->connect_req, &c->h.tcp, (const struct sockaddr*)&sa, cw__connected);
+  if (rc >= 0) return;
+  if (c->addr_next) {  // at once (no route for that family): the next
+    cw__redial(c);
+    return;
+  }
+  c->unusable = true;
+  cw_net_conn_close(c, cw_make_status(CW_UNAVAILABLE, "peer %s unreachable: %s", c->address,
+                                      uv_strerror(rc)));
+  cw_net_conn_release(c);
+}
+
+static void cw__redial_closed(uv_handle_t* h) {
+  cw_net_conn_t* c = h->data;
+  c->redialing = false;
+  if (c->closing) {  // closed meanwhile: this was the handle's close too
+    cw_net_conn_release(c);  // the handle's
+    cw_net_conn_release(c);  // the connect request's
+    return;
+  }
+  (void)uv_tcp_init(c->timer.loop, &c->h.tcp);  // no socket yet: cannot fail
+  c->h.handle.data = c;
+  cw__dial_next(c);
+}
+
+static void cw__redial(cw_net_conn_t* c) {
+  c->redialing = true;
+  uv_close(&c->h.handle, cw__redial_closed);
+}
+
+// A host name resolved (on libuv's thread pool): connect to its addresses in
+// turn; what waited for the socket goes when one connects. The lookup's
+// reference becomes the connect request's.
 static void cw__resolved(uv_getaddrinfo_t* req, int status, struct addrinfo* res) {
   cw_net_conn_t* c = req->data;
   c->resolving = false;
@@ -430,29 +478,19 @@ static void cw__resolved(uv_getaddrinfo_t* req, int status, struct addrinfo* res
   int rc = status;
   if (rc >= 0 && !res) rc = UV_EAI_NONAME;
   if (rc >= 0) {
-    struct sockaddr_storage sa;
-    memset(&sa, 0, sizeof(sa));
-    memcpy(&sa, res->ai_addr, res->ai_addrlen <= sizeof(sa) ? res->ai_addrlen : sizeof(sa));
-    rc = uv_tcp_connect(&c->connect_req, &c->h.tcp, (const struct sockaddr*)&sa, cw__connected);
-    if (rc < 0) {
-      c->unusable = true;
-      cw_net_conn_close(c, cw_make_status(CW_UNAVAILABLE, "peer %s unreachable: %s", c->address,
-                                          uv_strerror(rc)));
-    }
-  } else {
-    char host[256] = "";
-    int port = 0;
-    cw_status_free(cw__split_host_port(c->address, host, sizeof(host), &port));
-    c->unusable = true;
-    cw_net_conn_close(c, cw_make_status(CW_UNAVAILABLE, "peer %s unreachable: cannot resolve "
-                                        "'%s': %s", c->address, host, uv_strerror(rc)));
+    c->addrs = c->addr_next = res;  // freed with the connection
+    c->dialing = true;
+    cw__dial_next(c);
+    return;
   }
+  char host[256] = "";
+  int port = 0;
+  cw_status_free(cw__split_host_port(c->address, host, sizeof(host), &port));
+  c->unusable = true;
+  cw_net_conn_close(c, cw_make_status(CW_UNAVAILABLE, "peer %s unreachable: cannot resolve "
+                                      "'%s': %s", c->address, host, uv_strerror(rc)));
   uv_freeaddrinfo(res);
-  if (rc >= 0) {
-    cw_net__conn_write_waiting(c);  // libuv holds it until the connect completes
-  } else {
-    cw_net_conn_release(c);
-  }
+  cw_net_conn_release(c);
 }
 
 // The connect deadline covers the TLS handshake and the HELLO answer too: a

@@ -735,7 +735,50 @@ int getaddrinfo(const char* node, const char* service, const struct addrinfo* hi
     usleep(1000 * 1000);
     return EAI_NONAME;
   }
+  // What "localhost" gives with Debian's stock /etc/hosts (::1 and
+  // 127.0.0.1, IPv6 first), whatever this host's file says.
+  if (node && !strcmp(node, "v6first.test")) {
+    struct addrinfo *v6 = NULL, *v4 = NULL;
+    int rc = real("::1", service, hints, &v6);
+    if (rc) return rc;
+    rc = real("127.0.0.1", service, hints, &v4);
+    if (rc) {
+      freeaddrinfo(v6);
+      return rc;
+    }
+    struct addrinfo* last = v6;
+    while (last->ai_next) last = last->ai_next;
+    last->ai_next = v4;
+    *res = v6;
+    return 0;
+  }
   return real(node, service, hints, res);
+}
+
+// A name whose first address refuses (IPv6 ::1, the server listening on
+// 127.0.0.1 only) and whose second answers: is the second tried?
+static void test_connect_by_name_tries_each_address(void** state) {
+  start_server_tcp();
+  start_client("sesame");
+  char address[64];
+  snprintf(address, sizeof(address), "v6first.test%s", strrchr(fx.srv.listen_address, ':'));
+  out_t* o = new_out();
+  cw_net_conn_t* conn = connect_client(address, 0, o);
+  reply_t a = {0};
+  request_ping(conn, "second address", &a);
+  WAIT(a.done);
+  if (a.code != CW_OK) fail_msg("got %d \"%s\"", a.code, a.msg);
+  cw_net_conn_close(conn, NULL);
+  WAIT(o->freed);
+  // Both refuse (port 1: nothing listens): the last one's error, once.
+  o = new_out();
+  conn = connect_client("v6first.test:1", 0, o);
+  reply_t b = {0};
+  request_ping(conn, "none answers", &b);
+  WAIT(b.done);
+  assert_int_equal(b.code, CW_UNAVAILABLE);
+  assert_string_equal(b.msg, "peer v6first.test:1 unreachable: connection refused");
+  WAIT(o->freed);
 }
 
 // Closed by its owner while its name resolves (queued: cancelled; under way:
@@ -839,6 +882,7 @@ int main(void) {
       NET_TEST(test_close_while_resolving),
       NET_TEST(test_deinit_while_resolving),
       NET_TEST(test_bulk_free_while_resolving),
+      NET_TEST(test_connect_by_name_tries_each_address),
       NET_TEST(test_silent_peer_times_out),
       NET_TEST(test_unix_paths),
       NET_TEST(test_outbound_link_watch),

@@ -243,7 +243,7 @@ static void cw__cipher_written(uv_write_t* req, int status) {
 
 // Hands what the SSL wrote to libuv (the buffer itself: no copy).
 static void cw__flush(cw_net_conn_t* c) {
-  if (!c->tls_out_len || c->closing || c->resolving) return;  // no socket yet: it waits
+  if (!c->tls_out_len || c->closing || c->resolving || c->dialing) return;  // no socket yet: it waits
   cw__cipher_write_t* w = malloc(sizeof(*w));
   if (!w) {
     cw_net_conn_close(c, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory writing"));
