@@ -319,8 +319,7 @@ static cw_status_t cw__send_programs_again(cw_plugin_worker_t* w, cw_client_t* c
               "worker %s failed: %s\n", e->name, e->id, w->name, cw_status_message(s));
     } else {
       fprintf(stderr, "causeway: sent %s (executable %" PRIu64 ") again for the replacement of "
-              "worker %s: the controller restarted since it was compiled\n", e->name, e->id,
-              w->name);
+              "worker %s: the controller could not load it there\n", e->name, e->id, w->name);
     }
     cw_status_free(s);
     if (reply) protobuf_c_message_free_unpacked(reply, NULL);
