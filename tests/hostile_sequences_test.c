@@ -1259,6 +1259,24 @@ static void sync_round(void) {
   }
 }
 
+// EXPECT with an error for every id the driver may have EXPECT-ed on c:
+// their PUTs will not come. One error ends one expected PUT, the oldest (an
+// EXPECT-ed buffer deleted while a read waited for it lives on, detached,
+// and the next error ends that one: docs/protocol.md, EXPECT), and an
+// EXPECT held in its seq order may be applied after a round: drain_all
+// sends rounds while c owes replies.
+static void fail_expected(conn_t* c) {
+  Causeway__V1__ErrorReply e = CAUSEWAY__V1__ERROR_REPLY__INIT;
+  e.code = 14;
+  e.message = "seqfuzz: the end";
+  for (uint64_t k = 1; c->fd >= 0 && k <= ID_POOL + 3; ++k) {
+    Causeway__V1__ExpectRequest x = CAUSEWAY__V1__EXPECT_REQUEST__INIT;
+    x.buffer_id = k <= ID_POOL ? k : 0xFFFFFFFFFFFFFFFFull - (k - ID_POOL - 1);
+    x.error = &e;
+    req(c, T_EXPECT, &x.base, NULL, 0);
+  }
+}
+
 // Ends what may wait by design: workers drained, sessions paused, buffers
 // that wait for a PUT or for the rest of an upload in parts.
 static void unblock(void) {
@@ -1278,24 +1296,30 @@ static void unblock(void) {
         conn_drop(&s->wrk[w]);
         reconnect_worker(s, w);
       }
-      Causeway__V1__ErrorReply e = CAUSEWAY__V1__ERROR_REPLY__INIT;
-      e.code = 14;
-      e.message = "seqfuzz: the end";
-      for (uint64_t k = 1; k <= ID_POOL + 3; ++k) {
-        Causeway__V1__ExpectRequest x = CAUSEWAY__V1__EXPECT_REQUEST__INIT;
-        x.buffer_id = k <= ID_POOL ? k : 0xFFFFFFFFFFFFFFFFull - (k - ID_POOL - 1);
-        x.error = &e;
-        req(&s->wrk[w], T_EXPECT, &x.base, NULL, 0);
-      }
+      fail_expected(&s->wrk[w]);
     }
   }
 }
 
 // Every outstanding request is answered within HANG_MS.
 static void drain_all(void) {
-  int64_t t0 = cw_time_now_ms(), deadline = t0 + HANG_MS;
+  int64_t t0 = cw_time_now_ms(), deadline = t0 + HANG_MS, next_round = t0 + 1000;
   bool told = false;
   for (;;) {
+    if (cw_time_now_ms() >= next_round && next_round < deadline - 5000) {
+      // What waits may read an expected buffer of any fuzz session (a
+      // COMPILE through the controller of an id that is one, say). None
+      // in the last seconds: their own replies would be listed as owed.
+      next_round += 1000;
+      int owed_now = 0;
+      for (int i = 0; i < NUM_CONNS; ++i) {
+        owed_now += all_conns(i)->fd >= 0 ? all_conns(i)->n_out : 0;
+      }
+      fprintf(stderr, "[seqfuzz] %d replies owed: EXPECT errors again\n", owed_now);
+      for (int i = 0; i < NUM_FUZZ; ++i) {
+        for (int w = 0; w < NUM_WORKERS; ++w) fail_expected(&g_fuzz[i].wrk[w]);
+      }
+    }
     int owed = 0;
     for (int i = 0; i < NUM_CONNS; ++i) owed += all_conns(i)->fd >= 0 ? all_conns(i)->n_out : 0;
     if (!owed) {
@@ -2148,14 +2172,106 @@ static void test_ordered_launch_behind_an_unordered_one(void** state) {
   if (log_has_since(&g_wrk[1], log_from, "did not arrive")) FAIL("a launch waited for its turn");
 }
 
+// Reads frames on c for up to wait_ms; the reply to rids[i] sets codes[i]
+// (its error code, 0 for success; left -1 while unanswered). Returns how
+// many of the n were answered.
+static int replies_within(conn_t* c, const uint64_t* rids, int64_t* codes, int n, int wait_ms) {
+  int64_t deadline = cw_time_now_ms() + wait_ms;
+  int got = 0;
+  for (int i = 0; i < n; ++i) got += codes[i] >= 0;
+  while (got < n) {
+    int left = (int)(deadline - cw_time_now_ms());
+    if (left <= 0) break;
+    frame_t f;
+    int r = recv_frame(c->fd, &f, left);
+    if (r == -2) break;
+    if (r != 1) FAIL("%s: %s while replies were owed", dname(c->daemon), recv_result_name(r));
+    for (int i = 0; i < n; ++i) {
+      if (codes[i] >= 0 || f.request_id != rids[i] || !(f.flags & F_REPLY)) continue;
+      codes[i] = 0;
+      if (f.flags & F_ERROR) {
+        Causeway__V1__ErrorReply* e =
+            causeway__v1__error_reply__unpack(NULL, f.payload_len, f.payload);
+        codes[i] = e ? e->code : 2;
+        if (e) causeway__v1__error_reply__free_unpacked(e, NULL);
+      }
+      got++;
+    }
+    frame_free(&f);
+  }
+  return got;
+}
+
+// EXPECT of id `id` on c (with `error`: the PUT will not come); returns its rid.
+static uint64_t send_expect(conn_t* c, uint64_t id, bool error) {
+  Causeway__V1__ExpectRequest x = CAUSEWAY__V1__EXPECT_REQUEST__INIT;
+  Causeway__V1__ErrorReply e = CAUSEWAY__V1__ERROR_REPLY__INIT;
+  e.code = 14;
+  e.message = "seqfuzz: the PUT will not come";
+  x.buffer_id = id;
+  if (error) x.error = &e;
+  uint64_t rid = g_next_rid++;
+  send_or_note(c, T_EXPECT, rid, &x.base, NULL, 0);
+  return rid;
+}
+
+static uint64_t send_await(conn_t* c, uint64_t id) {
+  Causeway__V1__AwaitRequest aw = CAUSEWAY__V1__AWAIT_REQUEST__INIT;
+  aw.buffer_id = id;
+  uint64_t rid = g_next_rid++;
+  send_or_note(c, T_AWAIT, rid, &aw.base, NULL, 0);
+  return rid;
+}
+
+// By design one EXPECT with an error ends one expected PUT, the oldest: an
+// EXPECT-ed buffer deleted while a read waits for it lives on (detached)
+// and is what the next PUT, or error, fills (docs/protocol.md, EXPECT;
+// cw_worker_transfer.c). So an id EXPECT-ed, awaited, deleted and EXPECT-ed
+// again takes two errors; the driver's end sent one per id, and the read of
+// the second waited for ever (seed 2100: "SERIALIZE", "AWAIT 2" unanswered,
+// the worker with `transfers_pending` and nothing queued).
+static void test_an_id_expected_twice_takes_two_errors(void** state) {
+  (void)state;
+  sess_t s = {.innocent = false};
+  sess_open(&s);
+  conn_t* c = &s.wrk[0];
+  uint64_t rids[6];
+  int64_t codes[6];
+  memset(codes, 0xff, sizeof codes);
+  rids[0] = send_expect(c, 81, false);
+  rids[1] = send_await(c, 81);  // waits for the PUT
+  Causeway__V1__DeleteRequest del = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+  uint64_t id = 81;
+  del.ids = &id;
+  del.n_ids = 1;
+  rids[2] = g_next_rid++;
+  send_or_note(c, T_DELETE, rids[2], &del.base, NULL, 0);
+  rids[3] = send_expect(c, 81, false);
+  rids[4] = send_await(c, 81);
+  rids[5] = send_expect(c, 81, true);
+  replies_within(c, rids, codes, 6, 2000);
+  if (codes[0] != 0 || codes[2] != 0 || codes[3] != 0 || codes[5] != 0) {
+    FAIL("EXPECT, DELETE, EXPECT, EXPECT error: codes %" PRId64 " %" PRId64 " %" PRId64
+         " %" PRId64, codes[0], codes[2], codes[3], codes[5]);
+  }
+  if (codes[1] != 14) FAIL("the first AWAIT: code %" PRId64 ", not the EXPECT's error", codes[1]);
+  if (codes[4] >= 0) FAIL("one EXPECT error ended both expected PUTs (design changed?)");
+  uint64_t again[2] = {rids[4], send_expect(c, 81, true)};
+  int64_t codes2[2] = {-1, -1};
+  if (replies_within(c, again, codes2, 2, HANG_MS) != 2 || codes2[0] != 14) {
+    FAIL("the second EXPECT error did not end the second AWAIT (code %" PRId64 ")", codes2[0]);
+  }
+  sess_close(&s);
+}
+
 static void test_sequences(void** state) {
   (void)state;
   const char* e = getenv("CW_SEQFUZZ_SEED");
   if (!e || !e[0]) {
-    // Not in the test run until the hangs it finds about once in 60 runs
-    // are explained (docs/fuzzing.md): a test that fails by chance.
+    // Not in the test run until the seq hole it found once is explained
+    // (docs/fuzzing.md): a test that fails by chance.
     fprintf(stderr, "[seqfuzz] skipped: random sequences run by hand (CW_SEQFUZZ_SEED=1 "
-                    "ctest -R hostile_sequences_test); two hangs they find are open\n");
+                    "ctest -R hostile_sequences_test); a hole in the seq order is open\n");
     skip();
     return;
   }
@@ -2234,6 +2350,7 @@ int main(int argc, char** argv) {
       cmocka_unit_test(test_delete_of_a_buffer_a_donating_launch_waits_for),
       cmocka_unit_test(test_client_prepare_on_a_relayed_launch),
       cmocka_unit_test(test_ordered_launch_behind_an_unordered_one),
+      cmocka_unit_test(test_an_id_expected_twice_takes_two_errors),
       cmocka_unit_test(test_sequences),
       cmocka_unit_test(test_sigterm_clean_exit),
   };
