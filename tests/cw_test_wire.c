@@ -174,10 +174,21 @@ static bool mentions(const char* msg, const char* keywords) {
   return false;
 }
 
+// recv_frame past a controller's EVENTs (a worker registering, say): they
+// are unsolicited and may come before any answer.
+static int recv_answer(int fd, frame_t* out) {
+  int r = recv_frame(fd, out, IO_TIMEOUT_MS);
+  while (r == 1 && out->type == CW_MSG_EVENT && !(out->flags & F_REPLY)) {
+    frame_free(out);
+    r = recv_frame(fd, out, IO_TIMEOUT_MS);
+  }
+  return r;
+}
+
 void expect_error_codes(int fd, const char* what, uint64_t rid, const uint32_t* codes,
                         const char* keywords, got_error_t* out) {
   frame_t f;
-  int r = recv_frame(fd, &f, IO_TIMEOUT_MS);
+  int r = recv_answer(fd, &f);
   if (r != 1) {
     frame_free(&f);
     fail_msg("%s: expected an ERROR reply (%s), got %s", what, code_name(codes[0]),
@@ -263,13 +274,7 @@ void expect_only_errors_then_closed(int fd, const char* what) {
 }
 
 void expect_reply(int fd, const char* what, uint16_t type, uint64_t rid, frame_t* out) {
-  int r = recv_frame(fd, out, IO_TIMEOUT_MS);
-  // A controller's EVENT (a worker registering, say) may come first: it is
-  // unsolicited, not an answer.
-  while (r == 1 && out->type == CW_MSG_EVENT && !(out->flags & F_REPLY) && type != CW_MSG_EVENT) {
-    frame_free(out);
-    r = recv_frame(fd, out, IO_TIMEOUT_MS);
-  }
+  int r = recv_answer(fd, out);
   if (r != 1) fail_msg("%s: expected a %u reply, got %s", what, type, recv_result_name(r));
   if (out->flags & F_ERROR) {
     Causeway__V1__ErrorReply* e =

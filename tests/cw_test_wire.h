@@ -108,8 +108,9 @@ typedef struct error_s {
   uint16_t type;
 } got_error_t;
 
-// Receives one frame and asserts it is an ERROR reply with `code` (or any of
-// the codes in `codes`, zero-terminated) and a message mentioning `keywords`.
+// Receives one frame (past unsolicited EVENTs) and asserts it is an ERROR
+// reply with `code` (or any of the codes in `codes`, zero-terminated) and a
+// message mentioning `keywords`.
 void expect_error_codes(int fd, const char* what, uint64_t rid, const uint32_t* codes,
                         const char* keywords, got_error_t* out);
 
