@@ -1394,9 +1394,8 @@ static void compile_null(conn_t* ctl, uint64_t exe, const char* code, int64_t de
 static uint32_t reply_code(conn_t* c, uint64_t rid, const char* what);
 
 // Sends LAUNCH of `exe` on c (argument *arg, none when NULL; output `out`)
-// and returns the reply's code.
-static uint32_t launch_code(conn_t* c, uint64_t exe, const uint64_t* arg, uint64_t out,
-                            const char* what) {
+// without waiting; returns its request id.
+static uint64_t launch_send(conn_t* c, uint64_t exe, const uint64_t* arg, uint64_t out) {
   Causeway__V1__IdList a = CAUSEWAY__V1__ID_LIST__INIT, o = CAUSEWAY__V1__ID_LIST__INIT;
   a.ids = (uint64_t*)arg;
   a.n_ids = arg ? 1 : 0;
@@ -1412,7 +1411,13 @@ static uint32_t launch_code(conn_t* c, uint64_t exe, const uint64_t* arg, uint64
   l.n_outputs = 1;
   uint64_t rid = g_next_rid++;
   send_or_note(c, T_LAUNCH, rid, &l.base, NULL, 0);
-  return reply_code(c, rid, what);
+  return rid;
+}
+
+// launch_send, then the reply's code.
+static uint32_t launch_code(conn_t* c, uint64_t exe, const uint64_t* arg, uint64_t out,
+                            const char* what) {
+  return reply_code(c, launch_send(c, exe, arg, out), what);
 }
 
 // The innocent session's buffer reads back as uploaded, and its program
@@ -1923,27 +1928,6 @@ static bool log_has_since(const worker_t* d, long from, const char* text) {
   if (log) fclose(log);
   buf[n] = 0;
   return strstr(buf, text) != NULL;
-}
-
-// Sends LAUNCH of `exe` on c (argument *arg, none when NULL; output `out`)
-// without waiting; returns its request id.
-static uint64_t launch_send(conn_t* c, uint64_t exe, const uint64_t* arg, uint64_t out) {
-  Causeway__V1__IdList a = CAUSEWAY__V1__ID_LIST__INIT, o = CAUSEWAY__V1__ID_LIST__INIT;
-  a.ids = (uint64_t*)arg;
-  a.n_ids = arg ? 1 : 0;
-  o.ids = &out;
-  o.n_ids = 1;
-  Causeway__V1__IdList* ap = &a;
-  Causeway__V1__IdList* op = &o;
-  Causeway__V1__LaunchRequest l = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
-  l.exe_id = exe;
-  l.args = &ap;
-  l.n_args = 1;
-  l.outputs = &op;
-  l.n_outputs = 1;
-  uint64_t rid = g_next_rid++;
-  send_or_note(c, T_LAUNCH, rid, &l.base, NULL, 0);
-  return rid;
 }
 
 // A relayed LAUNCH at its gang-order turn whose input waits for a PUT

@@ -249,12 +249,28 @@ static void start_real_worker(cw_test_worker_t* out) {
   assert_int_equal(cw_test_worker_start(&o, out), 0);
 }
 
-static void test_replacement_reloads_and_fences(void** state) {
+// COMPILE of programs/f64.mlir as `exe_id` on the test's client. No device
+// assignment: the first device of the first live worker.
+static cw_status_t compile_f64(uint64_t exe_id) {
   char path[1024];
   snprintf(path, sizeof(path), "%s/f64.mlir", cw_test_getenv("CW_PROGRAMS_DIR", "programs"));
   void* code = NULL;
   size_t code_size = 0;
   assert_int_equal(cw_test_read_file(path, &code, &code_size), 0);
+  Causeway__V1__CompileRequest creq = CAUSEWAY__V1__COMPILE_REQUEST__INIT;
+  creq.exe_id = exe_id;
+  creq.format = (char*)"mlir";
+  creq.code.data = code;
+  creq.code.len = code_size;
+  ProtobufCMessage* crep = NULL;
+  cw_status_t st =
+      cw_client_call(g.client, CW_MSG_COMPILE, &creq.base, NULL, 0, NULL, &crep, NULL);
+  if (crep) protobuf_c_message_free_unpacked(crep, NULL);
+  free(code);
+  return st;
+}
+
+static void test_replacement_reloads_and_fences(void** state) {
   cw_test_worker_t rw, rw2;
   int ups = events(&g.ups);
   start_real_worker(&rw);
@@ -266,15 +282,7 @@ static void test_replacement_reloads_and_fences(void** state) {
     if (up) break;
     cw_test_sleep_ms(50);
   }
-  // No device assignment: the first device of the first live worker (rw).
-  Causeway__V1__CompileRequest creq = CAUSEWAY__V1__COMPILE_REQUEST__INIT;
-  creq.exe_id = 77;
-  creq.format = (char*)"mlir";
-  creq.code.data = code;
-  creq.code.len = code_size;
-  ProtobufCMessage* crep = NULL;
-  assert_null(cw_client_call(g.client, CW_MSG_COMPILE, &creq.base, NULL, 0, NULL, &crep, NULL));
-  protobuf_c_message_free_unpacked(crep, NULL);
+  assert_null(compile_f64(77));  // on rw, the first live worker
 
   int downs = events(&g.downs);
   assert_true(cw_test_worker_kill(&rw) >= 0);
@@ -323,9 +331,7 @@ static void test_replacement_reloads_and_fences(void** state) {
   protobuf_c_message_free_unpacked(&s->base, NULL);
   // Sent again, it compiles for the new CPU (a cache miss: the key carries
   // the CPU) into 77, which the replacement then answers for.
-  creq.code.data = code;
-  assert_null(cw_client_call(g.client, CW_MSG_COMPILE, &creq.base, NULL, 0, NULL, &crep, NULL));
-  protobuf_c_message_free_unpacked(crep, NULL);
+  assert_null(compile_f64(77));
   assert_null(exe_info(77, &info));
   assert_int_equal(info->num_outputs, 1);
   protobuf_c_message_free_unpacked(&info->base, NULL);
@@ -335,7 +341,6 @@ static void test_replacement_reloads_and_fences(void** state) {
   protobuf_c_message_free_unpacked(&s->base, NULL);
   assert_null(rejoin_wanting(g.client, 1, 2, &wanted));
   assert_int_equal(wanted, 0);
-  free(code);
   assert_int_equal(cw_test_worker_stop(&rw3, 30000), 0);
 }
 
@@ -363,31 +368,18 @@ static uint32_t start_replacement_on(const char* cpu, cw_test_worker_t* out) {
 // on slot 1, its current worker stopped).
 static void test_replacement_lost_while_its_program_loads(void** state) {
   (void)state;
-  char path[1024];
-  snprintf(path, sizeof(path), "%s/f64.mlir", cw_test_getenv("CW_PROGRAMS_DIR", "programs"));
-  void* code = NULL;
-  size_t code_size = 0;
-  assert_int_equal(cw_test_read_file(path, &code, &code_size), 0);
   cw_test_worker_t rw4, rw5;
   uint32_t incarnation = start_replacement_on("x86_64 third-cpu", &rw4);
   uint64_t wanted = 0;
   assert_null(rejoin_wanting(g.client, 1, incarnation, &wanted));
   assert_int_equal(wanted, 77);
   // The same program under another id puts this CPU's entry in the cache.
-  Causeway__V1__CompileRequest creq = CAUSEWAY__V1__COMPILE_REQUEST__INIT;
-  creq.exe_id = 79;
-  creq.format = (char*)"mlir";
-  creq.code.data = code;
-  creq.code.len = code_size;
-  ProtobufCMessage* crep = NULL;
-  assert_null(cw_client_call(g.client, CW_MSG_COMPILE, &creq.base, NULL, 0, NULL, &crep, NULL));
-  protobuf_c_message_free_unpacked(crep, NULL);
+  assert_null(compile_f64(79));
   // 77 sent again while its worker hangs: the LOAD never comes back, and
   // the worker is declared dead (--worker-timeout-ms).
   int downs = events(&g.downs);
   assert_int_equal(kill(rw4.process.pid, SIGSTOP), 0);
-  creq.exe_id = 77;
-  cw_status_t st = cw_client_call(g.client, CW_MSG_COMPILE, &creq.base, NULL, 0, NULL, &crep, NULL);
+  cw_status_t st = compile_f64(77);
   fprintf(stderr, "COMPILE 77 while its worker hangs: %s\n", st ? cw_status_message(st) : "OK");
   assert_non_null(st);
   cw_status_free(st);
@@ -405,12 +397,10 @@ static void test_replacement_lost_while_its_program_loads(void** state) {
   info = NULL;
   cw_status_free(st);
   assert_int_equal(wanted, 77);
-  assert_null(cw_client_call(g.client, CW_MSG_COMPILE, &creq.base, NULL, 0, NULL, &crep, NULL));
-  protobuf_c_message_free_unpacked(crep, NULL);
+  assert_null(compile_f64(77));
   assert_null(exe_info(77, &info));
   assert_int_equal(info->num_outputs, 1);
   protobuf_c_message_free_unpacked(&info->base, NULL);
-  free(code);
   assert_int_equal(cw_test_worker_stop(&rw5, 30000), 0);
 }
 

@@ -933,33 +933,51 @@ static void test_a_cut_list_is_waited_for_once(void** state) {
   cw_client_release(a);
 }
 
-static void test_real_restart(void** state) {
-  (void)state;
-  // The fake workers go: their slots die with this controller anyway.
-  for (size_t i = 0; i < g.num_workers; ++i) cw_client_release(g.workers[i]);
-  g.num_workers = 0;
-  char path[1024];
-  snprintf(path, sizeof(path), "%s/f64.mlir", cw_test_getenv("CW_PROGRAMS_DIR", "programs"));
-  void* code = NULL;
-  size_t code_size = 0;
-  assert_int_equal(cw_test_read_file(path, &code, &code_size), 0);
+// A real worker `name` (XLA's CPU plugin, one device) of this controller.
+static void start_real_worker(const char* name, cw_test_worker_t* w) {
   const char* extra[] = {"--controller", g.address, "--heartbeat-ms", "100",
                          "--reconnect-max-ms", "200", NULL};
-  cw_test_worker_options_t o = {.devices = 1, .name = "rw", .extra_args = extra};
-  cw_test_worker_t rw;
-  assert_int_equal(cw_test_worker_start(&o, &rw), 0);
-  // The client's session, with executables 77 and 78 compiled there.
+  cw_test_worker_options_t o = {.devices = 1, .name = name, .extra_args = extra};
+  assert_int_equal(cw_test_worker_start(&o, w), 0);
+}
+
+// A real worker `name` registered here, and a client's session holding its
+// one device (*out_c); *code: programs/f64.mlir (the caller frees it).
+// Returns the session id.
+static uint64_t real_worker_session(const char* name, cw_test_worker_t* w, cw_client_t** out_c,
+                                    void** code, size_t* code_size) {
+  char path[1024];
+  snprintf(path, sizeof(path), "%s/f64.mlir", cw_test_getenv("CW_PROGRAMS_DIR", "programs"));
+  assert_int_equal(cw_test_read_file(path, code, code_size), 0);
+  start_real_worker(name, w);
   cw_client_t* c = client(0);
   Causeway__V1__OpenSessionRequest open = CAUSEWAY__V1__OPEN_SESSION_REQUEST__INIT;
   open.min_workers = 1;
   open.wait_ms = 30000;
-  open.workers = (char*[]){(char*)"rw"};
+  open.workers = (char*[]){(char*)name};
   open.n_workers = 1;
   open.num_devices = 1;
   ProtobufCMessage* rep = NULL;
   assert_null(cw_client_call(c, CW_MSG_OPEN_SESSION, &open.base, NULL, 0, NULL, &rep, NULL));
   uint64_t session = ((Causeway__V1__SessionInfo*)rep)->session_id;
   protobuf_c_message_free_unpacked(rep, NULL);
+  *out_c = c;
+  return session;
+}
+
+static void test_real_restart(void** state) {
+  (void)state;
+  // The fake workers go: their slots die with this controller anyway.
+  for (size_t i = 0; i < g.num_workers; ++i) cw_client_release(g.workers[i]);
+  g.num_workers = 0;
+  // The client's session, with executables 77 and 78 compiled there.
+  void* code = NULL;
+  size_t code_size = 0;
+  cw_test_worker_t rw;
+  cw_client_t* c = NULL;
+  uint64_t session = real_worker_session("rw", &rw, &c, &code, &code_size);
+  Causeway__V1__OpenSessionRequest open;
+  ProtobufCMessage* rep = NULL;
   assert_null(compile(c, 77, code, code_size));
   assert_null(compile(c, 78, code, code_size));
   // The worker's session lives on while the client is connected to it.
@@ -1062,7 +1080,7 @@ static void test_real_restart(void** state) {
   cw_client_release(direct);
   assert_true(cw_test_worker_kill(&rw) >= 0);
   cw_test_worker_t rw2;
-  assert_int_equal(cw_test_worker_start(&o, &rw2), 0);
+  start_real_worker("rw", &rw2);
   for (int i = 0;; ++i) {
     s = stats();
     bool replaced = s->workers == 1 && s->workers_replaced == 1;
@@ -1306,27 +1324,12 @@ static void restart_and_resume(cw_client_t** c, uint64_t session) {
 // holds none of the session's programs (the next controller finds so).
 static void test_rejoin_when_the_controller_stops_meanwhile(void** state) {
   (void)state;
-  char path[1024];
-  snprintf(path, sizeof(path), "%s/f64.mlir", cw_test_getenv("CW_PROGRAMS_DIR", "programs"));
   void* code = NULL;
   size_t code_size = 0;
-  assert_int_equal(cw_test_read_file(path, &code, &code_size), 0);
-  const char* extra[] = {"--controller", g.address, "--heartbeat-ms", "100",
-                         "--reconnect-max-ms", "200", NULL};
-  cw_test_worker_options_t o = {.devices = 1, .name = "sw", .extra_args = extra};
   cw_test_worker_t sw;
-  assert_int_equal(cw_test_worker_start(&o, &sw), 0);
-  cw_client_t* c = client(0);
-  Causeway__V1__OpenSessionRequest open = CAUSEWAY__V1__OPEN_SESSION_REQUEST__INIT;
-  open.min_workers = 1;
-  open.wait_ms = 30000;
-  open.workers = (char*[]){(char*)"sw"};
-  open.n_workers = 1;
-  open.num_devices = 1;
+  cw_client_t* c = NULL;
+  uint64_t session = real_worker_session("sw", &sw, &c, &code, &code_size);
   ProtobufCMessage* rep = NULL;
-  assert_null(cw_client_call(c, CW_MSG_OPEN_SESSION, &open.base, NULL, 0, NULL, &rep, NULL));
-  uint64_t session = ((Causeway__V1__SessionInfo*)rep)->session_id;
-  protobuf_c_message_free_unpacked(rep, NULL);
   assert_null(compile(c, 90, code, code_size));
   // The controller dies; no connection of the session is left at the
   // worker, so 90 goes with its session there. The next one resumes 90.
