@@ -183,6 +183,8 @@ static void fake_hello(fake_t* f) {
   frame_free(&fr);
 }
 
+static bool fake_serve_one(fake_t* f);
+
 static void* fake_main(void* arg) {
   fake_t* f = arg;
   for (int i = 0; i < f->close_first; ++i) {
@@ -190,11 +192,18 @@ static void* fake_main(void* arg) {
     if (fd >= 0) close(fd);
   }
   if (f->close_only) return NULL;
+  for (int round = 0; round <= f->serve_again; ++round) {
+    if (!fake_serve_one(f)) break;
+  }
+  return NULL;
+}
+
+static bool fake_serve_one(fake_t* f) {
   // Atomic: a test may shut it down from its own thread.
   __atomic_store_n(&f->fd, accept(f->listen_fd, NULL, NULL), __ATOMIC_RELEASE);
   if (f->fd < 0) {
     fake_fail(f, __LINE__, "accept failed");
-    return NULL;
+    return false;
   }
   if (f->tls) {
     cw_status_t st = cw_tls_ssl_new(f->tls, NULL, &f->ssl);
@@ -209,7 +218,7 @@ static void* fake_main(void* arg) {
       SSL_free(f->ssl);
       f->ssl = NULL;
       close(f->fd);
-      return NULL;
+      return false;
     }
   }
   fake_hello(f);
@@ -217,7 +226,7 @@ static void* fake_main(void* arg) {
   SSL_free(f->ssl);
   f->ssl = NULL;
   close(f->fd);
-  return NULL;
+  return !f->failure[0];
 }
 
 void fake_start(fake_t* f, fake_script_fn script) {

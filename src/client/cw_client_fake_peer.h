@@ -41,6 +41,7 @@ struct fake_s {
   _Atomic bool hello_hold;  // answer HELLO only once this is false again
   int close_first;    // accept and close this many connections first, HELLO unread
   bool close_only;    // then accept nothing more
+  int serve_again;    // once a connection closes, serve this many more in turn
   uint32_t keepalive_reply_ms;  // HelloReply.keepalive_ms (0: an older peer)
   uint64_t session_key_reply, seq_next_reply;  // HelloReply.session_key, session_seq_next
   // What the client's HELLO said.

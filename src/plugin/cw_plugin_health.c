@@ -233,15 +233,29 @@ static bool cw__reattach(cw_plugin_worker_t* w) {
   if (!s && superseded) s = cw_make_status(CW_UNAVAILABLE, "superseded");
   uint64_t last = atomic_load_explicit(&w->seq, memory_order_relaxed);
   uint64_t next = s ? 0 : cw_client_session_seq_next(conn);
-  if (!s && (cw_client_session_key(conn) != w->session_key || next == 0 || next > last + 1 ||
-             last + 1 - next > CW_PLUGIN_REATTACH_MAX_FILL)) {
+  bool other_life = !s && (cw_client_session_key(conn) != w->session_key || next == 0);
+  if (!s && (other_life || next > last + 1 || last + 1 - next > CW_PLUGIN_REATTACH_MAX_FILL)) {
     // The worker restarted, or our session there ended: the arrays are gone.
-    // A replacement, if any, is announced by the controller (WORKER_UP).
     atomic_store_explicit(&w->link_lost, false, memory_order_release);
     cw__set_reason(w, "worker %s (%s) is reachable again, but this session's arrays there are "
                    "gone (the worker restarted or the session ended there); start the job again",
                    w->name, w->address);
     s = cw_make_status(CW_UNAVAILABLE, "session gone");
+  }
+  if (other_life) {
+    // A controller that saw it go names its replacement (WORKER_UP), but one
+    // that restarted meanwhile, which the worker registered with afresh,
+    // never does: the new life at this address is joined as a replacement
+    // (the controller refuses an incarnation not its own), and the programs
+    // it lacks are sent again. Not the same life with too many holes: its
+    // seq order goes on, and a join would number from 1.
+    pthread_mutex_lock(&w->mu);
+    if (!w->next_address) {
+      w->next_address = strdup(address);
+      w->next_incarnation = w->incarnation;
+    }
+    pthread_mutex_unlock(&w->mu);
+    atomic_store(&w->worker_down, true);  // no reattach: only a join revives it
   }
   // Held to the swap: a relayed request that fails meanwhile leaves its seq
   // to us (cw_plugin_worker.c), or fills it on the new connection after.
@@ -334,7 +348,15 @@ bool cw_plugin_health_revive(cw_plugin_worker_t* w) {
   char* address = w->next_address ? strdup(w->next_address) : NULL;
   uint32_t incarnation = w->next_incarnation;
   pthread_mutex_unlock(&w->mu);
-  if (!address) return cw__reattach(w);
+  if (!address) {
+    if (cw__reattach(w)) return true;
+    // Another life of the worker answered there: joined in this call.
+    pthread_mutex_lock(&w->mu);
+    address = w->next_address ? strdup(w->next_address) : NULL;
+    incarnation = w->next_incarnation;
+    pthread_mutex_unlock(&w->mu);
+    if (!address) return false;
+  }
   pthread_mutex_lock(&w->send_mu);
   bool ok = !atomic_load_explicit(&w->dead, memory_order_acquire);  // revived meanwhile
   // connecting: another thread is at it, and this call fails at once.

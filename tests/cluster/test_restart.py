@@ -182,14 +182,19 @@ def test_worker_replaced_after_a_restart(relay):
         cluster.stop()
 
 
-def test_controller_and_worker_lost_together():
+@pytest.mark.parametrize("same_address", [False, True], ids=["new-address", "same-address"])
+def test_controller_and_worker_lost_together(same_address):
     """The controller and the session's only worker are killed together; a
     new controller starts and a new worker of the same name registers with
     it afresh. The new controller resumes the session's programs but holds
     no bytes of them, and the worker holds nothing: asked at the client's
     HEALTH_REJOIN (EXE_INFO answers NOT_FOUND), the client sends them again,
     and the step compiled before runs with the reference losses (until
-    session 48: `NOT_FOUND: executable 19 not found` for good)."""
+    session 48: `NOT_FOUND: executable 19 not found` for good). At the same
+    address the new controller names no replacement (no new incarnation):
+    the client, finding another life of its session there, joins it all
+    the same (until session 48: `is reachable again, but this session's
+    arrays there are gone ...; start the job again` for good)."""
     cluster = _cluster(False, workers=1)
     r = _runner("restart-both", cluster)
     victim = "hand-worker-0"
@@ -199,7 +204,8 @@ def test_controller_and_worker_lost_together():
         cluster.kill(victim, signal.SIGKILL)
         time.sleep(DOWN_S)
         cluster.start_controller()
-        cluster.start_worker(victim, key=victim + "-replacement")
+        cluster.start_worker(victim, key=victim + "-replacement",
+                             addr=cluster.addresses[victim] if same_address else None)
         got = r.call("train_when_joined", steps=20, timeout=180)
         report = f"{cluster.logs()}\n--- client ---\n{r.log_tail()}"
         _check_same(ref, got, report)
