@@ -468,7 +468,12 @@ void cw_ctl_handle_rejoin(cw_net_conn_t* conn, const cw_frame_header_t* h,
   cw_net_conn_t* link = NULL;
   cw__rejoin_t* rj = NULL;
   for (cw_ctl_exe_t* e = s->exes; e; e = e->next) {
-    if (e->worker != w->index || e->num_parts || e->entry || e->state != CW__EXE_READY) continue;
+    // Also those the controller is LOADing into a replacement: the answer
+    // comes after them (EXE_INFO follows the LOAD on the link), so a launch
+    // the client then sends straight to the worker finds them there.
+    bool resumed = !e->entry && e->state == CW__EXE_READY;
+    bool loading = e->entry && e->state == CW__EXE_LOADING;
+    if (e->worker != w->index || e->num_parts || !(resumed || loading)) continue;
     if (!rj) {
       link = cw_ctl_session_link(s, w->index);
       rj = link ? calloc(1, sizeof(*rj)) : NULL;
