@@ -1420,6 +1420,18 @@ static uint32_t launch_code(conn_t* c, uint64_t exe, const uint64_t* arg, uint64
   return reply_code(c, launch_send(c, exe, arg, out), what);
 }
 
+// Sends DELETE on c of *id (none when NULL: a seq's fill) with `seq` (0:
+// none) without waiting; returns its request id.
+static uint64_t send_delete(conn_t* c, const uint64_t* id, uint64_t seq) {
+  Causeway__V1__DeleteRequest d = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+  d.ids = (uint64_t*)id;
+  d.n_ids = id ? 1 : 0;
+  d.seq = seq;
+  uint64_t rid = g_next_rid++;
+  send_or_note(c, T_DELETE, rid, &d.base, NULL, 0);
+  return rid;
+}
+
 // The innocent session's buffer reads back as uploaded, and its program
 // launched through the controller sees those bytes.
 static void innocent_check(const char* when) {
@@ -1842,10 +1854,7 @@ static void test_controller_close_fills_relayed_seqs(void** state) {
   sleep_ms(200);  // the worker sees the old link's close (else seq 1 lets the LAUNCH run)
   conn_t* w0 = &s->wrk[0];
   for (uint64_t k = q; k <= q + 2; k += 2) {  // q + 1 is the LAUNCH's
-    Causeway__V1__DeleteRequest d = CAUSEWAY__V1__DELETE_REQUEST__INIT;
-    d.seq = k;
-    uint64_t rid = g_next_rid++;
-    send_or_note(w0, T_DELETE, rid, &d.base, NULL, 0);
+    uint64_t rid = send_delete(w0, NULL, k);
     if (reply_code(w0, rid, "DELETE with seq") != 0) FAIL("an empty DELETE with seq failed");
   }
   sess_close(s);
@@ -1886,9 +1895,7 @@ static void test_fill_before_a_relayed_seq_is_forgotten(void** state) {
   call(&s.ctl, T_EXE_INFO, &ei.base, NULL, 0, &f);
   frame_free(&f);
   // The fill, then a PING: answered once the worker has taken the fill.
-  Causeway__V1__DeleteRequest d = CAUSEWAY__V1__DELETE_REQUEST__INIT;
-  d.seq = q + 1;
-  send_or_note(w0, T_DELETE, g_next_rid++, &d.base, NULL, 0);
+  (void)send_delete(w0, NULL, q + 1);
   Causeway__V1__Ping p = CAUSEWAY__V1__PING__INIT;
   uint64_t rid = g_next_rid++;
   send_or_note(w0, T_PING, rid, &p.base, NULL, 0);
@@ -1904,9 +1911,7 @@ static void test_fill_before_a_relayed_seq_is_forgotten(void** state) {
   }
   sleep_ms(200);  // the worker sees the link's close
   for (uint64_t k = q; k <= q + 2; k += 2) {  // q + 1 is the fill's
-    d.seq = k;
-    rid = g_next_rid++;
-    send_or_note(w0, T_DELETE, rid, &d.base, NULL, 0);
+    rid = send_delete(w0, NULL, k);
     if (reply_code(w0, rid, "DELETE with seq") != 0) FAIL("an empty DELETE with seq failed");
   }
   sess_close(&s);
@@ -2039,11 +2044,7 @@ static void test_delete_of_a_buffer_a_donating_launch_waits_for(void** state) {
   l.n_donate = 1;
   uint64_t rid = g_next_rid++;
   send_or_note(w0, T_LAUNCH, rid, &l.base, NULL, 0);  // waits for 122
-  Causeway__V1__DeleteRequest d = CAUSEWAY__V1__DELETE_REQUEST__INIT;
-  d.ids = &in;
-  d.n_ids = 1;
-  uint64_t drid = g_next_rid++;
-  send_or_note(w0, T_DELETE, drid, &d.base, NULL, 0);
+  uint64_t drid = send_delete(w0, &in, 0);
   if (reply_code(w0, rid, "LAUNCH of a deleted input") == 0) FAIL("a deleted input launched");
   (void)reply_code(w0, drid, "DELETE");
   Causeway__V1__Ping p = CAUSEWAY__V1__PING__INIT;
@@ -2134,10 +2135,7 @@ static void test_ordered_launch_behind_an_unordered_one(void** state) {
   send_or_note(&s.ctl, T_LAUNCH, rid2, &l.base, NULL, 0);
   sleep_ms(200);  // both at the worker
   int64_t t0 = cw_time_now_ms();
-  Causeway__V1__DeleteRequest d = CAUSEWAY__V1__DELETE_REQUEST__INIT;
-  d.seq = q;
-  uint64_t rid = g_next_rid++;
-  send_or_note(&s.wrk[1], T_DELETE, rid, &d.base, NULL, 0);
+  uint64_t rid = send_delete(&s.wrk[1], NULL, q);
   (void)reply_code(&s.wrk[1], rid, "DELETE with seq");
   int answered = 0;  // both, in either order
   while (answered < 2 && cw_time_now_ms() - t0 < 15000) {
@@ -2224,12 +2222,8 @@ static void test_an_id_expected_twice_takes_two_errors(void** state) {
   memset(codes, 0xff, sizeof codes);
   rids[0] = send_expect(c, 81, false);
   rids[1] = send_await(c, 81);  // waits for the PUT
-  Causeway__V1__DeleteRequest del = CAUSEWAY__V1__DELETE_REQUEST__INIT;
   uint64_t id = 81;
-  del.ids = &id;
-  del.n_ids = 1;
-  rids[2] = g_next_rid++;
-  send_or_note(c, T_DELETE, rids[2], &del.base, NULL, 0);
+  rids[2] = send_delete(c, &id, 0);
   rids[3] = send_expect(c, 81, false);
   rids[4] = send_await(c, 81);
   rids[5] = send_expect(c, 81, true);

@@ -769,10 +769,11 @@ void cw_ctl_handle_compile(cw_net_conn_t* conn, const cw_frame_header_t* h,
   cw_status_t st = cw_ok_status();
   // A program sent again for a replacement worker (HealthRejoinReply): it
   // compiles into the record the session holds, under its id.
-  cw_ctl_exe_t* again = cw_ctl_exe_find(s, r->exe_id);
-  if (again && !(again->program_wanted && again->state == CW__EXE_FAILED)) again = NULL;
+  cw_ctl_exe_t* found = cw_ctl_exe_find(s, r->exe_id);
+  cw_ctl_exe_t* again =
+      found && found->program_wanted && found->state == CW__EXE_FAILED ? found : NULL;
   if (!r->exe_id) st = cw_make_status(CW_INVALID_ARGUMENT, "COMPILE needs a non-zero exe_id");
-  else if (!again && cw_ctl_exe_find(s, r->exe_id)) {
+  else if (found && !again) {
     st = cw_make_status(CW_ALREADY_EXISTS, "executable %" PRIu64 " already exists", r->exe_id);
   } else if (s->compiling >= CW__MAX_SESSION_COMPILES) {
     // Each holds its program until a worker answers.

@@ -933,6 +933,18 @@ static void test_a_cut_list_is_waited_for_once(void** state) {
   cw_client_release(a);
 }
 
+// Waits (up to 20 s) until one worker is registered here.
+static void wait_one_worker(void) {
+  for (int i = 0;; ++i) {
+    Causeway__V1__Stats* up = stats();
+    bool registered = up->workers == 1;
+    protobuf_c_message_free_unpacked(&up->base, NULL);
+    if (registered) break;
+    assert_true(i < 400);
+    cw_test_sleep_ms(50);
+  }
+}
+
 // A real worker `name` (XLA's CPU plugin, one device) of this controller.
 static void start_real_worker(const char* name, cw_test_worker_t* w) {
   const char* extra[] = {"--controller", g.address, "--heartbeat-ms", "100",
@@ -1007,14 +1019,7 @@ static void test_real_restart(void** state) {
   assert_string_equal(g.address, address);
   // The worker registers again and reports the client's session: a new
   // session's request for rw's device waits for it to resume.
-  for (int i = 0;; ++i) {
-    Causeway__V1__Stats* up = stats();
-    bool registered = up->workers == 1;
-    protobuf_c_message_free_unpacked(&up->base, NULL);
-    if (registered) break;
-    assert_true(i < 400);
-    cw_test_sleep_ms(50);
-  }
+  wait_one_worker();
   waiting_t seen = {.mu = PTHREAD_MUTEX_INITIALIZER};
   cw_client_options_t eo = {.peer_name = "resume-test", .on_event = on_waiting_event,
                             .event_user = &seen};
@@ -1301,14 +1306,7 @@ static void restart_and_resume(cw_client_t** c, uint64_t session) {
   snprintf(address, sizeof(address), "%s", g.address);
   const char* args[] = {"--listen", address, "--worker-timeout-ms", "60000", NULL};
   assert_int_equal(cw_test_controller_start(args, &g.ctl, g.address, sizeof(g.address)), 0);
-  for (int i = 0;; ++i) {
-    Causeway__V1__Stats* up = stats();
-    bool registered = up->workers == 1;
-    protobuf_c_message_free_unpacked(&up->base, NULL);
-    if (registered) break;
-    assert_true(i < 400);
-    cw_test_sleep_ms(50);
-  }
+  wait_one_worker();
   *c = client(session);
   rdev_t devs[] = {{0, "sw", 0}};
   uint64_t exes[] = {90};
