@@ -53,6 +53,7 @@ ADMIN_STATUS, ADMIN_PAUSE, ADMIN_RESUME, ADMIN_DRAIN, ADMIN_UNDRAIN, ADMIN_HOLD,
 TRACE_START, TRACE_FETCH = 65, 66  # obs: session timelines
 
 HEALTH_HEARTBEAT, HEALTH_REJOIN = 45, 46
+EXE_INFO = 34
 SESSION_RESUME = 36
 ROLE_CLIENT, ROLE_WORKER, ROLE_CONTROLLER = 1, 2, 3
 F32, S32, U8, F64, BF16, PRED = 11, 4, 6, 12, 13, 1
@@ -260,6 +261,7 @@ def frame_corpus():
     c["req_compile_opts"] = frame(COMPILE, compile_request(fmt="hlo", opts=b"\x1a\x04\x08\x01\x10\x01"),
                                   req_id=5)
     c["req_serialize"] = frame(SERIALIZE, f_varint(1, 100), req_id=6)
+    c["req_exe_info_presence"] = frame(EXE_INFO, f_varint(1, 100) + f_varint(2, 1), req_id=6)
     c["req_load_bulk"] = frame(LOAD, f_varint(1, 101) + f_bytes(2, b"\x08\x01"), req_id=7,
                                bulk=b"\x00serialized-executable\xff" * 3)
     c["req_upload_f32"] = frame(UPLOAD, upload_request(), req_id=8, bulk=four)

@@ -495,6 +495,7 @@ void cw_ctl_handle_rejoin(cw_net_conn_t* conn, const cw_frame_header_t* h,
     rj->left++;
     Causeway__V1__ExeInfoRequest req = CAUSEWAY__V1__EXE_INFO_REQUEST__INIT;
     req.exe_id = e->id;
+    req.presence_only = true;
     cw_net_conn_request(link, CW_MSG_EXE_INFO, &req.base, NULL, 0, NULL, NULL,
                         cw__rejoin_checked, ck);
   }

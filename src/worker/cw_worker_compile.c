@@ -226,6 +226,13 @@ void cw_worker_handle_serialize(cw_net_conn_t* nc, const cw_frame_header_t* h,
 
 static void cw__exe_info_cont(cw_op_t* op, cw_store_entry_t* e) {
   if (!cw__need_executable(op, e)) return;
+  if (((const Causeway__V1__ExeInfoRequest*)op->msg)->presence_only) {
+    Causeway__V1__ExecutableInfo present = CAUSEWAY__V1__EXECUTABLE_INFO__INIT;
+    present.exe_id = op->id;
+    cw_worker_reply(op->conn, op->type, op->request_id, &present.base);
+    cw_worker_op_free(op);
+    return;
+  }
   Causeway__V1__ExecutableInfo info;
   cw_status_t st = cw_pjrt_exe_info_initialize(op->w->pjrt, (PJRT_LoadedExecutable*)e->handle,
                                                &info);
@@ -244,5 +251,8 @@ void cw_worker_handle_exe_info(cw_net_conn_t* nc, const cw_frame_header_t* h,
                                ProtobufCMessage** msg) {
   uint64_t id = ((const Causeway__V1__ExeInfoRequest*)*msg)->exe_id;
   cw_op_t* op = cw_worker_op_for_wait(cw_net_conn_user(nc), h, id, cw__exe_info_cont);
-  if (op) cw_worker_op_start_wait(op);
+  if (!op) return;
+  op->msg = *msg;
+  *msg = NULL;
+  cw_worker_op_start_wait(op);
 }

@@ -1,7 +1,8 @@
 // EXE_INFO at the worker (cw_worker_compile.c), against a real worker through
 // the client library: asked right behind its COMPILE it waits for it, and
 // answers with the executable's replicas, outputs, dtypes, dims, devices and
-// optimized program; an unknown id is NOT_FOUND.
+// optimized program, or with its id alone when asked for presence only; an
+// unknown id is NOT_FOUND either way.
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -62,6 +63,16 @@ static void test_exe_info(void** state) {
   assert_int_equal(info->devices[0], 0);
   assert_true(info->optimized_program.len > 0);
   assert_true(info->name[0] != 0);
+  protobuf_c_message_free_unpacked(rep, NULL);
+  // presence_only: the id alone, no program text.
+  er.presence_only = true;
+  rep = NULL;
+  ASSERT_OK(cw_client_call(c, CW_MSG_EXE_INFO, &er.base, NULL, 0, NULL, &rep, NULL));
+  info = (const Causeway__V1__ExecutableInfo*)rep;
+  assert_int_equal(info->exe_id, 7);
+  assert_int_equal(info->optimized_program.len, 0);
+  assert_int_equal(info->num_outputs, 0);
+  assert_string_equal(info->name, "");
   protobuf_c_message_free_unpacked(rep, NULL);
   er.exe_id = 8;
   assert_code(cw_client_call(c, CW_MSG_EXE_INFO, &er.base, NULL, 0, NULL, NULL, NULL),
