@@ -481,6 +481,60 @@ static void test_paused_launches_of_a_closed_connection(void** state) {
   assert_serving(&g_plain);
 }
 
+// A launch still queued when its connection closes runs when it can (here:
+// when its input, an EXPECTed buffer, is filled or fails), so the worker counts
+// it: launches_queued, and a draining worker is not idle meanwhile. Until
+// session 49 the count walked the open connections only, and a drain's
+// `idle` said yes with the launch still to run.
+static void test_queued_launch_of_a_closed_connection_counts(void** state) {
+  (void)state;
+  uint64_t session = 0;
+  int c = open_session(&g_plain, &session);
+  int k = conn_open(&g_plain);
+  hello_as(k, NULL, CAUSEWAY__V1__ROLE__ROLE_CONTROLLER, session, NULL);
+  Causeway__V1__CompileRequest cm = CAUSEWAY__V1__COMPILE_REQUEST__INIT;
+  cm.exe_id = 710;
+  cm.format = "mlir";
+  cm.code.data = (uint8_t*)k_mlir;
+  cm.code.len = strlen(k_mlir);
+  assert_true(send_msg(c, T_COMPILE, 2, &cm.base, NULL, 0));
+  expect_ack(c, "COMPILE", T_COMPILE, 2);
+  Causeway__V1__ExpectRequest e = CAUSEWAY__V1__EXPECT_REQUEST__INIT;
+  e.buffer_id = 40;
+  assert_true(send_msg(c, T_EXPECT, 3, &e.base, NULL, 0));
+  expect_ack(c, "EXPECT 40", T_EXPECT, 3);
+  launch_1(c, 4, 710, 40, 41);  // waits for 40
+  expect_launches(c, 5, 1, 0, "a launch waiting for its input");
+  close(c);
+  sleep_ms(100);
+  expect_launches(k, 2, 1, 0, "the same after its connection closed");
+  worker_drain(k, 3, true);
+  Causeway__V1__Stats* st = stats(k, 4);
+  bool idle = st->idle;
+  causeway__v1__stats__free_unpacked(st, NULL);
+  if (idle) fail_msg("a draining worker with a launch still queued said it was idle");
+  // Its input's PUT will not come (as a client says when its SEND failed):
+  // the launch fails, and nothing is left.
+  Causeway__V1__ErrorReply why = CAUSEWAY__V1__ERROR_REPLY__INIT;
+  why.code = C_UNAVAILABLE;
+  why.message = "the SEND to 40 failed";
+  e.error = &why;
+  int c2 = conn_open(&g_plain);
+  hello_as(c2, NULL, CAUSEWAY__V1__ROLE__ROLE_CLIENT, session, NULL);
+  assert_true(send_msg(c2, T_EXPECT, 2, &e.base, NULL, 0));
+  expect_ack(c2, "EXPECT 40 with an error", T_EXPECT, 2);
+  sleep_ms(100);
+  expect_launches(k, 6, 0, 0, "after its input failed");
+  st = stats(k, 7);
+  idle = st->idle;
+  causeway__v1__stats__free_unpacked(st, NULL);
+  if (!idle) fail_msg("a draining worker with nothing left said it was not idle");
+  worker_drain(k, 8, false);
+  close(c2);
+  close(k);
+  assert_serving(&g_plain);
+}
+
 // --- An in-order connection's large held UPLOAD --------------------------------
 
 // A worker whose held upload bytes are capped at 1,000 (its hard limit is
@@ -554,6 +608,7 @@ int main(int argc, char** argv) {
       cmocka_unit_test(test_held_requests_of_closed_connections),
       cmocka_unit_test(test_drain_refuses_a_later_part),
       cmocka_unit_test(test_paused_launches_of_a_closed_connection),
+      cmocka_unit_test(test_queued_launch_of_a_closed_connection_counts),
       cmocka_unit_test(test_large_held_upload_in_order),
       // Last: SIGTERM the workers and require exit 0 (ASan: no leaks).
       cmocka_unit_test(hostile_test_sigterm_clean_exit),

@@ -157,6 +157,9 @@ struct cw_worker_s {
   // Parts of islands' launches queued, and those prepared that donate
   // inputs (cw_worker_launch.c: parts are prepared ahead only while none do).
   size_t parts_queued, parts_donating;
+  // Launches queued on every connection, closed ones included (theirs still
+  // run): what STATS and a drain's idle read.
+  size_t launches_queued;
   cw_conn_t* launch_throttled;
   cw_conn_t* launch_throttled_tail;
   cw_pin_t* pins;  // buffers whose device memory a write reads in place

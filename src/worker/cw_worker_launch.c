@@ -596,6 +596,7 @@ static void cw__launch_pop(cw_conn_t* c) {
   if (!c->launch_head) c->launch_tail = NULL;
   if (c->launch_prepared == l) c->launch_prepared = NULL;
   l->next = NULL;
+  c->w->launches_queued--;
   if (l->part) c->w->parts_queued--;
 }
 
@@ -1107,6 +1108,7 @@ void cw_worker_handle_launch(cw_net_conn_t* nc, const cw_frame_header_t* h,
   }
   l->part = r->prepare && cw_worker_stamp_of(c, h->type, &r->base);
   w->parts_queued += l->part;
+  w->launches_queued++;
   cw_launch_t* before = c->launch_tail;
   if (c->launch_tail) c->launch_tail->next = l;
   else c->launch_head = l;

@@ -26,10 +26,12 @@
 #include "cw_worker_transfer.h"
 
 // Launches of session `s` (NULL: all) waiting in connection queues.
+// A session's launches queued on its open connections (those of a closed one
+// are in w->launches_queued only: a closed connection names no session).
 static uint64_t cw__queued(const cw_worker_t* w, const cw_session_t* s) {
   uint64_t n = 0;
   for (const cw_conn_t* c = w->conns; c; c = c->next) {
-    if (!s || (c->keeps_session && c->session == s)) n += cw_worker_launch_queued(c);
+    if (c->keeps_session && c->session == s) n += cw_worker_launch_queued(c);
   }
   return n;
 }
@@ -89,7 +91,7 @@ void cw_worker_handle_admin(cw_net_conn_t* nc, const cw_frame_header_t* h,
         (const Causeway__V1__AdminWorkerDrainRequest*)msg;
     w->draining = r->drain;
     snprintf(text, sizeof(text), "worker %s %s: %" PRIu64 " launches queued, %zu in flight",
-             w->name, w->draining ? "is draining" : "takes work again", cw__queued(w, NULL),
+             w->name, w->draining ? "is draining" : "takes work again", (uint64_t)w->launches_queued,
              w->launches_in_flight);
     CW_LOGI("%s", text);
   }
@@ -227,7 +229,7 @@ static void cw__fill_ops_stats(cw_worker_t* w, Causeway__V1__Stats* st,
   st->session_stats = scratch->ptrs;
   st->n_session_stats = scratch->ptrs ? k : 0;
   st->draining = w->draining;
-  st->launches_queued = cw__queued(w, NULL);
+  st->launches_queued = w->launches_queued;
   st->launches_in_flight = w->launches_in_flight;
   st->launches_held = held;
   st->transfers_pending = w->ops_live;
