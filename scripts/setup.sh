@@ -19,6 +19,11 @@ done
 if ((${#missing[@]})); then
   echo "setup: installing Debian packages: ${missing[*]}"
   sudo_cmd=""; [ "$(id -u)" = 0 ] || sudo_cmd="sudo"
+  if [ -n "$sudo_cmd" ] && ! command -v sudo >/dev/null; then
+    echo "setup: not root and no sudo here: as root, run 'apt-get install ${missing[*]}'," \
+         "then run this again" >&2
+    exit 1
+  fi
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
