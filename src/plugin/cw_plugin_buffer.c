@@ -80,7 +80,7 @@ cw_status_t cw_plugin_buffer_lost(const cw_plugin_buffer_t* b) {
   return cw_make_status(CW_UNAVAILABLE,
                         "worker %s (%s) was replaced: buffer %llu lived on the "
                         "lost worker and its contents are gone; upload it again",
-                        w->name, w->address, (unsigned long long)b->id);
+                        w->name, cw_plugin_worker_address(w), (unsigned long long)b->id);
 }
 
 #define CW__BUF(p) ((cw_plugin_buffer_t*)(p))

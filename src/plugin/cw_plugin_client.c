@@ -291,18 +291,18 @@ static cw_status_t cw__connect_workers(cw_plugin_client_t* c) {
     cw_client_options_t o;
     cw_plugin_client_worker_options(c, &o);
     cw_client_t* conn = NULL;
-    cw_status_t s = cw_client_connect(w->address, &o, &conn);
+    cw_status_t s = cw_client_connect(cw_plugin_worker_address(w), &o, &conn);
     w->conn = conn;
     if (!s) {
       w->session_key = cw_client_session_key(conn);
       ++live;
       continue;
     }
-    s = cw_plugin_token_refused(s, "worker", w->address);
+    s = cw_plugin_token_refused(s, "worker", cw_plugin_worker_address(w));
     cw_plugin_worker_mark_dead(w, cw_status_message(s));
     if (!first) {
       first = cw_status_annotate(s, "causeway: connecting to worker %s at %s", w->name,
-                                 w->address);
+                                 cw_plugin_worker_address(w));
     } else {
       cw_status_free(s);
     }

@@ -273,7 +273,7 @@ static cw_status_t cw__execute_launch(cw_plugin_exe_t* e, uint32_t epoch,
   if (!s) return cw_ok_status();
   cw_plugin_future_release(f);
   return direct ? cw_status_annotate(s, "causeway: launching %s on worker %s (%s)", e->name,
-                                     e->worker->name, e->worker->address)
+                                     e->worker->name, cw_plugin_worker_address(e->worker))
                 : cw_status_annotate(s, "causeway: launching %s through the controller at %s",
                                      e->name, e->client->ctrl_address);
 }

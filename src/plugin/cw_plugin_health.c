@@ -149,9 +149,9 @@ static size_t cw__swap_in(cw_plugin_worker_t* w, cw_client_t* conn, char* addres
                           cw_client_t*** out_expired) {
   cw_client_t** expired = malloc((w->num_retired + 1) * sizeof(*expired));
   size_t n = expired ? cw__take_expired(w, expired) : 0;
-  cw__retire(w, w->conn, w->address);
+  cw__retire(w, w->conn, atomic_load_explicit(&w->address, memory_order_relaxed));
   w->conn = conn;
-  w->address = address;
+  atomic_store_explicit(&w->address, address, memory_order_release);
   atomic_store_explicit(&w->direct_bulk, false, memory_order_relaxed);
   *out_expired = expired;
   return n;
@@ -212,7 +212,7 @@ static bool cw__reattach(cw_plugin_worker_t* w) {
     return ok;
   }
   w->connecting = true;
-  char* address = strdup(w->address);
+  char* address = strdup(cw_plugin_worker_address(w));
   uint32_t epoch = atomic_load_explicit(&w->epoch, memory_order_acquire);
   cw_client_t* conn = NULL;
   // The worker closes the lost link before it answers (our key proves the
@@ -239,7 +239,7 @@ static bool cw__reattach(cw_plugin_worker_t* w) {
     atomic_store_explicit(&w->link_lost, false, memory_order_release);
     cw__set_reason(w, "worker %s (%s) is reachable again, but this session's arrays there are "
                    "gone (the worker restarted or the session ended there); start the job again",
-                   w->name, w->address);
+                   w->name, cw_plugin_worker_address(w));
     s = cw_make_status(CW_UNAVAILABLE, "session gone");
   }
   if (other_life) {
@@ -431,7 +431,7 @@ bool cw_plugin_health_revive(cw_plugin_worker_t* w) {
   // Only the address joined: a resumed controller may have named another
   // one under this incarnation meanwhile (cw_plugin_resume.c), for the next call.
   if (w->next_incarnation == incarnation && w->next_address &&
-      strcmp(w->next_address, w->address) == 0) {
+      strcmp(w->next_address, cw_plugin_worker_address(w)) == 0) {
     free(w->next_address);
     w->next_address = NULL;
   }

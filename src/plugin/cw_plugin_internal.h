@@ -43,7 +43,9 @@ typedef struct cw_plugin_worker_s {
   cw_plugin_client_t* client;
   uint32_t index;
   char* name;
-  char* address;
+  // Replaced with the connection (under send_mu); read by any thread with
+  // cw_plugin_worker_address. The old text stays in `retired`.
+  _Atomic(char*) address;
   uint32_t island;
   // Direct connection in the session. Replaced (under send_mu) when the
   // worker is: readers load it atomically; the old one stays valid in
@@ -111,6 +113,12 @@ typedef struct cw_plugin_worker_s {
   }* relayed_seqs;
   size_t n_relayed_seqs, cap_relayed_seqs;
 } cw_plugin_worker_t;
+
+// The worker's address now (the text stays readable for retire_grace_ms
+// after a replacement swaps it).
+static inline const char* cw_plugin_worker_address(const cw_plugin_worker_t* w) {
+  return atomic_load_explicit(&w->address, memory_order_acquire);
+}
 
 // One memory of a device, as its worker's plugin has it ("device",
 // "pinned_host", ...; cw_plugin_device.h).

@@ -474,7 +474,7 @@ static cw_status_t cw__apply_info(cw_plugin_client_t* c, const Causeway__V1__Ses
     bool moved = false;
     pthread_mutex_lock(&w->mu);
     w->incarnation = wi->incarnation;
-    if (wi->address && wi->address[0] && strcmp(wi->address, w->address) != 0) {
+    if (wi->address && wi->address[0] && strcmp(wi->address, cw_plugin_worker_address(w)) != 0) {
       // Replaced while the controller was away: reconnect there on next use.
       char* address = strdup(wi->address);
       if (address) {
@@ -502,7 +502,7 @@ static cw_status_t cw__apply_info(cw_plugin_client_t* c, const Causeway__V1__Ses
     if (moved) {
       char why[512];
       snprintf(why, sizeof(why), "worker %s (%s) is unavailable: it was replaced by one at %s "
-               "while the controller restarted", w->name, w->address, wi->address);
+               "while the controller restarted", w->name, cw_plugin_worker_address(w), wi->address);
       atomic_store(&w->worker_down, true);  // no reattach to the old one (cw_plugin_health.c)
       cw_plugin_worker_mark_dead(w, why);
       cw_client_t* conn = w->conn;

@@ -44,16 +44,18 @@ cw_status_t cw_plugin_worker_initialize(cw_plugin_worker_t* w, cw_plugin_client_
   atomic_init(&w->seq, 0);
   atomic_init(&w->dead, false);
   w->name = strdup(wi->name && wi->name[0] ? wi->name : "?");
-  w->address = strdup(wi->address ? wi->address : "");
+  atomic_init(&w->address, strdup(wi->address ? wi->address : ""));
   w->incarnation = wi->incarnation;
   atomic_init(&w->epoch, 0);
-  if (!w->name || !w->address) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  if (!w->name || !cw_plugin_worker_address(w)) {
+    return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
+  }
   return cw_ok_status();
 }
 
 void cw_plugin_worker_deinitialize(cw_plugin_worker_t* w) {
   free(w->name);
-  free(w->address);
+  free(atomic_load_explicit(&w->address, memory_order_relaxed));
   free(w->dead_reason);
   free(w->deferred_error);
   free(w->pending_deletes);  // the session's end frees them on the worker
@@ -114,7 +116,7 @@ static cw_status_t cw__stale_status(const cw_plugin_worker_t* w, uint16_t type) 
   return cw_make_status(CW_UNAVAILABLE,
                         "worker %s (%s) was replaced: the buffers this %s names "
                         "lived on the lost worker and their contents are gone; upload them again",
-                        w->name, w->address, cw_msg_type_name(type));
+                        w->name, cw_plugin_worker_address(w), cw_msg_type_name(type));
 }
 
 cw_status_t cw_plugin_worker_check(cw_plugin_worker_t* w) {
@@ -125,7 +127,7 @@ cw_status_t cw_plugin_worker_check(cw_plugin_worker_t* w) {
   cw_status_t s = cw__names_worker(w, why)
                       ? cw_make_status(CW_UNAVAILABLE, "%s", why)
                       : cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable: %s", w->name,
-                                       w->address, why);
+                                       cw_plugin_worker_address(w), why);
   pthread_mutex_unlock(&w->mu);
   return s;
 }
@@ -136,7 +138,8 @@ cw_status_t cw_plugin_worker_map_error(cw_plugin_worker_t* w, cw_status_t status
   if (cw__names_worker(w, msg)) return status;  // already named
   // The client library reports a lost connection as "... <address> ...": the
   // worker is gone (a peer's failure names the peer's address instead).
-  bool own = strstr(msg, w->address) != NULL;
+  const char* address = cw_plugin_worker_address(w);
+  bool own = strstr(msg, address) != NULL;
   // Unless the current link works: the loss was an older connection's,
   // reported after a reattach put this one in its place, or the
   // controller's link to the worker (a relayed request).
@@ -148,9 +151,9 @@ cw_status_t cw_plugin_worker_map_error(cw_plugin_worker_t* w, cw_status_t status
   // A SEND the worker could not deliver: the path to its peer failed, not it.
   cw_status_t out = !own && !strncmp(msg, "SEND ", 5)
                         ? cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is up, but its copy to "
-                                         "another worker failed: %s", w->name, w->address, msg)
+                                         "another worker failed: %s", w->name, address, msg)
                         : cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable: %s",
-                                         w->name, w->address, msg);
+                                         w->name, address, msg);
   cw_status_free(status);
   return out;
 }
@@ -169,7 +172,7 @@ static void cw__worker_defer_error(cw_plugin_worker_t* w, const char* what, cw_s
   if (!w->deferred_error) {
     char m[1024];
     snprintf(m, sizeof(m), "worker %s (%s): an earlier pipelined %s failed (%s): %s", w->name,
-             w->address, what, cw_status_code_name(cw_status_code(status)),
+             cw_plugin_worker_address(w), what, cw_status_code_name(cw_status_code(status)),
              cw_status_message(status));
     w->deferred_error = strdup(m);
     w->deferred_code = (int)cw_status_code(status);
