@@ -433,6 +433,21 @@ static void expect_launches(int fd, uint64_t rid, uint64_t queued, uint64_t held
   }
 }
 
+// A client connection `c` of a new session that compiled k_mlir as `exe`,
+// and `k`, a controller's link in that session (which keeps it).
+static void session_with_program(uint64_t* session, int* c, int* k, uint64_t exe) {
+  *c = open_session(&g_plain, session);
+  *k = conn_open(&g_plain);
+  hello_as(*k, NULL, CAUSEWAY__V1__ROLE__ROLE_CONTROLLER, *session, NULL);
+  Causeway__V1__CompileRequest cm = CAUSEWAY__V1__COMPILE_REQUEST__INIT;
+  cm.exe_id = exe;
+  cm.format = "mlir";
+  cm.code.data = (uint8_t*)k_mlir;
+  cm.code.len = strlen(k_mlir);
+  assert_true(send_msg(*c, T_COMPILE, 2, &cm.base, NULL, 0));
+  expect_ack(*c, "COMPILE", T_COMPILE, 2);
+}
+
 // ADMIN_HOLD keeps a session's launches queued on their connections. The
 // connection that sent them closing while the session stays (the
 // controller's link keeps it): they fail CANCELLED (their outputs say so to
@@ -441,16 +456,8 @@ static void expect_launches(int fd, uint64_t rid, uint64_t queued, uint64_t held
 static void test_paused_launches_of_a_closed_connection(void** state) {
   (void)state;
   uint64_t session = 0;
-  int c = open_session(&g_plain, &session);
-  int k = conn_open(&g_plain);
-  hello_as(k, NULL, CAUSEWAY__V1__ROLE__ROLE_CONTROLLER, session, NULL);
-  Causeway__V1__CompileRequest cm = CAUSEWAY__V1__COMPILE_REQUEST__INIT;
-  cm.exe_id = 700;
-  cm.format = "mlir";
-  cm.code.data = (uint8_t*)k_mlir;
-  cm.code.len = strlen(k_mlir);
-  assert_true(send_msg(c, T_COMPILE, 2, &cm.base, NULL, 0));
-  expect_ack(c, "COMPILE", T_COMPILE, 2);
+  int c = -1, k = -1;
+  session_with_program(&session, &c, &k, 700);
   upload_f32(c, 3, 10, 4);
   expect_launches(k, 2, 0, 0, "before the hold");
   // A hold names the session of the connection it comes on.
@@ -489,16 +496,8 @@ static void test_paused_launches_of_a_closed_connection(void** state) {
 static void test_queued_launch_of_a_closed_connection_counts(void** state) {
   (void)state;
   uint64_t session = 0;
-  int c = open_session(&g_plain, &session);
-  int k = conn_open(&g_plain);
-  hello_as(k, NULL, CAUSEWAY__V1__ROLE__ROLE_CONTROLLER, session, NULL);
-  Causeway__V1__CompileRequest cm = CAUSEWAY__V1__COMPILE_REQUEST__INIT;
-  cm.exe_id = 710;
-  cm.format = "mlir";
-  cm.code.data = (uint8_t*)k_mlir;
-  cm.code.len = strlen(k_mlir);
-  assert_true(send_msg(c, T_COMPILE, 2, &cm.base, NULL, 0));
-  expect_ack(c, "COMPILE", T_COMPILE, 2);
+  int c = -1, k = -1;
+  session_with_program(&session, &c, &k, 710);
   Causeway__V1__ExpectRequest e = CAUSEWAY__V1__EXPECT_REQUEST__INIT;
   e.buffer_id = 40;
   assert_true(send_msg(c, T_EXPECT, 3, &e.base, NULL, 0));
