@@ -526,6 +526,8 @@ cw_status_t cw_settings_parse_args(cw_settings_t* settings, int argc, char** arg
       value = eq + 1;
     } else if (k >= 0 && cw__defs[k].type == CW_SETTING_BOOL) {
       value = "1";  // a bare boolean flag
+    } else if (k < 0 || cw__defs[k].secret) {
+      value = "";  // refused by name below, whatever follows ("--bogus" last said "needs a value")
     } else {
       if (i + 1 >= argc) return cw_make_status(CW_INVALID_ARGUMENT, "--%s needs a value", name);
       value = argv[++i];

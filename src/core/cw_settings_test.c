@@ -56,6 +56,17 @@ static void test_settings(void** state) {
                "--token may not be given on the command line; set CAUSEWAY_TOKEN or use a file");
   expect_error(cw_settings_set(&s, "no-such", "1", true), CW_INVALID_ARGUMENT,
                "unknown setting --no-such (see --help)");
+  // An unknown or secret flag last on the line is refused by name, not for
+  // want of a value.
+  char* last_unknown[] = {"prog", "--no-such"};
+  expect_error(cw_settings_parse_args(&s, 2, last_unknown), CW_INVALID_ARGUMENT,
+               "unknown setting --no-such (see --help)");
+  char* last_secret[] = {"prog", "--token"};
+  expect_error(cw_settings_parse_args(&s, 2, last_secret), CW_INVALID_ARGUMENT,
+               "--token may not be given on the command line; set CAUSEWAY_TOKEN or use a file");
+  char* needs[] = {"prog", "--devices"};
+  expect_error(cw_settings_parse_args(&s, 2, needs), CW_INVALID_ARGUMENT,
+               "--devices needs a value");
   // Decimal, or hexadecimal after 0x; a leading zero is not octal.
   assert_null(cw_settings_set(&s, "devices", "010", true));
   assert_int_equal(cw_settings_int(&s, CW_SET_DEVICES), 10);
