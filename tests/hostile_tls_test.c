@@ -212,17 +212,40 @@ static void done(int kind, int d, int fd) {
   g_count[kind][d]++;
 }
 
+// A case sent and not yet seen closed. The silent ones wait out the
+// daemons' HELLO deadline (5 s), so each test starts them first and checks
+// them last: they run side by side with each other and the other cases.
+typedef struct pending_s {
+  int kind, d, fd;
+  int64_t start;
+  bool flight;
+  SSL_CTX* ctx;  // after_start's cases: the TLS session to read the close from
+  SSL* ssl;
+  char label[160];
+} pending_t;
+
+// Sends `len` bytes (then EOF when `eof`); bytes_finish expects the close.
+static pending_t bytes_start(int kind, int d, const char* what, const void* data, size_t len,
+                             bool eof, bool flight) {
+  pending_t p = {.kind = kind, .d = d, .flight = flight};
+  snprintf(p.label, sizeof p.label, "%s (%s)", what, k_daemon[d]);
+  p.fd = conn_open(g_daemons[d]);
+  p.start = cw_time_now_ms();
+  if (len) (void)send_all(p.fd, data, len);
+  if (eof) shutdown(p.fd, SHUT_WR);
+  return p;
+}
+
+static void bytes_finish(pending_t* p) {
+  expect_closed_or_alert(p->fd, p->label, p->start, p->flight);
+  done(p->kind, p->d, p->fd);
+}
+
 // Sends `len` bytes (then EOF when `eof`) and expects the close.
 static void bytes_case_flight(int kind, int d, const char* what, const void* data, size_t len,
                               bool eof, bool flight) {
-  char label[160];
-  snprintf(label, sizeof label, "%s (%s)", what, k_daemon[d]);
-  int fd = conn_open(g_daemons[d]);
-  int64_t start = cw_time_now_ms();
-  if (len) (void)send_all(fd, data, len);
-  if (eof) shutdown(fd, SHUT_WR);
-  expect_closed_or_alert(fd, label, start, flight);
-  done(kind, d, fd);
+  pending_t p = bytes_start(kind, d, what, data, len, eof, flight);
+  bytes_finish(&p);
 }
 
 static void bytes_case(int kind, int d, const char* what, const void* data, size_t len, bool eof) {
@@ -231,6 +254,11 @@ static void bytes_case(int kind, int d, const char* what, const void* data, size
 
 static void test_not_tls(void** state) {
   (void)state;
+  pending_t silent[D_COUNT];
+  for (int d = 0; d < D_COUNT; ++d) {
+    silent[d] = bytes_start(K_PLAIN, d, "connect, then silence (HELLO deadline)", NULL, 0, false,
+                            false);
+  }
   for (int d = 0; d < D_COUNT; ++d) {
     // A causeway peer with TLS off is told the cure in plaintext.
     char label[160];
@@ -265,8 +293,8 @@ static void test_not_tls(void** state) {
     static const uint8_t v2[] = {0x80, 0x2e, 0x01, 0x00, 0x02, 0x00, 0x15, 0x00, 0x00, 0x00, 0x10};
     bytes_case(K_PLAIN, d, "an SSLv2 ClientHello", v2, sizeof v2, false);
     bytes_case(K_PLAIN, d, "connect, then EOF", NULL, 0, true);
-    bytes_case(K_PLAIN, d, "connect, then silence (HELLO deadline)", NULL, 0, false);
   }
+  for (int d = 0; d < D_COUNT; ++d) bytes_finish(&silent[d]);
 }
 
 static void test_records(void** state) {
@@ -282,6 +310,11 @@ static void test_records(void** state) {
   static const uint8_t empty[] = {22, 3, 1, 0, 0};
   static uint8_t junk[5 + 200] = {22, 3, 1, 0, 200};
   for (size_t i = 5; i < sizeof junk; ++i) junk[i] = (uint8_t)(i * 37 + 11);
+  pending_t silent[D_COUNT];  // the daemon waits for the rest of the ClientHello
+  for (int d = 0; d < D_COUNT; ++d) {
+    silent[d] = bytes_start(K_RECORDS, d, "an empty handshake record", empty, sizeof empty, false,
+                            false);
+  }
   for (int d = 0; d < D_COUNT; ++d) {
     bytes_case(K_RECORDS, d, "a ChangeCipherSpec record first", ccs, sizeof ccs, false);
     bytes_case(K_RECORDS, d, "an alert record first", alert, sizeof alert, false);
@@ -289,9 +322,9 @@ static void test_records(void** state) {
                false);
     bytes_case(K_RECORDS, d, "a heartbeat record", heartbeat, sizeof heartbeat, false);
     bytes_case(K_RECORDS, d, "a handshake record of 65535 bytes", huge, sizeof huge, false);
-    bytes_case(K_RECORDS, d, "an empty handshake record", empty, sizeof empty, false);
     bytes_case(K_RECORDS, d, "a handshake record of junk", junk, sizeof junk, false);
   }
+  for (int d = 0; d < D_COUNT; ++d) bytes_finish(&silent[d]);
 }
 
 static void test_client_hello(void** state) {
@@ -303,15 +336,21 @@ static void test_client_hello(void** state) {
   uint8_t* ch12;
   size_t n12 = client_hello_bytes(ctx12, &ch12);
   uint8_t* bad = malloc(n * 2);
+  pending_t silent[D_COUNT][3];
   for (int d = 0; d < D_COUNT; ++d) {
-    bytes_case(K_CLIENT_HELLO, d, "half a ClientHello, then EOF", ch, n / 2, true);
-    bytes_case(K_CLIENT_HELLO, d, "half a ClientHello, then silence", ch, n / 2, false);
-    bytes_case(K_CLIENT_HELLO, d, "a record header alone, then silence", ch, 5, false);
-    bytes_case(K_CLIENT_HELLO, d, "a ClientHello offering TLS 1.2 at most", ch12, n12, false);
+    silent[d][0] = bytes_start(K_CLIENT_HELLO, d, "half a ClientHello, then silence", ch, n / 2,
+                               false, false);
+    silent[d][1] = bytes_start(K_CLIENT_HELLO, d, "a record header alone, then silence", ch, 5,
+                               false, false);
     // The handshake message's length one more than the record holds.
     memcpy(bad, ch, n);
     bad[8]++;
-    bytes_case(K_CLIENT_HELLO, d, "a ClientHello longer than its record", bad, n, false);
+    silent[d][2] = bytes_start(K_CLIENT_HELLO, d, "a ClientHello longer than its record", bad, n,
+                               false, false);
+  }
+  for (int d = 0; d < D_COUNT; ++d) {
+    bytes_case(K_CLIENT_HELLO, d, "half a ClientHello, then EOF", ch, n / 2, true);
+    bytes_case(K_CLIENT_HELLO, d, "a ClientHello offering TLS 1.2 at most", ch12, n12, false);
     // Its body (after the version and random) overwritten with 0xff.
     memcpy(bad, ch, n);
     memset(bad + 43, 0xff, n - 43);
@@ -325,6 +364,9 @@ static void test_client_hello(void** state) {
     memcpy(bad + n, ch, n);
     bytes_case_flight(K_CLIENT_HELLO, d, "two ClientHellos back to back", bad, 2 * n, false,
                       true);
+  }
+  for (int d = 0; d < D_COUNT; ++d) {
+    for (int i = 0; i < 3; ++i) bytes_finish(&silent[d][i]);
   }
   free(bad);
   free(ch);
@@ -362,49 +404,60 @@ static void test_certificates(void** state) {
   SSL_CTX_free(none);
 }
 
-// A good handshake, then `data` straight on the socket (`raw`) or inside TLS.
-static void after_case(int d, const char* what, const void* data, size_t len, bool raw,
-                       bool eof) {
-  char label[160];
-  snprintf(label, sizeof label, "%s (%s)", what, k_daemon[d]);
-  SSL_CTX* ctx = client_ctx(TP_CA, TP_CLI, false);
-  int fd = conn_open(g_daemons[d]);
-  SSL* ssl = SSL_new(ctx);
-  SSL_set_fd(ssl, fd);
-  int64_t start = cw_time_now_ms();
-  if (SSL_connect(ssl) != 1) fail_msg("%s: the handshake failed", label);
+// A good handshake, then `data` straight on the socket (`raw`) or inside
+// TLS; after_finish expects the close.
+static pending_t after_start(int d, const char* what, const void* data, size_t len, bool raw,
+                             bool eof) {
+  pending_t p = {.kind = K_AFTER, .d = d};
+  snprintf(p.label, sizeof p.label, "%s (%s)", what, k_daemon[d]);
+  p.ctx = client_ctx(TP_CA, TP_CLI, false);
+  p.fd = conn_open(g_daemons[d]);
+  p.ssl = SSL_new(p.ctx);
+  SSL_set_fd(p.ssl, p.fd);
+  p.start = cw_time_now_ms();
+  if (SSL_connect(p.ssl) != 1) fail_msg("%s: the handshake failed", p.label);
   if (len) {
-    if (raw) send_all(fd, data, len);
-    else assert_true(ssl_write_all(ssl, data, len));
+    if (raw) send_all(p.fd, data, len);
+    else assert_true(ssl_write_all(p.ssl, data, len));
   }
-  if (eof) shutdown(fd, SHUT_WR);
+  if (eof) shutdown(p.fd, SHUT_WR);
+  return p;
+}
+
+static void after_finish(pending_t* c) {
   // Closed: SSL_read ends (close_notify, EOF or an error), at most a
   // causeway ERROR reply decrypted before that.
   uint8_t buf[4096];
   size_t got = 0, total = 0;
-  int64_t deadline = start + CLOSE_TIMEOUT_MS;
+  int64_t deadline = c->start + CLOSE_TIMEOUT_MS;
   for (;;) {
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    if (SSL_pending(ssl) == 0 && poll(&p, 1, (int)(deadline - cw_time_now_ms())) <= 0) {
-      fail_msg("%s: not closed within %d ms", label, CLOSE_TIMEOUT_MS);
+    struct pollfd p = {.fd = c->fd, .events = POLLIN};
+    if (SSL_pending(c->ssl) == 0 && poll(&p, 1, (int)(deadline - cw_time_now_ms())) <= 0) {
+      fail_msg("%s: not closed within %d ms", c->label, CLOSE_TIMEOUT_MS);
     }
-    int r = SSL_read_ex(ssl, buf, sizeof buf, &got);
+    int r = SSL_read_ex(c->ssl, buf, sizeof buf, &got);
     if (r != 1) {
-      int e = SSL_get_error(ssl, r);
+      int e = SSL_get_error(c->ssl, r);
       if (e == SSL_ERROR_WANT_READ) continue;
       break;
     }
     if (total == 0 && got >= HDR && (get_le(buf + 8, 4) & F_ERROR) == 0) {
-      fail_msg("%s: a reply that is no ERROR", label);
+      fail_msg("%s: a reply that is no ERROR", c->label);
     }
     total += got;
   }
   ERR_clear_error();
-  fprintf(stderr, "[hostile]   %-60s -> %s in %lld ms\n", label,
-          total ? "ERROR reply, closed" : "closed", (long long)(cw_time_now_ms() - start));
-  SSL_free(ssl);
-  SSL_CTX_free(ctx);
-  done(K_AFTER, d, fd);
+  fprintf(stderr, "[hostile]   %-60s -> %s in %lld ms\n", c->label,
+          total ? "ERROR reply, closed" : "closed", (long long)(cw_time_now_ms() - c->start));
+  SSL_free(c->ssl);
+  SSL_CTX_free(c->ctx);
+  done(K_AFTER, c->d, c->fd);
+}
+
+static void after_case(int d, const char* what, const void* data, size_t len, bool raw,
+                       bool eof) {
+  pending_t p = after_start(d, what, data, len, raw, eof);
+  after_finish(&p);
 }
 
 static void test_after_handshake(void** state) {
@@ -416,6 +469,10 @@ static void test_after_handshake(void** state) {
   hdr_t h = hdr_of(T_PING, 9, 8, 0);
   uint8_t half[HDR + 4];
   hdr_encode(&h, half);
+  pending_t silent[D_COUNT];
+  for (int d = 0; d < D_COUNT; ++d) {
+    silent[d] = after_start(d, "TLS up, then silence (HELLO deadline)", NULL, 0, false, false);
+  }
   for (int d = 0; d < D_COUNT; ++d) {
     after_case(d, "TLS up, then junk inside TLS", junk, sizeof junk - 1, false, false);
     after_case(d, "TLS up, then a forged application record", plain_rec, sizeof plain_rec, true,
@@ -423,8 +480,8 @@ static void test_after_handshake(void** state) {
     after_case(d, "TLS up, then plaintext on the socket", not_rec, sizeof not_rec - 1, true,
                false);
     after_case(d, "TLS up, then half a frame and EOF", half, sizeof half, false, true);
-    after_case(d, "TLS up, then silence (HELLO deadline)", NULL, 0, false, false);
   }
+  for (int d = 0; d < D_COUNT; ++d) after_finish(&silent[d]);
 }
 
 // --- The worker as a TLS client ---------------------------------------------------------
