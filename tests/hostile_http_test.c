@@ -93,29 +93,54 @@ static void assert_http_serving(int d) {
   daemon_assert_serving(g_daemons[d], NULL);
 }
 
-// Sends `req` (len bytes; in pieces of `piece` bytes `gap_ms` apart when
-// piece > 0), half-closes when `eof`, and asserts the answer `want`: a status
-// code, CLOSED or RESET.
-static void http_case(int kind, int d, const char* what, const char* req, size_t len, bool eof,
-                      size_t piece, int gap_ms, int want) {
+// A case sent and not yet answered. The silent and slow ones wait out the
+// daemons' 5 s deadline, so the tests start those of both daemons first
+// and check them last: they run side by side.
+typedef struct hpending_s {
+  int kind, d, fd, want;
+  int64_t start;
+  bool gone;  // a send failed: the daemon closed on us
   char label[160];
-  snprintf(label, sizeof label, "%s (%s)", what, k_daemon[d]);
-  int fd = http_open(d);
-  int64_t start = cw_time_now_ms();
-  if (piece) {
-    for (size_t off = 0; off < len; off += piece) {
-      size_t k = len - off < piece ? len - off : piece;
-      if (send(fd, req + off, k, MSG_NOSIGNAL) != (ssize_t)k) break;  // closed on us
-      sleep_ms(gap_ms);
+} hpending_t;
+
+// Opens the case's connection and sends `req` (len bytes), then half-closes
+// when `eof`; http_finish asserts the answer `want`: a status code, CLOSED
+// or RESET.
+static hpending_t http_start(int kind, int d, const char* what, const char* req, size_t len,
+                             bool eof, int want) {
+  hpending_t p = {.kind = kind, .d = d, .want = want};
+  snprintf(p.label, sizeof p.label, "%s (%s)", what, k_daemon[d]);
+  p.fd = http_open(d);
+  p.start = cw_time_now_ms();
+  if (len) (void)send_all(p.fd, req, len);  // the daemon may answer and close before reading it all
+  if (eof) shutdown(p.fd, SHUT_WR);
+  return p;
+}
+
+// Sends `req` to each of `n` cases in pieces of `piece` bytes `gap_ms`
+// apart, each until the daemon closes on it.
+static void http_dribble(hpending_t* ps, int n, const char* req, size_t len, size_t piece,
+                         int gap_ms) {
+  for (size_t off = 0; off < len; off += piece) {
+    size_t k = len - off < piece ? len - off : piece;
+    bool any = false;
+    for (int i = 0; i < n; ++i) {
+      if (ps[i].gone) continue;
+      if (send(ps[i].fd, req + off, k, MSG_NOSIGNAL) != (ssize_t)k) ps[i].gone = true;
+      any = true;
     }
-  } else if (len) {
-    (void)send_all(fd, req, len);  // the daemon may answer and close before reading it all
+    if (!any) break;  // closed on us
+    sleep_ms(gap_ms);
   }
-  if (eof) shutdown(fd, SHUT_WR);
+}
+
+static void http_finish(hpending_t* p) {
   static char resp[65536];
   bool reset;
-  ssize_t n = read_to_eof(fd, resp, sizeof resp, CLOSE_TIMEOUT_MS, &reset);
-  close(fd);
+  ssize_t n = read_to_eof(p->fd, resp, sizeof resp, CLOSE_TIMEOUT_MS, &reset);
+  close(p->fd);
+  const char* label = p->label;
+  int want = p->want;
   if (n < 0) fail_msg("%s: neither answered nor closed in %d ms", label, CLOSE_TIMEOUT_MS);
   int code = status_of(resp);
   bool ok = want == CLOSED ? n == 0 : want == RESET ? (code == 431 || (n == 0 && reset))
@@ -128,9 +153,17 @@ static void http_case(int kind, int d, const char* what, const char* req, size_t
   if (code && !strstr(resp, "\r\nConnection: close\r\n")) fail_msg("%s: %s", label, resp);
   fprintf(stderr, "[hostile]   %-58s -> %.*s in %lld ms\n", label,
           code ? (int)strcspn(resp, "\r") : 6, code ? resp : reset ? "reset " : "closed",
-          (long long)(cw_time_now_ms() - start));
-  assert_http_serving(d);
-  g_count[kind][d]++;
+          (long long)(cw_time_now_ms() - p->start));
+  assert_http_serving(p->d);
+  g_count[p->kind][p->d]++;
+}
+
+// Sends `req` (len bytes), half-closes when `eof`, and asserts the answer
+// `want`: a status code, CLOSED or RESET.
+static void http_case(int kind, int d, const char* what, const char* req, size_t len, bool eof,
+                      int want) {
+  hpending_t p = http_start(kind, d, what, req, len, eof, want);
+  http_finish(&p);
 }
 
 typedef struct hcase_s {
@@ -175,15 +208,30 @@ static const hcase_t k_cases[] = {
     {K_PEER, "connect, then EOF", "", 0, CLOSED, true},
 };
 
+// Only the deadline ends it: started first, checked last.
+static bool silent_case(const hcase_t* c) { return c->want == CLOSED && !c->eof; }
+
 static void test_table(void** state) {
   (void)state;
+  enum { N = sizeof k_cases / sizeof k_cases[0] };
+  hpending_t silent[D_COUNT * N];
+  int n = 0;
   for (int d = 0; d < D_COUNT; ++d) {
-    for (size_t i = 0; i < sizeof k_cases / sizeof k_cases[0]; ++i) {
+    for (size_t i = 0; i < N; ++i) {
       const hcase_t* c = &k_cases[i];
-      http_case(c->kind, d, c->what, c->req, c->len ? c->len : strlen(c->req), c->eof, 0, 0,
-                c->want);
+      if (!silent_case(c)) continue;
+      silent[n++] = http_start(c->kind, d, c->what, c->req, c->len ? c->len : strlen(c->req),
+                               c->eof, c->want);
     }
   }
+  for (int d = 0; d < D_COUNT; ++d) {
+    for (size_t i = 0; i < N; ++i) {
+      const hcase_t* c = &k_cases[i];
+      if (silent_case(c)) continue;
+      http_case(c->kind, d, c->what, c->req, c->len ? c->len : strlen(c->req), c->eof, c->want);
+    }
+  }
+  for (int i = 0; i < n; ++i) http_finish(&silent[i]);
 }
 
 static void test_oversize(void** state) {
@@ -195,8 +243,8 @@ static void test_oversize(void** state) {
   memcpy(big, "GET /healthz HTTP/1.1\r\n", 23);
   for (size_t i = 23; i < cap; ++i) big[i] = i % 64 == 63 ? '\n' : 'a';  // header lines, no blank
   for (int d = 0; d < D_COUNT; ++d) {
-    http_case(K_SIZE, d, "8192 bytes of headers, no blank line", big, 8192, false, 0, 0, 431);
-    http_case(K_SIZE, d, "256 KiB of headers", big, cap, false, 0, 0, RESET);
+    http_case(K_SIZE, d, "8192 bytes of headers, no blank line", big, 8192, false, 431);
+    http_case(K_SIZE, d, "256 KiB of headers", big, cap, false, RESET);
     // Paths above CW_HTTP_MAX_PATH (255 bytes).
     static const size_t paths[] = {256, 8000};
     for (size_t i = 0; i < 2; ++i) {
@@ -207,7 +255,7 @@ static void test_oversize(void** state) {
       int n = snprintf(line + 4 + paths[i], 60, " HTTP/1.1\r\n\r\n");
       char what[64];
       snprintf(what, sizeof what, "a %zu-byte path", paths[i]);
-      http_case(K_SIZE, d, what, line, 4 + paths[i] + (size_t)n, false, 0, 0, 400);
+      http_case(K_SIZE, d, what, line, 4 + paths[i] + (size_t)n, false, 400);
       free(line);
     }
   }
@@ -215,13 +263,19 @@ static void test_oversize(void** state) {
 }
 
 // A peer that says nothing, or a byte at a time: closed at the 5 s deadline.
+// Both daemons' peers of both kinds at once.
 static void test_slow_peers(void** state) {
   (void)state;
   static const char slow[] = "GET /healthz HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaa";
+  hpending_t silent[D_COUNT], dribble[D_COUNT];
   for (int d = 0; d < D_COUNT; ++d) {
-    http_case(K_PEER, d, "silent until the deadline", "", 0, false, 0, 0, CLOSED);
-    http_case(K_PEER, d, "a byte every 250 ms (slowloris)", slow, sizeof slow - 1, false, 1, 250,
-              CLOSED);
+    silent[d] = http_start(K_PEER, d, "silent until the deadline", "", 0, false, CLOSED);
+    dribble[d] = http_start(K_PEER, d, "a byte every 250 ms (slowloris)", "", 0, false, CLOSED);
+  }
+  http_dribble(dribble, D_COUNT, slow, sizeof slow - 1, 1, 250);
+  for (int d = 0; d < D_COUNT; ++d) {
+    http_finish(&silent[d]);
+    http_finish(&dribble[d]);
   }
 }
 
