@@ -5,6 +5,7 @@
 // fake peer.
 #include <dirent.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -57,12 +58,29 @@ static void script_hung(fake_t* f) {
   }
 }
 
+// The slow peer's INVENTORY (4 periods), on a thread while the hung peer
+// is checked: cmocka's assertions stay on the test's thread.
+typedef struct slow_call_s {
+  cw_client_t* c;
+  cw_status_t status;
+  Causeway__V1__Inventory* inv;
+} slow_call_t;
+
+static void* slow_inventory(void* arg) {
+  slow_call_t* call = arg;
+  call->status = cw_client_inventory(call->c, &call->inv);
+  return NULL;
+}
+
 static void test_liveness(void** state) {
   (void)state;
   // Roomy: the peer answers a PING sent half a period into a silence within
   // the other half. 400 ms left 200 ms, which a TSan build on a loaded 2-core
   // machine missed (the CI run of session 41: answered after 226 ms).
   const int period = 1500;
+  // The three peers are independent connections under one watchdog: the
+  // slow and the idle one share their quiet time, and the hung one is
+  // checked while the slow one's call waits (each wait is several periods).
   // Slow: pings keep the call alive past the period, and it succeeds, also
   // after a quiet time longer than the period with nothing owed.
   fake_t f = {.count = period};
@@ -71,35 +89,38 @@ static void test_liveness(void** state) {
   cw_client_t* c = NULL;
   cw_status_t s = cw_client_connect(f.path, &o, &c);
   if (s) fail_msg("connect: %s", cw_status_message(s));
-  // (3 periods: tv_nsec past a second made nanosleep fail at once, a review.)
-  struct timespec quiet = {.tv_sec = 3 * period / 1000, .tv_nsec = 3L * period % 1000 * 1000000L};
-  nanosleep(&quiet, NULL);
-  Causeway__V1__Inventory* inv = NULL;
-  s = cw_client_inventory(c, &inv);
-  if (s) fail_msg("a slow live peer: %s", cw_status_message(s));
-  assert_string_equal(inv->worker_name, "slow");
-  protobuf_c_message_free_unpacked(&inv->base, NULL);
-  cw_client_release(c);
-  fake_join(&f);
-  // Hung: the call fails UNAVAILABLE saying so, and so does what follows.
-  fake_t h = {0};
-  fake_start(&h, script_hung);
-  s = cw_client_connect(h.path, &o, &c);
-  if (s) fail_msg("connect: %s", cw_status_message(s));
-  expect_status(cw_client_ping(c), CW_UNAVAILABLE, "no answer from");
-  expect_status(cw_client_ping(c), CW_UNAVAILABLE, "no answer from");
-  cw_client_release(c);
-  fake_join(&h);
   // Quiet with nothing owed is not hung: the connection stays up.
   fake_t idle = {0};
   fake_start(&idle, script_pong);
-  s = cw_client_connect(idle.path, &o, &c);
+  cw_client_t* ic = NULL;
+  s = cw_client_connect(idle.path, &o, &ic);
   if (s) fail_msg("connect: %s", cw_status_message(s));
+  // (3 periods: tv_nsec past a second made nanosleep fail at once, a review.)
+  struct timespec quiet = {.tv_sec = 3 * period / 1000, .tv_nsec = 3L * period % 1000 * 1000000L};
   nanosleep(&quiet, NULL);
-  s = cw_client_ping(c);
+  s = cw_client_ping(ic);
   if (s) fail_msg("after an idle while: %s", cw_status_message(s));
-  cw_client_release(c);
+  cw_client_release(ic);
   fake_join(&idle);
+  slow_call_t call = {.c = c};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, slow_inventory, &call), 0);
+  // Hung: the call fails UNAVAILABLE saying so, and so does what follows.
+  fake_t h = {0};
+  fake_start(&h, script_hung);
+  cw_client_t* hc = NULL;
+  s = cw_client_connect(h.path, &o, &hc);
+  if (s) fail_msg("connect: %s", cw_status_message(s));
+  expect_status(cw_client_ping(hc), CW_UNAVAILABLE, "no answer from");
+  expect_status(cw_client_ping(hc), CW_UNAVAILABLE, "no answer from");
+  cw_client_release(hc);
+  fake_join(&h);
+  assert_int_equal(pthread_join(th, NULL), 0);
+  if (call.status) fail_msg("a slow live peer: %s", cw_status_message(call.status));
+  assert_string_equal(call.inv->worker_name, "slow");
+  protobuf_c_message_free_unpacked(&call.inv->base, NULL);
+  cw_client_release(c);
+  fake_join(&f);
 }
 
 static void sleep_ms(int ms) {
