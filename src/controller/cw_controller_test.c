@@ -768,8 +768,19 @@ static void test_watch_fd(void** state) {
   int wfd = -1;
   pid_t wpid = spawn_watched(wargv, &wfd);
   assert_true(wpid > 0);
-  cw_test_sleep_ms(1500);  // let both get going
-  close(wfd);               // as if the parent died
+  // Both going: the worker registered with the controller (a session sees it).
+  cw_client_t* c = NULL;
+  cw_status_t st;
+  int64_t until = cw_time_now_ms() + 30000;
+  while ((st = connect_to(sock, "watch-fd", 0, &c)) != NULL && cw_time_now_ms() < until) {
+    cw_status_free(st);
+    cw_test_sleep_ms(20);
+  }
+  ASSERT_OK(st);
+  free_msg(open_session(c, 1, 30000, &st));
+  ASSERT_OK(st);
+  cw_client_release(c);
+  close(wfd);  // as if the parent died
   close(cfd);
   int wcode = wait_exit(wpid, 20000);
   int ccode = wait_exit(cpid, 20000);
