@@ -102,11 +102,23 @@ static void test_stalled_worker_registers_again(void** state) {
   const char* ctl_args[] = {"--worker-timeout-ms", "500", NULL};
   start_registered(ctl_args, "stalls", &ctl, address, &w);
   kill(w.process.pid, SIGSTOP);
-  cw_test_sleep_ms(2000);  // declared dead after 500 ms without heartbeats
+  // Declared dead after 500 ms without heartbeats: polled (STATS), not slept.
+  cw_client_t* c = NULL;
+  ASSERT_OK(cw_client_connect(address, NULL, &c));
+  uint64_t timed_out = 0;
+  for (int i = 0; i < 3000 && timed_out == 0; ++i) {
+    Causeway__V1__Stats* st = NULL;
+    ASSERT_OK(cw_client_stats(c, &st));
+    timed_out = st->workers_timed_out;
+    protobuf_c_message_free_unpacked(&st->base, NULL);
+    if (timed_out == 0) cw_test_sleep_ms(10);
+  }
+  cw_client_release(c);
+  assert_int_equal(timed_out, 1);
   kill(w.process.pid, SIGCONT);
-  cw_test_sleep_ms(1000);
-  assert_int_equal(cw_test_process_wait(&w.process, 0), -1);  // still running
+  // It registers again (the session waits for it) and keeps running.
   expect_registered(address, "stalls", w.address);
+  assert_int_equal(cw_test_process_wait(&w.process, 0), -1);  // still running
   // The controller gone: the worker still exits.
   cw_test_process_kill(&ctl);
   assert_int_equal(cw_test_process_wait(&w.process, 30000), 0);
