@@ -208,10 +208,21 @@ static cw_status_t cw__exe_from_info(cw_plugin_client_t* c, uint64_t id,
     e->device_ptrs[i] = (PJRT_Device*)d;
     e->logical_ids[i].replica = (int)(i / e->num_partitions);
     e->logical_ids[i].partition = (int)(i % e->num_partitions);
-    if (i > 0 && d->worker != e->devices[0]->worker) {
+    const cw_plugin_device_t* d0 = e->devices[0];
+    if (i > 0 && d->worker != d0->worker && d->island == d0->island) {
+      // The controller placed it on an island of several workers (a
+      // multi-process plugin): its launches are parts the controller gangs,
+      // which this plugin's launch path does not make.
+      s = cw_make_status(CW_UNIMPLEMENTED,
+                         "executable %s runs on island %u, whose devices are on several workers "
+                         "(%s and %s): through JAX, causeway runs a program on one worker's "
+                         "devices; an island of several workers takes programs from causeway's "
+                         "client library (docs/jax.md)",
+                         e->name, d0->island, d0->worker->name, d->worker->name);
+    } else if (i > 0 && d->worker != d0->worker) {
       s = cw_make_status(CW_INVALID_ARGUMENT,
                          "executable spans workers %s and %s; a program runs within one island",
-                         e->devices[0]->worker->name, d->worker->name);
+                         d0->worker->name, d->worker->name);
     }
   }
   if (!s) e->worker = e->devices[0]->worker;

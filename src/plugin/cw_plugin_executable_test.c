@@ -1,6 +1,7 @@
 // The executable a compile reply describes, against a fake controller (the
 // client library's fake peer): outputs whose element type or shape no array
-// can have are refused with an error naming them. JAX CHECK-fails (aborts
+// can have, and devices of several workers, are refused with an error naming
+// them. JAX CHECK-fails (aborts
 // the process) on a PJRT_Buffer_Type it does not know, so these never reach
 // it (an audit: a controller's output dtype 999 killed the JAX process).
 #include <stdio.h>
@@ -13,9 +14,12 @@
 #include "cw_plugin_executable.h"
 #include "cw_plugin_internal.h"
 
-// What the fake controller's COMPILE reply says of its one output.
+// What the fake controller's COMPILE reply says of its one output, and the
+// devices it runs on (none: not said).
 static Causeway__V1__DType g_dtype;
 static int64_t g_dims[2];
+static int32_t* g_devices;
+static size_t g_num_devices;
 
 static void script_compile(fake_t* f) {
   frame_t fr;
@@ -33,6 +37,9 @@ static void script_compile(fake_t* f) {
       info.n_output_dtypes = 1;
       info.output_dims = dimp;
       info.n_output_dims = 1;
+      info.devices = g_devices;
+      info.n_devices = g_num_devices;
+      info.num_partitions = (uint32_t)g_num_devices;
       Causeway__V1__CompileReply r = CAUSEWAY__V1__COMPILE_REPLY__INIT;
       r.info = &info;
       ok = fake_reply(f, &fr, &r.base, NULL, 0);
@@ -44,16 +51,16 @@ static void script_compile(fake_t* f) {
   }
 }
 
-// Compiles through a client whose controller is the fake; the error's text
-// must hold `want`.
-static void expect_refused(int32_t dtype, int64_t d0, int64_t d1, const char* want) {
+// Compiles through client `c` whose controller is the fake; the error's
+// text must hold `want`.
+static void expect_refused_by(cw_plugin_client_t* cp, int32_t dtype, int64_t d0, int64_t d1,
+                              const char* want) {
   g_dtype = (Causeway__V1__DType)dtype;
   g_dims[0] = d0;
   g_dims[1] = d1;
   fake_t f = {0};
   fake_start(&f, script_compile);
-  cw_plugin_client_t c;
-  memset(&c, 0, sizeof(c));
+  cw_plugin_client_t c = *cp;
   c.ctrl = connect_ok(&f);
   static const char code[] = "module {}";
   PJRT_Program prog = {.struct_size = sizeof(prog), .code = (char*)code,
@@ -75,6 +82,12 @@ static void expect_refused(int32_t dtype, int64_t d0, int64_t d1, const char* wa
   fake_join(&f);
 }
 
+static void expect_refused(int32_t dtype, int64_t d0, int64_t d1, const char* want) {
+  cw_plugin_client_t c;
+  memset(&c, 0, sizeof(c));
+  expect_refused_by(&c, dtype, d0, d1, want);
+}
+
 static void test_outputs_no_array_can_have(void** state) {
   (void)state;
   expect_refused(999, 2, 3,
@@ -85,9 +98,44 @@ static void test_outputs_no_array_can_have(void** state) {
                  "output 0 of jit_f");
 }
 
+// A program the controller placed on an island of several workers (a
+// multi-process plugin's): refused by name, not as a program over islands.
+static void test_island_of_several_workers(void** state) {
+  (void)state;
+  cw_plugin_worker_t workers[3];
+  cw_plugin_device_t devices[3];
+  memset(workers, 0, sizeof(workers));
+  memset(devices, 0, sizeof(devices));
+  const char* names[3] = {"gang0", "gang1", "solo"};
+  for (int i = 0; i < 3; ++i) {
+    workers[i].name = (char*)names[i];
+    workers[i].island = i < 2 ? 4 : 5;
+    devices[i].global_id = i;
+    devices[i].worker = &workers[i];
+    devices[i].island = workers[i].island;
+  }
+  cw_plugin_client_t c;
+  memset(&c, 0, sizeof(c));
+  c.devices = devices;
+  c.num_devices = 3;
+  int32_t on_island[2] = {0, 1};
+  g_devices = on_island;
+  g_num_devices = 2;
+  expect_refused_by(&c, CAUSEWAY__V1__DTYPE__DTYPE_F32, 2, 3,
+                    "executable jit_f runs on island 4, whose devices are on several workers "
+                    "(gang0 and gang1)");
+  int32_t over_islands[2] = {1, 2};
+  g_devices = over_islands;
+  expect_refused_by(&c, CAUSEWAY__V1__DTYPE__DTYPE_F32, 2, 3,
+                    "executable spans workers gang1 and solo; a program runs within one island");
+  g_devices = NULL;
+  g_num_devices = 0;
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_outputs_no_array_can_have),
+      cmocka_unit_test(test_island_of_several_workers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
