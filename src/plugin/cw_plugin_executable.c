@@ -259,6 +259,27 @@ static cw_status_t cw__exe_from_info(cw_plugin_client_t* c, uint64_t id,
   return cw_ok_status();
 }
 
+static void cw__refused_deleted(void* user, cw_status_t status, const ProtobufCMessage* reply) {
+  (void)user;
+  (void)reply;
+  cw_status_free(status);  // a controller lost meanwhile forgets it with the session
+}
+
+// A compiled program this client refused (its description is one no
+// executable here can have): DELETE through the controller, which drops it
+// from every worker it loaded it on.
+static void cw__forget_refused(cw_plugin_client_t* c, uint64_t exe_id) {
+  cw_client_t* ctrl = NULL;
+  uint64_t gen = 0;
+  cw_status_free(cw_plugin_ctrl_now(c, &ctrl, &gen));
+  if (!ctrl) return;
+  Causeway__V1__DeleteRequest del = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+  del.n_ids = 1;
+  del.ids = &exe_id;
+  cw_status_free(cw_client_send(ctrl, CW_MSG_DELETE, &del.base, NULL, 0, NULL,
+                                cw__refused_deleted, NULL, NULL));
+}
+
 // Compiles `code` through the controller into a loaded executable that keeps
 // the program and options for PJRT_Executable_Serialize.
 static cw_status_t cw__compile(cw_plugin_client_t* c, const char* format, const uint8_t* code,
@@ -295,8 +316,13 @@ static cw_status_t cw__compile(cw_plugin_client_t* c, const char* format, const 
     s = cw__exe_from_info(c, r->exe_id ? r->exe_id : req.exe_id, r->info, (const char*)options,
                           req.compile_options.len, &e);
   }
+  uint64_t exe_id = r->exe_id ? r->exe_id : req.exe_id;
   protobuf_c_message_free_unpacked(reply, NULL);
-  if (s) return s;
+  if (s) {
+    // Loaded on its workers all the same: dropped now, not at the session's end.
+    cw__forget_refused(c, exe_id);
+    return s;
+  }
   e->source_format = strdup(format);
   e->source = malloc(code_size ? code_size : 1);
   if (!e->source_format || !e->source) {

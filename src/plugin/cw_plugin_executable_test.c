@@ -1,9 +1,10 @@
 // The executable a compile reply describes, against a fake controller (the
 // client library's fake peer): outputs whose element type or shape no array
 // can have, and devices of several workers, are refused with an error naming
-// them. JAX CHECK-fails (aborts
-// the process) on a PJRT_Buffer_Type it does not know, so these never reach
-// it (an audit: a controller's output dtype 999 killed the JAX process).
+// them, and the program is dropped from the workers the controller loaded it
+// on. JAX CHECK-fails (aborts the process) on a PJRT_Buffer_Type it does not
+// know, so these never reach it (an audit: a controller's output dtype 999
+// killed the JAX process).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,12 +21,17 @@ static Causeway__V1__DType g_dtype;
 static int64_t g_dims[2];
 static int32_t* g_devices;
 static size_t g_num_devices;
+// The ids the fake controller was asked to DELETE, and how many.
+static uint64_t g_deleted[8];
+static size_t g_num_deleted;
+static uint64_t g_compiled;  // the COMPILE's exe_id
 
 static void script_compile(fake_t* f) {
   frame_t fr;
   while (fake_read(f, &fr)) {
     bool ok;
     if (fr.h.type == CW_MSG_COMPILE) {
+      g_compiled = ((const Causeway__V1__CompileRequest*)fr.msg)->exe_id;
       Causeway__V1__Int64List dims = CAUSEWAY__V1__INT64_LIST__INIT;
       dims.values = g_dims;
       dims.n_values = 2;
@@ -44,6 +50,12 @@ static void script_compile(fake_t* f) {
       r.info = &info;
       ok = fake_reply(f, &fr, &r.base, NULL, 0);
     } else {
+      if (fr.h.type == CW_MSG_DELETE) {
+        const Causeway__V1__DeleteRequest* d = (const Causeway__V1__DeleteRequest*)fr.msg;
+        for (size_t i = 0; d && i < d->n_ids && g_num_deleted < 8; ++i) {
+          g_deleted[g_num_deleted++] = d->ids[i];
+        }
+      }
       ok = fake_ack(f, &fr);
     }
     frame_free(&fr);
@@ -80,6 +92,10 @@ static void expect_refused_by(cw_plugin_client_t* cp, int32_t dtype, int64_t d0,
   cw_plugin_error_destroy(&d);
   cw_client_release(c.ctrl);
   fake_join(&f);
+  // Compiled and loaded on the workers all the same: dropped there.
+  assert_int_equal(g_num_deleted, 1);
+  assert_int_equal(g_deleted[0], g_compiled);
+  g_num_deleted = 0;
 }
 
 static void expect_refused(int32_t dtype, int64_t d0, int64_t d1, const char* want) {
