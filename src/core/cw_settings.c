@@ -561,14 +561,14 @@ static cw_status_t cw__token_set_add(cw_token_set_t* set, const char* token, con
 
 // A token file's lines into `out` (a rotation lists the other token after
 // the first); too many or too long lines are refused, not cut.
-cw_status_t cw_token_set_read_file(const char* path, cw_token_set_t* out) {
+static cw_status_t cw__token_file_read(const char* path, bool warn_mode, cw_token_set_t* out) {
   memset(out, 0, sizeof(*out));
   FILE* f = fopen(path, "r");
   if (!f) {
     return cw_make_status(CW_NOT_FOUND, "token file %s: %s", path, strerror(errno));
   }
   struct stat sb;
-  if (fstat(fileno(f), &sb) == 0 && (sb.st_mode & 077)) {
+  if (warn_mode && fstat(fileno(f), &sb) == 0 && (sb.st_mode & 077)) {
     CW_LOGW("token file %s is readable by group or others (mode %03o); chmod 600 it", path,
             (unsigned)(sb.st_mode & 0777));
   }
@@ -599,6 +599,10 @@ cw_status_t cw_token_set_read_file(const char* path, cw_token_set_t* out) {
   return st;
 }
 
+cw_status_t cw_token_set_read_file(const char* path, cw_token_set_t* out) {
+  return cw__token_file_read(path, true, out);
+}
+
 cw_status_t cw_settings_read_tokens(const cw_settings_t* settings, cw_token_set_t* out) {
   memset(out, 0, sizeof(*out));
   if (settings->given[CW_SET_TOKEN]) {
@@ -610,18 +614,22 @@ cw_status_t cw_settings_read_tokens(const cw_settings_t* settings, cw_token_set_
   return cw_token_set_read_file(path, out);
 }
 
-cw_status_t cw_settings_load_token(cw_settings_t* settings) {
+static cw_status_t cw__load_token(cw_settings_t* settings, bool warn_mode) {
   if (cw_settings_string(settings, CW_SET_TOKEN)[0]) return cw_ok_status();
   const char* path = cw_settings_string(settings, CW_SET_TOKEN_FILE);
   if (!path[0]) return cw_ok_status();
   cw_token_set_t set;
-  CW_RETURN_IF_ERROR(cw_token_set_read_file(path, &set), "");
+  CW_RETURN_IF_ERROR(cw__token_file_read(path, warn_mode, &set), "");
   char* token = strdup(set.tokens[0]);
   cw_token_set_clear(&set);
   if (!token) return cw_make_status(CW_RESOURCE_EXHAUSTED, "token file %s: out of memory", path);
   free(settings->strings[CW_SET_TOKEN]);
   settings->strings[CW_SET_TOKEN] = token;
   return cw_ok_status();
+}
+
+cw_status_t cw_settings_load_token(cw_settings_t* settings) {
+  return cw__load_token(settings, true);
 }
 
 bool cw_settings_token_set_empty(void) {
@@ -683,7 +691,9 @@ bool cw_settings_initialize_for_main(const char* program, const char* usage,
   cw_settings_warn_old_names(scope);
   cw_status_t st = cw_settings_initialize(settings, scope);
   if (!st) st = cw_settings_parse_args(settings, argc, argv);
-  if (!st) st = cw_settings_load_token(settings);
+  // A daemon reads the file again as it starts its credentials, which warn
+  // of a loose mode then (once, not twice).
+  if (!st) st = cw__load_token(settings, false);
   if (st) {
     fprintf(stderr, "%s: settings: %s\n", program, cw_status_message(st));
     cw_status_free(st);

@@ -308,3 +308,29 @@ def test_servers_refuse_an_empty_token(daemon, tmp_path):
     finally:
         p.terminate()
         p.wait(30)
+
+
+@pytest.mark.parametrize("daemon", ["causeway-controller", "causeway-worker", "causeway-proxy"])
+def test_servers_warn_once_of_a_loose_token_file(daemon, tmp_path):
+    # A token file others can read: one warning at start. Until session 49
+    # each server printed it twice (its settings and its credentials each
+    # read the file).
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("CAUSEWAY_TOKEN", "CAUSEWAY_TOKEN_FILE")}
+    tok = tmp_path / "token"
+    tok.write_text("loose\n")
+    tok.chmod(0o644)
+    env["CAUSEWAY_TOKEN_FILE"] = str(tok)
+    argv = [os.path.join(harness.bin_dir(), daemon), "--listen", str(tmp_path / "s.sock")]
+    if daemon == "causeway-proxy":
+        argv = [os.path.join(harness.bin_dir(), daemon), "--listen", "127.0.0.1:0"]
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        line = p.stdout.readline()
+        assert "listening on" in line, (line, p.stderr.read() if p.poll() is not None else "")
+    finally:
+        p.terminate()
+        _, err = p.communicate(timeout=30)
+    want = f"token file {tok} is readable by group or others (mode 644); chmod 600 it"
+    assert err.count(want) == 1, err
