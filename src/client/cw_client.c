@@ -77,6 +77,7 @@ static cw_status_t cw__hello(cw_client_t* c, const cw_client_options_t* o, int t
   cw_hello_request_fill(&req, (o && o->role) ? o->role : CAUSEWAY__V1__ROLE__ROLE_CLIENT, token,
                         o ? o->session_id : 0, peer_name);
   if (o) req.reattach_session_key = o->reattach_session_key;
+  if (o) req.fresh_session = o->fresh_session;
   // A peer that keeps the link warm lets silence mean a lost link even while
   // it holds its reading (flow control), when a PING would go unanswered.
   if (c->liveness_ms && o && o->liveness_by_keepalive) {

@@ -66,6 +66,10 @@ typedef struct cw_client_options_s {
   // reattach_session_key). The worker closes that session's other client
   // connections first. 0: not a reattach.
   uint64_t reattach_session_key;
+  // Joining a worker the controller declared dead or replaced
+  // (HelloRequest.fresh_session): a life of session_id the worker kept from
+  // before its latest registration is dropped first.
+  bool fresh_session;
 } cw_client_options_t;
 
 // Connects to `address` ("host:port", or a Unix socket path containing '/'),

@@ -223,7 +223,12 @@ static void cw__reload_all(cw_controller_t* ctl, cw_ctl_worker_t* w, bool other_
                                   w->address);
         continue;
       }
-      cw_net_conn_t* link = cw_ctl_session_link(s, w->index);
+      // A worker that was stopped and came back may still hold the old life
+      // of s (a client that has not heard WORKER_DOWN yet keeps its
+      // connection open): LOADed there, the program "already exists", and
+      // the client's join then numbered from 1 where that life was at its
+      // old seq. The link asks for a fresh life.
+      cw_net_conn_t* link = cw_ctl_session_link_fresh(s, w->index);
       cw__reload_t* rl = link ? calloc(1, sizeof(*rl)) : NULL;
       if (!rl) {
         e->state = CW__EXE_FAILED;

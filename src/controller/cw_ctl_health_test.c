@@ -23,6 +23,10 @@
 //   program, which, sent again, compiles for that CPU into the same id; a
 //   replacement lost while it LOADs that program leaves it asked for again
 //   by the next HEALTH_REJOIN (not failed for good);
+// - a worker stopped past the timeout that comes back in the same process
+//   while a client connection keeps the session's old life there: the
+//   reload and a join (fresh_session) get a fresh life (seq from 1, the
+//   program loaded), and the old life's connection is closed;
 // - REGISTER's island fields: a bad name or place, another size or platform
 //   than the island's members, and a replacement claiming another place are
 //   refused, naming the mismatch;
@@ -40,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #include "cw_client.h"
 #include "cw_test_island.h"
@@ -404,6 +409,127 @@ static void test_replacement_lost_while_its_program_loads(void** state) {
   assert_int_equal(cw_test_worker_stop(&rw5, 30000), 0);
 }
 
+// A direct connection of the test's session to `address` (as the plugin
+// makes one); `fresh`: a join after a replacement (HelloRequest.fresh_session).
+static cw_client_t* session_connect(const char* address, bool fresh) {
+  cw_client_options_t o = {.peer_name = "session-client",
+                           .session_id = cw_client_session_id(g.client),
+                           .fresh_session = fresh};
+  cw_client_t* c = NULL;
+  cw_status_t st = cw_client_connect(address, &o, &c);
+  if (st) fprintf(stderr, "session connect: %s\n", cw_status_message(st));
+  assert_null(st);
+  return c;
+}
+
+static void ignore_reply(void* user, cw_status_t status, const ProtobufCMessage* reply) {
+  (void)user;
+  (void)reply;
+  cw_status_free(status);
+}
+
+// UPLOAD of an f64[3,5] (f64.mlir's operand) as buffer `id` on local device
+// 0, carrying `seq`; `wait`: for its answer, else pipelined as the plugin
+// sends it (OK returned).
+static cw_status_t upload_seq(cw_client_t* c, uint64_t id, uint64_t seq, bool wait) {
+  static const double data[15] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  int64_t dims[2] = {3, 5};
+  Causeway__V1__UploadRequest req = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
+  req.buffer_id = id;
+  req.dtype = CAUSEWAY__V1__DTYPE__DTYPE_F64;
+  req.n_dims = 2;
+  req.dims = dims;
+  req.seq = seq;
+  struct iovec iov = {.iov_base = (void*)data, .iov_len = sizeof(data)};
+  if (!wait) return cw_client_send(c, CW_MSG_UPLOAD, &req.base, &iov, 1, NULL, ignore_reply, NULL,
+                                   NULL);
+  ProtobufCMessage* rep = NULL;
+  cw_status_t st = cw_client_call(c, CW_MSG_UPLOAD, &req.base, &iov, 1, NULL, &rep, NULL);
+  if (rep) protobuf_c_message_free_unpacked(rep, NULL);
+  return st;
+}
+
+// LAUNCH of `exe` (f64.mlir) on a, b into `out`, carrying `seq`.
+static cw_status_t launch_seq(cw_client_t* c, uint64_t exe, uint64_t a, uint64_t b, uint64_t out,
+                              uint64_t seq) {
+  uint64_t args[2] = {a, b};
+  Causeway__V1__IdList al = CAUSEWAY__V1__ID_LIST__INIT, ol = CAUSEWAY__V1__ID_LIST__INIT;
+  al.ids = args;
+  al.n_ids = 2;
+  ol.ids = &out;
+  ol.n_ids = 1;
+  Causeway__V1__IdList* ap = &al;
+  Causeway__V1__IdList* op = &ol;
+  Causeway__V1__LaunchRequest l = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
+  l.exe_id = exe;
+  l.args = &ap;
+  l.n_args = 1;
+  l.outputs = &op;
+  l.n_outputs = 1;
+  l.seq = seq;
+  ProtobufCMessage* rep = NULL;
+  cw_status_t st = cw_client_call(c, CW_MSG_LAUNCH, &l.base, NULL, 0, NULL, &rep, NULL);
+  if (rep) protobuf_c_message_free_unpacked(rep, NULL);
+  return st;
+}
+
+// A worker stopped past the timeout comes back in the same process and
+// registers again as its own replacement while a connection of the session
+// (a client that has not heard WORKER_DOWN yet) keeps the session's old
+// life open there. The controller's reload and the client's join must get a
+// fresh life. Before, the reload LOADed into the old life ("object 77
+// already exists": the program failed for good) and the join landed in it at
+// its old seq, so the client's requests numbered from 1 were refused as
+// duplicates, and a launch past the old seq found the inputs whose uploads
+// were refused missing: "NOT_FOUND: input 9002 not found" here, as in
+// session 48's soak. Runs
+// after test_replacement_lost_while_its_program_loads (77 and 79 on slot 1,
+// compiled for "x86_64 third-cpu", its worker stopped).
+static void test_stopped_worker_keeps_no_stale_life(void** state) {
+  (void)state;
+  cw_test_worker_t rw6;
+  uint32_t incarnation = start_replacement_on("x86_64 third-cpu", &rw6);
+  assert_null(rejoin(g.client, 1, incarnation));
+  cw_client_t* old = session_connect(rw6.address, true);
+  assert_null(upload_seq(old, 9001, 1, true));  // the life's seq is at 2 now
+
+  int downs = events(&g.downs), ups = events(&g.ups);
+  assert_int_equal(kill(rw6.process.pid, SIGSTOP), 0);
+  assert_int_equal(wait_events(&g.downs, downs + 1, 10000), downs + 1);
+  assert_int_equal(kill(rw6.process.pid, SIGCONT), 0);  // `old` stays open
+  assert_int_equal(wait_events(&g.ups, ups + 1, 30000), ups + 1);
+  pthread_mutex_lock(&g.mu);
+  uint32_t again = g.up_incarnation;
+  pthread_mutex_unlock(&g.mu);
+  assert_int_equal(again, incarnation + 1);
+
+  // The join (as cw_plugin_health_revive): a fresh life, whether the
+  // controller's reload link made it (next 1) or this HELLO does (0).
+  cw_client_t* joined = session_connect(rw6.address, true);
+  fprintf(stderr, "join after the stop: session_seq_next %" PRIu64 "\n",
+          cw_client_session_seq_next(joined));
+  assert_true(cw_client_session_seq_next(joined) <= 1);
+  assert_null(rejoin(g.client, 1, again));
+  // One step as the plugin sends it, numbered from 1: two uploads, then
+  // the launch, without waiting for the uploads.
+  assert_null(upload_seq(joined, 9002, 1, false));
+  assert_null(upload_seq(joined, 9003, 2, false));
+  cw_status_t st = launch_seq(joined, 77, 9002, 9003, 9004, 3);
+  fprintf(stderr, "the first step on the join: %s\n", st ? cw_status_message(st) : "OK");
+  assert_null(st);
+  Causeway__V1__ExecutableInfo* info = NULL;
+  st = exe_info(77, &info);  // reloaded into the fresh life
+  fprintf(stderr, "EXE_INFO 77 after the stop: %s\n", st ? cw_status_message(st) : "OK");
+  assert_null(st);
+  protobuf_c_message_free_unpacked(&info->base, NULL);
+  // The old life's connection was closed by the worker.
+  for (int i = 0; i < 100 && !cw_client_failed(old); ++i) cw_test_sleep_ms(20);
+  assert_true(cw_client_failed(old));
+  cw_client_release(joined);
+  cw_client_release(old);
+  assert_int_equal(cw_test_worker_stop(&rw6, 30000), 0);
+}
+
 // REGISTER of `name` as rank `rank` of island `island` of `size` workers
 // (platform "cpu" `version`), on a fresh worker connection kept in *out.
 static cw_status_t register_island(cw_client_t** out, const char* name, const char* island,
@@ -475,6 +601,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_health),
                                      cmocka_unit_test(test_replacement_reloads_and_fences),
                                      cmocka_unit_test(test_replacement_lost_while_its_program_loads),
+                                     cmocka_unit_test(test_stopped_worker_keeps_no_stale_life),
                                      cmocka_unit_test(test_island_registrations)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }

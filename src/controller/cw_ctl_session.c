@@ -43,14 +43,19 @@ static void cw__link_closed(cw_net_conn_t* conn, cw_status_t reason) {
 
 static const cw_net_conn_callbacks_t cw__link_callbacks = {.on_close = cw__link_closed};
 
-cw_net_conn_t* cw_ctl_link_open(cw_controller_t* ctl, cw_ctl_worker_t* w, uint64_t session_id) {
+cw_net_conn_t* cw_ctl_link_open(cw_controller_t* ctl, cw_ctl_worker_t* w, uint64_t session_id,
+                                bool fresh_session) {
   if (ctl->shutting_down || !w->alive) return NULL;
   char name[CW__MAX_NAME + 48];
   snprintf(name, sizeof(name), "worker %s%s", w->name, session_id ? "" : " (compile)");
   cw_net_conn_t* c = NULL;
-  cw_status_t st = cw_net_connect(&ctl->net, w->address, name, CAUSEWAY__V1__ROLE__ROLE_CONTROLLER,
-                                  session_id, &cw__link_callbacks, w,
-                                  cw_settings_int(ctl->settings, CW_SET_CONNECT_TIMEOUT_MS), &c);
+  int64_t timeout = cw_settings_int(ctl->settings, CW_SET_CONNECT_TIMEOUT_MS);
+  cw_status_t st =
+      fresh_session
+          ? cw_net_connect_fresh(&ctl->net, w->address, name, CAUSEWAY__V1__ROLE__ROLE_CONTROLLER,
+                                 session_id, &cw__link_callbacks, w, timeout, &c)
+          : cw_net_connect(&ctl->net, w->address, name, CAUSEWAY__V1__ROLE__ROLE_CONTROLLER,
+                           session_id, &cw__link_callbacks, w, timeout, &c);
   if (st) {
     // Once per 10 s: every session's link retries each second (94 lines in
     // 12 s with the controller out of file descriptors, a helper's audit).
@@ -203,7 +208,7 @@ void cw_ctl_exe_forget(cw_ctl_session_t* s, uint64_t id) {
   cw__exe_free(e);
 }
 
-cw_net_conn_t* cw_ctl_session_link(cw_ctl_session_t* s, uint32_t index) {
+static cw_net_conn_t* cw__session_link(cw_ctl_session_t* s, uint32_t index, bool fresh) {
   cw_controller_t* ctl = s->ctl;
   if (s->closed || index >= ctl->num_workers) return NULL;
   if (index >= s->num_links) {
@@ -219,10 +224,18 @@ cw_net_conn_t* cw_ctl_session_link(cw_ctl_session_t* s, uint32_t index) {
     cw_ctl_link_drop(&s->links[index]);
   }
   if (!s->links[index]) {
-    s->links[index] = cw_ctl_link_open(ctl, ctl->workers[index], s->id);
+    s->links[index] = cw_ctl_link_open(ctl, ctl->workers[index], s->id, fresh);
     if (s->links[index]) cw_ctl_ops_link_opened(s, index, s->links[index]);
   }
   return s->links[index];
+}
+
+cw_net_conn_t* cw_ctl_session_link(cw_ctl_session_t* s, uint32_t index) {
+  return cw__session_link(s, index, false);
+}
+
+cw_net_conn_t* cw_ctl_session_link_fresh(cw_ctl_session_t* s, uint32_t index) {
+  return cw__session_link(s, index, true);
 }
 
 void cw_ctl_broadcast_event(cw_controller_t* ctl, Causeway__V1__ClusterEvent* ev) {
@@ -235,7 +248,7 @@ void cw_ctl_broadcast_event(cw_controller_t* ctl, Causeway__V1__ClusterEvent* ev
 
 cw_net_conn_t* cw_ctl_private_link(cw_controller_t* ctl, cw_ctl_worker_t* w) {
   if (w->private_conn && !cw_net_conn_is_open(w->private_conn)) cw_ctl_link_drop(&w->private_conn);
-  if (!w->private_conn) w->private_conn = cw_ctl_link_open(ctl, w, 0);
+  if (!w->private_conn) w->private_conn = cw_ctl_link_open(ctl, w, 0, false);
   return w->private_conn;
 }
 

@@ -28,7 +28,8 @@ void cw_ctl_exe_forget(cw_ctl_session_t* s, uint64_t id);
 
 // The controller's own connection to worker `w` in `session_id` (0: a new
 // private session); HELLO goes out at once. Returns it retained, or NULL.
-cw_net_conn_t* cw_ctl_link_open(cw_controller_t* ctl, cw_ctl_worker_t* w, uint64_t session_id);
+cw_net_conn_t* cw_ctl_link_open(cw_controller_t* ctl, cw_ctl_worker_t* w, uint64_t session_id,
+                                bool fresh_session);
 // Closes and releases *link (NULL is fine); sets it NULL.
 void cw_ctl_link_drop(cw_net_conn_t** link);
 // The same, for a worker that is lost: what is pending on it fails
@@ -36,6 +37,10 @@ void cw_ctl_link_drop(cw_net_conn_t** link);
 void cw_ctl_link_lose(cw_net_conn_t** link, const char* why);
 // The connection to worker `index` in session `s`, opened on first use.
 cw_net_conn_t* cw_ctl_session_link(cw_ctl_session_t* s, uint32_t index);
+// The same for a worker that just took over a dead slot (its reload LOADs):
+// a link opened here asks for a fresh life of the session there
+// (HelloRequest.fresh_session), not one the worker kept from before.
+cw_net_conn_t* cw_ctl_session_link_fresh(cw_ctl_session_t* s, uint32_t index);
 // The controller's own connection to `w` (compiles, STATS polls, ADMIN_*),
 // reopened when it was lost; NULL when it cannot be opened.
 cw_net_conn_t* cw_ctl_private_link(cw_controller_t* ctl, cw_ctl_worker_t* w);

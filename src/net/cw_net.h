@@ -253,6 +253,13 @@ CW_MUST_USE cw_status_t cw_net_connect(cw_net_t* net, const char* address, const
                                        int role, uint64_t session_id,
                                        const cw_net_conn_callbacks_t* callbacks, void* user,
                                        int64_t timeout_ms, cw_net_conn_t** out_conn);
+// cw_net_connect whose HELLO asks for a fresh life of `session_id`
+// (HelloRequest.fresh_session: the controller's link into a replaced worker).
+CW_MUST_USE cw_status_t cw_net_connect_fresh(cw_net_t* net, const char* address,
+                                             const char* name, int role, uint64_t session_id,
+                                             const cw_net_conn_callbacks_t* callbacks,
+                                             void* user, int64_t timeout_ms,
+                                             cw_net_conn_t** out_conn);
 
 void cw_net_conn_set_callbacks(cw_net_conn_t* conn, const cw_net_conn_callbacks_t* callbacks,
                                void* user);

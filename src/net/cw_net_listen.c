@@ -557,9 +557,10 @@ static void cw__hello_answered(void* user, cw_net_conn_t* c, cw_status_t status,
   cw_net_conn_close(c, cw_status_annotate(status, "peer %s refused HELLO", c->name));
 }
 
-cw_status_t cw_net_connect(cw_net_t* net, const char* address, const char* name, int role,
-                           uint64_t session_id, const cw_net_conn_callbacks_t* callbacks,
-                           void* user, int64_t timeout_ms, cw_net_conn_t** out_conn) {
+static cw_status_t cw__connect(cw_net_t* net, const char* address, const char* name, int role,
+                               uint64_t session_id, bool fresh_session,
+                               const cw_net_conn_callbacks_t* callbacks, void* user,
+                               int64_t timeout_ms, cw_net_conn_t** out_conn) {
   *out_conn = NULL;
   bool pipe = strchr(address, '/') != NULL;
   if (pipe && strlen(address) >= sizeof(((struct sockaddr_un*)0)->sun_path)) {
@@ -630,6 +631,7 @@ cw_status_t cw_net_connect(cw_net_t* net, const char* address, const char* name,
   const char* token = net->tokens ? (net->tokens->count ? net->tokens->tokens[0] : "")
                                   : net->options.token;
   cw_hello_request_fill(&hello, role, token, session_id, net->options.name);
+  hello.fresh_session = fresh_session;
   if (net->options.link_timeout_ms > 0) {
     hello.keepalive_ms = cw_keepalive_ask(net->options.link_timeout_ms);
   }
@@ -642,6 +644,20 @@ cw_status_t cw_net_connect(cw_net_t* net, const char* address, const char* name,
   }
   *out_conn = c;
   return cw_ok_status();
+}
+
+cw_status_t cw_net_connect(cw_net_t* net, const char* address, const char* name, int role,
+                           uint64_t session_id, const cw_net_conn_callbacks_t* callbacks,
+                           void* user, int64_t timeout_ms, cw_net_conn_t** out_conn) {
+  return cw__connect(net, address, name, role, session_id, false, callbacks, user, timeout_ms,
+                     out_conn);
+}
+
+cw_status_t cw_net_connect_fresh(cw_net_t* net, const char* address, const char* name, int role,
+                                 uint64_t session_id, const cw_net_conn_callbacks_t* callbacks,
+                                 void* user, int64_t timeout_ms, cw_net_conn_t** out_conn) {
+  return cw__connect(net, address, name, role, session_id, true, callbacks, user, timeout_ms,
+                     out_conn);
 }
 
 // --- Parent watch ----------------------------------------------------------------

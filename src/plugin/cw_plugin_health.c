@@ -172,6 +172,9 @@ static cw_status_t cw__connect_unlocked(cw_plugin_worker_t* w, const char* addre
   cw_client_options_t o;
   cw_plugin_client_worker_options(w->client, &o);
   o.reattach_session_key = reattach_key;
+  // A join (no key): a life the worker kept from before it was declared
+  // dead holds our old seq order and arrays; we number from 1 again.
+  o.fresh_session = reattach_key == 0;
   cw_status_t s = address ? cw_client_connect(address, &o, out)
                           : cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory");
   if (!s && controller) {

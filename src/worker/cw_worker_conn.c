@@ -330,6 +330,27 @@ static void cw__close_lost_links(cw_worker_t* w, cw_session_t* s, cw_conn_t* kee
   }
 }
 
+// A HELLO with fresh_session (a client joining this worker after the
+// controller declared it dead, or the controller's reload link then) into a
+// life of session s from before this worker's latest REGISTER: that life is
+// stale to them (the client dropped its arrays there and numbers its seq
+// from 1 again) but lives on while one of its connections is open, e.g. a
+// client's that has not heard WORKER_DOWN yet. Its connections are closed,
+// which drops it; the caller makes a fresh one. True if it still lives.
+static bool cw__fence_stale_life(cw_worker_t* w, cw_session_t* s, cw_conn_t* keep) {
+  uint64_t id = s->id;
+  CW_LOGI("%s: session %" PRIu64 " joined afresh: closing its life from before this worker "
+          "registered again", cw_net_conn_name(keep->nc), id);
+  for (;;) {
+    if (!cw_worker_session_find(w, id)) return false;  // dropped with its last connection
+    cw_conn_t* c = w->conns;
+    while (c && (c == keep || c->closing || c->session != s || !c->keeps_session)) c = c->next;
+    if (!c) return true;
+    cw_net_conn_close(c->nc, cw_make_status(CW_UNAVAILABLE, "session %" PRIu64 " was joined "
+                                            "afresh after this worker registered again", id));
+  }
+}
+
 static cw_status_t cw__on_hello(cw_net_conn_t* nc, const Causeway__V1__HelloRequest* r,
                                 uint64_t* out_session_id, bool* out_has_session) {
   cw_conn_t* c = cw_net_conn_user(nc);
@@ -342,6 +363,10 @@ static cw_status_t cw__on_hello(cw_net_conn_t* nc, const Causeway__V1__HelloRequ
     *out_session_id = r->session_id;
   } else {
     cw_session_t* s = r->session_id ? cw_worker_session_find(w, r->session_id) : NULL;
+    if (s && r->fresh_session && s->key < w->registered_session_key &&
+        !cw__fence_stale_life(w, s, c)) {
+      s = cw_worker_session_find(w, r->session_id);  // NULL: dropped, made again below
+    }
     bool existed = s != NULL;
     if (!s) s = cw__session_create(w, r->session_id);
     if (!s) return cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory for a session");

@@ -133,6 +133,9 @@ struct cw_worker_s {
   cw_conn_t* conns;  // open ones, inbound and outbound
   cw_session_t* sessions;
   uint64_t next_session_key;
+  // next_session_key when REGISTER was last sent: lives of sessions with a
+  // lower key predate it (a HELLO with fresh_session drops such a life).
+  uint64_t registered_session_key;
   // Random per process: HelloReply.session_key is a session's key xor this,
   // so a restarted worker's sessions never match the ones before.
   uint64_t session_key_salt;

@@ -237,6 +237,10 @@ static cw_status_t cw__connect(cw_worker_t* w, const char* address) {
   }
   // No stamp of this registration can arrive before the controller has it.
   cw_worker_stamp_restart(w);
+  // A controller that took this worker for dead names it a replacement of
+  // itself: clients and the controller join it afresh, and a life of a
+  // session from before this point is stale to them (cw_worker_conn.c).
+  w->registered_session_key = w->next_session_key;
   // Queued behind HELLO; a refused HELLO fails it and closes.
   cw_net_conn_request(c->nc, CW_MSG_REGISTER, &req.base, NULL, 0, NULL, NULL, cw__registered, w);
   free(paused);
