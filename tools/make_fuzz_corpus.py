@@ -254,6 +254,8 @@ def frame_corpus():
     c["req_hello_token_session"] = frame(HELLO, hello_request(token=b"s3cret", session=42,
                                                               role=ROLE_WORKER))
     c["req_hello_range"] = frame(HELLO, hello_request(lo=0, hi=7, role=ROLE_CONTROLLER))
+    c["req_hello_fresh"] = frame(HELLO, hello_request(session=42) + f_varint(8, 7) +
+                                 f_varint(9, 1))
     c["req_ping"] = frame(PING, f_bytes(1, b"ping-data"), req_id=2)
     c["req_ping_empty"] = frame(PING, b"", req_id=3)
     c["req_inventory"] = frame(INVENTORY, b"", req_id=4)
