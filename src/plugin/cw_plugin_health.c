@@ -419,11 +419,13 @@ bool cw_plugin_health_revive(cw_plugin_worker_t* w) {
     return false;
   }
   cw_client_t** expired = NULL;
+  // The epoch before the connection: a thread outside send_mu that loads the
+  // new connection then sees the new epoch (cw__worker_fill_seq).
+  atomic_fetch_add_explicit(&w->epoch, 1, memory_order_acq_rel);
   size_t num_expired = cw__swap_in(w, conn, address, &expired);
   atomic_store_explicit(&w->seq, 0, memory_order_relaxed);
   w->n_pending_deletes = 0;  // ids of the lost worker
   w->pending_delete_bytes = 0;
-  atomic_fetch_add_explicit(&w->epoch, 1, memory_order_acq_rel);
   w->session_key = cw_client_session_key(conn);
   atomic_store_explicit(&w->link_lost, false, memory_order_relaxed);
   atomic_store_explicit(&w->worker_down, false, memory_order_relaxed);

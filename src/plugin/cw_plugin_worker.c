@@ -222,10 +222,15 @@ static void cw__delete_done_cb(void* user, cw_status_t status, const ProtobufCMe
 // is refused as a duplicate. Not when the seq was taken in an older epoch:
 // the replacement numbers from 1 again.
 static void cw__worker_fill_seq(cw_plugin_worker_t* w, uint64_t seq, uint32_t epoch) {
+  // The connection first, then the epoch: a join bumps the epoch before it
+  // swaps the connection in (cw_plugin_health.c), so a filler that sees the
+  // new connection sees the new epoch and is dropped. The other way round,
+  // an old epoch's filler could take a seq of the replacement's numbering.
+  cw_client_t* conn = atomic_load_explicit(&w->conn, memory_order_acquire);
   if (epoch != atomic_load_explicit(&w->epoch, memory_order_acquire)) return;
   Causeway__V1__DeleteRequest filler = CAUSEWAY__V1__DELETE_REQUEST__INIT;
   filler.seq = seq;
-  cw_status_free(cw_client_send(w->conn, CW_MSG_DELETE, &filler.base, NULL, 0, NULL, cw__ignore_cb,
+  cw_status_free(cw_client_send(conn, CW_MSG_DELETE, &filler.base, NULL, 0, NULL, cw__ignore_cb,
                                 NULL, NULL));
 }
 
@@ -533,13 +538,14 @@ static void cw__ordered_await(cw__ordered_t* o) {
     cw__ordered_free(o);
     return;
   }
+  // The connection before the epoch's check, as cw__worker_fill_seq does.
+  cw_client_t* conn = atomic_load_explicit(&o->w->conn, memory_order_acquire);
   if (cw__gone_since(o->w, o->epoch)) {  // its outputs were on the lost worker
     o->done(o->user, cw__stale_status(o->w, o->type), NULL);
     cw__ordered_free(o);
     return;
   }
   o->awaiting = n + 1;  // +1: held until every AWAIT is out
-  cw_client_t* conn = o->w->conn;
   for (size_t d = 0; d < l->n_outputs; ++d) {
     for (size_t k = 0; k < l->outputs[d]->n_ids; ++k) {
       Causeway__V1__AwaitRequest req = CAUSEWAY__V1__AWAIT_REQUEST__INIT;
