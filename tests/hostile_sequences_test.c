@@ -2109,17 +2109,19 @@ static void test_client_prepare_on_a_relayed_launch(void** state) {
 // for a turn that could not come before it, until the 5 s stall recovery
 // skipped it as a stamp that "did not arrive" (what the random sequences'
 // remaining stalls were).
-static void test_ordered_launch_behind_an_unordered_one(void** state) {
-  (void)state;
+// Relayed LAUNCH seq q+1 (held), then relayed LAUNCH seq 0 (applied, stamped
+// after it); then q is filled. `bad`: both name two outputs of a program
+// with one, which the worker finds as it issues them: each fails then.
+static void ordered_launch_behind_an_unordered_one(bool bad) {
   long log_from = log_size(&g_wrk[1]);
   sess_t s = {.innocent = false};
   sess_open(&s);
   compile_null(&s.ctl, 141, "f32[4] zeros", s.dev_global[1][0]);
   uint64_t q = s.next_seq[1];
-  uint64_t out1 = 142, out2 = 143;
+  uint64_t out1[2] = {142, 144}, out2[2] = {143, 145};
   Causeway__V1__IdList al = CAUSEWAY__V1__ID_LIST__INIT, ol = CAUSEWAY__V1__ID_LIST__INIT;
-  ol.ids = &out1;
-  ol.n_ids = 1;
+  ol.ids = out1;
+  ol.n_ids = bad ? 2 : 1;
   Causeway__V1__IdList* ap = &al;
   Causeway__V1__IdList* op = &ol;
   Causeway__V1__LaunchRequest l = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
@@ -2132,7 +2134,7 @@ static void test_ordered_launch_behind_an_unordered_one(void** state) {
   uint64_t rid1 = g_next_rid++;
   send_or_note(&s.ctl, T_LAUNCH, rid1, &l.base, NULL, 0);
   l.seq = 0;
-  ol.ids = &out2;
+  ol.ids = out2;
   uint64_t rid2 = g_next_rid++;
   send_or_note(&s.ctl, T_LAUNCH, rid2, &l.base, NULL, 0);
   sleep_ms(200);  // both at the worker
@@ -2144,7 +2146,7 @@ static void test_ordered_launch_behind_an_unordered_one(void** state) {
     frame_t f;
     int r = recv_frame(s.ctl.fd, &f, 500);
     if (r == 1 && (f.flags & F_REPLY) && (f.request_id == rid1 || f.request_id == rid2)) {
-      if (f.flags & F_ERROR) FAIL("a LAUNCH failed");
+      if (!(f.flags & F_ERROR) != !bad) FAIL("%s", bad ? "a LAUNCH succeeded" : "a LAUNCH failed");
       answered++;
     }
     frame_free(&f);
@@ -2152,9 +2154,27 @@ static void test_ordered_launch_behind_an_unordered_one(void** state) {
   int64_t waited = cw_time_now_ms() - t0;
   if (answered < 2) FAIL("the LAUNCHes were not answered");
   sess_close(&s);
+  if (!worker_running(&g_wrk[1])) {
+    dump_worker(&g_wrk[1]);
+    FAIL("w1 died");
+  }
   // The stall recovery's log line is the check; the wait is printed only.
   fprintf(stderr, "[seqfuzz] the LAUNCHes waited %" PRId64 " ms\n", waited);
   if (log_has_since(&g_wrk[1], log_from, "did not arrive")) FAIL("a launch waited for its turn");
+}
+
+static void test_ordered_launch_behind_an_unordered_one(void** state) {
+  (void)state;
+  ordered_launch_behind_an_unordered_one(false);
+}
+
+// The same, both LAUNCHes failing as they are issued: passing the held
+// one's turn resumed its connection's queue, which failed and freed it
+// while the worker still walked the queue from it (heap-use-after-free in
+// cw__launch_release_stamps; seed 8003).
+static void test_failing_launch_behind_an_unordered_one(void** state) {
+  (void)state;
+  ordered_launch_behind_an_unordered_one(true);
 }
 
 // Reads frames on c for up to wait_ms; the reply to rids[i] sets codes[i]
@@ -2331,6 +2351,7 @@ int main(int argc, char** argv) {
       cmocka_unit_test(test_delete_of_a_buffer_a_donating_launch_waits_for),
       cmocka_unit_test(test_client_prepare_on_a_relayed_launch),
       cmocka_unit_test(test_ordered_launch_behind_an_unordered_one),
+      cmocka_unit_test(test_failing_launch_behind_an_unordered_one),
       cmocka_unit_test(test_an_id_expected_twice_takes_two_errors),
       cmocka_unit_test(test_sequences),
       cmocka_unit_test(test_sigterm_clean_exit),

@@ -710,12 +710,17 @@ static void cw__launch_need(cw_worker_t* w, const cw_launch_t* l, uint64_t* need
 // what meets in a collective. Parts of an island's launch keep their turns.
 static void cw__launch_release_stamps(cw_conn_t* c, cw_launch_t* from) {
   uint64_t sid = c->session ? c->session->id : 0;
+  // A turn passed may resume this connection (its head waited for that
+  // turn), which issues these launches and frees those that fail: not
+  // while this walks them.
+  bool deferred = cw_worker_stamp_wake_defer(c->w);
   for (cw_launch_t* x = from; x; x = x->next) {
     uint64_t s = cw_worker_stamp_of(c, CW_MSG_LAUNCH, &x->req->base);
     if (!s || x->stamp_released || x->req->prepare) continue;
     x->stamp_released = true;
     cw_worker_stamp_passed(c->w, s, sid);
   }
+  cw_worker_stamp_wake_resume(c->w, deferred);
 }
 
 static void cw__launch_mem_ready(cw_worker_t* w, void* user, cw_status_t status) {

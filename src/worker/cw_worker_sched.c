@@ -133,6 +133,23 @@ static void cw__stamp_wake(cw_worker_t* w, cw_stamp_state_t* g) {
 
 static void cw__stamp_advance(cw_worker_t* w, cw_stamp_state_t* g);
 
+// Deferred as a wake already under way defers: `waking` set, `rewake` asks
+// for the round the second call runs.
+bool cw_worker_stamp_wake_defer(cw_worker_t* w) {
+  cw_stamp_state_t* g = cw__stamps(w);
+  if (!g || g->waking) return false;  // none, or the wake under way resumes them
+  g->waking = true;
+  g->rewake = false;
+  return true;
+}
+
+void cw_worker_stamp_wake_resume(cw_worker_t* w, bool deferred) {
+  cw_stamp_state_t* g = w->stamps;
+  if (!deferred || !g) return;
+  g->waking = false;
+  if (g->rewake) cw__stamp_wake(w, g);
+}
+
 static bool cw__ahead_has(const cw_stamp_state_t* g, uint64_t stamp) {
   if (!g->num_ahead || stamp < g->next || stamp - g->next >= CW__STAMP_AHEAD_MAX) return false;
   size_t i = (size_t)(stamp & (CW__STAMP_AHEAD_MAX - 1));

@@ -13,6 +13,11 @@ bool cw_worker_stamp_wait(cw_conn_t* c, uint64_t stamp);
 // A stamped launch was issued or failed in its turn, or refused before it:
 // records it, advances the order, resumes connections whose turn came.
 void cw_worker_stamp_passed(cw_worker_t* w, uint64_t stamp, uint64_t session_id);
+// Turns passed between these two calls resume their waiters only at the
+// second: a resumed connection issues (and may free) launches the caller
+// still walks. The first returns what the second takes; they nest.
+bool cw_worker_stamp_wake_defer(cw_worker_t* w);
+void cw_worker_stamp_wake_resume(cw_worker_t* w, bool deferred);
 // A request dropped or refused before it became a launch: passes its stamp.
 void cw_worker_stamp_drop(cw_conn_t* c, uint16_t type, const ProtobufCMessage* msg);
 // A REGISTER goes out: the controller counts this worker's island from 1.
