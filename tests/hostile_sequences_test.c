@@ -1917,6 +1917,45 @@ static void test_fill_before_a_relayed_seq_is_forgotten(void** state) {
   sess_close(&s);
 }
 
+// A DELETE through the controller carries the seq of the worker that holds
+// its executables. Naming executables on both workers, it went to both
+// with that seq: held at the other worker (its seqs behind), its part was
+// never answered, nor the DELETE. Naming none, the controller answered it at once and sent it
+// nowhere: a hole at the worker its seq was for, and every later ordered
+// request there waited. Both are refused now, and the client fills the seq
+// as after any error (what the plugin and the random driver do).
+static void test_relayed_delete_with_a_seq_for_no_one_worker(void** state) {
+  (void)state;
+  sess_t s = {.innocent = false};
+  sess_open(&s);
+  compile_null(&s.ctl, 161, "f32[4] zeros", s.dev_global[0][0]);
+  compile_null(&s.ctl, 162, "f32[4] zeros", s.dev_global[1][0]);
+  uint64_t both[2] = {161, 162};
+  for (int k = 0; k < 2; ++k) {  // w0's seqs ahead of w1's: a part there is held
+    uint64_t rid = send_delete(&s.wrk[0], NULL, s.next_seq[0]++);
+    if (reply_code(&s.wrk[0], rid, "DELETE with seq") != 0) FAIL("an empty DELETE failed");
+  }
+  for (int k = 0; k < 2; ++k) {
+    uint64_t q = s.next_seq[0]++;
+    Causeway__V1__DeleteRequest d = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+    d.ids = k ? NULL : both;
+    d.n_ids = k ? 0 : 2;
+    d.seq = q;
+    uint64_t rid = g_next_rid++;
+    send_or_note(&s.ctl, T_DELETE, rid, &d.base, NULL, 0);
+    const char* what = k ? "an empty DELETE with seq through the controller"
+                         : "a DELETE with seq of executables on both workers";
+    if (reply_code(&s.ctl, rid, what) != 0) {
+      (void)reply_code(&s.wrk[0], send_delete(&s.wrk[0], NULL, q), "the fill");
+    }
+    rid = send_delete(&s.wrk[0], NULL, s.next_seq[0]++);
+    if (reply_code(&s.wrk[0], rid, "DELETE with the next seq") != 0) {
+      FAIL("an empty DELETE with the next seq failed");
+    }
+  }
+  sess_close(&s);
+}
+
 // The size of daemon d's log now: where log_has_since looks from.
 static long log_size(const worker_t* d) {
   FILE* log = fopen(d->log_path, "r");
@@ -2346,6 +2385,7 @@ int main(int argc, char** argv) {
       cmocka_unit_test(test_launch_refused_while_draining_passes_its_stamp),
       cmocka_unit_test(test_controller_close_fills_relayed_seqs),
       cmocka_unit_test(test_fill_before_a_relayed_seq_is_forgotten),
+      cmocka_unit_test(test_relayed_delete_with_a_seq_for_no_one_worker),
       cmocka_unit_test(test_launch_waiting_for_an_input_passes_its_turn),
       cmocka_unit_test(test_paused_session_passes_its_turns),
       cmocka_unit_test(test_delete_of_a_buffer_a_donating_launch_waits_for),

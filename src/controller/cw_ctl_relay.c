@@ -223,6 +223,28 @@ void cw_ctl_handle_delete(cw_net_conn_t* conn, const cw_frame_header_t* h,
     }
     count[e->worker]++;
   }
+  // A seq orders one worker's requests of the session: sent on to none (no
+  // id), or to several, it would be a hole at the worker it was numbered
+  // for, or take a seq of another's. Refused, the client fills it there.
+  size_t holders = 0;
+  for (uint32_t wi = 0; wi < ctl->num_workers; ++wi) holders += count[wi] != 0;
+  if (r->seq && (r->n_ids == 0 || holders > 1)) {
+    cw_ctl_reply_error(ctl, p->conn, h->type, h->request_id,
+                       r->n_ids ? cw_make_status(CW_INVALID_ARGUMENT, "DELETE with seq %" PRIu64
+                                                 " names executables on %zu workers; a seq is "
+                                                 "one worker's: one DELETE per worker",
+                                                 r->seq, holders)
+                                : cw_make_status(CW_INVALID_ARGUMENT, "DELETE with seq %" PRIu64
+                                                 " names no executable: its seq would reach "
+                                                 "no worker", r->seq));
+    cw_net_conn_release(m->client);
+    free(m);
+    free(count);
+    free(owner);
+    free(ids);
+    protobuf_c_message_free_unpacked(msg, NULL);
+    return;
+  }
   // Each worker's ids, in request order, one after another in `ids`.
   size_t start = 0;
   for (uint32_t wi = 0; wi < ctl->num_workers; ++wi) {
@@ -247,7 +269,7 @@ void cw_ctl_handle_delete(cw_net_conn_t* conn, const cw_frame_header_t* h,
     causeway__v1__delete_request__init(part);
     part->ids = (uint64_t*)part_ids;
     part->n_ids = n;
-    part->seq = r->seq;  // per worker; meaningful when one worker holds them all
+    part->seq = r->seq;  // one worker holds them all when there is one (above)
     // A hand-built message: a copy, so the item owns a normal one.
     ProtobufCMessage* owned = cw_msg_copy(&part->base);
     free(part);
