@@ -1414,6 +1414,26 @@ static uint64_t launch_send(conn_t* c, uint64_t exe, const uint64_t* arg, uint64
   return rid;
 }
 
+// LAUNCH of `exe` on c, no arguments, output `out`, with `seq`; returns its
+// request id.
+static uint64_t launch_send_seq(conn_t* c, uint64_t exe, uint64_t out, uint64_t seq) {
+  Causeway__V1__IdList a = CAUSEWAY__V1__ID_LIST__INIT, o = CAUSEWAY__V1__ID_LIST__INIT;
+  o.ids = &out;
+  o.n_ids = 1;
+  Causeway__V1__IdList* ap = &a;
+  Causeway__V1__IdList* op = &o;
+  Causeway__V1__LaunchRequest l = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
+  l.exe_id = exe;
+  l.args = &ap;
+  l.n_args = 1;
+  l.outputs = &op;
+  l.n_outputs = 1;
+  l.seq = seq;
+  uint64_t rid = g_next_rid++;
+  send_or_note(c, T_LAUNCH, rid, &l.base, NULL, 0);
+  return rid;
+}
+
 // launch_send, then the reply's code.
 static uint32_t launch_code(conn_t* c, uint64_t exe, const uint64_t* arg, uint64_t out,
                             const char* what) {
@@ -1956,6 +1976,61 @@ static void test_relayed_delete_with_a_seq_for_no_one_worker(void** state) {
   sess_close(&s);
 }
 
+static int replies_within(conn_t* c, const uint64_t* rids, int64_t* codes, int n, int wait_ms);
+
+// An UPLOAD bigger than twice --max-held-bytes (group_setup: 1 MiB), held
+// for its seq while its bytes arrive, and a relayed LAUNCH with the seq
+// after it: a client that follows the flow control (docs/protocol.md). The
+// worker counted the session's held bytes, the UPLOAD's, against the hard
+// limit that only a peer breaking that rule should reach, refused the
+// LAUNCH (RESOURCE_EXHAUSTED) and closed the controller's link.
+static void test_big_upload_held_beside_a_relayed_launch(void** state) {
+  (void)state;
+  sess_t s = {.innocent = false};
+  sess_open(&s);
+  compile_null(&s.ctl, 171, "f32[4] zeros", s.dev_global[0][0]);
+  uint64_t q = s.next_seq[0];
+  s.next_seq[0] += 3;
+  enum { N = 3 << 20 };  // bytes: f32[786432]
+  uint8_t* bytes = calloc(1, N);
+  assert_non_null(bytes);
+  int64_t dims[1] = {N / 4};
+  Causeway__V1__UploadRequest u = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
+  u.buffer_id = 172;
+  u.dtype = CAUSEWAY__V1__DTYPE__DTYPE_F32;
+  u.dims = dims;
+  u.n_dims = 1;
+  u.seq = q + 1;  // held: q comes through the controller
+  packed_t p = pack(&u.base);
+  uint64_t urid = g_next_rid++;
+  hdr_t h = hdr_of(T_UPLOAD, urid, (uint32_t)p.len, N);
+  uint8_t hb[HDR];
+  hdr_encode(&h, hb);
+  if (!send_all(s.wrk[0].fd, hb, HDR) || !send_all(s.wrk[0].fd, p.data, p.len) ||
+      !send_all(s.wrk[0].fd, bytes, N / 2)) {
+    FAIL("sending the UPLOAD");
+  }
+  free(p.data);
+  sleep_ms(200);  // held, half its bytes in
+  uint64_t rids[2];
+  for (int k = 0; k < 2; ++k) {
+    rids[k] = launch_send_seq(&s.ctl, 171, 173 + (uint64_t)k, q + 2 * (uint64_t)k);
+  }
+  sleep_ms(300);  // both at the worker: q applied, q + 2 held
+  if (!send_all(s.wrk[0].fd, bytes + N / 2, N - N / 2)) FAIL("sending the rest of the UPLOAD");
+  free(bytes);
+  if (reply_code(&s.wrk[0], urid, "the UPLOAD") != 0) FAIL("the UPLOAD failed");
+  int64_t codes[2] = {-1, -1};
+  if (replies_within(&s.ctl, rids, codes, 2, 15000) < 2) FAIL("the LAUNCHes were not answered");
+  for (int k = 0; k < 2; ++k) {
+    if (codes[k] != 0) {
+      FAIL("the LAUNCH with seq %" PRIu64 " failed (code %" PRId64 ")", q + 2 * (uint64_t)k,
+           codes[k]);
+    }
+  }
+  sess_close(&s);
+}
+
 // The size of daemon d's log now: where log_has_since looks from.
 static long log_size(const worker_t* d) {
   FILE* log = fopen(d->log_path, "r");
@@ -2355,8 +2430,10 @@ static int group_setup(void** state) {
                        .listen_prefix = "causeway-controller listening on "};
   if (!daemon_start(&g_ctl, &ctl)) return -1;
   for (int w = 0; w < NUM_WORKERS; ++w) {
+    // --max-held-bytes: small, for test_big_upload_held_beside_a_relayed_launch.
     const char* args[] = {"--plugin", plugin, "--devices", "2", "--listen", "127.0.0.1:0",
-                          "--name", k_wname[w], "--controller", g_ctl.addr, NULL};
+                          "--name", k_wname[w], "--controller", g_ctl.addr,
+                          "--max-held-bytes", "1048576", NULL};
     daemon_spec_t spec = {.bin = hostile_worker_bin(), .args = args,
                           .listen_prefix = "causeway-worker listening on "};
     if (!daemon_start(&g_wrk[w], &spec)) return -1;
@@ -2386,6 +2463,7 @@ int main(int argc, char** argv) {
       cmocka_unit_test(test_controller_close_fills_relayed_seqs),
       cmocka_unit_test(test_fill_before_a_relayed_seq_is_forgotten),
       cmocka_unit_test(test_relayed_delete_with_a_seq_for_no_one_worker),
+      cmocka_unit_test(test_big_upload_held_beside_a_relayed_launch),
       cmocka_unit_test(test_launch_waiting_for_an_input_passes_its_turn),
       cmocka_unit_test(test_paused_session_passes_its_turns),
       cmocka_unit_test(test_delete_of_a_buffer_a_donating_launch_waits_for),

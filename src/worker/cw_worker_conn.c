@@ -496,8 +496,9 @@ void cw_worker_conn_resume_bulk(cw_conn_t* c, cw_op_t* op, bool keep) {
 
 static void cw__seq_release_conn(void* conn, cw_seq_held_t* held) {
   cw_conn_t* c = conn;
-  assert(c->seq_held > 0);
+  assert(c->seq_held > 0 && c->seq_held_bytes >= held->header.bulk_len);
   c->seq_held--;
+  c->seq_held_bytes -= held->header.bulk_len;
   cw_worker_stamp_drop(c, held->header.type, held->msg);  // never applied: its turn passes
   if (c->recv_held == held) {
     // Its bytes still arrive: discard them.
@@ -513,8 +514,11 @@ static void cw__seq_release_conn(void* conn, cw_seq_held_t* held) {
 // a held UPLOAD's bytes arrive) until draining makes room, or until none of its
 // own requests are held (cw__seq_unblock). Each sender's seq increases per
 // connection, so the request whose turn has come is on a connection with none
-// held, which is read: no deadlock. cw_seq_admit's hard limits (twice the
-// caps) are only reached by a peer that breaks that rule; it is disconnected.
+// held, which is read: no deadlock. The hard limits (twice the caps) are only
+// reached by a peer that breaks that rule; it is disconnected. Bytes count
+// per connection there: one held UPLOAD may be bigger than the cap, and a
+// well-behaved connection adds a request only while its own held bytes are
+// under the cap (else it is not read), whatever the session's others hold.
 static bool cw__seq_at_cap(cw_worker_t* w, const cw_seq_t* q) {
   int64_t max_bytes = cw_settings_int(w->settings, CW_SET_MAX_HELD_BYTES);
   return (int64_t)q->held_count >= cw_settings_int(w->settings, CW_SET_MAX_HELD_REQUESTS) ||
@@ -557,8 +561,9 @@ static void cw__seq_drain(cw_worker_t* w, uint64_t key) {
   cw_seq_held_t* hd;
   while ((hd = cw_seq_take_ready(&s->seq)) != NULL) {
     cw_conn_t* c = hd->conn;
-    assert(c->seq_held > 0);
+    assert(c->seq_held > 0 && c->seq_held_bytes >= hd->header.bulk_len);
     c->seq_held--;
+    c->seq_held_bytes -= hd->header.bulk_len;
     if (c->closing || c->session != s || hd->bulk_failed) {
       // Nobody is left to answer: its turn passes.
       CW_LOGI("%s: %s with seq %" PRIu64 " dropped: its connection closed",
@@ -623,11 +628,25 @@ static bool cw__seq_gate(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCMess
   cw_worker_t* w = c->w;
   cw_session_t* s = c->session;
   cw_seq_held_t* held = NULL;
-  if (seq > s->seq.next) cw__seq_supersede(c, s, seq);
-  // Hard limits (flow control keeps a well-behaved session under the caps).
-  cw_status_t st = cw_seq_admit(&s->seq, seq, h, msg, c,
-                                2 * cw_settings_int(w->settings, CW_SET_MAX_HELD_REQUESTS) + 64,
-                                2 * cw_settings_int(w->settings, CW_SET_MAX_HELD_BYTES), &held);
+  cw_status_t st = cw_ok_status();
+  int64_t max_requests = 2 * cw_settings_int(w->settings, CW_SET_MAX_HELD_REQUESTS) + 64;
+  uint64_t max_bytes = 2 * (uint64_t)cw_settings_int(w->settings, CW_SET_MAX_HELD_BYTES);
+  if (seq > s->seq.next) {
+    // Hard limits (see cw__seq_at_cap), before a held request is superseded:
+    // a newcomer refused after it took the seq would leave it a hole.
+    if ((int64_t)s->seq.held_count >= max_requests ||
+        (c->seq_held_bytes > 0 && c->seq_held_bytes >= max_bytes)) {
+      st = cw_make_status(CW_RESOURCE_EXHAUSTED, "%zu requests (%" PRIu64 " bytes, %" PRIu64
+                          " of them this connection's) already wait for seq %" PRIu64 "; %s "
+                          "with seq %" PRIu64 " (%" PRIu64 " bytes) refused",
+                          s->seq.held_count, s->seq.held_bytes, c->seq_held_bytes, s->seq.next,
+                          cw_msg_type_name(h->type), seq, h->bulk_len);
+    } else {
+      cw__seq_supersede(c, s, seq);
+    }
+  }
+  // cw_seq_admit's byte limit is the session's: checked per connection above.
+  if (!st) st = cw_seq_admit(&s->seq, seq, h, msg, c, max_requests, INT64_MAX, &held);
   if (st) {
     cw_worker_stamp_drop(c, h->type, *msg);  // refused: its turn passes
     protobuf_c_message_free_unpacked(*msg, NULL);
@@ -649,6 +668,7 @@ static bool cw__seq_gate(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCMess
             cw_msg_type_name(h->type), seq, s->seq.next);
     cw_worker_conn_ref(c);
     c->seq_held++;
+    c->seq_held_bytes += h->bulk_len;
     if (h->bulk_len) {
       c->recv_held = held;
       cw_net_conn_set_bulk_dest(c->nc, held->bulk);

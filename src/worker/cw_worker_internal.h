@@ -84,11 +84,13 @@ struct cw_conn_s {
   char* peer_address;
   bool is_controller;
   // seq: the held request whose bulk bytes are arriving; the held request
-  // being applied now; how many of this connection's requests are held, and
-  // whether reading stopped for flow control (cw_worker_conn.c).
+  // being applied now; how many of this connection's requests are held (and
+  // their bulk bytes), and whether reading stopped for flow control
+  // (cw_worker_conn.c).
   cw_seq_held_t* recv_held;
   cw_seq_held_t* seq_applying;
   size_t seq_held;
+  uint64_t seq_held_bytes;
   bool seq_blocked;
   uint64_t seq_drain_key;  // a request applied now whose successors may follow
   // Uploads in parts begun here and not yet whole: they fail when this
