@@ -20,6 +20,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -773,6 +774,105 @@ static void test_the_whole_island_restarts(void** state) {
           "new workers and both new plugin processes followed them\n", n, ctl_before);
 }
 
+// The client (cw_plugin_execute.c, cw_plugin_executable.c) numbers an
+// island program's LAUNCH and DELETE, as every request to a worker, with the
+// seq of the worker of the program's first device, and the controller
+// relays them. It relayed the LAUNCH's parts with seq 0: that worker never
+// saw the seq, and the session's later ordered requests there waited for it
+// for ever. It relayed the DELETE to every member with that seq: another
+// numbering at the others.
+static atomic_int g_seq_code = -1;  // the status code of send_wait's request
+
+static void seq_done(void* user, cw_status_t status, const ProtobufCMessage* reply) {
+  (void)user;
+  (void)reply;
+  atomic_store(&g_seq_code, (int)cw_status_code(status));
+  cw_status_free(status);
+}
+
+// Sends m on c; its reply's status code, or -1 when none came within 10 s.
+static int send_wait(cw_client_t* c, uint16_t type, const ProtobufCMessage* m) {
+  atomic_store(&g_seq_code, -1);
+  ASSERT_OK(cw_client_send(c, type, m, NULL, 0, NULL, seq_done, NULL, NULL));
+  for (int64_t end = cw_time_now_ms() + 10000; atomic_load(&g_seq_code) < 0;
+       cw_test_sleep_ms(20)) {
+    if (cw_time_now_ms() > end) return -1;
+  }
+  return atomic_load(&g_seq_code);
+}
+
+static void test_an_island_program_keeps_its_seqs(void** state) {
+  (void)state;
+  cw_test_session_t s;
+  const char* workers[] = {"gang0", "gang1"};
+  ASSERT_OK(session_open(&s, "island-seq", workers, 2, DEVS, 0));
+  int64_t ids[DEVS];
+  gang_ids(&s, false, ids);
+  ASSERT_OK(compile_gang(&s, 7, "seq", ids, DEVS));
+  uint64_t ins[DEVS], outs[DEVS];
+  for (int d = 0; d < DEVS; ++d) {
+    float data[N];
+    for (int j = 0; j < N; ++j) data[j] = (float)(d + j);
+    ins[d] = 300 + (uint64_t)d;
+    outs[d] = 400 + (uint64_t)d;
+    ASSERT_OK(cw_test_session_upload_f32(&s, ids[d], ins[d], data, N));
+  }
+  ASSERT_OK(cw_test_session_flush(&s));  // unordered: seq 1 comes next at each worker
+  Causeway__V1__IdList al[DEVS], ol[DEVS];
+  Causeway__V1__IdList* ap[DEVS];
+  Causeway__V1__IdList* op[DEVS];
+  for (int d = 0; d < DEVS; ++d) {
+    causeway__v1__id_list__init(&al[d]);
+    causeway__v1__id_list__init(&ol[d]);
+    al[d].ids = &ins[d];
+    al[d].n_ids = 1;
+    ol[d].ids = &outs[d];
+    ol[d].n_ids = 1;
+    ap[d] = &al[d];
+    op[d] = &ol[d];
+  }
+  Causeway__V1__LaunchRequest l = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
+  l.exe_id = 7;
+  l.args = ap;
+  l.n_args = DEVS;
+  l.outputs = op;
+  l.n_outputs = DEVS;
+  l.seq = 1;  // gang0's: the worker of ids[0]
+  ASSERT_OK(cw_test_call(s.ctl, CW_MSG_LAUNCH, &l.base, NULL));
+  cw_client_t* link[2] = {NULL, NULL};
+  int local = 0;
+  ASSERT_OK(cw_test_session_locate(&s, ids[0], &link[0], &local));
+  ASSERT_OK(cw_test_session_locate(&s, ids[DEVS - 1], &link[1], &local));
+  Causeway__V1__DeleteRequest fill = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+  fill.seq = 2;
+  if (send_wait(link[0], CW_MSG_DELETE, &fill.base) != 0) {
+    fail_msg("the DELETE with seq 2 on gang0 was not answered, or failed");
+  }
+  for (int d = 0; d < DEVS; ++d) {
+    float got[N];
+    ASSERT_OK(cw_test_session_download_f32(&s, ids[d], outs[d], got, N));
+    for (int j = 0; j < N; ++j) assert_true(got[j] == (float)(0 + 1 + 2 + 3 + 4 * j));
+  }
+  // gang1's seqs behind gang0's: the DELETE's seq 3 is gang0's alone.
+  Causeway__V1__DeleteRequest del = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+  uint64_t exe = 7;
+  del.ids = &exe;
+  del.n_ids = 1;
+  del.seq = 3;
+  if (send_wait(s.ctl, CW_MSG_DELETE, &del.base) != 0) {
+    fail_msg("the DELETE of the island program was not answered, or failed");
+  }
+  fill.seq = 1;
+  if (send_wait(link[1], CW_MSG_DELETE, &fill.base) != 0) {
+    fail_msg("the DELETE with seq 1 on gang1 was not answered, or failed");
+  }
+  fill.seq = 4;
+  if (send_wait(link[0], CW_MSG_DELETE, &fill.base) != 0) {
+    fail_msg("the DELETE with seq 4 on gang0 was not answered, or failed");
+  }
+  cw_test_session_close(&s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sessions_share_the_island_in_one_order),
@@ -782,6 +882,7 @@ int main(void) {
       cmocka_unit_test(test_losing_a_member_fails_the_island_only),
       cmocka_unit_test(test_status_lists_the_island_and_refuses_misfits),
       cmocka_unit_test(test_the_whole_island_restarts),
+      cmocka_unit_test(test_an_island_program_keeps_its_seqs),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

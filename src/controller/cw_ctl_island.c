@@ -573,9 +573,11 @@ uint32_t cw_ctl_island_relay_launch(cw_controller_t* ctl, cw_ctl_item_t* it, cw_
     part.n_outputs = e->part_devices[i];
     part.sched_stamp = stamp;
     part.prepare = true;
-    // The client's seq numbers one worker's requests; the parts go to
-    // several, in stamp order on each session link.
-    part.seq = 0;
+    // The client's seq numbers one worker's requests: the worker of the
+    // program's first device (cw_plugin_executable.c), which runs the first
+    // part. The other parts go unordered, in stamp order on each session
+    // link. Sent with none, the seq was a hole there.
+    part.seq = i == 0 ? r->seq : 0;
     off += e->part_devices[i];
     cw_net_conn_t* link = cw_ctl_session_link(g->session, p->worker);
     if (!link || !cw_net_conn_is_open(link)) {
@@ -609,6 +611,12 @@ static bool cw__exe_on(const cw_ctl_exe_t* e, uint32_t wi) {
   return false;
 }
 
+// The worker whose seq a client gives a request naming `e`: that of its
+// first device, which runs the first part (see cw_ctl_island_relay_launch).
+static uint32_t cw__exe_seq_worker(const cw_ctl_exe_t* e) {
+  return e->num_parts ? e->parts[0] : e->worker;
+}
+
 void cw_ctl_island_relay_all(cw_controller_t* ctl, cw_ctl_item_t* it, uint32_t island) {
   const Causeway__V1__DeleteRequest* r = (const Causeway__V1__DeleteRequest*)it->msg;
   size_t max = ctl->workers[island]->island_size;
@@ -626,6 +634,14 @@ void cw_ctl_island_relay_all(cw_controller_t* ctl, cw_ctl_item_t* it, uint32_t i
     cw_ctl_item_fail(ctl, it, cw_make_status(CW_RESOURCE_EXHAUSTED, "out of memory"));
     return;
   }
+  // Its seq is one member's (it ordered the DELETE behind the launches it
+  // sent there); given to every member, it was a seq of another numbering
+  // at the others.
+  uint32_t seq_worker = UINT32_MAX;
+  for (size_t i = 0; i < r->n_ids && seq_worker == UINT32_MAX; ++i) {
+    cw_ctl_exe_t* e = cw_ctl_exe_find(it->session, r->ids[i]);
+    if (e) seq_worker = cw__exe_seq_worker(e);
+  }
   for (size_t k = 0; k < m_n; ++k) {
     size_t n = 0;
     for (size_t i = 0; i < r->n_ids; ++i) {
@@ -636,7 +652,7 @@ void cw_ctl_island_relay_all(cw_controller_t* ctl, cw_ctl_item_t* it, uint32_t i
     Causeway__V1__DeleteRequest part = *r;
     part.ids = ids;
     part.n_ids = n;
-    if (n != r->n_ids) part.seq = 0;
+    if (n != r->n_ids || members[k] != seq_worker) part.seq = 0;
     cw__relay_part(ctl, it, m, cw_msg_copy(&part.base), members[k]);
   }
   free(ids);
