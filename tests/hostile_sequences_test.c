@@ -64,6 +64,11 @@ enum {
 static worker_t g_ctl = {.label = "seq-controller"};
 static worker_t g_wrk[NUM_WORKERS] = {{.label = "seq-w0"}, {.label = "seq-w1"}};
 static const char* const k_wname[NUM_WORKERS] = {"w0", "w1"};
+// The controller's worker index (registration order) to the driver's (by
+// name; from a SessionInfo): a COMPILE reply names the former. -1: unknown.
+#define MAX_CTL_WORKERS 16
+static int g_drv_of_ctl[MAX_CTL_WORKERS] = {-1, -1, -1, -1, -1, -1, -1, -1,
+                                            -1, -1, -1, -1, -1, -1, -1, -1};
 
 // --- Randomness (splitmix64: the same seed gives the same requests) ---------------
 
@@ -94,6 +99,7 @@ typedef struct out_s {
   bool is_sync;      // the PING of a sync round
   int relay_worker;  // a relayed request with seq: the worker it was for (-1 none)
   uint64_t seq;
+  uint32_t life;     // relayed: the session's life at relay_worker its seq is of
   char what[96];     // the request's ids, for messages
   uint32_t gen;      // COMPILE: the id's exe_gen when sent
   uint64_t made;     // UPLOAD, COPY, LAUNCH: the (first) buffer it makes; 0 none
@@ -115,6 +121,11 @@ typedef struct sess_s {
   conn_t ctl;
   conn_t wrk[NUM_WORKERS];
   uint64_t next_seq[NUM_WORKERS];  // the next seq the driver gives at each worker
+  // Counts the session's lives at each worker (a reconnect that found it
+  // made again): a seq of an earlier life is not filled in a later one,
+  // where it would wait for ever for the seqs before it (as the client
+  // library fills only its epoch's, cw_plugin_worker.c).
+  uint32_t life[NUM_WORKERS];
   int exe_worker[ID_POOL + 1];     // from a COMPILE reply: where exe id lives (-1 unknown)
   uint32_t exe_gen[ID_POOL + 1];   // DELETEs through the controller naming the id
   // Buffers believed ready at each worker (from replies; a guess that steers
@@ -247,8 +258,9 @@ static void on_frame(conn_t* c, frame_t* f) {
     causeway__v1__error_reply__free_unpacked(e, NULL);
     // A relayed request the controller refused never reached the worker:
     // its seq is a hole there until filled (as the client library does).
-    if (c->daemon < 0 && o.relay_worker >= 0 && o.seq) {
-      send_filler(sess_of(c), o.relay_worker, o.seq);
+    sess_t* rs = sess_of(c);
+    if (c->daemon < 0 && o.relay_worker >= 0 && o.seq && rs && o.life == rs->life[o.relay_worker]) {
+      send_filler(rs, o.relay_worker, o.seq);
     }
     return;
   }
@@ -282,7 +294,8 @@ static void on_frame(conn_t* c, frame_t* f) {
     // a seq of the wrong worker would leave a hole in both workers' order.
     if (s && r->exe_id >= 1 && r->exe_id <= ID_POOL && r->info &&
         s->exe_gen[r->exe_id] == o.gen) {
-      s->exe_worker[r->exe_id] = (int)r->info->worker_index;
+      uint32_t wi = r->info->worker_index;
+      s->exe_worker[r->exe_id] = wi < MAX_CTL_WORKERS ? g_drv_of_ctl[wi] : -1;
     }
   }
   protobuf_c_message_free_unpacked(m, NULL);
@@ -295,8 +308,10 @@ static void conn_drop(conn_t* c);
 // holes there until filled, as the client library fills them.
 static void fill_relayed(conn_t* c) {
   for (int i = 0; i < c->n_out; ++i) {
-    if (c->out[i].relay_worker >= 0 && c->out[i].seq) {
-      send_filler(sess_of(c), c->out[i].relay_worker, c->out[i].seq);
+    const out_t* o = &c->out[i];
+    sess_t* s = sess_of(c);
+    if (o->relay_worker >= 0 && o->seq && s && o->life == s->life[o->relay_worker]) {
+      send_filler(s, o->relay_worker, o->seq);
     }
   }
 }
@@ -526,6 +541,12 @@ static void sess_open(sess_t* s) {
       }
     }
   }
+  for (size_t k = 0; k < info->n_workers; ++k) {
+    const Causeway__V1__WorkerInfo* wk = info->workers[k];
+    for (int w = 0; w < NUM_WORKERS; ++w) {
+      if (wk->index < MAX_CTL_WORKERS && !strcmp(wk->name, k_wname[w])) g_drv_of_ctl[wk->index] = w;
+    }
+  }
   causeway__v1__session_info__free_unpacked(info, NULL);
   for (int w = 0; w < NUM_WORKERS; ++w) {
     Causeway__V1__HelloReply* h = NULL;
@@ -564,6 +585,7 @@ static void reconnect_worker(sess_t* s, int w) {
   hello_conn(c, s->id, chance(50) ? key : 0, &h);
   if (h->session_seq_next == 0) {
     s->next_seq[w] = 1;  // a new life of the session: numbering starts again
+    s->life[w]++;
   } else {
     for (uint64_t q = h->session_seq_next; q < s->next_seq[w]; ++q) send_filler(s, w, q);
     if (s->next_seq[w] < h->session_seq_next) s->next_seq[w] = h->session_seq_next;
@@ -815,6 +837,7 @@ static void fz_launch(sess_t* s, int w, bool relay) {
     out_t* o = req(&s->ctl, T_LAUNCH, &m.base, NULL, 0);
     o->relay_worker = m.seq ? ew : -1;
     o->seq = m.seq;
+    o->life = ew >= 0 ? s->life[ew] : 0;
   } else {
     m.seq = pick_seq(s, w, &ahead);
     out_t* o = req(&s->wrk[w], T_LAUNCH, &m.base, NULL, 0);
