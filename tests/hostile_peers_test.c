@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cw_test_hostile.h"
+#include "cw_test_launch.h"
 
 #define T_ADMIN_WORKER_DRAIN 56
 #define C_UNAVAILABLE 14
@@ -405,21 +406,10 @@ static void hold(int k, uint64_t rid, uint64_t session, bool on) {
 }
 
 static void launch_1(int fd, uint64_t rid, uint64_t exe, uint64_t arg, uint64_t out) {
-  Causeway__V1__LaunchRequest m = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
-  Causeway__V1__IdList a = CAUSEWAY__V1__ID_LIST__INIT, o = CAUSEWAY__V1__ID_LIST__INIT;
-  Causeway__V1__IdList* ap = &a;
-  Causeway__V1__IdList* op = &o;
-  a.ids = &arg;
-  a.n_ids = 1;
-  o.ids = &out;
-  o.n_ids = 1;
-  m.exe_id = exe;
-  m.args = &ap;
-  m.n_args = 1;
-  m.outputs = &op;
-  m.n_outputs = 1;
-  m.launch_id = rid;
-  assert_true(send_msg(fd, T_LAUNCH, rid, &m.base, NULL, 0));
+  cw_test_launch_t l;
+  cw_test_launch_build(&l, exe, &arg, 1, out, 0);
+  l.req.launch_id = rid;
+  assert_true(send_msg(fd, T_LAUNCH, rid, &l.req.base, NULL, 0));
 }
 
 static void expect_launches(int fd, uint64_t rid, uint64_t queued, uint64_t held,

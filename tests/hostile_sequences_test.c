@@ -43,6 +43,7 @@
 
 #include "cw_test_hostile.h"
 #include "cw_test_island.h"
+#include "cw_test_launch.h"
 #include "cw_time.h"
 
 #define NUM_WORKERS 2
@@ -1416,45 +1417,19 @@ static void compile_null(conn_t* ctl, uint64_t exe, const char* code, int64_t de
 
 static uint32_t reply_code(conn_t* c, uint64_t rid, const char* what);
 
-// Sends LAUNCH of `exe` on c (argument *arg, none when NULL; output `out`)
-// without waiting; returns its request id.
-static uint64_t launch_send(conn_t* c, uint64_t exe, const uint64_t* arg, uint64_t out) {
-  Causeway__V1__IdList a = CAUSEWAY__V1__ID_LIST__INIT, o = CAUSEWAY__V1__ID_LIST__INIT;
-  a.ids = (uint64_t*)arg;
-  a.n_ids = arg ? 1 : 0;
-  o.ids = &out;
-  o.n_ids = 1;
-  Causeway__V1__IdList* ap = &a;
-  Causeway__V1__IdList* op = &o;
-  Causeway__V1__LaunchRequest l = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
-  l.exe_id = exe;
-  l.args = &ap;
-  l.n_args = 1;
-  l.outputs = &op;
-  l.n_outputs = 1;
+// LAUNCH of `exe` on c with one argument (or none: arg NULL), output `out`,
+// carrying `seq` (0: unordered), without waiting; returns its request id.
+static uint64_t launch_send_seq(conn_t* c, uint64_t exe, const uint64_t* arg, uint64_t out,
+                                uint64_t seq) {
+  cw_test_launch_t l;
+  cw_test_launch_build(&l, exe, arg, arg ? 1 : 0, out, seq);
   uint64_t rid = g_next_rid++;
-  send_or_note(c, T_LAUNCH, rid, &l.base, NULL, 0);
+  send_or_note(c, T_LAUNCH, rid, &l.req.base, NULL, 0);
   return rid;
 }
 
-// LAUNCH of `exe` on c, no arguments, output `out`, with `seq`; returns its
-// request id.
-static uint64_t launch_send_seq(conn_t* c, uint64_t exe, uint64_t out, uint64_t seq) {
-  Causeway__V1__IdList a = CAUSEWAY__V1__ID_LIST__INIT, o = CAUSEWAY__V1__ID_LIST__INIT;
-  o.ids = &out;
-  o.n_ids = 1;
-  Causeway__V1__IdList* ap = &a;
-  Causeway__V1__IdList* op = &o;
-  Causeway__V1__LaunchRequest l = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
-  l.exe_id = exe;
-  l.args = &ap;
-  l.n_args = 1;
-  l.outputs = &op;
-  l.n_outputs = 1;
-  l.seq = seq;
-  uint64_t rid = g_next_rid++;
-  send_or_note(c, T_LAUNCH, rid, &l.base, NULL, 0);
-  return rid;
+static uint64_t launch_send(conn_t* c, uint64_t exe, const uint64_t* arg, uint64_t out) {
+  return launch_send_seq(c, exe, arg, out, 0);
 }
 
 // launch_send, then the reply's code.
@@ -2037,7 +2012,7 @@ static void test_big_upload_held_beside_a_relayed_launch(void** state) {
   sleep_ms(200);  // held, half its bytes in
   uint64_t rids[2];
   for (int k = 0; k < 2; ++k) {
-    rids[k] = launch_send_seq(&s.ctl, 171, 173 + (uint64_t)k, q + 2 * (uint64_t)k);
+    rids[k] = launch_send_seq(&s.ctl, 171, NULL, 173 + (uint64_t)k, q + 2 * (uint64_t)k);
   }
   sleep_ms(300);  // both at the worker: q applied, q + 2 held
   if (!send_all(s.wrk[0].fd, bytes + N / 2, N - N / 2)) FAIL("sending the rest of the UPLOAD");

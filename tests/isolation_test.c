@@ -26,6 +26,7 @@
 
 #include "cw_client.h"
 #include "cw_frame.h"
+#include "cw_test_launch.h"
 #include "cw_test_util.h"
 
 #define F32 CAUSEWAY__V1__DTYPE__DTYPE_F32
@@ -87,21 +88,10 @@ static float scalar_of(cw_client_t* c, uint64_t id) {
 static cw_status_t launch1(cw_client_t* c, uint64_t exe, uint64_t a0, uint64_t a1,
                            uint64_t out) {
   uint64_t args[2] = {a0, a1};
-  Causeway__V1__IdList al = CAUSEWAY__V1__ID_LIST__INIT, ol = CAUSEWAY__V1__ID_LIST__INIT;
-  al.ids = args;
-  al.n_ids = 2;
-  ol.ids = &out;
-  ol.n_ids = 1;
-  Causeway__V1__IdList* ap = &al;
-  Causeway__V1__IdList* op = &ol;
-  Causeway__V1__LaunchRequest l = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
-  l.exe_id = exe;
-  l.args = &ap;
-  l.n_args = 1;
-  l.outputs = &op;
-  l.n_outputs = 1;
+  cw_test_launch_t l;
+  cw_test_launch_build(&l, exe, args, 2, out, 0);
   ProtobufCMessage* rep = NULL;
-  cw_status_t s = cw_client_call(c, CW_MSG_LAUNCH, &l.base, NULL, 0, NULL, &rep, NULL);
+  cw_status_t s = cw_client_call(c, CW_MSG_LAUNCH, &l.req.base, NULL, 0, NULL, &rep, NULL);
   if (rep) protobuf_c_message_free_unpacked(rep, NULL);
   return s;
 }

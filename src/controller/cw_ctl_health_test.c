@@ -48,6 +48,7 @@
 
 #include "cw_client.h"
 #include "cw_test_island.h"
+#include "cw_test_launch.h"
 #include "cw_test_util.h"
 
 #define TIMEOUT_MS 1000
@@ -453,22 +454,10 @@ static cw_status_t upload_seq(cw_client_t* c, uint64_t id, uint64_t seq, bool wa
 static cw_status_t launch_seq(cw_client_t* c, uint64_t exe, uint64_t a, uint64_t b, uint64_t out,
                               uint64_t seq) {
   uint64_t args[2] = {a, b};
-  Causeway__V1__IdList al = CAUSEWAY__V1__ID_LIST__INIT, ol = CAUSEWAY__V1__ID_LIST__INIT;
-  al.ids = args;
-  al.n_ids = 2;
-  ol.ids = &out;
-  ol.n_ids = 1;
-  Causeway__V1__IdList* ap = &al;
-  Causeway__V1__IdList* op = &ol;
-  Causeway__V1__LaunchRequest l = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
-  l.exe_id = exe;
-  l.args = &ap;
-  l.n_args = 1;
-  l.outputs = &op;
-  l.n_outputs = 1;
-  l.seq = seq;
+  cw_test_launch_t l;
+  cw_test_launch_build(&l, exe, args, 2, out, seq);
   ProtobufCMessage* rep = NULL;
-  cw_status_t st = cw_client_call(c, CW_MSG_LAUNCH, &l.base, NULL, 0, NULL, &rep, NULL);
+  cw_status_t st = cw_client_call(c, CW_MSG_LAUNCH, &l.req.base, NULL, 0, NULL, &rep, NULL);
   if (rep) protobuf_c_message_free_unpacked(rep, NULL);
   return st;
 }

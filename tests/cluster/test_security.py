@@ -277,6 +277,19 @@ def test_embedded_cluster_token_stays_off_command_lines(tmp_path):
 
 
 
+def _serve_briefly(argv: list, env: dict) -> str:
+    """Starts a server, checks it listens, stops it; returns its stderr."""
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        line = p.stdout.readline()
+        assert "listening on" in line, (line, p.stderr.read() if p.poll() is not None else "")
+    finally:
+        p.terminate()
+        _, err = p.communicate(timeout=30)
+    return err
+
+
 @pytest.mark.parametrize("daemon", ["causeway-controller", "causeway-worker", "causeway-proxy"])
 def test_servers_refuse_an_empty_token(daemon, tmp_path):
     # A Secret not filled in arrives as CAUSEWAY_TOKEN="": taken for "no
@@ -300,14 +313,7 @@ def test_servers_refuse_an_empty_token(daemon, tmp_path):
     tok.write_text("from-a-file\n")
     tok.chmod(0o600)
     env["CAUSEWAY_TOKEN_FILE"] = str(tok)
-    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
-    try:
-        line = p.stdout.readline()
-        assert "listening on" in line, (line, p.stderr.read() if p.poll() is not None else "")
-    finally:
-        p.terminate()
-        p.wait(30)
+    _serve_briefly(argv, env)
 
 
 @pytest.mark.parametrize("daemon", ["causeway-controller", "causeway-worker", "causeway-proxy"])
@@ -324,13 +330,6 @@ def test_servers_warn_once_of_a_loose_token_file(daemon, tmp_path):
     argv = [os.path.join(harness.bin_dir(), daemon), "--listen", str(tmp_path / "s.sock")]
     if daemon == "causeway-proxy":
         argv = [os.path.join(harness.bin_dir(), daemon), "--listen", "127.0.0.1:0"]
-    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
-    try:
-        line = p.stdout.readline()
-        assert "listening on" in line, (line, p.stderr.read() if p.poll() is not None else "")
-    finally:
-        p.terminate()
-        _, err = p.communicate(timeout=30)
+    err = _serve_briefly(argv, env)
     want = f"token file {tok} is readable by group or others (mode 644); chmod 600 it"
     assert err.count(want) == 1, err
