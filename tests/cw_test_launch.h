@@ -15,6 +15,7 @@ typedef struct cw_test_launch_s {
   Causeway__V1__IdList* outputs_ptr;
   uint64_t arg_ids[4];
   uint64_t out;
+  uint32_t donated;  // argument 0: what req.donate points at when set
 } cw_test_launch_t;
 
 // LAUNCH of `exe` on `n_args` (at most 4) arguments into `out`, carrying `seq`
@@ -28,6 +29,7 @@ static inline void cw_test_launch_build(cw_test_launch_t* t, uint64_t exe, const
   t->args.ids = t->arg_ids;
   t->args.n_ids = n_args < 4 ? n_args : 4;
   t->out = out;
+  t->donated = 0;
   t->outputs.ids = &t->out;
   t->outputs.n_ids = 1;
   t->args_ptr = &t->args;

@@ -1993,11 +1993,7 @@ static void test_big_upload_held_beside_a_relayed_launch(void** state) {
   uint8_t* bytes = calloc(1, N);
   assert_non_null(bytes);
   int64_t dims[1] = {N / 4};
-  Causeway__V1__UploadRequest u = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
-  u.buffer_id = 172;
-  u.dtype = CAUSEWAY__V1__DTYPE__DTYPE_F32;
-  u.dims = dims;
-  u.n_dims = 1;
+  Causeway__V1__UploadRequest u = upload_req(172, CAUSEWAY__V1__DTYPE__DTYPE_F32, dims, 1);
   u.seq = q + 1;  // held: q comes through the controller
   packed_t p = pack(&u.base);
   uint64_t urid = g_next_rid++;
@@ -2131,11 +2127,7 @@ static void test_delete_of_a_buffer_a_donating_launch_waits_for(void** state) {
   conn_t* w0 = &s.wrk[0];
   compile_null(&s.ctl, 121, "f32[4] checksum", s.dev_global[0][0]);
   int64_t dims[1] = {4};
-  Causeway__V1__UploadRequest u = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
-  u.buffer_id = 122;
-  u.dtype = CAUSEWAY__V1__DTYPE__DTYPE_F32;
-  u.dims = dims;
-  u.n_dims = 1;
+  Causeway__V1__UploadRequest u = upload_req(122, CAUSEWAY__V1__DTYPE__DTYPE_F32, dims, 1);
   u.part = CAUSEWAY__V1__UPLOAD_PART__UPLOAD_FIRST;  // 4 of its 16 bytes
   static const uint8_t part[4];
   send_or_note(w0, T_UPLOAD, g_next_rid++, &u.base, part, sizeof part);

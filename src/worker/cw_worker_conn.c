@@ -307,27 +307,38 @@ cw_status_t cw_worker_conn_peer(cw_worker_t* w, const char* address, cw_conn_t**
 
 // --- HELLO: sessions ----------------------------------------------------------------
 
+// Closes session s's connections but `keep` (clients' only, when
+// clients_only) with UNAVAILABLE `why`. Closing one may drain held requests
+// and close others, or drop s with its last connection: scanned from the
+// start each time (closed ones leave w->conns), s found again by id. True
+// if s still lives.
+static bool cw__close_session_conns(cw_worker_t* w, cw_session_t* s, cw_conn_t* keep,
+                                    bool clients_only, const char* why) {
+  uint64_t id = s->id;
+  for (;;) {
+    if (!(s = cw_worker_session_find(w, id))) return false;
+    cw_conn_t* c = w->conns;
+    while (c && (c == keep || c->closing || c->session != s || !c->keeps_session ||
+                 (clients_only && !c->client_role))) {
+      c = c->next;
+    }
+    if (!c) return true;
+    CW_LOGI("%s: closed: %s (%s)", cw_worker_conn_name(c), why, cw_worker_conn_name(keep));
+    cw_net_conn_close(c->nc, cw_make_status(CW_UNAVAILABLE, "%s", why));
+  }
+}
+
 // A client reattaching to session s after its link was lost (HelloRequest.
 // reattach_session_key): its other connections in s are closed before the
 // HELLO is answered, so nothing more is read from the lost link. Requests
 // still in that socket would otherwise apply after the fillers the client
 // sends on the new one (the seqs it took for lost); its held ones pass their
 // turn. Only client connections: the controller's link keeps the session.
-// Closing one may drain held requests and close others: scanned from the
-// start each time (closed ones leave w->conns).
 static void cw__close_lost_links(cw_worker_t* w, cw_session_t* s, cw_conn_t* keep) {
-  for (;;) {
-    cw_conn_t* c = w->conns;
-    while (c && (c == keep || c->closing || c->session != s || !c->keeps_session ||
-                 !c->client_role)) {
-      c = c->next;
-    }
-    if (!c) return;
-    CW_LOGI("%s: closed: its client reattached to session %" PRIu64 " on %s",
-            cw_worker_conn_name(c), s->id, cw_worker_conn_name(keep));
-    cw_net_conn_close(c->nc, cw_make_status(CW_UNAVAILABLE, "the client reattached to session %"
-                                            PRIu64 " on another connection", s->id));
-  }
+  char why[96];
+  snprintf(why, sizeof(why), "the client reattached to session %" PRIu64
+           " on another connection", s->id);
+  (void)cw__close_session_conns(w, s, keep, true, why);
 }
 
 // A HELLO with fresh_session (a client joining this worker after the
@@ -335,20 +346,14 @@ static void cw__close_lost_links(cw_worker_t* w, cw_session_t* s, cw_conn_t* kee
 // life of session s from before this worker's latest REGISTER: that life is
 // stale to them (the client dropped its arrays there and numbers its seq
 // from 1 again) but lives on while one of its connections is open, e.g. a
-// client's that has not heard WORKER_DOWN yet. Its connections are closed,
-// which drops it; the caller makes a fresh one. True if it still lives.
+// client's that has not heard WORKER_DOWN yet. Its connections, client and
+// controller, are closed, which drops it; the caller makes a fresh one.
+// True if it still lives.
 static bool cw__fence_stale_life(cw_worker_t* w, cw_session_t* s, cw_conn_t* keep) {
-  uint64_t id = s->id;
-  CW_LOGI("%s: session %" PRIu64 " joined afresh: closing its life from before this worker "
-          "registered again", cw_net_conn_name(keep->nc), id);
-  for (;;) {
-    if (!cw_worker_session_find(w, id)) return false;  // dropped with its last connection
-    cw_conn_t* c = w->conns;
-    while (c && (c == keep || c->closing || c->session != s || !c->keeps_session)) c = c->next;
-    if (!c) return true;
-    cw_net_conn_close(c->nc, cw_make_status(CW_UNAVAILABLE, "session %" PRIu64 " was joined "
-                                            "afresh after this worker registered again", id));
-  }
+  char why[96];
+  snprintf(why, sizeof(why), "session %" PRIu64 " was joined afresh after this worker "
+           "registered again", s->id);
+  return cw__close_session_conns(w, s, keep, false, why);
 }
 
 static cw_status_t cw__on_hello(cw_net_conn_t* nc, const Causeway__V1__HelloRequest* r,

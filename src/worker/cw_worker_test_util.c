@@ -255,23 +255,7 @@ uint32_t upload_vector(int fd, uint64_t id, const float* data, int64_t n) {
 }
 
 void launch1_init(launch1_t* l, uint64_t exe, uint64_t in, uint64_t out, bool donate) {
-  memset(l, 0, sizeof(*l));
-  causeway__v1__launch_request__init(&l->req);
-  causeway__v1__id_list__init(&l->args);
-  causeway__v1__id_list__init(&l->outs);
-  l->in = in;
-  l->out = out;
-  l->args.ids = &l->in;
-  l->args.n_ids = 1;
-  l->outs.ids = &l->out;
-  l->outs.n_ids = 1;
-  l->argp = &l->args;
-  l->outp = &l->outs;
-  l->req.exe_id = exe;
-  l->req.args = &l->argp;
-  l->req.n_args = 1;
-  l->req.outputs = &l->outp;
-  l->req.n_outputs = 1;
+  cw_test_launch_build(l, exe, &in, 1, out, 0);
   if (donate) {
     l->req.donate = &l->donated;  // argument 0
     l->req.n_donate = 1;

@@ -19,6 +19,7 @@
 
 #include "cw_client.h"
 #include "cw_frame.h"
+#include "cw_test_launch.h"
 #include "cw_test_util.h"
 
 // ---- Raw frames ----------------------------------------------------------------
@@ -84,15 +85,8 @@ uint32_t upload_vector(int fd, uint64_t id, const float* data, int64_t n);
 
 // A LAUNCH of `exe` on one device from argument `in` into output `out`,
 // donating the argument when `donate`: l->req is ready to send (it points
-// into *l).
-typedef struct {
-  Causeway__V1__LaunchRequest req;
-  Causeway__V1__IdList args, outs;
-  Causeway__V1__IdList* argp;
-  Causeway__V1__IdList* outp;
-  uint64_t in, out;
-  uint32_t donated;
-} launch1_t;
+// into *l; cw_test_launch.h).
+typedef cw_test_launch_t launch1_t;
 void launch1_init(launch1_t* l, uint64_t exe, uint64_t in, uint64_t out, bool donate);
 // DOWNLOAD of `id` must give the 24 bytes of `want`.
 void expect_download(int fd, uint64_t id, const float* want);
