@@ -374,6 +374,11 @@ def frame_corpus():
         f_varint(5, 2) + f_bytes(6, "w0") + f_bytes(6, "w1") + f_varint(7, 1) + f_varint(8, 2) +
         f_varint(9, 1500), req_id=20)
     c["req_launch_stamped"] = frame(LAUNCH, launch_request() + f_varint(6, 7), req_id=21)
+    # Relayed with seq (15) and the session's life it was numbered in (16).
+    c["req_launch_life"] = frame(LAUNCH, launch_request() + f_varint(15, 7) +
+                                 f_varint(16, 0x8000000000000001), req_id=21)
+    c["req_delete_life"] = frame(DELETE, f_packed(1, [1, 2]) + f_varint(15, 3) +
+                                 f_varint(16, 12), req_id=15)
     stamp = f_varint(1, 0) + f_varint(2, 7) + f_varint(3, 42)
     c["rep_stats_stamps"] = frame(STATS, stats() + f_bytes(30, stamp) + f_bytes(30, stamp) +
                                   f_varint(31, 3) + f_varint(32, 1), flags=REPLY, req_id=22)

@@ -222,6 +222,24 @@ uint64_t cw_msg_seq(uint16_t type, const ProtobufCMessage* msg) {
   return seq;
 }
 
+uint64_t cw_msg_session_life(uint16_t type, const ProtobufCMessage* msg) {
+  if (!msg) return 0;
+  switch (type) {
+    case CW_MSG_LAUNCH: return ((const Causeway__V1__LaunchRequest*)msg)->session_life;
+    case CW_MSG_DELETE: return ((const Causeway__V1__DeleteRequest*)msg)->session_life;
+    default: return 0;
+  }
+}
+
+void cw_msg_set_session_life(uint16_t type, ProtobufCMessage* msg, uint64_t life) {
+  if (!msg) return;
+  switch (type) {
+    case CW_MSG_LAUNCH: ((Causeway__V1__LaunchRequest*)msg)->session_life = life; break;
+    case CW_MSG_DELETE: ((Causeway__V1__DeleteRequest*)msg)->session_life = life; break;
+    default: break;
+  }
+}
+
 cw_status_t cw_msg_check_bulk(const cw_frame_header_t* h, const ProtobufCMessage* msg) {
   if (h->flags & CW_FRAME_REPLY) return cw_ok_status();
   const cw_msg_info_t* m = cw_msg_info(h->type);

@@ -92,6 +92,15 @@ const ProtobufCMessageDescriptor* cw_msg_request_descriptor(uint16_t type);
 const ProtobufCMessageDescriptor* cw_msg_reply_descriptor(uint16_t type);
 // The request's seq (0: unordered type or none given). `msg` is borrowed.
 uint64_t cw_msg_seq(uint16_t type, const ProtobufCMessage* msg);
+// The session life its seq was numbered in (`session_life`, 16, of the
+// ordered requests a controller relays: LAUNCH, DELETE); 0 for other types
+// or none given. The setter does nothing for other types.
+uint64_t cw_msg_session_life(uint16_t type, const ProtobufCMessage* msg);
+void cw_msg_set_session_life(uint16_t type, ProtobufCMessage* msg, uint64_t life);
+// How a worker refuses an ordered request numbered in another life of its
+// session there (cw_worker_conn.c): "LAUNCH with seq 7 " CW_MSG_SEQ_OTHER_LIFE
+// " 12 at this worker (its objects are gone); not applied".
+#define CW_MSG_SEQ_OTHER_LIFE "was numbered for an earlier life of session"
 // How a worker refuses an ordered request whose seq it applied before
 // (cw_worker_seq.c): "LAUNCH with seq 7 " CW_MSG_SEQ_DUPLICATE " 9)". A client
 // that resends its requests after a controller restart reads it as "this one

@@ -143,6 +143,39 @@ static void test_msg_seq(void** state) {
   assert_int_equal(cw_msg_seq(CW_MSG_DELETE, &d.base), 3);
 }
 
+// The ordered requests a controller may relay (seq, and the controller among
+// the senders) carry `session_life` (16), which cw_msg_session_life reads and
+// cw_msg_set_session_life writes; no other request has it.
+static void test_msg_session_life(void** state) {
+  (void)state;
+  size_t relayed = 0;
+  for (unsigned t = 1; t <= CW_MSG_TYPE_MAX; ++t) {
+    const cw_msg_info_t* m = cw_msg_info((uint16_t)t);
+    if (!m) continue;
+    const ProtobufCFieldDescriptor* f =
+        protobuf_c_message_descriptor_get_field_by_name(m->request, "session_life");
+    ProtobufCMessage* req = new_request(t);
+    cw_msg_set_session_life((uint16_t)t, req, 77);
+    if (!m->seq_offset || !(m->senders & CW_ROLE_CONTROLLER_BIT)) {
+      assert_null(f);
+      assert_int_equal(cw_msg_session_life((uint16_t)t, req), 0);
+      protobuf_c_message_free_unpacked(req, NULL);
+      continue;
+    }
+    relayed++;
+    assert_non_null(f);
+    assert_int_equal(f->id, 16);
+    assert_int_equal(f->type, PROTOBUF_C_TYPE_UINT64);
+    uint64_t got = 0;
+    memcpy(&got, (const char*)req + f->offset, sizeof(got));
+    assert_int_equal(got, 77);
+    assert_int_equal(cw_msg_session_life((uint16_t)t, req), 77);
+    protobuf_c_message_free_unpacked(req, NULL);
+  }
+  assert_int_equal(relayed, 2);  // LAUNCH, DELETE
+  assert_int_equal(cw_msg_session_life(CW_MSG_LAUNCH, NULL), 0);
+}
+
 // Every row has a sender, and only roles that exist.
 static void test_msg_senders(void** state) {
   for (unsigned t = 1; t <= CW_MSG_TYPE_MAX; ++t) {
@@ -370,6 +403,7 @@ int main(void) {
       cmocka_unit_test(test_msg_request_schemas),
       cmocka_unit_test(test_msg_notices),
       cmocka_unit_test(test_msg_seq),
+      cmocka_unit_test(test_msg_session_life),
       cmocka_unit_test(test_msg_senders),
       cmocka_unit_test(test_msg_bulk_columns),
       cmocka_unit_test(test_msg_check_bulk),

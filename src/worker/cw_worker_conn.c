@@ -629,14 +629,25 @@ static bool cw__seq_gate(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCMess
   // Worker (PUT) connections do not keep their session: they are unordered.
   if (c->seq_applying || !c->keeps_session || !c->session) return false;
   uint64_t seq = cw_msg_seq(h->type, *msg);
-  if (!seq) return false;
   cw_worker_t* w = c->w;
   cw_session_t* s = c->session;
-  cw_seq_held_t* held = NULL;
   cw_status_t st = cw_ok_status();
+  // Numbered in an earlier life of the session (relayed, and the links that
+  // kept that life all closed while it waited at the controller): its seq is
+  // not this life's, so it neither takes nor waits for one here.
+  uint64_t life = cw_msg_session_life(h->type, *msg);
+  if (life && life != (s->key ^ w->session_key_salt)) {
+    st = cw_make_status(CW_ABORTED, "%s with seq %" PRIu64 " " CW_MSG_SEQ_OTHER_LIFE " %" PRIu64
+                        " at this worker (its objects are gone); not applied",
+                        cw_msg_type_name(h->type), seq, s->id);
+    CW_LOGI("%s: %s", cw_worker_conn_name(c), cw_status_message(st));
+  } else if (!seq) {
+    return false;
+  }
+  cw_seq_held_t* held = NULL;
   int64_t max_requests = 2 * cw_settings_int(w->settings, CW_SET_MAX_HELD_REQUESTS) + 64;
   uint64_t max_bytes = 2 * (uint64_t)cw_settings_int(w->settings, CW_SET_MAX_HELD_BYTES);
-  if (seq > s->seq.next) {
+  if (!st && seq > s->seq.next) {
     // Hard limits (see cw__seq_at_cap), before a held request is superseded:
     // a newcomer refused after it took the seq would leave it a hole.
     if ((int64_t)s->seq.held_count >= max_requests ||

@@ -3,6 +3,7 @@
 // order across two connections of one session (held UPLOAD bytes, the empty
 // DELETE that fills a hole, duplicates, held requests at shutdown), and flow
 // control when more requests wait for their turn than the worker holds.
+#include <inttypes.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -291,6 +292,94 @@ static void test_reattach_closes_only_its_own_session(void** state) {
   cw_client_release(a_relay);
 }
 
+// Every link of a session's life closed (the client's, the controller's)
+// while a relayed request numbered in that life waited at the controller;
+// the controller's new link makes a new life (seq from 1) and sends it on.
+// The worker refuses it ABORTED (LaunchRequest/DeleteRequest.session_life
+// names the earlier life) without taking or holding a seq of the new life,
+// whose own requests go on from 1; the new life's key is accepted. Before
+// h3 the DELETE below took the new life's seq 1 (the client's UPLOAD with
+// seq 1 was then a duplicate) and the LAUNCH was held for seq 3.
+static void test_relayed_request_of_an_earlier_life_is_refused(void** state) {
+  (void)state;
+  cw_client_t* direct = NULL;
+  cw_client_t* relay = NULL;
+  uint64_t session = 0, k1 = 0;
+  open_with_relay(&direct, &relay, &session, &k1);
+  float data[6] = {1, 2, 3, 4, 5, 6};
+  uint64_t rid = 0;
+  ASSERT_OK(send_upload(direct, 401, 1, data, &rid));
+  ASSERT_OK(cw_client_wait(direct, rid, NULL, NULL));
+  cw_client_release(direct);
+  cw_client_release(relay);  // the life ends with its last connection
+
+  // The controller's new link: a new life once the worker saw both close.
+  cw_client_t* relay2 = NULL;
+  for (int i = 0; i < 500; ++i) {
+    ASSERT_OK(connect_as(CAUSEWAY__V1__ROLE__ROLE_CONTROLLER, session, &relay2));
+    if (cw_client_session_key(relay2) != k1) break;
+    cw_client_release(relay2);
+    relay2 = NULL;
+    usleep(10 * 1000);
+  }
+  assert_non_null(relay2);
+  uint64_t k2 = cw_client_session_key(relay2);
+  assert_int_not_equal(k2, 0);
+  assert_int_equal(cw_client_session_seq_next(relay2), 0);  // made by this HELLO
+
+  // Life 1's seq 1 (an empty DELETE, a filler) would be life 2's seq 1.
+  Causeway__V1__DeleteRequest d = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+  d.seq = 1;
+  d.session_life = k1;
+  ASSERT_OK(cw_client_send(relay2, CW_MSG_DELETE, &d.base, NULL, 0, NULL, NULL, NULL, &rid));
+  cw_status_t st = cw_client_wait(relay2, rid, NULL, NULL);
+  char want[160];
+  snprintf(want, sizeof(want), "DELETE with seq 1 " CW_MSG_SEQ_OTHER_LIFE " %" PRIu64
+           " at this worker (its objects are gone); not applied", session);
+  assert_non_null(st);
+  assert_string_equal(cw_status_message(st), want);
+  assert_code(st, CW_ABORTED);
+
+  // Life 1's LAUNCH with seq 3 (ahead of life 2's next): refused at once,
+  // not held for seq 3 (a raw link: the old worker never answered).
+  int fd = raw_link(session);
+  cw_test_launch_t l;
+  cw_test_launch_build(&l, 999, (uint64_t[]){401}, 1, 404, 3);
+  l.req.session_life = k1;
+  send_frame(fd, CW_MSG_LAUNCH, 7, &l.req.base, NULL, 0);
+  reply_t r;
+  if (!reply_within(fd, 10000, &r)) fail_msg("the earlier life's LAUNCH was held, not refused");
+  assert_int_equal(r.h.request_id, 7);
+  assert_true(r.h.flags & CW_FRAME_ERROR);
+  const Causeway__V1__ErrorReply* er = (const Causeway__V1__ErrorReply*)r.msg;
+  assert_int_equal(er->code, CW_ABORTED);
+  assert_non_null(strstr(er->message, "LAUNCH with seq 3 " CW_MSG_SEQ_OTHER_LIFE));
+  reply_free(&r);
+
+  // Life 2 goes on from 1: the client's direct link (seq 1, 3), the
+  // controller's with life 2's key (seq 2).
+  ASSERT_OK(connect_as(CAUSEWAY__V1__ROLE__ROLE_CLIENT, session, &direct));
+  assert_int_equal(cw_client_session_key(direct), k2);
+  assert_int_equal(cw_client_session_seq_next(direct), 1);
+  ASSERT_OK(send_upload(direct, 402, 1, data, &rid));
+  ASSERT_OK(cw_client_wait(direct, rid, NULL, NULL));
+  d.seq = 2;
+  d.session_life = k2;
+  ASSERT_OK(cw_client_send(relay2, CW_MSG_DELETE, &d.base, NULL, 0, NULL, NULL, NULL, &rid));
+  ASSERT_OK(cw_client_wait(relay2, rid, NULL, NULL));
+  ASSERT_OK(send_upload(direct, 403, 3, data, &rid));
+  ASSERT_OK(cw_client_wait(direct, rid, NULL, NULL));
+  Causeway__V1__AwaitRequest aw = CAUSEWAY__V1__AWAIT_REQUEST__INIT;
+  aw.buffer_id = 403;
+  ASSERT_OK(cw_client_call(direct, CW_MSG_AWAIT, &aw.base, NULL, 0, NULL, NULL, NULL));
+  aw.buffer_id = 401;  // life 1's array went with it
+  assert_code(cw_client_call(direct, CW_MSG_AWAIT, &aw.base, NULL, 0, NULL, NULL, NULL),
+              CW_NOT_FOUND);
+  close(fd);
+  cw_client_release(direct);
+  cw_client_release(relay2);
+}
+
 int main(void) {
   if (!getenv("CAUSEWAY_PJRT_PLUGIN") || !*getenv("CAUSEWAY_PJRT_PLUGIN")) return 77;
   setenv("CAUSEWAY_MAX_HELD_REQUESTS", "4", 1);  // inherited by the workers
@@ -300,6 +389,7 @@ int main(void) {
       cmocka_unit_test(test_session_outlives_a_lost_client_link),
       cmocka_unit_test(test_reattach_closes_the_lost_link),
       cmocka_unit_test(test_reattach_closes_only_its_own_session),
+      cmocka_unit_test(test_relayed_request_of_an_earlier_life_is_refused),
   };
   return cmocka_run_group_tests(tests, suite_setup, suite_teardown);
 }
