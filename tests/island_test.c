@@ -780,7 +780,8 @@ static void test_the_whole_island_restarts(void** state) {
 // relays them. It relayed the LAUNCH's parts with seq 0: that worker never
 // saw the seq, and the session's later ordered requests there waited for it
 // for ever. It relayed the DELETE to every member with that seq: another
-// numbering at the others.
+// numbering at the others. The same for `session_life`, which goes with
+// the seq (h3 of session 50).
 static atomic_int g_seq_code = -1;  // the status code of send_wait's request
 
 static void seq_done(void* user, cw_status_t status, const ProtobufCMessage* reply) {
@@ -853,20 +854,48 @@ static void test_an_island_program_keeps_its_seqs(void** state) {
     ASSERT_OK(cw_test_session_download_f32(&s, ids[d], outs[d], got, N));
     for (int j = 0; j < N; ++j) assert_true(got[j] == (float)(0 + 1 + 2 + 3 + 4 * j));
   }
-  // gang1's seqs behind gang0's: the DELETE's seq 3 is gang0's alone.
+  // The life of the session at gang0 its seq is of (session_life) goes with
+  // the seq to gang0's part alone: a wrong one fails the launch there and
+  // takes no seq; gang0's own passes gang1 (another life, another key).
+  uint64_t key0 = cw_client_session_key(link[0]);
+  assert_int_not_equal(key0, 0);
+  uint64_t outs2[DEVS];
+  for (int d = 0; d < DEVS; ++d) {
+    outs2[d] = 500 + (uint64_t)d;
+    ol[d].ids = &outs2[d];
+  }
+  l.seq = 3;
+  l.session_life = key0 ^ 1;
+  int code = send_wait(s.ctl, CW_MSG_LAUNCH, &l.base);
+  if (code <= 0) fail_msg("a LAUNCH of another life was answered %d", code);
+  for (int d = 0; d < DEVS; ++d) outs2[d] = 700 + (uint64_t)d;
+  l.session_life = key0;
+  if (send_wait(s.ctl, CW_MSG_LAUNCH, &l.base) != 0) {
+    fail_msg("the LAUNCH with gang0's life and seq 3 was not answered, or failed");
+  }
+  // gang1's seqs behind gang0's: the DELETE's seq 4 is gang0's alone.
   Causeway__V1__DeleteRequest del = CAUSEWAY__V1__DELETE_REQUEST__INIT;
   uint64_t exe = 7;
   del.ids = &exe;
   del.n_ids = 1;
-  del.seq = 3;
+  del.seq = 4;
+  del.session_life = key0;
   if (send_wait(s.ctl, CW_MSG_DELETE, &del.base) != 0) {
     fail_msg("the DELETE of the island program was not answered, or failed");
   }
+  // Its life goes with the seq: one of another life is refused at gang0 and
+  // takes no seq there (at gang1, unordered, its part deletes the program).
+  exe = 8;
+  ASSERT_OK(compile_gang(&s, exe, "seq2", ids, DEVS));
+  del.seq = 5;
+  del.session_life = key0 ^ 1;
+  code = send_wait(s.ctl, CW_MSG_DELETE, &del.base);
+  if (code <= 0) fail_msg("a DELETE of another life was answered %d", code);
   fill.seq = 1;
   if (send_wait(link[1], CW_MSG_DELETE, &fill.base) != 0) {
     fail_msg("the DELETE with seq 1 on gang1 was not answered, or failed");
   }
-  fill.seq = 4;
+  fill.seq = 5;
   if (send_wait(link[0], CW_MSG_DELETE, &fill.base) != 0) {
     fail_msg("the DELETE with seq 4 on gang0 was not answered, or failed");
   }

@@ -578,6 +578,7 @@ uint32_t cw_ctl_island_relay_launch(cw_controller_t* ctl, cw_ctl_item_t* it, cw_
     // part. The other parts go unordered, in stamp order on each session
     // link. Sent with none, the seq was a hole there.
     part.seq = i == 0 ? r->seq : 0;
+    part.session_life = i == 0 ? r->session_life : 0;  // that worker's life, with its seq
     off += e->part_devices[i];
     cw_net_conn_t* link = cw_ctl_session_link(g->session, p->worker);
     if (!link || !cw_net_conn_is_open(link)) {
@@ -652,7 +653,10 @@ void cw_ctl_island_relay_all(cw_controller_t* ctl, cw_ctl_item_t* it, uint32_t i
     Causeway__V1__DeleteRequest part = *r;
     part.ids = ids;
     part.n_ids = n;
-    if (n != r->n_ids || members[k] != seq_worker) part.seq = 0;
+    if (n != r->n_ids || members[k] != seq_worker) {
+      part.seq = 0;
+      part.session_life = 0;  // a life of the seq's worker, with its seq
+    }
     cw__relay_part(ctl, it, m, cw_msg_copy(&part.base), members[k]);
   }
   free(ids);

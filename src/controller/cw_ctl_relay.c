@@ -270,6 +270,7 @@ void cw_ctl_handle_delete(cw_net_conn_t* conn, const cw_frame_header_t* h,
     part->ids = (uint64_t*)part_ids;
     part->n_ids = n;
     part->seq = r->seq;  // one worker holds them all when there is one (above)
+    part->session_life = r->seq ? r->session_life : 0;  // the life there that seq is of
     // A hand-built message: a copy, so the item owns a normal one.
     ProtobufCMessage* owned = cw_msg_copy(&part->base);
     free(part);
