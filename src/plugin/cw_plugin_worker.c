@@ -133,6 +133,17 @@ cw_status_t cw_plugin_worker_check(cw_plugin_worker_t* w) {
 }
 
 cw_status_t cw_plugin_worker_map_error(cw_plugin_worker_t* w, cw_status_t status) {
+  // A relayed request that reached a later life of our session there: the
+  // session's arrays at w went with the life it was numbered in, as with a
+  // lost worker (cw_worker_conn.c refuses it unapplied).
+  if (status && cw_status_code(status) == CW_ABORTED &&
+      strstr(cw_status_message(status), CW_MSG_SEQ_OTHER_LIFE)) {
+    cw_status_t out = cw_make_status(CW_UNAVAILABLE, "worker %s (%s) no longer holds this "
+                                     "session's arrays: %s", w->name, cw_plugin_worker_address(w),
+                                     cw_status_message(status));
+    cw_status_free(status);
+    return out;
+  }
   if (!status || cw_status_code(status) != CW_UNAVAILABLE) return status;
   const char* msg = cw_status_message(status);
   if (cw__names_worker(w, msg)) return status;  // already named
@@ -680,6 +691,10 @@ static cw_status_t cw__send_ordered(cw_plugin_worker_t* w, uint32_t epoch, bool 
   o->epoch = epoch;
   o->parked.seq = seq;
   if (o->relayed) o->tracked = cw__relayed_add(w, epoch, seq);
+  // The life of our session at w that seq is of: were it to reach a later
+  // one (every link of this one closed while it waited at the controller),
+  // w refuses it instead of taking it for that life's seq.
+  if (!direct) cw_msg_set_session_life(type, req, w->session_key);
   // What a restarted controller is sent again (with its seq).
   if (!direct && c->resume) {
     o->packed = cw_msg_pack(req, &o->packed_len);

@@ -33,7 +33,9 @@ void cw_plugin_worker_mark_dead(cw_plugin_worker_t* w, const char* why);
 // to connect to; else OK.
 CW_MUST_USE cw_status_t cw_plugin_worker_check(cw_plugin_worker_t* w);
 // Takes `status`: if it shows the worker's connection is lost, marks the
-// worker dead and returns UNAVAILABLE naming it; otherwise returns `status`.
+// worker dead and returns UNAVAILABLE naming it; a refusal of a request
+// numbered in an earlier life of the session there (CW_MSG_SEQ_OTHER_LIFE)
+// is UNAVAILABLE naming it too; otherwise returns `status`.
 CW_MUST_USE cw_status_t cw_plugin_worker_map_error(cw_plugin_worker_t* w, cw_status_t status);
 
 // What `epoch` means to the senders below: the epoch (cw_plugin_worker_epoch)

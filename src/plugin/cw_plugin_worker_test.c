@@ -28,6 +28,7 @@ typedef struct peer_s {
   struct {
     uint16_t type;
     uint64_t seq;
+    uint64_t life;  // session_life (LAUNCH, DELETE)
     size_t n_ids;  // a DELETE's
     uint64_t first_id;
   } seen[MAX_SEEN];
@@ -40,6 +41,7 @@ static void record_frame(peer_t* p, const frame_t* fr) {
   if (p->n < MAX_SEEN) {
     p->seen[p->n].type = fr->h.type;
     p->seen[p->n].seq = cw_msg_seq(fr->h.type, fr->msg);
+    p->seen[p->n].life = cw_msg_session_life(fr->h.type, fr->msg);
     if (fr->h.type == CW_MSG_DELETE) {
       const Causeway__V1__DeleteRequest* d = (const Causeway__V1__DeleteRequest*)fr->msg;
       p->seen[p->n].n_ids = d->n_ids;
@@ -324,6 +326,63 @@ static int rec_calls(rec_t* rec) {
   return n;
 }
 
+// What goes through the controller names the life of the session at the
+// worker its seq was numbered in (HelloReply.session_key), so that a worker
+// whose session there was made again refuses it; what goes straight to the
+// worker needs none. That refusal reads as the loss of the session's arrays
+// there, naming the worker, without marking it dead (our link may be fine).
+static void test_relayed_requests_name_their_life(void** state) {
+  fixture_t* fx = *state;
+  peer_t* ctrl = calloc(1, sizeof(*ctrl));
+  assert_non_null(ctrl);
+  pthread_mutex_init(&ctrl->mu, NULL);
+  fake_start(&ctrl->f, script_record);
+  fx->client.ctrl = connect_ok(&ctrl->f);
+  connect_worker(fx);
+  fx->worker.session_key = 0x5eed;
+  rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  Causeway__V1__LaunchRequest req = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
+  assert_null(cw_plugin_worker_send_ordered(&fx->worker, CW_PLUGIN_ANY_EPOCH, false, CW_MSG_LAUNCH,
+                                            &req.base, &req.seq, rec_done, &rec));
+  uint64_t exe = 9;
+  Causeway__V1__DeleteRequest del = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+  del.ids = &exe;
+  del.n_ids = 1;
+  assert_null(cw_plugin_worker_send_ordered(&fx->worker, CW_PLUGIN_ANY_EPOCH, false, CW_MSG_DELETE,
+                                            &del.base, &del.seq, rec_done, &rec));
+  Causeway__V1__LaunchRequest direct = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
+  assert_null(cw_plugin_worker_send_ordered(&fx->worker, CW_PLUGIN_ANY_EPOCH, true, CW_MSG_LAUNCH,
+                                            &direct.base, &direct.seq, rec_done, &rec));
+  wait_seen(ctrl, 2);
+  expect_seen(ctrl, 0, CW_MSG_LAUNCH, 1);
+  assert_int_equal(ctrl->seen[0].life, 0x5eed);
+  expect_seen(ctrl, 1, CW_MSG_DELETE, 2);
+  assert_int_equal(ctrl->seen[1].life, 0x5eed);
+  wait_seen(&fx->peer, 1);
+  expect_seen(&fx->peer, 0, CW_MSG_LAUNCH, 3);
+  assert_int_equal(fx->peer.seen[0].life, 0);
+  assert_ok(cw_client_flush(fx->client.ctrl));
+  assert_ok(cw_client_flush(fx->worker.conn));
+  assert_int_equal(rec_calls(&rec), 3);
+  assert_int_equal(rec.code, CW_OK);
+
+  cw_status_t st = cw_plugin_worker_map_error(
+      &fx->worker, cw_make_status(CW_ABORTED, "LAUNCH with seq 7 " CW_MSG_SEQ_OTHER_LIFE " 12 at "
+                                  "this worker (its objects are gone); not applied"));
+  assert_int_equal(cw_status_code(st), CW_UNAVAILABLE);
+  char want[512];
+  snprintf(want, sizeof(want), "worker worker-0 (%s) no longer holds this session's arrays: "
+           "LAUNCH with seq 7 " CW_MSG_SEQ_OTHER_LIFE " 12 at this worker (its objects are "
+           "gone); not applied", fx->peer.f.path);
+  assert_string_equal(cw_status_message(st), want);
+  cw_status_free(st);
+  assert_false(atomic_load(&fx->worker.dead));
+  cw_client_release(fx->client.ctrl);
+  fake_join(&ctrl->f);
+  pthread_mutex_destroy(&ctrl->mu);
+  free(ctrl);
+}
+
 static void send_relayed_launch(fixture_t* fx, rec_t* rec) {
   Causeway__V1__LaunchRequest req = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
   assert_null(cw_plugin_worker_send_batched(&fx->worker, CW_PLUGIN_ANY_EPOCH, false, CW_MSG_LAUNCH,
@@ -437,6 +496,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_refused_ordered_request_is_filled, setup, teardown),
       cmocka_unit_test_setup_teardown(test_refused_relayed_request_is_filled, setup, teardown),
       cmocka_unit_test_setup_teardown(test_relayed_launches_share_writes, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_relayed_requests_name_their_life, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lost_connection_marks_dead, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
