@@ -584,7 +584,8 @@ static void reconnect_worker(sess_t* s, int w) {
   conn_init(c, w);
   Causeway__V1__HelloReply* h = NULL;
   hello_conn(c, s->id, chance(50) ? key : 0, &h);
-  if (h->session_seq_next == 0) {
+  // Another key: the controller's link made the session again meanwhile.
+  if (h->session_seq_next == 0 || (key && h->session_key != key)) {
     s->next_seq[w] = 1;  // a new life of the session: numbering starts again
     s->life[w]++;
   } else {
@@ -835,6 +836,9 @@ static void fz_launch(sess_t* s, int w, bool relay) {
   if (relay) {
     int ew = m.exe_id <= ID_POOL ? s->exe_worker[m.exe_id] : -1;
     if (ew >= 0 && chance(60)) m.seq = s->next_seq[ew]++;
+    // The life its seq is of, as the client library says it; now and then
+    // another's (refused, not applied: its seq is filled as after any error).
+    if (m.seq) m.session_life = chance(3) ? rnd() | 1 : s->wrk[ew].session_key;
     out_t* o = req(&s->ctl, T_LAUNCH, &m.base, NULL, 0);
     o->relay_worker = m.seq ? ew : -1;
     o->seq = m.seq;
