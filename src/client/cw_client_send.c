@@ -228,6 +228,12 @@ static cw_status_t cw__defer_frame(cw_client_t* c, uint16_t type, uint64_t reque
 
 cw_status_t cw_client_message_pack(const ProtobufCMessage* msg, uint8_t* stack, size_t stack_cap,
                                    uint8_t** out_buf, size_t* out_len) {
+  // A launch fits the stack: packed without sizing it first.
+  if (cw_msg_packed_bound(msg) <= stack_cap) {
+    *out_len = protobuf_c_message_pack(msg, stack);
+    *out_buf = stack;
+    return cw_ok_status();
+  }
   size_t len = protobuf_c_message_get_packed_size(msg);
   uint8_t* buf = stack;
   if (len > stack_cap) {

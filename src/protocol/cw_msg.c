@@ -286,6 +286,46 @@ uint8_t* cw_msg_pack(const ProtobufCMessage* m, size_t* out_len) {
   return buf;
 }
 
+// A field's tag (numbers under 16) and a varint: what any scalar of
+// LaunchRequest takes at most; a packed element takes at most a varint.
+#define CW__FIELD_MAX 11
+#define CW__LIST_MAX ((size_t)1 << 24)
+
+static size_t cw__id_list_bound(const Causeway__V1__IdList* l) {
+  // Its own tag and length, then the ids' tag, length and varints (or a tag
+  // each, had they not been packed).
+  if (!l || l->base.n_unknown_fields || l->n_ids > CW__LIST_MAX) return SIZE_MAX;
+  return 2 * CW__FIELD_MAX + 2 + CW__FIELD_MAX * l->n_ids;
+}
+
+size_t cw_msg_packed_bound(const ProtobufCMessage* m) {
+  // A field added to either message makes the bound unknown until it is
+  // counted here (cw_msg_test pins the count).
+  if (!m || m->descriptor != &causeway__v1__launch_request__descriptor ||
+      m->descriptor->n_fields != 9 || causeway__v1__id_list__descriptor.n_fields != 1 ||
+      m->n_unknown_fields) {
+    return SIZE_MAX;
+  }
+  const Causeway__V1__LaunchRequest* r = (const Causeway__V1__LaunchRequest*)m;
+  if (r->n_args > CW__LIST_MAX || r->n_outputs > CW__LIST_MAX || r->n_donate > CW__LIST_MAX) {
+    return SIZE_MAX;
+  }
+  // exe_id, launch_id, sched_stamp, prepare, host_callbacks, seq; donate's
+  // tag and length and its elements.
+  size_t n = 6 * CW__FIELD_MAX + 2 * CW__FIELD_MAX + CW__FIELD_MAX * r->n_donate;
+  for (size_t i = 0; i < r->n_args; ++i) {
+    size_t b = cw__id_list_bound(r->args[i]);
+    if (b == SIZE_MAX) return SIZE_MAX;
+    n += b;
+  }
+  for (size_t i = 0; i < r->n_outputs; ++i) {
+    size_t b = cw__id_list_bound(r->outputs[i]);
+    if (b == SIZE_MAX) return SIZE_MAX;
+    n += b;
+  }
+  return n;
+}
+
 ProtobufCMessage* cw_msg_copy(const ProtobufCMessage* m) {
   size_t len = 0;
   uint8_t* buf = cw_msg_pack(m, &len);

@@ -118,6 +118,11 @@ CW_MUST_USE cw_status_t cw_msg_check_bulk(const struct cw_frame_header_s* header
 // `m` packed into a new buffer the caller frees (*out_len bytes); NULL when
 // out of memory.
 uint8_t* cw_msg_pack(const ProtobufCMessage* m, size_t* out_len);
+// An upper bound on `m`'s packed size, found without walking it as
+// protobuf_c_message_get_packed_size does (twice with nested messages):
+// known for a LaunchRequest, the one message sent per launch; SIZE_MAX for
+// every other or when unknown fields ride along.
+size_t cw_msg_packed_bound(const ProtobufCMessage* m);
 // A deep copy of `m` (borrowed), packed and unpacked, that the caller frees
 // with protobuf_c_message_free_unpacked; NULL when out of memory.
 ProtobufCMessage* cw_msg_copy(const ProtobufCMessage* m);

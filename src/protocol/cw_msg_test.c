@@ -397,6 +397,56 @@ static void test_msg_proto_pins(void** state) {
   assert_int_equal(CW_ROLE_CONTROLLER_BIT, 1u << 3);
 }
 
+// cw_msg_packed_bound: never below what protobuf-c packs, for every field at
+// its widest (so a LaunchRequest may be packed without sizing it first).
+static void test_msg_packed_bound(void** state) {
+  (void)state;
+  assert_int_equal(causeway__v1__launch_request__descriptor.n_fields, 9);  // counted in the bound
+  assert_int_equal(causeway__v1__id_list__descriptor.n_fields, 1);
+  uint64_t ids[64];
+  uint32_t donate[16];
+  for (size_t i = 0; i < 64; ++i) ids[i] = UINT64_MAX - i;
+  for (size_t i = 0; i < 16; ++i) donate[i] = UINT32_MAX - (uint32_t)i;
+  Causeway__V1__IdList lists[8];
+  Causeway__V1__IdList* ptrs[8];
+  for (size_t nd = 0; nd <= 4; ++nd) {
+    for (size_t n = 0; n <= 64; n += 7) {
+      for (size_t i = 0; i < 2 * nd; ++i) {
+        causeway__v1__id_list__init(&lists[i]);
+        lists[i].ids = ids;
+        lists[i].n_ids = n;
+        ptrs[i] = &lists[i];
+      }
+      Causeway__V1__LaunchRequest r = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
+      r.exe_id = r.launch_id = r.sched_stamp = r.host_callbacks = r.seq = UINT64_MAX;
+      r.prepare = true;
+      r.args = ptrs;
+      r.n_args = nd;
+      r.outputs = ptrs + nd;
+      r.n_outputs = nd;
+      r.donate = donate;
+      r.n_donate = n % 17;
+      size_t bound = cw_msg_packed_bound(&r.base);
+      assert_true(bound != SIZE_MAX);
+      assert_true(protobuf_c_message_get_packed_size(&r.base) <= bound);
+    }
+  }
+  // Anything else: unknown.
+  Causeway__V1__LaunchRequest r = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
+  Causeway__V1__IdList* none[] = {NULL};
+  r.args = none;
+  r.n_args = 1;
+  assert_true(cw_msg_packed_bound(&r.base) == SIZE_MAX);
+  r.n_args = 0;
+  ProtobufCMessageUnknownField unknown = {.tag = 99, .wire_type = PROTOBUF_C_WIRE_TYPE_VARINT};
+  r.base.unknown_fields = &unknown;
+  r.base.n_unknown_fields = 1;
+  assert_true(cw_msg_packed_bound(&r.base) == SIZE_MAX);
+  Causeway__V1__DeleteRequest del = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+  assert_true(cw_msg_packed_bound(&del.base) == SIZE_MAX);
+  assert_true(cw_msg_packed_bound(NULL) == SIZE_MAX);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_msg_table_matches_proto_enum),
@@ -409,6 +459,7 @@ int main(void) {
       cmocka_unit_test(test_msg_check_bulk),
       cmocka_unit_test(test_msg_texts),
       cmocka_unit_test(test_msg_proto_pins),
+      cmocka_unit_test(test_msg_packed_bound),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
