@@ -12,7 +12,7 @@
 typedef struct cw_plugin_memory_user_data_s {
   struct cw_plugin_memory_user_data_s* next;
   const void* key;
-  void* data;
+  _Atomic(void*) data;  // replaced under the memory's mu, read without it
   void (*dtor)(void*);
 } cw__user_data_t;
 
@@ -30,23 +30,18 @@ cw_plugin_device_t* cw_plugin_device_find(cw_plugin_client_t* c, int global_id) 
 
 static void* cw__memory_get_user_data(PJRT_Memory* memory, const void* key) {
   cw_plugin_memory_t* m = (cw_plugin_memory_t*)memory;
-  void* out = NULL;
-  pthread_mutex_lock(&m->mu);
-  for (cw__user_data_t* u = m->user_data; u; u = u->next) {
-    if (u->key == key) {
-      out = u->data;
-      break;
-    }
+  for (cw__user_data_t* u = atomic_load_explicit(&m->user_data, memory_order_acquire); u;
+       u = u->next) {
+    if (u->key == key) return atomic_load_explicit(&u->data, memory_order_acquire);
   }
-  pthread_mutex_unlock(&m->mu);
-  return out;
+  return NULL;
 }
 
 static void cw__memory_set_user_data(PJRT_Memory* memory, const void* key, void* data,
                                      void (*dtor)(void*)) {
   cw_plugin_memory_t* m = (cw_plugin_memory_t*)memory;
   pthread_mutex_lock(&m->mu);
-  cw__user_data_t* u = m->user_data;
+  cw__user_data_t* u = atomic_load_explicit(&m->user_data, memory_order_relaxed);
   while (u && u->key != key) u = u->next;
   if (!u) {
     u = calloc(1, sizeof(*u));
@@ -55,12 +50,15 @@ static void cw__memory_set_user_data(PJRT_Memory* memory, const void* key, void*
       return;
     }
     u->key = key;
-    u->next = m->user_data;
-    m->user_data = u;
-  } else if (u->dtor && u->data) {
-    u->dtor(u->data);
+    u->data = data;
+    u->dtor = dtor;
+    u->next = atomic_load_explicit(&m->user_data, memory_order_relaxed);
+    atomic_store_explicit(&m->user_data, u, memory_order_release);  // filled in first
+    pthread_mutex_unlock(&m->mu);
+    return;
   }
-  u->data = data;
+  void* old = atomic_exchange_explicit(&u->data, data, memory_order_acq_rel);
+  if (u->dtor && old) u->dtor(old);
   u->dtor = dtor;
   pthread_mutex_unlock(&m->mu);
 }
@@ -247,10 +245,11 @@ void cw_plugin_device_deinitialize(cw_plugin_device_t* d) {
     free(m->kind);
     free(m->debug_string);
     free(m->to_string);
-    cw__user_data_t* u = m->user_data;
+    cw__user_data_t* u = atomic_load_explicit(&m->user_data, memory_order_relaxed);
     while (u) {
       cw__user_data_t* next = u->next;
-      if (u->dtor && u->data) u->dtor(u->data);
+      void* data = atomic_load_explicit(&u->data, memory_order_relaxed);
+      if (u->dtor && data) u->dtor(data);
       free(u);
       u = next;
     }

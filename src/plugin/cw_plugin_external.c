@@ -123,6 +123,10 @@ PJRT_Error* cw_plugin_client_create_view(PJRT_Client_CreateViewOfDeviceBuffer_Ar
 }
 
 void cw_plugin_external_release(cw_plugin_buffer_t* b) {
+  // A buffer being freed has no other user (PJRT_Buffer_Destroy's contract),
+  // and a mirror put in under the lock was put in before the buffer reached
+  // this thread: most have none, and take no process-wide lock here.
+  if (!b->mirror) return;
   pthread_mutex_lock(&cw__mirror_mu);
   free(b->mirror);
   b->mirror = NULL;

@@ -131,8 +131,10 @@ typedef struct cw_plugin_memory_s {
   bool is_default;  // the device's default memory: its kind is not sent
   char* debug_string;
   char* to_string;
-  pthread_mutex_t mu;
-  struct cw_plugin_memory_user_data_s* user_data;  // cw_plugin_device.c
+  pthread_mutex_t mu;  // set_user_data's
+  // Read without mu (JAX asks on every launch): entries are only added in
+  // front, and freed with the client.
+  _Atomic(struct cw_plugin_memory_user_data_s*) user_data;  // cw_plugin_device.c
 } cw_plugin_memory_t;
 
 // One device of the session's global table (cw_plugin_device.h).
