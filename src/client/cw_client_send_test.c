@@ -482,9 +482,51 @@ static void test_wait_beside_a_flush(void** state) {
   sems_destroy();
 }
 
+// A LAUNCH packs without being sized first when its bound fits the stack,
+// and to the same bytes as protobuf-c's sized pack; one too big for the
+// stack is sized and allocated.
+static void test_launch_pack_matches_sized(void** state) {
+  (void)state;
+  uint64_t ids[600];
+  for (size_t i = 0; i < 600; ++i) ids[i] = (i % 3) ? UINT64_MAX - i : i;
+  Causeway__V1__IdList lists[2];
+  Causeway__V1__IdList* ptrs[2] = {&lists[0], &lists[1]};
+  for (size_t n = 1; n <= 600; n += 599) {
+    for (int i = 0; i < 2; ++i) {
+      causeway__v1__id_list__init(&lists[i]);
+      lists[i].ids = ids;
+      lists[i].n_ids = n;
+    }
+    uint32_t donate[] = {0, 7};
+    Causeway__V1__LaunchRequest r = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
+    r.exe_id = 12345;
+    r.args = ptrs;
+    r.n_args = 1;
+    r.outputs = ptrs + 1;
+    r.n_outputs = 1;
+    r.launch_id = 9;
+    r.donate = donate;
+    r.n_donate = 2;
+    r.seq = UINT64_MAX;
+    uint8_t stack[512];
+    uint8_t* buf = NULL;
+    size_t len = 0;
+    assert_null(cw_client_message_pack(&r.base, stack, sizeof(stack), &buf, &len));
+    assert_true(n == 1 ? buf == stack : buf != stack);
+    size_t want_len = 0;
+    uint8_t* want = cw_msg_pack(&r.base, &want_len);
+    assert_non_null(want);
+    assert_int_equal(len, want_len);
+    assert_memory_equal(buf, want, len);
+    free(want);
+    if (buf != stack) free(buf);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_pipelined_out_of_order),
+      cmocka_unit_test(test_launch_pack_matches_sized),
       cmocka_unit_test(test_deferred_send),
       cmocka_unit_test(test_batched_send_reader),
       cmocka_unit_test(test_batched_send_write_held),
