@@ -4,7 +4,10 @@
 // takes the worker's "device" kind id, lookups by global id, and the
 // memory's user data (replaced values and the rest at the end are handed to
 // their destructors).
+#include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -223,6 +226,55 @@ static void test_memory_user_data(void** state) {
   assert_int_equal(g_dtor_calls, 3);
 }
 
+// get_user_data takes no lock: a reader beside a setter that adds keys and
+// replaces values sees each key absent or with a value set for it (a smoke
+// test; the ThreadSanitizer build checks the orderings).
+#define UD_KEYS 16
+#define UD_ROUNDS 2000
+static const char ud_keys[UD_KEYS] = {0};
+static atomic_int ud_bad;
+static atomic_bool ud_stop;
+static int ud_values[UD_ROUNDS];
+
+static void* ud_reader(void* arg) {
+  PJRT_Memory* m = arg;
+  while (!atomic_load(&ud_stop)) {
+    for (int k = 0; k < UD_KEYS; ++k) {
+      const int* v = m->vtable->get_user_data(m, &ud_keys[k]);
+      if (v && *v != k) atomic_fetch_add(&ud_bad, 1);
+    }
+  }
+  return NULL;
+}
+
+static void test_memory_user_data_read_beside_set(void** state) {
+  fixture_t* fx = *state;
+  Causeway__V1__GlobalDevice g = CAUSEWAY__V1__GLOBAL_DEVICE__INIT;
+  g.worker_index = 3;
+  assert_null(add_device(fx, 0, &g));
+  PJRT_Memory* m = fx->devices[0].memory_ptrs[0];
+  atomic_store(&ud_bad, 0);
+  atomic_store(&ud_stop, false);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, ud_reader, m), 0);
+  for (int r = 0; r < UD_ROUNDS; ++r) {
+    int k = r % UD_KEYS;
+    ud_values[r] = k;  // written before it is published
+    // A value a reader may still hold is not freed under it: no dtor.
+    m->vtable->set_user_data(m, &ud_keys[k], &ud_values[r], NULL);
+  }
+  atomic_store(&ud_stop, true);
+  pthread_join(t, NULL);
+  assert_int_equal(atomic_load(&ud_bad), 0);
+  for (int k = 0; k < UD_KEYS; ++k) {
+    const int* v = m->vtable->get_user_data(m, &ud_keys[k]);
+    assert_non_null(v);
+    assert_int_equal(*v, k);
+  }
+  cw_plugin_device_deinitialize(&fx->devices[0]);
+  fx->client.num_devices = 0;
+}
+
 // The plugin's attributes as the sessions report them: the same list again
 // keeps the array JAX may hold (causeway-proxy makes a client per session
 // and kept one more list each time); a different one replaces it, the old
@@ -264,6 +316,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_find_by_global_id, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unknown_worker_fails, setup, teardown),
       cmocka_unit_test_setup_teardown(test_memory_user_data, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_memory_user_data_read_beside_set, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
