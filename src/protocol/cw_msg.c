@@ -286,9 +286,9 @@ uint8_t* cw_msg_pack(const ProtobufCMessage* m, size_t* out_len) {
   return buf;
 }
 
-// A field's tag (numbers under 16) and a varint: what any scalar of
-// LaunchRequest takes at most; a packed element takes at most a varint.
-#define CW__FIELD_MAX 11
+// A field's tag (two bytes from field 16 on) and a varint: what any scalar
+// of LaunchRequest takes at most; a packed element takes at most a varint.
+#define CW__FIELD_MAX 12
 #define CW__LIST_MAX ((size_t)1 << 24)
 
 static size_t cw__id_list_bound(const Causeway__V1__IdList* l) {
@@ -302,7 +302,7 @@ size_t cw_msg_packed_bound(const ProtobufCMessage* m) {
   // A field added to either message makes the bound unknown until it is
   // counted here (cw_msg_test pins the count).
   if (!m || m->descriptor != &causeway__v1__launch_request__descriptor ||
-      m->descriptor->n_fields != 9 || causeway__v1__id_list__descriptor.n_fields != 1 ||
+      m->descriptor->n_fields != 10 || causeway__v1__id_list__descriptor.n_fields != 1 ||
       m->n_unknown_fields) {
     return SIZE_MAX;
   }
@@ -310,9 +310,9 @@ size_t cw_msg_packed_bound(const ProtobufCMessage* m) {
   if (r->n_args > CW__LIST_MAX || r->n_outputs > CW__LIST_MAX || r->n_donate > CW__LIST_MAX) {
     return SIZE_MAX;
   }
-  // exe_id, launch_id, sched_stamp, prepare, host_callbacks, seq; donate's
-  // tag and length and its elements.
-  size_t n = 6 * CW__FIELD_MAX + 2 * CW__FIELD_MAX + CW__FIELD_MAX * r->n_donate;
+  // exe_id, launch_id, sched_stamp, prepare, host_callbacks, seq,
+  // session_life; donate's tag and length and its elements.
+  size_t n = 7 * CW__FIELD_MAX + 2 * CW__FIELD_MAX + CW__FIELD_MAX * r->n_donate;
   for (size_t i = 0; i < r->n_args; ++i) {
     size_t b = cw__id_list_bound(r->args[i]);
     if (b == SIZE_MAX) return SIZE_MAX;

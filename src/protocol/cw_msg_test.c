@@ -401,7 +401,7 @@ static void test_msg_proto_pins(void** state) {
 // its widest (so a LaunchRequest may be packed without sizing it first).
 static void test_msg_packed_bound(void** state) {
   (void)state;
-  assert_int_equal(causeway__v1__launch_request__descriptor.n_fields, 9);  // counted in the bound
+  assert_int_equal(causeway__v1__launch_request__descriptor.n_fields, 10);  // counted in the bound
   assert_int_equal(causeway__v1__id_list__descriptor.n_fields, 1);
   uint64_t ids[64];
   uint32_t donate[16];
@@ -418,7 +418,8 @@ static void test_msg_packed_bound(void** state) {
         ptrs[i] = &lists[i];
       }
       Causeway__V1__LaunchRequest r = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
-      r.exe_id = r.launch_id = r.sched_stamp = r.host_callbacks = r.seq = UINT64_MAX;
+      r.exe_id = r.launch_id = r.sched_stamp = r.host_callbacks = r.seq = r.session_life =
+          UINT64_MAX;
       r.prepare = true;
       r.args = ptrs;
       r.n_args = nd;
