@@ -639,8 +639,7 @@ static cw_status_t cw__compile_place(cw_controller_t* ctl, cw_ctl_session_t* s,
   }
   if (!first->alive) {
     free(info);
-    return cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable", first->name,
-                          first->address);
+    return cw_ctl_worker_unavailable(first, NULL);
   }
   if (!cw_ctl_ops_worker_takes_work(first)) {
     free(info);

@@ -456,7 +456,7 @@ void cw_ctl_handle_rejoin(cw_net_conn_t* conn, const cw_frame_header_t* h,
     st = cw_make_status(CW_UNAVAILABLE, "HEALTH_REJOIN: this session's rejoin of worker %s "
                         "(%s) is under way", w->name, w->address);
   } else if (!w->alive) {
-    st = cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable", w->name, w->address);
+    st = cw_ctl_worker_unavailable(w, NULL);
   } else if (r->incarnation != w->incarnation) {
     st = cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is at incarnation %u, not %u",
                         w->name, w->address, w->incarnation, r->incarnation);

@@ -13,7 +13,8 @@
 //   replaced, incarnation 1 and the old first device id; the session gets
 //   WORKER_UP with the new address and incarnation;
 // - HEALTH_REJOIN: unknown worker INVALID_ARGUMENT, stale incarnation
-//   UNAVAILABLE, the current one OK; from a worker PERMISSION_DENIED;
+//   UNAVAILABLE, the current one OK; from a worker PERMISSION_DENIED; of a
+//   dead worker UNAVAILABLE with why it was lost;
 // - with a real worker (XLA's CPU plugin): an executable compiled there is
 //   LOADed into its replacement under the same id (STATS exes_reloaded,
 //   EXE_INFO answered by the new worker), and the session's requests for it
@@ -200,6 +201,9 @@ static void test_health(void** state) {
   pthread_mutex_unlock(&g.mu);
   assert_true(ms >= TIMEOUT_MS / 2);
   expect_error(cw_client_ping(a), CW_UNAVAILABLE, "");
+  // Work asked of it now says why it was lost, as WORKER_DOWN did.
+  expect_error(rejoin(g.client, 0, 0), CW_UNAVAILABLE,
+               "worker w (fake-a:1) is unavailable: no heartbeat for");
   Causeway__V1__Stats* s = ctl_stats();
   assert_int_equal(s->workers, 0);
   assert_int_equal(s->workers_dead, 1);

@@ -36,6 +36,7 @@ typedef struct cw_ctl_worker_s {
   char name[CW__MAX_NAME];
   char address[CW__MAX_ADDRESS + 1];
   bool alive;
+  char lost_why[256];  // why it was last lost: later refusals say it too
   int32_t first_device;
   uint32_t num_devices;
   Causeway__V1__RegisterRequest* reg;  // owned: the worker's inventory

@@ -192,8 +192,7 @@ cw_status_t cw_ctl_island_place(cw_controller_t* ctl, cw_ctl_session_t* s,
   for (size_t k = 0; !st && k < m; ++k) {
     cw_ctl_worker_t* w = ctl->workers[parts[k]];
     if (!w->alive) {
-      st = cw_make_status(CW_UNAVAILABLE, "worker %s (%s) of island '%s' is unavailable", w->name,
-                          w->address, first->island_name);
+      st = cw_ctl_worker_unavailable(w, first->island_name);
     } else if (!cw_ctl_ops_worker_takes_work(w)) {
       st = cw_make_status(CW_FAILED_PRECONDITION, "worker %s is draining", w->name);
     }

@@ -24,6 +24,16 @@ cw_status_t cw_ctl_worker_error(cw_ctl_worker_t* w, cw_net_conn_t* conn, cw_stat
   return st;
 }
 
+cw_status_t cw_ctl_worker_unavailable(const cw_ctl_worker_t* w, const char* island) {
+  const char* sep = w->lost_why[0] ? ": " : "";
+  if (island) {
+    return cw_make_status(CW_UNAVAILABLE, "worker %s (%s) of island '%s' is unavailable%s%s",
+                          w->name, w->address, island, sep, w->lost_why);
+  }
+  return cw_make_status(CW_UNAVAILABLE, "worker %s (%s) is unavailable%s%s", w->name, w->address,
+                        sep, w->lost_why);
+}
+
 size_t cw_ctl_alive_workers(const cw_controller_t* ctl) {
   size_t n = 0;
   for (size_t i = 0; i < ctl->num_workers; ++i) n += ctl->workers[i]->alive;
@@ -34,6 +44,7 @@ void cw_ctl_worker_lost(cw_ctl_worker_t* w, const char* why) {
   cw_controller_t* ctl = w->ctl;
   if (!w->alive) return;
   w->alive = false;
+  snprintf(w->lost_why, sizeof(w->lost_why), "%s", why);
   cw_ctl_health_worker_lost(w);
   CW_LOGW("worker %s (%s) lost: %s", w->name, w->address, why);
   char msg[512];

@@ -16,6 +16,9 @@ void cw_ctl_worker_lost(cw_ctl_worker_t* w, const char* why);
 // connection is gone, says which worker is unavailable. Takes `st`.
 CW_MUST_USE cw_status_t cw_ctl_worker_error(cw_ctl_worker_t* w, cw_net_conn_t* conn,
                                             cw_status_t st);
+// UNAVAILABLE for work on the dead `w` (of `island`, when not NULL), with why
+// it was lost.
+CW_MUST_USE cw_status_t cw_ctl_worker_unavailable(const cw_ctl_worker_t* w, const char* island);
 size_t cw_ctl_alive_workers(const cw_controller_t* ctl);
 // 1..max printable characters.
 bool cw_ctl_printable(const char* s, size_t max);

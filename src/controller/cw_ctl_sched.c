@@ -18,6 +18,7 @@
 
 #include "cw_ctl_island.h"
 #include "cw_ctl_ops.h"
+#include "cw_ctl_registry.h"
 #include "cw_ctl_relay.h"
 #include "cw_ctl_sched.h"
 #include "cw_ctl_sched_queue.h"
@@ -117,8 +118,7 @@ static cw_status_t cw__sched_check(cw_ctl_worker_t* w, cw_ctl_item_t* it, bool* 
   for (size_t i = 0; i < e->num_parts; ++i) {  // an island's program needs every part
     cw_ctl_worker_t* p = w->ctl->workers[e->parts[i]];
     if (!p->alive) {
-      return cw_make_status(CW_UNAVAILABLE, "worker %s (%s) of island '%s' is unavailable",
-                            p->name, p->address, p->island_name);
+      return cw_ctl_worker_unavailable(p, p->island_name);
     }
     // A draining member would refuse its part while the others wait for it
     // in their collectives: refuse the launch here, for every part at once.
