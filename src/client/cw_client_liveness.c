@@ -26,6 +26,12 @@ static pthread_cond_t g_idle;  // a connection's PING went out (watch_busy clear
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static cw_client_t* g_head;  // the watched connections (watch_next)
 static bool g_running;       // the thread is up: it ends when the list empties
+// When this thread last ran again after a gap (the process stopped by
+// SIGSTOP or Ctrl-Z, or starved): silence over the gap says nothing of the
+// peers, whose bytes may wait unread in the sockets, so quiet counts from
+// here. Before, a process continued after more than the period gave up on
+// live workers before its readers had run.
+static int64_t g_ran_again_ms;
 
 static void cw__init(void) {
   cw_time_cond_init(&g_cv);
@@ -58,7 +64,8 @@ static bool cw__check(cw_client_t* c, int64_t now) {
     pthread_mutex_unlock(&c->mu);
     return false;
   }
-  int64_t quiet = now - atomic_load_explicit(&c->last_rx_ms, memory_order_relaxed);
+  int64_t last = atomic_load_explicit(&c->last_rx_ms, memory_order_relaxed);
+  int64_t quiet = now - (last > g_ran_again_ms ? last : g_ran_again_ms);
   if (quiet >= c->liveness_ms) {
     cw__give_up(c, quiet);
     pthread_mutex_unlock(&c->mu);
@@ -98,8 +105,10 @@ static void* cw__watchdog_main(void* arg) {
       if (t < tick) tick = t;
     }
     struct timespec ts = cw_time_deadline_ms(tick);
+    int64_t before = cw_time_now_ms();
     pthread_cond_timedwait(&g_cv, &g_mu, &ts);
     int64_t now = cw_time_now_ms();
+    if (now - before > 2 * (int64_t)tick) g_ran_again_ms = now;  // a tick late: it did not run
     // PINGs go out without g_mu: a send may wait behind a long write, and
     // the other connections' watch, connects and releases must not.
     // watch_busy keeps a connection from being released meanwhile.

@@ -314,3 +314,21 @@ def link_compile_new() -> dict:
     timed; nothing goes through this process's own link to the worker."""
     spec = jax.ShapeDtypeStruct((16,), np.float32)
     return checks._timed(lambda: jax.jit(lambda v: v * 3 - 1).lower(spec).compile() is not None)
+
+
+def slow_prepare(iters: int = 3000) -> dict:
+    """A computation of a few seconds on the first device, not waited for."""
+    from jax import lax
+    dev = jax.devices()[0]
+    m = jax.device_put(np.eye(128, dtype=np.float32) * 0.5, dev)
+
+    @jax.jit
+    def slow(m):
+        return lax.fori_loop(0, iters, lambda i, v: jnp.tanh(v @ v + 1.0), m)
+    STATE["slow"] = slow(m)
+    return {}
+
+
+def slow_wait() -> dict:
+    """Blocks on the slow result."""
+    return checks._timed(lambda: np.asarray(STATE["slow"]))

@@ -474,3 +474,35 @@ def test_declared_dead_then_the_controller_restarts_before_it_wakes():
     finally:
         r.close()
         cluster.stop()
+
+
+def test_client_stopped_past_its_link_timeout():
+    """The JAX process is stopped (SIGSTOP, Ctrl-Z) for longer than
+    CAUSEWAY_WORKER_LINK_TIMEOUT_MS while it waits for a result from a
+    worker that stays alive and sends its keepalives. Once continued, its
+    watchdog woke before the reader had read those bytes and gave the link
+    up ('no answer from ... not even its keepalive') and the wait failed
+    (in the chaos soak, with the controller restarting meanwhile, the
+    client then joined the live worker as a replacement and lost its
+    arrays there). The stopped process saw nothing of the link's life; it
+    judges the silence from when it runs again."""
+    cluster = harness.HandCluster(workers=1, devices=2, tcp=True, **FAST)
+    r = _runner("health-client-stopped-link", cluster, CAUSEWAY_MIN_WORKERS="1",
+                CAUSEWAY_WORKER_LINK_TIMEOUT_MS="1000")
+    try:
+        for i in range(5):  # the old code lost the race to its readers in 1 of 3 or so
+            r.call("slow_prepare", iters=40000)
+            r.submit("slow_wait")
+            time.sleep(0.2)
+            os.kill(r.pid, signal.SIGSTOP)
+            try:
+                time.sleep(3.0)
+            finally:
+                os.kill(r.pid, signal.SIGCONT)
+            got = r.result(timeout=120)
+            report = f"round {i}: {got!r:.3000}\n{cluster.logs()}\n--- client ---\n{r.log_tail()}"
+            print(f"round {i}: {got['ok']} after {got['elapsed']:.2f} s {got.get('error', '')[:300]}")
+            assert got["ok"], report
+    finally:
+        r.close()
+        cluster.stop()
