@@ -104,6 +104,7 @@ typedef struct out_s {
   char what[96];     // the request's ids, for messages
   uint32_t gen;      // COMPILE: the id's exe_gen when sent
   uint64_t made;     // UPLOAD, COPY, LAUNCH: the (first) buffer it makes; 0 none
+  int probe;         // a step of an order probe (probe_t): its index; -1 none
 } out_t;
 
 typedef struct conn_s {
@@ -116,11 +117,36 @@ typedef struct conn_s {
   uint64_t session_key;  // a worker's HelloReply.session_key
 } conn_t;
 
+// An order probe at one worker: a chain of ordered requests on ids no other
+// request names, spread over the session's two connections there and sent
+// out of seq order across them (the later connection's first), whose
+// replies and download bytes say whether the worker applied them in seq
+// order. Checked once all are answered, unless a connection to the worker
+// was opened again meanwhile (its fillers may take a probe's seq).
+#define PROBE_STEPS 8
+#define PROBE_ID 500  // and PROBE_ID + 1: outside the pool, so no other request names them
+typedef struct probe_s {
+  bool active;
+  uint32_t gen;                  // sess_t.gen[w] when sent
+  uint64_t seq0;                 // the first step's seq
+  uint64_t rid[PROBE_STEPS];
+  int64_t code[PROBE_STEPS];     // -1: owed
+  uint32_t got[PROBE_STEPS];     // DOWNLOAD: the value read
+  uint32_t v1, v2;               // the values uploaded
+  bool drained;                  // an UPLOAD was refused: the worker was draining
+} probe_t;
+
 typedef struct sess_s {
   uint64_t id;
   bool innocent;
   conn_t ctl;
   conn_t wrk[NUM_WORKERS];
+  // A second client connection to each worker (fuzz sessions): ordered
+  // requests go on either, as a client's two paths (docs/protocol.md,
+  // "Ordering across connections").
+  conn_t alt[NUM_WORKERS];
+  uint32_t gen[NUM_WORKERS];       // counts connections to each worker opened again
+  probe_t probe[NUM_WORKERS];
   uint64_t next_seq[NUM_WORKERS];  // the next seq the driver gives at each worker
   // Counts the session's lives at each worker (a reconnect that found it
   // made again): a seq of an earlier life is not filled in a later one,
@@ -139,6 +165,7 @@ static sess_t g_innocent;
 static sess_t g_fuzz[NUM_FUZZ];
 static uint64_t g_next_rid = 1000;
 static uint64_t g_sent, g_replies, g_errors, g_closes, g_reconnects, g_sessions_opened;
+static uint64_t g_probes_ok, g_probes_void, g_relives;
 static uint32_t g_by_type[80][2];       // [type][0 ok, 1 error]
 static uint32_t g_codes[17];
 static uint8_t* g_serialized;           // the last SERIALIZE reply's bytes (for LOAD)
@@ -193,6 +220,7 @@ static out_t* out_add(conn_t* c, uint64_t rid, uint16_t type) {
   o->rid = rid;
   o->type = type;
   o->relay_worker = -1;
+  o->probe = -1;
   return o;
 }
 
@@ -205,6 +233,8 @@ static sess_t* sess_of(conn_t* c) {
 }
 
 static void send_filler(sess_t* s, int w, uint64_t seq);
+static void probe_record(conn_t* c, const out_t* o, uint32_t code, const char* msg,
+                         const frame_t* f);
 
 // Handles one frame that arrived on c (fails the test on a wrong one).
 static void on_frame(conn_t* c, frame_t* f) {
@@ -256,6 +286,7 @@ static void on_frame(conn_t* c, frame_t* f) {
       fprintf(stderr, "[seqfuzz] note: %s answered type %u with %s: %s\n", dname(c->daemon),
               o.type, code_name(e->code), e->message);
     }
+    if (o.probe >= 0) probe_record(c, &o, e->code, e->message, f);
     causeway__v1__error_reply__free_unpacked(e, NULL);
     // A relayed request the controller refused never reached the worker:
     // its seq is a hole there until filled (as the client library does).
@@ -282,6 +313,7 @@ static void on_frame(conn_t* c, frame_t* f) {
            a->size, f->bulk_len);
     }
   }
+  if (o.probe >= 0) probe_record(c, &o, 0, NULL, f);
   if (o.type == T_SERIALIZE && f->bulk_len && f->bulk) {
     free(g_serialized);
     g_serialized = malloc(f->bulk_len);
@@ -446,7 +478,16 @@ static uint64_t hello_conn(conn_t* c, uint64_t session, uint64_t reattach_key,
   m.max_version = 1;
   m.role = R_CLIENT;
   m.session_id = session;
-  m.peer_name = "seqfuzz";
+  // Which connection it is, for the daemons' logs: s<session index><c|w0|w1|a0|a1>.
+  char name[32] = "seqfuzz";
+  sess_t* ns = sess_of(c);
+  if (ns) {
+    int si = ns == &g_innocent ? 9 : (int)(ns - g_fuzz);
+    snprintf(name, sizeof name, "seqfuzz-s%d%s%d", si,
+             c->daemon < 0 ? "c" : c == &ns->wrk[c->daemon] ? "w" : "a",
+             c->daemon < 0 ? 0 : c->daemon);
+  }
+  m.peer_name = name;
   m.reattach_session_key = reattach_key;
   if (!send_msg(c->fd, T_HELLO, 1, &m.base, NULL, 0)) FAIL("HELLO to %s", dname(c->daemon));
   for (;;) {
@@ -515,8 +556,15 @@ static void call(conn_t* c, uint16_t type, const ProtobufCMessage* m, const void
 // Opens session s (new when s->id is 0): the controller connection, OPEN_SESSION
 // for every device unreserved, a connection to each worker.
 static void sess_open(sess_t* s) {
+  bool again = s->id != 0;  // the same id: maybe a new life, maybe the old one still
   conn_init(&s->ctl, -1);
-  for (int w = 0; w < NUM_WORKERS; ++w) conn_init(&s->wrk[w], w);
+  for (int w = 0; w < NUM_WORKERS; ++w) {
+    conn_init(&s->wrk[w], w);
+    conn_init(&s->alt[w], w);
+    s->gen[w]++;
+    s->probe[w].active = false;
+    if (!again) s->next_seq[w] = 1;
+  }
   s->id = hello_conn(&s->ctl, s->id, 0, NULL);
   Causeway__V1__OpenSessionRequest o = CAUSEWAY__V1__OPEN_SESSION_REQUEST__INIT;
   o.min_workers = NUM_WORKERS;
@@ -552,7 +600,16 @@ static void sess_open(sess_t* s) {
   for (int w = 0; w < NUM_WORKERS; ++w) {
     Causeway__V1__HelloReply* h = NULL;
     hello_conn(&s->wrk[w], s->id, 0, &h);
-    s->next_seq[w] = h->session_seq_next ? h->session_seq_next : 1;
+    if (!s->innocent) hello_conn(&s->alt[w], s->id, 0, NULL);
+    if (h->session_seq_next == 0) {
+      s->next_seq[w] = 1;  // a new life: numbering starts again
+      s->life[w]++;
+    } else {
+      // The old life lives on (the worker has not seen all its connections
+      // close yet): the seqs they took are filled, as on a reconnect.
+      for (uint64_t q = h->session_seq_next; q < s->next_seq[w]; ++q) send_filler(s, w, q);
+      if (s->next_seq[w] < h->session_seq_next) s->next_seq[w] = h->session_seq_next;
+    }
     causeway__v1__hello_reply__free_unpacked(h, NULL);
   }
   for (int i = 0; i <= ID_POOL; ++i) s->exe_worker[i] = -1;
@@ -563,33 +620,77 @@ static void sess_open(sess_t* s) {
 
 static void sess_close(sess_t* s) {
   conn_drop(&s->ctl);
-  for (int w = 0; w < NUM_WORKERS; ++w) conn_drop(&s->wrk[w]);
+  for (int w = 0; w < NUM_WORKERS; ++w) {
+    conn_drop(&s->wrk[w]);
+    conn_drop(&s->alt[w]);
+  }
+}
+
+// The other client connection of s to c's worker (NULL: closed).
+static conn_t* sibling(sess_t* s, conn_t* c) {
+  int w = c->daemon;
+  conn_t* o = c == &s->wrk[w] ? &s->alt[w] : &s->wrk[w];
+  return o->fd >= 0 ? o : NULL;
+}
+
+// One of s's client connections to worker w, either when both are open.
+static conn_t* wconn(sess_t* s, int w) {
+  return s->alt[w].fd >= 0 && chance(50) ? &s->alt[w] : &s->wrk[w];
 }
 
 // An empty DELETE with `seq` on s's connection to worker w: fills a hole in
 // the worker's seq order (a duplicate is refused, which is as good).
-static void send_filler(sess_t* s, int w, uint64_t seq) {
-  if (!s || s->wrk[w].fd < 0) return;
+static void send_filler_on(conn_t* c, uint64_t seq) {
+  if (c->fd < 0) return;
   Causeway__V1__DeleteRequest d = CAUSEWAY__V1__DELETE_REQUEST__INIT;
   d.seq = seq;
-  req(&s->wrk[w], T_DELETE, &d.base, NULL, 0);
+  req(c, T_DELETE, &d.base, NULL, 0);
+}
+
+// With a small --max-held-requests (CW_SEQFUZZ_MAX_HELD_REQUESTS) the fill
+// of a seq a relayed request took goes on a connection of its own: on the
+// session's connection, after later seqs (what the client library does), it
+// breaks the per-connection order the flow control relies on, and the
+// worker, not reading that connection, waits for it for ever (the report of
+// session 50, helper h2).
+static bool g_oneshot_fills;
+
+static void send_filler(sess_t* s, int w, uint64_t seq) {
+  if (!s) return;
+  if (g_oneshot_fills) {
+    conn_t one;
+    conn_init(&one, w);
+    hello_conn(&one, s->id, 0, NULL);
+    Causeway__V1__DeleteRequest d = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+    d.seq = seq;
+    send_or_note(&one, T_DELETE, g_next_rid++, &d.base, NULL, 0);
+    close(one.fd);  // held, its turn passes when it comes: filled either way
+    return;
+  }
+  send_filler_on(s->wrk[w].fd >= 0 ? &s->wrk[w] : &s->alt[w], seq);
 }
 
 // Connects s to worker w again after its connection closed: the session
 // may have lived on (the controller's link holds it); then every seq from
 // the worker's next to the driver's last is filled.
-static void reconnect_worker(sess_t* s, int w) {
-  conn_t* c = &s->wrk[w];
+// A reattach (the old connection's HelloReply.session_key) closes the
+// session's other client connection there too (docs/protocol.md, HELLO).
+static void reconnect_worker(sess_t* s, conn_t* c) {
+  int w = c->daemon;
   uint64_t key = c->session_key;
   conn_init(c, w);
+  s->gen[w]++;
+  bool reattach = chance(50) && key;
+  conn_t* sib = sibling(s, c);
+  if (reattach && sib) sib->close_ok = true;  // closed by the worker if the key is its life's
   Causeway__V1__HelloReply* h = NULL;
-  hello_conn(c, s->id, chance(50) ? key : 0, &h);
+  hello_conn(c, s->id, reattach ? key : 0, &h);
   // Another key: the controller's link made the session again meanwhile.
   if (h->session_seq_next == 0 || (key && h->session_key != key)) {
     s->next_seq[w] = 1;  // a new life of the session: numbering starts again
     s->life[w]++;
   } else {
-    for (uint64_t q = h->session_seq_next; q < s->next_seq[w]; ++q) send_filler(s, w, q);
+    for (uint64_t q = h->session_seq_next; q < s->next_seq[w]; ++q) send_filler_on(c, q);
     if (s->next_seq[w] < h->session_seq_next) s->next_seq[w] = h->session_seq_next;
   }
   causeway__v1__hello_reply__free_unpacked(h, NULL);
@@ -656,15 +757,22 @@ static uint64_t pick_seq(sess_t* s, int w, bool* ahead) {
   uint32_t r = rn(100);
   if (r < 45) return 0;
   if (r < 88) return s->next_seq[w]++;
-  if (r < 94 && s->next_seq[w] > 1) return 1 + rn((uint32_t)(s->next_seq[w] - 1));
+  // A duplicate, not of a probe's seq still on its way (it would take it).
+  uint64_t below = s->probe[w].active ? s->probe[w].seq0 : s->next_seq[w];
+  if (r < 94 && below > 1) return 1 + rn((uint32_t)(below - 1));
   *ahead = true;
   uint64_t q = s->next_seq[w] + 1;
   s->next_seq[w] += 2;
   return q;
 }
 
-static void after_ahead(sess_t* s, int w, uint64_t q, bool ahead) {
-  if (ahead) send_filler(s, w, q - 1);
+// The seq skipped is filled on the session's other connection to the worker
+// when it is open: the ahead one is held there for it, and each
+// connection's seqs increase (the flow control relies on it).
+static void after_ahead(sess_t* s, conn_t* c, uint64_t q, bool ahead) {
+  if (!ahead) return;
+  conn_t* o = sibling(s, c);
+  send_filler_on(o ? o : c, q - 1);
 }
 
 static const int k_dtypes[] = {11, 11, 11, 2, 7, 12, 15, 1, 21, 13};
@@ -701,7 +809,7 @@ static int32_t rand_device(void) { return chance(90) ? (int32_t)rn(2) : (int32_t
 static uint8_t g_bulk[4096];
 
 static void fz_upload_whole(sess_t* s, int w) {
-  conn_t* c = &s->wrk[w];
+  conn_t* c = wconn(s, w);
   int64_t dims[4];
   bool odd = false;
   Causeway__V1__UploadRequest m = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
@@ -737,13 +845,13 @@ static void fz_upload_whole(sess_t* s, int w) {
   out_t* o = req(c, T_UPLOAD, &m.base, g_bulk, n);
   o->may_close = odd;
   o->made = m.buffer_id;
-  after_ahead(s, w, m.seq, ahead);
+  after_ahead(s, c, m.seq, ahead);
 }
 
 // An upload in parts: FIRST, MOREs, LAST, with now and then a part out of
 // place, one missing, or a MORE of no upload under way.
 static void fz_upload_parts(sess_t* s, int w) {
-  conn_t* c = &s->wrk[w];
+  conn_t* c = wconn(s, w);
   int64_t dims[1] = {1 + rn(16)};
   uint64_t extent = (uint64_t)dims[0] * 4;
   Causeway__V1__UploadRequest m = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
@@ -776,7 +884,7 @@ static void fz_upload_parts(sess_t* s, int w) {
     out_t* o = req(c, T_UPLOAD, &m.base, g_bulk, len);
     o->may_close = true;  // a part's bulk is checked against what it may bring
     if (last) o->made = m.buffer_id;
-    after_ahead(s, w, m.seq, ahead);
+    after_ahead(s, c, m.seq, ahead);
     off += len;
     // Which of the connection's uploads in parts are unfinished is not
     // tracked: one that was ever begun marks the connection for good.
@@ -844,10 +952,11 @@ static void fz_launch(sess_t* s, int w, bool relay) {
     o->seq = m.seq;
     o->life = ew >= 0 ? s->life[ew] : 0;
   } else {
+    conn_t* c = wconn(s, w);
     m.seq = pick_seq(s, w, &ahead);
-    out_t* o = req(&s->wrk[w], T_LAUNCH, &m.base, NULL, 0);
+    out_t* o = req(c, T_LAUNCH, &m.base, NULL, 0);
     if (m.n_outputs && m.outputs[0]->n_ids) o->made = m.outputs[0]->ids[0];
-    after_ahead(s, w, m.seq, ahead);
+    after_ahead(s, c, m.seq, ahead);
   }
 }
 
@@ -907,9 +1016,10 @@ static void fz_delete(sess_t* s, int w, bool via_ctl) {
     if (ids[i] >= 1 && ids[i] <= ID_POOL) s->live[w][ids[i]] = false;
   }
   bool ahead = false;
+  conn_t* c = wconn(s, w);
   m.seq = pick_seq(s, w, &ahead);
-  req(&s->wrk[w], T_DELETE, &m.base, NULL, 0);
-  after_ahead(s, w, m.seq, ahead);
+  req(c, T_DELETE, &m.base, NULL, 0);
+  after_ahead(s, c, m.seq, ahead);
 }
 
 static void fz_download(sess_t* s, int w) {
@@ -924,18 +1034,20 @@ static void fz_download(sess_t* s, int w) {
     m.peer_capacity = rn(64);
   }
   bool ahead = false;
+  conn_t* c = wconn(s, w);
   m.seq = pick_seq(s, w, &ahead);
-  req(&s->wrk[w], T_DOWNLOAD, &m.base, NULL, 0);
-  after_ahead(s, w, m.seq, ahead);
+  req(c, T_DOWNLOAD, &m.base, NULL, 0);
+  after_ahead(s, c, m.seq, ahead);
 }
 
 static void fz_await(sess_t* s, int w) {
   Causeway__V1__AwaitRequest m = CAUSEWAY__V1__AWAIT_REQUEST__INIT;
   m.buffer_id = id_live(s, w);
   bool ahead = false;
+  conn_t* c = wconn(s, w);
   m.seq = pick_seq(s, w, &ahead);
-  req(&s->wrk[w], T_AWAIT, &m.base, NULL, 0);
-  after_ahead(s, w, m.seq, ahead);
+  req(c, T_AWAIT, &m.base, NULL, 0);
+  after_ahead(s, c, m.seq, ahead);
 }
 
 static void fz_copy(sess_t* s, int w) {
@@ -945,9 +1057,10 @@ static void fz_copy(sess_t* s, int w) {
   m.dst_device = rand_device();
   m.dst_memory_kind = (char*)rand_memory_kind();
   bool ahead = false;
+  conn_t* c = wconn(s, w);
   m.seq = pick_seq(s, w, &ahead);
-  req(&s->wrk[w], T_COPY, &m.base, NULL, 0)->made = m.dst_id;
-  after_ahead(s, w, m.seq, ahead);
+  req(c, T_COPY, &m.base, NULL, 0)->made = m.dst_id;
+  after_ahead(s, c, m.seq, ahead);
 }
 
 static uint64_t rand_session(sess_t* s) {
@@ -968,9 +1081,10 @@ static void fz_send(sess_t* s, int w) {
   m.dst_session = rand_session(s);
   m.dst_memory_kind = (char*)rand_memory_kind();
   bool ahead = false;
+  conn_t* c = wconn(s, w);
   m.seq = pick_seq(s, w, &ahead);
-  req(&s->wrk[w], T_SEND, &m.base, NULL, 0);
-  after_ahead(s, w, m.seq, ahead);
+  req(c, T_SEND, &m.base, NULL, 0);
+  after_ahead(s, c, m.seq, ahead);
 }
 
 static void fz_expect(sess_t* s, int w) {
@@ -983,9 +1097,10 @@ static void fz_expect(sess_t* s, int w) {
     m.error = &e;
   }
   bool ahead = false;
+  conn_t* c = wconn(s, w);
   m.seq = pick_seq(s, w, &ahead);
-  req(&s->wrk[w], T_EXPECT, &m.base, NULL, 0);
-  after_ahead(s, w, m.seq, ahead);
+  req(c, T_EXPECT, &m.base, NULL, 0);
+  after_ahead(s, c, m.seq, ahead);
 }
 
 static void fz_exe_info(conn_t* c) {
@@ -1157,40 +1272,164 @@ static void fz_not_for_clients(conn_t* c) {
   req(c, type, &empty.base, NULL, 0);
 }
 
-// Closes a connection of s abruptly, now and then in the middle of a frame,
-// and connects again (or drops the whole session and opens a new one).
+// Closes a connection of s abruptly, now and then in the middle of a frame
+// (a worker's: an UPLOAD with a seq, held or not, its bytes half in), and
+// connects again; or drops the whole session and opens a new one, or opens
+// it again under its id once all its connections closed (a new life at the
+// workers, or the old one if they have not seen the closes yet).
 static void fz_disconnect(sess_t* s) {
   uint32_t r = rn(100);
   int which = (int)rn(NUM_WORKERS + 1) - 1;  // -1: the controller connection
-  conn_t* c = which < 0 ? &s->ctl : &s->wrk[which];
-  if (r < 30 && c->fd >= 0) {  // half a frame, then gone
+  conn_t* c = which < 0 ? &s->ctl : chance(50) ? &s->wrk[which] : &s->alt[which];
+  if (r < 40 && c->fd >= 0) {  // half a frame, then gone
     Causeway__V1__UploadRequest m = CAUSEWAY__V1__UPLOAD_REQUEST__INIT;
     int64_t dims[1] = {64};
     m.buffer_id = rid_pool();
     m.dtype = CAUSEWAY__V1__DTYPE__DTYPE_F32;
     m.dims = dims;
     m.n_dims = 1;
+    if (which >= 0 && chance(70)) {
+      // Held (its predecessor skipped, filled on the reconnect) or at its turn.
+      bool held = chance(60);
+      m.seq = s->next_seq[which] + (held ? 1 : 0);
+      s->next_seq[which] += held ? 2 : 1;
+    }
     packed_t p = pack(&m.base);
     hdr_t h = hdr_of(T_UPLOAD, g_next_rid++, (uint32_t)p.len, 256);
-    uint8_t buf[HDR + 64];
+    uint8_t buf[HDR + 64 + 256];
     hdr_encode(&h, buf);
-    size_t cut = HDR / 2 + rn((uint32_t)(HDR / 2 + p.len));
     memcpy(buf + HDR, p.data, p.len < 64 ? p.len : 64);
+    size_t whole = HDR + (p.len < 64 ? p.len : 64);
+    for (size_t i = whole; i < sizeof buf; ++i) buf[i] = (uint8_t)rnd();
+    // Within the header and message, or the frame whole and its bytes in part.
+    size_t cut = chance(50) ? HDR / 2 + rn((uint32_t)(HDR / 2 + p.len)) : whole + rn(256);
     send_all(c->fd, buf, cut < sizeof buf ? cut : sizeof buf);
     free(p.data);
   }
-  if (r >= 90) {  // the whole session goes; a new one (new id) takes its place
+  if (r >= 93) {  // the whole session goes; a new one (new id) takes its place
     sess_close(s);
     s->id = 0;
     sess_open(s);
+    return;
+  }
+  if (r >= 86) {  // every connection closes; the session is opened again under its id
+    sess_close(s);
+    sess_open(s);
+    g_relives++;
     return;
   }
   if (which < 0) {
     reconnect_ctl(s);
   } else {
     conn_drop(c);
-    reconnect_worker(s, which);
+    reconnect_worker(s, c);
   }
+}
+
+// Step i of s's order probe at worker w, on c.
+static void probe_send(sess_t* s, int w, conn_t* c, int i) {
+  probe_t* p = &s->probe[w];
+  uint64_t seq = p->seq0 + (uint64_t)i;
+  uint64_t ids[2] = {PROBE_ID, PROBE_ID + 1};
+  out_t* o = NULL;
+  if (i == 0 || i == 3 || i == 7) {  // DELETE of both (0, 7) or of the first (3)
+    Causeway__V1__DeleteRequest d = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+    d.ids = ids;
+    d.n_ids = i == 3 ? 1 : 2;
+    d.seq = seq;
+    o = req(c, T_DELETE, &d.base, NULL, 0);
+  } else if (i == 1 || i == 4) {  // UPLOAD of the first: v1, then v2
+    int64_t dims[1] = {1};
+    Causeway__V1__UploadRequest u = upload_req(PROBE_ID, CAUSEWAY__V1__DTYPE__DTYPE_U32, dims, 1);
+    u.seq = seq;
+    uint32_t v = i == 1 ? p->v1 : p->v2;
+    o = req(c, T_UPLOAD, &u.base, &v, sizeof v);
+  } else if (i == 2) {  // COPY of the first to the second
+    Causeway__V1__CopyRequest m = CAUSEWAY__V1__COPY_REQUEST__INIT;
+    m.src_id = PROBE_ID;
+    m.dst_id = PROBE_ID + 1;
+    m.seq = seq;
+    o = req(c, T_COPY, &m.base, NULL, 0);
+  } else {  // DOWNLOAD of the second (5: v1) and of the first (6: v2)
+    Causeway__V1__DownloadRequest m = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
+    m.buffer_id = i == 5 ? PROBE_ID + 1 : PROBE_ID;
+    m.seq = seq;
+    o = req(c, T_DOWNLOAD, &m.base, NULL, 0);
+  }
+  o->probe = i;
+  p->rid[i] = o->rid;
+}
+
+// An order probe at worker w (probe_t): the steps are spread over the two
+// connections at random and the one sent first carries later seqs, so
+// that the worker holds them for the other's.
+static void fz_probe(sess_t* s, int w) {
+  probe_t* p = &s->probe[w];
+  if (p->active) g_probes_void++;  // not answered in full: a connection closed under it
+  p->active = false;
+  conn_t* first = &s->alt[w];
+  conn_t* second = &s->wrk[w];
+  if (first->fd < 0 || second->fd < 0) return;
+  if (chance(50)) {
+    first = &s->wrk[w];
+    second = &s->alt[w];
+  }
+  memset(p, 0, sizeof *p);
+  p->active = true;
+  p->gen = s->gen[w];
+  p->seq0 = s->next_seq[w];
+  s->next_seq[w] += PROBE_STEPS;
+  p->v1 = (uint32_t)rnd();
+  p->v2 = ~p->v1;
+  bool on_first[PROBE_STEPS];
+  for (int i = 0; i < PROBE_STEPS; ++i) {
+    p->code[i] = -1;
+    on_first[i] = chance(50);
+  }
+  for (int i = 0; i < PROBE_STEPS; ++i) {
+    if (on_first[i]) probe_send(s, w, first, i);
+  }
+  for (int i = 0; i < PROBE_STEPS; ++i) {
+    if (!on_first[i]) probe_send(s, w, second, i);
+  }
+}
+
+// A reply to a step of c's session's probe at c's worker; once all are in,
+// the probe is checked (unless a connection there was opened again since).
+static void probe_record(conn_t* c, const out_t* o, uint32_t code, const char* msg,
+                         const frame_t* f) {
+  sess_t* s = sess_of(c);
+  if (!s || c->daemon < 0 || o->probe < 0 || o->probe >= PROBE_STEPS) return;
+  int w = c->daemon;
+  probe_t* p = &s->probe[w];
+  if (!p->active || p->rid[o->probe] != o->rid) return;
+  p->code[o->probe] = code;
+  // A worker drained meanwhile (fz_admin) takes no UPLOAD, and what reads the
+  // id fails with it: not an order to check.
+  if (msg && strstr(msg, "is draining")) p->drained = true;
+  if (!code && o->type == T_DOWNLOAD && f->bulk_len == 4 && f->bulk) {
+    memcpy(&p->got[o->probe], f->bulk, 4);
+  }
+  for (int i = 0; i < PROBE_STEPS; ++i) {
+    if (p->code[i] < 0) return;
+  }
+  p->active = false;
+  if (p->gen != s->gen[w] || p->drained) {
+    g_probes_void++;
+    return;
+  }
+  bool ok = p->code[0] == 0 || p->code[0] == 5;  // leftovers of a probe cut short, or none
+  for (int i = 1; i < PROBE_STEPS; ++i) ok &= p->code[i] == 0;
+  ok &= p->got[5] == p->v1 && p->got[6] == p->v2;
+  if (!ok) {
+    FAIL("%s: the order probe with seqs %" PRIu64 "..%" PRIu64 " (DELETE, UPLOAD v1, COPY, "
+         "DELETE, UPLOAD v2, DOWNLOAD copy, DOWNLOAD, DELETE) was not applied in seq order: "
+         "codes %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64
+         " %" PRId64 ", read 0x%08x 0x%08x, uploaded 0x%08x 0x%08x", k_wname[w], p->seq0,
+         p->seq0 + PROBE_STEPS - 1, p->code[0], p->code[1], p->code[2], p->code[3], p->code[4],
+         p->code[5], p->code[6], p->code[7], p->got[5], p->got[6], p->v1, p->v2);
+  }
+  g_probes_ok++;
 }
 
 // One random request from fuzz session s.
@@ -1202,7 +1441,7 @@ static void fz_step(sess_t* s) {
   else if (r < 230) fz_launch(s, w, false);
   else if (r < 300) fz_launch(s, w, true);
   else if (r < 360) fz_compile(s, &s->ctl);
-  else if (r < 380) fz_compile(s, &s->wrk[w]);
+  else if (r < 380) fz_compile(s, wconn(s, w));
   else if (r < 450) fz_delete(s, w, false);
   else if (r < 480) fz_delete(s, w, true);
   else if (r < 550) fz_download(s, w);
@@ -1210,28 +1449,30 @@ static void fz_step(sess_t* s) {
   else if (r < 650) fz_copy(s, w);
   else if (r < 700) fz_send(s, w);
   else if (r < 740) fz_expect(s, w);
-  else if (r < 770) fz_exe_info(chance(50) ? &s->ctl : &s->wrk[w]);
-  else if (r < 790) fz_serialize(&s->wrk[w]);
-  else if (r < 805) fz_load(&s->wrk[w]);
-  else if (r < 820) fz_trace(&s->wrk[w]);
-  else if (r < 845) fz_simple(chance(50) ? &s->ctl : &s->wrk[w], (uint16_t)(T_PING + rn(2)));
-  else if (r < 860) fz_simple(chance(50) ? &s->ctl : &s->wrk[w], T_STATS);
+  else if (r < 770) fz_exe_info(chance(50) ? &s->ctl : wconn(s, w));
+  else if (r < 790) fz_serialize(wconn(s, w));
+  else if (r < 805) fz_load(wconn(s, w));
+  else if (r < 820) fz_trace(wconn(s, w));
+  else if (r < 845) fz_simple(chance(50) ? &s->ctl : wconn(s, w), (uint16_t)(T_PING + rn(2)));
+  else if (r < 860) fz_simple(chance(50) ? &s->ctl : wconn(s, w), T_STATS);
   else if (r < 890) fz_admin(s);
   else if (r < 910) fz_open_session(s);
   else if (r < 920) fz_resume(s);
   else if (r < 930) fz_rejoin(s);
-  else if (r < 975) fz_not_for_clients(chance(50) ? &s->ctl : &s->wrk[w]);
+  else if (r < 960) fz_not_for_clients(chance(50) ? &s->ctl : wconn(s, w));
+  else if (r < 975) fz_probe(s, w);
   else fz_disconnect(s);
 }
 
 // --- Checks -------------------------------------------------------------------------
 
+#define CONNS_PER_SESS (1 + 2 * NUM_WORKERS)
 static conn_t* all_conns(int i) {
-  sess_t* s = i / 3 == 0 ? &g_innocent : &g_fuzz[i / 3 - 1];
-  int k = i % 3;
-  return k == 0 ? &s->ctl : &s->wrk[k - 1];
+  sess_t* s = i / CONNS_PER_SESS == 0 ? &g_innocent : &g_fuzz[i / CONNS_PER_SESS - 1];
+  int k = i % CONNS_PER_SESS;
+  return k == 0 ? &s->ctl : k <= NUM_WORKERS ? &s->wrk[k - 1] : &s->alt[k - 1 - NUM_WORKERS];
 }
-#define NUM_CONNS ((NUM_FUZZ + 1) * 3)
+#define NUM_CONNS ((NUM_FUZZ + 1) * CONNS_PER_SESS)
 
 // Reads whatever has arrived everywhere; reconnects what the daemons closed.
 static void pump_all(int wait_ms) {
@@ -1243,7 +1484,7 @@ static void pump_all(int wait_ms) {
       if (c->daemon < 0) {
         reconnect_ctl(s);
       } else {
-        reconnect_worker(s, c->daemon);
+        reconnect_worker(s, c);
       }
     }
   }
@@ -1278,9 +1519,23 @@ static void sync_round(void) {
           if (c->out[k].is_sync) {
             fprintf(stderr, "[seqfuzz] %s connection %d: no PING reply (%d owed)\n",
                     dname(c->daemon), i, c->n_out);
+            for (int j = 0; j < c->n_out; ++j) {
+              fprintf(stderr, "[seqfuzz]   owed: type %u rid %" PRIu64 " %s\n", c->out[j].type,
+                      c->out[j].rid, c->out[j].what);
+            }
           }
         }
       }
+      for (int i = 0; i < NUM_CONNS; ++i) {  // what the others owe (relayed seqs)
+        conn_t* c = all_conns(i);
+        for (int k = 0; c->fd >= 0 && k < c->n_out; ++k) {
+          if (c->out[k].seq || c->daemon < 0) {
+            fprintf(stderr, "[seqfuzz] connection %d owes: type %u rid %" PRIu64 " %s\n", i,
+                    c->out[k].type, c->out[k].rid, c->out[k].what);
+          }
+        }
+      }
+      dump_daemon_state();
       FAIL("a connection did not answer PING within %d ms", HANG_MS);
     }
     pump_all(50);
@@ -1319,12 +1574,16 @@ static void unblock(void) {
     m.session_id = s->id;
     req(&g_innocent.ctl, T_ADMIN_RESUME, &m.base, NULL, 0);
     if (s->innocent) continue;
-    for (int w = 0; w < NUM_WORKERS; ++w) {
-      if (s->wrk[w].parts_open) {  // its close fails the unfinished buffer
-        conn_drop(&s->wrk[w]);
-        reconnect_worker(s, w);
+    for (int w = 0; w < 2 * NUM_WORKERS; ++w) {
+      conn_t* c = w < NUM_WORKERS ? &s->wrk[w] : &s->alt[w - NUM_WORKERS];
+      if (c->parts_open) {  // its close fails the unfinished buffer
+        conn_drop(c);
+        reconnect_worker(s, c);
       }
+    }
+    for (int w = 0; w < NUM_WORKERS; ++w) {
       fail_expected(&s->wrk[w]);
+      fail_expected(&s->alt[w]);
     }
   }
 }
@@ -1345,7 +1604,10 @@ static void drain_all(void) {
       }
       fprintf(stderr, "[seqfuzz] %d replies owed: EXPECT errors again\n", owed_now);
       for (int i = 0; i < NUM_FUZZ; ++i) {
-        for (int w = 0; w < NUM_WORKERS; ++w) fail_expected(&g_fuzz[i].wrk[w]);
+        for (int w = 0; w < NUM_WORKERS; ++w) {
+          fail_expected(&g_fuzz[i].wrk[w]);
+          fail_expected(&g_fuzz[i].alt[w]);
+        }
       }
     }
     int owed = 0;
@@ -2373,6 +2635,50 @@ static void test_an_id_expected_twice_takes_two_errors(void** state) {
   sess_close(&s);
 }
 
+// KNOWN GAP (session 50, not fixed; run with CW_SEQFUZZ_KNOWN_GAPS=1): the
+// fill of a seq whose request never reached the worker (the controller
+// refused a relayed LAUNCH, or died with it), sent as the client library
+// sends it: on its own connection to the worker, after requests with later
+// seqs (cw_plugin_worker.c cw__worker_fill_seq). Those are held; at
+// --max-held-requests the worker stops reading the connection
+// (cw_worker_conn.c cw__seq_block) and the fill behind them is never read:
+// nothing on that connection is answered again, not even PING, and the hard
+// limit that docs/protocol.md says a peer breaking the per-connection order
+// reaches (RESOURCE_EXHAUSTED, closed) is never reached either. Found by the
+// random sequences with CW_SEQFUZZ_MAX_HELD_REQUESTS=8 (seed 10001).
+static void test_fill_behind_held_requests_at_the_cap(void** state) {
+  (void)state;
+  if (!getenv("CW_SEQFUZZ_KNOWN_GAPS")) {
+    fprintf(stderr, "[seqfuzz] skipped: a known gap (CW_SEQFUZZ_KNOWN_GAPS=1 runs it)\n");
+    skip();
+    return;
+  }
+  const char* plugin = getenv("CW_NULLPLUGIN");
+  worker_t capped = {.label = "seq-capped"};
+  const char* args[] = {"--plugin", plugin, "--devices", "1", "--listen", "127.0.0.1:0",
+                        "--name", "capped", "--max-held-requests", "4", NULL};
+  daemon_spec_t spec = {.bin = hostile_worker_bin(), .args = args,
+                        .listen_prefix = "causeway-worker listening on "};
+  if (!daemon_start(&capped, &spec)) FAIL("the capped worker did not start");
+  int fd = conn_open(&capped);
+  hello_as(fd, NULL, R_CLIENT, 4242, NULL);
+  conn_t c;
+  conn_init(&c, 0);
+  c.fd = fd;
+  for (uint64_t q = 2; q <= 8; ++q) send_delete(&c, NULL, q);  // held: seq 1 is not in
+  uint64_t rid = send_delete(&c, NULL, 1);  // the fill
+  Causeway__V1__Ping p = CAUSEWAY__V1__PING__INIT;
+  uint64_t prid = g_next_rid++;
+  send_or_note(&c, T_PING, prid, &p.base, NULL, 0);
+  uint64_t rids[2] = {rid, prid};
+  int64_t codes[2] = {-1, -1};
+  int got = replies_within(&c, rids, codes, 2, 5000);
+  close(fd);
+  worker_t* const ws[] = {&capped};
+  daemons_kill(ws, 1);
+  if (got < 2) FAIL("the fill behind held requests at the cap was not read (%d of 2 answered)", got);
+}
+
 static void test_sequences(void** state) {
   (void)state;
   const char* e = getenv("CW_SEQFUZZ_SEED");
@@ -2399,6 +2705,9 @@ static void test_sequences(void** state) {
   fprintf(stderr, "[seqfuzz] %" PRIu64 " frames, %" PRIu64 " replies (%" PRIu64
           " errors), %" PRIu64 " closes by daemons, %" PRIu64 " reconnects, %" PRIu64
           " sessions\n", g_sent, g_replies, g_errors, g_closes, g_reconnects, g_sessions_opened);
+  fprintf(stderr, "[seqfuzz] %" PRIu64 " order probes checked, %" PRIu64 " void (a connection "
+          "opened again under them), %" PRIu64 " sessions opened again under their id\n",
+          g_probes_ok, g_probes_void, g_relives);
   for (int t = 0; t < 80; ++t) {
     if (g_by_type[t][0] || g_by_type[t][1]) {
       fprintf(stderr, "[seqfuzz]   type %2d: %5u ok %5u errors\n", t, g_by_type[t][0],
@@ -2425,9 +2734,14 @@ static int group_setup(void** state) {
   if (!daemon_start(&g_ctl, &ctl)) return -1;
   for (int w = 0; w < NUM_WORKERS; ++w) {
     // --max-held-bytes: small, for test_big_upload_held_beside_a_relayed_launch.
+    // CW_SEQFUZZ_MAX_HELD_REQUESTS: a small --max-held-requests, so that the
+    // random sequences reach the flow control's cap.
+    const char* held = getenv("CW_SEQFUZZ_MAX_HELD_REQUESTS");
+    g_oneshot_fills = held && held[0];
     const char* args[] = {"--plugin", plugin, "--devices", "2", "--listen", "127.0.0.1:0",
                           "--name", k_wname[w], "--controller", g_ctl.addr,
-                          "--max-held-bytes", "1048576", NULL};
+                          "--max-held-bytes", "1048576",
+                          held && held[0] ? "--max-held-requests" : NULL, held, NULL};
     daemon_spec_t spec = {.bin = hostile_worker_bin(), .args = args,
                           .listen_prefix = "causeway-worker listening on "};
     if (!daemon_start(&g_wrk[w], &spec)) return -1;
@@ -2465,6 +2779,7 @@ int main(int argc, char** argv) {
       cmocka_unit_test(test_ordered_launch_behind_an_unordered_one),
       cmocka_unit_test(test_failing_launch_behind_an_unordered_one),
       cmocka_unit_test(test_an_id_expected_twice_takes_two_errors),
+      cmocka_unit_test(test_fill_behind_held_requests_at_the_cap),
       cmocka_unit_test(test_sequences),
       cmocka_unit_test(test_sigterm_clean_exit),
   };
