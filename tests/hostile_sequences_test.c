@@ -118,22 +118,27 @@ typedef struct conn_s {
 } conn_t;
 
 // An order probe at one worker: a chain of ordered requests on ids no other
-// request names, spread over the session's two connections there and sent
-// out of seq order across them (the later connection's first), whose
-// replies and download bytes say whether the worker applied them in seq
-// order. Checked once all are answered, unless a connection to the worker
-// was opened again meanwhile (its fillers may take a probe's seq).
-#define PROBE_STEPS 8
-#define PROBE_ID 500  // and PROBE_ID + 1: outside the pool, so no other request names them
+// request names, spread over the session's two connections there and the
+// controller (a relayed LAUNCH), sent out of seq order across them (the
+// later connection's first), whose replies and download bytes say whether
+// the worker applied them in seq order (probe_send lists the steps).
+// Checked once all are answered, unless a connection to the worker was
+// opened again meanwhile (its fillers may take a probe's seq), the worker
+// was draining, or the relayed step failed (the controller forgot the
+// executable, say; its seq is filled as any relayed request's).
+#define PROBE_STEPS 10
+#define PROBE_ID 500   // .. PROBE_ID + 2: outside the pool, so no other request names them
+#define PROBE_EXE 600  // + w: "u32[2] checksum" on worker w, compiled at sess_open
 typedef struct probe_s {
   bool active;
   uint32_t gen;                  // sess_t.gen[w] when sent
   uint64_t seq0;                 // the first step's seq
   uint64_t rid[PROBE_STEPS];
   int64_t code[PROBE_STEPS];     // -1: owed
-  uint32_t got[PROBE_STEPS];     // DOWNLOAD: the value read
+  uint64_t got[PROBE_STEPS];     // DOWNLOAD: the bytes read (8 at most)
   uint32_t v1, v2;               // the values uploaded
-  bool drained;                  // an UPLOAD was refused: the worker was draining
+  bool relayed;                  // the LAUNCH step goes through the controller
+  bool void_;                    // not an order to check (drained, relayed step refused)
 } probe_t;
 
 typedef struct sess_s {
@@ -147,6 +152,7 @@ typedef struct sess_s {
   conn_t alt[NUM_WORKERS];
   uint32_t gen[NUM_WORKERS];       // counts connections to each worker opened again
   probe_t probe[NUM_WORKERS];
+  bool probe_exe[NUM_WORKERS];     // PROBE_EXE + w compiled (until the controller link closes)
   uint64_t next_seq[NUM_WORKERS];  // the next seq the driver gives at each worker
   // Counts the session's lives at each worker (a reconnect that found it
   // made again): a seq of an earlier life is not filled in a later one,
@@ -165,21 +171,31 @@ static sess_t g_innocent;
 static sess_t g_fuzz[NUM_FUZZ];
 static uint64_t g_next_rid = 1000;
 static uint64_t g_sent, g_replies, g_errors, g_closes, g_reconnects, g_sessions_opened;
-static uint64_t g_probes_ok, g_probes_void, g_relives;
+static uint64_t g_probes_ok, g_probes_void, g_probes_relayed, g_relives;
 static uint32_t g_by_type[80][2];       // [type][0 ok, 1 error]
 static uint32_t g_codes[17];
 static uint8_t* g_serialized;           // the last SERIALIZE reply's bytes (for LOAD)
 static size_t g_serialized_len;
+
+// CW_SEQFUZZ_TRACE=FILE: every request and reply, buffered to FILE (what
+// CW_SEQFUZZ_VERBOSE prints, without its effect on the timing).
+static FILE* g_trace;
 
 // A failure names the seed so that it can be replayed.
 static uint64_t g_seed;
 #define FAIL(...)                                                                 \
   do {                                                                            \
     fprintf(stderr, "[seqfuzz] FAILED with CW_SEQFUZZ_SEED=%" PRIu64 ": ", g_seed); \
+    if (g_trace) fflush(g_trace);                                                 \
     fail_msg(__VA_ARGS__);                                                        \
   } while (0)
 
 static const char* dname(int d) { return d < 0 ? "controller" : k_wname[d]; }
+
+#define TRACE(...)                           \
+  do {                                       \
+    if (g_trace) fprintf(g_trace, __VA_ARGS__); \
+  } while (0)
 static worker_t* dproc(int d) { return d < 0 ? &g_ctl : &g_wrk[d]; }
 
 static const ProtobufCMessageDescriptor* reply_desc(uint16_t type) {
@@ -260,6 +276,7 @@ static void on_frame(conn_t* c, frame_t* f) {
   out_t o = c->out[k];
   c->out[k] = c->out[--c->n_out];
   g_replies++;
+  TRACE("< %s rid %" PRIu64 " flags %u\n", dname(c->daemon), o.rid, f->flags);
   if (f->type != o.type) {
     FAIL("%s answered a type-%u request (rid %" PRIu64 ") with type %u", dname(c->daemon),
          o.type, o.rid, f->type);
@@ -287,6 +304,7 @@ static void on_frame(conn_t* c, frame_t* f) {
               o.type, code_name(e->code), e->message);
     }
     if (o.probe >= 0) probe_record(c, &o, e->code, e->message, f);
+    if (o.probe <= -2 && e->code == 6 && sess_of(c)) sess_of(c)->probe_exe[-2 - o.probe] = true;
     causeway__v1__error_reply__free_unpacked(e, NULL);
     // A relayed request the controller refused never reached the worker:
     // its seq is a hole there until filled (as the client library does).
@@ -314,6 +332,7 @@ static void on_frame(conn_t* c, frame_t* f) {
     }
   }
   if (o.probe >= 0) probe_record(c, &o, 0, NULL, f);
+  if (o.probe <= -2 && sess_of(c)) sess_of(c)->probe_exe[-2 - o.probe] = true;
   if (o.type == T_SERIALIZE && f->bulk_len && f->bulk) {
     free(g_serialized);
     g_serialized = malloc(f->bulk_len);
@@ -457,10 +476,13 @@ static out_t* req(conn_t* c, uint16_t type, const ProtobufCMessage* m, const voi
             s ? s->id % 1000 : 0, rid, type, o->what);
   }
   send_or_note(c, type, rid, m, bulk, blen);
+  TRACE("> %s fd %d s%" PRIu64 " rid %" PRIu64 " type %u %s\n", dname(c->daemon), c->fd,
+        sess_of(c) ? sess_of(c)->id % 1000 : 0, rid, type, o->what);
   return o;
 }
 
 static void conn_drop(conn_t* c) {
+  TRACE("drop %s fd %d owed %d\n", dname(c->daemon), c->fd, c->n_out);
   if (c->fd >= 0) close(c->fd);
   c->fd = -1;
   c->n_out = 0;
@@ -507,6 +529,8 @@ static uint64_t hello_conn(conn_t* c, uint64_t session, uint64_t reattach_key,
     if (!h) FAIL("HelloReply from %s does not decode", dname(c->daemon));
     uint64_t sid = h->session_id;
     c->session_key = h->session_key;
+    TRACE("hello %s fd %d s%" PRIu64 " next %" PRIu64 " reattach %d\n", dname(c->daemon), c->fd,
+          sid % 1000, h->session_seq_next, reattach_key != 0);
     if (out) {
       *out = h;
     } else {
@@ -517,6 +541,9 @@ static uint64_t hello_conn(conn_t* c, uint64_t session, uint64_t reattach_key,
 }
 
 static void dump_daemon_state(void);
+static Causeway__V1__CompileRequest null_compile_req(uint64_t exe, const char* code, int64_t dev,
+                                                     uint8_t** out_opts);
+static void probe_compile(sess_t* s);
 
 // Sends a request and waits for its reply (for set-up and the final checks).
 // *out gets the frame (frame_free it); the reply must be a success.
@@ -613,9 +640,24 @@ static void sess_open(sess_t* s) {
     causeway__v1__hello_reply__free_unpacked(h, NULL);
   }
   for (int i = 0; i <= ID_POOL; ++i) s->exe_worker[i] = -1;
+  probe_compile(s);
   g_sessions_opened++;
   fprintf(stderr, "[seqfuzz] session %" PRIu64 " opened%s\n", s->id,
           s->innocent ? " (innocent)" : "");
+}
+
+// COMPILEs the probe's executables through s's controller connection (not
+// waited for: on_frame notes them compiled).
+static void probe_compile(sess_t* s) {
+  for (int w = 0; w < NUM_WORKERS; ++w) {
+    s->probe_exe[w] = false;
+    if (s->innocent || s->dev_global[w][0] < 0 || s->ctl.fd < 0) continue;
+    uint8_t* opts = NULL;
+    Causeway__V1__CompileRequest m = null_compile_req(PROBE_EXE + (uint64_t)w, "u32[2] checksum",
+                                                      s->dev_global[w][0], &opts);
+    req(&s->ctl, T_COMPILE, &m.base, NULL, 0)->probe = -2 - w;
+    free(opts);
+  }
 }
 
 static void sess_close(sess_t* s) {
@@ -711,6 +753,7 @@ static void reconnect_ctl(sess_t* s) {
   o.wait_ms = 5000;
   req(c, T_OPEN_SESSION, &o.base, NULL, 0);
   for (int i = 0; i <= ID_POOL; ++i) s->exe_worker[i] = -1;  // the controller forgot them
+  probe_compile(s);
   g_reconnects++;
 }
 
@@ -1326,33 +1369,45 @@ static void fz_disconnect(sess_t* s) {
   }
 }
 
-// Step i of s's order probe at worker w, on c.
+// Step i of s's order probe at worker w, on c (the controller for step 3):
+// 0 DELETE P, P1, P2; 1 UPLOAD P = v1; 2 COPY P -> P1; 3 LAUNCH checksum(P)
+// -> P2 (relayed; when the executable is unknown, a DELETE of nothing
+// instead, straight); 4 DELETE P; 5 UPLOAD P = v2; 6 DOWNLOAD P1 (v1);
+// 7 DOWNLOAD P (v2); 8 DOWNLOAD P2 (the checksum of v1); 9 DELETE P, P1, P2.
 static void probe_send(sess_t* s, int w, conn_t* c, int i) {
   probe_t* p = &s->probe[w];
   uint64_t seq = p->seq0 + (uint64_t)i;
-  uint64_t ids[2] = {PROBE_ID, PROBE_ID + 1};
+  uint64_t ids[3] = {PROBE_ID, PROBE_ID + 1, PROBE_ID + 2};
   out_t* o = NULL;
-  if (i == 0 || i == 3 || i == 7) {  // DELETE of both (0, 7) or of the first (3)
+  if (i == 0 || i == 4 || i == 9 || (i == 3 && !p->relayed)) {
     Causeway__V1__DeleteRequest d = CAUSEWAY__V1__DELETE_REQUEST__INIT;
     d.ids = ids;
-    d.n_ids = i == 3 ? 1 : 2;
+    d.n_ids = i == 4 ? 1 : i == 3 ? 0 : 3;
     d.seq = seq;
     o = req(c, T_DELETE, &d.base, NULL, 0);
-  } else if (i == 1 || i == 4) {  // UPLOAD of the first: v1, then v2
+  } else if (i == 1 || i == 5) {
     int64_t dims[1] = {1};
     Causeway__V1__UploadRequest u = upload_req(PROBE_ID, CAUSEWAY__V1__DTYPE__DTYPE_U32, dims, 1);
     u.seq = seq;
     uint32_t v = i == 1 ? p->v1 : p->v2;
     o = req(c, T_UPLOAD, &u.base, &v, sizeof v);
-  } else if (i == 2) {  // COPY of the first to the second
+  } else if (i == 2) {
     Causeway__V1__CopyRequest m = CAUSEWAY__V1__COPY_REQUEST__INIT;
     m.src_id = PROBE_ID;
     m.dst_id = PROBE_ID + 1;
     m.seq = seq;
     o = req(c, T_COPY, &m.base, NULL, 0);
-  } else {  // DOWNLOAD of the second (5: v1) and of the first (6: v2)
+  } else if (i == 3) {
+    cw_test_launch_t l;
+    uint64_t arg = PROBE_ID;
+    cw_test_launch_build(&l, PROBE_EXE + (uint64_t)w, &arg, 1, PROBE_ID + 2, seq);
+    o = req(&s->ctl, T_LAUNCH, &l.req.base, NULL, 0);
+    o->relay_worker = w;
+    o->seq = seq;
+    o->life = s->life[w];
+  } else {
     Causeway__V1__DownloadRequest m = CAUSEWAY__V1__DOWNLOAD_REQUEST__INIT;
-    m.buffer_id = i == 5 ? PROBE_ID + 1 : PROBE_ID;
+    m.buffer_id = i == 6 ? PROBE_ID + 1 : i == 7 ? PROBE_ID : PROBE_ID + 2;
     m.seq = seq;
     o = req(c, T_DOWNLOAD, &m.base, NULL, 0);
   }
@@ -1360,9 +1415,9 @@ static void probe_send(sess_t* s, int w, conn_t* c, int i) {
   p->rid[i] = o->rid;
 }
 
-// An order probe at worker w (probe_t): the steps are spread over the two
-// connections at random and the one sent first carries later seqs, so
-// that the worker holds them for the other's.
+// An order probe at worker w (probe_t): the direct steps are spread over
+// the two connections at random and the one sent first carries later seqs,
+// so that the worker holds them for the other's (and the relayed one's).
 static void fz_probe(sess_t* s, int w) {
   probe_t* p = &s->probe[w];
   if (p->active) g_probes_void++;  // not answered in full: a connection closed under it
@@ -1381,55 +1436,68 @@ static void fz_probe(sess_t* s, int w) {
   s->next_seq[w] += PROBE_STEPS;
   p->v1 = (uint32_t)rnd();
   p->v2 = ~p->v1;
+  p->relayed = s->probe_exe[w] && s->ctl.fd >= 0;
   bool on_first[PROBE_STEPS];
   for (int i = 0; i < PROBE_STEPS; ++i) {
     p->code[i] = -1;
     on_first[i] = chance(50);
   }
+  // The relayed step goes out with the first connection's, or after both.
+  bool relay_early = chance(50);
   for (int i = 0; i < PROBE_STEPS; ++i) {
-    if (on_first[i]) probe_send(s, w, first, i);
+    bool relay = i == 3 && p->relayed;
+    if (relay ? relay_early : on_first[i]) probe_send(s, w, first, i);
   }
   for (int i = 0; i < PROBE_STEPS; ++i) {
-    if (!on_first[i]) probe_send(s, w, second, i);
+    if (!on_first[i] && !(i == 3 && p->relayed)) probe_send(s, w, second, i);
   }
+  if (p->relayed && !relay_early) probe_send(s, w, first, 3);
 }
 
-// A reply to a step of c's session's probe at c's worker; once all are in,
-// the probe is checked (unless a connection there was opened again since).
+// A reply to a step of c's session's probe; once all are in, the probe is
+// checked (unless a connection to its worker was opened again since).
 static void probe_record(conn_t* c, const out_t* o, uint32_t code, const char* msg,
                          const frame_t* f) {
   sess_t* s = sess_of(c);
-  if (!s || c->daemon < 0 || o->probe < 0 || o->probe >= PROBE_STEPS) return;
-  int w = c->daemon;
+  int w = c->daemon >= 0 ? c->daemon : o->relay_worker;
+  if (!s || w < 0 || o->probe < 0 || o->probe >= PROBE_STEPS) return;
   probe_t* p = &s->probe[w];
   if (!p->active || p->rid[o->probe] != o->rid) return;
   p->code[o->probe] = code;
   // A worker drained meanwhile (fz_admin) takes no UPLOAD, and what reads the
-  // id fails with it: not an order to check.
-  if (msg && strstr(msg, "is draining")) p->drained = true;
-  if (!code && o->type == T_DOWNLOAD && f->bulk_len == 4 && f->bulk) {
-    memcpy(&p->got[o->probe], f->bulk, 4);
+  // id fails with it; a relayed step the controller refused (its link closed,
+  // the executable forgotten) is filled: not an order to check.
+  if (msg && strstr(msg, "is draining")) p->void_ = true;
+  if (code && c->daemon < 0) p->void_ = true;
+  if (!code && o->type == T_DOWNLOAD && f->bulk_len <= 8 && f->bulk) {
+    memcpy(&p->got[o->probe], f->bulk, f->bulk_len);
   }
   for (int i = 0; i < PROBE_STEPS; ++i) {
     if (p->code[i] < 0) return;
   }
   p->active = false;
-  if (p->gen != s->gen[w] || p->drained) {
+  if (p->gen != s->gen[w] || p->void_) {
     g_probes_void++;
     return;
   }
+  uint64_t sum = 14695981039346656037ull;  // the null plugin's checksum of v1
+  for (int k = 0; k < 4; ++k) sum = (sum ^ ((p->v1 >> (8 * k)) & 0xff)) * 1099511628211ull;
   bool ok = p->code[0] == 0 || p->code[0] == 5;  // leftovers of a probe cut short, or none
-  for (int i = 1; i < PROBE_STEPS; ++i) ok &= p->code[i] == 0;
-  ok &= p->got[5] == p->v1 && p->got[6] == p->v2;
+  // Without the relayed LAUNCH, P2 is not made: its DOWNLOAD and DELETE say so.
+  for (int i = 1; i < PROBE_STEPS; ++i) ok &= p->code[i] == (!p->relayed && i >= 8 ? 5 : 0);
+  ok &= p->got[6] == p->v1 && p->got[7] == p->v2 && (!p->relayed || p->got[8] == sum);
   if (!ok) {
     FAIL("%s: the order probe with seqs %" PRIu64 "..%" PRIu64 " (DELETE, UPLOAD v1, COPY, "
-         "DELETE, UPLOAD v2, DOWNLOAD copy, DOWNLOAD, DELETE) was not applied in seq order: "
-         "codes %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64
-         " %" PRId64 ", read 0x%08x 0x%08x, uploaded 0x%08x 0x%08x", k_wname[w], p->seq0,
-         p->seq0 + PROBE_STEPS - 1, p->code[0], p->code[1], p->code[2], p->code[3], p->code[4],
-         p->code[5], p->code[6], p->code[7], p->got[5], p->got[6], p->v1, p->v2);
+         "%s, DELETE, UPLOAD v2, DOWNLOAD x3, DELETE) was not applied in seq order: codes %" PRId64
+         " %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64
+         " %" PRId64 " %" PRId64 ", read 0x%" PRIx64 " 0x%" PRIx64 " 0x%" PRIx64 ", uploaded "
+         "0x%08x 0x%08x (checksum 0x%" PRIx64 ")", k_wname[w], p->seq0,
+         p->seq0 + PROBE_STEPS - 1, p->relayed ? "relayed LAUNCH" : "DELETE", p->code[0],
+         p->code[1], p->code[2], p->code[3], p->code[4], p->code[5], p->code[6], p->code[7],
+         p->code[8], p->code[9], p->got[6], p->got[7], p->got[8], p->v1, p->v2, sum);
   }
   g_probes_ok++;
+  g_probes_relayed += p->relayed;
 }
 
 // One random request from fuzz session s.
@@ -2700,14 +2768,16 @@ static void test_sequences(void** state) {
   uint64_t count = e && e[0] ? strtoull(e, NULL, 0) : 5000;
   e = getenv("CW_SEQFUZZ_SEEDS");
   uint64_t seeds = e && e[0] ? strtoull(e, NULL, 0) : 1;
+  e = getenv("CW_SEQFUZZ_TRACE");
+  if (e && e[0]) g_trace = fopen(e, "w");
   warm_up();
   for (uint64_t k = 0; k < seeds; ++k) run_one(seed + k, count);
   fprintf(stderr, "[seqfuzz] %" PRIu64 " frames, %" PRIu64 " replies (%" PRIu64
           " errors), %" PRIu64 " closes by daemons, %" PRIu64 " reconnects, %" PRIu64
           " sessions\n", g_sent, g_replies, g_errors, g_closes, g_reconnects, g_sessions_opened);
-  fprintf(stderr, "[seqfuzz] %" PRIu64 " order probes checked, %" PRIu64 " void (a connection "
-          "opened again under them), %" PRIu64 " sessions opened again under their id\n",
-          g_probes_ok, g_probes_void, g_relives);
+  fprintf(stderr, "[seqfuzz] %" PRIu64 " order probes checked (%" PRIu64 " with a relayed "
+          "LAUNCH), %" PRIu64 " void, %" PRIu64 " sessions opened again under their id\n",
+          g_probes_ok, g_probes_relayed, g_probes_void, g_relives);
   for (int t = 0; t < 80; ++t) {
     if (g_by_type[t][0] || g_by_type[t][1]) {
       fprintf(stderr, "[seqfuzz]   type %2d: %5u ok %5u errors\n", t, g_by_type[t][0],
@@ -2718,6 +2788,8 @@ static void test_sequences(void** state) {
     if (g_codes[c]) fprintf(stderr, "[seqfuzz]   %-20s %u\n", code_name((uint32_t)c), g_codes[c]);
   }
   free(g_serialized);
+  if (g_trace) fclose(g_trace);
+  g_trace = NULL;
 }
 
 static int group_setup(void** state) {
