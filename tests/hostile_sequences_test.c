@@ -6,7 +6,11 @@
 // and just outside their ranges; uploads in parts with parts out of place;
 // seq numbers in order, ahead, duplicated; abrupt closes (also mid-frame),
 // reconnects that fill the seq order as a client must (docs/protocol.md,
-// "Ordering across connections"), and whole sessions dropped and reopened.
+// "Ordering across connections"), and whole sessions dropped and reopened
+// (under a new id, or under their own: a new life at the workers). Each fuzz
+// session has two client connections to each worker and spreads its ordered
+// requests over both and the controller; order probes (probe_t) check that
+// a chain of them was applied in seq order (replies and bytes read).
 //
 // Checked after every reply: it answers an outstanding request of this
 // connection with that request's type, is an ERROR with a code and a
@@ -29,7 +33,11 @@
 // CW_SEQFUZZ_SEED picks the sequence (default 1; "random": from the clock),
 // CW_SEQFUZZ_COUNT the number of requests (default 5000), CW_SEQFUZZ_SEEDS
 // how many seeds from that one to run (default 1); CW_SEQFUZZ_VERBOSE prints
-// every request and error. The seed is printed.
+// every request and error, CW_SEQFUZZ_TRACE=FILE writes them to FILE
+// (buffered: stderr changes the timing). CW_SEQFUZZ_MAX_HELD_REQUESTS=N
+// starts the workers with --max-held-requests N (the flow control's cap;
+// see g_oneshot_fills); CW_SEQFUZZ_KNOWN_GAPS runs the known gap's case.
+// The seed is printed.
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
@@ -2703,6 +2711,51 @@ static void test_an_id_expected_twice_takes_two_errors(void** state) {
   sess_close(&s);
 }
 
+// EXE_INFO and SERIALIZE of an id that names a buffer still being made (an
+// upload in parts, here; an EXPECT's PUT) waited for the buffer before
+// saying it is not an executable: for ever if its PUT never came. A COMPILE
+// through the controller whose LOAD met that id waited with it (the
+// controller's EXE_INFO), and with it every later request of its session
+// that the controller relays to that worker, their seqs, and what the worker
+// held for them (random sequences with CW_SEQFUZZ_MAX_HELD_REQUESTS=8, seed
+// 10003: the session's connections no longer read, PING unanswered).
+static void test_exe_info_of_a_buffer_still_uploaded(void** state) {
+  (void)state;
+  sess_t s = {.innocent = false};
+  sess_open(&s);
+  conn_t* w0 = &s.wrk[0];
+  int64_t dims[1] = {4};
+  Causeway__V1__UploadRequest u = upload_req(151, CAUSEWAY__V1__DTYPE__DTYPE_F32, dims, 1);
+  u.part = CAUSEWAY__V1__UPLOAD_PART__UPLOAD_FIRST;  // 4 of its 16 bytes: pending
+  static const uint8_t part[4];
+  uint64_t rids[3];
+  int64_t codes[3] = {-1, -1, -1};
+  rids[0] = g_next_rid++;
+  send_or_note(w0, T_UPLOAD, rids[0], &u.base, part, sizeof part);
+  Causeway__V1__ExeInfoRequest x = CAUSEWAY__V1__EXE_INFO_REQUEST__INIT;
+  x.exe_id = 151;
+  rids[1] = g_next_rid++;
+  send_or_note(w0, T_EXE_INFO, rids[1], &x.base, NULL, 0);
+  Causeway__V1__SerializeRequest sr = CAUSEWAY__V1__SERIALIZE_REQUEST__INIT;
+  sr.exe_id = 151;
+  rids[2] = g_next_rid++;
+  send_or_note(w0, T_SERIALIZE, rids[2], &sr.base, NULL, 0);
+  replies_within(w0, rids, codes, 3, 3000);
+  if (codes[0] != 0 || codes[1] != 3 || codes[2] != 3) {
+    FAIL("UPLOAD part, EXE_INFO and SERIALIZE of its id: codes %" PRId64 " %" PRId64 " %" PRId64
+         " (-1: no reply in 3 s)", codes[0], codes[1], codes[2]);
+  }
+  uint8_t* opts = NULL;
+  Causeway__V1__CompileRequest m = null_compile_req(151, "f32[4] zeros", s.dev_global[0][0], &opts);
+  uint64_t crid = g_next_rid++;
+  send_or_note(&s.ctl, T_COMPILE, crid, &m.base, NULL, 0);
+  free(opts);
+  int64_t ccode = -1;
+  replies_within(&s.ctl, &crid, &ccode, 1, 3000);
+  if (ccode <= 0) FAIL("COMPILE through the controller of that id: code %" PRId64, ccode);
+  sess_close(&s);
+}
+
 // KNOWN GAP (session 50, not fixed; run with CW_SEQFUZZ_KNOWN_GAPS=1): the
 // fill of a seq whose request never reached the worker (the controller
 // refused a relayed LAUNCH, or died with it), sent as the client library
@@ -2851,6 +2904,7 @@ int main(int argc, char** argv) {
       cmocka_unit_test(test_ordered_launch_behind_an_unordered_one),
       cmocka_unit_test(test_failing_launch_behind_an_unordered_one),
       cmocka_unit_test(test_an_id_expected_twice_takes_two_errors),
+      cmocka_unit_test(test_exe_info_of_a_buffer_still_uploaded),
       cmocka_unit_test(test_fill_behind_held_requests_at_the_cap),
       cmocka_unit_test(test_sequences),
       cmocka_unit_test(test_sigterm_clean_exit),

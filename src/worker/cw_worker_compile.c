@@ -221,7 +221,9 @@ void cw_worker_handle_serialize(cw_net_conn_t* nc, const cw_frame_header_t* h,
                                 ProtobufCMessage** msg) {
   uint64_t id = ((const Causeway__V1__SerializeRequest*)*msg)->exe_id;
   cw_op_t* op = cw_worker_op_for_wait(cw_net_conn_user(nc), h, id, cw__serialize_cont);
-  if (op) cw_worker_op_start_wait(op);
+  if (!op) return;
+  op->want_kind = CW_STORE_EXECUTABLE;
+  cw_worker_op_start_wait(op);
 }
 
 static void cw__exe_info_cont(cw_op_t* op, cw_store_entry_t* e) {
@@ -254,5 +256,6 @@ void cw_worker_handle_exe_info(cw_net_conn_t* nc, const cw_frame_header_t* h,
   if (!op) return;
   op->msg = *msg;
   *msg = NULL;
+  op->want_kind = CW_STORE_EXECUTABLE;
   cw_worker_op_start_wait(op);
 }

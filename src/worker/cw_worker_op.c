@@ -119,7 +119,11 @@ void cw_worker_op_start_wait(cw_op_t* op) {
     if (op->src) cw_store_entry_retain(op->src);
   }
   cw_store_entry_t* e = op->src;
-  if (e && e->state == CW_STORE_PENDING) {
+  // A read of an executable that names a buffer still being made fails the
+  // same once it is made: waiting could be for ever (a PUT that never comes),
+  // and the controller's COMPILE whose LOAD met the id waited with it,
+  // holding its session's relayed requests (and their seqs) behind it.
+  if (e && e->state == CW_STORE_PENDING && (!op->want_kind || (int)e->kind == op->want_kind)) {
     cw_status_t st = cw_store_add_waiter(op->w->store, e, cw__op_waiter, op);
     if (st) cw_worker_op_fail(op, st);
     return;

@@ -78,6 +78,9 @@ struct cw_op_s {
   // absent): waiting resumes on it, not on whatever op->id names by then.
   cw_store_entry_t* src;
   bool src_resolved;
+  // Nonzero (EXE_INFO, SERIALIZE: CW_STORE_EXECUTABLE): a pending entry of
+  // another kind is answered at once (cont says what it is), not waited for.
+  int want_kind;
   int64_t trace_start_ns;  // when the request arrived
 };
 
