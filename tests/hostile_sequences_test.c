@@ -2854,7 +2854,11 @@ static int group_setup(void** state) {
     return -1;
   }
   const char* ctl_args[] = {"--listen", "127.0.0.1:0", NULL};
-  daemon_spec_t ctl = {.bin = hostile_controller_bin(), .args = ctl_args,
+  // Not the suites' 300 ms: the driver opens hundreds of connections, and a
+  // worker starved that long on two busy cores closed one whose HELLO had
+  // arrived ("no HELLO within 300 ms"; seed 10464 beside a busy loop).
+  static const char* const env[] = {"CAUSEWAY_HELLO_TIMEOUT_MS=10000", NULL};
+  daemon_spec_t ctl = {.bin = hostile_controller_bin(), .args = ctl_args, .env = env,
                        .listen_prefix = "causeway-controller listening on "};
   if (!daemon_start(&g_ctl, &ctl)) return -1;
   for (int w = 0; w < NUM_WORKERS; ++w) {
@@ -2867,7 +2871,7 @@ static int group_setup(void** state) {
                           "--name", k_wname[w], "--controller", g_ctl.addr,
                           "--max-held-bytes", "1048576",
                           held && held[0] ? "--max-held-requests" : NULL, held, NULL};
-    daemon_spec_t spec = {.bin = hostile_worker_bin(), .args = args,
+    daemon_spec_t spec = {.bin = hostile_worker_bin(), .args = args, .env = env,
                           .listen_prefix = "causeway-worker listening on "};
     if (!daemon_start(&g_wrk[w], &spec)) return -1;
   }
