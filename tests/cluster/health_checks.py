@@ -143,13 +143,17 @@ def after_wake(victim: str) -> dict:
     return out
 
 
-def stall_prepare() -> dict:
-    """An array and a program on the first device, used once."""
+def stall_prepare(programs: int = 0) -> dict:
+    """An array and a program on the first device, used once; and
+    `programs` more programs there (v * 10 + i), each used once."""
     dev = jax.devices()[0]
     a = jax.device_put(np.arange(8, dtype=np.float32), dev)
     f = jax.jit(lambda v: v + 1)
     np.asarray(f(a))
-    STATE["stall"] = {"a": a, "f": f, "dev": dev}
+    more = [jax.jit(lambda v, i=i: v * 10 + i) for i in range(programs)]
+    for g in more:
+        np.asarray(g(a))
+    STATE["stall"] = {"a": a, "f": f, "dev": dev, "more": more}
     return {}
 
 
@@ -189,11 +193,16 @@ def stall_restart_after() -> dict:
                 return got
             time.sleep(0.1)
     ones = np.ones(8, np.float32)
-    return {
+    out = {
         "put": tried(lambda: np.asarray(jax.device_put(ones, s["dev"]))),
         "new": tried(lambda: np.asarray(jax.jit(lambda v: v * 3)(jax.device_put(ones, s["dev"])))),
         "old": tried(lambda: np.asarray(s["f"](jax.device_put(ones, s["dev"])))),
     }
+    # Each of the other programs compiled before gives its own result.
+    if s["more"]:
+        x = jax.device_put(ones, s["dev"])
+        out["more"] = [checks._timed(lambda g=g: np.asarray(g(x))) for g in s["more"]]
+    return out
 
 
 # ---- Controller restart --------------------------------------------------------------------

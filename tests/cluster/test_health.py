@@ -227,6 +227,40 @@ def test_replaced_at_its_address_then_the_controller_restarts():
         cluster.stop()
 
 
+def test_many_programs_sent_again_after_the_controller_restarts():
+    """As above with 40 programs more than one: the client sends them again
+    32 at a time (cw_plugin_health.c), so answers are taken while later ones
+    are still under way; each program then gives its own result."""
+    programs = 40
+    cluster = harness.HandCluster(workers=1, devices=2, **FAST)
+    r = _runner("health-many-again", cluster, CAUSEWAY_MIN_WORKERS="1",
+                CAUSEWAY_CONTROLLER_RECONNECT_MS="60000")
+    victim = "hand-worker-0"
+    try:
+        r.call("stall_prepare", programs=programs, timeout=300)
+        cluster.kill(victim, signal.SIGSTOP)
+        assert harness.wait_until(lambda: _ctl(cluster)["workers_timed_out"] == 1, 60), \
+            cluster.logs()
+        cluster.kill(victim, signal.SIGCONT)
+        assert harness.wait_until(lambda: _ctl(cluster)["workers_replaced"] == 1, 30), \
+            cluster.logs()
+        time.sleep(1.0)  # its WORKER_UP reaches the idle client
+        cluster.kill("controller", signal.SIGKILL)
+        cluster.start_controller()
+        assert harness.wait_until(lambda: _ctl(cluster)["workers"] == 1, 30), cluster.logs()
+        got = r.call("stall_restart_after", timeout=300)
+        report = f"{got!r:.3000}\n{cluster.logs()}\n--- client ---\n{r.log_tail()}"
+        assert got["old"]["ok"] and (got["old"]["value"] == 2).all(), report
+        assert len(got["more"]) == programs, report
+        for i, res in enumerate(got["more"]):
+            assert res["ok"] and (res["value"] == 10 + i).all(), f"program {i}: {report}"
+        sent = r.log_text().count("causeway: sent jit__lambda (executable")
+        assert sent >= programs + 1, f"{sent} programs sent again\n{report}"
+    finally:
+        r.close()
+        cluster.stop()
+
+
 def test_same_name_while_alive_is_refused():
     cluster = harness.HandCluster(workers=1, devices=1, **FAST)
     try:
