@@ -4,7 +4,12 @@
 
 #include "cw_reader.h"
 
-static bool cw__type_known(uint16_t type) { return cw_msg_info(type) != NULL; }
+// `n` bytes little-endian (the compiler makes it one load).
+static inline uint64_t cw__le(const uint8_t* p, int n) {
+  uint64_t v = 0;
+  for (int i = 0; i < n; ++i) v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
 
 bool cw_frame_may_carry_bulk(uint16_t type, uint32_t flags) {
   const cw_msg_info_t* m = cw_msg_info(type);
@@ -28,10 +33,20 @@ cw_status_t cw_frame_header_decode(const uint8_t* data, size_t len,
   memset(out, 0, sizeof(*out));
   cw_reader_t r;
   cw_reader_initialize(&r, data, len);
-  if (!cw_reader_u32le(&r, &out->magic) || !cw_reader_u16le(&r, &out->version) ||
-      !cw_reader_u16le(&r, &out->type) || !cw_reader_u32le(&r, &out->flags) ||
-      !cw_reader_u32le(&r, &out->payload_len) || !cw_reader_u64le(&r, &out->request_id) ||
-      !cw_reader_u64le(&r, &out->bulk_len)) {
+  if (len >= CW_FRAME_HEADER_SIZE) {
+    // Whole (always, but for a caller's short buffer): read without the
+    // reader's bounds checks, each field one load.
+    out->magic = (uint32_t)cw__le(data + 0, 4);
+    out->version = (uint16_t)cw__le(data + 4, 2);
+    out->type = (uint16_t)cw__le(data + 6, 2);
+    out->flags = (uint32_t)cw__le(data + 8, 4);
+    out->payload_len = (uint32_t)cw__le(data + 12, 4);
+    out->request_id = cw__le(data + 16, 8);
+    out->bulk_len = cw__le(data + 24, 8);
+  } else if (!cw_reader_u32le(&r, &out->magic) || !cw_reader_u16le(&r, &out->version) ||
+             !cw_reader_u16le(&r, &out->type) || !cw_reader_u32le(&r, &out->flags) ||
+             !cw_reader_u32le(&r, &out->payload_len) ||
+             !cw_reader_u64le(&r, &out->request_id) || !cw_reader_u64le(&r, &out->bulk_len)) {
     return cw_make_status(CW_INVALID_ARGUMENT, "truncated frame header (%zu of %d bytes)", len,
                           CW_FRAME_HEADER_SIZE);
   }
@@ -43,7 +58,8 @@ cw_status_t cw_frame_header_decode(const uint8_t* data, size_t len,
     return cw_make_status(CW_UNIMPLEMENTED, "frame version %u not supported (supported %u..%u)",
                           out->version, CW_PROTOCOL_MIN_VERSION, CW_PROTOCOL_VERSION);
   }
-  if (!cw__type_known(out->type)) {
+  const cw_msg_info_t* m = cw_msg_info(out->type);
+  if (!m) {
     return cw_make_status(CW_UNIMPLEMENTED, "unknown message type %u", out->type);
   }
   if (out->flags & ~CW_FRAME_KNOWN_FLAGS) {
@@ -53,8 +69,7 @@ cw_status_t cw_frame_header_decode(const uint8_t* data, size_t len,
     return cw_make_status(CW_INVALID_ARGUMENT, "ERROR flag without REPLY flag");
   }
   // An error may answer any frame, a notice included; a plain reply only a request.
-  if ((out->flags & CW_FRAME_REPLY) && !(out->flags & CW_FRAME_ERROR) &&
-      !cw_msg_reply_descriptor(out->type)) {
+  if ((out->flags & CW_FRAME_REPLY) && !(out->flags & CW_FRAME_ERROR) && !m->reply) {
     return cw_make_status(CW_INVALID_ARGUMENT, "%s is a notice: it has no replies",
                           cw_msg_type_name(out->type));
   }
@@ -64,7 +79,9 @@ cw_status_t cw_frame_header_decode(const uint8_t* data, size_t len,
                           cw_msg_type_name(out->type), out->payload_len, limits->max_payload);
   }
   if (out->bulk_len) {
-    if (!cw_frame_may_carry_bulk(out->type, out->flags)) {
+    bool may = !(out->flags & CW_FRAME_ERROR) &&
+               (m->bulk & ((out->flags & CW_FRAME_REPLY) ? CW_MSG_BULK_REPLY : CW_MSG_BULK_REQUEST));
+    if (!may) {  // cw_frame_may_carry_bulk, with the row at hand
       return cw_make_status(CW_INVALID_ARGUMENT, "%s%s frames carry no bulk bytes (got %llu)",
                             cw_msg_type_name(out->type),
                             (out->flags & CW_FRAME_REPLY) ? " reply" : "",
