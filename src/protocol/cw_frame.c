@@ -11,10 +11,13 @@ static inline uint64_t cw__le(const uint8_t* p, int n) {
   return v;
 }
 
-bool cw_frame_may_carry_bulk(uint16_t type, uint32_t flags) {
-  const cw_msg_info_t* m = cw_msg_info(type);
+static bool cw__row_may_carry_bulk(const cw_msg_info_t* m, uint32_t flags) {
   if (!m || (flags & CW_FRAME_ERROR)) return false;
   return (m->bulk & ((flags & CW_FRAME_REPLY) ? CW_MSG_BULK_REPLY : CW_MSG_BULK_REQUEST)) != 0;
+}
+
+bool cw_frame_may_carry_bulk(uint16_t type, uint32_t flags) {
+  return cw__row_may_carry_bulk(cw_msg_info(type), flags);
 }
 
 void cw_frame_header_encode(const cw_frame_header_t* h, uint8_t out[CW_FRAME_HEADER_SIZE]) {
@@ -79,9 +82,7 @@ cw_status_t cw_frame_header_decode(const uint8_t* data, size_t len,
                           cw_msg_type_name(out->type), out->payload_len, limits->max_payload);
   }
   if (out->bulk_len) {
-    bool may = !(out->flags & CW_FRAME_ERROR) &&
-               (m->bulk & ((out->flags & CW_FRAME_REPLY) ? CW_MSG_BULK_REPLY : CW_MSG_BULK_REQUEST));
-    if (!may) {  // cw_frame_may_carry_bulk, with the row at hand
+    if (!cw__row_may_carry_bulk(m, out->flags)) {
       return cw_make_status(CW_INVALID_ARGUMENT, "%s%s frames carry no bulk bytes (got %llu)",
                             cw_msg_type_name(out->type),
                             (out->flags & CW_FRAME_REPLY) ? " reply" : "",
