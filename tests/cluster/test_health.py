@@ -150,10 +150,10 @@ def test_silent_worker_declared_dead_then_wakes():
         cluster.stop()
 
 
-def _stall_past_the_timeout(r, cluster, victim):
-    """The client prepares (stall_prepare); the victim is stopped until the
-    controller declares it lost."""
-    r.call("stall_prepare")
+def _stall_past_the_timeout(r, cluster, victim, programs=0):
+    """The client prepares (stall_prepare, with `programs` more programs);
+    the victim is stopped until the controller declares it lost."""
+    r.call("stall_prepare", programs=programs)
     cluster.kill(victim, signal.SIGSTOP)
     assert harness.wait_until(lambda: _ctl(cluster)["workers_timed_out"] == 1, 60), \
         cluster.logs()
@@ -201,6 +201,19 @@ def _new_work_after_the_resume(r, cluster):
     assert "causeway: sent jit__lambda (executable" in r.log_text(), report
 
 
+def _replaced_then_the_controller_restarts(r, cluster, victim, programs=0):
+    """The victim stalls past the timeout and registers again as its own
+    replacement; then, before the client joins it, the controller restarts."""
+    _stall_past_the_timeout(r, cluster, victim, programs)
+    cluster.kill(victim, signal.SIGCONT)
+    assert harness.wait_until(lambda: _ctl(cluster)["workers_replaced"] == 1, 30), \
+        cluster.logs()
+    time.sleep(1.0)  # its WORKER_UP reaches the idle client
+    cluster.kill("controller", signal.SIGKILL)
+    cluster.start_controller()
+    assert harness.wait_until(lambda: _ctl(cluster)["workers"] == 1, 30), cluster.logs()
+
+
 def test_replaced_at_its_address_then_the_controller_restarts():
     """As above, the worker registers again as its own replacement (at the
     address it had: incarnation 1); then, before the client joins it, the
@@ -213,14 +226,7 @@ def test_replaced_at_its_address_then_the_controller_restarts():
                 CAUSEWAY_CONTROLLER_RECONNECT_MS="60000")
     victim = "hand-worker-0"
     try:
-        _stall_past_the_timeout(r, cluster, victim)
-        cluster.kill(victim, signal.SIGCONT)
-        assert harness.wait_until(lambda: _ctl(cluster)["workers_replaced"] == 1, 30), \
-            cluster.logs()
-        time.sleep(1.0)  # its WORKER_UP reaches the idle client
-        cluster.kill("controller", signal.SIGKILL)
-        cluster.start_controller()
-        assert harness.wait_until(lambda: _ctl(cluster)["workers"] == 1, 30), cluster.logs()
+        _replaced_then_the_controller_restarts(r, cluster, victim)
         _new_work_after_the_resume(r, cluster)
     finally:
         r.close()
@@ -237,17 +243,7 @@ def test_many_programs_sent_again_after_the_controller_restarts():
                 CAUSEWAY_CONTROLLER_RECONNECT_MS="60000")
     victim = "hand-worker-0"
     try:
-        r.call("stall_prepare", programs=programs, timeout=300)
-        cluster.kill(victim, signal.SIGSTOP)
-        assert harness.wait_until(lambda: _ctl(cluster)["workers_timed_out"] == 1, 60), \
-            cluster.logs()
-        cluster.kill(victim, signal.SIGCONT)
-        assert harness.wait_until(lambda: _ctl(cluster)["workers_replaced"] == 1, 30), \
-            cluster.logs()
-        time.sleep(1.0)  # its WORKER_UP reaches the idle client
-        cluster.kill("controller", signal.SIGKILL)
-        cluster.start_controller()
-        assert harness.wait_until(lambda: _ctl(cluster)["workers"] == 1, 30), cluster.logs()
+        _replaced_then_the_controller_restarts(r, cluster, victim, programs)
         got = r.call("stall_restart_after", timeout=300)
         report = f"{got!r:.3000}\n{cluster.logs()}\n--- client ---\n{r.log_tail()}"
         assert got["old"]["ok"] and (got["old"]["value"] == 2).all(), report
