@@ -257,6 +257,17 @@ class Soak:
             self.fail(f"the client did not take the request {op} {name} in {timeout} s")
         return ok
 
+    def force_in(self, ev, op, name):
+        """Has the client start `op` on `name`, then waits the event's delay:
+        False if the client never took it; ev["in_flight"] says whether the
+        op was still under way after the delay (the fault lands inside it)."""
+        if not self.force(op, name):
+            return False
+        time.sleep(ev["delay_ms"] / 1000)
+        d = self.doing()
+        ev["in_flight"] = d is not None and d[:2] == (op, name)
+        return True
+
     def restart_controller(self, down_ms):
         p = self.proc("controller")
         p.send_signal(signal.SIGKILL)
@@ -280,11 +291,8 @@ class Soak:
             self.recovered(name, w, time.monotonic(), kind)
         elif kind in ("stop_worker", "stop_in_upload"):
             if kind == "stop_in_upload":
-                if not self.force("upload_big", name):
+                if not self.force_in(ev, "upload_big", name):
                     return
-                time.sleep(ev["delay_ms"] / 1000)
-                d = self.doing()
-                ev["in_flight"] = d is not None and d[:2] == ("upload_big", name)
             w = self.window(name)
             p = self.proc(name)
             p.send_signal(signal.SIGSTOP)
@@ -294,11 +302,8 @@ class Soak:
             self.recovered(name, w, time.monotonic(), kind)
         elif kind in ("kill_controller", "kill_controller_in_compile"):
             if kind == "kill_controller_in_compile":
-                if not self.force("compile", name):
+                if not self.force_in(ev, "compile", name):
                     return
-                time.sleep(ev["delay_ms"] / 1000)
-                d = self.doing()
-                ev["in_flight"] = d is not None and d[:2] == ("compile", name)
             w = self.window(self.cluster.controller)
             self.restart_controller(ev["down_ms"])
             self.wait_registered(kind)
@@ -332,11 +337,8 @@ class Soak:
             for n in ("hand-worker-0", "hand-worker-1", "hand-worker-2"):
                 self.recovered(n, wc, t_end, kind)
         elif kind == "freeze_in_download":
-            if not self.force("upload_big", name):
+            if not self.force_in(ev, "upload_big", name):
                 return
-            time.sleep(ev["delay_ms"] / 1000)
-            d = self.doing()
-            ev["in_flight"] = d is not None and d[:2] == ("upload_big", name)
             self.client.send_signal(signal.SIGSTOP)
             t_f = time.monotonic()
             time.sleep(ev["frozen_ms"] / 1000)
@@ -376,11 +378,8 @@ class Soak:
             self.recovered(name, w, time.monotonic(), kind)
         elif kind in ("kill_in_compile", "kill_in_upload"):
             op = "compile" if kind == "kill_in_compile" else "upload_big"
-            if not self.force(op, name):
+            if not self.force_in(ev, op, name):
                 return
-            time.sleep(ev["delay_ms"] / 1000)
-            d = self.doing()
-            ev["in_flight"] = d is not None and d[:2] == (op, name)
             w = self.window(name)
             self.kill_worker(name)
             time.sleep(ev["down_ms"] / 1000)
