@@ -56,6 +56,21 @@ def _data(seed: int):
     return xs, ys, params
 
 
+def make_step(jax, jnp):
+    """The MLP's SGD step, jitted, its parameters donated (jax is imported by
+    the caller: a reference run must keep the causeway plugin undiscovered)."""
+    def mlp(p, x):
+        for layer in p[:-1]:
+            x = jax.nn.relu(x @ layer["w"] + layer["b"])
+        return x @ p[-1]["w"] + p[-1]["b"]
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def step(p, x, y):
+        loss, g = jax.value_and_grad(lambda q: jnp.mean((mlp(q, x) - y) ** 2))(p)
+        return jax.tree.map(lambda a, b: a - LR * b, p, g), loss
+    return step
+
+
 def _save(path: str, step: int, losses: list, params) -> None:
     flat = {f"p{i}_{k}": v for i, layer in enumerate(params) for k, v in layer.items()}
     tmp = path + ".tmp.npz"
@@ -92,15 +107,7 @@ def main() -> int:
     import jax.numpy as jnp
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-    def mlp(p, x):
-        for layer in p[:-1]:
-            x = jax.nn.relu(x @ layer["w"] + layer["b"])
-        return x @ p[-1]["w"] + p[-1]["b"]
-
-    @functools.partial(jax.jit, donate_argnums=0)
-    def step(p, x, y):
-        loss, g = jax.value_and_grad(lambda q: jnp.mean((mlp(q, x) - y) ** 2))(p)
-        return jax.tree.map(lambda a, b: a - LR * b, p, g), loss
+    step = make_step(jax, jnp)
 
     def train(seed: int, start: int, losses: list, params0, on_step) -> None:
         """Opens the session (the first use of the devices) and trains."""

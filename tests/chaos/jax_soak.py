@@ -282,7 +282,11 @@ class Soak:
         kind, name = ev["kind"], ev.get("worker")
         self.say(f"event {ev}")
         self.counts[kind] += 1
-        if kind == "kill_worker":
+        if kind in ("kill_worker", "kill_in_compile", "kill_in_upload"):
+            if kind != "kill_worker":
+                op = "compile" if kind == "kill_in_compile" else "upload_big"
+                if not self.force_in(ev, op, name):
+                    return
             w = self.window(name)
             self.kill_worker(name)
             time.sleep(ev["down_ms"] / 1000)
@@ -375,16 +379,6 @@ class Soak:
                 time.sleep(ev["down_ms"] / 1000)
                 self.replace_worker(name)
                 self.wait_registered(kind)
-            self.recovered(name, w, time.monotonic(), kind)
-        elif kind in ("kill_in_compile", "kill_in_upload"):
-            op = "compile" if kind == "kill_in_compile" else "upload_big"
-            if not self.force_in(ev, op, name):
-                return
-            w = self.window(name)
-            self.kill_worker(name)
-            time.sleep(ev["down_ms"] / 1000)
-            self.replace_worker(name)
-            self.wait_registered(kind)
             self.recovered(name, w, time.monotonic(), kind)
         self.say(f"  recovered; in flight: {ev.get('in_flight', '-')}; "
                  f"ops so far {len(self.ops)}, errors {sum(1 for r in self.ops if not r['ok'])}")

@@ -13,7 +13,6 @@ the bytes sent, compiled int32 programs against numpy.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import sys
@@ -48,15 +47,7 @@ def main() -> int:
     refs = {w: np.load(os.path.join(args.reference, f"losses-{k}.npy"))
             for k, w in enumerate(workers)}
 
-    def mlp(p, x):
-        for layer in p[:-1]:
-            x = jax.nn.relu(x @ layer["w"] + layer["b"])
-        return x @ p[-1]["w"] + p[-1]["b"]
-
-    @functools.partial(jax.jit, donate_argnums=0)
-    def step(p, x, y):
-        loss, g = jax.value_and_grad(lambda q: jnp.mean((mlp(q, x) - y) ** 2))(p)
-        return jax.tree.map(lambda a, b: a - cc.LR * b, p, g), loss
+    step = cc.make_step(jax, jnp)
 
     affine = jax.jit(lambda v: v * 3 + 7)
 
