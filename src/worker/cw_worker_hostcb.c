@@ -65,15 +65,19 @@ bool cw_worker_hostcb_in_program(const uint8_t* bytes, size_t size) {
 
 // --- On the loop thread -------------------------------------------------------
 
-// The connection the session's client reads: one with role CLIENT.
+// The connection the session's client reads: its oldest with role CLIENT
+// (the list is newest first). A client opens others only for a moment, to
+// fill seqs (a reattach closes the older ones first), and would close one
+// with a callback still to answer.
 static cw_conn_t* cw__client_conn(cw_worker_t* w, uint64_t skey) {
+  cw_conn_t* oldest = NULL;
   for (cw_conn_t* c = w->conns; c; c = c->next) {
     if (!c->closing && !c->outbound && c->session && c->session->key == skey &&
         cw_net_conn_role(c->nc) == CAUSEWAY__V1__ROLE__ROLE_CLIENT && cw_net_conn_is_open(c->nc)) {
-      return c;
+      oldest = c;
     }
   }
-  return NULL;
+  return oldest;
 }
 
 static void cw__call_finish(cw__call_t* call, cw_status_t status, uint8_t* reply,

@@ -4,7 +4,8 @@
 // connection and takes the reply's results; an error reply, results of the
 // wrong size and a launch without callables fail the launch with a clear
 // error; while one client sits on a callback, another session's launches
-// run; a client that dies mid-callback fails only its own launch; launches
+// run; a client that dies mid-callback fails only its own launch; a
+// session's oldest client connection gets its callbacks; launches
 // held by the bound on callback launches in flight pass (or, parts of an
 // island's launch, hold) their gang-order turn.
 #include <pthread.h>
@@ -208,6 +209,31 @@ static void test_bad_answers(void** state) {
                "gave this launch no callables");
   assert_int_equal(atomic_load(&p.requests), before);
   cw_client_release(c);
+}
+
+// A client's second connection in its session (one to fill seqs, opened for
+// a moment: cw_plugin_fill.c) is not asked: callbacks go to its oldest.
+static void test_callbacks_go_to_the_oldest_connection(void** state) {
+  (void)state;
+  peer_t first = {.answer = ANSWER_TIMES_TEN};
+  peer_t second = {.answer = ANSWER_ERROR};
+  cw_client_options_t o = {.peer_name = "hostcb-test",
+                           .role = CAUSEWAY__V1__ROLE__ROLE_CLIENT,
+                           .session_id = 5151,
+                           .on_request = on_request,
+                           .request_user = &first};
+  cw_client_t* c1 = NULL;
+  cw_client_t* c2 = NULL;
+  ASSERT_OK(cw_client_connect(g_worker.address, &o, &c1));
+  o.request_user = &second;
+  ASSERT_OK(cw_client_connect(g_worker.address, &o, &c2));
+  assert_int_equal(cw_client_session_key(c1), cw_client_session_key(c2));  // one life
+  static const float want[4] = {11, 21, 31, 41};
+  run_expect(c1, 5, kCallbackProgram, 79, want);
+  assert_int_equal(atomic_load(&first.requests), 1);
+  assert_int_equal(atomic_load(&second.requests), 0);
+  cw_client_release(c2);
+  cw_client_release(c1);
 }
 
 static void test_slow_then_dead_client(void** state) {
@@ -483,6 +509,7 @@ int main(void) {
       cmocka_unit_test(test_round_trip),
       cmocka_unit_test(test_buffer_callback),
       cmocka_unit_test(test_bad_answers),
+      cmocka_unit_test(test_callbacks_go_to_the_oldest_connection),
       cmocka_unit_test(test_slow_then_dead_client),
       cmocka_unit_test(test_many_unanswered_callbacks),
       cmocka_unit_test(test_throttled_launch_passes_its_turn),
