@@ -36,7 +36,7 @@
 // every request and error, CW_SEQFUZZ_TRACE=FILE writes them to FILE
 // (buffered: stderr changes the timing). CW_SEQFUZZ_MAX_HELD_REQUESTS=N
 // starts the workers with --max-held-requests N (the flow control's cap;
-// see g_oneshot_fills); CW_SEQFUZZ_KNOWN_GAPS runs the known gap's case.
+// see g_oneshot_fills).
 // The seed is printed.
 #include <errno.h>
 #include <inttypes.h>
@@ -698,11 +698,11 @@ static void send_filler_on(conn_t* c, uint64_t seq) {
 }
 
 // With a small --max-held-requests (CW_SEQFUZZ_MAX_HELD_REQUESTS) the fill
-// of a seq a relayed request took goes on a connection of its own: on the
-// session's connection, after later seqs (what the client library does), it
-// breaks the per-connection order the flow control relies on, and the
-// worker, not reading that connection, waits for it for ever (the report of
-// session 50, helper h2).
+// of a seq a relayed request took goes on a connection of its own, as the
+// client library's does (cw_plugin_fill.c): on the session's connection,
+// after later seqs, it breaks the per-connection order the flow control
+// relies on, and the worker, not reading that connection at the cap, waits
+// for it for ever (test_fill_on_its_own_connection_at_the_cap).
 static bool g_oneshot_fills;
 
 static void send_filler(sess_t* s, int w, uint64_t seq) {
@@ -2756,24 +2756,17 @@ static void test_exe_info_of_a_buffer_still_uploaded(void** state) {
   sess_close(&s);
 }
 
-// KNOWN GAP (session 50, not fixed; run with CW_SEQFUZZ_KNOWN_GAPS=1): the
-// fill of a seq whose request never reached the worker (the controller
-// refused a relayed LAUNCH, or died with it), sent as the client library
-// sends it: on its own connection to the worker, after requests with later
-// seqs (cw_plugin_worker.c cw__worker_fill_seq). Those are held; at
-// --max-held-requests the worker stops reading the connection
-// (cw_worker_conn.c cw__seq_block) and the fill behind them is never read:
-// nothing on that connection is answered again, not even PING, and the hard
-// limit that docs/protocol.md says a peer breaking the per-connection order
-// reaches (RESOURCE_EXHAUSTED, closed) is never reached either. Found by the
-// random sequences with CW_SEQFUZZ_MAX_HELD_REQUESTS=8 (seed 10001).
-static void test_fill_behind_held_requests_at_the_cap(void** state) {
+// The fill of a seq whose request never reached the worker (the controller
+// refused a relayed LAUNCH, or died with it), after requests with later seqs
+// went straight to the worker: those are held, and at --max-held-requests
+// the worker stops reading their connection (cw_worker_conn.c
+// cw__seq_block). Sent behind them there (what the client library did until
+// session 51), the fill was never read and the session waited for ever
+// (found by the random sequences with CW_SEQFUZZ_MAX_HELD_REQUESTS=8, seed
+// 10001). On a connection of its own, which holds nothing, it is read and
+// everything held drains (cw_plugin_fill.c; docs/protocol.md).
+static void test_fill_on_its_own_connection_at_the_cap(void** state) {
   (void)state;
-  if (!getenv("CW_SEQFUZZ_KNOWN_GAPS")) {
-    fprintf(stderr, "[seqfuzz] skipped: a known gap (CW_SEQFUZZ_KNOWN_GAPS=1 runs it)\n");
-    skip();
-    return;
-  }
   const char* plugin = getenv("CW_NULLPLUGIN");
   worker_t capped = {.label = "seq-capped"};
   const char* args[] = {"--plugin", plugin, "--devices", "1", "--listen", "127.0.0.1:0",
@@ -2786,18 +2779,28 @@ static void test_fill_behind_held_requests_at_the_cap(void** state) {
   conn_t c;
   conn_init(&c, 0);
   c.fd = fd;
-  for (uint64_t q = 2; q <= 8; ++q) send_delete(&c, NULL, q);  // held: seq 1 is not in
-  uint64_t rid = send_delete(&c, NULL, 1);  // the fill
+  uint64_t rids[9];
+  int64_t codes[9];
+  for (uint64_t q = 2; q <= 8; ++q) rids[q - 2] = send_delete(&c, NULL, q);  // held: no seq 1
+  int fill = conn_open(&capped);
+  hello_as(fill, NULL, R_CLIENT, 4242, NULL);
+  conn_t f;
+  conn_init(&f, 0);
+  f.fd = fill;
+  uint64_t frid = send_delete(&f, NULL, 1);
+  int64_t fcode = -1;
+  int filled = replies_within(&f, &frid, &fcode, 1, 5000);
+  close(fill);
   Causeway__V1__Ping p = CAUSEWAY__V1__PING__INIT;
-  uint64_t prid = g_next_rid++;
-  send_or_note(&c, T_PING, prid, &p.base, NULL, 0);
-  uint64_t rids[2] = {rid, prid};
-  int64_t codes[2] = {-1, -1};
-  int got = replies_within(&c, rids, codes, 2, 5000);
+  rids[7] = g_next_rid++;
+  send_or_note(&c, T_PING, rids[7], &p.base, NULL, 0);
+  for (int k = 0; k < 8; ++k) codes[k] = -1;
+  int got = replies_within(&c, rids, codes, 8, 5000);
   close(fd);
   worker_t* const ws[] = {&capped};
   daemons_kill(ws, 1);
-  if (got < 2) FAIL("the fill behind held requests at the cap was not read (%d of 2 answered)", got);
+  if (filled < 1 || fcode != 0) FAIL("the fill on its own connection: code %" PRId64, fcode);
+  if (got < 8) FAIL("%d of the 7 held requests and the PING behind them answered", got);
 }
 
 static void test_sequences(void** state) {
@@ -2909,7 +2912,7 @@ int main(int argc, char** argv) {
       cmocka_unit_test(test_failing_launch_behind_an_unordered_one),
       cmocka_unit_test(test_an_id_expected_twice_takes_two_errors),
       cmocka_unit_test(test_exe_info_of_a_buffer_still_uploaded),
-      cmocka_unit_test(test_fill_behind_held_requests_at_the_cap),
+      cmocka_unit_test(test_fill_on_its_own_connection_at_the_cap),
       cmocka_unit_test(test_sequences),
       cmocka_unit_test(test_sigterm_clean_exit),
   };

@@ -255,8 +255,22 @@ void fake_start(fake_t* f, fake_script_fn script) {
   assert_int_equal(pthread_create(&f->thread, NULL, fake_main, f), 0);
 }
 
+void fake_start_beside(fake_t* f, const fake_t* main, fake_script_fn script) {
+  f->script = script;
+  f->beside = true;
+  f->tls = main->tls;
+  f->plain_tcp = main->plain_tcp;
+  f->listen_fd = main->listen_fd;
+  snprintf(f->path, sizeof(f->path), "%s", main->path);
+  assert_int_equal(pthread_create(&f->thread, NULL, fake_main, f), 0);
+}
+
 void fake_join(fake_t* f) {
   pthread_join(f->thread, NULL);
+  if (f->beside) {
+    if (f->failure[0]) fail_msg("%s", f->failure);
+    return;
+  }
   close(f->listen_fd);
   if (!f->tls && !f->plain_tcp) unlink(f->path);
   rmdir(f->dir);

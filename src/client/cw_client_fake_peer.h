@@ -29,6 +29,7 @@ struct fake_s {
   SSL* ssl;
   char tls_error[512];
   bool plain_tcp;  // TCP without TLS
+  bool beside;     // fake_start_beside: the listening socket is another's
   int listen_fd;
   int fd;
   pthread_t thread;
@@ -106,6 +107,11 @@ bool fake_error(fake_t* f, uint16_t type, uint64_t id, uint32_t code, const char
 // Starts the peer on a fresh socket path (f->path); `script` (may be NULL)
 // runs after HELLO.
 void fake_start(fake_t* f, fake_script_fn script);
+
+// Starts `f` on the socket of `main` (started): it takes the next connection
+// made there that `main` does not (a client's second connection while
+// `main` serves the first). Joined before `main`.
+void fake_start_beside(fake_t* f, const fake_t* main, fake_script_fn script);
 
 // Joins the peer, removes its socket and fails the test on a failed check.
 void fake_join(fake_t* f);

@@ -16,6 +16,7 @@
 #include "cw_plugin_device.h"
 #include "cw_plugin_error.h"
 #include "cw_plugin_event.h"
+#include "cw_plugin_fill.h"
 #include "cw_plugin_health.h"
 #include "cw_plugin_hostcb.h"
 #include "cw_plugin_internal.h"
@@ -38,10 +39,12 @@ static void cw__client_free(cw_plugin_client_t* c) {
   c->closing = true;
   pthread_mutex_unlock(&c->teardown_mu);
   // The controller first: failing its pending launches may still send seq
-  // fillers on the worker connections, which must be alive for that.
+  // fillers on the worker connections, which must be alive for that (those
+  // of relayed requests are queued, and dropped: the session ends).
   cw_plugin_resume_stop(c);
   if (c->ctrl) cw_client_release(c->ctrl);
   cw_plugin_resume_release(c);
+  cw_plugin_fill_stop(c);  // no more are queued: the controller's reader is gone
   for (size_t i = 0; i < c->num_workers; ++i) {
     if (c->workers[i].conn) cw_client_release(c->workers[i].conn);
   }

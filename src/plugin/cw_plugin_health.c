@@ -261,7 +261,7 @@ static bool cw__reattach(cw_plugin_worker_t* w) {
     atomic_store(&w->worker_down, true);  // no reattach: only a join revives it
   }
   // Held to the swap: a relayed request that fails meanwhile leaves its seq
-  // to us (cw_plugin_worker.c), or fills it on the new connection after.
+  // to us (cw_plugin_worker.c), or has it filled after (cw_plugin_fill.c).
   pthread_mutex_lock(&w->relayed_mu);
   for (uint64_t q = next; !s && q <= last; ++q) {
     if (cw_plugin_worker_relayed_pending_locked(w, epoch, q)) continue;  // it fills its own

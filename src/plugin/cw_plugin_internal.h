@@ -195,6 +195,9 @@ struct cw_plugin_client_s {
   // teardown_mu, and not once this is set (cw_plugin_transfer.c).
   pthread_mutex_t teardown_mu;
   bool closing;
+  // Seq fills of relayed requests, on connections of their own
+  // (cw_plugin_fill.c): made at the first.
+  _Atomic(struct cw_plugin_fills_s*) fills;
 };
 
 // Next object id (never 0, never reused).

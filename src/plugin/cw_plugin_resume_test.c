@@ -21,6 +21,7 @@
 
 #include "cw_client_fake_peer.h"
 #include "cw_msg.h"
+#include "cw_plugin_fill.h"
 #include "cw_plugin_health.h"
 #include "cw_plugin_internal.h"
 #include "cw_plugin_resume.h"
@@ -41,6 +42,7 @@ typedef enum { AGAIN_ACK, AGAIN_DUPLICATE, NEVER_BACK, AGAIN_MOVED, REUSED, DOWN
 typedef struct fixture_s {
   fake_t ctrl, worker;
   fake_t replacement;  // REUSED: the worker at the address the lost one had
+  fake_t side;         // a filler's own connection to the worker
   bool go;             // REUSED: the controller dies (atomic: __atomic_*)
   int64_t rejoin_incarnation;  // REUSED: HEALTH_REJOIN's (-1: none came)
   again_t again;
@@ -261,6 +263,7 @@ static void fixture_stop(fixture_t* fx) {
   cw_plugin_resume_stop(c);
   cw_client_release(c->ctrl);
   cw_plugin_resume_release(c);
+  cw_plugin_fill_stop(c);
   cw_client_release(fx->w.conn);
   cw_plugin_worker_deinitialize(&fx->w);
   fake_join(&fx->ctrl);
@@ -334,6 +337,7 @@ static void test_duplicate_reads_outputs(void** state) {
 static void test_never_back(void** state) {
   (void)state;
   fixture_t* fx = fixture(NEVER_BACK, "1000");
+  fake_start_beside(&fx->side, &fx->worker, script_worker);
   rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
   int64_t t0 = cw_time_now_ms();
   launch(fx, &rec, 10000);
@@ -348,9 +352,9 @@ static void test_never_back(void** state) {
   uint64_t gen = 0;
   expect_status(cw_plugin_ctrl_get(&fx->client, &ctrl, &gen), CW_UNAVAILABLE,
                 "did not come back within");
-  assert_ok(cw_client_flush(fx->w.conn));  // the filler was answered
-  fixture_stop(fx);
+  fake_join(&fx->side);  // the filler's own connection, closed once answered
   assert_int_equal(fx->filler_seq, 1);  // the worker's order keeps no hole
+  fixture_stop(fx);
   free(fx);
 }
 

@@ -5,6 +5,7 @@
 
 #include "cw_msg.h"
 #include "cw_plugin_event.h"
+#include "cw_plugin_fill.h"
 #include "cw_plugin_health.h"
 #include "cw_plugin_internal.h"
 #include "cw_plugin_resume.h"
@@ -466,6 +467,7 @@ typedef struct cw__ordered_s {
   bool resent;
   bool relayed;  // counted in w->relayed_out until freed
   bool tracked;  // its seq in w->relayed_seqs
+  uint64_t life;  // relayed: w->session_key when it took its seq
   // A LAUNCH the worker had applied before the controller was lost: its
   // outputs are awaited on the worker instead (cw__ordered_await).
   size_t awaiting;
@@ -504,7 +506,11 @@ static void cw__ordered_finish(cw__ordered_t* o, cw_status_t status,
     o->tracked = false;
     bool dead = atomic_load_explicit(&w->dead, memory_order_acquire);
     pthread_mutex_unlock(&w->relayed_mu);
-    if (!dead) cw__worker_fill_seq(w, o->seq, o->epoch);
+    if (!dead) cw_plugin_fill_later(w, o->epoch, o->life, o->seq);
+  } else if (status && o->relayed) {
+    // Later seqs may have gone straight to w meanwhile, and wait there for
+    // this one: not behind them on that connection (cw_plugin_fill.h).
+    cw_plugin_fill_later(o->w, o->epoch, o->life, o->seq);
   } else if (status) {
     cw__worker_fill_seq(o->w, o->seq, o->epoch);
   }
@@ -695,6 +701,7 @@ static cw_status_t cw__send_ordered(cw_plugin_worker_t* w, uint32_t epoch, bool 
   // one (every link of this one closed while it waited at the controller),
   // w refuses it instead of taking it for that life's seq.
   if (!direct) cw_msg_set_session_life(type, req, w->session_key);
+  o->life = w->session_key;
   // What a restarted controller is sent again (with its seq).
   if (!direct && c->resume) {
     o->packed = cw_msg_pack(req, &o->packed_len);
@@ -710,8 +717,11 @@ static cw_status_t cw__send_ordered(cw_plugin_worker_t* w, uint32_t epoch, bool 
     return cw_ok_status();  // sent on the new connection; `done` reports it
   }
   if (s) {
+    uint64_t life = o->life;
     cw__ordered_free(o);
-    cw__worker_fill_seq(w, seq, epoch);  // keep the worker's seq order free of holes
+    // Keep the worker's seq order free of holes; not behind later seqs.
+    if (direct) cw__worker_fill_seq(w, seq, epoch);
+    else cw_plugin_fill_later(w, epoch, life, seq);
   }
   return s;
 }

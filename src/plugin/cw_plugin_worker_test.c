@@ -4,18 +4,22 @@
 // full batch goes alone, a
 // refused DELETE is surfaced by the next read back (NOT_FOUND is not), a
 // request that fails after taking a seq has the seq filled on the worker's
-// connection (also when the controller relayed it), relayed launches share
+// connection (on one of its own when the controller relayed it), relayed launches share
 // writes without holding up the worker's order, and a lost connection
 // marks the worker dead with errors that name it.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cw_client_fake_peer.h"
 #include "cw_msg.h"
+#include "cw_plugin_client.h"
+#include "cw_plugin_fill.h"
 #include "cw_plugin_internal.h"
 #include "cw_plugin_worker.h"
+#include "cw_test_util.h"
 
 #define MAX_SEEN 1024
 
@@ -113,8 +117,8 @@ static void connect_worker(fixture_t* fx) {
 
 static int teardown(void** state) {
   fixture_t* fx = *state;
-  cw_client_release(fx->worker.conn);
-  fake_join(&fx->peer.f);
+  if (fx->worker.conn) cw_client_release(fx->worker.conn);
+  if (fx->peer.f.dir[0]) fake_join(&fx->peer.f);  // started
   cw_plugin_worker_deinitialize(&fx->worker);
   pthread_mutex_destroy(&fx->peer.mu);
   free(fx);
@@ -260,17 +264,26 @@ static void test_refused_ordered_request_is_filled(void** state) {
 
 // Relayed by the controller, which refuses it: the batched DELETEs went to
 // the worker first (not a batched launch), the LAUNCH to the controller, its
-// seq filled at the worker.
+// seq filled at the worker on a connection of its own (later seqs sent on
+// the first may be held there, which the worker may then not read), in the
+// life the LAUNCH was numbered in; that connection closes once answered.
 static void test_refused_relayed_request_is_filled(void** state) {
   fixture_t* fx = *state;
   peer_t* ctrl = calloc(1, sizeof(*ctrl));
+  peer_t* side = calloc(1, sizeof(*side));
   assert_non_null(ctrl);
+  assert_non_null(side);
   pthread_mutex_init(&ctrl->mu, NULL);
+  pthread_mutex_init(&side->mu, NULL);
   ctrl->refuse_type = CW_MSG_LAUNCH;
   ctrl->refuse_code = CW_UNAVAILABLE;
   fake_start(&ctrl->f, script_record);
   fx->client.ctrl = connect_ok(&ctrl->f);
   connect_worker(fx);
+  fx->client.session_id = 77;
+  fx->worker.session_key = 41;
+  side->f.session_key_reply = 41;
+  fake_start_beside(&side->f, &fx->peer.f, script_record);
   cw_plugin_worker_delete(&fx->worker, CW_PLUGIN_ANY_EPOCH, 3, 0);
   rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
   Causeway__V1__LaunchRequest req = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
@@ -278,18 +291,133 @@ static void test_refused_relayed_request_is_filled(void** state) {
                                             &req.base, &req.seq, rec_done, &rec));
   wait_seen(ctrl, 1);
   expect_seen(ctrl, 0, CW_MSG_LAUNCH, 2);
-  wait_seen(&fx->peer, 2);
-  expect_seen(&fx->peer, 0, CW_MSG_DELETE, 1);
-  assert_int_equal(fx->peer.seen[0].first_id, 3);
-  expect_seen(&fx->peer, 1, CW_MSG_DELETE, 2);  // the filler
-  assert_int_equal(fx->peer.seen[1].n_ids, 0);
+  wait_seen(side, 1);
+  expect_seen(side, 0, CW_MSG_DELETE, 2);  // the filler
+  assert_int_equal(side->seen[0].n_ids, 0);
+  assert_int_equal(side->seen[0].life, 41);
+  assert_int_equal(side->f.hello_session, fx->client.session_id);
+  fake_join(&side->f);  // the client closed it
   assert_ok(cw_client_flush(fx->client.ctrl));
   assert_int_equal(rec.calls, 1);
   assert_int_equal(rec.code, CW_UNAVAILABLE);
+  send_copy(fx, CW_OK);  // the first connection: the DELETEs, then this
+  wait_seen(&fx->peer, 2);
+  expect_seen(&fx->peer, 0, CW_MSG_DELETE, 1);
+  assert_int_equal(fx->peer.seen[0].first_id, 3);
+  expect_seen(&fx->peer, 1, CW_MSG_COPY, 3);
+  cw_plugin_fill_stop(&fx->client);
   cw_client_release(fx->client.ctrl);
   fake_join(&ctrl->f);
   pthread_mutex_destroy(&ctrl->mu);
+  pthread_mutex_destroy(&side->mu);
   free(ctrl);
+  free(side);
+}
+
+// A fake controller that holds the relayed request it reads until `go`,
+// then refuses it.
+typedef struct {
+  peer_t p;  // first: the script gets &peer->p.f
+  atomic_bool go;
+} holding_t;
+
+static void script_refuse_later(fake_t* f) {
+  holding_t* h = (holding_t*)f;
+  frame_t fr;
+  FCHECK(f, fake_read(f, &fr));
+  record_frame(&h->p, &fr);
+  while (!atomic_load(&h->go)) usleep(1000);
+  bool ok = fake_error(f, fr.h.type, fr.h.request_id, CW_FAILED_PRECONDITION,
+                       "refused by the test");
+  frame_free(&fr);
+  while (ok && fake_read(f, &fr)) frame_free(&fr);
+}
+
+// A real worker that holds at most 4 requests waiting for their seq
+// (--max-held-requests 4). The controller refuses a relayed DELETE late,
+// after 8 requests with later seqs went straight to the worker: they wait
+// there for its seq, and at 4 the worker stops reading that connection. The
+// seq's filler used to go behind them on it and was never read, and the 8
+// were never answered; on a connection of its own it is read at once.
+static void test_filler_reaches_a_worker_at_its_cap(void** state) {
+  fixture_t* fx = *state;
+  const char* args[] = {"--max-held-requests", "4", NULL};
+  cw_test_worker_options_t wo = {.plugin = getenv("CW_NULLPLUGIN"), .name = "capped",
+                                 .extra_args = args};
+  assert_non_null(wo.plugin);
+  cw_test_worker_t worker;
+  assert_int_equal(cw_test_worker_start(&wo, &worker), 0);
+  holding_t* ctrl = calloc(1, sizeof(*ctrl));
+  assert_non_null(ctrl);
+  pthread_mutex_init(&ctrl->p.mu, NULL);
+  fake_start(&ctrl->p.f, script_refuse_later);
+  fx->client.ctrl = connect_ok(&ctrl->p.f);
+  fx->client.session_id = 4242;
+  Causeway__V1__WorkerInfo wi = CAUSEWAY__V1__WORKER_INFO__INIT;
+  wi.name = "capped";
+  wi.address = worker.address;
+  assert_null(cw_plugin_worker_initialize(&fx->worker, &fx->client, &wi));
+  fx->client.workers = &fx->worker;
+  fx->client.num_workers = 1;
+  cw_client_options_t o;
+  cw_plugin_client_worker_options(&fx->client, &o);
+  cw_client_t* conn = NULL;
+  assert_ok(cw_client_connect(worker.address, &o, &conn));
+  fx->worker.conn = conn;
+  fx->worker.session_key = cw_client_session_key(conn);
+
+  rec_t relayed = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  uint64_t id = 7;
+  Causeway__V1__DeleteRequest del = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+  del.ids = &id;
+  del.n_ids = 1;
+  assert_null(cw_plugin_worker_send_ordered(&fx->worker, CW_PLUGIN_ANY_EPOCH, false, CW_MSG_DELETE,
+                                            &del.base, &del.seq, rec_done, &relayed));
+  assert_int_equal(del.seq, 1);
+  wait_seen(&ctrl->p, 1);
+  rec_t direct[8];
+  for (int i = 0; i < 8; ++i) {
+    direct[i] = (rec_t){.mu = PTHREAD_MUTEX_INITIALIZER};
+    Causeway__V1__DeleteRequest d = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+    d.ids = &id;
+    d.n_ids = 1;
+    assert_null(cw_plugin_worker_send_ordered(&fx->worker, CW_PLUGIN_ANY_EPOCH, true,
+                                              CW_MSG_DELETE, &d.base, &d.seq, rec_done,
+                                              &direct[i]));
+    assert_int_equal(d.seq, 2 + i);
+  }
+  atomic_store(&ctrl->go, true);
+  int answered = 0;
+  for (int t = 0; t < 1000 && answered < 8; ++t) {  // 10 s
+    usleep(10 * 1000);
+    answered = 0;
+    for (int i = 0; i < 8; ++i) {
+      pthread_mutex_lock(&direct[i].mu);
+      answered += direct[i].calls;
+      pthread_mutex_unlock(&direct[i].mu);
+    }
+  }
+  pthread_mutex_lock(&relayed.mu);
+  assert_int_equal(relayed.calls, 1);
+  assert_int_equal(relayed.code, CW_FAILED_PRECONDITION);
+  pthread_mutex_unlock(&relayed.mu);
+  if (answered < 8) {
+    fail_msg("%d of the 8 requests after the refused one answered in 10 s: the worker never "
+             "read its filler", answered);
+  }
+  for (int i = 0; i < 8; ++i) {
+    if (direct[i].code != CW_NOT_FOUND) fprintf(stderr, "request %d: %s\n", i, direct[i].message);
+    assert_int_equal(direct[i].code, CW_NOT_FOUND);  // no array 7 there
+  }
+  assert_ok(cw_client_ping(fx->worker.conn));
+  cw_plugin_fill_stop(&fx->client);
+  cw_client_release(fx->client.ctrl);
+  fake_join(&ctrl->p.f);
+  pthread_mutex_destroy(&ctrl->p.mu);
+  free(ctrl);
+  cw_client_release(fx->worker.conn);
+  fx->worker.conn = NULL;
+  assert_int_equal(cw_test_worker_stop(&worker, 10000), 0);
 }
 
 // The controller's side of test_relayed_launches_share_writes: the replies
@@ -495,6 +623,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_not_found_delete_is_no_failure, setup, teardown),
       cmocka_unit_test_setup_teardown(test_refused_ordered_request_is_filled, setup, teardown),
       cmocka_unit_test_setup_teardown(test_refused_relayed_request_is_filled, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_filler_reaches_a_worker_at_its_cap, setup, teardown),
       cmocka_unit_test_setup_teardown(test_relayed_launches_share_writes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_relayed_requests_name_their_life, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lost_connection_marks_dead, setup, teardown),

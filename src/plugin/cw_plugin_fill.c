@@ -1,0 +1,265 @@
+// Fills of relayed requests' seqs on connections of their own (cw_plugin_fill.h).
+#include "cw_plugin_fill.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cw_log.h"
+#include "cw_msg.h"
+#include "cw_plugin_client.h"
+#include "cw_plugin_internal.h"
+#include "cw_plugin_worker.h"
+
+typedef struct cw__fill_s {
+  struct cw__fill_s* next;
+  cw_plugin_worker_t* w;
+  uint32_t epoch;
+  uint64_t life;
+  uint64_t seq;
+} cw__fill_t;
+
+// A connection that carried fills: open until each is answered (one held
+// at the worker is answered in its turn; closed first, unread ones are lost).
+typedef struct cw__oneshot_s {
+  struct cw__oneshot_s* next;
+  struct cw_plugin_fills_s* fills;
+  cw_client_t* conn;
+  size_t waiting;  // guarded by fills->mu
+} cw__oneshot_t;
+
+struct cw_plugin_fills_s {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  cw__fill_t* queue;  // newest first
+  cw__oneshot_t* open;
+  bool started, stop;
+  pthread_t thread;
+};
+
+static void cw__fill_answered(void* user, cw_status_t status, const ProtobufCMessage* reply) {
+  (void)reply;
+  // A duplicate (the worker had the seq) or a refusal of an earlier life's
+  // seq is as good as applied: the seq is no hole there.
+  cw_status_free(status);
+  cw__oneshot_t* o = user;
+  pthread_mutex_lock(&o->fills->mu);
+  if (--o->waiting == 0) pthread_cond_signal(&o->fills->cv);
+  pthread_mutex_unlock(&o->fills->mu);
+}
+
+static int cw__fill_order(const void* a, const void* b) {
+  const cw__fill_t* x = *(cw__fill_t* const*)a;
+  const cw__fill_t* y = *(cw__fill_t* const*)b;
+  if (x->w != y->w) return x->w < y->w ? -1 : 1;
+  if (x->epoch != y->epoch) return x->epoch < y->epoch ? -1 : 1;
+  if (x->life != y->life) return x->life < y->life ? -1 : 1;
+  return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+// Fills g[0..n) (one worker, epoch and life; seqs increasing) on a new
+// connection. Without fills->mu.
+static void cw__fill_group(struct cw_plugin_fills_s* f, cw__fill_t** g, size_t n) {
+  cw_plugin_worker_t* w = g[0]->w;
+  if (g[0]->epoch != atomic_load_explicit(&w->epoch, memory_order_acquire) ||
+      atomic_load_explicit(&w->dead, memory_order_acquire)) {
+    return;
+  }
+  cw_client_options_t o;
+  cw_plugin_client_worker_options(w->client, &o);
+  cw_client_t* conn = NULL;
+  cw_status_t s = cw_client_connect(cw_plugin_worker_address(w), &o, &conn);
+  if (s) {
+    // The seqs stay holes, and requests after them wait: the link is taken
+    // for lost, and the next use reattaches, which fills them on the new
+    // connection (cw_plugin_health.c).
+    char why[768];
+    snprintf(why, sizeof(why), "the fill of seq %llu (a request the controller did not relay) "
+             "could not be sent: %s", (unsigned long long)g[0]->seq, cw_status_message(s));
+    CW_LOGW("worker %s (%s): %s", w->name, cw_plugin_worker_address(w), why);
+    cw_status_free(s);
+    if (g[0]->epoch == atomic_load_explicit(&w->epoch, memory_order_acquire)) {
+      atomic_store_explicit(&w->link_lost, true, memory_order_release);
+      cw_plugin_worker_mark_dead(w, why);
+    }
+    return;
+  }
+  // Another life of the session there: the seqs of ours mean nothing now.
+  if (cw_client_session_key(conn) != g[0]->life) {
+    cw_client_release(conn);
+    return;
+  }
+  cw__oneshot_t* one = calloc(1, sizeof(*one));
+  if (!one) {
+    cw_client_release(conn);
+    return;
+  }
+  one->fills = f;
+  one->conn = conn;
+  one->waiting = n + 1;  // +1: until every fill is out
+  size_t unsent = 1;
+  for (size_t i = 0; i < n; ++i) {
+    Causeway__V1__DeleteRequest fill = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+    fill.seq = g[i]->seq;
+    fill.session_life = g[i]->life;
+    cw_status_t st = cw_client_send(conn, CW_MSG_DELETE, &fill.base, NULL, 0, NULL,
+                                    cw__fill_answered, one, NULL);
+    if (st) ++unsent;  // its callback never runs
+    cw_status_free(st);
+  }
+  pthread_mutex_lock(&f->mu);
+  one->waiting -= unsent;
+  one->next = f->open;
+  f->open = one;
+  pthread_mutex_unlock(&f->mu);
+}
+
+static void cw__fill_all(struct cw_plugin_fills_s* f, cw__fill_t* q) {
+  size_t n = 0;
+  for (cw__fill_t* p = q; p; p = p->next) ++n;
+  cw__fill_t** v = n ? malloc(n * sizeof(*v)) : NULL;
+  if (n && !v) CW_LOGW("out of memory: %zu seq fills dropped", n);
+  n = 0;
+  for (cw__fill_t* p = q; v && p; p = p->next) v[n++] = p;
+  if (n) qsort(v, n, sizeof(*v), cw__fill_order);
+  for (size_t i = 0; i < n;) {
+    size_t k = i + 1;
+    while (k < n && v[k]->w == v[i]->w && v[k]->epoch == v[i]->epoch && v[k]->life == v[i]->life) {
+      ++k;
+    }
+    pthread_mutex_lock(&f->mu);
+    bool stop = f->stop;
+    pthread_mutex_unlock(&f->mu);
+    if (!stop) cw__fill_group(f, v + i, k - i);
+    i = k;
+  }
+  free(v);
+  while (q) {
+    cw__fill_t* next = q->next;
+    free(q);
+    q = next;
+  }
+}
+
+// Takes the connections whose fills are all answered off f->open (all of
+// them with `everyone`). With f->mu held.
+static cw__oneshot_t* cw__take_done_locked(struct cw_plugin_fills_s* f, bool everyone) {
+  cw__oneshot_t* done = NULL;
+  for (cw__oneshot_t** p = &f->open; *p;) {
+    cw__oneshot_t* o = *p;
+    if (everyone || o->waiting == 0) {
+      *p = o->next;
+      o->next = done;
+      done = o;
+    } else {
+      p = &o->next;
+    }
+  }
+  return done;
+}
+
+static void cw__release_all(cw__oneshot_t* o) {
+  while (o) {
+    cw__oneshot_t* next = o->next;
+    cw_client_release(o->conn);  // fails what is unanswered: callbacks take f->mu
+    free(o);
+    o = next;
+  }
+}
+
+static bool cw__any_done_locked(const struct cw_plugin_fills_s* f) {
+  for (const cw__oneshot_t* o = f->open; o; o = o->next) {
+    if (o->waiting == 0) return true;
+  }
+  return false;
+}
+
+static void* cw__fill_main(void* arg) {
+  struct cw_plugin_fills_s* f = arg;
+  pthread_mutex_lock(&f->mu);
+  while (!f->stop) {
+    if (!f->queue && !cw__any_done_locked(f)) {
+      pthread_cond_wait(&f->cv, &f->mu);
+      continue;
+    }
+    cw__fill_t* q = f->queue;
+    f->queue = NULL;
+    cw__oneshot_t* done = cw__take_done_locked(f, false);
+    pthread_mutex_unlock(&f->mu);
+    cw__release_all(done);
+    cw__fill_all(f, q);
+    pthread_mutex_lock(&f->mu);
+  }
+  pthread_mutex_unlock(&f->mu);
+  return NULL;
+}
+
+static struct cw_plugin_fills_s* cw__fills(cw_plugin_client_t* c) {
+  struct cw_plugin_fills_s* f = atomic_load_explicit(&c->fills, memory_order_acquire);
+  if (f) return f;
+  f = calloc(1, sizeof(*f));
+  if (!f) return NULL;
+  pthread_mutex_init(&f->mu, NULL);
+  pthread_cond_init(&f->cv, NULL);
+  struct cw_plugin_fills_s* none = NULL;
+  if (atomic_compare_exchange_strong(&c->fills, &none, f)) return f;
+  pthread_cond_destroy(&f->cv);
+  pthread_mutex_destroy(&f->mu);
+  free(f);
+  return none;  // another thread's
+}
+
+void cw_plugin_fill_later(cw_plugin_worker_t* w, uint32_t epoch, uint64_t life, uint64_t seq) {
+  struct cw_plugin_fills_s* f = cw__fills(w->client);
+  cw__fill_t* fill = f ? calloc(1, sizeof(*fill)) : NULL;
+  if (!fill) {
+    CW_LOGW("worker %s: out of memory queueing the fill of seq %llu", w->name,
+            (unsigned long long)seq);
+    return;
+  }
+  *fill = (cw__fill_t){.w = w, .epoch = epoch, .life = life, .seq = seq};
+  pthread_mutex_lock(&f->mu);
+  if (f->stop) {
+    pthread_mutex_unlock(&f->mu);
+    free(fill);
+    return;
+  }
+  if (!f->started) {
+    f->started = pthread_create(&f->thread, NULL, cw__fill_main, f) == 0;
+    if (!f->started) {
+      pthread_mutex_unlock(&f->mu);
+      CW_LOGW("worker %s: no thread for the fill of seq %llu", w->name, (unsigned long long)seq);
+      free(fill);
+      return;
+    }
+  }
+  fill->next = f->queue;
+  f->queue = fill;
+  pthread_cond_signal(&f->cv);
+  pthread_mutex_unlock(&f->mu);
+}
+
+void cw_plugin_fill_stop(cw_plugin_client_t* c) {
+  struct cw_plugin_fills_s* f = atomic_exchange_explicit(&c->fills, NULL, memory_order_acq_rel);
+  if (!f) return;
+  pthread_mutex_lock(&f->mu);
+  f->stop = true;
+  pthread_cond_signal(&f->cv);
+  bool started = f->started;
+  pthread_mutex_unlock(&f->mu);
+  if (started) pthread_join(f->thread, NULL);
+  pthread_mutex_lock(&f->mu);
+  cw__fill_t* q = f->queue;
+  f->queue = NULL;
+  cw__oneshot_t* open = cw__take_done_locked(f, true);
+  pthread_mutex_unlock(&f->mu);
+  cw__release_all(open);
+  while (q) {
+    cw__fill_t* next = q->next;
+    free(q);
+    q = next;
+  }
+  pthread_cond_destroy(&f->cv);
+  pthread_mutex_destroy(&f->mu);
+  free(f);
+}
