@@ -313,12 +313,17 @@ int cw_test_gang_worker_start(const cw_test_gang_worker_options_t* o, cw_test_wo
   const char* envp[] = {env[0], env[1], env[2], env[3], NULL};
   char size[16];
   snprintf(size, sizeof(size), "%d", o->size);
-  const char* args[] = {"--controller", o->controller, "--island", o->island, "--island-size",
-                        size, NULL};
-  if (!o->island) args[2] = NULL;
+  const char* args[24] = {"--controller", o->controller, "--island", o->island, "--island-size",
+                          size, NULL};
+  size_t n = o->island ? 6 : 2;
+  for (size_t i = 0; o->extra_args && o->extra_args[i] && n + 1 < 24; ++i) {
+    args[n++] = o->extra_args[i];
+  }
+  args[n] = NULL;
   cw_test_worker_options_t wo = {
       .plugin = o->plugin ? o->plugin : cw_test_getenv("CW_GANGPLUGIN", ""),
       .devices = o->devices,
+      .listen = o->listen,
       .name = o->name,
       .extra_args = args,
       .extra_env = envp};

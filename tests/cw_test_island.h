@@ -128,6 +128,8 @@ typedef struct cw_test_gang_worker_options_s {
   int devices;               // 0: 1
   const char* plugin;        // NULL: $CW_GANGPLUGIN
   const char* inner_plugin;  // NULL: $CAUSEWAY_PJRT_PLUGIN
+  const char* listen;        // NULL: 127.0.0.1:0
+  const char* const* extra_args;  // more flags, NULL-terminated; NULL: none
 } cw_test_gang_worker_options_t;
 
 // Starts a causeway-worker over the gang plugin (cw_test_worker_start).

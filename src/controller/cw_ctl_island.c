@@ -29,6 +29,36 @@ bool cw_ctl_island_spans(const cw_ctl_worker_t* w) {
   return w->island_name[0] && w->island_size > 1;
 }
 
+void cw_ctl_island_note_lives(cw_controller_t* ctl, cw_ctl_item_t* it) {
+  if ((it->type != CW_MSG_LAUNCH && it->type != CW_MSG_DELETE) ||
+      it->worker >= ctl->num_workers || !cw_ctl_island_spans(ctl->workers[it->worker])) {
+    return;
+  }
+  cw_ctl_session_t* s = it->session;
+  uint32_t island = ctl->workers[it->worker]->island;
+  size_t max = ctl->workers[island]->island_size;
+  uint32_t* members = calloc(max, sizeof(*members));
+  it->lives = calloc(max, sizeof(*it->lives));
+  size_t n = members && it->lives ? cw_ctl_island_members(ctl, island, members, max) : 0;
+  for (size_t k = 0; k < n; ++k) {
+    uint32_t wi = members[k];
+    // Only an open link: while it is open, the life it joined is the
+    // session's life there, which holds the objects the request names.
+    cw_net_conn_t* link = wi < s->num_links ? s->links[wi] : NULL;
+    uint64_t life = link && cw_net_conn_is_open(link) ? cw_net_conn_hello_session_key(link) : 0;
+    if (life) it->lives[it->num_lives++] = (cw_ctl_life_t){wi, life};
+  }
+  free(members);  // out of memory: no lives, the parts go unchecked as before
+}
+
+// The life of `it`'s session at member wi when it came; 0: not known.
+static uint64_t cw__item_life(const cw_ctl_item_t* it, uint32_t wi) {
+  for (size_t k = 0; k < it->num_lives; ++k) {
+    if (it->lives[k].worker == wi) return it->lives[k].life;
+  }
+  return 0;
+}
+
 // A replacement for a member of an island of several workers: the island
 // restarts as a whole (its plugin's process group and its stamp count start
 // again together), so every member must be dead, and the newcomer must take
@@ -577,7 +607,12 @@ uint32_t cw_ctl_island_relay_launch(cw_controller_t* ctl, cw_ctl_item_t* it, cw_
     // part. The other parts go unordered, in stamp order on each session
     // link. Sent with none, the seq was a hole there.
     part.seq = i == 0 ? r->seq : 0;
-    part.session_life = i == 0 ? r->session_life : 0;  // that worker's life, with its seq
+    // The client's life with its seq; each other part the life its member
+    // had when the launch came. Without one, a part that waited here while
+    // that life ended ran in the next (its outputs made there, its
+    // executable and inputs gone).
+    part.session_life = i == 0 && r->session_life ? r->session_life
+                                                  : cw__item_life(it, e->parts[i]);
     off += e->part_devices[i];
     cw_net_conn_t* link = cw_ctl_session_link(g->session, p->worker);
     if (!link || !cw_net_conn_is_open(link)) {
@@ -656,6 +691,8 @@ void cw_ctl_island_relay_all(cw_controller_t* ctl, cw_ctl_item_t* it, uint32_t i
       part.seq = 0;
       part.session_life = 0;  // a life of the seq's worker, with its seq
     }
+    // This member's life when the DELETE came (as for a launch's parts).
+    if (!part.session_life) part.session_life = cw__item_life(it, members[k]);
     cw__relay_part(ctl, it, m, cw_msg_copy(&part.base), members[k]);
   }
   free(ids);

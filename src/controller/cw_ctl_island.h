@@ -22,6 +22,12 @@ void cw_ctl_island_join(cw_controller_t* ctl, cw_ctl_worker_t* w,
 void cw_ctl_island_restarted(cw_controller_t* ctl, cw_ctl_worker_t* w);
 // Whether w belongs to an island of several workers.
 bool cw_ctl_island_spans(const cw_ctl_worker_t* w);
+// A LAUNCH or DELETE `it` for an island of several workers, as it comes:
+// notes the life of the session at each member that the session's link there
+// is in (none for a member without an open link that joined). Its parts
+// carry them (`session_life`), so one that waits here while every
+// connection of that life closes is refused by the next life, not applied.
+void cw_ctl_island_note_lives(cw_controller_t* ctl, cw_ctl_item_t* it);
 // The registered members of island `island` in rank order, into out[max];
 // returns how many.
 size_t cw_ctl_island_members(cw_controller_t* ctl, uint32_t island, uint32_t* out, size_t max);

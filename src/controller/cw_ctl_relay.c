@@ -8,6 +8,7 @@
 
 #include "cw_ctl_alloc.h"
 #include "cw_ctl_health.h"
+#include "cw_ctl_island.h"
 #include "cw_ctl_metrics.h"
 #include "cw_ctl_registry.h"
 #include "cw_ctl_sched.h"
@@ -32,6 +33,7 @@ void cw_ctl_multi_done(cw_ctl_multi_t* m, cw_controller_t* ctl, cw_status_t st) 
 
 void cw_ctl_item_free(cw_ctl_item_t* it) {
   if (it->msg) protobuf_c_message_free_unpacked(it->msg, NULL);
+  free(it->lives);
   cw_net_conn_release(it->client);
   cw_ctl_session_release(it->session);
   free(it);
@@ -112,6 +114,7 @@ static void cw__island_push(cw_controller_t* ctl, cw_ctl_item_t* it) {
     cw_ctl_item_fail(ctl, it, stale);
     return;
   }
+  cw_ctl_island_note_lives(ctl, it);
   cw_ctl_sched_push(ctl, it);
 }
 

@@ -10,6 +10,13 @@
 
 typedef struct cw_ctl_multi_s cw_ctl_multi_t;
 
+// The life of the session at one member of an island (HelloReply.session_key
+// of the session's link there).
+typedef struct cw_ctl_life_s {
+  uint32_t worker;
+  uint64_t life;
+} cw_ctl_life_t;
+
 // A client request waiting in an island queue.
 struct cw_ctl_item_s {
   uint16_t type;
@@ -22,6 +29,10 @@ struct cw_ctl_item_s {
   int64_t received_ns;  // CLOCK_MONOTONIC at receipt (launch latency)
   uint64_t stamp;       // LAUNCH: the island's stamp once relayed (cw_ctl_sched.c)
   cw_sched_item_t sched;  // its place in the island's queues (cw_ctl_sched.c)
+  // A LAUNCH or DELETE for an island of several workers: the session's life
+  // at each member when it came (cw_ctl_island_note_lives); malloc'd.
+  cw_ctl_life_t* lives;
+  size_t num_lives;
 };
 
 // A DELETE split over several workers, or a LAUNCH over the workers of one

@@ -373,6 +373,10 @@ int cw_net_conn_peer_pid(const cw_net_conn_t* c);
 // From a service's on_hello: what the HelloReply says of the session `c`
 // joins (HelloReply.session_key, session_seq_next).
 void cw_net_conn_set_hello_session(cw_net_conn_t* c, uint64_t key, uint64_t seq_next);
+// HelloReply.session_key: on an accepted connection what its on_hello set, on
+// an outbound one what the peer answered (the life of the session the link
+// joined there); 0 until then, or when the peer did not say.
+uint64_t cw_net_conn_hello_session_key(const cw_net_conn_t* c);
 // The same from a Unix socket's descriptor: the peer's pid when it runs as
 // this process's user, else 0.
 int cw_net_unix_peer_pid_same_user(int fd);

@@ -66,7 +66,8 @@ struct cw_net_conn_s {
   bool hello_done;  // inbound: HELLO accepted; outbound: the peer accepted ours
   bool unusable;    // outbound: closed because the peer was unreachable or refused HELLO
   bool has_session;
-  // HelloReply.session_key and session_seq_next (cw_net_conn_set_hello_session).
+  // HelloReply.session_key and session_seq_next: the ones we send
+  // (cw_net_conn_set_hello_session), or on an outbound link the key we got.
   uint64_t hello_session_key, hello_seq_next;
   bool close_after_write;
   bool reading;

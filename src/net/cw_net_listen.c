@@ -536,6 +536,7 @@ static void cw__hello_answered(void* user, cw_net_conn_t* c, cw_status_t status,
   free(bulk);
   if (!status) {
     c->hello_done = true;
+    c->hello_session_key = ((const Causeway__V1__HelloReply*)reply)->session_key;
     if (c->closing) return;
     uv_timer_stop(&c->timer);
     int64_t limit = c->net->options.link_timeout_ms;

@@ -142,3 +142,5 @@ void cw_net_conn_set_hello_session(cw_net_conn_t* c, uint64_t key, uint64_t seq_
   c->hello_session_key = key;
   c->hello_seq_next = seq_next;
 }
+
+uint64_t cw_net_conn_hello_session_key(const cw_net_conn_t* c) { return c->hello_session_key; }

@@ -637,9 +637,12 @@ static bool cw__seq_gate(cw_conn_t* c, const cw_frame_header_t* h, ProtobufCMess
   // not this life's, so it neither takes nor waits for one here.
   uint64_t life = cw_msg_session_life(h->type, *msg);
   if (life && life != (s->key ^ w->session_key_salt)) {
-    st = cw_make_status(CW_ABORTED, "%s with seq %" PRIu64 " " CW_MSG_SEQ_OTHER_LIFE " %" PRIu64
+    // Seq 0: a part of an island's launch or DELETE for another member's seq.
+    char which[40] = "without a seq";
+    if (seq) snprintf(which, sizeof(which), "with seq %" PRIu64, seq);
+    st = cw_make_status(CW_ABORTED, "%s %s " CW_MSG_SEQ_OTHER_LIFE " %" PRIu64
                         " at this worker (its objects are gone); not applied",
-                        cw_msg_type_name(h->type), seq, s->id);
+                        cw_msg_type_name(h->type), which, s->id);
     CW_LOGI("%s: %s", cw_worker_conn_name(c), cw_status_message(st));
   } else if (!seq) {
     return false;
