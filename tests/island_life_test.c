@@ -352,7 +352,18 @@ static void test_a_part_of_an_earlier_life_is_refused(void** state) {
   char msg[1024];
   int code = wait_code(s.ctl, a, msg, sizeof(msg));
   fprintf(stderr, "  A (its part on gang1 lost with the link) -> %d %s\n", code, msg);
-  assert_int_not_equal(code, 0);
+  assert_int_equal(code, CW_UNAVAILABLE);
+  assert_non_null(strstr(msg, "gang1"));
+  // And gang0's part of A was cancelled, not told to go alone into the
+  // collective (the controller sent gang1's LAUNCH_GO on a link it had
+  // just opened again, which holds no part: FAILED_PRECONDITION `no
+  // prepared launch with stamp 1 on this connection`).
+  float got[N];
+  cw_status_t st0 = cw_test_session_download_f32(&s, ids[0], outs_a[0], got, N);
+  code = (int)cw_status_code(st0);
+  fprintf(stderr, "  A's output on gang0 -> %d %s\n", code, st0 ? cw_status_message(st0) : "OK");
+  cw_status_free(st0);
+  assert_int_equal(code, CW_CANCELLED);
   code = wait_code(s.ctl, b, msg, sizeof(msg));
   fprintf(stderr, "  B (relayed after gang1's new life began) -> %d %s\n", code, msg);
   assert_int_equal(code, CW_ABORTED);

@@ -462,6 +462,7 @@ typedef struct cw_ctl_gang_part_s {
   cw_ctl_gang_launch_t* g;
   uint32_t worker;
   bool ready;
+  cw_net_conn_t* link;  // retained: the session link its prepare went on; NULL: none
 } cw_ctl_gang_part_t;
 
 struct cw_ctl_gang_launch_s {
@@ -502,6 +503,9 @@ static void cw__gang_launch_end(cw_ctl_gang_launch_t* g) {
     }
   }
   cw_status_free(g->first_error);
+  for (size_t i = 0; i < g->num_parts; ++i) {
+    if (g->parts[i].link) cw_net_conn_release(g->parts[i].link);
+  }
   cw_net_conn_release(g->client);
   cw_ctl_session_release(g->session);
   uint32_t island = g->island;
@@ -521,11 +525,14 @@ static void cw__gang_done(void* user, cw_net_conn_t* conn, cw_status_t status,
 
 // Every part answered its prepare: go, or cancel the ready ones. A ready
 // member whose connection is gone cannot be told to go, so the others are
-// cancelled too (its own part cancels itself with that connection).
+// cancelled too (its own part cancels itself with that connection). That
+// is the connection the prepare went on, not the session's link there now:
+// one opened again since holds no part, and the others, told to go, ran
+// theirs alone in their collectives.
 static void cw__gang_decide(cw_ctl_gang_launch_t* g) {
   for (size_t i = 0; i < g->num_parts && !g->first_error; ++i) {
     cw_ctl_gang_part_t* p = &g->parts[i];
-    cw_net_conn_t* link = p->ready ? cw_ctl_session_link(g->session, p->worker) : NULL;
+    cw_net_conn_t* link = p->ready ? p->link : NULL;
     if (p->ready && (!link || !cw_net_conn_is_open(link))) {
       cw_ctl_worker_t* w = g->ctl->workers[p->worker];
       cw__gang_launch_error(g, p->worker, NULL, cw_make_status(CW_UNAVAILABLE, "worker %s (%s) "
@@ -546,7 +553,7 @@ static void cw__gang_decide(cw_ctl_gang_launch_t* g) {
   g->left = 1;  // held while the words go out
   for (size_t i = 0; i < g->num_parts; ++i) {
     cw_ctl_gang_part_t* p = &g->parts[i];
-    cw_net_conn_t* link = p->ready ? cw_ctl_session_link(g->session, p->worker) : NULL;
+    cw_net_conn_t* link = p->ready ? p->link : NULL;
     if (!link || !cw_net_conn_is_open(link)) continue;
     g->left++;
     cw_net_conn_request(link, CW_MSG_LAUNCH_GO, &req.base, NULL, 0, NULL, NULL, cw__gang_done, p);
@@ -624,6 +631,8 @@ uint32_t cw_ctl_island_relay_launch(cw_controller_t* ctl, cw_ctl_item_t* it, cw_
     }
     g->left++;
     sent++;
+    p->link = link;
+    cw_net_conn_retain(link);
     cw_net_conn_request(link, CW_MSG_LAUNCH, &part.base, NULL, 0, NULL, NULL, cw__gang_prepared,
                         p);
   }
