@@ -325,7 +325,13 @@ static void test_a_part_of_an_earlier_life_is_refused(void** state) {
   del.seq = 4;
   del.session_life = key0;
   ASSERT_OK(cw_client_send(s.ctl, CW_MSG_DELETE, &del.base, NULL, 0, NULL, NULL, NULL, &dl));
-  cw_test_sleep_ms(500);  // all at the controller
+  // Answered after the controller took the three in (one connection's
+  // requests are handled in order); then a while for A's part on gang1 to
+  // answer ready.
+  Causeway__V1__Stats* cst = NULL;
+  ASSERT_OK(cw_client_stats(s.ctl, &cst));
+  protobuf_c_message_free_unpacked(&cst->base, NULL);
+  cw_test_sleep_ms(300);
 
   // Every connection of the session at gang1 closes: that life ends there.
   relay_cut(&g.relay);
