@@ -616,8 +616,8 @@ uint32_t cw_ctl_island_relay_launch(cw_controller_t* ctl, cw_ctl_item_t* it, cw_
     part.seq = i == 0 ? r->seq : 0;
     // The client's life with its seq; each other part the life its member
     // had when the launch came. Without one, a part that waited here while
-    // that life ended ran in the next (its outputs made there, its
-    // executable and inputs gone).
+    // that life ended was applied in the next, which lacks its executable
+    // and inputs (NOT_FOUND, not the lost life's error).
     part.session_life = i == 0 && r->session_life ? r->session_life
                                                   : cw__item_life(it, e->parts[i]);
     off += e->part_devices[i];
