@@ -7,6 +7,7 @@ Usage (from the repository root, with the project's venv and build/release):
 
     .venv/bin/python bench/sessions_bench.py           # 1, 4, 16 sessions
     .venv/bin/python bench/sessions_bench.py --quick   # 1 and 4 sessions, fewer calls
+    .venv/bin/python bench/sessions_bench.py --plugin null  # both sides on the null plugin
 
 A controller and one worker (4 CPU devices: one island) are started by hand
 (tests/jax/harness.py HandCluster, Unix sockets). Each session is its own JAX
@@ -61,15 +62,15 @@ for _ in range(n):
     x = f(x)
 x.block_until_ready()
 t1 = time.time()
-ok = bool(np.asarray(x)[0] == 50 + n)
+ok = bool(np.asarray(x)[0] == (0 if sys.argv[2] == "null" else 50 + n))
 print(json.dumps({"start": t0, "end": t1, "n": n, "ok": ok}), flush=True)
 """
 
 
-def run_clients(env: dict, k: int, n: int) -> dict:
+def run_clients(env: dict, k: int, n: int, plugin: str) -> dict:
     procs = []
     for _ in range(k):
-        procs.append(subprocess.Popen([sys.executable, "-c", CLIENT, str(n)], env=env,
+        procs.append(subprocess.Popen([sys.executable, "-c", CLIENT, str(n), plugin], env=env,
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=subprocess.DEVNULL, text=True))
     for p in procs:
@@ -101,8 +102,15 @@ def main() -> int:
                     help="comma-separated session counts (default 1,4,16; --quick 1,4)")
     ap.add_argument("--paths", default="direct,relayed",
                     help="comma-separated: direct, relayed (default both)")
+    ap.add_argument("--plugin", choices=("xla", "null"), default="xla",
+                    help="the device plugin under both sides (null: docs/nullplugin.md; "
+                         "stock is JAX in-process on it, the worker loads it)")
     args = ap.parse_args()
     import harness
+    null = args.plugin == "null"
+    if null and not os.path.exists(harness.null_plugin()):
+        raise SystemExit(f"sessions_bench: {harness.null_plugin()} not found: build the release "
+                         "tree first")
     counts = (1, 4) if args.quick else (1, 4, 16)
     if args.sessions:
         counts = tuple(int(c) for c in args.sessions.split(","))
@@ -111,8 +119,8 @@ def main() -> int:
     # Stock before and after the sessions: this machine's speed drifts within
     # a run (up to 2x between two stock runs a minute apart); the ratio is
     # over their mean.
-    stock_env = harness.stock_env()
-    stock_runs = [run_clients(stock_env, 1, total)]
+    stock_env = harness.null_stock_env() if null else harness.stock_env()
+    stock_runs = [run_clients(stock_env, 1, total, args.plugin)]
 
     rows, relayed = [], {}
     for path in args.paths.split(","):
@@ -120,24 +128,27 @@ def main() -> int:
             ap.error(f"--paths: unknown path {path!r} (direct, relayed)")
         cluster = harness.HandCluster(
             workers=1, devices=4,
-            controller_args=("--relay-launches",) if path == "relayed" else ())
+            controller_args=("--relay-launches",) if path == "relayed" else (),
+            plugin=harness.null_plugin() if null else None)
         try:
             env = harness.causeway_env(controller=cluster.controller)
             env["CAUSEWAY_DEVICES"] = "1"
             env["CAUSEWAY_SHARE"] = "1"
             for k in counts:
-                row = run_clients(env, k, max(100, total // k))
+                row = run_clients(env, k, max(100, total // k), args.plugin)
                 row["path"] = path
                 rows.append(row)
             relayed[path] = harness.stats(cluster.controller).get("launches", 0)
         finally:
             cluster.stop()
-    stock_runs.append(run_clients(stock_env, 1, total))
+    stock_runs.append(run_clients(stock_env, 1, total, args.plugin))
     stock = {"per_s": sum(r["per_s"] for r in stock_runs) / len(stock_runs),
              "launches": total, "runs": [r["per_s"] for r in stock_runs]}
-    print(f"\nOne island (1 worker, 4 CPU devices), sessions sharing its device 0; "
+    kind = "null-plugin" if null else "CPU"
+    print(f"\nOne island (1 worker, 4 {kind} devices), sessions sharing its device 0; "
           f"program: jit(x + 1) on f32[8], async chain per session")
-    print(f"stock in-process JAX: {stock['per_s']:.0f} calls/s ({stock['launches']} calls; "
+    print(f"stock in-process JAX{' on the null plugin' if null else ''}: "
+          f"{stock['per_s']:.0f} calls/s ({stock['launches']} calls; "
           f"{stock['runs'][0]:.0f} before the sessions, {stock['runs'][1]:.0f} after)\n")
     print(f"{'path':>7} | {'sessions':>8} | {'launches':>8} | {'seconds':>7} | "
           f"{'launches/s':>10} | {'per session/s':>13} | {'vs stock':>8}")
@@ -149,7 +160,8 @@ def main() -> int:
     print("\nlaunches the controller relayed and stamped: " +
           ", ".join(f"{p} {n}" for p, n in relayed.items()))
     if args.json:
-        pathlib.Path(args.json).write_text(json.dumps({"stock": stock, "sessions": rows}))
+        pathlib.Path(args.json).write_text(json.dumps({"plugin": args.plugin, "stock": stock,
+                                                      "sessions": rows}))
     return 0
 
 

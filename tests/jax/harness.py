@@ -963,14 +963,17 @@ class HandCluster:
     def __init__(self, workers: int = NUM_WORKERS, devices: int = DEVICES_PER_WORKER,
                  tcp: bool = False, token: str | None = None, token_via: str = "file",
                  controller_args: tuple = (), controller_env: dict | None = None,
-                 worker_args: tuple = (), controller_after_s: float | None = None):
+                 worker_args: tuple = (), controller_after_s: float | None = None,
+                 plugin: str | None = None):
         """`token`: every daemon requires it, given through a 0600 token file
         in the cluster's directory (token_via="file", CAUSEWAY_TOKEN_FILE) or the
         environment (token_via="env", CAUSEWAY_TOKEN); never on a command line.
         `controller_args` / `controller_env`: extra flags and environment of
         the controller; `worker_args`: extra flags of every worker;
         `controller_after_s`: start the workers first and the controller this
-        many seconds after they listen (daemons may start in any order)."""
+        many seconds after they listen (daemons may start in any order);
+        `plugin`: the workers' PJRT plugin (default XLA's CPU plugin; the null
+        plugin's workers compile with CW_NULL_COMPILER, set here)."""
         self.dir = tempfile.mkdtemp(prefix="cw-hand-")
         self.token = token
         self.tcp = tcp
@@ -988,6 +991,9 @@ class HandCluster:
                if k not in _STRIP and k not in ("CAUSEWAY_TOKEN", "CAUSEWAY_TOKEN_FILE")}
         if token is not None:
             env.update(self.token_env(token, token_via))
+        self.plugin = plugin or cpu_plugin()
+        if self.plugin == null_plugin():
+            env["CW_NULL_COMPILER"] = cpu_plugin()
         self.env = env
         if controller_after_s is None:
             self.start_controller()
@@ -997,7 +1003,7 @@ class HandCluster:
                     else os.path.join(self.dir, f"{name}.sock"))
             self.addresses[name] = addr
             self._spawn(name, [os.path.join(bin_dir(), "causeway-worker"),
-                               "--plugin", cpu_plugin(), "--devices", str(devices),
+                               "--plugin", self.plugin, "--devices", str(devices),
                                "--listen", addr, "--name", name,
                                "--controller", self.controller, *self.worker_args], env)
         for name, addr in self.addresses.items():
@@ -1043,7 +1049,7 @@ class HandCluster:
         key = key or name
         self.addresses[key] = addr
         self._spawn(key, [*wrap, os.path.join(bin_dir(), "causeway-worker"),
-                          "--plugin", cpu_plugin(), "--devices",
+                          "--plugin", self.plugin, "--devices",
                           str(self.devices if devices is None else devices),
                           "--listen", addr, "--name", name,
                           "--controller", self.controller, *self.worker_args],
