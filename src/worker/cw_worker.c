@@ -57,6 +57,7 @@ struct cw_completion_s {
   cw_done_fn fn;
   void* user;
   bool uncounted;  // cw_worker_post: not in w->outstanding
+  _Atomic size_t* running;  // cw_worker_when_ready_counted's; NULL: none
 };
 
 static void cw__maybe_finish_shutdown(cw_worker_t* w);
@@ -102,6 +103,7 @@ static void cw__event_fired(void* user, cw_status_t status) {
   cw_completion_t* cp = user;
   cw_worker_t* w = cp->w;
   cp->status = status;
+  if (cp->running) atomic_fetch_sub_explicit(cp->running, 1, memory_order_relaxed);
   pthread_mutex_lock(&w->mu);
   cp->next = w->completions;
   w->completions = cp;
@@ -118,6 +120,11 @@ static void cw__event_fired(void* user, cw_status_t status) {
 }
 
 void cw_worker_when_ready(cw_worker_t* w, PJRT_Event* event, cw_done_fn fn, void* user) {
+  cw_worker_when_ready_counted(w, event, NULL, fn, user);
+}
+
+void cw_worker_when_ready_counted(cw_worker_t* w, PJRT_Event* event, _Atomic size_t* running,
+                                  cw_done_fn fn, void* user) {
   cw_completion_t* cp = calloc(1, sizeof(*cp));
   if (!cp) {
     // Without memory to wait, block: correctness over latency.
@@ -138,6 +145,8 @@ void cw_worker_when_ready(cw_worker_t* w, PJRT_Event* event, cw_done_fn fn, void
   cp->event = event;
   cp->fn = fn;
   cp->user = user;
+  cp->running = running;
+  if (running) atomic_fetch_add_explicit(running, 1, memory_order_relaxed);
   w->outstanding++;
   if (!event) {
     cw__event_fired(cp, cw_ok_status());

@@ -6,6 +6,7 @@
 #define CW_WORKER_INTERNAL_H_
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -154,11 +155,16 @@ struct cw_worker_s {
   // Launches handed to PJRT, not yet complete, and the connections (FIFO,
   // referenced) whose next launch waits for room (cw_worker_launch.c).
   size_t launches_in_flight;
+  // Their device events not fired yet (fired on any thread; one that fired
+  // inline waits only for the loop to apply it): what decides whether
+  // Execute may run on the loop (cw_worker_launch.c).
+  _Atomic size_t launch_events_running;
   size_t hostcb_launches;  // launches that may call back, issued and not ended
   // One thread that calls Execute where the call may block (cw_worker_launch.c),
   // and the launches handed to it whose Execute has not returned to the loop.
   struct cw_pool_s* dispatch;
   size_t dispatching;
+  uint64_t launches_dispatched;  // since start (Stats.launches_dispatched)
   // Parts of islands' launches queued, and those prepared that donate
   // inputs (cw_worker_launch.c: parts are prepared ahead only while none do).
   size_t parts_queued, parts_donating;
@@ -185,6 +191,9 @@ typedef void (*cw_done_fn)(cw_worker_t* w, void* user, cw_status_t status);
 // Runs fn(w, user, status) on the loop thread once `event` is ready; takes
 // `event` (destroyed after fn ran; NULL: ready now).
 void cw_worker_when_ready(cw_worker_t* w, PJRT_Event* event, cw_done_fn fn, void* user);
+// The same, counting the event in *running until it fires (not until fn runs).
+void cw_worker_when_ready_counted(cw_worker_t* w, PJRT_Event* event, _Atomic size_t* running,
+                                  cw_done_fn fn, void* user);
 // Any thread: runs fn(w, user, OK) on the loop thread soon. False (and fn
 // never runs) once the loop is closing.
 CW_MUST_USE bool cw_worker_post(cw_worker_t* w, cw_done_fn fn, void* user);

@@ -53,8 +53,8 @@
 // single-device one blocks on its device's semaphore at 32 in flight. So
 // Execute runs on the dispatch thread (one: calls stay in issue order)
 // while launches wait there already, for a multi-device launch while any
-// launch is in flight (XLA's pool may be busy), and for a single-device one
-// at this many in flight; otherwise on the loop, which saves a sync call
+// launch is running (XLA's pool may be busy), and for a single-device one
+// at this many running; otherwise on the loop, which saves a sync call
 // two thread hand-offs. (Launches that may call back have threads of their
 // own; behind launches waiting here, the dispatch thread hands them on.)
 #define CW__INLINE_MAX_IN_FLIGHT 16
@@ -242,7 +242,7 @@ static void cw__when_device_done(cw_worker_t* w, cw_launch_t* l, size_t index,
                                  PJRT_Event* event) {
   cw__traced_device_t* td = cw_worker_trace_enabled(w, l->skey) ? malloc(sizeof(*td)) : NULL;
   if (!td) {  // untraced (or no memory to trace it: untraced, not failed)
-    cw_worker_when_ready(w, event, cw__launch_device_done, l);
+    cw_worker_when_ready_counted(w, event, &w->launch_events_running, cw__launch_device_done, l);
     return;
   }
   td->launch = l;
@@ -254,7 +254,7 @@ static void cw__when_device_done(cw_worker_t* w, cw_launch_t* l, size_t index,
     if (e && e->device >= 0) td->device = e->device;
   }
   snprintf(td->name, sizeof(td->name), "%s", l->exe && l->exe->name ? l->exe->name : "execute");
-  cw_worker_when_ready(w, event, cw__traced_device_done, td);
+  cw_worker_when_ready_counted(w, event, &w->launch_events_running, cw__traced_device_done, td);
 }
 
 // "f32[4,8]" into buf.
@@ -535,10 +535,18 @@ static void cw__launch_issue(cw_worker_t* w, cw_launch_t* l, cw_store_entry_t* e
   l->trace_start_ns = cw_time_now_ns();
   // On the loop only where Execute cannot block (CW__INLINE_MAX_IN_FLIGHT,
   // CW__INLINE_MAX_BYTES).
+  // Counted by their events still running: launches whose events fired
+  // inline (a small program, which XLA runs on the calling thread) block
+  // nothing, though in flight until the loop applies them. Counted in
+  // flight, a few sessions' launches read in one pass passed the bound, and
+  // every later one took two thread hand-offs while any was at the
+  // dispatch thread (one context switch a launch on each thread, 4 sessions
+  // sharing a device: session 51).
+  size_t running = atomic_load_explicit(&w->launch_events_running, memory_order_relaxed);
   bool inline_ok = !w->dispatching &&
-                   (nd == 1 ? w->launches_in_flight < CW__INLINE_MAX_IN_FLIGHT &&
+                   (nd == 1 ? running < CW__INLINE_MAX_IN_FLIGHT &&
                                   cw__launch_bytes(l, exe) < CW__INLINE_MAX_BYTES
-                            : w->launches_in_flight == 0);
+                            : running == 0);
   w->launches_in_flight++;  // until every device's event fires, or it fails
   if (!exe->host_callbacks && (inline_ok || !w->dispatch)) {
     cw__issue_execute(w, is);
@@ -548,6 +556,7 @@ static void cw__launch_issue(cw_worker_t* w, cw_launch_t* l, cw_store_entry_t* e
   if (!exe->host_callbacks) {
     is->via_dispatch = true;
     w->dispatching++;  // until it is back (cw__launch_back)
+    w->launches_dispatched++;
     cw_worker_job_started(w);
     st = cw_pool_submit(w->dispatch, cw__launch_off_loop, is);
     if (st) {

@@ -233,6 +233,7 @@ static void cw__fill_ops_stats(cw_worker_t* w, Causeway__V1__Stats* st,
   st->launches_in_flight = w->launches_in_flight;
   st->launches_held = held;
   st->transfers_pending = w->ops_live;
+  st->launches_dispatched = w->launches_dispatched;
   // Not w->outstanding: a zero-copy upload's staging release waits on its
   // buffer's whole life.
   st->idle = w->draining && st->launches_queued == 0 && w->launches_in_flight == 0 &&
