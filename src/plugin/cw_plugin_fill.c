@@ -2,7 +2,6 @@
 #include "cw_plugin_fill.h"
 
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "cw_log.h"
@@ -70,17 +69,18 @@ static void cw__fill_group(struct cw_plugin_fills_s* f, cw__fill_t** g, size_t n
   cw_client_t* conn = NULL;
   cw_status_t s = cw_client_connect(cw_plugin_worker_address(w), &o, &conn);
   if (s) {
-    // The seqs stay holes, and requests after them wait: the link is taken
-    // for lost, and the next use reattaches, which fills them on the new
-    // connection (cw_plugin_health.c).
-    char why[768];
-    snprintf(why, sizeof(why), "the fill of seq %llu (a request the controller did not relay) "
-             "could not be sent: %s", (unsigned long long)g[0]->seq, cw_status_message(s));
-    CW_LOGW("worker %s (%s): %s", w->name, cw_plugin_worker_address(w), why);
+    // Not reached, or refused (at --max-connections; evicted before HELLO
+    // by a flood): w's own link may be healthy, and taking it for lost
+    // failed every request in flight on it. The fills go on it, behind what
+    // it carries (as before session 51: that stalls only with the worker at
+    // its held cap there). A lost link is found by its own watchdog, and
+    // the reattach fills what never arrived.
+    CW_LOGW("worker %s (%s): the fill of seq %llu (a request the controller did not relay) "
+            "goes on the worker's connection: one of its own failed: %s", w->name,
+            cw_plugin_worker_address(w), (unsigned long long)g[0]->seq, cw_status_message(s));
     cw_status_free(s);
-    if (g[0]->epoch == atomic_load_explicit(&w->epoch, memory_order_acquire)) {
-      atomic_store_explicit(&w->link_lost, true, memory_order_release);
-      cw_plugin_worker_mark_dead(w, why);
+    if (!atomic_load_explicit(&w->dead, memory_order_acquire)) {
+      for (size_t i = 0; i < n; ++i) cw_plugin_worker_fill_seq(w, g[i]->seq, g[i]->epoch);
     }
     return;
   }

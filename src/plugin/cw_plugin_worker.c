@@ -246,6 +246,10 @@ static void cw__worker_fill_seq(cw_plugin_worker_t* w, uint64_t seq, uint32_t ep
                                 NULL, NULL));
 }
 
+void cw_plugin_worker_fill_seq(cw_plugin_worker_t* w, uint64_t seq, uint32_t epoch) {
+  cw__worker_fill_seq(w, seq, epoch);
+}
+
 // After sending the request that took `seq`, with status `s` (taken); with
 // send_mu held.
 static cw_status_t cw__worker_sent_locked(cw_plugin_worker_t* w, uint64_t seq, cw_status_t s) {

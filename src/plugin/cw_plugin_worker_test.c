@@ -420,6 +420,83 @@ static void test_filler_reaches_a_worker_at_its_cap(void** state) {
   assert_int_equal(cw_test_worker_stop(&worker, 10000), 0);
 }
 
+// A worker at its --max-connections (1: the client's link fills it) refuses
+// the connection of its own that a refused relayed request's fill goes on.
+// The client's link is healthy: the fill goes on it (nothing is held there
+// behind it here), and the worker is not taken for lost, which failed every
+// request in flight on that link and closed it at the reattach (a flood of
+// connections before HELLO, which evicts the oldest one, did the same).
+static void test_fill_refused_connection_keeps_the_link(void** state) {
+  fixture_t* fx = *state;
+  const char* args[] = {"--max-connections", "1", NULL};
+  cw_test_worker_options_t wo = {.plugin = getenv("CW_NULLPLUGIN"), .name = "full",
+                                 .extra_args = args};
+  assert_non_null(wo.plugin);
+  cw_test_worker_t worker;
+  assert_int_equal(cw_test_worker_start(&wo, &worker), 0);
+  peer_t* ctrl = calloc(1, sizeof(*ctrl));
+  assert_non_null(ctrl);
+  pthread_mutex_init(&ctrl->mu, NULL);
+  ctrl->refuse_type = CW_MSG_DELETE;
+  ctrl->refuse_code = CW_FAILED_PRECONDITION;
+  fake_start(&ctrl->f, script_record);
+  fx->client.ctrl = connect_ok(&ctrl->f);
+  fx->client.session_id = 4343;
+  Causeway__V1__WorkerInfo wi = CAUSEWAY__V1__WORKER_INFO__INIT;
+  wi.name = "full";
+  wi.address = worker.address;
+  assert_null(cw_plugin_worker_initialize(&fx->worker, &fx->client, &wi));
+  fx->client.workers = &fx->worker;
+  fx->client.num_workers = 1;
+  cw_client_options_t o;
+  cw_plugin_client_worker_options(&fx->client, &o);
+  cw_client_t* conn = NULL;
+  assert_ok(cw_client_connect(worker.address, &o, &conn));
+  fx->worker.conn = conn;
+  fx->worker.session_key = cw_client_session_key(conn);
+
+  rec_t relayed = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  uint64_t id = 7;
+  Causeway__V1__DeleteRequest del = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+  del.ids = &id;
+  del.n_ids = 1;
+  assert_null(cw_plugin_worker_send_ordered(&fx->worker, CW_PLUGIN_ANY_EPOCH, false, CW_MSG_DELETE,
+                                            &del.base, &del.seq, rec_done, &relayed));
+  assert_int_equal(del.seq, 1);
+  assert_ok(cw_client_flush(fx->client.ctrl));
+  assert_int_equal(relayed.calls, 1);
+  assert_int_equal(relayed.code, CW_FAILED_PRECONDITION);
+  // The fill's connection tried and refused (it took the link for lost).
+  for (int t = 0; t < 100 && !atomic_load(&fx->worker.dead); ++t) usleep(10 * 1000);
+  assert_false(atomic_load(&fx->worker.dead));
+  rec_t direct = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  Causeway__V1__DeleteRequest d = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+  d.ids = &id;
+  d.n_ids = 1;
+  assert_null(cw_plugin_worker_send_ordered(&fx->worker, CW_PLUGIN_ANY_EPOCH, true, CW_MSG_DELETE,
+                                            &d.base, &d.seq, rec_done, &direct));
+  assert_int_equal(d.seq, 2);
+  int calls = 0;
+  for (int t = 0; t < 1000 && !calls; ++t) {  // 10 s
+    usleep(10 * 1000);
+    pthread_mutex_lock(&direct.mu);
+    calls = direct.calls;
+    pthread_mutex_unlock(&direct.mu);
+  }
+  if (!calls) fail_msg("the request after the refused one was not answered in 10 s");
+  assert_int_equal(direct.code, CW_NOT_FOUND);  // applied: no array 7 there
+  assert_false(atomic_load(&fx->worker.dead));
+  assert_ok(cw_client_ping(fx->worker.conn));
+  cw_plugin_fill_stop(&fx->client);
+  cw_client_release(fx->client.ctrl);
+  fake_join(&ctrl->f);
+  pthread_mutex_destroy(&ctrl->mu);
+  free(ctrl);
+  cw_client_release(fx->worker.conn);
+  fx->worker.conn = NULL;
+  assert_int_equal(cw_test_worker_stop(&worker, 10000), 0);
+}
+
 // The controller's side of test_relayed_launches_share_writes: the replies
 // to launches 1-4 wait, launch 5 is answered at once (a batched reply just
 // taken: the client may hold frames from now on), then the next three
@@ -624,6 +701,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_refused_ordered_request_is_filled, setup, teardown),
       cmocka_unit_test_setup_teardown(test_refused_relayed_request_is_filled, setup, teardown),
       cmocka_unit_test_setup_teardown(test_filler_reaches_a_worker_at_its_cap, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_fill_refused_connection_keeps_the_link, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_relayed_launches_share_writes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_relayed_requests_name_their_life, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lost_connection_marks_dead, setup, teardown),
