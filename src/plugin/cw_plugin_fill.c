@@ -27,11 +27,24 @@ typedef struct cw__oneshot_s {
   size_t waiting;  // guarded by fills->mu
 } cw__oneshot_t;
 
+// A thread filling one worker's seqs: a connect to a worker that does not
+// answer waits out its timeout (8 s), and the other workers' fills (and so
+// their requests after the holes) must not wait behind it.
+typedef struct cw__runner_s {
+  struct cw__runner_s* next;
+  struct cw_plugin_fills_s* fills;
+  cw_plugin_worker_t* w;
+  cw__fill_t* q;
+  pthread_t thread;
+  bool done;  // guarded by fills->mu
+} cw__runner_t;
+
 struct cw_plugin_fills_s {
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  cw__fill_t* queue;  // newest first
+  cw__fill_t* queue;  // newest first; a worker's wait while a runner has it
   cw__oneshot_t* open;
+  cw__runner_t* runners;  // at most one per worker
   bool started, stop;
   pthread_t thread;
 };
@@ -174,23 +187,120 @@ static bool cw__any_done_locked(const struct cw_plugin_fills_s* f) {
   return false;
 }
 
+static bool cw__busy_locked(const struct cw_plugin_fills_s* f, const cw_plugin_worker_t* w) {
+  for (const cw__runner_t* r = f->runners; r; r = r->next) {
+    if (r->w == w) return true;
+  }
+  return false;
+}
+
+static bool cw__any_ready_locked(const struct cw_plugin_fills_s* f) {
+  for (const cw__runner_t* r = f->runners; r; r = r->next) {
+    if (r->done) return true;
+  }
+  for (const cw__fill_t* q = f->queue; q; q = q->next) {
+    if (!cw__busy_locked(f, q->w)) return true;
+  }
+  return cw__any_done_locked(f);
+}
+
+static void* cw__runner_main(void* arg) {
+  cw__runner_t* r = arg;
+  cw__fill_all(r->fills, r->q);
+  r->q = NULL;
+  pthread_mutex_lock(&r->fills->mu);
+  r->done = true;
+  pthread_cond_signal(&r->fills->cv);
+  pthread_mutex_unlock(&r->fills->mu);
+  return NULL;
+}
+
+// Takes the runners that are done off f->runners (all of them with
+// `everyone`). With f->mu held.
+static cw__runner_t* cw__take_runners_locked(struct cw_plugin_fills_s* f, bool everyone) {
+  cw__runner_t* done = NULL;
+  for (cw__runner_t** p = &f->runners; *p;) {
+    cw__runner_t* r = *p;
+    if (everyone || r->done) {
+      *p = r->next;
+      r->next = done;
+      done = r;
+    } else {
+      p = &r->next;
+    }
+  }
+  return done;
+}
+
+static void cw__join_runners(cw__runner_t* r) {
+  while (r) {
+    cw__runner_t* next = r->next;
+    pthread_join(r->thread, NULL);
+    free(r);
+    r = next;
+  }
+}
+
+// Starts a runner for each worker with queued fills and none running yet.
+// With f->mu held; let go while a runner is made inline (no thread).
+static void cw__start_runners_locked(struct cw_plugin_fills_s* f) {
+  cw__fill_t* q = f->queue;
+  f->queue = NULL;
+  while (q) {
+    cw_plugin_worker_t* w = q->w;
+    cw__fill_t *mine = NULL, *rest = NULL;
+    for (cw__fill_t* p = q; p;) {
+      cw__fill_t* next = p->next;
+      cw__fill_t** to = p->w == w ? &mine : &rest;
+      p->next = *to;
+      *to = p;
+      p = next;
+    }
+    q = rest;
+    cw__runner_t* r = cw__busy_locked(f, w) ? NULL : calloc(1, sizeof(*r));
+    if (r) {
+      *r = (cw__runner_t){.fills = f, .w = w, .q = mine};
+      if (pthread_create(&r->thread, NULL, cw__runner_main, r) == 0) {
+        r->next = f->runners;
+        f->runners = r;
+        continue;
+      }
+      free(r);
+      pthread_mutex_unlock(&f->mu);
+      cw__fill_all(f, mine);  // no thread: here, the others waiting
+      pthread_mutex_lock(&f->mu);
+      continue;
+    }
+    // Its runner is at it (or out of memory): after it.
+    while (mine) {
+      cw__fill_t* next = mine->next;
+      mine->next = f->queue;
+      f->queue = mine;
+      mine = next;
+    }
+  }
+}
+
 static void* cw__fill_main(void* arg) {
   struct cw_plugin_fills_s* f = arg;
   pthread_mutex_lock(&f->mu);
   while (!f->stop) {
-    if (!f->queue && !cw__any_done_locked(f)) {
+    if (!cw__any_ready_locked(f)) {
       pthread_cond_wait(&f->cv, &f->mu);
       continue;
     }
-    cw__fill_t* q = f->queue;
-    f->queue = NULL;
+    cw__runner_t* finished = cw__take_runners_locked(f, false);
     cw__oneshot_t* done = cw__take_done_locked(f, false);
+    cw__start_runners_locked(f);
     pthread_mutex_unlock(&f->mu);
+    cw__join_runners(finished);
     cw__release_all(done);
-    cw__fill_all(f, q);
     pthread_mutex_lock(&f->mu);
   }
+  // Those still at it see stop between groups.
+  cw__runner_t* all = cw__take_runners_locked(f, true);
   pthread_mutex_unlock(&f->mu);
+  cw__join_runners(all);
   return NULL;
 }
 

@@ -6,7 +6,9 @@
 // the connection they came on. A fill sent there would never be read: it
 // goes on a connection of its own, which holds nothing (docs/protocol.md,
 // "Ordering across connections"). Connecting waits on the network, so a
-// thread of the client's does it, never the reader that took the refusal.
+// thread of the client's does it, never the reader that took the refusal:
+// one per worker with fills under way, so that a worker that does not
+// answer holds up only its own.
 #ifndef CW_PLUGIN_FILL_H_
 #define CW_PLUGIN_FILL_H_
 

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "cw_client_fake_peer.h"
@@ -20,6 +22,7 @@
 #include "cw_plugin_internal.h"
 #include "cw_plugin_worker.h"
 #include "cw_test_util.h"
+#include "cw_time.h"
 
 #define MAX_SEEN 1024
 
@@ -497,6 +500,101 @@ static void test_fill_refused_connection_keeps_the_link(void** state) {
   assert_int_equal(cw_test_worker_stop(&worker, 10000), 0);
 }
 
+// Two workers whose relayed LAUNCHes the controller refused. The first one's
+// address takes connections but never answers a HELLO (a path going bad, a
+// stalled worker): the fill thread's connection there waits out its connect
+// timeout (8 s). The second worker's fill must not wait behind it, which
+// held that worker's later requests (every seq after the hole) that long.
+static void test_fill_not_behind_another_workers_connect(void** state) {
+  (void)state;
+  peer_t* ctrl = calloc(1, sizeof(*ctrl));
+  peer_t* p = calloc(3, sizeof(*p));  // w0's link, w1's link, w1's fill connection
+  assert_non_null(ctrl);
+  assert_non_null(p);
+  pthread_mutex_init(&ctrl->mu, NULL);
+  for (int i = 0; i < 3; ++i) pthread_mutex_init(&p[i].mu, NULL);
+  ctrl->refuse_type = CW_MSG_LAUNCH;
+  ctrl->refuse_code = CW_UNAVAILABLE;
+  fake_start(&ctrl->f, script_record);
+  cw_plugin_client_t* client = calloc(1, sizeof(*client));
+  cw_plugin_worker_t* ws = calloc(2, sizeof(*ws));
+  assert_non_null(client);
+  assert_non_null(ws);
+  client->ctrl = connect_ok(&ctrl->f);
+  client->session_id = 78;
+  // w0's address: a Unix socket listening, never accepting.
+  char dir[] = "/tmp/cw_fill_test.XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char path[100];
+  snprintf(path, sizeof(path), "%s/sock", dir);
+  int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+  assert_true(lfd >= 0);
+  struct sockaddr_un sun = {.sun_family = AF_UNIX};
+  snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
+  assert_int_equal(bind(lfd, (struct sockaddr*)&sun, sizeof(sun)), 0);
+  assert_int_equal(listen(lfd, 16), 0);
+  fake_start(&p[0].f, script_record);
+  p[1].f.session_key_reply = 52;
+  fake_start(&p[1].f, script_record);
+  const char* addr[2] = {path, p[1].f.path};
+  for (int i = 0; i < 2; ++i) {
+    Causeway__V1__WorkerInfo wi = CAUSEWAY__V1__WORKER_INFO__INIT;
+    wi.name = i ? "worker-1" : "worker-0";
+    wi.address = (char*)addr[i];
+    assert_null(cw_plugin_worker_initialize(&ws[i], client, &wi));
+  }
+  client->workers = ws;
+  client->num_workers = 2;
+  ws[0].conn = connect_ok(&p[0].f);
+  ws[1].conn = connect_ok(&p[1].f);
+  p[2].f.session_key_reply = 52;
+  fake_start_beside(&p[2].f, &p[1].f, script_record);  // once p[1] took its connection
+  ws[0].session_key = 51;
+  ws[1].session_key = 52;
+  rec_t rec[2] = {{.mu = PTHREAD_MUTEX_INITIALIZER}, {.mu = PTHREAD_MUTEX_INITIALIZER}};
+  for (int i = 0; i < 2; ++i) {
+    Causeway__V1__LaunchRequest req = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
+    assert_null(cw_plugin_worker_send_ordered(&ws[i], CW_PLUGIN_ANY_EPOCH, false, CW_MSG_LAUNCH,
+                                              &req.base, &req.seq, rec_done, &rec[i]));
+    assert_ok(cw_client_flush(client->ctrl));  // refused: w0's fill is under way first
+    assert_int_equal(rec[i].calls, 1);
+    usleep(50 * 1000);
+  }
+  int64_t t0 = cw_time_now_ms();
+  int seen = 0;
+  for (int t = 0; t < 1000 && !seen; ++t) {  // 10 s
+    usleep(10 * 1000);
+    pthread_mutex_lock(&p[2].mu);
+    seen = p[2].n;
+    pthread_mutex_unlock(&p[2].mu);
+  }
+  int64_t waited = cw_time_now_ms() - t0;
+  assert_true(seen);
+  expect_seen(&p[2], 0, CW_MSG_DELETE, 1);
+  if (waited > 2000) {
+    fail_msg("worker-1's fill took %lld ms: it waited for worker-0's connect",
+             (long long)waited);
+  }
+  cw_plugin_fill_stop(client);
+  cw_client_release(client->ctrl);
+  for (int i = 0; i < 2; ++i) {
+    cw_client_release(ws[i].conn);
+    cw_plugin_worker_deinitialize(&ws[i]);
+  }
+  fake_join(&p[2].f);
+  for (int i = 0; i < 2; ++i) fake_join(&p[i].f);
+  fake_join(&ctrl->f);
+  close(lfd);
+  unlink(path);
+  rmdir(dir);
+  for (int i = 0; i < 3; ++i) pthread_mutex_destroy(&p[i].mu);
+  pthread_mutex_destroy(&ctrl->mu);
+  free(ws);
+  free(client);
+  free(p);
+  free(ctrl);
+}
+
 // The controller's side of test_relayed_launches_share_writes: the replies
 // to launches 1-4 wait, launch 5 is answered at once (a batched reply just
 // taken: the client may hold frames from now on), then the next three
@@ -703,6 +801,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_filler_reaches_a_worker_at_its_cap, setup, teardown),
       cmocka_unit_test_setup_teardown(test_fill_refused_connection_keeps_the_link, setup,
                                       teardown),
+      cmocka_unit_test(test_fill_not_behind_another_workers_connect),
       cmocka_unit_test_setup_teardown(test_relayed_launches_share_writes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_relayed_requests_name_their_life, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lost_connection_marks_dead, setup, teardown),
