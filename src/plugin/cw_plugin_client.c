@@ -40,7 +40,8 @@ static void cw__client_free(cw_plugin_client_t* c) {
   pthread_mutex_unlock(&c->teardown_mu);
   // The controller first: failing its pending launches may still send seq
   // fillers on the worker connections, which must be alive for that (those
-  // of relayed requests are queued, and dropped: the session ends).
+  // of relayed requests are not taken: the session ends).
+  cw_plugin_fill_close(c);
   cw_plugin_resume_stop(c);
   if (c->ctrl) cw_client_release(c->ctrl);
   cw_plugin_resume_release(c);

@@ -320,6 +320,7 @@ static struct cw_plugin_fills_s* cw__fills(cw_plugin_client_t* c) {
 }
 
 void cw_plugin_fill_later(cw_plugin_worker_t* w, uint32_t epoch, uint64_t life, uint64_t seq) {
+  if (atomic_load_explicit(&w->client->fills_closed, memory_order_acquire)) return;
   struct cw_plugin_fills_s* f = cw__fills(w->client);
   cw__fill_t* fill = f ? calloc(1, sizeof(*fill)) : NULL;
   if (!fill) {
@@ -349,7 +350,18 @@ void cw_plugin_fill_later(cw_plugin_worker_t* w, uint32_t epoch, uint64_t life, 
   pthread_mutex_unlock(&f->mu);
 }
 
+void cw_plugin_fill_close(cw_plugin_client_t* c) {
+  atomic_store_explicit(&c->fills_closed, true, memory_order_release);
+  struct cw_plugin_fills_s* f = atomic_load_explicit(&c->fills, memory_order_acquire);
+  if (!f) return;
+  pthread_mutex_lock(&f->mu);
+  f->stop = true;  // a runner at a group finishes it; no other group starts
+  pthread_cond_signal(&f->cv);
+  pthread_mutex_unlock(&f->mu);
+}
+
 void cw_plugin_fill_stop(cw_plugin_client_t* c) {
+  cw_plugin_fill_close(c);
   struct cw_plugin_fills_s* f = atomic_exchange_explicit(&c->fills, NULL, memory_order_acq_rel);
   if (!f) return;
   pthread_mutex_lock(&f->mu);

@@ -23,6 +23,13 @@ typedef struct cw_plugin_worker_s cw_plugin_worker_t;
 // numbers from 1; a reattach fills every seq not relayed and unanswered).
 void cw_plugin_fill_later(cw_plugin_worker_t* w, uint32_t epoch, uint64_t life, uint64_t seq);
 
+// Takes no more fills, and drops those queued (the session ends with the
+// client): first at client destroy, before failing the requests parked for
+// a controller that is away queues theirs (their connects would hold up
+// the destroy, up to the connect timeout for a worker that does not
+// answer). Idempotent.
+void cw_plugin_fill_close(cw_plugin_client_t* c);
+
 // Ends the filling thread: queued fills are dropped, and connections whose
 // fills are still held at their worker are closed (the session ends with
 // the client). Before the workers are freed; idempotent.

@@ -198,6 +198,7 @@ struct cw_plugin_client_s {
   // Seq fills of relayed requests, on connections of their own
   // (cw_plugin_fill.c): made at the first.
   _Atomic(struct cw_plugin_fills_s*) fills;
+  atomic_bool fills_closed;  // cw_plugin_fill_close: none are taken
 };
 
 // Next object id (never 0, never reused).

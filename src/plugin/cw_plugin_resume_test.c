@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "cw_client_fake_peer.h"
@@ -43,6 +44,7 @@ typedef struct fixture_s {
   fake_t ctrl, worker;
   fake_t replacement;  // REUSED: the worker at the address the lost one had
   fake_t side;         // a filler's own connection to the worker
+  int stop_pause_ms;   // fixture_stop: after failing the parked requests
   bool go;             // REUSED: the controller dies (atomic: __atomic_*)
   int64_t rejoin_incarnation;  // REUSED: HEALTH_REJOIN's (-1: none came)
   again_t again;
@@ -260,7 +262,9 @@ static fixture_t* fixture(again_t again, const char* bound_ms) {
 // Stops the client and joins the fake peers (their records may be read then).
 static void fixture_stop(fixture_t* fx) {
   cw_plugin_client_t* c = &fx->client;
+  cw_plugin_fill_close(c);  // as cw__client_free
   cw_plugin_resume_stop(c);
+  usleep((useconds_t)fx->stop_pause_ms * 1000);
   cw_client_release(c->ctrl);
   cw_plugin_resume_release(c);
   cw_plugin_fill_stop(c);
@@ -356,6 +360,50 @@ static void test_never_back(void** state) {
   assert_int_equal(fx->filler_seq, 1);  // the worker's order keeps no hole
   fixture_stop(fx);
   free(fx);
+}
+
+// The client destroyed while the controller is away (its relayed LAUNCH
+// parked): the LAUNCH fails, and its seq's fill is not sent (the session
+// ends). It used to be: a connection of its own was made at destroy, which
+// waited out the connect timeout (8 s) for a worker address that takes
+// connections and never answers, and so did the destroy.
+static void test_destroy_while_away_makes_no_fill_connection(void** state) {
+  (void)state;
+  fixture_t* fx = fixture(NEVER_BACK, "60000");
+  char dir[] = "/tmp/cw_fill_test.XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char path[100];
+  snprintf(path, sizeof(path), "%s/sock", dir);
+  int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+  assert_true(lfd >= 0);
+  struct sockaddr_un sun = {.sun_family = AF_UNIX};
+  snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
+  assert_int_equal(bind(lfd, (struct sockaddr*)&sun, sizeof(sun)), 0);
+  assert_int_equal(listen(lfd, 16), 0);
+  // The worker's link stays; a new connection to it would hang.
+  char* hanging = strdup(path);
+  assert_non_null(hanging);
+  free(atomic_exchange(&fx->w.address, hanging));
+  rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  Causeway__V1__LaunchRequest req = CAUSEWAY__V1__LAUNCH_REQUEST__INIT;
+  req.exe_id = 9;
+  assert_null(cw_plugin_worker_send_ordered(&fx->w, CW_PLUGIN_ANY_EPOCH, false, CW_MSG_LAUNCH,
+                                            &req.base, &req.seq, rec_done, &rec));
+  usleep(300 * 1000);  // the controller read it and died: parked
+  assert_int_equal(rec.calls, 0);
+  // The rest of the destroy taking a moment (releasing the controller's
+  // connection joins its reader): a fill queued meanwhile would be under way.
+  fx->stop_pause_ms = 100;
+  int64_t t0 = cw_time_now_ms();
+  fixture_stop(fx);
+  int64_t ms = cw_time_now_ms() - t0;
+  assert_int_equal(rec.calls, 1);
+  assert_int_equal(rec.code, CW_CANCELLED);
+  close(lfd);
+  unlink(path);
+  rmdir(dir);
+  free(fx);
+  if (ms > 2100) fail_msg("the destroy took %lld ms: it connected to fill the seq", (long long)ms);
 }
 
 // The controller came back naming the worker replaced at another address
@@ -458,6 +506,7 @@ int main(void) {
       cmocka_unit_test(test_parked_launch_sent_again),
       cmocka_unit_test(test_duplicate_reads_outputs),
       cmocka_unit_test(test_never_back),
+      cmocka_unit_test(test_destroy_while_away_makes_no_fill_connection),
       cmocka_unit_test(test_parked_launch_of_a_replaced_worker),
       cmocka_unit_test(test_join_after_resume_at_a_reused_address),
       cmocka_unit_test(test_join_after_resume_of_a_worker_reported_down),
