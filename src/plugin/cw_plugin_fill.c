@@ -257,10 +257,10 @@ static void cw__start_runners_locked(struct cw_plugin_fills_s* f) {
       p = next;
     }
     q = rest;
-    cw__runner_t* r = cw__busy_locked(f, w) ? NULL : calloc(1, sizeof(*r));
-    if (r) {
-      *r = (cw__runner_t){.fills = f, .w = w, .q = mine};
-      if (pthread_create(&r->thread, NULL, cw__runner_main, r) == 0) {
+    if (!cw__busy_locked(f, w)) {
+      cw__runner_t* r = calloc(1, sizeof(*r));
+      if (r) *r = (cw__runner_t){.fills = f, .w = w, .q = mine};
+      if (r && pthread_create(&r->thread, NULL, cw__runner_main, r) == 0) {
         r->next = f->runners;
         f->runners = r;
         continue;
@@ -271,7 +271,7 @@ static void cw__start_runners_locked(struct cw_plugin_fills_s* f) {
       pthread_mutex_lock(&f->mu);
       continue;
     }
-    // Its runner is at it (or out of memory): after it.
+    // Its runner is at it: after it.
     while (mine) {
       cw__fill_t* next = mine->next;
       mine->next = f->queue;
