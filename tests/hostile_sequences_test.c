@@ -2202,6 +2202,11 @@ static void test_controller_close_fills_relayed_seqs(void** state) {
   out_t* lo = req(&s->ctl, T_LAUNCH, &l.base, NULL, 0);
   lo->relay_worker = 0;
   lo->seq = l.seq;
+  // The life its seq is of: a fill is sent only for it. Left 0, it matched
+  // only where the controller's link made the session at the worker before
+  // the driver's HELLO did (life 0), and the fill never went where the
+  // HELLO came first (a busy machine): the DELETEs after it waited.
+  lo->life = s->life[0];
   static const uint8_t junk[8];
   Causeway__V1__Ping p = CAUSEWAY__V1__PING__INIT;  // with bulk: refused, closed
   req(&s->ctl, T_PING, &p.base, junk, sizeof junk)->may_close = true;
