@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -275,6 +276,27 @@ void fake_join(fake_t* f) {
   if (!f->tls && !f->plain_tcp) unlink(f->path);
   rmdir(f->dir);
   if (f->failure[0]) fail_msg("%s", f->failure);
+}
+
+void fake_silent_start(fake_silent_t* s) {
+  snprintf(s->dir, sizeof(s->dir), "/tmp/cw_silent.XXXXXX");
+  assert_non_null(mkdtemp(s->dir));
+  snprintf(s->path, sizeof(s->path), "%s/sock", s->dir);
+  s->fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  assert_true(s->fd >= 0);
+  struct sockaddr_un sun = {.sun_family = AF_UNIX};
+  snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", s->path);
+  assert_int_equal(bind(s->fd, (struct sockaddr*)&sun, sizeof(sun)), 0);
+  assert_int_equal(listen(s->fd, 16), 0);
+}
+
+bool fake_silent_stop(fake_silent_t* s) {
+  int got = fcntl(s->fd, F_SETFL, O_NONBLOCK) == 0 ? accept(s->fd, NULL, NULL) : -1;
+  if (got >= 0) close(got);
+  close(s->fd);
+  unlink(s->path);
+  rmdir(s->dir);
+  return got >= 0;
 }
 
 cw_client_t* connect_ok(fake_t* f) {

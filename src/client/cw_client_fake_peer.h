@@ -116,6 +116,17 @@ void fake_start_beside(fake_t* f, const fake_t* main, fake_script_fn script);
 // Joins the peer, removes its socket and fails the test on a failed check.
 void fake_join(fake_t* f);
 
+// A Unix socket in a fresh directory that listens and never accepts: a
+// connect there succeeds and its HELLO is never answered (a stalled peer).
+typedef struct fake_silent_s {
+  char dir[64];
+  char path[100];
+  int fd;
+} fake_silent_t;
+void fake_silent_start(fake_silent_t* s);
+// Whether anyone connected to it (without waiting), then closes and removes it.
+bool fake_silent_stop(fake_silent_t* s);
+
 // Connects with default options; fails the test on error.
 cw_client_t* connect_ok(fake_t* f);
 

@@ -13,12 +13,10 @@
 //   on the worker) and every later call with the same clear error;
 // - a replacement still to join is joined under the new controller's
 //   incarnation (it numbers them from 0 again).
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "cw_client_fake_peer.h"
@@ -371,18 +369,10 @@ static void test_never_back(void** state) {
 static void test_destroy_while_away_makes_no_fill_connection(void** state) {
   (void)state;
   fixture_t* fx = fixture(NEVER_BACK, "60000");
-  char dir[] = "/tmp/cw_fill_test.XXXXXX";
-  assert_non_null(mkdtemp(dir));
-  char path[100];
-  snprintf(path, sizeof(path), "%s/sock", dir);
-  int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
-  assert_true(lfd >= 0);
-  struct sockaddr_un sun = {.sun_family = AF_UNIX};
-  snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
-  assert_int_equal(bind(lfd, (struct sockaddr*)&sun, sizeof(sun)), 0);
-  assert_int_equal(listen(lfd, 16), 0);
+  fake_silent_t silent;
+  fake_silent_start(&silent);
   // The worker's link stays; a new connection to it would hang.
-  char* hanging = strdup(path);
+  char* hanging = strdup(silent.path);
   assert_non_null(hanging);
   free(atomic_exchange(&fx->w.address, hanging));
   rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -399,14 +389,9 @@ static void test_destroy_while_away_makes_no_fill_connection(void** state) {
   assert_int_equal(rec.calls, 1);
   assert_int_equal(rec.code, CW_CANCELLED);
   // Nothing connected there (it would have waited out its connect timeout).
-  assert_int_equal(fcntl(lfd, F_SETFL, O_NONBLOCK), 0);
-  int got = accept(lfd, NULL, NULL);
-  if (got >= 0) close(got);
-  close(lfd);
-  unlink(path);
-  rmdir(dir);
+  bool connected = fake_silent_stop(&silent);
   free(fx);
-  if (got >= 0) fail_msg("the destroy connected to the worker to fill the seq");
+  if (connected) fail_msg("the destroy connected to the worker to fill the seq");
 }
 
 // The controller came back naming the worker replaced at another address

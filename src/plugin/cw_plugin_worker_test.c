@@ -11,8 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "cw_client_fake_peer.h"
@@ -316,6 +314,35 @@ static void test_refused_relayed_request_is_filled(void** state) {
   free(side);
 }
 
+// Joins the client's one worker to the real worker at `address` in session
+// `session`, as the plugin does (its options; the life its HELLO gave).
+static void join_real_worker(fixture_t* fx, const char* name, const char* address,
+                             uint64_t session) {
+  fx->client.session_id = session;
+  Causeway__V1__WorkerInfo wi = CAUSEWAY__V1__WORKER_INFO__INIT;
+  wi.name = (char*)name;
+  wi.address = (char*)address;
+  assert_null(cw_plugin_worker_initialize(&fx->worker, &fx->client, &wi));
+  fx->client.workers = &fx->worker;
+  fx->client.num_workers = 1;
+  cw_client_options_t o;
+  cw_plugin_client_worker_options(&fx->client, &o);
+  cw_client_t* conn = NULL;
+  assert_ok(cw_client_connect(address, &o, &conn));
+  fx->worker.conn = conn;
+  fx->worker.session_key = cw_client_session_key(conn);
+}
+
+// Sends DELETE of *id through the controller (relayed; it takes seq 1).
+static void send_relayed_delete(fixture_t* fx, uint64_t* id, rec_t* rec) {
+  Causeway__V1__DeleteRequest del = CAUSEWAY__V1__DELETE_REQUEST__INIT;
+  del.ids = id;
+  del.n_ids = 1;
+  assert_null(cw_plugin_worker_send_ordered(&fx->worker, CW_PLUGIN_ANY_EPOCH, false, CW_MSG_DELETE,
+                                            &del.base, &del.seq, rec_done, rec));
+  assert_int_equal(del.seq, 1);
+}
+
 // A fake controller that holds the relayed request it reads until `go`,
 // then refuses it.
 typedef struct {
@@ -354,28 +381,10 @@ static void test_filler_reaches_a_worker_at_its_cap(void** state) {
   pthread_mutex_init(&ctrl->p.mu, NULL);
   fake_start(&ctrl->p.f, script_refuse_later);
   fx->client.ctrl = connect_ok(&ctrl->p.f);
-  fx->client.session_id = 4242;
-  Causeway__V1__WorkerInfo wi = CAUSEWAY__V1__WORKER_INFO__INIT;
-  wi.name = "capped";
-  wi.address = worker.address;
-  assert_null(cw_plugin_worker_initialize(&fx->worker, &fx->client, &wi));
-  fx->client.workers = &fx->worker;
-  fx->client.num_workers = 1;
-  cw_client_options_t o;
-  cw_plugin_client_worker_options(&fx->client, &o);
-  cw_client_t* conn = NULL;
-  assert_ok(cw_client_connect(worker.address, &o, &conn));
-  fx->worker.conn = conn;
-  fx->worker.session_key = cw_client_session_key(conn);
-
+  join_real_worker(fx, "capped", worker.address, 4242);
   rec_t relayed = {.mu = PTHREAD_MUTEX_INITIALIZER};
   uint64_t id = 7;
-  Causeway__V1__DeleteRequest del = CAUSEWAY__V1__DELETE_REQUEST__INIT;
-  del.ids = &id;
-  del.n_ids = 1;
-  assert_null(cw_plugin_worker_send_ordered(&fx->worker, CW_PLUGIN_ANY_EPOCH, false, CW_MSG_DELETE,
-                                            &del.base, &del.seq, rec_done, &relayed));
-  assert_int_equal(del.seq, 1);
+  send_relayed_delete(fx, &id, &relayed);
   wait_seen(&ctrl->p, 1);
   rec_t direct[8];
   for (int i = 0; i < 8; ++i) {
@@ -443,28 +452,10 @@ static void test_fill_refused_connection_keeps_the_link(void** state) {
   ctrl->refuse_code = CW_FAILED_PRECONDITION;
   fake_start(&ctrl->f, script_record);
   fx->client.ctrl = connect_ok(&ctrl->f);
-  fx->client.session_id = 4343;
-  Causeway__V1__WorkerInfo wi = CAUSEWAY__V1__WORKER_INFO__INIT;
-  wi.name = "full";
-  wi.address = worker.address;
-  assert_null(cw_plugin_worker_initialize(&fx->worker, &fx->client, &wi));
-  fx->client.workers = &fx->worker;
-  fx->client.num_workers = 1;
-  cw_client_options_t o;
-  cw_plugin_client_worker_options(&fx->client, &o);
-  cw_client_t* conn = NULL;
-  assert_ok(cw_client_connect(worker.address, &o, &conn));
-  fx->worker.conn = conn;
-  fx->worker.session_key = cw_client_session_key(conn);
-
+  join_real_worker(fx, "full", worker.address, 4343);
   rec_t relayed = {.mu = PTHREAD_MUTEX_INITIALIZER};
   uint64_t id = 7;
-  Causeway__V1__DeleteRequest del = CAUSEWAY__V1__DELETE_REQUEST__INIT;
-  del.ids = &id;
-  del.n_ids = 1;
-  assert_null(cw_plugin_worker_send_ordered(&fx->worker, CW_PLUGIN_ANY_EPOCH, false, CW_MSG_DELETE,
-                                            &del.base, &del.seq, rec_done, &relayed));
-  assert_int_equal(del.seq, 1);
+  send_relayed_delete(fx, &id, &relayed);
   assert_ok(cw_client_flush(fx->client.ctrl));
   assert_int_equal(relayed.calls, 1);
   assert_int_equal(relayed.code, CW_FAILED_PRECONDITION);
@@ -521,21 +512,12 @@ static void test_fill_not_behind_another_workers_connect(void** state) {
   assert_non_null(ws);
   client->ctrl = connect_ok(&ctrl->f);
   client->session_id = 78;
-  // w0's address: a Unix socket listening, never accepting.
-  char dir[] = "/tmp/cw_fill_test.XXXXXX";
-  assert_non_null(mkdtemp(dir));
-  char path[100];
-  snprintf(path, sizeof(path), "%s/sock", dir);
-  int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
-  assert_true(lfd >= 0);
-  struct sockaddr_un sun = {.sun_family = AF_UNIX};
-  snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
-  assert_int_equal(bind(lfd, (struct sockaddr*)&sun, sizeof(sun)), 0);
-  assert_int_equal(listen(lfd, 16), 0);
+  fake_silent_t silent;  // w0's address for new connections: never answers
+  fake_silent_start(&silent);
   fake_start(&p[0].f, script_record);
   p[1].f.session_key_reply = 52;
   fake_start(&p[1].f, script_record);
-  const char* addr[2] = {path, p[1].f.path};
+  const char* addr[2] = {silent.path, p[1].f.path};
   for (int i = 0; i < 2; ++i) {
     Causeway__V1__WorkerInfo wi = CAUSEWAY__V1__WORKER_INFO__INIT;
     wi.name = i ? "worker-1" : "worker-0";
@@ -583,9 +565,7 @@ static void test_fill_not_behind_another_workers_connect(void** state) {
   fake_join(&p[2].f);
   for (int i = 0; i < 2; ++i) fake_join(&p[i].f);
   fake_join(&ctrl->f);
-  close(lfd);
-  unlink(path);
-  rmdir(dir);
+  (void)fake_silent_stop(&silent);
   for (int i = 0; i < 3; ++i) pthread_mutex_destroy(&p[i].mu);
   pthread_mutex_destroy(&ctrl->mu);
   free(ws);
