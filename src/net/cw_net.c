@@ -14,6 +14,7 @@
 #include <assert.h>
 #include <inttypes.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,7 @@
 // keeps a frame's payload itself, bounded by the pre-HELLO limit).
 #define CW__READAHEAD_PREHELLO 1024
 #define CW__OUT_INITIAL 4096
+#define CW__HELD_WATCH_MS 1000  // how often a held connection is looked at for a hangup
 #define CW__OUT_FLUSH_AT (256 * 1024)  // write at once past this many gathered bytes
 
 static void cw__conn_process(cw_net_conn_t* c);
@@ -889,6 +891,38 @@ static void cw__resume_later(cw_net_conn_t* c) {
   uv_idle_start(&net->idle, cw__on_idle);
 }
 
+// Whether the peer of `c` shut its side (FIN), reset, or errored: seen
+// without reading, past whatever bytes still wait in the socket.
+static bool cw__peer_hung_up(cw_net_conn_t* c) {
+  uv_os_fd_t fd;
+  if (uv_fileno(&c->h.handle, &fd) != 0) return false;
+  struct pollfd pfd = {.fd = fd, .events = POLLRDHUP};
+  if (poll(&pfd, 1, 0) != 1) return false;
+  return (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+// A held connection is not read, so its peer's close went unseen: a client
+// gone while its requests waited for their seq (at the flow control's cap)
+// kept its session, and what the session held, at the worker for good.
+// Such a close ends it as an EOF would have.
+static void cw__held_watch(uv_timer_t* t) {
+  cw_net_t* net = t->data;
+  for (;;) {
+    bool any = false;
+    cw_net_conn_t* gone = NULL;
+    for (cw_net_conn_t* c = net->conns; c && !gone; c = c->next) {
+      if (!c->read_held || c->closing || c->close_after_write) continue;
+      any = true;
+      if (cw__peer_hung_up(c)) gone = c;
+    }
+    if (!any) uv_timer_stop(t);
+    if (!gone) return;
+    // Its close may close others: look again from the start.
+    cw_net_conn_close(gone, cw_make_status(CW_UNAVAILABLE, "connection closed by peer (while "
+                                           "its requests were not read)"));
+  }
+}
+
 void cw_net_conn_hold_reading(cw_net_conn_t* c, bool hold) {
   if (c->read_held == hold) return;
   c->read_held = hold;
@@ -896,6 +930,10 @@ void cw_net_conn_hold_reading(cw_net_conn_t* c, bool hold) {
     if (c->reading) {
       uv_read_stop(&c->h.stream);
       c->reading = false;
+    }
+    cw_net_t* net = c->net;
+    if (net->handles_open && !uv_is_active((uv_handle_t*)&net->held_watch)) {
+      uv_timer_start(&net->held_watch, cw__held_watch, CW__HELD_WATCH_MS, CW__HELD_WATCH_MS);
     }
   } else {
     cw__resume_later(c);
@@ -998,6 +1036,8 @@ void cw_net_initialize(cw_net_t* net, uv_loop_t* loop, const cw_net_options_t* o
   net->idle.data = net;
   uv_prepare_init(loop, &net->flush);
   net->flush.data = net;
+  uv_timer_init(loop, &net->held_watch);
+  net->held_watch.data = net;
   net->handles_open = true;
 }
 
@@ -1023,6 +1063,7 @@ void cw_net_deinitialize(cw_net_t* net) {
   // Connections waiting to resume are closed: their references go.
   cw__on_idle(&net->idle);
   uv_close((uv_handle_t*)&net->idle, NULL);
+  uv_close((uv_handle_t*)&net->held_watch, NULL);
   if (net->gate_on) cw_net_gate_deinitialize(&net->gate);
   net->gate_on = false;
   cw_tls_release(net->tls);

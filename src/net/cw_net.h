@@ -149,6 +149,9 @@ struct cw_net_s {
   const cw_net_service_t* service;
   uv_idle_t idle;      // connections that hit the frame cap resume here
   uv_prepare_t flush;  // gathered frames go out before the loop blocks
+  // Connections whose reading is held are looked at for a peer that hung up
+  // (cw_net_conn_hold_reading): libuv reports EOF only to a reader.
+  uv_timer_t held_watch;
   bool handles_open;
   bool stopped;
   cw_net_conn_t* resume_list;

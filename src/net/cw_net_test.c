@@ -608,6 +608,28 @@ static void test_hold_reading(void** state) {
   assert_int_equal(p->calls, 4);
 }
 
+// A peer that closes while its connection's reading is held is seen (no read
+// would see its EOF): the connection closes, its unread frames unhandled. A
+// worker kept the session of a client gone while its requests waited at the
+// flow control's cap, and everything the session held, for good.
+static void test_peer_close_while_reading_held(void** state) {
+  start_server();
+  peer_t* p;
+  raw_t* r = raw_ready(0, &p);
+  buf_t b = {0};
+  buf_ping(&b, 91, "hold");
+  buf_ping(&b, 92, "a");  // waits in the read-ahead
+  raw_send_buf(r, &b);
+  raw_expect_pong(r, 91, "hold");
+  raw_ping(r, 93, "b");  // waits in the socket
+  raw_close(r);
+  WAIT(p->closes == 1);
+  assert_int_equal(p->close_code, CW_UNAVAILABLE);
+  assert_non_null(strstr(p->close_msg, "connection closed by peer"));
+  assert_int_equal(p->calls, 1);
+  WAIT(p->freed);
+}
+
 // A handler that holds reading before it returns may name the bulk
 // destination later (the worker does, while an upload waits for memory):
 // none of the bytes is read or discarded meanwhile, and neither is the frame
@@ -829,6 +851,7 @@ int main(void) {
       NET_TEST(test_bulk_check_refused),
       NET_TEST(test_reply_bulk_collected),
       NET_TEST(test_hold_reading),
+      NET_TEST(test_peer_close_while_reading_held),
       NET_TEST(test_bulk_destination_named_later),
       NET_TEST(test_peer_eof_mid_payload),
       NET_TEST(test_peer_eof_mid_bulk),
