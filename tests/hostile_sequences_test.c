@@ -2372,6 +2372,50 @@ static void test_big_upload_held_beside_a_relayed_launch(void** state) {
   sess_close(&s);
 }
 
+// An UPLOAD held for its seq, its bytes half in when its connection is cut,
+// and the client's fill of that seq on its other connection, which the
+// worker read before the cut one's close. The fill was taken as the next
+// seq (cw_worker_seq.c cw_seq_admit) while the UPLOAD stayed at the head of
+// the held ones: once its close made it ready, its seq was past, and every
+// later request of the session held for its seq waited for good (seed 12280
+// with CW_SEQFUZZ_MAX_HELD_REQUESTS=2: "a connection did not answer PING").
+// The fill is a duplicate now; the UPLOAD's turn passes at its close.
+static void test_fill_of_a_seq_whose_upload_is_half_in(void** state) {
+  (void)state;
+  sess_t s = {.innocent = false};
+  sess_open(&s);
+  uint64_t q = s.next_seq[0];
+  s.next_seq[0] += 4;
+  enum { N = 1 << 16 };
+  uint8_t* bytes = calloc(1, N);
+  assert_non_null(bytes);
+  int64_t dims[1] = {N / 4};
+  Causeway__V1__UploadRequest u = upload_req(181, CAUSEWAY__V1__DTYPE__DTYPE_F32, dims, 1);
+  u.seq = q + 1;  // held: q is not in
+  packed_t p = pack(&u.base);
+  hdr_t h = hdr_of(T_UPLOAD, g_next_rid++, (uint32_t)p.len, N);
+  uint8_t hb[HDR];
+  hdr_encode(&h, hb);
+  if (!send_all(s.alt[0].fd, hb, HDR) || !send_all(s.alt[0].fd, p.data, p.len) ||
+      !send_all(s.alt[0].fd, bytes, N / 2)) {
+    FAIL("sending the UPLOAD");
+  }
+  free(p.data);
+  free(bytes);
+  sleep_ms(200);  // held, half its bytes in
+  if (reply_code(&s.wrk[0], send_delete(&s.wrk[0], NULL, q), "DELETE with seq q") != 0) {
+    FAIL("DELETE with the next seq failed");
+  }
+  (void)reply_code(&s.wrk[0], send_delete(&s.wrk[0], NULL, q + 1), "the fill");
+  conn_drop(&s.alt[0]);  // the UPLOAD cut
+  sleep_ms(300);         // the worker sees the close
+  uint64_t rids[2] = {send_delete(&s.wrk[0], NULL, q + 3), send_delete(&s.wrk[0], NULL, q + 2)};
+  int64_t codes[2] = {-1, -1};
+  int got = replies_within(&s.wrk[0], rids, codes, 2, 5000);
+  sess_close(&s);
+  if (got < 2) FAIL("the session's later seqs waited behind the cut UPLOAD (%d of 2 answered)", got);
+}
+
 // The size of daemon d's log now: where log_has_since looks from.
 static long log_size(const worker_t* d) {
   FILE* log = fopen(d->log_path, "r");
@@ -2948,6 +2992,7 @@ int main(int argc, char** argv) {
       cmocka_unit_test(test_fill_before_a_relayed_seq_is_forgotten),
       cmocka_unit_test(test_relayed_delete_with_a_seq_for_no_one_worker),
       cmocka_unit_test(test_big_upload_held_beside_a_relayed_launch),
+      cmocka_unit_test(test_fill_of_a_seq_whose_upload_is_half_in),
       cmocka_unit_test(test_launch_waiting_for_an_input_passes_its_turn),
       cmocka_unit_test(test_paused_session_passes_its_turns),
       cmocka_unit_test(test_delete_of_a_buffer_a_donating_launch_waits_for),

@@ -52,7 +52,10 @@ cw_status_t cw_seq_admit(cw_seq_t* seq, uint64_t request_seq, const cw_frame_hea
                          ProtobufCMessage** msg, void* conn, int64_t max_requests,
                          int64_t max_bytes, cw_seq_held_t** out_held) {
   *out_held = NULL;
-  if (request_seq == seq->next) {
+  // The next seq may be held already (its bytes still arriving; drained
+  // otherwise): then this one is a duplicate, as behind it. Taken as the
+  // next, it left that one at the head for good, and the session stalled.
+  if (request_seq == seq->next && !(seq->held && seq->held->seq == request_seq)) {
     seq->next++;
     return cw_ok_status();
   }
