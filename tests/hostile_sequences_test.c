@@ -739,6 +739,10 @@ static void reconnect_worker(sess_t* s, conn_t* c) {
   if (h->session_seq_next == 0 || (key && h->session_key != key)) {
     s->next_seq[w] = 1;  // a new life of the session: numbering starts again
     s->life[w]++;
+    // An earlier life's probe is over: its seq0 bounded pick_seq's
+    // duplicates, which then took seqs of this life still to come (seed
+    // 12704 with 20000 requests: the probe's DOWNLOAD "one already waits").
+    s->probe[w].active = false;
   } else {
     for (uint64_t q = h->session_seq_next; q < s->next_seq[w]; ++q) send_filler_on(c, q);
     if (s->next_seq[w] < h->session_seq_next) s->next_seq[w] = h->session_seq_next;
