@@ -2809,6 +2809,22 @@ static void test_exe_info_of_a_buffer_still_uploaded(void** state) {
   sess_close(&s);
 }
 
+// Starts a worker of its own (one null device) with --max-held-requests `cap`.
+static void start_capped_worker(worker_t* w, const char* cap) {
+  const char* args[] = {"--plugin", getenv("CW_NULLPLUGIN"), "--devices", "1", "--listen",
+                        "127.0.0.1:0", "--name", "capped", "--max-held-requests", cap, NULL};
+  daemon_spec_t spec = {.bin = hostile_worker_bin(), .args = args,
+                        .listen_prefix = "causeway-worker listening on "};
+  if (!daemon_start(w, &spec)) FAIL("the capped worker did not start");
+}
+
+// A client connection to w in session `session`, into *c.
+static void conn_in_session(worker_t* w, uint64_t session, conn_t* c) {
+  conn_init(c, 0);
+  c->fd = conn_open(w);
+  hello_as(c->fd, NULL, R_CLIENT, session, NULL);
+}
+
 // The fill of a seq whose request never reached the worker (the controller
 // refused a relayed LAUNCH, or died with it), after requests with later seqs
 // went straight to the worker: those are held, and at --max-held-requests
@@ -2820,36 +2836,25 @@ static void test_exe_info_of_a_buffer_still_uploaded(void** state) {
 // everything held drains (cw_plugin_fill.c; docs/protocol.md).
 static void test_fill_on_its_own_connection_at_the_cap(void** state) {
   (void)state;
-  const char* plugin = getenv("CW_NULLPLUGIN");
   worker_t capped = {.label = "seq-capped"};
-  const char* args[] = {"--plugin", plugin, "--devices", "1", "--listen", "127.0.0.1:0",
-                        "--name", "capped", "--max-held-requests", "4", NULL};
-  daemon_spec_t spec = {.bin = hostile_worker_bin(), .args = args,
-                        .listen_prefix = "causeway-worker listening on "};
-  if (!daemon_start(&capped, &spec)) FAIL("the capped worker did not start");
-  int fd = conn_open(&capped);
-  hello_as(fd, NULL, R_CLIENT, 4242, NULL);
+  start_capped_worker(&capped, "4");
   conn_t c;
-  conn_init(&c, 0);
-  c.fd = fd;
+  conn_in_session(&capped, 4242, &c);
   uint64_t rids[9];
   int64_t codes[9];
   for (uint64_t q = 2; q <= 8; ++q) rids[q - 2] = send_delete(&c, NULL, q);  // held: no seq 1
-  int fill = conn_open(&capped);
-  hello_as(fill, NULL, R_CLIENT, 4242, NULL);
   conn_t f;
-  conn_init(&f, 0);
-  f.fd = fill;
+  conn_in_session(&capped, 4242, &f);
   uint64_t frid = send_delete(&f, NULL, 1);
   int64_t fcode = -1;
   int filled = replies_within(&f, &frid, &fcode, 1, 5000);
-  close(fill);
+  close(f.fd);
   Causeway__V1__Ping p = CAUSEWAY__V1__PING__INIT;
   rids[7] = g_next_rid++;
   send_or_note(&c, T_PING, rids[7], &p.base, NULL, 0);
   for (int k = 0; k < 8; ++k) codes[k] = -1;
   int got = replies_within(&c, rids, codes, 8, 5000);
-  close(fd);
+  close(c.fd);
   worker_t* const ws[] = {&capped};
   daemons_kill(ws, 1);
   if (filled < 1 || fcode != 0) FAIL("the fill on its own connection: code %" PRId64, fcode);
@@ -2864,26 +2869,18 @@ static void test_fill_on_its_own_connection_at_the_cap(void** state) {
 // closed"). cw_net now looks at held connections for a hangup.
 static void test_client_gone_while_held_at_the_cap(void** state) {
   (void)state;
-  const char* plugin = getenv("CW_NULLPLUGIN");
   worker_t capped = {.label = "seq-capped-gone"};
-  const char* args[] = {"--plugin", plugin, "--devices", "1", "--listen", "127.0.0.1:0",
-                        "--name", "capped", "--max-held-requests", "2", NULL};
-  daemon_spec_t spec = {.bin = hostile_worker_bin(), .args = args,
-                        .listen_prefix = "causeway-worker listening on "};
-  if (!daemon_start(&capped, &spec)) FAIL("the capped worker did not start");
+  start_capped_worker(&capped, "2");
   uint64_t before = counts_of(&capped).sessions;
-  int fd = conn_open(&capped);
-  hello_as(fd, NULL, R_CLIENT, 4243, NULL);
   conn_t c;
-  conn_init(&c, 0);
-  c.fd = fd;
+  conn_in_session(&capped, 4243, &c);
   for (uint64_t q = 2; q <= 5; ++q) send_delete(&c, NULL, q);  // held: seq 1 never comes
   Causeway__V1__Ping p = CAUSEWAY__V1__PING__INIT;
   uint64_t prid = g_next_rid++;
   send_or_note(&c, T_PING, prid, &p.base, NULL, 0);
   int64_t code = -1;
   if (replies_within(&c, &prid, &code, 1, 500) != 0) FAIL("the connection at the cap was read");
-  close(fd);
+  close(c.fd);
   uint64_t now = before + 1;
   for (int i = 0; i < 100 && now != before; ++i) {
     sleep_ms(100);
