@@ -340,6 +340,7 @@ cw_status_t cw_client_connect(const char* address, const cw_client_options_t* op
   c->limits.max_bulk = CW__DEFAULT_MAX_BULK;
   c->address = strdup(address);
   c->batch_window_ns = (int64_t)CW_CLIENT_BATCH_WINDOW_US * 1000;
+  c->batched_reply_ns = INT64_MIN / 2;  // none taken yet: holds nothing by the window
   if (options) {
     if (options->batch_window_us > 0) c->batch_window_ns = (int64_t)options->batch_window_us * 1000;
     c->on_event = options->on_event;

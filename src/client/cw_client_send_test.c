@@ -293,6 +293,60 @@ static void test_batched_send_window(void** state) {
   finish_batching(c, &f, &rec, 4);  // and the warm-up
 }
 
+// Replies that came but wait unread (the reader has not run: here it is
+// held in a callback) are replies that flow: a batched frame sent then is
+// held for the reader, however long ago it last took one. The peer answers
+// P (whose callback holds the reader), then B1 while the reader waits there.
+static sem_t g_in_callback, g_release;
+
+static void block_reader_done(void* user, cw_status_t status, const ProtobufCMessage* reply) {
+  sem_post(&g_in_callback);
+  sem_wait(&g_release);
+  rec_done(user, status, reply);
+}
+
+static void script_batched_replies_unread(fake_t* f) {
+  frame_t fr[4];  // B1, B2, P, B3
+  for (int i = 0; i < 3; ++i) FCHECK(f, fake_read(f, &fr[i]));
+  FCHECK(f, fake_reply(f, &fr[2], fr[2].msg, NULL, 0));
+  sem_wait(&g_in_callback);
+  FCHECK(f, fake_reply(f, &fr[0], fr[0].msg, NULL, 0));
+  sem_post(&g_read);
+  sem_wait(&g_sent);
+  bool held = socket_empty(f);
+  sem_post(&g_peeked);
+  FCHECK(f, held);
+  FCHECK(f, fake_read(f, &fr[3]));  // the reader wrote it, taking B1's reply
+  FCHECK(f, fake_reply(f, &fr[1], fr[1].msg, NULL, 0));
+  FCHECK(f, fake_reply(f, &fr[3], fr[3].msg, NULL, 0));
+  for (int i = 0; i < 4; ++i) frame_free(&fr[i]);
+  script_echo(f);
+}
+
+static void test_batched_send_replies_unread(void** state) {
+  sems_init();
+  sem_init(&g_in_callback, 0, 0);
+  sem_init(&g_release, 0, 0);
+  fake_t f = {0};
+  fake_start(&f, script_batched_replies_unread);
+  rec_t rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  // No batched reply taken yet: the window alone holds nothing.
+  cw_client_options_t o = {.batch_window_us = WIDE_WINDOW_US};
+  cw_client_t* c = NULL;
+  assert_ok(cw_client_connect(f.path, &o, &c));
+  send_batched_ping(c, "B1", &rec);
+  send_batched_ping(c, "B2", &rec);
+  assert_ok(send_ping(c, "P", block_reader_done, &rec, NULL));
+  sem_wait(&g_read);  // B1's reply is in the socket, unread
+  send_batched_ping(c, "B3", &rec);
+  sem_post(&g_sent);
+  sem_wait(&g_peeked);
+  sem_post(&g_release);
+  finish_batching(c, &f, &rec, 4);
+  sem_destroy(&g_in_callback);
+  sem_destroy(&g_release);
+}
+
 // Held frames whose replies do not come go out by the flusher, one batch
 // window (50 ms) after the hold.
 static void test_batched_send_flusher(void** state) { batched_unanswered(4, 50 * 1000); }
@@ -533,6 +587,7 @@ int main(void) {
       cmocka_unit_test(test_batched_send_connection_lost),
       cmocka_unit_test(test_batched_send_window),
       cmocka_unit_test(test_batched_send_flusher),
+      cmocka_unit_test(test_batched_send_replies_unread),
       cmocka_unit_test(test_send_behind_blocked_writer),
       cmocka_unit_test(test_threads),
       cmocka_unit_test(test_wait_beside_a_flush),
