@@ -170,8 +170,9 @@ CW_MUST_USE cw_status_t cw_client_send_deferred(cw_client_t* client, uint16_t ty
 // Requests sent back to back share a write (one system call for many):
 // like cw_client_send without bulk, except that while CW_CLIENT_BATCH_DEPTH
 // earlier requests sent this way are unanswered and the reader took the
-// reply to one within the batch window (options.batch_window_us), the frame waits in the
-// write buffer. It goes out with the next frame written, when the reader
+// reply to one within the batch window (options.batch_window_us), or a reply
+// waits unread in the socket (a reader that has not had a core), the frame
+// waits in the write buffer. It goes out with the next frame written, when the reader
 // takes the reply to one of those, at cw_client_write_held, cw_client_wait
 // or cw_client_flush, and at the latest one batch window after it was held
 // (a flusher thread, started at the first hold). Only for a request the peer
