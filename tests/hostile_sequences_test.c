@@ -2327,6 +2327,19 @@ static void test_relayed_delete_with_a_seq_for_no_one_worker(void** state) {
 
 static int replies_within(conn_t* c, const uint64_t* rids, int64_t* codes, int n, int wait_ms);
 
+// Sends an UPLOAD frame announcing `n` bulk bytes with only the first half
+// of them: the worker holds it while the rest would arrive.
+static bool send_upload_half(int fd, const ProtobufCMessage* m, uint64_t rid,
+                             const uint8_t* bytes, size_t n) {
+  packed_t p = pack(m);
+  hdr_t h = hdr_of(T_UPLOAD, rid, (uint32_t)p.len, n);
+  uint8_t hb[HDR];
+  hdr_encode(&h, hb);
+  bool ok = send_all(fd, hb, HDR) && send_all(fd, p.data, p.len) && send_all(fd, bytes, n / 2);
+  free(p.data);
+  return ok;
+}
+
 // An UPLOAD bigger than twice --max-held-bytes (group_setup: 1 MiB), held
 // for its seq while its bytes arrive, and a relayed LAUNCH with the seq
 // after it: a client that follows the flow control (docs/protocol.md). The
@@ -2346,16 +2359,8 @@ static void test_big_upload_held_beside_a_relayed_launch(void** state) {
   int64_t dims[1] = {N / 4};
   Causeway__V1__UploadRequest u = upload_req(172, CAUSEWAY__V1__DTYPE__DTYPE_F32, dims, 1);
   u.seq = q + 1;  // held: q comes through the controller
-  packed_t p = pack(&u.base);
   uint64_t urid = g_next_rid++;
-  hdr_t h = hdr_of(T_UPLOAD, urid, (uint32_t)p.len, N);
-  uint8_t hb[HDR];
-  hdr_encode(&h, hb);
-  if (!send_all(s.wrk[0].fd, hb, HDR) || !send_all(s.wrk[0].fd, p.data, p.len) ||
-      !send_all(s.wrk[0].fd, bytes, N / 2)) {
-    FAIL("sending the UPLOAD");
-  }
-  free(p.data);
+  if (!send_upload_half(s.wrk[0].fd, &u.base, urid, bytes, N)) FAIL("sending the UPLOAD");
   sleep_ms(200);  // held, half its bytes in
   uint64_t rids[2];
   for (int k = 0; k < 2; ++k) {
@@ -2396,15 +2401,9 @@ static void test_fill_of_a_seq_whose_upload_is_half_in(void** state) {
   int64_t dims[1] = {N / 4};
   Causeway__V1__UploadRequest u = upload_req(181, CAUSEWAY__V1__DTYPE__DTYPE_F32, dims, 1);
   u.seq = q + 1;  // held: q is not in
-  packed_t p = pack(&u.base);
-  hdr_t h = hdr_of(T_UPLOAD, g_next_rid++, (uint32_t)p.len, N);
-  uint8_t hb[HDR];
-  hdr_encode(&h, hb);
-  if (!send_all(s.alt[0].fd, hb, HDR) || !send_all(s.alt[0].fd, p.data, p.len) ||
-      !send_all(s.alt[0].fd, bytes, N / 2)) {
+  if (!send_upload_half(s.alt[0].fd, &u.base, g_next_rid++, bytes, N)) {
     FAIL("sending the UPLOAD");
   }
-  free(p.data);
   free(bytes);
   sleep_ms(200);  // held, half its bytes in
   if (reply_code(&s.wrk[0], send_delete(&s.wrk[0], NULL, q), "DELETE with seq q") != 0) {

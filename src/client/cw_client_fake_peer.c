@@ -230,6 +230,17 @@ static bool fake_serve_one(fake_t* f) {
   return !f->failure[0];
 }
 
+// A Unix socket listening at `path`.
+static int listen_unix(const char* path, int backlog) {
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  assert_true(fd >= 0);
+  struct sockaddr_un sun = {.sun_family = AF_UNIX};
+  snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
+  assert_int_equal(bind(fd, (struct sockaddr*)&sun, sizeof(sun)), 0);
+  assert_int_equal(listen(fd, backlog), 0);
+  return fd;
+}
+
 void fake_start(fake_t* f, fake_script_fn script) {
   f->script = script;
   snprintf(f->dir, sizeof(f->dir), "/tmp/cw_client_test.XXXXXX");
@@ -247,12 +258,7 @@ void fake_start(fake_t* f, fake_script_fn script) {
     return;
   }
   snprintf(f->path, sizeof(f->path), "%s/sock", f->dir);
-  f->listen_fd = socket(AF_UNIX, SOCK_STREAM, 0);
-  assert_true(f->listen_fd >= 0);
-  struct sockaddr_un sun = {.sun_family = AF_UNIX};
-  snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", f->path);
-  assert_int_equal(bind(f->listen_fd, (struct sockaddr*)&sun, sizeof(sun)), 0);
-  assert_int_equal(listen(f->listen_fd, 4), 0);
+  f->listen_fd = listen_unix(f->path, 4);
   assert_int_equal(pthread_create(&f->thread, NULL, fake_main, f), 0);
 }
 
@@ -282,12 +288,7 @@ void fake_silent_start(fake_silent_t* s) {
   snprintf(s->dir, sizeof(s->dir), "/tmp/cw_silent.XXXXXX");
   assert_non_null(mkdtemp(s->dir));
   snprintf(s->path, sizeof(s->path), "%s/sock", s->dir);
-  s->fd = socket(AF_UNIX, SOCK_STREAM, 0);
-  assert_true(s->fd >= 0);
-  struct sockaddr_un sun = {.sun_family = AF_UNIX};
-  snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", s->path);
-  assert_int_equal(bind(s->fd, (struct sockaddr*)&sun, sizeof(sun)), 0);
-  assert_int_equal(listen(s->fd, 16), 0);
+  s->fd = listen_unix(s->path, 16);
 }
 
 bool fake_silent_stop(fake_silent_t* s) {

@@ -362,6 +362,14 @@ static void script_refuse_later(fake_t* f) {
   while (ok && fake_read(f, &fr)) frame_free(&fr);
 }
 
+// A real worker over the null plugin, started with `args` (NULL-ended).
+static void start_null_worker(const char* name, const char** args, cw_test_worker_t* worker) {
+  cw_test_worker_options_t wo = {.plugin = getenv("CW_NULLPLUGIN"), .name = name,
+                                 .extra_args = args};
+  assert_non_null(wo.plugin);
+  assert_int_equal(cw_test_worker_start(&wo, worker), 0);
+}
+
 // A real worker that holds at most 4 requests waiting for their seq
 // (--max-held-requests 4). The controller refuses a relayed DELETE late,
 // after 8 requests with later seqs went straight to the worker: they wait
@@ -371,11 +379,8 @@ static void script_refuse_later(fake_t* f) {
 static void test_filler_reaches_a_worker_at_its_cap(void** state) {
   fixture_t* fx = *state;
   const char* args[] = {"--max-held-requests", "4", NULL};
-  cw_test_worker_options_t wo = {.plugin = getenv("CW_NULLPLUGIN"), .name = "capped",
-                                 .extra_args = args};
-  assert_non_null(wo.plugin);
   cw_test_worker_t worker;
-  assert_int_equal(cw_test_worker_start(&wo, &worker), 0);
+  start_null_worker("capped", args, &worker);
   holding_t* ctrl = calloc(1, sizeof(*ctrl));
   assert_non_null(ctrl);
   pthread_mutex_init(&ctrl->p.mu, NULL);
@@ -440,11 +445,8 @@ static void test_filler_reaches_a_worker_at_its_cap(void** state) {
 static void test_fill_refused_connection_keeps_the_link(void** state) {
   fixture_t* fx = *state;
   const char* args[] = {"--max-connections", "1", NULL};
-  cw_test_worker_options_t wo = {.plugin = getenv("CW_NULLPLUGIN"), .name = "full",
-                                 .extra_args = args};
-  assert_non_null(wo.plugin);
   cw_test_worker_t worker;
-  assert_int_equal(cw_test_worker_start(&wo, &worker), 0);
+  start_null_worker("full", args, &worker);
   peer_t* ctrl = calloc(1, sizeof(*ctrl));
   assert_non_null(ctrl);
   pthread_mutex_init(&ctrl->mu, NULL);

@@ -39,6 +39,13 @@ static cw_status_t admit(cw_seq_t* s, uint64_t seq, uint64_t bulk_len, cw_seq_he
   return admit_on(s, (void*)0x1, seq, bulk_len, held);
 }
 
+// The next request ready to apply is `want`; taken and freed.
+static void take_expect(cw_seq_t* s, cw_seq_held_t* want) {
+  cw_seq_held_t* got = cw_seq_take_ready(s);
+  assert_ptr_equal(got, want);
+  cw_seq_held_free(got);
+}
+
 static void test_in_order(void** state) {
   (void)state;
   cw_seq_t s;
@@ -73,12 +80,8 @@ static void test_hold_and_drain(void** state) {
   assert_null(none);
   assert_null(cw_seq_take_ready(&s));  // 2's bytes are not in
   h2->bulk_ready = true;
-  cw_seq_held_t* a = cw_seq_take_ready(&s);
-  assert_ptr_equal(a, h2);
-  cw_seq_held_free(a);
-  cw_seq_held_t* b = cw_seq_take_ready(&s);
-  assert_ptr_equal(b, h3);
-  cw_seq_held_free(b);
+  take_expect(&s, h2);
+  take_expect(&s, h3);
   assert_int_equal(s.next, 4);
   assert_int_equal(s.held_count, 0);
   assert_int_equal(s.held_bytes, 0);
@@ -125,12 +128,8 @@ static void test_next_seq_while_a_held_one_waits_for_its_bytes(void** state) {
   assert_null(none);
   assert_int_equal(s.next, 2);
   h2->bulk_ready = true;  // its connection closed: its turn passes when taken
-  cw_seq_held_t* a = cw_seq_take_ready(&s);
-  assert_ptr_equal(a, h2);
-  cw_seq_held_free(a);
-  cw_seq_held_t* b = cw_seq_take_ready(&s);
-  assert_ptr_equal(b, h3);
-  cw_seq_held_free(b);
+  take_expect(&s, h2);
+  take_expect(&s, h3);
   assert_int_equal(s.next, 4);
   assert_int_equal(s.held_count, 0);
   cw_seq_deinitialize(&s, NULL);
