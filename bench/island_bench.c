@@ -10,14 +10,17 @@
 // {1, 4} concurrent sessions (threads, each its own shared controller session
 // naming its workers) on each island, every session compiles
 // "allreduce_sum f32[16] sK" over its devices, uploads its inputs once, and
-// pipelines L launches through the controller (done = NULL, then one flush).
+// pipelines L launches through the controller (then one flush).
 // The launch phase is timed from the moment all sessions start (a barrier)
 // until the last one's flush returns.
 //
 // Every launch gets fresh output ids: the worker refuses a launch whose
 // output id exists (ALREADY_EXISTS), which on an island cancels the whole
-// launch. The outputs live until the session closes (a few thousand 64-byte
-// buffers).
+// launch. As JAX drops a chain's old arrays, each 1,024 launches' outputs are
+// deleted (straight on the worker links) once a later 1,024 went out and they
+// are answered: a worker holds a few thousand outputs, not every launch's
+// (until session 53 they all lived until the session closed, 160,000 a worker
+// at 40,000 launches, and the store's lookups then cost more per launch).
 //
 // At the end of each run one output of the last launch is downloaded from
 // each device and compared with the sum; a mismatch or any error exits 1.
@@ -48,6 +51,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -82,6 +86,7 @@ static struct {
   char ctl_address[512];
   cw_test_worker_t workers[4];  // gang0, gang1, base, base4
   bool core_per_worker;
+  int chunk;  // launches whose outputs are deleted together (launch_range)
   cpu_set_t all_cores;  // this process's own affinity, restored after each worker's start
 } g;
 
@@ -211,26 +216,119 @@ static void run_fail(session_run_t* r, cw_status_t st, const char* what) {
   cw_status_free(st);
 }
 
+#define MAX_CHUNK 1024
+
 static float input_value(int k, int d, int j) { return (float)(k * 100 + d * 10 + j); }
 
-// Pipelines launches [first, first + count) of EXE and waits for them.
-static cw_status_t launch_range(cw_test_session_t* s, uint32_t n, int first, int count) {
-  uint64_t in[MAX_DEVS], out[MAX_DEVS];
+// Deletes the outputs of launches [first, first + count) on each device's
+// worker, as JAX drops a chain's old arrays (pipelined on the worker links).
+static cw_status_t free_range(cw_test_session_t* s, const int64_t* ids, uint32_t n, int first,
+                              int count) {
+  uint64_t del[MAX_CHUNK];
   cw_status_t st = cw_ok_status();
+  for (uint32_t d = 0; d < n && !st; ++d) {
+    cw_client_t* link = NULL;
+    int local = 0;
+    st = cw_test_session_locate(s, ids[d], &link, &local);
+    for (int i = 0; i < count && !st; ++i) del[i] = OUT_BASE + (uint64_t)(first + i) * n + d;
+    if (!st) st = cw_client_delete(link, del, (size_t)count, NULL, NULL);
+  }
+  return st;
+}
+
+typedef struct answers_s {
+  atomic_int count;
+  atomic_int want;  // the count a waiter waits for; 0: none waits
+  atomic_bool failed;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  cw_status_t first_error;  // guarded by mu
+} answers_t;
+
+static void launch_done(void* user, cw_status_t status, const ProtobufCMessage* reply) {
+  (void)reply;
+  answers_t* a = user;
+  bool failed = status != NULL;
+  if (failed) {
+    pthread_mutex_lock(&a->mu);
+    if (!a->first_error) a->first_error = status;
+    else cw_status_free(status);
+    pthread_mutex_unlock(&a->mu);
+    atomic_store(&a->failed, true);
+  }
+  int count = atomic_fetch_add(&a->count, 1) + 1;
+  int want = atomic_load(&a->want);  // after the count: see answers_wait
+  if (failed || (want && count >= want)) {
+    pthread_mutex_lock(&a->mu);
+    pthread_cond_signal(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+  }
+}
+
+// Waits until `n` launches are answered or one failed. The want is stored before the count is read, and launch_done reads the want
+// after it counts (both sequentially consistent): either this sees the count
+// or launch_done sees the want and signals under the lock.
+static void answers_wait(answers_t* a, int n) {
+  pthread_mutex_lock(&a->mu);
+  atomic_store(&a->want, n);
+  while (atomic_load(&a->count) < n && !atomic_load(&a->failed)) {
+    pthread_cond_wait(&a->cv, &a->mu);
+  }
+  atomic_store(&a->want, 0);
+  pthread_mutex_unlock(&a->mu);
+}
+
+// Pipelines launches [first, first + count) of EXE and waits for them. Once a
+// chunk's launches are answered and another chunk went out after them, that
+// chunk's outputs are deleted, so a worker holds a few chunks' outputs, not
+// every launch's (the last chunk's stay for verify()).
+static cw_status_t launch_range(cw_test_session_t* s, const int64_t* ids, uint32_t n, int first,
+                                int count) {
+  uint64_t in[MAX_DEVS], out[MAX_DEVS];
+  answers_t answers = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+  cw_status_t st = cw_ok_status();
+  int freed = first;  // launches before it have their outputs deleted
   for (int i = first; i < first + count && !st; ++i) {
     for (uint32_t d = 0; d < n; ++d) {
       in[d] = IN_BASE + d;
       out[d] = OUT_BASE + (uint64_t)i * n + d;
     }
-    st = cw_test_gang_launch(s, EXE, in, out, n);
+    st = cw_test_gang_launch_cb(s, EXE, in, out, n, launch_done, &answers);
+    if (st || atomic_load(&answers.failed) || i + 1 - freed < 2 * g.chunk) continue;
+    // Once launches [freed, freed + chunk) are answered, their outputs are
+    // on every member and a DELETE on a worker link cannot overtake them.
+    // At least a chunk of launches stays in flight while this waits.
+    answers_wait(&answers, freed + g.chunk - first);
+    st = free_range(s, ids, n, freed, g.chunk);
+    freed += g.chunk;
   }
-  if (!st) st = cw_client_flush(s->ctl);
+  if (!st) st = cw_client_flush(s->ctl);  // every launch answered, or a failure
+  if (!st) st = answers.first_error;
+  else cw_status_free(answers.first_error);
+  if (!st) st = cw_test_session_flush(s);
+  pthread_cond_destroy(&answers.cv);
+  pthread_mutex_destroy(&answers.mu);
   return st;
 }
 
-// Every device's output of launch `last` is the sum over the devices.
-static void verify(session_run_t* r, cw_test_session_t* s, const int64_t* ids, int last) {
+// Every device's output of launch `last` is the sum over the devices, and
+// the outputs of launch `first` were deleted if launch_range deleted any.
+static void verify(session_run_t* r, cw_test_session_t* s, const int64_t* ids, int first,
+                   int last) {
   uint32_t n = r->island->devices;
+  if (last + 1 - first >= 2 * g.chunk) {
+    for (uint32_t d = 0; d < n && !r->error[0]; ++d) {
+      float got[ELEMS];
+      uint64_t id = OUT_BASE + (uint64_t)first * n + d;
+      cw_status_t st = cw_test_session_download_f32(s, ids[d], id, got, ELEMS);
+      if (cw_status_code(st) != CW_NOT_FOUND) {
+        snprintf(r->error, sizeof(r->error), "%s session %d: output %llu of launch %d was not "
+                 "deleted: %s", r->island->label, r->k, (unsigned long long)id, first,
+                 st ? cw_status_message(st) : "its download worked");
+      }
+      cw_status_free(st);
+    }
+  }
   for (uint32_t d = 0; d < n && !r->error[0]; ++d) {
     float got[ELEMS];
     uint64_t id = OUT_BASE + (uint64_t)last * n + d;
@@ -288,7 +386,7 @@ static bool prepare(session_run_t* r, cw_test_session_t* s, int64_t* ids) {
     return false;
   }
   // Warm-up: the first launches load the executable's parts on the workers.
-  st = launch_range(s, is->devices, 0, r->warmup);
+  st = launch_range(s, ids, is->devices, 0, r->warmup);
   if (st) {
     run_fail(r, st, "warm-up launch");
     return false;
@@ -304,10 +402,10 @@ static void* session_main(void* arg) {
   pthread_barrier_wait(r->start);  // every thread gets here, ready or not
   r->t0 = now_s();
   if (ready) {
-    cw_status_t st = launch_range(&s, r->island->devices, r->warmup, r->launches);
+    cw_status_t st = launch_range(&s, ids, r->island->devices, r->warmup, r->launches);
     r->t1 = now_s();
     if (st) run_fail(r, st, "launch");
-    else verify(r, &s, ids, r->warmup + r->launches - 1);
+    else verify(r, &s, ids, r->warmup, r->warmup + r->launches - 1);
   }
   cw_test_session_close(&s);
   return NULL;
@@ -406,6 +504,7 @@ int main(int argc, char** argv) {
     }
   }
   if (!launches) launches = quick ? 20 : 5000;  // full run: ~15 s on 2 cores
+  g.chunk = quick ? 4 : MAX_CHUNK;              // --quick deletes outputs too
   int warmup = quick ? 2 : 20;
   signal(SIGPIPE, SIG_IGN);
 

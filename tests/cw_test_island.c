@@ -291,6 +291,12 @@ cw_status_t cw_test_gang_compile(cw_test_session_t* s, uint64_t exe, size_t elem
 
 cw_status_t cw_test_gang_launch(cw_test_session_t* s, uint64_t exe, const uint64_t* in,
                                 const uint64_t* out, size_t n) {
+  return cw_test_gang_launch_cb(s, exe, in, out, n, NULL, NULL);
+}
+
+cw_status_t cw_test_gang_launch_cb(cw_test_session_t* s, uint64_t exe, const uint64_t* in,
+                                   const uint64_t* out, size_t n, cw_client_done_fn done,
+                                   void* user) {
   if (n > MAX_PARTITIONS) return cw_make_status(CW_INVALID_ARGUMENT, "%zu devices", n);
   const uint64_t* args[MAX_PARTITIONS];
   const uint64_t* outs[MAX_PARTITIONS];
@@ -298,7 +304,7 @@ cw_status_t cw_test_gang_launch(cw_test_session_t* s, uint64_t exe, const uint64
     args[d] = &in[d];
     outs[d] = &out[d];
   }
-  return cw_client_launch(s->ctl, exe, n, 1, args, 1, outs, NULL, NULL);
+  return cw_client_launch(s->ctl, exe, n, 1, args, 1, outs, done, user);
 }
 
 int cw_test_gang_worker_start(const cw_test_gang_worker_options_t* o, cw_test_worker_t* out) {

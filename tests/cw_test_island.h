@@ -117,6 +117,10 @@ CW_MUST_USE cw_status_t cw_test_gang_compile(cw_test_session_t* s, uint64_t exe,
 // one output out[d] on each of its n devices.
 CW_MUST_USE cw_status_t cw_test_gang_launch(cw_test_session_t* s, uint64_t exe,
                                             const uint64_t* in, const uint64_t* out, size_t n);
+// The same with a completion callback (cw_client_launch's done and user).
+CW_MUST_USE cw_status_t cw_test_gang_launch_cb(cw_test_session_t* s, uint64_t exe,
+                                               const uint64_t* in, const uint64_t* out, size_t n,
+                                               cw_client_done_fn done, void* user);
 
 typedef struct cw_test_gang_worker_options_s {
   const char* controller;    // address
