@@ -30,7 +30,10 @@
 // A second table says where the CPU went: each process's user + system time
 // (/proc/PID/stat; this process's for the sessions) over each run, per launch.
 // On two cores an island whose launch costs more than twice the baseline's
-// CPU cannot reach half the baseline's rate.
+// CPU cannot reach half the baseline's rate. The workers' gang-plugin threads
+// (cw-gang) are also counted apart: they are the test plugin's stand-in for a
+// device and its interconnect, whose rendezvous costs an island's members host
+// CPU that a real device's collectives would not.
 //
 // --core-per-worker pins each worker process to one core, as if each had a
 // host of one core to itself: gang1 to the second core, the others to the
@@ -437,11 +440,12 @@ static double run_sessions(const island_t* island, int num, int launches, int wa
 
 // ---- CPU by process -------------------------------------------------------------------
 
-// CPU seconds (user + system) a process has used, from /proc/PID/stat; 0
-// when it cannot be read (the table then shows what could be).
-static double proc_cpu_s(pid_t pid) {
-  char path[64], buf[1024];
-  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+// CPU seconds (user + system) a process or thread has used, from
+// /proc/WHAT/stat; 0 when it cannot be read (the table then shows what could
+// be).
+static double proc_cpu_s_at(const char* what) {
+  char path[160], buf[1024];
+  snprintf(path, sizeof(path), "/proc/%s/stat", what);
   FILE* f = fopen(path, "r");
   if (!f) return 0;
   size_t n = fread(buf, 1, sizeof(buf) - 1, f);
@@ -457,6 +461,37 @@ static double proc_cpu_s(pid_t pid) {
   return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
 }
 
+static double proc_cpu_s(pid_t pid) {
+  char what[32];
+  snprintf(what, sizeof(what), "%d", (int)pid);
+  return proc_cpu_s_at(what);
+}
+
+// The same for those threads of process `pid` named `name` (/proc/PID/task).
+static double threads_cpu_s(pid_t pid, const char* name) {
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+  DIR* d = opendir(path);
+  if (!d) return 0;
+  double sum = 0;
+  char comm[64];
+  for (struct dirent* e; (e = readdir(d));) {
+    if (e->d_name[0] == '.') continue;
+    char p2[96];
+    snprintf(p2, sizeof(p2), "/proc/%d/task/%s/comm", (int)pid, e->d_name);
+    FILE* f = fopen(p2, "r");
+    if (!f) continue;
+    bool match = fgets(comm, sizeof(comm), f) && !strncmp(comm, name, strlen(name)) &&
+                 (comm[strlen(name)] == '\n' || comm[strlen(name)] == '\0');
+    fclose(f);
+    if (!match) continue;
+    snprintf(p2, sizeof(p2), "%d/task/%s", (int)pid, e->d_name);
+    sum += proc_cpu_s_at(p2);
+  }
+  closedir(d);
+  return sum;
+}
+
 static double self_cpu_s(void) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
@@ -464,12 +499,17 @@ static double self_cpu_s(void) {
          (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
 }
 
-// CPU of the controller, the four workers and the sessions (this process).
-#define CPU_SLOTS 6
+// CPU of the controller, the four workers and the sessions (this process),
+// then of each worker's gang-plugin executor threads (cw-gang: the test
+// plugin's rendezvous and its inner plugin's execution, which stand in for a
+// device and its interconnect).
+#define CPU_SLOTS 10
+#define CPU_GANG 6  // out[CPU_GANG + i]: worker i's cw-gang threads
 static void cpu_sample(double out[CPU_SLOTS]) {
   out[0] = proc_cpu_s(g.ctl.pid);
   for (int i = 0; i < 4; ++i) out[1 + i] = proc_cpu_s(g.workers[i].process.pid);
   out[5] = self_cpu_s();
+  for (int i = 0; i < 4; ++i) out[CPU_GANG + i] = threads_cpu_s(g.workers[i].process.pid, "cw-gang");
 }
 
 // ---- main -----------------------------------------------------------------------------
@@ -586,24 +626,30 @@ int main(int argc, char** argv) {
   // controller hops and both members; on 2 cores a launch that costs more than
   // twice the baseline's CPU cannot reach half its rate.
   printf("\nCPU per launch (us, user + system, whole run per session count)\n");
-  printf("%-20s %8s %11s %11s %11s %11s %11s\n", "island", "sessions", "controller",
-         "its workers", "sessions", "total", "vs 1 worker x2");
+  printf("%-20s %8s %11s %11s %13s %11s %11s %14s %15s\n", "island", "sessions", "controller",
+         "its workers", "of it cw-gang", "sessions", "total", "vs 1 worker x2", "without cw-gang");
   for (int si = 0; si < 2; ++si) {
     double n = (double)sessions[si] * (double)(launches + warmup);
-    double workers[3], total[3];
+    double workers[3], gang[3], total[3];
     for (int ii = 0; ii < 3; ++ii) {
       const double* c = cpu[si][ii];
       workers[ii] = ii == 0 ? c[1] + c[2] : ii == 1 ? c[3] : c[4];
+      gang[ii] = ii == 0 ? c[CPU_GANG] + c[CPU_GANG + 1] : c[CPU_GANG + 1 + ii];
       total[ii] = c[0] + workers[ii] + c[5];
     }
     for (int ii = 0; ii < 3; ++ii) {
       const double* c = cpu[si][ii];
-      printf("%-20s %8d %11.1f %11.1f %11.1f %11.1f %13.2fx\n", row_names[ii], sessions[si],
-             1e6 * c[0] / n, 1e6 * workers[ii] / n, 1e6 * c[5] / n, 1e6 * total[ii] / n,
-             total[1] > 0 ? total[ii] / total[1] : 0.0);
+      double own = total[ii] - gang[ii], base_own = total[1] - gang[1];
+      printf("%-20s %8d %11.1f %11.1f %13.1f %11.1f %11.1f %13.2fx %14.2fx\n", row_names[ii],
+             sessions[si], 1e6 * c[0] / n, 1e6 * workers[ii] / n, 1e6 * gang[ii] / n,
+             1e6 * c[5] / n, 1e6 * total[ii] / n, total[1] > 0 ? total[ii] / total[1] : 0.0,
+             base_own > 0 ? own / base_own : 0.0);
     }
   }
-  printf("  (the sessions' CPU is this process's; the clock ticks are %ld per second)\n",
+  printf("  (the sessions' CPU is this process's; the clock ticks are %ld per second; cw-gang:\n"
+         "  the gang test plugin's executor threads, its cross-process rendezvous and the inner\n"
+         "  plugin's execution, which stand in for a device and its interconnect; the last\n"
+         "  column compares the totals without them)\n",
          sysconf(_SC_CLK_TCK));
   return 0;
 }
