@@ -297,7 +297,8 @@ static cw_status_t launch_range(cw_test_session_t* s, const int64_t* ids, uint32
       out[d] = OUT_BASE + (uint64_t)i * n + d;
     }
     st = cw_test_gang_launch_cb(s, EXE, in, out, n, launch_done, &answers);
-    if (st || atomic_load(&answers.failed) || i + 1 - freed < 2 * g.chunk) continue;
+    if (st || atomic_load(&answers.failed)) break;
+    if (i + 1 - freed < 2 * g.chunk) continue;
     // Once launches [freed, freed + chunk) are answered, their outputs are
     // on every member and a DELETE on a worker link cannot overtake them.
     // At least a chunk of launches stays in flight while this waits.
@@ -305,7 +306,10 @@ static cw_status_t launch_range(cw_test_session_t* s, const int64_t* ids, uint32
     st = free_range(s, ids, n, freed, g.chunk);
     freed += g.chunk;
   }
-  if (!st) st = cw_client_flush(s->ctl);  // every launch answered, or a failure
+  // Every launch answered (their callbacks use `answers`), whatever failed.
+  cw_status_t flushed = cw_client_flush(s->ctl);
+  if (!st) st = flushed;
+  else cw_status_free(flushed);
   if (!st) st = answers.first_error;
   else cw_status_free(answers.first_error);
   if (!st) st = cw_test_session_flush(s);
