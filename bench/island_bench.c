@@ -268,9 +268,10 @@ static void launch_done(void* user, cw_status_t status, const ProtobufCMessage* 
   }
 }
 
-// Waits until `n` launches are answered or one failed. The want is stored before the count is read, and launch_done reads the want
-// after it counts (both sequentially consistent): either this sees the count
-// or launch_done sees the want and signals under the lock.
+// Waits until `n` launches are answered or one failed. The want is stored
+// before the count is read, and launch_done reads the want after it counts
+// (both sequentially consistent): either this sees the count or launch_done
+// sees the want and signals under the lock.
 static void answers_wait(answers_t* a, int n) {
   pthread_mutex_lock(&a->mu);
   atomic_store(&a->want, n);
@@ -513,7 +514,9 @@ static void cpu_sample(double out[CPU_SLOTS]) {
   out[0] = proc_cpu_s(g.ctl.pid);
   for (int i = 0; i < 4; ++i) out[1 + i] = proc_cpu_s(g.workers[i].process.pid);
   out[5] = self_cpu_s();
-  for (int i = 0; i < 4; ++i) out[CPU_GANG + i] = threads_cpu_s(g.workers[i].process.pid, "cw-gang");
+  for (int i = 0; i < 4; ++i) {
+    out[CPU_GANG + i] = threads_cpu_s(g.workers[i].process.pid, "cw-gang");
+  }
 }
 
 // ---- main -----------------------------------------------------------------------------
