@@ -309,7 +309,7 @@ static const cw_setting_def_t cw__defs[CW_SET_COUNT] = {
                              "slowly on an idle machine; 0: sleep at once (causeway-proxy "
                              "always does)"},
     [CW_SET_WORKER_SPIN_US] = {"CAUSEWAY_WORKER_SPIN_US", NULL, CW__WRK, "spin-us",
-                               CW_SETTING_INT, 0, 10000, "50", false, false,
+                               CW_SETTING_INT, 0, 10000, "200", false, false,
                                "after a request that came within a millisecond of the one "
                                "before, how long (microseconds) the worker's loop keeps "
                                "polling, yielding to any other thread, before it sleeps, so "
