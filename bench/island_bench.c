@@ -242,7 +242,7 @@ static cw_status_t free_range(cw_test_session_t* s, const int64_t* ids, uint32_t
 typedef struct answers_s {
   atomic_int count;
   atomic_int want;  // the count a waiter waits for; 0: none waits
-  atomic_bool failed;
+  atomic_bool failed;  // first_error is set: the sender stops
   pthread_mutex_t mu;
   pthread_cond_t cv;
   cw_status_t first_error;  // guarded by mu
@@ -251,8 +251,7 @@ typedef struct answers_s {
 static void launch_done(void* user, cw_status_t status, const ProtobufCMessage* reply) {
   (void)reply;
   answers_t* a = user;
-  bool failed = status != NULL;
-  if (failed) {
+  if (status) {
     pthread_mutex_lock(&a->mu);
     if (!a->first_error) a->first_error = status;
     else cw_status_free(status);
@@ -261,21 +260,21 @@ static void launch_done(void* user, cw_status_t status, const ProtobufCMessage* 
   }
   int count = atomic_fetch_add(&a->count, 1) + 1;
   int want = atomic_load(&a->want);  // after the count: see answers_wait
-  if (failed || (want && count >= want)) {
+  if (want && count >= want) {
     pthread_mutex_lock(&a->mu);
     pthread_cond_signal(&a->cv);
     pthread_mutex_unlock(&a->mu);
   }
 }
 
-// Waits until `n` launches are answered or one failed. The want is stored
-// before the count is read, and launch_done reads the want after it counts
-// (both sequentially consistent): either this sees the count or launch_done
-// sees the want and signals under the lock.
+// Waits until `n` launches are answered (a failed one is answered too: its
+// error). The want is stored before the count is read, and launch_done reads
+// the want after it counts (both sequentially consistent): either this sees
+// the count or launch_done sees the want and signals under the lock.
 static void answers_wait(answers_t* a, int n) {
   pthread_mutex_lock(&a->mu);
   atomic_store(&a->want, n);
-  while (atomic_load(&a->count) < n && !atomic_load(&a->failed)) {
+  while (atomic_load(&a->count) < n) {
     pthread_cond_wait(&a->cv, &a->mu);
   }
   atomic_store(&a->want, 0);
@@ -446,30 +445,33 @@ static double run_sessions(const island_t* island, int num, int launches, int wa
 // ---- CPU by process -------------------------------------------------------------------
 
 // CPU seconds (user + system) a process or thread has used, from
-// /proc/WHAT/stat; 0 when it cannot be read (the table then shows what could
-// be).
-static double proc_cpu_s_at(const char* what) {
+// /proc/WHAT/stat, and its name (comm, up to `cap` bytes) when `comm` is
+// given; 0 and "" when it cannot be read (the table then shows what could be).
+static double proc_cpu_s_at(const char* what, char* comm, size_t cap) {
   char path[160], buf[1024];
+  if (comm) comm[0] = '\0';
   snprintf(path, sizeof(path), "/proc/%s/stat", what);
   FILE* f = fopen(path, "r");
   if (!f) return 0;
   size_t n = fread(buf, 1, sizeof(buf) - 1, f);
   fclose(f);
   buf[n] = '\0';
+  char* open = strchr(buf, '(');
   char* p = strrchr(buf, ')');  // the name may hold spaces
   unsigned long utime = 0, stime = 0;
   // After ") ": state, then fields 4..13, then utime (14) and stime (15).
-  if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime,
-                   &stime) != 2) {
+  if (!open || !p || p < open ||
+      sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime, &stime) != 2) {
     return 0;
   }
+  if (comm) snprintf(comm, cap, "%.*s", (int)(p - open - 1), open + 1);
   return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
 }
 
 static double proc_cpu_s(pid_t pid) {
   char what[32];
   snprintf(what, sizeof(what), "%d", (int)pid);
-  return proc_cpu_s_at(what);
+  return proc_cpu_s_at(what, NULL, 0);
 }
 
 // The same for those threads of process `pid` named `name` (/proc/PID/task).
@@ -479,19 +481,12 @@ static double threads_cpu_s(pid_t pid, const char* name) {
   DIR* d = opendir(path);
   if (!d) return 0;
   double sum = 0;
-  char comm[64];
   for (struct dirent* e; (e = readdir(d));) {
     if (e->d_name[0] == '.') continue;
-    char p2[96];
-    snprintf(p2, sizeof(p2), "/proc/%d/task/%s/comm", (int)pid, e->d_name);
-    FILE* f = fopen(p2, "r");
-    if (!f) continue;
-    bool match = fgets(comm, sizeof(comm), f) && !strncmp(comm, name, strlen(name)) &&
-                 (comm[strlen(name)] == '\n' || comm[strlen(name)] == '\0');
-    fclose(f);
-    if (!match) continue;
-    snprintf(p2, sizeof(p2), "%d/task/%s", (int)pid, e->d_name);
-    sum += proc_cpu_s_at(p2);
+    char what[96], comm[64];
+    snprintf(what, sizeof(what), "%d/task/%s", (int)pid, e->d_name);
+    double cpu = proc_cpu_s_at(what, comm, sizeof(comm));
+    if (!strcmp(comm, name)) sum += cpu;
   }
   closedir(d);
   return sum;
