@@ -1,8 +1,10 @@
 // Fills of relayed requests' seqs on connections of their own (cw_plugin_fill.h).
 #include "cw_plugin_fill.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "cw_log.h"
 #include "cw_msg.h"
@@ -39,9 +41,19 @@ typedef struct cw__runner_s {
   bool done;  // guarded by fills->mu
 } cw__runner_t;
 
+// Fills sent on a worker's own link because a connection of their own was
+// refused: counted until answered, while the runner tries that connection
+// again (cw__fill_behind).
+typedef struct cw__behind_s {
+  struct cw_plugin_fills_s* fills;
+  size_t waiting;  // sent and not answered; guarded by fills->mu
+  size_t refs;     // the runner's and each waiting fill's; guarded by fills->mu
+} cw__behind_t;
+
 struct cw_plugin_fills_s {
   pthread_mutex_t mu;
   pthread_cond_t cv;
+  pthread_cond_t retry_cv;  // a runner's wait between connects: stop, or fills answered
   cw__fill_t* queue;  // newest first; a worker's wait while a runner has it
   cw__oneshot_t* open;
   cw__runner_t* runners;  // at most one per worker
@@ -69,33 +81,105 @@ static int cw__fill_order(const void* a, const void* b) {
   return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
+static void cw__behind_drop_locked(cw__behind_t* b) {
+  if (--b->refs == 0) free(b);
+}
+
+static void cw__behind_answered(void* user, cw_status_t status, const ProtobufCMessage* reply) {
+  (void)reply;
+  cw_status_free(status);  // a duplicate: the fill on a connection of its own came first
+  cw__behind_t* b = user;
+  struct cw_plugin_fills_s* f = b->fills;
+  pthread_mutex_lock(&f->mu);
+  if (--b->waiting == 0) pthread_cond_broadcast(&f->retry_cv);
+  cw__behind_drop_locked(b);
+  pthread_mutex_unlock(&f->mu);
+}
+
+static bool cw__worker_gone(const cw__fill_t* first) {
+  cw_plugin_worker_t* w = first->w;
+  return first->epoch != atomic_load_explicit(&w->epoch, memory_order_acquire) ||
+         atomic_load_explicit(&w->dead, memory_order_acquire);
+}
+
+static cw_status_t cw__fill_connect(cw_plugin_worker_t* w, cw_client_t** conn) {
+  cw_client_options_t o;
+  cw_plugin_client_worker_options(w->client, &o);
+  return cw_client_connect(cw_plugin_worker_address(w), &o, conn);
+}
+
+// A connection of their own was refused (the worker at --max-connections,
+// evicted before HELLO by a flood) or not reached: w's own link may be
+// healthy, and taking it for lost failed every request in flight on it. The
+// fills go on it, behind what it carries. That stalls with the worker at its
+// held cap there (it does not read that link), so until they are answered
+// the connection of their own is tried again, at most every 2 s: when room
+// comes, the fills go on it as well and the first to arrive applies (the
+// other is refused as a duplicate). A lost link is found by its own
+// watchdog, and the reattach fills what never arrived. Returns a connection
+// for the fills, or NULL when none is needed any more.
+static cw_client_t* cw__fill_behind(struct cw_plugin_fills_s* f, cw__fill_t** g, size_t n) {
+  cw_plugin_worker_t* w = g[0]->w;
+  cw__behind_t* b = calloc(1, sizeof(*b));
+  if (!b) return NULL;
+  b->fills = f;
+  b->refs = 1;
+  for (size_t i = 0; i < n && !atomic_load_explicit(&w->dead, memory_order_acquire); ++i) {
+    pthread_mutex_lock(&f->mu);
+    b->waiting++;
+    b->refs++;
+    pthread_mutex_unlock(&f->mu);
+    if (!cw_plugin_worker_fill_seq(w, g[i]->seq, g[i]->epoch, cw__behind_answered, b)) {
+      pthread_mutex_lock(&f->mu);
+      b->waiting--;
+      b->refs--;
+      pthread_mutex_unlock(&f->mu);
+    }
+  }
+  cw_client_t* conn = NULL;
+  for (long delay_ms = 50;; delay_ms = delay_ms < 1000 ? delay_ms * 2 : 2000) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += delay_ms / 1000;
+    until.tv_nsec += (delay_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&f->mu);
+    int rc = 0;
+    while (!f->stop && b->waiting && rc != ETIMEDOUT) {
+      rc = pthread_cond_timedwait(&f->retry_cv, &f->mu, &until);
+    }
+    bool needed = !f->stop && b->waiting;
+    pthread_mutex_unlock(&f->mu);
+    if (!needed || cw__worker_gone(g[0])) break;
+    cw_status_t s = cw__fill_connect(w, &conn);
+    if (!s) break;
+    cw_status_free(s);
+    conn = NULL;
+  }
+  pthread_mutex_lock(&f->mu);
+  cw__behind_drop_locked(b);
+  pthread_mutex_unlock(&f->mu);
+  return conn;
+}
+
 // Fills g[0..n) (one worker, epoch and life; seqs increasing) on a new
 // connection. Without fills->mu.
 static void cw__fill_group(struct cw_plugin_fills_s* f, cw__fill_t** g, size_t n) {
   cw_plugin_worker_t* w = g[0]->w;
-  if (g[0]->epoch != atomic_load_explicit(&w->epoch, memory_order_acquire) ||
-      atomic_load_explicit(&w->dead, memory_order_acquire)) {
-    return;
-  }
-  cw_client_options_t o;
-  cw_plugin_client_worker_options(w->client, &o);
+  if (cw__worker_gone(g[0])) return;
   cw_client_t* conn = NULL;
-  cw_status_t s = cw_client_connect(cw_plugin_worker_address(w), &o, &conn);
+  cw_status_t s = cw__fill_connect(w, &conn);
   if (s) {
-    // Not reached, or refused (at --max-connections; evicted before HELLO
-    // by a flood): w's own link may be healthy, and taking it for lost
-    // failed every request in flight on it. The fills go on it, behind what
-    // it carries (as before session 51: that stalls only with the worker at
-    // its held cap there). A lost link is found by its own watchdog, and
-    // the reattach fills what never arrived.
     CW_LOGW("worker %s (%s): the fill of seq %llu (a request the controller did not relay) "
-            "goes on the worker's connection: one of its own failed: %s", w->name,
-            cw_plugin_worker_address(w), (unsigned long long)g[0]->seq, cw_status_message(s));
+            "goes on the worker's connection, and one of its own is tried again until it is "
+            "answered: one of its own failed: %s", w->name, cw_plugin_worker_address(w),
+            (unsigned long long)g[0]->seq, cw_status_message(s));
     cw_status_free(s);
-    if (!atomic_load_explicit(&w->dead, memory_order_acquire)) {
-      for (size_t i = 0; i < n; ++i) cw_plugin_worker_fill_seq(w, g[i]->seq, g[i]->epoch);
-    }
-    return;
+    conn = cw__fill_behind(f, g, n);
+    if (!conn) return;
   }
   // Another life of the session there: the seqs of ours mean nothing now.
   if (cw_client_session_key(conn) != g[0]->life) {
@@ -311,8 +395,10 @@ static struct cw_plugin_fills_s* cw__fills(cw_plugin_client_t* c) {
   if (!f) return NULL;
   pthread_mutex_init(&f->mu, NULL);
   pthread_cond_init(&f->cv, NULL);
+  pthread_cond_init(&f->retry_cv, NULL);
   struct cw_plugin_fills_s* none = NULL;
   if (atomic_compare_exchange_strong(&c->fills, &none, f)) return f;
+  pthread_cond_destroy(&f->retry_cv);
   pthread_cond_destroy(&f->cv);
   pthread_mutex_destroy(&f->mu);
   free(f);
@@ -357,6 +443,7 @@ void cw_plugin_fill_close(cw_plugin_client_t* c) {
   pthread_mutex_lock(&f->mu);
   f->stop = true;  // a runner at a group finishes it; no other group starts
   pthread_cond_signal(&f->cv);
+  pthread_cond_broadcast(&f->retry_cv);  // nor waits to connect again
   pthread_mutex_unlock(&f->mu);
 }
 
@@ -367,6 +454,7 @@ void cw_plugin_fill_stop(cw_plugin_client_t* c) {
   pthread_mutex_lock(&f->mu);
   f->stop = true;
   pthread_cond_signal(&f->cv);
+  pthread_cond_broadcast(&f->retry_cv);
   bool started = f->started;
   pthread_mutex_unlock(&f->mu);
   if (started) pthread_join(f->thread, NULL);
@@ -381,6 +469,7 @@ void cw_plugin_fill_stop(cw_plugin_client_t* c) {
     free(q);
     q = next;
   }
+  pthread_cond_destroy(&f->retry_cv);
   pthread_cond_destroy(&f->cv);
   pthread_mutex_destroy(&f->mu);
   free(f);

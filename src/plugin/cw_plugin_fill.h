@@ -8,7 +8,9 @@
 // "Ordering across connections"). Connecting waits on the network, so a
 // thread of the client's does it, never the reader that took the refusal:
 // one per worker with fills under way, so that a worker that does not
-// answer holds up only its own.
+// answer holds up only its own. A connection refused (the worker at
+// --max-connections) sends the fills on the worker's link and is tried
+// again until they are answered there.
 #ifndef CW_PLUGIN_FILL_H_
 #define CW_PLUGIN_FILL_H_
 

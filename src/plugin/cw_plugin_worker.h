@@ -107,8 +107,10 @@ bool cw_plugin_worker_relayed_pending_locked(const cw_plugin_worker_t* w, uint32
                                              uint64_t seq);
 // Fills `seq` of `epoch` with an empty DELETE on w's own connection,
 // unless w was joined again since (cw_plugin_fill.c, when it cannot open
-// one of its own).
-void cw_plugin_worker_fill_seq(cw_plugin_worker_t* w, uint64_t seq, uint32_t epoch);
+// one of its own). `done(user, ...)` runs once with its answer when this
+// returns true (sent); never when false.
+bool cw_plugin_worker_fill_seq(cw_plugin_worker_t* w, uint64_t seq, uint32_t epoch,
+                               cw_client_done_fn done, void* user);
 // The recorded error(s) of pipelined requests, cleared; OK if none.
 CW_MUST_USE cw_status_t cw_plugin_worker_take_deferred(cw_plugin_worker_t* w);
 

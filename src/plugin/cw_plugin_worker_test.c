@@ -370,28 +370,28 @@ static void start_null_worker(const char* name, const char** args, cw_test_worke
   assert_int_equal(cw_test_worker_start(&wo, worker), 0);
 }
 
-// A real worker that holds at most 4 requests waiting for their seq
-// (--max-held-requests 4). The controller refuses a relayed DELETE late,
-// after 8 requests with later seqs went straight to the worker: they wait
-// there for its seq, and at 4 the worker stops reading that connection. The
-// seq's filler used to go behind them on it and was never read, and the 8
-// were never answered; on a connection of its own it is read at once.
-static void test_filler_reaches_a_worker_at_its_cap(void** state) {
-  fixture_t* fx = *state;
-  const char* args[] = {"--max-held-requests", "4", NULL};
-  cw_test_worker_t worker;
-  start_null_worker("capped", args, &worker);
+// A fake controller that refuses the relayed request it reads when told
+// (script_refuse_later), and the client joined to the real worker at
+// `address` in `session`.
+static holding_t* join_with_refusing_controller(fixture_t* fx, const char* name,
+                                                const char* address, uint64_t session) {
   holding_t* ctrl = calloc(1, sizeof(*ctrl));
   assert_non_null(ctrl);
   pthread_mutex_init(&ctrl->p.mu, NULL);
   fake_start(&ctrl->p.f, script_refuse_later);
   fx->client.ctrl = connect_ok(&ctrl->p.f);
-  join_real_worker(fx, "capped", worker.address, 4242);
-  rec_t relayed = {.mu = PTHREAD_MUTEX_INITIALIZER};
-  uint64_t id = 7;
-  send_relayed_delete(fx, &id, &relayed);
+  join_real_worker(fx, name, address, session);
+  return ctrl;
+}
+
+// A DELETE relayed through ctrl (seq 1), then 8 DELETEs of the same id
+// straight to the worker (seqs 2..9), which wait there for seq 1; then ctrl
+// refuses the relayed one, whose seq the client must fill.
+static void refuse_one_before_8(fixture_t* fx, holding_t* ctrl, rec_t* relayed, rec_t* direct) {
+  uint64_t id = 7;  // packed as each request goes out
+  *relayed = (rec_t){.mu = PTHREAD_MUTEX_INITIALIZER};
+  send_relayed_delete(fx, &id, relayed);
   wait_seen(&ctrl->p, 1);
-  rec_t direct[8];
   for (int i = 0; i < 8; ++i) {
     direct[i] = (rec_t){.mu = PTHREAD_MUTEX_INITIALIZER};
     Causeway__V1__DeleteRequest d = CAUSEWAY__V1__DELETE_REQUEST__INIT;
@@ -400,28 +400,38 @@ static void test_filler_reaches_a_worker_at_its_cap(void** state) {
     assert_null(cw_plugin_worker_send_ordered(&fx->worker, CW_PLUGIN_ANY_EPOCH, true,
                                               CW_MSG_DELETE, &d.base, &d.seq, rec_done,
                                               &direct[i]));
-    assert_int_equal(d.seq, 2 + i);
+    assert_int_equal(d.seq, 2 + (uint64_t)i);
   }
   atomic_store(&ctrl->go, true);
+}
+
+// How many of direct[0..n) are answered, waiting up to `ms` for all.
+static int answered_within(rec_t* direct, int n, int ms) {
   int answered = 0;
-  for (int t = 0; t < 1000 && answered < 8; ++t) {  // 10 s
+  for (int t = 0; t < ms / 10 && answered < n; ++t) {
     usleep(10 * 1000);
     answered = 0;
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < n; ++i) {
       pthread_mutex_lock(&direct[i].mu);
       answered += direct[i].calls;
       pthread_mutex_unlock(&direct[i].mu);
     }
   }
-  pthread_mutex_lock(&relayed.mu);
-  assert_int_equal(relayed.calls, 1);
-  assert_int_equal(relayed.code, CW_FAILED_PRECONDITION);
-  pthread_mutex_unlock(&relayed.mu);
-  if (answered < 8) {
-    fail_msg("%d of the 8 requests after the refused one answered in 10 s: the worker never "
-             "read its filler", answered);
-  }
-  for (int i = 0; i < 8; ++i) {
+  return answered;
+}
+
+static void expect_refused_relayed(rec_t* relayed) {
+  pthread_mutex_lock(&relayed->mu);
+  assert_int_equal(relayed->calls, 1);
+  assert_int_equal(relayed->code, CW_FAILED_PRECONDITION);
+  pthread_mutex_unlock(&relayed->mu);
+}
+
+// Every direct DELETE applied (no array there), the link alive; then stops
+// the fills, the fake controller and the worker.
+static void end_capped(fixture_t* fx, holding_t* ctrl, rec_t* direct, int n,
+                       cw_test_worker_t* worker) {
+  for (int i = 0; i < n; ++i) {
     if (direct[i].code != CW_NOT_FOUND) fprintf(stderr, "request %d: %s\n", i, direct[i].message);
     assert_int_equal(direct[i].code, CW_NOT_FOUND);  // no array 7 there
   }
@@ -433,7 +443,62 @@ static void test_filler_reaches_a_worker_at_its_cap(void** state) {
   free(ctrl);
   cw_client_release(fx->worker.conn);
   fx->worker.conn = NULL;
-  assert_int_equal(cw_test_worker_stop(&worker, 10000), 0);
+  assert_int_equal(cw_test_worker_stop(worker, 10000), 0);
+}
+
+// A real worker that holds at most 4 requests waiting for their seq
+// (--max-held-requests 4). The controller refuses a relayed DELETE late,
+// after 8 requests with later seqs went straight to the worker: they wait
+// there for its seq, and at 4 the worker stops reading that connection. The
+// seq's filler used to go behind them on it and was never read, and the 8
+// were never answered; on a connection of its own it is read at once.
+static void test_filler_reaches_a_worker_at_its_cap(void** state) {
+  fixture_t* fx = *state;
+  const char* args[] = {"--max-held-requests", "4", NULL};
+  cw_test_worker_t worker;
+  start_null_worker("capped", args, &worker);
+  holding_t* ctrl = join_with_refusing_controller(fx, "capped", worker.address, 4242);
+  rec_t relayed, direct[8];
+  refuse_one_before_8(fx, ctrl, &relayed, direct);
+  int answered = answered_within(direct, 8, 10000);
+  expect_refused_relayed(&relayed);
+  if (answered < 8) {
+    fail_msg("%d of the 8 requests after the refused one answered in 10 s: the worker never "
+             "read its filler", answered);
+  }
+  end_capped(fx, ctrl, direct, 8, &worker);
+}
+
+// As above, with the worker also at its --max-connections (2: the client's
+// link and another session's connection), so the fill's connection of its
+// own is refused and the fill goes on the link, behind the held requests,
+// where the worker does not read it. The client tries that connection
+// again: once the other session's leaves, the fill gets through and the 8
+// are answered. Before, it never tried again and they waited for ever.
+static void test_fill_retries_its_connection_at_both_caps(void** state) {
+  fixture_t* fx = *state;
+  const char* args[] = {"--max-held-requests", "4", "--max-connections", "2", NULL};
+  cw_test_worker_t worker;
+  start_null_worker("full-capped", args, &worker);
+  holding_t* ctrl = join_with_refusing_controller(fx, "full-capped", worker.address, 4444);
+  cw_client_options_t o;
+  cw_plugin_client_worker_options(&fx->client, &o);
+  o.session_id = 4545;
+  cw_client_t* other = NULL;  // the worker's second connection
+  assert_ok(cw_client_connect(worker.address, &o, &other));
+  rec_t relayed, direct[8];
+  refuse_one_before_8(fx, ctrl, &relayed, direct);
+  // The refusal and the fill's refused connection, then the stall.
+  int early = answered_within(direct, 8, 1000);
+  expect_refused_relayed(&relayed);
+  if (early) fail_msg("%d of the 8 answered with the fill's connection refused", early);
+  cw_client_release(other);
+  int answered = answered_within(direct, 8, 10000);
+  if (answered < 8) {
+    fail_msg("%d of the 8 requests after the refused one answered in 10 s after the worker "
+             "had room for a connection: the fill was not tried again", answered);
+  }
+  end_capped(fx, ctrl, direct, 8, &worker);
 }
 
 // A worker at its --max-connections (1: the client's link fills it) refuses
@@ -780,6 +845,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_refused_ordered_request_is_filled, setup, teardown),
       cmocka_unit_test_setup_teardown(test_refused_relayed_request_is_filled, setup, teardown),
       cmocka_unit_test_setup_teardown(test_filler_reaches_a_worker_at_its_cap, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_fill_retries_its_connection_at_both_caps, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_fill_refused_connection_keeps_the_link, setup,
                                       teardown),
       cmocka_unit_test(test_fill_not_behind_another_workers_connect),
