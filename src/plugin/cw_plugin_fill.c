@@ -43,17 +43,21 @@ typedef struct cw__runner_s {
 
 // Fills sent on a worker's own link because a connection of their own was
 // refused: counted until answered, while the runner tries that connection
-// again (cw__fill_behind).
+// again (cw__fill_behind). Their answers may come after the fills' state is
+// gone (the link outlives cw_plugin_fill_stop), so this one stands alone.
 typedef struct cw__behind_s {
-  struct cw_plugin_fills_s* fills;
-  size_t waiting;  // sent and not answered; guarded by fills->mu
-  size_t refs;     // the runner's and each waiting fill's; guarded by fills->mu
+  struct cw__behind_s* next;  // fills->behind; guarded by fills->mu
+  pthread_mutex_t mu;
+  pthread_cond_t cv;  // answered, or stop
+  size_t waiting;     // sent and not answered
+  size_t refs;        // the runner's and each waiting fill's
+  bool stop;          // the client ends: no more connects
 } cw__behind_t;
 
 struct cw_plugin_fills_s {
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  pthread_cond_t retry_cv;  // a runner's wait between connects: stop, or fills answered
+  cw__behind_t* behind;  // the runners' waits to connect again
   cw__fill_t* queue;  // newest first; a worker's wait while a runner has it
   cw__oneshot_t* open;
   cw__runner_t* runners;  // at most one per worker
@@ -81,19 +85,33 @@ static int cw__fill_order(const void* a, const void* b) {
   return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
-static void cw__behind_drop_locked(cw__behind_t* b) {
-  if (--b->refs == 0) free(b);
+// Drops a reference, b->mu held; unlocks it.
+static void cw__behind_drop_unlock(cw__behind_t* b) {
+  bool last = --b->refs == 0;
+  pthread_mutex_unlock(&b->mu);
+  if (!last) return;
+  pthread_cond_destroy(&b->cv);
+  pthread_mutex_destroy(&b->mu);
+  free(b);
 }
 
 static void cw__behind_answered(void* user, cw_status_t status, const ProtobufCMessage* reply) {
   (void)reply;
   cw_status_free(status);  // a duplicate: the fill on a connection of its own came first
   cw__behind_t* b = user;
-  struct cw_plugin_fills_s* f = b->fills;
-  pthread_mutex_lock(&f->mu);
-  if (--b->waiting == 0) pthread_cond_broadcast(&f->retry_cv);
-  cw__behind_drop_locked(b);
-  pthread_mutex_unlock(&f->mu);
+  pthread_mutex_lock(&b->mu);
+  if (--b->waiting == 0) pthread_cond_broadcast(&b->cv);
+  cw__behind_drop_unlock(b);
+}
+
+// Tells every runner waiting to connect again to stop. With f->mu held.
+static void cw__behind_stop_locked(struct cw_plugin_fills_s* f) {
+  for (cw__behind_t* b = f->behind; b; b = b->next) {
+    pthread_mutex_lock(&b->mu);
+    b->stop = true;
+    pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+  }
 }
 
 static bool cw__worker_gone(const cw__fill_t* first) {
@@ -122,18 +140,24 @@ static cw_client_t* cw__fill_behind(struct cw_plugin_fills_s* f, cw__fill_t** g,
   cw_plugin_worker_t* w = g[0]->w;
   cw__behind_t* b = calloc(1, sizeof(*b));
   if (!b) return NULL;
-  b->fills = f;
+  pthread_mutex_init(&b->mu, NULL);
+  pthread_cond_init(&b->cv, NULL);
   b->refs = 1;
+  pthread_mutex_lock(&f->mu);
+  b->stop = f->stop;
+  b->next = f->behind;
+  f->behind = b;
+  pthread_mutex_unlock(&f->mu);
   for (size_t i = 0; i < n && !atomic_load_explicit(&w->dead, memory_order_acquire); ++i) {
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&b->mu);
     b->waiting++;
     b->refs++;
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&b->mu);
     if (!cw_plugin_worker_fill_seq(w, g[i]->seq, g[i]->epoch, cw__behind_answered, b)) {
-      pthread_mutex_lock(&f->mu);
+      pthread_mutex_lock(&b->mu);
       b->waiting--;
       b->refs--;
-      pthread_mutex_unlock(&f->mu);
+      pthread_mutex_unlock(&b->mu);
     }
   }
   cw_client_t* conn = NULL;
@@ -146,13 +170,13 @@ static cw_client_t* cw__fill_behind(struct cw_plugin_fills_s* f, cw__fill_t** g,
       until.tv_sec++;
       until.tv_nsec -= 1000000000L;
     }
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&b->mu);
     int rc = 0;
-    while (!f->stop && b->waiting && rc != ETIMEDOUT) {
-      rc = pthread_cond_timedwait(&f->retry_cv, &f->mu, &until);
+    while (!b->stop && b->waiting && rc != ETIMEDOUT) {
+      rc = pthread_cond_timedwait(&b->cv, &b->mu, &until);
     }
-    bool needed = !f->stop && b->waiting;
-    pthread_mutex_unlock(&f->mu);
+    bool needed = !b->stop && b->waiting;
+    pthread_mutex_unlock(&b->mu);
     if (!needed || cw__worker_gone(g[0])) break;
     cw_status_t s = cw__fill_connect(w, &conn);
     if (!s) break;
@@ -160,8 +184,15 @@ static cw_client_t* cw__fill_behind(struct cw_plugin_fills_s* f, cw__fill_t** g,
     conn = NULL;
   }
   pthread_mutex_lock(&f->mu);
-  cw__behind_drop_locked(b);
+  for (cw__behind_t** p = &f->behind; *p; p = &(*p)->next) {
+    if (*p == b) {
+      *p = b->next;
+      break;
+    }
+  }
   pthread_mutex_unlock(&f->mu);
+  pthread_mutex_lock(&b->mu);
+  cw__behind_drop_unlock(b);
   return conn;
 }
 
@@ -395,10 +426,8 @@ static struct cw_plugin_fills_s* cw__fills(cw_plugin_client_t* c) {
   if (!f) return NULL;
   pthread_mutex_init(&f->mu, NULL);
   pthread_cond_init(&f->cv, NULL);
-  pthread_cond_init(&f->retry_cv, NULL);
   struct cw_plugin_fills_s* none = NULL;
   if (atomic_compare_exchange_strong(&c->fills, &none, f)) return f;
-  pthread_cond_destroy(&f->retry_cv);
   pthread_cond_destroy(&f->cv);
   pthread_mutex_destroy(&f->mu);
   free(f);
@@ -443,7 +472,7 @@ void cw_plugin_fill_close(cw_plugin_client_t* c) {
   pthread_mutex_lock(&f->mu);
   f->stop = true;  // a runner at a group finishes it; no other group starts
   pthread_cond_signal(&f->cv);
-  pthread_cond_broadcast(&f->retry_cv);  // nor waits to connect again
+  cw__behind_stop_locked(f);  // nor waits to connect again
   pthread_mutex_unlock(&f->mu);
 }
 
@@ -454,7 +483,7 @@ void cw_plugin_fill_stop(cw_plugin_client_t* c) {
   pthread_mutex_lock(&f->mu);
   f->stop = true;
   pthread_cond_signal(&f->cv);
-  pthread_cond_broadcast(&f->retry_cv);
+  cw__behind_stop_locked(f);
   bool started = f->started;
   pthread_mutex_unlock(&f->mu);
   if (started) pthread_join(f->thread, NULL);
@@ -469,7 +498,6 @@ void cw_plugin_fill_stop(cw_plugin_client_t* c) {
     free(q);
     q = next;
   }
-  pthread_cond_destroy(&f->retry_cv);
   pthread_cond_destroy(&f->cv);
   pthread_mutex_destroy(&f->mu);
   free(f);

@@ -469,6 +469,28 @@ static void test_filler_reaches_a_worker_at_its_cap(void** state) {
   end_capped(fx, ctrl, direct, 8, &worker);
 }
 
+// A worker at --max-held-requests 4 and --max-connections 2, the client's
+// link and `*other` (another session's connection) taking both; the stall
+// of test_filler_reaches_a_worker_at_its_cap there, the fill's connection
+// of its own refused.
+static holding_t* stall_at_both_caps(fixture_t* fx, const char* name, uint64_t session,
+                                     cw_test_worker_t* worker, cw_client_t** other,
+                                     rec_t* direct) {
+  const char* args[] = {"--max-held-requests", "4", "--max-connections", "2", NULL};
+  start_null_worker(name, args, worker);
+  holding_t* ctrl = join_with_refusing_controller(fx, name, worker->address, session);
+  cw_client_options_t o;
+  cw_plugin_client_worker_options(&fx->client, &o);
+  o.session_id = session + 1;
+  assert_ok(cw_client_connect(worker->address, &o, other));
+  rec_t relayed;
+  refuse_one_before_8(fx, ctrl, &relayed, direct);
+  int early = answered_within(direct, 8, 1000);
+  expect_refused_relayed(&relayed);
+  if (early) fail_msg("%d of the 8 answered with the fill's connection refused", early);
+  return ctrl;
+}
+
 // As above, with the worker also at its --max-connections (2: the client's
 // link and another session's connection), so the fill's connection of its
 // own is refused and the fill goes on the link, behind the held requests,
@@ -477,21 +499,10 @@ static void test_filler_reaches_a_worker_at_its_cap(void** state) {
 // are answered. Before, it never tried again and they waited for ever.
 static void test_fill_retries_its_connection_at_both_caps(void** state) {
   fixture_t* fx = *state;
-  const char* args[] = {"--max-held-requests", "4", "--max-connections", "2", NULL};
   cw_test_worker_t worker;
-  start_null_worker("full-capped", args, &worker);
-  holding_t* ctrl = join_with_refusing_controller(fx, "full-capped", worker.address, 4444);
-  cw_client_options_t o;
-  cw_plugin_client_worker_options(&fx->client, &o);
-  o.session_id = 4545;
-  cw_client_t* other = NULL;  // the worker's second connection
-  assert_ok(cw_client_connect(worker.address, &o, &other));
-  rec_t relayed, direct[8];
-  refuse_one_before_8(fx, ctrl, &relayed, direct);
-  // The refusal and the fill's refused connection, then the stall.
-  int early = answered_within(direct, 8, 1000);
-  expect_refused_relayed(&relayed);
-  if (early) fail_msg("%d of the 8 answered with the fill's connection refused", early);
+  cw_client_t* other = NULL;
+  rec_t direct[8];
+  holding_t* ctrl = stall_at_both_caps(fx, "full-capped", 4444, &worker, &other, direct);
   cw_client_release(other);
   int answered = answered_within(direct, 8, 10000);
   if (answered < 8) {
@@ -499,6 +510,32 @@ static void test_fill_retries_its_connection_at_both_caps(void** state) {
              "had room for a connection: the fill was not tried again", answered);
   }
   end_capped(fx, ctrl, direct, 8, &worker);
+}
+
+// The same stall, never relieved: the client ends while its runner waits to
+// connect again and the fills on the link are unanswered. The fills' state
+// goes first (cw_plugin_fill_stop, which must not wait for the fills), then
+// the link, whose release answers them: their answers must not touch what
+// is gone. (The first form of the retry locked the freed state's mutex
+// there; neither sanitizer sees an access made inside pthread_mutex_lock,
+// so this runs the path rather than catching that form.)
+static void test_client_ends_with_fills_behind_on_the_link(void** state) {
+  fixture_t* fx = *state;
+  cw_test_worker_t worker;
+  cw_client_t* other = NULL;
+  rec_t direct[8];
+  holding_t* ctrl = stall_at_both_caps(fx, "full-capped-end", 4646, &worker, &other, direct);
+  cw_plugin_fill_stop(&fx->client);
+  cw_client_release(fx->client.ctrl);
+  fake_join(&ctrl->p.f);
+  pthread_mutex_destroy(&ctrl->p.mu);
+  free(ctrl);
+  cw_client_release(fx->worker.conn);  // fails the 8 and the fill on it
+  fx->worker.conn = NULL;
+  assert_int_equal(answered_within(direct, 8, 10000), 8);
+  for (int i = 0; i < 8; ++i) assert_int_not_equal(direct[i].code, CW_OK);
+  cw_client_release(other);
+  assert_int_equal(cw_test_worker_stop(&worker, 10000), 0);
 }
 
 // A worker at its --max-connections (1: the client's link fills it) refuses
@@ -846,6 +883,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_refused_relayed_request_is_filled, setup, teardown),
       cmocka_unit_test_setup_teardown(test_filler_reaches_a_worker_at_its_cap, setup, teardown),
       cmocka_unit_test_setup_teardown(test_fill_retries_its_connection_at_both_caps, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_client_ends_with_fills_behind_on_the_link, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_fill_refused_connection_keeps_the_link, setup,
                                       teardown),
