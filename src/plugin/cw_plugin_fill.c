@@ -4,13 +4,13 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "cw_log.h"
 #include "cw_msg.h"
 #include "cw_plugin_client.h"
 #include "cw_plugin_internal.h"
 #include "cw_plugin_worker.h"
+#include "cw_time.h"
 
 typedef struct cw__fill_s {
   struct cw__fill_s* next;
@@ -47,11 +47,13 @@ typedef struct cw__runner_s {
 // gone (the link outlives cw_plugin_fill_stop), so this one stands alone.
 typedef struct cw__behind_s {
   struct cw__behind_s* next;  // fills->behind; guarded by fills->mu
+  const cw__fill_t* first;    // the group's: its worker, epoch and life
   pthread_mutex_t mu;
-  pthread_cond_t cv;  // answered, or stop
+  pthread_cond_t cv;  // answered, stop, or more fills queued for the worker
   size_t waiting;     // sent and not answered
   size_t refs;        // the runner's and each waiting fill's
   bool stop;          // the client ends: no more connects
+  bool more;          // fills for the worker were queued meanwhile
 } cw__behind_t;
 
 struct cw_plugin_fills_s {
@@ -126,6 +128,76 @@ static cw_status_t cw__fill_connect(cw_plugin_worker_t* w, cw_client_t** conn) {
   return cw_client_connect(cw_plugin_worker_address(w), &o, conn);
 }
 
+static void cw__ignore_answer(void* user, cw_status_t status, const ProtobufCMessage* reply) {
+  (void)user;
+  (void)reply;
+  cw_status_free(status);
+}
+
+// Sends the fill of `fill` on its worker's link, counted in b until answered.
+static void cw__send_behind(cw__behind_t* b, const cw__fill_t* fill) {
+  cw_plugin_worker_t* w = fill->w;
+  if (atomic_load_explicit(&w->dead, memory_order_acquire)) return;
+  pthread_mutex_lock(&b->mu);
+  b->waiting++;
+  b->refs++;
+  pthread_mutex_unlock(&b->mu);
+  if (cw_plugin_worker_fill_seq(w, fill->seq, fill->epoch, cw__behind_answered, b)) {
+    atomic_fetch_add_explicit(&w->fills_behind, 1, memory_order_relaxed);
+    return;
+  }
+  pthread_mutex_lock(&b->mu);
+  b->waiting--;
+  b->refs--;
+  pthread_mutex_unlock(&b->mu);
+}
+
+// Takes the fills queued for b's worker, epoch and life off f->queue (they
+// would wait for this runner) onto *extra, and sends each on the link.
+static void cw__take_queued(struct cw_plugin_fills_s* f, cw__behind_t* b, cw__fill_t** extra) {
+  cw__fill_t* taken = NULL;
+  pthread_mutex_lock(&f->mu);
+  for (cw__fill_t** p = &f->queue; *p;) {
+    cw__fill_t* q = *p;
+    if (q->w == b->first->w && q->epoch == b->first->epoch && q->life == b->first->life) {
+      *p = q->next;
+      q->next = taken;
+      taken = q;
+    } else {
+      p = &q->next;
+    }
+  }
+  pthread_mutex_unlock(&f->mu);
+  while (taken) {
+    cw__fill_t* q = taken;
+    taken = q->next;
+    cw__send_behind(b, q);
+    q->next = *extra;
+    *extra = q;
+  }
+}
+
+// Waits for the fills on the link to be answered, at most until `deadline`
+// (CLOCK_MONOTONIC ns); fills queued meanwhile for the worker go on the link
+// too (onto *extra). True when a connection of their own is still needed.
+static bool cw__wait_behind(struct cw_plugin_fills_s* f, cw__behind_t* b, int64_t deadline,
+                            cw__fill_t** extra) {
+  for (;;) {
+    cw__take_queued(f, b, extra);
+    struct timespec until = cw_time_timespec(deadline);
+    pthread_mutex_lock(&b->mu);
+    int rc = 0;
+    while (!b->stop && b->waiting && !b->more && rc != ETIMEDOUT) {
+      rc = pthread_cond_timedwait(&b->cv, &b->mu, &until);
+    }
+    bool more = b->more;
+    b->more = false;
+    bool needed = !b->stop && b->waiting;
+    pthread_mutex_unlock(&b->mu);
+    if (!needed || !more || rc == ETIMEDOUT) return needed;
+  }
+}
+
 // A connection of their own was refused (the worker at --max-connections,
 // evicted before HELLO by a flood) or not reached: w's own link may be
 // healthy, and taking it for lost failed every request in flight on it. The
@@ -133,51 +205,38 @@ static cw_status_t cw__fill_connect(cw_plugin_worker_t* w, cw_client_t** conn) {
 // held cap there (it does not read that link), so until they are answered
 // the connection of their own is tried again, at most every 2 s: when room
 // comes, the fills go on it as well and the first to arrive applies (the
-// other is refused as a duplicate). A lost link is found by its own
-// watchdog, and the reattach fills what never arrived. Returns a connection
-// for the fills, or NULL when none is needed any more.
-static cw_client_t* cw__fill_behind(struct cw_plugin_fills_s* f, cw__fill_t** g, size_t n) {
+// other is refused as a duplicate). Fills queued for the worker meanwhile go
+// on the link at once, and on that connection with these: waiting for this
+// runner, a lower seq refused later would leave these held for it at the
+// worker. A lost link is found by its own watchdog, and the reattach fills
+// what never arrived. Returns a connection for the fills (g's and *extra's),
+// or NULL when none is needed any more.
+static cw_client_t* cw__fill_behind(struct cw_plugin_fills_s* f, cw__fill_t** g, size_t n,
+                                    cw__fill_t** extra) {
   cw_plugin_worker_t* w = g[0]->w;
   cw__behind_t* b = calloc(1, sizeof(*b));
-  if (!b) return NULL;
+  if (!b) {  // the fills still go on the link, uncounted
+    for (size_t i = 0; i < n; ++i) {
+      (void)cw_plugin_worker_fill_seq(w, g[i]->seq, g[i]->epoch, cw__ignore_answer, NULL);
+    }
+    return NULL;
+  }
   pthread_mutex_init(&b->mu, NULL);
-  pthread_cond_init(&b->cv, NULL);
+  cw_time_cond_init(&b->cv);
+  b->first = g[0];
   b->refs = 1;
   pthread_mutex_lock(&f->mu);
   b->stop = f->stop;
   b->next = f->behind;
   f->behind = b;
   pthread_mutex_unlock(&f->mu);
-  for (size_t i = 0; i < n && !atomic_load_explicit(&w->dead, memory_order_acquire); ++i) {
-    pthread_mutex_lock(&b->mu);
-    b->waiting++;
-    b->refs++;
-    pthread_mutex_unlock(&b->mu);
-    if (!cw_plugin_worker_fill_seq(w, g[i]->seq, g[i]->epoch, cw__behind_answered, b)) {
-      pthread_mutex_lock(&b->mu);
-      b->waiting--;
-      b->refs--;
-      pthread_mutex_unlock(&b->mu);
-    }
-  }
+  for (size_t i = 0; i < n; ++i) cw__send_behind(b, g[i]);
   cw_client_t* conn = NULL;
-  for (long delay_ms = 50;; delay_ms = delay_ms < 1000 ? delay_ms * 2 : 2000) {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += delay_ms / 1000;
-    until.tv_nsec += (delay_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-      until.tv_sec++;
-      until.tv_nsec -= 1000000000L;
+  for (int64_t delay_ms = 50;; delay_ms = delay_ms < 1000 ? delay_ms * 2 : 2000) {
+    if (!cw__wait_behind(f, b, cw_time_now_ns() + delay_ms * 1000000, extra) ||
+        cw__worker_gone(g[0])) {
+      break;
     }
-    pthread_mutex_lock(&b->mu);
-    int rc = 0;
-    while (!b->stop && b->waiting && rc != ETIMEDOUT) {
-      rc = pthread_cond_timedwait(&b->cv, &b->mu, &until);
-    }
-    bool needed = !b->stop && b->waiting;
-    pthread_mutex_unlock(&b->mu);
-    if (!needed || cw__worker_gone(g[0])) break;
     cw_status_t s = cw__fill_connect(w, &conn);
     if (!s) break;
     cw_status_free(s);
@@ -196,12 +255,18 @@ static cw_client_t* cw__fill_behind(struct cw_plugin_fills_s* f, cw__fill_t** g,
   return conn;
 }
 
+static int cw__seq_order(const void* a, const void* b) {
+  uint64_t x = *(const uint64_t*)a, y = *(const uint64_t*)b;
+  return x < y ? -1 : x > y;
+}
+
 // Fills g[0..n) (one worker, epoch and life; seqs increasing) on a new
 // connection. Without fills->mu.
 static void cw__fill_group(struct cw_plugin_fills_s* f, cw__fill_t** g, size_t n) {
   cw_plugin_worker_t* w = g[0]->w;
   if (cw__worker_gone(g[0])) return;
   cw_client_t* conn = NULL;
+  cw__fill_t* extra = NULL;  // fills of the same worker, epoch and life taken meanwhile
   cw_status_t s = cw__fill_connect(w, &conn);
   if (s) {
     CW_LOGW("worker %s (%s): the fill of seq %llu (a request the controller did not relay) "
@@ -209,32 +274,46 @@ static void cw__fill_group(struct cw_plugin_fills_s* f, cw__fill_t** g, size_t n
             "answered: one of its own failed: %s", w->name, cw_plugin_worker_address(w),
             (unsigned long long)g[0]->seq, cw_status_message(s));
     cw_status_free(s);
-    conn = cw__fill_behind(f, g, n);
-    if (!conn) return;
+    conn = cw__fill_behind(f, g, n, &extra);
+  }
+  size_t m = n;
+  for (cw__fill_t* q = extra; q; q = q->next) ++m;
+  uint64_t* seqs = conn ? malloc(m * sizeof(*seqs)) : NULL;
+  m = 0;
+  for (size_t i = 0; seqs && i < n; ++i) seqs[m++] = g[i]->seq;
+  while (extra) {
+    cw__fill_t* q = extra;
+    extra = q->next;
+    if (seqs) seqs[m++] = q->seq;
+    free(q);
   }
   // Another life of the session there: the seqs of ours mean nothing now.
-  if (cw_client_session_key(conn) != g[0]->life) {
-    cw_client_release(conn);
+  if (!seqs || cw_client_session_key(conn) != g[0]->life) {
+    free(seqs);
+    if (conn) cw_client_release(conn);
     return;
   }
+  qsort(seqs, m, sizeof(*seqs), cw__seq_order);  // increasing on the connection
   cw__oneshot_t* one = calloc(1, sizeof(*one));
   if (!one) {
+    free(seqs);
     cw_client_release(conn);
     return;
   }
   one->fills = f;
   one->conn = conn;
-  one->waiting = n + 1;  // +1: until every fill is out
+  one->waiting = m + 1;  // +1: until every fill is out
   size_t unsent = 1;
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < m; ++i) {
     Causeway__V1__DeleteRequest fill = CAUSEWAY__V1__DELETE_REQUEST__INIT;
-    fill.seq = g[i]->seq;
-    fill.session_life = g[i]->life;
+    fill.seq = seqs[i];
+    fill.session_life = g[0]->life;
     cw_status_t st = cw_client_send(conn, CW_MSG_DELETE, &fill.base, NULL, 0, NULL,
                                     cw__fill_answered, one, NULL);
     if (st) ++unsent;  // its callback never runs
     cw_status_free(st);
   }
+  free(seqs);
   pthread_mutex_lock(&f->mu);
   one->waiting -= unsent;
   one->next = f->open;
@@ -462,6 +541,13 @@ void cw_plugin_fill_later(cw_plugin_worker_t* w, uint32_t epoch, uint64_t life, 
   fill->next = f->queue;
   f->queue = fill;
   pthread_cond_signal(&f->cv);
+  for (cw__behind_t* b = f->behind; b; b = b->next) {
+    if (b->first->w != w) continue;
+    pthread_mutex_lock(&b->mu);
+    b->more = true;  // it takes the fill (cw__take_queued)
+    pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+  }
   pthread_mutex_unlock(&f->mu);
 }
 

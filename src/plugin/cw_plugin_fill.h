@@ -10,7 +10,8 @@
 // one per worker with fills under way, so that a worker that does not
 // answer holds up only its own. A connection refused (the worker at
 // --max-connections) sends the fills on the worker's link and is tried
-// again until they are answered there.
+// again until they are answered there; fills queued for that worker
+// meanwhile join them.
 #ifndef CW_PLUGIN_FILL_H_
 #define CW_PLUGIN_FILL_H_
 
@@ -29,7 +30,8 @@ void cw_plugin_fill_later(cw_plugin_worker_t* w, uint32_t epoch, uint64_t life, 
 // client): first at client destroy, before failing the requests parked for
 // a controller that is away queues theirs (their connects would hold up
 // the destroy, up to the connect timeout for a worker that does not
-// answer). Idempotent.
+// answer; one already under way, a retry's too, is still waited for by
+// cw_plugin_fill_stop). Idempotent.
 void cw_plugin_fill_close(cw_plugin_client_t* c);
 
 // Ends the filling thread: queued fills are dropped, and connections whose

@@ -96,6 +96,9 @@ typedef struct cw_plugin_worker_s {
   // (cw_plugin_health.c), at most once per CW_PLUGIN_REATTACH_EVERY_MS.
   _Atomic bool link_lost;
   _Atomic bool worker_down;  // WORKER_DOWN: only a replacement revives it
+  // Fills sent on the link because a connection of their own was refused
+  // (cw_plugin_fill.c): tests wait for it.
+  _Atomic uint64_t fills_behind;
   uint64_t session_key;  // guarded by send_mu: HelloReply.session_key, our session's life there
   int64_t reattach_after_ms;  // guarded by send_mu
   // Guarded by send_mu: a thread is connecting to w, a reattach or a

@@ -333,14 +333,22 @@ static void join_real_worker(fixture_t* fx, const char* name, const char* addres
   fx->worker.session_key = cw_client_session_key(conn);
 }
 
-// Sends DELETE of *id through the controller (relayed; it takes seq 1).
-static void send_relayed_delete(fixture_t* fx, uint64_t* id, rec_t* rec) {
+// Sends DELETE of *id straight to the worker or through the controller,
+// expecting it to take `seq`; its answer goes to *rec (initialized here).
+static void send_delete_taking(fixture_t* fx, uint64_t* id, bool direct, rec_t* rec,
+                               uint64_t seq) {
+  *rec = (rec_t){.mu = PTHREAD_MUTEX_INITIALIZER};
   Causeway__V1__DeleteRequest del = CAUSEWAY__V1__DELETE_REQUEST__INIT;
   del.ids = id;
   del.n_ids = 1;
-  assert_null(cw_plugin_worker_send_ordered(&fx->worker, CW_PLUGIN_ANY_EPOCH, false, CW_MSG_DELETE,
-                                            &del.base, &del.seq, rec_done, rec));
-  assert_int_equal(del.seq, 1);
+  assert_null(cw_plugin_worker_send_ordered(&fx->worker, CW_PLUGIN_ANY_EPOCH, direct,
+                                            CW_MSG_DELETE, &del.base, &del.seq, rec_done, rec));
+  assert_int_equal(del.seq, seq);
+}
+
+// Sends DELETE of *id through the controller (relayed; it takes seq 1).
+static void send_relayed_delete(fixture_t* fx, uint64_t* id, rec_t* rec) {
+  send_delete_taking(fx, id, false, rec, 1);
 }
 
 // A fake controller that holds the relayed request it reads until `go`,
@@ -348,6 +356,7 @@ static void send_relayed_delete(fixture_t* fx, uint64_t* id, rec_t* rec) {
 typedef struct {
   peer_t p;  // first: the script gets &peer->p.f
   atomic_bool go;
+  atomic_bool go2;  // script_refuse_two_reversed: the first request's refusal
 } holding_t;
 
 static void script_refuse_later(fake_t* f) {
@@ -362,6 +371,35 @@ static void script_refuse_later(fake_t* f) {
   while (ok && fake_read(f, &fr)) frame_free(&fr);
 }
 
+// Reads two relayed requests; at `go` refuses the second, at `go2` the first.
+static void script_refuse_two_reversed(fake_t* f) {
+  holding_t* h = (holding_t*)f;
+  frame_t fr[2];
+  FCHECK(f, fake_read(f, &fr[0]));
+  record_frame(&h->p, &fr[0]);
+  FCHECK(f, fake_read(f, &fr[1]));
+  record_frame(&h->p, &fr[1]);
+  while (!atomic_load(&h->go)) usleep(1000);
+  bool ok = fake_error(f, fr[1].h.type, fr[1].h.request_id, CW_FAILED_PRECONDITION,
+                       "refused by the test");
+  while (ok && !atomic_load(&h->go2)) usleep(1000);
+  ok = ok && fake_error(f, fr[0].h.type, fr[0].h.request_id, CW_FAILED_PRECONDITION,
+                        "refused by the test");
+  frame_free(&fr[0]);
+  frame_free(&fr[1]);
+  frame_t more;
+  while (ok && fake_read(f, &more)) frame_free(&more);
+}
+
+// Waits up to 10 s for the client to have sent `n` fills on w's link after
+// their own connection was refused.
+static void wait_fills_behind(cw_plugin_worker_t* w, uint64_t n) {
+  for (int t = 0; t < 1000 && atomic_load(&w->fills_behind) < n; ++t) usleep(10 * 1000);
+  uint64_t got = atomic_load(&w->fills_behind);
+  if (got < n) fail_msg("%llu fills went on the link in 10 s, not %llu", (unsigned long long)got,
+                        (unsigned long long)n);
+}
+
 // A real worker over the null plugin, started with `args` (NULL-ended).
 static void start_null_worker(const char* name, const char** args, cw_test_worker_t* worker) {
   cw_test_worker_options_t wo = {.plugin = getenv("CW_NULLPLUGIN"), .name = name,
@@ -370,15 +408,14 @@ static void start_null_worker(const char* name, const char** args, cw_test_worke
   assert_int_equal(cw_test_worker_start(&wo, worker), 0);
 }
 
-// A fake controller that refuses the relayed request it reads when told
-// (script_refuse_later), and the client joined to the real worker at
-// `address` in `session`.
-static holding_t* join_with_refusing_controller(fixture_t* fx, const char* name,
-                                                const char* address, uint64_t session) {
+// A fake controller running `script` (script_refuse_later, ...), and the
+// client joined to the real worker at `address` in `session`.
+static holding_t* join_with_controller(fixture_t* fx, const char* name, const char* address,
+                                       uint64_t session, void (*script)(fake_t*)) {
   holding_t* ctrl = calloc(1, sizeof(*ctrl));
   assert_non_null(ctrl);
   pthread_mutex_init(&ctrl->p.mu, NULL);
-  fake_start(&ctrl->p.f, script_refuse_later);
+  fake_start(&ctrl->p.f, script);
   fx->client.ctrl = connect_ok(&ctrl->p.f);
   join_real_worker(fx, name, address, session);
   return ctrl;
@@ -389,19 +426,9 @@ static holding_t* join_with_refusing_controller(fixture_t* fx, const char* name,
 // refuses the relayed one, whose seq the client must fill.
 static void refuse_one_before_8(fixture_t* fx, holding_t* ctrl, rec_t* relayed, rec_t* direct) {
   uint64_t id = 7;  // packed as each request goes out
-  *relayed = (rec_t){.mu = PTHREAD_MUTEX_INITIALIZER};
   send_relayed_delete(fx, &id, relayed);
   wait_seen(&ctrl->p, 1);
-  for (int i = 0; i < 8; ++i) {
-    direct[i] = (rec_t){.mu = PTHREAD_MUTEX_INITIALIZER};
-    Causeway__V1__DeleteRequest d = CAUSEWAY__V1__DELETE_REQUEST__INIT;
-    d.ids = &id;
-    d.n_ids = 1;
-    assert_null(cw_plugin_worker_send_ordered(&fx->worker, CW_PLUGIN_ANY_EPOCH, true,
-                                              CW_MSG_DELETE, &d.base, &d.seq, rec_done,
-                                              &direct[i]));
-    assert_int_equal(d.seq, 2 + (uint64_t)i);
-  }
+  for (int i = 0; i < 8; ++i) send_delete_taking(fx, &id, true, &direct[i], 2 + (uint64_t)i);
   atomic_store(&ctrl->go, true);
 }
 
@@ -457,7 +484,7 @@ static void test_filler_reaches_a_worker_at_its_cap(void** state) {
   const char* args[] = {"--max-held-requests", "4", NULL};
   cw_test_worker_t worker;
   start_null_worker("capped", args, &worker);
-  holding_t* ctrl = join_with_refusing_controller(fx, "capped", worker.address, 4242);
+  holding_t* ctrl = join_with_controller(fx, "capped", worker.address, 4242, script_refuse_later);
   rec_t relayed, direct[8];
   refuse_one_before_8(fx, ctrl, &relayed, direct);
   int answered = answered_within(direct, 8, 10000);
@@ -478,15 +505,17 @@ static holding_t* stall_at_both_caps(fixture_t* fx, const char* name, uint64_t s
                                      rec_t* direct) {
   const char* args[] = {"--max-held-requests", "4", "--max-connections", "2", NULL};
   start_null_worker(name, args, worker);
-  holding_t* ctrl = join_with_refusing_controller(fx, name, worker->address, session);
+  holding_t* ctrl = join_with_controller(fx, name, worker->address, session, script_refuse_later);
   cw_client_options_t o;
   cw_plugin_client_worker_options(&fx->client, &o);
   o.session_id = session + 1;
   assert_ok(cw_client_connect(worker->address, &o, other));
   rec_t relayed;
   refuse_one_before_8(fx, ctrl, &relayed, direct);
-  int early = answered_within(direct, 8, 1000);
+  assert_int_equal(answered_within(&relayed, 1, 10000), 1);
   expect_refused_relayed(&relayed);
+  wait_fills_behind(&fx->worker, 1);
+  int early = answered_within(direct, 8, 300);
   if (early) fail_msg("%d of the 8 answered with the fill's connection refused", early);
   return ctrl;
 }
@@ -512,8 +541,50 @@ static void test_fill_retries_its_connection_at_both_caps(void** state) {
   end_capped(fx, ctrl, direct, 8, &worker);
 }
 
-// The same stall, never relieved: the client ends while its runner waits to
-// connect again and the fills on the link are unanswered. The fills' state
+// The worker at --max-connections only (2: the client's link and another
+// session's connection). Two relayed DELETEs (seqs 1 and 2) and one straight
+// to the worker (3, held there for 1); the controller refuses 2 first: its
+// fill's own connection is refused, and the fill goes on the link, where the
+// worker holds it for seq 1 while the runner waits to connect again. Then
+// it refuses 1: that fill, queued for the same worker, must not wait for
+// that runner (which waits for the fill of 2, which waits for it). It goes
+// on the link too, and 1, 2 and 3 apply.
+static void test_fill_refused_later_for_a_lower_seq_is_not_held(void** state) {
+  fixture_t* fx = *state;
+  const char* args[] = {"--max-connections", "2", NULL};
+  cw_test_worker_t worker;
+  start_null_worker("full", args, &worker);
+  holding_t* ctrl = join_with_controller(fx, "full", worker.address, 4848,
+                                         script_refuse_two_reversed);
+  cw_client_options_t o;
+  cw_plugin_client_worker_options(&fx->client, &o);
+  o.session_id = 4949;
+  cw_client_t* other = NULL;
+  assert_ok(cw_client_connect(worker.address, &o, &other));
+  uint64_t id = 7;
+  rec_t relayed[2], direct[1];
+  for (int i = 0; i < 2; ++i) send_delete_taking(fx, &id, false, &relayed[i], 1 + (uint64_t)i);
+  wait_seen(&ctrl->p, 2);
+  send_delete_taking(fx, &id, true, &direct[0], 3);
+  atomic_store(&ctrl->go, true);
+  assert_int_equal(answered_within(&relayed[1], 1, 10000), 1);
+  wait_fills_behind(&fx->worker, 1);
+  atomic_store(&ctrl->go2, true);
+  assert_int_equal(answered_within(&relayed[0], 1, 10000), 1);
+  int answered = answered_within(direct, 1, 10000);
+  if (!answered) {
+    fail_msg("the request after the two refused ones was not answered in 10 s: the lower "
+             "seq's fill waited behind the other's");
+  }
+  wait_fills_behind(&fx->worker, 2);
+  for (int i = 0; i < 2; ++i) expect_refused_relayed(&relayed[i]);
+  cw_client_release(other);
+  end_capped(fx, ctrl, direct, 1, &worker);
+}
+
+// The stall of test_fill_retries_its_connection_at_both_caps, never
+// relieved: the client ends while its runner waits to connect again and the
+// fills on the link are unanswered. The fills' state
 // goes first (cw_plugin_fill_stop, which must not wait for the fills), then
 // the link, whose release answers them: their answers must not touch what
 // is gone. (The first form of the retry locked the freed state's mutex
@@ -885,6 +956,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_fill_retries_its_connection_at_both_caps, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_client_ends_with_fills_behind_on_the_link, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_fill_refused_later_for_a_lower_seq_is_not_held, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_fill_refused_connection_keeps_the_link, setup,
                                       teardown),
