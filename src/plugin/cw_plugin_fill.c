@@ -161,8 +161,10 @@ static void cw__take_queued(struct cw_plugin_fills_s* f, cw__behind_t* b, cw__fi
     cw__fill_t* q = *p;
     if (q->w == b->first->w && q->epoch == b->first->epoch && q->life == b->first->life) {
       *p = q->next;
-      q->next = taken;
-      taken = q;
+      cw__fill_t** at = &taken;  // by seq: a lower one first on the link
+      while (*at && (*at)->seq < q->seq) at = &(*at)->next;
+      q->next = *at;
+      *at = q;
     } else {
       p = &q->next;
     }
@@ -172,7 +174,7 @@ static void cw__take_queued(struct cw_plugin_fills_s* f, cw__behind_t* b, cw__fi
     cw__fill_t* q = taken;
     taken = q->next;
     cw__send_behind(b, q);
-    q->next = *extra;
+    q->next = *extra;  // (*extra's order does not matter: sorted before it is sent)
     *extra = q;
   }
 }
@@ -279,6 +281,7 @@ static void cw__fill_group(struct cw_plugin_fills_s* f, cw__fill_t** g, size_t n
   size_t m = n;
   for (cw__fill_t* q = extra; q; q = q->next) ++m;
   uint64_t* seqs = conn ? malloc(m * sizeof(*seqs)) : NULL;
+  if (conn && !seqs) CW_LOGW("out of memory: %zu seq fills dropped", m);
   m = 0;
   for (size_t i = 0; seqs && i < n; ++i) seqs[m++] = g[i]->seq;
   while (extra) {
