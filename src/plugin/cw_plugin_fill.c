@@ -128,12 +128,6 @@ static cw_status_t cw__fill_connect(cw_plugin_worker_t* w, cw_client_t** conn) {
   return cw_client_connect(cw_plugin_worker_address(w), &o, conn);
 }
 
-static void cw__ignore_answer(void* user, cw_status_t status, const ProtobufCMessage* reply) {
-  (void)user;
-  (void)reply;
-  cw_status_free(status);
-}
-
 // Sends the fill of `fill` on its worker's link, counted in b until answered.
 static void cw__send_behind(cw__behind_t* b, const cw__fill_t* fill) {
   cw_plugin_worker_t* w = fill->w;
@@ -219,7 +213,7 @@ static cw_client_t* cw__fill_behind(struct cw_plugin_fills_s* f, cw__fill_t** g,
   cw__behind_t* b = calloc(1, sizeof(*b));
   if (!b) {  // the fills still go on the link, uncounted
     for (size_t i = 0; i < n; ++i) {
-      (void)cw_plugin_worker_fill_seq(w, g[i]->seq, g[i]->epoch, cw__ignore_answer, NULL);
+      (void)cw_plugin_worker_fill_seq(w, g[i]->seq, g[i]->epoch, NULL, NULL);
     }
     return NULL;
   }

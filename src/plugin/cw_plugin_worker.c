@@ -233,8 +233,8 @@ static void cw__delete_done_cb(void* user, cw_status_t status, const ProtobufCMe
 // requests would wait for it. A filler for a seq the worker already applied
 // is refused as a duplicate. Not when the seq was taken in an older epoch:
 // the replacement numbers from 1 again.
-static bool cw__worker_fill_seq_cb(cw_plugin_worker_t* w, uint64_t seq, uint32_t epoch,
-                                   cw_client_done_fn done, void* user) {
+bool cw_plugin_worker_fill_seq(cw_plugin_worker_t* w, uint64_t seq, uint32_t epoch,
+                               cw_client_done_fn done, void* user) {
   // The connection first, then the epoch: a join bumps the epoch before it
   // swaps the connection in (cw_plugin_health.c), so a filler that sees the
   // new connection sees the new epoch and is dropped. The other way round,
@@ -243,20 +243,15 @@ static bool cw__worker_fill_seq_cb(cw_plugin_worker_t* w, uint64_t seq, uint32_t
   if (epoch != atomic_load_explicit(&w->epoch, memory_order_acquire)) return false;
   Causeway__V1__DeleteRequest filler = CAUSEWAY__V1__DELETE_REQUEST__INIT;
   filler.seq = seq;
-  cw_status_t s = cw_client_send(conn, CW_MSG_DELETE, &filler.base, NULL, 0, NULL, done, user,
-                                 NULL);
+  cw_status_t s = cw_client_send(conn, CW_MSG_DELETE, &filler.base, NULL, 0, NULL,
+                                 done ? done : cw__ignore_cb, user, NULL);
   bool sent = !s;
   cw_status_free(s);
   return sent;
 }
 
 static void cw__worker_fill_seq(cw_plugin_worker_t* w, uint64_t seq, uint32_t epoch) {
-  (void)cw__worker_fill_seq_cb(w, seq, epoch, cw__ignore_cb, NULL);
-}
-
-bool cw_plugin_worker_fill_seq(cw_plugin_worker_t* w, uint64_t seq, uint32_t epoch,
-                               cw_client_done_fn done, void* user) {
-  return cw__worker_fill_seq_cb(w, seq, epoch, done, user);
+  (void)cw_plugin_worker_fill_seq(w, seq, epoch, NULL, NULL);
 }
 
 // After sending the request that took `seq`, with status `s` (taken); with

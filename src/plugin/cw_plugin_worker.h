@@ -108,7 +108,7 @@ bool cw_plugin_worker_relayed_pending_locked(const cw_plugin_worker_t* w, uint32
 // Fills `seq` of `epoch` with an empty DELETE on w's own connection,
 // unless w was joined again since (cw_plugin_fill.c, when it cannot open
 // one of its own). `done(user, ...)` runs once with its answer when this
-// returns true (sent); never when false.
+// returns true (sent); never when false. `done` NULL: the answer is dropped.
 bool cw_plugin_worker_fill_seq(cw_plugin_worker_t* w, uint64_t seq, uint32_t epoch,
                                cw_client_done_fn done, void* user);
 // The recorded error(s) of pipelined requests, cleared; OK if none.

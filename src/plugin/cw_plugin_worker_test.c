@@ -496,6 +496,17 @@ static void test_filler_reaches_a_worker_at_its_cap(void** state) {
   end_capped(fx, ctrl, direct, 8, &worker);
 }
 
+// A connection of the client's to `address` in another session, `session`:
+// it takes one of the worker's --max-connections.
+static cw_client_t* connect_other_session(fixture_t* fx, const char* address, uint64_t session) {
+  cw_client_options_t o;
+  cw_plugin_client_worker_options(&fx->client, &o);
+  o.session_id = session;
+  cw_client_t* other = NULL;
+  assert_ok(cw_client_connect(address, &o, &other));
+  return other;
+}
+
 // A worker at --max-held-requests 4 and --max-connections 2, the client's
 // link and `*other` (another session's connection) taking both; the stall
 // of test_filler_reaches_a_worker_at_its_cap there, the fill's connection
@@ -506,10 +517,7 @@ static holding_t* stall_at_both_caps(fixture_t* fx, const char* name, uint64_t s
   const char* args[] = {"--max-held-requests", "4", "--max-connections", "2", NULL};
   start_null_worker(name, args, worker);
   holding_t* ctrl = join_with_controller(fx, name, worker->address, session, script_refuse_later);
-  cw_client_options_t o;
-  cw_plugin_client_worker_options(&fx->client, &o);
-  o.session_id = session + 1;
-  assert_ok(cw_client_connect(worker->address, &o, other));
+  *other = connect_other_session(fx, worker->address, session + 1);
   rec_t relayed;
   refuse_one_before_8(fx, ctrl, &relayed, direct);
   assert_int_equal(answered_within(&relayed, 1, 10000), 1);
@@ -556,11 +564,7 @@ static void test_fill_refused_later_for_a_lower_seq_is_not_held(void** state) {
   start_null_worker("full", args, &worker);
   holding_t* ctrl = join_with_controller(fx, "full", worker.address, 4848,
                                          script_refuse_two_reversed);
-  cw_client_options_t o;
-  cw_plugin_client_worker_options(&fx->client, &o);
-  o.session_id = 4949;
-  cw_client_t* other = NULL;
-  assert_ok(cw_client_connect(worker.address, &o, &other));
+  cw_client_t* other = connect_other_session(fx, worker.address, 4949);
   uint64_t id = 7;
   rec_t relayed[2], direct[1];
   for (int i = 0; i < 2; ++i) send_delete_taking(fx, &id, false, &relayed[i], 1 + (uint64_t)i);
